@@ -1,0 +1,70 @@
+#pragma once
+// A model of PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp) that the
+// simulator and the real backends share, so reserved bytes agree to the byte.
+// See NOTE [Caching allocator rules] in caching_allocator.cc.
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <optional>
+
+namespace fullshard {
+
+using StreamId = uint32_t;
+
+struct AllocatorOptions {
+  // Bytes the allocator may reserve in segments (device memory minus what the CUDA context,
+  // NCCL and cuBLAS take outside it). Beyond this an allocation is an OOM.
+  uint64_t capacity_bytes = std::numeric_limits<uint64_t>::max();
+  bool expandable_segments = false;   // PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  uint64_t max_split_size_bytes = std::numeric_limits<uint64_t>::max();  // max_split_size_mb
+};
+
+// Where segments come from. The simulator uses virtual addresses (the default); a real
+// backend maps host or device memory. map() returns nullopt when the memory is not there.
+class SegmentSource {
+ public:
+  virtual ~SegmentSource() = default;
+  virtual std::optional<uintptr_t> map(uint64_t bytes) = 0;
+  virtual void unmap(uintptr_t address, uint64_t bytes) = 0;
+};
+
+struct Block {
+  uint64_t id = 0;               // unique per allocation
+  uint64_t requested_bytes = 0;  // what the caller asked for
+  uint64_t size = 0;             // rounded size counted as allocated (0 for a 0-byte request)
+  uintptr_t address = 0;         // segment base + offset (virtual in the simulator)
+  StreamId stream = 0;
+};
+
+struct AllocatorStats {
+  uint64_t allocated_bytes = 0;   // sum of live blocks' rounded sizes
+  uint64_t requested_bytes = 0;   // sum of live blocks' requested sizes
+  uint64_t reserved_bytes = 0;    // sum of segment sizes (mapped pages for expandable)
+  uint64_t peak_allocated_bytes = 0;
+  uint64_t peak_reserved_bytes = 0;
+  uint64_t num_segments = 0;
+  uint64_t num_alloc_retries = 0;  // frees of cached segments to satisfy a request
+  uint64_t num_ooms = 0;
+};
+
+class CachingAllocator {
+ public:
+  explicit CachingAllocator(AllocatorOptions options = {}, SegmentSource* source = nullptr);
+  ~CachingAllocator();
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  // nullopt means out of memory even after releasing every unused cached segment.
+  std::optional<Block> malloc(uint64_t bytes, StreamId stream);
+  void free(const Block& block);
+  void empty_cache();  // release all unused cached segments
+  void reset_peak_stats();
+  const AllocatorStats& stats() const;
+  const AllocatorOptions& options() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fullshard

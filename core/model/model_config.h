@@ -1,0 +1,54 @@
+#pragma once
+// Decoder-only transformer hyperparameters: a named size from the zoo, a Hugging Face
+// config.json, or an inline scenario object.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace fullshard {
+
+enum class ModelArch : uint8_t {
+  kLlama,  // RMSNorm, RoPE, GQA attention, SwiGLU MLP, untied output (Llama/Mistral/Qwen2)
+  kGpt2,   // LayerNorm (with bias), learned positions, MHA, GELU MLP, tied output
+};
+
+struct ModelConfig {
+  std::string name;                  // "llama3.1-8b", or the HF model_type for imports
+  ModelArch arch = ModelArch::kLlama;
+  int64_t vocab_size = 0;
+  int64_t dim = 0;                   // hidden size
+  int64_t n_layers = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;            // == n_heads for MHA
+  int64_t ffn_dim = 0;               // MLP intermediate size
+  int64_t max_seq_len = 0;           // learned-position table size (GPT-2); RoPE limit (Llama)
+  double norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  bool tie_embeddings = false;       // output projection shares the embedding weight
+  bool qkv_bias = false;             // Qwen2: bias on q/k/v projections
+  bool linear_bias = false;          // GPT-2: bias on every linear, LayerNorm has bias
+
+  int64_t head_dim() const { return dim / n_heads; }
+};
+
+// Exact number of parameters (what sum(p.numel() for p in model.parameters()) gives,
+// counting a tied weight once).
+int64_t parameter_count(const ModelConfig& c);
+
+// The named sizes fullshard ships; names are lower-case, e.g. "llama3.1-70b", "gpt2-124m".
+const std::vector<ModelConfig>& model_zoo();
+std::optional<ModelConfig> find_model(const std::string& name);
+
+// Reads a Hugging Face config.json (architectures Llama/Mistral/Qwen2 and GPT-2).
+// `where` prefixes error paths (a file name or a JSON path). Throws InputError.
+ModelConfig model_from_hf_config(const nlohmann::json& j, const std::string& where);
+ModelConfig model_from_hf_config_file(const std::string& path);
+
+// Checks the invariants the model code relies on (dim % n_heads == 0, n_heads % n_kv_heads
+// == 0, all sizes >= 1). Throws InputError naming `where`.field.
+void validate_model(const ModelConfig& c, const std::string& where);
+
+}  // namespace fullshard

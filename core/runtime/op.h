@@ -1,0 +1,74 @@
+#pragma once
+// What the host program asks a backend to run: kernels (OpCall) and collectives
+// (CollectiveCall). The simulator records them with their cost; real backends execute them.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor/shape.h"
+
+namespace fullshard {
+
+// A view of a buffer: `meta` elements starting `offset_bytes` into buffer `buffer_id`.
+struct TensorRef {
+  uint64_t buffer_id = 0;
+  uint64_t offset_bytes = 0;
+  TensorMeta meta;
+  uint64_t nbytes() const { return meta.nbytes(); }
+};
+
+// Kernel kinds. Forward and backward are separate kinds so real backends dispatch directly.
+enum class OpKind : uint16_t {
+  kFill,             // out = 0 (new_zeros)
+  kCopy,             // out = in, with dtype cast when dtypes differ; iargs: none
+  kAdd,              // out = a + b (in place when out aliases a)
+  kScale,            // out = in * fargs[0]
+  kEmbedding, kEmbeddingBackward,
+  kRMSNorm, kRMSNormBackward,
+  kLayerNorm, kLayerNormBackward,
+  kLinear, kLinearBackwardInput, kLinearBackwardWeight,
+  kRoPE, kRoPEBackward,
+  kAttention, kAttentionBackward,  // flash-style causal attention with GQA
+  kSwiGLU, kSwiGLUBackward,        // silu(a) * b
+  kGELU, kGELUBackward,
+  kCrossEntropy, kCrossEntropyBackward,
+  kAllGatherCopyIn,   // foreach copy of sharded params (with cast) into the AG input slice
+  kAllGatherCopyOut,  // split_with_sizes_copy of the AG output into per-param buffers
+  kChunkCat,          // RS copy-in: pad + interleave grads into the RS input (with cast)
+  kSquaredNorm,       // out[0] = sum(in^2) in fp32 (grad clipping)
+  kAdamW,             // in-place AdamW on (param, grad, exp_avg, exp_avg_sq)
+};
+const char* op_kind_name(OpKind k);
+
+struct OpCall {
+  OpKind kind = OpKind::kFill;
+  std::string name;                 // module path + op, e.g. "layers.3.attention.wq"
+  std::vector<TensorRef> inputs;    // read
+  std::vector<TensorRef> outputs;   // written (an in-place op lists its tensor in both)
+  std::vector<int64_t> iargs;       // op-specific integer attributes
+  std::vector<double> fargs;        // op-specific float attributes
+  double flops = 0;                 // floating-point operations (2 per multiply-add)
+  double bytes = 0;                 // bytes read + written in device memory
+};
+
+enum class CollectiveKind : uint8_t { kAllGather, kReduceScatter, kAllReduce, kBroadcast, kBarrier };
+const char* collective_name(CollectiveKind k);
+
+// c10d ReduceOp subset FSDP2 uses. kPremulSum multiplies by `scale` before summing.
+enum class ReduceOp : uint8_t { kSum, kAvg, kPremulSum, kMax };
+const char* reduce_op_name(ReduceOp op);
+
+struct CollectiveCall {
+  CollectiveKind kind = CollectiveKind::kAllGather;
+  ReduceOp op = ReduceOp::kSum;
+  double scale = 1.0;   // kPremulSum factor
+  std::string name;     // e.g. "layers.3 all_gather"
+  // all_gather: input is this rank's slice, output the whole (W x input) buffer.
+  // reduce_scatter: input is the whole buffer, output this rank's slice.
+  // all_reduce / broadcast: input == output.
+  TensorRef input;
+  TensorRef output;
+  int root = 0;  // broadcast
+};
+
+}  // namespace fullshard

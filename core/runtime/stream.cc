@@ -1,0 +1,18 @@
+#include "core/runtime/stream.h"
+
+namespace fullshard {
+
+std::string_view stream_name(StreamRole r) {
+  switch (r) {
+    case StreamRole::kDefault: return "compute";
+    case StreamRole::kAllGatherCopyIn: return "all_gather_copy_in";
+    case StreamRole::kAllGather: return "all_gather";
+    case StreamRole::kReduceScatter: return "reduce_scatter";
+    case StreamRole::kAllReduce: return "all_reduce";
+    case StreamRole::kHostToDevice: return "host_to_device";
+    case StreamRole::kDeviceToHost: return "device_to_host";
+  }
+  return "?";
+}
+
+}  // namespace fullshard

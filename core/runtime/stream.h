@@ -1,0 +1,34 @@
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+#include "core/memory/caching_allocator.h"
+
+namespace fullshard {
+
+// Streams by role, as FSDP2 names them (_fsdp_param_group.py FSDPCommContext) plus the
+// copy streams CPU offload uses. Each role is one stream and one allocator pool.
+enum class StreamRole : uint8_t {
+  kDefault,          // "current stream": compute, AG copy-out, RS copy-in, optimizer
+  kAllGatherCopyIn,  // all_gather_copy_in_stream
+  kAllGather,        // all_gather_stream
+  kReduceScatter,    // reduce_scatter_stream
+  kAllReduce,        // all_reduce_stream (HSDP)
+  kHostToDevice,     // offload H2D copies
+  kDeviceToHost,     // offload D2H copies
+};
+constexpr int kNumStreams = 7;
+constexpr std::array<StreamRole, kNumStreams> kAllStreams = {
+    StreamRole::kDefault,       StreamRole::kAllGatherCopyIn, StreamRole::kAllGather,
+    StreamRole::kReduceScatter, StreamRole::kAllReduce,       StreamRole::kHostToDevice,
+    StreamRole::kDeviceToHost};
+
+constexpr StreamId stream_id(StreamRole r) { return static_cast<StreamId>(r); }
+// "compute", "all_gather_copy_in", "all_gather", "reduce_scatter", "all_reduce",
+// "host_to_device", "device_to_host".
+std::string_view stream_name(StreamRole r);
+
+using EventId = uint64_t;  // 0 is "no event"
+
+}  // namespace fullshard

@@ -1,0 +1,105 @@
+#pragma once
+// A scenario: one JSON file that says what to train and how to shard it. The simulator
+// predicts it, real backends run it. Format: docs/scenario-format.md and
+// docs/scenario.schema.json.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/memory/caching_allocator.h"
+#include "core/model/model_config.h"
+#include "core/tensor/dtype.h"
+
+namespace fullshard {
+
+// ---------------------------------------------------------------- training
+enum class CheckpointMode : uint8_t {
+  kNone,
+  kFull,           // every block recomputed in backward (torchtitan ac mode "full")
+  kSelectiveLayer, // every `every`-th block fully checkpointed (torchtitan "selective", int)
+  kSelectiveOp,    // op-level selective: save mm/attention outputs (torchtitan "selective", "op")
+};
+
+struct ActivationCheckpointing {
+  CheckpointMode mode = CheckpointMode::kNone;
+  int every = 1;  // kSelectiveLayer: checkpoint blocks whose index % every == 0
+};
+
+struct OptimizerOptions {
+  double lr = 3e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  double max_grad_norm = 1.0;  // 0 disables gradient clipping
+};
+
+struct TrainingOptions {
+  int64_t batch_per_rank = 1;  // sequences per rank per micro-batch
+  int64_t seq_len = 0;         // tokens per sequence
+  int steps = 1;               // optimizer steps to run
+  int grad_accum_steps = 1;    // micro-batches per optimizer step (sync on the last one)
+  ActivationCheckpointing activation_checkpointing;
+  OptimizerOptions optimizer;
+  uint64_t seed = 0;
+};
+
+// ---------------------------------------------------------------- fsdp
+// FSDP2's reshard_after_forward: True, False, an int N, or unset (None: root False,
+// non-root True, as newer PyTorch does).
+struct ReshardAfterForward {
+  enum class Kind : uint8_t { kDefault, kTrue, kFalse, kInt } kind = Kind::kDefault;
+  int n = 0;  // kInt only
+};
+
+struct MixedPrecisionPolicy {
+  std::optional<DType> param_dtype;   // unset: the original (fp32) dtype
+  std::optional<DType> reduce_dtype;  // unset: the gradient (param) dtype
+  std::optional<DType> output_dtype;  // unset: no cast of module outputs
+  bool cast_forward_inputs = true;
+};
+
+// Which modules get their own fully_shard call (one parameter group each). The root
+// always does, and claims every parameter no earlier call claimed.
+enum class ShardingUnits : uint8_t {
+  kBlocks,  // each transformer block, then the root (torchtitan's default)
+  kRoot,    // only the root: one group for the whole model
+};
+
+struct FsdpOptions {
+  std::vector<int> mesh_shape;               // [W] for FSDP, [R, S] for HSDP
+  std::vector<std::string> mesh_dim_names;   // ["shard"] or ["replicate", "shard"]
+  ReshardAfterForward reshard_after_forward;
+  MixedPrecisionPolicy mixed_precision;
+  bool cpu_offload = false;                  // CPUOffloadPolicy
+  bool pin_memory = true;
+  ShardingUnits units = ShardingUnits::kBlocks;
+  int forward_prefetch = 0;   // explicit: each unit prefetches the next N units' all-gathers
+  int backward_prefetch = 1;  // 1 = FSDP2's implicit backward prefetch; N > 1 explicit; 0 none
+};
+
+// ---------------------------------------------------------------- hardware
+struct HardwareOptions {
+  std::string profile;       // name of scenarios/hardware/<profile>.json
+  int gpus_per_node = 8;
+  int nodes = 1;
+  std::optional<uint64_t> memory_bytes;  // override the profile's device memory
+  AllocatorOptions allocator;            // capacity filled from the profile at load time
+};
+
+struct Scenario {
+  std::string name;  // file stem unless given
+  ModelConfig model;
+  TrainingOptions training;
+  FsdpOptions fsdp;
+  HardwareOptions hardware;
+  int world_size() const;
+};
+
+// Parses and validates; every error is an InputError naming the JSON path, the bad value
+// and the fix. `base_dir` resolves relative paths (e.g. model.hf_config).
+Scenario parse_scenario(const nlohmann::json& j, const std::string& base_dir = ".");
+Scenario load_scenario_file(const std::string& path);  // missing file / bad JSON: InputError
+
+}  // namespace fullshard

@@ -1,0 +1,67 @@
+#pragma once
+// What one rank's host program issued, as the simulator recorded it: a flat list of
+// instructions in host order. The event engine plays the programs of all ranks together.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/runtime/op.h"
+#include "core/runtime/stream.h"
+
+namespace fullshard::sim {
+
+enum class InstrType : uint8_t {
+  kKernel,       // a compute or copy kernel on `stream`
+  kCollective,   // a collective on `stream` over group `group`
+  kRecordEvent,  // stream records `event`
+  kWaitEvent,    // stream waits for `event` (recorded earlier on this rank)
+  kSynchronize,  // the host blocks until `event` completes
+  kAlloc,        // host allocates `buffer` from `stream`'s pool (device) or host memory
+  kFree,         // host frees `buffer`
+  kMarker,       // annotation (phase / step boundary); no work
+};
+
+struct Access {
+  uint64_t buffer = 0;
+  bool write = false;
+};
+
+struct Instr {
+  InstrType type = InstrType::kMarker;
+  StreamRole stream = StreamRole::kDefault;
+  int step = 0;                 // training step, for messages
+  uint32_t name = 0;            // index into Program::names (op / buffer / marker label)
+  uint64_t event = 0;           // record / wait / synchronize
+  uint64_t buffer = 0;          // alloc / free
+  bool on_host = false;         // alloc: host (CPU) memory
+  uint32_t access_begin = 0;    // kernels / collectives: [begin, begin+count) in accesses
+  uint32_t access_count = 0;
+  uint64_t host_seq = 0;        // Backend::host_seq() at issue (memory timeline key)
+  // Kernel cost inputs (the engine's cost model turns them into time).
+  OpKind op = OpKind::kFill;
+  double flops = 0;
+  double bytes = 0;
+  // Collective description (kCollective only).
+  CollectiveKind coll = CollectiveKind::kAllGather;
+  ReduceOp reduce = ReduceOp::kSum;
+  DType dtype = DType::kFloat32;
+  uint64_t coll_bytes = 0;      // bytes of the full buffer: AG output / RS input / AR buffer
+  uint32_t group = 0;           // index into World::groups
+};
+
+struct Program {
+  int rank = 0;
+  std::vector<Instr> instrs;
+  std::vector<Access> accesses;
+  std::vector<std::string> names;
+  // Set when the host program stopped early (e.g. out of memory): the instruction index.
+  bool truncated = false;
+};
+
+// The process groups collectives refer to, shared by all ranks' programs.
+struct GroupInfo {
+  std::string name;        // "shard", "replicate", ...
+  std::vector<int> ranks;  // global ranks in group order
+};
+
+}  // namespace fullshard::sim

@@ -1,0 +1,2 @@
+#include <cstdio>
+int main() { std::puts("fullshard: under construction"); return 0; }
