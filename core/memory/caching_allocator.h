@@ -6,6 +6,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <vector>
 
 namespace fullshard {
 
@@ -31,7 +32,8 @@ class SegmentSource {
 struct Block {
   uint64_t id = 0;               // unique per allocation
   uint64_t requested_bytes = 0;  // what the caller asked for
-  uint64_t size = 0;             // rounded size counted as allocated (0 for a 0-byte request)
+  uint64_t size = 0;             // rounded size counted as allocated (0 for a 0-byte request);
+                                 // a whole cached block when its remainder was not split
   uintptr_t address = 0;         // segment base + offset (virtual in the simulator)
   StreamId stream = 0;
 };
@@ -45,6 +47,17 @@ struct AllocatorStats {
   uint64_t num_segments = 0;
   uint64_t num_alloc_retries = 0;  // frees of cached segments to satisfy a request
   uint64_t num_ooms = 0;
+};
+
+// One segment as torch.cuda.memory_snapshot() lists it: a cudaMalloc'd segment, or one contiguous
+// mapped range of an expandable segment.
+struct SegmentInfo {
+  uintptr_t address = 0;
+  uint64_t size = 0;             // reserved bytes of this range
+  uint64_t allocated_bytes = 0;  // live blocks' sizes in it
+  StreamId stream = 0;
+  bool is_small = false;  // small pool (requests <= 1 MiB)
+  bool is_expandable = false;
 };
 
 class CachingAllocator {
@@ -61,6 +74,11 @@ class CachingAllocator {
   void reset_peak_stats();
   const AllocatorStats& stats() const;
   const AllocatorOptions& options() const;
+  // Segments sorted by address (slow: walks every block; for reports and tests).
+  std::vector<SegmentInfo> snapshot() const;
+  // Walks every block and checks the allocator's internal invariants (blocks tile their
+  // segments, free sets match, stats add up). Throws InternalError on a violation. Slow.
+  void check_invariants() const;
 
  private:
   struct Impl;

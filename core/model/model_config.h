@@ -39,12 +39,19 @@ struct ModelConfig {
 int64_t parameter_count(const ModelConfig& c);
 
 // The named sizes fullshard ships; names are lower-case, e.g. "llama3.1-70b", "gpt2-124m".
+// Every entry and its published parameter count is listed in docs/models.md.
 const std::vector<ModelConfig>& model_zoo();
+// Case-insensitive; also knows the Hugging Face names "gpt2", "gpt2-medium", "gpt2-large",
+// "gpt2-xl" and "mistral-7b-v0.3". nullopt when unknown.
 std::optional<ModelConfig> find_model(const std::string& name);
 
-// Reads a Hugging Face config.json (architectures Llama/Mistral/Qwen2 and GPT-2).
-// `where` prefixes error paths (a file name or a JSON path). Throws InputError.
+// Reads a Hugging Face config.json (architectures Llama/Mistral/Qwen2 and GPT-2); the
+// result's name is the model_type. `where` prefixes error paths: a file name gives
+// "config.json: hidden_size", a JSON path gives "model.hf_config.hidden_size". Field rules
+// and defaults are in docs/models.md. Throws InputError.
 ModelConfig model_from_hf_config(const nlohmann::json& j, const std::string& where);
+// `path` is a config.json or a model directory containing one. Missing file or malformed
+// JSON: InputError naming the path.
 ModelConfig model_from_hf_config_file(const std::string& path);
 
 // Checks the invariants the model code relies on (dim % n_heads == 0, n_heads % n_kv_heads

@@ -27,14 +27,20 @@ enum class OpKind : uint16_t {
   kRMSNorm, kRMSNormBackward,
   kLayerNorm, kLayerNormBackward,
   kLinear, kLinearBackwardInput, kLinearBackwardWeight,
+  kLinearBackwardBias,
   kRoPE, kRoPEBackward,
   kAttention, kAttentionBackward,  // flash-style causal attention with GQA
-  kSwiGLU, kSwiGLUBackward,        // silu(a) * b
-  kGELU, kGELUBackward,
-  kCrossEntropy, kCrossEntropyBackward,
+  kTranspose,                      // [B,H,S,d] -> [B,S,H,d] contiguous copy (and back)
+  kSiLU, kSiLUBackward,
+  kMul, kMulBackward,              // elementwise a * b
+  kGELU, kGELUBackward,            // tanh approximation
+  kPositionEmbedding, kPositionEmbeddingBackward,  // x + wpe[0:S]
+  kLogSoftmax, kLogSoftmaxBackward,
+  kNllLoss, kNllLossBackward,
   kAllGatherCopyIn,   // foreach copy of sharded params (with cast) into the AG input slice
   kAllGatherCopyOut,  // split_with_sizes_copy of the AG output into per-param buffers
   kChunkCat,          // RS copy-in: pad + interleave grads into the RS input (with cast)
+  kLoadBatch,         // fill tokens / labels of a micro-batch; iargs: step, micro-batch
   kSquaredNorm,       // out[0] = sum(in^2) in fp32 (grad clipping)
   kAdamW,             // in-place AdamW on (param, grad, exp_avg, exp_avg_sq)
 };

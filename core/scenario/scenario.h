@@ -3,12 +3,17 @@
 // predicts it, real backends run it. Format: docs/scenario-format.md and
 // docs/scenario.schema.json.
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/fsdp/fsdp_api.h"
 #include "core/memory/caching_allocator.h"
 #include "core/model/model_config.h"
+#include "core/scenario/hardware_profile.h"
 #include "core/tensor/dtype.h"
 
 namespace fullshard {
@@ -46,19 +51,7 @@ struct TrainingOptions {
 };
 
 // ---------------------------------------------------------------- fsdp
-// FSDP2's reshard_after_forward: True, False, an int N, or unset (None: root False,
-// non-root True, as newer PyTorch does).
-struct ReshardAfterForward {
-  enum class Kind : uint8_t { kDefault, kTrue, kFalse, kInt } kind = Kind::kDefault;
-  int n = 0;  // kInt only
-};
-
-struct MixedPrecisionPolicy {
-  std::optional<DType> param_dtype;   // unset: the original (fp32) dtype
-  std::optional<DType> reduce_dtype;  // unset: the gradient (param) dtype
-  std::optional<DType> output_dtype;  // unset: no cast of module outputs
-  bool cast_forward_inputs = true;
-};
+// ReshardAfterForward and MixedPrecisionPolicy: core/fsdp/fsdp_api.h.
 
 // Which modules get their own fully_shard call (one parameter group each). The root
 // always does, and claims every parameter no earlier call claimed.
@@ -86,10 +79,16 @@ struct HardwareOptions {
   int nodes = 1;
   std::optional<uint64_t> memory_bytes;  // override the profile's device memory
   AllocatorOptions allocator;            // capacity filled from the profile at load time
+  // Override of the profile's bytes outside the caching allocator (CUDA context, NCCL, ...).
+  std::optional<uint64_t> non_allocator_bytes;
+  // The loaded profile with the overrides above applied (device.memory_bytes and
+  // device.non_allocator_bytes are what the allocator capacity was computed from).
+  HardwareProfile device;
 };
 
 struct Scenario {
-  std::string name;  // file stem unless given
+  std::string name;  // file stem unless given (empty from parse_scenario without "name")
+  std::string description;  // free text, optional
   ModelConfig model;
   TrainingOptions training;
   FsdpOptions fsdp;
@@ -101,5 +100,16 @@ struct Scenario {
 // and the fix. `base_dir` resolves relative paths (e.g. model.hf_config).
 Scenario parse_scenario(const nlohmann::json& j, const std::string& base_dir = ".");
 Scenario load_scenario_file(const std::string& path);  // missing file / bad JSON: InputError
+
+// The field names the parser accepts in each JSON object of the format, keyed by the object's
+// path with array indices dropped: "" (top level), "model", "training", "training.optimizer",
+// "training.activation_checkpointing", "fsdp", "fsdp.mesh", "fsdp.mixed_precision",
+// "fsdp.cpu_offload", "hardware", "hardware.allocator". Tests check docs/scenario.schema.json
+// against it.
+const std::map<std::string, std::vector<std::string>>& scenario_fields();
+
+// Spellings of enums, as the format writes them ("selective_layer", "blocks", ...).
+const char* checkpoint_mode_name(CheckpointMode m);
+const char* sharding_units_name(ShardingUnits u);
 
 }  // namespace fullshard

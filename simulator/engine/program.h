@@ -34,6 +34,8 @@ struct Instr {
   uint64_t event = 0;           // record / wait / synchronize
   uint64_t buffer = 0;          // alloc / free
   bool on_host = false;         // alloc: host (CPU) memory
+  uint64_t address = 0;         // alloc: the caching allocator's block address (device)
+  uint64_t size = 0;            // alloc: the block's rounded size (device)
   uint32_t access_begin = 0;    // kernels / collectives: [begin, begin+count) in accesses
   uint32_t access_count = 0;
   uint64_t host_seq = 0;        // Backend::host_seq() at issue (memory timeline key)

@@ -1,2 +1,99 @@
+// fullshard: FSDP2-style sharded training, simulated before it runs.
+//   fullshard simulate SCENARIO.json [--json REPORT.json] [--ranks classes|all] [--no-checks]
+//   fullshard models [--json]
+// Exit codes: 0 ok; 1 the simulation found protocol problems; 2 bad input; 3 out of memory.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
 #include <cstdio>
-int main() { std::puts("fullshard: under construction"); return 0; }
+#include <fstream>
+#include <iostream>
+
+#include "core/common/error.h"
+#include "core/model/model_config.h"
+#include "core/scenario/scenario.h"
+#include "simulator/report.h"
+#include "simulator/simulate.h"
+
+namespace {
+
+int cmd_simulate(const std::string& path, const std::string& json_out, const std::string& ranks, bool checks) {
+  using namespace fullshard;
+  Scenario s = load_scenario_file(path);
+  sim::SimulateOptions o;
+  if (ranks != "classes" && ranks != "all")
+    throw InputError("--ranks", "is '" + ranks + "'", "use --ranks classes (default) or --ranks all");
+  o.all_ranks = ranks == "all";
+  o.checks = checks;
+  if (!json_out.empty()) {  // fail on an unwritable path before the (long) simulation
+    std::ofstream probe(json_out, std::ios::app);
+    if (!probe) throw InputError("--json", "cannot write '" + json_out + "'", "give a writable file path");
+  }
+  std::fprintf(stderr, "simulating %s (%d ranks)...\n", path.c_str(), s.world_size());
+  sim::SimulationReport r = sim::simulate_scenario(s, o);
+  std::cout << sim::report_summary(r);
+  if (!json_out.empty()) {
+    std::ofstream f(json_out);
+    f << sim::report_json(r).dump(1) << "\n";
+    if (!f) throw InputError("--json", "could not write '" + json_out + "'", "check the disk and the path");
+    std::cout << "  report written to " << json_out << "\n";
+  }
+  if (!r.problems.empty()) return 1;
+  if (r.out_of_memory) return 3;
+  return 0;
+}
+
+int cmd_models(bool json) {
+  using namespace fullshard;
+  if (json) {
+    nlohmann::json arr = nlohmann::json::array();
+    for (const auto& m : model_zoo())
+      arr.push_back({{"name", m.name}, {"params", parameter_count(m)}, {"layers", m.n_layers}, {"dim", m.dim},
+                     {"heads", m.n_heads}, {"kv_heads", m.n_kv_heads}, {"ffn_dim", m.ffn_dim}, {"vocab", m.vocab_size}});
+    std::cout << arr.dump(1) << "\n";
+    return 0;
+  }
+  std::cout << fmt::format("{:<18} {:>16} {:>7} {:>6} {:>9} {:>7} {:>8}\n", "name", "params", "layers", "dim",
+                           "heads/kv", "ffn", "vocab");
+  for (const auto& m : model_zoo())
+    std::cout << fmt::format("{:<18} {:>16} {:>7} {:>6} {:>9} {:>7} {:>8}\n", m.name, parameter_count(m), m.n_layers,
+                             m.dim, fmt::format("{}/{}", m.n_heads, m.n_kv_heads), m.ffn_dim, m.vocab_size);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"fullshard: PyTorch-FSDP2-style sharded training, simulated before it runs"};
+  app.require_subcommand(1);
+  std::string scenario, json_out, ranks = "classes";
+  bool no_checks = false, models_json = false;
+  auto* sim = app.add_subcommand("simulate", "predict per-rank memory and timing of a scenario");
+  sim->add_option("scenario", scenario, "scenario JSON file")->required();
+  sim->add_option("--json", json_out, "write the full report (JSON) here");
+  sim->add_option("--ranks", ranks, "classes: one rank per class of identical ranks; all: every rank");
+  sim->add_flag("--no-checks", no_checks, "skip the collective / race / use-after-free checks");
+  auto* models = app.add_subcommand("models", "list the model zoo with exact parameter counts");
+  models->add_flag("--json", models_json, "JSON output");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::cerr << "fullshard: " << e.what() << " (run `fullshard --help`)\n";
+    return 2;
+  }
+  try {
+    if (*sim) return cmd_simulate(scenario, json_out, ranks, !no_checks);
+    if (*models) return cmd_models(models_json);
+  } catch (const fullshard::InputError& e) {
+    std::cerr << "fullshard: error: " << e.what() << "\n";
+    return 2;
+  } catch (const fullshard::InternalError& e) {
+    std::cerr << "fullshard: " << e.what() << " (please report this bug)\n";
+    return 70;
+  } catch (const std::exception& e) {
+    std::cerr << "fullshard: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,198 @@
+#include "core/fsdp/collectives.h"
+
+#include "core/common/error.h"
+#include "core/model/ops.h"
+
+namespace fullshard {
+namespace {
+
+constexpr StreamRole kCurrent = StreamRole::kDefault;
+
+OpCall kernel(OpKind kind, std::string name, std::vector<TensorRef> in, std::vector<TensorRef> out) {
+  OpCall op;
+  op.kind = kind;
+  op.name = std::move(name);
+  for (auto& r : in) op.bytes += static_cast<double>(r.nbytes());
+  for (auto& r : out) op.bytes += static_cast<double>(r.nbytes());
+  op.inputs = std::move(in);
+  op.outputs = std::move(out);
+  return op;
+}
+
+}  // namespace
+
+AllGatherResult foreach_all_gather(Backend& b, const std::vector<FSDPParam*>& params,
+                                   const ProcessGroup& group, bool post_forward,
+                                   AllGatherStreams streams, const std::string& name) {
+  FULLSHARD_CHECK(!params.empty(), "all-gather of an empty group");
+  const int world = group.size();
+  const int my = group.index_of(b.rank());
+  AllGatherResult r;
+  r.world = world;
+  r.dtype = params[0]->param_dtype();
+  std::vector<Tensor> inputs;  // what gets copied into this rank's slice
+  std::vector<Tensor> temps;   // dropped (freed) after the all-gather is issued
+  for (FSDPParam* p : params) FULLSHARD_CHECK(p->param_dtype() == r.dtype, "mixed param dtypes in " + name);
+
+  // ---- copy-in stream: gather the inputs (H2D, cast) ----
+  if (post_forward) {
+    for (FSDPParam* p : params) {
+      FULLSHARD_CHECK(static_cast<bool>(p->post_forward_shard()), p->param().fqn + " has no post-forward shard");
+      inputs.push_back(p->post_forward_shard());
+    }
+  } else if (params[0]->offload()) {
+    // all_gather_inputs: .to(device, non_blocking) then .to(param_dtype) per parameter.
+    for (FSDPParam* p : params) {
+      const Tensor& host = p->sharded_data();
+      Tensor dev = Tensor::empty(b, host.meta(), MemCategory::kAllGather, streams.copy_in,
+                                 p->param().fqn + " (H2D)");
+      ops::copy_into(b, streams.copy_in, dev, host, p->param().fqn + " H2D");
+      if (p->param_dtype() != p->orig_dtype()) {
+        dev = ops::cast(b, streams.copy_in, dev, p->param_dtype(), MemCategory::kAllGather,
+                        p->param().fqn + " cast");
+      }
+      inputs.push_back(dev);
+    }
+  } else if (params[0]->param_dtype() != params[0]->orig_dtype()) {
+    // Fast path: one flat temporary in param dtype, _foreach_copy_ (the cast) into it.
+    int64_t total = 0;
+    for (FSDPParam* p : params) total += p->padded_sharded_numel();
+    Tensor flat = Tensor::empty(b, {r.dtype, {total}}, MemCategory::kAllGather, streams.copy_in,
+                                name + " all_gather_input (cast)");
+    std::vector<TensorRef> srcs, dsts;
+    uint64_t off = 0;
+    for (FSDPParam* p : params) {
+      srcs.push_back(p->sharded_data().ref());
+      Tensor v = flat.view({r.dtype, {p->padded_sharded_numel()}}, off);
+      dsts.push_back(v.ref());
+      inputs.push_back(v);
+      off += static_cast<uint64_t>(p->padded_sharded_numel()) * dtype_size(r.dtype);
+    }
+    b.launch(streams.copy_in, kernel(OpKind::kCopy, name + " foreach_copy (cast)", srcs, dsts));
+    temps.push_back(flat);
+  } else {
+    for (FSDPParam* p : params) inputs.push_back(p->sharded_data());
+  }
+
+  int64_t row = 0;
+  for (const Tensor& t : inputs) {
+    r.input_numels.push_back(t.numel());
+    row += t.numel();
+  }
+  // all_gather_copy_in: the output is allocated on the copy-in stream; the input is its
+  // rank slice, so the all-gather runs in place.
+  r.output = Tensor::empty(b, {r.dtype, {row * world}}, MemCategory::kAllGather, streams.copy_in,
+                           name + " all_gather_output");
+  Tensor slice = r.output.view({r.dtype, {row}}, static_cast<uint64_t>(row) * my * dtype_size(r.dtype));
+  std::vector<TensorRef> srcs;
+  for (const Tensor& t : inputs) srcs.push_back(t.ref());
+  b.launch(streams.copy_in, kernel(OpKind::kAllGatherCopyIn, name + " all_gather_copy_in", srcs, {slice.ref()}));
+
+  // ---- all-gather stream ----
+  b.wait_stream(streams.all_gather, streams.copy_in);
+  CollectiveCall call;
+  call.kind = CollectiveKind::kAllGather;
+  call.name = name + " all_gather";
+  call.input = slice.ref();
+  call.output = r.output.ref();
+  b.collective(streams.all_gather, call, group);
+  r.event = b.record_event(streams.all_gather);
+  inputs.clear();
+  temps.clear();  // freed on the host now: their pool (copy-in) is the only stream using them
+  return r;
+}
+
+void foreach_all_gather_copy_out(Backend& b, const AllGatherResult& r,
+                                 const std::vector<FSDPParam*>& params, const std::string& name) {
+  b.wait_event(kCurrent, r.event);
+  for (FSDPParam* p : params) p->alloc_unsharded(b);
+  std::vector<TensorRef> outs;
+  for (FSDPParam* p : params) outs.push_back(p->unsharded_storage().ref());
+  OpCall op = kernel(OpKind::kAllGatherCopyOut, name + " all_gather_copy_out", {r.output.ref()}, outs);
+  op.iargs = r.input_numels;
+  op.iargs.push_back(r.world);
+  b.launch(kCurrent, op);
+}
+
+// NOTE [Reduce-scatter layout]: torch._chunk_cat(grads, dim=0, num_chunks=W) pads every
+// gradient to W * ceil(d0/W) rows and interleaves them so that row r of the RS input is the
+// concatenation of every parameter's shard r — the same layout as the all-gather output.
+ReduceResult foreach_reduce(Backend& b, const std::vector<FSDPParam*>& params, std::vector<Tensor> grads,
+                            const ReduceOptions& o, const std::string& name) {
+  FULLSHARD_CHECK(params.size() == grads.size() && !params.empty(), "bad foreach_reduce arguments");
+  const ProcessGroup& rs_group = *o.reduce_scatter_group;
+  const int world = rs_group.size();
+  const DType rd = o.reduce_dtype;
+  int64_t row = 0;
+  for (FSDPParam* p : params) row += p->padded_sharded_numel();
+  ReduceResult res;
+
+  // ---- current stream: copy-in (with the widening cast) ----
+  Tensor rs_input = Tensor::empty(b, {rd, {row * world}}, MemCategory::kReduceScatter, kCurrent,
+                                  name + " reduce_scatter_input");
+  std::vector<TensorRef> srcs;
+  for (const Tensor& g : grads) srcs.push_back(g.ref());
+  OpCall cc = kernel(OpKind::kChunkCat, name + " chunk_cat", srcs, {rs_input.ref()});
+  cc.iargs = {world};
+  b.launch(kCurrent, cc);
+  grads.clear();  // only after the copy-in may the unsharded gradients go
+
+  // ---- reduce-scatter stream ----
+  const StreamRole rs = StreamRole::kReduceScatter;
+  b.wait_stream(rs, kCurrent);
+  const bool cast_after = rd != params[0]->orig_dtype();
+  Tensor out = Tensor::empty(b, {rd, {row}}, cast_after ? MemCategory::kReduceScatter : MemCategory::kShardedGrad,
+                             rs, name + " reduce_scatter_output");
+  if (o.factors.pre != 1.0) ops::scale_inplace(b, rs, rs_input, 1.0 / o.factors.pre, name + " predivide");
+  CollectiveCall call;
+  call.kind = CollectiveKind::kReduceScatter;
+  call.op = o.factors.op;
+  call.name = name + " reduce_scatter";
+  call.input = rs_input.ref();
+  call.output = out.ref();
+  b.collective(rs, call, rs_group);
+  EventId rs_event = b.record_event(rs);
+  StreamRole post = rs;
+  if (o.all_reduce_group) {
+    const StreamRole ar = StreamRole::kAllReduce;
+    b.wait_stream(ar, rs);
+    CollectiveCall arc;
+    arc.kind = CollectiveKind::kAllReduce;
+    arc.op = o.factors.op;
+    arc.name = name + " all_reduce";
+    arc.input = out.ref();
+    arc.output = out.ref();
+    b.collective(ar, arc, *o.all_reduce_group);
+    res.all_reduce_input = BufferWithEvent{out, b.record_event(ar)};
+    post = ar;
+  }
+  // ---- post-reduce stream: post-divide, cast back, view out / accumulate, offload ----
+  if (o.factors.post != 1.0) ops::scale_inplace(b, post, out, 1.0 / o.factors.post, name + " postdivide");
+  if (cast_after) out = ops::cast(b, post, out, params[0]->orig_dtype(), MemCategory::kShardedGrad, name + " grad cast");
+  const DType gd = out.dtype();
+  uint64_t off = 0;
+  for (FSDPParam* p : params) {
+    Tensor view = out.view({gd, p->sharded_shape()}, off);
+    off += static_cast<uint64_t>(p->padded_sharded_numel()) * dtype_size(gd);
+    Tensor& grad = p->sharded_grad();
+    const std::string gname = p->param().fqn + " sharded grad";
+    if (p->offload()) {
+      Buffer hb = b.allocate_host(view.nbytes(), MemCategory::kShardedGrad, gname + " (D2H)");
+      Tensor host(std::make_shared<Storage>(b, hb), view.meta());
+      ops::copy_into(b, post, host, view, gname + " D2H");
+      if (!grad) res.grad_offload_events.push_back(b.record_event(post));
+      view = host;
+    }
+    if (grad) {
+      Tensor g = grad;
+      ops::add_into(b, g, view, gname + " accumulate", post);
+    } else {
+      grad = view;
+    }
+  }
+  res.post_reduce_event = b.record_event(post);
+  res.reduce_scatter_input = BufferWithEvent{rs_input, rs_event};
+  return res;
+}
+
+}  // namespace fullshard

@@ -1,0 +1,59 @@
+#include "core/fsdp/fsdp_param.h"
+
+#include "core/common/error.h"
+#include "core/model/ops.h"
+
+namespace fullshard {
+
+FSDPParam::FSDPParam(Backend& b, Param& param, int shard_world, int shard_rank, DType orig_dtype,
+                     DType param_dtype, bool offload)
+    : param_(&param),
+      world_(shard_world),
+      orig_dtype_(orig_dtype),
+      param_dtype_(param_dtype),
+      offload_(offload),
+      padded_numel_(fullshard::padded_sharded_numel(param.shape, shard_world)),
+      sharded_shape_(fullshard::sharded_shape(param.shape, shard_world, shard_rank)) {
+  // NOTE [Sharded storage]: FSDP2 allocates ceil(d0/W) rows on every rank (new_zeros, then
+  // the real rows are copied to the front), so the storage is padded even on ranks whose
+  // chunk is short or empty.
+  TensorMeta meta{orig_dtype, {padded_numel_}};
+  const std::string what = param.fqn + " (sharded)";
+  if (offload) {
+    Buffer buf = b.allocate_host(meta.nbytes(), MemCategory::kShardedParam, what);
+    sharded_data_ = Tensor(std::make_shared<Storage>(b, buf), meta);
+  } else {
+    sharded_data_ = Tensor::empty(b, meta, MemCategory::kShardedParam, StreamRole::kDefault, what);
+    ops::fill_zero(b, StreamRole::kDefault, sharded_data_, what + " init");
+  }
+  param.binding = this;
+}
+
+Tensor FSDPParam::unsharded() const {
+  if (!unsharded_storage_) return Tensor();
+  return unsharded_storage_.view(TensorMeta{param_dtype_, param_->shape});
+}
+
+Tensor FSDPParam::sharded_local() const {
+  return sharded_data_.view(TensorMeta{orig_dtype_, sharded_shape_});
+}
+
+void FSDPParam::alloc_unsharded(Backend& b) {
+  FULLSHARD_CHECK(!unsharded_storage_, param_->fqn + " is already unsharded");
+  unsharded_storage_ = Tensor::empty(b, TensorMeta{param_dtype_, {unsharded_storage_numel()}},
+                                     MemCategory::kUnshardedParam, StreamRole::kDefault,
+                                     param_->fqn + " (unsharded)");
+}
+
+// NOTE [AccumulateGrad]: the first gradient of a backward becomes .grad without a copy; a
+// later one (tied weights, gradient accumulation without sync) is added in place into the
+// existing .grad and then freed, as torch's AccumulateGrad does.
+void FSDPParam::accumulate_grad(Backend& b, Tensor grad) {
+  if (!unsharded_grad_) {
+    unsharded_grad_ = std::move(grad);
+    return;
+  }
+  ops::add_into(b, unsharded_grad_, grad, param_->fqn + " grad accumulate");
+}
+
+}  // namespace fullshard

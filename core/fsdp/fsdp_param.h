@@ -1,0 +1,70 @@
+#pragma once
+// One sharded parameter (FSDP2's FSDPParam, _fsdp_param.py): its padded sharded storage,
+// its unsharded storage while unsharded, its post-forward shard (int reshard_after_forward)
+// and its gradients. It is the ParamBinding the model reads the parameter through.
+#include "core/fsdp/shard_layout.h"
+#include "core/model/module.h"
+
+namespace fullshard {
+
+enum class ShardedState : uint8_t { kSharded, kShardedPostForward, kUnsharded };
+
+class FSDPParam : public ParamBinding {
+ public:
+  // Allocates the padded sharded storage (on the host with CPU offload).
+  FSDPParam(Backend& backend, Param& param, int shard_world, int shard_rank, DType orig_dtype,
+            DType param_dtype, bool offload);
+
+  // ---- ParamBinding ----
+  Tensor unsharded() const override;
+  DType compute_dtype() const override { return param_dtype_; }
+  bool has_unsharded_grad() const override { return static_cast<bool>(unsharded_grad_); }
+  void accumulate_grad(Backend& backend, Tensor grad) override;
+
+  const Param& param() const { return *param_; }
+  const Shape& shape() const { return param_->shape; }
+  DType orig_dtype() const { return orig_dtype_; }
+  DType param_dtype() const { return param_dtype_; }
+  bool offload() const { return offload_; }
+  int64_t padded_sharded_numel() const { return padded_numel_; }
+  int64_t unsharded_storage_numel() const { return padded_numel_ * world_; }
+  const Shape& sharded_shape() const { return sharded_shape_; }  // unpadded local shard
+  ShardedState state() const { return state_; }
+
+  const Tensor& sharded_data() const { return sharded_data_; }  // padded, 1-D
+  // Local (unpadded) view of the sharded data: the optimizer's parameter.
+  Tensor sharded_local() const;
+
+  // Unshard / reshard (storage resize_ in FSDP2).
+  void alloc_unsharded(Backend& b);   // alloc_storage, default stream
+  void free_unsharded() { unsharded_storage_ = Tensor(); }
+  const Tensor& unsharded_storage() const { return unsharded_storage_; }
+  void set_state(ShardedState s) { state_ = s; }
+
+  // Post-forward shard: a clone of this rank's 1/N slice of the unsharded storage.
+  Tensor& post_forward_shard() { return post_forward_shard_; }
+
+  // Gradients.
+  Tensor take_unsharded_grad() { return std::move(unsharded_grad_); }
+  Tensor& unsharded_accumulated_grad() { return accumulated_grad_; }
+  Tensor& sharded_grad() { return sharded_grad_; }
+  const Tensor& sharded_grad() const { return sharded_grad_; }
+
+ private:
+  Param* param_;
+  int world_;
+  DType orig_dtype_;
+  DType param_dtype_;
+  bool offload_;
+  int64_t padded_numel_;
+  Shape sharded_shape_;
+  ShardedState state_ = ShardedState::kSharded;
+  Tensor sharded_data_;
+  Tensor unsharded_storage_;
+  Tensor post_forward_shard_;
+  Tensor unsharded_grad_;
+  Tensor accumulated_grad_;
+  Tensor sharded_grad_;
+};
+
+}  // namespace fullshard

@@ -1,0 +1,240 @@
+#include "core/fsdp/fsdp_param_group.h"
+
+#include "core/common/error.h"
+#include "core/model/ops.h"
+
+namespace fullshard {
+
+namespace {
+constexpr StreamRole kCurrent = StreamRole::kDefault;
+}
+
+MixedPrecisionPolicy resolve_mixed_precision(const MixedPrecisionPolicy& mp, DType orig) {
+  MixedPrecisionPolicy r = mp;
+  if (r.param_dtype && *r.param_dtype == orig) r.param_dtype.reset();
+  DType grad_dtype = r.param_dtype.value_or(orig);
+  if (r.reduce_dtype && *r.reduce_dtype == grad_dtype) r.reduce_dtype.reset();
+  return r;
+}
+
+FSDPParamGroup::FSDPParamGroup(Backend& b, CommContext& comm, std::string name,
+                               std::vector<Param*> params, GroupConfig config)
+    : b_(b), comm_(comm), name_(std::move(name)), config_(std::move(config)) {
+  const DType orig = DType::kFloat32;
+  config_.mp = resolve_mixed_precision(config_.mp, orig);
+  const int world = config_.shard_group.size();
+  const int rank = config_.shard_group.index_of(b.rank());
+  FULLSHARD_CHECK(rank >= 0, "rank not in its shard group");
+  for (Param* p : params) {
+    params_.push_back(std::make_unique<FSDPParam>(b, *p, world, rank, orig,
+                                                  config_.mp.param_dtype.value_or(orig), config_.offload));
+    raw_.push_back(params_.back().get());
+  }
+}
+
+DType FSDPParamGroup::reduce_dtype() const {
+  return config_.mp.reduce_dtype.value_or(config_.mp.param_dtype.value_or(DType::kFloat32));
+}
+
+AllGatherStreams FSDPParamGroup::all_gather_streams() const {
+  // Separate streams only in FORWARD / PRE_BACKWARD; a user unshard() runs in the current one.
+  if (state_ == TrainingState::kForward || state_ == TrainingState::kPreBackward) return {};
+  return AllGatherStreams{kCurrent, kCurrent};
+}
+
+ProcessGroup FSDPParamGroup::post_forward_group() const {
+  return fullshard::post_forward_group(config_.shard_group, b_.rank(), config_.post_forward_size);
+}
+
+// ------------------------------------------------------------------ unshard / reshard
+void FSDPParamGroup::unshard() {
+  if (all_gather_result_) return;  // already issued, pending wait
+  if (is_unsharded()) return;
+  if (reshard_after_forward_event_) {
+    // Post-forward shards are allocated on the default stream and read by the AG streams.
+    AllGatherStreams s = all_gather_streams();
+    b_.wait_event(s.copy_in, reshard_after_forward_event_);
+    b_.wait_event(s.all_gather, reshard_after_forward_event_);
+    reshard_after_forward_event_ = 0;
+  }
+  const bool from_post_forward = sharded_state_ == ShardedState::kShardedPostForward;
+  ProcessGroup group = from_post_forward ? post_forward_group() : config_.shard_group;
+  all_gather_result_ = foreach_all_gather(b_, raw_, group, from_post_forward, all_gather_streams(), name_);
+  ++all_gathers_;
+}
+
+void FSDPParamGroup::wait_for_unshard() {
+  if (!all_gather_result_) return;
+  AllGatherStreams s = all_gather_streams();
+  if (state_ == TrainingState::kForward && comm_.all_gather_state) {
+    // Implicit forward prefetch: free the previous group's AG output now, after the AG
+    // streams wait on its copy-out (NOTE [Buffers travel with events]).
+    b_.wait_event(s.copy_in, comm_.all_gather_state->event);
+    b_.wait_event(s.all_gather, comm_.all_gather_state->event);
+    comm_.all_gather_state.reset();
+  }
+  foreach_all_gather_copy_out(b_, *all_gather_result_, raw_, name_);
+  for (FSDPParam* p : raw_) {
+    p->post_forward_shard() = Tensor();  // to_unsharded drops the post-forward shard
+    p->set_state(ShardedState::kUnsharded);
+  }
+  sharded_state_ = ShardedState::kUnsharded;
+  EventId copy_out = b_.record_event(kCurrent);
+  if (state_ == TrainingState::kForward) {
+    // Defer the free so this copy-out overlaps the next group's all-gather.
+    comm_.all_gather_state = BufferWithEvent{all_gather_result_->output, copy_out};
+  } else {
+    b_.wait_event(s.copy_in, copy_out);
+    b_.wait_event(s.all_gather, copy_out);
+  }
+  all_gather_result_.reset();
+}
+
+void FSDPParamGroup::to_sharded_post_forward() {
+  const int n = config_.post_forward_size;
+  const int idx = post_forward_group().index_of(b_.rank());
+  for (FSDPParam* p : raw_) {
+    const Tensor& full = p->unsharded_storage();
+    const int64_t numel = full.numel() / n;
+    Tensor src = full.view({full.dtype(), {numel}}, static_cast<uint64_t>(numel) * idx * dtype_size(full.dtype()));
+    p->post_forward_shard() = Tensor::empty(b_, src.meta(), MemCategory::kUnshardedParam, kCurrent,
+                                            p->param().fqn + " (post-forward shard)");
+    ops::copy_into(b_, kCurrent, p->post_forward_shard(), src, p->param().fqn + " post-forward clone");
+    p->free_unsharded();
+    p->set_state(ShardedState::kShardedPostForward);
+  }
+  sharded_state_ = ShardedState::kShardedPostForward;
+}
+
+void FSDPParamGroup::reshard() {
+  if (state_ == TrainingState::kForward) {
+    if (!config_.reshard_after_forward) return;
+    if (config_.post_forward_size > 0) {
+      if (sharded_state_ != ShardedState::kUnsharded) return;
+      to_sharded_post_forward();
+      reshard_after_forward_event_ = b_.record_event(kCurrent);
+      return;
+    }
+  }
+  for (FSDPParam* p : raw_) {
+    p->free_unsharded();
+    p->post_forward_shard() = Tensor();
+    p->set_state(ShardedState::kSharded);
+  }
+  sharded_state_ = ShardedState::kSharded;
+}
+
+// ------------------------------------------------------------------ hooks
+void FSDPParamGroup::pre_forward() {
+  state_ = TrainingState::kForward;
+  unshard();
+  wait_for_unshard();
+}
+
+void FSDPParamGroup::post_forward() {
+  reshard();
+  post_forward_indices_.push_back(static_cast<int>(comm_.post_forward_order.size()));
+  comm_.post_forward_order.push_back(this);
+  state_ = TrainingState::kIdle;
+}
+
+void FSDPParamGroup::prefetch_unshard(FSDPParamGroup& target, TrainingState state) {
+  TrainingState saved = target.state_;
+  target.state_ = state;
+  target.unshard();
+  target.state_ = saved;
+}
+
+void FSDPParamGroup::pre_backward(bool default_prefetch) {
+  if (state_ == TrainingState::kPreBackward) return;
+  state_ = TrainingState::kPreBackward;
+  unshard();  // no-op when prefetched
+  wait_for_unshard();
+  if (default_prefetch) backward_prefetch();
+}
+
+void FSDPParamGroup::backward_prefetch() {
+  // Reverse post-forward order, one group ahead (_backward_prefetch).
+  if (post_forward_indices_.empty()) return;
+  int curr = post_forward_indices_.back();
+  post_forward_indices_.pop_back();
+  int target = curr - 1;
+  if (target < 0) return;
+  prefetch_unshard(*comm_.post_forward_order[static_cast<size_t>(target)], TrainingState::kPreBackward);
+}
+
+void FSDPParamGroup::post_backward() {
+  state_ = TrainingState::kPostBackward;
+  // accumulate_unsharded_grad_if_needed
+  for (FSDPParam* p : raw_) {
+    if (p->unsharded_accumulated_grad() && p->has_unsharded_grad()) {
+      Tensor g = p->take_unsharded_grad();
+      ops::add_into(b_, p->unsharded_accumulated_grad(), g, p->param().fqn + " accumulate (reduce dtype)");
+    }
+  }
+  if (!reduce_grads_) {
+    if (reshard_after_backward_) reshard();
+    // to_accumulated_grad_if_needed: upcast to the reduce dtype, after resharding.
+    for (FSDPParam* p : raw_) {
+      if (config_.mp.reduce_dtype && p->has_unsharded_grad() && !p->unsharded_accumulated_grad()) {
+        Tensor g = p->take_unsharded_grad();
+        p->unsharded_accumulated_grad() =
+            ops::cast(b_, kCurrent, g, *config_.mp.reduce_dtype, MemCategory::kUnshardedGrad,
+                      p->param().fqn + " accumulated grad");
+      }
+    }
+    return;
+  }
+  std::vector<FSDPParam*> with_grad;
+  std::vector<Tensor> grads;
+  for (FSDPParam* p : raw_) {
+    if (p->unsharded_accumulated_grad()) {
+      with_grad.push_back(p);
+      grads.push_back(std::move(p->unsharded_accumulated_grad()));
+      p->unsharded_accumulated_grad() = Tensor();
+    } else if (p->has_unsharded_grad()) {
+      with_grad.push_back(p);
+      grads.push_back(p->take_unsharded_grad());
+    }
+  }
+  if (reshard_after_backward_) reshard();
+  if (with_grad.empty()) return;
+  if (comm_.reduce_scatter_state) {
+    b_.wait_event(kCurrent, comm_.reduce_scatter_state->event);
+    comm_.reduce_scatter_state.reset();
+  }
+  ReduceOptions o;
+  o.reduce_scatter_group = &config_.shard_group;
+  o.all_reduce_group = config_.replicate_group ? &*config_.replicate_group : nullptr;
+  o.reduce_dtype = reduce_dtype();
+  int dp = config_.shard_group.size() * (config_.replicate_group ? config_.replicate_group->size() : 1);
+  o.factors = gradient_divide_factors(dp, o.reduce_dtype);
+  ReduceResult r = foreach_reduce(b_, with_grad, std::move(grads), o, name_);
+  ++reduce_scatters_;
+  comm_.reduce_scatter_state = r.reduce_scatter_input;
+  post_reduce_event_ = r.post_reduce_event;
+  if (r.all_reduce_input) all_reduce_state_ = r.all_reduce_input;
+  for (EventId e : r.grad_offload_events) grad_offload_events_.push_back(e);
+}
+
+void FSDPParamGroup::finalize_backward() {
+  if (post_reduce_event_) {
+    b_.wait_event(kCurrent, post_reduce_event_);
+    post_reduce_event_ = 0;
+  }
+  if (all_reduce_state_) {
+    b_.wait_event(kCurrent, all_reduce_state_->event);
+    all_reduce_state_.reset();
+  }
+  for (EventId e : grad_offload_events_) b_.synchronize(e);
+  grad_offload_events_.clear();
+  if (all_gather_result_) {
+    // A mistargeted prefetch without a wait: wait for it and drop it.
+    b_.wait_event(kCurrent, all_gather_result_->event);
+    all_gather_result_.reset();
+  }
+  post_forward_indices_.clear();
+  state_ = TrainingState::kIdle;
+}
+
+}  // namespace fullshard

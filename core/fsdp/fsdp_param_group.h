@@ -1,0 +1,100 @@
+#pragma once
+// One fully_shard call's parameters (FSDP2's FSDPParamGroup, _fsdp_param_group.py): one
+// all-gather and one reduce-scatter per pass, the unshard/reshard state machine, and the
+// hooks' group-level work.
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/fsdp/collectives.h"
+#include "core/fsdp/fsdp_api.h"
+
+namespace fullshard {
+
+enum class TrainingState : uint8_t { kIdle, kForward, kPreBackward, kPostBackward };
+
+class FSDPParamGroup;
+
+// State shared by all groups under one root (FSDPCommContext).
+struct CommContext {
+  std::optional<BufferWithEvent> all_gather_state;      // forward: previous AG output
+  std::optional<BufferWithEvent> reduce_scatter_state;  // previous RS input
+  std::vector<FSDPParamGroup*> post_forward_order;
+};
+
+struct GroupConfig {
+  ProcessGroup shard_group;
+  std::optional<ProcessGroup> replicate_group;  // HSDP
+  MixedPrecisionPolicy mp;                      // already clamped (see resolve_mixed_precision)
+  bool offload = false;
+  bool reshard_after_forward = true;
+  int post_forward_size = 0;  // int reshard_after_forward N (1 < N < W), else 0
+};
+
+// FSDP2's clamping (FSDPParam.init_dtype_attrs): param_dtype equal to the original dtype
+// and reduce_dtype equal to the param dtype become unset.
+MixedPrecisionPolicy resolve_mixed_precision(const MixedPrecisionPolicy& mp, DType orig);
+
+class FSDPParamGroup {
+ public:
+  FSDPParamGroup(Backend& backend, CommContext& comm, std::string name, std::vector<Param*> params,
+                 GroupConfig config);
+
+  const std::string& name() const { return name_; }
+  const GroupConfig& config() const { return config_; }
+  const std::vector<FSDPParam*>& fsdp_params() const { return raw_; }
+  TrainingState training_state() const { return state_; }
+  bool is_unsharded() const { return sharded_state_ == ShardedState::kUnsharded; }
+  ShardedState sharded_state() const { return sharded_state_; }
+  DType reduce_dtype() const;
+
+  // ---- the unshard / reshard state machine ----
+  void unshard();
+  void wait_for_unshard();
+  void reshard();
+
+  // ---- hooks ----
+  void pre_forward();
+  void post_forward();
+  void pre_backward(bool default_prefetch);
+  void post_backward();
+  void finalize_backward();
+  // Issue `target`'s unshard in `state` (FORWARD or PRE_BACKWARD): _prefetch_unshard.
+  static void prefetch_unshard(FSDPParamGroup& target, TrainingState state);
+
+  // ---- settings (FSDPModule setters) ----
+  void set_requires_gradient_sync(bool sync) { reduce_grads_ = sync; }
+  void set_reshard_after_backward(bool v) { reshard_after_backward_ = v; }
+
+  // Counts of what this group issued (tests compare them with FSDP2's).
+  int all_gathers_issued() const { return all_gathers_; }
+  int reduce_scatters_issued() const { return reduce_scatters_; }
+
+ private:
+  Backend& b_;
+  CommContext& comm_;
+  std::string name_;
+  GroupConfig config_;
+  std::vector<std::unique_ptr<FSDPParam>> params_;
+  std::vector<FSDPParam*> raw_;
+  TrainingState state_ = TrainingState::kIdle;
+  ShardedState sharded_state_ = ShardedState::kSharded;
+  std::optional<AllGatherResult> all_gather_result_;
+  EventId reshard_after_forward_event_ = 0;
+  EventId post_reduce_event_ = 0;
+  std::optional<BufferWithEvent> all_reduce_state_;
+  std::vector<EventId> grad_offload_events_;
+  std::vector<int> post_forward_indices_;
+  bool reduce_grads_ = true;
+  bool reshard_after_backward_ = true;
+  int all_gathers_ = 0;
+  int reduce_scatters_ = 0;
+
+  void backward_prefetch();
+  void to_sharded_post_forward();
+  AllGatherStreams all_gather_streams() const;
+  ProcessGroup post_forward_group() const;
+};
+
+}  // namespace fullshard

@@ -1,0 +1,66 @@
+#pragma once
+// fully_shard over a module tree (FSDP2's _fully_shard.py + _fsdp_state.py): one state
+// per call, applied bottom-up, each claiming the parameters no earlier call claimed. The
+// runtime is the ModuleHooks the model's forward runs through.
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "core/fsdp/fsdp_param_group.h"
+#include "core/model/autograd.h"
+
+namespace fullshard {
+
+class FSDPState {
+ public:
+  Module* module = nullptr;
+  std::unique_ptr<FSDPParamGroup> group;  // null when the call claimed no parameters
+  bool is_root = false;
+  TrainingState training_state = TrainingState::kIdle;
+  MixedPrecisionPolicy mp;
+  std::vector<FSDPState*> forward_prefetch;                  // set_modules_to_forward_prefetch
+  std::optional<std::vector<FSDPState*>> backward_prefetch;  // set_modules_to_backward_prefetch
+};
+
+struct MeshInfo {
+  ProcessGroup shard_group;
+  std::optional<ProcessGroup> replicate_group;
+};
+
+class FSDPRuntime : public ModuleHooks {
+ public:
+  FSDPRuntime(Backend& backend, MeshInfo mesh);
+
+  // fully_shard(module, ...): call bottom-up; the last call is the root (the module whose
+  // forward runs first). Returns the new state.
+  FSDPState& fully_shard(Module& module, const FullyShardOptions& options, bool is_root);
+
+  FSDPState* state_of(const Module& m);
+  const std::vector<std::unique_ptr<FSDPState>>& states() const { return states_; }
+  CommContext& comm() { return comm_; }
+
+  // ModuleHooks
+  Value pre_forward(ExecContext& c, Module& m, Value x) override;
+  Value post_forward(ExecContext& c, Module& m, Value y) override;
+
+  // The root's final backward callback (_root_post_backward_final_callback): post-backward
+  // for groups autograd never reached, finalize, wait for the last reduce-scatter.
+  void post_backward_final_callback();
+  // FSDPModule.set_requires_gradient_sync over every state.
+  void set_requires_gradient_sync(bool sync);
+
+ private:
+  Backend& b_;
+  MeshInfo mesh_;
+  CommContext comm_;
+  std::vector<std::unique_ptr<FSDPState>> states_;  // in fully_shard call order
+  std::map<const Module*, FSDPState*> by_module_;
+  std::vector<FSDPState*> all_states_;  // root first, then pre-order (lazy init order)
+  bool lazy_inited_ = false;
+
+  void lazy_init();
+  void state_pre_backward(FSDPState& s);
+  Value cast_value(ExecContext& c, Value x, DType to, const std::string& name);
+};
+
+}  // namespace fullshard

@@ -1,0 +1,23 @@
+#include "core/fsdp/reduce_policy.h"
+
+#include "core/common/error.h"
+
+namespace fullshard {
+
+DivideFactors gradient_divide_factors(int n, DType reduce_dtype) {
+  FULLSHARD_CHECK(n >= 1, "data parallel size must be >= 1");
+  DivideFactors f;
+  bool overflow_risk = reduce_dtype != DType::kFloat32 && reduce_dtype != DType::kBFloat16;
+  if (!overflow_risk) {
+    f.op = n == 1 ? ReduceOp::kSum : ReduceOp::kAvg;
+    return f;
+  }
+  f.op = ReduceOp::kSum;
+  int pre = 1;
+  while (n % pre == 0 && n / pre > pre) pre *= 2;
+  f.pre = pre;
+  f.post = static_cast<double>(n) / pre;
+  return f;
+}
+
+}  // namespace fullshard

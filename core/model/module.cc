@@ -1,0 +1,48 @@
+#include "core/model/module.h"
+
+#include "core/common/error.h"
+
+namespace fullshard {
+
+static std::string join(const std::string& a, const std::string& b) {
+  return a.empty() ? b : a + "." + b;
+}
+
+Module* Module::add_child(std::string name, std::string kind_name) {
+  auto m = std::make_unique<Module>();
+  m->fqn = join(fqn, name);
+  m->kind = std::move(kind_name);
+  children.push_back(std::move(m));
+  return children.back().get();
+}
+
+Param& Module::add_param(std::string name, Shape shape) {
+  params.push_back(Param{join(fqn, name), std::move(shape), nullptr});
+  return params.back();
+}
+
+Param& Module::param(const std::string& name) {
+  std::string full = join(fqn, name);
+  for (auto& p : params)
+    if (p.fqn == full) return p;
+  FULLSHARD_CHECK(false, "no parameter " + full);
+}
+
+Module& Module::child(const std::string& name) {
+  std::string full = join(fqn, name);
+  for (auto& c : children)
+    if (c->fqn == full) return *c;
+  FULLSHARD_CHECK(false, "no module " + full);
+}
+
+void Module::for_each_param(const std::function<void(Param&)>& fn) {
+  for (auto& p : params) fn(p);
+  for (auto& c : children) c->for_each_param(fn);
+}
+
+void Module::for_each_module(const std::function<void(Module&)>& fn) {
+  fn(*this);
+  for (auto& c : children) c->for_each_module(fn);
+}
+
+}  // namespace fullshard

@@ -1,0 +1,48 @@
+#pragma once
+// The module tree: named modules owning named parameters, as nn.Module. fully_shard is
+// applied over it bottom-up; the model's forward calls child modules through
+// ExecContext::call_module so that FSDP's hooks run, as nn.Module.__call__ runs them.
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/model/tensor.h"
+
+namespace fullshard {
+
+// How a parameter is reached at run time. FSDP binds every parameter to an FSDPParam; the
+// binding hands out the unsharded tensor while the module is unsharded and receives the
+// gradient (PyTorch's AccumulateGrad on the unsharded nn.Parameter).
+class ParamBinding {
+ public:
+  virtual ~ParamBinding() = default;
+  virtual Tensor unsharded() const = 0;
+  virtual DType compute_dtype() const = 0;
+  // True when .grad already exists (the new gradient is then added into it).
+  virtual bool has_unsharded_grad() const = 0;
+  virtual void accumulate_grad(Backend& backend, Tensor grad) = 0;
+};
+
+struct Param {
+  std::string fqn;  // "layers.0.attention.wq.weight"
+  Shape shape;
+  ParamBinding* binding = nullptr;
+};
+
+struct Module {
+  std::string fqn;   // "" for the root, "layers.3", "layers.3.attention", ...
+  std::string kind;  // "Transformer", "TransformerBlock", "Attention", ...
+  std::vector<Param> params;  // directly owned parameters
+  std::vector<std::unique_ptr<Module>> children;
+
+  Module* add_child(std::string name, std::string kind_name);
+  Param& add_param(std::string name, Shape shape);
+  Param& param(const std::string& name);  // directly owned, by short name
+  Module& child(const std::string& name);  // by short name
+  // Every parameter in this subtree, pre-order (this module's own first).
+  void for_each_param(const std::function<void(Param&)>& fn);
+  void for_each_module(const std::function<void(Module&)>& fn);
+};
+
+}  // namespace fullshard

@@ -1,0 +1,502 @@
+#include "core/model/ops.h"
+
+#include "core/common/error.h"
+
+// NOTE [Op costs]: FLOPs count 2 per multiply-add for matmuls and a small constant per
+// element for pointwise ops; bytes are what the kernel reads and writes in device memory
+// (each input and output once). These feed the simulator's cost model; docs/ops.md lists
+// every op's saved tensors and temporaries.
+
+namespace fullshard::ops {
+namespace {
+
+constexpr StreamRole kCompute = StreamRole::kDefault;
+
+OpCall make_op(OpKind kind, const std::string& name, std::vector<TensorRef> in,
+               std::vector<TensorRef> out, double flops, std::vector<int64_t> iargs = {}) {
+  OpCall op;
+  op.kind = kind;
+  op.name = name;
+  double bytes = 0;
+  for (auto& r : in) bytes += static_cast<double>(r.nbytes());
+  for (auto& r : out) bytes += static_cast<double>(r.nbytes());
+  op.inputs = std::move(in);
+  op.outputs = std::move(out);
+  op.flops = flops;
+  op.bytes = bytes;
+  op.iargs = std::move(iargs);
+  return op;
+}
+
+Tensor param_tensor(const Param& p) {
+  FULLSHARD_CHECK(p.binding != nullptr, "parameter " + p.fqn + " is not bound");
+  Tensor t = p.binding->unsharded();
+  FULLSHARD_CHECK(static_cast<bool>(t), "parameter " + p.fqn + " used while sharded");
+  return t;
+}
+
+Tensor new_param_grad(Backend& b, const Param& p) {
+  TensorMeta m{p.binding->compute_dtype(), p.shape};
+  auto cat = p.binding->has_unsharded_grad() ? MemCategory::kTemporary : MemCategory::kUnshardedGrad;
+  return Tensor::empty(b, m, cat, kCompute, p.fqn + ".grad");
+}
+
+Value result(ExecContext& c, Tensor t, bool requires_grad) {
+  return Value{std::move(t), requires_grad && c.recording() ? c.new_id() : 0};
+}
+
+Tensor grad_like(Backend& b, const Tensor& t, const std::string& name) {
+  return Tensor::empty(b, t.meta(), MemCategory::kTemporary, kCompute, name);
+}
+
+double el(const Tensor& t) { return static_cast<double>(t.numel()); }
+
+// Op-level SAC (torchtitan _apply_op_sac): mm outputs are saved except every second mm;
+// attention outputs are always saved. Returns the cached outputs in a recompute.
+bool sac_saves(ExecContext& c, bool is_mm) {
+  SacState* s = c.sac();
+  if (!s) return false;
+  if (!is_mm) return true;
+  return (++s->mm_count % 2) == 1;
+}
+std::vector<Tensor>* sac_cached(ExecContext& c, bool saves) {
+  SacState* s = c.sac();
+  if (!s || !saves || s->mode != SacState::Mode::kRecompute) return nullptr;
+  FULLSHARD_CHECK(s->next < s->cache.size(), "selective checkpoint cache underflow");
+  return &s->cache[s->next++];
+}
+void sac_store(ExecContext& c, bool saves, std::vector<Tensor> outs) {
+  SacState* s = c.sac();
+  if (s && saves && s->mode == SacState::Mode::kForward) s->cache.push_back(std::move(outs));
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ plain kernels
+Tensor add_new(Backend& b, const Tensor& x, const Tensor& y, MemCategory cat, const std::string& name) {
+  Tensor out = Tensor::empty(b, x.meta(), cat, kCompute, name);
+  b.launch(kCompute, make_op(OpKind::kAdd, name, {x.ref(), y.ref()}, {out.ref()}, el(x)));
+  return out;
+}
+
+void add_into(Backend& b, Tensor& dst, const Tensor& src, const std::string& name, StreamRole s) {
+  b.launch(s, make_op(OpKind::kAdd, name, {dst.ref(), src.ref()}, {dst.ref()}, el(dst)));
+}
+
+void copy_into(Backend& b, StreamRole s, const Tensor& dst, const Tensor& src, const std::string& name) {
+  FULLSHARD_CHECK(dst.numel() == src.numel(), "copy of " + name + " between different sizes");
+  b.launch(s, make_op(OpKind::kCopy, name, {src.ref()}, {dst.ref()}, 0));
+}
+
+Tensor cast(Backend& b, StreamRole s, const Tensor& src, DType to, MemCategory cat, const std::string& name) {
+  Tensor out = Tensor::empty(b, TensorMeta{to, src.shape()}, cat, s, name);
+  copy_into(b, s, out, src, name);
+  return out;
+}
+
+void fill_zero(Backend& b, StreamRole s, const Tensor& t, const std::string& name) {
+  b.launch(s, make_op(OpKind::kFill, name, {}, {t.ref()}, 0));
+}
+
+void scale_inplace(Backend& b, StreamRole s, const Tensor& t, double factor, const std::string& name) {
+  OpCall op = make_op(OpKind::kScale, name, {t.ref()}, {t.ref()}, el(t));
+  op.fargs = {factor};
+  b.launch(s, op);
+}
+
+// ------------------------------------------------------------------ embedding
+Value embedding(ExecContext& c, const Tensor& ids, const Param& weight, const std::string& name) {
+  Backend& b = c.backend();
+  Tensor w = param_tensor(weight);
+  Shape s = ids.shape();
+  s.push_back(weight.shape[1]);
+  Tensor y = c.empty({w.dtype(), s}, MemCategory::kActivation, name);
+  OpCall op = make_op(OpKind::kEmbedding, name, {ids.ref(), w.ref()}, {y.ref()}, 0);
+  op.bytes = static_cast<double>(ids.nbytes() + 2 * y.nbytes());  // gathers only used rows
+  c.launch(op);
+  Value out = result(c, y, true);
+  if (c.recording()) {
+    const Param* pw = &weight;
+    c.record(Node{name, {}, {out.id}, [&b, pw, ids, name](std::vector<Tensor>& g) {
+                    Tensor gw = new_param_grad(b, *pw);
+                    b.launch(kCompute, make_op(OpKind::kEmbeddingBackward, name + " backward",
+                                               {g[0].ref(), ids.ref()}, {gw.ref()}, el(g[0])));
+                    pw->binding->accumulate_grad(b, std::move(gw));
+                    return std::vector<Tensor>{};
+                  }});
+  }
+  return out;
+}
+
+Value position_embedding(ExecContext& c, Value x, const Param& wpe, const std::string& name) {
+  Backend& b = c.backend();
+  Tensor w = param_tensor(wpe);
+  Tensor y = c.empty(x.t.meta(), MemCategory::kActivation, name);
+  c.launch(make_op(OpKind::kPositionEmbedding, name, {x.t.ref(), w.ref()}, {y.ref()}, el(y)));
+  Value out = result(c, y, true);
+  if (c.recording()) {
+    const Param* pw = &wpe;
+    c.record(Node{name, {x.id}, {out.id}, [&b, pw, name](std::vector<Tensor>& g) {
+                    Tensor gw = new_param_grad(b, *pw);
+                    b.launch(kCompute, make_op(OpKind::kPositionEmbeddingBackward, name + " backward",
+                                               {g[0].ref()}, {gw.ref()}, el(g[0])));
+                    pw->binding->accumulate_grad(b, std::move(gw));
+                    return std::vector<Tensor>{g[0]};  // d(x + pos)/dx = identity: same tensor
+                  }});
+  }
+  return out;
+}
+
+// ------------------------------------------------------------------ norms
+Value rms_norm(ExecContext& c, Value x, const Param& weight, double eps, const std::string& name) {
+  Backend& b = c.backend();
+  Tensor w = param_tensor(weight);
+  int64_t rows = x.t.numel() / x.t.shape().back();
+  Tensor y = c.empty(x.t.meta(), MemCategory::kActivation, name);
+  Tensor rstd = c.empty({DType::kFloat32, {rows}}, MemCategory::kActivation, name + " rstd");
+  OpCall op = make_op(OpKind::kRMSNorm, name, {x.t.ref(), w.ref()}, {y.ref(), rstd.ref()}, 4 * el(x.t));
+  op.fargs = {eps};
+  c.launch(op);
+  Value out = result(c, y, true);
+  if (c.recording()) {
+    const Param* pw = &weight;
+    Tensor xs = x.t;
+    c.record(Node{name, {x.id}, {out.id}, [&b, pw, xs, rstd, name, need = x.requires_grad()](std::vector<Tensor>& g) {
+                    Tensor gx = grad_like(b, xs, name + " grad_input");
+                    Tensor gw = new_param_grad(b, *pw);
+                    b.launch(kCompute, make_op(OpKind::kRMSNormBackward, name + " backward",
+                                               {g[0].ref(), xs.ref(), rstd.ref(), pw->binding->unsharded().ref()},
+                                               {gx.ref(), gw.ref()}, 8 * el(xs)));
+                    pw->binding->accumulate_grad(b, std::move(gw));
+                    return std::vector<Tensor>{need ? gx : Tensor()};
+                  }});
+  }
+  return out;
+}
+
+Value layer_norm(ExecContext& c, Value x, const Param& weight, const Param& bias, double eps,
+                 const std::string& name) {
+  Backend& b = c.backend();
+  Tensor w = param_tensor(weight), bb = param_tensor(bias);
+  int64_t rows = x.t.numel() / x.t.shape().back();
+  Tensor y = c.empty(x.t.meta(), MemCategory::kActivation, name);
+  Tensor mean = c.empty({DType::kFloat32, {rows}}, MemCategory::kActivation, name + " mean");
+  Tensor rstd = c.empty({DType::kFloat32, {rows}}, MemCategory::kActivation, name + " rstd");
+  OpCall op = make_op(OpKind::kLayerNorm, name, {x.t.ref(), w.ref(), bb.ref()},
+                      {y.ref(), mean.ref(), rstd.ref()}, 5 * el(x.t));
+  op.fargs = {eps};
+  c.launch(op);
+  Value out = result(c, y, true);
+  if (c.recording()) {
+    const Param *pw = &weight, *pb = &bias;
+    Tensor xs = x.t;
+    c.record(Node{name, {x.id}, {out.id}, [&b, pw, pb, xs, mean, rstd, name, need = x.requires_grad()](std::vector<Tensor>& g) {
+                    Tensor gx = grad_like(b, xs, name + " grad_input");
+                    Tensor gw = new_param_grad(b, *pw);
+                    Tensor gb = new_param_grad(b, *pb);
+                    b.launch(kCompute, make_op(OpKind::kLayerNormBackward, name + " backward",
+                                               {g[0].ref(), xs.ref(), mean.ref(), rstd.ref(),
+                                                pw->binding->unsharded().ref()},
+                                               {gx.ref(), gw.ref(), gb.ref()}, 10 * el(xs)));
+                    pw->binding->accumulate_grad(b, std::move(gw));
+                    pb->binding->accumulate_grad(b, std::move(gb));
+                    return std::vector<Tensor>{need ? gx : Tensor()};
+                  }});
+  }
+  return out;
+}
+
+// ------------------------------------------------------------------ linear
+Value linear(ExecContext& c, Value x, const Param& weight, const Param* bias, const std::string& name) {
+  Backend& b = c.backend();
+  Tensor w = param_tensor(weight);
+  const int64_t K = weight.shape[1], N = weight.shape[0];
+  FULLSHARD_CHECK(x.t.shape().back() == K, name + ": input features do not match the weight");
+  const int64_t M = x.t.numel() / K;
+  Shape s = x.t.shape();
+  s.back() = N;
+  bool saves = sac_saves(c, true);
+  Tensor y;
+  if (auto* cached = sac_cached(c, saves)) {
+    y = (*cached)[0];
+  } else {
+    y = c.empty({w.dtype(), s}, MemCategory::kActivation, name);
+    std::vector<TensorRef> in = {x.t.ref(), w.ref()};
+    if (bias) in.push_back(param_tensor(*bias).ref());
+    c.launch(make_op(OpKind::kLinear, name, in, {y.ref()}, 2.0 * M * K * N, {M, K, N}));
+    sac_store(c, saves, {y});
+  }
+  Value out = result(c, y, true);
+  if (c.recording()) {
+    const Param* pw = &weight;
+    Tensor xs = x.t;
+    c.record(Node{name, {x.id}, {out.id}, [&b, pw, bias, xs, M, K, N, name, need = x.requires_grad()](std::vector<Tensor>& g) {
+                    Tensor gx;
+                    if (need) {
+                      gx = grad_like(b, xs, name + " grad_input");
+                      b.launch(kCompute, make_op(OpKind::kLinearBackwardInput, name + " backward_input",
+                                                 {g[0].ref(), pw->binding->unsharded().ref()}, {gx.ref()},
+                                                 2.0 * M * K * N, {M, K, N}));
+                    }
+                    Tensor gw = new_param_grad(b, *pw);
+                    b.launch(kCompute, make_op(OpKind::kLinearBackwardWeight, name + " backward_weight",
+                                               {g[0].ref(), xs.ref()}, {gw.ref()}, 2.0 * M * K * N, {M, K, N}));
+                    pw->binding->accumulate_grad(b, std::move(gw));
+                    if (bias) {
+                      Tensor gb = new_param_grad(b, *bias);
+                      b.launch(kCompute, make_op(OpKind::kLinearBackwardBias, name + " backward_bias",
+                                                 {g[0].ref()}, {gb.ref()}, static_cast<double>(M * N), {M, N}));
+                      bias->binding->accumulate_grad(b, std::move(gb));
+                    }
+                    return std::vector<Tensor>{gx};
+                  }});
+  }
+  return out;
+}
+
+// ------------------------------------------------------------------ rope
+Value rope(ExecContext& c, Value x, int64_t head_dim, double theta, const std::string& name) {
+  Backend& b = c.backend();
+  Tensor y = c.empty(x.t.meta(), MemCategory::kActivation, name);
+  OpCall op = make_op(OpKind::kRoPE, name, {x.t.ref()}, {y.ref()}, 6 * el(x.t), {head_dim});
+  op.fargs = {theta};
+  c.launch(op);
+  Value out = result(c, y, x.requires_grad());
+  if (c.recording() && x.requires_grad()) {
+    TensorMeta meta = x.t.meta();
+    c.record(Node{name, {x.id}, {out.id}, [&b, meta, head_dim, theta, name](std::vector<Tensor>& g) {
+                    Tensor gx = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute, name + " grad_input");
+                    OpCall bop = make_op(OpKind::kRoPEBackward, name + " backward", {g[0].ref()}, {gx.ref()},
+                                         6 * el(gx), {head_dim});
+                    bop.fargs = {theta};
+                    b.launch(kCompute, bop);
+                    return std::vector<Tensor>{gx};
+                  }});
+  }
+  return out;
+}
+
+// ------------------------------------------------------------------ attention
+namespace {
+
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+// NOTE [Flash attention backward temporaries]: PyTorch's flash backward (mha_bwd) allocates
+// softmax_d [B, H, round128(S)] fp32 and dq_accum [B, round128(S), H, round32(hd)] fp32,
+// and with GQA dk/dv at the query head count before summing them down to the kv heads.
+struct FlashBwdTemps {
+  Tensor softmax_d, dq_accum, dk_expanded, dv_expanded;
+};
+FlashBwdTemps flash_bwd_temps(Backend& b, const AttentionShape& s, DType dt, const std::string& name) {
+  FlashBwdTemps t;
+  int64_t sr = round_up(s.seq, 128);
+  t.softmax_d = Tensor::empty(b, {DType::kFloat32, {s.batch, s.heads, sr}}, MemCategory::kTemporary,
+                              kCompute, name + " softmax_d");
+  t.dq_accum = Tensor::empty(b, {DType::kFloat32, {s.batch, sr, s.heads, round_up(s.head_dim, 32)}},
+                             MemCategory::kTemporary, kCompute, name + " dq_accum");
+  if (s.kv_heads != s.heads) {
+    TensorMeta m{dt, {s.batch, s.seq, s.heads, s.head_dim}};
+    t.dk_expanded = Tensor::empty(b, m, MemCategory::kTemporary, kCompute, name + " dk_expanded");
+    t.dv_expanded = Tensor::empty(b, m, MemCategory::kTemporary, kCompute, name + " dv_expanded");
+  }
+  return t;
+}
+
+double attn_flops(const AttentionShape& s) {  // causal: half of the S x S scores
+  return 2.0 * s.batch * s.heads * static_cast<double>(s.seq) * s.seq * s.head_dim;
+}
+std::vector<int64_t> attn_args(const AttentionShape& s, int64_t packed) {
+  return {s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, packed};
+}
+
+std::vector<Tensor> attention_outputs(ExecContext& c, const AttentionShape& s, DType dt,
+                                      std::vector<TensorRef> in, int64_t packed, const std::string& name) {
+  bool saves = sac_saves(c, false);
+  if (auto* cached = sac_cached(c, saves)) return *cached;
+  Tensor o = c.empty({dt, {s.batch, s.heads, s.seq, s.head_dim}}, MemCategory::kActivation, name);
+  Tensor lse = c.empty({DType::kFloat32, {s.batch, s.heads, s.seq}}, MemCategory::kActivation, name + " logsumexp");
+  c.launch(make_op(OpKind::kAttention, name, std::move(in), {o.ref(), lse.ref()}, attn_flops(s), attn_args(s, packed)));
+  sac_store(c, saves, {o, lse});
+  return {o, lse};
+}
+
+}  // namespace
+
+Value attention(ExecContext& c, Value q, Value k, Value v, const AttentionShape& s, const std::string& name) {
+  Backend& b = c.backend();
+  auto outs = attention_outputs(c, s, q.t.dtype(), {q.t.ref(), k.t.ref(), v.t.ref()}, 0, name);
+  bool rg = q.requires_grad() || k.requires_grad() || v.requires_grad();
+  Value out = result(c, outs[0], rg);
+  if (c.recording() && rg) {
+    Tensor qs = q.t, ks = k.t, vs = v.t, o = outs[0], lse = outs[1];
+    c.record(Node{name, {q.id, k.id, v.id}, {out.id}, [&b, qs, ks, vs, o, lse, s, name](std::vector<Tensor>& g) {
+                    Tensor dq = grad_like(b, qs, name + " grad_q");
+                    Tensor dk = grad_like(b, ks, name + " grad_k");
+                    Tensor dv = grad_like(b, vs, name + " grad_v");
+                    FlashBwdTemps t = flash_bwd_temps(b, s, qs.dtype(), name);
+                    b.launch(kCompute, make_op(OpKind::kAttentionBackward, name + " backward",
+                                               {g[0].ref(), qs.ref(), ks.ref(), vs.ref(), o.ref(), lse.ref()},
+                                               {dq.ref(), dk.ref(), dv.ref()}, 2.5 * attn_flops(s), attn_args(s, 0)));
+                    return std::vector<Tensor>{dq, dk, dv};
+                  }});
+  }
+  return out;
+}
+
+Value attention_packed(ExecContext& c, Value qkv, const AttentionShape& s, const std::string& name) {
+  Backend& b = c.backend();
+  auto outs = attention_outputs(c, s, qkv.t.dtype(), {qkv.t.ref()}, 1, name);
+  Value out = result(c, outs[0], qkv.requires_grad());
+  if (c.recording() && qkv.requires_grad()) {
+    Tensor qs = qkv.t, o = outs[0], lse = outs[1];
+    c.record(Node{name, {qkv.id}, {out.id}, [&b, qs, o, lse, s, name](std::vector<Tensor>& g) {
+                    Tensor dqkv = grad_like(b, qs, name + " grad_qkv");
+                    FlashBwdTemps t = flash_bwd_temps(b, s, qs.dtype(), name);
+                    b.launch(kCompute, make_op(OpKind::kAttentionBackward, name + " backward",
+                                               {g[0].ref(), qs.ref(), o.ref(), lse.ref()}, {dqkv.ref()},
+                                               2.5 * attn_flops(s), attn_args(s, 1)));
+                    return std::vector<Tensor>{dqkv};
+                  }});
+  }
+  return out;
+}
+
+Value transpose_heads(ExecContext& c, Value o, const AttentionShape& s, const std::string& name) {
+  Backend& b = c.backend();
+  Tensor y = c.empty({o.t.dtype(), {s.batch, s.seq, s.heads * s.head_dim}}, MemCategory::kActivation, name);
+  c.launch(make_op(OpKind::kTranspose, name, {o.t.ref()}, {y.ref()}, 0, {s.batch, s.heads, s.seq, s.head_dim}));
+  Value out = result(c, y, o.requires_grad());
+  if (c.recording() && o.requires_grad()) {
+    TensorMeta meta = o.t.meta();
+    c.record(Node{name, {o.id}, {out.id}, [&b, meta, s, name](std::vector<Tensor>& g) {
+                    Tensor go = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute, name + " grad_input");
+                    b.launch(kCompute, make_op(OpKind::kTranspose, name + " backward", {g[0].ref()}, {go.ref()}, 0,
+                                               {s.batch, s.seq, s.heads, s.head_dim}));
+                    return std::vector<Tensor>{go};
+                  }});
+  }
+  return out;
+}
+
+// ------------------------------------------------------------------ pointwise
+namespace {
+Value unary_saving_input(ExecContext& c, Value x, OpKind fwd, OpKind bwd, double flops_per_el,
+                         const std::string& name) {
+  Backend& b = c.backend();
+  Tensor y = c.empty(x.t.meta(), MemCategory::kActivation, name);
+  c.launch(make_op(fwd, name, {x.t.ref()}, {y.ref()}, flops_per_el * el(x.t)));
+  Value out = result(c, y, x.requires_grad());
+  if (c.recording() && x.requires_grad()) {
+    Tensor xs = x.t;
+    c.record(Node{name, {x.id}, {out.id}, [&b, xs, bwd, flops_per_el, name](std::vector<Tensor>& g) {
+                    Tensor gx = grad_like(b, xs, name + " grad_input");
+                    b.launch(kCompute, make_op(bwd, name + " backward", {g[0].ref(), xs.ref()}, {gx.ref()},
+                                               2 * flops_per_el * el(xs)));
+                    return std::vector<Tensor>{gx};
+                  }});
+  }
+  return out;
+}
+}  // namespace
+
+Value silu(ExecContext& c, Value x, const std::string& name) {
+  return unary_saving_input(c, std::move(x), OpKind::kSiLU, OpKind::kSiLUBackward, 4, name);
+}
+
+Value gelu(ExecContext& c, Value x, const std::string& name) {
+  return unary_saving_input(c, std::move(x), OpKind::kGELU, OpKind::kGELUBackward, 8, name);
+}
+
+Value mul(ExecContext& c, Value a, Value bv, const std::string& name) {
+  Backend& b = c.backend();
+  Tensor y = c.empty(a.t.meta(), MemCategory::kActivation, name);
+  c.launch(make_op(OpKind::kMul, name, {a.t.ref(), bv.t.ref()}, {y.ref()}, el(y)));
+  bool rg = a.requires_grad() || bv.requires_grad();
+  Value out = result(c, y, rg);
+  if (c.recording() && rg) {
+    Tensor as = a.t, bs = bv.t;
+    bool need_a = a.requires_grad(), need_b = bv.requires_grad();
+    c.record(Node{name, {a.id, bv.id}, {out.id}, [&b, as, bs, need_a, need_b, name](std::vector<Tensor>& g) {
+                    Tensor ga, gb;
+                    if (need_a) {
+                      ga = grad_like(b, as, name + " grad_a");
+                      b.launch(kCompute, make_op(OpKind::kMul, name + " backward_a", {g[0].ref(), bs.ref()},
+                                                 {ga.ref()}, el(ga)));
+                    }
+                    if (need_b) {
+                      gb = grad_like(b, bs, name + " grad_b");
+                      b.launch(kCompute, make_op(OpKind::kMul, name + " backward_b", {g[0].ref(), as.ref()},
+                                                 {gb.ref()}, el(gb)));
+                    }
+                    return std::vector<Tensor>{ga, gb};
+                  }});
+  }
+  return out;
+}
+
+Value add(ExecContext& c, Value a, Value bv, const std::string& name) {
+  Tensor y = add_new(c.backend(), a.t, bv.t, MemCategory::kActivation, name);
+  bool rg = a.requires_grad() || bv.requires_grad();
+  Value out = result(c, y, rg);
+  if (c.recording() && rg) {
+    // AddBackward passes the incoming gradient to both inputs without copying it.
+    c.record(Node{name, {a.id, bv.id}, {out.id}, [](std::vector<Tensor>& g) {
+                    return std::vector<Tensor>{g[0], g[0]};
+                  }});
+  }
+  return out;
+}
+
+// ------------------------------------------------------------------ loss
+Value cross_entropy(ExecContext& c, Value logits, const Tensor& labels, const std::string& name) {
+  Backend& b = c.backend();
+  const int64_t vocab = logits.t.shape().back();
+  const int64_t rows = logits.t.numel() / vocab;
+  // .float(): a no-op (same tensor) for fp32 logits, otherwise a copy.
+  Value x = logits;
+  if (logits.t.dtype() != DType::kFloat32) {
+    Tensor xf = cast(b, kCompute, logits.t, DType::kFloat32, MemCategory::kActivation, name + " float");
+    x = result(c, xf, logits.requires_grad());
+    if (c.recording() && logits.requires_grad()) {
+      TensorMeta meta = logits.t.meta();
+      c.record(Node{name + " float", {logits.id}, {x.id}, [&b, meta, name](std::vector<Tensor>& g) {
+                      Tensor gl = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute, name + " grad_logits");
+                      copy_into(b, kCompute, gl, g[0], name + " float backward");
+                      return std::vector<Tensor>{gl};
+                    }});
+    }
+    logits = Value{};  // the caller's reference is the only one left
+  }
+  // log_softmax saves its output.
+  Tensor lp = c.empty({DType::kFloat32, {rows, vocab}}, MemCategory::kActivation, name + " log_softmax");
+  c.launch(make_op(OpKind::kLogSoftmax, name + " log_softmax", {x.t.ref()}, {lp.ref()}, 4 * el(lp)));
+  Value lpv = result(c, lp, x.requires_grad());
+  if (c.recording() && x.requires_grad()) {
+    c.record(Node{name + " log_softmax", {x.id}, {lpv.id}, [&b, lp, name](std::vector<Tensor>& g) {
+                    Tensor gx = grad_like(b, lp, name + " log_softmax grad_input");
+                    b.launch(kCompute, make_op(OpKind::kLogSoftmaxBackward, name + " log_softmax backward",
+                                               {g[0].ref(), lp.ref()}, {gx.ref()}, 4 * el(lp)));
+                    return std::vector<Tensor>{gx};
+                  }});
+  }
+  x = Value{};
+  // nll_loss (mean): saves the target and the total weight (a scalar).
+  Tensor loss = c.empty({DType::kFloat32, {}}, MemCategory::kActivation, name + " loss");
+  Tensor total_weight = c.empty({DType::kFloat32, {}}, MemCategory::kActivation, name + " total_weight");
+  c.launch(make_op(OpKind::kNllLoss, name + " nll_loss", {lpv.t.ref(), labels.ref()},
+                   {loss.ref(), total_weight.ref()}, static_cast<double>(rows)));
+  Value out = result(c, loss, lpv.requires_grad());
+  if (c.recording() && lpv.requires_grad()) {
+    TensorMeta meta = lpv.t.meta();
+    c.record(Node{name + " nll_loss", {lpv.id}, {out.id}, [&b, meta, labels, total_weight, name](std::vector<Tensor>& g) {
+                    Tensor gl = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute, name + " nll_loss grad_input");
+                    b.launch(kCompute, make_op(OpKind::kNllLossBackward, name + " nll_loss backward",
+                                               {g[0].ref(), labels.ref(), total_weight.ref()}, {gl.ref()},
+                                               static_cast<double>(meta.numel())));
+                    return std::vector<Tensor>{gl};
+                  }});
+  }
+  return out;
+}
+
+}  // namespace fullshard::ops

@@ -1,0 +1,55 @@
+#pragma once
+// The model's ops. Each one allocates its outputs, launches its kernel with its cost
+// (FLOPs and bytes moved), and records an autograd node that saves exactly the tensors
+// PyTorch eager autograd saves for the same op (docs/ops.md lists them per op).
+#include <string>
+#include <utility>
+
+#include "core/model/autograd.h"
+
+namespace fullshard::ops {
+
+// ---- plain kernels (no autograd) ----
+Tensor add_new(Backend& b, const Tensor& x, const Tensor& y, MemCategory cat, const std::string& name);
+void add_into(Backend& b, Tensor& dst, const Tensor& src, const std::string& name,
+              StreamRole s = StreamRole::kDefault);
+// dst <- src (cast when dtypes differ). Same numel required.
+void copy_into(Backend& b, StreamRole s, const Tensor& dst, const Tensor& src, const std::string& name);
+Tensor cast(Backend& b, StreamRole s, const Tensor& src, DType to, MemCategory cat, const std::string& name);
+void fill_zero(Backend& b, StreamRole s, const Tensor& t, const std::string& name);
+void scale_inplace(Backend& b, StreamRole s, const Tensor& t, double factor, const std::string& name);
+
+// ---- differentiable ops over Values ----
+// Token ids [B, S] (int64) -> [B, S, D].
+Value embedding(ExecContext& c, const Tensor& ids, const Param& weight, const std::string& name);
+// x + wpe[0:S] (GPT-2 learned positions).
+Value position_embedding(ExecContext& c, Value x, const Param& wpe, const std::string& name);
+Value rms_norm(ExecContext& c, Value x, const Param& weight, double eps, const std::string& name);
+Value layer_norm(ExecContext& c, Value x, const Param& weight, const Param& bias, double eps,
+                 const std::string& name);
+// y = x @ W^T (+ b). W: [N, K]. An "mm" for op-level selective checkpointing.
+Value linear(ExecContext& c, Value x, const Param& weight, const Param* bias, const std::string& name);
+// Rotary embedding on [B, S, H*hd] (fused kernel; saves nothing but the freqs buffer).
+Value rope(ExecContext& c, Value x, int64_t head_dim, double theta, const std::string& name);
+
+struct AttentionShape {
+  int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
+};
+// Causal flash attention (scaled_dot_product_attention, flash backend) with native GQA.
+// q: [B, S, H*hd], k/v: [B, S, Hkv*hd]. Returns O in SDPA's [B, H, S, hd] layout; saves
+// q, k, v, O and logsumexp [B, H, S] fp32.
+Value attention(ExecContext& c, Value q, Value k, Value v, const AttentionShape& s, const std::string& name);
+// GPT-2: q, k, v packed in one [B, S, 3*D] tensor (saved once; grad packed as well).
+Value attention_packed(ExecContext& c, Value qkv, const AttentionShape& s, const std::string& name);
+// O.transpose(1, 2).contiguous().view(B, S, H*hd): a copy.
+Value transpose_heads(ExecContext& c, Value o, const AttentionShape& s, const std::string& name);
+
+Value silu(ExecContext& c, Value x, const std::string& name);
+Value gelu(ExecContext& c, Value x, const std::string& name);
+Value mul(ExecContext& c, Value a, Value b, const std::string& name);
+Value add(ExecContext& c, Value a, Value b, const std::string& name);
+// F.cross_entropy(logits.float(), labels): .float() (a copy unless already fp32),
+// log_softmax (saves its fp32 output), nll_loss (mean). Returns the fp32 scalar loss.
+Value cross_entropy(ExecContext& c, Value logits, const Tensor& labels, const std::string& name);
+
+}  // namespace fullshard::ops

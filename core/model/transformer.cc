@@ -1,0 +1,181 @@
+#include "core/model/transformer.h"
+
+#include "core/common/error.h"
+#include "core/model/ops.h"
+
+namespace fullshard {
+
+Transformer::Transformer(ModelConfig config) : config_(std::move(config)) {
+  const auto& c = config_;
+  const int64_t D = c.dim, F = c.ffn_dim, hd = c.head_dim(), kv = c.n_kv_heads * hd;
+  root_.kind = c.arch == ModelArch::kLlama ? "Transformer" : "GPT2";
+  if (c.arch == ModelArch::kLlama) {
+    root_.add_child("tok_embeddings", "Embedding")->add_param("weight", {c.vocab_size, D});
+  } else {
+    root_.add_child("wte", "Embedding")->add_param("weight", {c.vocab_size, D});
+    root_.add_child("wpe", "Embedding")->add_param("weight", {c.max_seq_len, D});
+  }
+  Module* layers = root_.add_child("layers", "ModuleList");
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    Module* b = layers->add_child(std::to_string(i), "TransformerBlock");
+    blocks_.push_back(b);
+    if (c.arch == ModelArch::kLlama) {
+      b->add_child("attention_norm", "RMSNorm")->add_param("weight", {D});
+      Module* a = b->add_child("attention", "Attention");
+      a->add_child("wq", "Linear")->add_param("weight", {D, D});
+      a->add_child("wk", "Linear")->add_param("weight", {kv, D});
+      a->add_child("wv", "Linear")->add_param("weight", {kv, D});
+      if (c.qkv_bias) {
+        a->child("wq").add_param("bias", {D});
+        a->child("wk").add_param("bias", {kv});
+        a->child("wv").add_param("bias", {kv});
+      }
+      a->add_child("wo", "Linear")->add_param("weight", {D, D});
+      b->add_child("ffn_norm", "RMSNorm")->add_param("weight", {D});
+      Module* f = b->add_child("feed_forward", "FeedForward");
+      f->add_child("w1", "Linear")->add_param("weight", {F, D});
+      f->add_child("w2", "Linear")->add_param("weight", {D, F});
+      f->add_child("w3", "Linear")->add_param("weight", {F, D});
+    } else {
+      Module* ln1 = b->add_child("ln_1", "LayerNorm");
+      ln1->add_param("weight", {D});
+      ln1->add_param("bias", {D});
+      Module* a = b->add_child("attn", "CausalSelfAttention");
+      Module* ca = a->add_child("c_attn", "Linear");
+      ca->add_param("weight", {3 * D, D});
+      ca->add_param("bias", {3 * D});
+      Module* cp = a->add_child("c_proj", "Linear");
+      cp->add_param("weight", {D, D});
+      cp->add_param("bias", {D});
+      Module* ln2 = b->add_child("ln_2", "LayerNorm");
+      ln2->add_param("weight", {D});
+      ln2->add_param("bias", {D});
+      Module* m = b->add_child("mlp", "MLP");
+      Module* fc = m->add_child("c_fc", "Linear");
+      fc->add_param("weight", {F, D});
+      fc->add_param("bias", {F});
+      Module* mp = m->add_child("c_proj", "Linear");
+      mp->add_param("weight", {D, F});
+      mp->add_param("bias", {D});
+    }
+  }
+  if (c.arch == ModelArch::kLlama) {
+    root_.add_child("norm", "RMSNorm")->add_param("weight", {D});
+    if (!c.tie_embeddings) root_.add_child("output", "Linear")->add_param("weight", {c.vocab_size, D});
+  } else {
+    Module* lnf = root_.add_child("ln_f", "LayerNorm");
+    lnf->add_param("weight", {D});
+    lnf->add_param("bias", {D});
+  }
+}
+
+Value Transformer::llama_attention(ExecContext& c, Module& m, Value x, int64_t batch, int64_t seq) {
+  const auto& cfg = config_;
+  ops::AttentionShape s{batch, seq, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim()};
+  auto bias = [&](const char* lin) -> const Param* {
+    return cfg.qkv_bias ? &m.child(lin).param("bias") : nullptr;
+  };
+  const std::string& n = m.fqn;
+  Value q = ops::linear(c, x, m.child("wq").param("weight"), bias("wq"), n + ".wq");
+  Value k = ops::linear(c, x, m.child("wk").param("weight"), bias("wk"), n + ".wk");
+  Value v = ops::linear(c, std::move(x), m.child("wv").param("weight"), bias("wv"), n + ".wv");
+  q = ops::rope(c, std::move(q), s.head_dim, cfg.rope_theta, n + ".rope_q");
+  k = ops::rope(c, std::move(k), s.head_dim, cfg.rope_theta, n + ".rope_k");
+  Value o = ops::attention(c, std::move(q), std::move(k), std::move(v), s, n + ".sdpa");
+  Value ot = ops::transpose_heads(c, std::move(o), s, n + ".transpose");
+  return ops::linear(c, std::move(ot), m.child("wo").param("weight"), nullptr, n + ".wo");
+}
+
+Value Transformer::gpt2_attention(ExecContext& c, Module& m, Value x, int64_t batch, int64_t seq) {
+  const auto& cfg = config_;
+  ops::AttentionShape s{batch, seq, cfg.n_heads, cfg.n_heads, cfg.head_dim()};
+  const std::string& n = m.fqn;
+  Module& ca = m.child("c_attn");
+  Value qkv = ops::linear(c, std::move(x), ca.param("weight"), &ca.param("bias"), n + ".c_attn");
+  Value o = ops::attention_packed(c, std::move(qkv), s, n + ".sdpa");
+  Value ot = ops::transpose_heads(c, std::move(o), s, n + ".transpose");
+  Module& cp = m.child("c_proj");
+  return ops::linear(c, std::move(ot), cp.param("weight"), &cp.param("bias"), n + ".c_proj");
+}
+
+Value Transformer::block_forward(ExecContext& c, Module& b, Value x, int64_t batch, int64_t seq) {
+  const auto& cfg = config_;
+  const std::string& n = b.fqn;
+  if (cfg.arch == ModelArch::kLlama) {
+    Value xn = ops::rms_norm(c, x, b.child("attention_norm").param("weight"), cfg.norm_eps, n + ".attention_norm");
+    Value a = c.call_module(b.child("attention"), std::move(xn), [&](ExecContext& cc, Value v) {
+      return llama_attention(cc, b.child("attention"), std::move(v), batch, seq);
+    });
+    Value h = ops::add(c, std::move(x), std::move(a), n + ".residual_attn");
+    Value hn = ops::rms_norm(c, h, b.child("ffn_norm").param("weight"), cfg.norm_eps, n + ".ffn_norm");
+    Module& ff = b.child("feed_forward");
+    Value f = c.call_module(ff, std::move(hn), [&](ExecContext& cc, Value v) {
+      const std::string& fn = ff.fqn;
+      Value g1 = ops::linear(cc, v, ff.child("w1").param("weight"), nullptr, fn + ".w1");
+      Value s1 = ops::silu(cc, std::move(g1), fn + ".silu");
+      Value g3 = ops::linear(cc, std::move(v), ff.child("w3").param("weight"), nullptr, fn + ".w3");
+      Value p = ops::mul(cc, std::move(s1), std::move(g3), fn + ".mul");
+      return ops::linear(cc, std::move(p), ff.child("w2").param("weight"), nullptr, fn + ".w2");
+    });
+    return ops::add(c, std::move(h), std::move(f), n + ".residual_ffn");
+  }
+  Module& ln1 = b.child("ln_1");
+  Value xn = ops::layer_norm(c, x, ln1.param("weight"), ln1.param("bias"), cfg.norm_eps, n + ".ln_1");
+  Value a = c.call_module(b.child("attn"), std::move(xn), [&](ExecContext& cc, Value v) {
+    return gpt2_attention(cc, b.child("attn"), std::move(v), batch, seq);
+  });
+  Value h = ops::add(c, std::move(x), std::move(a), n + ".residual_attn");
+  Module& ln2 = b.child("ln_2");
+  Value hn = ops::layer_norm(c, h, ln2.param("weight"), ln2.param("bias"), cfg.norm_eps, n + ".ln_2");
+  Module& mlp = b.child("mlp");
+  Value f = c.call_module(mlp, std::move(hn), [&](ExecContext& cc, Value v) {
+    Module& fc = mlp.child("c_fc");
+    Module& cp = mlp.child("c_proj");
+    Value g = ops::linear(cc, std::move(v), fc.param("weight"), &fc.param("bias"), mlp.fqn + ".c_fc");
+    g = ops::gelu(cc, std::move(g), mlp.fqn + ".gelu");
+    return ops::linear(cc, std::move(g), cp.param("weight"), &cp.param("bias"), mlp.fqn + ".c_proj");
+  });
+  return ops::add(c, std::move(h), std::move(f), n + ".residual_mlp");
+}
+
+Value Transformer::forward(ExecContext& c, const Tensor& tokens, const Tensor& labels,
+                           const std::vector<BlockCheckpoint>& block_ac) {
+  const auto& cfg = config_;
+  FULLSHARD_CHECK(tokens.shape().size() == 2, "tokens must be [B, S]");
+  const int64_t batch = tokens.shape()[0], seq = tokens.shape()[1];
+  return c.call_module(root_, Value{tokens, 0}, [&](ExecContext& rc, Value in) {
+    Value h;
+    if (cfg.arch == ModelArch::kLlama) {
+      h = ops::embedding(rc, in.t, root_.child("tok_embeddings").param("weight"), "tok_embeddings");
+    } else {
+      h = ops::embedding(rc, in.t, root_.child("wte").param("weight"), "wte");
+      h = ops::position_embedding(rc, std::move(h), root_.child("wpe").param("weight"), "wpe");
+    }
+    in = Value{};
+    for (size_t i = 0; i < blocks_.size(); ++i) {
+      Module& b = *blocks_[i];
+      BlockCheckpoint ac = i < block_ac.size() ? block_ac[i] : BlockCheckpoint::kNone;
+      h = rc.call_module(b, std::move(h), [&](ExecContext& bc, Value x) {
+        auto body = [this, &b, batch, seq](ExecContext& cc, Value v) {
+          return block_forward(cc, b, std::move(v), batch, seq);
+        };
+        if (ac == BlockCheckpoint::kNone) return body(bc, std::move(x));
+        return checkpoint(bc, std::move(x), body, ac == BlockCheckpoint::kOpSelective, b.fqn);
+      });
+    }
+    const Param* out_w;
+    if (cfg.arch == ModelArch::kLlama) {
+      h = ops::rms_norm(rc, std::move(h), root_.child("norm").param("weight"), cfg.norm_eps, "norm");
+      out_w = cfg.tie_embeddings ? &root_.child("tok_embeddings").param("weight")
+                                 : &root_.child("output").param("weight");
+    } else {
+      Module& lnf = root_.child("ln_f");
+      h = ops::layer_norm(rc, std::move(h), lnf.param("weight"), lnf.param("bias"), cfg.norm_eps, "ln_f");
+      out_w = &root_.child("wte").param("weight");
+    }
+    Value logits = ops::linear(rc, std::move(h), *out_w, nullptr, cfg.arch == ModelArch::kLlama ? "output" : "lm_head");
+    return ops::cross_entropy(rc, std::move(logits), labels, "loss");
+  });
+}
+
+}  // namespace fullshard

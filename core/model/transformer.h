@@ -1,0 +1,37 @@
+#pragma once
+// Llama-style and GPT-2-style decoders as module trees with torchtitan / nanoGPT names,
+// and their forward pass over the ops in ops.h.
+#include <vector>
+
+#include "core/model/autograd.h"
+#include "core/model/model_config.h"
+
+namespace fullshard {
+
+// How one transformer block is checkpointed (torchtitan activation_checkpoint modes).
+enum class BlockCheckpoint : uint8_t { kNone, kFull, kOpSelective };
+
+class Transformer {
+ public:
+  explicit Transformer(ModelConfig config);
+  const ModelConfig& config() const { return config_; }
+  Module& root() { return root_; }
+  const std::vector<Module*>& blocks() const { return blocks_; }
+
+  // tokens and labels: [B, S] int64. Returns the mean cross-entropy loss (fp32 scalar).
+  // `block_ac[i]` says how block i is checkpointed (empty: none).
+  Value forward(ExecContext& c, const Tensor& tokens, const Tensor& labels,
+                const std::vector<BlockCheckpoint>& block_ac);
+
+ private:
+  ModelConfig config_;
+  Module root_;
+  std::vector<Module*> blocks_;
+  Param* output_weight_ = nullptr;  // the embedding's weight when tied
+
+  Value block_forward(ExecContext& c, Module& block, Value x, int64_t batch, int64_t seq);
+  Value llama_attention(ExecContext& c, Module& m, Value x, int64_t batch, int64_t seq);
+  Value gpt2_attention(ExecContext& c, Module& m, Value x, int64_t batch, int64_t seq);
+};
+
+}  // namespace fullshard

@@ -1,0 +1,134 @@
+#include "core/optim/adamw.h"
+
+#include "core/model/ops.h"
+
+namespace fullshard {
+
+namespace {
+constexpr StreamRole kCurrent = StreamRole::kDefault;
+
+// Optimizer and clipping run where the sharded parameters live: on the device, or on the
+// host with CPU offload (then their "kernels" are CPU work the host waits for).
+Tensor like(Backend& b, const Tensor& p, MemCategory cat, const std::string& what) {
+  if (p.storage()->buffer().on_host) {
+    Buffer hb = b.allocate_host(p.nbytes(), cat, what);
+    return Tensor(std::make_shared<Storage>(b, hb), p.meta());
+  }
+  return Tensor::empty(b, p.meta(), cat, kCurrent, what);
+}
+}  // namespace
+
+AdamW::AdamW(Backend& backend, std::vector<FSDPParam*> params, AdamWOptions options)
+    : b_(backend), params_(std::move(params)), o_(options) {}
+
+void AdamW::step() {
+  ++step_;
+  std::vector<size_t> active;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i]->sharded_grad()) active.push_back(i);
+  if (active.empty()) return;
+  if (exp_avg_.empty()) {
+    exp_avg_.resize(params_.size());
+    exp_avg_sq_.resize(params_.size());
+  }
+  for (size_t i : active) {
+    if (exp_avg_[i]) continue;
+    Tensor p = params_[i]->sharded_local();
+    const std::string& n = params_[i]->param().fqn;
+    exp_avg_[i] = like(b_, p, MemCategory::kOptimizerState, n + " exp_avg");
+    ops::fill_zero(b_, kCurrent, exp_avg_[i], n + " exp_avg init");
+    exp_avg_sq_[i] = like(b_, p, MemCategory::kOptimizerState, n + " exp_avg_sq");
+    ops::fill_zero(b_, kCurrent, exp_avg_sq_[i], n + " exp_avg_sq init");
+  }
+  // NOTE [foreach AdamW temporaries]: _multi_tensor_adamw updates exp_avg / exp_avg_sq and
+  // the parameters in place, but exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs) is a
+  // new tensor per parameter, alive until the update is done.
+  std::vector<Tensor> sqrt_tmp;
+  if (!o_.fused) {
+    for (size_t i : active) sqrt_tmp.push_back(like(b_, exp_avg_sq_[i], MemCategory::kTemporary,
+                                                    params_[i]->param().fqn + " exp_avg_sq_sqrt"));
+  }
+  OpCall op;
+  op.kind = OpKind::kAdamW;
+  op.name = o_.fused ? "optimizer.step (fused AdamW)" : "optimizer.step (foreach AdamW)";
+  for (size_t k = 0; k < active.size(); ++k) {
+    size_t i = active[k];
+    Tensor p = params_[i]->sharded_local();
+    const Tensor& g = params_[i]->sharded_grad();
+    op.inputs.insert(op.inputs.end(), {p.ref(), g.ref(), exp_avg_[i].ref(), exp_avg_sq_[i].ref()});
+    op.outputs.insert(op.outputs.end(), {p.ref(), exp_avg_[i].ref(), exp_avg_sq_[i].ref()});
+    if (!o_.fused) op.outputs.push_back(sqrt_tmp[k].ref());
+    op.flops += 12.0 * static_cast<double>(p.numel());
+    op.bytes += 7.0 * static_cast<double>(p.nbytes());
+  }
+  op.fargs = {o_.lr, o_.beta1, o_.beta2, o_.eps, o_.weight_decay, static_cast<double>(step_)};
+  op.iargs = {o_.fused ? 1 : 0};
+  b_.launch(kCurrent, op);
+}
+
+void AdamW::zero_grad() {
+  for (FSDPParam* p : params_) p->sharded_grad() = Tensor();
+}
+
+void clip_grad_norm(Backend& b, const std::vector<FSDPParam*>& params, double max_norm,
+                    const ProcessGroup& group) {
+  std::vector<const FSDPParam*> with_grad;
+  for (FSDPParam* p : params)
+    if (p->sharded_grad()) with_grad.push_back(p);
+  if (with_grad.empty()) return;
+  // _foreach_norm: one fp32 scalar per gradient; then the stack's norm (a scalar).
+  const bool host = with_grad[0]->sharded_grad().storage()->buffer().on_host;
+  auto small = [&](int64_t n, const std::string& what) {
+    TensorMeta m{DType::kFloat32, {n}};
+    if (host) {
+      Buffer hb = b.allocate_host(m.nbytes(), MemCategory::kTemporary, what);
+      return Tensor(std::make_shared<Storage>(b, hb), m);
+    }
+    return Tensor::empty(b, m, MemCategory::kTemporary, kCurrent, what);
+  };
+  const int64_t n = static_cast<int64_t>(with_grad.size());
+  Tensor norms = small(n, "clip_grad_norm per-grad norms");
+  OpCall sq;
+  sq.kind = OpKind::kSquaredNorm;
+  sq.name = "clip_grad_norm _foreach_norm";
+  for (const FSDPParam* p : with_grad) {
+    sq.inputs.push_back(p->sharded_grad().ref());
+    sq.flops += 2.0 * static_cast<double>(p->sharded_grad().numel());
+    sq.bytes += static_cast<double>(p->sharded_grad().nbytes());
+  }
+  sq.outputs = {norms.ref()};
+  b.launch(kCurrent, sq);
+  Tensor total = small(1, "clip_grad_norm total norm");
+  OpCall red;
+  red.kind = OpKind::kSquaredNorm;
+  red.name = "clip_grad_norm stack norm";
+  red.inputs = {norms.ref()};
+  red.outputs = {total.ref()};
+  b.launch(kCurrent, red);
+  norms = Tensor();
+  // DTensor Partial -> Replicate: sum the squared norms across the shard group.
+  if (group.size() > 1) {
+    CollectiveCall ar;
+    ar.kind = CollectiveKind::kAllReduce;
+    ar.op = ReduceOp::kSum;
+    ar.name = "clip_grad_norm all_reduce";
+    ar.input = total.ref();
+    ar.output = total.ref();
+    b.collective(kCurrent, ar, group);
+  }
+  // _foreach_mul_(grads, clamp(max_norm / (total + 1e-6), max=1)).
+  OpCall scale;
+  scale.kind = OpKind::kScale;
+  scale.name = "clip_grad_norm _foreach_mul_";
+  scale.inputs.push_back(total.ref());
+  for (const FSDPParam* p : with_grad) {
+    scale.inputs.push_back(p->sharded_grad().ref());
+    scale.outputs.push_back(p->sharded_grad().ref());
+    scale.flops += static_cast<double>(p->sharded_grad().numel());
+    scale.bytes += 2.0 * static_cast<double>(p->sharded_grad().nbytes());
+  }
+  scale.fargs = {max_norm};
+  b.launch(kCurrent, scale);
+}
+
+}  // namespace fullshard

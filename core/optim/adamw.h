@@ -1,0 +1,42 @@
+#pragma once
+// AdamW over the sharded fp32 parameters (torch.optim.AdamW), and gradient-norm clipping
+// across shards (torch.nn.utils.clip_grad_norm_ on DTensor gradients).
+#include <vector>
+
+#include "core/fsdp/fully_shard.h"
+
+namespace fullshard {
+
+struct AdamWOptions {
+  double lr = 3e-4, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+  // foreach (PyTorch's default on GPU): _foreach_sqrt allocates one temporary per
+  // parameter during the step. fused: one kernel, no temporaries.
+  bool fused = false;
+};
+
+class AdamW {
+ public:
+  AdamW(Backend& backend, std::vector<FSDPParam*> params, AdamWOptions options);
+  // One step over every parameter with a sharded gradient. States are created lazily on
+  // the first step (zeros_like of the unpadded local shard), as torch.optim does.
+  void step();
+  // zero_grad(set_to_none=True): drops the sharded gradients.
+  void zero_grad();
+  int steps_taken() const { return step_; }
+  const std::vector<FSDPParam*>& params() const { return params_; }
+
+ private:
+  Backend& b_;
+  std::vector<FSDPParam*> params_;
+  AdamWOptions o_;
+  std::vector<Tensor> exp_avg_, exp_avg_sq_;
+  int step_ = 0;
+};
+
+// Clips the global L2 norm of all sharded gradients to max_norm. The local sum of squares
+// is all-reduced over `group` (the shard group: gradients are replicated across HSDP's
+// replicate dim after its all-reduce). Returns nothing: the norm stays on the device.
+void clip_grad_norm(Backend& backend, const std::vector<FSDPParam*>& params, double max_norm,
+                    const ProcessGroup& group);
+
+}  // namespace fullshard

@@ -1,0 +1,50 @@
+#include "core/runtime/op.h"
+
+namespace fullshard {
+
+const char* op_kind_name(OpKind k) {
+  switch (k) {
+#define FS_CASE(x) \
+  case OpKind::x: return #x + 1;
+    FS_CASE(kFill) FS_CASE(kCopy) FS_CASE(kAdd) FS_CASE(kScale)
+    FS_CASE(kEmbedding) FS_CASE(kEmbeddingBackward)
+    FS_CASE(kRMSNorm) FS_CASE(kRMSNormBackward)
+    FS_CASE(kLayerNorm) FS_CASE(kLayerNormBackward)
+    FS_CASE(kLinear) FS_CASE(kLinearBackwardInput) FS_CASE(kLinearBackwardWeight)
+    FS_CASE(kLinearBackwardBias)
+    FS_CASE(kRoPE) FS_CASE(kRoPEBackward)
+    FS_CASE(kAttention) FS_CASE(kAttentionBackward) FS_CASE(kTranspose)
+    FS_CASE(kSiLU) FS_CASE(kSiLUBackward) FS_CASE(kMul) FS_CASE(kMulBackward)
+    FS_CASE(kGELU) FS_CASE(kGELUBackward)
+    FS_CASE(kPositionEmbedding) FS_CASE(kPositionEmbeddingBackward)
+    FS_CASE(kLogSoftmax) FS_CASE(kLogSoftmaxBackward)
+    FS_CASE(kNllLoss) FS_CASE(kNllLossBackward)
+    FS_CASE(kAllGatherCopyIn) FS_CASE(kAllGatherCopyOut) FS_CASE(kChunkCat)
+    FS_CASE(kLoadBatch) FS_CASE(kSquaredNorm) FS_CASE(kAdamW)
+#undef FS_CASE
+  }
+  return "?";
+}
+
+const char* collective_name(CollectiveKind k) {
+  switch (k) {
+    case CollectiveKind::kAllGather: return "all_gather";
+    case CollectiveKind::kReduceScatter: return "reduce_scatter";
+    case CollectiveKind::kAllReduce: return "all_reduce";
+    case CollectiveKind::kBroadcast: return "broadcast";
+    case CollectiveKind::kBarrier: return "barrier";
+  }
+  return "?";
+}
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kPremulSum: return "premul_sum";
+    case ReduceOp::kMax: return "max";
+  }
+  return "?";
+}
+
+}  // namespace fullshard

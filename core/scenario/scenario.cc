@@ -1,0 +1,613 @@
+#include "core/scenario/scenario.h"
+
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "core/common/error.h"
+#include "core/scenario/json_reader.h"
+
+// NOTE [Scenario errors]: every user mistake is an InputError whose where() is the exact JSON
+// path of the bad value ("fsdp.mesh.shape[1]"), whose message shows the value as written and
+// says what to write instead. Checks run in document order (model, training, hardware, fsdp)
+// and stop at the first error, so a message never depends on a later section.
+
+namespace fullshard {
+namespace {
+
+namespace fs = std::filesystem;
+namespace jr = json_reader;
+using nlohmann::json;
+
+constexpr int64_t kMaxSize = int64_t{1} << 40;  // any model or batch size; catches garbage
+constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
+constexpr int64_t kMaxRanksPerDim = int64_t{1} << 20;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+// ---------------------------------------------------------------- field tables
+const std::map<std::string, std::vector<std::string>> kFields = {
+    {"", {"$schema", "name", "description", "model", "training", "fsdp", "hardware"}},
+    {"model",
+     {"name", "hf_config", "arch", "vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads",
+      "ffn_dim", "max_seq_len", "norm_eps", "rope_theta", "tie_embeddings", "qkv_bias",
+      "linear_bias"}},
+    {"training",
+     {"batch_per_rank", "seq_len", "steps", "grad_accum_steps", "activation_checkpointing",
+      "optimizer", "seed"}},
+    {"training.optimizer", {"lr", "beta1", "beta2", "eps", "weight_decay", "max_grad_norm"}},
+    {"training.activation_checkpointing", {"mode", "every"}},
+    {"fsdp",
+     {"mesh", "reshard_after_forward", "mixed_precision", "cpu_offload", "units",
+      "forward_prefetch", "backward_prefetch"}},
+    {"fsdp.mesh", {"shape", "dim_names"}},
+    {"fsdp.mixed_precision", {"param_dtype", "reduce_dtype", "output_dtype", "cast_forward_inputs"}},
+    {"fsdp.cpu_offload", {"pin_memory"}},
+    {"hardware",
+     {"profile", "gpus_per_node", "nodes", "memory_gib", "memory_bytes", "non_allocator_gib",
+      "non_allocator_bytes", "allocator"}},
+    {"hardware.allocator", {"expandable_segments", "max_split_size_mb"}},
+};
+
+// Names other tools use for our fields (torchtitan, Hugging Face, torchrun, PyTorch), so that
+// an unknown key can be answered with the spelling this format uses.
+struct Alias {
+  const char* section;
+  const char* alias;
+  const char* field;
+};
+constexpr Alias kAliases[] = {
+    {"training", "batch_size", "batch_per_rank"},
+    {"training", "micro_batch_size", "batch_per_rank"},
+    {"training", "local_batch_size", "batch_per_rank"},
+    {"training", "sequence_length", "seq_len"},
+    {"training", "gradient_accumulation_steps", "grad_accum_steps"},
+    {"training", "gradient_checkpointing", "activation_checkpointing"},
+    {"training", "ac", "activation_checkpointing"},
+    {"training", "max_steps", "steps"},
+    {"training", "num_steps", "steps"},
+    {"training.optimizer", "learning_rate", "lr"},
+    {"training.optimizer", "epsilon", "eps"},
+    {"training.optimizer", "grad_clip", "max_grad_norm"},
+    {"training.optimizer", "clip_grad_norm", "max_grad_norm"},
+    {"fsdp", "mp_policy", "mixed_precision"},
+    {"fsdp", "mp", "mixed_precision"},
+    {"fsdp", "offload_policy", "cpu_offload"},
+    {"fsdp", "device_mesh", "mesh"},
+    {"fsdp.mesh", "mesh_shape", "shape"},
+    {"fsdp.mesh", "mesh_dim_names", "dim_names"},
+    {"fsdp.mixed_precision", "dtype", "param_dtype"},
+    {"hardware", "gpu", "profile"},
+    {"hardware", "device", "profile"},
+    {"hardware", "num_nodes", "nodes"},
+    {"hardware", "nnodes", "nodes"},
+    {"hardware", "num_gpus", "gpus_per_node"},
+    {"hardware", "nproc_per_node", "gpus_per_node"},
+    {"hardware", "memory_gb", "memory_gib"},
+    {"model", "hidden_size", "dim"},
+    {"model", "n_embd", "dim"},
+    {"model", "num_hidden_layers", "n_layers"},
+    {"model", "num_attention_heads", "n_heads"},
+    {"model", "num_key_value_heads", "n_kv_heads"},
+    {"model", "intermediate_size", "ffn_dim"},
+    {"model", "max_position_embeddings", "max_seq_len"},
+    {"model", "config", "hf_config"},
+};
+
+const std::vector<std::string>& fields(const std::string& section) { return kFields.at(section); }
+
+// Checks `obj`'s keys against the section's table. An unknown key gets, in order: the closest
+// field of this section (a typo), the spelling this format uses for another tool's name, or the
+// section the field belongs to.
+void check_fields(const json& obj, const std::string& section) {
+  jr::reject_unknown_fields(obj, section, fields(section), [&](const std::string& key) {
+    for (const auto& a : kAliases)
+      if (section == a.section && key == a.alias)
+        return std::optional<std::string>("this format calls it '" + std::string(a.field) +
+                                          "': write " + jr::child_path(section, a.field));
+    if (section == "training.optimizer" && key == "betas")
+      return std::optional<std::string>("write beta1 and beta2 as two numbers");
+    for (const auto& [other, names] : kFields)
+      if (other != section && std::find(names.begin(), names.end(), key) != names.end())
+        return std::optional<std::string>(
+            "'" + key + "' belongs in " + (other.empty() ? "the top level" : other) +
+            ": move it to " + jr::child_path(other, key));
+    return std::optional<std::string>();
+  });
+}
+
+int64_t field_int(const json& obj, const std::string& section, const char* key, int64_t min,
+                  int64_t max, const std::string& example) {
+  return jr::get_int(obj.at(key), jr::child_path(section, key), min, max, example);
+}
+
+std::string resolve(const std::string& base_dir, const std::string& path) {
+  const fs::path p(path);
+  return p.is_absolute() ? p.string() : (fs::path(base_dir) / p).lexically_normal().string();
+}
+
+// ---------------------------------------------------------------- model
+ModelConfig zoo_model(const std::string& name, const std::string& where) {
+  if (auto m = find_model(name)) return *m;
+  std::vector<std::string> names;
+  for (const auto& m : model_zoo()) names.push_back(m.name);
+  std::string fix;
+  if (auto near = jr::closest(name, names)) fix = "did you mean '" + *near + "'? ";
+  fix += "known models: " + jr::join(names, "'", ", ") +
+         "; or use {\"hf_config\": \"path/to/config.json\"} or an inline model with \"arch\"";
+  throw InputError(where, "unknown model '" + name + "'", fix);
+}
+
+ModelArch parse_arch(const json& v, const std::string& path) {
+  return jr::get_choice(v, path, {"llama", "gpt2"}) == "gpt2" ? ModelArch::kGpt2 : ModelArch::kLlama;
+}
+
+// Applies every size/flag field present in `j` on top of `c`.
+void apply_model_fields(const json& j, ModelConfig& c) {
+  const std::string P = "model";
+  if (j.contains("arch")) c.arch = parse_arch(j.at("arch"), "model.arch");
+  const std::pair<const char*, int64_t*> sizes[] = {
+      {"vocab_size", &c.vocab_size}, {"dim", &c.dim},         {"n_layers", &c.n_layers},
+      {"n_heads", &c.n_heads},       {"n_kv_heads", &c.n_kv_heads}, {"ffn_dim", &c.ffn_dim},
+      {"max_seq_len", &c.max_seq_len}};
+  for (const auto& [key, dst] : sizes)
+    if (j.contains(key)) *dst = field_int(j, P, key, 1, kMaxSize, "4096");
+  if (j.contains("norm_eps"))
+    c.norm_eps = jr::get_number(j.at("norm_eps"), "model.norm_eps", 0, false, 1, false, "1e-5");
+  if (j.contains("rope_theta"))
+    c.rope_theta = jr::get_number(j.at("rope_theta"), "model.rope_theta", 0, false, kInf, false, "500000");
+  const std::pair<const char*, bool*> flags[] = {{"tie_embeddings", &c.tie_embeddings},
+                                                 {"qkv_bias", &c.qkv_bias},
+                                                 {"linear_bias", &c.linear_bias}};
+  for (const auto& [key, dst] : flags)
+    if (j.contains(key)) *dst = jr::get_bool(j.at(key), jr::child_path(P, key));
+}
+
+ModelConfig parse_model(const json& j, const std::string& base_dir) {
+  const std::string P = "model";
+  if (j.is_string()) {
+    ModelConfig c = zoo_model(j.get<std::string>(), P);
+    validate_model(c, P);
+    return c;
+  }
+  if (!j.is_object())
+    throw InputError(P, "is " + jr::describe(j) + ", not a model",
+                     "write a zoo name such as \"llama3.1-8b\", {\"name\": \"llama3.1-8b\", "
+                     "\"n_layers\": 4}, {\"hf_config\": \"path/to/config.json\"} or an inline "
+                     "model with \"arch\" and every size");
+  check_fields(j, P);
+
+  ModelConfig c;
+  if (j.contains("hf_config")) {
+    if (j.contains("name"))
+      throw InputError("model.name", "is given together with model.hf_config",
+                       "give either a zoo \"name\" or an \"hf_config\" path, not both");
+    const std::string rel =
+        jr::get_string(j.at("hf_config"), "model.hf_config", "\"models/llama/config.json\"");
+    const std::string path = resolve(base_dir, rel);
+    std::error_code ec;
+    if (!fs::exists(path, ec))
+      throw InputError("model.hf_config", "file not found: '" + path + "'",
+                       "give the path of a Hugging Face config.json (or of its directory), "
+                       "relative to the scenario file's directory");
+    c = model_from_hf_config_file(path);
+  } else if (j.contains("name") &&
+             (!j.contains("arch") ||
+              (j.at("name").is_string() && find_model(j.at("name").get<std::string>())))) {
+    // A zoo model, possibly with overrides. (A name that is not in the zoo labels an inline
+    // model when "arch" is given.)
+    c = zoo_model(jr::get_string(j.at("name"), "model.name", "\"llama3.1-8b\""), "model.name");
+  } else {
+    static const char* const kRequired[] = {"arch",    "vocab_size", "dim",        "n_layers",
+                                            "n_heads", "ffn_dim",    "max_seq_len"};
+    for (const char* key : kRequired)
+      jr::require_field(j, P, key,
+                        "an inline model (no zoo \"name\" and no \"hf_config\") gives arch, "
+                        "vocab_size, dim, n_layers, n_heads, ffn_dim and max_seq_len");
+    c.name = j.contains("name") ? jr::get_string(j.at("name"), "model.name", "\"my-model\"") : "custom";
+    c.arch = parse_arch(j.at("arch"), "model.arch");
+    if (c.arch == ModelArch::kGpt2) {  // GPT-2's architecture: tied output, biases everywhere
+      c.tie_embeddings = true;
+      c.linear_bias = true;
+    }
+    c.n_heads = field_int(j, P, "n_heads", 1, kMaxSize, "32");
+    c.n_kv_heads = c.n_heads;  // MHA unless n_kv_heads says otherwise
+  }
+  apply_model_fields(j, c);
+  validate_model(c, P);
+  return c;
+}
+
+// ---------------------------------------------------------------- training
+ActivationCheckpointing parse_activation_checkpointing(const json& v) {
+  const std::string P = "training.activation_checkpointing";
+  const std::vector<std::string> modes = {"none", "full", "selective_layer", "selective_op"};
+  const std::string layer_example = "{\"mode\": \"selective_layer\", \"every\": 2}";
+  auto to_mode = [](const std::string& s) {
+    if (s == "full") return CheckpointMode::kFull;
+    if (s == "selective_layer") return CheckpointMode::kSelectiveLayer;
+    if (s == "selective_op") return CheckpointMode::kSelectiveOp;
+    return CheckpointMode::kNone;
+  };
+  ActivationCheckpointing ac;
+  if (v.is_string()) {
+    ac.mode = to_mode(jr::get_choice(v, P, modes));
+    if (ac.mode == CheckpointMode::kSelectiveLayer)
+      throw InputError(P, "is \"selective_layer\" without a period",
+                       "write " + layer_example + " to checkpoint every 2nd block");
+    return ac;
+  }
+  if (!v.is_object())
+    throw InputError(P, "is " + jr::describe(v),
+                     "write \"none\", \"full\", \"selective_op\" or " + layer_example);
+  check_fields(v, P);
+  jr::require_field(v, P, "mode", "write " + layer_example + " or a plain string such as \"full\"");
+  ac.mode = to_mode(jr::get_choice(v.at("mode"), P + ".mode", modes));
+  if (v.contains("every")) {
+    if (ac.mode != CheckpointMode::kSelectiveLayer)
+      throw InputError(P + ".every", "is given but mode is \"" + v.at("mode").get<std::string>() + "\"",
+                       "remove \"every\": it applies only to mode \"selective_layer\"");
+    ac.every = static_cast<int>(jr::get_int(v.at("every"), P + ".every", 1, kMaxInt, "2"));
+  } else if (ac.mode == CheckpointMode::kSelectiveLayer) {
+    jr::require_field(v, P, "every", "write " + layer_example + " (checkpoint every k-th block)");
+  }
+  return ac;
+}
+
+OptimizerOptions parse_optimizer(const json& v) {
+  const std::string P = "training.optimizer";
+  jr::require_object(v, P, "{\"lr\": 3e-4, \"weight_decay\": 0.1}");
+  check_fields(v, P);
+  OptimizerOptions o;
+  auto num = [&](const char* key, double min, bool min_incl, double max, bool max_incl,
+                 const char* example, double& dst) {
+    if (v.contains(key))
+      dst = jr::get_number(v.at(key), jr::child_path(P, key), min, min_incl, max, max_incl, example);
+  };
+  num("lr", 0, true, kInf, false, "3e-4", o.lr);
+  num("beta1", 0, true, 1, false, "0.9", o.beta1);
+  num("beta2", 0, true, 1, false, "0.95", o.beta2);
+  num("eps", 0, false, kInf, false, "1e-8", o.eps);
+  num("weight_decay", 0, true, kInf, false, "0.1", o.weight_decay);
+  num("max_grad_norm", 0, true, kInf, false, "1.0 (0 disables clipping)", o.max_grad_norm);
+  return o;
+}
+
+TrainingOptions parse_training(const json& j, const ModelConfig& model) {
+  const std::string P = "training";
+  jr::require_object(j, P, "{\"seq_len\": 4096, \"batch_per_rank\": 1}");
+  check_fields(j, P);
+  jr::require_field(j, P, "seq_len", "add \"seq_len\": <tokens per sequence>, e.g. 4096");
+  TrainingOptions t;
+  if (j.contains("batch_per_rank")) t.batch_per_rank = field_int(j, P, "batch_per_rank", 1, kMaxSize, "1");
+  t.seq_len = field_int(j, P, "seq_len", 1, kMaxSize, "4096");
+  if (model.arch == ModelArch::kGpt2 && t.seq_len > model.max_seq_len)
+    throw InputError("training.seq_len",
+                     "is " + std::to_string(t.seq_len) + " but model '" + model.name +
+                         "' has learned positions for " + std::to_string(model.max_seq_len) +
+                         " tokens (model.max_seq_len)",
+                     "use seq_len <= " + std::to_string(model.max_seq_len) +
+                         ", or raise model.max_seq_len");
+  if (j.contains("steps")) t.steps = static_cast<int>(field_int(j, P, "steps", 1, kMaxInt, "2"));
+  if (j.contains("grad_accum_steps"))
+    t.grad_accum_steps = static_cast<int>(field_int(j, P, "grad_accum_steps", 1, kMaxInt, "4"));
+  if (j.contains("activation_checkpointing"))
+    t.activation_checkpointing = parse_activation_checkpointing(j.at("activation_checkpointing"));
+  if (j.contains("optimizer")) t.optimizer = parse_optimizer(j.at("optimizer"));
+  if (j.contains("seed")) {
+    const json& s = j.at("seed");
+    t.seed = s.is_number_unsigned() ? s.get<uint64_t>()
+                                    : static_cast<uint64_t>(jr::get_int(
+                                          s, "training.seed", 0,
+                                          std::numeric_limits<int64_t>::max(), "1234"));
+  }
+  return t;
+}
+
+// ---------------------------------------------------------------- hardware
+// A byte count given either in GiB (a number) or in bytes (an integer), never both.
+std::optional<uint64_t> bytes_override(const json& j, const std::string& stem, double min_gib) {
+  const std::string P = "hardware";
+  const std::string gib_key = stem + "_gib", bytes_key = stem + "_bytes";
+  if (j.contains(gib_key) && j.contains(bytes_key))
+    throw InputError(jr::child_path(P, bytes_key), "is given together with " + jr::child_path(P, gib_key),
+                     "give only one of " + gib_key + " and " + bytes_key);
+  const bool positive = min_gib > 0;
+  if (j.contains(gib_key)) {
+    const double gib = jr::get_number(j.at(gib_key), jr::child_path(P, gib_key), 0, !positive,
+                                      1 << 20, true, positive ? "80" : "1.5");
+    return static_cast<uint64_t>(std::llround(gib * kGiB));
+  }
+  if (j.contains(bytes_key))
+    return static_cast<uint64_t>(field_int(j, P, bytes_key.c_str(), positive ? 1 : 0,
+                                           std::numeric_limits<int64_t>::max(),
+                                           positive ? "85899345920" : "2147483648"));
+  return std::nullopt;
+}
+
+HardwareOptions parse_hardware(const json& j, const std::string& base_dir) {
+  const std::string P = "hardware";
+  jr::require_object(j, P, "{\"profile\": \"h100-sxm-80gb\", \"nodes\": 1}");
+  check_fields(j, P);
+  jr::require_field(j, P, "profile",
+                    "add \"profile\": a name from scenarios/hardware/, e.g. \"h100-sxm-80gb\"");
+  HardwareOptions h;
+  h.profile = jr::get_string(j.at("profile"), "hardware.profile", "\"h100-sxm-80gb\"");
+  if (h.profile.size() > 5 && h.profile.compare(h.profile.size() - 5, 5, ".json") == 0) {
+    const std::string path = resolve(base_dir, h.profile);
+    std::error_code ec;
+    if (!fs::exists(path, ec))
+      throw InputError("hardware.profile", "file not found: '" + path + "'",
+                       "give a profile name or the path of a profile .json, relative to the "
+                       "scenario file's directory");
+    h.device = load_hardware_profile_file(path);
+  } else {
+    h.device = load_hardware_profile(h.profile, "hardware.profile");
+  }
+  h.gpus_per_node = j.contains("gpus_per_node")
+                        ? static_cast<int>(field_int(j, P, "gpus_per_node", 1, kMaxRanksPerDim, "8"))
+                        : h.device.gpus_per_node;
+  if (j.contains("nodes")) h.nodes = static_cast<int>(field_int(j, P, "nodes", 1, kMaxRanksPerDim, "2"));
+  if (int64_t{h.nodes} * h.gpus_per_node > kMaxInt)
+    throw InputError("hardware.nodes",
+                     "is " + std::to_string(h.nodes) + ", and nodes x gpus_per_node = " +
+                         std::to_string(int64_t{h.nodes} * h.gpus_per_node) + " ranks is too many",
+                     "keep the world size below 2^31");
+
+  h.memory_bytes = bytes_override(j, "memory", 1);
+  h.non_allocator_bytes = bytes_override(j, "non_allocator", 0);
+  if (h.memory_bytes) h.device.memory_bytes = *h.memory_bytes;
+  if (h.non_allocator_bytes) h.device.non_allocator_bytes = *h.non_allocator_bytes;
+  if (h.device.non_allocator_bytes >= h.device.memory_bytes) {
+    const std::string where = h.non_allocator_bytes ? (j.contains("non_allocator_gib") ? "hardware.non_allocator_gib" : "hardware.non_allocator_bytes")
+                              : h.memory_bytes ? (j.contains("memory_gib") ? "hardware.memory_gib" : "hardware.memory_bytes")
+                                               : "hardware.profile";
+    throw InputError(where,
+                     "leaves no memory for the caching allocator: " +
+                         std::to_string(h.device.memory_bytes) + " bytes of device memory, " +
+                         std::to_string(h.device.non_allocator_bytes) + " bytes outside the allocator",
+                     "give more device memory or fewer non-allocator bytes");
+  }
+
+  if (j.contains("allocator")) {
+    const json& a = j.at("allocator");
+    const std::string A = "hardware.allocator";
+    jr::require_object(a, A, "{\"expandable_segments\": true}");
+    check_fields(a, A);
+    if (a.contains("expandable_segments"))
+      h.allocator.expandable_segments = jr::get_bool(a.at("expandable_segments"), A + ".expandable_segments");
+    if (a.contains("max_split_size_mb")) {
+      const int64_t mb = field_int(a, A, "max_split_size_mb", 0, kMaxSize, "512");
+      // c10/cuda/CUDAAllocatorConfig.cpp: "max_split_size_mb too small, must be > 20".
+      if (mb <= 20)
+        throw InputError(A + ".max_split_size_mb", "is " + std::to_string(mb) + ", too small",
+                         "PyTorch requires max_split_size_mb > 20; write e.g. 512, or omit it for "
+                         "no limit");
+      h.allocator.max_split_size_bytes = static_cast<uint64_t>(mb) * kMiB;
+    }
+  }
+  h.allocator.capacity_bytes = h.device.memory_bytes - h.device.non_allocator_bytes;
+  return h;
+}
+
+// ---------------------------------------------------------------- fsdp
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+void parse_mesh(const json& m, const HardwareOptions& hw, FsdpOptions& f) {
+  const std::string P = "fsdp.mesh", S = "fsdp.mesh.shape", N = "fsdp.mesh.dim_names";
+  const int64_t world = int64_t{hw.nodes} * hw.gpus_per_node;
+  std::string examples = "[" + std::to_string(world) + "] for FSDP";
+  if (hw.nodes > 1)
+    examples += " or [" + std::to_string(hw.nodes) + ", " + std::to_string(hw.gpus_per_node) +
+                "] for HSDP";
+  jr::require_object(m, P, "{\"shape\": [" + std::to_string(world) + "]}");
+  check_fields(m, P);
+  jr::require_field(m, P, "shape", "add \"shape\": " + examples);
+  const json& s = m.at("shape");
+  if (!s.is_array())
+    throw InputError(S, "is " + jr::describe(s) + ", not an array", "write a list of sizes, e.g. " + examples);
+  if (s.empty() || s.size() > 2)
+    throw InputError(S, "is " + jr::show(s) + ", a " + std::to_string(s.size()) + "-D mesh",
+                     "fullshard supports 1-D meshes [shard] (FSDP) and 2-D meshes [replicate, "
+                     "shard] (HSDP): write " + examples);
+  std::vector<int64_t> shape;
+  for (size_t i = 0; i < s.size(); ++i)
+    shape.push_back(jr::get_int(s[i], jr::index_path(S, i), 1, kMaxRanksPerDim, std::to_string(world)));
+  const int64_t ranks = shape.size() == 1 ? shape[0] : shape[0] * shape[1];
+  if (ranks != world)
+    throw InputError(S,
+                     "mesh " + shape_text(shape) + " has " + std::to_string(ranks) +
+                         " ranks but hardware has " + std::to_string(hw.nodes) + " nodes x " +
+                         std::to_string(hw.gpus_per_node) + " GPUs = " + std::to_string(world),
+                     "make the sizes multiply to " + std::to_string(world) + ", e.g. " + examples +
+                         ", or change hardware.nodes / hardware.gpus_per_node");
+  for (int64_t d : shape) f.mesh_shape.push_back(static_cast<int>(d));
+
+  const std::vector<std::string> expected = shape.size() == 1
+                                                ? std::vector<std::string>{"shard"}
+                                                : std::vector<std::string>{"replicate", "shard"};
+  f.mesh_dim_names = expected;
+  if (!m.contains("dim_names")) return;
+  const json& names = m.at("dim_names");
+  const std::string want = "[" + jr::join(expected, "\"", ", ") + "]";
+  const std::string fix = "a " + std::to_string(shape.size()) + "-D mesh is named " + want +
+                          (shape.size() == 2 ? " (replicate over dim 0, shard over dim 1)" : "") +
+                          ": write that or omit dim_names";
+  if (!names.is_array()) throw InputError(N, "is " + jr::describe(names) + ", not an array", fix);
+  for (size_t i = 0; i < names.size(); ++i)
+    jr::get_string(names[i], jr::index_path(N, i), "\"shard\"");
+  if (names.size() != shape.size())
+    throw InputError(N, "is " + jr::show(names) + ": " + std::to_string(names.size()) +
+                            (names.size() == 1 ? " name" : " names") + " for a " +
+                            std::to_string(shape.size()) + "-D mesh",
+                     fix);
+  if (names.get<std::vector<std::string>>() != expected)
+    throw InputError(N, "is " + jr::show(names) + ", not " + want, fix);
+}
+
+ReshardAfterForward parse_reshard(const json& v, int shard_size) {
+  const std::string P = "fsdp.reshard_after_forward";
+  using Kind = ReshardAfterForward::Kind;
+  ReshardAfterForward r;
+  std::vector<std::string> divisors;
+  for (int d = 1; d <= shard_size && divisors.size() < 16; ++d)
+    if (shard_size % d == 0) divisors.push_back(std::to_string(d));
+  const std::string S = std::to_string(shard_size);
+  const std::string int_fix = "use a divisor of the shard size " + S + ": " + jr::join(divisors, "") +
+                              " (1 acts as false, " + S + " as true), or true / false / null";
+  if (v.is_null()) return r;
+  if (v.is_boolean()) {
+    r.kind = v.get<bool>() ? Kind::kTrue : Kind::kFalse;
+    return r;
+  }
+  if (!v.is_number())
+    throw InputError(P, "is " + jr::describe(v),
+                     "write true, false, null (the default: root false, other units true) or an "
+                     "integer that divides the shard size " + S + " (no quotes)");
+  const int64_t n = jr::get_int(v, P, std::numeric_limits<int64_t>::min(),
+                                std::numeric_limits<int64_t>::max(), "2");
+  if (n < 1)
+    throw InputError(P, "is " + jr::show(v) + "; an integer must be >= 1 (it is the size of the "
+                                              "group parameters stay sharded over after forward)",
+                     "write false to keep parameters unsharded after forward, or " + int_fix);
+  if (n > shard_size || shard_size % n != 0)
+    throw InputError(P, "is " + jr::show(v) + ", which does not divide the shard-dim size " + S,
+                     int_fix);
+  r.kind = Kind::kInt;
+  r.n = static_cast<int>(n);
+  return r;
+}
+
+std::optional<DType> parse_dtype(const json& v, const std::string& path) {
+  if (v.is_null()) return std::nullopt;
+  const std::vector<std::string> names = {"fp32", "bf16", "fp16"};
+  const std::string fix = "write \"fp32\", \"bf16\", \"fp16\" or null (no cast)";
+  if (!v.is_string()) throw InputError(path, "is " + jr::describe(v), fix);
+  const std::string s = v.get<std::string>();
+  if (s == "fp32") return DType::kFloat32;
+  if (s == "bf16") return DType::kBFloat16;
+  if (s == "fp16") return DType::kFloat16;
+  // torch spellings ("bfloat16", "torch.float16", "half"): point to ours.
+  std::string bare = s.rfind("torch.", 0) == 0 ? s.substr(6) : s;
+  if (bare == "half") bare = "float16";
+  if (bare == "float") bare = "float32";
+  if (auto d = parse_float_dtype(bare))
+    throw InputError(path, "is \"" + s + "\", not a dtype name this format uses",
+                     "write \"" + std::string(dtype_name(*d)) + "\"");
+  if (auto near = jr::closest(s, names))
+    throw InputError(path, "is \"" + s + "\", an unknown dtype", "did you mean \"" + *near + "\"? " + fix);
+  throw InputError(path, "is \"" + s + "\", an unknown dtype", fix);
+}
+
+FsdpOptions parse_fsdp(const json& j, const HardwareOptions& hw) {
+  const std::string P = "fsdp";
+  FsdpOptions f;
+  jr::require_object(j, P, "{\"reshard_after_forward\": true}");
+  check_fields(j, P);
+  if (j.contains("mesh")) {
+    parse_mesh(j.at("mesh"), hw, f);
+  } else {
+    f.mesh_shape = {hw.nodes * hw.gpus_per_node};
+    f.mesh_dim_names = {"shard"};
+  }
+  if (j.contains("reshard_after_forward"))
+    f.reshard_after_forward = parse_reshard(j.at("reshard_after_forward"), f.mesh_shape.back());
+  if (j.contains("mixed_precision")) {
+    const json& m = j.at("mixed_precision");
+    const std::string M = "fsdp.mixed_precision";
+    jr::require_object(m, M, "{\"param_dtype\": \"bf16\", \"reduce_dtype\": \"fp32\"}");
+    check_fields(m, M);
+    auto& mp = f.mixed_precision;
+    if (m.contains("param_dtype")) mp.param_dtype = parse_dtype(m.at("param_dtype"), M + ".param_dtype");
+    if (m.contains("reduce_dtype")) mp.reduce_dtype = parse_dtype(m.at("reduce_dtype"), M + ".reduce_dtype");
+    if (m.contains("output_dtype")) mp.output_dtype = parse_dtype(m.at("output_dtype"), M + ".output_dtype");
+    if (m.contains("cast_forward_inputs"))
+      mp.cast_forward_inputs = jr::get_bool(m.at("cast_forward_inputs"), M + ".cast_forward_inputs");
+  }
+  if (j.contains("cpu_offload")) {
+    const json& c = j.at("cpu_offload");
+    const std::string C = "fsdp.cpu_offload";
+    if (c.is_boolean()) {
+      f.cpu_offload = c.get<bool>();
+    } else if (c.is_object()) {
+      check_fields(c, C);
+      f.cpu_offload = true;
+      if (c.contains("pin_memory")) f.pin_memory = jr::get_bool(c.at("pin_memory"), C + ".pin_memory");
+    } else {
+      throw InputError(C, "is " + jr::describe(c), "write true, false or {\"pin_memory\": false}");
+    }
+  }
+  if (j.contains("units"))
+    f.units = jr::get_choice(j.at("units"), "fsdp.units", {"blocks", "root"}) == "root"
+                  ? ShardingUnits::kRoot
+                  : ShardingUnits::kBlocks;
+  if (j.contains("forward_prefetch"))
+    f.forward_prefetch = static_cast<int>(field_int(j, P, "forward_prefetch", 0, kMaxInt, "1"));
+  if (j.contains("backward_prefetch"))
+    f.backward_prefetch = static_cast<int>(field_int(j, P, "backward_prefetch", 0, kMaxInt, "1"));
+  return f;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- public API
+
+int Scenario::world_size() const { return hardware.nodes * hardware.gpus_per_node; }
+
+const std::map<std::string, std::vector<std::string>>& scenario_fields() { return kFields; }
+
+const char* checkpoint_mode_name(CheckpointMode m) {
+  switch (m) {
+    case CheckpointMode::kNone: return "none";
+    case CheckpointMode::kFull: return "full";
+    case CheckpointMode::kSelectiveLayer: return "selective_layer";
+    case CheckpointMode::kSelectiveOp: return "selective_op";
+  }
+  return "?";
+}
+
+const char* sharding_units_name(ShardingUnits u) {
+  return u == ShardingUnits::kRoot ? "root" : "blocks";
+}
+
+Scenario parse_scenario(const json& j, const std::string& base_dir) {
+  if (!j.is_object())
+    throw InputError("scenario", "is " + jr::describe(j) + ", not a JSON object",
+                     "a scenario is an object with \"model\", \"training\", \"fsdp\" and "
+                     "\"hardware\" (docs/scenario-format.md)");
+  check_fields(j, "");
+  Scenario s;
+  if (j.contains("$schema")) jr::get_string(j.at("$schema"), "$schema", "\"../docs/scenario.schema.json\"");
+  if (j.contains("name")) {
+    s.name = jr::get_string(j.at("name"), "name", "\"llama3.1-8b-fsdp8\"");
+    if (s.name.empty()) throw InputError("name", "is empty", "give a name or omit it (the file name is used)");
+  }
+  if (j.contains("description"))
+    s.description = jr::get_string(j.at("description"), "description", "\"what this scenario shows\"");
+  jr::require_field(j, "", "model",
+                    "add \"model\": a zoo name such as \"llama3.1-8b\" (docs/scenario-format.md)");
+  jr::require_field(j, "", "training", "add \"training\": {\"seq_len\": 4096}");
+  jr::require_field(j, "", "hardware", "add \"hardware\": {\"profile\": \"h100-sxm-80gb\"}");
+  s.model = parse_model(j.at("model"), base_dir);
+  s.training = parse_training(j.at("training"), s.model);
+  s.hardware = parse_hardware(j.at("hardware"), base_dir);
+  s.fsdp = parse_fsdp(j.contains("fsdp") ? j.at("fsdp") : json::object(), s.hardware);
+  return s;
+}
+
+Scenario load_scenario_file(const std::string& path) {
+  const json j = json_reader::read_json_file(path);
+  const fs::path p(path);
+  const std::string base = p.parent_path().empty() ? "." : p.parent_path().string();
+  Scenario s = parse_scenario(j, base);
+  if (s.name.empty()) s.name = p.stem().string();
+  return s;
+}
+
+}  // namespace fullshard

@@ -1,0 +1,126 @@
+#include "core/scenario/training_program.h"
+
+#include "core/common/error.h"
+
+namespace fullshard {
+
+MeshInfo mesh_info_for(const Scenario& s, int rank) {
+  DeviceMesh mesh(s.fsdp.mesh_shape, s.fsdp.mesh_dim_names);
+  int shard = mesh.dim_index("shard");
+  if (shard < 0) shard = mesh.ndim() - 1;
+  MeshInfo info;
+  info.shard_group = mesh.group(rank, shard);
+  int rep = mesh.dim_index("replicate");
+  if (rep >= 0 && rep != shard) info.replicate_group = mesh.group(rank, rep);
+  return info;
+}
+
+std::vector<BlockCheckpoint> block_checkpointing(const ActivationCheckpointing& ac, int64_t n_layers) {
+  std::vector<BlockCheckpoint> v(static_cast<size_t>(n_layers), BlockCheckpoint::kNone);
+  for (int64_t i = 0; i < n_layers; ++i) {
+    switch (ac.mode) {
+      case CheckpointMode::kNone: break;
+      case CheckpointMode::kFull: v[i] = BlockCheckpoint::kFull; break;
+      // torchtitan's selective layer AC checkpoints every `every`-th block (1-based count).
+      case CheckpointMode::kSelectiveLayer:
+        if ((i + 1) % ac.every == 0) v[i] = BlockCheckpoint::kFull;
+        break;
+      case CheckpointMode::kSelectiveOp: v[i] = BlockCheckpoint::kOpSelective; break;
+    }
+  }
+  return v;
+}
+
+TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
+  model_ = std::make_unique<Transformer>(s.model);
+  fsdp_ = std::make_unique<FSDPRuntime>(b, mesh_info_for(s, b.rank()));
+  FullyShardOptions o;
+  o.reshard_after_forward = s.fsdp.reshard_after_forward;
+  o.mp_policy = s.fsdp.mixed_precision;
+  o.cpu_offload = s.fsdp.cpu_offload;
+  o.pin_memory = s.fsdp.pin_memory;
+  b.annotate("init");
+  std::vector<FSDPState*> block_states;
+  if (s.fsdp.units == ShardingUnits::kBlocks)
+    for (Module* blk : model_->blocks()) block_states.push_back(&fsdp_->fully_shard(*blk, o, false));
+  FSDPState& root = fsdp_->fully_shard(model_->root(), o, true);
+  // Explicit prefetching (set_modules_to_forward_prefetch / _backward_prefetch).
+  const int nb = static_cast<int>(block_states.size());
+  if (s.fsdp.forward_prefetch > 0)
+    for (int i = 0; i < nb; ++i)
+      for (int k = 1; k <= s.fsdp.forward_prefetch && i + k < nb; ++k)
+        block_states[i]->forward_prefetch.push_back(block_states[i + k]);
+  if (s.fsdp.backward_prefetch != 1) {
+    for (int i = 0; i < nb; ++i) {
+      std::vector<FSDPState*> t;
+      for (int k = 1; k <= s.fsdp.backward_prefetch && i - k >= 0; ++k) t.push_back(block_states[i - k]);
+      block_states[i]->backward_prefetch = t;
+    }
+    std::vector<FSDPState*> t;
+    for (int k = 1; k <= s.fsdp.backward_prefetch && nb - k >= 0; ++k) t.push_back(block_states[nb - k]);
+    root.backward_prefetch = t;
+  }
+  for (auto& st : fsdp_->states())
+    if (st->group)
+      for (FSDPParam* p : st->group->fsdp_params()) all_params_.push_back(p);
+  const auto& oo = s.training.optimizer;
+  AdamWOptions ao;
+  ao.lr = oo.lr;
+  ao.beta1 = oo.beta1;
+  ao.beta2 = oo.beta2;
+  ao.eps = oo.eps;
+  ao.weight_decay = oo.weight_decay;
+  optim_ = std::make_unique<AdamW>(b, all_params_, ao);
+  block_ac_ = block_checkpointing(s.training.activation_checkpointing, s.model.n_layers);
+}
+
+void TrainingProgram::micro_step(int step, int micro) {
+  const auto& t = s_.training;
+  TensorMeta ids{DType::kInt64, {t.batch_per_rank, t.seq_len}};
+  Tensor tokens = Tensor::empty(b_, ids, MemCategory::kActivation, StreamRole::kDefault, "input tokens");
+  Tensor labels = Tensor::empty(b_, ids, MemCategory::kActivation, StreamRole::kDefault, "labels");
+  OpCall load;
+  load.kind = OpKind::kLoadBatch;
+  load.name = "load batch";
+  load.outputs = {tokens.ref(), labels.ref()};
+  load.bytes = static_cast<double>(2 * ids.nbytes());
+  load.iargs = {step, micro, t.grad_accum_steps};
+  b_.launch(StreamRole::kDefault, load);
+
+  Graph graph;
+  ExecContext c(b_, &graph, fsdp_.get());
+  b_.annotate("forward");
+  Value loss = model_->forward(c, tokens, labels, block_ac_);
+  b_.annotate("backward");
+  // loss.backward(): the seed is ones_like(loss).
+  Tensor seed = Tensor::empty(b_, loss.t.meta(), MemCategory::kTemporary, StreamRole::kDefault, "loss grad seed");
+  OpCall fill;
+  fill.kind = OpKind::kFill;
+  fill.name = "ones_like(loss)";
+  fill.outputs = {seed.ref()};
+  fill.fargs = {1.0};
+  b_.launch(StreamRole::kDefault, fill);
+  uint64_t loss_id = loss.id;
+  loss = Value{};
+  graph.backward(b_, loss_id, std::move(seed));
+  fsdp_->post_backward_final_callback();
+}
+
+void TrainingProgram::run_step(int step) {
+  b_.set_step(step);
+  const int k = s_.training.grad_accum_steps;
+  for (int m = 0; m < k; ++m) {
+    if (k > 1) fsdp_->set_requires_gradient_sync(m == k - 1);
+    micro_step(step, m);
+  }
+  b_.annotate("optimizer");
+  if (s_.training.optimizer.max_grad_norm > 0)
+    clip_grad_norm(b_, all_params_, s_.training.optimizer.max_grad_norm, mesh_info_for(s_, b_.rank()).shard_group);
+  optim_->step();
+  optim_->zero_grad();
+  // The host reads the loss back at the step boundary (loss.item()).
+  b_.synchronize(b_.record_event(StreamRole::kDefault));
+  b_.annotate("step end");
+}
+
+}  // namespace fullshard

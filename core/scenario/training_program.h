@@ -1,0 +1,45 @@
+#pragma once
+// The host program of one rank for a scenario: build the model, fully_shard it, and run
+// training steps (forward, backward, gradient clipping, AdamW) against any Backend. The
+// simulator and the real backends run exactly this code.
+#include <memory>
+#include <vector>
+
+#include "core/fsdp/fully_shard.h"
+#include "core/model/transformer.h"
+#include "core/optim/adamw.h"
+#include "core/scenario/scenario.h"
+
+namespace fullshard {
+
+// The mesh groups of `rank` for a scenario's FSDP mesh (1-D: shard; 2-D: replicate, shard).
+MeshInfo mesh_info_for(const Scenario& s, int rank);
+// How each block is checkpointed under the scenario's activation-checkpointing mode.
+std::vector<BlockCheckpoint> block_checkpointing(const ActivationCheckpointing& ac, int64_t n_layers);
+
+class TrainingProgram {
+ public:
+  // Builds the model and applies fully_shard (this allocates the sharded parameters).
+  TrainingProgram(Backend& backend, const Scenario& scenario);
+
+  // One optimizer step: grad_accum_steps micro-batches (gradient sync on the last only),
+  // clipping, AdamW, zero_grad, and the host reading back the loss.
+  void run_step(int step);
+
+  Transformer& model() { return *model_; }
+  FSDPRuntime& fsdp() { return *fsdp_; }
+  AdamW& optimizer() { return *optim_; }
+
+ private:
+  Backend& b_;
+  const Scenario& s_;
+  std::unique_ptr<Transformer> model_;
+  std::unique_ptr<FSDPRuntime> fsdp_;
+  std::unique_ptr<AdamW> optim_;
+  std::vector<FSDPParam*> all_params_;
+  std::vector<BlockCheckpoint> block_ac_;
+
+  void micro_step(int step, int micro);
+};
+
+}  // namespace fullshard

@@ -1,0 +1,48 @@
+#pragma once
+// How long things take: the timing engine asks a CostModel for every kernel, collective and
+// launch. The engine knows nothing about hardware; swap the model to change the machine.
+// (NCCL keeps its cost model behind the same kind of seam: ncclTopoGetAlgoTime.)
+#include "simulator/engine/program.h"
+
+namespace fullshard::sim {
+
+class CostModel {
+ public:
+  virtual ~CostModel() = default;
+  // Seconds a kernel occupies its stream (Instr::flops, Instr::bytes, Instr::op).
+  virtual double kernel_seconds(const Instr& kernel) const = 0;
+  // Seconds a collective occupies every member's stream once all members have arrived.
+  // `group` is the full group (all its ranks), also in symmetric mode.
+  virtual double collective_seconds(const Instr& collective, const GroupInfo& group) const = 0;
+  // Host seconds one kernel or collective launch costs (records/waits are free).
+  virtual double launch_overhead_seconds() const = 0;
+};
+
+struct PlaceholderCostOptions {
+  double peak_flops = 989e12;           // flop/s (H100 SXM dense bf16)
+  double memory_bandwidth = 3.35e12;    // bytes/s (HBM3)
+  double collective_latency_s = 10e-6;  // per ring pass
+  double link_bandwidth = 200e9;        // bytes/s each rank sends/receives on the ring
+  double launch_overhead_s = 0;         // host seconds per launch
+};
+
+// Roofline kernels and a ring model for collectives, until the NCCL model replaces it:
+//   kernel      = max(flops / peak_flops, bytes / memory_bandwidth)
+//   all_gather / reduce_scatter = latency + coll_bytes * (n-1)/n / link_bandwidth
+//   all_reduce  = 2 * (latency + coll_bytes * (n-1)/n / link_bandwidth)   (RS + AG)
+//   broadcast   = latency + coll_bytes / link_bandwidth;  barrier = latency
+//   n <= 1      = 0 (nothing crosses a link)
+class PlaceholderCostModel final : public CostModel {
+ public:
+  // Throws InputError naming the field when a value is not positive (launch overhead >= 0).
+  explicit PlaceholderCostModel(PlaceholderCostOptions options = {});
+  double kernel_seconds(const Instr& kernel) const override;
+  double collective_seconds(const Instr& collective, const GroupInfo& group) const override;
+  double launch_overhead_seconds() const override { return options_.launch_overhead_s; }
+  const PlaceholderCostOptions& options() const { return options_; }
+
+ private:
+  PlaceholderCostOptions options_;
+};
+
+}  // namespace fullshard::sim

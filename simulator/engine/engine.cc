@@ -1,0 +1,501 @@
+#include "simulator/engine/engine.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <queue>
+#include <string>
+#include <unordered_map>
+
+#include "core/common/error.h"
+#include "simulator/engine/world.h"
+
+namespace fullshard::sim {
+
+// NOTE [Timing semantics]: as CUDA runs a host program.
+//  - The host issues its instructions in order. A kernel or collective launch costs the cost
+//    model's launch overhead of host time; the op enters its stream's FIFO when the launch
+//    returns (that is InstrTime::issue). Records and waits cost no host time. The host never
+//    waits for stream work, except at kSynchronize: host time = max(host time, completion of
+//    the event's latest record); event 0 synchronizes the device (every stream's work issued
+//    so far). Alloc, free and markers take no time.
+//  - A stream runs its queue in order. An op starts at max(its issue time, the end of the
+//    stream's previous op); a kWaitEvent also waits for the completion of the latest record
+//    of that event issued before it (none: a no-op, as in CUDA); a kRecordEvent completes as
+//    soon as the work before it on its stream has.
+//  - The i-th collective of each member on a group (host order, NOTE [Collective matching]
+//    in checks.cc) is one collective: it starts when the last present member has it ready
+//    at the head of its stream and ends at start + duration on every member (the longest of
+//    the members' costs, which agree unless the programs mismatch).
+//  - Actors (each rank's host and streams) run as far as they can when popped from a queue
+//    ordered by (time, sequence number), then block on the host, an event or a collective
+//    and are rescheduled by whatever unblocks them. Every time is a max/plus of times that
+//    do not depend on the processing order, so the result is deterministic and bit-identical
+//    run to run. When the queue empties with work left, the programs deadlock: the pending
+//    collectives tell who waits for whom.
+
+namespace {
+
+constexpr uint32_t kNone = UINT32_MAX;
+constexpr uint8_t kHostActor = kNumStreams;
+
+struct Arrival {
+  uint32_t rank;  // program index
+  uint8_t stream;
+  uint32_t instr;
+  double duration;
+};
+
+struct Pending {
+  double ready = 0;
+  std::vector<Arrival> arrivals;
+};
+
+struct RankState {
+  const Program* prog = nullptr;
+  std::vector<InstrTime>* times = nullptr;
+  std::array<std::vector<uint32_t>, kNumStreams> queue;
+  std::array<uint32_t, kNumStreams> head{};
+  std::array<double, kNumStreams> free_at{};
+  std::array<bool, kNumStreams> wants_host{};     // its next op is not issued yet
+  std::array<bool, kNumStreams> in_collective{};  // arrived, waiting for the other members
+  std::array<uint32_t, kNumStreams> last_issued{};
+  std::array<bool, kNumStreams + 1> scheduled{};
+  std::vector<uint32_t> ref;  // kWaitEvent / kSynchronize: the record it waits for, or kNone
+  std::unordered_map<uint64_t, uint32_t> last_record;  // event -> latest record issued
+  std::vector<uint8_t> has_waiters;
+  std::unordered_map<uint32_t, std::vector<uint8_t>> waiters;  // instr -> blocked actors
+  uint32_t pc = 0;
+  double host_time = 0;
+};
+
+struct QItem {
+  double time;
+  uint64_t seq;
+  uint32_t rank;
+  uint8_t actor;
+};
+struct Later {
+  bool operator()(const QItem& a, const QItem& b) const {
+    return a.time != b.time ? a.time > b.time : a.seq > b.seq;
+  }
+};
+
+bool is_op(InstrType t) { return t == InstrType::kKernel || t == InstrType::kCollective; }
+bool on_stream(InstrType t) {
+  return is_op(t) || t == InstrType::kRecordEvent || t == InstrType::kWaitEvent;
+}
+std::string_view sname(int s) { return stream_name(static_cast<StreamRole>(s)); }
+
+class Engine {
+ public:
+  Engine(const std::vector<Program>& programs, const std::vector<GroupInfo>& groups,
+         const CostModel& cost, const EngineOptions& options, EngineResult& result)
+      : programs_(programs),
+        groups_(groups),
+        cost_(cost),
+        world_(index_world(programs, groups, options.symmetric)),
+        launch_s_(cost.launch_overhead_seconds()),
+        result_(result) {
+    result_.ranks.resize(programs.size());
+    ranks_.resize(programs.size());
+    for (size_t r = 0; r < programs.size(); ++r) init_rank(static_cast<uint32_t>(r));
+  }
+
+  void run() {
+    for (uint32_t r = 0; r < ranks_.size(); ++r) schedule(r, kHostActor, 0);
+    while (!queue_.empty()) {
+      const QItem item = queue_.top();
+      queue_.pop();
+      ++result_.events_processed;
+      RankState& R = ranks_[item.rank];
+      R.scheduled[item.actor] = false;
+      if (item.actor == kHostActor) {
+        run_host(item.rank);
+      } else {
+        run_stream(item.rank, item.actor);
+      }
+    }
+    summarize();
+  }
+
+ private:
+  void init_rank(uint32_t r) {
+    const Program& p = programs_[r];
+    RankState& R = ranks_[r];
+    R.prog = &p;
+    RankTiming& out = result_.ranks[r];
+    out.rank = p.rank;
+    out.times.assign(p.instrs.size(), InstrTime{});
+    R.times = &out.times;
+    std::array<uint32_t, kNumStreams> counts{};
+    for (const Instr& in : p.instrs) {
+      FULLSHARD_CHECK(static_cast<int>(in.stream) < kNumStreams,
+                      "rank " + std::to_string(p.rank) + " uses stream " +
+                          std::to_string(static_cast<int>(in.stream)));
+      if (on_stream(in.type)) ++counts[static_cast<int>(in.stream)];
+    }
+    for (int s = 0; s < kNumStreams; ++s) R.queue[s].reserve(counts[s]);
+    for (uint32_t i = 0; i < p.instrs.size(); ++i) {
+      const Instr& in = p.instrs[i];
+      if (on_stream(in.type)) R.queue[static_cast<int>(in.stream)].push_back(i);
+    }
+    // Every stream waits for the host to issue its first op.
+    for (int s = 0; s < kNumStreams; ++s) R.wants_host[s] = !R.queue[s].empty();
+    R.last_issued.fill(kNone);
+    R.ref.assign(p.instrs.size(), kNone);
+    R.has_waiters.assign(p.instrs.size(), 0);
+  }
+
+  void schedule(uint32_t r, uint8_t actor, double time) {
+    RankState& R = ranks_[r];
+    if (R.scheduled[actor]) return;
+    R.scheduled[actor] = true;
+    queue_.push(QItem{time, next_seq_++, r, actor});
+  }
+
+  void add_waiter(RankState& R, uint32_t instr, uint8_t actor) {
+    R.has_waiters[instr] = 1;
+    R.waiters[instr].push_back(actor);
+  }
+
+  static uint32_t latest_record(const RankState& R, uint64_t event) {
+    auto it = R.last_record.find(event);
+    return it == R.last_record.end() ? kNone : it->second;
+  }
+
+  // ---- host ----
+
+  void run_host(uint32_t r) {
+    RankState& R = ranks_[r];
+    const auto& instrs = R.prog->instrs;
+    auto& times = *R.times;
+    while (R.pc < instrs.size()) {
+      const uint32_t i = R.pc;
+      const Instr& in = instrs[i];
+      InstrTime& t = times[i];
+      const int s = static_cast<int>(in.stream);
+      switch (in.type) {
+        case InstrType::kKernel:
+        case InstrType::kCollective:
+        case InstrType::kRecordEvent:
+        case InstrType::kWaitEvent:
+          if (is_op(in.type)) R.host_time += launch_s_;
+          t.issue = R.host_time;
+          if (in.type == InstrType::kRecordEvent) R.last_record[in.event] = i;
+          if (in.type == InstrType::kWaitEvent) R.ref[i] = latest_record(R, in.event);
+          R.last_issued[s] = i;
+          ++R.pc;
+          if (R.wants_host[s]) {
+            R.wants_host[s] = false;
+            schedule(r, static_cast<uint8_t>(s), R.host_time);
+          }
+          continue;
+        case InstrType::kSynchronize:
+          if (!synchronize(R, i)) return;  // blocked; the awaited completion reschedules us
+          break;
+        case InstrType::kAlloc:
+        case InstrType::kFree:
+        case InstrType::kMarker: t.issue = t.start = t.end = R.host_time; break;
+      }
+      ++R.pc;
+    }
+  }
+
+  // Returns false when the host must block.
+  bool synchronize(RankState& R, uint32_t i) {
+    const Instr& in = R.prog->instrs[i];
+    InstrTime& t = (*R.times)[i];
+    if (t.issue == kNotRun) {  // first visit
+      t.issue = t.start = R.host_time;
+      if (in.event != 0) R.ref[i] = latest_record(R, in.event);
+    }
+    double done = R.host_time;
+    auto await = [&](uint32_t j) {
+      if (j == kNone) return true;
+      const double end = (*R.times)[j].end;
+      if (end == kNotRun) {
+        add_waiter(R, j, kHostActor);
+        return false;
+      }
+      done = std::max(done, end);
+      return true;
+    };
+    if (in.event == 0) {
+      for (int s = 0; s < kNumStreams; ++s) {
+        if (!await(R.last_issued[s])) return false;
+      }
+    } else if (!await(R.ref[i])) {
+      return false;
+    }
+    R.host_time = done;
+    t.end = done;
+    return true;
+  }
+
+  // ---- streams ----
+
+  void run_stream(uint32_t r, uint8_t s) {
+    RankState& R = ranks_[r];
+    const auto& q = R.queue[s];
+    const auto& instrs = R.prog->instrs;
+    auto& times = *R.times;
+    while (R.head[s] < q.size() && !R.in_collective[s]) {
+      const uint32_t i = q[R.head[s]];
+      if (i >= R.pc) {  // not issued yet: the host wakes us when it issues it
+        R.wants_host[s] = true;
+        return;
+      }
+      const Instr& in = instrs[i];
+      InstrTime& t = times[i];
+      double ready = std::max(t.issue, R.free_at[s]);
+      double end = ready;
+      switch (in.type) {
+        case InstrType::kKernel: end = ready + cost_.kernel_seconds(in); break;
+        case InstrType::kRecordEvent: break;
+        case InstrType::kWaitEvent:
+          if (const uint32_t j = R.ref[i]; j != kNone) {
+            const double done = times[j].end;
+            if (done == kNotRun) {
+              add_waiter(R, j, s);
+              return;
+            }
+            ready = end = std::max(ready, done);
+          }
+          break;
+        case InstrType::kCollective:
+          arrive(r, s, i, ready);
+          continue;  // either completed (head advanced) or in_collective ends the loop
+        default: FULLSHARD_CHECK(false, "host instruction on a stream queue");
+      }
+      t.start = ready;
+      finish(r, s, i, end);
+    }
+  }
+
+  void finish(uint32_t r, uint8_t s, uint32_t i, double end) {
+    RankState& R = ranks_[r];
+    (*R.times)[i].end = end;
+    R.free_at[s] = end;
+    ++R.head[s];
+    if (!R.has_waiters[i]) return;
+    auto it = R.waiters.find(i);
+    for (uint8_t actor : it->second) schedule(r, actor, end);
+    R.waiters.erase(it);
+    R.has_waiters[i] = 0;
+  }
+
+  void arrive(uint32_t r, uint8_t s, uint32_t i, double ready) {
+    const Instr& in = programs_[r].instrs[i];
+    const Arrival a{r, s, i, cost_.collective_seconds(in, groups_[in.group])};
+    const size_t expected = world_.present[in.group].size();
+    ranks_[r].in_collective[s] = true;
+    if (expected == 1) {  // symmetric mode with one representative: nobody to wait for
+      complete(Pending{ready, {a}}, r, s);
+      return;
+    }
+    const uint64_t key = (uint64_t{in.group} << 32) | world_.collective_seq[r][i];
+    Pending& p = pending_[key];
+    p.ready = std::max(p.ready, ready);
+    p.arrivals.push_back(a);
+    if (p.arrivals.size() < expected) return;
+    Pending done = std::move(p);
+    pending_.erase(key);
+    complete(done, r, s);
+  }
+
+  void complete(const Pending& p, uint32_t r, uint8_t s) {
+    double duration = 0;
+    for (const Arrival& a : p.arrivals) duration = std::max(duration, a.duration);
+    const double end = p.ready + duration;
+    for (const Arrival& a : p.arrivals) {
+      RankState& A = ranks_[a.rank];
+      A.in_collective[a.stream] = false;
+      (*A.times)[a.instr].start = p.ready;
+      finish(a.rank, a.stream, a.instr, end);
+      if (a.rank != r || a.stream != s) schedule(a.rank, a.stream, end);
+    }
+  }
+
+  // ---- results ----
+
+  void summarize() {
+    for (uint32_t r = 0; r < ranks_.size(); ++r) {
+      const RankState& R = ranks_[r];
+      RankTiming& out = result_.ranks[r];
+      out.completed = R.pc == R.prog->instrs.size();
+      for (int s = 0; s < kNumStreams; ++s) out.completed &= R.head[s] == R.queue[s].size();
+      result_.completed &= out.completed;
+      double end = R.host_time;
+      std::vector<std::pair<double, double>> compute, comm;
+      for (uint32_t i = 0; i < out.times.size(); ++i) {
+        const InstrTime& t = out.times[i];
+        end = std::max(end, t.end);
+        const Instr& in = R.prog->instrs[i];
+        if (!is_op(in.type) || t.end == kNotRun) continue;
+        const int s = static_cast<int>(in.stream);
+        out.busy_s[s] += t.end - t.start;
+        if (t.end <= t.start) continue;
+        if (in.stream == StreamRole::kDefault) {
+          compute.emplace_back(t.start, t.end);
+        } else if (in.stream != StreamRole::kAllGatherCopyIn) {
+          comm.emplace_back(t.start, t.end);
+        }
+      }
+      out.end_s = end;
+      out.compute_s = out.busy_s[static_cast<int>(StreamRole::kDefault)];
+      out.exposed_comm_s = uncovered_seconds(std::move(comm), std::move(compute));
+      result_.makespan_s = std::max(result_.makespan_s, end);
+    }
+    if (!result_.completed) report_hangs();
+  }
+
+  std::string blocked_reason(uint32_t m, uint32_t k) const {
+    const RankState& R = ranks_[m];
+    const Program& p = programs_[m];
+    if (k >= R.pc) {
+      if (R.pc < p.instrs.size() && p.instrs[R.pc].type == InstrType::kSynchronize) {
+        const Instr& sync = p.instrs[R.pc];
+        const std::string_view name = instr_name(p, sync);
+        return fmt::format(
+            "is blocked: its host waits in synchronize{}{}{} on {} (instruction #{})",
+            name.empty() ? "" : " '", name, name.empty() ? "" : "'",
+            sync.event == 0 ? std::string("the device") : "event " + std::to_string(sync.event),
+            R.pc);
+      }
+      return fmt::format("is blocked before issuing it (host at instruction #{})", R.pc);
+    }
+    const int s = static_cast<int>(p.instrs[k].stream);
+    const uint32_t h = R.queue[s][R.head[s]];
+    const Instr& hi = p.instrs[h];
+    if (hi.type == InstrType::kCollective) {
+      return fmt::format("is blocked: its {} stream is stuck in {} #{} on group {}", sname(s),
+                         describe_collective(p, hi), world_.collective_seq[m][h],
+                         group_str(groups_[hi.group]));
+    }
+    if (hi.type == InstrType::kWaitEvent && R.ref[h] != kNone) {
+      const Instr& rec = p.instrs[R.ref[h]];
+      return fmt::format(
+          "is blocked: its {} stream waits for event {} recorded on the {} stream, which never "
+          "completes",
+          sname(s), hi.event, sname(static_cast<int>(rec.stream)));
+    }
+    return fmt::format("is blocked: its {} stream is stuck at instruction #{}", sname(s), h);
+  }
+
+  void report_hangs() {
+    std::vector<uint64_t> keys;
+    keys.reserve(pending_.size());
+    for (const auto& [key, p] : pending_) keys.push_back(key);
+    std::sort(keys.begin(), keys.end());
+    for (uint64_t key : keys) {
+      const Pending& p = pending_.at(key);
+      const uint32_t g = static_cast<uint32_t>(key >> 32);
+      const size_t pos = static_cast<size_t>(key & 0xffffffffu);
+      std::vector<const Arrival*> arrived(programs_.size(), nullptr);
+      for (const Arrival& a : p.arrivals) arrived[a.rank] = &a;
+      std::vector<int> waiting;
+      std::vector<std::pair<int, std::string>> absent;
+      const Arrival* first = nullptr;  // the first waiting member in group order
+      for (uint32_t m : world_.present[g]) {
+        if (arrived[m]) {
+          if (!first) first = arrived[m];
+          waiting.push_back(programs_[m].rank);
+        } else if (world_.collectives[m][g].size() <= pos) {
+          absent.emplace_back(programs_[m].rank,
+                              "never issues it (" + describe_program_end(programs_[m]) + ")");
+        } else {
+          absent.emplace_back(programs_[m].rank, blocked_reason(m, world_.collectives[m][g][pos]));
+        }
+      }
+      const Program& wp = programs_[first->rank];
+      result_.problems.push_back(missing_collective_problem(wp, wp.instrs[first->instr], groups_[g],
+                                                            pos, waiting, absent));
+    }
+    if (keys.empty()) {  // unreachable with well-formed programs; say something anyway
+      for (uint32_t r = 0; r < ranks_.size(); ++r) {
+        if (result_.ranks[r].completed) continue;
+        Problem pr;
+        pr.kind = ProblemKind::kCollectiveHang;
+        pr.ranks = {programs_[r].rank};
+        pr.message = fmt::format("rank {} did not finish (host at instruction #{} of {})",
+                                 programs_[r].rank, ranks_[r].pc, programs_[r].instrs.size());
+        result_.problems.push_back(std::move(pr));
+      }
+    }
+  }
+
+  const std::vector<Program>& programs_;
+  const std::vector<GroupInfo>& groups_;
+  const CostModel& cost_;
+  const WorldIndex world_;
+  const double launch_s_;
+  EngineResult& result_;
+  std::vector<RankState> ranks_;
+  std::priority_queue<QItem, std::vector<QItem>, Later> queue_;
+  uint64_t next_seq_ = 0;
+  std::unordered_map<uint64_t, Pending> pending_;
+};
+
+std::vector<std::pair<double, double>> merged(std::vector<std::pair<double, double>> v) {
+  std::sort(v.begin(), v.end());
+  std::vector<std::pair<double, double>> out;
+  for (const auto& iv : v) {
+    if (iv.second <= iv.first) continue;
+    if (!out.empty() && iv.first <= out.back().second) {
+      out.back().second = std::max(out.back().second, iv.second);
+    } else {
+      out.push_back(iv);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+double uncovered_seconds(std::vector<std::pair<double, double>> busy,
+                         std::vector<std::pair<double, double>> covered) {
+  const auto b = merged(std::move(busy));
+  const auto c = merged(std::move(covered));
+  double total = 0;
+  size_t j = 0;
+  for (const auto& [start, end] : b) {
+    double cursor = start;
+    while (j < c.size() && c[j].second <= cursor) ++j;
+    for (size_t k = j; k < c.size() && c[k].first < end; ++k) {
+      if (c[k].first > cursor) total += c[k].first - cursor;
+      cursor = std::max(cursor, c[k].second);
+      if (cursor >= end) break;
+    }
+    if (cursor < end) total += end - cursor;
+  }
+  return total;
+}
+
+EngineResult simulate(const std::vector<Program>& programs, const std::vector<GroupInfo>& groups,
+                      const CostModel& cost, const EngineOptions& options) {
+  EngineResult result;
+  if (options.checks) {
+    CheckOptions check = options.check;
+    check.symmetric = options.symmetric;
+    result.problems = check_programs(programs, groups, check);
+  }
+  const size_t structural = result.problems.size();
+  Engine(programs, groups, cost, options, result).run();
+  // A hang the structural checks already explained (same message) is reported once.
+  for (size_t i = structural; i < result.problems.size();) {
+    const bool dup =
+        std::any_of(result.problems.begin(), result.problems.begin() + structural,
+                    [&](const Problem& p) { return p.message == result.problems[i].message; });
+    if (dup) {
+      result.problems.erase(result.problems.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+  return result;
+}
+
+}  // namespace fullshard::sim

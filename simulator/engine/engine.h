@@ -1,0 +1,73 @@
+#pragma once
+// The event engine: plays every rank's program together and times it, like CUDA would run it.
+// See NOTE [Timing semantics] in engine.cc.
+#include <array>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "simulator/engine/checks.h"
+#include "simulator/engine/cost_model.h"
+#include "simulator/engine/diagnostics.h"
+#include "simulator/engine/program.h"
+
+namespace fullshard::sim {
+
+struct EngineOptions {
+  // `programs` may hold a subset of the ranks (typically one representative whose program is
+  // identical to all others'); a collective starts when its present members arrive, and the
+  // cost model still sees the full group. Otherwise every member of every used group must
+  // have a program.
+  bool symmetric = false;
+  // Also run the structural checks (check_programs) and put their problems first. The
+  // checks never depend on timing; call check_programs() alone to check without timing.
+  bool checks = true;
+  CheckOptions check;  // its `symmetric` is overridden by the field above
+};
+
+constexpr double kNotRun = -1.0;  // an instruction that never ran (the programs hang)
+
+struct InstrTime {
+  // Stream instructions: when the host put it on the stream (after its launch overhead), when
+  // the stream started it and finished it. Host instructions: when the host reached it, and
+  // when it went on (later than start only for a blocking kSynchronize).
+  double issue = kNotRun;
+  double start = kNotRun;
+  double end = kNotRun;
+  bool operator==(const InstrTime&) const = default;
+};
+
+struct RankTiming {
+  int rank = 0;
+  std::vector<InstrTime> times;              // parallel to Program::instrs
+  double end_s = 0;                          // last stream or host activity
+  std::array<double, kNumStreams> busy_s{};  // sum of kernel / collective durations per stream
+  double compute_s = 0;                      // busy_s of the compute (kDefault) stream
+  // Time some communication stream (all_gather, reduce_scatter, all_reduce, host_to_device,
+  // device_to_host) is busy while the compute stream is idle. all_gather_copy_in is a copy
+  // on the device, not communication.
+  double exposed_comm_s = 0;
+  bool completed = true;  // false when the rank hung
+};
+
+struct EngineResult {
+  std::vector<RankTiming> ranks;  // parallel to programs
+  double makespan_s = 0;
+  uint64_t events_processed = 0;
+  bool completed = true;          // false when some rank hung (see problems)
+  std::vector<Problem> problems;  // structural checks first, then hangs
+  bool ok() const { return completed && problems.empty(); }
+};
+
+// Deterministic: identical input gives a bit-identical result. Never hangs: programs that
+// deadlock (a member missing from a collective, cross-group waits) end with
+// completed = false and a kCollectiveHang problem naming who waits where and why.
+EngineResult simulate(const std::vector<Program>& programs, const std::vector<GroupInfo>& groups,
+                      const CostModel& cost, const EngineOptions& options = {});
+
+// Length of the union of `busy` minus the union of `covered` (intervals [start, end)).
+// Pure; exposed for tests.
+double uncovered_seconds(std::vector<std::pair<double, double>> busy,
+                         std::vector<std::pair<double, double>> covered);
+
+}  // namespace fullshard::sim

@@ -1,0 +1,151 @@
+#include "simulator/report.h"
+
+#include <fmt/format.h>
+
+namespace fullshard::sim {
+
+std::string format_bytes(uint64_t b) {
+  const double x = static_cast<double>(b);
+  if (b >= (1ull << 30)) return fmt::format("{:.2f} GiB", x / (1ull << 30));
+  if (b >= (1ull << 20)) return fmt::format("{:.1f} MiB", x / (1ull << 20));
+  if (b >= (1ull << 10)) return fmt::format("{:.1f} KiB", x / (1ull << 10));
+  return fmt::format("{} B", b);
+}
+
+namespace {
+
+nlohmann::json categories(const CategoryBytes& c) {
+  nlohmann::json j = nlohmann::json::object();
+  for (MemCategory k : kAllMemCategories) j[std::string(category_key(k))] = c[static_cast<int>(k)];
+  return j;
+}
+
+std::string ranks_label(const std::vector<int>& r) {
+  if (r.size() == 1) return fmt::format("rank {}", r[0]);
+  bool contiguous = r.back() - r.front() + 1 == static_cast<int>(r.size());
+  if (contiguous) return fmt::format("ranks {}-{}", r.front(), r.back());
+  return fmt::format("{} ranks ({}, ...)", r.size(), r.front());
+}
+
+}  // namespace
+
+nlohmann::json report_json(const SimulationReport& r) {
+  using nlohmann::json;
+  json j;
+  j["scenario"] = r.scenario;
+  j["world_size"] = r.world_size;
+  j["parameters"] = r.parameters;
+  j["capacity_bytes"] = r.capacity_bytes;
+  j["simulated_all_ranks"] = r.simulated_all_ranks;
+  j["ok"] = r.ok();
+  j["out_of_memory"] = r.out_of_memory;
+  j["step_time_s"] = r.step_time_s;
+  j["exposed_comm_s"] = r.exposed_comm_s;
+  j["compute_s"] = r.compute_s;
+  j["tokens_per_s_per_gpu"] = r.tokens_per_s_per_gpu;
+  j["mfu"] = r.mfu;
+  j["model_flops_per_token"] = r.model_flops_per_token;
+  j["events_processed"] = r.events_processed;
+  j["time_model"] = "placeholder roofline + ring (issue: simulator time model)";
+  json problems = json::array();
+  for (const auto& p : r.problems)
+    problems.push_back({{"kind", std::string(problem_kind_name(p.kind))}, {"message", p.message},
+                        {"ranks", p.ranks}, {"step", p.step}, {"op", p.op}});
+  j["problems"] = problems;
+  json ranks = json::array(), classes = json::array(), timelines = json::array();
+  for (size_t ci = 0; ci < r.classes.size(); ++ci) {
+    const auto& c = r.classes[ci];
+    json cj;
+    cj["ranks"] = c.ranks;
+    cj["representative"] = c.representative;
+    cj["peak_allocated_bytes"] = c.peak_allocated_bytes;
+    cj["peak_reserved_bytes"] = c.peak_reserved_bytes;
+    cj["peak_host_bytes"] = c.peak_host_bytes;
+    cj["peak_time_s"] = c.peak_time_s;
+    cj["breakdown_at_peak"] = categories(c.breakdown_at_peak);
+    cj["allocated_after_step"] = c.allocated_after_step;
+    cj["num_alloc_retries"] = c.allocator.num_alloc_retries;
+    cj["num_segments"] = c.allocator.num_segments;
+    cj["compute_s"] = c.compute_s;
+    cj["exposed_comm_s"] = c.exposed_comm_s;
+    json busy = json::object();
+    for (StreamRole s : kAllStreams) busy[std::string(stream_name(s))] = c.busy_s[static_cast<int>(s)];
+    cj["stream_busy_s"] = busy;
+    json counts = json::object();
+    for (int k = 0; k < 5; ++k)
+      if (c.collectives_per_step[k])
+        counts[collective_name(static_cast<CollectiveKind>(k))] = c.collectives_per_step[k];
+    cj["collectives_last_step"] = counts;
+    if (c.oom) {
+      cj["oom"] = {{"requested_bytes", c.oom->requested_bytes}, {"what", c.oom->what},
+                   {"category", c.oom->category}, {"capacity_bytes", c.oom->capacity_bytes},
+                   {"step", c.oom->step},
+                   {"allocated_bytes", c.oom->at_failure.allocated_bytes},
+                   {"reserved_bytes", c.oom->at_failure.reserved_bytes},
+                   {"breakdown", categories(c.oom->at_failure.by_category)}};
+    }
+    classes.push_back(cj);
+    for (int rk : c.ranks)
+      ranks.push_back({{"rank", rk}, {"class", ci}, {"peak_allocated_bytes", c.peak_allocated_bytes},
+                       {"peak_reserved_bytes", c.peak_reserved_bytes},
+                       {"breakdown_at_peak", cj["breakdown_at_peak"]}});
+    // Timeline as columns (compact): time, allocated, reserved, host, and one per category.
+    json tl;
+    tl["class"] = ci;
+    tl["ranks"] = c.ranks;
+    json t = json::array(), a = json::array(), rs = json::array(), h = json::array();
+    json cats = json::object();
+    for (MemCategory k : kAllMemCategories) cats[std::string(category_key(k))] = json::array();
+    for (const auto& p : c.timeline) {
+      t.push_back(p.time_s);
+      a.push_back(p.allocated_bytes);
+      rs.push_back(p.reserved_bytes);
+      h.push_back(p.host_bytes);
+      for (MemCategory k : kAllMemCategories) cats[std::string(category_key(k))].push_back(p.by_category[static_cast<int>(k)]);
+    }
+    tl["time_s"] = t;
+    tl["allocated_bytes"] = a;
+    tl["reserved_bytes"] = rs;
+    tl["host_bytes"] = h;
+    tl["by_category"] = cats;
+    timelines.push_back(tl);
+  }
+  j["ranks"] = ranks;
+  j["rank_classes"] = classes;
+  j["memory_timeline"] = timelines;
+  return j;
+}
+
+std::string report_summary(const SimulationReport& r) {
+  const double p = static_cast<double>(r.parameters);
+  std::string params = p >= 1e9 ? fmt::format("{:.2f} B", p / 1e9) : p >= 1e6 ? fmt::format("{:.1f} M", p / 1e6)
+                                                                             : fmt::format("{}", r.parameters);
+  std::string out = fmt::format("scenario {}: {} ranks, {} parameters, allocator capacity {} per rank\n",
+                                r.scenario, r.world_size, params, format_bytes(r.capacity_bytes));
+  for (const auto& c : r.classes) {
+    out += fmt::format("  {}: peak allocated {}, peak reserved {}", ranks_label(c.ranks),
+                       format_bytes(c.peak_allocated_bytes), format_bytes(c.peak_reserved_bytes));
+    if (c.peak_host_bytes) out += fmt::format(", CPU-offloaded {}", format_bytes(c.peak_host_bytes));
+    out += "\n    at peak:";
+    for (MemCategory k : kAllMemCategories) {
+      uint64_t v = c.breakdown_at_peak[static_cast<int>(k)];
+      if (v) out += fmt::format(" {} {},", category_key(k), format_bytes(v));
+    }
+    if (out.back() == ',') out.pop_back();
+    out += "\n";
+    if (c.oom)
+      out += fmt::format("    OUT OF MEMORY in step {} allocating {} for {} ({}): {} allocated, {} reserved of {}\n",
+                         c.oom->step, format_bytes(c.oom->requested_bytes), c.oom->what, c.oom->category,
+                         format_bytes(c.oom->at_failure.allocated_bytes),
+                         format_bytes(c.oom->at_failure.reserved_bytes), format_bytes(c.oom->capacity_bytes));
+  }
+  if (!r.out_of_memory && r.step_time_s > 0)
+    out += fmt::format("  step time {:.3f} s (placeholder time model), exposed communication {:.3f} s, "
+                       "{:.0f} tokens/s/GPU, MFU {:.1f}%\n",
+                       r.step_time_s, r.exposed_comm_s, r.tokens_per_s_per_gpu, 100 * r.mfu);
+  for (const auto& p : r.problems) out += "  PROBLEM " + p.message + "\n";
+  if (r.ok()) out += "  ok: no collective mismatch, race or use-after-free found\n";
+  return out;
+}
+
+}  // namespace fullshard::sim

@@ -1,0 +1,140 @@
+#include "simulator/sim_backend.h"
+
+#include "core/common/error.h"
+
+namespace fullshard::sim {
+
+uint32_t GroupRegistry::intern(const ProcessGroup& g) {
+  std::string key = g.key();
+  auto it = by_key_.find(key);
+  if (it != by_key_.end()) return it->second;
+  uint32_t id = static_cast<uint32_t>(groups_.size());
+  groups_.push_back(GroupInfo{g.name, g.ranks});
+  by_key_.emplace(std::move(key), id);
+  return id;
+}
+
+SimBackend::SimBackend(int rank, int world_size, AllocatorOptions allocator, GroupRegistry& groups)
+    : Backend(rank, world_size, allocator), groups_(groups) {
+  program_.rank = rank;
+}
+
+uint32_t SimBackend::name(std::string_view s) {
+  auto it = name_ids_.find(std::string(s));
+  if (it != name_ids_.end()) return it->second;
+  uint32_t id = static_cast<uint32_t>(program_.names.size());
+  program_.names.emplace_back(s);
+  name_ids_.emplace(std::string(s), id);
+  return id;
+}
+
+Instr& SimBackend::push(InstrType type, StreamRole stream) {
+  Instr in;
+  in.type = type;
+  in.stream = stream;
+  in.step = step();
+  in.host_seq = next_host_seq();
+  program_.instrs.push_back(in);
+  return program_.instrs.back();
+}
+
+void SimBackend::add_accesses(Instr& in, const std::vector<TensorRef>& reads,
+                              const std::vector<TensorRef>& writes) {
+  in.access_begin = static_cast<uint32_t>(program_.accesses.size());
+  auto add = [&](const TensorRef& r, bool w) {
+    if (r.buffer_id == 0) return;
+    // One access per buffer per instruction; a write wins over a read.
+    for (uint32_t k = in.access_begin; k < program_.accesses.size(); ++k)
+      if (program_.accesses[k].buffer == r.buffer_id) {
+        program_.accesses[k].write = program_.accesses[k].write || w;
+        return;
+      }
+    program_.accesses.push_back(Access{r.buffer_id, w});
+  };
+  for (const auto& r : reads) add(r, false);
+  for (const auto& r : writes) add(r, true);
+  in.access_count = static_cast<uint32_t>(program_.accesses.size()) - in.access_begin;
+}
+
+void SimBackend::launch(StreamRole stream, const OpCall& op) {
+  if (program_.truncated) return;
+  uint32_t nm = name(op.name);
+  Instr& in = push(InstrType::kKernel, stream);
+  in.name = nm;
+  in.op = op.kind;
+  in.flops = op.flops;
+  in.bytes = op.bytes;
+  add_accesses(in, op.inputs, op.outputs);
+}
+
+void SimBackend::collective(StreamRole stream, const CollectiveCall& call, const ProcessGroup& group) {
+  if (program_.truncated) return;
+  FULLSHARD_CHECK(group.index_of(rank()) >= 0, "collective on a group without this rank");
+  uint32_t nm = name(call.name);
+  uint32_t gid = groups_.intern(group);
+  Instr& in = push(InstrType::kCollective, stream);
+  in.name = nm;
+  in.coll = call.kind;
+  in.reduce = call.op;
+  in.group = gid;
+  in.dtype = call.output.meta.dtype;
+  // The full buffer: the AG output, the RS input, the AR buffer.
+  in.coll_bytes = call.kind == CollectiveKind::kReduceScatter ? call.input.nbytes() : call.output.nbytes();
+  in.bytes = static_cast<double>(in.coll_bytes);
+  if (call.kind == CollectiveKind::kAllGather)
+    add_accesses(in, {call.input}, {call.output});
+  else
+    add_accesses(in, {call.input}, {call.output});
+}
+
+EventId SimBackend::record_event(StreamRole stream) {
+  EventId e = ++next_event_;
+  if (program_.truncated) return e;
+  push(InstrType::kRecordEvent, stream).event = e;
+  return e;
+}
+
+void SimBackend::wait_event(StreamRole stream, EventId event) {
+  if (program_.truncated || event == 0) return;
+  push(InstrType::kWaitEvent, stream).event = event;
+}
+
+void SimBackend::synchronize(EventId event) {
+  if (program_.truncated || event == 0) return;
+  push(InstrType::kSynchronize, StreamRole::kDefault).event = event;
+}
+
+void SimBackend::annotate(std::string_view label) {
+  if (program_.truncated) return;
+  uint32_t nm = name(label);
+  push(InstrType::kMarker, StreamRole::kDefault).name = nm;
+}
+
+void SimBackend::on_allocate(const Buffer& buffer, StreamRole stream, std::string_view what) {
+  if (program_.truncated) return;
+  uint32_t nm = name(what);
+  Instr in;
+  in.type = InstrType::kAlloc;
+  in.stream = stream;
+  in.step = step();
+  in.host_seq = host_seq();  // the allocation's own host_seq (already taken by allocate())
+  in.name = nm;
+  in.buffer = buffer.id;
+  in.on_host = buffer.on_host;
+  in.address = buffer.block.address;
+  in.size = buffer.block.size;
+  program_.instrs.push_back(in);
+}
+
+void SimBackend::on_free(const Buffer& buffer) {
+  if (program_.truncated) return;
+  Instr in;
+  in.type = InstrType::kFree;
+  in.step = step();
+  in.host_seq = host_seq();
+  in.buffer = buffer.id;
+  in.on_host = buffer.on_host;
+  program_.instrs.push_back(in);
+}
+
+}  // namespace fullshard::sim

@@ -1,0 +1,55 @@
+#pragma once
+// The simulator's Backend: buffers carry no data; every launch, collective, event and
+// allocation is recorded into the rank's Program in host order, with the allocator's
+// exact block (NOTE [Allocation in host order] in core/runtime/backend.h).
+#include <map>
+#include <string>
+
+#include "core/runtime/backend.h"
+#include "simulator/engine/program.h"
+
+namespace fullshard::sim {
+
+// Interns process groups by their rank list so every rank's programs refer to the same ids.
+class GroupRegistry {
+ public:
+  uint32_t intern(const ProcessGroup& g);
+  const std::vector<GroupInfo>& groups() const { return groups_; }
+
+ private:
+  std::map<std::string, uint32_t> by_key_;
+  std::vector<GroupInfo> groups_;
+};
+
+class SimBackend : public Backend {
+ public:
+  SimBackend(int rank, int world_size, AllocatorOptions allocator, GroupRegistry& groups);
+
+  void launch(StreamRole stream, const OpCall& op) override;
+  void collective(StreamRole stream, const CollectiveCall& call, const ProcessGroup& group) override;
+  EventId record_event(StreamRole stream) override;
+  void wait_event(StreamRole stream, EventId event) override;
+  void synchronize(EventId event) override;
+  void annotate(std::string_view label) override;
+
+  Program& program() { return program_; }
+  const Program& program() const { return program_; }
+  // Stops recording (the host program died, e.g. out of memory).
+  void truncate() { program_.truncated = true; }
+
+ protected:
+  void on_allocate(const Buffer& buffer, StreamRole stream, std::string_view what) override;
+  void on_free(const Buffer& buffer) override;
+
+ private:
+  GroupRegistry& groups_;
+  Program program_;
+  EventId next_event_ = 0;
+  std::map<std::string, uint32_t> name_ids_;
+
+  uint32_t name(std::string_view s);
+  Instr& push(InstrType type, StreamRole stream);
+  void add_accesses(Instr& in, const std::vector<TensorRef>& reads, const std::vector<TensorRef>& writes);
+};
+
+}  // namespace fullshard::sim

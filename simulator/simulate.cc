@@ -1,0 +1,217 @@
+#include "simulator/simulate.h"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <unordered_map>
+
+#include "core/common/error.h"
+#include "core/fsdp/shard_layout.h"
+#include "core/scenario/training_program.h"
+#include "simulator/sim_backend.h"
+
+namespace fullshard::sim {
+
+std::vector<std::vector<int>> rank_classes(const Scenario& s) {
+  const int world = s.world_size();
+  Transformer model(s.model);
+  std::vector<Shape> shapes;
+  model.root().for_each_param([&](Param& p) { shapes.push_back(p.shape); });
+  std::map<std::vector<int64_t>, std::vector<int>> by_key;
+  for (int r = 0; r < world; ++r) {
+    MeshInfo mi = mesh_info_for(s, r);
+    const int w = mi.shard_group.size();
+    const int idx = mi.shard_group.index_of(r);
+    std::vector<int64_t> key;
+    key.reserve(shapes.size());
+    for (const Shape& sh : shapes) key.push_back(shard_rows(sh[0], w, idx));
+    by_key[key].push_back(r);
+  }
+  std::vector<std::vector<int>> classes;
+  for (auto& [k, v] : by_key) classes.push_back(std::move(v));
+  std::sort(classes.begin(), classes.end());
+  return classes;
+}
+
+namespace {
+
+PlaceholderCostOptions cost_options(const Scenario& s) {
+  const HardwareProfile& hw = s.hardware.device;
+  PlaceholderCostOptions o;
+  bool low = s.fsdp.mixed_precision.param_dtype && *s.fsdp.mixed_precision.param_dtype != DType::kFloat32;
+  double peak = low ? hw.peak_flops_bf16 : hw.peak_flops_fp32;
+  if (peak > 0) o.peak_flops = peak;
+  if (hw.hbm_bandwidth > 0) o.memory_bandwidth = hw.hbm_bandwidth;
+  double link = s.world_size() <= s.hardware.gpus_per_node ? hw.nvlink_bandwidth : hw.network_bandwidth;
+  if (link > 0) o.link_bandwidth = link;
+  return o;
+}
+
+// Keeps at most `max_points`, always keeping each bucket's highest and lowest allocated
+// point and the global peak, so downsampling never hides the peak.
+std::vector<TimelinePoint> downsample(std::vector<TimelinePoint> pts, size_t max_points) {
+  if (pts.size() <= max_points || max_points < 4) return pts;
+  const size_t buckets = max_points / 2;
+  std::vector<TimelinePoint> out;
+  const size_t per = (pts.size() + buckets - 1) / buckets;
+  for (size_t b = 0; b < pts.size(); b += per) {
+    size_t e = std::min(pts.size(), b + per);
+    size_t hi = b, lo = b;
+    for (size_t i = b; i < e; ++i) {
+      if (pts[i].allocated_bytes > pts[hi].allocated_bytes) hi = i;
+      if (pts[i].allocated_bytes < pts[lo].allocated_bytes) lo = i;
+    }
+    if (lo < hi) {
+      out.push_back(pts[lo]);
+      out.push_back(pts[hi]);
+    } else {
+      out.push_back(pts[hi]);
+      if (lo != hi) out.push_back(pts[lo]);
+    }
+  }
+  return out;
+}
+
+struct Recorded {
+  std::unique_ptr<SimBackend> backend;
+  std::vector<uint64_t> allocated_after_step;
+  std::optional<OutOfMemoryInfo> oom;
+};
+
+Recorded record_rank(const Scenario& s, int rank, GroupRegistry& groups) {
+  Recorded r;
+  r.backend = std::make_unique<SimBackend>(rank, s.world_size(), s.hardware.allocator, groups);
+  SimBackend& b = *r.backend;
+  std::unique_ptr<TrainingProgram> prog;
+  try {
+    prog = std::make_unique<TrainingProgram>(b, s);
+    for (int step = 0; step < s.training.steps; ++step) {
+      prog->run_step(step);
+      r.allocated_after_step.push_back(b.memory().current().allocated_bytes);
+    }
+  } catch (const OutOfMemoryError& e) {
+    OutOfMemoryInfo o;
+    o.requested_bytes = e.requested_bytes;
+    o.what = e.what_for;
+    o.category = std::string(category_key(e.category));
+    o.capacity_bytes = e.capacity_bytes;
+    o.at_failure = e.at_failure;
+    o.step = b.step();
+    r.oom = o;
+  }
+  b.truncate();  // teardown frees are not part of the run
+  prog.reset();
+  return r;
+}
+
+}  // namespace
+
+SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& opt) {
+  SimulationReport rep;
+  rep.scenario = s.name;
+  rep.world_size = s.world_size();
+  rep.simulated_all_ranks = opt.all_ranks;
+  rep.capacity_bytes = s.hardware.allocator.capacity_bytes;
+  rep.parameters = parameter_count(s.model);
+
+  std::vector<std::vector<int>> classes;
+  if (opt.all_ranks) {
+    for (int r = 0; r < rep.world_size; ++r) classes.push_back({r});
+  } else {
+    classes = rank_classes(s);
+  }
+  GroupRegistry groups;
+  std::vector<Recorded> recs;
+  std::vector<Program> programs;
+  for (const auto& cls : classes) {
+    recs.push_back(record_rank(s, cls.front(), groups));
+    programs.push_back(recs.back().backend->program());
+    if (opt.mutate_program) opt.mutate_program(programs.back());
+  }
+
+  PlaceholderCostModel cost(cost_options(s));
+  EngineOptions eo;
+  eo.symmetric = !opt.all_ranks;
+  eo.checks = opt.checks;
+  EngineResult er = simulate(programs, groups.groups(), cost, eo);
+  rep.problems = er.problems;
+  rep.events_processed = er.events_processed;
+
+  const int last_step = s.training.steps - 1;
+  for (size_t ci = 0; ci < classes.size(); ++ci) {
+    const Program& prog = programs[ci];
+    const RankTiming& rt = er.ranks[ci];
+    const MemoryTracker& mem = recs[ci].backend->memory();
+    RankClassReport c;
+    c.ranks = classes[ci];
+    c.representative = classes[ci].front();
+    c.peak_allocated_bytes = mem.at_peak_allocated().allocated_bytes;
+    c.peak_reserved_bytes = mem.at_peak_reserved().reserved_bytes;
+    c.peak_host_bytes = mem.peak_host_bytes();
+    c.breakdown_at_peak = mem.at_peak_allocated().by_category;
+    c.allocated_after_step = recs[ci].allocated_after_step;
+    c.end_allocated_bytes = c.allocated_after_step.empty() ? 0 : c.allocated_after_step.back();
+    c.allocator = mem.allocator_stats();
+    c.oom = recs[ci].oom;
+    if (c.oom) rep.out_of_memory = true;
+    for (int k = 0; k < kNumStreams; ++k) c.busy_s[k] = rt.busy_s[k];
+    // Host time of every host_seq (allocations, frees, markers).
+    std::unordered_map<uint64_t, double> time_of;
+    time_of.reserve(prog.instrs.size());
+    std::vector<double> step_end;
+    for (size_t i = 0; i < prog.instrs.size(); ++i) {
+      const Instr& in = prog.instrs[i];
+      double t = rt.times[i].start;
+      if (in.type == InstrType::kAlloc || in.type == InstrType::kFree) time_of[in.host_seq] = t;
+      if (in.type == InstrType::kMarker && instr_name(prog, in) == "step end") step_end.push_back(t);
+      if (in.type == InstrType::kCollective && in.step == last_step)
+        ++c.collectives_per_step[static_cast<int>(in.coll)];
+    }
+    std::vector<TimelinePoint> pts;
+    pts.reserve(mem.timeline().size());
+    for (const MemoryEvent& e : mem.timeline()) {
+      auto it = time_of.find(e.host_seq);
+      TimelinePoint p;
+      p.time_s = it == time_of.end() ? 0.0 : std::max(0.0, it->second);
+      p.allocated_bytes = e.allocated_bytes;
+      p.reserved_bytes = e.reserved_bytes;
+      p.host_bytes = e.host_bytes;
+      p.by_category = e.by_category;
+      if (e.host_seq == mem.at_peak_allocated().host_seq) c.peak_time_s = p.time_s;
+      pts.push_back(p);
+    }
+    c.timeline = downsample(std::move(pts), opt.max_timeline_points);
+    // The last step's duration and its compute / exposed communication.
+    if (!step_end.empty() && rt.completed) {
+      double end = step_end.back();
+      double begin = step_end.size() >= 2 ? step_end[step_end.size() - 2] : 0.0;
+      rep.step_time_s = std::max(rep.step_time_s, end - begin);
+    }
+    c.compute_s = rt.compute_s;
+    c.exposed_comm_s = rt.exposed_comm_s;
+    rep.compute_s = std::max(rep.compute_s, rt.compute_s);
+    rep.exposed_comm_s = std::max(rep.exposed_comm_s, rt.exposed_comm_s);
+    rep.classes.push_back(std::move(c));
+  }
+  // Whole-run compute / exposed figures are per step on average.
+  if (s.training.steps > 0) {
+    rep.compute_s /= s.training.steps;
+    rep.exposed_comm_s /= s.training.steps;
+  }
+  const auto& m = s.model;
+  const double tokens = static_cast<double>(s.training.batch_per_rank) * s.training.seq_len * s.training.grad_accum_steps;
+  // torchtitan's count: 6 x non-embedding params + 12 x layers x heads x head_dim x seq.
+  double embed = static_cast<double>(m.vocab_size) * m.dim;
+  rep.model_flops_per_token = 6.0 * (static_cast<double>(rep.parameters) - embed) +
+                              12.0 * m.n_layers * m.n_heads * m.head_dim() * s.training.seq_len;
+  if (rep.step_time_s > 0) {
+    rep.tokens_per_s_per_gpu = tokens / rep.step_time_s;
+    const HardwareProfile& hw = s.hardware.device;
+    bool low = s.fsdp.mixed_precision.param_dtype && *s.fsdp.mixed_precision.param_dtype != DType::kFloat32;
+    double peak = low ? hw.peak_flops_bf16 : hw.peak_flops_fp32;
+    if (peak > 0) rep.mfu = rep.model_flops_per_token * rep.tokens_per_s_per_gpu / peak;
+  }
+  return rep;
+}
+
+}  // namespace fullshard::sim
