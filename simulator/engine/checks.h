@@ -16,7 +16,8 @@ struct CheckOptions {
   bool collectives = true;  // mismatch and missing collectives across group members
   bool races = true;        // stream races (vector clocks)
   bool memory = true;       // use after free, free while in use, unordered first use
-  // Per check and rank (per group for collectives); further problems are dropped.
+  // Cap on the problems kept: per rank for races and for memory problems; in all for the
+  // collective checks (which report at most one per group). Further problems are dropped.
   size_t max_problems = 32;
 };
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <queue>
 #include <string>
 #include <unordered_map>
@@ -253,7 +254,7 @@ class Engine {
       double ready = std::max(t.issue, R.free_at[s]);
       double end = ready;
       switch (in.type) {
-        case InstrType::kKernel: end = ready + cost_.kernel_seconds(in); break;
+        case InstrType::kKernel: end = ready + checked(cost_.kernel_seconds(in), in); break;
         case InstrType::kRecordEvent: break;
         case InstrType::kWaitEvent:
           if (const uint32_t j = R.ref[i]; j != kNone) {
@@ -275,6 +276,13 @@ class Engine {
     }
   }
 
+  double checked(double seconds, const Instr& in) const {
+    FULLSHARD_CHECK(seconds >= 0 && seconds < std::numeric_limits<double>::infinity(),
+                    "cost model returned " + std::to_string(seconds) + " s for instruction " +
+                        std::to_string(in.host_seq));
+    return seconds;
+  }
+
   void finish(uint32_t r, uint8_t s, uint32_t i, double end) {
     RankState& R = ranks_[r];
     (*R.times)[i].end = end;
@@ -289,7 +297,7 @@ class Engine {
 
   void arrive(uint32_t r, uint8_t s, uint32_t i, double ready) {
     const Instr& in = programs_[r].instrs[i];
-    const Arrival a{r, s, i, cost_.collective_seconds(in, groups_[in.group])};
+    const Arrival a{r, s, i, checked(cost_.collective_seconds(in, groups_[in.group]), in)};
     const size_t expected = world_.present[in.group].size();
     ranks_[r].in_collective[s] = true;
     if (expected == 1) {  // symmetric mode with one representative: nobody to wait for

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Bad input: one line on stderr naming the path/flag, the value and the fix; exit code 2;
+# no stack trace, no crash.
+set -u
+bin="$1"; src="$2"
+tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
+fail=0
+expect() {  # expect NAME SUBSTRING -- ARGS...
+  local name="$1" want="$2"; shift 3
+  "$bin" "$@" > "$tmp/out" 2> "$tmp/err"; local rc=$?
+  local lines; lines=$(wc -l < "$tmp/err")
+  if [ "$rc" -ne 2 ] || [ "$lines" -ne 1 ] || ! grep -qF -- "$want" "$tmp/err"; then
+    echo "FAIL $name: rc=$rc lines=$lines stderr:"; cat "$tmp/err"; fail=1
+  else
+    echo "ok   $name: $(cat "$tmp/err")"
+  fi
+}
+expect missing-file "no-such.json" -- simulate "$tmp/no-such.json"
+printf '{"model": "tiny-llama",\n "training": {"seq_len": 8,}\n}' > "$tmp/malformed.json"
+expect malformed-json "malformed.json" -- simulate "$tmp/malformed.json"
+cat > "$tmp/typo.json" <<'J'
+{"model": "tiny-llama", "training": {"seq_lenn": 8}, "hardware": {"profile": "cpu", "gpus_per_node": 2}}
+J
+expect misspelled-field "seq_len" -- simulate "$tmp/typo.json"
+cat > "$tmp/neg.json" <<'J'
+{"model": "tiny-llama", "training": {"seq_len": -8}, "hardware": {"profile": "cpu", "gpus_per_node": 2}}
+J
+expect negative-size "training.seq_len" -- simulate "$tmp/neg.json"
+cat > "$tmp/mesh.json" <<'J'
+{"model": "tiny-llama", "training": {"seq_len": 8}, "fsdp": {"mesh": {"shape": [3]}}, "hardware": {"profile": "cpu", "gpus_per_node": 2}}
+J
+expect mesh-product "fsdp.mesh.shape" -- simulate "$tmp/mesh.json"
+cat > "$tmp/raf.json" <<'J'
+{"model": "tiny-llama", "training": {"seq_len": 8}, "fsdp": {"reshard_after_forward": 3, "mesh": {"shape": [4]}}, "hardware": {"profile": "cpu", "gpus_per_node": 4}}
+J
+expect raf-divides "fsdp.reshard_after_forward" -- simulate "$tmp/raf.json"
+cat > "$tmp/model.json" <<'J'
+{"model": "llama9-1t", "training": {"seq_len": 8}, "hardware": {"profile": "cpu", "gpus_per_node": 2}}
+J
+expect unknown-model "llama9-1t" -- simulate "$tmp/model.json"
+cat > "$tmp/hw.json" <<'J'
+{"model": "tiny-llama", "training": {"seq_len": 8}, "hardware": {"profile": "h1000", "gpus_per_node": 2}}
+J
+expect unknown-hardware "h1000" -- simulate "$tmp/hw.json"
+expect bad-ranks "--ranks" -- simulate "$src/scenarios/tiny-llama-cpu2.json" --ranks some
+expect unknown-flag "--bogus" -- simulate "$src/scenarios/tiny-llama-cpu2.json" --bogus
+exit $fail

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs fullshard's build and test dependencies from Debian packages when missing.
+# Sourced by tools/demo.sh and tools/test.sh; uses sudo when not root.
+set -euo pipefail
+
+fullshard_install_deps() {
+  local pkgs=(cmake ninja-build g++ libgtest-dev libgmock-dev librapidcheck-dev nlohmann-json3-dev
+              libcli11-dev libfmt-dev)
+  local missing=()
+  for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then return 0; fi
+  echo "fullshard: installing ${missing[*]}" >&2
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >&2
+}
