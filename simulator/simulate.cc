@@ -133,6 +133,11 @@ SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& opt
   EngineOptions eo;
   eo.symmetric = !opt.all_ranks;
   eo.checks = opt.checks;
+  // NOTE [Free rule]: FSDP2 frees cross-stream buffers (the reduce-scatter output after the
+  // optimizer, the HSDP all-reduce input at finalize) before their pool's stream has waited
+  // on the last use; it is safe because every later allocation from that pool happens after
+  // such a wait. So a hazard is reported when freed memory is reused unordered, not at free.
+  eo.check.free_rule = FreeRule::kAtReuse;
   EngineResult er = simulate(programs, groups.groups(), cost, eo);
   rep.problems = er.problems;
   rep.events_processed = er.events_processed;

@@ -37,7 +37,7 @@ const std::map<std::string, std::vector<std::string>> kFields = {
     {"training",
      {"batch_per_rank", "seq_len", "steps", "grad_accum_steps", "activation_checkpointing",
       "optimizer", "seed"}},
-    {"training.optimizer", {"lr", "beta1", "beta2", "eps", "weight_decay", "max_grad_norm"}},
+    {"training.optimizer", {"lr", "beta1", "beta2", "eps", "weight_decay", "max_grad_norm", "implementation"}},
     {"training.activation_checkpointing", {"mode", "every"}},
     {"fsdp",
      {"mesh", "reshard_after_forward", "mixed_precision", "cpu_offload", "units",
@@ -272,6 +272,9 @@ OptimizerOptions parse_optimizer(const json& v) {
   num("eps", 0, false, kInf, false, "1e-8", o.eps);
   num("weight_decay", 0, true, kInf, false, "0.1", o.weight_decay);
   num("max_grad_norm", 0, true, kInf, false, "1.0 (0 disables clipping)", o.max_grad_norm);
+  if (v.contains("implementation"))
+    o.fused = jr::get_choice(v.at("implementation"), jr::child_path(P, "implementation"),
+                             {"foreach", "fused"}) == "fused";
   return o;
 }
 

@@ -38,6 +38,7 @@ struct OptimizerOptions {
   double eps = 1e-8;
   double weight_decay = 0.1;
   double max_grad_norm = 1.0;  // 0 disables gradient clipping
+  bool fused = false;          // implementation: "foreach" (PyTorch's default) or "fused"
 };
 
 struct TrainingOptions {

@@ -70,6 +70,7 @@ TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
   ao.beta2 = oo.beta2;
   ao.eps = oo.eps;
   ao.weight_decay = oo.weight_decay;
+  ao.fused = oo.fused;
   optim_ = std::make_unique<AdamW>(b, all_params_, ao);
   block_ac_ = block_checkpointing(s.training.activation_checkpointing, s.model.n_layers);
 }

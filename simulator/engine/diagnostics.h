@@ -18,7 +18,8 @@ enum class ProblemKind : uint8_t {
   kCollectiveHang,      // some members wait in a collective another member never reaches
   kStreamRace,          // unordered conflicting accesses to a buffer from two streams
   kUseAfterFree,        // an access after the host freed the buffer (or a double free)
-  kFreeWhileInUse,      // freed while another stream may still use it (pool stream not ordered)
+  kFreeWhileInUse,      // freed (FreeRule::kAtFree) or its memory reused (kAtReuse) while another
+                        // stream may still use it
   kUnorderedFirstUse,   // first use on a non-pool stream not ordered after the pool's earlier work
 };
 std::string_view problem_kind_name(ProblemKind k);  // "collective_mismatch", ...

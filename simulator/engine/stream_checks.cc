@@ -26,11 +26,18 @@ namespace fullshard::sim {
 // (FastTrack): a write ordered after the reads transitively orders every earlier access.
 //
 // NOTE [Frees and the pool stream]: the caching allocator hands a freed block to the next
-// allocation from the same pool (the kAlloc's stream), whose users are ordered only after the
-// pool stream and the host. So a device buffer may be freed only when join(C[pool], host)
-// covers every access to it from other streams (else: free while in use), and its first use
-// on another stream must be ordered after the pool stream's work issued before the allocation
-// (else that work may still use the memory). Host buffers are exempt: they are not pooled.
+// allocation from the same pool (the kAlloc's stream). The memory of a new device buffer may
+// therefore still be in use by (a) the pool stream's work issued before the allocation and
+// (b) any access, on any stream, to a buffer freed to the same pool earlier. Its first use on
+// each stream s must be ordered after both: C[s] must cover, per other stream w, the pool
+// stream's epoch at allocation (w = pool) and the latest access on w to memory freed to the
+// pool (we do not know which block is reused, so every freed buffer of the pool counts).
+// That is exact for what the hardware can do, and it is what FSDP2 relies on: e.g. the
+// reduce-scatter output is freed after the optimizer read it on the compute stream, and the
+// next reduce-scatter stream work waits for the compute stream before using new memory.
+// FreeRule::kAtFree (default) is stricter and reports at the free itself: join(C[pool], host)
+// must cover every access from other streams when the host frees the buffer.
+// Host buffers are exempt: they are not pooled.
 
 namespace {
 
@@ -46,16 +53,28 @@ struct Epoch {
   uint32_t instr = kNoInstr;
 };
 
+// The latest access on one stream to memory freed to a pool: a later allocation from the
+// pool is not safe to use on another stream before that stream is ordered after it.
+struct Owed {
+  uint32_t clock = 0;               // 0: none
+  uint32_t instr = kNoInstr;        // the access
+  uint32_t freed_alloc = kNoInstr;  // the freed buffer's kAlloc (for its name)
+  uint64_t freed_id = 0;
+};
+using OwedSet = std::array<Owed, kNumStreams>;
+
 struct BufferState {
   uint32_t alloc_instr = kNoInstr;   // kNoInstr: the program never allocated it
   uint32_t free_instr = kNoInstr;    // set once the host freed it
   uint32_t pool_epoch = 0;           // the pool stream's clock at allocation
   uint32_t pool_last_op = kNoInstr;  // the pool stream's last op before the allocation
+  uint32_t owed = kNoInstr;          // index of the pool's OwedSet at allocation, if any
   uint8_t pool = 0;
   bool on_host = false;
   bool after_free_reported = false;
   uint8_t write_stream = 0;
   uint8_t first_use_checked = 0;  // bit per stream
+  bool free_reported = false;
   Epoch write;
   std::array<Epoch, kNumStreams> reads{};
 };
@@ -69,6 +88,7 @@ class StreamChecker {
     for (Clock& c : clocks_) c.fill(0);
     host_.fill(0);
     last_op_.fill(kNoInstr);
+    pool_snapshot_.fill(kNoInstr);
     buffers_.reserve(program.instrs.size() / 4 + 16);
   }
 
@@ -168,11 +188,10 @@ class StreamChecker {
       return;
     }
     const uint8_t bit = static_cast<uint8_t>(1u << s);
-    if (b.alloc_instr == kNoInstr || b.on_host || s == b.pool || (b.first_use_checked & bit)) {
-      return;
-    }
+    if (b.alloc_instr == kNoInstr || b.on_host || (b.first_use_checked & bit)) return;
     b.first_use_checked |= bit;
-    if (c[b.pool] >= b.pool_epoch) return;
+    if (b.owed != kNoInstr) check_owed(in, s, c, a, b, op);
+    if (s == b.pool || c[b.pool] >= b.pool_epoch) return;
     report(ProblemKind::kUnorderedFirstUse, memory_count_, in,
            fmt::format("use after free: buffer {} is first used by {} op "
                        "'{}' on stream {}, not ordered after the {} work issued before the "
@@ -181,6 +200,25 @@ class StreamChecker {
                        "stream after the allocation",
                        label(a.buffer, b, true), sname(s), op, sname(s), sname(b.pool),
                        sname(b.pool), name_of(b.pool_last_op), sname(s), sname(b.pool)));
+  }
+
+  // The first use on s of a new buffer is ordered after accesses to memory freed to its pool.
+  void check_owed(const Instr& in, int s, const Clock& c, const sim::Access& a,
+                  const BufferState& b, std::string_view op) {
+    const OwedSet& owed = owed_[b.owed];
+    for (int w = 0; w < kNumStreams; ++w) {
+      const Owed& o = owed[w];
+      if (w == s || o.clock == 0 || c[w] >= o.clock) continue;
+      report(ProblemKind::kFreeWhileInUse, memory_count_, in,
+             fmt::format("use after free: buffer {} is first used by {} op '{}' while {} op '{}' "
+                         "may still use buffer '{}' (id {}), which the host freed to the {} pool "
+                         "before this allocation; make the {} stream wait on an event recorded "
+                         "after '{}' before this use (or the {} stream before that free)",
+                         label(a.buffer, b, true), sname(s), op, sname(w), name_of(o.instr),
+                         name_of(o.freed_alloc), o.freed_id, sname(b.pool), sname(s),
+                         name_of(o.instr), sname(b.pool)));
+      return;
+    }
   }
 
   void check_race(const Instr& in, int s, const Clock& c, const sim::Access& a,
@@ -215,6 +253,28 @@ class StreamChecker {
     b.pool = static_cast<uint8_t>(in.stream);
     b.pool_epoch = clocks_[b.pool][b.pool];
     b.pool_last_op = last_op_[b.pool];
+    if (in.on_host || !pool_owes_[b.pool]) return;
+    if (pool_snapshot_[b.pool] == kNoInstr) {  // the pool's debts changed since the last one
+      pool_snapshot_[b.pool] = static_cast<uint32_t>(owed_.size());
+      owed_.push_back(pool_owed_[b.pool]);
+    }
+    b.owed = pool_snapshot_[b.pool];
+  }
+
+  // Remembers the accesses from other streams to a buffer freed to pool p (NOTE above).
+  void owe(uint64_t id, const BufferState& b) {
+    const int p = b.pool;
+    auto add = [&](int w, const Epoch& e) {
+      Owed& o = pool_owed_[p][w];
+      if (w == p || e.clock <= o.clock) return;
+      o = {e.clock, e.instr, b.alloc_instr, id};
+      pool_owes_[p] = true;
+      pool_snapshot_[p] = kNoInstr;
+    };
+    if (b.write.clock != 0) add(b.write_stream, b.write);
+    for (int r = 0; r < kNumStreams; ++r) {
+      if (b.reads[r].clock != 0) add(r, b.reads[r]);
+    }
   }
 
   void on_free(uint32_t i, const Instr& in) {
@@ -243,7 +303,10 @@ class StreamChecker {
         other_instr = b.reads[r].instr;
       }
     }
-    if (other < 0) return;
+    if (other < 0 || options_.free_rule == FreeRule::kAtReuse) {
+      owe(in.buffer, b);
+      return;
+    }
     report(ProblemKind::kFreeWhileInUse, memory_count_, in,
            fmt::format("use after free: buffer {} freed by the host "
                        "while {} op '{}' on stream {} may still use it; make the {} stream wait "
@@ -259,6 +322,12 @@ class StreamChecker {
   std::array<uint32_t, kNumStreams> last_op_;
   std::unordered_map<uint64_t, Clock> events_;
   std::unordered_map<uint64_t, BufferState> buffers_;
+  // Per pool: what memory freed to it may still be used by (NOTE [Frees and the pool stream]),
+  // and the index in owed_ of its current state (kNoInstr: changed since the last snapshot).
+  std::array<OwedSet, kNumStreams> pool_owed_{};
+  std::array<bool, kNumStreams> pool_owes_{};
+  std::array<uint32_t, kNumStreams> pool_snapshot_;
+  std::vector<OwedSet> owed_;
   std::vector<Problem> problems_;
   size_t race_count_ = 0;
   size_t memory_count_ = 0;

@@ -103,6 +103,71 @@ TEST(EngineStreamChecks, FreeAfterThePoolStreamWaitedIsFine) {
   }
 }
 
+// FSDP2 frees the reduce-scatter output after the optimizer used it on the compute stream
+// and only makes the reduce-scatter stream wait for the compute stream in the next backward.
+Program deferred_rs_free(bool next_step_waits) {
+  ProgramBuilder b;
+  b.alloc(1, S::kReduceScatter, "layers.0 reduce_scatter_output");
+  b.collective(S::kReduceScatter, "layers.0 reduce_scatter", CollectiveKind::kReduceScatter, 0, 64,
+               {}, {1});
+  b.record(S::kReduceScatter, 1).wait(S::kDefault, 1);
+  b.kernel(S::kDefault, "clip_grad_norm", {1}, {1});
+  b.free(1);  // no wait of the reduce-scatter stream on the compute stream yet
+  b.at_step(1).kernel(S::kDefault, "backward", {}, {3});
+  b.record(S::kDefault, 2);
+  if (next_step_waits) b.wait(S::kReduceScatter, 2);
+  b.alloc(2, S::kReduceScatter, "layers.0 reduce_scatter_output (step 1)");
+  b.collective(S::kReduceScatter, "layers.0 reduce_scatter", CollectiveKind::kReduceScatter, 0, 64,
+               {}, {2});
+  return b.build();
+}
+
+TEST(EngineStreamChecks, FreeRuleAtFreeIsStrictAtReuseFollowsFsdp2) {
+  CheckOptions at_free, at_reuse;
+  at_reuse.free_rule = FreeRule::kAtReuse;
+  const auto strict = check_streams(deferred_rs_free(true), at_free);
+  ASSERT_EQ(strict.size(), 1u) << all_messages(strict);
+  EXPECT_EQ(strict[0].kind, ProblemKind::kFreeWhileInUse);
+  EXPECT_CONTAINS(strict[0].message, "freed by the host while compute op 'clip_grad_norm'");
+  EXPECT_TRUE(check_streams(deferred_rs_free(true), at_reuse).empty());
+
+  const auto late = check_streams(deferred_rs_free(false), at_reuse);
+  ASSERT_EQ(late.size(), 1u) << all_messages(late);
+  EXPECT_EQ(late[0].kind, ProblemKind::kFreeWhileInUse);
+  EXPECT_EQ(late[0].step, 1);
+  EXPECT_EQ(late[0].message,
+            "step 1: rank 0: use after free: buffer 'layers.0 reduce_scatter_output (step 1)' "
+            "(id 2, allocated on reduce_scatter stream) is first used by reduce_scatter op "
+            "'layers.0 reduce_scatter' while compute op 'clip_grad_norm' may still use buffer "
+            "'layers.0 reduce_scatter_output' (id 1), which the host freed to the reduce_scatter "
+            "pool before this allocation; make the reduce_scatter stream wait on an event "
+            "recorded after 'clip_grad_norm' before this use (or the reduce_scatter stream before "
+            "that free)");
+}
+
+TEST(EngineStreamChecks, ReuseThroughAStaleEventIsCaughtUnderBothRules) {
+  // The pool stream waited for the other user before the free (the strict rule holds), but
+  // the new buffer's user waits on an event recorded on the pool stream before that wait.
+  for (FreeRule rule : {FreeRule::kAtFree, FreeRule::kAtReuse}) {
+    ProgramBuilder b;
+    b.alloc(1, S::kAllGatherCopyIn, "old");
+    b.kernel(S::kAllGatherCopyIn, "copy_in", {}, {1});
+    b.record(S::kAllGatherCopyIn, 1).wait(S::kAllGather, 1);
+    b.collective(S::kAllGather, "ag", CollectiveKind::kAllGather, 0, 64, {1}, {9});
+    b.record(S::kAllGather, 2).wait(S::kAllGatherCopyIn, 2);
+    b.free(1);
+    b.alloc(3, S::kAllGatherCopyIn, "new");
+    b.wait(S::kReduceScatter, 1);  // stale: before the copy-in stream waited for the AG
+    b.kernel(S::kReduceScatter, "user", {}, {3});
+    CheckOptions o;
+    o.free_rule = rule;
+    const auto problems = check_streams(b.build(), o);
+    ASSERT_EQ(problems.size(), 1u) << all_messages(problems);
+    EXPECT_EQ(problems[0].kind, ProblemKind::kFreeWhileInUse);
+    EXPECT_CONTAINS(problems[0].message, "while all_gather op 'ag' may still use buffer 'old'");
+  }
+}
+
 TEST(EngineStreamChecks, FirstUseOnAnotherStreamWithoutWaitingForThePool) {
   ProgramBuilder b;
   b.alloc(1, S::kDefault, "old activation");
