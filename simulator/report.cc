@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace fullshard::sim {
 
 std::string format_bytes(uint64_t b) {
@@ -66,6 +68,7 @@ nlohmann::json report_json(const SimulationReport& r) {
     cj["allocated_after_step"] = c.allocated_after_step;
     cj["num_alloc_retries"] = c.allocator.num_alloc_retries;
     cj["num_segments"] = c.allocator.num_segments;
+    cj["instructions"] = c.instructions;
     cj["compute_s"] = c.compute_s;
     cj["exposed_comm_s"] = c.exposed_comm_s;
     json busy = json::object();
@@ -89,6 +92,7 @@ nlohmann::json report_json(const SimulationReport& r) {
       ranks.push_back({{"rank", rk}, {"class", ci}, {"peak_allocated_bytes", c.peak_allocated_bytes},
                        {"peak_reserved_bytes", c.peak_reserved_bytes},
                        {"breakdown_at_peak", cj["breakdown_at_peak"]}});
+    if (c.timeline.empty()) continue;
     // Timeline as columns (compact): time, allocated, reserved, host, and one per category.
     json tl;
     tl["class"] = ci;
@@ -122,8 +126,25 @@ std::string report_summary(const SimulationReport& r) {
                                                                              : fmt::format("{}", r.parameters);
   std::string out = fmt::format("scenario {}: {} ranks, {} parameters, allocator capacity {} per rank\n",
                                 r.scenario, r.world_size, params, format_bytes(r.capacity_bytes));
+  // Ranks with identical memory results print as one line (always so with rank classes;
+  // with --ranks all this groups the per-rank results).
+  std::vector<std::pair<std::vector<int>, const RankClassReport*>> shown;
   for (const auto& c : r.classes) {
-    out += fmt::format("  {}: peak allocated {}, peak reserved {}", ranks_label(c.ranks),
+    bool merged = false;
+    for (auto& [ranks, rep] : shown)
+      if (rep->peak_allocated_bytes == c.peak_allocated_bytes && rep->peak_reserved_bytes == c.peak_reserved_bytes &&
+          rep->breakdown_at_peak == c.breakdown_at_peak && rep->peak_host_bytes == c.peak_host_bytes &&
+          !rep->oom && !c.oom) {
+        ranks.insert(ranks.end(), c.ranks.begin(), c.ranks.end());
+        merged = true;
+        break;
+      }
+    if (!merged) shown.emplace_back(c.ranks, &c);
+  }
+  for (auto& [ranks, cp] : shown) {
+    const RankClassReport& c = *cp;
+    std::sort(ranks.begin(), ranks.end());
+    out += fmt::format("  {}: peak allocated {}, peak reserved {}", ranks_label(ranks),
                        format_bytes(c.peak_allocated_bytes), format_bytes(c.peak_reserved_bytes));
     if (c.peak_host_bytes) out += fmt::format(", CPU-offloaded {}", format_bytes(c.peak_host_bytes));
     out += "\n    at peak:";

@@ -14,8 +14,9 @@ uint32_t GroupRegistry::intern(const ProcessGroup& g) {
   return id;
 }
 
-SimBackend::SimBackend(int rank, int world_size, AllocatorOptions allocator, GroupRegistry& groups)
-    : Backend(rank, world_size, allocator), groups_(groups) {
+SimBackend::SimBackend(int rank, int world_size, AllocatorOptions allocator, GroupRegistry& groups,
+                       bool record_timeline)
+    : Backend(rank, world_size, allocator, nullptr, record_timeline), groups_(groups) {
   program_.rank = rank;
 }
 

@@ -23,7 +23,8 @@ class GroupRegistry {
 
 class SimBackend : public Backend {
  public:
-  SimBackend(int rank, int world_size, AllocatorOptions allocator, GroupRegistry& groups);
+  SimBackend(int rank, int world_size, AllocatorOptions allocator, GroupRegistry& groups,
+             bool record_timeline = true);
 
   void launch(StreamRole stream, const OpCall& op) override;
   void collective(StreamRole stream, const CollectiveCall& call, const ProcessGroup& group) override;

@@ -78,9 +78,9 @@ struct Recorded {
   std::optional<OutOfMemoryInfo> oom;
 };
 
-Recorded record_rank(const Scenario& s, int rank, GroupRegistry& groups) {
+Recorded record_rank(const Scenario& s, int rank, GroupRegistry& groups, bool timeline) {
   Recorded r;
-  r.backend = std::make_unique<SimBackend>(rank, s.world_size(), s.hardware.allocator, groups);
+  r.backend = std::make_unique<SimBackend>(rank, s.world_size(), s.hardware.allocator, groups, timeline);
   SimBackend& b = *r.backend;
   std::unique_ptr<TrainingProgram> prog;
   try {
@@ -114,18 +114,21 @@ SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& opt
   rep.capacity_bytes = s.hardware.allocator.capacity_bytes;
   rep.parameters = parameter_count(s.model);
 
-  std::vector<std::vector<int>> classes;
+  // With --ranks all every rank is simulated, but memory timelines are kept only for the
+  // first rank of each class of identical ranks (they are the same for the others).
+  std::vector<std::vector<int>> classes = rank_classes(s);
+  std::vector<bool> timeline_rank(static_cast<size_t>(rep.world_size), false);
+  for (const auto& c : classes) timeline_rank[static_cast<size_t>(c.front())] = true;
   if (opt.all_ranks) {
+    classes.clear();
     for (int r = 0; r < rep.world_size; ++r) classes.push_back({r});
-  } else {
-    classes = rank_classes(s);
   }
   GroupRegistry groups;
   std::vector<Recorded> recs;
   std::vector<Program> programs;
   for (const auto& cls : classes) {
-    recs.push_back(record_rank(s, cls.front(), groups));
-    programs.push_back(recs.back().backend->program());
+    recs.push_back(record_rank(s, cls.front(), groups, timeline_rank[static_cast<size_t>(cls.front())]));
+    programs.push_back(std::move(recs.back().backend->program()));
     if (opt.mutate_program) opt.mutate_program(programs.back());
   }
 
@@ -157,6 +160,7 @@ SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& opt
     c.allocated_after_step = recs[ci].allocated_after_step;
     c.end_allocated_bytes = c.allocated_after_step.empty() ? 0 : c.allocated_after_step.back();
     c.allocator = mem.allocator_stats();
+    c.instructions = prog.instrs.size();
     c.oom = recs[ci].oom;
     if (c.oom) rep.out_of_memory = true;
     for (int k = 0; k < kNumStreams; ++k) c.busy_s[k] = rt.busy_s[k];

@@ -53,6 +53,7 @@ struct RankClassReport {
   std::optional<OutOfMemoryInfo> oom;
   double busy_s[kNumStreams] = {};
   double compute_s = 0, exposed_comm_s = 0;
+  uint64_t instructions = 0;           // recorded host-program instructions
   int collectives_per_step[5] = {};    // by CollectiveKind, in the last step
 };
 

@@ -16,8 +16,9 @@ OutOfMemoryError::OutOfMemoryError(uint64_t requested, MemCategory cat, std::str
       at_failure(snap),
       capacity_bytes(capacity) {}
 
-Backend::Backend(int rank, int world_size, AllocatorOptions allocator, SegmentSource* source)
-    : rank_(rank), world_size_(world_size), memory_(allocator, source) {}
+Backend::Backend(int rank, int world_size, AllocatorOptions allocator, SegmentSource* source,
+                 bool record_timeline)
+    : rank_(rank), world_size_(world_size), memory_(allocator, source, record_timeline) {}
 
 Buffer Backend::allocate(uint64_t bytes, MemCategory category, StreamRole stream,
                          std::string_view what) {

@@ -33,7 +33,8 @@ class OutOfMemoryError : public std::runtime_error {
 
 class Backend {
  public:
-  Backend(int rank, int world_size, AllocatorOptions allocator, SegmentSource* source = nullptr);
+  Backend(int rank, int world_size, AllocatorOptions allocator, SegmentSource* source = nullptr,
+          bool record_timeline = true);
   virtual ~Backend() = default;
   Backend(const Backend&) = delete;
   Backend& operator=(const Backend&) = delete;
