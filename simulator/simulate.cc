@@ -130,6 +130,7 @@ SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& opt
     recs.push_back(record_rank(s, cls.front(), groups, timeline_rank[static_cast<size_t>(cls.front())]));
     programs.push_back(std::move(recs.back().backend->program()));
     if (opt.mutate_program) opt.mutate_program(programs.back());
+    if (opt.progress) opt.progress(programs.size(), classes.size());
   }
 
   PlaceholderCostModel cost(cost_options(s));

@@ -18,6 +18,8 @@ struct SimulateOptions {
   size_t max_timeline_points = 4000;  // per rank class, downsampled keeping the extremes
   // Test hook: edits a rank's recorded program before the engine plays it (inject bugs).
   std::function<void(Program&)> mutate_program;
+  // Called after each rank program is recorded (done, total): progress for long runs.
+  std::function<void(size_t, size_t)> progress;
 };
 
 struct TimelinePoint {

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -30,6 +31,17 @@ int cmd_simulate(const std::string& path, const std::string& json_out, const std
     if (!probe) throw InputError("--json", "cannot write '" + json_out + "'", "give a writable file path");
   }
   std::fprintf(stderr, "simulating %s (%d ranks)...\n", path.c_str(), s.world_size());
+  // Progress on stderr for runs that record many rank programs.
+  auto start = std::chrono::steady_clock::now();
+  o.progress = [start, last = -1](size_t done, size_t total) mutable {
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    int pct = static_cast<int>(100 * done / total);
+    if (secs < 1.0 || pct == last) return;
+    last = pct;
+    std::fprintf(stderr, "\r  recorded %zu/%zu rank programs (%d%%, %.0f s)%s", done, total, pct, secs,
+                 done == total ? "\n" : "");
+    std::fflush(stderr);
+  };
   sim::SimulationReport r = sim::simulate_scenario(s, o);
   std::cout << sim::report_summary(r);
   if (!json_out.empty()) {
