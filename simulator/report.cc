@@ -69,6 +69,7 @@ nlohmann::json report_json(const SimulationReport& r) {
     cj["num_alloc_retries"] = c.allocator.num_alloc_retries;
     cj["num_segments"] = c.allocator.num_segments;
     cj["instructions"] = c.instructions;
+    cj["end_time_s"] = c.end_time_s;
     cj["compute_s"] = c.compute_s;
     cj["exposed_comm_s"] = c.exposed_comm_s;
     json busy = json::object();

@@ -162,18 +162,31 @@ SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& opt
     c.end_allocated_bytes = c.allocated_after_step.empty() ? 0 : c.allocated_after_step.back();
     c.allocator = mem.allocator_stats();
     c.instructions = prog.instrs.size();
+    c.end_time_s = rt.end_s;
     c.oom = recs[ci].oom;
     if (c.oom) rep.out_of_memory = true;
     for (int k = 0; k < kNumStreams; ++k) c.busy_s[k] = rt.busy_s[k];
-    // Host time of every host_seq (allocations, frees, markers).
+    // NOTE [Timeline time]: the host runs ahead of the device, so allocations happen (in host
+    // order, as the caching allocator sees them) long before the device runs the work they
+    // serve. A memory event is placed at the time the device starts the next kernel or
+    // collective the host issued after it (or the rank's end), made non-decreasing.
+    std::vector<double> dev_time(prog.instrs.size(), rt.end_s);
+    double next = rt.end_s;
+    for (size_t i = prog.instrs.size(); i-- > 0;) {
+      const Instr& in = prog.instrs[i];
+      dev_time[i] = next;
+      if ((in.type == InstrType::kKernel || in.type == InstrType::kCollective) && rt.times[i].start >= 0)
+        next = std::min(next, rt.times[i].start);
+    }
     std::unordered_map<uint64_t, double> time_of;
     time_of.reserve(prog.instrs.size());
     std::vector<double> step_end;
+    double running = 0;
     for (size_t i = 0; i < prog.instrs.size(); ++i) {
       const Instr& in = prog.instrs[i];
-      double t = rt.times[i].start;
-      if (in.type == InstrType::kAlloc || in.type == InstrType::kFree) time_of[in.host_seq] = t;
-      if (in.type == InstrType::kMarker && instr_name(prog, in) == "step end") step_end.push_back(t);
+      running = std::max(running, dev_time[i]);
+      if (in.type == InstrType::kAlloc || in.type == InstrType::kFree) time_of[in.host_seq] = running;
+      if (in.type == InstrType::kMarker && instr_name(prog, in) == "step end") step_end.push_back(rt.times[i].start);
       if (in.type == InstrType::kCollective && in.step == last_step)
         ++c.collectives_per_step[static_cast<int>(in.coll)];
     }
@@ -181,8 +194,9 @@ SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& opt
     pts.reserve(mem.timeline().size());
     for (const MemoryEvent& e : mem.timeline()) {
       auto it = time_of.find(e.host_seq);
+      if (it == time_of.end()) continue;  // after the recorded run (teardown)
       TimelinePoint p;
-      p.time_s = it == time_of.end() ? 0.0 : std::max(0.0, it->second);
+      p.time_s = it->second;
       p.allocated_bytes = e.allocated_bytes;
       p.reserved_bytes = e.reserved_bytes;
       p.host_bytes = e.host_bytes;

@@ -55,6 +55,7 @@ struct RankClassReport {
   std::optional<OutOfMemoryInfo> oom;
   double busy_s[kNumStreams] = {};
   double compute_s = 0, exposed_comm_s = 0;
+  double end_time_s = 0;               // when the rank's last work finished
   uint64_t instructions = 0;           // recorded host-program instructions
   int collectives_per_step[5] = {};    // by CollectiveKind, in the last step
 };

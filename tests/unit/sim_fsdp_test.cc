@@ -228,3 +228,29 @@ TEST(Simulate, ReportHasTheDocumentedKeys) {
   EXPECT_EQ(tl["time_s"].size(), tl["by_category"]["activations"].size());
   EXPECT_GT(j["step_time_s"].get<double>(), 0);
 }
+
+TEST(Simulate, TimelineIsOrderedAndKeepsThePeakWhenDownsampled) {
+  TinyOptions o;
+  o.mesh = {2};
+  o.steps = 3;
+  for (size_t max_points : {size_t{4000}, size_t{16}}) {
+    sim::SimulateOptions so;
+    so.max_timeline_points = max_points;
+    auto r = sim::simulate_scenario(tiny_scenario(o), so);
+    for (const auto& c : r.classes) {
+      ASSERT_FALSE(c.timeline.empty());
+      EXPECT_LE(c.timeline.size(), std::max<size_t>(max_points, 4));
+      uint64_t peak = 0;
+      for (size_t i = 0; i < c.timeline.size(); ++i) {
+        peak = std::max(peak, c.timeline[i].allocated_bytes);
+        if (i) EXPECT_LE(c.timeline[i - 1].time_s, c.timeline[i].time_s);
+        uint64_t sum = 0;
+        for (uint64_t v : c.timeline[i].by_category) sum += v;
+        EXPECT_EQ(sum, c.timeline[i].allocated_bytes);
+      }
+      EXPECT_EQ(peak, c.peak_allocated_bytes) << "max points " << max_points;
+      EXPECT_LE(c.timeline.back().time_s, c.end_time_s);
+      EXPECT_GT(c.timeline.back().time_s, 0);
+    }
+  }
+}
