@@ -21,26 +21,9 @@ std::string_view instr_name(const Program& program, const Instr& instr) {
                                            : std::string_view();
 }
 
-std::string_view collective_kind_str(CollectiveKind k) {
-  switch (k) {
-    case CollectiveKind::kAllGather: return "all_gather";
-    case CollectiveKind::kReduceScatter: return "reduce_scatter";
-    case CollectiveKind::kAllReduce: return "all_reduce";
-    case CollectiveKind::kBroadcast: return "broadcast";
-    case CollectiveKind::kBarrier: return "barrier";
-  }
-  return "?";
-}
+std::string_view collective_kind_str(CollectiveKind k) { return collective_name(k); }
 
-std::string_view reduce_op_str(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kAvg: return "avg";
-    case ReduceOp::kPremulSum: return "premul_sum";
-    case ReduceOp::kMax: return "max";
-  }
-  return "?";
-}
+std::string_view reduce_op_str(ReduceOp op) { return reduce_op_name(op); }
 
 std::string ranks_str(const std::vector<int>& ranks) {
   std::string out;

@@ -25,3 +25,11 @@ set -e
 [ "$rc" -eq 3 ] || { echo "expected exit 3 for OOM, got $rc"; cat "$tmp/oom.out"; exit 1; }
 grep -q "OUT OF MEMORY" "$tmp/oom.out"
 echo ok
+"$bin" models --json > "$tmp/models.json"
+python3 - "$tmp/models.json" <<'P'
+import json, sys
+m = {x["name"]: x["params"] for x in json.load(open(sys.argv[1]))}
+assert m["llama3.1-8b"] == 8030261248, m["llama3.1-8b"]
+assert m["gpt2-124m"] == 124439808
+P
+echo ok models
