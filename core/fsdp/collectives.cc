@@ -35,7 +35,28 @@ AllGatherResult foreach_all_gather(Backend& b, const std::vector<FSDPParam*>& pa
   for (FSDPParam* p : params) FULLSHARD_CHECK(p->param_dtype() == r.dtype, "mixed param dtypes in " + name);
 
   // ---- copy-in stream: gather the inputs (H2D, cast) ----
-  if (post_forward) {
+  const bool foreach_copy = params[0]->param_dtype() != params[0]->orig_dtype() && !params[0]->offload();
+  if (foreach_copy) {
+    // Fast path (mixed precision, no offload): one flat temporary in param dtype and a
+    // _foreach_copy_ into it — the cast, or for post-forward shards a plain copy.
+    int64_t total = 0;
+    for (FSDPParam* p : params) total += post_forward ? p->post_forward_shard().numel() : p->padded_sharded_numel();
+    Tensor flat = Tensor::empty(b, {r.dtype, {total}}, MemCategory::kAllGather, streams.copy_in,
+                                name + " all_gather_input (foreach_copy)");
+    std::vector<TensorRef> srcs, dsts;
+    uint64_t off = 0;
+    for (FSDPParam* p : params) {
+      const Tensor& src = post_forward ? p->post_forward_shard() : p->sharded_data();
+      FULLSHARD_CHECK(static_cast<bool>(src), p->param().fqn + " has no all-gather input");
+      srcs.push_back(src.ref());
+      Tensor v = flat.view({r.dtype, {src.numel()}}, off);
+      dsts.push_back(v.ref());
+      inputs.push_back(v);
+      off += static_cast<uint64_t>(src.numel()) * dtype_size(r.dtype);
+    }
+    b.launch(streams.copy_in, kernel(OpKind::kCopy, name + " foreach_copy", srcs, dsts));
+    temps.push_back(flat);
+  } else if (post_forward) {
     for (FSDPParam* p : params) {
       FULLSHARD_CHECK(static_cast<bool>(p->post_forward_shard()), p->param().fqn + " has no post-forward shard");
       inputs.push_back(p->post_forward_shard());
@@ -53,23 +74,6 @@ AllGatherResult foreach_all_gather(Backend& b, const std::vector<FSDPParam*>& pa
       }
       inputs.push_back(dev);
     }
-  } else if (params[0]->param_dtype() != params[0]->orig_dtype()) {
-    // Fast path: one flat temporary in param dtype, _foreach_copy_ (the cast) into it.
-    int64_t total = 0;
-    for (FSDPParam* p : params) total += p->padded_sharded_numel();
-    Tensor flat = Tensor::empty(b, {r.dtype, {total}}, MemCategory::kAllGather, streams.copy_in,
-                                name + " all_gather_input (cast)");
-    std::vector<TensorRef> srcs, dsts;
-    uint64_t off = 0;
-    for (FSDPParam* p : params) {
-      srcs.push_back(p->sharded_data().ref());
-      Tensor v = flat.view({r.dtype, {p->padded_sharded_numel()}}, off);
-      dsts.push_back(v.ref());
-      inputs.push_back(v);
-      off += static_cast<uint64_t>(p->padded_sharded_numel()) * dtype_size(r.dtype);
-    }
-    b.launch(streams.copy_in, kernel(OpKind::kCopy, name + " foreach_copy (cast)", srcs, dsts));
-    temps.push_back(flat);
   } else {
     for (FSDPParam* p : params) inputs.push_back(p->sharded_data());
   }
@@ -132,9 +136,21 @@ ReduceResult foreach_reduce(Backend& b, const std::vector<FSDPParam*>& params, s
                                   name + " reduce_scatter_input");
   std::vector<TensorRef> srcs;
   for (const Tensor& g : grads) srcs.push_back(g.ref());
-  OpCall cc = kernel(OpKind::kChunkCat, name + " chunk_cat", srcs, {rs_input.ref()});
-  cc.iargs = {world};
-  b.launch(kCurrent, cc);
+  const DType grad_dtype = grads[0].dtype();
+  if (dtype_size(grad_dtype) > dtype_size(rd)) {
+    // Narrowing (e.g. fp32 grads, bf16 reduce): chunk_cat into a buffer of the grad dtype,
+    // then copy (cast) it into the reduce-scatter input (newer foreach_reduce).
+    Tensor grad_buffer = Tensor::empty(b, {grad_dtype, {row * world}}, MemCategory::kReduceScatter, kCurrent,
+                                       name + " reduce_scatter grad_buffer");
+    OpCall cc = kernel(OpKind::kChunkCat, name + " chunk_cat", srcs, {grad_buffer.ref()});
+    cc.iargs = {world};
+    b.launch(kCurrent, cc);
+    ops::copy_into(b, kCurrent, rs_input, grad_buffer, name + " reduce_scatter input cast");
+  } else {
+    OpCall cc = kernel(OpKind::kChunkCat, name + " chunk_cat", srcs, {rs_input.ref()});
+    cc.iargs = {world};
+    b.launch(kCurrent, cc);
+  }
   grads.clear();  // only after the copy-in may the unsharded gradients go
 
   // ---- reduce-scatter stream ----

@@ -25,14 +25,14 @@ Param& Module::param(const std::string& name) {
   std::string full = join(fqn, name);
   for (auto& p : params)
     if (p.fqn == full) return p;
-  FULLSHARD_CHECK(false, "no parameter " + full);
+  check_failed("parameter exists", __FILE__, __LINE__, "no parameter " + full);
 }
 
 Module& Module::child(const std::string& name) {
   std::string full = join(fqn, name);
   for (auto& c : children)
     if (c->fqn == full) return *c;
-  FULLSHARD_CHECK(false, "no module " + full);
+  check_failed("module exists", __FILE__, __LINE__, "no module " + full);
 }
 
 void Module::for_each_param(const std::function<void(Param&)>& fn) {

@@ -215,7 +215,8 @@ Value linear(ExecContext& c, Value x, const Param& weight, const Param* bias, co
   const int64_t M = x.t.numel() / K;
   Shape s = x.t.shape();
   s.back() = N;
-  bool saves = sac_saves(c, true);
+  // torchtitan's op-level SAC counts and saves aten.mm only; a linear with a bias is addmm.
+  bool saves = bias == nullptr && sac_saves(c, true);
   Tensor y;
   if (auto* cached = sac_cached(c, saves)) {
     y = (*cached)[0];
@@ -313,7 +314,7 @@ std::vector<Tensor> attention_outputs(ExecContext& c, const AttentionShape& s, D
                                       std::vector<TensorRef> in, int64_t packed, const std::string& name) {
   bool saves = sac_saves(c, false);
   if (auto* cached = sac_cached(c, saves)) return *cached;
-  Tensor o = c.empty({dt, {s.batch, s.heads, s.seq, s.head_dim}}, MemCategory::kActivation, name);
+  Tensor o = c.empty({dt, {s.batch, s.seq, s.heads, s.head_dim}}, MemCategory::kActivation, name);
   Tensor lse = c.empty({DType::kFloat32, {s.batch, s.heads, s.seq}}, MemCategory::kActivation, name + " logsumexp");
   c.launch(make_op(OpKind::kAttention, name, std::move(in), {o.ref(), lse.ref()}, attn_flops(s), attn_args(s, packed)));
   sac_store(c, saves, {o, lse});
@@ -350,29 +351,41 @@ Value attention_packed(ExecContext& c, Value qkv, const AttentionShape& s, const
   if (c.recording() && qkv.requires_grad()) {
     Tensor qs = qkv.t, o = outs[0], lse = outs[1];
     c.record(Node{name, {qkv.id}, {out.id}, [&b, qs, o, lse, s, name](std::vector<Tensor>& g) {
-                    Tensor dqkv = grad_like(b, qs, name + " grad_qkv");
-                    FlashBwdTemps t = flash_bwd_temps(b, s, qs.dtype(), name);
-                    b.launch(kCompute, make_op(OpKind::kAttentionBackward, name + " backward",
-                                               {g[0].ref(), qs.ref(), o.ref(), lse.ref()}, {dqkv.ref()},
-                                               2.5 * attn_flops(s), attn_args(s, 1)));
+                    // q, k, v are views of one split: flash allocates dq, dk, dv contiguous, then
+                    // SplitWithSizesBackward concatenates them into a new [B, S, 3D] gradient.
+                    TensorMeta part{qs.dtype(), {s.batch, s.seq, s.heads * s.head_dim}};
+                    Tensor dqkv;
+                    {
+                      Tensor dq = Tensor::empty(b, part, MemCategory::kTemporary, kCompute, name + " grad_q");
+                      Tensor dk = Tensor::empty(b, part, MemCategory::kTemporary, kCompute, name + " grad_k");
+                      Tensor dv = Tensor::empty(b, part, MemCategory::kTemporary, kCompute, name + " grad_v");
+                      {
+                        FlashBwdTemps t = flash_bwd_temps(b, s, qs.dtype(), name);
+                        b.launch(kCompute, make_op(OpKind::kAttentionBackward, name + " backward",
+                                                   {g[0].ref(), qs.ref(), o.ref(), lse.ref()},
+                                                   {dq.ref(), dk.ref(), dv.ref()}, 2.5 * attn_flops(s), attn_args(s, 1)));
+                      }
+                      dqkv = grad_like(b, qs, name + " grad_qkv");
+                      OpCall cat = make_op(OpKind::kCopy, name + " split backward (cat)", {dq.ref(), dk.ref(), dv.ref()},
+                                           {dqkv.ref()}, 0, {s.batch * s.seq});
+                      b.launch(kCompute, cat);
+                    }
                     return std::vector<Tensor>{dqkv};
                   }});
   }
   return out;
 }
 
+// NOTE [SDPA output layout]: the flash / efficient / cuDNN SDPA kernels write O as a
+// [B, S, H, hd] tensor and return its transpose(1, 2) view, so torchtitan's
+// O.transpose(1, 2).contiguous().view(B, S, D) copies nothing, and its backward is views too.
 Value transpose_heads(ExecContext& c, Value o, const AttentionShape& s, const std::string& name) {
-  Backend& b = c.backend();
-  Tensor y = c.empty({o.t.dtype(), {s.batch, s.seq, s.heads * s.head_dim}}, MemCategory::kActivation, name);
-  c.launch(make_op(OpKind::kTranspose, name, {o.t.ref()}, {y.ref()}, 0, {s.batch, s.heads, s.seq, s.head_dim}));
+  Tensor y = o.t.view({o.t.dtype(), {s.batch, s.seq, s.heads * s.head_dim}});
   Value out = result(c, y, o.requires_grad());
   if (c.recording() && o.requires_grad()) {
     TensorMeta meta = o.t.meta();
-    c.record(Node{name, {o.id}, {out.id}, [&b, meta, s, name](std::vector<Tensor>& g) {
-                    Tensor go = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute, name + " grad_input");
-                    b.launch(kCompute, make_op(OpKind::kTranspose, name + " backward", {g[0].ref()}, {go.ref()}, 0,
-                                               {s.batch, s.seq, s.heads, s.head_dim}));
-                    return std::vector<Tensor>{go};
+    c.record(Node{name, {o.id}, {out.id}, [meta](std::vector<Tensor>& g) {
+                    return std::vector<Tensor>{g[0].view(meta)};
                   }});
   }
   return out;

@@ -138,8 +138,18 @@ Value Transformer::block_forward(ExecContext& c, Module& b, Value x, int64_t bat
   return ops::add(c, std::move(h), std::move(f), n + ".residual_mlp");
 }
 
+// NOTE [Loss outside the root]: as in torchtitan (pred = model(x); loss = loss_fn(pred, labels);
+// del pred), the root module returns the logits, so the root's post-forward (and its flush
+// of the last all-gather buffer) runs before the loss, its pre-backward hook fires after the
+// loss backward, and the bf16 logits stay alive until the loss is computed.
 Value Transformer::forward(ExecContext& c, const Tensor& tokens, const Tensor& labels,
                            const std::vector<BlockCheckpoint>& block_ac) {
+  Value logits = logits_forward(c, tokens, block_ac);
+  return ops::cross_entropy(c, logits, labels, "loss");
+}
+
+Value Transformer::logits_forward(ExecContext& c, const Tensor& tokens,
+                                  const std::vector<BlockCheckpoint>& block_ac) {
   const auto& cfg = config_;
   FULLSHARD_CHECK(tokens.shape().size() == 2, "tokens must be [B, S]");
   const int64_t batch = tokens.shape()[0], seq = tokens.shape()[1];
@@ -173,8 +183,7 @@ Value Transformer::forward(ExecContext& c, const Tensor& tokens, const Tensor& l
       h = ops::layer_norm(rc, std::move(h), lnf.param("weight"), lnf.param("bias"), cfg.norm_eps, "ln_f");
       out_w = &root_.child("wte").param("weight");
     }
-    Value logits = ops::linear(rc, std::move(h), *out_w, nullptr, cfg.arch == ModelArch::kLlama ? "output" : "lm_head");
-    return ops::cross_entropy(rc, std::move(logits), labels, "loss");
+    return ops::linear(rc, std::move(h), *out_w, nullptr, cfg.arch == ModelArch::kLlama ? "output" : "lm_head");
   });
 }
 

@@ -22,6 +22,8 @@ class Transformer {
   // `block_ac[i]` says how block i is checkpointed (empty: none).
   Value forward(ExecContext& c, const Tensor& tokens, const Tensor& labels,
                 const std::vector<BlockCheckpoint>& block_ac);
+  // model(tokens): the root module's forward, returning the logits [B, S, V].
+  Value logits_forward(ExecContext& c, const Tensor& tokens, const std::vector<BlockCheckpoint>& block_ac);
 
  private:
   ModelConfig config_;

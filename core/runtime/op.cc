@@ -13,7 +13,7 @@ const char* op_kind_name(OpKind k) {
     FS_CASE(kLinear) FS_CASE(kLinearBackwardInput) FS_CASE(kLinearBackwardWeight)
     FS_CASE(kLinearBackwardBias)
     FS_CASE(kRoPE) FS_CASE(kRoPEBackward)
-    FS_CASE(kAttention) FS_CASE(kAttentionBackward) FS_CASE(kTranspose)
+    FS_CASE(kAttention) FS_CASE(kAttentionBackward)
     FS_CASE(kSiLU) FS_CASE(kSiLUBackward) FS_CASE(kMul) FS_CASE(kMulBackward)
     FS_CASE(kGELU) FS_CASE(kGELUBackward)
     FS_CASE(kPositionEmbedding) FS_CASE(kPositionEmbeddingBackward)

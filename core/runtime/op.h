@@ -20,7 +20,8 @@ struct TensorRef {
 // Kernel kinds. Forward and backward are separate kinds so real backends dispatch directly.
 enum class OpKind : uint16_t {
   kFill,             // out = 0 (new_zeros)
-  kCopy,             // out = in, with dtype cast when dtypes differ; iargs: none
+  kCopy,             // out = in, with dtype cast when dtypes differ; with several inputs and
+                     // iargs[0] = rows: out row i = concat of every input's row i (torch.cat dim -1)
   kAdd,              // out = a + b (in place when out aliases a)
   kScale,            // out = in * fargs[0]
   kEmbedding, kEmbeddingBackward,
@@ -30,7 +31,6 @@ enum class OpKind : uint16_t {
   kLinearBackwardBias,
   kRoPE, kRoPEBackward,
   kAttention, kAttentionBackward,  // flash-style causal attention with GQA
-  kTranspose,                      // [B,H,S,d] -> [B,S,H,d] contiguous copy (and back)
   kSiLU, kSiLUBackward,
   kMul, kMulBackward,              // elementwise a * b
   kGELU, kGELUBackward,            // tanh approximation

@@ -553,7 +553,8 @@ FsdpOptions parse_fsdp(const json& j, const HardwareOptions& hw) {
   if (j.contains("forward_prefetch"))
     f.forward_prefetch = static_cast<int>(field_int(j, P, "forward_prefetch", 0, kMaxInt, "1"));
   if (j.contains("backward_prefetch"))
-    f.backward_prefetch = static_cast<int>(field_int(j, P, "backward_prefetch", 0, kMaxInt, "1"));
+    f.backward_prefetch = static_cast<int>(field_int(j, P, "backward_prefetch", 1, kMaxInt,
+                                                      "1 (FSDP2 always prefetches at least one unit in backward)"));
   return f;
 }
 

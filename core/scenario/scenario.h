@@ -70,7 +70,7 @@ struct FsdpOptions {
   bool pin_memory = true;
   ShardingUnits units = ShardingUnits::kBlocks;
   int forward_prefetch = 0;   // explicit: each unit prefetches the next N units' all-gathers
-  int backward_prefetch = 1;  // 1 = FSDP2's implicit backward prefetch; N > 1 explicit; 0 none
+  int backward_prefetch = 1;  // 1 = FSDP2's implicit backward prefetch; N > 1 explicit
 };
 
 // ---------------------------------------------------------------- hardware

@@ -50,7 +50,7 @@ TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
     for (int i = 0; i < nb; ++i)
       for (int k = 1; k <= s.fsdp.forward_prefetch && i + k < nb; ++k)
         block_states[i]->forward_prefetch.push_back(block_states[i + k]);
-  if (s.fsdp.backward_prefetch != 1) {
+  if (s.fsdp.backward_prefetch > 1) {
     for (int i = 0; i < nb; ++i) {
       std::vector<FSDPState*> t;
       for (int k = 1; k <= s.fsdp.backward_prefetch && i - k >= 0; ++k) t.push_back(block_states[i - k]);

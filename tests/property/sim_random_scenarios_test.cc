@@ -52,7 +52,7 @@ RC_GTEST_PROP(RandomScenarios, NoProtocolProblemsAndSteadyMemory, ()) {
   o.grad_accum_steps = *rc::gen::inRange(1, 4);
   o.units = *rc::gen::element(std::string("blocks"), std::string("root"));
   o.forward_prefetch = *rc::gen::inRange(0, 3);
-  o.backward_prefetch = *rc::gen::inRange(0, 3);
+  o.backward_prefetch = *rc::gen::inRange(1, 4);
   o.max_grad_norm = *rc::gen::element(0.0, 1.0);
   o.steps = 3;
   o.batch = *rc::gen::inRange(1, 3);

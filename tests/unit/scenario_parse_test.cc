@@ -237,7 +237,7 @@ TEST(ScenarioFsdp, OptionSpellings) {
       "mixed_precision": {"param_dtype": "bf16", "reduce_dtype": "fp32", "output_dtype": "fp16",
                           "cast_forward_inputs": false},
       "cpu_offload": {"pin_memory": false}, "units": "root",
-      "forward_prefetch": 2, "backward_prefetch": 0})");
+      "forward_prefetch": 2, "backward_prefetch": 3})");
   const FsdpOptions f = parse(j).fsdp;
   EXPECT_EQ(f.reshard_after_forward.kind, ReshardAfterForward::Kind::kInt);
   EXPECT_EQ(f.reshard_after_forward.n, 4);
@@ -248,7 +248,17 @@ TEST(ScenarioFsdp, OptionSpellings) {
   EXPECT_EQ(f.units, ShardingUnits::kRoot);
   EXPECT_STREQ(sharding_units_name(f.units), "root");
   EXPECT_EQ(f.forward_prefetch, 2);
-  EXPECT_EQ(f.backward_prefetch, 0);
+  EXPECT_EQ(f.backward_prefetch, 3);
+  // FSDP2 cannot turn backward prefetch off: 0 is rejected with the reason.
+  json z = h100x16();
+  z["fsdp"] = json::parse(R"({"backward_prefetch": 0})");
+  try {
+    parse(z);
+    ADD_FAILURE() << "backward_prefetch 0 accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("fsdp.backward_prefetch"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("always prefetches"), std::string::npos) << e.what();
+  }
 
   using Kind = ReshardAfterForward::Kind;
   const std::vector<std::pair<json, Kind>> kinds = {

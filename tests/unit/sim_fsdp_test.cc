@@ -243,7 +243,9 @@ TEST(Simulate, TimelineIsOrderedAndKeepsThePeakWhenDownsampled) {
       uint64_t peak = 0;
       for (size_t i = 0; i < c.timeline.size(); ++i) {
         peak = std::max(peak, c.timeline[i].allocated_bytes);
-        if (i) EXPECT_LE(c.timeline[i - 1].time_s, c.timeline[i].time_s);
+        if (i) {
+          EXPECT_LE(c.timeline[i - 1].time_s, c.timeline[i].time_s);
+        }
         uint64_t sum = 0;
         for (uint64_t v : c.timeline[i].by_category) sum += v;
         EXPECT_EQ(sum, c.timeline[i].allocated_bytes);
