@@ -100,7 +100,7 @@ void clip_grad_norm(Backend& b, const std::vector<FSDPParam*>& params, double ma
   b.launch(kCurrent, sq);
   Tensor total = small(1, "clip_grad_norm total norm");
   OpCall red;
-  red.kind = OpKind::kSquaredNorm;
+  red.kind = OpKind::kSum;
   red.name = "clip_grad_norm stack norm";
   red.inputs = {norms.ref()};
   red.outputs = {total.ref()};
@@ -118,7 +118,7 @@ void clip_grad_norm(Backend& b, const std::vector<FSDPParam*>& params, double ma
   }
   // _foreach_mul_(grads, clamp(max_norm / (total + 1e-6), max=1)).
   OpCall scale;
-  scale.kind = OpKind::kScale;
+  scale.kind = OpKind::kClipGradScale;
   scale.name = "clip_grad_norm _foreach_mul_";
   scale.inputs.push_back(total.ref());
   for (const FSDPParam* p : with_grad) {

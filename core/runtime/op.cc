@@ -20,7 +20,7 @@ const char* op_kind_name(OpKind k) {
     FS_CASE(kLogSoftmax) FS_CASE(kLogSoftmaxBackward)
     FS_CASE(kNllLoss) FS_CASE(kNllLossBackward)
     FS_CASE(kAllGatherCopyIn) FS_CASE(kAllGatherCopyOut) FS_CASE(kChunkCat)
-    FS_CASE(kLoadBatch) FS_CASE(kSquaredNorm) FS_CASE(kAdamW)
+    FS_CASE(kLoadBatch) FS_CASE(kSquaredNorm) FS_CASE(kSum) FS_CASE(kClipGradScale) FS_CASE(kAdamW)
 #undef FS_CASE
   }
   return "?";

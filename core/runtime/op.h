@@ -41,7 +41,10 @@ enum class OpKind : uint16_t {
   kAllGatherCopyOut,  // split_with_sizes_copy of the AG output into per-param buffers
   kChunkCat,          // RS copy-in: pad + interleave grads into the RS input (with cast)
   kLoadBatch,         // fill tokens / labels of a micro-batch; iargs: step, micro-batch
-  kSquaredNorm,       // out[0] = sum(in^2) in fp32 (grad clipping)
+  kSquaredNorm,       // out[i] = sum(inputs[i]^2) in fp32 (grad clipping, _foreach_norm)
+  kSum,               // out[0] = sum(in) (fp32)
+  kClipGradScale,     // inputs[0]: total squared norm; scales inputs[1..] in place by
+                      // min(1, fargs[0] / (sqrt(total) + 1e-6))
   kAdamW,             // in-place AdamW on (param, grad, exp_avg, exp_avg_sq)
 };
 const char* op_kind_name(OpKind k);
