@@ -5,7 +5,7 @@ set -euo pipefail
 
 fullshard_install_deps() {
   local pkgs=(cmake ninja-build g++ libgtest-dev libgmock-dev librapidcheck-dev nlohmann-json3-dev
-              libcli11-dev libfmt-dev)
+              libcli11-dev libfmt-dev libgloo-dev libopenblas-dev libbenchmark-dev)
   local missing=()
   for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
