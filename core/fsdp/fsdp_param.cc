@@ -24,8 +24,12 @@ FSDPParam::FSDPParam(Backend& b, Param& param, int shard_world, int shard_rank, 
     sharded_data_ = Tensor(std::make_shared<Storage>(b, buf), meta);
   } else {
     sharded_data_ = Tensor::empty(b, meta, MemCategory::kShardedParam, StreamRole::kDefault, what);
-    ops::fill_zero(b, StreamRole::kDefault, sharded_data_, what + " init");
   }
+  // The model's init_weights() on the sharded parameter (torchtitan: to_empty + init after
+  // fully_shard): this rank's rows of the full tensor, zero padding.
+  const int64_t d0 = param.shape.empty() ? 1 : param.shape[0];
+  ops::init_param(b, StreamRole::kDefault, sharded_data_, param,
+                  shard_row_offset(d0, shard_world, shard_rank), shard_rows(d0, shard_world, shard_rank));
   param.binding = this;
 }
 

@@ -45,4 +45,12 @@ void Module::for_each_module(const std::function<void(Module&)>& fn) {
   for (auto& c : children) c->for_each_module(fn);
 }
 
+void set_init_seed(Module& root, uint64_t seed) {
+  root.for_each_param([seed](Param& p) {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the fqn
+    for (unsigned char ch : p.fqn) h = (h ^ ch) * 1099511628211ull;
+    p.init_key = h ^ (seed * 0x9e3779b97f4a7c15ull);
+  });
+}
+
 }  // namespace fullshard

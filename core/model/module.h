@@ -24,10 +24,20 @@ class ParamBinding {
   virtual void accumulate_grad(Backend& backend, Tensor grad) = 0;
 };
 
+// How a parameter's initial values are drawn (the model's init_weights()).
+enum class ParamInit : uint8_t { kNormal, kOnes, kZeros };
+
 struct Param {
   std::string fqn;  // "layers.0.attention.wq.weight"
   Shape shape;
   ParamBinding* binding = nullptr;
+  ParamInit init = ParamInit::kNormal;
+  double init_std = 0.02;  // kNormal: N(0, init_std^2)
+  // NOTE [Sharding-independent init]: element i of the full parameter is drawn from a
+  // counter-based generator keyed by (init_key, i), so every rank initialises exactly its
+  // rows of the same tensor an unsharded run would, whatever the mesh. Set from the fqn and
+  // the training seed (set_init_seed).
+  uint64_t init_key = 0;
 };
 
 struct Module {
@@ -44,5 +54,8 @@ struct Module {
   void for_each_param(const std::function<void(Param&)>& fn);
   void for_each_module(const std::function<void(Module&)>& fn);
 };
+
+// Keys every parameter's init generator by its fqn and `seed` (NOTE [Sharding-independent init]).
+void set_init_seed(Module& root, uint64_t seed);
 
 }  // namespace fullshard

@@ -98,6 +98,17 @@ void fill_zero(Backend& b, StreamRole s, const Tensor& t, const std::string& nam
   b.launch(s, make_op(OpKind::kFill, name, {}, {t.ref()}, 0));
 }
 
+void init_param(Backend& b, StreamRole s, const Tensor& t, const Param& p, int64_t row_offset,
+                int64_t local_rows) {
+  int64_t row_numel = 1;
+  for (size_t i = 1; i < p.shape.size(); ++i) row_numel *= p.shape[i];
+  OpCall op = make_op(OpKind::kInitParam, p.fqn + " init", {}, {t.ref()}, 0);
+  op.iargs = {row_offset, local_rows, row_numel, static_cast<int64_t>(p.init),
+              static_cast<int64_t>(p.init_key)};
+  op.fargs = {p.init_std};
+  b.launch(s, op);
+}
+
 void scale_inplace(Backend& b, StreamRole s, const Tensor& t, double factor, const std::string& name) {
   OpCall op = make_op(OpKind::kScale, name, {t.ref()}, {t.ref()}, el(t));
   op.fargs = {factor};

@@ -17,6 +17,10 @@ void add_into(Backend& b, Tensor& dst, const Tensor& src, const std::string& nam
 void copy_into(Backend& b, StreamRole s, const Tensor& dst, const Tensor& src, const std::string& name);
 Tensor cast(Backend& b, StreamRole s, const Tensor& src, DType to, MemCategory cat, const std::string& name);
 void fill_zero(Backend& b, StreamRole s, const Tensor& t, const std::string& name);
+// Initialises the padded 1-D shard `t` of `p` holding full rows [row_offset, row_offset +
+// local_rows) (OpKind::kInitParam).
+void init_param(Backend& b, StreamRole s, const Tensor& t, const Param& p, int64_t row_offset,
+                int64_t local_rows);
 void scale_inplace(Backend& b, StreamRole s, const Tensor& t, double factor, const std::string& name);
 
 // ---- differentiable ops over Values ----

@@ -1,5 +1,8 @@
 #include "core/model/transformer.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/common/error.h"
 #include "core/model/ops.h"
 
@@ -67,6 +70,28 @@ Transformer::Transformer(ModelConfig config) : config_(std::move(config)) {
     lnf->add_param("weight", {D});
     lnf->add_param("bias", {D});
   }
+  // NOTE [Init]: GPT-2 / nanoGPT's init_weights for both architectures: weights N(0, 0.02),
+  // the projections back into the residual stream N(0, 0.02 / sqrt(2 * n_layers)), biases 0,
+  // norm weights 1 (LayerNorm bias 0).
+  const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(std::max<int64_t>(c.n_layers, 1)));
+  root_.for_each_module([&](Module& m) {
+    for (Param& p : m.params) {
+      const bool is_bias = p.fqn.size() >= 5 && p.fqn.compare(p.fqn.size() - 5, 5, ".bias") == 0;
+      if (is_bias) {
+        p.init = ParamInit::kZeros;
+      } else if (m.kind == "RMSNorm" || m.kind == "LayerNorm") {
+        p.init = ParamInit::kOnes;
+      } else {
+        p.init = ParamInit::kNormal;
+        const auto ends = [&](const char* s) {
+          std::string suf(s);
+          return m.fqn.size() >= suf.size() && m.fqn.compare(m.fqn.size() - suf.size(), suf.size(), suf) == 0;
+        };
+        p.init_std = (ends(".wo") || ends(".w2") || ends(".c_proj")) ? residual_std : 0.02;
+      }
+    }
+  });
+  set_init_seed(root_, 0);
 }
 
 Value Transformer::llama_attention(ExecContext& c, Module& m, Value x, int64_t batch, int64_t seq) {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/memory/memory_tracker.h"
 #include "core/mesh/device_mesh.h"
@@ -59,6 +60,14 @@ class Backend {
   virtual void synchronize(EventId event) = 0;
   // Convenience: `waiter` waits for everything issued so far on `waitee`.
   void wait_stream(StreamRole waiter, StreamRole waitee) { wait_event(waiter, record_event(waitee)); }
+
+  // ---- host read-back (loss.item()) ----
+  // The value of a one-element fp32/bf16/fp16 tensor is copied to the host when `stream`
+  // reaches this point; after a synchronize() that covers it, take_scalars() returns the
+  // values in the order they were requested. No allocation is involved. The simulator has
+  // no values and returns nothing.
+  virtual void read_scalar(StreamRole stream, const TensorRef& ref) {}
+  virtual std::vector<double> take_scalars() { return {}; }
 
   // ---- annotations (optional; default no-op) ----
   virtual void set_step(int step) { step_ = step; }

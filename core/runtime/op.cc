@@ -6,7 +6,7 @@ const char* op_kind_name(OpKind k) {
   switch (k) {
 #define FS_CASE(x) \
   case OpKind::x: return #x + 1;
-    FS_CASE(kFill) FS_CASE(kCopy) FS_CASE(kAdd) FS_CASE(kScale)
+    FS_CASE(kFill) FS_CASE(kInitParam) FS_CASE(kCopy) FS_CASE(kAdd) FS_CASE(kScale)
     FS_CASE(kEmbedding) FS_CASE(kEmbeddingBackward)
     FS_CASE(kRMSNorm) FS_CASE(kRMSNormBackward)
     FS_CASE(kLayerNorm) FS_CASE(kLayerNormBackward)

@@ -19,7 +19,10 @@ struct TensorRef {
 
 // Kernel kinds. Forward and backward are separate kinds so real backends dispatch directly.
 enum class OpKind : uint16_t {
-  kFill,             // out = 0 (new_zeros)
+  kFill,             // out = fargs[0] if given, else 0 (new_zeros)
+  kInitParam,        // a parameter's padded shard: NOTE [Sharding-independent init] in
+                     // core/model/module.h; iargs: row_offset, local_rows, row_numel, init
+                     // (ParamInit), key (bit cast); fargs: std. Padding rows are 0.
   kCopy,             // out = in, with dtype cast when dtypes differ; with several inputs and
                      // iargs[0] = rows: out row i = concat of every input's row i (torch.cat dim -1)
   kAdd,              // out = a + b (in place when out aliases a)

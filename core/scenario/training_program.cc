@@ -2,6 +2,8 @@
 
 #include "core/common/error.h"
 
+#include <limits>
+
 namespace fullshard {
 
 MeshInfo mesh_info_for(const Scenario& s, int rank) {
@@ -33,6 +35,7 @@ std::vector<BlockCheckpoint> block_checkpointing(const ActivationCheckpointing& 
 
 TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
   model_ = std::make_unique<Transformer>(s.model);
+  set_init_seed(model_->root(), s.training.seed);
   fsdp_ = std::make_unique<FSDPRuntime>(b, mesh_info_for(s, b.rank()));
   FullyShardOptions o;
   o.reshard_after_forward = s.fsdp.reshard_after_forward;
@@ -92,6 +95,7 @@ void TrainingProgram::micro_step(int step, int micro) {
   ExecContext c(b_, &graph, fsdp_.get());
   b_.annotate("forward");
   Value loss = model_->forward(c, tokens, labels, block_ac_);
+  b_.read_scalar(StreamRole::kDefault, loss.t.ref());  // the host logs loss.item() at the step end
   b_.annotate("backward");
   // loss.backward(): the seed is ones_like(loss).
   Tensor seed = Tensor::empty(b_, loss.t.meta(), MemCategory::kTemporary, StreamRole::kDefault, "loss grad seed");
@@ -99,7 +103,9 @@ void TrainingProgram::micro_step(int step, int micro) {
   fill.kind = OpKind::kFill;
   fill.name = "ones_like(loss)";
   fill.outputs = {seed.ref()};
-  fill.fargs = {1.0};
+  // With gradient accumulation the loss is scaled by 1/k (torchtitan's rescale of the
+  // accumulated loss), so k micro-batches give the gradient of one k-times-larger batch.
+  fill.fargs = {1.0 / static_cast<double>(s_.training.grad_accum_steps)};
   b_.launch(StreamRole::kDefault, fill);
   uint64_t loss_id = loss.id;
   loss = Value{};
@@ -107,7 +113,7 @@ void TrainingProgram::micro_step(int step, int micro) {
   fsdp_->post_backward_final_callback();
 }
 
-void TrainingProgram::run_step(int step) {
+double TrainingProgram::run_step(int step) {
   b_.set_step(step);
   const int k = s_.training.grad_accum_steps;
   for (int m = 0; m < k; ++m) {
@@ -122,6 +128,11 @@ void TrainingProgram::run_step(int step) {
   // The host reads the loss back at the step boundary (loss.item()).
   b_.synchronize(b_.record_event(StreamRole::kDefault));
   b_.annotate("step end");
+  std::vector<double> losses = b_.take_scalars();
+  if (losses.empty()) return std::numeric_limits<double>::quiet_NaN();
+  double sum = 0;
+  for (double l : losses) sum += l;
+  return sum / static_cast<double>(losses.size());
 }
 
 }  // namespace fullshard

@@ -23,8 +23,9 @@ class TrainingProgram {
   TrainingProgram(Backend& backend, const Scenario& scenario);
 
   // One optimizer step: grad_accum_steps micro-batches (gradient sync on the last only),
-  // clipping, AdamW, zero_grad, and the host reading back the loss.
-  void run_step(int step);
+  // clipping, AdamW, zero_grad, and the host reading back the loss. Returns this rank's
+  // loss averaged over its micro-batches (NaN on a backend without values: the simulator).
+  double run_step(int step);
 
   Transformer& model() { return *model_; }
   FSDPRuntime& fsdp() { return *fsdp_; }
