@@ -1,0 +1,198 @@
+// Causal scaled-dot-product attention with GQA, flash-attention style: forward returns O and
+// the row logsumexp; backward recomputes P = exp(scale * q k^T - lse) from the saved lse.
+// Per (batch, head) and block of query rows, QK^T, PV and the backward products are fp32
+// OpenBLAS GEMMs over the causal prefix of keys; softmax is max-subtracted in fp32.
+// Query head h reads kv head h / (H / Hkv) (repeat_kv / repeat_interleave grouping).
+#include <cmath>
+
+#include "backends/cpu/kernels/dtype_io.h"
+#include "backends/cpu/kernels/gemm.h"
+#include "backends/cpu/kernels/kernel_impl.h"
+
+namespace fullshard::cpu::detail {
+
+namespace {
+
+constexpr int64_t kBlock = 128;  // query rows per block
+
+struct AttnDims {
+  int64_t B, S, H, Hkv, hd;
+  bool packed;
+  int64_t q_ld, kv_ld;        // row strides (elements per token) of q and k/v storage
+  int64_t q_off, k_off, v_off;  // column offsets of q / k / v inside their token rows
+  float scale;
+};
+
+AttnDims attn_dims(const OpCall& op) {
+  FULLSHARD_CHECK(op.iargs.size() >= 6, where(op) + "needs iargs = {B, S, H, Hkv, hd, packed}");
+  AttnDims d{op.iargs[0], op.iargs[1], op.iargs[2], op.iargs[3], op.iargs[4], op.iargs[5] != 0, 0, 0, 0, 0, 0, 0};
+  FULLSHARD_CHECK(d.B >= 0 && d.S >= 0 && d.H > 0 && d.Hkv > 0 && d.hd > 0 && d.H % d.Hkv == 0,
+                  where(op) + "bad attention dims (H must be a multiple of Hkv)");
+  const int64_t D = d.H * d.hd;
+  if (d.packed) {
+    FULLSHARD_CHECK(d.H == d.Hkv, where(op) + "packed qkv needs H == Hkv");
+    d.q_ld = d.kv_ld = 3 * D;
+    d.k_off = D;
+    d.v_off = 2 * D;
+  } else {
+    d.q_ld = D;
+    d.kv_ld = d.Hkv * d.hd;
+  }
+  d.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.hd)));
+  return d;
+}
+
+void expect_numel(const OpCall& op, const TensorMeta& m, int64_t n, const char* what) {
+  FULLSHARD_CHECK(m.numel() == n, where(op) + what + " has " + std::to_string(m.numel()) + " elements, expected " +
+                                      std::to_string(n));
+}
+
+// fp32 views of q, k, v (one buffer when packed). Inputs start at `first`.
+struct QKV {
+  std::vector<F32In> bufs;
+  const float *q, *k, *v;
+};
+QKV load_qkv(const OpCall& op, const Ptrs& in, size_t first, const AttnDims& d) {
+  QKV r;
+  const int64_t tokens = d.B * d.S;
+  r.bufs.reserve(3);
+  if (d.packed) {
+    expect_numel(op, in_meta(op, first), tokens * d.q_ld, "qkv");
+    r.bufs.emplace_back(in[first], in_meta(op, first).dtype, tokens * d.q_ld);
+    r.q = r.bufs[0].data();
+    r.k = r.q + d.k_off;
+    r.v = r.q + d.v_off;
+  } else {
+    expect_numel(op, in_meta(op, first), tokens * d.q_ld, "q");
+    expect_numel(op, in_meta(op, first + 1), tokens * d.kv_ld, "k");
+    expect_numel(op, in_meta(op, first + 2), tokens * d.kv_ld, "v");
+    for (size_t i = 0; i < 3; ++i) r.bufs.emplace_back(in[first + i], in_meta(op, first + i).dtype, tokens * (i ? d.kv_ld : d.q_ld));
+    r.q = r.bufs[0].data();
+    r.k = r.bufs[1].data();
+    r.v = r.bufs[2].data();
+  }
+  return r;
+}
+
+}  // namespace
+
+void attention(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  const AttnDims d = attn_dims(op);
+  expect_arity(op, d.packed ? 1 : 3, 2);  // (q, k, v) | (qkv) -> (o [B, S, H, hd], lse [B, H, S] fp32)
+  const int64_t D = d.H * d.hd, tokens = d.B * d.S;
+  expect_numel(op, out_meta(op, 0), tokens * D, "o");
+  expect_numel(op, out_meta(op, 1), d.B * d.H * d.S, "logsumexp");
+  FULLSHARD_CHECK(out_meta(op, 1).dtype == DType::kFloat32, where(op) + "logsumexp must be fp32");
+  QKV t = load_qkv(op, in, 0, d);
+  F32Out o(out[0], out_meta(op, 0).dtype, tokens * D);
+  float* lse = static_cast<float*>(out[1]);
+  const int64_t group = d.H / d.Hkv;
+  std::vector<float> p(static_cast<size_t>(std::min(kBlock, d.S) * d.S));
+  for (int64_t b = 0; b < d.B; ++b)
+    for (int64_t h = 0; h < d.H; ++h) {
+      const int64_t kvh = h / group;
+      const float* q = t.q + b * d.S * d.q_ld + d.q_off + h * d.hd;
+      const float* k = t.k + b * d.S * d.kv_ld + kvh * d.hd;
+      const float* v = t.v + b * d.S * d.kv_ld + kvh * d.hd;
+      float* ob = o.data() + b * d.S * D + h * d.hd;
+      float* lb = lse + (b * d.H + h) * d.S;
+      for (int64_t i0 = 0; i0 < d.S; i0 += kBlock) {
+        const int64_t i1 = std::min(d.S, i0 + kBlock), m = i1 - i0;  // keys [0, i1)
+        gemm(false, true, m, i1, d.hd, d.scale, q + i0 * d.q_ld, d.q_ld, k, d.kv_ld, 0.0f, p.data(), i1);
+        for (int64_t r = 0; r < m; ++r) {
+          float* pr = p.data() + r * i1;
+          const int64_t valid = i0 + r + 1;  // keys 0..i
+          float mx = pr[0];
+          for (int64_t j = 1; j < valid; ++j) mx = std::max(mx, pr[j]);
+          double sum = 0;
+          for (int64_t j = 0; j < valid; ++j) {
+            pr[j] = std::exp(pr[j] - mx);
+            sum += pr[j];
+          }
+          const float inv = static_cast<float>(1.0 / sum);
+          for (int64_t j = 0; j < valid; ++j) pr[j] *= inv;
+          for (int64_t j = valid; j < i1; ++j) pr[j] = 0.0f;
+          lb[i0 + r] = mx + static_cast<float>(std::log(sum));
+        }
+        gemm(false, false, m, d.hd, i1, 1.0f, p.data(), i1, v, d.kv_ld, 0.0f, ob + i0 * D, D);
+      }
+    }
+  o.commit();
+}
+
+void attention_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  const AttnDims d = attn_dims(op);
+  // (dO, q, k, v, O, lse) | (dO, qkv, O, lse) -> (dq, dk, dv)
+  expect_arity(op, d.packed ? 4 : 6, 3);
+  const int64_t D = d.H * d.hd, Dkv = d.Hkv * d.hd, tokens = d.B * d.S;
+  const size_t io = d.packed ? 2 : 4;  // index of O; lse follows
+  expect_numel(op, in_meta(op, 0), tokens * D, "dO");
+  expect_numel(op, in_meta(op, io), tokens * D, "O");
+  expect_numel(op, in_meta(op, io + 1), d.B * d.H * d.S, "logsumexp");
+  FULLSHARD_CHECK(in_meta(op, io + 1).dtype == DType::kFloat32, where(op) + "logsumexp must be fp32");
+  expect_numel(op, out_meta(op, 0), tokens * D, "dq");
+  expect_numel(op, out_meta(op, 1), tokens * Dkv, "dk");
+  expect_numel(op, out_meta(op, 2), tokens * Dkv, "dv");
+  QKV t = load_qkv(op, in, 1, d);
+  F32In dout(in[0], in_meta(op, 0).dtype, tokens * D);
+  const float* lse = static_cast<const float*>(in[io + 1]);
+  // delta_i = sum_d dO_i * O_i (flash's softmax_d), per (b, h, i).
+  std::vector<float> delta(static_cast<size_t>(d.B * d.H * d.S));
+  {
+    F32In o(in[io], in_meta(op, io).dtype, tokens * D);
+    for (int64_t b = 0; b < d.B; ++b)
+      for (int64_t s = 0; s < d.S; ++s)
+        for (int64_t h = 0; h < d.H; ++h) {
+          const int64_t base = (b * d.S + s) * D + h * d.hd;
+          double acc = 0;
+          for (int64_t e = 0; e < d.hd; ++e) acc += static_cast<double>(dout[base + e]) * o[base + e];
+          delta[(b * d.H + h) * d.S + s] = static_cast<float>(acc);
+        }
+  }
+  F32Out dq(out[0], out_meta(op, 0).dtype, tokens * D);
+  F32Out dk(out[1], out_meta(op, 1).dtype, tokens * Dkv);
+  F32Out dv(out[2], out_meta(op, 2).dtype, tokens * Dkv);
+  std::fill_n(dk.data(), tokens * Dkv, 0.0f);  // accumulated over query blocks and the GQA group
+  std::fill_n(dv.data(), tokens * Dkv, 0.0f);
+  const int64_t group = d.H / d.Hkv;
+  const size_t scratch = static_cast<size_t>(std::min(kBlock, d.S) * d.S);
+  std::vector<float> p(scratch), ds(scratch);
+  for (int64_t b = 0; b < d.B; ++b)
+    for (int64_t h = 0; h < d.H; ++h) {
+      const int64_t kvh = h / group;
+      const float* q = t.q + b * d.S * d.q_ld + d.q_off + h * d.hd;
+      const float* k = t.k + b * d.S * d.kv_ld + kvh * d.hd;
+      const float* v = t.v + b * d.S * d.kv_ld + kvh * d.hd;
+      const float* go = dout.data() + b * d.S * D + h * d.hd;
+      float* gq = dq.data() + b * d.S * D + h * d.hd;
+      float* gk = dk.data() + b * d.S * Dkv + kvh * d.hd;
+      float* gv = dv.data() + b * d.S * Dkv + kvh * d.hd;
+      const float* lb = lse + (b * d.H + h) * d.S;
+      const float* db = delta.data() + (b * d.H + h) * d.S;
+      for (int64_t i0 = 0; i0 < d.S; i0 += kBlock) {
+        const int64_t i1 = std::min(d.S, i0 + kBlock), m = i1 - i0;
+        gemm(false, true, m, i1, d.hd, d.scale, q + i0 * d.q_ld, d.q_ld, k, d.kv_ld, 0.0f, p.data(), i1);
+        gemm(false, true, m, i1, d.hd, 1.0f, go + i0 * D, D, v, d.kv_ld, 0.0f, ds.data(), i1);  // dP
+        for (int64_t r = 0; r < m; ++r) {
+          float* pr = p.data() + r * i1;
+          float* dr = ds.data() + r * i1;
+          const int64_t valid = i0 + r + 1;
+          const float l = lb[i0 + r], dl = db[i0 + r];
+          for (int64_t j = 0; j < valid; ++j) {
+            pr[j] = std::exp(pr[j] - l);
+            dr[j] = pr[j] * (dr[j] - dl);
+          }
+          for (int64_t j = valid; j < i1; ++j) pr[j] = dr[j] = 0.0f;
+        }
+        // dQ = scale dS K; dK += scale dS^T Q; dV += P^T dO.
+        gemm(false, false, m, d.hd, i1, d.scale, ds.data(), i1, k, d.kv_ld, 0.0f, gq + i0 * D, D);
+        gemm(true, false, i1, d.hd, m, d.scale, ds.data(), i1, q + i0 * d.q_ld, d.q_ld, 1.0f, gk, Dkv);
+        gemm(true, false, i1, d.hd, m, 1.0f, p.data(), i1, go + i0 * D, D, 1.0f, gv, Dkv);
+      }
+    }
+  dq.commit();
+  dk.commit();
+  dv.commit();
+}
+
+}  // namespace fullshard::cpu::detail

@@ -1,0 +1,64 @@
+// run_kernel / has_kernel: argument checks common to every op, then a switch on OpKind.
+#include "backends/cpu/kernels/dtype_io.h"
+#include "backends/cpu/kernels/kernel_impl.h"
+#include "backends/cpu/kernels/kernels.h"
+
+namespace fullshard::cpu {
+
+// kLoadBatch (the data source) and kInitParam (backends/cpu/param_init.cc) are the
+// backend's own.
+bool has_kernel(OpKind kind) { return kind != OpKind::kLoadBatch && kind != OpKind::kInitParam; }
+
+void run_kernel(const OpCall& op, const std::vector<void*>& in, const std::vector<void*>& out) {
+  using namespace detail;
+  FULLSHARD_CHECK(in.size() == op.inputs.size() && out.size() == op.outputs.size(),
+                  where(op) + "address count does not match the op's tensors");
+  for (size_t i = 0; i < in.size(); ++i)
+    FULLSHARD_CHECK(in[i] || op.inputs[i].nbytes() == 0, where(op) + "null input address " + std::to_string(i));
+  for (size_t i = 0; i < out.size(); ++i)
+    FULLSHARD_CHECK(out[i] || op.outputs[i].nbytes() == 0, where(op) + "null output address " + std::to_string(i));
+  switch (op.kind) {
+    case OpKind::kFill: return fill(op, in, out);
+    case OpKind::kCopy: return copy(op, in, out);
+    case OpKind::kAdd: return add(op, in, out);
+    case OpKind::kScale: return scale(op, in, out);
+    case OpKind::kEmbedding: return embedding(op, in, out);
+    case OpKind::kEmbeddingBackward: return embedding_backward(op, in, out);
+    case OpKind::kRMSNorm: return rms_norm(op, in, out);
+    case OpKind::kRMSNormBackward: return rms_norm_backward(op, in, out);
+    case OpKind::kLayerNorm: return layer_norm(op, in, out);
+    case OpKind::kLayerNormBackward: return layer_norm_backward(op, in, out);
+    case OpKind::kLinear: return linear(op, in, out);
+    case OpKind::kLinearBackwardInput: return linear_backward_input(op, in, out);
+    case OpKind::kLinearBackwardWeight: return linear_backward_weight(op, in, out);
+    case OpKind::kLinearBackwardBias: return linear_backward_bias(op, in, out);
+    case OpKind::kRoPE: return rope(op, in, out);
+    case OpKind::kRoPEBackward: return rope_backward(op, in, out);
+    case OpKind::kAttention: return attention(op, in, out);
+    case OpKind::kAttentionBackward: return attention_backward(op, in, out);
+    case OpKind::kSiLU: return silu(op, in, out);
+    case OpKind::kSiLUBackward: return silu_backward(op, in, out);
+    case OpKind::kMul: return mul(op, in, out);
+    case OpKind::kMulBackward: return mul_backward(op, in, out);
+    case OpKind::kGELU: return gelu(op, in, out);
+    case OpKind::kGELUBackward: return gelu_backward(op, in, out);
+    case OpKind::kPositionEmbedding: return position_embedding(op, in, out);
+    case OpKind::kPositionEmbeddingBackward: return position_embedding_backward(op, in, out);
+    case OpKind::kLogSoftmax: return log_softmax(op, in, out);
+    case OpKind::kLogSoftmaxBackward: return log_softmax_backward(op, in, out);
+    case OpKind::kNllLoss: return nll_loss(op, in, out);
+    case OpKind::kNllLossBackward: return nll_loss_backward(op, in, out);
+    case OpKind::kAllGatherCopyIn: return all_gather_copy_in(op, in, out);
+    case OpKind::kAllGatherCopyOut: return all_gather_copy_out(op, in, out);
+    case OpKind::kChunkCat: return chunk_cat(op, in, out);
+    case OpKind::kSquaredNorm: return squared_norm(op, in, out);
+    case OpKind::kSum: return sum(op, in, out);
+    case OpKind::kClipGradScale: return clip_grad_scale(op, in, out);
+    case OpKind::kAdamW: return adamw(op, in, out);
+    case OpKind::kLoadBatch:
+    case OpKind::kInitParam: break;
+  }
+  FULLSHARD_CHECK(false, where(op) + "no CPU kernel for this op kind");
+}
+
+}  // namespace fullshard::cpu

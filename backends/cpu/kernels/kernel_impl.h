@@ -1,0 +1,67 @@
+#pragma once
+// Internal to the CPU kernels: one function per OpKind (or family), called by run_kernel
+// (dispatch.cc). Contracts are in docs/kernels.md.
+#include <vector>
+
+#include "core/runtime/op.h"
+
+namespace fullshard::cpu::detail {
+
+using Ptrs = std::vector<void*>;
+
+// elementwise.cc
+void fill(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void copy(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void add(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void scale(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void silu(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void silu_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void gelu(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void gelu_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void mul(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void mul_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
+
+// embedding.cc
+void embedding(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void embedding_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void position_embedding(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void position_embedding_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
+
+// norm.cc
+void rms_norm(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void rms_norm_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void layer_norm(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void layer_norm_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
+
+// linear.cc
+void linear(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void linear_backward_input(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void linear_backward_weight(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void linear_backward_bias(const OpCall& op, const Ptrs& in, const Ptrs& out);
+
+// rope.cc
+void rope(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void rope_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
+
+// attention.cc
+void attention(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void attention_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
+
+// loss.cc
+void log_softmax(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void log_softmax_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void nll_loss(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void nll_loss_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
+
+// fsdp_copy.cc
+void all_gather_copy_in(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void all_gather_copy_out(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void chunk_cat(const OpCall& op, const Ptrs& in, const Ptrs& out);
+
+// optim.cc
+void squared_norm(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void sum(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void clip_grad_scale(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void adamw(const OpCall& op, const Ptrs& in, const Ptrs& out);
+
+}  // namespace fullshard::cpu::detail

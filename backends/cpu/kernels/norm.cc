@@ -1,0 +1,145 @@
+// RMSNorm (torch._fused_rms_norm) and LayerNorm (native_layer_norm), forward and backward.
+// Row statistics and the weight/bias gradients accumulate in double; per-element math is fp32.
+#include <cmath>
+
+#include "backends/cpu/kernels/dtype_io.h"
+#include "backends/cpu/kernels/kernel_impl.h"
+
+namespace fullshard::cpu::detail {
+
+namespace {
+struct Rows {
+  int64_t rows, dim;
+};
+Rows norm_rows(const OpCall& op, const TensorMeta& x, const TensorMeta& w) {
+  const int64_t D = last_dim(x);
+  FULLSHARD_CHECK(D > 0 && w.numel() == D, where(op) + "weight must have the last dim of x");
+  return {x.numel() / D, D};
+}
+void check_stat(const OpCall& op, const TensorMeta& m, int64_t rows) {
+  FULLSHARD_CHECK(m.dtype == DType::kFloat32 && m.numel() == rows, where(op) + "row statistics must be fp32 [rows]");
+}
+}  // namespace
+
+void rms_norm(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  expect_arity(op, 2, 2);  // (x, w) -> (y, rstd)
+  FULLSHARD_CHECK(!op.fargs.empty(), where(op) + "needs fargs[0] = eps");
+  const TensorMeta &x = in_meta(op, 0), &wm = in_meta(op, 1), &y = out_meta(op, 0);
+  const auto [rows, D] = norm_rows(op, x, wm);
+  check_stat(op, out_meta(op, 1), rows);
+  FULLSHARD_CHECK(y.numel() == x.numel(), where(op) + "output size differs from x");
+  const double eps = op.fargs[0];
+  F32In w(in[1], wm.dtype, D);
+  float* rstd = static_cast<float*>(out[1]);
+  std::vector<float> row(static_cast<size_t>(D));
+  for (int64_t r = 0; r < rows; ++r) {
+    load_f32(in[0], x.dtype, r * D, D, row.data());
+    double ss = 0;
+    for (int64_t d = 0; d < D; ++d) ss += static_cast<double>(row[d]) * row[d];
+    const float rs = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(D) + eps));
+    rstd[r] = rs;
+    for (int64_t d = 0; d < D; ++d) row[d] = row[d] * rs * w[d];
+    store_f32(row.data(), out[0], y.dtype, r * D, D);
+  }
+}
+
+void rms_norm_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  expect_arity(op, 4, 2);  // (grad_y, x, rstd, w) -> (grad_x, grad_w)
+  const TensorMeta &g = in_meta(op, 0), &x = in_meta(op, 1), &wm = in_meta(op, 3);
+  const auto [rows, D] = norm_rows(op, x, wm);
+  check_stat(op, in_meta(op, 2), rows);
+  FULLSHARD_CHECK(g.numel() == x.numel() && out_meta(op, 0).numel() == x.numel() && out_meta(op, 1).numel() == D,
+                  where(op) + "gradient sizes do not match x / w");
+  F32In w(in[3], wm.dtype, D);
+  const float* rstd = static_cast<const float*>(in[2]);
+  std::vector<float> gr(static_cast<size_t>(D)), xr(static_cast<size_t>(D));
+  std::vector<double> gw(static_cast<size_t>(D), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    load_f32(in[0], g.dtype, r * D, D, gr.data());
+    load_f32(in[1], x.dtype, r * D, D, xr.data());
+    const float rs = rstd[r];
+    double dot = 0;  // sum_d (w g)_d * xhat_d
+    for (int64_t d = 0; d < D; ++d) {
+      const float xh = xr[d] * rs;
+      gw[d] += static_cast<double>(gr[d]) * xh;
+      dot += static_cast<double>(w[d] * gr[d]) * xh;
+      xr[d] = xh;
+    }
+    const float c = static_cast<float>(dot / static_cast<double>(D));
+    for (int64_t d = 0; d < D; ++d) gr[d] = rs * (w[d] * gr[d] - xr[d] * c);
+    store_f32(gr.data(), out[0], out_meta(op, 0).dtype, r * D, D);
+  }
+  std::vector<float> f(gw.begin(), gw.end());
+  store_f32(f.data(), out[1], out_meta(op, 1).dtype, 0, D);
+}
+
+void layer_norm(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  expect_arity(op, 3, 3);  // (x, w, b) -> (y, mean, rstd)
+  FULLSHARD_CHECK(!op.fargs.empty(), where(op) + "needs fargs[0] = eps");
+  const TensorMeta &x = in_meta(op, 0), &wm = in_meta(op, 1), &bm = in_meta(op, 2), &y = out_meta(op, 0);
+  const auto [rows, D] = norm_rows(op, x, wm);
+  FULLSHARD_CHECK(bm.numel() == D, where(op) + "bias must have the last dim of x");
+  check_stat(op, out_meta(op, 1), rows);
+  check_stat(op, out_meta(op, 2), rows);
+  FULLSHARD_CHECK(y.numel() == x.numel(), where(op) + "output size differs from x");
+  const double eps = op.fargs[0];
+  F32In w(in[1], wm.dtype, D), b(in[2], bm.dtype, D);
+  float* mean = static_cast<float*>(out[1]);
+  float* rstd = static_cast<float*>(out[2]);
+  std::vector<float> row(static_cast<size_t>(D));
+  for (int64_t r = 0; r < rows; ++r) {
+    load_f32(in[0], x.dtype, r * D, D, row.data());
+    double s = 0;
+    for (int64_t d = 0; d < D; ++d) s += row[d];
+    const double mu = s / static_cast<double>(D);
+    double ss = 0;
+    for (int64_t d = 0; d < D; ++d) ss += (row[d] - mu) * (row[d] - mu);
+    const float rs = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(D) + eps));
+    const float m = static_cast<float>(mu);
+    mean[r] = m;
+    rstd[r] = rs;
+    for (int64_t d = 0; d < D; ++d) row[d] = (row[d] - m) * rs * w[d] + b[d];
+    store_f32(row.data(), out[0], y.dtype, r * D, D);
+  }
+}
+
+void layer_norm_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  expect_arity(op, 5, 3);  // (grad_y, x, mean, rstd, w) -> (grad_x, grad_w, grad_b)
+  const TensorMeta &g = in_meta(op, 0), &x = in_meta(op, 1), &wm = in_meta(op, 4);
+  const auto [rows, D] = norm_rows(op, x, wm);
+  check_stat(op, in_meta(op, 2), rows);
+  check_stat(op, in_meta(op, 3), rows);
+  FULLSHARD_CHECK(g.numel() == x.numel() && out_meta(op, 0).numel() == x.numel() &&
+                      out_meta(op, 1).numel() == D && out_meta(op, 2).numel() == D,
+                  where(op) + "gradient sizes do not match x / w / b");
+  F32In w(in[4], wm.dtype, D);
+  const float* mean = static_cast<const float*>(in[2]);
+  const float* rstd = static_cast<const float*>(in[3]);
+  std::vector<float> gr(static_cast<size_t>(D)), xr(static_cast<size_t>(D));
+  std::vector<double> gw(static_cast<size_t>(D), 0.0), gb(static_cast<size_t>(D), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    load_f32(in[0], g.dtype, r * D, D, gr.data());
+    load_f32(in[1], x.dtype, r * D, D, xr.data());
+    const float m = mean[r], rs = rstd[r];
+    double sum_wg = 0, dot = 0;
+    for (int64_t d = 0; d < D; ++d) {
+      const float xh = (xr[d] - m) * rs;
+      const float wg = w[d] * gr[d];
+      gw[d] += static_cast<double>(gr[d]) * xh;
+      gb[d] += gr[d];
+      sum_wg += wg;
+      dot += static_cast<double>(wg) * xh;
+      xr[d] = xh;
+    }
+    const float a = static_cast<float>(sum_wg / static_cast<double>(D));
+    const float c = static_cast<float>(dot / static_cast<double>(D));
+    for (int64_t d = 0; d < D; ++d) gr[d] = rs * (w[d] * gr[d] - a - xr[d] * c);
+    store_f32(gr.data(), out[0], out_meta(op, 0).dtype, r * D, D);
+  }
+  std::vector<float> f(gw.begin(), gw.end());
+  store_f32(f.data(), out[1], out_meta(op, 1).dtype, 0, D);
+  f.assign(gb.begin(), gb.end());
+  store_f32(f.data(), out[2], out_meta(op, 2).dtype, 0, D);
+}
+
+}  // namespace fullshard::cpu::detail

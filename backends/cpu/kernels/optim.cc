@@ -1,0 +1,117 @@
+// Gradient clipping (clip_grad_norm_ split into squared norms, their sum and the scale) and
+// torch.optim.AdamW's step (foreach / fused semantics).
+#include <cmath>
+
+#include "backends/cpu/kernels/dtype_io.h"
+#include "backends/cpu/kernels/kernel_impl.h"
+
+namespace fullshard::cpu::detail {
+
+namespace {
+double sum_squares(const void* p, DType dt, int64_t n) {
+  double acc = 0;
+  float buf[kChunk];
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const int64_t m = std::min(kChunk, n - i);
+    load_f32(p, dt, i, m, buf);
+    for (int64_t j = 0; j < m; ++j) acc += static_cast<double>(buf[j]) * buf[j];
+  }
+  return acc;
+}
+}  // namespace
+
+void squared_norm(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  // (t_0, ..., t_{n-1}) -> out [n]: out[i] = sum(t_i^2), accumulated in double.
+  FULLSHARD_CHECK(op.outputs.size() == 1 && out_meta(op, 0).numel() == static_cast<int64_t>(op.inputs.size()),
+                  where(op) + "expects n inputs and one [n] output");
+  std::vector<float> r(op.inputs.size());
+  for (size_t i = 0; i < op.inputs.size(); ++i)
+    r[i] = static_cast<float>(sum_squares(in[i], in_meta(op, i).dtype, in_meta(op, i).numel()));
+  store_f32(r.data(), out[0], out_meta(op, 0).dtype, 0, static_cast<int64_t>(r.size()));
+}
+
+void sum(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  expect_arity(op, 1, 1);  // t -> out[0] = sum(t), accumulated in double
+  FULLSHARD_CHECK(out_meta(op, 0).numel() == 1, where(op) + "output must have one element");
+  const TensorMeta& m = in_meta(op, 0);
+  double acc = 0;
+  float buf[kChunk];
+  for (int64_t i = 0; i < m.numel(); i += kChunk) {
+    const int64_t c = std::min(kChunk, m.numel() - i);
+    load_f32(in[0], m.dtype, i, c, buf);
+    for (int64_t j = 0; j < c; ++j) acc += buf[j];
+  }
+  const float r = static_cast<float>(acc);
+  store_f32(&r, out[0], out_meta(op, 0).dtype, 0, 1);
+}
+
+void clip_grad_scale(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  // (total_sq, g_1..g_n) -> g_i *= min(1, max_norm / (sqrt(total_sq) + 1e-6)), in place.
+  FULLSHARD_CHECK(!op.inputs.empty() && op.outputs.size() + 1 == op.inputs.size() && !op.fargs.empty(),
+                  where(op) + "expects (total, grads...) -> (grads...) and fargs[0] = max_norm");
+  FULLSHARD_CHECK(in_meta(op, 0).numel() == 1, where(op) + "total must have one element");
+  float total;
+  load_f32(in[0], in_meta(op, 0).dtype, 0, 1, &total);
+  // As clip_grad_norm_ in fp32: clip_coef = max_norm / (total_norm + 1e-6), clamped to 1.
+  const float coef = std::min(1.0f, static_cast<float>(op.fargs[0]) / (std::sqrt(total) + 1e-6f));
+  for (size_t i = 0; i < op.outputs.size(); ++i) {
+    const TensorMeta &gi = in_meta(op, i + 1), &go = out_meta(op, i);
+    FULLSHARD_CHECK(gi.numel() == go.numel(), where(op) + "gradient " + std::to_string(i) + " sizes differ");
+    float buf[kChunk];
+    for (int64_t k = 0; k < gi.numel(); k += kChunk) {
+      const int64_t m = std::min(kChunk, gi.numel() - k);
+      load_f32(in[i + 1], gi.dtype, k, m, buf);
+      for (int64_t j = 0; j < m; ++j) buf[j] *= coef;
+      store_f32(buf, out[i], go.dtype, k, m);
+    }
+  }
+}
+
+void adamw(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  // inputs (p, g, m, v) per parameter; outputs (p, m, v[, denom]) per parameter, the
+  // denominator only when iargs[0] == 0 (foreach: exp_avg_sq_sqrt); fargs = lr, beta1,
+  // beta2, eps, weight_decay, step.
+  FULLSHARD_CHECK(op.fargs.size() >= 6, where(op) + "needs fargs = {lr, beta1, beta2, eps, weight_decay, step}");
+  const bool fused = !op.iargs.empty() && op.iargs[0] != 0;
+  const size_t per_out = fused ? 3 : 4;
+  FULLSHARD_CHECK(op.inputs.size() % 4 == 0 && op.outputs.size() == op.inputs.size() / 4 * per_out,
+                  where(op) + "expects 4 inputs and " + std::to_string(per_out) + " outputs per parameter");
+  const double lr = op.fargs[0], beta1 = op.fargs[1], beta2 = op.fargs[2], eps = op.fargs[3], wd = op.fargs[4];
+  const double step = op.fargs[5];
+  FULLSHARD_CHECK(step >= 1, where(op) + "step must be >= 1");
+  // Host-side scalars (Python floats in torch), then fp32 per-element math.
+  const double bc1 = 1.0 - std::pow(beta1, step), bc2 = 1.0 - std::pow(beta2, step);
+  const float decay = static_cast<float>(1.0 - lr * wd);
+  const float w1 = static_cast<float>(1.0 - beta1), b2 = static_cast<float>(beta2), w2 = static_cast<float>(1.0 - beta2);
+  const float neg_step_size = static_cast<float>(-(lr / bc1));
+  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2)), epsf = static_cast<float>(eps);
+  for (size_t k = 0; k < op.inputs.size() / 4; ++k) {
+    const size_t i = 4 * k, o = per_out * k;
+    const int64_t n = in_meta(op, i).numel();
+    for (size_t t = 1; t < 4; ++t)
+      FULLSHARD_CHECK(in_meta(op, i + t).numel() == n, where(op) + "parameter " + std::to_string(k) + ": sizes differ");
+    for (size_t t = 0; t < per_out; ++t)
+      FULLSHARD_CHECK(out_meta(op, o + t).numel() == n, where(op) + "parameter " + std::to_string(k) + ": sizes differ");
+    float p[kChunk], g[kChunk], m[kChunk], v[kChunk];
+    for (int64_t c = 0; c < n; c += kChunk) {
+      const int64_t len = std::min(kChunk, n - c);
+      load_f32(in[i], in_meta(op, i).dtype, c, len, p);
+      load_f32(in[i + 1], in_meta(op, i + 1).dtype, c, len, g);
+      load_f32(in[i + 2], in_meta(op, i + 2).dtype, c, len, m);
+      load_f32(in[i + 3], in_meta(op, i + 3).dtype, c, len, v);
+      for (int64_t j = 0; j < len; ++j) {
+        p[j] *= decay;                          // decoupled weight decay
+        m[j] += w1 * (g[j] - m[j]);             // exp_avg.lerp_(grad, 1 - beta1)
+        v[j] = v[j] * b2 + w2 * g[j] * g[j];    // exp_avg_sq.mul_(beta2).addcmul_(g, g, 1 - beta2)
+        g[j] = std::sqrt(v[j]) / bc2_sqrt + epsf;  // denom
+        p[j] += neg_step_size * (m[j] / g[j]);  // addcdiv_(exp_avg, denom, -lr / bc1)
+      }
+      store_f32(p, out[o], out_meta(op, o).dtype, c, len);
+      store_f32(m, out[o + 1], out_meta(op, o + 1).dtype, c, len);
+      store_f32(v, out[o + 2], out_meta(op, o + 2).dtype, c, len);
+      if (!fused) store_f32(g, out[o + 3], out_meta(op, o + 3).dtype, c, len);
+    }
+  }
+}
+
+}  // namespace fullshard::cpu::detail

@@ -1,0 +1,61 @@
+// Rotary position embedding, Hugging Face Llama convention ("rotate_half"): within each head
+// of width hd, element i (i < hd/2) pairs with element i + hd/2 and both rotate by
+// angle = pos * theta^(-2i/hd):
+//   y[i]        = x[i] cos - x[i + hd/2] sin
+//   y[i + hd/2] = x[i + hd/2] cos + x[i] sin
+// pos is the row's index along dim -2 of x ([B, S, H*hd]). Angles are computed in double,
+// cos/sin rounded to fp32, the rotation is fp32 and the result is rounded once.
+#include <cmath>
+
+#include "backends/cpu/kernels/dtype_io.h"
+#include "backends/cpu/kernels/kernel_impl.h"
+
+namespace fullshard::cpu::detail {
+
+namespace {
+
+// sign = +1: forward rotation; -1: its inverse (the backward: R(angle)^T = R(-angle)).
+void rotate(const OpCall& op, const Ptrs& in, const Ptrs& out, float sign) {
+  expect_arity(op, 1, 1);
+  FULLSHARD_CHECK(!op.iargs.empty() && !op.fargs.empty(), where(op) + "needs iargs[0] = head_dim, fargs[0] = theta");
+  const TensorMeta &x = in_meta(op, 0), &y = out_meta(op, 0);
+  const int64_t hd = op.iargs[0];
+  FULLSHARD_CHECK(x.shape.size() >= 2, where(op) + "x must be [..., S, H*hd]");
+  const int64_t width = x.shape.back(), S = x.shape[x.shape.size() - 2];
+  FULLSHARD_CHECK(hd > 0 && hd % 2 == 0 && width % hd == 0, where(op) + "head_dim must be even and divide the last dim");
+  FULLSHARD_CHECK(y.numel() == x.numel(), where(op) + "output size differs from x");
+  const double theta = op.fargs[0];
+  const int64_t half = hd / 2, rows = S == 0 ? 0 : x.numel() / width;
+  std::vector<float> cs(static_cast<size_t>(S * half)), sn(static_cast<size_t>(S * half));
+  for (int64_t i = 0; i < half; ++i) {
+    const double inv_freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+    for (int64_t p = 0; p < S; ++p) {
+      const double a = static_cast<double>(p) * inv_freq;
+      cs[p * half + i] = static_cast<float>(std::cos(a));
+      sn[p * half + i] = sign * static_cast<float>(std::sin(a));
+    }
+  }
+  std::vector<float> row(static_cast<size_t>(width));
+  for (int64_t r = 0; r < rows; ++r) {
+    load_f32(in[0], x.dtype, r * width, width, row.data());
+    const float* c = cs.data() + (r % S) * half;
+    const float* s = sn.data() + (r % S) * half;
+    for (int64_t h = 0; h < width; h += hd) {
+      float* x1 = row.data() + h;
+      float* x2 = x1 + half;
+      for (int64_t i = 0; i < half; ++i) {
+        const float a = x1[i], b = x2[i];
+        x1[i] = a * c[i] - b * s[i];
+        x2[i] = b * c[i] + a * s[i];
+      }
+    }
+    store_f32(row.data(), out[0], y.dtype, r * width, width);
+  }
+}
+
+}  // namespace
+
+void rope(const OpCall& op, const Ptrs& in, const Ptrs& out) { rotate(op, in, out, 1.0f); }
+void rope_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) { rotate(op, in, out, -1.0f); }
+
+}  // namespace fullshard::cpu::detail
