@@ -4,7 +4,24 @@
 // belongs to; every member must construct it (rendezvous through the shared store).
 //
 // Buffers are raw host memory. Counts are elements of `dtype`. Reductions of bf16/fp16 are
-// done in fp32 and rounded to nearest even per step (core/tensor/float_convert.h).
+// done in fp32 and rounded to nearest even per step (core/tensor/float_convert.h); the order
+// of each reduction is fixed (see reduce_kernels.h and docs/gloo-backend.md), so results are
+// deterministic and identical on every member.
+//
+// NOTE [Gloo threading rule]: each GlooProcessGroup owns its own gloo context (its own TCP
+// connections), so different GlooProcessGroups, of one rank or of several ranks in one
+// process, may run collectives concurrently from different threads. One GlooProcessGroup
+// must be used by one thread at a time: a concurrent call throws CollectiveError instead of
+// interleaving. Members must issue a group's collectives in the same order. For two streams
+// that run collectives over the same ranks concurrently, construct one GlooProcessGroup per
+// (group, stream), e.g. with `options.instance` set to the stream's name. Constructions of
+// the same (group, instance) on one store are matched by their order (generation counter),
+// so every member must construct them in the same order.
+//
+// Errors: any failure (a peer died, a timeout, a mismatch found by check_fingerprints) throws
+// CollectiveError; no gloo exception escapes. After a transport failure the group is broken:
+// later calls throw CollectiveError at once, naming the first failure. Validation of the
+// arguments (dtype not reducible, root out of range) throws InternalError (FULLSHARD_CHECK).
 #include <chrono>
 #include <cstddef>
 #include <memory>
@@ -36,12 +53,17 @@ struct ProcessGroupOptions {
   // Before every collective, exchange a fingerprint (kind, count, dtype, op, name) and fail
   // with a CollectiveError naming the differing rank, like TORCH_DISTRIBUTED_DEBUG=DETAIL.
   bool check_fingerprints = false;
+  // Tells apart several GlooProcessGroups over the same group (e.g. one per stream); every
+  // member must pass the same string. Part of the rendezvous prefix in the store.
+  std::string instance;
 };
 
 class GlooProcessGroup {
  public:
   // `store`: shared rendezvous store (FileStore / HashStore); `global_rank` must be in
-  // `group.ranks`. Connects a full mesh among the members (blocking until all arrive).
+  // `group.ranks`. Connects a full mesh among the members (blocking until all arrive, at most
+  // options.timeout; then CollectiveError naming the first member that did not come).
+  // A group of one needs no store nor device (both may be null) and never touches the network.
   GlooProcessGroup(std::shared_ptr<::gloo::rendezvous::Store> store,
                    std::shared_ptr<::gloo::transport::Device> device, const ProcessGroup& group,
                    int global_rank, ProcessGroupOptions options = {});
@@ -58,12 +80,15 @@ class GlooProcessGroup {
   void all_gather(const void* input, void* output, size_t count, DType dtype, const std::string& name);
   // reduce_scatter_tensor: `input` holds size() * count elements; rank r receives the
   // reduction of every member's chunk r in `output` (count elements).
-  // kAvg divides by size(); kPremulSum multiplies each input by `scale` first.
+  // kAvg divides by size(); kPremulSum multiplies each input by `scale` first. Reductions take
+  // fp32, bf16 and fp16; all_gather and broadcast take every dtype. `output` may alias
+  // input + rank() * count.
   void reduce_scatter(const void* input, void* output, size_t count, DType dtype, ReduceOp op,
                       double scale, const std::string& name);
   // In place over `count` elements.
   void all_reduce(void* buffer, size_t count, DType dtype, ReduceOp op, double scale,
                   const std::string& name);
+  // `root` is a group rank (an index into group().ranks), not a global rank.
   void broadcast(void* buffer, size_t count, DType dtype, int root, const std::string& name);
   void barrier(const std::string& name);
 
