@@ -45,8 +45,8 @@ Connection connect_group(::gloo::rendezvous::Store& store, const std::string& pr
       ps.wait({arrival_key(i)}, remaining(deadline));
     } catch (const ::gloo::Exception& e) {
       throw TransportFailure(i, "waiting for the arrival of",
-                             "it did not join within " + std::to_string(timeout.count()) +
-                                 " ms (" + e.what() + ")");
+                             "did not join within " + std::to_string(timeout.count()) +
+                                 " ms (gloo: " + e.what() + ")");
     }
   }
 
