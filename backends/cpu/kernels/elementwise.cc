@@ -65,6 +65,9 @@ constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCoef = 0.044715f;
 
 inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+// tanh through exp (several times faster than std::tanh here; absolute error ~1e-7,
+// saturating correctly: exp overflow gives 1, underflow -1).
+inline float tanh_via_exp(float u) { return 1.0f - 2.0f / (1.0f + std::exp(2.0f * u)); }
 
 }  // namespace
 
@@ -160,7 +163,7 @@ void gelu(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   expect_same_numel(op);
   unary(in[0], in_meta(op, 0).dtype, out[0], out_meta(op, 0).dtype, out_meta(op, 0).numel(), [](float x) {
     const float u = kSqrt2OverPi * (x + kGeluCoef * x * x * x);
-    return 0.5f * x * (1.0f + std::tanh(u));
+    return 0.5f * x * (1.0f + tanh_via_exp(u));
   });
 }
 
@@ -170,7 +173,7 @@ void gelu_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   binary(in[0], in_meta(op, 0).dtype, in[1], in_meta(op, 1).dtype, out[0], out_meta(op, 0).dtype,
          out_meta(op, 0).numel(), [](float g, float x) {
            const float x2 = x * x;
-           const float t = std::tanh(kSqrt2OverPi * (x + kGeluCoef * x2 * x));
+           const float t = tanh_via_exp(kSqrt2OverPi * (x + kGeluCoef * x2 * x));
            const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoef * x2);
            return g * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
          });
