@@ -256,6 +256,19 @@ TEST(GlooConcurrency, TwoInstancesOfOneGroup) {
   });
 }
 
+// One TCP device shared by every rank of the process (and every group).
+TEST(GlooConcurrency, OneDeviceForAllRanks) {
+  ThreadWorld w(3);
+  for (auto& d : w.devices) d = w.devices[0];
+  auto pgs = w.make_world();
+  std::vector<std::vector<float>> bufs(3, std::vector<float>(100));
+  for (int r = 0; r < 3; ++r) bufs[r].assign(100, static_cast<float>(r));
+  parallel(3, [&](int r) {
+    pgs[r]->all_reduce(bufs[r].data(), 100, DType::kFloat32, ReduceOp::kMax, 1, "ar");
+  });
+  for (auto& b : bufs) EXPECT_EQ(b, std::vector<float>(100, 2.0f));
+}
+
 // Constructing the same group again on the same store meets under a new generation.
 TEST(GlooConcurrency, RebuildingAGroupOnTheSameStore) {
   ThreadWorld w(3);
