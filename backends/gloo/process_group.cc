@@ -1,6 +1,7 @@
 #include "backends/gloo/process_group.h"
 
 #include <gloo/common/error.h>
+#include <gloo/common/logging.h>
 #include <gloo/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/device.h>
@@ -162,6 +163,8 @@ struct GlooProcessGroup::Impl {
       fail(call, explain(f));
     } catch (const ::gloo::Exception& e) {
       fail(call, std::string("gloo: ") + e.what());
+    } catch (const ::gloo::EnforceNotMet& e) {
+      fail(call, std::string("gloo: ") + e.what());
     }
   }
 };
@@ -203,12 +206,18 @@ GlooProcessGroup::GlooProcessGroup(std::shared_ptr<::gloo::rendezvous::Store> st
     m.link = std::make_unique<Link>(m.context);
   } catch (const TransportFailure& f) {
     std::string why;
-    if (f.peer >= 0 && contains(f.action, "arrival"))
+    if (f.action == "waiting for the arrival of")
       why = "rank " + std::to_string(m.global(f.peer)) + " " + f.gloo_message;
+    else if (f.action == "publishing the arrival of")
+      why = "cannot publish this rank's arrival in the store (a store directory reused from an "
+            "earlier job?): " + f.gloo_message;
     else
       why = m.explain(f);
     throw CollectiveError(m.who() + ": rendezvous (store prefix '" + prefix + "') failed: " + why);
   } catch (const ::gloo::Exception& e) {
+    throw CollectiveError(m.who() + ": rendezvous (store prefix '" + prefix +
+                          "') failed: gloo: " + e.what());
+  } catch (const ::gloo::EnforceNotMet& e) {
     throw CollectiveError(m.who() + ": rendezvous (store prefix '" + prefix +
                           "') failed: gloo: " + e.what());
   }

@@ -1,6 +1,7 @@
 #include "backends/gloo/rendezvous.h"
 
 #include <gloo/common/error.h>
+#include <gloo/common/logging.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/rendezvous/store.h>
@@ -38,6 +39,8 @@ Connection connect_group(::gloo::rendezvous::Store& store, const std::string& pr
     ps.set(arrival_key(rank), std::vector<char>{1});
   } catch (const ::gloo::Exception& e) {
     throw TransportFailure(rank, "publishing the arrival of", e.what());
+  } catch (const ::gloo::EnforceNotMet& e) {
+    throw TransportFailure(rank, "publishing the arrival of", e.what());
   }
   for (int i = 0; i < size; ++i) {
     if (i == rank) continue;
@@ -47,6 +50,8 @@ Connection connect_group(::gloo::rendezvous::Store& store, const std::string& pr
       throw TransportFailure(i, "waiting for the arrival of",
                              "did not join within " + std::to_string(timeout.count()) +
                                  " ms (gloo: " + e.what() + ")");
+    } catch (const ::gloo::EnforceNotMet& e) {
+      throw TransportFailure(i, "waiting for the arrival of", e.what());
     }
   }
 
@@ -58,6 +63,8 @@ Connection connect_group(::gloo::rendezvous::Store& store, const std::string& pr
   try {
     ctx->connectFullMesh(ps, device);
   } catch (const ::gloo::Exception& e) {
+    throw TransportFailure(-1, "connecting to", e.what());
+  } catch (const ::gloo::EnforceNotMet& e) {
     throw TransportFailure(-1, "connecting to", e.what());
   } catch (const std::system_error& e) {
     throw TransportFailure(-1, "connecting to", e.what());

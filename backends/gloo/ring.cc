@@ -1,6 +1,7 @@
 #include "backends/gloo/ring.h"
 
 #include <gloo/common/error.h>
+#include <gloo/common/logging.h>
 #include <gloo/context.h>
 #include <gloo/transport/unbound_buffer.h>
 
@@ -78,48 +79,45 @@ std::chrono::milliseconds Link::remaining() const {
   return std::max(left, std::chrono::milliseconds(1));
 }
 
-std::unique_ptr<UnboundBuffer> Link::buffer(const void* ptr, size_t bytes) {
+namespace {
+
+// Runs a gloo call; whatever gloo throws (its Exception family, or EnforceNotMet, which is a
+// plain std::exception) becomes a TransportFailure naming the peer.
+template <class F>
+auto guarded(int peer, const char* action, F&& f) -> decltype(f()) {
   try {
-    return context_->createUnboundBuffer(const_cast<void*>(ptr), bytes);
+    return f();
   } catch (const ::gloo::Exception& e) {
-    throw TransportFailure(-1, "creating a buffer for", e.what());
+    throw TransportFailure(peer, action, e.what());
+  } catch (const ::gloo::EnforceNotMet& e) {
+    throw TransportFailure(peer, action, e.what());
   }
+}
+
+}  // namespace
+
+std::unique_ptr<UnboundBuffer> Link::buffer(const void* ptr, size_t bytes) {
+  return guarded(-1, "creating a buffer for", [&] {
+    return context_->createUnboundBuffer(const_cast<void*>(ptr), bytes);
+  });
 }
 
 void Link::send(UnboundBuffer& buf, int peer, uint64_t slot, size_t offset, size_t bytes) {
-  try {
-    buf.send(peer, slot, offset, bytes);
-  } catch (const ::gloo::Exception& e) {
-    throw TransportFailure(peer, "sending to", e.what());
-  }
+  guarded(peer, "sending to", [&] { buf.send(peer, slot, offset, bytes); });
 }
 
 void Link::recv(UnboundBuffer& buf, int peer, uint64_t slot, size_t offset, size_t bytes) {
-  try {
-    buf.recv(peer, slot, offset, bytes);
-  } catch (const ::gloo::Exception& e) {
-    throw TransportFailure(peer, "receiving from", e.what());
-  }
+  guarded(peer, "receiving from", [&] { buf.recv(peer, slot, offset, bytes); });
 }
 
 void Link::wait_send(UnboundBuffer& buf, int peer) {
-  bool ok = false;
-  try {
-    ok = buf.waitSend(nullptr, remaining());
-  } catch (const ::gloo::Exception& e) {
-    throw TransportFailure(peer, "sending to", e.what());
-  }
-  if (!ok) throw TransportFailure(peer, "sending to", "send aborted");
+  if (!guarded(peer, "sending to", [&] { return buf.waitSend(nullptr, remaining()); }))
+    throw TransportFailure(peer, "sending to", "send aborted");
 }
 
 void Link::wait_recv(UnboundBuffer& buf, int peer) {
-  bool ok = false;
-  try {
-    ok = buf.waitRecv(nullptr, remaining());
-  } catch (const ::gloo::Exception& e) {
-    throw TransportFailure(peer, "receiving from", e.what());
-  }
-  if (!ok) throw TransportFailure(peer, "receiving from", "receive aborted");
+  if (!guarded(peer, "receiving from", [&] { return buf.waitRecv(nullptr, remaining()); }))
+    throw TransportFailure(peer, "receiving from", "receive aborted");
 }
 
 uint8_t* Link::scratch(int i, size_t bytes) {

@@ -4,6 +4,10 @@
 // (A peer process killed mid-collective: gloo_multiprocess_test.cc.)
 #include <gtest/gtest.h>
 
+#include <gloo/rendezvous/file_store.h>
+#include <stdlib.h>
+
+#include <filesystem>
 #include <latch>
 
 #include "tests/unit/gloo_test_support.h"
@@ -172,6 +176,30 @@ TEST(GlooFaults, FingerprintMismatchOfCountOpRootAndLongNames) {
   run([&](int r) { pgs[r]->barrier("same"); });
   expect_all("");
   for (auto& e : errors) EXPECT_EQ(e, "");
+}
+
+// A FileStore directory that still holds an earlier job's keys: gloo's FileStore refuses to
+// overwrite them (GLOO_ENFORCE, an EnforceNotMet, not a gloo::Exception); that must still come
+// out as a CollectiveError.
+TEST(GlooFaults, StaleStoreDirectoryIsACollectiveError) {
+  std::string templ = (std::filesystem::temp_directory_path() / "fullshard-gloo-XXXXXX").string();
+  const std::string dir = mkdtemp(templ.data());
+  ThreadWorld w(2);
+  w.store = std::make_shared<::gloo::rendezvous::FileStore>(dir);
+  { auto first_job = w.make_world(short_timeout()); }
+  // A second job on the same directory, through a new store object (as a new process would).
+  auto store = std::make_shared<::gloo::rendezvous::FileStore>(dir);
+  std::string error;
+  try {
+    GlooProcessGroup pg(store, w.devices[0], world_group(2), 0, short_timeout());
+  } catch (const CollectiveError& e) {
+    error = e.what();
+  }
+  std::filesystem::remove_all(dir);
+  std::printf("%s\n", error.c_str());
+  EXPECT_TRUE(has(error, "gloo: rank 0 (member 0 of group 'world' [0,1]): rendezvous")) << error;
+  EXPECT_TRUE(has(error, "cannot publish this rank's arrival")) << error;
+  EXPECT_TRUE(has(error, "File already exists")) << error;
 }
 
 }  // namespace
