@@ -49,6 +49,8 @@ class CollectiveError : public std::runtime_error {
 };
 
 struct ProcessGroupOptions {
+  // End to end, per collective (fingerprint exchange included) and for the construction's
+  // rendezvous. Must be positive.
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
   // Before every collective, exchange a fingerprint (kind, count, dtype, op, name) and fail
   // with a CollectiveError naming the differing rank, like TORCH_DISTRIBUTED_DEBUG=DETAIL.
