@@ -1,7 +1,10 @@
 // fullshard: FSDP2-style sharded training, simulated before it runs.
 //   fullshard simulate SCENARIO.json [--json REPORT.json] [--ranks classes|all] [--no-checks]
+//   fullshard train SCENARIO.json --backend gloo [--nproc N] [--metrics M.jsonl] [--steps K]
+//   fullshard compare SCENARIO.json [--json OUT.json]
 //   fullshard models [--json]
-// Exit codes: 0 ok; 1 the simulation found protocol problems; 2 bad input; 3 out of memory.
+// Exit codes: 0 ok; 1 the simulation found protocol problems, a rank failed, or predicted and
+// measured memory differ; 2 bad input; 3 out of memory.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -15,6 +18,7 @@
 #include "core/scenario/scenario.h"
 #include "simulator/report.h"
 #include "simulator/simulate.h"
+#include "tools/fullshard/commands.h"
 
 namespace {
 
@@ -85,6 +89,24 @@ int main(int argc, char** argv) {
   sim->add_option("--json", json_out, "write the full report (JSON) here");
   sim->add_option("--ranks", ranks, "classes: one rank per class of identical ranks; all: every rank");
   sim->add_flag("--no-checks", no_checks, "skip the collective / race / use-after-free checks");
+  fullshard::cpu::LaunchOptions lo;
+  std::string backend = "gloo";
+  auto add_run_options = [&](CLI::App* c) {
+    c->add_option("scenario", lo.scenario_path, "scenario JSON file")->required();
+    c->add_option("--nproc", lo.nproc, "worker processes (default: the scenario's world size)");
+    c->add_option("--steps", lo.steps, "optimizer steps (default: training.steps)");
+    c->add_option("--timeout", lo.timeout_s, "seconds a collective may wait for its peers (default 60)");
+    c->add_flag("--debug-collectives", lo.check_fingerprints,
+                "exchange collective fingerprints before each collective (like TORCH_DISTRIBUTED_DEBUG=DETAIL)");
+  };
+  auto* train = app.add_subcommand("train", "train a scenario for real (CPU processes over Gloo)");
+  add_run_options(train);
+  train->add_option("--backend", backend, "gloo (CPU, one process per rank)");
+  train->add_option("--metrics", lo.metrics_path, "write one JSON object per step here (JSONL)");
+  std::string compare_json;
+  auto* compare = app.add_subcommand("compare", "simulate a scenario, run it for real, compare peak memory per rank");
+  add_run_options(compare);
+  compare->add_option("--json", compare_json, "write predicted vs measured per rank (JSON) here");
   auto* models = app.add_subcommand("models", "list the model zoo with exact parameter counts");
   models->add_flag("--json", models_json, "JSON output");
   try {
@@ -97,6 +119,11 @@ int main(int argc, char** argv) {
   try {
     if (*sim) return cmd_simulate(scenario, json_out, ranks, !no_checks);
     if (*models) return cmd_models(models_json);
+    if (*train) return fullshard::cli::cmd_train(lo, backend);
+    if (*compare) {
+      lo.progress = false;
+      return fullshard::cli::cmd_compare(lo, compare_json);
+    }
   } catch (const fullshard::InputError& e) {
     std::cerr << "fullshard: error: " << e.what() << "\n";
     return 2;

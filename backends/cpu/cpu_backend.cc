@@ -1,0 +1,249 @@
+#include "backends/cpu/cpu_backend.h"
+
+#include <cstring>
+#include <utility>
+
+#include <fmt/format.h>
+#include <gloo/rendezvous/prefix_store.h>
+
+#include "backends/cpu/kernels/kernels.h"
+#include "backends/cpu/param_init.h"
+#include "core/common/error.h"
+#include "core/tensor/float_convert.h"
+
+namespace fullshard::cpu {
+namespace {
+
+// A PrefixStore that keeps its underlying store alive.
+class OwningPrefixStore : public ::gloo::rendezvous::PrefixStore {
+ public:
+  OwningPrefixStore(const std::string& prefix, std::shared_ptr<::gloo::rendezvous::Store> s)
+      : PrefixStore(prefix, *s), keep_(std::move(s)) {}
+
+ private:
+  std::shared_ptr<::gloo::rendezvous::Store> keep_;
+};
+
+double read_one(const TensorRef& ref, const uint8_t* p) {
+  switch (ref.meta.dtype) {
+    case DType::kFloat32: { float v; std::memcpy(&v, p, 4); return v; }
+    case DType::kBFloat16: { uint16_t v; std::memcpy(&v, p, 2); return bf16_to_float(v); }
+    case DType::kFloat16: { uint16_t v; std::memcpy(&v, p, 2); return fp16_to_float(v); }
+    default: FULLSHARD_CHECK(false, "read_scalar of a non-floating tensor");
+  }
+  return 0;
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(CpuBackendOptions options)
+    : Backend(options.rank, options.world_size, options.allocator, &host_segments,
+              options.record_timeline),
+      options_(std::move(options)) {
+  if (options_.allocator.expandable_segments)
+    throw InputError("hardware.allocator.expandable_segments", "true is not supported by the CPU backend",
+                     "set it to false for real CPU runs (the simulator models it)");
+  for (StreamRole r : kAllStreams) streams_.push_back(std::make_unique<StreamWorker>(std::string(stream_name(r)), failure_));
+  host_segments.before_unmap = [this] {
+    for (auto& s : streams_) s->drain();
+  };
+}
+
+CpuBackend::~CpuBackend() {
+  for (auto& s : streams_) s->drain();
+  release_host_buffers(true);
+  host_segments.before_unmap = nullptr;
+  streams_.clear();  // joins the workers
+  groups_.clear();
+}
+
+void CpuBackend::check_failed() const {
+  if (failure_.failed()) std::rethrow_exception(failure_.error());
+}
+
+uint8_t* CpuBackend::resolve(const TensorRef& ref) const {
+  if (ref.buffer_id == 0) return nullptr;
+  auto it = addresses_.find(ref.buffer_id);
+  FULLSHARD_CHECK(it != addresses_.end(), fmt::format("tensor of freed buffer {} used", ref.buffer_id));
+  return it->second + ref.offset_bytes;
+}
+
+void* CpuBackend::data(const TensorRef& ref) const { return resolve(ref); }
+
+void CpuBackend::run_timed(StreamRole r, const std::function<void()>& fn) {
+  auto t0 = std::chrono::steady_clock::now();
+  fn();
+  auto dt = std::chrono::steady_clock::now() - t0;
+  busy_ns_[static_cast<size_t>(r)] += std::chrono::duration_cast<std::chrono::nanoseconds>(dt).count();
+}
+
+std::array<double, kNumStreams> CpuBackend::busy_seconds() const {
+  std::array<double, kNumStreams> out{};
+  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<double>(busy_ns_[i].load()) * 1e-9;
+  return out;
+}
+
+void CpuBackend::on_allocate(const Buffer& buffer, StreamRole stream, std::string_view what) {
+  uint8_t* p = nullptr;
+  if (buffer.on_host) {
+    release_host_buffers(false);
+    p = static_cast<uint8_t*>(std::aligned_alloc(64, std::max<uint64_t>(64, (buffer.bytes + 63) / 64 * 64)));
+    FULLSHARD_CHECK(p != nullptr, fmt::format("host allocation of {} bytes for {} failed", buffer.bytes, what));
+  } else {
+    p = reinterpret_cast<uint8_t*>(buffer.block.address);
+  }
+  addresses_[buffer.id] = p;
+}
+
+void CpuBackend::on_free(const Buffer& buffer) {
+  auto it = addresses_.find(buffer.id);
+  if (it == addresses_.end()) return;
+  if (buffer.on_host) {
+    DeferredHostFree d{it->second, {}};
+    for (size_t i = 0; i < streams_.size(); ++i) {
+      d.fences[i] = std::make_shared<CpuEvent>();
+      streams_[i]->record(d.fences[i]);
+    }
+    deferred_host_frees_.push_back(std::move(d));
+  }
+  addresses_.erase(it);
+}
+
+void CpuBackend::release_host_buffers(bool all) {
+  auto keep = deferred_host_frees_.begin();
+  for (auto& d : deferred_host_frees_) {
+    bool done = true;
+    for (auto& f : d.fences) {
+      if (all) f->wait();
+      done = done && f->done();
+    }
+    if (done) {
+      std::free(d.ptr);
+    } else {
+      *keep++ = std::move(d);
+    }
+  }
+  deferred_host_frees_.erase(keep, deferred_host_frees_.end());
+}
+
+void CpuBackend::launch(StreamRole r, const OpCall& op) {
+  check_failed();
+  next_host_seq();
+  std::vector<void*> in, out;
+  in.reserve(op.inputs.size());
+  out.reserve(op.outputs.size());
+  for (const auto& t : op.inputs) in.push_back(resolve(t));
+  for (const auto& t : op.outputs) out.push_back(resolve(t));
+  stream(r).enqueue([this, r, op, in = std::move(in), out = std::move(out)] {
+    run_timed(r, [&] {
+      switch (op.kind) {
+        case OpKind::kLoadBatch: load_batch(op, out.at(0), out.at(1)); break;
+        case OpKind::kInitParam: run_init_param(op, out.at(0)); break;
+        default: run_kernel(op, in, out);
+      }
+    });
+  });
+}
+
+void CpuBackend::load_batch(const OpCall& op, void* tokens, void* labels) {
+  FULLSHARD_CHECK(options_.corpus != nullptr, "kLoadBatch without a corpus");
+  const TensorMeta& m = op.outputs.at(0).meta;
+  FULLSHARD_CHECK(m.shape.size() == 2 && m.dtype == DType::kInt64, "kLoadBatch: tokens must be int64 [B, S]");
+  const int64_t batch = m.shape[0], seq = m.shape[1];
+  const int64_t step = op.iargs.at(0), micro = op.iargs.at(1);
+  // Global sample index: micro-batch major, then rank, then row (docs in data.h).
+  const int64_t first = (micro * world_size() + rank()) * batch;
+  options_.corpus->fill_batch(options_.data_seed, step, first, batch, seq, static_cast<int64_t*>(tokens),
+                              static_cast<int64_t*>(labels));
+}
+
+gloo_backend::GlooProcessGroup& CpuBackend::process_group(const ProcessGroup& g, StreamRole r) {
+  const std::string key = std::string(stream_name(r)) + "/" + g.key();
+  std::lock_guard<std::mutex> lock(groups_mu_);
+  auto it = groups_.find(key);
+  if (it != groups_.end()) return *it->second;
+  FULLSHARD_CHECK(g.size() == 1 || (options_.store && options_.device),
+                  "a collective over several ranks needs a rendezvous store and a device");
+  auto store = std::make_shared<OwningPrefixStore>(key, options_.store);
+  auto pg = std::make_unique<gloo_backend::GlooProcessGroup>(store, options_.device, g, rank(), options_.collectives);
+  return *groups_.emplace(key, std::move(pg)).first->second;
+}
+
+void CpuBackend::collective(StreamRole r, const CollectiveCall& call, const ProcessGroup& group) {
+  check_failed();
+  next_host_seq();
+  FULLSHARD_CHECK(group.index_of(rank()) >= 0, "collective " + call.name + " on a group without this rank");
+  void* in = resolve(call.input);
+  void* out = resolve(call.output);
+  stream(r).enqueue([this, r, call, group, in, out] {
+    auto& pg = process_group(group, r);
+    run_timed(r, [&] {
+      const DType dt = call.output.meta.dtype;
+      switch (call.kind) {
+        case CollectiveKind::kAllGather:
+          pg.all_gather(in, out, static_cast<size_t>(call.input.meta.numel()), dt, call.name);
+          break;
+        case CollectiveKind::kReduceScatter:
+          pg.reduce_scatter(in, out, static_cast<size_t>(call.output.meta.numel()), dt, call.op, call.scale, call.name);
+          break;
+        case CollectiveKind::kAllReduce:
+          if (in != out) std::memcpy(out, in, call.output.nbytes());
+          pg.all_reduce(out, static_cast<size_t>(call.output.meta.numel()), dt, call.op, call.scale, call.name);
+          break;
+        case CollectiveKind::kBroadcast:
+          pg.broadcast(out, static_cast<size_t>(call.output.meta.numel()), dt, call.root, call.name);
+          break;
+        case CollectiveKind::kBarrier: pg.barrier(call.name); break;
+      }
+    });
+  });
+}
+
+EventId CpuBackend::record_event(StreamRole r) {
+  next_host_seq();
+  EventId id = ++next_event_;
+  auto e = std::make_shared<CpuEvent>();
+  events_.emplace(id, e);
+  stream(r).record(std::move(e));
+  return id;
+}
+
+void CpuBackend::wait_event(StreamRole r, EventId event) {
+  if (event == 0) return;
+  next_host_seq();
+  auto it = events_.find(event);
+  if (it == events_.end()) return;  // pruned: completed before a host synchronize
+  stream(r).wait(it->second);
+}
+
+void CpuBackend::synchronize(EventId event) {
+  next_host_seq();
+  auto it = events_.find(event);
+  if (it != events_.end()) it->second->wait();
+  check_failed();
+  // Completed events can no longer delay anyone: forget them.
+  for (auto e = events_.begin(); e != events_.end();) e = e->second->done() ? events_.erase(e) : std::next(e);
+  release_host_buffers(false);
+}
+
+void CpuBackend::synchronize_all() {
+  for (auto& s : streams_) s->drain();
+  check_failed();
+  release_host_buffers(false);
+}
+
+void CpuBackend::read_scalar(StreamRole r, const TensorRef& ref) {
+  const uint8_t* p = resolve(ref);
+  stream(r).enqueue([this, ref, p] {
+    double v = read_one(ref, p);
+    std::lock_guard<std::mutex> lock(scalars_mu_);
+    scalars_.push_back(v);
+  });
+}
+
+std::vector<double> CpuBackend::take_scalars() {
+  std::lock_guard<std::mutex> lock(scalars_mu_);
+  return std::exchange(scalars_, {});
+}
+
+}  // namespace fullshard::cpu

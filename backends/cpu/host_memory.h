@@ -1,0 +1,26 @@
+#pragma once
+// Real memory for the shared caching allocator on the CPU backend: each segment the
+// allocator reserves is an aligned host allocation, so reserved bytes are real bytes.
+#include <cstdint>
+#include <functional>
+#include <optional>
+
+#include "core/memory/caching_allocator.h"
+
+namespace fullshard::cpu {
+
+class HostSegmentSource : public SegmentSource {
+ public:
+  // Called before a segment is released: a cudaFree synchronizes the device, so the backend
+  // drains its streams (nothing may still use the memory).
+  std::function<void()> before_unmap;
+
+  std::optional<uintptr_t> map(uint64_t bytes) override;
+  void unmap(uintptr_t address, uint64_t bytes) override;
+  uint64_t mapped_bytes() const { return mapped_; }
+
+ private:
+  uint64_t mapped_ = 0;
+};
+
+}  // namespace fullshard::cpu

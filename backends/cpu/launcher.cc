@@ -1,0 +1,366 @@
+#include "backends/cpu/launcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include <fmt/format.h>
+#include <gloo/rendezvous/file_store.h>
+#include <nlohmann/json.hpp>
+
+#include "backends/cpu/rank_runner.h"
+#include "core/common/error.h"
+#include "core/scenario/scenario.h"
+
+namespace fullshard::cpu {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kReportFd = 3;  // the worker's end of its launcher pipe
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+
+int env_int(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) throw InputError(std::string("$") + name, "is not set", "set it (torchrun-style launch)");
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  if (*end != '\0' || x < 0)
+    throw InputError(std::string("$") + name, std::string("is '") + v + "'", "set a non-negative integer");
+  return static_cast<int>(x);
+}
+
+void write_line(int fd, const nlohmann::json& j) {
+  if (fd < 0) return;
+  std::string s = j.dump() + "\n";
+  const char* p = s.data();
+  size_t left = s.size();
+  while (left > 0) {
+    ssize_t n = ::write(fd, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;  // launcher gone: nothing to report to
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "--:--";
+  int t = static_cast<int>(s + 0.5);
+  return t >= 3600 ? fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60) : fmt::format("{}:{:02}", t / 60, t % 60);
+}
+
+// The progress display: a bar redrawn in place on a terminal, one line per step otherwise.
+class Progress {
+ public:
+  Progress(int steps, bool enabled) : steps_(steps), enabled_(enabled), tty_(isatty(STDERR_FILENO)) {}
+  void step(const StepSummary& s, double elapsed) {
+    if (!enabled_) return;
+    const int done = s.step + 1;
+    const double eta = elapsed / done * (steps_ - done);
+    std::string stats = fmt::format("loss {:.4f} | {:.0f} tok/s | {:.2f} s/step | ETA {}", s.loss, s.tokens_per_s,
+                                    s.step_time_s, format_duration(eta));
+    if (tty_) {
+      const int width = 24, fill = steps_ > 0 ? width * done / steps_ : width;
+      std::fprintf(stderr, "\r  step %d/%d [%s%s] %s   %s", done, steps_, std::string(fill, '#').c_str(),
+                   std::string(width - fill, '.').c_str(), stats.c_str(), done == steps_ ? "\n" : "");
+    } else {
+      std::fprintf(stderr, "  step %d/%d: %s\n", done, steps_, stats.c_str());
+    }
+    std::fflush(stderr);
+  }
+  void interrupt() {  // end the in-place line before printing something else
+    if (enabled_ && tty_) std::fputc('\n', stderr);
+  }
+
+ private:
+  int steps_;
+  bool enabled_;
+  bool tty_;
+};
+
+struct Child {
+  int rank = 0;
+  pid_t pid = -1;
+  int fd = -1;  // read end of its report pipe
+  std::string buffer;
+  bool exited = false;
+  int status = 0;
+};
+
+std::string describe_exit(int status) {
+  if (WIFEXITED(status)) return fmt::format("exited with code {}", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return fmt::format("was killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
+  return "stopped";
+}
+
+}  // namespace
+
+bool is_worker_environment() { return std::getenv("RANK") != nullptr && std::getenv("WORLD_SIZE") != nullptr; }
+
+int worker_main(const LaunchOptions& o) {
+  int rank = -1;
+  int fd = -1;
+  {
+    const char* f = std::getenv("FULLSHARD_REPORT_FD");
+    if (f && *f) fd = std::atoi(f);
+  }
+  try {
+    rank = env_int("RANK");
+    const int world = env_int("WORLD_SIZE");
+    Scenario s = load_scenario_file(o.scenario_path);
+    if (world != s.world_size())
+      throw InputError("$WORLD_SIZE", fmt::format("is {}, but the scenario's mesh has {} ranks", world, s.world_size()),
+                       "start as many ranks as fsdp.mesh.shape multiplies to");
+    if (rank >= world) throw InputError("$RANK", fmt::format("is {}, not below WORLD_SIZE {}", rank, world), "use 0..WORLD_SIZE-1");
+    RankOptions ro;
+    ro.rank = rank;
+    ro.hostname = env_or("FULLSHARD_HOSTNAME", "127.0.0.1");
+    ro.collectives.timeout = std::chrono::seconds(o.timeout_s);
+    ro.collectives.check_fingerprints = o.check_fingerprints;
+    ro.steps = o.steps;
+    // FULLSHARD_FAULT=kill:RANK:STEP or stall:RANK:STEP (tests of failure handling).
+    if (const char* f = std::getenv("FULLSHARD_FAULT"); f && *f) {
+      char kind[16] = {0};
+      int fr = -1, fs = -1;
+      if (std::sscanf(f, "%15[a-z]:%d:%d", kind, &fr, &fs) != 3 || (std::string(kind) != "kill" && std::string(kind) != "stall"))
+        throw InputError("$FULLSHARD_FAULT", std::string("is '") + f + "'", "use kill:RANK:STEP or stall:RANK:STEP");
+      if (fr == rank) {
+        ro.fault = std::string(kind) == "kill" ? RankOptions::Fault::kKill : RankOptions::Fault::kStall;
+        ro.fault_step = fs;
+      }
+    }
+    if (world > 1) {
+      const std::string dir = env_or("FULLSHARD_STORE_DIR", "");
+      if (dir.empty())
+        throw InputError("$FULLSHARD_STORE_DIR", "is not set",
+                         "point every rank at the same (shared) empty directory for the rendezvous");
+      std::filesystem::create_directories(dir);
+      ro.store = std::make_shared<::gloo::rendezvous::FileStore>(dir);
+    }
+    RankResult r = run_rank(s, ro, [&](const StepMetrics& m) {
+      write_line(fd, {{"type", "step"}, {"rank", rank}, {"step", m.step}, {"loss", m.loss}, {"seconds", m.seconds},
+                      {"tokens", m.tokens}, {"peak_allocated_bytes", m.peak_allocated_bytes},
+                      {"peak_reserved_bytes", m.peak_reserved_bytes}});
+      if (fd < 0 && rank == 0)  // no launcher: rank 0 reports itself
+        std::fprintf(stderr, "  step %d: loss %.4f, %.2f s, peak allocated %llu B\n", m.step + 1, m.loss, m.seconds,
+                     static_cast<unsigned long long>(m.peak_allocated_bytes));
+    });
+    nlohmann::json bd = nlohmann::json::object();
+    for (int c = 0; c < kNumMemCategories; ++c)
+      bd[std::string(category_key(static_cast<MemCategory>(c)))] = r.at_peak_allocated.by_category[c];
+    write_line(fd, {{"type", "final"}, {"rank", rank}, {"peak_allocated_bytes", r.peak_allocated_bytes},
+                    {"peak_reserved_bytes", r.peak_reserved_bytes}, {"peak_host_bytes", r.peak_host_bytes},
+                    {"breakdown_at_peak", bd}});
+    return 0;
+  } catch (const InputError& e) {
+    if (fd < 0) std::fprintf(stderr, "fullshard: rank %d: error: %s\n", rank, e.what());
+    write_line(fd, {{"type", "error"}, {"rank", rank}, {"message", e.what()}, {"input", true}});
+    return 2;
+  } catch (const std::exception& e) {
+    if (fd < 0) std::fprintf(stderr, "fullshard: rank %d: error: %s\n", rank, e.what());
+    write_line(fd, {{"type", "error"}, {"rank", rank}, {"message", e.what()}});
+    return 1;
+  }
+}
+
+LaunchResult launch_local(const LaunchOptions& o) {
+  LaunchResult res;
+  const auto start = Clock::now();
+  Scenario s = load_scenario_file(o.scenario_path);  // bad input fails here, before any process
+  const int world = s.world_size();
+  const int n = o.nproc == 0 ? world : o.nproc;
+  if (n != world)
+    throw InputError("--nproc", fmt::format("is {}, but fsdp.mesh.shape has {} ranks", n, world),
+                     fmt::format("use --nproc {} or change the mesh", world));
+  if (o.timeout_s <= 0) throw InputError("--timeout", fmt::format("is {}", o.timeout_s), "use a positive number of seconds");
+  const int steps = o.steps >= 0 ? o.steps : s.training.steps;
+  std::ofstream metrics;
+  if (!o.metrics_path.empty()) {
+    metrics.open(o.metrics_path);
+    if (!metrics) throw InputError("--metrics", "cannot write '" + o.metrics_path + "'", "give a writable file path");
+  }
+  char tmpl[] = "/tmp/fullshard-rdzv-XXXXXX";
+  if (!mkdtemp(tmpl)) throw std::runtime_error(std::string("cannot create a rendezvous directory: ") + strerror(errno));
+  const std::string store_dir = tmpl;
+  const std::string exe = o.self_exe.empty() ? std::filesystem::read_symlink("/proc/self/exe").string() : o.self_exe;
+
+  std::vector<Child> children(static_cast<size_t>(n));
+  std::fflush(nullptr);
+  for (int r = 0; r < n; ++r) {
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + strerror(errno));
+    pid_t pid = fork();
+    if (pid < 0) throw std::runtime_error(std::string("fork: ") + strerror(errno));
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the launcher
+      dup2(p[1], kReportFd);             // dup2 clears close-on-exec
+      setenv("RANK", std::to_string(r).c_str(), 1);
+      setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(n).c_str(), 1);
+      setenv("FULLSHARD_STORE_DIR", store_dir.c_str(), 1);
+      setenv("FULLSHARD_REPORT_FD", std::to_string(kReportFd).c_str(), 1);
+      setenv("OPENBLAS_NUM_THREADS", "1", 0);  // one BLAS thread per rank unless told otherwise
+      std::vector<std::string> args = {"fullshard", "train", o.scenario_path, "--backend", "gloo",
+                                       "--timeout", std::to_string(o.timeout_s)};
+      if (o.steps >= 0) args.insert(args.end(), {"--steps", std::to_string(o.steps)});
+      if (o.check_fingerprints) args.push_back("--debug-collectives");
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(exe.c_str(), argv.data());
+      std::fprintf(stderr, "fullshard: cannot start worker %s: %s\n", exe.c_str(), strerror(errno));
+      _exit(127);
+    }
+    close(p[1]);
+    children[r] = Child{r, pid, p[0], {}, false, 0};
+  }
+
+  Progress progress(steps, o.progress);
+  std::map<int, std::vector<nlohmann::json>> by_step;  // step -> per-rank reports
+  res.ranks.resize(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) res.ranks[r].rank = r;
+  std::vector<bool> final_seen(static_cast<size_t>(n), false);
+  bool kill_armed = false;
+  Clock::time_point kill_at{};
+  int alive = n;
+
+  auto handle = [&](const nlohmann::json& j) {
+    const std::string type = j.value("type", "");
+    const int r = j.value("rank", -1);
+    if (r < 0 || r >= n) return;
+    if (type == "step") {
+      res.ranks[r].losses.push_back(j.value("loss", 0.0));
+      auto& v = by_step[j.value("step", 0)];
+      v.push_back(j);
+      if (static_cast<int>(v.size()) == n) {
+        StepSummary st;
+        st.step = j.value("step", 0);
+        double loss = 0, tokens = 0;
+        for (auto& x : v) {
+          loss += x.value("loss", 0.0);
+          tokens += x.value("tokens", 0.0);
+          st.step_time_s = std::max(st.step_time_s, x.value("seconds", 0.0));
+          st.peak_allocated_bytes = std::max<uint64_t>(st.peak_allocated_bytes, x.value("peak_allocated_bytes", 0ull));
+          st.peak_reserved_bytes = std::max<uint64_t>(st.peak_reserved_bytes, x.value("peak_reserved_bytes", 0ull));
+        }
+        st.loss = loss / n;
+        st.tokens_per_s = st.step_time_s > 0 ? tokens / st.step_time_s : 0;
+        res.steps.push_back(st);
+        if (metrics.is_open()) {
+          nlohmann::json per_rank = nlohmann::json::array();
+          for (auto& x : v) per_rank.push_back({{"rank", x["rank"]}, {"loss", x["loss"]}});
+          metrics << nlohmann::json{{"step", st.step},
+                                    {"loss", st.loss},
+                                    {"tokens_per_s", st.tokens_per_s},
+                                    {"step_time_s", st.step_time_s},
+                                    {"peak_allocated_bytes", st.peak_allocated_bytes},
+                                    {"peak_reserved_bytes", st.peak_reserved_bytes},
+                                    {"ranks", per_rank}}
+                         .dump()
+                  << "\n";
+          metrics.flush();
+        }
+        by_step.erase(st.step);
+        progress.step(st, std::chrono::duration<double>(Clock::now() - start).count());
+      }
+    } else if (type == "final") {
+      auto& m = res.ranks[r];
+      m.peak_allocated_bytes = j.value("peak_allocated_bytes", 0ull);
+      m.peak_reserved_bytes = j.value("peak_reserved_bytes", 0ull);
+      m.peak_host_bytes = j.value("peak_host_bytes", 0ull);
+      for (int c = 0; c < kNumMemCategories; ++c)
+        m.breakdown_at_peak[c] = j["breakdown_at_peak"].value(std::string(category_key(static_cast<MemCategory>(c))), 0ull);
+      final_seen[r] = true;
+    } else if (type == "error") {
+      progress.interrupt();
+      res.errors.push_back(fmt::format("rank {}: error: {}", r, j.value("message", "")));
+      if (j.value("input", false) && res.exit_code == 0) res.exit_code = 2;
+    }
+  };
+
+  while (alive > 0) {
+    std::vector<pollfd> fds;
+    for (auto& c : children)
+      if (c.fd >= 0) fds.push_back(pollfd{c.fd, POLLIN, 0});
+    if (!fds.empty()) poll(fds.data(), fds.size(), 100);
+    else usleep(50 * 1000);
+    for (auto& c : children) {
+      if (c.fd < 0) continue;
+      char buf[65536];
+      for (;;) {
+        pollfd one{c.fd, POLLIN, 0};
+        if (poll(&one, 1, 0) <= 0) break;
+        ssize_t k = read(c.fd, buf, sizeof buf);
+        if (k <= 0) {
+          close(c.fd);
+          c.fd = -1;
+          break;
+        }
+        c.buffer.append(buf, static_cast<size_t>(k));
+        size_t nl;
+        while ((nl = c.buffer.find('\n')) != std::string::npos) {
+          auto line = c.buffer.substr(0, nl);
+          c.buffer.erase(0, nl + 1);
+          auto j = nlohmann::json::parse(line, nullptr, false);
+          if (!j.is_discarded()) handle(j);
+        }
+      }
+    }
+    for (auto& c : children) {
+      if (c.exited) continue;
+      int status = 0;
+      if (waitpid(c.pid, &status, WNOHANG) == c.pid) {
+        c.exited = true;
+        c.status = status;
+        --alive;
+        if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+          if (!kill_armed) {
+            kill_armed = true;
+            kill_at = Clock::now() + std::chrono::seconds(o.timeout_s + 5);
+          }
+          if (res.exit_code == 0) res.exit_code = 1;
+        }
+      }
+    }
+    if (kill_armed && Clock::now() > kill_at) {
+      for (auto& c : children)
+        if (!c.exited) {
+          kill(c.pid, SIGKILL);
+          res.errors.push_back(fmt::format("rank {}: did not stop within the collective timeout; killed", c.rank));
+        }
+      kill_armed = false;
+    }
+  }
+  for (auto& c : children) {
+    if (c.fd >= 0) close(c.fd);
+    if (!(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0)) {
+      bool reported = false;
+      for (auto& e : res.errors) reported = reported || e.rfind(fmt::format("rank {}:", c.rank), 0) == 0;
+      if (!reported) res.errors.push_back(fmt::format("rank {}: {}", c.rank, describe_exit(c.status)));
+    }
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(store_dir, ec);
+  res.wall_s = std::chrono::duration<double>(Clock::now() - start).count();
+  return res;
+}
+
+}  // namespace fullshard::cpu

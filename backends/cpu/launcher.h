@@ -1,0 +1,62 @@
+#pragma once
+// `fullshard train --backend gloo`: the local launcher (N worker processes, rendezvous through
+// a FileStore in a temporary directory, progress and metrics) and the worker entry point,
+// which also runs under torchrun-style environment variables so that other launchers
+// (torchrun-like scripts, Slurm, mpirun) can start ranks on several machines.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/memory/category.h"
+
+namespace fullshard::cpu {
+
+struct LaunchOptions {
+  std::string scenario_path;
+  int nproc = 0;                 // 0: the scenario's world size
+  std::string metrics_path;      // one JSON object per step (empty: none)
+  int timeout_s = 60;            // per collective
+  bool check_fingerprints = false;
+  int steps = -1;                // -1: the scenario's training.steps
+  bool progress = true;          // progress bar / lines on stderr
+  std::string self_exe;          // the fullshard binary (default /proc/self/exe)
+};
+
+struct MeasuredRank {
+  int rank = 0;
+  uint64_t peak_allocated_bytes = 0;
+  uint64_t peak_reserved_bytes = 0;
+  uint64_t peak_host_bytes = 0;
+  CategoryBytes breakdown_at_peak{};
+  std::vector<double> losses;  // per step
+};
+
+struct StepSummary {
+  int step = 0;
+  double loss = 0;            // mean over ranks
+  double step_time_s = 0;     // slowest rank
+  double tokens_per_s = 0;    // all ranks' tokens / slowest rank's step time
+  uint64_t peak_allocated_bytes = 0;  // max over ranks
+  uint64_t peak_reserved_bytes = 0;
+};
+
+struct LaunchResult {
+  int exit_code = 0;                 // 0 ok; 1 a rank failed; 2 bad input
+  std::vector<std::string> errors;   // one line per failed rank
+  std::vector<MeasuredRank> ranks;   // by rank (complete only when exit_code == 0)
+  std::vector<StepSummary> steps;
+  double wall_s = 0;
+};
+
+// Validates the scenario, starts the workers, waits for them, kills the rest when one fails
+// (after the collective timeout), and removes the rendezvous directory.
+LaunchResult launch_local(const LaunchOptions& o);
+
+// True when the environment says this process is a worker (RANK and WORLD_SIZE set).
+bool is_worker_environment();
+// Worker entry: RANK, WORLD_SIZE (LOCAL_RANK ignored on CPU), FULLSHARD_STORE_DIR (a
+// directory all ranks share), optional FULLSHARD_HOSTNAME (this rank's address, default
+// 127.0.0.1) and FULLSHARD_REPORT_FD (the launcher's pipe). Returns the exit code.
+int worker_main(const LaunchOptions& o);
+
+}  // namespace fullshard::cpu

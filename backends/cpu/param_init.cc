@@ -1,0 +1,65 @@
+#include "backends/cpu/param_init.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "core/common/error.h"
+#include "core/model/module.h"
+#include "core/tensor/float_convert.h"
+
+namespace fullshard::cpu {
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Uniform in (0, 1) from the top 53 bits.
+double unit(uint64_t bits) { return (static_cast<double>(bits >> 11) + 0.5) * 0x1.0p-53; }
+
+void store(DType dt, void* base, int64_t i, float v) {
+  switch (dt) {
+    case DType::kFloat32: static_cast<float*>(base)[i] = v; return;
+    case DType::kBFloat16: static_cast<uint16_t*>(base)[i] = float_to_bf16(v); return;
+    case DType::kFloat16: static_cast<uint16_t*>(base)[i] = float_to_fp16(v); return;
+    default: FULLSHARD_CHECK(false, "kInitParam on a non-floating tensor");
+  }
+}
+
+}  // namespace
+
+float init_value(int64_t init, double std, uint64_t key, int64_t index) {
+  switch (static_cast<ParamInit>(init)) {
+    case ParamInit::kZeros: return 0.0f;
+    case ParamInit::kOnes: return 1.0f;
+    case ParamInit::kNormal: {
+      // Box-Muller on two independent uniforms drawn from (key, index).
+      const uint64_t a = splitmix64(key ^ splitmix64(static_cast<uint64_t>(index) * 2));
+      const uint64_t b = splitmix64(key ^ splitmix64(static_cast<uint64_t>(index) * 2 + 1));
+      const double r = std::sqrt(-2.0 * std::log(unit(a)));
+      return static_cast<float>(std * r * std::cos(2.0 * M_PI * unit(b)));
+    }
+  }
+  FULLSHARD_CHECK(false, "unknown ParamInit " + std::to_string(init));
+  return 0.0f;
+}
+
+void run_init_param(const OpCall& op, void* out) {
+  FULLSHARD_CHECK(op.outputs.size() == 1 && op.iargs.size() == 5 && op.fargs.size() == 1,
+                  "kInitParam " + op.name + ": bad arguments");
+  const TensorRef& t = op.outputs[0];
+  const int64_t row_offset = op.iargs[0], local_rows = op.iargs[1], row_numel = op.iargs[2];
+  const int64_t init = op.iargs[3];
+  const auto key = static_cast<uint64_t>(op.iargs[4]);
+  const int64_t n = t.meta.numel();
+  const int64_t real = local_rows * row_numel;
+  FULLSHARD_CHECK(real <= n, "kInitParam " + op.name + ": shard larger than its storage");
+  const int64_t first = row_offset * row_numel;
+  for (int64_t i = 0; i < real; ++i) store(t.meta.dtype, out, i, init_value(init, op.fargs[0], key, first + i));
+  for (int64_t i = real; i < n; ++i) store(t.meta.dtype, out, i, 0.0f);
+}
+
+}  // namespace fullshard::cpu

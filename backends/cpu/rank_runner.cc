@@ -1,0 +1,92 @@
+#include "backends/cpu/rank_runner.h"
+
+#include <chrono>
+#include <csignal>
+#include <thread>
+#include <cstring>
+
+#include "backends/cpu/cpu_backend.h"
+#include "core/common/error.h"
+#include "core/scenario/training_program.h"
+#include "core/tensor/float_convert.h"
+
+namespace fullshard::cpu {
+namespace {
+
+std::vector<float> to_float(const void* p, DType dt, int64_t n) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    switch (dt) {
+      case DType::kFloat32: v[i] = static_cast<const float*>(p)[i]; break;
+      case DType::kBFloat16: v[i] = bf16_to_float(static_cast<const uint16_t*>(p)[i]); break;
+      case DType::kFloat16: v[i] = fp16_to_float(static_cast<const uint16_t*>(p)[i]); break;
+      default: FULLSHARD_CHECK(false, "parameter of a non-floating dtype");
+    }
+  }
+  return v;
+}
+
+}  // namespace
+
+RankResult run_rank(const Scenario& s, const RankOptions& o, const std::function<void(const StepMetrics&)>& on_step,
+                    bool collect_params) {
+  CpuBackendOptions bo;
+  bo.rank = o.rank;
+  bo.world_size = s.world_size();
+  bo.allocator = s.hardware.allocator;
+  bo.store = o.store;
+  if (bo.world_size > 1) bo.device = gloo_backend::make_tcp_device(o.hostname);
+  bo.collectives = o.collectives;
+  bo.corpus = o.corpus ? o.corpus : std::make_shared<const TextCorpus>(TextCorpus::generated(s.training.seed));
+  if (static_cast<int64_t>(bo.corpus->text().size()) <= s.training.seq_len)
+    throw InputError("training.seq_len", "is " + std::to_string(s.training.seq_len) + ", longer than the corpus",
+                     "use a shorter sequence or a longer corpus");
+  bo.data_seed = s.training.seed;
+  bo.record_timeline = false;
+  CpuBackend b(std::move(bo));
+
+  RankResult r;
+  r.rank = o.rank;
+  {
+    TrainingProgram prog(b, s);
+    const int steps = o.steps >= 0 ? o.steps : s.training.steps;
+    for (int step = 0; step < steps; ++step) {
+      if (o.fault != RankOptions::Fault::kNone && step == o.fault_step) {
+        if (o.fault == RankOptions::Fault::kKill) ::raise(SIGKILL);
+        for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+      }
+      auto t0 = std::chrono::steady_clock::now();
+      StepMetrics m;
+      m.step = step;
+      m.loss = prog.run_step(step);
+      m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      m.tokens = s.training.batch_per_rank * s.training.seq_len * s.training.grad_accum_steps;
+      m.peak_allocated_bytes = b.memory().allocator_stats().peak_allocated_bytes;
+      m.peak_reserved_bytes = b.memory().allocator_stats().peak_reserved_bytes;
+      r.steps.push_back(m);
+      if (on_step) on_step(m);
+    }
+    b.synchronize_all();
+    if (collect_params) {
+      for (auto& st : prog.fsdp().states()) {
+        if (!st->group) continue;
+        for (FSDPParam* p : st->group->fsdp_params()) {
+          Tensor local = p->sharded_local();
+          r.local_params.emplace_back(p->param().fqn, to_float(b.data(local.ref()), local.dtype(), local.numel()));
+        }
+      }
+    }
+    r.end_allocated_bytes = b.memory().allocator_stats().allocated_bytes;
+  }
+  b.synchronize_all();
+  const auto& st = b.memory().allocator_stats();
+  r.peak_allocated_bytes = st.peak_allocated_bytes;
+  r.peak_reserved_bytes = st.peak_reserved_bytes;
+  r.peak_host_bytes = b.memory().peak_host_bytes();
+  r.at_peak_allocated = b.memory().at_peak_allocated();
+  auto busy = b.busy_seconds();
+  for (int i = 0; i < kNumStreams; ++i) r.busy_s[i] = busy[i];
+  return r;
+}
+
+}  // namespace fullshard::cpu

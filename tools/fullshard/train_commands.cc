@@ -1,0 +1,112 @@
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/common/error.h"
+#include "core/scenario/scenario.h"
+#include "simulator/report.h"
+#include "simulator/simulate.h"
+#include "tools/fullshard/commands.h"
+
+namespace fullshard::cli {
+namespace {
+
+void check_backend(const std::string& backend) {
+  if (backend != "gloo")
+    throw InputError("--backend", "is '" + backend + "'",
+                     "use --backend gloo (CPU processes over Gloo); the CUDA + NCCL backend is not built yet");
+}
+
+void print_errors(const cpu::LaunchResult& r) {
+  for (const auto& e : r.errors) std::fprintf(stderr, "fullshard: %s\n", e.c_str());
+}
+
+}  // namespace
+
+int cmd_train(const cpu::LaunchOptions& o, const std::string& backend) {
+  check_backend(backend);
+  if (cpu::is_worker_environment()) return cpu::worker_main(o);
+  Scenario s = load_scenario_file(o.scenario_path);
+  const int steps = o.steps >= 0 ? o.steps : s.training.steps;
+  std::fprintf(stderr, "training %s: %d ranks (processes) over Gloo, %d steps\n", o.scenario_path.c_str(),
+               s.world_size(), steps);
+  cpu::LaunchResult r = cpu::launch_local(o);
+  if (r.exit_code != 0) {
+    print_errors(r);
+    return r.exit_code;
+  }
+  if (!r.steps.empty()) {
+    const auto& first = r.steps.front();
+    const auto& last = r.steps.back();
+    double tps = 0;
+    for (const auto& st : r.steps) tps += st.tokens_per_s;
+    std::cout << fmt::format("trained {} steps in {:.1f} s: loss {:.4f} -> {:.4f}, {:.0f} tokens/s (all ranks), "
+                             "peak allocated {}, peak reserved {} per rank\n",
+                             r.steps.size(), r.wall_s, first.loss, last.loss, tps / r.steps.size(),
+                             sim::format_bytes(last.peak_allocated_bytes), sim::format_bytes(last.peak_reserved_bytes));
+  }
+  if (!o.metrics_path.empty()) std::cout << "  metrics written to " << o.metrics_path << "\n";
+  return 0;
+}
+
+int cmd_compare(const cpu::LaunchOptions& o, const std::string& json_out) {
+  Scenario s = load_scenario_file(o.scenario_path);
+  if (!json_out.empty()) {
+    std::ofstream probe(json_out, std::ios::app);
+    if (!probe) throw InputError("--json", "cannot write '" + json_out + "'", "give a writable file path");
+  }
+  std::fprintf(stderr, "simulating %s...\n", o.scenario_path.c_str());
+  sim::SimulateOptions so;
+  Scenario sim_s = s;
+  if (o.steps >= 0) sim_s.training.steps = o.steps;
+  sim::SimulationReport pred = sim::simulate_scenario(sim_s, so);
+  if (!pred.ok()) {
+    std::cout << sim::report_summary(pred);
+    std::fprintf(stderr, "fullshard: the simulation did not complete cleanly; not running it for real\n");
+    return pred.out_of_memory ? 3 : 1;
+  }
+  std::fprintf(stderr, "running %s for real: %d ranks over Gloo...\n", o.scenario_path.c_str(), s.world_size());
+  cpu::LaunchResult real = cpu::launch_local(o);
+  if (real.exit_code != 0) {
+    print_errors(real);
+    return real.exit_code;
+  }
+  std::vector<const sim::RankClassReport*> by_rank(static_cast<size_t>(s.world_size()), nullptr);
+  for (const auto& c : pred.classes)
+    for (int r : c.ranks) by_rank[r] = &c;
+  nlohmann::json ranks = nlohmann::json::array();
+  bool all_equal = true;
+  std::cout << fmt::format("scenario {}: predicted (simulator) vs measured (CPU backend over Gloo), per rank\n", s.name);
+  std::cout << fmt::format("  {:>4}  {:>16} {:>16}  {:>16} {:>16}  {}\n", "rank", "pred allocated", "meas allocated",
+                           "pred reserved", "meas reserved", "");
+  for (const auto& m : real.ranks) {
+    const auto* p = by_rank[m.rank];
+    FULLSHARD_CHECK(p != nullptr, "rank without a simulated class");
+    const bool eq = p->peak_allocated_bytes == m.peak_allocated_bytes && p->peak_reserved_bytes == m.peak_reserved_bytes;
+    all_equal = all_equal && eq;
+    std::cout << fmt::format("  {:>4}  {:>16} {:>16}  {:>16} {:>16}  {}\n", m.rank, p->peak_allocated_bytes,
+                             m.peak_allocated_bytes, p->peak_reserved_bytes, m.peak_reserved_bytes,
+                             eq ? "equal" : "DIFFERENT");
+    ranks.push_back({{"rank", m.rank},
+                     {"predicted_peak_allocated_bytes", p->peak_allocated_bytes},
+                     {"measured_peak_allocated_bytes", m.peak_allocated_bytes},
+                     {"predicted_peak_reserved_bytes", p->peak_reserved_bytes},
+                     {"measured_peak_reserved_bytes", m.peak_reserved_bytes},
+                     {"equal", eq}});
+  }
+  std::cout << (all_equal ? "  ok: predicted peaks equal measured peaks to the byte on every rank\n"
+                          : "  MISMATCH: predicted and measured peaks differ (a bug: please report it)\n");
+  if (!json_out.empty()) {
+    nlohmann::json j{{"scenario", s.name}, {"world_size", s.world_size()}, {"equal", all_equal}, {"ranks", ranks}};
+    std::ofstream f(json_out);
+    f << j.dump(1) << "\n";
+    if (!f) throw InputError("--json", "could not write '" + json_out + "'", "check the disk and the path");
+    std::cout << "  report written to " << json_out << "\n";
+  }
+  return all_equal ? 0 : 1;
+}
+
+}  // namespace fullshard::cli
