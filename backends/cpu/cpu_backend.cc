@@ -73,8 +73,16 @@ void* CpuBackend::data(const TensorRef& ref) const { return resolve(ref); }
 void CpuBackend::run_timed(StreamRole r, const std::function<void()>& fn) {
   auto t0 = std::chrono::steady_clock::now();
   fn();
-  auto dt = std::chrono::steady_clock::now() - t0;
-  busy_ns_[static_cast<size_t>(r)] += std::chrono::duration_cast<std::chrono::nanoseconds>(dt).count();
+  auto t1 = std::chrono::steady_clock::now();
+  busy_ns_[static_cast<size_t>(r)] += std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
+  std::lock_guard<std::mutex> lock(intervals_mu_);
+  intervals_[static_cast<size_t>(r)].emplace_back(std::chrono::duration<double>(t0 - created_).count(),
+                                                  std::chrono::duration<double>(t1 - created_).count());
+}
+
+std::array<std::vector<std::pair<double, double>>, kNumStreams> CpuBackend::take_busy_intervals() {
+  std::lock_guard<std::mutex> lock(intervals_mu_);
+  return std::exchange(intervals_, {});
 }
 
 std::array<double, kNumStreams> CpuBackend::busy_seconds() const {
@@ -129,6 +137,7 @@ void CpuBackend::release_host_buffers(bool all) {
 void CpuBackend::launch(StreamRole r, const OpCall& op) {
   check_failed();
   next_host_seq();
+  launched_flops_ += op.flops;
   std::vector<void*> in, out;
   in.reserve(op.inputs.size());
   out.reserve(op.outputs.size());

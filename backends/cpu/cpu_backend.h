@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "backends/cpu/data.h"
@@ -68,6 +69,11 @@ class CpuBackend : private detail::HostMemoryHolder, public Backend {
   void* data(const TensorRef& ref) const;
   // Seconds each stream spent running tasks (not waiting), by role.
   std::array<double, kNumStreams> busy_seconds() const;
+  // The [begin, end) of every task each stream ran since the last call, in seconds since the
+  // backend was created, by role; clears them.
+  std::array<std::vector<std::pair<double, double>>, kNumStreams> take_busy_intervals();
+  // FLOPs (as OpCall declares them) of the kernels launched since the last call; clears them.
+  double take_launched_flops() { return std::exchange(launched_flops_, 0.0); }
 
  protected:
   void on_allocate(const Buffer& buffer, StreamRole stream, std::string_view what) override;
@@ -78,9 +84,13 @@ class CpuBackend : private detail::HostMemoryHolder, public Backend {
   FailureState failure_;
   std::vector<std::unique_ptr<StreamWorker>> streams_;
   std::array<std::atomic<int64_t>, kNumStreams> busy_ns_{};
+  std::chrono::steady_clock::time_point created_ = std::chrono::steady_clock::now();
+  std::mutex intervals_mu_;
+  std::array<std::vector<std::pair<double, double>>, kNumStreams> intervals_;
   std::unordered_map<uint64_t, uint8_t*> addresses_;  // live buffer id -> first byte
   std::unordered_map<EventId, std::shared_ptr<CpuEvent>> events_;
   EventId next_event_ = 0;
+  double launched_flops_ = 0;
   // Host (CPU-offloaded) buffers are plain allocations, released once every stream passed
   // the point where the host freed them (the pinned host allocator's event rule).
   struct DeferredHostFree {

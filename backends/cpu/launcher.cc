@@ -158,7 +158,8 @@ int worker_main(const LaunchOptions& o) {
     RankResult r = run_rank(s, ro, [&](const StepMetrics& m) {
       write_line(fd, {{"type", "step"}, {"rank", rank}, {"step", m.step}, {"loss", m.loss}, {"seconds", m.seconds},
                       {"tokens", m.tokens}, {"peak_allocated_bytes", m.peak_allocated_bytes},
-                      {"peak_reserved_bytes", m.peak_reserved_bytes}});
+                      {"peak_reserved_bytes", m.peak_reserved_bytes}, {"compute_s", m.compute_s},
+                      {"comm_s", m.comm_s}, {"exposed_comm_s", m.exposed_comm_s}, {"flops", m.flops}});
       if (fd < 0 && rank == 0)  // no launcher: rank 0 reports itself
         std::fprintf(stderr, "  step %d: loss %.4f, %.2f s, peak allocated %llu B\n", m.step + 1, m.loss, m.seconds,
                      static_cast<unsigned long long>(m.peak_allocated_bytes));
@@ -253,8 +254,11 @@ LaunchResult launch_local(const LaunchOptions& o) {
       if (static_cast<int>(v.size()) == n) {
         StepSummary st;
         st.step = j.value("step", 0);
-        double loss = 0, tokens = 0;
+        double loss = 0, tokens = 0, flops = 0;
         for (auto& x : v) {
+          flops += x.value("flops", 0.0);
+          st.compute_s = std::max(st.compute_s, x.value("compute_s", 0.0));
+          st.exposed_comm_s = std::max(st.exposed_comm_s, x.value("exposed_comm_s", 0.0));
           loss += x.value("loss", 0.0);
           tokens += x.value("tokens", 0.0);
           st.step_time_s = std::max(st.step_time_s, x.value("seconds", 0.0));
@@ -263,6 +267,7 @@ LaunchResult launch_local(const LaunchOptions& o) {
         }
         st.loss = loss / n;
         st.tokens_per_s = st.step_time_s > 0 ? tokens / st.step_time_s : 0;
+        st.flops_per_s = st.step_time_s > 0 ? flops / st.step_time_s : 0;
         res.steps.push_back(st);
         if (metrics.is_open()) {
           nlohmann::json per_rank = nlohmann::json::array();
@@ -271,6 +276,9 @@ LaunchResult launch_local(const LaunchOptions& o) {
                                     {"loss", st.loss},
                                     {"tokens_per_s", st.tokens_per_s},
                                     {"step_time_s", st.step_time_s},
+                                    {"compute_s", st.compute_s},
+                                    {"exposed_comm_s", st.exposed_comm_s},
+                                    {"flops_per_s", st.flops_per_s},
                                     {"peak_allocated_bytes", st.peak_allocated_bytes},
                                     {"peak_reserved_bytes", st.peak_reserved_bytes},
                                     {"ranks", per_rank}}

@@ -38,6 +38,9 @@ struct StepSummary {
   double tokens_per_s = 0;    // all ranks' tokens / slowest rank's step time
   uint64_t peak_allocated_bytes = 0;  // max over ranks
   uint64_t peak_reserved_bytes = 0;
+  double compute_s = 0;        // slowest rank's compute-stream busy time
+  double exposed_comm_s = 0;   // worst rank's communication not overlapped by compute
+  double flops_per_s = 0;      // all ranks' kernel FLOPs / step_time_s
 };
 
 struct LaunchResult {

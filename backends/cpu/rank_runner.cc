@@ -5,6 +5,7 @@
 #include <thread>
 #include <cstring>
 
+#include "backends/cpu/busy_intervals.h"
 #include "backends/cpu/cpu_backend.h"
 #include "core/common/error.h"
 #include "core/scenario/training_program.h"
@@ -49,6 +50,9 @@ RankResult run_rank(const Scenario& s, const RankOptions& o, const std::function
   r.rank = o.rank;
   {
     TrainingProgram prog(b, s);
+    b.synchronize_all();  // init kernels are not part of step 0
+    b.take_busy_intervals();
+    b.take_launched_flops();
     const int steps = o.steps >= 0 ? o.steps : s.training.steps;
     for (int step = 0; step < steps; ++step) {
       if (o.fault != RankOptions::Fault::kNone && step == o.fault_step) {
@@ -63,6 +67,17 @@ RankResult run_rank(const Scenario& s, const RankOptions& o, const std::function
       m.tokens = s.training.batch_per_rank * s.training.seq_len * s.training.grad_accum_steps;
       m.peak_allocated_bytes = b.memory().allocator_stats().peak_allocated_bytes;
       m.peak_reserved_bytes = b.memory().allocator_stats().peak_reserved_bytes;
+      // run_step() ends with a host synchronize on the compute stream, which comes after every
+      // other stream's work of the step (FSDP2's final waits): the intervals are the step's.
+      auto iv = b.take_busy_intervals();
+      std::vector<Interval> comm;
+      for (StreamRole role : {StreamRole::kAllGather, StreamRole::kReduceScatter, StreamRole::kAllReduce})
+        comm.insert(comm.end(), iv[static_cast<size_t>(role)].begin(), iv[static_cast<size_t>(role)].end());
+      const auto& compute = iv[static_cast<size_t>(StreamRole::kDefault)];
+      m.compute_s = covered(compute);
+      m.comm_s = covered(comm);
+      m.exposed_comm_s = exposed(comm, compute);
+      m.flops = b.take_launched_flops();
       r.steps.push_back(m);
       if (on_step) on_step(m);
     }

@@ -39,6 +39,10 @@ struct StepMetrics {
   int64_t tokens = 0;        // tokens this rank trained on in the step
   uint64_t peak_allocated_bytes = 0;  // since the start of the run
   uint64_t peak_reserved_bytes = 0;
+  double compute_s = 0;       // compute stream busy
+  double comm_s = 0;          // union of the communication streams' busy time
+  double exposed_comm_s = 0;  // communication no computation overlapped
+  double flops = 0;           // FLOPs of the kernels this rank ran in the step (as ops declare them)
 };
 
 struct RankResult {

@@ -41,12 +41,26 @@ int cmd_train(const cpu::LaunchOptions& o, const std::string& backend) {
   if (!r.steps.empty()) {
     const auto& first = r.steps.front();
     const auto& last = r.steps.back();
-    double tps = 0;
-    for (const auto& st : r.steps) tps += st.tokens_per_s;
-    std::cout << fmt::format("trained {} steps in {:.1f} s: loss {:.4f} -> {:.4f}, {:.0f} tokens/s (all ranks), "
-                             "peak allocated {}, peak reserved {} per rank\n",
-                             r.steps.size(), r.wall_s, first.loss, last.loss, tps / r.steps.size(),
-                             sim::format_bytes(last.peak_allocated_bytes), sim::format_bytes(last.peak_reserved_bytes));
+    // Steady state: every step but the first (which also pays for first-touch page faults and
+    // the process groups' connection set-up) when there is more than one.
+    const size_t from = r.steps.size() > 1 ? 1 : 0;
+    double time = 0, tokens = 0, exposed = 0, flops = 0;
+    for (size_t i = from; i < r.steps.size(); ++i) {
+      const auto& st = r.steps[i];
+      time += st.step_time_s;
+      tokens += st.tokens_per_s * st.step_time_s;
+      exposed += st.exposed_comm_s;
+      flops += st.flops_per_s * st.step_time_s;
+    }
+    std::cout << fmt::format("trained {} steps in {:.1f} s: loss {:.4f} -> {:.4f}, peak allocated {}, peak reserved {} "
+                             "per rank\n",
+                             r.steps.size(), r.wall_s, first.loss, last.loss, sim::format_bytes(last.peak_allocated_bytes),
+                             sim::format_bytes(last.peak_reserved_bytes));
+    if (time > 0)
+      std::cout << fmt::format("  {}: {:.3f} s/step, {:.0f} tokens/s (all ranks), {:.1f} GFLOP/s (all ranks), exposed "
+                               "communication {:.1f}% of the step\n",
+                               from == 1 ? "after the first step" : "step", time / (r.steps.size() - from), tokens / time,
+                               flops / time * 1e-9, 100.0 * exposed / time);
   }
   if (!o.metrics_path.empty()) std::cout << "  metrics written to " << o.metrics_path << "\n";
   return 0;
