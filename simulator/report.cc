@@ -80,6 +80,10 @@ nlohmann::json report_json(const SimulationReport& r) {
       if (c.collectives_per_step[k])
         counts[collective_name(static_cast<CollectiveKind>(k))] = c.collectives_per_step[k];
     cj["collectives_last_step"] = counts;
+    json in_flight = json::array();
+    for (const auto& op : c.in_flight_at_peak)
+      in_flight.push_back({{"stream", op.stream}, {"name", op.name}, {"start_s", op.start_s}, {"end_s", op.end_s}});
+    cj["in_flight_at_peak"] = in_flight;
     if (c.oom) {
       cj["oom"] = {{"requested_bytes", c.oom->requested_bytes}, {"what", c.oom->what},
                    {"category", c.oom->category}, {"capacity_bytes", c.oom->capacity_bytes},
@@ -113,6 +117,21 @@ nlohmann::json report_json(const SimulationReport& r) {
     tl["reserved_bytes"] = rs;
     tl["host_bytes"] = h;
     tl["by_category"] = cats;
+    // Optional label columns (NOTE [Timeline labels] in simulate.h).
+    if (!c.timeline_names.empty()) {
+      auto label = [&](int32_t i) {
+        return i >= 0 && static_cast<size_t>(i) < c.timeline_names.size() ? c.timeline_names[i] : std::string();
+      };
+      json what = json::array(), op = json::array(), ev = json::array();
+      for (const auto& p : c.timeline) {
+        what.push_back(label(p.what));
+        op.push_back(label(p.op));
+        ev.push_back(p.is_alloc ? "alloc" : "free");
+      }
+      tl["what"] = what;
+      tl["event"] = ev;
+      tl["op"] = op;
+    }
     timelines.push_back(tl);
   }
   j["ranks"] = ranks;

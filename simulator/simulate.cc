@@ -1,6 +1,7 @@
 #include "simulator/simulate.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <unordered_map>
@@ -178,14 +179,31 @@ SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& opt
       if ((in.type == InstrType::kKernel || in.type == InstrType::kCollective) && rt.times[i].start >= 0)
         next = std::min(next, rt.times[i].start);
     }
-    std::unordered_map<uint64_t, double> time_of;
+    // Each memory event's time and labels (NOTE [Timeline labels] in simulate.h): the buffer's
+    // name, and the next kernel or collective the host issued (found walking backwards).
+    struct Placed {
+      double time;
+      int32_t what, op;
+    };
+    std::vector<int32_t> next_op(prog.instrs.size(), -1);
+    for (size_t i = prog.instrs.size(), op = SIZE_MAX; i-- > 0;) {
+      if (op != SIZE_MAX) next_op[i] = static_cast<int32_t>(prog.instrs[op].name);
+      InstrType t = prog.instrs[i].type;
+      if (t == InstrType::kKernel || t == InstrType::kCollective) op = i;
+    }
+    std::unordered_map<uint64_t, Placed> time_of;
+    std::unordered_map<uint64_t, int32_t> buffer_name;
     time_of.reserve(prog.instrs.size());
     std::vector<double> step_end;
     double running = 0;
     for (size_t i = 0; i < prog.instrs.size(); ++i) {
       const Instr& in = prog.instrs[i];
       running = std::max(running, dev_time[i]);
-      if (in.type == InstrType::kAlloc || in.type == InstrType::kFree) time_of[in.host_seq] = running;
+      if (in.type == InstrType::kAlloc) buffer_name[in.buffer] = static_cast<int32_t>(in.name);
+      if (in.type == InstrType::kAlloc || in.type == InstrType::kFree) {
+        auto nm = buffer_name.find(in.buffer);
+        time_of[in.host_seq] = Placed{running, nm == buffer_name.end() ? -1 : nm->second, next_op[i]};
+      }
       if (in.type == InstrType::kMarker && instr_name(prog, in) == "step end") step_end.push_back(rt.times[i].start);
       if (in.type == InstrType::kCollective && in.step == last_step)
         ++c.collectives_per_step[static_cast<int>(in.coll)];
@@ -196,7 +214,10 @@ SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& opt
       auto it = time_of.find(e.host_seq);
       if (it == time_of.end()) continue;  // after the recorded run (teardown)
       TimelinePoint p;
-      p.time_s = it->second;
+      p.time_s = it->second.time;
+      p.what = it->second.what;
+      p.op = it->second.op;
+      p.is_alloc = e.is_alloc;
       p.allocated_bytes = e.allocated_bytes;
       p.reserved_bytes = e.reserved_bytes;
       p.host_bytes = e.host_bytes;
@@ -205,6 +226,16 @@ SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& opt
       pts.push_back(p);
     }
     c.timeline = downsample(std::move(pts), opt.max_timeline_points);
+    if (!c.timeline.empty()) c.timeline_names = prog.names;
+    // What runs on each stream at the peak (for the plots' peak annotation).
+    for (size_t i = 0; i < prog.instrs.size() && !c.timeline.empty(); ++i) {
+      const Instr& in = prog.instrs[i];
+      const InstrTime& t = rt.times[i];
+      if ((in.type == InstrType::kKernel || in.type == InstrType::kCollective) && t.start >= 0 &&
+          t.start <= c.peak_time_s && c.peak_time_s < t.end)
+        c.in_flight_at_peak.push_back(
+            {std::string(stream_name(in.stream)), std::string(instr_name(prog, in)), t.start, t.end});
+    }
     // The last step's duration and its compute / exposed communication.
     if (!step_end.empty() && rt.completed) {
       double end = step_end.back();
@@ -235,6 +266,7 @@ SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& opt
     double peak = low ? hw.peak_flops_bf16 : hw.peak_flops_fp32;
     if (peak > 0) rep.mfu = rep.model_flops_per_token * rep.tokens_per_s_per_gpu / peak;
   }
+  if (opt.on_played) opt.on_played(PlayedRun{programs, groups.groups(), er, cost, rep});
   return rep;
 }
 

@@ -12,6 +12,8 @@
 
 namespace fullshard::sim {
 
+struct PlayedRun;
+
 struct SimulateOptions {
   bool all_ranks = false;         // --ranks all: record every rank's program
   bool checks = true;             // protocol checks (mismatch, race, use after free)
@@ -20,6 +22,8 @@ struct SimulateOptions {
   std::function<void(Program&)> mutate_program;
   // Called after each rank program is recorded (done, total): progress for long runs.
   std::function<void(size_t, size_t)> progress;
+  // Called once at the end with what the engine played (exporters: simulator/trace.h).
+  std::function<void(const PlayedRun&)> on_played;
 };
 
 struct TimelinePoint {
@@ -28,6 +32,19 @@ struct TimelinePoint {
   uint64_t reserved_bytes = 0;
   uint64_t host_bytes = 0;
   CategoryBytes by_category{};
+  // NOTE [Timeline labels]: indices into RankClassReport::timeline_names (-1: none), so the
+  // plots can say what each point is: the buffer allocated or freed here, and the kernel or
+  // collective the host issued next (the work the allocation serves; its start is time_s).
+  int32_t what = -1;
+  int32_t op = -1;
+  bool is_alloc = true;
+};
+
+// A kernel or collective running on some stream at a moment (the peak).
+struct InFlightOp {
+  std::string stream;
+  std::string name;
+  double start_s = 0, end_s = 0;
 };
 
 struct OutOfMemoryInfo {
@@ -52,6 +69,8 @@ struct RankClassReport {
   std::vector<uint64_t> allocated_after_step;  // allocated bytes after each step's end
   AllocatorStats allocator;
   std::vector<TimelinePoint> timeline;
+  std::vector<std::string> timeline_names;  // TimelinePoint::what / op index this
+  std::vector<InFlightOp> in_flight_at_peak;  // on every stream at peak_time_s
   std::optional<OutOfMemoryInfo> oom;
   double busy_s[kNumStreams] = {};
   double compute_s = 0, exposed_comm_s = 0;
@@ -77,6 +96,16 @@ struct SimulationReport {
   bool out_of_memory = false;
   uint64_t events_processed = 0;
   bool ok() const { return problems.empty() && !out_of_memory; }
+};
+
+// What the engine played, handed to SimulateOptions::on_played at the end of
+// simulate_scenario (the Chrome trace export reads it).
+struct PlayedRun {
+  const std::vector<Program>& programs;       // one per rank class (or rank), as played
+  const std::vector<GroupInfo>& groups;
+  const EngineResult& result;
+  const CostModel& cost;
+  const SimulationReport& report;             // classes parallel to programs
 };
 
 SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& options = {});

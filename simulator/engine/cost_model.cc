@@ -49,4 +49,9 @@ double PlaceholderCostModel::collective_seconds(const Instr& c, const GroupInfo&
   return ring;
 }
 
+CollectiveChoice PlaceholderCostModel::collective_choice(const Instr& c, const GroupInfo& group) const {
+  if (group.ranks.size() <= 1 || c.coll == CollectiveKind::kBarrier) return {};
+  return {"ring", ""};
+}
+
 }  // namespace fullshard::sim

@@ -2,9 +2,19 @@
 // How long things take: the timing engine asks a CostModel for every kernel, collective and
 // launch. The engine knows nothing about hardware; swap the model to change the machine.
 // (NCCL keeps its cost model behind the same kind of seam: ncclTopoGetAlgoTime.)
+#include <string>
+
 #include "simulator/engine/program.h"
 
 namespace fullshard::sim {
+
+// How a cost model assumes a collective runs, e.g. {"ring", "simple"}; empty when it has no
+// such notion. NOTE [Collective choice]: exposed only for exporters (the Chrome trace puts it
+// in each collective's args); the engine itself never reads it.
+struct CollectiveChoice {
+  std::string algorithm;
+  std::string protocol;
+};
 
 class CostModel {
  public:
@@ -16,6 +26,10 @@ class CostModel {
   virtual double collective_seconds(const Instr& collective, const GroupInfo& group) const = 0;
   // Host seconds one kernel or collective launch costs (records/waits are free).
   virtual double launch_overhead_seconds() const = 0;
+  // NOTE [Collective choice]. The default: none.
+  virtual CollectiveChoice collective_choice(const Instr& collective, const GroupInfo& group) const {
+    return {};
+  }
 };
 
 struct PlaceholderCostOptions {
@@ -39,6 +53,8 @@ class PlaceholderCostModel final : public CostModel {
   double kernel_seconds(const Instr& kernel) const override;
   double collective_seconds(const Instr& collective, const GroupInfo& group) const override;
   double launch_overhead_seconds() const override { return options_.launch_overhead_s; }
+  // {"ring", ""} for every collective of more than one rank (the model has no protocols).
+  CollectiveChoice collective_choice(const Instr& collective, const GroupInfo& group) const override;
   const PlaceholderCostOptions& options() const { return options_; }
 
  private:

@@ -1,5 +1,7 @@
 // fullshard: FSDP2-style sharded training, simulated before it runs.
 //   fullshard simulate SCENARIO.json [--json REPORT.json] [--ranks classes|all] [--no-checks]
+//                     [--timeline T.html|T.svg] [--trace TRACE.json]
+//   fullshard plot REPORT.json [MORE.json ...] -o OUT.html|OUT.svg [--rank R] [--title T]
 //   fullshard train SCENARIO.json --backend gloo [--nproc N] [--metrics M.jsonl] [--steps K]
 //   fullshard compare SCENARIO.json [--json OUT.json]
 //   fullshard models [--json]
@@ -19,10 +21,12 @@
 #include "simulator/report.h"
 #include "simulator/simulate.h"
 #include "tools/fullshard/commands.h"
+#include "tools/fullshard/plot_commands.h"
 
 namespace {
 
-int cmd_simulate(const std::string& path, const std::string& json_out, const std::string& ranks, bool checks) {
+int cmd_simulate(const std::string& path, const std::string& json_out, const std::string& ranks, bool checks,
+                 const std::string& timeline_out, const std::string& trace_out) {
   using namespace fullshard;
   Scenario s = load_scenario_file(path);
   sim::SimulateOptions o;
@@ -33,6 +37,11 @@ int cmd_simulate(const std::string& path, const std::string& json_out, const std
   if (!json_out.empty()) {  // fail on an unwritable path before the (long) simulation
     std::ofstream probe(json_out, std::ios::app);
     if (!probe) throw InputError("--json", "cannot write '" + json_out + "'", "give a writable file path");
+  }
+  if (!timeline_out.empty()) cli::check_output_path("--timeline", timeline_out, {".html", ".svg"});
+  if (!trace_out.empty()) {
+    cli::check_output_path("--trace", trace_out, {".json"});
+    o.on_played = cli::trace_writer(trace_out);
   }
   std::fprintf(stderr, "simulating %s (%d ranks)...\n", path.c_str(), s.world_size());
   // Progress on stderr for runs that record many rank programs.
@@ -54,6 +63,8 @@ int cmd_simulate(const std::string& path, const std::string& json_out, const std
     if (!f) throw InputError("--json", "could not write '" + json_out + "'", "check the disk and the path");
     std::cout << "  report written to " << json_out << "\n";
   }
+  if (!timeline_out.empty()) cli::write_timeline(sim::report_json(r), timeline_out);
+  if (!trace_out.empty()) std::cout << "  trace written to " << trace_out << " (open it in Perfetto or chrome://tracing)\n";
   if (!r.problems.empty()) return 1;
   if (r.out_of_memory) return 3;
   return 0;
@@ -89,6 +100,9 @@ int main(int argc, char** argv) {
   sim->add_option("--json", json_out, "write the full report (JSON) here");
   sim->add_option("--ranks", ranks, "classes: one rank per class of identical ranks; all: every rank");
   sim->add_flag("--no-checks", no_checks, "skip the collective / race / use-after-free checks");
+  std::string timeline_out, trace_out;
+  sim->add_option("--timeline", timeline_out, "write the memory timeline page (.html) or picture (.svg) here");
+  sim->add_option("--trace", trace_out, "write a Chrome trace (Perfetto, chrome://tracing) here");
   fullshard::cpu::LaunchOptions lo;
   std::string backend = "gloo";
   auto add_run_options = [&](CLI::App* c) {
@@ -107,6 +121,14 @@ int main(int argc, char** argv) {
   auto* compare = app.add_subcommand("compare", "simulate a scenario, run it for real, compare peak memory per rank");
   add_run_options(compare);
   compare->add_option("--json", compare_json, "write predicted vs measured per rank (JSON) here");
+  std::vector<std::string> plot_inputs;
+  std::string plot_out, plot_title;
+  std::optional<int> plot_rank;
+  auto* plot = app.add_subcommand("plot", "memory timeline of report JSON files: an HTML page or a static SVG");
+  plot->add_option("reports", plot_inputs, "report JSON files (simulated or measured); several overlay")->required();
+  plot->add_option("-o,--output", plot_out, "OUT.html (interactive page) or OUT.svg (static picture)")->required();
+  plot->add_option("--rank", plot_rank, "show the timeline holding this rank first (HTML) or only (SVG)");
+  plot->add_option("--title", plot_title, "title (default: the scenarios' names)");
   auto* models = app.add_subcommand("models", "list the model zoo with exact parameter counts");
   models->add_flag("--json", models_json, "JSON output");
   try {
@@ -117,7 +139,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    if (*sim) return cmd_simulate(scenario, json_out, ranks, !no_checks);
+    if (*sim) return cmd_simulate(scenario, json_out, ranks, !no_checks, timeline_out, trace_out);
+    if (*plot) return fullshard::cli::cmd_plot(plot_inputs, plot_out, plot_rank, plot_title);
     if (*models) return cmd_models(models_json);
     if (*train) return fullshard::cli::cmd_train(lo, backend);
     if (*compare) {
