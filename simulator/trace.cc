@@ -51,8 +51,9 @@ void write_chrome_trace(const PlayedRun& run, std::ostream& out) {
     const Program& prog = run.programs[pi];
     const RankTiming& rt = run.result.ranks[pi];
     const RankClassReport* cls = pi < run.report.classes.size() ? &run.report.classes[pi] : nullptr;
-    // pid: the (representative) rank, unique per program; Perfetto lists processes by it.
-    const int pid = prog.rank;
+    // pid: 1 + the (representative) rank, unique per program (pid 0 is special to some trace
+    // tools: the idle process); the process name says which ranks it stands for.
+    const int pid = prog.rank + 1;
     const std::string pname = cls ? class_label(*cls) : fmt::format("rank {}", prog.rank);
     meta.push_back(json{{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", pname}}}}.dump());
     meta.push_back(json{{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"tid", 0}, {"args", {{"sort_index", pi}}}}.dump());

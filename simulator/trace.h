@@ -2,7 +2,8 @@
 // `fullshard simulate --trace TRACE.json`: the played programs as a Chrome Trace Event file
 // (the JSON object format) that Perfetto (ui.perfetto.dev, "Open trace file") and
 // chrome://tracing load. docs/plots.md describes what is in it:
-//   - one process per rank class (or rank with --ranks all), named "ranks 0-7";
+//   - one process per rank class (or rank with --ranks all), named "ranks 0-7", pid 1 + its
+//     (representative) rank;
 //   - one thread per stream ("compute", "all_gather", ...) plus "host";
 //   - complete ("X") events: kernels (cat "compute" or "copy"), collectives (cat
 //     "collective", args: collective, bytes, dtype, reduce_op, group, group_size, and

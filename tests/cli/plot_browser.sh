@@ -10,11 +10,14 @@
 set -eu
 bin="$1"; src="$2"
 build="$(cd "$(dirname "$bin")/.." && pwd)"
-browser=""
-for c in chromium chromium-browser google-chrome; do
-  if command -v "$c" > /dev/null 2>&1; then browser="$c"; break; fi
-done
+# FULLSHARD_BROWSER names the browser binary ("none": behave as if there were none).
+browser="${FULLSHARD_BROWSER:-}"
 if [ -z "$browser" ]; then
+  for c in chromium chromium-browser google-chrome; do
+    if command -v "$c" > /dev/null 2>&1; then browser="$c"; break; fi
+  done
+fi
+if [ -z "$browser" ] || [ "$browser" = none ]; then
   echo "SKIPPED: no headless Chromium found (install Debian's chromium package: tools/test.sh does it when it can)"
   exit 0
 fi

@@ -153,7 +153,7 @@ TEST(ChromeTrace, EveryRankIsAProcessWithRanksAll) {
   validate(t.trace, ev);
   std::set<int> pids;
   for (const json& x : ev["X"]) pids.insert(x["pid"].get<int>());
-  EXPECT_EQ(pids, (std::set<int>{0, 1}));
+  EXPECT_EQ(pids, (std::set<int>{1, 2}));  // 1 + rank
 }
 
 TEST(TimelineLabels, ReportCarriesWhatOpEventAndInFlight) {

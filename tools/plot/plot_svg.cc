@@ -192,7 +192,7 @@ void draw_panel(std::string& svg, const Panel& p, double top, double t1, double 
                        "<text x=\"{3:.1f}\" y=\"{4:.1f}\" text-anchor=\"end\" font-size=\"12\" font-weight=\"700\" fill=\"#d62728\" {5}>OUT OF MEMORY</text>\n",
                        px, f.top, f.top + f.height, px - 6, f.top + f.height * 0.45, kHalo);
   }
-  double ny = top + kPlotHeight + 36;
+  double ny = top + kPlotHeight + 46;
   for (const auto& [color, text] : notes(p)) {
     svg += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"12\" fill=\"{}\" xml:space=\"preserve\">{}</text>\n", kLeft, ny, color, xml(text));
     ny += kLine;
@@ -256,7 +256,7 @@ std::string render_svg(std::vector<Report> reports, const PlotOptions& o) {
   std::vector<double> heights;
   double total = 70;
   for (const auto& p : panels) {
-    heights.push_back(kPlotHeight + 40 + kLine * static_cast<double>(notes(p).size()));
+    heights.push_back(kPlotHeight + 50 + kLine * static_cast<double>(notes(p).size()));
     total += heights.back();
   }
   std::string svg;  // the body; the <svg> element (which needs the total height) goes first at the end
