@@ -81,7 +81,7 @@ TEST(ScenarioShipped, EveryScenarioFileParses) {
     Scenario s;
     ASSERT_NO_THROW(s = load_scenario_file(f.string()));
     EXPECT_EQ(s.name, f.stem().string());
-    EXPECT_EQ(s.training.steps, 2);
+    EXPECT_GE(s.training.steps, 2);  // the last step is a steady one (the first allocates the optimizer states)
     int ranks = 1;
     for (int d : s.fsdp.mesh_shape) ranks *= d;
     EXPECT_EQ(ranks, s.world_size());
