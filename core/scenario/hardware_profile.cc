@@ -5,7 +5,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
+#include <nlohmann/json.hpp>
 
 #include "core/common/error.h"
 #include "core/scenario/json_reader.h"
@@ -17,16 +19,132 @@ namespace fs = std::filesystem;
 namespace jr = json_reader;
 using nlohmann::json;
 
-// The figures a profile must give, each with an entry in "sources".
-const std::vector<std::string> kFigures = {
-    "memory_bytes",    "non_allocator_bytes", "peak_flops_bf16",   "peak_flops_fp16",
-    "peak_flops_fp32", "peak_flops_tf32",     "hbm_bandwidth",     "nvlink_bandwidth",
-    "network_bandwidth", "pcie_bandwidth",    "gpus_per_node",
+// NOTE [Figure table]: every figure is read by one entry of this table, both from a profile
+// file (all required) and from a scenario's "hardware" object (any of them, as an override),
+// so the two always validate the same way.
+using Reader = std::function<void(HardwareProfile&, const json&, const std::string&)>;
+struct Figure {
+  std::string name;
+  Reader read;
 };
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+
+Reader bytes_figure(uint64_t HardwareProfile::*m, int64_t min, const char* example) {
+  return [=](HardwareProfile& p, const json& v, const std::string& path) {
+    p.*m = static_cast<uint64_t>(jr::get_int(v, path, min, kMax, example));
+  };
+}
+Reader int_figure(int HardwareProfile::*m, int64_t min, int64_t max, const char* example) {
+  return [=](HardwareProfile& p, const json& v, const std::string& path) {
+    p.*m = static_cast<int>(jr::get_int(v, path, min, max, example));
+  };
+}
+// A rate (FLOP/s, bytes/s, seconds): finite, > 0 (or >= 0 with allow_zero).
+Reader number_figure(double HardwareProfile::*m, bool allow_zero, const char* example) {
+  return [=](HardwareProfile& p, const json& v, const std::string& path) {
+    p.*m = jr::get_number(v, path, 0, allow_zero, kInf, false, example);
+  };
+}
+// A fraction in [0, 1] (or [0, 1) with below_one).
+Reader fraction_figure(double HardwareProfile::*m, bool below_one, const char* example) {
+  return [=](HardwareProfile& p, const json& v, const std::string& path) {
+    p.*m = jr::get_number(v, path, 0, true, 1, !below_one, example);
+  };
+}
+Reader bool_figure(bool HardwareProfile::*m) {
+  return [=](HardwareProfile& p, const json& v, const std::string& path) { p.*m = jr::get_bool(v, path); };
+}
+template <typename E>
+Reader choice_figure(E HardwareProfile::*m, std::vector<std::pair<std::string, E>> choices) {
+  return [=](HardwareProfile& p, const json& v, const std::string& path) {
+    std::vector<std::string> names;
+    for (const auto& c : choices) names.push_back(c.first);
+    const std::string s = jr::get_choice(v, path, names);
+    for (const auto& c : choices)
+      if (c.first == s) p.*m = c.second;
+  };
+}
+// [[threshold, efficiency], ...]: thresholds >= 0 strictly descending, the last one 0,
+// efficiencies in (0, 1] (NOTE [Efficiency step tables]).
+Reader table_figure(EfficiencyTable HardwareProfile::*m, const char* example) {
+  return [=](HardwareProfile& p, const json& v, const std::string& path) {
+    const std::string fix = std::string("write rows [threshold, efficiency] with descending thresholds "
+                                        "ending at 0, e.g. ") + example;
+    if (!v.is_array() || v.empty()) throw InputError(path, "is " + jr::describe(v) + ", not a non-empty array", fix);
+    EfficiencyTable t;
+    for (size_t i = 0; i < v.size(); ++i) {
+      const std::string row = jr::index_path(path, i);
+      if (!v[i].is_array() || v[i].size() != 2)
+        throw InputError(row, "is " + jr::describe(v[i]) + ", not a [threshold, efficiency] pair", fix);
+      const double th = jr::get_number(v[i][0], jr::index_path(row, 0), 0, true, kInf, false, "1e9");
+      const double eff = jr::get_number(v[i][1], jr::index_path(row, 1), 0, false, 1, true, "0.9");
+      if (!t.rows.empty() && th >= t.rows.back().first)
+        throw InputError(jr::index_path(row, 0), "is " + jr::show(v[i][0]) + ", not below the previous threshold",
+                         fix);
+      t.rows.emplace_back(th, eff);
+    }
+    if (t.rows.back().first != 0)
+      throw InputError(jr::index_path(jr::index_path(path, v.size() - 1), 0),
+                       "is " + jr::show(v.back()[0]) + ", so smaller sizes have no efficiency",
+                       "end the table with a row whose threshold is 0, e.g. [0, 0.1]");
+    p.*m = std::move(t);
+  };
+}
+
+const std::vector<Figure>& figures() {
+  using P = HardwareProfile;
+  static const std::vector<Figure> table = {
+      {"memory_bytes", bytes_figure(&P::memory_bytes, 1, "85520809984")},
+      {"non_allocator_bytes", bytes_figure(&P::non_allocator_bytes, 0, "2103443456")},
+      {"peak_flops_bf16", number_figure(&P::peak_flops_bf16, false, "989.4e12")},
+      {"peak_flops_fp16", number_figure(&P::peak_flops_fp16, false, "989.4e12")},
+      {"peak_flops_fp32", number_figure(&P::peak_flops_fp32, false, "66.9e12")},
+      {"peak_flops_tf32", number_figure(&P::peak_flops_tf32, false, "494.7e12")},
+      {"hbm_bandwidth", number_figure(&P::hbm_bandwidth, false, "3.35e12")},
+      {"compute_capability", int_figure(&P::compute_capability, 0, 1000, "90")},
+      {"matmul_efficiency", table_figure(&P::matmul_efficiency, "[[128e9, 0.95], [16e9, 0.9], [1e9, 0.6], [0, 0.1]]")},
+      {"attention_efficiency", table_figure(&P::attention_efficiency, "[[0, 0.35]]")},
+      {"vector_efficiency", table_figure(&P::vector_efficiency, "[[16e9, 0.95], [1e9, 0.5], [0, 0.1]]")},
+      {"memory_efficiency", table_figure(&P::memory_efficiency, "[[100e6, 0.9], [10e6, 0.75], [1e6, 0.6], [0, 0.3]]")},
+      {"launch_overhead_s", number_figure(&P::launch_overhead_s, true, "5e-6")},
+      {"overlap_slowdown_nvlink", fraction_figure(&P::overlap_slowdown_nvlink, true, "0.15")},
+      {"overlap_slowdown_network", fraction_figure(&P::overlap_slowdown_network, true, "0.02")},
+      {"gpus_per_node", int_figure(&P::gpus_per_node, 1, 1 << 20, "8")},
+      {"intra_node_link", choice_figure<IntraNodeLink>(&P::intra_node_link, {{"nvlink", IntraNodeLink::kNvlink},
+                                                                            {"pcie", IntraNodeLink::kPcie}})},
+      {"nvlink_bandwidth", number_figure(&P::nvlink_bandwidth, false, "450e9")},
+      {"nvls", bool_figure(&P::nvls)},
+      {"nvls_efficiency", fraction_figure(&P::nvls_efficiency, false, "0.85")},
+      {"nccl_channels", int_figure(&P::nccl_channels, 1, 64, "16")},
+      {"intra_node_bus_bandwidth", number_figure(&P::intra_node_bus_bandwidth, false, "370.8e9")},
+      {"network_bandwidth", number_figure(&P::network_bandwidth, false, "50e9")},
+      {"network_bus_bandwidth", number_figure(&P::network_bus_bandwidth, false, "44e9")},
+      {"host_cpu", choice_figure<HostCpu>(&P::host_cpu, {{"intel", HostCpu::kIntel},
+                                                        {"amd", HostCpu::kAmd},
+                                                        {"arm", HostCpu::kArm}})},
+      {"host_link", choice_figure<HostLink>(&P::host_link, {{"pcie3", HostLink::kPcie3},
+                                                           {"pcie4", HostLink::kPcie4},
+                                                           {"pcie5", HostLink::kPcie5},
+                                                           {"pcie6", HostLink::kPcie6},
+                                                           {"nvlink-c2c", HostLink::kNvlinkC2C},
+                                                           {"memory", HostLink::kMemory}})},
+      {"pcie_bandwidth", number_figure(&P::pcie_bandwidth, false, "64e9")},
+      {"pinned_copy_bandwidth", number_figure(&P::pinned_copy_bandwidth, false, "54e9")},
+      {"pageable_copy_bandwidth", number_figure(&P::pageable_copy_bandwidth, false, "27e9")},
+      {"host_cores", int_figure(&P::host_cores, 1, 1 << 20, "112")},
+      {"host_core_flops", number_figure(&P::host_core_flops, false, "128e9")},
+      {"host_core_memory_bandwidth", number_figure(&P::host_core_memory_bandwidth, false, "12e9")},
+      {"host_memory_bandwidth", number_figure(&P::host_memory_bandwidth, false, "614e9")},
+  };
+  return table;
+}
 
 std::vector<std::string> known_fields() {
   std::vector<std::string> k = {"name", "description", "aliases", "sources"};
-  k.insert(k.end(), kFigures.begin(), kFigures.end());
+  const auto& f = hardware_profile_figures();
+  k.insert(k.end(), f.begin(), f.end());
   return k;
 }
 
@@ -70,36 +188,20 @@ HardwareProfile parse_profile(const json& j) {
     for (size_t i = 0; i < a.size(); ++i)
       p.aliases.push_back(lower(jr::get_string(a[i], jr::index_path("aliases", i), "\"h100\"")));
   }
-  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
-  p.memory_bytes = static_cast<uint64_t>(
-      jr::get_int(j.at("memory_bytes"), "memory_bytes", 1, kMax, "85520809984"));
-  p.non_allocator_bytes = static_cast<uint64_t>(
-      jr::get_int(j.at("non_allocator_bytes"), "non_allocator_bytes", 0, kMax, "2103443456"));
+  apply_hardware_figures(p, j, "");
   if (p.non_allocator_bytes >= p.memory_bytes)
     throw InputError("non_allocator_bytes",
                      "is " + std::to_string(p.non_allocator_bytes) + ", not less than memory_bytes " +
                          std::to_string(p.memory_bytes),
                      "the allocator needs some memory: give a smaller value");
-  const double inf = std::numeric_limits<double>::infinity();
-  auto rate = [&](const char* key, const char* example) {
-    return jr::get_number(j.at(key), key, 0, false, inf, false, example);
-  };
-  p.peak_flops_bf16 = rate("peak_flops_bf16", "989.4e12");
-  p.peak_flops_fp16 = rate("peak_flops_fp16", "989.4e12");
-  p.peak_flops_fp32 = rate("peak_flops_fp32", "66.9e12");
-  p.peak_flops_tf32 = rate("peak_flops_tf32", "494.7e12");
-  p.hbm_bandwidth = rate("hbm_bandwidth", "3.35e12");
-  p.nvlink_bandwidth = rate("nvlink_bandwidth", "450e9");
-  p.network_bandwidth = rate("network_bandwidth", "50e9");
-  p.pcie_bandwidth = rate("pcie_bandwidth", "64e9");
-  p.gpus_per_node = static_cast<int>(jr::get_int(j.at("gpus_per_node"), "gpus_per_node", 1, 1 << 20, "8"));
+  check_hardware_profile(p, "");
 
   // NOTE [Cited figures]: a profile is only as good as its numbers, so every figure must say
   // where it comes from (a datasheet, a measurement) in "sources".
   const json& sources = j.at("sources");
   jr::require_object(sources, "sources", "{\"memory_bytes\": \"NVIDIA H100 datasheet: 80 GB\"}");
-  jr::reject_unknown_fields(sources, "sources", kFigures);
-  for (const auto& f : kFigures) {
+  jr::reject_unknown_fields(sources, "sources", hardware_profile_figures());
+  for (const auto& f : hardware_profile_figures()) {
     jr::require_field(sources, "sources", f, "cite where the value of " + f + " comes from");
     const std::string cite = jr::get_string(sources.at(f), jr::child_path("sources", f),
                                             "\"NVIDIA H100 datasheet\"");
@@ -121,6 +223,66 @@ std::vector<fs::path> profile_files() {
 }
 
 }  // namespace
+
+double EfficiencyTable::at(double size) const {
+  for (const auto& [threshold, efficiency] : rows)
+    if (size >= threshold) return efficiency;
+  return rows.empty() ? 1.0 : rows.back().second;
+}
+
+const char* intra_node_link_name(IntraNodeLink l) { return l == IntraNodeLink::kNvlink ? "nvlink" : "pcie"; }
+
+const char* host_cpu_name(HostCpu c) {
+  switch (c) {
+    case HostCpu::kIntel: return "intel";
+    case HostCpu::kAmd: return "amd";
+    case HostCpu::kArm: return "arm";
+  }
+  return "?";
+}
+
+const char* host_link_name(HostLink l) {
+  switch (l) {
+    case HostLink::kPcie3: return "pcie3";
+    case HostLink::kPcie4: return "pcie4";
+    case HostLink::kPcie5: return "pcie5";
+    case HostLink::kPcie6: return "pcie6";
+    case HostLink::kNvlinkC2C: return "nvlink-c2c";
+    case HostLink::kMemory: return "memory";
+  }
+  return "?";
+}
+
+const std::vector<std::string>& hardware_profile_figures() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const auto& f : figures()) n.push_back(f.name);
+    return n;
+  }();
+  return names;
+}
+
+std::vector<std::string> apply_hardware_figures(HardwareProfile& p, const json& obj,
+                                                const std::string& path_prefix,
+                                                const std::vector<std::string>& skip) {
+  std::vector<std::string> set;
+  for (const auto& f : figures()) {
+    if (!obj.contains(f.name) || std::find(skip.begin(), skip.end(), f.name) != skip.end()) continue;
+    f.read(p, obj.at(f.name), jr::child_path(path_prefix, f.name));
+    set.push_back(f.name);
+  }
+  return set;
+}
+
+void check_hardware_profile(const HardwareProfile& p, const std::string& prefix) {
+  if (p.nvls && p.nvls_efficiency <= 0)
+    throw InputError(jr::child_path(prefix, "nvls_efficiency"), "is 0 while nvls is true",
+                     "give NCCL's NVLS efficiency for the architecture (0.85 Hopper, 0.74 Blackwell) or set "
+                     "nvls to false");
+  if (p.nvls && p.intra_node_link != IntraNodeLink::kNvlink)
+    throw InputError(jr::child_path(prefix, "nvls"), "is true but intra_node_link is \"pcie\"",
+                     "NVLS needs NVSwitch: set nvls to false or intra_node_link to \"nvlink\"");
+}
 
 std::string data_dir() {
   if (const char* env = std::getenv("FULLSHARD_DATA_DIR"); env != nullptr && *env != '\0')

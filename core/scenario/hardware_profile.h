@@ -1,24 +1,52 @@
 #pragma once
-// One accelerator model and the node it ships in: memory, peak throughput and link bandwidths,
-// read from scenarios/hardware/<name>.json. Every figure in those files cites its source in
-// their "sources" object (docs/hardware.md lists them). The simulator's cost models read these
-// numbers; the scenario reads memory to size the caching allocator.
+// One accelerator model and the node it ships in: memory, peak throughput, links, the
+// efficiency curves and overheads the simulator's time model uses, and the host CPU that runs
+// an offloaded optimizer; read from scenarios/hardware/<name>.json. Every figure in those
+// files cites its source in their "sources" object (docs/hardware.md lists them, and
+// docs/cost-model.md says how the time model uses each). No coefficient of the time model is
+// hidden in code: what is not here is NCCL's own tuning tables (simulator/cost/nccl_model.cc).
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 namespace fullshard {
+
+// NOTE [Efficiency step tables]: as Calculon's system files (calculon-ai/calculon,
+// systems/h100_80g_nvl8.json: "gflops_efficiency", "MB_efficiency"), an op of size `s` (FLOPs
+// or bytes) reaches `efficiency` x peak where the row is the first, in descending threshold
+// order, whose threshold <= s. The last threshold is 0, so every size has a row.
+struct EfficiencyTable {
+  std::vector<std::pair<double, double>> rows;  // {threshold, efficiency in (0, 1]}, descending
+  double at(double size) const;
+  bool operator==(const EfficiencyTable&) const = default;
+};
+
+// The link between the GPUs of one node, as NCCL's latency tables tell them apart.
+enum class IntraNodeLink : uint8_t { kNvlink, kPcie };
+// The host CPU's vendor: NCCL's network overhead and LL bandwidth cap depend on it.
+enum class HostCpu : uint8_t { kIntel, kAmd, kArm };
+// How host memory reaches the device (CPU offload copies).
+enum class HostLink : uint8_t { kPcie3, kPcie4, kPcie5, kPcie6, kNvlinkC2C, kMemory };
+
+const char* intra_node_link_name(IntraNodeLink l);  // "nvlink", "pcie"
+const char* host_cpu_name(HostCpu c);               // "intel", "amd", "arm"
+const char* host_link_name(HostLink l);             // "pcie5", "nvlink-c2c", "memory", ...
 
 struct HardwareProfile {
   std::string name;         // file stem, e.g. "h100-sxm-80gb"
   std::string description;  // one line, e.g. "NVIDIA H100 SXM5 80GB in an 8-GPU HGX node"
   std::vector<std::string> aliases;  // other names that load this profile, e.g. "h100"
+  // ---- memory
   uint64_t memory_bytes = 0;         // device memory as nvidia-smi reports memory.total
   // Bytes the caching allocator can never get: memory the driver keeps back, the CUDA
   // context, NCCL's communicator buffers, and workspaces allocated outside PyTorch's
   // caching allocator. Allocator capacity = memory_bytes - non_allocator_bytes.
   uint64_t non_allocator_bytes = 0;
+  // ---- compute
   // Dense (no 2:4 sparsity) peak FLOP/s per device. bf16/fp16/tf32 are tensor-core matmul
   // rates; fp32 is the non-tensor (CUDA core) rate.
   double peak_flops_bf16 = 0;
@@ -26,12 +54,53 @@ struct HardwareProfile {
   double peak_flops_fp32 = 0;
   double peak_flops_tf32 = 0;
   double hbm_bandwidth = 0;      // device memory bandwidth, bytes/s
-  double nvlink_bandwidth = 0;   // intra-node, per device, one direction, bytes/s
-  double network_bandwidth = 0;  // inter-node, per device (its NIC share), one direction, bytes/s
-  double pcie_bandwidth = 0;     // host <-> device, one direction, bytes/s (CPU offload)
-  int gpus_per_node = 0;         // devices (ranks) per node
+  int compute_capability = 0;    // CUDA compute capability x 10 (90 = Hopper); 0: not a GPU
+  EfficiencyTable matmul_efficiency;     // GEMMs, by FLOPs (NOTE [Efficiency step tables])
+  EfficiencyTable attention_efficiency;  // fused (flash) attention, by FLOPs
+  EfficiencyTable vector_efficiency;     // non-matmul FLOPs on CUDA cores, by FLOPs
+  EfficiencyTable memory_efficiency;     // device-memory traffic, by bytes
+  double launch_overhead_s = 0;          // host seconds per kernel / collective launch
+  // Fraction of a compute kernel's throughput lost while a collective runs beside it on the
+  // same device (NCCL's kernels take SMs and memory bandwidth): intra-node and inter-node.
+  double overlap_slowdown_nvlink = 0;
+  double overlap_slowdown_network = 0;
+  // ---- links
+  int gpus_per_node = 0;          // devices (ranks) per node
+  IntraNodeLink intra_node_link = IntraNodeLink::kNvlink;
+  double nvlink_bandwidth = 0;    // intra-node, per device, one direction, bytes/s (datasheet)
+  // NVSwitch with NVLink SHARP: NCCL's NVLS / NVLS-tree algorithms are available.
+  bool nvls = false;
+  double nvls_efficiency = 0;     // NCCL's nvlsEfficiency for this architecture
+  int nccl_channels = 0;          // channels NCCL's graphs use (per-channel bandwidth caps)
+  // Bus bandwidth (nccl-tests' busbw) NCCL's ring reaches inside one node, bytes/s: NCCL's
+  // nChannels x bwIntra. A measured nccl-tests figure calibrates it.
+  double intra_node_bus_bandwidth = 0;
+  double network_bandwidth = 0;   // inter-node, per device (its NIC), one direction, bytes/s
+  double network_bus_bandwidth = 0;  // what NCCL reaches through one device's NIC, bytes/s
+  HostCpu host_cpu = HostCpu::kIntel;
+  // ---- host and CPU offload
+  HostLink host_link = HostLink::kPcie5;
+  double pcie_bandwidth = 0;      // host <-> device link, one direction, bytes/s (datasheet)
+  double pinned_copy_bandwidth = 0;    // achieved H2D / D2H from page-locked memory, bytes/s
+  double pageable_copy_bandwidth = 0;  // achieved H2D / D2H from pageable memory, bytes/s
+  int host_cores = 0;                  // CPU cores per node
+  double host_core_flops = 0;          // fp32 FLOP/s of one core
+  double host_core_memory_bandwidth = 0;  // bytes/s one core streams
+  double host_memory_bandwidth = 0;    // bytes/s of the node's memory system
   std::string source;            // "field: citation | field: citation | ..." for every figure
 };
+
+// The figure names a profile must give (each cited in "sources"), in file order.
+const std::vector<std::string>& hardware_profile_figures();
+
+// Sets every figure of `p` that `obj` (a JSON object) contains, skipping names in `skip`,
+// with the profile's own validation; errors name `path_prefix`.figure. Scenarios use it to
+// override profile figures (NOTE [Hardware overrides] in scenario.cc). Returns the figures set.
+std::vector<std::string> apply_hardware_figures(HardwareProfile& p, const nlohmann::json& obj,
+                                                const std::string& path_prefix,
+                                                const std::vector<std::string>& skip = {});
+// Cross-figure rules (NVLS needs an efficiency, ...). Throws InputError at `path_prefix`.figure.
+void check_hardware_profile(const HardwareProfile& p, const std::string& path_prefix);
 
 // Where scenarios/ lives: $FULLSHARD_DATA_DIR if set, else the source tree's scenarios/
 // (compiled in as FULLSHARD_DEFAULT_DATA_DIR), else "scenarios" relative to the working dir.

@@ -1,5 +1,6 @@
 #include "core/scenario/scenario.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -28,6 +29,22 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 
 // ---------------------------------------------------------------- field tables
+// Profile figures a scenario may override directly in "hardware" (NOTE [Hardware overrides]).
+// memory_bytes / non_allocator_bytes have their own GiB-or-bytes fields and gpus_per_node is
+// the layout's, so they are read by the fields of the same name.
+const std::vector<std::string> kOwnHardwareFields = {"memory_bytes", "non_allocator_bytes", "gpus_per_node"};
+
+std::vector<std::string> hardware_fields() {
+  std::vector<std::string> f = {"profile",           "gpus_per_node",       "nodes",
+                                "memory_gib",        "memory_bytes",        "non_allocator_gib",
+                                "non_allocator_bytes", "allocator",         "host_threads_per_rank",
+                                "rank_speed"};
+  for (const auto& name : hardware_profile_figures())
+    if (std::find(kOwnHardwareFields.begin(), kOwnHardwareFields.end(), name) == kOwnHardwareFields.end())
+      f.push_back(name);
+  return f;
+}
+
 const std::map<std::string, std::vector<std::string>> kFields = {
     {"", {"$schema", "name", "description", "model", "training", "fsdp", "hardware"}},
     {"model",
@@ -45,10 +62,9 @@ const std::map<std::string, std::vector<std::string>> kFields = {
     {"fsdp.mesh", {"shape", "dim_names"}},
     {"fsdp.mixed_precision", {"param_dtype", "reduce_dtype", "output_dtype", "cast_forward_inputs"}},
     {"fsdp.cpu_offload", {"pin_memory"}},
-    {"hardware",
-     {"profile", "gpus_per_node", "nodes", "memory_gib", "memory_bytes", "non_allocator_gib",
-      "non_allocator_bytes", "allocator"}},
+    {"hardware", hardware_fields()},
     {"hardware.allocator", {"expandable_segments", "max_split_size_mb"}},
+    {"hardware.rank_speed", {"rank", "speed"}},
 };
 
 // Names other tools use for our fields (torchtitan, Hugging Face, torchrun, PyTorch), so that
@@ -330,6 +346,27 @@ std::optional<uint64_t> bytes_override(const json& j, const std::string& stem, d
   return std::nullopt;
 }
 
+// [{"rank": 3, "speed": 0.8}, ...]: ranks whose compute runs at `speed` x the profile's.
+std::map<int, double> parse_rank_speed(const json& v, int world) {
+  const std::string P = "hardware.rank_speed";
+  const std::string example = "[{\"rank\": 3, \"speed\": 0.8}]";
+  if (!v.is_array())
+    throw InputError(P, "is " + jr::describe(v) + ", not an array", "write a list such as " + example);
+  std::map<int, double> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string at = jr::index_path(P, i);
+    jr::require_object(v[i], at, "{\"rank\": 3, \"speed\": 0.8}");
+    jr::reject_unknown_fields(v[i], at, fields(P));
+    jr::require_field(v[i], at, "rank", "add \"rank\": the global rank that runs at another speed");
+    jr::require_field(v[i], at, "speed", "add \"speed\": its compute throughput relative to the profile, e.g. 0.8");
+    const int rank = static_cast<int>(jr::get_int(v[i].at("rank"), at + ".rank", 0, world - 1, "0"));
+    const double speed = jr::get_number(v[i].at("speed"), at + ".speed", 0, false, 1000, true, "0.8");
+    if (!out.emplace(rank, speed).second)
+      throw InputError(at + ".rank", "is " + std::to_string(rank) + ", given twice", "give each rank once");
+  }
+  return out;
+}
+
 HardwareOptions parse_hardware(const json& j, const std::string& base_dir) {
   const std::string P = "hardware";
   jr::require_object(j, P, "{\"profile\": \"h100-sxm-80gb\", \"nodes\": 1}");
@@ -358,6 +395,20 @@ HardwareOptions parse_hardware(const json& j, const std::string& base_dir) {
                      "is " + std::to_string(h.nodes) + ", and nodes x gpus_per_node = " +
                          std::to_string(int64_t{h.nodes} * h.gpus_per_node) + " ranks is too many",
                      "keep the world size below 2^31");
+
+  h.device.gpus_per_node = h.gpus_per_node;
+
+  // NOTE [Hardware overrides]: every profile figure may be given in "hardware" too (e.g.
+  // "network_bandwidth": 12.5e9 for a slower fabric); it replaces the profile's value, is
+  // validated as in a profile file, and its source becomes "set by the scenario".
+  for (const auto& f : apply_hardware_figures(h.device, j, P, kOwnHardwareFields)) {
+    h.overridden.push_back(f);
+    h.device.source += " | " + f + ": set by the scenario";
+  }
+  check_hardware_profile(h.device, P);
+  if (j.contains("host_threads_per_rank"))
+    h.host_threads_per_rank = static_cast<int>(field_int(j, P, "host_threads_per_rank", 1, 1 << 16, "1"));
+  if (j.contains("rank_speed")) h.rank_speed = parse_rank_speed(j.at("rank_speed"), h.nodes * h.gpus_per_node);
 
   h.memory_bytes = bytes_override(j, "memory", 1);
   h.non_allocator_bytes = bytes_override(j, "non_allocator", 0);

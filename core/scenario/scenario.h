@@ -82,8 +82,17 @@ struct HardwareOptions {
   AllocatorOptions allocator;            // capacity filled from the profile at load time
   // Override of the profile's bytes outside the caching allocator (CUDA context, NCCL, ...).
   std::optional<uint64_t> non_allocator_bytes;
+  // CPU threads each rank's process gives an offloaded optimizer step (torchrun sets
+  // OMP_NUM_THREADS=1 per worker unless told otherwise).
+  int host_threads_per_rank = 1;
+  // Ranks whose compute runs at another speed than the profile's (a straggler: 0.8 is 20%
+  // slower), by global rank. Empty: every rank runs at the profile's speed.
+  std::map<int, double> rank_speed;
+  // Profile figures the scenario overrode (NOTE [Hardware overrides] in scenario.cc).
+  std::vector<std::string> overridden;
   // The loaded profile with the overrides above applied (device.memory_bytes and
-  // device.non_allocator_bytes are what the allocator capacity was computed from).
+  // device.non_allocator_bytes are what the allocator capacity was computed from;
+  // device.gpus_per_node is gpus_per_node).
   HardwareProfile device;
 };
 
@@ -105,7 +114,7 @@ Scenario load_scenario_file(const std::string& path);  // missing file / bad JSO
 // The field names the parser accepts in each JSON object of the format, keyed by the object's
 // path with array indices dropped: "" (top level), "model", "training", "training.optimizer",
 // "training.activation_checkpointing", "fsdp", "fsdp.mesh", "fsdp.mixed_precision",
-// "fsdp.cpu_offload", "hardware", "hardware.allocator". Tests check docs/scenario.schema.json
+// "fsdp.cpu_offload", "hardware", "hardware.allocator", "hardware.rank_speed". Tests check docs/scenario.schema.json
 // against it.
 const std::map<std::string, std::vector<std::string>>& scenario_fields();
 
