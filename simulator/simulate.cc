@@ -8,6 +8,7 @@
 
 #include "core/common/error.h"
 #include "core/fsdp/shard_layout.h"
+#include "core/memory/timeline_downsample.h"
 #include "core/scenario/training_program.h"
 #include "simulator/sim_backend.h"
 
@@ -48,28 +49,12 @@ PlaceholderCostOptions cost_options(const Scenario& s) {
   return o;
 }
 
-// Keeps at most `max_points`, always keeping each bucket's highest and lowest allocated
-// point and the global peak, so downsampling never hides the peak.
+// NOTE: core/memory/timeline_downsample.h keeps each bucket's extremes (and so the peak).
 std::vector<TimelinePoint> downsample(std::vector<TimelinePoint> pts, size_t max_points) {
-  if (pts.size() <= max_points || max_points < 4) return pts;
-  const size_t buckets = max_points / 2;
+  std::vector<uint64_t> alloc(pts.size());
+  for (size_t i = 0; i < pts.size(); ++i) alloc[i] = pts[i].allocated_bytes;
   std::vector<TimelinePoint> out;
-  const size_t per = (pts.size() + buckets - 1) / buckets;
-  for (size_t b = 0; b < pts.size(); b += per) {
-    size_t e = std::min(pts.size(), b + per);
-    size_t hi = b, lo = b;
-    for (size_t i = b; i < e; ++i) {
-      if (pts[i].allocated_bytes > pts[hi].allocated_bytes) hi = i;
-      if (pts[i].allocated_bytes < pts[lo].allocated_bytes) lo = i;
-    }
-    if (lo < hi) {
-      out.push_back(pts[lo]);
-      out.push_back(pts[hi]);
-    } else {
-      out.push_back(pts[hi]);
-      if (lo != hi) out.push_back(pts[lo]);
-    }
-  }
+  for (size_t i : downsample_indices(alloc, max_points)) out.push_back(pts[i]);
   return out;
 }
 

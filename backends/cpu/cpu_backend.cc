@@ -101,9 +101,23 @@ void CpuBackend::on_allocate(const Buffer& buffer, StreamRole stream, std::strin
     p = reinterpret_cast<uint8_t*>(buffer.block.address);
   }
   addresses_[buffer.id] = p;
+  if (options_.record_timeline) {
+    live_whats_[buffer.id] = std::string(what);
+    record_timeline_point(std::string(what));
+  }
+}
+
+void CpuBackend::record_timeline_point(const std::string& what) {
+  timeline_times_.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - created_).count());
+  timeline_whats_.push_back(what);
 }
 
 void CpuBackend::on_free(const Buffer& buffer) {
+  if (options_.record_timeline) {
+    auto w = live_whats_.find(buffer.id);
+    record_timeline_point(w == live_whats_.end() ? std::string() : w->second);
+    if (w != live_whats_.end()) live_whats_.erase(w);
+  }
   auto it = addresses_.find(buffer.id);
   if (it == addresses_.end()) return;
   if (buffer.on_host) {

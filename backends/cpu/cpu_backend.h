@@ -72,6 +72,10 @@ class CpuBackend : private detail::HostMemoryHolder, public Backend {
   // The [begin, end) of every task each stream ran since the last call, in seconds since the
   // backend was created, by role; clears them.
   std::array<std::vector<std::pair<double, double>>, kNumStreams> take_busy_intervals();
+  // With options.record_timeline: for each event of memory().timeline(), the host time it
+  // happened (seconds since the backend was created) and what was allocated or freed.
+  const std::vector<double>& timeline_times() const { return timeline_times_; }
+  const std::vector<std::string>& timeline_whats() const { return timeline_whats_; }
   // FLOPs (as OpCall declares them) of the kernels launched since the last call; clears them.
   double take_launched_flops() { return std::exchange(launched_flops_, 0.0); }
 
@@ -91,6 +95,10 @@ class CpuBackend : private detail::HostMemoryHolder, public Backend {
   std::unordered_map<EventId, std::shared_ptr<CpuEvent>> events_;
   EventId next_event_ = 0;
   double launched_flops_ = 0;
+  std::vector<double> timeline_times_;
+  std::vector<std::string> timeline_whats_;
+  std::unordered_map<uint64_t, std::string> live_whats_;  // buffer id -> what (for frees)
+  void record_timeline_point(const std::string& what);
   // Host (CPU-offloaded) buffers are plain allocations, released once every stream passed
   // the point where the host freed them (the pinned host allocator's event rule).
   struct DeferredHostFree {

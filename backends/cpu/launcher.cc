@@ -111,6 +111,37 @@ std::string describe_exit(int status) {
   return "stopped";
 }
 
+nlohmann::json category_object(const CategoryBytes& b) {
+  nlohmann::json o = nlohmann::json::object();
+  for (int c = 0; c < kNumMemCategories; ++c) o[std::string(category_key(static_cast<MemCategory>(c)))] = b[c];
+  return o;
+}
+
+// The rank's measured peaks and timeline, for the launcher's report (rank<N>.json).
+void write_rank_report(const std::string& dir, const RankResult& r) {
+  nlohmann::json pts = nlohmann::json::array();
+  for (const auto& p : r.timeline)
+    pts.push_back({p.time_s, p.allocated_bytes, p.reserved_bytes, p.host_bytes, category_object(p.by_category), p.what,
+                   p.is_alloc});
+  nlohmann::json steps = nlohmann::json::array();
+  for (const auto& m : r.steps)
+    steps.push_back({{"step", m.step}, {"loss", m.loss}, {"seconds", m.seconds}, {"compute_s", m.compute_s},
+                     {"exposed_comm_s", m.exposed_comm_s}, {"flops", m.flops}, {"tokens", m.tokens}});
+  nlohmann::json j{{"rank", r.rank},
+                   {"peak_allocated_bytes", r.peak_allocated_bytes},
+                   {"peak_reserved_bytes", r.peak_reserved_bytes},
+                   {"peak_host_bytes", r.peak_host_bytes},
+                   {"breakdown_at_peak", category_object(r.at_peak_allocated.by_category)},
+                   {"steps", steps},
+                   {"timeline_names", r.timeline_names},
+                   {"timeline", pts}};
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/rank" + std::to_string(r.rank) + ".json";
+  std::ofstream f(path);
+  f << j.dump() << "\n";
+  if (!f) throw std::runtime_error("cannot write the rank report " + path);
+}
+
 }  // namespace
 
 bool is_worker_environment() { return std::getenv("RANK") != nullptr && std::getenv("WORLD_SIZE") != nullptr; }
@@ -136,6 +167,8 @@ int worker_main(const LaunchOptions& o) {
     ro.collectives.timeout = std::chrono::seconds(o.timeout_s);
     ro.collectives.check_fingerprints = o.check_fingerprints;
     ro.steps = o.steps;
+    const std::string report_dir = env_or("FULLSHARD_REPORT_DIR", "");
+    if (!report_dir.empty()) ro.timeline_points = 4000;
     // FULLSHARD_FAULT=kill:RANK:STEP or stall:RANK:STEP (tests of failure handling).
     if (const char* f = std::getenv("FULLSHARD_FAULT"); f && *f) {
       char kind[16] = {0};
@@ -167,6 +200,7 @@ int worker_main(const LaunchOptions& o) {
     nlohmann::json bd = nlohmann::json::object();
     for (int c = 0; c < kNumMemCategories; ++c)
       bd[std::string(category_key(static_cast<MemCategory>(c)))] = r.at_peak_allocated.by_category[c];
+    if (!report_dir.empty()) write_rank_report(report_dir, r);
     write_line(fd, {{"type", "final"}, {"rank", rank}, {"peak_allocated_bytes", r.peak_allocated_bytes},
                     {"peak_reserved_bytes", r.peak_reserved_bytes}, {"peak_host_bytes", r.peak_host_bytes},
                     {"breakdown_at_peak", bd}});
@@ -219,6 +253,7 @@ LaunchResult launch_local(const LaunchOptions& o) {
       setenv("FULLSHARD_STORE_DIR", store_dir.c_str(), 1);
       setenv("FULLSHARD_REPORT_FD", std::to_string(kReportFd).c_str(), 1);
       setenv("OPENBLAS_NUM_THREADS", "1", 0);  // one BLAS thread per rank unless told otherwise
+      if (o.collect_reports) setenv("FULLSHARD_REPORT_DIR", (store_dir + "/reports").c_str(), 1);
       std::vector<std::string> args = {"fullshard", "train", o.scenario_path, "--backend", "gloo",
                                        "--timeout", std::to_string(o.timeout_s)};
       if (o.steps >= 0) args.insert(args.end(), {"--steps", std::to_string(o.steps)});
@@ -363,6 +398,14 @@ LaunchResult launch_local(const LaunchOptions& o) {
       bool reported = false;
       for (auto& e : res.errors) reported = reported || e.rfind(fmt::format("rank {}:", c.rank), 0) == 0;
       if (!reported) res.errors.push_back(fmt::format("rank {}: {}", c.rank, describe_exit(c.status)));
+    }
+  }
+  if (o.collect_reports && res.exit_code == 0) {
+    for (int r = 0; r < n; ++r) {
+      std::ifstream f(store_dir + "/reports/rank" + std::to_string(r) + ".json");
+      auto j = nlohmann::json::parse(f, nullptr, false);
+      if (j.is_discarded()) throw std::runtime_error(fmt::format("rank {} wrote no report", r));
+      res.rank_reports.push_back(std::move(j));
     }
   }
   std::error_code ec;

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/memory/category.h"
 
 namespace fullshard::cpu {
@@ -20,6 +22,7 @@ struct LaunchOptions {
   int steps = -1;                // -1: the scenario's training.steps
   bool progress = true;          // progress bar / lines on stderr
   std::string self_exe;          // the fullshard binary (default /proc/self/exe)
+  bool collect_reports = false;  // workers write their measured timelines (LaunchResult::rank_reports)
 };
 
 struct MeasuredRank {
@@ -49,6 +52,10 @@ struct LaunchResult {
   std::vector<MeasuredRank> ranks;   // by rank (complete only when exit_code == 0)
   std::vector<StepSummary> steps;
   double wall_s = 0;
+  // With collect_reports: per rank, its peaks, per-step figures and memory timeline as the
+  // worker measured them (timeline rows: time_s, allocated, reserved, host, {category:
+  // bytes}, index into timeline_names, is_alloc).
+  std::vector<nlohmann::json> rank_reports;
 };
 
 // Validates the scenario, starts the workers, waits for them, kills the rest when one fails

@@ -3,11 +3,13 @@
 #include <chrono>
 #include <csignal>
 #include <thread>
+#include <unordered_map>
 #include <cstring>
 
 #include "backends/cpu/busy_intervals.h"
 #include "backends/cpu/cpu_backend.h"
 #include "core/common/error.h"
+#include "core/memory/timeline_downsample.h"
 #include "core/scenario/training_program.h"
 #include "core/tensor/float_convert.h"
 
@@ -43,11 +45,12 @@ RankResult run_rank(const Scenario& s, const RankOptions& o, const std::function
     throw InputError("training.seq_len", "is " + std::to_string(s.training.seq_len) + ", longer than the corpus",
                      "use a shorter sequence or a longer corpus");
   bo.data_seed = s.training.seed;
-  bo.record_timeline = false;
+  bo.record_timeline = o.timeline_points > 0;
   CpuBackend b(std::move(bo));
 
   RankResult r;
   r.rank = o.rank;
+  size_t events_in_steps = 0;
   {
     TrainingProgram prog(b, s);
     b.synchronize_all();  // init kernels are not part of step 0
@@ -82,6 +85,7 @@ RankResult run_rank(const Scenario& s, const RankOptions& o, const std::function
       if (on_step) on_step(m);
     }
     b.synchronize_all();
+    events_in_steps = b.memory().timeline().size();  // teardown frees are not part of the run
     if (collect_params) {
       for (auto& st : prog.fsdp().states()) {
         if (!st->group) continue;
@@ -99,6 +103,28 @@ RankResult run_rank(const Scenario& s, const RankOptions& o, const std::function
   r.peak_reserved_bytes = st.peak_reserved_bytes;
   r.peak_host_bytes = b.memory().peak_host_bytes();
   r.at_peak_allocated = b.memory().at_peak_allocated();
+  if (o.timeline_points > 0) {
+    const auto& ev = b.memory().timeline();
+    const auto& times = b.timeline_times();
+    const auto& whats = b.timeline_whats();
+    FULLSHARD_CHECK(ev.size() == times.size(), "memory timeline and its times disagree");
+    std::vector<uint64_t> alloc(std::min(ev.size(), events_in_steps));
+    for (size_t i = 0; i < alloc.size(); ++i) alloc[i] = ev[i].allocated_bytes;
+    std::unordered_map<std::string, int32_t> names;
+    for (size_t i : downsample_indices(alloc, o.timeline_points)) {
+      MeasuredPoint p;
+      p.time_s = times[i];
+      p.allocated_bytes = ev[i].allocated_bytes;
+      p.reserved_bytes = ev[i].reserved_bytes;
+      p.host_bytes = ev[i].host_bytes;
+      p.by_category = ev[i].by_category;
+      p.is_alloc = ev[i].is_alloc;
+      auto [it, added] = names.emplace(whats[i], static_cast<int32_t>(r.timeline_names.size()));
+      if (added) r.timeline_names.push_back(whats[i]);
+      p.what = it->second;
+      r.timeline.push_back(p);
+    }
+  }
   auto busy = b.busy_seconds();
   for (int i = 0; i < kNumStreams; ++i) r.busy_s[i] = busy[i];
   return r;

@@ -30,6 +30,20 @@ struct RankOptions {
   // rank dies (kill: SIGKILL to itself) or stalls forever (stall).
   enum class Fault { kNone, kKill, kStall } fault = Fault::kNone;
   int fault_step = 0;
+  // Keep the measured memory timeline (downsampled to at most this many points; 0: none).
+  size_t timeline_points = 0;
+};
+
+// One point of the measured memory timeline: the state right after an allocation or free,
+// at the host time it happened (seconds since the rank's backend was created).
+struct MeasuredPoint {
+  double time_s = 0;
+  uint64_t allocated_bytes = 0;
+  uint64_t reserved_bytes = 0;
+  uint64_t host_bytes = 0;
+  CategoryBytes by_category{};
+  int32_t what = -1;  // index into RankResult::timeline_names
+  bool is_alloc = true;
 };
 
 struct StepMetrics {
@@ -54,6 +68,8 @@ struct RankResult {
   MemorySnapshot at_peak_allocated;
   uint64_t end_allocated_bytes = 0;
   double busy_s[kNumStreams] = {};
+  std::vector<MeasuredPoint> timeline;  // with RankOptions::timeline_points
+  std::vector<std::string> timeline_names;
   // The final parameters, unsharded view of this rank's shards: fqn -> fp32 values of the
   // rows this rank owns (filled when `collect_params` is set).
   std::vector<std::pair<std::string, std::vector<float>>> local_params;

@@ -68,3 +68,25 @@ set -e
 grep -qi "rank 1: .*\(all_gather\|reduce_scatter\|all_reduce\)" "$tmp/stall" || { cat "$tmp/stall"; exit 1; }
 no_workers_left
 echo ok stall
+
+# The measured report has the simulator's format: it plots, and overlays a prediction.
+"$bin" train "$sc" --backend gloo --steps 2 --json "$tmp/measured.json" > /dev/null 2>&1
+"$bin" simulate "$sc" --json "$tmp/predicted.json" > /dev/null 2>&1
+python3 - "$tmp/measured.json" "$tmp/predicted.json" <<'P'
+import json, sys
+m, p = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert m["measured"] is True and m["world_size"] == 2
+assert len(m["ranks"]) == 2 and len(m["memory_timeline"]) == 2
+for rk in m["ranks"]:
+    assert sum(rk["breakdown_at_peak"].values()) == rk["peak_allocated_bytes"], rk
+for tl in m["memory_timeline"]:
+    t = tl["time_s"]
+    assert len(t) > 10 and all(a <= b for a, b in zip(t, t[1:])), "times must not go back"
+    assert max(tl["allocated_bytes"]) == m["ranks"][tl["ranks"][0]]["peak_allocated_bytes"]
+    assert len(tl["what"]) == len(t) and any(w for w in tl["what"])
+# The steps of the measured run equal the simulated ones: same peaks.
+assert [r["peak_allocated_bytes"] for r in m["ranks"]] == [r["peak_allocated_bytes"] for r in p["ranks"]]
+P
+"$bin" plot "$tmp/predicted.json" "$tmp/measured.json" -o "$tmp/overlay.svg" > /dev/null
+grep -q "<svg" "$tmp/overlay.svg"
+echo ok measured report

@@ -7,7 +7,8 @@
 namespace fullshard::cli {
 
 // fullshard train SCENARIO --backend gloo [--nproc N] [--metrics M.jsonl] [--steps K] ...
-int cmd_train(const cpu::LaunchOptions& o, const std::string& backend);
+// With `json_out`, writes the measured report (simulator format, one class per rank).
+int cmd_train(cpu::LaunchOptions o, const std::string& backend, const std::string& json_out);
 // fullshard compare SCENARIO [--json OUT.json]: simulated vs measured peak memory per rank.
 int cmd_compare(const cpu::LaunchOptions& o, const std::string& json_out);
 

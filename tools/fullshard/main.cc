@@ -117,6 +117,8 @@ int main(int argc, char** argv) {
   add_run_options(train);
   train->add_option("--backend", backend, "gloo (CPU, one process per rank)");
   train->add_option("--metrics", lo.metrics_path, "write one JSON object per step here (JSONL)");
+  std::string train_json;
+  train->add_option("--json", train_json, "write the measured report (memory timeline per rank) here");
   std::string compare_json;
   auto* compare = app.add_subcommand("compare", "simulate a scenario, run it for real, compare peak memory per rank");
   add_run_options(compare);
@@ -142,7 +144,7 @@ int main(int argc, char** argv) {
     if (*sim) return cmd_simulate(scenario, json_out, ranks, !no_checks, timeline_out, trace_out);
     if (*plot) return fullshard::cli::cmd_plot(plot_inputs, plot_out, plot_rank, plot_title);
     if (*models) return cmd_models(models_json);
-    if (*train) return fullshard::cli::cmd_train(lo, backend);
+    if (*train) return fullshard::cli::cmd_train(lo, backend, train_json);
     if (*compare) {
       lo.progress = false;
       return fullshard::cli::cmd_compare(lo, compare_json);

@@ -24,12 +24,84 @@ void print_errors(const cpu::LaunchResult& r) {
   for (const auto& e : r.errors) std::fprintf(stderr, "fullshard: %s\n", e.c_str());
 }
 
+// NOTE [Measured report]: a real run's report has the simulator's format (docs/report-format.md)
+// with one "class" per rank, so `fullshard plot predicted.json measured.json` overlays them.
+// Times are host wall-clock seconds since the rank's backend started; step figures are the
+// last step's, the slowest rank's.
+nlohmann::json measured_report(const Scenario& s, const cpu::LaunchResult& r) {
+  sim::SimulationReport rep;
+  rep.scenario = s.name;
+  rep.world_size = s.world_size();
+  rep.simulated_all_ranks = true;
+  rep.parameters = parameter_count(s.model);
+  rep.capacity_bytes = s.hardware.allocator.capacity_bytes;
+  if (!r.steps.empty()) {
+    const auto& last = r.steps.back();
+    rep.step_time_s = last.step_time_s;
+    rep.exposed_comm_s = last.exposed_comm_s;
+    rep.compute_s = last.compute_s;
+    rep.tokens_per_s_per_gpu = last.tokens_per_s / rep.world_size;
+    const bool low = s.fsdp.mixed_precision.param_dtype.has_value();
+    const double peak = low ? s.hardware.device.peak_flops_bf16 : s.hardware.device.peak_flops_fp32;
+    if (peak > 0) rep.mfu = last.flops_per_s / rep.world_size / peak;
+  }
+  for (const auto& j : r.rank_reports) {
+    sim::RankClassReport c;
+    const int rank = j.at("rank").get<int>();
+    c.ranks = {rank};
+    c.representative = rank;
+    c.peak_allocated_bytes = j.at("peak_allocated_bytes").get<uint64_t>();
+    c.peak_reserved_bytes = j.at("peak_reserved_bytes").get<uint64_t>();
+    c.peak_host_bytes = j.at("peak_host_bytes").get<uint64_t>();
+    for (MemCategory k : kAllMemCategories)
+      c.breakdown_at_peak[static_cast<int>(k)] = j.at("breakdown_at_peak").value(std::string(category_key(k)), uint64_t{0});
+    c.timeline_names = j.at("timeline_names").get<std::vector<std::string>>();
+    uint64_t highest = 0;
+    for (const auto& row : j.at("timeline")) {
+      sim::TimelinePoint p;
+      p.time_s = row[0].get<double>();
+      p.allocated_bytes = row[1].get<uint64_t>();
+      p.reserved_bytes = row[2].get<uint64_t>();
+      p.host_bytes = row[3].get<uint64_t>();
+      for (MemCategory k : kAllMemCategories)
+        p.by_category[static_cast<int>(k)] = row[4].value(std::string(category_key(k)), uint64_t{0});
+      p.what = row[5].get<int32_t>();
+      p.is_alloc = row[6].get<bool>();
+      if (p.allocated_bytes > highest) {
+        highest = p.allocated_bytes;
+        c.peak_time_s = p.time_s;
+      }
+      c.timeline.push_back(p);
+    }
+    if (!j.at("steps").empty()) {
+      const auto& st = j.at("steps").back();
+      c.compute_s = st.value("compute_s", 0.0);
+      c.exposed_comm_s = st.value("exposed_comm_s", 0.0);
+    }
+    if (!c.timeline.empty()) c.end_time_s = c.timeline.back().time_s;
+    rep.classes.push_back(std::move(c));
+  }
+  nlohmann::json out = sim::report_json(rep);
+  out["time_model"] = "measured: CPU backend over Gloo (host wall-clock times)";
+  out["measured"] = true;
+  out["backend"] = "gloo";
+  nlohmann::json losses = nlohmann::json::array();
+  for (const auto& st : r.steps) losses.push_back(st.loss);
+  out["loss_per_step"] = losses;
+  return out;
+}
+
 }  // namespace
 
-int cmd_train(const cpu::LaunchOptions& o, const std::string& backend) {
+int cmd_train(cpu::LaunchOptions o, const std::string& backend, const std::string& json_out) {
   check_backend(backend);
   if (cpu::is_worker_environment()) return cpu::worker_main(o);
   Scenario s = load_scenario_file(o.scenario_path);
+  if (!json_out.empty()) {
+    std::ofstream probe(json_out, std::ios::app);
+    if (!probe) throw InputError("--json", "cannot write '" + json_out + "'", "give a writable file path");
+    o.collect_reports = true;
+  }
   const int steps = o.steps >= 0 ? o.steps : s.training.steps;
   std::fprintf(stderr, "training %s: %d ranks (processes) over Gloo, %d steps\n", o.scenario_path.c_str(),
                s.world_size(), steps);
@@ -63,6 +135,12 @@ int cmd_train(const cpu::LaunchOptions& o, const std::string& backend) {
                                flops / time * 1e-9, 100.0 * exposed / time);
   }
   if (!o.metrics_path.empty()) std::cout << "  metrics written to " << o.metrics_path << "\n";
+  if (!json_out.empty()) {
+    std::ofstream f(json_out);
+    f << measured_report(s, r).dump(1) << "\n";
+    if (!f) throw InputError("--json", "could not write '" + json_out + "'", "check the disk and the path");
+    std::cout << "  measured report written to " << json_out << " (fullshard plot overlays it on a simulated one)\n";
+  }
   return 0;
 }
 
