@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -67,7 +68,7 @@ std::string format_duration(double s) {
   return t >= 3600 ? fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60) : fmt::format("{}:{:02}", t / 60, t % 60);
 }
 
-// The progress display: a bar redrawn in place on a terminal, one line per step otherwise.
+// The progress display: a bar redrawn in place on a terminal, about ten lines otherwise.
 class Progress {
  public:
   Progress(int steps, bool enabled) : steps_(steps), enabled_(enabled), tty_(isatty(STDERR_FILENO)) {}
@@ -81,7 +82,8 @@ class Progress {
       const int width = 24, fill = steps_ > 0 ? width * done / steps_ : width;
       std::fprintf(stderr, "\r  step %d/%d [%s%s] %s   %s", done, steps_, std::string(fill, '#').c_str(),
                    std::string(width - fill, '.').c_str(), stats.c_str(), done == steps_ ? "\n" : "");
-    } else {
+    } else if (done == 1 || done == steps_ || done % std::max(1, steps_ / 10) == 0) {
+      // Not a terminal (a log): about ten lines per run, not one per step.
       std::fprintf(stderr, "  step %d/%d: %s\n", done, steps_, stats.c_str());
     }
     std::fflush(stderr);
