@@ -6,9 +6,9 @@
 #include <unordered_map>
 #include <cstring>
 
-#include "backends/cpu/busy_intervals.h"
 #include "backends/cpu/cpu_backend.h"
 #include "core/common/error.h"
+#include "core/common/intervals.h"
 #include "core/memory/timeline_downsample.h"
 #include "core/scenario/training_program.h"
 #include "core/tensor/float_convert.h"
@@ -77,9 +77,9 @@ RankResult run_rank(const Scenario& s, const RankOptions& o, const std::function
       for (StreamRole role : {StreamRole::kAllGather, StreamRole::kReduceScatter, StreamRole::kAllReduce})
         comm.insert(comm.end(), iv[static_cast<size_t>(role)].begin(), iv[static_cast<size_t>(role)].end());
       const auto& compute = iv[static_cast<size_t>(StreamRole::kDefault)];
-      m.compute_s = covered(compute);
-      m.comm_s = covered(comm);
-      m.exposed_comm_s = exposed(comm, compute);
+      m.compute_s = covered_seconds(compute);
+      m.comm_s = covered_seconds(comm);
+      m.exposed_comm_s = uncovered_seconds(comm, compute);
       m.flops = b.take_launched_flops();
       r.steps.push_back(m);
       if (on_step) on_step(m);

@@ -447,40 +447,7 @@ class Engine {
   std::unordered_map<uint64_t, Pending> pending_;
 };
 
-std::vector<std::pair<double, double>> merged(std::vector<std::pair<double, double>> v) {
-  std::sort(v.begin(), v.end());
-  std::vector<std::pair<double, double>> out;
-  for (const auto& iv : v) {
-    if (iv.second <= iv.first) continue;
-    if (!out.empty() && iv.first <= out.back().second) {
-      out.back().second = std::max(out.back().second, iv.second);
-    } else {
-      out.push_back(iv);
-    }
-  }
-  return out;
-}
-
 }  // namespace
-
-double uncovered_seconds(std::vector<std::pair<double, double>> busy,
-                         std::vector<std::pair<double, double>> covered) {
-  const auto b = merged(std::move(busy));
-  const auto c = merged(std::move(covered));
-  double total = 0;
-  size_t j = 0;
-  for (const auto& [start, end] : b) {
-    double cursor = start;
-    while (j < c.size() && c[j].second <= cursor) ++j;
-    for (size_t k = j; k < c.size() && c[k].first < end; ++k) {
-      if (c[k].first > cursor) total += c[k].first - cursor;
-      cursor = std::max(cursor, c[k].second);
-      if (cursor >= end) break;
-    }
-    if (cursor < end) total += end - cursor;
-  }
-  return total;
-}
 
 EngineResult simulate(const std::vector<Program>& programs, const std::vector<GroupInfo>& groups,
                       const CostModel& cost, const EngineOptions& options) {

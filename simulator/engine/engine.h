@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/common/intervals.h"
 #include "simulator/engine/checks.h"
 #include "simulator/engine/cost_model.h"
 #include "simulator/engine/diagnostics.h"
@@ -65,9 +66,7 @@ struct EngineResult {
 EngineResult simulate(const std::vector<Program>& programs, const std::vector<GroupInfo>& groups,
                       const CostModel& cost, const EngineOptions& options = {});
 
-// Length of the union of `busy` minus the union of `covered` (intervals [start, end)).
-// Pure; exposed for tests.
-double uncovered_seconds(std::vector<std::pair<double, double>> busy,
-                         std::vector<std::pair<double, double>> covered);
+// uncovered_seconds (exposed communication) is core/common/intervals.h.
+using fullshard::uncovered_seconds;
 
 }  // namespace fullshard::sim

@@ -7,7 +7,6 @@
 #include <thread>
 #include <vector>
 
-#include "backends/cpu/busy_intervals.h"
 #include "backends/cpu/stream_worker.h"
 
 using namespace fullshard::cpu;
@@ -61,16 +60,4 @@ TEST(StreamWorker, AFailingTaskPoisonsEveryStreamButEventsStillComplete) {
   } catch (const std::runtime_error& err) {
     EXPECT_STREQ(err.what(), "peer 1 closed the connection");
   }
-}
-
-TEST(BusyIntervals, ExposedIsCommunicationNotCoveredByCompute) {
-  // comm [0,4) and [6,8); compute [1,2) and [3,7). Exposed: [0,1), [2,3) and [7,8) = 3.
-  std::vector<Interval> comm = {{6, 8}, {0, 4}}, compute = {{3, 7}, {1, 2}};
-  EXPECT_DOUBLE_EQ(covered(comm), 6.0);
-  EXPECT_DOUBLE_EQ(covered(compute), 5.0);
-  EXPECT_DOUBLE_EQ(exposed(comm, compute), 3.0);
-  EXPECT_DOUBLE_EQ(exposed(comm, {}), 6.0);
-  EXPECT_DOUBLE_EQ(exposed({}, compute), 0.0);
-  // Overlapping pieces of one stream's work are merged first.
-  EXPECT_DOUBLE_EQ(covered({{0, 2}, {1, 3}, {3, 4}}), 4.0);
 }
