@@ -5,20 +5,14 @@
 #include <sstream>
 
 #include "core/common/error.h"
+#include "core/common/splitmix.h"
 
 namespace fullshard::cpu {
 namespace {
 
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 template <size_t N>
 const char* pick(const std::array<const char*, N>& words, uint64_t& state) {
-  state = mix(state);
+  state = splitmix64(state);
   return words[state % N];
 }
 
@@ -35,13 +29,13 @@ TextCorpus TextCorpus::generated(uint64_t seed, size_t bytes) {
                                                       "before the rain"};
   TextCorpus c;
   c.text_.reserve(bytes + 128);
-  uint64_t s = mix(seed ^ 0x5eedc0de);
+  uint64_t s = splitmix64(seed ^ 0x5eedc0de);
   while (c.text_.size() < bytes) {
     std::string sentence = std::string("The ") + pick(kAdj, s) + " " + pick(kNoun, s) + " " + pick(kVerb, s) +
                            " the " + pick(kAdj, s) + " " + pick(kNoun, s);
-    s = mix(s);
+    s = splitmix64(s);
     if (s % 3 == 0) sentence += std::string(" ") + pick(kAdv, s);
-    s = mix(s);
+    s = splitmix64(s);
     sentence += (s % 5 == 0) ? ".\n" : ". ";
     c.text_ += sentence;
   }
@@ -67,7 +61,7 @@ void TextCorpus::fill_batch(uint64_t seed, int64_t step, int64_t first_sample, i
   const auto windows = static_cast<uint64_t>(n - seq_len);
   for (int64_t i = 0; i < batch; ++i) {
     const uint64_t g = static_cast<uint64_t>(first_sample + i);
-    const uint64_t h = mix(mix(mix(seed ^ 0xda7a) ^ static_cast<uint64_t>(step)) ^ g);
+    const uint64_t h = splitmix64(splitmix64(splitmix64(seed ^ 0xda7a) ^ static_cast<uint64_t>(step)) ^ g);
     const int64_t start = static_cast<int64_t>(h % windows);
     for (int64_t t = 0; t < seq_len; ++t) {
       tokens[i * seq_len + t] = static_cast<unsigned char>(text_[start + t]);

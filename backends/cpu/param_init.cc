@@ -4,18 +4,12 @@
 #include <cstring>
 
 #include "core/common/error.h"
+#include "core/common/splitmix.h"
 #include "core/model/module.h"
 #include "core/tensor/float_convert.h"
 
 namespace fullshard::cpu {
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // Uniform in (0, 1) from the top 53 bits.
 double unit(uint64_t bits) { return (static_cast<double>(bits >> 11) + 0.5) * 0x1.0p-53; }
