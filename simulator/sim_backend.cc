@@ -57,12 +57,39 @@ void SimBackend::add_accesses(Instr& in, const std::vector<TensorRef>& reads,
   in.access_count = static_cast<uint32_t>(program_.accesses.size()) - in.access_begin;
 }
 
+// NOTE [Kernel placement]: a kernel whose tensors all live in host memory is CPU work (the
+// offloaded optimizer step, clipping and gradient accumulation on host gradients); a copy from
+// host to device memory or back crosses the host link; everything else runs on the device.
+KernelPlace SimBackend::place_of(const OpCall& op) const {
+  if (host_buffers_.empty()) return KernelPlace::kDevice;
+  auto count = [&](const std::vector<TensorRef>& refs, int& host, int& device) {
+    for (const auto& r : refs) {
+      if (r.buffer_id == 0) continue;
+      ++(host_buffers_.count(r.buffer_id) ? host : device);
+    }
+  };
+  int host_in = 0, dev_in = 0, host_out = 0, dev_out = 0;
+  count(op.inputs, host_in, dev_in);
+  count(op.outputs, host_out, dev_out);
+  if (host_in + host_out == 0) return KernelPlace::kDevice;
+  if (op.kind == OpKind::kCopy && dev_in == 0 && host_out == 0) return KernelPlace::kHostToDevice;
+  if (op.kind == OpKind::kCopy && host_in == 0 && dev_out == 0) return KernelPlace::kDeviceToHost;
+  return host_out > 0 ? KernelPlace::kHost : KernelPlace::kDevice;
+}
+
 void SimBackend::launch(StreamRole stream, const OpCall& op) {
   if (program_.truncated) return;
   uint32_t nm = name(op.name);
+  const KernelPlace place = place_of(op);
   Instr& in = push(InstrType::kKernel, stream);
   in.name = nm;
   in.op = op.kind;
+  in.place = place;
+  if (!op.inputs.empty()) {
+    in.dtype = op.inputs.front().meta.dtype;
+  } else if (!op.outputs.empty()) {
+    in.dtype = op.outputs.front().meta.dtype;
+  }
   in.flops = op.flops;
   in.bytes = op.bytes;
   add_accesses(in, op.inputs, op.outputs);
@@ -125,9 +152,11 @@ void SimBackend::on_allocate(const Buffer& buffer, StreamRole stream, std::strin
   in.address = buffer.block.address;
   in.size = buffer.block.size;
   program_.instrs.push_back(in);
+  if (buffer.on_host) host_buffers_.insert(buffer.id);
 }
 
 void SimBackend::on_free(const Buffer& buffer) {
+  host_buffers_.erase(buffer.id);
   if (program_.truncated) return;
   Instr in;
   in.type = InstrType::kFree;

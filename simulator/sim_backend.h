@@ -4,6 +4,7 @@
 // exact block (NOTE [Allocation in host order] in core/runtime/backend.h).
 #include <map>
 #include <string>
+#include <unordered_set>
 
 #include "core/runtime/backend.h"
 #include "simulator/engine/program.h"
@@ -47,10 +48,12 @@ class SimBackend : public Backend {
   Program program_;
   EventId next_event_ = 0;
   std::map<std::string, uint32_t> name_ids_;
+  std::unordered_set<uint64_t> host_buffers_;  // live buffers in host memory (CPU offload)
 
   uint32_t name(std::string_view s);
   Instr& push(InstrType type, StreamRole stream);
   void add_accesses(Instr& in, const std::vector<TensorRef>& reads, const std::vector<TensorRef>& writes);
+  KernelPlace place_of(const OpCall& op) const;
 };
 
 }  // namespace fullshard::sim

@@ -21,6 +21,10 @@ enum class InstrType : uint8_t {
   kMarker,       // annotation (phase / step boundary); no work
 };
 
+// Where a kernel runs (SimBackend classifies it by the memory its tensors live in): on the
+// device, on the host CPU (an offloaded optimizer step), or as a copy over the host link.
+enum class KernelPlace : uint8_t { kDevice, kHost, kHostToDevice, kDeviceToHost };
+
 struct Access {
   uint64_t buffer = 0;
   bool write = false;
@@ -39,14 +43,17 @@ struct Instr {
   uint32_t access_begin = 0;    // kernels / collectives: [begin, begin+count) in accesses
   uint32_t access_count = 0;
   uint64_t host_seq = 0;        // Backend::host_seq() at issue (memory timeline key)
-  // Kernel cost inputs (the engine's cost model turns them into time).
+  // Kernel cost inputs (the engine's cost model turns them into time). For kHostToDevice /
+  // kDeviceToHost copies (same-dtype, as FSDP2's offload issues them) bytes / 2 crosses the
+  // host link. `dtype` is a kernel's first input's (else first output's) dtype.
   OpKind op = OpKind::kFill;
+  KernelPlace place = KernelPlace::kDevice;
   double flops = 0;
   double bytes = 0;
   // Collective description (kCollective only).
   CollectiveKind coll = CollectiveKind::kAllGather;
   ReduceOp reduce = ReduceOp::kSum;
-  DType dtype = DType::kFloat32;
+  DType dtype = DType::kFloat32;  // collectives: the buffer's; kernels: see above
   uint64_t coll_bytes = 0;      // bytes of the full buffer: AG output / RS input / AR buffer
   uint32_t group = 0;           // index into World::groups
 };
