@@ -16,6 +16,17 @@ struct CollectiveChoice {
   std::string protocol;
 };
 
+// NOTE [Collective load]: what a running collective does to its members besides taking
+// time. `link`: the link class it moves data over (0 inside a node, 1 across nodes, -1 none);
+// collectives running at once on the same link class of a rank share its bandwidth, so each
+// progresses at 1 / (the most such collectives on any member). `compute_slowdown`: the
+// fraction of compute throughput its kernels take (NCCL runs on SMs) from device kernels
+// beside it on every member. The engine applies both as rates (NOTE [Rates] in engine.cc).
+struct CollectiveLoad {
+  int link = -1;
+  double compute_slowdown = 0;
+};
+
 class CostModel {
  public:
   virtual ~CostModel() = default;
@@ -26,6 +37,11 @@ class CostModel {
   virtual double collective_seconds(const Instr& collective, const GroupInfo& group) const = 0;
   // Host seconds one kernel or collective launch costs (records/waits are free).
   virtual double launch_overhead_seconds() const = 0;
+  // NOTE [Collective load]. The default: none (collectives neither share links nor slow
+  // compute, and every duration is the cost model's alone).
+  virtual CollectiveLoad collective_load(const Instr& collective, const GroupInfo& group) const {
+    return {};
+  }
   // NOTE [Collective choice]. The default: none.
   virtual CollectiveChoice collective_choice(const Instr& collective, const GroupInfo& group) const {
     return {};

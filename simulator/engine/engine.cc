@@ -30,17 +30,49 @@ namespace fullshard::sim {
 //    in checks.cc) is one collective: it starts when the last present member has it ready
 //    at the head of its stream and ends at start + duration on every member (the longest of
 //    the members' costs, which agree unless the programs mismatch).
-//  - Actors (each rank's host and streams) run as far as they can when popped from a queue
-//    ordered by (time, sequence number), then block on the host, an event or a collective
-//    and are rescheduled by whatever unblocks them. Every time is a max/plus of times that
-//    do not depend on the processing order, so the result is deterministic and bit-identical
-//    run to run. When the queue empties with work left, the programs deadlock: the pending
+//  - NOTE [Rates]: a kernel or collective is work (the cost model's seconds) done at a rate.
+//    A device kernel runs at its rank's speed (EngineOptions::speed) x (1 - the summed
+//    compute_slowdown of the collectives running on that rank, at most kMaxSlowdown); a
+//    collective runs at 1 / (the most collectives sharing its link class on any present
+//    member) (NOTE [Collective load] in cost_model.h). Rates change only when a collective
+//    starts or ends; the running ops of its members are then advanced to that moment and
+//    their ends recomputed. With the default load (none) every rate is 1 and end = start +
+//    cost exactly.
+//  - Actors (each rank's host and streams, and running collectives) are popped from a queue
+//    ordered by (time, sequence number). A stream starts an op only at the current time (an
+//    op ready later re-queues the stream for then), so rate changes apply in time order; the
+//    host runs ahead as far as it can. Actors block on the host, an event or a collective
+//    and are rescheduled by whatever unblocks them; a stream's wake-up carries a version so
+//    that only its latest one counts. Every time is a max/plus of times that
+//    do not depend on the processing order (rates are recomputed from counts, and an op
+//    ending at the moment of a change keeps its end), so the result is deterministic and
+//    bit-identical run to run. When the queue empties with work left, the programs deadlock: the pending
 //    collectives tell who waits for whom.
 
 namespace {
 
 constexpr uint32_t kNone = UINT32_MAX;
 constexpr uint8_t kHostActor = kNumStreams;
+constexpr uint8_t kCollectiveActor = kNumStreams + 1;  // QItem::rank is then the collective slot
+constexpr double kMaxSlowdown = 0.95;
+constexpr int kNumLinks = 2;
+
+// A kernel or collective in flight (NOTE [Rates]).
+struct Running {
+  double work = 0;   // seconds left at rate 1, as of `since`
+  double rate = 1;
+  double since = 0;
+  double end() const { return since + work / rate; }
+  // Advances to `now` and switches to `rate`; false (no change) when the rate is the same or
+  // the op ends by `now` anyway.
+  bool set_rate(double new_rate, double now) {
+    if (new_rate == rate || end() <= now) return false;
+    work = std::max(0.0, work - (now - since) * rate);
+    since = now;
+    rate = new_rate;
+    return true;
+  }
+};
 
 struct Arrival {
   uint32_t rank;  // program index
@@ -54,6 +86,15 @@ struct Pending {
   std::vector<Arrival> arrivals;
 };
 
+struct RunningCollective {
+  std::vector<Arrival> arrivals;  // one per present member
+  Running run;
+  CollectiveLoad load;
+  uint64_t version = 0;
+  uint64_t stamp = 0;  // dedupes rate updates
+  bool live = false;
+};
+
 struct RankState {
   const Program* prog = nullptr;
   std::vector<InstrTime>* times = nullptr;
@@ -63,7 +104,15 @@ struct RankState {
   std::array<bool, kNumStreams> wants_host{};     // its next op is not issued yet
   std::array<bool, kNumStreams> in_collective{};  // arrived, waiting for the other members
   std::array<uint32_t, kNumStreams> last_issued{};
-  std::array<bool, kNumStreams + 1> scheduled{};
+  std::array<bool, kNumStreams + 1> scheduled{};   // the host's (streams use wake_version)
+  std::array<uint64_t, kNumStreams> wake_version{};
+  std::array<bool, kNumStreams> busy{};             // a kernel is running (kernel[s])
+  std::array<Running, kNumStreams> kernel{};
+  std::array<bool, kNumStreams> slowable{};         // the running kernel is a device kernel
+  std::array<uint32_t, kNumStreams> collective{};   // running collective slot, or kNone
+  std::array<int, kNumLinks> links{};               // running collectives per link class
+  double slowdown = 0;                              // summed compute_slowdown of those
+  double speed = 1;
   std::vector<uint32_t> ref;  // kWaitEvent / kSynchronize: the record it waits for, or kNone
   std::unordered_map<uint64_t, uint32_t> last_record;  // event -> latest record issued
   std::vector<uint8_t> has_waiters;
@@ -77,6 +126,7 @@ struct QItem {
   uint64_t seq;
   uint32_t rank;
   uint8_t actor;
+  uint64_t version;  // stream and collective wake-ups: only the latest counts
 };
 struct Later {
   bool operator()(const QItem& a, const QItem& b) const {
@@ -102,7 +152,15 @@ class Engine {
         result_(result) {
     result_.ranks.resize(programs.size());
     ranks_.resize(programs.size());
-    for (size_t r = 0; r < programs.size(); ++r) init_rank(static_cast<uint32_t>(r));
+    FULLSHARD_CHECK(options.speed.empty() || options.speed.size() == programs.size(),
+                    "EngineOptions::speed needs one factor per program");
+    for (size_t r = 0; r < programs.size(); ++r) {
+      init_rank(static_cast<uint32_t>(r));
+      if (!options.speed.empty()) {
+        FULLSHARD_CHECK(options.speed[r] > 0, "speed factors must be positive");
+        ranks_[r].speed = options.speed[r];
+      }
+    }
   }
 
   void run() {
@@ -111,12 +169,17 @@ class Engine {
       const QItem item = queue_.top();
       queue_.pop();
       ++result_.events_processed;
+      if (item.actor == kCollectiveActor) {
+        RunningCollective& c = collectives_[item.rank];
+        if (c.live && c.version == item.version) end_collective(item.rank, item.time);
+        continue;
+      }
       RankState& R = ranks_[item.rank];
-      R.scheduled[item.actor] = false;
       if (item.actor == kHostActor) {
+        R.scheduled[item.actor] = false;
         run_host(item.rank);
-      } else {
-        run_stream(item.rank, item.actor);
+      } else if (R.wake_version[item.actor] == item.version) {
+        run_stream(item.rank, item.actor, item.time);
       }
     }
     summarize();
@@ -146,15 +209,20 @@ class Engine {
     // Every stream waits for the host to issue its first op.
     for (int s = 0; s < kNumStreams; ++s) R.wants_host[s] = !R.queue[s].empty();
     R.last_issued.fill(kNone);
+    R.collective.fill(kNone);
     R.ref.assign(p.instrs.size(), kNone);
     R.has_waiters.assign(p.instrs.size(), 0);
   }
 
   void schedule(uint32_t r, uint8_t actor, double time) {
     RankState& R = ranks_[r];
+    if (actor != kHostActor) {  // a stream: this wake-up replaces any earlier one
+      queue_.push(QItem{time, next_seq_++, r, actor, ++R.wake_version[actor]});
+      return;
+    }
     if (R.scheduled[actor]) return;
     R.scheduled[actor] = true;
-    queue_.push(QItem{time, next_seq_++, r, actor});
+    queue_.push(QItem{time, next_seq_++, r, actor, 0});
   }
 
   void add_waiter(RankState& R, uint32_t instr, uint8_t actor) {
@@ -238,11 +306,16 @@ class Engine {
 
   // ---- streams ----
 
-  void run_stream(uint32_t r, uint8_t s) {
+  void run_stream(uint32_t r, uint8_t s, double now) {
     RankState& R = ranks_[r];
     const auto& q = R.queue[s];
     const auto& instrs = R.prog->instrs;
     auto& times = *R.times;
+    if (R.busy[s]) {  // woken at the end of its running kernel
+      if (R.kernel[s].end() > now) return;
+      R.busy[s] = false;
+      finish(r, s, q[R.head[s]], now);
+    }
     while (R.head[s] < q.size() && !R.in_collective[s]) {
       const uint32_t i = q[R.head[s]];
       if (i >= R.pc) {  // not issued yet: the host wakes us when it issues it
@@ -251,29 +324,42 @@ class Engine {
       }
       const Instr& in = instrs[i];
       InstrTime& t = times[i];
-      double ready = std::max(t.issue, R.free_at[s]);
-      double end = ready;
+      const double ready = std::max(t.issue, R.free_at[s]);
+      if (ready > now) {  // NOTE [Rates]: start ops only at the current time
+        schedule(r, s, ready);
+        return;
+      }
       switch (in.type) {
-        case InstrType::kKernel: end = ready + checked(cost_.kernel_seconds(in), in); break;
+        case InstrType::kKernel: {
+          t.start = now;
+          const double work = checked(cost_.kernel_seconds(in), in);
+          if (work == 0) break;
+          R.slowable[s] = in.place == KernelPlace::kDevice;
+          R.kernel[s] = Running{work, kernel_rate(R, s), now};
+          R.busy[s] = true;
+          schedule(r, s, R.kernel[s].end());
+          return;
+        }
         case InstrType::kRecordEvent: break;
         case InstrType::kWaitEvent:
-          if (const uint32_t j = R.ref[i]; j != kNone) {
-            const double done = times[j].end;
-            if (done == kNotRun) {
-              add_waiter(R, j, s);
-              return;
-            }
-            ready = end = std::max(ready, done);
+          if (const uint32_t j = R.ref[i]; j != kNone && times[j].end == kNotRun) {
+            add_waiter(R, j, s);
+            return;
           }
           break;
         case InstrType::kCollective:
-          arrive(r, s, i, ready);
-          continue;  // either completed (head advanced) or in_collective ends the loop
+          arrive(r, s, i, now);
+          continue;  // either started alone (in_collective) or waits for the other members
         default: FULLSHARD_CHECK(false, "host instruction on a stream queue");
       }
-      t.start = ready;
-      finish(r, s, i, end);
+      t.start = now;
+      finish(r, s, i, now);
     }
+  }
+
+  double kernel_rate(const RankState& R, int s) const {
+    if (!R.slowable[s]) return 1.0;
+    return R.speed * (1.0 - std::min(R.slowdown, kMaxSlowdown));
   }
 
   double checked(double seconds, const Instr& in) const {
@@ -301,7 +387,7 @@ class Engine {
     const size_t expected = world_.present[in.group].size();
     ranks_[r].in_collective[s] = true;
     if (expected == 1) {  // symmetric mode with one representative: nobody to wait for
-      complete(Pending{ready, {a}}, r, s);
+      start_collective(Pending{ready, {a}});
       return;
     }
     const uint64_t key = (uint64_t{in.group} << 32) | world_.collective_seq[r][i];
@@ -311,19 +397,98 @@ class Engine {
     if (p.arrivals.size() < expected) return;
     Pending done = std::move(p);
     pending_.erase(key);
-    complete(done, r, s);
+    start_collective(done);
   }
 
-  void complete(const Pending& p, uint32_t r, uint8_t s) {
+  // All present members arrived (at p.ready, the current time).
+  void start_collective(const Pending& p) {
     double duration = 0;
     for (const Arrival& a : p.arrivals) duration = std::max(duration, a.duration);
-    const double end = p.ready + duration;
-    for (const Arrival& a : p.arrivals) {
+    for (const Arrival& a : p.arrivals) (*ranks_[a.rank].times)[a.instr].start = p.ready;
+    if (duration == 0) {  // nothing to move: done at once, no load
+      for (const Arrival& a : p.arrivals) {
+        ranks_[a.rank].in_collective[a.stream] = false;
+        finish(a.rank, a.stream, a.instr, p.ready);
+        schedule(a.rank, a.stream, p.ready);
+      }
+      return;
+    }
+    uint32_t slot;
+    if (!free_slots_.empty()) {
+      slot = free_slots_.back();
+      free_slots_.pop_back();
+    } else {
+      slot = static_cast<uint32_t>(collectives_.size());
+      collectives_.emplace_back();
+    }
+    RunningCollective& c = collectives_[slot];
+    const Arrival& first = p.arrivals.front();
+    const Instr& in = programs_[first.rank].instrs[first.instr];
+    c.arrivals = p.arrivals;
+    c.load = cost_.collective_load(in, groups_[in.group]);
+    FULLSHARD_CHECK(c.load.link < kNumLinks && c.load.compute_slowdown >= 0 && c.load.compute_slowdown < 1,
+                    "cost model returned a bad collective load");
+    c.run = Running{duration, 1.0, p.ready};
+    c.live = true;
+    for (const Arrival& a : c.arrivals) ranks_[a.rank].collective[a.stream] = slot;
+    apply_load(slot, +1, p.ready);
+  }
+
+  void end_collective(uint32_t slot, double now) {
+    RunningCollective& c = collectives_[slot];
+    c.live = false;
+    apply_load(slot, -1, now);
+    for (const Arrival& a : c.arrivals) {
       RankState& A = ranks_[a.rank];
       A.in_collective[a.stream] = false;
-      (*A.times)[a.instr].start = p.ready;
-      finish(a.rank, a.stream, a.instr, end);
-      if (a.rank != r || a.stream != s) schedule(a.rank, a.stream, end);
+      A.collective[a.stream] = kNone;
+      finish(a.rank, a.stream, a.instr, now);
+      schedule(a.rank, a.stream, now);
+    }
+    free_slots_.push_back(slot);
+  }
+
+  // NOTE [Rates]: a collective starts (+1) or ends (-1) on its members: update their link
+  // counts and compute slowdown, then the rates of every op running on them.
+  void apply_load(uint32_t slot, int sign, double now) {
+    const CollectiveLoad load = collectives_[slot].load;
+    const bool changes = load.link >= 0 || load.compute_slowdown > 0;
+    if (changes) {
+      for (const Arrival& a : collectives_[slot].arrivals) {
+        RankState& A = ranks_[a.rank];
+        if (load.link >= 0) A.links[static_cast<size_t>(load.link)] += sign;
+        A.slowdown += sign * load.compute_slowdown;
+        if (A.slowdown < 1e-12) A.slowdown = 0;  // no drift after the last one ends
+      }
+    }
+    const uint64_t stamp = ++stamp_;
+    std::vector<uint32_t> touched;
+    if (sign > 0) {
+      collectives_[slot].stamp = stamp;
+      touched.push_back(slot);
+    }
+    if (changes) {
+      for (const Arrival& a : collectives_[slot].arrivals) {
+        RankState& A = ranks_[a.rank];
+        for (int s = 0; s < kNumStreams; ++s) {
+          if (A.busy[s] && A.slowable[s] && A.kernel[s].set_rate(kernel_rate(A, s), now))
+            schedule(a.rank, static_cast<uint8_t>(s), A.kernel[s].end());
+          const uint32_t other = A.collective[s];
+          if (other != kNone && collectives_[other].live && collectives_[other].stamp != stamp) {
+            collectives_[other].stamp = stamp;
+            touched.push_back(other);
+          }
+        }
+      }
+    }
+    for (uint32_t t : touched) {
+      RunningCollective& c = collectives_[t];
+      int sharing = 1;
+      if (c.load.link >= 0)
+        for (const Arrival& a : c.arrivals)
+          sharing = std::max(sharing, ranks_[a.rank].links[static_cast<size_t>(c.load.link)]);
+      const bool changed = c.run.set_rate(1.0 / sharing, now);
+      if (changed || t == slot) queue_.push(QItem{c.run.end(), next_seq_++, t, kCollectiveActor, ++c.version});
     }
   }
 
@@ -354,6 +519,7 @@ class Engine {
       }
       out.end_s = end;
       out.compute_s = out.busy_s[static_cast<int>(StreamRole::kDefault)];
+      out.comm_s = uncovered_seconds(comm, {});
       out.exposed_comm_s = uncovered_seconds(std::move(comm), std::move(compute));
       result_.makespan_s = std::max(result_.makespan_s, end);
     }
@@ -445,6 +611,9 @@ class Engine {
   std::priority_queue<QItem, std::vector<QItem>, Later> queue_;
   uint64_t next_seq_ = 0;
   std::unordered_map<uint64_t, Pending> pending_;
+  std::vector<RunningCollective> collectives_;
+  std::vector<uint32_t> free_slots_;
+  uint64_t stamp_ = 0;
 };
 
 }  // namespace

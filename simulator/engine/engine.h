@@ -24,6 +24,9 @@ struct EngineOptions {
   // checks never depend on timing; call check_programs() alone to check without timing.
   bool checks = true;
   CheckOptions check;  // its `symmetric` is overridden by the field above
+  // Per program (parallel to `programs`): throughput factor of its device kernels (a straggler
+  // at 0.8 runs them 1.25x longer). Empty: every rank at 1.
+  std::vector<double> speed;
 };
 
 constexpr double kNotRun = -1.0;  // an instruction that never ran (the programs hang)
@@ -44,6 +47,7 @@ struct RankTiming {
   double end_s = 0;                          // last stream or host activity
   std::array<double, kNumStreams> busy_s{};  // sum of kernel / collective durations per stream
   double compute_s = 0;                      // busy_s of the compute (kDefault) stream
+  double comm_s = 0;                         // time some communication stream is busy (union)
   // Time some communication stream (all_gather, reduce_scatter, all_reduce, host_to_device,
   // device_to_host) is busy while the compute stream is idle. all_gather_copy_in is a copy
   // on the device, not communication.
