@@ -1,0 +1,71 @@
+#include "simulator/planner/candidate_json.h"
+
+#include <filesystem>
+
+namespace fullshard::planner {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using Kind = ReshardAfterForward::Kind;
+
+json candidate_scenario_json(const json& base, const Candidate& c, const std::string& name,
+                             const std::string& description) {
+  json j = base;
+  j.erase("$schema");
+  j["name"] = name;
+  j["description"] = description;
+  json& t = j["training"];
+  t["batch_per_rank"] = c.micro_batch;
+  t["grad_accum_steps"] = c.grad_accum;
+  if (c.ac.mode == CheckpointMode::kSelectiveLayer)
+    t["activation_checkpointing"] = {{"mode", "selective_layer"}, {"every", c.ac.every}};
+  else
+    t["activation_checkpointing"] = checkpoint_mode_name(c.ac.mode);
+
+  if (!j.contains("fsdp") || !j["fsdp"].is_object()) j["fsdp"] = json::object();
+  json& f = j["fsdp"];
+  f["mesh"] = c.hsdp() ? json{{"shape", {c.replicate, c.shard}}, {"dim_names", {"replicate", "shard"}}}
+                       : json{{"shape", {c.shard}}, {"dim_names", {"shard"}}};
+  switch (c.reshard.kind) {
+    case Kind::kDefault: f["reshard_after_forward"] = nullptr; break;
+    case Kind::kTrue: f["reshard_after_forward"] = true; break;
+    case Kind::kFalse: f["reshard_after_forward"] = false; break;
+    case Kind::kInt: f["reshard_after_forward"] = c.reshard.n; break;
+  }
+  if (!f.contains("mixed_precision") || !f["mixed_precision"].is_object()) f["mixed_precision"] = json::object();
+  json& mp = f["mixed_precision"];
+  switch (c.precision) {
+    case Precision::kFp32: mp["param_dtype"] = nullptr; mp["reduce_dtype"] = nullptr; break;
+    case Precision::kBf16Fp32Reduce: mp["param_dtype"] = "bf16"; mp["reduce_dtype"] = "fp32"; break;
+    case Precision::kBf16: mp["param_dtype"] = "bf16"; mp["reduce_dtype"] = "bf16"; break;
+  }
+  // Keep an existing {"pin_memory": false} when offloading; otherwise a plain bool.
+  const bool unpinned = f.contains("cpu_offload") && f["cpu_offload"].is_object() &&
+                        f["cpu_offload"].value("pin_memory", true) == false;
+  f["cpu_offload"] = c.cpu_offload ? (unpinned ? json{{"pin_memory", false}} : json(true)) : json(false);
+
+  json& h = j["hardware"];
+  if (!h.contains("allocator") || !h["allocator"].is_object()) h["allocator"] = json::object();
+  h["allocator"]["expandable_segments"] = c.expandable_segments;
+  return j;
+}
+
+json absolutize_paths(json j, const std::string& base_dir) {
+  auto fix = [&](json& v) {
+    if (!v.is_string()) return;
+    fs::path p(v.get<std::string>());
+    if (!p.is_absolute()) v = fs::absolute(fs::path(base_dir) / p).lexically_normal().string();
+  };
+  if (j.is_object() && j.contains("model") && j["model"].is_object() && j["model"].contains("hf_config"))
+    fix(j["model"]["hf_config"]);
+  if (j.is_object() && j.contains("hardware") && j["hardware"].is_object() && j["hardware"].contains("profile")) {
+    json& p = j["hardware"]["profile"];
+    if (p.is_string()) {
+      const std::string s = p.get<std::string>();
+      if (s.size() > 5 && s.substr(s.size() - 5) == ".json") fix(p);
+    }
+  }
+  return j;
+}
+
+}  // namespace fullshard::planner

@@ -1,0 +1,224 @@
+#include "simulator/planner/search_space.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include <fmt/format.h>
+
+#include "core/common/error.h"
+
+namespace fullshard::planner {
+
+using Kind = ReshardAfterForward::Kind;
+
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kBf16Fp32Reduce: return "bf16+fp32-reduce";
+    case Precision::kBf16: return "bf16";
+  }
+  return "?";
+}
+
+bool Candidate::operator==(const Candidate& o) const {
+  return replicate == o.replicate && shard == o.shard && reshard.kind == o.reshard.kind &&
+         reshard.n == o.reshard.n && precision == o.precision && cpu_offload == o.cpu_offload &&
+         ac.mode == o.ac.mode && ac.every == o.ac.every && micro_batch == o.micro_batch &&
+         grad_accum == o.grad_accum && expandable_segments == o.expandable_segments;
+}
+
+void check_space_options(const SpaceOptions& o) {
+  if (o.gpus < 1)
+    throw InputError("--gpus", fmt::format("is {}", o.gpus), "give the number of GPUs, e.g. --gpus 8");
+  if (o.gpus_per_node < 1)
+    throw InputError("--gpus-per-node", fmt::format("is {}", o.gpus_per_node),
+                     "give the GPUs in one node, e.g. --gpus-per-node 8");
+  if (o.gpus % o.gpus_per_node != 0) {
+    const int lo = o.gpus / o.gpus_per_node * o.gpus_per_node;
+    const int hi = lo + o.gpus_per_node;
+    throw InputError("--gpus",
+                     fmt::format("is {}, not a multiple of --gpus-per-node {} (nodes must be whole)",
+                                 o.gpus, o.gpus_per_node),
+                     lo > 0 ? fmt::format("use --gpus {} or {}, or a --gpus-per-node that divides {}", lo, hi, o.gpus)
+                            : fmt::format("use --gpus {}, or a --gpus-per-node that divides {}", hi, o.gpus));
+  }
+  if (o.global_batch) {
+    const int64_t b = *o.global_batch;
+    if (b < 1 || b % o.gpus != 0) {
+      const int64_t lo = std::max<int64_t>(1, b / o.gpus) * o.gpus;
+      const int64_t hi = (b / o.gpus + 1) * o.gpus;
+      throw InputError("--global-batch",
+                       fmt::format("is {} sequences, which {} GPUs cannot split evenly (every GPU trains "
+                                   "on the same whole number of sequences per step)",
+                                   b, o.gpus),
+                       lo == hi || b < o.gpus
+                           ? fmt::format("use a multiple of --gpus {}, e.g. {}", o.gpus, lo)
+                           : fmt::format("use a multiple of --gpus {}, e.g. {} or {}", o.gpus, lo, hi));
+    }
+  }
+  for (int64_t mb : o.micro_batches)
+    if (mb < 1) throw InputError("--micro-batches", fmt::format("has {}", mb), "give sizes >= 1");
+  if (o.n_layers < 1) throw InputError("model.n_layers", "is < 1", "give a model with at least one block");
+}
+
+std::vector<int> selective_layer_periods(int64_t n_layers) {
+  std::vector<int> out;
+  int64_t last_count = -1;
+  for (int64_t k = 2; k <= n_layers; ++k) {
+    const int64_t count = n_layers / k;
+    if (count != last_count) out.push_back(static_cast<int>(k));
+    last_count = count;
+  }
+  return out;
+}
+
+std::vector<int> shard_sizes(int gpus) {
+  std::vector<int> out = {gpus};
+  for (int s = gpus - 1; s >= 1; --s)
+    if (gpus % s == 0) out.push_back(s);
+  return out;
+}
+
+std::vector<ReshardAfterForward> reshard_options(int shard) {
+  std::vector<ReshardAfterForward> out(3);
+  out[0].kind = Kind::kDefault;
+  out[1].kind = Kind::kTrue;
+  out[2].kind = Kind::kFalse;
+  for (int d = 2; d < shard; ++d)
+    if (shard % d == 0) {
+      ReshardAfterForward r;
+      r.kind = Kind::kInt;
+      r.n = d;
+      out.push_back(r);
+    }
+  return out;
+}
+
+std::vector<std::pair<int64_t, int>> batch_options(const SpaceOptions& o) {
+  std::vector<std::pair<int64_t, int>> out;
+  if (!o.global_batch) {
+    for (int64_t mb : o.micro_batches) out.push_back({mb, 1});
+    return out;
+  }
+  const int64_t per_gpu = *o.global_batch / o.gpus;
+  for (int64_t mb = per_gpu; mb >= 1; --mb)
+    if (per_gpu % mb == 0) out.push_back({mb, static_cast<int>(per_gpu / mb)});
+  return out;
+}
+
+std::vector<Candidate> enumerate_candidates(const SpaceOptions& o) {
+  check_space_options(o);
+  std::vector<ActivationCheckpointing> acs;
+  for (CheckpointMode m : {CheckpointMode::kNone, CheckpointMode::kSelectiveOp, CheckpointMode::kFull}) {
+    ActivationCheckpointing ac;
+    ac.mode = m;
+    acs.push_back(ac);
+  }
+  for (int k : selective_layer_periods(o.n_layers)) {
+    ActivationCheckpointing ac;
+    ac.mode = CheckpointMode::kSelectiveLayer;
+    ac.every = k;
+    acs.push_back(ac);
+  }
+  const auto batches = batch_options(o);
+  std::vector<Candidate> out;
+  for (int s : shard_sizes(o.gpus))
+    for (const auto& r : reshard_options(s))
+      for (Precision p : {Precision::kBf16Fp32Reduce, Precision::kBf16, Precision::kFp32})
+        for (bool offload : {false, true})
+          for (const auto& ac : acs)
+            for (const auto& [mb, ga] : batches)
+              for (bool expandable : {false, true}) {
+                Candidate c;
+                c.replicate = o.gpus / s;
+                c.shard = s;
+                c.reshard = r;
+                c.precision = p;
+                c.cpu_offload = offload;
+                c.ac = ac;
+                c.micro_batch = mb;
+                c.grad_accum = ga;
+                c.expandable_segments = expandable;
+                out.push_back(c);
+              }
+  return out;
+}
+
+Scenario candidate_scenario(const Scenario& base, const Candidate& c) {
+  FULLSHARD_CHECK(base.world_size() == c.replicate * c.shard, "candidate mesh does not match the base world size");
+  Scenario s = base;
+  if (c.hsdp()) {
+    s.fsdp.mesh_shape = {c.replicate, c.shard};
+    s.fsdp.mesh_dim_names = {"replicate", "shard"};
+  } else {
+    s.fsdp.mesh_shape = {c.shard};
+    s.fsdp.mesh_dim_names = {"shard"};
+  }
+  s.fsdp.reshard_after_forward = c.reshard;
+  auto& mp = s.fsdp.mixed_precision;
+  switch (c.precision) {
+    case Precision::kFp32: mp.param_dtype.reset(); mp.reduce_dtype.reset(); break;
+    case Precision::kBf16Fp32Reduce: mp.param_dtype = DType::kBFloat16; mp.reduce_dtype = DType::kFloat32; break;
+    case Precision::kBf16: mp.param_dtype = DType::kBFloat16; mp.reduce_dtype = DType::kBFloat16; break;
+  }
+  s.fsdp.cpu_offload = c.cpu_offload;
+  s.training.activation_checkpointing = c.ac;
+  s.training.batch_per_rank = c.micro_batch;
+  s.training.grad_accum_steps = c.grad_accum;
+  s.hardware.allocator.expandable_segments = c.expandable_segments;
+  return s;
+}
+
+std::string mesh_text(const Candidate& c) {
+  return c.hsdp() ? fmt::format("HSDP {}x{}", c.replicate, c.shard) : fmt::format("FSDP {}", c.shard);
+}
+
+std::string reshard_text(const ReshardAfterForward& r) {
+  switch (r.kind) {
+    case Kind::kDefault: return "default";
+    case Kind::kTrue: return "true";
+    case Kind::kFalse: return "false";
+    case Kind::kInt: return std::to_string(r.n);
+  }
+  return "?";
+}
+
+std::string ac_text(const ActivationCheckpointing& ac) {
+  if (ac.mode == CheckpointMode::kSelectiveLayer) return fmt::format("every {}", ac.every);
+  if (ac.mode == CheckpointMode::kSelectiveOp) return "op";
+  return checkpoint_mode_name(ac.mode);
+}
+
+std::string candidate_text(const Candidate& c) {
+  return fmt::format("{}, reshard {}, {}, {}AC {}, mb {} x ga {}{}", mesh_text(c), reshard_text(c.reshard),
+                     precision_name(c.precision), c.cpu_offload ? "offload, " : "", ac_text(c.ac),
+                     c.micro_batch, c.grad_accum, c.expandable_segments ? ", expandable" : "");
+}
+
+nlohmann::json candidate_settings_json(const Candidate& c) {
+  nlohmann::json j;
+  j["mesh"] = c.hsdp() ? nlohmann::json::array({c.replicate, c.shard}) : nlohmann::json::array({c.shard});
+  j["sharding"] = c.hsdp() ? "hsdp" : "fsdp";
+  switch (c.reshard.kind) {
+    case Kind::kDefault: j["reshard_after_forward"] = nullptr; break;
+    case Kind::kTrue: j["reshard_after_forward"] = true; break;
+    case Kind::kFalse: j["reshard_after_forward"] = false; break;
+    case Kind::kInt: j["reshard_after_forward"] = c.reshard.n; break;
+  }
+  j["precision"] = precision_name(c.precision);
+  j["param_dtype"] = c.precision == Precision::kFp32 ? nlohmann::json(nullptr) : nlohmann::json("bf16");
+  j["reduce_dtype"] = c.precision == Precision::kFp32   ? nlohmann::json(nullptr)
+                      : c.precision == Precision::kBf16 ? nlohmann::json("bf16")
+                                                        : nlohmann::json("fp32");
+  j["cpu_offload"] = c.cpu_offload;
+  if (c.ac.mode == CheckpointMode::kSelectiveLayer)
+    j["activation_checkpointing"] = {{"mode", "selective_layer"}, {"every", c.ac.every}};
+  else
+    j["activation_checkpointing"] = checkpoint_mode_name(c.ac.mode);
+  j["micro_batch"] = c.micro_batch;
+  j["grad_accum_steps"] = c.grad_accum;
+  j["expandable_segments"] = c.expandable_segments;
+  return j;
+}
+
+}  // namespace fullshard::planner

@@ -1,0 +1,90 @@
+#pragma once
+// The capacity planner's search space (docs/planner.md): every way to shard and train one
+// model on N GPUs that FSDP2 offers, as a flat, deterministic list of candidates. Each
+// candidate is a set of settings on top of a base scenario (the model, the hardware, the
+// sequence length, the optimizer), and becomes a Scenario the simulator runs unchanged.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/scenario/scenario.h"
+
+namespace fullshard::planner {
+
+// The three mixed-precision settings the planner tries (MixedPrecisionPolicy).
+enum class Precision : uint8_t {
+  kFp32,            // no policy: fp32 parameters, compute and reduction
+  kBf16Fp32Reduce,  // param_dtype=bf16, reduce_dtype=fp32 (torchtitan's default)
+  kBf16,            // param_dtype=bf16, reduce_dtype=bf16
+};
+const char* precision_name(Precision p);  // "fp32", "bf16+fp32-reduce", "bf16"
+
+struct Candidate {
+  // Mesh: replicate == 1 is FSDP over all ranks (mesh [shard]); replicate > 1 is HSDP
+  // (mesh [replicate, shard]). replicate x shard == world size.
+  int replicate = 1;
+  int shard = 1;
+  ReshardAfterForward reshard;
+  Precision precision = Precision::kFp32;
+  bool cpu_offload = false;
+  ActivationCheckpointing ac;
+  int64_t micro_batch = 1;  // sequences per GPU per micro-batch (training.batch_per_rank)
+  int grad_accum = 1;       // micro-batches per optimizer step
+  bool expandable_segments = false;
+
+  bool hsdp() const { return replicate > 1; }
+  bool operator==(const Candidate& o) const;
+};
+
+struct SpaceOptions {
+  int gpus = 1;
+  int gpus_per_node = 1;
+  int64_t n_layers = 1;
+  // Sequences per optimizer step over all GPUs. Unset: each micro-batch size in
+  // `micro_batches` with no accumulation (the global batch is then gpus x micro-batch).
+  std::optional<int64_t> global_batch;
+  std::vector<int64_t> micro_batches = {1, 2, 4, 8};
+};
+
+// Throws InputError naming the flag (--gpus, --gpus-per-node, --global-batch) when the space
+// is empty: GPUs not a multiple of GPUs per node, a global batch that is not a whole number
+// of sequences per GPU.
+void check_space_options(const SpaceOptions& o);
+
+// NOTE [Selective layer periods]: torchtitan's selective layer AC checkpoints blocks whose
+// (index + 1) % k == 0. Periods that checkpoint the same number of blocks (floor(L / k)) do
+// the same recomputation and keep the same activations (only their position differs), so the
+// planner keeps the smallest k for each count. k = 1 is "full".
+std::vector<int> selective_layer_periods(int64_t n_layers);
+
+// The shard-dim sizes a world of `gpus` allows, FSDP first: gpus itself, then every proper
+// divisor (HSDP [gpus / s, s]) from large to small.
+std::vector<int> shard_sizes(int gpus);
+// reshard_after_forward values for a shard dim of `shard`: null (FSDP2's default), true,
+// false, then every int that divides `shard` other than 1 (acts as false) and `shard` (true).
+std::vector<ReshardAfterForward> reshard_options(int shard);
+// (micro-batch, accumulation) pairs meeting the global batch.
+std::vector<std::pair<int64_t, int>> batch_options(const SpaceOptions& o);
+
+// Every candidate, in a fixed order (mesh, reshard, precision, offload, checkpointing,
+// batch, expandable segments; expandable off and on are adjacent).
+std::vector<Candidate> enumerate_candidates(const SpaceOptions& o);
+
+// The scenario a candidate runs: `base` with the candidate's mesh, reshard, precision,
+// offload, checkpointing, batch and allocator settings. `base` must already have the
+// planner's hardware (nodes x gpus_per_node = the world size).
+Scenario candidate_scenario(const Scenario& base, const Candidate& c);
+
+// One line, e.g. "HSDP 4x64, reshard 8, bf16, AC full, mb 1 x ga 2, expandable".
+std::string candidate_text(const Candidate& c);
+// The settings as JSON (the planner's report): mesh, reshard_after_forward, param_dtype, ...
+nlohmann::json candidate_settings_json(const Candidate& c);
+// Short labels of single settings, for family reasons ("reshard_after_forward=false", ...).
+std::string mesh_text(const Candidate& c);
+std::string reshard_text(const ReshardAfterForward& r);
+std::string ac_text(const ActivationCheckpointing& ac);
+
+}  // namespace fullshard::planner

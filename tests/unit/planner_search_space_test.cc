@@ -1,0 +1,256 @@
+// The planner's search space: what it enumerates (meshes, reshard values, precisions,
+// offload, checkpointing, batches, allocator), the bad-input errors, and the round trip of
+// every candidate through scenario JSON (parse_scenario gives the same Scenario).
+#include <set>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <rapidcheck/gtest.h>
+
+#include "core/common/error.h"
+#include "simulator/planner/candidate_json.h"
+#include "simulator/planner/search_space.h"
+#include "simulator/simulate.h"
+
+namespace fullshard::planner {
+namespace {
+
+using nlohmann::json;
+using Kind = ReshardAfterForward::Kind;
+
+json base_json(const std::string& model, int nodes, int gpus_per_node) {
+  return {{"model", model},
+          {"training", {{"seq_len", 32}, {"steps", 2}}},
+          {"hardware", {{"profile", "h100-sxm-80gb"}, {"nodes", nodes}, {"gpus_per_node", gpus_per_node}}}};
+}
+
+template <typename Fn>
+void expect_flag_error(Fn fn, const std::string& flag, const std::vector<std::string>& parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected an InputError at " << flag;
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.where(), flag) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << "missing '" << p << "' in: " << what;
+  }
+}
+
+TEST(PlannerSpace, SelectiveLayerPeriodsKeepOnePeriodPerCheckpointCount) {
+  EXPECT_EQ(selective_layer_periods(1), std::vector<int>{});
+  EXPECT_EQ(selective_layer_periods(2), (std::vector<int>{2}));
+  EXPECT_EQ(selective_layer_periods(4), (std::vector<int>{2, 3}));  // 2 blocks, 1 block
+  // 80 blocks: counts 40, 26, 20, 16, 13, 11, 10, 8, 7, 6, 5, 4, 3, 2, 1.
+  const auto p = selective_layer_periods(80);
+  std::set<int64_t> counts;
+  for (int k : p) counts.insert(80 / k);
+  EXPECT_EQ(counts.size(), p.size());
+  EXPECT_EQ(p.front(), 2);
+  EXPECT_EQ(p.back(), 41);  // the smallest k that checkpoints one block
+  for (int64_t k = 2; k <= 80; ++k) EXPECT_TRUE(counts.count(80 / k)) << k;
+}
+
+TEST(PlannerSpace, MeshesAreFsdpThenEveryHsdpSplit) {
+  EXPECT_EQ(shard_sizes(8), (std::vector<int>{8, 4, 2, 1}));
+  EXPECT_EQ(shard_sizes(1), (std::vector<int>{1}));
+  EXPECT_EQ(shard_sizes(12), (std::vector<int>{12, 6, 4, 3, 2, 1}));
+}
+
+TEST(PlannerSpace, ReshardValuesAreDefaultTrueFalseAndProperDivisors) {
+  auto r = reshard_options(8);
+  ASSERT_EQ(r.size(), 5u);
+  EXPECT_EQ(r[0].kind, Kind::kDefault);
+  EXPECT_EQ(r[1].kind, Kind::kTrue);
+  EXPECT_EQ(r[2].kind, Kind::kFalse);
+  EXPECT_EQ(r[3].n, 2);
+  EXPECT_EQ(r[4].n, 4);
+  EXPECT_EQ(reshard_options(1).size(), 3u);
+  EXPECT_EQ(reshard_options(7).size(), 3u);
+}
+
+TEST(PlannerSpace, BatchesMeetTheGlobalBatch) {
+  SpaceOptions o;
+  o.gpus = 4;
+  o.gpus_per_node = 2;
+  o.global_batch = 16;
+  using P = std::vector<std::pair<int64_t, int>>;
+  EXPECT_EQ(batch_options(o), (P{{4, 1}, {2, 2}, {1, 4}}));
+  o.global_batch.reset();
+  o.micro_batches = {1, 2};
+  EXPECT_EQ(batch_options(o), (P{{1, 1}, {2, 1}}));
+}
+
+TEST(PlannerSpace, EnumerationIsTheFullProductWithoutDuplicates) {
+  SpaceOptions o;
+  o.gpus = 8;
+  o.gpus_per_node = 4;
+  o.n_layers = 4;
+  o.global_batch = 16;  // 2 per GPU: (2, 1), (1, 2)
+  const auto cs = enumerate_candidates(o);
+  // reshard values per shard size 8, 4, 2, 1: 5, 4, 3, 3; AC: none, op, full, every 2, every 3.
+  const size_t expected = (5 + 4 + 3 + 3) * 3 * 2 * 5 * 2 * 2;
+  EXPECT_EQ(cs.size(), expected);
+  for (size_t i = 0; i < cs.size(); ++i) {
+    EXPECT_EQ(cs[i].replicate * cs[i].shard, 8);
+    EXPECT_EQ(cs[i].micro_batch * cs[i].grad_accum, 2);
+    if (cs[i].reshard.kind == Kind::kInt) {
+      EXPECT_EQ(cs[i].shard % cs[i].reshard.n, 0);
+      EXPECT_GT(cs[i].reshard.n, 1);
+      EXPECT_LT(cs[i].reshard.n, cs[i].shard);
+    }
+    for (size_t j = i + 1; j < cs.size() && j < i + 50; ++j) EXPECT_FALSE(cs[i] == cs[j]) << i << " " << j;
+    // Expandable off and on are adjacent (the evaluator shares their program).
+    if (i % 2 == 0) {
+      ASSERT_LT(i + 1, cs.size());
+      Candidate on = cs[i];
+      on.expandable_segments = true;
+      EXPECT_FALSE(cs[i].expandable_segments);
+      EXPECT_TRUE(cs[i + 1] == on);
+    }
+  }
+  std::set<std::string> texts;
+  for (const auto& c : cs) texts.insert(candidate_text(c));
+  EXPECT_EQ(texts.size(), cs.size());
+  EXPECT_EQ(cs.front().replicate, 1);  // FSDP first
+}
+
+TEST(PlannerSpace, BadInputNamesTheFlagAndTheFix) {
+  SpaceOptions o;
+  o.gpus = 12;
+  o.gpus_per_node = 8;
+  expect_flag_error([&] { check_space_options(o); }, "--gpus", {"12", "--gpus-per-node 8", "--gpus 8 or 16"});
+  o.gpus = 256;
+  o.global_batch = 100;
+  expect_flag_error([&] { check_space_options(o); }, "--global-batch", {"100", "multiple of --gpus 256", "256"});
+  o.global_batch = 300;
+  expect_flag_error([&] { check_space_options(o); }, "--global-batch", {"300", "256 or 512"});
+  o.global_batch = 512;
+  EXPECT_NO_THROW(check_space_options(o));
+}
+
+// Every field the simulator reads, compared.
+void expect_same_scenario(const Scenario& a, const Scenario& b) {
+  EXPECT_EQ(a.fsdp.mesh_shape, b.fsdp.mesh_shape);
+  EXPECT_EQ(a.fsdp.mesh_dim_names, b.fsdp.mesh_dim_names);
+  EXPECT_EQ(a.fsdp.reshard_after_forward.kind, b.fsdp.reshard_after_forward.kind);
+  EXPECT_EQ(a.fsdp.reshard_after_forward.n, b.fsdp.reshard_after_forward.n);
+  EXPECT_EQ(a.fsdp.mixed_precision.param_dtype, b.fsdp.mixed_precision.param_dtype);
+  EXPECT_EQ(a.fsdp.mixed_precision.reduce_dtype, b.fsdp.mixed_precision.reduce_dtype);
+  EXPECT_EQ(a.fsdp.mixed_precision.output_dtype, b.fsdp.mixed_precision.output_dtype);
+  EXPECT_EQ(a.fsdp.mixed_precision.cast_forward_inputs, b.fsdp.mixed_precision.cast_forward_inputs);
+  EXPECT_EQ(a.fsdp.cpu_offload, b.fsdp.cpu_offload);
+  EXPECT_EQ(a.fsdp.pin_memory, b.fsdp.pin_memory);
+  EXPECT_EQ(a.fsdp.units, b.fsdp.units);
+  EXPECT_EQ(a.fsdp.forward_prefetch, b.fsdp.forward_prefetch);
+  EXPECT_EQ(a.fsdp.backward_prefetch, b.fsdp.backward_prefetch);
+  EXPECT_EQ(a.training.batch_per_rank, b.training.batch_per_rank);
+  EXPECT_EQ(a.training.seq_len, b.training.seq_len);
+  EXPECT_EQ(a.training.steps, b.training.steps);
+  EXPECT_EQ(a.training.grad_accum_steps, b.training.grad_accum_steps);
+  EXPECT_EQ(a.training.activation_checkpointing.mode, b.training.activation_checkpointing.mode);
+  if (a.training.activation_checkpointing.mode == CheckpointMode::kSelectiveLayer) {
+    EXPECT_EQ(a.training.activation_checkpointing.every, b.training.activation_checkpointing.every);
+  }
+  EXPECT_EQ(a.training.seed, b.training.seed);
+  EXPECT_EQ(a.hardware.nodes, b.hardware.nodes);
+  EXPECT_EQ(a.hardware.gpus_per_node, b.hardware.gpus_per_node);
+  EXPECT_EQ(a.hardware.allocator.capacity_bytes, b.hardware.allocator.capacity_bytes);
+  EXPECT_EQ(a.hardware.allocator.expandable_segments, b.hardware.allocator.expandable_segments);
+  EXPECT_EQ(a.hardware.device.name, b.hardware.device.name);
+  EXPECT_EQ(parameter_count(a.model), parameter_count(b.model));
+  EXPECT_EQ(a.model.n_layers, b.model.n_layers);
+}
+
+TEST(PlannerSpace, EveryCandidateRoundTripsThroughScenarioJson) {
+  const json base = base_json("tiny-llama", 2, 2);
+  const Scenario base_s = parse_scenario(base);
+  SpaceOptions o;
+  o.gpus = 4;
+  o.gpus_per_node = 2;
+  o.n_layers = base_s.model.n_layers;
+  o.global_batch = 8;
+  for (const auto& c : enumerate_candidates(o)) {
+    SCOPED_TRACE(candidate_text(c));
+    const json j = candidate_scenario_json(base, c, "cand", "a candidate");
+    const Scenario parsed = parse_scenario(json::parse(j.dump()));
+    expect_same_scenario(parsed, candidate_scenario(base_s, c));
+    EXPECT_EQ(parsed.name, "cand");
+  }
+}
+
+TEST(PlannerSpace, RoundTripKeepsUnpinnedOffloadAndOtherSettings) {
+  json base = base_json("tiny-llama", 1, 4);
+  base["fsdp"] = {{"cpu_offload", {{"pin_memory", false}}}, {"units", "blocks"}, {"forward_prefetch", 1},
+                  {"mixed_precision", {{"output_dtype", "bf16"}}}};
+  base["training"]["optimizer"] = {{"lr", 1e-3}, {"implementation", "fused"}};
+  base["training"]["seed"] = 7;
+  const Scenario base_s = parse_scenario(base);
+  Candidate c;
+  c.shard = 4;
+  c.cpu_offload = true;
+  c.precision = Precision::kBf16;
+  const Scenario parsed = parse_scenario(candidate_scenario_json(base, c, "x", ""));
+  expect_same_scenario(parsed, candidate_scenario(base_s, c));
+  EXPECT_FALSE(parsed.fsdp.pin_memory);
+  EXPECT_TRUE(parsed.training.optimizer.fused);
+  EXPECT_EQ(parsed.fsdp.forward_prefetch, 1);
+}
+
+TEST(PlannerSpace, WrittenCandidateSimulatesLikeTheBuiltOne) {
+  const json base = base_json("tiny-llama", 1, 4);
+  const Scenario base_s = parse_scenario(base);
+  Candidate c;
+  c.replicate = 2;
+  c.shard = 2;
+  c.reshard.kind = Kind::kFalse;
+  c.precision = Precision::kBf16Fp32Reduce;
+  c.ac.mode = CheckpointMode::kSelectiveLayer;
+  c.ac.every = 2;
+  c.micro_batch = 2;
+  c.grad_accum = 2;
+  c.expandable_segments = true;
+  sim::SimulateOptions so;
+  so.checks = false;
+  const auto a = sim::simulate_scenario(candidate_scenario(base_s, c), so);
+  const auto b = sim::simulate_scenario(parse_scenario(candidate_scenario_json(base, c, "x", "")), so);
+  ASSERT_EQ(a.classes.size(), b.classes.size());
+  for (size_t i = 0; i < a.classes.size(); ++i) {
+    EXPECT_EQ(a.classes[i].peak_reserved_bytes, b.classes[i].peak_reserved_bytes);
+    EXPECT_EQ(a.classes[i].peak_allocated_bytes, b.classes[i].peak_allocated_bytes);
+  }
+  EXPECT_EQ(a.step_time_s, b.step_time_s);
+}
+
+TEST(PlannerSpace, AbsolutizePathsMakesRelativePathsAbsolute) {
+  json j = {{"model", {{"hf_config", "models/config.json"}}}, {"hardware", {{"profile", "../hw/x.json"}}}};
+  json a = absolutize_paths(j, "/data/scen");
+  EXPECT_EQ(a["model"]["hf_config"], "/data/scen/models/config.json");
+  EXPECT_EQ(a["hardware"]["profile"], "/data/hw/x.json");
+  json named = {{"hardware", {{"profile", "h100"}}}};
+  EXPECT_EQ(absolutize_paths(named, "/x")["hardware"]["profile"], "h100");
+}
+
+RC_GTEST_PROP(PlannerSpaceProps, CandidatesAreValidScenarios, ()) {
+  const int gpn = *rc::gen::element(1, 2, 4);
+  const int nodes = *rc::gen::inRange(1, 4);
+  const int world = gpn * nodes;
+  const json base = base_json("tiny-gpt2", nodes, gpn);
+  const Scenario base_s = parse_scenario(base);
+  SpaceOptions o;
+  o.gpus = world;
+  o.gpus_per_node = gpn;
+  o.n_layers = base_s.model.n_layers;
+  o.global_batch = world * *rc::gen::inRange(1, 5);
+  const auto cs = enumerate_candidates(o);
+  RC_ASSERT(!cs.empty());
+  // A sample (parsing loads the hardware profile): every one is a valid scenario.
+  for (size_t i = 0; i < cs.size(); i += 1 + cs.size() / 20) {
+    const Scenario s = parse_scenario(candidate_scenario_json(base, cs[i], "c", ""));
+    RC_ASSERT(s.world_size() == world);
+    RC_ASSERT(s.training.batch_per_rank * s.training.grad_accum_steps * world == *o.global_batch);
+  }
+}
+
+}  // namespace
+}  // namespace fullshard::planner
