@@ -44,11 +44,23 @@ nlohmann::json report_json(const SimulationReport& r) {
   j["step_time_s"] = r.step_time_s;
   j["exposed_comm_s"] = r.exposed_comm_s;
   j["compute_s"] = r.compute_s;
+  j["comm_s"] = r.comm_s;
   j["tokens_per_s_per_gpu"] = r.tokens_per_s_per_gpu;
   j["mfu"] = r.mfu;
   j["model_flops_per_token"] = r.model_flops_per_token;
   j["events_processed"] = r.events_processed;
-  j["time_model"] = "placeholder roofline + ring (issue: simulator time model)";
+  j["time_model"] = r.time_model;
+  if (r.last_step_rank >= 0) {
+    const StepBreakdown& b = r.last_step;
+    json busy = json::object(), path = json::object();
+    for (StreamRole s : kAllStreams) busy[std::string(stream_name(s))] = b.stream_busy_s[static_cast<int>(s)];
+    for (int k = 0; k < kNumPathKinds; ++k) path[path_kind_name(static_cast<PathKind>(k))] = b.critical_path_s[static_cast<size_t>(k)];
+    j["last_step"] = {{"rank", r.last_step_rank},   {"begin_s", b.begin_s},
+                      {"end_s", b.end_s},           {"step_time_s", b.end_s - b.begin_s},
+                      {"compute_s", b.compute_s},   {"comm_s", b.comm_s},
+                      {"exposed_comm_s", b.exposed_comm_s}, {"stream_busy_s", busy},
+                      {"critical_path_s", path}};
+  }
   json problems = json::array();
   for (const auto& p : r.problems)
     problems.push_back({{"kind", std::string(problem_kind_name(p.kind))}, {"message", p.message},
@@ -72,6 +84,8 @@ nlohmann::json report_json(const SimulationReport& r) {
     cj["end_time_s"] = c.end_time_s;
     cj["compute_s"] = c.compute_s;
     cj["exposed_comm_s"] = c.exposed_comm_s;
+    cj["comm_s"] = c.comm_s;
+    cj["last_step_s"] = c.last_step_s;
     json busy = json::object();
     for (StreamRole s : kAllStreams) busy[std::string(stream_name(s))] = c.busy_s[static_cast<int>(s)];
     cj["stream_busy_s"] = busy;
@@ -180,10 +194,20 @@ std::string report_summary(const SimulationReport& r) {
                          format_bytes(c.oom->at_failure.allocated_bytes),
                          format_bytes(c.oom->at_failure.reserved_bytes), format_bytes(c.oom->capacity_bytes));
   }
-  if (!r.out_of_memory && r.step_time_s > 0)
-    out += fmt::format("  step time {:.3f} s (placeholder time model), exposed communication {:.3f} s, "
+  if (!r.out_of_memory && r.step_time_s > 0) {
+    out += fmt::format("  step time {:.3f} s ({} time model), exposed communication {:.3f} s, "
                        "{:.0f} tokens/s/GPU, MFU {:.1f}%\n",
-                       r.step_time_s, r.exposed_comm_s, r.tokens_per_s_per_gpu, 100 * r.mfu);
+                       r.step_time_s, r.time_model, r.exposed_comm_s, r.tokens_per_s_per_gpu, 100 * r.mfu);
+    if (r.last_step_rank >= 0) {  // where the critical path of the last step runs
+      std::string path;
+      for (int k = 0; k < kNumPathKinds; ++k) {
+        const double v = r.last_step.critical_path_s[static_cast<size_t>(k)];
+        if (v > 0.0005 * r.step_time_s) path += fmt::format(" {} {:.3f} s,", path_kind_name(static_cast<PathKind>(k)), v);
+      }
+      if (!path.empty()) path.pop_back();
+      out += fmt::format("    critical path (rank {}, last step):{}\n", r.last_step_rank, path);
+    }
+  }
   for (const auto& p : r.problems) out += "  PROBLEM " + p.message + "\n";
   if (r.ok()) out += "  ok: no collective mismatch, race or use-after-free found\n";
   return out;

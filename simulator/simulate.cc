@@ -10,6 +10,7 @@
 #include "core/fsdp/shard_layout.h"
 #include "core/memory/timeline_downsample.h"
 #include "core/scenario/training_program.h"
+#include "simulator/cost/hardware_cost_model.h"
 #include "simulator/sim_backend.h"
 
 namespace fullshard::sim {
@@ -96,7 +97,11 @@ SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& opt
   SimulationReport rep;
   rep.scenario = s.name;
   rep.world_size = s.world_size();
-  rep.simulated_all_ranks = opt.all_ranks;
+  // A straggler (hardware.rank_speed) makes ranks differ: simulate every rank.
+  bool uneven = false;
+  for (const auto& [rank, speed] : s.hardware.rank_speed) uneven |= speed != 1.0;
+  const bool all_ranks = opt.all_ranks || uneven;
+  rep.simulated_all_ranks = all_ranks;
   rep.capacity_bytes = s.hardware.allocator.capacity_bytes;
   rep.parameters = parameter_count(s.model);
 
@@ -105,7 +110,7 @@ SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& opt
   std::vector<std::vector<int>> classes = rank_classes(s);
   std::vector<bool> timeline_rank(static_cast<size_t>(rep.world_size), false);
   for (const auto& c : classes) timeline_rank[static_cast<size_t>(c.front())] = true;
-  if (opt.all_ranks) {
+  if (all_ranks) {
     classes.clear();
     for (int r = 0; r < rep.world_size; ++r) classes.push_back({r});
   }
@@ -119,9 +124,27 @@ SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& opt
     if (opt.progress) opt.progress(programs.size(), classes.size());
   }
 
-  PlaceholderCostModel cost(cost_options(s));
+  std::unique_ptr<CostModel> cost_model;
+  if (opt.time_model == TimeModel::kPlaceholder) {
+    cost_model = std::make_unique<PlaceholderCostModel>(cost_options(s));
+    rep.time_model = "placeholder";
+  } else {
+    ComputeOptions co;
+    co.pinned_memory = s.fsdp.pin_memory;
+    co.host_threads_per_rank = s.hardware.host_threads_per_rank;
+    cost_model = std::make_unique<HardwareCostModel>(
+        s.hardware.device, ClusterLayout{s.hardware.nodes, s.hardware.gpus_per_node}, co);
+    rep.time_model = "nccl+roofline";
+  }
+  const CostModel& cost = *cost_model;
   EngineOptions eo;
-  eo.symmetric = !opt.all_ranks;
+  eo.symmetric = !all_ranks;
+  if (uneven) {
+    for (const auto& cls : classes) {
+      auto it = s.hardware.rank_speed.find(cls.front());
+      eo.speed.push_back(it == s.hardware.rank_speed.end() ? 1.0 : it->second);
+    }
+  }
   eo.checks = opt.checks;
   // NOTE [Free rule]: FSDP2 frees cross-stream buffers (the reduce-scatter output after the
   // optimizer, the HSDP all-reduce input at finalize) before their pool's stream has waited
@@ -180,6 +203,7 @@ SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& opt
     std::unordered_map<uint64_t, int32_t> buffer_name;
     time_of.reserve(prog.instrs.size());
     std::vector<double> step_end;
+    std::vector<long> step_marker;
     double running = 0;
     for (size_t i = 0; i < prog.instrs.size(); ++i) {
       const Instr& in = prog.instrs[i];
@@ -189,7 +213,10 @@ SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& opt
         auto nm = buffer_name.find(in.buffer);
         time_of[in.host_seq] = Placed{running, nm == buffer_name.end() ? -1 : nm->second, next_op[i]};
       }
-      if (in.type == InstrType::kMarker && instr_name(prog, in) == "step end") step_end.push_back(rt.times[i].start);
+      if (in.type == InstrType::kMarker && instr_name(prog, in) == "step end") {
+        step_end.push_back(rt.times[i].start);
+        step_marker.push_back(static_cast<long>(i));
+      }
       if (in.type == InstrType::kCollective && in.step == last_step)
         ++c.collectives_per_step[static_cast<int>(in.coll)];
     }
@@ -225,18 +252,27 @@ SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& opt
     if (!step_end.empty() && rt.completed) {
       double end = step_end.back();
       double begin = step_end.size() >= 2 ? step_end[step_end.size() - 2] : 0.0;
+      c.last_step_s = end - begin;
+      if (rep.last_step_rank < 0 || end - begin > rep.step_time_s) {
+        const long begin_marker = step_marker.size() >= 2 ? step_marker[step_marker.size() - 2] : -1;
+        rep.last_step = step_breakdown(prog, rt, begin_marker, step_marker.back(), cost.launch_overhead_seconds());
+        rep.last_step_rank = c.representative;
+      }
       rep.step_time_s = std::max(rep.step_time_s, end - begin);
     }
     c.compute_s = rt.compute_s;
     c.exposed_comm_s = rt.exposed_comm_s;
+    c.comm_s = rt.comm_s;
     rep.compute_s = std::max(rep.compute_s, rt.compute_s);
     rep.exposed_comm_s = std::max(rep.exposed_comm_s, rt.exposed_comm_s);
+    rep.comm_s = std::max(rep.comm_s, rt.comm_s);
     rep.classes.push_back(std::move(c));
   }
   // Whole-run compute / exposed figures are per step on average.
   if (s.training.steps > 0) {
     rep.compute_s /= s.training.steps;
     rep.exposed_comm_s /= s.training.steps;
+    rep.comm_s /= s.training.steps;
   }
   const auto& m = s.model;
   const double tokens = static_cast<double>(s.training.batch_per_rank) * s.training.seq_len * s.training.grad_accum_steps;

@@ -9,13 +9,22 @@
 #include "core/memory/memory_tracker.h"
 #include "core/scenario/scenario.h"
 #include "simulator/engine/engine.h"
+#include "simulator/step_breakdown.h"
 
 namespace fullshard::sim {
 
 struct PlayedRun;
 
+// Which time model plays the programs (docs/cost-model.md).
+enum class TimeModel : uint8_t {
+  kHardware,     // NCCL's cost model over the topology + roofline compute, from the profile
+  kPlaceholder,  // PlaceholderCostModel: a fixed roofline and ring (tests of the engine)
+};
+
 struct SimulateOptions {
-  bool all_ranks = false;         // --ranks all: record every rank's program
+  bool all_ranks = false;         // --ranks all: record every rank's program (forced when
+                                  // hardware.rank_speed makes ranks differ)
+  TimeModel time_model = TimeModel::kHardware;
   bool checks = true;             // protocol checks (mismatch, race, use after free)
   size_t max_timeline_points = 4000;  // per rank class, downsampled keeping the extremes
   // Test hook: edits a rank's recorded program before the engine plays it (inject bugs).
@@ -73,8 +82,9 @@ struct RankClassReport {
   std::vector<InFlightOp> in_flight_at_peak;  // on every stream at peak_time_s
   std::optional<OutOfMemoryInfo> oom;
   double busy_s[kNumStreams] = {};
-  double compute_s = 0, exposed_comm_s = 0;
+  double compute_s = 0, exposed_comm_s = 0, comm_s = 0;  // whole run
   double end_time_s = 0;               // when the rank's last work finished
+  double last_step_s = 0;              // duration of its last step (0 when it did not finish)
   uint64_t instructions = 0;           // recorded host-program instructions
   int collectives_per_step[5] = {};    // by CollectiveKind, in the last step
 };
@@ -85,8 +95,13 @@ struct SimulationReport {
   std::vector<RankClassReport> classes;
   bool simulated_all_ranks = false;
   double step_time_s = 0;      // the last step, slowest rank
-  double exposed_comm_s = 0;   // in the last step, worst rank class
-  double compute_s = 0;
+  double exposed_comm_s = 0;   // per step (whole run / steps), worst rank class
+  double compute_s = 0;        // per step, busiest compute stream
+  double comm_s = 0;           // per step, busiest communication (union of comm streams)
+  std::string time_model;      // "nccl+roofline" or "placeholder"
+  // The slowest rank's last step: busy times and the critical path (step_breakdown.h).
+  StepBreakdown last_step;
+  int last_step_rank = -1;     // whose last step that is (a class representative)
   double tokens_per_s_per_gpu = 0;
   double mfu = 0;
   double model_flops_per_token = 0;

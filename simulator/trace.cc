@@ -169,7 +169,7 @@ void write_chrome_trace(const PlayedRun& run, std::ostream& out) {
     }
   }
   json other = {{"scenario", run.report.scenario}, {"world_size", run.report.world_size},
-                {"time_model", "placeholder roofline + ring"}, {"generator", "fullshard simulate --trace"}};
+                {"time_model", run.report.time_model}, {"generator", "fullshard simulate --trace"}};
   out << "{\"displayTimeUnit\":\"ms\",\"otherData\":" << other.dump() << ",\"traceEvents\":[\n";
   bool first = true;
   auto emit = [&](const std::string& e) {

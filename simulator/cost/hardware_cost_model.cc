@@ -1,0 +1,63 @@
+#include "simulator/cost/hardware_cost_model.h"
+
+#include "core/common/error.h"
+
+namespace fullshard::sim {
+namespace {
+
+// torch.distributed.barrier on NCCL all-reduces a one-element tensor.
+constexpr double kBarrierBytes = 4;
+
+nccl::Func func_of(CollectiveKind k) {
+  switch (k) {
+    case CollectiveKind::kAllGather: return nccl::Func::kAllGather;
+    case CollectiveKind::kReduceScatter: return nccl::Func::kReduceScatter;
+    case CollectiveKind::kAllReduce:
+    case CollectiveKind::kBarrier: return nccl::Func::kAllReduce;
+    case CollectiveKind::kBroadcast: return nccl::Func::kBroadcast;
+  }
+  return nccl::Func::kAllReduce;
+}
+
+}  // namespace
+
+HardwareCostModel::HardwareCostModel(const HardwareProfile& hw, const ClusterLayout& layout, ComputeOptions compute)
+    : compute_(hw, compute), layout_(layout), platform_(nccl::platform_from(hw)) {}
+
+double HardwareCostModel::kernel_seconds(const Instr& kernel) const { return compute_.kernel_seconds(kernel); }
+
+const HardwareCostModel::GroupEntry& HardwareCostModel::entry(const GroupInfo& group) const {
+  auto it = cache_.find(&group);
+  if (it != cache_.end() && it->second.topology.nranks == static_cast<int>(group.ranks.size())) return it->second;
+  GroupEntry e;
+  e.topology = group_topology(group.ranks, layout_);
+  for (int f = 0; f < 4; ++f) e.tables[static_cast<size_t>(f)] = nccl::tune(platform_, e.topology, static_cast<nccl::Func>(f));
+  return cache_[&group] = e;
+}
+
+nccl::Choice HardwareCostModel::choice(const Instr& c, const GroupInfo& group) const {
+  const GroupEntry& e = entry(group);
+  const nccl::Func f = func_of(c.coll);
+  const double bytes = c.coll == CollectiveKind::kBarrier ? kBarrierBytes : static_cast<double>(c.coll_bytes);
+  return nccl::choose(e.tables[static_cast<size_t>(f)], platform_, e.topology, f, bytes);
+}
+
+double HardwareCostModel::collective_seconds(const Instr& c, const GroupInfo& group) const {
+  return choice(c, group).time_us * 1e-6;
+}
+
+CollectiveChoice HardwareCostModel::collective_choice(const Instr& c, const GroupInfo& group) const {
+  if (group.ranks.size() <= 1) return {};
+  const nccl::Choice ch = choice(c, group);
+  return {nccl::algo_name(ch.algo), nccl::proto_name(ch.proto)};
+}
+
+CollectiveLoad HardwareCostModel::collective_load(const Instr& c, const GroupInfo& group) const {
+  const GroupTopology& t = entry(group).topology;
+  if (t.nranks <= 1) return {};
+  const HardwareProfile& hw = compute_.hardware();
+  if (t.single_node()) return {0, hw.overlap_slowdown_nvlink};
+  return {1, hw.overlap_slowdown_network};
+}
+
+}  // namespace fullshard::sim
