@@ -190,7 +190,9 @@ void expect_consistent_subset(const Series& d, const Series& orig) {
   ASSERT_EQ(d.what.size(), d.time_s.size());
   for (size_t i = 0; i < d.time_s.size(); ++i) {
     const size_t k = static_cast<size_t>(d.what[i]);  // original index, carried by the label
-    if (i) ASSERT_LT(d.what[i - 1], d.what[i]) << "points out of order";
+    if (i) {
+      ASSERT_LT(d.what[i - 1], d.what[i]) << "points out of order";
+    }
     ASSERT_EQ(d.time_s[i], orig.time_s[k]);
     ASSERT_EQ(d.allocated[i], orig.allocated[k]);
     ASSERT_EQ(d.by_category[0][i], orig.by_category[0][k]);
