@@ -1,0 +1,73 @@
+#pragma once
+// Lower bounds on a candidate's peak memory and step time, from a 2-block proxy simulation.
+//
+// NOTE [Block bounds]: the transformer's blocks are identical, so the program of an L-block
+// model is the 2-block program with L - 2 more copies of a block's work in the middle. The
+// planner simulates the candidate with n_layers = 2 (a "proxy": both blocks in one
+// checkpointing mode, expandable segments, unlimited capacity) and attributes every buffer,
+// kernel and collective to block 0, block 1 or the rest ("root": embedding, norm, output,
+// loss, batch) by its name ("layers.0.attention.wq", "layers.1 all_gather", "output"). Then,
+// for the full model (blocks 0..L-2 behave like proxy block 0, the last like proxy block 1,
+// each with its own checkpointing mode):
+//  - Time: every stream runs its ops one after another, and every op of the last step starts
+//    after the previous step ended and ends before this one does, so the step time is at least
+//    any one stream's summed op costs in that step: root + sum over blocks of the block's.
+//    The engine only ever slows ops (NOTE [Rates] in engine.cc; a planner scenario has no
+//    faster ranks), so the cost model's seconds are lower bounds on each op's duration.
+//    Aggregate kernels whose size grows with the model (the foreach AdamW step, clipping's
+//    foreach kernels) are left out (counted as 0), so the bound never relies on how the cost
+//    model scales them.
+//  - Memory: at any moment between the last block's forward and its backward (the loss and
+//    its backward, all root work) every block holds what proxy block 0 holds then (its saved
+//    activations, its output, its shards, optimizer state, kept unsharded parameters or
+//    accumulated gradients) and the last block what proxy block 1 holds; the root holds what
+//    it holds in the proxy. At the optimizer step every block holds its shards, gradients and
+//    optimizer state. Sizes are requests rounded to 512 B (an expandable-segments recording),
+//    which no allocator setting hands out smaller, so the sums bound the peak allocated bytes
+//    and hence the peak reserved bytes of every allocator setting.
+// Each rank class of the proxy is a set of real ranks whose block and root shards are the ones
+// the full model gives them, so each class's bound holds for those ranks; the candidate's
+// bound is the largest. tests/unit/planner_bounds_test.cc checks bound <= simulated value for
+// every candidate of small spaces, and planner_prune_test.cc that pruning keeps the winner.
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "core/model/transformer.h"
+#include "core/runtime/stream.h"
+#include "core/scenario/scenario.h"
+
+namespace fullshard::planner {
+
+// What one proxy (2 blocks, both in one mode) says about one rank class.
+struct ClassProfile {
+  // Summed cost-model seconds of the last step's ops per stream: root, block 0, block 1.
+  std::array<double, kNumStreams> root_s{}, block0_s{}, block1_s{};
+  // Live device bytes (requests rounded to 512 B) between the last block's forward and its
+  // backward: the root's largest, and each block's (constant there).
+  uint64_t window_root = 0, window_block0 = 0, window_block1 = 0;
+  // Live device bytes when the last optimizer step begins.
+  uint64_t opt_root = 0, opt_block0 = 0, opt_block1 = 0;
+};
+
+struct ProxyProfile {
+  std::vector<ClassProfile> classes;  // the proxy's rank classes, in simulate_scenario order
+};
+
+// Simulates `s` with 2 blocks in checkpointing `mode` (expandable segments, unlimited
+// capacity, no checks) and measures it. `s` must have at least 2 blocks.
+ProxyProfile profile_proxy(const Scenario& s, BlockCheckpoint mode);
+
+struct Bounds {
+  double step_time_s = 0;        // lower bound on the step time
+  uint64_t peak_bytes = 0;       // lower bound on peak allocated (and reserved) bytes per GPU
+};
+
+// The bound for `n_layers` blocks checkpointed as `blocks` (block_checkpointing()), from the
+// proxies of the modes it uses (indexed by BlockCheckpoint; the unused may be empty).
+Bounds combine_bounds(const std::array<const ProxyProfile*, 3>& proxies, const std::vector<BlockCheckpoint>& blocks);
+
+// Owner of a buffer or op by name: 0 or 1 for "layers.0..." / "layers.1...", -1 for the root.
+int block_of(std::string_view name);
+
+}  // namespace fullshard::planner

@@ -1,0 +1,52 @@
+#include "simulator/planner/evaluate.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "simulator/planner/allocation_replay.h"
+#include "simulator/simulate.h"
+
+namespace fullshard::planner {
+
+ProgramEvaluation evaluate_program(const Scenario& candidate) {
+  Scenario s = candidate;
+  const AllocatorOptions device = s.hardware.allocator;
+  s.hardware.allocator.expandable_segments = true;
+  s.hardware.allocator.capacity_bytes = std::numeric_limits<uint64_t>::max();
+  std::vector<std::vector<AllocRequest>> requests;
+  sim::SimulateOptions o;
+  o.checks = false;
+  o.max_timeline_points = 2;
+  o.on_played = [&](const sim::PlayedRun& run) {
+    for (const sim::Program& p : run.programs) requests.push_back(device_requests(p));
+  };
+  const sim::SimulationReport rep = sim::simulate_scenario(s, o);
+  ProgramEvaluation ev;
+  ev.step_time_s = rep.step_time_s;
+  ev.compute_s = rep.compute_s;
+  ev.exposed_comm_s = rep.exposed_comm_s;
+  ev.tokens_per_s_per_gpu = rep.tokens_per_s_per_gpu;
+  ev.mfu = rep.mfu;
+  ev.problems = !rep.problems.empty();
+  for (int e = 0; e < 2; ++e) {
+    AllocatorOptions ao = device;
+    ao.expandable_segments = e == 1;
+    MemoryOutcome& m = ev.memory[e];
+    for (const auto& reqs : requests) {
+      ReplayResult r = replay(reqs, ao);
+      uint64_t needed = r.peak_reserved_bytes;
+      if (r.out_of_memory) {
+        AllocatorOptions unlimited = ao;
+        unlimited.capacity_bytes = std::numeric_limits<uint64_t>::max();
+        needed = replay(reqs, unlimited).peak_reserved_bytes;
+        m.out_of_memory = true;
+      }
+      m.peak_reserved_bytes = std::max(m.peak_reserved_bytes, r.peak_reserved_bytes);
+      m.peak_allocated_bytes = std::max(m.peak_allocated_bytes, r.peak_allocated_bytes);
+      m.needed_reserved_bytes = std::max(m.needed_reserved_bytes, needed);
+    }
+  }
+  return ev;
+}
+
+}  // namespace fullshard::planner

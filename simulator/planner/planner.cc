@@ -1,0 +1,232 @@
+#include "simulator/planner/planner.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <numeric>
+#include <tuple>
+
+#include "core/common/error.h"
+#include "core/scenario/training_program.h"
+#include "simulator/planner/bounds.h"
+#include "simulator/planner/evaluate.h"
+#include "simulator/planner/parallel.h"
+
+namespace fullshard::planner {
+
+const char* verdict_name(Verdict v) {
+  switch (v) {
+    case Verdict::kSimulated: return "simulated";
+    case Verdict::kMemoryBound: return "memory_bound";
+    case Verdict::kTimeBound: return "time_bound";
+  }
+  return "?";
+}
+
+namespace {
+
+// Candidates that differ only in checkpointing share their proxies (the proxy fixes the mode).
+using ProxyKey = std::tuple<int, int, int, int, int, bool, int64_t, int>;
+ProxyKey proxy_key(const Candidate& c) {
+  return {c.replicate, c.shard, static_cast<int>(c.reshard.kind), c.reshard.n, static_cast<int>(c.precision),
+          c.cpu_offload, c.micro_batch, c.grad_accum};
+}
+
+double tokens_per_gpu(const Candidate& c, int64_t seq_len) {
+  return static_cast<double>(c.micro_batch) * static_cast<double>(c.grad_accum) * static_cast<double>(seq_len);
+}
+
+struct Program {
+  size_t first = 0;  // index of its expandable-off candidate; first + 1 is expandable on
+  Bounds bounds;
+  double upper_tps = 0;  // tokens/s per GPU the step-time bound allows
+  bool memory_pruned = false;
+  std::optional<ProgramEvaluation> eval;
+};
+
+}  // namespace
+
+PlanResult plan(const PlanOptions& opt) {
+  check_space_options(opt.space);
+  if (!(opt.headroom >= 0 && opt.headroom < 1))
+    throw InputError("--headroom", "is " + std::to_string(opt.headroom),
+                     "give the fraction of GPU memory to keep free, in [0, 1), e.g. 0.05");
+  FULLSHARD_CHECK(opt.base.world_size() == opt.space.gpus, "plan: base scenario world != --gpus");
+  const std::vector<Candidate> cands = enumerate_candidates(opt.space);
+  const int64_t seq = opt.base.training.seq_len;
+  const int64_t L = opt.base.model.n_layers;
+
+  PlanResult res;
+  res.capacity_bytes = opt.base.hardware.allocator.capacity_bytes;
+  res.usable_bytes = static_cast<uint64_t>(static_cast<double>(res.capacity_bytes) * (1.0 - opt.headroom));
+  res.pruning = opt.prune && L >= 2 && opt.base.hardware.rank_speed.empty();
+
+  std::vector<Program> progs;
+  for (size_t i = 0; i < cands.size(); i += 2) {
+    FULLSHARD_CHECK(!cands[i].expandable_segments && i + 1 < cands.size() && cands[i + 1].expandable_segments,
+                    "plan: expandable off / on are not adjacent");
+    Program p;
+    p.first = i;
+    progs.push_back(p);
+  }
+
+  // ---- bounds: one proxy per (program without checkpointing, block mode)
+  if (res.pruning) {
+    std::map<ProxyKey, size_t> key_index;
+    std::vector<size_t> key_rep;  // a candidate of each key
+    for (const Program& p : progs)
+      if (key_index.emplace(proxy_key(cands[p.first]), key_rep.size()).second) key_rep.push_back(p.first);
+    std::vector<std::array<ProxyProfile, 3>> profiles(key_rep.size());
+    // Which modes the space needs (every space has none, op and full; kept general).
+    std::array<bool, 3> needed{};
+    for (const Program& p : progs)
+      for (BlockCheckpoint m : block_checkpointing(cands[p.first].ac, L)) needed[static_cast<int>(m)] = true;
+    std::vector<std::pair<size_t, BlockCheckpoint>> jobs;
+    for (size_t k = 0; k < key_rep.size(); ++k)
+      for (int m = 0; m < 3; ++m)
+        if (needed[m]) jobs.push_back({k, static_cast<BlockCheckpoint>(m)});
+    std::atomic<size_t> done{0};
+    std::mutex progress_mu;
+    parallel_for(jobs.size(), opt.threads, [&](size_t j) {
+      const auto [k, m] = jobs[j];
+      profiles[k][static_cast<int>(m)] = profile_proxy(candidate_scenario(opt.base, cands[key_rep[k]]), m);
+      const size_t d = ++done;
+      if (opt.progress) {
+        std::lock_guard<std::mutex> l(progress_mu);
+        opt.progress(d, jobs.size(), "bounds");
+      }
+      return true;
+    });
+    res.proxy_simulations = jobs.size();
+    for (Program& p : progs) {
+      const Candidate& c = cands[p.first];
+      const auto& prof = profiles[key_index.at(proxy_key(c))];
+      std::array<const ProxyProfile*, 3> ptrs{};
+      for (int m = 0; m < 3; ++m)
+        if (needed[m]) ptrs[m] = &prof[m];
+      p.bounds = combine_bounds(ptrs, block_checkpointing(c.ac, L));
+      p.upper_tps = p.bounds.step_time_s > 0 ? tokens_per_gpu(c, seq) / p.bounds.step_time_s : 1e300;
+      p.memory_pruned = p.bounds.peak_bytes > res.usable_bytes;
+    }
+  }
+
+  // ---- simulate in order of the best tokens/s each could reach
+  std::vector<size_t> order;
+  for (size_t i = 0; i < progs.size(); ++i)
+    if (!progs[i].memory_pruned) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return progs[a].upper_tps > progs[b].upper_tps; });
+  std::mutex mu;
+  double best = 0;
+  std::atomic<size_t> done{0};
+  std::atomic<size_t> ran{0};
+  parallel_for(order.size(), opt.threads, [&](size_t k) {
+    Program& p = progs[order[k]];
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (res.pruning && p.upper_tps < best) return false;  // nothing later can win
+    }
+    ProgramEvaluation ev = evaluate_program(candidate_scenario(opt.base, cands[p.first]));
+    ++ran;
+    std::lock_guard<std::mutex> l(mu);
+    for (const MemoryOutcome& m : ev.memory)
+      if (!m.out_of_memory && m.peak_reserved_bytes <= res.usable_bytes) best = std::max(best, ev.tokens_per_s_per_gpu);
+    p.eval = std::move(ev);
+    if (opt.progress) opt.progress(++done, order.size(), "simulate");
+    return true;
+  });
+  // Nothing fits: the recommendation is the candidate closest to fitting, so the candidates
+  // ruled out by memory are simulated too, in order of their memory bound, until the bound
+  // passes the smallest exact overflow found (the same branch and bound, on memory).
+  uint64_t closest = UINT64_MAX;  // the smallest exact overflow, when nothing fits
+  if (best == 0 && res.pruning) {
+    auto over = [&](const ProgramEvaluation& ev) {
+      uint64_t o = UINT64_MAX;
+      for (const MemoryOutcome& m : ev.memory)
+        o = std::min(o, m.needed_reserved_bytes > res.usable_bytes ? m.needed_reserved_bytes - res.usable_bytes : 0);
+      return o;
+    };
+    for (const Program& p : progs)
+      if (p.eval) closest = std::min(closest, over(*p.eval));
+    std::vector<size_t> by_memory;
+    for (size_t i = 0; i < progs.size(); ++i)
+      if (progs[i].memory_pruned) by_memory.push_back(i);
+    std::stable_sort(by_memory.begin(), by_memory.end(),
+                     [&](size_t a, size_t b) { return progs[a].bounds.peak_bytes < progs[b].bounds.peak_bytes; });
+    parallel_for(by_memory.size(), opt.threads, [&](size_t k) {
+      Program& p = progs[by_memory[k]];
+      {
+        std::lock_guard<std::mutex> l(mu);
+        if (p.bounds.peak_bytes - res.usable_bytes > closest) return false;
+      }
+      ProgramEvaluation ev = evaluate_program(candidate_scenario(opt.base, cands[p.first]));
+      ++ran;
+      std::lock_guard<std::mutex> l(mu);
+      closest = std::min(closest, over(ev));
+      p.eval = std::move(ev);
+      return true;
+    });
+  }
+  res.programs_simulated = ran;
+
+  // ---- results (NOTE [Branch and bound]: reported as simulated only when upper bound >= best)
+  for (const Program& p : progs) {
+    for (int e = 0; e < 2; ++e) {
+      ConfigResult r;
+      r.candidate = cands[p.first + e];
+      r.bound_step_time_s = p.bounds.step_time_s;
+      r.bound_peak_bytes = p.bounds.peak_bytes;
+      if (p.memory_pruned && !(p.eval && best == 0 && p.bounds.peak_bytes - res.usable_bytes <= closest)) {
+        r.verdict = Verdict::kMemoryBound;
+        r.peak_reserved_bytes = r.needed_bytes = p.bounds.peak_bytes;
+        r.over_bytes = p.bounds.peak_bytes - res.usable_bytes;
+      } else if (!p.eval || (res.pruning && p.upper_tps < best)) {
+        r.verdict = Verdict::kTimeBound;
+        r.peak_reserved_bytes = p.bounds.peak_bytes;
+        r.step_time_s = p.bounds.step_time_s;
+        r.tokens_per_s_per_gpu = p.upper_tps;
+      } else {
+        const MemoryOutcome& m = p.eval->memory[e];
+        r.verdict = Verdict::kSimulated;
+        r.out_of_memory = m.out_of_memory;
+        r.fits = !m.out_of_memory && m.peak_reserved_bytes <= res.usable_bytes;
+        r.peak_reserved_bytes = m.peak_reserved_bytes;
+        r.peak_allocated_bytes = m.peak_allocated_bytes;
+        r.needed_bytes = m.needed_reserved_bytes;
+        r.over_bytes = m.needed_reserved_bytes > res.usable_bytes ? m.needed_reserved_bytes - res.usable_bytes : 0;
+        if (r.fits) r.over_bytes = 0;
+        r.step_time_s = p.eval->step_time_s;
+        r.tokens_per_s_per_gpu = p.eval->tokens_per_s_per_gpu;
+        r.mfu = p.eval->mfu;
+        r.compute_s = p.eval->compute_s;
+        r.exposed_comm_s = p.eval->exposed_comm_s;
+      }
+      res.configs.push_back(r);
+    }
+  }
+  auto group = [](const ConfigResult& r) { return r.fits ? 0 : r.verdict == Verdict::kTimeBound ? 1 : 2; };
+  std::vector<size_t> idx(res.configs.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
+    const ConfigResult &x = res.configs[a], &y = res.configs[b];
+    if (group(x) != group(y)) return group(x) < group(y);
+    if (group(x) == 2) return x.over_bytes < y.over_bytes;
+    if (x.tokens_per_s_per_gpu != y.tokens_per_s_per_gpu) return x.tokens_per_s_per_gpu > y.tokens_per_s_per_gpu;
+    return x.peak_reserved_bytes < y.peak_reserved_bytes;  // equally fast: the one leaving more headroom
+  });
+  std::vector<ConfigResult> sorted;
+  sorted.reserve(idx.size());
+  for (size_t i : idx) sorted.push_back(res.configs[i]);
+  res.configs = std::move(sorted);
+  res.evaluated = res.configs.size();
+  for (const auto& r : res.configs) {
+    if (r.verdict == Verdict::kSimulated) ++res.simulated;
+    if (r.verdict == Verdict::kMemoryBound) ++res.memory_pruned;
+    if (r.verdict == Verdict::kTimeBound) ++res.time_pruned;
+  }
+  return res;
+}
+
+}  // namespace fullshard::planner
