@@ -65,6 +65,37 @@ struct Recorded {
   std::optional<OutOfMemoryInfo> oom;
 };
 
+// NOTE [Shared recording]: ranks of one class run the same host program (rank_classes); only
+// their process groups differ (HSDP: each rank's shard and replicate groups). With every rank
+// played, a rank after its class's first gets that program with every group mapped to the
+// group of the same mesh dimension holding it, and without its allocations, frees and memory
+// accesses: the engine's timing never reads them (host no-ops), and the memory results, the
+// timeline and the stream / use-after-free checks would repeat the recorded rank's exactly.
+// Collective matching and hangs are still checked across every rank. nullopt when a
+// collective uses a group outside `from`'s mesh groups (then the rank is recorded).
+std::optional<Program> program_for_rank(const Scenario& s, const Program& from_program, int from, int to,
+                                        GroupRegistry& groups) {
+  const MeshInfo a = mesh_info_for(s, from), b = mesh_info_for(s, to);
+  std::unordered_map<uint32_t, uint32_t> map;
+  map[groups.intern(a.shard_group)] = groups.intern(b.shard_group);
+  if (a.replicate_group && b.replicate_group) map[groups.intern(*a.replicate_group)] = groups.intern(*b.replicate_group);
+  Program p;
+  p.rank = to;
+  p.names = from_program.names;
+  p.truncated = from_program.truncated;
+  p.instrs.reserve(from_program.instrs.size());
+  for (const Instr& in : from_program.instrs) {
+    if (in.type == InstrType::kAlloc || in.type == InstrType::kFree) continue;
+    Instr& out = p.instrs.emplace_back(in);
+    out.access_begin = out.access_count = 0;
+    if (in.type != InstrType::kCollective) continue;
+    auto it = map.find(in.group);
+    if (it == map.end()) return std::nullopt;
+    out.group = it->second;
+  }
+  return p;
+}
+
 Recorded record_rank(const Scenario& s, int rank, GroupRegistry& groups, bool timeline) {
   Recorded r;
   r.backend = std::make_unique<SimBackend>(rank, s.world_size(), s.hardware.allocator, groups, timeline);
@@ -109,18 +140,41 @@ SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& opt
   // first rank of each class of identical ranks (they are the same for the others).
   std::vector<std::vector<int>> classes = rank_classes(s);
   std::vector<bool> timeline_rank(static_cast<size_t>(rep.world_size), false);
-  for (const auto& c : classes) timeline_rank[static_cast<size_t>(c.front())] = true;
+  std::vector<int> class_first(static_cast<size_t>(rep.world_size), -1);  // rank -> its class's first rank
+  for (const auto& c : classes) {
+    timeline_rank[static_cast<size_t>(c.front())] = true;
+    for (int r : c) class_first[static_cast<size_t>(r)] = c.front();
+  }
   if (all_ranks) {
     classes.clear();
     for (int r = 0; r < rep.world_size; ++r) classes.push_back({r});
   }
   GroupRegistry groups;
   std::vector<Recorded> recs;
+  std::vector<size_t> rec_of;             // per played program: its recording in recs
+  std::vector<uint64_t> rec_instructions;  // per recording: its program's instruction count
+  std::vector<long> rec_of_rank(static_cast<size_t>(rep.world_size), -1);
   std::vector<Program> programs;
   for (const auto& cls : classes) {
-    recs.push_back(record_rank(s, cls.front(), groups, timeline_rank[static_cast<size_t>(cls.front())]));
-    programs.push_back(std::move(recs.back().backend->program()));
-    if (opt.mutate_program) opt.mutate_program(programs.back());
+    const int rank = cls.front();
+    const int first = class_first[static_cast<size_t>(rank)];
+    // NOTE [Shared recording]: with every rank played, a rank whose class's first rank was
+    // already recorded gets a copy of that program with its own process groups, unless
+    // record_every_rank asks for a recording of its own.
+    std::optional<Program> copied;
+    if (!opt.record_every_rank && !opt.mutate_program && first != rank && rec_of_rank[static_cast<size_t>(first)] >= 0)
+      copied = program_for_rank(s, programs[static_cast<size_t>(rec_of_rank[static_cast<size_t>(first)])], first, rank, groups);
+    if (copied) {
+      rec_of.push_back(rec_of[static_cast<size_t>(rec_of_rank[static_cast<size_t>(first)])]);
+      programs.push_back(std::move(*copied));
+    } else {
+      recs.push_back(record_rank(s, rank, groups, timeline_rank[static_cast<size_t>(rank)]));
+      rec_of.push_back(recs.size() - 1);
+      programs.push_back(std::move(recs.back().backend->program()));
+      rec_instructions.push_back(programs.back().instrs.size());
+      if (opt.mutate_program) opt.mutate_program(programs.back());
+    }
+    rec_of_rank[static_cast<size_t>(rank)] = static_cast<long>(programs.size() - 1);
     if (opt.progress) opt.progress(programs.size(), classes.size());
   }
 
@@ -159,7 +213,8 @@ SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& opt
   for (size_t ci = 0; ci < classes.size(); ++ci) {
     const Program& prog = programs[ci];
     const RankTiming& rt = er.ranks[ci];
-    const MemoryTracker& mem = recs[ci].backend->memory();
+    const Recorded& rec = recs[rec_of[ci]];
+    const MemoryTracker& mem = rec.backend->memory();
     RankClassReport c;
     c.ranks = classes[ci];
     c.representative = classes[ci].front();
@@ -167,12 +222,12 @@ SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& opt
     c.peak_reserved_bytes = mem.at_peak_reserved().reserved_bytes;
     c.peak_host_bytes = mem.peak_host_bytes();
     c.breakdown_at_peak = mem.at_peak_allocated().by_category;
-    c.allocated_after_step = recs[ci].allocated_after_step;
+    c.allocated_after_step = rec.allocated_after_step;
     c.end_allocated_bytes = c.allocated_after_step.empty() ? 0 : c.allocated_after_step.back();
     c.allocator = mem.allocator_stats();
-    c.instructions = prog.instrs.size();
+    c.instructions = rec_instructions[rec_of[ci]];
     c.end_time_s = rt.end_s;
-    c.oom = recs[ci].oom;
+    c.oom = rec.oom;
     if (c.oom) rep.out_of_memory = true;
     for (int k = 0; k < kNumStreams; ++k) c.busy_s[k] = rt.busy_s[k];
     // NOTE [Timeline time]: the host runs ahead of the device, so allocations happen (in host
@@ -201,7 +256,7 @@ SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& opt
     }
     std::unordered_map<uint64_t, Placed> time_of;
     std::unordered_map<uint64_t, int32_t> buffer_name;
-    time_of.reserve(prog.instrs.size());
+    if (timeline_rank[static_cast<size_t>(c.representative)]) time_of.reserve(prog.instrs.size());
     std::vector<double> step_end;
     std::vector<long> step_marker;
     double running = 0;
@@ -221,8 +276,11 @@ SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& opt
         ++c.collectives_per_step[static_cast<int>(in.coll)];
     }
     std::vector<TimelinePoint> pts;
-    pts.reserve(mem.timeline().size());
-    for (const MemoryEvent& e : mem.timeline()) {
+    // Only the first rank of each class has a timeline (a copied rank shares its recording).
+    static const std::vector<MemoryEvent> kNoEvents;
+    const auto& events = timeline_rank[static_cast<size_t>(c.representative)] ? mem.timeline() : kNoEvents;
+    pts.reserve(events.size());
+    for (const MemoryEvent& e : events) {
       auto it = time_of.find(e.host_seq);
       if (it == time_of.end()) continue;  // after the recorded run (teardown)
       TimelinePoint p;

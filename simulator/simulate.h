@@ -25,6 +25,9 @@ struct SimulateOptions {
   bool all_ranks = false;         // --ranks all: record every rank's program (forced when
                                   // hardware.rank_speed makes ranks differ)
   TimeModel time_model = TimeModel::kHardware;
+  // With every rank played: record each rank's host program instead of copying its class's
+  // (NOTE [Shared recording] in simulate.cc); tests check the copies against recordings.
+  bool record_every_rank = false;
   bool checks = true;             // protocol checks (mismatch, race, use after free)
   size_t max_timeline_points = 4000;  // per rank class, downsampled keeping the extremes
   // Test hook: edits a rank's recorded program before the engine plays it (inject bugs).
