@@ -1,0 +1,246 @@
+#include "simulator/cost/calibrate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "core/common/error.h"
+#include "core/scenario/json_reader.h"
+
+namespace fullshard::sim {
+namespace {
+
+namespace jr = json_reader;
+using nlohmann::json;
+
+double log_error(double predicted, double measured) { return std::log(predicted / measured); }
+
+template <typename Sample>
+double rms(const HardwareProfile& p, const std::vector<const Sample*>& samples) {
+  if (samples.empty()) return 0;
+  double sum = 0;
+  for (const Sample* s : samples) {
+    const double e = log_error(predict(p, *s), s->time_s);
+    sum += e * e;
+  }
+  return std::sqrt(sum / static_cast<double>(samples.size()));
+}
+
+// NOTE [Calibration fit]: one figure at a time, minimising the RMS log error of the samples it
+// governs. NCCL's choice of algorithm makes the objective piecewise, so a log-spaced grid over
+// [lo, hi] finds the basin and a golden-section search refines it.
+double fit_scalar(const std::function<double(double)>& objective, double lo, double hi, bool log_scale) {
+  auto to = [&](double u) { return log_scale ? std::exp(u) : u; };
+  double a = log_scale ? std::log(lo) : lo, b = log_scale ? std::log(hi) : hi;
+  constexpr int kGrid = 120;
+  double best_u = a, best = std::numeric_limits<double>::infinity();
+  for (int i = 0; i <= kGrid; ++i) {
+    const double u = a + (b - a) * i / kGrid;
+    const double v = objective(to(u));
+    if (v < best) {
+      best = v;
+      best_u = u;
+    }
+  }
+  const double step = (b - a) / kGrid;
+  double l = std::max(a, best_u - step), r = std::min(b, best_u + step);
+  const double g = (std::sqrt(5.0) - 1) / 2;
+  double x1 = r - g * (r - l), x2 = l + g * (r - l);
+  double f1 = objective(to(x1)), f2 = objective(to(x2));
+  for (int i = 0; i < 60; ++i) {
+    if (f1 <= f2) {
+      r = x2;
+      x2 = x1;
+      f2 = f1;
+      x1 = r - g * (r - l);
+      f1 = objective(to(x1));
+    } else {
+      l = x1;
+      x1 = x2;
+      f1 = f2;
+      x2 = l + g * (r - l);
+      f2 = objective(to(x2));
+    }
+  }
+  const double u = f1 <= f2 ? x1 : x2;
+  return objective(to(u)) <= best ? to(u) : to(best_u);
+}
+
+// Sets each row of `table` that samples fall into to the median efficiency they achieved.
+bool fit_table(EfficiencyTable& table, const std::vector<std::pair<double, double>>& size_and_efficiency) {
+  bool changed = false;
+  for (size_t row = 0; row < table.rows.size(); ++row) {
+    const double lo = table.rows[row].first;
+    const double hi = row == 0 ? std::numeric_limits<double>::infinity() : table.rows[row - 1].first;
+    std::vector<double> e;
+    for (const auto& [size, eff] : size_and_efficiency)
+      if (size >= lo && size < hi) e.push_back(eff);
+    if (e.empty()) continue;
+    std::sort(e.begin(), e.end());
+    const double median = e.size() % 2 ? e[e.size() / 2] : (e[e.size() / 2 - 1] + e[e.size() / 2]) / 2;
+    table.rows[row].second = std::clamp(median, 1e-3, 1.0);
+    changed = true;
+  }
+  return changed;
+}
+
+nccl::Func parse_func(const json& v, const std::string& path) {
+  const std::string s = jr::get_choice(v, path, {"all_gather", "reduce_scatter", "all_reduce", "broadcast"});
+  if (s == "all_gather") return nccl::Func::kAllGather;
+  if (s == "reduce_scatter") return nccl::Func::kReduceScatter;
+  if (s == "broadcast") return nccl::Func::kBroadcast;
+  return nccl::Func::kAllReduce;
+}
+
+// nccl-tests (doc/PERFORMANCE.md): busbw = algbw x factor, algbw = size / time.
+double busbw_factor(nccl::Func f, int n) {
+  switch (f) {
+    case nccl::Func::kAllReduce: return 2.0 * (n - 1) / n;
+    case nccl::Func::kAllGather:
+    case nccl::Func::kReduceScatter: return static_cast<double>(n - 1) / n;
+    case nccl::Func::kBroadcast: return 1.0;
+  }
+  return 1.0;
+}
+
+}  // namespace
+
+double predict(const HardwareProfile& p, const CollectiveSample& s) {
+  const int n = s.nodes * s.ranks_per_node;
+  const GroupTopology g{n, s.nodes, s.ranks_per_node, s.ranks_per_node};
+  return nccl::choose(nccl::platform_from(p), g, s.func, s.bytes).time_us * 1e-6;
+}
+
+double predict(const HardwareProfile& p, const KernelSample& s) {
+  const OpKind kind = s.op == OpClass::kMatmul ? OpKind::kLinear : s.op == OpClass::kAttention ? OpKind::kAttention
+                                                                                                 : OpKind::kAdd;
+  return ComputeModel(p, {}).device_seconds(kind, s.dtype, s.flops, s.bytes);
+}
+
+CalibrationInput parse_calibration_input(const json& j) {
+  jr::require_object(j, "", "{\"collectives\": [...], \"kernels\": [...]}");
+  jr::reject_unknown_fields(j, "", {"$comment", "profile", "collectives", "kernels"});
+  CalibrationInput in;
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  if (j.contains("collectives")) {
+    const json& a = j.at("collectives");
+    if (!a.is_array()) throw InputError("collectives", "is " + jr::describe(a) + ", not an array", "write a list of samples");
+    for (size_t i = 0; i < a.size(); ++i) {
+      const std::string P = jr::index_path("collectives", i);
+      const json& o = a[i];
+      jr::require_object(o, P, "{\"collective\": \"all_gather\", \"nodes\": 1, \"gpus_per_node\": 8, \"bytes\": 1e9, \"time_us\": 2900}");
+      jr::reject_unknown_fields(o, P, {"collective", "nodes", "gpus_per_node", "bytes", "time_us", "busbw_gbs"});
+      for (const char* k : {"collective", "bytes"}) jr::require_field(o, P, k, "every sample gives it");
+      CollectiveSample s;
+      s.func = parse_func(o.at("collective"), P + ".collective");
+      if (o.contains("nodes")) s.nodes = static_cast<int>(jr::get_int(o.at("nodes"), P + ".nodes", 1, 1 << 20, "2"));
+      if (o.contains("gpus_per_node"))
+        s.ranks_per_node = static_cast<int>(jr::get_int(o.at("gpus_per_node"), P + ".gpus_per_node", 1, 1 << 20, "8"));
+      s.bytes = jr::get_number(o.at("bytes"), P + ".bytes", 0, false, kInf, false, "1073741824");
+      if (o.contains("time_us") == o.contains("busbw_gbs"))
+        throw InputError(P, "gives " + std::string(o.contains("time_us") ? "both time_us and busbw_gbs" : "neither time_us nor busbw_gbs"),
+                         "give the measured time in us, or the bus bandwidth nccl-tests prints in GB/s");
+      if (o.contains("time_us")) {
+        s.time_s = jr::get_number(o.at("time_us"), P + ".time_us", 0, false, kInf, false, "2900") * 1e-6;
+      } else {
+        const double busbw = jr::get_number(o.at("busbw_gbs"), P + ".busbw_gbs", 0, false, kInf, false, "360");
+        s.time_s = s.bytes * busbw_factor(s.func, s.nodes * s.ranks_per_node) / (busbw * 1e9);
+      }
+      if (s.nodes * s.ranks_per_node < 2)
+        throw InputError(P + ".gpus_per_node", "gives a one-rank collective", "measure over at least 2 GPUs");
+      in.collectives.push_back(s);
+    }
+  }
+  if (j.contains("kernels")) {
+    const json& a = j.at("kernels");
+    if (!a.is_array()) throw InputError("kernels", "is " + jr::describe(a) + ", not an array", "write a list of samples");
+    for (size_t i = 0; i < a.size(); ++i) {
+      const std::string P = jr::index_path("kernels", i);
+      const json& o = a[i];
+      jr::require_object(o, P, "{\"op\": \"matmul\", \"dtype\": \"bf16\", \"flops\": 1e12, \"bytes\": 1e8, \"time_s\": 0.0012}");
+      jr::reject_unknown_fields(o, P, {"op", "dtype", "flops", "bytes", "time_s"});
+      for (const char* k : {"op", "time_s"}) jr::require_field(o, P, k, "every sample gives it");
+      KernelSample s;
+      const std::string op = jr::get_choice(o.at("op"), P + ".op", {"matmul", "attention", "vector"});
+      s.op = op == "matmul" ? OpClass::kMatmul : op == "attention" ? OpClass::kAttention : OpClass::kVector;
+      if (o.contains("dtype")) {
+        const std::string d = jr::get_choice(o.at("dtype"), P + ".dtype", {"bf16", "fp16", "fp32"});
+        s.dtype = *parse_float_dtype(d);
+      }
+      if (o.contains("flops")) s.flops = jr::get_number(o.at("flops"), P + ".flops", 0, true, kInf, false, "1e12");
+      if (o.contains("bytes")) s.bytes = jr::get_number(o.at("bytes"), P + ".bytes", 0, true, kInf, false, "1e8");
+      s.time_s = jr::get_number(o.at("time_s"), P + ".time_s", 0, false, kInf, false, "0.0012");
+      if (s.flops <= 0 && s.bytes <= 0)
+        throw InputError(P, "has neither flops nor bytes", "give the kernel's FLOPs and/or bytes moved");
+      in.kernels.push_back(s);
+    }
+  }
+  return in;
+}
+
+Calibration calibrate(const HardwareProfile& start, const CalibrationInput& input) {
+  Calibration c;
+  c.profile = start;
+  HardwareProfile& p = c.profile;
+  // One-node all-reduces depend on NVLS too: the NVLink bus bandwidth is fitted on the other
+  // one-node collectives when there are any, then NVLS's efficiency on the all-reduces.
+  std::vector<const CollectiveSample*> all_coll, one_node, one_node_ar, multi_node;
+  for (const auto& s : input.collectives) {
+    all_coll.push_back(&s);
+    if (s.nodes > 1) {
+      multi_node.push_back(&s);
+    } else {
+      (s.func == nccl::Func::kAllReduce ? one_node_ar : one_node).push_back(&s);
+    }
+  }
+  if (one_node.empty()) one_node = one_node_ar;
+  std::vector<const KernelSample*> all_kernels;
+  for (const auto& s : input.kernels) all_kernels.push_back(&s);
+  c.collective_error_before = rms(start, all_coll);
+  c.kernel_error_before = rms(start, all_kernels);
+
+  auto fit = [&](const char* figure, double& value, const std::vector<const CollectiveSample*>& samples, double lo,
+                 double hi, bool log_scale) {
+    if (samples.empty()) return;
+    const double before = value;
+    value = fit_scalar([&](double v) {
+      const double keep = value;
+      value = v;
+      const double e = rms(p, samples);
+      value = keep;
+      return e;
+    }, lo, hi, log_scale);
+    if (value != before) c.fitted.push_back(figure);
+  };
+  fit("intra_node_bus_bandwidth", p.intra_node_bus_bandwidth, one_node, 1e8, 1e13, true);
+  if (p.nvls) fit("nvls_efficiency", p.nvls_efficiency, one_node_ar, 0.05, 1.0, false);
+  fit("network_bus_bandwidth", p.network_bus_bandwidth, multi_node, 1e7, 1e12, true);
+
+  // Kernels: each sample informs the bound it is closest to at peak (NOTE [Efficiency step
+  // tables]): its achieved fraction of peak FLOP/s, or of HBM bandwidth.
+  const ComputeModel peaks(start, {});
+  std::vector<std::pair<double, double>> mm, attn, vec, mem;
+  for (const auto& s : input.kernels) {
+    const OpKind kind = s.op == OpClass::kMatmul ? OpKind::kLinear : s.op == OpClass::kAttention ? OpKind::kAttention : OpKind::kAdd;
+    const double peak = peaks.peak_flops(op_class(kind), s.dtype);
+    const double compute_ideal = s.flops / peak, memory_ideal = s.bytes / p.hbm_bandwidth;
+    if (compute_ideal >= memory_ideal) {
+      auto& bucket = s.op == OpClass::kMatmul ? mm : s.op == OpClass::kAttention ? attn : vec;
+      bucket.emplace_back(s.flops, compute_ideal / s.time_s);
+    } else {
+      mem.emplace_back(s.bytes, memory_ideal / s.time_s);
+    }
+  }
+  if (fit_table(p.matmul_efficiency, mm)) c.fitted.push_back("matmul_efficiency");
+  if (fit_table(p.attention_efficiency, attn)) c.fitted.push_back("attention_efficiency");
+  if (fit_table(p.vector_efficiency, vec)) c.fitted.push_back("vector_efficiency");
+  if (fit_table(p.memory_efficiency, mem)) c.fitted.push_back("memory_efficiency");
+
+  c.collective_error_after = rms(p, all_coll);
+  c.kernel_error_after = rms(p, all_kernels);
+  return c;
+}
+
+}  // namespace fullshard::sim

@@ -1,0 +1,61 @@
+#pragma once
+// Calibration: fit a hardware profile's time-model figures to measured timings (nccl-tests
+// results, kernel timings) so the simulator predicts *this* cluster. docs/cost-model.md
+// ("Calibration") describes the method; `fullshard calibrate` is the CLI.
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/scenario/hardware_profile.h"
+#include "simulator/cost/compute_model.h"
+#include "simulator/cost/nccl_model.h"
+
+namespace fullshard::sim {
+
+// One nccl-tests-style measurement: a collective of `bytes` (NCCL's size: the whole buffer)
+// over `nodes` x `ranks_per_node` GPUs took `time_s`.
+struct CollectiveSample {
+  nccl::Func func = nccl::Func::kAllReduce;
+  int nodes = 1;
+  int ranks_per_node = 8;
+  double bytes = 0;
+  double time_s = 0;
+};
+
+// One device-kernel measurement.
+struct KernelSample {
+  OpClass op = OpClass::kMatmul;
+  DType dtype = DType::kBFloat16;
+  double flops = 0;
+  double bytes = 0;
+  double time_s = 0;
+};
+
+struct CalibrationInput {
+  std::vector<CollectiveSample> collectives;
+  std::vector<KernelSample> kernels;
+};
+
+// Reads {"collectives": [...], "kernels": [...]} (docs/cost-model.md, "Calibration"); a
+// collective gives "time_us" or nccl-tests' "busbw_gbs". Bad input: InputError at its path.
+CalibrationInput parse_calibration_input(const nlohmann::json& j);
+
+struct Calibration {
+  HardwareProfile profile;             // the fitted profile
+  std::vector<std::string> fitted;     // figures changed, in the order they were fitted
+  // Root-mean-square of ln(predicted / measured) over the samples, before and after.
+  double collective_error_before = 0, collective_error_after = 0;
+  double kernel_error_before = 0, kernel_error_after = 0;
+};
+
+// Fits intra_node_bus_bandwidth (one-node samples), nvls_efficiency (one-node all-reduces,
+// NVLS hardware), network_bus_bandwidth (multi-node samples) and the efficiency tables'
+// entries that samples fall into. NCCL's latency tables are not fitted.
+Calibration calibrate(const HardwareProfile& start, const CalibrationInput& input);
+
+// Predicted seconds for a sample under a profile (what calibrate() fits).
+double predict(const HardwareProfile& p, const CollectiveSample& s);
+double predict(const HardwareProfile& p, const KernelSample& s);
+
+}  // namespace fullshard::sim

@@ -1,0 +1,112 @@
+#include "tools/fullshard/calibrate_commands.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/common/error.h"
+#include "core/scenario/hardware_profile.h"
+#include "core/scenario/json_reader.h"
+#include "simulator/cost/calibrate.h"
+
+namespace fullshard::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+bool is_json_path(const std::string& s) { return s.size() > 5 && s.compare(s.size() - 5, 5, ".json") == 0; }
+
+json table_json(const EfficiencyTable& t) {
+  json a = json::array();
+  for (const auto& [threshold, eff] : t.rows) a.push_back({threshold, eff});
+  return a;
+}
+
+json figure_json(const HardwareProfile& p, const std::string& figure) {
+  if (figure == "intra_node_bus_bandwidth") return p.intra_node_bus_bandwidth;
+  if (figure == "network_bus_bandwidth") return p.network_bus_bandwidth;
+  if (figure == "nvls_efficiency") return p.nvls_efficiency;
+  if (figure == "matmul_efficiency") return table_json(p.matmul_efficiency);
+  if (figure == "attention_efficiency") return table_json(p.attention_efficiency);
+  if (figure == "vector_efficiency") return table_json(p.vector_efficiency);
+  if (figure == "memory_efficiency") return table_json(p.memory_efficiency);
+  FULLSHARD_CHECK(false, "calibrate fitted an unknown figure " + figure);
+  return nullptr;
+}
+
+// exp(RMS log error) - 1: a typical relative error.
+std::string pct(double rms_log) { return fmt::format("{:.1f}%", 100 * (std::exp(rms_log) - 1)); }
+
+}  // namespace
+
+CLI::App* add_calibrate_command(CLI::App& app, CalibrateFlags& f) {
+  auto* c = app.add_subcommand("calibrate", "fit a hardware profile's time-model figures to measured timings");
+  c->add_option("measurements", f.measurements, "MEASUREMENTS.json: nccl-tests results and kernel timings")->required();
+  c->add_option("--hardware", f.hardware, "profile name or .json path (default: the file's \"profile\")");
+  c->add_option("-o,--output", f.output, "write the fitted profile to OUT.json");
+  return c;
+}
+
+int cmd_calibrate(const CalibrateFlags& f) {
+  const json j = json_reader::read_json_file(f.measurements);
+  std::string name = f.hardware;
+  if (name.empty() && j.is_object() && j.contains("profile"))
+    name = json_reader::get_string(j.at("profile"), "profile", "\"h100-sxm-80gb\"");
+  if (name.empty())
+    throw InputError("--hardware", "is missing", "name the profile to calibrate (--hardware h100) or give \"profile\" in the file");
+  if (!f.output.empty() && !is_json_path(f.output))
+    throw InputError("--output", "is '" + f.output + "', not a .json path", "write the fitted profile to a .json file");
+  std::string profile_path;
+  HardwareProfile start;
+  if (is_json_path(name)) {
+    profile_path = name;
+    start = load_hardware_profile_file(name);
+  } else {
+    start = load_hardware_profile(name, "--hardware");
+    profile_path = (fs::path(hardware_profile_dir()) / (start.name + ".json")).string();
+  }
+  sim::CalibrationInput input;
+  try {
+    input = sim::parse_calibration_input(j);
+  } catch (const InputError& e) {
+    throw InputError(f.measurements + ": " + e.where(), std::string(e.what()).substr(e.where().size() + 2), "");
+  }
+  const sim::Calibration c = sim::calibrate(start, input);
+  fmt::print("calibrated {} from {}: {} collective and {} kernel samples\n", start.name, f.measurements,
+             input.collectives.size(), input.kernels.size());
+  if (!input.collectives.empty())
+    fmt::print("  collectives: typical error {} before, {} after\n", pct(c.collective_error_before), pct(c.collective_error_after));
+  if (!input.kernels.empty())
+    fmt::print("  kernels: typical error {} before, {} after\n", pct(c.kernel_error_before), pct(c.kernel_error_after));
+  for (const auto& fig : c.fitted)
+    fmt::print("  {}: {} -> {}\n", fig, figure_json(start, fig).dump(), figure_json(c.profile, fig).dump());
+  if (c.fitted.empty()) fmt::print("  nothing to fit (no samples)\n");
+  if (f.output.empty()) return 0;
+
+  // The fitted profile: the original file with the fitted figures and their sources replaced.
+  json out = json_reader::read_json_file(profile_path);
+  out["name"] = fs::path(f.output).stem().string();
+  out["aliases"] = json::array();
+  out["description"] = "calibrated from " + fs::path(f.measurements).filename().string() + ": " +
+                       out.value("description", start.name);
+  for (const auto& fig : c.fitted) {
+    out[fig] = figure_json(c.profile, fig);
+    out["sources"][fig] = fmt::format(
+        "fitted by fullshard calibrate from {} ({} collective / {} kernel samples; typical error {} -> {} "
+        "collectives, {} -> {} kernels)",
+        fs::path(f.measurements).filename().string(), input.collectives.size(), input.kernels.size(),
+        pct(c.collective_error_before), pct(c.collective_error_after), pct(c.kernel_error_before),
+        pct(c.kernel_error_after));
+  }
+  std::ofstream o(f.output);
+  if (!o) throw InputError("--output", "cannot write '" + f.output + "'", "check the directory exists and is writable");
+  o << out.dump(2) << "\n";
+  fmt::print("  fitted profile written to {} (use it as \"hardware\": {{\"profile\": \"{}\"}})\n", f.output, f.output);
+  return 0;
+}
+
+}  // namespace fullshard::cli

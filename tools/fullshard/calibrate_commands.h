@@ -1,0 +1,20 @@
+#pragma once
+// `fullshard calibrate MEASUREMENTS.json --hardware PROFILE [-o OUT.json]`: fits a hardware
+// profile's time-model figures to measured nccl-tests results and kernel timings
+// (simulator/cost/calibrate.h, docs/cost-model.md "Calibration") and writes the fitted profile.
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace fullshard::cli {
+
+struct CalibrateFlags {
+  std::string measurements;  // JSON: {"profile"?, "collectives": [...], "kernels": [...]}
+  std::string hardware;      // profile name or .json path (default: the file's "profile")
+  std::string output;        // the fitted profile (.json); empty: print only
+};
+
+CLI::App* add_calibrate_command(CLI::App& app, CalibrateFlags& flags);
+int cmd_calibrate(const CalibrateFlags& flags);
+
+}  // namespace fullshard::cli
