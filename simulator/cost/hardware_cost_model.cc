@@ -28,8 +28,14 @@ double HardwareCostModel::kernel_seconds(const Instr& kernel) const { return com
 
 const HardwareCostModel::GroupEntry& HardwareCostModel::entry(const GroupInfo& group) const {
   auto it = cache_.find(&group);
-  if (it != cache_.end() && it->second.topology.nranks == static_cast<int>(group.ranks.size())) return it->second;
+  const int first = group.ranks.empty() ? -1 : group.ranks.front();
+  const int last = group.ranks.empty() ? -1 : group.ranks.back();
+  if (it != cache_.end() && it->second.topology.nranks == static_cast<int>(group.ranks.size()) &&
+      it->second.first == first && it->second.last == last)
+    return it->second;
   GroupEntry e;
+  e.first = first;
+  e.last = last;
   e.topology = group_topology(group.ranks, layout_);
   for (int f = 0; f < 4; ++f) e.tables[static_cast<size_t>(f)] = nccl::tune(platform_, e.topology, static_cast<nccl::Func>(f));
   return cache_[&group] = e;

@@ -34,9 +34,11 @@ class HardwareCostModel final : public CostModel {
   struct GroupEntry {
     GroupTopology topology;
     std::array<nccl::TuningTable, 4> tables;  // by nccl::Func
+    int first = -1, last = -1;                // the group's first and last rank
   };
   // NOTE [Group cache]: keyed by the GroupInfo's address, which is stable for one engine run
-  // (the engine's groups vector does not change while it plays); the rank count is checked.
+  // (the engine's groups vector does not change while it plays); the rank count and the first
+  // and last ranks are checked, so a model reused with another groups vector recomputes.
   const GroupEntry& entry(const GroupInfo& group) const;
   nccl::Choice choice(const Instr& collective, const GroupInfo& group) const;
 
