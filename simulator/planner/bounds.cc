@@ -5,6 +5,8 @@
 #include <unordered_map>
 
 #include "core/common/error.h"
+#include "core/fsdp/shard_layout.h"
+#include "core/scenario/training_program.h"
 #include "simulator/engine/diagnostics.h"
 #include "simulator/simulate.h"
 
@@ -18,6 +20,23 @@ bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.
 // so the proxy's cost says nothing certain about the full model's.
 bool aggregate_op(std::string_view name) {
   return starts_with(name, "optimizer.step") || starts_with(name, "clip_grad_norm");
+}
+
+// Elements of `rank`'s local (unpadded) shards over every parameter: what the aggregate
+// kernels' FLOPs and bytes are proportional to (core/optim/adamw.cc).
+double local_elements(const Scenario& s, int rank) {
+  Transformer model(s.model);
+  const MeshInfo mi = mesh_info_for(s, rank);
+  const int w = mi.shard_group.size();
+  const int idx = mi.shard_group.index_of(rank);
+  double n = 0;
+  model.root().for_each_param([&](Param& p) {
+    const int64_t rows = p.shape[0];
+    int64_t per_row = 1;
+    for (size_t d = 1; d < p.shape.size(); ++d) per_row *= p.shape[d];
+    n += static_cast<double>(shard_rows(rows, w, idx)) * static_cast<double>(per_row);
+  });
+  return n;
 }
 
 ActivationCheckpointing uniform(BlockCheckpoint mode) {
@@ -35,17 +54,32 @@ long last_marker(const sim::Program& p, std::string_view label) {
   return -1;
 }
 
-void measure_time(const sim::Program& p, const sim::PlayedRun& run, int last_step, ClassProfile& cp) {
+// `scale`: the full model's local elements over the proxy's (NOTE [Block bounds]).
+void measure_time(const sim::Program& p, const sim::PlayedRun& run, int last_step, double scale, ClassProfile& cp) {
+  const double launch = run.cost.launch_overhead_seconds();
   for (const sim::Instr& in : p.instrs) {
     if (in.step != last_step) continue;
     if (in.type != sim::InstrType::kKernel && in.type != sim::InstrType::kCollective) continue;
     const std::string_view name = sim::instr_name(p, in);
-    if (aggregate_op(name)) continue;
-    const double s = in.type == sim::InstrType::kKernel ? run.cost.kernel_seconds(in)
-                                                        : run.cost.collective_seconds(in, run.groups[in.group]);
     const int owner = block_of(name);
     auto& acc = owner == 0 ? cp.block0_s : owner == 1 ? cp.block1_s : cp.root_s;
+    acc[ClassProfile::kHost] += launch;
+    double s;
+    if (in.type == sim::InstrType::kCollective) {
+      s = run.cost.collective_seconds(in, run.groups[in.group]);
+      double& sd = cp.slowdown[static_cast<int>(in.stream)];
+      sd = std::min(sd, std::min(0.95, run.cost.collective_load(in, run.groups[in.group]).compute_slowdown));
+    } else if (aggregate_op(name)) {
+      sim::Instr full = in;
+      full.flops *= scale;
+      full.bytes *= scale;
+      s = run.cost.kernel_seconds(full);
+    } else {
+      s = run.cost.kernel_seconds(in);
+    }
     acc[static_cast<int>(in.stream)] += s;
+    if (in.type == sim::InstrType::kKernel && in.stream == StreamRole::kDefault && in.place == sim::KernelPlace::kDevice)
+      (owner == 0 ? cp.block0_device : owner == 1 ? cp.block1_device : cp.root_device) += s;
   }
 }
 
@@ -140,7 +174,9 @@ ProxyProfile profile_proxy(const Scenario& full, BlockCheckpoint mode) {
   o.on_played = [&](const sim::PlayedRun& run) {
     for (const sim::Program& p : run.programs) {
       ClassProfile cp;
-      measure_time(p, run, last_step, cp);
+      const double proxy_elements = local_elements(s, p.rank);
+      const double scale = proxy_elements > 0 ? local_elements(full, p.rank) / proxy_elements : 1.0;
+      measure_time(p, run, last_step, scale, cp);
       measure_memory(p, cp);
       out.classes.push_back(cp);
     }
@@ -163,22 +199,31 @@ Bounds combine_bounds(const std::array<const ProxyProfile*, 3>& proxies, const s
     auto prof = [&](BlockCheckpoint m) -> const ClassProfile& { return proxies[static_cast<int>(m)]->classes[ci]; };
     // The root's share is the same in every proxy (the root's work does not depend on the
     // blocks' checkpointing); the smallest keeps the bound safe regardless.
-    std::array<double, kNumStreams> time{};
+    std::array<double, kNumStreams + 1> time{};
     time.fill(std::numeric_limits<double>::infinity());
     uint64_t window = std::numeric_limits<uint64_t>::max(), opt = std::numeric_limits<uint64_t>::max();
+    double device = std::numeric_limits<double>::infinity();
+    std::array<double, kNumStreams> slowdown;
+    slowdown.fill(1.0);
     for (BlockCheckpoint m : blocks) {
-      for (int s = 0; s < kNumStreams; ++s) time[s] = std::min(time[s], prof(m).root_s[s]);
+      for (int s = 0; s <= kNumStreams; ++s) time[s] = std::min(time[s], prof(m).root_s[s]);
+      for (int s = 0; s < kNumStreams; ++s) slowdown[s] = std::min(slowdown[s], prof(m).slowdown[s]);
+      device = std::min(device, prof(m).root_device);
       window = std::min(window, prof(m).window_root);
       opt = std::min(opt, prof(m).opt_root);
     }
     const size_t last = blocks.size() - 1;
     for (size_t i = 0; i < blocks.size(); ++i) {
       const ClassProfile& c = prof(blocks[i]);
-      for (int s = 0; s < kNumStreams; ++s) time[s] += i == last ? c.block1_s[s] : c.block0_s[s];
+      for (int s = 0; s <= kNumStreams; ++s) time[s] += i == last ? c.block1_s[s] : c.block0_s[s];
+      device += i == last ? c.block1_device : c.block0_device;
       window += i == last ? c.window_block1 : c.window_block0;
       opt += i == last ? c.opt_block1 : c.opt_block0;
     }
-    for (int s = 0; s < kNumStreams; ++s) b.step_time_s = std::max(b.step_time_s, time[s]);
+    for (int s = 0; s <= kNumStreams; ++s) b.step_time_s = std::max(b.step_time_s, time[s]);
+    for (int s = 0; s < kNumStreams; ++s)
+      if (s != static_cast<int>(StreamRole::kDefault) && slowdown[s] < 1.0)
+        b.step_time_s = std::max(b.step_time_s, device + slowdown[s] * time[s]);
     b.peak_bytes = std::max({b.peak_bytes, window, opt});
   }
   return b;

@@ -14,9 +14,16 @@
 //    any one stream's summed op costs in that step: root + sum over blocks of the block's.
 //    The engine only ever slows ops (NOTE [Rates] in engine.cc; a planner scenario has no
 //    faster ranks), so the cost model's seconds are lower bounds on each op's duration.
-//    Aggregate kernels whose size grows with the model (the foreach AdamW step, clipping's
-//    foreach kernels) are left out (counted as 0), so the bound never relies on how the cost
-//    model scales them.
+//    Kernels over every parameter at once (the foreach AdamW step, clipping's foreach kernels)
+//    have FLOPs and bytes proportional to the rank's local shard elements; the proxy's kernel
+//    with its FLOPs and bytes scaled to the full model's elements *is* the full model's
+//    kernel, and the cost model prices it. The host also pays the launch overhead for every
+//    op of the step, one after another, so the step takes at least (ops x launch overhead).
+//    And while a collective runs, device kernels progress at most at (1 - its compute
+//    slowdown): with W the compute stream's device-kernel seconds and B the busy time of one
+//    communication stream whose collectives slow compute by at least s, the step covers the
+//    device kernels' busy time plus the stream's time outside it, which is at least
+//    W - (1 - s) x overlap + B >= W + s x B >= W + s x (its summed costs).
 //  - Memory: at any moment between the last block's forward and its backward (the loss and
 //    its backward, all root work) every block holds what proxy block 0 holds then (its saved
 //    activations, its output, its shards, optimizer state, kept unsharded parameters or
@@ -41,8 +48,14 @@ namespace fullshard::planner {
 
 // What one proxy (2 blocks, both in one mode) says about one rank class.
 struct ClassProfile {
-  // Summed cost-model seconds of the last step's ops per stream: root, block 0, block 1.
-  std::array<double, kNumStreams> root_s{}, block0_s{}, block1_s{};
+  // Summed cost-model seconds of the last step's ops per stream, root, block 0, block 1; the
+  // last slot is the host's launch overheads. The root's include the aggregate kernels priced
+  // at the full model's size.
+  static constexpr int kHost = kNumStreams;
+  std::array<double, kNumStreams + 1> root_s{}, block0_s{}, block1_s{};
+  double root_device = 0, block0_device = 0, block1_device = 0;  // device kernels on the compute stream
+  std::array<double, kNumStreams> slowdown;  // smallest compute slowdown of a stream's collectives (1: none)
+  ClassProfile() { slowdown.fill(1.0); }
   // Live device bytes (requests rounded to 512 B) between the last block's forward and its
   // backward: the root's largest, and each block's (constant there).
   uint64_t window_root = 0, window_block0 = 0, window_block1 = 0;

@@ -170,6 +170,7 @@ PlanResult plan(const PlanOptions& opt) {
     });
   }
   res.programs_simulated = ran;
+  if (opt.progress && !order.empty()) opt.progress(order.size(), order.size(), "simulate");  // the search is done
 
   // ---- results (NOTE [Branch and bound]: reported as simulated only when upper bound >= best)
   for (const Program& p : progs) {

@@ -5,8 +5,10 @@
 //   fullshard train SCENARIO.json --backend gloo [--nproc N] [--metrics M.jsonl] [--steps K]
 //   fullshard compare SCENARIO.json [--json OUT.json]
 //   fullshard models [--json]
+//   fullshard plan --model NAME|--hf-config C.json|--scenario S.json --gpus N --gpus-per-node G --gpu PROFILE
+//                  --seq-len L [--global-batch B] [--headroom F] [--json OUT.json] [--write-scenario BEST.json]
 // Exit codes: 0 ok; 1 the simulation found protocol problems, a rank failed, or predicted and
-// measured memory differ; 2 bad input; 3 out of memory.
+// measured memory differ; 2 bad input; 3 out of memory (plan: nothing fits).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -21,6 +23,7 @@
 #include "simulator/report.h"
 #include "simulator/simulate.h"
 #include "tools/fullshard/commands.h"
+#include "tools/fullshard/plan_commands.h"
 #include "tools/fullshard/plot_commands.h"
 
 namespace {
@@ -131,6 +134,8 @@ int main(int argc, char** argv) {
   plot->add_option("-o,--output", plot_out, "OUT.html (interactive page) or OUT.svg (static picture)")->required();
   plot->add_option("--rank", plot_rank, "show the timeline holding this rank first (HTML) or only (SVG)");
   plot->add_option("--title", plot_title, "title (default: the scenarios' names)");
+  fullshard::cli::PlanFlags plan_flags;
+  auto* plan = fullshard::cli::add_plan_command(app, plan_flags);
   auto* models = app.add_subcommand("models", "list the model zoo with exact parameter counts");
   models->add_flag("--json", models_json, "JSON output");
   try {
@@ -144,6 +149,7 @@ int main(int argc, char** argv) {
     if (*sim) return cmd_simulate(scenario, json_out, ranks, !no_checks, timeline_out, trace_out);
     if (*plot) return fullshard::cli::cmd_plot(plot_inputs, plot_out, plot_rank, plot_title);
     if (*models) return cmd_models(models_json);
+    if (*plan) return fullshard::cli::cmd_plan(plan_flags);
     if (*train) return fullshard::cli::cmd_train(lo, backend, train_json);
     if (*compare) {
       lo.progress = false;

@@ -1,0 +1,226 @@
+#include "tools/fullshard/plan_commands.h"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+
+#include "core/common/error.h"
+#include "core/scenario/hardware_profile.h"
+#include "core/scenario/json_reader.h"
+#include "core/scenario/scenario.h"
+#include "simulator/planner/candidate_json.h"
+#include "simulator/planner/plan_report.h"
+#include "simulator/planner/planner.h"
+#include "tools/fullshard/plot_commands.h"
+
+namespace fullshard::cli {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+CLI::App* add_plan_command(CLI::App& app, PlanFlags& f) {
+  auto* p = app.add_subcommand("plan", "which sharding, precision and checkpointing settings fit on N GPUs, and which is fastest");
+  p->add_option("--model", f.model, "model zoo name (see `fullshard models`)");
+  p->add_option("--hf-config", f.hf_config, "a Hugging Face config.json (Llama, Mistral, Qwen2, GPT-2)");
+  p->add_option("--scenario", f.scenario, "start from a scenario file (model, hardware, optimizer, ...)");
+  p->add_option("--gpus", f.gpus, "number of GPUs (ranks)");
+  p->add_option("--gpus-per-node", f.gpus_per_node, "GPUs per node (default: the profile's)");
+  p->add_option("--gpu", f.gpu, "hardware profile, e.g. h100-sxm-80gb (scenarios/hardware/)");
+  p->add_option("--seq-len", f.seq_len, "tokens per sequence");
+  p->add_option("--global-batch", f.global_batch, "sequences per optimizer step over all GPUs (default: free)");
+  p->add_option("--micro-batches", f.micro_batches, "micro-batch sizes to try without --global-batch (default 1 2 4 8)");
+  p->add_option("--headroom", f.headroom, "fraction of the allocator's memory to keep free (default 0.05; 0: fits means what `fullshard simulate` says)");
+  p->add_option("--json", f.json_out, "write every configuration, in rank order, here (JSON)");
+  p->add_option("--write-scenario", f.write_scenario, "write the recommended configuration as a scenario file here");
+  p->add_option("--top", f.top, "rows of the ranked table to print (default 10)");
+  p->add_flag("--exhaustive", f.exhaustive, "simulate every configuration (no pruning by lower bounds)");
+  p->add_option("--threads", f.threads, "simulation threads (default: one per hardware thread)");
+  return p;
+}
+
+namespace {
+
+// NOTE [Plan flag errors]: the base scenario is built as JSON and parsed by parse_scenario,
+// so its errors name JSON paths; for the flags the user typed, they are renamed to the flag.
+[[noreturn]] void rethrow_for_flags(const InputError& e, const PlanFlags& f) {
+  std::string where = e.where();
+  std::string what = e.what();
+  auto rename = [&](const std::string& prefix, const std::string& flag) {
+    if (where.rfind(prefix, 0) != 0) return false;
+    const std::string rest = what.substr(std::min(what.size(), where.size()));
+    throw InputError(flag, rest.rfind(": ", 0) == 0 ? rest.substr(2) : rest, "");
+  };
+  if (f.scenario.empty()) {
+    rename("model", f.hf_config.empty() ? "--model" : "--hf-config");
+    rename("training.seq_len", "--seq-len");
+  }
+  if (!f.gpu.empty()) rename("hardware.profile", "--gpu");
+  throw e;
+}
+
+json base_json(const PlanFlags& f, HardwareProfile& profile) {
+  const int given = (f.model.empty() ? 0 : 1) + (f.hf_config.empty() ? 0 : 1) + (f.scenario.empty() ? 0 : 1);
+  if (given != 1)
+    throw InputError(given == 0 ? "--model" : "--scenario", given == 0 ? "no model given" : "several model sources given",
+                     "give exactly one of --model NAME (see `fullshard models`), --hf-config config.json or "
+                     "--scenario S.json");
+  json j;
+  if (!f.scenario.empty()) {
+    j = json_reader::read_json_file(f.scenario);
+    if (!j.is_object()) throw InputError("--scenario", "'" + f.scenario + "' is not a JSON object", "give a scenario file");
+    const fs::path dir = fs::path(f.scenario).parent_path();
+    j = planner::absolutize_paths(j, dir.empty() ? "." : dir.string());
+    if (!j.contains("name")) j["name"] = fs::path(f.scenario).stem().string();
+    // The planner chooses these; a mesh or reshard int for another world would not parse.
+    if (j.contains("fsdp") && j["fsdp"].is_object()) {
+      j["fsdp"].erase("mesh");
+      j["fsdp"].erase("reshard_after_forward");
+    }
+  } else {
+    if (!f.model.empty()) {
+      j["model"] = f.model;
+    } else {
+      std::error_code ec;
+      if (!fs::exists(f.hf_config, ec))
+        throw InputError("--hf-config", "file not found: '" + f.hf_config + "'",
+                         "give the path of a Hugging Face config.json or of the model directory holding one");
+      j["model"] = {{"hf_config", fs::absolute(f.hf_config).lexically_normal().string()}};
+    }
+    j["name"] = "plan";
+    j["training"] = {{"steps", 2}};
+    j["hardware"] = json::object();
+  }
+  if (!j.contains("training") || !j["training"].is_object()) j["training"] = json::object();
+  if (!j.contains("hardware") || !j["hardware"].is_object()) j["hardware"] = json::object();
+  json& t = j["training"];
+  json& h = j["hardware"];
+  if (f.seq_len) t["seq_len"] = *f.seq_len;
+  else if (!t.contains("seq_len")) throw InputError("--seq-len", "is missing", "give the tokens per sequence, e.g. --seq-len 8192");
+  if (!f.gpu.empty()) h["profile"] = f.gpu;
+  else if (!h.contains("profile")) throw InputError("--gpu", "is missing", "give a hardware profile, e.g. --gpu h100-sxm-80gb");
+  if (!f.gpu.empty()) {
+    profile = load_hardware_profile(f.gpu, "--gpu");
+  } else {
+    const std::string p = h["profile"].is_string() ? h["profile"].get<std::string>() : "";
+    profile = p.size() > 5 && p.substr(p.size() - 5) == ".json" ? load_hardware_profile_file(p)
+                                                                 : load_hardware_profile(p, "hardware.profile");
+  }
+  int gpn = f.gpus_per_node ? *f.gpus_per_node
+            : h.contains("gpus_per_node") && h["gpus_per_node"].is_number_integer() ? h["gpus_per_node"].get<int>()
+                                                                                      : profile.gpus_per_node;
+  int gpus;
+  if (f.gpus) gpus = *f.gpus;
+  else if (!f.scenario.empty()) gpus = gpn * (h.contains("nodes") && h["nodes"].is_number_integer() ? h["nodes"].get<int>() : 1);
+  else throw InputError("--gpus", "is missing", "give the number of GPUs, e.g. --gpus 256");
+  if (gpus < 1) throw InputError("--gpus", fmt::format("is {}", gpus), "give the number of GPUs, e.g. --gpus 256");
+  if (gpn < 1) throw InputError("--gpus-per-node", fmt::format("is {}", gpn), "give the GPUs in one node, e.g. --gpus-per-node 8");
+  // Whole nodes, with the flag names (check_space_options has the same rule and message).
+  planner::SpaceOptions probe;
+  probe.gpus = gpus;
+  probe.gpus_per_node = gpn;
+  planner::check_space_options(probe);
+  h["gpus_per_node"] = gpn;
+  h["nodes"] = gpus / gpn;
+  return j;
+}
+
+// A progress bar on stderr, drawn once the sweep has run for a second.
+class ProgressBar {
+ public:
+  void operator()(size_t done, size_t total, const char* phase) {
+    std::lock_guard<std::mutex> l(mu_);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    if (phase_ != phase) {
+      if (drawn_) std::fputc('\n', stderr);
+      phase_ = phase;
+      drawn_ = false;
+      last_ = -1;
+    }
+    if (secs < 1.0 || (secs - last_ < 0.1 && done != total)) return;
+    last_ = secs;
+    constexpr int kWidth = 30;
+    const int fill = total ? static_cast<int>(kWidth * done / total) : kWidth;
+    std::fprintf(stderr, "\r  %-8s [%s%s] %zu/%zu  %.1f s", phase, std::string(static_cast<size_t>(fill), '#').c_str(),
+                 std::string(static_cast<size_t>(kWidth - fill), '.').c_str(), done, total, secs);
+    std::fflush(stderr);
+    drawn_ = true;
+  }
+  void finish() {
+    std::lock_guard<std::mutex> l(mu_);
+    if (drawn_) std::fputc('\n', stderr);
+    drawn_ = false;
+  }
+
+ private:
+  std::mutex mu_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::string phase_;
+  double last_ = -1;
+  bool drawn_ = false;
+};
+
+}  // namespace
+
+int cmd_plan(const PlanFlags& f) {
+  const auto start = std::chrono::steady_clock::now();
+  if (!f.json_out.empty()) check_output_path("--json", f.json_out, {".json"});
+  if (!f.write_scenario.empty()) check_output_path("--write-scenario", f.write_scenario, {".json"});
+  if (!(f.headroom >= 0 && f.headroom < 1))
+    throw InputError("--headroom", fmt::format("is {}", f.headroom),
+                     "give the fraction of GPU memory to keep free, in [0, 1), e.g. 0.05");
+  if (f.top < 1) throw InputError("--top", "is 0", "give the number of rows to print, e.g. --top 10");
+  HardwareProfile profile;
+  const json base = base_json(f, profile);
+  planner::PlanOptions o;
+  try {
+    o.base = parse_scenario(base, ".");
+  } catch (const InputError& e) {
+    rethrow_for_flags(e, f);
+  }
+  o.base.training.steps = 2;  // steady state: optimizer state exists from the first step on
+  o.space.gpus = o.base.world_size();
+  o.space.gpus_per_node = o.base.hardware.gpus_per_node;
+  o.space.n_layers = o.base.model.n_layers;
+  o.space.global_batch = f.global_batch;
+  if (!f.micro_batches.empty()) o.space.micro_batches = f.micro_batches;
+  o.headroom = f.headroom;
+  o.prune = !f.exhaustive;
+  o.threads = f.threads;
+  planner::check_space_options(o.space);
+  ProgressBar bar;
+  o.progress = [&bar](size_t d, size_t t, const char* phase) { bar(d, t, phase); };
+  const planner::PlanResult r = planner::plan(o);
+  bar.finish();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cout << planner::plan_text(o, r, f.top, wall);
+  if (!f.json_out.empty()) {
+    std::ofstream out(f.json_out);
+    const json j = planner::plan_json(o, r, wall);
+    out << j.dump(r.configs.size() <= 2000 ? 1 : -1) << "\n";
+    if (!out) throw InputError("--json", "could not write '" + f.json_out + "'", "check the disk and the path");
+    std::cout << "  configurations written to " << f.json_out << "\n";
+  }
+  if (!f.write_scenario.empty()) {
+    if (!r.best_fits()) {
+      std::cout << "  nothing fits: no scenario written to " << f.write_scenario << "\n";
+    } else {
+      const planner::Candidate& c = r.configs.front().candidate;
+      const std::string name = fs::path(f.write_scenario).stem().string();
+      json j = planner::candidate_scenario_json(base, c, name,
+                                                "Recommended by fullshard plan: " + planner::candidate_text(c) + ".");
+      std::ofstream out(f.write_scenario);
+      out << j.dump(2) << "\n";
+      if (!out) throw InputError("--write-scenario", "could not write '" + f.write_scenario + "'", "check the disk and the path");
+      std::cout << "  recommended scenario written to " << f.write_scenario << "\n";
+    }
+  }
+  return r.best_fits() ? 0 : 3;
+}
+
+}  // namespace fullshard::cli

@@ -1,0 +1,36 @@
+#pragma once
+// `fullshard plan`: the capacity planner's command line (docs/planner.md).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+namespace fullshard::cli {
+
+struct PlanFlags {
+  std::string model, hf_config, scenario;  // exactly one
+  std::optional<int> gpus, gpus_per_node;
+  std::string gpu;
+  std::optional<int64_t> seq_len, global_batch;
+  std::vector<int64_t> micro_batches;  // without --global-batch (default 1, 2, 4, 8)
+  double headroom = 0.05;
+  std::string json_out, write_scenario;
+  size_t top = 10;
+  bool exhaustive = false;
+  int threads = 0;
+};
+
+// Adds the `plan` subcommand and its flags to `app`, bound to `flags`.
+CLI::App* add_plan_command(CLI::App& app, PlanFlags& flags);
+
+// fullshard plan --model NAME|--hf-config config.json|--scenario S.json --gpus N
+//   --gpus-per-node G --gpu PROFILE --seq-len L [--global-batch B] [--headroom F]
+//   [--json OUT.json] [--write-scenario BEST.json] [--top K] [--exhaustive]
+// Exit codes: 0 something fits; 3 nothing fits; bad input throws InputError (exit 2).
+int cmd_plan(const PlanFlags& flags);
+
+}  // namespace fullshard::cli
