@@ -7,6 +7,7 @@
 //   fullshard models [--json]
 //   fullshard plan --model NAME|--hf-config C.json|--scenario S.json --gpus N --gpus-per-node G --gpu PROFILE
 //                  --seq-len L [--global-batch B] [--headroom F] [--json OUT.json] [--write-scenario BEST.json]
+//   fullshard calibrate MEASUREMENTS.json [--hardware PROFILE] [-o FITTED.json]
 // Exit codes: 0 ok; 1 the simulation found protocol problems, a rank failed, or predicted and
 // measured memory differ; 2 bad input; 3 out of memory (plan: nothing fits).
 #include <CLI/CLI.hpp>
@@ -22,6 +23,7 @@
 #include "core/scenario/scenario.h"
 #include "simulator/report.h"
 #include "simulator/simulate.h"
+#include "tools/fullshard/calibrate_commands.h"
 #include "tools/fullshard/commands.h"
 #include "tools/fullshard/plan_commands.h"
 #include "tools/fullshard/plot_commands.h"
@@ -136,6 +138,8 @@ int main(int argc, char** argv) {
   plot->add_option("--title", plot_title, "title (default: the scenarios' names)");
   fullshard::cli::PlanFlags plan_flags;
   auto* plan = fullshard::cli::add_plan_command(app, plan_flags);
+  fullshard::cli::CalibrateFlags calibrate_flags;
+  auto* calibrate = fullshard::cli::add_calibrate_command(app, calibrate_flags);
   auto* models = app.add_subcommand("models", "list the model zoo with exact parameter counts");
   models->add_flag("--json", models_json, "JSON output");
   try {
@@ -150,6 +154,7 @@ int main(int argc, char** argv) {
     if (*plot) return fullshard::cli::cmd_plot(plot_inputs, plot_out, plot_rank, plot_title);
     if (*models) return cmd_models(models_json);
     if (*plan) return fullshard::cli::cmd_plan(plan_flags);
+    if (*calibrate) return fullshard::cli::cmd_calibrate(calibrate_flags);
     if (*train) return fullshard::cli::cmd_train(lo, backend, train_json);
     if (*compare) {
       lo.progress = false;

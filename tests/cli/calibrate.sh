@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# `fullshard calibrate`: fits the h100 profile to nccl-tests-style measurements and kernel
+# timings, writes a fitted profile a scenario can name, and rejects bad input with exit 2.
+set -eu
+bin="$1"; src="$2"
+tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
+cat > "$tmp/m.json" <<'J'
+{
+  "profile": "h100",
+  "collectives": [
+    {"collective": "all_gather", "nodes": 1, "gpus_per_node": 8, "bytes": 1073741824, "busbw_gbs": 300},
+    {"collective": "reduce_scatter", "nodes": 1, "gpus_per_node": 8, "bytes": 268435456, "busbw_gbs": 290},
+    {"collective": "all_gather", "nodes": 2, "gpus_per_node": 8, "bytes": 1073741824, "busbw_gbs": 250}
+  ],
+  "kernels": [{"op": "matmul", "dtype": "bf16", "flops": 962e9, "bytes": 1.3e8, "time_s": 0.0014}]
+}
+J
+"$bin" calibrate "$tmp/m.json" -o "$tmp/h100-fitted.json" > "$tmp/out"
+grep -q "intra_node_bus_bandwidth" "$tmp/out"
+grep -q "matmul_efficiency" "$tmp/out"
+grep -q "typical error" "$tmp/out"
+python3 - "$tmp/h100-fitted.json" <<'P'
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert p["name"] == "h100-fitted", p["name"]
+assert 250e9 < p["intra_node_bus_bandwidth"] < 350e9, p["intra_node_bus_bandwidth"]
+assert "fitted by fullshard calibrate" in p["sources"]["intra_node_bus_bandwidth"]
+assert p["matmul_efficiency"][0][1] < 0.95
+P
+# The fitted profile drives a scenario.
+sed 's/"profile": "h100-sxm-80gb"/"profile": "h100-fitted.json"/' "$src/scenarios/llama3.1-8b-fsdp8-h100.json" \
+  | sed 's#"\$schema": "../docs/scenario.schema.json", ##' > "$tmp/s.json"
+"$bin" simulate "$tmp/s.json" > "$tmp/sim.out"
+grep -q "nccl+roofline" "$tmp/sim.out"
+set +e
+echo '{"collectives": [{"collective": "allgather", "bytes": 1, "time_us": 1}]}' > "$tmp/bad.json"
+"$bin" calibrate "$tmp/bad.json" --hardware h100 > "$tmp/bad.out" 2>&1; rc=$?
+set -e
+[ "$rc" -eq 2 ] || { echo "expected exit 2, got $rc"; cat "$tmp/bad.out"; exit 1; }
+grep -q "collectives\[0\].collective" "$tmp/bad.out"
+echo ok
