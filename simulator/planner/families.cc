@@ -41,10 +41,11 @@ std::string memory_reason(const ConfigResult& m, const PlanResult& r) {
 
 std::string speed_reason(const ConfigResult& m, const ConfigResult& w) {
   const double pct = 100.0 * (1.0 - m.tokens_per_s_per_gpu / w.tokens_per_s_per_gpu);
+  const std::string pct_text = pct < 1 ? fmt::format("{:.2f}%", pct) : fmt::format("{:.1f}%", pct);
   if (m.verdict == Verdict::kTimeBound)
-    return fmt::format("at least {:.1f}% slower than the best: its busiest stream alone takes >= {} per step, "
+    return fmt::format("at least {} slower than the best: its busiest stream alone takes >= {} per step, "
                        "at most {:.0f} tokens/s per GPU (best: {})",
-                       pct, seconds_text(m.step_time_s), m.tokens_per_s_per_gpu, candidate_text(m.candidate));
+                       pct_text, seconds_text(m.step_time_s), m.tokens_per_s_per_gpu, candidate_text(m.candidate));
   if (m.tokens_per_s_per_gpu == w.tokens_per_s_per_gpu)
     return fmt::format("as fast, but reserves {} vs {} (best: {})", bytes_text(m.peak_reserved_bytes),
                        bytes_text(w.peak_reserved_bytes), candidate_text(m.candidate));
@@ -61,7 +62,7 @@ std::string speed_reason(const ConfigResult& m, const ConfigResult& w) {
     cause = fmt::format("work outside compute and communication (CPU optimizer, host copies, launches, waits) takes "
                         "{} vs {}",
                         seconds_text(mo), seconds_text(wo));
-  return fmt::format("{:.1f}% slower than the best because {} per step{} (best: {})", pct, cause,
+  return fmt::format("{} slower than the best because {} per step{} (best: {})", pct_text, cause,
                      f != 1.0 ? fmt::format(" at the best's {:.0f} sequences per GPU", tokens(w.candidate)) : "",
                      candidate_text(m.candidate));
 }

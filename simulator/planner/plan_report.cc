@@ -2,6 +2,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cstdint>
+
 #include <fmt/format.h>
 
 #include "simulator/planner/families.h"
@@ -91,7 +94,28 @@ std::string plan_text(const PlanOptions& o, const PlanResult& r, size_t top, dou
                        bytes_text(best.needed_bytes));
   }
   out += "rejected:\n";
-  for (const FamilyReason& f : family_reasons(r)) out += fmt::format("  {} {}: {}\n", f.setting, f.value, f.reason);
+  // Selective periods that all run out of memory share one line (OUT.json keeps each).
+  std::vector<std::string> oom_periods;
+  uint64_t oom_lo = UINT64_MAX, oom_hi = 0;
+  bool oom_at_least = false;
+  for (const FamilyReason& f : family_reasons(r)) {
+    const ConfigResult& b = r.configs[f.best_index];
+    if (f.setting == "activation_checkpointing" && f.value.rfind("every ", 0) == 0 && !b.fits &&
+        b.verdict != Verdict::kTimeBound && (b.verdict == Verdict::kMemoryBound || b.out_of_memory)) {
+      oom_periods.push_back(f.value.substr(6));
+      oom_lo = std::min(oom_lo, b.over_bytes);
+      oom_hi = std::max(oom_hi, b.over_bytes);
+      oom_at_least = oom_at_least || b.verdict == Verdict::kMemoryBound;
+      continue;
+    }
+    out += fmt::format("  {} {}: {}\n", f.setting, f.value, f.reason);
+  }
+  if (!oom_periods.empty()) {
+    std::string ks;
+    for (const auto& k : oom_periods) ks += (ks.empty() ? "" : ", ") + k;
+    out += fmt::format("  activation_checkpointing every {}: out of memory by {}{}{}\n", ks, oom_at_least ? "at least " : "",
+                       bytes_text(oom_lo), oom_hi != oom_lo ? " to " + bytes_text(oom_hi) : "");
+  }
   out += fmt::format(
       "evaluated {} configurations in {:.2f} s ({:.0f}/s): {} simulated, {} ruled out by memory bounds, {} by time "
       "bounds ({} full simulations, {} 2-block bound simulations){}\n",
@@ -133,6 +157,8 @@ nlohmann::json plan_json(const PlanOptions& o, const PlanResult& r, double wall_
     const bool exact = c.verdict == Verdict::kSimulated;
     json e = candidate_settings_json(c.candidate);
     e["rank"] = i + 1;
+    // Shard groups are `shard` consecutive ranks: inside one node when they divide it.
+    e["shard_within_node"] = c.candidate.shard <= o.space.gpus_per_node && o.space.gpus_per_node % c.candidate.shard == 0;
     // Unknown (null) for a configuration ruled out by its time bound: it was not simulated.
     e["fits"] = c.verdict == Verdict::kTimeBound ? json(nullptr) : json(c.fits);
     e["verdict"] = verdict_name(c.verdict);

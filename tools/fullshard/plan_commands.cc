@@ -10,6 +10,8 @@
 #include <iostream>
 #include <mutex>
 
+#include <unistd.h>
+
 #include "core/common/error.h"
 #include "core/scenario/hardware_profile.h"
 #include "core/scenario/json_reader.h"
@@ -130,7 +132,8 @@ json base_json(const PlanFlags& f, HardwareProfile& profile) {
   return j;
 }
 
-// A progress bar on stderr, drawn once the sweep has run for a second.
+// A progress bar on stderr, drawn once the sweep has run for a second. When stderr is not a
+// terminal (a log file), each phase gets one line when it ends instead of a redrawn bar.
 class ProgressBar {
  public:
   void operator()(size_t done, size_t total, const char* phase) {
@@ -141,6 +144,11 @@ class ProgressBar {
       phase_ = phase;
       drawn_ = false;
       last_ = -1;
+    }
+    if (!tty_) {
+      if (done == total && secs >= 1.0)
+        std::fprintf(stderr, "  %s: %zu/%zu done at %.1f s\n", phase, done, total, secs);
+      return;
     }
     if (secs < 1.0 || (secs - last_ < 0.1 && done != total)) return;
     last_ = secs;
@@ -163,6 +171,7 @@ class ProgressBar {
   std::string phase_;
   double last_ = -1;
   bool drawn_ = false;
+  bool tty_ = isatty(fileno(stderr)) != 0;
 };
 
 }  // namespace
