@@ -88,6 +88,14 @@ else
   echo "FAIL train best"; cat "$tmp/train.out"; fail=1
 fi
 
+# A Hugging Face config as the model.
+if "$bin" plan --hf-config "$src/tests/data/hf/qwen2.5-7b.json" --gpus 8 --gpu h100 --seq-len 128 --global-batch 8 \
+     --top 1 > "$tmp/hf.out" 2>&1 && grep -q "^plan: qwen2 (7.62 B parameters)" "$tmp/hf.out"; then
+  echo "ok   plan --hf-config"
+else
+  echo "FAIL plan --hf-config"; cat "$tmp/hf.out"; fail=1
+fi
+
 # A scenario as the starting point (its model, profile and world).
 if "$bin" plan --scenario "$src/scenarios/tiny-llama-cpu2.json" --top 2 > "$tmp/scen.out" 2>&1 \
    && grep -q "on 2 x cpu" "$tmp/scen.out"; then
