@@ -28,6 +28,7 @@ std::vector<std::vector<int>> rank_classes(const Scenario& s) {
     std::vector<int64_t> key;
     key.reserve(shapes.size());
     for (const Shape& sh : shapes) key.push_back(shard_rows(sh[0], w, idx));
+    key.push_back(s.training.batch_for(r));  // an uneven batch changes the program too
     by_key[key].push_back(r);
   }
   std::vector<std::vector<int>> classes;
@@ -131,6 +132,7 @@ SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& opt
   // A straggler (hardware.rank_speed) makes ranks differ: simulate every rank.
   bool uneven = false;
   for (const auto& [rank, speed] : s.hardware.rank_speed) uneven |= speed != 1.0;
+  uneven |= s.training.uneven_batch();  // an uneven batch too
   const bool all_ranks = opt.all_ranks || uneven;
   rep.simulated_all_ranks = all_ranks;
   rep.capacity_bytes = s.hardware.allocator.capacity_bytes;
@@ -333,7 +335,11 @@ SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& opt
     rep.comm_s /= s.training.steps;
   }
   const auto& m = s.model;
-  const double tokens = static_cast<double>(s.training.batch_per_rank) * s.training.seq_len * s.training.grad_accum_steps;
+  // Tokens per GPU per step: the mean over ranks when the batch is uneven.
+  double batch = 0;
+  for (int r = 0; r < s.world_size(); ++r) batch += static_cast<double>(s.training.batch_for(r));
+  batch /= std::max(1, s.world_size());
+  const double tokens = batch * s.training.seq_len * s.training.grad_accum_steps;
   // torchtitan's count: 6 x non-embedding params + 12 x layers x heads x head_dim x seq.
   double embed = static_cast<double>(m.vocab_size) * m.dim;
   rep.model_flops_per_token = 6.0 * (static_cast<double>(rep.parameters) - embed) +

@@ -129,7 +129,8 @@ struct PlayedRun {
 SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& options = {});
 
 // Which ranks have identical host programs: ranks whose every parameter has the same local
-// (unpadded) shard rows run the same program. Returns the classes, each sorted.
+// (unpadded) shard rows and whose micro-batch is the same run the same program. Returns the
+// classes, each sorted.
 std::vector<std::vector<int>> rank_classes(const Scenario& s);
 
 }  // namespace fullshard::sim

@@ -175,7 +175,15 @@ void CpuBackend::load_batch(const OpCall& op, void* tokens, void* labels) {
   const int64_t batch = m.shape[0], seq = m.shape[1];
   const int64_t step = op.iargs.at(0), micro = op.iargs.at(1);
   // Global sample index: micro-batch major, then rank, then row (docs in data.h).
-  const int64_t first = (micro * world_size() + rank()) * batch;
+  int64_t first = (micro * world_size() + rank()) * batch;
+  if (!options_.rank_batches.empty()) {
+    int64_t total = 0, before = 0;
+    for (int r = 0; r < static_cast<int>(options_.rank_batches.size()); ++r) {
+      if (r < rank()) before += options_.rank_batches[r];
+      total += options_.rank_batches[r];
+    }
+    first = micro * total + before;
+  }
   options_.corpus->fill_batch(options_.data_seed, step, first, batch, seq, static_cast<int64_t*>(tokens),
                               static_cast<int64_t*>(labels));
 }

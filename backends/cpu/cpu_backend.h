@@ -39,6 +39,8 @@ struct CpuBackendOptions {
   // kLoadBatch: sequences come from here (byte tokens), sampled with `data_seed`.
   std::shared_ptr<const TextCorpus> corpus;
   uint64_t data_seed = 0;
+  // Sequences per micro-batch of every rank (global sample numbering); empty: all equal.
+  std::vector<int64_t> rank_batches;
   bool record_timeline = true;
 };
 

@@ -45,6 +45,7 @@ RankResult run_rank(const Scenario& s, const RankOptions& o, const std::function
     throw InputError("training.seq_len", "is " + std::to_string(s.training.seq_len) + ", longer than the corpus",
                      "use a shorter sequence or a longer corpus");
   bo.data_seed = s.training.seed;
+  for (int r = 0; r < bo.world_size; ++r) bo.rank_batches.push_back(s.training.batch_for(r));
   bo.record_timeline = o.timeline_points > 0;
   CpuBackend b(std::move(bo));
 
@@ -67,7 +68,7 @@ RankResult run_rank(const Scenario& s, const RankOptions& o, const std::function
       m.step = step;
       m.loss = prog.run_step(step);
       m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      m.tokens = s.training.batch_per_rank * s.training.seq_len * s.training.grad_accum_steps;
+      m.tokens = s.training.batch_for(o.rank) * s.training.seq_len * s.training.grad_accum_steps;
       m.peak_allocated_bytes = b.memory().allocator_stats().peak_allocated_bytes;
       m.peak_reserved_bytes = b.memory().allocator_stats().peak_reserved_bytes;
       // run_step() ends with a host synchronize on the compute stream, which comes after every

@@ -52,8 +52,9 @@ const std::map<std::string, std::vector<std::string>> kFields = {
       "ffn_dim", "max_seq_len", "norm_eps", "rope_theta", "tie_embeddings", "qkv_bias",
       "linear_bias"}},
     {"training",
-     {"batch_per_rank", "seq_len", "steps", "grad_accum_steps", "activation_checkpointing",
+     {"batch_per_rank", "rank_batch", "seq_len", "steps", "grad_accum_steps", "activation_checkpointing",
       "optimizer", "seed"}},
+    {"training.rank_batch", {"rank", "batch"}},
     {"training.optimizer", {"lr", "beta1", "beta2", "eps", "weight_decay", "max_grad_norm", "implementation"}},
     {"training.activation_checkpointing", {"mode", "every"}},
     {"fsdp",
@@ -315,6 +316,25 @@ TrainingOptions parse_training(const json& j, const ModelConfig& model) {
   if (j.contains("activation_checkpointing"))
     t.activation_checkpointing = parse_activation_checkpointing(j.at("activation_checkpointing"));
   if (j.contains("optimizer")) t.optimizer = parse_optimizer(j.at("optimizer"));
+  if (j.contains("rank_batch")) {
+    // [{"rank": 3, "batch": 1}, ...]: ranks whose micro-batch differs from batch_per_rank (an
+    // uneven batch); ranks are checked against the world size once the hardware is known.
+    const std::string R = "training.rank_batch";
+    const json& v = j.at("rank_batch");
+    if (!v.is_array())
+      throw InputError(R, "is " + jr::describe(v) + ", not an array", "write a list such as [{\"rank\": 1, \"batch\": 2}]");
+    for (size_t i = 0; i < v.size(); ++i) {
+      const std::string at = jr::index_path(R, i);
+      jr::require_object(v[i], at, "{\"rank\": 1, \"batch\": 2}");
+      jr::reject_unknown_fields(v[i], at, fields(R));
+      jr::require_field(v[i], at, "rank", "add \"rank\": the global rank whose batch differs");
+      jr::require_field(v[i], at, "batch", "add \"batch\": its sequences per micro-batch, e.g. 2");
+      const int rank = static_cast<int>(jr::get_int(v[i].at("rank"), at + ".rank", 0, kMaxInt, "1"));
+      const int64_t batch = jr::get_int(v[i].at("batch"), at + ".batch", 1, kMaxSize, "2");
+      if (!t.rank_batch.emplace(rank, batch).second)
+        throw InputError(at + ".rank", "is " + std::to_string(rank) + ", given twice", "give each rank once");
+    }
+  }
   if (j.contains("seed")) {
     const json& s = j.at("seed");
     t.seed = s.is_number_unsigned() ? s.get<uint64_t>()
@@ -615,6 +635,17 @@ FsdpOptions parse_fsdp(const json& j, const HardwareOptions& hw) {
 
 int Scenario::world_size() const { return hardware.nodes * hardware.gpus_per_node; }
 
+int64_t TrainingOptions::batch_for(int rank) const {
+  auto it = rank_batch.find(rank);
+  return it == rank_batch.end() ? batch_per_rank : it->second;
+}
+
+bool TrainingOptions::uneven_batch() const {
+  for (const auto& [rank, batch] : rank_batch)
+    if (batch != batch_per_rank) return true;
+  return false;
+}
+
 const std::map<std::string, std::vector<std::string>>& scenario_fields() { return kFields; }
 
 const char* checkpoint_mode_name(CheckpointMode m) {
@@ -653,6 +684,11 @@ Scenario parse_scenario(const json& j, const std::string& base_dir) {
   s.training = parse_training(j.at("training"), s.model);
   s.hardware = parse_hardware(j.at("hardware"), base_dir);
   s.fsdp = parse_fsdp(j.contains("fsdp") ? j.at("fsdp") : json::object(), s.hardware);
+  for (const auto& [rank, batch] : s.training.rank_batch)
+    if (rank >= s.world_size())
+      throw InputError("training.rank_batch", "names rank " + std::to_string(rank) + " but the job has " +
+                                                  std::to_string(s.world_size()) + " ranks",
+                       "use ranks 0.." + std::to_string(s.world_size() - 1));
   return s;
 }
 

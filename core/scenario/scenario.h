@@ -43,12 +43,15 @@ struct OptimizerOptions {
 
 struct TrainingOptions {
   int64_t batch_per_rank = 1;  // sequences per rank per micro-batch
+  std::map<int, int64_t> rank_batch;  // ranks whose micro-batch differs (an uneven batch)
   int64_t seq_len = 0;         // tokens per sequence
   int steps = 1;               // optimizer steps to run
   int grad_accum_steps = 1;    // micro-batches per optimizer step (sync on the last one)
   ActivationCheckpointing activation_checkpointing;
   OptimizerOptions optimizer;
   uint64_t seed = 0;
+  int64_t batch_for(int rank) const;  // sequences per micro-batch of `rank`
+  bool uneven_batch() const;          // some rank's batch differs from batch_per_rank
 };
 
 // ---------------------------------------------------------------- fsdp
@@ -114,7 +117,7 @@ Scenario load_scenario_file(const std::string& path);  // missing file / bad JSO
 // The field names the parser accepts in each JSON object of the format, keyed by the object's
 // path with array indices dropped: "" (top level), "model", "training", "training.optimizer",
 // "training.activation_checkpointing", "fsdp", "fsdp.mesh", "fsdp.mixed_precision",
-// "fsdp.cpu_offload", "hardware", "hardware.allocator", "hardware.rank_speed". Tests check docs/scenario.schema.json
+// "fsdp.cpu_offload", "hardware", "hardware.allocator", "hardware.rank_speed", "training.rank_batch". Tests check docs/scenario.schema.json
 // against it.
 const std::map<std::string, std::vector<std::string>>& scenario_fields();
 

@@ -80,7 +80,7 @@ TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
 
 void TrainingProgram::micro_step(int step, int micro) {
   const auto& t = s_.training;
-  TensorMeta ids{DType::kInt64, {t.batch_per_rank, t.seq_len}};
+  TensorMeta ids{DType::kInt64, {t.batch_for(b_.rank()), t.seq_len}};
   Tensor tokens = Tensor::empty(b_, ids, MemCategory::kActivation, StreamRole::kDefault, "input tokens");
   Tensor labels = Tensor::empty(b_, ids, MemCategory::kActivation, StreamRole::kDefault, "labels");
   OpCall load;

@@ -663,5 +663,26 @@ TEST(JsonReader, EditDistanceAndClosest) {
   EXPECT_EQ(closest("zzz", {"seq_len", "steps"}), std::nullopt);
 }
 
+TEST(ScenarioParse, RankBatchGivesAnUnevenBatch) {
+  nlohmann::json j = {{"model", "tiny-llama"},
+                      {"training", {{"seq_len", 8}, {"batch_per_rank", 2}, {"rank_batch", {{{"rank", 1}, {"batch", 3}}}}}},
+                      {"fsdp", {{"mesh", {{"shape", {2}}}}}},
+                      {"hardware", {{"profile", "cpu"}, {"nodes", 1}, {"gpus_per_node", 2}}}};
+  Scenario s = parse_scenario(j);
+  EXPECT_EQ(s.training.batch_for(0), 2);
+  EXPECT_EQ(s.training.batch_for(1), 3);
+  EXPECT_TRUE(s.training.uneven_batch());
+  j["training"]["rank_batch"] = {{{"rank", 2}, {"batch", 3}}};
+  try {
+    parse_scenario(j);
+    FAIL() << "rank 2 of 2 accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.where(), "training.rank_batch");
+    EXPECT_NE(std::string(e.what()).find("has 2 ranks"), std::string::npos) << e.what();
+  }
+  j["training"]["rank_batch"] = {{{"rank", 1}, {"batch", 0}}};
+  EXPECT_THROW(parse_scenario(j), InputError);
+}
+
 }  // namespace
 }  // namespace fullshard
