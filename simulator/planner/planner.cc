@@ -38,6 +38,10 @@ double tokens_per_gpu(const Candidate& c, int64_t seq_len) {
   return static_cast<double>(c.micro_batch) * static_cast<double>(c.grad_accum) * static_cast<double>(seq_len);
 }
 
+// A program that hangs or breaks the protocol (never expected: the simulator's own tests cover
+// FSDP2's protocol) is not a recommendation.
+bool runs(const ProgramEvaluation& ev) { return !ev.problems && ev.step_time_s > 0; }
+
 struct Program {
   size_t first = 0;  // index of its expandable-off candidate; first + 1 is expandable on
   Bounds bounds;
@@ -132,7 +136,8 @@ PlanResult plan(const PlanOptions& opt) {
     ++ran;
     std::lock_guard<std::mutex> l(mu);
     for (const MemoryOutcome& m : ev.memory)
-      if (!m.out_of_memory && m.peak_reserved_bytes <= res.usable_bytes) best = std::max(best, ev.tokens_per_s_per_gpu);
+      if (runs(ev) && !m.out_of_memory && m.peak_reserved_bytes <= res.usable_bytes)
+        best = std::max(best, ev.tokens_per_s_per_gpu);
     p.eval = std::move(ev);
     if (opt.progress) opt.progress(++done, order.size(), "simulate");
     return true;
@@ -192,7 +197,7 @@ PlanResult plan(const PlanOptions& opt) {
         const MemoryOutcome& m = p.eval->memory[e];
         r.verdict = Verdict::kSimulated;
         r.out_of_memory = m.out_of_memory;
-        r.fits = !m.out_of_memory && m.peak_reserved_bytes <= res.usable_bytes;
+        r.fits = runs(*p.eval) && !m.out_of_memory && m.peak_reserved_bytes <= res.usable_bytes;
         r.peak_reserved_bytes = m.peak_reserved_bytes;
         r.peak_allocated_bytes = m.peak_allocated_bytes;
         r.needed_bytes = m.needed_reserved_bytes;
