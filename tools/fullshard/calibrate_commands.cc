@@ -5,12 +5,14 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "core/common/error.h"
 #include "core/scenario/hardware_profile.h"
 #include "core/scenario/json_reader.h"
 #include "simulator/cost/calibrate.h"
+#include "simulator/cost/calibration_csv.h"
 
 namespace fullshard::cli {
 namespace {
@@ -45,14 +47,32 @@ std::string pct(double rms_log) { return fmt::format("{:.1f}%", 100 * (std::exp(
 
 CLI::App* add_calibrate_command(CLI::App& app, CalibrateFlags& f) {
   auto* c = app.add_subcommand("calibrate", "fit a hardware profile's time-model figures to measured timings");
-  c->add_option("measurements", f.measurements, "MEASUREMENTS.json: nccl-tests results and kernel timings")->required();
+  c->add_option("measurements", f.measurements, "MEASUREMENTS.json or .csv: nccl-tests results and kernel timings")->required();
   c->add_option("--hardware", f.hardware, "profile name or .json path (default: the file's \"profile\")");
   c->add_option("-o,--output", f.output, "write the fitted profile to OUT.json");
   return c;
 }
 
 int cmd_calibrate(const CalibrateFlags& f) {
-  const json j = json_reader::read_json_file(f.measurements);
+  // NOTE: .csv measurements become the same JSON (simulator/cost/calibration_csv.h), so both
+  // forms go through one validation; CSV errors name the line.
+  const bool csv_input = f.measurements.size() > 4 && f.measurements.compare(f.measurements.size() - 4, 4, ".csv") == 0;
+  sim::CalibrationCsv csv;
+  json j;
+  if (csv_input) {
+    std::ifstream in(f.measurements);
+    if (!in) throw InputError(f.measurements, "cannot be read", "give the path of a measurements .csv or .json file");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    try {
+      csv = sim::parse_calibration_csv(ss.str());
+    } catch (const InputError& e) {
+      throw InputError(f.measurements + ": " + e.where(), std::string(e.what()).substr(e.where().size() + 2), "");
+    }
+    j = csv.measurements;
+  } else {
+    j = json_reader::read_json_file(f.measurements);
+  }
   std::string name = f.hardware;
   if (name.empty() && j.is_object() && j.contains("profile"))
     name = json_reader::get_string(j.at("profile"), "profile", "\"h100-sxm-80gb\"");
@@ -73,7 +93,8 @@ int cmd_calibrate(const CalibrateFlags& f) {
   try {
     input = sim::parse_calibration_input(j);
   } catch (const InputError& e) {
-    throw InputError(f.measurements + ": " + e.where(), std::string(e.what()).substr(e.where().size() + 2), "");
+    const std::string where = csv_input ? sim::csv_location(csv, e.where()) : e.where();
+    throw InputError(f.measurements + ": " + where, std::string(e.what()).substr(e.where().size() + 2), "");
   }
   const sim::Calibration c = sim::calibrate(start, input);
   fmt::print("calibrated {} from {}: {} collective and {} kernel samples\n", start.name, f.measurements,
