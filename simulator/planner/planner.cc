@@ -65,7 +65,9 @@ PlanResult plan(const PlanOptions& opt) {
   PlanResult res;
   res.capacity_bytes = opt.base.hardware.allocator.capacity_bytes;
   res.usable_bytes = static_cast<uint64_t>(static_cast<double>(res.capacity_bytes) * (1.0 - opt.headroom));
-  res.pruning = opt.prune && L >= 2 && opt.base.hardware.rank_speed.empty();
+  // Ranks of different speeds or batches run different programs (every rank is simulated),
+  // which the block bounds do not model: such a base is searched exhaustively.
+  res.pruning = opt.prune && L >= 2 && opt.base.hardware.rank_speed.empty() && opt.base.training.rank_batch.empty();
 
   std::vector<Program> progs;
   for (size_t i = 0; i < cands.size(); i += 2) {

@@ -34,6 +34,8 @@ expect no-gpus "--gpus" "is missing" -- plan --model tiny-llama --gpu h100 --seq
 expect headroom "--headroom" "1.5" -- plan --model tiny-llama "${common[@]}" --headroom 1.5
 expect hf-config "--hf-config" "no-such" -- plan --hf-config "$tmp/no-such/config.json" "${common[@]}"
 expect json-ext "--json" "out.txt" ".json" -- plan --model tiny-llama "${common[@]}" --json "$tmp/out.txt"
+printf '{"model": "tiny-llama", "training": {"seq_len": 32, "rank_batch": [{"rank": 1, "batch": 2}]}, "hardware": {"profile": "cpu", "gpus_per_node": 2}}' > "$tmp/uneven.json"
+expect uneven "--scenario" "rank_batch" -- plan --scenario "$tmp/uneven.json"
 expect gpt2-seq "--seq-len" "4096" -- plan --model tiny-gpt2 --gpus 8 --gpu h100 --seq-len 4096
 
 # A small plan: the table, OUT.json and the written scenario.

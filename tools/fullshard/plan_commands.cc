@@ -79,6 +79,9 @@ json base_json(const PlanFlags& f, HardwareProfile& profile) {
     const fs::path dir = fs::path(f.scenario).parent_path();
     j = planner::absolutize_paths(j, dir.empty() ? "." : dir.string());
     if (!j.contains("name")) j["name"] = fs::path(f.scenario).stem().string();
+    if (j.contains("training") && j["training"].is_object() && j["training"].contains("rank_batch"))
+      throw InputError("--scenario", "'" + f.scenario + "' sets training.rank_batch (an uneven batch)",
+                       "remove it: the planner gives every GPU the same micro-batch");
     // The planner chooses these; a mesh or reshard int for another world would not parse.
     if (j.contains("fsdp") && j["fsdp"].is_object()) {
       j["fsdp"].erase("mesh");
