@@ -22,6 +22,9 @@ std::string default_title(const std::vector<Report>& reports);
 // Index of the series of `r` that `o.rank` selects; InputError (--rank) when no series holds it.
 size_t selected_series(const Report& r, const PlotOptions& o);
 
+// &, <, > and " as entities: text safe inside HTML / SVG elements and attributes.
+std::string markup_escape(const std::string& s);
+
 std::string render_html(std::vector<Report> reports, const PlotOptions& o = {});
 std::string render_svg(std::vector<Report> reports, const PlotOptions& o = {});
 

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/common/error.h"
+#include "tools/plot/plot.h"
 
 namespace fullshard::plot {
 
@@ -429,6 +430,20 @@ nlohmann::json page_data(const std::vector<Report>& reports) {
     rs.push_back(jr);
   }
   out["reports"] = rs;
+  return out;
+}
+
+std::string markup_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
   return out;
 }
 

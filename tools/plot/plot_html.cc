@@ -21,20 +21,6 @@ size_t selected_series(const Report& r, const PlotOptions& o) {
 
 namespace {
 
-std::string html_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
 void replace_all(std::string& s, const std::string& what, const std::string& with) {
   for (size_t pos = s.find(what); pos != std::string::npos; pos = s.find(what, pos + with.size()))
     s.replace(pos, what.size(), with);
@@ -64,7 +50,7 @@ std::string render_html(std::vector<Report> reports, const PlotOptions& o) {
   std::string json = data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   replace_all(json, "<", "\\u003c");
   std::string page = kHtmlTemplate;
-  const std::string title = html_escape(o.title.empty() ? default_title(reports) : o.title);
+  const std::string title = markup_escape(o.title.empty() ? default_title(reports) : o.title);
   replace_all(page, "__TITLE__", title);
   const size_t at = page.find("__DATA__", page.find("id=\"plot-data\""));
   FULLSHARD_CHECK(at != std::string::npos, "template without __DATA__");

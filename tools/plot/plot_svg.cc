@@ -16,20 +16,6 @@ namespace {
 const char* const kOverlayColors[] = {"#111111", "#d6008f", "#0050b5", "#008a3e", "#8a5a00", "#5e35b1"};
 const char* overlay_color(size_t i) { return kOverlayColors[i % 6]; }
 
-std::string xml(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
 std::string fmt_time(double s) {
   Unit u = time_unit(std::abs(s));
   if (u.name == "s" || u.name == "ms") return fmt::format("{:.3f} {}", s / u.scale, u.name);
@@ -117,7 +103,7 @@ std::vector<std::pair<std::string, std::string>> notes(const Panel& p) {
 void draw_panel(std::string& svg, const Panel& p, double top, double t1, double ymax, double capacity, bool cap_shown,
                 int clip_id) {
   const Frame f{kLeft, top + 20, kWidth - kLeft - kRight, kPlotHeight - 20, t1, ymax};
-  svg += fmt::format("<text x=\"{}\" y=\"{}\" font-weight=\"600\" font-size=\"13\">{}</text>\n", kLeft, top + 13, xml(p.title));
+  svg += fmt::format("<text x=\"{}\" y=\"{}\" font-weight=\"600\" font-size=\"13\">{}</text>\n", kLeft, top + 13, markup_escape(p.title));
   svg += fmt::format("<clipPath id=\"c{}\"><rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\"/></clipPath>\n", clip_id, f.left,
                      f.top, f.width, f.height);
   // axes: ticks in the units that fit
@@ -153,7 +139,7 @@ void draw_panel(std::string& svg, const Panel& p, double top, double t1, double 
     std::vector<double> zero(s.time_s.size(), 0);
     for (size_t k = 0; k < s.categories.size(); ++k)
       svg += fmt::format("<path class=\"area\" fill=\"{}\" d=\"{}\"><title>{}</title></path>\n", category_color(s.categories[k], k),
-                         area_path(s.time_s, tops[k], k ? tops[k - 1] : zero, f), xml(s.categories[k]));
+                         area_path(s.time_s, tops[k], k ? tops[k - 1] : zero, f), markup_escape(s.categories[k]));
   }
   for (size_t i = 0; i < p.shown.size(); ++i) {
     const Series& o = *p.shown[i].series;
@@ -184,7 +170,7 @@ void draw_panel(std::string& svg, const Panel& p, double top, double t1, double 
                        "<circle cx=\"{0:.1f}\" cy=\"{1:.1f}\" r=\"4\" fill=\"{3}\"/>"
                        "<text x=\"{4:.1f}\" y=\"{5:.1f}\" text-anchor=\"{6}\" font-size=\"11\" font-weight=\"600\" fill=\"{3}\" {8}>peak {7}</text></g>\n",
                        px, py, f.top + f.height, p.shown[i].color, px + (right ? 7 : -7), std::max(f.top + 11, py - 6 - 13.0 * i),
-                       right ? "start" : "end", xml(format_bytes(o.peak_allocated)), kHalo);
+                       right ? "start" : "end", markup_escape(format_bytes(o.peak_allocated)), kHalo);
   }
   if (!s.oom.empty() && !s.time_s.empty()) {
     const double px = std::min(f.x(s.time_s.back()), f.left + f.width - 2);
@@ -194,7 +180,7 @@ void draw_panel(std::string& svg, const Panel& p, double top, double t1, double 
   }
   double ny = top + kPlotHeight + 46;
   for (const auto& [color, text] : notes(p)) {
-    svg += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"12\" fill=\"{}\" xml:space=\"preserve\">{}</text>\n", kLeft, ny, color, xml(text));
+    svg += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"12\" fill=\"{}\" xml:space=\"preserve\">{}</text>\n", kLeft, ny, color, markup_escape(text));
     ny += kLine;
   }
 }
@@ -261,7 +247,7 @@ std::string render_svg(std::vector<Report> reports, const PlotOptions& o) {
   }
   std::string svg;  // the body; the <svg> element (which needs the total height) goes first at the end
   const std::string title = o.title.empty() ? default_title(reports) : o.title;
-  svg += fmt::format("<text x=\"{}\" y=\"20\" font-size=\"16\" font-weight=\"600\">{}</text>\n", kLeft, xml(title));
+  svg += fmt::format("<text x=\"{}\" y=\"20\" font-size=\"16\" font-weight=\"600\">{}</text>\n", kLeft, markup_escape(title));
   double ly = 38;
   for (size_t ri = 0; ri < reports.size(); ++ri, ly += 16) {
     const Report& r = reports[ri];
@@ -270,7 +256,7 @@ std::string render_svg(std::vector<Report> reports, const PlotOptions& o) {
     if (r.world_size > 0) line += fmt::format(", {} ranks", r.world_size);
     if (r.capacity_bytes > 0) line += ", capacity " + format_bytes(r.capacity_bytes);
     if (!r.summary.empty()) line += " (" + r.summary + ")";
-    svg += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"12\" fill=\"{}\">{}</text>\n", kLeft, ly, overlay_color(ri), xml(line));
+    svg += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"12\" fill=\"{}\">{}</text>\n", kLeft, ly, overlay_color(ri), markup_escape(line));
   }
   ly -= 6;
   // The legend wraps (text width estimated at 6.6 px per character of 12 px sans-serif).
@@ -286,7 +272,7 @@ std::string render_svg(std::vector<Report> reports, const PlotOptions& o) {
     const double w = 24 + 6.6 * static_cast<double>(cats[k].size());
     room(w);
     svg += fmt::format("<rect x=\"{:.0f}\" y=\"{}\" width=\"11\" height=\"11\" fill=\"{}\"/><text x=\"{:.0f}\" y=\"{}\">{}</text>",
-                       lx, ly, category_color(cats[k], k), lx + 15, ly + 10, xml(cats[k]));
+                       lx, ly, category_color(cats[k], k), lx + 15, ly + 10, markup_escape(cats[k]));
     lx += w;
   }
   room(170);
