@@ -40,9 +40,6 @@ CpuBackend::CpuBackend(CpuBackendOptions options)
     : Backend(options.rank, options.world_size, options.allocator, &host_segments,
               options.record_timeline),
       options_(std::move(options)) {
-  if (options_.allocator.expandable_segments)
-    throw InputError("hardware.allocator.expandable_segments", "true is not supported by the CPU backend",
-                     "set it to false for real CPU runs (the simulator models it)");
   for (StreamRole r : kAllStreams) streams_.push_back(std::make_unique<StreamWorker>(std::string(stream_name(r)), failure_));
   host_segments.before_unmap = [this] {
     for (auto& s : streams_) s->drain();

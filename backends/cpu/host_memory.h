@@ -17,6 +17,12 @@ class HostSegmentSource : public SegmentSource {
 
   std::optional<uintptr_t> map(uint64_t bytes) override;
   void unmap(uintptr_t address, uint64_t bytes) override;
+  // Expandable segments: address space reserved with mmap(PROT_NONE, MAP_NORESERVE); pages
+  // made readable and writable when committed, returned to the kernel when decommitted.
+  std::optional<uintptr_t> reserve(uint64_t bytes) override;
+  bool commit(uintptr_t address, uint64_t bytes) override;
+  void decommit(uintptr_t address, uint64_t bytes) override;
+  void release(uintptr_t address, uint64_t bytes) override;
   uint64_t mapped_bytes() const { return mapped_; }
 
  private:

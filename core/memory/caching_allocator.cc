@@ -76,7 +76,8 @@
 // Addresses: without a SegmentSource every segment gets fresh virtual addresses from a bump
 // pointer (never reused), aligned to 2 MiB, and expandable segments to their page size, so a
 // run is deterministic. With a source, classic segments live where source->map puts them;
-// expandable segments still use virtual addresses and map each page through the source (one
+// expandable segments live in address space the source reserves when it can (NOTE [Expandable
+// segments with real memory]); otherwise they use virtual addresses and map each page through the source (one
 // map(page) per page, like one cuMemCreate handle per page), since a SegmentSource cannot map
 // at a chosen address.
 
@@ -152,6 +153,7 @@ struct CachingAllocator::Impl {
     uint64_t page = 0;  // expandable only
     Blk* head = nullptr;
     std::map<uint64_t, uintptr_t> source_pages;  // expandable with a source: page -> address
+    bool source_reserved = false;  // expandable: the source reserved [base, base + size)
   };
 
   AllocatorOptions opt;
@@ -182,6 +184,9 @@ struct CachingAllocator::Impl {
     for (auto& [base, seg] : segments) {
       if (!seg->expandable) {
         source->unmap(seg->base, seg->size);
+      } else if (seg->source_reserved) {
+        for (auto& [page, addr] : seg->source_pages) source->decommit(addr, seg->page);
+        source->release(seg->base, seg->size);
       } else {
         for (auto& [page, addr] : seg->source_pages) source->unmap(addr, seg->page);
       }
@@ -272,6 +277,7 @@ struct CachingAllocator::Impl {
     return raw;
   }
   void remove_segment(Segment* seg) {
+    if (seg->source_reserved) source->release(seg->base, seg->size);
     segments.erase(seg->base);
     --stats.num_segments;
   }
@@ -407,7 +413,12 @@ struct CachingAllocator::Impl {
     const uint64_t page = page_size(pool);
     const uint64_t va = address_space_size(page);
     if (size > va) return nullptr;
-    Segment* seg = add_segment(take_va(va, page), va, stream, pool);
+    // NOTE [Expandable segments with real memory]: a source that can reserve address space
+    // gives the segment real, contiguous addresses (pages are committed in place); otherwise
+    // the segment lives at virtual addresses.
+    std::optional<uintptr_t> reserved = source != nullptr ? source->reserve(va) : std::nullopt;
+    Segment* seg = add_segment(reserved ? *reserved : take_va(va, page), va, stream, pool);
+    seg->source_reserved = reserved.has_value();
     seg->expandable = true;
     seg->page = page;
     Blk* b = new_blk();
@@ -425,7 +436,19 @@ struct CachingAllocator::Impl {
   bool map_pages(Segment* seg, uint64_t first, uint64_t last) {
     const uint64_t bytes = (last - first) * seg->page;
     if (!fits_capacity(bytes)) return false;
-    if (source != nullptr) {
+    if (seg->source_reserved) {
+      for (uint64_t p = first; p < last; ++p) {
+        const uintptr_t addr = seg->base + p * seg->page;
+        if (!source->commit(addr, seg->page)) {
+          for (uint64_t q = first; q < p; ++q) {
+            source->decommit(seg->source_pages.at(q), seg->page);
+            seg->source_pages.erase(q);
+          }
+          return false;
+        }
+        seg->source_pages.emplace(p, addr);
+      }
+    } else if (source != nullptr) {
       for (uint64_t p = first; p < last; ++p) {
         auto addr = source->map(seg->page);
         if (!addr) {
@@ -445,7 +468,11 @@ struct CachingAllocator::Impl {
   void unmap_pages(Segment* seg, uint64_t first, uint64_t last) {
     if (source != nullptr) {
       for (uint64_t p = first; p < last; ++p) {
-        source->unmap(seg->source_pages.at(p), seg->page);
+        if (seg->source_reserved) {
+          source->decommit(seg->source_pages.at(p), seg->page);
+        } else {
+          source->unmap(seg->source_pages.at(p), seg->page);
+        }
         seg->source_pages.erase(p);
       }
     }

@@ -27,6 +27,16 @@ class SegmentSource {
   virtual ~SegmentSource() = default;
   virtual std::optional<uintptr_t> map(uint64_t bytes) = 0;
   virtual void unmap(uintptr_t address, uint64_t bytes) = 0;
+
+  // Optional, for expandable segments (cuMemAddressReserve / cuMemMap): reserve `bytes` of
+  // address space with no memory behind it, then back and un-back pages inside it. A source
+  // that cannot returns nullopt from reserve(); expandable segments then keep virtual
+  // addresses and map each page separately with map()/unmap() (enough for accounting, not
+  // for real data: a block's pages would not be contiguous).
+  virtual std::optional<uintptr_t> reserve(uint64_t bytes) { return std::nullopt; }
+  virtual bool commit(uintptr_t address, uint64_t bytes) { return false; }
+  virtual void decommit(uintptr_t address, uint64_t bytes) {}
+  virtual void release(uintptr_t address, uint64_t bytes) {}
 };
 
 struct Block {

@@ -61,6 +61,7 @@ RC_GTEST_PROP(RealTraining, ShardedEqualsUnsharded, ()) {
   o.steps = 2;
   o.batch = *rc::gen::inRange(1, 3);
   o.seq = *rc::gen::inRange(2, 9);
+  o.hardware_extra = {{"allocator", {{"expandable_segments", *rc::gen::arbitrary<bool>()}}}};
   json j = tiny_scenario_json(o);
   j["model"] = small_model();
   j["training"]["optimizer"] = {{"lr", 1e-3}, {"eps", 1e-6}, {"max_grad_norm", o.max_grad_norm}};
@@ -91,6 +92,9 @@ RC_GTEST_PROP(RealTraining, PredictedPeakMemoryEqualsMeasured, ()) {
   o.steps = 2;
   o.batch = *rc::gen::inRange(1, 3);
   o.seq = *rc::gen::inRange(2, 12);
+  const bool expandable = *rc::gen::arbitrary<bool>();
+  o.hardware_extra = {{"allocator", {{"expandable_segments", expandable}}}};
+  RC_TAG(expandable ? "expandable segments" : "classic segments");
   json j = tiny_scenario_json(o);
   j["model"] = small_model();
   Scenario s = parse_scenario(j);
