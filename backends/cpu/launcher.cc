@@ -149,6 +149,10 @@ void write_rank_report(const std::string& dir, const RankResult& r) {
 bool is_worker_environment() { return std::getenv("RANK") != nullptr && std::getenv("WORLD_SIZE") != nullptr; }
 
 int worker_main(const LaunchOptions& o) {
+  // NOTE [SIGPIPE]: when a peer dies, Gloo's next write to its socket would raise SIGPIPE and
+  // kill this worker silently ("killed by signal 13") instead of failing the collective with an
+  // error that names it. Ignored, the write fails with EPIPE and Gloo reports the closed peer.
+  signal(SIGPIPE, SIG_IGN);
   int rank = -1;
   int fd = -1;
   {
@@ -199,13 +203,9 @@ int worker_main(const LaunchOptions& o) {
         std::fprintf(stderr, "  step %d: loss %.4f, %.2f s, peak allocated %llu B\n", m.step + 1, m.loss, m.seconds,
                      static_cast<unsigned long long>(m.peak_allocated_bytes));
     });
-    nlohmann::json bd = nlohmann::json::object();
-    for (int c = 0; c < kNumMemCategories; ++c)
-      bd[std::string(category_key(static_cast<MemCategory>(c)))] = r.at_peak_allocated.by_category[c];
     if (!report_dir.empty()) write_rank_report(report_dir, r);
     write_line(fd, {{"type", "final"}, {"rank", rank}, {"peak_allocated_bytes", r.peak_allocated_bytes},
-                    {"peak_reserved_bytes", r.peak_reserved_bytes}, {"peak_host_bytes", r.peak_host_bytes},
-                    {"breakdown_at_peak", bd}});
+                    {"peak_reserved_bytes", r.peak_reserved_bytes}});
     return 0;
   } catch (const InputError& e) {
     if (fd < 0) std::fprintf(stderr, "fullshard: rank %d: error: %s\n", rank, e.what());
@@ -275,7 +275,6 @@ LaunchResult launch_local(const LaunchOptions& o) {
   std::map<int, std::vector<nlohmann::json>> by_step;  // step -> per-rank reports
   res.ranks.resize(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) res.ranks[r].rank = r;
-  std::vector<bool> final_seen(static_cast<size_t>(n), false);
   bool kill_armed = false;
   Clock::time_point kill_at{};
   int alive = n;
@@ -285,7 +284,6 @@ LaunchResult launch_local(const LaunchOptions& o) {
     const int r = j.value("rank", -1);
     if (r < 0 || r >= n) return;
     if (type == "step") {
-      res.ranks[r].losses.push_back(j.value("loss", 0.0));
       auto& v = by_step[j.value("step", 0)];
       v.push_back(j);
       if (static_cast<int>(v.size()) == n) {
@@ -330,10 +328,6 @@ LaunchResult launch_local(const LaunchOptions& o) {
       auto& m = res.ranks[r];
       m.peak_allocated_bytes = j.value("peak_allocated_bytes", 0ull);
       m.peak_reserved_bytes = j.value("peak_reserved_bytes", 0ull);
-      m.peak_host_bytes = j.value("peak_host_bytes", 0ull);
-      for (int c = 0; c < kNumMemCategories; ++c)
-        m.breakdown_at_peak[c] = j["breakdown_at_peak"].value(std::string(category_key(static_cast<MemCategory>(c))), 0ull);
-      final_seen[r] = true;
     } else if (type == "error") {
       progress.interrupt();
       res.errors.push_back(fmt::format("rank {}: error: {}", r, j.value("message", "")));
