@@ -6,10 +6,10 @@
 #include <fmt/format.h>
 #include <gloo/rendezvous/prefix_store.h>
 
+#include "backends/cpu/kernels/dtype_io.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/param_init.h"
 #include "core/common/error.h"
-#include "core/tensor/float_convert.h"
 
 namespace fullshard::cpu {
 namespace {
@@ -23,16 +23,6 @@ class OwningPrefixStore : public ::gloo::rendezvous::PrefixStore {
  private:
   std::shared_ptr<::gloo::rendezvous::Store> keep_;
 };
-
-double read_one(const TensorRef& ref, const uint8_t* p) {
-  switch (ref.meta.dtype) {
-    case DType::kFloat32: { float v; std::memcpy(&v, p, 4); return v; }
-    case DType::kBFloat16: { uint16_t v; std::memcpy(&v, p, 2); return bf16_to_float(v); }
-    case DType::kFloat16: { uint16_t v; std::memcpy(&v, p, 2); return fp16_to_float(v); }
-    default: FULLSHARD_CHECK(false, "read_scalar of a non-floating tensor");
-  }
-  return 0;
-}
 
 }  // namespace
 
@@ -71,7 +61,6 @@ void CpuBackend::run_timed(StreamRole r, const std::function<void()>& fn) {
   auto t0 = std::chrono::steady_clock::now();
   fn();
   auto t1 = std::chrono::steady_clock::now();
-  busy_ns_[static_cast<size_t>(r)] += std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
   std::lock_guard<std::mutex> lock(intervals_mu_);
   intervals_[static_cast<size_t>(r)].emplace_back(std::chrono::duration<double>(t0 - created_).count(),
                                                   std::chrono::duration<double>(t1 - created_).count());
@@ -80,12 +69,6 @@ void CpuBackend::run_timed(StreamRole r, const std::function<void()>& fn) {
 std::array<std::vector<std::pair<double, double>>, kNumStreams> CpuBackend::take_busy_intervals() {
   std::lock_guard<std::mutex> lock(intervals_mu_);
   return std::exchange(intervals_, {});
-}
-
-std::array<double, kNumStreams> CpuBackend::busy_seconds() const {
-  std::array<double, kNumStreams> out{};
-  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<double>(busy_ns_[i].load()) * 1e-9;
-  return out;
 }
 
 void CpuBackend::on_allocate(const Buffer& buffer, StreamRole stream, std::string_view what) {
@@ -99,12 +82,14 @@ void CpuBackend::on_allocate(const Buffer& buffer, StreamRole stream, std::strin
   }
   addresses_[buffer.id] = p;
   if (options_.record_timeline) {
-    live_whats_[buffer.id] = std::string(what);
-    record_timeline_point(std::string(what));
+    auto [it, added] = timeline_name_ids_.emplace(std::string(what), static_cast<int32_t>(timeline_names_.size()));
+    if (added) timeline_names_.emplace_back(what);
+    live_whats_[buffer.id] = it->second;
+    record_timeline_point(it->second);
   }
 }
 
-void CpuBackend::record_timeline_point(const std::string& what) {
+void CpuBackend::record_timeline_point(int32_t what) {
   timeline_times_.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - created_).count());
   timeline_whats_.push_back(what);
 }
@@ -112,7 +97,7 @@ void CpuBackend::record_timeline_point(const std::string& what) {
 void CpuBackend::on_free(const Buffer& buffer) {
   if (options_.record_timeline) {
     auto w = live_whats_.find(buffer.id);
-    record_timeline_point(w == live_whats_.end() ? std::string() : w->second);
+    record_timeline_point(w == live_whats_.end() ? -1 : w->second);
     if (w != live_whats_.end()) live_whats_.erase(w);
   }
   auto it = addresses_.find(buffer.id);
@@ -263,7 +248,8 @@ void CpuBackend::synchronize_all() {
 void CpuBackend::read_scalar(StreamRole r, const TensorRef& ref) {
   const uint8_t* p = resolve(ref);
   stream(r).enqueue([this, ref, p] {
-    double v = read_one(ref, p);
+    float v = 0;
+    detail::load_f32(p, ref.meta.dtype, 0, 1, &v);
     std::lock_guard<std::mutex> lock(scalars_mu_);
     scalars_.push_back(v);
   });

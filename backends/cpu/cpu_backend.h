@@ -69,15 +69,15 @@ class CpuBackend : private detail::HostMemoryHolder, public Backend {
   void synchronize_all();
   // Address of a tensor's first element (tests and tools read real values through this).
   void* data(const TensorRef& ref) const;
-  // Seconds each stream spent running tasks (not waiting), by role.
-  std::array<double, kNumStreams> busy_seconds() const;
   // The [begin, end) of every task each stream ran since the last call, in seconds since the
   // backend was created, by role; clears them.
   std::array<std::vector<std::pair<double, double>>, kNumStreams> take_busy_intervals();
   // With options.record_timeline: for each event of memory().timeline(), the host time it
-  // happened (seconds since the backend was created) and what was allocated or freed.
+  // happened (seconds since the backend was created) and what was allocated or freed (an
+  // index into timeline_names()).
   const std::vector<double>& timeline_times() const { return timeline_times_; }
-  const std::vector<std::string>& timeline_whats() const { return timeline_whats_; }
+  const std::vector<int32_t>& timeline_whats() const { return timeline_whats_; }
+  const std::vector<std::string>& timeline_names() const { return timeline_names_; }
   // FLOPs (as OpCall declares them) of the kernels launched since the last call; clears them.
   double take_launched_flops() { return std::exchange(launched_flops_, 0.0); }
 
@@ -89,7 +89,6 @@ class CpuBackend : private detail::HostMemoryHolder, public Backend {
   CpuBackendOptions options_;
   FailureState failure_;
   std::vector<std::unique_ptr<StreamWorker>> streams_;
-  std::array<std::atomic<int64_t>, kNumStreams> busy_ns_{};
   std::chrono::steady_clock::time_point created_ = std::chrono::steady_clock::now();
   std::mutex intervals_mu_;
   std::array<std::vector<std::pair<double, double>>, kNumStreams> intervals_;
@@ -98,9 +97,11 @@ class CpuBackend : private detail::HostMemoryHolder, public Backend {
   EventId next_event_ = 0;
   double launched_flops_ = 0;
   std::vector<double> timeline_times_;
-  std::vector<std::string> timeline_whats_;
-  std::unordered_map<uint64_t, std::string> live_whats_;  // buffer id -> what (for frees)
-  void record_timeline_point(const std::string& what);
+  std::vector<int32_t> timeline_whats_;
+  std::vector<std::string> timeline_names_;
+  std::unordered_map<std::string, int32_t> timeline_name_ids_;
+  std::unordered_map<uint64_t, int32_t> live_whats_;  // buffer id -> what (for its free)
+  void record_timeline_point(int32_t what);
   // Host (CPU-offloaded) buffers are plain allocations, released once every stream passed
   // the point where the host freed them (the pinned host allocator's event rule).
   struct DeferredHostFree {

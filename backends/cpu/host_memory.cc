@@ -14,14 +14,12 @@ std::optional<uintptr_t> HostSegmentSource::map(uint64_t bytes) {
   const uint64_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   void* p = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
   if (!p) return std::nullopt;
-  mapped_ += bytes;
   return reinterpret_cast<uintptr_t>(p);
 }
 
 void HostSegmentSource::unmap(uintptr_t address, uint64_t bytes) {
   if (before_unmap) before_unmap();
   std::free(reinterpret_cast<void*>(address));
-  mapped_ -= bytes;
 }
 
 std::optional<uintptr_t> HostSegmentSource::reserve(uint64_t bytes) {
@@ -32,7 +30,6 @@ std::optional<uintptr_t> HostSegmentSource::reserve(uint64_t bytes) {
 
 bool HostSegmentSource::commit(uintptr_t address, uint64_t bytes) {
   if (mprotect(reinterpret_cast<void*>(address), bytes, PROT_READ | PROT_WRITE) != 0) return false;
-  mapped_ += bytes;
   return true;
 }
 
@@ -41,7 +38,6 @@ void HostSegmentSource::decommit(uintptr_t address, uint64_t bytes) {
   void* p = reinterpret_cast<void*>(address);
   madvise(p, bytes, MADV_DONTNEED);  // give the memory back; the range stays reserved
   mprotect(p, bytes, PROT_NONE);
-  mapped_ -= bytes;
 }
 
 void HostSegmentSource::release(uintptr_t address, uint64_t bytes) {

@@ -23,10 +23,6 @@ class HostSegmentSource : public SegmentSource {
   bool commit(uintptr_t address, uint64_t bytes) override;
   void decommit(uintptr_t address, uint64_t bytes) override;
   void release(uintptr_t address, uint64_t bytes) override;
-  uint64_t mapped_bytes() const { return mapped_; }
-
- private:
-  uint64_t mapped_ = 0;
 };
 
 }  // namespace fullshard::cpu

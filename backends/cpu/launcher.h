@@ -9,8 +9,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/memory/category.h"
-
 namespace fullshard::cpu {
 
 struct LaunchOptions {
@@ -29,9 +27,6 @@ struct MeasuredRank {
   int rank = 0;
   uint64_t peak_allocated_bytes = 0;
   uint64_t peak_reserved_bytes = 0;
-  uint64_t peak_host_bytes = 0;
-  CategoryBytes breakdown_at_peak{};
-  std::vector<double> losses;  // per step
 };
 
 struct StepSummary {

@@ -1,27 +1,18 @@
 #include "backends/cpu/param_init.h"
 
 #include <cmath>
-#include <cstring>
+#include <vector>
 
+#include "backends/cpu/kernels/dtype_io.h"
 #include "core/common/error.h"
 #include "core/common/splitmix.h"
 #include "core/model/module.h"
-#include "core/tensor/float_convert.h"
 
 namespace fullshard::cpu {
 namespace {
 
 // Uniform in (0, 1) from the top 53 bits.
 double unit(uint64_t bits) { return (static_cast<double>(bits >> 11) + 0.5) * 0x1.0p-53; }
-
-void store(DType dt, void* base, int64_t i, float v) {
-  switch (dt) {
-    case DType::kFloat32: static_cast<float*>(base)[i] = v; return;
-    case DType::kBFloat16: static_cast<uint16_t*>(base)[i] = float_to_bf16(v); return;
-    case DType::kFloat16: static_cast<uint16_t*>(base)[i] = float_to_fp16(v); return;
-    default: FULLSHARD_CHECK(false, "kInitParam on a non-floating tensor");
-  }
-}
 
 }  // namespace
 
@@ -52,8 +43,9 @@ void run_init_param(const OpCall& op, void* out) {
   const int64_t real = local_rows * row_numel;
   FULLSHARD_CHECK(real <= n, "kInitParam " + op.name + ": shard larger than its storage");
   const int64_t first = row_offset * row_numel;
-  for (int64_t i = 0; i < real; ++i) store(t.meta.dtype, out, i, init_value(init, op.fargs[0], key, first + i));
-  for (int64_t i = real; i < n; ++i) store(t.meta.dtype, out, i, 0.0f);
+  std::vector<float> values(static_cast<size_t>(n), 0.0f);  // padding rows stay 0
+  for (int64_t i = 0; i < real; ++i) values[i] = init_value(init, op.fargs[0], key, first + i);
+  detail::store_f32(values.data(), out, t.meta.dtype, 0, n);
 }
 
 }  // namespace fullshard::cpu

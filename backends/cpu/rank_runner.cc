@@ -3,33 +3,15 @@
 #include <chrono>
 #include <csignal>
 #include <thread>
-#include <unordered_map>
-#include <cstring>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/kernels/dtype_io.h"
 #include "core/common/error.h"
 #include "core/common/intervals.h"
 #include "core/memory/timeline_downsample.h"
 #include "core/scenario/training_program.h"
-#include "core/tensor/float_convert.h"
 
 namespace fullshard::cpu {
-namespace {
-
-std::vector<float> to_float(const void* p, DType dt, int64_t n) {
-  std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    switch (dt) {
-      case DType::kFloat32: v[i] = static_cast<const float*>(p)[i]; break;
-      case DType::kBFloat16: v[i] = bf16_to_float(static_cast<const uint16_t*>(p)[i]); break;
-      case DType::kFloat16: v[i] = fp16_to_float(static_cast<const uint16_t*>(p)[i]); break;
-      default: FULLSHARD_CHECK(false, "parameter of a non-floating dtype");
-    }
-  }
-  return v;
-}
-
-}  // namespace
 
 RankResult run_rank(const Scenario& s, const RankOptions& o, const std::function<void(const StepMetrics&)>& on_step,
                     bool collect_params) {
@@ -92,11 +74,12 @@ RankResult run_rank(const Scenario& s, const RankOptions& o, const std::function
         if (!st->group) continue;
         for (FSDPParam* p : st->group->fsdp_params()) {
           Tensor local = p->sharded_local();
-          r.local_params.emplace_back(p->param().fqn, to_float(b.data(local.ref()), local.dtype(), local.numel()));
+          std::vector<float> v(static_cast<size_t>(local.numel()));
+          detail::load_f32(b.data(local.ref()), local.dtype(), 0, local.numel(), v.data());
+          r.local_params.emplace_back(p->param().fqn, std::move(v));
         }
       }
     }
-    r.end_allocated_bytes = b.memory().allocator_stats().allocated_bytes;
   }
   b.synchronize_all();
   const auto& st = b.memory().allocator_stats();
@@ -111,7 +94,7 @@ RankResult run_rank(const Scenario& s, const RankOptions& o, const std::function
     FULLSHARD_CHECK(ev.size() == times.size(), "memory timeline and its times disagree");
     std::vector<uint64_t> alloc(std::min(ev.size(), events_in_steps));
     for (size_t i = 0; i < alloc.size(); ++i) alloc[i] = ev[i].allocated_bytes;
-    std::unordered_map<std::string, int32_t> names;
+    r.timeline_names = b.timeline_names();
     for (size_t i : downsample_indices(alloc, o.timeline_points)) {
       MeasuredPoint p;
       p.time_s = times[i];
@@ -120,14 +103,10 @@ RankResult run_rank(const Scenario& s, const RankOptions& o, const std::function
       p.host_bytes = ev[i].host_bytes;
       p.by_category = ev[i].by_category;
       p.is_alloc = ev[i].is_alloc;
-      auto [it, added] = names.emplace(whats[i], static_cast<int32_t>(r.timeline_names.size()));
-      if (added) r.timeline_names.push_back(whats[i]);
-      p.what = it->second;
+      p.what = whats[i];
       r.timeline.push_back(p);
     }
   }
-  auto busy = b.busy_seconds();
-  for (int i = 0; i < kNumStreams; ++i) r.busy_s[i] = busy[i];
   return r;
 }
 

@@ -66,8 +66,6 @@ struct RankResult {
   uint64_t peak_reserved_bytes = 0;
   uint64_t peak_host_bytes = 0;
   MemorySnapshot at_peak_allocated;
-  uint64_t end_allocated_bytes = 0;
-  double busy_s[kNumStreams] = {};
   std::vector<MeasuredPoint> timeline;  // with RankOptions::timeline_points
   std::vector<std::string> timeline_names;
   // The final parameters, unsharded view of this rank's shards: fqn -> fp32 values of the

@@ -48,7 +48,6 @@ void StreamWorker::push(Item item) {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(std::move(item));
   }
-  ++enqueued_;
   cv_.notify_all();
 }
 

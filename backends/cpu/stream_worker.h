@@ -61,7 +61,6 @@ class StreamWorker {
   // Host side: blocks until everything queued so far has run (or was skipped).
   void drain();
   const std::string& name() const { return name_; }
-  uint64_t enqueued() const { return enqueued_; }  // host thread only
 
  private:
   struct Item {
@@ -75,7 +74,6 @@ class StreamWorker {
   std::condition_variable cv_;
   std::deque<Item> queue_;
   bool stop_ = false;
-  uint64_t enqueued_ = 0;
   std::thread thread_;
 
   void push(Item item);

@@ -14,14 +14,6 @@ using namespace kt;
 
 namespace {
 
-rc::Gen<DType> gen_float_dtype() { return rc::gen::element(DType::kFloat32, DType::kBFloat16, DType::kFloat16); }
-
-double max_abs(const Vec& v) {
-  double m = 0;
-  for (double x : v) m = std::max(m, std::abs(x));
-  return m;
-}
-
 struct Dims {
   int B, S, H, Hkv, hd;
   int D() const { return H * hd; }

@@ -11,8 +11,6 @@ namespace {
 
 const DType kFloatTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
 
-rc::Gen<DType> gen_float_dtype() { return rc::gen::element(DType::kFloat32, DType::kBFloat16, DType::kFloat16); }
-
 // Expected storage of fp32 value f in dtype dt, as raw bits.
 uint32_t expected_bits(DType dt, float f) {
   switch (dt) {

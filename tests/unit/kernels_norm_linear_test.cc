@@ -12,14 +12,6 @@ using namespace kt;
 
 namespace {
 
-rc::Gen<DType> gen_float_dtype() { return rc::gen::element(DType::kFloat32, DType::kBFloat16, DType::kFloat16); }
-
-double max_abs(const Vec& v) {
-  double m = 0;
-  for (double x : v) m = std::max(m, std::abs(x));
-  return m;
-}
-
 // x has values spread enough that no row is nearly constant (well-conditioned norms).
 HT norm_input(DType dt, int R, int D, std::mt19937& rng) {
   HT x = random_tensor(dt, {R, D}, rng, -1, 1);

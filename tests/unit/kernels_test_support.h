@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -190,6 +191,16 @@ inline double rel_eps(DType d) {
     case DType::kFloat16: return 1.0 / 2048;
     default: return 1e-6;
   }
+}
+
+inline rc::Gen<DType> gen_float_dtype() {
+  return rc::gen::element(DType::kFloat32, DType::kBFloat16, DType::kFloat16);
+}
+
+inline double max_abs(const Vec& v) {
+  double m = 0;
+  for (double x : v) m = std::max(m, std::abs(x));
+  return m;
 }
 
 }  // namespace kt

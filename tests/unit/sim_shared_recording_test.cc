@@ -44,7 +44,9 @@ void expect_same_programs(const Captured& a, const Captured& b) {
     for (const auto& in : y.instrs)
       if (!copied || !is_memory(in)) want.push_back(&in);
     ASSERT_EQ(x.instrs.size(), want.size());
-    if (copied) EXPECT_TRUE(x.accesses.empty());
+    if (copied) {
+      EXPECT_TRUE(x.accesses.empty());
+    }
     for (size_t i = 0; i < x.instrs.size(); ++i) {
       const sim::Instr &u = x.instrs[i], &v = *want[i];
       EXPECT_TRUE(u.type == v.type && u.stream == v.stream && u.step == v.step && u.name == v.name &&
@@ -53,7 +55,9 @@ void expect_same_programs(const Captured& a, const Captured& b) {
                   u.flops == v.flops && u.bytes == v.bytes && u.coll == v.coll && u.reduce == v.reduce &&
                   u.dtype == v.dtype && u.coll_bytes == v.coll_bytes)
           << "instruction " << i;
-      if (!copied) EXPECT_TRUE(u.access_begin == v.access_begin && u.access_count == v.access_count);
+      if (!copied) {
+        EXPECT_TRUE(u.access_begin == v.access_begin && u.access_count == v.access_count);
+      }
       if (u.type == sim::InstrType::kCollective) {
         EXPECT_EQ(a.groups[u.group].ranks, b.groups[v.group].ranks) << "instruction " << i;
         EXPECT_EQ(a.groups[u.group].name, b.groups[v.group].name) << "instruction " << i;

@@ -65,14 +65,18 @@ void validate(const json& trace, ByPhase& by_ph) {
     ASSERT_GE(ts, 0) << e;
     const std::pair<int, int> th{e["pid"], ph == "C" ? -1 : e["tid"].get<int>()};
     auto it = last_ts.find(th);
-    if (it != last_ts.end()) ASSERT_GE(ts, it->second) << "timestamps go back on a thread: " << e;
+    if (it != last_ts.end()) {
+      ASSERT_GE(ts, it->second) << "timestamps go back on a thread: " << e;
+    }
     last_ts[th] = ts;
     if (ph == "X") {
       ASSERT_TRUE(e.contains("dur") && e["dur"].is_number()) << e;
       ASSERT_GE(e["dur"].get<double>(), 0) << e;
       if (th.second > 0) {  // a stream runs one op at a time
         auto end = stream_end.find(th);
-        if (end != stream_end.end()) ASSERT_GE(ts, end->second - 1e-6) << "overlapping slices on a stream: " << e;
+        if (end != stream_end.end()) {
+          ASSERT_GE(ts, end->second - 1e-6) << "overlapping slices on a stream: " << e;
+        }
         stream_end[th] = ts + e["dur"].get<double>();
       }
     } else if (ph == "C") {

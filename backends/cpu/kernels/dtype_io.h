@@ -1,6 +1,7 @@
 #pragma once
-// Internal to the CPU kernels: loading storage of any floating dtype as fp32 and storing
-// fp32 results with round-to-nearest-even (core/tensor/float_convert.h), plus argument checks.
+// The CPU backend's dtype access (its kernels, parameter init, reading values back): loading
+// storage of any floating dtype as fp32 and storing fp32 results with round-to-nearest-even
+// (core/tensor/float_convert.h), plus the kernels' argument checks.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
