@@ -16,12 +16,6 @@ std::string format_bytes(uint64_t b) {
 
 namespace {
 
-nlohmann::json categories(const CategoryBytes& c) {
-  nlohmann::json j = nlohmann::json::object();
-  for (MemCategory k : kAllMemCategories) j[std::string(category_key(k))] = c[static_cast<int>(k)];
-  return j;
-}
-
 std::string ranks_label(const std::vector<int>& r) {
   if (r.size() == 1) return fmt::format("rank {}", r[0]);
   bool contiguous = r.back() - r.front() + 1 == static_cast<int>(r.size());
@@ -69,83 +63,14 @@ nlohmann::json report_json(const SimulationReport& r) {
   json ranks = json::array(), classes = json::array(), timelines = json::array();
   for (size_t ci = 0; ci < r.classes.size(); ++ci) {
     const auto& c = r.classes[ci];
-    json cj;
-    cj["ranks"] = c.ranks;
-    cj["representative"] = c.representative;
-    cj["peak_allocated_bytes"] = c.peak_allocated_bytes;
-    cj["peak_reserved_bytes"] = c.peak_reserved_bytes;
-    cj["peak_host_bytes"] = c.peak_host_bytes;
-    cj["peak_time_s"] = c.peak_time_s;
-    cj["breakdown_at_peak"] = categories(c.breakdown_at_peak);
-    cj["allocated_after_step"] = c.allocated_after_step;
-    cj["num_alloc_retries"] = c.allocator.num_alloc_retries;
-    cj["num_segments"] = c.allocator.num_segments;
-    cj["instructions"] = c.instructions;
-    cj["end_time_s"] = c.end_time_s;
-    cj["compute_s"] = c.compute_s;
-    cj["exposed_comm_s"] = c.exposed_comm_s;
-    cj["comm_s"] = c.comm_s;
-    cj["last_step_s"] = c.last_step_s;
-    json busy = json::object();
-    for (StreamRole s : kAllStreams) busy[std::string(stream_name(s))] = c.busy_s[static_cast<int>(s)];
-    cj["stream_busy_s"] = busy;
-    json counts = json::object();
-    for (int k = 0; k < 5; ++k)
-      if (c.collectives_per_step[k])
-        counts[collective_name(static_cast<CollectiveKind>(k))] = c.collectives_per_step[k];
-    cj["collectives_last_step"] = counts;
-    json in_flight = json::array();
-    for (const auto& op : c.in_flight_at_peak)
-      in_flight.push_back({{"stream", op.stream}, {"name", op.name}, {"start_s", op.start_s}, {"end_s", op.end_s}});
-    cj["in_flight_at_peak"] = in_flight;
-    if (c.oom) {
-      cj["oom"] = {{"requested_bytes", c.oom->requested_bytes}, {"what", c.oom->what},
-                   {"category", c.oom->category}, {"capacity_bytes", c.oom->capacity_bytes},
-                   {"step", c.oom->step},
-                   {"allocated_bytes", c.oom->at_failure.allocated_bytes},
-                   {"reserved_bytes", c.oom->at_failure.reserved_bytes},
-                   {"breakdown", categories(c.oom->at_failure.by_category)}};
-    }
+    json cj = rank_class_json(c);
     classes.push_back(cj);
     for (int rk : c.ranks)
       ranks.push_back({{"rank", rk}, {"class", ci}, {"peak_allocated_bytes", c.peak_allocated_bytes},
                        {"peak_reserved_bytes", c.peak_reserved_bytes},
                        {"breakdown_at_peak", cj["breakdown_at_peak"]}});
     if (c.timeline.empty()) continue;
-    // Timeline as columns (compact): time, allocated, reserved, host, and one per category.
-    json tl;
-    tl["class"] = ci;
-    tl["ranks"] = c.ranks;
-    json t = json::array(), a = json::array(), rs = json::array(), h = json::array();
-    json cats = json::object();
-    for (MemCategory k : kAllMemCategories) cats[std::string(category_key(k))] = json::array();
-    for (const auto& p : c.timeline) {
-      t.push_back(p.time_s);
-      a.push_back(p.allocated_bytes);
-      rs.push_back(p.reserved_bytes);
-      h.push_back(p.host_bytes);
-      for (MemCategory k : kAllMemCategories) cats[std::string(category_key(k))].push_back(p.by_category[static_cast<int>(k)]);
-    }
-    tl["time_s"] = t;
-    tl["allocated_bytes"] = a;
-    tl["reserved_bytes"] = rs;
-    tl["host_bytes"] = h;
-    tl["by_category"] = cats;
-    // Optional label columns (NOTE [Timeline labels] in simulate.h).
-    if (!c.timeline_names.empty()) {
-      auto label = [&](int32_t i) {
-        return i >= 0 && static_cast<size_t>(i) < c.timeline_names.size() ? c.timeline_names[i] : std::string();
-      };
-      json what = json::array(), op = json::array(), ev = json::array();
-      for (const auto& p : c.timeline) {
-        what.push_back(label(p.what));
-        op.push_back(label(p.op));
-        ev.push_back(p.is_alloc ? "alloc" : "free");
-      }
-      tl["what"] = what;
-      tl["event"] = ev;
-      tl["op"] = op;
-    }
+    json tl = rank_timeline_json(c, ci);
     timelines.push_back(tl);
   }
   j["ranks"] = ranks;

@@ -34,7 +34,7 @@ Instr& SimBackend::push(InstrType type, StreamRole stream) {
   in.type = type;
   in.stream = stream;
   in.step = step();
-  in.host_seq = next_host_seq();
+  in.host_seq = host_seq();  // ticked by Backend (NOTE [Backend entry points])
   program_.instrs.push_back(in);
   return program_.instrs.back();
 }
@@ -77,7 +77,7 @@ KernelPlace SimBackend::place_of(const OpCall& op) const {
   return host_out > 0 ? KernelPlace::kHost : KernelPlace::kDevice;
 }
 
-void SimBackend::launch(StreamRole stream, const OpCall& op) {
+void SimBackend::do_launch(StreamRole stream, const OpCall& op) {
   if (program_.truncated) return;
   uint32_t nm = name(op.name);
   const KernelPlace place = place_of(op);
@@ -95,7 +95,7 @@ void SimBackend::launch(StreamRole stream, const OpCall& op) {
   add_accesses(in, op.inputs, op.outputs);
 }
 
-void SimBackend::collective(StreamRole stream, const CollectiveCall& call, const ProcessGroup& group) {
+void SimBackend::do_collective(StreamRole stream, const CollectiveCall& call, const ProcessGroup& group) {
   if (program_.truncated) return;
   FULLSHARD_CHECK(group.index_of(rank()) >= 0, "collective on a group without this rank");
   uint32_t nm = name(call.name);
@@ -115,24 +115,24 @@ void SimBackend::collective(StreamRole stream, const CollectiveCall& call, const
     add_accesses(in, {call.input}, {call.output});
 }
 
-EventId SimBackend::record_event(StreamRole stream) {
+EventId SimBackend::do_record_event(StreamRole stream) {
   EventId e = ++next_event_;
   if (program_.truncated) return e;
   push(InstrType::kRecordEvent, stream).event = e;
   return e;
 }
 
-void SimBackend::wait_event(StreamRole stream, EventId event) {
+void SimBackend::do_wait_event(StreamRole stream, EventId event) {
   if (program_.truncated || event == 0) return;
   push(InstrType::kWaitEvent, stream).event = event;
 }
 
-void SimBackend::synchronize(EventId event) {
+void SimBackend::do_synchronize(EventId event) {
   if (program_.truncated || event == 0) return;
   push(InstrType::kSynchronize, StreamRole::kDefault).event = event;
 }
 
-void SimBackend::annotate(std::string_view label) {
+void SimBackend::do_annotate(std::string_view label) {
   if (program_.truncated) return;
   uint32_t nm = name(label);
   push(InstrType::kMarker, StreamRole::kDefault).name = nm;

@@ -27,12 +27,6 @@ class SimBackend : public Backend {
   SimBackend(int rank, int world_size, AllocatorOptions allocator, GroupRegistry& groups,
              bool record_timeline = true);
 
-  void launch(StreamRole stream, const OpCall& op) override;
-  void collective(StreamRole stream, const CollectiveCall& call, const ProcessGroup& group) override;
-  EventId record_event(StreamRole stream) override;
-  void wait_event(StreamRole stream, EventId event) override;
-  void synchronize(EventId event) override;
-  void annotate(std::string_view label) override;
 
   Program& program() { return program_; }
   const Program& program() const { return program_; }
@@ -40,6 +34,12 @@ class SimBackend : public Backend {
   void truncate() { program_.truncated = true; }
 
  protected:
+  void do_launch(StreamRole stream, const OpCall& op) override;
+  void do_collective(StreamRole stream, const CollectiveCall& call, const ProcessGroup& group) override;
+  EventId do_record_event(StreamRole stream) override;
+  void do_wait_event(StreamRole stream, EventId event) override;
+  void do_synchronize(EventId event) override;
+  void do_annotate(std::string_view label) override;
   void on_allocate(const Buffer& buffer, StreamRole stream, std::string_view what) override;
   void on_free(const Buffer& buffer) override;
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/memory/memory_tracker.h"
+#include "core/report/rank_report.h"
 #include "core/scenario/scenario.h"
 #include "simulator/engine/engine.h"
 #include "simulator/step_breakdown.h"
@@ -38,59 +39,11 @@ struct SimulateOptions {
   std::function<void(const PlayedRun&)> on_played;
 };
 
-struct TimelinePoint {
-  double time_s = 0;
-  uint64_t allocated_bytes = 0;
-  uint64_t reserved_bytes = 0;
-  uint64_t host_bytes = 0;
-  CategoryBytes by_category{};
-  // NOTE [Timeline labels]: indices into RankClassReport::timeline_names (-1: none), so the
-  // plots can say what each point is: the buffer allocated or freed here, and the kernel or
-  // collective the host issued next (the work the allocation serves; its start is time_s).
-  int32_t what = -1;
-  int32_t op = -1;
-  bool is_alloc = true;
-};
-
-// A kernel or collective running on some stream at a moment (the peak).
-struct InFlightOp {
-  std::string stream;
-  std::string name;
-  double start_s = 0, end_s = 0;
-};
-
-struct OutOfMemoryInfo {
-  uint64_t requested_bytes = 0;
-  std::string what;        // what was being allocated
-  std::string category;
-  uint64_t capacity_bytes = 0;
-  MemorySnapshot at_failure;
-  int step = 0;
-};
-
-// One class of ranks whose programs are identical (one representative was simulated).
-struct RankClassReport {
-  std::vector<int> ranks;
-  int representative = 0;
-  uint64_t peak_allocated_bytes = 0;
-  uint64_t peak_reserved_bytes = 0;
-  uint64_t peak_host_bytes = 0;
-  CategoryBytes breakdown_at_peak{};   // device allocated bytes by category at the peak
-  double peak_time_s = 0;
-  uint64_t end_allocated_bytes = 0;    // after the last step
-  std::vector<uint64_t> allocated_after_step;  // allocated bytes after each step's end
-  AllocatorStats allocator;
-  std::vector<TimelinePoint> timeline;
-  std::vector<std::string> timeline_names;  // TimelinePoint::what / op index this
-  std::vector<InFlightOp> in_flight_at_peak;  // on every stream at peak_time_s
-  std::optional<OutOfMemoryInfo> oom;
-  double busy_s[kNumStreams] = {};
-  double compute_s = 0, exposed_comm_s = 0, comm_s = 0;  // whole run
-  double end_time_s = 0;               // when the rank's last work finished
-  double last_step_s = 0;              // duration of its last step (0 when it did not finish)
-  uint64_t instructions = 0;           // recorded host-program instructions
-  int collectives_per_step[5] = {};    // by CollectiveKind, in the last step
-};
+// The per-rank part of the report is shared with measured runs (core/report/rank_report.h).
+using fullshard::InFlightOp;
+using fullshard::OutOfMemoryInfo;
+using fullshard::TimelinePoint;
+using RankClassReport = fullshard::RankReport;
 
 struct SimulationReport {
   std::string scenario;

@@ -15,7 +15,7 @@ cmake --build build --target fullshard bench_sgemm -j "$(nproc)" > /dev/null
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
 OPENBLAS_NUM_THREADS="$(nproc)" build/bin/bench_sgemm --benchmark_filter='BM_Sgemm/1024' \
   --benchmark_repetitions=3 --benchmark_report_aggregates_only=true --benchmark_format=json > "$tmp/sgemm.json"
-build/bin/fullshard train "$scenario" --backend gloo --steps "$steps" --metrics "$tmp/m.jsonl"
+build/bin/fullshard train "$scenario" --steps "$steps" --metrics "$tmp/m.jsonl"
 python3 - "$tmp/sgemm.json" "$tmp/m.jsonl" "$(nproc)" <<'P'
 import json, sys
 bench = json.load(open(sys.argv[1]))

@@ -15,7 +15,7 @@ report="build/$(basename "${scenario%.json}")-report.json"
 ./build/bin/fullshard simulate "$scenario" --json "$report" --timeline "${report%-report.json}-timeline.html"
 if [ $# -eq 0 ]; then
   echo
-  ./build/bin/fullshard train scenarios/tiny-llama-cpu2.json --backend gloo \
+  ./build/bin/fullshard train scenarios/tiny-llama-cpu2.json \
     --metrics build/tiny-llama-cpu2-metrics.jsonl
   ./build/bin/fullshard compare scenarios/tiny-llama-cpu2.json --steps 2
 fi

@@ -8,7 +8,7 @@
 
 #include "backends/cpu/kernels/dtype_io.h"
 #include "backends/cpu/kernels/kernels.h"
-#include "backends/cpu/param_init.h"
+#include "core/data/param_init.h"
 #include "core/common/error.h"
 
 namespace fullshard::cpu {
@@ -27,11 +27,11 @@ class OwningPrefixStore : public ::gloo::rendezvous::PrefixStore {
 }  // namespace
 
 CpuBackend::CpuBackend(CpuBackendOptions options)
-    : Backend(options.rank, options.world_size, options.allocator, &host_segments,
+    : Backend(options.rank, options.world_size, options.allocator, std::make_unique<HostSegmentSource>(),
               options.record_timeline),
       options_(std::move(options)) {
   for (StreamRole r : kAllStreams) streams_.push_back(std::make_unique<StreamWorker>(std::string(stream_name(r)), failure_));
-  host_segments.before_unmap = [this] {
+  static_cast<HostSegmentSource*>(segment_source())->before_unmap = [this] {
     for (auto& s : streams_) s->drain();
   };
 }
@@ -39,7 +39,8 @@ CpuBackend::CpuBackend(CpuBackendOptions options)
 CpuBackend::~CpuBackend() {
   for (auto& s : streams_) s->drain();
   release_host_buffers(true);
-  host_segments.before_unmap = nullptr;
+  // The allocator (in Backend) releases its segments after this destructor: nothing to drain.
+  static_cast<HostSegmentSource*>(segment_source())->before_unmap = nullptr;
   streams_.clear();  // joins the workers
   groups_.clear();
 }
@@ -55,7 +56,15 @@ uint8_t* CpuBackend::resolve(const TensorRef& ref) const {
   return it->second + ref.offset_bytes;
 }
 
-void* CpuBackend::data(const TensorRef& ref) const { return resolve(ref); }
+void CpuBackend::copy_to_host(const TensorRef& ref, void* dst) {
+  synchronize_device();
+  const uint8_t* p = resolve(ref);
+  if (ref.nbytes() > 0) std::memcpy(dst, p, ref.nbytes());
+}
+
+double CpuBackend::clock_s() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - created_).count();
+}
 
 void CpuBackend::run_timed(StreamRole r, const std::function<void()>& fn) {
   auto t0 = std::chrono::steady_clock::now();
@@ -66,7 +75,7 @@ void CpuBackend::run_timed(StreamRole r, const std::function<void()>& fn) {
                                                   std::chrono::duration<double>(t1 - created_).count());
 }
 
-std::array<std::vector<std::pair<double, double>>, kNumStreams> CpuBackend::take_busy_intervals() {
+std::optional<StreamIntervals> CpuBackend::take_busy_intervals() {
   std::lock_guard<std::mutex> lock(intervals_mu_);
   return std::exchange(intervals_, {});
 }
@@ -81,25 +90,9 @@ void CpuBackend::on_allocate(const Buffer& buffer, StreamRole stream, std::strin
     p = reinterpret_cast<uint8_t*>(buffer.block.address);
   }
   addresses_[buffer.id] = p;
-  if (options_.record_timeline) {
-    auto [it, added] = timeline_name_ids_.emplace(std::string(what), static_cast<int32_t>(timeline_names_.size()));
-    if (added) timeline_names_.emplace_back(what);
-    live_whats_[buffer.id] = it->second;
-    record_timeline_point(it->second);
-  }
-}
-
-void CpuBackend::record_timeline_point(int32_t what) {
-  timeline_times_.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - created_).count());
-  timeline_whats_.push_back(what);
 }
 
 void CpuBackend::on_free(const Buffer& buffer) {
-  if (options_.record_timeline) {
-    auto w = live_whats_.find(buffer.id);
-    record_timeline_point(w == live_whats_.end() ? -1 : w->second);
-    if (w != live_whats_.end()) live_whats_.erase(w);
-  }
   auto it = addresses_.find(buffer.id);
   if (it == addresses_.end()) return;
   if (buffer.on_host) {
@@ -130,10 +123,8 @@ void CpuBackend::release_host_buffers(bool all) {
   deferred_host_frees_.erase(keep, deferred_host_frees_.end());
 }
 
-void CpuBackend::launch(StreamRole r, const OpCall& op) {
+void CpuBackend::do_launch(StreamRole r, const OpCall& op) {
   check_failed();
-  next_host_seq();
-  launched_flops_ += op.flops;
   std::vector<void*> in, out;
   in.reserve(op.inputs.size());
   out.reserve(op.outputs.size());
@@ -142,32 +133,19 @@ void CpuBackend::launch(StreamRole r, const OpCall& op) {
   stream(r).enqueue([this, r, op, in = std::move(in), out = std::move(out)] {
     run_timed(r, [&] {
       switch (op.kind) {
-        case OpKind::kLoadBatch: load_batch(op, out.at(0), out.at(1)); break;
-        case OpKind::kInitParam: run_init_param(op, out.at(0)); break;
+        case OpKind::kLoadBatch:
+          options_.batches.fill(op, rank(), world_size(), static_cast<int64_t*>(out.at(0)),
+                                static_cast<int64_t*>(out.at(1)));
+          break;
+        case OpKind::kInitParam: {
+          const std::vector<float> v = init_param_values(op);
+          detail::store_f32(v.data(), out.at(0), op.outputs.at(0).meta.dtype, 0, static_cast<int64_t>(v.size()));
+          break;
+        }
         default: run_kernel(op, in, out);
       }
     });
   });
-}
-
-void CpuBackend::load_batch(const OpCall& op, void* tokens, void* labels) {
-  FULLSHARD_CHECK(options_.corpus != nullptr, "kLoadBatch without a corpus");
-  const TensorMeta& m = op.outputs.at(0).meta;
-  FULLSHARD_CHECK(m.shape.size() == 2 && m.dtype == DType::kInt64, "kLoadBatch: tokens must be int64 [B, S]");
-  const int64_t batch = m.shape[0], seq = m.shape[1];
-  const int64_t step = op.iargs.at(0), micro = op.iargs.at(1);
-  // Global sample index: micro-batch major, then rank, then row (docs in data.h).
-  int64_t first = (micro * world_size() + rank()) * batch;
-  if (!options_.rank_batches.empty()) {
-    int64_t total = 0, before = 0;
-    for (int r = 0; r < static_cast<int>(options_.rank_batches.size()); ++r) {
-      if (r < rank()) before += options_.rank_batches[r];
-      total += options_.rank_batches[r];
-    }
-    first = micro * total + before;
-  }
-  options_.corpus->fill_batch(options_.data_seed, step, first, batch, seq, static_cast<int64_t*>(tokens),
-                              static_cast<int64_t*>(labels));
 }
 
 gloo_backend::GlooProcessGroup& CpuBackend::process_group(const ProcessGroup& g, StreamRole r) {
@@ -182,9 +160,8 @@ gloo_backend::GlooProcessGroup& CpuBackend::process_group(const ProcessGroup& g,
   return *groups_.emplace(key, std::move(pg)).first->second;
 }
 
-void CpuBackend::collective(StreamRole r, const CollectiveCall& call, const ProcessGroup& group) {
+void CpuBackend::do_collective(StreamRole r, const CollectiveCall& call, const ProcessGroup& group) {
   check_failed();
-  next_host_seq();
   FULLSHARD_CHECK(group.index_of(rank()) >= 0, "collective " + call.name + " on a group without this rank");
   void* in = resolve(call.input);
   void* out = resolve(call.output);
@@ -212,8 +189,7 @@ void CpuBackend::collective(StreamRole r, const CollectiveCall& call, const Proc
   });
 }
 
-EventId CpuBackend::record_event(StreamRole r) {
-  next_host_seq();
+EventId CpuBackend::do_record_event(StreamRole r) {
   EventId id = ++next_event_;
   auto e = std::make_shared<CpuEvent>();
   events_.emplace(id, e);
@@ -221,16 +197,13 @@ EventId CpuBackend::record_event(StreamRole r) {
   return id;
 }
 
-void CpuBackend::wait_event(StreamRole r, EventId event) {
-  if (event == 0) return;
-  next_host_seq();
+void CpuBackend::do_wait_event(StreamRole r, EventId event) {
   auto it = events_.find(event);
   if (it == events_.end()) return;  // pruned: completed before a host synchronize
   stream(r).wait(it->second);
 }
 
-void CpuBackend::synchronize(EventId event) {
-  next_host_seq();
+void CpuBackend::do_synchronize(EventId event) {
   auto it = events_.find(event);
   if (it != events_.end()) it->second->wait();
   check_failed();
@@ -239,13 +212,13 @@ void CpuBackend::synchronize(EventId event) {
   release_host_buffers(false);
 }
 
-void CpuBackend::synchronize_all() {
+void CpuBackend::synchronize_device() {
   for (auto& s : streams_) s->drain();
   check_failed();
   release_host_buffers(false);
 }
 
-void CpuBackend::read_scalar(StreamRole r, const TensorRef& ref) {
+void CpuBackend::do_read_scalar(StreamRole r, const TensorRef& ref) {
   const uint8_t* p = resolve(ref);
   stream(r).enqueue([this, ref, p] {
     float v = 0;

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "core/common/error.h"
+
 namespace fullshard {
 
 OutOfMemoryError::OutOfMemoryError(uint64_t requested, MemCategory cat, std::string what,
@@ -16,9 +18,14 @@ OutOfMemoryError::OutOfMemoryError(uint64_t requested, MemCategory cat, std::str
       at_failure(snap),
       capacity_bytes(capacity) {}
 
-Backend::Backend(int rank, int world_size, AllocatorOptions allocator, SegmentSource* source,
+Backend::Backend(int rank, int world_size, AllocatorOptions allocator, std::unique_ptr<SegmentSource> source,
                  bool record_timeline)
-    : rank_(rank), world_size_(world_size), memory_(allocator, source, record_timeline) {}
+    : rank_(rank),
+      world_size_(world_size),
+      source_(std::move(source)),
+      memory_(allocator, source_.get(), record_timeline) {}
+
+Backend::~Backend() = default;
 
 Buffer Backend::allocate(uint64_t bytes, MemCategory category, StreamRole stream,
                          std::string_view what) {
@@ -30,12 +37,14 @@ Buffer Backend::allocate(uint64_t bytes, MemCategory category, StreamRole stream
                            memory_.capacity_bytes());
   }
   on_allocate(*buf, stream, what);
+  if (observer_) observer_(*buf, true, what);
   return *buf;
 }
 
 Buffer Backend::allocate_host(uint64_t bytes, MemCategory category, std::string_view what) {
   auto buf = memory_.allocate_host(bytes, category, next_host_seq());
   on_allocate(buf, StreamRole::kDefault, what);
+  if (observer_) observer_(buf, true, what);
   return buf;
 }
 
@@ -43,6 +52,43 @@ void Backend::free(const Buffer& buffer) {
   if (!buffer || out_of_memory_) return;
   memory_.free(buffer, next_host_seq());
   on_free(buffer);
+  if (observer_) observer_(buffer, false, {});
+}
+
+void Backend::launch(StreamRole stream, const OpCall& op) {
+  next_host_seq();
+  launched_flops_ += op.flops;
+  do_launch(stream, op);
+}
+
+void Backend::collective(StreamRole stream, const CollectiveCall& call, const ProcessGroup& group) {
+  next_host_seq();
+  do_collective(stream, call, group);
+}
+
+EventId Backend::record_event(StreamRole stream) {
+  next_host_seq();
+  return do_record_event(stream);
+}
+
+void Backend::wait_event(StreamRole stream, EventId event) {
+  if (event == 0) return;
+  next_host_seq();
+  do_wait_event(stream, event);
+}
+
+void Backend::synchronize(EventId event) {
+  if (event != 0) next_host_seq();
+  do_synchronize(event);
+}
+
+void Backend::annotate(std::string_view label) {
+  next_host_seq();
+  do_annotate(label);
+}
+
+void Backend::copy_to_host(const TensorRef& ref, void* dst) {
+  FULLSHARD_CHECK(false, "copy_to_host: this backend holds no data (the simulator)");
 }
 
 }  // namespace fullshard

@@ -7,9 +7,14 @@
 // shared MemoryTracker in the order the host program calls them, exactly as PyTorch's
 // caching allocator sees cudaMalloc/free requests from the CPU thread. That is why the
 // simulator's allocated/reserved bytes equal a real backend's to the byte.
+#include <array>
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/memory/memory_tracker.h"
@@ -32,11 +37,23 @@ class OutOfMemoryError : public std::runtime_error {
   uint64_t capacity_bytes;
 };
 
+// Per-stream busy intervals [begin, end) in seconds on the backend's clock (time since it was
+// created), by StreamRole: what a real backend measured since the last take.
+using StreamIntervals = std::array<std::vector<std::pair<double, double>>, kNumStreams>;
+
+// NOTE [Backend entry points]: the work methods are public and non-virtual. Each ticks the
+// host sequence (one tick per host-program call that the simulator records: launch,
+// collective, record_event, wait_event and synchronize of a real event, annotate) and then
+// calls the protected do_* virtual of the backend. So every backend sees the host program in
+// the same positions, and a backend cannot forget a tick. read_scalar is a read-back, not an
+// instruction, and does not tick.
 class Backend {
  public:
-  Backend(int rank, int world_size, AllocatorOptions allocator, SegmentSource* source = nullptr,
+  // `source` supplies the allocator's segments (null: virtual addresses, as the simulator
+  // uses); the backend owns it, and it outlives the allocator.
+  Backend(int rank, int world_size, AllocatorOptions allocator, std::unique_ptr<SegmentSource> source = nullptr,
           bool record_timeline = true);
-  virtual ~Backend() = default;
+  virtual ~Backend();
   Backend(const Backend&) = delete;
   Backend& operator=(const Backend&) = delete;
 
@@ -51,45 +68,79 @@ class Backend {
   const MemoryTracker& memory() const { return memory_; }
   MemoryTracker& memory() { return memory_; }
 
-  // ---- work ----
-  virtual void launch(StreamRole stream, const OpCall& op) = 0;
-  virtual void collective(StreamRole stream, const CollectiveCall& call, const ProcessGroup& group) = 0;
-  virtual EventId record_event(StreamRole stream) = 0;
-  virtual void wait_event(StreamRole stream, EventId event) = 0;
+  // ---- work (NOTE [Backend entry points]) ----
+  void launch(StreamRole stream, const OpCall& op);
+  void collective(StreamRole stream, const CollectiveCall& call, const ProcessGroup& group);
+  EventId record_event(StreamRole stream);
+  void wait_event(StreamRole stream, EventId event);
   // Host blocks until the event's work is done (CPU offload, step boundary).
-  virtual void synchronize(EventId event) = 0;
+  void synchronize(EventId event);
   // Convenience: `waiter` waits for everything issued so far on `waitee`.
   void wait_stream(StreamRole waiter, StreamRole waitee) { wait_event(waiter, record_event(waitee)); }
+  // Phase markers for reports.
+  void annotate(std::string_view label);
 
   // ---- host read-back (loss.item()) ----
   // The value of a one-element fp32/bf16/fp16 tensor is copied to the host when `stream`
   // reaches this point; after a synchronize() that covers it, take_scalars() returns the
   // values in the order they were requested. No allocation is involved. The simulator has
   // no values and returns nothing.
-  virtual void read_scalar(StreamRole stream, const TensorRef& ref) {}
+  void read_scalar(StreamRole stream, const TensorRef& ref) { do_read_scalar(stream, ref); }
   virtual std::vector<double> take_scalars() { return {}; }
 
-  // ---- annotations (optional; default no-op) ----
+  // ---- real backends (the simulator has no data and no clock) ----
+  // True when buffers hold real data (copy_to_host works).
+  virtual bool has_data() const { return false; }
+  // Waits until every stream finished what was issued; rethrows a stream's error.
+  virtual void synchronize_device() {}
+  // Copies the tensor's bytes (ref.nbytes()) to `dst` once everything issued so far on every
+  // stream is done (blocks the host). Throws InternalError on a backend without data.
+  virtual void copy_to_host(const TensorRef& ref, void* dst);
+  // Optional per-step measurement: each stream's busy intervals since the last call, or
+  // nullopt when the backend does not measure them.
+  virtual std::optional<StreamIntervals> take_busy_intervals() { return std::nullopt; }
+  // Seconds since the backend was created, on the clock take_busy_intervals() uses.
+  virtual double clock_s() const { return 0.0; }
+  // FLOPs (as OpCall declares them) of the kernels launched since the last call; clears them.
+  double take_launched_flops() { return std::exchange(launched_flops_, 0.0); }
+
+  // ---- annotations ----
   virtual void set_step(int step) { step_ = step; }
   int step() const { return step_; }
-  virtual void annotate(std::string_view label) {}  // phase markers for reports
 
   // Position of the host program (one tick per call above); timelines map it to time.
   uint64_t host_seq() const { return host_seq_; }
 
+  // Called after every allocation and free the host program makes (measured timelines); a
+  // free passes an empty `what`.
+  using AllocationObserver = std::function<void(const Buffer& buffer, bool is_alloc, std::string_view what)>;
+  void set_allocation_observer(AllocationObserver observer) { observer_ = std::move(observer); }
+
  protected:
-  uint64_t next_host_seq() { return ++host_seq_; }
+  virtual void do_launch(StreamRole stream, const OpCall& op) = 0;
+  virtual void do_collective(StreamRole stream, const CollectiveCall& call, const ProcessGroup& group) = 0;
+  virtual EventId do_record_event(StreamRole stream) = 0;
+  virtual void do_wait_event(StreamRole stream, EventId event) = 0;
+  // Also called with event 0 (no tick then): a real backend may use it to prune state.
+  virtual void do_synchronize(EventId event) = 0;
+  virtual void do_annotate(std::string_view label) {}
+  virtual void do_read_scalar(StreamRole stream, const TensorRef& ref) {}
   // Backend hooks around the shared allocator (record, map, check). Default no-op.
   virtual void on_allocate(const Buffer& buffer, StreamRole stream, std::string_view what) {}
   virtual void on_free(const Buffer& buffer) {}
+  SegmentSource* segment_source() const { return source_.get(); }
 
  private:
   int rank_;
   int world_size_;
+  std::unique_ptr<SegmentSource> source_;  // before memory_: outlives the allocator
   MemoryTracker memory_;
   uint64_t host_seq_ = 0;
   int step_ = 0;
+  double launched_flops_ = 0;
   bool out_of_memory_ = false;  // after an OOM, frees during unwinding are not recorded
+  AllocationObserver observer_;
+  uint64_t next_host_seq() { return ++host_seq_; }
 };
 
 }  // namespace fullshard

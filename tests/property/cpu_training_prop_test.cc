@@ -105,8 +105,8 @@ RC_GTEST_PROP(RealTraining, PredictedPeakMemoryEqualsMeasured, ()) {
   RealRun real = run_real(s);
   for (const auto& c : pred.classes)
     for (int r : c.ranks) {
-      RC_ASSERT(real.ranks[r].peak_allocated_bytes == c.peak_allocated_bytes);
-      RC_ASSERT(real.ranks[r].peak_reserved_bytes == c.peak_reserved_bytes);
+      RC_ASSERT(real.ranks[r].report.peak_allocated_bytes == c.peak_allocated_bytes);
+      RC_ASSERT(real.ranks[r].report.peak_reserved_bytes == c.peak_reserved_bytes);
     }
 }
 
@@ -197,8 +197,8 @@ TEST(RealTraining, UnevenBatchPredictedEqualsMeasuredPerRank) {
   for (const auto& c : pred.classes)
     for (int r : c.ranks) {
       predicted[r] = c.peak_allocated_bytes;
-      EXPECT_EQ(real.ranks[r].peak_allocated_bytes, c.peak_allocated_bytes) << "rank " << r;
-      EXPECT_EQ(real.ranks[r].peak_reserved_bytes, c.peak_reserved_bytes) << "rank " << r;
+      EXPECT_EQ(real.ranks[r].report.peak_allocated_bytes, c.peak_allocated_bytes) << "rank " << r;
+      EXPECT_EQ(real.ranks[r].report.peak_reserved_bytes, c.peak_reserved_bytes) << "rank " << r;
     }
   EXPECT_GT(predicted[1], predicted[0]);
 }

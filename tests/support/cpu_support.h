@@ -8,14 +8,16 @@
 #include <mutex>
 #include <thread>
 
-#include "backends/cpu/rank_runner.h"
+#include "backends/cpu/cpu_backend.h"
+#include "runner/backend_factory.h"
+#include "runner/rank_runner.h"
 #include "core/fsdp/shard_layout.h"
 #include "core/model/transformer.h"
 
 namespace fullshard::testing {
 
 struct RealRun {
-  std::vector<cpu::RankResult> ranks;
+  std::vector<runner::RankResult> ranks;
   std::map<std::string, std::vector<float>> params;  // fqn -> full tensor (from shard group 0)
   std::vector<double> mean_loss;                       // per step, mean over ranks
 };
@@ -30,12 +32,20 @@ inline RealRun run_real(const Scenario& s, int steps = -1) {
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       try {
-        cpu::RankOptions o;
-        o.rank = r;
-        o.store = store;
+        cpu::CpuBackendOptions bo;
+        bo.rank = r;
+        bo.world_size = world;
+        bo.allocator = s.hardware.allocator;
+        bo.store = store;
+        if (world > 1) bo.device = gloo_backend::make_tcp_device("127.0.0.1");
+        bo.collectives.timeout = std::chrono::seconds(30);
+        bo.batches = runner::batch_source(s);
+        bo.record_timeline = false;
+        cpu::CpuBackend backend(std::move(bo));
+        runner::RankOptions o;
         o.steps = steps;
-        o.collectives.timeout = std::chrono::seconds(30);
-        out.ranks[r] = cpu::run_rank(s, o, {}, /*collect_params=*/true);
+        o.collect_params = true;
+        out.ranks[r] = runner::run_rank(backend, s, o);
       } catch (...) {
         errors[r] = std::current_exception();
       }

@@ -2,7 +2,7 @@
 //   fullshard simulate SCENARIO.json [--json REPORT.json] [--ranks classes|all] [--no-checks]
 //                     [--timeline T.html|T.svg] [--trace TRACE.json]
 //   fullshard plot REPORT.json [MORE.json ...] -o OUT.html|OUT.svg [--rank R] [--title T]
-//   fullshard train SCENARIO.json --backend gloo [--nproc N] [--metrics M.jsonl] [--steps K]
+//   fullshard train SCENARIO.json [--backend cpu|cuda] [--nproc N] [--metrics M.jsonl] [--steps K]
 //   fullshard compare SCENARIO.json [--json OUT.json]
 //   fullshard models [--json]
 //   fullshard plan --model NAME|--hf-config C.json|--scenario S.json --gpus N --gpus-per-node G --gpu PROFILE
@@ -108,19 +108,20 @@ int main(int argc, char** argv) {
   std::string timeline_out, trace_out;
   sim->add_option("--timeline", timeline_out, "write the memory timeline page (.html) or picture (.svg) here");
   sim->add_option("--trace", trace_out, "write a Chrome trace (Perfetto, chrome://tracing) here");
-  fullshard::cpu::LaunchOptions lo;
-  std::string backend = "gloo";
+  fullshard::runner::LaunchOptions lo;
   auto add_run_options = [&](CLI::App* c) {
     c->add_option("scenario", lo.scenario_path, "scenario JSON file")->required();
+    c->add_option("--backend", lo.backend,
+                  "cpu (CPU processes over Gloo; 'gloo' is an alias) or cuda (one GPU per rank, NCCL); default: "
+                  "cpu for the 'cpu' hardware profile, cuda for GPU profiles");
     c->add_option("--nproc", lo.nproc, "worker processes (default: the scenario's world size)");
     c->add_option("--steps", lo.steps, "optimizer steps (default: training.steps)");
     c->add_option("--timeout", lo.timeout_s, "seconds a collective may wait for its peers (default 60)");
     c->add_flag("--debug-collectives", lo.check_fingerprints,
                 "exchange collective fingerprints before each collective (like TORCH_DISTRIBUTED_DEBUG=DETAIL)");
   };
-  auto* train = app.add_subcommand("train", "train a scenario for real (CPU processes over Gloo)");
+  auto* train = app.add_subcommand("train", "train a scenario for real (CPU processes over Gloo, or GPUs)");
   add_run_options(train);
-  train->add_option("--backend", backend, "gloo (CPU, one process per rank)");
   train->add_option("--metrics", lo.metrics_path, "write one JSON object per step here (JSONL)");
   std::string train_json;
   train->add_option("--json", train_json, "write the measured report (memory timeline per rank) here");
@@ -155,7 +156,7 @@ int main(int argc, char** argv) {
     if (*models) return cmd_models(models_json);
     if (*plan) return fullshard::cli::cmd_plan(plan_flags);
     if (*calibrate) return fullshard::cli::cmd_calibrate(calibrate_flags);
-    if (*train) return fullshard::cli::cmd_train(lo, backend, train_json);
+    if (*train) return fullshard::cli::cmd_train(lo, train_json);
     if (*compare) {
       lo.progress = false;
       return fullshard::cli::cmd_compare(lo, compare_json);

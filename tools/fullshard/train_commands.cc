@@ -9,26 +9,22 @@
 #include "core/scenario/scenario.h"
 #include "simulator/report.h"
 #include "simulator/simulate.h"
+#include "tools/fullshard/backends.h"
 #include "tools/fullshard/commands.h"
 
 namespace fullshard::cli {
 namespace {
 
-void check_backend(const std::string& backend) {
-  if (backend != "gloo")
-    throw InputError("--backend", "is '" + backend + "'",
-                     "use --backend gloo (CPU processes over Gloo); the CUDA + NCCL backend is not built yet");
-}
-
-void print_errors(const cpu::LaunchResult& r) {
+void print_errors(const runner::LaunchResult& r) {
   for (const auto& e : r.errors) std::fprintf(stderr, "fullshard: %s\n", e.c_str());
 }
 
 // NOTE [Measured report]: a real run's report has the simulator's format (docs/report-format.md)
 // with one "class" per rank, so `fullshard plot predicted.json measured.json` overlays them.
-// Times are host wall-clock seconds since the rank's backend started; step figures are the
-// last step's, the slowest rank's.
-nlohmann::json measured_report(const Scenario& s, const cpu::LaunchResult& r) {
+// Times are seconds on the rank's backend clock (host wall clock since the backend started);
+// step figures are the last step's, the slowest rank's. Each worker writes its rank's part in
+// the report model predicted runs use (core/report/rank_report.h).
+nlohmann::json measured_report(const Scenario& s, const runner::LaunchResult& r) {
   sim::SimulationReport rep;
   rep.scenario = s.name;
   rep.world_size = s.world_size();
@@ -45,46 +41,12 @@ nlohmann::json measured_report(const Scenario& s, const cpu::LaunchResult& r) {
     const double peak = low ? s.hardware.device.peak_flops_bf16 : s.hardware.device.peak_flops_fp32;
     if (peak > 0) rep.mfu = last.flops_per_s / rep.world_size / peak;
   }
-  for (const auto& j : r.rank_reports) {
-    sim::RankClassReport c;
-    const int rank = j.at("rank").get<int>();
-    c.ranks = {rank};
-    c.representative = rank;
-    c.peak_allocated_bytes = j.at("peak_allocated_bytes").get<uint64_t>();
-    c.peak_reserved_bytes = j.at("peak_reserved_bytes").get<uint64_t>();
-    c.peak_host_bytes = j.at("peak_host_bytes").get<uint64_t>();
-    for (MemCategory k : kAllMemCategories)
-      c.breakdown_at_peak[static_cast<int>(k)] = j.at("breakdown_at_peak").value(std::string(category_key(k)), uint64_t{0});
-    c.timeline_names = j.at("timeline_names").get<std::vector<std::string>>();
-    uint64_t highest = 0;
-    for (const auto& row : j.at("timeline")) {
-      sim::TimelinePoint p;
-      p.time_s = row[0].get<double>();
-      p.allocated_bytes = row[1].get<uint64_t>();
-      p.reserved_bytes = row[2].get<uint64_t>();
-      p.host_bytes = row[3].get<uint64_t>();
-      for (MemCategory k : kAllMemCategories)
-        p.by_category[static_cast<int>(k)] = row[4].value(std::string(category_key(k)), uint64_t{0});
-      p.what = row[5].get<int32_t>();
-      p.is_alloc = row[6].get<bool>();
-      if (p.allocated_bytes > highest) {
-        highest = p.allocated_bytes;
-        c.peak_time_s = p.time_s;
-      }
-      c.timeline.push_back(p);
-    }
-    if (!j.at("steps").empty()) {
-      const auto& st = j.at("steps").back();
-      c.compute_s = st.value("compute_s", 0.0);
-      c.exposed_comm_s = st.value("exposed_comm_s", 0.0);
-    }
-    if (!c.timeline.empty()) c.end_time_s = c.timeline.back().time_s;
-    rep.classes.push_back(std::move(c));
-  }
+  for (const auto& j : r.rank_reports) rep.classes.push_back(rank_report_from_json(j.at("class"), j.at("timeline")));
   nlohmann::json out = sim::report_json(rep);
-  out["time_model"] = "measured: CPU backend over Gloo (host wall-clock times)";
+  out["time_model"] = r.backend == "cpu" ? "measured: CPU backend over Gloo (host wall-clock times)"
+                                         : "measured: " + r.backend + " backend (host wall-clock times)";
   out["measured"] = true;
-  out["backend"] = "gloo";
+  out["backend"] = r.backend;
   nlohmann::json losses = nlohmann::json::array();
   for (const auto& st : r.steps) losses.push_back(st.loss);
   out["loss_per_step"] = losses;
@@ -93,9 +55,8 @@ nlohmann::json measured_report(const Scenario& s, const cpu::LaunchResult& r) {
 
 }  // namespace
 
-int cmd_train(cpu::LaunchOptions o, const std::string& backend, const std::string& json_out) {
-  check_backend(backend);
-  if (cpu::is_worker_environment()) return cpu::worker_main(o);
+int cmd_train(runner::LaunchOptions o, const std::string& json_out) {
+  if (runner::is_worker_environment()) return runner::worker_main(o, real_backends());
   Scenario s = load_scenario_file(o.scenario_path);
   if (!json_out.empty()) {
     std::ofstream probe(json_out, std::ios::app);
@@ -103,9 +64,10 @@ int cmd_train(cpu::LaunchOptions o, const std::string& backend, const std::strin
     o.collect_reports = true;
   }
   const int steps = o.steps >= 0 ? o.steps : s.training.steps;
-  std::fprintf(stderr, "training %s: %d ranks (processes) over Gloo, %d steps\n", o.scenario_path.c_str(),
-               s.world_size(), steps);
-  cpu::LaunchResult r = cpu::launch_local(o);
+  const runner::BackendKind& kind = real_backends().choose(o.backend, s);
+  std::fprintf(stderr, "training %s: %d ranks (processes) %s, %d steps\n", o.scenario_path.c_str(), s.world_size(),
+               kind.name == "cpu" ? "over Gloo" : ("on the " + kind.name + " backend").c_str(), steps);
+  runner::LaunchResult r = runner::launch_local(o, real_backends());
   if (r.exit_code != 0) {
     print_errors(r);
     return r.exit_code;
@@ -144,7 +106,7 @@ int cmd_train(cpu::LaunchOptions o, const std::string& backend, const std::strin
   return 0;
 }
 
-int cmd_compare(const cpu::LaunchOptions& o, const std::string& json_out) {
+int cmd_compare(const runner::LaunchOptions& o, const std::string& json_out) {
   Scenario s = load_scenario_file(o.scenario_path);
   if (!json_out.empty()) {
     std::ofstream probe(json_out, std::ios::app);
@@ -160,8 +122,10 @@ int cmd_compare(const cpu::LaunchOptions& o, const std::string& json_out) {
     std::fprintf(stderr, "fullshard: the simulation did not complete cleanly; not running it for real\n");
     return pred.out_of_memory ? 3 : 1;
   }
-  std::fprintf(stderr, "running %s for real: %d ranks over Gloo...\n", o.scenario_path.c_str(), s.world_size());
-  cpu::LaunchResult real = cpu::launch_local(o);
+  const runner::BackendKind& kind = real_backends().choose(o.backend, s);
+  std::fprintf(stderr, "running %s for real: %d ranks on the %s backend...\n", o.scenario_path.c_str(), s.world_size(),
+               kind.name.c_str());
+  runner::LaunchResult real = runner::launch_local(o, real_backends());
   if (real.exit_code != 0) {
     print_errors(real);
     return real.exit_code;
@@ -171,7 +135,8 @@ int cmd_compare(const cpu::LaunchOptions& o, const std::string& json_out) {
     for (int r : c.ranks) by_rank[r] = &c;
   nlohmann::json ranks = nlohmann::json::array();
   bool all_equal = true;
-  std::cout << fmt::format("scenario {}: predicted (simulator) vs measured (CPU backend over Gloo), per rank\n", s.name);
+  std::cout << fmt::format("scenario {}: predicted (simulator) vs measured ({}), per rank\n", s.name,
+                           real.backend == "cpu" ? "CPU backend over Gloo" : real.backend + " backend");
   std::cout << fmt::format("  {:>4}  {:>16} {:>16}  {:>16} {:>16}  {}\n", "rank", "pred allocated", "meas allocated",
                            "pred reserved", "meas reserved", "");
   for (const auto& m : real.ranks) {

@@ -1,14 +1,13 @@
-#include "backends/cpu/param_init.h"
+#include "core/data/param_init.h"
 
 #include <cmath>
 #include <vector>
 
-#include "backends/cpu/kernels/dtype_io.h"
 #include "core/common/error.h"
 #include "core/common/splitmix.h"
 #include "core/model/module.h"
 
-namespace fullshard::cpu {
+namespace fullshard {
 namespace {
 
 // Uniform in (0, 1) from the top 53 bits.
@@ -32,7 +31,7 @@ float init_value(int64_t init, double std, uint64_t key, int64_t index) {
   return 0.0f;
 }
 
-void run_init_param(const OpCall& op, void* out) {
+std::vector<float> init_param_values(const OpCall& op) {
   FULLSHARD_CHECK(op.outputs.size() == 1 && op.iargs.size() == 5 && op.fargs.size() == 1,
                   "kInitParam " + op.name + ": bad arguments");
   const TensorRef& t = op.outputs[0];
@@ -45,7 +44,7 @@ void run_init_param(const OpCall& op, void* out) {
   const int64_t first = row_offset * row_numel;
   std::vector<float> values(static_cast<size_t>(n), 0.0f);  // padding rows stay 0
   for (int64_t i = 0; i < real; ++i) values[i] = init_value(init, op.fargs[0], key, first + i);
-  detail::store_f32(values.data(), out, t.meta.dtype, 0, n);
+  return values;
 }
 
-}  // namespace fullshard::cpu
+}  // namespace fullshard

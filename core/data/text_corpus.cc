@@ -1,4 +1,4 @@
-#include "backends/cpu/data.h"
+#include "core/data/text_corpus.h"
 
 #include <array>
 #include <fstream>
@@ -7,7 +7,7 @@
 #include "core/common/error.h"
 #include "core/common/splitmix.h"
 
-namespace fullshard::cpu {
+namespace fullshard {
 namespace {
 
 template <size_t N>
@@ -70,4 +70,24 @@ void TextCorpus::fill_batch(uint64_t seed, int64_t step, int64_t first_sample, i
   }
 }
 
-}  // namespace fullshard::cpu
+int64_t BatchSource::first_sample(int64_t micro, int rank, int world_size, int64_t batch) const {
+  if (rank_batches.empty()) return (micro * world_size + rank) * batch;
+  int64_t total = 0, before = 0;
+  for (int r = 0; r < static_cast<int>(rank_batches.size()); ++r) {
+    if (r < rank) before += rank_batches[r];
+    total += rank_batches[r];
+  }
+  return micro * total + before;
+}
+
+void BatchSource::fill(const OpCall& op, int rank, int world_size, int64_t* tokens, int64_t* labels) const {
+  FULLSHARD_CHECK(corpus != nullptr, "kLoadBatch without a corpus");
+  FULLSHARD_CHECK(op.outputs.size() == 2 && op.iargs.size() >= 2, "kLoadBatch " + op.name + ": bad arguments");
+  const TensorMeta& m = op.outputs.at(0).meta;
+  FULLSHARD_CHECK(m.shape.size() == 2 && m.dtype == DType::kInt64, "kLoadBatch: tokens must be int64 [B, S]");
+  const int64_t batch = m.shape[0], seq = m.shape[1];
+  const int64_t step = op.iargs[0], micro = op.iargs[1];
+  corpus->fill_batch(seed, step, first_sample(micro, rank, world_size, batch), batch, seq, tokens, labels);
+}
+
+}  // namespace fullshard

@@ -1,4 +1,4 @@
-#include "backends/cpu/launcher.h"
+#include "runner/launcher.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -21,11 +21,11 @@
 #include <gloo/rendezvous/file_store.h>
 #include <nlohmann/json.hpp>
 
-#include "backends/cpu/rank_runner.h"
+#include "runner/rank_runner.h"
 #include "core/common/error.h"
 #include "core/scenario/scenario.h"
 
-namespace fullshard::cpu {
+namespace fullshard::runner {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -113,30 +113,9 @@ std::string describe_exit(int status) {
   return "stopped";
 }
 
-nlohmann::json category_object(const CategoryBytes& b) {
-  nlohmann::json o = nlohmann::json::object();
-  for (int c = 0; c < kNumMemCategories; ++c) o[std::string(category_key(static_cast<MemCategory>(c)))] = b[c];
-  return o;
-}
-
-// The rank's measured peaks and timeline, for the launcher's report (rank<N>.json).
+// The rank's measured report (rank<N>.json), in the report format's objects.
 void write_rank_report(const std::string& dir, const RankResult& r) {
-  nlohmann::json pts = nlohmann::json::array();
-  for (const auto& p : r.timeline)
-    pts.push_back({p.time_s, p.allocated_bytes, p.reserved_bytes, p.host_bytes, category_object(p.by_category), p.what,
-                   p.is_alloc});
-  nlohmann::json steps = nlohmann::json::array();
-  for (const auto& m : r.steps)
-    steps.push_back({{"step", m.step}, {"loss", m.loss}, {"seconds", m.seconds}, {"compute_s", m.compute_s},
-                     {"exposed_comm_s", m.exposed_comm_s}, {"flops", m.flops}, {"tokens", m.tokens}});
-  nlohmann::json j{{"rank", r.rank},
-                   {"peak_allocated_bytes", r.peak_allocated_bytes},
-                   {"peak_reserved_bytes", r.peak_reserved_bytes},
-                   {"peak_host_bytes", r.peak_host_bytes},
-                   {"breakdown_at_peak", category_object(r.at_peak_allocated.by_category)},
-                   {"steps", steps},
-                   {"timeline_names", r.timeline_names},
-                   {"timeline", pts}};
+  nlohmann::json j{{"class", rank_class_json(r.report)}, {"timeline", rank_timeline_json(r.report, r.rank)}};
   std::filesystem::create_directories(dir);
   const std::string path = dir + "/rank" + std::to_string(r.rank) + ".json";
   std::ofstream f(path);
@@ -144,11 +123,16 @@ void write_rank_report(const std::string& dir, const RankResult& r) {
   if (!f) throw std::runtime_error("cannot write the rank report " + path);
 }
 
+int env_int_or(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? env_int(name) : fallback;
+}
+
 }  // namespace
 
 bool is_worker_environment() { return std::getenv("RANK") != nullptr && std::getenv("WORLD_SIZE") != nullptr; }
 
-int worker_main(const LaunchOptions& o) {
+int worker_main(const LaunchOptions& o, const BackendRegistry& backends) {
   // NOTE [SIGPIPE]: when a peer dies, Gloo's next write to its socket would raise SIGPIPE and
   // kill this worker silently ("killed by signal 13") instead of failing the collective with an
   // error that names it. Ignored, the write fails with EPIPE and Gloo reports the closed peer.
@@ -167,11 +151,18 @@ int worker_main(const LaunchOptions& o) {
       throw InputError("$WORLD_SIZE", fmt::format("is {}, but the scenario's mesh has {} ranks", world, s.world_size()),
                        "start as many ranks as fsdp.mesh.shape multiplies to");
     if (rank >= world) throw InputError("$RANK", fmt::format("is {}, not below WORLD_SIZE {}", rank, world), "use 0..WORLD_SIZE-1");
+    const BackendKind& backend_kind = backends.choose(o.backend, s);
+    BackendRequest req;
+    req.scenario = &s;
+    req.env.rank = rank;
+    req.env.world_size = world;
+    req.env.local_rank = env_int_or("LOCAL_RANK", rank);
+    req.env.local_world_size = env_int_or("LOCAL_WORLD_SIZE", world);
+    req.env.hostname = env_or("FULLSHARD_HOSTNAME", "127.0.0.1");
+    req.env.collectives.timeout = std::chrono::seconds(o.timeout_s);
+    req.env.collectives.check_fingerprints = o.check_fingerprints;
+    req.batches = batch_source(s);
     RankOptions ro;
-    ro.rank = rank;
-    ro.hostname = env_or("FULLSHARD_HOSTNAME", "127.0.0.1");
-    ro.collectives.timeout = std::chrono::seconds(o.timeout_s);
-    ro.collectives.check_fingerprints = o.check_fingerprints;
     ro.steps = o.steps;
     const std::string report_dir = env_or("FULLSHARD_REPORT_DIR", "");
     if (!report_dir.empty()) ro.timeline_points = 4000;
@@ -192,9 +183,11 @@ int worker_main(const LaunchOptions& o) {
         throw InputError("$FULLSHARD_STORE_DIR", "is not set",
                          "point every rank at the same (shared) empty directory for the rendezvous");
       std::filesystem::create_directories(dir);
-      ro.store = std::make_shared<::gloo::rendezvous::FileStore>(dir);
+      req.env.store = std::make_shared<::gloo::rendezvous::FileStore>(dir);
     }
-    RankResult r = run_rank(s, ro, [&](const StepMetrics& m) {
+    req.record_timeline = ro.timeline_points > 0;
+    std::unique_ptr<Backend> backend = backend_kind.make(req);
+    RankResult r = run_rank(*backend, s, ro, [&](const StepMetrics& m) {
       write_line(fd, {{"type", "step"}, {"rank", rank}, {"step", m.step}, {"loss", m.loss}, {"seconds", m.seconds},
                       {"tokens", m.tokens}, {"peak_allocated_bytes", m.peak_allocated_bytes},
                       {"peak_reserved_bytes", m.peak_reserved_bytes}, {"compute_s", m.compute_s},
@@ -203,9 +196,10 @@ int worker_main(const LaunchOptions& o) {
         std::fprintf(stderr, "  step %d: loss %.4f, %.2f s, peak allocated %llu B\n", m.step + 1, m.loss, m.seconds,
                      static_cast<unsigned long long>(m.peak_allocated_bytes));
     });
+    backend.reset();
     if (!report_dir.empty()) write_rank_report(report_dir, r);
-    write_line(fd, {{"type", "final"}, {"rank", rank}, {"peak_allocated_bytes", r.peak_allocated_bytes},
-                    {"peak_reserved_bytes", r.peak_reserved_bytes}});
+    write_line(fd, {{"type", "final"}, {"rank", rank}, {"peak_allocated_bytes", r.report.peak_allocated_bytes},
+                    {"peak_reserved_bytes", r.report.peak_reserved_bytes}});
     return 0;
   } catch (const InputError& e) {
     if (fd < 0) std::fprintf(stderr, "fullshard: rank %d: error: %s\n", rank, e.what());
@@ -218,7 +212,7 @@ int worker_main(const LaunchOptions& o) {
   }
 }
 
-LaunchResult launch_local(const LaunchOptions& o) {
+LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backends) {
   LaunchResult res;
   const auto start = Clock::now();
   Scenario s = load_scenario_file(o.scenario_path);  // bad input fails here, before any process
@@ -228,6 +222,8 @@ LaunchResult launch_local(const LaunchOptions& o) {
     throw InputError("--nproc", fmt::format("is {}, but fsdp.mesh.shape has {} ranks", n, world),
                      fmt::format("use --nproc {} or change the mesh", world));
   if (o.timeout_s <= 0) throw InputError("--timeout", fmt::format("is {}", o.timeout_s), "use a positive number of seconds");
+  const BackendKind& kind = backends.choose(o.backend, s);
+  res.backend = kind.name;
   const int steps = o.steps >= 0 ? o.steps : s.training.steps;
   std::ofstream metrics;
   if (!o.metrics_path.empty()) {
@@ -252,11 +248,12 @@ LaunchResult launch_local(const LaunchOptions& o) {
       setenv("RANK", std::to_string(r).c_str(), 1);
       setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
       setenv("WORLD_SIZE", std::to_string(n).c_str(), 1);
+      setenv("LOCAL_WORLD_SIZE", std::to_string(n).c_str(), 1);
       setenv("FULLSHARD_STORE_DIR", store_dir.c_str(), 1);
       setenv("FULLSHARD_REPORT_FD", std::to_string(kReportFd).c_str(), 1);
-      setenv("OPENBLAS_NUM_THREADS", "1", 0);  // one BLAS thread per rank unless told otherwise
+      if (kind.name == "cpu") setenv("OPENBLAS_NUM_THREADS", "1", 0);  // one BLAS thread per rank unless told otherwise
       if (o.collect_reports) setenv("FULLSHARD_REPORT_DIR", (store_dir + "/reports").c_str(), 1);
-      std::vector<std::string> args = {"fullshard", "train", o.scenario_path, "--backend", "gloo",
+      std::vector<std::string> args = {"fullshard", "train", o.scenario_path, "--backend", kind.name,
                                        "--timeout", std::to_string(o.timeout_s)};
       if (o.steps >= 0) args.insert(args.end(), {"--steps", std::to_string(o.steps)});
       if (o.check_fingerprints) args.push_back("--debug-collectives");
@@ -410,4 +407,4 @@ LaunchResult launch_local(const LaunchOptions& o) {
   return res;
 }
 
-}  // namespace fullshard::cpu
+}  // namespace fullshard::runner

@@ -1,18 +1,22 @@
 #pragma once
-// `fullshard train --backend gloo`: the local launcher (N worker processes, rendezvous through
-// a FileStore in a temporary directory, progress and metrics) and the worker entry point,
-// which also runs under torchrun-style environment variables so that other launchers
-// (torchrun-like scripts, Slurm, mpirun) can start ranks on several machines.
+// `fullshard train`: the local launcher (N worker processes, rendezvous through a FileStore in
+// a temporary directory, progress and metrics) and the worker entry point, which also runs
+// under torchrun-style environment variables so that other launchers (torchrun-like scripts,
+// Slurm, mpirun) can start ranks on several machines. Backend-neutral: the worker builds its
+// Backend from the registry (runner/backend_factory.h).
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-namespace fullshard::cpu {
+#include "runner/backend_factory.h"
+
+namespace fullshard::runner {
 
 struct LaunchOptions {
   std::string scenario_path;
+  std::string backend;           // --backend: a name in the registry, "" for the scenario's default
   int nproc = 0;                 // 0: the scenario's world size
   std::string metrics_path;      // one JSON object per step (empty: none)
   int timeout_s = 60;            // per collective
@@ -47,21 +51,22 @@ struct LaunchResult {
   std::vector<MeasuredRank> ranks;   // by rank (complete only when exit_code == 0)
   std::vector<StepSummary> steps;
   double wall_s = 0;
-  // With collect_reports: per rank, its peaks, per-step figures and memory timeline as the
-  // worker measured them (timeline rows: time_s, allocated, reserved, host, {category:
-  // bytes}, index into timeline_names, is_alloc).
+  // With collect_reports: per rank, its report as the worker measured it, in the report
+  // format's objects: {"class": rank_class_json, "timeline": rank_timeline_json}.
   std::vector<nlohmann::json> rank_reports;
+  std::string backend;  // the backend the workers ran
 };
 
 // Validates the scenario, starts the workers, waits for them, kills the rest when one fails
 // (after the collective timeout), and removes the rendezvous directory.
-LaunchResult launch_local(const LaunchOptions& o);
+LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backends);
 
 // True when the environment says this process is a worker (RANK and WORLD_SIZE set).
 bool is_worker_environment();
-// Worker entry: RANK, WORLD_SIZE (LOCAL_RANK ignored on CPU), FULLSHARD_STORE_DIR (a
-// directory all ranks share), optional FULLSHARD_HOSTNAME (this rank's address, default
-// 127.0.0.1) and FULLSHARD_REPORT_FD (the launcher's pipe). Returns the exit code.
-int worker_main(const LaunchOptions& o);
+// Worker entry: RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE (default RANK and
+// WORLD_SIZE: one machine), FULLSHARD_STORE_DIR (a directory all ranks share), optional
+// FULLSHARD_HOSTNAME (this rank's address, default 127.0.0.1) and FULLSHARD_REPORT_FD (the
+// launcher's pipe). Returns the exit code.
+int worker_main(const LaunchOptions& o, const BackendRegistry& backends);
 
-}  // namespace fullshard::cpu
+}  // namespace fullshard::runner

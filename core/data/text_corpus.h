@@ -1,13 +1,18 @@
 #pragma once
-// Training data for real runs: a text corpus read with a byte-level tokenizer (token = byte,
+// Training data for real runs (the definition of OpKind::kLoadBatch that every real backend
+// reproduces bit for bit): a text corpus read with a byte-level tokenizer (token = byte,
 // vocabulary 256), sampled deterministically per (step, global sample index) so
 // that any mesh sees the same global batch: rank r's sample i is global sample
 // r * batch_per_rank + i, and an unsharded run with a W-times larger batch sees the same
 // sequences.
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
-namespace fullshard::cpu {
+#include "core/runtime/op.h"
+
+namespace fullshard {
 
 class TextCorpus {
  public:
@@ -31,4 +36,19 @@ class TextCorpus {
   std::string text_;
 };
 
-}  // namespace fullshard::cpu
+// What a rank's kLoadBatch reads: the corpus, the seed and every rank's micro-batch size.
+struct BatchSource {
+  std::shared_ptr<const TextCorpus> corpus;
+  uint64_t seed = 0;
+  // Sequences per micro-batch of every rank (global sample numbering); empty: all equal.
+  std::vector<int64_t> rank_batches;
+
+  // The global index of the first sample of `rank`'s micro-batch `micro` of `batch` rows:
+  // micro-batch major, then rank, then row.
+  int64_t first_sample(int64_t micro, int rank, int world_size, int64_t batch) const;
+  // Fills op.outputs[0] (int64 tokens [B, S]) and op.outputs[1] (labels) of a kLoadBatch
+  // (iargs: step, micro-batch) for `rank` of `world_size`, into host memory.
+  void fill(const OpCall& op, int rank, int world_size, int64_t* tokens, int64_t* labels) const;
+};
+
+}  // namespace fullshard

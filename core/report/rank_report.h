@@ -1,0 +1,85 @@
+#pragma once
+// The report of one rank (class) that predicted and measured runs share: peaks, breakdown at
+// the peak, the memory timeline, busy times (docs/report-format.md). The simulator's
+// SimulationReport holds one per rank class; a real run's measured report one per rank.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/memory/caching_allocator.h"
+#include "core/memory/category.h"
+#include "core/memory/memory_tracker.h"
+#include "core/runtime/stream.h"
+
+namespace fullshard {
+
+struct TimelinePoint {
+  double time_s = 0;
+  uint64_t allocated_bytes = 0;
+  uint64_t reserved_bytes = 0;
+  uint64_t host_bytes = 0;
+  CategoryBytes by_category{};
+  // NOTE [Timeline labels]: indices into RankClassReport::timeline_names (-1: none), so the
+  // plots can say what each point is: the buffer allocated or freed here, and the kernel or
+  // collective the host issued next (the work the allocation serves; its start is time_s).
+  int32_t what = -1;
+  int32_t op = -1;
+  bool is_alloc = true;
+};
+
+// A kernel or collective running on some stream at a moment (the peak).
+struct InFlightOp {
+  std::string stream;
+  std::string name;
+  double start_s = 0, end_s = 0;
+};
+
+struct OutOfMemoryInfo {
+  uint64_t requested_bytes = 0;
+  std::string what;        // what was being allocated
+  std::string category;
+  uint64_t capacity_bytes = 0;
+  MemorySnapshot at_failure;
+  int step = 0;
+};
+
+// One rank, or one class of ranks whose programs are identical (the simulator played one
+// representative), as the simulator predicts it or a real backend measured it
+// (NOTE [Measured report] in runner/rank_report_writer.h). Times are seconds: simulated
+// time, or the measuring backend's clock.
+struct RankReport {
+  std::vector<int> ranks;
+  int representative = 0;
+  uint64_t peak_allocated_bytes = 0;
+  uint64_t peak_reserved_bytes = 0;
+  uint64_t peak_host_bytes = 0;
+  CategoryBytes breakdown_at_peak{};   // device allocated bytes by category at the peak
+  double peak_time_s = 0;
+  uint64_t end_allocated_bytes = 0;    // after the last step
+  std::vector<uint64_t> allocated_after_step;  // allocated bytes after each step's end
+  AllocatorStats allocator;
+  std::vector<TimelinePoint> timeline;
+  std::vector<std::string> timeline_names;  // TimelinePoint::what / op index this
+  std::vector<InFlightOp> in_flight_at_peak;  // on every stream at peak_time_s
+  std::optional<OutOfMemoryInfo> oom;
+  double busy_s[kNumStreams] = {};
+  double compute_s = 0, exposed_comm_s = 0, comm_s = 0;  // whole run
+  double end_time_s = 0;               // when the rank's last work finished
+  double last_step_s = 0;              // duration of its last step (0 when it did not finish)
+  uint64_t instructions = 0;           // recorded host-program instructions
+  int collectives_per_step[5] = {};    // by CollectiveKind, in the last step
+};
+
+// The report format's objects for one rank (class): its entry of "rank_classes", and its
+// entry of "memory_timeline" (columns; null when it has no timeline). `class_index` is its
+// position in the report.
+nlohmann::json rank_class_json(const RankReport& r);
+nlohmann::json rank_timeline_json(const RankReport& r, size_t class_index);
+// The inverse of both (a measured rank report travels from the worker to the launcher in
+// this form). Throws InputError naming the field when `cls` is not such an object.
+RankReport rank_report_from_json(const nlohmann::json& cls, const nlohmann::json& timeline);
+
+}  // namespace fullshard

@@ -1,0 +1,173 @@
+#include "runner/rank_runner.h"
+
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <thread>
+#include <unordered_map>
+
+#include "core/common/error.h"
+#include "core/common/intervals.h"
+#include "core/memory/timeline_downsample.h"
+#include "core/scenario/training_program.h"
+#include "core/tensor/float_convert.h"
+
+namespace fullshard::runner {
+namespace {
+
+// The fp32 values of a floating tensor, read back through Backend::copy_to_host.
+std::vector<float> read_f32(Backend& b, const TensorRef& ref) {
+  std::vector<uint8_t> bytes(ref.nbytes());
+  b.copy_to_host(ref, bytes.data());
+  const auto n = static_cast<size_t>(ref.meta.numel());
+  std::vector<float> v(n);
+  switch (ref.meta.dtype) {
+    case DType::kFloat32: std::memcpy(v.data(), bytes.data(), n * 4); break;
+    case DType::kBFloat16:
+    case DType::kFloat16:
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, bytes.data() + 2 * i, 2);
+        v[i] = ref.meta.dtype == DType::kBFloat16 ? bf16_to_float(h) : fp16_to_float(h);
+      }
+      break;
+    default: FULLSHARD_CHECK(false, "read_f32: not a floating tensor");
+  }
+  return v;
+}
+
+// NOTE [Measured timeline]: every allocation and free the host program makes is one event of
+// the MemoryTracker's timeline (its allocated / reserved bytes after it); the observer adds
+// when it happened on the backend's clock and what it was, in the same order.
+class TimelineObserver {
+ public:
+  explicit TimelineObserver(Backend& b) : b_(b) {
+    b.set_allocation_observer([this](const Buffer& buf, bool is_alloc, std::string_view what) {
+      int32_t id = -1;
+      if (is_alloc) {
+        auto [it, added] = ids_.emplace(std::string(what), static_cast<int32_t>(names.size()));
+        if (added) names.emplace_back(what);
+        id = it->second;
+        live_[buf.id] = id;
+      } else if (auto it = live_.find(buf.id); it != live_.end()) {
+        id = it->second;
+        live_.erase(it);
+      }
+      times.push_back(b_.clock_s());
+      whats.push_back(id);
+    });
+  }
+  ~TimelineObserver() { b_.set_allocation_observer(nullptr); }
+  TimelineObserver(const TimelineObserver&) = delete;
+  TimelineObserver& operator=(const TimelineObserver&) = delete;
+
+  std::vector<double> times;
+  std::vector<int32_t> whats;
+  std::vector<std::string> names;
+
+ private:
+  Backend& b_;
+  std::unordered_map<std::string, int32_t> ids_;
+  std::unordered_map<uint64_t, int32_t> live_;
+};
+
+void add_stream_times(StepMetrics& m, const StreamIntervals& iv) {
+  std::vector<Interval> comm;
+  for (StreamRole role : {StreamRole::kAllGather, StreamRole::kReduceScatter, StreamRole::kAllReduce})
+    comm.insert(comm.end(), iv[static_cast<size_t>(role)].begin(), iv[static_cast<size_t>(role)].end());
+  const auto& compute = iv[static_cast<size_t>(StreamRole::kDefault)];
+  m.compute_s = covered_seconds(compute);
+  m.comm_s = covered_seconds(comm);
+  m.exposed_comm_s = uncovered_seconds(comm, compute);
+}
+
+}  // namespace
+
+RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
+                    const std::function<void(const StepMetrics&)>& on_step) {
+  FULLSHARD_CHECK(b.has_data(), "run_rank needs a real backend");
+  RankResult r;
+  r.rank = b.rank();
+  std::optional<TimelineObserver> observer;
+  if (o.timeline_points > 0) observer.emplace(b);
+  size_t events_in_steps = 0;
+  {
+    TrainingProgram prog(b, s);
+    b.synchronize_device();  // init kernels are not part of step 0
+    b.take_busy_intervals();
+    b.take_launched_flops();
+    const int steps = o.steps >= 0 ? o.steps : s.training.steps;
+    for (int step = 0; step < steps; ++step) {
+      if (o.fault != RankOptions::Fault::kNone && step == o.fault_step) {
+        if (o.fault == RankOptions::Fault::kKill) ::raise(SIGKILL);
+        for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+      }
+      auto t0 = std::chrono::steady_clock::now();
+      StepMetrics m;
+      m.step = step;
+      m.loss = prog.run_step(step);
+      m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      m.tokens = s.training.batch_for(b.rank()) * s.training.seq_len * s.training.grad_accum_steps;
+      m.peak_allocated_bytes = b.memory().allocator_stats().peak_allocated_bytes;
+      m.peak_reserved_bytes = b.memory().allocator_stats().peak_reserved_bytes;
+      // run_step() ends with a host synchronize on the compute stream, which comes after every
+      // other stream's work of the step (FSDP2's final waits): the intervals are the step's.
+      if (auto iv = b.take_busy_intervals()) add_stream_times(m, *iv);
+      m.flops = b.take_launched_flops();
+      r.steps.push_back(m);
+      if (on_step) on_step(m);
+    }
+    b.synchronize_device();
+    events_in_steps = b.memory().timeline().size();  // teardown frees are not part of the run
+    if (o.collect_params) {
+      for (auto& st : prog.fsdp().states()) {
+        if (!st->group) continue;
+        for (FSDPParam* p : st->group->fsdp_params())
+          r.local_params.emplace_back(p->param().fqn, read_f32(b, p->sharded_local().ref()));
+      }
+    }
+  }
+  b.synchronize_device();
+  RankReport& rep = r.report;
+  rep.ranks = {b.rank()};
+  rep.representative = b.rank();
+  const auto& st = b.memory().allocator_stats();
+  rep.peak_allocated_bytes = st.peak_allocated_bytes;
+  rep.peak_reserved_bytes = st.peak_reserved_bytes;
+  rep.allocator = st;
+  rep.peak_host_bytes = b.memory().peak_host_bytes();
+  rep.breakdown_at_peak = b.memory().at_peak_allocated().by_category;
+  if (!r.steps.empty()) {
+    rep.compute_s = r.steps.back().compute_s;
+    rep.comm_s = r.steps.back().comm_s;
+    rep.exposed_comm_s = r.steps.back().exposed_comm_s;
+    rep.last_step_s = r.steps.back().seconds;
+  }
+  if (observer) {
+    const auto& ev = b.memory().timeline();
+    FULLSHARD_CHECK(ev.size() == observer->times.size(), "memory timeline and its times disagree");
+    std::vector<uint64_t> alloc(std::min(ev.size(), events_in_steps));
+    for (size_t i = 0; i < alloc.size(); ++i) alloc[i] = ev[i].allocated_bytes;
+    rep.timeline_names = observer->names;
+    uint64_t highest = 0;
+    for (size_t i : downsample_indices(alloc, o.timeline_points)) {
+      TimelinePoint p;
+      p.time_s = observer->times[i];
+      p.allocated_bytes = ev[i].allocated_bytes;
+      p.reserved_bytes = ev[i].reserved_bytes;
+      p.host_bytes = ev[i].host_bytes;
+      p.by_category = ev[i].by_category;
+      p.is_alloc = ev[i].is_alloc;
+      p.what = observer->whats[i];
+      if (p.allocated_bytes > highest) {
+        highest = p.allocated_bytes;
+        rep.peak_time_s = p.time_s;
+      }
+      rep.timeline.push_back(p);
+    }
+    if (!rep.timeline.empty()) rep.end_time_s = rep.timeline.back().time_s;
+  }
+  return r;
+}
+
+}  // namespace fullshard::runner

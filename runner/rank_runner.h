@@ -1,0 +1,61 @@
+#pragma once
+// Runs one rank of a scenario for real on any real Backend (CPU over Gloo, CUDA + NCCL): the
+// same TrainingProgram the simulator plays. Used by the worker processes of `fullshard train`
+// and by tests that run ranks as threads over an in-process store.
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/report/rank_report.h"
+#include "core/runtime/backend.h"
+#include "core/scenario/scenario.h"
+
+namespace fullshard::runner {
+
+struct RankOptions {
+  int steps = -1;  // -1: the scenario's training.steps
+  // Fault injection for tests of failure handling: at the start of step `fault_step` this
+  // rank dies (kill: SIGKILL to itself) or stalls forever (stall).
+  enum class Fault { kNone, kKill, kStall } fault = Fault::kNone;
+  int fault_step = 0;
+  // Keep the measured memory timeline (downsampled to at most this many points; 0: none).
+  // The backend must have been created with its timeline recorded.
+  size_t timeline_points = 0;
+  // Collect this rank's final parameter shards (RankResult::local_params).
+  bool collect_params = false;
+};
+
+struct StepMetrics {
+  int step = 0;
+  double loss = 0;           // this rank's loss, mean over its micro-batches
+  double seconds = 0;        // wall time of the step on this rank
+  int64_t tokens = 0;        // tokens this rank trained on in the step
+  uint64_t peak_allocated_bytes = 0;  // since the start of the run
+  uint64_t peak_reserved_bytes = 0;
+  // From the backend's optional stream measurement (Backend::take_busy_intervals); 0 when
+  // it measures none.
+  double compute_s = 0;       // compute stream busy
+  double comm_s = 0;          // union of the communication streams' busy time
+  double exposed_comm_s = 0;  // communication no computation overlapped
+  double flops = 0;           // FLOPs of the kernels this rank ran in the step (as ops declare them)
+};
+
+struct RankResult {
+  int rank = 0;
+  std::vector<StepMetrics> steps;
+  // Peaks, breakdown at the peak, memory timeline (with RankOptions::timeline_points), in
+  // the report model predicted runs use; times on the backend's clock.
+  RankReport report;
+  // The final parameters, unsharded view of this rank's shards: fqn -> fp32 values of the
+  // rows this rank owns (with RankOptions::collect_params).
+  std::vector<std::pair<std::string, std::vector<float>>> local_params;
+};
+
+// Runs the steps of `s` on `backend` (created for this rank of `s`'s world). Throws
+// InputError for a scenario the backend cannot run, the backend's collective error when a
+// peer fails, OutOfMemoryError when the device runs out.
+RankResult run_rank(Backend& backend, const Scenario& s, const RankOptions& o,
+                    const std::function<void(const StepMetrics&)>& on_step = {});
+
+}  // namespace fullshard::runner
