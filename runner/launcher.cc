@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -29,6 +30,12 @@ namespace fullshard::runner {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// NOTE [Interrupted launcher]: SIGINT / SIGTERM only set a flag; the launcher's loop then kills
+// the workers, removes the rendezvous directory, keeps the metrics under their .partial name
+// and says what was done, instead of dying with everything left behind.
+volatile std::sig_atomic_t g_interrupted = 0;
+void on_interrupt(int sig) { g_interrupted = sig; }
 constexpr int kReportFd = 3;  // the worker's end of its launcher pipe
 
 std::string env_or(const char* name, const std::string& fallback) {
@@ -45,6 +52,28 @@ int env_int(const char* name) {
     throw InputError(std::string("$") + name, std::string("is '") + v + "'", "set a non-negative integer");
   return static_cast<int>(x);
 }
+
+// NOTE [Non-finite loss]: JSON has no NaN or infinity (nlohmann writes them as null), so a
+// worker sends a non-finite loss as the string "nan", "inf" or "-inf" and the launcher reads
+// both forms back; metrics lines carry null for it, with "nonfinite": true.
+nlohmann::json loss_json(double v) {
+  if (std::isfinite(v)) return v;
+  return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+}
+
+double loss_of(const nlohmann::json& j) {
+  auto it = j.find("loss");
+  if (it == j.end()) return 0.0;
+  if (it->is_number()) return it->get<double>();
+  if (it->is_string()) {
+    const std::string v = it->get<std::string>();
+    if (v == "inf") return HUGE_VAL;
+    if (v == "-inf") return -HUGE_VAL;
+  }
+  return std::nan("");
+}
+
+std::string format_loss(double v) { return std::isnan(v) ? "nan" : fmt::format("{}", v); }
 
 void write_line(int fd, const nlohmann::json& j) {
   if (fd < 0) return;
@@ -188,7 +217,7 @@ int worker_main(const LaunchOptions& o, const BackendRegistry& backends) {
     req.record_timeline = ro.timeline_points > 0;
     std::unique_ptr<Backend> backend = backend_kind.make(req);
     RankResult r = run_rank(*backend, s, ro, [&](const StepMetrics& m) {
-      write_line(fd, {{"type", "step"}, {"rank", rank}, {"step", m.step}, {"loss", m.loss}, {"seconds", m.seconds},
+      write_line(fd, {{"type", "step"}, {"rank", rank}, {"step", m.step}, {"loss", loss_json(m.loss)}, {"seconds", m.seconds},
                       {"tokens", m.tokens}, {"peak_allocated_bytes", m.peak_allocated_bytes},
                       {"peak_reserved_bytes", m.peak_reserved_bytes}, {"compute_s", m.compute_s},
                       {"comm_s", m.comm_s}, {"exposed_comm_s", m.exposed_comm_s}, {"flops", m.flops}});
@@ -212,25 +241,77 @@ int worker_main(const LaunchOptions& o, const BackendRegistry& backends) {
   }
 }
 
+uint64_t host_memory_available_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (f >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return 0;
+}
+
+void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKind& kind) {
+  const int world = s.world_size();
+  if (o.nproc < 0) throw InputError("--nproc", fmt::format("is {}", o.nproc), "use a positive number of processes");
+  const int n = o.nproc == 0 ? world : o.nproc;
+  if (n != world)
+    throw InputError("--nproc", fmt::format("is {}, but fsdp.mesh.shape has {} ranks", n, world),
+                     fmt::format("use --nproc {} or change the mesh", world));
+  if (o.steps < -1) throw InputError("--steps", fmt::format("is {}", o.steps), "use 0 or more optimizer steps");
+  // Deadlines add seconds to a clock: a week is more than any collective needs and cannot overflow.
+  constexpr int kMaxTimeout = 7 * 24 * 3600;
+  if (o.timeout_s <= 0 || o.timeout_s > kMaxTimeout)
+    throw InputError("--timeout", fmt::format("is {}", o.timeout_s),
+                     fmt::format("use a number of seconds from 1 to {} (a week)", kMaxTimeout));
+  if (kind.device_count) {
+    const int devices = kind.device_count();
+    if (devices == 0)
+      throw InputError("--backend", fmt::format("is '{}', but this machine has no GPU", kind.name),
+                       "run on a machine with GPUs, or pass --backend cpu to train on CPU processes");
+  }
+  // NOTE [CPU workers of a GPU scenario]: each CPU worker may use up to the profile's device
+  // capacity of host memory; refuse up front rather than let the OOM killer pick a victim.
+  if (kind.name == "cpu" && !is_cpu_scenario(s)) {
+    const uint64_t per_rank = s.hardware.allocator.capacity_bytes;
+    const uint64_t need = per_rank * static_cast<uint64_t>(n);
+    const uint64_t have = host_memory_available_bytes();
+    if (have > 0 && need > have)
+      throw InputError("hardware.memory_bytes",
+                       fmt::format("lets each of {} CPU workers use {:.1f} GiB ({} profile), {:.1f} GiB in all, but the "
+                                   "host has {:.1f} GiB available",
+                                   n, per_rank / 1073741824.0, s.hardware.device.name, need / 1073741824.0,
+                                   have / 1073741824.0),
+                       fmt::format("set hardware.memory_bytes to at most {} to train what fits on this host, or run "
+                                   "on GPUs",
+                                   have / static_cast<uint64_t>(n) / 1048576 * 1048576));
+  }
+}
+
 LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backends) {
   LaunchResult res;
   const auto start = Clock::now();
   Scenario s = load_scenario_file(o.scenario_path);  // bad input fails here, before any process
   const int world = s.world_size();
-  const int n = o.nproc == 0 ? world : o.nproc;
-  if (n != world)
-    throw InputError("--nproc", fmt::format("is {}, but fsdp.mesh.shape has {} ranks", n, world),
-                     fmt::format("use --nproc {} or change the mesh", world));
-  if (o.timeout_s <= 0) throw InputError("--timeout", fmt::format("is {}", o.timeout_s), "use a positive number of seconds");
+  const int n = world;
   const BackendKind& kind = backends.choose(o.backend, s);
+  validate_launch(o, s, kind);
   res.backend = kind.name;
   const int steps = o.steps >= 0 ? o.steps : s.training.steps;
+  // NOTE [Metrics file]: steps go to PATH.partial as they come (tail it to watch a run); the
+  // file takes its name only when the run ends well, so a failed run never replaces an earlier
+  // run's metrics, and an input file is never overwritten.
   std::ofstream metrics;
+  const std::string metrics_partial = o.metrics_path.empty() ? "" : o.metrics_path + ".partial";
   if (!o.metrics_path.empty()) {
-    metrics.open(o.metrics_path);
-    if (!metrics) throw InputError("--metrics", "cannot write '" + o.metrics_path + "'", "give a writable file path");
+    std::error_code ec;
+    if (std::filesystem::equivalent(o.metrics_path, o.scenario_path, ec))
+      throw InputError("--metrics", "is the scenario file '" + o.metrics_path + "'", "write the metrics to another file");
+    metrics.open(metrics_partial, std::ios::trunc);
+    if (!metrics) throw InputError("--metrics", "cannot write '" + metrics_partial + "'", "give a writable file path");
   }
-  char tmpl[] = "/tmp/fullshard-rdzv-XXXXXX";
+  std::string tmpl_s = (std::filesystem::temp_directory_path() / "fullshard-rdzv-XXXXXX").string();  // honours $TMPDIR
+  char* tmpl = tmpl_s.data();
   if (!mkdtemp(tmpl)) throw std::runtime_error(std::string("cannot create a rendezvous directory: ") + strerror(errno));
   const std::string store_dir = tmpl;
   const std::string exe = o.self_exe.empty() ? std::filesystem::read_symlink("/proc/self/exe").string() : o.self_exe;
@@ -273,6 +354,8 @@ LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backend
   res.ranks.resize(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) res.ranks[r].rank = r;
   bool kill_armed = false;
+  bool stop_all = false;  // a non-finite loss with --on-nonfinite stop, a metrics write error
+  bool metrics_failed = false;
   Clock::time_point kill_at{};
   int alive = n;
 
@@ -287,11 +370,18 @@ LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backend
         StepSummary st;
         st.step = j.value("step", 0);
         double loss = 0, tokens = 0, flops = 0;
+        int nonfinite_rank = -1;
+        double nonfinite_value = 0;
         for (auto& x : v) {
+          const double l = loss_of(x);
+          if (!std::isfinite(l) && nonfinite_rank < 0) {
+            nonfinite_rank = x.value("rank", -1);
+            nonfinite_value = l;
+          }
           flops += x.value("flops", 0.0);
           st.compute_s = std::max(st.compute_s, x.value("compute_s", 0.0));
           st.exposed_comm_s = std::max(st.exposed_comm_s, x.value("exposed_comm_s", 0.0));
-          loss += x.value("loss", 0.0);
+          loss += l;
           tokens += x.value("tokens", 0.0);
           st.step_time_s = std::max(st.step_time_s, x.value("seconds", 0.0));
           st.peak_allocated_bytes = std::max<uint64_t>(st.peak_allocated_bytes, x.value("peak_allocated_bytes", 0ull));
@@ -303,9 +393,13 @@ LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backend
         res.steps.push_back(st);
         if (metrics.is_open()) {
           nlohmann::json per_rank = nlohmann::json::array();
-          for (auto& x : v) per_rank.push_back({{"rank", x["rank"]}, {"loss", x["loss"]}});
+          for (auto& x : v) {
+            const double l = loss_of(x);
+            per_rank.push_back({{"rank", x["rank"]}, {"loss", std::isfinite(l) ? nlohmann::json(l) : nullptr}});
+          }
           metrics << nlohmann::json{{"step", st.step},
-                                    {"loss", st.loss},
+                                    {"loss", std::isfinite(st.loss) ? nlohmann::json(st.loss) : nullptr},
+                                    {"nonfinite", !std::isfinite(st.loss)},
                                     {"tokens_per_s", st.tokens_per_s},
                                     {"step_time_s", st.step_time_s},
                                     {"compute_s", st.compute_s},
@@ -317,9 +411,32 @@ LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backend
                          .dump()
                   << "\n";
           metrics.flush();
+          if (!metrics && !metrics_failed) {  // a full disk, an I/O error: never a silent half line
+            metrics_failed = true;
+            res.errors.push_back(fmt::format("launcher: writing the metrics to '{}' failed (disk full?); stopped",
+                                             metrics_partial));
+            if (res.exit_code == 0) res.exit_code = 1;
+            stop_all = true;
+          }
         }
         by_step.erase(st.step);
         progress.step(st, std::chrono::duration<double>(Clock::now() - start).count());
+        if (nonfinite_rank >= 0 && res.nonfinite_step < 0) {
+          res.nonfinite_step = st.step;
+          if (o.on_nonfinite == LaunchOptions::OnNonFinite::kStop) {
+            progress.interrupt();
+            res.errors.push_back(fmt::format(
+                "rank {}: the loss is {} at step {}: training diverged; stopped (lower training.optimizer.lr, set "
+                "training.optimizer.max_grad_norm, or pass --on-nonfinite continue)",
+                nonfinite_rank, format_loss(nonfinite_value), st.step + 1));
+            if (res.exit_code == 0) res.exit_code = 1;
+            stop_all = true;
+          } else {
+            progress.interrupt();
+            std::fprintf(stderr, "fullshard: warning: rank %d: the loss is %s at step %d; going on (--on-nonfinite "
+                                 "continue)\n", nonfinite_rank, format_loss(nonfinite_value).c_str(), st.step + 1);
+          }
+        }
       }
     } else if (type == "final") {
       auto& m = res.ranks[r];
@@ -332,7 +449,23 @@ LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backend
     }
   };
 
+  g_interrupted = 0;
+  struct sigaction sa {}, old_int {}, old_term {};
+  sa.sa_handler = on_interrupt;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  bool interrupted = false;
   while (alive > 0) {
+    if (g_interrupted && !interrupted) {
+      interrupted = true;
+      progress.interrupt();
+      res.errors.push_back(fmt::format("launcher: interrupted by {} after {} complete steps; workers stopped",
+                                       g_interrupted == SIGINT ? "SIGINT" : "SIGTERM", res.steps.size()));
+      res.exit_code = 130;
+      for (auto& c : children)
+        if (!c.exited) kill(c.pid, SIGKILL);
+    }
     std::vector<pollfd> fds;
     for (auto& c : children)
       if (c.fd >= 0) fds.push_back(pollfd{c.fd, POLLIN, 0});
@@ -376,6 +509,11 @@ LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backend
         }
       }
     }
+    if (stop_all) {
+      for (auto& c : children)
+        if (!c.exited) kill(c.pid, SIGKILL);
+      stop_all = false;
+    }
     if (kill_armed && Clock::now() > kill_at) {
       for (auto& c : children)
         if (!c.exited) {
@@ -387,6 +525,8 @@ LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backend
   }
   for (auto& c : children) {
     if (c.fd >= 0) close(c.fd);
+    if (interrupted || metrics_failed || (res.nonfinite_step >= 0 && o.on_nonfinite == LaunchOptions::OnNonFinite::kStop))
+      continue;  // stopped on purpose
     if (!(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0)) {
       bool reported = false;
       for (auto& e : res.errors) reported = reported || e.rfind(fmt::format("rank {}:", c.rank), 0) == 0;
@@ -397,12 +537,32 @@ LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backend
     for (int r = 0; r < n; ++r) {
       std::ifstream f(store_dir + "/reports/rank" + std::to_string(r) + ".json");
       auto j = nlohmann::json::parse(f, nullptr, false);
-      if (j.is_discarded()) throw std::runtime_error(fmt::format("rank {} wrote no report", r));
+      if (j.is_discarded()) {
+        res.errors.push_back(fmt::format("rank {}: wrote no measured report", r));
+        res.exit_code = 1;
+        res.rank_reports.clear();
+        break;
+      }
       res.rank_reports.push_back(std::move(j));
     }
   }
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
   std::error_code ec;
   std::filesystem::remove_all(store_dir, ec);
+  if (metrics.is_open()) {
+    metrics.close();
+    if (res.exit_code == 0 && !metrics_failed) {
+      std::filesystem::rename(metrics_partial, o.metrics_path, ec);
+      if (ec) {
+        res.errors.push_back(fmt::format("launcher: cannot rename '{}' to '{}': {}", metrics_partial, o.metrics_path,
+                                         ec.message()));
+        res.exit_code = 1;
+      }
+    } else {
+      res.errors.push_back(fmt::format("launcher: the metrics of this run are in '{}'", metrics_partial));
+    }
+  }
   res.wall_s = std::chrono::duration<double>(Clock::now() - start).count();
   return res;
 }

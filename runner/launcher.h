@@ -25,7 +25,16 @@ struct LaunchOptions {
   bool progress = true;          // progress bar / lines on stderr
   std::string self_exe;          // the fullshard binary (default /proc/self/exe)
   bool collect_reports = false;  // workers write their measured timelines (LaunchResult::rank_reports)
+  // A non-finite loss (NOTE [Non-finite loss]): stop the run (kill the workers, exit 1) or go on.
+  enum class OnNonFinite { kStop, kContinue } on_nonfinite = OnNonFinite::kStop;
 };
+
+// Checks the options a user typed (steps, nproc, timeout) and, for `kind`, that this machine
+// can run `s` (GPUs present for a device backend; host memory for CPU workers of a GPU
+// scenario). Throws InputError naming the flag or field with the fix.
+void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKind& kind);
+// Host memory the kernel says is available (/proc/meminfo MemAvailable), 0 when unknown.
+uint64_t host_memory_available_bytes();
 
 struct MeasuredRank {
   int rank = 0;
@@ -46,7 +55,7 @@ struct StepSummary {
 };
 
 struct LaunchResult {
-  int exit_code = 0;                 // 0 ok; 1 a rank failed; 2 bad input
+  int exit_code = 0;                 // 0 ok; 1 a rank failed or the loss became non-finite; 2 bad input
   std::vector<std::string> errors;   // one line per failed rank
   std::vector<MeasuredRank> ranks;   // by rank (complete only when exit_code == 0)
   std::vector<StepSummary> steps;
@@ -55,6 +64,7 @@ struct LaunchResult {
   // format's objects: {"class": rank_class_json, "timeline": rank_timeline_json}.
   std::vector<nlohmann::json> rank_reports;
   std::string backend;  // the backend the workers ran
+  int nonfinite_step = -1;  // the first step whose loss was non-finite on some rank (-1: none)
 };
 
 // Validates the scenario, starts the workers, waits for them, kills the rest when one fails

@@ -122,7 +122,11 @@ int main(int argc, char** argv) {
   };
   auto* train = app.add_subcommand("train", "train a scenario for real (CPU processes over Gloo, or GPUs)");
   add_run_options(train);
-  train->add_option("--metrics", lo.metrics_path, "write one JSON object per step here (JSONL)");
+  train->add_option("--metrics", lo.metrics_path,
+                    "write one JSON object per step here (JSONL; PATH.partial until the run ends well)");
+  std::string on_nonfinite = "stop";
+  train->add_option("--on-nonfinite", on_nonfinite, "a non-finite loss: stop (default) or continue")
+      ->check(CLI::IsMember({"stop", "continue"}));
   std::string train_json;
   train->add_option("--json", train_json, "write the measured report (memory timeline per rank) here");
   std::string compare_json;
@@ -156,7 +160,10 @@ int main(int argc, char** argv) {
     if (*models) return cmd_models(models_json);
     if (*plan) return fullshard::cli::cmd_plan(plan_flags);
     if (*calibrate) return fullshard::cli::cmd_calibrate(calibrate_flags);
-    if (*train) return fullshard::cli::cmd_train(lo, train_json);
+    if (*train) {
+      if (on_nonfinite == "continue") lo.on_nonfinite = fullshard::runner::LaunchOptions::OnNonFinite::kContinue;
+      return fullshard::cli::cmd_train(lo, train_json);
+    }
     if (*compare) {
       lo.progress = false;
       return fullshard::cli::cmd_compare(lo, compare_json);

@@ -65,6 +65,7 @@ int cmd_train(runner::LaunchOptions o, const std::string& json_out) {
   }
   const int steps = o.steps >= 0 ? o.steps : s.training.steps;
   const runner::BackendKind& kind = real_backends().choose(o.backend, s);
+  runner::validate_launch(o, s, kind);
   std::fprintf(stderr, "training %s: %d ranks (processes) %s, %d steps\n", o.scenario_path.c_str(), s.world_size(),
                kind.name == "cpu" ? "over Gloo" : ("on the " + kind.name + " backend").c_str(), steps);
   runner::LaunchResult r = runner::launch_local(o, real_backends());
@@ -108,6 +109,7 @@ int cmd_train(runner::LaunchOptions o, const std::string& json_out) {
 
 int cmd_compare(const runner::LaunchOptions& o, const std::string& json_out) {
   Scenario s = load_scenario_file(o.scenario_path);
+  runner::validate_launch(o, s, real_backends().choose(o.backend, s));
   if (!json_out.empty()) {
     std::ofstream probe(json_out, std::ios::app);
     if (!probe) throw InputError("--json", "cannot write '" + json_out + "'", "give a writable file path");
