@@ -440,7 +440,7 @@ TEST(HfFile, MissingFileNamesThePath) {
 TEST(HfFile, MalformedJsonNamesThePath) {
   const auto path = (std::filesystem::path(testing::TempDir()) / "fullshard_bad.json").string();
   std::ofstream(path) << "{\"model_type\": \"llama\",";
-  expect_input_error([&] { model_from_hf_config_file(path); }, path, {"malformed JSON"});
+  expect_input_error([&] { model_from_hf_config_file(path); }, path + ":1:23", {"malformed JSON"});
 }
 
 // ---------------------------------------------------------------- validate_model
