@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "core/common/user_text.h"
+
 namespace fullshard::sim {
 
 std::string format_bytes(uint64_t b) {
@@ -84,7 +86,7 @@ std::string report_summary(const SimulationReport& r) {
   std::string params = p >= 1e9 ? fmt::format("{:.2f} B", p / 1e9) : p >= 1e6 ? fmt::format("{:.1f} M", p / 1e6)
                                                                              : fmt::format("{}", r.parameters);
   std::string out = fmt::format("scenario {}: {} ranks, {} parameters, allocator capacity {} per rank\n",
-                                r.scenario, r.world_size, params, format_bytes(r.capacity_bytes));
+                                printable(r.scenario), r.world_size, params, format_bytes(r.capacity_bytes));
   // Ranks with identical memory results print as one line (always so with rank classes;
   // with --ranks all this groups the per-rank results).
   std::vector<std::pair<std::vector<int>, const RankClassReport*>> shown;
@@ -133,6 +135,8 @@ std::string report_summary(const SimulationReport& r) {
       out += fmt::format("    critical path (rank {}, last step):{}\n", r.last_step_rank, path);
     }
   }
+  if (r.out_of_memory && !r.problems.empty())
+    out += "  (a rank that runs out of memory stops there: the problems below may only follow from that)\n";
   for (const auto& p : r.problems) out += "  PROBLEM " + p.message + "\n";
   if (r.ok()) out += "  ok: no collective mismatch, race or use-after-free found\n";
   return out;

@@ -1,12 +1,41 @@
 #!/usr/bin/env bash
-# Builds fullshard with its tests (into build-test/) and runs the whole ctest suite.
+# Builds fullshard with its tests (into build-test/) and runs the whole ctest suite; then
+# (NOTE [Sanitizer builds], CMakeLists.txt) the whole suite again under ASan+UBSan (build-asan/)
+# and the Gloo/CPU multi-thread tests under TSan (build-tsan/). Any sanitizer finding fails.
 # Property tests use a fixed rapidcheck seed (set in tests/CMakeLists.txt) so CI is repeatable.
+#   FULLSHARD_TEST_BUILD=DIR        the normal build's directory (default build-test)
+#   FULLSHARD_TEST_SANITIZERS=0     skip the ASan+UBSan and TSan runs
+# Extra arguments go to every ctest run (e.g. -R PATTERN).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 source tools/deps.sh
 fullshard_install_deps
+jobs="$(nproc)"
 build="${FULLSHARD_TEST_BUILD:-build-test}"
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
-cmake --build "$build" -j "$(nproc)"
-ctest --test-dir "$build" --output-on-failure -j "$(nproc)" "$@"
+launcher=()
+if command -v ccache > /dev/null 2>&1; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" > /dev/null
+cmake --build "$build" -j "$jobs"
+ctest --test-dir "$build" --output-on-failure -j "$jobs" "$@"
+[ "${FULLSHARD_TEST_SANITIZERS:-1}" = 1 ] || exit 0
+
+# Sanitizer builds: -O1 (compiles about twice as fast as -O2 and keeps stacks readable), no
+# CUDA backend (nothing CUDA runs here), no benchmarks.
+san_flags=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1"
+           -DFULLSHARD_WITH_CUDA=OFF -DCMAKE_DISABLE_FIND_PACKAGE_benchmark=ON "${launcher[@]}")
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=0"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+echo "== ASan+UBSan: the whole suite (build-asan)"
+cmake -S . -B build-asan "${san_flags[@]}" -DFULLSHARD_SANITIZE=ON > /dev/null
+cmake --build build-asan -j "$jobs"
+ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 900 "$@"
+
+# TSan: the tests whose code runs several threads (the CPU backend's streams, Gloo's
+# collectives and fault handling). tests/tsan.supp names the reports that are not ours.
+echo "== TSan: Gloo and CPU backend tests (build-tsan)"
+tsan_targets=(gloo_collectives_test gloo_faults_test gloo_multiprocess_test gloo_bandwidth_test cpu_stream_test cpu_data_test)
+cmake -S . -B build-tsan "${san_flags[@]}" -DFULLSHARD_TSAN=ON > /dev/null
+cmake --build build-tsan -j "$jobs" --target "${tsan_targets[@]}"
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/tsan.supp"
+ctest --test-dir build-tsan --output-on-failure -j "$jobs" --timeout 900 -R '^(Gloo|StreamWorker|ParamInit|TextCorpus)' "$@"

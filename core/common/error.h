@@ -12,11 +12,13 @@ namespace fullshard {
 
 class InputError : public std::runtime_error {
  public:
-  // where: JSON path like "fsdp.mesh.shape[1]" or a flag like "--json".
+  // where: JSON path like "fsdp.mesh.shape[1]" or a flag like "--json". Each part is passed
+  // through printable() (core/common/user_text.h): control characters escaped, length bounded.
   InputError(std::string where, std::string problem, std::string fix);
   const std::string& where() const { return where_; }
 
  private:
+  InputError(std::string where, std::string problem, std::string fix, int /*already printable*/);
   std::string where_;
 };
 

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/common/error.h"
+#include "core/common/json_file.h"
 
 namespace fullshard {
 namespace {
@@ -399,18 +400,7 @@ ModelConfig model_from_hf_config_file(const std::string& path) {
   // A model directory (what from_pretrained takes) is accepted: read its config.json.
   const std::string file =
       fs::is_directory(path, ec) ? (fs::path(path) / "config.json").string() : path;
-  std::ifstream in(file);
-  if (!in)
-    throw InputError(file, std::string("cannot be opened (") + std::strerror(errno) + ")",
-                     "check the path to the Hugging Face config.json");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw InputError(file, std::string("is not valid JSON: ") + e.what(),
-                     "fix the syntax or download config.json again");
-  }
-  return model_from_hf_config(j, file);
+  return model_from_hf_config(read_json_input(file, "a Hugging Face config.json"), file);
 }
 
 void validate_model(const ModelConfig& c, const std::string& where) {

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/common/error.h"
+#include "core/common/json_file.h"
 #include "core/scenario/json_reader.h"
 
 namespace fullshard {
@@ -307,8 +308,12 @@ std::vector<std::pair<std::string, std::string>> list_hardware_profile_aliases()
   // loaded by name, not when some other name is looked up.
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& f : profile_files()) {
-    std::ifstream in(f);
-    const json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
+    json j;
+    try {
+      j = read_json_input(f.string(), "a hardware profile");
+    } catch (const InputError&) {
+      continue;
+    }
     if (!j.is_object() || !j.contains("aliases") || !j.at("aliases").is_array()) continue;
     for (const auto& a : j.at("aliases"))
       if (a.is_string()) out.emplace_back(lower(a.get<std::string>()), f.stem().string());

@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "core/common/error.h"
+#include "core/common/json_file.h"
 
 namespace fullshard::json_reader {
 namespace {
@@ -55,82 +56,6 @@ std::string range_text(int64_t min, int64_t max) {
   return "between " + std::to_string(min) + " and " + std::to_string(max);
 }
 
-// ---------------------------------------------------------------- duplicate keys
-// nlohmann::json keeps the last of two equal keys silently; a SAX pass finds them first so
-// that `"seq_len": 4096, ..., "seq_len": 8192` is an error instead of a surprise.
-class DuplicateKeyFinder : public nlohmann::json_sax<json> {
- public:
-  std::optional<std::string> duplicate_path;
-  std::optional<std::pair<size_t, std::string>> syntax_error;  // byte position, message
-
-  bool null() override { return value(); }
-  bool boolean(bool) override { return value(); }
-  bool number_integer(number_integer_t) override { return value(); }
-  bool number_unsigned(number_unsigned_t) override { return value(); }
-  bool number_float(number_float_t, const string_t&) override { return value(); }
-  bool string(string_t&) override { return value(); }
-  bool binary(binary_t&) override { return value(); }
-  bool start_object(std::size_t) override {
-    frames_.push_back({true, {}, {}, 0});
-    return true;
-  }
-  bool key(string_t& k) override {
-    Frame& f = frames_.back();
-    if (!f.keys.insert(k).second) {
-      duplicate_path = child_path(path_of_top(), k);
-      return false;
-    }
-    f.key = k;
-    return true;
-  }
-  bool end_object() override {
-    frames_.pop_back();
-    return value();
-  }
-  bool start_array(std::size_t) override {
-    frames_.push_back({false, {}, {}, 0});
-    return true;
-  }
-  bool end_array() override {
-    frames_.pop_back();
-    return value();
-  }
-  bool parse_error(std::size_t position, const std::string&,
-                   const nlohmann::detail::exception& ex) override {
-    syntax_error = {position, ex.what()};
-    return false;
-  }
-
- private:
-  struct Frame {
-    bool object;
-    std::set<std::string> keys;
-    std::string key;
-    size_t index;
-  };
-  // Called when a value completes: advances the enclosing array's index.
-  bool value() {
-    if (!frames_.empty() && !frames_.back().object) ++frames_.back().index;
-    return true;
-  }
-  // The path of the innermost open container.
-  std::string path_of_top() const {
-    std::string p;
-    for (size_t i = 0; i + 1 < frames_.size(); ++i)
-      p = frames_[i].object ? child_path(p, frames_[i].key) : index_path(p, frames_[i].index);
-    return p;
-  }
-  std::vector<Frame> frames_;
-};
-
-// nlohmann reports "[json.exception.parse_error.101] parse error at line 3, column 5: syntax
-// error while parsing ..."; keep the part after the position.
-std::string parse_error_detail(const std::string& what) {
-  const size_t at = what.find("parse error");
-  const size_t colon = what.find(": ", at == std::string::npos ? 0 : at);
-  return colon == std::string::npos ? what : what.substr(colon + 2);
-}
-
 }  // namespace
 
 std::string child_path(const std::string& parent, const std::string& key) {
@@ -141,8 +66,55 @@ std::string index_path(const std::string& parent, size_t index) {
   return parent + "[" + std::to_string(index) + "]";
 }
 
+namespace {
+
+// NOTE [Bounded show]: a message shows at most kMaxShown characters of a value, so only that
+// much is rendered: a 200 MB array or string costs no more than a small one, and a value
+// nested deeper than the parser allows (built in code) stops at kMaxJsonDepth levels.
+void render_prefix(const json& v, std::string& out, size_t depth) {
+  constexpr size_t kEnough = kMaxShown + 1;
+  if (out.size() >= kEnough) return;
+  if (depth > kMaxJsonDepth) {
+    out += "...";
+    return;
+  }
+  const auto scalar = [&](const json& x) { out += x.dump(-1, ' ', false, json::error_handler_t::replace); };
+  if (v.is_string()) {
+    const std::string& str = v.get_ref<const std::string&>();
+    scalar(json(str.size() > kEnough ? str.substr(0, kEnough) : str));
+  } else if (v.is_array()) {
+    out += '[';
+    bool first = true;
+    for (const auto& e : v) {
+      if (out.size() >= kEnough) return;
+      if (!first) out += ',';
+      first = false;
+      render_prefix(e, out, depth + 1);
+    }
+    out += ']';
+  } else if (v.is_object()) {
+    out += '{';
+    bool first = true;
+    for (const auto& [k, e] : v.items()) {
+      if (out.size() >= kEnough) return;
+      if (!first) out += ',';
+      first = false;
+      scalar(json(k.size() > kEnough ? k.substr(0, kEnough) : k));
+      out += ':';
+      render_prefix(e, out, depth + 1);
+    }
+    out += '}';
+  } else {
+    scalar(v);
+  }
+}
+
+}  // namespace
+
 std::string show(const json& v) {
-  std::string s = one_line(v.dump(-1, ' ', false, json::error_handler_t::replace));
+  std::string s;
+  render_prefix(v, s, 0);
+  s = one_line(std::move(s));
   if (s.size() > kMaxShown) s = s.substr(0, kMaxShown - 3) + "...";
   return s;
 }
@@ -286,6 +258,9 @@ double get_number(const json& v, const std::string& path, double min, bool min_i
     throw InputError(path, "is " + describe(v) + ", not a number",
                      fix + (v.is_string() ? " (write numbers without quotes)" : ""));
   const double x = v.get<double>();
+  // NaN and infinities never come from JSON text, but values built from CSV cells or code can
+  // hold them, and every comparison below is false for NaN.
+  if (!std::isfinite(x)) throw InputError(path, "is " + format_number(x) + ", not a finite number", fix);
   const bool below = min_inclusive ? x < min : x <= min;
   const bool above = has_max && (max_inclusive ? x > max : x >= max);
   if (below || above) throw InputError(path, "is " + show(v) + ", must be " + range, fix);
@@ -317,41 +292,6 @@ std::string get_choice(const json& v, const std::string& path,
   throw InputError(path, "is " + show(v) + ", not a known value", options);
 }
 
-json read_json_file(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::exists(path, ec))
-    throw InputError(path, "file not found",
-                     "check the path (relative paths are resolved from " +
-                         fs::current_path(ec).string() + ")");
-  if (fs::is_directory(path, ec))
-    throw InputError(path, "is a directory, not a JSON file", "give the path of a .json file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path, "cannot be read", "check the file's permissions");
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  const std::string text = buffer.str();
-
-  DuplicateKeyFinder finder;
-  json::sax_parse(text, &finder);
-  if (finder.syntax_error) {
-    // nlohmann's position is the 1-based index of the last character read.
-    const size_t pos = std::min(finder.syntax_error->first, text.size());
-    const size_t idx = pos == 0 ? 0 : pos - 1;
-    const size_t line = 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + idx, '\n'));
-    const size_t line_start = idx == 0 ? 0 : text.rfind('\n', idx - 1);
-    const size_t column = line_start == std::string::npos || idx == 0 ? idx + 1 : idx - line_start;
-    const std::string at = std::to_string(line) + ":" + std::to_string(column);
-    throw InputError(path + ":" + at,
-                     one_line("malformed JSON: " + parse_error_detail(finder.syntax_error->second)),
-                     "fix the JSON at line " + std::to_string(line) + ", column " +
-                         std::to_string(column) +
-                         " (JSON has no comments or trailing commas; strings need double quotes)");
-  }
-  if (finder.duplicate_path)
-    throw InputError(path, "field '" + *finder.duplicate_path + "' appears twice",
-                     "keep one of the two (JSON parsers silently keep only the last)");
-  return json::parse(text);
-}
+json read_json_file(const std::string& path) { return read_json_input(path, "a .json file"); }
 
 }  // namespace fullshard::json_reader

@@ -62,9 +62,10 @@ std::string get_string(const json& v, const std::string& path, const std::string
 std::string get_choice(const json& v, const std::string& path,
                        const std::vector<std::string>& choices);
 
-// Reads and parses a JSON file. Missing file, unreadable file, malformed JSON (with line and
-// column) and duplicate keys (with their JSON path) are InputErrors whose where is the file
-// name (plus ":line:column" for syntax errors).
+// Reads and parses a JSON file (fullshard::read_json_input, core/common/json_file.h). Missing
+// file, not a regular file (FIFO, device), over 256 MiB, malformed JSON (with line and column),
+// nesting deeper than 64 levels and duplicate keys (with their JSON path) are InputErrors whose
+// where is the file name (plus ":line:column" for syntax errors).
 json read_json_file(const std::string& path);
 
 }  // namespace fullshard::json_reader

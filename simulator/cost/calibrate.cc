@@ -138,7 +138,8 @@ CalibrationInput parse_calibration_input(const json& j) {
       if (o.contains("nodes")) s.nodes = static_cast<int>(jr::get_int(o.at("nodes"), P + ".nodes", 1, 1 << 20, "2"));
       if (o.contains("gpus_per_node"))
         s.ranks_per_node = static_cast<int>(jr::get_int(o.at("gpus_per_node"), P + ".gpus_per_node", 1, 1 << 20, "8"));
-      s.bytes = jr::get_number(o.at("bytes"), P + ".bytes", 0, false, kInf, false, "1073741824");
+      // 2^50 (1 PiB): no collective moves more; the NCCL model converts bytes to an integer.
+      s.bytes = jr::get_number(o.at("bytes"), P + ".bytes", 0, false, 1125899906842624.0, true, "1073741824");
       if (o.contains("time_us") == o.contains("busbw_gbs"))
         throw InputError(P, "gives " + std::string(o.contains("time_us") ? "both time_us and busbw_gbs" : "neither time_us nor busbw_gbs"),
                          "give the measured time in us, or the bus bandwidth nccl-tests prints in GB/s");
@@ -147,6 +148,8 @@ CalibrationInput parse_calibration_input(const json& j) {
       } else {
         const double busbw = jr::get_number(o.at("busbw_gbs"), P + ".busbw_gbs", 0, false, kInf, false, "360");
         s.time_s = s.bytes * busbw_factor(s.func, s.nodes * s.ranks_per_node) / (busbw * 1e9);
+        if (!std::isfinite(s.time_s))
+          throw InputError(P + ".busbw_gbs", "is " + jr::show(o.at("busbw_gbs")) + ", too small for a finite time", "write the bus bandwidth in GB/s, e.g. 360");
       }
       if (s.nodes * s.ranks_per_node < 2)
         throw InputError(P + ".gpus_per_node", "gives a one-rank collective", "measure over at least 2 GPUs");

@@ -1,6 +1,7 @@
 #include "simulator/cost/calibration_csv.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <sstream>
 
@@ -26,10 +27,18 @@ std::vector<std::string> split(const std::string& line) {
 }
 
 // A cell as JSON: a number when it parses completely as one, else a string.
-nlohmann::json cell_value(const std::string& s) {
+// NOTE [Finite CSV numbers]: strtod also reads "nan", "inf", "infinity" and overflows
+// ("1e999") to infinity; JSON has none of these, and the fit downstream would divide by them
+// or convert them to integers (undefined behaviour). They are refused here, naming the cell.
+nlohmann::json cell_value(const std::string& s, int line, const std::string& column) {
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
-  if (end != s.c_str() && *end == '\0') return v;
+  if (end != s.c_str() && *end == '\0') {
+    if (!std::isfinite(v))
+      throw InputError("line " + std::to_string(line) + " column " + column,
+                       "is '" + s + "', not a finite number", "write a finite number such as 2900 or 1.5e9");
+    return v;
+  }
   return s;
 }
 
@@ -67,7 +76,7 @@ CalibrationCsv parse_calibration_csv(const std::string& text) {
                        "give one cell per header column");
     nlohmann::json row = nlohmann::json::object();
     for (size_t i = 0; i < cells.size(); ++i)
-      if (!cells[i].empty()) row[header[i]] = cell_value(cells[i]);
+      if (!cells[i].empty()) row[header[i]] = cell_value(cells[i], number, header[i]);
     const bool coll = row.contains("collective"), kern = row.contains("op");
     if (coll == kern)
       throw InputError("line " + std::to_string(number),

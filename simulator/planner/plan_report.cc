@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "core/common/user_text.h"
 #include "simulator/planner/families.h"
 
 namespace fullshard::planner {
@@ -37,8 +38,8 @@ std::string step_cell(double s) {
 std::string request_line(const PlanOptions& o) {
   const Scenario& s = o.base;
   const int nodes = o.space.gpus / o.space.gpus_per_node;
-  return fmt::format("{} ({} parameters) on {} x {} ({} node{} x {}), seq {}, {}, headroom {:.0f}%", s.model.name,
-                     params_text(parameter_count(s.model)), o.space.gpus, s.hardware.device.name, nodes,
+  return fmt::format("{} ({} parameters) on {} x {} ({} node{} x {}), seq {}, {}, headroom {:.0f}%", printable(s.model.name),
+                     params_text(parameter_count(s.model)), o.space.gpus, printable(s.hardware.device.name), nodes,
                      nodes == 1 ? "" : "s", o.space.gpus_per_node,
                      s.training.seq_len,
                      o.space.global_batch ? fmt::format("global batch {} sequences", *o.space.global_batch)

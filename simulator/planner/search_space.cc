@@ -34,8 +34,9 @@ void check_space_options(const SpaceOptions& o) {
     throw InputError("--gpus-per-node", fmt::format("is {}", o.gpus_per_node),
                      "give the GPUs in one node, e.g. --gpus-per-node 8");
   if (o.gpus % o.gpus_per_node != 0) {
-    const int lo = o.gpus / o.gpus_per_node * o.gpus_per_node;
-    const int hi = lo + o.gpus_per_node;
+    // int64: the next multiple of 2^31 - 1 GPUs does not fit an int.
+    const int64_t lo = int64_t{o.gpus} / o.gpus_per_node * o.gpus_per_node;
+    const int64_t hi = lo + o.gpus_per_node;
     throw InputError("--gpus",
                      fmt::format("is {}, not a multiple of --gpus-per-node {} (nodes must be whole)",
                                  o.gpus, o.gpus_per_node),
@@ -44,6 +45,10 @@ void check_space_options(const SpaceOptions& o) {
   }
   if (o.global_batch) {
     const int64_t b = *o.global_batch;
+    constexpr int64_t kMaxGlobalBatch = int64_t{1} << 40;  // as any batch size of a scenario
+    if (b > kMaxGlobalBatch)
+      throw InputError("--global-batch", fmt::format("is {} sequences, more than 2^40", b),
+                       fmt::format("use a multiple of --gpus {}, e.g. {}", o.gpus, o.gpus));
     if (b < 1 || b % o.gpus != 0) {
       const int64_t lo = std::max<int64_t>(1, b / o.gpus) * o.gpus;
       const int64_t hi = (b / o.gpus + 1) * o.gpus;

@@ -73,11 +73,11 @@ expect missing-report "no-such.json" -- plot "$tmp/no-such.json" -o "$tmp/x.html
 echo '{"scenario": "x", "ranks": []}' > "$tmp/compare.json"
 expect no-timeline "has no memory_timeline" -- plot "$tmp/compare.json" -o "$tmp/x.html"
 echo '{"memory_timeline": [' > "$tmp/broken.json"
-expect not-json "is not valid JSON" -- plot "$tmp/broken.json" -o "$tmp/x.html"
+expect not-json "malformed JSON" -- plot "$tmp/broken.json" -o "$tmp/x.html"
 expect bad-extension "-o: is '$tmp/x.png'" -- plot "$tmp/r.json" -o "$tmp/x.png"
 expect unknown-rank "--rank: is 9" -- plot "$tmp/r.json" -o "$tmp/x.svg" --rank 9
 expect timeline-extension "--timeline" -- simulate "$tmp/tiny.json" --timeline "$tmp/t.txt"
 expect trace-extension "--trace" -- simulate "$tmp/tiny.json" --trace "$tmp/t.html"
-expect trace-unwritable "cannot write" -- simulate "$tmp/tiny.json" --trace "$tmp/no/dir/t.json"
+expect trace-unwritable "does not exist" -- simulate "$tmp/tiny.json" --trace "$tmp/no/dir/t.json"
 expect no-output "-o" -- plot "$tmp/r.json"
 exit $fail

@@ -37,7 +37,8 @@ TEST_P(GlooCollectives, AllGatherOutOfPlaceAndInPlace) {
         parallel(n, [&](int r) {
           const void* input = inputs[r].data();
           if (in_place) {
-            std::memcpy(outs[r].data() + r * count * es, inputs[r].data(), count * es);
+            // count 0: the vectors are empty and their data() may be null (memcpy's UB).
+            if (count > 0) std::memcpy(outs[r].data() + r * count * es, inputs[r].data(), count * es);
             input = outs[r].data() + r * count * es;
           }
           pgs[r]->all_gather(input, outs[r].data(), count, d, "ag");

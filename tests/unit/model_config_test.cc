@@ -434,13 +434,13 @@ TEST(HfImport, HugeSizesAreAnInputErrorNotAnOverflow) {
 
 TEST(HfFile, MissingFileNamesThePath) {
   const std::string path = hf_data("does-not-exist.json");
-  expect_input_error([&] { model_from_hf_config_file(path); }, path, {"cannot be opened"});
+  expect_input_error([&] { model_from_hf_config_file(path); }, path, {"file not found"});
 }
 
 TEST(HfFile, MalformedJsonNamesThePath) {
   const auto path = (std::filesystem::path(testing::TempDir()) / "fullshard_bad.json").string();
   std::ofstream(path) << "{\"model_type\": \"llama\",";
-  expect_input_error([&] { model_from_hf_config_file(path); }, path, {"not valid JSON"});
+  expect_input_error([&] { model_from_hf_config_file(path); }, path + ":1:23", {"malformed JSON"});
 }
 
 // ---------------------------------------------------------------- validate_model

@@ -1,6 +1,7 @@
 // The scenario format: shipped files parse, defaults, every accepted spelling, and one test
 // per validation error asserting the JSON path, the bad value and the hint in the message.
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <map>
@@ -682,6 +683,24 @@ TEST(ScenarioParse, RankBatchGivesAnUnevenBatch) {
   }
   j["training"]["rank_batch"] = {{{"rank", 1}, {"batch", 0}}};
   EXPECT_THROW(parse_scenario(j), InputError);
+}
+
+// NOTE [Bounded show]: a value shown in an error is rendered only as far as shown, so a value
+// nested far deeper than the parser allows (built in code) or hundreds of MB long costs nothing.
+TEST(JsonReaderShow, DeepOrHugeValuesAreShownBounded) {
+  json deep = 1;
+  for (int i = 0; i < 100000; ++i) deep = json::array({std::move(deep)});
+  const std::string s = json_reader::show(deep);
+  EXPECT_LE(s.size(), 60u);
+  EXPECT_EQ(s.substr(0, 5), "[[[[[");
+  EXPECT_EQ(json_reader::show(json(std::string(50 << 20, 'x'))).size(), 60u);
+  json wide = json::array();
+  for (int i = 0; i < 1000000; ++i) wide.push_back(i);
+  EXPECT_EQ(json_reader::show(wide).substr(0, 8), "[0,1,2,3");
+  EXPECT_EQ(json_reader::show(json::parse(R"({"mode":"full"})")), R"({"mode":"full"})");
+  EXPECT_EQ(json_reader::show(json::array({4, 4})), "[4,4]");
+  json nan_number = std::nan("");
+  EXPECT_THROW(json_reader::get_number(nan_number, "x", 0, true, 1, true, "0.5"), InputError);
 }
 
 }  // namespace

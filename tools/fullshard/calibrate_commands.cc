@@ -9,6 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/common/error.h"
+#include "core/common/input_file.h"
+#include "core/common/output_file.h"
+#include "core/common/user_text.h"
 #include "core/scenario/hardware_profile.h"
 #include "core/scenario/json_reader.h"
 #include "simulator/cost/calibrate.h"
@@ -57,15 +60,15 @@ int cmd_calibrate(const CalibrateFlags& f) {
   // NOTE: .csv measurements become the same JSON (simulator/cost/calibration_csv.h), so both
   // forms go through one validation; CSV errors name the line.
   const bool csv_input = f.measurements.size() > 4 && f.measurements.compare(f.measurements.size() - 4, 4, ".csv") == 0;
+  install_output_cleanup_on_signals();
+  refuse_output_over_input("--output", f.output, {f.measurements, is_json_path(f.hardware) ? f.hardware : ""});
+  if (!f.output.empty() && is_json_path(f.output)) check_output_writable("--output", f.output);
   sim::CalibrationCsv csv;
   json j;
   if (csv_input) {
-    std::ifstream in(f.measurements);
-    if (!in) throw InputError(f.measurements, "cannot be read", "give the path of a measurements .csv or .json file");
-    std::stringstream ss;
-    ss << in.rdbuf();
+    const std::string text = read_input_file(f.measurements, "a measurements .csv or .json file");
     try {
-      csv = sim::parse_calibration_csv(ss.str());
+      csv = sim::parse_calibration_csv(text);
     } catch (const InputError& e) {
       throw InputError(f.measurements + ": " + e.where(), std::string(e.what()).substr(e.where().size() + 2), "");
     }
@@ -97,7 +100,7 @@ int cmd_calibrate(const CalibrateFlags& f) {
     throw InputError(f.measurements + ": " + where, std::string(e.what()).substr(e.where().size() + 2), "");
   }
   const sim::Calibration c = sim::calibrate(start, input);
-  fmt::print("calibrated {} from {}: {} collective and {} kernel samples\n", start.name, f.measurements,
+  fmt::print("calibrated {} from {}: {} collective and {} kernel samples\n", printable(start.name), printable(f.measurements),
              input.collectives.size(), input.kernels.size());
   if (!input.collectives.empty())
     fmt::print("  collectives: typical error {} before, {} after\n", pct(c.collective_error_before), pct(c.collective_error_after));
@@ -123,10 +126,9 @@ int cmd_calibrate(const CalibrateFlags& f) {
         pct(c.collective_error_before), pct(c.collective_error_after), pct(c.kernel_error_before),
         pct(c.kernel_error_after));
   }
-  std::ofstream o(f.output);
-  if (!o) throw InputError("--output", "cannot write '" + f.output + "'", "check the directory exists and is writable");
-  o << out.dump(2) << "\n";
-  fmt::print("  fitted profile written to {} (use it as \"hardware\": {{\"profile\": \"{}\"}})\n", f.output, f.output);
+  write_output_file(f.output, out.dump(2) + "\n", "--output");
+  fmt::print("  fitted profile written to {} (use it as \"hardware\": {{\"profile\": \"{}\"}})\n", printable(f.output),
+             printable(f.output));
   return 0;
 }
 

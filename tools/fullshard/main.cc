@@ -19,6 +19,8 @@
 #include <iostream>
 
 #include "core/common/error.h"
+#include "core/common/output_file.h"
+#include "core/common/user_text.h"
 #include "core/model/model_config.h"
 #include "core/scenario/scenario.h"
 #include "simulator/report.h"
@@ -39,16 +41,19 @@ int cmd_simulate(const std::string& path, const std::string& json_out, const std
     throw InputError("--ranks", "is '" + ranks + "'", "use --ranks classes (default) or --ranks all");
   o.all_ranks = ranks == "all";
   o.checks = checks;
-  if (!json_out.empty()) {  // fail on an unwritable path before the (long) simulation
-    std::ofstream probe(json_out, std::ios::app);
-    if (!probe) throw InputError("--json", "cannot write '" + json_out + "'", "give a writable file path");
-  }
+  // Outputs: never an input or each other; checked before the (long) simulation, written
+  // atomically after it (NOTE [Atomic outputs], core/common/output_file.h).
+  install_output_cleanup_on_signals();
+  refuse_output_over_input("--json", json_out, {path});
+  refuse_output_over_input("--timeline", timeline_out, {path, json_out});
+  refuse_output_over_input("--trace", trace_out, {path, json_out, timeline_out});
+  if (!json_out.empty()) check_output_writable("--json", json_out);
   if (!timeline_out.empty()) cli::check_output_path("--timeline", timeline_out, {".html", ".svg"});
   if (!trace_out.empty()) {
     cli::check_output_path("--trace", trace_out, {".json"});
     o.on_played = cli::trace_writer(trace_out);
   }
-  std::fprintf(stderr, "simulating %s (%d ranks)...\n", path.c_str(), s.world_size());
+  std::fprintf(stderr, "simulating %s (%d ranks)...\n", printable(path).c_str(), s.world_size());
   // Progress on stderr for runs that record many rank programs.
   auto start = std::chrono::steady_clock::now();
   o.progress = [start, last = -1](size_t done, size_t total) mutable {
@@ -63,15 +68,16 @@ int cmd_simulate(const std::string& path, const std::string& json_out, const std
   sim::SimulationReport r = sim::simulate_scenario(s, o);
   std::cout << sim::report_summary(r);
   if (!json_out.empty()) {
-    std::ofstream f(json_out);
-    f << sim::report_json(r).dump(1) << "\n";
-    if (!f) throw InputError("--json", "could not write '" + json_out + "'", "check the disk and the path");
-    std::cout << "  report written to " << json_out << "\n";
+    write_output_file(json_out, sim::report_json(r).dump(1) + "\n", "--json");
+    std::cout << "  report written to " << printable(json_out) << "\n";
   }
   if (!timeline_out.empty()) cli::write_timeline(sim::report_json(r), timeline_out);
-  if (!trace_out.empty()) std::cout << "  trace written to " << trace_out << " (open it in Perfetto or chrome://tracing)\n";
-  if (!r.problems.empty()) return 1;
+  if (!trace_out.empty())
+    std::cout << "  trace written to " << printable(trace_out) << " (open it in Perfetto or chrome://tracing)\n";
+  // Out of memory first: a rank that runs out stops early, and its peers then wait in
+  // collectives it never issues; those problems follow from the out of memory (exit 3).
   if (r.out_of_memory) return 3;
+  if (!r.problems.empty()) return 1;
   return 0;
 }
 
@@ -172,10 +178,10 @@ int main(int argc, char** argv) {
     std::cerr << "fullshard: error: " << e.what() << "\n";
     return 2;
   } catch (const fullshard::InternalError& e) {
-    std::cerr << "fullshard: " << e.what() << " (please report this bug)\n";
+    std::cerr << "fullshard: " << fullshard::printable(e.what(), 1024) << " (please report this bug)\n";
     return 70;
   } catch (const std::exception& e) {
-    std::cerr << "fullshard: error: " << e.what() << "\n";
+    std::cerr << "fullshard: error: " << fullshard::printable(e.what(), 1024) << "\n";
     return 1;
   }
   return 0;

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -13,6 +14,8 @@
 #include <unistd.h>
 
 #include "core/common/error.h"
+#include "core/common/output_file.h"
+#include "core/common/user_text.h"
 #include "core/scenario/hardware_profile.h"
 #include "core/scenario/json_reader.h"
 #include "core/scenario/scenario.h"
@@ -25,6 +28,10 @@ namespace fullshard::cli {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+
+constexpr int kMaxThreads = 1024;
+// The largest world a scenario may have (2^20 ranks per mesh dimension, scenario.cc).
+constexpr int kMaxPlanGpus = 1 << 20;
 
 CLI::App* add_plan_command(CLI::App& app, PlanFlags& f) {
   auto* p = app.add_subcommand("plan", "which sharding, precision and checkpointing settings fit on N GPUs, and which is fastest");
@@ -116,18 +123,32 @@ json base_json(const PlanFlags& f, HardwareProfile& profile) {
     profile = p.size() > 5 && p.substr(p.size() - 5) == ".json" ? load_hardware_profile_file(p)
                                                                  : load_hardware_profile(p, "hardware.profile");
   }
-  int gpn = f.gpus_per_node ? *f.gpus_per_node
-            : h.contains("gpus_per_node") && h["gpus_per_node"].is_number_integer() ? h["gpus_per_node"].get<int>()
-                                                                                      : profile.gpus_per_node;
-  int gpus;
-  if (f.gpus) gpus = *f.gpus;
-  else if (!f.scenario.empty()) gpus = gpn * (h.contains("nodes") && h["nodes"].is_number_integer() ? h["nodes"].get<int>() : 1);
-  else throw InputError("--gpus", "is missing", "give the number of GPUs, e.g. --gpus 256");
-  if (gpus < 1) throw InputError("--gpus", fmt::format("is {}", gpus), "give the number of GPUs, e.g. --gpus 256");
-  if (gpn < 1) throw InputError("--gpus-per-node", fmt::format("is {}", gpn), "give the GPUs in one node, e.g. --gpus-per-node 8");
+  // A scenario's number as int64, clamped just past the limit so that the range checks
+  // below report it (a plain get<int> would wrap 2^32 + 8 to 8).
+  const auto scenario_int = [](const json& v, int64_t absent) -> int64_t {
+    if (!v.is_number_integer()) return absent;
+    if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{kMaxPlanGpus}) return int64_t{kMaxPlanGpus} + 1;
+    return std::clamp<int64_t>(v.get<int64_t>(), -int64_t{kMaxPlanGpus} - 1, int64_t{kMaxPlanGpus} + 1);
+  };
+  const int gpn = static_cast<int>(f.gpus_per_node ? *f.gpus_per_node
+                                   : scenario_int(h.value("gpus_per_node", json()), profile.gpus_per_node));
+  int64_t gpus;
+  if (f.gpus) {
+    gpus = *f.gpus;
+  } else if (!f.scenario.empty()) {
+    // The scenario's own figures: wide arithmetic, bounded below like the flag.
+    gpus = std::clamp<int64_t>(int64_t{gpn} * scenario_int(h.value("nodes", json()), 1), -int64_t{kMaxPlanGpus} - 1,
+                               int64_t{kMaxPlanGpus} + 1);
+  } else {
+    throw InputError("--gpus", "is missing", "give the number of GPUs, e.g. --gpus 256");
+  }
+  if (gpus < 1 || gpus > kMaxPlanGpus)
+    throw InputError("--gpus", fmt::format("is {}", gpus), fmt::format("give the number of GPUs, between 1 and {}, e.g. --gpus 256", kMaxPlanGpus));
+  if (gpn < 1 || gpn > kMaxPlanGpus)
+    throw InputError("--gpus-per-node", fmt::format("is {}", gpn), fmt::format("give the GPUs in one node, between 1 and {}, e.g. --gpus-per-node 8", kMaxPlanGpus));
   // Whole nodes, with the flag names (check_space_options has the same rule and message).
   planner::SpaceOptions probe;
-  probe.gpus = gpus;
+  probe.gpus = static_cast<int>(gpus);
   probe.gpus_per_node = gpn;
   planner::check_space_options(probe);
   h["gpus_per_node"] = gpn;
@@ -181,12 +202,18 @@ class ProgressBar {
 
 int cmd_plan(const PlanFlags& f) {
   const auto start = std::chrono::steady_clock::now();
+  install_output_cleanup_on_signals();
+  refuse_output_over_input("--json", f.json_out, {f.scenario, f.hf_config});
+  refuse_output_over_input("--write-scenario", f.write_scenario, {f.scenario, f.hf_config, f.json_out});
   if (!f.json_out.empty()) check_output_path("--json", f.json_out, {".json"});
   if (!f.write_scenario.empty()) check_output_path("--write-scenario", f.write_scenario, {".json"});
   if (!(f.headroom >= 0 && f.headroom < 1))
     throw InputError("--headroom", fmt::format("is {}", f.headroom),
                      "give the fraction of GPU memory to keep free, in [0, 1), e.g. 0.05");
-  if (f.top < 1) throw InputError("--top", "is 0", "give the number of rows to print, e.g. --top 10");
+  if (f.top < 1) throw InputError("--top", fmt::format("is {}", f.top), "give the number of rows to print (>= 1), e.g. --top 10");
+  if (f.threads < 0 || f.threads > kMaxThreads)
+    throw InputError("--threads", fmt::format("is {}", f.threads),
+                     fmt::format("give 0 (one per hardware thread) or a count between 1 and {}", kMaxThreads));
   HardwareProfile profile;
   const json base = base_json(f, profile);
   planner::PlanOptions o;
@@ -210,26 +237,22 @@ int cmd_plan(const PlanFlags& f) {
   const planner::PlanResult r = planner::plan(o);
   bar.finish();
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::cout << planner::plan_text(o, r, f.top, wall);
+  std::cout << planner::plan_text(o, r, static_cast<size_t>(f.top), wall);
   if (!f.json_out.empty()) {
-    std::ofstream out(f.json_out);
     const json j = planner::plan_json(o, r, wall);
-    out << j.dump(r.configs.size() <= 2000 ? 1 : -1) << "\n";
-    if (!out) throw InputError("--json", "could not write '" + f.json_out + "'", "check the disk and the path");
-    std::cout << "  configurations written to " << f.json_out << "\n";
+    write_output_file(f.json_out, j.dump(r.configs.size() <= 2000 ? 1 : -1) + "\n", "--json");
+    std::cout << "  configurations written to " << printable(f.json_out) << "\n";
   }
   if (!f.write_scenario.empty()) {
     if (!r.best_fits()) {
-      std::cout << "  nothing fits: no scenario written to " << f.write_scenario << "\n";
+      std::cout << "  nothing fits: no scenario written to " << printable(f.write_scenario) << "\n";
     } else {
       const planner::Candidate& c = r.configs.front().candidate;
       const std::string name = fs::path(f.write_scenario).stem().string();
       json j = planner::candidate_scenario_json(base, c, name,
                                                 "Recommended by fullshard plan: " + planner::candidate_text(c) + ".");
-      std::ofstream out(f.write_scenario);
-      out << j.dump(2) << "\n";
-      if (!out) throw InputError("--write-scenario", "could not write '" + f.write_scenario + "'", "check the disk and the path");
-      std::cout << "  recommended scenario written to " << f.write_scenario << "\n";
+      write_output_file(f.write_scenario, j.dump(2) + "\n", "--write-scenario");
+      std::cout << "  recommended scenario written to " << printable(f.write_scenario) << "\n";
     }
   }
   return r.best_fits() ? 0 : 3;

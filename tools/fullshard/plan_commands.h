@@ -19,7 +19,7 @@ struct PlanFlags {
   std::vector<int64_t> micro_batches;  // without --global-batch (default 1, 2, 4, 8)
   double headroom = 0.05;
   std::string json_out, write_scenario;
-  size_t top = 10;
+  int64_t top = 10;
   bool exhaustive = false;
   int threads = 0;
 };

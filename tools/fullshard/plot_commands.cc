@@ -4,6 +4,8 @@
 #include <iostream>
 
 #include "core/common/error.h"
+#include "core/common/output_file.h"
+#include "core/common/user_text.h"
 #include "simulator/trace.h"
 #include "tools/plot/plot.h"
 
@@ -12,12 +14,6 @@ namespace {
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-void write_file(const std::string& flag, const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary);
-  f << text;
-  if (!f) throw InputError(flag, "could not write '" + path + "'", "check the disk and the path");
 }
 
 std::string render(std::vector<plot::Report> reports, const std::string& path, const plot::PlotOptions& o) {
@@ -34,20 +30,21 @@ void check_output_path(const std::string& flag, const std::string& path, const s
     list += (list.empty() ? "" : " or ") + e;
   }
   if (!ok) throw InputError(flag, "is '" + path + "'", "give a file name ending in " + list);
-  std::ofstream probe(path, std::ios::app);
-  if (!probe) throw InputError(flag, "cannot write '" + path + "'", "give a writable file path");
+  check_output_writable(flag, path);  // creates nothing: a later failure leaves no empty file
 }
 
 int cmd_plot(const std::vector<std::string>& paths, const std::string& out, std::optional<int> rank,
              const std::string& title) {
+  install_output_cleanup_on_signals();
   check_output_path("-o", out, {".html", ".svg"});
+  refuse_output_over_input("-o", out, paths);
   std::vector<plot::Report> reports;
   for (const auto& p : paths) reports.push_back(plot::load_report(p));
   plot::PlotOptions o;
   o.rank = rank;
   o.title = title;
-  write_file("-o", out, render(std::move(reports), out, o));
-  std::cout << "plot written to " << out << "\n";
+  write_output_file(out, render(std::move(reports), out, o), "-o");
+  std::cout << "plot written to " << printable(out) << "\n";
   return 0;
 }
 
@@ -55,15 +52,15 @@ void write_timeline(const nlohmann::json& report, const std::string& path) {
   std::vector<plot::Report> reports;
   reports.push_back(plot::parse_report(report, path));
   reports.back().label = "simulated";
-  write_file("--timeline", path, render(std::move(reports), path, {}));
-  std::cout << "  timeline written to " << path << "\n";
+  write_output_file(path, render(std::move(reports), path, {}), "--timeline");
+  std::cout << "  timeline written to " << printable(path) << "\n";
 }
 
 std::function<void(const sim::PlayedRun&)> trace_writer(const std::string& path) {
   return [path](const sim::PlayedRun& run) {
-    std::ofstream f(path, std::ios::binary);
-    sim::write_chrome_trace(run, f);
-    if (!f) throw InputError("--trace", "could not write '" + path + "'", "check the disk and the path");
+    OutputFile f(path, "--trace");
+    sim::write_chrome_trace(run, f.stream());
+    f.commit();
   };
 }
 

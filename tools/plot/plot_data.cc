@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/common/error.h"
+#include "core/common/json_file.h"
 #include "tools/plot/plot.h"
 
 namespace fullshard::plot {
@@ -266,13 +267,7 @@ Report parse_report(const nlohmann::json& j, const std::string& where) {
 }
 
 Report load_report(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) bad(path, "cannot be read", "give the path of a report JSON file (fullshard simulate --json R.json)");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
-  if (j.is_discarded()) bad(path, "is not valid JSON", "give a report written by `fullshard simulate --json`");
-  return parse_report(j, path);
+  return parse_report(read_json_input(path, "a report written by `fullshard simulate --json R.json`"), path);
 }
 
 size_t peak_index(const Series& s) {

@@ -18,8 +18,13 @@ inline bool is_float_dtype(DType d) {
   return d == DType::kFloat32 || d == DType::kBFloat16 || d == DType::kFloat16;
 }
 
+// NOTE [Empty copies]: memcpy/memmove with a null pointer is undefined behaviour even for 0
+// bytes (C11 7.24.1p2; UBSan's nonnull-attribute check), and an empty tensor's storage is a
+// null pointer. n == 0 returns before any pointer is touched.
+
 // Elements [offset, offset + n) of `src` (storage dtype `dt`) as fp32 into dst[0, n).
 inline void load_f32(const void* src, DType dt, int64_t offset, int64_t n, float* dst) {
+  if (n <= 0) return;  // NOTE [Empty copies]
   switch (dt) {
     case DType::kFloat32:
       std::memcpy(dst, static_cast<const float*>(src) + offset, static_cast<size_t>(n) * 4);
@@ -40,6 +45,7 @@ inline void load_f32(const void* src, DType dt, int64_t offset, int64_t n, float
 
 // fp32 src[0, n) rounded to `dt` into elements [offset, offset + n) of `dst`.
 inline void store_f32(const float* src, void* dst, DType dt, int64_t offset, int64_t n) {
+  if (n <= 0) return;  // NOTE [Empty copies]
   switch (dt) {
     case DType::kFloat32:
       std::memmove(static_cast<float*>(dst) + offset, src, static_cast<size_t>(n) * 4);
