@@ -75,12 +75,16 @@ bool build(const OpCall& op, const plan::GemmPlan& p, const KernelContext& ctx, 
   const cublasOperation_t ta = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   lt_check(cublasLtMatmulDescSetAttribute(e.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), op, "transa");
   lt_check(cublasLtMatmulDescSetAttribute(e.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), op, "transb");
-  if (epilogue) {
+  if (epilogue) {  // a bias dtype cuBLASLt refuses falls back to the preloaded bias
     const cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
     const cudaDataType_t bt = cuda_type(dbias);
-    lt_check(cublasLtMatmulDescSetAttribute(e.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)), op, "epilogue");
-    lt_check(cublasLtMatmulDescSetAttribute(e.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)), op,
-             "bias dtype");
+    if (cublasLtMatmulDescSetAttribute(e.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulDescSetAttribute(e.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)) !=
+            CUBLAS_STATUS_SUCCESS) {
+      cublasLtMatmulDescDestroy(e.desc);
+      e = Entry{};
+      return false;
+    }
   }
   const uint64_t ar = p.trans_a ? p.k : p.m, ac = p.trans_a ? p.m : p.k;
   const uint64_t br = p.trans_b ? p.n : p.k, bc = p.trans_b ? p.k : p.n;
