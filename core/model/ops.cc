@@ -314,6 +314,18 @@ FlashBwdTemps flash_bwd_temps(Backend& b, const AttentionShape& s, DType dt, con
   return t;
 }
 
+// The temporaries are the backward's scratch (a CUDA kernel's only scratch): they follow dq, dk,
+// dv in the op's outputs, expanded dk / dv only when present. op.bytes keeps counting dq, dk
+// and dv alone (make_op ran before), so the cost model sees the same op as without them.
+void append_flash_temps(OpCall& op, const FlashBwdTemps& t) {
+  op.outputs.push_back(t.softmax_d.ref());
+  op.outputs.push_back(t.dq_accum.ref());
+  if (t.dk_expanded) {
+    op.outputs.push_back(t.dk_expanded.ref());
+    op.outputs.push_back(t.dv_expanded.ref());
+  }
+}
+
 double attn_flops(const AttentionShape& s) {  // causal: half of the S x S scores
   return 2.0 * s.batch * s.heads * static_cast<double>(s.seq) * s.seq * s.head_dim;
 }
@@ -346,9 +358,11 @@ Value attention(ExecContext& c, Value q, Value k, Value v, const AttentionShape&
                     Tensor dk = grad_like(b, ks, name + " grad_k");
                     Tensor dv = grad_like(b, vs, name + " grad_v");
                     FlashBwdTemps t = flash_bwd_temps(b, s, qs.dtype(), name);
-                    b.launch(kCompute, make_op(OpKind::kAttentionBackward, name + " backward",
-                                               {g[0].ref(), qs.ref(), ks.ref(), vs.ref(), o.ref(), lse.ref()},
-                                               {dq.ref(), dk.ref(), dv.ref()}, 2.5 * attn_flops(s), attn_args(s, 0)));
+                    OpCall op = make_op(OpKind::kAttentionBackward, name + " backward",
+                                        {g[0].ref(), qs.ref(), ks.ref(), vs.ref(), o.ref(), lse.ref()},
+                                        {dq.ref(), dk.ref(), dv.ref()}, 2.5 * attn_flops(s), attn_args(s, 0));
+                    append_flash_temps(op, t);
+                    b.launch(kCompute, op);
                     return std::vector<Tensor>{dq, dk, dv};
                   }});
   }
@@ -372,9 +386,11 @@ Value attention_packed(ExecContext& c, Value qkv, const AttentionShape& s, const
                       Tensor dv = Tensor::empty(b, part, MemCategory::kTemporary, kCompute, name + " grad_v");
                       {
                         FlashBwdTemps t = flash_bwd_temps(b, s, qs.dtype(), name);
-                        b.launch(kCompute, make_op(OpKind::kAttentionBackward, name + " backward",
-                                                   {g[0].ref(), qs.ref(), o.ref(), lse.ref()},
-                                                   {dq.ref(), dk.ref(), dv.ref()}, 2.5 * attn_flops(s), attn_args(s, 1)));
+                        OpCall op = make_op(OpKind::kAttentionBackward, name + " backward",
+                                            {g[0].ref(), qs.ref(), o.ref(), lse.ref()}, {dq.ref(), dk.ref(), dv.ref()},
+                                            2.5 * attn_flops(s), attn_args(s, 1));
+                        append_flash_temps(op, t);
+                        b.launch(kCompute, op);
                       }
                       dqkv = grad_like(b, qs, name + " grad_qkv");
                       OpCall cat = make_op(OpKind::kCopy, name + " split backward (cat)", {dq.ref(), dk.ref(), dv.ref()},

@@ -122,8 +122,13 @@ void attention(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 
 void attention_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   const AttnDims d = attn_dims(op);
-  // (dO, q, k, v, O, lse) | (dO, qkv, O, lse) -> (dq, dk, dv)
-  expect_arity(op, d.packed ? 4 : 6, 3);
+  // (dO, q, k, v, O, lse) | (dO, qkv, O, lse) -> (dq, dk, dv[, softmax_d, dq_accum[, dk_expanded,
+  // dv_expanded]]): the flash temporaries the model passes as a GPU kernel's scratch are ignored.
+  const size_t n_out = op.outputs.size();
+  FULLSHARD_CHECK(n_out == 3 || n_out == 5 || n_out == 7,
+                  where(op) + "expected 3, 5 or 7 outputs (dq, dk, dv, then the flash temporaries), got " +
+                      std::to_string(n_out));
+  expect_arity(op, d.packed ? 4 : 6, n_out);
   const int64_t D = d.H * d.hd, Dkv = d.Hkv * d.hd, tokens = d.B * d.S;
   const size_t io = d.packed ? 2 : 4;  // index of O; lse follows
   expect_numel(op, in_meta(op, 0), tokens * D, "dO");

@@ -1,0 +1,32 @@
+#pragma once
+// CUDA implementations of the OpKinds the host program launches (core/runtime/op.h), with the
+// contracts of the CPU reference kernels (docs/kernels.md; algorithms and tolerances in
+// docs/cuda-kernels.md). Plain C++: includable from .cc files.
+#include <cstddef>
+#include <vector>
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include "core/runtime/op.h"
+
+namespace fullshard::cuda {
+
+struct KernelContext {
+  cudaStream_t stream = nullptr;    // the stream the op runs on
+  cublasLtHandle_t lt = nullptr;    // created once per backend
+  void* gemm_workspace = nullptr;   // cuBLASLt workspace (may be null with 0 bytes)
+  size_t gemm_workspace_bytes = 0;
+};
+
+// in[i] / out[i]: device addresses of op.inputs[i] / op.outputs[i] (buffer base + offset).
+// Enqueues on ctx.stream, never synchronizes and never allocates device memory (every byte
+// comes from the caller: NOTE [No kernel allocations] in dispatch.cc). Throws InternalError
+// (naming the op) on a bad layout, before anything is enqueued.
+void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::vector<void*>& out,
+                   const KernelContext& ctx);
+
+// Every kind except kLoadBatch and kInitParam (the backend does those on the host).
+bool has_kernel(OpKind kind);
+
+}  // namespace fullshard::cuda

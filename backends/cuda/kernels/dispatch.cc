@@ -1,0 +1,391 @@
+// launch_kernel / has_kernel: operand checks (plan.h), then one launcher per OpKind.
+//
+// NOTE [No kernel allocations]: the simulator predicts device memory to the byte from the
+// tensors the host program allocates, so no kernel here allocates: every scratch byte is an
+// operand. The two places that need more than their outputs use memory the op already has: the
+// attention backward's flash temporaries (softmax_d; NOTE [Flash attention backward
+// temporaries] in core/model/ops.cc) and the norm backward's gradient output as room for
+// row-chunk partial sums before it is written (NOTE [Column sums without scratch] in norm.cu).
+#include <cmath>
+#include <string>
+
+#include "backends/cuda/kernels/cuda_kernels.h"
+#include "backends/cuda/kernels/gemm.h"
+#include "backends/cuda/kernels/launchers.h"
+#include "backends/cuda/kernels/plan.h"
+#include "core/common/error.h"
+
+namespace fullshard::cuda {
+
+namespace launch {
+void check_launch(const char* what) {
+  const cudaError_t e = cudaGetLastError();
+  FULLSHARD_CHECK(e == cudaSuccess, std::string("CUDA kernel launch '") + what + "' failed: " + cudaGetErrorString(e));
+}
+}  // namespace launch
+
+namespace {
+
+using namespace plan;
+using Ptrs = std::vector<void*>;
+
+int dt_in(const OpCall& op, size_t i) { return dcode(op.inputs[i].meta.dtype); }
+int dt_out(const OpCall& op, size_t i) { return dcode(op.outputs[i].meta.dtype); }
+void expect_float(const OpCall& op, const TensorMeta& m, const char* what) {
+  FULLSHARD_CHECK(is_float(m.dtype), where(op) + what + " must be fp32, bf16 or fp16, got " + std::string(dtype_name(m.dtype)));
+}
+void expect_same_numel(const OpCall& op) {
+  const int64_t n = op.outputs.empty() ? op.inputs[0].meta.numel() : op.outputs[0].meta.numel();
+  for (const auto& r : op.inputs) {
+    FULLSHARD_CHECK(r.meta.numel() == n, where(op) + "operand sizes differ: " + shape_str(r.meta.shape) + " vs " +
+                                             std::to_string(n) + " elements");
+    expect_float(op, r.meta, "operand");
+  }
+  for (const auto& r : op.outputs) {
+    FULLSHARD_CHECK(r.meta.numel() == n, where(op) + "output sizes differ");
+    expect_float(op, r.meta, "output");
+  }
+}
+
+void run_copies(const OpCall& op, const std::vector<CopyJob>& jobs, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
+  for (const CopyJob& j : jobs) {
+    const DType sd = op.inputs[j.in].meta.dtype, dd = op.outputs[j.out].meta.dtype;
+    if (sd == dd) {
+      const int64_t es = static_cast<int64_t>(dtype_size(sd));
+      const Copy2D b = to_bytes(j.c, es);
+      launch::copy2d_bytes(b, in[j.in], out[j.out], copy_vector(b, in[j.in], 1, out[j.out], 1, 16), s);
+    } else {
+      const int vec = copy_vector(j.c, in[j.in], static_cast<int64_t>(dtype_size(sd)), out[j.out],
+                                  static_cast<int64_t>(dtype_size(dd)), 8) == 8 ? 8 : 1;
+      // 8-element vectors are 16-byte accesses for 16-bit dtypes and 2 x 16 bytes for fp32:
+      // both need 16-byte aligned elements, which copy_vector(…, 8) guarantees.
+      launch::copy2d_cast(j.c, in[j.in], dcode(sd), out[j.out], dcode(dd), vec, s);
+    }
+  }
+}
+
+void unary(launch::Ew e, const OpCall& op, const Ptrs& in, const Ptrs& out, float f, cudaStream_t s) {
+  expect_arity(op, 1, 1);
+  expect_same_numel(op);
+  launch::elementwise(e, in[0], dt_in(op, 0), nullptr, 0, out[0], dt_out(op, 0), op.outputs[0].meta.numel(), f, s);
+}
+void binary(launch::Ew e, const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
+  expect_arity(op, 2, 1);
+  expect_same_numel(op);
+  launch::elementwise(e, in[0], dt_in(op, 0), in[1], dt_in(op, 1), out[0], dt_out(op, 0), op.outputs[0].meta.numel(),
+                      0.0f, s);
+}
+
+void fill(const OpCall& op, const Ptrs& out, cudaStream_t s) {
+  FULLSHARD_CHECK(op.inputs.empty() && !op.outputs.empty(), where(op) + "expects no inputs and some outputs");
+  const double v = op.fargs.empty() ? 0.0 : op.fargs[0];
+  for (size_t k = 0; k < op.outputs.size(); ++k) {
+    unsigned char pat[16];
+    fill_pattern(op.outputs[k].meta.dtype, v, pat);
+    launch::fill(out[k], static_cast<int64_t>(op.outputs[k].nbytes()), pat, s);
+  }
+}
+
+void embedding(const OpCall& op, const Ptrs& in, const Ptrs& out, bool backward, cudaStream_t s) {
+  expect_arity(op, 2, 1);
+  const TensorMeta& ids = backward ? op.inputs[1].meta : op.inputs[0].meta;
+  const TensorMeta& w = backward ? op.outputs[0].meta : op.inputs[1].meta;
+  FULLSHARD_CHECK(ids.dtype == DType::kInt64, where(op) + "token ids must be int64");
+  FULLSHARD_CHECK(w.shape.size() == 2, where(op) + "the embedding weight must be [V, D]");
+  const int64_t V = w.shape[0], D = w.shape[1], n = ids.numel();
+  if (!backward) {
+    expect_numel(op, op.outputs[0].meta, n * D, "output");
+    expect_float(op, w, "weight");
+    expect_float(op, op.outputs[0].meta, "output");
+    return launch::embedding(static_cast<const int64_t*>(in[0]), in[1], dt_in(op, 1), out[0], dt_out(op, 0), n, V, D, s);
+  }
+  expect_numel(op, op.inputs[0].meta, n * D, "grad_y");
+  expect_float(op, op.inputs[0].meta, "grad_y");
+  expect_float(op, w, "grad_weight");
+  FULLSHARD_CHECK(embedding_backward_smem(D) <= kMaxDynamicSmem,
+                  where(op) + "embedding dim " + std::to_string(D) + " exceeds the backward's shared-memory row");
+  launch::embedding_backward(in[0], dt_in(op, 0), static_cast<const int64_t*>(in[1]), out[0], dt_out(op, 0), n, V, D, s);
+}
+
+void position_embedding(const OpCall& op, const Ptrs& in, const Ptrs& out, bool backward, cudaStream_t s) {
+  expect_arity(op, backward ? 1 : 2, 1);
+  const TensorMeta& x = op.inputs[0].meta;
+  const TensorMeta& w = backward ? op.outputs[0].meta : op.inputs[1].meta;
+  FULLSHARD_CHECK(x.shape.size() >= 2 && w.shape.size() == 2 && w.shape[1] == x.shape.back(),
+                  where(op) + "expects x [..., S, D] and wpe [P, D]");
+  const int64_t D = x.shape.back(), S = x.shape[x.shape.size() - 2], P = w.shape[0];
+  FULLSHARD_CHECK(S <= P, where(op) + "sequence longer than the position table");
+  expect_float(op, x, "x");
+  expect_float(op, w, "wpe");
+  if (!backward) {
+    expect_numel(op, op.outputs[0].meta, x.numel(), "output");
+    expect_float(op, op.outputs[0].meta, "output");
+    return launch::position_embedding(in[0], dt_in(op, 0), in[1], dt_in(op, 1), out[0], dt_out(op, 0),
+                                      S * D == 0 ? 0 : x.numel() / D, S, D, s);
+  }
+  const int64_t batch = S * D == 0 ? 0 : x.numel() / (S * D);
+  launch::position_embedding_backward(in[0], dt_in(op, 0), out[0], dt_out(op, 0), batch, S, P, D, s);
+}
+
+void rope(const OpCall& op, const Ptrs& in, const Ptrs& out, float sign, cudaStream_t s) {
+  expect_arity(op, 1, 1);
+  FULLSHARD_CHECK(!op.iargs.empty() && !op.fargs.empty(), where(op) + "needs iargs[0] = head_dim, fargs[0] = theta");
+  const TensorMeta &x = op.inputs[0].meta, &y = op.outputs[0].meta;
+  const int64_t hd = op.iargs[0];
+  FULLSHARD_CHECK(x.shape.size() >= 2, where(op) + "x must be [..., S, H*hd]");
+  const int64_t width = x.shape.back(), S = x.shape[x.shape.size() - 2];
+  FULLSHARD_CHECK(hd > 0 && hd % 2 == 0 && width % hd == 0, where(op) + "head_dim must be even and divide the last dim");
+  expect_numel(op, y, x.numel(), "output");
+  expect_float(op, x, "x");
+  expect_float(op, y, "output");
+  const int64_t rows = S == 0 || width == 0 ? 0 : x.numel() / width;
+  launch::rope(in[0], dt_in(op, 0), out[0], dt_out(op, 0), rows, S, width, hd, op.fargs[0], sign, s);
+}
+
+void norm(const OpCall& op, const Ptrs& in, const Ptrs& out, bool layer, cudaStream_t s) {
+  expect_arity(op, layer ? 3 : 2, layer ? 3 : 2);
+  FULLSHARD_CHECK(!op.fargs.empty(), where(op) + "needs fargs[0] = eps");
+  const TensorMeta& x = op.inputs[0].meta;
+  const Rows r = norm_rows(op, x, op.inputs[1].meta);
+  expect_numel(op, op.outputs[0].meta, x.numel(), "output");
+  expect_float(op, op.outputs[0].meta, "output");
+  check_stat(op, op.outputs[1].meta, r.rows);
+  if (!layer)
+    return launch::rms_norm(in[0], dt_in(op, 0), in[1], dt_in(op, 1), out[0], dt_out(op, 0),
+                            static_cast<float*>(out[1]), r.rows, r.dim, op.fargs[0], s);
+  expect_numel(op, op.inputs[2].meta, r.dim, "bias");
+  expect_float(op, op.inputs[2].meta, "bias");
+  check_stat(op, op.outputs[2].meta, r.rows);
+  launch::layer_norm(in[0], dt_in(op, 0), in[1], dt_in(op, 1), in[2], dt_in(op, 2), out[0], dt_out(op, 0),
+                     static_cast<float*>(out[1]), static_cast<float*>(out[2]), r.rows, r.dim, op.fargs[0], s);
+}
+
+void norm_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, bool layer, cudaStream_t s) {
+  // RMSNorm: (g, x, rstd, w) -> (gx, gw); LayerNorm: (g, x, mean, rstd, w) -> (gx, gw, gb).
+  expect_arity(op, layer ? 5 : 4, layer ? 3 : 2);
+  const size_t wi = layer ? 4 : 3;
+  const TensorMeta &g = op.inputs[0].meta, &x = op.inputs[1].meta;
+  const Rows r = norm_rows(op, x, op.inputs[wi].meta);
+  for (size_t i = 2; i < wi; ++i) check_stat(op, op.inputs[i].meta, r.rows);
+  FULLSHARD_CHECK(g.numel() == x.numel() && op.outputs[0].meta.numel() == x.numel() &&
+                      op.outputs[1].meta.numel() == r.dim && (!layer || op.outputs[2].meta.numel() == r.dim),
+                  where(op) + "gradient sizes do not match x / w");
+  expect_float(op, g, "grad");
+  for (const auto& o : op.outputs) expect_float(op, o.meta, "gradient output");
+  launch::norm_backward(in[0], dt_in(op, 0), in[1], dt_in(op, 1), layer ? static_cast<const float*>(in[2]) : nullptr,
+                        static_cast<const float*>(in[layer ? 3 : 2]), in[wi], dt_in(op, wi), out[0], dt_out(op, 0),
+                        out[1], dt_out(op, 1), layer ? out[2] : nullptr, layer ? dt_out(op, 2) : 0, r.rows, r.dim, s);
+}
+
+void linear_bias_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
+  expect_arity(op, 1, 1);
+  FULLSHARD_CHECK(op.iargs.size() >= 2, where(op) + "needs iargs = {M, N}");
+  const int64_t M = op.iargs[0], N = op.iargs[1];
+  FULLSHARD_CHECK(M >= 0 && N >= 0, where(op) + "negative dims");
+  expect_numel(op, op.inputs[0].meta, M * N, "grad_y");
+  expect_numel(op, op.outputs[0].meta, N, "grad_b");
+  expect_float(op, op.inputs[0].meta, "grad_y");
+  expect_float(op, op.outputs[0].meta, "grad_b");
+  launch::column_sum(in[0], dt_in(op, 0), out[0], dt_out(op, 0), M, N, s);
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+void attention(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
+  const AttnPlan p = plan_attention(op);
+  const void* q = in[0];
+  const void* k = p.packed ? in[0] : in[1];
+  const void* v = p.packed ? in[0] : in[2];
+  const DType dt = op.inputs[0].meta.dtype;
+  const bool tc = attention_uses_tensor_cores(p, dt) && aligned16(q) && aligned16(k) && aligned16(v);
+  launch::attention_forward(p.l, q, k, v, dcode(dt), out[0], dt_out(op, 0), static_cast<float*>(out[1]), tc, s);
+}
+
+void attention_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
+  const AttnPlan p = plan_attention_backward(op);
+  const void* q = in[1];
+  const void* k = p.packed ? in[1] : in[2];
+  const void* v = p.packed ? in[1] : in[3];
+  launch::AttnGrads g{out[0], out[1], out[2], dt_out(op, 0), dt_out(op, 1), dt_out(op, 2),
+                      static_cast<float*>(out[3]), p.softmax_d_ld};
+  launch::attention_backward(p.l, in[0], dt_in(op, 0), q, k, v, dt_in(op, 1), in[p.o_in], dt_in(op, p.o_in),
+                             static_cast<const float*>(in[p.lse_in]), g, s);
+}
+
+void log_softmax(const OpCall& op, const Ptrs& in, const Ptrs& out, bool backward, cudaStream_t s) {
+  expect_arity(op, backward ? 2 : 1, 1);
+  const TensorMeta& ref = op.inputs[backward ? 1 : 0].meta;
+  const int64_t V = ref.shape.empty() ? 1 : ref.shape.back();
+  FULLSHARD_CHECK(V > 0, where(op) + "empty class dim");
+  expect_same_numel(op);
+  const int64_t rows = ref.numel() / V;
+  if (!backward) return launch::log_softmax(in[0], dt_in(op, 0), out[0], dt_out(op, 0), rows, V, s);
+  launch::log_softmax_backward(in[0], dt_in(op, 0), in[1], dt_in(op, 1), out[0], dt_out(op, 0), rows, V, s);
+}
+
+int64_t ignore_index(const OpCall& op) { return op.iargs.empty() ? -100 : op.iargs[0]; }
+
+void nll_loss(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
+  expect_arity(op, 2, 2);
+  const TensorMeta &lp = op.inputs[0].meta, &lab = op.inputs[1].meta;
+  const int64_t V = lp.shape.empty() ? 1 : lp.shape.back();
+  FULLSHARD_CHECK(V > 0, where(op) + "empty class dim");
+  expect_float(op, lp, "log_probs");
+  const int64_t rows = lp.numel() / V;
+  FULLSHARD_CHECK(lab.dtype == DType::kInt64 && lab.numel() == rows, where(op) + "labels must be int64 [rows]");
+  for (size_t i = 0; i < 2; ++i)
+    FULLSHARD_CHECK(op.outputs[i].meta.numel() == 1 && op.outputs[i].meta.dtype == DType::kFloat32,
+                    where(op) + "loss and total_weight must be fp32 scalars");
+  launch::nll_loss(in[0], dt_in(op, 0), static_cast<const int64_t*>(in[1]), static_cast<float*>(out[0]),
+                   static_cast<float*>(out[1]), rows, V, ignore_index(op), s);
+}
+
+void nll_loss_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
+  expect_arity(op, 3, 1);
+  const TensorMeta &gl = op.inputs[0].meta, &lab = op.inputs[1].meta, &gx = op.outputs[0].meta;
+  const int64_t V = gx.shape.empty() ? 1 : gx.shape.back();
+  FULLSHARD_CHECK(V > 0, where(op) + "empty class dim");
+  const int64_t rows = gx.numel() / V;
+  FULLSHARD_CHECK(lab.dtype == DType::kInt64 && lab.numel() == rows, where(op) + "labels must be int64 [rows]");
+  FULLSHARD_CHECK(gl.numel() == 1 && is_float(gl.dtype) && op.inputs[2].meta.numel() == 1 &&
+                      op.inputs[2].meta.dtype == DType::kFloat32,
+                  where(op) + "grad_loss and total_weight must be scalars");
+  expect_float(op, gx, "grad_log_probs");
+  launch::nll_loss_backward(in[0], dt_in(op, 0), static_cast<const int64_t*>(in[1]), static_cast<const float*>(in[2]),
+                            out[0], dt_out(op, 0), rows, V, ignore_index(op), s);
+}
+
+void reduce(const OpCall& op, const Ptrs& in, const Ptrs& out, bool squares, cudaStream_t s) {
+  if (squares) {
+    FULLSHARD_CHECK(op.outputs.size() == 1 && op.outputs[0].meta.numel() == static_cast<int64_t>(op.inputs.size()),
+                    where(op) + "expects n inputs and one [n] output");
+  } else {
+    expect_arity(op, 1, 1);
+    FULLSHARD_CHECK(op.outputs[0].meta.numel() == 1, where(op) + "output must have one element");
+  }
+  expect_float(op, op.outputs[0].meta, "output");
+  std::vector<launch::ReduceItem> items;
+  for (size_t i = 0; i < op.inputs.size(); ++i) {
+    expect_float(op, op.inputs[i].meta, "input");
+    items.push_back({in[i], op.inputs[i].meta.numel(), dt_in(op, i)});
+  }
+  launch::reduce_sums(items.data(), static_cast<int>(items.size()), squares, out[0], dt_out(op, 0), s);
+}
+
+void clip_grad_scale(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
+  FULLSHARD_CHECK(!op.inputs.empty() && op.outputs.size() + 1 == op.inputs.size() && !op.fargs.empty(),
+                  where(op) + "expects (total, grads...) -> (grads...) and fargs[0] = max_norm");
+  FULLSHARD_CHECK(op.inputs[0].meta.numel() == 1 && is_float(op.inputs[0].meta.dtype),
+                  where(op) + "total must have one element");
+  for (size_t i = 0; i < op.outputs.size(); ++i) {
+    const TensorMeta &gi = op.inputs[i + 1].meta, &go = op.outputs[i].meta;
+    FULLSHARD_CHECK(gi.numel() == go.numel(), where(op) + "gradient " + std::to_string(i) + " sizes differ");
+    expect_float(op, gi, "gradient");
+    expect_float(op, go, "gradient");
+  }
+  for (size_t i = 0; i < op.outputs.size(); ++i)
+    launch::clip_scale(in[0], dt_in(op, 0), static_cast<float>(op.fargs[0]), in[i + 1], dt_in(op, i + 1), out[i],
+                       dt_out(op, i), op.outputs[i].meta.numel(), s);
+}
+
+void adamw(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
+  FULLSHARD_CHECK(op.fargs.size() >= 6, where(op) + "needs fargs = {lr, beta1, beta2, eps, weight_decay, step}");
+  const bool fused = !op.iargs.empty() && op.iargs[0] != 0;
+  const size_t per_out = fused ? 3 : 4;
+  FULLSHARD_CHECK(op.inputs.size() % 4 == 0 && op.outputs.size() == op.inputs.size() / 4 * per_out,
+                  where(op) + "expects 4 inputs and " + std::to_string(per_out) + " outputs per parameter");
+  const double lr = op.fargs[0], beta1 = op.fargs[1], beta2 = op.fargs[2], eps = op.fargs[3], wd = op.fargs[4];
+  const double step = op.fargs[5];
+  FULLSHARD_CHECK(step >= 1, where(op) + "step must be >= 1");
+  // Host scalars exactly as optim.cc computes them.
+  const double bc1 = 1.0 - std::pow(beta1, step), bc2 = 1.0 - std::pow(beta2, step);
+  launch::AdamScalars a{static_cast<float>(1.0 - lr * wd), static_cast<float>(1.0 - beta1), static_cast<float>(beta2),
+                        static_cast<float>(1.0 - beta2), static_cast<float>(-(lr / bc1)),
+                        static_cast<float>(std::sqrt(bc2)), static_cast<float>(eps)};
+  for (size_t k = 0; k < op.inputs.size() / 4; ++k) {
+    const size_t i = 4 * k, o = per_out * k;
+    const int64_t n = op.inputs[i].meta.numel();
+    for (size_t t = 0; t < 4; ++t) {
+      FULLSHARD_CHECK(op.inputs[i + t].meta.numel() == n, where(op) + "parameter " + std::to_string(k) + ": sizes differ");
+      expect_float(op, op.inputs[i + t].meta, "AdamW operand");
+    }
+    for (size_t t = 0; t < per_out; ++t) {
+      FULLSHARD_CHECK(op.outputs[o + t].meta.numel() == n, where(op) + "parameter " + std::to_string(k) + ": sizes differ");
+      expect_float(op, op.outputs[o + t].meta, "AdamW output");
+    }
+  }
+  for (size_t k = 0; k < op.inputs.size() / 4; ++k) {
+    const size_t i = 4 * k, o = per_out * k;
+    launch::adamw(a, in[i], dt_in(op, i), in[i + 1], dt_in(op, i + 1), in[i + 2], dt_in(op, i + 2), in[i + 3],
+                  dt_in(op, i + 3), out[o], dt_out(op, o), out[o + 1], dt_out(op, o + 1), out[o + 2], dt_out(op, o + 2),
+                  fused ? nullptr : out[o + 3], fused ? 0 : dt_out(op, o + 3), op.inputs[i].meta.numel(), s);
+  }
+}
+
+}  // namespace
+
+bool has_kernel(OpKind kind) { return kind != OpKind::kLoadBatch && kind != OpKind::kInitParam; }
+
+void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::vector<void*>& out,
+                   const KernelContext& ctx) {
+  FULLSHARD_CHECK(in.size() == op.inputs.size() && out.size() == op.outputs.size(),
+                  where(op) + "address count does not match the op's tensors");
+  for (size_t i = 0; i < in.size(); ++i)
+    FULLSHARD_CHECK(in[i] || op.inputs[i].nbytes() == 0, where(op) + "null input address " + std::to_string(i));
+  for (size_t i = 0; i < out.size(); ++i)
+    FULLSHARD_CHECK(out[i] || op.outputs[i].nbytes() == 0, where(op) + "null output address " + std::to_string(i));
+  const cudaStream_t s = ctx.stream;
+  switch (op.kind) {
+    case OpKind::kFill: return fill(op, out, s);
+    case OpKind::kCopy: return run_copies(op, plan_copy(op), in, out, s);
+    case OpKind::kAdd: return binary(launch::Ew::kAdd, op, in, out, s);
+    case OpKind::kScale:
+      FULLSHARD_CHECK(!op.fargs.empty(), where(op) + "needs fargs[0] = factor");
+      return unary(launch::Ew::kScale, op, in, out, static_cast<float>(op.fargs[0]), s);
+    case OpKind::kEmbedding: return embedding(op, in, out, false, s);
+    case OpKind::kEmbeddingBackward: return embedding(op, in, out, true, s);
+    case OpKind::kRMSNorm: return norm(op, in, out, false, s);
+    case OpKind::kRMSNormBackward: return norm_backward(op, in, out, false, s);
+    case OpKind::kLayerNorm: return norm(op, in, out, true, s);
+    case OpKind::kLayerNormBackward: return norm_backward(op, in, out, true, s);
+    case OpKind::kLinear:
+    case OpKind::kLinearBackwardInput:
+    case OpKind::kLinearBackwardWeight: return launch_gemm(op, in, out, ctx);
+    case OpKind::kLinearBackwardBias: return linear_bias_backward(op, in, out, s);
+    case OpKind::kRoPE: return rope(op, in, out, 1.0f, s);
+    case OpKind::kRoPEBackward: return rope(op, in, out, -1.0f, s);
+    case OpKind::kAttention: return attention(op, in, out, s);
+    case OpKind::kAttentionBackward: return attention_backward(op, in, out, s);
+    case OpKind::kSiLU: return unary(launch::Ew::kSiLU, op, in, out, 0.0f, s);
+    case OpKind::kSiLUBackward: return binary(launch::Ew::kSiLUBackward, op, in, out, s);
+    case OpKind::kMul: return binary(launch::Ew::kMul, op, in, out, s);
+    case OpKind::kMulBackward: {
+      expect_arity(op, 3, 2);
+      expect_same_numel(op);
+      const int64_t n = op.inputs[0].meta.numel();
+      launch::elementwise(launch::Ew::kMul, in[0], dt_in(op, 0), in[2], dt_in(op, 2), out[0], dt_out(op, 0), n, 0.0f, s);
+      launch::elementwise(launch::Ew::kMul, in[0], dt_in(op, 0), in[1], dt_in(op, 1), out[1], dt_out(op, 1), n, 0.0f, s);
+      return;
+    }
+    case OpKind::kGELU: return unary(launch::Ew::kGELU, op, in, out, 0.0f, s);
+    case OpKind::kGELUBackward: return binary(launch::Ew::kGELUBackward, op, in, out, s);
+    case OpKind::kPositionEmbedding: return position_embedding(op, in, out, false, s);
+    case OpKind::kPositionEmbeddingBackward: return position_embedding(op, in, out, true, s);
+    case OpKind::kLogSoftmax: return log_softmax(op, in, out, false, s);
+    case OpKind::kLogSoftmaxBackward: return log_softmax(op, in, out, true, s);
+    case OpKind::kNllLoss: return nll_loss(op, in, out, s);
+    case OpKind::kNllLossBackward: return nll_loss_backward(op, in, out, s);
+    case OpKind::kAllGatherCopyIn: return run_copies(op, plan_all_gather_copy_in(op), in, out, s);
+    case OpKind::kAllGatherCopyOut: return run_copies(op, plan_all_gather_copy_out(op), in, out, s);
+    case OpKind::kChunkCat: return run_copies(op, plan_chunk_cat(op), in, out, s);
+    case OpKind::kSquaredNorm: return reduce(op, in, out, true, s);
+    case OpKind::kSum: return reduce(op, in, out, false, s);
+    case OpKind::kClipGradScale: return clip_grad_scale(op, in, out, s);
+    case OpKind::kAdamW: return adamw(op, in, out, s);
+    case OpKind::kLoadBatch:
+    case OpKind::kInitParam: break;
+  }
+  FULLSHARD_CHECK(false, where(op) + "no CUDA kernel for this op kind");
+}
+
+}  // namespace fullshard::cuda

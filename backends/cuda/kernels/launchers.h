@@ -1,0 +1,82 @@
+#pragma once
+// The device side's entry points: one host function per kernel family, implemented in the .cu
+// files and called by dispatch.cc after plan.h has decoded and checked the op. Plain C++;
+// pointers are device addresses, dtypes are DCode values, and every function only enqueues.
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "backends/cuda/kernels/index_math.h"
+
+namespace fullshard::cuda::launch {
+
+// elementwise.cu
+void copy2d_bytes(const Copy2D& bytes, const void* src, void* dst, int vec_bytes, cudaStream_t s);
+void copy2d_cast(const Copy2D& c, const void* src, int sdt, void* dst, int ddt, int vec, cudaStream_t s);
+void fill(void* dst, int64_t nbytes, const unsigned char pattern[16], cudaStream_t s);
+enum class Ew : int { kAdd, kMul, kScale, kSiLU, kSiLUBackward, kGELU, kGELUBackward };
+// o = f(a[, b]) over n elements; `f` is kScale's factor. In place (o == a) is fine.
+void elementwise(Ew op, const void* a, int da, const void* b, int db, void* o, int dout, int64_t n, float f,
+                 cudaStream_t s);
+// o = g * min(1, max_norm / (sqrt(*total) + 1e-6)) (kClipGradScale; total read on the device).
+void clip_scale(const void* total, int dtotal, float max_norm, const void* g, int dg, void* o, int dout, int64_t n,
+                cudaStream_t s);
+struct AdamScalars {
+  float decay, w1, b2, w2, neg_step_size, bc2_sqrt, eps;
+};
+void adamw(const AdamScalars& a, const void* p, int dp, const void* g, int dg, const void* m, int dm, const void* v,
+           int dv, void* po, int dpo, void* mo, int dmo, void* vo, int dvo, void* denom, int ddenom, int64_t n,
+           cudaStream_t s);
+
+// rows.cu: embeddings, RoPE, norms, softmax / loss, reductions
+void embedding(const int64_t* ids, const void* w, int dw, void* y, int dy, int64_t n, int64_t V, int64_t D,
+               cudaStream_t s);
+void embedding_backward(const void* g, int dg, const int64_t* ids, void* gw, int dgw, int64_t n, int64_t V,
+                        int64_t D, cudaStream_t s);
+void position_embedding(const void* x, int dx, const void* wpe, int dw, void* y, int dy, int64_t rows, int64_t S,
+                        int64_t D, cudaStream_t s);
+void position_embedding_backward(const void* g, int dg, void* gw, int dgw, int64_t batch, int64_t S, int64_t P,
+                                 int64_t D, cudaStream_t s);
+void rope(const void* x, int dx, void* y, int dy, int64_t rows, int64_t S, int64_t width, int64_t hd, double theta,
+          float sign, cudaStream_t s);
+void rms_norm(const void* x, int dx, const void* w, int dw, void* y, int dy, float* rstd, int64_t rows, int64_t D,
+              double eps, cudaStream_t s);
+void layer_norm(const void* x, int dx, const void* w, int dw, const void* b, int db, void* y, int dy, float* mean,
+                float* rstd, int64_t rows, int64_t D, double eps, cudaStream_t s);
+// mean == nullptr: RMSNorm (x-hat = x * rstd, no bias gradient).
+void norm_backward(const void* g, int dg, const void* x, int dx, const float* mean, const float* rstd, const void* w,
+                   int dw, void* gx, int dgx, void* gw, int dgw, void* gb, int dgb, int64_t rows, int64_t D,
+                   cudaStream_t s);
+void column_sum(const void* g, int dg, void* out, int dout, int64_t M, int64_t N, cudaStream_t s);
+void log_softmax(const void* x, int dx, void* y, int dy, int64_t rows, int64_t V, cudaStream_t s);
+void log_softmax_backward(const void* g, int dg, const void* y, int dy, void* gx, int dgx, int64_t rows, int64_t V,
+                          cudaStream_t s);
+void nll_loss(const void* lp, int dlp, const int64_t* labels, float* loss, float* total_weight, int64_t rows,
+              int64_t V, int64_t ignore, cudaStream_t s);
+void nll_loss_backward(const void* g, int dg, const int64_t* labels, const float* total_weight, void* glp, int dglp,
+                       int64_t rows, int64_t V, int64_t ignore, cudaStream_t s);
+// out[i] (dtype dout) = sum(t_i^2) or, with squares == false, sum(t_i), accumulated in double.
+struct ReduceItem {
+  const void* p;
+  int64_t n;
+  int dt;
+};
+void reduce_sums(const ReduceItem* items, int count, bool squares, void* out, int dout, cudaStream_t s);
+
+// attention.cu / attention_tc.cu
+void attention_forward(const AttnLayout& l, const void* q, const void* k, const void* v, int dqkv, void* o, int dout,
+                       float* lse, bool tensor_cores, cudaStream_t s);
+struct AttnGrads {
+  void *dq, *dk, *dv;
+  int ddq, ddk, ddv;
+  float* softmax_d;        // [B, H, softmax_d_ld]
+  int64_t softmax_d_ld;
+};
+void attention_backward(const AttnLayout& l, const void* dout, int ddout, const void* q, const void* k,
+                        const void* v, int dqkv, const void* o, int dt_o, const float* lse, const AttnGrads& g,
+                        cudaStream_t s);
+
+// Throws InternalError with the CUDA error string if the last launch failed to enqueue.
+void check_launch(const char* what);
+
+}  // namespace fullshard::cuda::launch

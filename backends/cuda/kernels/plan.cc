@@ -1,0 +1,416 @@
+// Host-side planning: operand checks, copy layouts, launch shapes and cuBLASLt layouts.
+#include "backends/cuda/kernels/plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/common/error.h"
+#include "core/tensor/float_convert.h"
+
+namespace fullshard::cuda::plan {
+
+static_assert(static_cast<int>(DType::kFloat32) == kF32 && static_cast<int>(DType::kBFloat16) == kBF16 &&
+                  static_cast<int>(DType::kFloat16) == kF16 && static_cast<int>(DType::kUInt8) == kU8 &&
+                  static_cast<int>(DType::kInt64) == kI64,
+              "DCode must mirror DType");
+
+std::string where(const OpCall& op) { return std::string(op_kind_name(op.kind)) + " '" + op.name + "': "; }
+int dcode(DType d) { return static_cast<int>(d); }
+bool is_float(DType d) { return d == DType::kFloat32 || d == DType::kBFloat16 || d == DType::kFloat16; }
+
+void expect_arity(const OpCall& op, size_t n_in, size_t n_out) {
+  FULLSHARD_CHECK(op.inputs.size() == n_in && op.outputs.size() == n_out,
+                  where(op) + "expected " + std::to_string(n_in) + " inputs and " + std::to_string(n_out) +
+                      " outputs, got " + std::to_string(op.inputs.size()) + " and " + std::to_string(op.outputs.size()));
+}
+
+void expect_numel(const OpCall& op, const TensorMeta& m, int64_t n, const char* what) {
+  FULLSHARD_CHECK(m.numel() == n, where(op) + what + " has " + std::to_string(m.numel()) + " elements, expected " +
+                                      std::to_string(n));
+}
+
+Launch launch_1d(int64_t items, unsigned block) {
+  Launch l;
+  l.block = block;
+  const int64_t blocks = (std::max<int64_t>(items, 1) + block - 1) / block;
+  l.grid = static_cast<unsigned>(std::min(blocks, kMaxGrid));
+  return l;
+}
+
+unsigned row_block(int64_t dim) {
+  if (dim <= 1024) return 128;
+  if (dim <= 4096) return 256;
+  if (dim <= 16384) return 512;
+  return 1024;
+}
+
+// ------------------------------------------------------------------ copies
+
+namespace {
+Copy2D flat(int64_t n, int64_t dst_off = 0) {
+  Copy2D c;
+  c.rows = 1;
+  c.cols = n;
+  c.src_ld = n;
+  c.src_limit = n;
+  c.dst_off = dst_off;
+  c.dst_ld = n;
+  return c;
+}
+void check_cast(const OpCall& op, DType s, DType d) {
+  FULLSHARD_CHECK(s == d || (is_float(s) && is_float(d)), where(op) + "cannot cast " + std::string(dtype_name(s)) +
+                                                              " to " + std::string(dtype_name(d)));
+}
+}  // namespace
+
+std::vector<CopyJob> plan_copy(const OpCall& op) {
+  FULLSHARD_CHECK(!op.inputs.empty() && !op.outputs.empty(), where(op) + "expects inputs and outputs");
+  std::vector<CopyJob> jobs;
+  if (op.inputs.size() == op.outputs.size()) {
+    for (size_t k = 0; k < op.inputs.size(); ++k) {
+      const TensorMeta &s = op.inputs[k].meta, &d = op.outputs[k].meta;
+      FULLSHARD_CHECK(s.numel() == d.numel(), where(op) + "copy between different sizes " + shape_str(s.shape) +
+                                                  " and " + shape_str(d.shape));
+      check_cast(op, s.dtype, d.dtype);
+      jobs.push_back({k, k, flat(s.numel())});
+    }
+    return jobs;
+  }
+  FULLSHARD_CHECK(op.outputs.size() == 1 && !op.iargs.empty() && op.iargs[0] > 0,
+                  where(op) + "several inputs need one output and iargs[0] = rows");
+  const int64_t rows = op.iargs[0];
+  const TensorMeta& d = op.outputs[0].meta;
+  FULLSHARD_CHECK(d.numel() % rows == 0, where(op) + "output does not split into rows");
+  const int64_t out_cols = d.numel() / rows;
+  int64_t c0 = 0;
+  for (size_t k = 0; k < op.inputs.size(); ++k) {
+    const TensorMeta& s = op.inputs[k].meta;
+    FULLSHARD_CHECK(s.numel() % rows == 0, where(op) + "an input does not split into rows");
+    check_cast(op, s.dtype, d.dtype);
+    Copy2D c;
+    c.rows = rows;
+    c.cols = s.numel() / rows;
+    c.src_ld = c.cols;
+    c.src_limit = s.numel();
+    c.dst_off = c0;
+    c.dst_ld = out_cols;
+    c0 += c.cols;
+    jobs.push_back({k, 0, c});
+  }
+  FULLSHARD_CHECK(c0 == out_cols, where(op) + "input columns do not sum to the output's");
+  return jobs;
+}
+
+std::vector<CopyJob> plan_all_gather_copy_in(const OpCall& op) {
+  FULLSHARD_CHECK(!op.inputs.empty() && op.outputs.size() == 1, where(op) + "expects P inputs and one output");
+  const TensorMeta& s = op.outputs[0].meta;
+  std::vector<CopyJob> jobs;
+  int64_t off = 0;
+  for (size_t j = 0; j < op.inputs.size(); ++j) {
+    const TensorMeta& m = op.inputs[j].meta;
+    check_cast(op, m.dtype, s.dtype);
+    jobs.push_back({j, 0, flat(m.numel(), off)});
+    off += m.numel();
+  }
+  FULLSHARD_CHECK(off == s.numel(), where(op) + "inputs hold " + std::to_string(off) + " elements, slice " +
+                                        std::to_string(s.numel()));
+  return jobs;
+}
+
+std::vector<CopyJob> plan_all_gather_copy_out(const OpCall& op) {
+  const size_t P = op.outputs.size();
+  FULLSHARD_CHECK(op.inputs.size() == 1 && P >= 1 && op.iargs.size() == P + 1,
+                  where(op) + "expects one input, P outputs and iargs = {n_0..n_{P-1}, W}");
+  const int64_t W = op.iargs[P];
+  FULLSHARD_CHECK(W >= 1, where(op) + "world must be positive");
+  int64_t row = 0;
+  for (size_t j = 0; j < P; ++j) {
+    FULLSHARD_CHECK(op.iargs[j] >= 0, where(op) + "negative split size");
+    row += op.iargs[j];
+  }
+  const TensorMeta& ag = op.inputs[0].meta;
+  FULLSHARD_CHECK(ag.numel() == W * row, where(op) + "all-gather output is not W * sum(n_j)");
+  std::vector<CopyJob> jobs;
+  int64_t off = 0;
+  for (size_t j = 0; j < P; ++j) {
+    const int64_t n = op.iargs[j];
+    const TensorMeta& m = op.outputs[j].meta;
+    FULLSHARD_CHECK(m.numel() == W * n, where(op) + "output " + std::to_string(j) + " is not W * n_j");
+    check_cast(op, ag.dtype, m.dtype);
+    Copy2D c;
+    c.rows = W;
+    c.cols = n;
+    c.src_off = off;
+    c.src_ld = row;
+    c.src_limit = ag.numel();
+    c.dst_ld = n;
+    jobs.push_back({0, j, c});
+    off += n;
+  }
+  return jobs;
+}
+
+std::vector<CopyJob> plan_chunk_cat(const OpCall& op) {
+  FULLSHARD_CHECK(!op.inputs.empty() && op.outputs.size() == 1 && !op.iargs.empty() && op.iargs[0] >= 1,
+                  where(op) + "expects grads, one output and iargs = {W}");
+  const int64_t W = op.iargs[0];
+  std::vector<CopyJob> jobs;
+  int64_t row = 0;
+  for (size_t j = 0; j < op.inputs.size(); ++j) {
+    const TensorMeta& m = op.inputs[j].meta;
+    const int64_t d0 = m.shape.empty() ? 1 : m.shape[0];
+    int64_t row_numel = 1;
+    for (size_t i = 1; i < m.shape.size(); ++i) row_numel *= m.shape[i];
+    const int64_t chunk = (d0 + W - 1) / W * row_numel;  // elements of one rank's chunk
+    check_cast(op, m.dtype, op.outputs[0].meta.dtype);
+    Copy2D c;
+    c.rows = W;
+    c.cols = chunk;
+    c.src_off = 0;
+    c.src_ld = chunk;  // rank r's chunk starts at r * chunk in the (contiguous) grad
+    c.src_limit = m.numel();
+    c.dst_off = row;
+    jobs.push_back({j, 0, c});
+    row += chunk;
+  }
+  const TensorMeta& o = op.outputs[0].meta;
+  FULLSHARD_CHECK(o.numel() == W * row, where(op) + "output has " + std::to_string(o.numel()) +
+                                            " elements, expected W * padded row " + std::to_string(W * row));
+  for (auto& j : jobs) j.c.dst_ld = row;
+  return jobs;
+}
+
+Copy2D to_bytes(const Copy2D& c, int64_t es) {
+  Copy2D b = c;
+  b.cols *= es;
+  b.src_off *= es;
+  b.src_ld *= es;
+  b.src_limit *= es;
+  b.dst_off *= es;
+  b.dst_ld *= es;
+  return b;
+}
+
+int copy_vector(const Copy2D& c, const void* src, int64_t src_es, const void* dst, int64_t dst_es, int max_vec) {
+  const auto sa = reinterpret_cast<uintptr_t>(src), da = reinterpret_cast<uintptr_t>(dst);
+  for (int v = max_vec; v > 1; v /= 2) {
+    const bool fits = c.cols % v == 0 && c.src_off % v == 0 && c.src_ld % v == 0 && c.src_limit % v == 0 &&
+                      c.dst_off % v == 0 && c.dst_ld % v == 0 &&
+                      sa % static_cast<uintptr_t>(v * src_es) == 0 && da % static_cast<uintptr_t>(v * dst_es) == 0;
+    // Only whole 16-byte (or 8-byte) accesses pay: narrower vectors are not worth a variant.
+    if (fits) return v;
+  }
+  return 1;
+}
+
+void fill_pattern(DType d, double value, unsigned char out[16]) {
+  const int es = static_cast<int>(dtype_size(d));
+  unsigned char e[8] = {};
+  switch (d) {
+    case DType::kFloat32: {
+      const float f = static_cast<float>(value);
+      std::memcpy(e, &f, 4);
+      break;
+    }
+    case DType::kBFloat16: {
+      const uint16_t h = float_to_bf16(static_cast<float>(value));
+      std::memcpy(e, &h, 2);
+      break;
+    }
+    case DType::kFloat16: {
+      const uint16_t h = float_to_fp16(static_cast<float>(value));
+      std::memcpy(e, &h, 2);
+      break;
+    }
+    case DType::kUInt8: e[0] = static_cast<uint8_t>(value); break;
+    case DType::kInt64: {
+      const int64_t i = static_cast<int64_t>(value);
+      std::memcpy(e, &i, 8);
+      break;
+    }
+  }
+  for (int i = 0; i < 16; ++i) out[i] = e[i % es];
+}
+
+// ------------------------------------------------------------------ norms
+
+Rows norm_rows(const OpCall& op, const TensorMeta& x, const TensorMeta& w) {
+  const int64_t D = x.shape.empty() ? 1 : x.shape.back();
+  FULLSHARD_CHECK(D > 0 && w.numel() == D, where(op) + "weight must have the last dim of x");
+  FULLSHARD_CHECK(is_float(x.dtype) && is_float(w.dtype), where(op) + "x and w must be floating");
+  return {x.numel() / D, D};
+}
+
+void check_stat(const OpCall& op, const TensorMeta& m, int64_t rows) {
+  FULLSHARD_CHECK(m.dtype == DType::kFloat32 && m.numel() == rows, where(op) + "row statistics must be fp32 [rows]");
+}
+
+// ------------------------------------------------------------------ gemm
+
+// NOTE [Row-major GEMMs in cuBLASLt]: a row-major [r, c] matrix is a column-major [c, r] one
+// with leading dimension c, so each row-major product Y = A B is computed as Y^T = B^T A^T in
+// column-major terms, swapping the operands:
+//   kLinear               y [M,N] = x [M,K] W[N,K]^T  ->  C[N,M] = op_T(W: K x N, ld K) * x (K x M, ld K)
+//   kLinearBackwardInput  gx[M,K] = g [M,N] W[N,K]    ->  C[K,M] = W (K x N, ld K) * g (N x M, ld N)
+//   kLinearBackwardWeight gW[N,K] = g^T[N,M] x[M,K]   ->  C[K,N] = x (K x M, ld K) * op_T(g: N x M, ld N)
+GemmPlan plan_gemm(const OpCall& op) {
+  FULLSHARD_CHECK(op.iargs.size() >= 3, where(op) + "needs iargs = {M, K, N}");
+  const int64_t M = op.iargs[0], K = op.iargs[1], N = op.iargs[2];
+  FULLSHARD_CHECK(M >= 0 && K >= 0 && N >= 0, where(op) + "negative dims");
+  GemmPlan p;
+  switch (op.kind) {
+    case OpKind::kLinear:
+      FULLSHARD_CHECK(op.inputs.size() == 2 || op.inputs.size() == 3, where(op) + "expects (x, W[, b])");
+      expect_arity(op, op.inputs.size(), 1);
+      expect_numel(op, op.inputs[0].meta, M * K, "x");
+      expect_numel(op, op.inputs[1].meta, N * K, "W");
+      expect_numel(op, op.outputs[0].meta, M * N, "y");
+      p = {true, false, N, M, K, K, K, N, 1, 0, op.inputs.size() == 3};
+      if (p.bias) expect_numel(op, op.inputs[2].meta, N, "b");
+      break;
+    case OpKind::kLinearBackwardInput:
+      expect_arity(op, 2, 1);
+      expect_numel(op, op.inputs[0].meta, M * N, "grad_y");
+      expect_numel(op, op.inputs[1].meta, N * K, "W");
+      expect_numel(op, op.outputs[0].meta, M * K, "grad_x");
+      p = {false, false, K, M, N, K, N, K, 1, 0, false};
+      break;
+    case OpKind::kLinearBackwardWeight:
+      expect_arity(op, 2, 1);
+      expect_numel(op, op.inputs[0].meta, M * N, "grad_y");
+      expect_numel(op, op.inputs[1].meta, M * K, "x");
+      expect_numel(op, op.outputs[0].meta, N * K, "grad_W");
+      p = {false, true, K, N, M, K, N, K, 1, 0, false};
+      break;
+    default: FULLSHARD_CHECK(false, where(op) + "not a linear op");
+  }
+  const DType da = op.inputs[p.a_in].meta.dtype, db = op.inputs[p.b_in].meta.dtype, dc = op.outputs[0].meta.dtype;
+  FULLSHARD_CHECK(is_float(da) && da == db && (dc == da || dc == DType::kFloat32),
+                  where(op) + "cuBLASLt runs equal-dtype operands into the same dtype or fp32, got " +
+                      std::string(dtype_name(da)) + " x " + std::string(dtype_name(db)) + " -> " +
+                      std::string(dtype_name(dc)));
+  return p;
+}
+
+void reference_gemm(const GemmPlan& p, const double* a, const double* b, const double* bias, double* c) {
+  for (int64_t j = 0; j < p.n; ++j)
+    for (int64_t i = 0; i < p.m; ++i) {
+      double acc = bias ? bias[i] : 0.0;
+      for (int64_t l = 0; l < p.k; ++l) {
+        const double av = p.trans_a ? a[l + i * p.lda] : a[i + l * p.lda];
+        const double bv = p.trans_b ? b[j + l * p.ldb] : b[l + j * p.ldb];
+        acc += av * bv;
+      }
+      c[i + j * p.ldc] = acc;
+    }
+}
+
+// ------------------------------------------------------------------ attention
+
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+namespace {
+AttnPlan attn_common(const OpCall& op) {
+  FULLSHARD_CHECK(op.iargs.size() >= 6, where(op) + "needs iargs = {B, S, H, Hkv, hd, packed}");
+  AttnPlan p;
+  AttnLayout& l = p.l;
+  l.B = op.iargs[0];
+  l.S = op.iargs[1];
+  l.H = op.iargs[2];
+  l.Hkv = op.iargs[3];
+  l.hd = op.iargs[4];
+  p.packed = op.iargs[5] != 0;
+  FULLSHARD_CHECK(l.B >= 0 && l.S >= 0 && l.H > 0 && l.Hkv > 0 && l.hd > 0 && l.H % l.Hkv == 0,
+                  where(op) + "bad attention dims (H must be a multiple of Hkv)");
+  FULLSHARD_CHECK(l.hd <= 256, where(op) + "head_dim " + std::to_string(l.hd) + " above 256 is not supported");
+  const int64_t D = l.H * l.hd;
+  l.group = l.H / l.Hkv;
+  if (p.packed) {
+    FULLSHARD_CHECK(l.H == l.Hkv, where(op) + "packed qkv needs H == Hkv");
+    l.q_ld = l.kv_ld = 3 * D;
+    l.q_off = 0;
+    l.k_off = D;
+    l.v_off = 2 * D;
+  } else {
+    l.q_ld = D;
+    l.kv_ld = l.Hkv * l.hd;
+    l.q_off = l.k_off = l.v_off = 0;
+  }
+  l.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(l.hd)));
+  p.softmax_d_ld = round_up(l.S, 128);
+  return p;
+}
+void check_qkv(const OpCall& op, const AttnPlan& p, size_t first) {
+  const int64_t tokens = p.l.B * p.l.S;
+  if (p.packed) {
+    expect_numel(op, op.inputs[first].meta, tokens * p.l.q_ld, "qkv");
+  } else {
+    expect_numel(op, op.inputs[first].meta, tokens * p.l.q_ld, "q");
+    expect_numel(op, op.inputs[first + 1].meta, tokens * p.l.kv_ld, "k");
+    expect_numel(op, op.inputs[first + 2].meta, tokens * p.l.kv_ld, "v");
+    FULLSHARD_CHECK(op.inputs[first].meta.dtype == op.inputs[first + 1].meta.dtype &&
+                        op.inputs[first].meta.dtype == op.inputs[first + 2].meta.dtype,
+                    where(op) + "q, k and v must share a dtype");
+  }
+  FULLSHARD_CHECK(is_float(op.inputs[first].meta.dtype), where(op) + "q, k, v must be floating");
+}
+}  // namespace
+
+AttnPlan plan_attention(const OpCall& op) {
+  AttnPlan p = attn_common(op);
+  expect_arity(op, p.packed ? 1 : 3, 2);
+  check_qkv(op, p, 0);
+  const int64_t tokens = p.l.B * p.l.S;
+  expect_numel(op, op.outputs[0].meta, tokens * p.l.H * p.l.hd, "o");
+  expect_numel(op, op.outputs[1].meta, p.l.B * p.l.H * p.l.S, "logsumexp");
+  FULLSHARD_CHECK(op.outputs[1].meta.dtype == DType::kFloat32, where(op) + "logsumexp must be fp32");
+  FULLSHARD_CHECK(is_float(op.outputs[0].meta.dtype), where(op) + "o must be floating");
+  return p;
+}
+
+AttnPlan plan_attention_backward(const OpCall& op) {
+  AttnPlan p = attn_common(op);
+  const AttnLayout& l = p.l;
+  const size_t n_in = p.packed ? 4 : 6;
+  const bool gqa = l.H != l.Hkv;
+  FULLSHARD_CHECK(op.inputs.size() == n_in, where(op) + "expected " + std::to_string(n_in) + " inputs");
+  // NOTE [Flash attention backward temporaries] (core/model/ops.cc): dq, dk, dv, then
+  // softmax_d and dq_accum, then dk / dv at the query head count when H != Hkv.
+  const size_t n_out = gqa ? 7 : 5;
+  FULLSHARD_CHECK(op.outputs.size() == n_out,
+                  where(op) + "expected " + std::to_string(n_out) +
+                      " outputs (dq, dk, dv, softmax_d, dq_accum[, dk_expanded, dv_expanded]), got " +
+                      std::to_string(op.outputs.size()));
+  check_qkv(op, p, 1);
+  p.o_in = p.packed ? 2 : 4;
+  p.lse_in = p.o_in + 1;
+  const int64_t tokens = l.B * l.S, D = l.H * l.hd, Dkv = l.Hkv * l.hd;
+  expect_numel(op, op.inputs[0].meta, tokens * D, "dO");
+  expect_numel(op, op.inputs[p.o_in].meta, tokens * D, "O");
+  expect_numel(op, op.inputs[p.lse_in].meta, l.B * l.H * l.S, "logsumexp");
+  FULLSHARD_CHECK(op.inputs[p.lse_in].meta.dtype == DType::kFloat32, where(op) + "logsumexp must be fp32");
+  expect_numel(op, op.outputs[0].meta, tokens * D, "dq");
+  expect_numel(op, op.outputs[1].meta, tokens * Dkv, "dk");
+  expect_numel(op, op.outputs[2].meta, tokens * Dkv, "dv");
+  const TensorMeta &sd = op.outputs[3].meta, &acc = op.outputs[4].meta;
+  FULLSHARD_CHECK(sd.dtype == DType::kFloat32, where(op) + "softmax_d must be fp32");
+  expect_numel(op, sd, l.B * l.H * p.softmax_d_ld, "softmax_d");
+  FULLSHARD_CHECK(acc.dtype == DType::kFloat32, where(op) + "dq_accum must be fp32");
+  expect_numel(op, acc, l.B * p.softmax_d_ld * l.H * round_up(l.hd, 32), "dq_accum");
+  if (gqa) {
+    expect_numel(op, op.outputs[5].meta, tokens * D, "dk_expanded");
+    expect_numel(op, op.outputs[6].meta, tokens * D, "dv_expanded");
+  }
+  for (size_t i = 0; i < 3; ++i) FULLSHARD_CHECK(is_float(op.outputs[i].meta.dtype), where(op) + "grads must be floating");
+  p.has_temps = true;
+  return p;
+}
+
+bool attention_uses_tensor_cores(const AttnPlan& p, DType dt) {
+  return (dt == DType::kBFloat16 || dt == DType::kFloat16) && (p.l.hd == 64 || p.l.hd == 128);
+}
+
+int64_t embedding_backward_smem(int64_t dim) { return dim * 4; }
+
+}  // namespace fullshard::cuda::plan

@@ -1,0 +1,269 @@
+// Embeddings (gather, deterministic scatter-add), position embedding, RoPE, log_softmax /
+// nll_loss and the foreach sums of clipping. Contracts: docs/kernels.md.
+#include <algorithm>
+
+#include "backends/cuda/kernels/device_common.cuh"
+#include "backends/cuda/kernels/launchers.h"
+#include "backends/cuda/kernels/plan.h"
+
+namespace fullshard::cuda {
+namespace {
+
+using namespace dev;
+
+// ---- embeddings. A device kernel cannot throw: an id outside [0, V) yields a NaN row in the
+// forward and is skipped by the backward (the CPU kernel throws; docs/cuda-kernels.md).
+__global__ void embedding_kernel(const int64_t* ids, const void* w, int dw, void* y, int dy, int64_t n, int64_t V,
+                                 int64_t D) {
+  const int64_t total = n * D;
+  for (int64_t i = global_thread(); i < total; i += grid_threads()) {
+    const int64_t t = i / D, d = i - t * D, id = ids[t];
+    store_f(y, dy, i, id >= 0 && id < V ? load_f(w, dw, id * D + d) : __int_as_float(0x7fc00000));
+  }
+}
+
+// NOTE [Deterministic embedding backward]: gW[v] = sum of g[t] over tokens t with ids[t] = v,
+// added in fp32 in token order from zero, exactly as embedding.cc, with no scratch memory. The
+// block of token t does nothing unless t is the first occurrence of its id; the first
+// occurrence's block then walks every later token in order, summing the matching rows into an
+// fp32 row in shared memory, and stores it once (rounding once to a bf16 / fp16 gW). Rows of
+// unused ids are zeroed by a memset before. O(n^2) id comparisons, which at n = 64k tokens is a
+// few milliseconds of L2-resident reads: cheap next to the step, and exact.
+constexpr int kEmbBlock = 256;
+__global__ void embedding_backward_kernel(const void* g, int dg, const int64_t* ids, void* gw, int dgw, int64_t n,
+                                          int64_t V, int64_t D) {
+  extern __shared__ float acc[];  // [D]
+  __shared__ int match[kEmbBlock];
+  for (int64_t t = blockIdx.x; t < n; t += gridDim.x) {
+    const int64_t v = ids[t];
+    if (v < 0 || v >= V) continue;  // uniform across the block
+    int earlier = 0;
+    for (int64_t j = threadIdx.x; j < t; j += blockDim.x) earlier |= ids[j] == v;
+    if (__syncthreads_or(earlier)) continue;
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) acc[d] = 0.0f;
+    for (int64_t base = t; base < n; base += blockDim.x) {
+      const int64_t j = base + threadIdx.x;
+      match[threadIdx.x] = j < n && ids[j] == v;
+      __syncthreads();
+      const int64_t cnt = min(static_cast<int64_t>(blockDim.x), n - base);
+      for (int64_t k = 0; k < cnt; ++k)
+        if (match[k])
+          for (int64_t d = threadIdx.x; d < D; d += blockDim.x) acc[d] = __fadd_rn(acc[d], load_f(g, dg, (base + k) * D + d));
+      __syncthreads();
+    }
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) store_f(gw, dgw, v * D + d, acc[d]);
+    __syncthreads();
+  }
+}
+
+__global__ void position_embedding_kernel(const void* x, int dx, const void* wpe, int dw, void* y, int dy,
+                                          int64_t total, int64_t S, int64_t D) {
+  for (int64_t i = global_thread(); i < total; i += grid_threads()) {
+    const int64_t r = i / D, d = i - r * D;
+    store_f(y, dy, i, __fadd_rn(load_f(x, dx, i), load_f(wpe, dw, (r % S) * D + d)));
+  }
+}
+
+__global__ void position_embedding_backward_kernel(const void* g, int dg, void* gw, int dgw, int64_t batch, int64_t S,
+                                                   int64_t P, int64_t D) {
+  for (int64_t i = global_thread(); i < P * D; i += grid_threads()) {
+    const int64_t s = i / D, d = i - s * D;
+    double acc = 0;
+    if (s < S)
+      for (int64_t b = 0; b < batch; ++b) acc += load_f(g, dg, (b * S + s) * D + d);
+    store_f(gw, dgw, i, static_cast<float>(acc));
+  }
+}
+
+// ---- RoPE: a thread per (row, i < hd/2) computes the angle once (double, as rope.cc) and
+// rotates that pair in every head.
+__global__ void rope_kernel(const void* x, int dx, void* y, int dy, int64_t rows, int64_t S, int64_t width, int64_t hd,
+                            double theta, float sign) {
+  const int64_t half = hd / 2, heads = width / hd;
+  for (int64_t t = global_thread(); t < rows * half; t += grid_threads()) {
+    const int64_t row = t / half, i = t - row * half;
+    const double inv_freq = pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+    const double a = static_cast<double>(row % S) * inv_freq;
+    double sd, cd;
+    sincos(a, &sd, &cd);
+    const float c = static_cast<float>(cd), s = sign * static_cast<float>(sd);
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t i1 = rope_first(row, width, hd, h, i), i2 = i1 + half;
+      const float a1 = load_f(x, dx, i1), b1 = load_f(x, dx, i2);
+      store_f(y, dy, i1, __fsub_rn(__fmul_rn(a1, c), __fmul_rn(b1, s)));
+      store_f(y, dy, i2, __fadd_rn(__fmul_rn(b1, c), __fmul_rn(a1, s)));
+    }
+  }
+}
+
+// ---- log_softmax: one block per row; max in fp32, sum of exp in double (loss.cc).
+__global__ void log_softmax_kernel(const void* x, int dx, void* y, int dy, int64_t rows, int64_t V) {
+  __shared__ float fscratch[32];
+  __shared__ double dscratch[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t base = r * V;
+    float mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, load_f(x, dx, base + j));
+    mx = block_max(mx, fscratch);
+    double sum = 0;
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) sum += expf(__fsub_rn(load_f(x, dx, base + j), mx));
+    sum = block_sum(sum, dscratch);
+    const float lse = __fadd_rn(mx, static_cast<float>(log(sum)));
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) store_f(y, dy, base + j, __fsub_rn(load_f(x, dx, base + j), lse));
+  }
+}
+
+__global__ void log_softmax_backward_kernel(const void* g, int dg, const void* y, int dy, void* gx, int dgx,
+                                            int64_t rows, int64_t V) {
+  __shared__ double scratch[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t base = r * V;
+    double s = 0;
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) s += load_f(g, dg, base + j);
+    const float sf = static_cast<float>(block_sum(s, scratch));
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x)
+      store_f(gx, dgx, base + j, __fsub_rn(load_f(g, dg, base + j), __fmul_rn(expf(load_f(y, dy, base + j)), sf)));
+  }
+}
+
+// nll_loss (mean over counted rows) in one block. A label outside [0, V) other than the ignore
+// index makes the loss NaN (the CPU kernel throws).
+__global__ void nll_loss_kernel(const void* lp, int dlp, const int64_t* labels, float* loss, float* total_weight,
+                                int64_t rows, int64_t V, int64_t ignore) {
+  __shared__ double scratch[32];
+  double sum = 0, count = 0, bad = 0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+    const int64_t y = labels[r];
+    if (y == ignore) continue;
+    if (y < 0 || y >= V) {
+      bad += 1;
+      continue;
+    }
+    sum += load_f(lp, dlp, r * V + y);
+    count += 1;
+  }
+  sum = block_sum(sum, scratch);
+  count = block_sum(count, scratch);
+  bad = block_sum(bad, scratch);
+  if (threadIdx.x == 0) {
+    *loss = count > 0 && bad == 0 ? static_cast<float>(-sum / count) : __int_as_float(0x7fc00000);
+    *total_weight = static_cast<float>(count);
+  }
+}
+
+__global__ void nll_loss_backward_kernel(const void* g, int dg, const int64_t* labels, const float* total_weight,
+                                         void* glp, int dglp, int64_t rows, int64_t V, int64_t ignore) {
+  const float v = __fdiv_rn(-load_f(g, dg, 0), *total_weight);
+  for (int64_t i = global_thread(); i < rows * V; i += grid_threads()) {
+    const int64_t r = i / V, c = i - r * V, y = labels[r];
+    store_f(glp, dglp, i, y != ignore && c == y ? v : 0.0f);
+  }
+}
+
+// Foreach sums: block b reduces item b in double (a fixed order: deterministic).
+constexpr int kMaxItems = 64;
+struct Items {
+  launch::ReduceItem it[kMaxItems];
+};
+__global__ void reduce_sums_kernel(Items items, int count, bool squares, void* out, int dout, int64_t out_base) {
+  __shared__ double scratch[32];
+  const launch::ReduceItem it = items.it[blockIdx.x];
+  double acc = 0;
+  for (int64_t i = threadIdx.x; i < it.n; i += blockDim.x) {
+    const float v = load_f(it.p, it.dt, i);
+    acc += squares ? static_cast<double>(v) * v : static_cast<double>(v);
+  }
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) store_f(out, dout, out_base + blockIdx.x, static_cast<float>(acc));
+}
+
+unsigned row_grid(int64_t rows) { return static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>(rows, 1), plan::kMaxGrid)); }
+
+}  // namespace
+
+namespace launch {
+
+void embedding(const int64_t* ids, const void* w, int dw, void* y, int dy, int64_t n, int64_t V, int64_t D,
+               cudaStream_t s) {
+  if (n * D == 0) return;
+  const plan::Launch l = plan::launch_1d(n * D);
+  embedding_kernel<<<l.grid, l.block, 0, s>>>(ids, w, dw, y, dy, n, V, D);
+  check_launch("embedding");
+}
+
+void embedding_backward(const void* g, int dg, const int64_t* ids, void* gw, int dgw, int64_t n, int64_t V, int64_t D,
+                        cudaStream_t s) {
+  const int64_t es = dgw == kF32 ? 4 : 2;
+  if (V * D == 0) return;
+  if (cudaMemsetAsync(gw, 0, static_cast<size_t>(V * D * es), s) != cudaSuccess) check_launch("embedding_backward zero");
+  if (n == 0) return;
+  const int64_t smem = plan::embedding_backward_smem(D);
+  if (smem > 48 * 1024)
+    cudaFuncSetAttribute(embedding_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  embedding_backward_kernel<<<row_grid(n), kEmbBlock, static_cast<size_t>(smem), s>>>(g, dg, ids, gw, dgw, n, V, D);
+  check_launch("embedding_backward");
+}
+
+void position_embedding(const void* x, int dx, const void* wpe, int dw, void* y, int dy, int64_t rows, int64_t S,
+                        int64_t D, cudaStream_t s) {
+  if (rows * D == 0) return;
+  const plan::Launch l = plan::launch_1d(rows * D);
+  position_embedding_kernel<<<l.grid, l.block, 0, s>>>(x, dx, wpe, dw, y, dy, rows * D, S, D);
+  check_launch("position_embedding");
+}
+
+void position_embedding_backward(const void* g, int dg, void* gw, int dgw, int64_t batch, int64_t S, int64_t P,
+                                 int64_t D, cudaStream_t s) {
+  if (P * D == 0) return;
+  const plan::Launch l = plan::launch_1d(P * D);
+  position_embedding_backward_kernel<<<l.grid, l.block, 0, s>>>(g, dg, gw, dgw, batch, S, P, D);
+  check_launch("position_embedding_backward");
+}
+
+void rope(const void* x, int dx, void* y, int dy, int64_t rows, int64_t S, int64_t width, int64_t hd, double theta,
+          float sign, cudaStream_t s) {
+  if (rows == 0 || width == 0) return;
+  const plan::Launch l = plan::launch_1d(rows * (hd / 2));
+  rope_kernel<<<l.grid, l.block, 0, s>>>(x, dx, y, dy, rows, S, width, hd, theta, sign);
+  check_launch("rope");
+}
+
+void log_softmax(const void* x, int dx, void* y, int dy, int64_t rows, int64_t V, cudaStream_t s) {
+  if (rows == 0) return;
+  log_softmax_kernel<<<row_grid(rows), plan::row_block(V), 0, s>>>(x, dx, y, dy, rows, V);
+  check_launch("log_softmax");
+}
+
+void log_softmax_backward(const void* g, int dg, const void* y, int dy, void* gx, int dgx, int64_t rows, int64_t V,
+                          cudaStream_t s) {
+  if (rows == 0) return;
+  log_softmax_backward_kernel<<<row_grid(rows), plan::row_block(V), 0, s>>>(g, dg, y, dy, gx, dgx, rows, V);
+  check_launch("log_softmax_backward");
+}
+
+void nll_loss(const void* lp, int dlp, const int64_t* labels, float* loss, float* total_weight, int64_t rows,
+              int64_t V, int64_t ignore, cudaStream_t s) {
+  nll_loss_kernel<<<1, 1024, 0, s>>>(lp, dlp, labels, loss, total_weight, rows, V, ignore);
+  check_launch("nll_loss");
+}
+
+void nll_loss_backward(const void* g, int dg, const int64_t* labels, const float* total_weight, void* glp, int dglp,
+                       int64_t rows, int64_t V, int64_t ignore, cudaStream_t s) {
+  if (rows * V == 0) return;
+  const plan::Launch l = plan::launch_1d(rows * V);
+  nll_loss_backward_kernel<<<l.grid, l.block, 0, s>>>(g, dg, labels, total_weight, glp, dglp, rows, V, ignore);
+  check_launch("nll_loss_backward");
+}
+
+void reduce_sums(const ReduceItem* items, int count, bool squares, void* out, int dout, cudaStream_t s) {
+  for (int first = 0; first < count; first += kMaxItems) {
+    const int m = std::min(kMaxItems, count - first);
+    Items batch{};
+    for (int i = 0; i < m; ++i) batch.it[i] = items[first + i];
+    reduce_sums_kernel<<<static_cast<unsigned>(m), 1024, 0, s>>>(batch, m, squares, out, dout, first);
+    check_launch("reduce_sums");
+  }
+}
+
+}  // namespace launch
+}  // namespace fullshard::cuda

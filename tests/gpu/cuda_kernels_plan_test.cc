@@ -1,0 +1,310 @@
+// Host-side planning of the CUDA kernels (backends/cuda/kernels/plan.h, index_math.h), checked
+// without a GPU: every copy layout is executed on the host through the same index function the
+// device kernel uses and compared bit for bit with the CPU kernel; every cuBLASLt layout is
+// executed by a column-major reference GEMM and compared with the CPU linear kernels; attention
+// index maps, operand checks and launch shapes are checked directly.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "backends/cpu/kernels/kernels.h"
+#include "backends/cuda/kernels/plan.h"
+#include "core/common/error.h"
+#include "tests/unit/kernels_test_support.h"
+
+namespace {
+
+using namespace fullshard;
+using namespace fullshard::cuda;
+using kt::HT;
+
+// Executes copy jobs on host memory exactly as the device kernels do: a bit copy of bytes
+// (same dtype) or fp32 load -> round-to-nearest-even store (cast), zeros past src_limit.
+void run_jobs_on_host(const OpCall& op, const std::vector<plan::CopyJob>& jobs, std::vector<HT*> in,
+                      std::vector<HT*> out) {
+  for (const auto& j : jobs) {
+    const DType sd = op.inputs[j.in].meta.dtype, dd = op.outputs[j.out].meta.dtype;
+    if (sd == dd) {
+      const Copy2D b = plan::to_bytes(j.c, static_cast<int64_t>(dtype_size(sd)));
+      const auto* src = static_cast<const unsigned char*>(in[j.in]->data());
+      auto* dst = static_cast<unsigned char*>(out[j.out]->data());
+      for (int64_t e = 0; e < copy2d_numel(b); ++e) {
+        int64_t s, d;
+        copy2d_index(b, e, s, d);
+        dst[d] = s < b.src_limit ? src[s] : 0;
+      }
+    } else {
+      for (int64_t e = 0; e < copy2d_numel(j.c); ++e) {
+        int64_t s, d;
+        copy2d_index(j.c, e, s, d);
+        out[j.out]->set(d, s < j.c.src_limit ? in[j.in]->get(s) : 0.0);
+      }
+    }
+  }
+}
+
+// Runs `op` on the CPU kernels with fresh outputs, and the plan on the host with other fresh
+// outputs, and expects identical bytes.
+void expect_plan_matches_cpu(OpKind kind, std::vector<HT*> in, std::vector<DType> out_dt, std::vector<Shape> out_shape,
+                             std::vector<int64_t> iargs,
+                             std::vector<plan::CopyJob> (*planner)(const OpCall&)) {
+  std::vector<HT> a, b;
+  for (size_t i = 0; i < out_dt.size(); ++i) {
+    a.emplace_back(out_dt[i], out_shape[i]);
+    b.emplace_back(out_dt[i], out_shape[i]);
+    // Poison the plan's outputs: every element must be written.
+    std::memset(b.back().data(), 0x7f, b.back().meta.nbytes());
+  }
+  std::vector<HT*> pa, pb;
+  for (auto& t : a) pa.push_back(&t);
+  for (auto& t : b) pb.push_back(&t);
+  kt::run(kind, in, pa, iargs);
+  const OpCall op = kt::make_call(kind, in, pb, iargs);
+  run_jobs_on_host(op, planner(op), in, pb);
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_EQ(0, std::memcmp(a[i].data(), b[i].data(), a[i].meta.nbytes())) << op_kind_name(kind) << " output " << i;
+}
+
+TEST(CudaPlan, CopyPairwiseAndCastsMatchCpu) {
+  std::mt19937 rng(1);
+  const DType dts[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
+  for (DType s : dts)
+    for (DType d : dts)
+      for (int64_t n : {1, 7, 64, 1001}) {
+        HT x = kt::random_tensor(s, {n}, rng, -3, 3);
+        HT y = kt::random_tensor(s, {n, 1}, rng, -3, 3);
+        expect_plan_matches_cpu(OpKind::kCopy, {&x, &y}, {d, d}, {{n}, {n, 1}}, {}, plan::plan_copy);
+      }
+  HT ids(DType::kInt64, {5});
+  for (int i = 0; i < 5; ++i) ids.set(i, i * 1000003);
+  expect_plan_matches_cpu(OpKind::kCopy, {&ids}, {DType::kInt64}, {{5}}, {}, plan::plan_copy);
+}
+
+TEST(CudaPlan, RowConcatMatchesCpu) {
+  std::mt19937 rng(2);
+  for (int64_t rows : {1, 3, 17}) {
+    HT a = kt::random_tensor(DType::kBFloat16, {rows, 5}, rng);
+    HT b = kt::random_tensor(DType::kFloat32, {rows, 1}, rng);
+    HT c = kt::random_tensor(DType::kBFloat16, {rows, 8}, rng);
+    for (DType d : {DType::kBFloat16, DType::kFloat32})
+      expect_plan_matches_cpu(OpKind::kCopy, {&a, &b, &c}, {d}, {{rows, 14}}, {rows}, plan::plan_copy);
+  }
+}
+
+TEST(CudaPlan, AllGatherCopyInAndOutMatchCpu) {
+  std::mt19937 rng(3);
+  HT s0 = kt::random_tensor(DType::kFloat32, {6}, rng), s1 = kt::random_tensor(DType::kFloat32, {1}, rng);
+  HT s2 = kt::random_tensor(DType::kBFloat16, {9}, rng);
+  for (DType d : {DType::kFloat32, DType::kBFloat16})
+    expect_plan_matches_cpu(OpKind::kAllGatherCopyIn, {&s0, &s1, &s2}, {d}, {{16}}, {}, plan::plan_all_gather_copy_in);
+  for (int64_t W : {1, 2, 4}) {
+    HT ag = kt::random_tensor(DType::kBFloat16, {W * 16}, rng);
+    expect_plan_matches_cpu(OpKind::kAllGatherCopyOut, {&ag}, {DType::kBFloat16, DType::kFloat32, DType::kBFloat16},
+                            {{W * 6}, {W * 1}, {W * 9}}, {6, 1, 9, W}, plan::plan_all_gather_copy_out);
+  }
+}
+
+TEST(CudaPlan, ChunkCatMatchesCpu) {
+  std::mt19937 rng(4);
+  // 17 rows over 4 ranks: 5, 5, 5, 2 real rows + 3 zero rows; a 1-D and a 1-row grad too.
+  HT g0 = kt::random_tensor(DType::kBFloat16, {17, 3}, rng), g1 = kt::random_tensor(DType::kBFloat16, {5}, rng);
+  HT g2 = kt::random_tensor(DType::kFloat32, {1, 4}, rng);
+  for (int64_t W : {1, 3, 4, 8}) {
+    int64_t row = 0;
+    for (const HT* g : {&g0, &g1, &g2}) {
+      const int64_t d0 = g->meta.shape[0], rn = g->numel() / d0;
+      row += (d0 + W - 1) / W * rn;
+    }
+    for (DType d : {DType::kBFloat16, DType::kFloat32})
+      expect_plan_matches_cpu(OpKind::kChunkCat, {&g0, &g1, &g2}, {d}, {{W * row}}, {W}, plan::plan_chunk_cat);
+  }
+}
+
+TEST(CudaPlan, CopyChecksNameTheOp) {
+  HT ids(DType::kInt64, {4}), f(DType::kFloat32, {4}), small(DType::kFloat32, {3});
+  const OpCall cast = kt::make_call(OpKind::kCopy, {&ids}, {&f});
+  EXPECT_THROW(plan::plan_copy(cast), InternalError);
+  const OpCall sizes = kt::make_call(OpKind::kCopy, {&f}, {&small});
+  EXPECT_THROW(plan::plan_copy(sizes), InternalError);
+  HT big(DType::kFloat32, {9});
+  const OpCall ag = kt::make_call(OpKind::kAllGatherCopyIn, {&f}, {&big});
+  try {
+    plan::plan_all_gather_copy_in(ag);
+    FAIL() << "no throw";
+  } catch (const InternalError& e) {
+    EXPECT_NE(std::string(e.what()).find("'test'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaPlan, CopyVectorWidthNeedsEveryMultipleAndAlignment) {
+  alignas(64) static unsigned char buf[4096];
+  Copy2D c;
+  c.rows = 4;
+  c.cols = 16;
+  c.src_ld = 32;
+  c.src_limit = 128;
+  c.dst_ld = 16;
+  EXPECT_EQ(plan::copy_vector(c, buf, 2, buf + 1024, 2, 8), 8);
+  EXPECT_EQ(plan::copy_vector(c, buf + 2, 2, buf + 1024, 2, 8), 1);  // 2-byte misaligned source: no 4/2 either
+  EXPECT_EQ(plan::copy_vector(c, buf + 8, 2, buf + 1024, 2, 8), 4);
+  c.dst_off = 2;
+  EXPECT_EQ(plan::copy_vector(c, buf, 2, buf + 1024, 2, 8), 2);
+  c.dst_off = 0;
+  c.cols = 15;
+  EXPECT_EQ(plan::copy_vector(c, buf, 2, buf + 1024, 2, 8), 1);
+  c.cols = 16;
+  c.src_limit = 100;  // 100 = 4 * 25: a 4-wide vector never straddles the limit, 8 would
+  EXPECT_EQ(plan::copy_vector(c, buf, 2, buf + 1024, 2, 8), 4);
+  // Bytes: 16-byte vectors over a 16-byte aligned, 16-multiple layout.
+  const Copy2D b = plan::to_bytes(Copy2D{2, 8, 0, 8, 16, 0, 8}, 2);
+  EXPECT_EQ(b.cols, 16);
+  EXPECT_EQ(b.src_limit, 32);
+  EXPECT_EQ(plan::copy_vector(b, buf, 1, buf + 64, 1, 16), 16);
+}
+
+TEST(CudaPlan, FillPatternRepeatsTheRoundedElement) {
+  unsigned char p[16];
+  plan::fill_pattern(DType::kBFloat16, 1.00390625, p);  // halfway between bf16 1 and 1 + 2^-7: ties to even -> 1.0
+  for (int i = 0; i < 16; i += 2) {
+    uint16_t h;
+    std::memcpy(&h, p + i, 2);
+    EXPECT_EQ(h, float_to_bf16(1.0f));
+  }
+  plan::fill_pattern(DType::kInt64, -3, p);
+  int64_t v[2];
+  std::memcpy(v, p, 16);
+  EXPECT_EQ(v[0], -3);
+  EXPECT_EQ(v[1], -3);
+  plan::fill_pattern(DType::kFloat32, 0.1, p);
+  float f[4];
+  std::memcpy(f, p, 16);
+  for (float x : f) EXPECT_EQ(x, 0.1f);
+}
+
+TEST(CudaPlan, LaunchShapes) {
+  EXPECT_EQ(plan::launch_1d(0).grid, 1u);
+  EXPECT_EQ(plan::launch_1d(1).grid, 1u);
+  EXPECT_EQ(plan::launch_1d(256).grid, 1u);
+  EXPECT_EQ(plan::launch_1d(257).grid, 2u);
+  EXPECT_EQ(plan::launch_1d(int64_t{1} << 40).grid, static_cast<unsigned>(plan::kMaxGrid));
+  EXPECT_EQ(plan::launch_1d(1000, 128).block, 128u);
+  EXPECT_EQ(plan::launch_1d(1000, 128).grid, 8u);
+  unsigned last = 0;
+  for (int64_t d : {1, 768, 1024, 1025, 2048, 4096, 8192, 50257, 128256}) {
+    const unsigned b = plan::row_block(d);
+    EXPECT_GE(b, last);
+    EXPECT_EQ(b % 32, 0u);  // block_sum needs whole warps
+    EXPECT_LE(b, 1024u);
+    last = b;
+  }
+}
+
+// Row-major linear ops through their cuBLASLt plans (column-major reference) vs the CPU kernels.
+TEST(CudaPlan, GemmLayoutsMatchCpuLinear) {
+  std::mt19937 rng(5);
+  for (auto [M, K, N] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {3, 5, 7}, {8, 1, 3}, {1, 9, 4}, {6, 4, 1}}) {
+    for (bool bias : {false, true}) {
+      HT x = kt::random_tensor(DType::kFloat32, {M, K}, rng), w = kt::random_tensor(DType::kFloat32, {N, K}, rng);
+      HT b = kt::random_tensor(DType::kFloat32, {N}, rng), y(DType::kFloat32, {M, N}), yr(DType::kFloat32, {M, N});
+      std::vector<HT*> ins = {&x, &w};
+      if (bias) ins.push_back(&b);
+      kt::run(OpKind::kLinear, ins, {&y}, {M, K, N});
+      const plan::GemmPlan p = plan::plan_gemm(kt::make_call(OpKind::kLinear, ins, {&yr}, {M, K, N}));
+      EXPECT_EQ(p.bias, bias);
+      const kt::Vec a = ins[p.a_in]->values(), bb = ins[p.b_in]->values(), bv = b.values();
+      kt::Vec c(static_cast<size_t>(M * N));
+      plan::reference_gemm(p, a.data(), bb.data(), bias ? bv.data() : nullptr, c.data());
+      KT_EXPECT_CLOSE(c, y.values(), 1e-5, 1e-5);
+
+      HT g = kt::random_tensor(DType::kFloat32, {M, N}, rng), gx(DType::kFloat32, {M, K}), gw(DType::kFloat32, {N, K});
+      kt::run(OpKind::kLinearBackwardInput, {&g, &w}, {&gx}, {M, K, N});
+      const plan::GemmPlan pi = plan::plan_gemm(kt::make_call(OpKind::kLinearBackwardInput, {&g, &w}, {&gx}, {M, K, N}));
+      const std::vector<HT*> bi = {&g, &w};
+      kt::Vec ci(static_cast<size_t>(M * K));
+      plan::reference_gemm(pi, bi[pi.a_in]->values().data(), bi[pi.b_in]->values().data(), nullptr, ci.data());
+      KT_EXPECT_CLOSE(ci, gx.values(), 1e-5, 1e-5);
+
+      kt::run(OpKind::kLinearBackwardWeight, {&g, &x}, {&gw}, {M, K, N});
+      const plan::GemmPlan pw = plan::plan_gemm(kt::make_call(OpKind::kLinearBackwardWeight, {&g, &x}, {&gw}, {M, K, N}));
+      const std::vector<HT*> bw = {&g, &x};
+      kt::Vec cw(static_cast<size_t>(N * K));
+      plan::reference_gemm(pw, bw[pw.a_in]->values().data(), bw[pw.b_in]->values().data(), nullptr, cw.data());
+      KT_EXPECT_CLOSE(cw, gw.values(), 1e-5, 1e-5);
+    }
+  }
+}
+
+TEST(CudaPlan, GemmRejectsMixedOperandDtypes) {
+  HT x(DType::kFloat32, {2, 3}), w(DType::kBFloat16, {4, 3}), y(DType::kBFloat16, {2, 4}), yh(DType::kFloat16, {2, 4});
+  EXPECT_THROW(plan::plan_gemm(kt::make_call(OpKind::kLinear, {&x, &w}, {&y}, {2, 3, 4})), InternalError);
+  HT xb(DType::kBFloat16, {2, 3});
+  EXPECT_NO_THROW(plan::plan_gemm(kt::make_call(OpKind::kLinear, {&xb, &w}, {&y}, {2, 3, 4})));
+  EXPECT_THROW(plan::plan_gemm(kt::make_call(OpKind::kLinear, {&xb, &w}, {&yh}, {2, 3, 4})), InternalError);
+  HT yf(DType::kFloat32, {2, 4});
+  EXPECT_NO_THROW(plan::plan_gemm(kt::make_call(OpKind::kLinear, {&xb, &w}, {&yf}, {2, 3, 4})));
+  EXPECT_THROW(plan::plan_gemm(kt::make_call(OpKind::kLinear, {&xb, &w}, {&yf}, {2, 3, 5})), InternalError);
+}
+
+// The attention index maps against the CPU kernel's pointer arithmetic (attention.cc).
+TEST(CudaPlan, AttentionIndexMaps) {
+  for (int64_t packed : {0, 1}) {
+    const int64_t B = 2, S = 5, H = 4, Hkv = packed ? 4 : 2, hd = 8;
+    HT q(DType::kBFloat16, {B, S, packed ? 3 * H * hd : H * hd}), k(DType::kBFloat16, {B, S, Hkv * hd});
+    HT v(DType::kBFloat16, {B, S, Hkv * hd}), o(DType::kBFloat16, {B, S, H, hd}), lse(DType::kFloat32, {B, H, S});
+    std::vector<HT*> ins = {&q};
+    if (!packed) ins = {&q, &k, &v};
+    const plan::AttnPlan p = plan::plan_attention(kt::make_call(OpKind::kAttention, ins, {&o, &lse}, {B, S, H, Hkv, hd, packed}));
+    const AttnLayout& l = p.l;
+    EXPECT_EQ(l.group, H / Hkv);
+    EXPECT_FLOAT_EQ(l.scale, 1.0f / std::sqrt(8.0f));
+    const int64_t D = H * hd, q_ld = packed ? 3 * D : D, kv_ld = packed ? 3 * D : Hkv * hd;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t s = 0; s < S; ++s) {
+        for (int64_t h = 0; h < H; ++h) {
+          EXPECT_EQ(attn_q_index(l, b, s, h), b * S * q_ld + s * q_ld + h * hd);
+          EXPECT_EQ(attn_o_index(l, b, s, h), b * S * D + s * D + h * hd);
+          EXPECT_EQ(attn_lse_index(l, b, h, s), (b * H + h) * S + s);
+        }
+        for (int64_t kvh = 0; kvh < Hkv; ++kvh) {
+          EXPECT_EQ(attn_k_index(l, b, s, kvh), b * S * kv_ld + (packed ? D : 0) + s * kv_ld + kvh * hd);
+          EXPECT_EQ(attn_v_index(l, b, s, kvh), b * S * kv_ld + (packed ? 2 * D : 0) + s * kv_ld + kvh * hd);
+        }
+      }
+    EXPECT_EQ(plan::attention_uses_tensor_cores(p, DType::kBFloat16), false);  // hd 8
+  }
+}
+
+TEST(CudaPlan, AttentionBackwardNeedsTheFlashTemporaries) {
+  const int64_t B = 1, S = 130, H = 4, Hkv = 2, hd = 40;
+  HT q(DType::kBFloat16, {B, S, H * hd}), k(DType::kBFloat16, {B, S, Hkv * hd}), v(DType::kBFloat16, {B, S, Hkv * hd});
+  HT g(DType::kBFloat16, {B, S, H, hd}), o(DType::kBFloat16, {B, S, H, hd}), lse(DType::kFloat32, {B, H, S});
+  HT dq(DType::kBFloat16, {B, S, H * hd}), dk(DType::kBFloat16, {B, S, Hkv * hd}), dv(DType::kBFloat16, {B, S, Hkv * hd});
+  HT sd(DType::kFloat32, {B, H, 256}), acc(DType::kFloat32, {B, 256, H, 64});
+  HT dke(DType::kBFloat16, {B, S, H, hd}), dve(DType::kBFloat16, {B, S, H, hd});
+  const std::vector<int64_t> args = {B, S, H, Hkv, hd, 0};
+  const std::vector<HT*> ins = {&g, &q, &k, &v, &o, &lse};
+  EXPECT_THROW(plan::plan_attention_backward(kt::make_call(OpKind::kAttentionBackward, ins, {&dq, &dk, &dv}, args)),
+               InternalError);
+  EXPECT_THROW(plan::plan_attention_backward(kt::make_call(OpKind::kAttentionBackward, ins, {&dq, &dk, &dv, &sd, &acc}, args)),
+               InternalError);  // GQA: the expanded dk / dv come too
+  const plan::AttnPlan p = plan::plan_attention_backward(
+      kt::make_call(OpKind::kAttentionBackward, ins, {&dq, &dk, &dv, &sd, &acc, &dke, &dve}, args));
+  EXPECT_EQ(p.softmax_d_ld, 256);
+  EXPECT_EQ(p.o_in, 4u);
+  EXPECT_EQ(p.lse_in, 5u);
+  HT sd_small(DType::kFloat32, {B, H, S});  // not padded to round128(S)
+  EXPECT_THROW(plan::plan_attention_backward(
+                   kt::make_call(OpKind::kAttentionBackward, ins, {&dq, &dk, &dv, &sd_small, &acc, &dke, &dve}, args)),
+               InternalError);
+  // The CPU kernel accepts the same outputs (and ignores the temporaries).
+  EXPECT_NO_THROW(kt::run(OpKind::kAttentionBackward, ins, {&dq, &dk, &dv, &sd, &acc, &dke, &dve}, args));
+}
+
+TEST(CudaPlan, RopePairsMatchRotateHalf) {
+  // Head h, pair i: columns h*hd + i and h*hd + i + hd/2 of row `row`.
+  EXPECT_EQ(rope_first(0, 32, 8, 0, 0), 0);
+  EXPECT_EQ(rope_first(3, 32, 8, 2, 1), 3 * 32 + 2 * 8 + 1);
+}
+
+}  // namespace

@@ -1,0 +1,400 @@
+// Every CUDA kernel against the CPU reference kernels (fullshard::cpu::run_kernel) on the same
+// random inputs, with the tolerances of docs/cuda-kernels.md. Needs a GPU: exits 77 (ctest:
+// skipped) when cudaGetDeviceCount fails or finds none.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <random>
+
+#include "backends/cpu/kernels/kernels.h"
+#include "backends/cuda/kernels/cuda_kernels.h"
+#include "backends/cuda/kernels/gemm.h"
+#include "tests/unit/kernels_test_support.h"
+
+namespace {
+
+using namespace fullshard;
+using kt::HT;
+using kt::Vec;
+
+void cuda_ok(cudaError_t e, const char* what) { ASSERT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorString(e); }
+
+struct Device {
+  cudaStream_t stream = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  void* ws = nullptr;
+  size_t ws_bytes = 32u << 20;
+  Device() {
+    cudaStreamCreate(&stream);
+    cublasLtCreate(&lt);
+    cudaMalloc(&ws, ws_bytes);
+  }
+  ~Device() {
+    cudaFree(ws);
+    cublasLtDestroy(lt);
+    cudaStreamDestroy(stream);
+  }
+};
+Device& dev() {
+  static Device d;
+  return d;
+}
+
+// Runs op `k` on the CPU kernels and on the GPU over copies of the same tensors (an HT listed in
+// both inputs and outputs is in place on both sides) and returns both sides' outputs. GPU
+// outputs start as 0xFF bytes (NaN), so an element the kernel does not write shows. `misalign`
+// shifts every device tensor by that many bytes (the kernels' scalar, unvectorised paths).
+struct Both {
+  std::vector<HT> cpu, gpu;
+};
+Both run_both(OpKind k, const std::vector<HT*>& in, const std::vector<HT*>& out, std::vector<int64_t> iargs = {},
+              std::vector<double> fargs = {}, size_t misalign = 0) {
+  const OpCall op = kt::make_call(k, in, out, iargs, fargs);
+  std::map<HT*, HT> host;
+  std::map<HT*, char*> device;
+  std::vector<void*> dev_blocks;
+  auto is_input = [&](HT* t) { return std::find(in.begin(), in.end(), t) != in.end(); };
+  for (HT* t : in) host.emplace(t, *t);
+  for (HT* t : out) host.emplace(t, *t);
+  for (auto& [t, copy] : host) {
+    void* p = nullptr;
+    EXPECT_EQ(cudaMalloc(&p, t->meta.nbytes() + 64), cudaSuccess);
+    dev_blocks.push_back(p);
+    char* d = static_cast<char*>(p) + misalign;
+    device[t] = d;
+    if (is_input(t)) {
+      cudaMemcpy(d, t->data(), t->meta.nbytes(), cudaMemcpyHostToDevice);
+    } else {
+      cudaMemset(d, 0xff, t->meta.nbytes());
+    }
+  }
+  std::vector<void*> ci, co, gi, go;
+  for (HT* t : in) ci.push_back(host.at(t).data()), gi.push_back(device.at(t));
+  for (HT* t : out) co.push_back(host.at(t).data()), go.push_back(device.at(t));
+  cpu::run_kernel(op, ci, co);
+  cuda::KernelContext ctx{dev().stream, dev().lt, dev().ws, dev().ws_bytes};
+  cuda::launch_kernel(op, gi, go, ctx);
+  EXPECT_EQ(cudaStreamSynchronize(dev().stream), cudaSuccess);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  Both r;
+  for (HT* t : out) {
+    r.cpu.push_back(host.at(t));
+    HT g = *t;
+    cudaMemcpy(g.data(), device.at(t), t->meta.nbytes(), cudaMemcpyDeviceToHost);
+    r.gpu.push_back(std::move(g));
+  }
+  for (void* p : dev_blocks) cudaFree(p);
+  return r;
+}
+
+void expect_bits(const HT& gpu, const HT& cpu, const std::string& what) {
+  EXPECT_EQ(0, std::memcmp(gpu.data(), cpu.data(), cpu.meta.nbytes())) << what << ": bits differ";
+}
+// |gpu - cpu| <= atol + rtol |cpu|, with rtol at least `ulps` units of the output dtype's precision.
+void expect_close(const HT& gpu, const HT& cpu, double atol, double rtol, const std::string& what, double ulps = 1) {
+  const double r = std::max(rtol, ulps * 2 * kt::rel_eps(cpu.meta.dtype));
+  const std::string m = kt::mismatch(gpu.values(), cpu.values(), atol, r, what);
+  EXPECT_TRUE(m.empty()) << m;
+}
+
+const DType kFloats[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
+std::string name(DType d) { return kt::dtype_str(d); }
+
+TEST(CudaKernels, FillEveryDtype) {
+  for (DType d : {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kInt64, DType::kUInt8})
+    for (int64_t n : {1, 7, 1000}) {
+      HT a(d, {n}), b(d, {n, 1});
+      Both r = run_both(OpKind::kFill, {}, {&a, &b}, {}, {3.0});
+      expect_bits(r.gpu[0], r.cpu[0], "fill");
+      expect_bits(r.gpu[1], r.cpu[1], "fill");
+      r = run_both(OpKind::kFill, {}, {&a}, {}, {}, 2);  // zeros, misaligned
+      expect_bits(r.gpu[0], r.cpu[0], "fill zero");
+    }
+}
+
+TEST(CudaKernels, CopiesAndCastsAreBitExact) {
+  std::mt19937 rng(11);
+  for (DType s : kFloats)
+    for (DType d : kFloats)
+      for (int64_t n : {1, 13, 4096})
+        for (size_t mis : {size_t{0}, size_t{4}}) {
+          HT x = kt::random_tensor(s, {n}, rng, -70000, 70000), y(d, {n});
+          Both r = run_both(OpKind::kCopy, {&x}, {&y}, {}, {}, mis);
+          expect_bits(r.gpu[0], r.cpu[0], "copy " + name(s) + "->" + name(d));
+        }
+  HT a = kt::random_tensor(DType::kBFloat16, {9, 3}, rng), b = kt::random_tensor(DType::kFloat32, {9, 8}, rng);
+  HT y(DType::kBFloat16, {9, 11});
+  Both r = run_both(OpKind::kCopy, {&a, &b}, {&y}, {9});
+  expect_bits(r.gpu[0], r.cpu[0], "row concat");
+  HT i64(DType::kInt64, {5}), o64(DType::kInt64, {5});
+  for (int i = 0; i < 5; ++i) i64.set(i, 1000 * i - 7);
+  r = run_both(OpKind::kCopy, {&i64}, {&o64});
+  expect_bits(r.gpu[0], r.cpu[0], "int64 copy");
+}
+
+TEST(CudaKernels, FsdpCopiesAreBitExact) {
+  std::mt19937 rng(12);
+  HT s0 = kt::random_tensor(DType::kFloat32, {6}, rng), s1 = kt::random_tensor(DType::kFloat32, {1}, rng);
+  HT s2 = kt::random_tensor(DType::kFloat32, {4096}, rng), slice(DType::kBFloat16, {4103});
+  Both r = run_both(OpKind::kAllGatherCopyIn, {&s0, &s1, &s2}, {&slice});
+  expect_bits(r.gpu[0], r.cpu[0], "copy-in");
+  const int64_t W = 4;
+  HT ag = kt::random_tensor(DType::kBFloat16, {W * 4103}, rng);
+  HT u0(DType::kBFloat16, {W * 6}), u1(DType::kBFloat16, {W * 1}), u2(DType::kBFloat16, {W * 4096});
+  r = run_both(OpKind::kAllGatherCopyOut, {&ag}, {&u0, &u1, &u2}, {6, 1, 4096, W});
+  for (int i = 0; i < 3; ++i) expect_bits(r.gpu[i], r.cpu[i], "copy-out " + std::to_string(i));
+  HT g0 = kt::random_tensor(DType::kBFloat16, {17, 3}, rng), g1 = kt::random_tensor(DType::kBFloat16, {64, 64}, rng);
+  const int64_t row = 5 * 3 + 16 * 64;
+  for (DType d : {DType::kBFloat16, DType::kFloat32}) {
+    HT rs(d, {W * row});
+    r = run_both(OpKind::kChunkCat, {&g0, &g1}, {&rs}, {W});
+    expect_bits(r.gpu[0], r.cpu[0], "chunk-cat");
+  }
+}
+
+TEST(CudaKernels, PointwiseOps) {
+  std::mt19937 rng(13);
+  for (DType d : kFloats)
+    for (int64_t n : {1, 7, 8, 10000})
+      for (size_t mis : {size_t{0}, size_t{4}}) {
+        HT a = kt::random_tensor(d, {n}, rng, -4, 4), b = kt::random_tensor(DType::kFloat32, {n}, rng, -4, 4);
+        HT y(d, {n}), y2(d, {n});
+        Both r = run_both(OpKind::kAdd, {&a, &b}, {&y}, {}, {}, mis);
+        expect_bits(r.gpu[0], r.cpu[0], "add " + name(d));
+        r = run_both(OpKind::kAdd, {&b, &a}, {&b}, {}, {}, mis);  // in place, fp32 accumulation
+        expect_bits(r.gpu[0], r.cpu[0], "add in place");
+        r = run_both(OpKind::kMul, {&a, &b}, {&y}, {}, {}, mis);
+        expect_bits(r.gpu[0], r.cpu[0], "mul");
+        r = run_both(OpKind::kScale, {&a}, {&a}, {}, {0.125 / 3}, mis);
+        expect_bits(r.gpu[0], r.cpu[0], "scale");
+        r = run_both(OpKind::kMulBackward, {&a, &b, &a}, {&y, &y2}, {}, {}, mis);
+        expect_bits(r.gpu[0], r.cpu[0], "mul backward a");
+        expect_bits(r.gpu[1], r.cpu[1], "mul backward b");
+        // expf on the GPU is within 2 ulp of glibc's: a few fp32 ulp, or one ulp of bf16 / fp16.
+        for (OpKind k : {OpKind::kSiLU, OpKind::kGELU}) {
+          r = run_both(k, {&a}, {&y}, {}, {}, mis);
+          expect_close(r.gpu[0], r.cpu[0], 1e-6, 4e-6, op_kind_name(k));
+        }
+        for (OpKind k : {OpKind::kSiLUBackward, OpKind::kGELUBackward}) {
+          r = run_both(k, {&b, &a}, {&y}, {}, {}, mis);
+          expect_close(r.gpu[0], r.cpu[0], 1e-6, 4e-6, op_kind_name(k));
+        }
+      }
+}
+
+TEST(CudaKernels, EmbeddingsAreBitExact) {
+  std::mt19937 rng(14);
+  for (DType d : kFloats)
+    for (auto [n, V, D] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {37, 11, 7}, {300, 50, 96}}) {
+      HT ids(DType::kInt64, {n});
+      std::uniform_int_distribution<int64_t> u(0, V - 1);
+      for (int64_t t = 0; t < n; ++t) ids.set(t, static_cast<double>(u(rng)));
+      HT w = kt::random_tensor(d, {V, D}, rng), y(d, {n, D});
+      Both r = run_both(OpKind::kEmbedding, {&ids, &w}, {&y});
+      expect_bits(r.gpu[0], r.cpu[0], "embedding");
+      HT g = kt::random_tensor(d, {n, D}, rng), gw(d, {V, D});
+      r = run_both(OpKind::kEmbeddingBackward, {&g, &ids}, {&gw});
+      expect_bits(r.gpu[0], r.cpu[0], "embedding backward " + name(d));  // same fp32 order
+      HT x = kt::random_tensor(d, {2, n, D}, rng), wpe = kt::random_tensor(d, {n + 3, D}, rng), yp(d, {2, n, D});
+      r = run_both(OpKind::kPositionEmbedding, {&x, &wpe}, {&yp});
+      expect_bits(r.gpu[0], r.cpu[0], "position embedding");
+      HT gwpe(d, {n + 3, D});
+      r = run_both(OpKind::kPositionEmbeddingBackward, {&x}, {&gwpe});
+      expect_bits(r.gpu[0], r.cpu[0], "position embedding backward");
+    }
+}
+
+TEST(CudaKernels, RoPE) {
+  std::mt19937 rng(15);
+  for (DType d : kFloats)
+    for (auto [S, H, hd] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 2}, {37, 3, 8}, {129, 4, 64}}) {
+      HT x = kt::random_tensor(d, {2, S, H * hd}, rng), y(d, {2, S, H * hd});
+      for (OpKind k : {OpKind::kRoPE, OpKind::kRoPEBackward}) {
+        Both r = run_both(k, {&x}, {&y}, {hd}, {500000.0});
+        // cos / sin in double on both sides; a 1-ulp difference of a double trig result can
+        // flip the fp32 rounding of cos / sin.
+        expect_close(r.gpu[0], r.cpu[0], 1e-6, 1e-6, op_kind_name(k));
+      }
+    }
+}
+
+TEST(CudaKernels, Norms) {
+  std::mt19937 rng(16);
+  for (DType d : kFloats)
+    for (auto [rows, D] : {std::pair<int64_t, int64_t>{1, 1}, {5, 7}, {300, 768}, {3, 2050}}) {
+      HT x = kt::random_tensor(d, {rows, D}, rng, -2, 2), w = kt::random_tensor(d, {D}, rng, 0.5, 1.5);
+      HT b = kt::random_tensor(d, {D}, rng), y(d, {rows, D}), mean(DType::kFloat32, {rows}), rstd(DType::kFloat32, {rows});
+      Both r = run_both(OpKind::kRMSNorm, {&x, &w}, {&y, &rstd}, {}, {1e-5});
+      expect_close(r.gpu[1], r.cpu[1], 0, 1e-6, "rms rstd");
+      expect_close(r.gpu[0], r.cpu[0], 1e-6, 2e-6, "rms y");
+      HT g = kt::random_tensor(d, {rows, D}, rng), gx(d, {rows, D}), gw(d, {D}), gb(d, {D});
+      HT rs = r.cpu[1];
+      r = run_both(OpKind::kRMSNormBackward, {&g, &x, &rs, &w}, {&gx, &gw});
+      expect_close(r.gpu[0], r.cpu[0], 1e-5, 1e-5, "rms gx");
+      expect_close(r.gpu[1], r.cpu[1], 1e-6, 1e-6, "rms gw");
+      r = run_both(OpKind::kLayerNorm, {&x, &w, &b}, {&y, &mean, &rstd}, {}, {1e-5});
+      expect_close(r.gpu[1], r.cpu[1], 1e-7, 1e-6, "ln mean");
+      expect_close(r.gpu[2], r.cpu[2], 0, 1e-6, "ln rstd");
+      expect_close(r.gpu[0], r.cpu[0], 1e-6, 2e-6, "ln y");
+      HT mu = r.cpu[1], rs2 = r.cpu[2];
+      r = run_both(OpKind::kLayerNormBackward, {&g, &x, &mu, &rs2, &w}, {&gx, &gw, &gb});
+      expect_close(r.gpu[0], r.cpu[0], 1e-5, 1e-5, "ln gx");
+      expect_close(r.gpu[1], r.cpu[1], 1e-6, 1e-6, "ln gw");
+      expect_close(r.gpu[2], r.cpu[2], 1e-6, 1e-6, "ln gb");
+    }
+}
+
+TEST(CudaKernels, LinearThroughCublasLt) {
+  std::mt19937 rng(17);
+  struct Combo {
+    DType ab, c;
+  };
+  for (Combo cb : {Combo{DType::kFloat32, DType::kFloat32}, Combo{DType::kBFloat16, DType::kBFloat16},
+                   Combo{DType::kFloat16, DType::kFloat16}, Combo{DType::kBFloat16, DType::kFloat32}})
+    for (auto [M, K, N] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {3, 5, 7}, {64, 96, 40}, {257, 129, 65}})
+      for (bool bias : {false, true}) {
+        HT x = kt::random_tensor(cb.ab, {M, K}, rng), w = kt::random_tensor(cb.ab, {N, K}, rng);
+        HT b = kt::random_tensor(cb.c, {N}, rng), y(cb.c, {M, N});
+        std::vector<HT*> ins = {&x, &w};
+        if (bias) ins.push_back(&b);
+        // fp32: summation order only (no TF32); 16-bit: fp32 accumulate, one rounding each side.
+        const double atol = 1e-5 * static_cast<double>(K);
+        Both r = run_both(OpKind::kLinear, ins, {&y}, {M, K, N});
+        expect_close(r.gpu[0], r.cpu[0], atol, 1e-5, "linear");
+        HT g = kt::random_tensor(cb.ab, {M, N}, rng), gx(cb.c, {M, K}), gW(cb.c, {N, K});
+        r = run_both(OpKind::kLinearBackwardInput, {&g, &w}, {&gx}, {M, K, N});
+        expect_close(r.gpu[0], r.cpu[0], 1e-5 * static_cast<double>(N), 1e-5, "linear backward input");
+        r = run_both(OpKind::kLinearBackwardWeight, {&g, &x}, {&gW}, {M, K, N});
+        expect_close(r.gpu[0], r.cpu[0], 1e-5 * static_cast<double>(M), 1e-5, "linear backward weight");
+        HT gb(cb.c, {N});
+        r = run_both(OpKind::kLinearBackwardBias, {&g}, {&gb}, {M, N});
+        expect_close(r.gpu[0], r.cpu[0], 1e-6, 1e-6, "linear backward bias");
+      }
+  const size_t planned = cuda::gemm_cache_size();
+  HT x = kt::random_tensor(DType::kBFloat16, {3, 5}, rng), w = kt::random_tensor(DType::kBFloat16, {7, 5}, rng);
+  HT y(DType::kBFloat16, {3, 7});
+  run_both(OpKind::kLinear, {&x, &w}, {&y}, {3, 5, 7});
+  EXPECT_EQ(cuda::gemm_cache_size(), planned) << "a repeated shape must reuse its cuBLASLt plan";
+}
+
+struct AttnCase {
+  int64_t B, S, H, Hkv, hd, packed;
+  DType dt;
+};
+
+TEST(CudaKernels, AttentionForwardAndBackward) {
+  std::mt19937 rng(18);
+  for (AttnCase c : {AttnCase{1, 1, 1, 1, 8, 0, DType::kFloat32}, AttnCase{2, 37, 4, 2, 40, 0, DType::kFloat32},
+                     AttnCase{2, 37, 4, 2, 40, 0, DType::kBFloat16}, AttnCase{1, 130, 4, 1, 64, 0, DType::kBFloat16},
+                     AttnCase{1, 200, 2, 2, 128, 0, DType::kFloat16}, AttnCase{2, 65, 2, 2, 64, 1, DType::kBFloat16},
+                     AttnCase{1, 33, 2, 2, 256, 1, DType::kFloat32}}) {
+    const std::string what = "attention B" + std::to_string(c.B) + " S" + std::to_string(c.S) + " H" +
+                             std::to_string(c.H) + "/" + std::to_string(c.Hkv) + " hd" + std::to_string(c.hd) + " " +
+                             name(c.dt) + (c.packed ? " packed" : "");
+    const int64_t D = c.H * c.hd, Dkv = c.Hkv * c.hd, tokens = c.B * c.S, sr = (c.S + 127) / 128 * 128;
+    const std::vector<int64_t> args = {c.B, c.S, c.H, c.Hkv, c.hd, c.packed};
+    HT qkv = kt::random_tensor(c.dt, {c.B, c.S, 3 * D}, rng, -2, 2);
+    HT q = kt::random_tensor(c.dt, {c.B, c.S, D}, rng, -2, 2), k = kt::random_tensor(c.dt, {c.B, c.S, Dkv}, rng, -2, 2);
+    HT v = kt::random_tensor(c.dt, {c.B, c.S, Dkv}, rng);
+    HT o(c.dt, {c.B, c.S, c.H, c.hd}), lse(DType::kFloat32, {c.B, c.H, c.S});
+    std::vector<HT*> ins = c.packed ? std::vector<HT*>{&qkv} : std::vector<HT*>{&q, &k, &v};
+    Both r = run_both(OpKind::kAttention, ins, {&o, &lse}, args);
+    // Outputs are convex combinations of v rows (|v| <= 1): absolute tolerances. 16-bit: flash
+    // rounds P to the storage dtype before P V, as PyTorch's kernels do.
+    const bool half = c.dt != DType::kFloat32;
+    expect_close(r.gpu[0], r.cpu[0], half ? 1.5e-2 : 2e-5, 0, what + " O");
+    expect_close(r.gpu[1], r.cpu[1], half ? 2e-3 : 2e-5, 1e-6, what + " lse");
+    HT O = r.cpu[0], L = r.cpu[1];
+    HT dO = kt::random_tensor(c.dt, {c.B, c.S, c.H, c.hd}, rng);
+    HT dq(c.dt, {tokens, D}), dk(c.dt, {tokens, c.packed ? D : Dkv}), dv(c.dt, {tokens, c.packed ? D : Dkv});
+    HT sd(DType::kFloat32, {c.B, c.H, sr}), acc(DType::kFloat32, {c.B, sr, c.H, (c.hd + 31) / 32 * 32});
+    HT dke(c.dt, {c.B, c.S, c.H, c.hd}), dve(c.dt, {c.B, c.S, c.H, c.hd});
+    std::vector<HT*> bins = c.packed ? std::vector<HT*>{&dO, &qkv, &O, &L} : std::vector<HT*>{&dO, &q, &k, &v, &O, &L};
+    std::vector<HT*> bouts = {&dq, &dk, &dv, &sd, &acc};
+    if (c.H != c.Hkv) bouts.insert(bouts.end(), {&dke, &dve});
+    r = run_both(OpKind::kAttentionBackward, bins, bouts, args);
+    const double scale = std::max({kt::max_abs(r.cpu[0].values()), kt::max_abs(r.cpu[1].values()),
+                                   kt::max_abs(r.cpu[2].values()), 1e-3});
+    for (int i = 0; i < 3; ++i)
+      expect_close(r.gpu[i], r.cpu[i], (half ? 1e-2 : 1e-5) * scale, 0, what + " d" + "qkv"[i]);
+  }
+}
+
+TEST(CudaKernels, LogSoftmaxAndNllLoss) {
+  std::mt19937 rng(19);
+  for (DType d : kFloats)
+    for (auto [rows, V] : {std::pair<int64_t, int64_t>{1, 1}, {7, 13}, {4, 50257}}) {
+      HT x = kt::random_tensor(d, {rows, V}, rng, -8, 8), y(d, {rows, V});
+      Both r = run_both(OpKind::kLogSoftmax, {&x}, {&y});
+      expect_close(r.gpu[0], r.cpu[0], 2e-6 * 16, 1e-6, "log_softmax");
+      HT ly = r.cpu[0], g = kt::random_tensor(d, {rows, V}, rng), gx(d, {rows, V});
+      r = run_both(OpKind::kLogSoftmaxBackward, {&g, &ly}, {&gx});
+      expect_close(r.gpu[0], r.cpu[0], 1e-5, 1e-5, "log_softmax backward");
+      HT labels(DType::kInt64, {rows});
+      for (int64_t i = 0; i < rows; ++i) labels.set(i, i % 3 == 2 ? -100 : (i * 7919) % V);
+      HT loss(DType::kFloat32, {}), tw(DType::kFloat32, {});
+      r = run_both(OpKind::kNllLoss, {&ly, &labels}, {&loss, &tw});
+      expect_close(r.gpu[0], r.cpu[0], 1e-6, 1e-6, "nll loss");
+      expect_bits(r.gpu[1], r.cpu[1], "total weight");
+      HT gl = kt::from_values(DType::kFloat32, {}, {0.75}), twv = r.cpu[1], glp(d, {rows, V});
+      r = run_both(OpKind::kNllLossBackward, {&gl, &labels, &twv}, {&glp});
+      expect_bits(r.gpu[0], r.cpu[0], "nll backward");
+    }
+}
+
+TEST(CudaKernels, ClippingAndAdamW) {
+  std::mt19937 rng(20);
+  HT a = kt::random_tensor(DType::kFloat32, {1000}, rng), b = kt::random_tensor(DType::kBFloat16, {7, 3}, rng);
+  HT c = kt::random_tensor(DType::kFloat32, {1}, rng), norms(DType::kFloat32, {3}), s(DType::kFloat32, {1});
+  Both r = run_both(OpKind::kSquaredNorm, {&a, &b, &c}, {&norms});
+  expect_close(r.gpu[0], r.cpu[0], 0, 2e-7, "squared norms");
+  r = run_both(OpKind::kSum, {&a}, {&s});
+  expect_close(r.gpu[0], r.cpu[0], 1e-7, 1e-7, "sum");
+  for (double total : {0.01, 400.0}) {
+    HT t = kt::from_values(DType::kFloat32, {1}, {total});
+    r = run_both(OpKind::kClipGradScale, {&t, &a, &b}, {&a, &b}, {}, {1.0});
+    expect_bits(r.gpu[0], r.cpu[0], "clip fp32");
+    expect_bits(r.gpu[1], r.cpu[1], "clip bf16");
+  }
+  for (int64_t fused : {0, 1})
+    for (DType sd : {DType::kFloat32, DType::kBFloat16}) {
+      const int64_t n = 1001;
+      HT p = kt::random_tensor(sd, {n}, rng), g = kt::random_tensor(sd, {n}, rng), m = kt::random_tensor(sd, {n}, rng);
+      HT v = kt::random_tensor(sd, {n}, rng, 0, 0.01), den(sd, {n});
+      HT p2 = kt::random_tensor(DType::kFloat32, {3}, rng), g2 = kt::random_tensor(DType::kFloat32, {3}, rng);
+      HT m2 = kt::random_tensor(DType::kFloat32, {3}, rng), v2 = kt::random_tensor(DType::kFloat32, {3}, rng, 0, 1);
+      HT den2(DType::kFloat32, {3});
+      std::vector<HT*> outs = {&p, &m, &v};
+      if (!fused) outs.push_back(&den);
+      outs.insert(outs.end(), {&p2, &m2, &v2});
+      if (!fused) outs.push_back(&den2);
+      r = run_both(OpKind::kAdamW, {&p, &g, &m, &v, &p2, &g2, &m2, &v2}, outs, {fused}, {1e-3, 0.9, 0.95, 1e-8, 0.1, 7});
+      for (size_t i = 0; i < outs.size(); ++i) expect_bits(r.gpu[i], r.cpu[i], "adamw output " + std::to_string(i));
+    }
+}
+
+TEST(CudaKernels, BadLayoutsThrowBeforeLaunching) {
+  HT x(DType::kFloat32, {4}), y(DType::kFloat32, {5});
+  cuda::KernelContext ctx{dev().stream, dev().lt, dev().ws, dev().ws_bytes};
+  const OpCall op = kt::make_call(OpKind::kAdd, {&x, &x}, {&y});
+  EXPECT_THROW(cuda::launch_kernel(op, {x.data(), x.data()}, {y.data()}, ctx), InternalError);
+  EXPECT_FALSE(cuda::has_kernel(OpKind::kLoadBatch));
+  EXPECT_FALSE(cuda::has_kernel(OpKind::kInitParam));
+  EXPECT_TRUE(cuda::has_kernel(OpKind::kAttentionBackward));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n < 1) {
+    std::printf("cuda_kernels_test: no CUDA device (%s), skipping\n", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    return 77;
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
