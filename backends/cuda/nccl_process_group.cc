@@ -78,6 +78,10 @@ NcclProcessGroup::~NcclProcessGroup() {
 }
 
 ncclResult_t NcclProcessGroup::async_error() const {
+  // The host thread may be launching (and, on a failed launch, aborting: comm_ is freed) under
+  // launch_mu_; it checks the state itself then, so the watchdog just looks again later.
+  std::unique_lock<std::mutex> lock(launch_mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return ncclInProgress;
   if (aborted_ || comm_ == nullptr) return ncclSuccess;
   ncclResult_t state = ncclSuccess;
   const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
@@ -85,7 +89,8 @@ ncclResult_t NcclProcessGroup::async_error() const {
 }
 
 std::string NcclProcessGroup::last_error() const {
-  const char* m = comm_ != nullptr && !aborted_ ? ncclGetLastError(comm_) : nullptr;
+  std::unique_lock<std::mutex> lock(launch_mu_, std::try_to_lock);
+  const char* m = lock.owns_lock() && comm_ != nullptr && !aborted_ ? ncclGetLastError(comm_) : nullptr;
   return m != nullptr ? std::string(m) : std::string();
 }
 

@@ -59,7 +59,8 @@ class NcclProcessGroup : public DeviceProcessGroup {
   // timeout (the communicator is then aborted), or when the group was aborted before.
   void enqueue(const CollectiveArgs& args, cudaStream_t stream) override;
 
-  // ncclCommGetAsyncError (thread-safe); ncclSuccess once aborted.
+  // ncclCommGetAsyncError (thread-safe); ncclSuccess once aborted, ncclInProgress while the
+  // host thread is inside a launch.
   ncclResult_t async_error() const;
   // The last error message NCCL gave for this communicator (ncclGetLastError).
   std::string last_error() const;
@@ -73,7 +74,7 @@ class NcclProcessGroup : public DeviceProcessGroup {
   int rank_;
   NcclProcessGroupOptions options_;
   ncclComm_t comm_ = nullptr;
-  std::mutex launch_mu_;  // one launch at a time; abort waits for a launch in progress
+  mutable std::mutex launch_mu_;  // one launch at a time; abort waits for a launch in progress
   std::atomic<bool> aborted_{false};
   void* barrier_word_ = nullptr;  // pinned host float for barriers (see launch)
 
