@@ -1,0 +1,82 @@
+#include "backends/cuda/collective_args.h"
+
+#include "core/common/error.h"
+
+namespace fullshard::cuda {
+
+size_t CollectiveArgs::input_bytes(int group_size) const {
+  const size_t e = dtype_size(dtype);
+  switch (kind) {
+    case CollectiveKind::kAllGather: return count * e;
+    case CollectiveKind::kReduceScatter: return count * e * static_cast<size_t>(group_size);
+    case CollectiveKind::kAllReduce:
+    case CollectiveKind::kBroadcast: return count * e;
+    case CollectiveKind::kBarrier: return 0;
+  }
+  return 0;
+}
+
+size_t CollectiveArgs::output_bytes(int group_size) const {
+  const size_t e = dtype_size(dtype);
+  switch (kind) {
+    case CollectiveKind::kAllGather: return count * e * static_cast<size_t>(group_size);
+    case CollectiveKind::kReduceScatter:
+    case CollectiveKind::kAllReduce:
+    case CollectiveKind::kBroadcast: return count * e;
+    case CollectiveKind::kBarrier: return 0;
+  }
+  return 0;
+}
+
+gloo_backend::CallInfo CollectiveArgs::info() const {
+  gloo_backend::CallInfo c;
+  c.kind = kind;
+  c.count = count;
+  c.dtype = dtype;
+  c.has_op = kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kAllReduce;
+  c.op = op;
+  c.root = kind == CollectiveKind::kBroadcast ? root : -1;
+  c.name = name;
+  return c;
+}
+
+CollectiveArgs decode_collective(const CollectiveCall& call, const void* input, void* output, int group_size) {
+  FULLSHARD_CHECK(group_size >= 1, "collective " + call.name + " over an empty group");
+  CollectiveArgs a;
+  a.kind = call.kind;
+  a.dtype = call.output.meta.dtype;
+  a.op = call.op;
+  a.scale = call.scale;
+  a.root = call.root;
+  a.name = call.name;
+  a.input = input;
+  a.output = output;
+  const auto in_n = static_cast<size_t>(call.input.meta.numel());
+  const auto out_n = static_cast<size_t>(call.output.meta.numel());
+  const auto w = static_cast<size_t>(group_size);
+  const std::string what = std::string(collective_name(call.kind)) + " '" + call.name + "'";
+  if (call.kind != CollectiveKind::kBarrier)
+    FULLSHARD_CHECK(call.input.meta.dtype == call.output.meta.dtype, what + ": input and output dtypes differ");
+  switch (call.kind) {
+    case CollectiveKind::kAllGather:
+      FULLSHARD_CHECK(out_n == in_n * w, what + ": output must hold group size x input elements");
+      a.count = in_n;
+      break;
+    case CollectiveKind::kReduceScatter:
+      FULLSHARD_CHECK(in_n == out_n * w, what + ": input must hold group size x output elements");
+      a.count = out_n;
+      break;
+    case CollectiveKind::kAllReduce:
+      FULLSHARD_CHECK(in_n == out_n, what + ": input and output sizes differ");
+      a.count = out_n;
+      break;
+    case CollectiveKind::kBroadcast:
+      FULLSHARD_CHECK(call.root >= 0 && call.root < group_size, what + ": root outside the group");
+      a.count = out_n;
+      break;
+    case CollectiveKind::kBarrier: a.count = 0; break;
+  }
+  return a;
+}
+
+}  // namespace fullshard::cuda

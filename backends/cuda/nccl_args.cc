@@ -1,0 +1,54 @@
+#include "backends/cuda/nccl_args.h"
+
+#include <cstring>
+#include <string>
+
+#include "core/common/error.h"
+#include "core/tensor/float_convert.h"
+
+namespace fullshard::cuda {
+
+ncclDataType_t nccl_dtype(DType d) {
+  switch (d) {
+    case DType::kFloat32: return ncclFloat32;
+    case DType::kBFloat16: return ncclBfloat16;
+    case DType::kFloat16: return ncclFloat16;
+    case DType::kUInt8: return ncclUint8;
+    case DType::kInt64: return ncclInt64;
+  }
+  FULLSHARD_CHECK(false, "unknown dtype");
+  return ncclUint8;
+}
+
+bool nccl_reducible(DType d) {
+  return d == DType::kFloat32 || d == DType::kBFloat16 || d == DType::kFloat16;
+}
+
+NcclReduction nccl_reduction(ReduceOp op, double scale, DType dtype) {
+  FULLSHARD_CHECK(nccl_reducible(dtype), "NCCL reduction of " + std::string(dtype_name(dtype)) +
+                                             ": only fp32, bf16 and fp16 are reduced");
+  NcclReduction r;
+  switch (op) {
+    case ReduceOp::kSum: r.builtin = ncclSum; return r;
+    case ReduceOp::kAvg: r.builtin = ncclAvg; return r;
+    case ReduceOp::kMax: r.builtin = ncclMax; return r;
+    case ReduceOp::kPremulSum: break;
+  }
+  if (scale == 1.0) {
+    r.builtin = ncclSum;
+    return r;
+  }
+  r.premul = true;
+  const auto f = static_cast<float>(scale);
+  if (dtype == DType::kFloat32) {
+    std::memcpy(r.scalar.data(), &f, sizeof f);
+    r.scalar_bytes = sizeof f;
+  } else {
+    const uint16_t h = dtype == DType::kBFloat16 ? float_to_bf16(f) : float_to_fp16(f);
+    std::memcpy(r.scalar.data(), &h, sizeof h);
+    r.scalar_bytes = sizeof h;
+  }
+  return r;
+}
+
+}  // namespace fullshard::cuda

@@ -1,0 +1,103 @@
+#pragma once
+// Gloo collectives on device tensors, staged through pinned host memory, so that several ranks
+// can share one GPU (NCCL refuses two ranks on one device). One instance per (group, stream),
+// as the CPU backend keeps one GlooProcessGroup per (group, stream) (NOTE [Gloo threading
+// rule] in backends/gloo/process_group.h).
+//
+// NOTE [Staged collectives in stream order]: enqueue() queues, on the stream:
+//   1. cudaMemcpyAsync device -> staging (pinned host), then an event `ready`;
+//   2. cuStreamWaitValue32(flag >= n): the stream stalls until the host says collective n is done;
+//   3. cudaMemcpyAsync staging -> device.
+// and hands collective n to this group's worker thread, which waits for `ready`
+// (cudaEventSynchronize), runs the GlooProcessGroup collective on the staging buffer, and
+// stores n into the flag (pinned, device-mapped host memory). The host thread never blocks, a
+// stream blocks only itself, and no CUDA host callback is used (a host function that blocked
+// on a peer would hold CUDA's callback thread, which other streams and other ranks in the same
+// process share). One staging buffer serves every kind: all-gather and reduce-scatter run in
+// place in it (input at this rank's chunk), all-reduce and broadcast over the whole of it.
+// The worker runs one collective at a time in issue order, so reusing the buffer is safe; it
+// grows (the old one freed after the streams passed, NOTE [Pinned host frees]).
+// Staging memory is pinned host memory: not in the device allocator, reported as host bytes.
+//
+// Failure: a Gloo error (peer died, timeout) is passed to `on_failure` (the watchdog's report:
+// first error wins, the backend rethrows it); the flag is still advanced, so the stream never
+// waits forever, and every later collective of the group is skipped.
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "backends/cuda/device_process_group.h"
+#include "backends/cuda/pinned_host.h"
+#include "backends/gloo/process_group.h"
+
+namespace gloo::rendezvous {
+class Store;
+}
+namespace gloo::transport {
+class Device;
+}
+
+namespace fullshard::cuda {
+
+class StagedGlooProcessGroup : public DeviceProcessGroup {
+ public:
+  // The GlooProcessGroup is constructed on the worker thread at the first collective (members
+  // meet there, in the same order). `pinned` and `events` must outlive this. `device`: CUDA
+  // ordinal made current on the worker.
+  StagedGlooProcessGroup(std::shared_ptr<::gloo::rendezvous::Store> store,
+                         std::shared_ptr<::gloo::transport::Device> transport, const ProcessGroup& group,
+                         int global_rank, int device, gloo_backend::ProcessGroupOptions options,
+                         PinnedHostMemory& pinned, EventPool& events,
+                         std::function<void(const std::string&)> on_failure);
+  ~StagedGlooProcessGroup() override;  // finishes queued collectives, joins the worker
+
+  const ProcessGroup& group() const override { return group_; }
+  int rank() const override { return rank_; }
+  void enqueue(const CollectiveArgs& args, cudaStream_t stream) override;
+
+  uint64_t staging_bytes() const { return staging_bytes_; }  // pinned host bytes held
+  bool failed() const;
+
+ private:
+  struct Job {
+    CollectiveArgs args;
+    cudaEvent_t ready;
+    uint32_t seq;
+    uint8_t* staging;
+  };
+  std::shared_ptr<::gloo::rendezvous::Store> store_;
+  std::shared_ptr<::gloo::transport::Device> transport_;
+  ProcessGroup group_;
+  int global_rank_;
+  int rank_;
+  int device_;
+  gloo_backend::ProcessGroupOptions options_;
+  PinnedHostMemory& pinned_;
+  EventPool& events_;
+  std::function<void(const std::string&)> on_failure_;
+
+  uint8_t* staging_ = nullptr;
+  uint64_t staging_bytes_ = 0;
+  uint32_t* flag_ = nullptr;      // pinned, device-mapped; the worker stores the last done seq
+  uint64_t flag_device_ = 0;      // its device address (CUdeviceptr)
+  uint32_t issued_ = 0;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> queue_;
+  bool stop_ = false;
+  bool failed_ = false;
+  std::unique_ptr<gloo_backend::GlooProcessGroup> gloo_;  // worker thread only
+  std::thread worker_;
+
+  void run();
+  void run_one(Job& job);
+  void signal(uint32_t seq);
+};
+
+}  // namespace fullshard::cuda

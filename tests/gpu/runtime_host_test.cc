@@ -1,0 +1,306 @@
+// Host-only tests of the CUDA backend's runtime: everything here runs without a GPU or driver.
+#include <gtest/gtest.h>
+#include <gloo/rendezvous/hash_store.h>
+
+#include <cstring>
+#include <memory>
+
+#include "backends/cuda/collective_args.h"
+#include "backends/cuda/collective_transport.h"
+#include "backends/cuda/device_probe.h"
+#include "backends/cuda/nccl_args.h"
+#include "backends/cuda/nccl_unique_id.h"
+#include "backends/cuda/stream_priority.h"
+#include "backends/cuda/vmm_granularity.h"
+#include "backends/cuda/watchdog_state.h"
+#include "backends/gloo/process_group.h"
+#include "core/common/error.h"
+#include "core/tensor/float_convert.h"
+
+namespace fullshard::cuda {
+namespace {
+
+using std::chrono::milliseconds;
+
+gloo_backend::CallInfo call(CollectiveKind kind, const std::string& name, uint64_t count = 1024,
+                            DType dtype = DType::kBFloat16) {
+  gloo_backend::CallInfo c;
+  c.kind = kind;
+  c.name = name;
+  c.count = count;
+  c.dtype = dtype;
+  return c;
+}
+
+// ------------------------------------------------------------------ watchdog state machine
+
+TEST(WatchdogState, CompletedCollectivesNeverTimeOut) {
+  WatchdogState s(3);
+  const auto t0 = WatchdogClock::time_point{};
+  const uint64_t a = s.on_enqueue("0,1", "'shard' [0,1]", call(CollectiveKind::kAllGather, "l0 ag"), t0, milliseconds(100));
+  s.on_complete(a);
+  EXPECT_TRUE(s.on_tick(t0 + milliseconds(1000)).empty());
+  EXPECT_FALSE(s.error().has_value());
+  EXPECT_TRUE(s.pending().empty());
+}
+
+TEST(WatchdogState, DeadlineIsEnqueuePlusTimeout) {
+  WatchdogState s(3);
+  const auto t0 = WatchdogClock::time_point{} + milliseconds(5000);
+  s.on_enqueue("0,1", "'shard' [0,1]", call(CollectiveKind::kReduceScatter, "layers.2 reduce_scatter"), t0,
+               milliseconds(100));
+  EXPECT_TRUE(s.on_tick(t0 + milliseconds(99)).empty());
+  EXPECT_FALSE(s.error().has_value());
+  const auto aborted = s.on_tick(t0 + milliseconds(100));
+  ASSERT_EQ(aborted.size(), 1u);
+  EXPECT_EQ(aborted[0], "0,1");
+  ASSERT_TRUE(s.error().has_value());
+  const std::string& m = *s.error();
+  EXPECT_NE(m.find("rank 3"), std::string::npos) << m;
+  EXPECT_NE(m.find("'shard' [0,1]"), std::string::npos) << m;
+  EXPECT_NE(m.find("reduce_scatter 'layers.2 reduce_scatter' (1024 x bf16"), std::string::npos) << m;
+  EXPECT_NE(m.find("timed out after 100 ms"), std::string::npos) << m;
+  EXPECT_TRUE(s.aborted("0,1"));
+  EXPECT_TRUE(s.pending().empty());
+  // An aborted group is reported once.
+  EXPECT_TRUE(s.on_tick(t0 + milliseconds(500)).empty());
+}
+
+TEST(WatchdogState, NamesTheOldestPendingCollectiveOfTheGroup) {
+  WatchdogState s(0);
+  const auto t0 = WatchdogClock::time_point{};
+  s.on_enqueue("0,1", "'shard' [0,1]", call(CollectiveKind::kAllGather, "first"), t0, milliseconds(50));
+  s.on_enqueue("0,1", "'shard' [0,1]", call(CollectiveKind::kAllGather, "second"), t0 + milliseconds(10),
+               milliseconds(50));
+  EXPECT_EQ(s.on_tick(t0 + milliseconds(70)).size(), 1u);  // one abort for the group, not two
+  EXPECT_NE(s.error()->find("'first'"), std::string::npos) << *s.error();
+  EXPECT_EQ(s.error()->find("'second'"), std::string::npos) << *s.error();
+}
+
+TEST(WatchdogState, FirstErrorWins) {
+  WatchdogState s(1);
+  const auto t0 = WatchdogClock::time_point{};
+  s.on_enqueue("0,1", "'shard' [0,1]", call(CollectiveKind::kAllGather, "ag"), t0, milliseconds(1000));
+  s.on_enqueue("1,3", "'replicate' [1,3]", call(CollectiveKind::kAllReduce, "ar"), t0, milliseconds(1000));
+  EXPECT_TRUE(s.on_comm_error("1,3", "unhandled system error: remote process exited", t0 + milliseconds(20)));
+  EXPECT_FALSE(s.on_comm_error("1,3", "again", t0 + milliseconds(30)));  // aborted already
+  EXPECT_EQ(s.on_tick(t0 + milliseconds(2000)).size(), 1u);  // the other group still times out...
+  const std::string& m = *s.error();                          // ...but the first error is kept
+  EXPECT_NE(m.find("all_reduce 'ar'"), std::string::npos) << m;
+  EXPECT_NE(m.find("failed after 20 ms"), std::string::npos) << m;
+  EXPECT_NE(m.find("remote process exited"), std::string::npos) << m;
+  EXPECT_NE(m.find("'replicate' [1,3]"), std::string::npos) << m;
+}
+
+TEST(WatchdogState, CommErrorWithoutCollectiveNamesTheGroup) {
+  WatchdogState s(2);
+  s.on_enqueue("0,2", "'shard' [0,2]", call(CollectiveKind::kBroadcast, "b"), {}, milliseconds(10));
+  s.on_complete(1);
+  EXPECT_TRUE(s.on_comm_error("0,2", "ncclRemoteError", WatchdogClock::time_point{} + milliseconds(5)));
+  EXPECT_NE(s.error()->find("no collective in flight"), std::string::npos) << *s.error();
+  EXPECT_NE(s.error()->find("'shard' [0,2]"), std::string::npos) << *s.error();
+}
+
+TEST(WatchdogState, MarkAbortedDropsPendingAndKeepsFirstError) {
+  WatchdogState s(0);
+  s.fail("gloo: rank 0 ... connection closed");
+  s.on_enqueue("0,1", "'shard' [0,1]", call(CollectiveKind::kAllGather, "ag"), {}, milliseconds(10));
+  s.mark_aborted("0,1");
+  EXPECT_TRUE(s.pending().empty());
+  EXPECT_TRUE(s.on_tick(WatchdogClock::time_point{} + milliseconds(100)).empty());
+  EXPECT_EQ(*s.error(), "gloo: rank 0 ... connection closed");
+}
+
+TEST(WatchdogState, RejectsNonPositiveTimeout) {
+  WatchdogState s(0);
+  EXPECT_THROW(s.on_enqueue("0", "'x' [0]", call(CollectiveKind::kBarrier, "b"), {}, milliseconds(0)), InternalError);
+}
+
+// ------------------------------------------------------------------ CollectiveCall -> NCCL
+
+TEST(NcclArgs, Datatypes) {
+  EXPECT_EQ(nccl_dtype(DType::kFloat32), ncclFloat32);
+  EXPECT_EQ(nccl_dtype(DType::kBFloat16), ncclBfloat16);
+  EXPECT_EQ(nccl_dtype(DType::kFloat16), ncclFloat16);
+  EXPECT_EQ(nccl_dtype(DType::kUInt8), ncclUint8);
+  EXPECT_EQ(nccl_dtype(DType::kInt64), ncclInt64);
+  EXPECT_TRUE(nccl_reducible(DType::kBFloat16));
+  EXPECT_FALSE(nccl_reducible(DType::kUInt8));
+}
+
+TEST(NcclArgs, BuiltinOps) {
+  EXPECT_EQ(nccl_reduction(ReduceOp::kSum, 1.0, DType::kFloat32).builtin, ncclSum);
+  EXPECT_EQ(nccl_reduction(ReduceOp::kAvg, 1.0, DType::kBFloat16).builtin, ncclAvg);
+  EXPECT_EQ(nccl_reduction(ReduceOp::kMax, 1.0, DType::kFloat16).builtin, ncclMax);
+  EXPECT_FALSE(nccl_reduction(ReduceOp::kAvg, 0.5, DType::kFloat32).premul);  // scale only for premul
+  EXPECT_THROW(nccl_reduction(ReduceOp::kSum, 1.0, DType::kInt64), InternalError);
+}
+
+TEST(NcclArgs, PremulSumScalarInTheReductionDtype) {
+  const NcclReduction f = nccl_reduction(ReduceOp::kPremulSum, 0.25, DType::kFloat32);
+  ASSERT_TRUE(f.premul);
+  ASSERT_EQ(f.scalar_bytes, 4u);
+  float fv = 0;
+  std::memcpy(&fv, f.scalar.data(), 4);
+  EXPECT_EQ(fv, 0.25f);
+
+  const NcclReduction b = nccl_reduction(ReduceOp::kPremulSum, 1.0 / 3.0, DType::kBFloat16);
+  ASSERT_TRUE(b.premul);
+  ASSERT_EQ(b.scalar_bytes, 2u);
+  uint16_t bv = 0;
+  std::memcpy(&bv, b.scalar.data(), 2);
+  EXPECT_EQ(bv, float_to_bf16(1.0f / 3.0f));
+  EXPECT_NEAR(bf16_to_float(bv), 1.0 / 3.0, 1.0 / 256);
+
+  const NcclReduction h = nccl_reduction(ReduceOp::kPremulSum, 0.125, DType::kFloat16);
+  uint16_t hv = 0;
+  std::memcpy(&hv, h.scalar.data(), 2);
+  EXPECT_EQ(fp16_to_float(hv), 0.125f);
+  // A scale of one is a plain sum: no per-call op.
+  EXPECT_FALSE(nccl_reduction(ReduceOp::kPremulSum, 1.0, DType::kBFloat16).premul);
+}
+
+TensorRef ref(DType dt, int64_t n) {
+  TensorRef r;
+  r.buffer_id = 1;
+  r.meta.dtype = dt;
+  r.meta.shape = {n};
+  return r;
+}
+
+TEST(CollectiveArgs, CountsFollowTheCpuBackend) {
+  CollectiveCall ag;
+  ag.kind = CollectiveKind::kAllGather;
+  ag.name = "layers.0 all_gather";
+  ag.input = ref(DType::kBFloat16, 10);
+  ag.output = ref(DType::kBFloat16, 40);
+  const CollectiveArgs a = decode_collective(ag, nullptr, nullptr, 4);
+  EXPECT_EQ(a.count, 10u);
+  EXPECT_EQ(a.input_bytes(4), 20u);
+  EXPECT_EQ(a.output_bytes(4), 80u);
+
+  CollectiveCall rs;
+  rs.kind = CollectiveKind::kReduceScatter;
+  rs.op = ReduceOp::kPremulSum;
+  rs.scale = 0.5;
+  rs.input = ref(DType::kFloat32, 40);
+  rs.output = ref(DType::kFloat32, 10);
+  const CollectiveArgs r = decode_collective(rs, nullptr, nullptr, 4);
+  EXPECT_EQ(r.count, 10u);
+  EXPECT_EQ(r.input_bytes(4), 160u);
+  EXPECT_EQ(r.output_bytes(4), 40u);
+  EXPECT_TRUE(r.info().has_op);
+  EXPECT_EQ(r.info().op, ReduceOp::kPremulSum);
+  EXPECT_DOUBLE_EQ(r.scale, 0.5);
+
+  rs.input = ref(DType::kFloat32, 41);
+  EXPECT_THROW(decode_collective(rs, nullptr, nullptr, 4), InternalError);
+  CollectiveCall b;
+  b.kind = CollectiveKind::kBroadcast;
+  b.root = 4;
+  b.input = b.output = ref(DType::kInt64, 3);
+  EXPECT_THROW(decode_collective(b, nullptr, nullptr, 4), InternalError);
+  b.root = 3;
+  EXPECT_EQ(decode_collective(b, nullptr, nullptr, 4).info().root, 3);
+}
+
+// ------------------------------------------------------------------ unique id keys
+
+TEST(NcclUniqueId, KeysNameInstanceGroupAndGeneration) {
+  ProcessGroup g{"shard", {0, 2, 4}};
+  EXPECT_EQ(nccl_unique_id_key("default", g, 0), "nccl/default/0,2,4#0/unique_id");
+  ProcessGroup other{"replicate", {0, 1}};
+  EXPECT_NE(nccl_unique_id_key("default", g, 0), nccl_unique_id_key("default", other, 0));
+  EXPECT_NE(nccl_unique_id_key("default", g, 0), nccl_unique_id_key("default", g, 1));
+  EXPECT_NE(nccl_unique_id_key("a", g, 0), nccl_unique_id_key("b", g, 0));
+}
+
+TEST(NcclUniqueId, GenerationsCountPerStoreRankAndGroup) {
+  auto s1 = std::make_shared<::gloo::rendezvous::HashStore>();
+  auto s2 = std::make_shared<::gloo::rendezvous::HashStore>();
+  ProcessGroup g{"shard", {0, 1}};
+  EXPECT_EQ(next_unique_id_generation(s1, 0, "i", g), 0);
+  EXPECT_EQ(next_unique_id_generation(s1, 0, "i", g), 1);
+  EXPECT_EQ(next_unique_id_generation(s1, 1, "i", g), 0);  // another rank counts its own
+  EXPECT_EQ(next_unique_id_generation(s2, 0, "i", g), 0);  // another store starts over
+}
+
+TEST(NcclUniqueId, ExchangeThroughTheStore) {
+  ::gloo::rendezvous::HashStore store;
+  ncclUniqueId id;
+  for (size_t i = 0; i < sizeof id.internal; ++i) id.internal[i] = static_cast<char>(i * 7);
+  exchange_unique_id(store, "k", true, id, milliseconds(100), "rank 0", 0);
+  const ncclUniqueId got = exchange_unique_id(store, "k", false, ncclUniqueId{}, milliseconds(100), "rank 1", 0);
+  EXPECT_EQ(std::memcmp(&got, &id, sizeof id), 0);
+  try {
+    exchange_unique_id(store, "missing", false, ncclUniqueId{}, milliseconds(50), "nccl: rank 1", 0);
+    FAIL() << "expected a CollectiveError";
+  } catch (const gloo_backend::CollectiveError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("nccl: rank 1"), std::string::npos) << m;
+    EXPECT_NE(m.find("'missing'"), std::string::npos) << m;
+    EXPECT_NE(m.find("rank 0"), std::string::npos) << m;
+  }
+  store.set("short", std::vector<char>(3));
+  EXPECT_THROW(exchange_unique_id(store, "short", false, ncclUniqueId{}, milliseconds(50), "r", 0),
+               gloo_backend::CollectiveError);
+}
+
+// ------------------------------------------------------------------ streams, granules, transport
+
+TEST(StreamPriority, CommunicationStreamsHighAsFsdp2) {
+  // H100's range: least 0, greatest -5.
+  EXPECT_EQ(stream_priority(StreamRole::kAllGather, 0, -5), -1);
+  EXPECT_EQ(stream_priority(StreamRole::kAllGatherCopyIn, 0, -5), -1);
+  EXPECT_EQ(stream_priority(StreamRole::kReduceScatter, 0, -5), -1);
+  EXPECT_EQ(stream_priority(StreamRole::kAllReduce, 0, -5), 0);  // FSDP2: normal priority
+  EXPECT_EQ(stream_priority(StreamRole::kDefault, 0, -5), 0);
+  EXPECT_EQ(stream_priority(StreamRole::kHostToDevice, 0, -5), 0);
+  // A device without priorities (range [0, 0]) clamps to 0.
+  EXPECT_EQ(stream_priority(StreamRole::kAllGather, 0, 0), 0);
+}
+
+TEST(VmmGranularity, PagesAreWholeGranules) {
+  constexpr uint64_t MiB = 1 << 20;
+  EXPECT_EQ(round_up_to_granule(1, 2 * MiB), 2 * MiB);
+  EXPECT_EQ(round_up_to_granule(20 * MiB, 2 * MiB), 20 * MiB);
+  EXPECT_TRUE(is_granule_aligned(40 * MiB, 20 * MiB, 2 * MiB));
+  EXPECT_FALSE(is_granule_aligned(MiB, 2 * MiB, 2 * MiB));
+  EXPECT_FALSE(is_granule_aligned(0, 0, 2 * MiB));
+  EXPECT_NO_THROW(check_expandable_granularity(2 * MiB, "H100"));
+  EXPECT_NO_THROW(check_expandable_granularity(64 * 1024, "small"));
+  try {
+    check_expandable_granularity(4 * MiB, "Future GPU");
+    FAIL() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.where(), "hardware.allocator.expandable_segments");
+    EXPECT_NE(std::string(e.what()).find("4194304"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CollectiveTransport, DefaultNcclGlooWhenRanksShareAGpu) {
+  EXPECT_EQ(choose_transport(std::nullopt, 8, 8, "--collectives").transport, CollectiveTransport::kNccl);
+  const TransportChoice shared = choose_transport(std::nullopt, 2, 1, "--collectives");
+  EXPECT_EQ(shared.transport, CollectiveTransport::kGloo);
+  EXPECT_NE(shared.reason.find("2 local ranks on 1 visible GPU"), std::string::npos) << shared.reason;
+  EXPECT_EQ(choose_transport(CollectiveTransport::kGloo, 1, 1, "x").transport, CollectiveTransport::kGloo);
+  try {
+    choose_transport(CollectiveTransport::kNccl, 2, 1, "--collectives");
+    FAIL() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.where(), "--collectives");
+  }
+  EXPECT_EQ(parse_transport("gloo", "x"), CollectiveTransport::kGloo);
+  EXPECT_THROW(parse_transport("mpi", "--collectives"), InputError);
+}
+
+TEST(DeviceProbe, LocalRankWrapsAroundSharedGpus) {
+  EXPECT_EQ(device_for_local_rank(3, 8), 3);
+  EXPECT_EQ(device_for_local_rank(1, 1), 0);
+  EXPECT_EQ(device_for_local_rank(5, 2), 1);
+  EXPECT_THROW(device_for_local_rank(0, 0), InternalError);
+  EXPECT_GE(gpu_count(), 0);  // never throws, also without a driver
+}
+
+}  // namespace
+}  // namespace fullshard::cuda
