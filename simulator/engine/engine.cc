@@ -162,7 +162,6 @@ class Engine {
         groups_(groups),
         cost_(cost),
         world_(index_world(programs, groups, options.symmetric)),
-        launch_s_(cost.launch_overhead_seconds()),
         result_(result) {
     result_.ranks.resize(programs.size());
     ranks_.resize(programs.size());
@@ -265,7 +264,7 @@ class Engine {
         case InstrType::kCollective:
         case InstrType::kRecordEvent:
         case InstrType::kWaitEvent:
-          if (is_op(in.type)) R.host_time += launch_s_;
+          if (is_op(in.type)) R.host_time += cost_.launch_seconds(in);
           t.issue = R.host_time;
           if (in.type == InstrType::kRecordEvent) R.last_record[in.event] = i;
           if (in.type == InstrType::kWaitEvent) R.ref[i] = latest_record(R, in.event);
@@ -641,7 +640,6 @@ class Engine {
   const std::vector<GroupInfo>& groups_;
   const CostModel& cost_;
   const WorldIndex world_;
-  const double launch_s_;
   EngineResult& result_;
   std::vector<RankState> ranks_;
   std::priority_queue<QItem, std::vector<QItem>, Later> queue_;
