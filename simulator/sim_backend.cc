@@ -77,6 +77,27 @@ KernelPlace SimBackend::place_of(const OpCall& op) const {
   return host_out > 0 ? KernelPlace::kHost : KernelPlace::kDevice;
 }
 
+// NOTE [Kernel shapes]: the shape the compute model prices (core/model/ops.cc puts it in
+// iargs): a linear's {M, K, N}; attention's {batch, seq, heads, kv_heads, head_dim, packed}.
+namespace {
+std::array<int64_t, 3> kernel_dims(const OpCall& op) {
+  const auto& a = op.iargs;
+  switch (op.kind) {
+    case OpKind::kLinear:
+    case OpKind::kLinearBackwardInput:
+    case OpKind::kLinearBackwardWeight:
+      if (a.size() >= 3) return {a[0], a[1], a[2]};
+      break;
+    case OpKind::kAttention:
+    case OpKind::kAttentionBackward:
+      if (a.size() >= 5) return {a[0] * a[2], a[1], a[4]};
+      break;
+    default: break;
+  }
+  return {};
+}
+}  // namespace
+
 void SimBackend::do_launch(StreamRole stream, const OpCall& op) {
   if (program_.truncated) return;
   uint32_t nm = name(op.name);
@@ -92,6 +113,7 @@ void SimBackend::do_launch(StreamRole stream, const OpCall& op) {
   }
   in.flops = op.flops;
   in.bytes = op.bytes;
+  in.dims = kernel_dims(op);
   add_accesses(in, op.inputs, op.outputs);
 }
 

@@ -106,10 +106,16 @@ const std::vector<Figure>& figures() {
       {"hbm_bandwidth", number_figure(&P::hbm_bandwidth, false, "3.35e12")},
       {"compute_capability", int_figure(&P::compute_capability, 0, 1000, "90")},
       {"matmul_efficiency", table_figure(&P::matmul_efficiency, "[[128e9, 0.95], [16e9, 0.9], [1e9, 0.6], [0, 0.1]]")},
-      {"attention_efficiency", table_figure(&P::attention_efficiency, "[[0, 0.35]]")},
+      {"matmul_small_dim", number_figure(&P::matmul_small_dim, true, "64")},
+      {"attention_efficiency", table_figure(&P::attention_efficiency, "[[8192, 0.34], [0, 0.2]]")},
+      {"attention_backward_efficiency", table_figure(&P::attention_backward_efficiency, "[[8192, 0.29], [0, 0.13]]")},
+      {"attention_head_dim_efficiency", table_figure(&P::attention_head_dim_efficiency, "[[256, 0.8], [128, 1], [64, 0.87], [0, 0.5]]")},
       {"vector_efficiency", table_figure(&P::vector_efficiency, "[[16e9, 0.95], [1e9, 0.5], [0, 0.1]]")},
       {"memory_efficiency", table_figure(&P::memory_efficiency, "[[100e6, 0.9], [10e6, 0.75], [1e6, 0.6], [0, 0.3]]")},
       {"launch_overhead_s", number_figure(&P::launch_overhead_s, true, "5e-6")},
+      {"eager_dispatch_s", number_figure(&P::eager_dispatch_s, true, "10e-6")},
+      {"kernel_gap_s", number_figure(&P::kernel_gap_s, true, "2e-6")},
+      {"sustained_clock_ratio", fraction_figure(&P::sustained_clock_ratio, false, "0.85")},
       {"overlap_slowdown_nvlink", fraction_figure(&P::overlap_slowdown_nvlink, true, "0.15")},
       {"overlap_slowdown_network", fraction_figure(&P::overlap_slowdown_network, true, "0.02")},
       {"gpus_per_node", int_figure(&P::gpus_per_node, 1, 1 << 20, "8")},
@@ -283,6 +289,9 @@ void check_hardware_profile(const HardwareProfile& p, const std::string& prefix)
   if (p.nvls && p.intra_node_link != IntraNodeLink::kNvlink)
     throw InputError(jr::child_path(prefix, "nvls"), "is true but intra_node_link is \"pcie\"",
                      "NVLS needs NVSwitch: set nvls to false or intra_node_link to \"nvlink\"");
+  if (p.sustained_clock_ratio <= 0)
+    throw InputError(jr::child_path(prefix, "sustained_clock_ratio"), "is 0",
+                     "give the sustained clock under the power limit / the measured clock, in (0, 1], e.g. 0.85");
 }
 
 std::string data_dir() {

@@ -55,11 +55,25 @@ struct HardwareProfile {
   double peak_flops_tf32 = 0;
   double hbm_bandwidth = 0;      // device memory bandwidth, bytes/s
   int compute_capability = 0;    // CUDA compute capability x 10 (90 = Hopper); 0: not a GPU
-  EfficiencyTable matmul_efficiency;     // GEMMs, by FLOPs (NOTE [Efficiency step tables])
-  EfficiencyTable attention_efficiency;  // fused (flash) attention, by FLOPs
+  // NOTE [Measured kernel efficiencies] (docs/cost-model.md, "Compute"): what measured kernels
+  // reach, not datasheet peaks.
+  // GEMMs, by FLOPs: the fraction of peak a well-shaped product of that size reaches (the best
+  // measured bf16 GEMM); the shape model below scales it down for shapes that fill the GPU
+  // badly: d / (d + matmul_small_dim) for each of M, N, K.
+  EfficiencyTable matmul_efficiency;
+  double matmul_small_dim = 0;           // d0 in d / (d + d0): a GEMM dimension's efficiency factor
+  // Causal flash attention (head dim 128), by sequence length: forward and backward.
+  EfficiencyTable attention_efficiency;           // forward
+  EfficiencyTable attention_backward_efficiency;  // backward
+  EfficiencyTable attention_head_dim_efficiency;  // multiplier by head dim (1 at 128)
   EfficiencyTable vector_efficiency;     // non-matmul FLOPs on CUDA cores, by FLOPs
   EfficiencyTable memory_efficiency;     // device-memory traffic, by bytes
-  double launch_overhead_s = 0;          // host seconds per kernel / collective launch
+  double launch_overhead_s = 0;          // host seconds per kernel / collective launch (CUDA)
+  double eager_dispatch_s = 0;           // host seconds PyTorch eager spends per op before the launch
+  double kernel_gap_s = 0;               // device seconds between dependent kernels (launch latency)
+  // Sustained tensor-core clock under this deployment's power limit / the clock at which the
+  // efficiencies were measured (1: the part's default power limit).
+  double sustained_clock_ratio = 1;
   // Fraction of a compute kernel's throughput lost while a collective runs beside it on the
   // same device (NCCL's kernels take SMs and memory bandwidth): intra-node and inter-node.
   double overlap_slowdown_nvlink = 0;

@@ -113,10 +113,21 @@ double predict(const HardwareProfile& p, const CollectiveSample& s) {
   return nccl::choose(nccl::platform_from(p), g, s.func, s.bytes).time_us * 1e-6;
 }
 
+Instr kernel_of(const KernelSample& s) {
+  Instr in;
+  in.type = InstrType::kKernel;
+  in.op = s.op == OpClass::kMatmul      ? OpKind::kLinear
+          : s.op == OpClass::kAttention ? (s.backward ? OpKind::kAttentionBackward : OpKind::kAttention)
+                                        : OpKind::kAdd;
+  in.dtype = s.dtype;
+  in.flops = s.flops;
+  in.bytes = s.bytes;
+  in.dims = s.dims;
+  return in;
+}
+
 double predict(const HardwareProfile& p, const KernelSample& s) {
-  const OpKind kind = s.op == OpClass::kMatmul ? OpKind::kLinear : s.op == OpClass::kAttention ? OpKind::kAttention
-                                                                                                 : OpKind::kAdd;
-  return ComputeModel(p, {}).device_seconds(kind, s.dtype, s.flops, s.bytes);
+  return ComputeModel(p, {}).device_seconds(kernel_of(s));
 }
 
 CalibrationInput parse_calibration_input(const json& j) {
@@ -163,11 +174,22 @@ CalibrationInput parse_calibration_input(const json& j) {
       const std::string P = jr::index_path("kernels", i);
       const json& o = a[i];
       jr::require_object(o, P, "{\"op\": \"matmul\", \"dtype\": \"bf16\", \"flops\": 1e12, \"bytes\": 1e8, \"time_s\": 0.0012}");
-      jr::reject_unknown_fields(o, P, {"op", "dtype", "flops", "bytes", "time_s"});
+      jr::reject_unknown_fields(o, P, {"op", "dtype", "flops", "bytes", "time_s", "m", "n", "k", "seq", "head_dim"});
       for (const char* k : {"op", "time_s"}) jr::require_field(o, P, k, "every sample gives it");
       KernelSample s;
-      const std::string op = jr::get_choice(o.at("op"), P + ".op", {"matmul", "attention", "vector"});
-      s.op = op == "matmul" ? OpClass::kMatmul : op == "attention" ? OpClass::kAttention : OpClass::kVector;
+      const std::string op =
+          jr::get_choice(o.at("op"), P + ".op", {"matmul", "attention", "attention_backward", "vector"});
+      s.op = op == "matmul" ? OpClass::kMatmul : op == "vector" ? OpClass::kVector : OpClass::kAttention;
+      s.backward = op == "attention_backward";
+      auto dim = [&](const char* key, size_t slot) {
+        if (o.contains(key))
+          s.dims[slot] = jr::get_int(o.at(key), P + "." + key, 1, int64_t{1} << 40, "4096");
+      };
+      if (s.op == OpClass::kMatmul) {
+        dim("m", 0), dim("k", 1), dim("n", 2);
+      } else {
+        dim("seq", 1), dim("head_dim", 2);
+      }
       if (o.contains("dtype")) {
         const std::string d = jr::get_choice(o.at("dtype"), P + ".dtype", {"bf16", "fp16", "fp32"});
         s.dtype = *parse_float_dtype(d);
@@ -223,21 +245,34 @@ Calibration calibrate(const HardwareProfile& start, const CalibrationInput& inpu
 
   // Kernels: each sample informs the bound it is closest to at peak (NOTE [Efficiency step
   // tables]): its achieved fraction of peak FLOP/s, or of HBM bandwidth.
+  // GEMM samples are divided by their shape factor (NOTE [GEMM shape]) and tabled by FLOPs;
+  // attention samples by their head-dim factor and the clock ratio, tabled by sequence length
+  // (forward and backward separately); the kernel gap is taken off the measured time first.
   const ComputeModel peaks(start, {});
-  std::vector<std::pair<double, double>> mm, attn, vec, mem;
+  std::vector<std::pair<double, double>> mm, attn, attn_bwd, vec, mem;
   for (const auto& s : input.kernels) {
-    const OpKind kind = s.op == OpClass::kMatmul ? OpKind::kLinear : s.op == OpClass::kAttention ? OpKind::kAttention : OpKind::kAdd;
-    const double peak = peaks.peak_flops(op_class(kind), s.dtype);
+    const Instr k = kernel_of(s);
+    const double peak = peaks.peak_flops(op_class(k.op), s.dtype);
+    const double t = std::max(s.time_s - p.kernel_gap_s, 1e-3 * s.time_s);
     const double compute_ideal = s.flops / peak, memory_ideal = s.bytes / p.hbm_bandwidth;
     if (compute_ideal >= memory_ideal) {
-      auto& bucket = s.op == OpClass::kMatmul ? mm : s.op == OpClass::kAttention ? attn : vec;
-      bucket.emplace_back(s.flops, compute_ideal / s.time_s);
+      const double achieved = compute_ideal / t;
+      if (s.op == OpClass::kMatmul) {
+        mm.emplace_back(s.flops, achieved / (peaks.matmul_shape_factor(s.dims) * p.sustained_clock_ratio));
+      } else if (s.op == OpClass::kAttention) {
+        const double hd = s.dims[2] > 0 ? static_cast<double>(s.dims[2]) : 128.0;
+        const double e = achieved / (p.attention_head_dim_efficiency.at(hd) * p.sustained_clock_ratio);
+        (s.backward ? attn_bwd : attn).emplace_back(static_cast<double>(s.dims[1]), e);
+      } else {
+        vec.emplace_back(s.flops, achieved);
+      }
     } else {
-      mem.emplace_back(s.bytes, memory_ideal / s.time_s);
+      mem.emplace_back(s.bytes, memory_ideal / t);
     }
   }
   if (fit_table(p.matmul_efficiency, mm)) c.fitted.push_back("matmul_efficiency");
   if (fit_table(p.attention_efficiency, attn)) c.fitted.push_back("attention_efficiency");
+  if (fit_table(p.attention_backward_efficiency, attn_bwd)) c.fitted.push_back("attention_backward_efficiency");
   if (fit_table(p.vector_efficiency, vec)) c.fitted.push_back("vector_efficiency");
   if (fit_table(p.memory_efficiency, mem)) c.fitted.push_back("memory_efficiency");
 

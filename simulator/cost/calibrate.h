@@ -2,6 +2,8 @@
 // Calibration: fit a hardware profile's time-model figures to measured timings (nccl-tests
 // results, kernel timings) so the simulator predicts *this* cluster. docs/cost-model.md
 // ("Calibration") describes the method; `fullshard calibrate` is the CLI.
+#include <array>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -26,7 +28,11 @@ struct CollectiveSample {
 // One device-kernel measurement.
 struct KernelSample {
   OpClass op = OpClass::kMatmul;
+  bool backward = false;  // "attention_backward"
   DType dtype = DType::kBFloat16;
+  // Shape (NOTE [Kernel shapes]): a GEMM's {M, K, N} ("m", "k", "n"); attention's
+  // {0, seq, head_dim} ("seq", "head_dim"); zeros when not given.
+  std::array<int64_t, 3> dims{};
   double flops = 0;
   double bytes = 0;
   double time_s = 0;

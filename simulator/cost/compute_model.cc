@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "simulator/cost/eager_kernels.h"
+
 namespace fullshard::sim {
 
 OpClass op_class(OpKind k) {
@@ -26,17 +28,50 @@ double ComputeModel::peak_flops(OpClass c, DType dtype) const {
   }
 }
 
-double ComputeModel::device_seconds(OpKind kind, DType dtype, double flops, double bytes) const {
-  const OpClass c = op_class(kind);
-  double compute = 0, memory = 0;
-  if (flops > 0) {
-    const EfficiencyTable& eff = c == OpClass::kMatmul      ? hw_.matmul_efficiency
-                                 : c == OpClass::kAttention ? hw_.attention_efficiency
-                                                            : hw_.vector_efficiency;
-    compute = flops / (peak_flops(c, dtype) * eff.at(flops));
+// NOTE [GEMM shape]: a dimension d of a product fills the GPU's tiles in proportion to
+// d / (d + d0): a dimension far above the tile width costs nothing, one of d0 elements halves
+// the throughput (partly filled tiles, fewer blocks than SMs, a short K loop that cannot hide
+// its prologue). The three products of a linear (forward, grad input, grad weight) share M, N
+// and K and differ in which one is reduced; with no published measurement of the difference
+// they are priced alike, and tools/measure times all three for `fullshard calibrate`.
+double ComputeModel::matmul_shape_factor(const std::array<int64_t, 3>& dims) const {
+  const double d0 = hw_.matmul_small_dim;
+  if (d0 <= 0) return 1.0;
+  double f = 1.0;
+  for (int64_t d : dims)
+    if (d > 0) f *= static_cast<double>(d) / (static_cast<double>(d) + d0);
+  return f;
+}
+
+double ComputeModel::compute_efficiency(const Instr& k) const {
+  switch (op_class(k.op)) {
+    case OpClass::kMatmul:
+      return hw_.matmul_efficiency.at(k.flops) * matmul_shape_factor(k.dims) * hw_.sustained_clock_ratio;
+    case OpClass::kAttention: {
+      const EfficiencyTable& t =
+          k.op == OpKind::kAttentionBackward ? hw_.attention_backward_efficiency : hw_.attention_efficiency;
+      const double seq = static_cast<double>(k.dims[1]);
+      const double head_dim = k.dims[2] > 0 ? static_cast<double>(k.dims[2]) : 128.0;
+      return t.at(seq) * hw_.attention_head_dim_efficiency.at(head_dim) * hw_.sustained_clock_ratio;
+    }
+    case OpClass::kVector: return hw_.vector_efficiency.at(k.flops);
   }
-  if (bytes > 0) memory = bytes / (hw_.hbm_bandwidth * hw_.memory_efficiency.at(bytes));
-  return std::max(compute, memory);
+  return 1.0;
+}
+
+int ComputeModel::eager_kernel_count(const Instr& k) const {
+  if (hw_.compute_capability == 0 || k.place != KernelPlace::kDevice) return 1;
+  return eager_kernels(k.op).kernels;
+}
+
+double ComputeModel::device_seconds(const Instr& k) const {
+  const bool gpu = hw_.compute_capability > 0;
+  const EagerKernels eager = gpu ? eager_kernels(k.op) : EagerKernels{};
+  double compute = 0, memory = 0;
+  if (k.flops > 0) compute = k.flops / (peak_flops(op_class(k.op), k.dtype) * compute_efficiency(k));
+  const double traffic = k.bytes * eager.traffic;
+  if (traffic > 0) memory = traffic / (hw_.hbm_bandwidth * hw_.memory_efficiency.at(traffic / eager.kernels));
+  return std::max(compute, memory) + eager.kernels * hw_.kernel_gap_s;
 }
 
 double ComputeModel::copy_seconds(double transfer_bytes) const {
@@ -56,12 +91,16 @@ double ComputeModel::host_seconds(double flops, double bytes) const {
 
 double ComputeModel::kernel_seconds(const Instr& k) const {
   switch (k.place) {
-    case KernelPlace::kDevice: return device_seconds(k.op, k.dtype, k.flops, k.bytes);
+    case KernelPlace::kDevice: return device_seconds(k);
     case KernelPlace::kHost: return host_seconds(k.flops, k.bytes);
     case KernelPlace::kHostToDevice:
     case KernelPlace::kDeviceToHost: return copy_seconds(k.bytes / 2);
   }
   return 0;
+}
+
+double ComputeModel::launch_seconds(const Instr& k) const {
+  return eager_kernel_count(k) * (hw_.eager_dispatch_s + hw_.launch_overhead_s);
 }
 
 }  // namespace fullshard::sim

@@ -1,8 +1,10 @@
 #pragma once
-// What one kernel costs: a roofline per op with Calculon-style efficiency step tables,
-// copies over the host link for CPU offload (pinned or pageable), and CPU work (the offloaded
-// optimizer step) on the host's cores. Every coefficient is a hardware-profile figure
-// (docs/cost-model.md, "Compute"). Pure: no state besides the profile.
+// What one kernel costs, from measured kernel efficiencies (NOTE [Measured kernel efficiencies]
+// in core/scenario/hardware_profile.h; docs/cost-model.md, "Compute"): GEMMs by size and shape,
+// flash attention by sequence length, head dim and direction, eager elementwise chains at their
+// kernel counts and traffic, a device-side gap per kernel and host-side dispatch per launch;
+// copies over the host link for CPU offload; CPU work on the host's cores. Every coefficient is
+// a hardware-profile figure. Pure: no state besides the profile.
 #include "core/runtime/op.h"
 #include "core/scenario/hardware_profile.h"
 #include "core/tensor/dtype.h"
@@ -10,7 +12,7 @@
 
 namespace fullshard::sim {
 
-// Which peak and efficiency table a kernel's FLOPs use.
+// Which peak and efficiency model a kernel's FLOPs use.
 enum class OpClass : uint8_t {
   kMatmul,     // GEMMs on tensor cores (linear forward / backward)
   kAttention,  // fused (flash) attention on tensor cores
@@ -31,8 +33,16 @@ class ComputeModel {
   // fp32 matmuls run on CUDA cores (PyTorch's default torch.backends.cuda.matmul.allow_tf32 is
   // False), as do vector ops.
   double peak_flops(OpClass c, DType dtype) const;
-  // max(flops / (peak x efficiency(flops)), bytes / (hbm_bandwidth x memory_efficiency(bytes))).
-  double device_seconds(OpKind kind, DType dtype, double flops, double bytes) const;
+  // NOTE [GEMM shape]: d / (d + matmul_small_dim) for each of M, N, K (1 when dims are unknown).
+  double matmul_shape_factor(const std::array<int64_t, 3>& dims) const;
+  // Fraction of peak a kernel's FLOPs reach: matmul_efficiency(flops) x shape factor; attention
+  // by (backward) table at its sequence length x head-dim factor; vector_efficiency(flops). Each
+  // times sustained_clock_ratio for tensor-core work.
+  double compute_efficiency(const Instr& kernel) const;
+  // A device kernel: max(flops / (peak x efficiency), traffic / (hbm_bandwidth x
+  // memory_efficiency(traffic / kernels))) + kernels x kernel_gap_s, where kernels and traffic
+  // follow NOTE [Eager decomposition] on a GPU (1 and the recorded bytes otherwise).
+  double device_seconds(const Instr& kernel) const;
   // bytes over the host link at the pinned or pageable copy bandwidth.
   double copy_seconds(double transfer_bytes) const;
   // CPU work on host_threads_per_rank cores (at most the rank's share of the node's cores):
@@ -41,6 +51,11 @@ class ComputeModel {
   double host_seconds(double flops, double bytes) const;
   // Dispatches on Instr::place (a kernel instruction).
   double kernel_seconds(const Instr& kernel) const;
+  // Host seconds to issue a kernel: (eager_dispatch_s + launch_overhead_s) per CUDA kernel
+  // eager PyTorch launches for it.
+  double launch_seconds(const Instr& kernel) const;
+  // CUDA kernels eager PyTorch launches for a recorded kernel (NOTE [Eager decomposition]).
+  int eager_kernel_count(const Instr& kernel) const;
 
   const HardwareProfile& hardware() const { return hw_; }
 

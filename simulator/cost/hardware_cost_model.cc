@@ -26,6 +26,12 @@ HardwareCostModel::HardwareCostModel(const HardwareProfile& hw, const ClusterLay
 
 double HardwareCostModel::kernel_seconds(const Instr& kernel) const { return compute_.kernel_seconds(kernel); }
 
+double HardwareCostModel::launch_seconds(const Instr& op) const {
+  if (op.type == InstrType::kKernel) return compute_.launch_seconds(op);
+  const HardwareProfile& hw = compute_.hardware();
+  return hw.launch_overhead_s + hw.eager_dispatch_s;
+}
+
 const HardwareCostModel::GroupEntry& HardwareCostModel::entry(const GroupInfo& group) const {
   auto it = cache_.find(&group);
   const int first = group.ranks.empty() ? -1 : group.ranks.front();

@@ -21,6 +21,9 @@ class HardwareCostModel final : public CostModel {
   double kernel_seconds(const Instr& kernel) const override;
   double collective_seconds(const Instr& collective, const GroupInfo& group) const override;
   double launch_overhead_seconds() const override { return compute_.hardware().launch_overhead_s; }
+  // Kernels: the compute model's dispatch + launches (eager PyTorch); collectives: one launch
+  // plus the framework's dispatch.
+  double launch_seconds(const Instr& op) const override;
   // The (algorithm, protocol) NCCL's tuner picks, e.g. {"ring", "simple"}.
   CollectiveChoice collective_choice(const Instr& collective, const GroupInfo& group) const override;
   // Link class 0 for a group inside one node, 1 across nodes; compute slowdown

@@ -37,6 +37,9 @@ class CostModel {
   virtual double collective_seconds(const Instr& collective, const GroupInfo& group) const = 0;
   // Host seconds one kernel or collective launch costs (records/waits are free).
   virtual double launch_overhead_seconds() const = 0;
+  // Host seconds the host spends issuing this kernel or collective (a framework's dispatch and
+  // every CUDA launch behind it). The default: launch_overhead_seconds().
+  virtual double launch_seconds(const Instr& op) const { return launch_overhead_seconds(); }
   // NOTE [Collective load]. The default: none (collectives neither share links nor slow
   // compute, and every duration is the cost model's alone).
   virtual CollectiveLoad collective_load(const Instr& collective, const GroupInfo& group) const {

@@ -30,6 +30,20 @@ namespace fullshard::sim {
 //    in checks.cc) is one collective: it starts when the last present member has it ready
 //    at the head of its stream and ends at start + duration on every member (the longest of
 //    the members' costs, which agree unless the programs mismatch).
+//  - NOTE [Communicator order]: a group's collectives run one at a time, in the order the
+//    host issued them, whatever stream each was issued on: a collective cannot start on a
+//    member before that member's previous collective on the same group has ended. NCCL does
+//    this per communicator: ncclLaunchPrepare (NVIDIA/nccl src/enqueue.cc) makes the launch
+//    stream wait on the communicator's internal strong stream
+//    (ncclStreamWaitStream(launchStream, comm->sharedRes->deviceStream)) before the kernel
+//    launch, and ncclLaunchFinish advances that strong stream to the launch's finished event
+//    (ncclStreamAdvanceToEvent(deviceStream, finishedEvent)); src/group.cc doLaunches runs
+//    that prepare / launch / finish sequence for every communicator of a group call. So an
+//    FSDP2 all-gather prefetch issued on the all-gather stream after a reduce-scatter of the
+//    same process group on the reduce-scatter stream queues behind it; collectives of
+//    different groups (HSDP's shard and replicate groups) still overlap and share links.
+//    Issue order per member is the matching order (NOTE [Collective matching]), so this never
+//    makes a program hang that CUDA + NCCL would run.
 //  - NOTE [Rates]: a kernel or collective is work (the cost model's seconds) done at a rate.
 //    A device kernel runs at its rank's speed (EngineOptions::speed) x (1 - the summed
 //    compute_slowdown of the collectives running on that rank, at most kMaxSlowdown); a
@@ -148,7 +162,6 @@ class Engine {
         groups_(groups),
         cost_(cost),
         world_(index_world(programs, groups, options.symmetric)),
-        launch_s_(cost.launch_overhead_seconds()),
         result_(result) {
     result_.ranks.resize(programs.size());
     ranks_.resize(programs.size());
@@ -251,7 +264,7 @@ class Engine {
         case InstrType::kCollective:
         case InstrType::kRecordEvent:
         case InstrType::kWaitEvent:
-          if (is_op(in.type)) R.host_time += launch_s_;
+          if (is_op(in.type)) R.host_time += cost_.launch_seconds(in);
           t.issue = R.host_time;
           if (in.type == InstrType::kRecordEvent) R.last_record[in.event] = i;
           if (in.type == InstrType::kWaitEvent) R.ref[i] = latest_record(R, in.event);
@@ -348,6 +361,11 @@ class Engine {
           }
           break;
         case InstrType::kCollective:
+          // NOTE [Communicator order]: queued behind the previous collective on its group.
+          if (const uint32_t j = previous_on_group(r, i); j != kNone && times[j].end == kNotRun) {
+            add_waiter(R, j, s);
+            return;
+          }
           arrive(r, s, i, now);
           continue;  // either started alone (in_collective) or waits for the other members
         default: FULLSHARD_CHECK(false, "host instruction on a stream queue");
@@ -355,6 +373,13 @@ class Engine {
       t.start = now;
       finish(r, s, i, now);
     }
+  }
+
+  // The collective this rank issued on the same group just before instruction i, or kNone.
+  uint32_t previous_on_group(uint32_t r, uint32_t i) const {
+    const uint32_t seq = world_.collective_seq[r][i];
+    if (seq == 0) return kNone;
+    return world_.collectives[r][programs_[r].instrs[i].group][seq - 1];
   }
 
   double kernel_rate(const RankState& R, int s) const {
@@ -544,6 +569,16 @@ class Engine {
     const int s = static_cast<int>(p.instrs[k].stream);
     const uint32_t h = R.queue[s][R.head[s]];
     const Instr& hi = p.instrs[h];
+    if (hi.type == InstrType::kCollective && !R.in_collective[s]) {
+      if (const uint32_t j = previous_on_group(m, h); j != kNone && R.times->at(j).end == kNotRun) {
+        const Instr& prev = p.instrs[j];
+        return fmt::format(
+            "is blocked: its {} stream's {} #{} is queued behind {} #{} on the same communicator "
+            "(group {}), which never completes",
+            sname(s), describe_collective(p, hi), world_.collective_seq[m][h],
+            describe_collective(p, prev), world_.collective_seq[m][j], group_str(groups_[hi.group]));
+      }
+    }
     if (hi.type == InstrType::kCollective) {
       return fmt::format("is blocked: its {} stream is stuck in {} #{} on group {}", sname(s),
                          describe_collective(p, hi), world_.collective_seq[m][h],
@@ -605,7 +640,6 @@ class Engine {
   const std::vector<GroupInfo>& groups_;
   const CostModel& cost_;
   const WorldIndex world_;
-  const double launch_s_;
   EngineResult& result_;
   std::vector<RankState> ranks_;
   std::priority_queue<QItem, std::vector<QItem>, Later> queue_;

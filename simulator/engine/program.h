@@ -1,6 +1,7 @@
 #pragma once
 // What one rank's host program issued, as the simulator recorded it: a flat list of
 // instructions in host order. The event engine plays the programs of all ranks together.
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -50,6 +51,10 @@ struct Instr {
   KernelPlace place = KernelPlace::kDevice;
   double flops = 0;
   double bytes = 0;
+  // Kernel shape for the compute model (NOTE [Kernel shapes] in simulator/cost/compute_model.h):
+  // linear ops {M, K, N} of the forward product; attention {batch x heads, seq, head_dim};
+  // zeros otherwise.
+  std::array<int64_t, 3> dims{};
   // Collective description (kCollective only).
   CollectiveKind coll = CollectiveKind::kAllGather;
   ReduceOp reduce = ReduceOp::kSum;

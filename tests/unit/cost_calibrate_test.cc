@@ -24,12 +24,12 @@ CalibrationInput samples_from(const HardwareProfile& truth) {
       }
     }
   for (double flops : {2e9, 20e9, 200e9}) {
-    KernelSample k{OpClass::kMatmul, DType::kBFloat16, flops, 1e6, 0};
+    KernelSample k{OpClass::kMatmul, false, DType::kBFloat16, {}, flops, 1e6, 0};
     k.time_s = predict(truth, k);
     in.kernels.push_back(k);
   }
   for (double bytes : {5e6, 50e6, 500e6}) {
-    KernelSample k{OpClass::kVector, DType::kBFloat16, 1e3, bytes, 0};
+    KernelSample k{OpClass::kVector, false, DType::kBFloat16, {}, 1e3, bytes, 0};
     k.time_s = predict(truth, k);
     in.kernels.push_back(k);
   }
@@ -37,7 +37,9 @@ CalibrationInput samples_from(const HardwareProfile& truth) {
 }
 
 TEST(Calibrate, RecoversAKnownProfile) {
-  const HardwareProfile stock = load_hardware_profile("h100");
+  // The shipped H100 GEMM table has one row; start from a stepped one so rows can be fitted.
+  HardwareProfile stock = load_hardware_profile("h100");
+  stock.matmul_efficiency.rows = {{128e9, 0.9}, {16e9, 0.9}, {1e9, 0.9}, {0, 0.1}};
   HardwareProfile truth = stock;
   truth.intra_node_bus_bandwidth = 300e9;
   truth.nvls_efficiency = 0.7;

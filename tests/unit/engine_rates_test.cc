@@ -31,13 +31,16 @@ class LoadCost final : public CostModel {
   bool share_;
 };
 
+// Group 0 "shard" and group 2 "other" are distinct communicators on link 0 (NOTE
+// [Communicator order]: collectives of one group never run at once); group 1 "net" is link 1.
 std::vector<GroupInfo> groups(int world) {
-  GroupInfo shard{"shard", {}}, net{"net", {}};
+  GroupInfo shard{"shard", {}}, net{"net", {}}, other{"other", {}};
   for (int r = 0; r < world; ++r) {
     shard.ranks.push_back(r);
     net.ranks.push_back(r);
+    other.ranks.push_back(r);
   }
-  return {shard, net};
+  return {shard, net, other};
 }
 
 TEST(EngineRates, ComputeSlowsWhileACollectiveRuns) {
@@ -56,11 +59,11 @@ TEST(EngineRates, ComputeSlowsWhileACollectiveRuns) {
 }
 
 TEST(EngineRates, CollectivesOnOneLinkShareIt) {
-  // 2 s and 1 s on link 0 at once: both at half rate until the short one ends at t = 2 (1 s of
-  // the long one done), then the long one alone: ends at 3.
+  // 2 s and 1 s on link 0 at once (two communicators): both at half rate until the short one
+  // ends at t = 2 (1 s of the long one done), then the long one alone: ends at 3.
   ProgramBuilder b;
   b.collective(S::kAllGather, "ag", CollectiveKind::kAllGather, 0, 2000);
-  b.collective(S::kReduceScatter, "rs", CollectiveKind::kReduceScatter, 0, 1000);
+  b.collective(S::kReduceScatter, "rs", CollectiveKind::kReduceScatter, 2, 1000);
   const EngineResult r = simulate({b.build()}, groups(1), LoadCost(0));
   ASSERT_TRUE(r.ok()) << testing::all_messages(r.problems);
   EXPECT_EQ(r.ranks[0].times[0].end, 3);

@@ -50,7 +50,8 @@ TEST(HardwareProfileFigures, EveryShippedProfileCitesEveryFigure) {
     EXPECT_LE(p.network_bus_bandwidth, p.network_bandwidth);  // NCCL never beats the line rate
     EXPECT_LE(p.pageable_copy_bandwidth, p.pinned_copy_bandwidth);
     EXPECT_LE(p.pinned_copy_bandwidth, p.pcie_bandwidth);
-    for (const EfficiencyTable* t : {&p.matmul_efficiency, &p.attention_efficiency, &p.vector_efficiency,
+    for (const EfficiencyTable* t : {&p.matmul_efficiency, &p.attention_efficiency, &p.attention_backward_efficiency,
+                                     &p.attention_head_dim_efficiency, &p.vector_efficiency,
                                      &p.memory_efficiency}) {
       ASSERT_FALSE(t->rows.empty());
       EXPECT_EQ(t->rows.back().first, 0);
@@ -67,11 +68,11 @@ TEST(HardwareProfileFigures, ShippedValues) {
   EXPECT_EQ(h100.intra_node_link, IntraNodeLink::kNvlink);
   EXPECT_EQ(h100.host_cpu, HostCpu::kIntel);
   EXPECT_EQ(h100.host_link, HostLink::kPcie5);
-  EXPECT_DOUBLE_EQ(h100.matmul_efficiency.at(200e9), 0.95);
-  EXPECT_DOUBLE_EQ(h100.matmul_efficiency.at(128e9), 0.95);  // thresholds are inclusive
-  EXPECT_DOUBLE_EQ(h100.matmul_efficiency.at(127e9), 0.9);
-  EXPECT_DOUBLE_EQ(h100.matmul_efficiency.at(2e9), 0.6);
-  EXPECT_DOUBLE_EQ(h100.matmul_efficiency.at(1), 0.1);
+  EXPECT_DOUBLE_EQ(h100.matmul_efficiency.at(200e9), 0.83);
+  EXPECT_DOUBLE_EQ(h100.attention_efficiency.at(8192), 0.337);  // thresholds are inclusive
+  EXPECT_DOUBLE_EQ(h100.attention_efficiency.at(8191), 0.323);
+  EXPECT_DOUBLE_EQ(h100.attention_backward_efficiency.at(100), 0.134);
+  EXPECT_DOUBLE_EQ(h100.sustained_clock_ratio, 0.85);
   EXPECT_DOUBLE_EQ(h100.memory_efficiency.at(50e6), 0.75);
   const HardwareProfile a100 = load_hardware_profile("a100");
   EXPECT_FALSE(a100.nvls);

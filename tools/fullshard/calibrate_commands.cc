@@ -37,6 +37,7 @@ json figure_json(const HardwareProfile& p, const std::string& figure) {
   if (figure == "nvls_efficiency") return p.nvls_efficiency;
   if (figure == "matmul_efficiency") return table_json(p.matmul_efficiency);
   if (figure == "attention_efficiency") return table_json(p.attention_efficiency);
+  if (figure == "attention_backward_efficiency") return table_json(p.attention_backward_efficiency);
   if (figure == "vector_efficiency") return table_json(p.vector_efficiency);
   if (figure == "memory_efficiency") return table_json(p.memory_efficiency);
   FULLSHARD_CHECK(false, "calibrate fitted an unknown figure " + figure);
