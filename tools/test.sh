@@ -34,7 +34,7 @@ ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 900 "$@"
 # TSan: the tests whose code runs several threads (the CPU backend's streams, Gloo's
 # collectives and fault handling). tests/tsan.supp names the reports that are not ours.
 echo "== TSan: Gloo and CPU backend tests (build-tsan)"
-tsan_targets=(gloo_collectives_test gloo_faults_test gloo_multiprocess_test gloo_bandwidth_test cpu_stream_test cpu_data_test)
+tsan_targets=(gloo_collectives_test gloo_faults_test gloo_multiprocess_test gloo_bandwidth_test cpu_stream_test data_sampling_test)
 cmake -S . -B build-tsan "${san_flags[@]}" -DFULLSHARD_TSAN=ON > /dev/null
 cmake --build build-tsan -j "$jobs" --target "${tsan_targets[@]}"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/tsan.supp"

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/common/error.h"
+#include "core/common/output_file.h"
 #include "core/scenario/scenario.h"
 #include "simulator/report.h"
 #include "simulator/simulate.h"
@@ -59,8 +60,8 @@ int cmd_train(runner::LaunchOptions o, const std::string& json_out) {
   if (runner::is_worker_environment()) return runner::worker_main(o, real_backends());
   Scenario s = load_scenario_file(o.scenario_path);
   if (!json_out.empty()) {
-    std::ofstream probe(json_out, std::ios::app);
-    if (!probe) throw InputError("--json", "cannot write '" + json_out + "'", "give a writable file path");
+    refuse_output_over_input("--json", json_out, {o.scenario_path, o.metrics_path});
+    check_output_writable("--json", json_out);
     o.collect_reports = true;
   }
   const int steps = o.steps >= 0 ? o.steps : s.training.steps;
@@ -99,9 +100,7 @@ int cmd_train(runner::LaunchOptions o, const std::string& json_out) {
   }
   if (!o.metrics_path.empty()) std::cout << "  metrics written to " << o.metrics_path << "\n";
   if (!json_out.empty()) {
-    std::ofstream f(json_out);
-    f << measured_report(s, r).dump(1) << "\n";
-    if (!f) throw InputError("--json", "could not write '" + json_out + "'", "check the disk and the path");
+    write_output_file(json_out, measured_report(s, r).dump(1) + "\n", "--json");
     std::cout << "  measured report written to " << json_out << " (fullshard plot overlays it on a simulated one)\n";
   }
   return 0;
@@ -111,8 +110,8 @@ int cmd_compare(const runner::LaunchOptions& o, const std::string& json_out) {
   Scenario s = load_scenario_file(o.scenario_path);
   runner::validate_launch(o, s, real_backends().choose(o.backend, s));
   if (!json_out.empty()) {
-    std::ofstream probe(json_out, std::ios::app);
-    if (!probe) throw InputError("--json", "cannot write '" + json_out + "'", "give a writable file path");
+    refuse_output_over_input("--json", json_out, {o.scenario_path, o.metrics_path});
+    check_output_writable("--json", json_out);
   }
   std::fprintf(stderr, "simulating %s...\n", o.scenario_path.c_str());
   sim::SimulateOptions so;
@@ -160,9 +159,7 @@ int cmd_compare(const runner::LaunchOptions& o, const std::string& json_out) {
                           : "  MISMATCH: predicted and measured peaks differ (a bug: please report it)\n");
   if (!json_out.empty()) {
     nlohmann::json j{{"scenario", s.name}, {"world_size", s.world_size()}, {"equal", all_equal}, {"ranks", ranks}};
-    std::ofstream f(json_out);
-    f << j.dump(1) << "\n";
-    if (!f) throw InputError("--json", "could not write '" + json_out + "'", "check the disk and the path");
+    write_output_file(json_out, j.dump(1) + "\n", "--json");
     std::cout << "  report written to " << json_out << "\n";
   }
   return all_equal ? 0 : 1;
