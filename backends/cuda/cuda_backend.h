@@ -68,7 +68,10 @@ class CudaBackend : public Backend {
   bool has_data() const override { return true; }
   void synchronize_device() override;
   void copy_to_host(const TensorRef& ref, void* dst) override;
-  // Not measured yet (NOTE [CUDA backend measurements]).
+  // NOTE [CUDA backend measurements]: per-stream busy intervals are not measured yet (the
+  // runner then reports no compute/comm split for the step); timing events (cudaEventRecord
+  // with timing enabled around each op, read after the step's synchronize) are the planned way.
+  // clock_s() is the host's steady clock since construction (memory timeline times).
   std::optional<StreamIntervals> take_busy_intervals() override { return std::nullopt; }
   double clock_s() const override;
 
