@@ -94,8 +94,9 @@ std::unique_ptr<SegmentSource> select_device(const CudaBackendOptions& o) {
     throw InputError("--backend cuda",
                      "no GPU visible (no NVIDIA driver, no device, or CUDA_VISIBLE_DEVICES hides them all)",
                      "use --backend cpu, or run on a machine with a GPU");
-  FULLSHARD_CHECK(o.local_rank >= 0 && o.local_rank < std::max(o.local_world_size, 1),
-                  "local_rank out of range of local_world_size");
+  if (o.local_rank < 0)
+    throw InputError("LOCAL_RANK", "is " + std::to_string(o.local_rank) + ", not a device index",
+                     "set LOCAL_RANK to 0..LOCAL_WORLD_SIZE-1 (torchrun's convention)");
   const int dev = device_for_local_rank(o.local_rank, n);
   check(cudaSetDevice(dev), "cudaSetDevice", "rank " + std::to_string(o.rank) + " (device " + std::to_string(dev) + ")");
   return std::make_unique<CudaSegmentSource>(dev);
