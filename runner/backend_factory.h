@@ -34,6 +34,7 @@ struct BackendRequest {
   RankEnvironment env;
   BatchSource batches;          // kLoadBatch's data
   bool record_timeline = false;  // keep the allocator's timeline (measured reports)
+  std::string transport;         // --collectives: "" (the backend's choice), "nccl" or "gloo"
 };
 
 using BackendFactory = std::function<std::unique_ptr<Backend>(const BackendRequest&)>;

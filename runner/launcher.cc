@@ -191,6 +191,7 @@ int worker_main(const LaunchOptions& o, const BackendRegistry& backends) {
     req.env.collectives.timeout = std::chrono::seconds(o.timeout_s);
     req.env.collectives.check_fingerprints = o.check_fingerprints;
     req.batches = batch_source(s);
+    req.transport = o.collectives;
     RankOptions ro;
     ro.steps = o.steps;
     const std::string report_dir = env_or("FULLSHARD_REPORT_DIR", "");
@@ -337,6 +338,7 @@ LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backend
       std::vector<std::string> args = {"fullshard", "train", o.scenario_path, "--backend", kind.name,
                                        "--timeout", std::to_string(o.timeout_s)};
       if (o.steps >= 0) args.insert(args.end(), {"--steps", std::to_string(o.steps)});
+      if (!o.collectives.empty()) args.insert(args.end(), {"--collectives", o.collectives});
       if (o.check_fingerprints) args.push_back("--debug-collectives");
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());

@@ -17,6 +17,7 @@ namespace fullshard::runner {
 struct LaunchOptions {
   std::string scenario_path;
   std::string backend;           // --backend: a name in the registry, "" for the scenario's default
+  std::string collectives;       // --collectives (CUDA): "" auto, "nccl", or "gloo" (staged through host memory)
   int nproc = 0;                 // 0: the scenario's world size
   std::string metrics_path;      // one JSON object per step (empty: none)
   int timeout_s = 60;            // per collective

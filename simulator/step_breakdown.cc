@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <unordered_map>
+#include <utility>
 
 #include "core/common/error.h"
 #include "core/common/intervals.h"
@@ -32,7 +33,9 @@ PathKind kind_of(const Instr& in) {
 // a stream op i (t = its end or a later moment it was waited for), [start_i, t] goes to the op's
 // kind, then the walk follows what i started after: the previous op on its stream, the event a
 // wait waited for, the host that issued it late, or, for a collective that started after it
-// was ready, the late peers. Every moment of [begin, end] is counted once.
+// was ready, the collective before it on the same communicator (NOTE [Communicator order] in
+// the engine) when that ended later, else the late peers. Every moment of [begin, end] is
+// counted once.
 class Walker {
  public:
   Walker(const Program& p, const RankTiming& rt, double begin, double launch_s)
@@ -40,6 +43,8 @@ class Walker {
     const size_t n = p.instrs.size();
     prev_.assign(n, kNone);
     ref_.assign(n, kNone);
+    comm_prev_.assign(n, kNone);
+    std::unordered_map<uint32_t, uint32_t> last_on_group;
     std::array<uint32_t, kNumStreams> last{};
     last.fill(kNone);
     std::unordered_map<uint64_t, uint32_t> record;
@@ -49,6 +54,10 @@ class Walker {
       if (on_stream(in.type)) {
         prev_[i] = last[static_cast<size_t>(s)];
         last[static_cast<size_t>(s)] = i;
+      }
+      if (in.type == InstrType::kCollective) {
+        auto [it, added] = last_on_group.emplace(in.group, i);
+        if (!added) comm_prev_[i] = std::exchange(it->second, i);
       }
       if (in.type == InstrType::kRecordEvent) record[in.event] = i;
       if (in.type == InstrType::kWaitEvent || (in.type == InstrType::kSynchronize && in.event != 0)) {
@@ -106,6 +115,15 @@ class Walker {
         k = ref_[k];  // a record ends with the work before it on its stream
         continue;
       }
+      if (in.type == InstrType::kCollective && comm_prev_[k] != kNone && t_[comm_prev_[k]].end != kNotRun &&
+          t_[comm_prev_[k]].end > ready && (prev == kNone || t_[comm_prev_[k]].end >= prev_end)) {
+        // Queued behind the previous collective of its communicator, issued on another stream.
+        const uint32_t c = comm_prev_[k];
+        if (t_[c].end < t) add(PathKind::kPeerWait, t_[c].end, t);  // peers late after the queue cleared
+        t = std::min(t, t_[c].end);
+        k = c;
+        continue;
+      }
       if (in.type == InstrType::kCollective && tm.start > ready) {
         add(PathKind::kPeerWait, ready, t);
         t = std::min(t, ready);
@@ -133,7 +151,7 @@ class Walker {
   const std::vector<InstrTime>& t_;
   double begin_;
   double launch_s_;
-  std::vector<uint32_t> prev_, ref_;
+  std::vector<uint32_t> prev_, ref_, comm_prev_;
   std::array<double, kNumPathKinds> out_{};
 };
 

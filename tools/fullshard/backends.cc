@@ -1,6 +1,9 @@
 #include "tools/fullshard/backends.h"
 
 #include "backends/cpu/cpu_backend.h"
+#ifdef FULLSHARD_HAVE_CUDA
+#include "backends/cuda/cuda_backend.h"
+#endif
 
 namespace fullshard::cli {
 namespace {
@@ -18,9 +21,32 @@ std::unique_ptr<Backend> make_cpu(const runner::BackendRequest& r) {
   return std::make_unique<cpu::CpuBackend>(std::move(o));
 }
 
+#ifdef FULLSHARD_HAVE_CUDA
+std::unique_ptr<Backend> make_cuda(const runner::BackendRequest& r) {
+  cuda::CudaBackendOptions o;
+  o.rank = r.env.rank;
+  o.world_size = r.env.world_size;
+  o.local_rank = r.env.local_rank;
+  o.local_world_size = r.env.local_world_size;
+  o.allocator = r.scenario->hardware.allocator;
+  o.store = r.env.store;
+  o.hostname = r.env.hostname;
+  o.collectives = r.env.collectives;
+  o.batches = r.batches;
+  o.record_timeline = r.record_timeline;
+  o.transport = r.transport;
+  o.transport_where = "--collectives";
+  return std::make_unique<cuda::CudaBackend>(std::move(o));
+}
+#endif
+
 runner::BackendRegistry build() {
   runner::BackendRegistry reg;
   reg.add({"cpu", "CPU processes, collectives over Gloo's TCP transport", make_cpu, [] { return -1; }});
+#ifdef FULLSHARD_HAVE_CUDA
+  reg.add({"cuda", "one GPU per rank (LOCAL_RANK), CUDA streams, cuBLASLt, NCCL", make_cuda,
+           [] { return cuda::visible_gpu_count(); }});
+#endif
   return reg;
 }
 

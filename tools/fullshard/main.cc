@@ -120,6 +120,10 @@ int main(int argc, char** argv) {
     c->add_option("--backend", lo.backend,
                   "cpu (CPU processes over Gloo; 'gloo' is an alias) or cuda (one GPU per rank, NCCL); default: "
                   "cpu for the 'cpu' hardware profile, cuda for GPU profiles");
+    c->add_option("--collectives", lo.collectives,
+                  "CUDA backend: nccl (one GPU per rank) or gloo (staged through pinned host memory; ranks may "
+                  "share a GPU); default: nccl, gloo when ranks outnumber the GPUs")
+        ->check(CLI::IsMember({"nccl", "gloo"}));
     c->add_option("--nproc", lo.nproc, "worker processes (default: the scenario's world size)");
     c->add_option("--steps", lo.steps, "optimizer steps (default: training.steps)");
     c->add_option("--timeout", lo.timeout_s, "seconds a collective may wait for its peers (default 60)");
