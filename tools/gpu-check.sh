@@ -45,6 +45,7 @@ P
   mkdir -p "$pack/bin" "$pack/lib"
   cp "$build/bin/fullshard" "$pack/bin/"
   for t in "${targets[@]}"; do cp "$build/bin/$t" "$pack/bin/"; done
+  strip --strip-debug "$pack"/bin/*
   # name<TAB>binary<TAB>args... of each GPU test (paths inside the build tree are not used).
   python3 - "$tests_json" > "$pack/tests.tsv" <<'P'
 import json, os, sys
@@ -59,7 +60,9 @@ P
           grep -v -E '/(libc|libm|libpthread|libdl|librt|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|libcuda|libnvidia|libcublas|libnccl|libcudart' || true)"
   for l in $libs; do cp -L "$l" "$pack/lib/"; done
   # gfortran and friends that OpenBLAS pulls in indirectly are covered by ldd above.
-  du -sh "$pack" | awk '{print "gpu-check: packed " $1 " into '"$pack"'"}'
+  # One compressed file travels well (the device tool carries at most 64 MiB); `run` unpacks it.
+  tar -C "$(dirname "$pack")" -cJf "$pack.tar.xz" "$(basename "$pack")"
+  echo "gpu-check: packed $(du -sh "$pack" | cut -f1) into $pack ($(du -h "$pack.tar.xz" | cut -f1) as $pack.tar.xz)"
 }
 
 cuda_lib_path() {
@@ -79,6 +82,9 @@ record() { summary+=("$(printf '%-6s %s' "$1" "$2")"); }
 
 do_run() {
   cd "$root"
+  if [ ! -x "$pack/bin/fullshard" ] && [ -f "$pack.tar.xz" ]; then
+    tar -C "$(dirname "$pack")" -xJf "$pack.tar.xz"
+  fi
   [ -x "$pack/bin/fullshard" ] || { echo "gpu-check: no packed binaries in $pack (run: tools/gpu-check.sh pack)" >&2; exit 2; }
   local cudalibs
   cudalibs="$(cuda_lib_path)"
