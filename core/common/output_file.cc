@@ -23,7 +23,8 @@ namespace {
 // temporary paths live in fixed buffers (no allocation) and the handler only unlink()s them.
 constexpr int kSlots = 32;
 constexpr size_t kPathMax = 4096;
-std::array<std::atomic<bool>, kSlots> g_used{};
+std::array<std::atomic<bool>, kSlots> g_claimed{};  // owned by an OutputFile
+std::array<std::atomic<bool>, kSlots> g_used{};     // published: the handler may unlink it
 std::array<std::array<char, kPathMax>, kSlots> g_paths{};
 struct sigaction g_previous[2];
 std::atomic<bool> g_installed{false};
@@ -33,8 +34,7 @@ int register_temp(const std::string& path) {
   for (int i = 0; i < kSlots; ++i) {
     bool expected = false;
     // Claim the slot, fill it, then publish it: the handler reads only published slots.
-    static std::array<std::atomic<bool>, kSlots> claimed{};
-    if (!claimed[static_cast<size_t>(i)].compare_exchange_strong(expected, true)) continue;
+    if (!g_claimed[static_cast<size_t>(i)].compare_exchange_strong(expected, true)) continue;
     std::memcpy(g_paths[static_cast<size_t>(i)].data(), path.c_str(), path.size() + 1);
     g_used[static_cast<size_t>(i)].store(true, std::memory_order_release);
     return i;
@@ -45,7 +45,7 @@ int register_temp(const std::string& path) {
 void unregister_temp(int slot) {
   if (slot < 0) return;
   g_used[static_cast<size_t>(slot)].store(false, std::memory_order_release);
-  // The slot stays claimed: reusing it while a handler might read it is not worth the race.
+  g_claimed[static_cast<size_t>(slot)].store(false, std::memory_order_release);
 }
 
 void on_signal(int sig) {

@@ -245,6 +245,7 @@ TEST_F(Output, SigtermRemovesTemporaryFiles) {
     if (pid == 0) {
       signal(sig, SIG_DFL);
       install_output_cleanup_on_signals();
+      for (int i = 0; i < 100; ++i) OutputFile discarded(path("d.json"), "-o");  // slots are reused
       OutputFile a(path("r.json"), "--json");
       OutputFile b(path("other.json"), "--trace");
       a.write("partial");
