@@ -27,9 +27,9 @@ do_pack() {
   cd "$root"
   source tools/deps.sh
   fullshard_install_deps
-  local build="$root/build-gpu"
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-} > /dev/null
-  grep -q "FULLSHARD_HAVE_CUDA:INTERNAL=ON\|fullshard_cuda" "$build/CMakeCache.txt" ||
+  local build="${FULLSHARD_GPU_BUILD:-$root/build-gpu}"  # an existing build tree may be reused
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE="${FULLSHARD_GPU_BUILD_TYPE:-Release}" ${CMAKE_ARGS:-} > /dev/null
+  cmake --build "$build" --target help | grep -q '^fullshard_cuda:' ||
     { echo "gpu-check: this machine has no nvcc/cuBLASLt/NCCL: the CUDA backend is not built" >&2; exit 2; }
   # The GPU tests, as ctest knows them (label gpu): their executables and arguments.
   local tests_json
@@ -89,7 +89,7 @@ do_run() {
   local cudalibs
   cudalibs="$(cuda_lib_path)"
   export LD_LIBRARY_PATH="$pack/lib:${cudalibs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  export FULLSHARD_DATA_DIR="$root/scenarios"
+  export FULLSHARD_DATA_DIR="$root/scenarios" FULLSHARD_SOURCE_DIR="$root"
   local out="${OUT:-$root/build-gpu/results}"
   mkdir -p "$out"
   local fs="$pack/bin/fullshard"

@@ -10,6 +10,8 @@
 #include <gloo/rendezvous/hash_store.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <chrono>
 #include <cmath>
 #include <exception>
@@ -32,7 +34,10 @@ namespace {
 constexpr int kSteps = 4;
 
 Scenario load(const std::string& name, int steps) {
-  Scenario s = load_scenario_file(std::string(FULLSHARD_SOURCE_DIR) + "/scenarios/" + name);
+  // tools/gpu-check.sh runs this binary from another checkout: it sets FULLSHARD_SOURCE_DIR.
+  const char* env = std::getenv("FULLSHARD_SOURCE_DIR");
+  const std::string root = env && *env ? env : FULLSHARD_SOURCE_DIR;
+  Scenario s = load_scenario_file(root + "/scenarios/" + name);
   s.training.steps = steps;
   return s;
 }
