@@ -22,7 +22,9 @@ std::vector<float> read_f32(Backend& b, const TensorRef& ref) {
   const auto n = static_cast<size_t>(ref.meta.numel());
   std::vector<float> v(n);
   switch (ref.meta.dtype) {
-    case DType::kFloat32: std::memcpy(v.data(), bytes.data(), n * 4); break;
+    case DType::kFloat32:
+      if (n > 0) std::memcpy(v.data(), bytes.data(), n * 4);  // an empty shard has no data pointer
+      break;
     case DType::kBFloat16:
     case DType::kFloat16:
       for (size_t i = 0; i < n; ++i) {

@@ -185,7 +185,7 @@ TEST(GlooFaults, StaleStoreDirectoryIsACollectiveError) {
   std::string templ = (std::filesystem::temp_directory_path() / "fullshard-gloo-XXXXXX").string();
   const std::string dir = mkdtemp(templ.data());
   ThreadWorld w(2);
-  w.store = std::make_shared<::gloo::rendezvous::FileStore>(dir);
+  for (int r = 0; r < 2; ++r) w.rank_stores.push_back(std::make_shared<::gloo::rendezvous::FileStore>(dir));
   { auto first_job = w.make_world(short_timeout()); }
   // A second job on the same directory, through a new store object (as a new process would).
   auto store = std::make_shared<::gloo::rendezvous::FileStore>(dir);

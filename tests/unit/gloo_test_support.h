@@ -60,7 +60,8 @@ struct ThreadWorld {
       const std::function<ProcessGroup(int)>& group_of, ProcessGroupOptions options = {}) {
     std::vector<std::unique_ptr<GlooProcessGroup>> out(size);
     parallel(size, [&](int r) {
-      out[r] = std::make_unique<GlooProcessGroup>(store, devices[r], group_of(r), r, options);
+      out[r] = std::make_unique<GlooProcessGroup>(rank_stores.empty() ? store : rank_stores[r], devices[r],
+                                                  group_of(r), r, options);
     });
     return out;
   }
@@ -71,6 +72,10 @@ struct ThreadWorld {
 
   int size;
   std::shared_ptr<::gloo::rendezvous::Store> store;
+  // One store object per rank (when set): gloo's FileStore is not thread-safe (set() appends to
+  // an unguarded vector of touched files), so ranks-as-threads over a FileStore each need their
+  // own object, as separate processes have.
+  std::vector<std::shared_ptr<::gloo::rendezvous::Store>> rank_stores;
   std::vector<std::shared_ptr<::gloo::transport::Device>> devices;
 };
 
