@@ -34,10 +34,12 @@ ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 900 "$@"
 
 [ "${FULLSHARD_TEST_TSAN:-1}" = 1 ] || exit 0
 # TSan: the tests whose code runs several threads (the CPU backend's streams, Gloo's
-# collectives and fault handling). tests/tsan.supp (empty) says why nothing is suppressed.
+# collectives and fault handling, real training with thread-ranks; 20 cases per property).
+# tests/tsan.supp (empty) says why nothing is suppressed.
 echo "== TSan: Gloo and CPU backend tests (build-tsan)"
-tsan_targets=(gloo_collectives_test gloo_faults_test gloo_multiprocess_test gloo_bandwidth_test cpu_stream_test data_sampling_test)
-cmake -S . -B build-tsan "${san_flags[@]}" -DFULLSHARD_TSAN=ON > /dev/null
+tsan_targets=(gloo_collectives_test gloo_faults_test gloo_multiprocess_test gloo_bandwidth_test cpu_stream_test
+              data_sampling_test cpu_training_prop_test)
+cmake -S . -B build-tsan "${san_flags[@]}" -DFULLSHARD_TSAN=ON -DFULLSHARD_RC_MAX_SUCCESS=20 > /dev/null
 cmake --build build-tsan -j "$jobs" --target "${tsan_targets[@]}"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/tsan.supp"
-ctest --test-dir build-tsan --output-on-failure -j "$jobs" --timeout 900 -R '^(Gloo|StreamWorker|ParamInit|TextCorpus)' "$@"
+ctest --test-dir build-tsan --output-on-failure -j "$jobs" --timeout 900 -R '^(Gloo|StreamWorker|ParamInit|TextCorpus|RealTraining)' "$@"

@@ -4,27 +4,14 @@
 #include <utility>
 
 #include <fmt/format.h>
-#include <gloo/rendezvous/prefix_store.h>
 
 #include "backends/cpu/kernels/dtype_io.h"
 #include "backends/cpu/kernels/kernels.h"
-#include "core/data/param_init.h"
+#include "backends/gloo/rendezvous.h"
 #include "core/common/error.h"
+#include "core/data/param_init.h"
 
 namespace fullshard::cpu {
-namespace {
-
-// A PrefixStore that keeps its underlying store alive.
-class OwningPrefixStore : public ::gloo::rendezvous::PrefixStore {
- public:
-  OwningPrefixStore(const std::string& prefix, std::shared_ptr<::gloo::rendezvous::Store> s)
-      : PrefixStore(prefix, *s), keep_(std::move(s)) {}
-
- private:
-  std::shared_ptr<::gloo::rendezvous::Store> keep_;
-};
-
-}  // namespace
 
 CpuBackend::CpuBackend(CpuBackendOptions options)
     : Backend(options.rank, options.world_size, options.allocator, std::make_unique<HostSegmentSource>(),
@@ -155,7 +142,7 @@ gloo_backend::GlooProcessGroup& CpuBackend::process_group(const ProcessGroup& g,
   if (it != groups_.end()) return *it->second;
   FULLSHARD_CHECK(g.size() == 1 || (options_.store && options_.device),
                   "a collective over several ranks needs a rendezvous store and a device");
-  auto store = std::make_shared<OwningPrefixStore>(key, options_.store);
+  auto store = gloo_backend::make_prefix_store(key, options_.store);
   auto pg = std::make_unique<gloo_backend::GlooProcessGroup>(store, options_.device, g, rank(), options_.collectives);
   return *groups_.emplace(key, std::move(pg)).first->second;
 }

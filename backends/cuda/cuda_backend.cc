@@ -6,7 +6,6 @@
 #include <stdexcept>
 #include <utility>
 
-#include <gloo/rendezvous/prefix_store.h>
 
 #include "backends/cpu/kernels/dtype_io.h"
 #include "backends/cpu/kernels/kernels.h"
@@ -20,6 +19,7 @@
 #include "backends/cuda/staged_gloo_process_group.h"
 #include "backends/cuda/stream_set.h"
 #include "backends/cuda/watchdog.h"
+#include "backends/gloo/rendezvous.h"
 #include "core/common/error.h"
 #include "core/data/param_init.h"
 #include "core/tensor/float_convert.h"
@@ -52,16 +52,6 @@ struct HostFailure {
 };
 
 namespace {
-
-// A PrefixStore that keeps its underlying store alive.
-class OwningPrefixStore : public ::gloo::rendezvous::PrefixStore {
- public:
-  OwningPrefixStore(const std::string& prefix, std::shared_ptr<::gloo::rendezvous::Store> s)
-      : PrefixStore(prefix, *s), keep_(std::move(s)) {}
-
- private:
-  std::shared_ptr<::gloo::rendezvous::Store> keep_;
-};
 
 std::string describe(const OpCall& op) { return "op '" + op.name + "' (" + op_kind_name(op.kind) + ")"; }
 
@@ -362,7 +352,7 @@ DeviceProcessGroup& CudaBackend::staged_group(const ProcessGroup& g, StreamRole 
   if (g.size() > 1) {
     FULLSHARD_CHECK(options_.store != nullptr, "a staged Gloo group of several ranks needs a rendezvous store");
     if (!gloo_device_) gloo_device_ = gloo_backend::make_tcp_device(options_.hostname);
-    store = std::make_shared<OwningPrefixStore>(key, options_.store);
+    store = gloo_backend::make_prefix_store(key, options_.store);
   }
   CollectiveWatchdog* wd = watchdog_.get();
   auto pg = std::make_unique<StagedGlooProcessGroup>(store, gloo_device_, g, rank(), device_, options_.collectives,

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cctype>
 #include <system_error>
+#include <utility>
 
 #include "backends/gloo/ring.h"
 
@@ -105,6 +106,24 @@ int peer_named_in(const std::string& gloo_message, const std::vector<std::string
     }
   }
   return -1;
+}
+
+namespace {
+
+class OwningPrefixStore : public ::gloo::rendezvous::PrefixStore {
+ public:
+  OwningPrefixStore(const std::string& prefix, std::shared_ptr<::gloo::rendezvous::Store> s)
+      : PrefixStore(prefix, *s), keep_(std::move(s)) {}
+
+ private:
+  std::shared_ptr<::gloo::rendezvous::Store> keep_;
+};
+
+}  // namespace
+
+std::shared_ptr<::gloo::rendezvous::Store> make_prefix_store(const std::string& prefix,
+                                                             std::shared_ptr<::gloo::rendezvous::Store> store) {
+  return std::make_shared<OwningPrefixStore>(prefix, std::move(store));
 }
 
 }  // namespace fullshard::gloo_backend

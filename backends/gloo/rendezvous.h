@@ -33,6 +33,11 @@ Connection connect_group(::gloo::rendezvous::Store& store, const std::string& pr
                          std::shared_ptr<::gloo::transport::Device> device, int rank, int size,
                          std::chrono::milliseconds timeout);
 
+// A view of `store` whose keys all start with `prefix` (gloo's PrefixStore) that keeps `store`
+// alive for as long as it lives (a process group holds its store by shared_ptr).
+std::shared_ptr<::gloo::rendezvous::Store> make_prefix_store(const std::string& prefix,
+                                                             std::shared_ptr<::gloo::rendezvous::Store> store);
+
 // The group rank whose address appears in a gloo message, or -1.
 int peer_named_in(const std::string& gloo_message, const std::vector<std::string>& peer_addresses);
 

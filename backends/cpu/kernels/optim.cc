@@ -4,6 +4,7 @@
 
 #include "backends/cpu/kernels/dtype_io.h"
 #include "backends/cpu/kernels/kernel_impl.h"
+#include "core/runtime/adamw_args.h"
 
 namespace fullshard::cpu::detail {
 
@@ -68,30 +69,13 @@ void clip_grad_scale(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 }
 
 void adamw(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  // inputs (p, g, m, v) per parameter; outputs (p, m, v[, denom]) per parameter, the
-  // denominator only when iargs[0] == 0 (foreach: exp_avg_sq_sqrt); fargs = lr, beta1,
-  // beta2, eps, weight_decay, step.
-  FULLSHARD_CHECK(op.fargs.size() >= 6, where(op) + "needs fargs = {lr, beta1, beta2, eps, weight_decay, step}");
-  const bool fused = !op.iargs.empty() && op.iargs[0] != 0;
-  const size_t per_out = fused ? 3 : 4;
-  FULLSHARD_CHECK(op.inputs.size() % 4 == 0 && op.outputs.size() == op.inputs.size() / 4 * per_out,
-                  where(op) + "expects 4 inputs and " + std::to_string(per_out) + " outputs per parameter");
-  const double lr = op.fargs[0], beta1 = op.fargs[1], beta2 = op.fargs[2], eps = op.fargs[3], wd = op.fargs[4];
-  const double step = op.fargs[5];
-  FULLSHARD_CHECK(step >= 1, where(op) + "step must be >= 1");
-  // Host-side scalars (Python floats in torch), then fp32 per-element math.
-  const double bc1 = 1.0 - std::pow(beta1, step), bc2 = 1.0 - std::pow(beta2, step);
-  const float decay = static_cast<float>(1.0 - lr * wd);
-  const float w1 = static_cast<float>(1.0 - beta1), b2 = static_cast<float>(beta2), w2 = static_cast<float>(1.0 - beta2);
-  const float neg_step_size = static_cast<float>(-(lr / bc1));
-  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2)), epsf = static_cast<float>(eps);
-  for (size_t k = 0; k < op.inputs.size() / 4; ++k) {
-    const size_t i = 4 * k, o = per_out * k;
+  const AdamWArgs a = decode_adamw(op);  // layout and host scalars: core/runtime/adamw_args.h
+  const float decay = a.decay, w1 = a.one_minus_beta1, b2 = a.beta2, w2 = a.one_minus_beta2;
+  const float neg_step_size = a.neg_step_size, bc2_sqrt = a.bias_correction2_sqrt, epsf = a.eps;
+  const bool fused = a.fused;
+  for (size_t k = 0; k < a.params; ++k) {
+    const size_t i = 4 * k, o = a.outputs_per_param * k;
     const int64_t n = in_meta(op, i).numel();
-    for (size_t t = 1; t < 4; ++t)
-      FULLSHARD_CHECK(in_meta(op, i + t).numel() == n, where(op) + "parameter " + std::to_string(k) + ": sizes differ");
-    for (size_t t = 0; t < per_out; ++t)
-      FULLSHARD_CHECK(out_meta(op, o + t).numel() == n, where(op) + "parameter " + std::to_string(k) + ": sizes differ");
     float p[kChunk], g[kChunk], m[kChunk], v[kChunk];
     for (int64_t c = 0; c < n; c += kChunk) {
       const int64_t len = std::min(kChunk, n - c);

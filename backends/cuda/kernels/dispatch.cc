@@ -14,6 +14,7 @@
 #include "backends/cuda/kernels/launchers.h"
 #include "backends/cuda/kernels/plan.h"
 #include "core/common/error.h"
+#include "core/runtime/adamw_args.h"
 
 namespace fullshard::cuda {
 
@@ -289,30 +290,15 @@ void clip_grad_scale(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStre
 }
 
 void adamw(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
-  FULLSHARD_CHECK(op.fargs.size() >= 6, where(op) + "needs fargs = {lr, beta1, beta2, eps, weight_decay, step}");
-  const bool fused = !op.iargs.empty() && op.iargs[0] != 0;
-  const size_t per_out = fused ? 3 : 4;
-  FULLSHARD_CHECK(op.inputs.size() % 4 == 0 && op.outputs.size() == op.inputs.size() / 4 * per_out,
-                  where(op) + "expects 4 inputs and " + std::to_string(per_out) + " outputs per parameter");
-  const double lr = op.fargs[0], beta1 = op.fargs[1], beta2 = op.fargs[2], eps = op.fargs[3], wd = op.fargs[4];
-  const double step = op.fargs[5];
-  FULLSHARD_CHECK(step >= 1, where(op) + "step must be >= 1");
-  // Host scalars exactly as optim.cc computes them.
-  const double bc1 = 1.0 - std::pow(beta1, step), bc2 = 1.0 - std::pow(beta2, step);
-  launch::AdamScalars a{static_cast<float>(1.0 - lr * wd), static_cast<float>(1.0 - beta1), static_cast<float>(beta2),
-                        static_cast<float>(1.0 - beta2), static_cast<float>(-(lr / bc1)),
-                        static_cast<float>(std::sqrt(bc2)), static_cast<float>(eps)};
-  for (size_t k = 0; k < op.inputs.size() / 4; ++k) {
+  const AdamWArgs d = decode_adamw(op);  // layout, sizes and host scalars exactly as optim.cc
+  const bool fused = d.fused;
+  const size_t per_out = d.outputs_per_param;
+  launch::AdamScalars a{d.decay, d.one_minus_beta1, d.beta2, d.one_minus_beta2, d.neg_step_size,
+                        d.bias_correction2_sqrt, d.eps};
+  for (size_t k = 0; k < d.params; ++k) {
     const size_t i = 4 * k, o = per_out * k;
-    const int64_t n = op.inputs[i].meta.numel();
-    for (size_t t = 0; t < 4; ++t) {
-      FULLSHARD_CHECK(op.inputs[i + t].meta.numel() == n, where(op) + "parameter " + std::to_string(k) + ": sizes differ");
-      expect_float(op, op.inputs[i + t].meta, "AdamW operand");
-    }
-    for (size_t t = 0; t < per_out; ++t) {
-      FULLSHARD_CHECK(op.outputs[o + t].meta.numel() == n, where(op) + "parameter " + std::to_string(k) + ": sizes differ");
-      expect_float(op, op.outputs[o + t].meta, "AdamW output");
-    }
+    for (size_t t = 0; t < 4; ++t) expect_float(op, op.inputs[i + t].meta, "AdamW operand");
+    for (size_t t = 0; t < per_out; ++t) expect_float(op, op.outputs[o + t].meta, "AdamW output");
   }
   for (size_t k = 0; k < op.inputs.size() / 4; ++k) {
     const size_t i = 4 * k, o = per_out * k;
