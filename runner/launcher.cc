@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -16,14 +17,17 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 
 #include <fmt/format.h>
+#include <gloo/common/error.h>
 #include <gloo/rendezvous/file_store.h>
 #include <nlohmann/json.hpp>
 
-#include "runner/rank_runner.h"
+#include "backends/gloo/tcp_store.h"
 #include "core/common/error.h"
+#include "runner/rank_runner.h"
 #include "core/scenario/scenario.h"
 
 namespace fullshard::runner {
@@ -47,8 +51,9 @@ int env_int(const char* name) {
   const char* v = std::getenv(name);
   if (!v || !*v) throw InputError(std::string("$") + name, "is not set", "set it (torchrun-style launch)");
   char* end = nullptr;
+  errno = 0;
   long x = std::strtol(v, &end, 10);
-  if (*end != '\0' || x < 0)
+  if (*end != '\0' || x < 0 || x > std::numeric_limits<int>::max() || errno == ERANGE)
     throw InputError(std::string("$") + name, std::string("is '") + v + "'", "set a non-negative integer");
   return static_cast<int>(x);
 }
@@ -157,6 +162,39 @@ int env_int_or(const char* name, int fallback) {
   return v && *v ? env_int(name) : fallback;
 }
 
+// NOTE [Worker rendezvous]: a worker finds its peers through FULLSHARD_STORE_DIR (a directory
+// every rank shares: what the local launcher sets, or a shared file system across nodes) or,
+// as torchrun's workers do, through MASTER_ADDR/MASTER_PORT: rank 0 hosts a TCP store there
+// (backends/gloo/tcp_store.h) and every rank connects to it. The directory wins when both are
+// set. Each rank's own Gloo transport address is FULLSHARD_HOSTNAME (default loopback: on
+// several nodes set it to an address the other nodes reach).
+std::shared_ptr<::gloo::rendezvous::Store> worker_store(int rank, std::chrono::seconds timeout) {
+  const std::string dir = env_or("FULLSHARD_STORE_DIR", "");
+  if (!dir.empty()) {
+    std::filesystem::create_directories(dir);
+    return std::make_shared<::gloo::rendezvous::FileStore>(dir);
+  }
+  const std::string addr = env_or("MASTER_ADDR", "");
+  const std::string port_text = env_or("MASTER_PORT", "");
+  if (addr.empty() || port_text.empty())
+    throw InputError("$FULLSHARD_STORE_DIR", "is not set, nor are MASTER_ADDR and MASTER_PORT",
+                     "point every rank at the same (shared) empty directory, or set MASTER_ADDR/MASTER_PORT to rank "
+                     "0's address and a free port, as torchrun does");
+  const int port = env_int("MASTER_PORT");
+  if (port < 1 || port > 65535)
+    throw InputError("$MASTER_PORT", fmt::format("is {}", port), "use a TCP port in 1-65535");
+  gloo_backend::TcpStoreOptions so;
+  so.host = addr;
+  so.port = port;
+  so.is_server = rank == 0;
+  so.timeout = timeout;
+  try {
+    return std::make_shared<gloo_backend::TcpStore>(so);
+  } catch (const ::gloo::Exception& e) {
+    throw InputError("$MASTER_ADDR:$MASTER_PORT", fmt::format("is {}:{}", addr, port), e.what());
+  }
+}
+
 }  // namespace
 
 bool is_worker_environment() { return std::getenv("RANK") != nullptr && std::getenv("WORLD_SIZE") != nullptr; }
@@ -207,14 +245,7 @@ int worker_main(const LaunchOptions& o, const BackendRegistry& backends) {
         ro.fault_step = fs;
       }
     }
-    if (world > 1) {
-      const std::string dir = env_or("FULLSHARD_STORE_DIR", "");
-      if (dir.empty())
-        throw InputError("$FULLSHARD_STORE_DIR", "is not set",
-                         "point every rank at the same (shared) empty directory for the rendezvous");
-      std::filesystem::create_directories(dir);
-      req.env.store = std::make_shared<::gloo::rendezvous::FileStore>(dir);
-    }
+    if (world > 1) req.env.store = worker_store(rank, std::chrono::seconds(o.timeout_s));
     req.record_timeline = ro.timeline_points > 0;
     std::unique_ptr<Backend> backend = backend_kind.make(req);
     RankResult r = run_rank(*backend, s, ro, [&](const StepMetrics& m) {
@@ -223,10 +254,18 @@ int worker_main(const LaunchOptions& o, const BackendRegistry& backends) {
                       {"peak_reserved_bytes", m.peak_reserved_bytes}, {"compute_s", m.compute_s},
                       {"comm_s", m.comm_s}, {"exposed_comm_s", m.exposed_comm_s}, {"flops", m.flops}});
       if (fd < 0 && rank == 0)  // no launcher: rank 0 reports itself
-        std::fprintf(stderr, "  step %d: loss %.4f, %.2f s, peak allocated %llu B\n", m.step + 1, m.loss, m.seconds,
+        std::fprintf(stderr, "  step %d: rank 0 loss %.4f, %.2f s, peak allocated %llu B\n", m.step + 1, m.loss, m.seconds,
                      static_cast<unsigned long long>(m.peak_allocated_bytes));
     });
+    if (auto* tcp = dynamic_cast<gloo_backend::TcpStore*>(req.env.store.get())) {
+      // Rank 0 hosts the store: it stays up until every rank is done with it (a rank may still
+      // be connecting a group rank 0 is not in).
+      tcp->set("fullshard.done/" + std::to_string(rank), {1});
+      if (rank == 0)
+        for (int i = 1; i < world; ++i) tcp->wait({"fullshard.done/" + std::to_string(i)});
+    }
     backend.reset();
+    req.env.store.reset();
     if (!report_dir.empty()) write_rank_report(report_dir, r);
     write_line(fd, {{"type", "final"}, {"rank", rank}, {"peak_allocated_bytes", r.report.peak_allocated_bytes},
                     {"peak_reserved_bytes", r.report.peak_reserved_bytes}});
