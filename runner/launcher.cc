@@ -149,7 +149,9 @@ std::string describe_exit(int status) {
 
 // The rank's measured report (rank<N>.json), in the report format's objects.
 void write_rank_report(const std::string& dir, const RankResult& r) {
-  nlohmann::json j{{"class", rank_class_json(r.report)}, {"timeline", rank_timeline_json(r.report, r.rank)}};
+  nlohmann::json j{{"class", rank_class_json(r.report)},
+                   {"timeline", rank_timeline_json(r.report, r.rank)},
+                   {"last_step", step_breakdown_json(r.last_step, r.rank)}};
   std::filesystem::create_directories(dir);
   const std::string path = dir + "/rank" + std::to_string(r.rank) + ".json";
   std::ofstream f(path);
@@ -422,6 +424,7 @@ LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backend
           flops += x.value("flops", 0.0);
           st.compute_s = std::max(st.compute_s, x.value("compute_s", 0.0));
           st.exposed_comm_s = std::max(st.exposed_comm_s, x.value("exposed_comm_s", 0.0));
+          st.comm_s = std::max(st.comm_s, x.value("comm_s", 0.0));
           loss += l;
           tokens += x.value("tokens", 0.0);
           st.step_time_s = std::max(st.step_time_s, x.value("seconds", 0.0));
@@ -444,6 +447,7 @@ LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backend
                                     {"tokens_per_s", st.tokens_per_s},
                                     {"step_time_s", st.step_time_s},
                                     {"compute_s", st.compute_s},
+                                    {"comm_s", st.comm_s},
                                     {"exposed_comm_s", st.exposed_comm_s},
                                     {"flops_per_s", st.flops_per_s},
                                     {"peak_allocated_bytes", st.peak_allocated_bytes},

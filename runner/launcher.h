@@ -52,6 +52,7 @@ struct StepSummary {
   uint64_t peak_reserved_bytes = 0;
   double compute_s = 0;        // slowest rank's compute-stream busy time
   double exposed_comm_s = 0;   // worst rank's communication not overlapped by compute
+  double comm_s = 0;           // busiest rank's communication (union of its collective streams)
   double flops_per_s = 0;      // all ranks' kernel FLOPs / step_time_s
 };
 

@@ -1,5 +1,6 @@
 #include "runner/rank_runner.h"
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstring>
@@ -73,15 +74,6 @@ class TimelineObserver {
   std::unordered_map<uint64_t, int32_t> live_;
 };
 
-void add_stream_times(StepMetrics& m, const StreamIntervals& iv) {
-  std::vector<Interval> comm;
-  for (StreamRole role : {StreamRole::kAllGather, StreamRole::kReduceScatter, StreamRole::kAllReduce})
-    comm.insert(comm.end(), iv[static_cast<size_t>(role)].begin(), iv[static_cast<size_t>(role)].end());
-  const auto& compute = iv[static_cast<size_t>(StreamRole::kDefault)];
-  m.compute_s = covered_seconds(compute);
-  m.comm_s = covered_seconds(comm);
-  m.exposed_comm_s = uncovered_seconds(comm, compute);
-}
 
 }  // namespace
 
@@ -93,11 +85,13 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
   std::optional<TimelineObserver> observer;
   if (o.timeline_points > 0) observer.emplace(b);
   size_t events_in_steps = 0;
+  RankReport& rep = r.report;
   {
     TrainingProgram prog(b, s);
     b.synchronize_device();  // init kernels are not part of step 0
     b.take_busy_intervals();
     b.take_launched_flops();
+    b.take_collective_counts();
     const int steps = o.steps >= 0 ? o.steps : s.training.steps;
     for (int step = 0; step < steps; ++step) {
       if (o.fault != RankOptions::Fault::kNone && step == o.fault_step) {
@@ -105,6 +99,7 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
         for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
       }
       auto t0 = std::chrono::steady_clock::now();
+      const double begin_s = b.clock_s();
       StepMetrics m;
       m.step = step;
       m.loss = prog.run_step(step);
@@ -114,13 +109,28 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
       m.peak_reserved_bytes = b.memory().allocator_stats().peak_reserved_bytes;
       // run_step() ends with a host synchronize on the compute stream, which comes after every
       // other stream's work of the step (FSDP2's final waits): the intervals are the step's.
-      if (auto iv = b.take_busy_intervals()) add_stream_times(m, *iv);
+      if (auto iv = b.take_busy_intervals()) {
+        const StepBreakdown sb = measured_step_breakdown(*iv, begin_s, b.clock_s());
+        m.compute_s = sb.compute_s;
+        m.comm_s = sb.comm_s;
+        m.exposed_comm_s = sb.exposed_comm_s;
+        for (int k = 0; k < kNumStreams; ++k) rep.busy_s[k] += sb.stream_busy_s[static_cast<size_t>(k)];
+        rep.compute_s += sb.compute_s;
+        rep.comm_s += sb.comm_s;
+        rep.exposed_comm_s += sb.exposed_comm_s;
+        r.last_step = sb;
+      }
       m.flops = b.take_launched_flops();
+      const auto counts = b.take_collective_counts();
+      std::copy(counts.begin(), counts.end(), rep.collectives_per_step);
+      rep.allocated_after_step.push_back(b.memory().current().allocated_bytes);
       r.steps.push_back(m);
       if (on_step) on_step(m);
     }
     b.synchronize_device();
     events_in_steps = b.memory().timeline().size();  // teardown frees are not part of the run
+    rep.instructions = b.host_seq();                  // nor are their host-program ticks
+    rep.end_time_s = b.clock_s();                     // every stream's work is done here
     if (o.collect_params) {
       for (auto& st : prog.fsdp().states()) {
         if (!st->group) continue;
@@ -130,7 +140,6 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
     }
   }
   b.synchronize_device();
-  RankReport& rep = r.report;
   rep.ranks = {b.rank()};
   rep.representative = b.rank();
   const auto& st = b.memory().allocator_stats();
@@ -139,12 +148,8 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
   rep.allocator = st;
   rep.peak_host_bytes = b.memory().peak_host_bytes();
   rep.breakdown_at_peak = b.memory().at_peak_allocated().by_category;
-  if (!r.steps.empty()) {
-    rep.compute_s = r.steps.back().compute_s;
-    rep.comm_s = r.steps.back().comm_s;
-    rep.exposed_comm_s = r.steps.back().exposed_comm_s;
-    rep.last_step_s = r.steps.back().seconds;
-  }
+  rep.end_allocated_bytes = rep.allocated_after_step.empty() ? 0 : rep.allocated_after_step.back();
+  if (!r.steps.empty()) rep.last_step_s = r.steps.back().seconds;
   if (observer) {
     const auto& ev = b.memory().timeline();
     FULLSHARD_CHECK(ev.size() == observer->times.size(), "memory timeline and its times disagree");
@@ -167,7 +172,6 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
       }
       rep.timeline.push_back(p);
     }
-    if (!rep.timeline.empty()) rep.end_time_s = rep.timeline.back().time_s;
   }
   return r;
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/report/rank_report.h"
+#include "core/report/step_breakdown.h"
 #include "core/runtime/backend.h"
 #include "core/scenario/scenario.h"
 
@@ -47,6 +48,9 @@ struct RankResult {
   // Peaks, breakdown at the peak, memory timeline (with RankOptions::timeline_points), in
   // the report model predicted runs use; times on the backend's clock.
   RankReport report;
+  // The last step's window on the backend's clock, its streams' busy times and their split
+  // (NOTE [Measured step breakdown]); zeros when the backend measures no busy intervals.
+  StepBreakdown last_step;
   // The final parameters, unsharded view of this rank's shards: fqn -> fp32 values of the
   // rows this rank owns (with RankOptions::collect_params).
   std::vector<std::pair<std::string, std::vector<float>>> local_params;

@@ -46,17 +46,7 @@ nlohmann::json report_json(const SimulationReport& r) {
   j["model_flops_per_token"] = r.model_flops_per_token;
   j["events_processed"] = r.events_processed;
   j["time_model"] = r.time_model;
-  if (r.last_step_rank >= 0) {
-    const StepBreakdown& b = r.last_step;
-    json busy = json::object(), path = json::object();
-    for (StreamRole s : kAllStreams) busy[std::string(stream_name(s))] = b.stream_busy_s[static_cast<int>(s)];
-    for (int k = 0; k < kNumPathKinds; ++k) path[path_kind_name(static_cast<PathKind>(k))] = b.critical_path_s[static_cast<size_t>(k)];
-    j["last_step"] = {{"rank", r.last_step_rank},   {"begin_s", b.begin_s},
-                      {"end_s", b.end_s},           {"step_time_s", b.end_s - b.begin_s},
-                      {"compute_s", b.compute_s},   {"comm_s", b.comm_s},
-                      {"exposed_comm_s", b.exposed_comm_s}, {"stream_busy_s", busy},
-                      {"critical_path_s", path}};
-  }
+  if (r.last_step_rank >= 0) j["last_step"] = step_breakdown_json(r.last_step, r.last_step_rank);
   json problems = json::array();
   for (const auto& p : r.problems)
     problems.push_back({{"kind", std::string(problem_kind_name(p.kind))}, {"message", p.message},

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "core/common/error.h"
+#include "core/model/model_flops.h"
 #include "core/fsdp/shard_layout.h"
 #include "core/memory/timeline_downsample.h"
 #include "core/scenario/training_program.h"
@@ -340,10 +341,7 @@ SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& opt
   for (int r = 0; r < s.world_size(); ++r) batch += static_cast<double>(s.training.batch_for(r));
   batch /= std::max(1, s.world_size());
   const double tokens = batch * s.training.seq_len * s.training.grad_accum_steps;
-  // torchtitan's count: 6 x non-embedding params + 12 x layers x heads x head_dim x seq.
-  double embed = static_cast<double>(m.vocab_size) * m.dim;
-  rep.model_flops_per_token = 6.0 * (static_cast<double>(rep.parameters) - embed) +
-                              12.0 * m.n_layers * m.n_heads * m.head_dim() * s.training.seq_len;
+  rep.model_flops_per_token = model_flops_per_token(m, s.training.seq_len);  // torchtitan's count
   if (rep.step_time_s > 0) {
     rep.tokens_per_s_per_gpu = tokens / rep.step_time_s;
     const HardwareProfile& hw = s.hardware.device;

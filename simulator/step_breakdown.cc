@@ -157,19 +157,6 @@ class Walker {
 
 }  // namespace
 
-const char* path_kind_name(PathKind k) {
-  switch (k) {
-    case PathKind::kCompute: return "compute";
-    case PathKind::kDeviceCopy: return "device_copy";
-    case PathKind::kCommunication: return "communication";
-    case PathKind::kHostLink: return "host_link";
-    case PathKind::kCpu: return "cpu";
-    case PathKind::kLaunch: return "launch";
-    case PathKind::kPeerWait: return "peer_wait";
-  }
-  return "?";
-}
-
 StepBreakdown step_breakdown(const Program& program, const RankTiming& timing, long begin_marker,
                              long end_marker, double launch_s) {
   FULLSHARD_CHECK(end_marker >= 0 && static_cast<size_t>(end_marker) < program.instrs.size() &&

@@ -63,6 +63,7 @@ void Backend::launch(StreamRole stream, const OpCall& op) {
 
 void Backend::collective(StreamRole stream, const CollectiveCall& call, const ProcessGroup& group) {
   next_host_seq();
+  ++collective_counts_[static_cast<size_t>(call.kind)];
   do_collective(stream, call, group);
 }
 

@@ -103,6 +103,8 @@ class Backend {
   virtual double clock_s() const { return 0.0; }
   // FLOPs (as OpCall declares them) of the kernels launched since the last call; clears them.
   double take_launched_flops() { return std::exchange(launched_flops_, 0.0); }
+  // Collectives issued since the last call, by CollectiveKind; clears them.
+  std::array<int, 5> take_collective_counts() { return std::exchange(collective_counts_, {}); }
 
   // ---- annotations ----
   virtual void set_step(int step) { step_ = step; }
@@ -138,6 +140,7 @@ class Backend {
   uint64_t host_seq_ = 0;
   int step_ = 0;
   double launched_flops_ = 0;
+  std::array<int, 5> collective_counts_{};
   bool out_of_memory_ = false;  // after an OOM, frees during unwinding are not recorded
   AllocationObserver observer_;
   uint64_t next_host_seq() { return ++host_seq_; }

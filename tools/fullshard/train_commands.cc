@@ -1,12 +1,16 @@
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/common/error.h"
 #include "core/common/output_file.h"
+#include "core/model/model_flops.h"
+#include "core/report/step_breakdown.h"
 #include "core/scenario/scenario.h"
 #include "simulator/report.h"
 #include "simulator/simulate.h"
@@ -32,22 +36,44 @@ nlohmann::json measured_report(const Scenario& s, const runner::LaunchResult& r)
   rep.simulated_all_ranks = true;
   rep.parameters = parameter_count(s.model);
   rep.capacity_bytes = s.hardware.allocator.capacity_bytes;
+  rep.model_flops_per_token = model_flops_per_token(s.model, s.training.seq_len);
+  const bool low = s.fsdp.mixed_precision.param_dtype && *s.fsdp.mixed_precision.param_dtype != DType::kFloat32;
+  const double peak = low ? s.hardware.device.peak_flops_bf16 : s.hardware.device.peak_flops_fp32;
+  double hardware_flops_per_s = 0;
   if (!r.steps.empty()) {
     const auto& last = r.steps.back();
     rep.step_time_s = last.step_time_s;
-    rep.exposed_comm_s = last.exposed_comm_s;
-    rep.compute_s = last.compute_s;
     rep.tokens_per_s_per_gpu = last.tokens_per_s / rep.world_size;
-    const bool low = s.fsdp.mixed_precision.param_dtype.has_value();
-    const double peak = low ? s.hardware.device.peak_flops_bf16 : s.hardware.device.peak_flops_fp32;
-    if (peak > 0) rep.mfu = last.flops_per_s / rep.world_size / peak;
+    // As the simulator: MFU counts model FLOPs (torchtitan's count), not the kernels' FLOPs.
+    if (peak > 0) rep.mfu = rep.model_flops_per_token * rep.tokens_per_s_per_gpu / peak;
+    hardware_flops_per_s = last.flops_per_s / rep.world_size;
+    // Whole-run figures per step, worst rank, as the simulator averages them.
+    for (const auto& st : r.steps) {
+      rep.compute_s += st.compute_s / static_cast<double>(r.steps.size());
+      rep.comm_s += st.comm_s / static_cast<double>(r.steps.size());
+      rep.exposed_comm_s += st.exposed_comm_s / static_cast<double>(r.steps.size());
+    }
   }
-  for (const auto& j : r.rank_reports) rep.classes.push_back(rank_report_from_json(j.at("class"), j.at("timeline")));
+  double slowest = -1;
+  for (const auto& j : r.rank_reports) {
+    rep.classes.push_back(rank_report_from_json(j.at("class"), j.at("timeline")));
+    if (j.contains("last_step") && rep.classes.back().last_step_s > slowest) {
+      slowest = rep.classes.back().last_step_s;
+      rep.last_step = step_breakdown_from_json(j.at("last_step"));
+      rep.last_step_rank = rep.classes.back().representative;
+    }
+  }
   nlohmann::json out = sim::report_json(rep);
   out["time_model"] = r.backend == "cpu" ? "measured: CPU backend over Gloo (host wall-clock times)"
                                          : "measured: " + r.backend + " backend (host wall-clock times)";
   out["measured"] = true;
   out["backend"] = r.backend;
+  // NOTE [Measured MFU]: what the MFU divides by, and the kernels' own FLOP rate (recomputation
+  // included), so a reader can tell model efficiency from hardware efficiency.
+  out["mfu_peak_flops_per_s"] = peak;
+  out["mfu_peak"] = fmt::format("{} {} peak of hardware profile '{}'", low ? "bf16" : "fp32",
+                                low ? "peak_flops_bf16" : "peak_flops_fp32", s.hardware.device.name);
+  out["hardware_flops_per_s_per_gpu"] = hardware_flops_per_s;
   nlohmann::json losses = nlohmann::json::array();
   for (const auto& st : r.steps) losses.push_back(st.loss);
   out["loss_per_step"] = losses;
@@ -77,26 +103,24 @@ int cmd_train(runner::LaunchOptions o, const std::string& json_out) {
   if (!r.steps.empty()) {
     const auto& first = r.steps.front();
     const auto& last = r.steps.back();
-    // Steady state: every step but the first (which also pays for first-touch page faults and
-    // the process groups' connection set-up) when there is more than one.
+    // Steady state: the median step after the first (which also pays for first-touch page
+    // faults and the process groups' connection set-up); the median, not the mean, so that one
+    // slow step (a page-cache miss, another process) does not move it.
     const size_t from = r.steps.size() > 1 ? 1 : 0;
-    double time = 0, tokens = 0, exposed = 0, flops = 0;
-    for (size_t i = from; i < r.steps.size(); ++i) {
-      const auto& st = r.steps[i];
-      time += st.step_time_s;
-      tokens += st.tokens_per_s * st.step_time_s;
-      exposed += st.exposed_comm_s;
-      flops += st.flops_per_s * st.step_time_s;
-    }
+    std::vector<const runner::StepSummary*> steady;
+    for (size_t i = from; i < r.steps.size(); ++i) steady.push_back(&r.steps[i]);
+    std::sort(steady.begin(), steady.end(),
+              [](const auto* a, const auto* b) { return a->step_time_s < b->step_time_s; });
+    const runner::StepSummary& med = *steady[(steady.size() - 1) / 2];
     std::cout << fmt::format("trained {} steps in {:.1f} s: loss {:.4f} -> {:.4f}, peak allocated {}, peak reserved {} "
                              "per rank\n",
                              r.steps.size(), r.wall_s, first.loss, last.loss, sim::format_bytes(last.peak_allocated_bytes),
                              sim::format_bytes(last.peak_reserved_bytes));
-    if (time > 0)
+    if (med.step_time_s > 0)
       std::cout << fmt::format("  {}: {:.3f} s/step, {:.0f} tokens/s (all ranks), {:.1f} GFLOP/s (all ranks), exposed "
                                "communication {:.1f}% of the step\n",
-                               from == 1 ? "after the first step" : "step", time / (r.steps.size() - from), tokens / time,
-                               flops / time * 1e-9, 100.0 * exposed / time);
+                               from == 1 ? "median step after the first" : "step", med.step_time_s, med.tokens_per_s,
+                               med.flops_per_s * 1e-9, 100.0 * med.exposed_comm_s / med.step_time_s);
   }
   if (!o.metrics_path.empty()) std::cout << "  metrics written to " << o.metrics_path << "\n";
   if (!json_out.empty()) {

@@ -1,0 +1,119 @@
+#include "core/report/step_breakdown.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "core/common/error.h"
+#include "core/common/intervals.h"
+
+namespace fullshard {
+namespace {
+
+using json = nlohmann::json;
+
+std::vector<Interval> clipped(const std::vector<Interval>& v, double lo, double hi) {
+  std::vector<Interval> out;
+  for (const auto& [a, b] : v) {
+    const double s = std::max(a, lo), e = std::min(b, hi);
+    if (e > s) out.emplace_back(s, e);
+  }
+  return out;
+}
+
+std::vector<Interval> streams(const StreamIntervals& busy, std::initializer_list<StreamRole> roles, double lo,
+                              double hi) {
+  std::vector<Interval> out;
+  for (StreamRole r : roles) {
+    auto c = clipped(busy[static_cast<size_t>(r)], lo, hi);
+    out.insert(out.end(), c.begin(), c.end());
+  }
+  return out;
+}
+
+double number(const json& j, const std::string& key, const std::string& where) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number())
+    throw InputError(where + "." + key, it == j.end() ? "is missing" : "is not a number", "write a complete report");
+  return it->get<double>();
+}
+
+}  // namespace
+
+const char* path_kind_name(PathKind k) {
+  switch (k) {
+    case PathKind::kCompute: return "compute";
+    case PathKind::kDeviceCopy: return "device_copy";
+    case PathKind::kCommunication: return "communication";
+    case PathKind::kHostLink: return "host_link";
+    case PathKind::kCpu: return "cpu";
+    case PathKind::kLaunch: return "launch";
+    case PathKind::kPeerWait: return "peer_wait";
+  }
+  return "?";
+}
+
+StepBreakdown measured_step_breakdown(const StreamIntervals& busy, double begin_s, double end_s) {
+  StepBreakdown b;
+  b.begin_s = begin_s;
+  b.end_s = std::max(begin_s, end_s);
+  for (StreamRole r : kAllStreams)
+    b.stream_busy_s[static_cast<size_t>(r)] = covered_seconds(clipped(busy[static_cast<size_t>(r)], b.begin_s, b.end_s));
+  const auto compute = streams(busy, {StreamRole::kDefault}, b.begin_s, b.end_s);
+  const auto comm = streams(busy, {StreamRole::kAllGather, StreamRole::kReduceScatter, StreamRole::kAllReduce},
+                            b.begin_s, b.end_s);
+  const auto copy = streams(busy, {StreamRole::kAllGatherCopyIn}, b.begin_s, b.end_s);
+  const auto link = streams(busy, {StreamRole::kHostToDevice, StreamRole::kDeviceToHost}, b.begin_s, b.end_s);
+  b.compute_s = covered_seconds(compute);
+  b.comm_s = covered_seconds(comm);
+  b.exposed_comm_s = uncovered_seconds(comm, compute);
+  // Precedence: each layer counts what the layers above it did not cover.
+  auto& path = b.critical_path_s;
+  std::vector<Interval> above = compute;
+  path[static_cast<size_t>(PathKind::kCompute)] = b.compute_s;
+  path[static_cast<size_t>(PathKind::kCommunication)] = b.exposed_comm_s;
+  above.insert(above.end(), comm.begin(), comm.end());
+  path[static_cast<size_t>(PathKind::kDeviceCopy)] = uncovered_seconds(copy, above);
+  above.insert(above.end(), copy.begin(), copy.end());
+  path[static_cast<size_t>(PathKind::kHostLink)] = uncovered_seconds(link, above);
+  above.insert(above.end(), link.begin(), link.end());
+  path[static_cast<size_t>(PathKind::kLaunch)] = (b.end_s - b.begin_s) - covered_seconds(above);
+  return b;
+}
+
+json step_breakdown_json(const StepBreakdown& b, int rank) {
+  json busy = json::object(), path = json::object();
+  for (StreamRole s : kAllStreams) busy[std::string(stream_name(s))] = b.stream_busy_s[static_cast<size_t>(s)];
+  for (int k = 0; k < kNumPathKinds; ++k)
+    path[path_kind_name(static_cast<PathKind>(k))] = b.critical_path_s[static_cast<size_t>(k)];
+  return {{"rank", rank},
+          {"begin_s", b.begin_s},
+          {"end_s", b.end_s},
+          {"step_time_s", b.end_s - b.begin_s},
+          {"compute_s", b.compute_s},
+          {"comm_s", b.comm_s},
+          {"exposed_comm_s", b.exposed_comm_s},
+          {"stream_busy_s", busy},
+          {"critical_path_s", path}};
+}
+
+StepBreakdown step_breakdown_from_json(const json& j) {
+  const std::string w = "last_step";
+  if (!j.is_object()) throw InputError(w, "is not an object", "write a complete report");
+  StepBreakdown b;
+  b.begin_s = number(j, "begin_s", w);
+  b.end_s = number(j, "end_s", w);
+  b.compute_s = number(j, "compute_s", w);
+  b.comm_s = number(j, "comm_s", w);
+  b.exposed_comm_s = number(j, "exposed_comm_s", w);
+  const json& busy = j.contains("stream_busy_s") ? j["stream_busy_s"] : json();
+  const json& path = j.contains("critical_path_s") ? j["critical_path_s"] : json();
+  for (StreamRole s : kAllStreams)
+    b.stream_busy_s[static_cast<size_t>(s)] = number(busy, std::string(stream_name(s)), w + ".stream_busy_s");
+  for (int k = 0; k < kNumPathKinds; ++k)
+    b.critical_path_s[static_cast<size_t>(k)] =
+        number(path, path_kind_name(static_cast<PathKind>(k)), w + ".critical_path_s");
+  return b;
+}
+
+}  // namespace fullshard

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Issue 14 item 2: every field of a measured report (`fullshard train --json`) is filled from the
+# real run and checked here against what is computed independently: model FLOPs from the model
+# config, the collectives, host-program instructions and allocated-after-step bytes the
+# simulator predicts for the same program, and the last step's split summing to its time.
+set -u
+bin="$1"; src="$2"
+tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
+export TMPDIR="$tmp"
+fail() { echo "FAIL: $*"; exit 1; }
+python3 - "$src/scenarios/tiny-llama-cpu2.json" "$tmp/s.json" <<'P'
+import json, sys
+s = json.load(open(sys.argv[1])); s["training"]["steps"] = 4
+# The zoo's tiny-llama, written out so that the checks below read the dims from the file.
+s["model"] = {"arch": "llama", "name": "tiny-llama-inline", "vocab_size": 256, "dim": 64, "n_layers": 2,
+              "n_heads": 4, "n_kv_heads": 2, "ffn_dim": 128, "max_seq_len": 128}
+json.dump(s, open(sys.argv[2], "w"))
+P
+"$bin" train "$tmp/s.json" --json "$tmp/real.json" > "$tmp/out" 2> "$tmp/err" || { cat "$tmp/err"; fail "train"; }
+grep -q "median step after the first:" "$tmp/out" || { cat "$tmp/out"; fail "no median step line"; }
+"$bin" simulate "$tmp/s.json" --json "$tmp/sim.json" > /dev/null 2>&1 || fail "simulate"
+python3 - "$tmp/s.json" "$tmp/real.json" "$tmp/sim.json" <<'P' || fail "measured report"
+import json, sys
+s, real, sim = (json.load(open(p)) for p in sys.argv[1:])
+m = s["model"]
+assert real["measured"] is True
+# Model FLOPs per token, torchtitan's count, from the config alone (Llama: untied output).
+D, L, V, F, H = m["dim"], m["n_layers"], m["vocab_size"], m["ffn_dim"], m["n_heads"]
+kv = m.get("n_kv_heads", H) * (D // H)
+params = V * D + L * (2 * D + D * D + 2 * kv * D + D * D + 3 * F * D) + D + V * D
+assert real["parameters"] == params, (real["parameters"], params)
+want = 6 * (params - V * D) + 12 * L * H * (D // H) * s["training"]["seq_len"]
+assert real["model_flops_per_token"] == want == sim["model_flops_per_token"], (real["model_flops_per_token"], want)
+peak = real["mfu_peak_flops_per_s"]
+assert "peak_flops_fp32" in real["mfu_peak"] and peak > 0, real["mfu_peak"]
+assert abs(real["mfu"] - want * real["tokens_per_s_per_gpu"] / peak) < 1e-12
+assert real["hardware_flops_per_s_per_gpu"] > 0
+# The same host program as the simulator's: instructions, collectives, memory after each step.
+for rc, pc in zip(real["rank_classes"], sim["rank_classes"] * len(real["rank_classes"])):
+    assert rc["instructions"] == pc["instructions"], (rc["instructions"], pc["instructions"])
+    assert rc["collectives_last_step"] == pc["collectives_last_step"], (rc["collectives_last_step"], pc["collectives_last_step"])
+    assert rc["allocated_after_step"] == pc["allocated_after_step"], (rc["allocated_after_step"], pc["allocated_after_step"])
+    busy = rc["stream_busy_s"]
+    assert busy["compute"] > 0 and busy["all_gather"] > 0 and busy["reduce_scatter"] > 0, busy
+    assert rc["comm_s"] > 0 and rc["compute_s"] > 0
+    assert rc["end_time_s"] >= rc["peak_time_s"] > 0
+# The slowest rank's last step: its split sums to its time, which is the report's step time.
+ls = real["last_step"]
+assert abs(sum(ls["critical_path_s"].values()) - ls["step_time_s"]) < 1e-9, ls
+assert abs(ls["step_time_s"] - (ls["end_s"] - ls["begin_s"])) < 1e-9
+assert ls["critical_path_s"]["compute"] > 0 and ls["comm_s"] > 0, ls
+assert abs(ls["stream_busy_s"]["compute"] - ls["compute_s"]) < 1e-12
+assert real["comm_s"] > 0 and real["compute_s"] > 0 and real["exposed_comm_s"] >= 0
+P
+echo "ok: measured report fields"
