@@ -19,9 +19,12 @@ P
 "$bin" train "$tmp/s.json" --json "$tmp/real.json" > "$tmp/out" 2> "$tmp/err" || { cat "$tmp/err"; fail "train"; }
 grep -q "median step after the first:" "$tmp/out" || { cat "$tmp/out"; fail "no median step line"; }
 "$bin" simulate "$tmp/s.json" --json "$tmp/sim.json" > /dev/null 2>&1 || fail "simulate"
-python3 - "$tmp/s.json" "$tmp/real.json" "$tmp/sim.json" <<'P' || fail "measured report"
+"$bin" --version > "$tmp/version" || fail "--version"
+grep -Eq "^fullshard [0-9.]+ \(.*(portable code|host-tuned -march=native code)" "$tmp/version" || { cat "$tmp/version"; fail "--version"; }
+python3 - "$tmp/s.json" "$tmp/real.json" "$tmp/sim.json" "$tmp/version" <<'P' || fail "measured report"
 import json, sys
-s, real, sim = (json.load(open(p)) for p in sys.argv[1:])
+s, real, sim = (json.load(open(p)) for p in sys.argv[1:4])
+assert real["build"] == open(sys.argv[4]).read().strip(), real["build"]
 m = s["model"]
 assert real["measured"] is True
 # Model FLOPs per token, torchtitan's count, from the config alone (Llama: untied output).

@@ -18,6 +18,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "core/common/build_info.h"
 #include "core/common/error.h"
 #include "core/common/output_file.h"
 #include "core/common/user_text.h"
@@ -103,6 +104,7 @@ int cmd_models(bool json) {
 
 int main(int argc, char** argv) {
   CLI::App app{"fullshard: PyTorch-FSDP2-style sharded training, simulated before it runs"};
+  app.set_version_flag("--version", fullshard::build_description());
   app.require_subcommand(1);
   std::string scenario, json_out, ranks = "classes";
   bool no_checks = false, models_json = false;

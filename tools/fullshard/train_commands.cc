@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/common/build_info.h"
 #include "core/common/error.h"
 #include "core/common/output_file.h"
 #include "core/model/model_flops.h"
@@ -67,6 +68,7 @@ nlohmann::json measured_report(const Scenario& s, const runner::LaunchResult& r)
   out["time_model"] = r.backend == "cpu" ? "measured: CPU backend over Gloo (host wall-clock times)"
                                          : "measured: " + r.backend + " backend (host wall-clock times)";
   out["measured"] = true;
+  out["build"] = build_description();  // portable or host-tuned (NOTE [Host-tuned builds])
   out["backend"] = r.backend;
   // NOTE [Measured MFU]: what the MFU divides by, and the kernels' own FLOP rate (recomputation
   // included), so a reader can tell model efficiency from hardware efficiency.
