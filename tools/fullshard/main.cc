@@ -2,6 +2,7 @@
 //   fullshard simulate SCENARIO.json [--json REPORT.json] [--ranks classes|all] [--no-checks]
 //                     [--timeline T.html|T.svg] [--trace TRACE.json]
 //   fullshard plot REPORT.json [MORE.json ...] -o OUT.html|OUT.svg [--rank R] [--title T]
+//   fullshard plot METRICS.jsonl|RUN.csv [MORE ...] -o OUT.html|OUT.svg   (training curves)
 //   fullshard train SCENARIO.json [--backend cpu|cuda] [--nproc N] [--metrics M.jsonl] [--steps K]
 //   fullshard compare SCENARIO.json [--json OUT.json]
 //   fullshard models [--json]
@@ -148,8 +149,11 @@ int main(int argc, char** argv) {
   std::vector<std::string> plot_inputs;
   std::string plot_out, plot_title;
   std::optional<int> plot_rank;
-  auto* plot = app.add_subcommand("plot", "memory timeline of report JSON files: an HTML page or a static SVG");
-  plot->add_option("reports", plot_inputs, "report JSON files (simulated or measured); several overlay")->required();
+  auto* plot = app.add_subcommand("plot", "memory timeline of report JSON files, or training curves of --metrics .jsonl / "
+                                                 "step,loss .csv files: an HTML page or a static SVG");
+  plot->add_option("reports", plot_inputs,
+                   "report JSON files (simulated or measured), or --metrics .jsonl / step,loss .csv files; several overlay")
+      ->required();
   plot->add_option("-o,--output", plot_out, "OUT.html (interactive page) or OUT.svg (static picture)")->required();
   plot->add_option("--rank", plot_rank, "show the timeline holding this rank first (HTML) or only (SVG)");
   plot->add_option("--title", plot_title, "title (default: the scenarios' names)");

@@ -1,5 +1,6 @@
 #include "tools/fullshard/plot_commands.h"
 
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 
@@ -8,6 +9,7 @@
 #include "core/common/user_text.h"
 #include "simulator/trace.h"
 #include "tools/plot/plot.h"
+#include "tools/plot/training_plot.h"
 
 namespace fullshard::cli {
 namespace {
@@ -38,6 +40,18 @@ int cmd_plot(const std::vector<std::string>& paths, const std::string& out, std:
   install_output_cleanup_on_signals();
   check_output_path("-o", out, {".html", ".svg"});
   refuse_output_over_input("-o", out, paths);
+  // NOTE [Training curves]: a --metrics .jsonl or a step,loss .csv among the inputs makes this a
+  // plot of training (loss, tokens/s, memory per step) instead of memory timelines; a .json among
+  // them is then a measured report read for its loss_per_step.
+  if (std::any_of(paths.begin(), paths.end(), plot::is_training_input)) {
+    if (rank) throw InputError("--rank", "is given for a plot of training curves", "leave --rank out (it picks a memory timeline)");
+    std::vector<plot::TrainingRun> runs;
+    for (const auto& p : paths) runs.push_back(plot::load_training_run(p));
+    const std::string t = title.empty() ? plot::default_training_title(runs) : title;
+    write_output_file(out, ends_with(out, ".svg") ? plot::render_training_svg(runs, t) : plot::render_training_html(runs, t), "-o");
+    std::cout << "training curves of " << runs.size() << " run(s) written to " << printable(out) << "\n";
+    return 0;
+  }
   std::vector<plot::Report> reports;
   for (const auto& p : paths) reports.push_back(plot::load_report(p));
   plot::PlotOptions o;
