@@ -91,8 +91,6 @@ std::optional<ModelImplementation> find_implementation_preset(const std::string&
 std::vector<std::string> unbuilt_variants(const ModelImplementation& m) {
   std::vector<std::string> v;
   if (m.loss == LossImpl::kChunked) v.push_back("loss=chunked");
-  if (m.loss == LossImpl::kBf16Logits) v.push_back("loss=bf16_logits");
-  if (m.keep_logits) v.push_back("keep_logits=true");
   if (m.rms_norm == NormImpl::kEager) v.push_back("rms_norm=eager");
   if (m.rope == RopeImpl::kComplex) v.push_back("rope=complex");
   if (m.gqa == GqaImpl::kRepeatKV) v.push_back("gqa=repeat_kv");
