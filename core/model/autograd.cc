@@ -19,9 +19,17 @@ void ExecContext::record(Node node) {
   if (graph_) graph_->add(std::move(node));
 }
 
+// NOTE [Module arguments live until the call returns]: in `self.feed_forward(self.ffn_norm(h))`
+// the norm's output is referenced by the argument tuple of nn.Module.__call__ (and by
+// forward's parameter `x`) until the call returns, post-forward hooks included: it is not
+// freed after its last use inside forward (w3), even when nothing saves it (a checkpointed
+// block's first forward). The same holds for a pre-forward hook's replacement arguments.
+// `arg` and `hooked_arg` below are those references.
 Value ExecContext::call_module(Module& m, Value x,
                                const std::function<Value(ExecContext&, Value)>& fn) {
+  const Value arg = x;
   if (hooks_) x = hooks_->pre_forward(*this, m, std::move(x));
+  const Value hooked_arg = x;
   Value y = fn(*this, std::move(x));
   if (hooks_) y = hooks_->post_forward(*this, m, std::move(y));
   return y;
@@ -73,6 +81,7 @@ Tensor Graph::backward(Backend& backend, uint64_t root, Tensor seed, uint64_t wa
     for (size_t k = 0; k < ins.size(); ++k) accumulate(backend, grads, node.inputs[k], std::move(ins[k]));
     node.backward = nullptr;  // release saved tensors now
   }
+  kept_.clear();  // NOTE [Kept until backward ends]
   if (want) {
     auto it = grads.find(want);
     if (it != grads.end()) wanted = std::move(it->second);

@@ -37,9 +37,13 @@ class Graph {
   // Runs backward from `root` seeded with `seed`; returns the gradient that reached
   // `want` (0: none wanted). Nodes are released as they run.
   Tensor backward(Backend& backend, uint64_t root, Tensor seed, uint64_t want = 0);
+  // NOTE [Kept until backward ends]: a tensor the training loop still references while
+  // backward runs (HF's model output holding the logits); freed when backward returns.
+  void keep_until_backward_ends(Tensor t) { kept_.push_back(std::move(t)); }
 
  private:
   std::vector<Node> nodes_;
+  std::vector<Tensor> kept_;
 };
 
 // Op-level selective activation checkpointing state for one checkpointed region

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "core/model/implementation.h"
+
 namespace fullshard {
 
 enum class ModelArch : uint8_t {
@@ -30,6 +32,7 @@ struct ModelConfig {
   bool tie_embeddings = false;       // output projection shares the embedding weight
   bool qkv_bias = false;             // Qwen2: bias on q/k/v projections
   bool linear_bias = false;          // GPT-2: bias on every linear, LayerNorm has bias
+  ModelImplementation implementation;  // how the model is coded (scenario model.implementation)
 
   int64_t head_dim() const { return dim / n_heads; }
 };

@@ -488,13 +488,15 @@ Value add(ExecContext& c, Value a, Value bv, const std::string& name) {
 }
 
 // ------------------------------------------------------------------ loss
-Value cross_entropy(ExecContext& c, Value logits, const Tensor& labels, const std::string& name) {
+Value cross_entropy(ExecContext& c, Value logits, const Tensor& labels, const std::string& name, bool upcast) {
   Backend& b = c.backend();
   const int64_t vocab = logits.t.shape().back();
   const int64_t rows = logits.t.numel() / vocab;
-  // .float(): a no-op (same tensor) for fp32 logits, otherwise a copy.
+  // .float(): a no-op (same tensor) for fp32 logits, otherwise a copy. Without it
+  // (loss=bf16_logits) log_softmax, nll_loss and their gradients stay in the logits' dtype.
   Value x = logits;
-  if (logits.t.dtype() != DType::kFloat32) {
+  const DType dt = upcast ? DType::kFloat32 : logits.t.dtype();
+  if (logits.t.dtype() != dt) {
     Tensor xf = cast(b, kCompute, logits.t, DType::kFloat32, MemCategory::kActivation, name + " float");
     x = result(c, xf, logits.requires_grad());
     if (c.recording() && logits.requires_grad()) {
@@ -508,7 +510,7 @@ Value cross_entropy(ExecContext& c, Value logits, const Tensor& labels, const st
     logits = Value{};  // the caller's reference is the only one left
   }
   // log_softmax saves its output.
-  Tensor lp = c.empty({DType::kFloat32, {rows, vocab}}, MemCategory::kActivation, name + " log_softmax");
+  Tensor lp = c.empty({dt, {rows, vocab}}, MemCategory::kActivation, name + " log_softmax");
   c.launch(make_op(OpKind::kLogSoftmax, name + " log_softmax", {x.t.ref()}, {lp.ref()}, 4 * el(lp)));
   Value lpv = result(c, lp, x.requires_grad());
   if (c.recording() && x.requires_grad()) {
@@ -521,8 +523,8 @@ Value cross_entropy(ExecContext& c, Value logits, const Tensor& labels, const st
   }
   x = Value{};
   // nll_loss (mean): saves the target and the total weight (a scalar).
-  Tensor loss = c.empty({DType::kFloat32, {}}, MemCategory::kActivation, name + " loss");
-  Tensor total_weight = c.empty({DType::kFloat32, {}}, MemCategory::kActivation, name + " total_weight");
+  Tensor loss = c.empty({dt, {}}, MemCategory::kActivation, name + " loss");
+  Tensor total_weight = c.empty({dt, {}}, MemCategory::kActivation, name + " total_weight");
   c.launch(make_op(OpKind::kNllLoss, name + " nll_loss", {lpv.t.ref(), labels.ref()},
                    {loss.ref(), total_weight.ref()}, static_cast<double>(rows)));
   Value out = result(c, loss, lpv.requires_grad());

@@ -54,6 +54,9 @@ Value mul(ExecContext& c, Value a, Value b, const std::string& name);
 Value add(ExecContext& c, Value a, Value b, const std::string& name);
 // F.cross_entropy(logits.float(), labels): .float() (a copy unless already fp32),
 // log_softmax (saves its fp32 output), nll_loss (mean). Returns the fp32 scalar loss.
-Value cross_entropy(ExecContext& c, Value logits, const Tensor& labels, const std::string& name);
+// upcast = false: F.cross_entropy(logits, labels) in the logits' dtype (output and total
+// weight too, as nll_loss gives them).
+Value cross_entropy(ExecContext& c, Value logits, const Tensor& labels, const std::string& name,
+                    bool upcast = true);
 
 }  // namespace fullshard::ops

@@ -166,11 +166,14 @@ Value Transformer::block_forward(ExecContext& c, Module& b, Value x, int64_t bat
 // NOTE [Loss outside the root]: as in torchtitan (pred = model(x); loss = loss_fn(pred, labels);
 // del pred), the root module returns the logits, so the root's post-forward (and its flush
 // of the last all-gather buffer) runs before the loss, its pre-backward hook fires after the
-// loss backward, and the bf16 logits stay alive until the loss is computed.
+// loss backward, and the bf16 logits stay alive until the loss is computed (with keep_logits,
+// until backward ends: NOTE [Kept until backward ends] in autograd.h).
 Value Transformer::forward(ExecContext& c, const Tensor& tokens, const Tensor& labels,
                            const std::vector<BlockCheckpoint>& block_ac) {
+  const ModelImplementation& impl = config_.implementation;
   Value logits = logits_forward(c, tokens, block_ac);
-  return ops::cross_entropy(c, logits, labels, "loss");
+  if (impl.keep_logits && c.graph()) c.graph()->keep_until_backward_ends(logits.t);
+  return ops::cross_entropy(c, logits, labels, "loss", impl.loss == LossImpl::kFp32Logits);
 }
 
 Value Transformer::logits_forward(ExecContext& c, const Tensor& tokens,

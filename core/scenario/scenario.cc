@@ -50,7 +50,9 @@ const std::map<std::string, std::vector<std::string>> kFields = {
     {"model",
      {"name", "hf_config", "arch", "vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads",
       "ffn_dim", "max_seq_len", "norm_eps", "rope_theta", "tie_embeddings", "qkv_bias",
-      "linear_bias"}},
+      "linear_bias", "implementation"}},
+    {"model.implementation",
+     {"preset", "loss", "keep_logits", "rms_norm", "rope", "gqa", "attention", "compile"}},
     {"training",
      {"batch_per_rank", "rank_batch", "seq_len", "steps", "grad_accum_steps", "activation_checkpointing",
       "optimizer", "seed"}},
@@ -146,6 +148,37 @@ std::string resolve(const std::string& base_dir, const std::string& path) {
 }
 
 // ---------------------------------------------------------------- model
+// model.implementation: a preset name, or {"preset": name, <field>: <value>, ...} (docs/ops.md).
+// A variant fullshard does not model yet is refused, never replaced by another.
+ModelImplementation parse_implementation(const json& j) {
+  const std::string P = "model.implementation";
+  const auto& names = implementation_presets();
+  auto preset = [&](const json& v, const std::string& path) {
+    return *find_implementation_preset(jr::get_choice(v, path, names));
+  };
+  ModelImplementation m;
+  if (j.is_string()) {
+    m = preset(j, P);
+  } else {
+    jr::require_object(j, P, "\"torchtitan-2024\" or {\"preset\": \"fullshard\", \"rms_norm\": \"eager\"}");
+    check_fields(j, P);
+    if (j.contains("preset")) m = preset(j.at("preset"), P + ".preset");
+    for (const auto& f : implementation_fields()) {
+      if (!j.contains(f)) continue;
+      const std::string path = jr::child_path(P, f);
+      if (f == "keep_logits") m.keep_logits = jr::get_bool(j.at(f), path);
+      else if (f == "compile") m.compile = jr::get_bool(j.at(f), path);
+      else set_implementation_value(m, f, jr::get_choice(j.at(f), path, implementation_values(f)));
+    }
+  }
+  const auto unbuilt = unbuilt_variants(m);
+  if (!unbuilt.empty())
+    throw InputError(P, "asks for " + jr::join(unbuilt, "'", " and ") + " (preset '" + m.preset +
+                            "'), which fullshard does not model yet",
+                     "override those fields with a built variant (docs/ops.md lists them), or use preset 'fullshard'");
+  return m;
+}
+
 ModelConfig zoo_model(const std::string& name, const std::string& where) {
   if (auto m = find_model(name)) return *m;
   std::vector<std::string> names;
@@ -233,6 +266,7 @@ ModelConfig parse_model(const json& j, const std::string& base_dir) {
     c.n_kv_heads = c.n_heads;  // MHA unless n_kv_heads says otherwise
   }
   apply_model_fields(j, c);
+  if (j.contains("implementation")) c.implementation = parse_implementation(j.at("implementation"));
   validate_model(c, P);
   return c;
 }

@@ -117,7 +117,8 @@ Scenario load_scenario_file(const std::string& path);  // missing file / bad JSO
 // The field names the parser accepts in each JSON object of the format, keyed by the object's
 // path with array indices dropped: "" (top level), "model", "training", "training.optimizer",
 // "training.activation_checkpointing", "fsdp", "fsdp.mesh", "fsdp.mixed_precision",
-// "fsdp.cpu_offload", "hardware", "hardware.allocator", "hardware.rank_speed", "training.rank_batch". Tests check docs/scenario.schema.json
+// "fsdp.cpu_offload", "hardware", "hardware.allocator", "hardware.rank_speed", "training.rank_batch",
+// "model.implementation". Tests check docs/scenario.schema.json
 // against it.
 const std::map<std::string, std::vector<std::string>>& scenario_fields();
 

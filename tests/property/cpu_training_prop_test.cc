@@ -97,6 +97,9 @@ RC_GTEST_PROP(RealTraining, PredictedPeakMemoryEqualsMeasured, ()) {
   RC_TAG(expandable ? "expandable segments" : "classic segments");
   json j = tiny_scenario_json(o);
   j["model"] = small_model();
+  // model.implementation's built variants (docs/ops.md, "Implementation variants").
+  j["model"]["implementation"] = {{"loss", *rc::gen::element(std::string("fp32_logits"), std::string("bf16_logits"))},
+                                  {"keep_logits", *rc::gen::arbitrary<bool>()}};
   Scenario s = parse_scenario(j);
   sim::SimulateOptions so;
   so.all_ranks = true;

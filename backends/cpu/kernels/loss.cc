@@ -62,9 +62,10 @@ void nll_loss(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   const TensorMeta &lp = in_meta(op, 0), &lab = in_meta(op, 1);
   const auto [rows, V] = rows_vocab(op, lp);
   FULLSHARD_CHECK(lab.dtype == DType::kInt64 && lab.numel() == rows, where(op) + "labels must be int64 [rows]");
+  // loss and total_weight have the log-probs' dtype, as aten's nll_loss gives them.
   FULLSHARD_CHECK(out_meta(op, 0).numel() == 1 && out_meta(op, 1).numel() == 1 &&
-                      out_meta(op, 0).dtype == DType::kFloat32 && out_meta(op, 1).dtype == DType::kFloat32,
-                  where(op) + "loss and total_weight must be fp32 scalars");
+                      is_float_dtype(out_meta(op, 0).dtype) && is_float_dtype(out_meta(op, 1).dtype),
+                  where(op) + "loss and total_weight must be float scalars");
   const int64_t* y = static_cast<const int64_t*>(in[1]);
   const int64_t ignore = ignore_index(op);
   double sum = 0;
@@ -78,9 +79,11 @@ void nll_loss(const OpCall& op, const Ptrs& in, const Ptrs& out) {
     ++count;
   }
   // Mean over non-ignored rows; 0 / 0 = NaN when every label is ignored, as in PyTorch.
-  *static_cast<float*>(out[0]) = count ? static_cast<float>(-sum / static_cast<double>(count))
-                                       : std::numeric_limits<float>::quiet_NaN();
-  *static_cast<float*>(out[1]) = static_cast<float>(count);
+  const float loss = count ? static_cast<float>(-sum / static_cast<double>(count))
+                           : std::numeric_limits<float>::quiet_NaN();
+  const float total = static_cast<float>(count);
+  store_f32(&loss, out[0], out_meta(op, 0).dtype, 0, 1);
+  store_f32(&total, out[1], out_meta(op, 1).dtype, 0, 1);
 }
 
 void nll_loss_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
@@ -88,11 +91,11 @@ void nll_loss_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   const TensorMeta &gl = in_meta(op, 0), &lab = in_meta(op, 1), &gx = out_meta(op, 0);
   const auto [rows, V] = rows_vocab(op, gx);
   FULLSHARD_CHECK(lab.dtype == DType::kInt64 && lab.numel() == rows, where(op) + "labels must be int64 [rows]");
-  FULLSHARD_CHECK(gl.numel() == 1 && in_meta(op, 2).numel() == 1 && in_meta(op, 2).dtype == DType::kFloat32,
-                  where(op) + "grad_loss and total_weight must be scalars");
-  float g;
+  FULLSHARD_CHECK(gl.numel() == 1 && in_meta(op, 2).numel() == 1 && is_float_dtype(in_meta(op, 2).dtype),
+                  where(op) + "grad_loss and total_weight must be float scalars");
+  float g, tw;
   load_f32(in[0], gl.dtype, 0, 1, &g);
-  const float tw = *static_cast<const float*>(in[2]);
+  load_f32(in[2], in_meta(op, 2).dtype, 0, 1, &tw);
   const float v = -g / tw;
   const int64_t* y = static_cast<const int64_t*>(in[1]);
   const int64_t ignore = ignore_index(op);

@@ -236,7 +236,7 @@ void nll_loss(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s)
   FULLSHARD_CHECK(lab.dtype == DType::kInt64 && lab.numel() == rows, where(op) + "labels must be int64 [rows]");
   for (size_t i = 0; i < 2; ++i)
     FULLSHARD_CHECK(op.outputs[i].meta.numel() == 1 && op.outputs[i].meta.dtype == DType::kFloat32,
-                    where(op) + "loss and total_weight must be fp32 scalars");
+                    where(op) + "loss and total_weight must be fp32 scalars (model.implementation loss=bf16_logits is not supported on the CUDA backend yet)");
   launch::nll_loss(in[0], dt_in(op, 0), static_cast<const int64_t*>(in[1]), static_cast<float*>(out[0]),
                    static_cast<float*>(out[1]), rows, V, ignore_index(op), s);
 }

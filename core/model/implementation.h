@@ -1,0 +1,74 @@
+#pragma once
+// How the model is coded: the choices of a PyTorch training script that change which eager
+// ops run, what autograd saves, the temporaries and the FLOPs and bytes, for the same
+// architecture (scenario field model.implementation; docs/ops.md, docs/scenario-format.md).
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fullshard {
+
+// The loss on the root's logits (computed outside the root module, NOTE [Loss outside the
+// root] in transformer.cc).
+enum class LossImpl : uint8_t {
+  kFp32Logits,  // F.cross_entropy(logits.float(), labels): an fp32 copy of the logits
+  kBf16Logits,  // F.cross_entropy(logits, labels): log_softmax in the logits' dtype
+  kChunked,     // a chunked / fused loss (torchtitan ChunkedLossWrapper): not built yet
+};
+
+enum class NormImpl : uint8_t {
+  kFused,  // torch._fused_rms_norm (nn.RMSNorm / F.rms_norm on PyTorch >= 2.8)
+  kEager,  // x.float(), pow(2).mean(-1), rsqrt, mul, type_as, * weight (torchtitan 2024, HF)
+};
+
+enum class RopeImpl : uint8_t {
+  kFused,       // one fused rotary kernel, rotate-half pairing, fp32 math, saves nothing
+  kComplex,     // view_as_complex(x.float()) * freqs_cis, type_as: adjacent pairs (torchtitan)
+  kRotateHalf,  // q * cos + rotate_half(q) * sin in the model dtype (HF transformers): not built yet
+};
+
+enum class GqaImpl : uint8_t {
+  kNative,    // SDPA with the kv heads as they are (flash-attn GQA / enable_gqa=True)
+  kRepeatKV,  // repeat_kv materialises k and v at the query head count before SDPA
+};
+
+enum class AttentionImpl : uint8_t {
+  kFlash,      // SDPBackend.FLASH_ATTENTION
+  kCudnn,      // SDPBackend.CUDNN_ATTENTION: not built yet
+  kEfficient,  // SDPBackend.EFFICIENT_ATTENTION: not built yet
+};
+
+struct ModelImplementation {
+  std::string preset = "fullshard";  // the preset the fields started from
+  LossImpl loss = LossImpl::kFp32Logits;
+  // The logits stay referenced until backward ends (HF: the model's output holds them).
+  bool keep_logits = false;
+  NormImpl rms_norm = NormImpl::kFused;
+  RopeImpl rope = RopeImpl::kFused;
+  GqaImpl gqa = GqaImpl::kNative;
+  AttentionImpl attention = AttentionImpl::kFlash;
+  bool compile = false;  // torch.compile of each block: not built yet
+};
+
+// The named presets, in documentation order ("fullshard" first: the default).
+const std::vector<std::string>& implementation_presets();
+// nullopt when `name` is not a preset. A preset may use variants that are not built yet:
+// unbuilt_variants() names them.
+std::optional<ModelImplementation> find_implementation_preset(const std::string& name);
+// "loss=chunked", "attention=cudnn", ... for every chosen variant fullshard does not model yet.
+std::vector<std::string> unbuilt_variants(const ModelImplementation& m);
+
+// Field names and the spellings of their values, as the scenario format writes them.
+const std::vector<std::string>& implementation_fields();  // without "preset"
+// The spellings of one enum field ("loss", "rms_norm", "rope", "gqa", "attention").
+const std::vector<std::string>& implementation_values(const std::string& field);
+// Sets enum `field` to `value`; false when `value` is not one of implementation_values(field).
+bool set_implementation_value(ModelImplementation& m, const std::string& field, const std::string& value);
+
+const char* loss_impl_name(LossImpl v);
+const char* norm_impl_name(NormImpl v);
+const char* rope_impl_name(RopeImpl v);
+const char* gqa_impl_name(GqaImpl v);
+const char* attention_impl_name(AttentionImpl v);
+
+}  // namespace fullshard

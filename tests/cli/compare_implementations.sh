@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# model.implementation on the CPU backend: tiny-llama-cpu2 (2 steps) with every preset and
+# built variant, fp32 and bf16 mixed precision, with and without full activation
+# checkpointing (which exercises NOTE [Module arguments live until the call returns]): the
+# simulator's peak allocated and reserved bytes equal what the CPU backend measures, on every
+# rank, to the byte, and the loss is finite. Presets with variants not modelled yet are
+# refused with a one-line error (exit 2) naming them.
+set -eu
+bin="$1"; src="$2"
+tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
+variant() {  # name, implementation JSON, mixed precision JSON, ac mode
+  python3 - "$src/scenarios/tiny-llama-cpu2.json" "$tmp/$1.json" "$2" "$3" "$4" <<'P'
+import json, sys
+j = json.load(open(sys.argv[1]))
+j.pop("$schema", None)
+j["model"] = {"name": "tiny-llama", "implementation": json.loads(sys.argv[3])}
+j["training"]["steps"] = 2
+j["training"]["seq_len"] = 16
+j["training"]["activation_checkpointing"] = {"mode": sys.argv[5]}
+mp = json.loads(sys.argv[4])
+if mp: j["fsdp"]["mixed_precision"] = mp
+json.dump(j, open(sys.argv[2], "w"))
+P
+}
+n=0
+for impl in '"fullshard"' '{"loss": "bf16_logits"}' '{"keep_logits": true}' \
+            '{"loss": "bf16_logits", "keep_logits": true}'; do
+  for mp in '{}' '{"param_dtype": "bf16", "reduce_dtype": "fp32"}'; do
+    for ac in none full; do
+      n=$((n + 1)); name="v$n"
+      variant "$name" "$impl" "$mp" "$ac"
+      "$bin" compare "$tmp/$name.json" --json "$tmp/$name.out.json" > "$tmp/$name.out" 2>&1 \
+        || { echo "compare failed for $impl $mp $ac"; cat "$tmp/$name.out"; exit 1; }
+      python3 - "$tmp/$name.out.json" "$impl $mp $ac" <<'P'
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c["equal"] is True and len(c["ranks"]) == c["world_size"], sys.argv[2]
+for r in c["ranks"]:
+    assert r["predicted_peak_allocated_bytes"] == r["measured_peak_allocated_bytes"], (sys.argv[2], r)
+    assert r["predicted_peak_reserved_bytes"] == r["measured_peak_reserved_bytes"], (sys.argv[2], r)
+P
+      echo "ok $impl mp=$mp ac=$ac"
+    done
+  done
+done
+# Presets that need variants fullshard does not model yet: refused, never approximated.
+for preset in torchtitan-2024 torchtitan hf-transformers; do
+  variant "p-$preset" "\"$preset\"" '{}' none
+  set +e
+  "$bin" simulate "$tmp/p-$preset.json" > "$tmp/p-$preset.out" 2>&1
+  rc=$?
+  set -e
+  [ "$rc" -eq 2 ] || { echo "preset $preset: exit $rc, expected 2"; cat "$tmp/p-$preset.out"; exit 1; }
+  [ "$(wc -l < "$tmp/p-$preset.out")" -eq 1 ] || { echo "preset $preset: not one line"; cat "$tmp/p-$preset.out"; exit 1; }
+  grep -q "model.implementation.*does not model yet" "$tmp/p-$preset.out" \
+    || { echo "preset $preset: unexpected message"; cat "$tmp/p-$preset.out"; exit 1; }
+  echo "ok $preset refused: $(cat "$tmp/p-$preset.out")"
+done
