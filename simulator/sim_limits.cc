@@ -19,12 +19,20 @@ namespace fullshard::sim {
 // part over the shipped models and policies (docs/scenario-format.md, "Limits"), with margin,
 // so the estimate is never below the recorded count (tests/unit/sim_limits_test.cc checks).
 namespace {
-constexpr uint64_t kPerLayerMicroBatch = 120;  // TBD from measurement
-constexpr uint64_t kPerMicroBatch = 200;
-constexpr uint64_t kPerLayerStep = 120;
-constexpr uint64_t kPerStep = 200;
-constexpr uint64_t kPerLayerInit = 60;
-constexpr uint64_t kInit = 200;
+// Measured (tiny models, 2 and 4 layers, 1 and 2 micro-batches, 1 and 2 steps; see
+// docs/scenario-format.md "Limits"): per layer and micro-batch 164 (units root) to 206
+// (blocks), +54 with activation checkpointing, +54 with CPU offload; per micro-batch 74-88;
+// per layer and step 9-26, +45 with CPU offload; per step 27-43; per layer at init 54-72;
+// init 19-25. The constants add margin over the largest.
+constexpr uint64_t kPerLayerMicroBatch = 230;
+constexpr uint64_t kPerLayerMicroBatchCheckpointed = 70;
+constexpr uint64_t kPerLayerMicroBatchOffloaded = 70;
+constexpr uint64_t kPerMicroBatch = 120;
+constexpr uint64_t kPerLayerStep = 40;
+constexpr uint64_t kPerLayerStepOffloaded = 60;
+constexpr uint64_t kPerStep = 80;
+constexpr uint64_t kPerLayerInit = 90;
+constexpr uint64_t kInit = 50;
 
 uint64_t sat_mul(uint64_t a, uint64_t b) { return b != 0 && a > UINT64_MAX / b ? UINT64_MAX : a * b; }
 uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
@@ -33,8 +41,13 @@ uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MA
 uint64_t estimate_program_instructions(const Scenario& s, int played_steps) {
   const uint64_t layers = static_cast<uint64_t>(std::max<int64_t>(0, s.model.n_layers));
   const uint64_t micro = static_cast<uint64_t>(std::max(1, s.training.grad_accum_steps));
-  const uint64_t per_micro = sat_add(sat_mul(layers, kPerLayerMicroBatch), kPerMicroBatch);
-  const uint64_t per_step = sat_add(sat_add(sat_mul(micro, per_micro), sat_mul(layers, kPerLayerStep)), kPerStep);
+  const bool checkpointed = s.training.activation_checkpointing.mode != CheckpointMode::kNone;
+  const bool offloaded = s.fsdp.cpu_offload;
+  const uint64_t layer_micro = kPerLayerMicroBatch + (checkpointed ? kPerLayerMicroBatchCheckpointed : 0) +
+                               (offloaded ? kPerLayerMicroBatchOffloaded : 0);
+  const uint64_t layer_step = kPerLayerStep + (offloaded ? kPerLayerStepOffloaded : 0);
+  const uint64_t per_micro = sat_add(sat_mul(layers, layer_micro), kPerMicroBatch);
+  const uint64_t per_step = sat_add(sat_add(sat_mul(micro, per_micro), sat_mul(layers, layer_step)), kPerStep);
   const uint64_t init = sat_add(sat_mul(layers, kPerLayerInit), kInit);
   return sat_add(init, sat_mul(static_cast<uint64_t>(std::max(1, played_steps)), per_step));
 }
@@ -77,6 +90,15 @@ void check_simulation_limits(const Scenario& s, int played_steps, bool all_ranks
                                  what, z.played_programs, z.played_instructions, kMaxPlayedInstructions),
                      all_ranks ? "use --ranks classes, or fewer ranks or layers (docs/scenario-format.md, \"Limits\")"
                                : "use fewer ranks, layers or micro-batches (docs/scenario-format.md, \"Limits\")");
+}
+
+bool within_simulation_limits(const Scenario& s, int played_steps, bool all_ranks) {
+  try {
+    check_simulation_limits(s, played_steps, all_ranks);
+    return true;
+  } catch (const InputError&) {
+    return false;
+  }
 }
 
 }  // namespace fullshard::sim

@@ -16,7 +16,7 @@ constexpr int64_t kMaxSimulatedLayers = 4096;
 // Host-program instructions: recorded (each allocation, access and timeline event kept) and
 // played by the event engine (all programs, every played step).
 constexpr uint64_t kMaxRecordedInstructions = 4'000'000;
-constexpr uint64_t kMaxPlayedInstructions = 40'000'000;
+constexpr uint64_t kMaxPlayedInstructions = 100'000'000;
 
 // An upper bound on one rank's recorded host-program instructions for `played_steps` steps
 // (initialisation included), from the model's layers and the micro-batches per step.
@@ -34,5 +34,6 @@ SimulationSize estimate_simulation_size(const Scenario& s, int played_steps, boo
 
 // Throws InputError when `s` played for `played_steps` steps exceeds a limit.
 void check_simulation_limits(const Scenario& s, int played_steps, bool all_ranks);
+bool within_simulation_limits(const Scenario& s, int played_steps, bool all_ranks);
 
 }  // namespace fullshard::sim

@@ -415,10 +415,11 @@ SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& opt
   for (;;) {
     Scenario p = s;
     p.training.steps = played;
-    const int more = every_step ? 0 : next_simulated_steps(played, steps);
+    // More steps only within the limits (else the run is extrapolated, marked not steady).
+    int more = every_step ? 0 : next_simulated_steps(played, steps);
+    if (more > 0 && !within_simulation_limits(s, more, opt.all_ranks)) more = 0;
     std::optional<SimulationReport> r = play_steps(p, steps, opt, more > 0);
     if (r) return std::move(*r);
-    check_simulation_limits(s, more, opt.all_ranks);
     played = more;
   }
 }
