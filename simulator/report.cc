@@ -38,6 +38,13 @@ nlohmann::json report_json(const SimulationReport& r) {
   j["ok"] = r.ok();
   j["out_of_memory"] = r.out_of_memory;
   j["step_time_s"] = r.step_time_s;
+  j["steps"] = r.steps;
+  j["simulated_steps"] = r.simulated_steps;
+  j["extrapolated_steps"] = r.extrapolated_steps;
+  j["steady_state"] = r.steady_state;
+  j["total_time_s"] = r.total_time_s;
+  j["tokens_per_step"] = r.tokens_per_step;
+  j["total_tokens"] = r.total_tokens;
   j["exposed_comm_s"] = r.exposed_comm_s;
   j["compute_s"] = r.compute_s;
   j["comm_s"] = r.comm_s;
@@ -115,6 +122,17 @@ std::string report_summary(const SimulationReport& r) {
     out += fmt::format("  step time {:.3f} s ({} time model), exposed communication {:.3f} s, "
                        "{:.0f} tokens/s/GPU, MFU {:.1f}%\n",
                        r.step_time_s, r.time_model, r.exposed_comm_s, r.tokens_per_s_per_gpu, 100 * r.mfu);
+    if (r.extrapolated_steps > 0)  // NOTE [Steady state] (extrapolate.cc)
+      out += fmt::format("  simulated {} of {} steps; steps {}-{} extrapolated from step {} ({}): whole run "
+                         "{:.3f} s, {:.0f} tokens\n",
+                         r.simulated_steps, r.steps, r.simulated_steps + 1, r.steps, r.simulated_steps,
+                         r.steady_state ? fmt::format("steady: steps {} and {} agree in time and memory",
+                                                      r.simulated_steps - 1, r.simulated_steps)
+                                        : "NOT steady: the last two simulated steps differ",
+                         r.total_time_s, r.total_tokens);
+    else
+      out += fmt::format("  simulated all {} steps: whole run {:.3f} s, {:.0f} tokens\n", r.steps, r.total_time_s,
+                         r.total_tokens);
     if (r.last_step_rank >= 0) {  // where the critical path of the last step runs
       std::string path;
       for (int k = 0; k < kNumPathKinds; ++k) {

@@ -1,5 +1,7 @@
 #include "simulator/sim_backend.h"
 
+#include <unordered_map>
+
 #include "core/common/error.h"
 
 namespace fullshard::sim {
@@ -42,14 +44,26 @@ Instr& SimBackend::push(InstrType type, StreamRole stream) {
 void SimBackend::add_accesses(Instr& in, const std::vector<TensorRef>& reads,
                               const std::vector<TensorRef>& writes) {
   in.access_begin = static_cast<uint32_t>(program_.accesses.size());
+  // One access per buffer per instruction; a write wins over a read. Foreach ops over every
+  // parameter (clipping, the optimizer) have thousands of tensors: index them by buffer
+  // rather than scanning (that was quadratic in the layers).
+  const bool many = reads.size() + writes.size() > 16;
+  std::unordered_map<uint64_t, uint32_t> seen;
   auto add = [&](const TensorRef& r, bool w) {
     if (r.buffer_id == 0) return;
-    // One access per buffer per instruction; a write wins over a read.
-    for (uint32_t k = in.access_begin; k < program_.accesses.size(); ++k)
-      if (program_.accesses[k].buffer == r.buffer_id) {
-        program_.accesses[k].write = program_.accesses[k].write || w;
+    if (many) {
+      auto [it, fresh] = seen.try_emplace(r.buffer_id, static_cast<uint32_t>(program_.accesses.size()));
+      if (!fresh) {
+        program_.accesses[it->second].write = program_.accesses[it->second].write || w;
         return;
       }
+    } else {
+      for (uint32_t k = in.access_begin; k < program_.accesses.size(); ++k)
+        if (program_.accesses[k].buffer == r.buffer_id) {
+          program_.accesses[k].write = program_.accesses[k].write || w;
+          return;
+        }
+    }
     program_.accesses.push_back(Access{r.buffer_id, w});
   };
   for (const auto& r : reads) add(r, false);

@@ -9,27 +9,40 @@
 #include "core/common/error.h"
 #include "core/model/model_flops.h"
 #include "core/fsdp/shard_layout.h"
+#include "core/mesh/device_mesh.h"
 #include "core/memory/timeline_downsample.h"
 #include "core/scenario/training_program.h"
 #include "simulator/cost/hardware_cost_model.h"
+#include "simulator/extrapolate.h"
+#include "simulator/sim_limits.h"
 #include "simulator/sim_backend.h"
 
 namespace fullshard::sim {
 
+// NOTE [Rank classes in linear time]: a rank's program depends on its shard group's size, its
+// index in it and its micro-batch. Both come from the rank's mesh coordinates (the group along
+// the shard dimension is ordered by that coordinate, as DeviceMesh::group builds it), so no
+// group is built per rank (that was quadratic in the world size), and a parameter's local rows
+// depend only on its first dimension, so the key holds each distinct first dimension once.
 std::vector<std::vector<int>> rank_classes(const Scenario& s) {
   const int world = s.world_size();
   Transformer model(s.model);
-  std::vector<Shape> shapes;
-  model.root().for_each_param([&](Param& p) { shapes.push_back(p.shape); });
+  std::vector<int64_t> rows;
+  model.root().for_each_param([&](Param& p) { rows.push_back(p.shape[0]); });
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  const DeviceMesh mesh(s.fsdp.mesh_shape, s.fsdp.mesh_dim_names);
+  int shard = mesh.dim_index("shard");
+  if (shard < 0) shard = mesh.ndim() - 1;  // as mesh_info_for
+  const int w = mesh.shape()[static_cast<size_t>(shard)];
+  int stride = 1;  // of the shard coordinate in the row-major rank
+  for (int d = mesh.ndim() - 1; d > shard; --d) stride *= mesh.shape()[static_cast<size_t>(d)];
   std::map<std::vector<int64_t>, std::vector<int>> by_key;
+  std::vector<int64_t> key(rows.size() + 1);
   for (int r = 0; r < world; ++r) {
-    MeshInfo mi = mesh_info_for(s, r);
-    const int w = mi.shard_group.size();
-    const int idx = mi.shard_group.index_of(r);
-    std::vector<int64_t> key;
-    key.reserve(shapes.size());
-    for (const Shape& sh : shapes) key.push_back(shard_rows(sh[0], w, idx));
-    key.push_back(s.training.batch_for(r));  // an uneven batch changes the program too
+    const int idx = (r / stride) % w;
+    for (size_t i = 0; i < rows.size(); ++i) key[i] = shard_rows(rows[i], w, idx);
+    key.back() = s.training.batch_for(r);  // an uneven batch changes the program too
     by_key[key].push_back(r);
   }
   std::vector<std::vector<int>> classes;
@@ -64,6 +77,7 @@ std::vector<TimelinePoint> downsample(std::vector<TimelinePoint> pts, size_t max
 struct Recorded {
   std::unique_ptr<SimBackend> backend;
   std::vector<uint64_t> allocated_after_step;
+  std::vector<StepEndState> step_ends;  // NOTE [Steady state] in extrapolate.cc
   std::optional<OutOfMemoryInfo> oom;
 };
 
@@ -107,7 +121,12 @@ Recorded record_rank(const Scenario& s, int rank, GroupRegistry& groups, bool ti
     prog = std::make_unique<TrainingProgram>(b, s);
     for (int step = 0; step < s.training.steps; ++step) {
       prog->run_step(step);
-      r.allocated_after_step.push_back(b.memory().current().allocated_bytes);
+      const MemoryTracker& m = b.memory();
+      const MemorySnapshot now = m.current();
+      r.allocated_after_step.push_back(now.allocated_bytes);
+      r.step_ends.push_back({now.allocated_bytes, now.reserved_bytes, now.host_bytes,
+                             m.at_peak_allocated().allocated_bytes, m.at_peak_reserved().reserved_bytes,
+                             m.allocator_stats().num_segments});
     }
   } catch (const OutOfMemoryError& e) {
     OutOfMemoryInfo o;
@@ -124,10 +143,16 @@ Recorded record_rank(const Scenario& s, int rank, GroupRegistry& groups, bool ti
   return r;
 }
 
-}  // namespace
 
-SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& opt) {
+// One play of `s`, whose training.steps are the steps to play, for a run of `steps` steps
+// (NOTE [Steady state] in extrapolate.cc). With `may_play_more`, a play whose last two steps
+// are not steady returns nullopt (the caller plays more steps) before on_played is called.
+std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const SimulateOptions& opt,
+                                           bool may_play_more) {
   SimulationReport rep;
+  const int played = s.training.steps;
+  rep.steps = steps;
+  rep.simulated_steps = played;
   rep.scenario = s.name;
   rep.world_size = s.world_size();
   // A straggler (hardware.rank_speed) makes ranks differ: simulate every rank.
@@ -213,6 +238,7 @@ SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& opt
   rep.events_processed = er.events_processed;
 
   const int last_step = s.training.steps - 1;
+  bool incomplete = false;
   for (size_t ci = 0; ci < classes.size(); ++ci) {
     const Program& prog = programs[ci];
     const RankTiming& rt = er.ranks[ci];
@@ -309,31 +335,53 @@ SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& opt
         c.in_flight_at_peak.push_back(
             {std::string(stream_name(in.stream)), std::string(instr_name(prog, in)), t.start, t.end});
     }
-    // The last step's duration and its compute / exposed communication.
-    if (!step_end.empty() && rt.completed) {
-      double end = step_end.back();
-      double begin = step_end.size() >= 2 ? step_end[step_end.size() - 2] : 0.0;
-      c.last_step_s = end - begin;
-      if (rep.last_step_rank < 0 || end - begin > rep.step_time_s) {
-        const long begin_marker = step_marker.size() >= 2 ? step_marker[step_marker.size() - 2] : -1;
-        rep.last_step = step_breakdown(prog, rt, begin_marker, step_marker.back(), cost.launch_overhead_seconds());
-        rep.last_step_rank = c.representative;
-      }
-      rep.step_time_s = std::max(rep.step_time_s, end - begin);
-    }
     c.compute_s = rt.compute_s;
     c.exposed_comm_s = rt.exposed_comm_s;
     c.comm_s = rt.comm_s;
-    rep.compute_s = std::max(rep.compute_s, rt.compute_s);
-    rep.exposed_comm_s = std::max(rep.exposed_comm_s, rt.exposed_comm_s);
-    rep.comm_s = std::max(rep.comm_s, rt.comm_s);
+    // The last step's duration and its compute / exposed communication; with steps left to
+    // extrapolate, the whole-run figures grow by that step's for each (NOTE [Steady state]).
+    const bool played_all = rt.completed && !rec.oom && static_cast<int>(step_end.size()) == played;
+    if (!played_all) incomplete = true;
+    if (!step_end.empty() && rt.completed) {
+      const size_t n = step_end.size();
+      double end = step_end.back();
+      double begin = n >= 2 ? step_end[n - 2] : 0.0;
+      c.last_step_s = end - begin;
+      const long begin_marker = n >= 2 ? step_marker[n - 2] : -1;
+      const StepBreakdown last = step_breakdown(prog, rt, begin_marker, step_marker.back(), cost.launch_overhead_seconds());
+      if (rep.last_step_rank < 0 || end - begin > rep.step_time_s) {
+        rep.last_step = last;
+        rep.last_step_rank = c.representative;
+      }
+      rep.step_time_s = std::max(rep.step_time_s, end - begin);
+      if (played_all && played < steps) {
+        // Steady when the last two played steps agree (a single played step cannot be).
+        const bool steady = n >= 2 && is_steady(step_end[n - 2] - (n >= 3 ? step_end[n - 3] : 0.0),
+                                                rec.step_ends[n - 2], end - begin, rec.step_ends[n - 1]);
+        if (!steady) rep.steady_state = false;
+        c.compute_s = extrapolate_total(c.compute_s, last.compute_s, played, steps);
+        c.comm_s = extrapolate_total(c.comm_s, last.comm_s, played, steps);
+        c.exposed_comm_s = extrapolate_total(c.exposed_comm_s, last.exposed_comm_s, played, steps);
+        for (int k = 0; k < kNumStreams; ++k)
+          c.busy_s[k] = extrapolate_total(c.busy_s[k], last.stream_busy_s[static_cast<size_t>(k)], played, steps);
+        c.end_time_s = extrapolate_total(c.end_time_s, c.last_step_s, played, steps);
+      }
+    }
+    rep.compute_s = std::max(rep.compute_s, c.compute_s);
+    rep.exposed_comm_s = std::max(rep.exposed_comm_s, c.exposed_comm_s);
+    rep.comm_s = std::max(rep.comm_s, c.comm_s);
+    rep.total_time_s = std::max(rep.total_time_s, c.end_time_s);
     rep.classes.push_back(std::move(c));
   }
+  // A rank that ran out of memory or hung stops there: playing more steps changes nothing.
+  if (incomplete) rep.steady_state = false;
+  if (played < steps && !rep.steady_state && may_play_more && !incomplete) return std::nullopt;
+  rep.extrapolated_steps = steps - played;
   // Whole-run compute / exposed figures are per step on average.
-  if (s.training.steps > 0) {
-    rep.compute_s /= s.training.steps;
-    rep.exposed_comm_s /= s.training.steps;
-    rep.comm_s /= s.training.steps;
+  if (steps > 0) {
+    rep.compute_s /= steps;
+    rep.exposed_comm_s /= steps;
+    rep.comm_s /= steps;
   }
   const auto& m = s.model;
   // Tokens per GPU per step: the mean over ranks when the batch is uneven.
@@ -342,6 +390,8 @@ SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& opt
   batch /= std::max(1, s.world_size());
   const double tokens = batch * s.training.seq_len * s.training.grad_accum_steps;
   rep.model_flops_per_token = model_flops_per_token(m, s.training.seq_len);  // torchtitan's count
+  rep.tokens_per_step = batch * s.world_size() * s.training.seq_len * s.training.grad_accum_steps;
+  rep.total_tokens = rep.tokens_per_step * steps;
   if (rep.step_time_s > 0) {
     rep.tokens_per_s_per_gpu = tokens / rep.step_time_s;
     const HardwareProfile& hw = s.hardware.device;
@@ -351,6 +401,25 @@ SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& opt
   }
   if (opt.on_played) opt.on_played(PlayedRun{programs, groups.groups(), er, cost, rep});
   return rep;
+}
+
+}  // namespace
+
+SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& opt) {
+  const int steps = s.training.steps;
+  const bool every_step = opt.simulated_steps <= 0 || opt.simulated_steps >= steps;
+  int played = every_step ? steps : opt.simulated_steps;
+  check_simulation_limits(s, played, opt.all_ranks);
+  for (;;) {
+    Scenario p = s;
+    p.training.steps = played;
+    // More steps only within the limits (else the run is extrapolated, marked not steady).
+    int more = every_step ? 0 : next_simulated_steps(played, steps);
+    if (more > 0 && !within_simulation_limits(s, more, opt.all_ranks)) more = 0;
+    std::optional<SimulationReport> r = play_steps(p, steps, opt, more > 0);
+    if (r) return std::move(*r);
+    played = more;
+  }
 }
 
 }  // namespace fullshard::sim

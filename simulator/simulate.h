@@ -10,6 +10,7 @@
 #include "core/report/rank_report.h"
 #include "core/scenario/scenario.h"
 #include "simulator/engine/engine.h"
+#include "simulator/extrapolate.h"
 #include "simulator/step_breakdown.h"
 
 namespace fullshard::sim {
@@ -31,6 +32,10 @@ struct SimulateOptions {
   bool record_every_rank = false;
   bool checks = true;             // protocol checks (mismatch, race, use after free)
   size_t max_timeline_points = 4000;  // per rank class, downsampled keeping the extremes
+  // Steps played before checking for a steady state (NOTE [Steady state] in extrapolate.cc);
+  // more are played (up to kMaxSimulatedSteps) until the last two agree, and the rest of
+  // training.steps are extrapolated. 0 (or >= training.steps): play every step.
+  int simulated_steps = kFirstSimulatedSteps;
   // Test hook: edits a rank's recorded program before the engine plays it (inject bugs).
   std::function<void(Program&)> mutate_program;
   // Called after each rank program is recorded (done, total): progress for long runs.
@@ -51,6 +56,15 @@ struct SimulationReport {
   std::vector<RankClassReport> classes;
   bool simulated_all_ranks = false;
   double step_time_s = 0;      // the last step, slowest rank
+  // NOTE [Steady state] (extrapolate.cc): training.steps, of which the first simulated_steps
+  // were played and the other extrapolated_steps repeat the last played one.
+  int steps = 0;
+  int simulated_steps = 0;
+  int extrapolated_steps = 0;
+  bool steady_state = true;    // the last two played steps agree (false: extrapolated anyway)
+  double total_time_s = 0;     // the whole run (all steps), slowest rank
+  double tokens_per_step = 0;  // all ranks
+  double total_tokens = 0;     // all ranks, all steps
   double exposed_comm_s = 0;   // per step (whole run / steps), worst rank class
   double compute_s = 0;        // per step, busiest compute stream
   double comm_s = 0;           // per step, busiest communication (union of comm streams)

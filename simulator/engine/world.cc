@@ -27,11 +27,17 @@ WorldIndex index_world(const std::vector<Program>& programs, const std::vector<G
     FULLSHARD_CHECK(slot < 0, "two programs for rank " + std::to_string(programs[i].rank));
     slot = static_cast<int>(i);
   }
+  // NOTE [Linear membership]: which groups each program's rank belongs to, from one pass over
+  // the groups' members; a search of the members per collective instruction made indexing
+  // O(instructions x group size), quadratic in the world with every rank played.
   w.present.resize(groups.size());
+  std::vector<std::vector<uint32_t>> member_of(programs.size());
   for (size_t g = 0; g < groups.size(); ++g) {
     for (int r : groups[g].ranks) {
       const int p = w.program_of_rank[static_cast<size_t>(r)];
-      if (p >= 0) w.present[g].push_back(static_cast<uint32_t>(p));
+      if (p < 0) continue;
+      w.present[g].push_back(static_cast<uint32_t>(p));
+      member_of[static_cast<size_t>(p)].push_back(static_cast<uint32_t>(g));
     }
   }
   std::vector<uint8_t> used(groups.size(), 0);
@@ -50,8 +56,8 @@ WorldIndex index_world(const std::vector<Program>& programs, const std::vector<G
                                                     " instruction " + std::to_string(i) +
                                                     " names group " + std::to_string(in.group) +
                                                     " of " + std::to_string(groups.size()));
-      const auto& members = groups[in.group].ranks;
-      FULLSHARD_CHECK(std::find(members.begin(), members.end(), prog.rank) != members.end(),
+      const auto& mine = member_of[p];  // ascending: groups were walked in order
+      FULLSHARD_CHECK(std::binary_search(mine.begin(), mine.end(), in.group),
                       "rank " + std::to_string(prog.rank) + " issues a collective on group " +
                           groups[in.group].name + " it is not a member of");
       used[in.group] = 1;
