@@ -98,7 +98,7 @@ const std::vector<Figure>& figures() {
   using P = HardwareProfile;
   static const std::vector<Figure> table = {
       {"memory_bytes", bytes_figure(&P::memory_bytes, 1, "85520809984")},
-      {"cuda_total_memory_bytes", bytes_figure(&P::cuda_total_memory_bytes, 1, "85028052992")},
+      {"cuda_total_memory_bytes", bytes_figure(&P::cuda_total_memory_bytes, 1, "85027979264")},
       {"non_allocator_bytes", bytes_figure(&P::non_allocator_bytes, 0, "2103443456")},
       {"peak_flops_bf16", number_figure(&P::peak_flops_bf16, false, "989.4e12")},
       {"peak_flops_fp16", number_figure(&P::peak_flops_fp16, false, "989.4e12")},

@@ -11,8 +11,8 @@ grad-input and grad-weight layouts; causal SDPA (flash) forward and backward at 
 dim and sequence length; the eager elementwise and reduction kernels fullshard models (eager and
 fused RMSNorm, SiLU * mul, the residual add, casts, log_softmax of the loss), each kernel alone
 and each eager chain whole with its kernel count from torch.profiler; a device-to-device copy;
-H2D / D2H copies from pinned and pageable memory; the launch latency of a chain of tiny kernels
-and the host time of one eager op; and, under torchrun with several GPUs, NCCL all-gather and
+H2D / D2H copies from pinned and pageable memory; the device time per kernel of a chain of tiny
+kernels and the host time of one eager op; and, under torchrun with several GPUs, NCCL all-gather and
 reduce-scatter through torch.distributed. A header block records the date, GPU, driver, torch
 and CUDA versions, clocks and power limit, and the device total as PyTorch sees it
 (torch.cuda.get_device_properties().total_memory) beside nvidia-smi's memory.total.
@@ -88,12 +88,12 @@ def resolve_model(args) -> tuple[Model, int, int, str]:
             fail("--dim", "is missing", "give --scenario S.json or the model's --dim, --n-heads, --ffn-dim, --vocab-size")
         m = model_from_dict({"name": "model", "arch": args.arch, "dim": args.dim, "n_heads": args.n_heads or 0,
                              "n_kv_heads": args.n_kv_heads or args.n_heads or 0,
-                             "ffn_dim": args.ffn_dim or 4 * args.dim, "vocab_size": args.vocab_size}, "--model")
+                             "ffn_dim": args.ffn_dim or 4 * args.dim, "vocab_size": args.vocab_size}, "--")
         seq, batch, dtype = args.seq, args.batch or 1, args.dtype or "bf16"
     if not isinstance(seq, int) or seq < 1:
-        fail("--seq", f"is {seq}", "give the sequence length, e.g. --seq 8192 (or training.seq_len in the scenario)")
+        fail("--seq", "is missing" if seq is None else f"is {seq}", "give the sequence length, e.g. --seq 8192 (or training.seq_len in the scenario)")
     if not isinstance(batch, int) or batch < 1:
-        fail("--batch", f"is {batch}", "give sequences per rank, e.g. --batch 1")
+        fail("--batch", "is missing" if batch is None else f"is {batch}", "give sequences per rank, e.g. --batch 1")
     if dtype not in DTYPE_BYTES:
         fail("--dtype", f"is '{dtype}'", "use bf16, fp16 or fp32")
     return m, batch, seq, dtype
@@ -101,11 +101,16 @@ def resolve_model(args) -> tuple[Model, int, int, str]:
 
 # ---------------------------------------------------------------- synthetic times (--dry-run)
 def roofline_times(samples: list[Sample], peak_flops: float, hbm: float, efficiency: float) -> None:
-    """--dry-run: time = max(FLOPs / peak, bytes / HBM) / efficiency. Not a measurement: the CSV
+    """--dry-run: time = max(FLOPs / peak, bytes / HBM) / efficiency (copies at 50 GB/s, the kernel
+    gap 1 us and an eager op 10 us, / efficiency). Not a measurement: the CSV
     says so; it exists to test the writer and `fullshard calibrate` without a GPU or torch."""
+    synthetic_direct = {"kernel_gap": 1e-6, "eager_op": 1e-5}  # seconds, before / efficiency
     for s in samples:
         peak = peak_flops if s.op != "vector" else peak_flops / 16
-        s.time_s = max(s.flops / peak, s.bytes / hbm) / efficiency
+        if s.op.startswith("copy_"):
+            s.time_s = s.bytes / 50e9 / efficiency  # a PCIe Gen5 x16 link's 50 GB/s
+        else:
+            s.time_s = max(s.flops / peak, s.bytes / hbm, synthetic_direct.get(s.op, 0)) / efficiency
 
 
 # ---------------------------------------------------------------- machine header
@@ -208,9 +213,17 @@ def time_plan(torch, timer: Timer, m: Model, samples: list[Sample], batch: int, 
     def rand(*shape, dtype=dt):
         return torch.randn(*shape, device=dev, dtype=dtype)
 
+    # Each GEMM with the operand layouts autograd gives cuBLAS (row-major tensors, transposed
+    # views): forward x @ W.t() (W is [out, in]), grad-input dy @ W, grad-weight dy.t() @ x.
     for s in samples:
         if s.op == "matmul":
-            a, b = rand(s.m, s.k), rand(s.k, s.n)
+            layout = s.label.rsplit(" ", 1)[1]
+            if layout == "forward":
+                a, b = rand(s.m, s.k), rand(s.n, s.k).t()
+            elif layout == "grad_input":
+                a, b = rand(s.m, s.k), rand(s.k, s.n)
+            else:
+                a, b = rand(s.k, s.m).t(), rand(s.k, s.n)
             s.time_s = timer.seconds(lambda: torch.mm(a, b))
             del a, b
     hd, h, kv = m.head_dim, m.n_heads, m.n_kv_heads
@@ -276,28 +289,28 @@ def time_plan(torch, timer: Timer, m: Model, samples: list[Sample], batch: int, 
                      f"{'kernel count unavailable' if n is None else f'{n} kernels (torch.profiler)'}")
     del x, w, x32, g1, g3, y, dst, logits
 
-    # Launch latency: a chain of tiny dependent kernels (device time per kernel), and the host
-    # time of one eager op (dispatch + launch), the host's cost a CPU-bound step shows as idle.
+    # Direct samples (NOTE [Direct samples] in simulator/cost/calibrate.h). Launch latency: a
+    # chain of tiny dependent kernels (device time per kernel), and the host time of one eager op
+    # (dispatch + launch), the host's cost a CPU-bound step shows as idle device time.
     tiny = torch.zeros(1, device=dev)
     chain_len = 1000
 
     def tiny_chain():
         for _ in range(chain_len):
             tiny.add_(1)
-    per_kernel = timer.seconds(tiny_chain, iters=5) / chain_len
-    host_op = timer.host_seconds(lambda: tiny.add_(1), iters=2000)
-    notes.append(f"kernel_gap_s (device s per tiny dependent kernel, chain of {chain_len}): {per_kernel:.3g}")
-    notes.append(f"host s per eager op (torch dispatch + launch, tiny.add_(1), no sync): {host_op:.3g}")
-
-    # Host <-> device copies (CPU offload), one activation-sized buffer.
+    by_label = {s.label: s for s in samples}
+    by_label["kernel_gap"].time_s = timer.seconds(tiny_chain, iters=5) / chain_len
+    by_label["eager_op"].time_s = timer.host_seconds(lambda: tiny.add_(1), iters=2000)
+    # Host <-> device copies (CPU offload), one activation-sized buffer; GPUs only.
     if dev == "cuda":
-        nbytes = max(64 << 20, tokens * d * DTYPE_BYTES[dtype])
+        nbytes = int(by_label["copy_pinned h2d"].bytes)
         gpu = torch.empty(nbytes, dtype=torch.uint8, device=dev)
         for kind, pin in (("pinned", True), ("pageable", False)):
             host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pin)
-            h2d = timer.seconds(lambda: gpu.copy_(host, non_blocking=pin), iters=10)
-            d2h = timer.seconds(lambda: host.copy_(gpu, non_blocking=pin), iters=10)
-            notes.append(f"{kind}_copy_bandwidth (bytes/s, {nbytes} B): H2D {nbytes / h2d:.4g}, D2H {nbytes / d2h:.4g}")
+            by_label[f"copy_{kind} h2d"].time_s = timer.seconds(lambda: gpu.copy_(host, non_blocking=pin), iters=10)
+            by_label[f"copy_{kind} d2h"].time_s = timer.seconds(lambda: host.copy_(gpu, non_blocking=pin), iters=10)
+            del host
+        del gpu
 
 
 def time_collectives(torch, timer: Timer, sizes: list[int], dtype: str) -> list[CollectiveRow]:

@@ -3,15 +3,15 @@
 A *plan* is the list of kernel samples of one model at one (batch, seq, dtype): the GEMMs of
 its linears in the three layouts a training step runs (forward, grad-input, grad-weight), causal
 flash attention forward and backward at its head dim and sequence length, the eager elementwise
-and reduction kernels fullshard's eager chains count (simulator/cost/eager_kernels.cc), and a
-device-to-device copy. Each sample carries what `fullshard calibrate` reads for it
+and reduction kernels fullshard's eager chains count (simulator/cost/eager_kernels.cc), a
+device-to-device copy, and the direct samples: launch latency, eager dispatch, host copies. Each sample carries what `fullshard calibrate` reads for it
 (simulator/cost/calibration_csv.cc): op class, dtype, FLOPs, bytes and the GEMM's M, K, N or
 attention's seq and head dim, with FLOPs and bytes counted as fullshard's ops count them
 (core/model/ops.cc: a GEMM is 2 M K N; causal attention 2 B H S^2 D forward, 2.5x that backward).
 
 NOTE [Measured CSV]: the CSV is calibrate's format, nothing more: one header row of its columns,
-one row per sample, `#` lines for everything calibrate does not fit (the machine, launch
-latency, host-side dispatch, host copies, whole eager chains with their kernel counts). Every
+one row per sample, `#` lines for everything calibrate does not read (the machine, whole eager
+chains with their kernel counts). Every
 row is one kernel, as calibrate assumes; eager chains are therefore timed kernel by kernel as
 rows and as a whole in a comment.
 """
@@ -84,11 +84,15 @@ def _positive(where: str, value, example: str) -> int:
 
 def model_from_dict(d: dict, where: str) -> Model:
     """A model from a scenario's inline "model" object or one entry of `fullshard models --json`
-    (keys dim, n_heads|heads, n_kv_heads|kv_heads, ffn_dim, vocab_size|vocab)."""
+    (keys dim, n_heads|heads, n_kv_heads|kv_heads, ffn_dim, vocab_size|vocab). Errors name
+    `where`.key, or the command-line flag (--n-kv-heads) when `where` is "--"."""
     name = str(d.get("name", "model"))
     arch = d.get("arch") or ("gpt2" if "gpt2" in name else "llama")
+
+    def at(key: str) -> str:
+        return "--" + key.replace("_", "-") if where == "--" else f"{where}.{key}"
     if arch not in ("llama", "gpt2"):
-        raise PlanError(f"{where}.arch", f"is {json.dumps(arch)}", 'use "llama" or "gpt2"')
+        raise PlanError(at("arch"), f"is {json.dumps(arch)}", 'use "llama" or "gpt2"')
 
     def get(*keys: str, default=None):
         for k in keys:
@@ -96,17 +100,17 @@ def model_from_dict(d: dict, where: str) -> Model:
                 return d[k]
         if default is not None:
             return default
-        raise PlanError(f"{where}.{keys[0]}", "is missing", f"give the model's {keys[0]}")
+        raise PlanError(at(keys[0]), "is missing", f"give the model's {keys[0]}")
 
-    dim = _positive(f"{where}.dim", get("dim"), "4096")
-    heads = _positive(f"{where}.n_heads", get("n_heads", "heads"), "32")
-    kv = _positive(f"{where}.n_kv_heads", get("n_kv_heads", "kv_heads", default=heads), "8")
-    ffn = _positive(f"{where}.ffn_dim", get("ffn_dim", default=4 * dim), "14336")
-    vocab = _positive(f"{where}.vocab_size", get("vocab_size", "vocab", default=50257), "128256")
+    dim = _positive(at("dim"), get("dim"), "4096")
+    heads = _positive(at("n_heads"), get("n_heads", "heads"), "32")
+    kv = _positive(at("n_kv_heads"), get("n_kv_heads", "kv_heads", default=heads), "8")
+    ffn = _positive(at("ffn_dim"), get("ffn_dim", default=4 * dim), "14336")
+    vocab = _positive(at("vocab_size"), get("vocab_size", "vocab", default=50257), "128256")
     if dim % heads:
-        raise PlanError(f"{where}.dim", f"is {dim}, not a multiple of n_heads {heads}", "give dim = n_heads x head_dim")
+        raise PlanError(at("dim"), f"is {dim}, not a multiple of n_heads {heads}", "give dim = n_heads x head_dim")
     if heads % kv:
-        raise PlanError(f"{where}.n_kv_heads", f"is {kv}, which does not divide n_heads {heads}", "give a divisor of n_heads")
+        raise PlanError(at("n_kv_heads"), f"is {kv}, which does not divide n_heads {heads}", "give a divisor of n_heads")
     return Model(name, arch, dim, heads, kv, ffn, vocab)
 
 
@@ -188,16 +192,32 @@ def eager_samples(m: Model, tokens: int, dtype: str) -> list[Sample]:
     return s
 
 
+COPY_BYTES_MIN = 64 << 20
+
+
+def direct_samples(m: Model, tokens: int, dtype: str) -> list[Sample]:
+    """Figures read off directly (NOTE [Direct samples] in simulator/cost/calibrate.h): the
+    device time per kernel of a chain of tiny dependent kernels, the host time of one eager op,
+    and H2D / D2H copies of one activation (at least 64 MiB) from pinned and pageable memory."""
+    nbytes = float(max(COPY_BYTES_MIN, tokens * m.dim * DTYPE_BYTES[dtype]))
+    out = [Sample("kernel_gap", "kernel_gap", dtype, 0, 0), Sample("eager_op", "eager_op", dtype, 0, 0)]
+    for kind in ("pinned", "pageable"):
+        for way in ("h2d", "d2h"):
+            out.append(Sample(f"copy_{kind} {way}", f"copy_{kind}", dtype, 0, nbytes))
+    return out
+
+
 def build_plan(m: Model, batch: int, seq: int, dtype: str) -> list[Sample]:
     tokens = batch * seq
-    return gemm_samples(m, tokens, dtype) + attention_samples(m, batch, seq, dtype) + eager_samples(m, tokens, dtype)
+    return (gemm_samples(m, tokens, dtype) + attention_samples(m, batch, seq, dtype) + eager_samples(m, tokens, dtype) +
+            direct_samples(m, tokens, dtype))
 
 
 def _cell(v) -> str:
     if v is None or v == 0 or v == "":
         return ""
     if isinstance(v, float):
-        return f"{v:.6g}"
+        return f"{v:.10g}"
     return str(v)
 
 
@@ -226,6 +246,6 @@ def format_plan(samples: list[Sample]) -> str:
     lines = [f"{'sample':<28} {'op':<18} {'dtype':<5} {'GFLOP':>10} {'MB':>10}  shape"]
     for s in samples:
         shape = (f"M={s.m} K={s.k} N={s.n}" if s.op == "matmul" else
-                 f"seq={s.seq} head_dim={s.head_dim}" if s.op.startswith("attention") else s.chain)
+                 f"seq={s.seq} head_dim={s.head_dim}" if s.op.startswith("attention") else s.chain or "direct")
         lines.append(f"{s.label:<28} {s.op:<18} {s.dtype:<5} {s.flops / 1e9:>10.3f} {s.bytes / 1e6:>10.3f}  {shape}")
     return "\n".join(lines)
