@@ -267,7 +267,7 @@ def time_plan(torch, timer: Timer, m: Model, samples: list[Sample], batch: int, 
         "swiglu mul": lambda: g1 * g3,
         "gelu": lambda: F.gelu(g1, approximate="tanh"),
         "residual add": lambda: x + y,
-        "cast bf16->fp32": lambda: x.to(torch.float32),
+        "cast to fp32": lambda: x.to(torch.float32),
         "d2d copy": lambda: dst.copy_(x),
         "log_softmax fp32 logits": lambda: F.log_softmax(logits, -1),
     }

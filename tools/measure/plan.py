@@ -164,7 +164,7 @@ def eager_samples(m: Model, tokens: int, dtype: str) -> list[Sample]:
     """The eager kernels of one block and the loss, one kernel each (what each torch call
     launches on CUDA): torchtitan's RMSNorm._norm (x.float(), pow(2), mean(-1), + eps, rsqrt,
     x * r, type_as, * weight), the fused RMSNorm (F.rms_norm), SwiGLU's silu(w1 x) * w3 x, the
-    residual add, a bf16 -> fp32 cast, the loss's log_softmax over fp32 logits, and a
+    residual add, a cast to fp32 (bf16 / fp16 models), the loss's log_softmax over fp32 logits, and a
     device-to-device copy of one activation."""
     e = DTYPE_BYTES[dtype]
     n, d, f, v = tokens * m.dim, m.dim, m.ffn_dim, m.vocab_size
@@ -180,15 +180,18 @@ def eager_samples(m: Model, tokens: int, dtype: str) -> list[Sample]:
         _ew("rmsnorm_eager mul_weight", "rmsnorm_eager", dtype, n, 1, [e, e / rows], [e]),
         _ew("rmsnorm_fused", "rmsnorm_fused", dtype, n, 4, [e, e / rows], [e]),
         _ew("residual add", "add", dtype, n, 1, [e, e], [e]),
-        _ew("cast bf16->fp32", "cast", dtype, n, 0, [e], [4]),
+        _ew("cast to fp32", "cast", dtype, n, 0, [e], [4]),
         _ew("d2d copy", "copy", dtype, n, 0, [e], [e]),
         _ew("log_softmax fp32 logits", "cross_entropy", "fp32", tokens * v, 4, [4], [4]),
     ]
+    if dtype == "fp32":  # x.float() and type_as are no-ops on fp32 tensors: no kernel to time
+        s = [x for x in s if x.label not in ("rmsnorm_eager float", "rmsnorm_eager type_as", "cast to fp32")]
+    at = next(i for i, x in enumerate(s) if x.label == "residual add")
     if m.arch == "llama":
-        s[9:9] = [_ew("swiglu silu", "swiglu", dtype, tokens * f, 4, [e], [e]),
+        s[at:at] = [_ew("swiglu silu", "swiglu", dtype, tokens * f, 4, [e], [e]),
                   _ew("swiglu mul", "swiglu", dtype, tokens * f, 1, [e, e], [e])]
     else:
-        s[9:9] = [_ew("gelu", "gelu", dtype, tokens * 4 * d, 8, [e], [e])]
+        s[at:at] = [_ew("gelu", "gelu", dtype, tokens * 4 * d, 8, [e], [e])]
     return s
 
 
