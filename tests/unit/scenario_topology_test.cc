@@ -4,6 +4,8 @@
 #include <rapidcheck/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "core/common/error.h"
 #include "core/scenario/hardware_profile.h"
@@ -21,8 +23,8 @@ json scenario(const std::string& profile, int gpus_per_node) {
 }
 
 RC_GTEST_PROP(RanksPerNode, MoreThanAGpuNodeHoldsIsAnErrorNamingBoth, ()) {
-  const std::string name = *rc::gen::element<std::string>("h100", "gh200", "h100-grand-teton", "gh200-144gb", "a100",
-                                                          "b200", "h200", "cpu");
+  const std::string name = *rc::gen::elementOf(std::vector<std::string>{
+      "h100", "gh200", "h100-grand-teton", "gh200-144gb", "a100", "b200", "h200", "cpu"});
   const HardwareProfile p = load_hardware_profile(name);
   const int gpn = *rc::gen::inRange(1, 33);
   const bool over = p.compute_capability > 0 && gpn > p.gpus_per_node;
