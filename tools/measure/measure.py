@@ -101,16 +101,18 @@ def resolve_model(args) -> tuple[Model, int, int, str]:
 
 # ---------------------------------------------------------------- synthetic times (--dry-run)
 def roofline_times(samples: list[Sample], peak_flops: float, hbm: float, efficiency: float) -> None:
-    """--dry-run: time = max(FLOPs / peak, bytes / HBM) / efficiency (copies at 50 GB/s, the kernel
-    gap 1 us and an eager op 10 us, / efficiency). Not a measurement: the CSV
+    """--dry-run: time = (max(FLOPs / peak, bytes / HBM) + a 1 us kernel gap) / efficiency; copies
+    at 50 GB/s, the kernel gap 1 us and an eager op 10 us, all / efficiency. Not a measurement: the CSV
     says so; it exists to test the writer and `fullshard calibrate` without a GPU or torch."""
     synthetic_direct = {"kernel_gap": 1e-6, "eager_op": 1e-5}  # seconds, before / efficiency
     for s in samples:
         peak = peak_flops if s.op != "vector" else peak_flops / 16
         if s.op.startswith("copy_"):
             s.time_s = s.bytes / 50e9 / efficiency  # a PCIe Gen5 x16 link's 50 GB/s
-        else:
-            s.time_s = max(s.flops / peak, s.bytes / hbm, synthetic_direct.get(s.op, 0)) / efficiency
+        elif s.op in synthetic_direct:
+            s.time_s = synthetic_direct[s.op] / efficiency
+        else:  # a kernel timed back to back includes the gap between kernels
+            s.time_s = (max(s.flops / peak, s.bytes / hbm) + synthetic_direct["kernel_gap"]) / efficiency
 
 
 # ---------------------------------------------------------------- machine header
