@@ -157,26 +157,31 @@ class Timer:
         if self.device == "cuda":
             self.torch.cuda.synchronize()
 
-    def seconds(self, fn, iters: int | None = None) -> float:
-        """Device seconds per call of fn, back to back after warm-up (CUDA events), or wall
-        seconds on the CPU."""
+    def seconds(self, fn, iters: int | None = None, repeats: int = 3) -> float:
+        """Device seconds per call of fn: `repeats` blocks of `iters` calls back to back after
+        warm-up, each timed with CUDA events (wall clock on the CPU); the median block."""
+        import statistics
         import time
         iters = iters or self.iters
         for _ in range(self.warmup):
             fn()
         self.sync()
-        if self.device == "cuda":
-            a, b = self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True)
-            a.record()
-            for _ in range(iters):
-                fn()
-            b.record()
-            b.synchronize()
-            return a.elapsed_time(b) * 1e-3 / iters
-        t = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        return (time.perf_counter() - t) / iters
+        blocks = []
+        for _ in range(repeats):
+            if self.device == "cuda":
+                a, b = self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True)
+                a.record()
+                for _ in range(iters):
+                    fn()
+                b.record()
+                b.synchronize()
+                blocks.append(a.elapsed_time(b) * 1e-3 / iters)
+            else:
+                t = time.perf_counter()
+                for _ in range(iters):
+                    fn()
+                blocks.append((time.perf_counter() - t) / iters)
+        return statistics.median(blocks)
 
     def host_seconds(self, fn, iters: int) -> float:
         """Host wall seconds per call without waiting for the device (launch + dispatch)."""
@@ -391,6 +396,10 @@ def main(argv: list[str] | None = None) -> int:
             fail("torch", "is not installed", "run on a machine with PyTorch, or use --list / --dry-run")
         if args.device == "cuda" and not torch.cuda.is_available():
             fail("--device", "is cuda but torch sees no GPU", "run on a GPU machine, or --device cpu for a smoke test")
+        if args.device == "cpu":
+            # One core per rank, as the cpu profile models a rank (docs/hardware.md); on a
+            # shared host more OpenMP threads than free cores stall in barriers for milliseconds.
+            torch.set_num_threads(1)
         timer = Timer(torch, args.device, args.warmup, args.iters)
         world = int(os.environ.get("WORLD_SIZE", "1"))
         rank = int(os.environ.get("RANK", "0"))
