@@ -305,11 +305,13 @@ def time_plan(torch, timer: Timer, m: Model, samples: list[Sample], batch: int, 
     def tiny_chain():
         for _ in range(chain_len):
             tiny.add_(1)
+    # GPUs only: on the CPU the host is the device, and every kernel time above already holds
+    # its dispatch (the cpu profile's kernel_gap_s and eager_dispatch_s are 0).
     by_label = {s.label: s for s in samples}
-    by_label["kernel_gap"].time_s = timer.seconds(tiny_chain, iters=5) / chain_len
-    by_label["eager_op"].time_s = timer.host_seconds(lambda: tiny.add_(1), iters=2000)
-    # Host <-> device copies (CPU offload), one activation-sized buffer; GPUs only.
     if dev == "cuda":
+        by_label["kernel_gap"].time_s = timer.seconds(tiny_chain, iters=5) / chain_len
+        by_label["eager_op"].time_s = timer.host_seconds(lambda: tiny.add_(1), iters=2000)
+        # Host <-> device copies (CPU offload), one activation-sized buffer.
         nbytes = int(by_label["copy_pinned h2d"].bytes)
         gpu = torch.empty(nbytes, dtype=torch.uint8, device=dev)
         for kind, pin in (("pinned", True), ("pageable", False)):
