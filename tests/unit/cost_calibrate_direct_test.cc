@@ -37,9 +37,9 @@ TEST(CalibrateDirect, ParsesDirectRowsApartFromKernels) {
       EXPECT_EQ(e.where(), where) << e.what();
     }
   };
-  bad(R"({"kernels": [{"op": "copy_pinned", "time_s": 0.02}]})", "kernels[0]");  // no bytes
+  bad(R"({"kernels": [{"op": "copy_pinned", "time_s": 0.02}]})", "kernels[0].bytes");
   bad(R"({"kernels": [{"op": "kernel_gap", "time_s": 0}]})", "kernels[0].time_s");
-  bad(R"({"kernels": [{"op": "kernel_gap"}]})", "kernels[0]");
+  bad(R"({"kernels": [{"op": "kernel_gap"}]})", "kernels[0].time_s");
 }
 
 TEST(CalibrateDirect, SetsEachFigureToItsMedian) {
