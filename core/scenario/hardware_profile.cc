@@ -316,8 +316,8 @@ void check_gpus_per_node(const HardwareProfile& p, int gpus_per_node, const std:
                    "is " + std::to_string(gpus_per_node) + ", but profile '" + p.name + "' describes a node of " +
                        std::to_string(p.gpus_per_node) + " GPUs (its gpus_per_node; links, NICs and host are that node's)",
                    "use at most " + std::to_string(p.gpus_per_node) +
-                       " GPUs per node and more hardware.nodes, or a profile of the larger node (a copy of the "
-                       "profile with its own gpus_per_node, links and sources)");
+                       " GPUs per node (more nodes for more GPUs), or a profile of the larger node (a copy of "
+                       "the profile with its own gpus_per_node, links and sources)");
 }
 
 std::string data_dir() {

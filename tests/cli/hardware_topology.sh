@@ -22,7 +22,7 @@ expect_exit() {  # code, text, args...
 # More ranks per node than the 8-GPU HGX node holds: exit 2, both values and the fix.
 scenario h100 2 16
 expect_exit 2 "hardware.gpus_per_node: is 16, but profile 'h100-sxm-80gb' describes a node of 8 GPUs" simulate "$tmp/s.json"
-grep -q "use at most 8 GPUs per node and more hardware.nodes" "$tmp/out"
+grep -q "use at most 8 GPUs per node (more nodes for more GPUs)" "$tmp/out"
 [ "$(wc -l < "$tmp/out")" -eq 1 ] || { echo "not one line:"; cat "$tmp/out"; exit 1; }
 scenario gh200 1 8
 expect_exit 2 "describes a node of 4 GPUs" simulate "$tmp/s.json"
@@ -31,6 +31,10 @@ scenario h100 2 4
 "$bin" simulate "$tmp/s.json" > /dev/null
 scenario cpu 1 4
 "$bin" simulate "$tmp/s.json" > /dev/null
+
+# The planner's flag is checked alike and named.
+expect_exit 2 "--gpus-per-node: is 16, but profile 'h100-sxm-80gb' describes a node of 8 GPUs" \
+  plan --model tiny-llama --gpus 32 --gpus-per-node 16 --gpu h100 --seq-len 64
 
 # The new profiles, by name and alias.
 for p in h100-grand-teton grand-teton gh200-144gb gh200-hbm3e; do
