@@ -11,7 +11,10 @@
 #                                   GPT-2 (1 rank over NCCL; 2 ranks sharing one GPU over staged
 #                                   Gloo) with `fullshard compare` (predicted == measured memory,
 #                                   classic and expandable segments), the GPU training benchmark
-#                                   beside PyTorch eager + FSDP2, and prints one summary.
+#                                   beside PyTorch eager + FSDP2, times the kernels of Llama 3.1 8B
+#                                   with tools/measure and fits this GPU's profile to them
+#                                   (results/measured.csv, results/PROFILE-measured.json), and
+#                                   prints one summary.
 #   tools/gpu-check.sh all          both, on a machine that builds and has a GPU.
 #
 # cuBLASLt and NCCL are found through FULLSHARD_CUDA_LIBS (a ':'-separated list of folders);
@@ -146,6 +149,24 @@ P
       record BENCH "pytorch: $(tail -n 1 "$out/bench-pytorch.log")"
     else
       record FAIL "bench pytorch ($out/bench-pytorch.log)"; tail -n 20 "$out/bench-pytorch.log"
+    fi
+  fi
+  # 4. Measure (docs/cost-model.md, "Measuring a GPU"): the kernels of Llama 3.1 8B at seq 8192
+  # timed with PyTorch, and the profile of this GPU fitted to them by `fullshard calibrate`.
+  if [ -f tools/measure/measure.py ]; then
+    local gpu_name profile
+    gpu_name="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)"
+    case "$gpu_name" in
+      *GH200*) profile=gh200 ;; *H200*) profile=h200 ;; *H100*) profile=h100 ;;
+      *A100*) profile=a100 ;; *B200*) profile=b200 ;; *) profile=h100 ;;
+    esac
+    if "$fs" models --json > "$out/models.json" &&
+       timeout 900 python3 tools/measure/measure.py --scenario scenarios/llama3.1-8b-fsdp8-h100.json \
+         --models-json "$out/models.json" -o "$out/measured.csv" > "$out/measure.log" 2>&1 &&
+       "$fs" calibrate "$out/measured.csv" --hardware "$profile" -o "$out/$profile-measured.json" >> "$out/measure.log" 2>&1; then
+      record MEASURE "$profile: $(grep -m1 'kernels: typical error' "$out/measure.log" | sed 's/^ *//') ($out/measured.csv, $out/$profile-measured.json)"
+    else
+      record FAIL "measure ($out/measure.log)"; tail -n 20 "$out/measure.log"
     fi
   fi
   echo

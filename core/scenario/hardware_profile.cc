@@ -98,6 +98,7 @@ const std::vector<Figure>& figures() {
   using P = HardwareProfile;
   static const std::vector<Figure> table = {
       {"memory_bytes", bytes_figure(&P::memory_bytes, 1, "85520809984")},
+      {"cuda_total_memory_bytes", bytes_figure(&P::cuda_total_memory_bytes, 1, "85027979264")},
       {"non_allocator_bytes", bytes_figure(&P::non_allocator_bytes, 0, "2103443456")},
       {"peak_flops_bf16", number_figure(&P::peak_flops_bf16, false, "989.4e12")},
       {"peak_flops_fp16", number_figure(&P::peak_flops_fp16, false, "989.4e12")},
@@ -201,6 +202,21 @@ HardwareProfile parse_profile(const json& j) {
                      "is " + std::to_string(p.non_allocator_bytes) + ", not less than memory_bytes " +
                          std::to_string(p.memory_bytes),
                      "the allocator needs some memory: give a smaller value");
+  // NOTE [Two device totals]: nvidia-smi's memory.total (memory_bytes) counts memory the driver
+  // keeps for itself; CUDA, and so PyTorch's total_memory and its OOM messages, report the rest
+  // (cuda_total_memory_bytes: 470 MiB less on an H100 80GB). The simulator's allocator capacity,
+  // memory_bytes - non_allocator_bytes, must fit inside CUDA's total, so the driver's reserve is
+  // part of non_allocator_bytes; a profile that says otherwise promises memory PyTorch never sees.
+  if (p.cuda_total_memory_bytes > p.memory_bytes)
+    throw InputError("cuda_total_memory_bytes",
+                     "is " + std::to_string(p.cuda_total_memory_bytes) + ", more than memory_bytes " +
+                         std::to_string(p.memory_bytes) + " (nvidia-smi's total)",
+                     "give torch.cuda.get_device_properties().total_memory, which is at most nvidia-smi's memory.total");
+  if (p.non_allocator_bytes < p.memory_bytes - p.cuda_total_memory_bytes)
+    throw InputError("non_allocator_bytes",
+                     "is " + std::to_string(p.non_allocator_bytes) + ", less than the driver's reserve memory_bytes - "
+                         "cuda_total_memory_bytes = " + std::to_string(p.memory_bytes - p.cuda_total_memory_bytes),
+                     "include the memory nvidia-smi counts but CUDA does not report in non_allocator_bytes");
   check_hardware_profile(p, "");
 
   // NOTE [Cited figures]: a profile is only as good as its numbers, so every figure must say
@@ -292,6 +308,16 @@ void check_hardware_profile(const HardwareProfile& p, const std::string& prefix)
   if (p.sustained_clock_ratio <= 0)
     throw InputError(jr::child_path(prefix, "sustained_clock_ratio"), "is 0",
                      "give the sustained clock under the power limit / the measured clock, in (0, 1], e.g. 0.85");
+}
+
+void check_gpus_per_node(const HardwareProfile& p, int gpus_per_node, const std::string& where) {
+  if (p.compute_capability == 0 || gpus_per_node <= p.gpus_per_node) return;  // NOTE [Ranks per node]
+  throw InputError(where,
+                   "is " + std::to_string(gpus_per_node) + ", but profile '" + p.name + "' describes a node of " +
+                       std::to_string(p.gpus_per_node) + " GPUs (its gpus_per_node; links, NICs and host are that node's)",
+                   "use at most " + std::to_string(p.gpus_per_node) +
+                       " GPUs per node (more nodes for more GPUs), or a profile of the larger node (a copy of "
+                       "the profile with its own gpus_per_node, links and sources)");
 }
 
 std::string data_dir() {

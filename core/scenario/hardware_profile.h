@@ -42,9 +42,14 @@ struct HardwareProfile {
   std::vector<std::string> aliases;  // other names that load this profile, e.g. "h100"
   // ---- memory
   uint64_t memory_bytes = 0;         // device memory as nvidia-smi reports memory.total
+  // The device total as CUDA and PyTorch see it (torch.cuda.get_device_properties().total_memory,
+  // cudaMemGetInfo's total, the "total capacity" of PyTorch's OOM message): memory_bytes less
+  // what the driver keeps back. NOTE [Two device totals] in hardware_profile.cc.
+  uint64_t cuda_total_memory_bytes = 0;
   // Bytes the caching allocator can never get: memory the driver keeps back, the CUDA
   // context, NCCL's communicator buffers, and workspaces allocated outside PyTorch's
-  // caching allocator. Allocator capacity = memory_bytes - non_allocator_bytes.
+  // caching allocator. Allocator capacity = memory_bytes - non_allocator_bytes, at most
+  // cuda_total_memory_bytes (the driver's reserve is part of non_allocator_bytes).
   uint64_t non_allocator_bytes = 0;
   // ---- compute
   // Dense (no 2:4 sparsity) peak FLOP/s per device. bf16/fp16/tf32 are tensor-core matmul
@@ -115,6 +120,15 @@ std::vector<std::string> apply_hardware_figures(HardwareProfile& p, const nlohma
                                                 const std::vector<std::string>& skip = {});
 // Cross-figure rules (NVLS needs an efficiency, ...). Throws InputError at `path_prefix`.figure.
 void check_hardware_profile(const HardwareProfile& p, const std::string& path_prefix);
+
+// NOTE [Ranks per node]: a scenario's hardware.gpus_per_node is the ranks torchrun starts on
+// each node. A GPU profile describes one node (its NVLink fabric, NICs per GPU, host cores), so a
+// scenario may use fewer of its GPUs (a 4-rank job on an 8-GPU node: every used GPU keeps its own
+// links and NIC; host figures per rank are re-derived from host_cores / gpus_per_node), never more:
+// 16 ranks per node on an 8-GPU HGX profile is a node that does not exist. CPU profiles
+// (compute_capability 0) describe a host, where any number of rank processes can run. Throws
+// InputError at `where` naming both values and the fix.
+void check_gpus_per_node(const HardwareProfile& p, int gpus_per_node, const std::string& where);
 
 // Where scenarios/ lives: $FULLSHARD_DATA_DIR if set, else the source tree's scenarios/
 // (compiled in as FULLSHARD_DEFAULT_DATA_DIR), else "scenarios" relative to the working dir.

@@ -32,7 +32,8 @@ constexpr uint64_t kMiB = uint64_t{1} << 20;
 // Profile figures a scenario may override directly in "hardware" (NOTE [Hardware overrides]).
 // memory_bytes / non_allocator_bytes have their own GiB-or-bytes fields and gpus_per_node is
 // the layout's, so they are read by the fields of the same name.
-const std::vector<std::string> kOwnHardwareFields = {"memory_bytes", "non_allocator_bytes", "gpus_per_node"};
+const std::vector<std::string> kOwnHardwareFields = {"memory_bytes", "non_allocator_bytes", "gpus_per_node",
+                                                     "cuda_total_memory_bytes"};
 
 std::vector<std::string> hardware_fields() {
   std::vector<std::string> f = {"profile",           "gpus_per_node",       "nodes",
@@ -443,6 +444,7 @@ HardwareOptions parse_hardware(const json& j, const std::string& base_dir) {
   h.gpus_per_node = j.contains("gpus_per_node")
                         ? static_cast<int>(field_int(j, P, "gpus_per_node", 1, kMaxRanksPerDim, "8"))
                         : h.device.gpus_per_node;
+  check_gpus_per_node(h.device, h.gpus_per_node, "hardware.gpus_per_node");  // NOTE [Ranks per node]
   if (j.contains("nodes")) h.nodes = static_cast<int>(field_int(j, P, "nodes", 1, kMaxRanksPerDim, "2"));
   if (int64_t{h.nodes} * h.gpus_per_node > kMaxInt)
     throw InputError("hardware.nodes",
@@ -466,7 +468,11 @@ HardwareOptions parse_hardware(const json& j, const std::string& base_dir) {
 
   h.memory_bytes = bytes_override(j, "memory", 1);
   h.non_allocator_bytes = bytes_override(j, "non_allocator", 0);
-  if (h.memory_bytes) h.device.memory_bytes = *h.memory_bytes;
+  if (h.memory_bytes) {  // NOTE [Two device totals]: the driver's reserve moves with the device
+    const uint64_t reserve = h.device.memory_bytes - h.device.cuda_total_memory_bytes;
+    h.device.memory_bytes = *h.memory_bytes;
+    h.device.cuda_total_memory_bytes = *h.memory_bytes > reserve ? *h.memory_bytes - reserve : *h.memory_bytes;
+  }
   if (h.non_allocator_bytes) h.device.non_allocator_bytes = *h.non_allocator_bytes;
   if (h.device.non_allocator_bytes >= h.device.memory_bytes) {
     const std::string where = h.non_allocator_bytes ? (j.contains("non_allocator_gib") ? "hardware.non_allocator_gib" : "hardware.non_allocator_bytes")

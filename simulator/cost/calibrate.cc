@@ -4,6 +4,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "core/common/error.h"
@@ -105,6 +106,19 @@ double busbw_factor(nccl::Func f, int n) {
   return 1.0;
 }
 
+std::optional<DirectFigure> direct_figure(const std::string& op) {
+  if (op == "kernel_gap") return DirectFigure::kKernelGap;
+  if (op == "eager_op") return DirectFigure::kEagerOp;
+  if (op == "copy_pinned") return DirectFigure::kCopyPinned;
+  if (op == "copy_pageable") return DirectFigure::kCopyPageable;
+  return std::nullopt;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
 }  // namespace
 
 double predict(const HardwareProfile& p, const CollectiveSample& s) {
@@ -177,8 +191,18 @@ CalibrationInput parse_calibration_input(const json& j) {
       jr::reject_unknown_fields(o, P, {"op", "dtype", "flops", "bytes", "time_s", "m", "n", "k", "seq", "head_dim"});
       for (const char* k : {"op", "time_s"}) jr::require_field(o, P, k, "every sample gives it");
       KernelSample s;
-      const std::string op =
-          jr::get_choice(o.at("op"), P + ".op", {"matmul", "attention", "attention_backward", "vector"});
+      const std::string op = jr::get_choice(o.at("op"), P + ".op",
+                                            {"matmul", "attention", "attention_backward", "vector", "kernel_gap",
+                                             "eager_op", "copy_pinned", "copy_pageable"});
+      if (const auto direct = direct_figure(op)) {  // NOTE [Direct samples]
+        DirectSample d{*direct, 0, jr::get_number(o.at("time_s"), P + ".time_s", 0, false, kInf, false, "2e-6")};
+        if (d.figure == DirectFigure::kCopyPinned || d.figure == DirectFigure::kCopyPageable) {
+          jr::require_field(o, P, "bytes", "a copy sample gives the bytes it moved");
+          d.bytes = jr::get_number(o.at("bytes"), P + ".bytes", 0, false, kInf, false, "1e9");
+        }
+        in.direct.push_back(d);
+        continue;
+      }
       s.op = op == "matmul" ? OpClass::kMatmul : op == "vector" ? OpClass::kVector : OpClass::kAttention;
       s.backward = op == "attention_backward";
       auto dim = [&](const char* key, size_t slot) {
@@ -248,6 +272,24 @@ Calibration calibrate(const HardwareProfile& start, const CalibrationInput& inpu
   // GEMM samples are divided by their shape factor (NOTE [GEMM shape]) and tabled by FLOPs;
   // attention samples by their head-dim factor and the clock ratio, tabled by sequence length
   // (forward and backward separately); the kernel gap is taken off the measured time first.
+  // Direct samples first (NOTE [Direct samples]): the kernel gap is taken off the kernel
+  // samples' times below.
+  auto direct = [&](DirectFigure f, const char* figure, double& value, auto&& of_sample) {
+    std::vector<double> v;
+    for (const auto& d : input.direct)
+      if (d.figure == f) v.push_back(of_sample(d));
+    if (v.empty()) return;
+    value = median(std::move(v));
+    c.fitted.push_back(figure);
+  };
+  direct(DirectFigure::kKernelGap, "kernel_gap_s", p.kernel_gap_s, [](const DirectSample& d) { return d.time_s; });
+  direct(DirectFigure::kEagerOp, "eager_dispatch_s", p.eager_dispatch_s,
+         [&](const DirectSample& d) { return std::max(0.0, d.time_s - p.launch_overhead_s); });
+  direct(DirectFigure::kCopyPinned, "pinned_copy_bandwidth", p.pinned_copy_bandwidth,
+         [](const DirectSample& d) { return d.bytes / d.time_s; });
+  direct(DirectFigure::kCopyPageable, "pageable_copy_bandwidth", p.pageable_copy_bandwidth,
+         [](const DirectSample& d) { return d.bytes / d.time_s; });
+
   const ComputeModel peaks(start, {});
   std::vector<std::pair<double, double>> mm, attn, attn_bwd, vec, mem;
   for (const auto& s : input.kernels) {

@@ -38,9 +38,24 @@ struct KernelSample {
   double time_s = 0;
 };
 
+// NOTE [Direct samples]: figures a measurement reads off directly rather than a fit through the
+// time model (tools/measure/measure.py writes them as kernel rows with these ops):
+//   "kernel_gap"    time_s = device seconds per kernel in a chain of tiny dependent kernels;
+//   "eager_op"      time_s = host seconds of one eager PyTorch op (dispatch + launch, no sync);
+//   "copy_pinned"   bytes / time_s = H2D or D2H bandwidth from page-locked host memory;
+//   "copy_pageable" the same from pageable memory.
+// Each figure becomes the median of its samples (eager_dispatch_s: less launch_overhead_s).
+enum class DirectFigure : uint8_t { kKernelGap, kEagerOp, kCopyPinned, kCopyPageable };
+struct DirectSample {
+  DirectFigure figure = DirectFigure::kKernelGap;
+  double bytes = 0;
+  double time_s = 0;
+};
+
 struct CalibrationInput {
   std::vector<CollectiveSample> collectives;
   std::vector<KernelSample> kernels;
+  std::vector<DirectSample> direct;
 };
 
 // Reads {"collectives": [...], "kernels": [...]} (docs/cost-model.md, "Calibration"); a
@@ -57,7 +72,8 @@ struct Calibration {
 
 // Fits intra_node_bus_bandwidth (one-node samples), nvls_efficiency (one-node all-reduces,
 // NVLS hardware), network_bus_bandwidth (multi-node samples) and the efficiency tables'
-// entries that samples fall into. NCCL's latency tables are not fitted.
+// entries that samples fall into; kernel_gap_s, eager_dispatch_s and the copy bandwidths from
+// direct samples (NOTE [Direct samples]). NCCL's latency tables are not fitted.
 Calibration calibrate(const HardwareProfile& start, const CalibrationInput& input);
 
 // Predicted seconds for a sample under a profile (what calibrate() fits).

@@ -40,6 +40,10 @@ json figure_json(const HardwareProfile& p, const std::string& figure) {
   if (figure == "attention_backward_efficiency") return table_json(p.attention_backward_efficiency);
   if (figure == "vector_efficiency") return table_json(p.vector_efficiency);
   if (figure == "memory_efficiency") return table_json(p.memory_efficiency);
+  if (figure == "kernel_gap_s") return p.kernel_gap_s;  // NOTE [Direct samples]
+  if (figure == "eager_dispatch_s") return p.eager_dispatch_s;
+  if (figure == "pinned_copy_bandwidth") return p.pinned_copy_bandwidth;
+  if (figure == "pageable_copy_bandwidth") return p.pageable_copy_bandwidth;
   FULLSHARD_CHECK(false, "calibrate fitted an unknown figure " + figure);
   return nullptr;
 }
@@ -101,8 +105,9 @@ int cmd_calibrate(const CalibrateFlags& f) {
     throw InputError(f.measurements + ": " + where, std::string(e.what()).substr(e.where().size() + 2), "");
   }
   const sim::Calibration c = sim::calibrate(start, input);
-  fmt::print("calibrated {} from {}: {} collective and {} kernel samples\n", printable(start.name), printable(f.measurements),
-             input.collectives.size(), input.kernels.size());
+  fmt::print("calibrated {} from {}: {} collective and {} kernel samples{}\n", printable(start.name),
+             printable(f.measurements), input.collectives.size(), input.kernels.size(),
+             input.direct.empty() ? "" : fmt::format(", {} direct (NOTE [Direct samples])", input.direct.size()));
   if (!input.collectives.empty())
     fmt::print("  collectives: typical error {} before, {} after\n", pct(c.collective_error_before), pct(c.collective_error_after));
   if (!input.kernels.empty())

@@ -146,6 +146,7 @@ json base_json(const PlanFlags& f, HardwareProfile& profile) {
     throw InputError("--gpus", fmt::format("is {}", gpus), fmt::format("give the number of GPUs, between 1 and {}, e.g. --gpus 256", kMaxPlanGpus));
   if (gpn < 1 || gpn > kMaxPlanGpus)
     throw InputError("--gpus-per-node", fmt::format("is {}", gpn), fmt::format("give the GPUs in one node, between 1 and {}, e.g. --gpus-per-node 8", kMaxPlanGpus));
+  if (f.gpus_per_node) check_gpus_per_node(profile, gpn, "--gpus-per-node");  // NOTE [Ranks per node]
   // Whole nodes, with the flag names (check_space_options has the same rule and message).
   planner::SpaceOptions probe;
   probe.gpus = static_cast<int>(gpus);
