@@ -11,6 +11,7 @@
 #include "core/memory/timeline_downsample.h"
 #include "core/scenario/training_program.h"
 #include "core/tensor/float_convert.h"
+#include "runner/checkpoint.h"
 
 namespace fullshard::runner {
 namespace {
@@ -99,7 +100,8 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
     b.take_busy_intervals();
     b.take_launched_flops();
     const int steps = o.steps >= 0 ? o.steps : s.training.steps;
-    for (int step = 0; step < steps; ++step) {
+    const int first = o.resume_from.empty() ? 0 : static_cast<int>(load_checkpoint(b, prog, s, o.resume_from));
+    for (int step = first; step < steps; ++step) {
       if (o.fault != RankOptions::Fault::kNone && step == o.fault_step) {
         if (o.fault == RankOptions::Fault::kKill) ::raise(SIGKILL);
         for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
@@ -117,6 +119,8 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
       if (auto iv = b.take_busy_intervals()) add_stream_times(m, *iv);
       m.flops = b.take_launched_flops();
       r.steps.push_back(m);
+      if (o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0)
+        save_checkpoint(b, prog, s, o.checkpoint_dir, step + 1);
       if (on_step) on_step(m);
     }
     b.synchronize_device();

@@ -1,0 +1,22 @@
+#pragma once
+// Saving and resuming a sharded checkpoint inside a real rank (docs/checkpoints.md): each
+// rank writes only the pieces it holds (parameters and AdamW states) and reads back only the
+// rows it needs, on any world size or mesh (NOTE [Checkpoint commit], NOTE [Reshard on load]).
+#include <cstdint>
+#include <string>
+
+#include "core/runtime/backend.h"
+#include "core/scenario/training_program.h"
+
+namespace fullshard::runner {
+
+// Called by every rank after `steps_done` optimizer steps: writes `root`/step-N. Collective:
+// every rank must call it at the same step (it synchronizes the ranks twice).
+void save_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, const std::string& root, int64_t steps_done);
+
+// Loads the committed checkpoint `folder` into this rank's parameters and optimizer state
+// and returns the step to continue at. Throws InputError (where "--resume") naming the first
+// tensor whose name, dtype or shape does not match the scenario's model, or a seed mismatch.
+int64_t load_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, const std::string& folder);
+
+}  // namespace fullshard::runner
