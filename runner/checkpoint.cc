@@ -1,5 +1,7 @@
 #include "runner/checkpoint.h"
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <numeric>
 
@@ -71,6 +73,7 @@ void save_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, const
   if (b.rank() != 0) return;
   CheckpointMetadata m;
   m.scenario = s.name;
+  m.arch = s.model.arch == ModelArch::kLlama ? "llama" : "gpt2";
   m.step = steps_done;
   m.next_step = steps_done;
   m.seed = s.training.seed;
@@ -119,6 +122,42 @@ int64_t load_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, co
   }
   prog.optimizer().set_steps_taken(static_cast<int>(m.optimizer_steps));
   return m.next_step;
+}
+
+std::string resolve_resume(const std::string& resume, const std::string& checkpoint_dir) {
+  if (resume.empty()) return "";
+  if (resume == "latest") {
+    if (checkpoint_dir.empty())
+      throw InputError("--resume", "is 'latest' but no --checkpoint-dir is given",
+                       "add --checkpoint-dir DIR, or give --resume the checkpoint folder");
+    return resolve_checkpoint(checkpoint_dir, "--resume");
+  }
+  return resolve_checkpoint(resume, "--resume");
+}
+
+void validate_checkpoint_flags(const std::string& checkpoint_dir, int checkpoint_every, const std::string& resume,
+                               const std::string& backend, int steps) {
+  if (checkpoint_every < 0)
+    throw InputError("--checkpoint-every", "is " + std::to_string(checkpoint_every), "use a number of steps >= 1 (0: never)");
+  if (checkpoint_every > 0 && checkpoint_dir.empty())
+    throw InputError("--checkpoint-every", "is given without --checkpoint-dir", "add --checkpoint-dir DIR");
+  if (!checkpoint_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(checkpoint_dir, ec);
+    if (ec || ::access(checkpoint_dir.c_str(), W_OK) != 0)
+      throw InputError("--checkpoint-dir", "'" + checkpoint_dir + "' is not a writable folder" + (ec ? ": " + ec.message() : ""),
+                       "give a folder you can write");
+  }
+  const std::string folder = resolve_resume(resume, checkpoint_dir);
+  if (folder.empty()) return;
+  if (backend != "cpu")
+    throw InputError("--resume", "the " + backend + " backend cannot load a checkpoint yet",
+                     "resume with --backend cpu (docs/checkpoints.md)");
+  const CheckpointReader reader(folder);
+  if (reader.metadata().next_step >= steps)
+    throw InputError("--resume", "checkpoint '" + folder + "' is at step " + std::to_string(reader.metadata().next_step) +
+                                     ", not before the run's last step " + std::to_string(steps),
+                     "pass --steps larger than " + std::to_string(reader.metadata().next_step));
 }
 
 }  // namespace fullshard::runner

@@ -19,4 +19,15 @@ void save_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, const
 // tensor whose name, dtype or shape does not match the scenario's model, or a seed mismatch.
 int64_t load_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, const std::string& folder);
 
+// The checkpoint folder a `--resume` value names: "" (none) -> "", "latest" -> the highest
+// committed step under `checkpoint_dir`, else a folder (a step folder or a checkpoint root).
+// Throws InputError naming --resume.
+std::string resolve_resume(const std::string& resume, const std::string& checkpoint_dir);
+
+// Checks the checkpoint flags of `fullshard train` before any worker starts: --checkpoint-every
+// >= 0 and given with --checkpoint-dir (created here, must be writable), resuming only on a
+// backend that can load host data (cpu), a checkpoint whose next step is below `steps`.
+void validate_checkpoint_flags(const std::string& checkpoint_dir, int checkpoint_every, const std::string& resume,
+                               const std::string& backend, int steps);
+
 }  // namespace fullshard::runner

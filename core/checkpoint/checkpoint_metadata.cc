@@ -51,7 +51,7 @@ void parse_tensor(const nlohmann::json& t, const std::string& path, const std::s
 
 CheckpointMetadata parse(const nlohmann::json& j) {
   jr::require_object(j, "", R"({"format": "fullshard-checkpoint", ...})");
-  const std::vector<std::string> known = {"format", "version", "scenario", "step", "next_step", "seed",
+  const std::vector<std::string> known = {"format", "version", "scenario", "arch", "step", "next_step", "seed",
                                           "world_size", "mesh", "optimizer_steps", "files", "tensors"};
   jr::reject_unknown_fields(j, "", known);
   for (const auto& k : known) jr::require_field(j, "", k, "the metadata is damaged or not a fullshard checkpoint");
@@ -65,6 +65,7 @@ CheckpointMetadata parse(const nlohmann::json& j) {
                                     std::to_string(kCheckpointFormatVersion),
                      "use the fullshard that wrote the checkpoint");
   m.scenario = jr::get_string(j["scenario"], "scenario", "\"tiny\"");
+  m.arch = jr::get_choice(j["arch"], "arch", {"llama", "gpt2"});
   m.step = jr::get_int(j["step"], "step", 0, kMaxI, "3");
   m.next_step = jr::get_int(j["next_step"], "next_step", 0, kMaxI, "3");
   const auto& seed = j["seed"];
@@ -134,6 +135,7 @@ nlohmann::json metadata_to_json(const CheckpointMetadata& m) {
   j["format"] = "fullshard-checkpoint";
   j["version"] = m.version;
   j["scenario"] = m.scenario;
+  j["arch"] = m.arch;
   j["step"] = m.step;
   j["next_step"] = m.next_step;
   j["seed"] = m.seed;
