@@ -7,6 +7,7 @@
 
 #include "core/checkpoint/checkpoint_dir.h"
 #include "core/common/error.h"
+#include "core/model/transformer.h"
 
 namespace fullshard::runner {
 namespace {
@@ -44,6 +45,13 @@ void world_barrier(Backend& b, const std::string& name) {
   c.name = name;
   b.collective(StreamRole::kDefault, c, world);
   b.synchronize_device();
+}
+
+void check_seed(const CheckpointMetadata& m, const Scenario& s, const std::string& folder) {
+  if (m.seed != s.training.seed)
+    throw InputError("--resume", "checkpoint '" + folder + "' was saved with training.seed " + std::to_string(m.seed) +
+                                     ", the scenario has " + std::to_string(s.training.seed),
+                     "resume with the scenario that wrote it (the seed decides the data order)");
 }
 
 }  // namespace
@@ -90,10 +98,7 @@ void save_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, const
 int64_t load_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, const std::string& folder) {
   CheckpointReader reader(folder);
   const CheckpointMetadata& m = reader.metadata();
-  if (m.seed != s.training.seed)
-    throw InputError("--resume", "checkpoint '" + folder + "' was saved with training.seed " + std::to_string(m.seed) +
-                                     ", the scenario has " + std::to_string(s.training.seed),
-                     "resume with the scenario that wrote it (the seed decides the data order)");
+  check_seed(m, s, folder);
   if (m.optimizer_steps > 0) prog.optimizer().init_state();
   const auto tensors = local_tensors(prog);
   // The first mismatch in either direction names the tensor.
@@ -136,7 +141,7 @@ std::string resolve_resume(const std::string& resume, const std::string& checkpo
 }
 
 void validate_checkpoint_flags(const std::string& checkpoint_dir, int checkpoint_every, const std::string& resume,
-                               const std::string& backend, int steps) {
+                               const std::string& backend, int steps, const Scenario& s) {
   if (checkpoint_every < 0)
     throw InputError("--checkpoint-every", "is " + std::to_string(checkpoint_every), "use a number of steps >= 1 (0: never)");
   if (checkpoint_every > 0 && checkpoint_dir.empty())
@@ -158,6 +163,29 @@ void validate_checkpoint_flags(const std::string& checkpoint_dir, int checkpoint
     throw InputError("--resume", "checkpoint '" + folder + "' is at step " + std::to_string(reader.metadata().next_step) +
                                      ", not before the run's last step " + std::to_string(steps),
                      "pass --steps larger than " + std::to_string(reader.metadata().next_step));
+  check_seed(reader.metadata(), s, folder);
+  // The parameters, in both directions (optimizer states follow their parameters).
+  Transformer model(s.model);
+  std::vector<std::pair<std::string, Shape>> params;
+  model.root().for_each_param([&](Param& p) { params.push_back({"param/" + p.fqn, p.shape}); });
+  for (const auto& [name, shape] : params) {
+    const CheckpointTensor* t = reader.metadata().find(name);
+    if (!t)
+      throw InputError("--resume", "checkpoint '" + folder + "' has no tensor '" + name + "' that the scenario's model has",
+                       "resume with the scenario that wrote it");
+    if (t->shape != shape)
+      throw InputError("--resume", "tensor '" + name + "' is " + shape_str(t->shape) + " in checkpoint '" + folder +
+                                       "' but " + shape_str(shape) + " in the scenario",
+                       "resume with the scenario that wrote it");
+  }
+  for (const auto& t : reader.metadata().tensors) {
+    const std::string param = "param/" + t.name.substr(t.name.find('/') + 1);
+    bool found = false;
+    for (const auto& p : params) found = found || p.first == param;
+    if (!found)
+      throw InputError("--resume", "checkpoint '" + folder + "' holds tensor '" + t.name + "' that the scenario's model has not",
+                       "resume with the scenario that wrote it");
+  }
 }
 
 }  // namespace fullshard::runner

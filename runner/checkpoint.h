@@ -26,8 +26,10 @@ std::string resolve_resume(const std::string& resume, const std::string& checkpo
 
 // Checks the checkpoint flags of `fullshard train` before any worker starts: --checkpoint-every
 // >= 0 and given with --checkpoint-dir (created here, must be writable), resuming only on a
-// backend that can load host data (cpu), a checkpoint whose next step is below `steps`.
+// backend that can load host data (cpu), a checkpoint whose next step is below `steps`, of
+// `s`'s seed, whose parameters have the names and global shapes of `s`'s model (the first
+// mismatching tensor is named).
 void validate_checkpoint_flags(const std::string& checkpoint_dir, int checkpoint_every, const std::string& resume,
-                               const std::string& backend, int steps);
+                               const std::string& backend, int steps, const Scenario& s);
 
 }  // namespace fullshard::runner

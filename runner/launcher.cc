@@ -264,7 +264,8 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
     throw InputError("--nproc", fmt::format("is {}, but fsdp.mesh.shape has {} ranks", n, world),
                      fmt::format("use --nproc {} or change the mesh", world));
   if (o.steps < -1) throw InputError("--steps", fmt::format("is {}", o.steps), "use 0 or more optimizer steps");
-  validate_checkpoint_flags(o.checkpoint_dir, o.checkpoint_every, o.resume, kind.name, o.steps >= 0 ? o.steps : s.training.steps);
+  validate_checkpoint_flags(o.checkpoint_dir, o.checkpoint_every, o.resume, kind.name, o.steps >= 0 ? o.steps : s.training.steps,
+                            s);
   // Deadlines add seconds to a clock: a week is more than any collective needs and cannot overflow.
   constexpr int kMaxTimeout = 7 * 24 * 3600;
   if (o.timeout_s <= 0 || o.timeout_s > kMaxTimeout)
