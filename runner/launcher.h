@@ -33,6 +33,7 @@ struct LaunchOptions {
   std::string checkpoint_dir;
   int checkpoint_every = 0;
   std::string resume;
+  std::string init_from;  // safetensors weights to start from (runner/init_weights.h)
 };
 
 // Checks the options a user typed (steps, nproc, timeout) and, for `kind`, that this machine

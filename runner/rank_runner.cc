@@ -12,6 +12,7 @@
 #include "core/scenario/training_program.h"
 #include "core/tensor/float_convert.h"
 #include "runner/checkpoint.h"
+#include "runner/init_weights.h"
 
 namespace fullshard::runner {
 namespace {
@@ -100,6 +101,7 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
     b.take_busy_intervals();
     b.take_launched_flops();
     const int steps = o.steps >= 0 ? o.steps : s.training.steps;
+    if (!o.init_from.empty() && o.resume_from.empty()) load_init_weights(b, prog, s, o.init_from);
     const int first = o.resume_from.empty() ? 0 : static_cast<int>(load_checkpoint(b, prog, s, o.resume_from));
     for (int step = first; step < steps; ++step) {
       if (o.fault != RankOptions::Fault::kNone && step == o.fault_step) {

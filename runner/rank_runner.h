@@ -30,6 +30,8 @@ struct RankOptions {
   std::string checkpoint_dir;
   int checkpoint_every = 0;
   std::string resume_from;
+  // Safetensors weights to start from instead of the random init (runner/init_weights.h).
+  std::string init_from;
 };
 
 struct StepMetrics {

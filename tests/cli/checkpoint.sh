@@ -78,6 +78,15 @@ assert index["metadata"]["total_size"] == sum(len(v[1]) for v in out.values())
 P
 echo ok export
 
+# Start from the exported weights (sharded layout): the first step's loss is below a fresh start's.
+"$bin" train "$sc" --steps 1 --init-from "$tmp/sharded" --metrics "$tmp/i.jsonl" > /dev/null 2>&1
+python3 - "$tmp/straight.jsonl" "$tmp/i.jsonl" <<'P'
+import json, sys
+fresh, init = [json.loads(open(p).readline())["loss"] for p in sys.argv[1:]]
+assert init < fresh - 0.01, (init, fresh)
+P
+echo ok init-from
+
 set +e
 # A checkpoint of another model: exit 2, one line naming the tensor.
 python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); j["model"]={"arch":"llama","name":"x","vocab_size":256,"dim":64,"n_layers":2,"n_heads":4,"ffn_dim":96,"max_seq_len":64}; json.dump(j,open(sys.argv[2],"w"))' "$sc" "$tmp/other.json"
@@ -99,4 +108,7 @@ python3 -c 'import os,sys; os.truncate(sys.argv[1], os.path.getsize(sys.argv[1])
 [ "$rc" -eq 2 ] && grep -q "$f" "$tmp/err" && [ "$(wc -l < "$tmp/err")" -eq 1 ] || { echo "rc $rc"; cat "$tmp/err"; exit 1; }
 "$bin" checkpoint export "$tmp/ck" --safetensors "$tmp/bad.safetensors" > /dev/null 2> "$tmp/err"; rc=$?
 [ "$rc" -eq 2 ] && [ ! -e "$tmp/bad.safetensors" ] || { echo "rc $rc"; cat "$tmp/err"; exit 1; }
+python3 -c 'import sys; f=open(sys.argv[1],"r+b"); f.seek(9); f.write(b"#"); f.close()' "$tmp/model.safetensors"
+"$bin" train "$sc" --steps 1 --init-from "$tmp/model.safetensors" > /dev/null 2> "$tmp/err"; rc=$?
+[ "$rc" -eq 2 ] && grep -q "$tmp/model.safetensors" "$tmp/err" && [ "$(wc -l < "$tmp/err")" -eq 1 ] || { echo "rc $rc"; cat "$tmp/err"; exit 1; }
 echo ok errors

@@ -14,7 +14,9 @@
 #include <gtest/gtest.h>
 
 #include "core/checkpoint/checkpoint_dir.h"
+#include "core/checkpoint/export.h"
 #include "core/common/error.h"
+#include "runner/init_weights.h"
 #include "tests/support/cpu_support.h"
 #include "tests/support/sim_support.h"
 
@@ -137,6 +139,43 @@ TEST(CpuCheckpoint, ACheckpointOfAnotherModelIsRefusedNamingTheTensor) {
     FAIL() << "no error";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("training.seed 7"), std::string::npos) << e.what();
+  }
+}
+
+// Export -> --init-from round trip: the weights a 2-rank run ended with, exported with
+// Hugging Face names (GPT-2: Conv1D weights transposed; sharded layout for Llama), loaded by a
+// 3-rank run, are its parameters byte for byte.
+TEST(CpuCheckpoint, ExportThenInitFromLeavesEveryByteUnchanged) {
+  for (const bool gpt2 : {false, true}) {
+    TempDir d;
+    json j = scenario({2}, 2, 2);
+    if (gpt2)
+      j["model"] = {{"arch", "gpt2"}, {"name", "g"}, {"vocab_size", 256}, {"dim", 8}, {"n_layers", 2},
+                    {"n_heads", 2},    {"ffn_dim", 12}, {"max_seq_len", 16}};
+    const RealRun trained = run_real(parse_scenario(j), 2, saving(d.path(), 2));
+    CheckpointReader reader(resolve_checkpoint(d.path(), "--resume"));
+    ExportOptions eo;
+    eo.out = d.path() + (gpt2 ? "/model.safetensors" : "/hf");
+    eo.max_shard_bytes = gpt2 ? 0 : 4096;
+    export_safetensors(reader, eo);
+    runner::RankOptions o;
+    o.init_from = eo.out;
+    json three = j;
+    three["fsdp"]["mesh"]["shape"] = {3};
+    three["hardware"]["gpus_per_node"] = 3;
+    const RealRun loaded = run_real(parse_scenario(three), 0, o);
+    expect_bit_identical(loaded, trained);
+    runner::validate_init_weights(eo.out, parse_scenario(three));
+    json other = three;
+    other["model"]["ffn_dim"] = 16;
+    try {
+      runner::validate_init_weights(eo.out, parse_scenario(other));
+      ADD_FAILURE() << "no error";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(gpt2 ? "c_fc.weight': is [8, 12]" : "gate_proj.weight': is [12, 8]"),
+                std::string::npos)
+          << e.what();
+    }
   }
 }
 

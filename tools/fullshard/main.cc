@@ -144,6 +144,8 @@ int main(int argc, char** argv) {
   train->add_option("--checkpoint-every", lo.checkpoint_every, "save a checkpoint after every N steps (0: never)");
   train->add_option("--resume", lo.resume, "continue from a checkpoint: latest (under --checkpoint-dir, the default) or a folder")
       ->expected(0, 1);
+  train->add_option("--init-from", lo.init_from,
+                    "start from safetensors weights (a file, or a folder with model.safetensors[.index.json])");
   std::string compare_json;
   auto* compare = app.add_subcommand("compare", "simulate a scenario, run it for real, compare peak memory per rank");
   add_run_options(compare);
