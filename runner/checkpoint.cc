@@ -146,7 +146,7 @@ void validate_checkpoint_flags(const std::string& checkpoint_dir, int checkpoint
     throw InputError("--checkpoint-every", "is " + std::to_string(checkpoint_every), "use a number of steps >= 1 (0: never)");
   if (checkpoint_every > 0 && checkpoint_dir.empty())
     throw InputError("--checkpoint-every", "is given without --checkpoint-dir", "add --checkpoint-dir DIR");
-  if (!checkpoint_dir.empty()) {
+  if (checkpoint_every > 0) {  // saving: the folder must exist and be writable (resuming only reads it)
     std::error_code ec;
     std::filesystem::create_directories(checkpoint_dir, ec);
     if (ec || ::access(checkpoint_dir.c_str(), W_OK) != 0)

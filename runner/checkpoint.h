@@ -25,7 +25,7 @@ int64_t load_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, co
 std::string resolve_resume(const std::string& resume, const std::string& checkpoint_dir);
 
 // Checks the checkpoint flags of `fullshard train` before any worker starts: --checkpoint-every
-// >= 0 and given with --checkpoint-dir (created here, must be writable), resuming only on a
+// >= 0 and given with --checkpoint-dir (created here when saving, must be writable), resuming only on a
 // backend that can load host data (cpu), a checkpoint whose next step is below `steps`, of
 // `s`'s seed, whose parameters have the names and global shapes of `s`'s model (the first
 // mismatching tensor is named).
