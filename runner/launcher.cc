@@ -26,6 +26,8 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/gloo/tcp_store.h"
+#include "runner/checkpoint.h"
+#include "runner/init_weights.h"
 #include "core/common/error.h"
 #include "runner/rank_runner.h"
 #include "core/scenario/scenario.h"
@@ -234,6 +236,10 @@ int worker_main(const LaunchOptions& o, const BackendRegistry& backends) {
     req.transport = o.collectives;
     RankOptions ro;
     ro.steps = o.steps;
+    ro.checkpoint_dir = o.checkpoint_dir;
+    ro.checkpoint_every = o.checkpoint_every;
+    ro.resume_from = resolve_resume(o.resume, o.checkpoint_dir);
+    ro.init_from = o.init_from;
     const std::string report_dir = env_or("FULLSHARD_REPORT_DIR", "");
     if (!report_dir.empty()) ro.timeline_points = 4000;
     // FULLSHARD_FAULT=kill:RANK:STEP or stall:RANK:STEP (tests of failure handling).
@@ -301,6 +307,15 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
     throw InputError("--nproc", fmt::format("is {}, but fsdp.mesh.shape has {} ranks", n, world),
                      fmt::format("use --nproc {} or change the mesh", world));
   if (o.steps < -1) throw InputError("--steps", fmt::format("is {}", o.steps), "use 0 or more optimizer steps");
+  validate_checkpoint_flags(o.checkpoint_dir, o.checkpoint_every, o.resume, kind.name, o.steps >= 0 ? o.steps : s.training.steps,
+                            s);
+  if (!o.init_from.empty()) {
+    if (!o.resume.empty())
+      throw InputError("--init-from", "is given with --resume", "give one: a checkpoint has its own weights");
+    if (kind.name != "cpu")
+      throw InputError("--init-from", "the " + kind.name + " backend cannot load weights yet", "use --backend cpu");
+    validate_init_weights(o.init_from, s);
+  }
   // Deadlines add seconds to a clock: a week is more than any collective needs and cannot overflow.
   constexpr int kMaxTimeout = 7 * 24 * 3600;
   if (o.timeout_s <= 0 || o.timeout_s > kMaxTimeout)
@@ -338,6 +353,7 @@ LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backend
   const int n = world;
   const BackendKind& kind = backends.choose(o.backend, s);
   validate_launch(o, s, kind);
+  const std::string resume_folder = resolve_resume(o.resume, o.checkpoint_dir);
   res.backend = kind.name;
   const int steps = o.steps >= 0 ? o.steps : s.training.steps;
   // NOTE [Metrics file]: steps go to PATH.partial as they come (tail it to watch a run); the
@@ -381,6 +397,10 @@ LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backend
       if (o.steps >= 0) args.insert(args.end(), {"--steps", std::to_string(o.steps)});
       if (!o.collectives.empty()) args.insert(args.end(), {"--collectives", o.collectives});
       if (o.check_fingerprints) args.push_back("--debug-collectives");
+      if (!o.checkpoint_dir.empty())
+        args.insert(args.end(), {"--checkpoint-dir", o.checkpoint_dir, "--checkpoint-every", std::to_string(o.checkpoint_every)});
+      if (!resume_folder.empty()) args.insert(args.end(), {"--resume", resume_folder});  // resolved once, here
+      if (!o.init_from.empty()) args.insert(args.end(), {"--init-from", o.init_from});
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);

@@ -28,6 +28,12 @@ struct LaunchOptions {
   bool collect_reports = false;  // workers write their measured timelines (LaunchResult::rank_reports)
   // A non-finite loss (NOTE [Non-finite loss]): stop the run (kill the workers, exit 1) or go on.
   enum class OnNonFinite { kStop, kContinue } on_nonfinite = OnNonFinite::kStop;
+  // Sharded checkpoints (docs/checkpoints.md): save every N steps into checkpoint_dir; resume
+  // from "latest" (under checkpoint_dir) or a checkpoint folder ("": start at step 0).
+  std::string checkpoint_dir;
+  int checkpoint_every = 0;
+  std::string resume;
+  std::string init_from;  // safetensors weights to start from (runner/init_weights.h)
 };
 
 // Checks the options a user typed (steps, nproc, timeout) and, for `kind`, that this machine

@@ -12,6 +12,8 @@
 #include "core/memory/timeline_downsample.h"
 #include "core/scenario/training_program.h"
 #include "core/tensor/float_convert.h"
+#include "runner/checkpoint.h"
+#include "runner/init_weights.h"
 
 namespace fullshard::runner {
 namespace {
@@ -93,7 +95,9 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
     b.take_launched_flops();
     b.take_collective_counts();
     const int steps = o.steps >= 0 ? o.steps : s.training.steps;
-    for (int step = 0; step < steps; ++step) {
+    if (!o.init_from.empty() && o.resume_from.empty()) load_init_weights(b, prog, s, o.init_from);
+    const int first = o.resume_from.empty() ? 0 : static_cast<int>(load_checkpoint(b, prog, s, o.resume_from));
+    for (int step = first; step < steps; ++step) {
       if (o.fault != RankOptions::Fault::kNone && step == o.fault_step) {
         if (o.fault == RankOptions::Fault::kKill) ::raise(SIGKILL);
         for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
@@ -125,6 +129,8 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
       std::copy(counts.begin(), counts.end(), rep.collectives_per_step);
       rep.allocated_after_step.push_back(b.memory().current().allocated_bytes);
       r.steps.push_back(m);
+      if (o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0)
+        save_checkpoint(b, prog, s, o.checkpoint_dir, step + 1);
       if (on_step) on_step(m);
     }
     b.synchronize_device();

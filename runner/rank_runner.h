@@ -25,6 +25,14 @@ struct RankOptions {
   size_t timeline_points = 0;
   // Collect this rank's final parameter shards (RankResult::local_params).
   bool collect_params = false;
+  // Sharded checkpoints (runner/checkpoint.h, docs/checkpoints.md): save after every
+  // `checkpoint_every` steps into `checkpoint_dir`; start from the committed checkpoint
+  // folder `resume_from` (its next step) instead of step 0.
+  std::string checkpoint_dir;
+  int checkpoint_every = 0;
+  std::string resume_from;
+  // Safetensors weights to start from instead of the random init (runner/init_weights.h).
+  std::string init_from;
 };
 
 struct StepMetrics {

@@ -49,6 +49,11 @@ void CpuBackend::copy_to_host(const TensorRef& ref, void* dst) {
   if (ref.nbytes() > 0) std::memcpy(dst, p, ref.nbytes());
 }
 
+void CpuBackend::copy_from_host(const TensorRef& ref, const void* src) {
+  synchronize_device();
+  if (ref.nbytes() > 0) std::memcpy(resolve(ref), src, ref.nbytes());
+}
+
 double CpuBackend::clock_s() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - created_).count();
 }

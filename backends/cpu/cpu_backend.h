@@ -51,6 +51,7 @@ class CpuBackend : public Backend {
   // Waits for every stream to finish what was queued; rethrows a stream's error.
   void synchronize_device() override;
   void copy_to_host(const TensorRef& ref, void* dst) override;
+  void copy_from_host(const TensorRef& ref, const void* src) override;
   // The [begin, end) of every task each stream ran since the last call, by role; clears them.
   std::optional<StreamIntervals> take_busy_intervals() override;
   double clock_s() const override;

@@ -21,25 +21,32 @@ Tensor like(Backend& b, const Tensor& p, MemCategory cat, const std::string& wha
 AdamW::AdamW(Backend& backend, std::vector<FSDPParam*> params, AdamWOptions options)
     : b_(backend), params_(std::move(params)), o_(options) {}
 
+void AdamW::ensure_state(size_t i) {
+  if (exp_avg_.empty()) {
+    exp_avg_.resize(params_.size());
+    exp_avg_sq_.resize(params_.size());
+  }
+  if (exp_avg_[i]) return;
+  Tensor p = params_[i]->sharded_local();
+  const std::string& n = params_[i]->param().fqn;
+  exp_avg_[i] = like(b_, p, MemCategory::kOptimizerState, n + " exp_avg");
+  ops::fill_zero(b_, kCurrent, exp_avg_[i], n + " exp_avg init");
+  exp_avg_sq_[i] = like(b_, p, MemCategory::kOptimizerState, n + " exp_avg_sq");
+  ops::fill_zero(b_, kCurrent, exp_avg_sq_[i], n + " exp_avg_sq init");
+}
+
+void AdamW::init_state() {
+  for (size_t i = 0; i < params_.size(); ++i) ensure_state(i);
+}
+
 void AdamW::step() {
   ++step_;
   std::vector<size_t> active;
   for (size_t i = 0; i < params_.size(); ++i)
     if (params_[i]->sharded_grad()) active.push_back(i);
   if (active.empty()) return;
-  if (exp_avg_.empty()) {
-    exp_avg_.resize(params_.size());
-    exp_avg_sq_.resize(params_.size());
-  }
-  for (size_t i : active) {
-    if (exp_avg_[i]) continue;
-    Tensor p = params_[i]->sharded_local();
-    const std::string& n = params_[i]->param().fqn;
-    exp_avg_[i] = like(b_, p, MemCategory::kOptimizerState, n + " exp_avg");
-    ops::fill_zero(b_, kCurrent, exp_avg_[i], n + " exp_avg init");
-    exp_avg_sq_[i] = like(b_, p, MemCategory::kOptimizerState, n + " exp_avg_sq");
-    ops::fill_zero(b_, kCurrent, exp_avg_sq_[i], n + " exp_avg_sq init");
-  }
+  for (size_t i : active) ensure_state(i);
+
   // NOTE [foreach AdamW temporaries]: _multi_tensor_adamw updates exp_avg / exp_avg_sq and
   // the parameters in place, but exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs) is a
   // new tensor per parameter, alive until the update is done.

@@ -23,6 +23,13 @@ class AdamW {
   // zero_grad(set_to_none=True): drops the sharded gradients.
   void zero_grad();
   int steps_taken() const { return step_; }
+  // Checkpointing (runner/checkpoint.h): parameter i's states (empty tensors before the first
+  // step), creating them as the first step would, and restoring the step count.
+  const Tensor& exp_avg(size_t i) const { return exp_avg_.at(i); }
+  const Tensor& exp_avg_sq(size_t i) const { return exp_avg_sq_.at(i); }
+  bool has_state() const { return !exp_avg_.empty(); }
+  void init_state();
+  void set_steps_taken(int steps) { step_ = steps; }
   const std::vector<FSDPParam*>& params() const { return params_; }
 
  private:
@@ -31,6 +38,7 @@ class AdamW {
   AdamWOptions o_;
   std::vector<Tensor> exp_avg_, exp_avg_sq_;
   int step_ = 0;
+  void ensure_state(size_t i);
 };
 
 // Clips the global L2 norm of all sharded gradients to max_norm. The local sum of squares

@@ -88,6 +88,10 @@ void Backend::annotate(std::string_view label) {
   do_annotate(label);
 }
 
+void Backend::copy_from_host(const TensorRef& ref, const void* src) {
+  FULLSHARD_CHECK(false, "copy_from_host: this backend cannot load host data");
+}
+
 void Backend::copy_to_host(const TensorRef& ref, void* dst) {
   FULLSHARD_CHECK(false, "copy_to_host: this backend holds no data (the simulator)");
 }

@@ -96,6 +96,10 @@ class Backend {
   // Copies the tensor's bytes (ref.nbytes()) to `dst` once everything issued so far on every
   // stream is done (blocks the host). Throws InternalError on a backend without data.
   virtual void copy_to_host(const TensorRef& ref, void* dst);
+  // Copies ref.nbytes() bytes from `src` into the tensor once everything issued so far is
+  // done (blocks the host): loading a checkpoint or weights. Throws InternalError on a
+  // backend that does not implement it (the simulator; today every backend but the CPU one).
+  virtual void copy_from_host(const TensorRef& ref, const void* src);
   // Optional per-step measurement: each stream's busy intervals since the last call, or
   // nullopt when the backend does not measure them.
   virtual std::optional<StreamIntervals> take_busy_intervals() { return std::nullopt; }

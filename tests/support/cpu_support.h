@@ -22,7 +22,8 @@ struct RealRun {
   std::vector<double> mean_loss;                       // per step, mean over ranks
 };
 
-inline RealRun run_real(const Scenario& s, int steps = -1) {
+// `base`: further rank options (checkpointing); steps and collect_params are set here.
+inline RealRun run_real(const Scenario& s, int steps = -1, const runner::RankOptions& base = {}) {
   const int world = s.world_size();
   auto store = std::make_shared<::gloo::rendezvous::HashStore>();
   RealRun out;
@@ -42,7 +43,7 @@ inline RealRun run_real(const Scenario& s, int steps = -1) {
         bo.batches = runner::batch_source(s);
         bo.record_timeline = false;
         cpu::CpuBackend backend(std::move(bo));
-        runner::RankOptions o;
+        runner::RankOptions o = base;
         o.steps = steps;
         o.collect_params = true;
         out.ranks[r] = runner::run_rank(backend, s, o);

@@ -28,6 +28,7 @@
 #include "simulator/report.h"
 #include "simulator/simulate.h"
 #include "tools/fullshard/calibrate_commands.h"
+#include "tools/fullshard/checkpoint_commands.h"
 #include "tools/fullshard/commands.h"
 #include "tools/fullshard/plan_commands.h"
 #include "tools/fullshard/plot_commands.h"
@@ -142,6 +143,12 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"stop", "continue"}));
   std::string train_json;
   train->add_option("--json", train_json, "write the measured report (memory timeline per rank) here");
+  train->add_option("--checkpoint-dir", lo.checkpoint_dir, "write sharded checkpoints here (docs/checkpoints.md)");
+  train->add_option("--checkpoint-every", lo.checkpoint_every, "save a checkpoint after every N steps (0: never)");
+  train->add_option("--resume", lo.resume, "continue from a checkpoint: latest (under --checkpoint-dir, the default) or a folder")
+      ->expected(0, 1);
+  train->add_option("--init-from", lo.init_from,
+                    "start from safetensors weights (a file, or a folder with model.safetensors[.index.json])");
   std::string compare_json;
   auto* compare = app.add_subcommand("compare", "simulate a scenario, run it for real, compare peak memory per rank");
   add_run_options(compare);
@@ -161,6 +168,8 @@ int main(int argc, char** argv) {
   auto* plan = fullshard::cli::add_plan_command(app, plan_flags);
   fullshard::cli::CalibrateFlags calibrate_flags;
   auto* calibrate = fullshard::cli::add_calibrate_command(app, calibrate_flags);
+  fullshard::cli::CheckpointFlags checkpoint_flags;
+  auto* checkpoint = fullshard::cli::add_checkpoint_command(app, checkpoint_flags);
   auto* models = app.add_subcommand("models", "list the model zoo with exact parameter counts");
   models->add_flag("--json", models_json, "JSON output");
   try {
@@ -176,8 +185,10 @@ int main(int argc, char** argv) {
     if (*models) return cmd_models(models_json);
     if (*plan) return fullshard::cli::cmd_plan(plan_flags);
     if (*calibrate) return fullshard::cli::cmd_calibrate(calibrate_flags);
+    if (*checkpoint) return fullshard::cli::cmd_checkpoint(checkpoint_flags);
     if (*train) {
       if (on_nonfinite == "continue") lo.on_nonfinite = fullshard::runner::LaunchOptions::OnNonFinite::kContinue;
+      if (train->count("--resume") > 0 && lo.resume.empty()) lo.resume = "latest";  // --resume with no value
       return fullshard::cli::cmd_train(lo, train_json);
     }
     if (*compare) {

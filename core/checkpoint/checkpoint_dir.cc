@@ -1,0 +1,153 @@
+#include "core/checkpoint/checkpoint_dir.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "core/common/error.h"
+#include "core/common/input_file.h"
+#include "core/common/json_file.h"
+#include "core/common/output_file.h"
+
+namespace fullshard {
+namespace fs = std::filesystem;
+namespace {
+
+// Makes a rename inside `folder` durable (the rename itself is atomic without it).
+void fsync_folder(const std::string& folder) {
+  const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+// The step of a folder called "step-NNNNNNNN", or -1.
+int64_t step_of(const std::string& name) {
+  if (name.size() != 13 || name.rfind("step-", 0) != 0) return -1;
+  int64_t v = 0;
+  for (char c : name.substr(5)) {
+    if (c < '0' || c > '9') return -1;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
+}  // namespace
+
+std::string step_folder_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step-%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+std::string shard_file_name(int shard_rank, int shard_world) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "shard-%05d-of-%05d.safetensors", shard_rank, shard_world);
+  return buf;
+}
+
+std::string begin_checkpoint(const std::string& root, int64_t step, const std::string& flag) {
+  const fs::path folder = fs::path(root) / step_folder_name(step);
+  std::error_code ec;
+  fs::create_directories(folder, ec);
+  if (ec || !fs::is_directory(folder))
+    throw InputError(flag, "cannot create '" + folder.string() + "': " + ec.message(), "give a writable folder");
+  fs::remove(folder / kMetadataFile, ec);
+  if (ec) throw InputError(flag, "cannot remove '" + (folder / kMetadataFile).string() + "': " + ec.message(), "");
+  fsync_folder(folder.string());
+  return folder.string();
+}
+
+void commit_checkpoint(const std::string& root, CheckpointMetadata m, const std::string& flag) {
+  const fs::path folder = fs::path(root) / step_folder_name(m.step);
+  for (auto& f : m.files) {
+    std::error_code ec;
+    const auto size = fs::file_size(folder / f.name, ec);
+    if (ec) throw InputError(flag, "rank file '" + (folder / f.name).string() + "' is missing: " + ec.message(), "");
+    f.bytes = size;
+  }
+  write_output_file((folder / kMetadataFile).string(), metadata_to_json(m).dump(1) + "\n", flag);
+  fsync_folder(folder.string());
+  write_output_file((fs::path(root) / kLatestFile).string(), step_folder_name(m.step) + "\n", flag);
+  fsync_folder(root);
+}
+
+std::string resolve_checkpoint(const std::string& path, const std::string& flag) {
+  std::error_code ec;
+  if (fs::is_regular_file(fs::path(path) / kMetadataFile, ec)) return path;
+  if (!fs::is_directory(path, ec))
+    throw InputError(flag, "'" + path + "' is not a folder", "give a --checkpoint-dir folder or one of its step-N folders");
+  int64_t best = -1;
+  for (const auto& e : fs::directory_iterator(path, ec)) {
+    const int64_t s = step_of(e.path().filename().string());
+    if (s > best && fs::is_regular_file(e.path() / kMetadataFile, ec)) best = s;
+  }
+  if (best < 0)
+    throw InputError(flag, "'" + path + "' holds no committed checkpoint (no step-N/" + kMetadataFile + ")",
+                     "train with --checkpoint-dir first, or give the folder it wrote");
+  return (fs::path(path) / step_folder_name(best)).string();
+}
+
+CheckpointReader::CheckpointReader(std::string folder) : folder_(std::move(folder)) {
+  const std::string path = (fs::path(folder_) / kMetadataFile).string();
+  meta_ = metadata_from_json(read_json_input(path, "a checkpoint's metadata.json"), path);
+}
+
+SafetensorsReader& CheckpointReader::file(const std::string& name) {
+  auto& r = files_[name];
+  if (!r) {
+    const std::string path = (fs::path(folder_) / name).string();
+    r = std::make_unique<SafetensorsReader>(path);
+    uint64_t expect = 0;
+    for (const auto& f : meta_.files)
+      if (f.name == name) expect = f.bytes;
+    std::error_code ec;
+    const auto size = fs::file_size(path, ec);
+    if (size != expect) {
+      r.reset();
+      throw InputError(path, "has " + std::to_string(size) + " bytes; metadata.json says " + std::to_string(expect),
+                       "the file was changed or damaged after the save: use another checkpoint");
+    }
+  }
+  return *r;
+}
+
+const SafetensorsEntry& CheckpointReader::chunk_entry(const CheckpointTensor& t, const CheckpointChunk& c) {
+  SafetensorsReader& f = file(c.file);
+  const SafetensorsEntry& e = f.entry(t.name);
+  Shape want = t.shape;
+  want[0] = c.rows.rows;
+  if (e.dtype != t.dtype || e.shape != want)
+    throw InputError(f.path() + ": tensor '" + t.name + "'",
+                     "is " + e.dtype + " " + shape_str(e.shape) + "; metadata.json says " + t.dtype + " " + shape_str(want),
+                     "the file does not belong to this checkpoint");
+  return e;
+}
+
+void CheckpointReader::read_shard(const std::string& name, int world, int rank, void* dst, uint64_t dst_bytes) {
+  const CheckpointTensor* t = meta_.find(name);
+  if (!t) throw InputError(folder_, "has no tensor '" + name + "'", "the checkpoint is of another model");
+  const uint64_t esize = *safetensors_dtype_size(t->dtype);
+  std::vector<SavedChunk> rows;
+  for (const auto& c : t->chunks) rows.push_back(c.rows);
+  const auto reads = reads_for_shard(t->shape, esize, rows, world, rank);
+  uint64_t total = 0;
+  for (const auto& r : reads) total += r.bytes;
+  FULLSHARD_CHECK(total == dst_bytes, "read_shard: destination of " + std::to_string(dst_bytes) + " bytes for " +
+                                          std::to_string(total) + " bytes of '" + name + "'");
+  for (const auto& r : reads) {
+    const CheckpointChunk& c = t->chunks[r.chunk];
+    chunk_entry(*t, c);
+    file(c.file).read(name, r.src_offset, r.bytes, static_cast<char*>(dst) + r.dst_offset);
+  }
+}
+
+void CheckpointReader::verify() {
+  for (const auto& f : meta_.files) file(f.name);
+  for (const auto& t : meta_.tensors)
+    for (const auto& c : t.chunks) chunk_entry(t, c);
+}
+
+}  // namespace fullshard

@@ -1,0 +1,64 @@
+#pragma once
+// A checkpoint folder on disk (docs/checkpoints.md):
+//   DIR/step-00000006/shard-00000-of-00002.safetensors   one per shard rank (its pieces)
+//   DIR/step-00000006/metadata.json                     written last: the commit
+//   DIR/latest                                           "step-00000006", updated after
+//
+// NOTE [Checkpoint commit]: as DCP does, every rank writes only what it holds, and the save
+// is committed by one file written last. Each rank file is written to a temporary name,
+// fsync()ed and renamed (OutputFile); once every rank's file is in place (a barrier), rank 0
+// writes metadata.json the same way and fsyncs the folder. A folder without metadata.json is
+// an unfinished save and is never loaded, so a crash at any point leaves the previous
+// checkpoint intact and loadable. `latest` is a convenience updated after the commit; the
+// resolver does not trust it alone: it loads the highest step whose metadata.json exists.
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/checkpoint/checkpoint_metadata.h"
+#include "core/checkpoint/safetensors.h"
+
+namespace fullshard {
+
+std::string step_folder_name(int64_t step);                      // "step-00000006"
+std::string shard_file_name(int shard_rank, int shard_world);    // "shard-00000-of-00002.safetensors"
+inline constexpr const char* kMetadataFile = "metadata.json";
+inline constexpr const char* kLatestFile = "latest";
+
+// Creates `root`/step-N (and `root`), removing a stale metadata.json of an earlier save of
+// the same step so that the folder is uncommitted while it is rewritten. Called by rank 0
+// before the ranks write. Throws InputError naming `flag` when the folder cannot be made.
+std::string begin_checkpoint(const std::string& root, int64_t step, const std::string& flag);
+// Rank 0, after every rank file is written: fills `m.files` sizes from disk, writes
+// metadata.json (atomically), fsyncs the folder, then updates `latest` and fsyncs the root.
+void commit_checkpoint(const std::string& root, CheckpointMetadata m, const std::string& flag);
+
+// The checkpoint folder `which` names: "latest" (the highest committed step under `root`) or a
+// folder path (a step folder, or a root, then its latest). Throws InputError naming `flag`
+// when there is none.
+std::string resolve_checkpoint(const std::string& root_or_folder, const std::string& flag);
+
+// Reads a committed checkpoint folder.
+class CheckpointReader {
+ public:
+  explicit CheckpointReader(std::string folder);  // parses and validates metadata.json
+  const CheckpointMetadata& metadata() const { return meta_; }
+  const std::string& folder() const { return folder_; }
+  // Fills `dst` (`dst_bytes`: the unpadded local shard of `name` for shard rank `rank` of
+  // `world`) with only the byte ranges that rank holds (NOTE [Reshard on load]). Throws
+  // InputError naming the file and tensor when a file does not match the metadata.
+  void read_shard(const std::string& name, int world, int rank, void* dst, uint64_t dst_bytes);
+  // Opens every file and checks its size, header and every chunk's entry (dtype, shape)
+  // against the metadata. Throws InputError at the first mismatch.
+  void verify();
+
+ private:
+  SafetensorsReader& file(const std::string& name);
+  const SafetensorsEntry& chunk_entry(const CheckpointTensor& t, const CheckpointChunk& c);
+  std::string folder_;
+  CheckpointMetadata meta_;
+  std::map<std::string, std::unique_ptr<SafetensorsReader>> files_;
+};
+
+}  // namespace fullshard

@@ -1,0 +1,164 @@
+#include "core/checkpoint/checkpoint_metadata.h"
+
+#include <limits>
+#include <set>
+
+#include "core/checkpoint/checkpoint_dir.h"
+#include "core/checkpoint/safetensors.h"
+#include "core/common/error.h"
+#include "core/scenario/json_reader.h"
+
+namespace fullshard {
+namespace jr = json_reader;
+namespace {
+
+constexpr int64_t kMaxI = std::numeric_limits<int64_t>::max();
+
+void parse_tensor(const nlohmann::json& t, const std::string& path, const std::set<std::string>& files,
+                  CheckpointTensor& out) {
+  jr::require_object(t, path, R"({"name": "param/w", "dtype": "F32", "shape": [4], "chunks": [...]})");
+  jr::reject_unknown_fields(t, path, {"name", "dtype", "shape", "chunks"});
+  for (const char* k : {"name", "dtype", "shape", "chunks"}) jr::require_field(t, path, k, "the metadata is damaged");
+  out.name = jr::get_string(t["name"], jr::child_path(path, "name"), "\"param/w\"");
+  out.dtype = jr::get_string(t["dtype"], jr::child_path(path, "dtype"), "\"F32\"");
+  if (!safetensors_dtype_size(out.dtype))
+    throw InputError(jr::child_path(path, "dtype"), "unknown dtype '" + out.dtype + "'", "use F32, BF16, F16, ...");
+  const auto& shape = t["shape"];
+  if (!shape.is_array() || shape.empty() || shape.size() > 8)
+    throw InputError(jr::child_path(path, "shape"), "is " + jr::show(shape) + ", not 1 to 8 dims", "write [rows, ...]");
+  for (size_t i = 0; i < shape.size(); ++i)
+    out.shape.push_back(jr::get_int(shape[i], jr::index_path(jr::child_path(path, "shape"), i), 0, int64_t{1} << 40, "4096"));
+  const auto& chunks = t["chunks"];
+  const std::string cpath = jr::child_path(path, "chunks");
+  if (!chunks.is_array()) throw InputError(cpath, "is " + jr::describe(chunks) + ", not an array", "the metadata is damaged");
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const std::string p = jr::index_path(cpath, i);
+    jr::require_object(chunks[i], p, R"({"file": "shard-00000-of-00002.safetensors", "row_begin": 0, "rows": 9})");
+    jr::reject_unknown_fields(chunks[i], p, {"file", "row_begin", "rows"});
+    for (const char* k : {"file", "row_begin", "rows"}) jr::require_field(chunks[i], p, k, "the metadata is damaged");
+    CheckpointChunk c;
+    c.file = jr::get_string(chunks[i]["file"], jr::child_path(p, "file"), "\"shard-00000-of-00002.safetensors\"");
+    if (!files.count(c.file))
+      throw InputError(jr::child_path(p, "file"), "'" + c.file + "' is not in files", "the metadata is damaged");
+    c.rows.row_begin = jr::get_int(chunks[i]["row_begin"], jr::child_path(p, "row_begin"), 0, kMaxI, "0");
+    c.rows.rows = jr::get_int(chunks[i]["rows"], jr::child_path(p, "rows"), 0, kMaxI, "9");
+    out.chunks.push_back(c);
+  }
+  std::vector<SavedChunk> rows;
+  for (const auto& c : out.chunks) rows.push_back(c.rows);
+  validate_chunks(out.shape, rows, cpath + " of '" + out.name + "'");
+}
+
+CheckpointMetadata parse(const nlohmann::json& j) {
+  jr::require_object(j, "", R"({"format": "fullshard-checkpoint", ...})");
+  const std::vector<std::string> known = {"format", "version", "scenario", "arch", "step", "next_step", "seed",
+                                          "world_size", "mesh", "optimizer_steps", "files", "tensors"};
+  jr::reject_unknown_fields(j, "", known);
+  for (const auto& k : known) jr::require_field(j, "", k, "the metadata is damaged or not a fullshard checkpoint");
+  if (j["format"] != "fullshard-checkpoint")
+    throw InputError("format", "is " + jr::show(j["format"]) + ", not \"fullshard-checkpoint\"",
+                     "give a folder that `fullshard train --checkpoint-dir` wrote");
+  CheckpointMetadata m;
+  m.version = static_cast<int>(jr::get_int(j["version"], "version", 1, 1000, "1"));
+  if (m.version != kCheckpointFormatVersion)
+    throw InputError("version", "is " + std::to_string(m.version) + "; this fullshard reads version " +
+                                    std::to_string(kCheckpointFormatVersion),
+                     "use the fullshard that wrote the checkpoint");
+  m.scenario = jr::get_string(j["scenario"], "scenario", "\"tiny\"");
+  m.arch = jr::get_choice(j["arch"], "arch", {"llama", "gpt2"});
+  m.step = jr::get_int(j["step"], "step", 0, kMaxI, "3");
+  m.next_step = jr::get_int(j["next_step"], "next_step", 0, kMaxI, "3");
+  const auto& seed = j["seed"];
+  if (!seed.is_number_integer() || (seed.is_number_integer() && !seed.is_number_unsigned() && seed.get<int64_t>() < 0))
+    throw InputError("seed", "is " + jr::describe(seed) + ", not an integer >= 0", "the metadata is damaged");
+  m.seed = seed.get<uint64_t>();
+  m.world_size = static_cast<int>(jr::get_int(j["world_size"], "world_size", 1, 1 << 20, "2"));
+  jr::require_object(j["mesh"], "mesh", R"({"replicate": 1, "shard": 2})");
+  jr::reject_unknown_fields(j["mesh"], "mesh", {"replicate", "shard"});
+  for (const char* k : {"replicate", "shard"}) jr::require_field(j["mesh"], "mesh", k, "the metadata is damaged");
+  m.replicate = static_cast<int>(jr::get_int(j["mesh"]["replicate"], "mesh.replicate", 1, 1 << 20, "1"));
+  m.shard = static_cast<int>(jr::get_int(j["mesh"]["shard"], "mesh.shard", 1, 1 << 20, "2"));
+  if (static_cast<int64_t>(m.replicate) * m.shard != m.world_size)
+    throw InputError("mesh", "replicate " + std::to_string(m.replicate) + " x shard " + std::to_string(m.shard) +
+                                 " is not world_size " + std::to_string(m.world_size),
+                     "the metadata is damaged");
+  m.optimizer_steps = jr::get_int(j["optimizer_steps"], "optimizer_steps", 0, kMaxI, "3");
+  if (!j["files"].is_array()) throw InputError("files", "is " + jr::describe(j["files"]) + ", not an array", "the metadata is damaged");
+  std::set<std::string> files;
+  for (size_t i = 0; i < j["files"].size(); ++i) {
+    const std::string p = jr::index_path("files", i);
+    const auto& f = j["files"][i];
+    jr::require_object(f, p, R"({"name": "shard-00000-of-00002.safetensors", "bytes": 1024})");
+    jr::reject_unknown_fields(f, p, {"name", "bytes"});
+    for (const char* k : {"name", "bytes"}) jr::require_field(f, p, k, "the metadata is damaged");
+    CheckpointFile cf;
+    cf.name = jr::get_string(f["name"], jr::child_path(p, "name"), "\"shard-00000-of-00002.safetensors\"");
+    if (cf.name.empty() || cf.name.find('/') != std::string::npos || cf.name[0] == '.')
+      throw InputError(jr::child_path(p, "name"), "'" + cf.name + "' is not a plain file name",
+                       "the metadata is damaged (files are inside the checkpoint folder)");
+    if (!files.insert(cf.name).second) throw InputError(jr::child_path(p, "name"), "'" + cf.name + "' is listed twice", "the metadata is damaged");
+    cf.bytes = static_cast<uint64_t>(jr::get_int(f["bytes"], jr::child_path(p, "bytes"), 8, kMaxI, "1024"));
+    m.files.push_back(cf);
+  }
+  if (!j["tensors"].is_array()) throw InputError("tensors", "is " + jr::describe(j["tensors"]) + ", not an array", "the metadata is damaged");
+  std::set<std::string> names;
+  for (size_t i = 0; i < j["tensors"].size(); ++i) {
+    CheckpointTensor t;
+    parse_tensor(j["tensors"][i], jr::index_path("tensors", i), files, t);
+    if (!names.insert(t.name).second)
+      throw InputError(jr::index_path("tensors", i), "tensor '" + t.name + "' is listed twice", "the metadata is damaged");
+    m.tensors.push_back(std::move(t));
+  }
+  return m;
+}
+
+}  // namespace
+
+const CheckpointTensor* CheckpointMetadata::find(const std::string& name) const {
+  for (const auto& t : tensors)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+CheckpointTensor sharded_tensor(std::string name, std::string dtype, Shape shape, int shard_world) {
+  CheckpointTensor t;
+  t.name = std::move(name);
+  t.dtype = std::move(dtype);
+  t.shape = std::move(shape);
+  const auto chunks = chunks_of_sharding(t.shape, shard_world);
+  for (int i = 0; i < shard_world; ++i) t.chunks.push_back({shard_file_name(i, shard_world), chunks[static_cast<size_t>(i)]});
+  return t;
+}
+
+nlohmann::json metadata_to_json(const CheckpointMetadata& m) {
+  nlohmann::json j = nlohmann::json::object();
+  j["format"] = "fullshard-checkpoint";
+  j["version"] = m.version;
+  j["scenario"] = m.scenario;
+  j["arch"] = m.arch;
+  j["step"] = m.step;
+  j["next_step"] = m.next_step;
+  j["seed"] = m.seed;
+  j["world_size"] = m.world_size;
+  j["mesh"] = {{"replicate", m.replicate}, {"shard", m.shard}};
+  j["optimizer_steps"] = m.optimizer_steps;
+  j["files"] = nlohmann::json::array();
+  for (const auto& f : m.files) j["files"].push_back({{"name", f.name}, {"bytes", f.bytes}});
+  j["tensors"] = nlohmann::json::array();
+  for (const auto& t : m.tensors) {
+    nlohmann::json chunks = nlohmann::json::array();
+    for (const auto& c : t.chunks) chunks.push_back({{"file", c.file}, {"row_begin", c.rows.row_begin}, {"rows", c.rows.rows}});
+    j["tensors"].push_back({{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape}, {"chunks", chunks}});
+  }
+  return j;
+}
+
+CheckpointMetadata metadata_from_json(const nlohmann::json& j, const std::string& source) {
+  try {
+    return parse(j);
+  } catch (const InputError& e) {
+    throw InputError(source, e.what(), "");
+  }
+}
+
+}  // namespace fullshard

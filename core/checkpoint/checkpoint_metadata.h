@@ -1,0 +1,64 @@
+#pragma once
+// The metadata file of a sharded checkpoint (metadata.json, docs/checkpoints.md): what DCP's
+// .metadata holds, as JSON: every tensor's global shape and dtype and which file holds which
+// rows, plus the training state that is not a tensor (step, data position, RNG seeds).
+//
+// NOTE [Checkpoint state that is not a tensor]: a fullshard step is a pure function of the
+// parameters, the optimizer state, the step index and the scenario's seed: kLoadBatch samples
+// global sample i of step s from (seed, s, i) (core/data/text_corpus.h) and kInitParam draws
+// from (seed, parameter name). So the data position is the next step index and the only RNG
+// state is the seed; both are saved, and a resume with a different seed is refused.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/checkpoint/reshard.h"
+
+namespace fullshard {
+
+inline constexpr int kCheckpointFormatVersion = 1;
+
+struct CheckpointChunk {
+  std::string file;  // rank file name inside the step folder
+  SavedChunk rows;
+};
+
+struct CheckpointTensor {
+  std::string name;   // "param/<fqn>", "exp_avg/<fqn>", "exp_avg_sq/<fqn>": also its key in the files
+  std::string dtype;  // safetensors name ("F32")
+  Shape shape;        // global
+  std::vector<CheckpointChunk> chunks;  // tiling dim 0 (validate_chunks)
+};
+
+struct CheckpointFile {
+  std::string name;
+  uint64_t bytes = 0;  // size when it was written: a different size is a damaged file
+};
+
+struct CheckpointMetadata {
+  int version = kCheckpointFormatVersion;
+  std::string scenario;            // the scenario's name (informational)
+  std::string arch = "llama";      // the model's architecture: "llama" or "gpt2" (export names)
+  int64_t step = 0;                // optimizer steps completed
+  int64_t next_step = 0;           // data position: the step index the resumed run starts at
+  uint64_t seed = 0;               // NOTE [Checkpoint state that is not a tensor]
+  int world_size = 1;
+  int replicate = 1, shard = 1;    // mesh: replicate x shard (HSDP); FSDP is replicate 1
+  int64_t optimizer_steps = 0;     // AdamW's step count (bias correction)
+  std::vector<CheckpointFile> files;
+  std::vector<CheckpointTensor> tensors;
+  const CheckpointTensor* find(const std::string& name) const;
+};
+
+// The metadata of a tensor saved under a dim-0 sharding over `shard_world` ranks: shard rank
+// i's piece is in shard_file_name(i, shard_world) (core/checkpoint/checkpoint_dir.h).
+CheckpointTensor sharded_tensor(std::string name, std::string dtype, Shape shape, int shard_world);
+
+nlohmann::json metadata_to_json(const CheckpointMetadata& m);
+// Validates every field (types, ranges, chunks tiling each tensor, chunk files listed in
+// files); throws InputError whose message starts with `source` and the JSON path.
+CheckpointMetadata metadata_from_json(const nlohmann::json& j, const std::string& source);
+
+}  // namespace fullshard

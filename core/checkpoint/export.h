@@ -1,0 +1,34 @@
+#pragma once
+// `fullshard checkpoint export`: a sharded checkpoint's parameters as one consolidated
+// model.safetensors, or Hugging Face's sharded layout (model-0000N-of-0000M.safetensors and
+// model.safetensors.index.json), with Hugging Face names and layouts (NOTE [Hugging Face
+// layouts]). An offline tool, not a rank: it holds one tensor in memory at a time.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/checkpoint/checkpoint_dir.h"
+#include "core/checkpoint/hf_names.h"
+
+namespace fullshard {
+
+struct ExportOptions {
+  std::string out;               // a .safetensors file, or a folder with max_shard_bytes
+  uint64_t max_shard_bytes = 0;  // 0: one file; else files of at most this many data bytes (a larger tensor gets its own)
+  bool hf_names = true;          // false: fullshard's names and layouts, unchanged
+};
+
+struct ExportResult {
+  std::vector<std::string> files;  // written, in order (the index last when sharded)
+  size_t tensors = 0;
+  uint64_t data_bytes = 0;
+};
+
+// Throws InputError (where "--safetensors") for a parameter with no Hugging Face name or an
+// unwritable output, and the reader's errors for damaged checkpoint files.
+ExportResult export_safetensors(CheckpointReader& reader, const ExportOptions& o);
+
+// The exported name and whether the layout is transposed, for parameter `fqn`.
+HfTensorName export_name(const std::string& arch, const std::string& fqn, bool hf_names);
+
+}  // namespace fullshard

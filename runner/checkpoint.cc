@@ -1,0 +1,191 @@
+#include "runner/checkpoint.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <numeric>
+
+#include "core/checkpoint/checkpoint_dir.h"
+#include "core/common/error.h"
+#include "core/model/transformer.h"
+
+namespace fullshard::runner {
+namespace {
+
+// A tensor of this rank that the checkpoint holds: its name in the checkpoint and where it lives.
+struct LocalTensor {
+  std::string name;
+  Shape global_shape;
+  TensorRef local;  // the unpadded local shard
+};
+
+// Every parameter, then the optimizer states once they exist, in FSDP order.
+std::vector<LocalTensor> local_tensors(TrainingProgram& prog) {
+  std::vector<LocalTensor> out;
+  const AdamW& opt = prog.optimizer();
+  for (size_t i = 0; i < opt.params().size(); ++i) {
+    FSDPParam* p = opt.params()[i];
+    out.push_back({"param/" + p->param().fqn, p->shape(), p->sharded_local().ref()});
+    if (opt.has_state() && opt.exp_avg(i)) {
+      out.push_back({"exp_avg/" + p->param().fqn, p->shape(), opt.exp_avg(i).ref()});
+      out.push_back({"exp_avg_sq/" + p->param().fqn, p->shape(), opt.exp_avg_sq(i).ref()});
+    }
+  }
+  return out;
+}
+
+// All ranks of the job meet here (the host blocks until they have).
+void world_barrier(Backend& b, const std::string& name) {
+  ProcessGroup world;
+  world.name = "world";
+  world.ranks.resize(static_cast<size_t>(b.world_size()));
+  std::iota(world.ranks.begin(), world.ranks.end(), 0);
+  CollectiveCall c;
+  c.kind = CollectiveKind::kBarrier;
+  c.name = name;
+  b.collective(StreamRole::kDefault, c, world);
+  b.synchronize_device();
+}
+
+void check_seed(const CheckpointMetadata& m, const Scenario& s, const std::string& folder) {
+  if (m.seed != s.training.seed)
+    throw InputError("--resume", "checkpoint '" + folder + "' was saved with training.seed " + std::to_string(m.seed) +
+                                     ", the scenario has " + std::to_string(s.training.seed),
+                     "resume with the scenario that wrote it (the seed decides the data order)");
+}
+
+}  // namespace
+
+void save_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, const std::string& root, int64_t steps_done) {
+  const MeshInfo mesh = mesh_info_for(s, b.rank());
+  const int shard_world = mesh.shard_group.size();
+  const int shard_rank = mesh.shard_group.index_of(b.rank());
+  const bool writer = !mesh.replicate_group || mesh.replicate_group->index_of(b.rank()) == 0;  // HSDP: one replica writes
+  const std::string folder = (std::filesystem::path(root) / step_folder_name(steps_done)).string();
+  if (b.rank() == 0) begin_checkpoint(root, steps_done, "--checkpoint-dir");
+  world_barrier(b, "checkpoint begin");
+  const auto tensors = local_tensors(prog);
+  if (writer) {
+    std::vector<std::vector<uint8_t>> bytes;
+    bytes.reserve(tensors.size());
+    std::vector<SafetensorsTensor> out;
+    for (const auto& t : tensors) {
+      bytes.emplace_back(t.local.nbytes());
+      b.copy_to_host(t.local, bytes.back().data());
+      out.push_back({t.name, std::string(safetensors_dtype_name(t.local.meta.dtype)), t.local.meta.shape, bytes.back().data()});
+    }
+    write_safetensors((std::filesystem::path(folder) / shard_file_name(shard_rank, shard_world)).string(), out, {},
+                      "--checkpoint-dir");
+  }
+  world_barrier(b, "checkpoint written");
+  if (b.rank() != 0) return;
+  CheckpointMetadata m;
+  m.scenario = s.name;
+  m.arch = s.model.arch == ModelArch::kLlama ? "llama" : "gpt2";
+  m.step = steps_done;
+  m.next_step = steps_done;
+  m.seed = s.training.seed;
+  m.world_size = b.world_size();
+  m.shard = shard_world;
+  m.replicate = b.world_size() / shard_world;
+  m.optimizer_steps = prog.optimizer().steps_taken();
+  for (int r = 0; r < shard_world; ++r) m.files.push_back({shard_file_name(r, shard_world), 0});
+  for (const auto& t : tensors)
+    m.tensors.push_back(sharded_tensor(t.name, std::string(safetensors_dtype_name(t.local.meta.dtype)), t.global_shape, shard_world));
+  commit_checkpoint(root, m, "--checkpoint-dir");
+}
+
+int64_t load_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, const std::string& folder) {
+  CheckpointReader reader(folder);
+  const CheckpointMetadata& m = reader.metadata();
+  check_seed(m, s, folder);
+  if (m.optimizer_steps > 0) prog.optimizer().init_state();
+  const auto tensors = local_tensors(prog);
+  // The first mismatch in either direction names the tensor.
+  for (const auto& t : m.tensors) {
+    bool found = false;
+    for (const auto& l : tensors) found = found || l.name == t.name;
+    if (!found)
+      throw InputError("--resume", "checkpoint '" + folder + "' holds tensor '" + t.name + "' that the scenario's model has not",
+                       "resume with the scenario that wrote it");
+  }
+  const MeshInfo mesh = mesh_info_for(s, b.rank());
+  for (const auto& l : tensors) {
+    const CheckpointTensor* t = m.find(l.name);
+    const std::string dtype(safetensors_dtype_name(l.local.meta.dtype));
+    if (!t && l.name.rfind("param/", 0) != 0) continue;  // a state never created (no gradient yet): stays zero
+    if (!t)
+      throw InputError("--resume", "checkpoint '" + folder + "' has no tensor '" + l.name + "' that the scenario's model has",
+                       "resume with the scenario that wrote it");
+    if (t->shape != l.global_shape || t->dtype != dtype)
+      throw InputError("--resume", "tensor '" + l.name + "' is " + t->dtype + " " + shape_str(t->shape) + " in checkpoint '" +
+                                       folder + "' but " + dtype + " " + shape_str(l.global_shape) + " in the scenario",
+                       "resume with the scenario that wrote it");
+    std::vector<uint8_t> bytes(l.local.nbytes());
+    reader.read_shard(l.name, mesh.shard_group.size(), mesh.shard_group.index_of(b.rank()), bytes.data(), bytes.size());
+    b.copy_from_host(l.local, bytes.data());
+  }
+  prog.optimizer().set_steps_taken(static_cast<int>(m.optimizer_steps));
+  return m.next_step;
+}
+
+std::string resolve_resume(const std::string& resume, const std::string& checkpoint_dir) {
+  if (resume.empty()) return "";
+  if (resume == "latest") {
+    if (checkpoint_dir.empty())
+      throw InputError("--resume", "is 'latest' but no --checkpoint-dir is given",
+                       "add --checkpoint-dir DIR, or give --resume the checkpoint folder");
+    return resolve_checkpoint(checkpoint_dir, "--resume");
+  }
+  return resolve_checkpoint(resume, "--resume");
+}
+
+void validate_checkpoint_flags(const std::string& checkpoint_dir, int checkpoint_every, const std::string& resume,
+                               const std::string& backend, int steps, const Scenario& s) {
+  if (checkpoint_every < 0)
+    throw InputError("--checkpoint-every", "is " + std::to_string(checkpoint_every), "use a number of steps >= 1 (0: never)");
+  if (checkpoint_every > 0 && checkpoint_dir.empty())
+    throw InputError("--checkpoint-every", "is given without --checkpoint-dir", "add --checkpoint-dir DIR");
+  if (checkpoint_every > 0) {  // saving: the folder must exist and be writable (resuming only reads it)
+    std::error_code ec;
+    std::filesystem::create_directories(checkpoint_dir, ec);
+    if (ec || ::access(checkpoint_dir.c_str(), W_OK) != 0)
+      throw InputError("--checkpoint-dir", "'" + checkpoint_dir + "' is not a writable folder" + (ec ? ": " + ec.message() : ""),
+                       "give a folder you can write");
+  }
+  const std::string folder = resolve_resume(resume, checkpoint_dir);
+  if (folder.empty()) return;
+  if (backend != "cpu")
+    throw InputError("--resume", "the " + backend + " backend cannot load a checkpoint yet",
+                     "resume with --backend cpu (docs/checkpoints.md)");
+  const CheckpointReader reader(folder);
+  if (reader.metadata().next_step >= steps)
+    throw InputError("--resume", "checkpoint '" + folder + "' is at step " + std::to_string(reader.metadata().next_step) +
+                                     ", not before the run's last step " + std::to_string(steps),
+                     "pass --steps larger than " + std::to_string(reader.metadata().next_step));
+  check_seed(reader.metadata(), s, folder);
+  // The parameters, in both directions (optimizer states follow their parameters).
+  Transformer model(s.model);
+  std::vector<std::pair<std::string, Shape>> params;
+  model.root().for_each_param([&](Param& p) { params.push_back({"param/" + p.fqn, p.shape}); });
+  for (const auto& [name, shape] : params) {
+    const CheckpointTensor* t = reader.metadata().find(name);
+    if (!t)
+      throw InputError("--resume", "checkpoint '" + folder + "' has no tensor '" + name + "' that the scenario's model has",
+                       "resume with the scenario that wrote it");
+    if (t->shape != shape)
+      throw InputError("--resume", "tensor '" + name + "' is " + shape_str(t->shape) + " in checkpoint '" + folder +
+                                       "' but " + shape_str(shape) + " in the scenario",
+                       "resume with the scenario that wrote it");
+  }
+  for (const auto& t : reader.metadata().tensors) {
+    const std::string param = "param/" + t.name.substr(t.name.find('/') + 1);
+    bool found = false;
+    for (const auto& p : params) found = found || p.first == param;
+    if (!found)
+      throw InputError("--resume", "checkpoint '" + folder + "' holds tensor '" + t.name + "' that the scenario's model has not",
+                       "resume with the scenario that wrote it");
+  }
+}
+
+}  // namespace fullshard::runner

@@ -1,0 +1,35 @@
+#pragma once
+// Saving and resuming a sharded checkpoint inside a real rank (docs/checkpoints.md): each
+// rank writes only the pieces it holds (parameters and AdamW states) and reads back only the
+// rows it needs, on any world size or mesh (NOTE [Checkpoint commit], NOTE [Reshard on load]).
+#include <cstdint>
+#include <string>
+
+#include "core/runtime/backend.h"
+#include "core/scenario/training_program.h"
+
+namespace fullshard::runner {
+
+// Called by every rank after `steps_done` optimizer steps: writes `root`/step-N. Collective:
+// every rank must call it at the same step (it synchronizes the ranks twice).
+void save_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, const std::string& root, int64_t steps_done);
+
+// Loads the committed checkpoint `folder` into this rank's parameters and optimizer state
+// and returns the step to continue at. Throws InputError (where "--resume") naming the first
+// tensor whose name, dtype or shape does not match the scenario's model, or a seed mismatch.
+int64_t load_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, const std::string& folder);
+
+// The checkpoint folder a `--resume` value names: "" (none) -> "", "latest" -> the highest
+// committed step under `checkpoint_dir`, else a folder (a step folder or a checkpoint root).
+// Throws InputError naming --resume.
+std::string resolve_resume(const std::string& resume, const std::string& checkpoint_dir);
+
+// Checks the checkpoint flags of `fullshard train` before any worker starts: --checkpoint-every
+// >= 0 and given with --checkpoint-dir (created here when saving, must be writable), resuming only on a
+// backend that can load host data (cpu), a checkpoint whose next step is below `steps`, of
+// `s`'s seed, whose parameters have the names and global shapes of `s`'s model (the first
+// mismatching tensor is named).
+void validate_checkpoint_flags(const std::string& checkpoint_dir, int checkpoint_every, const std::string& resume,
+                               const std::string& backend, int steps, const Scenario& s);
+
+}  // namespace fullshard::runner

@@ -1,0 +1,162 @@
+#include "runner/init_weights.h"
+
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+
+#include "core/checkpoint/hf_names.h"
+#include "core/checkpoint/safetensors.h"
+#include "core/common/error.h"
+#include "core/common/json_file.h"
+#include "core/fsdp/shard_layout.h"
+#include "core/model/transformer.h"
+#include "core/tensor/float_convert.h"
+
+namespace fullshard::runner {
+namespace fs = std::filesystem;
+namespace {
+
+const char* kFlag = "--init-from";
+
+// The weight files of `path` and which file holds which tensor name.
+class WeightFiles {
+ public:
+  explicit WeightFiles(const std::string& path) {
+    std::error_code ec;
+    if (!fs::is_directory(path, ec)) {
+      open(path);
+      return;
+    }
+    const fs::path index = fs::path(path) / "model.safetensors.index.json";
+    if (fs::exists(index, ec)) {
+      const auto j = read_json_input(index.string(), "a model.safetensors.index.json");
+      if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+        throw InputError(index.string(), "has no \"weight_map\" object", "give the index Hugging Face writes");
+      for (const auto& [name, file] : j["weight_map"].items()) {
+        if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos)
+          throw InputError(index.string() + ": weight_map." + name, "is not a file name in the folder", "");
+        open((fs::path(path) / file.get<std::string>()).string());
+      }
+      return;
+    }
+    if (fs::exists(fs::path(path) / "model.safetensors", ec)) {
+      open((fs::path(path) / "model.safetensors").string());
+      return;
+    }
+    throw InputError(kFlag, "folder '" + path + "' holds neither model.safetensors nor model.safetensors.index.json",
+                     "give a .safetensors file or a folder `checkpoint export` wrote");
+  }
+
+  // The reader and entry of the first of `names` that some file holds, or nulls.
+  std::pair<const SafetensorsReader*, const SafetensorsEntry*> find(const std::vector<std::string>& names) const {
+    for (const auto& n : names)
+      if (auto it = where_.find(n); it != where_.end()) return {it->second, it->second->header().find(n)};
+    return {nullptr, nullptr};
+  }
+
+ private:
+  void open(const std::string& file) {
+    if (files_.count(file)) return;
+    auto r = std::make_unique<SafetensorsReader>(file);
+    for (const auto& e : r->header().tensors) where_.emplace(e.name, r.get());
+    files_.emplace(file, std::move(r));
+  }
+  std::map<std::string, std::unique_ptr<SafetensorsReader>> files_;
+  std::map<std::string, const SafetensorsReader*> where_;
+};
+
+std::string arch_name(const Scenario& s) { return s.model.arch == ModelArch::kLlama ? "llama" : "gpt2"; }
+
+// Names a parameter may have in a weights file, and whether that layout is transposed.
+struct Candidate {
+  std::string name;
+  bool transpose;
+};
+std::vector<Candidate> candidates(const Scenario& s, const std::string& fqn) {
+  std::vector<Candidate> c;
+  if (auto hf = hf_tensor_name(arch_name(s), fqn)) {
+    c.push_back({hf->name, hf->transpose});
+    if (hf->name.rfind("transformer.", 0) == 0) c.push_back({hf->name.substr(12), hf->transpose});  // openai-community/gpt2
+  }
+  c.push_back({fqn, false});
+  return c;
+}
+
+struct Located {
+  const SafetensorsReader* file = nullptr;
+  const SafetensorsEntry* entry = nullptr;
+  bool transpose = false;
+};
+
+// Finds parameter `fqn` of shape `shape` and checks its dtype and shape.
+Located locate(const WeightFiles& w, const Scenario& s, const std::string& fqn, const Shape& shape) {
+  const auto cands = candidates(s, fqn);
+  for (const auto& c : cands) {
+    auto [file, entry] = w.find({c.name});
+    if (!file) continue;
+    const Shape want = c.transpose ? Shape{shape[1], shape[0]} : shape;
+    const std::string where = file->path() + ": tensor '" + c.name + "'";
+    if (entry->dtype != "F32" && entry->dtype != "BF16" && entry->dtype != "F16")
+      throw InputError(where, "is " + entry->dtype + ", not a floating dtype", "give F32, BF16 or F16 weights");
+    if (entry->shape != want)
+      throw InputError(where, "is " + shape_str(entry->shape) + " but the scenario's parameter '" + fqn + "' needs " +
+                                  shape_str(want),
+                       "give weights of the scenario's model (same dims and layer count)");
+    return {file, entry, c.transpose};
+  }
+  throw InputError(kFlag, "no tensor '" + cands.front().name + "' (parameter '" + fqn + "') in the weights",
+                   "give weights of the scenario's model (fullshard checkpoint export writes them)");
+}
+
+std::vector<float> to_f32(const std::vector<uint8_t>& bytes, const std::string& dtype) {
+  const size_t esize = dtype == "F32" ? 4 : 2;
+  std::vector<float> v(bytes.size() / esize);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (dtype == "F32") {
+      std::memcpy(&v[i], &bytes[4 * i], 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, &bytes[2 * i], 2);
+      v[i] = dtype == "BF16" ? bf16_to_float(h) : fp16_to_float(h);
+    }
+  }
+  return v;
+}
+
+}  // namespace
+
+void validate_init_weights(const std::string& path, const Scenario& s) {
+  const WeightFiles w(path);
+  Transformer model(s.model);
+  model.root().for_each_param([&](Param& p) { locate(w, s, p.fqn, p.shape); });
+}
+
+void load_init_weights(Backend& b, TrainingProgram& prog, const Scenario& s, const std::string& path) {
+  const WeightFiles w(path);
+  const MeshInfo mesh = mesh_info_for(s, b.rank());
+  for (FSDPParam* p : prog.optimizer().params()) {
+    const Located l = locate(w, s, p->param().fqn, p->shape());
+    const TensorRef local = p->sharded_local().ref();
+    FULLSHARD_CHECK(local.meta.dtype == DType::kFloat32, "init-from: sharded parameters are fp32");
+    const int64_t rows = local.meta.shape[0], row_numel_ = row_numel(p->shape());
+    // This rank's rows: where FSDP's dim-0 chunk of the shard group starts (NOTE [torch.chunk layout]).
+    const int64_t begin = shard_row_offset(p->shape()[0], mesh.shard_group.size(), mesh.shard_group.index_of(b.rank()));
+    const uint64_t esize = *safetensors_dtype_size(l.entry->dtype);
+    std::vector<float> values;
+    if (!l.transpose) {  // the rows are one contiguous range of the file
+      std::vector<uint8_t> bytes(static_cast<size_t>(rows * row_numel_) * esize);
+      l.file->read(l.entry->name, static_cast<uint64_t>(begin * row_numel_) * esize, bytes.size(), bytes.data());
+      values = to_f32(bytes, l.entry->dtype);
+    } else {  // Conv1D [in, out]: our rows are its columns; read it whole
+      const auto all = to_f32(l.file->read_all(l.entry->name), l.entry->dtype);
+      const int64_t out = p->shape()[0], in = p->shape()[1];
+      values.resize(static_cast<size_t>(rows * in));
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < in; ++c) values[static_cast<size_t>(r * in + c)] = all[static_cast<size_t>(c * out + begin + r)];
+    }
+    b.copy_from_host(local, values.data());
+  }
+}
+
+}  // namespace fullshard::runner

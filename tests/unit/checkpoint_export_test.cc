@@ -1,0 +1,161 @@
+// `checkpoint export` (NOTE [Hugging Face layouts]): Hugging Face names for every Llama and
+// GPT-2 parameter, GPT-2's Conv1D weights transposed, optimizer state left out, the sharded
+// layout's index covering every tensor, and every byte equal to the checkpoint's.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "core/checkpoint/export.h"
+#include "core/common/error.h"
+#include "core/fsdp/shard_layout.h"
+#include "core/model/transformer.h"
+
+namespace fullshard {
+namespace {
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string t = (fs::temp_directory_path() / "fullshard-export-XXXXXX").string();
+    path_ = ::mkdtemp(t.data());
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+ModelConfig tiny(ModelArch arch) {
+  ModelConfig c;
+  c.arch = arch;
+  c.name = "t";
+  c.vocab_size = 11;
+  c.dim = 4;
+  c.n_layers = 2;
+  c.n_heads = 2;
+  c.n_kv_heads = 1;
+  c.ffn_dim = 6;
+  c.max_seq_len = 5;
+  return c;
+}
+
+TEST(HfNames, EveryParameterOfBothArchitecturesHasAUniqueName) {
+  for (ModelArch arch : {ModelArch::kLlama, ModelArch::kGpt2}) {
+    Transformer model(tiny(arch));
+    const std::string a = arch == ModelArch::kLlama ? "llama" : "gpt2";
+    std::set<std::string> seen;
+    model.root().for_each_param([&](Param& p) {
+      const auto n = hf_tensor_name(a, p.fqn);
+      ASSERT_TRUE(n.has_value()) << a << " " << p.fqn;
+      EXPECT_TRUE(seen.insert(n->name).second) << n->name;
+      EXPECT_EQ(n->transpose, a == "gpt2" && p.shape.size() == 2 && p.fqn.find(".c_") != std::string::npos) << p.fqn;
+    });
+  }
+  EXPECT_EQ(hf_tensor_name("llama", "layers.3.attention.wk.weight")->name, "model.layers.3.self_attn.k_proj.weight");
+  EXPECT_EQ(hf_tensor_name("llama", "layers.0.feed_forward.w2.weight")->name, "model.layers.0.mlp.down_proj.weight");
+  EXPECT_EQ(hf_tensor_name("gpt2", "layers.1.attn.c_attn.weight")->name, "transformer.h.1.attn.c_attn.weight");
+  EXPECT_EQ(hf_tensor_name("gpt2", "wpe.weight")->name, "transformer.wpe.weight");
+  EXPECT_FALSE(hf_tensor_name("llama", "layers.0.attention.wz.weight").has_value());
+  EXPECT_FALSE(hf_tensor_name("llama", "wte.weight").has_value());
+}
+
+// A committed checkpoint of `arch`'s parameters saved by 2 ranks; element k of tensor i is
+// 1000 i + k. Returns fqn -> global values.
+std::map<std::string, std::vector<float>> save_model(const std::string& root, ModelArch arch) {
+  Transformer model(tiny(arch));
+  const int world = 2;
+  begin_checkpoint(root, 1, "test");
+  CheckpointMetadata m;
+  m.arch = arch == ModelArch::kLlama ? "llama" : "gpt2";
+  m.step = m.next_step = 1;
+  m.world_size = m.shard = world;
+  std::map<std::string, std::vector<float>> values;
+  std::vector<std::pair<std::string, Shape>> params;
+  model.root().for_each_param([&](Param& p) { params.push_back({p.fqn, p.shape}); });
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto& v = values[params[i].first];
+    v.resize(static_cast<size_t>(numel(params[i].second)));
+    for (size_t k = 0; k < v.size(); ++k) v[k] = static_cast<float>(1000 * i + k);
+    m.tensors.push_back(sharded_tensor("param/" + params[i].first, "F32", params[i].second, world));
+    m.tensors.push_back(sharded_tensor("exp_avg/" + params[i].first, "F32", params[i].second, world));
+  }
+  for (int r = 0; r < world; ++r) {
+    m.files.push_back({shard_file_name(r, world), 0});
+    std::vector<SafetensorsTensor> out;
+    for (const auto& [fqn, shape] : params) {
+      const int64_t off = shard_row_offset(shape[0], world, r) * row_numel(shape);
+      for (const char* kind : {"param/", "exp_avg/"})
+        out.push_back({kind + fqn, "F32", sharded_shape(shape, world, r), values[fqn].data() + off});
+    }
+    write_safetensors((fs::path(root) / step_folder_name(1) / shard_file_name(r, world)).string(), out, {}, "test");
+  }
+  commit_checkpoint(root, m, "test");
+  return values;
+}
+
+TEST(CheckpointExport, Gpt2ConsolidatedWithConv1DTransposes) {
+  TempDir d;
+  const auto values = save_model(d.path(), ModelArch::kGpt2);
+  CheckpointReader reader(resolve_checkpoint(d.path(), "test"));
+  ExportOptions o;
+  o.out = d.path() + "/model.safetensors";
+  const ExportResult res = export_safetensors(reader, o);
+  EXPECT_EQ(res.tensors, values.size());  // no optimizer state
+  SafetensorsReader st(o.out);
+  EXPECT_EQ(st.header().metadata.at("format"), "pt");
+  EXPECT_EQ(st.header().tensors.size(), values.size());
+  for (const auto& [fqn, v] : values) {
+    const auto n = *hf_tensor_name("gpt2", fqn);
+    const SafetensorsEntry& e = st.entry(n.name);
+    std::vector<float> got(v.size());
+    st.read(n.name, 0, got.size() * 4, got.data());
+    if (!n.transpose) {
+      EXPECT_EQ(got, v) << fqn;
+      continue;
+    }
+    // ours [out, in] -> Hugging Face Conv1D [in, out]
+    const int64_t rows = e.shape[1], cols = e.shape[0];
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(got[static_cast<size_t>(c * rows + r)], v[static_cast<size_t>(r * cols + c)]) << fqn;
+  }
+  EXPECT_EQ(st.entry("transformer.h.0.attn.c_attn.weight").shape, (Shape{4, 12}));
+  EXPECT_EQ(st.entry("transformer.h.0.mlp.c_proj.weight").shape, (Shape{6, 4}));
+}
+
+TEST(CheckpointExport, LlamaShardedLayoutAndFullshardNames) {
+  TempDir d;
+  const auto values = save_model(d.path(), ModelArch::kLlama);
+  CheckpointReader reader(resolve_checkpoint(d.path(), "test"));
+  ExportOptions o;
+  o.out = d.path() + "/hf";
+  o.max_shard_bytes = 200;
+  const ExportResult res = export_safetensors(reader, o);
+  ASSERT_GT(res.files.size(), 3u);
+  std::ifstream f(res.files.back());
+  const auto index = nlohmann::json::parse(f);
+  EXPECT_EQ(index["weight_map"].size(), values.size());
+  uint64_t total = 0;
+  for (const auto& [fqn, v] : values) {
+    const std::string hf = hf_tensor_name("llama", fqn)->name;
+    SafetensorsReader st(d.path() + "/hf/" + index["weight_map"][hf].get<std::string>());
+    std::vector<float> got(v.size());
+    st.read(hf, 0, got.size() * 4, got.data());
+    EXPECT_EQ(got, v) << fqn;
+    total += v.size() * 4;
+  }
+  EXPECT_EQ(index["metadata"]["total_size"].get<uint64_t>(), total);
+  o.out = d.path() + "/ours.safetensors";
+  o.max_shard_bytes = 0;
+  o.hf_names = false;
+  export_safetensors(reader, o);
+  SafetensorsReader ours(o.out);
+  EXPECT_EQ(ours.entry("layers.1.attention.wq.weight").shape, (Shape{4, 4}));
+}
+
+}  // namespace
+}  // namespace fullshard

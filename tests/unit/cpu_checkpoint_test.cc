@@ -1,0 +1,260 @@
+// Sharded checkpoints in real training on the CPU backend (ranks as threads over Gloo):
+// resuming continues bit-identically, resharding onto another world size or mesh matches
+// unsharded training, and a checkpoint of another model is refused naming the tensor.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "core/checkpoint/checkpoint_dir.h"
+#include "core/checkpoint/export.h"
+#include "core/common/error.h"
+#include "runner/init_weights.h"
+#include "tests/support/cpu_support.h"
+#include "tests/support/sim_support.h"
+
+namespace fullshard {
+namespace {
+using namespace fullshard::testing;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string t = (fs::temp_directory_path() / "fullshard-cpuckpt-XXXXXX").string();
+    path_ = ::mkdtemp(t.data());
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// NOTE [fp32 tolerance] (tests/property/cpu_training_prop_test.cc): eps 1e-6, lr 1e-3.
+json scenario(std::vector<int> mesh, int batch, int steps = 6) {
+  TinyOptions o;
+  o.mesh = std::move(mesh);
+  o.batch = batch;
+  o.seq = 8;
+  o.steps = steps;
+  json j = tiny_scenario_json(o);
+  j["model"] = {{"arch", "llama"}, {"name", "ckpt"}, {"vocab_size", 256}, {"dim", 8}, {"n_layers", 2},
+                {"n_heads", 2},    {"n_kv_heads", 1}, {"ffn_dim", 12},     {"max_seq_len", 16}};
+  j["training"]["optimizer"] = {{"lr", 1e-3}, {"eps", 1e-6}, {"max_grad_norm", 1.0}};
+  j["training"]["seed"] = 7;
+  return j;
+}
+
+runner::RankOptions saving(const std::string& dir, int every) {
+  runner::RankOptions o;
+  o.checkpoint_dir = dir;
+  o.checkpoint_every = every;
+  return o;
+}
+runner::RankOptions resuming(const std::string& dir) {
+  runner::RankOptions o;
+  o.resume_from = resolve_checkpoint(dir, "--resume");
+  return o;
+}
+
+void expect_bit_identical(const RealRun& a, const RealRun& b) {
+  ASSERT_EQ(a.params.size(), b.params.size());
+  for (const auto& [fqn, va] : a.params) {
+    const auto& vb = b.params.at(fqn);
+    ASSERT_EQ(va.size(), vb.size()) << fqn;
+    EXPECT_EQ(std::memcmp(va.data(), vb.data(), va.size() * 4), 0) << fqn;
+  }
+}
+
+TEST(CpuCheckpoint, ResumeContinuesBitIdentically) {
+  TempDir d;
+  const Scenario s = parse_scenario(scenario({2}, 2));
+  const RealRun straight = run_real(s, 6);
+  const RealRun first = run_real(s, 3, saving(d.path(), 3));
+  ASSERT_TRUE(fs::exists(fs::path(d.path()) / "step-00000003" / "metadata.json"));
+  const RealRun resumed = run_real(s, 6, resuming(d.path()));
+  ASSERT_EQ(resumed.mean_loss.size(), 3u);  // steps 3, 4, 5
+  EXPECT_EQ(resumed.ranks[0].steps[0].step, 3);
+  for (size_t k = 0; k < 3; ++k) {
+    EXPECT_EQ(first.mean_loss[k], straight.mean_loss[k]);
+    EXPECT_EQ(resumed.mean_loss[k], straight.mean_loss[3 + k]) << "step " << 3 + k;  // bit for bit
+    for (int r = 0; r < 2; ++r) EXPECT_EQ(resumed.ranks[r].steps[k].loss, straight.ranks[r].steps[3 + k].loss);
+  }
+  expect_bit_identical(resumed, straight);
+}
+
+TEST(CpuCheckpoint, HsdpResumeContinuesBitIdentically) {
+  TempDir d;
+  const Scenario s = parse_scenario(scenario({2, 2}, 1, 4));
+  const RealRun straight = run_real(s, 4);
+  run_real(s, 2, saving(d.path(), 2));
+  // Only replica 0 writes: two shard files for four ranks.
+  EXPECT_TRUE(fs::exists(fs::path(d.path()) / "step-00000002" / "shard-00001-of-00002.safetensors"));
+  EXPECT_FALSE(fs::exists(fs::path(d.path()) / "step-00000002" / "shard-00002-of-00004.safetensors"));
+  const RealRun resumed = run_real(s, 4, resuming(d.path()));
+  for (size_t k = 0; k < 2; ++k) EXPECT_EQ(resumed.mean_loss[k], straight.mean_loss[2 + k]);
+  expect_bit_identical(resumed, straight);
+}
+
+// Saved by 2 ranks (batch 3 each), resumed on 3 ranks (batch 2) and on an HSDP 2x2 mesh...
+// with the same global batch of 6: both match one unsharded rank trained 6 steps.
+TEST(CpuCheckpoint, ReshardOnLoadMatchesUnsharded) {
+  TempDir d;
+  const RealRun ref = run_real(parse_scenario(scenario({1}, 6)), 6);
+  run_real(parse_scenario(scenario({2}, 3)), 3, saving(d.path(), 3));
+  for (const auto& [mesh, batch] : std::vector<std::pair<std::vector<int>, int>>{{{3}, 2}, {{2, 3}, 1}, {{1}, 6}}) {
+    const RealRun resumed = run_real(parse_scenario(scenario(mesh, batch)), 6, resuming(d.path()));
+    std::string where;
+    EXPECT_LE(max_violation(resumed, ref, 1e-5, 1e-3, &where), 1.0) << where << " (mesh of " << mesh.size() << " dims)";
+    for (size_t k = 0; k < 3; ++k) EXPECT_NEAR(resumed.mean_loss[k], ref.mean_loss[3 + k], 1e-4);
+  }
+}
+
+TEST(CpuCheckpoint, ACheckpointOfAnotherModelIsRefusedNamingTheTensor) {
+  TempDir d;
+  run_real(parse_scenario(scenario({2}, 2)), 1, saving(d.path(), 1));
+  json other = scenario({2}, 2);
+  other["model"]["ffn_dim"] = 16;
+  try {
+    run_real(parse_scenario(other), 2, resuming(d.path()));
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("--resume: tensor 'param/"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("in the scenario"), std::string::npos) << msg;
+  }
+  json seed = scenario({2}, 2);
+  seed["training"]["seed"] = 8;
+  try {
+    run_real(parse_scenario(seed), 2, resuming(d.path()));
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("training.seed 7"), std::string::npos) << e.what();
+  }
+}
+
+// Export -> --init-from round trip: the weights a 2-rank run ended with, exported with
+// Hugging Face names (GPT-2: Conv1D weights transposed; sharded layout for Llama), loaded by a
+// 3-rank run, are its parameters byte for byte.
+TEST(CpuCheckpoint, ExportThenInitFromLeavesEveryByteUnchanged) {
+  for (const bool gpt2 : {false, true}) {
+    TempDir d;
+    json j = scenario({2}, 2, 2);
+    if (gpt2)
+      j["model"] = {{"arch", "gpt2"}, {"name", "g"}, {"vocab_size", 256}, {"dim", 8}, {"n_layers", 2},
+                    {"n_heads", 2},    {"ffn_dim", 12}, {"max_seq_len", 16}};
+    const RealRun trained = run_real(parse_scenario(j), 2, saving(d.path(), 2));
+    CheckpointReader reader(resolve_checkpoint(d.path(), "--resume"));
+    ExportOptions eo;
+    eo.out = d.path() + (gpt2 ? "/model.safetensors" : "/hf");
+    eo.max_shard_bytes = gpt2 ? 0 : 4096;
+    export_safetensors(reader, eo);
+    runner::RankOptions o;
+    o.init_from = eo.out;
+    json three = j;
+    three["fsdp"]["mesh"]["shape"] = {3};
+    three["hardware"]["gpus_per_node"] = 3;
+    const RealRun loaded = run_real(parse_scenario(three), 0, o);
+    expect_bit_identical(loaded, trained);
+    runner::validate_init_weights(eo.out, parse_scenario(three));
+    json other = three;
+    other["model"]["ffn_dim"] = 16;
+    try {
+      runner::validate_init_weights(eo.out, parse_scenario(other));
+      ADD_FAILURE() << "no error";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(gpt2 ? "c_fc.weight': is [8, 12]" : "gate_proj.weight': is [12, 8]"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+// NOTE [Crash consistency test]: a process training 2 ranks (threads over Gloo) and saving
+// after every step is SIGKILLed after a random delay (seeded) within its run, 50 times; most
+// kills land inside a save, since saving (copies, writes, fsyncs) takes most of each step of
+// this small model. Whatever the moment, the folder must hold either no committed checkpoint
+// (killed before the first commit) or one that verifies and, resumed, continues bit-identically
+// to the uninterrupted run.
+TEST(CpuCheckpoint, KilledDuringSavesAlwaysLeavesALoadableCheckpoint) {
+  constexpr int kSteps = 4, kTrials = 50;
+  const Scenario s = parse_scenario(scenario({2}, 1, kSteps));
+  const RealRun straight = run_real(s, kSteps);
+  auto run_child = [&](const std::string& dir, int64_t kill_after_us) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      try {
+        run_real(s, kSteps, saving(dir, 1));
+      } catch (...) {
+        ::_exit(3);
+      }
+      ::_exit(0);
+    }
+    if (kill_after_us >= 0) {
+      std::this_thread::sleep_for(std::chrono::microseconds(kill_after_us));
+      ::kill(pid, SIGKILL);
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return status;
+  };
+  // How long an uninterrupted child takes: the kills are spread over that.
+  int64_t full_us = 0;
+  {
+    TempDir d;
+    const auto t0 = std::chrono::steady_clock::now();
+    const int status = run_child(d.path(), -1);
+    full_us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  }
+  std::mt19937_64 rng(20261121);
+  int none_committed = 0, mid_save = 0, resumed = 0;
+  for (int trial = 0; trial < kTrials; ++trial) {
+    TempDir d;
+    run_child(d.path(), std::uniform_int_distribution<int64_t>(0, full_us)(rng));
+    // Evidence of a save cut short: a step folder without metadata.json, or a temporary file.
+    bool cut = false;
+    if (fs::exists(d.path()))
+      for (const auto& e : fs::recursive_directory_iterator(d.path())) {
+        const std::string n = e.path().filename().string();
+        cut = cut || n.find(".tmp-") != std::string::npos ||
+              (e.is_directory() && !fs::exists(e.path() / "metadata.json"));
+      }
+    mid_save += cut;
+    std::string folder;
+    try {
+      folder = resolve_checkpoint(d.path(), "--resume");
+    } catch (const InputError& e) {
+      ASSERT_NE(std::string(e.what()).find("no committed checkpoint"), std::string::npos) << e.what();
+      ++none_committed;
+      continue;
+    }
+    CheckpointReader reader(folder);
+    reader.verify();
+    const int64_t next = reader.metadata().next_step;
+    if (next >= kSteps) continue;  // the last save committed: nothing left to train
+    runner::RankOptions o;
+    o.resume_from = folder;
+    const RealRun rest = run_real(s, kSteps, o);
+    for (size_t k = 0; k < rest.mean_loss.size(); ++k)
+      ASSERT_EQ(rest.mean_loss[k], straight.mean_loss[static_cast<size_t>(next) + k]) << "trial " << trial;
+    expect_bit_identical(rest, straight);
+    ++resumed;
+  }
+  std::printf("crash test: %d trials over %.3f s runs: %d cut a save short, %d before the first commit, %d resumed\n",
+              kTrials, full_us * 1e-6, mid_save, none_committed, resumed);
+  EXPECT_GE(mid_save, 5);  // the kills did land inside saves
+  EXPECT_GE(resumed, 5);
+}
+
+}  // namespace
+}  // namespace fullshard

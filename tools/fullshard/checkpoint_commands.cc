@@ -1,0 +1,96 @@
+#include "tools/fullshard/checkpoint_commands.h"
+
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/checkpoint/checkpoint_dir.h"
+#include "core/checkpoint/export.h"
+#include "core/common/error.h"
+#include "core/common/user_text.h"
+#include "simulator/report.h"
+
+namespace fullshard::cli {
+namespace {
+
+using nlohmann::json;
+
+uint64_t tensor_bytes(const CheckpointTensor& t) {
+  return static_cast<uint64_t>(numel(t.shape)) * *safetensors_dtype_size(t.dtype);
+}
+
+int inspect(const CheckpointFlags& f) {
+  const std::string folder = resolve_checkpoint(f.path, "checkpoint inspect");
+  CheckpointReader reader(folder);
+  const CheckpointMetadata& m = reader.metadata();
+  reader.verify();  // throws at the first inconsistency: exit 2 with the file and tensor
+  uint64_t file_bytes = 0, params = 0;
+  for (const auto& fi : m.files) file_bytes += fi.bytes;
+  for (const auto& t : m.tensors)
+    if (t.name.rfind("param/", 0) == 0) params += static_cast<uint64_t>(numel(t.shape));
+  if (f.json) {
+    json j = metadata_to_json(m);
+    j["folder"] = folder;
+    j["consistent"] = true;
+    j["parameters"] = params;
+    j["file_bytes"] = file_bytes;
+    std::cout << j.dump(1) << "\n";
+    return 0;
+  }
+  std::cout << fmt::format("checkpoint {}\n", printable(folder, 1024));
+  std::cout << fmt::format("  scenario {} ({}), step {} (resumes at step {}), seed {}, AdamW steps {}\n",
+                           printable(m.scenario), m.arch, m.step, m.next_step, m.seed, m.optimizer_steps);
+  std::cout << fmt::format("  saved by {} ranks: mesh replicate {} x shard {}; {} files, {}\n", m.world_size,
+                           m.replicate, m.shard, m.files.size(), sim::format_bytes(file_bytes));
+  std::cout << fmt::format("  {} tensors, {} parameters\n", m.tensors.size(), params);
+  std::cout << fmt::format("  {:<48} {:>5} {:>14} {:>12}  rows per file\n", "tensor", "dtype", "shape", "bytes");
+  for (const auto& t : m.tensors) {
+    std::string rows;
+    for (const auto& c : t.chunks) rows += (rows.empty() ? "" : " ") + std::to_string(c.rows.rows);
+    std::cout << fmt::format("  {:<48} {:>5} {:>14} {:>12}  {}\n", printable(t.name, 48), t.dtype, shape_str(t.shape),
+                             tensor_bytes(t), rows);
+  }
+  std::cout << "  consistent: every file's size and header and every tensor's pieces match metadata.json\n";
+  return 0;
+}
+
+int export_command(const CheckpointFlags& f) {
+  const std::string folder = resolve_checkpoint(f.path, "checkpoint export");
+  CheckpointReader reader(folder);
+  ExportOptions o;
+  o.out = f.safetensors;
+  o.max_shard_bytes = f.max_shard_bytes;
+  o.hf_names = f.names == "hf";
+  const ExportResult r = export_safetensors(reader, o);
+  std::cout << fmt::format("exported {} tensors ({}) of {} to {}\n", r.tensors, sim::format_bytes(r.data_bytes),
+                           printable(folder, 1024), printable(f.safetensors, 1024));
+  for (const auto& p : r.files) std::cout << "  " << printable(p, 1024) << "\n";
+  return 0;
+}
+
+}  // namespace
+
+CLI::App* add_checkpoint_command(CLI::App& app, CheckpointFlags& f) {
+  CLI::App* c = app.add_subcommand("checkpoint", "inspect or export sharded checkpoints (docs/checkpoints.md)");
+  c->require_subcommand(1);
+  f.inspect = c->add_subcommand("inspect", "what a checkpoint holds (step, mesh, tensors, sizes) and whether it is consistent");
+  f.inspect->add_option("dir", f.path, "a --checkpoint-dir folder (its latest step) or one step-N folder")->required();
+  f.inspect->add_flag("--json", f.json, "print the metadata as JSON");
+  f.exporter = c->add_subcommand("export", "write the parameters as safetensors with Hugging Face names and layouts");
+  f.exporter->add_option("dir", f.path, "a --checkpoint-dir folder (its latest step) or one step-N folder")->required();
+  f.exporter->add_option("--safetensors", f.safetensors, "OUT.safetensors, or a folder with --max-shard-size")->required();
+  f.exporter->add_option("--max-shard-size", f.max_shard_bytes,
+                         "write model-0000N-of-0000M.safetensors files of at most this many bytes and the index");
+  f.exporter->add_option("--names", f.names, "hf (Hugging Face Llama / GPT-2 names and layouts, default) or fullshard")
+      ->check(CLI::IsMember({"hf", "fullshard"}));
+  return c;
+}
+
+int cmd_checkpoint(const CheckpointFlags& f) {
+  if (f.inspect && *f.inspect) return inspect(f);
+  return export_command(f);
+}
+
+}  // namespace fullshard::cli
