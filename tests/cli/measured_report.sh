@@ -10,7 +10,7 @@ export TMPDIR="$tmp"
 fail() { echo "FAIL: $*"; exit 1; }
 python3 - "$src/scenarios/tiny-llama-cpu2.json" "$tmp/s.json" <<'P'
 import json, sys
-s = json.load(open(sys.argv[1])); s["training"]["steps"] = 4
+s = json.load(open(sys.argv[1])); s["training"]["steps"] = 3  # all played by the simulator (no extrapolation)
 # The zoo's tiny-llama, written out so that the checks below read the dims from the file.
 s["model"] = {"arch": "llama", "name": "tiny-llama-inline", "vocab_size": 256, "dim": 64, "n_layers": 2,
               "n_heads": 4, "n_kv_heads": 2, "ffn_dim": 128, "max_seq_len": 128}
@@ -27,6 +27,8 @@ s, real, sim = (json.load(open(p)) for p in sys.argv[1:4])
 assert real["build"] == open(sys.argv[4]).read().strip(), real["build"]
 m = s["model"]
 assert real["measured"] is True
+assert real["steps"] == real["simulated_steps"] == 3 and real["extrapolated_steps"] == 0, real["steps"]
+assert real["total_time_s"] >= real["step_time_s"] > 0 and real["total_tokens"] > 0
 # Model FLOPs per token, torchtitan's count, from the config alone (Llama: untied output).
 D, L, V, F, H = m["dim"], m["n_layers"], m["vocab_size"], m["ffn_dim"], m["n_heads"]
 kv = m.get("n_kv_heads", H) * (D // H)

@@ -55,6 +55,14 @@ nlohmann::json measured_report(const Scenario& s, const runner::LaunchResult& r)
       rep.exposed_comm_s += st.exposed_comm_s / static_cast<double>(r.steps.size());
     }
   }
+  // Every step ran: none extrapolated (NOTE [Steady state] is the simulator's).
+  rep.steps = rep.simulated_steps = static_cast<int>(r.steps.size());
+  rep.extrapolated_steps = 0;
+  for (const auto& st : r.steps) {
+    rep.total_time_s += st.step_time_s;
+    rep.total_tokens += st.tokens_per_s * st.step_time_s;
+  }
+  if (!r.steps.empty()) rep.tokens_per_step = rep.total_tokens / static_cast<double>(r.steps.size());
   double slowest = -1;
   for (const auto& j : r.rank_reports) {
     rep.classes.push_back(rank_report_from_json(j.at("class"), j.at("timeline")));
