@@ -53,6 +53,27 @@ BENCHMARK(BM_Simulate70BFsdp1024EveryRank)->Unit(benchmark::kMillisecond)->UseRe
 void BM_Simulate70BHsdp8x128EveryRank(benchmark::State& state) { simulate(state, "llama3.1-70b-hsdp8x128-h100", true); }
 BENCHMARK(BM_Simulate70BHsdp8x128EveryRank)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
 
+// Scaling with the world size (issue 13: near-linear, not quadratic): the same 70B FSDP step on
+// 1,024 .. 65,536 ranks (nodes of 8), by rank class. Compare the times as ratios of one run.
+void BM_Simulate70BFsdpByClassWorld(benchmark::State& state) {
+  const int world = static_cast<int>(state.range(0));
+  const std::string dir = std::string(FULLSHARD_SOURCE_DIR) + "/scenarios";
+  std::ifstream in(dir + "/llama3.1-70b-fsdp1024-h100.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  j["training"]["steps"] = 1;
+  j["fsdp"]["mesh"]["shape"] = {world};
+  j["hardware"]["nodes"] = world / 8;
+  const Scenario s = parse_scenario(j, dir);
+  for (auto _ : state) {
+    const sim::SimulationReport r = sim::simulate_scenario(s, {});
+    benchmark::DoNotOptimize(r.step_time_s);
+  }
+  state.counters["ranks"] = world;
+}
+BENCHMARK(BM_Simulate70BFsdpByClassWorld)
+    ->Arg(1024)->Arg(4096)->Arg(16384)->Arg(65536)
+    ->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(2);
+
 // The event engine alone on the recorded programs of every rank (no recording, no checks).
 void engine(benchmark::State& state, const std::string& name, bool all_ranks) {
   const Scenario s = one_step(name);
