@@ -29,6 +29,9 @@ Value embedding(ExecContext& c, const Tensor& ids, const Param& weight, const st
 // x + wpe[0:S] (GPT-2 learned positions).
 Value position_embedding(ExecContext& c, Value x, const Param& wpe, const std::string& name);
 Value rms_norm(ExecContext& c, Value x, const Param& weight, double eps, const std::string& name);
+// rms_norm=eager: x.float(), pow(2), mean(-1, keepdim), + eps, rsqrt, mul, type_as, * weight,
+// one kernel and one autograd node each (NOTE [Eager RMSNorm] in eager_norm.cc).
+Value rms_norm_eager(ExecContext& c, Value x, const Param& weight, double eps, const std::string& name);
 Value layer_norm(ExecContext& c, Value x, const Param& weight, const Param& bias, double eps,
                  const std::string& name);
 // y = x @ W^T (+ b). W: [N, K]. An "mm" for op-level selective checkpointing.

@@ -94,6 +94,12 @@ Transformer::Transformer(ModelConfig config) : config_(std::move(config)) {
   set_init_seed(root_, 0);
 }
 
+Value Transformer::rms_norm(ExecContext& c, Value x, const Param& weight, const std::string& name) {
+  if (config_.implementation.rms_norm == NormImpl::kEager)
+    return ops::rms_norm_eager(c, std::move(x), weight, config_.norm_eps, name);
+  return ops::rms_norm(c, std::move(x), weight, config_.norm_eps, name);
+}
+
 Value Transformer::llama_attention(ExecContext& c, Module& m, Value x, int64_t batch, int64_t seq) {
   const auto& cfg = config_;
   ops::AttentionShape s{batch, seq, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim()};
@@ -127,12 +133,12 @@ Value Transformer::block_forward(ExecContext& c, Module& b, Value x, int64_t bat
   const auto& cfg = config_;
   const std::string& n = b.fqn;
   if (cfg.arch == ModelArch::kLlama) {
-    Value xn = ops::rms_norm(c, x, b.child("attention_norm").param("weight"), cfg.norm_eps, n + ".attention_norm");
+    Value xn = rms_norm(c, x, b.child("attention_norm").param("weight"), n + ".attention_norm");
     Value a = c.call_module(b.child("attention"), std::move(xn), [&](ExecContext& cc, Value v) {
       return llama_attention(cc, b.child("attention"), std::move(v), batch, seq);
     });
     Value h = ops::add(c, std::move(x), std::move(a), n + ".residual_attn");
-    Value hn = ops::rms_norm(c, h, b.child("ffn_norm").param("weight"), cfg.norm_eps, n + ".ffn_norm");
+    Value hn = rms_norm(c, h, b.child("ffn_norm").param("weight"), n + ".ffn_norm");
     Module& ff = b.child("feed_forward");
     Value f = c.call_module(ff, std::move(hn), [&](ExecContext& cc, Value v) {
       const std::string& fn = ff.fqn;
@@ -203,7 +209,7 @@ Value Transformer::logits_forward(ExecContext& c, const Tensor& tokens,
     }
     const Param* out_w;
     if (cfg.arch == ModelArch::kLlama) {
-      h = ops::rms_norm(rc, std::move(h), root_.child("norm").param("weight"), cfg.norm_eps, "norm");
+      h = rms_norm(rc, std::move(h), root_.child("norm").param("weight"), "norm");
       out_w = cfg.tie_embeddings ? &root_.child("tok_embeddings").param("weight")
                                  : &root_.child("output").param("weight");
     } else {

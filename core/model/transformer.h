@@ -34,6 +34,8 @@ class Transformer {
   Value block_forward(ExecContext& c, Module& block, Value x, int64_t batch, int64_t seq);
   Value llama_attention(ExecContext& c, Module& m, Value x, int64_t batch, int64_t seq);
   Value gpt2_attention(ExecContext& c, Module& m, Value x, int64_t batch, int64_t seq);
+  // The RMSNorm of model.implementation.rms_norm (fused or eager).
+  Value rms_norm(ExecContext& c, Value x, const Param& weight, const std::string& name);
 };
 
 }  // namespace fullshard

@@ -49,6 +49,14 @@ enum class OpKind : uint16_t {
   kClipGradScale,     // inputs[0]: total squared norm; scales inputs[1..] in place by
                       // min(1, fargs[0] / (sqrt(total) + 1e-6))
   kAdamW,             // in-place AdamW on (param, grad, exp_avg, exp_avg_sq)
+  // Eager decompositions (model.implementation, docs/ops.md): one kernel per aten op.
+  kPowScalar,         // out = in ^ fargs[0] (aten.pow.Tensor_Scalar)
+  kAddScalar,         // out = in + fargs[0] (aten.add.Scalar)
+  kRsqrt,             // out = 1 / sqrt(in)
+  kMulBroadcast,      // out[r, d] = a[r, d] * b[r] (iargs[0] = 0) or b[d] (iargs[0] = 1); iargs[1] = D
+  kSumLastDim,        // out[r] = fargs[0] * sum_d in[r, d] (mean / sum_to_size [rows, 1]); iargs[0] = D
+  kSumLeadingDims,    // out[d] = sum_r in[r, d] (sum_to_size [D]); iargs[0] = D
+  kExpandLastDim,     // out[r, d] = in[r] * fargs[0] (mean backward: expand / D); iargs[0] = D
 };
 const char* op_kind_name(OpKind k);
 

@@ -55,6 +55,13 @@ void run_kernel(const OpCall& op, const std::vector<void*>& in, const std::vecto
     case OpKind::kSum: return sum(op, in, out);
     case OpKind::kClipGradScale: return clip_grad_scale(op, in, out);
     case OpKind::kAdamW: return adamw(op, in, out);
+    case OpKind::kPowScalar: return pow_scalar(op, in, out);
+    case OpKind::kAddScalar: return add_scalar(op, in, out);
+    case OpKind::kRsqrt: return rsqrt(op, in, out);
+    case OpKind::kMulBroadcast: return mul_broadcast(op, in, out);
+    case OpKind::kSumLastDim: return sum_last_dim(op, in, out);
+    case OpKind::kSumLeadingDims: return sum_leading_dims(op, in, out);
+    case OpKind::kExpandLastDim: return expand_last_dim(op, in, out);
     case OpKind::kLoadBatch:
     case OpKind::kInitParam: break;
   }

@@ -64,4 +64,13 @@ void sum(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void clip_grad_scale(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void adamw(const OpCall& op, const Ptrs& in, const Ptrs& out);
 
+// eager.cc (the kernels of eager decompositions, model.implementation)
+void pow_scalar(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void add_scalar(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void rsqrt(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void mul_broadcast(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void sum_last_dim(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void sum_leading_dims(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void expand_last_dim(const OpCall& op, const Ptrs& in, const Ptrs& out);
+
 }  // namespace fullshard::cpu::detail

@@ -1,0 +1,128 @@
+// The kernels of eager decompositions (model.implementation; docs/ops.md): pow / add / rsqrt by
+// a scalar, a multiply broadcasting a per-row or per-column operand, the last-dim and
+// leading-dims sums autograd's sum_to_size runs, and mean's backward (expand / D). Math is
+// fp32 per element, sums accumulate in double; results are rounded once to the output dtype.
+#include <cmath>
+
+#include "backends/cpu/kernels/dtype_io.h"
+#include "backends/cpu/kernels/kernel_impl.h"
+
+namespace fullshard::cpu::detail {
+
+namespace {
+
+template <class F>
+void map1(const OpCall& op, const Ptrs& in, const Ptrs& out, F f) {
+  expect_arity(op, 1, 1);
+  const TensorMeta &x = in_meta(op, 0), &y = out_meta(op, 0);
+  FULLSHARD_CHECK(x.numel() == y.numel(), where(op) + "output size differs from the input");
+  const int64_t n = x.numel();
+  float buf[kChunk];
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const int64_t m = std::min(kChunk, n - i);
+    load_f32(in[0], x.dtype, i, m, buf);
+    for (int64_t j = 0; j < m; ++j) buf[j] = f(buf[j]);
+    store_f32(buf, out[0], y.dtype, i, m);
+  }
+}
+
+double farg(const OpCall& op) {
+  FULLSHARD_CHECK(!op.fargs.empty(), where(op) + "needs fargs[0]");
+  return op.fargs[0];
+}
+
+int64_t row_width(const OpCall& op, const TensorMeta& full) {
+  FULLSHARD_CHECK(!op.iargs.empty(), where(op) + "needs iargs[0] = D (the last dim)");
+  const int64_t D = op.iargs[0];
+  FULLSHARD_CHECK(D > 0 && full.numel() % D == 0, where(op) + "the last dim does not divide the tensor");
+  return D;
+}
+
+}  // namespace
+
+void pow_scalar(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  const float p = static_cast<float>(farg(op));
+  if (p == 1.0f) return map1(op, in, out, [](float v) { return v; });
+  if (p == 2.0f) return map1(op, in, out, [](float v) { return v * v; });
+  if (p == 3.0f) return map1(op, in, out, [](float v) { return v * v * v; });
+  map1(op, in, out, [p](float v) { return std::pow(v, p); });
+}
+
+void add_scalar(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  const float c = static_cast<float>(farg(op));
+  map1(op, in, out, [c](float v) { return v + c; });
+}
+
+void rsqrt(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  map1(op, in, out, [](float v) { return 1.0f / std::sqrt(v); });
+}
+
+void mul_broadcast(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  expect_arity(op, 2, 1);
+  FULLSHARD_CHECK(op.iargs.size() >= 2, where(op) + "needs iargs = {per_column, D}");
+  const TensorMeta &a = in_meta(op, 0), &bm = in_meta(op, 1), &y = out_meta(op, 0);
+  const bool per_col = op.iargs[0] != 0;
+  const int64_t D = op.iargs[1];
+  FULLSHARD_CHECK(D > 0 && a.numel() % D == 0 && y.numel() == a.numel(), where(op) + "a and out must be [rows, D]");
+  const int64_t rows = a.numel() / D;
+  FULLSHARD_CHECK(bm.numel() == (per_col ? D : rows), where(op) + "b must be [D] (per column) or [rows] (per row)");
+  F32In b(in[1], bm.dtype, bm.numel());
+  std::vector<float> row(static_cast<size_t>(D));
+  for (int64_t r = 0; r < rows; ++r) {
+    load_f32(in[0], a.dtype, r * D, D, row.data());
+    if (per_col) {
+      for (int64_t d = 0; d < D; ++d) row[d] *= b[d];
+    } else {
+      const float s = b[r];
+      for (int64_t d = 0; d < D; ++d) row[d] *= s;
+    }
+    store_f32(row.data(), out[0], y.dtype, r * D, D);
+  }
+}
+
+void sum_last_dim(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  expect_arity(op, 1, 1);
+  const TensorMeta &x = in_meta(op, 0), &y = out_meta(op, 0);
+  const int64_t D = row_width(op, x), rows = x.numel() / D;
+  FULLSHARD_CHECK(y.numel() == rows, where(op) + "output must have one element per row");
+  const double scale = op.fargs.empty() ? 1.0 : op.fargs[0];
+  std::vector<float> row(static_cast<size_t>(D)), res(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    load_f32(in[0], x.dtype, r * D, D, row.data());
+    double s = 0;
+    for (int64_t d = 0; d < D; ++d) s += row[d];
+    res[r] = static_cast<float>(s * scale);
+  }
+  store_f32(res.data(), out[0], y.dtype, 0, rows);
+}
+
+void sum_leading_dims(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  expect_arity(op, 1, 1);
+  const TensorMeta &x = in_meta(op, 0), &y = out_meta(op, 0);
+  const int64_t D = row_width(op, x), rows = x.numel() / D;
+  FULLSHARD_CHECK(y.numel() == D, where(op) + "output must be [D]");
+  std::vector<float> row(static_cast<size_t>(D));
+  std::vector<double> acc(static_cast<size_t>(D), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    load_f32(in[0], x.dtype, r * D, D, row.data());
+    for (int64_t d = 0; d < D; ++d) acc[d] += row[d];
+  }
+  std::vector<float> res(acc.begin(), acc.end());
+  store_f32(res.data(), out[0], y.dtype, 0, D);
+}
+
+void expand_last_dim(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  expect_arity(op, 1, 1);
+  const TensorMeta &x = in_meta(op, 0), &y = out_meta(op, 0);
+  const int64_t D = row_width(op, y), rows = y.numel() / D;
+  FULLSHARD_CHECK(x.numel() == rows, where(op) + "input must have one element per output row");
+  const float scale = static_cast<float>(farg(op));
+  std::vector<float> v(static_cast<size_t>(rows)), row(static_cast<size_t>(D));
+  load_f32(in[0], x.dtype, 0, rows, v.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t d = 0; d < D; ++d) row[d] = v[r] * scale;
+    store_f32(row.data(), out[0], y.dtype, r * D, D);
+  }
+}
+
+}  // namespace fullshard::cpu::detail

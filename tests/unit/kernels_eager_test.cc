@@ -1,0 +1,120 @@
+// CPU kernels of eager decompositions (backends/cpu/kernels/eager.cc): each against a
+// double-precision reference over random small shapes and storage dtypes, and the whole
+// rms_norm=eager chain (forward, then backward in autograd's order, NOTE [Eager RMSNorm] in
+// core/model/eager_norm.cc) against the fused RMSNorm kernels in fp32: the same math up to fp32
+// rounding order, so outputs and gradients agree within 1e-5 relative.
+#include "tests/unit/kernels_test_support.h"
+
+using namespace kt;
+
+namespace {
+
+Vec map(const Vec& x, const std::function<double(double)>& f) {
+  Vec y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = f(x[i]);
+  return y;
+}
+
+}  // namespace
+
+RC_GTEST_PROP(KernelsEager, PointwiseScalarOps, ()) {
+  const DType dt = *gen_float_dtype();
+  const int n = *rc::gen::inRange(1, 40);
+  std::mt19937 rng(*rc::gen::arbitrary<uint32_t>());
+  HT x = random_tensor(dt, {n}, rng, 0.25, 2.0), y(dt, {n});
+  const Vec xv = x.values();
+  const double tol = rel_eps(dt) + 1e-6;
+  for (double p : {1.0, 2.0, 3.0, 0.5}) {
+    run(OpKind::kPowScalar, {&x}, {&y}, {}, {p});
+    KT_RC_CLOSE(y.values(), map(xv, [p](double v) { return std::pow(v, p); }), 0, tol);
+  }
+  run(OpKind::kAddScalar, {&x}, {&y}, {}, {1e-5});
+  KT_RC_CLOSE(y.values(), map(xv, [](double v) { return v + 1e-5; }), 0, tol);
+  run(OpKind::kRsqrt, {&x}, {&y});
+  KT_RC_CLOSE(y.values(), map(xv, [](double v) { return 1 / std::sqrt(v); }), 0, tol);
+}
+
+RC_GTEST_PROP(KernelsEager, BroadcastsAndSums, ()) {
+  const DType dt = *gen_float_dtype();
+  const int R = *rc::gen::inRange(1, 7), D = *rc::gen::inRange(1, 18);
+  std::mt19937 rng(*rc::gen::arbitrary<uint32_t>());
+  HT a = random_tensor(dt, {R, D}, rng), br = random_tensor(DType::kFloat32, {R, 1}, rng),
+     bc = random_tensor(dt, {D}, rng), y(dt, {R, D});
+  const Vec av = a.values(), brv = br.values(), bcv = bc.values();
+  const double tol = rel_eps(dt) + 1e-6;
+  Vec e(av.size());
+  run(OpKind::kMulBroadcast, {&a, &br}, {&y}, {0, D});
+  for (int r = 0; r < R; ++r)
+    for (int d = 0; d < D; ++d) e[r * D + d] = av[r * D + d] * brv[r];
+  KT_RC_CLOSE(y.values(), e, 1e-7, tol);
+  run(OpKind::kMulBroadcast, {&a, &bc}, {&y}, {1, D});
+  for (int r = 0; r < R; ++r)
+    for (int d = 0; d < D; ++d) e[r * D + d] = av[r * D + d] * bcv[d];
+  KT_RC_CLOSE(y.values(), e, 1e-7, tol);
+  // Sums: over the last dim (scaled: mean), over the leading dims; mean's backward.
+  HT rs(DType::kFloat32, {R, 1}), cs(dt, {D});
+  run(OpKind::kSumLastDim, {&a}, {&rs}, {D}, {1.0 / D});
+  Vec er(R, 0.0), ec(D, 0.0);
+  for (int r = 0; r < R; ++r)
+    for (int d = 0; d < D; ++d) er[r] += av[r * D + d] / D, ec[d] += av[r * D + d];
+  KT_RC_CLOSE(rs.values(), er, 1e-6, 1e-6);
+  run(OpKind::kSumLeadingDims, {&a}, {&cs}, {D});
+  KT_RC_CLOSE(cs.values(), ec, 1e-6, rel_eps(dt) + 1e-6);
+  run(OpKind::kExpandLastDim, {&br}, {&y}, {D}, {0.5});
+  for (int r = 0; r < R; ++r)
+    for (int d = 0; d < D; ++d) e[r * D + d] = brv[r] * 0.5;
+  KT_RC_CLOSE(y.values(), e, 1e-7, tol);
+}
+
+TEST(KernelsEager, BadArgumentsAreInternalErrors) {
+  HT a(DType::kFloat32, {2, 3}), b(DType::kFloat32, {4}), y(DType::kFloat32, {2, 3});
+  EXPECT_THROW(run(OpKind::kMulBroadcast, {&a, &b}, {&y}, {1, 3}), InternalError);  // b is not [D]
+  HT s(DType::kFloat32, {3});
+  EXPECT_THROW(run(OpKind::kSumLastDim, {&a}, {&s}, {3}), InternalError);  // 2 rows, 3 outputs
+  EXPECT_THROW(run(OpKind::kPowScalar, {&a}, {&y}), InternalError);         // no exponent
+}
+
+// The eager chain, kernel by kernel as core/model/eager_norm.cc launches it in fp32 (x.float()
+// and type_as are no-ops), against kRMSNorm / kRMSNormBackward.
+RC_GTEST_PROP(KernelsEager, RmsNormChainMatchesFusedInFp32, ()) {
+  const DType f = DType::kFloat32;
+  const int R = *rc::gen::inRange(1, 9), D = *rc::gen::inRange(2, 33);
+  const double eps = 1e-5;
+  std::mt19937 rng(*rc::gen::arbitrary<uint32_t>());
+  HT x = random_tensor(f, {R, D}, rng, -2, 2), w = random_tensor(f, {D}, rng, 0.5, 1.5);
+  HT g = random_tensor(f, {R, D}, rng);
+  // Fused.
+  HT y0(f, {R, D}), rstd(f, {R}), gx0(f, {R, D}), gw0(f, {D});
+  run(OpKind::kRMSNorm, {&x, &w}, {&y0, &rstd}, {}, {eps});
+  run(OpKind::kRMSNormBackward, {&g, &x, &rstd, &w}, {&gx0, &gw0});
+  // Eager forward.
+  HT sq(f, {R, D}), ms(f, {R, 1}), ve(f, {R, 1}), r(f, {R, 1}), n(f, {R, D}), y(f, {R, D});
+  run(OpKind::kPowScalar, {&x}, {&sq}, {}, {2.0});
+  run(OpKind::kSumLastDim, {&sq}, {&ms}, {D}, {1.0 / D});
+  run(OpKind::kAddScalar, {&ms}, {&ve}, {}, {eps});
+  run(OpKind::kRsqrt, {&ve}, {&r});
+  run(OpKind::kMulBroadcast, {&x, &r}, {&n}, {0, D});
+  run(OpKind::kMulBroadcast, {&n, &w}, {&y}, {1, D});
+  // Eager backward, in reverse: * weight, mul (x, r), rsqrt, add eps, mean, pow.
+  HT gn(f, {R, D}), full(f, {R, D}), gw(f, {D});
+  run(OpKind::kMulBroadcast, {&g, &w}, {&gn}, {1, D});
+  run(OpKind::kMul, {&g, &n}, {&full});
+  run(OpKind::kSumLeadingDims, {&full}, {&gw}, {D});
+  HT gx_a(f, {R, D}), gr(f, {R, 1});
+  run(OpKind::kMulBroadcast, {&gn, &r}, {&gx_a}, {0, D});
+  run(OpKind::kMul, {&gn, &x}, {&full});
+  run(OpKind::kSumLastDim, {&full}, {&gr}, {D}, {1.0});
+  HT t1(f, {R, 1}), t2(f, {R, 1}), gve(f, {R, 1});
+  run(OpKind::kScale, {&gr}, {&t1}, {}, {-0.5});
+  run(OpKind::kPowScalar, {&r}, {&t2}, {}, {3.0});
+  run(OpKind::kMul, {&t1, &t2}, {&gve});
+  HT gsq(f, {R, D}), p1(f, {R, D}), p2(f, {R, D}), gx_b(f, {R, D}), gx(f, {R, D});
+  run(OpKind::kExpandLastDim, {&gve}, {&gsq}, {D}, {1.0 / D});
+  run(OpKind::kPowScalar, {&x}, {&p1}, {}, {1.0});
+  run(OpKind::kScale, {&p1}, {&p2}, {}, {2.0});
+  run(OpKind::kMul, {&gsq, &p2}, {&gx_b});
+  run(OpKind::kAdd, {&gx_a, &gx_b}, {&gx});
+  KT_RC_CLOSE(y.values(), y0.values(), 1e-6 * (1 + max_abs(y0.values())), 1e-5);
+  KT_RC_CLOSE(gw.values(), gw0.values(), 1e-6 * (1 + max_abs(gw0.values())), 1e-5);
+  KT_RC_CLOSE(gx.values(), gx0.values(), 1e-5 * (1 + max_abs(gx0.values())), 1e-5);
+}
