@@ -26,7 +26,6 @@
 
 namespace fullshard::ops {
 using namespace detail;  // NOLINT
-namespace {
 
 Value to_dtype(ExecContext& c, Value x, DType dt, const std::string& name) {
   if (x.t.dtype() == dt) return x;
@@ -43,6 +42,8 @@ Value to_dtype(ExecContext& c, Value x, DType dt, const std::string& name) {
   }
   return out;
 }
+
+namespace {
 
 Tensor pointwise(Backend& b, OpKind kind, const Tensor& x, double farg, const TensorMeta& meta,
                  MemCategory cat, const std::string& name) {

@@ -110,8 +110,24 @@ Value Transformer::llama_attention(ExecContext& c, Module& m, Value x, int64_t b
   Value q = ops::linear(c, x, m.child("wq").param("weight"), bias("wq"), n + ".wq");
   Value k = ops::linear(c, x, m.child("wk").param("weight"), bias("wk"), n + ".wk");
   Value v = ops::linear(c, std::move(x), m.child("wv").param("weight"), bias("wv"), n + ".wv");
-  q = ops::rope(c, std::move(q), s.head_dim, cfg.rope_theta, n + ".rope_q");
-  k = ops::rope(c, std::move(k), s.head_dim, cfg.rope_theta, n + ".rope_k");
+  const ModelImplementation& impl = cfg.implementation;
+  if (impl.rope == RopeImpl::kComplex) {
+    auto qk = ops::rope_complex(c, std::move(q), std::move(k), s.head_dim, cfg.rope_theta, n + ".rope_q", n + ".rope_k");
+    q = std::move(qk.first);
+    k = std::move(qk.second);
+  } else {
+    q = ops::rope(c, std::move(q), s.head_dim, cfg.rope_theta, n + ".rope_q");
+    k = ops::rope(c, std::move(k), s.head_dim, cfg.rope_theta, n + ".rope_k");
+  }
+  if (impl.gqa == GqaImpl::kRepeatKV && s.kv_heads != s.heads) {
+    // keys = repeat_kv(xk); values = repeat_kv(xv); then xk / xv rebind to the copies.
+    const int64_t n_rep = s.heads / s.kv_heads;
+    Value keys = ops::repeat_kv(c, k, s.kv_heads, n_rep, s.head_dim, n + ".repeat_kv_k");
+    Value values = ops::repeat_kv(c, v, s.kv_heads, n_rep, s.head_dim, n + ".repeat_kv_v");
+    k = std::move(keys);
+    v = std::move(values);
+    s.kv_heads = s.heads;
+  }
   Value o = ops::attention(c, std::move(q), std::move(k), std::move(v), s, n + ".sdpa");
   Value ot = ops::transpose_heads(c, std::move(o), s, n + ".transpose");
   return ops::linear(c, std::move(ot), m.child("wo").param("weight"), nullptr, n + ".wo");

@@ -57,6 +57,11 @@ enum class OpKind : uint16_t {
   kSumLastDim,        // out[r] = fargs[0] * sum_d in[r, d] (mean / sum_to_size [rows, 1]); iargs[0] = D
   kSumLeadingDims,    // out[d] = sum_r in[r, d] (sum_to_size [D]); iargs[0] = D
   kExpandLastDim,     // out[r, d] = in[r] * fargs[0] (mean backward: expand / D); iargs[0] = D
+  kRoPEComplex,       // view_as_complex(x) * freqs_cis: ADJACENT pairs (2i, 2i+1); as kRoPE otherwise
+  kRoPEComplexBackward,  // grad * freqs_cis.conj()
+  kRepeatKV,          // [R, Hkv, hd] -> [R, Hkv * n_rep, hd] (head j of kv head j / n_rep);
+                      // iargs: kv_heads, n_rep, head_dim
+  kRepeatKVBackward,  // sum over the n_rep copies: [R, Hkv * n_rep, hd] -> [R, Hkv, hd]
 };
 const char* op_kind_name(OpKind k);
 

@@ -118,3 +118,66 @@ RC_GTEST_PROP(KernelsEager, RmsNormChainMatchesFusedInFp32, ()) {
   KT_RC_CLOSE(gw.values(), gw0.values(), 1e-6 * (1 + max_abs(gw0.values())), 1e-5);
   KT_RC_CLOSE(gx.values(), gx0.values(), 1e-5 * (1 + max_abs(gx0.values())), 1e-5);
 }
+
+// rope=complex: view_as_complex pairs ADJACENT elements, (x[2i] + i x[2i+1]) * e^{i pos theta_i}:
+// y[2i] = x[2i] cos - x[2i+1] sin, y[2i+1] = x[2i] sin + x[2i+1] cos, theta_i = theta^(-2i/hd);
+// the backward multiplies by the conjugate (the inverse rotation).
+RC_GTEST_PROP(KernelsEager, RoPEComplexIsTheAdjacentPairRotation, ()) {
+  const DType dt = *gen_float_dtype();
+  const int B = *rc::gen::inRange(1, 3), S = *rc::gen::inRange(1, 6), H = *rc::gen::inRange(1, 3);
+  const int hd = 2 * *rc::gen::inRange(1, 5);
+  const double theta = 10000.0;
+  std::mt19937 rng(*rc::gen::arbitrary<uint32_t>());
+  HT x = random_tensor(dt, {B, S, H * hd}, rng), y(dt, {B, S, H * hd}), back(dt, {B, S, H * hd});
+  run(OpKind::kRoPEComplex, {&x}, {&y}, {hd}, {theta});
+  const Vec xv = x.values();
+  Vec e(xv.size());
+  for (int b = 0; b < B; ++b)
+    for (int p = 0; p < S; ++p)
+      for (int h = 0; h < H; ++h)
+        for (int i = 0; i < hd / 2; ++i) {
+          const double a = p * std::pow(theta, -2.0 * i / hd);
+          const int o = (b * S + p) * H * hd + h * hd + 2 * i;
+          e[o] = xv[o] * std::cos(a) - xv[o + 1] * std::sin(a);
+          e[o + 1] = xv[o] * std::sin(a) + xv[o + 1] * std::cos(a);
+        }
+  KT_RC_CLOSE(y.values(), e, 1e-6, rel_eps(dt) + 1e-6);
+  // The backward of a rotation is its inverse: applied to y it gives x back.
+  HT yf = from_values(DType::kFloat32, {B, S, H * hd}, e), xf(DType::kFloat32, {B, S, H * hd});
+  run(OpKind::kRoPEComplexBackward, {&yf}, {&xf}, {hd}, {theta});
+  KT_RC_CLOSE(xf.values(), xv, 1e-5, 1e-5);
+}
+
+TEST(KernelsEager, RoPEComplexDiffersFromRotateHalf) {
+  // hd = 4, position 1: complex pairs (0, 1), (2, 3); rotate-half pairs (0, 2), (1, 3).
+  HT x = from_values(DType::kFloat32, {1, 2, 4}, {0, 0, 0, 0, 1, 0, 0, 0}), y(DType::kFloat32, {1, 2, 4}),
+     z(DType::kFloat32, {1, 2, 4});
+  run(OpKind::kRoPEComplex, {&x}, {&y}, {4}, {10000.0});
+  run(OpKind::kRoPE, {&x}, {&z}, {4}, {10000.0});
+  EXPECT_NEAR(y.get(4), std::cos(1.0), 1e-6);
+  EXPECT_NEAR(y.get(5), std::sin(1.0), 1e-6);  // the partner is the adjacent element
+  EXPECT_NEAR(y.get(6), 0.0, 1e-7);
+  EXPECT_NEAR(z.get(6), std::sin(1.0), 1e-6);  // rotate-half's partner is i + hd/2
+}
+
+// gqa=repeat_kv: head j of the copy is kv head j / n_rep; the backward sums the n_rep copies.
+RC_GTEST_PROP(KernelsEager, RepeatKVAndItsBackward, ()) {
+  const DType dt = *gen_float_dtype();
+  const int R = *rc::gen::inRange(1, 5), kv = *rc::gen::inRange(1, 4), rep = *rc::gen::inRange(1, 4),
+            hd = *rc::gen::inRange(1, 6);
+  std::mt19937 rng(*rc::gen::arbitrary<uint32_t>());
+  HT x = random_tensor(dt, {R, kv * hd}, rng), y(dt, {R, kv * rep * hd});
+  run(OpKind::kRepeatKV, {&x}, {&y}, {kv, rep, hd});
+  const Vec xv = x.values(), yv = y.values();
+  for (int r = 0; r < R; ++r)
+    for (int h = 0; h < kv * rep; ++h)
+      for (int d = 0; d < hd; ++d) RC_ASSERT(yv[(r * kv * rep + h) * hd + d] == xv[(r * kv + h / rep) * hd + d]);
+  HT g = random_tensor(dt, {R, kv * rep * hd}, rng), gx(dt, {R, kv * hd});
+  run(OpKind::kRepeatKVBackward, {&g}, {&gx}, {kv, rep, hd});
+  const Vec gv = g.values();
+  Vec e(static_cast<size_t>(R * kv * hd), 0.0);
+  for (int r = 0; r < R; ++r)
+    for (int h = 0; h < kv * rep; ++h)
+      for (int d = 0; d < hd; ++d) e[(r * kv + h / rep) * hd + d] += gv[(r * kv * rep + h) * hd + d];
+  KT_RC_CLOSE(gx.values(), e, 1e-6, rel_eps(dt) * rep + 1e-6);
+}

@@ -62,6 +62,10 @@ void run_kernel(const OpCall& op, const std::vector<void*>& in, const std::vecto
     case OpKind::kSumLastDim: return sum_last_dim(op, in, out);
     case OpKind::kSumLeadingDims: return sum_leading_dims(op, in, out);
     case OpKind::kExpandLastDim: return expand_last_dim(op, in, out);
+    case OpKind::kRoPEComplex: return rope_complex(op, in, out);
+    case OpKind::kRoPEComplexBackward: return rope_complex_backward(op, in, out);
+    case OpKind::kRepeatKV: return repeat_kv(op, in, out);
+    case OpKind::kRepeatKVBackward: return repeat_kv_backward(op, in, out);
     case OpKind::kLoadBatch:
     case OpKind::kInitParam: break;
   }

@@ -1,7 +1,9 @@
 // The kernels of eager decompositions (model.implementation; docs/ops.md): pow / add / rsqrt by
 // a scalar, a multiply broadcasting a per-row or per-column operand, the last-dim and
-// leading-dims sums autograd's sum_to_size runs, and mean's backward (expand / D). Math is
+// leading-dims sums autograd's sum_to_size runs, mean's backward (expand / D), and repeat_kv
+// (the copy expand + reshape makes, and the sum of its backward). Math is
 // fp32 per element, sums accumulate in double; results are rounded once to the output dtype.
+#include <algorithm>
 #include <cmath>
 
 #include "backends/cpu/kernels/dtype_io.h"
@@ -123,6 +125,51 @@ void expand_last_dim(const OpCall& op, const Ptrs& in, const Ptrs& out) {
     for (int64_t d = 0; d < D; ++d) row[d] = v[r] * scale;
     store_f32(row.data(), out[0], y.dtype, r * D, D);
   }
+}
+
+}  // namespace fullshard::cpu::detail
+
+namespace fullshard::cpu::detail {
+
+namespace {
+struct KvLayout {
+  int64_t rows, kv_heads, n_rep, hd;
+};
+// x: [rows, kv_heads * hd], y: [rows, kv_heads * n_rep * hd] (either direction).
+KvLayout kv_layout(const OpCall& op, const TensorMeta& small, const TensorMeta& big) {
+  expect_arity(op, 1, 1);
+  FULLSHARD_CHECK(op.iargs.size() >= 3, where(op) + "needs iargs = {kv_heads, n_rep, head_dim}");
+  const int64_t kv = op.iargs[0], rep = op.iargs[1], hd = op.iargs[2];
+  FULLSHARD_CHECK(kv > 0 && rep > 0 && hd > 0 && small.numel() % (kv * hd) == 0,
+                  where(op) + "the kv tensor is not [rows, kv_heads * head_dim]");
+  const int64_t rows = small.numel() / (kv * hd);
+  FULLSHARD_CHECK(big.numel() == rows * kv * rep * hd, where(op) + "the repeated tensor is not [rows, n_heads * head_dim]");
+  return {rows, kv, rep, hd};
+}
+}  // namespace
+
+void repeat_kv(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  const TensorMeta &x = in_meta(op, 0), &y = out_meta(op, 0);
+  const auto [rows, kv, rep, hd] = kv_layout(op, x, y);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t h = 0; h < kv; ++h)
+      for (int64_t j = 0; j < rep; ++j)
+        convert(in[0], x.dtype, (r * kv + h) * hd, out[0], y.dtype, ((r * kv + h) * rep + j) * hd, hd);
+}
+
+void repeat_kv_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  const TensorMeta &g = in_meta(op, 0), &y = out_meta(op, 0);
+  const auto [rows, kv, rep, hd] = kv_layout(op, y, g);
+  std::vector<float> acc(static_cast<size_t>(hd)), part(static_cast<size_t>(hd));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t h = 0; h < kv; ++h) {
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t j = 0; j < rep; ++j) {
+        load_f32(in[0], g.dtype, ((r * kv + h) * rep + j) * hd, hd, part.data());
+        for (int64_t d = 0; d < hd; ++d) acc[d] += part[d];
+      }
+      store_f32(acc.data(), out[0], y.dtype, (r * kv + h) * hd, hd);
+    }
 }
 
 }  // namespace fullshard::cpu::detail

@@ -42,6 +42,8 @@ void linear_backward_bias(const OpCall& op, const Ptrs& in, const Ptrs& out);
 // rope.cc
 void rope(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void rope_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void rope_complex(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void rope_complex_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
 
 // attention.cc
 void attention(const OpCall& op, const Ptrs& in, const Ptrs& out);
@@ -72,5 +74,7 @@ void mul_broadcast(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void sum_last_dim(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void sum_leading_dims(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void expand_last_dim(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void repeat_kv(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void repeat_kv_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
 
 }  // namespace fullshard::cpu::detail

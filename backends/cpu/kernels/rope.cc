@@ -5,6 +5,9 @@
 //   y[i + hd/2] = x[i + hd/2] cos + x[i] sin
 // pos is the row's index along dim -2 of x ([B, S, H*hd]). Angles are computed in double,
 // cos/sin rounded to fp32, the rotation is fp32 and the result is rounded once.
+// kRoPEComplex (torchtitan's view_as_complex(x) * freqs_cis) pairs ADJACENT elements instead:
+//   y[2i] = x[2i] cos - x[2i+1] sin,  y[2i+1] = x[2i] sin + x[2i+1] cos
+// (the complex product (a + ib)(cos + i sin)); its backward multiplies by the conjugate.
 #include <cmath>
 
 #include "backends/cpu/kernels/dtype_io.h"
@@ -15,7 +18,7 @@ namespace fullshard::cpu::detail {
 namespace {
 
 // sign = +1: forward rotation; -1: its inverse (the backward: R(angle)^T = R(-angle)).
-void rotate(const OpCall& op, const Ptrs& in, const Ptrs& out, float sign) {
+void rotate(const OpCall& op, const Ptrs& in, const Ptrs& out, float sign, bool adjacent) {
   expect_arity(op, 1, 1);
   FULLSHARD_CHECK(!op.iargs.empty() && !op.fargs.empty(), where(op) + "needs iargs[0] = head_dim, fargs[0] = theta");
   const TensorMeta &x = in_meta(op, 0), &y = out_meta(op, 0);
@@ -42,6 +45,14 @@ void rotate(const OpCall& op, const Ptrs& in, const Ptrs& out, float sign) {
     const float* s = sn.data() + (r % S) * half;
     for (int64_t h = 0; h < width; h += hd) {
       float* x1 = row.data() + h;
+      if (adjacent) {
+        for (int64_t i = 0; i < half; ++i) {
+          const float a = x1[2 * i], b = x1[2 * i + 1];
+          x1[2 * i] = a * c[i] - b * s[i];
+          x1[2 * i + 1] = b * c[i] + a * s[i];
+        }
+        continue;
+      }
       float* x2 = x1 + half;
       for (int64_t i = 0; i < half; ++i) {
         const float a = x1[i], b = x2[i];
@@ -55,7 +66,9 @@ void rotate(const OpCall& op, const Ptrs& in, const Ptrs& out, float sign) {
 
 }  // namespace
 
-void rope(const OpCall& op, const Ptrs& in, const Ptrs& out) { rotate(op, in, out, 1.0f); }
-void rope_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) { rotate(op, in, out, -1.0f); }
+void rope(const OpCall& op, const Ptrs& in, const Ptrs& out) { rotate(op, in, out, 1.0f, false); }
+void rope_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) { rotate(op, in, out, -1.0f, false); }
+void rope_complex(const OpCall& op, const Ptrs& in, const Ptrs& out) { rotate(op, in, out, 1.0f, true); }
+void rope_complex_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) { rotate(op, in, out, -1.0f, true); }
 
 }  // namespace fullshard::cpu::detail

@@ -375,6 +375,10 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
     case OpKind::kSumLastDim:
     case OpKind::kSumLeadingDims:
     case OpKind::kExpandLastDim:
+    case OpKind::kRoPEComplex:
+    case OpKind::kRoPEComplexBackward:
+    case OpKind::kRepeatKV:
+    case OpKind::kRepeatKVBackward:
       FULLSHARD_CHECK(false, where(op) + "not supported on the CUDA backend yet (model.implementation eager "
                                          "decompositions run on the CPU backend and the simulator)");
     case OpKind::kLoadBatch:
