@@ -44,6 +44,16 @@ P
     done
   done
 done
+# The validation rows' checkpointing (op-level selective: the mm / SDPA outputs cached, the
+# eager chains recomputed) with the torchtitan-2024 preset, fp32 and bf16.
+for mp in '{}' '{"param_dtype": "bf16", "reduce_dtype": "fp32"}'; do
+  n=$((n + 1)); name="v$n"
+  variant "$name" '"torchtitan-2024"' "$mp" selective_op
+  "$bin" compare "$tmp/$name.json" --json "$tmp/$name.out.json" > "$tmp/$name.out" 2>&1 \
+    || { echo "compare failed for torchtitan-2024 $mp selective_op"; cat "$tmp/$name.out"; exit 1; }
+  python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); assert c["equal"] is True and all(r["predicted_peak_allocated_bytes"] == r["measured_peak_allocated_bytes"] and r["predicted_peak_reserved_bytes"] == r["measured_peak_reserved_bytes"] for r in c["ranks"]), c' "$tmp/$name.out.json"
+  echo "ok torchtitan-2024 mp=$mp ac=selective_op"
+done
 # An eager decomposition (rms_norm=eager; gqa=repeat_kv against native GQA) computes the
 # default's math up to fp32 rounding order: in fp32 the
 # losses of 4 steps (every step after the first depends on the gradients through the op)
