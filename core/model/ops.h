@@ -46,6 +46,16 @@ Value rope(ExecContext& c, Value x, int64_t head_dim, double theta, const std::s
 // buffer, which needs no grad), view_as_real, type_as: NOTE [Complex RoPE] in eager_rope.cc.
 std::pair<Value, Value> rope_complex(ExecContext& c, Value q, Value k, int64_t head_dim, double theta,
                                      const std::string& q_name, const std::string& k_name);
+// rope=rotate_half (HF transformers): cos / sin [B, S, hd] in `dt`, computed once per forward
+// (LlamaRotaryEmbedding), and q * cos + rotate_half(q) * sin for q and k (NOTE [Rotate-half
+// RoPE] in rotate_half_rope.cc).
+struct RotaryTables {
+  Tensor cos, sin;
+};
+RotaryTables rotary_cos_sin(ExecContext& c, int64_t batch, int64_t seq, int64_t head_dim, double theta, DType dt,
+                            const std::string& name);
+std::pair<Value, Value> rope_rotate_half(ExecContext& c, Value q, Value k, const RotaryTables& t, int64_t head_dim,
+                                         const std::string& q_name, const std::string& k_name);
 // gqa=repeat_kv (torchtitan repeat_kv): x[:, :, :, None].expand(B, S, Hkv, n_rep, hd)
 // .reshape(B, S, H, hd): a materialised [B, S, H*hd] copy; backward sums the n_rep copies.
 Value repeat_kv(ExecContext& c, Value x, int64_t kv_heads, int64_t n_rep, int64_t head_dim, const std::string& name);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "core/common/error.h"
 #include "core/model/ops.h"
@@ -100,7 +101,8 @@ Value Transformer::rms_norm(ExecContext& c, Value x, const Param& weight, const 
   return ops::rms_norm(c, std::move(x), weight, config_.norm_eps, name);
 }
 
-Value Transformer::llama_attention(ExecContext& c, Module& m, Value x, int64_t batch, int64_t seq) {
+Value Transformer::llama_attention(ExecContext& c, Module& m, Value x, int64_t batch, int64_t seq,
+                                   const ops::RotaryTables* rot) {
   const auto& cfg = config_;
   ops::AttentionShape s{batch, seq, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim()};
   auto bias = [&](const char* lin) -> const Param* {
@@ -113,6 +115,11 @@ Value Transformer::llama_attention(ExecContext& c, Module& m, Value x, int64_t b
   const ModelImplementation& impl = cfg.implementation;
   if (impl.rope == RopeImpl::kComplex) {
     auto qk = ops::rope_complex(c, std::move(q), std::move(k), s.head_dim, cfg.rope_theta, n + ".rope_q", n + ".rope_k");
+    q = std::move(qk.first);
+    k = std::move(qk.second);
+  } else if (impl.rope == RopeImpl::kRotateHalf) {
+    FULLSHARD_CHECK(rot != nullptr, n + ": rope = rotate_half without cos / sin tables");
+    auto qk = ops::rope_rotate_half(c, std::move(q), std::move(k), *rot, s.head_dim, n + ".rope_q", n + ".rope_k");
     q = std::move(qk.first);
     k = std::move(qk.second);
   } else {
@@ -145,13 +152,14 @@ Value Transformer::gpt2_attention(ExecContext& c, Module& m, Value x, int64_t ba
   return ops::linear(c, std::move(ot), cp.param("weight"), &cp.param("bias"), n + ".c_proj");
 }
 
-Value Transformer::block_forward(ExecContext& c, Module& b, Value x, int64_t batch, int64_t seq) {
+Value Transformer::block_forward(ExecContext& c, Module& b, Value x, int64_t batch, int64_t seq,
+                                 const ops::RotaryTables* rot) {
   const auto& cfg = config_;
   const std::string& n = b.fqn;
   if (cfg.arch == ModelArch::kLlama) {
     Value xn = rms_norm(c, x, b.child("attention_norm").param("weight"), n + ".attention_norm");
     Value a = c.call_module(b.child("attention"), std::move(xn), [&](ExecContext& cc, Value v) {
-      return llama_attention(cc, b.child("attention"), std::move(v), batch, seq);
+      return llama_attention(cc, b.child("attention"), std::move(v), batch, seq, rot);
     });
     Value h = ops::add(c, std::move(x), std::move(a), n + ".residual_attn");
     Value hn = rms_norm(c, h, b.child("ffn_norm").param("weight"), n + ".ffn_norm");
@@ -212,12 +220,17 @@ Value Transformer::logits_forward(ExecContext& c, const Tensor& tokens,
       h = ops::position_embedding(rc, std::move(h), root_.child("wpe").param("weight"), "wpe");
     }
     in = Value{};
+    // HF LlamaModel.forward: position_embeddings = self.rotary_emb(hidden_states, position_ids),
+    // a local until the decoder stack and the final norm are done.
+    std::optional<ops::RotaryTables> rot;
+    if (cfg.arch == ModelArch::kLlama && cfg.implementation.rope == RopeImpl::kRotateHalf)
+      rot = ops::rotary_cos_sin(rc, batch, seq, cfg.head_dim(), cfg.rope_theta, h.t.dtype(), "rotary_emb");
     for (size_t i = 0; i < blocks_.size(); ++i) {
       Module& b = *blocks_[i];
       BlockCheckpoint ac = i < block_ac.size() ? block_ac[i] : BlockCheckpoint::kNone;
       h = rc.call_module(b, std::move(h), [&](ExecContext& bc, Value x) {
-        auto body = [this, &b, batch, seq](ExecContext& cc, Value v) {
-          return block_forward(cc, b, std::move(v), batch, seq);
+        auto body = [this, &b, batch, seq, rot](ExecContext& cc, Value v) {
+          return block_forward(cc, b, std::move(v), batch, seq, rot ? &*rot : nullptr);
         };
         if (ac == BlockCheckpoint::kNone) return body(bc, std::move(x));
         return checkpoint(bc, std::move(x), body, ac == BlockCheckpoint::kOpSelective, b.fqn);
@@ -226,6 +239,7 @@ Value Transformer::logits_forward(ExecContext& c, const Tensor& tokens,
     const Param* out_w;
     if (cfg.arch == ModelArch::kLlama) {
       h = rms_norm(rc, std::move(h), root_.child("norm").param("weight"), "norm");
+      rot.reset();
       out_w = cfg.tie_embeddings ? &root_.child("tok_embeddings").param("weight")
                                  : &root_.child("output").param("weight");
     } else {

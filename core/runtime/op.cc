@@ -24,6 +24,7 @@ const char* op_kind_name(OpKind k) {
     FS_CASE(kPowScalar) FS_CASE(kAddScalar) FS_CASE(kRsqrt) FS_CASE(kMulBroadcast)
     FS_CASE(kSumLastDim) FS_CASE(kSumLeadingDims) FS_CASE(kExpandLastDim)
     FS_CASE(kRoPEComplex) FS_CASE(kRoPEComplexBackward) FS_CASE(kRepeatKV) FS_CASE(kRepeatKVBackward)
+    FS_CASE(kRotaryCosSin) FS_CASE(kNarrowCopy) FS_CASE(kRotateHalfCat)
 #undef FS_CASE
   }
   return "?";

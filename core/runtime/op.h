@@ -62,6 +62,12 @@ enum class OpKind : uint16_t {
   kRepeatKV,          // [R, Hkv, hd] -> [R, Hkv * n_rep, hd] (head j of kv head j / n_rep);
                       // iargs: kv_heads, n_rep, head_dim
   kRepeatKVBackward,  // sum over the n_rep copies: [R, Hkv * n_rep, hd] -> [R, Hkv, hd]
+  kRotaryCosSin,      // HF LlamaRotaryEmbedding: out0 = cos, out1 = sin [B, S, hd] of
+                      // pos * theta^(-2 (i % (hd/2)) / hd) (emb = cat(freqs, freqs)); iargs[0] = hd
+  kNarrowCopy,        // per block: out[b * ow + oo + i] = fargs[0] * in[b * iw + io + i], i < n;
+                      // iargs: n, iw, io, ow, oo (rotate_half's -x2, its slice / neg backwards)
+  kRotateHalfCat,     // torch.cat((neg, x1), -1) per head: in0 = -x2 [.., hd/2], in1 = x [.., hd];
+                      // out[.., :hd/2] = in0, out[.., hd/2:] = x[.., :hd/2]; iargs[0] = hd
 };
 const char* op_kind_name(OpKind k);
 

@@ -181,3 +181,45 @@ RC_GTEST_PROP(KernelsEager, RepeatKVAndItsBackward, ()) {
       for (int d = 0; d < hd; ++d) e[(r * kv + h / rep) * hd + d] += gv[(r * kv * rep + h) * hd + d];
   KT_RC_CLOSE(gx.values(), e, 1e-6, rel_eps(dt) * rep + 1e-6);
 }
+
+// rope=rotate_half, kernel by kernel: q * cos + cat(-x2, x1) * sin with HF's cos / sin tables
+// equals the fused rotate-half kernel (the same pairing and angles).
+RC_GTEST_PROP(KernelsEager, RotateHalfChainMatchesFusedRoPE, ()) {
+  const DType f = DType::kFloat32;
+  const int B = *rc::gen::inRange(1, 3), S = *rc::gen::inRange(1, 6), H = *rc::gen::inRange(1, 3);
+  const int hd = 2 * *rc::gen::inRange(1, 5), D = H * hd, h = hd / 2;
+  const double theta = 500.0;
+  std::mt19937 rng(*rc::gen::arbitrary<uint32_t>());
+  HT x = random_tensor(f, {B, S, D}, rng), fused(f, {B, S, D});
+  run(OpKind::kRoPE, {&x}, {&fused}, {hd}, {theta});
+  HT cos(f, {B, S, hd}), sin(f, {B, S, hd}), t1(f, {B, S, D}), neg(f, {B, S, D / 2}), rot(f, {B, S, D}),
+      t2(f, {B, S, D}), y(f, {B, S, D});
+  run(OpKind::kRotaryCosSin, {}, {&cos, &sin}, {hd}, {theta});
+  run(OpKind::kMulBroadcast, {&x, &cos}, {&t1}, {2, D, hd});
+  run(OpKind::kNarrowCopy, {&x}, {&neg}, {h, hd, h, h, 0}, {-1.0});
+  run(OpKind::kRotateHalfCat, {&neg, &x}, {&rot}, {hd});
+  run(OpKind::kMulBroadcast, {&rot, &sin}, {&t2}, {2, D, hd});
+  run(OpKind::kAdd, {&t1, &t2}, {&y});
+  KT_RC_CLOSE(y.values(), fused.values(), 1e-6, 1e-5);
+  // rotate_half's backward (neg backward, both slice backwards, accumulated) is its transpose:
+  // <rot(x), g> == <x, rot^T(g)>.
+  HT g = random_tensor(f, {B, S, D}, rng), gneg(f, {B, S, D / 2}), gx2(f, {B, S, D}), gx1(f, {B, S, D});
+  run(OpKind::kNarrowCopy, {&g}, {&gneg}, {h, hd, 0, h, 0}, {-1.0});
+  run(OpKind::kFill, {}, {&gx2});
+  run(OpKind::kNarrowCopy, {&gneg}, {&gx2}, {h, h, 0, hd, h}, {1.0});
+  run(OpKind::kFill, {}, {&gx1});
+  run(OpKind::kNarrowCopy, {&g}, {&gx1}, {h, hd, h, hd, 0}, {1.0});
+  run(OpKind::kAdd, {&gx2, &gx1}, {&gx2});
+  double lhs = 0, rhs = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) lhs += rot.get(i) * g.get(i), rhs += x.get(i) * gx2.get(i);
+  RC_ASSERT(std::abs(lhs - rhs) <= 1e-5 * (1 + std::abs(lhs)));
+}
+
+TEST(KernelsEager, RotaryCosSinDuplicatesTheHalfFrequencies) {
+  HT cos(DType::kFloat32, {1, 3, 4}), sin(DType::kFloat32, {1, 3, 4});
+  run(OpKind::kRotaryCosSin, {}, {&cos, &sin}, {4}, {100.0});
+  // position 2, element 1 and 3: frequency 100^(-2/4) = 0.1.
+  EXPECT_NEAR(cos.get(2 * 4 + 1), std::cos(0.2), 1e-7);
+  EXPECT_NEAR(sin.get(2 * 4 + 3), std::sin(0.2), 1e-7);
+  EXPECT_NEAR(sin.get(2 * 4 + 0), std::sin(2.0), 1e-6);
+}

@@ -66,6 +66,9 @@ void run_kernel(const OpCall& op, const std::vector<void*>& in, const std::vecto
     case OpKind::kRoPEComplexBackward: return rope_complex_backward(op, in, out);
     case OpKind::kRepeatKV: return repeat_kv(op, in, out);
     case OpKind::kRepeatKVBackward: return repeat_kv_backward(op, in, out);
+    case OpKind::kRotaryCosSin: return rotary_cos_sin(op, in, out);
+    case OpKind::kNarrowCopy: return narrow_copy(op, in, out);
+    case OpKind::kRotateHalfCat: return rotate_half_cat(op, in, out);
     case OpKind::kLoadBatch:
     case OpKind::kInitParam: break;
   }

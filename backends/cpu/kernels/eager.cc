@@ -63,16 +63,23 @@ void mul_broadcast(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   expect_arity(op, 2, 1);
   FULLSHARD_CHECK(op.iargs.size() >= 2, where(op) + "needs iargs = {per_column, D}");
   const TensorMeta &a = in_meta(op, 0), &bm = in_meta(op, 1), &y = out_meta(op, 0);
-  const bool per_col = op.iargs[0] != 0;
+  const int64_t mode = op.iargs[0];
+  const bool per_col = mode == 1;
   const int64_t D = op.iargs[1];
   FULLSHARD_CHECK(D > 0 && a.numel() % D == 0 && y.numel() == a.numel(), where(op) + "a and out must be [rows, D]");
   const int64_t rows = a.numel() / D;
-  FULLSHARD_CHECK(bm.numel() == (per_col ? D : rows), where(op) + "b must be [D] (per column) or [rows] (per row)");
+  // mode 2: b is [rows, hd], broadcast over the D / hd heads of each row (HF's q * cos).
+  const int64_t hd = mode == 2 && op.iargs.size() >= 3 ? op.iargs[2] : 0;
+  FULLSHARD_CHECK(mode != 2 || (hd > 0 && D % hd == 0), where(op) + "mode 2 needs iargs[2] = head_dim dividing D");
+  FULLSHARD_CHECK(bm.numel() == (mode == 2 ? rows * hd : per_col ? D : rows),
+                  where(op) + "b must be [D] (per column), [rows] (per row) or [rows, head_dim] (per head)");
   F32In b(in[1], bm.dtype, bm.numel());
   std::vector<float> row(static_cast<size_t>(D));
   for (int64_t r = 0; r < rows; ++r) {
     load_f32(in[0], a.dtype, r * D, D, row.data());
-    if (per_col) {
+    if (mode == 2) {
+      for (int64_t d = 0; d < D; ++d) row[d] *= b[r * hd + d % hd];
+    } else if (per_col) {
       for (int64_t d = 0; d < D; ++d) row[d] *= b[d];
     } else {
       const float s = b[r];
@@ -170,6 +177,27 @@ void repeat_kv_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
       }
       store_f32(acc.data(), out[0], y.dtype, (r * kv + h) * hd, hd);
     }
+}
+
+}  // namespace fullshard::cpu::detail
+
+namespace fullshard::cpu::detail {
+
+void narrow_copy(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  expect_arity(op, 1, 1);
+  FULLSHARD_CHECK(op.iargs.size() >= 5, where(op) + "needs iargs = {n, in_width, in_offset, out_width, out_offset}");
+  const int64_t n = op.iargs[0], iw = op.iargs[1], io = op.iargs[2], ow = op.iargs[3], oo = op.iargs[4];
+  const TensorMeta &x = in_meta(op, 0), &y = out_meta(op, 0);
+  FULLSHARD_CHECK(n > 0 && iw > 0 && ow > 0 && io + n <= iw && oo + n <= ow && x.numel() % iw == 0 &&
+                      y.numel() % ow == 0 && x.numel() / iw == y.numel() / ow,
+                  where(op) + "the blocks of in and out do not match");
+  const float scale = op.fargs.empty() ? 1.0f : static_cast<float>(op.fargs[0]);
+  std::vector<float> buf(static_cast<size_t>(n));
+  for (int64_t b = 0; b < x.numel() / iw; ++b) {
+    load_f32(in[0], x.dtype, b * iw + io, n, buf.data());
+    for (auto& v : buf) v *= scale;
+    store_f32(buf.data(), out[0], y.dtype, b * ow + oo, n);
+  }
 }
 
 }  // namespace fullshard::cpu::detail

@@ -44,6 +44,8 @@ void rope(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void rope_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void rope_complex(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void rope_complex_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void rotary_cos_sin(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void rotate_half_cat(const OpCall& op, const Ptrs& in, const Ptrs& out);
 
 // attention.cc
 void attention(const OpCall& op, const Ptrs& in, const Ptrs& out);
@@ -76,5 +78,6 @@ void sum_leading_dims(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void expand_last_dim(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void repeat_kv(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void repeat_kv_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void narrow_copy(const OpCall& op, const Ptrs& in, const Ptrs& out);
 
 }  // namespace fullshard::cpu::detail

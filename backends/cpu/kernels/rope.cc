@@ -67,6 +67,42 @@ void rotate(const OpCall& op, const Ptrs& in, const Ptrs& out, float sign, bool 
 }  // namespace
 
 void rope(const OpCall& op, const Ptrs& in, const Ptrs& out) { rotate(op, in, out, 1.0f, false); }
+
+// HF LlamaRotaryEmbedding: freqs = pos * inv_freq [B, S, hd/2] (fp32), emb = cat(freqs, freqs),
+// cos = emb.cos(), sin = emb.sin(): element i of a head uses frequency i % (hd/2).
+void rotary_cos_sin(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  expect_arity(op, 0, 2);
+  FULLSHARD_CHECK(!op.iargs.empty() && !op.fargs.empty(), where(op) + "needs iargs[0] = head_dim, fargs[0] = theta");
+  const TensorMeta &c = out_meta(op, 0), &s = out_meta(op, 1);
+  const int64_t hd = op.iargs[0];
+  FULLSHARD_CHECK(c.shape.size() >= 2 && c.shape.back() == hd && hd % 2 == 0 && s.numel() == c.numel(),
+                  where(op) + "cos and sin must be [B, S, head_dim] with an even head_dim");
+  const int64_t S = c.shape[c.shape.size() - 2], rows = c.numel() / hd, half = hd / 2;
+  std::vector<float> cr(static_cast<size_t>(hd)), sr(static_cast<size_t>(hd));
+  for (int64_t r = 0; r < rows; ++r) {
+    const double pos = static_cast<double>(r % S);
+    for (int64_t i = 0; i < hd; ++i) {
+      const double inv_freq = std::pow(op.fargs[0], -2.0 * static_cast<double>(i % half) / static_cast<double>(hd));
+      cr[i] = static_cast<float>(std::cos(pos * inv_freq));
+      sr[i] = static_cast<float>(std::sin(pos * inv_freq));
+    }
+    store_f32(cr.data(), out[0], c.dtype, r * hd, hd);
+    store_f32(sr.data(), out[1], s.dtype, r * hd, hd);
+  }
+}
+
+void rotate_half_cat(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  expect_arity(op, 2, 1);
+  FULLSHARD_CHECK(!op.iargs.empty(), where(op) + "needs iargs[0] = head_dim");
+  const int64_t hd = op.iargs[0], half = hd / 2;
+  const TensorMeta &n = in_meta(op, 0), &x = in_meta(op, 1), &y = out_meta(op, 0);
+  FULLSHARD_CHECK(hd > 0 && hd % 2 == 0 && x.numel() % hd == 0 && n.numel() * 2 == x.numel() && y.numel() == x.numel(),
+                  where(op) + "expects -x2 [.., hd/2], x [.., hd] and out [.., hd]");
+  for (int64_t b = 0; b < x.numel() / hd; ++b) {
+    convert(in[0], n.dtype, b * half, out[0], y.dtype, b * hd, half);
+    convert(in[1], x.dtype, b * hd, out[0], y.dtype, b * hd + half, half);
+  }
+}
 void rope_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) { rotate(op, in, out, -1.0f, false); }
 void rope_complex(const OpCall& op, const Ptrs& in, const Ptrs& out) { rotate(op, in, out, 1.0f, true); }
 void rope_complex_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) { rotate(op, in, out, -1.0f, true); }

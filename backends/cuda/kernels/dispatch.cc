@@ -379,6 +379,9 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
     case OpKind::kRoPEComplexBackward:
     case OpKind::kRepeatKV:
     case OpKind::kRepeatKVBackward:
+    case OpKind::kRotaryCosSin:
+    case OpKind::kNarrowCopy:
+    case OpKind::kRotateHalfCat:
       FULLSHARD_CHECK(false, where(op) + "not supported on the CUDA backend yet (model.implementation eager "
                                          "decompositions run on the CPU backend and the simulator)");
     case OpKind::kLoadBatch:
