@@ -384,6 +384,7 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
     case OpKind::kRotateHalfCat:
       FULLSHARD_CHECK(false, where(op) + "not supported on the CUDA backend yet (model.implementation eager "
                                          "decompositions run on the CPU backend and the simulator)");
+      break;
     case OpKind::kLoadBatch:
     case OpKind::kInitParam: break;
   }
