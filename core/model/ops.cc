@@ -1,6 +1,7 @@
 #include "core/model/ops.h"
 
 #include "core/common/error.h"
+#include "core/model/op_util.h"
 
 // NOTE [Op costs]: FLOPs count 2 per multiply-add for matmuls and a small constant per
 // element for pointwise ops; bytes are what the kernel reads and writes in device memory
@@ -8,48 +9,8 @@
 // every op's saved tensors and temporaries.
 
 namespace fullshard::ops {
+using namespace detail;  // NOLINT: make_op, param_tensor, result, ... (op_util.h)
 namespace {
-
-constexpr StreamRole kCompute = StreamRole::kDefault;
-
-OpCall make_op(OpKind kind, const std::string& name, std::vector<TensorRef> in,
-               std::vector<TensorRef> out, double flops, std::vector<int64_t> iargs = {}) {
-  OpCall op;
-  op.kind = kind;
-  op.name = name;
-  double bytes = 0;
-  for (auto& r : in) bytes += static_cast<double>(r.nbytes());
-  for (auto& r : out) bytes += static_cast<double>(r.nbytes());
-  op.inputs = std::move(in);
-  op.outputs = std::move(out);
-  op.flops = flops;
-  op.bytes = bytes;
-  op.iargs = std::move(iargs);
-  return op;
-}
-
-Tensor param_tensor(const Param& p) {
-  FULLSHARD_CHECK(p.binding != nullptr, "parameter " + p.fqn + " is not bound");
-  Tensor t = p.binding->unsharded();
-  FULLSHARD_CHECK(static_cast<bool>(t), "parameter " + p.fqn + " used while sharded");
-  return t;
-}
-
-Tensor new_param_grad(Backend& b, const Param& p) {
-  TensorMeta m{p.binding->compute_dtype(), p.shape};
-  auto cat = p.binding->has_unsharded_grad() ? MemCategory::kTemporary : MemCategory::kUnshardedGrad;
-  return Tensor::empty(b, m, cat, kCompute, p.fqn + ".grad");
-}
-
-Value result(ExecContext& c, Tensor t, bool requires_grad) {
-  return Value{std::move(t), requires_grad && c.recording() ? c.new_id() : 0};
-}
-
-Tensor grad_like(Backend& b, const Tensor& t, const std::string& name) {
-  return Tensor::empty(b, t.meta(), MemCategory::kTemporary, kCompute, name);
-}
-
-double el(const Tensor& t) { return static_cast<double>(t.numel()); }
 
 // Op-level SAC (torchtitan _apply_op_sac): mm outputs are saved except every second mm;
 // attention outputs are always saved. Returns the cached outputs in a recompute.

@@ -29,12 +29,36 @@ Value embedding(ExecContext& c, const Tensor& ids, const Param& weight, const st
 // x + wpe[0:S] (GPT-2 learned positions).
 Value position_embedding(ExecContext& c, Value x, const Param& wpe, const std::string& name);
 Value rms_norm(ExecContext& c, Value x, const Param& weight, double eps, const std::string& name);
+// x.to(dt) / x.float() / type_as: x itself when it has the dtype, else a cast copy whose node
+// saves nothing and casts the gradient back (ToCopyBackward0).
+Value to_dtype(ExecContext& c, Value x, DType dt, const std::string& name);
+// rms_norm=eager: x.float(), pow(2), mean(-1, keepdim), + eps, rsqrt, mul, type_as, * weight,
+// one kernel and one autograd node each (NOTE [Eager RMSNorm] in eager_norm.cc).
+Value rms_norm_eager(ExecContext& c, Value x, const Param& weight, double eps, const std::string& name);
 Value layer_norm(ExecContext& c, Value x, const Param& weight, const Param& bias, double eps,
                  const std::string& name);
 // y = x @ W^T (+ b). W: [N, K]. An "mm" for op-level selective checkpointing.
 Value linear(ExecContext& c, Value x, const Param& weight, const Param* bias, const std::string& name);
 // Rotary embedding on [B, S, H*hd] (fused kernel; saves nothing but the freqs buffer).
 Value rope(ExecContext& c, Value x, int64_t head_dim, double theta, const std::string& name);
+// rope=complex (torchtitan apply_rotary_emb): xq.float() / xk.float() (copies unless fp32),
+// view_as_complex (ADJACENT pairs) * freqs_cis (fp32 outputs; the mul saves only the freqs_cis
+// buffer, which needs no grad), view_as_real, type_as: NOTE [Complex RoPE] in eager_rope.cc.
+std::pair<Value, Value> rope_complex(ExecContext& c, Value q, Value k, int64_t head_dim, double theta,
+                                     const std::string& q_name, const std::string& k_name);
+// rope=rotate_half (HF transformers): cos / sin [B, S, hd] in `dt`, computed once per forward
+// (LlamaRotaryEmbedding), and q * cos + rotate_half(q) * sin for q and k (NOTE [Rotate-half
+// RoPE] in rotate_half_rope.cc).
+struct RotaryTables {
+  Tensor cos, sin;
+};
+RotaryTables rotary_cos_sin(ExecContext& c, int64_t batch, int64_t seq, int64_t head_dim, double theta, DType dt,
+                            const std::string& name);
+std::pair<Value, Value> rope_rotate_half(ExecContext& c, Value q, Value k, const RotaryTables& t, int64_t head_dim,
+                                         const std::string& q_name, const std::string& k_name);
+// gqa=repeat_kv (torchtitan repeat_kv): x[:, :, :, None].expand(B, S, Hkv, n_rep, hd)
+// .reshape(B, S, H, hd): a materialised [B, S, H*hd] copy; backward sums the n_rep copies.
+Value repeat_kv(ExecContext& c, Value x, int64_t kv_heads, int64_t n_rep, int64_t head_dim, const std::string& name);
 
 struct AttentionShape {
   int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;

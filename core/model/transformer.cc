@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "core/common/error.h"
 #include "core/model/ops.h"
@@ -94,7 +95,14 @@ Transformer::Transformer(ModelConfig config) : config_(std::move(config)) {
   set_init_seed(root_, 0);
 }
 
-Value Transformer::llama_attention(ExecContext& c, Module& m, Value x, int64_t batch, int64_t seq) {
+Value Transformer::rms_norm(ExecContext& c, Value x, const Param& weight, const std::string& name) {
+  if (config_.implementation.rms_norm == NormImpl::kEager)
+    return ops::rms_norm_eager(c, std::move(x), weight, config_.norm_eps, name);
+  return ops::rms_norm(c, std::move(x), weight, config_.norm_eps, name);
+}
+
+Value Transformer::llama_attention(ExecContext& c, Module& m, Value x, int64_t batch, int64_t seq,
+                                   const ops::RotaryTables* rot) {
   const auto& cfg = config_;
   ops::AttentionShape s{batch, seq, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim()};
   auto bias = [&](const char* lin) -> const Param* {
@@ -104,8 +112,29 @@ Value Transformer::llama_attention(ExecContext& c, Module& m, Value x, int64_t b
   Value q = ops::linear(c, x, m.child("wq").param("weight"), bias("wq"), n + ".wq");
   Value k = ops::linear(c, x, m.child("wk").param("weight"), bias("wk"), n + ".wk");
   Value v = ops::linear(c, std::move(x), m.child("wv").param("weight"), bias("wv"), n + ".wv");
-  q = ops::rope(c, std::move(q), s.head_dim, cfg.rope_theta, n + ".rope_q");
-  k = ops::rope(c, std::move(k), s.head_dim, cfg.rope_theta, n + ".rope_k");
+  const ModelImplementation& impl = cfg.implementation;
+  if (impl.rope == RopeImpl::kComplex) {
+    auto qk = ops::rope_complex(c, std::move(q), std::move(k), s.head_dim, cfg.rope_theta, n + ".rope_q", n + ".rope_k");
+    q = std::move(qk.first);
+    k = std::move(qk.second);
+  } else if (impl.rope == RopeImpl::kRotateHalf) {
+    FULLSHARD_CHECK(rot != nullptr, n + ": rope = rotate_half without cos / sin tables");
+    auto qk = ops::rope_rotate_half(c, std::move(q), std::move(k), *rot, s.head_dim, n + ".rope_q", n + ".rope_k");
+    q = std::move(qk.first);
+    k = std::move(qk.second);
+  } else {
+    q = ops::rope(c, std::move(q), s.head_dim, cfg.rope_theta, n + ".rope_q");
+    k = ops::rope(c, std::move(k), s.head_dim, cfg.rope_theta, n + ".rope_k");
+  }
+  if (impl.gqa == GqaImpl::kRepeatKV && s.kv_heads != s.heads) {
+    // keys = repeat_kv(xk); values = repeat_kv(xv); then xk / xv rebind to the copies.
+    const int64_t n_rep = s.heads / s.kv_heads;
+    Value keys = ops::repeat_kv(c, k, s.kv_heads, n_rep, s.head_dim, n + ".repeat_kv_k");
+    Value values = ops::repeat_kv(c, v, s.kv_heads, n_rep, s.head_dim, n + ".repeat_kv_v");
+    k = std::move(keys);
+    v = std::move(values);
+    s.kv_heads = s.heads;
+  }
   Value o = ops::attention(c, std::move(q), std::move(k), std::move(v), s, n + ".sdpa");
   Value ot = ops::transpose_heads(c, std::move(o), s, n + ".transpose");
   return ops::linear(c, std::move(ot), m.child("wo").param("weight"), nullptr, n + ".wo");
@@ -123,16 +152,17 @@ Value Transformer::gpt2_attention(ExecContext& c, Module& m, Value x, int64_t ba
   return ops::linear(c, std::move(ot), cp.param("weight"), &cp.param("bias"), n + ".c_proj");
 }
 
-Value Transformer::block_forward(ExecContext& c, Module& b, Value x, int64_t batch, int64_t seq) {
+Value Transformer::block_forward(ExecContext& c, Module& b, Value x, int64_t batch, int64_t seq,
+                                 const ops::RotaryTables* rot) {
   const auto& cfg = config_;
   const std::string& n = b.fqn;
   if (cfg.arch == ModelArch::kLlama) {
-    Value xn = ops::rms_norm(c, x, b.child("attention_norm").param("weight"), cfg.norm_eps, n + ".attention_norm");
+    Value xn = rms_norm(c, x, b.child("attention_norm").param("weight"), n + ".attention_norm");
     Value a = c.call_module(b.child("attention"), std::move(xn), [&](ExecContext& cc, Value v) {
-      return llama_attention(cc, b.child("attention"), std::move(v), batch, seq);
+      return llama_attention(cc, b.child("attention"), std::move(v), batch, seq, rot);
     });
     Value h = ops::add(c, std::move(x), std::move(a), n + ".residual_attn");
-    Value hn = ops::rms_norm(c, h, b.child("ffn_norm").param("weight"), cfg.norm_eps, n + ".ffn_norm");
+    Value hn = rms_norm(c, h, b.child("ffn_norm").param("weight"), n + ".ffn_norm");
     Module& ff = b.child("feed_forward");
     Value f = c.call_module(ff, std::move(hn), [&](ExecContext& cc, Value v) {
       const std::string& fn = ff.fqn;
@@ -190,12 +220,17 @@ Value Transformer::logits_forward(ExecContext& c, const Tensor& tokens,
       h = ops::position_embedding(rc, std::move(h), root_.child("wpe").param("weight"), "wpe");
     }
     in = Value{};
+    // HF LlamaModel.forward: position_embeddings = self.rotary_emb(hidden_states, position_ids),
+    // a local until the decoder stack and the final norm are done.
+    std::optional<ops::RotaryTables> rot;
+    if (cfg.arch == ModelArch::kLlama && cfg.implementation.rope == RopeImpl::kRotateHalf)
+      rot = ops::rotary_cos_sin(rc, batch, seq, cfg.head_dim(), cfg.rope_theta, h.t.dtype(), "rotary_emb");
     for (size_t i = 0; i < blocks_.size(); ++i) {
       Module& b = *blocks_[i];
       BlockCheckpoint ac = i < block_ac.size() ? block_ac[i] : BlockCheckpoint::kNone;
       h = rc.call_module(b, std::move(h), [&](ExecContext& bc, Value x) {
-        auto body = [this, &b, batch, seq](ExecContext& cc, Value v) {
-          return block_forward(cc, b, std::move(v), batch, seq);
+        auto body = [this, &b, batch, seq, rot](ExecContext& cc, Value v) {
+          return block_forward(cc, b, std::move(v), batch, seq, rot ? &*rot : nullptr);
         };
         if (ac == BlockCheckpoint::kNone) return body(bc, std::move(x));
         return checkpoint(bc, std::move(x), body, ac == BlockCheckpoint::kOpSelective, b.fqn);
@@ -203,7 +238,8 @@ Value Transformer::logits_forward(ExecContext& c, const Tensor& tokens,
     }
     const Param* out_w;
     if (cfg.arch == ModelArch::kLlama) {
-      h = ops::rms_norm(rc, std::move(h), root_.child("norm").param("weight"), cfg.norm_eps, "norm");
+      h = rms_norm(rc, std::move(h), root_.child("norm").param("weight"), "norm");
+      rot.reset();
       out_w = cfg.tie_embeddings ? &root_.child("tok_embeddings").param("weight")
                                  : &root_.child("output").param("weight");
     } else {

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/model/autograd.h"
+#include "core/model/ops.h"
 #include "core/model/model_config.h"
 
 namespace fullshard {
@@ -31,9 +32,13 @@ class Transformer {
   std::vector<Module*> blocks_;
   Param* output_weight_ = nullptr;  // the embedding's weight when tied
 
-  Value block_forward(ExecContext& c, Module& block, Value x, int64_t batch, int64_t seq);
-  Value llama_attention(ExecContext& c, Module& m, Value x, int64_t batch, int64_t seq);
+  // rot: HF's shared cos / sin (rope = rotate_half), else null.
+  Value block_forward(ExecContext& c, Module& block, Value x, int64_t batch, int64_t seq,
+                      const ops::RotaryTables* rot);
+  Value llama_attention(ExecContext& c, Module& m, Value x, int64_t batch, int64_t seq, const ops::RotaryTables* rot);
   Value gpt2_attention(ExecContext& c, Module& m, Value x, int64_t batch, int64_t seq);
+  // The RMSNorm of model.implementation.rms_norm (fused or eager).
+  Value rms_norm(ExecContext& c, Value x, const Param& weight, const std::string& name);
 };
 
 }  // namespace fullshard

@@ -21,6 +21,10 @@ const char* op_kind_name(OpKind k) {
     FS_CASE(kNllLoss) FS_CASE(kNllLossBackward)
     FS_CASE(kAllGatherCopyIn) FS_CASE(kAllGatherCopyOut) FS_CASE(kChunkCat)
     FS_CASE(kLoadBatch) FS_CASE(kSquaredNorm) FS_CASE(kSum) FS_CASE(kClipGradScale) FS_CASE(kAdamW)
+    FS_CASE(kPowScalar) FS_CASE(kAddScalar) FS_CASE(kRsqrt) FS_CASE(kMulBroadcast)
+    FS_CASE(kSumLastDim) FS_CASE(kSumLeadingDims) FS_CASE(kExpandLastDim)
+    FS_CASE(kRoPEComplex) FS_CASE(kRoPEComplexBackward) FS_CASE(kRepeatKV) FS_CASE(kRepeatKVBackward)
+    FS_CASE(kRotaryCosSin) FS_CASE(kNarrowCopy) FS_CASE(kRotateHalfCat)
 #undef FS_CASE
   }
   return "?";

@@ -49,6 +49,25 @@ enum class OpKind : uint16_t {
   kClipGradScale,     // inputs[0]: total squared norm; scales inputs[1..] in place by
                       // min(1, fargs[0] / (sqrt(total) + 1e-6))
   kAdamW,             // in-place AdamW on (param, grad, exp_avg, exp_avg_sq)
+  // Eager decompositions (model.implementation, docs/ops.md): one kernel per aten op.
+  kPowScalar,         // out = in ^ fargs[0] (aten.pow.Tensor_Scalar)
+  kAddScalar,         // out = in + fargs[0] (aten.add.Scalar)
+  kRsqrt,             // out = 1 / sqrt(in)
+  kMulBroadcast,      // out[r, d] = a[r, d] * b[r] (iargs[0] = 0) or b[d] (iargs[0] = 1); iargs[1] = D
+  kSumLastDim,        // out[r] = fargs[0] * sum_d in[r, d] (mean / sum_to_size [rows, 1]); iargs[0] = D
+  kSumLeadingDims,    // out[d] = sum_r in[r, d] (sum_to_size [D]); iargs[0] = D
+  kExpandLastDim,     // out[r, d] = in[r] * fargs[0] (mean backward: expand / D); iargs[0] = D
+  kRoPEComplex,       // view_as_complex(x) * freqs_cis: ADJACENT pairs (2i, 2i+1); as kRoPE otherwise
+  kRoPEComplexBackward,  // grad * freqs_cis.conj()
+  kRepeatKV,          // [R, Hkv, hd] -> [R, Hkv * n_rep, hd] (head j of kv head j / n_rep);
+                      // iargs: kv_heads, n_rep, head_dim
+  kRepeatKVBackward,  // sum over the n_rep copies: [R, Hkv * n_rep, hd] -> [R, Hkv, hd]
+  kRotaryCosSin,      // HF LlamaRotaryEmbedding: out0 = cos, out1 = sin [B, S, hd] of
+                      // pos * theta^(-2 (i % (hd/2)) / hd) (emb = cat(freqs, freqs)); iargs[0] = hd
+  kNarrowCopy,        // per block: out[b * ow + oo + i] = fargs[0] * in[b * iw + io + i], i < n;
+                      // iargs: n, iw, io, ow, oo (rotate_half's -x2, its slice / neg backwards)
+  kRotateHalfCat,     // torch.cat((neg, x1), -1) per head: in0 = -x2 [.., hd/2], in1 = x [.., hd];
+                      // out[.., :hd/2] = in0, out[.., hd/2:] = x[.., :hd/2]; iargs[0] = hd
 };
 const char* op_kind_name(OpKind k);
 

@@ -20,9 +20,11 @@ struct EagerKernels {
 //  - apply_rotary_emb: xq.float() (2 + 4), complex multiply by freqs_cis (4 + 4),
 //    type_as (4 + 2): 3 kernels and ~20 B/element against ~4 fused; the backward the same.
 // Everything else (SiLU, adds, casts, embedding, log-softmax / NLL on fp32 logits, AdamW's
-// per-parameter work) is one kernel at its recorded bytes. When scenarios can say how the model
-// is coded (issue 10, item 1: model.implementation), the recorder will emit these chains itself
-// and this table must return {1, 1} for such programs. Applies to GPUs only: the CPU backend runs
+// per-parameter work) is one kernel at its recorded bytes. A program recorded with
+// model.implementation rms_norm = eager emits the RMSNorm chain itself (PowScalar, SumLastDim,
+// AddScalar, Rsqrt, MulBroadcast, ...: one kernel each at its bytes, NOTE [Eager RMSNorm] in
+// core/model/eager_norm.cc), so this table applies only to kRMSNorm / kRoPE, which such
+// programs do not launch for those ops. Applies to GPUs only: the CPU backend runs
 // fullshard's own fused kernels.
 EagerKernels eager_kernels(OpKind kind);
 

@@ -55,6 +55,20 @@ void run_kernel(const OpCall& op, const std::vector<void*>& in, const std::vecto
     case OpKind::kSum: return sum(op, in, out);
     case OpKind::kClipGradScale: return clip_grad_scale(op, in, out);
     case OpKind::kAdamW: return adamw(op, in, out);
+    case OpKind::kPowScalar: return pow_scalar(op, in, out);
+    case OpKind::kAddScalar: return add_scalar(op, in, out);
+    case OpKind::kRsqrt: return rsqrt(op, in, out);
+    case OpKind::kMulBroadcast: return mul_broadcast(op, in, out);
+    case OpKind::kSumLastDim: return sum_last_dim(op, in, out);
+    case OpKind::kSumLeadingDims: return sum_leading_dims(op, in, out);
+    case OpKind::kExpandLastDim: return expand_last_dim(op, in, out);
+    case OpKind::kRoPEComplex: return rope_complex(op, in, out);
+    case OpKind::kRoPEComplexBackward: return rope_complex_backward(op, in, out);
+    case OpKind::kRepeatKV: return repeat_kv(op, in, out);
+    case OpKind::kRepeatKVBackward: return repeat_kv_backward(op, in, out);
+    case OpKind::kRotaryCosSin: return rotary_cos_sin(op, in, out);
+    case OpKind::kNarrowCopy: return narrow_copy(op, in, out);
+    case OpKind::kRotateHalfCat: return rotate_half_cat(op, in, out);
     case OpKind::kLoadBatch:
     case OpKind::kInitParam: break;
   }

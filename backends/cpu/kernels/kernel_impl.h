@@ -42,6 +42,10 @@ void linear_backward_bias(const OpCall& op, const Ptrs& in, const Ptrs& out);
 // rope.cc
 void rope(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void rope_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void rope_complex(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void rope_complex_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void rotary_cos_sin(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void rotate_half_cat(const OpCall& op, const Ptrs& in, const Ptrs& out);
 
 // attention.cc
 void attention(const OpCall& op, const Ptrs& in, const Ptrs& out);
@@ -63,5 +67,17 @@ void squared_norm(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void sum(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void clip_grad_scale(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void adamw(const OpCall& op, const Ptrs& in, const Ptrs& out);
+
+// eager.cc (the kernels of eager decompositions, model.implementation)
+void pow_scalar(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void add_scalar(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void rsqrt(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void mul_broadcast(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void sum_last_dim(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void sum_leading_dims(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void expand_last_dim(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void repeat_kv(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void repeat_kv_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void narrow_copy(const OpCall& op, const Ptrs& in, const Ptrs& out);
 
 }  // namespace fullshard::cpu::detail

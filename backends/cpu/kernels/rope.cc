@@ -5,6 +5,9 @@
 //   y[i + hd/2] = x[i + hd/2] cos + x[i] sin
 // pos is the row's index along dim -2 of x ([B, S, H*hd]). Angles are computed in double,
 // cos/sin rounded to fp32, the rotation is fp32 and the result is rounded once.
+// kRoPEComplex (torchtitan's view_as_complex(x) * freqs_cis) pairs ADJACENT elements instead:
+//   y[2i] = x[2i] cos - x[2i+1] sin,  y[2i+1] = x[2i] sin + x[2i+1] cos
+// (the complex product (a + ib)(cos + i sin)); its backward multiplies by the conjugate.
 #include <cmath>
 
 #include "backends/cpu/kernels/dtype_io.h"
@@ -15,7 +18,7 @@ namespace fullshard::cpu::detail {
 namespace {
 
 // sign = +1: forward rotation; -1: its inverse (the backward: R(angle)^T = R(-angle)).
-void rotate(const OpCall& op, const Ptrs& in, const Ptrs& out, float sign) {
+void rotate(const OpCall& op, const Ptrs& in, const Ptrs& out, float sign, bool adjacent) {
   expect_arity(op, 1, 1);
   FULLSHARD_CHECK(!op.iargs.empty() && !op.fargs.empty(), where(op) + "needs iargs[0] = head_dim, fargs[0] = theta");
   const TensorMeta &x = in_meta(op, 0), &y = out_meta(op, 0);
@@ -42,6 +45,14 @@ void rotate(const OpCall& op, const Ptrs& in, const Ptrs& out, float sign) {
     const float* s = sn.data() + (r % S) * half;
     for (int64_t h = 0; h < width; h += hd) {
       float* x1 = row.data() + h;
+      if (adjacent) {
+        for (int64_t i = 0; i < half; ++i) {
+          const float a = x1[2 * i], b = x1[2 * i + 1];
+          x1[2 * i] = a * c[i] - b * s[i];
+          x1[2 * i + 1] = b * c[i] + a * s[i];
+        }
+        continue;
+      }
       float* x2 = x1 + half;
       for (int64_t i = 0; i < half; ++i) {
         const float a = x1[i], b = x2[i];
@@ -55,7 +66,45 @@ void rotate(const OpCall& op, const Ptrs& in, const Ptrs& out, float sign) {
 
 }  // namespace
 
-void rope(const OpCall& op, const Ptrs& in, const Ptrs& out) { rotate(op, in, out, 1.0f); }
-void rope_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) { rotate(op, in, out, -1.0f); }
+void rope(const OpCall& op, const Ptrs& in, const Ptrs& out) { rotate(op, in, out, 1.0f, false); }
+
+// HF LlamaRotaryEmbedding: freqs = pos * inv_freq [B, S, hd/2] (fp32), emb = cat(freqs, freqs),
+// cos = emb.cos(), sin = emb.sin(): element i of a head uses frequency i % (hd/2).
+void rotary_cos_sin(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  expect_arity(op, 0, 2);
+  FULLSHARD_CHECK(!op.iargs.empty() && !op.fargs.empty(), where(op) + "needs iargs[0] = head_dim, fargs[0] = theta");
+  const TensorMeta &c = out_meta(op, 0), &s = out_meta(op, 1);
+  const int64_t hd = op.iargs[0];
+  FULLSHARD_CHECK(c.shape.size() >= 2 && c.shape.back() == hd && hd % 2 == 0 && s.numel() == c.numel(),
+                  where(op) + "cos and sin must be [B, S, head_dim] with an even head_dim");
+  const int64_t S = c.shape[c.shape.size() - 2], rows = c.numel() / hd, half = hd / 2;
+  std::vector<float> cr(static_cast<size_t>(hd)), sr(static_cast<size_t>(hd));
+  for (int64_t r = 0; r < rows; ++r) {
+    const double pos = static_cast<double>(r % S);
+    for (int64_t i = 0; i < hd; ++i) {
+      const double inv_freq = std::pow(op.fargs[0], -2.0 * static_cast<double>(i % half) / static_cast<double>(hd));
+      cr[i] = static_cast<float>(std::cos(pos * inv_freq));
+      sr[i] = static_cast<float>(std::sin(pos * inv_freq));
+    }
+    store_f32(cr.data(), out[0], c.dtype, r * hd, hd);
+    store_f32(sr.data(), out[1], s.dtype, r * hd, hd);
+  }
+}
+
+void rotate_half_cat(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  expect_arity(op, 2, 1);
+  FULLSHARD_CHECK(!op.iargs.empty(), where(op) + "needs iargs[0] = head_dim");
+  const int64_t hd = op.iargs[0], half = hd / 2;
+  const TensorMeta &n = in_meta(op, 0), &x = in_meta(op, 1), &y = out_meta(op, 0);
+  FULLSHARD_CHECK(hd > 0 && hd % 2 == 0 && x.numel() % hd == 0 && n.numel() * 2 == x.numel() && y.numel() == x.numel(),
+                  where(op) + "expects -x2 [.., hd/2], x [.., hd] and out [.., hd]");
+  for (int64_t b = 0; b < x.numel() / hd; ++b) {
+    convert(in[0], n.dtype, b * half, out[0], y.dtype, b * hd, half);
+    convert(in[1], x.dtype, b * hd, out[0], y.dtype, b * hd + half, half);
+  }
+}
+void rope_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) { rotate(op, in, out, -1.0f, false); }
+void rope_complex(const OpCall& op, const Ptrs& in, const Ptrs& out) { rotate(op, in, out, 1.0f, true); }
+void rope_complex_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) { rotate(op, in, out, -1.0f, true); }
 
 }  // namespace fullshard::cpu::detail

@@ -368,6 +368,23 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
     case OpKind::kSum: return reduce(op, in, out, false, s);
     case OpKind::kClipGradScale: return clip_grad_scale(op, in, out, s);
     case OpKind::kAdamW: return adamw(op, in, out, s);
+    case OpKind::kPowScalar:
+    case OpKind::kAddScalar:
+    case OpKind::kRsqrt:
+    case OpKind::kMulBroadcast:
+    case OpKind::kSumLastDim:
+    case OpKind::kSumLeadingDims:
+    case OpKind::kExpandLastDim:
+    case OpKind::kRoPEComplex:
+    case OpKind::kRoPEComplexBackward:
+    case OpKind::kRepeatKV:
+    case OpKind::kRepeatKVBackward:
+    case OpKind::kRotaryCosSin:
+    case OpKind::kNarrowCopy:
+    case OpKind::kRotateHalfCat:
+      FULLSHARD_CHECK(false, where(op) + "not supported on the CUDA backend yet (model.implementation eager "
+                                         "decompositions run on the CPU backend and the simulator)");
+      break;
     case OpKind::kLoadBatch:
     case OpKind::kInitParam: break;
   }

@@ -1,0 +1,203 @@
+// The kernels of eager decompositions (model.implementation; docs/ops.md): pow / add / rsqrt by
+// a scalar, a multiply broadcasting a per-row or per-column operand, the last-dim and
+// leading-dims sums autograd's sum_to_size runs, mean's backward (expand / D), and repeat_kv
+// (the copy expand + reshape makes, and the sum of its backward). Math is
+// fp32 per element, sums accumulate in double; results are rounded once to the output dtype.
+#include <algorithm>
+#include <cmath>
+
+#include "backends/cpu/kernels/dtype_io.h"
+#include "backends/cpu/kernels/kernel_impl.h"
+
+namespace fullshard::cpu::detail {
+
+namespace {
+
+template <class F>
+void map1(const OpCall& op, const Ptrs& in, const Ptrs& out, F f) {
+  expect_arity(op, 1, 1);
+  const TensorMeta &x = in_meta(op, 0), &y = out_meta(op, 0);
+  FULLSHARD_CHECK(x.numel() == y.numel(), where(op) + "output size differs from the input");
+  const int64_t n = x.numel();
+  float buf[kChunk];
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const int64_t m = std::min(kChunk, n - i);
+    load_f32(in[0], x.dtype, i, m, buf);
+    for (int64_t j = 0; j < m; ++j) buf[j] = f(buf[j]);
+    store_f32(buf, out[0], y.dtype, i, m);
+  }
+}
+
+double farg(const OpCall& op) {
+  FULLSHARD_CHECK(!op.fargs.empty(), where(op) + "needs fargs[0]");
+  return op.fargs[0];
+}
+
+int64_t row_width(const OpCall& op, const TensorMeta& full) {
+  FULLSHARD_CHECK(!op.iargs.empty(), where(op) + "needs iargs[0] = D (the last dim)");
+  const int64_t D = op.iargs[0];
+  FULLSHARD_CHECK(D > 0 && full.numel() % D == 0, where(op) + "the last dim does not divide the tensor");
+  return D;
+}
+
+}  // namespace
+
+void pow_scalar(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  const float p = static_cast<float>(farg(op));
+  if (p == 1.0f) return map1(op, in, out, [](float v) { return v; });
+  if (p == 2.0f) return map1(op, in, out, [](float v) { return v * v; });
+  if (p == 3.0f) return map1(op, in, out, [](float v) { return v * v * v; });
+  map1(op, in, out, [p](float v) { return std::pow(v, p); });
+}
+
+void add_scalar(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  const float c = static_cast<float>(farg(op));
+  map1(op, in, out, [c](float v) { return v + c; });
+}
+
+void rsqrt(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  map1(op, in, out, [](float v) { return 1.0f / std::sqrt(v); });
+}
+
+void mul_broadcast(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  expect_arity(op, 2, 1);
+  FULLSHARD_CHECK(op.iargs.size() >= 2, where(op) + "needs iargs = {per_column, D}");
+  const TensorMeta &a = in_meta(op, 0), &bm = in_meta(op, 1), &y = out_meta(op, 0);
+  const int64_t mode = op.iargs[0];
+  const bool per_col = mode == 1;
+  const int64_t D = op.iargs[1];
+  FULLSHARD_CHECK(D > 0 && a.numel() % D == 0 && y.numel() == a.numel(), where(op) + "a and out must be [rows, D]");
+  const int64_t rows = a.numel() / D;
+  // mode 2: b is [rows, hd], broadcast over the D / hd heads of each row (HF's q * cos).
+  const int64_t hd = mode == 2 && op.iargs.size() >= 3 ? op.iargs[2] : 0;
+  FULLSHARD_CHECK(mode != 2 || (hd > 0 && D % hd == 0), where(op) + "mode 2 needs iargs[2] = head_dim dividing D");
+  FULLSHARD_CHECK(bm.numel() == (mode == 2 ? rows * hd : per_col ? D : rows),
+                  where(op) + "b must be [D] (per column), [rows] (per row) or [rows, head_dim] (per head)");
+  F32In b(in[1], bm.dtype, bm.numel());
+  std::vector<float> row(static_cast<size_t>(D));
+  for (int64_t r = 0; r < rows; ++r) {
+    load_f32(in[0], a.dtype, r * D, D, row.data());
+    if (mode == 2) {
+      for (int64_t d = 0; d < D; ++d) row[d] *= b[r * hd + d % hd];
+    } else if (per_col) {
+      for (int64_t d = 0; d < D; ++d) row[d] *= b[d];
+    } else {
+      const float s = b[r];
+      for (int64_t d = 0; d < D; ++d) row[d] *= s;
+    }
+    store_f32(row.data(), out[0], y.dtype, r * D, D);
+  }
+}
+
+void sum_last_dim(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  expect_arity(op, 1, 1);
+  const TensorMeta &x = in_meta(op, 0), &y = out_meta(op, 0);
+  const int64_t D = row_width(op, x), rows = x.numel() / D;
+  FULLSHARD_CHECK(y.numel() == rows, where(op) + "output must have one element per row");
+  const double scale = op.fargs.empty() ? 1.0 : op.fargs[0];
+  std::vector<float> row(static_cast<size_t>(D)), res(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    load_f32(in[0], x.dtype, r * D, D, row.data());
+    double s = 0;
+    for (int64_t d = 0; d < D; ++d) s += row[d];
+    res[r] = static_cast<float>(s * scale);
+  }
+  store_f32(res.data(), out[0], y.dtype, 0, rows);
+}
+
+void sum_leading_dims(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  expect_arity(op, 1, 1);
+  const TensorMeta &x = in_meta(op, 0), &y = out_meta(op, 0);
+  const int64_t D = row_width(op, x), rows = x.numel() / D;
+  FULLSHARD_CHECK(y.numel() == D, where(op) + "output must be [D]");
+  std::vector<float> row(static_cast<size_t>(D));
+  std::vector<double> acc(static_cast<size_t>(D), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    load_f32(in[0], x.dtype, r * D, D, row.data());
+    for (int64_t d = 0; d < D; ++d) acc[d] += row[d];
+  }
+  std::vector<float> res(acc.begin(), acc.end());
+  store_f32(res.data(), out[0], y.dtype, 0, D);
+}
+
+void expand_last_dim(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  expect_arity(op, 1, 1);
+  const TensorMeta &x = in_meta(op, 0), &y = out_meta(op, 0);
+  const int64_t D = row_width(op, y), rows = y.numel() / D;
+  FULLSHARD_CHECK(x.numel() == rows, where(op) + "input must have one element per output row");
+  const float scale = static_cast<float>(farg(op));
+  std::vector<float> v(static_cast<size_t>(rows)), row(static_cast<size_t>(D));
+  load_f32(in[0], x.dtype, 0, rows, v.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t d = 0; d < D; ++d) row[d] = v[r] * scale;
+    store_f32(row.data(), out[0], y.dtype, r * D, D);
+  }
+}
+
+}  // namespace fullshard::cpu::detail
+
+namespace fullshard::cpu::detail {
+
+namespace {
+struct KvLayout {
+  int64_t rows, kv_heads, n_rep, hd;
+};
+// x: [rows, kv_heads * hd], y: [rows, kv_heads * n_rep * hd] (either direction).
+KvLayout kv_layout(const OpCall& op, const TensorMeta& small, const TensorMeta& big) {
+  expect_arity(op, 1, 1);
+  FULLSHARD_CHECK(op.iargs.size() >= 3, where(op) + "needs iargs = {kv_heads, n_rep, head_dim}");
+  const int64_t kv = op.iargs[0], rep = op.iargs[1], hd = op.iargs[2];
+  FULLSHARD_CHECK(kv > 0 && rep > 0 && hd > 0 && small.numel() % (kv * hd) == 0,
+                  where(op) + "the kv tensor is not [rows, kv_heads * head_dim]");
+  const int64_t rows = small.numel() / (kv * hd);
+  FULLSHARD_CHECK(big.numel() == rows * kv * rep * hd, where(op) + "the repeated tensor is not [rows, n_heads * head_dim]");
+  return {rows, kv, rep, hd};
+}
+}  // namespace
+
+void repeat_kv(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  const TensorMeta &x = in_meta(op, 0), &y = out_meta(op, 0);
+  const auto [rows, kv, rep, hd] = kv_layout(op, x, y);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t h = 0; h < kv; ++h)
+      for (int64_t j = 0; j < rep; ++j)
+        convert(in[0], x.dtype, (r * kv + h) * hd, out[0], y.dtype, ((r * kv + h) * rep + j) * hd, hd);
+}
+
+void repeat_kv_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  const TensorMeta &g = in_meta(op, 0), &y = out_meta(op, 0);
+  const auto [rows, kv, rep, hd] = kv_layout(op, y, g);
+  std::vector<float> acc(static_cast<size_t>(hd)), part(static_cast<size_t>(hd));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t h = 0; h < kv; ++h) {
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t j = 0; j < rep; ++j) {
+        load_f32(in[0], g.dtype, ((r * kv + h) * rep + j) * hd, hd, part.data());
+        for (int64_t d = 0; d < hd; ++d) acc[d] += part[d];
+      }
+      store_f32(acc.data(), out[0], y.dtype, (r * kv + h) * hd, hd);
+    }
+}
+
+}  // namespace fullshard::cpu::detail
+
+namespace fullshard::cpu::detail {
+
+void narrow_copy(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  expect_arity(op, 1, 1);
+  FULLSHARD_CHECK(op.iargs.size() >= 5, where(op) + "needs iargs = {n, in_width, in_offset, out_width, out_offset}");
+  const int64_t n = op.iargs[0], iw = op.iargs[1], io = op.iargs[2], ow = op.iargs[3], oo = op.iargs[4];
+  const TensorMeta &x = in_meta(op, 0), &y = out_meta(op, 0);
+  FULLSHARD_CHECK(n > 0 && iw > 0 && ow > 0 && io + n <= iw && oo + n <= ow && x.numel() % iw == 0 &&
+                      y.numel() % ow == 0 && x.numel() / iw == y.numel() / ow,
+                  where(op) + "the blocks of in and out do not match");
+  const float scale = op.fargs.empty() ? 1.0f : static_cast<float>(op.fargs[0]);
+  std::vector<float> buf(static_cast<size_t>(n));
+  for (int64_t b = 0; b < x.numel() / iw; ++b) {
+    load_f32(in[0], x.dtype, b * iw + io, n, buf.data());
+    for (auto& v : buf) v *= scale;
+    store_f32(buf.data(), out[0], y.dtype, b * ow + oo, n);
+  }
+}
+
+}  // namespace fullshard::cpu::detail

@@ -1,0 +1,208 @@
+// rms_norm=eager: the chain of aten ops PyTorch eager runs, and autograd records, for
+// torchtitan's 2024 RMSNorm and Hugging Face's LlamaRMSNorm.
+#include "core/model/ops.h"
+#include "core/model/op_util.h"
+
+// NOTE [Eager RMSNorm]: torchtitan/models/norms.py @ pytorch/torchtitan 3f20451 (2024-12):
+//   def _norm(self, x): return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+//   def forward(self, x): return self._norm(x.float()).type_as(x) * self.weight
+// (LlamaRMSNorm in transformers computes the same chain: to(float32), pow(2).mean(-1,
+// keepdim=True), + eps, rsqrt, mul, to(input_dtype), weight *.) Each op is one kernel with its
+// output allocated. What autograd saves, from tools/autograd/derivatives.yaml (pytorch/pytorch,
+// as stored in the search index):
+//   _to_copy (x.float(), type_as): nothing; backward casts the gradient back (a copy).
+//     x.float() / type_as on a tensor that already has the dtype return it: no op, no node.
+//   pow.Tensor_Scalar: self; backward pow_backward = grad * (exponent * self.pow(exponent - 1)):
+//     three kernels, both temporaries alive until the product is written (one full expression).
+//   mean.dim: only the sizes; backward sum_backward(grad).expand(sizes) / n: one full-size kernel.
+//   add.Scalar (+ eps): nothing; the gradient passes through (the same tensor).
+//   rsqrt: result; backward -0.5 * grad * result.pow(3): three [rows, 1] kernels.
+//   mul.Tensor: both operands (self if other requires grad, other if self does); backward
+//     grad * other then grad * self (derivatives.yaml order), each full size; a broadcast
+//     operand's gradient is reduced by sum_to_size after the node returns (the engine's
+//     validate_outputs), so the full-size product and its reduction coexist.
+// The weight is an FSDP unsharded parameter: saving it costs nothing (its storage is freed
+// at reshard and all-gathered again for backward), as for the fused kernel.
+
+namespace fullshard::ops {
+using namespace detail;  // NOLINT
+
+Value to_dtype(ExecContext& c, Value x, DType dt, const std::string& name) {
+  if (x.t.dtype() == dt) return x;
+  Backend& b = c.backend();
+  Tensor y = cast(b, kCompute, x.t, dt, MemCategory::kActivation, name);
+  Value out = result(c, y, x.requires_grad());
+  if (c.recording() && x.requires_grad()) {
+    TensorMeta meta = x.t.meta();
+    c.record(Node{name, {x.id}, {out.id}, [&b, meta, name](std::vector<Tensor>& g) {
+                    Tensor gx = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute, name + " backward");
+                    copy_into(b, kCompute, gx, g[0], name + " backward");
+                    return std::vector<Tensor>{gx};
+                  }});
+  }
+  return out;
+}
+
+namespace {
+
+Tensor pointwise(Backend& b, OpKind kind, const Tensor& x, double farg, const TensorMeta& meta,
+                 MemCategory cat, const std::string& name) {
+  Tensor y = Tensor::empty(b, meta, cat, kCompute, name);
+  OpCall op = make_op(kind, name, {x.ref()}, {y.ref()}, el(y));
+  op.fargs = {farg};
+  b.launch(kCompute, op);
+  return y;
+}
+
+Tensor mul_same(Backend& b, const Tensor& x, const Tensor& y, const std::string& name) {
+  Tensor o = grad_like(b, x, name);
+  b.launch(kCompute, make_op(OpKind::kMul, name, {x.ref(), y.ref()}, {o.ref()}, el(o)));
+  return o;
+}
+
+// a [rows, D] * b ([rows] per row, or [D] per column) -> a new tensor like `meta`.
+Tensor mul_bcast(Backend& b, const Tensor& a, const Tensor& v, bool per_col, int64_t D, const TensorMeta& meta,
+                 MemCategory cat, const std::string& name) {
+  Tensor o = Tensor::empty(b, meta, cat, kCompute, name);
+  b.launch(kCompute, make_op(OpKind::kMulBroadcast, name, {a.ref(), v.ref()}, {o.ref()}, el(o), {per_col ? 1 : 0, D}));
+  return o;
+}
+
+Value pow2(ExecContext& c, Value x, const std::string& name) {
+  Backend& b = c.backend();
+  Tensor y = pointwise(b, OpKind::kPowScalar, x.t, 2.0, x.t.meta(), MemCategory::kActivation, name);
+  Value out = result(c, y, x.requires_grad());
+  if (c.recording() && x.requires_grad()) {
+    Tensor xs = x.t;
+    c.record(Node{name, {x.id}, {out.id}, [&b, xs, name](std::vector<Tensor>& g) {
+                    Tensor p1 = pointwise(b, OpKind::kPowScalar, xs, 1.0, xs.meta(), MemCategory::kTemporary,
+                                          name + " backward pow");
+                    Tensor p2 = pointwise(b, OpKind::kScale, p1, 2.0, xs.meta(), MemCategory::kTemporary,
+                                          name + " backward scale");
+                    return std::vector<Tensor>{mul_same(b, g[0], p2, name + " backward mul")};
+                  }});
+  }
+  return out;
+}
+
+Value mean_last_dim(ExecContext& c, Value x, const std::string& name) {
+  Backend& b = c.backend();
+  const int64_t D = x.t.shape().back();
+  Shape s = x.t.shape();
+  s.back() = 1;
+  Tensor y = c.empty({x.t.dtype(), s}, MemCategory::kActivation, name);
+  OpCall op = make_op(OpKind::kSumLastDim, name, {x.t.ref()}, {y.ref()}, el(x.t), {D});
+  op.fargs = {1.0 / static_cast<double>(D)};
+  c.launch(op);
+  Value out = result(c, y, x.requires_grad());
+  if (c.recording() && x.requires_grad()) {
+    TensorMeta meta = x.t.meta();
+    c.record(Node{name, {x.id}, {out.id}, [&b, meta, D, name](std::vector<Tensor>& g) {
+                    Tensor gx = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute, name + " backward");
+                    OpCall bop = make_op(OpKind::kExpandLastDim, name + " backward", {g[0].ref()}, {gx.ref()},
+                                         el(gx), {D});
+                    bop.fargs = {1.0 / static_cast<double>(D)};
+                    b.launch(kCompute, bop);
+                    return std::vector<Tensor>{gx};
+                  }});
+  }
+  return out;
+}
+
+Value add_eps(ExecContext& c, Value x, double eps, const std::string& name) {
+  Tensor y = pointwise(c.backend(), OpKind::kAddScalar, x.t, eps, x.t.meta(), MemCategory::kActivation, name);
+  Value out = result(c, y, x.requires_grad());
+  if (c.recording() && x.requires_grad())
+    c.record(Node{name, {x.id}, {out.id}, [](std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; }});
+  return out;
+}
+
+Value rsqrt(ExecContext& c, Value x, const std::string& name) {
+  Backend& b = c.backend();
+  Tensor y = pointwise(b, OpKind::kRsqrt, x.t, 0.0, x.t.meta(), MemCategory::kActivation, name);
+  Value out = result(c, y, x.requires_grad());
+  if (c.recording() && x.requires_grad()) {
+    c.record(Node{name, {x.id}, {out.id}, [&b, y, name](std::vector<Tensor>& g) {
+                    Tensor t1 = pointwise(b, OpKind::kScale, g[0], -0.5, y.meta(), MemCategory::kTemporary,
+                                          name + " backward scale");
+                    Tensor t2 = pointwise(b, OpKind::kPowScalar, y, 3.0, y.meta(), MemCategory::kTemporary,
+                                          name + " backward pow");
+                    return std::vector<Tensor>{mul_same(b, t1, t2, name + " backward mul")};
+                  }});
+  }
+  return out;
+}
+
+// x [rows, D] * r [rows, 1].
+Value mul_rows(ExecContext& c, Value x, Value r, const std::string& name) {
+  Backend& b = c.backend();
+  const int64_t D = x.t.shape().back();
+  Tensor y = mul_bcast(b, x.t, r.t, false, D, x.t.meta(), MemCategory::kActivation, name);
+  const bool rg = x.requires_grad() || r.requires_grad();
+  Value out = result(c, y, rg);
+  if (c.recording() && rg) {
+    Tensor xs = r.requires_grad() ? x.t : Tensor(), rs = x.requires_grad() ? r.t : Tensor();
+    bool need_x = x.requires_grad(), need_r = r.requires_grad();
+    TensorMeta rmeta = r.t.meta();
+    c.record(Node{name, {x.id, r.id}, {out.id}, [&b, xs, rs, rmeta, need_x, need_r, D, name](std::vector<Tensor>& g) {
+                    Tensor gx, gr;
+                    if (need_x) gx = mul_bcast(b, g[0], rs, false, D, g[0].meta(), MemCategory::kTemporary, name + " grad_self");
+                    if (need_r) {
+                      Tensor full = mul_same(b, g[0], xs, name + " grad_other");
+                      gr = Tensor::empty(b, rmeta, MemCategory::kTemporary, kCompute, name + " grad_other sum_to_size");
+                      OpCall op = make_op(OpKind::kSumLastDim, name + " grad_other sum_to_size", {full.ref()},
+                                          {gr.ref()}, el(full), {D});
+                      op.fargs = {1.0};
+                      b.launch(kCompute, op);
+                    }
+                    return std::vector<Tensor>{gx, gr};
+                  }});
+  }
+  return out;
+}
+
+// x [rows, D] * weight [D].
+Value mul_weight(ExecContext& c, Value x, const Param& weight, const std::string& name) {
+  Backend& b = c.backend();
+  Tensor w = param_tensor(weight);
+  const int64_t D = x.t.shape().back();
+  TensorMeta ym{x.t.dtype(), x.t.shape()};
+  Tensor y = mul_bcast(b, x.t, w, true, D, ym, MemCategory::kActivation, name);
+  Value out = result(c, y, true);
+  if (c.recording()) {
+    const Param* pw = &weight;
+    Tensor xs = x.t;
+    c.record(Node{name, {x.id}, {out.id}, [&b, pw, xs, D, name, need = x.requires_grad()](std::vector<Tensor>& g) {
+                    Tensor gx;
+                    if (need)
+                      gx = mul_bcast(b, g[0], pw->binding->unsharded(), true, D, g[0].meta(), MemCategory::kTemporary,
+                                     name + " grad_self");
+                    Tensor gw;
+                    {
+                      Tensor full = mul_same(b, g[0], xs, name + " grad_other");
+                      gw = new_param_grad(b, *pw);
+                      b.launch(kCompute, make_op(OpKind::kSumLeadingDims, name + " grad_other sum_to_size",
+                                                 {full.ref()}, {gw.ref()}, el(full), {D}));
+                    }
+                    pw->binding->accumulate_grad(b, std::move(gw));
+                    return std::vector<Tensor>{gx};
+                  }});
+  }
+  return out;
+}
+
+}  // namespace
+
+Value rms_norm_eager(ExecContext& c, Value x, const Param& weight, double eps, const std::string& name) {
+  const DType dt = x.t.dtype();
+  Value xf = to_dtype(c, std::move(x), DType::kFloat32, name + " float");
+  Value sq = pow2(c, xf, name + " pow");
+  Value ms = mean_last_dim(c, std::move(sq), name + " mean");
+  Value ve = add_eps(c, std::move(ms), eps, name + " add_eps");
+  Value r = rsqrt(c, std::move(ve), name + " rsqrt");
+  Value n = mul_rows(c, std::move(xf), std::move(r), name + " mul");
+  Value nt = to_dtype(c, std::move(n), dt, name + " type_as");
+  return mul_weight(c, std::move(nt), weight, name + " mul_weight");
+}
+
+}  // namespace fullshard::ops

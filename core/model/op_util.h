@@ -1,0 +1,56 @@
+#pragma once
+// Internal to core/model's op files (ops.cc, eager_norm.cc, ...): building an OpCall with its
+// cost, the unsharded parameter an op reads, a parameter's gradient buffer, and a Value for an
+// op's output.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/common/error.h"
+#include "core/model/autograd.h"
+
+namespace fullshard::ops::detail {
+
+constexpr StreamRole kCompute = StreamRole::kDefault;
+
+// bytes = every input and output once (NOTE [Op costs] in ops.cc).
+inline OpCall make_op(OpKind kind, const std::string& name, std::vector<TensorRef> in,
+                      std::vector<TensorRef> out, double flops, std::vector<int64_t> iargs = {}) {
+  OpCall op;
+  op.kind = kind;
+  op.name = name;
+  double bytes = 0;
+  for (auto& r : in) bytes += static_cast<double>(r.nbytes());
+  for (auto& r : out) bytes += static_cast<double>(r.nbytes());
+  op.inputs = std::move(in);
+  op.outputs = std::move(out);
+  op.flops = flops;
+  op.bytes = bytes;
+  op.iargs = std::move(iargs);
+  return op;
+}
+
+inline Tensor param_tensor(const Param& p) {
+  FULLSHARD_CHECK(p.binding != nullptr, "parameter " + p.fqn + " is not bound");
+  Tensor t = p.binding->unsharded();
+  FULLSHARD_CHECK(static_cast<bool>(t), "parameter " + p.fqn + " used while sharded");
+  return t;
+}
+
+inline Tensor new_param_grad(Backend& b, const Param& p) {
+  TensorMeta m{p.binding->compute_dtype(), p.shape};
+  auto cat = p.binding->has_unsharded_grad() ? MemCategory::kTemporary : MemCategory::kUnshardedGrad;
+  return Tensor::empty(b, m, cat, kCompute, p.fqn + ".grad");
+}
+
+inline Value result(ExecContext& c, Tensor t, bool requires_grad) {
+  return Value{std::move(t), requires_grad && c.recording() ? c.new_id() : 0};
+}
+
+inline Tensor grad_like(Backend& b, const Tensor& t, const std::string& name) {
+  return Tensor::empty(b, t.meta(), MemCategory::kTemporary, kCompute, name);
+}
+
+inline double el(const Tensor& t) { return static_cast<double>(t.numel()); }
+
+}  // namespace fullshard::ops::detail
