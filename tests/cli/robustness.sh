@@ -50,7 +50,8 @@ expect json-1e300-bytes 2 "collectives[0].bytes: is 1e+300" -- calibrate "$tmp/m
 
 # ---- plan flags: overflow and negative counts
 expect plan-gpus-intmax 2 "--gpus: is 2147483647" -- plan --model tiny-llama --gpus 2147483647 --gpus-per-node 8 --gpu cpu --seq-len 8
-expect plan-gpus-not-multiple 2 "not a multiple" -- plan --model tiny-llama --gpus 1048575 --gpus-per-node 8 --gpu cpu --seq-len 8
+expect plan-gpus-not-multiple 2 "not a multiple" -- plan --model tiny-llama --gpus 131071 --gpus-per-node 8 --gpu cpu --seq-len 8
+expect plan-gpus-above-sim 2 "between 1 and 131072 (the simulator's limit)" -- plan --model tiny-llama --gpus 262144 --gpus-per-node 8 --gpu cpu --seq-len 8
 expect plan-global-batch-huge 2 "--global-batch" -- plan --model tiny-llama --gpus 8 --gpus-per-node 8 --gpu cpu --seq-len 8 --global-batch 9223372036854775807
 expect plan-top-negative 2 "--top: is -1" -- plan --model tiny-llama --gpus 2 --gpus-per-node 2 --gpu cpu --seq-len 8 --top -1
 expect plan-threads-negative 2 "--threads: is -3" -- plan --model tiny-llama --gpus 2 --gpus-per-node 2 --gpu cpu --seq-len 8 --threads -3

@@ -21,6 +21,7 @@
 #include "core/scenario/scenario.h"
 #include "simulator/planner/candidate_json.h"
 #include "simulator/planner/plan_report.h"
+#include "simulator/sim_limits.h"
 #include "simulator/planner/planner.h"
 #include "tools/fullshard/plot_commands.h"
 
@@ -30,8 +31,8 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 constexpr int kMaxThreads = 1024;
-// The largest world a scenario may have (2^20 ranks per mesh dimension, scenario.cc).
-constexpr int kMaxPlanGpus = 1 << 20;
+// The planner simulates its candidates: at most the simulator's world (simulator/sim_limits.h).
+constexpr int kMaxPlanGpus = static_cast<int>(sim::kMaxSimulatedWorld);
 
 CLI::App* add_plan_command(CLI::App& app, PlanFlags& f) {
   auto* p = app.add_subcommand("plan", "which sharding, precision and checkpointing settings fit on N GPUs, and which is fastest");
@@ -143,7 +144,7 @@ json base_json(const PlanFlags& f, HardwareProfile& profile) {
     throw InputError("--gpus", "is missing", "give the number of GPUs, e.g. --gpus 256");
   }
   if (gpus < 1 || gpus > kMaxPlanGpus)
-    throw InputError("--gpus", fmt::format("is {}", gpus), fmt::format("give the number of GPUs, between 1 and {}, e.g. --gpus 256", kMaxPlanGpus));
+    throw InputError("--gpus", fmt::format("is {}", gpus), fmt::format("give the number of GPUs, between 1 and {} (the simulator's limit), e.g. --gpus 256", kMaxPlanGpus));
   if (gpn < 1 || gpn > kMaxPlanGpus)
     throw InputError("--gpus-per-node", fmt::format("is {}", gpn), fmt::format("give the GPUs in one node, between 1 and {}, e.g. --gpus-per-node 8", kMaxPlanGpus));
   if (f.gpus_per_node) check_gpus_per_node(profile, gpn, "--gpus-per-node");  // NOTE [Ranks per node]
