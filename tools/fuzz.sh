@@ -4,6 +4,7 @@
 # a working corpus build-fuzz/corpus/<target>/ that grows across runs.
 #   tools/fuzz.sh [SECONDS] [TARGET ...]     targets: scenario hardware_profile hf_config
 #                                           calibration_csv calibration_json report safetensors
+#                                           checkpoint_metadata
 # Findings (crash-*, leak-*, timeout-*, oom-*) are written to build-fuzz/findings/; the script
 # prints one line per target (executions, corpus size, findings) and exits 1 if any was found.
 # Reproduce one with: build-fuzz/bin/fuzz_<target> build-fuzz/findings/<target>-crash-...
@@ -13,7 +14,8 @@ cd "$root"
 secs="${1:-60}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(scenario hardware_profile hf_config calibration_csv calibration_json report safetensors)
+[ ${#targets[@]} -gt 0 ] || targets=(scenario hardware_profile hf_config calibration_csv calibration_json report safetensors
+                                      checkpoint_metadata)
 command -v clang++ > /dev/null || { echo "fuzz.sh: clang++ not found (apt-get install clang)" >&2; exit 2; }
 launcher=()
 if command -v ccache > /dev/null 2>&1; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
