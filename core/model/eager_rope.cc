@@ -27,24 +27,8 @@ using namespace detail;  // NOLINT
 namespace {
 
 Value complex_mul(ExecContext& c, Value x, int64_t head_dim, double theta, const std::string& name) {
-  Backend& b = c.backend();
-  Tensor y = c.empty(x.t.meta(), MemCategory::kActivation, name);
-  OpCall op = make_op(OpKind::kRoPEComplex, name, {x.t.ref()}, {y.ref()}, 3 * el(y), {head_dim});
-  op.fargs = {theta};
-  c.launch(op);
-  Value out = result(c, y, x.requires_grad());
-  if (c.recording() && x.requires_grad()) {
-    TensorMeta meta = x.t.meta();
-    c.record(Node{name, {x.id}, {out.id}, [&b, meta, head_dim, theta, name](std::vector<Tensor>& g) {
-                    Tensor gx = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute, name + " backward");
-                    OpCall bop = make_op(OpKind::kRoPEComplexBackward, name + " backward", {g[0].ref()}, {gx.ref()},
-                                         3 * el(gx), {head_dim});
-                    bop.fargs = {theta};
-                    b.launch(kCompute, bop);
-                    return std::vector<Tensor>{gx};
-                  }});
-  }
-  return out;
+  return rotary(c, std::move(x), OpKind::kRoPEComplex, OpKind::kRoPEComplexBackward, 3, head_dim, theta, name,
+                " backward");
 }
 
 }  // namespace

@@ -15,33 +15,16 @@
 #include "core/checkpoint/checkpoint_dir.h"
 #include "core/common/error.h"
 #include "core/fsdp/shard_layout.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/input_error.h"
 
 namespace fullshard {
 namespace {
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "fullshard-ckpt-XXXXXX").string();
-    path_ = ::mkdtemp(t.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const std::string& path() const { return path_; }
+using testing::TempDir;
 
- private:
-  std::string path_;
-};
-
-template <class F>
-std::string input_error(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::input_error_of;
 
 // A global tensor whose element k is float(k + salt).
 std::vector<float> global(const Shape& s, float salt) {
@@ -129,9 +112,9 @@ TEST(CheckpointDir, LatestIsTheHighestCommittedStep) {
   EXPECT_EQ(fs::path(resolve_checkpoint(d.path(), "--resume")).filename(), "step-00000003");
   EXPECT_EQ(resolve_checkpoint((fs::path(d.path()) / "step-00000003").string(), "--resume"),
             (fs::path(d.path()) / "step-00000003").string());
-  EXPECT_NE(input_error([&] { resolve_checkpoint(d.path() + "/nope", "--resume"); }).find("--resume: '"), std::string::npos);
+  EXPECT_NE(input_error_of([&] { resolve_checkpoint(d.path() + "/nope", "--resume"); }).find("--resume: '"), std::string::npos);
   TempDir empty;
-  EXPECT_NE(input_error([&] { resolve_checkpoint(empty.path(), "--resume"); }).find("no committed checkpoint"),
+  EXPECT_NE(input_error_of([&] { resolve_checkpoint(empty.path(), "--resume"); }).find("no committed checkpoint"),
             std::string::npos);
 }
 
@@ -151,7 +134,7 @@ TEST(CheckpointDir, DamagedFilesNameTheFileAndTensor) {
   fs::resize_file(f1, size - 4);
   {
     CheckpointReader r(folder.string());
-    const std::string msg = input_error([&] { r.verify(); });
+    const std::string msg = input_error_of([&] { r.verify(); });
     EXPECT_NE(msg.find(f1.string()), std::string::npos) << msg;
     EXPECT_EQ(msg.find('\n'), std::string::npos);
   }
@@ -162,18 +145,18 @@ TEST(CheckpointDir, DamagedFilesNameTheFileAndTensor) {
   fs::copy_file(fs::path(d2.path()) / "step-00000003" / f1.filename(), f1, fs::copy_options::overwrite_existing);
   {
     CheckpointReader r(folder.string());
-    EXPECT_NE(input_error([&] { r.verify(); }).find("metadata.json says"), std::string::npos);
+    EXPECT_NE(input_error_of([&] { r.verify(); }).find("metadata.json says"), std::string::npos);
   }
   rewrite([&](nlohmann::json& j) { j["files"][1]["bytes"] = fs::file_size(f1); });  // same size: the header decides
   {
     CheckpointReader r(folder.string());
-    const std::string msg = input_error([&] { r.verify(); });
+    const std::string msg = input_error_of([&] { r.verify(); });
     EXPECT_NE(msg.find("tensor 'exp_avg/embed'"), std::string::npos) << msg;
     EXPECT_NE(msg.find(f1.string()), std::string::npos) << msg;
   }
   // Damaged metadata: a gap in a tensor's chunks, an unknown field, not JSON.
   rewrite([](nlohmann::json& j) { j["tensors"][0]["chunks"][1]["row_begin"] = 10; });
-  std::string msg = input_error([&] { CheckpointReader r(folder.string()); });
+  std::string msg = input_error_of([&] { CheckpointReader r(folder.string()); });
   EXPECT_NE(msg.find(meta.string()), std::string::npos) << msg;
   EXPECT_NE(msg.find("'param/embed'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("gap after row 9"), std::string::npos) << msg;
@@ -181,9 +164,9 @@ TEST(CheckpointDir, DamagedFilesNameTheFileAndTensor) {
     j["tensors"][0]["chunks"][1]["row_begin"] = 9;
     j["mesh"]["shard"] = 3;
   });
-  EXPECT_NE(input_error([&] { CheckpointReader r(folder.string()); }).find("not world_size 2"), std::string::npos);
+  EXPECT_NE(input_error_of([&] { CheckpointReader r(folder.string()); }).find("not world_size 2"), std::string::npos);
   std::ofstream(meta) << "{\"format\": ";
-  EXPECT_NE(input_error([&] { CheckpointReader r(folder.string()); }).find(meta.string()), std::string::npos);
+  EXPECT_NE(input_error_of([&] { CheckpointReader r(folder.string()); }).find(meta.string()), std::string::npos);
 }
 
 RC_GTEST_PROP(CheckpointDirProp, AnySaveWorldLoadsOnAnyWorld, ()) {

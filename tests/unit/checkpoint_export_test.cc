@@ -12,23 +12,13 @@
 #include "core/common/error.h"
 #include "core/fsdp/shard_layout.h"
 #include "core/model/transformer.h"
+#include "tests/support/temp_dir.h"
 
 namespace fullshard {
 namespace {
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "fullshard-export-XXXXXX").string();
-    path_ = ::mkdtemp(t.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 ModelConfig tiny(ModelArch arch) {
   ModelConfig c;

@@ -12,24 +12,15 @@
 
 #include "core/checkpoint/safetensors.h"
 #include "core/common/error.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/input_error.h"
 
 namespace fullshard {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "fullshard-st-XXXXXX").string();
-    path_ = ::mkdtemp(t.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (fs::path(path_) / name).string(); }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 std::string slurp(const std::string& p) {
   std::ifstream f(p, std::ios::binary);
@@ -37,16 +28,7 @@ std::string slurp(const std::string& p) {
 }
 void spit(const std::string& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
 
-// The message of the InputError `f` throws ("" when it throws none).
-template <class F>
-std::string input_error(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::input_error_of;
 
 // A file of raw header JSON `json` followed by `data_bytes` zero bytes.
 std::string raw_file(const std::string& json, size_t data_bytes) {
@@ -81,8 +63,8 @@ TEST(Safetensors, WritesTheFormatAndReadsItBack) {
   float one = 0;
   r.read("w", 8, 4, &one);
   EXPECT_EQ(one, 3.25f);
-  EXPECT_NE(input_error([&] { r.read("w", 20, 8, &one); }).find("outside its 24 bytes"), std::string::npos);
-  EXPECT_NE(input_error([&] { r.entry("nope"); }).find("has no tensor 'nope'"), std::string::npos);
+  EXPECT_NE(input_error_of([&] { r.read("w", 20, 8, &one); }).find("outside its 24 bytes"), std::string::npos);
+  EXPECT_NE(input_error_of([&] { r.entry("nope"); }).find("has no tensor 'nope'"), std::string::npos);
   EXPECT_EQ(dtype_from_safetensors("BF16"), DType::kBFloat16);
   EXPECT_FALSE(dtype_from_safetensors("F64").has_value());
   EXPECT_EQ(safetensors_dtype_size("F64"), 8u);
@@ -91,13 +73,13 @@ TEST(Safetensors, WritesTheFormatAndReadsItBack) {
 TEST(Safetensors, WriterRefusesDuplicatesAndReservedNames) {
   TempDir d;
   float x = 1;
-  EXPECT_NE(input_error([&] { write_safetensors(d.file("a"), {{"a", "F32", {1}, &x}, {"a", "F32", {1}, &x}}, {}, "--out"); })
+  EXPECT_NE(input_error_of([&] { write_safetensors(d.file("a"), {{"a", "F32", {1}, &x}, {"a", "F32", {1}, &x}}, {}, "--out"); })
                 .find("given twice"),
             std::string::npos);
-  EXPECT_NE(input_error([&] { write_safetensors(d.file("a"), {{"__metadata__", "F32", {1}, &x}}, {}, "--out"); })
+  EXPECT_NE(input_error_of([&] { write_safetensors(d.file("a"), {{"__metadata__", "F32", {1}, &x}}, {}, "--out"); })
                 .find("reserved"),
             std::string::npos);
-  EXPECT_NE(input_error([&] { write_safetensors(d.file("a"), {{"a", "Q4", {1}, &x}}, {}, "--out"); }).find("Q4"),
+  EXPECT_NE(input_error_of([&] { write_safetensors(d.file("a"), {{"a", "Q4", {1}, &x}}, {}, "--out"); }).find("Q4"),
             std::string::npos);
   EXPECT_FALSE(fs::exists(d.file("a")));
 }
@@ -134,7 +116,7 @@ TEST(Safetensors, EveryKindOfDamageIsOneInputErrorNamingFileAndTensor) {
   for (const auto& c : cases) {
     const std::string p = d.file("bad.safetensors");
     spit(p, raw_file(c.json, c.data));
-    const std::string msg = input_error([&] { SafetensorsReader r(p); });
+    const std::string msg = input_error_of([&] { SafetensorsReader r(p); });
     EXPECT_NE(msg.find(p), std::string::npos) << c.json << " -> " << msg;
     EXPECT_NE(msg.find(c.expect), std::string::npos) << c.json << " -> " << msg;
     EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
@@ -144,13 +126,13 @@ TEST(Safetensors, EveryKindOfDamageIsOneInputErrorNamingFileAndTensor) {
   const uint64_t n = uint64_t{1} << 40;
   std::memcpy(huge.data(), &n, 8);
   spit(d.file("h"), huge + "{}");
-  EXPECT_NE(input_error([&] { SafetensorsReader r(d.file("h")); }).find("over the"), std::string::npos);
+  EXPECT_NE(input_error_of([&] { SafetensorsReader r(d.file("h")); }).find("over the"), std::string::npos);
   spit(d.file("h"), raw_file("{}", 0).substr(0, 9));
-  EXPECT_NE(input_error([&] { SafetensorsReader r(d.file("h")); }).find("past the end"), std::string::npos);
+  EXPECT_NE(input_error_of([&] { SafetensorsReader r(d.file("h")); }).find("past the end"), std::string::npos);
   spit(d.file("h"), "abc");
-  EXPECT_NE(input_error([&] { SafetensorsReader r(d.file("h")); }).find("fewer than the 8-byte"), std::string::npos);
-  EXPECT_NE(input_error([&] { SafetensorsReader r(d.file("missing")); }).find("missing"), std::string::npos);
-  EXPECT_NE(input_error([&] { SafetensorsReader r("/tmp"); }).find("not a regular file"), std::string::npos);
+  EXPECT_NE(input_error_of([&] { SafetensorsReader r(d.file("h")); }).find("fewer than the 8-byte"), std::string::npos);
+  EXPECT_NE(input_error_of([&] { SafetensorsReader r(d.file("missing")); }).find("missing"), std::string::npos);
+  EXPECT_NE(input_error_of([&] { SafetensorsReader r("/tmp"); }).find("not a regular file"), std::string::npos);
 }
 
 // Random tensors of every fullshard dtype.
@@ -219,7 +201,7 @@ RC_GTEST_PROP(SafetensorsProp, TruncatedOrFlippedFilesAreInputErrors, ()) {
   const std::string good = slurp(p);
   const size_t cut = *rc::gen::inRange<size_t>(0, good.size());
   spit(p, good.substr(0, cut));
-  const std::string msg = input_error([&] { SafetensorsReader r(p); });
+  const std::string msg = input_error_of([&] { SafetensorsReader r(p); });
   RC_ASSERT(msg.find(p) != std::string::npos);
   uint64_t n = 0;
   std::memcpy(&n, good.data(), 8);

@@ -19,6 +19,7 @@
 #include "runner/init_weights.h"
 #include "tests/support/cpu_support.h"
 #include "tests/support/sim_support.h"
+#include "tests/support/temp_dir.h"
 
 namespace fullshard {
 namespace {
@@ -26,18 +27,6 @@ using namespace fullshard::testing;
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "fullshard-cpuckpt-XXXXXX").string();
-    path_ = ::mkdtemp(t.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // NOTE [fp32 tolerance] (tests/property/cpu_training_prop_test.cc): eps 1e-6, lr 1e-3.
 json scenario(std::vector<int> mesh, int batch, int steps = 6) {

@@ -6,18 +6,12 @@
 
 #include "core/common/error.h"
 #include "tools/plot/training_plot.h"
+#include "tests/support/input_error.h"
 
 namespace fullshard::plot {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::input_error_of;
 
 TEST(TrainingData, MetricsJsonlStepsFromOneAndNullLossesAreGaps) {
   const TrainingRun r = parse_metrics_jsonl(
@@ -44,18 +38,18 @@ TEST(TrainingData, CsvOfAnotherTrainerWithOptionalColumns) {
 }
 
 TEST(TrainingData, BadInputsNameTheFileLineAndField) {
-  EXPECT_NE(error_of([] { parse_training_csv("step,loss\n1,2\n2,x7\n", "r.csv"); }).find("r.csv:3: loss: is 'x7'"),
+  EXPECT_NE(input_error_of([] { parse_training_csv("step,loss\n1,2\n2,x7\n", "r.csv"); }).find("r.csv:3: loss: is 'x7'"),
             std::string::npos);
-  EXPECT_NE(error_of([] { parse_training_csv("iteration,value\n1,2\n", "r.csv"); }).find("step,loss"), std::string::npos);
-  EXPECT_NE(error_of([] { parse_training_csv("step,loss\n1,2,3\n", "r.csv"); }).find("r.csv:2: has 3 cells for 2 columns"),
+  EXPECT_NE(input_error_of([] { parse_training_csv("iteration,value\n1,2\n", "r.csv"); }).find("step,loss"), std::string::npos);
+  EXPECT_NE(input_error_of([] { parse_training_csv("step,loss\n1,2,3\n", "r.csv"); }).find("r.csv:2: has 3 cells for 2 columns"),
             std::string::npos);
-  EXPECT_NE(error_of([] { parse_training_csv("step,loss\n", "r.csv"); }).find("has no steps"), std::string::npos);
-  EXPECT_NE(error_of([] { parse_metrics_jsonl("{\"step\": 0}\nnot json\n", "m.jsonl"); }).find("m.jsonl:2: is not a JSON object"),
+  EXPECT_NE(input_error_of([] { parse_training_csv("step,loss\n", "r.csv"); }).find("has no steps"), std::string::npos);
+  EXPECT_NE(input_error_of([] { parse_metrics_jsonl("{\"step\": 0}\nnot json\n", "m.jsonl"); }).find("m.jsonl:2: is not a JSON object"),
             std::string::npos);
-  EXPECT_NE(error_of([] { parse_metrics_jsonl("{\"step\": 0, \"loss\": \"high\"}\n", "m.jsonl"); })
+  EXPECT_NE(input_error_of([] { parse_metrics_jsonl("{\"step\": 0, \"loss\": \"high\"}\n", "m.jsonl"); })
                 .find("m.jsonl:1: loss: is \"high\""),
             std::string::npos);
-  EXPECT_NE(error_of([] { parse_metrics_jsonl("{\"loss\": 1}\n", "m.jsonl"); }).find("has no \"step\""), std::string::npos);
+  EXPECT_NE(input_error_of([] { parse_metrics_jsonl("{\"loss\": 1}\n", "m.jsonl"); }).find("has no \"step\""), std::string::npos);
 }
 
 TEST(TrainingPlot, OnePanelPerMetricAndOneLinePerRunWithGaps) {
