@@ -104,6 +104,10 @@ std::array<int64_t, 3> kernel_dims(const OpCall& op) {
       break;
     case OpKind::kAttention:
     case OpKind::kAttentionBackward:
+    case OpKind::kAttentionEfficient:
+    case OpKind::kAttentionEfficientBackward:
+    case OpKind::kAttentionCudnn:
+    case OpKind::kAttentionCudnnBackward:
       if (a.size() >= 5) return {a[0] * a[2], a[1], a[4]};
       break;
     default: break;

@@ -91,7 +91,6 @@ std::optional<ModelImplementation> find_implementation_preset(const std::string&
 std::vector<std::string> unbuilt_variants(const ModelImplementation& m) {
   std::vector<std::string> v;
   if (m.loss == LossImpl::kChunked) v.push_back("loss=chunked");
-  if (m.attention != AttentionImpl::kFlash) v.push_back(std::string("attention=") + attention_impl_name(m.attention));
   if (m.compile) v.push_back("compile=true");
   return v;
 }

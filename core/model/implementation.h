@@ -24,7 +24,7 @@ enum class NormImpl : uint8_t {
 enum class RopeImpl : uint8_t {
   kFused,       // one fused rotary kernel, rotate-half pairing, fp32 math, saves nothing
   kComplex,     // view_as_complex(x.float()) * freqs_cis, type_as: adjacent pairs (torchtitan)
-  kRotateHalf,  // q * cos + rotate_half(q) * sin in the model dtype (HF transformers): not built yet
+  kRotateHalf,  // q * cos + rotate_half(q) * sin in the model dtype (HF transformers)
 };
 
 enum class GqaImpl : uint8_t {
@@ -34,8 +34,8 @@ enum class GqaImpl : uint8_t {
 
 enum class AttentionImpl : uint8_t {
   kFlash,      // SDPBackend.FLASH_ATTENTION
-  kCudnn,      // SDPBackend.CUDNN_ATTENTION: not built yet
-  kEfficient,  // SDPBackend.EFFICIENT_ATTENTION: not built yet
+  kCudnn,      // SDPBackend.CUDNN_ATTENTION (core/model/attention_variants.h)
+  kEfficient,  // SDPBackend.EFFICIENT_ATTENTION: no GQA (k / v need the query heads)
 };
 
 struct ModelImplementation {

@@ -53,6 +53,12 @@ inline Tensor grad_like(Backend& b, const Tensor& t, const std::string& name) {
 
 inline double el(const Tensor& t) { return static_cast<double>(t.numel()); }
 
+// Op-level selective activation checkpointing (ops.cc): whether this op's outputs are saved,
+// the cached outputs in a recompute (else nullptr), and storing them in the forward.
+bool sac_saves(ExecContext& c, bool is_mm);
+std::vector<Tensor>* sac_cached(ExecContext& c, bool saves);
+void sac_store(ExecContext& c, bool saves, std::vector<Tensor> outs);
+
 // A position-dependent rotation of x (a RoPE kernel: fargs {theta}, iargs {head_dim}) and its
 // autograd node, whose backward is the inverse rotation `backward` into a temporary named
 // name + grad_suffix. The fused rope and the complex (torchtitan) rope differ only in kinds and

@@ -10,7 +10,7 @@
 
 namespace fullshard::ops {
 using namespace detail;  // NOLINT: make_op, param_tensor, result, ... (op_util.h)
-namespace {
+namespace detail {
 
 // Op-level SAC (torchtitan _apply_op_sac): mm outputs are saved except every second mm;
 // attention outputs are always saved. Returns the cached outputs in a recompute.
@@ -31,7 +31,7 @@ void sac_store(ExecContext& c, bool saves, std::vector<Tensor> outs) {
   if (s && saves && s->mode == SacState::Mode::kForward) s->cache.push_back(std::move(outs));
 }
 
-}  // namespace
+}  // namespace detail
 
 // ------------------------------------------------------------------ plain kernels
 Tensor add_new(Backend& b, const Tensor& x, const Tensor& y, MemCategory cat, const std::string& name) {

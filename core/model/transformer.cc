@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "core/common/error.h"
+#include "core/model/attention_variants.h"
 #include "core/model/ops.h"
 
 namespace fullshard {
@@ -135,7 +136,9 @@ Value Transformer::llama_attention(ExecContext& c, Module& m, Value x, int64_t b
     v = std::move(values);
     s.kv_heads = s.heads;
   }
-  Value o = ops::attention(c, std::move(q), std::move(k), std::move(v), s, n + ".sdpa");
+  Value o = impl.attention == AttentionImpl::kFlash
+                ? ops::attention(c, std::move(q), std::move(k), std::move(v), s, n + ".sdpa")
+                : ops::attention_sdpa(c, std::move(q), std::move(k), std::move(v), s, impl.attention, n + ".sdpa");
   Value ot = ops::transpose_heads(c, std::move(o), s, n + ".transpose");
   return ops::linear(c, std::move(ot), m.child("wo").param("weight"), nullptr, n + ".wo");
 }

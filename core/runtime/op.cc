@@ -25,6 +25,8 @@ const char* op_kind_name(OpKind k) {
     FS_CASE(kSumLastDim) FS_CASE(kSumLeadingDims) FS_CASE(kExpandLastDim)
     FS_CASE(kRoPEComplex) FS_CASE(kRoPEComplexBackward) FS_CASE(kRepeatKV) FS_CASE(kRepeatKVBackward)
     FS_CASE(kRotaryCosSin) FS_CASE(kNarrowCopy) FS_CASE(kRotateHalfCat)
+    FS_CASE(kAttentionEfficient) FS_CASE(kAttentionEfficientBackward)
+    FS_CASE(kAttentionCudnn) FS_CASE(kAttentionCudnnBackward)
 #undef FS_CASE
   }
   return "?";

@@ -68,6 +68,12 @@ enum class OpKind : uint16_t {
                       // iargs: n, iw, io, ow, oo (rotate_half's -x2, its slice / neg backwards)
   kRotateHalfCat,     // torch.cat((neg, x1), -1) per head: in0 = -x2 [.., hd/2], in1 = x [.., hd];
                       // out[.., :hd/2] = in0, out[.., hd/2:] = x[.., :hd/2]; iargs[0] = hd
+  // SDPA's other CUDA backends (model.implementation attention, core/model/attention_variants.h):
+  // kAttention's maths; iargs {B, S, H, Hkv, hd, packed, lse_len}, the logsumexp rows lse_len
+  // long (>= S; efficient pads them to a multiple of 32). Backward outputs dq, dk, dv, then
+  // the backend's scratch.
+  kAttentionEfficient, kAttentionEfficientBackward,  // SDPBackend.EFFICIENT_ATTENTION (no GQA)
+  kAttentionCudnn, kAttentionCudnnBackward,          // SDPBackend.CUDNN_ATTENTION
 };
 const char* op_kind_name(OpKind k);
 

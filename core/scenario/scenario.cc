@@ -269,6 +269,16 @@ ModelConfig parse_model(const json& j, const std::string& base_dir) {
   apply_model_fields(j, c);
   if (j.contains("implementation")) c.implementation = parse_implementation(j.at("implementation"));
   validate_model(c, P);
+  if (c.implementation.attention != AttentionImpl::kFlash && c.arch == ModelArch::kGpt2)
+    throw InputError("model.implementation.attention", std::string("is \"") + attention_impl_name(c.implementation.attention) +
+                         "\" for a GPT-2 model (packed q / k / v), which fullshard models with flash attention only",
+                     "use \"flash\"");
+  if (c.implementation.attention == AttentionImpl::kEfficient && c.implementation.gqa == GqaImpl::kNative &&
+      c.n_kv_heads != c.n_heads)
+    throw InputError("model.implementation.attention",
+                     "is \"efficient\" with " + std::to_string(c.n_kv_heads) + " kv heads for " +
+                         std::to_string(c.n_heads) + " query heads: PyTorch's efficient SDPA backend takes no GQA",
+                     "set model.implementation.gqa to \"repeat_kv\", or use attention \"flash\" or \"cudnn\"");
   return c;
 }
 

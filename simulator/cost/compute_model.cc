@@ -12,7 +12,11 @@ OpClass op_class(OpKind k) {
     case OpKind::kLinearBackwardInput:
     case OpKind::kLinearBackwardWeight: return OpClass::kMatmul;
     case OpKind::kAttention:
-    case OpKind::kAttentionBackward: return OpClass::kAttention;
+    case OpKind::kAttentionBackward:
+    case OpKind::kAttentionEfficient:
+    case OpKind::kAttentionEfficientBackward:
+    case OpKind::kAttentionCudnn:
+    case OpKind::kAttentionCudnnBackward: return OpClass::kAttention;
     default: return OpClass::kVector;
   }
 }
@@ -48,8 +52,12 @@ double ComputeModel::compute_efficiency(const Instr& k) const {
     case OpClass::kMatmul:
       return hw_.matmul_efficiency.at(k.flops) * matmul_shape_factor(k.dims) * hw_.sustained_clock_ratio;
     case OpClass::kAttention: {
-      const EfficiencyTable& t =
-          k.op == OpKind::kAttentionBackward ? hw_.attention_backward_efficiency : hw_.attention_efficiency;
+      // NOTE [Attention backends' cost]: the efficient and cuDNN kernels are priced with the
+      // profile's (flash-attention) tables: no profile has measured figures for them yet
+      // (docs/cost-model.md, Limits); their saved tensors and scratch differ exactly.
+      const bool backward = k.op == OpKind::kAttentionBackward || k.op == OpKind::kAttentionEfficientBackward ||
+                            k.op == OpKind::kAttentionCudnnBackward;
+      const EfficiencyTable& t = backward ? hw_.attention_backward_efficiency : hw_.attention_efficiency;
       const double seq = static_cast<double>(k.dims[1]);
       const double head_dim = k.dims[2] > 0 ? static_cast<double>(k.dims[2]) : 128.0;
       return t.at(seq) * hw_.attention_head_dim_efficiency.at(head_dim) * hw_.sustained_clock_ratio;

@@ -26,7 +26,7 @@ n=0
 for impl in '"fullshard"' '{"loss": "bf16_logits"}' '{"keep_logits": true}' \
             '{"loss": "bf16_logits", "keep_logits": true}' '{"rms_norm": "eager"}' \
             '{"rope": "complex"}' '{"gqa": "repeat_kv"}' '"torchtitan-2024"' '{"rope": "rotate_half"}' \
-            '"hf-transformers"'; do
+            '"hf-transformers"' '{"attention": "cudnn"}' '{"attention": "efficient", "gqa": "repeat_kv"}'; do
   for mp in '{}' '{"param_dtype": "bf16", "reduce_dtype": "fp32"}'; do
     for ac in none full; do
       n=$((n + 1)); name="v$n"
@@ -46,14 +46,18 @@ P
   done
 done
 # The validation rows' checkpointing (op-level selective: the mm / SDPA outputs cached, the
-# eager chains recomputed) with the torchtitan-2024 preset, fp32 and bf16.
-for mp in '{}' '{"param_dtype": "bf16", "reduce_dtype": "fp32"}'; do
+# eager chains recomputed) with the torchtitan-2024 preset, fp32 and bf16, and the other SDPA
+# backends in bf16.
+for run in '"torchtitan-2024"|{}' '"torchtitan-2024"|{"param_dtype": "bf16", "reduce_dtype": "fp32"}' \
+           '{"attention": "cudnn"}|{"param_dtype": "bf16", "reduce_dtype": "fp32"}' \
+           '{"attention": "efficient", "gqa": "repeat_kv"}|{"param_dtype": "bf16", "reduce_dtype": "fp32"}'; do
+  impl="${run%%|*}"; mp="${run#*|}"
   n=$((n + 1)); name="v$n"
-  variant "$name" '"torchtitan-2024"' "$mp" selective_op
+  variant "$name" "$impl" "$mp" selective_op
   "$bin" compare "$tmp/$name.json" --json "$tmp/$name.out.json" > "$tmp/$name.out" 2>&1 \
-    || { echo "compare failed for torchtitan-2024 $mp selective_op"; cat "$tmp/$name.out"; exit 1; }
+    || { echo "compare failed for $impl $mp selective_op"; cat "$tmp/$name.out"; exit 1; }
   python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); assert c["equal"] is True and all(r["predicted_peak_allocated_bytes"] == r["measured_peak_allocated_bytes"] and r["predicted_peak_reserved_bytes"] == r["measured_peak_reserved_bytes"] for r in c["ranks"]), c' "$tmp/$name.out.json"
-  echo "ok torchtitan-2024 mp=$mp ac=selective_op"
+  echo "ok $impl mp=$mp ac=selective_op"
 done
 # An eager decomposition (rms_norm=eager, rope=rotate_half; gqa=repeat_kv against native GQA)
 # computes the default's math up to fp32 rounding order: in fp32 the losses of 4 steps (every step after the first depends on the gradients through the op)
@@ -79,6 +83,17 @@ P
 same_loss '{"rms_norm": "eager"}'
 same_loss '{"gqa": "repeat_kv"}'  # tiny-llama: 4 heads over 2 kv heads
 same_loss '{"rope": "rotate_half"}'  # the fused kernel's pairing and angles, op by op
+same_loss '{"attention": "cudnn"}'  # SDPA's maths on every backend; only saved tensors / scratch differ
+same_loss '{"attention": "efficient", "gqa": "repeat_kv"}'
+# The efficient backend with native GQA (tiny-llama: 4 heads over 2 kv heads) is refused.
+variant eff-gqa '{"attention": "efficient"}' '{}' none
+set +e
+"$bin" simulate "$tmp/eff-gqa.json" > "$tmp/eff-gqa.out" 2>&1
+rc=$?
+set -e
+[ "$rc" -eq 2 ] && [ "$(wc -l < "$tmp/eff-gqa.out")" -eq 1 ] && grep -q "model.implementation.attention.*repeat_kv" "$tmp/eff-gqa.out" \
+  || { echo "efficient + GQA: exit $rc"; cat "$tmp/eff-gqa.out"; exit 1; }
+echo "ok efficient + native GQA refused: $(cat "$tmp/eff-gqa.out")"
 # Presets that need variants fullshard does not model yet: refused, never approximated.
 for preset in torchtitan; do
   variant "p-$preset" "\"$preset\"" '{}' none

@@ -68,8 +68,24 @@ TEST(ModelImplementation, EveryPresetIsKnownAndUnbuiltOnesAreRefused) {
       expect_error(name, "model.implementation", {name, unbuilt_variants(*p)[0], "does not model yet"});
     }
   }
-  // torchtitan main's chunked loss and cuDNN attention are not modelled: said, not replaced.
-  expect_error("torchtitan", "model.implementation", {"loss=chunked", "attention=cudnn"});
+  // torchtitan main's chunked loss is not modelled: said, not replaced.
+  expect_error("torchtitan", "model.implementation", {"loss=chunked", "does not model yet"});
+}
+
+TEST(ModelImplementation, AttentionBackends) {
+  EXPECT_EQ(parse_impl({{"attention", "cudnn"}}).attention, AttentionImpl::kCudnn);
+  // tiny-llama has 4 query heads over 2 kv heads: PyTorch's efficient backend takes no GQA.
+  expect_error({{"attention", "efficient"}}, "model.implementation.attention",
+               {"\"efficient\"", "2 kv heads", "4 query heads", "repeat_kv"});
+  EXPECT_EQ(parse_impl({{"attention", "efficient"}, {"gqa", "repeat_kv"}}).attention, AttentionImpl::kEfficient);
+  json gpt2 = with_impl({{"attention", "cudnn"}});
+  gpt2["model"] = {{"name", "tiny-gpt2"}, {"implementation", {{"attention", "cudnn"}}}};
+  try {
+    parse_scenario(gpt2);
+    ADD_FAILURE() << "GPT-2 with cudnn attention parsed";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.where(), "model.implementation.attention") << e.what();
+  }
 }
 
 TEST(ModelImplementation, Errors) {
@@ -80,7 +96,6 @@ TEST(ModelImplementation, Errors) {
   expect_error({{"rms_norm", "apex"}}, "model.implementation.rms_norm", {"\"apex\"", "fused", "eager"});
   expect_error({{"rope", 1}}, "model.implementation.rope", {"complex"});
   expect_error({{"keep_logits", "yes"}}, "model.implementation.keep_logits", {"yes"});
-  expect_error({{"attention", "cudnn"}}, "model.implementation", {"attention=cudnn", "does not model yet"});
   expect_error({{"compile", true}}, "model.implementation", {"compile=true"});
   expect_error({{"loss", "chunked"}}, "model.implementation", {"loss=chunked"});
 }

@@ -3,6 +3,8 @@
 // Per (batch, head) and block of query rows, QK^T, PV and the backward products are fp32
 // OpenBLAS GEMMs over the causal prefix of keys; softmax is max-subtracted in fp32.
 // Query head h reads kv head h / (H / Hkv) (repeat_kv / repeat_interleave grouping).
+// The efficient and cuDNN kinds run the same maths; iargs[6] (when given) is the length of a
+// logsumexp row (efficient attention pads it to a multiple of 32; the padding is not written).
 #include <cmath>
 
 #include "backends/cpu/kernels/dtype_io.h"
@@ -21,11 +23,14 @@ struct AttnDims {
   int64_t q_ld, kv_ld;        // row strides (elements per token) of q and k/v storage
   int64_t q_off, k_off, v_off;  // column offsets of q / k / v inside their token rows
   float scale;
+  int64_t lse_len;              // logsumexp row length (>= S)
 };
 
 AttnDims attn_dims(const OpCall& op) {
   FULLSHARD_CHECK(op.iargs.size() >= 6, where(op) + "needs iargs = {B, S, H, Hkv, hd, packed}");
-  AttnDims d{op.iargs[0], op.iargs[1], op.iargs[2], op.iargs[3], op.iargs[4], op.iargs[5] != 0, 0, 0, 0, 0, 0, 0};
+  AttnDims d{op.iargs[0], op.iargs[1], op.iargs[2], op.iargs[3], op.iargs[4], op.iargs[5] != 0, 0, 0, 0, 0, 0, 0, 0};
+  d.lse_len = op.iargs.size() >= 7 ? op.iargs[6] : d.S;
+  FULLSHARD_CHECK(d.lse_len >= d.S, where(op) + "logsumexp rows shorter than the sequence");
   FULLSHARD_CHECK(d.B >= 0 && d.S >= 0 && d.H > 0 && d.Hkv > 0 && d.hd > 0 && d.H % d.Hkv == 0,
                   where(op) + "bad attention dims (H must be a multiple of Hkv)");
   const int64_t D = d.H * d.hd;
@@ -81,7 +86,7 @@ void attention(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   expect_arity(op, d.packed ? 1 : 3, 2);  // (q, k, v) | (qkv) -> (o [B, S, H, hd], lse [B, H, S] fp32)
   const int64_t D = d.H * d.hd, tokens = d.B * d.S;
   expect_numel(op, out_meta(op, 0), tokens * D, "o");
-  expect_numel(op, out_meta(op, 1), d.B * d.H * d.S, "logsumexp");
+  expect_numel(op, out_meta(op, 1), d.B * d.H * d.lse_len, "logsumexp");
   FULLSHARD_CHECK(out_meta(op, 1).dtype == DType::kFloat32, where(op) + "logsumexp must be fp32");
   QKV t = load_qkv(op, in, 0, d);
   F32Out o(out[0], out_meta(op, 0).dtype, tokens * D);
@@ -95,7 +100,7 @@ void attention(const OpCall& op, const Ptrs& in, const Ptrs& out) {
       const float* k = t.k + b * d.S * d.kv_ld + kvh * d.hd;
       const float* v = t.v + b * d.S * d.kv_ld + kvh * d.hd;
       float* ob = o.data() + b * d.S * D + h * d.hd;
-      float* lb = lse + (b * d.H + h) * d.S;
+      float* lb = lse + (b * d.H + h) * d.lse_len;
       for (int64_t i0 = 0; i0 < d.S; i0 += kBlock) {
         const int64_t i1 = std::min(d.S, i0 + kBlock), m = i1 - i0;  // keys [0, i1)
         gemm(false, true, m, i1, d.hd, d.scale, q + i0 * d.q_ld, d.q_ld, k, d.kv_ld, 0.0f, p.data(), i1);
@@ -123,17 +128,18 @@ void attention(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 void attention_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   const AttnDims d = attn_dims(op);
   // (dO, q, k, v, O, lse) | (dO, qkv, O, lse) -> (dq, dk, dv[, softmax_d, dq_accum[, dk_expanded,
-  // dv_expanded]]): the flash temporaries the model passes as a GPU kernel's scratch are ignored.
+  // dv_expanded]]): the flash temporaries the model passes as a GPU kernel's scratch are ignored
+  // (efficient: delta and its dq workspace; cuDNN: none).
   const size_t n_out = op.outputs.size();
   FULLSHARD_CHECK(n_out == 3 || n_out == 5 || n_out == 7,
-                  where(op) + "expected 3, 5 or 7 outputs (dq, dk, dv, then the flash temporaries), got " +
+                  where(op) + "expected 3, 5 or 7 outputs (dq, dk, dv, then the backend's temporaries), got " +
                       std::to_string(n_out));
   expect_arity(op, d.packed ? 4 : 6, n_out);
   const int64_t D = d.H * d.hd, Dkv = d.Hkv * d.hd, tokens = d.B * d.S;
   const size_t io = d.packed ? 2 : 4;  // index of O; lse follows
   expect_numel(op, in_meta(op, 0), tokens * D, "dO");
   expect_numel(op, in_meta(op, io), tokens * D, "O");
-  expect_numel(op, in_meta(op, io + 1), d.B * d.H * d.S, "logsumexp");
+  expect_numel(op, in_meta(op, io + 1), d.B * d.H * d.lse_len, "logsumexp");
   FULLSHARD_CHECK(in_meta(op, io + 1).dtype == DType::kFloat32, where(op) + "logsumexp must be fp32");
   expect_numel(op, out_meta(op, 0), tokens * D, "dq");
   expect_numel(op, out_meta(op, 1), tokens * Dkv, "dk");
@@ -172,7 +178,7 @@ void attention_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
       float* gq = dq.data() + b * d.S * D + h * d.hd;
       float* gk = dk.data() + b * d.S * Dkv + kvh * d.hd;
       float* gv = dv.data() + b * d.S * Dkv + kvh * d.hd;
-      const float* lb = lse + (b * d.H + h) * d.S;
+      const float* lb = lse + (b * d.H + h) * d.lse_len;
       const float* db = delta.data() + (b * d.H + h) * d.S;
       for (int64_t i0 = 0; i0 < d.S; i0 += kBlock) {
         const int64_t i1 = std::min(d.S, i0 + kBlock), m = i1 - i0;

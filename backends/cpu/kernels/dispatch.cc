@@ -36,6 +36,10 @@ void run_kernel(const OpCall& op, const std::vector<void*>& in, const std::vecto
     case OpKind::kRoPEBackward: return rope_backward(op, in, out);
     case OpKind::kAttention: return attention(op, in, out);
     case OpKind::kAttentionBackward: return attention_backward(op, in, out);
+    case OpKind::kAttentionEfficient:
+    case OpKind::kAttentionCudnn: return attention(op, in, out);  // same maths, other saved layout
+    case OpKind::kAttentionEfficientBackward:
+    case OpKind::kAttentionCudnnBackward: return attention_backward(op, in, out);
     case OpKind::kSiLU: return silu(op, in, out);
     case OpKind::kSiLUBackward: return silu_backward(op, in, out);
     case OpKind::kMul: return mul(op, in, out);

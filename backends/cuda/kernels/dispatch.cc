@@ -385,6 +385,14 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
       FULLSHARD_CHECK(false, where(op) + "not supported on the CUDA backend yet (model.implementation eager "
                                          "decompositions run on the CPU backend and the simulator)");
       break;
+    case OpKind::kAttentionEfficient:
+    case OpKind::kAttentionEfficientBackward:
+    case OpKind::kAttentionCudnn:
+    case OpKind::kAttentionCudnnBackward:
+      FULLSHARD_CHECK(false, where(op) + "not supported on the CUDA backend yet (model.implementation attention "
+                                         "= efficient / cudnn run on the CPU backend and the simulator; the CUDA "
+                                         "backend runs attention = flash)");
+      break;
     case OpKind::kLoadBatch:
     case OpKind::kInitParam: break;
   }
