@@ -40,21 +40,9 @@ const BackendKind& BackendRegistry::choose(const std::string& requested, const S
   throw InputError("--backend", "is '" + requested + "'", "use one of " + names());
 }
 
-namespace {
-
-DataFormat data_format(const std::string& f) {
-  if (f == "llmc") return DataFormat::kLlmc;
-  if (f == "uint16") return DataFormat::kUInt16;
-  if (f == "uint32") return DataFormat::kUInt32;
-  if (f == "text") return DataFormat::kText;
-  if (f == "jsonl") return DataFormat::kJsonl;
-  return DataFormat::kAuto;
-}
-
-}  // namespace
 
 std::shared_ptr<const TokenSource> open_data(const Scenario& s, const std::string& path, const std::string& where) {
-  auto src = open_token_source(path, data_format(s.training.data.format), where);
+  auto src = open_token_source(path, data_format_from_name(s.training.data.format), where);
   src->check_vocab(s.model.vocab_size, where);
   if (src->size() <= s.training.seq_len)
     throw InputError(where, fmt::format("'{}' has {} tokens, not more than training.seq_len {} (one sequence and its "

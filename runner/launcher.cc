@@ -323,6 +323,7 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
   if (o.steps < -1) throw InputError("--steps", fmt::format("is {}", o.steps), "use 0 or more optimizer steps");
   validate_checkpoint_flags(o.checkpoint_dir, o.checkpoint_every, o.resume, kind.name, o.steps >= 0 ? o.steps : s.training.steps,
                             s);
+  batch_source(s);  // the training data: missing, malformed, tokens >= vocab_size (NOTE [Token data sampling])
   if (o.eval_every < 0) throw InputError("--eval-every", fmt::format("is {}", o.eval_every), "use 0 (never) or more steps");
   if (o.eval_batches < 1)
     throw InputError("--eval-batches", fmt::format("is {}", o.eval_batches), "use 1 or more validation batches");
@@ -379,14 +380,18 @@ LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backend
   LaunchResult res;
   const auto start = Clock::now();
   Scenario s = load_run_scenario(o);  // bad input fails here, before any process
-  const BatchSource data = batch_source(s);  // and bad data (NOTE [Token data sampling])
-  if (o.progress && data.tokens) {
-    std::fprintf(stderr, "data: %s, %s\n", printable(data.tokens->describe(), 1024).c_str(),
-                 data.random_windows ? "random windows"
-                                     : fmt::format("{} sequences of {} tokens per epoch, read in order",
-                                                   data.windows_per_epoch(s.training.seq_len), s.training.seq_len)
-                                           .c_str());
-    if (data.val_tokens) std::fprintf(stderr, "validation data: %s\n", printable(data.val_tokens->describe(), 1024).c_str());
+  if (o.progress && s.training.data.given()) {  // validate_launch checked the data
+    const DataOptions& d = s.training.data;
+    const DataFormat f = data_format_from_name(d.format);
+    const auto tokens = open_token_source(d.path, f, "training.data");
+    std::fprintf(stderr, "data: %s, %s\n", printable(tokens->describe(), 1024).c_str(),
+                 d.sampling == "random" ? "random windows"
+                                        : fmt::format("{} sequences of {} tokens per epoch, read in order",
+                                                      (tokens->size() - 1) / s.training.seq_len, s.training.seq_len)
+                                              .c_str());
+    if (!d.val_path.empty())
+      std::fprintf(stderr, "validation data: %s\n",
+                   printable(open_token_source(d.val_path, f, "training.data.val_path")->describe(), 1024).c_str());
   }
   const int world = s.world_size();
   const int n = world;

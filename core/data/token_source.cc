@@ -128,6 +128,12 @@ const char* data_format_name(DataFormat f) {
   return "?";
 }
 
+DataFormat data_format_from_name(const std::string& name) {
+  for (DataFormat d : {DataFormat::kLlmc, DataFormat::kUInt16, DataFormat::kUInt32, DataFormat::kText, DataFormat::kJsonl})
+    if (name == data_format_name(d)) return d;
+  return DataFormat::kAuto;
+}
+
 std::vector<std::string> expand_data_path(const std::string& path, const std::string& where) {
   std::vector<std::string> out;
   std::error_code ec;

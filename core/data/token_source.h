@@ -35,6 +35,8 @@ enum class DataFormat : uint8_t {
   kJsonl,   // one JSON object per line, its "text" field through the tokenizer
 };
 const char* data_format_name(DataFormat f);
+// The format a name (data_format_name) spells; kAuto for any other.
+DataFormat data_format_from_name(const std::string& name);
 
 // The files a data path names, sorted: a file; a folder (its regular files not starting with
 // '.'); or a glob pattern (*, ?, [...]). Throws InputError (where) when it names nothing.

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "core/checkpoint/checkpoint_dir.h"
+#include "core/common/build_info.h"
 #include "runner/checkpoint.h"
 #include "tests/support/cpu_support.h"
 #include "tests/support/sim_support.h"
@@ -34,8 +35,10 @@ json scenario(std::vector<int> mesh, int batch, int steps) {
   return j;
 }
 
-// The mean loss of step 59 of tiny-llama-devil-cpu2 (measured: see the test below).
-constexpr double kLossAfter60 = 0;
+// The mean loss over both ranks of step 60 (index 59) of tiny-llama-devil-cpu2, as this test and
+// `fullshard train scenarios/tiny-llama-devil-cpu2.json --metrics M.jsonl` (its step 59 line)
+// measured it on the portable build (2-core Debian 12 VM).
+constexpr double kLossAfter60 = 2.864872455596924;
 
 CheckpointMetadata metadata_of(const std::string& root) {
   return CheckpointReader(resolve_checkpoint(root, "--resume")).metadata();
@@ -47,9 +50,14 @@ TEST(CpuData, ShippedSampleReachesTheStatedLoss) {
   const Scenario s = load_scenario_file(std::string(FULLSHARD_SOURCE_DIR) + "/scenarios/tiny-llama-devil-cpu2.json");
   const RealRun r = run_real(s, 60);
   ASSERT_EQ(r.mean_loss.size(), 60u);
-  std::printf("loss step 0 %.9g, step 29 %.9g, step 59 %.9g\n", r.mean_loss[0], r.mean_loss[29], r.mean_loss[59]);
+  std::printf("loss step 0 %.17g, step 59 %.17g\n", r.mean_loss[0], r.mean_loss[59]);
   EXPECT_NEAR(r.mean_loss[0], std::log(256.0), 0.1);  // a fresh model predicts ~uniform bytes
-  EXPECT_FLOAT_EQ(r.mean_loss[59], kLossAfter60);
+  // Deterministic: exact on the portable build. A host-tuned build (-march=native, NOTE
+  // [Host-tuned builds]) may contract multiply-adds into FMAs and differ in the last bits.
+  if (build_info().native)
+    EXPECT_NEAR(r.mean_loss[59], kLossAfter60, 1e-4);
+  else
+    EXPECT_EQ(r.mean_loss[59], kLossAfter60);
 }
 
 TEST(CpuData, ShardedEqualsUnshardedOnRealData) {
