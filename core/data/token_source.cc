@@ -10,6 +10,7 @@
 
 #include "core/common/error.h"
 #include "core/common/input_file.h"
+#include "core/data/bpe_tokenizer.h"
 #include "core/data/byte_tokenizer.h"
 
 namespace fullshard {
@@ -92,11 +93,13 @@ DataFormat by_extension(const std::string& path) {
   return DataFormat::kLlmc;
 }
 
-// Text of a JSONL file: every line's "text" field, documents separated by a newline.
-std::string jsonl_text(const std::string& path, const std::string& content, const std::string& where) {
-  std::string out;
+// The tokens of a JSONL file: every line's "text" field; the byte tokenizer joins documents with a
+// newline, a BPE tokenizer puts <|endoftext|> before each (llm.c's fineweb.py).
+std::vector<uint32_t> jsonl_tokens(const std::string& path, const std::string& content, const std::string& where,
+                                   const TextTokenizer& tok) {
+  std::vector<uint32_t> out;
   size_t pos = 0;
-  int64_t line_no = 0;
+  int64_t line_no = 0, docs = 0;
   while (pos < content.size()) {
     size_t end = content.find('\n', pos);
     if (end == std::string::npos) end = content.size();
@@ -108,8 +111,11 @@ std::string jsonl_text(const std::string& path, const std::string& content, cons
     if (j.is_discarded() || !j.is_object() || !j.contains("text") || !j["text"].is_string())
       throw InputError(where, fmt::format("'{}' line {} is not a JSON object with a string \"text\"", path, line_no),
                        "write one {\"text\": \"...\"} object per line");
-    if (!out.empty()) out += '\n';
-    out += j["text"].get<std::string>();
+    if (tok.eot) out.push_back(*tok.eot);
+    else if (docs > 0) out.push_back('\n');
+    const std::vector<uint32_t> t = tok.encode(j["text"].get<std::string>(), fmt::format("'{}' line {}", path, line_no));
+    out.insert(out.end(), t.begin(), t.end());
+    ++docs;
   }
   return out;
 }
@@ -163,20 +169,38 @@ std::shared_ptr<const TokenSource> tokens_in_memory(std::vector<uint32_t> tokens
   return std::make_shared<InMemoryTokens>(std::move(tokens), std::move(name));
 }
 
+TextTokenizer make_text_tokenizer(const std::string& spec, const std::string& where) {
+  TextTokenizer t;
+  t.name = spec;
+  if (spec == "byte") {
+    t.vocab_size = kByteVocabSize;
+    t.encode = [](std::string_view text, const std::string&) { return byte_tokenize(text); };
+    return t;
+  }
+  auto bpe = std::make_shared<const BpeTokenizer>(BpeTokenizer::from_tiktoken_file(spec, where));
+  t.vocab_size = bpe->vocab_size();
+  t.eot = bpe->eot();
+  t.encode = [bpe](std::string_view text, const std::string& w) { return bpe->encode(text, w); };
+  return t;
+}
+
 std::shared_ptr<const TokenSource> open_token_source(const std::string& path, DataFormat format,
-                                                     const std::string& where) {
+                                                     const std::string& where, const TextTokenizer* tokenizer) {
   const std::vector<std::string> files = expand_data_path(path, where);
   DataFormat f = format == DataFormat::kAuto ? by_extension(files.front()) : format;
   if (f == DataFormat::kText || f == DataFormat::kJsonl) {
+    const TextTokenizer byte = make_text_tokenizer("byte", where);
+    const TextTokenizer& tok = tokenizer ? *tokenizer : byte;
     std::vector<uint32_t> tokens;
     for (const auto& p : files) {
       const std::string content = read_input_file(p, f == DataFormat::kText ? "a text file" : "a JSONL file");
-      const std::string text = f == DataFormat::kText ? content : jsonl_text(p, content, where);
-      std::vector<uint32_t> t = byte_tokenize(text);
+      const std::vector<uint32_t> t = f == DataFormat::kText ? tok.encode(content, "'" + p + "'")
+                                                             : jsonl_tokens(p, content, where, tok);
       tokens.insert(tokens.end(), t.begin(), t.end());
     }
-    const std::string name = files.size() == 1 ? "'" + files.front() + "' (byte-level)"
-                                               : std::to_string(files.size()) + " files (byte-level)";
+    const std::string what = tok.name == "byte" ? "byte-level" : "BPE " + tok.name;
+    const std::string name = files.size() == 1 ? "'" + files.front() + "' (" + what + ")"
+                                               : std::to_string(files.size()) + " files (" + what + ")";
     return tokens_in_memory(std::move(tokens), name);
   }
   const TokenFileFormat tf = f == DataFormat::kUInt16   ? TokenFileFormat::kUInt16

@@ -4,7 +4,9 @@
 // through the byte-level tokenizer (core/data/byte_tokenizer.h). kLoadBatch reads sequences out
 // of it (core/data/text_corpus.h, NOTE [Token data sampling]).
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +40,17 @@ const char* data_format_name(DataFormat f);
 // The format a name (data_format_name) spells; kAuto for any other.
 DataFormat data_format_from_name(const std::string& name);
 
+// How text becomes tokens: the byte-level tokenizer, or GPT-2's BPE from a tiktoken file
+// (core/data/bpe_tokenizer.h).
+struct TextTokenizer {
+  std::string name;        // "byte", or the tiktoken file
+  int64_t vocab_size = 256;
+  std::function<std::vector<uint32_t>(std::string_view text, const std::string& where)> encode;
+  std::optional<uint32_t> eot;  // BPE: <|endoftext|>, put before every JSONL document (llm.c)
+};
+// `spec`: "byte" or the path of a tiktoken ranks file (gpt2.tiktoken). Throws InputError (where).
+TextTokenizer make_text_tokenizer(const std::string& spec, const std::string& where);
+
 // The files a data path names, sorted: a file; a folder (its regular files not starting with
 // '.'); or a glob pattern (*, ?, [...]). Throws InputError (where) when it names nothing.
 std::vector<std::string> expand_data_path(const std::string& path, const std::string& where);
@@ -45,8 +58,9 @@ std::vector<std::string> expand_data_path(const std::string& path, const std::st
 // Opens `path` (file, folder or glob) as one token stream. Token files are mapped, never
 // loaded; text and JSONL are tokenized into memory (at most kMaxInputFileBytes per file; for
 // more, `fullshard data tokenize` writes a token file once). Throws InputError (where).
+// Text and JSONL go through `tokenizer` (null: the byte-level one).
 std::shared_ptr<const TokenSource> open_token_source(const std::string& path, DataFormat format,
-                                                     const std::string& where);
+                                                     const std::string& where, const TextTokenizer* tokenizer = nullptr);
 
 // Tokens in memory (text through a tokenizer), named `name` in errors.
 std::shared_ptr<const TokenSource> tokens_in_memory(std::vector<uint32_t> tokens, std::string name);

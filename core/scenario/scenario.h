@@ -48,6 +48,7 @@ struct DataOptions {
   std::string format = "auto";    // auto | llmc | uint16 | uint32 | text | jsonl
   std::string val_path;           // validation data, same format ("" = none)
   std::string sampling = "sequential";  // sequential (llm.c, epochs) | random (nanoGPT)
+  std::string tokenizer = "byte";  // text / JSONL: "byte" or a tiktoken ranks file (GPT-2 BPE)
   bool given() const { return !path.empty(); }
 };
 

@@ -8,7 +8,6 @@
 #include "core/common/input_file.h"
 #include "core/common/output_file.h"
 #include "core/common/user_text.h"
-#include "core/data/byte_tokenizer.h"
 #include "core/data/token_source.h"
 
 namespace fullshard::cli {
@@ -27,20 +26,30 @@ int tokenize(const DataFlags& f) {
   if ((f.val_fraction > 0) != !f.val_out.empty())
     throw InputError(f.val_out.empty() ? "--val-output" : "--val-fraction", "is missing",
                      "give --val-fraction F together with --val-output VAL.bin");
-  std::vector<std::string> all;
   for (const auto& in : f.inputs) refuse_output_over_input("-o", f.out, {in});
-  // Text in, tokens out: the inputs go through the byte-level tokenizer in the order given.
+  const TextTokenizer tok = make_text_tokenizer(f.tokenizer, "--tokenizer");
+  const TokenDType dtype = f.dtype == "uint32" ? TokenDType::kUInt32 : TokenDType::kUInt16;
+  if (dtype == TokenDType::kUInt16 && tok.vocab_size > 65536)
+    throw InputError("--dtype", fmt::format("is uint16, but the tokenizer's vocabulary is {}", tok.vocab_size),
+                     "use --dtype uint32");
+  // Text in, tokens out: the inputs go through the tokenizer in the order given.
   std::vector<uint32_t> tokens;
   for (const auto& in : f.inputs) {
     DataFormat fmt_in = parse_format(f.format);
     if (fmt_in != DataFormat::kAuto && fmt_in != DataFormat::kText && fmt_in != DataFormat::kJsonl)
       throw InputError("--format", "is '" + f.format + "'", "tokenize reads text or jsonl (token files are tokenized already)");
-    auto src = open_token_source(in, fmt_in, "data tokenize");
+    for (const auto& p : expand_data_path(in, "data tokenize")) {
+      const DataFormat by_ext = p.ends_with(".jsonl") ? DataFormat::kJsonl : DataFormat::kText;
+      if (fmt_in == DataFormat::kAuto && !p.ends_with(".txt") && !p.ends_with(".jsonl") && !p.ends_with(".md") &&
+          !p.ends_with(".text"))
+        throw InputError("data tokenize", "'" + p + "' is not .txt, .md or .jsonl", "give --format text or jsonl");
+      if (fmt_in == DataFormat::kAuto) fmt_in = by_ext;
+    }
+    auto src = open_token_source(in, fmt_in, "data tokenize", &tok);
     std::vector<int64_t> t(static_cast<size_t>(src->size()));
     src->read(0, src->size(), t.data());
     for (int64_t x : t) tokens.push_back(static_cast<uint32_t>(x));
   }
-  const TokenDType dtype = f.dtype == "uint32" ? TokenDType::kUInt32 : TokenDType::kUInt16;
   const auto n_val = static_cast<size_t>(static_cast<double>(tokens.size()) * f.val_fraction);
   std::vector<uint32_t> val(tokens.end() - static_cast<std::ptrdiff_t>(n_val), tokens.end());
   tokens.resize(tokens.size() - n_val);
@@ -51,7 +60,8 @@ int tokenize(const DataFlags& f) {
   write_token_file(f.out, tokens, dtype, !f.no_header, "-o");
   const char* layout = f.no_header ? "headerless" : "llm.c header";
   std::cout << fmt::format("wrote {} {} tokens ({}, {} tokenizer, vocabulary {}) to {}\n", tokens.size(),
-                           token_dtype_name(dtype), layout, f.tokenizer, kByteVocabSize, printable(f.out, 1024));
+                           token_dtype_name(dtype), layout, tok.name == "byte" ? "byte" : "BPE", tok.vocab_size,
+                           printable(f.out, 1024));
   if (!f.val_out.empty())
     std::cout << fmt::format("wrote {} validation tokens (the last {:g}%) to {}\n", val.size(), 100 * f.val_fraction,
                              printable(f.val_out, 1024));
@@ -97,8 +107,9 @@ CLI::App* add_data_command(CLI::App& app, DataFlags& f) {
       ->required();
   f.tokenize->add_option("-o,--output", f.out, "the token file to write")->required();
   f.tokenize->add_option("--format", f.format, "how inputs are read: auto (by extension), text or jsonl");
-  f.tokenize->add_option("--tokenizer", f.tokenizer, "byte (token = UTF-8 byte, vocabulary 256)")
-      ->check(CLI::IsMember({"byte"}));
+  f.tokenize->add_option("--tokenizer", f.tokenizer,
+                         "byte (token = UTF-8 byte, vocabulary 256, the default) or a tiktoken ranks file: GPT-2's BPE "
+                         "(gpt2.tiktoken / r50k_base.tiktoken, vocabulary 50257 with <|endoftext|>)");
   f.tokenize->add_option("--dtype", f.dtype, "uint16 (default) or uint32")->check(CLI::IsMember({"uint16", "uint32"}));
   f.tokenize->add_flag("--no-header", f.no_header, "write nanoGPT's headerless layout instead of llm.c's header");
   f.tokenize->add_option("--val-fraction", f.val_fraction, "write the last fraction of the tokens to --val-output");
