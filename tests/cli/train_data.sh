@@ -70,6 +70,9 @@ assert (d["samples"], d["epoch"], d["window"]) == (8, 0, 8), d'
 "$bin" train "$sc" --steps 4 --checkpoint-dir "$tmp/ck" --resume --metrics "$tmp/r.jsonl" > /dev/null 2>&1
 test "$(loss_of "$tmp/r.jsonl")" = "$(loss_of "$tmp/straight.jsonl" | cut -d' ' -f3-)"
 echo ok resume
+# The validation passes change nothing in training (same parameters, same data position).
+test "$(loss_of "$tmp/m.jsonl")" = "$(loss_of "$tmp/straight.jsonl")"
+echo ok eval changes nothing
 
 # Bad data: one line naming the file and the fix, exit 2, before any worker starts.
 expect_error() {  # pattern, then the train arguments
