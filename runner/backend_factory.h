@@ -60,9 +60,13 @@ class BackendRegistry {
   std::map<std::string, BackendKind> kinds_;
 };
 
-// kLoadBatch's data for `s`: `corpus` or the generated one. Throws InputError when a
-// sequence does not fit in the corpus.
+// kLoadBatch's data for `s`: `corpus`, else training.data (NOTE [Token data sampling]), else
+// the generated corpus. Throws InputError when a sequence does not fit in the data, a token is
+// not below model.vocab_size or a data file is missing or malformed.
 BatchSource batch_source(const Scenario& s, std::shared_ptr<const TextCorpus> corpus = nullptr);
+// A data path of `s` (training.data's path or val_path) opened and checked against the model
+// as batch_source() does; errors name `where`.
+std::shared_ptr<const TokenSource> open_data(const Scenario& s, const std::string& path, const std::string& where);
 
 // True when the scenario's hardware profile describes CPU processes (profile "cpu").
 bool is_cpu_scenario(const Scenario& s);

@@ -56,7 +56,21 @@ void check_seed(const CheckpointMetadata& m, const Scenario& s, const std::strin
 
 }  // namespace
 
-void save_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, const std::string& root, int64_t steps_done) {
+int64_t samples_per_step(const Scenario& s) {
+  int64_t n = 0;
+  for (int r = 0; r < s.world_size(); ++r) n += s.training.batch_for(r);
+  return n * s.training.grad_accum_steps;
+}
+
+void resume_data_position(const std::string& folder, const Scenario& s, BatchSource& data) {
+  if (!data.tokens || data.random_windows) return;  // random windows: a pure function of the step
+  CheckpointReader reader(folder);
+  const CheckpointMetadata& m = reader.metadata();
+  data.sample_base = m.data ? m.data->samples - m.next_step * samples_per_step(s) : 0;
+}
+
+void save_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, const std::string& root, int64_t steps_done,
+                     const BatchSource* data) {
   const MeshInfo mesh = mesh_info_for(s, b.rank());
   const int shard_world = mesh.shard_group.size();
   const int shard_rank = mesh.shard_group.index_of(b.rank());
@@ -89,6 +103,10 @@ void save_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, const
   m.shard = shard_world;
   m.replicate = b.world_size() / shard_world;
   m.optimizer_steps = prog.optimizer().steps_taken();
+  if (data && data->tokens) {
+    const DataPosition p = data->position(steps_done, samples_per_step(s), s.training.seq_len);
+    m.data = CheckpointDataPosition{s.training.data.path, p.samples, p.epoch, p.window};
+  }
   for (int r = 0; r < shard_world; ++r) m.files.push_back({shard_file_name(r, shard_world), 0});
   for (const auto& t : tensors)
     m.tensors.push_back(sharded_tensor(t.name, std::string(safetensors_dtype_name(t.local.meta.dtype)), t.global_shape, shard_world));

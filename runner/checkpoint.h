@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/data/text_corpus.h"
 #include "core/runtime/backend.h"
 #include "core/scenario/training_program.h"
 
@@ -12,7 +13,19 @@ namespace fullshard::runner {
 
 // Called by every rank after `steps_done` optimizer steps: writes `root`/step-N. Collective:
 // every rank must call it at the same step (it synchronizes the ranks twice).
-void save_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, const std::string& root, int64_t steps_done);
+// `data`: the rank's data source; with token data its position is saved (NOTE [Token data
+// sampling]).
+void save_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, const std::string& root, int64_t steps_done,
+                     const BatchSource* data = nullptr);
+
+// Global sequences one optimizer step of `s` reads (every rank's batch x grad_accum_steps).
+int64_t samples_per_step(const Scenario& s);
+
+// Before resuming from `folder`: moves `data` (a token data set read in order) to the data
+// position the checkpoint saved, so that the resumed run reads the sequences the interrupted
+// run would have read next, even with another global batch. A checkpoint without a saved data
+// position (the generated corpus) continues at its next step's position.
+void resume_data_position(const std::string& folder, const Scenario& s, BatchSource& data);
 
 // Loads the committed checkpoint `folder` into this rank's parameters and optimizer state
 // and returns the step to continue at. Throws InputError (where "--resume") naming the first

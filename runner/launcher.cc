@@ -28,6 +28,7 @@
 #include "backends/gloo/tcp_store.h"
 #include "runner/checkpoint.h"
 #include "runner/init_weights.h"
+#include "core/common/user_text.h"
 #include "core/common/error.h"
 #include "runner/rank_runner.h"
 #include "core/scenario/scenario.h"
@@ -68,8 +69,8 @@ nlohmann::json loss_json(double v) {
   return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
 }
 
-double loss_of(const nlohmann::json& j) {
-  auto it = j.find("loss");
+double loss_of(const nlohmann::json& j, const char* key = "loss") {
+  auto it = j.find(key);
   if (it == j.end()) return 0.0;
   if (it->is_number()) return it->get<double>();
   if (it->is_string()) {
@@ -104,6 +105,8 @@ std::string format_duration(double s) {
   return t >= 3600 ? fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60) : fmt::format("{}:{:02}", t / 60, t % 60);
 }
 
+double eval_loss_of(const nlohmann::json& j) { return loss_of(j, "eval_loss"); }
+
 // The progress display: a bar redrawn in place on a terminal, about ten lines otherwise.
 class Progress {
  public:
@@ -121,6 +124,10 @@ class Progress {
     } else if (done == 1 || done == steps_ || done % std::max(1, steps_ / 10) == 0) {
       // Not a terminal (a log): about ten lines per run, not one per step.
       std::fprintf(stderr, "  step %d/%d: %s\n", done, steps_, stats.c_str());
+    }
+    if (!std::isnan(s.eval_loss)) {
+      if (tty_ && done != steps_) std::fputc('\n', stderr);
+      std::fprintf(stderr, "step %d: val loss %.4f\n", done, s.eval_loss);  // nanoGPT's line
     }
     std::fflush(stderr);
   }
@@ -217,7 +224,7 @@ int worker_main(const LaunchOptions& o, const BackendRegistry& backends) {
   try {
     rank = env_int("RANK");
     const int world = env_int("WORLD_SIZE");
-    Scenario s = load_scenario_file(o.scenario_path);
+    Scenario s = load_run_scenario(o);
     if (world != s.world_size())
       throw InputError("$WORLD_SIZE", fmt::format("is {}, but the scenario's mesh has {} ranks", world, s.world_size()),
                        "start as many ranks as fsdp.mesh.shape multiplies to");
@@ -239,6 +246,10 @@ int worker_main(const LaunchOptions& o, const BackendRegistry& backends) {
     ro.checkpoint_dir = o.checkpoint_dir;
     ro.checkpoint_every = o.checkpoint_every;
     ro.resume_from = resolve_resume(o.resume, o.checkpoint_dir);
+    if (!ro.resume_from.empty()) resume_data_position(ro.resume_from, s, req.batches);
+    ro.batches = &req.batches;
+    ro.eval_every = o.eval_every;
+    ro.eval_batches = o.eval_batches;
     ro.init_from = o.init_from;
     const std::string report_dir = env_or("FULLSHARD_REPORT_DIR", "");
     if (!report_dir.empty()) ro.timeline_points = 4000;
@@ -260,10 +271,13 @@ int worker_main(const LaunchOptions& o, const BackendRegistry& backends) {
       write_line(fd, {{"type", "step"}, {"rank", rank}, {"step", m.step}, {"loss", loss_json(m.loss)}, {"seconds", m.seconds},
                       {"tokens", m.tokens}, {"peak_allocated_bytes", m.peak_allocated_bytes},
                       {"peak_reserved_bytes", m.peak_reserved_bytes}, {"compute_s", m.compute_s},
-                      {"comm_s", m.comm_s}, {"exposed_comm_s", m.exposed_comm_s}, {"flops", m.flops}});
+                      {"comm_s", m.comm_s}, {"exposed_comm_s", m.exposed_comm_s}, {"flops", m.flops},
+                      {"eval_loss", std::isnan(m.eval_loss) ? nlohmann::json(nullptr) : loss_json(m.eval_loss)}});
       if (fd < 0 && rank == 0)  // no launcher: rank 0 reports itself
         std::fprintf(stderr, "  step %d: rank 0 loss %.4f, %.2f s, peak allocated %llu B\n", m.step + 1, m.loss, m.seconds,
                      static_cast<unsigned long long>(m.peak_allocated_bytes));
+      if (fd < 0 && rank == 0 && !std::isnan(m.eval_loss))
+        std::fprintf(stderr, "step %d: rank 0 val loss %.4f\n", m.step + 1, m.eval_loss);
     });
     if (auto* tcp = dynamic_cast<gloo_backend::TcpStore*>(req.env.store.get())) {
       // Rank 0 hosts the store: it stays up until every rank is done with it (a rank may still
@@ -309,6 +323,13 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
   if (o.steps < -1) throw InputError("--steps", fmt::format("is {}", o.steps), "use 0 or more optimizer steps");
   validate_checkpoint_flags(o.checkpoint_dir, o.checkpoint_every, o.resume, kind.name, o.steps >= 0 ? o.steps : s.training.steps,
                             s);
+  batch_source(s);  // the training data: missing, malformed, tokens >= vocab_size (NOTE [Token data sampling])
+  if (o.eval_every < 0) throw InputError("--eval-every", fmt::format("is {}", o.eval_every), "use 0 (never) or more steps");
+  if (o.eval_batches < 1)
+    throw InputError("--eval-batches", fmt::format("is {}", o.eval_batches), "use 1 or more validation batches");
+  if (o.eval_every > 0 && s.training.data.val_path.empty())
+    throw InputError("--eval-every", fmt::format("is {}, but the scenario has no validation data", o.eval_every),
+                     "add training.data.val_path (fullshard data tokenize --val-fraction writes one)");
   if (!o.init_from.empty()) {
     if (!o.resume.empty())
       throw InputError("--init-from", "is given with --resume", "give one: a checkpoint has its own weights");
@@ -345,10 +366,33 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
   }
 }
 
+Scenario load_run_scenario(const LaunchOptions& o) {
+  Scenario s = load_scenario_file(o.scenario_path);
+  if (!o.data.empty()) {
+    s.training.data.path = o.data;
+    s.training.data.val_path.clear();  // the scenario's validation data belongs to its own training data
+  }
+  if (!o.data_format.empty()) s.training.data.format = o.data_format;
+  return s;
+}
+
 LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backends) {
   LaunchResult res;
   const auto start = Clock::now();
-  Scenario s = load_scenario_file(o.scenario_path);  // bad input fails here, before any process
+  Scenario s = load_run_scenario(o);  // bad input fails here, before any process
+  if (o.progress && s.training.data.given()) {  // validate_launch checked the data
+    const DataOptions& d = s.training.data;
+    const DataFormat f = data_format_from_name(d.format);
+    const auto tokens = open_token_source(d.path, f, "training.data");
+    std::fprintf(stderr, "data: %s, %s\n", printable(tokens->describe(), 1024).c_str(),
+                 d.sampling == "random" ? "random windows"
+                                        : fmt::format("{} sequences of {} tokens per epoch, read in order",
+                                                      (tokens->size() - 1) / s.training.seq_len, s.training.seq_len)
+                                              .c_str());
+    if (!d.val_path.empty())
+      std::fprintf(stderr, "validation data: %s\n",
+                   printable(open_token_source(d.val_path, f, "training.data.val_path")->describe(), 1024).c_str());
+  }
   const int world = s.world_size();
   const int n = world;
   const BackendKind& kind = backends.choose(o.backend, s);
@@ -401,6 +445,10 @@ LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backend
         args.insert(args.end(), {"--checkpoint-dir", o.checkpoint_dir, "--checkpoint-every", std::to_string(o.checkpoint_every)});
       if (!resume_folder.empty()) args.insert(args.end(), {"--resume", resume_folder});  // resolved once, here
       if (!o.init_from.empty()) args.insert(args.end(), {"--init-from", o.init_from});
+      if (!o.data.empty()) args.insert(args.end(), {"--data", std::filesystem::absolute(o.data).string()});
+      if (!o.data_format.empty()) args.insert(args.end(), {"--data-format", o.data_format});
+      if (o.eval_every > 0)
+        args.insert(args.end(), {"--eval-every", std::to_string(o.eval_every), "--eval-batches", std::to_string(o.eval_batches)});
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
@@ -452,6 +500,11 @@ LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backend
           st.peak_reserved_bytes = std::max<uint64_t>(st.peak_reserved_bytes, x.value("peak_reserved_bytes", 0ull));
         }
         st.loss = loss / n;
+        if (!v.front().value("eval_loss", nlohmann::json(nullptr)).is_null()) {
+          double ev = 0;
+          for (auto& x : v) ev += eval_loss_of(x);
+          st.eval_loss = ev / n;
+        }
         st.tokens_per_s = st.step_time_s > 0 ? tokens / st.step_time_s : 0;
         st.flops_per_s = st.step_time_s > 0 ? flops / st.step_time_s : 0;
         res.steps.push_back(st);
@@ -461,7 +514,7 @@ LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backend
             const double l = loss_of(x);
             per_rank.push_back({{"rank", x["rank"]}, {"loss", std::isfinite(l) ? nlohmann::json(l) : nullptr}});
           }
-          metrics << nlohmann::json{{"step", st.step},
+          nlohmann::json line{{"step", st.step},
                                     {"loss", std::isfinite(st.loss) ? nlohmann::json(st.loss) : nullptr},
                                     {"nonfinite", !std::isfinite(st.loss)},
                                     {"tokens_per_s", st.tokens_per_s},
@@ -472,9 +525,9 @@ LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backend
                                     {"flops_per_s", st.flops_per_s},
                                     {"peak_allocated_bytes", st.peak_allocated_bytes},
                                     {"peak_reserved_bytes", st.peak_reserved_bytes},
-                                    {"ranks", per_rank}}
-                         .dump()
-                  << "\n";
+                                    {"ranks", per_rank}};
+          if (!std::isnan(st.eval_loss)) line["eval_loss"] = std::isfinite(st.eval_loss) ? nlohmann::json(st.eval_loss) : nullptr;
+          metrics << line.dump() << "\n";
           metrics.flush();
           if (!metrics && !metrics_failed) {  // a full disk, an I/O error: never a silent half line
             metrics_failed = true;

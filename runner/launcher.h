@@ -4,6 +4,7 @@
 // under torchrun-style environment variables so that other launchers (torchrun-like scripts,
 // Slurm, mpirun) can start ranks on several machines. Backend-neutral: the worker builds its
 // Backend from the registry (runner/backend_factory.h).
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,7 +35,15 @@ struct LaunchOptions {
   int checkpoint_every = 0;
   std::string resume;
   std::string init_from;  // safetensors weights to start from (runner/init_weights.h)
+  std::string data;       // --data: training tokens instead of training.data.path (docs/data.md)
+  std::string data_format;  // --data-format: instead of training.data.format
+  int eval_every = 0;       // --eval-every: validation loss after every N steps (NOTE [Validation pass])
+  int eval_batches = 4;     // --eval-batches: validation batches per evaluation
 };
+
+// The scenario of a run: o.scenario_path with --data applied (a path relative to the working
+// directory). Throws InputError as load_scenario_file does.
+Scenario load_run_scenario(const LaunchOptions& o);
 
 // Checks the options a user typed (steps, nproc, timeout) and, for `kind`, that this machine
 // can run `s` (GPUs present for a device backend; host memory for CPU workers of a GPU
@@ -60,6 +69,7 @@ struct StepSummary {
   double exposed_comm_s = 0;   // worst rank's communication not overlapped by compute
   double comm_s = 0;           // busiest rank's communication (union of its collective streams)
   double flops_per_s = 0;      // all ranks' kernel FLOPs / step_time_s
+  double eval_loss = std::numeric_limits<double>::quiet_NaN();  // validation loss after the step, mean over ranks
 };
 
 struct LaunchResult {

@@ -128,9 +128,16 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
       const auto counts = b.take_collective_counts();
       std::copy(counts.begin(), counts.end(), rep.collectives_per_step);
       rep.allocated_after_step.push_back(b.memory().current().allocated_bytes);
+      if (o.eval_every > 0 && ((step + 1) % o.eval_every == 0 || step + 1 == steps)) {
+        m.eval_loss = prog.eval_loss(o.eval_batches);
+        // The validation pass is not part of any step's measurements.
+        b.take_busy_intervals();
+        b.take_launched_flops();
+        b.take_collective_counts();
+      }
       r.steps.push_back(m);
       if (o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0)
-        save_checkpoint(b, prog, s, o.checkpoint_dir, step + 1);
+        save_checkpoint(b, prog, s, o.checkpoint_dir, step + 1, o.batches);
       if (on_step) on_step(m);
     }
     b.synchronize_device();

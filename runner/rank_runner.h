@@ -3,10 +3,12 @@
 // same TrainingProgram the simulator plays. Used by the worker processes of `fullshard train`
 // and by tests that run ranks as threads over an in-process store.
 #include <functional>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/data/text_corpus.h"
 #include "core/report/rank_report.h"
 #include "core/report/step_breakdown.h"
 #include "core/runtime/backend.h"
@@ -31,6 +33,12 @@ struct RankOptions {
   std::string checkpoint_dir;
   int checkpoint_every = 0;
   std::string resume_from;
+  // Validation (NOTE [Validation pass]): after every `eval_every` steps and after the last,
+  // the mean loss of `eval_batches` validation batches (0: never). Needs validation data.
+  int eval_every = 0;
+  int eval_batches = 1;
+  // The backend's data source (not owned), whose position checkpoints save; null: none saved.
+  const BatchSource* batches = nullptr;
   // Safetensors weights to start from instead of the random init (runner/init_weights.h).
   std::string init_from;
 };
@@ -38,6 +46,7 @@ struct RankOptions {
 struct StepMetrics {
   int step = 0;
   double loss = 0;           // this rank's loss, mean over its micro-batches
+  double eval_loss = std::numeric_limits<double>::quiet_NaN();  // validation loss after the step (NaN: none)
   double seconds = 0;        // wall time of the step on this rank
   int64_t tokens = 0;        // tokens this rank trained on in the step
   uint64_t peak_allocated_bytes = 0;  // since the start of the run

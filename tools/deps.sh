@@ -6,7 +6,7 @@ set -euo pipefail
 fullshard_install_deps() {
   if [ "$(basename "$0")" = "test.sh" ]; then fullshard_install_test_deps; fi  # chromium: test path only
   local pkgs=(cmake ninja-build g++ libgtest-dev libgmock-dev librapidcheck-dev nlohmann-json3-dev
-              libcli11-dev libfmt-dev libgloo-dev libopenblas-dev libbenchmark-dev)
+              libcli11-dev libfmt-dev libgloo-dev libopenblas-dev libbenchmark-dev libicu-dev)
   local missing=()
   for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

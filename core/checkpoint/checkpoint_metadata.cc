@@ -53,7 +53,9 @@ CheckpointMetadata parse(const nlohmann::json& j) {
   jr::require_object(j, "", R"({"format": "fullshard-checkpoint", ...})");
   const std::vector<std::string> known = {"format", "version", "scenario", "arch", "step", "next_step", "seed",
                                           "world_size", "mesh", "optimizer_steps", "files", "tensors"};
-  jr::reject_unknown_fields(j, "", known);
+  std::vector<std::string> accepted = known;
+  accepted.push_back("data");  // optional: token data sets only
+  jr::reject_unknown_fields(j, "", accepted);
   for (const auto& k : known) jr::require_field(j, "", k, "the metadata is damaged or not a fullshard checkpoint");
   if (j["format"] != "fullshard-checkpoint")
     throw InputError("format", "is " + jr::show(j["format"]) + ", not \"fullshard-checkpoint\"",
@@ -83,6 +85,19 @@ CheckpointMetadata parse(const nlohmann::json& j) {
                                  " is not world_size " + std::to_string(m.world_size),
                      "the metadata is damaged");
   m.optimizer_steps = jr::get_int(j["optimizer_steps"], "optimizer_steps", 0, kMaxI, "3");
+  if (j.contains("data")) {
+    const auto& d = j["data"];
+    jr::require_object(d, "data", R"({"source": "train.bin", "samples": 64, "epoch": 0, "window": 64})");
+    const std::vector<std::string> dk = {"source", "samples", "epoch", "window"};
+    jr::reject_unknown_fields(d, "data", dk);
+    for (const auto& k : dk) jr::require_field(d, "data", k, "the metadata is damaged");
+    CheckpointDataPosition p;
+    p.source = jr::get_string(d["source"], "data.source", "\"train.bin\"");
+    p.samples = jr::get_int(d["samples"], "data.samples", 0, kMaxI, "64");
+    p.epoch = jr::get_int(d["epoch"], "data.epoch", 0, kMaxI, "0");
+    p.window = jr::get_int(d["window"], "data.window", 0, kMaxI, "64");
+    m.data = p;
+  }
   if (!j["files"].is_array()) throw InputError("files", "is " + jr::describe(j["files"]) + ", not an array", "the metadata is damaged");
   std::set<std::string> files;
   for (size_t i = 0; i < j["files"].size(); ++i) {
@@ -142,6 +157,8 @@ nlohmann::json metadata_to_json(const CheckpointMetadata& m) {
   j["world_size"] = m.world_size;
   j["mesh"] = {{"replicate", m.replicate}, {"shard", m.shard}};
   j["optimizer_steps"] = m.optimizer_steps;
+  if (m.data)
+    j["data"] = {{"source", m.data->source}, {"samples", m.data->samples}, {"epoch", m.data->epoch}, {"window", m.data->window}};
   j["files"] = nlohmann::json::array();
   for (const auto& f : m.files) j["files"].push_back({{"name", f.name}, {"bytes", f.bytes}});
   j["tensors"] = nlohmann::json::array();

@@ -7,8 +7,11 @@
 // parameters, the optimizer state, the step index and the scenario's seed: kLoadBatch samples
 // global sample i of step s from (seed, s, i) (core/data/text_corpus.h) and kInitParam draws
 // from (seed, parameter name). So the data position is the next step index and the only RNG
-// state is the seed; both are saved, and a resume with a different seed is refused.
+// state is the seed; both are saved, and a resume with a different seed is refused. With a
+// token data set (training.data) the position is also saved as "data" (global samples read,
+// epoch, window in the epoch: NOTE [Token data sampling]), and a resume continues there.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +40,14 @@ struct CheckpointFile {
   uint64_t bytes = 0;  // size when it was written: a different size is a damaged file
 };
 
+// Where a token data set was when the checkpoint was saved (optional "data" object).
+struct CheckpointDataPosition {
+  std::string source;   // the data path as the scenario gave it (informational)
+  int64_t samples = 0;  // global sequences read: the next step's first global sample
+  int64_t epoch = 0;
+  int64_t window = 0;   // the next sequence's index within the epoch
+};
+
 struct CheckpointMetadata {
   int version = kCheckpointFormatVersion;
   std::string scenario;            // the scenario's name (informational)
@@ -47,6 +58,7 @@ struct CheckpointMetadata {
   int world_size = 1;
   int replicate = 1, shard = 1;    // mesh: replicate x shard (HSDP); FSDP is replicate 1
   int64_t optimizer_steps = 0;     // AdamW's step count (bias correction)
+  std::optional<CheckpointDataPosition> data;  // token data sets only
   std::vector<CheckpointFile> files;
   std::vector<CheckpointTensor> tensors;
   const CheckpointTensor* find(const std::string& name) const;

@@ -80,14 +80,89 @@ int64_t BatchSource::first_sample(int64_t micro, int rank, int world_size, int64
   return micro * total + before;
 }
 
-void BatchSource::fill(const OpCall& op, int rank, int world_size, int64_t* tokens, int64_t* labels) const {
-  FULLSHARD_CHECK(corpus != nullptr, "kLoadBatch without a corpus");
+// NOTE [Token data sampling]: a token data set (training.data) is read as llm.c's DataLoader
+// reads it: consecutive windows of seq_len + 1 tokens (the labels are the tokens shifted by
+// one), window w of an epoch starting at token w * seq_len, so an epoch is
+// windows_per_epoch = (n - 1) / seq_len sequences and the tail shorter than one sequence is
+// not read. Global sample k (counted from the start of training, micro-batch major, then rank,
+// then row, as the generated corpus numbers them) is window k % windows_per_epoch of epoch
+// k / windows_per_epoch, with k = sample_base + step * samples_per_step + the sample's index
+// within the step. So every mesh reads the same global batch, the position is a pure function
+// of the step, and a checkpoint stores k (DataPosition::samples) so that a resume with another
+// global batch still continues where the run stopped (sample_base absorbs the difference).
+// "random" sampling is nanoGPT's get_batch: a window starting anywhere, drawn from
+// (seed, step, global sample index) as the generated corpus does; it has no epochs.
+int64_t BatchSource::windows_per_epoch(int64_t seq_len) const {
+  FULLSHARD_CHECK(tokens != nullptr && seq_len > 0, "windows_per_epoch without token data");
+  return (tokens->size() - 1) / seq_len;
+}
+
+DataPosition BatchSource::position(int64_t step, int64_t samples_per_step, int64_t seq_len) const {
+  DataPosition p;
+  p.samples = (tokens && !random_windows ? sample_base : 0) + step * samples_per_step;
+  if (tokens && !random_windows) {
+    const int64_t w = windows_per_epoch(seq_len);
+    p.epoch = p.samples / w;
+    p.window = p.samples % w;
+  }
+  return p;
+}
+
+void BatchSource::fill(const OpCall& op, int rank, int world_size, int64_t* out_tokens, int64_t* labels) const {
+  FULLSHARD_CHECK(corpus != nullptr || tokens != nullptr, "kLoadBatch without a corpus");
   FULLSHARD_CHECK(op.outputs.size() == 2 && op.iargs.size() >= 2, "kLoadBatch " + op.name + ": bad arguments");
   const TensorMeta& m = op.outputs.at(0).meta;
   FULLSHARD_CHECK(m.shape.size() == 2 && m.dtype == DType::kInt64, "kLoadBatch: tokens must be int64 [B, S]");
   const int64_t batch = m.shape[0], seq = m.shape[1];
   const int64_t step = op.iargs[0], micro = op.iargs[1];
-  corpus->fill_batch(seed, step, first_sample(micro, rank, world_size, batch), batch, seq, tokens, labels);
+  const int64_t first = first_sample(micro, rank, world_size, batch);
+  if (op.iargs.size() >= 4 && op.iargs[3] == 1) {
+    // Validation batch `step` (NOTE [Validation pass]): windows in order from the start of the
+    // validation data, wrapping, numbered as one micro-batch of every rank.
+    FULLSHARD_CHECK(val_tokens != nullptr && val_tokens->size() > seq, "validation batch without validation data");
+    int64_t per_micro = 0;
+    if (rank_batches.empty()) per_micro = static_cast<int64_t>(world_size) * batch;
+    for (int64_t b : rank_batches) per_micro += b;
+    const int64_t windows = (val_tokens->size() - 1) / seq;
+    std::vector<int64_t> window(static_cast<size_t>(seq + 1));
+    for (int64_t i = 0; i < batch; ++i) {
+      val_tokens->read(((step * per_micro + first + i) % windows) * seq, seq + 1, window.data());
+      for (int64_t t = 0; t < seq; ++t) {
+        out_tokens[i * seq + t] = window[static_cast<size_t>(t)];
+        labels[i * seq + t] = window[static_cast<size_t>(t + 1)];
+      }
+    }
+    return;
+  }
+  if (!tokens) {
+    corpus->fill_batch(seed, step, first, batch, seq, out_tokens, labels);
+    return;
+  }
+  const int64_t n = tokens->size();
+  FULLSHARD_CHECK(n > seq, "token data shorter than one sequence");
+  const int64_t accum = op.iargs.size() >= 3 ? op.iargs[2] : 1;
+  int64_t per_micro = 0;
+  if (rank_batches.empty()) per_micro = static_cast<int64_t>(world_size) * batch;
+  for (int64_t b : rank_batches) per_micro += b;
+  const int64_t per_step = per_micro * accum;
+  std::vector<int64_t> window(static_cast<size_t>(seq + 1));
+  for (int64_t i = 0; i < batch; ++i) {
+    const int64_t g = first + i;
+    int64_t start = 0;
+    if (random_windows) {
+      const uint64_t h = splitmix64(splitmix64(splitmix64(seed ^ 0xda7a) ^ static_cast<uint64_t>(step)) ^
+                                    static_cast<uint64_t>(g));
+      start = static_cast<int64_t>(h % static_cast<uint64_t>(n - seq));
+    } else {
+      const int64_t k = sample_base + step * per_step + g;
+      start = (k % windows_per_epoch(seq)) * seq;
+    }
+    tokens->read(start, seq + 1, window.data());
+    for (int64_t t = 0; t < seq; ++t) {
+      out_tokens[i * seq + t] = window[static_cast<size_t>(t)];
+      labels[i * seq + t] = window[static_cast<size_t>(t + 1)];
+    }
+  }
 }
 
 }  // namespace fullshard

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/data/token_source.h"
 #include "core/runtime/op.h"
 
 namespace fullshard {
@@ -36,12 +37,30 @@ class TextCorpus {
   std::string text_;
 };
 
-// What a rank's kLoadBatch reads: the corpus, the seed and every rank's micro-batch size.
+// Where a token data set is after some steps (NOTE [Token data sampling]): what checkpoints
+// save and `fullshard train` logs.
+struct DataPosition {
+  int64_t samples = 0;  // global samples (sequences) read since the start of training
+  int64_t epoch = 0;    // complete passes over the data set
+  int64_t window = 0;   // the next sequence's index within the epoch
+};
+
+// What a rank's kLoadBatch reads: the corpus or a token data set, the seed and every rank's
+// micro-batch size.
 struct BatchSource {
-  std::shared_ptr<const TextCorpus> corpus;
+  std::shared_ptr<const TextCorpus> corpus;  // the generated corpus (when `tokens` is null)
+  std::shared_ptr<const TokenSource> tokens;  // training.data (NOTE [Token data sampling])
+  std::shared_ptr<const TokenSource> val_tokens;  // training.data.val_path (kLoadBatch split 1)
+  bool random_windows = false;  // tokens: nanoGPT's random windows instead of llm.c's sequential order
+  int64_t sample_base = 0;      // tokens, sequential: global sample of step 0 (a resume may move it)
   uint64_t seed = 0;
   // Sequences per micro-batch of every rank (global sample numbering); empty: all equal.
   std::vector<int64_t> rank_batches;
+
+  // Sequences of `seq_len` (+1 for the labels) the token data set holds in one epoch.
+  int64_t windows_per_epoch(int64_t seq_len) const;
+  // The data position before `step` with `samples_per_step` global sequences per step.
+  DataPosition position(int64_t step, int64_t samples_per_step, int64_t seq_len) const;
 
   // The global index of the first sample of `rank`'s micro-batch `micro` of `batch` rows:
   // micro-batch major, then rank, then row.

@@ -56,7 +56,8 @@ const std::map<std::string, std::vector<std::string>> kFields = {
      {"preset", "loss", "keep_logits", "rms_norm", "rope", "gqa", "attention", "compile"}},
     {"training",
      {"batch_per_rank", "rank_batch", "seq_len", "steps", "grad_accum_steps", "activation_checkpointing",
-      "optimizer", "seed"}},
+      "optimizer", "seed", "data"}},
+    {"training.data", {"path", "format", "val_path", "sampling", "tokenizer"}},
     {"training.rank_batch", {"rank", "batch"}},
     {"training.optimizer", {"lr", "beta1", "beta2", "eps", "weight_decay", "max_grad_norm", "implementation"}},
     {"training.activation_checkpointing", {"mode", "every"}},
@@ -340,7 +341,34 @@ OptimizerOptions parse_optimizer(const json& v) {
   return o;
 }
 
-TrainingOptions parse_training(const json& j, const ModelConfig& model) {
+// "data": "path" or {"path": ..., "format": ..., "val_path": ..., "sampling": ...}.
+DataOptions parse_data(const json& j, const std::string& base_dir) {
+  const std::string P = "training.data";
+  DataOptions d;
+  if (j.is_string()) {
+    d.path = jr::get_string(j, P, "\"data/train.bin\"");
+  } else {
+    jr::require_object(j, P, "{\"path\": \"data/train.bin\"} or \"data/train.bin\"");
+    check_fields(j, P);
+    jr::require_field(j, P, "path", "add \"path\": a token file, a folder of shards, a glob or a text file");
+    d.path = jr::get_string(j.at("path"), P + ".path", "\"data/train.bin\"");
+    if (j.contains("format"))
+      d.format = jr::get_choice(j.at("format"), P + ".format", {"auto", "llmc", "uint16", "uint32", "text", "jsonl"});
+    if (j.contains("val_path")) d.val_path = jr::get_string(j.at("val_path"), P + ".val_path", "\"data/val.bin\"");
+    if (j.contains("sampling")) d.sampling = jr::get_choice(j.at("sampling"), P + ".sampling", {"sequential", "random"});
+    if (j.contains("tokenizer")) {
+      d.tokenizer = jr::get_string(j.at("tokenizer"), P + ".tokenizer", "\"byte\" or \"gpt2.tiktoken\"");
+      if (d.tokenizer.empty()) throw InputError(P + ".tokenizer", "is empty", "give \"byte\" or a tiktoken ranks file");
+      if (d.tokenizer != "byte") d.tokenizer = resolve(base_dir, d.tokenizer);
+    }
+  }
+  if (d.path.empty()) throw InputError(j.is_string() ? P : P + ".path", "is empty", "give a token file, a folder or a glob");
+  d.path = resolve(base_dir, d.path);
+  if (!d.val_path.empty()) d.val_path = resolve(base_dir, d.val_path);
+  return d;
+}
+
+TrainingOptions parse_training(const json& j, const ModelConfig& model, const std::string& base_dir) {
   const std::string P = "training";
   jr::require_object(j, P, "{\"seq_len\": 4096, \"batch_per_rank\": 1}");
   check_fields(j, P);
@@ -380,6 +408,7 @@ TrainingOptions parse_training(const json& j, const ModelConfig& model) {
         throw InputError(at + ".rank", "is " + std::to_string(rank) + ", given twice", "give each rank once");
     }
   }
+  if (j.contains("data")) t.data = parse_data(j.at("data"), base_dir);
   if (j.contains("seed")) {
     const json& s = j.at("seed");
     t.seed = s.is_number_unsigned() ? s.get<uint64_t>()
@@ -731,7 +760,7 @@ Scenario parse_scenario(const json& j, const std::string& base_dir) {
   jr::require_field(j, "", "training", "add \"training\": {\"seq_len\": 4096}");
   jr::require_field(j, "", "hardware", "add \"hardware\": {\"profile\": \"h100-sxm-80gb\"}");
   s.model = parse_model(j.at("model"), base_dir);
-  s.training = parse_training(j.at("training"), s.model);
+  s.training = parse_training(j.at("training"), s.model, base_dir);
   s.hardware = parse_hardware(j.at("hardware"), base_dir);
   s.fsdp = parse_fsdp(j.contains("fsdp") ? j.at("fsdp") : json::object(), s.hardware);
   for (const auto& [rank, batch] : s.training.rank_batch)

@@ -113,6 +113,43 @@ void TrainingProgram::micro_step(int step, int micro) {
   fsdp_->post_backward_final_callback();
 }
 
+// NOTE [Validation pass]: torchtitan's validator and nanoGPT's estimate_loss run the model in
+// eval mode under torch.no_grad: a forward that records no graph and saves nothing, through
+// the same FSDP hooks (each unit all-gathers its parameters and, with reshard_after_forward,
+// frees them again). Units that keep their parameters unsharded after forward (the root by
+// default) would wait for a backward that never comes, so they are resharded at the end, as
+// FSDP2's final callback would. The simulator never plays this pass (`fullshard simulate`
+// predicts training steps); its allocations are below a training step's (no activations are
+// saved), so they do not raise the peak, but they do appear in a measured timeline.
+double TrainingProgram::eval_loss(int batches) {
+  const auto& t = s_.training;
+  b_.annotate("validation");
+  for (int i = 0; i < batches; ++i) {
+    TensorMeta ids{DType::kInt64, {t.batch_for(b_.rank()), t.seq_len}};
+    Tensor tokens = Tensor::empty(b_, ids, MemCategory::kActivation, StreamRole::kDefault, "validation tokens");
+    Tensor labels = Tensor::empty(b_, ids, MemCategory::kActivation, StreamRole::kDefault, "validation labels");
+    OpCall load;
+    load.kind = OpKind::kLoadBatch;
+    load.name = "load validation batch";
+    load.outputs = {tokens.ref(), labels.ref()};
+    load.bytes = static_cast<double>(2 * ids.nbytes());
+    load.iargs = {i, 0, 1, 1};  // validation batch i; split 1: the validation data
+    b_.launch(StreamRole::kDefault, load);
+    ExecContext c(b_, nullptr, fsdp_.get());
+    Value loss = model_->forward(c, tokens, labels, {});
+    b_.read_scalar(StreamRole::kDefault, loss.t.ref());
+  }
+  for (auto& st : fsdp_->states())
+    if (st->group && st->group->is_unsharded()) st->group->reshard();
+  b_.synchronize(b_.record_event(StreamRole::kDefault));
+  b_.annotate("validation end");
+  std::vector<double> losses = b_.take_scalars();
+  if (losses.empty()) return std::numeric_limits<double>::quiet_NaN();
+  double sum = 0;
+  for (double l : losses) sum += l;
+  return sum / static_cast<double>(losses.size());
+}
+
 double TrainingProgram::run_step(int step) {
   b_.set_step(step);
   const int k = s_.training.grad_accum_steps;

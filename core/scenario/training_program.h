@@ -26,6 +26,10 @@ class TrainingProgram {
   // clipping, AdamW, zero_grad, and the host reading back the loss. Returns this rank's
   // loss averaged over its micro-batches (NaN on a backend without values: the simulator).
   double run_step(int step);
+  // The validation loss (NOTE [Validation pass]): `batches` forward passes without autograd over
+  // validation batches 0 .. batches-1 (kLoadBatch split 1), this rank's mean loss. Leaves the
+  // parameters sharded as after a step. NaN on a backend without values.
+  double eval_loss(int batches);
 
   Transformer& model() { return *model_; }
   FSDPRuntime& fsdp() { return *fsdp_; }

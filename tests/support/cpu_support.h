@@ -10,6 +10,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "runner/backend_factory.h"
+#include "runner/checkpoint.h"
 #include "runner/rank_runner.h"
 #include "core/fsdp/shard_layout.h"
 #include "core/model/transformer.h"
@@ -41,9 +42,12 @@ inline RealRun run_real(const Scenario& s, int steps = -1, const runner::RankOpt
         if (world > 1) bo.device = gloo_backend::make_tcp_device("127.0.0.1");
         bo.collectives.timeout = std::chrono::seconds(30);
         bo.batches = runner::batch_source(s);
+        if (!base.resume_from.empty()) runner::resume_data_position(base.resume_from, s, bo.batches);
+        const BatchSource batches = bo.batches;  // its position goes into checkpoints
         bo.record_timeline = false;
         cpu::CpuBackend backend(std::move(bo));
         runner::RankOptions o = base;
+        o.batches = &batches;
         o.steps = steps;
         o.collect_params = true;
         out.ranks[r] = runner::run_rank(backend, s, o);

@@ -1,4 +1,5 @@
 // Training curves: the inputs (--metrics JSONL, step,loss CSV, a measured report) and the picture.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -24,6 +25,28 @@ TEST(TrainingData, MetricsJsonlStepsFromOneAndNullLossesAreGaps) {
   EXPECT_TRUE(std::isnan(r.loss[1]));
   EXPECT_EQ(r.tokens_per_s, (std::vector<double>{100, 120}));
   EXPECT_EQ(r.peak_allocated, (std::vector<double>{4096, 4096}));
+}
+
+// --eval-every writes eval_loss on the evaluated steps only; the loss panel draws it dashed with dots.
+TEST(TrainingData, ValidationLossIsReadAndDrawn) {
+  const TrainingRun r = parse_metrics_jsonl(
+      "{\"step\": 0, \"loss\": 5.5}\n{\"step\": 1, \"loss\": 5.0, \"eval_loss\": 5.25}\n{\"step\": 2, \"loss\": 4.5}\n"
+      "{\"step\": 3, \"loss\": 4.0, \"eval_loss\": 4.75}\n",
+      "m.jsonl");
+  ASSERT_EQ(r.eval_loss.size(), 4u);
+  EXPECT_TRUE(std::isnan(r.eval_loss[0]));
+  EXPECT_EQ(r.eval_loss[1], 5.25);
+  EXPECT_EQ(r.eval_loss[3], 4.75);
+  const std::string svg = render_training_svg({r}, "t");
+  EXPECT_NE(svg.find("stroke-dasharray"), std::string::npos);
+  size_t dots = 0;
+  for (size_t at = svg.find("<circle"); at != std::string::npos; at = svg.find("<circle", at + 1)) ++dots;
+  EXPECT_EQ(dots, 2u);
+  EXPECT_NE(svg.find("last validation loss 4.7500"), std::string::npos);
+  // Without eval_loss nothing changes.
+  const TrainingRun plain = parse_metrics_jsonl("{\"step\": 0, \"loss\": 5.5}\n", "p.jsonl");
+  EXPECT_TRUE(plain.eval_loss.empty());
+  EXPECT_EQ(render_training_svg({plain}, "t").find("stroke-dasharray"), std::string::npos);
 }
 
 TEST(TrainingData, CsvOfAnotherTrainerWithOptionalColumns) {

@@ -29,6 +29,7 @@
 #include "simulator/simulate.h"
 #include "tools/fullshard/calibrate_commands.h"
 #include "tools/fullshard/checkpoint_commands.h"
+#include "tools/fullshard/data_commands.h"
 #include "tools/fullshard/commands.h"
 #include "tools/fullshard/plan_commands.h"
 #include "tools/fullshard/plot_commands.h"
@@ -130,6 +131,11 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"nccl", "gloo"}));
     c->add_option("--nproc", lo.nproc, "worker processes (default: the scenario's world size)");
     c->add_option("--steps", lo.steps, "optimizer steps (default: training.steps)");
+    c->add_option("--data", lo.data,
+                  "train on these tokens instead of training.data: a token file (llm.c header, or --data-format), a "
+                  "folder or glob of shards, or a .txt / .jsonl file (byte-level)");
+    c->add_option("--data-format", lo.data_format, "how --data is read (default: training.data.format, else auto)")
+        ->check(CLI::IsMember({"auto", "llmc", "uint16", "uint32", "text", "jsonl"}));
     c->add_option("--timeout", lo.timeout_s, "seconds a collective may wait for its peers (default 60)");
     c->add_flag("--debug-collectives", lo.check_fingerprints,
                 "exchange collective fingerprints before each collective (like TORCH_DISTRIBUTED_DEBUG=DETAIL)");
@@ -143,6 +149,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"stop", "continue"}));
   std::string train_json;
   train->add_option("--json", train_json, "write the measured report (memory timeline per rank) here");
+  train->add_option("--eval-every", lo.eval_every,
+                    "print the validation loss (training.data.val_path) after every N steps and after the last (0: never)");
+  train->add_option("--eval-batches", lo.eval_batches, "validation batches per evaluation (default 4)");
   train->add_option("--checkpoint-dir", lo.checkpoint_dir, "write sharded checkpoints here (docs/checkpoints.md)");
   train->add_option("--checkpoint-every", lo.checkpoint_every, "save a checkpoint after every N steps (0: never)");
   train->add_option("--resume", lo.resume, "continue from a checkpoint: latest (under --checkpoint-dir, the default) or a folder")
@@ -170,6 +179,8 @@ int main(int argc, char** argv) {
   auto* calibrate = fullshard::cli::add_calibrate_command(app, calibrate_flags);
   fullshard::cli::CheckpointFlags checkpoint_flags;
   auto* checkpoint = fullshard::cli::add_checkpoint_command(app, checkpoint_flags);
+  fullshard::cli::DataFlags data_flags;
+  auto* data = fullshard::cli::add_data_command(app, data_flags);
   auto* models = app.add_subcommand("models", "list the model zoo with exact parameter counts");
   models->add_flag("--json", models_json, "JSON output");
   try {
@@ -186,6 +197,7 @@ int main(int argc, char** argv) {
     if (*plan) return fullshard::cli::cmd_plan(plan_flags);
     if (*calibrate) return fullshard::cli::cmd_calibrate(calibrate_flags);
     if (*checkpoint) return fullshard::cli::cmd_checkpoint(checkpoint_flags);
+    if (*data) return fullshard::cli::cmd_data(data_flags);
     if (*train) {
       if (on_nonfinite == "continue") lo.on_nonfinite = fullshard::runner::LaunchOptions::OnNonFinite::kContinue;
       if (train->count("--resume") > 0 && lo.resume.empty()) lo.resume = "latest";  // --resume with no value

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -94,7 +95,7 @@ nlohmann::json measured_report(const Scenario& s, const runner::LaunchResult& r)
 
 int cmd_train(runner::LaunchOptions o, const std::string& json_out) {
   if (runner::is_worker_environment()) return runner::worker_main(o, real_backends());
-  Scenario s = load_scenario_file(o.scenario_path);
+  Scenario s = runner::load_run_scenario(o);
   if (!json_out.empty()) {
     refuse_output_over_input("--json", json_out, {o.scenario_path, o.metrics_path});
     check_output_writable("--json", json_out);
@@ -132,6 +133,12 @@ int cmd_train(runner::LaunchOptions o, const std::string& json_out) {
                                from == 1 ? "median step after the first" : "step", med.step_time_s, med.tokens_per_s,
                                med.flops_per_s * 1e-9, 100.0 * med.exposed_comm_s / med.step_time_s);
   }
+  for (auto it = r.steps.rbegin(); it != r.steps.rend(); ++it)
+    if (!std::isnan(it->eval_loss)) {
+      std::cout << fmt::format("  validation loss {:.4f} after step {} ({} batches)\n", it->eval_loss, it->step + 1,
+                               o.eval_batches);
+      break;
+    }
   if (!o.metrics_path.empty()) std::cout << "  metrics written to " << o.metrics_path << "\n";
   if (!json_out.empty()) {
     write_output_file(json_out, measured_report(s, r).dump(1) + "\n", "--json");
@@ -141,7 +148,7 @@ int cmd_train(runner::LaunchOptions o, const std::string& json_out) {
 }
 
 int cmd_compare(const runner::LaunchOptions& o, const std::string& json_out) {
-  Scenario s = load_scenario_file(o.scenario_path);
+  Scenario s = runner::load_run_scenario(o);
   runner::validate_launch(o, s, real_backends().choose(o.backend, s));
   if (!json_out.empty()) {
     refuse_output_over_input("--json", json_out, {o.scenario_path, o.metrics_path});

@@ -100,12 +100,14 @@ TrainingRun parse_metrics_jsonl(const std::string& text, const std::string& wher
     if (std::isnan(step) || step < 0) throw InputError(at(where, n) + ": step", "is missing or negative", "write a step >= 0");
     r.step.push_back(step + 1);  // the metrics count from 0; the launcher prints step 1 first
     r.loss.push_back(json_number(row, "loss", at(where, n), true));
+    r.eval_loss.push_back(json_number(row, "eval_loss", at(where, n), true));
     r.tokens_per_s.push_back(json_number(row, "tokens_per_s", at(where, n), true));
     r.peak_allocated.push_back(json_number(row, "peak_allocated_bytes", at(where, n), true));
   }
   check_steps(r, where);
   drop_if_empty(r.tokens_per_s);
   drop_if_empty(r.peak_allocated);
+  drop_if_empty(r.eval_loss);
   return r;
 }
 

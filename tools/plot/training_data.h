@@ -14,6 +14,7 @@ struct TrainingRun {
   // non-finite loss): the curve has a gap there.
   std::vector<double> step;           // 1-based, as the launcher prints steps
   std::vector<double> loss;
+  std::vector<double> eval_loss;      // validation loss (--eval-every), NaN between evaluations; empty when none
   std::vector<double> tokens_per_s;   // empty when the input has none
   std::vector<double> peak_allocated; // bytes; empty when the input has none
 };

@@ -21,6 +21,8 @@ struct Metric {
   std::function<std::string(double, double)> label;  // (value, tick step) -> text
   double scale = 1;                                  // value / scale is drawn
   bool from_zero = false;                            // the axis starts at 0 (rates, bytes)
+  // Sparse values drawn dashed with dots over the same axis (the validation loss); may be null.
+  std::function<const std::vector<double>&(const TrainingRun&)> sparse;
 };
 
 std::string plain_label(double v, double step) {
@@ -30,9 +32,13 @@ std::string plain_label(double v, double step) {
 
 std::pair<double, double> range_of(const std::vector<TrainingRun>& runs, const Metric& m) {
   double lo = INFINITY, hi = -INFINITY;
-  for (const auto& r : runs)
+  for (const auto& r : runs) {
     for (double v : m.values(r))
       if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+    if (m.sparse)
+      for (double v : m.sparse(r))
+        if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+  }
   if (!(hi >= lo)) return {0, 1};
   if (hi == lo) return {lo - (lo == 0 ? 1 : std::abs(lo) * 0.05), hi + (hi == 0 ? 1 : std::abs(hi) * 0.05)};
   return {lo, hi};
@@ -66,7 +72,11 @@ std::string default_training_title(const std::vector<TrainingRun>& runs) {
 
 std::string render_training_svg(const std::vector<TrainingRun>& runs, const std::string& title) {
   std::vector<Metric> metrics;
-  metrics.push_back({"loss", [](const TrainingRun& r) -> const std::vector<double>& { return r.loss; }, plain_label});
+  bool eval = false;
+  for (const auto& r : runs) eval = eval || !r.eval_loss.empty();
+  metrics.push_back({eval ? "loss (dashed, dots: validation loss)" : "loss",
+                     [](const TrainingRun& r) -> const std::vector<double>& { return r.loss; }, plain_label});
+  if (eval) metrics.back().sparse = [](const TrainingRun& r) -> const std::vector<double>& { return r.eval_loss; };
   bool tps = false, mem = false;
   double max_mem = 0;
   for (const auto& r : runs) {
@@ -97,10 +107,12 @@ std::string render_training_svg(const std::vector<TrainingRun>& runs, const std:
   for (size_t i = 0; i < runs.size(); ++i) {
     const double y = 44 + 18.0 * static_cast<double>(i);
     const double last = first_finite(runs[i].loss, true);
+    const double last_eval = first_finite(runs[i].eval_loss, true);
     out += fmt::format("<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"{3}\" stroke-width=\"2\"/>"
-                       "<text x=\"{4}\" y=\"{5:.1f}\">{6} ({7} steps, last loss {8})</text>\n",
+                       "<text x=\"{4}\" y=\"{5:.1f}\">{6} ({7} steps, last loss {8}{9})</text>\n",
                        kLeft, y - 4, kLeft + 24, color(i), kLeft + 30, y, markup_escape(runs[i].label),
-                       runs[i].step.size(), std::isfinite(last) ? fmt::format("{:.4f}", last) : "none");
+                       runs[i].step.size(), std::isfinite(last) ? fmt::format("{:.4f}", last) : "none",
+                       std::isfinite(last_eval) ? fmt::format(", last validation loss {:.4f}", last_eval) : "");
   }
   const double w = kWidth - kLeft - kRight;
   for (size_t p = 0; p < metrics.size(); ++p) {
@@ -144,6 +156,19 @@ std::string render_training_svg(const std::vector<TrainingRun>& runs, const std:
       }
       if (!d.empty())
         out += fmt::format("<path d=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\"/>\n", d, color(i));
+      if (!m.sparse) continue;
+      // The validation loss: one dot per evaluation, joined by a dashed line across the steps between.
+      const auto& e = m.sparse(runs[i]);
+      std::string ed, dots;
+      for (size_t k = 0; k < e.size() && k < runs[i].step.size(); ++k) {
+        if (!std::isfinite(e[k])) continue;
+        const double x = X(runs[i].step[k]), y = Y(e[k] / m.scale);
+        ed += fmt::format("{}{:.1f},{:.1f}", ed.empty() ? "M" : "L", x, y);
+        dots += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>", x, y, color(i));
+      }
+      if (!ed.empty())
+        out += fmt::format("<path d=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" stroke-dasharray=\"6 4\"/>{}\n",
+                           ed, color(i), dots);
     }
   }
   return out + "</svg>\n";
