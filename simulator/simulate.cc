@@ -26,7 +26,7 @@ namespace fullshard::sim {
 // depend only on its first dimension, so the key holds each distinct first dimension once.
 std::vector<std::vector<int>> rank_classes(const Scenario& s) {
   const int world = s.world_size();
-  Transformer model(s.model);
+  Transformer model(s.model, tensor_parallel_for(s, 0));  // local shapes are alike on every tp rank
   std::vector<int64_t> rows;
   model.root().for_each_param([&](Param& p) { rows.push_back(p.shape[0]); });
   std::sort(rows.begin(), rows.end());
@@ -95,6 +95,9 @@ std::optional<Program> program_for_rank(const Scenario& s, const Program& from_p
   std::unordered_map<uint32_t, uint32_t> map;
   map[groups.intern(a.shard_group)] = groups.intern(b.shard_group);
   if (a.replicate_group && b.replicate_group) map[groups.intern(*a.replicate_group)] = groups.intern(*b.replicate_group);
+  if (a.tp_group && b.tp_group) map[groups.intern(*a.tp_group)] = groups.intern(*b.tp_group);
+  if (a.shard_tp_group && b.shard_tp_group)
+    map[groups.intern(*a.shard_tp_group)] = groups.intern(*b.shard_tp_group);
   Program p;
   p.rank = to;
   p.names = from_program.names;

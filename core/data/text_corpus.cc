@@ -87,6 +87,11 @@ void BatchSource::fill(const OpCall& op, int rank, int world_size, int64_t* toke
   FULLSHARD_CHECK(m.shape.size() == 2 && m.dtype == DType::kInt64, "kLoadBatch: tokens must be int64 [B, S]");
   const int64_t batch = m.shape[0], seq = m.shape[1];
   const int64_t step = op.iargs[0], micro = op.iargs[1];
+  // iargs[3], iargs[4]: the data-parallel index and size (a tp group shares one batch).
+  if (op.iargs.size() >= 5) {
+    rank = static_cast<int>(op.iargs[3]);
+    world_size = static_cast<int>(op.iargs[4]);
+  }
   corpus->fill_batch(seed, step, first_sample(micro, rank, world_size, batch), batch, seq, tokens, labels);
 }
 

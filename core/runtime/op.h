@@ -68,6 +68,9 @@ enum class OpKind : uint16_t {
                       // iargs: n, iw, io, ow, oo (rotate_half's -x2, its slice / neg backwards)
   kRotateHalfCat,     // torch.cat((neg, x1), -1) per head: in0 = -x2 [.., hd/2], in1 = x [.., hd];
                       // out[.., :hd/2] = in0, out[.., hd/2:] = x[.., :hd/2]; iargs[0] = hd
+  // Tensor parallelism (core/model/tensor_parallel.h):
+  kTransposeBlocks,   // out[j][i][:] = in[i][j][:], in viewed as [a][b][inner]; iargs: a, b, inner
+                      // (torch.cat(torch.chunk(..)) around a tp all-gather / reduce-scatter)
 };
 const char* op_kind_name(OpKind k);
 

@@ -69,6 +69,7 @@ void run_kernel(const OpCall& op, const std::vector<void*>& in, const std::vecto
     case OpKind::kRotaryCosSin: return rotary_cos_sin(op, in, out);
     case OpKind::kNarrowCopy: return narrow_copy(op, in, out);
     case OpKind::kRotateHalfCat: return rotate_half_cat(op, in, out);
+    case OpKind::kTransposeBlocks: return transpose_blocks(op, in, out);
     case OpKind::kLoadBatch:
     case OpKind::kInitParam: break;
   }

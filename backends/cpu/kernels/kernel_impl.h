@@ -79,5 +79,6 @@ void expand_last_dim(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void repeat_kv(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void repeat_kv_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void narrow_copy(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void transpose_blocks(const OpCall& op, const Ptrs& in, const Ptrs& out);
 
 }  // namespace fullshard::cpu::detail

@@ -385,6 +385,10 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
       FULLSHARD_CHECK(false, where(op) + "not supported on the CUDA backend yet (model.implementation eager "
                                          "decompositions run on the CPU backend and the simulator)");
       break;
+    case OpKind::kTransposeBlocks:
+      FULLSHARD_CHECK(false, where(op) + "not supported on the CUDA backend yet (tensor parallelism runs on the "
+                                         "CPU backend and the simulator)");
+      break;
     case OpKind::kLoadBatch:
     case OpKind::kInitParam: break;
   }
