@@ -47,7 +47,10 @@ BatchSource batch_source(const Scenario& s, std::shared_ptr<const TextCorpus> co
     throw InputError("training.seq_len", "is " + std::to_string(s.training.seq_len) + ", longer than the corpus",
                      "use a shorter sequence or a longer corpus");
   b.seed = s.training.seed;
-  for (int r = 0; r < s.world_size(); ++r) b.rank_batches.push_back(s.training.batch_for(r));
+  // Per-rank batches only when they differ (BatchSource numbers samples by the data-parallel
+  // index then, which a tp group shares; an uneven batch with tp is refused at parse time).
+  if (s.training.uneven_batch())
+    for (int r = 0; r < s.world_size(); ++r) b.rank_batches.push_back(s.training.batch_for(r));
   return b;
 }
 

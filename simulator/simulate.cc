@@ -391,9 +391,11 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
   double batch = 0;
   for (int r = 0; r < s.world_size(); ++r) batch += static_cast<double>(s.training.batch_for(r));
   batch /= std::max(1, s.world_size());
-  const double tokens = batch * s.training.seq_len * s.training.grad_accum_steps;
+  // A tp group trains on one batch: each of its GPUs accounts for 1/tp of its tokens.
+  const int tp = s.fsdp.mesh_size("tp");
+  const double tokens = batch * s.training.seq_len * s.training.grad_accum_steps / tp;
   rep.model_flops_per_token = model_flops_per_token(m, s.training.seq_len);  // torchtitan's count
-  rep.tokens_per_step = batch * s.world_size() * s.training.seq_len * s.training.grad_accum_steps;
+  rep.tokens_per_step = tokens * s.world_size();
   rep.total_tokens = rep.tokens_per_step * steps;
   if (rep.step_time_s > 0) {
     rep.tokens_per_s_per_gpu = tokens / rep.step_time_s;

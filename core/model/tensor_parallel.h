@@ -53,5 +53,14 @@ Value all_gather_last_dim(ExecContext& c, Value x, const TensorParallel& tp, con
 // all_reduce clones, then sums in place. Returns the clone.
 Tensor all_reduce_grad(Backend& b, const Tensor& grad, const ProcessGroup& group, const std::string& name);
 
+// F.cross_entropy(logits.float(), labels) under torch.distributed.tensor.parallel.loss_parallel
+// on vocab-sharded logits [B, S, V/tp]: DTensor's _log_softmax handler (amax, all-reduce max,
+// x - max, exp, sum, all-reduce sum, log, shifted - logsumexp: one autograd node saving its
+// fp32 output) and _nll_loss handlers (this rank's targets picked, all-reduce sum, mean; the
+// backward computes softmax - one_hot on the local columns, the log_softmax backward passes it
+// through). NOTE [Loss parallel] in loss_parallel.cc.
+Value vocab_parallel_cross_entropy(ExecContext& c, Value logits, const Tensor& labels, const TensorParallel& tp,
+                                   const std::string& name);
+
 }  // namespace ops::tp
 }  // namespace fullshard

@@ -219,8 +219,15 @@ Value Transformer::forward(ExecContext& c, const Tensor& tokens, const Tensor& l
                            const std::vector<BlockCheckpoint>& block_ac) {
   const ModelImplementation& impl = config_.implementation;
   Value logits = logits_forward(c, tokens, block_ac);
-  // Without loss parallel the vocab-sharded logits are gathered (output_layouts=Replicate()).
-  // TODO(tp): loss parallel (a vocab-parallel cross-entropy on the local logits).
+  // With loss parallel the vocab-sharded logits go into a vocab-parallel cross-entropy;
+  // without it they are gathered (output_layouts=Replicate()).
+  if (tp_.enabled() && tp_.loss_parallel) {
+    if (impl.keep_logits && c.graph()) c.graph()->keep_until_backward_ends(logits.t);
+    if (impl.loss != LossImpl::kFp32Logits)
+      throw InputError("model.implementation.loss", "is bf16_logits with tensor_parallel.loss_parallel",
+                       "loss parallel computes in fp32 (logits.float()): use fp32_logits or set loss_parallel false");
+    return ops::tp::vocab_parallel_cross_entropy(c, logits, labels, tp_, "loss");
+  }
   if (tp_.enabled()) logits = ops::tp::all_gather_last_dim(c, std::move(logits), tp_, "output all_gather(vocab)");
   if (impl.keep_logits && c.graph()) c.graph()->keep_until_backward_ends(logits.t);
   return ops::cross_entropy(c, logits, labels, "loss", impl.loss == LossImpl::kFp32Logits);

@@ -25,7 +25,8 @@ const char* op_kind_name(OpKind k) {
     FS_CASE(kSumLastDim) FS_CASE(kSumLeadingDims) FS_CASE(kExpandLastDim)
     FS_CASE(kRoPEComplex) FS_CASE(kRoPEComplexBackward) FS_CASE(kRepeatKV) FS_CASE(kRepeatKVBackward)
     FS_CASE(kRotaryCosSin) FS_CASE(kNarrowCopy) FS_CASE(kRotateHalfCat)
-    FS_CASE(kTransposeBlocks)
+    FS_CASE(kTransposeBlocks) FS_CASE(kRowMax) FS_CASE(kSubRow) FS_CASE(kExp) FS_CASE(kLog)
+    FS_CASE(kNllVocabParallel) FS_CASE(kNllVocabParallelBackward)
 #undef FS_CASE
   }
   return "?";

@@ -758,15 +758,17 @@ Scenario parse_scenario(const json& j, const std::string& base_dir) {
     const std::string T = "tensor_parallel";
     jr::require_object(t, T, "{\"loss_parallel\": false}");
     check_fields(t, T);
-    if (t.contains("loss_parallel") && jr::get_bool(t.at("loss_parallel"), T + ".loss_parallel"))
-      throw InputError(T + ".loss_parallel", "is true, which fullshard does not build yet",
-                       "write false (the logits are all-gathered over tp before the loss)");
+    if (t.contains("loss_parallel")) s.tensor_parallel.loss_parallel = jr::get_bool(t.at("loss_parallel"), T + ".loss_parallel");
     if (t.contains("async") && jr::get_bool(t.at("async"), T + ".async"))
       throw InputError(T + ".async", "is true, which fullshard does not build yet",
                        "write false (tp collectives run on the compute stream)");
   }
   const int tp = s.fsdp.mesh_size("tp");
   check_tensor_parallel(s.model, s.training.seq_len, tp);
+  if (tp > 1 && s.tensor_parallel.loss_parallel && s.model.implementation.loss != LossImpl::kFp32Logits)
+    throw InputError("model.implementation.loss", "is not fp32_logits with tensor parallelism and loss parallel",
+                     "loss parallel computes in fp32 (logits.float()): use fp32_logits, or set "
+                     "tensor_parallel.loss_parallel false");
   if (tp > 1 && !s.training.rank_batch.empty())
     throw InputError("training.rank_batch", "is set with tp " + std::to_string(tp),
                      "ranks of one tp group read the same batch: remove rank_batch or use tp 1");

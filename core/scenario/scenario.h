@@ -106,7 +106,7 @@ struct HardwareOptions {
 // The tp dim's size is fsdp.mesh's; these say how the plan runs (torchtitan's
 // parallelism.disable_loss_parallel / enable_async_tensor_parallel).
 struct TensorParallelOptions {
-  bool loss_parallel = false;  // true is not built yet (refused at parse time)
+  bool loss_parallel = true;  // vocab-sharded logits into a vocab-parallel cross-entropy (torchtitan's default)
 };
 
 struct Scenario {

@@ -73,7 +73,10 @@ RC_GTEST_PROP(TensorParallel, EqualsUnsharded, ()) {
   j["model"] = tp_model(tp);
   j["training"]["optimizer"] = {{"lr", 1e-3}, {"eps", 1e-6}, {"max_grad_norm", o.max_grad_norm}};
   j["training"]["seed"] = *rc::gen::inRange(0, 1000);
+  const bool loss_parallel = *rc::gen::arbitrary<bool>();
+  j["tensor_parallel"] = {{"loss_parallel", loss_parallel}};
   RC_TAG("tp " + std::to_string(tp));
+  RC_TAG(loss_parallel ? "loss parallel" : "logits gathered");
   RC_TAG(mesh["shape"].size() == 3 ? "3-D" : "2-D");
   RealRun sharded = run_real(parse_scenario(j));
   RealRun ref = run_real(parse_scenario(unsharded(j, world / tp)));
@@ -104,6 +107,10 @@ RC_GTEST_PROP(TensorParallel, PredictedPeakMemoryEqualsMeasured, ()) {
   j["fsdp"]["mesh"] = mesh;
   j["hardware"]["gpus_per_node"] = world;
   j["model"] = tp_model(tp);
+  j["tensor_parallel"] = {{"loss_parallel", *rc::gen::arbitrary<bool>()}};
+  if (!j["tensor_parallel"]["loss_parallel"].get<bool>())
+    j["model"]["implementation"] = {{"loss", *rc::gen::element(std::string("fp32_logits"), std::string("bf16_logits"))},
+                                    {"keep_logits", *rc::gen::arbitrary<bool>()}};
   Scenario s = parse_scenario(j);
   sim::SimulateOptions so;
   so.all_ranks = true;
@@ -195,8 +202,14 @@ TEST(TensorParallel, UnsplittableScenariosAreRefused) {
   EXPECT_NE(error_of(order).find("fsdp.mesh.dim_names"), std::string::npos) << error_of(order);
   json lp = seq;
   lp["training"]["seq_len"] = 8;
-  lp["tensor_parallel"] = {{"loss_parallel", true}};
-  EXPECT_NE(error_of(lp).find("tensor_parallel.loss_parallel"), std::string::npos) << error_of(lp);
+  lp["tensor_parallel"] = {{"async", true}};
+  EXPECT_NE(error_of(lp).find("tensor_parallel.async"), std::string::npos) << error_of(lp);
+  json bf16_loss = seq;
+  bf16_loss["training"]["seq_len"] = 8;
+  bf16_loss["model"] = {{"name", "tiny-llama"}, {"implementation", {{"loss", "bf16_logits"}}}};
+  EXPECT_NE(error_of(bf16_loss).find("model.implementation.loss"), std::string::npos) << error_of(bf16_loss);
+  bf16_loss["tensor_parallel"] = {{"loss_parallel", false}};
+  EXPECT_EQ(error_of(bf16_loss), "");
   json uneven = seq;
   uneven["training"]["seq_len"] = 8;
   uneven["training"]["rank_batch"] = {{{"rank", 1}, {"batch", 3}}};
