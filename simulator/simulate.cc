@@ -351,7 +351,8 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
       double begin = n >= 2 ? step_end[n - 2] : 0.0;
       c.last_step_s = end - begin;
       const long begin_marker = n >= 2 ? step_marker[n - 2] : -1;
-      const StepBreakdown last = step_breakdown(prog, rt, begin_marker, step_marker.back(), cost.launch_overhead_seconds());
+      const StepBreakdown last = step_breakdown(prog, rt, begin_marker, step_marker.back(), cost.launch_overhead_seconds(),
+                                                 &groups.groups());
       if (rep.last_step_rank < 0 || end - begin > rep.step_time_s) {
         rep.last_step = last;
         rep.last_step_rank = c.representative;
