@@ -56,7 +56,10 @@ std::shared_ptr<const TokenSource> open_data(const Scenario& s, const std::strin
 BatchSource batch_source(const Scenario& s, std::shared_ptr<const TextCorpus> corpus) {
   BatchSource b;
   b.seed = s.training.seed;
-  for (int r = 0; r < s.world_size(); ++r) b.rank_batches.push_back(s.training.batch_for(r));
+  // Per-rank batches only when they differ (BatchSource numbers samples by the data-parallel
+  // index then, which a tp group shares; an uneven batch with tp is refused at parse time).
+  if (s.training.uneven_batch())
+    for (int r = 0; r < s.world_size(); ++r) b.rank_batches.push_back(s.training.batch_for(r));
   if (s.training.data.given() && !corpus) {
     b.tokens = open_data(s, s.training.data.path, "training.data");
     if (!s.training.data.val_path.empty()) b.val_tokens = open_data(s, s.training.data.val_path, "training.data.val_path");

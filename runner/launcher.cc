@@ -321,6 +321,17 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
     throw InputError("--nproc", fmt::format("is {}, but fsdp.mesh.shape has {} ranks", n, world),
                      fmt::format("use --nproc {} or change the mesh", world));
   if (o.steps < -1) throw InputError("--steps", fmt::format("is {}", o.steps), "use 0 or more optimizer steps");
+  if (const int tp = s.fsdp.mesh_size("tp"); tp > 1) {
+    if (kind.name != "cpu")
+      throw InputError("fsdp.mesh.shape", fmt::format("has tp {}, which the {} backend does not run yet", tp, kind.name),
+                       "use --backend cpu, or simulate it with fullshard simulate");
+    for (const auto& [flag, value] : {std::pair<const char*, const std::string*>{"--checkpoint-dir", &o.checkpoint_dir},
+                                      {"--resume", &o.resume},
+                                      {"--init-from", &o.init_from}})
+      if (!value->empty())
+        throw InputError(flag, fmt::format("is given for a scenario with tp {}", tp),
+                         "checkpoints of tensor-parallel runs are not built yet: drop the flag or use tp 1");
+  }
   validate_checkpoint_flags(o.checkpoint_dir, o.checkpoint_every, o.resume, kind.name, o.steps >= 0 ? o.steps : s.training.steps,
                             s);
   batch_source(s);  // the training data: missing, malformed, tokens >= vocab_size (NOTE [Token data sampling])

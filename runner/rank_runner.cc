@@ -108,7 +108,10 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
       m.step = step;
       m.loss = prog.run_step(step);
       m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      m.tokens = s.training.batch_for(b.rank()) * s.training.seq_len * s.training.grad_accum_steps;
+      // A tp group trains on one batch: each rank accounts for 1/tp of its tokens (seq_len
+      // divides by tp), so the ranks' sum is the global batch.
+      m.tokens = s.training.batch_for(b.rank()) * s.training.seq_len * s.training.grad_accum_steps /
+                 s.fsdp.mesh_size("tp");
       m.peak_allocated_bytes = b.memory().allocator_stats().peak_allocated_bytes;
       m.peak_reserved_bytes = b.memory().allocator_stats().peak_reserved_bytes;
       // run_step() ends with a host synchronize on the compute stream, which comes after every

@@ -141,6 +141,17 @@ std::string report_summary(const SimulationReport& r) {
       }
       if (!path.empty()) path.pop_back();
       out += fmt::format("    critical path (rank {}, last step):{}\n", r.last_step_rank, path);
+      // Per mesh dim, when more than the shard dim communicates (HSDP, tensor parallelism).
+      const auto& cd = r.last_step.comm_by_dim_s;
+      if (cd[static_cast<size_t>(MeshDimKind::kReplicate)] > 0 || cd[static_cast<size_t>(MeshDimKind::kTp)] > 0) {
+        std::string dims;
+        for (int k = 0; k < kNumMeshDimKinds; ++k)
+          if (cd[static_cast<size_t>(k)] > 0)
+            dims += fmt::format(" {} {:.3f} s (exposed {:.3f} s),", mesh_dim_kind_name(static_cast<MeshDimKind>(k)),
+                                cd[static_cast<size_t>(k)], r.last_step.exposed_comm_by_dim_s[static_cast<size_t>(k)]);
+        dims.pop_back();
+        out += fmt::format("    communication by mesh dim (last step):{}\n", dims);
+      }
     }
   }
   if (r.out_of_memory && !r.problems.empty())

@@ -26,7 +26,7 @@ namespace fullshard::sim {
 // depend only on its first dimension, so the key holds each distinct first dimension once.
 std::vector<std::vector<int>> rank_classes(const Scenario& s) {
   const int world = s.world_size();
-  Transformer model(s.model);
+  Transformer model(s.model, tensor_parallel_for(s, 0));  // local shapes are alike on every tp rank
   std::vector<int64_t> rows;
   model.root().for_each_param([&](Param& p) { rows.push_back(p.shape[0]); });
   std::sort(rows.begin(), rows.end());
@@ -95,6 +95,9 @@ std::optional<Program> program_for_rank(const Scenario& s, const Program& from_p
   std::unordered_map<uint32_t, uint32_t> map;
   map[groups.intern(a.shard_group)] = groups.intern(b.shard_group);
   if (a.replicate_group && b.replicate_group) map[groups.intern(*a.replicate_group)] = groups.intern(*b.replicate_group);
+  if (a.tp_group && b.tp_group) map[groups.intern(*a.tp_group)] = groups.intern(*b.tp_group);
+  if (a.shard_tp_group && b.shard_tp_group)
+    map[groups.intern(*a.shard_tp_group)] = groups.intern(*b.shard_tp_group);
   Program p;
   p.rank = to;
   p.names = from_program.names;
@@ -348,7 +351,8 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
       double begin = n >= 2 ? step_end[n - 2] : 0.0;
       c.last_step_s = end - begin;
       const long begin_marker = n >= 2 ? step_marker[n - 2] : -1;
-      const StepBreakdown last = step_breakdown(prog, rt, begin_marker, step_marker.back(), cost.launch_overhead_seconds());
+      const StepBreakdown last = step_breakdown(prog, rt, begin_marker, step_marker.back(), cost.launch_overhead_seconds(),
+                                                 &groups.groups());
       if (rep.last_step_rank < 0 || end - begin > rep.step_time_s) {
         rep.last_step = last;
         rep.last_step_rank = c.representative;
@@ -388,9 +392,11 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
   double batch = 0;
   for (int r = 0; r < s.world_size(); ++r) batch += static_cast<double>(s.training.batch_for(r));
   batch /= std::max(1, s.world_size());
-  const double tokens = batch * s.training.seq_len * s.training.grad_accum_steps;
+  // A tp group trains on one batch: each of its GPUs accounts for 1/tp of its tokens.
+  const int tp = s.fsdp.mesh_size("tp");
+  const double tokens = batch * s.training.seq_len * s.training.grad_accum_steps / tp;
   rep.model_flops_per_token = model_flops_per_token(m, s.training.seq_len);  // torchtitan's count
-  rep.tokens_per_step = batch * s.world_size() * s.training.seq_len * s.training.grad_accum_steps;
+  rep.tokens_per_step = tokens * s.world_size();
   rep.total_tokens = rep.tokens_per_step * steps;
   if (rep.step_time_s > 0) {
     rep.tokens_per_s_per_gpu = tokens / rep.step_time_s;

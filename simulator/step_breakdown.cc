@@ -158,7 +158,7 @@ class Walker {
 }  // namespace
 
 StepBreakdown step_breakdown(const Program& program, const RankTiming& timing, long begin_marker,
-                             long end_marker, double launch_s) {
+                             long end_marker, double launch_s, const std::vector<GroupInfo>* groups) {
   FULLSHARD_CHECK(end_marker >= 0 && static_cast<size_t>(end_marker) < program.instrs.size() &&
                       begin_marker < end_marker,
                   "bad step markers");
@@ -166,6 +166,7 @@ StepBreakdown step_breakdown(const Program& program, const RankTiming& timing, l
   b.begin_s = begin_marker >= 0 ? timing.times[static_cast<size_t>(begin_marker)].start : 0.0;
   b.end_s = timing.times[static_cast<size_t>(end_marker)].start;
   std::vector<std::pair<double, double>> compute, comm;
+  std::array<std::vector<std::pair<double, double>>, kNumMeshDimKinds> by_dim;
   for (size_t i = 0; i < program.instrs.size(); ++i) {
     const Instr& in = program.instrs[i];
     const InstrTime& t = timing.times[i];
@@ -173,13 +174,19 @@ StepBreakdown step_breakdown(const Program& program, const RankTiming& timing, l
     const double a = std::max(t.start, b.begin_s), e = std::min(t.end, b.end_s);
     if (e <= a) continue;
     b.stream_busy_s[static_cast<size_t>(in.stream)] += e - a;
-    if (in.stream == StreamRole::kDefault) {
-      compute.emplace_back(a, e);
-    } else if (in.stream != StreamRole::kAllGatherCopyIn) {
-      comm.emplace_back(a, e);
+    switch (op_activity(in)) {
+      case OpActivity::kCompute: compute.emplace_back(a, e); break;
+      case OpActivity::kComm: comm.emplace_back(a, e); break;
+      case OpActivity::kOther: break;
     }
+    if (in.type == InstrType::kCollective && groups && in.group < groups->size())
+      by_dim[static_cast<size_t>(mesh_dim_of_group((*groups)[in.group].name))].emplace_back(a, e);
   }
-  b.compute_s = b.stream_busy_s[static_cast<size_t>(StreamRole::kDefault)];
+  for (const auto& [x, y] : compute) b.compute_s += y - x;
+  for (int k = 0; k < kNumMeshDimKinds; ++k) {
+    b.comm_by_dim_s[static_cast<size_t>(k)] = uncovered_seconds(by_dim[static_cast<size_t>(k)], {});
+    b.exposed_comm_by_dim_s[static_cast<size_t>(k)] = uncovered_seconds(by_dim[static_cast<size_t>(k)], compute);
+  }
   b.comm_s = uncovered_seconds(comm, {});
   b.exposed_comm_s = uncovered_seconds(std::move(comm), std::move(compute));
   b.critical_path_s = Walker(program, timing, b.begin_s, launch_s).walk(static_cast<uint32_t>(end_marker), b.end_s);

@@ -25,6 +25,6 @@ using fullshard::StepBreakdown;
 // instruction index), starting at the previous marker `begin_marker` (or the run's start when
 // it is -1). `launch_s` is the cost model's launch overhead.
 StepBreakdown step_breakdown(const Program& program, const RankTiming& timing, long begin_marker,
-                             long end_marker, double launch_s);
+                             long end_marker, double launch_s, const std::vector<GroupInfo>* groups = nullptr);
 
 }  // namespace fullshard::sim

@@ -32,7 +32,7 @@ float init_value(int64_t init, double std, uint64_t key, int64_t index) {
 }
 
 std::vector<float> init_param_values(const OpCall& op) {
-  FULLSHARD_CHECK(op.outputs.size() == 1 && op.iargs.size() == 5 && op.fargs.size() == 1,
+  FULLSHARD_CHECK(op.outputs.size() == 1 && (op.iargs.size() == 5 || op.iargs.size() == 7) && op.fargs.size() == 1,
                   "kInitParam " + op.name + ": bad arguments");
   const TensorRef& t = op.outputs[0];
   const int64_t row_offset = op.iargs[0], local_rows = op.iargs[1], row_numel = op.iargs[2];
@@ -41,8 +41,18 @@ std::vector<float> init_param_values(const OpCall& op) {
   const int64_t n = t.meta.numel();
   const int64_t real = local_rows * row_numel;
   FULLSHARD_CHECK(real <= n, "kInitParam " + op.name + ": shard larger than its storage");
-  const int64_t first = row_offset * row_numel;
   std::vector<float> values(static_cast<size_t>(n), 0.0f);  // padding rows stay 0
+  if (op.iargs.size() == 7) {
+    // Columns [col_offset, col_offset + row_numel) of rows of full_row elements (a tensor-
+    // parallel Shard(1) block).
+    const int64_t col_offset = op.iargs[5], full_row = op.iargs[6];
+    FULLSHARD_CHECK(col_offset >= 0 && col_offset + row_numel <= full_row, "kInitParam " + op.name + ": bad columns");
+    for (int64_t r = 0; r < local_rows; ++r)
+      for (int64_t c = 0; c < row_numel; ++c)
+        values[r * row_numel + c] = init_value(init, op.fargs[0], key, (row_offset + r) * full_row + col_offset + c);
+    return values;
+  }
+  const int64_t first = row_offset * row_numel;
   for (int64_t i = 0; i < real; ++i) values[i] = init_value(init, op.fargs[0], key, first + i);
   return values;
 }

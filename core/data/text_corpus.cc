@@ -115,6 +115,11 @@ void BatchSource::fill(const OpCall& op, int rank, int world_size, int64_t* out_
   FULLSHARD_CHECK(m.shape.size() == 2 && m.dtype == DType::kInt64, "kLoadBatch: tokens must be int64 [B, S]");
   const int64_t batch = m.shape[0], seq = m.shape[1];
   const int64_t step = op.iargs[0], micro = op.iargs[1];
+  // iargs[4], iargs[5]: the data-parallel index and size (ranks of one tp group share a batch).
+  if (op.iargs.size() >= 6) {
+    rank = static_cast<int>(op.iargs[4]);
+    world_size = static_cast<int>(op.iargs[5]);
+  }
   const int64_t first = first_sample(micro, rank, world_size, batch);
   if (op.iargs.size() >= 4 && op.iargs[3] == 1) {
     // Validation batch `step` (NOTE [Validation pass]): windows in order from the start of the

@@ -66,7 +66,8 @@ struct BatchSource {
   // micro-batch major, then rank, then row.
   int64_t first_sample(int64_t micro, int rank, int world_size, int64_t batch) const;
   // Fills op.outputs[0] (int64 tokens [B, S]) and op.outputs[1] (labels) of a kLoadBatch
-  // (iargs: step, micro-batch) for `rank` of `world_size`, into host memory.
+  // (iargs: step, micro-batch, accumulation steps[, split[, dp index, dp size]]) for `rank`
+  // of `world_size` (or, when given, the data-parallel index and size), into host memory.
   void fill(const OpCall& op, int rank, int world_size, int64_t* tokens, int64_t* labels) const;
 };
 

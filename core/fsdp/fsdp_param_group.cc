@@ -2,6 +2,7 @@
 
 #include "core/common/error.h"
 #include "core/model/ops.h"
+#include "core/model/tensor_parallel.h"
 
 namespace fullshard {
 
@@ -199,6 +200,14 @@ void FSDPParamGroup::post_backward() {
   }
   if (reshard_after_backward_) reshard();
   if (with_grad.empty()) return;
+  // FSDPParam.unsharded_grad_data -> _get_grad_inner_tensor: a gradient whose placement
+  // differs from the parameter's tp placement (Partial for a replicated, sequence-parallel
+  // norm weight) is redistributed, an all-reduce over tp on the current stream.
+  if (config_.tp_group && config_.tp_group->size() > 1)
+    for (size_t i = 0; i < with_grad.size(); ++i)
+      if (with_grad[i]->param().tp_placement == TpPlacement::kReplicate)
+        grads[i] = ops::tp::all_reduce_grad(b_, grads[i], *config_.tp_group,
+                                            with_grad[i]->param().fqn + " grad all_reduce(tp)");
   if (comm_.reduce_scatter_state) {
     b_.wait_event(kCurrent, comm_.reduce_scatter_state->event);
     comm_.reduce_scatter_state.reset();

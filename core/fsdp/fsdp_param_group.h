@@ -26,6 +26,7 @@ struct CommContext {
 struct GroupConfig {
   ProcessGroup shard_group;
   std::optional<ProcessGroup> replicate_group;  // HSDP
+  std::optional<ProcessGroup> tp_group;         // tensor parallelism (2-D / 3-D meshes)
   MixedPrecisionPolicy mp;                      // already clamped (see resolve_mixed_precision)
   bool offload = false;
   bool reshard_after_forward = true;

@@ -29,6 +29,7 @@ FSDPState& FSDPRuntime::fully_shard(Module& module, const FullyShardOptions& o, 
   GroupConfig g;
   g.shard_group = mesh_.shard_group;
   g.replicate_group = mesh_.replicate_group;
+  g.tp_group = mesh_.tp_group;
   g.mp = o.mp_policy;
   g.offload = o.cpu_offload;
   const int world = mesh_.shard_group.size();

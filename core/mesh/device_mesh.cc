@@ -77,6 +77,26 @@ ProcessGroup DeviceMesh::group(int rank, int dim) const {
   return g;
 }
 
+ProcessGroup DeviceMesh::group(int rank, const std::vector<int>& dims, std::string name) const {
+  ProcessGroup g;
+  g.name = std::move(name);
+  auto c = coordinates(rank);
+  int n = 1;
+  for (int d : dims) {
+    FULLSHARD_CHECK(d >= 0 && d < ndim(), "mesh dim out of range");
+    n *= shape_[d];
+  }
+  for (int i = 0; i < n; ++i) {
+    int rest = i;
+    for (size_t k = dims.size(); k-- > 0;) {
+      c[dims[k]] = rest % shape_[dims[k]];
+      rest /= shape_[dims[k]];
+    }
+    g.ranks.push_back(rank_at(c));
+  }
+  return g;
+}
+
 ProcessGroup post_forward_group(const ProcessGroup& shard, int global_rank, int n) {
   FULLSHARD_CHECK(n >= 1 && shard.size() % n == 0, "post-forward size must divide shard size");
   int idx = shard.index_of(global_rank);

@@ -30,6 +30,9 @@ class DeviceMesh {
   int rank_at(const std::vector<int>& coords) const;
   // The ranks that differ from `rank` only along `dim`, ordered by that coordinate.
   ProcessGroup group(int rank, int dim) const;
+  // The ranks that differ from `rank` only along `dims` (a flattened sub-mesh, as
+  // DeviceMesh's _flatten): group rank i is the row-major index over those dims.
+  ProcessGroup group(int rank, const std::vector<int>& dims, std::string name) const;
 
  private:
   std::vector<int> shape_;

@@ -17,8 +17,18 @@ Module* Module::add_child(std::string name, std::string kind_name) {
 }
 
 Param& Module::add_param(std::string name, Shape shape) {
-  params.push_back(Param{join(fqn, name), std::move(shape), nullptr});
+  Param p;
+  p.fqn = join(fqn, name);
+  p.shape = std::move(shape);
+  params.push_back(std::move(p));
   return params.back();
+}
+
+Shape Param::global_shape() const {
+  Shape g = shape;
+  if (tp_placement == TpPlacement::kShard0) g.at(0) *= tp_degree;
+  if (tp_placement == TpPlacement::kShard1) g.at(1) *= tp_degree;
+  return g;
 }
 
 Param& Module::param(const std::string& name) {

@@ -27,9 +27,20 @@ class ParamBinding {
 // How a parameter's initial values are drawn (the model's init_weights()).
 enum class ParamInit : uint8_t { kNormal, kOnes, kZeros };
 
+// How tensor parallelism placed a parameter over the tp mesh dim (its DTensor placement
+// there): replicated, or sharded along dim 0 (ColwiseParallel's weight, a vocab-parallel
+// embedding) or dim 1 (RowwiseParallel's weight). NOTE [Tensor-parallel plan] in
+// core/model/tensor_parallel.cc.
+enum class TpPlacement : uint8_t { kReplicate, kShard0, kShard1 };
+
 struct Param {
   std::string fqn;  // "layers.0.attention.wq.weight"
-  Shape shape;
+  Shape shape;      // the local shape: this rank's tensor-parallel shard (FSDP shards it)
+  TpPlacement tp_placement = TpPlacement::kReplicate;
+  int tp_degree = 1;  // size of the tp mesh dim (1: no tensor parallelism)
+  int tp_index = 0;   // this rank's coordinate along it
+  // The full shape (before tensor parallelism).
+  Shape global_shape() const;
   ParamBinding* binding = nullptr;
   ParamInit init = ParamInit::kNormal;
   double init_std = 0.02;  // kNormal: N(0, init_std^2)

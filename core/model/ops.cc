@@ -63,9 +63,17 @@ void init_param(Backend& b, StreamRole s, const Tensor& t, const Param& p, int64
                 int64_t local_rows) {
   int64_t row_numel = 1;
   for (size_t i = 1; i < p.shape.size(); ++i) row_numel *= p.shape[i];
+  // A tensor-parallel shard is a block of the full tensor: rows further down (Shard(0)) or
+  // columns further right (Shard(1), with the full row length as two extra iargs).
+  if (p.tp_placement == TpPlacement::kShard0) row_offset += static_cast<int64_t>(p.tp_index) * p.shape.at(0);
   OpCall op = make_op(OpKind::kInitParam, p.fqn + " init", {}, {t.ref()}, 0);
   op.iargs = {row_offset, local_rows, row_numel, static_cast<int64_t>(p.init),
               static_cast<int64_t>(p.init_key)};
+  if (p.tp_placement == TpPlacement::kShard1) {
+    FULLSHARD_CHECK(p.shape.size() == 2, p.fqn + ": a Shard(1) parameter must be 2-D");
+    op.iargs.push_back(static_cast<int64_t>(p.tp_index) * p.shape[1]);  // column offset
+    op.iargs.push_back(p.shape[1] * p.tp_degree);                        // full row length
+  }
   op.fargs = {p.init_std};
   b.launch(s, op);
 }
@@ -85,14 +93,20 @@ Value embedding(ExecContext& c, const Tensor& ids, const Param& weight, const st
   Tensor y = c.empty({w.dtype(), s}, MemCategory::kActivation, name);
   OpCall op = make_op(OpKind::kEmbedding, name, {ids.ref(), w.ref()}, {y.ref()}, 0);
   op.bytes = static_cast<double>(ids.nbytes() + 2 * y.nbytes());  // gathers only used rows
+  // A vocab-parallel shard (NOTE [Tensor-parallel plan] in tensor_parallel.cc) holds rows
+  // [vocab_start, vocab_start + V/tp): other ids give zero rows and no gradient.
+  std::vector<int64_t> vocab_range;
+  if (weight.tp_degree > 1 && weight.tp_placement == TpPlacement::kShard0)
+    vocab_range = {static_cast<int64_t>(weight.tp_index) * weight.shape.at(0)};
+  op.iargs = vocab_range;
   c.launch(op);
   Value out = result(c, y, true);
   if (c.recording()) {
     const Param* pw = &weight;
-    c.record(Node{name, {}, {out.id}, [&b, pw, ids, name](std::vector<Tensor>& g) {
+    c.record(Node{name, {}, {out.id}, [&b, pw, ids, name, vocab_range](std::vector<Tensor>& g) {
                     Tensor gw = new_param_grad(b, *pw);
                     b.launch(kCompute, make_op(OpKind::kEmbeddingBackward, name + " backward",
-                                               {g[0].ref(), ids.ref()}, {gw.ref()}, el(g[0])));
+                                               {g[0].ref(), ids.ref()}, {gw.ref()}, el(g[0]), vocab_range));
                     pw->binding->accumulate_grad(b, std::move(gw));
                     return std::vector<Tensor>{};
                   }});

@@ -10,7 +10,7 @@
 
 namespace fullshard {
 
-Transformer::Transformer(ModelConfig config) : config_(std::move(config)) {
+Transformer::Transformer(ModelConfig config, TensorParallel tp) : config_(std::move(config)), tp_(std::move(tp)) {
   const auto& c = config_;
   const int64_t D = c.dim, F = c.ffn_dim, hd = c.head_dim(), kv = c.n_kv_heads * hd;
   root_.kind = c.arch == ModelArch::kLlama ? "Transformer" : "GPT2";
@@ -94,6 +94,17 @@ Transformer::Transformer(ModelConfig config) : config_(std::move(config)) {
     }
   });
   set_init_seed(root_, 0);
+  if (tp_.enabled()) apply_tensor_parallel(root_, tp_);
+}
+
+Value Transformer::sublayer_input(ExecContext& c, Value x, const std::string& name) {
+  if (!tp_.enabled()) return x;
+  return ops::tp::all_gather_sequence(c, std::move(x), tp_, name + " all_gather(seq)");
+}
+
+Value Transformer::sublayer_output(ExecContext& c, Value y, const std::string& name) {
+  if (!tp_.enabled()) return y;
+  return ops::tp::reduce_scatter_sequence(c, std::move(y), tp_, name + " reduce_scatter(seq)");
 }
 
 Value Transformer::rms_norm(ExecContext& c, Value x, const Param& weight, const std::string& name) {
@@ -105,11 +116,14 @@ Value Transformer::rms_norm(ExecContext& c, Value x, const Param& weight, const 
 Value Transformer::llama_attention(ExecContext& c, Module& m, Value x, int64_t batch, int64_t seq,
                                    const ops::RotaryTables* rot) {
   const auto& cfg = config_;
-  ops::AttentionShape s{batch, seq, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim()};
+  const int64_t T = tp_.degree;  // heads are split over tp (ColwiseParallel wq / wk / wv)
+  ops::AttentionShape s{batch, seq, cfg.n_heads / T, cfg.n_kv_heads / T, cfg.head_dim()};
   auto bias = [&](const char* lin) -> const Param* {
     return cfg.qkv_bias ? &m.child(lin).param("bias") : nullptr;
   };
   const std::string& n = m.fqn;
+  x = sublayer_input(c, std::move(x), n);
+  const Value held = x;  // PrepareModuleInput's output is forward's argument until it returns
   Value q = ops::linear(c, x, m.child("wq").param("weight"), bias("wq"), n + ".wq");
   Value k = ops::linear(c, x, m.child("wk").param("weight"), bias("wk"), n + ".wk");
   Value v = ops::linear(c, std::move(x), m.child("wv").param("weight"), bias("wv"), n + ".wv");
@@ -140,7 +154,7 @@ Value Transformer::llama_attention(ExecContext& c, Module& m, Value x, int64_t b
                 ? ops::attention(c, std::move(q), std::move(k), std::move(v), s, n + ".sdpa")
                 : ops::attention_sdpa(c, std::move(q), std::move(k), std::move(v), s, impl.attention, n + ".sdpa");
   Value ot = ops::transpose_heads(c, std::move(o), s, n + ".transpose");
-  return ops::linear(c, std::move(ot), m.child("wo").param("weight"), nullptr, n + ".wo");
+  return sublayer_output(c, ops::linear(c, std::move(ot), m.child("wo").param("weight"), nullptr, n + ".wo"), n);
 }
 
 Value Transformer::gpt2_attention(ExecContext& c, Module& m, Value x, int64_t batch, int64_t seq) {
@@ -169,11 +183,14 @@ Value Transformer::block_forward(ExecContext& c, Module& b, Value x, int64_t bat
     Module& ff = b.child("feed_forward");
     Value f = c.call_module(ff, std::move(hn), [&](ExecContext& cc, Value v) {
       const std::string& fn = ff.fqn;
+      v = sublayer_input(cc, std::move(v), fn);
+      const Value held = v;  // as in attention: the hook's output is the call's argument
       Value g1 = ops::linear(cc, v, ff.child("w1").param("weight"), nullptr, fn + ".w1");
       Value s1 = ops::silu(cc, std::move(g1), fn + ".silu");
       Value g3 = ops::linear(cc, std::move(v), ff.child("w3").param("weight"), nullptr, fn + ".w3");
       Value p = ops::mul(cc, std::move(s1), std::move(g3), fn + ".mul");
-      return ops::linear(cc, std::move(p), ff.child("w2").param("weight"), nullptr, fn + ".w2");
+      return sublayer_output(cc, ops::linear(cc, std::move(p), ff.child("w2").param("weight"), nullptr, fn + ".w2"),
+                             fn);
     });
     return ops::add(c, std::move(h), std::move(f), n + ".residual_ffn");
   }
@@ -205,6 +222,16 @@ Value Transformer::forward(ExecContext& c, const Tensor& tokens, const Tensor& l
                            const std::vector<BlockCheckpoint>& block_ac) {
   const ModelImplementation& impl = config_.implementation;
   Value logits = logits_forward(c, tokens, block_ac);
+  // With loss parallel the vocab-sharded logits go into a vocab-parallel cross-entropy;
+  // without it they are gathered (output_layouts=Replicate()).
+  if (tp_.enabled() && tp_.loss_parallel) {
+    if (impl.keep_logits && c.graph()) c.graph()->keep_until_backward_ends(logits.t);
+    if (impl.loss != LossImpl::kFp32Logits)
+      throw InputError("model.implementation.loss", "is bf16_logits with tensor_parallel.loss_parallel",
+                       "loss parallel computes in fp32 (logits.float()): use fp32_logits or set loss_parallel false");
+    return ops::tp::vocab_parallel_cross_entropy(c, logits, labels, tp_, "loss");
+  }
+  if (tp_.enabled()) logits = ops::tp::all_gather_last_dim(c, std::move(logits), tp_, "output all_gather(vocab)");
   if (impl.keep_logits && c.graph()) c.graph()->keep_until_backward_ends(logits.t);
   return ops::cross_entropy(c, logits, labels, "loss", impl.loss == LossImpl::kFp32Logits);
 }
@@ -218,6 +245,8 @@ Value Transformer::logits_forward(ExecContext& c, const Tensor& tokens,
     Value h;
     if (cfg.arch == ModelArch::kLlama) {
       h = ops::embedding(rc, in.t, root_.child("tok_embeddings").param("weight"), "tok_embeddings");
+      if (tp_.enabled())
+        h = ops::tp::reduce_scatter_sequence(rc, std::move(h), tp_, "tok_embeddings reduce_scatter(seq)");
     } else {
       h = ops::embedding(rc, in.t, root_.child("wte").param("weight"), "wte");
       h = ops::position_embedding(rc, std::move(h), root_.child("wpe").param("weight"), "wpe");
@@ -245,6 +274,7 @@ Value Transformer::logits_forward(ExecContext& c, const Tensor& tokens,
       rot.reset();
       out_w = cfg.tie_embeddings ? &root_.child("tok_embeddings").param("weight")
                                  : &root_.child("output").param("weight");
+      if (tp_.enabled()) h = ops::tp::all_gather_sequence(rc, std::move(h), tp_, "output all_gather(seq)");
     } else {
       Module& lnf = root_.child("ln_f");
       h = ops::layer_norm(rc, std::move(h), lnf.param("weight"), lnf.param("bias"), cfg.norm_eps, "ln_f");

@@ -6,6 +6,7 @@
 #include "core/model/autograd.h"
 #include "core/model/ops.h"
 #include "core/model/model_config.h"
+#include "core/model/tensor_parallel.h"
 
 namespace fullshard {
 
@@ -14,7 +15,9 @@ enum class BlockCheckpoint : uint8_t { kNone, kFull, kOpSelective };
 
 class Transformer {
  public:
-  explicit Transformer(ModelConfig config);
+  // `tp`: this rank's tensor-parallel view (parameters are built as its local shards).
+  explicit Transformer(ModelConfig config, TensorParallel tp = {});
+  const TensorParallel& tensor_parallel() const { return tp_; }
   const ModelConfig& config() const { return config_; }
   Module& root() { return root_; }
   const std::vector<Module*>& blocks() const { return blocks_; }
@@ -28,6 +31,7 @@ class Transformer {
 
  private:
   ModelConfig config_;
+  TensorParallel tp_;
   Module root_;
   std::vector<Module*> blocks_;
   Param* output_weight_ = nullptr;  // the embedding's weight when tied
@@ -36,6 +40,10 @@ class Transformer {
   Value block_forward(ExecContext& c, Module& block, Value x, int64_t batch, int64_t seq,
                       const ops::RotaryTables* rot);
   Value llama_attention(ExecContext& c, Module& m, Value x, int64_t batch, int64_t seq, const ops::RotaryTables* rot);
+  // The attention / feed-forward module's body: the sequence all-gather first and the
+  // reduce-scatter of the output last when tensor parallel.
+  Value sublayer_input(ExecContext& c, Value x, const std::string& name);
+  Value sublayer_output(ExecContext& c, Value y, const std::string& name);
   Value gpt2_attention(ExecContext& c, Module& m, Value x, int64_t batch, int64_t seq);
   // The RMSNorm of model.implementation.rms_norm (fused or eager).
   Value rms_norm(ExecContext& c, Value x, const Param& weight, const std::string& name);

@@ -77,8 +77,7 @@ void AdamW::zero_grad() {
   for (FSDPParam* p : params_) p->sharded_grad() = Tensor();
 }
 
-void clip_grad_norm(Backend& b, const std::vector<FSDPParam*>& params, double max_norm,
-                    const ProcessGroup& group) {
+void clip_grad_norm(Backend& b, const std::vector<FSDPParam*>& params, double max_norm, const MeshInfo& mesh) {
   std::vector<const FSDPParam*> with_grad;
   for (FSDPParam* p : params)
     if (p->sharded_grad()) with_grad.push_back(p);
@@ -93,35 +92,66 @@ void clip_grad_norm(Backend& b, const std::vector<FSDPParam*>& params, double ma
     }
     return Tensor::empty(b, m, MemCategory::kTemporary, kCurrent, what);
   };
-  const int64_t n = static_cast<int64_t>(with_grad.size());
-  Tensor norms = small(n, "clip_grad_norm per-grad norms");
-  OpCall sq;
-  sq.kind = OpKind::kSquaredNorm;
-  sq.name = "clip_grad_norm _foreach_norm";
-  for (const FSDPParam* p : with_grad) {
-    sq.inputs.push_back(p->sharded_grad().ref());
-    sq.flops += 2.0 * static_cast<double>(p->sharded_grad().numel());
-    sq.bytes += static_cast<double>(p->sharded_grad().nbytes());
-  }
-  sq.outputs = {norms.ref()};
-  b.launch(kCurrent, sq);
-  Tensor total = small(1, "clip_grad_norm total norm");
-  OpCall red;
-  red.kind = OpKind::kSum;
-  red.name = "clip_grad_norm stack norm";
-  red.inputs = {norms.ref()};
-  red.outputs = {total.ref()};
-  b.launch(kCurrent, red);
-  norms = Tensor();
-  // DTensor Partial -> Replicate: sum the squared norms across the shard group.
-  if (group.size() > 1) {
+  auto all_reduce = [&](const Tensor& t, const ProcessGroup& g, const std::string& name) {
+    if (g.size() <= 1) return;
     CollectiveCall ar;
     ar.kind = CollectiveKind::kAllReduce;
     ar.op = ReduceOp::kSum;
-    ar.name = "clip_grad_norm all_reduce";
-    ar.input = total.ref();
-    ar.output = total.ref();
-    b.collective(kCurrent, ar, group);
+    ar.name = name;
+    ar.input = t.ref();
+    ar.output = t.ref();
+    b.collective(kCurrent, ar, g);
+  };
+  // The squared norm of `grads`, summed over this rank (a [1] fp32 tensor).
+  auto squared_norm = [&](const std::vector<const FSDPParam*>& grads, const std::string& suffix) {
+    Tensor norms = small(static_cast<int64_t>(grads.size()), "clip_grad_norm per-grad norms" + suffix);
+    OpCall sq;
+    sq.kind = OpKind::kSquaredNorm;
+    sq.name = "clip_grad_norm _foreach_norm" + suffix;
+    for (const FSDPParam* p : grads) {
+      sq.inputs.push_back(p->sharded_grad().ref());
+      sq.flops += 2.0 * static_cast<double>(p->sharded_grad().numel());
+      sq.bytes += static_cast<double>(p->sharded_grad().nbytes());
+    }
+    sq.outputs = {norms.ref()};
+    b.launch(kCurrent, sq);
+    Tensor total = small(1, "clip_grad_norm total norm" + suffix);
+    OpCall red;
+    red.kind = OpKind::kSum;
+    red.name = "clip_grad_norm stack norm" + suffix;
+    red.inputs = {norms.ref()};
+    red.outputs = {total.ref()};
+    b.launch(kCurrent, red);
+    return total;
+  };
+  Tensor total;
+  if (!mesh.tp_group || mesh.tp_group->size() <= 1) {
+    total = squared_norm(with_grad, "");
+    // DTensor Partial -> Replicate: sum the squared norms across the shard group.
+    all_reduce(total, mesh.shard_group, "clip_grad_norm all_reduce");
+  } else {
+    std::vector<const FSDPParam*> sharded, replicated;
+    for (const FSDPParam* p : with_grad)
+      (p->param().tp_placement == TpPlacement::kReplicate ? replicated : sharded).push_back(p);
+    if (!sharded.empty()) {
+      total = squared_norm(sharded, " (tp-sharded)");
+      all_reduce(total, *mesh.shard_tp_group, "clip_grad_norm all_reduce (shard+tp)");
+    }
+    if (!replicated.empty()) {
+      Tensor rep = squared_norm(replicated, " (tp-replicated)");
+      all_reduce(rep, mesh.shard_group, "clip_grad_norm all_reduce (shard)");
+      if (!total) {
+        total = std::move(rep);
+      } else {
+        OpCall add;
+        add.kind = OpKind::kAdd;
+        add.name = "clip_grad_norm total";
+        add.inputs = {total.ref(), rep.ref()};
+        add.outputs = {total.ref()};
+        add.flops = 1;
+        b.launch(kCurrent, add);
+      }
+    }
   }
   // _foreach_mul_(grads, clamp(max_norm / (total + 1e-6), max=1)).
   OpCall scale;

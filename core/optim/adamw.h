@@ -42,9 +42,12 @@ class AdamW {
 };
 
 // Clips the global L2 norm of all sharded gradients to max_norm. The local sum of squares
-// is all-reduced over `group` (the shard group: gradients are replicated across HSDP's
-// replicate dim after its all-reduce). Returns nothing: the norm stays on the device.
+// is all-reduced over the shard group (gradients are replicated across HSDP's replicate dim
+// after its all-reduce). With a tp dim, the squares of tp-sharded gradients sum over the
+// shard and tp dims and those of tp-replicated ones over the shard dim only, so every element
+// of the full gradient counts once (DTensor's norm of Shard / Replicate placements). Returns
+// nothing: the norm stays on the device.
 void clip_grad_norm(Backend& backend, const std::vector<FSDPParam*>& params, double max_norm,
-                    const ProcessGroup& group);
+                    const MeshInfo& mesh);
 
 }  // namespace fullshard

@@ -81,12 +81,32 @@ StepBreakdown measured_step_breakdown(const StreamIntervals& busy, double begin_
   return b;
 }
 
+const char* mesh_dim_kind_name(MeshDimKind k) {
+  switch (k) {
+    case MeshDimKind::kShard: return "shard";
+    case MeshDimKind::kReplicate: return "replicate";
+    case MeshDimKind::kTp: return "tp";
+  }
+  return "?";
+}
+
+MeshDimKind mesh_dim_of_group(const std::string& g) {
+  if (g == "tp") return MeshDimKind::kTp;
+  if (g.rfind("replicate", 0) == 0) return MeshDimKind::kReplicate;
+  return MeshDimKind::kShard;
+}
+
 json step_breakdown_json(const StepBreakdown& b, int rank) {
   json busy = json::object(), path = json::object();
   for (StreamRole s : kAllStreams) busy[std::string(stream_name(s))] = b.stream_busy_s[static_cast<size_t>(s)];
   for (int k = 0; k < kNumPathKinds; ++k)
     path[path_kind_name(static_cast<PathKind>(k))] = b.critical_path_s[static_cast<size_t>(k)];
+  json by_dim = json::object();
+  for (int k = 0; k < kNumMeshDimKinds; ++k)
+    by_dim[mesh_dim_kind_name(static_cast<MeshDimKind>(k))] = {{"comm_s", b.comm_by_dim_s[static_cast<size_t>(k)]},
+                                                               {"exposed_s", b.exposed_comm_by_dim_s[static_cast<size_t>(k)]}};
   return {{"rank", rank},
+          {"comm_by_dim", by_dim},
           {"begin_s", b.begin_s},
           {"end_s", b.end_s},
           {"step_time_s", b.end_s - b.begin_s},
@@ -106,6 +126,13 @@ StepBreakdown step_breakdown_from_json(const json& j) {
   b.compute_s = number(j, "compute_s", w);
   b.comm_s = number(j, "comm_s", w);
   b.exposed_comm_s = number(j, "exposed_comm_s", w);
+  if (j.contains("comm_by_dim") && j["comm_by_dim"].is_object())
+    for (int k = 0; k < kNumMeshDimKinds; ++k) {
+      const std::string d = mesh_dim_kind_name(static_cast<MeshDimKind>(k));
+      const json& e = j["comm_by_dim"].contains(d) ? j["comm_by_dim"][d] : json();
+      b.comm_by_dim_s[static_cast<size_t>(k)] = number(e, "comm_s", w + ".comm_by_dim." + d);
+      b.exposed_comm_by_dim_s[static_cast<size_t>(k)] = number(e, "exposed_s", w + ".comm_by_dim." + d);
+    }
   const json& busy = j.contains("stream_busy_s") ? j["stream_busy_s"] : json();
   const json& path = j.contains("critical_path_s") ? j["critical_path_s"] : json();
   for (StreamRole s : kAllStreams)

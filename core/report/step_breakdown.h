@@ -26,12 +26,25 @@ enum class PathKind : uint8_t {
 constexpr int kNumPathKinds = 7;
 const char* path_kind_name(PathKind k);  // "compute", "device_copy", ...
 
+// The mesh dims a collective's group spans, for per-dimension communication time: shard
+// (FSDP's all-gathers and reduce-scatters, post-forward groups, clipping), replicate (HSDP's
+// all-reduce), tp (tensor parallelism's collectives on the compute stream).
+enum class MeshDimKind : uint8_t { kShard, kReplicate, kTp };
+constexpr int kNumMeshDimKinds = 3;
+const char* mesh_dim_kind_name(MeshDimKind k);
+// By the group's name ("tp", "replicate", "shard", "shard+tp", "shard/post_forward[2]"):
+// "tp" is tp, a name starting with "replicate" is replicate, everything else shard.
+MeshDimKind mesh_dim_of_group(const std::string& group_name);
+
 struct StepBreakdown {
   double begin_s = 0, end_s = 0;  // the window: host time at the previous and this step end
   std::array<double, kNumStreams> stream_busy_s{};  // busy time inside the window
-  double compute_s = 0;        // compute stream busy
-  double comm_s = 0;           // union of communication streams' busy time
-  double exposed_comm_s = 0;   // communication while the compute stream is idle
+  double compute_s = 0;        // compute stream busy with kernels (not collectives)
+  double comm_s = 0;           // union of communication: collectives (any stream), comm streams
+  double exposed_comm_s = 0;   // communication while no compute kernel runs
+  // Per mesh dim (MeshDimKind): the union of its collectives' time, and the part of it no
+  // compute kernel covers (the simulator fills these; measured steps leave them 0).
+  std::array<double, kNumMeshDimKinds> comm_by_dim_s{}, exposed_comm_by_dim_s{};
   std::array<double, kNumPathKinds> critical_path_s{};  // sums to end_s - begin_s
 };
 

@@ -27,6 +27,8 @@ const char* op_kind_name(OpKind k) {
     FS_CASE(kRotaryCosSin) FS_CASE(kNarrowCopy) FS_CASE(kRotateHalfCat)
     FS_CASE(kAttentionEfficient) FS_CASE(kAttentionEfficientBackward)
     FS_CASE(kAttentionCudnn) FS_CASE(kAttentionCudnnBackward)
+    FS_CASE(kTransposeBlocks) FS_CASE(kRowMax) FS_CASE(kSubRow) FS_CASE(kExp) FS_CASE(kLog)
+    FS_CASE(kNllVocabParallel) FS_CASE(kNllVocabParallelBackward)
 #undef FS_CASE
   }
   return "?";

@@ -74,6 +74,18 @@ enum class OpKind : uint16_t {
   // the backend's scratch.
   kAttentionEfficient, kAttentionEfficientBackward,  // SDPBackend.EFFICIENT_ATTENTION (no GQA)
   kAttentionCudnn, kAttentionCudnnBackward,          // SDPBackend.CUDNN_ATTENTION
+  // Tensor parallelism (core/model/tensor_parallel.h):
+  kTransposeBlocks,   // out[j][i][:] = in[i][j][:], in viewed as [a][b][inner]; iargs: a, b, inner
+                      // (torch.cat(torch.chunk(..)) around a tp all-gather / reduce-scatter)
+  // Loss parallel (core/model/loss_parallel.cc): rows of D = iargs[0] elements; fp32 math.
+  kRowMax,            // out[r] = max_d in[r, d] (amax(-1))
+  kSubRow,            // out[r, d] = a[r, d] - b[r]
+  kExp,               // out = exp(in)
+  kLog,               // out = log(in)
+  kNllVocabParallel,  // out[r] = -lp[r, t_r - start] when start <= t_r < start + D, else 0;
+                      // inputs (lp [R, D], targets int64 [R]); iargs: D, start
+  kNllVocabParallelBackward,  // out[r, d] = g * fargs[0] * (exp(lp[r, d]) - [d == t_r - start]);
+                              // inputs (g scalar, lp, targets); iargs: D, start
 };
 const char* op_kind_name(OpKind k);
 

@@ -1,5 +1,7 @@
 #include "core/scenario/scenario.h"
 
+#include "core/model/tensor_parallel.h"
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -47,7 +49,8 @@ std::vector<std::string> hardware_fields() {
 }
 
 const std::map<std::string, std::vector<std::string>> kFields = {
-    {"", {"$schema", "name", "description", "model", "training", "fsdp", "hardware"}},
+    {"", {"$schema", "name", "description", "model", "training", "fsdp", "tensor_parallel", "hardware"}},
+    {"tensor_parallel", {"loss_parallel", "async"}},
     {"model",
      {"name", "hf_config", "arch", "vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads",
       "ffn_dim", "max_seq_len", "norm_eps", "rope_theta", "tie_embeddings", "qkv_bias",
@@ -552,6 +555,11 @@ std::string shape_text(const std::vector<int64_t>& s) {
   return out + "]";
 }
 
+// NOTE [Mesh dims]: a mesh is [shard] (FSDP), [replicate, shard] (HSDP), [shard, tp] or
+// [replicate, shard, tp] (FSDP / HSDP composed with tensor parallelism), laid out row-major as
+// init_device_mesh does, so tp (the last dim) varies fastest and a tp group is consecutive
+// ranks, inside a node when tp <= gpus_per_node. torchtitan names the dims dp_replicate,
+// dp_shard and tp; both spellings are accepted and stored as replicate, shard and tp.
 void parse_mesh(const json& m, const HardwareOptions& hw, FsdpOptions& f) {
   const std::string P = "fsdp.mesh", S = "fsdp.mesh.shape", N = "fsdp.mesh.dim_names";
   const int64_t world = int64_t{hw.nodes} * hw.gpus_per_node;
@@ -565,14 +573,16 @@ void parse_mesh(const json& m, const HardwareOptions& hw, FsdpOptions& f) {
   const json& s = m.at("shape");
   if (!s.is_array())
     throw InputError(S, "is " + jr::describe(s) + ", not an array", "write a list of sizes, e.g. " + examples);
-  if (s.empty() || s.size() > 2)
+  if (s.empty() || s.size() > 3)
     throw InputError(S, "is " + jr::show(s) + ", a " + std::to_string(s.size()) + "-D mesh",
-                     "fullshard supports 1-D meshes [shard] (FSDP) and 2-D meshes [replicate, "
-                     "shard] (HSDP): write " + examples);
+                     "fullshard supports [shard] (FSDP), [replicate, shard] (HSDP), and either with a "
+                     "trailing tp dim (dim_names [\"shard\", \"tp\"] or [\"replicate\", \"shard\", \"tp\"]): "
+                     "write " + examples);
   std::vector<int64_t> shape;
   for (size_t i = 0; i < s.size(); ++i)
     shape.push_back(jr::get_int(s[i], jr::index_path(S, i), 1, kMaxRanksPerDim, std::to_string(world)));
-  const int64_t ranks = shape.size() == 1 ? shape[0] : shape[0] * shape[1];
+  int64_t ranks = 1;
+  for (int64_t d : shape) ranks *= d;
   if (ranks != world)
     throw InputError(S,
                      "mesh " + shape_text(shape) + " has " + std::to_string(ranks) +
@@ -582,26 +592,39 @@ void parse_mesh(const json& m, const HardwareOptions& hw, FsdpOptions& f) {
                          ", or change hardware.nodes / hardware.gpus_per_node");
   for (int64_t d : shape) f.mesh_shape.push_back(static_cast<int>(d));
 
-  const std::vector<std::string> expected = shape.size() == 1
-                                                ? std::vector<std::string>{"shard"}
-                                                : std::vector<std::string>{"replicate", "shard"};
-  f.mesh_dim_names = expected;
-  if (!m.contains("dim_names")) return;
+  // Without dim_names a 1-D mesh is [shard] and a 2-D one [replicate, shard]; a tp dim is
+  // always named.
+  std::vector<std::string> expected = shape.size() == 1 ? std::vector<std::string>{"shard"}
+                                                         : std::vector<std::string>{"replicate", "shard"};
+  if (!m.contains("dim_names")) {
+    if (shape.size() == 3)
+      throw InputError(P, "has a 3-D shape " + shape_text(shape) + " without dim_names",
+                       "add \"dim_names\": [\"dp_replicate\", \"dp_shard\", \"tp\"]");
+    f.mesh_dim_names = expected;
+    return;
+  }
   const json& names = m.at("dim_names");
-  const std::string want = "[" + jr::join(expected, "\"", ", ") + "]";
-  const std::string fix = "a " + std::to_string(shape.size()) + "-D mesh is named " + want +
-                          (shape.size() == 2 ? " (replicate over dim 0, shard over dim 1)" : "") +
-                          ": write that or omit dim_names";
+  const std::string fix = "name the dims [\"shard\"], [\"replicate\", \"shard\"], [\"shard\", \"tp\"] or "
+                          "[\"replicate\", \"shard\", \"tp\"] (torchtitan's dp_replicate / dp_shard also work), "
+                          "one per dim of the shape";
   if (!names.is_array()) throw InputError(N, "is " + jr::describe(names) + ", not an array", fix);
-  for (size_t i = 0; i < names.size(); ++i)
-    jr::get_string(names[i], jr::index_path(N, i), "\"shard\"");
+  std::vector<std::string> given;
+  for (size_t i = 0; i < names.size(); ++i) {
+    std::string n = jr::get_string(names[i], jr::index_path(N, i), "\"shard\"");
+    if (n == "dp_replicate") n = "replicate";
+    if (n == "dp_shard") n = "shard";
+    given.push_back(n);
+  }
   if (names.size() != shape.size())
     throw InputError(N, "is " + jr::show(names) + ": " + std::to_string(names.size()) +
                             (names.size() == 1 ? " name" : " names") + " for a " +
                             std::to_string(shape.size()) + "-D mesh",
                      fix);
-  if (names.get<std::vector<std::string>>() != expected)
-    throw InputError(N, "is " + jr::show(names) + ", not " + want, fix);
+  const std::vector<std::vector<std::string>> allowed = {
+      {"shard"}, {"replicate", "shard"}, {"shard", "tp"}, {"replicate", "shard", "tp"}};
+  if (std::find(allowed.begin(), allowed.end(), given) == allowed.end())
+    throw InputError(N, "is " + jr::show(names) + ", not a mesh fullshard builds", fix);
+  f.mesh_dim_names = given;
 }
 
 ReshardAfterForward parse_reshard(const json& v, int shard_size) {
@@ -670,7 +693,7 @@ FsdpOptions parse_fsdp(const json& j, const HardwareOptions& hw) {
     f.mesh_dim_names = {"shard"};
   }
   if (j.contains("reshard_after_forward"))
-    f.reshard_after_forward = parse_reshard(j.at("reshard_after_forward"), f.mesh_shape.back());
+    f.reshard_after_forward = parse_reshard(j.at("reshard_after_forward"), f.mesh_size("shard"));
   if (j.contains("mixed_precision")) {
     const json& m = j.at("mixed_precision");
     const std::string M = "fsdp.mixed_precision";
@@ -713,6 +736,12 @@ FsdpOptions parse_fsdp(const json& j, const HardwareOptions& hw) {
 // ---------------------------------------------------------------- public API
 
 int Scenario::world_size() const { return hardware.nodes * hardware.gpus_per_node; }
+
+int FsdpOptions::mesh_size(const std::string& dim) const {
+  for (size_t i = 0; i < mesh_dim_names.size() && i < mesh_shape.size(); ++i)
+    if (mesh_dim_names[i] == dim) return mesh_shape[i];
+  return 1;
+}
 
 int64_t TrainingOptions::batch_for(int rank) const {
   auto it = rank_batch.find(rank);
@@ -763,6 +792,25 @@ Scenario parse_scenario(const json& j, const std::string& base_dir) {
   s.training = parse_training(j.at("training"), s.model, base_dir);
   s.hardware = parse_hardware(j.at("hardware"), base_dir);
   s.fsdp = parse_fsdp(j.contains("fsdp") ? j.at("fsdp") : json::object(), s.hardware);
+  if (j.contains("tensor_parallel")) {
+    const json& t = j.at("tensor_parallel");
+    const std::string T = "tensor_parallel";
+    jr::require_object(t, T, "{\"loss_parallel\": false}");
+    check_fields(t, T);
+    if (t.contains("loss_parallel")) s.tensor_parallel.loss_parallel = jr::get_bool(t.at("loss_parallel"), T + ".loss_parallel");
+    if (t.contains("async") && jr::get_bool(t.at("async"), T + ".async"))
+      throw InputError(T + ".async", "is true, which fullshard does not build yet",
+                       "write false (tp collectives run on the compute stream)");
+  }
+  const int tp = s.fsdp.mesh_size("tp");
+  check_tensor_parallel(s.model, s.training.seq_len, tp);
+  if (tp > 1 && s.tensor_parallel.loss_parallel && s.model.implementation.loss != LossImpl::kFp32Logits)
+    throw InputError("model.implementation.loss", "is not fp32_logits with tensor parallelism and loss parallel",
+                     "loss parallel computes in fp32 (logits.float()): use fp32_logits, or set "
+                     "tensor_parallel.loss_parallel false");
+  if (tp > 1 && !s.training.rank_batch.empty())
+    throw InputError("training.rank_batch", "is set with tp " + std::to_string(tp),
+                     "ranks of one tp group read the same batch: remove rank_batch or use tp 1");
   for (const auto& [rank, batch] : s.training.rank_batch)
     if (rank >= s.world_size())
       throw InputError("training.rank_batch", "names rank " + std::to_string(rank) + " but the job has " +

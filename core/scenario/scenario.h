@@ -77,8 +77,11 @@ enum class ShardingUnits : uint8_t {
 };
 
 struct FsdpOptions {
-  std::vector<int> mesh_shape;               // [W] for FSDP, [R, S] for HSDP
-  std::vector<std::string> mesh_dim_names;   // ["shard"] or ["replicate", "shard"]
+  std::vector<int> mesh_shape;               // [W] for FSDP, [R, S] for HSDP, [.., T] with tp
+  // ["shard"], ["replicate", "shard"], ["shard", "tp"] or ["replicate", "shard", "tp"]
+  // (NOTE [Mesh dims] in scenario.cc).
+  std::vector<std::string> mesh_dim_names;
+  int mesh_size(const std::string& dim) const;  // size of the named dim, 1 when absent
   ReshardAfterForward reshard_after_forward;
   MixedPrecisionPolicy mixed_precision;
   bool cpu_offload = false;                  // CPUOffloadPolicy
@@ -111,12 +114,20 @@ struct HardwareOptions {
   HardwareProfile device;
 };
 
+// ---------------------------------------------------------------- tensor parallelism
+// The tp dim's size is fsdp.mesh's; these say how the plan runs (torchtitan's
+// parallelism.disable_loss_parallel / enable_async_tensor_parallel).
+struct TensorParallelOptions {
+  bool loss_parallel = true;  // vocab-sharded logits into a vocab-parallel cross-entropy (torchtitan's default)
+};
+
 struct Scenario {
   std::string name;  // file stem unless given (empty from parse_scenario without "name")
   std::string description;  // free text, optional
   ModelConfig model;
   TrainingOptions training;
   FsdpOptions fsdp;
+  TensorParallelOptions tensor_parallel;
   HardwareOptions hardware;
   int world_size() const;
 };
@@ -130,7 +141,7 @@ Scenario load_scenario_file(const std::string& path);  // missing file / bad JSO
 // path with array indices dropped: "" (top level), "model", "training", "training.optimizer",
 // "training.activation_checkpointing", "fsdp", "fsdp.mesh", "fsdp.mixed_precision",
 // "fsdp.cpu_offload", "hardware", "hardware.allocator", "hardware.rank_speed", "training.rank_batch",
-// "model.implementation", "training.data". Tests check docs/scenario.schema.json
+// "model.implementation", "training.data", "tensor_parallel". Tests check docs/scenario.schema.json
 // against it.
 const std::map<std::string, std::vector<std::string>>& scenario_fields();
 

@@ -14,7 +14,32 @@ MeshInfo mesh_info_for(const Scenario& s, int rank) {
   info.shard_group = mesh.group(rank, shard);
   int rep = mesh.dim_index("replicate");
   if (rep >= 0 && rep != shard) info.replicate_group = mesh.group(rank, rep);
+  const int tp = mesh.dim_index("tp");
+  if (tp >= 0) {
+    info.tp_group = mesh.group(rank, tp);
+    info.shard_tp_group = mesh.group(rank, {shard, tp}, "shard+tp");
+  }
+  // The data-parallel index runs over the mesh without its tp dim, row-major.
+  const std::vector<int> c = mesh.coordinates(rank);
+  info.dp_rank = 0;
+  info.dp_size = 1;
+  for (int d = 0; d < mesh.ndim(); ++d) {
+    if (d == tp) continue;
+    info.dp_rank = info.dp_rank * mesh.shape()[d] + c[d];
+    info.dp_size *= mesh.shape()[d];
+  }
   return info;
+}
+
+TensorParallel tensor_parallel_for(const Scenario& s, int rank) {
+  TensorParallel tp;
+  const MeshInfo m = mesh_info_for(s, rank);
+  if (!m.tp_group) return tp;
+  tp.degree = m.tp_group->size();
+  tp.index = m.tp_group->index_of(rank);
+  tp.group = *m.tp_group;
+  tp.loss_parallel = s.tensor_parallel.loss_parallel;
+  return tp;
 }
 
 std::vector<BlockCheckpoint> block_checkpointing(const ActivationCheckpointing& ac, int64_t n_layers) {
@@ -34,7 +59,7 @@ std::vector<BlockCheckpoint> block_checkpointing(const ActivationCheckpointing& 
 }
 
 TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
-  model_ = std::make_unique<Transformer>(s.model);
+  model_ = std::make_unique<Transformer>(s.model, tensor_parallel_for(s, b.rank()));
   set_init_seed(model_->root(), s.training.seed);
   fsdp_ = std::make_unique<FSDPRuntime>(b, mesh_info_for(s, b.rank()));
   FullyShardOptions o;
@@ -88,7 +113,9 @@ void TrainingProgram::micro_step(int step, int micro) {
   load.name = "load batch";
   load.outputs = {tokens.ref(), labels.ref()};
   load.bytes = static_cast<double>(2 * ids.nbytes());
-  load.iargs = {step, micro, t.grad_accum_steps};
+  // Ranks of one tp group read the same batch: the data-parallel index and size pick it.
+  const MeshInfo mi = mesh_info_for(s_, b_.rank());
+  load.iargs = {step, micro, t.grad_accum_steps, 0, mi.dp_rank, mi.dp_size};
   b_.launch(StreamRole::kDefault, load);
 
   Graph graph;
@@ -133,7 +160,8 @@ double TrainingProgram::eval_loss(int batches) {
     load.name = "load validation batch";
     load.outputs = {tokens.ref(), labels.ref()};
     load.bytes = static_cast<double>(2 * ids.nbytes());
-    load.iargs = {i, 0, 1, 1};  // validation batch i; split 1: the validation data
+    const MeshInfo mi = mesh_info_for(s_, b_.rank());
+    load.iargs = {i, 0, 1, 1, mi.dp_rank, mi.dp_size};  // validation batch i; split 1: the validation data
     b_.launch(StreamRole::kDefault, load);
     ExecContext c(b_, nullptr, fsdp_.get());
     Value loss = model_->forward(c, tokens, labels, {});
@@ -159,7 +187,7 @@ double TrainingProgram::run_step(int step) {
   }
   b_.annotate("optimizer");
   if (s_.training.optimizer.max_grad_norm > 0)
-    clip_grad_norm(b_, all_params_, s_.training.optimizer.max_grad_norm, mesh_info_for(s_, b_.rank()).shard_group);
+    clip_grad_norm(b_, all_params_, s_.training.optimizer.max_grad_norm, mesh_info_for(s_, b_.rank()));
   optim_->step();
   optim_->zero_grad();
   // The host reads the loss back at the step boundary (loss.item()).

@@ -14,6 +14,8 @@ namespace fullshard {
 
 // The mesh groups of `rank` for a scenario's FSDP mesh (1-D: shard; 2-D: replicate, shard).
 MeshInfo mesh_info_for(const Scenario& s, int rank);
+// This rank's tensor-parallel view (degree 1 without a tp dim).
+TensorParallel tensor_parallel_for(const Scenario& s, int rank);
 // How each block is checkpointed under the scenario's activation-checkpointing mode.
 std::vector<BlockCheckpoint> block_checkpointing(const ActivationCheckpointing& ac, int64_t n_layers);
 

@@ -536,14 +536,16 @@ class Engine {
         const int s = static_cast<int>(in.stream);
         out.busy_s[s] += t.end - t.start;
         if (t.end <= t.start) continue;
-        if (in.stream == StreamRole::kDefault) {
-          compute.emplace_back(t.start, t.end);
-        } else if (in.stream != StreamRole::kAllGatherCopyIn) {
-          comm.emplace_back(t.start, t.end);
+        switch (op_activity(in)) {  // NOTE [Compute or communication] in program.h
+          case OpActivity::kCompute:
+            compute.emplace_back(t.start, t.end);
+            out.compute_s += t.end - t.start;
+            break;
+          case OpActivity::kComm: comm.emplace_back(t.start, t.end); break;
+          case OpActivity::kOther: break;
         }
       }
       out.end_s = end;
-      out.compute_s = out.busy_s[static_cast<int>(StreamRole::kDefault)];
       out.comm_s = uncovered_seconds(comm, {});
       out.exposed_comm_s = uncovered_seconds(std::move(comm), std::move(compute));
       result_.makespan_s = std::max(result_.makespan_s, end);

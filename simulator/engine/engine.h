@@ -46,7 +46,7 @@ struct RankTiming {
   std::vector<InstrTime> times;              // parallel to Program::instrs
   double end_s = 0;                          // last stream or host activity
   std::array<double, kNumStreams> busy_s{};  // sum of kernel / collective durations per stream
-  double compute_s = 0;                      // busy_s of the compute (kDefault) stream
+  double compute_s = 0;                      // compute kernels (NOTE [Compute or communication])
   double comm_s = 0;                         // time some communication stream is busy (union)
   // Time some communication stream (all_gather, reduce_scatter, all_reduce, host_to_device,
   // device_to_host) is busy while the compute stream is idle. all_gather_copy_in is a copy

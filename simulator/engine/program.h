@@ -73,6 +73,18 @@ struct Program {
 };
 
 // The process groups collectives refer to, shared by all ranks' programs.
+// NOTE [Compute or communication]: for the compute / communication / exposed figures, a
+// collective is communication whatever stream runs it (tensor parallelism issues its
+// collectives on the compute stream, where they block the next kernel, so they are always
+// exposed); any other op on the compute stream is compute; ops on the communication streams
+// count as communication; the all-gather copy-in stream is neither.
+enum class OpActivity : uint8_t { kCompute, kComm, kOther };
+inline OpActivity op_activity(const Instr& in) {
+  if (in.type == InstrType::kCollective) return OpActivity::kComm;
+  if (in.stream == StreamRole::kDefault) return OpActivity::kCompute;
+  return in.stream == StreamRole::kAllGatherCopyIn ? OpActivity::kOther : OpActivity::kComm;
+}
+
 struct GroupInfo {
   std::string name;        // "shard", "replicate", ...
   std::vector<int> ranks;  // global ranks in group order

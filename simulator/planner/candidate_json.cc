@@ -26,6 +26,10 @@ json candidate_scenario_json(const json& base, const Candidate& c, const std::st
   json& f = j["fsdp"];
   f["mesh"] = c.hsdp() ? json{{"shape", {c.replicate, c.shard}}, {"dim_names", {"replicate", "shard"}}}
                        : json{{"shape", {c.shard}}, {"dim_names", {"shard"}}};
+  if (c.tp > 1) {
+    f["mesh"]["shape"].push_back(c.tp);
+    f["mesh"]["dim_names"].push_back("tp");
+  }
   switch (c.reshard.kind) {
     case Kind::kDefault: f["reshard_after_forward"] = nullptr; break;
     case Kind::kTrue: f["reshard_after_forward"] = true; break;

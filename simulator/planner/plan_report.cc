@@ -59,7 +59,7 @@ std::string status(const ConfigResult& c) {
 
 std::string plan_text(const PlanOptions& o, const PlanResult& r, size_t top, double wall_s) {
   std::string out = "plan: " + request_line(o) + "\n";
-  out += fmt::format("  {:>4} {:<11} {:>7} {:<16} {:>7} {:<9} {:>7} {:>4} {:<11} {:>9} {:>8} {:>8} {:>9} {:>6} {:>8}\n",
+  out += fmt::format("  {:>4} {:<16} {:>7} {:<16} {:>7} {:<9} {:>7} {:>4} {:<11} {:>9} {:>8} {:>8} {:>9} {:>6} {:>8}\n",
                      "rank", "mesh", "reshard", "precision", "offload", "AC", "mb x ga", "exp", "status", "reserved",
                      "headroom", "step s", "tok/s/GPU", "MFU", "exp.comm");
   for (size_t i = 0; i < r.configs.size() && i < top; ++i) {
@@ -67,7 +67,7 @@ std::string plan_text(const PlanOptions& o, const PlanResult& r, size_t top, dou
     const Candidate& k = c.candidate;
     const bool exact = c.verdict == Verdict::kSimulated;
     out += fmt::format(
-        "  {:>4} {:<11} {:>7} {:<16} {:>7} {:<9} {:>7} {:>4} {:<11} {:>9} {:>8} {:>8} {:>9} {:>6} {:>8}\n", i + 1,
+        "  {:>4} {:<16} {:>7} {:<16} {:>7} {:<9} {:>7} {:>4} {:<11} {:>9} {:>8} {:>8} {:>9} {:>6} {:>8}\n", i + 1,
         mesh_text(k), reshard_text(k.reshard), precision_name(k.precision), k.cpu_offload ? "on" : "off",
         ac_text(k.ac), fmt::format("{} x {}", k.micro_batch, k.grad_accum), k.expandable_segments ? "on" : "off",
         status(c), exact ? size_cell(c.peak_reserved_bytes) : ">=" + size_cell(c.peak_reserved_bytes),

@@ -28,14 +28,16 @@ const char* verdict_name(Verdict v) {
 namespace {
 
 // Candidates that differ only in checkpointing share their proxies (the proxy fixes the mode).
-using ProxyKey = std::tuple<int, int, int, int, int, bool, int64_t, int>;
+using ProxyKey = std::tuple<int, int, int, int, int, int, bool, int64_t, int>;
 ProxyKey proxy_key(const Candidate& c) {
-  return {c.replicate, c.shard, static_cast<int>(c.reshard.kind), c.reshard.n, static_cast<int>(c.precision),
+  return {c.replicate, c.shard, c.tp, static_cast<int>(c.reshard.kind), c.reshard.n, static_cast<int>(c.precision),
           c.cpu_offload, c.micro_batch, c.grad_accum};
 }
 
+// A tp group trains on one batch: each of its GPUs accounts for 1/tp of its tokens.
 double tokens_per_gpu(const Candidate& c, int64_t seq_len) {
-  return static_cast<double>(c.micro_batch) * static_cast<double>(c.grad_accum) * static_cast<double>(seq_len);
+  return static_cast<double>(c.micro_batch) * static_cast<double>(c.grad_accum) * static_cast<double>(seq_len) /
+         static_cast<double>(c.tp);
 }
 
 // A program that hangs or breaks the protocol (never expected: the simulator's own tests cover

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "core/common/error.h"
+#include "core/model/tensor_parallel.h"
 
 namespace fullshard::planner {
 
@@ -21,7 +22,7 @@ const char* precision_name(Precision p) {
 }
 
 bool Candidate::operator==(const Candidate& o) const {
-  return replicate == o.replicate && shard == o.shard && reshard.kind == o.reshard.kind &&
+  return replicate == o.replicate && shard == o.shard && tp == o.tp && reshard.kind == o.reshard.kind &&
          reshard.n == o.reshard.n && precision == o.precision && cpu_offload == o.cpu_offload &&
          ac.mode == o.ac.mode && ac.every == o.ac.every && micro_batch == o.micro_batch &&
          grad_accum == o.grad_accum && expandable_segments == o.expandable_segments;
@@ -99,13 +100,28 @@ std::vector<ReshardAfterForward> reshard_options(int shard) {
   return out;
 }
 
-std::vector<std::pair<int64_t, int>> batch_options(const SpaceOptions& o) {
+std::vector<int> tp_degrees(const ModelConfig& model, int64_t seq_len, int gpus, int gpus_per_node) {
+  std::vector<int> out = {1};
+  for (int tp : {2, 4, 8}) {
+    if (gpus_per_node % tp != 0 || gpus % tp != 0) continue;
+    try {
+      check_tensor_parallel(model, seq_len, tp);
+    } catch (const InputError&) {
+      continue;
+    }
+    out.push_back(tp);
+  }
+  return out;
+}
+
+std::vector<std::pair<int64_t, int>> batch_options(const SpaceOptions& o, int dp) {
   std::vector<std::pair<int64_t, int>> out;
   if (!o.global_batch) {
     for (int64_t mb : o.micro_batches) out.push_back({mb, 1});
     return out;
   }
-  const int64_t per_gpu = *o.global_batch / o.gpus;
+  if (*o.global_batch % dp != 0) return out;
+  const int64_t per_gpu = *o.global_batch / dp;
   for (int64_t mb = per_gpu; mb >= 1; --mb)
     if (per_gpu % mb == 0) out.push_back({mb, static_cast<int>(per_gpu / mb)});
   return out;
@@ -125,9 +141,12 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o) {
     ac.every = k;
     acs.push_back(ac);
   }
-  const auto batches = batch_options(o);
   std::vector<Candidate> out;
-  for (int s : shard_sizes(o.gpus))
+  for (int tp : o.tp_degrees) {
+  if (tp < 1 || o.gpus % tp != 0) continue;
+  const int dp = o.gpus / tp;
+  const auto batches = batch_options(o, dp);
+  for (int s : shard_sizes(dp))
     for (const auto& r : reshard_options(s))
       for (Precision p : {Precision::kBf16Fp32Reduce, Precision::kBf16, Precision::kFp32})
         for (bool offload : {false, true})
@@ -135,8 +154,9 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o) {
             for (const auto& [mb, ga] : batches)
               for (bool expandable : {false, true}) {
                 Candidate c;
-                c.replicate = o.gpus / s;
+                c.replicate = dp / s;
                 c.shard = s;
+                c.tp = tp;
                 c.reshard = r;
                 c.precision = p;
                 c.cpu_offload = offload;
@@ -146,11 +166,12 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o) {
                 c.expandable_segments = expandable;
                 out.push_back(c);
               }
+  }
   return out;
 }
 
 Scenario candidate_scenario(const Scenario& base, const Candidate& c) {
-  FULLSHARD_CHECK(base.world_size() == c.replicate * c.shard, "candidate mesh does not match the base world size");
+  FULLSHARD_CHECK(base.world_size() == c.replicate * c.shard * c.tp, "candidate mesh does not match the base world size");
   Scenario s = base;
   if (c.hsdp()) {
     s.fsdp.mesh_shape = {c.replicate, c.shard};
@@ -158,6 +179,10 @@ Scenario candidate_scenario(const Scenario& base, const Candidate& c) {
   } else {
     s.fsdp.mesh_shape = {c.shard};
     s.fsdp.mesh_dim_names = {"shard"};
+  }
+  if (c.tp > 1) {
+    s.fsdp.mesh_shape.push_back(c.tp);
+    s.fsdp.mesh_dim_names.push_back("tp");
   }
   s.fsdp.reshard_after_forward = c.reshard;
   auto& mp = s.fsdp.mixed_precision;
@@ -175,7 +200,8 @@ Scenario candidate_scenario(const Scenario& base, const Candidate& c) {
 }
 
 std::string mesh_text(const Candidate& c) {
-  return c.hsdp() ? fmt::format("HSDP {}x{}", c.replicate, c.shard) : fmt::format("FSDP {}", c.shard);
+  const std::string dp = c.hsdp() ? fmt::format("HSDP {}x{}", c.replicate, c.shard) : fmt::format("FSDP {}", c.shard);
+  return c.tp > 1 ? fmt::format("{} TP {}", dp, c.tp) : dp;
 }
 
 std::string reshard_text(const ReshardAfterForward& r) {
@@ -203,7 +229,9 @@ std::string candidate_text(const Candidate& c) {
 nlohmann::json candidate_settings_json(const Candidate& c) {
   nlohmann::json j;
   j["mesh"] = c.hsdp() ? nlohmann::json::array({c.replicate, c.shard}) : nlohmann::json::array({c.shard});
+  if (c.tp > 1) j["mesh"].push_back(c.tp);
   j["sharding"] = c.hsdp() ? "hsdp" : "fsdp";
+  j["tp"] = c.tp;
   switch (c.reshard.kind) {
     case Kind::kDefault: j["reshard_after_forward"] = nullptr; break;
     case Kind::kTrue: j["reshard_after_forward"] = true; break;

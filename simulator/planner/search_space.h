@@ -25,8 +25,11 @@ const char* precision_name(Precision p);  // "fp32", "bf16+fp32-reduce", "bf16"
 struct Candidate {
   // Mesh: replicate == 1 is FSDP over all ranks (mesh [shard]); replicate > 1 is HSDP
   // (mesh [replicate, shard]). replicate x shard == world size.
+  // tp > 1 adds a tensor-parallel dim: mesh [shard, tp] or [replicate, shard, tp], and
+  // replicate x shard x tp == world size.
   int replicate = 1;
   int shard = 1;
+  int tp = 1;
   ReshardAfterForward reshard;
   Precision precision = Precision::kFp32;
   bool cpu_offload = false;
@@ -47,7 +50,14 @@ struct SpaceOptions {
   // `micro_batches` with no accumulation (the global batch is then gpus x micro-batch).
   std::optional<int64_t> global_batch;
   std::vector<int64_t> micro_batches = {1, 2, 4, 8};
+  // Tensor-parallel degrees to try (tp_degrees() picks them for a model); {1}: none.
+  std::vector<int> tp_degrees = {1};
 };
+
+// The tp degrees in {1, 2, 4, 8} a model can use on this hardware: within a node (tp divides
+// gpus_per_node, so a tp group never crosses nodes), dividing the GPUs, and splitting the
+// model (check_tensor_parallel: heads, kv heads, ffn_dim, vocab, seq_len).
+std::vector<int> tp_degrees(const ModelConfig& model, int64_t seq_len, int gpus, int gpus_per_node);
 
 // Throws InputError naming the flag (--gpus, --gpus-per-node, --global-batch) when the space
 // is empty: GPUs not a multiple of GPUs per node, a global batch that is not a whole number
@@ -67,7 +77,8 @@ std::vector<int> shard_sizes(int gpus);
 // false, then every int that divides `shard` other than 1 (acts as false) and `shard` (true).
 std::vector<ReshardAfterForward> reshard_options(int shard);
 // (micro-batch, accumulation) pairs meeting the global batch.
-std::vector<std::pair<int64_t, int>> batch_options(const SpaceOptions& o);
+// `dp` is the data-parallel size (GPUs / tp): a tp group trains on one batch.
+std::vector<std::pair<int64_t, int>> batch_options(const SpaceOptions& o, int dp);
 
 // Every candidate, in a fixed order (mesh, reshard, precision, offload, checkpointing,
 // batch, expandable segments; expandable off and on are adjacent).

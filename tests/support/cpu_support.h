@@ -5,6 +5,7 @@
 
 #include <exception>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -14,6 +15,7 @@
 #include "runner/rank_runner.h"
 #include "core/fsdp/shard_layout.h"
 #include "core/model/transformer.h"
+#include "core/scenario/training_program.h"
 
 namespace fullshard::testing {
 
@@ -59,14 +61,39 @@ inline RealRun run_real(const Scenario& s, int steps = -1, const runner::RankOpt
   for (auto& t : threads) t.join();
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
-  // The shard group of rank 0 is ranks 0..S-1 (the last mesh dim varies fastest).
-  const int shard = s.fsdp.mesh_shape.back();
-  Transformer model(s.model);
-  model.root().for_each_param([&](Param& p) {
+  // The full parameters from the ranks of replicate coordinate 0: for each tp index t, the
+  // shard group's rows make the tp-local tensor; tp-local tensors are then joined along the
+  // parameter's tp placement (dim 0, dim 1, or replicated).
+  const int shard = s.fsdp.mesh_size("shard"), tp = s.fsdp.mesh_size("tp");
+  std::vector<std::map<std::string, std::vector<float>>> local(static_cast<size_t>(tp));
+  std::vector<std::unique_ptr<Transformer>> models;
+  for (int t = 0; t < tp; ++t) {
+    models.push_back(std::make_unique<Transformer>(s.model, tensor_parallel_for(s, t)));
+    models.back()->root().for_each_param([&](Param& p) {
+      std::vector<float> rows;
+      for (int i = 0; i < shard; ++i)
+        for (auto& [fqn, v] : out.ranks[static_cast<size_t>(i * tp + t)].local_params)
+          if (fqn == p.fqn) rows.insert(rows.end(), v.begin(), v.end());
+      local[static_cast<size_t>(t)][p.fqn] = std::move(rows);
+    });
+  }
+  models[0]->root().for_each_param([&](Param& p) {
     std::vector<float> full;
-    for (int r = 0; r < shard; ++r)
-      for (auto& [fqn, v] : out.ranks[r].local_params)
-        if (fqn == p.fqn) full.insert(full.end(), v.begin(), v.end());
+    if (p.tp_placement == TpPlacement::kShard1) {
+      const int64_t rows = p.shape[0], cols = p.shape[1];
+      for (int64_t r = 0; r < rows; ++r)
+        for (int t = 0; t < tp; ++t) {
+          const auto& v = local[static_cast<size_t>(t)][p.fqn];
+          if (static_cast<int64_t>(v.size()) < (r + 1) * cols) continue;
+          full.insert(full.end(), v.begin() + r * cols, v.begin() + (r + 1) * cols);
+        }
+    } else {
+      const int parts = p.tp_placement == TpPlacement::kShard0 ? tp : 1;
+      for (int t = 0; t < parts; ++t) {
+        const auto& v = local[static_cast<size_t>(t)][p.fqn];
+        full.insert(full.end(), v.begin(), v.end());
+      }
+    }
     out.params[p.fqn] = std::move(full);
   });
   for (size_t k = 0; k < out.ranks[0].steps.size(); ++k) {

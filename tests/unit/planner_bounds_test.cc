@@ -99,6 +99,7 @@ RC_GTEST_PROP(PlannerBoundsProps, BoundsNeverExceedTheSimulation, ()) {
   so.gpus_per_node = gpn;
   so.n_layers = layers;
   so.global_batch = so.gpus * *rc::gen::inRange(1, 4);
+  so.tp_degrees = tp_degrees(base_s.model, base_s.training.seq_len, so.gpus, gpn);
   const auto cs = enumerate_candidates(so);
   // A random candidate per case (each needs up to 3 proxies and 3 full simulations).
   for (int k = 0; k < 1; ++k) {
@@ -126,6 +127,29 @@ TEST(PlannerBounds, EveryCandidateOfASmallSpace) {
     ++checked;
   }
   EXPECT_EQ(checked, 6 * 3 * 2 * 4 * 2);
+}
+
+// The bounds' block attribution by name holds for tensor-parallel programs too: the tp
+// collectives of a block are named after its modules ("layers.0.attention all_gather(seq)").
+TEST(PlannerBounds, EveryTensorParallelCandidateOfASmallSpace) {
+  const json base = {{"model", {{"name", "tiny-llama"}, {"n_layers", 3}}},
+                     {"training", {{"seq_len", 32}, {"steps", 2}}},
+                     {"hardware", {{"profile", "h100-sxm-80gb"}, {"nodes", 1}, {"gpus_per_node", 2}}}};
+  const Scenario base_s = parse_scenario(base);
+  SpaceOptions so;
+  so.gpus = 2;
+  so.gpus_per_node = 2;
+  so.n_layers = 3;
+  so.global_batch = 2;
+  so.tp_degrees = {2};
+  int checked = 0;
+  for (const auto& c : enumerate_candidates(so)) {
+    if (c.expandable_segments) continue;
+    ASSERT_EQ(c.tp, 2);
+    EXPECT_EQ(bound_violation(candidate_scenario(base_s, c)), "") << candidate_text(c);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 3 * 3 * 2 * 4 * 2);
 }
 
 }  // namespace

@@ -75,10 +75,10 @@ TEST(PlannerSpace, BatchesMeetTheGlobalBatch) {
   o.gpus_per_node = 2;
   o.global_batch = 16;
   using P = std::vector<std::pair<int64_t, int>>;
-  EXPECT_EQ(batch_options(o), (P{{4, 1}, {2, 2}, {1, 4}}));
+  EXPECT_EQ(batch_options(o, o.gpus), (P{{4, 1}, {2, 2}, {1, 4}}));
   o.global_batch.reset();
   o.micro_batches = {1, 2};
-  EXPECT_EQ(batch_options(o), (P{{1, 1}, {2, 1}}));
+  EXPECT_EQ(batch_options(o, o.gpus), (P{{1, 1}, {2, 1}}));
 }
 
 TEST(PlannerSpace, EnumerationIsTheFullProductWithoutDuplicates) {
@@ -253,4 +253,56 @@ RC_GTEST_PROP(PlannerSpaceProps, CandidatesAreValidScenarios, ()) {
 }
 
 }  // namespace
+}  // namespace fullshard::planner
+
+namespace fullshard::planner {
+
+// Tensor parallelism: degrees within a node that split the model, and meshes with a tp dim.
+TEST(PlannerSpace, TensorParallelDegreesSplitTheModelWithinANode) {
+  const ModelConfig l70 = *find_model("llama3.1-70b");
+  EXPECT_EQ(tp_degrees(l70, 8192, 256, 8), (std::vector<int>{1, 2, 4, 8}));
+  EXPECT_EQ(tp_degrees(l70, 8192, 256, 4), (std::vector<int>{1, 2, 4}));  // never across nodes
+  EXPECT_EQ(tp_degrees(l70, 8190, 256, 8), (std::vector<int>{1, 2}));     // seq_len splits 2 ways only
+  const ModelConfig tiny = *find_model("tiny-llama");                      // 2 kv heads
+  EXPECT_EQ(tp_degrees(tiny, 64, 8, 8), (std::vector<int>{1, 2}));
+  EXPECT_EQ(tp_degrees(*find_model("gpt2-124m"), 1024, 8, 8), (std::vector<int>{1}));
+}
+
+TEST(PlannerSpace, TensorParallelCandidatesUseTheRemainingRanksForDataParallelism) {
+  SpaceOptions o;
+  o.gpus = 8;
+  o.gpus_per_node = 8;
+  o.n_layers = 2;
+  o.global_batch = 8;
+  o.tp_degrees = {1, 4};
+  const auto cands = enumerate_candidates(o);
+  int with_tp = 0;
+  for (const Candidate& c : cands) {
+    EXPECT_EQ(c.replicate * c.shard * c.tp, 8);
+    if (c.tp == 4) {
+      ++with_tp;
+      // dp = 2 ranks share the global batch of 8: 4 sequences per tp group per step.
+      EXPECT_EQ(c.micro_batch * c.grad_accum, 4);
+    } else {
+      EXPECT_EQ(c.micro_batch * c.grad_accum, 1);
+    }
+  }
+  EXPECT_GT(with_tp, 0);
+  Scenario base = parse_scenario(nlohmann::json{{"model", "tiny-llama"},
+                                                {"training", {{"seq_len", 8}}},
+                                                {"hardware", {{"profile", "h100-sxm-80gb"}, {"gpus_per_node", 8}}}});
+  Candidate c;
+  c.replicate = 1;
+  c.shard = 4;
+  c.tp = 2;
+  const Scenario s = candidate_scenario(base, c);
+  EXPECT_EQ(s.fsdp.mesh_shape, (std::vector<int>{4, 2}));
+  EXPECT_EQ(s.fsdp.mesh_dim_names, (std::vector<std::string>{"shard", "tp"}));
+  EXPECT_EQ(mesh_text(c), "FSDP 4 TP 2");
+  c.replicate = 2;
+  c.shard = 2;
+  EXPECT_EQ(candidate_scenario(base, c).fsdp.mesh_shape, (std::vector<int>{2, 2, 2}));
+  EXPECT_EQ(mesh_text(c), "HSDP 2x2 TP 2");
+}
+
 }  // namespace fullshard::planner

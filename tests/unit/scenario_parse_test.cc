@@ -476,7 +476,11 @@ TEST(ScenarioErrors, MeshSizeMismatch) {
   expect_error(j, "fsdp.mesh.shape",
                {"mesh [4, 2] has 8 ranks but hardware has 2 nodes x 8 GPUs = 16", "[16]", "[2, 8]"});
   j["fsdp"]["mesh"] = {{"shape", {2, 2, 4}}};
-  expect_error(j, "fsdp.mesh.shape", {"[2,2,4]", "3-D mesh", "[replicate, shard]"});
+  expect_error(j, "fsdp.mesh", {"[2, 2, 4]", "3-D", "dim_names", "tp"});
+  j["fsdp"]["mesh"] = {{"shape", {2, 2, 2, 2}}};
+  expect_error(j, "fsdp.mesh.shape", {"[2,2,2,2]", "4-D mesh", "[replicate, shard]", "tp"});
+  j["fsdp"]["mesh"] = {{"shape", {2, 2, 4}}, {"dim_names", {"dp_shard", "dp_replicate", "tp"}}};
+  expect_error(j, "fsdp.mesh.dim_names", {"not a mesh fullshard builds", "[\"replicate\", \"shard\", \"tp\"]"});
   j["fsdp"]["mesh"] = {{"shape", json::array()}};
   expect_error(j, "fsdp.mesh.shape", {"[]", "0-D mesh"});
   j["fsdp"]["mesh"] = {{"shape", {4, 0}}};

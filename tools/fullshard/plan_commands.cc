@@ -17,6 +17,7 @@
 #include "core/common/output_file.h"
 #include "core/common/user_text.h"
 #include "core/scenario/hardware_profile.h"
+#include "core/model/tensor_parallel.h"
 #include "core/scenario/json_reader.h"
 #include "core/scenario/scenario.h"
 #include "simulator/planner/candidate_json.h"
@@ -45,6 +46,7 @@ CLI::App* add_plan_command(CLI::App& app, PlanFlags& f) {
   p->add_option("--seq-len", f.seq_len, "tokens per sequence");
   p->add_option("--global-batch", f.global_batch, "sequences per optimizer step over all GPUs (default: free)");
   p->add_option("--micro-batches", f.micro_batches, "micro-batch sizes to try without --global-batch (default 1 2 4 8)");
+  p->add_option("--tp", f.tp, "tensor-parallel degrees to try (default: each of 1 2 4 8 that fits in a node and splits the model; --tp 1: none)");
   p->add_option("--headroom", f.headroom, "fraction of the allocator's memory to keep free (default 0.05; 0: fits means what `fullshard simulate` says)");
   p->add_option("--json", f.json_out, "write every configuration, in rank order, here (JSON)");
   p->add_option("--write-scenario", f.write_scenario, "write the recommended configuration as a scenario file here");
@@ -230,6 +232,22 @@ int cmd_plan(const PlanFlags& f) {
   o.space.n_layers = o.base.model.n_layers;
   o.space.global_batch = f.global_batch;
   if (!f.micro_batches.empty()) o.space.micro_batches = f.micro_batches;
+  if (f.tp.empty()) {
+    o.space.tp_degrees = planner::tp_degrees(o.base.model, o.base.training.seq_len, o.space.gpus, o.space.gpus_per_node);
+  } else {
+    for (int tp : f.tp) {
+      if (tp < 1 || o.space.gpus % tp != 0)
+        throw InputError("--tp", fmt::format("has {}, which does not divide --gpus {}", tp, o.space.gpus),
+                         "give degrees that divide the GPU count, e.g. --tp 1 2 4 8");
+      try {
+        check_tensor_parallel(o.base.model, o.base.training.seq_len, tp);
+      } catch (const InputError& e) {
+        throw InputError("--tp", fmt::format("has {}, which this model cannot use: {}", tp, e.what()),
+                         "drop it from --tp");
+      }
+    }
+    o.space.tp_degrees = f.tp;
+  }
   o.headroom = f.headroom;
   o.prune = !f.exhaustive;
   o.threads = f.threads;

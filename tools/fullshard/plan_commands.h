@@ -17,6 +17,7 @@ struct PlanFlags {
   std::string gpu;
   std::optional<int64_t> seq_len, global_batch;
   std::vector<int64_t> micro_batches;  // without --global-batch (default 1, 2, 4, 8)
+  std::vector<int> tp;  // tensor-parallel degrees; empty: every one the model and node allow
   double headroom = 0.05;
   std::string json_out, write_scenario;
   int64_t top = 10;

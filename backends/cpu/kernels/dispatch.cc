@@ -73,6 +73,13 @@ void run_kernel(const OpCall& op, const std::vector<void*>& in, const std::vecto
     case OpKind::kRotaryCosSin: return rotary_cos_sin(op, in, out);
     case OpKind::kNarrowCopy: return narrow_copy(op, in, out);
     case OpKind::kRotateHalfCat: return rotate_half_cat(op, in, out);
+    case OpKind::kTransposeBlocks: return transpose_blocks(op, in, out);
+    case OpKind::kRowMax: return row_max(op, in, out);
+    case OpKind::kSubRow: return sub_row(op, in, out);
+    case OpKind::kExp: return exp_kernel(op, in, out);
+    case OpKind::kLog: return log_kernel(op, in, out);
+    case OpKind::kNllVocabParallel: return nll_vocab_parallel(op, in, out);
+    case OpKind::kNllVocabParallelBackward: return nll_vocab_parallel_backward(op, in, out);
     case OpKind::kLoadBatch:
     case OpKind::kInitParam: break;
   }

@@ -3,6 +3,7 @@
 // leading-dims sums autograd's sum_to_size runs, mean's backward (expand / D), and repeat_kv
 // (the copy expand + reshape makes, and the sum of its backward). Math is
 // fp32 per element, sums accumulate in double; results are rounded once to the output dtype.
+#include <cstring>
 #include <algorithm>
 #include <cmath>
 
@@ -198,6 +199,22 @@ void narrow_copy(const OpCall& op, const Ptrs& in, const Ptrs& out) {
     for (auto& v : buf) v *= scale;
     store_f32(buf.data(), out[0], y.dtype, b * ow + oo, n);
   }
+}
+
+// A layout copy: no arithmetic, so any dtype is copied bit for bit.
+void transpose_blocks(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  expect_arity(op, 1, 1);
+  FULLSHARD_CHECK(op.iargs.size() == 3, where(op) + "needs iargs = {a, b, inner}");
+  const int64_t a = op.iargs[0], b = op.iargs[1], inner = op.iargs[2];
+  const TensorMeta &x = in_meta(op, 0), &y = out_meta(op, 0);
+  FULLSHARD_CHECK(a > 0 && b > 0 && inner > 0 && x.numel() == a * b * inner && y.numel() == x.numel() &&
+                      x.dtype == y.dtype,
+                  where(op) + "in and out must both hold a * b * inner elements of one dtype");
+  const size_t row = static_cast<size_t>(inner) * dtype_size(x.dtype);
+  const auto* src = static_cast<const unsigned char*>(in[0]);
+  auto* dst = static_cast<unsigned char*>(out[0]);
+  for (int64_t i = 0; i < a; ++i)
+    for (int64_t j = 0; j < b; ++j) std::memcpy(dst + (j * a + i) * row, src + (i * b + j) * row, row);
 }
 
 }  // namespace fullshard::cpu::detail

@@ -25,6 +25,19 @@ void embedding(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   const int64_t V = w.shape[0], D = w.shape[1], n = ids.numel();
   FULLSHARD_CHECK(y.numel() == n * D, where(op) + "output is not [ids..., D]");
   const int64_t* id = static_cast<const int64_t*>(in[0]);
+  if (!op.iargs.empty()) {
+    // A vocab-parallel shard: rows [start, start + V); other ids give zero rows (_MaskPartial).
+    const int64_t start = op.iargs[0];
+    std::vector<float> zero(static_cast<size_t>(D), 0.0f);
+    for (int64_t t = 0; t < n; ++t) {
+      const int64_t local = id[t] - start;
+      if (local >= 0 && local < V)
+        convert(in[1], w.dtype, local * D, out[0], y.dtype, t * D, D);
+      else
+        store_f32(zero.data(), out[0], y.dtype, t * D, D);
+    }
+    return;
+  }
   for (int64_t t = 0; t < n; ++t) convert(in[1], w.dtype, checked_id(op, id[t], V) * D, out[0], y.dtype, t * D, D);
 }
 
@@ -34,11 +47,17 @@ void embedding_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   check_ids(op, ids, gw);
   const int64_t V = gw.shape[0], D = gw.shape[1], n = ids.numel();
   FULLSHARD_CHECK(g.numel() == n * D, where(op) + "grad_y is not [ids..., D]");
-  const int64_t* id = static_cast<const int64_t*>(in[1]);
+  const int64_t* given = static_cast<const int64_t*>(in[1]);
+  // A vocab-parallel shard (iargs[0] = its first row) gets the gradient of its rows only.
+  const int64_t start = op.iargs.empty() ? 0 : op.iargs[0];
+  std::vector<int64_t> order, local(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n; ++t) {
+    local[t] = given[t] - start;
+    if (op.iargs.empty()) checked_id(op, given[t], V);
+    if (local[t] >= 0 && local[t] < V) order.push_back(t);
+  }
+  const int64_t* id = local.data();
   // Group token positions by id (stable: each row sums its tokens in position order).
-  std::vector<int64_t> order(static_cast<size_t>(n));
-  std::iota(order.begin(), order.end(), 0);
-  for (int64_t t = 0; t < n; ++t) checked_id(op, id[t], V);
   std::stable_sort(order.begin(), order.end(), [id](int64_t a, int64_t b) { return id[a] < id[b]; });
   std::vector<float> acc(static_cast<size_t>(D)), row(static_cast<size_t>(D)), zero(static_cast<size_t>(D), 0.0f);
   int64_t next_row = 0;  // rows below it are written

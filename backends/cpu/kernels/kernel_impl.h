@@ -79,5 +79,12 @@ void expand_last_dim(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void repeat_kv(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void repeat_kv_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void narrow_copy(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void transpose_blocks(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void row_max(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void sub_row(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void exp_kernel(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void log_kernel(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void nll_vocab_parallel(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void nll_vocab_parallel_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
 
 }  // namespace fullshard::cpu::detail

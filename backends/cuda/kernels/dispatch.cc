@@ -393,6 +393,16 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
                                          "= efficient / cudnn run on the CPU backend and the simulator; the CUDA "
                                          "backend runs attention = flash)");
       break;
+    case OpKind::kTransposeBlocks:
+    case OpKind::kRowMax:
+    case OpKind::kSubRow:
+    case OpKind::kExp:
+    case OpKind::kLog:
+    case OpKind::kNllVocabParallel:
+    case OpKind::kNllVocabParallelBackward:
+      FULLSHARD_CHECK(false, where(op) + "not supported on the CUDA backend yet (tensor parallelism runs on the "
+                                         "CPU backend and the simulator)");
+      break;
     case OpKind::kLoadBatch:
     case OpKind::kInitParam: break;
   }
