@@ -8,6 +8,7 @@
 
 #include "core/common/error.h"
 #include "core/model/autograd.h"
+#include "core/runtime/rope_args.h"
 
 namespace fullshard::ops::detail {
 
@@ -53,11 +54,11 @@ inline Tensor grad_like(Backend& b, const Tensor& t, const std::string& name) {
 
 inline double el(const Tensor& t) { return static_cast<double>(t.numel()); }
 
-// A position-dependent rotation of x (a RoPE kernel: fargs {theta}, iargs {head_dim}) and its
+// A position-dependent rotation of x (a RoPE kernel: fargs RopeParams::fargs(), iargs {head_dim}) and its
 // autograd node, whose backward is the inverse rotation `backward` into a temporary named
 // name + grad_suffix. The fused rope and the complex (torchtitan) rope differ only in kinds and
 // FLOPs per element.
 Value rotary(ExecContext& c, Value x, OpKind forward, OpKind backward, double flops_per_element, int64_t head_dim,
-             double theta, const std::string& name, const std::string& grad_suffix);
+             const RopeParams& freqs, const std::string& name, const std::string& grad_suffix);
 
 }  // namespace fullshard::ops::detail

@@ -12,6 +12,7 @@
 
 #include "backends/cpu/kernels/dtype_io.h"
 #include "backends/cpu/kernels/kernel_impl.h"
+#include "core/runtime/rope_args.h"
 
 namespace fullshard::cpu::detail {
 
@@ -27,11 +28,11 @@ void rotate(const OpCall& op, const Ptrs& in, const Ptrs& out, float sign, bool 
   const int64_t width = x.shape.back(), S = x.shape[x.shape.size() - 2];
   FULLSHARD_CHECK(hd > 0 && hd % 2 == 0 && width % hd == 0, where(op) + "head_dim must be even and divide the last dim");
   FULLSHARD_CHECK(y.numel() == x.numel(), where(op) + "output size differs from x");
-  const double theta = op.fargs[0];
+  const std::vector<double> inv = rope_inv_freq(RopeParams::from_fargs(op.fargs), hd);  // NOTE [Llama 3 RoPE scaling]
   const int64_t half = hd / 2, rows = S == 0 ? 0 : x.numel() / width;
   std::vector<float> cs(static_cast<size_t>(S * half)), sn(static_cast<size_t>(S * half));
   for (int64_t i = 0; i < half; ++i) {
-    const double inv_freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+    const double inv_freq = inv[static_cast<size_t>(i)];
     for (int64_t p = 0; p < S; ++p) {
       const double a = static_cast<double>(p) * inv_freq;
       cs[p * half + i] = static_cast<float>(std::cos(a));
@@ -79,10 +80,11 @@ void rotary_cos_sin(const OpCall& op, const Ptrs& in, const Ptrs& out) {
                   where(op) + "cos and sin must be [B, S, head_dim] with an even head_dim");
   const int64_t S = c.shape[c.shape.size() - 2], rows = c.numel() / hd, half = hd / 2;
   std::vector<float> cr(static_cast<size_t>(hd)), sr(static_cast<size_t>(hd));
+  const std::vector<double> inv = rope_inv_freq(RopeParams::from_fargs(op.fargs), hd);  // NOTE [Llama 3 RoPE scaling]
   for (int64_t r = 0; r < rows; ++r) {
     const double pos = static_cast<double>(r % S);
     for (int64_t i = 0; i < hd; ++i) {
-      const double inv_freq = std::pow(op.fargs[0], -2.0 * static_cast<double>(i % half) / static_cast<double>(hd));
+      const double inv_freq = inv[static_cast<size_t>(i % half)];
       cr[i] = static_cast<float>(std::cos(pos * inv_freq));
       sr[i] = static_cast<float>(std::sin(pos * inv_freq));
     }
