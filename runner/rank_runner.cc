@@ -103,6 +103,17 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
         load_init_weights(b, prog, s, s.model_weights, "model.weights");
     }
     const int first = o.resume_from.empty() ? 0 : static_cast<int>(load_checkpoint(b, prog, s, o.resume_from));
+    if (o.collect_grads)
+      prog.set_before_optimizer([&](int) {
+        if (!r.local_grads.empty()) return;
+        b.synchronize_device();  // the reduce-scatters' results are complete
+        for (auto& st : prog.fsdp().states()) {
+          if (!st->group) continue;
+          for (FSDPParam* p : st->group->fsdp_params())
+            r.local_grads.emplace_back(p->param().fqn, p->sharded_grad() ? read_f32(b, p->sharded_grad().ref())
+                                                                         : std::vector<float>());
+        }
+      });
     for (int step = first; step < steps; ++step) {
       if (o.fault != RankOptions::Fault::kNone && step == o.fault_step) {
         if (o.fault == RankOptions::Fault::kKill) ::raise(SIGKILL);

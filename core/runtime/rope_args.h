@@ -47,23 +47,34 @@ struct RopeParams {
 // original / high_freq_factor is kept, and in between the inverse frequency is interpolated
 // with s = (original / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor):
 // (1 - s) inv_freq / factor + s inv_freq (transformers' _compute_llama3_parameters, Meta's
-// apply_scaling). Values are computed in double; the kernels round cos / sin to fp32.
-inline std::vector<double> rope_inv_freq(const RopeParams& p, int64_t head_dim) {
-  std::vector<double> f(static_cast<size_t>(head_dim / 2));
-  const double kPi = 3.14159265358979323846;
+// apply_scaling).
+//
+// NOTE [RoPE in fp32]: PyTorch computes all of this in fp32 tensors: inv_freq = 1 /
+// theta ** (arange(0, hd, 2).float() / hd), the scaling elementwise on it (Python scalars
+// rounded to fp32), angle = pos.float() * inv_freq, then cos / sin of the fp32 angle
+// (HF's LlamaRotaryEmbedding; torchtitan's precompute_freqs_cis likewise). The kernels do
+// the same: in double, the angle at position 15 differed from PyTorch's by up to half an
+// ulp (5e-7), which the oracle test saw as 3x larger gradient differences than GPT-2's.
+inline std::vector<float> rope_inv_freq(const RopeParams& p, int64_t head_dim) {
+  std::vector<float> f(static_cast<size_t>(head_dim / 2));
   const RopeScaling& s = p.scaling;
+  const float theta = static_cast<float>(p.theta), two_pi = static_cast<float>(2 * 3.14159265358979323846);
   for (int64_t i = 0; i < head_dim / 2; ++i) {
-    double inv = std::pow(p.theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+    const float e = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+    float inv = 1.0f / std::pow(theta, e);
     if (s.enabled()) {
-      const double wavelen = 2 * kPi / inv;
-      const double low_wavelen = s.original_max_position_embeddings / s.low_freq_factor;
-      const double high_wavelen = s.original_max_position_embeddings / s.high_freq_factor;
-      if (wavelen > low_wavelen) {
-        inv /= s.factor;
-      } else if (wavelen >= high_wavelen) {
-        const double smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor) /
-                              (s.high_freq_factor - s.low_freq_factor);
-        inv = (1 - smooth) * inv / s.factor + smooth * inv;
+      const auto orig = static_cast<float>(s.original_max_position_embeddings);
+      const auto factor = static_cast<float>(s.factor), lo = static_cast<float>(s.low_freq_factor),
+                 hi = static_cast<float>(s.high_freq_factor);
+      const float low_wavelen = static_cast<float>(s.original_max_position_embeddings / s.low_freq_factor);
+      const float high_wavelen = static_cast<float>(s.original_max_position_embeddings / s.high_freq_factor);
+      const float wavelen = two_pi / inv;
+      const float scaled = wavelen > low_wavelen ? inv / factor : inv;
+      if (!(wavelen < high_wavelen) && !(wavelen > low_wavelen)) {
+        const float smooth = (orig / wavelen - lo) / (hi - lo);
+        inv = (1 - smooth) * scaled / factor + smooth * scaled;
+      } else {
+        inv = scaled;
       }
     }
     f[static_cast<size_t>(i)] = inv;

@@ -19,11 +19,14 @@ namespace fullshard::testing {
 struct RealRun {
   std::vector<runner::RankResult> ranks;
   std::map<std::string, std::vector<float>> params;  // fqn -> full tensor (from shard group 0)
+  std::map<std::string, std::vector<float>> grads;   // the first step's, with base.collect_grads
   std::vector<double> mean_loss;                       // per step, mean over ranks
 };
 
 // `base`: further rank options (checkpointing); steps and collect_params are set here.
-inline RealRun run_real(const Scenario& s, int steps = -1, const runner::RankOptions& base = {}) {
+// `corpus`: the text kLoadBatch samples (null: the generated corpus).
+inline RealRun run_real(const Scenario& s, int steps = -1, const runner::RankOptions& base = {},
+                        std::shared_ptr<const TextCorpus> corpus = nullptr) {
   const int world = s.world_size();
   auto store = std::make_shared<::gloo::rendezvous::HashStore>();
   RealRun out;
@@ -40,7 +43,7 @@ inline RealRun run_real(const Scenario& s, int steps = -1, const runner::RankOpt
         bo.store = store;
         if (world > 1) bo.device = gloo_backend::make_tcp_device("127.0.0.1");
         bo.collectives.timeout = std::chrono::seconds(30);
-        bo.batches = runner::batch_source(s);
+        bo.batches = runner::batch_source(s, corpus);
         bo.record_timeline = false;
         cpu::CpuBackend backend(std::move(bo));
         runner::RankOptions o = base;
@@ -59,11 +62,15 @@ inline RealRun run_real(const Scenario& s, int steps = -1, const runner::RankOpt
   const int shard = s.fsdp.mesh_shape.back();
   Transformer model(s.model);
   model.root().for_each_param([&](Param& p) {
-    std::vector<float> full;
-    for (int r = 0; r < shard; ++r)
+    std::vector<float> full, grad;
+    for (int r = 0; r < shard; ++r) {
       for (auto& [fqn, v] : out.ranks[r].local_params)
         if (fqn == p.fqn) full.insert(full.end(), v.begin(), v.end());
+      for (auto& [fqn, v] : out.ranks[r].local_grads)
+        if (fqn == p.fqn) grad.insert(grad.end(), v.begin(), v.end());
+    }
     out.params[p.fqn] = std::move(full);
+    if (base.collect_grads) out.grads[p.fqn] = std::move(grad);
   });
   for (size_t k = 0; k < out.ranks[0].steps.size(); ++k) {
     double sum = 0;

@@ -31,13 +31,17 @@ import transformers
 from safetensors.torch import save_file
 
 # The run every case shares (written into scenario.json; fullshard's defaults otherwise).
+# eps 1e-6, not 1e-8: AdamW divides by sqrt(v) + eps, so with a tiny eps a gradient element
+# far below its tensor's scale moves its parameter by a full lr step with the relative error
+# of that element; with 1e-8 PyTorch's own fp32 and fp64 runs of the GPT-2 case differ by
+# 3e-4 of an update's norm after 3 steps, with 1e-6 by 5e-6 (NOTE [Oracle tolerances]).
 SEED = 3            # training.seed: the data sampler's seed (weights come from WEIGHT_SEED)
 WEIGHT_SEED = 1234
 BATCH = 12          # global sequences per step: 1, 2, 3 or 4 ranks take 12 / W each
 SEQ = 16
 STEPS = 3
 VOCAB = 128         # the corpus is ASCII, so byte tokens stay below 128
-OPT = {"lr": 1e-2, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1, "max_grad_norm": 0.5}
+OPT = {"lr": 1e-2, "beta1": 0.9, "beta2": 0.95, "eps": 1e-6, "weight_decay": 0.1, "max_grad_norm": 0.5}
 
 CORPUS = (
     "It was a bright cold day in April, and the clocks were striking thirteen. "
@@ -72,16 +76,18 @@ def fill_batch(text, seed, step, first_sample, batch, seq):
 
 
 def init_weights(model):
-    """Random weights from WEIGHT_SEED: matrices N(0, 0.02); norm weights 1 + N(0, 0.1) and
-    biases N(0, 0.02) so that neither is the trivial 1 / 0 of a fresh model."""
+    """Random weights from WEIGHT_SEED: matrices N(0, 0.2) (about 1 / sqrt(dim), so that
+    activations are of order 1 and GELU's tanh approximation, softmax and the RoPE angles are
+    exercised where they differ from their alternatives, not in their linear region); norm
+    weights 1 + N(0, 0.1) and biases N(0, 0.1), so that neither is the trivial 1 / 0."""
     g = torch.Generator().manual_seed(WEIGHT_SEED)
     with torch.no_grad():
         for name, p in sorted(model.named_parameters()):
             r = torch.randn(p.shape, generator=g, dtype=torch.float32)
             if p.dim() >= 2:
-                p.copy_(0.02 * r)
+                p.copy_(0.2 * r)
             elif name.endswith("bias"):
-                p.copy_(0.02 * r)
+                p.copy_(0.1 * r)
             else:
                 p.copy_(1.0 + 0.1 * r)
 
