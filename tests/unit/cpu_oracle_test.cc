@@ -40,6 +40,7 @@
 #include "core/checkpoint/hf_names.h"
 #include "core/checkpoint/safetensors.h"
 #include "core/common/json_file.h"
+#include "runner/init_weights.h"
 #include "tests/support/cpu_support.h"
 
 namespace fullshard {
@@ -273,6 +274,18 @@ TEST(CpuOracle, RopeScalingChangesTheGradients) {
   EXPECT_GT(elementwise_violation(plain.f32("grad/model.layers.1.self_attn.q_proj.weight"),
                                   scaled.f32("grad/model.layers.1.self_attn.q_proj.weight"), 1e-5, 1e-5, &at),
             10.0);
+}
+
+// Weights of another model are refused naming the scenario field they came from.
+TEST(CpuOracle, WrongWeightsNameModelWeights) {
+  const Scenario s = case_scenario(kOracle / "llama", 1, [](json& j) { j["model"]["weights"] = "../gpt2/model.safetensors"; });
+  try {
+    runner::validate_init_weights(s.model_weights, s, "model.weights");
+    ADD_FAILURE() << "GPT-2 weights accepted for a Llama scenario";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.where(), "model.weights") << e.what();
+    EXPECT_NE(std::string(e.what()).find("model.embed_tokens.weight"), std::string::npos) << e.what();
+  }
 }
 
 // The references record what produced them.
