@@ -261,6 +261,10 @@ TEST(CpuOracle, LlamaVariantsOn2Ranks) {
     check_case("llama", 2, {}, edit);
   }
 }
+// Llama 3.1's scaled frequencies through the cos / sin tables of rope=rotate_half (kRotaryCosSin).
+TEST(CpuOracle, LlamaRopeScalingHfImplementationOn2Ranks) {
+  check_case("llama-rope-scaling", 2, {}, [](json& j) { j["model"]["implementation"] = "hf-transformers"; });
+}
 TEST(CpuOracle, Gpt2VariantsOn3Ranks) {
   check_case("gpt2", 3, {}, [](json& j) { j["training"]["activation_checkpointing"] = "full"; });
   check_case("gpt2", 3, {}, [](json& j) { j["training"]["optimizer"]["implementation"] = "fused"; });
