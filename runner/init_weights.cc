@@ -17,12 +17,11 @@ namespace fullshard::runner {
 namespace fs = std::filesystem;
 namespace {
 
-const char* kFlag = "--init-from";
-
 // The weight files of `path` and which file holds which tensor name.
 class WeightFiles {
  public:
-  explicit WeightFiles(const std::string& path) {
+  // `field`: what the error names ("--init-from" or "model.weights").
+  WeightFiles(const std::string& path, const std::string& field) {
     std::error_code ec;
     if (!fs::is_directory(path, ec)) {
       open(path);
@@ -44,7 +43,7 @@ class WeightFiles {
       open((fs::path(path) / "model.safetensors").string());
       return;
     }
-    throw InputError(kFlag, "folder '" + path + "' holds neither model.safetensors nor model.safetensors.index.json",
+    throw InputError(field, "folder '" + path + "' holds neither model.safetensors nor model.safetensors.index.json",
                      "give a .safetensors file or a folder `checkpoint export` wrote");
   }
 
@@ -90,7 +89,8 @@ struct Located {
 };
 
 // Finds parameter `fqn` of shape `shape` and checks its dtype and shape.
-Located locate(const WeightFiles& w, const Scenario& s, const std::string& fqn, const Shape& shape) {
+Located locate(const WeightFiles& w, const Scenario& s, const std::string& fqn, const Shape& shape,
+               const std::string& field) {
   const auto cands = candidates(s, fqn);
   for (const auto& c : cands) {
     auto [file, entry] = w.find({c.name});
@@ -105,7 +105,7 @@ Located locate(const WeightFiles& w, const Scenario& s, const std::string& fqn, 
                        "give weights of the scenario's model (same dims and layer count)");
     return {file, entry, c.transpose};
   }
-  throw InputError(kFlag, "no tensor '" + cands.front().name + "' (parameter '" + fqn + "') in the weights",
+  throw InputError(field, "no tensor '" + cands.front().name + "' (parameter '" + fqn + "') in the weights",
                    "give weights of the scenario's model (fullshard checkpoint export writes them)");
 }
 
@@ -126,17 +126,18 @@ std::vector<float> to_f32(const std::vector<uint8_t>& bytes, const std::string& 
 
 }  // namespace
 
-void validate_init_weights(const std::string& path, const Scenario& s) {
-  const WeightFiles w(path);
+void validate_init_weights(const std::string& path, const Scenario& s, const std::string& field) {
+  const WeightFiles w(path, field);
   Transformer model(s.model);
-  model.root().for_each_param([&](Param& p) { locate(w, s, p.fqn, p.shape); });
+  model.root().for_each_param([&](Param& p) { locate(w, s, p.fqn, p.shape, field); });
 }
 
-void load_init_weights(Backend& b, TrainingProgram& prog, const Scenario& s, const std::string& path) {
-  const WeightFiles w(path);
+void load_init_weights(Backend& b, TrainingProgram& prog, const Scenario& s, const std::string& path,
+                       const std::string& field) {
+  const WeightFiles w(path, field);
   const MeshInfo mesh = mesh_info_for(s, b.rank());
   for (FSDPParam* p : prog.optimizer().params()) {
-    const Located l = locate(w, s, p->param().fqn, p->shape());
+    const Located l = locate(w, s, p->param().fqn, p->shape(), field);
     const TensorRef local = p->sharded_local().ref();
     FULLSHARD_CHECK(local.meta.dtype == DType::kFloat32, "init-from: sharded parameters are fp32");
     const int64_t rows = local.meta.shape[0], row_numel_ = row_numel(p->shape());

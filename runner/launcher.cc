@@ -347,6 +347,10 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
     if (kind.name != "cpu")
       throw InputError("--init-from", "the " + kind.name + " backend cannot load weights yet", "use --backend cpu");
     validate_init_weights(o.init_from, s);
+  } else if (!s.model_weights.empty() && o.resume.empty()) {
+    if (kind.name != "cpu")
+      throw InputError("model.weights", "the " + kind.name + " backend cannot load weights yet", "use --backend cpu");
+    validate_init_weights(s.model_weights, s, "model.weights");
   }
   // Deadlines add seconds to a clock: a week is more than any collective needs and cannot overflow.
   constexpr int kMaxTimeout = 7 * 24 * 3600;

@@ -95,8 +95,25 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
     b.take_launched_flops();
     b.take_collective_counts();
     const int steps = o.steps >= 0 ? o.steps : s.training.steps;
-    if (!o.init_from.empty() && o.resume_from.empty()) load_init_weights(b, prog, s, o.init_from);
+    // --init-from overrides the scenario's model.weights; a resumed run takes the checkpoint's.
+    if (o.resume_from.empty()) {
+      if (!o.init_from.empty())
+        load_init_weights(b, prog, s, o.init_from);
+      else if (!s.model_weights.empty())
+        load_init_weights(b, prog, s, s.model_weights, "model.weights");
+    }
     const int first = o.resume_from.empty() ? 0 : static_cast<int>(load_checkpoint(b, prog, s, o.resume_from));
+    if (o.collect_grads)
+      prog.set_before_optimizer([&](int) {
+        if (!r.local_grads.empty()) return;
+        b.synchronize_device();  // the reduce-scatters' results are complete
+        for (auto& st : prog.fsdp().states()) {
+          if (!st->group) continue;
+          for (FSDPParam* p : st->group->fsdp_params())
+            r.local_grads.emplace_back(p->param().fqn, p->sharded_grad() ? read_f32(b, p->sharded_grad().ref())
+                                                                         : std::vector<float>());
+        }
+      });
     for (int step = first; step < steps; ++step) {
       if (o.fault != RankOptions::Fault::kNone && step == o.fault_step) {
         if (o.fault == RankOptions::Fault::kKill) ::raise(SIGKILL);

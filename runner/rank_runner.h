@@ -27,6 +27,9 @@ struct RankOptions {
   size_t timeline_points = 0;
   // Collect this rank's final parameter shards (RankResult::local_params).
   bool collect_params = false;
+  // Collect this rank's gradient shards of the first step run, reduced over the mesh and
+  // before clipping (RankResult::local_grads). The oracle test (tests/unit/cpu_oracle_test.cc).
+  bool collect_grads = false;
   // Sharded checkpoints (runner/checkpoint.h, docs/checkpoints.md): save after every
   // `checkpoint_every` steps into `checkpoint_dir`; start from the committed checkpoint
   // folder `resume_from` (its next step) instead of step 0.
@@ -71,6 +74,8 @@ struct RankResult {
   // The final parameters, unsharded view of this rank's shards: fqn -> fp32 values of the
   // rows this rank owns (with RankOptions::collect_params).
   std::vector<std::pair<std::string, std::vector<float>>> local_params;
+  // The first step's gradients, the same way (with RankOptions::collect_grads).
+  std::vector<std::pair<std::string, std::vector<float>>> local_grads;
 };
 
 // Runs the steps of `s` on `backend` (created for this rank of `s`'s world). Throws

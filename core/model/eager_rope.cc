@@ -26,20 +26,20 @@ using namespace detail;  // NOLINT
 
 namespace {
 
-Value complex_mul(ExecContext& c, Value x, int64_t head_dim, double theta, const std::string& name) {
-  return rotary(c, std::move(x), OpKind::kRoPEComplex, OpKind::kRoPEComplexBackward, 3, head_dim, theta, name,
+Value complex_mul(ExecContext& c, Value x, int64_t head_dim, const RopeParams& freqs, const std::string& name) {
+  return rotary(c, std::move(x), OpKind::kRoPEComplex, OpKind::kRoPEComplexBackward, 3, head_dim, freqs, name,
                 " backward");
 }
 
 }  // namespace
 
-std::pair<Value, Value> rope_complex(ExecContext& c, Value q, Value k, int64_t head_dim, double theta,
+std::pair<Value, Value> rope_complex(ExecContext& c, Value q, Value k, int64_t head_dim, const RopeParams& freqs,
                                      const std::string& q_name, const std::string& k_name) {
   FULLSHARD_CHECK(head_dim % 2 == 0, q_name + ": rope needs an even head_dim");
   Value qf = to_dtype(c, q, DType::kFloat32, q_name + " float");
   Value kf = to_dtype(c, k, DType::kFloat32, k_name + " float");
-  Value qo = complex_mul(c, qf, head_dim, theta, q_name + " mul_freqs_cis");
-  Value ko = complex_mul(c, kf, head_dim, theta, k_name + " mul_freqs_cis");
+  Value qo = complex_mul(c, qf, head_dim, freqs, q_name + " mul_freqs_cis");
+  Value ko = complex_mul(c, kf, head_dim, freqs, k_name + " mul_freqs_cis");
   Value qr = to_dtype(c, qo, q.t.dtype(), q_name + " type_as");
   Value kr = to_dtype(c, ko, k.t.dtype(), k_name + " type_as");
   return {qr, kr};

@@ -244,6 +244,42 @@ class HfReader {
     return x.get<bool>();
   }
 
+  // Llama 3.1's rope_scaling (transformers 4.x writes "rope_scaling", 5.x "rope_parameters",
+  // which also holds rope_theta); absent, null or rope_type "default": no scaling. NOTE
+  // [Llama 3 RoPE scaling] (core/runtime/rope_args.h).
+  RopeScaling rope_scaling() const {
+    const char* key = has("rope_scaling") ? "rope_scaling" : has("rope_parameters") ? "rope_parameters" : nullptr;
+    if (!key) return {};
+    const auto& j = j_.at(key);
+    if (!j.is_object()) throw InputError(path(key), "is " + j.dump(), "give an object such as {\"rope_type\": \"llama3\", ...}");
+    const HfReader r(j, path(key));
+    const char* type_key = r.has("rope_type") ? "rope_type" : "type";  // "type": older configs
+    if (!r.has(type_key)) {
+      if (std::string(key) == "rope_parameters") return {};  // only rope_theta
+      throw InputError(r.path("rope_type"), "is missing", "give \"llama3\" (Llama 3.1) or remove rope_scaling");
+    }
+    const auto& t = j.at(type_key);
+    if (!t.is_string()) throw InputError(r.path(type_key), "is " + t.dump(), "give \"llama3\" or \"default\"");
+    if (t.get<std::string>() == "default") return {};
+    if (t.get<std::string>() != "llama3")
+      throw InputError(r.path(type_key), "is \"" + t.get<std::string>() + "\", which fullshard does not implement",
+                       "only \"llama3\" (Llama 3.1 / 3.2) RoPE scaling is supported");
+    auto required = [&](const char* k) {
+      if (!r.has(k)) throw InputError(r.path(k), "is missing", "give it from the model's published config.json");
+      return r.positive_number(k, 0);
+    };
+    RopeScaling sc;
+    sc.factor = required("factor");
+    sc.low_freq_factor = required("low_freq_factor");
+    sc.high_freq_factor = required("high_freq_factor");
+    sc.original_max_position_embeddings = static_cast<double>(r.positive_int("original_max_position_embeddings"));
+    if (!(sc.high_freq_factor > sc.low_freq_factor))
+      throw InputError(r.path("high_freq_factor"),
+                       "is " + j.at("high_freq_factor").dump() + ", not above low_freq_factor " + j.at("low_freq_factor").dump(),
+                       "use the published values (Llama 3.1: low 1, high 4)");
+    return sc;
+  }
+
   // rope_theta sits at the top level in most configs; newer transformers write it inside
   // "rope_parameters".
   double rope_theta(double fallback) const {
@@ -311,6 +347,7 @@ ModelConfig llama_from_hf(const HfReader& r, HfFamily family) {
   c.max_seq_len = r.positive_int("max_position_embeddings", default_positions);
   c.norm_eps = r.positive_number("rms_norm_eps", 1e-6);
   c.rope_theta = r.rope_theta(10000.0);
+  c.rope_scaling = r.rope_scaling();
   c.tie_embeddings = r.boolean("tie_word_embeddings", false);
   c.qkv_bias = family == HfFamily::kQwen2;  // Qwen2Attention hard-codes bias on q/k/v
 

@@ -9,6 +9,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "core/model/implementation.h"
+#include "core/runtime/rope_args.h"
 
 namespace fullshard {
 
@@ -29,12 +30,14 @@ struct ModelConfig {
   int64_t max_seq_len = 0;           // learned-position table size (GPT-2); RoPE limit (Llama)
   double norm_eps = 1e-5;
   double rope_theta = 10000.0;
+  RopeScaling rope_scaling;          // Llama 3.1's (config.json rope_scaling); factor 0: none
   bool tie_embeddings = false;       // output projection shares the embedding weight
   bool qkv_bias = false;             // Qwen2: bias on q/k/v projections
   bool linear_bias = false;          // GPT-2: bias on every linear, LayerNorm has bias
   ModelImplementation implementation;  // how the model is coded (scenario model.implementation)
 
   int64_t head_dim() const { return dim / n_heads; }
+  RopeParams rope() const { return RopeParams(rope_theta, rope_scaling); }
 };
 
 // Exact number of parameters (what sum(p.numel() for p in model.parameters()) gives,

@@ -8,6 +8,7 @@
 
 #include "core/common/error.h"
 #include "core/model/autograd.h"
+#include "core/runtime/rope_args.h"
 
 namespace fullshard::ops::detail {
 
@@ -59,11 +60,11 @@ bool sac_saves(ExecContext& c, bool is_mm);
 std::vector<Tensor>* sac_cached(ExecContext& c, bool saves);
 void sac_store(ExecContext& c, bool saves, std::vector<Tensor> outs);
 
-// A position-dependent rotation of x (a RoPE kernel: fargs {theta}, iargs {head_dim}) and its
+// A position-dependent rotation of x (a RoPE kernel: fargs RopeParams::fargs(), iargs {head_dim}) and its
 // autograd node, whose backward is the inverse rotation `backward` into a temporary named
 // name + grad_suffix. The fused rope and the complex (torchtitan) rope differ only in kinds and
 // FLOPs per element.
 Value rotary(ExecContext& c, Value x, OpKind forward, OpKind backward, double flops_per_element, int64_t head_dim,
-             double theta, const std::string& name, const std::string& grad_suffix);
+             const RopeParams& freqs, const std::string& name, const std::string& grad_suffix);
 
 }  // namespace fullshard::ops::detail

@@ -243,21 +243,21 @@ Value linear(ExecContext& c, Value x, const Param& weight, const Param* bias, co
 
 // ------------------------------------------------------------------ rope
 Value detail::rotary(ExecContext& c, Value x, OpKind forward, OpKind backward, double flops_per_element,
-                     int64_t head_dim, double theta, const std::string& name, const std::string& grad_suffix) {
+                     int64_t head_dim, const RopeParams& freqs, const std::string& name, const std::string& grad_suffix) {
   Backend& b = c.backend();
   Tensor y = c.empty(x.t.meta(), MemCategory::kActivation, name);
   OpCall op = make_op(forward, name, {x.t.ref()}, {y.ref()}, flops_per_element * el(x.t), {head_dim});
-  op.fargs = {theta};
+  op.fargs = freqs.fargs();
   c.launch(op);
   Value out = result(c, y, x.requires_grad());
   if (c.recording() && x.requires_grad()) {
     TensorMeta meta = x.t.meta();
     c.record(Node{name, {x.id}, {out.id},
-                  [&b, meta, backward, flops_per_element, head_dim, theta, name, grad_suffix](std::vector<Tensor>& g) {
+                  [&b, meta, backward, flops_per_element, head_dim, freqs, name, grad_suffix](std::vector<Tensor>& g) {
                     Tensor gx = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute, name + grad_suffix);
                     OpCall bop = make_op(backward, name + " backward", {g[0].ref()}, {gx.ref()},
                                          flops_per_element * el(gx), {head_dim});
-                    bop.fargs = {theta};
+                    bop.fargs = freqs.fargs();
                     b.launch(kCompute, bop);
                     return std::vector<Tensor>{gx};
                   }});
@@ -265,8 +265,8 @@ Value detail::rotary(ExecContext& c, Value x, OpKind forward, OpKind backward, d
   return out;
 }
 
-Value rope(ExecContext& c, Value x, int64_t head_dim, double theta, const std::string& name) {
-  return detail::rotary(c, std::move(x), OpKind::kRoPE, OpKind::kRoPEBackward, 6, head_dim, theta, name,
+Value rope(ExecContext& c, Value x, int64_t head_dim, const RopeParams& freqs, const std::string& name) {
+  return detail::rotary(c, std::move(x), OpKind::kRoPE, OpKind::kRoPEBackward, 6, head_dim, freqs, name,
                         " grad_input");
 }
 

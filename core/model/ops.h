@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/model/autograd.h"
+#include "core/runtime/rope_args.h"
 
 namespace fullshard::ops {
 
@@ -40,11 +41,11 @@ Value layer_norm(ExecContext& c, Value x, const Param& weight, const Param& bias
 // y = x @ W^T (+ b). W: [N, K]. An "mm" for op-level selective checkpointing.
 Value linear(ExecContext& c, Value x, const Param& weight, const Param* bias, const std::string& name);
 // Rotary embedding on [B, S, H*hd] (fused kernel; saves nothing but the freqs buffer).
-Value rope(ExecContext& c, Value x, int64_t head_dim, double theta, const std::string& name);
+Value rope(ExecContext& c, Value x, int64_t head_dim, const RopeParams& freqs, const std::string& name);
 // rope=complex (torchtitan apply_rotary_emb): xq.float() / xk.float() (copies unless fp32),
 // view_as_complex (ADJACENT pairs) * freqs_cis (fp32 outputs; the mul saves only the freqs_cis
 // buffer, which needs no grad), view_as_real, type_as: NOTE [Complex RoPE] in eager_rope.cc.
-std::pair<Value, Value> rope_complex(ExecContext& c, Value q, Value k, int64_t head_dim, double theta,
+std::pair<Value, Value> rope_complex(ExecContext& c, Value q, Value k, int64_t head_dim, const RopeParams& freqs,
                                      const std::string& q_name, const std::string& k_name);
 // rope=rotate_half (HF transformers): cos / sin [B, S, hd] in `dt`, computed once per forward
 // (LlamaRotaryEmbedding), and q * cos + rotate_half(q) * sin for q and k (NOTE [Rotate-half
@@ -52,7 +53,7 @@ std::pair<Value, Value> rope_complex(ExecContext& c, Value q, Value k, int64_t h
 struct RotaryTables {
   Tensor cos, sin;
 };
-RotaryTables rotary_cos_sin(ExecContext& c, int64_t batch, int64_t seq, int64_t head_dim, double theta, DType dt,
+RotaryTables rotary_cos_sin(ExecContext& c, int64_t batch, int64_t seq, int64_t head_dim, const RopeParams& freqs, DType dt,
                             const std::string& name);
 std::pair<Value, Value> rope_rotate_half(ExecContext& c, Value q, Value k, const RotaryTables& t, int64_t head_dim,
                                          const std::string& q_name, const std::string& k_name);

@@ -110,14 +110,14 @@ Value apply_one(ExecContext& c, const Value& x, const RotaryTables& t, int64_t h
 
 }  // namespace
 
-RotaryTables rotary_cos_sin(ExecContext& c, int64_t batch, int64_t seq, int64_t head_dim, double theta, DType dt,
+RotaryTables rotary_cos_sin(ExecContext& c, int64_t batch, int64_t seq, int64_t head_dim, const RopeParams& freqs, DType dt,
                             const std::string& name) {
   FULLSHARD_CHECK(head_dim % 2 == 0, name + ": rope needs an even head_dim");
   TensorMeta m{DType::kFloat32, {batch, seq, head_dim}};
   Tensor cos = c.empty(m, MemCategory::kActivation, name + " cos");
   Tensor sin = c.empty(m, MemCategory::kActivation, name + " sin");
   OpCall op = make_op(OpKind::kRotaryCosSin, name, {}, {cos.ref(), sin.ref()}, 4 * el(cos), {head_dim});
-  op.fargs = {theta};
+  op.fargs = freqs.fargs();
   c.launch(op);
   if (dt == DType::kFloat32) return {cos, sin};
   Backend& b = c.backend();

@@ -129,7 +129,7 @@ Value Transformer::llama_attention(ExecContext& c, Module& m, Value x, int64_t b
   Value v = ops::linear(c, std::move(x), m.child("wv").param("weight"), bias("wv"), n + ".wv");
   const ModelImplementation& impl = cfg.implementation;
   if (impl.rope == RopeImpl::kComplex) {
-    auto qk = ops::rope_complex(c, std::move(q), std::move(k), s.head_dim, cfg.rope_theta, n + ".rope_q", n + ".rope_k");
+    auto qk = ops::rope_complex(c, std::move(q), std::move(k), s.head_dim, cfg.rope(), n + ".rope_q", n + ".rope_k");
     q = std::move(qk.first);
     k = std::move(qk.second);
   } else if (impl.rope == RopeImpl::kRotateHalf) {
@@ -138,8 +138,8 @@ Value Transformer::llama_attention(ExecContext& c, Module& m, Value x, int64_t b
     q = std::move(qk.first);
     k = std::move(qk.second);
   } else {
-    q = ops::rope(c, std::move(q), s.head_dim, cfg.rope_theta, n + ".rope_q");
-    k = ops::rope(c, std::move(k), s.head_dim, cfg.rope_theta, n + ".rope_k");
+    q = ops::rope(c, std::move(q), s.head_dim, cfg.rope(), n + ".rope_q");
+    k = ops::rope(c, std::move(k), s.head_dim, cfg.rope(), n + ".rope_k");
   }
   if (impl.gqa == GqaImpl::kRepeatKV && s.kv_heads != s.heads) {
     // keys = repeat_kv(xk); values = repeat_kv(xv); then xk / xv rebind to the copies.
@@ -256,7 +256,7 @@ Value Transformer::logits_forward(ExecContext& c, const Tensor& tokens,
     // a local until the decoder stack and the final norm are done.
     std::optional<ops::RotaryTables> rot;
     if (cfg.arch == ModelArch::kLlama && cfg.implementation.rope == RopeImpl::kRotateHalf)
-      rot = ops::rotary_cos_sin(rc, batch, seq, cfg.head_dim(), cfg.rope_theta, h.t.dtype(), "rotary_emb");
+      rot = ops::rotary_cos_sin(rc, batch, seq, cfg.head_dim(), cfg.rope(), h.t.dtype(), "rotary_emb");
     for (size_t i = 0; i < blocks_.size(); ++i) {
       Module& b = *blocks_[i];
       BlockCheckpoint ac = i < block_ac.size() ? block_ac[i] : BlockCheckpoint::kNone;

@@ -54,7 +54,7 @@ const std::map<std::string, std::vector<std::string>> kFields = {
     {"model",
      {"name", "hf_config", "arch", "vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads",
       "ffn_dim", "max_seq_len", "norm_eps", "rope_theta", "tie_embeddings", "qkv_bias",
-      "linear_bias", "implementation"}},
+      "linear_bias", "implementation", "weights"}},
     {"model.implementation",
      {"preset", "loss", "keep_logits", "rms_norm", "rope", "gqa", "attention", "compile"}},
     {"training",
@@ -284,6 +284,20 @@ ModelConfig parse_model(const json& j, const std::string& base_dir) {
                          std::to_string(c.n_heads) + " query heads: PyTorch's efficient SDPA backend takes no GQA",
                      "set model.implementation.gqa to \"repeat_kv\", or use attention \"flash\" or \"cudnn\"");
   return c;
+}
+
+// model.weights: a path relative to the scenario's folder. Only its presence is checked
+// here; the launcher checks every tensor's name, dtype and shape (runner/init_weights.h).
+std::string parse_model_weights(const json& j, const std::string& base_dir) {
+  if (!j.is_object() || !j.contains("weights")) return "";
+  const std::string rel = jr::get_string(j.at("weights"), "model.weights", "\"model.safetensors\"");
+  const std::string path = resolve(base_dir, rel);
+  std::error_code ec;
+  if (rel.empty() || !fs::exists(path, ec))
+    throw InputError("model.weights", "file not found: '" + path + "'",
+                     "give a .safetensors file, or a folder holding model.safetensors or "
+                     "model.safetensors.index.json, relative to the scenario file's directory");
+  return path;
 }
 
 // ---------------------------------------------------------------- training
@@ -789,6 +803,7 @@ Scenario parse_scenario(const json& j, const std::string& base_dir) {
   jr::require_field(j, "", "training", "add \"training\": {\"seq_len\": 4096}");
   jr::require_field(j, "", "hardware", "add \"hardware\": {\"profile\": \"h100-sxm-80gb\"}");
   s.model = parse_model(j.at("model"), base_dir);
+  s.model_weights = parse_model_weights(j.at("model"), base_dir);
   s.training = parse_training(j.at("training"), s.model, base_dir);
   s.hardware = parse_hardware(j.at("hardware"), base_dir);
   s.fsdp = parse_fsdp(j.contains("fsdp") ? j.at("fsdp") : json::object(), s.hardware);

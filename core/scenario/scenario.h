@@ -125,6 +125,10 @@ struct Scenario {
   std::string name;  // file stem unless given (empty from parse_scenario without "name")
   std::string description;  // free text, optional
   ModelConfig model;
+  // model.weights: safetensors weights to start from (a file, or a folder with
+  // model.safetensors or model.safetensors.index.json), resolved against the scenario's
+  // folder; "" when absent. `fullshard train --init-from` overrides it.
+  std::string model_weights;
   TrainingOptions training;
   FsdpOptions fsdp;
   TensorParallelOptions tensor_parallel;

@@ -185,6 +185,7 @@ double TrainingProgram::run_step(int step) {
     if (k > 1) fsdp_->set_requires_gradient_sync(m == k - 1);
     micro_step(step, m);
   }
+  if (before_optimizer_) before_optimizer_(step);
   b_.annotate("optimizer");
   if (s_.training.optimizer.max_grad_norm > 0)
     clip_grad_norm(b_, all_params_, s_.training.optimizer.max_grad_norm, mesh_info_for(s_, b_.rank()));

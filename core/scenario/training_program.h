@@ -2,6 +2,7 @@
 // The host program of one rank for a scenario: build the model, fully_shard it, and run
 // training steps (forward, backward, gradient clipping, AdamW) against any Backend. The
 // simulator and the real backends run exactly this code.
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -33,6 +34,11 @@ class TrainingProgram {
   // parameters sharded as after a step. NaN on a backend without values.
   double eval_loss(int batches);
 
+  // Called in run_step after the last micro-batch's backward (gradients reduced and sharded),
+  // before clipping and the optimizer: tests read the gradients here (runner::RankOptions::
+  // collect_grads). Nothing is launched or allocated by the program for it.
+  void set_before_optimizer(std::function<void(int step)> f) { before_optimizer_ = std::move(f); }
+
   Transformer& model() { return *model_; }
   FSDPRuntime& fsdp() { return *fsdp_; }
   AdamW& optimizer() { return *optim_; }
@@ -45,6 +51,7 @@ class TrainingProgram {
   std::unique_ptr<AdamW> optim_;
   std::vector<FSDPParam*> all_params_;
   std::vector<BlockCheckpoint> block_ac_;
+  std::function<void(int)> before_optimizer_;
 
   void micro_step(int step, int micro);
 };

@@ -22,11 +22,14 @@ namespace fullshard::testing {
 struct RealRun {
   std::vector<runner::RankResult> ranks;
   std::map<std::string, std::vector<float>> params;  // fqn -> full tensor (from shard group 0)
+  std::map<std::string, std::vector<float>> grads;   // the first step's, with base.collect_grads
   std::vector<double> mean_loss;                       // per step, mean over ranks
 };
 
 // `base`: further rank options (checkpointing); steps and collect_params are set here.
-inline RealRun run_real(const Scenario& s, int steps = -1, const runner::RankOptions& base = {}) {
+// `corpus`: the text kLoadBatch samples (null: the generated corpus).
+inline RealRun run_real(const Scenario& s, int steps = -1, const runner::RankOptions& base = {},
+                        std::shared_ptr<const TextCorpus> corpus = nullptr) {
   const int world = s.world_size();
   auto store = std::make_shared<::gloo::rendezvous::HashStore>();
   RealRun out;
@@ -43,7 +46,7 @@ inline RealRun run_real(const Scenario& s, int steps = -1, const runner::RankOpt
         bo.store = store;
         if (world > 1) bo.device = gloo_backend::make_tcp_device("127.0.0.1");
         bo.collectives.timeout = std::chrono::seconds(30);
-        bo.batches = runner::batch_source(s);
+        bo.batches = runner::batch_source(s, corpus);
         if (!base.resume_from.empty()) runner::resume_data_position(base.resume_from, s, bo.batches);
         const BatchSource batches = bo.batches;  // its position goes into checkpoints
         bo.record_timeline = false;
@@ -61,41 +64,47 @@ inline RealRun run_real(const Scenario& s, int steps = -1, const runner::RankOpt
   for (auto& t : threads) t.join();
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
-  // The full parameters from the ranks of replicate coordinate 0: for each tp index t, the
-  // shard group's rows make the tp-local tensor; tp-local tensors are then joined along the
-  // parameter's tp placement (dim 0, dim 1, or replicated).
+  // The full parameters (and gradients) from the ranks of replicate coordinate 0: for each tp
+  // index t, the shard group's rows make the tp-local tensor; tp-local tensors are then joined
+  // along the parameter's tp placement (dim 0, dim 1, or replicated).
   const int shard = s.fsdp.mesh_size("shard"), tp = s.fsdp.mesh_size("tp");
-  std::vector<std::map<std::string, std::vector<float>>> local(static_cast<size_t>(tp));
   std::vector<std::unique_ptr<Transformer>> models;
-  for (int t = 0; t < tp; ++t) {
-    models.push_back(std::make_unique<Transformer>(s.model, tensor_parallel_for(s, t)));
-    models.back()->root().for_each_param([&](Param& p) {
-      std::vector<float> rows;
-      for (int i = 0; i < shard; ++i)
-        for (auto& [fqn, v] : out.ranks[static_cast<size_t>(i * tp + t)].local_params)
-          if (fqn == p.fqn) rows.insert(rows.end(), v.begin(), v.end());
-      local[static_cast<size_t>(t)][p.fqn] = std::move(rows);
-    });
-  }
-  models[0]->root().for_each_param([&](Param& p) {
-    std::vector<float> full;
-    if (p.tp_placement == TpPlacement::kShard1) {
-      const int64_t rows = p.shape[0], cols = p.shape[1];
-      for (int64_t r = 0; r < rows; ++r)
-        for (int t = 0; t < tp; ++t) {
+  for (int t = 0; t < tp; ++t) models.push_back(std::make_unique<Transformer>(s.model, tensor_parallel_for(s, t)));
+  using Locals = std::vector<std::pair<std::string, std::vector<float>>> runner::RankResult::*;
+  auto assemble = [&](Locals member) {
+    std::vector<std::map<std::string, std::vector<float>>> local(static_cast<size_t>(tp));
+    for (int t = 0; t < tp; ++t)
+      models[static_cast<size_t>(t)]->root().for_each_param([&](Param& p) {
+        std::vector<float> rows;
+        for (int i = 0; i < shard; ++i)
+          for (auto& [fqn, v] : out.ranks[static_cast<size_t>(i * tp + t)].*member)
+            if (fqn == p.fqn) rows.insert(rows.end(), v.begin(), v.end());
+        local[static_cast<size_t>(t)][p.fqn] = std::move(rows);
+      });
+    std::map<std::string, std::vector<float>> result;
+    models[0]->root().for_each_param([&](Param& p) {
+      std::vector<float> full;
+      if (p.tp_placement == TpPlacement::kShard1) {
+        const int64_t rows = p.shape[0], cols = p.shape[1];
+        for (int64_t r = 0; r < rows; ++r)
+          for (int t = 0; t < tp; ++t) {
+            const auto& v = local[static_cast<size_t>(t)][p.fqn];
+            if (static_cast<int64_t>(v.size()) < (r + 1) * cols) continue;
+            full.insert(full.end(), v.begin() + r * cols, v.begin() + (r + 1) * cols);
+          }
+      } else {
+        const int parts = p.tp_placement == TpPlacement::kShard0 ? tp : 1;
+        for (int t = 0; t < parts; ++t) {
           const auto& v = local[static_cast<size_t>(t)][p.fqn];
-          if (static_cast<int64_t>(v.size()) < (r + 1) * cols) continue;
-          full.insert(full.end(), v.begin() + r * cols, v.begin() + (r + 1) * cols);
+          full.insert(full.end(), v.begin(), v.end());
         }
-    } else {
-      const int parts = p.tp_placement == TpPlacement::kShard0 ? tp : 1;
-      for (int t = 0; t < parts; ++t) {
-        const auto& v = local[static_cast<size_t>(t)][p.fqn];
-        full.insert(full.end(), v.begin(), v.end());
       }
-    }
-    out.params[p.fqn] = std::move(full);
-  });
+      result[p.fqn] = std::move(full);
+    });
+    return result;
+  };
+  out.params = assemble(&runner::RankResult::local_params);
+  if (base.collect_grads) out.grads = assemble(&runner::RankResult::local_grads);
   for (size_t k = 0; k < out.ranks[0].steps.size(); ++k) {
     double sum = 0;
     for (auto& r : out.ranks) sum += r.steps[k].loss;

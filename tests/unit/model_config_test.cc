@@ -327,6 +327,57 @@ TEST(HfImport, RopeThetaInsideRopeParameters) {
   EXPECT_EQ(model_from_hf_config(j, "config.json").rope_theta, 500000.0);
 }
 
+// NOTE [Llama 3 RoPE scaling]: Llama 3.1's config.json carries rope_scaling (transformers 4.x);
+// transformers 5.x writes the same object as rope_parameters, with rope_theta inside.
+TEST(HfImport, Llama31RopeScaling) {
+  const ModelConfig c = model_from_hf_config_file(hf_data("llama3.1-8b.json"));
+  EXPECT_EQ(c.rope_scaling.factor, 8.0);
+  EXPECT_EQ(c.rope_scaling.low_freq_factor, 1.0);
+  EXPECT_EQ(c.rope_scaling.high_freq_factor, 4.0);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 8192.0);
+  // The inverse frequencies transformers' _compute_llama3_parameters gives for this config
+  // (torch 2.15.0, transformers 5.23.0, fp32): kept (i < 28), interpolated (28..31) and
+  // divided by 8 (i >= 32).
+  const auto inv = rope_inv_freq(c.rope(), c.head_dim());
+  ASSERT_EQ(inv.size(), 64u);
+  const std::pair<int, double> torch[] = {{0, 1.0},
+                                          {20, 0.016560440883040428},
+                                          {28, 0.0032114461064338684},
+                                          {30, 0.0013718936825171113},
+                                          {32, 0.0005248460220173001},
+                                          {40, 3.428102354519069e-05},
+                                          {63, 3.068925877869333e-07}};
+  for (const auto& [i, want] : torch) EXPECT_NEAR(inv[static_cast<size_t>(i)], want, 2e-7 * want) << "pair " << i;
+
+  json j = read_json(hf_data("llama3.1-8b.json"));
+  json params = j["rope_scaling"];
+  params["rope_theta"] = 500000.0;
+  j.erase("rope_scaling");
+  j.erase("rope_theta");
+  j["rope_parameters"] = params;
+  const ModelConfig v5 = model_from_hf_config(j, "config.json");
+  EXPECT_EQ(v5.rope_theta, 500000.0);
+  EXPECT_EQ(v5.rope_scaling.factor, 8.0);
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 10000.0}};
+  EXPECT_FALSE(model_from_hf_config(j, "config.json").rope_scaling.enabled());
+}
+
+TEST(HfImport, RopeScalingErrorsNameTheField) {
+  json j = read_json(hf_data("llama3.1-8b.json"));
+  j["rope_scaling"]["rope_type"] = "yarn";
+  expect_input_error([&] { model_from_hf_config(j, "config.json"); }, "config.json: rope_scaling.rope_type",
+                     {"yarn", "llama3"});
+  j = read_json(hf_data("llama3.1-8b.json"));
+  j["rope_scaling"].erase("factor");
+  expect_input_error([&] { model_from_hf_config(j, "config.json"); }, "config.json: rope_scaling.factor", {"missing"});
+  j = read_json(hf_data("llama3.1-8b.json"));
+  j["rope_scaling"]["high_freq_factor"] = 1.0;
+  expect_input_error([&] { model_from_hf_config(j, "config.json"); }, "config.json: rope_scaling.high_freq_factor",
+                     {"low_freq_factor"});
+  j["rope_scaling"] = "llama3";
+  expect_input_error([&] { model_from_hf_config(j, "config.json"); }, "config.json: rope_scaling");
+}
+
 TEST(HfImport, ArchitecturesAloneIdentifyTheModel) {
   json j = minimal_llama();
   j.erase("model_type");

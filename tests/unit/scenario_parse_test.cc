@@ -198,6 +198,23 @@ TEST(ScenarioModel, ZooOverridesInlineAndHfConfig) {
   EXPECT_EQ(s.hardware.device.name, "h100-sxm-80gb");  // via the "h100" alias
 }
 
+// model.weights: resolved against the scenario's folder; only its existence is checked here
+// (the launcher checks every tensor, runner/init_weights.h).
+TEST(ScenarioModel, WeightsPathRelativeToTheScenario) {
+  json j = minimal();
+  EXPECT_EQ(parse(j).model_weights, "");
+  j["model"] = {{"name", "tiny-llama"}, {"weights", "hf/config.json"}};
+  EXPECT_EQ(fs::path(parse(j).model_weights), kFixtures / "hf/config.json");
+  const Scenario oracle = load_scenario_file((kSource / "tests/data/oracle/llama/scenario.json").string());
+  EXPECT_EQ(fs::path(oracle.model_weights), kSource / "tests/data/oracle/llama/model.safetensors");
+  j["model"]["weights"] = "missing.safetensors";
+  expect_error(j, "model.weights", {"file not found", "missing.safetensors", "relative to the scenario"});
+  j["model"]["weights"] = 3;
+  expect_error(j, "model.weights", {"3"});
+  j["model"]["weights"] = "";
+  expect_error(j, "model.weights", {"file not found"});
+}
+
 TEST(ScenarioTraining, ActivationCheckpointingSpellings) {
   json j = minimal();
   const std::pair<json, CheckpointMode> cases[] = {

@@ -3,8 +3,9 @@
 // angle = pos * theta^(-2i/hd):
 //   y[i]        = x[i] cos - x[i + hd/2] sin
 //   y[i + hd/2] = x[i + hd/2] cos + x[i] sin
-// pos is the row's index along dim -2 of x ([B, S, H*hd]). Angles are computed in double,
-// cos/sin rounded to fp32, the rotation is fp32 and the result is rounded once.
+// pos is the row's index along dim -2 of x ([B, S, H*hd]). Frequencies, angles and cos/sin
+// are fp32 as PyTorch computes them (NOTE [RoPE in fp32]); the rotation is fp32 and the result
+// is rounded once.
 // kRoPEComplex (torchtitan's view_as_complex(x) * freqs_cis) pairs ADJACENT elements instead:
 //   y[2i] = x[2i] cos - x[2i+1] sin,  y[2i+1] = x[2i] sin + x[2i+1] cos
 // (the complex product (a + ib)(cos + i sin)); its backward multiplies by the conjugate.
@@ -12,6 +13,7 @@
 
 #include "backends/cpu/kernels/dtype_io.h"
 #include "backends/cpu/kernels/kernel_impl.h"
+#include "core/runtime/rope_args.h"
 
 namespace fullshard::cpu::detail {
 
@@ -27,15 +29,16 @@ void rotate(const OpCall& op, const Ptrs& in, const Ptrs& out, float sign, bool 
   const int64_t width = x.shape.back(), S = x.shape[x.shape.size() - 2];
   FULLSHARD_CHECK(hd > 0 && hd % 2 == 0 && width % hd == 0, where(op) + "head_dim must be even and divide the last dim");
   FULLSHARD_CHECK(y.numel() == x.numel(), where(op) + "output size differs from x");
-  const double theta = op.fargs[0];
+  // NOTE [RoPE in fp32], NOTE [Llama 3 RoPE scaling] (core/runtime/rope_args.h)
+  const std::vector<float> inv = rope_inv_freq(RopeParams::from_fargs(op.fargs), hd);
   const int64_t half = hd / 2, rows = S == 0 ? 0 : x.numel() / width;
   std::vector<float> cs(static_cast<size_t>(S * half)), sn(static_cast<size_t>(S * half));
   for (int64_t i = 0; i < half; ++i) {
-    const double inv_freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+    const float inv_freq = inv[static_cast<size_t>(i)];
     for (int64_t p = 0; p < S; ++p) {
-      const double a = static_cast<double>(p) * inv_freq;
-      cs[p * half + i] = static_cast<float>(std::cos(a));
-      sn[p * half + i] = sign * static_cast<float>(std::sin(a));
+      const float a = static_cast<float>(p) * inv_freq;
+      cs[p * half + i] = std::cos(a);
+      sn[p * half + i] = sign * std::sin(a);
     }
   }
   std::vector<float> row(static_cast<size_t>(width));
@@ -79,12 +82,13 @@ void rotary_cos_sin(const OpCall& op, const Ptrs& in, const Ptrs& out) {
                   where(op) + "cos and sin must be [B, S, head_dim] with an even head_dim");
   const int64_t S = c.shape[c.shape.size() - 2], rows = c.numel() / hd, half = hd / 2;
   std::vector<float> cr(static_cast<size_t>(hd)), sr(static_cast<size_t>(hd));
+  const std::vector<float> inv = rope_inv_freq(RopeParams::from_fargs(op.fargs), hd);  // NOTE [RoPE in fp32]
   for (int64_t r = 0; r < rows; ++r) {
-    const double pos = static_cast<double>(r % S);
+    const auto pos = static_cast<float>(r % S);
     for (int64_t i = 0; i < hd; ++i) {
-      const double inv_freq = std::pow(op.fargs[0], -2.0 * static_cast<double>(i % half) / static_cast<double>(hd));
-      cr[i] = static_cast<float>(std::cos(pos * inv_freq));
-      sr[i] = static_cast<float>(std::sin(pos * inv_freq));
+      const float a = pos * inv[static_cast<size_t>(i % half)];
+      cr[i] = std::cos(a);
+      sr[i] = std::sin(a);
     }
     store_f32(cr.data(), out[0], c.dtype, r * hd, hd);
     store_f32(sr.data(), out[1], s.dtype, r * hd, hd);

@@ -139,6 +139,10 @@ void rope(const OpCall& op, const Ptrs& in, const Ptrs& out, float sign, cudaStr
   expect_numel(op, y, x.numel(), "output");
   expect_float(op, x, "x");
   expect_float(op, y, "output");
+  // Llama 3.1's scaled frequencies (fargs of 5, core/runtime/rope_args.h) are CPU-only for now.
+  if (op.fargs.size() != 1)
+    throw InputError("model.hf_config: rope_scaling", "is llama3 scaling, which the CUDA kernels do not apply yet",
+                     "train on the CPU backend (--backend cpu) or use a config without rope_scaling");
   const int64_t rows = S == 0 || width == 0 ? 0 : x.numel() / width;
   launch::rope(in[0], dt_in(op, 0), out[0], dt_out(op, 0), rows, S, width, hd, op.fargs[0], sign, s);
 }

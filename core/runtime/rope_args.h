@@ -1,0 +1,85 @@
+#pragma once
+// The rotary embedding's frequencies and how its ops carry them (fargs), in one place: the
+// model encodes them (core/model/ops.cc, rotate_half_rope.cc) and every backend's kernel
+// decodes them here.
+//   fargs: {theta}                                    plain RoPE
+//          {theta, factor, low_freq_factor, high_freq_factor, original_max_position_embeddings}
+//                                                     Llama 3.1's scaled RoPE (rope_type "llama3")
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "core/common/error.h"
+
+namespace fullshard {
+
+// Hugging Face's rope_scaling {"rope_type": "llama3", ...} (config.json of Llama 3.1 / 3.2);
+// factor 0: no scaling.
+struct RopeScaling {
+  double factor = 0;
+  double low_freq_factor = 1;
+  double high_freq_factor = 4;
+  double original_max_position_embeddings = 8192;
+  bool enabled() const { return factor > 0; }
+};
+
+struct RopeParams {
+  double theta = 10000.0;
+  RopeScaling scaling;
+  RopeParams(double t = 10000.0) : theta(t) {}  // NOLINT: a bare theta is plain RoPE
+  RopeParams(double t, RopeScaling s) : theta(t), scaling(s) {}
+
+  std::vector<double> fargs() const {
+    if (!scaling.enabled()) return {theta};
+    return {theta, scaling.factor, scaling.low_freq_factor, scaling.high_freq_factor,
+            scaling.original_max_position_embeddings};
+  }
+  static RopeParams from_fargs(const std::vector<double>& f) {
+    FULLSHARD_CHECK(f.size() == 1 || f.size() == 5, "rope: fargs must be {theta} or {theta, factor, low, high, original}");
+    if (f.size() == 1) return RopeParams(f[0]);
+    return RopeParams(f[0], RopeScaling{f[1], f[2], f[3], f[4]});
+  }
+};
+
+// NOTE [Llama 3 RoPE scaling]: the inverse frequency of pair i of a head of width hd is
+// theta^(-2i/hd). Llama 3.1 stretches the long wavelengths (2 pi / inv_freq) for a longer
+// context: a wavelength above original / low_freq_factor is divided by `factor`, one below
+// original / high_freq_factor is kept, and in between the inverse frequency is interpolated
+// with s = (original / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor):
+// (1 - s) inv_freq / factor + s inv_freq (transformers' _compute_llama3_parameters, Meta's
+// apply_scaling).
+//
+// NOTE [RoPE in fp32]: PyTorch computes all of this in fp32 tensors: inv_freq = 1 /
+// theta ** (arange(0, hd, 2).float() / hd), the scaling elementwise on it (Python scalars
+// rounded to fp32), angle = pos.float() * inv_freq, then cos / sin of the fp32 angle
+// (HF's LlamaRotaryEmbedding; torchtitan's precompute_freqs_cis likewise). The kernels do
+// the same: in double, the angle at position 15 differed from PyTorch's by up to half an
+// ulp (5e-7), which the oracle test saw as 3x larger gradient differences than GPT-2's.
+inline std::vector<float> rope_inv_freq(const RopeParams& p, int64_t head_dim) {
+  std::vector<float> f(static_cast<size_t>(head_dim / 2));
+  const RopeScaling& s = p.scaling;
+  const float theta = static_cast<float>(p.theta), two_pi = static_cast<float>(2 * 3.14159265358979323846);
+  for (int64_t i = 0; i < head_dim / 2; ++i) {
+    const float e = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+    float inv = 1.0f / std::pow(theta, e);
+    if (s.enabled()) {
+      const auto orig = static_cast<float>(s.original_max_position_embeddings);
+      const auto factor = static_cast<float>(s.factor), lo = static_cast<float>(s.low_freq_factor),
+                 hi = static_cast<float>(s.high_freq_factor);
+      const float low_wavelen = static_cast<float>(s.original_max_position_embeddings / s.low_freq_factor);
+      const float high_wavelen = static_cast<float>(s.original_max_position_embeddings / s.high_freq_factor);
+      const float wavelen = two_pi / inv;
+      const float scaled = wavelen > low_wavelen ? inv / factor : inv;
+      if (!(wavelen < high_wavelen) && !(wavelen > low_wavelen)) {
+        const float smooth = (orig / wavelen - lo) / (hi - lo);
+        inv = (1 - smooth) * scaled / factor + smooth * scaled;
+      } else {
+        inv = scaled;
+      }
+    }
+    f[static_cast<size_t>(i)] = inv;
+  }
+  return f;
+}
+
+}  // namespace fullshard
