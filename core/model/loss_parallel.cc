@@ -20,22 +20,6 @@ using detail::result;
 // pair, (exp(log_softmax) - one_hot(target)) * grad / N, on the local columns; the
 // _log_softmax backward handler passes the gradient through. No tp collective runs in
 // backward; the logits are never gathered, which is where loss parallel saves memory.
-namespace {
-
-Tensor all_reduce_clone(Backend& b, const Tensor& t, ReduceOp op, const ProcessGroup& g, const std::string& name) {
-  Tensor out = Tensor::empty(b, t.meta(), MemCategory::kTemporary, kCompute, name);
-  copy_into(b, kCompute, out, t, name + " clone");
-  CollectiveCall call;
-  call.kind = CollectiveKind::kAllReduce;
-  call.op = op;
-  call.name = name;
-  call.input = out.ref();
-  call.output = out.ref();
-  b.collective(kCompute, call, g);
-  return out;
-}
-
-}  // namespace
 
 Value vocab_parallel_cross_entropy(ExecContext& c, Value logits, const Tensor& labels, const TensorParallel& tp,
                                    const std::string& name) {
@@ -50,7 +34,7 @@ Value vocab_parallel_cross_entropy(ExecContext& c, Value logits, const Tensor& l
   {
     Tensor mx = c.empty(row_meta, MemCategory::kTemporary, name + " amax");
     c.launch(make_op(OpKind::kRowMax, name + " amax", {x.t.ref()}, {mx.ref()}, el(x.t), {Vl}));
-    Tensor gmx = all_reduce_clone(b, mx, ReduceOp::kMax, tp.group, name + " all_reduce(max)");
+    Tensor gmx = all_reduce_clone(b, mx, ReduceOp::kMax, tp.group, MemCategory::kTemporary, name + " all_reduce(max)");
     mx = Tensor();
     Tensor shifted = c.empty(full_meta, MemCategory::kTemporary, name + " shifted");
     c.launch(make_op(OpKind::kSubRow, name + " sub", {x.t.ref(), gmx.ref()}, {shifted.ref()}, el(shifted), {Vl}));
@@ -62,7 +46,7 @@ Value vocab_parallel_cross_entropy(ExecContext& c, Value logits, const Tensor& l
     sum.fargs = {1.0};
     c.launch(sum);
     ex = Tensor();
-    Tensor gse = all_reduce_clone(b, se, ReduceOp::kSum, tp.group, name + " all_reduce(sumexp)");
+    Tensor gse = all_reduce_clone(b, se, ReduceOp::kSum, tp.group, MemCategory::kTemporary, name + " all_reduce(sumexp)");
     se = Tensor();
     Tensor lse = c.empty(row_meta, MemCategory::kTemporary, name + " logsumexp");
     c.launch(make_op(OpKind::kLog, name + " log", {gse.ref()}, {lse.ref()}, el(lse)));
@@ -76,7 +60,7 @@ Value vocab_parallel_cross_entropy(ExecContext& c, Value logits, const Tensor& l
   Tensor picked = c.empty(row_meta, MemCategory::kTemporary, name + " nll picks");
   c.launch(make_op(OpKind::kNllVocabParallel, name + " nll_loss", {lp.ref(), labels.ref()}, {picked.ref()},
                    static_cast<double>(rows), {Vl, start}));
-  Tensor all = all_reduce_clone(b, picked, ReduceOp::kSum, tp.group, name + " all_reduce(nll)");
+  Tensor all = all_reduce_clone(b, picked, ReduceOp::kSum, tp.group, MemCategory::kTemporary, name + " all_reduce(nll)");
   picked = Tensor();
   Tensor loss = c.empty({DType::kFloat32, {}}, MemCategory::kActivation, name + " loss");
   OpCall mean = make_op(OpKind::kSumLastDim, name + " mean", {all.ref()}, {loss.ref()}, static_cast<double>(rows), {rows});

@@ -171,17 +171,22 @@ Value all_gather_last_dim(ExecContext& c, Value x, const TensorParallel& tp, con
   return out;
 }
 
-Tensor all_reduce_grad(Backend& b, const Tensor& grad, const ProcessGroup& group, const std::string& name) {
-  Tensor out = Tensor::empty(b, grad.meta(), MemCategory::kUnshardedGrad, kCompute, name);
-  ops::copy_into(b, kCompute, out, grad, name + " clone");
+Tensor all_reduce_clone(Backend& b, const Tensor& t, ReduceOp op, const ProcessGroup& group, MemCategory category,
+                        const std::string& name) {
+  Tensor out = Tensor::empty(b, t.meta(), category, kCompute, name);
+  ops::copy_into(b, kCompute, out, t, name + " clone");
   CollectiveCall call;
   call.kind = CollectiveKind::kAllReduce;
-  call.op = ReduceOp::kSum;
+  call.op = op;
   call.name = name;
   call.input = out.ref();
   call.output = out.ref();
   b.collective(kCompute, call, group);
   return out;
+}
+
+Tensor all_reduce_grad(Backend& b, const Tensor& grad, const ProcessGroup& group, const std::string& name) {
+  return all_reduce_clone(b, grad, ReduceOp::kSum, group, MemCategory::kUnshardedGrad, name);
 }
 
 }  // namespace ops::tp

@@ -53,6 +53,11 @@ Value all_gather_last_dim(ExecContext& c, Value x, const TensorParallel& tp, con
 // all_reduce clones, then sums in place. Returns the clone.
 Tensor all_reduce_grad(Backend& b, const Tensor& grad, const ProcessGroup& group, const std::string& name);
 
+// funcol.all_reduce(t, op, group) on the current stream: a clone of `t` (in `category`),
+// reduced in place; returns the clone.
+Tensor all_reduce_clone(Backend& b, const Tensor& t, ReduceOp op, const ProcessGroup& group, MemCategory category,
+                        const std::string& name);
+
 // F.cross_entropy(logits.float(), labels) under torch.distributed.tensor.parallel.loss_parallel
 // on vocab-sharded logits [B, S, V/tp]: DTensor's _log_softmax handler (amax, all-reduce max,
 // x - max, exp, sum, all-reduce sum, log, shifted - logsumexp: one autograd node saving its

@@ -103,20 +103,28 @@ TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
   block_ac_ = block_checkpointing(s.training.activation_checkpointing, s.model.n_layers);
 }
 
-void TrainingProgram::micro_step(int step, int micro) {
+// kLoadBatch into new int64 [B, S] tokens and labels (iargs: step, micro-batch, accumulation,
+// split, data-parallel index and size: ranks of one tp group read the same batch).
+std::pair<Tensor, Tensor> TrainingProgram::load_batch(int64_t step, int64_t micro, int64_t accum, int64_t split,
+                                                      const std::string& what) {
   const auto& t = s_.training;
   TensorMeta ids{DType::kInt64, {t.batch_for(b_.rank()), t.seq_len}};
-  Tensor tokens = Tensor::empty(b_, ids, MemCategory::kActivation, StreamRole::kDefault, "input tokens");
-  Tensor labels = Tensor::empty(b_, ids, MemCategory::kActivation, StreamRole::kDefault, "labels");
+  Tensor tokens = Tensor::empty(b_, ids, MemCategory::kActivation, StreamRole::kDefault,
+                                what.empty() ? "input tokens" : what + "tokens");
+  Tensor labels = Tensor::empty(b_, ids, MemCategory::kActivation, StreamRole::kDefault, what + "labels");
   OpCall load;
   load.kind = OpKind::kLoadBatch;
-  load.name = "load batch";
+  load.name = "load " + what + "batch";
   load.outputs = {tokens.ref(), labels.ref()};
   load.bytes = static_cast<double>(2 * ids.nbytes());
-  // Ranks of one tp group read the same batch: the data-parallel index and size pick it.
   const MeshInfo mi = mesh_info_for(s_, b_.rank());
-  load.iargs = {step, micro, t.grad_accum_steps, 0, mi.dp_rank, mi.dp_size};
+  load.iargs = {step, micro, accum, split, mi.dp_rank, mi.dp_size};
   b_.launch(StreamRole::kDefault, load);
+  return {std::move(tokens), std::move(labels)};
+}
+
+void TrainingProgram::micro_step(int step, int micro) {
+  auto [tokens, labels] = load_batch(step, micro, s_.training.grad_accum_steps, 0, "");
 
   Graph graph;
   ExecContext c(b_, &graph, fsdp_.get());
@@ -149,20 +157,9 @@ void TrainingProgram::micro_step(int step, int micro) {
 // predicts training steps); its allocations are below a training step's (no activations are
 // saved), so they do not raise the peak, but they do appear in a measured timeline.
 double TrainingProgram::eval_loss(int batches) {
-  const auto& t = s_.training;
   b_.annotate("validation");
   for (int i = 0; i < batches; ++i) {
-    TensorMeta ids{DType::kInt64, {t.batch_for(b_.rank()), t.seq_len}};
-    Tensor tokens = Tensor::empty(b_, ids, MemCategory::kActivation, StreamRole::kDefault, "validation tokens");
-    Tensor labels = Tensor::empty(b_, ids, MemCategory::kActivation, StreamRole::kDefault, "validation labels");
-    OpCall load;
-    load.kind = OpKind::kLoadBatch;
-    load.name = "load validation batch";
-    load.outputs = {tokens.ref(), labels.ref()};
-    load.bytes = static_cast<double>(2 * ids.nbytes());
-    const MeshInfo mi = mesh_info_for(s_, b_.rank());
-    load.iargs = {i, 0, 1, 1, mi.dp_rank, mi.dp_size};  // validation batch i; split 1: the validation data
-    b_.launch(StreamRole::kDefault, load);
+    auto [tokens, labels] = load_batch(i, 0, 1, 1, "validation ");  // split 1: the validation data
     ExecContext c(b_, nullptr, fsdp_.get());
     Value loss = model_->forward(c, tokens, labels, {});
     b_.read_scalar(StreamRole::kDefault, loss.t.ref());

@@ -4,6 +4,8 @@
 // simulator and the real backends run exactly this code.
 #include <functional>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "core/fsdp/fully_shard.h"
@@ -54,6 +56,8 @@ class TrainingProgram {
   std::function<void(int)> before_optimizer_;
 
   void micro_step(int step, int micro);
+  std::pair<Tensor, Tensor> load_batch(int64_t step, int64_t micro, int64_t accum, int64_t split,
+                                       const std::string& what);
 };
 
 }  // namespace fullshard
