@@ -10,6 +10,7 @@
 
 #include "core/common/error.h"
 #include "core/scenario/json_reader.h"
+#include "core/scenario/scenario_sections.h"
 
 // NOTE [Scenario errors]: every user mistake is an InputError whose where() is the exact JSON
 // path of the bad value ("fsdp.mesh.shape[1]"), whose message shows the value as written and
@@ -22,6 +23,10 @@ namespace {
 namespace fs = std::filesystem;
 namespace jr = json_reader;
 using nlohmann::json;
+using scenario_detail::check_fields;
+using scenario_detail::field_int;
+using scenario_detail::parse_fsdp;
+using scenario_detail::parse_tensor_parallel;
 
 constexpr int64_t kMaxSize = int64_t{1} << 40;  // any model or batch size; catches garbage
 constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
@@ -121,31 +126,6 @@ constexpr Alias kAliases[] = {
 };
 
 const std::vector<std::string>& fields(const std::string& section) { return kFields.at(section); }
-
-// Checks `obj`'s keys against the section's table. An unknown key gets, in order: the closest
-// field of this section (a typo), the spelling this format uses for another tool's name, or the
-// section the field belongs to.
-void check_fields(const json& obj, const std::string& section) {
-  jr::reject_unknown_fields(obj, section, fields(section), [&](const std::string& key) {
-    for (const auto& a : kAliases)
-      if (section == a.section && key == a.alias)
-        return std::optional<std::string>("this format calls it '" + std::string(a.field) +
-                                          "': write " + jr::child_path(section, a.field));
-    if (section == "training.optimizer" && key == "betas")
-      return std::optional<std::string>("write beta1 and beta2 as two numbers");
-    for (const auto& [other, names] : kFields)
-      if (other != section && std::find(names.begin(), names.end(), key) != names.end())
-        return std::optional<std::string>(
-            "'" + key + "' belongs in " + (other.empty() ? "the top level" : other) +
-            ": move it to " + jr::child_path(other, key));
-    return std::optional<std::string>();
-  });
-}
-
-int64_t field_int(const json& obj, const std::string& section, const char* key, int64_t min,
-                  int64_t max, const std::string& example) {
-  return jr::get_int(obj.at(key), jr::child_path(section, key), min, max, example);
-}
 
 std::string resolve(const std::string& base_dir, const std::string& path) {
   const fs::path p(path);
@@ -562,190 +542,36 @@ HardwareOptions parse_hardware(const json& j, const std::string& base_dir) {
   return h;
 }
 
-// ---------------------------------------------------------------- fsdp
-std::string shape_text(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
-// NOTE [Mesh dims]: a mesh is [shard] (FSDP), [replicate, shard] (HSDP), [shard, tp] or
-// [replicate, shard, tp] (FSDP / HSDP composed with tensor parallelism), laid out row-major as
-// init_device_mesh does, so tp (the last dim) varies fastest and a tp group is consecutive
-// ranks, inside a node when tp <= gpus_per_node. torchtitan names the dims dp_replicate,
-// dp_shard and tp; both spellings are accepted and stored as replicate, shard and tp.
-void parse_mesh(const json& m, const HardwareOptions& hw, FsdpOptions& f) {
-  const std::string P = "fsdp.mesh", S = "fsdp.mesh.shape", N = "fsdp.mesh.dim_names";
-  const int64_t world = int64_t{hw.nodes} * hw.gpus_per_node;
-  std::string examples = "[" + std::to_string(world) + "] for FSDP";
-  if (hw.nodes > 1)
-    examples += " or [" + std::to_string(hw.nodes) + ", " + std::to_string(hw.gpus_per_node) +
-                "] for HSDP";
-  jr::require_object(m, P, "{\"shape\": [" + std::to_string(world) + "]}");
-  check_fields(m, P);
-  jr::require_field(m, P, "shape", "add \"shape\": " + examples);
-  const json& s = m.at("shape");
-  if (!s.is_array())
-    throw InputError(S, "is " + jr::describe(s) + ", not an array", "write a list of sizes, e.g. " + examples);
-  if (s.empty() || s.size() > 3)
-    throw InputError(S, "is " + jr::show(s) + ", a " + std::to_string(s.size()) + "-D mesh",
-                     "fullshard supports [shard] (FSDP), [replicate, shard] (HSDP), and either with a "
-                     "trailing tp dim (dim_names [\"shard\", \"tp\"] or [\"replicate\", \"shard\", \"tp\"]): "
-                     "write " + examples);
-  std::vector<int64_t> shape;
-  for (size_t i = 0; i < s.size(); ++i)
-    shape.push_back(jr::get_int(s[i], jr::index_path(S, i), 1, kMaxRanksPerDim, std::to_string(world)));
-  int64_t ranks = 1;
-  for (int64_t d : shape) ranks *= d;
-  if (ranks != world)
-    throw InputError(S,
-                     "mesh " + shape_text(shape) + " has " + std::to_string(ranks) +
-                         " ranks but hardware has " + std::to_string(hw.nodes) + " nodes x " +
-                         std::to_string(hw.gpus_per_node) + " GPUs = " + std::to_string(world),
-                     "make the sizes multiply to " + std::to_string(world) + ", e.g. " + examples +
-                         ", or change hardware.nodes / hardware.gpus_per_node");
-  for (int64_t d : shape) f.mesh_shape.push_back(static_cast<int>(d));
-
-  // Without dim_names a 1-D mesh is [shard] and a 2-D one [replicate, shard]; a tp dim is
-  // always named.
-  std::vector<std::string> expected = shape.size() == 1 ? std::vector<std::string>{"shard"}
-                                                         : std::vector<std::string>{"replicate", "shard"};
-  if (!m.contains("dim_names")) {
-    if (shape.size() == 3)
-      throw InputError(P, "has a 3-D shape " + shape_text(shape) + " without dim_names",
-                       "add \"dim_names\": [\"dp_replicate\", \"dp_shard\", \"tp\"]");
-    f.mesh_dim_names = expected;
-    return;
-  }
-  const json& names = m.at("dim_names");
-  const std::string fix = "name the dims [\"shard\"], [\"replicate\", \"shard\"], [\"shard\", \"tp\"] or "
-                          "[\"replicate\", \"shard\", \"tp\"] (torchtitan's dp_replicate / dp_shard also work), "
-                          "one per dim of the shape";
-  if (!names.is_array()) throw InputError(N, "is " + jr::describe(names) + ", not an array", fix);
-  std::vector<std::string> given;
-  for (size_t i = 0; i < names.size(); ++i) {
-    std::string n = jr::get_string(names[i], jr::index_path(N, i), "\"shard\"");
-    if (n == "dp_replicate") n = "replicate";
-    if (n == "dp_shard") n = "shard";
-    given.push_back(n);
-  }
-  if (names.size() != shape.size())
-    throw InputError(N, "is " + jr::show(names) + ": " + std::to_string(names.size()) +
-                            (names.size() == 1 ? " name" : " names") + " for a " +
-                            std::to_string(shape.size()) + "-D mesh",
-                     fix);
-  const std::vector<std::vector<std::string>> allowed = {
-      {"shard"}, {"replicate", "shard"}, {"shard", "tp"}, {"replicate", "shard", "tp"}};
-  if (std::find(allowed.begin(), allowed.end(), given) == allowed.end())
-    throw InputError(N, "is " + jr::show(names) + ", not a mesh fullshard builds", fix);
-  f.mesh_dim_names = given;
-}
-
-ReshardAfterForward parse_reshard(const json& v, int shard_size) {
-  const std::string P = "fsdp.reshard_after_forward";
-  using Kind = ReshardAfterForward::Kind;
-  ReshardAfterForward r;
-  std::vector<std::string> divisors;
-  for (int d = 1; d <= shard_size && divisors.size() < 16; ++d)
-    if (shard_size % d == 0) divisors.push_back(std::to_string(d));
-  const std::string S = std::to_string(shard_size);
-  const std::string int_fix = "use a divisor of the shard size " + S + ": " + jr::join(divisors, "") +
-                              " (1 acts as false, " + S + " as true), or true / false / null";
-  if (v.is_null()) return r;
-  if (v.is_boolean()) {
-    r.kind = v.get<bool>() ? Kind::kTrue : Kind::kFalse;
-    return r;
-  }
-  if (!v.is_number())
-    throw InputError(P, "is " + jr::describe(v),
-                     "write true, false, null (the default: root false, other units true) or an "
-                     "integer that divides the shard size " + S + " (no quotes)");
-  const int64_t n = jr::get_int(v, P, std::numeric_limits<int64_t>::min(),
-                                std::numeric_limits<int64_t>::max(), "2");
-  if (n < 1)
-    throw InputError(P, "is " + jr::show(v) + "; an integer must be >= 1 (it is the size of the "
-                                              "group parameters stay sharded over after forward)",
-                     "write false to keep parameters unsharded after forward, or " + int_fix);
-  if (n > shard_size || shard_size % n != 0)
-    throw InputError(P, "is " + jr::show(v) + ", which does not divide the shard-dim size " + S,
-                     int_fix);
-  r.kind = Kind::kInt;
-  r.n = static_cast<int>(n);
-  return r;
-}
-
-std::optional<DType> parse_dtype(const json& v, const std::string& path) {
-  if (v.is_null()) return std::nullopt;
-  const std::vector<std::string> names = {"fp32", "bf16", "fp16"};
-  const std::string fix = "write \"fp32\", \"bf16\", \"fp16\" or null (no cast)";
-  if (!v.is_string()) throw InputError(path, "is " + jr::describe(v), fix);
-  const std::string s = v.get<std::string>();
-  if (s == "fp32") return DType::kFloat32;
-  if (s == "bf16") return DType::kBFloat16;
-  if (s == "fp16") return DType::kFloat16;
-  // torch spellings ("bfloat16", "torch.float16", "half"): point to ours.
-  std::string bare = s.rfind("torch.", 0) == 0 ? s.substr(6) : s;
-  if (bare == "half") bare = "float16";
-  if (bare == "float") bare = "float32";
-  if (auto d = parse_float_dtype(bare))
-    throw InputError(path, "is \"" + s + "\", not a dtype name this format uses",
-                     "write \"" + std::string(dtype_name(*d)) + "\"");
-  if (auto near = jr::closest(s, names))
-    throw InputError(path, "is \"" + s + "\", an unknown dtype", "did you mean \"" + *near + "\"? " + fix);
-  throw InputError(path, "is \"" + s + "\", an unknown dtype", fix);
-}
-
-FsdpOptions parse_fsdp(const json& j, const HardwareOptions& hw) {
-  const std::string P = "fsdp";
-  FsdpOptions f;
-  jr::require_object(j, P, "{\"reshard_after_forward\": true}");
-  check_fields(j, P);
-  if (j.contains("mesh")) {
-    parse_mesh(j.at("mesh"), hw, f);
-  } else {
-    f.mesh_shape = {hw.nodes * hw.gpus_per_node};
-    f.mesh_dim_names = {"shard"};
-  }
-  if (j.contains("reshard_after_forward"))
-    f.reshard_after_forward = parse_reshard(j.at("reshard_after_forward"), f.mesh_size("shard"));
-  if (j.contains("mixed_precision")) {
-    const json& m = j.at("mixed_precision");
-    const std::string M = "fsdp.mixed_precision";
-    jr::require_object(m, M, "{\"param_dtype\": \"bf16\", \"reduce_dtype\": \"fp32\"}");
-    check_fields(m, M);
-    auto& mp = f.mixed_precision;
-    if (m.contains("param_dtype")) mp.param_dtype = parse_dtype(m.at("param_dtype"), M + ".param_dtype");
-    if (m.contains("reduce_dtype")) mp.reduce_dtype = parse_dtype(m.at("reduce_dtype"), M + ".reduce_dtype");
-    if (m.contains("output_dtype")) mp.output_dtype = parse_dtype(m.at("output_dtype"), M + ".output_dtype");
-    if (m.contains("cast_forward_inputs"))
-      mp.cast_forward_inputs = jr::get_bool(m.at("cast_forward_inputs"), M + ".cast_forward_inputs");
-  }
-  if (j.contains("cpu_offload")) {
-    const json& c = j.at("cpu_offload");
-    const std::string C = "fsdp.cpu_offload";
-    if (c.is_boolean()) {
-      f.cpu_offload = c.get<bool>();
-    } else if (c.is_object()) {
-      check_fields(c, C);
-      f.cpu_offload = true;
-      if (c.contains("pin_memory")) f.pin_memory = jr::get_bool(c.at("pin_memory"), C + ".pin_memory");
-    } else {
-      throw InputError(C, "is " + jr::describe(c), "write true, false or {\"pin_memory\": false}");
-    }
-  }
-  if (j.contains("units"))
-    f.units = jr::get_choice(j.at("units"), "fsdp.units", {"blocks", "root"}) == "root"
-                  ? ShardingUnits::kRoot
-                  : ShardingUnits::kBlocks;
-  if (j.contains("forward_prefetch"))
-    f.forward_prefetch = static_cast<int>(field_int(j, P, "forward_prefetch", 0, kMaxInt, "1"));
-  if (j.contains("backward_prefetch"))
-    f.backward_prefetch = static_cast<int>(field_int(j, P, "backward_prefetch", 1, kMaxInt,
-                                                      "1 (FSDP2 always prefetches at least one unit in backward)"));
-  return f;
-}
-
 }  // namespace
+
+namespace scenario_detail {
+
+// Checks `obj`'s keys against the section's table. An unknown key gets, in order: the closest
+// field of this section (a typo), the spelling this format uses for another tool's name, or the
+// section the field belongs to.
+void check_fields(const json& obj, const std::string& section) {
+  jr::reject_unknown_fields(obj, section, fields(section), [&](const std::string& key) {
+    for (const auto& a : kAliases)
+      if (section == a.section && key == a.alias)
+        return std::optional<std::string>("this format calls it '" + std::string(a.field) +
+                                          "': write " + jr::child_path(section, a.field));
+    if (section == "training.optimizer" && key == "betas")
+      return std::optional<std::string>("write beta1 and beta2 as two numbers");
+    for (const auto& [other, names] : kFields)
+      if (other != section && std::find(names.begin(), names.end(), key) != names.end())
+        return std::optional<std::string>(
+            "'" + key + "' belongs in " + (other.empty() ? "the top level" : other) +
+            ": move it to " + jr::child_path(other, key));
+    return std::optional<std::string>();
+  });
+}
+
+int64_t field_int(const json& obj, const std::string& section, const char* key, int64_t min,
+                  int64_t max, const std::string& example) {
+  return jr::get_int(obj.at(key), jr::child_path(section, key), min, max, example);
+}
+
+}  // namespace scenario_detail
 
 // ---------------------------------------------------------------- public API
 
@@ -807,16 +633,7 @@ Scenario parse_scenario(const json& j, const std::string& base_dir) {
   s.training = parse_training(j.at("training"), s.model, base_dir);
   s.hardware = parse_hardware(j.at("hardware"), base_dir);
   s.fsdp = parse_fsdp(j.contains("fsdp") ? j.at("fsdp") : json::object(), s.hardware);
-  if (j.contains("tensor_parallel")) {
-    const json& t = j.at("tensor_parallel");
-    const std::string T = "tensor_parallel";
-    jr::require_object(t, T, "{\"loss_parallel\": false}");
-    check_fields(t, T);
-    if (t.contains("loss_parallel")) s.tensor_parallel.loss_parallel = jr::get_bool(t.at("loss_parallel"), T + ".loss_parallel");
-    if (t.contains("async") && jr::get_bool(t.at("async"), T + ".async"))
-      throw InputError(T + ".async", "is true, which fullshard does not build yet",
-                       "write false (tp collectives run on the compute stream)");
-  }
+  if (j.contains("tensor_parallel")) s.tensor_parallel = parse_tensor_parallel(j.at("tensor_parallel"));
   const int tp = s.fsdp.mesh_size("tp");
   check_tensor_parallel(s.model, s.training.seq_len, tp);
   if (tp > 1 && s.tensor_parallel.loss_parallel && s.model.implementation.loss != LossImpl::kFp32Logits)

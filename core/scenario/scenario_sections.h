@@ -1,0 +1,25 @@
+#pragma once
+// Internal to core/scenario: the field checks scenario.cc applies to every section, and the
+// section parsers that live in their own files (scenario_fsdp.cc: fsdp and tensor_parallel).
+// Not part of the public API: include core/scenario/scenario.h.
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/scenario/scenario.h"
+
+namespace fullshard::scenario_detail {
+
+// Rejects unknown keys of `obj` against the field table of `section` (scenario_fields()),
+// with a typo, alias or wrong-section hint (NOTE [Scenario errors] in scenario.cc).
+void check_fields(const nlohmann::json& obj, const std::string& section);
+
+// obj[key] as an integer in [min, max], errors naming "section.key".
+int64_t field_int(const nlohmann::json& obj, const std::string& section, const char* key, int64_t min,
+                  int64_t max, const std::string& example);
+
+FsdpOptions parse_fsdp(const nlohmann::json& j, const HardwareOptions& hw);
+TensorParallelOptions parse_tensor_parallel(const nlohmann::json& j);
+
+}  // namespace fullshard::scenario_detail
