@@ -13,6 +13,16 @@ namespace fullshard {
 //   torchtitan/models/llama/model.py apply_rotary_emb is view_as_complex(x.float()) *
 //   freqs_cis then type_as, repeat_kv expands k / v to the query heads, and SDPA runs with
 //   is_causal=True (flash on A100/H100); compile = false in the shipped configs.
+// - torchtitan-2024-04: pytorch/torchtitan@1ea476e9 (2024-04-24), the commit whose
+//   docs/performance.md published the A100 rows tools/validate checks: Transformer.forward
+//   ends with `output = self.output(h).float()` (torchtitan/models/llama/model.py), train.py
+//   runs `pred = model(input_ids); loss = loss_fn(pred, labels); loss.backward()` with
+//   loss_fn = F.cross_entropy(pred.flatten(0, 1), labels.flatten(0, 1)) and no `del pred`,
+//   so the fp32 logits stay referenced through backward; complex RoPE and repeat_kv as in
+//   torchtitan-2024; RMSNorm is train_configs' norm_type: "fused_rmsnorm" (torchtitan's
+//   Triton TritonFusedRMSNorm, one kernel each way, saving x, weight and fp32 rstd as
+//   torch._fused_rms_norm does) for llama2_13b / llama3_8b, the eager "rmsnorm" for
+//   llama2_70b / llama3_70b (a scenario sets rms_norm = eager for those).
 // - torchtitan: pytorch/torchtitan@b5bcd76 (main, 2026-08): ChunkedLossWrapper around
 //   CrossEntropyLoss (components/loss.py), RMSNorm = nn.RMSNorm (fused on PyTorch >= 2.8),
 //   ComplexRoPE (models/common/rope.py), SDPA with enable_gqa and the backend priority
@@ -34,6 +44,13 @@ std::vector<Preset> make_presets() {
   std::vector<Preset> v;
   ModelImplementation fs;
   v.push_back({"fullshard", fs});
+  ModelImplementation t2404;
+  t2404.preset = "torchtitan-2024-04";
+  t2404.loss = LossImpl::kFp32Output;
+  t2404.keep_logits = true;
+  t2404.rope = RopeImpl::kComplex;
+  t2404.gqa = GqaImpl::kRepeatKV;
+  v.push_back({"torchtitan-2024-04", t2404});
   ModelImplementation t24;
   t24.preset = "torchtitan-2024";
   t24.rms_norm = NormImpl::kEager;
@@ -62,7 +79,7 @@ const std::vector<Preset>& presets() {
 
 const std::map<std::string, std::vector<std::string>>& value_table() {
   static const std::map<std::string, std::vector<std::string>> t = {
-      {"loss", {"fp32_logits", "bf16_logits", "chunked"}},
+      {"loss", {"fp32_logits", "bf16_logits", "fp32_output", "chunked"}},
       {"rms_norm", {"fused", "eager"}},
       {"rope", {"fused", "complex", "rotate_half"}},
       {"gqa", {"native", "repeat_kv"}},

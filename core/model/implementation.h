@@ -13,6 +13,8 @@ namespace fullshard {
 enum class LossImpl : uint8_t {
   kFp32Logits,  // F.cross_entropy(logits.float(), labels): an fp32 copy of the logits
   kBf16Logits,  // F.cross_entropy(logits, labels): log_softmax in the logits' dtype
+  kFp32Output,  // the model returns self.output(h).float() (torchtitan until mid-2024): the fp32
+                // copy is made inside the root's forward and is the tensor the loop holds
   kChunked,     // a chunked / fused loss (torchtitan ChunkedLossWrapper): not built yet
 };
 

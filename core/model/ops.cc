@@ -470,27 +470,31 @@ Value add(ExecContext& c, Value a, Value bv, const std::string& name) {
 }
 
 // ------------------------------------------------------------------ loss
+Value to_float(ExecContext& c, Value x, const std::string& name) {
+  if (x.t.dtype() == DType::kFloat32) return x;
+  Backend& b = c.backend();
+  Tensor xf = cast(b, kCompute, x.t, DType::kFloat32, MemCategory::kActivation, name + " float");
+  Value y = result(c, xf, x.requires_grad());
+  if (c.recording() && x.requires_grad()) {
+    TensorMeta meta = x.t.meta();
+    c.record(Node{name + " float", {x.id}, {y.id}, [&b, meta, name](std::vector<Tensor>& g) {
+                    Tensor gx = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute, name + " grad_logits");
+                    copy_into(b, kCompute, gx, g[0], name + " float backward");
+                    return std::vector<Tensor>{gx};
+                  }});
+  }
+  return y;
+}
+
 Value cross_entropy(ExecContext& c, Value logits, const Tensor& labels, const std::string& name, bool upcast) {
   Backend& b = c.backend();
   const int64_t vocab = logits.t.shape().back();
   const int64_t rows = logits.t.numel() / vocab;
   // .float(): a no-op (same tensor) for fp32 logits, otherwise a copy. Without it
   // (loss=bf16_logits) log_softmax, nll_loss and their gradients stay in the logits' dtype.
-  Value x = logits;
   const DType dt = upcast ? DType::kFloat32 : logits.t.dtype();
-  if (logits.t.dtype() != dt) {
-    Tensor xf = cast(b, kCompute, logits.t, DType::kFloat32, MemCategory::kActivation, name + " float");
-    x = result(c, xf, logits.requires_grad());
-    if (c.recording() && logits.requires_grad()) {
-      TensorMeta meta = logits.t.meta();
-      c.record(Node{name + " float", {logits.id}, {x.id}, [&b, meta, name](std::vector<Tensor>& g) {
-                      Tensor gl = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute, name + " grad_logits");
-                      copy_into(b, kCompute, gl, g[0], name + " float backward");
-                      return std::vector<Tensor>{gl};
-                    }});
-    }
-    logits = Value{};  // the caller's reference is the only one left
-  }
+  // The caller's reference to the logits is the only one left after the copy.
+  Value x = upcast ? to_float(c, std::move(logits), name) : std::move(logits);
   // log_softmax saves its output.
   Tensor lp = c.empty({dt, {rows, vocab}}, MemCategory::kActivation, name + " log_softmax");
   c.launch(make_op(OpKind::kLogSoftmax, name + " log_softmax", {x.t.ref()}, {lp.ref()}, 4 * el(lp)));

@@ -77,6 +77,9 @@ Value silu(ExecContext& c, Value x, const std::string& name);
 Value gelu(ExecContext& c, Value x, const std::string& name);
 Value mul(ExecContext& c, Value a, Value b, const std::string& name);
 Value add(ExecContext& c, Value a, Value b, const std::string& name);
+// x.float(): a copy into fp32 (x itself when already fp32) whose backward casts the gradient
+// back to x's dtype (ToCopyBackward saves nothing). The caller's `x` is consumed.
+Value to_float(ExecContext& c, Value x, const std::string& name);
 // F.cross_entropy(logits.float(), labels): .float() (a copy unless already fp32),
 // log_softmax (saves its fp32 output), nll_loss (mean). Returns the fp32 scalar loss.
 // upcast = false: F.cross_entropy(logits, labels) in the logits' dtype (output and total

@@ -233,7 +233,7 @@ Value Transformer::forward(ExecContext& c, const Tensor& tokens, const Tensor& l
   }
   if (tp_.enabled()) logits = ops::tp::all_gather_last_dim(c, std::move(logits), tp_, "output all_gather(vocab)");
   if (impl.keep_logits && c.graph()) c.graph()->keep_until_backward_ends(logits.t);
-  return ops::cross_entropy(c, logits, labels, "loss", impl.loss == LossImpl::kFp32Logits);
+  return ops::cross_entropy(c, logits, labels, "loss", impl.loss != LossImpl::kBf16Logits);
 }
 
 Value Transformer::logits_forward(ExecContext& c, const Tensor& tokens,
@@ -280,7 +280,11 @@ Value Transformer::logits_forward(ExecContext& c, const Tensor& tokens,
       h = ops::layer_norm(rc, std::move(h), lnf.param("weight"), lnf.param("bias"), cfg.norm_eps, "ln_f");
       out_w = &root_.child("wte").param("weight");
     }
-    return ops::linear(rc, std::move(h), *out_w, nullptr, cfg.arch == ModelArch::kLlama ? "output" : "lm_head");
+    Value logits = ops::linear(rc, std::move(h), *out_w, nullptr, cfg.arch == ModelArch::kLlama ? "output" : "lm_head");
+    // torchtitan until mid-2024: `output = self.output(h).float()` inside the root's forward
+    // (NOTE [Implementation presets], torchtitan-2024-04).
+    if (cfg.implementation.loss == LossImpl::kFp32Output) logits = ops::to_float(rc, std::move(logits), "output");
+    return logits;
   });
 }
 

@@ -70,7 +70,7 @@ const std::map<std::string, std::vector<std::string>> kFields = {
     {"training.optimizer", {"lr", "beta1", "beta2", "eps", "weight_decay", "max_grad_norm", "implementation"}},
     {"training.activation_checkpointing", {"mode", "every"}},
     {"fsdp",
-     {"mesh", "reshard_after_forward", "mixed_precision", "cpu_offload", "units",
+     {"mesh", "reshard_after_forward", "per_unit", "mixed_precision", "cpu_offload", "units",
       "forward_prefetch", "backward_prefetch"}},
     {"fsdp.mesh", {"shape", "dim_names"}},
     {"fsdp.mixed_precision", {"param_dtype", "reduce_dtype", "output_dtype", "cast_forward_inputs"}},
@@ -577,6 +577,11 @@ int64_t field_int(const json& obj, const std::string& section, const char* key, 
 
 int Scenario::world_size() const { return hardware.nodes * hardware.gpus_per_node; }
 
+ReshardAfterForward FsdpOptions::reshard_for(const std::string& unit) const {
+  auto it = per_unit_reshard.find(unit);
+  return it == per_unit_reshard.end() ? reshard_after_forward : it->second;
+}
+
 int FsdpOptions::mesh_size(const std::string& dim) const {
   for (size_t i = 0; i < mesh_dim_names.size() && i < mesh_shape.size(); ++i)
     if (mesh_dim_names[i] == dim) return mesh_shape[i];
@@ -632,7 +637,7 @@ Scenario parse_scenario(const json& j, const std::string& base_dir) {
   s.model_weights = parse_model_weights(j.at("model"), base_dir);
   s.training = parse_training(j.at("training"), s.model, base_dir);
   s.hardware = parse_hardware(j.at("hardware"), base_dir);
-  s.fsdp = parse_fsdp(j.contains("fsdp") ? j.at("fsdp") : json::object(), s.hardware);
+  s.fsdp = parse_fsdp(j.contains("fsdp") ? j.at("fsdp") : json::object(), s.hardware, s.model.n_layers);
   if (j.contains("tensor_parallel")) s.tensor_parallel = parse_tensor_parallel(j.at("tensor_parallel"));
   const int tp = s.fsdp.mesh_size("tp");
   check_tensor_parallel(s.model, s.training.seq_len, tp);
@@ -640,6 +645,9 @@ Scenario parse_scenario(const json& j, const std::string& base_dir) {
     throw InputError("model.implementation.loss", "is not fp32_logits with tensor parallelism and loss parallel",
                      "loss parallel computes in fp32 (logits.float()): use fp32_logits, or set "
                      "tensor_parallel.loss_parallel false");
+  if (tp > 1 && s.model.implementation.loss == LossImpl::kFp32Output)
+    throw InputError("model.implementation.loss", "is fp32_output with tensor parallelism, which fullshard does not model",
+                     "use fp32_logits (the loss's .float() on the gathered or vocab-parallel logits)");
   if (tp > 1 && !s.training.rank_batch.empty())
     throw InputError("training.rank_batch", "is set with tp " + std::to_string(tp),
                      "ranks of one tp group read the same batch: remove rank_batch or use tp 1");

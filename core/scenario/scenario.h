@@ -83,6 +83,11 @@ struct FsdpOptions {
   std::vector<std::string> mesh_dim_names;
   int mesh_size(const std::string& dim) const;  // size of the named dim, 1 when absent
   ReshardAfterForward reshard_after_forward;
+  // fsdp.per_unit: reshard_after_forward of single units, keyed "root" or "layers.N" (N >= 0
+  // once parsed), as torchtitan passes per-block values to fully_shard (NOTE [Per-unit
+  // options] in scenario_fsdp.cc).
+  std::map<std::string, ReshardAfterForward> per_unit_reshard;
+  ReshardAfterForward reshard_for(const std::string& unit) const;  // the override, else the default
   MixedPrecisionPolicy mixed_precision;
   bool cpu_offload = false;                  // CPUOffloadPolicy
   bool pin_memory = true;

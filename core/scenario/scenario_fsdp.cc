@@ -2,6 +2,8 @@
 // and the "tensor_parallel" section of a scenario (docs/scenario-format.md).
 #include <algorithm>
 #include <limits>
+#include <map>
+#include <stdexcept>
 #include <optional>
 #include <string>
 #include <vector>
@@ -99,8 +101,7 @@ void parse_mesh(const json& m, const HardwareOptions& hw, FsdpOptions& f) {
   f.mesh_dim_names = given;
 }
 
-ReshardAfterForward parse_reshard(const json& v, int shard_size) {
-  const std::string P = "fsdp.reshard_after_forward";
+ReshardAfterForward parse_reshard(const json& v, int shard_size, const std::string& P) {
   using Kind = ReshardAfterForward::Kind;
   ReshardAfterForward r;
   std::vector<std::string> divisors;
@@ -132,6 +133,63 @@ ReshardAfterForward parse_reshard(const json& v, int shard_size) {
   return r;
 }
 
+// NOTE [Per-unit options]: fully_shard takes reshard_after_forward per call, and torchtitan
+// passes per-unit values. Its parallelize_llama of 2024 (pytorch/torchtitan@3f20451) gives
+// every block `int(layer_id) < len(model.layers) - 1` ("do not reshard after forward for the
+// last transformer block since FSDP would prefetch it immediately") and the root the default,
+// which FSDP2 of that time forced to False for the root (fsdp2-reference.md,
+// "reshard_after_forward"). fsdp.per_unit names a unit by its module fqn: "root" or
+// "layers.N"; a negative N counts from the end, so "layers.-1" is the last block whatever the
+// depth and one scenario fits 8B and 70B. Keys are stored resolved ("layers.31").
+std::string resolve_unit(const std::string& key, int64_t n_layers, ShardingUnits units, const std::string& path) {
+  const std::string fix = "name a unit \"root\" or \"layers.N\" with 0 <= N < " + std::to_string(n_layers) +
+                          " (-1 is the last block)";
+  if (key == "root") return key;
+  const std::string prefix = "layers.";
+  if (key.rfind(prefix, 0) != 0) {
+    std::string why = "is not an FSDP unit";
+    if (key == "tok_embeddings" || key == "output" || key == "norm" || key == "wte" || key == "wpe" ||
+        key == "ln_f" || key == "lm_head")
+      why = "is not a unit of its own: the embeddings, final norm and output belong to the root unit";
+    throw InputError(path, why, fix);
+  }
+  const std::string num = key.substr(prefix.size());
+  size_t used = 0;
+  long long n = 0;
+  try {
+    n = std::stoll(num, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (num.empty() || used != num.size()) throw InputError(path, "is not an FSDP unit", fix);
+  if (n < -n_layers || n >= n_layers)
+    throw InputError(path, "names block " + num + " of a model with " + std::to_string(n_layers) + " blocks", fix);
+  if (units == ShardingUnits::kRoot)
+    throw InputError(path, "names a block, but fsdp.units is \"root\" (one unit: the whole model)",
+                     "remove it, or set fsdp.units to \"blocks\"");
+  return prefix + std::to_string(n < 0 ? n + n_layers : n);
+}
+
+std::map<std::string, ReshardAfterForward> parse_per_unit(const json& u, int shard_size, int64_t n_layers,
+                                                          ShardingUnits units) {
+  const std::string P = "fsdp.per_unit";
+  jr::require_object(u, P, "{\"layers.-1\": {\"reshard_after_forward\": false}}");
+  std::map<std::string, ReshardAfterForward> out;
+  std::map<std::string, std::string> key_of;
+  for (const auto& [key, v] : u.items()) {
+    const std::string K = jr::child_path(P, key);
+    const std::string unit = resolve_unit(key, n_layers, units, K);
+    if (key_of.count(unit))
+      throw InputError(K, "names the same unit as \"" + key_of[unit] + "\" (" + unit + ")", "keep one of the two");
+    key_of[unit] = key;
+    jr::require_object(v, K, "{\"reshard_after_forward\": false}");
+    jr::reject_unknown_fields(v, K, {"reshard_after_forward"});
+    jr::require_field(v, K, "reshard_after_forward", "add \"reshard_after_forward\": false (or remove the unit)");
+    out[unit] = parse_reshard(v.at("reshard_after_forward"), shard_size, jr::child_path(K, "reshard_after_forward"));
+  }
+  return out;
+}
+
 std::optional<DType> parse_dtype(const json& v, const std::string& path) {
   if (v.is_null()) return std::nullopt;
   const std::vector<std::string> names = {"fp32", "bf16", "fp16"};
@@ -155,7 +213,7 @@ std::optional<DType> parse_dtype(const json& v, const std::string& path) {
 
 }  // namespace
 
-FsdpOptions parse_fsdp(const json& j, const HardwareOptions& hw) {
+FsdpOptions parse_fsdp(const json& j, const HardwareOptions& hw, int64_t n_layers) {
   const std::string P = "fsdp";
   FsdpOptions f;
   jr::require_object(j, P, "{\"reshard_after_forward\": true}");
@@ -167,7 +225,8 @@ FsdpOptions parse_fsdp(const json& j, const HardwareOptions& hw) {
     f.mesh_dim_names = {"shard"};
   }
   if (j.contains("reshard_after_forward"))
-    f.reshard_after_forward = parse_reshard(j.at("reshard_after_forward"), f.mesh_size("shard"));
+    f.reshard_after_forward =
+        parse_reshard(j.at("reshard_after_forward"), f.mesh_size("shard"), "fsdp.reshard_after_forward");
   if (j.contains("mixed_precision")) {
     const json& m = j.at("mixed_precision");
     const std::string M = "fsdp.mixed_precision";
@@ -202,6 +261,8 @@ FsdpOptions parse_fsdp(const json& j, const HardwareOptions& hw) {
   if (j.contains("backward_prefetch"))
     f.backward_prefetch = static_cast<int>(field_int(j, P, "backward_prefetch", 1, kMaxInt,
                                                       "1 (FSDP2 always prefetches at least one unit in backward)"));
+  if (j.contains("per_unit"))
+    f.per_unit_reshard = parse_per_unit(j.at("per_unit"), f.mesh_size("shard"), n_layers, f.units);
   return f;
 }
 

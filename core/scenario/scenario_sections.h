@@ -19,7 +19,7 @@ void check_fields(const nlohmann::json& obj, const std::string& section);
 int64_t field_int(const nlohmann::json& obj, const std::string& section, const char* key, int64_t min,
                   int64_t max, const std::string& example);
 
-FsdpOptions parse_fsdp(const nlohmann::json& j, const HardwareOptions& hw);
+FsdpOptions parse_fsdp(const nlohmann::json& j, const HardwareOptions& hw, int64_t n_layers);
 TensorParallelOptions parse_tensor_parallel(const nlohmann::json& j);
 
 }  // namespace fullshard::scenario_detail

@@ -69,9 +69,16 @@ TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
   o.pin_memory = s.fsdp.pin_memory;
   b.annotate("init");
   std::vector<FSDPState*> block_states;
+  // Per-unit reshard_after_forward (fsdp.per_unit, NOTE [Per-unit options] in scenario_fsdp.cc).
+  auto unit_options = [&](const std::string& unit) {
+    FullyShardOptions u = o;
+    u.reshard_after_forward = s.fsdp.reshard_for(unit);
+    return u;
+  };
   if (s.fsdp.units == ShardingUnits::kBlocks)
-    for (Module* blk : model_->blocks()) block_states.push_back(&fsdp_->fully_shard(*blk, o, false));
-  FSDPState& root = fsdp_->fully_shard(model_->root(), o, true);
+    for (Module* blk : model_->blocks())
+      block_states.push_back(&fsdp_->fully_shard(*blk, unit_options(blk->fqn), false));
+  FSDPState& root = fsdp_->fully_shard(model_->root(), unit_options("root"), true);
   // Explicit prefetching (set_modules_to_forward_prefetch / _backward_prefetch).
   const int nb = static_cast<int>(block_states.size());
   if (s.fsdp.forward_prefetch > 0)

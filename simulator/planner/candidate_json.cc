@@ -1,6 +1,7 @@
 #include "simulator/planner/candidate_json.h"
 
 #include <filesystem>
+#include <iterator>
 
 namespace fullshard::planner {
 
@@ -35,6 +36,15 @@ json candidate_scenario_json(const json& base, const Candidate& c, const std::st
     case Kind::kTrue: f["reshard_after_forward"] = true; break;
     case Kind::kFalse: f["reshard_after_forward"] = false; break;
     case Kind::kInt: f["reshard_after_forward"] = c.reshard.n; break;
+  }
+  if (f.contains("per_unit") && f["per_unit"].is_object()) {  // as candidate_scenario() keeps them
+    json& u = f["per_unit"];
+    for (auto it = u.begin(); it != u.end();) {
+      const json* v = it->is_object() && it->contains("reshard_after_forward") ? &(*it)["reshard_after_forward"] : nullptr;
+      const bool drop = v && v->is_number_integer() && v->get<int64_t>() > 0 && c.shard % v->get<int64_t>() != 0;
+      it = drop ? u.erase(it) : std::next(it);
+    }
+    if (u.empty()) f.erase("per_unit");
   }
   if (!f.contains("mixed_precision") || !f["mixed_precision"].is_object()) f["mixed_precision"] = json::object();
   json& mp = f["mixed_precision"];

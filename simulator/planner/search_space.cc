@@ -1,6 +1,7 @@
 #include "simulator/planner/search_space.h"
 
 #include <algorithm>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include <fmt/format.h>
@@ -185,6 +186,12 @@ Scenario candidate_scenario(const Scenario& base, const Candidate& c) {
     s.fsdp.mesh_dim_names.push_back("tp");
   }
   s.fsdp.reshard_after_forward = c.reshard;
+  // The base's per-unit overrides stay (torchtitan's last block unresharded), except an int
+  // that does not divide this candidate's shard size.
+  for (auto it = s.fsdp.per_unit_reshard.begin(); it != s.fsdp.per_unit_reshard.end();)
+    it = it->second.kind == ReshardAfterForward::Kind::kInt && c.shard % it->second.n != 0
+             ? s.fsdp.per_unit_reshard.erase(it)
+             : std::next(it);
   auto& mp = s.fsdp.mixed_precision;
   switch (c.precision) {
     case Precision::kFp32: mp.param_dtype.reset(); mp.reduce_dtype.reset(); break;

@@ -26,7 +26,8 @@ n=0
 for impl in '"fullshard"' '{"loss": "bf16_logits"}' '{"keep_logits": true}' \
             '{"loss": "bf16_logits", "keep_logits": true}' '{"rms_norm": "eager"}' \
             '{"rope": "complex"}' '{"gqa": "repeat_kv"}' '"torchtitan-2024"' '{"rope": "rotate_half"}' \
-            '"hf-transformers"' '{"attention": "cudnn"}' '{"attention": "efficient", "gqa": "repeat_kv"}'; do
+            '"hf-transformers"' '{"attention": "cudnn"}' '{"attention": "efficient", "gqa": "repeat_kv"}' \
+            '"torchtitan-2024-04"' '{"loss": "fp32_output"}'; do
   for mp in '{}' '{"param_dtype": "bf16", "reduce_dtype": "fp32"}'; do
     for ac in none full; do
       n=$((n + 1)); name="v$n"
@@ -81,6 +82,7 @@ print("ok", sys.argv[3], "losses match the fused variant's within 1e-5:", b)
 P
 }
 same_loss '{"rms_norm": "eager"}'
+same_loss '{"loss": "fp32_output"}'  # the same .float() inside the root instead of in the loss
 same_loss '{"gqa": "repeat_kv"}'  # tiny-llama: 4 heads over 2 kv heads
 same_loss '{"rope": "rotate_half"}'  # the fused kernel's pairing and angles, op by op
 same_loss '{"attention": "cudnn"}'  # SDPA's maths on every backend; only saved tensors / scratch differ

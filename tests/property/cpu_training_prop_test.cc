@@ -30,10 +30,22 @@ json unsharded(json j) {
   for (int d : j["fsdp"]["mesh"]["shape"]) world *= d;
   j["fsdp"]["mesh"] = {{"shape", {1}}};
   j["fsdp"].erase("reshard_after_forward");
+  j["fsdp"].erase("per_unit");
   j["fsdp"]["cpu_offload"] = false;
   j["training"]["batch_per_rank"] = j["training"]["batch_per_rank"].get<int>() * world;
   j["hardware"]["gpus_per_node"] = 1;
   return j;
+}
+
+// fsdp.per_unit: maybe one unit (the root or a block, counted from either end) with its own
+// reshard_after_forward from `raf`.
+void maybe_per_unit(json& j, const std::vector<json>& raf) {
+  if (j["fsdp"]["units"] != "blocks" || !*rc::gen::arbitrary<bool>()) return;
+  const int layers = j["model"]["n_layers"];
+  const int u = *rc::gen::inRange(-1, layers);  // -1: the root
+  const std::string key = u < 0 ? "root" : "layers." + std::to_string(*rc::gen::element(u, u - layers));
+  j["fsdp"]["per_unit"] = {{key, {{"reshard_after_forward", *rc::gen::elementOf(raf)}}}};
+  RC_TAG("per_unit");
 }
 
 }  // namespace
@@ -65,6 +77,7 @@ RC_GTEST_PROP(RealTraining, ShardedEqualsUnsharded, ()) {
   json j = tiny_scenario_json(o);
   j["model"] = small_model();
   j["training"]["optimizer"] = {{"lr", 1e-3}, {"eps", 1e-6}, {"max_grad_norm", o.max_grad_norm}};
+  maybe_per_unit(j, raf);
   j["training"]["seed"] = *rc::gen::inRange(0, 1000);
   RC_TAG(o.mesh.size() == 2 ? "hsdp" : "fsdp");
   RealRun sharded = run_real(parse_scenario(j));
@@ -97,8 +110,10 @@ RC_GTEST_PROP(RealTraining, PredictedPeakMemoryEqualsMeasured, ()) {
   RC_TAG(expandable ? "expandable segments" : "classic segments");
   json j = tiny_scenario_json(o);
   j["model"] = small_model();
+  maybe_per_unit(j, raf);
   // model.implementation's built variants (docs/ops.md, "Implementation variants").
-  j["model"]["implementation"] = {{"loss", *rc::gen::element(std::string("fp32_logits"), std::string("bf16_logits"))},
+  j["model"]["implementation"] = {{"loss", *rc::gen::element(std::string("fp32_logits"), std::string("bf16_logits"),
+                                                                       std::string("fp32_output"))},
                                   {"keep_logits", *rc::gen::arbitrary<bool>()}};
   Scenario s = parse_scenario(j);
   sim::SimulateOptions so;

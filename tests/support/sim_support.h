@@ -12,6 +12,7 @@ struct TinyOptions {
   std::string model = "tiny-llama";
   std::vector<int> mesh = {2};
   nlohmann::json reshard_after_forward = nullptr;  // null: the default
+  nlohmann::json per_unit = nullptr;               // fsdp.per_unit when not null
   nlohmann::json mixed_precision = nlohmann::json::object();
   bool cpu_offload = false;
   nlohmann::json activation_checkpointing = "none";
@@ -36,6 +37,7 @@ inline nlohmann::json tiny_scenario_json(const TinyOptions& o) {
                          {"forward_prefetch", o.forward_prefetch},
                          {"backward_prefetch", o.backward_prefetch}};
   if (!o.reshard_after_forward.is_null()) fsdp["reshard_after_forward"] = o.reshard_after_forward;
+  if (!o.per_unit.is_null()) fsdp["per_unit"] = o.per_unit;
   nlohmann::json hw = {{"profile", "cpu"}, {"nodes", 1}, {"gpus_per_node", world}};
   for (auto& [k, v] : o.hardware_extra.items()) hw[k] = v;
   return {{"name", "test"},

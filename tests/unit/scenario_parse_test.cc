@@ -518,6 +518,46 @@ TEST(ScenarioErrors, MeshDimNames) {
   expect_error(j, "fsdp.mesh.dim_names[0]", {"3 (a number)", "not a string"});
 }
 
+TEST(Scenario, PerUnitReshardAfterForward) {
+  json j = h100x16();  // tiny-llama: 2 blocks
+  j["fsdp"]["per_unit"] = {{"layers.-1", {{"reshard_after_forward", false}}},
+                           {"root", {{"reshard_after_forward", true}}},
+                           {"layers.0", {{"reshard_after_forward", 4}}}};
+  const FsdpOptions f = parse(j).fsdp;
+  ASSERT_EQ(f.per_unit_reshard.size(), 3u);
+  EXPECT_EQ(f.reshard_for("layers.1").kind, ReshardAfterForward::Kind::kFalse);
+  EXPECT_EQ(f.reshard_for("root").kind, ReshardAfterForward::Kind::kTrue);
+  EXPECT_EQ(f.reshard_for("layers.0").kind, ReshardAfterForward::Kind::kInt);
+  EXPECT_EQ(f.reshard_for("layers.0").n, 4);
+  j["fsdp"]["per_unit"].erase("layers.0");
+  EXPECT_EQ(parse(j).fsdp.reshard_for("layers.0").kind, ReshardAfterForward::Kind::kDefault);  // fsdp's value
+}
+
+TEST(ScenarioErrors, PerUnitReshardAfterForward) {
+  json j = h100x16();
+  auto with = [&](json per_unit) {
+    json k = j;
+    k["fsdp"]["per_unit"] = std::move(per_unit);
+    return k;
+  };
+  const json no = {{"reshard_after_forward", false}};
+  expect_error(with({{"layers.2", no}}), "fsdp.per_unit.layers.2", {"names block 2 of a model with 2 blocks", "-1 is the last block"});
+  expect_error(with({{"layers.-3", no}}), "fsdp.per_unit.layers.-3", {"names block -3"});
+  expect_error(with({{"layers.x", no}}), "fsdp.per_unit.layers.x", {"not an FSDP unit", "\"root\" or \"layers.N\""});
+  expect_error(with({{"output", no}}), "fsdp.per_unit.output", {"belong to the root unit"});
+  expect_error(with({{"layers.1", no}, {"layers.-1", no}}), "fsdp.per_unit.layers.1", {"names the same unit as \"layers.-1\""});
+  expect_error(with({{"root", false}}), "fsdp.per_unit.root", {"not an object"});
+  expect_error(with({{"root", json::object()}}), "fsdp.per_unit.root.reshard_after_forward", {"is missing"});
+  expect_error(with({{"root", {{"reshard_after_froward", false}}}}), "fsdp.per_unit.root.reshard_after_froward",
+               {"did you mean 'reshard_after_forward'?"});
+  expect_error(with({{"root", {{"reshard_after_forward", 3}}}}), "fsdp.per_unit.root.reshard_after_forward",
+               {"does not divide the shard-dim size 16"});
+  expect_error(with(json::array()), "fsdp.per_unit", {"not an object"});
+  json r = with({{"layers.0", no}});
+  r["fsdp"]["units"] = "root";
+  expect_error(r, "fsdp.per_unit.layers.0", {"fsdp.units is \"root\"", "set fsdp.units to \"blocks\""});
+}
+
 TEST(ScenarioErrors, ReshardAfterForwardInt) {
   json j = h100x16();
   j["fsdp"]["reshard_after_forward"] = 3;

@@ -75,6 +75,36 @@ TEST(CollectiveCounts, IntReshardGathersFromPostForwardShards) {
   EXPECT_EQ(count(run(o), CollectiveKind::kAllGather), 2 * (kBlocks + 1));
 }
 
+// torchtitan's 2024 policy (NOTE [Per-unit options]): the last block stays unsharded from its
+// forward to its backward, so backward all-gathers one block fewer.
+TEST(CollectiveCounts, PerUnitLastBlockKeepsItsParams) {
+  TinyOptions o;
+  o.mesh = {4};
+  o.per_unit = {{"layers.-1", {{"reshard_after_forward", false}}}};
+  auto r = run(o);
+  EXPECT_EQ(count(r, CollectiveKind::kAllGather), (kBlocks + 1) + (kBlocks - 1));
+  EXPECT_EQ(count(r, CollectiveKind::kReduceScatter), kBlocks + 1);
+  // An explicit True for the root alone adds the root's backward all-gather.
+  o.per_unit = {{"root", {{"reshard_after_forward", true}}}};
+  EXPECT_EQ(count(run(o), CollectiveKind::kAllGather), 2 * (kBlocks + 1));
+  // Every unit False but block 0, which reshards to pairs (int 2 of 4).
+  o.reshard_after_forward = false;
+  o.per_unit = {{"layers.0", {{"reshard_after_forward", 2}}}};
+  EXPECT_EQ(count(run(o), CollectiveKind::kAllGather), (kBlocks + 1) + 1);
+}
+
+// Keeping a unit unsharded raises the memory between its forward and backward by the unit's
+// unsharded parameters, never lowers it; the default (null) root equals an explicit false.
+TEST(CollectiveCounts, PerUnitOverridesMoveThePeakTheRightWay) {
+  TinyOptions o;
+  o.mesh = {4};
+  const auto base = run(o, false).classes.at(0).peak_allocated_bytes;
+  o.per_unit = {{"root", {{"reshard_after_forward", false}}}};
+  EXPECT_EQ(run(o, false).classes.at(0).peak_allocated_bytes, base);
+  o.per_unit = {{"layers.0", {{"reshard_after_forward", false}}}};
+  EXPECT_GT(run(o, false).classes.at(0).peak_allocated_bytes, base);
+}
+
 TEST(CollectiveCounts, GradientAccumulationReducesOnlyOnTheLastMicroBatch) {
   TinyOptions o;
   o.mesh = {2};
