@@ -25,7 +25,7 @@ namespace fullshard {
 // Shard(0)): ids outside this rank's rows give zero rows (DTensor's _MaskPartial), and the
 // partial sum is reduce-scattered along the sequence.
 
-void check_tensor_parallel(const ModelConfig& c, int64_t seq_len, int degree) {
+void check_tensor_parallel(const ModelConfig& c, int64_t seq_len, int degree, bool loss_parallel) {
   if (degree <= 1) return;
   const std::string T = std::to_string(degree);
   const std::string fix_tp = " or use a tp size that divides it";
@@ -42,6 +42,15 @@ void check_tensor_parallel(const ModelConfig& c, int64_t seq_len, int degree) {
   need("model.ffn_dim", c.ffn_dim, "ColwiseParallel w1 / w3 split the hidden units");
   need("model.vocab_size", c.vocab_size, "the embedding and output shard the vocabulary");
   need("training.seq_len", seq_len, "sequence parallelism shards the sequence");
+  const LossImpl loss = c.implementation.loss;
+  if (loss == LossImpl::kFp32Output)
+    throw InputError("model.implementation.loss", "is fp32_output with tp " + T + ", which fullshard does not model",
+                     "use fp32_logits (the loss's .float() of the gathered or vocab-parallel logits)");
+  if (loss_parallel && loss != LossImpl::kFp32Logits)
+    throw InputError("model.implementation.loss",
+                     "is " + std::string(loss_impl_name(loss)) + " with tp " + T + " and loss parallel",
+                     "loss parallel computes in fp32 (logits.float()): use fp32_logits, or set "
+                     "tensor_parallel.loss_parallel false");
 }
 
 void apply_tensor_parallel(Module& root, const TensorParallel& tp) {

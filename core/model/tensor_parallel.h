@@ -23,8 +23,10 @@ struct TensorParallel {
 
 // What a model must satisfy to be split `degree` ways (heads, kv heads, ffn_dim, vocab and
 // the sequence divisible; a Llama model). Throws InputError naming the field, its value and
-// the fix. `seq_len` is training.seq_len (sequence parallelism shards it).
-void check_tensor_parallel(const ModelConfig& c, int64_t seq_len, int degree);
+// the fix. `seq_len` is training.seq_len (sequence parallelism shards it). The loss must be
+// model.implementation.loss fp32_logits with loss parallel (DTensor's handlers compute in fp32)
+// and may not be fp32_output (the model's .float() before the vocab gather is not modelled).
+void check_tensor_parallel(const ModelConfig& c, int64_t seq_len, int degree, bool loss_parallel = true);
 
 // parallelize_module(model, tp_mesh, plan) for a Llama module tree: sets every parameter's
 // local shape and placement (TpPlacement) for this rank.

@@ -226,9 +226,7 @@ Value Transformer::forward(ExecContext& c, const Tensor& tokens, const Tensor& l
   // without it they are gathered (output_layouts=Replicate()).
   if (tp_.enabled() && tp_.loss_parallel) {
     if (impl.keep_logits && c.graph()) c.graph()->keep_until_backward_ends(logits.t);
-    if (impl.loss != LossImpl::kFp32Logits)
-      throw InputError("model.implementation.loss", "is bf16_logits with tensor_parallel.loss_parallel",
-                       "loss parallel computes in fp32 (logits.float()): use fp32_logits or set loss_parallel false");
+    FULLSHARD_CHECK(impl.loss == LossImpl::kFp32Logits, "loss parallel needs fp32_logits (check_tensor_parallel)");
     return ops::tp::vocab_parallel_cross_entropy(c, logits, labels, tp_, "loss");
   }
   if (tp_.enabled()) logits = ops::tp::all_gather_last_dim(c, std::move(logits), tp_, "output all_gather(vocab)");

@@ -640,14 +640,7 @@ Scenario parse_scenario(const json& j, const std::string& base_dir) {
   s.fsdp = parse_fsdp(j.contains("fsdp") ? j.at("fsdp") : json::object(), s.hardware, s.model.n_layers);
   if (j.contains("tensor_parallel")) s.tensor_parallel = parse_tensor_parallel(j.at("tensor_parallel"));
   const int tp = s.fsdp.mesh_size("tp");
-  check_tensor_parallel(s.model, s.training.seq_len, tp);
-  if (tp > 1 && s.tensor_parallel.loss_parallel && s.model.implementation.loss != LossImpl::kFp32Logits)
-    throw InputError("model.implementation.loss", "is not fp32_logits with tensor parallelism and loss parallel",
-                     "loss parallel computes in fp32 (logits.float()): use fp32_logits, or set "
-                     "tensor_parallel.loss_parallel false");
-  if (tp > 1 && s.model.implementation.loss == LossImpl::kFp32Output)
-    throw InputError("model.implementation.loss", "is fp32_output with tensor parallelism, which fullshard does not model",
-                     "use fp32_logits (the loss's .float() on the gathered or vocab-parallel logits)");
+  check_tensor_parallel(s.model, s.training.seq_len, tp, s.tensor_parallel.loss_parallel);
   if (tp > 1 && !s.training.rank_batch.empty())
     throw InputError("training.rank_batch", "is set with tp " + std::to_string(tp),
                      "ranks of one tp group read the same batch: remove rank_batch or use tp 1");

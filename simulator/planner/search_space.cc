@@ -101,12 +101,13 @@ std::vector<ReshardAfterForward> reshard_options(int shard) {
   return out;
 }
 
-std::vector<int> tp_degrees(const ModelConfig& model, int64_t seq_len, int gpus, int gpus_per_node) {
+std::vector<int> tp_degrees(const ModelConfig& model, int64_t seq_len, int gpus, int gpus_per_node,
+                            bool loss_parallel) {
   std::vector<int> out = {1};
   for (int tp : {2, 4, 8}) {
     if (gpus_per_node % tp != 0 || gpus % tp != 0) continue;
     try {
-      check_tensor_parallel(model, seq_len, tp);
+      check_tensor_parallel(model, seq_len, tp, loss_parallel);
     } catch (const InputError&) {
       continue;
     }

@@ -266,6 +266,15 @@ TEST(PlannerSpace, TensorParallelDegreesSplitTheModelWithinANode) {
   const ModelConfig tiny = *find_model("tiny-llama");                      // 2 kv heads
   EXPECT_EQ(tp_degrees(tiny, 64, 8, 8), (std::vector<int>{1, 2}));
   EXPECT_EQ(tp_degrees(*find_model("gpt2-124m"), 1024, 8, 8), (std::vector<int>{1}));
+  // The loss rules of check_tensor_parallel: a scenario whose loss tp cannot run plans tp 1
+  // only (planning a torchtitan-2024-04 scenario used to abort on the first tp candidate).
+  ModelConfig out32 = l70;
+  out32.implementation.loss = LossImpl::kFp32Output;
+  EXPECT_EQ(tp_degrees(out32, 8192, 256, 8), (std::vector<int>{1}));
+  ModelConfig bf16 = l70;
+  bf16.implementation.loss = LossImpl::kBf16Logits;
+  EXPECT_EQ(tp_degrees(bf16, 8192, 256, 8, /*loss_parallel=*/true), (std::vector<int>{1}));
+  EXPECT_EQ(tp_degrees(bf16, 8192, 256, 8, /*loss_parallel=*/false), (std::vector<int>{1, 2, 4, 8}));
 }
 
 TEST(PlannerSpace, TensorParallelCandidatesUseTheRemainingRanksForDataParallelism) {

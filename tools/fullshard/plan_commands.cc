@@ -233,14 +233,15 @@ int cmd_plan(const PlanFlags& f) {
   o.space.global_batch = f.global_batch;
   if (!f.micro_batches.empty()) o.space.micro_batches = f.micro_batches;
   if (f.tp.empty()) {
-    o.space.tp_degrees = planner::tp_degrees(o.base.model, o.base.training.seq_len, o.space.gpus, o.space.gpus_per_node);
+    o.space.tp_degrees = planner::tp_degrees(o.base.model, o.base.training.seq_len, o.space.gpus, o.space.gpus_per_node,
+                                             o.base.tensor_parallel.loss_parallel);
   } else {
     for (int tp : f.tp) {
       if (tp < 1 || o.space.gpus % tp != 0)
         throw InputError("--tp", fmt::format("has {}, which does not divide --gpus {}", tp, o.space.gpus),
                          "give degrees that divide the GPU count, e.g. --tp 1 2 4 8");
       try {
-        check_tensor_parallel(o.base.model, o.base.training.seq_len, tp);
+        check_tensor_parallel(o.base.model, o.base.training.seq_len, tp, o.base.tensor_parallel.loss_parallel);
       } catch (const InputError& e) {
         throw InputError("--tp", fmt::format("has {}, which this model cannot use: {}", tp, e.what()),
                          "drop it from --tp");
