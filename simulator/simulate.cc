@@ -423,7 +423,11 @@ SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& opt
     int more = every_step ? 0 : next_simulated_steps(played, steps);
     if (more > 0 && !within_simulation_limits(s, more, opt.all_ranks)) more = 0;
     std::optional<SimulationReport> r = play_steps(p, steps, opt, more > 0);
-    if (r) return std::move(*r);
+    if (r) {
+      if (s.training.checkpoint.every > 0 && !r->out_of_memory && r->step_time_s > 0)
+        r->checkpoint = checkpoint_cost(s, r->step_time_s);
+      return std::move(*r);
+    }
     played = more;
   }
 }

@@ -55,6 +55,18 @@ for r in rows[1]:
 P
 echo ok async keep-last
 
+# The simulator's checkpoint cost (NOTE [Checkpoint cost]) and the planner's flag.
+python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); j["training"]["checkpoint"]={"every":50,"mode":"async"}; json.dump(j,open(sys.argv[2],"w"))' "$sc" "$tmp/ck-sim.json"
+"$bin" simulate "$tmp/ck-sim.json" --json "$tmp/ck-sim-report.json" > "$tmp/out" 2>&1 || { cat "$tmp/out"; exit 1; }
+grep -q "checkpoint every 50 steps (async): .* per rank, device-to-host .* s per step amortised" "$tmp/out" || { cat "$tmp/out"; exit 1; }
+grep -q "async: host staging .* per rank (host memory, not in the device figures)" "$tmp/out" || { cat "$tmp/out"; exit 1; }
+python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); c=r["checkpoint"]; assert c["mode"]=="async" and c["every"]==50 and r["step_time_with_checkpoint_s"]>r["step_time_s"], c' "$tmp/ck-sim-report.json"
+set +e
+"$bin" plan --model llama3.1-8b --gpus 8 --gpu h100-sxm-80gb --seq-len 8192 --checkpoint-mode async > /dev/null 2> "$tmp/err"; rc=$?
+set -e
+[ "$rc" -eq 2 ] && grep -q "^fullshard: error: --checkpoint-mode: is given without --checkpoint-every" "$tmp/err" || { cat "$tmp/err"; exit 1; }
+echo ok simulated checkpoint cost
+
 "$bin" checkpoint inspect "$tmp/ck" > "$tmp/inspect"
 grep -q "step 3 (resumes at step 3)" "$tmp/inspect"
 grep -q "mesh replicate 1 x shard 2" "$tmp/inspect"
