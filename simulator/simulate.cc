@@ -405,6 +405,10 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
     double peak = low ? hw.peak_flops_bf16 : hw.peak_flops_fp32;
     if (peak > 0) rep.mfu = rep.model_flops_per_token * rep.tokens_per_s_per_gpu / peak;
   }
+  if (s.training.checkpoint.every > 0 && !rep.out_of_memory && rep.step_time_s > 0) {  // NOTE [Checkpoint cost]
+    rep.checkpoint = checkpoint_cost(s, rep.step_time_s);
+    rep.checkpoint->saves = steps / s.training.checkpoint.every;  // of the whole run, not the steps played
+  }
   if (opt.on_played) opt.on_played(PlayedRun{programs, groups.groups(), er, cost, rep});
   return rep;
 }
@@ -423,11 +427,7 @@ SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& opt
     int more = every_step ? 0 : next_simulated_steps(played, steps);
     if (more > 0 && !within_simulation_limits(s, more, opt.all_ranks)) more = 0;
     std::optional<SimulationReport> r = play_steps(p, steps, opt, more > 0);
-    if (r) {
-      if (s.training.checkpoint.every > 0 && !r->out_of_memory && r->step_time_s > 0)
-        r->checkpoint = checkpoint_cost(s, r->step_time_s);
-      return std::move(*r);
-    }
+    if (r) return std::move(*r);
     played = more;
   }
 }

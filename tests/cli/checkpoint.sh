@@ -57,7 +57,16 @@ echo ok async keep-last
 
 # The simulator's checkpoint cost (NOTE [Checkpoint cost]) and the planner's flag.
 python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); j["training"]["checkpoint"]={"every":50,"mode":"async"}; json.dump(j,open(sys.argv[2],"w"))' "$sc" "$tmp/ck-sim.json"
-"$bin" simulate "$tmp/ck-sim.json" --json "$tmp/ck-sim-report.json" > "$tmp/out" 2>&1 || { cat "$tmp/out"; exit 1; }
+"$bin" simulate "$tmp/ck-sim.json" --json "$tmp/ck-sim-report.json" --trace "$tmp/ck-trace.json" > "$tmp/out" 2>&1 || { cat "$tmp/out"; exit 1; }
+python3 - "$tmp/ck-trace.json" "$tmp/ck-sim-report.json" <<'P'
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+ck = json.load(open(sys.argv[2]))["checkpoint"]
+saves = [e for e in ev if e.get("cat") == "checkpoint" and e["name"].startswith("checkpoint save")]
+writes = [e for e in ev if e.get("cat") == "checkpoint" and e["name"] == "checkpoint write"]
+assert saves and writes and len(saves) == len(writes), (len(saves), len(writes))
+assert abs(saves[0]["dur"] - ck["exposed_s"] * 1e6) < 1e-3 and abs(writes[0]["dur"] - ck["write_s"] * 1e6) < 1e-3
+P
 grep -q "checkpoint every 50 steps (async): .* per rank, device-to-host .* s per step amortised" "$tmp/out" || { cat "$tmp/out"; exit 1; }
 grep -q "async: host staging .* per rank (host memory, not in the device figures)" "$tmp/out" || { cat "$tmp/out"; exit 1; }
 python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); c=r["checkpoint"]; assert c["mode"]=="async" and c["every"]==50 and r["step_time_with_checkpoint_s"]>r["step_time_s"], c' "$tmp/ck-sim-report.json"
