@@ -12,16 +12,17 @@
 namespace fullshard::runner {
 namespace {
 
-// A tensor of this rank that the checkpoint holds: its name in the checkpoint and where it lives.
-struct LocalTensor {
-  std::string name;
-  Shape global_shape;
-  TensorRef local;  // the unpadded local shard
-};
+void check_seed(const CheckpointMetadata& m, const Scenario& s, const std::string& folder) {
+  if (m.seed != s.training.seed)
+    throw InputError("--resume", "checkpoint '" + folder + "' was saved with training.seed " + std::to_string(m.seed) +
+                                     ", the scenario has " + std::to_string(s.training.seed),
+                     "resume with the scenario that wrote it (the seed decides the data order)");
+}
 
-// Every parameter, then the optimizer states once they exist, in FSDP order.
-std::vector<LocalTensor> local_tensors(TrainingProgram& prog) {
-  std::vector<LocalTensor> out;
+}  // namespace
+
+std::vector<LocalCheckpointTensor> local_checkpoint_tensors(TrainingProgram& prog) {
+  std::vector<LocalCheckpointTensor> out;
   const AdamW& opt = prog.optimizer();
   for (size_t i = 0; i < opt.params().size(); ++i) {
     FSDPParam* p = opt.params()[i];
@@ -34,7 +35,6 @@ std::vector<LocalTensor> local_tensors(TrainingProgram& prog) {
   return out;
 }
 
-// All ranks of the job meet here (the host blocks until they have).
 void world_barrier(Backend& b, const std::string& name) {
   ProcessGroup world;
   world.name = "world";
@@ -46,15 +46,6 @@ void world_barrier(Backend& b, const std::string& name) {
   b.collective(StreamRole::kDefault, c, world);
   b.synchronize_device();
 }
-
-void check_seed(const CheckpointMetadata& m, const Scenario& s, const std::string& folder) {
-  if (m.seed != s.training.seed)
-    throw InputError("--resume", "checkpoint '" + folder + "' was saved with training.seed " + std::to_string(m.seed) +
-                                     ", the scenario has " + std::to_string(s.training.seed),
-                     "resume with the scenario that wrote it (the seed decides the data order)");
-}
-
-}  // namespace
 
 int64_t samples_per_step(const Scenario& s) {
   int64_t n = 0;
@@ -69,30 +60,10 @@ void resume_data_position(const std::string& folder, const Scenario& s, BatchSou
   data.sample_base = m.data ? m.data->samples - m.next_step * samples_per_step(s) : 0;
 }
 
-void save_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, const std::string& root, int64_t steps_done,
-                     const BatchSource* data) {
+CheckpointMetadata checkpoint_metadata(Backend& b, TrainingProgram& prog, const Scenario& s, int64_t steps_done,
+                                       const std::vector<LocalCheckpointTensor>& tensors, const BatchSource* data) {
   const MeshInfo mesh = mesh_info_for(s, b.rank());
   const int shard_world = mesh.shard_group.size();
-  const int shard_rank = mesh.shard_group.index_of(b.rank());
-  const bool writer = !mesh.replicate_group || mesh.replicate_group->index_of(b.rank()) == 0;  // HSDP: one replica writes
-  const std::string folder = (std::filesystem::path(root) / step_folder_name(steps_done)).string();
-  if (b.rank() == 0) begin_checkpoint(root, steps_done, "--checkpoint-dir");
-  world_barrier(b, "checkpoint begin");
-  const auto tensors = local_tensors(prog);
-  if (writer) {
-    std::vector<std::vector<uint8_t>> bytes;
-    bytes.reserve(tensors.size());
-    std::vector<SafetensorsTensor> out;
-    for (const auto& t : tensors) {
-      bytes.emplace_back(t.local.nbytes());
-      b.copy_to_host(t.local, bytes.back().data());
-      out.push_back({t.name, std::string(safetensors_dtype_name(t.local.meta.dtype)), t.local.meta.shape, bytes.back().data()});
-    }
-    write_safetensors((std::filesystem::path(folder) / shard_file_name(shard_rank, shard_world)).string(), out, {},
-                      "--checkpoint-dir");
-  }
-  world_barrier(b, "checkpoint written");
-  if (b.rank() != 0) return;
   CheckpointMetadata m;
   m.scenario = s.name;
   m.arch = s.model.arch == ModelArch::kLlama ? "llama" : "gpt2";
@@ -110,7 +81,7 @@ void save_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, const
   for (int r = 0; r < shard_world; ++r) m.files.push_back({shard_file_name(r, shard_world), 0});
   for (const auto& t : tensors)
     m.tensors.push_back(sharded_tensor(t.name, std::string(safetensors_dtype_name(t.local.meta.dtype)), t.global_shape, shard_world));
-  commit_checkpoint(root, m, "--checkpoint-dir");
+  return m;
 }
 
 int64_t load_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, const std::string& folder) {
@@ -118,7 +89,7 @@ int64_t load_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, co
   const CheckpointMetadata& m = reader.metadata();
   check_seed(m, s, folder);
   if (m.optimizer_steps > 0) prog.optimizer().init_state();
-  const auto tensors = local_tensors(prog);
+  const auto tensors = local_checkpoint_tensors(prog);
   // The first mismatch in either direction names the tensor.
   for (const auto& t : m.tensors) {
     bool found = false;
@@ -159,7 +130,14 @@ std::string resolve_resume(const std::string& resume, const std::string& checkpo
 }
 
 void validate_checkpoint_flags(const std::string& checkpoint_dir, int checkpoint_every, const std::string& resume,
-                               const std::string& backend, int steps, const Scenario& s) {
+                               const std::string& backend, int steps, const Scenario& s, int keep_last,
+                               const std::string& mode) {
+  if (keep_last < 0)
+    throw InputError("--keep-last", "is " + std::to_string(keep_last), "use a number of checkpoints >= 1 (0: keep all)");
+  if (keep_last > 0 && checkpoint_every <= 0)
+    throw InputError("--keep-last", "is given without --checkpoint-every", "add --checkpoint-every N");
+  if (mode != "sync" && mode != "async")
+    throw InputError("--checkpoint-mode", "is '" + mode + "'", "use sync (the default) or async");
   if (checkpoint_every < 0)
     throw InputError("--checkpoint-every", "is " + std::to_string(checkpoint_every), "use a number of steps >= 1 (0: never)");
   if (checkpoint_every > 0 && checkpoint_dir.empty())

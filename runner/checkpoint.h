@@ -4,6 +4,9 @@
 // rows it needs, on any world size or mesh (NOTE [Checkpoint commit], NOTE [Reshard on load]).
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "core/checkpoint/checkpoint_metadata.h"
 
 #include "core/data/text_corpus.h"
 #include "core/runtime/backend.h"
@@ -11,12 +14,24 @@
 
 namespace fullshard::runner {
 
-// Called by every rank after `steps_done` optimizer steps: writes `root`/step-N. Collective:
-// every rank must call it at the same step (it synchronizes the ranks twice).
-// `data`: the rank's data source; with token data its position is saved (NOTE [Token data
-// sampling]).
-void save_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, const std::string& root, int64_t steps_done,
-                     const BatchSource* data = nullptr);
+// Saving is runner/checkpoint_saver.h (CheckpointSaver: synchronous or asynchronous).
+
+// A tensor of this rank that a checkpoint holds: its name in the checkpoint and where it lives.
+struct LocalCheckpointTensor {
+  std::string name;
+  Shape global_shape;
+  TensorRef local;  // the unpadded local shard
+};
+// Every parameter, then the optimizer states once they exist, in FSDP order.
+std::vector<LocalCheckpointTensor> local_checkpoint_tensors(TrainingProgram& prog);
+
+// The metadata.json of the save of `s` after `steps_done` steps, as rank 0 writes it
+// (`tensors`: rank 0's; `data`: the data source whose position is saved, or null).
+CheckpointMetadata checkpoint_metadata(Backend& b, TrainingProgram& prog, const Scenario& s, int64_t steps_done,
+                                       const std::vector<LocalCheckpointTensor>& tensors, const BatchSource* data);
+
+// All ranks of the job meet here (the host blocks until they have).
+void world_barrier(Backend& b, const std::string& name);
 
 // Global sequences one optimizer step of `s` reads (every rank's batch x grad_accum_steps).
 int64_t samples_per_step(const Scenario& s);
@@ -42,7 +57,9 @@ std::string resolve_resume(const std::string& resume, const std::string& checkpo
 // backend that can load host data (cpu), a checkpoint whose next step is below `steps`, of
 // `s`'s seed, whose parameters have the names and global shapes of `s`'s model (the first
 // mismatching tensor is named).
+// --keep-last must be >= 0 and needs --checkpoint-every; --checkpoint-mode is sync or async.
 void validate_checkpoint_flags(const std::string& checkpoint_dir, int checkpoint_every, const std::string& resume,
-                               const std::string& backend, int steps, const Scenario& s);
+                               const std::string& backend, int steps, const Scenario& s, int keep_last = 0,
+                               const std::string& mode = "sync");
 
 }  // namespace fullshard::runner

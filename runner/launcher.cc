@@ -245,6 +245,8 @@ int worker_main(const LaunchOptions& o, const BackendRegistry& backends) {
     ro.steps = o.steps;
     ro.checkpoint_dir = o.checkpoint_dir;
     ro.checkpoint_every = o.checkpoint_every;
+    ro.checkpoint_keep_last = o.keep_last;
+    ro.checkpoint_async = o.checkpoint_mode == "async";
     ro.resume_from = resolve_resume(o.resume, o.checkpoint_dir);
     if (!ro.resume_from.empty()) resume_data_position(ro.resume_from, s, req.batches);
     ro.batches = &req.batches;
@@ -290,7 +292,7 @@ int worker_main(const LaunchOptions& o, const BackendRegistry& backends) {
     req.env.store.reset();
     if (!report_dir.empty()) write_rank_report(report_dir, r);
     write_line(fd, {{"type", "final"}, {"rank", rank}, {"peak_allocated_bytes", r.report.peak_allocated_bytes},
-                    {"peak_reserved_bytes", r.report.peak_reserved_bytes}});
+                    {"peak_reserved_bytes", r.report.peak_reserved_bytes}, {"checkpoint", checkpoint_stats_json(r.checkpoint)}});
     return 0;
   } catch (const InputError& e) {
     if (fd < 0) std::fprintf(stderr, "fullshard: rank %d: error: %s\n", rank, e.what());
@@ -333,7 +335,7 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
                          "checkpoints of tensor-parallel runs are not built yet: drop the flag or use tp 1");
   }
   validate_checkpoint_flags(o.checkpoint_dir, o.checkpoint_every, o.resume, kind.name, o.steps >= 0 ? o.steps : s.training.steps,
-                            s);
+                            s, o.keep_last, o.checkpoint_mode);
   batch_source(s);  // the training data: missing, malformed, tokens >= vocab_size (NOTE [Token data sampling])
   if (o.eval_every < 0) throw InputError("--eval-every", fmt::format("is {}", o.eval_every), "use 0 (never) or more steps");
   if (o.eval_batches < 1)
@@ -457,7 +459,8 @@ LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backend
       if (!o.collectives.empty()) args.insert(args.end(), {"--collectives", o.collectives});
       if (o.check_fingerprints) args.push_back("--debug-collectives");
       if (!o.checkpoint_dir.empty())
-        args.insert(args.end(), {"--checkpoint-dir", o.checkpoint_dir, "--checkpoint-every", std::to_string(o.checkpoint_every)});
+        args.insert(args.end(), {"--checkpoint-dir", o.checkpoint_dir, "--checkpoint-every", std::to_string(o.checkpoint_every),
+                                 "--keep-last", std::to_string(o.keep_last), "--checkpoint-mode", o.checkpoint_mode});
       if (!resume_folder.empty()) args.insert(args.end(), {"--resume", resume_folder});  // resolved once, here
       if (!o.init_from.empty()) args.insert(args.end(), {"--init-from", o.init_from});
       if (!o.data.empty()) args.insert(args.end(), {"--data", std::filesystem::absolute(o.data).string()});
@@ -575,6 +578,7 @@ LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backend
       auto& m = res.ranks[r];
       m.peak_allocated_bytes = j.value("peak_allocated_bytes", 0ull);
       m.peak_reserved_bytes = j.value("peak_reserved_bytes", 0ull);
+      if (j.contains("checkpoint")) m.checkpoint = checkpoint_stats_from_json(j["checkpoint"]);
     } else if (type == "error") {
       progress.interrupt();
       res.errors.push_back(fmt::format("rank {}: error: {}", r, j.value("message", "")));

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runner/backend_factory.h"
+#include "runner/checkpoint_saver.h"
 
 namespace fullshard::runner {
 
@@ -33,6 +34,8 @@ struct LaunchOptions {
   // from "latest" (under checkpoint_dir) or a checkpoint folder ("": start at step 0).
   std::string checkpoint_dir;
   int checkpoint_every = 0;
+  int keep_last = 0;                     // --keep-last: committed checkpoints kept (0: all)
+  std::string checkpoint_mode = "sync";  // --checkpoint-mode: sync or async (NOTE [Asynchronous save])
   std::string resume;
   std::string init_from;  // safetensors weights to start from (runner/init_weights.h)
   std::string data;       // --data: training tokens instead of training.data.path (docs/data.md)
@@ -56,6 +59,7 @@ struct MeasuredRank {
   int rank = 0;
   uint64_t peak_allocated_bytes = 0;
   uint64_t peak_reserved_bytes = 0;
+  CheckpointSaveStats checkpoint;  // what its checkpoint saves cost
 };
 
 struct StepSummary {

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstring>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -13,6 +14,7 @@
 #include "core/scenario/training_program.h"
 #include "core/tensor/float_convert.h"
 #include "runner/checkpoint.h"
+#include "runner/checkpoint_saver.h"
 #include "runner/init_weights.h"
 
 namespace fullshard::runner {
@@ -103,6 +105,8 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
         load_init_weights(b, prog, s, s.model_weights, "model.weights");
     }
     const int first = o.resume_from.empty() ? 0 : static_cast<int>(load_checkpoint(b, prog, s, o.resume_from));
+    std::optional<CheckpointSaver> saver;
+    if (o.checkpoint_every > 0) saver.emplace(b, s, CheckpointSaveOptions{o.checkpoint_dir, o.checkpoint_keep_last, o.checkpoint_async});
     if (o.collect_grads)
       prog.set_before_optimizer([&](int) {
         if (!r.local_grads.empty()) return;
@@ -157,8 +161,12 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
       }
       r.steps.push_back(m);
       if (o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0)
-        save_checkpoint(b, prog, s, o.checkpoint_dir, step + 1, o.batches);
+        saver->save(prog, step + 1, o.batches);
       if (on_step) on_step(m);
+    }
+    if (saver) {
+      saver->finish();  // an async save in flight is committed before the run ends
+      r.checkpoint = saver->stats();
     }
     b.synchronize_device();
     events_in_steps = b.memory().timeline().size();  // teardown frees are not part of the run

@@ -13,6 +13,7 @@
 #include "core/report/step_breakdown.h"
 #include "core/runtime/backend.h"
 #include "core/scenario/scenario.h"
+#include "runner/checkpoint_saver.h"
 
 namespace fullshard::runner {
 
@@ -35,6 +36,8 @@ struct RankOptions {
   // folder `resume_from` (its next step) instead of step 0.
   std::string checkpoint_dir;
   int checkpoint_every = 0;
+  int checkpoint_keep_last = 0;    // --keep-last (NOTE [Checkpoint retention]); 0: keep all
+  bool checkpoint_async = false;   // --checkpoint-mode async (NOTE [Asynchronous save])
   std::string resume_from;
   // Validation (NOTE [Validation pass]): after every `eval_every` steps and after the last,
   // the mean loss of `eval_batches` validation batches (0: never). Needs validation data.
@@ -74,6 +77,8 @@ struct RankResult {
   // The final parameters, unsharded view of this rank's shards: fqn -> fp32 values of the
   // rows this rank owns (with RankOptions::collect_params).
   std::vector<std::pair<std::string, std::vector<float>>> local_params;
+  // What this rank's checkpoint saves cost (runner/checkpoint_saver.h).
+  CheckpointSaveStats checkpoint;
   // The first step's gradients, the same way (with RankOptions::collect_grads).
   std::vector<std::pair<std::string, std::vector<float>>> local_grads;
 };

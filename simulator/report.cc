@@ -54,6 +54,10 @@ nlohmann::json report_json(const SimulationReport& r) {
   j["events_processed"] = r.events_processed;
   j["time_model"] = r.time_model;
   if (r.last_step_rank >= 0) j["last_step"] = step_breakdown_json(r.last_step, r.last_step_rank);
+  if (r.checkpoint) {
+    j["checkpoint"] = checkpoint_cost_json(*r.checkpoint);
+    j["step_time_with_checkpoint_s"] = r.step_time_with_checkpoint_s();
+  }
   json problems = json::array();
   for (const auto& p : r.problems)
     problems.push_back({{"kind", std::string(problem_kind_name(p.kind))}, {"message", p.message},
@@ -153,6 +157,21 @@ std::string report_summary(const SimulationReport& r) {
         out += fmt::format("    communication by mesh dim (last step):{}\n", dims);
       }
     }
+  }
+  if (r.checkpoint) {  // NOTE [Checkpoint cost]
+    const CheckpointCost& c = *r.checkpoint;
+    uint64_t largest = 0;
+    for (uint64_t b : c.shard_bytes) largest = std::max(largest, b);
+    out += fmt::format("  checkpoint every {} steps ({}): {} per rank, device-to-host {:.3f} s, write {:.3f} s ({} per node "
+                       "at {}/s); exposed {:.3f} s per save = {:.4f} s per step amortised: step time with checkpoints "
+                       "{:.3f} s\n",
+                       c.every, c.async ? "async" : "sync", format_bytes(largest), c.d2h_s, c.write_s,
+                       format_bytes(c.node_bytes), format_bytes(static_cast<uint64_t>(c.storage_write_bandwidth)),
+                       c.exposed_s, c.amortised_s_per_step, r.step_time_with_checkpoint_s());
+    if (c.async)
+      out += fmt::format("    async: host staging {} per rank (host memory, not in the device figures), {:.3f} s of "
+                         "the write hidden behind training\n",
+                         format_bytes(c.host_staging_bytes), c.hidden_s);
   }
   if (r.out_of_memory && !r.problems.empty())
     out += "  (a rank that runs out of memory stops there: the problems below may only follow from that)\n";

@@ -405,6 +405,10 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
     double peak = low ? hw.peak_flops_bf16 : hw.peak_flops_fp32;
     if (peak > 0) rep.mfu = rep.model_flops_per_token * rep.tokens_per_s_per_gpu / peak;
   }
+  if (s.training.checkpoint.every > 0 && !rep.out_of_memory && rep.step_time_s > 0) {  // NOTE [Checkpoint cost]
+    rep.checkpoint = checkpoint_cost(s, rep.step_time_s);
+    rep.checkpoint->saves = steps / s.training.checkpoint.every;  // of the whole run, not the steps played
+  }
   if (opt.on_played) opt.on_played(PlayedRun{programs, groups.groups(), er, cost, rep});
   return rep;
 }

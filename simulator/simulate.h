@@ -9,6 +9,7 @@
 #include "core/memory/memory_tracker.h"
 #include "core/report/rank_report.h"
 #include "core/scenario/scenario.h"
+#include "simulator/checkpoint_cost.h"
 #include "simulator/engine/engine.h"
 #include "simulator/extrapolate.h"
 #include "simulator/step_breakdown.h"
@@ -79,6 +80,12 @@ struct SimulationReport {
   uint64_t capacity_bytes = 0;
   std::vector<Problem> problems;
   bool out_of_memory = false;
+  // training.checkpoint: its cost at this step time (NOTE [Checkpoint cost]); step_time_s and
+  // total_time_s do not include it, step_time_with_checkpoint_s() does.
+  std::optional<CheckpointCost> checkpoint;
+  double step_time_with_checkpoint_s() const {
+    return step_time_s + (checkpoint ? checkpoint->amortised_s_per_step : 0);
+  }
   uint64_t events_processed = 0;
   bool ok() const { return problems.empty() && !out_of_memory; }
 };

@@ -153,6 +153,24 @@ void write_chrome_trace(const PlayedRun& run, std::ostream& out) {
         case InstrType::kFree: break;
       }
     }
+    // training.checkpoint (NOTE [Checkpoint cost]): one save after the last step played, as the
+    // closed form gives it: the blocking part on the host, an async write on its own track.
+    if (const auto& ck = run.report.checkpoint; ck && step_begin >= 0) {
+      constexpr int kCheckpointTid = 1000;
+      const json args = {{"every", ck->every}, {"mode", ck->async ? "async" : "sync"}, {"d2h_s", ck->d2h_s},
+                         {"write_s", ck->write_s}, {"amortised_s_per_step", ck->amortised_s_per_step}};
+      host.add(us(step_begin), json{{"ph", "X"}, {"name", fmt::format("checkpoint save (every {} steps)", ck->every)},
+                                    {"cat", "checkpoint"}, {"pid", pid}, {"tid", kHostTid}, {"ts", us(step_begin)},
+                                    {"dur", us(ck->exposed_s)}, {"args", args}});
+      if (ck->async) {
+        meta.push_back(json{{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", kCheckpointTid},
+                            {"args", {{"name", "checkpoint write (background)"}}}}.dump());
+        const double w0 = step_begin + ck->d2h_s;
+        threads[{pid, kCheckpointTid}].add(us(w0), json{{"ph", "X"}, {"name", "checkpoint write"}, {"cat", "checkpoint"},
+                                                        {"pid", pid}, {"tid", kCheckpointTid}, {"ts", us(w0)},
+                                                        {"dur", us(ck->write_s)}, {"args", args}});
+      }
+    }
     // Memory counters from the report's timeline (downsampled keeping the peak).
     if (cls) {
       bool has_host = false;

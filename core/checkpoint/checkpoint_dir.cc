@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -57,6 +58,10 @@ std::string begin_checkpoint(const std::string& root, int64_t step, const std::s
   fs::remove(folder / kMetadataFile, ec);
   if (ec) throw InputError(flag, "cannot remove '" + (folder / kMetadataFile).string() + "': " + ec.message(), "");
   fsync_folder(folder.string());
+  // Then the rest of the earlier save (its shard and temporary files): a file in the folder
+  // is then always one of this save (NOTE [Asynchronous save] relies on it).
+  for (const auto& e : fs::directory_iterator(folder, ec)) fs::remove_all(e.path(), ec);
+  if (ec) throw InputError(flag, "cannot empty '" + folder.string() + "': " + ec.message(), "check the folder's permissions");
   return folder.string();
 }
 
@@ -72,6 +77,46 @@ void commit_checkpoint(const std::string& root, CheckpointMetadata m, const std:
   fsync_folder(folder.string());
   write_output_file((fs::path(root) / kLatestFile).string(), step_folder_name(m.step) + "\n", flag);
   fsync_folder(root);
+}
+
+std::vector<std::string> prune_checkpoints(const std::string& root, int keep_last, const std::string& flag) {
+  std::vector<std::string> deleted;
+  if (keep_last <= 0) return deleted;
+  std::error_code ec;
+  std::vector<std::pair<int64_t, bool>> steps;  // (step, committed)
+  std::vector<fs::path> leftovers;             // .deleting-* of an interrupted prune
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(kDeletingPrefix, 0) == 0) leftovers.push_back(e.path());
+    const int64_t s = step_of(name);
+    if (s >= 0 && e.is_directory(ec)) steps.emplace_back(s, fs::is_regular_file(e.path() / kMetadataFile, ec));
+  }
+  if (ec) throw InputError(flag, "cannot list '" + root + "': " + ec.message(), "give a readable folder");
+  std::sort(steps.rbegin(), steps.rend());
+  int kept = 0;
+  std::vector<int64_t> doomed;
+  for (const auto& [s, committed] : steps) {
+    if (committed && kept < keep_last) {
+      ++kept;
+    } else if (kept == keep_last) {  // older than the oldest kept: committed or a remnant
+      doomed.push_back(s);
+    }
+  }
+  for (int64_t s : doomed) {
+    const fs::path from = fs::path(root) / step_folder_name(s);
+    const fs::path to = fs::path(root) / (kDeletingPrefix + step_folder_name(s));
+    fs::remove_all(to, ec);  // an earlier interrupted deletion of the same step
+    fs::rename(from, to, ec);
+    if (ec) throw InputError(flag, "cannot rename '" + from.string() + "' for deletion: " + ec.message(), "check the folder's permissions");
+    leftovers.push_back(to);
+    deleted.push_back(step_folder_name(s));
+  }
+  if (!doomed.empty()) fsync_folder(root);  // the renames are durable before anything is removed
+  for (const auto& p : leftovers) {
+    fs::remove_all(p, ec);
+    if (ec) throw InputError(flag, "cannot remove '" + p.string() + "': " + ec.message(), "check the folder's permissions");
+  }
+  return deleted;
 }
 
 std::string resolve_checkpoint(const std::string& path, const std::string& flag) {

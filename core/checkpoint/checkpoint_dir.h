@@ -27,12 +27,26 @@ inline constexpr const char* kMetadataFile = "metadata.json";
 inline constexpr const char* kLatestFile = "latest";
 
 // Creates `root`/step-N (and `root`), removing a stale metadata.json of an earlier save of
-// the same step so that the folder is uncommitted while it is rewritten. Called by rank 0
+// the same step so that the folder is uncommitted while it is rewritten, then its other files. Called by rank 0
 // before the ranks write. Throws InputError naming `flag` when the folder cannot be made.
 std::string begin_checkpoint(const std::string& root, int64_t step, const std::string& flag);
 // Rank 0, after every rank file is written: fills `m.files` sizes from disk, writes
 // metadata.json (atomically), fsyncs the folder, then updates `latest` and fsyncs the root.
 void commit_checkpoint(const std::string& root, CheckpointMetadata m, const std::string& flag);
+
+// NOTE [Checkpoint retention]: as torchtitan's checkpoint.keep_latest_k, after a commit the
+// committed checkpoints older than the newest `keep_last` are deleted. The one just committed
+// is the newest, so it is never deleted, and no save is in flight (saves are serialized).
+// A deletion must never leave a folder that looks committed but is not whole: each folder is
+// first renamed to a name the resolver ignores (".deleting-step-N", one atomic rename, the
+// root fsynced), then removed. A kill at any point leaves every kept checkpoint intact and at
+// most one ".deleting-*" folder, which the next prune removes. Unfinished folders (no
+// metadata.json) older than the oldest kept checkpoint are remnants of a killed save and go
+// the same way; newer ones are left alone.
+// Deletes as above; keep_last <= 0 keeps everything. Returns the folder names deleted.
+// Throws InputError naming `flag` when a folder cannot be renamed or removed.
+std::vector<std::string> prune_checkpoints(const std::string& root, int keep_last, const std::string& flag);
+inline constexpr const char* kDeletingPrefix = ".deleting-";
 
 // The checkpoint folder `which` names: "latest" (the highest committed step under `root`) or a
 // folder path (a step folder, or a root, then its latest). Throws InputError naming `flag`

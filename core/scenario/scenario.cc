@@ -64,7 +64,8 @@ const std::map<std::string, std::vector<std::string>> kFields = {
      {"preset", "loss", "keep_logits", "rms_norm", "rope", "gqa", "attention", "compile"}},
     {"training",
      {"batch_per_rank", "rank_batch", "seq_len", "steps", "grad_accum_steps", "activation_checkpointing",
-      "optimizer", "seed", "data"}},
+      "optimizer", "seed", "data", "checkpoint"}},
+    {"training.checkpoint", {"every", "mode", "storage_write_bandwidth"}},
     {"training.data", {"path", "format", "val_path", "sampling", "tokenizer"}},
     {"training.rank_batch", {"rank", "batch"}},
     {"training.optimizer", {"lr", "beta1", "beta2", "eps", "weight_decay", "max_grad_norm", "implementation"}},
@@ -365,6 +366,21 @@ DataOptions parse_data(const json& j, const std::string& base_dir) {
   return d;
 }
 
+// "checkpoint": {"every": 100, "mode": "async", "storage_write_bandwidth": 2e9}.
+TrainingCheckpointOptions parse_checkpoint_save(const json& v) {
+  const std::string P = "training.checkpoint";
+  jr::require_object(v, P, "{\"every\": 100, \"mode\": \"async\"}");
+  check_fields(v, P);
+  jr::require_field(v, P, "every", "add \"every\": the steps between two saves, e.g. 100");
+  TrainingCheckpointOptions c;
+  c.every = static_cast<int>(jr::get_int(v.at("every"), P + ".every", 1, kMaxInt, "100"));
+  if (v.contains("mode")) c.async = jr::get_choice(v.at("mode"), P + ".mode", {"sync", "async"}) == "async";
+  if (v.contains("storage_write_bandwidth"))
+    c.storage_write_bandwidth =
+        jr::get_number(v.at("storage_write_bandwidth"), P + ".storage_write_bandwidth", 0, false, kInf, false, "2e9 (bytes/s per node)");
+  return c;
+}
+
 TrainingOptions parse_training(const json& j, const ModelConfig& model, const std::string& base_dir) {
   const std::string P = "training";
   jr::require_object(j, P, "{\"seq_len\": 4096, \"batch_per_rank\": 1}");
@@ -406,6 +422,7 @@ TrainingOptions parse_training(const json& j, const ModelConfig& model, const st
     }
   }
   if (j.contains("data")) t.data = parse_data(j.at("data"), base_dir);
+  if (j.contains("checkpoint")) t.checkpoint = parse_checkpoint_save(j.at("checkpoint"));
   if (j.contains("seed")) {
     const json& s = j.at("seed");
     t.seed = s.is_number_unsigned() ? s.get<uint64_t>()

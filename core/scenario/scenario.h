@@ -52,6 +52,16 @@ struct DataOptions {
   bool given() const { return !path.empty(); }
 };
 
+// training.checkpoint: what saving a distributed checkpoint every N steps costs, in the
+// simulator and planner (simulator/checkpoint_cost.h; `fullshard train` saves with its own flags).
+struct TrainingCheckpointOptions {
+  int every = 0;       // steps between saves (0: none)
+  bool async = false;  // "mode": "sync" or "async" (DCP's async_save: staged to host, written in the background)
+  // Bytes/s one node writes to the checkpoint storage, shared by its ranks. An assumption, not
+  // a measured figure (NOTE [Checkpoint storage bandwidth] in simulator/checkpoint_cost.h).
+  double storage_write_bandwidth = 2e9;
+};
+
 struct TrainingOptions {
   int64_t batch_per_rank = 1;  // sequences per rank per micro-batch
   std::map<int, int64_t> rank_batch;  // ranks whose micro-batch differs (an uneven batch)
@@ -62,6 +72,7 @@ struct TrainingOptions {
   OptimizerOptions optimizer;
   uint64_t seed = 0;
   DataOptions data;
+  TrainingCheckpointOptions checkpoint;
   int64_t batch_for(int rank) const;  // sequences per micro-batch of `rank`
   bool uneven_batch() const;          // some rank's batch differs from batch_per_rank
 };

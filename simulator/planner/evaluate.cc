@@ -22,11 +22,13 @@ ProgramEvaluation evaluate_program(const Scenario& candidate) {
   };
   const sim::SimulationReport rep = sim::simulate_scenario(s, o);
   ProgramEvaluation ev;
-  ev.step_time_s = rep.step_time_s;
+  // training.checkpoint: the save's amortised cost is part of the step (NOTE [Checkpoint cost]).
+  ev.step_time_s = rep.step_time_with_checkpoint_s();
+  const double slowdown = ev.step_time_s > 0 ? rep.step_time_s / ev.step_time_s : 1;
   ev.compute_s = rep.compute_s;
   ev.exposed_comm_s = rep.exposed_comm_s;
-  ev.tokens_per_s_per_gpu = rep.tokens_per_s_per_gpu;
-  ev.mfu = rep.mfu;
+  ev.tokens_per_s_per_gpu = rep.tokens_per_s_per_gpu * slowdown;
+  ev.mfu = rep.mfu * slowdown;
   ev.problems = !rep.problems.empty();
   for (int e = 0; e < 2; ++e) {
     AllocatorOptions ao = device;

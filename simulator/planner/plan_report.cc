@@ -59,6 +59,9 @@ std::string status(const ConfigResult& c) {
 
 std::string plan_text(const PlanOptions& o, const PlanResult& r, size_t top, double wall_s) {
   std::string out = "plan: " + request_line(o) + "\n";
+  if (const auto& ck = o.base.training.checkpoint; ck.every > 0)  // NOTE [Checkpoint cost]
+    out += fmt::format("  step times include {} checkpoint every {} steps, amortised (storage {:.3g} bytes/s per node)\n",
+                       ck.async ? "an async" : "a sync", ck.every, ck.storage_write_bandwidth);
   out += fmt::format("  {:>4} {:<16} {:>7} {:<16} {:>7} {:<9} {:>7} {:>4} {:<11} {:>9} {:>8} {:>8} {:>9} {:>6} {:>8}\n",
                      "rank", "mesh", "reshard", "precision", "offload", "AC", "mb x ga", "exp", "status", "reserved",
                      "headroom", "step s", "tok/s/GPU", "MFU", "exp.comm");

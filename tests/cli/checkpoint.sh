@@ -31,6 +31,51 @@ for r in resumed:  # every rank's loss, bit for bit (JSON keeps doubles exactly)
 P
 echo ok resume
 
+# Async save with --keep-last 2 over real workers: the two newest remain, the summary and the
+# measured report give the host staging bytes and the save time exposed and hidden, and a
+# resume from the async checkpoint continues bit for bit.
+"$bin" train "$sc" --steps 4 --checkpoint-dir "$tmp/ack" --checkpoint-every 1 --keep-last 2 --checkpoint-mode async \
+  --json "$tmp/ack.json" > "$tmp/out" 2>&1 || { cat "$tmp/out"; exit 1; }
+[ "$(ls "$tmp/ack" | tr '\n' ' ')" = "latest step-00000003 step-00000004 " ] || { ls -a "$tmp/ack"; exit 1; }
+grep -q "checkpoints: 4 async saves, host staging .* per rank (largest), save time exposed" "$tmp/out" || { cat "$tmp/out"; exit 1; }
+python3 - "$tmp/ack.json" <<'P'
+import json, sys
+ck = json.load(open(sys.argv[1]))["checkpoint_saves"]
+assert len(ck) == 2 and all(c["mode"] == "async" and c["saves"] == 4 and c["staging_bytes"] > 0 for c in ck), ck
+P
+"$bin" train "$sc" --steps 6 --resume "$tmp/ack/step-00000003" --metrics "$tmp/c.jsonl" > /dev/null 2>&1
+python3 - "$tmp/straight.jsonl" "$tmp/c.jsonl" <<'P'
+import json, sys
+rows = [[json.loads(l) for l in open(p)] for p in sys.argv[1:]]
+key = lambda ranks: sorted((x["rank"], x["loss"]) for x in ranks)
+straight = {r["step"]: key(r["ranks"]) for r in rows[0]}
+assert [r["step"] for r in rows[1]] == [3, 4, 5]
+for r in rows[1]:
+    assert key(r["ranks"]) == straight[r["step"]], r["step"]
+P
+echo ok async keep-last
+
+# The simulator's checkpoint cost (NOTE [Checkpoint cost]) and the planner's flag.
+python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); j["training"]["checkpoint"]={"every":50,"mode":"async"}; json.dump(j,open(sys.argv[2],"w"))' "$sc" "$tmp/ck-sim.json"
+"$bin" simulate "$tmp/ck-sim.json" --json "$tmp/ck-sim-report.json" --trace "$tmp/ck-trace.json" > "$tmp/out" 2>&1 || { cat "$tmp/out"; exit 1; }
+python3 - "$tmp/ck-trace.json" "$tmp/ck-sim-report.json" <<'P'
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+ck = json.load(open(sys.argv[2]))["checkpoint"]
+saves = [e for e in ev if e.get("cat") == "checkpoint" and e["name"].startswith("checkpoint save")]
+writes = [e for e in ev if e.get("cat") == "checkpoint" and e["name"] == "checkpoint write"]
+assert saves and writes and len(saves) == len(writes), (len(saves), len(writes))
+assert abs(saves[0]["dur"] - ck["exposed_s"] * 1e6) < 1e-3 and abs(writes[0]["dur"] - ck["write_s"] * 1e6) < 1e-3
+P
+grep -q "checkpoint every 50 steps (async): .* per rank, device-to-host .* s per step amortised" "$tmp/out" || { cat "$tmp/out"; exit 1; }
+grep -q "async: host staging .* per rank (host memory, not in the device figures)" "$tmp/out" || { cat "$tmp/out"; exit 1; }
+python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); c=r["checkpoint"]; assert c["mode"]=="async" and c["every"]==50 and r["step_time_with_checkpoint_s"]>r["step_time_s"], c' "$tmp/ck-sim-report.json"
+set +e
+"$bin" plan --model llama3.1-8b --gpus 8 --gpu h100-sxm-80gb --seq-len 8192 --checkpoint-mode async > /dev/null 2> "$tmp/err"; rc=$?
+set -e
+[ "$rc" -eq 2 ] && grep -q "^fullshard: error: --checkpoint-mode: is given without --checkpoint-every" "$tmp/err" || { cat "$tmp/err"; exit 1; }
+echo ok simulated checkpoint cost
+
 "$bin" checkpoint inspect "$tmp/ck" > "$tmp/inspect"
 grep -q "step 3 (resumes at step 3)" "$tmp/inspect"
 grep -q "mesh replicate 1 x shard 2" "$tmp/inspect"
@@ -96,6 +141,12 @@ grep -q "tensor 'param/" "$tmp/err" || { cat "$tmp/err"; exit 1; }
 # Flags: every without a folder, resume of an empty folder, resume past --steps.
 "$bin" train "$sc" --checkpoint-every 2 > /dev/null 2> "$tmp/err"; rc=$?
 [ "$rc" -eq 2 ] && grep -q "^fullshard: error: --checkpoint-every: is given without --checkpoint-dir" "$tmp/err" || { cat "$tmp/err"; exit 1; }
+"$bin" train "$sc" --checkpoint-dir "$tmp/x" --checkpoint-every 2 --checkpoint-mode later > /dev/null 2> "$tmp/err"; rc=$?
+[ "$rc" -eq 2 ] && grep -q "^fullshard: error: --checkpoint-mode: is 'later'" "$tmp/err" || { cat "$tmp/err"; exit 1; }
+"$bin" train "$sc" --checkpoint-dir "$tmp/x" --keep-last 2 > /dev/null 2> "$tmp/err"; rc=$?
+[ "$rc" -eq 2 ] && grep -q "^fullshard: error: --keep-last: is given without --checkpoint-every" "$tmp/err" || { cat "$tmp/err"; exit 1; }
+"$bin" train "$sc" --checkpoint-dir "$tmp/x" --checkpoint-every 2 --keep-last -1 > /dev/null 2> "$tmp/err"; rc=$?
+[ "$rc" -eq 2 ] && grep -q "^fullshard: error: --keep-last: is -1" "$tmp/err" || { cat "$tmp/err"; exit 1; }
 mkdir "$tmp/empty"
 "$bin" train "$sc" --checkpoint-dir "$tmp/empty" --resume > /dev/null 2> "$tmp/err"; rc=$?
 [ "$rc" -eq 2 ] && grep -q "no committed checkpoint" "$tmp/err" || { cat "$tmp/err"; exit 1; }

@@ -4,6 +4,7 @@
 // the file and the tensor.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -116,6 +117,54 @@ TEST(CheckpointDir, LatestIsTheHighestCommittedStep) {
   TempDir empty;
   EXPECT_NE(input_error_of([&] { resolve_checkpoint(empty.path(), "--resume"); }).find("no committed checkpoint"),
             std::string::npos);
+}
+
+// The step folders (committed or not) and .deleting-* folders under `root`, sorted.
+std::vector<std::string> entries(const std::string& root) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(root))
+    if (e.is_directory()) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// NOTE [Checkpoint retention]: the newest K committed checkpoints stay; older ones, remnants of
+// killed saves older than the oldest kept one, and leftovers of an interrupted prune go; a
+// newer unfinished save is never touched.
+TEST(CheckpointDir, KeepLastDeletesOnlyOlderCheckpoints) {
+  TempDir d;
+  for (int64_t step : {2, 4, 6}) save(d.path(), kModel, 2, step);
+  EXPECT_TRUE(prune_checkpoints(d.path(), 0, "--keep-last").empty());  // 0: keep all
+  EXPECT_EQ(entries(d.path()).size(), 3u);
+  // A remnant of a killed save of step 3, a newer save of step 8 in progress, and a folder an
+  // interrupted prune had renamed.
+  begin_checkpoint(d.path(), 3, "--checkpoint-dir");
+  begin_checkpoint(d.path(), 8, "--checkpoint-dir");
+  std::ofstream(fs::path(d.path()) / "step-00000008" / "shard-00000-of-00002.safetensors") << "being written";
+  fs::create_directories(fs::path(d.path()) / ".deleting-step-00000001" / "x");
+  const auto deleted = prune_checkpoints(d.path(), 2, "--keep-last");
+  EXPECT_EQ(deleted, (std::vector<std::string>{"step-00000003", "step-00000002"}));
+  EXPECT_EQ(entries(d.path()), (std::vector<std::string>{"step-00000004", "step-00000006", "step-00000008"}));
+  EXPECT_TRUE(fs::exists(fs::path(d.path()) / "step-00000008" / "shard-00000-of-00002.safetensors"));
+  check_load((fs::path(d.path()) / "step-00000004").string(), kModel, 2, 4);
+  check_load(resolve_checkpoint(d.path(), "--resume"), kModel, 3, 6);
+  // keep 1: only the newest committed one is left (and the save in progress).
+  save(d.path(), kModel, 2, 8);
+  prune_checkpoints(d.path(), 1, "--keep-last");
+  EXPECT_EQ(entries(d.path()), (std::vector<std::string>{"step-00000008"}));
+  check_load(resolve_checkpoint(d.path(), "--resume"), kModel, 2, 8);
+  // A folder renamed for deletion is never loaded, even when the prune stopped before removing it.
+  save(d.path(), kModel, 2, 10);
+  fs::rename(fs::path(d.path()) / "step-00000010", fs::path(d.path()) / ".deleting-step-00000010");
+  EXPECT_EQ(fs::path(resolve_checkpoint(d.path(), "--resume")).filename(), "step-00000008");
+}
+
+// Re-saving a step empties the folder first: no file of the earlier save survives into the new one.
+TEST(CheckpointDir, BeginRemovesTheEarlierSaveOfTheStep) {
+  TempDir d;
+  save(d.path(), kModel, 3, 4);
+  begin_checkpoint(d.path(), 4, "--checkpoint-dir");
+  EXPECT_TRUE(fs::is_empty(fs::path(d.path()) / "step-00000004"));
 }
 
 TEST(CheckpointDir, DamagedFilesNameTheFileAndTensor) {

@@ -5,9 +5,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <thread>
 
@@ -43,11 +46,19 @@ json scenario(std::vector<int> mesh, int batch, int steps = 6) {
   return j;
 }
 
-runner::RankOptions saving(const std::string& dir, int every) {
+runner::RankOptions saving(const std::string& dir, int every, bool async = false, int keep_last = 0) {
   runner::RankOptions o;
   o.checkpoint_dir = dir;
   o.checkpoint_every = every;
+  o.checkpoint_async = async;
+  o.checkpoint_keep_last = keep_last;
   return o;
+}
+
+// The bytes of a file.
+std::string file_bytes(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
 }
 runner::RankOptions resuming(const std::string& dir) {
   runner::RankOptions o;
@@ -92,6 +103,59 @@ TEST(CpuCheckpoint, HsdpResumeContinuesBitIdentically) {
   const RealRun resumed = run_real(s, 4, resuming(d.path()));
   for (size_t k = 0; k < 2; ++k) EXPECT_EQ(resumed.mean_loss[k], straight.mean_loss[2 + k]);
   expect_bit_identical(resumed, straight);
+}
+
+// NOTE [Asynchronous save]: the same run saved asynchronously writes the same bytes as the
+// synchronous save (the staged copy is the state at the checkpoint step, although training went
+// on while it was written), and a resume from it continues bit-identically. Each rank staged
+// exactly its shards: parameters and both AdamW states.
+TEST(CpuCheckpoint, AsyncSaveWritesTheSameBytesAndResumesBitIdentically) {
+  TempDir sync_dir, async_dir;
+  const Scenario s = parse_scenario(scenario({2}, 2));
+  const RealRun straight = run_real(s, 6);
+  const RealRun sync_run = run_real(s, 4, saving(sync_dir.path(), 2));
+  const RealRun async_run = run_real(s, 4, saving(async_dir.path(), 2, /*async=*/true));
+  for (size_t k = 0; k < 4; ++k) EXPECT_EQ(async_run.mean_loss[k], straight.mean_loss[k]);  // training unchanged
+  for (const char* step : {"step-00000002", "step-00000004"})
+    for (const char* f : {"metadata.json", "shard-00000-of-00002.safetensors", "shard-00001-of-00002.safetensors"}) {
+      const fs::path a = fs::path(sync_dir.path()) / step / f, b = fs::path(async_dir.path()) / step / f;
+      ASSERT_TRUE(fs::exists(b)) << b;
+      EXPECT_EQ(file_bytes(a), file_bytes(b)) << step << "/" << f;
+    }
+  for (int r = 0; r < 2; ++r) {
+    const runner::CheckpointSaveStats& st = async_run.ranks[r].checkpoint;
+    EXPECT_EQ(st.saves, 2);
+    EXPECT_TRUE(st.async);
+    uint64_t shard_bytes = 0;  // fp32 parameter rows of the rank, three times (param, exp_avg, exp_avg_sq)
+    for (const auto& [fqn, v] : async_run.ranks[r].local_params) shard_bytes += 3 * v.size() * 4;
+    EXPECT_EQ(st.staging_bytes, shard_bytes) << "rank " << r;
+    EXPECT_GE(st.background_s, st.hidden_s);
+    EXPECT_EQ(sync_run.ranks[r].checkpoint.staging_bytes, 0u);  // a synchronous save stages nothing beyond its write
+  }
+  const RealRun resumed = run_real(s, 6, resuming(async_dir.path()));
+  ASSERT_EQ(resumed.mean_loss.size(), 2u);
+  for (size_t k = 0; k < 2; ++k) EXPECT_EQ(resumed.mean_loss[k], straight.mean_loss[4 + k]);
+  expect_bit_identical(resumed, straight);
+}
+
+// NOTE [Checkpoint retention] in a run: saving every step with --keep-last 2 leaves the two
+// newest, in both modes, and the older of them resumes bit-identically.
+TEST(CpuCheckpoint, KeepLastLeavesTheNewestCheckpoints) {
+  const Scenario s = parse_scenario(scenario({2}, 2));
+  const RealRun straight = run_real(s, 6);
+  for (bool async : {false, true}) {
+    TempDir d;
+    run_real(s, 5, saving(d.path(), 1, async, 2));
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(d.path())) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    EXPECT_EQ(names, (std::vector<std::string>{"latest", "step-00000004", "step-00000005"})) << "async " << async;
+    runner::RankOptions o;
+    o.resume_from = (fs::path(d.path()) / "step-00000004").string();
+    const RealRun rest = run_real(s, 6, o);
+    for (size_t k = 0; k < 2; ++k) EXPECT_EQ(rest.mean_loss[k], straight.mean_loss[4 + k]);
+    expect_bit_identical(rest, straight);
+  }
 }
 
 // Saved by 2 ranks (batch 3 each), resumed on 3 ranks (batch 2) and on an HSDP 2x2 mesh...
@@ -169,20 +233,21 @@ TEST(CpuCheckpoint, ExportThenInitFromLeavesEveryByteUnchanged) {
 }
 
 // NOTE [Crash consistency test]: a process training 2 ranks (threads over Gloo) and saving
-// after every step is SIGKILLed after a random delay (seeded) within its run, 50 times; most
-// kills land inside a save, since saving (copies, writes, fsyncs) takes most of each step of
-// this small model. Whatever the moment, the folder must hold either no committed checkpoint
-// (killed before the first commit) or one that verifies and, resumed, continues bit-identically
-// to the uninterrupted run.
-TEST(CpuCheckpoint, KilledDuringSavesAlwaysLeavesALoadableCheckpoint) {
-  constexpr int kSteps = 4, kTrials = 50;
+// after every step, keeping the last 2 (NOTE [Checkpoint retention]), is SIGKILLed after a
+// random delay (seeded) within its run, `trials` times; most kills land inside a save, since
+// saving (copies, writes, fsyncs, deletions) takes most of each step of this small model.
+// Whatever the moment, the folder must hold either no committed checkpoint (killed before the
+// first commit) or one that verifies and, resumed, continues bit-identically to the
+// uninterrupted run. Run for the synchronous and the asynchronous save (NOTE [Asynchronous save]).
+void crash_test(bool async, int trials) {
+  constexpr int kSteps = 4;
   const Scenario s = parse_scenario(scenario({2}, 1, kSteps));
   const RealRun straight = run_real(s, kSteps);
   auto run_child = [&](const std::string& dir, int64_t kill_after_us) {
     const pid_t pid = ::fork();
     if (pid == 0) {
       try {
-        run_real(s, kSteps, saving(dir, 1));
+        run_real(s, kSteps, saving(dir, 1, async, 2));
       } catch (...) {
         ::_exit(3);
       }
@@ -204,21 +269,29 @@ TEST(CpuCheckpoint, KilledDuringSavesAlwaysLeavesALoadableCheckpoint) {
     const int status = run_child(d.path(), -1);
     full_us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
     ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    int folders = 0;
+    for (const auto& e : fs::directory_iterator(d.path())) folders += e.is_directory();
+    ASSERT_EQ(folders, 2);  // --keep-last 2
   }
-  std::mt19937_64 rng(20261121);
-  int none_committed = 0, mid_save = 0, resumed = 0;
-  for (int trial = 0; trial < kTrials; ++trial) {
+  std::mt19937_64 rng(async ? 20261124 : 20261121);
+  int none_committed = 0, mid_save = 0, mid_prune = 0, resumed = 0;
+  for (int trial = 0; trial < trials; ++trial) {
     TempDir d;
     run_child(d.path(), std::uniform_int_distribution<int64_t>(0, full_us)(rng));
-    // Evidence of a save cut short: a step folder without metadata.json, or a temporary file.
-    bool cut = false;
+    // Evidence of a save cut short: a step folder without metadata.json, or a temporary file;
+    // of a deletion cut short: a .deleting-* folder.
+    bool cut = false, pruning = false;
     if (fs::exists(d.path()))
-      for (const auto& e : fs::recursive_directory_iterator(d.path())) {
+      for (const auto& e : fs::directory_iterator(d.path())) {
         const std::string n = e.path().filename().string();
-        cut = cut || n.find(".tmp-") != std::string::npos ||
-              (e.is_directory() && !fs::exists(e.path() / "metadata.json"));
+        pruning = pruning || n.rfind(kDeletingPrefix, 0) == 0;
+        if (n.rfind("step-", 0) != 0) continue;
+        cut = cut || !fs::exists(e.path() / "metadata.json");
+        for (const auto& f : fs::directory_iterator(e.path()))
+          cut = cut || f.path().filename().string().find(".tmp-") != std::string::npos;
       }
     mid_save += cut;
+    mid_prune += pruning;
     std::string folder;
     try {
       folder = resolve_checkpoint(d.path(), "--resume");
@@ -239,11 +312,15 @@ TEST(CpuCheckpoint, KilledDuringSavesAlwaysLeavesALoadableCheckpoint) {
     expect_bit_identical(rest, straight);
     ++resumed;
   }
-  std::printf("crash test: %d trials over %.3f s runs: %d cut a save short, %d before the first commit, %d resumed\n",
-              kTrials, full_us * 1e-6, mid_save, none_committed, resumed);
-  EXPECT_GE(mid_save, 5);  // the kills did land inside saves
-  EXPECT_GE(resumed, 5);
+  std::printf("crash test (%s): %d trials over %.3f s runs: %d cut a save short, %d a deletion, %d before the first "
+              "commit, %d resumed\n",
+              async ? "async" : "sync", trials, full_us * 1e-6, mid_save, mid_prune, none_committed, resumed);
+  EXPECT_GE(mid_save, trials / 10);  // the kills did land inside saves
+  EXPECT_GE(resumed, trials / 10);
 }
+
+TEST(CpuCheckpoint, KilledDuringSavesAlwaysLeavesALoadableCheckpoint) { crash_test(false, 50); }
+TEST(CpuCheckpoint, KilledDuringAsyncSavesAlwaysLeavesALoadableCheckpoint) { crash_test(true, 30); }
 
 }  // namespace
 }  // namespace fullshard

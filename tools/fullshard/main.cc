@@ -154,6 +154,10 @@ int main(int argc, char** argv) {
   train->add_option("--eval-batches", lo.eval_batches, "validation batches per evaluation (default 4)");
   train->add_option("--checkpoint-dir", lo.checkpoint_dir, "write sharded checkpoints here (docs/checkpoints.md)");
   train->add_option("--checkpoint-every", lo.checkpoint_every, "save a checkpoint after every N steps (0: never)");
+  train->add_option("--keep-last", lo.keep_last, "keep only the newest K committed checkpoints (0: all, the default)");
+  train->add_option("--checkpoint-mode", lo.checkpoint_mode,
+                    "sync (the default: training waits for the save) or async (staged to host memory, written by a "
+                    "background thread while training goes on)");
   train->add_option("--resume", lo.resume, "continue from a checkpoint: latest (under --checkpoint-dir, the default) or a folder")
       ->expected(0, 1);
   train->add_option("--init-from", lo.init_from,

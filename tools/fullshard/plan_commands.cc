@@ -52,6 +52,11 @@ CLI::App* add_plan_command(CLI::App& app, PlanFlags& f) {
   p->add_option("--write-scenario", f.write_scenario, "write the recommended configuration as a scenario file here");
   p->add_option("--top", f.top, "rows of the ranked table to print (default 10)");
   p->add_flag("--exhaustive", f.exhaustive, "simulate every configuration (no pruning by lower bounds)");
+  p->add_option("--checkpoint-every", f.checkpoint_every,
+                "add the amortised cost of a distributed checkpoint every N steps to each step time (docs/checkpoints.md)");
+  p->add_option("--checkpoint-mode", f.checkpoint_mode, "with --checkpoint-every: sync (default) or async");
+  p->add_option("--storage-write-bandwidth", f.storage_write_bandwidth,
+                "with --checkpoint-every: bytes/s one node writes to the checkpoint storage (default 2e9, an assumption)");
   p->add_option("--threads", f.threads, "simulation threads (default: one per hardware thread)");
   return p;
 }
@@ -73,6 +78,11 @@ namespace {
     rename("training.seq_len", "--seq-len");
   }
   if (!f.gpu.empty()) rename("hardware.profile", "--gpu");
+  if (f.checkpoint_every) {
+    rename("training.checkpoint.every", "--checkpoint-every");
+    rename("training.checkpoint.mode", "--checkpoint-mode");
+    rename("training.checkpoint.storage_write_bandwidth", "--storage-write-bandwidth");
+  }
   throw e;
 }
 
@@ -115,6 +125,13 @@ json base_json(const PlanFlags& f, HardwareProfile& profile) {
   if (!j.contains("hardware") || !j["hardware"].is_object()) j["hardware"] = json::object();
   json& t = j["training"];
   json& h = j["hardware"];
+  if (f.checkpoint_every) {
+    t["checkpoint"] = {{"every", *f.checkpoint_every}, {"mode", f.checkpoint_mode.empty() ? "sync" : f.checkpoint_mode}};
+    if (f.storage_write_bandwidth) t["checkpoint"]["storage_write_bandwidth"] = *f.storage_write_bandwidth;
+  } else if (!f.checkpoint_mode.empty() || f.storage_write_bandwidth) {
+    throw InputError(f.checkpoint_mode.empty() ? "--storage-write-bandwidth" : "--checkpoint-mode", "is given without --checkpoint-every",
+                     "add --checkpoint-every N");
+  }
   if (f.seq_len) t["seq_len"] = *f.seq_len;
   else if (!t.contains("seq_len")) throw InputError("--seq-len", "is missing", "give the tokens per sequence, e.g. --seq-len 8192");
   if (!f.gpu.empty()) h["profile"] = f.gpu;

@@ -88,6 +88,13 @@ nlohmann::json measured_report(const Scenario& s, const runner::LaunchResult& r)
   nlohmann::json losses = nlohmann::json::array();
   for (const auto& st : r.steps) losses.push_back(st.loss);
   out["loss_per_step"] = losses;
+  // Checkpoint saves per rank (NOTE [Asynchronous save]): host staging bytes, time exposed to
+  // training and time hidden behind it.
+  if (!r.ranks.empty() && r.ranks[0].checkpoint.saves > 0) {
+    nlohmann::json ck = nlohmann::json::array();
+    for (const auto& m : r.ranks) ck.push_back(runner::checkpoint_stats_json(m.checkpoint));
+    out["checkpoint_saves"] = ck;
+  }
   return out;
 }
 
@@ -132,6 +139,23 @@ int cmd_train(runner::LaunchOptions o, const std::string& json_out) {
                                "communication {:.1f}% of the step\n",
                                from == 1 ? "median step after the first" : "step", med.step_time_s, med.tokens_per_s,
                                med.flops_per_s * 1e-9, 100.0 * med.exposed_comm_s / med.step_time_s);
+  }
+  if (!r.ranks.empty() && r.ranks[0].checkpoint.saves > 0) {
+    // The slowest rank's exposed time; rank 0's background time (it also commits).
+    runner::CheckpointSaveStats worst = r.ranks[0].checkpoint;
+    for (const auto& m : r.ranks) {
+      worst.exposed_s = std::max(worst.exposed_s, m.checkpoint.exposed_s);
+      worst.staging_bytes = std::max(worst.staging_bytes, m.checkpoint.staging_bytes);
+    }
+    if (worst.async)
+      std::cout << fmt::format("  checkpoints: {} async saves, host staging {} per rank (largest), save time exposed {:.3f} s "
+                               "(slowest rank), hidden behind training {:.3f} s of {:.3f} s written in the background "
+                               "(rank 0)\n",
+                               worst.saves, sim::format_bytes(worst.staging_bytes), worst.exposed_s, worst.hidden_s,
+                               worst.background_s);
+    else
+      std::cout << fmt::format("  checkpoints: {} sync saves, save time exposed {:.3f} s (slowest rank)\n", worst.saves,
+                               worst.exposed_s);
   }
   for (auto it = r.steps.rbegin(); it != r.steps.rend(); ++it)
     if (!std::isnan(it->eval_loss)) {

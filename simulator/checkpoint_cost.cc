@@ -1,0 +1,90 @@
+#include "simulator/checkpoint_cost.h"
+
+#include <algorithm>
+#include <map>
+
+#include "core/common/error.h"
+#include "core/fsdp/shard_layout.h"
+#include "core/mesh/device_mesh.h"
+#include "core/model/transformer.h"
+#include "core/scenario/training_program.h"
+
+namespace fullshard::sim {
+
+std::vector<uint64_t> checkpoint_shard_bytes(const Scenario& s) {
+  const int world = s.world_size();
+  // Local (tensor-parallel) shapes are alike on every tp rank; FSDP shards their rows.
+  Transformer model(s.model, tensor_parallel_for(s, 0));
+  std::vector<std::pair<int64_t, int64_t>> params;  // (rows, row elements)
+  model.root().for_each_param([&](Param& p) { params.emplace_back(p.shape[0], row_numel(p.shape)); });
+  const DeviceMesh mesh(s.fsdp.mesh_shape, s.fsdp.mesh_dim_names);
+  int shard = mesh.dim_index("shard");
+  if (shard < 0) shard = mesh.ndim() - 1;  // as mesh_info_for
+  const int rep = mesh.dim_index("replicate");
+  const int w = mesh.shape()[static_cast<size_t>(shard)];
+  std::map<int, uint64_t> by_index;  // shard index -> bytes (ranks of one index hold the same rows)
+  std::vector<uint64_t> out(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    const std::vector<int> c = mesh.coordinates(r);
+    if (rep >= 0 && rep != shard && c[static_cast<size_t>(rep)] != 0) continue;  // HSDP: replica 0 writes
+    const int idx = c[static_cast<size_t>(shard)];
+    auto [it, added] = by_index.emplace(idx, 0);
+    if (added)
+      for (const auto& [rows, rn] : params)
+        it->second += 3ull * 4ull * static_cast<uint64_t>(shard_rows(rows, w, idx) * rn);  // param + exp_avg + exp_avg_sq, fp32
+    out[static_cast<size_t>(r)] = it->second;
+  }
+  return out;
+}
+
+CheckpointCost checkpoint_cost(const Scenario& s, double step_time_s) {
+  const TrainingCheckpointOptions& o = s.training.checkpoint;
+  FULLSHARD_CHECK(o.every > 0, "checkpoint_cost without training.checkpoint.every");
+  CheckpointCost c;
+  c.every = o.every;
+  c.async = o.async;
+  c.d2h_bandwidth = s.hardware.device.pageable_copy_bandwidth;
+  c.storage_write_bandwidth = o.storage_write_bandwidth;
+  c.shard_bytes = checkpoint_shard_bytes(s);
+  const int per_node = std::max(1, s.hardware.gpus_per_node);
+  std::map<int, uint64_t> node;
+  uint64_t largest = 0;
+  for (size_t r = 0; r < c.shard_bytes.size(); ++r) {
+    node[static_cast<int>(r) / per_node] += c.shard_bytes[r];
+    largest = std::max(largest, c.shard_bytes[r]);
+  }
+  for (const auto& [n, b] : node) c.node_bytes = std::max(c.node_bytes, b);
+  c.d2h_s = c.d2h_bandwidth > 0 ? static_cast<double>(largest) / c.d2h_bandwidth : 0;
+  c.write_s = static_cast<double>(c.node_bytes) / c.storage_write_bandwidth;
+  if (c.async) {
+    const double late = std::max(0.0, c.write_s - c.every * step_time_s);
+    c.exposed_s = c.d2h_s + late;
+    c.hidden_s = c.write_s - late;
+    c.host_staging_bytes = largest;
+  } else {
+    c.exposed_s = c.d2h_s + c.write_s;
+  }
+  c.amortised_s_per_step = c.exposed_s / c.every;
+  c.saves = s.training.steps / c.every;
+  return c;
+}
+
+nlohmann::json checkpoint_cost_json(const CheckpointCost& c) {
+  uint64_t largest = 0;
+  for (uint64_t b : c.shard_bytes) largest = std::max(largest, b);
+  return {{"every", c.every},
+          {"mode", c.async ? "async" : "sync"},
+          {"d2h_bandwidth", c.d2h_bandwidth},
+          {"storage_write_bandwidth", c.storage_write_bandwidth},
+          {"shard_bytes_per_rank", largest},
+          {"node_bytes", c.node_bytes},
+          {"d2h_s", c.d2h_s},
+          {"write_s", c.write_s},
+          {"exposed_s", c.exposed_s},
+          {"hidden_s", c.hidden_s},
+          {"amortised_s_per_step", c.amortised_s_per_step},
+          {"host_staging_bytes", c.host_staging_bytes},
+          {"saves", c.saves}};
+}
+
+}  // namespace fullshard::sim

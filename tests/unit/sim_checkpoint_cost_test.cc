@@ -1,0 +1,132 @@
+// NOTE [Checkpoint cost] (simulator/checkpoint_cost.h): the checkpoint time equals the closed
+// form from the shard bytes and the bandwidths, computed here from the parameter count; an
+// async save exposes less than a sync one; the device predictions do not change; HSDP writes
+// every row once; training.checkpoint's fields are checked as other fields are.
+#include <gtest/gtest.h>
+
+#include "core/common/error.h"
+#include "core/model/model_config.h"
+#include "simulator/checkpoint_cost.h"
+#include "simulator/report.h"
+#include "simulator/simulate.h"
+#include "tests/support/input_error.h"
+#include "tests/support/sim_support.h"
+
+namespace fullshard {
+namespace {
+using nlohmann::json;
+using testing::input_error_of;
+
+Scenario example(const std::string& name) {
+  return load_scenario_file(std::string(FULLSHARD_SOURCE_DIR) + "/scenarios/" + name + ".json");
+}
+
+// Llama 3.1 8B on 8 H100s: every parameter's first dimension divides by 8, so each rank holds
+// exactly 1/8 of the 3 fp32 copies (parameter, exp_avg, exp_avg_sq) of every parameter.
+TEST(SimCheckpointCost, EqualsTheClosedFormFromShardBytesAndBandwidths) {
+  Scenario s = example("llama3.1-8b-fsdp8-h100");
+  ASSERT_EQ(s.world_size(), 8);
+  const double params = static_cast<double>(parameter_count(s.model));
+  const double per_rank = 12 * params / 8;
+  const double d2h_bw = s.hardware.device.pageable_copy_bandwidth;
+  ASSERT_GT(d2h_bw, 0);
+  s.training.checkpoint.every = 100;
+  s.training.checkpoint.storage_write_bandwidth = 3e9;
+  s.training.steps = 1000;
+  const double step = 1.25;
+  const sim::CheckpointCost sync = sim::checkpoint_cost(s, step);
+  for (uint64_t b : sync.shard_bytes) EXPECT_EQ(static_cast<double>(b), per_rank);
+  EXPECT_DOUBLE_EQ(sync.d2h_s, per_rank / d2h_bw);
+  EXPECT_DOUBLE_EQ(sync.write_s, 8 * per_rank / 3e9);  // one node: its 8 ranks share the storage
+  EXPECT_DOUBLE_EQ(sync.exposed_s, per_rank / d2h_bw + 8 * per_rank / 3e9);
+  EXPECT_DOUBLE_EQ(sync.amortised_s_per_step, sync.exposed_s / 100);
+  EXPECT_EQ(sync.saves, 10);
+  EXPECT_EQ(sync.host_staging_bytes, 0u);
+  // Async: only the staging is exposed while the write fits in the next 100 steps...
+  s.training.checkpoint.async = true;
+  const sim::CheckpointCost async = sim::checkpoint_cost(s, step);
+  EXPECT_DOUBLE_EQ(async.exposed_s, per_rank / d2h_bw);
+  EXPECT_DOUBLE_EQ(async.hidden_s, 8 * per_rank / 3e9);
+  EXPECT_EQ(static_cast<double>(async.host_staging_bytes), per_rank);
+  EXPECT_LT(async.exposed_s, sync.exposed_s);
+  // ... and the next save waits for what is left of the write when it does not.
+  s.training.checkpoint.every = 2;
+  const sim::CheckpointCost late = sim::checkpoint_cost(s, step);
+  EXPECT_DOUBLE_EQ(late.exposed_s, per_rank / d2h_bw + (8 * per_rank / 3e9 - 2 * step));
+  EXPECT_DOUBLE_EQ(late.hidden_s, 2 * step);
+  EXPECT_DOUBLE_EQ(late.amortised_s_per_step, late.exposed_s / 2);
+}
+
+// HSDP 2 x 4 over two nodes of 4: only replica 0 (node 0) writes, each row once, and node 0's
+// storage carries the whole checkpoint. Uneven shards (the tiny model's dims do not divide by 4).
+TEST(SimCheckpointCost, HsdpWritesEveryRowOnceFromTheFirstReplica) {
+  testing::TinyOptions o;
+  o.mesh = {2, 4};
+  json j = testing::tiny_scenario_json(o);
+  j["hardware"]["gpus_per_node"] = 4;
+  j["hardware"]["nodes"] = 2;
+  j["model"] = {{"arch", "llama"}, {"name", "t"}, {"vocab_size", 250}, {"dim", 24}, {"n_layers", 2},
+                {"n_heads", 2},    {"n_kv_heads", 1}, {"ffn_dim", 38},    {"max_seq_len", 64}};
+  j["training"]["checkpoint"] = {{"every", 5}, {"storage_write_bandwidth", 1e6}};
+  const Scenario s = parse_scenario(j);
+  const auto bytes = sim::checkpoint_shard_bytes(s);
+  uint64_t total = 0;
+  for (int r = 0; r < 8; ++r) {
+    if (r >= 4) EXPECT_EQ(bytes[static_cast<size_t>(r)], 0u) << r;
+    total += bytes[static_cast<size_t>(r)];
+  }
+  EXPECT_EQ(total, 12u * static_cast<uint64_t>(parameter_count(s.model)));
+  EXPECT_NE(bytes[0], bytes[3]);  // 250 rows over 4 ranks: 63, 63, 63, 61
+  const sim::CheckpointCost c = sim::checkpoint_cost(s, 0.1);
+  EXPECT_EQ(c.node_bytes, total);
+  EXPECT_DOUBLE_EQ(c.write_s, static_cast<double>(total) / 1e6);
+}
+
+// A simulation with training.checkpoint predicts the same device memory and step time, and
+// adds the amortised save to the step time with checkpoints.
+TEST(SimCheckpointCost, SimulationAddsTheCostAndLeavesDevicePredictionsUnchanged) {
+  json j = testing::tiny_scenario_json({});
+  const sim::SimulationReport plain = sim::simulate_scenario(parse_scenario(j));
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain.checkpoint);
+  double exposed[2] = {};
+  for (int async = 0; async < 2; ++async) {
+    j["training"]["checkpoint"] = {{"every", 2}, {"mode", async ? "async" : "sync"}, {"storage_write_bandwidth", 1e7}};
+    const Scenario s = parse_scenario(j);
+    const sim::SimulationReport r = sim::simulate_scenario(s);
+    ASSERT_TRUE(r.ok());
+    ASSERT_TRUE(r.checkpoint);
+    ASSERT_EQ(r.classes.size(), plain.classes.size());
+    for (size_t i = 0; i < r.classes.size(); ++i) {
+      EXPECT_EQ(r.classes[i].peak_allocated_bytes, plain.classes[i].peak_allocated_bytes);
+      EXPECT_EQ(r.classes[i].peak_reserved_bytes, plain.classes[i].peak_reserved_bytes);
+      EXPECT_EQ(r.classes[i].peak_host_bytes, plain.classes[i].peak_host_bytes);
+    }
+    EXPECT_EQ(r.step_time_s, plain.step_time_s);
+    const sim::CheckpointCost expect = sim::checkpoint_cost(s, plain.step_time_s);
+    EXPECT_EQ(r.checkpoint->exposed_s, expect.exposed_s);
+    EXPECT_DOUBLE_EQ(r.step_time_with_checkpoint_s(), plain.step_time_s + expect.exposed_s / 2);
+    exposed[async] = r.checkpoint->exposed_s;
+    const json out = sim::report_json(r);
+    EXPECT_EQ(out.at("checkpoint").at("mode"), async ? "async" : "sync");
+  }
+  EXPECT_LT(exposed[1], exposed[0]);
+}
+
+TEST(SimCheckpointCost, BadFieldsNameThePath) {
+  auto error_for = [](const json& ck) {
+    json j = testing::tiny_scenario_json({});
+    j["training"]["checkpoint"] = ck;
+    return input_error_of([&] { parse_scenario(j); });
+  };
+  EXPECT_NE(error_for({{"every", 0}}).find("training.checkpoint.every: "), std::string::npos);
+  EXPECT_NE(error_for({{"mode", "async"}}).find("training.checkpoint.every: is missing"), std::string::npos);
+  EXPECT_NE(error_for({{"every", 2}, {"mode", "later"}}).find("training.checkpoint.mode: "), std::string::npos);
+  EXPECT_NE(error_for({{"every", 2}, {"storage_write_bandwidth", 0}}).find("training.checkpoint.storage_write_bandwidth: "),
+            std::string::npos);
+  EXPECT_NE(error_for({{"every", 2}, {"keep", 3}}).find("keep"), std::string::npos);
+  EXPECT_NE(error_for(5).find("training.checkpoint"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fullshard
