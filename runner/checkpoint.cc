@@ -17,7 +17,34 @@ struct LocalTensor {
   std::string name;
   Shape global_shape;
   TensorRef local;  // the unpadded local shard
+  int tp_dim = -1;  // the parameter's tensor-parallel placement: -1 Replicate, 0 Shard(0), 1 Shard(1)
 };
+
+int tp_dim_of(const Param& p) {
+  return p.tp_placement == TpPlacement::kShard0 ? 0 : p.tp_placement == TpPlacement::kShard1 ? 1 : -1;
+}
+
+// This rank's view of the mesh for the pieces it holds (NOTE [Strided pieces of tensor-parallel weights]).
+struct RankPieces {
+  int shard_rank = 0, tp_index = 0;
+  PieceLayout layout;  // tp_dim per tensor
+  PieceLayout of(const LocalTensor& t) const {
+    PieceLayout l = layout;
+    l.tp_dim = l.tp_degree > 1 ? t.tp_dim : -1;
+    return l;
+  }
+};
+RankPieces rank_pieces(const Scenario& s, int rank) {
+  const MeshInfo mesh = mesh_info_for(s, rank);
+  const TensorParallel tp = tensor_parallel_for(s, rank);
+  RankPieces r;
+  r.shard_rank = mesh.shard_group.index_of(rank);
+  r.tp_index = tp.index;
+  r.layout.tp_degree = tp.degree;
+  r.layout.shard_world = mesh.shard_group.size();
+  r.layout.replicate = s.world_size() / (r.layout.shard_world * tp.degree);
+  return r;
+}
 
 // Every parameter, then the optimizer states once they exist, in FSDP order.
 std::vector<LocalTensor> local_tensors(TrainingProgram& prog) {
@@ -25,10 +52,12 @@ std::vector<LocalTensor> local_tensors(TrainingProgram& prog) {
   const AdamW& opt = prog.optimizer();
   for (size_t i = 0; i < opt.params().size(); ++i) {
     FSDPParam* p = opt.params()[i];
-    out.push_back({"param/" + p->param().fqn, p->shape(), p->sharded_local().ref()});
+    const Shape global = p->param().global_shape();
+    const int tp_dim = tp_dim_of(p->param());
+    out.push_back({"param/" + p->param().fqn, global, p->sharded_local().ref(), tp_dim});
     if (opt.has_state() && opt.exp_avg(i)) {
-      out.push_back({"exp_avg/" + p->param().fqn, p->shape(), opt.exp_avg(i).ref()});
-      out.push_back({"exp_avg_sq/" + p->param().fqn, p->shape(), opt.exp_avg_sq(i).ref()});
+      out.push_back({"exp_avg/" + p->param().fqn, global, opt.exp_avg(i).ref(), tp_dim});
+      out.push_back({"exp_avg_sq/" + p->param().fqn, global, opt.exp_avg_sq(i).ref(), tp_dim});
     }
   }
   return out;
@@ -58,7 +87,8 @@ void check_seed(const CheckpointMetadata& m, const Scenario& s, const std::strin
 
 int64_t samples_per_step(const Scenario& s) {
   int64_t n = 0;
-  for (int r = 0; r < s.world_size(); ++r) n += s.training.batch_for(r);
+  for (int r = 0; r < s.world_size(); ++r)
+    if (tensor_parallel_for(s, r).index == 0) n += s.training.batch_for(r);  // a tp group reads one batch
   return n * s.training.grad_accum_steps;
 }
 
@@ -72,8 +102,8 @@ void resume_data_position(const std::string& folder, const Scenario& s, BatchSou
 void save_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, const std::string& root, int64_t steps_done,
                      const BatchSource* data) {
   const MeshInfo mesh = mesh_info_for(s, b.rank());
-  const int shard_world = mesh.shard_group.size();
-  const int shard_rank = mesh.shard_group.index_of(b.rank());
+  const RankPieces pieces = rank_pieces(s, b.rank());
+  const int files = piece_files(pieces.layout);
   const bool writer = !mesh.replicate_group || mesh.replicate_group->index_of(b.rank()) == 0;  // HSDP: one replica writes
   const std::string folder = (std::filesystem::path(root) / step_folder_name(steps_done)).string();
   if (b.rank() == 0) begin_checkpoint(root, steps_done, "--checkpoint-dir");
@@ -84,11 +114,15 @@ void save_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, const
     bytes.reserve(tensors.size());
     std::vector<SafetensorsTensor> out;
     for (const auto& t : tensors) {
+      if (!stores_piece(pieces.of(t), pieces.tp_index)) continue;  // replicated over tp: tp rank 0 writes it
       bytes.emplace_back(t.local.nbytes());
       b.copy_to_host(t.local, bytes.back().data());
       out.push_back({t.name, std::string(safetensors_dtype_name(t.local.meta.dtype)), t.local.meta.shape, bytes.back().data()});
     }
-    write_safetensors((std::filesystem::path(folder) / shard_file_name(shard_rank, shard_world)).string(), out, {},
+    write_safetensors((std::filesystem::path(folder) /
+                       shard_file_name(piece_file_index(pieces.layout, pieces.tp_index, pieces.shard_rank), files))
+                          .string(),
+                      out, {},
                       "--checkpoint-dir");
   }
   world_barrier(b, "checkpoint written");
@@ -100,16 +134,18 @@ void save_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, const
   m.next_step = steps_done;
   m.seed = s.training.seed;
   m.world_size = b.world_size();
-  m.shard = shard_world;
-  m.replicate = b.world_size() / shard_world;
+  m.shard = pieces.layout.shard_world;
+  m.tp = pieces.layout.tp_degree;
+  m.replicate = pieces.layout.replicate;
   m.optimizer_steps = prog.optimizer().steps_taken();
   if (data && data->tokens) {
     const DataPosition p = data->position(steps_done, samples_per_step(s), s.training.seq_len);
     m.data = CheckpointDataPosition{s.training.data.path, p.samples, p.epoch, p.window};
   }
-  for (int r = 0; r < shard_world; ++r) m.files.push_back({shard_file_name(r, shard_world), 0});
+  for (int r = 0; r < files; ++r) m.files.push_back({shard_file_name(r, files), 0});
   for (const auto& t : tensors)
-    m.tensors.push_back(sharded_tensor(t.name, std::string(safetensors_dtype_name(t.local.meta.dtype)), t.global_shape, shard_world));
+    m.tensors.push_back(placed_tensor(t.name, std::string(safetensors_dtype_name(t.local.meta.dtype)), t.global_shape,
+                                      pieces.of(t)));
   commit_checkpoint(root, m, "--checkpoint-dir");
 }
 
@@ -127,7 +163,7 @@ int64_t load_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, co
       throw InputError("--resume", "checkpoint '" + folder + "' holds tensor '" + t.name + "' that the scenario's model has not",
                        "resume with the scenario that wrote it");
   }
-  const MeshInfo mesh = mesh_info_for(s, b.rank());
+  const RankPieces pieces = rank_pieces(s, b.rank());
   for (const auto& l : tensors) {
     const CheckpointTensor* t = m.find(l.name);
     const std::string dtype(safetensors_dtype_name(l.local.meta.dtype));
@@ -140,7 +176,8 @@ int64_t load_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, co
                                        folder + "' but " + dtype + " " + shape_str(l.global_shape) + " in the scenario",
                        "resume with the scenario that wrote it");
     std::vector<uint8_t> bytes(l.local.nbytes());
-    reader.read_shard(l.name, mesh.shard_group.size(), mesh.shard_group.index_of(b.rank()), bytes.data(), bytes.size());
+    reader.read_box(l.name, piece_box(l.global_shape, pieces.of(l), pieces.tp_index, pieces.shard_rank), bytes.data(),
+                    bytes.size());
     b.copy_from_host(l.local, bytes.data());
   }
   prog.optimizer().set_steps_taken(static_cast<int>(m.optimizer_steps));
