@@ -48,13 +48,17 @@ int inspect(const CheckpointFlags& f) {
   std::cout << fmt::format("  {} tensors, {} parameters\n", m.tensors.size(), params);
   // With tensor parallelism the pieces are boxes of the global tensor (NOTE [Pieces as boxes]).
   std::cout << fmt::format("  {:<48} {:>5} {:>14} {:>12}  {}\n", "tensor", "dtype", "shape", "bytes",
-                           m.tp > 1 ? "placements: pieces" : "rows per file");
+                           m.tp > 1 ? "placements: pieces@file" : "rows per file");
   for (const auto& t : m.tensors) {
     std::string pieces;
-    if (m.tp > 1) {  // DTensor placements, then every piece's slice of the global tensor
+    if (m.tp > 1) {  // DTensor placements, then every piece's slice of the global tensor and its file
       for (const auto& p : t.placements) pieces += (pieces.empty() ? "" : ", ") + p;
       pieces += ":";
-      for (const auto& c : t.chunks) pieces += " " + box_str(c.box);
+      for (const auto& c : t.chunks) {
+        size_t file = 0;
+        while (file < m.files.size() && m.files[file].name != c.file) ++file;
+        pieces += " " + box_str(c.box) + "@" + std::to_string(file);
+      }
     } else {
       for (const auto& c : t.chunks) pieces += (pieces.empty() ? "" : " ") + std::to_string(c.box.lengths[0]);
     }
