@@ -175,6 +175,32 @@ TEST(CpuTpCheckpoint, ExportIsTheUnshardedParametersAndInitFromTrainsAsOneRank) 
   }
 }
 
+// A token data set read in order (NOTE [Token data sampling]): the ranks of a tp group read one
+// batch, so a dp_shard 2 x tp 2 step reads 2 x 2 sequences and the checkpoint says so; a resume
+// on FSDP 2 without tp (the same global batch) continues at the next unread sequence.
+TEST(CpuTpCheckpoint, ResumeOnTokenDataContinuesAtTheSavedPosition) {
+  auto with_data = [](std::vector<int> mesh) {
+    json j = scenario(std::move(mesh), 4, 4);
+    j["training"]["data"] = std::string(FULLSHARD_SOURCE_DIR) + "/scenarios/data/devils-dictionary/train.bin";
+    return parse_scenario(j);
+  };
+  TempDir d;
+  const Scenario s = with_data({2, 2});
+  const RealRun straight = run_real(s, 4);
+  run_real(s, 2, saving(d.path(), 2));
+  const CheckpointReader reader(resolve_checkpoint(d.path(), "--resume"));
+  ASSERT_TRUE(reader.metadata().data.has_value());
+  EXPECT_EQ(reader.metadata().data->samples, 8);
+  const RealRun resumed = run_real(s, 4, resuming(d.path()));
+  ASSERT_EQ(resumed.mean_loss.size(), 2u);
+  for (size_t k = 0; k < 2; ++k) EXPECT_EQ(resumed.mean_loss[k], straight.mean_loss[2 + k]);
+  const RealRun fsdp = run_real(with_data({2}), 4, resuming(d.path()));
+  ASSERT_EQ(fsdp.mean_loss.size(), 2u);
+  for (size_t k = 0; k < 2; ++k) EXPECT_NEAR(fsdp.mean_loss[k], straight.mean_loss[2 + k], 1e-4) << "step " << 2 + k;
+  std::string where;
+  EXPECT_LE(max_violation(fsdp, straight, 1e-5, 1e-3, &where), 1.0) << where;
+}
+
 TEST(CpuTpCheckpoint, MismatchesAndDamageAreOneLineErrors) {
   TempDir d;
   run_real(parse_scenario(scenario({2, 2}, 4)), 1, saving(d.path(), 1));
