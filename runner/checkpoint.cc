@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/checkpoint/checkpoint_dir.h"
+#include "core/checkpoint/rank_pieces.h"
 #include "core/common/error.h"
 #include "core/model/transformer.h"
 
@@ -17,34 +18,8 @@ struct LocalTensor {
   std::string name;
   Shape global_shape;
   TensorRef local;  // the unpadded local shard
-  int tp_dim = -1;  // the parameter's tensor-parallel placement: -1 Replicate, 0 Shard(0), 1 Shard(1)
+  const Param* param = nullptr;  // its parameter (placements: RankPieces::layout_of)
 };
-
-int tp_dim_of(const Param& p) {
-  return p.tp_placement == TpPlacement::kShard0 ? 0 : p.tp_placement == TpPlacement::kShard1 ? 1 : -1;
-}
-
-// This rank's view of the mesh for the pieces it holds (NOTE [Strided pieces of tensor-parallel weights]).
-struct RankPieces {
-  int shard_rank = 0, tp_index = 0;
-  PieceLayout layout;  // tp_dim per tensor
-  PieceLayout of(const LocalTensor& t) const {
-    PieceLayout l = layout;
-    l.tp_dim = l.tp_degree > 1 ? t.tp_dim : -1;
-    return l;
-  }
-};
-RankPieces rank_pieces(const Scenario& s, int rank) {
-  const MeshInfo mesh = mesh_info_for(s, rank);
-  const TensorParallel tp = tensor_parallel_for(s, rank);
-  RankPieces r;
-  r.shard_rank = mesh.shard_group.index_of(rank);
-  r.tp_index = tp.index;
-  r.layout.tp_degree = tp.degree;
-  r.layout.shard_world = mesh.shard_group.size();
-  r.layout.replicate = s.world_size() / (r.layout.shard_world * tp.degree);
-  return r;
-}
 
 // Every parameter, then the optimizer states once they exist, in FSDP order.
 std::vector<LocalTensor> local_tensors(TrainingProgram& prog) {
@@ -52,12 +27,11 @@ std::vector<LocalTensor> local_tensors(TrainingProgram& prog) {
   const AdamW& opt = prog.optimizer();
   for (size_t i = 0; i < opt.params().size(); ++i) {
     FSDPParam* p = opt.params()[i];
-    const Shape global = p->param().global_shape();
-    const int tp_dim = tp_dim_of(p->param());
-    out.push_back({"param/" + p->param().fqn, global, p->sharded_local().ref(), tp_dim});
+    const Param* param = &p->param();
+    out.push_back({"param/" + param->fqn, param->global_shape(), p->sharded_local().ref(), param});
     if (opt.has_state() && opt.exp_avg(i)) {
-      out.push_back({"exp_avg/" + p->param().fqn, global, opt.exp_avg(i).ref(), tp_dim});
-      out.push_back({"exp_avg_sq/" + p->param().fqn, global, opt.exp_avg_sq(i).ref(), tp_dim});
+      out.push_back({"exp_avg/" + param->fqn, param->global_shape(), opt.exp_avg(i).ref(), param});
+      out.push_back({"exp_avg_sq/" + param->fqn, param->global_shape(), opt.exp_avg_sq(i).ref(), param});
     }
   }
   return out;
@@ -103,7 +77,7 @@ void save_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, const
                      const BatchSource* data) {
   const MeshInfo mesh = mesh_info_for(s, b.rank());
   const RankPieces pieces = rank_pieces(s, b.rank());
-  const int files = piece_files(pieces.layout);
+  const int files = piece_files(pieces.mesh);
   const bool writer = !mesh.replicate_group || mesh.replicate_group->index_of(b.rank()) == 0;  // HSDP: one replica writes
   const std::string folder = (std::filesystem::path(root) / step_folder_name(steps_done)).string();
   if (b.rank() == 0) begin_checkpoint(root, steps_done, "--checkpoint-dir");
@@ -114,15 +88,12 @@ void save_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, const
     bytes.reserve(tensors.size());
     std::vector<SafetensorsTensor> out;
     for (const auto& t : tensors) {
-      if (!stores_piece(pieces.of(t), pieces.tp_index)) continue;  // replicated over tp: tp rank 0 writes it
+      if (!pieces.stores(*t.param)) continue;  // replicated over tp: tp rank 0 writes it
       bytes.emplace_back(t.local.nbytes());
       b.copy_to_host(t.local, bytes.back().data());
       out.push_back({t.name, std::string(safetensors_dtype_name(t.local.meta.dtype)), t.local.meta.shape, bytes.back().data()});
     }
-    write_safetensors((std::filesystem::path(folder) /
-                       shard_file_name(piece_file_index(pieces.layout, pieces.tp_index, pieces.shard_rank), files))
-                          .string(),
-                      out, {},
+    write_safetensors((std::filesystem::path(folder) / shard_file_name(pieces.file_index(), files)).string(), out, {},
                       "--checkpoint-dir");
   }
   world_barrier(b, "checkpoint written");
@@ -134,9 +105,9 @@ void save_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, const
   m.next_step = steps_done;
   m.seed = s.training.seed;
   m.world_size = b.world_size();
-  m.shard = pieces.layout.shard_world;
-  m.tp = pieces.layout.tp_degree;
-  m.replicate = pieces.layout.replicate;
+  m.shard = pieces.mesh.shard_world;
+  m.tp = pieces.mesh.tp_degree;
+  m.replicate = pieces.mesh.replicate;
   m.optimizer_steps = prog.optimizer().steps_taken();
   if (data && data->tokens) {
     const DataPosition p = data->position(steps_done, samples_per_step(s), s.training.seq_len);
@@ -145,7 +116,7 @@ void save_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, const
   for (int r = 0; r < files; ++r) m.files.push_back({shard_file_name(r, files), 0});
   for (const auto& t : tensors)
     m.tensors.push_back(placed_tensor(t.name, std::string(safetensors_dtype_name(t.local.meta.dtype)), t.global_shape,
-                                      pieces.of(t)));
+                                      pieces.layout_of(*t.param)));
   commit_checkpoint(root, m, "--checkpoint-dir");
 }
 
@@ -176,8 +147,7 @@ int64_t load_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, co
                                        folder + "' but " + dtype + " " + shape_str(l.global_shape) + " in the scenario",
                        "resume with the scenario that wrote it");
     std::vector<uint8_t> bytes(l.local.nbytes());
-    reader.read_box(l.name, piece_box(l.global_shape, pieces.of(l), pieces.tp_index, pieces.shard_rank), bytes.data(),
-                    bytes.size());
+    reader.read_box(l.name, pieces.box_of(*l.param), bytes.data(), bytes.size());
     b.copy_from_host(l.local, bytes.data());
   }
   prog.optimizer().set_steps_taken(static_cast<int>(m.optimizer_steps));

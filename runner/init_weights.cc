@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "core/checkpoint/hf_names.h"
-#include "core/checkpoint/piece_layout.h"
+#include "core/checkpoint/rank_pieces.h"
 #include "core/checkpoint/safetensors.h"
 #include "core/common/error.h"
 #include "core/common/json_file.h"
@@ -135,8 +135,7 @@ void validate_init_weights(const std::string& path, const Scenario& s, const std
 void load_init_weights(Backend& b, TrainingProgram& prog, const Scenario& s, const std::string& path,
                        const std::string& field) {
   const WeightFiles w(path, field);
-  const MeshInfo mesh = mesh_info_for(s, b.rank());
-  const TensorParallel tp = tensor_parallel_for(s, b.rank());
+  const RankPieces pieces = rank_pieces(s, b.rank());
   for (FSDPParam* p : prog.optimizer().params()) {
     const Param& param = p->param();
     const Shape global = param.global_shape();
@@ -145,12 +144,7 @@ void load_init_weights(Backend& b, TrainingProgram& prog, const Scenario& s, con
     FULLSHARD_CHECK(local.meta.dtype == DType::kFloat32, "init-from: sharded parameters are fp32");
     // This rank's piece of the full tensor: FSDP's dim-0 chunk (NOTE [torch.chunk layout]) of
     // its tensor-parallel block (NOTE [Strided pieces of tensor-parallel weights]).
-    PieceLayout layout;
-    layout.shard_world = mesh.shard_group.size();
-    layout.tp_degree = tp.degree;
-    layout.tp_dim = param.tp_placement == TpPlacement::kShard0 ? 0 : param.tp_placement == TpPlacement::kShard1 ? 1 : -1;
-    if (tp.degree == 1) layout.tp_dim = -1;
-    const ChunkBox box = piece_box(global, layout, tp.index, mesh.shard_group.index_of(b.rank()));
+    const ChunkBox box = pieces.box_of(param);
     FULLSHARD_CHECK(box.lengths == local.meta.shape, "init-from: piece " + box_str(box) + " of " + param.fqn +
                                                           " is not the local shard " + shape_str(local.meta.shape));
     const uint64_t esize = *safetensors_dtype_size(l.entry->dtype);
@@ -161,7 +155,7 @@ void load_init_weights(Backend& b, TrainingProgram& prog, const Scenario& s, con
         l.file->read(l.entry->name, r.src_offset, r.bytes, bytes.data() + r.dst_offset);
       values = to_f32(bytes, l.entry->dtype);
     } else {  // Conv1D [in, out]: our rows are its columns; read it whole
-      FULLSHARD_CHECK(layout.tp_dim < 0, "init-from: a transposed layout under tensor parallelism");
+      FULLSHARD_CHECK(pieces.layout_of(param).tp_dim < 0, "init-from: a transposed layout under tensor parallelism");
       const auto all = to_f32(l.file->read_all(l.entry->name), l.entry->dtype);
       const int64_t rows = box.lengths[0], begin = box.offsets[0], out = global[0], in = global[1];
       values.resize(static_cast<size_t>(rows * in));
