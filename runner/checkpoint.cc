@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/checkpoint/checkpoint_dir.h"
+#include "core/checkpoint/rank_pieces.h"
 #include "core/common/error.h"
 #include "core/model/transformer.h"
 
@@ -26,10 +27,11 @@ std::vector<LocalCheckpointTensor> local_checkpoint_tensors(TrainingProgram& pro
   const AdamW& opt = prog.optimizer();
   for (size_t i = 0; i < opt.params().size(); ++i) {
     FSDPParam* p = opt.params()[i];
-    out.push_back({"param/" + p->param().fqn, p->shape(), p->sharded_local().ref()});
+    const Param* param = &p->param();
+    out.push_back({"param/" + param->fqn, param->global_shape(), p->sharded_local().ref(), param});
     if (opt.has_state() && opt.exp_avg(i)) {
-      out.push_back({"exp_avg/" + p->param().fqn, p->shape(), opt.exp_avg(i).ref()});
-      out.push_back({"exp_avg_sq/" + p->param().fqn, p->shape(), opt.exp_avg_sq(i).ref()});
+      out.push_back({"exp_avg/" + param->fqn, param->global_shape(), opt.exp_avg(i).ref(), param});
+      out.push_back({"exp_avg_sq/" + param->fqn, param->global_shape(), opt.exp_avg_sq(i).ref(), param});
     }
   }
   return out;
@@ -49,7 +51,8 @@ void world_barrier(Backend& b, const std::string& name) {
 
 int64_t samples_per_step(const Scenario& s) {
   int64_t n = 0;
-  for (int r = 0; r < s.world_size(); ++r) n += s.training.batch_for(r);
+  for (int r = 0; r < s.world_size(); ++r)
+    if (tensor_parallel_for(s, r).index == 0) n += s.training.batch_for(r);  // a tp group reads one batch
   return n * s.training.grad_accum_steps;
 }
 
@@ -62,8 +65,8 @@ void resume_data_position(const std::string& folder, const Scenario& s, BatchSou
 
 CheckpointMetadata checkpoint_metadata(Backend& b, TrainingProgram& prog, const Scenario& s, int64_t steps_done,
                                        const std::vector<LocalCheckpointTensor>& tensors, const BatchSource* data) {
-  const MeshInfo mesh = mesh_info_for(s, b.rank());
-  const int shard_world = mesh.shard_group.size();
+  const RankPieces pieces = rank_pieces(s, b.rank());
+  const int files = piece_files(pieces.mesh);
   CheckpointMetadata m;
   m.scenario = s.name;
   m.arch = s.model.arch == ModelArch::kLlama ? "llama" : "gpt2";
@@ -71,16 +74,18 @@ CheckpointMetadata checkpoint_metadata(Backend& b, TrainingProgram& prog, const 
   m.next_step = steps_done;
   m.seed = s.training.seed;
   m.world_size = b.world_size();
-  m.shard = shard_world;
-  m.replicate = b.world_size() / shard_world;
+  m.shard = pieces.mesh.shard_world;
+  m.tp = pieces.mesh.tp_degree;
+  m.replicate = pieces.mesh.replicate;
   m.optimizer_steps = prog.optimizer().steps_taken();
   if (data && data->tokens) {
     const DataPosition p = data->position(steps_done, samples_per_step(s), s.training.seq_len);
     m.data = CheckpointDataPosition{s.training.data.path, p.samples, p.epoch, p.window};
   }
-  for (int r = 0; r < shard_world; ++r) m.files.push_back({shard_file_name(r, shard_world), 0});
+  for (int r = 0; r < files; ++r) m.files.push_back({shard_file_name(r, files), 0});
   for (const auto& t : tensors)
-    m.tensors.push_back(sharded_tensor(t.name, std::string(safetensors_dtype_name(t.local.meta.dtype)), t.global_shape, shard_world));
+    m.tensors.push_back(placed_tensor(t.name, std::string(safetensors_dtype_name(t.local.meta.dtype)), t.global_shape,
+                                      pieces.layout_of(*t.param)));
   return m;
 }
 
@@ -98,7 +103,7 @@ int64_t load_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, co
       throw InputError("--resume", "checkpoint '" + folder + "' holds tensor '" + t.name + "' that the scenario's model has not",
                        "resume with the scenario that wrote it");
   }
-  const MeshInfo mesh = mesh_info_for(s, b.rank());
+  const RankPieces pieces = rank_pieces(s, b.rank());
   for (const auto& l : tensors) {
     const CheckpointTensor* t = m.find(l.name);
     const std::string dtype(safetensors_dtype_name(l.local.meta.dtype));
@@ -111,7 +116,7 @@ int64_t load_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, co
                                        folder + "' but " + dtype + " " + shape_str(l.global_shape) + " in the scenario",
                        "resume with the scenario that wrote it");
     std::vector<uint8_t> bytes(l.local.nbytes());
-    reader.read_shard(l.name, mesh.shard_group.size(), mesh.shard_group.index_of(b.rank()), bytes.data(), bytes.size());
+    reader.read_box(l.name, pieces.box_of(*l.param), bytes.data(), bytes.size());
     b.copy_from_host(l.local, bytes.data());
   }
   prog.optimizer().set_steps_taken(static_cast<int>(m.optimizer_steps));

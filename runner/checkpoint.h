@@ -21,6 +21,7 @@ struct LocalCheckpointTensor {
   std::string name;
   Shape global_shape;
   TensorRef local;  // the unpadded local shard
+  const Param* param = nullptr;  // its parameter (placements: RankPieces::layout_of)
 };
 // Every parameter, then the optimizer states once they exist, in FSDP order.
 std::vector<LocalCheckpointTensor> local_checkpoint_tensors(TrainingProgram& prog);

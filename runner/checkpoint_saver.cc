@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/checkpoint/checkpoint_dir.h"
+#include "core/checkpoint/rank_pieces.h"
 #include "core/common/error.h"
 #include "runner/checkpoint.h"
 
@@ -28,11 +29,13 @@ struct StagedShard {
   uint64_t total = 0;
 };
 
-StagedShard stage(Backend& b, const std::vector<LocalCheckpointTensor>& tensors, const std::string& path) {
+StagedShard stage(Backend& b, const std::vector<LocalCheckpointTensor>& tensors, const RankPieces& pieces,
+                  const std::string& path) {
   StagedShard st;
   st.path = path;
   st.bytes.reserve(tensors.size());
   for (const auto& t : tensors) {
+    if (!pieces.stores(*t.param)) continue;  // replicated over tp: tp rank 0 writes it
     st.bytes.emplace_back(t.local.nbytes());
     b.copy_to_host(t.local, st.bytes.back().data());
     st.total += t.local.nbytes();
@@ -91,8 +94,7 @@ void CheckpointSaver::save(TrainingProgram& prog, int64_t steps_done, const Batc
   const double t0 = now_s();
   wait_previous();  // one save in flight at a time; rank 0's includes its commit
   const MeshInfo mesh = mesh_info_for(s_, b_.rank());
-  const int shard_world = mesh.shard_group.size();
-  const int shard_rank = mesh.shard_group.index_of(b_.rank());
+  const RankPieces pieces = rank_pieces(s_, b_.rank());
   const bool writer = !mesh.replicate_group || mesh.replicate_group->index_of(b_.rank()) == 0;  // HSDP: one replica writes
   const bool leader = b_.rank() == 0;
   const std::string folder = (fs::path(o_.root) / step_folder_name(steps_done)).string();
@@ -100,7 +102,9 @@ void CheckpointSaver::save(TrainingProgram& prog, int64_t steps_done, const Batc
   world_barrier(b_, "checkpoint begin");
   const auto tensors = local_checkpoint_tensors(prog);
   auto shard = std::make_shared<StagedShard>();
-  if (writer) *shard = stage(b_, tensors, (fs::path(folder) / shard_file_name(shard_rank, shard_world)).string());
+  if (writer)
+    *shard = stage(b_, tensors, pieces,
+                   (fs::path(folder) / shard_file_name(pieces.file_index(), piece_files(pieces.mesh))).string());
   std::shared_ptr<CheckpointMetadata> meta;
   if (leader) meta = std::make_shared<CheckpointMetadata>(checkpoint_metadata(b_, prog, s_, steps_done, tensors, data));
   ++stats_.saves;

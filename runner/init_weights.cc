@@ -6,10 +6,10 @@
 #include <memory>
 
 #include "core/checkpoint/hf_names.h"
+#include "core/checkpoint/rank_pieces.h"
 #include "core/checkpoint/safetensors.h"
 #include "core/common/error.h"
 #include "core/common/json_file.h"
-#include "core/fsdp/shard_layout.h"
 #include "core/model/transformer.h"
 #include "core/tensor/float_convert.h"
 
@@ -135,23 +135,29 @@ void validate_init_weights(const std::string& path, const Scenario& s, const std
 void load_init_weights(Backend& b, TrainingProgram& prog, const Scenario& s, const std::string& path,
                        const std::string& field) {
   const WeightFiles w(path, field);
-  const MeshInfo mesh = mesh_info_for(s, b.rank());
+  const RankPieces pieces = rank_pieces(s, b.rank());
   for (FSDPParam* p : prog.optimizer().params()) {
-    const Located l = locate(w, s, p->param().fqn, p->shape(), field);
+    const Param& param = p->param();
+    const Shape global = param.global_shape();
+    const Located l = locate(w, s, param.fqn, global, field);
     const TensorRef local = p->sharded_local().ref();
     FULLSHARD_CHECK(local.meta.dtype == DType::kFloat32, "init-from: sharded parameters are fp32");
-    const int64_t rows = local.meta.shape[0], row_numel_ = row_numel(p->shape());
-    // This rank's rows: where FSDP's dim-0 chunk of the shard group starts (NOTE [torch.chunk layout]).
-    const int64_t begin = shard_row_offset(p->shape()[0], mesh.shard_group.size(), mesh.shard_group.index_of(b.rank()));
+    // This rank's piece of the full tensor: FSDP's dim-0 chunk (NOTE [torch.chunk layout]) of
+    // its tensor-parallel block (NOTE [Strided pieces of tensor-parallel weights]).
+    const ChunkBox box = pieces.box_of(param);
+    FULLSHARD_CHECK(box.lengths == local.meta.shape, "init-from: piece " + box_str(box) + " of " + param.fqn +
+                                                          " is not the local shard " + shape_str(local.meta.shape));
     const uint64_t esize = *safetensors_dtype_size(l.entry->dtype);
     std::vector<float> values;
-    if (!l.transpose) {  // the rows are one contiguous range of the file
-      std::vector<uint8_t> bytes(static_cast<size_t>(rows * row_numel_) * esize);
-      l.file->read(l.entry->name, static_cast<uint64_t>(begin * row_numel_) * esize, bytes.size(), bytes.data());
+    if (!l.transpose) {  // runs of the file's row-major tensor: one when the piece is whole rows
+      std::vector<uint8_t> bytes(static_cast<size_t>(box_numel(box)) * esize);
+      for (const ChunkRead& r : reads_for_box(global, esize, {full_box(global)}, box))
+        l.file->read(l.entry->name, r.src_offset, r.bytes, bytes.data() + r.dst_offset);
       values = to_f32(bytes, l.entry->dtype);
     } else {  // Conv1D [in, out]: our rows are its columns; read it whole
+      FULLSHARD_CHECK(pieces.layout_of(param).tp_dim < 0, "init-from: a transposed layout under tensor parallelism");
       const auto all = to_f32(l.file->read_all(l.entry->name), l.entry->dtype);
-      const int64_t out = p->shape()[0], in = p->shape()[1];
+      const int64_t rows = box.lengths[0], begin = box.offsets[0], out = global[0], in = global[1];
       values.resize(static_cast<size_t>(rows * in));
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t c = 0; c < in; ++c) values[static_cast<size_t>(r * in + c)] = all[static_cast<size_t>(c * out + begin + r)];

@@ -327,12 +327,6 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
     if (kind.name != "cpu")
       throw InputError("fsdp.mesh.shape", fmt::format("has tp {}, which the {} backend does not run yet", tp, kind.name),
                        "use --backend cpu, or simulate it with fullshard simulate");
-    for (const auto& [flag, value] : {std::pair<const char*, const std::string*>{"--checkpoint-dir", &o.checkpoint_dir},
-                                      {"--resume", &o.resume},
-                                      {"--init-from", &o.init_from}})
-      if (!value->empty())
-        throw InputError(flag, fmt::format("is given for a scenario with tp {}", tp),
-                         "checkpoints of tensor-parallel runs are not built yet: drop the flag or use tp 1");
   }
   validate_checkpoint_flags(o.checkpoint_dir, o.checkpoint_every, o.resume, kind.name, o.steps >= 0 ? o.steps : s.training.steps,
                             s, o.keep_last, o.checkpoint_mode);

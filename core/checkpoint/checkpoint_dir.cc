@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "core/common/error.h"
@@ -162,8 +163,7 @@ SafetensorsReader& CheckpointReader::file(const std::string& name) {
 const SafetensorsEntry& CheckpointReader::chunk_entry(const CheckpointTensor& t, const CheckpointChunk& c) {
   SafetensorsReader& f = file(c.file);
   const SafetensorsEntry& e = f.entry(t.name);
-  Shape want = t.shape;
-  want[0] = c.rows.rows;
+  const Shape& want = c.box.lengths;
   if (e.dtype != t.dtype || e.shape != want)
     throw InputError(f.path() + ": tensor '" + t.name + "'",
                      "is " + e.dtype + " " + shape_str(e.shape) + "; metadata.json says " + t.dtype + " " + shape_str(want),
@@ -174,18 +174,45 @@ const SafetensorsEntry& CheckpointReader::chunk_entry(const CheckpointTensor& t,
 void CheckpointReader::read_shard(const std::string& name, int world, int rank, void* dst, uint64_t dst_bytes) {
   const CheckpointTensor* t = meta_.find(name);
   if (!t) throw InputError(folder_, "has no tensor '" + name + "'", "the checkpoint is of another model");
+  PieceLayout l;
+  l.shard_world = world;
+  read_box(name, piece_box(t->shape, l, 0, rank), dst, dst_bytes);
+}
+
+void CheckpointReader::read_box(const std::string& name, const ChunkBox& want, void* dst, uint64_t dst_bytes) {
+  const CheckpointTensor* t = meta_.find(name);
+  if (!t) throw InputError(folder_, "has no tensor '" + name + "'", "the checkpoint is of another model");
   const uint64_t esize = *safetensors_dtype_size(t->dtype);
-  std::vector<SavedChunk> rows;
-  for (const auto& c : t->chunks) rows.push_back(c.rows);
-  const auto reads = reads_for_shard(t->shape, esize, rows, world, rank);
+  std::vector<ChunkBox> boxes;
+  for (const auto& c : t->chunks) boxes.push_back(c.box);
+  auto reads = reads_for_box(t->shape, esize, boxes, want);
   uint64_t total = 0;
   for (const auto& r : reads) total += r.bytes;
-  FULLSHARD_CHECK(total == dst_bytes, "read_shard: destination of " + std::to_string(dst_bytes) + " bytes for " +
+  FULLSHARD_CHECK(total == dst_bytes, "read_box: destination of " + std::to_string(dst_bytes) + " bytes for " +
                                           std::to_string(total) + " bytes of '" + name + "'");
-  for (const auto& r : reads) {
-    const CheckpointChunk& c = t->chunks[r.chunk];
+  // Runs adjacent in one piece's storage (a column block read into whole rows) are one read.
+  std::sort(reads.begin(), reads.end(), [](const ChunkRead& a, const ChunkRead& b) {
+    return a.chunk != b.chunk ? a.chunk < b.chunk : a.src_offset < b.src_offset;
+  });
+  std::vector<uint8_t> staged;
+  for (size_t i = 0; i < reads.size();) {
+    size_t j = i + 1;
+    while (j < reads.size() && reads[j].chunk == reads[i].chunk &&
+           reads[j].src_offset == reads[j - 1].src_offset + reads[j - 1].bytes)
+      ++j;
+    const CheckpointChunk& c = t->chunks[reads[i].chunk];
     chunk_entry(*t, c);
-    file(c.file).read(name, r.src_offset, r.bytes, static_cast<char*>(dst) + r.dst_offset);
+    const uint64_t span = reads[j - 1].src_offset + reads[j - 1].bytes - reads[i].src_offset;
+    if (j == i + 1) {
+      file(c.file).read(name, reads[i].src_offset, span, static_cast<char*>(dst) + reads[i].dst_offset);
+    } else {
+      staged.resize(span);
+      file(c.file).read(name, reads[i].src_offset, span, staged.data());
+      for (size_t k = i; k < j; ++k)
+        std::memcpy(static_cast<char*>(dst) + reads[k].dst_offset, staged.data() + (reads[k].src_offset - reads[i].src_offset),
+                    reads[k].bytes);
+    }
+    i = j;
   }
 }
 

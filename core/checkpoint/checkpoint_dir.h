@@ -63,6 +63,10 @@ class CheckpointReader {
   // `world`) with only the byte ranges that rank holds (NOTE [Reshard on load]). Throws
   // InputError naming the file and tensor when a file does not match the metadata.
   void read_shard(const std::string& name, int world, int rank, void* dst, uint64_t dst_bytes);
+  // Fills `dst` (`dst_bytes`: the row-major box `want` of tensor `name`) from the stored
+  // pieces that intersect it, one file read per run of contiguous source bytes (NOTE [Pieces
+  // as boxes]).
+  void read_box(const std::string& name, const ChunkBox& want, void* dst, uint64_t dst_bytes);
   // Opens every file and checks its size, header and every chunk's entry (dtype, shape)
   // against the metadata. Throws InputError at the first mismatch.
   void verify();

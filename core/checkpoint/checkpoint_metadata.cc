@@ -14,10 +14,19 @@ namespace {
 
 constexpr int64_t kMaxI = std::numeric_limits<int64_t>::max();
 
-void parse_tensor(const nlohmann::json& t, const std::string& path, const std::set<std::string>& files,
+Shape parse_dims(const nlohmann::json& v, const std::string& path, size_t n) {
+  if (!v.is_array() || v.size() != n)
+    throw InputError(path, "is " + jr::show(v) + ", not " + std::to_string(n) + " numbers (one per dim of shape)",
+                     "the metadata is damaged");
+  Shape out;
+  for (size_t i = 0; i < n; ++i) out.push_back(jr::get_int(v[i], jr::index_path(path, i), 0, kMaxI, "0"));
+  return out;
+}
+
+void parse_tensor(const nlohmann::json& t, const std::string& path, const std::set<std::string>& files, int version,
                   CheckpointTensor& out) {
   jr::require_object(t, path, R"({"name": "param/w", "dtype": "F32", "shape": [4], "chunks": [...]})");
-  jr::reject_unknown_fields(t, path, {"name", "dtype", "shape", "chunks"});
+  jr::reject_unknown_fields(t, path, {"name", "dtype", "shape", "placements", "chunks"});
   for (const char* k : {"name", "dtype", "shape", "chunks"}) jr::require_field(t, path, k, "the metadata is damaged");
   out.name = jr::get_string(t["name"], jr::child_path(path, "name"), "\"param/w\"");
   out.dtype = jr::get_string(t["dtype"], jr::child_path(path, "dtype"), "\"F32\"");
@@ -28,25 +37,40 @@ void parse_tensor(const nlohmann::json& t, const std::string& path, const std::s
     throw InputError(jr::child_path(path, "shape"), "is " + jr::show(shape) + ", not 1 to 8 dims", "write [rows, ...]");
   for (size_t i = 0; i < shape.size(); ++i)
     out.shape.push_back(jr::get_int(shape[i], jr::index_path(jr::child_path(path, "shape"), i), 0, int64_t{1} << 40, "4096"));
+  if (t.contains("placements")) {
+    const std::string pp = jr::child_path(path, "placements");
+    if (!t["placements"].is_array() || t["placements"].size() > 8)
+      throw InputError(pp, "is " + jr::show(t["placements"]) + ", not a list of placements", "the metadata is damaged");
+    for (size_t i = 0; i < t["placements"].size(); ++i)
+      out.placements.push_back(jr::get_string(t["placements"][i], jr::index_path(pp, i), "\"Shard(0)\""));
+  }
   const auto& chunks = t["chunks"];
   const std::string cpath = jr::child_path(path, "chunks");
   if (!chunks.is_array()) throw InputError(cpath, "is " + jr::describe(chunks) + ", not an array", "the metadata is damaged");
+  // Version 1 stored row ranges {row_begin, rows}; version 2 boxes {offsets, lengths}.
+  const std::vector<std::string> keys =
+      version == 1 ? std::vector<std::string>{"file", "row_begin", "rows"} : std::vector<std::string>{"file", "offsets", "lengths"};
   for (size_t i = 0; i < chunks.size(); ++i) {
     const std::string p = jr::index_path(cpath, i);
-    jr::require_object(chunks[i], p, R"({"file": "shard-00000-of-00002.safetensors", "row_begin": 0, "rows": 9})");
-    jr::reject_unknown_fields(chunks[i], p, {"file", "row_begin", "rows"});
-    for (const char* k : {"file", "row_begin", "rows"}) jr::require_field(chunks[i], p, k, "the metadata is damaged");
+    jr::require_object(chunks[i], p, R"({"file": "shard-00000-of-00002.safetensors", "offsets": [0, 0], "lengths": [9, 4]})");
+    jr::reject_unknown_fields(chunks[i], p, keys);
+    for (const auto& k : keys) jr::require_field(chunks[i], p, k, "the metadata is damaged");
     CheckpointChunk c;
     c.file = jr::get_string(chunks[i]["file"], jr::child_path(p, "file"), "\"shard-00000-of-00002.safetensors\"");
     if (!files.count(c.file))
       throw InputError(jr::child_path(p, "file"), "'" + c.file + "' is not in files", "the metadata is damaged");
-    c.rows.row_begin = jr::get_int(chunks[i]["row_begin"], jr::child_path(p, "row_begin"), 0, kMaxI, "0");
-    c.rows.rows = jr::get_int(chunks[i]["rows"], jr::child_path(p, "rows"), 0, kMaxI, "9");
+    if (version == 1) {
+      c.box = rows_box(out.shape, jr::get_int(chunks[i]["row_begin"], jr::child_path(p, "row_begin"), 0, kMaxI, "0"),
+                       jr::get_int(chunks[i]["rows"], jr::child_path(p, "rows"), 0, kMaxI, "9"));
+    } else {
+      c.box.offsets = parse_dims(chunks[i]["offsets"], jr::child_path(p, "offsets"), out.shape.size());
+      c.box.lengths = parse_dims(chunks[i]["lengths"], jr::child_path(p, "lengths"), out.shape.size());
+    }
     out.chunks.push_back(c);
   }
-  std::vector<SavedChunk> rows;
-  for (const auto& c : out.chunks) rows.push_back(c.rows);
-  validate_chunks(out.shape, rows, cpath + " of '" + out.name + "'");
+  std::vector<ChunkBox> boxes;
+  for (const auto& c : out.chunks) boxes.push_back(c.box);
+  validate_boxes(out.shape, boxes, cpath + " of '" + out.name + "'");
 }
 
 CheckpointMetadata parse(const nlohmann::json& j) {
@@ -61,9 +85,9 @@ CheckpointMetadata parse(const nlohmann::json& j) {
     throw InputError("format", "is " + jr::show(j["format"]) + ", not \"fullshard-checkpoint\"",
                      "give a folder that `fullshard train --checkpoint-dir` wrote");
   CheckpointMetadata m;
-  m.version = static_cast<int>(jr::get_int(j["version"], "version", 1, 1000, "1"));
-  if (m.version != kCheckpointFormatVersion)
-    throw InputError("version", "is " + std::to_string(m.version) + "; this fullshard reads version " +
+  m.version = static_cast<int>(jr::get_int(j["version"], "version", 1, 1000, "2"));
+  if (m.version < 1 || m.version > kCheckpointFormatVersion)
+    throw InputError("version", "is " + std::to_string(m.version) + "; this fullshard reads versions 1 to " +
                                     std::to_string(kCheckpointFormatVersion),
                      "use the fullshard that wrote the checkpoint");
   m.scenario = jr::get_string(j["scenario"], "scenario", "\"tiny\"");
@@ -75,14 +99,16 @@ CheckpointMetadata parse(const nlohmann::json& j) {
     throw InputError("seed", "is " + jr::describe(seed) + ", not an integer >= 0", "the metadata is damaged");
   m.seed = seed.get<uint64_t>();
   m.world_size = static_cast<int>(jr::get_int(j["world_size"], "world_size", 1, 1 << 20, "2"));
-  jr::require_object(j["mesh"], "mesh", R"({"replicate": 1, "shard": 2})");
-  jr::reject_unknown_fields(j["mesh"], "mesh", {"replicate", "shard"});
+  jr::require_object(j["mesh"], "mesh", R"({"replicate": 1, "shard": 2, "tp": 1})");
+  jr::reject_unknown_fields(j["mesh"], "mesh", {"replicate", "shard", "tp"});
   for (const char* k : {"replicate", "shard"}) jr::require_field(j["mesh"], "mesh", k, "the metadata is damaged");
   m.replicate = static_cast<int>(jr::get_int(j["mesh"]["replicate"], "mesh.replicate", 1, 1 << 20, "1"));
   m.shard = static_cast<int>(jr::get_int(j["mesh"]["shard"], "mesh.shard", 1, 1 << 20, "2"));
-  if (static_cast<int64_t>(m.replicate) * m.shard != m.world_size)
+  if (j["mesh"].contains("tp")) m.tp = static_cast<int>(jr::get_int(j["mesh"]["tp"], "mesh.tp", 1, 1 << 20, "2"));
+  if (static_cast<int64_t>(m.replicate) * m.shard * m.tp != m.world_size)
     throw InputError("mesh", "replicate " + std::to_string(m.replicate) + " x shard " + std::to_string(m.shard) +
-                                 " is not world_size " + std::to_string(m.world_size),
+                                 (m.tp > 1 ? " x tp " + std::to_string(m.tp) : "") + " is not world_size " +
+                                 std::to_string(m.world_size),
                      "the metadata is damaged");
   m.optimizer_steps = jr::get_int(j["optimizer_steps"], "optimizer_steps", 0, kMaxI, "3");
   if (j.contains("data")) {
@@ -119,7 +145,7 @@ CheckpointMetadata parse(const nlohmann::json& j) {
   std::set<std::string> names;
   for (size_t i = 0; i < j["tensors"].size(); ++i) {
     CheckpointTensor t;
-    parse_tensor(j["tensors"][i], jr::index_path("tensors", i), files, t);
+    parse_tensor(j["tensors"][i], jr::index_path("tensors", i), files, m.version, t);
     if (!names.insert(t.name).second)
       throw InputError(jr::index_path("tensors", i), "tensor '" + t.name + "' is listed twice", "the metadata is damaged");
     m.tensors.push_back(std::move(t));
@@ -136,26 +162,33 @@ const CheckpointTensor* CheckpointMetadata::find(const std::string& name) const 
 }
 
 CheckpointTensor sharded_tensor(std::string name, std::string dtype, Shape shape, int shard_world) {
+  PieceLayout l;
+  l.shard_world = shard_world;
+  return placed_tensor(std::move(name), std::move(dtype), std::move(shape), l);
+}
+
+CheckpointTensor placed_tensor(std::string name, std::string dtype, Shape shape, const PieceLayout& layout) {
   CheckpointTensor t;
   t.name = std::move(name);
   t.dtype = std::move(dtype);
   t.shape = std::move(shape);
-  const auto chunks = chunks_of_sharding(t.shape, shard_world);
-  for (int i = 0; i < shard_world; ++i) t.chunks.push_back({shard_file_name(i, shard_world), chunks[static_cast<size_t>(i)]});
+  t.placements = dtensor_placements(layout);
+  for (const auto& p : stored_pieces(t.shape, layout))
+    t.chunks.push_back({shard_file_name(p.file_index, piece_files(layout)), p.box});
   return t;
 }
 
 nlohmann::json metadata_to_json(const CheckpointMetadata& m) {
   nlohmann::json j = nlohmann::json::object();
   j["format"] = "fullshard-checkpoint";
-  j["version"] = m.version;
+  j["version"] = kCheckpointFormatVersion;  // chunks are always written as boxes
   j["scenario"] = m.scenario;
   j["arch"] = m.arch;
   j["step"] = m.step;
   j["next_step"] = m.next_step;
   j["seed"] = m.seed;
   j["world_size"] = m.world_size;
-  j["mesh"] = {{"replicate", m.replicate}, {"shard", m.shard}};
+  j["mesh"] = {{"replicate", m.replicate}, {"shard", m.shard}, {"tp", m.tp}};
   j["optimizer_steps"] = m.optimizer_steps;
   if (m.data)
     j["data"] = {{"source", m.data->source}, {"samples", m.data->samples}, {"epoch", m.data->epoch}, {"window", m.data->window}};
@@ -164,8 +197,11 @@ nlohmann::json metadata_to_json(const CheckpointMetadata& m) {
   j["tensors"] = nlohmann::json::array();
   for (const auto& t : m.tensors) {
     nlohmann::json chunks = nlohmann::json::array();
-    for (const auto& c : t.chunks) chunks.push_back({{"file", c.file}, {"row_begin", c.rows.row_begin}, {"rows", c.rows.rows}});
-    j["tensors"].push_back({{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape}, {"chunks", chunks}});
+    for (const auto& c : t.chunks) chunks.push_back({{"file", c.file}, {"offsets", c.box.offsets}, {"lengths", c.box.lengths}});
+    nlohmann::json jt = {{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape}};
+    if (!t.placements.empty()) jt["placements"] = t.placements;
+    jt["chunks"] = chunks;
+    j["tensors"].push_back(jt);
   }
   return j;
 }

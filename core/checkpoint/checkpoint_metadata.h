@@ -17,22 +17,26 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/checkpoint/piece_layout.h"
 #include "core/checkpoint/reshard.h"
 
 namespace fullshard {
 
-inline constexpr int kCheckpointFormatVersion = 1;
+// Version 2: chunks are boxes {offsets, lengths} (NOTE [Pieces as boxes]), the mesh has "tp"
+// and tensors their "placements". Version 1 (chunks {row_begin, rows}) is still read.
+inline constexpr int kCheckpointFormatVersion = 2;
 
 struct CheckpointChunk {
   std::string file;  // rank file name inside the step folder
-  SavedChunk rows;
+  ChunkBox box;      // its slice of the global tensor; the stored tensor's shape is box.lengths
 };
 
 struct CheckpointTensor {
   std::string name;   // "param/<fqn>", "exp_avg/<fqn>", "exp_avg_sq/<fqn>": also its key in the files
   std::string dtype;  // safetensors name ("F32")
   Shape shape;        // global
-  std::vector<CheckpointChunk> chunks;  // tiling dim 0 (validate_chunks)
+  std::vector<std::string> placements;  // DTensor's over the saving mesh (informational; dtensor_placements)
+  std::vector<CheckpointChunk> chunks;  // tiling the tensor (validate_boxes)
 };
 
 struct CheckpointFile {
@@ -57,6 +61,7 @@ struct CheckpointMetadata {
   uint64_t seed = 0;               // NOTE [Checkpoint state that is not a tensor]
   int world_size = 1;
   int replicate = 1, shard = 1;    // mesh: replicate x shard (HSDP); FSDP is replicate 1
+  int tp = 1;                      // the tp dim: world_size = replicate x shard x tp
   int64_t optimizer_steps = 0;     // AdamW's step count (bias correction)
   std::optional<CheckpointDataPosition> data;  // token data sets only
   std::vector<CheckpointFile> files;
@@ -67,6 +72,9 @@ struct CheckpointMetadata {
 // The metadata of a tensor saved under a dim-0 sharding over `shard_world` ranks: shard rank
 // i's piece is in shard_file_name(i, shard_world) (core/checkpoint/checkpoint_dir.h).
 CheckpointTensor sharded_tensor(std::string name, std::string dtype, Shape shape, int shard_world);
+// The metadata of a tensor saved under `layout` (NOTE [Strided pieces of tensor-parallel
+// weights]): the pieces stored_pieces gives, in files shard_file_name(i, piece_files(layout)).
+CheckpointTensor placed_tensor(std::string name, std::string dtype, Shape shape, const PieceLayout& layout);
 
 nlohmann::json metadata_to_json(const CheckpointMetadata& m);
 // Validates every field (types, ranges, chunks tiling each tensor, chunk files listed in

@@ -44,6 +44,37 @@ struct ChunkRead {
 std::vector<ChunkRead> reads_for_shard(const Shape& shape, uint64_t elem_size, const std::vector<SavedChunk>& chunks,
                                        int world, int rank);
 
+// ---------------------------------------------------------------- pieces as boxes
+// NOTE [Pieces as boxes]: with tensor parallelism a rank's piece is not a row range of the
+// global tensor: a RowwiseParallel weight (Shard(1)) holds a column block of some rows. So the
+// metadata describes every stored piece as DCP's ChunkStorageMetadata does, by its offsets
+// and lengths per dim of the GLOBAL tensor, and a loading rank intersects the box it holds
+// (under its own mesh and placements) with every stored box. An intersection is contiguous
+// in both row-major storages over its trailing dims that span both boxes whole; reads are
+// runs of that length, so a rank reads exactly the bytes it holds afterwards.
+
+struct ChunkBox {
+  Shape offsets;  // per dim, into the global tensor
+  Shape lengths;  // per dim; the stored tensor's shape
+  bool operator==(const ChunkBox& o) const { return offsets == o.offsets && lengths == o.lengths; }
+};
+
+ChunkBox full_box(const Shape& shape);
+ChunkBox rows_box(const Shape& shape, int64_t row_begin, int64_t rows);  // whole rows [begin, begin + rows)
+int64_t box_numel(const ChunkBox& b);
+std::string box_str(const ChunkBox& b);  // "[4:8, 0:16]"
+
+// The reads that fill `want` (a box of `shape`; the destination is its row-major storage)
+// from `chunks` (each a row-major stored box). Sorted by destination offset, covering `want`
+// exactly once when `chunks` tile `shape` (validate_boxes); an empty `want` reads nothing.
+std::vector<ChunkRead> reads_for_box(const Shape& shape, uint64_t elem_size, const std::vector<ChunkBox>& chunks,
+                                     const ChunkBox& want);
+
+// Checks that `chunks` tile `shape` exactly: every box inside the tensor, no two non-empty
+// boxes overlap, their elements sum to the tensor's. Row ranges keep validate_chunks' messages.
+// Throws InputError whose where is `where`.
+void validate_boxes(const Shape& shape, const std::vector<ChunkBox>& chunks, const std::string& where);
+
 // Checks that `chunks` tile dim 0 of `shape` exactly (sorted by row_begin, no overlap, no
 // gap, ending at d0; every piece non-negative). Throws InputError whose where is `where`
 // (e.g. "metadata.json: tensor 'param/model.norm.weight'").

@@ -204,13 +204,17 @@ TEST(CheckpointDir, DamagedFilesNameTheFileAndTensor) {
     EXPECT_NE(msg.find(f1.string()), std::string::npos) << msg;
   }
   // Damaged metadata: a gap in a tensor's chunks, an unknown field, not JSON.
-  rewrite([](nlohmann::json& j) { j["tensors"][0]["chunks"][1]["row_begin"] = 10; });
+  rewrite([](nlohmann::json& j) {
+    j["tensors"][0]["chunks"][1]["offsets"][0] = 10;
+    j["tensors"][0]["chunks"][1]["lengths"][0] = 7;
+  });
   std::string msg = input_error_of([&] { CheckpointReader r(folder.string()); });
   EXPECT_NE(msg.find(meta.string()), std::string::npos) << msg;
   EXPECT_NE(msg.find("'param/embed'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("gap after row 9"), std::string::npos) << msg;
   rewrite([](nlohmann::json& j) {
-    j["tensors"][0]["chunks"][1]["row_begin"] = 9;
+    j["tensors"][0]["chunks"][1]["offsets"][0] = 9;
+    j["tensors"][0]["chunks"][1]["lengths"][0] = 8;
     j["mesh"]["shard"] = 3;
   });
   EXPECT_NE(input_error_of([&] { CheckpointReader r(folder.string()); }).find("not world_size 2"), std::string::npos);

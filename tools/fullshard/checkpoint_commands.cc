@@ -42,15 +42,28 @@ int inspect(const CheckpointFlags& f) {
   std::cout << fmt::format("checkpoint {}\n", printable(folder, 1024));
   std::cout << fmt::format("  scenario {} ({}), step {} (resumes at step {}), seed {}, AdamW steps {}\n",
                            printable(m.scenario), m.arch, m.step, m.next_step, m.seed, m.optimizer_steps);
-  std::cout << fmt::format("  saved by {} ranks: mesh replicate {} x shard {}; {} files, {}\n", m.world_size,
-                           m.replicate, m.shard, m.files.size(), sim::format_bytes(file_bytes));
+  std::cout << fmt::format("  saved by {} ranks: mesh replicate {} x shard {}{}; {} files, {}\n", m.world_size,
+                           m.replicate, m.shard, m.tp > 1 ? fmt::format(" x tp {}", m.tp) : "", m.files.size(),
+                           sim::format_bytes(file_bytes));
   std::cout << fmt::format("  {} tensors, {} parameters\n", m.tensors.size(), params);
-  std::cout << fmt::format("  {:<48} {:>5} {:>14} {:>12}  rows per file\n", "tensor", "dtype", "shape", "bytes");
+  // With tensor parallelism the pieces are boxes of the global tensor (NOTE [Pieces as boxes]).
+  std::cout << fmt::format("  {:<48} {:>5} {:>14} {:>12}  {}\n", "tensor", "dtype", "shape", "bytes",
+                           m.tp > 1 ? "placements: pieces@file" : "rows per file");
   for (const auto& t : m.tensors) {
-    std::string rows;
-    for (const auto& c : t.chunks) rows += (rows.empty() ? "" : " ") + std::to_string(c.rows.rows);
+    std::string pieces;
+    if (m.tp > 1) {  // DTensor placements, then every piece's slice of the global tensor and its file
+      for (const auto& p : t.placements) pieces += (pieces.empty() ? "" : ", ") + p;
+      pieces += ":";
+      for (const auto& c : t.chunks) {
+        size_t file = 0;
+        while (file < m.files.size() && m.files[file].name != c.file) ++file;
+        pieces += " " + box_str(c.box) + "@" + std::to_string(file);
+      }
+    } else {
+      for (const auto& c : t.chunks) pieces += (pieces.empty() ? "" : " ") + std::to_string(c.box.lengths[0]);
+    }
     std::cout << fmt::format("  {:<48} {:>5} {:>14} {:>12}  {}\n", printable(t.name, 48), t.dtype, shape_str(t.shape),
-                             tensor_bytes(t), rows);
+                             tensor_bytes(t), pieces);
   }
   std::cout << "  consistent: every file's size and header and every tensor's pieces match metadata.json\n";
   return 0;

@@ -1,0 +1,26 @@
+#include "core/checkpoint/rank_pieces.h"
+
+#include "core/scenario/training_program.h"
+
+namespace fullshard {
+
+PieceLayout RankPieces::layout_of(const Param& p) const {
+  PieceLayout l = mesh;
+  if (mesh.tp_degree > 1 && p.tp_placement == TpPlacement::kShard0) l.tp_dim = 0;
+  if (mesh.tp_degree > 1 && p.tp_placement == TpPlacement::kShard1) l.tp_dim = 1;
+  return l;
+}
+
+RankPieces rank_pieces(const Scenario& s, int rank) {
+  const MeshInfo info = mesh_info_for(s, rank);
+  const TensorParallel tp = tensor_parallel_for(s, rank);
+  RankPieces r;
+  r.shard_rank = info.shard_group.index_of(rank);
+  r.tp_index = tp.index;
+  r.mesh.tp_degree = tp.degree;
+  r.mesh.shard_world = info.shard_group.size();
+  r.mesh.replicate = s.world_size() / (r.mesh.shard_world * tp.degree);
+  return r;
+}
+
+}  // namespace fullshard
