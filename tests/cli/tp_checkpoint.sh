@@ -3,7 +3,8 @@
 # dp_shard 2 x tp 2 for 4 steps straight equals 2 steps + --resume 2 steps bit for bit;
 # `checkpoint inspect` shows the tp mesh and the placements; the export equals the global
 # tensors rebuilt in Python from the pieces' boxes in metadata.json; the checkpoint resumes on
-# FSDP 2 without tp, and the export starts a tp run (--init-from).
+# FSDP 2 without tp, and the export starts a tp run (--init-from). An async save writes the
+# same shard files and resumes the same.
 set -eu
 bin="$1"; src="$2"
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
@@ -22,6 +23,16 @@ P
 "$bin" train "$sc" --steps 2 --checkpoint-dir "$tmp/ck" --checkpoint-every 2 --metrics "$tmp/a.jsonl" > /dev/null 2>&1
 "$bin" train "$sc" --steps 4 --checkpoint-dir "$tmp/ck" --resume --metrics "$tmp/b.jsonl" > "$tmp/out" 2>&1 || { cat "$tmp/out"; exit 1; }
 "$bin" train "$fsdp" --steps 4 --resume "$tmp/ck" --metrics "$tmp/c.jsonl" > "$tmp/out" 2>&1 || { cat "$tmp/out"; exit 1; }
+# The asynchronous saver writes the same files: the same resume from an async save.
+"$bin" train "$sc" --steps 2 --checkpoint-dir "$tmp/cka" --checkpoint-every 2 --checkpoint-mode async > /dev/null 2>&1
+"$bin" train "$sc" --steps 4 --checkpoint-dir "$tmp/cka" --resume --metrics "$tmp/d.jsonl" > "$tmp/out" 2>&1 || { cat "$tmp/out"; exit 1; }
+cmp "$tmp/b.jsonl" "$tmp/d.jsonl" > /dev/null || python3 - "$tmp/b.jsonl" "$tmp/d.jsonl" <<'P'
+import json, sys
+a = [sorted((x["rank"], x["loss"]) for x in json.loads(l)["ranks"]) for l in open(sys.argv[1])]
+b = [sorted((x["rank"], x["loss"]) for x in json.loads(l)["ranks"]) for l in open(sys.argv[2])]
+assert a == b, (a, b)
+P
+for f in "$tmp"/ck/step-00000002/*.safetensors; do cmp "$f" "$tmp/cka/step-00000002/$(basename "$f")"; done
 python3 - "$tmp/straight.jsonl" "$tmp/a.jsonl" "$tmp/b.jsonl" "$tmp/c.jsonl" <<'P'
 import json, sys
 rows = [[json.loads(l) for l in open(p)] for p in sys.argv[1:]]
