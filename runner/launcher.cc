@@ -398,7 +398,9 @@ LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backend
   if (o.progress && s.training.data.given()) {  // validate_launch checked the data
     const DataOptions& d = s.training.data;
     const DataFormat f = data_format_from_name(d.format);
-    const auto tokens = open_token_source(d.path, f, "training.data");
+    const TextTokenizer tok = make_text_tokenizer(d.tokenizer, "training.data.tokenizer",
+                                                  {d.bos, d.eos, "training.data.bos", "training.data.eos"});
+    const auto tokens = open_token_source(d.path, f, "training.data", &tok);
     std::fprintf(stderr, "data: %s, %s\n", printable(tokens->describe(), 1024).c_str(),
                  d.sampling == "random" ? "random windows"
                                         : fmt::format("{} sequences of {} tokens per epoch, read in order",
@@ -406,7 +408,7 @@ LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backend
                                               .c_str());
     if (!d.val_path.empty())
       std::fprintf(stderr, "validation data: %s\n",
-                   printable(open_token_source(d.val_path, f, "training.data.val_path")->describe(), 1024).c_str());
+                   printable(open_token_source(d.val_path, f, "training.data.val_path", &tok)->describe(), 1024).c_str());
   }
   const int world = s.world_size();
   const int n = world;
