@@ -65,6 +65,7 @@ BatchSource batch_source(const Scenario& s, std::shared_ptr<const TextCorpus> co
     b.tokens = open_data(s, s.training.data.path, "training.data");
     if (!s.training.data.val_path.empty()) b.val_tokens = open_data(s, s.training.data.val_path, "training.data.val_path");
     b.random_windows = s.training.data.sampling == "random";
+    b.shuffle = s.training.data.sampling == "shuffle";
     return b;
   }
   b.corpus = corpus ? std::move(corpus) : std::make_shared<const TextCorpus>(TextCorpus::generated(s.training.seed));

@@ -403,8 +403,9 @@ LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backend
     const auto tokens = open_token_source(d.path, f, "training.data", &tok);
     std::fprintf(stderr, "data: %s, %s\n", printable(tokens->describe(), 1024).c_str(),
                  d.sampling == "random" ? "random windows"
-                                        : fmt::format("{} sequences of {} tokens per epoch, read in order",
-                                                      (tokens->size() - 1) / s.training.seq_len, s.training.seq_len)
+                                        : fmt::format("{} sequences of {} tokens per epoch, read {}",
+                                                      (tokens->size() - 1) / s.training.seq_len, s.training.seq_len,
+                                                      d.sampling == "shuffle" ? "in a shuffled order" : "in order")
                                               .c_str());
     if (!d.val_path.empty())
       std::fprintf(stderr, "validation data: %s\n",

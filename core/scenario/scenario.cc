@@ -352,7 +352,7 @@ DataOptions parse_data(const json& j, const std::string& base_dir) {
     if (j.contains("format"))
       d.format = jr::get_choice(j.at("format"), P + ".format", {"auto", "llmc", "uint16", "uint32", "text", "jsonl"});
     if (j.contains("val_path")) d.val_path = jr::get_string(j.at("val_path"), P + ".val_path", "\"data/val.bin\"");
-    if (j.contains("sampling")) d.sampling = jr::get_choice(j.at("sampling"), P + ".sampling", {"sequential", "random"});
+    if (j.contains("sampling")) d.sampling = jr::get_choice(j.at("sampling"), P + ".sampling", {"sequential", "shuffle", "random"});
     if (j.contains("tokenizer")) {
       d.tokenizer = jr::get_string(j.at("tokenizer"), P + ".tokenizer", "\"byte\", \"tokenizer.json\" or \"gpt2.tiktoken\"");
       if (d.tokenizer.empty())
