@@ -59,6 +59,13 @@ for rc, pc in zip(real["rank_classes"], sim["rank_classes"] * len(real["rank_cla
     assert busy["compute"] > 0 and busy["all_gather"] > 0 and busy["reduce_scatter"] > 0, busy
     assert rc["comm_s"] > 0 and rc["compute_s"] > 0
     assert rc["end_time_s"] >= rc["peak_time_s"] > 0
+# Timeline points at stream times (NOTE [Measured timeline times]): non-decreasing, inside the
+# run, the peak's time one of them.
+for tl, rc in zip(real["memory_timeline"], real["rank_classes"]):
+    ts = tl["time_s"]
+    assert all(a <= b for a, b in zip(ts, ts[1:])), "timeline times decrease"
+    assert 0 < ts[0] and ts[-1] <= rc["end_time_s"], (ts[0], ts[-1], rc["end_time_s"])
+    assert rc["peak_time_s"] in ts
 # The slowest rank's last step: its split sums to its time, which is the report's step time.
 ls = real["last_step"]
 assert abs(sum(ls["critical_path_s"].values()) - ls["step_time_s"]) < 1e-9, ls
