@@ -42,7 +42,8 @@ const BackendKind& BackendRegistry::choose(const std::string& requested, const S
 
 
 std::shared_ptr<const TokenSource> open_data(const Scenario& s, const std::string& path, const std::string& where) {
-  const TextTokenizer tok = make_text_tokenizer(s.training.data.tokenizer, "training.data.tokenizer");
+  DocumentTokens doc{s.training.data.bos, s.training.data.eos, "training.data.bos", "training.data.eos"};
+  const TextTokenizer tok = make_text_tokenizer(s.training.data.tokenizer, "training.data.tokenizer", doc);
   auto src = open_token_source(path, data_format_from_name(s.training.data.format), where, &tok);
   src->check_vocab(s.model.vocab_size, where);
   if (src->size() <= s.training.seq_len)
@@ -64,6 +65,7 @@ BatchSource batch_source(const Scenario& s, std::shared_ptr<const TextCorpus> co
     b.tokens = open_data(s, s.training.data.path, "training.data");
     if (!s.training.data.val_path.empty()) b.val_tokens = open_data(s, s.training.data.val_path, "training.data.val_path");
     b.random_windows = s.training.data.sampling == "random";
+    b.shuffle = s.training.data.sampling == "shuffle";
     return b;
   }
   b.corpus = corpus ? std::move(corpus) : std::make_shared<const TextCorpus>(TextCorpus::generated(s.training.seed));

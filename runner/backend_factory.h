@@ -45,6 +45,9 @@ struct BackendKind {
   BackendFactory make;
   // Devices this machine offers (GPUs; 0 when none); -1: not device-bound (CPU processes).
   std::function<int()> device_count;
+  // Optional: times the backend's matmul (CPU: OpenBLAS sgemm) for a measured report's MFU:
+  // {FLOP/s, what was timed}. Workers call it at start-up when reports are collected.
+  std::function<std::pair<double, std::string>()> measure_matmul;
 };
 
 class BackendRegistry {

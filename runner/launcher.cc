@@ -157,10 +157,11 @@ std::string describe_exit(int status) {
 }
 
 // The rank's measured report (rank<N>.json), in the report format's objects.
-void write_rank_report(const std::string& dir, const RankResult& r) {
+void write_rank_report(const std::string& dir, const RankResult& r, const std::pair<double, std::string>& matmul) {
   nlohmann::json j{{"class", rank_class_json(r.report)},
                    {"timeline", rank_timeline_json(r.report, r.rank)},
                    {"last_step", step_breakdown_json(r.last_step, r.rank)}};
+  if (matmul.first > 0) j["matmul_probe"] = {{"flops_per_s", matmul.first}, {"source", matmul.second}};
   std::filesystem::create_directories(dir);
   const std::string path = dir + "/rank" + std::to_string(r.rank) + ".json";
   std::ofstream f(path);
@@ -268,6 +269,8 @@ int worker_main(const LaunchOptions& o, const BackendRegistry& backends) {
     }
     if (world > 1) req.env.store = worker_store(rank, std::chrono::seconds(o.timeout_s));
     req.record_timeline = ro.timeline_points > 0;
+    std::pair<double, std::string> matmul;  // the measured report's matmul rate, timed before any step
+    if (!report_dir.empty() && backend_kind.measure_matmul) matmul = backend_kind.measure_matmul();
     std::unique_ptr<Backend> backend = backend_kind.make(req);
     RankResult r = run_rank(*backend, s, ro, [&](const StepMetrics& m) {
       write_line(fd, {{"type", "step"}, {"rank", rank}, {"step", m.step}, {"loss", loss_json(m.loss)}, {"seconds", m.seconds},
@@ -290,7 +293,7 @@ int worker_main(const LaunchOptions& o, const BackendRegistry& backends) {
     }
     backend.reset();
     req.env.store.reset();
-    if (!report_dir.empty()) write_rank_report(report_dir, r);
+    if (!report_dir.empty()) write_rank_report(report_dir, r, matmul);
     write_line(fd, {{"type", "final"}, {"rank", rank}, {"peak_allocated_bytes", r.report.peak_allocated_bytes},
                     {"peak_reserved_bytes", r.report.peak_reserved_bytes}, {"checkpoint", checkpoint_stats_json(r.checkpoint)}});
     return 0;
@@ -394,15 +397,18 @@ LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backend
   if (o.progress && s.training.data.given()) {  // validate_launch checked the data
     const DataOptions& d = s.training.data;
     const DataFormat f = data_format_from_name(d.format);
-    const auto tokens = open_token_source(d.path, f, "training.data");
+    const TextTokenizer tok = make_text_tokenizer(d.tokenizer, "training.data.tokenizer",
+                                                  {d.bos, d.eos, "training.data.bos", "training.data.eos"});
+    const auto tokens = open_token_source(d.path, f, "training.data", &tok);
     std::fprintf(stderr, "data: %s, %s\n", printable(tokens->describe(), 1024).c_str(),
                  d.sampling == "random" ? "random windows"
-                                        : fmt::format("{} sequences of {} tokens per epoch, read in order",
-                                                      (tokens->size() - 1) / s.training.seq_len, s.training.seq_len)
+                                        : fmt::format("{} sequences of {} tokens per epoch, read {}",
+                                                      (tokens->size() - 1) / s.training.seq_len, s.training.seq_len,
+                                                      d.sampling == "shuffle" ? "in a shuffled order" : "in order")
                                               .c_str());
     if (!d.val_path.empty())
       std::fprintf(stderr, "validation data: %s\n",
-                   printable(open_token_source(d.val_path, f, "training.data.val_path")->describe(), 1024).c_str());
+                   printable(open_token_source(d.val_path, f, "training.data.val_path", &tok)->describe(), 1024).c_str());
   }
   const int world = s.world_size();
   const int n = world;

@@ -11,6 +11,7 @@
 #include "core/common/error.h"
 #include "core/common/intervals.h"
 #include "core/memory/timeline_downsample.h"
+#include "core/report/timeline_times.h"
 #include "core/scenario/training_program.h"
 #include "core/tensor/float_convert.h"
 #include "runner/checkpoint.h"
@@ -45,7 +46,9 @@ std::vector<float> read_f32(Backend& b, const TensorRef& ref) {
 
 // NOTE [Measured timeline]: every allocation and free the host program makes is one event of
 // the MemoryTracker's timeline (its allocated / reserved bytes after it); the observer adds
-// when it happened on the backend's clock and what it was, in the same order.
+// when it happened on the backend's clock and what it was, in the same order. Its times become
+// stream times at the end of the run where the backend reports work starts (NOTE [Measured
+// timeline times] in core/report/timeline_times.h).
 class TimelineObserver {
  public:
   explicit TimelineObserver(Backend& b) : b_(b) {
@@ -61,6 +64,7 @@ class TimelineObserver {
         live_.erase(it);
       }
       times.push_back(b_.clock_s());
+      seqs.push_back(b_.host_seq());
       whats.push_back(id);
     });
   }
@@ -68,7 +72,8 @@ class TimelineObserver {
   TimelineObserver(const TimelineObserver&) = delete;
   TimelineObserver& operator=(const TimelineObserver&) = delete;
 
-  std::vector<double> times;
+  std::vector<double> times;  // host clock; replaced by stream times (NOTE [Measured timeline times])
+  std::vector<uint64_t> seqs;
   std::vector<int32_t> whats;
   std::vector<std::string> names;
 
@@ -170,6 +175,9 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
     }
     b.synchronize_device();
     events_in_steps = b.memory().timeline().size();  // teardown frees are not part of the run
+    if (observer)
+      if (auto starts = b.take_work_starts(); !starts.empty())
+        observer->times = timeline_stream_times(observer->seqs, observer->times, std::move(starts));
     rep.instructions = b.host_seq();                  // nor are their host-program ticks
     rep.end_time_s = b.clock_s();                     // every stream's work is done here
     if (o.collect_params) {

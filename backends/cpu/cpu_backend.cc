@@ -58,13 +58,19 @@ double CpuBackend::clock_s() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - created_).count();
 }
 
-void CpuBackend::run_timed(StreamRole r, const std::function<void()>& fn) {
+void CpuBackend::run_timed(StreamRole r, uint64_t seq, const std::function<void()>& fn) {
   auto t0 = std::chrono::steady_clock::now();
   fn();
   auto t1 = std::chrono::steady_clock::now();
+  const double start = std::chrono::duration<double>(t0 - created_).count();
   std::lock_guard<std::mutex> lock(intervals_mu_);
-  intervals_[static_cast<size_t>(r)].emplace_back(std::chrono::duration<double>(t0 - created_).count(),
-                                                  std::chrono::duration<double>(t1 - created_).count());
+  intervals_[static_cast<size_t>(r)].emplace_back(start, std::chrono::duration<double>(t1 - created_).count());
+  if (options_.record_timeline) work_starts_.emplace_back(seq, start);
+}
+
+std::vector<std::pair<uint64_t, double>> CpuBackend::take_work_starts() {
+  std::lock_guard<std::mutex> lock(intervals_mu_);
+  return std::exchange(work_starts_, {});
 }
 
 std::optional<StreamIntervals> CpuBackend::take_busy_intervals() {
@@ -122,8 +128,8 @@ void CpuBackend::do_launch(StreamRole r, const OpCall& op) {
   out.reserve(op.outputs.size());
   for (const auto& t : op.inputs) in.push_back(resolve(t));
   for (const auto& t : op.outputs) out.push_back(resolve(t));
-  stream(r).enqueue([this, r, op, in = std::move(in), out = std::move(out)] {
-    run_timed(r, [&] {
+  stream(r).enqueue([this, r, op, seq = host_seq(), in = std::move(in), out = std::move(out)] {
+    run_timed(r, seq, [&] {
       switch (op.kind) {
         case OpKind::kLoadBatch:
           options_.batches.fill(op, rank(), world_size(), static_cast<int64_t*>(out.at(0)),
@@ -157,9 +163,9 @@ void CpuBackend::do_collective(StreamRole r, const CollectiveCall& call, const P
   FULLSHARD_CHECK(group.index_of(rank()) >= 0, "collective " + call.name + " on a group without this rank");
   void* in = resolve(call.input);
   void* out = resolve(call.output);
-  stream(r).enqueue([this, r, call, group, in, out] {
+  stream(r).enqueue([this, r, call, group, in, out, seq = host_seq()] {
     auto& pg = process_group(group, r);
-    run_timed(r, [&] {
+    run_timed(r, seq, [&] {
       const DType dt = call.output.meta.dtype;
       switch (call.kind) {
         case CollectiveKind::kAllGather:

@@ -54,6 +54,7 @@ class CpuBackend : public Backend {
   void copy_from_host(const TensorRef& ref, const void* src) override;
   // The [begin, end) of every task each stream ran since the last call, by role; clears them.
   std::optional<StreamIntervals> take_busy_intervals() override;
+  std::vector<std::pair<uint64_t, double>> take_work_starts() override;
   double clock_s() const override;
 
  protected:
@@ -74,6 +75,7 @@ class CpuBackend : public Backend {
   std::chrono::steady_clock::time_point created_ = std::chrono::steady_clock::now();
   std::mutex intervals_mu_;
   std::array<std::vector<std::pair<double, double>>, kNumStreams> intervals_;
+  std::vector<std::pair<uint64_t, double>> work_starts_;  // {host_seq, start}: take_work_starts()
   std::unordered_map<uint64_t, uint8_t*> addresses_;  // live buffer id -> first byte
   std::unordered_map<EventId, std::shared_ptr<CpuEvent>> events_;
   EventId next_event_ = 0;
@@ -94,7 +96,9 @@ class CpuBackend : public Backend {
   StreamWorker& stream(StreamRole r) { return *streams_[static_cast<size_t>(r)]; }
   uint8_t* resolve(const TensorRef& ref) const;
   void check_failed() const;
-  void run_timed(StreamRole r, const std::function<void()>& fn);
+  // Runs `fn` on stream `r`'s thread, recording its busy interval and (with record_timeline)
+  // its start for the work issued at host_seq `seq`.
+  void run_timed(StreamRole r, uint64_t seq, const std::function<void()>& fn);
   void release_host_buffers(bool all);
   gloo_backend::GlooProcessGroup& process_group(const ProcessGroup& g, StreamRole r);
 };

@@ -1,8 +1,6 @@
 #include "core/data/bpe_tokenizer.h"
 
-#include <unicode/uchar.h>
-#include <unicode/utf8.h>
-
+#include <algorithm>
 #include <limits>
 #include <sstream>
 
@@ -13,50 +11,6 @@
 
 namespace fullshard {
 namespace {
-
-enum class CharClass : uint8_t { kLetter, kNumber, kSpace, kOther };
-
-CharClass class_of(UChar32 c) {
-  if (u_isUWhiteSpace(c)) return CharClass::kSpace;
-  switch (u_charType(c)) {
-    case U_UPPERCASE_LETTER:
-    case U_LOWERCASE_LETTER:
-    case U_TITLECASE_LETTER:
-    case U_MODIFIER_LETTER:
-    case U_OTHER_LETTER: return CharClass::kLetter;
-    case U_DECIMAL_DIGIT_NUMBER:
-    case U_LETTER_NUMBER:
-    case U_OTHER_NUMBER: return CharClass::kNumber;
-    default: return CharClass::kOther;
-  }
-}
-
-struct Char {
-  size_t begin = 0, end = 0;  // byte range in the text
-  UChar32 cp = 0;
-  CharClass cls = CharClass::kOther;
-};
-
-std::vector<Char> decode_utf8(std::string_view text, const std::string& where) {
-  std::vector<Char> out;
-  out.reserve(text.size());
-  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
-  const auto n = static_cast<int32_t>(std::min<size_t>(text.size(), std::numeric_limits<int32_t>::max()));
-  if (text.size() > static_cast<size_t>(n))
-    throw InputError(where, "text of " + std::to_string(text.size()) + " bytes is too long for one piece", "split the text");
-  int32_t i = 0;
-  while (i < n) {
-    Char c;
-    c.begin = static_cast<size_t>(i);
-    U8_NEXT(s, i, n, c.cp);
-    if (c.cp < 0)
-      throw InputError(where, fmt::format("is not UTF-8 at byte {}", c.begin), "give UTF-8 text (or use --tokenizer byte)");
-    c.end = static_cast<size_t>(i);
-    c.cls = class_of(c.cp);
-    out.push_back(c);
-  }
-  return out;
-}
 
 int base64_value(char ch) {
   if (ch >= 'A' && ch <= 'Z') return ch - 'A';
@@ -91,61 +45,28 @@ bool base64_decode(std::string_view in, std::string& out) {
   return true;
 }
 
+// Llama 3's tokenizer.model holds 128,000 ranks; Meta's tokenizer.py adds 256 special tokens
+// after them. These are the ones Llama 3 and 3.1 name alike (the reserved ones differ).
+constexpr uint32_t kLlama3Ranks = 128000;
+constexpr int64_t kLlama3VocabSize = 128256;
+
 }  // namespace
 
-std::vector<std::string_view> split_gpt2(std::string_view text, const std::string& where) {
-  const std::vector<Char> c = decode_utf8(text, where);
-  std::vector<std::string_view> pieces;
-  const size_t n = c.size();
-  auto run = [&](size_t from, CharClass cls) {  // end of the run of `cls` starting at `from`
-    size_t j = from;
-    while (j < n && c[j].cls == cls) ++j;
-    return j;
-  };
-  size_t i = 0;
-  while (i < n) {
-    size_t end = i;  // one past the last character of the piece
-    const bool space_first = c[i].cp == ' ' && i + 1 < n;
-    // '(?:[sdmt]|ll|ve|re)
-    if (c[i].cp == '\'' && i + 1 < n) {
-      const UChar32 a = c[i + 1].cp, b = i + 2 < n ? c[i + 2].cp : 0;
-      if (a == 's' || a == 'd' || a == 'm' || a == 't')
-        end = i + 2;
-      else if ((a == 'l' && b == 'l') || (a == 'v' && b == 'e') || (a == 'r' && b == 'e'))
-        end = i + 3;
-    }
-    // ' ?\p{L}++', ' ?\p{N}++', ' ?[^\s\p{L}\p{N}]++'
-    for (CharClass cls : {CharClass::kLetter, CharClass::kNumber, CharClass::kOther}) {
-      if (end != i) break;
-      if (c[i].cls == cls)
-        end = run(i, cls);
-      else if (space_first && c[i + 1].cls == cls)
-        end = run(i + 1, cls);
-    }
-    if (end == i && c[i].cls == CharClass::kSpace) {
-      const size_t j = run(i, CharClass::kSpace);
-      if (j == n)
-        end = n;  // \s++$
-      else if (j - i >= 2)
-        end = j - 1;  // \s+(?!\S): leave the last space to the next piece
-      else
-        end = i + 1;  // \s
-    }
-    if (end == i) end = i + 1;  // unreachable: every character is in one class
-    pieces.push_back(text.substr(c[i].begin, c[end - 1].end - c[i].begin));
-    i = end;
-  }
-  return pieces;
-}
-
-BpeTokenizer::BpeTokenizer(std::unordered_map<std::string, uint32_t> ranks) : ranks_(std::move(ranks)) {
+BpeTokenizer::BpeTokenizer(BpeModel model) : m_(std::move(model)) {
   for (int b = 0; b < 256; ++b)
-    FULLSHARD_CHECK(ranks_.count(std::string(1, static_cast<char>(b))), "BPE ranks without byte " + std::to_string(b));
+    FULLSHARD_CHECK(m_.vocab.count(std::string(1, static_cast<char>(b))), "BPE vocabulary without byte " + std::to_string(b));
+  int64_t n = m_.min_vocab_size;
+  for (const auto& [bytes, id] : m_.vocab) n = std::max<int64_t>(n, int64_t{id} + 1);
+  for (const auto& [name, id] : m_.special_tokens) n = std::max<int64_t>(n, int64_t{id} + 1);
+  vocab_size_ = n;
+  FULLSHARD_CHECK(m_.document_start.empty() || special(m_.document_start), "document start is not a special token");
 }
 
-BpeTokenizer BpeTokenizer::from_tiktoken_file(const std::string& path, const std::string& where) {
-  const std::string text = read_input_file(path, "a tiktoken ranks file (gpt2.tiktoken)");
-  std::unordered_map<std::string, uint32_t> ranks;
+BpeTokenizer BpeTokenizer::from_tiktoken_file(const std::string& path, const std::string& where,
+                                              std::optional<PreTokenizer> pre) {
+  const std::string text = read_input_file(path, "a tiktoken ranks file (gpt2.tiktoken, Llama 3's tokenizer.model)");
+  BpeModel m;
+  auto& ranks = m.vocab;
   std::vector<bool> seen;
   std::istringstream in(text);
   std::string line, bytes;
@@ -174,36 +95,64 @@ BpeTokenizer BpeTokenizer::from_tiktoken_file(const std::string& path, const std
   for (int b = 0; b < 256; ++b)
     if (!ranks.count(std::string(1, static_cast<char>(b))))
       throw InputError(where, fmt::format("'{}' has no token for byte {}", path, b), "every byte needs a rank (" + fix + ")");
-  return BpeTokenizer(std::move(ranks));
+  const auto n = static_cast<uint32_t>(ranks.size());
+  m.pre_tokenizer = pre.value_or(n == kLlama3Ranks ? PreTokenizer::kLlama3 : PreTokenizer::kGpt2);
+  if (m.pre_tokenizer == PreTokenizer::kLlama3) {
+    m.special_tokens = {{"<|begin_of_text|>", n},      {"<|end_of_text|>", n + 1}, {"<|start_header_id|>", n + 6},
+                        {"<|end_header_id|>", n + 7}, {"<|eot_id|>", n + 9}};
+    m.document_start = "<|begin_of_text|>";  // llm.c's fineweb.py for Llama 3
+    m.min_vocab_size = int64_t{n} + (kLlama3VocabSize - kLlama3Ranks);
+  } else {
+    m.special_tokens = {{"<|endoftext|>", n}};  // GPT-2: 50256
+    m.document_start = "<|endoftext|>";         // llm.c's fineweb.py for GPT-2
+  }
+  return BpeTokenizer(std::move(m));
+}
+
+std::optional<uint32_t> BpeTokenizer::special(const std::string& name) const {
+  for (const auto& [s, id] : m_.special_tokens)
+    if (s == name) return id;
+  return std::nullopt;
+}
+
+std::optional<uint32_t> BpeTokenizer::merge_rank(const std::string& a, const std::string& b) const {
+  if (m_.merges.empty()) {
+    auto it = m_.vocab.find(a + b);
+    if (it == m_.vocab.end()) return std::nullopt;
+    return it->second;
+  }
+  const uint64_t key = (uint64_t{m_.vocab.at(a)} << 32) | m_.vocab.at(b);
+  auto it = m_.merges.find(key);
+  if (it == m_.merges.end()) return std::nullopt;
+  return it->second;
 }
 
 void BpeTokenizer::encode_piece(std::string_view piece, std::vector<uint32_t>& out) const {
-  if (auto it = ranks_.find(std::string(piece)); it != ranks_.end()) {
-    out.push_back(it->second);
-    return;
-  }
-  // tiktoken's byte-pair merge: parts start as single bytes; merge the adjacent pair whose
-  // concatenation has the lowest rank (the leftmost on a tie) until no pair is a token.
+  if (m_.ignore_merges)
+    if (auto it = m_.vocab.find(std::string(piece)); it != m_.vocab.end()) {
+      out.push_back(it->second);
+      return;
+    }
+  // Parts start as single bytes; merge the adjacent pair of lowest rank (the leftmost on a tie)
+  // until no pair merges (NOTE [Two merge rules]).
   std::vector<std::string> parts;
   for (char ch : piece) parts.emplace_back(1, ch);
   constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
   while (parts.size() > 1) {
     uint32_t best = kNone;
     size_t at = 0;
-    for (size_t k = 0; k + 1 < parts.size(); ++k) {
-      auto it = ranks_.find(parts[k] + parts[k + 1]);
-      if (it != ranks_.end() && it->second < best) best = it->second, at = k;
-    }
+    for (size_t k = 0; k + 1 < parts.size(); ++k)
+      if (auto r = merge_rank(parts[k], parts[k + 1]); r && *r < best) best = *r, at = k;
     if (best == kNone) break;
     parts[at] += parts[at + 1];
     parts.erase(parts.begin() + static_cast<std::ptrdiff_t>(at) + 1);
   }
-  for (const auto& p : parts) out.push_back(ranks_.at(p));
+  for (const auto& p : parts) out.push_back(m_.vocab.at(p));
 }
 
 std::vector<uint32_t> BpeTokenizer::encode(std::string_view text, const std::string& where) const {
   std::vector<uint32_t> out;
-  for (std::string_view piece : split_gpt2(text, where)) encode_piece(piece, out);
+  for (std::string_view piece : pre_tokenize(m_.pre_tokenizer, text, where)) encode_piece(piece, out);
   return out;
 }
 

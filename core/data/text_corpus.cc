@@ -6,6 +6,7 @@
 
 #include "core/common/error.h"
 #include "core/common/splitmix.h"
+#include "core/data/window_order.h"
 
 namespace fullshard {
 namespace {
@@ -90,6 +91,9 @@ int64_t BatchSource::first_sample(int64_t micro, int rank, int world_size, int64
 // within the step. So every mesh reads the same global batch, the position is a pure function
 // of the step, and a checkpoint stores k (DataPosition::samples) so that a resume with another
 // global batch still continues where the run stopped (sample_base absorbs the difference).
+// "shuffle" reads the same windows, each epoch in its own seeded order (NOTE [Shuffled epochs]):
+// sample k reads window shuffled_window(seed, epoch, k % windows_per_epoch); the position is
+// the same count k, so resumes and meshes behave as for sequential reading.
 // "random" sampling is nanoGPT's get_batch: a window starting anywhere, drawn from
 // (seed, step, global sample index) as the generated corpus does; it has no epochs.
 int64_t BatchSource::windows_per_epoch(int64_t seq_len) const {
@@ -160,7 +164,9 @@ void BatchSource::fill(const OpCall& op, int rank, int world_size, int64_t* out_
       start = static_cast<int64_t>(h % static_cast<uint64_t>(n - seq));
     } else {
       const int64_t k = sample_base + step * per_step + g;
-      start = (k % windows_per_epoch(seq)) * seq;
+      const int64_t windows = windows_per_epoch(seq);
+      const int64_t w = shuffle ? shuffled_window(seed, k / windows, k % windows, windows) : k % windows;
+      start = w * seq;
     }
     tokens->read(start, seq + 1, window.data());
     for (int64_t t = 0; t < seq; ++t) {

@@ -12,6 +12,7 @@
 #include "core/common/input_file.h"
 #include "core/data/bpe_tokenizer.h"
 #include "core/data/byte_tokenizer.h"
+#include "core/data/hf_tokenizer.h"
 
 namespace fullshard {
 namespace {
@@ -93,8 +94,8 @@ DataFormat by_extension(const std::string& path) {
   return DataFormat::kLlmc;
 }
 
-// The tokens of a JSONL file: every line's "text" field; the byte tokenizer joins documents with a
-// newline, a BPE tokenizer puts <|endoftext|> before each (llm.c's fineweb.py).
+// The tokens of a JSONL file: every line's "text" field, between the tokenizer's document
+// tokens (bos, eos); with neither (the byte tokenizer), documents are joined by a newline.
 std::vector<uint32_t> jsonl_tokens(const std::string& path, const std::string& content, const std::string& where,
                                    const TextTokenizer& tok) {
   std::vector<uint32_t> out;
@@ -111,10 +112,13 @@ std::vector<uint32_t> jsonl_tokens(const std::string& path, const std::string& c
     if (j.is_discarded() || !j.is_object() || !j.contains("text") || !j["text"].is_string())
       throw InputError(where, fmt::format("'{}' line {} is not a JSON object with a string \"text\"", path, line_no),
                        "write one {\"text\": \"...\"} object per line");
-    if (tok.eot) out.push_back(*tok.eot);
-    else if (docs > 0) out.push_back('\n');
-    const std::vector<uint32_t> t = tok.encode(j["text"].get<std::string>(), fmt::format("'{}' line {}", path, line_no));
+    const std::string at = fmt::format("'{}' line {}", path, line_no);
+    if (tok.bos) out.push_back(*tok.bos);
+    if (!tok.bos && !tok.eos && docs > 0)
+      for (uint32_t x : tok.encode("\n", at)) out.push_back(x);
+    const std::vector<uint32_t> t = tok.encode(j["text"].get<std::string>(), at);
     out.insert(out.end(), t.begin(), t.end());
+    if (tok.eos) out.push_back(*tok.eos);
     ++docs;
   }
   return out;
@@ -169,18 +173,35 @@ std::shared_ptr<const TokenSource> tokens_in_memory(std::vector<uint32_t> tokens
   return std::make_shared<InMemoryTokens>(std::move(tokens), std::move(name));
 }
 
-TextTokenizer make_text_tokenizer(const std::string& spec, const std::string& where) {
+TextTokenizer make_text_tokenizer(const std::string& spec, const std::string& where, const DocumentTokens& doc) {
   TextTokenizer t;
   t.name = spec;
   if (spec == "byte") {
+    for (const auto* o : {&doc.bos, &doc.eos})
+      if (o->has_value() && !o->value().empty())
+        throw InputError(o == &doc.bos ? doc.where_bos : doc.where_eos, "is '" + o->value() + "'",
+                         "the byte tokenizer has no special tokens: give a BPE tokenizer or leave it out");
     t.vocab_size = kByteVocabSize;
     t.encode = [](std::string_view text, const std::string&) { return byte_tokenize(text); };
     return t;
   }
-  auto bpe = std::make_shared<const BpeTokenizer>(BpeTokenizer::from_tiktoken_file(spec, where));
+  auto bpe = std::make_shared<const BpeTokenizer>(spec.ends_with(".json") ? bpe_from_tokenizer_json(spec, where)
+                                                                          : BpeTokenizer::from_tiktoken_file(spec, where));
+  t.kind = fmt::format("BPE tokenizer ({} pre-tokenizer)", pre_tokenizer_name(bpe->pre_tokenizer()));
   t.vocab_size = bpe->vocab_size();
-  t.eot = bpe->eot();
   t.encode = [bpe](std::string_view text, const std::string& w) { return bpe->encode(text, w); };
+  auto lookup = [&](const std::optional<std::string>& name, const std::string& fallback, const std::string& w) {
+    const std::string n = name.value_or(fallback);
+    if (n.empty()) return std::optional<uint32_t>();
+    if (auto id = bpe->special(n)) return id;
+    std::string known;
+    for (const auto& [s, id] : bpe->special_tokens()) known += (known.empty() ? "" : ", ") + s;
+    if (known.size() > 200) known = known.substr(0, 197) + "...";
+    throw InputError(w, "is '" + n + "', not a special token of '" + spec + "'",
+                     known.empty() ? "this tokenizer has none: give \"\"" : "give one of " + known + " or \"\" for none");
+  };
+  t.bos = lookup(doc.bos, bpe->document_start(), doc.where_bos);
+  t.eos = lookup(doc.eos, "", doc.where_eos);
   return t;
 }
 

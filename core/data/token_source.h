@@ -40,16 +40,26 @@ const char* data_format_name(DataFormat f);
 // The format a name (data_format_name) spells; kAuto for any other.
 DataFormat data_format_from_name(const std::string& name);
 
-// How text becomes tokens: the byte-level tokenizer, or GPT-2's BPE from a tiktoken file
-// (core/data/bpe_tokenizer.h).
+// Special tokens around every JSONL document, by name: unset = the tokenizer's default
+// (<|endoftext|> before each for GPT-2, <|begin_of_text|> for Llama 3, as llm.c's fineweb.py
+// writes them), "" = none. `where_bos` / `where_eos` name the options in errors.
+struct DocumentTokens {
+  std::optional<std::string> bos, eos;
+  std::string where_bos = "--bos", where_eos = "--eos";
+};
+
+// How text becomes tokens: the byte-level tokenizer, or a byte-level BPE from a tiktoken file
+// or a Hugging Face tokenizer.json (core/data/bpe_tokenizer.h, core/data/hf_tokenizer.h).
 struct TextTokenizer {
-  std::string name;        // "byte", or the tiktoken file
+  std::string name;        // "byte", or the tokenizer file
+  std::string kind = "byte tokenizer";  // for messages: or "BPE tokenizer (GPT-2 pre-tokenizer)", ...
   int64_t vocab_size = 256;
   std::function<std::vector<uint32_t>(std::string_view text, const std::string& where)> encode;
-  std::optional<uint32_t> eot;  // BPE: <|endoftext|>, put before every JSONL document (llm.c)
+  std::optional<uint32_t> bos, eos;  // before / after every JSONL document; neither: documents joined by "\n"
 };
-// `spec`: "byte" or the path of a tiktoken ranks file (gpt2.tiktoken). Throws InputError (where).
-TextTokenizer make_text_tokenizer(const std::string& spec, const std::string& where);
+// `spec`: "byte", a tokenizer.json (ends in .json) or a tiktoken ranks file (gpt2.tiktoken,
+// Llama 3's tokenizer.model). Throws InputError (where; doc.where_* for an unknown token name).
+TextTokenizer make_text_tokenizer(const std::string& spec, const std::string& where, const DocumentTokens& doc = {});
 
 // The files a data path names, sorted: a file; a folder (its regular files not starting with
 // '.'); or a glob pattern (*, ?, [...]). Throws InputError (where) when it names nothing.

@@ -105,6 +105,10 @@ class Backend {
   virtual std::optional<StreamIntervals> take_busy_intervals() { return std::nullopt; }
   // Seconds since the backend was created, on the clock take_busy_intervals() uses.
   virtual double clock_s() const { return 0.0; }
+  // Optional (measured timelines, NOTE [Measured timeline times]): for each kernel and
+  // collective started since the last call, {host_seq() when the host issued it, clock_s() when
+  // its stream started it}; empty when the backend does not record them.
+  virtual std::vector<std::pair<uint64_t, double>> take_work_starts() { return {}; }
   // FLOPs (as OpCall declares them) of the kernels launched since the last call; clears them.
   double take_launched_flops() { return std::exchange(launched_flops_, 0.0); }
   // Collectives issued since the last call, by CollectiveKind; clears them.

@@ -66,7 +66,7 @@ const std::map<std::string, std::vector<std::string>> kFields = {
      {"batch_per_rank", "rank_batch", "seq_len", "steps", "grad_accum_steps", "activation_checkpointing",
       "optimizer", "seed", "data", "checkpoint"}},
     {"training.checkpoint", {"every", "mode", "storage_write_bandwidth"}},
-    {"training.data", {"path", "format", "val_path", "sampling", "tokenizer"}},
+    {"training.data", {"path", "format", "val_path", "sampling", "tokenizer", "bos", "eos"}},
     {"training.rank_batch", {"rank", "batch"}},
     {"training.optimizer", {"lr", "beta1", "beta2", "eps", "weight_decay", "max_grad_norm", "implementation"}},
     {"training.activation_checkpointing", {"mode", "every"}},
@@ -353,12 +353,15 @@ DataOptions parse_data(const json& j, const std::string& base_dir) {
     if (j.contains("format"))
       d.format = jr::get_choice(j.at("format"), P + ".format", {"auto", "llmc", "uint16", "uint32", "text", "jsonl"});
     if (j.contains("val_path")) d.val_path = jr::get_string(j.at("val_path"), P + ".val_path", "\"data/val.bin\"");
-    if (j.contains("sampling")) d.sampling = jr::get_choice(j.at("sampling"), P + ".sampling", {"sequential", "random"});
+    if (j.contains("sampling")) d.sampling = jr::get_choice(j.at("sampling"), P + ".sampling", {"sequential", "shuffle", "random"});
     if (j.contains("tokenizer")) {
-      d.tokenizer = jr::get_string(j.at("tokenizer"), P + ".tokenizer", "\"byte\" or \"gpt2.tiktoken\"");
-      if (d.tokenizer.empty()) throw InputError(P + ".tokenizer", "is empty", "give \"byte\" or a tiktoken ranks file");
+      d.tokenizer = jr::get_string(j.at("tokenizer"), P + ".tokenizer", "\"byte\", \"tokenizer.json\" or \"gpt2.tiktoken\"");
+      if (d.tokenizer.empty())
+        throw InputError(P + ".tokenizer", "is empty", "give \"byte\", a tokenizer.json or a tiktoken ranks file");
       if (d.tokenizer != "byte") d.tokenizer = resolve(base_dir, d.tokenizer);
     }
+    if (j.contains("bos")) d.bos = jr::get_string(j.at("bos"), P + ".bos", "\"<|begin_of_text|>\", or \"\" for none");
+    if (j.contains("eos")) d.eos = jr::get_string(j.at("eos"), P + ".eos", "\"<|end_of_text|>\", or \"\" for none");
   }
   if (d.path.empty()) throw InputError(j.is_string() ? P : P + ".path", "is empty", "give a token file, a folder or a glob");
   d.path = resolve(base_dir, d.path);

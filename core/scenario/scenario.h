@@ -47,8 +47,9 @@ struct DataOptions {
   std::string path;               // a token file, a folder of shards, a glob, or text / JSONL
   std::string format = "auto";    // auto | llmc | uint16 | uint32 | text | jsonl
   std::string val_path;           // validation data, same format ("" = none)
-  std::string sampling = "sequential";  // sequential (llm.c, epochs) | random (nanoGPT)
-  std::string tokenizer = "byte";  // text / JSONL: "byte" or a tiktoken ranks file (GPT-2 BPE)
+  std::string sampling = "sequential";  // sequential (llm.c, epochs) | shuffle (epochs, seeded order) | random (nanoGPT)
+  std::string tokenizer = "byte";  // text / JSONL: "byte", a tokenizer.json or a tiktoken ranks file
+  std::optional<std::string> bos, eos;  // JSONL: special tokens around each document (unset: the tokenizer's)
   bool given() const { return !path.empty(); }
 };
 

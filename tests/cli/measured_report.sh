@@ -21,7 +21,7 @@ grep -q "median step after the first:" "$tmp/out" || { cat "$tmp/out"; fail "no 
 "$bin" simulate "$tmp/s.json" --json "$tmp/sim.json" > /dev/null 2>&1 || fail "simulate"
 "$bin" --version > "$tmp/version" || fail "--version"
 grep -Eq "^fullshard [0-9.]+ \(.*(portable code|host-tuned -march=native code)" "$tmp/version" || { cat "$tmp/version"; fail "--version"; }
-python3 - "$tmp/s.json" "$tmp/real.json" "$tmp/sim.json" "$tmp/version" <<'P' || fail "measured report"
+python3 - "$tmp/s.json" "$tmp/real.json" "$tmp/sim.json" "$tmp/version" "$tmp/out" <<'P' || fail "measured report"
 import json, sys
 s, real, sim = (json.load(open(p)) for p in sys.argv[1:4])
 assert real["build"] == open(sys.argv[4]).read().strip(), real["build"]
@@ -40,6 +40,16 @@ peak = real["mfu_peak_flops_per_s"]
 assert "peak_flops_fp32" in real["mfu_peak"] and peak > 0, real["mfu_peak"]
 assert abs(real["mfu"] - want * real["tokens_per_s_per_gpu"] / peak) < 1e-12
 assert real["hardware_flops_per_s_per_gpu"] > 0
+# The sgemm probe each worker ran at start-up: the mean of the ranks', and MFU against it.
+g = real["sgemm_gflops_per_rank"]
+assert len(g) == len(real["rank_classes"]) and all(0.1 < x < 1e5 for x in g), g
+assert abs(real["sgemm_gflops"] - sum(g) / len(g)) < 1e-9 * real["sgemm_gflops"]
+assert real["sgemm_source"].startswith("OpenBLAS sgemm 512x512x512, 1 thread,"), real["sgemm_source"]
+assert abs(real["mfu_of_sgemm"] - want * real["tokens_per_s_per_gpu"] / (real["sgemm_gflops"] * 1e9)) < 1e-12
+# The kernels' FLOP rate over a whole step stays below what a pure sgemm loop does.
+assert real["hardware_flops_per_s_per_gpu"] < 2 * real["sgemm_gflops"] * 1e9
+line = [l for l in open(sys.argv[5]) if l.startswith("  last step: MFU")][0]
+assert "%.1f%% of measured sgemm (%.1f GFLOP/s per rank" % (100 * real["mfu_of_sgemm"], real["sgemm_gflops"]) in line, line
 # The same host program as the simulator's: instructions, collectives, memory after each step.
 for rc, pc in zip(real["rank_classes"], sim["rank_classes"] * len(real["rank_classes"])):
     assert rc["instructions"] == pc["instructions"], (rc["instructions"], pc["instructions"])
@@ -49,6 +59,13 @@ for rc, pc in zip(real["rank_classes"], sim["rank_classes"] * len(real["rank_cla
     assert busy["compute"] > 0 and busy["all_gather"] > 0 and busy["reduce_scatter"] > 0, busy
     assert rc["comm_s"] > 0 and rc["compute_s"] > 0
     assert rc["end_time_s"] >= rc["peak_time_s"] > 0
+# Timeline points at stream times (NOTE [Measured timeline times]): non-decreasing, inside the
+# run, the peak's time one of them.
+for tl, rc in zip(real["memory_timeline"], real["rank_classes"]):
+    ts = tl["time_s"]
+    assert all(a <= b for a, b in zip(ts, ts[1:])), "timeline times decrease"
+    assert 0 < ts[0] and ts[-1] <= rc["end_time_s"], (ts[0], ts[-1], rc["end_time_s"])
+    assert rc["peak_time_s"] in ts
 # The slowest rank's last step: its split sums to its time, which is the report's step time.
 ls = real["last_step"]
 assert abs(sum(ls["critical_path_s"].values()) - ls["step_time_s"]) < 1e-9, ls

@@ -38,7 +38,7 @@ TEST(Gpt2PreTokenizer, SplitsAsTiktokensPattern) {
 
 TEST(BpeTokenizer, EncodesAsTiktoken) {
   const BpeTokenizer t = BpeTokenizer::from_tiktoken_file(kDir + "gpt2-first2048.tiktoken", "--tokenizer");
-  EXPECT_EQ(t.eot(), 2048u);
+  EXPECT_EQ(t.special("<|endoftext|>"), 2048u);
   EXPECT_EQ(t.vocab_size(), 2049);
   for (const auto& c : cases()) {
     const std::string text = c.at("text");

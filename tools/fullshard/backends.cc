@@ -1,6 +1,7 @@
 #include "tools/fullshard/backends.h"
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/kernels/sgemm_probe.h"
 #ifdef FULLSHARD_HAVE_CUDA
 #include "backends/cuda/cuda_backend.h"
 #endif
@@ -42,10 +43,13 @@ std::unique_ptr<Backend> make_cuda(const runner::BackendRequest& r) {
 
 runner::BackendRegistry build() {
   runner::BackendRegistry reg;
-  reg.add({"cpu", "CPU processes, collectives over Gloo's TCP transport", make_cpu, [] { return -1; }});
+  reg.add({"cpu", "CPU processes, collectives over Gloo's TCP transport", make_cpu, [] { return -1; }, [] {
+             const cpu::SgemmProbe p = cpu::probe_sgemm();
+             return std::make_pair(p.flops_per_s, p.source);
+           }});
 #ifdef FULLSHARD_HAVE_CUDA
   reg.add({"cuda", "one GPU per rank (LOCAL_RANK), CUDA streams, cuBLASLt, NCCL", make_cuda,
-           [] { return cuda::visible_gpu_count(); }});
+           [] { return cuda::visible_gpu_count(); }, nullptr});
 #endif
   return reg;
 }

@@ -27,7 +27,10 @@ int tokenize(const DataFlags& f) {
     throw InputError(f.val_out.empty() ? "--val-output" : "--val-fraction", "is missing",
                      "give --val-fraction F together with --val-output VAL.bin");
   for (const auto& in : f.inputs) refuse_output_over_input("-o", f.out, {in});
-  const TextTokenizer tok = make_text_tokenizer(f.tokenizer, "--tokenizer");
+  DocumentTokens doc;
+  doc.bos = f.bos;
+  doc.eos = f.eos;
+  const TextTokenizer tok = make_text_tokenizer(f.tokenizer, "--tokenizer", doc);
   const TokenDType dtype = f.dtype == "uint32" ? TokenDType::kUInt32 : TokenDType::kUInt16;
   if (dtype == TokenDType::kUInt16 && tok.vocab_size > 65536)
     throw InputError("--dtype", fmt::format("is uint16, but the tokenizer's vocabulary is {}", tok.vocab_size),
@@ -59,9 +62,8 @@ int tokenize(const DataFlags& f) {
   }
   write_token_file(f.out, tokens, dtype, !f.no_header, "-o");
   const char* layout = f.no_header ? "headerless" : "llm.c header";
-  std::cout << fmt::format("wrote {} {} tokens ({}, {} tokenizer, vocabulary {}) to {}\n", tokens.size(),
-                           token_dtype_name(dtype), layout, tok.name == "byte" ? "byte" : "BPE", tok.vocab_size,
-                           printable(f.out, 1024));
+  std::cout << fmt::format("wrote {} {} tokens ({}, {}, vocabulary {}) to {}\n", tokens.size(),
+                           token_dtype_name(dtype), layout, tok.kind, tok.vocab_size, printable(f.out, 1024));
   if (!f.val_out.empty())
     std::cout << fmt::format("wrote {} validation tokens (the last {:g}%) to {}\n", val.size(), 100 * f.val_fraction,
                              printable(f.val_out, 1024));
@@ -108,8 +110,13 @@ CLI::App* add_data_command(CLI::App& app, DataFlags& f) {
   f.tokenize->add_option("-o,--output", f.out, "the token file to write")->required();
   f.tokenize->add_option("--format", f.format, "how inputs are read: auto (by extension), text or jsonl");
   f.tokenize->add_option("--tokenizer", f.tokenizer,
-                         "byte (token = UTF-8 byte, vocabulary 256, the default) or a tiktoken ranks file: GPT-2's BPE "
-                         "(gpt2.tiktoken / r50k_base.tiktoken, vocabulary 50257 with <|endoftext|>)");
+                         "byte (token = UTF-8 byte, vocabulary 256, the default), a Hugging Face tokenizer.json "
+                         "(byte-level BPE: GPT-2, Llama 3) or a tiktoken ranks file (gpt2.tiktoken: GPT-2, vocabulary "
+                         "50257; Llama 3's tokenizer.model: 128000 ranks, vocabulary 128256)");
+  f.tokenize->add_option("--bos", f.bos,
+                         "special token before every JSONL document (default: the tokenizer's, <|endoftext|> for "
+                         "GPT-2, <|begin_of_text|> for Llama 3; \"\" for none)");
+  f.tokenize->add_option("--eos", f.eos, "special token after every JSONL document (default: none)");
   f.tokenize->add_option("--dtype", f.dtype, "uint16 (default) or uint32")->check(CLI::IsMember({"uint16", "uint32"}));
   f.tokenize->add_flag("--no-header", f.no_header, "write nanoGPT's headerless layout instead of llm.c's header");
   f.tokenize->add_option("--val-fraction", f.val_fraction, "write the last fraction of the tokens to --val-output");

@@ -85,6 +85,26 @@ nlohmann::json measured_report(const Scenario& s, const runner::LaunchResult& r)
   out["mfu_peak"] = fmt::format("{} {} peak of hardware profile '{}'", low ? "bf16" : "fp32",
                                 low ? "peak_flops_bf16" : "peak_flops_fp32", s.hardware.device.name);
   out["hardware_flops_per_s_per_gpu"] = hardware_flops_per_s;
+  // The backend's measured matmul rate (CPU: OpenBLAS sgemm timed by each worker at start-up),
+  // the ranks' mean, and the model FLOP rate as a fraction of it: how far the run is from what
+  // this machine's matmuls do now, beside the profile's nominal peak.
+  std::vector<double> probes;
+  std::string probe_source;
+  for (const auto& j : r.rank_reports)
+    if (j.contains("matmul_probe")) {
+      probes.push_back(j.at("matmul_probe").at("flops_per_s").get<double>());
+      probe_source = j.at("matmul_probe").at("source").get<std::string>();
+    }
+  if (!probes.empty() && probes.size() == r.rank_reports.size()) {
+    double mean = 0;
+    for (double p : probes) mean += p / static_cast<double>(probes.size());
+    std::vector<double> gflops;
+    for (double p : probes) gflops.push_back(p * 1e-9);
+    out["sgemm_gflops"] = mean * 1e-9;
+    out["sgemm_gflops_per_rank"] = gflops;
+    out["sgemm_source"] = probe_source;
+    out["mfu_of_sgemm"] = mean > 0 ? rep.model_flops_per_token * rep.tokens_per_s_per_gpu / mean : 0.0;
+  }
   nlohmann::json losses = nlohmann::json::array();
   for (const auto& st : r.steps) losses.push_back(st.loss);
   out["loss_per_step"] = losses;
@@ -163,9 +183,17 @@ int cmd_train(runner::LaunchOptions o, const std::string& json_out) {
                                o.eval_batches);
       break;
     }
+  const nlohmann::json report = json_out.empty() ? nlohmann::json() : measured_report(s, r);
+  if (report.contains("sgemm_gflops") && report.value("mfu", 0.0) > 0)
+    std::cout << fmt::format("  last step: MFU {:.2f}% of the {} ({:.1f} GFLOP/s), {:.1f}% of measured sgemm ({:.1f} "
+                             "GFLOP/s per rank: {})\n",
+                             100 * report.at("mfu").get<double>(), report.at("mfu_peak").get<std::string>(),
+                             report.at("mfu_peak_flops_per_s").get<double>() * 1e-9,
+                             100 * report.at("mfu_of_sgemm").get<double>(), report.at("sgemm_gflops").get<double>(),
+                             report.at("sgemm_source").get<std::string>());
   if (!o.metrics_path.empty()) std::cout << "  metrics written to " << o.metrics_path << "\n";
   if (!json_out.empty()) {
-    write_output_file(json_out, measured_report(s, r).dump(1) + "\n", "--json");
+    write_output_file(json_out, report.dump(1) + "\n", "--json");
     std::cout << "  measured report written to " << json_out << " (fullshard plot overlays it on a simulated one)\n";
   }
   return 0;
