@@ -82,8 +82,8 @@ nlohmann::json measured_report(const Scenario& s, const runner::LaunchResult& r)
   // NOTE [Measured MFU]: what the MFU divides by, and the kernels' own FLOP rate (recomputation
   // included), so a reader can tell model efficiency from hardware efficiency.
   out["mfu_peak_flops_per_s"] = peak;
-  out["mfu_peak"] = fmt::format("{} {} peak of hardware profile '{}'", low ? "bf16" : "fp32",
-                                low ? "peak_flops_bf16" : "peak_flops_fp32", s.hardware.device.name);
+  out["mfu_peak"] = fmt::format("{} peak of hardware profile '{}' ({})", low ? "bf16" : "fp32", s.hardware.device.name,
+                                low ? "peak_flops_bf16" : "peak_flops_fp32");
   out["hardware_flops_per_s_per_gpu"] = hardware_flops_per_s;
   // The backend's measured matmul rate (CPU: OpenBLAS sgemm timed by each worker at start-up),
   // the ranks' mean, and the model FLOP rate as a fraction of it: how far the run is from what
