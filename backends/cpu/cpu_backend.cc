@@ -153,7 +153,9 @@ gloo_backend::GlooProcessGroup& CpuBackend::process_group(const ProcessGroup& g,
   if (it != groups_.end()) return *it->second;
   FULLSHARD_CHECK(g.size() == 1 || (options_.store && options_.device),
                   "a collective over several ranks needs a rendezvous store and a device");
-  auto store = gloo_backend::make_prefix_store(key, options_.store);
+  // A one-rank group exchanges nothing and has no store (a one-rank job); wrapping a null
+  // store in a PrefixStore would bind a reference to it.
+  auto store = options_.store ? gloo_backend::make_prefix_store(key, options_.store) : nullptr;
   auto pg = std::make_unique<gloo_backend::GlooProcessGroup>(store, options_.device, g, rank(), options_.collectives);
   return *groups_.emplace(key, std::move(pg)).first->second;
 }

@@ -12,6 +12,8 @@
 #include <system_error>
 #include <utility>
 
+#include "core/common/error.h"
+
 #include "backends/gloo/ring.h"
 
 namespace fullshard::gloo_backend {
@@ -123,6 +125,7 @@ class OwningPrefixStore : public ::gloo::rendezvous::PrefixStore {
 
 std::shared_ptr<::gloo::rendezvous::Store> make_prefix_store(const std::string& prefix,
                                                              std::shared_ptr<::gloo::rendezvous::Store> store) {
+  FULLSHARD_CHECK(store != nullptr, "make_prefix_store needs a store");
   return std::make_shared<OwningPrefixStore>(prefix, std::move(store));
 }
 
