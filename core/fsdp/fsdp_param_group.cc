@@ -212,6 +212,11 @@ void FSDPParamGroup::post_backward() {
     b_.wait_event(kCurrent, comm_.reduce_scatter_state->event);
     comm_.reduce_scatter_state.reset();
   }
+  // A second reduction of this group in one backward (a chunked loss with one chunk reduces the
+  // output's gradient in the chunk's backward, then the norm's in the decoder backward) first
+  // waits for the previous one, whose all-reduce input and post-reduce work would otherwise be
+  // dropped while its streams may still use them (FSDPParamGroup._wait_for_post_backward).
+  wait_for_post_backward();
   ReduceOptions o;
   o.reduce_scatter_group = &config_.shard_group;
   o.all_reduce_group = config_.replicate_group ? &*config_.replicate_group : nullptr;
@@ -226,7 +231,7 @@ void FSDPParamGroup::post_backward() {
   for (EventId e : r.grad_offload_events) grad_offload_events_.push_back(e);
 }
 
-void FSDPParamGroup::finalize_backward() {
+void FSDPParamGroup::wait_for_post_backward() {
   if (post_reduce_event_) {
     b_.wait_event(kCurrent, post_reduce_event_);
     post_reduce_event_ = 0;
@@ -235,6 +240,10 @@ void FSDPParamGroup::finalize_backward() {
     b_.wait_event(kCurrent, all_reduce_state_->event);
     all_reduce_state_.reset();
   }
+}
+
+void FSDPParamGroup::finalize_backward() {
+  wait_for_post_backward();
   for (EventId e : grad_offload_events_) b_.synchronize(e);
   grad_offload_events_.clear();
   if (all_gather_result_) {

@@ -67,6 +67,12 @@ class FSDPParamGroup {
   // ---- settings (FSDPModule setters) ----
   void set_requires_gradient_sync(bool sync) { reduce_grads_ = sync; }
   void set_reshard_after_backward(bool v) { reshard_after_backward_ = v; }
+  // FSDPModule.set_reshard_after_forward(bool): reshard to the full shard group (True) or
+  // keep the parameters unsharded (False) from the next post-forward on.
+  void set_reshard_after_forward(bool v) {
+    config_.reshard_after_forward = v;
+    config_.post_forward_size = 0;
+  }
 
   // Counts of what this group issued (tests compare them with FSDP2's).
   int all_gathers_issued() const { return all_gathers_; }
@@ -93,6 +99,7 @@ class FSDPParamGroup {
   int reduce_scatters_ = 0;
 
   void backward_prefetch();
+  void wait_for_post_backward();
   void to_sharded_post_forward();
   AllGatherStreams all_gather_streams() const;
   ProcessGroup post_forward_group() const;

@@ -14,15 +14,27 @@ constexpr StreamRole kCurrent = StreamRole::kDefault;
 FSDPRuntime::FSDPRuntime(Backend& backend, MeshInfo mesh) : b_(backend), mesh_(std::move(mesh)) {}
 
 FSDPState& FSDPRuntime::fully_shard(Module& module, const FullyShardOptions& o, bool is_root) {
-  FULLSHARD_CHECK(!by_module_.count(&module), "fully_shard called twice on '" + module.fqn + "'");
+  return make_state({&module}, o, is_root);
+}
+
+FSDPState& FSDPRuntime::fully_shard(const std::vector<Module*>& modules, const FullyShardOptions& o) {
+  FULLSHARD_CHECK(!modules.empty(), "fully_shard of an empty module list");
+  return make_state(modules, o, false);
+}
+
+FSDPState& FSDPRuntime::make_state(const std::vector<Module*>& modules, const FullyShardOptions& o, bool is_root) {
+  for (Module* m : modules)
+    FULLSHARD_CHECK(!by_module_.count(m), "fully_shard called twice on '" + m->fqn + "'");
   auto s = std::make_unique<FSDPState>();
-  s->module = &module;
+  s->module = modules.front();
+  s->modules = modules;
   s->is_root = is_root;
   s->mp = o.mp_policy;
   std::vector<Param*> params;
-  module.for_each_param([&](Param& p) {
-    if (!p.binding) params.push_back(&p);  // not claimed by a nested fully_shard
-  });
+  for (Module* m : modules)
+    m->for_each_param([&](Param& p) {
+      if (!p.binding) params.push_back(&p);  // not claimed by a nested fully_shard
+    });
   // NOTE [reshard_after_forward defaults]: unset means False for the root and True for
   // every other module (newer FSDP2); an int N reshards to N-rank groups after forward,
   // where N == 1 is False and N == W is True.
@@ -46,10 +58,12 @@ FSDPState& FSDPRuntime::fully_shard(Module& module, const FullyShardOptions& o, 
     }
   }
   if (!params.empty()) {
-    std::string name = module.fqn.empty() ? "root" : module.fqn;
+    // FSDPParamGroup._module_fqn: the modules' names joined by ", ".
+    std::string name;
+    for (Module* m : modules) name += (name.empty() ? "" : ", ") + (m->fqn.empty() ? std::string("root") : m->fqn);
     s->group = std::make_unique<FSDPParamGroup>(b_, comm_, name, std::move(params), g);
   }
-  by_module_[&module] = s.get();
+  for (Module* m : modules) by_module_[m] = s.get();
   states_.push_back(std::move(s));
   return *states_.back();
 }
@@ -96,9 +110,18 @@ Value FSDPRuntime::pre_forward(ExecContext& c, Module& m, Value x) {
   FSDPState* s = state_of(m);
   if (!s) return x;
   if (s->training_state == TrainingState::kPreBackward) return x;  // AC recompute
-  if (s->is_root) {
-    lazy_init();
-    // _root_pre_forward: the optimizer step must finish before the first all-gather.
+  const bool grouped = s->modules.size() > 1;
+  if (grouped && s->modules_to_run.empty()) s->modules_to_run.insert(s->modules.begin(), s->modules.end());
+  // One-shot work (root setup, forward prefetch) runs on the first module of a pass; the
+  // input cast, the unshard and the post-backward registration on every module's call.
+  const bool first_in_pass = s->training_state != TrainingState::kForward;
+  if (s->is_root) lazy_init();
+  // _root_pre_forward: the first state of a pass with no forward root yet (the root; a
+  // chunked loss's standalone output calls after the root's post-forward) becomes the
+  // forward root, and the all-gather streams wait for the current stream (for the root: the
+  // optimizer step must finish before the first all-gather).
+  if (first_in_pass && iter_forward_root_ == nullptr) {
+    iter_forward_root_ = s;
     b_.wait_stream(StreamRole::kAllGatherCopyIn, kCurrent);
     b_.wait_stream(StreamRole::kAllGather, kCurrent);
   }
@@ -107,8 +130,11 @@ Value FSDPRuntime::pre_forward(ExecContext& c, Module& m, Value x) {
     x = cast_value(c, std::move(x), *s->mp.param_dtype, (m.fqn.empty() ? "root" : m.fqn) + " cast input");
   if (s->group) {
     s->group->pre_forward();
-    // RegisterPostBackwardFunction: post_backward fires once the input's gradient exists.
-    if (c.recording() && x.requires_grad()) {
+    // RegisterPostBackwardFunction: post_backward fires once the input's gradient exists. A
+    // grouped state registers it once per pass, on its first module's input (NOTE [Grouped
+    // units]): a [norm, output] unit's post-backward runs after the norm's backward, not
+    // between the output's and the norm's, which would free the norm's weight first.
+    if (c.recording() && x.requires_grad() && (!grouped || first_in_pass)) {
       Value out{x.t, c.new_id()};
       FSDPParamGroup* g = s->group.get();
       c.record(Node{g->name() + " post_backward", {x.id}, {out.id}, [g](std::vector<Tensor>& grads) {
@@ -118,27 +144,63 @@ Value FSDPRuntime::pre_forward(ExecContext& c, Module& m, Value x) {
       x = out;
     }
   }
-  for (FSDPState* t : s->forward_prefetch)
-    if (t->group) FSDPParamGroup::prefetch_unshard(*t->group, TrainingState::kForward);
+  if (first_in_pass)
+    for (FSDPState* t : s->forward_prefetch)
+      if (t->group) FSDPParamGroup::prefetch_unshard(*t->group, TrainingState::kForward);
   return x;
+}
+
+Value FSDPRuntime::register_pre_backward(ExecContext& c, FSDPState& s, Value y) {
+  if (!c.recording() || !y.requires_grad()) return y;
+  Value out{y.t, c.new_id()};
+  FSDPState* sp = &s;
+  std::string name = s.group ? s.group->name() : (s.module->fqn.empty() ? "root" : s.module->fqn);
+  c.record(Node{name + " pre_backward", {y.id}, {out.id}, [this, sp](std::vector<Tensor>& grads) {
+                  state_pre_backward(*sp);
+                  return std::vector<Tensor>{grads[0]};
+                }});
+  return out;
+}
+
+Value FSDPRuntime::force_complete_incomplete_states(ExecContext& c, Value y) {
+  // Reverse pre-order, as FSDP2 iterates all_states.
+  for (auto it = all_states_.rbegin(); it != all_states_.rend(); ++it) {
+    FSDPState* s = *it;
+    if (s->is_root || s->modules_to_run.empty()) continue;
+    if (s->group) s->group->post_forward();
+    y = register_pre_backward(c, *s, std::move(y));
+    s->training_state = TrainingState::kIdle;
+    if (s->mp.output_dtype)
+      y = cast_value(c, std::move(y), *s->mp.output_dtype, s->group ? s->group->name() + " cast output" : "cast output");
+    s->modules_to_run.clear();
+  }
+  return y;
 }
 
 Value FSDPRuntime::post_forward(ExecContext& c, Module& m, Value y) {
   FSDPState* s = state_of(m);
   if (!s) return y;
   if (s->training_state == TrainingState::kPreBackward) return y;
-  if (s->group) s->group->post_forward();
-  // Pre-backward hook on the output.
-  if (c.recording() && y.requires_grad()) {
-    Value out{y.t, c.new_id()};
-    c.record(Node{(m.fqn.empty() ? "root" : m.fqn) + " pre_backward", {y.id}, {out.id},
-                  [this, s](std::vector<Tensor>& grads) {
-                    state_pre_backward(*s);
-                    return std::vector<Tensor>{grads[0]};
-                  }});
-    y = out;
+  if (s->modules.size() > 1) {
+    // Not the last module of the group's pass (or a repeat call, as a chunked loss makes of
+    // the output module): only the output dtype cast.
+    const bool completes = s->modules_to_run.erase(&m) > 0 && s->modules_to_run.empty();
+    if (!completes) {
+      if (s->mp.output_dtype) y = cast_value(c, std::move(y), *s->mp.output_dtype, m.fqn + " cast output");
+      return y;
+    }
   }
+  if (s->group) s->group->post_forward();
+  if (s->is_root) {
+    // NOTE [Grouped units]: FSDP2 registers the root's pre-backward hook on the output
+    // before the forced states' hooks, and tensor hooks run in registration order; here a
+    // later wrapper runs earlier in backward, so the forced states are wrapped first (their
+    // group post-forwards still run after the root's, as in FSDP2).
+    y = force_complete_incomplete_states(c, std::move(y));
+  }
+  y = register_pre_backward(c, *s, std::move(y));
   s->training_state = TrainingState::kIdle;
+  if (iter_forward_root_ == s) iter_forward_root_ = nullptr;
   if (s->is_root && comm_.all_gather_state) {
     b_.wait_event(StreamRole::kAllGatherCopyIn, comm_.all_gather_state->event);
     b_.wait_event(StreamRole::kAllGather, comm_.all_gather_state->event);
@@ -160,15 +222,25 @@ void FSDPRuntime::state_pre_backward(FSDPState& s) {
 }
 
 void FSDPRuntime::post_backward_final_callback() {
+  iter_forward_root_ = nullptr;
   for (FSDPState* s : all_states_) {
     if (s->group && s->group->training_state() != TrainingState::kPostBackward) s->group->post_backward();
     s->training_state = TrainingState::kIdle;
+    s->modules_to_run.clear();
     if (s->group) s->group->finalize_backward();
   }
   comm_.post_forward_order.clear();
   if (comm_.reduce_scatter_state) {
     b_.wait_event(kCurrent, comm_.reduce_scatter_state->event);
     comm_.reduce_scatter_state.reset();
+  }
+}
+
+void FSDPRuntime::reset_iter_state() {
+  iter_forward_root_ = nullptr;
+  for (auto& s : states_) {
+    s->modules_to_run.clear();
+    s->training_state = TrainingState::kIdle;
   }
 }
 

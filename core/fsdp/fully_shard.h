@@ -3,6 +3,7 @@
 // per call, applied bottom-up, each claiming the parameters no earlier call claimed. The
 // runtime is the ModuleHooks the model's forward runs through.
 #include <map>
+#include <set>
 #include <memory>
 #include <vector>
 
@@ -13,7 +14,19 @@ namespace fullshard {
 
 class FSDPState {
  public:
-  Module* module = nullptr;
+  Module* module = nullptr;       // the first module of the call
+  std::vector<Module*> modules;   // every module of the call (fully_shard([a, b]): two)
+  // NOTE [Grouped units]: fully_shard([norm, output]) (torch/distributed/fsdp/_fully_shard/
+  // _fsdp_state.py, _register_group_forward_hooks, PyTorch main of 2026): the state's
+  // pre-forward runs on every module's pre-forward (the input cast and the group's unshard
+  // for each), its one-shot work (the forward root, forward prefetch and the post-backward
+  // hook on the input) on the first module of a pass; its post-forward (reshard, the
+  // pre-backward hook on the output) when the last module of the pass finishes; a module's
+  // other calls get only the output dtype cast. When a module does not run (a chunked loss
+  // skips the output), the root's post-forward completes the state
+  // (_force_complete_incomplete_states) and hooks its pre-backward on the root's output.
+  // modules_to_run: the modules of the current pass still to run.
+  std::set<const Module*> modules_to_run;
   std::unique_ptr<FSDPParamGroup> group;  // null when the call claimed no parameters
   bool is_root = false;
   TrainingState training_state = TrainingState::kIdle;
@@ -42,6 +55,9 @@ class FSDPRuntime : public ModuleHooks {
   // fully_shard(module, ...): call bottom-up; the last call is the root (the module whose
   // forward runs first). Returns the new state.
   FSDPState& fully_shard(Module& module, const FullyShardOptions& options, bool is_root);
+  // fully_shard([m1, m2, ...]): one state and one parameter group over several modules
+  // (NOTE [Grouped units]). Never the root (FSDP2 requires a single root module).
+  FSDPState& fully_shard(const std::vector<Module*>& modules, const FullyShardOptions& options);
 
   FSDPState* state_of(const Module& m);
   const std::vector<std::unique_ptr<FSDPState>>& states() const { return states_; }
@@ -56,6 +72,10 @@ class FSDPRuntime : public ModuleHooks {
   void post_backward_final_callback();
   // FSDPModule.set_requires_gradient_sync over every state.
   void set_requires_gradient_sync(bool sync);
+  // After a forward that no backward follows (validation): forget the pass's forward root and
+  // the grouped states' modules still to run, so the next training forward starts clean
+  // (as FSDP2's root post-backward callback would).
+  void reset_iter_state();
 
  private:
   Backend& b_;
@@ -65,8 +85,14 @@ class FSDPRuntime : public ModuleHooks {
   std::map<const Module*, FSDPState*> by_module_;
   std::vector<FSDPState*> all_states_;  // root first, then pre-order (lazy init order)
   bool lazy_inited_ = false;
+  FSDPState* iter_forward_root_ = nullptr;  // _state_ctx.iter_forward_root
 
   void lazy_init();
+  FSDPState& make_state(const std::vector<Module*>& modules, const FullyShardOptions& o, bool is_root);
+  // _force_complete_incomplete_states: the root's post-forward finishes the post-forward of
+  // grouped states whose modules did not all run (a chunked loss skips the output module).
+  Value force_complete_incomplete_states(ExecContext& c, Value y);
+  Value register_pre_backward(ExecContext& c, FSDPState& s, Value y);
   void state_pre_backward(FSDPState& s);
   Value cast_value(ExecContext& c, Value x, DType to, const std::string& name);
 };

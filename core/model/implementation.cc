@@ -107,13 +107,12 @@ std::optional<ModelImplementation> find_implementation_preset(const std::string&
 
 std::vector<std::string> unbuilt_variants(const ModelImplementation& m) {
   std::vector<std::string> v;
-  if (m.loss == LossImpl::kChunked) v.push_back("loss=chunked");
   if (m.compile) v.push_back("compile=true");
   return v;
 }
 
 const std::vector<std::string>& implementation_fields() {
-  static const std::vector<std::string> f = {"loss", "keep_logits", "rms_norm", "rope", "gqa", "attention", "compile"};
+  static const std::vector<std::string> f = {"loss", "loss_chunks", "keep_logits", "rms_norm", "rope", "gqa", "attention", "compile"};
   return f;
 }
 

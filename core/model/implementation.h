@@ -15,7 +15,9 @@ enum class LossImpl : uint8_t {
   kBf16Logits,  // F.cross_entropy(logits, labels): log_softmax in the logits' dtype
   kFp32Output,  // the model returns self.output(h).float() (torchtitan until mid-2024): the fp32
                 // copy is made inside the root's forward and is the tensor the loop holds
-  kChunked,     // a chunked / fused loss (torchtitan ChunkedLossWrapper): not built yet
+  kChunked,     // torchtitan's ChunkedLossWrapper: the model skips the output projection; the
+                // output, an fp32 cross-entropy and its backward run per token chunk
+                // (core/scenario/chunked_loss.h)
 };
 
 enum class NormImpl : uint8_t {
@@ -43,6 +45,7 @@ enum class AttentionImpl : uint8_t {
 struct ModelImplementation {
   std::string preset = "fullshard";  // the preset the fields started from
   LossImpl loss = LossImpl::kFp32Logits;
+  int loss_chunks = 8;  // loss = chunked: ChunkedLossWrapper.Config.num_chunks
   // The logits stay referenced until backward ends (HF: the model's output holds them).
   bool keep_logits = false;
   NormImpl rms_norm = NormImpl::kFused;

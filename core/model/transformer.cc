@@ -221,6 +221,7 @@ Value Transformer::block_forward(ExecContext& c, Module& b, Value x, int64_t bat
 Value Transformer::forward(ExecContext& c, const Tensor& tokens, const Tensor& labels,
                            const std::vector<BlockCheckpoint>& block_ac) {
   const ModelImplementation& impl = config_.implementation;
+  FULLSHARD_CHECK(impl.loss != LossImpl::kChunked, "loss = chunked runs through chunked_loss (core/scenario)");
   Value logits = logits_forward(c, tokens, block_ac);
   // With loss parallel the vocab-sharded logits go into a vocab-parallel cross-entropy;
   // without it they are gathered (output_layouts=Replicate()).
@@ -236,13 +237,37 @@ Value Transformer::forward(ExecContext& c, const Tensor& tokens, const Tensor& l
 
 Value Transformer::logits_forward(ExecContext& c, const Tensor& tokens,
                                   const std::vector<BlockCheckpoint>& block_ac) {
+  return root_forward(c, tokens, block_ac, false);
+}
+
+Value Transformer::hidden_forward(ExecContext& c, const Tensor& tokens, const std::vector<BlockCheckpoint>& block_ac) {
+  FULLSHARD_CHECK(config_.arch == ModelArch::kLlama && !config_.tie_embeddings && !tp_.enabled(),
+                  "hidden_forward needs an untied Llama without tensor parallelism");
+  return root_forward(c, tokens, block_ac, true);
+}
+
+Value Transformer::output_forward(ExecContext& c, Value h) {
+  Module& out = output_module();
+  return c.call_module(out, std::move(h), [&out](ExecContext& cc, Value v) {
+    return ops::linear(cc, std::move(v), out.param("weight"), nullptr, "output");
+  });
+}
+
+Value Transformer::root_forward(ExecContext& c, const Tensor& tokens, const std::vector<BlockCheckpoint>& block_ac,
+                                bool skip_head) {
   const auto& cfg = config_;
   FULLSHARD_CHECK(tokens.shape().size() == 2, "tokens must be [B, S]");
   const int64_t batch = tokens.shape()[0], seq = tokens.shape()[1];
   return c.call_module(root_, Value{tokens, 0}, [&](ExecContext& rc, Value in) {
     Value h;
     if (cfg.arch == ModelArch::kLlama) {
-      h = ops::embedding(rc, in.t, root_.child("tok_embeddings").param("weight"), "tok_embeddings");
+      Module& emb = root_.child("tok_embeddings");
+      if (edge_module_calls_)
+        h = rc.call_module(emb, in, [&emb](ExecContext& ec, Value ids) {
+          return ops::embedding(ec, ids.t, emb.param("weight"), "tok_embeddings");
+        });
+      else
+        h = ops::embedding(rc, in.t, emb.param("weight"), "tok_embeddings");
       if (tp_.enabled())
         h = ops::tp::reduce_scatter_sequence(rc, std::move(h), tp_, "tok_embeddings reduce_scatter(seq)");
     } else {
@@ -268,8 +293,15 @@ Value Transformer::logits_forward(ExecContext& c, const Tensor& tokens,
     }
     const Param* out_w;
     if (cfg.arch == ModelArch::kLlama) {
-      h = rms_norm(rc, std::move(h), root_.child("norm").param("weight"), "norm");
+      Module& norm = root_.child("norm");
+      if (edge_module_calls_)
+        h = rc.call_module(norm, std::move(h), [this, &norm](ExecContext& nc, Value v) {
+          return rms_norm(nc, std::move(v), norm.param("weight"), "norm");
+        });
+      else
+        h = rms_norm(rc, std::move(h), norm.param("weight"), "norm");
       rot.reset();
+      if (skip_head) return h;
       out_w = cfg.tie_embeddings ? &root_.child("tok_embeddings").param("weight")
                                  : &root_.child("output").param("weight");
       if (tp_.enabled()) h = ops::tp::all_gather_sequence(rc, std::move(h), tp_, "output all_gather(seq)");
@@ -278,7 +310,10 @@ Value Transformer::logits_forward(ExecContext& c, const Tensor& tokens,
       h = ops::layer_norm(rc, std::move(h), lnf.param("weight"), lnf.param("bias"), cfg.norm_eps, "ln_f");
       out_w = &root_.child("wte").param("weight");
     }
-    Value logits = ops::linear(rc, std::move(h), *out_w, nullptr, cfg.arch == ModelArch::kLlama ? "output" : "lm_head");
+    Value logits = edge_module_calls_ && cfg.arch == ModelArch::kLlama && !cfg.tie_embeddings
+                       ? output_forward(rc, std::move(h))
+                       : ops::linear(rc, std::move(h), *out_w, nullptr,
+                                     cfg.arch == ModelArch::kLlama ? "output" : "lm_head");
     // torchtitan until mid-2024: `output = self.output(h).float()` inside the root's forward
     // (NOTE [Implementation presets], torchtitan-2024-04).
     if (cfg.implementation.loss == LossImpl::kFp32Output) logits = ops::to_float(rc, std::move(logits), "output");

@@ -28,6 +28,16 @@ class Transformer {
                 const std::vector<BlockCheckpoint>& block_ac);
   // model(tokens): the root module's forward, returning the logits [B, S, V].
   Value logits_forward(ExecContext& c, const Tensor& tokens, const std::vector<BlockCheckpoint>& block_ac);
+  // model(tokens) with torchtitan's `_skip_lm_head`: the final norm's output [B, S, D] (Llama).
+  Value hidden_forward(ExecContext& c, const Tensor& tokens, const std::vector<BlockCheckpoint>& block_ac);
+  // self.output(h): the output projection called as a module (its FSDP hooks run), for a
+  // chunked loss's standalone calls on [T, D] chunks of the hidden states.
+  Value output_forward(ExecContext& c, Value h);
+  Module& output_module() { return root_.child("output"); }
+  // Run tok_embeddings, norm and output through their module hooks (they are FSDP units of
+  // their own: fsdp.units "embed_blocks_head"). Off, they run as plain ops inside the root's
+  // forward, with the same ops and lifetimes as before the option existed.
+  void set_edge_module_calls(bool on) { edge_module_calls_ = on; }
 
  private:
   ModelConfig config_;
@@ -35,6 +45,10 @@ class Transformer {
   Module root_;
   std::vector<Module*> blocks_;
   Param* output_weight_ = nullptr;  // the embedding's weight when tied
+  bool edge_module_calls_ = false;
+
+  Value root_forward(ExecContext& c, const Tensor& tokens, const std::vector<BlockCheckpoint>& block_ac,
+                     bool skip_head);
 
   // rot: HF's shared cos / sin (rope = rotate_half), else null.
   Value block_forward(ExecContext& c, Module& block, Value x, int64_t batch, int64_t seq,

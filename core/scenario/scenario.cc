@@ -61,7 +61,7 @@ const std::map<std::string, std::vector<std::string>> kFields = {
       "ffn_dim", "max_seq_len", "norm_eps", "rope_theta", "tie_embeddings", "qkv_bias",
       "linear_bias", "implementation", "weights"}},
     {"model.implementation",
-     {"preset", "loss", "keep_logits", "rms_norm", "rope", "gqa", "attention", "compile"}},
+     {"preset", "loss", "loss_chunks", "keep_logits", "rms_norm", "rope", "gqa", "attention", "compile"}},
     {"training",
      {"batch_per_rank", "rank_batch", "seq_len", "steps", "grad_accum_steps", "activation_checkpointing",
       "optimizer", "seed", "data", "checkpoint"}},
@@ -153,6 +153,7 @@ ModelImplementation parse_implementation(const json& j) {
       if (!j.contains(f)) continue;
       const std::string path = jr::child_path(P, f);
       if (f == "keep_logits") m.keep_logits = jr::get_bool(j.at(f), path);
+      else if (f == "loss_chunks") m.loss_chunks = static_cast<int>(field_int(j, P, "loss_chunks", 1, 1 << 20, "8"));
       else if (f == "compile") m.compile = jr::get_bool(j.at(f), path);
       else set_implementation_value(m, f, jr::get_choice(j.at(f), path, implementation_values(f)));
     }
@@ -632,7 +633,63 @@ const char* checkpoint_mode_name(CheckpointMode m) {
 }
 
 const char* sharding_units_name(ShardingUnits u) {
-  return u == ShardingUnits::kRoot ? "root" : "blocks";
+  switch (u) {
+    case ShardingUnits::kRoot: return "root";
+    case ShardingUnits::kBlocks: return "blocks";
+    case ShardingUnits::kEmbedBlocksHead: return "embed_blocks_head";
+  }
+  return "blocks";
+}
+
+// fsdp.units "embed_blocks_head" and loss = chunked need the output projection as a module of
+// its own (an untied Llama), and the chunked loss splits each micro-batch's tokens evenly
+// (ChunkedLossWrapper's torch._check).
+static void check_units_and_loss(const Scenario& s) {
+  const ModelConfig& m = s.model;
+  const bool untied_llama = m.arch == ModelArch::kLlama && !m.tie_embeddings;
+  if (s.fsdp.units == ShardingUnits::kEmbedBlocksHead && !untied_llama)
+    throw InputError("fsdp.units", std::string("is \"embed_blocks_head\" for a ") +
+                                       (m.arch == ModelArch::kLlama ? "Llama model with tied embeddings" : "GPT-2 model") +
+                                       ", whose output projection is the embedding's weight",
+                     "use \"blocks\" (torchtitan puts tied embeddings, norm and output in one unit, which fullshard "
+                     "does not build yet)");
+  if (m.implementation.loss != LossImpl::kChunked) return;
+  const std::string L = "model.implementation.loss";
+  if (!untied_llama)
+    throw InputError(L, "is \"chunked\" for a model whose output projection is the embedding's weight (GPT-2 or tied "
+                        "Llama), which fullshard does not build yet",
+                     "use \"fp32_logits\"");
+  const int tp = s.fsdp.mesh_size("tp");
+  if (tp > 1)
+    throw InputError(L, "is \"chunked\" with tp " + std::to_string(tp) + ", which fullshard does not model yet",
+                     "use \"fp32_logits\", or tp 1");
+  // The output projection is called after the root's post-forward: owned by the root unit, it
+  // must still be unsharded then (a resharded root leaves lm_head.weight a sharded DTensor,
+  // which PyTorch refuses to multiply with the plain hidden states).
+  if (s.fsdp.units != ShardingUnits::kEmbedBlocksHead) {
+    const ReshardAfterForward r = s.fsdp.reshard_for("root");
+    const bool reshards = r.kind == ReshardAfterForward::Kind::kTrue ||
+                          (r.kind == ReshardAfterForward::Kind::kInt && r.n > 1);
+    if (reshards)
+      throw InputError(L, std::string("is \"chunked\" with fsdp.units \"") + sharding_units_name(s.fsdp.units) +
+                              "\" and a root that reshards after forward: the chunks call the output projection "
+                              "after the root's forward, when its weight is sharded again",
+                       "keep the root unsharded (fsdp.per_unit {\"root\": {\"reshard_after_forward\": false}}), or "
+                       "use fsdp.units \"embed_blocks_head\" (the output in a unit of its own, as torchtitan)");
+  }
+  if (m.implementation.keep_logits)
+    throw InputError("model.implementation.keep_logits",
+                     "is true with loss \"chunked\" (the chunked loss never materialises the whole logits)",
+                     "set keep_logits false");
+  const int n = m.implementation.loss_chunks;
+  for (int r = 0; r < s.world_size(); ++r) {
+    const int64_t tokens = s.training.batch_for(r) * s.training.seq_len;
+    if (tokens % n != 0)
+      throw InputError("model.implementation.loss_chunks",
+                       "is " + std::to_string(n) + ", which does not divide rank " + std::to_string(r) + "'s " +
+                           std::to_string(tokens) + " tokens per micro-batch (batch x seq_len)",
+                       "choose a divisor of " + std::to_string(tokens) + " (torchtitan's default is 8)");
+  }
 }
 
 Scenario parse_scenario(const json& j, const std::string& base_dir) {
@@ -661,6 +718,7 @@ Scenario parse_scenario(const json& j, const std::string& base_dir) {
   if (j.contains("tensor_parallel")) s.tensor_parallel = parse_tensor_parallel(j.at("tensor_parallel"));
   const int tp = s.fsdp.mesh_size("tp");
   check_tensor_parallel(s.model, s.training.seq_len, tp, s.tensor_parallel.loss_parallel);
+  check_units_and_loss(s);
   if (tp > 1 && !s.training.rank_batch.empty())
     throw InputError("training.rank_batch", "is set with tp " + std::to_string(tp),
                      "ranks of one tp group read the same batch: remove rank_batch or use tp 1");

@@ -86,6 +86,10 @@ struct TrainingOptions {
 enum class ShardingUnits : uint8_t {
   kBlocks,  // each transformer block, then the root (torchtitan's default)
   kRoot,    // only the root: one group for the whole model
+  // torchtitan's apply_fsdp_to_decoder (pytorch/torchtitan@b5bcd76): tok_embeddings, each
+  // block, fully_shard([norm, output]) as one grouped unit, then the root (left with no
+  // parameters). Untied Llama models only.
+  kEmbedBlocksHead,
 };
 
 struct FsdpOptions {

@@ -145,13 +145,22 @@ std::string resolve_unit(const std::string& key, int64_t n_layers, ShardingUnits
   const std::string fix = "name a unit \"root\" or \"layers.N\" with 0 <= N < " + std::to_string(n_layers) +
                           " (-1 is the last block)";
   if (key == "root") return key;
+  // fsdp.units "embed_blocks_head": the embedding and fully_shard([norm, output]) are units;
+  // "norm" and "output" name the same grouped unit (stored as "output").
+  if (units == ShardingUnits::kEmbedBlocksHead) {
+    if (key == "tok_embeddings") return key;
+    if (key == "norm" || key == "output") return "output";
+  }
   const std::string prefix = "layers.";
   if (key.rfind(prefix, 0) != 0) {
     std::string why = "is not an FSDP unit";
     if (key == "tok_embeddings" || key == "output" || key == "norm" || key == "wte" || key == "wpe" ||
         key == "ln_f" || key == "lm_head")
       why = "is not a unit of its own: the embeddings, final norm and output belong to the root unit";
-    throw InputError(path, why, fix);
+    throw InputError(path, why,
+                     units == ShardingUnits::kEmbedBlocksHead
+                         ? fix + ", \"tok_embeddings\", or \"output\" (the [norm, output] unit)"
+                         : fix + "; fsdp.units \"embed_blocks_head\" makes the embedding and [norm, output] units");
   }
   const std::string num = key.substr(prefix.size());
   size_t used = 0;
@@ -252,10 +261,12 @@ FsdpOptions parse_fsdp(const json& j, const HardwareOptions& hw, int64_t n_layer
       throw InputError(C, "is " + jr::describe(c), "write true, false or {\"pin_memory\": false}");
     }
   }
-  if (j.contains("units"))
-    f.units = jr::get_choice(j.at("units"), "fsdp.units", {"blocks", "root"}) == "root"
-                  ? ShardingUnits::kRoot
-                  : ShardingUnits::kBlocks;
+  if (j.contains("units")) {
+    const std::string u = jr::get_choice(j.at("units"), "fsdp.units", {"blocks", "root", "embed_blocks_head"});
+    f.units = u == "root" ? ShardingUnits::kRoot
+              : u == "blocks" ? ShardingUnits::kBlocks
+                              : ShardingUnits::kEmbedBlocksHead;
+  }
   if (j.contains("forward_prefetch"))
     f.forward_prefetch = static_cast<int>(field_int(j, P, "forward_prefetch", 0, kMaxInt, "1"));
   if (j.contains("backward_prefetch"))

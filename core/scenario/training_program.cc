@@ -1,6 +1,7 @@
 #include "core/scenario/training_program.h"
 
 #include "core/common/error.h"
+#include "core/scenario/chunked_loss.h"
 
 #include <limits>
 
@@ -75,7 +76,16 @@ TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
     u.reshard_after_forward = s.fsdp.reshard_for(unit);
     return u;
   };
-  if (s.fsdp.units == ShardingUnits::kBlocks)
+  if (s.fsdp.units == ShardingUnits::kEmbedBlocksHead) {
+    // torchtitan's apply_fsdp_to_decoder: tok_embeddings, fully_shard([norm, output]), each
+    // block, the root. Its reshard_after_forward for [norm, output] is False unless the policy
+    // is "always": a scenario says so with fsdp.per_unit {"output": ...}.
+    model_->set_edge_module_calls(true);
+    Module& r = model_->root();
+    fsdp_->fully_shard(r.child("tok_embeddings"), unit_options("tok_embeddings"), false);
+    fsdp_->fully_shard(std::vector<Module*>{&r.child("norm"), &r.child("output")}, unit_options("output"));
+  }
+  if (s.fsdp.units != ShardingUnits::kRoot)
     for (Module* blk : model_->blocks())
       block_states.push_back(&fsdp_->fully_shard(*blk, unit_options(blk->fqn), false));
   FSDPState& root = fsdp_->fully_shard(model_->root(), unit_options("root"), true);
@@ -130,13 +140,24 @@ std::pair<Tensor, Tensor> TrainingProgram::load_batch(int64_t step, int64_t micr
   return {std::move(tokens), std::move(labels)};
 }
 
+Value TrainingProgram::forward_loss(ExecContext& c, const Tensor& tokens, const Tensor& labels,
+                                    const std::vector<BlockCheckpoint>& block_ac, double grad_scale) {
+  const ModelImplementation& impl = s_.model.implementation;
+  if (impl.loss != LossImpl::kChunked) return model_->forward(c, tokens, labels, block_ac);
+  ChunkedLossOptions o;
+  o.chunks = impl.loss_chunks;
+  o.grad_scale = grad_scale;
+  // pred = model(inputs) with _skip_lm_head; loss = loss_fn(pred, labels); del pred.
+  return chunked_loss(c, *model_, *fsdp_, model_->hidden_forward(c, tokens, block_ac), labels, o);
+}
+
 void TrainingProgram::micro_step(int step, int micro) {
   auto [tokens, labels] = load_batch(step, micro, s_.training.grad_accum_steps, 0, "");
 
   Graph graph;
   ExecContext c(b_, &graph, fsdp_.get());
   b_.annotate("forward");
-  Value loss = model_->forward(c, tokens, labels, block_ac_);
+  Value loss = forward_loss(c, tokens, labels, block_ac_, 1.0 / static_cast<double>(s_.training.grad_accum_steps));
   b_.read_scalar(StreamRole::kDefault, loss.t.ref());  // the host logs loss.item() at the step end
   b_.annotate("backward");
   // loss.backward(): the seed is ones_like(loss).
@@ -168,9 +189,10 @@ double TrainingProgram::eval_loss(int batches) {
   for (int i = 0; i < batches; ++i) {
     auto [tokens, labels] = load_batch(i, 0, 1, 1, "validation ");  // split 1: the validation data
     ExecContext c(b_, nullptr, fsdp_.get());
-    Value loss = model_->forward(c, tokens, labels, {});
+    Value loss = forward_loss(c, tokens, labels, {}, 1.0);
     b_.read_scalar(StreamRole::kDefault, loss.t.ref());
   }
+  fsdp_->reset_iter_state();
   for (auto& st : fsdp_->states())
     if (st->group && st->group->is_unsharded()) st->group->reshard();
   b_.synchronize(b_.record_event(StreamRole::kDefault));

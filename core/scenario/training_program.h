@@ -56,6 +56,9 @@ class TrainingProgram {
   std::function<void(int)> before_optimizer_;
 
   void micro_step(int step, int micro);
+  // The model's forward and the loss (model.implementation.loss), as the training loop runs them.
+  Value forward_loss(ExecContext& c, const Tensor& tokens, const Tensor& labels,
+                     const std::vector<BlockCheckpoint>& block_ac, double grad_scale);
   std::pair<Tensor, Tensor> load_batch(int64_t step, int64_t micro, int64_t accum, int64_t split,
                                        const std::string& what);
 };

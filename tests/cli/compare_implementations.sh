@@ -3,15 +3,19 @@
 # and built variant, fp32 and bf16 mixed precision, with and without full activation
 # checkpointing (which exercises NOTE [Module arguments live until the call returns]): the
 # simulator's peak allocated and reserved bytes equal what the CPU backend measures, on every
-# rank, to the byte, and the loss is finite. Presets with variants not modelled yet are
-# refused with a one-line error (exit 2) naming them.
+# rank, to the byte, and the loss is finite. The chunked loss (torchtitan's ChunkedLossWrapper)
+# also runs with fsdp.units "embed_blocks_head" (the embedding and fully_shard([norm, output])
+# as units of their own, FSDP2's grouped hooks).
 set -eu
 bin="$1"; src="$2"
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
-variant() {  # name, implementation JSON, mixed precision JSON, ac mode
-  python3 - "$src/scenarios/tiny-llama-cpu2.json" "$tmp/$1.json" "$2" "$3" "$4" <<'P'
+variant() {  # name, implementation JSON, mixed precision JSON, ac mode [, fsdp units]
+  python3 - "$src/scenarios/tiny-llama-cpu2.json" "$tmp/$1.json" "$2" "$3" "$4" "${5:-blocks}" <<'P'
 import json, sys
 j = json.load(open(sys.argv[1]))
+j["fsdp"]["units"] = sys.argv[6]
+if sys.argv[6] == "embed_blocks_head":  # torchtitan: fully_shard([norm, output], reshard_after_forward=False)
+    j["fsdp"]["per_unit"] = {"output": {"reshard_after_forward": False}}
 j.pop("$schema", None)
 j["model"] = {"name": "tiny-llama", "implementation": json.loads(sys.argv[3])}
 j["training"]["steps"] = 2
@@ -27,7 +31,7 @@ for impl in '"fullshard"' '{"loss": "bf16_logits"}' '{"keep_logits": true}' \
             '{"loss": "bf16_logits", "keep_logits": true}' '{"rms_norm": "eager"}' \
             '{"rope": "complex"}' '{"gqa": "repeat_kv"}' '"torchtitan-2024"' '{"rope": "rotate_half"}' \
             '"hf-transformers"' '{"attention": "cudnn"}' '{"attention": "efficient", "gqa": "repeat_kv"}' \
-            '"torchtitan-2024-04"' '{"loss": "fp32_output"}'; do
+            '"torchtitan-2024-04"' '{"loss": "fp32_output"}' '"torchtitan"' '{"loss": "chunked", "loss_chunks": 2}'; do
   for mp in '{}' '{"param_dtype": "bf16", "reduce_dtype": "fp32"}'; do
     for ac in none full; do
       n=$((n + 1)); name="v$n"
@@ -43,6 +47,20 @@ for r in c["ranks"]:
     assert r["predicted_peak_reserved_bytes"] == r["measured_peak_reserved_bytes"], (sys.argv[2], r)
 P
       echo "ok $impl mp=$mp ac=$ac"
+    done
+  done
+done
+# The chunked loss under torchtitan's unit layout (grouped [norm, output] unit), and the other
+# losses with that layout too.
+for impl in '"torchtitan"' '{"loss": "chunked", "loss_chunks": 4}' '"fullshard"' '"torchtitan-2024"'; do
+  for mp in '{}' '{"param_dtype": "bf16", "reduce_dtype": "fp32"}'; do
+    for ac in none full; do
+      n=$((n + 1)); name="v$n"
+      variant "$name" "$impl" "$mp" "$ac" embed_blocks_head
+      "$bin" compare "$tmp/$name.json" --json "$tmp/$name.out.json" > "$tmp/$name.out" 2>&1 \
+        || { echo "compare failed for $impl $mp $ac embed_blocks_head"; cat "$tmp/$name.out"; exit 1; }
+      python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); assert c["equal"] is True and all(r["predicted_peak_allocated_bytes"] == r["measured_peak_allocated_bytes"] and r["predicted_peak_reserved_bytes"] == r["measured_peak_reserved_bytes"] for r in c["ranks"]), c' "$tmp/$name.out.json"
+      echo "ok $impl mp=$mp ac=$ac units=embed_blocks_head"
     done
   done
 done
@@ -63,10 +81,10 @@ done
 # An eager decomposition (rms_norm=eager, rope=rotate_half; gqa=repeat_kv against native GQA)
 # computes the default's math up to fp32 rounding order: in fp32 the losses of 4 steps (every step after the first depends on the gradients through the op)
 # agree within 1e-5 relative with the fused variant's.
-same_loss() {  # implementation JSON of the variant to check against "fullshard"
+same_loss() {  # implementation JSON of the variant to check against "fullshard" [, its fsdp units]
   for i in 0 1; do
-    impl='"fullshard"'; [ "$i" -eq 1 ] && impl="$1"
-    variant "loss$i" "$impl" '{}' none
+    impl='"fullshard"'; units=blocks; [ "$i" -eq 1 ] && { impl="$1"; units="${2:-blocks}"; }
+    variant "loss$i" "$impl" '{}' none "$units"
     python3 -c 'import json, sys; j = json.load(open(sys.argv[1])); j["training"]["steps"] = 4; json.dump(j, open(sys.argv[1], "w"))' "$tmp/loss$i.json"
     "$bin" train "$tmp/loss$i.json" --metrics "$tmp/loss$i.jsonl" > "$tmp/loss$i.out" 2>&1 \
       || { echo "train failed for $impl"; cat "$tmp/loss$i.out"; exit 1; }
@@ -87,6 +105,9 @@ same_loss '{"gqa": "repeat_kv"}'  # tiny-llama: 4 heads over 2 kv heads
 same_loss '{"rope": "rotate_half"}'  # the fused kernel's pairing and angles, op by op
 same_loss '{"attention": "cudnn"}'  # SDPA's maths on every backend; only saved tensors / scratch differ
 same_loss '{"attention": "efficient", "gqa": "repeat_kv"}'
+same_loss '{"loss": "chunked"}'  # per-chunk means over chunks: the mean, up to fp32 rounding
+same_loss '{"loss": "chunked", "loss_chunks": 16}' embed_blocks_head
+same_loss '"fullshard"' embed_blocks_head  # the same program under other FSDP units
 # The efficient backend with native GQA (tiny-llama: 4 heads over 2 kv heads) is refused.
 variant eff-gqa '{"attention": "efficient"}' '{}' none
 set +e
@@ -96,16 +117,3 @@ set -e
 [ "$rc" -eq 2 ] && [ "$(wc -l < "$tmp/eff-gqa.out")" -eq 1 ] && grep -q "model.implementation.attention.*repeat_kv" "$tmp/eff-gqa.out" \
   || { echo "efficient + GQA: exit $rc"; cat "$tmp/eff-gqa.out"; exit 1; }
 echo "ok efficient + native GQA refused: $(cat "$tmp/eff-gqa.out")"
-# Presets that need variants fullshard does not model yet: refused, never approximated.
-for preset in torchtitan; do
-  variant "p-$preset" "\"$preset\"" '{}' none
-  set +e
-  "$bin" simulate "$tmp/p-$preset.json" > "$tmp/p-$preset.out" 2>&1
-  rc=$?
-  set -e
-  [ "$rc" -eq 2 ] || { echo "preset $preset: exit $rc, expected 2"; cat "$tmp/p-$preset.out"; exit 1; }
-  [ "$(wc -l < "$tmp/p-$preset.out")" -eq 1 ] || { echo "preset $preset: not one line"; cat "$tmp/p-$preset.out"; exit 1; }
-  grep -q "model.implementation.*does not model yet" "$tmp/p-$preset.out" \
-    || { echo "preset $preset: unexpected message"; cat "$tmp/p-$preset.out"; exit 1; }
-  echo "ok $preset refused: $(cat "$tmp/p-$preset.out")"
-done

@@ -40,12 +40,45 @@ json unsharded(json j) {
 // fsdp.per_unit: maybe one unit (the root or a block, counted from either end) with its own
 // reshard_after_forward from `raf`.
 void maybe_per_unit(json& j, const std::vector<json>& raf) {
-  if (j["fsdp"]["units"] != "blocks" || !*rc::gen::arbitrary<bool>()) return;
+  if (j["fsdp"]["units"] == "root" || !*rc::gen::arbitrary<bool>()) return;
   const int layers = j["model"]["n_layers"];
-  const int u = *rc::gen::inRange(-1, layers);  // -1: the root
-  const std::string key = u < 0 ? "root" : "layers." + std::to_string(*rc::gen::element(u, u - layers));
+  const bool edges = j["fsdp"]["units"] == "embed_blocks_head";
+  const int u = *rc::gen::inRange(edges ? -3 : -1, layers);  // -1: the root, -2 / -3: the edge units
+  const std::string key = u == -1   ? "root"
+                          : u == -2 ? "tok_embeddings"
+                          : u == -3 ? *rc::gen::element(std::string("norm"), std::string("output"))
+                                    : "layers." + std::to_string(*rc::gen::element(u, u - layers));
   j["fsdp"]["per_unit"] = {{key, {{"reshard_after_forward", *rc::gen::elementOf(raf)}}}};
   RC_TAG("per_unit");
+}
+
+// torchtitan's program for a Llama model, maybe: fsdp.units "embed_blocks_head" (the embedding
+// and fully_shard([norm, output]) as units) and the chunked loss with a chunk count dividing
+// each rank's batch x seq tokens. Returns the chunk count (0: the loss is left as it is).
+int maybe_torchtitan_units_and_loss(json& j) {
+  if (j["model"]["arch"] != "llama") return 0;
+  if (*rc::gen::inRange(0, 3) == 0) {
+    j["fsdp"]["units"] = "embed_blocks_head";
+    RC_TAG("embed_blocks_head");
+  }
+  if (!*rc::gen::arbitrary<bool>()) return 0;
+  const int tokens = j["training"]["batch_per_rank"].get<int>() * j["training"]["seq_len"].get<int>();
+  std::vector<int> divisors;
+  for (int n = 1; n <= tokens; ++n)
+    if (tokens % n == 0) divisors.push_back(n);
+  const int n = *rc::gen::elementOf(divisors);
+  j["model"]["implementation"] = {{"loss", "chunked"}, {"loss_chunks", n}};
+  RC_TAG("chunked loss");
+  return n;
+}
+
+// The chunked loss calls the output projection after the root's forward: with the output in
+// the root unit, the root must not reshard after forward (a parse error otherwise).
+void keep_root_unsharded_for_chunks(json& j) {
+  if (j["model"].value("implementation", json::object()).value("loss", "") != "chunked" ||
+      j["fsdp"]["units"] == "embed_blocks_head")
+    return;
+  j["fsdp"]["per_unit"]["root"] = {{"reshard_after_forward", false}};
 }
 
 }  // namespace
@@ -77,7 +110,9 @@ RC_GTEST_PROP(RealTraining, ShardedEqualsUnsharded, ()) {
   json j = tiny_scenario_json(o);
   j["model"] = small_model();
   j["training"]["optimizer"] = {{"lr", 1e-3}, {"eps", 1e-6}, {"max_grad_norm", o.max_grad_norm}};
+  maybe_torchtitan_units_and_loss(j);
   maybe_per_unit(j, raf);
+  keep_root_unsharded_for_chunks(j);
   j["training"]["seed"] = *rc::gen::inRange(0, 1000);
   RC_TAG(o.mesh.size() == 2 ? "hsdp" : "fsdp");
   RealRun sharded = run_real(parse_scenario(j));
@@ -110,11 +145,13 @@ RC_GTEST_PROP(RealTraining, PredictedPeakMemoryEqualsMeasured, ()) {
   RC_TAG(expandable ? "expandable segments" : "classic segments");
   json j = tiny_scenario_json(o);
   j["model"] = small_model();
-  maybe_per_unit(j, raf);
   // model.implementation's built variants (docs/ops.md, "Implementation variants").
-  j["model"]["implementation"] = {{"loss", *rc::gen::element(std::string("fp32_logits"), std::string("bf16_logits"),
-                                                                       std::string("fp32_output"))},
-                                  {"keep_logits", *rc::gen::arbitrary<bool>()}};
+  if (maybe_torchtitan_units_and_loss(j) == 0)
+    j["model"]["implementation"] = {{"loss", *rc::gen::element(std::string("fp32_logits"), std::string("bf16_logits"),
+                                                                         std::string("fp32_output"))},
+                                    {"keep_logits", *rc::gen::arbitrary<bool>()}};
+  maybe_per_unit(j, raf);
+  keep_root_unsharded_for_chunks(j);
   Scenario s = parse_scenario(j);
   sim::SimulateOptions so;
   so.all_ranks = true;

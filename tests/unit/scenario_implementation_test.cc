@@ -32,6 +32,16 @@ void expect_error(const json& impl, const std::string& where, const std::vector<
   }
 }
 
+void expect_root_reshard_error(const json& j) {
+  try {
+    parse_scenario(j);
+    ADD_FAILURE() << "chunked loss with a resharding root accepted: " << j.dump();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.where(), "model.implementation.loss") << e.what();
+    EXPECT_NE(std::string(e.what()).find("embed_blocks_head"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ModelImplementation, DefaultIsTheFullshardPreset) {
   json j = with_impl("fullshard");
   j["model"].erase("implementation");
@@ -68,8 +78,81 @@ TEST(ModelImplementation, EveryPresetIsKnownAndUnbuiltOnesAreRefused) {
       expect_error(name, "model.implementation", {name, unbuilt_variants(*p)[0], "does not model yet"});
     }
   }
-  // torchtitan main's chunked loss is not modelled: said, not replaced.
-  expect_error("torchtitan", "model.implementation", {"loss=chunked", "does not model yet"});
+  // torchtitan main (b5bcd76): ChunkedLossWrapper with 8 chunks.
+  const ModelImplementation tt = parse_impl("torchtitan");
+  EXPECT_EQ(tt.loss, LossImpl::kChunked);
+  EXPECT_EQ(tt.loss_chunks, 8);
+}
+
+TEST(ModelImplementation, ChunkedLossAndItsLimits) {
+  EXPECT_EQ(parse_impl({{"loss", "chunked"}, {"loss_chunks", 4}}).loss_chunks, 4);
+  // tiny-llama here: batch 1 x seq_len 8 = 8 tokens per micro-batch.
+  expect_error({{"loss", "chunked"}, {"loss_chunks", 3}}, "model.implementation.loss_chunks",
+               {"is 3", "8 tokens", "divisor of 8"});
+  expect_error({{"loss", "chunked"}, {"loss_chunks", 0}}, "model.implementation.loss_chunks", {"0"});
+  expect_error({{"loss", "chunked"}, {"keep_logits", true}}, "model.implementation.keep_logits", {"chunked"});
+  // The output projection runs after the root's forward: a root that reshards is refused.
+  json r = with_impl({{"loss", "chunked"}});
+  r["fsdp"] = {{"reshard_after_forward", true}};
+  expect_root_reshard_error(r);
+  r["fsdp"]["per_unit"] = {{"root", {{"reshard_after_forward", false}}}};
+  EXPECT_EQ(parse_scenario(r).model.implementation.loss, LossImpl::kChunked);
+  r["fsdp"]["units"] = "embed_blocks_head";
+  r["fsdp"].erase("per_unit");
+  EXPECT_EQ(parse_scenario(r).fsdp.units, ShardingUnits::kEmbedBlocksHead);
+  json g = with_impl({{"loss", "chunked"}});
+  g["model"]["name"] = "tiny-gpt2";
+  try {
+    parse_scenario(g);
+    ADD_FAILURE() << "chunked loss on GPT-2 accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.where(), "model.implementation.loss") << e.what();
+  }
+  json t = with_impl({{"loss", "chunked"}});
+  t["training"]["seq_len"] = 16;
+  t["fsdp"] = {{"mesh", {{"shape", {1, 2}}, {"dim_names", {"shard", "tp"}}}}};
+  t["hardware"]["gpus_per_node"] = 2;
+  try {
+    parse_scenario(t);
+    ADD_FAILURE() << "chunked loss with tp accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.where(), "model.implementation.loss") << e.what();
+    EXPECT_NE(std::string(e.what()).find("tp 2"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ModelImplementation, EmbedBlocksHeadUnits) {
+  json j = with_impl("fullshard");
+  j["fsdp"] = {{"units", "embed_blocks_head"},
+               {"per_unit", {{"norm", {{"reshard_after_forward", false}}}, {"tok_embeddings", {{"reshard_after_forward", true}}}}}};
+  const Scenario s = parse_scenario(j);
+  EXPECT_EQ(s.fsdp.units, ShardingUnits::kEmbedBlocksHead);
+  EXPECT_EQ(s.fsdp.reshard_for("output").kind, ReshardAfterForward::Kind::kFalse);  // "norm" names [norm, output]
+  EXPECT_EQ(s.fsdp.reshard_for("tok_embeddings").kind, ReshardAfterForward::Kind::kTrue);
+  // "norm" and "output" are one unit.
+  j["fsdp"]["per_unit"] = {{"norm", {{"reshard_after_forward", false}}}, {"output", {{"reshard_after_forward", true}}}};
+  try {
+    parse_scenario(j);
+    ADD_FAILURE() << "norm and output both named";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("same unit"), std::string::npos) << e.what();
+  }
+  // Under "blocks" they belong to the root; a GPT-2 (tied) model has no output module.
+  j["fsdp"] = {{"units", "blocks"}, {"per_unit", {{"output", {{"reshard_after_forward", false}}}}}};
+  try {
+    parse_scenario(j);
+    ADD_FAILURE() << "output named under units blocks";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("embed_blocks_head"), std::string::npos) << e.what();
+  }
+  j["fsdp"] = {{"units", "embed_blocks_head"}};
+  j["model"]["name"] = "tiny-gpt2";
+  try {
+    parse_scenario(j);
+    ADD_FAILURE() << "embed_blocks_head on GPT-2 accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.where(), "fsdp.units") << e.what();
+  }
 }
 
 TEST(ModelImplementation, AttentionBackends) {
@@ -97,7 +180,6 @@ TEST(ModelImplementation, Errors) {
   expect_error({{"rope", 1}}, "model.implementation.rope", {"complex"});
   expect_error({{"keep_logits", "yes"}}, "model.implementation.keep_logits", {"yes"});
   expect_error({{"compile", true}}, "model.implementation", {"compile=true"});
-  expect_error({{"loss", "chunked"}}, "model.implementation", {"loss=chunked"});
 }
 
 }  // namespace

@@ -633,7 +633,7 @@ TEST(ScenarioErrors, Dtypes) {
 TEST(ScenarioErrors, OtherFsdpAndHardwareValues) {
   json j = minimal();
   j["fsdp"]["units"] = "layers";
-  expect_error(j, "fsdp.units", {"\"layers\"", "\"blocks\" or \"root\""});
+  expect_error(j, "fsdp.units", {"\"layers\"", "\"blocks\", \"root\" or \"embed_blocks_head\""});
   j = minimal();
   j["hardware"]["memory_gib"] = 80;
   j["hardware"]["memory_bytes"] = 100;

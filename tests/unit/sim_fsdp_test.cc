@@ -105,6 +105,34 @@ TEST(CollectiveCounts, PerUnitOverridesMoveThePeakTheRightWay) {
   EXPECT_GT(run(o, false).classes.at(0).peak_allocated_bytes, base);
 }
 
+// torchtitan's unit layout (fsdp.units "embed_blocks_head": tok_embeddings, each block,
+// fully_shard([norm, output]) with reshard_after_forward=False, the root without parameters)
+// and its chunked loss. Counts of the last step (the second), written out:
+//   forward:  tok_embeddings 1, blocks 2, [norm, output] 1 at the norm's pre-forward (step 1's
+//             loss loop set the unit's reshard_after_forward to True, so the root's
+//             post-forward, completing the unit, reshards it) -> 4
+//   loss:     lm_head.unshard() before the chunks -> 1
+//   backward: [norm, output] 1 (resharded after the loop), blocks 2, tok_embeddings 1 -> 4
+// and one reduce-scatter per unit: [norm, output] reduces output and norm gradients together
+// after the norm's backward (post-backward hooked once per pass, NOTE [Grouped units]).
+// Without the chunked loss the unit stays unsharded from forward to backward.
+TEST(CollectiveCounts, EmbedBlocksHeadUnitsAndTheChunkedLoss) {
+  for (bool chunked : {false, true}) {
+    TinyOptions o;
+    o.mesh = {4};
+    o.units = "embed_blocks_head";
+    o.per_unit = {{"output", {{"reshard_after_forward", false}}}};
+    json j = tiny_scenario_json(o);
+    if (chunked) j["model"] = {{"name", "tiny-llama"}, {"implementation", {{"loss", "chunked"}, {"loss_chunks", 4}}}};
+    sim::SimulateOptions so;
+    so.all_ranks = true;
+    auto r = sim::simulate_scenario(parse_scenario(j), so);
+    ASSERT_TRUE(r.problems.empty()) << problems_text(r);
+    EXPECT_EQ(count(r, CollectiveKind::kAllGather), chunked ? 9 : 1 + kBlocks + 1 + kBlocks + 1) << chunked;
+    EXPECT_EQ(count(r, CollectiveKind::kReduceScatter), 1 + kBlocks + 1) << chunked;
+  }
+}
+
 TEST(CollectiveCounts, GradientAccumulationReducesOnlyOnTheLastMicroBatch) {
   TinyOptions o;
   o.mesh = {2};
