@@ -44,7 +44,10 @@ AllGatherStreams FSDPParamGroup::all_gather_streams() const {
 }
 
 ProcessGroup FSDPParamGroup::post_forward_group() const {
-  return fullshard::post_forward_group(config_.shard_group, b_.rank(), config_.post_forward_size);
+  // The size the post-forward shards were made with: set_reshard_after_forward may have
+  // changed the setting since (a chunked loss does, between forward and its unshard).
+  const int n = sharded_state_ == ShardedState::kShardedPostForward ? post_forward_shards_size_ : config_.post_forward_size;
+  return fullshard::post_forward_group(config_.shard_group, b_.rank(), n);
 }
 
 // ------------------------------------------------------------------ unshard / reshard
@@ -105,6 +108,7 @@ void FSDPParamGroup::to_sharded_post_forward() {
     p->set_state(ShardedState::kShardedPostForward);
   }
   sharded_state_ = ShardedState::kShardedPostForward;
+  post_forward_shards_size_ = n;
 }
 
 void FSDPParamGroup::reshard() {

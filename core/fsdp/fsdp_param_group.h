@@ -93,6 +93,7 @@ class FSDPParamGroup {
   std::optional<BufferWithEvent> all_reduce_state_;
   std::vector<EventId> grad_offload_events_;
   std::vector<int> post_forward_indices_;
+  int post_forward_shards_size_ = 0;  // the N of the current post-forward shards
   bool reduce_grads_ = true;
   bool reshard_after_backward_ = true;
   int all_gathers_ = 0;

@@ -2,12 +2,47 @@
 
 #include <filesystem>
 #include <iterator>
+#include <optional>
+
+#include "core/model/implementation.h"
 
 namespace fullshard::planner {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 using Kind = ReshardAfterForward::Kind;
+
+namespace {
+
+// NOTE [Chunked loss candidates] in search_space.cc, on the scenario's JSON: the chunk count
+// that divides the candidate's tokens, and the root kept unsharded when it owns the output.
+void adjust_chunked_loss(json& j, const Candidate& c) {
+  if (!j.contains("model") || !j["model"].is_object() || !j["model"].contains("implementation")) return;
+  json& impl = j["model"]["implementation"];
+  std::optional<ModelImplementation> m;
+  if (impl.is_string()) {
+    m = find_implementation_preset(impl.get<std::string>());
+    if (m) impl = json{{"preset", impl.get<std::string>()}};
+  } else if (impl.is_object()) {
+    m = find_implementation_preset(impl.value("preset", std::string("fullshard")));
+    if (m && impl.contains("loss") && impl["loss"].is_string())
+      set_implementation_value(*m, "loss", impl["loss"].get<std::string>());
+    if (m && impl.contains("loss_chunks") && impl["loss_chunks"].is_number_integer())
+      m->loss_chunks = impl["loss_chunks"].get<int>();
+  }
+  if (!m || m->loss != LossImpl::kChunked) return;
+  const int64_t tokens = c.micro_batch * j["training"].value("seq_len", int64_t{1});
+  int n = m->loss_chunks;
+  while (n > 1 && tokens % n != 0) --n;
+  if (n != m->loss_chunks) impl["loss_chunks"] = n;
+  json& f = j["fsdp"];
+  if (f.value("units", std::string("blocks")) != "embed_blocks_head") {
+    if (!f.contains("per_unit") || !f["per_unit"].is_object()) f["per_unit"] = json::object();
+    f["per_unit"]["root"] = {{"reshard_after_forward", false}};
+  }
+}
+
+}  // namespace
 
 json candidate_scenario_json(const json& base, const Candidate& c, const std::string& name,
                              const std::string& description) {
@@ -61,6 +96,7 @@ json candidate_scenario_json(const json& base, const Candidate& c, const std::st
   json& h = j["hardware"];
   if (!h.contains("allocator") || !h["allocator"].is_object()) h["allocator"] = json::object();
   h["allocator"]["expandable_segments"] = c.expandable_segments;
+  adjust_chunked_loss(j, c);
   return j;
 }
 

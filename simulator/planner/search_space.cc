@@ -204,6 +204,21 @@ Scenario candidate_scenario(const Scenario& base, const Candidate& c) {
   s.training.batch_per_rank = c.micro_batch;
   s.training.grad_accum_steps = c.grad_accum;
   s.hardware.allocator.expandable_segments = c.expandable_segments;
+  // NOTE [Chunked loss candidates]: a chunked loss needs its chunk count to divide the
+  // candidate's tokens per micro-batch (the largest divisor of them not above the scenario's
+  // count is used), and, with the output projection in the root unit, a root that stays
+  // unsharded after forward (as a user running it must write; check_units_and_loss refuses
+  // the other program).
+  ModelImplementation& impl = s.model.implementation;
+  if (impl.loss == LossImpl::kChunked) {
+    const int64_t tokens = s.training.batch_per_rank * s.training.seq_len;
+    while (impl.loss_chunks > 1 && tokens % impl.loss_chunks != 0) --impl.loss_chunks;
+    if (s.fsdp.units != ShardingUnits::kEmbedBlocksHead) {
+      ReshardAfterForward keep;
+      keep.kind = ReshardAfterForward::Kind::kFalse;
+      s.fsdp.per_unit_reshard["root"] = keep;
+    }
+  }
   return s;
 }
 

@@ -197,6 +197,40 @@ TEST(PlannerSpace, RoundTripKeepsUnpinnedOffloadAndOtherSettings) {
   EXPECT_EQ(parsed.fsdp.forward_prefetch, 1);
 }
 
+// NOTE [Chunked loss candidates]: every candidate of a chunked-loss base is a program PyTorch
+// runs (a chunk count dividing its tokens; with the output in the root unit, a root kept
+// unsharded), written and built alike, and simulated without a protocol problem.
+TEST(PlannerSpace, ChunkedLossCandidatesAreRunnablePrograms) {
+  for (const std::string units : {"blocks", "embed_blocks_head"}) {
+    json base = base_json("tiny-llama", 1, 4);
+    base["model"] = {{"name", "tiny-llama"}, {"implementation", {{"preset", "torchtitan"}, {"loss_chunks", 64}}}};
+    base["training"]["seq_len"] = 24;  // the base: 8 x 24 tokens, 64 chunks; a candidate of 1 or 3 x 24: fewer
+    base["training"]["batch_per_rank"] = 8;
+    base["fsdp"] = {{"units", units}};
+    const Scenario base_s = parse_scenario(base);
+    SpaceOptions o;
+    o.gpus = 4;
+    o.gpus_per_node = 4;
+    o.n_layers = base_s.model.n_layers;
+    o.micro_batches = {1, 3};
+    int checked = 0;
+    for (const auto& c : enumerate_candidates(o)) {
+      if (c.cpu_offload || c.expandable_segments) continue;
+      SCOPED_TRACE(candidate_text(c) + " units " + units);
+      const Scenario built = candidate_scenario(base_s, c);
+      EXPECT_EQ(built.training.batch_per_rank * 24 % built.model.implementation.loss_chunks, 0);
+      const Scenario parsed = parse_scenario(json::parse(candidate_scenario_json(base, c, "x", "").dump()));
+      EXPECT_EQ(parsed.model.implementation.loss_chunks, built.model.implementation.loss_chunks);
+      EXPECT_EQ(parsed.fsdp.reshard_for("root").kind, built.fsdp.reshard_for("root").kind);
+      if (checked++ % 7 == 0) {
+        const auto r = sim::simulate_scenario(built, {});
+        EXPECT_TRUE(r.problems.empty());
+      }
+    }
+    EXPECT_GT(checked, 0);
+  }
+}
+
 TEST(PlannerSpace, WrittenCandidateSimulatesLikeTheBuiltOne) {
   const json base = base_json("tiny-llama", 1, 4);
   const Scenario base_s = parse_scenario(base);
