@@ -603,6 +603,18 @@ ReshardAfterForward FsdpOptions::reshard_for(const std::string& unit) const {
   return it == per_unit_reshard.end() ? reshard_after_forward : it->second;
 }
 
+MixedPrecisionPolicy FsdpOptions::mixed_precision_for(const std::string& unit) const {
+  MixedPrecisionPolicy mp = mixed_precision;
+  auto it = per_unit_mixed_precision.find(unit);
+  if (it == per_unit_mixed_precision.end()) return mp;
+  const MixedPrecisionOverride& o = it->second;
+  if (o.param_dtype) mp.param_dtype = *o.param_dtype;
+  if (o.reduce_dtype) mp.reduce_dtype = *o.reduce_dtype;
+  if (o.output_dtype) mp.output_dtype = *o.output_dtype;
+  if (o.cast_forward_inputs) mp.cast_forward_inputs = *o.cast_forward_inputs;
+  return mp;
+}
+
 int FsdpOptions::mesh_size(const std::string& dim) const {
   for (size_t i = 0; i < mesh_dim_names.size() && i < mesh_shape.size(); ++i)
     if (mesh_dim_names[i] == dim) return mesh_shape[i];
@@ -639,6 +651,46 @@ const char* sharding_units_name(ShardingUnits u) {
     case ShardingUnits::kEmbedBlocksHead: return "embed_blocks_head";
   }
   return "blocks";
+}
+
+// NOTE [Dtype flow between units]: each unit computes in its param_dtype (fp32 when unset) and
+// F.linear / the fused norms refuse mixed dtypes, so the activations entering a unit must be in
+// its compute dtype: the previous unit's compute dtype, or its output_dtype cast, or this
+// unit's own input cast (cast_forward_inputs with a param_dtype). The root's final norm and
+// output run after the last block with no cast of their own (the root's pre-forward cast ran on
+// the token ids). With one policy for every unit this always holds unless output_dtype differs
+// from param_dtype; per-unit policies (fsdp.per_unit.<unit>.mixed_precision) can break it, and
+// such a program is refused here, naming the unit. (PyTorch's eager ops would promote some
+// mixed pairs, e.g. an eager RMSNorm; fullshard refuses them all.)
+static void check_dtype_flow(const Scenario& s) {
+  const FsdpOptions& f = s.fsdp;
+  if (f.units == ShardingUnits::kRoot) return;
+  auto compute = [&](const std::string& u) { return f.mixed_precision_for(u).param_dtype.value_or(DType::kFloat32); };
+  auto path_of = [&](const std::string& u) {
+    return f.per_unit_mixed_precision.count(u) ? "fsdp.per_unit." + u + ".mixed_precision" : std::string("fsdp.mixed_precision");
+  };
+  auto name = [](DType d) { return std::string(dtype_name(d)); };
+  const bool edges = f.units == ShardingUnits::kEmbedBlocksHead;
+  std::string from = edges ? "tok_embeddings" : "root";
+  DType h = compute(from);
+  if (edges)
+    if (auto o = f.mixed_precision_for(from).output_dtype) h = *o;
+  auto enter = [&](const std::string& u, bool casts) {
+    const MixedPrecisionPolicy mp = f.mixed_precision_for(u);
+    if (casts && mp.cast_forward_inputs && mp.param_dtype) h = *mp.param_dtype;
+    if (h != compute(u))
+      throw InputError(path_of(u), "makes unit '" + u + "' compute in " + name(compute(u)) + " on " + name(h) +
+                                       " activations from '" + from + "' (F.linear refuses mixed dtypes)",
+                       casts ? "set its cast_forward_inputs true (with a param_dtype), or the previous unit's "
+                               "output_dtype to \"" + name(compute(u)) + "\""
+                             : "set the last block's output_dtype to \"" + name(compute(u)) +
+                                   "\" (the root's norm and output take the last block's output as it is)");
+    h = compute(u);
+    if (auto o = mp.output_dtype) h = *o;
+    from = u;
+  };
+  for (int64_t i = 0; i < s.model.n_layers; ++i) enter("layers." + std::to_string(i), true);
+  enter(edges ? "output" : "root", edges);
 }
 
 // fsdp.units "embed_blocks_head" and loss = chunked need the output projection as a module of
@@ -719,6 +771,7 @@ Scenario parse_scenario(const json& j, const std::string& base_dir) {
   const int tp = s.fsdp.mesh_size("tp");
   check_tensor_parallel(s.model, s.training.seq_len, tp, s.tensor_parallel.loss_parallel);
   check_units_and_loss(s);
+  check_dtype_flow(s);
   if (tp > 1 && !s.training.rank_batch.empty())
     throw InputError("training.rank_batch", "is set with tp " + std::to_string(tp),
                      "ranks of one tp group read the same batch: remove rank_batch or use tp 1");

@@ -105,6 +105,14 @@ struct FsdpOptions {
   std::map<std::string, ReshardAfterForward> per_unit_reshard;
   ReshardAfterForward reshard_for(const std::string& unit) const;  // the override, else the default
   MixedPrecisionPolicy mixed_precision;
+  // fsdp.per_unit.<unit>.mixed_precision: the fields a unit sets (the others follow
+  // mixed_precision), as a script passes its own MixedPrecisionPolicy to that fully_shard.
+  struct MixedPrecisionOverride {
+    std::optional<std::optional<DType>> param_dtype, reduce_dtype, output_dtype;
+    std::optional<bool> cast_forward_inputs;
+  };
+  std::map<std::string, MixedPrecisionOverride> per_unit_mixed_precision;
+  MixedPrecisionPolicy mixed_precision_for(const std::string& unit) const;
   bool cpu_offload = false;                  // CPUOffloadPolicy
   bool pin_memory = true;
   ShardingUnits units = ShardingUnits::kBlocks;

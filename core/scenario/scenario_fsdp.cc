@@ -179,24 +179,40 @@ std::string resolve_unit(const std::string& key, int64_t n_layers, ShardingUnits
   return prefix + std::to_string(n < 0 ? n + n_layers : n);
 }
 
-std::map<std::string, ReshardAfterForward> parse_per_unit(const json& u, int shard_size, int64_t n_layers,
-                                                          ShardingUnits units) {
+std::optional<DType> parse_dtype(const json& v, const std::string& path);
+
+void parse_per_unit(const json& u, int shard_size, int64_t n_layers, FsdpOptions& f) {
   const std::string P = "fsdp.per_unit";
   jr::require_object(u, P, "{\"layers.-1\": {\"reshard_after_forward\": false}}");
-  std::map<std::string, ReshardAfterForward> out;
   std::map<std::string, std::string> key_of;
   for (const auto& [key, v] : u.items()) {
     const std::string K = jr::child_path(P, key);
-    const std::string unit = resolve_unit(key, n_layers, units, K);
+    const std::string unit = resolve_unit(key, n_layers, f.units, K);
     if (key_of.count(unit))
       throw InputError(K, "names the same unit as \"" + key_of[unit] + "\" (" + unit + ")", "keep one of the two");
     key_of[unit] = key;
     jr::require_object(v, K, "{\"reshard_after_forward\": false}");
-    jr::reject_unknown_fields(v, K, {"reshard_after_forward"});
-    jr::require_field(v, K, "reshard_after_forward", "add \"reshard_after_forward\": false (or remove the unit)");
-    out[unit] = parse_reshard(v.at("reshard_after_forward"), shard_size, jr::child_path(K, "reshard_after_forward"));
+    jr::reject_unknown_fields(v, K, {"reshard_after_forward", "mixed_precision"});
+    if (!v.contains("reshard_after_forward") && !v.contains("mixed_precision"))
+      throw InputError(K, "sets nothing",
+                       "add \"reshard_after_forward\" or \"mixed_precision\" (or remove the unit)");
+    if (v.contains("reshard_after_forward"))
+      f.per_unit_reshard[unit] =
+          parse_reshard(v.at("reshard_after_forward"), shard_size, jr::child_path(K, "reshard_after_forward"));
+    if (v.contains("mixed_precision")) {
+      const json& m = v.at("mixed_precision");
+      const std::string M = jr::child_path(K, "mixed_precision");
+      jr::require_object(m, M, "{\"param_dtype\": \"fp32\"}");
+      jr::reject_unknown_fields(m, M, {"param_dtype", "reduce_dtype", "output_dtype", "cast_forward_inputs"});
+      FsdpOptions::MixedPrecisionOverride o;
+      if (m.contains("param_dtype")) o.param_dtype = parse_dtype(m.at("param_dtype"), M + ".param_dtype");
+      if (m.contains("reduce_dtype")) o.reduce_dtype = parse_dtype(m.at("reduce_dtype"), M + ".reduce_dtype");
+      if (m.contains("output_dtype")) o.output_dtype = parse_dtype(m.at("output_dtype"), M + ".output_dtype");
+      if (m.contains("cast_forward_inputs"))
+        o.cast_forward_inputs = jr::get_bool(m.at("cast_forward_inputs"), M + ".cast_forward_inputs");
+      f.per_unit_mixed_precision[unit] = o;
+    }
   }
-  return out;
 }
 
 std::optional<DType> parse_dtype(const json& v, const std::string& path) {
@@ -273,7 +289,7 @@ FsdpOptions parse_fsdp(const json& j, const HardwareOptions& hw, int64_t n_layer
     f.backward_prefetch = static_cast<int>(field_int(j, P, "backward_prefetch", 1, kMaxInt,
                                                       "1 (FSDP2 always prefetches at least one unit in backward)"));
   if (j.contains("per_unit"))
-    f.per_unit_reshard = parse_per_unit(j.at("per_unit"), f.mesh_size("shard"), n_layers, f.units);
+    parse_per_unit(j.at("per_unit"), f.mesh_size("shard"), n_layers, f);
   return f;
 }
 

@@ -74,6 +74,7 @@ TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
   auto unit_options = [&](const std::string& unit) {
     FullyShardOptions u = o;
     u.reshard_after_forward = s.fsdp.reshard_for(unit);
+    u.mp_policy = s.fsdp.mixed_precision_for(unit);
     return u;
   };
   if (s.fsdp.units == ShardingUnits::kEmbedBlocksHead) {

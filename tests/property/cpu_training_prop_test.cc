@@ -72,6 +72,33 @@ int maybe_torchtitan_units_and_loss(json& j) {
   return n;
 }
 
+// fsdp.per_unit.<unit>.mixed_precision, maybe: one block (or, with embed_blocks_head, the
+// [norm, output] unit) computing in fp32 inside a bf16 / fp32 run. It casts its input
+// (cast_forward_inputs) and casts its output back to the run's param dtype, so the next unit
+// gets what it computes in (NOTE [Dtype flow between units]).
+void maybe_per_unit_mixed_precision(json& j) {
+  if (!*rc::gen::arbitrary<bool>()) return;
+  const json& mp = j["fsdp"]["mixed_precision"];
+  const std::string run = mp.is_object() && mp.contains("param_dtype") && mp["param_dtype"].is_string()
+                              ? mp["param_dtype"].get<std::string>()
+                              : "fp32";
+  const bool edges = j["fsdp"]["units"] == "embed_blocks_head";
+  if (j["fsdp"]["units"] == "root") return;
+  const int layers = j["model"]["n_layers"];
+  const int u = *rc::gen::inRange(edges ? -1 : 0, layers);
+  const std::string key = u < 0 ? "output" : "layers." + std::to_string(u);
+  json o = {{"param_dtype", run == "fp32" ? "bf16" : "fp32"}};
+  if (key != "output") o["output_dtype"] = run;
+  if (!j["fsdp"].contains("per_unit") || !j["fsdp"]["per_unit"].is_object()) j["fsdp"]["per_unit"] = json::object();
+  json& per_unit = j["fsdp"]["per_unit"];
+  // Keys naming the same unit ("norm" / "output", "layers.-1" / "layers.N-1"): keep one.
+  std::string k = per_unit.contains("norm") && key == "output" ? "norm" : key;
+  for (auto& [name, v] : per_unit.items())
+    if (name.rfind("layers.", 0) == 0 && key != "output" && (std::stoi(name.substr(7)) + layers) % layers == u) k = name;
+  per_unit[k]["mixed_precision"] = o;
+  RC_TAG("per-unit mixed precision");
+}
+
 // The chunked loss calls the output projection after the root's forward: with the output in
 // the root unit, the root must not reshard after forward (a parse error otherwise).
 void keep_root_unsharded_for_chunks(json& j) {
@@ -151,6 +178,7 @@ RC_GTEST_PROP(RealTraining, PredictedPeakMemoryEqualsMeasured, ()) {
                                                                          std::string("fp32_output"))},
                                     {"keep_logits", *rc::gen::arbitrary<bool>()}};
   maybe_per_unit(j, raf);
+  maybe_per_unit_mixed_precision(j);
   keep_root_unsharded_for_chunks(j);
   Scenario s = parse_scenario(j);
   sim::SimulateOptions so;

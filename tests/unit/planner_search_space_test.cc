@@ -182,7 +182,7 @@ TEST(PlannerSpace, EveryCandidateRoundTripsThroughScenarioJson) {
 TEST(PlannerSpace, RoundTripKeepsUnpinnedOffloadAndOtherSettings) {
   json base = base_json("tiny-llama", 1, 4);
   base["fsdp"] = {{"cpu_offload", {{"pin_memory", false}}}, {"units", "blocks"}, {"forward_prefetch", 1},
-                  {"mixed_precision", {{"output_dtype", "bf16"}}}};
+                  {"mixed_precision", {{"cast_forward_inputs", false}}}};
   base["training"]["optimizer"] = {{"lr", 1e-3}, {"implementation", "fused"}};
   base["training"]["seed"] = 7;
   const Scenario base_s = parse_scenario(base);

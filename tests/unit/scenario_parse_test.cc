@@ -547,7 +547,7 @@ TEST(ScenarioErrors, PerUnitReshardAfterForward) {
   expect_error(with({{"output", no}}), "fsdp.per_unit.output", {"belong to the root unit"});
   expect_error(with({{"layers.1", no}, {"layers.-1", no}}), "fsdp.per_unit.layers.1", {"names the same unit as \"layers.-1\""});
   expect_error(with({{"root", false}}), "fsdp.per_unit.root", {"not an object"});
-  expect_error(with({{"root", json::object()}}), "fsdp.per_unit.root.reshard_after_forward", {"is missing"});
+  expect_error(with({{"root", json::object()}}), "fsdp.per_unit.root", {"sets nothing", "mixed_precision"});
   expect_error(with({{"root", {{"reshard_after_froward", false}}}}), "fsdp.per_unit.root.reshard_after_froward",
                {"did you mean 'reshard_after_forward'?"});
   expect_error(with({{"root", {{"reshard_after_forward", 3}}}}), "fsdp.per_unit.root.reshard_after_forward",
@@ -628,6 +628,37 @@ TEST(ScenarioErrors, Dtypes) {
   expect_error(j, "fsdp.mixed_precision.reduce_dtype", {"\"torch.float32\"", "write \"fp32\""});
   j["fsdp"]["mixed_precision"] = {{"output_dtype", "int8"}};
   expect_error(j, "fsdp.mixed_precision.output_dtype", {"\"int8\"", "\"fp32\", \"bf16\", \"fp16\""});
+}
+
+// fsdp.per_unit.<unit>.mixed_precision: the fields a unit sets over fsdp.mixed_precision, and
+// NOTE [Dtype flow between units]: a unit never computes on activations of another dtype.
+TEST(ScenarioFsdp, PerUnitMixedPrecision) {
+  json j = minimal();
+  j["fsdp"]["mixed_precision"] = {{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}};
+  j["fsdp"]["per_unit"] = {{"layers.0", {{"mixed_precision", {{"param_dtype", "fp32"}, {"output_dtype", "bf16"}}}}},
+                           {"root", {{"mixed_precision", {{"output_dtype", "fp32"}}}}}};
+  const FsdpOptions f = parse(j).fsdp;
+  const MixedPrecisionPolicy b0 = f.mixed_precision_for("layers.0");
+  EXPECT_EQ(b0.param_dtype, DType::kFloat32);
+  EXPECT_EQ(b0.reduce_dtype, DType::kFloat32);  // from fsdp.mixed_precision
+  EXPECT_EQ(b0.output_dtype, DType::kBFloat16);
+  EXPECT_EQ(f.mixed_precision_for("layers.1").param_dtype, DType::kBFloat16);
+  EXPECT_EQ(f.mixed_precision_for("root").output_dtype, DType::kFloat32);
+  EXPECT_EQ(f.mixed_precision_for("root").param_dtype, DType::kBFloat16);
+  // The last block in fp32 without an output cast hands the root's bf16 norm fp32 activations.
+  const int last = static_cast<int>(parse(j).model.n_layers) - 1;
+  j["fsdp"]["per_unit"] = {{"layers.-1", {{"mixed_precision", {{"param_dtype", "fp32"}}}}}};
+  expect_error(j, "fsdp.mixed_precision",
+               {"unit 'root' compute in bf16 on fp32 activations from 'layers." + std::to_string(last) + "'",
+                "output_dtype to \"bf16\""});
+  // A block that does not cast its input gets the previous unit's bf16.
+  j["fsdp"]["per_unit"] = {{"layers.0", {{"mixed_precision", {{"param_dtype", "fp32"}, {"cast_forward_inputs", false},
+                                                              {"output_dtype", "bf16"}}}}}};
+  expect_error(j, "fsdp.per_unit.layers.0.mixed_precision", {"'layers.0' compute in fp32 on bf16", "cast_forward_inputs"});
+  j["fsdp"]["per_unit"] = {{"layers.0", {{"mixed_precision", {{"param_dtype", "fp8"}}}}}};
+  expect_error(j, "fsdp.per_unit.layers.0.mixed_precision.param_dtype", {"\"fp8\""});
+  j["fsdp"]["per_unit"] = {{"layers.0", {{"mixed_precision", {{"param_type", "fp32"}}}}}};
+  expect_error(j, "fsdp.per_unit.layers.0.mixed_precision.param_type", {"param_type"});
 }
 
 TEST(ScenarioErrors, OtherFsdpAndHardwareValues) {
