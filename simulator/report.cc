@@ -172,6 +172,19 @@ std::string report_summary(const SimulationReport& r) {
       out += fmt::format("    async: host staging {} per rank (host memory, not in the device figures), {:.3f} s of "
                          "the write hidden behind training\n",
                          format_bytes(c.host_staging_bytes), c.hidden_s);
+    if (!c.played.empty()) {  // NOTE [Playing a checkpoint save]
+      std::string steps;
+      double exposed = 0;
+      for (const auto& p : c.played) {
+        steps += fmt::format("{}{}", steps.empty() ? "" : ", ", p.step);
+        exposed = std::max(exposed, p.exposed_s());
+      }
+      out += fmt::format("    played: {} save(s) after step {} (in the timeline and the host accounts), exposed up to "
+                         "{:.3f} s each{}; whole run {:.3f} s with the saves\n",
+                         c.played.size(), steps, exposed,
+                         c.played_final_wait_s > 0 ? fmt::format(", the run's end waits {:.3f} s for the last write", c.played_final_wait_s) : "",
+                         r.total_time_s);
+    }
   }
   if (r.out_of_memory && !r.problems.empty())
     out += "  (a rank that runs out of memory stops there: the problems below may only follow from that)\n";
