@@ -123,7 +123,12 @@ nlohmann::json checkpoint_cost_json(const CheckpointCost& c) {
   uint64_t largest = 0;
   for (uint64_t b : c.shard_bytes) largest = std::max(largest, b);
   nlohmann::json played = nlohmann::json::array();
-  for (const auto& p : c.played) played.push_back({{"after_step", p.step}, {"begin_s", p.begin_s}, {"exposed_s", p.exposed_s()}});
+  for (const auto& p : c.played)
+    played.push_back({{"after_step", p.step},
+                      {"begin_s", p.begin_s},
+                      {"exposed_s", p.exposed_s()},
+                      {"write_begin_s", p.write_begin_s},
+                      {"write_end_s", p.write_end_s}});
   return {{"every", c.every},
           {"mode", c.async ? "async" : "sync"},
           {"d2h_bandwidth", c.d2h_bandwidth},

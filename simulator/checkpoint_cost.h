@@ -48,6 +48,7 @@ namespace fullshard::sim {
 struct PlayedCheckpointSave {
   int step = 0;
   double begin_s = 0, end_s = 0;
+  double write_begin_s = 0, write_end_s = 0;  // its write on the checkpoint lane
   double exposed_s() const { return end_s - begin_s; }
 };
 

@@ -108,7 +108,11 @@ std::string report_summary(const SimulationReport& r) {
     std::sort(ranks.begin(), ranks.end());
     out += fmt::format("  {}: peak allocated {}, peak reserved {}", ranks_label(ranks),
                        format_bytes(c.peak_allocated_bytes), format_bytes(c.peak_reserved_bytes));
-    if (c.peak_host_bytes) out += fmt::format(", CPU-offloaded {}", format_bytes(c.peak_host_bytes));
+    // Host memory: CPU offload's, and async checkpoint staging while it is held.
+    const bool staging = r.checkpoint && r.checkpoint->async && !r.checkpoint->played.empty();
+    if (c.peak_host_bytes)
+      out += fmt::format(", {} {}", staging ? "host (CPU offload + checkpoint staging)" : "CPU-offloaded",
+                         format_bytes(c.peak_host_bytes));
     out += "\n    at peak:";
     for (MemCategory k : kAllMemCategories) {
       uint64_t v = c.breakdown_at_peak[static_cast<int>(k)];

@@ -286,6 +286,11 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
       dev_time[i] = next;
       if ((in.type == InstrType::kKernel || in.type == InstrType::kCollective) && rt.times[i].start >= 0)
         next = std::min(next, rt.times[i].start);
+      // A played checkpoint save starts right after the step's end synchronize, when the
+      // device is done with the step: what the host did before it happened by then, not after
+      // the save's waits (NOTE [Playing a checkpoint save]).
+      if (in.type == InstrType::kMarker && rt.times[i].start >= 0 && instr_name(prog, in) == "checkpoint save")
+        next = std::min(next, rt.times[i].start);
     }
     // Each memory event's time and labels (NOTE [Timeline labels] in simulate.h): the buffer's
     // name, and the next kernel or collective the host issued (found walking backwards).
@@ -308,7 +313,7 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
     // (NOTE [Playing a checkpoint save]): step durations are those of training alone.
     std::vector<double> step_begin;
     std::vector<long> step_begin_marker;
-    double begin_at = 0, save_at = 0, final_wait = 0;
+    double begin_at = 0, save_at = 0, final_wait = 0, write_begin = 0, write_end = 0;
     long begin_marker_at = -1;
     std::vector<PlayedCheckpointSave> saves;
     double running = 0;
@@ -328,10 +333,14 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
         begin_at = rt.times[i].start;
         begin_marker_at = static_cast<long>(i);
       }
+      if (in.type == InstrType::kStorageWrite) {
+        write_begin = rt.times[i].start;
+        write_end = rt.times[i].end;
+      }
       if (in.type == InstrType::kMarker && rt.times[i].start >= 0) {
         const std::string_view label = instr_name(prog, in);
         if (label == "checkpoint save") save_at = rt.times[i].start;
-        if (label == "checkpoint end") saves.push_back({in.step, save_at, rt.times[i].start});
+        if (label == "checkpoint end") saves.push_back({in.step, save_at, rt.times[i].start, write_begin, write_end});
         if (label == "checkpoint collected") final_wait = rt.times[i].start - begin_at;
         if (label == "checkpoint end" || label == "checkpoint collected") {
           begin_at = rt.times[i].start;

@@ -87,8 +87,10 @@ struct Program {
 // exposed); any other op on the compute stream is compute; ops on the communication streams
 // count as communication; the all-gather copy-in stream is neither.
 enum class OpActivity : uint8_t { kCompute, kComm, kOther };
+// A checkpoint's copies (kDeviceToPageableHost) are neither: they are the save's, not training's.
 inline OpActivity op_activity(const Instr& in) {
   if (in.type == InstrType::kCollective) return OpActivity::kComm;
+  if (in.place == KernelPlace::kDeviceToPageableHost) return OpActivity::kOther;
   if (in.stream == StreamRole::kDefault) return OpActivity::kCompute;
   return in.stream == StreamRole::kAllGatherCopyIn ? OpActivity::kOther : OpActivity::kComm;
 }
