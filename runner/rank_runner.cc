@@ -44,6 +44,37 @@ std::vector<float> read_f32(Backend& b, const TensorRef& ref) {
   return v;
 }
 
+// NOTE [Logits readout]: model(tokens) of the rank's first micro-batch of step `step` (the
+// batch TrainingProgram::run_step loads: kLoadBatch with the same arguments), computed as a
+// validation pass computes its loss (NOTE [Validation pass]): no graph, the same FSDP hooks,
+// units left unsharded resharded after, then copied to the host. Only the test option
+// RankOptions::collect_logits runs it.
+std::vector<float> first_logits(Backend& b, TrainingProgram& prog, const Scenario& s, int step) {
+  FULLSHARD_CHECK(!prog.model().tensor_parallel().enabled(), "collect_logits with tensor parallelism");
+  const auto& t = s.training;
+  TensorMeta ids{DType::kInt64, {t.batch_for(b.rank()), t.seq_len}};
+  Tensor tokens = Tensor::empty(b, ids, MemCategory::kActivation, StreamRole::kDefault, "logits tokens");
+  Tensor labels = Tensor::empty(b, ids, MemCategory::kActivation, StreamRole::kDefault, "logits labels");
+  OpCall load;
+  load.kind = OpKind::kLoadBatch;
+  load.name = "load logits batch";
+  load.outputs = {tokens.ref(), labels.ref()};
+  const MeshInfo mi = mesh_info_for(s, b.rank());
+  load.iargs = {step, 0, t.grad_accum_steps, 0, mi.dp_rank, mi.dp_size};
+  b.launch(StreamRole::kDefault, load);
+  std::vector<float> out;
+  {
+    ExecContext c(b, nullptr, &prog.fsdp());
+    Value logits = prog.model().logits_forward(c, tokens, {});
+    b.synchronize_device();
+    out = read_f32(b, logits.t.ref());
+  }
+  for (auto& st : prog.fsdp().states())
+    if (st->group && st->group->is_unsharded()) st->group->reshard();
+  b.synchronize_device();
+  return out;
+}
+
 // NOTE [Measured timeline]: every allocation and free the host program makes is one event of
 // the MemoryTracker's timeline (its allocated / reserved bytes after it); the observer adds
 // when it happened on the backend's clock and what it was, in the same order. Its times become
@@ -112,6 +143,7 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
     const int first = o.resume_from.empty() ? 0 : static_cast<int>(load_checkpoint(b, prog, s, o.resume_from));
     std::optional<CheckpointSaver> saver;
     if (o.checkpoint_every > 0) saver.emplace(b, s, CheckpointSaveOptions{o.checkpoint_dir, o.checkpoint_keep_last, o.checkpoint_async});
+    if (o.collect_logits) r.logits = first_logits(b, prog, s, first);
     if (o.collect_grads)
       prog.set_before_optimizer([&](int) {
         if (!r.local_grads.empty()) return;

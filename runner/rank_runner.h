@@ -31,6 +31,11 @@ struct RankOptions {
   // Collect this rank's gradient shards of the first step run, reduced over the mesh and
   // before clipping (RankResult::local_grads). The oracle test (tests/unit/cpu_oracle_test.cc).
   bool collect_grads = false;
+  // Collect the logits of this rank's first micro-batch of the first step run, with the weights
+  // training starts from (RankResult::logits): a forward without autograd before the first
+  // step, as a validation pass runs one (NOTE [Validation pass]); nothing else changes. The
+  // oracle test compares them with PyTorch's. Not with tensor parallelism (vocab-sharded logits).
+  bool collect_logits = false;
   // Sharded checkpoints (runner/checkpoint.h, docs/checkpoints.md): save after every
   // `checkpoint_every` steps into `checkpoint_dir`; start from the committed checkpoint
   // folder `resume_from` (its next step) instead of step 0.
@@ -81,6 +86,8 @@ struct RankResult {
   CheckpointSaveStats checkpoint;
   // The first step's gradients, the same way (with RankOptions::collect_grads).
   std::vector<std::pair<std::string, std::vector<float>>> local_grads;
+  // With RankOptions::collect_logits: fp32 values of the logits [batch, seq, vocab].
+  std::vector<float> logits;
 };
 
 // Runs the steps of `s` on `backend` (created for this rank of `s`'s world). Throws

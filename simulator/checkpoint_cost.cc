@@ -11,31 +11,78 @@
 
 namespace fullshard::sim {
 
-std::vector<uint64_t> checkpoint_shard_bytes(const Scenario& s) {
+namespace {
+
+// Per shard index of the writing ranks, its tensors' bytes in copy order; per rank, the shard
+// index it writes (-1: it does not write).
+struct WriterTensors {
+  std::map<int, std::vector<uint64_t>> by_index;
+  std::vector<int> index_of_rank;
+};
+
+WriterTensors writer_tensors(const Scenario& s) {
   const int world = s.world_size();
   // Local (tensor-parallel) shapes are alike on every tp rank; FSDP shards their rows.
   Transformer model(s.model, tensor_parallel_for(s, 0));
   std::vector<std::pair<int64_t, int64_t>> params;  // (rows, row elements)
   model.root().for_each_param([&](Param& p) { params.emplace_back(p.shape[0], row_numel(p.shape)); });
+  const std::vector<CheckpointCopy> order = checkpoint_copy_order(params.size());
   const DeviceMesh mesh(s.fsdp.mesh_shape, s.fsdp.mesh_dim_names);
   int shard = mesh.dim_index("shard");
   if (shard < 0) shard = mesh.ndim() - 1;  // as mesh_info_for
   const int rep = mesh.dim_index("replicate");
   const int w = mesh.shape()[static_cast<size_t>(shard)];
-  std::map<int, uint64_t> by_index;  // shard index -> bytes (ranks of one index hold the same rows)
-  std::vector<uint64_t> out(static_cast<size_t>(world));
+  WriterTensors out;
+  out.index_of_rank.assign(static_cast<size_t>(world), -1);
   for (int r = 0; r < world; ++r) {
     const std::vector<int> c = mesh.coordinates(r);
     if (rep >= 0 && rep != shard && c[static_cast<size_t>(rep)] != 0) continue;  // HSDP: replica 0 writes
     const int idx = c[static_cast<size_t>(shard)];
-    auto [it, added] = by_index.emplace(idx, 0);
+    out.index_of_rank[static_cast<size_t>(r)] = idx;
+    auto [it, added] = out.by_index.emplace(idx, std::vector<uint64_t>{});
     if (added)
-      for (const auto& [rows, rn] : params)
-        it->second += 3ull * 4ull * static_cast<uint64_t>(shard_rows(rows, w, idx) * rn);  // param + exp_avg + exp_avg_sq, fp32
-    out[static_cast<size_t>(r)] = it->second;
+      for (const CheckpointCopy& k : order) {  // fp32 parameter, exp_avg, exp_avg_sq
+        const auto& [rows, rn] = params[k.param];
+        it->second.push_back(4ull * static_cast<uint64_t>(shard_rows(rows, w, idx) * rn));
+      }
   }
   return out;
 }
+
+}  // namespace
+
+std::vector<CheckpointCopy> checkpoint_copy_order(size_t num_params) {
+  std::vector<CheckpointCopy> order;
+  order.reserve(3 * num_params);
+  for (size_t i = 0; i < num_params; ++i) order.push_back({i, 0});
+  for (size_t i = 0; i < num_params; ++i) {
+    order.push_back({i, 1});
+    order.push_back({i, 2});
+  }
+  return order;
+}
+
+double checkpoint_copy_seconds(const std::vector<uint64_t>& bytes, double bandwidth, double launch_s) {
+  double end = 0;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    const double issued = static_cast<double>(i + 1) * launch_s;
+    end = std::max(end, issued) + (bandwidth > 0 ? static_cast<double>(bytes[i]) / bandwidth : 0);
+  }
+  return end;
+}
+
+namespace {
+std::vector<uint64_t> shard_bytes_of(const WriterTensors& t) {
+  std::vector<uint64_t> out(t.index_of_rank.size());
+  for (size_t r = 0; r < out.size(); ++r) {
+    if (t.index_of_rank[r] < 0) continue;
+    for (uint64_t b : t.by_index.at(t.index_of_rank[r])) out[r] += b;
+  }
+  return out;
+}
+}  // namespace
+
+std::vector<uint64_t> checkpoint_shard_bytes(const Scenario& s) { return shard_bytes_of(writer_tensors(s)); }
 
 CheckpointCost checkpoint_cost(const Scenario& s, double step_time_s) {
   const TrainingCheckpointOptions& o = s.training.checkpoint;
@@ -45,7 +92,11 @@ CheckpointCost checkpoint_cost(const Scenario& s, double step_time_s) {
   c.async = o.async;
   c.d2h_bandwidth = s.hardware.device.pageable_copy_bandwidth;
   c.storage_write_bandwidth = o.storage_write_bandwidth;
-  c.shard_bytes = checkpoint_shard_bytes(s);
+  c.launch_s = s.hardware.device.eager_dispatch_s + s.hardware.device.launch_overhead_s;
+  const WriterTensors tensors = writer_tensors(s);
+  c.shard_bytes = shard_bytes_of(tensors);
+  for (const auto& [idx, bytes] : tensors.by_index)
+    c.d2h_s = std::max(c.d2h_s, checkpoint_copy_seconds(bytes, c.d2h_bandwidth, c.launch_s));
   const int per_node = std::max(1, s.hardware.gpus_per_node);
   std::map<int, uint64_t> node;
   uint64_t largest = 0;
@@ -54,7 +105,6 @@ CheckpointCost checkpoint_cost(const Scenario& s, double step_time_s) {
     largest = std::max(largest, c.shard_bytes[r]);
   }
   for (const auto& [n, b] : node) c.node_bytes = std::max(c.node_bytes, b);
-  c.d2h_s = c.d2h_bandwidth > 0 ? static_cast<double>(largest) / c.d2h_bandwidth : 0;
   c.write_s = static_cast<double>(c.node_bytes) / c.storage_write_bandwidth;
   if (c.async) {
     const double late = std::max(0.0, c.write_s - c.every * step_time_s);
@@ -72,6 +122,13 @@ CheckpointCost checkpoint_cost(const Scenario& s, double step_time_s) {
 nlohmann::json checkpoint_cost_json(const CheckpointCost& c) {
   uint64_t largest = 0;
   for (uint64_t b : c.shard_bytes) largest = std::max(largest, b);
+  nlohmann::json played = nlohmann::json::array();
+  for (const auto& p : c.played)
+    played.push_back({{"after_step", p.step},
+                      {"begin_s", p.begin_s},
+                      {"exposed_s", p.exposed_s()},
+                      {"write_begin_s", p.write_begin_s},
+                      {"write_end_s", p.write_end_s}});
   return {{"every", c.every},
           {"mode", c.async ? "async" : "sync"},
           {"d2h_bandwidth", c.d2h_bandwidth},
@@ -84,7 +141,9 @@ nlohmann::json checkpoint_cost_json(const CheckpointCost& c) {
           {"hidden_s", c.hidden_s},
           {"amortised_s_per_step", c.amortised_s_per_step},
           {"host_staging_bytes", c.host_staging_bytes},
-          {"saves", c.saves}};
+          {"saves", c.saves},
+          {"played", played},
+          {"played_final_wait_s", c.played_final_wait_s}};
 }
 
 }  // namespace fullshard::sim

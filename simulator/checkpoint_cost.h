@@ -7,8 +7,13 @@
 // shards of the parameters and both AdamW states (fp32, the dtype fullshard keeps them in) to
 // host memory, then writes them; the ranks of a node share its storage bandwidth.
 //   shard_bytes(r) = 3 x 4 x sum over parameters of local rows(r) x row elements
-//   d2h_s          = max over ranks of shard_bytes(r) / pageable_copy_bandwidth
-//                    (DCP copies into ordinary, pageable CPU tensors)
+//   d2h_s          = max over ranks of the copy chain of its tensors, in state-dict order
+//                    (every parameter in module order, then each one's exp_avg, exp_avg_sq):
+//                    e = 0; for tensor i = 1..n: e = max(e, i x launch) + bytes_i / pageable_copy_bandwidth
+//                    (DCP copies into ordinary, pageable CPU tensors, one copy per tensor; each
+//                    costs the host launch = eager_dispatch_s + launch_overhead_s, so a model of
+//                    many small tensors is launch-bound; for large ones d2h_s = launch +
+//                    shard_bytes / bandwidth)
 //   write_s        = max over nodes of sum of the node's shard_bytes / storage_write_bandwidth
 //   sync:  exposed = d2h_s + write_s           (training waits for the whole save)
 //   async: exposed = d2h_s + max(0, write_s - every x step_time_s)
@@ -17,6 +22,11 @@
 //   amortised per step = exposed / every; host staging (async) = the largest shard_bytes.
 // The commit (metadata, fsyncs) and the file system's latency are not modelled. Nothing here
 // touches device memory: the device predictions do not change.
+// `fullshard simulate` plays the same saves in the engine (NOTE [Playing a checkpoint save] in
+// checkpoint_play.h: the copies on the device_to_host stream, the write on a checkpoint lane,
+// the staging in the host accounts), and tests/unit/sim_checkpoint_play_test.cc checks that
+// every played save exposes what this closed form says; the planner keeps this closed form as
+// its fast path (SimulateOptions::play_checkpoint = false).
 //
 // NOTE [Checkpoint storage bandwidth]: the hardware profiles hold no storage figure. The
 // default, 2e9 bytes/s per node, is an assumption (about one local NVMe SSD's sequential
@@ -32,10 +42,21 @@
 
 namespace fullshard::sim {
 
+// A save as the engine played it (NOTE [Playing a checkpoint save]): after step `step`, from
+// the host's "checkpoint save" to its "checkpoint end" (async: includes waiting for the
+// previous save's write).
+struct PlayedCheckpointSave {
+  int step = 0;
+  double begin_s = 0, end_s = 0;
+  double write_begin_s = 0, write_end_s = 0;  // its write on the checkpoint lane
+  double exposed_s() const { return end_s - begin_s; }
+};
+
 struct CheckpointCost {
   int every = 0;
   bool async = false;
   double d2h_bandwidth = 0;            // bytes/s (the profile's pageable_copy_bandwidth)
+  double launch_s = 0;                 // host seconds per copy (eager dispatch + launch)
   double storage_write_bandwidth = 0;  // bytes/s per node
   std::vector<uint64_t> shard_bytes;   // per rank: what it copies and writes (0: not a writer)
   uint64_t node_bytes = 0;             // the busiest node's bytes
@@ -46,6 +67,10 @@ struct CheckpointCost {
   double amortised_s_per_step = 0;     // exposed_s / every
   uint64_t host_staging_bytes = 0;     // async: the largest rank's staging buffer (host memory)
   int saves = 0;                       // in training.steps
+  // Played (simulate_scenario with play_checkpoint): the saves of the played steps, of the
+  // slowest writing rank class, and the end of the run's wait for the last async write.
+  std::vector<PlayedCheckpointSave> played;
+  double played_final_wait_s = 0;
 };
 
 // The cost of s.training.checkpoint at step time `step_time_s`. Requires every > 0.
@@ -54,6 +79,19 @@ CheckpointCost checkpoint_cost(const Scenario& s, double step_time_s);
 // Each rank's unpadded local shard bytes of parameters and AdamW states (0 for ranks that do
 // not write: replicas other than the first).
 std::vector<uint64_t> checkpoint_shard_bytes(const Scenario& s);
+
+// The order a save copies a rank's tensors in (DCP's state dict: the model's parameters in
+// module order, then the optimizer's exp_avg and exp_avg_sq of each): indices into the
+// model's parameters (Module::for_each_param order) and which of the three copies.
+struct CheckpointCopy {
+  size_t param = 0;
+  int which = 0;  // 0 the parameter, 1 exp_avg, 2 exp_avg_sq
+};
+std::vector<CheckpointCopy> checkpoint_copy_order(size_t num_params);
+
+// Seconds the copies of `bytes` (in copy order) take on one stream when the host issues one
+// every `launch_s` seconds, from the host's start: the chain of NOTE [Checkpoint cost].
+double checkpoint_copy_seconds(const std::vector<uint64_t>& bytes, double bandwidth, double launch_s);
 
 nlohmann::json checkpoint_cost_json(const CheckpointCost& c);
 

@@ -108,7 +108,11 @@ std::string report_summary(const SimulationReport& r) {
     std::sort(ranks.begin(), ranks.end());
     out += fmt::format("  {}: peak allocated {}, peak reserved {}", ranks_label(ranks),
                        format_bytes(c.peak_allocated_bytes), format_bytes(c.peak_reserved_bytes));
-    if (c.peak_host_bytes) out += fmt::format(", CPU-offloaded {}", format_bytes(c.peak_host_bytes));
+    // Host memory: CPU offload's, and async checkpoint staging while it is held.
+    const bool staging = r.checkpoint && r.checkpoint->async && !r.checkpoint->played.empty();
+    if (c.peak_host_bytes)
+      out += fmt::format(", {} {}", staging ? "host (CPU offload + checkpoint staging)" : "CPU-offloaded",
+                         format_bytes(c.peak_host_bytes));
     out += "\n    at peak:";
     for (MemCategory k : kAllMemCategories) {
       uint64_t v = c.breakdown_at_peak[static_cast<int>(k)];
@@ -172,6 +176,19 @@ std::string report_summary(const SimulationReport& r) {
       out += fmt::format("    async: host staging {} per rank (host memory, not in the device figures), {:.3f} s of "
                          "the write hidden behind training\n",
                          format_bytes(c.host_staging_bytes), c.hidden_s);
+    if (!c.played.empty()) {  // NOTE [Playing a checkpoint save]
+      std::string steps;
+      double exposed = 0;
+      for (const auto& p : c.played) {
+        steps += fmt::format("{}{}", steps.empty() ? "" : ", ", p.step);
+        exposed = std::max(exposed, p.exposed_s());
+      }
+      out += fmt::format("    played: {} save(s) after step {} (in the timeline and the host accounts), exposed up to "
+                         "{:.3f} s each{}; whole run {:.3f} s with the saves\n",
+                         c.played.size(), steps, exposed,
+                         c.played_final_wait_s > 0 ? fmt::format(", the run's end waits {:.3f} s for the last write", c.played_final_wait_s) : "",
+                         r.total_time_s);
+    }
   }
   if (r.out_of_memory && !r.problems.empty())
     out += "  (a rank that runs out of memory stops there: the problems below may only follow from that)\n";

@@ -135,6 +135,25 @@ void SimBackend::do_launch(StreamRole stream, const OpCall& op) {
   add_accesses(in, op.inputs, op.outputs);
 }
 
+void SimBackend::launch_pageable_copy(StreamRole stream, const OpCall& op) {
+  FULLSHARD_CHECK(op.kind == OpKind::kCopy, "launch_pageable_copy of a kernel that is no copy");
+  const size_t before = program_.instrs.size();
+  launch(stream, op);
+  if (program_.instrs.size() > before) program_.instrs.back().place = KernelPlace::kDeviceToPageableHost;
+}
+
+EventId SimBackend::storage_write(std::string_view label, uint64_t bytes, uint64_t node_bytes) {
+  const EventId e = ++next_event_;
+  if (program_.truncated) return e;
+  const uint32_t nm = name(label);
+  Instr& in = push(InstrType::kStorageWrite, StreamRole::kDefault);
+  in.name = nm;
+  in.event = e;
+  in.bytes = static_cast<double>(bytes);
+  in.coll_bytes = node_bytes;
+  return e;
+}
+
 void SimBackend::do_collective(StreamRole stream, const CollectiveCall& call, const ProcessGroup& group) {
   if (program_.truncated) return;
   FULLSHARD_CHECK(group.index_of(rank()) >= 0, "collective on a group without this rank");

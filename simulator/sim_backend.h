@@ -33,6 +33,14 @@ class SimBackend : public Backend {
   // Stops recording (the host program died, e.g. out of memory).
   void truncate() { program_.truncated = true; }
 
+  // A checkpoint save's work (NOTE [Playing a checkpoint save] in simulator/checkpoint_play.h).
+  // A device-to-host copy into pageable host memory (DCP's CPU tensors): launched as `op`
+  // (a kCopy), priced at the pageable copy bandwidth (KernelPlace::kDeviceToPageableHost).
+  void launch_pageable_copy(StreamRole stream, const OpCall& op);
+  // The rank's writer thread writes `bytes` to storage while its node writes `node_bytes` in
+  // all (InstrType::kStorageWrite); returns the event a synchronize waits on for its end.
+  EventId storage_write(std::string_view name, uint64_t bytes, uint64_t node_bytes);
+
  protected:
   void do_launch(StreamRole stream, const OpCall& op) override;
   void do_collective(StreamRole stream, const CollectiveCall& call, const ProcessGroup& group) override;

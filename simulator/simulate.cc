@@ -12,6 +12,7 @@
 #include "core/mesh/device_mesh.h"
 #include "core/memory/timeline_downsample.h"
 #include "core/scenario/training_program.h"
+#include "simulator/checkpoint_play.h"
 #include "simulator/cost/hardware_cost_model.h"
 #include "simulator/extrapolate.h"
 #include "simulator/sim_limits.h"
@@ -38,11 +39,14 @@ std::vector<std::vector<int>> rank_classes(const Scenario& s) {
   int stride = 1;  // of the shard coordinate in the row-major rank
   for (int d = mesh.ndim() - 1; d > shard; --d) stride *= mesh.shape()[static_cast<size_t>(d)];
   std::map<std::vector<int64_t>, std::vector<int>> by_key;
-  std::vector<int64_t> key(rows.size() + 1);
+  // Played checkpoint saves (NOTE [Playing a checkpoint save]): writers differ from the rest.
+  const bool saves = s.training.checkpoint.every > 0;
+  std::vector<int64_t> key(rows.size() + (saves ? 2 : 1));
   for (int r = 0; r < world; ++r) {
     const int idx = (r / stride) % w;
     for (size_t i = 0; i < rows.size(); ++i) key[i] = shard_rows(rows[i], w, idx);
-    key.back() = s.training.batch_for(r);  // an uneven batch changes the program too
+    key[rows.size()] = s.training.batch_for(r);  // an uneven batch changes the program too
+    if (saves) key.back() = writes_checkpoint(s, r) ? 1 : 0;
     by_key[key].push_back(r);
   }
   std::vector<std::vector<int>> classes;
@@ -62,6 +66,7 @@ PlaceholderCostOptions cost_options(const Scenario& s) {
   if (hw.hbm_bandwidth > 0) o.memory_bandwidth = hw.hbm_bandwidth;
   double link = s.world_size() <= s.hardware.gpus_per_node ? hw.nvlink_bandwidth : hw.network_bandwidth;
   if (link > 0) o.link_bandwidth = link;
+  if (s.training.checkpoint.storage_write_bandwidth > 0) o.storage_write_bandwidth = s.training.checkpoint.storage_write_bandwidth;
   return o;
 }
 
@@ -115,13 +120,16 @@ std::optional<Program> program_for_rank(const Scenario& s, const Program& from_p
   return p;
 }
 
-Recorded record_rank(const Scenario& s, int rank, GroupRegistry& groups, bool timeline) {
+Recorded record_rank(const Scenario& s, int rank, GroupRegistry& groups, bool timeline, int run_steps,
+                     bool play_checkpoint) {
   Recorded r;
   r.backend = std::make_unique<SimBackend>(rank, s.world_size(), s.hardware.allocator, groups, timeline);
   SimBackend& b = *r.backend;
   std::unique_ptr<TrainingProgram> prog;
   try {
     prog = std::make_unique<TrainingProgram>(b, s);
+    std::optional<CheckpointPlayer> saver;  // NOTE [Playing a checkpoint save]
+    if (play_checkpoint && s.training.checkpoint.every > 0) saver.emplace(b, *prog, s, run_steps);
     for (int step = 0; step < s.training.steps; ++step) {
       prog->run_step(step);
       const MemoryTracker& m = b.memory();
@@ -130,7 +138,9 @@ Recorded record_rank(const Scenario& s, int rank, GroupRegistry& groups, bool ti
       r.step_ends.push_back({now.allocated_bytes, now.reserved_bytes, now.host_bytes,
                              m.at_peak_allocated().allocated_bytes, m.at_peak_reserved().reserved_bytes,
                              m.allocator_stats().num_segments});
+      if (saver) saver->after_step(step, step + 1 == s.training.steps);
     }
+    if (saver) saver->finish();
   } catch (const OutOfMemoryError& e) {
     OutOfMemoryInfo o;
     o.requested_bytes = e.requested_bytes;
@@ -199,7 +209,7 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
       rec_of.push_back(rec_of[static_cast<size_t>(rec_of_rank[static_cast<size_t>(first)])]);
       programs.push_back(std::move(*copied));
     } else {
-      recs.push_back(record_rank(s, rank, groups, timeline_rank[static_cast<size_t>(rank)]));
+      recs.push_back(record_rank(s, rank, groups, timeline_rank[static_cast<size_t>(rank)], steps, opt.play_checkpoint));
       rec_of.push_back(recs.size() - 1);
       programs.push_back(std::move(recs.back().backend->program()));
       rec_instructions.push_back(programs.back().instrs.size());
@@ -217,6 +227,7 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
     ComputeOptions co;
     co.pinned_memory = s.fsdp.pin_memory;
     co.host_threads_per_rank = s.hardware.host_threads_per_rank;
+    if (s.training.checkpoint.storage_write_bandwidth > 0) co.storage_write_bandwidth = s.training.checkpoint.storage_write_bandwidth;
     cost_model = std::make_unique<HardwareCostModel>(
         s.hardware.device, ClusterLayout{s.hardware.nodes, s.hardware.gpus_per_node}, co);
     rep.time_model = "nccl+roofline";
@@ -242,6 +253,8 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
 
   const int last_step = s.training.steps - 1;
   bool incomplete = false;
+  std::vector<PlayedCheckpointSave> played_saves;  // NOTE [Playing a checkpoint save]
+  double played_final_wait = 0, played_exposed = -1;
   for (size_t ci = 0; ci < classes.size(); ++ci) {
     const Program& prog = programs[ci];
     const RankTiming& rt = er.ranks[ci];
@@ -273,6 +286,11 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
       dev_time[i] = next;
       if ((in.type == InstrType::kKernel || in.type == InstrType::kCollective) && rt.times[i].start >= 0)
         next = std::min(next, rt.times[i].start);
+      // A played checkpoint save starts right after the step's end synchronize, when the
+      // device is done with the step: what the host did before it happened by then, not after
+      // the save's waits (NOTE [Playing a checkpoint save]).
+      if (in.type == InstrType::kMarker && rt.times[i].start >= 0 && instr_name(prog, in) == "checkpoint save")
+        next = std::min(next, rt.times[i].start);
     }
     // Each memory event's time and labels (NOTE [Timeline labels] in simulate.h): the buffer's
     // name, and the next kernel or collective the host issued (found walking backwards).
@@ -291,6 +309,13 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
     if (timeline_rank[static_cast<size_t>(c.representative)]) time_of.reserve(prog.instrs.size());
     std::vector<double> step_end;
     std::vector<long> step_marker;
+    // A step begins at the previous step's end, or after the checkpoint save between them
+    // (NOTE [Playing a checkpoint save]): step durations are those of training alone.
+    std::vector<double> step_begin;
+    std::vector<long> step_begin_marker;
+    double begin_at = 0, save_at = 0, final_wait = 0, write_begin = 0, write_end = 0;
+    long begin_marker_at = -1;
+    std::vector<PlayedCheckpointSave> saves;
     double running = 0;
     for (size_t i = 0; i < prog.instrs.size(); ++i) {
       const Instr& in = prog.instrs[i];
@@ -303,6 +328,24 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
       if (in.type == InstrType::kMarker && instr_name(prog, in) == "step end") {
         step_end.push_back(rt.times[i].start);
         step_marker.push_back(static_cast<long>(i));
+        step_begin.push_back(begin_at);
+        step_begin_marker.push_back(begin_marker_at);
+        begin_at = rt.times[i].start;
+        begin_marker_at = static_cast<long>(i);
+      }
+      if (in.type == InstrType::kStorageWrite) {
+        write_begin = rt.times[i].start;
+        write_end = rt.times[i].end;
+      }
+      if (in.type == InstrType::kMarker && rt.times[i].start >= 0) {
+        const std::string_view label = instr_name(prog, in);
+        if (label == "checkpoint save") save_at = rt.times[i].start;
+        if (label == "checkpoint end") saves.push_back({in.step, save_at, rt.times[i].start, write_begin, write_end});
+        if (label == "checkpoint collected") final_wait = rt.times[i].start - begin_at;
+        if (label == "checkpoint end" || label == "checkpoint collected") {
+          begin_at = rt.times[i].start;
+          begin_marker_at = static_cast<long>(i);
+        }
       }
       if (in.type == InstrType::kCollective && in.step == last_step)
         ++c.collectives_per_step[static_cast<int>(in.coll)];
@@ -348,9 +391,9 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
     if (!step_end.empty() && rt.completed) {
       const size_t n = step_end.size();
       double end = step_end.back();
-      double begin = n >= 2 ? step_end[n - 2] : 0.0;
+      double begin = step_begin.back();
       c.last_step_s = end - begin;
-      const long begin_marker = n >= 2 ? step_marker[n - 2] : -1;
+      const long begin_marker = step_begin_marker.back();
       const StepBreakdown last = step_breakdown(prog, rt, begin_marker, step_marker.back(), cost.launch_overhead_seconds(),
                                                  &groups.groups());
       if (rep.last_step_rank < 0 || end - begin > rep.step_time_s) {
@@ -360,7 +403,7 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
       rep.step_time_s = std::max(rep.step_time_s, end - begin);
       if (played_all && played < steps) {
         // Steady when the last two played steps agree (a single played step cannot be).
-        const bool steady = n >= 2 && is_steady(step_end[n - 2] - (n >= 3 ? step_end[n - 3] : 0.0),
+        const bool steady = n >= 2 && is_steady(step_end[n - 2] - step_begin[n - 2],
                                                 rec.step_ends[n - 2], end - begin, rec.step_ends[n - 1]);
         if (!steady) rep.steady_state = false;
         c.compute_s = extrapolate_total(c.compute_s, last.compute_s, played, steps);
@@ -375,6 +418,13 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
     rep.exposed_comm_s = std::max(rep.exposed_comm_s, c.exposed_comm_s);
     rep.comm_s = std::max(rep.comm_s, c.comm_s);
     rep.total_time_s = std::max(rep.total_time_s, c.end_time_s);
+    double exposed = final_wait;
+    for (const auto& sv : saves) exposed += sv.exposed_s();
+    if (!saves.empty() && exposed > played_exposed) {  // the slowest writer's saves
+      played_exposed = exposed;
+      played_saves = std::move(saves);
+      played_final_wait = final_wait;
+    }
     rep.classes.push_back(std::move(c));
   }
   // A rank that ran out of memory or hung stops there: playing more steps changes nothing.
@@ -408,6 +458,11 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
   if (s.training.checkpoint.every > 0 && !rep.out_of_memory && rep.step_time_s > 0) {  // NOTE [Checkpoint cost]
     rep.checkpoint = checkpoint_cost(s, rep.step_time_s);
     rep.checkpoint->saves = steps / s.training.checkpoint.every;  // of the whole run, not the steps played
+    rep.checkpoint->played = std::move(played_saves);
+    rep.checkpoint->played_final_wait_s = played_final_wait;
+    // The run's saves that were not played (steps extrapolated) cost what the closed form says.
+    const int unplayed = rep.checkpoint->saves - static_cast<int>(rep.checkpoint->played.size());
+    if (opt.play_checkpoint && unplayed > 0) rep.total_time_s += unplayed * rep.checkpoint->exposed_s;
   }
   if (opt.on_played) opt.on_played(PlayedRun{programs, groups.groups(), er, cost, rep});
   return rep;

@@ -32,6 +32,9 @@ struct SimulateOptions {
   // (NOTE [Shared recording] in simulate.cc); tests check the copies against recordings.
   bool record_every_rank = false;
   bool checks = true;             // protocol checks (mismatch, race, use after free)
+  // training.checkpoint: play the saves (NOTE [Playing a checkpoint save] in
+  // simulator/checkpoint_play.h). The planner prices them by the closed form instead.
+  bool play_checkpoint = true;
   size_t max_timeline_points = 4000;  // per rank class, downsampled keeping the extremes
   // Steps played before checking for a steady state (NOTE [Steady state] in extrapolate.cc);
   // more are played (up to kMaxSimulatedSteps) until the last two agree, and the rest of
@@ -80,8 +83,11 @@ struct SimulationReport {
   uint64_t capacity_bytes = 0;
   std::vector<Problem> problems;
   bool out_of_memory = false;
-  // training.checkpoint: its cost at this step time (NOTE [Checkpoint cost]); step_time_s and
-  // total_time_s do not include it, step_time_with_checkpoint_s() does.
+  // training.checkpoint: its cost at this step time (NOTE [Checkpoint cost]) and, when played
+  // (NOTE [Playing a checkpoint save]), the saves as played. step_time_s does not include it
+  // (the saves fall between steps); total_time_s does (the played saves, plus the closed form's
+  // exposed time for each save of the run that was not played); step_time_with_checkpoint_s()
+  // adds the closed form's amortised cost.
   std::optional<CheckpointCost> checkpoint;
   double step_time_with_checkpoint_s() const {
     return step_time_s + (checkpoint ? checkpoint->amortised_s_per_step : 0);

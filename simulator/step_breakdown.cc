@@ -21,7 +21,8 @@ PathKind kind_of(const Instr& in) {
   switch (in.place) {
     case KernelPlace::kHost: return PathKind::kCpu;
     case KernelPlace::kHostToDevice:
-    case KernelPlace::kDeviceToHost: return PathKind::kHostLink;
+    case KernelPlace::kDeviceToHost:
+    case KernelPlace::kDeviceToPageableHost: return PathKind::kHostLink;
     case KernelPlace::kDevice: break;
   }
   return in.stream == StreamRole::kDefault ? PathKind::kCompute : PathKind::kDeviceCopy;

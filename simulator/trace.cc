@@ -15,6 +15,7 @@ namespace {
 using nlohmann::json;
 
 constexpr int kHostTid = 0;
+constexpr int kCheckpointTid = 1000;  // the checkpoint writer's lane (NOTE [Playing a checkpoint save])
 int stream_tid(StreamRole s) { return 1 + static_cast<int>(s); }
 double us(double s) { return s * 1e6; }
 
@@ -82,6 +83,8 @@ void write_chrome_trace(const PlayedRun& run, std::ostream& out) {
     std::unordered_map<size_t, size_t> prev_op_of_record;
     double step_begin = -1;
     int step_no = 0;
+    double save_begin = -1;
+    bool checkpoint_lane = false;
     for (size_t i = 0; i < prog.instrs.size(); ++i) {
       const Instr& in = prog.instrs[i];
       const InstrTime& t = rt.times[i];
@@ -138,7 +141,28 @@ void write_chrome_trace(const PlayedRun& run, std::ostream& out) {
           host.add(us(t.start), json{{"ph", "X"}, {"name", "synchronize"}, {"cat", "sync"}, {"pid", pid}, {"tid", kHostTid},
                                      {"ts", us(t.start)}, {"dur", us(std::max(0.0, t.end - t.start))}});
           break;
+        case InstrType::kStorageWrite: {
+          if (!checkpoint_lane) {
+            checkpoint_lane = true;
+            meta.push_back(json{{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", kCheckpointTid},
+                                {"args", {{"name", "checkpoint"}}}}.dump());
+            meta.push_back(json{{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", pid}, {"tid", kCheckpointTid},
+                                {"args", {{"sort_index", kCheckpointTid}}}}.dump());
+          }
+          threads[{pid, kCheckpointTid}].add(
+              us(t.start), json{{"ph", "X"}, {"name", name}, {"cat", "checkpoint"}, {"pid", pid}, {"tid", kCheckpointTid},
+                                {"ts", us(t.start)}, {"dur", us(t.end - t.start)},
+                                {"args", {{"bytes", in.bytes}, {"node_bytes", in.coll_bytes}, {"step", in.step}}}});
+          break;
+        }
         case InstrType::kMarker: {
+          if (name == "checkpoint save") save_begin = t.start;
+          if (name == "checkpoint end" && save_begin >= 0) {
+            host.add(us(save_begin), json{{"ph", "X"}, {"name", "checkpoint save"}, {"cat", "checkpoint"}, {"pid", pid},
+                                          {"tid", kHostTid}, {"ts", us(save_begin)}, {"dur", us(t.start - save_begin)},
+                                          {"args", {{"step", in.step}}}});
+            save_begin = -1;
+          }
           host.add(us(t.start), json{{"ph", "i"}, {"name", name}, {"cat", "phase"}, {"s", "t"}, {"pid", pid}, {"tid", kHostTid},
                                      {"ts", us(t.start)}, {"args", {{"step", in.step}}}});
           if (name == "step end") {
@@ -151,24 +175,6 @@ void write_chrome_trace(const PlayedRun& run, std::ostream& out) {
         }
         case InstrType::kAlloc:
         case InstrType::kFree: break;
-      }
-    }
-    // training.checkpoint (NOTE [Checkpoint cost]): one save after the last step played, as the
-    // closed form gives it: the blocking part on the host, an async write on its own track.
-    if (const auto& ck = run.report.checkpoint; ck && step_begin >= 0) {
-      constexpr int kCheckpointTid = 1000;
-      const json args = {{"every", ck->every}, {"mode", ck->async ? "async" : "sync"}, {"d2h_s", ck->d2h_s},
-                         {"write_s", ck->write_s}, {"amortised_s_per_step", ck->amortised_s_per_step}};
-      host.add(us(step_begin), json{{"ph", "X"}, {"name", fmt::format("checkpoint save (every {} steps)", ck->every)},
-                                    {"cat", "checkpoint"}, {"pid", pid}, {"tid", kHostTid}, {"ts", us(step_begin)},
-                                    {"dur", us(ck->exposed_s)}, {"args", args}});
-      if (ck->async) {
-        meta.push_back(json{{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", kCheckpointTid},
-                            {"args", {{"name", "checkpoint write (background)"}}}}.dump());
-        const double w0 = step_begin + ck->d2h_s;
-        threads[{pid, kCheckpointTid}].add(us(w0), json{{"ph", "X"}, {"name", "checkpoint write"}, {"cat", "checkpoint"},
-                                                        {"pid", pid}, {"tid", kCheckpointTid}, {"ts", us(w0)},
-                                                        {"dur", us(ck->write_s)}, {"args", args}});
       }
     }
     // Memory counters from the report's timeline (downsampled keeping the peak).

@@ -4,7 +4,8 @@
 // chrome://tracing load. docs/plots.md describes what is in it:
 //   - one process per rank class (or rank with --ranks all), named "ranks 0-7", pid 1 + its
 //     (representative) rank;
-//   - one thread per stream ("compute", "all_gather", ...) plus "host";
+//   - one thread per stream ("compute", "all_gather", ...) plus "host", and "checkpoint" when
+//     checkpoint saves are played (their writes; "checkpoint save" spans on "host");
 //   - complete ("X") events: kernels (cat "compute" or "copy"), collectives (cat
 //     "collective", args: collective, bytes, dtype, reduce_op, group, group_size, and
 //     algorithm / protocol when the cost model names them), event waits that stall a stream

@@ -87,6 +87,15 @@ double ComputeModel::copy_seconds(double transfer_bytes) const {
   return transfer_bytes / (options_.pinned_memory ? hw_.pinned_copy_bandwidth : hw_.pageable_copy_bandwidth);
 }
 
+double ComputeModel::pageable_copy_seconds(double transfer_bytes) const {
+  // A profile without the figure copies in no time (as checkpoint_cost prices it).
+  return transfer_bytes > 0 && hw_.pageable_copy_bandwidth > 0 ? transfer_bytes / hw_.pageable_copy_bandwidth : 0;
+}
+
+double ComputeModel::storage_write_seconds(const Instr& write) const {
+  return static_cast<double>(write.coll_bytes) / options_.storage_write_bandwidth;
+}
+
 double ComputeModel::host_seconds(double flops, double bytes) const {
   const int cores_per_rank = std::max(1, hw_.host_cores / std::max(1, hw_.gpus_per_node));
   const double threads = std::min(std::max(1, options_.host_threads_per_rank), cores_per_rank);
@@ -103,6 +112,7 @@ double ComputeModel::kernel_seconds(const Instr& k) const {
     case KernelPlace::kHost: return host_seconds(k.flops, k.bytes);
     case KernelPlace::kHostToDevice:
     case KernelPlace::kDeviceToHost: return copy_seconds(k.bytes / 2);
+    case KernelPlace::kDeviceToPageableHost: return pageable_copy_seconds(k.bytes / 2);
   }
   return 0;
 }

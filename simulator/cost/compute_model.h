@@ -23,6 +23,7 @@ OpClass op_class(OpKind k);
 struct ComputeOptions {
   bool pinned_memory = true;    // fsdp.cpu_offload.pin_memory: H2D / D2H from page-locked memory
   int host_threads_per_rank = 1;
+  double storage_write_bandwidth = 2e9;  // bytes/s per node: training.checkpoint's (NOTE [Checkpoint storage bandwidth])
 };
 
 class ComputeModel {
@@ -45,6 +46,10 @@ class ComputeModel {
   double device_seconds(const Instr& kernel) const;
   // bytes over the host link at the pinned or pageable copy bandwidth.
   double copy_seconds(double transfer_bytes) const;
+  // bytes into pageable host memory (a checkpoint's staging): the pageable copy bandwidth.
+  double pageable_copy_seconds(double transfer_bytes) const;
+  // A checkpoint write (InstrType::kStorageWrite): its node's bytes at storage_write_bandwidth.
+  double storage_write_seconds(const Instr& write) const;
   // CPU work on host_threads_per_rank cores (at most the rank's share of the node's cores):
   // max(flops / (threads x host_core_flops), bytes / min(threads x host_core_memory_bandwidth,
   // host_memory_bandwidth / gpus_per_node)).

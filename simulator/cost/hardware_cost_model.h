@@ -21,6 +21,7 @@ class HardwareCostModel final : public CostModel {
   double kernel_seconds(const Instr& kernel) const override;
   double collective_seconds(const Instr& collective, const GroupInfo& group) const override;
   double launch_overhead_seconds() const override { return compute_.hardware().launch_overhead_s; }
+  double storage_write_seconds(const Instr& write) const override { return compute_.storage_write_seconds(write); }
   // Kernels: the compute model's dispatch + launches (eager PyTorch); collectives: one launch
   // plus the framework's dispatch.
   double launch_seconds(const Instr& op) const override;

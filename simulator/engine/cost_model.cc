@@ -27,6 +27,7 @@ PlaceholderCostModel::PlaceholderCostModel(PlaceholderCostOptions options) : opt
   require(options_.collective_latency_s, true, "collective_latency_s");
   require(options_.link_bandwidth, false, "link_bandwidth");
   require(options_.launch_overhead_s, true, "launch_overhead_s");
+  require(options_.storage_write_bandwidth, false, "storage_write_bandwidth");
 }
 
 double PlaceholderCostModel::kernel_seconds(const Instr& kernel) const {

@@ -45,6 +45,10 @@ class CostModel {
   virtual CollectiveLoad collective_load(const Instr& collective, const GroupInfo& group) const {
     return {};
   }
+  // Seconds a kStorageWrite occupies its rank's checkpoint lane: its node's bytes
+  // (Instr::coll_bytes) at the node's storage write bandwidth, which the node's writers share.
+  // The default: none (a model without storage writes them in no time).
+  virtual double storage_write_seconds(const Instr& write) const { return 0; }
   // NOTE [Collective choice]. The default: none.
   virtual CollectiveChoice collective_choice(const Instr& collective, const GroupInfo& group) const {
     return {};
@@ -57,6 +61,7 @@ struct PlaceholderCostOptions {
   double collective_latency_s = 10e-6;  // per ring pass
   double link_bandwidth = 200e9;        // bytes/s each rank sends/receives on the ring
   double launch_overhead_s = 0;         // host seconds per launch
+  double storage_write_bandwidth = 2e9;  // bytes/s per node (checkpoint writes)
 };
 
 // Roofline kernels and a ring model for collectives, until the NCCL model replaces it:
@@ -65,6 +70,7 @@ struct PlaceholderCostOptions {
 //   all_reduce  = 2 * (latency + coll_bytes * (n-1)/n / link_bandwidth)   (RS + AG)
 //   broadcast   = latency + coll_bytes / link_bandwidth;  barrier = latency
 //   n <= 1      = 0 (nothing crosses a link)
+//   storage write = node bytes / storage_write_bandwidth
 class PlaceholderCostModel final : public CostModel {
  public:
   // Throws InputError naming the field when a value is not positive (launch overhead >= 0).
@@ -72,6 +78,9 @@ class PlaceholderCostModel final : public CostModel {
   double kernel_seconds(const Instr& kernel) const override;
   double collective_seconds(const Instr& collective, const GroupInfo& group) const override;
   double launch_overhead_seconds() const override { return options_.launch_overhead_s; }
+  double storage_write_seconds(const Instr& write) const override {
+    return static_cast<double>(write.coll_bytes) / options_.storage_write_bandwidth;
+  }
   // {"ring", ""} for every collective of more than one rank (the model has no protocols).
   CollectiveChoice collective_choice(const Instr& collective, const GroupInfo& group) const override;
   const PlaceholderCostOptions& options() const { return options_; }

@@ -133,6 +133,7 @@ struct RankState {
   std::unordered_map<uint32_t, std::vector<uint8_t>> waiters;  // instr -> blocked actors
   uint32_t pc = 0;
   double host_time = 0;
+  double storage_free = 0;  // when the checkpoint lane's last write ends
 };
 
 struct QItem {
@@ -281,6 +282,16 @@ class Engine {
         case InstrType::kAlloc:
         case InstrType::kFree:
         case InstrType::kMarker: t.issue = t.start = t.end = R.host_time; break;
+        case InstrType::kStorageWrite:
+          // NOTE [Checkpoint lane]: a writer thread beside the host: one write at a time, from
+          // when the host hands it over; the host goes on at once, and a synchronize on its
+          // event waits for its end (which is known now: nothing else shares the lane).
+          t.issue = R.host_time;
+          t.start = std::max(R.host_time, R.storage_free);
+          t.end = t.start + checked(cost_.storage_write_seconds(in), in);
+          R.storage_free = t.end;
+          if (in.event != 0) R.last_record[in.event] = i;
+          break;
       }
       ++R.pc;
     }

@@ -20,11 +20,19 @@ enum class InstrType : uint8_t {
   kAlloc,        // host allocates `buffer` from `stream`'s pool (device) or host memory
   kFree,         // host frees `buffer`
   kMarker,       // annotation (phase / step boundary); no work
+  // A write to storage by a host thread beside the host program (a checkpoint's writer,
+  // NOTE [Playing a checkpoint save] in simulator/checkpoint_play.h): it runs on the rank's
+  // checkpoint lane, one write at a time, from the moment the host reaches it; it completes
+  // `event`, which a later kSynchronize may wait for. `bytes`: the rank's bytes; `coll_bytes`:
+  // its node's bytes written at the same time (they share the node's storage bandwidth).
+  kStorageWrite,
 };
 
 // Where a kernel runs (SimBackend classifies it by the memory its tensors live in): on the
 // device, on the host CPU (an offloaded optimizer step), or as a copy over the host link.
-enum class KernelPlace : uint8_t { kDevice, kHost, kHostToDevice, kDeviceToHost };
+// kDeviceToPageableHost: a copy into pageable host memory (a checkpoint's staging, as DCP copies
+// into ordinary CPU tensors), at the pageable copy bandwidth whatever fsdp.cpu_offload says.
+enum class KernelPlace : uint8_t { kDevice, kHost, kHostToDevice, kDeviceToHost, kDeviceToPageableHost };
 
 struct Access {
   uint64_t buffer = 0;
@@ -79,8 +87,10 @@ struct Program {
 // exposed); any other op on the compute stream is compute; ops on the communication streams
 // count as communication; the all-gather copy-in stream is neither.
 enum class OpActivity : uint8_t { kCompute, kComm, kOther };
+// A checkpoint's copies (kDeviceToPageableHost) are neither: they are the save's, not training's.
 inline OpActivity op_activity(const Instr& in) {
   if (in.type == InstrType::kCollective) return OpActivity::kComm;
+  if (in.place == KernelPlace::kDeviceToPageableHost) return OpActivity::kOther;
   if (in.stream == StreamRole::kDefault) return OpActivity::kCompute;
   return in.stream == StreamRole::kAllGatherCopyIn ? OpActivity::kOther : OpActivity::kComm;
 }

@@ -121,7 +121,8 @@ class StreamChecker {
           break;
         case InstrType::kAlloc: on_alloc(i, in); break;
         case InstrType::kFree: on_free(i, in); break;
-        case InstrType::kMarker: break;
+        case InstrType::kMarker:
+        case InstrType::kStorageWrite: break;  // host-side I/O: reads host memory only
       }
     }
     return std::move(problems_);

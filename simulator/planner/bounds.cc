@@ -170,6 +170,7 @@ ProxyProfile profile_proxy(const Scenario& full, BlockCheckpoint mode) {
   sim::SimulateOptions o;
   o.checks = false;
   o.max_timeline_points = 2;
+  o.play_checkpoint = false;  // the proxies measure training alone
   const int last_step = s.training.steps - 1;
   o.on_played = [&](const sim::PlayedRun& run) {
     for (const sim::Program& p : run.programs) {

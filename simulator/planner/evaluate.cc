@@ -17,6 +17,7 @@ ProgramEvaluation evaluate_program(const Scenario& candidate) {
   sim::SimulateOptions o;
   o.checks = false;
   o.max_timeline_points = 2;
+  o.play_checkpoint = false;  // priced by the closed form (NOTE [Checkpoint cost])
   o.on_played = [&](const sim::PlayedRun& run) {
     for (const sim::Program& p : run.programs) requests.push_back(device_requests(p));
   };

@@ -55,9 +55,14 @@ for r in rows[1]:
 P
 echo ok async keep-last
 
-# The simulator's checkpoint cost (NOTE [Checkpoint cost]) and the planner's flag.
-python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); j["training"]["checkpoint"]={"every":50,"mode":"async"}; json.dump(j,open(sys.argv[2],"w"))' "$sc" "$tmp/ck-sim.json"
-"$bin" simulate "$tmp/ck-sim.json" --json "$tmp/ck-sim-report.json" --trace "$tmp/ck-trace.json" > "$tmp/out" 2>&1 || { cat "$tmp/out"; exit 1; }
+# The simulator's checkpoint cost (NOTE [Checkpoint cost]), the saves it plays (NOTE [Playing a
+# checkpoint save]: a save after steps 1 and 3 of 4) and the planner's flag.
+python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); j["training"]["steps"]=4; j["training"]["checkpoint"]={"every":2,"mode":"async"}; json.dump(j,open(sys.argv[2],"w"))' "$sc" "$tmp/ck-sim.json"
+"$bin" simulate "$tmp/ck-sim.json" --json "$tmp/ck-sim-report.json" --trace "$tmp/ck-trace.json" --timeline "$tmp/ck.svg" > "$tmp/out" 2>&1 || { cat "$tmp/out"; exit 1; }
+# The timeline's checkpoint lane: each played save's write and the host's wait.
+[ "$(grep -c 'class="ck-write"' "$tmp/ck.svg")" -eq 2 ] && [ "$(grep -c 'class="ck-save"' "$tmp/ck.svg")" -eq 2 ] || { grep -c ck- "$tmp/ck.svg"; exit 1; }
+"$bin" plot "$tmp/ck-sim-report.json" -o "$tmp/ck.html" > /dev/null
+grep -q '"ck":\[\[' "$tmp/ck.html" || { echo "no checkpoint lane in the page data"; exit 1; }
 python3 - "$tmp/ck-trace.json" "$tmp/ck-sim-report.json" <<'P'
 import json, sys
 ev = json.load(open(sys.argv[1]))["traceEvents"]
@@ -65,11 +70,14 @@ ck = json.load(open(sys.argv[2]))["checkpoint"]
 saves = [e for e in ev if e.get("cat") == "checkpoint" and e["name"].startswith("checkpoint save")]
 writes = [e for e in ev if e.get("cat") == "checkpoint" and e["name"] == "checkpoint write"]
 assert saves and writes and len(saves) == len(writes), (len(saves), len(writes))
-assert abs(saves[0]["dur"] - ck["exposed_s"] * 1e6) < 1e-3 and abs(writes[0]["dur"] - ck["write_s"] * 1e6) < 1e-3
+assert [p["after_step"] for p in ck["played"]] == [1, 3], ck["played"]
+assert abs(saves[0]["dur"] - ck["played"][0]["exposed_s"] * 1e6) < 1e-3 and abs(writes[0]["dur"] - ck["write_s"] * 1e6) < 1e-3
+assert any(e["name"].startswith("checkpoint d2h ") and e["tid"] == 7 for e in ev)  # on device_to_host
 P
-grep -q "checkpoint every 50 steps (async): .* per rank, device-to-host .* s per step amortised" "$tmp/out" || { cat "$tmp/out"; exit 1; }
+grep -q "checkpoint every 2 steps (async): .* per rank, device-to-host .* s per step amortised" "$tmp/out" || { cat "$tmp/out"; exit 1; }
+grep -q "played: 2 save(s) after step 1, 3" "$tmp/out" || { cat "$tmp/out"; exit 1; }
 grep -q "async: host staging .* per rank (host memory, not in the device figures)" "$tmp/out" || { cat "$tmp/out"; exit 1; }
-python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); c=r["checkpoint"]; assert c["mode"]=="async" and c["every"]==50 and r["step_time_with_checkpoint_s"]>r["step_time_s"], c' "$tmp/ck-sim-report.json"
+python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); c=r["checkpoint"]; assert c["mode"]=="async" and c["every"]==2 and r["step_time_with_checkpoint_s"]>r["step_time_s"], c' "$tmp/ck-sim-report.json"
 set +e
 "$bin" plan --model llama3.1-8b --gpus 8 --gpu h100-sxm-80gb --seq-len 8192 --checkpoint-mode async > /dev/null 2> "$tmp/err"; rc=$?
 set -e

@@ -3,12 +3,15 @@
 // weights, batches, losses, first-step gradients and final parameters under
 // tests/data/oracle/. Here the same scenario (model.hf_config + model.weights) trains on the
 // CPU backend, on 1 rank and sharded over 2, 3 and 4 ranks, and must compute what PyTorch
-// computed.
+// computed: the logits of the first sequence of the first step (read out by
+// runner::RankOptions::collect_logits, NOTE [Logits readout]), the losses, the first step's
+// gradients and the parameters after 3 steps.
 //
 // NOTE [Oracle tolerances]: fp32 kernels that compute what PyTorch's compute differ only in
 // summation order (matmul blocking, the reduce-scatter over ranks, double accumulators), a
 // few ulps per op.
 // - loss: within 1e-5 relative (seen: at most 2e-6).
+// - logits, per element: |fullshard - torch| <= 1e-5 |torch| + 1e-5 max|torch|, as gradients.
 // - first-step gradients, per element: |fullshard - torch| <= 1e-5 |torch| + 1e-5 max|torch|
 //   over the tensor; the second term covers elements that are sums of cancelling terms (seen:
 //   at most 0.15 of the allowance; `ORACLE_VERBOSE=1` prints it per tensor).
@@ -25,7 +28,7 @@
 // the same computation. What bf16 allows is measured from PyTorch itself: the fp32 case of
 // the same weights gives PyTorch's bf16 error, and fullshard's distance from PyTorch's bf16 run
 // may be twice that: per gradient tensor ||g - g_torch|| <= max(1e-2, 2 ||g_torch - g_torch32||)
-// relative to ||g_torch||, and each step's loss within max(2e-3, 2 |loss_torch / loss_torch32 - 1|)
+// relative to ||g_torch|| (the logits alike), and each step's loss within max(2e-3, 2 |loss_torch / loss_torch32 - 1|)
 // relative. (Seen: 0.6 to 0.77 of that, about sqrt(2) times PyTorch's own error, as two
 // independent roundings give.)
 #include <cmath>
@@ -166,12 +169,34 @@ void check_case(const std::string& name, int world, const Tolerance& tol, const 
 
   runner::RankOptions o;
   o.collect_grads = true;
+  o.collect_logits = true;
   const RealRun run = run_real(s, steps, o, corpus);
 
   // bf16: the fp32 case of the same weights measures how far PyTorch's own bf16 run is from
   // exact (NOTE [Oracle tolerances]).
   std::optional<Reference> fp32;
   if (tol.bf16) fp32.emplace(kOracle / name.substr(0, name.size() - 5));
+
+  // The logits of global sequence 0 of step 0 (rank 0's first), before any optimizer step.
+  {
+    const auto want = ref.f32("logits");
+    const auto& got = run.ranks[0].logits;
+    const size_t V = static_cast<size_t>(s.model.vocab_size);
+    ASSERT_EQ(want.size(), static_cast<size_t>(S) * V);
+    ASSERT_EQ(got.size(), static_cast<size_t>(s.training.batch_per_rank * S) * V);
+    const std::vector<float> first(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(want.size()));
+    if (tol.bf16) {
+      const double allowed = std::max(1e-2, 2 * norm_relative(fp32->f32("logits"), want));
+      EXPECT_LE(norm_relative(first, want), allowed) << "logits";
+      std::printf("%s, %d ranks: logits norm-relative %.3g (allowed %.3g)\n", name.c_str(), world,
+                  norm_relative(first, want), allowed);
+    } else {
+      size_t at = 0;
+      const double v = elementwise_violation(first, want, 1e-5, 1e-5, &at);
+      EXPECT_LE(v, 1.0) << "logits[" << at / V << ", " << at % V << "]: " << first[at] << " vs torch " << want[at];
+      std::printf("%s, %d ranks: logits violation %.3g\n", name.c_str(), world, v);
+    }
+  }
   const auto loss = ref.f32("loss");
   ASSERT_EQ(run.mean_loss.size(), loss.size());
   for (size_t k = 0; k < loss.size(); ++k) {
@@ -292,12 +317,27 @@ TEST(CpuOracle, WrongWeightsNameModelWeights) {
   }
 }
 
+// Reading the logits out (a forward before the first step) changes nothing of the training:
+// the same losses and parameters, bit for bit, as without it.
+TEST(CpuOracle, LogitsReadoutChangesNothing) {
+  const Scenario s = case_scenario(kOracle / "llama", 2, {});
+  auto corpus = std::make_shared<const TextCorpus>(TextCorpus::from_file((kOracle / "corpus.txt").string()));
+  runner::RankOptions with;
+  with.collect_logits = true;
+  const RealRun a = run_real(s, 2, {}, corpus), b = run_real(s, 2, with, corpus);
+  EXPECT_TRUE(a.ranks[0].logits.empty());
+  EXPECT_FALSE(b.ranks[0].logits.empty());
+  EXPECT_EQ(a.mean_loss, b.mean_loss);
+  EXPECT_EQ(a.params, b.params);
+}
+
 // The references record what produced them.
 TEST(CpuOracle, ReferencesNameTheirVersions) {
   for (const char* c : {"llama", "gpt2", "llama-rope-scaling", "llama-bf16", "gpt2-bf16"}) {
     const Reference r(kOracle / c);
     EXPECT_FALSE(r.meta("torch").empty()) << c;
     EXPECT_FALSE(r.meta("transformers").empty()) << c;
+    EXPECT_TRUE(r.has("logits")) << c;
   }
 }
 

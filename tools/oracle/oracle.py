@@ -12,6 +12,9 @@ torch.optim.AdamW), and writes what tests/unit/cpu_oracle_test.cc compares again
   tests/data/oracle/<case>/reference.safetensors
       tokens, labels   int64 [steps, batch, seq]  (fullshard's sampler, reproduced below)
       loss, grad_norm  f32 [steps]                 loss before step s, total norm before clipping
+      logits           f32 [seq, vocab]            model(tokens) of the first sequence of the first
+                                                   step, initial weights (bf16 cases: the bf16
+                                                   logits, widened); one sequence keeps it small
       grad/<name>      f32                         gradient of the first step (before clipping)
       param/<name>     f32                         parameters after `steps` AdamW steps (fp32 cases)
     with __metadata__ naming the torch / transformers / safetensors versions and settings.
@@ -115,7 +118,8 @@ def loss_of(model, tokens, labels):
     # torchtitan's loss: cross-entropy of the fp32 logits against the shifted-by-one labels,
     # mean over every token of the batch (HF's labels= would shift a second time).
     logits = model(input_ids=tokens).logits
-    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
+    loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
+    return loss, logits
 
 
 def train(model, batches, compute_dtype):
@@ -130,14 +134,16 @@ def train(model, batches, compute_dtype):
     if compute_dtype != torch.float32:
         import copy
         compute = copy.deepcopy(model).to(compute_dtype)
-    losses, norms, first_grads = [], [], None
+    losses, norms, first_grads, first_logits = [], [], None, None
     for step, (tokens, labels) in enumerate(batches):
         if compute is not model:
             with torch.no_grad():
                 for n, p in compute.named_parameters():
                     p.copy_(params[n].to(compute_dtype))
                     p.grad = None
-        loss = loss_of(compute, tokens, labels)
+        loss, logits = loss_of(compute, tokens, labels)
+        if first_logits is None:  # the first sequence of the first step, initial weights
+            first_logits = logits[0].detach().float().clone()
         loss.backward()
         if compute is not model:
             for n, p in compute.named_parameters():
@@ -148,7 +154,7 @@ def train(model, batches, compute_dtype):
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
-    return losses, norms, first_grads
+    return losses, norms, first_grads, first_logits
 
 
 def write_case(out_dir, name, model, scenario_extra, compute_dtype=torch.float32, weights_from=None,
@@ -166,12 +172,13 @@ def write_case(out_dir, name, model, scenario_extra, compute_dtype=torch.float32
         model.config.save_pretrained(d)
         weights = os.path.join("..", weights_from, "model.safetensors")
     batches = [fill_batch(CORPUS, SEED, s, 0, BATCH, SEQ) for s in range(STEPS)]
-    losses, norms, grads = train(model, batches, compute_dtype)
+    losses, norms, grads, logits = train(model, batches, compute_dtype)
     ref = {
         "tokens": torch.stack([b[0] for b in batches]).contiguous(),
         "labels": torch.stack([b[1] for b in batches]).contiguous(),
         "loss": torch.tensor(losses, dtype=torch.float32),
         "grad_norm": torch.tensor(norms, dtype=torch.float32),
+        "logits": logits.contiguous(),
     }
     tied = getattr(model.config, "tie_word_embeddings", False)
     for n, p in model.named_parameters():

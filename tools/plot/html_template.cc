@@ -37,10 +37,11 @@ svg.chart.dragging { cursor: grabbing; }
 .reserved { fill: none; stroke: #666; stroke-width: 1.2; stroke-dasharray: 5 3; }
 .capacity { stroke: #d62728; stroke-width: 1.5; stroke-dasharray: 8 4; }
 .capacity-label { fill: #d62728; font-size: 11px; }
+.ck-save { fill: #444; } .ck-write { fill: #aaa; } .ck-label { fill: #444; font-size: 10px; }
 .peak-line { stroke: #111; stroke-width: 1; stroke-dasharray: 2 2; }
 .peak-label { font-size: 11px; font-weight: 600; }
 .oom-label { fill: #d62728; font-size: 12px; font-weight: 700; }
-.peak-label, .oom-label, .capacity-label { paint-order: stroke; stroke: #fff; stroke-width: 3px; stroke-linejoin: round; }
+.peak-label, .oom-label, .capacity-label, .ck-label { paint-order: stroke; stroke: #fff; stroke-width: 3px; stroke-linejoin: round; }
 .crosshair { stroke: #333; stroke-width: 1; pointer-events: none; }
 #tooltip { position: fixed; pointer-events: none; background: rgba(255,255,255,.97); border: 1px solid #999; border-radius: 4px;
   padding: 6px 8px; font-size: 12px; box-shadow: 0 2px 6px rgba(0,0,0,.2); max-width: 460px; z-index: 10; }
@@ -361,6 +362,16 @@ svg.chart.dragging { cursor: grabbing; }
       if (state.reserved && os.r)
         el("path", { class: "reserved overlay", style: "stroke:" + o.color, d: stepPath(os.ts, os.r, j0, j1, x, y) }, plot);
       el("path", { class: "allocated overlay", style: "stroke:" + o.color + ";stroke-width:1.8", d: stepPath(os.ts, os.a, j0, j1, x, y) }, plot);
+    }
+    // the checkpoint lane: each played save's write (light) and the host's wait (dark)
+    if (s.report.ck) {
+      for (const c of s.report.ck) {
+        const w = el("rect", { class: "ck-write", x: x(c[2]), y: m.t, width: Math.max(1, x(c[3]) - x(c[2])), height: 8 }, plot);
+        el("title", {}, w).textContent = "checkpoint write after step " + c[4] + ": " + fmtTime(c[3] - c[2]);
+        const h = el("rect", { class: "ck-save", x: x(c[0]), y: m.t, width: Math.max(1, x(c[1]) - x(c[0])), height: 8 }, plot);
+        el("title", {}, h).textContent = "checkpoint save after step " + c[4] + ": training waits " + fmtTime(c[1] - c[0]);
+      }
+      el("text", { class: "ck-label", x: m.l + W - 4, y: m.t + 19, "text-anchor": "end" }, svg).textContent = "checkpoint";
     }
     if (ym.capShown && s.report.capacity > 0) {
       const cy = y(s.report.capacity);

@@ -263,6 +263,19 @@ Report parse_report(const nlohmann::json& j, const std::string& where) {
     }
     r.series.push_back(std::move(s));
   }
+  // The played checkpoint saves (optional; entries without the fields are skipped).
+  if (auto ck = j.find("checkpoint"); ck != j.end() && ck->is_object())
+    if (auto pl = ck->find("played"); pl != ck->end() && pl->is_array())
+      for (const auto& e : *pl) {
+        if (!e.is_object() || !e.contains("write_end_s")) continue;
+        CheckpointSpan c;
+        c.step = e.value("after_step", 0);
+        c.save_begin_s = num(e, "begin_s");
+        c.save_end_s = c.save_begin_s + num(e, "exposed_s");
+        c.write_begin_s = num(e, "write_begin_s");
+        c.write_end_s = num(e, "write_end_s");
+        r.checkpoint.push_back(c);
+      }
   return r;
 }
 
@@ -422,6 +435,11 @@ nlohmann::json page_data(const std::vector<Report>& reports) {
       ss.push_back(js);
     }
     jr["series"] = ss;
+    if (!r.checkpoint.empty()) {
+      json ck = json::array();
+      for (const auto& c : r.checkpoint) ck.push_back({c.save_begin_s, c.save_end_s, c.write_begin_s, c.write_end_s, c.step});
+      jr["ck"] = ck;
+    }
     rs.push_back(jr);
   }
   out["reports"] = rs;

@@ -58,6 +58,13 @@ struct Series {
   std::string oom;  // "" or one line: what failed to allocate, and the state then
 };
 
+// A checkpoint save the simulator played (report "checkpoint.played", NOTE [Playing a
+// checkpoint save]): the host's exposed wait and the write on the checkpoint lane, seconds.
+struct CheckpointSpan {
+  int step = 0;
+  double save_begin_s = 0, save_end_s = 0, write_begin_s = 0, write_end_s = 0;
+};
+
 struct Report {
   std::string label;     // what the legend calls it: `label` / `source` key, else the file name
   std::string path;
@@ -67,6 +74,7 @@ struct Report {
   std::string summary;        // one line: step time, MFU, ok / problems / OOM
   std::vector<std::string> names;  // label strings the series index
   std::vector<Series> series;
+  std::vector<CheckpointSpan> checkpoint;  // drawn as a "checkpoint" lane along the time axis
 };
 
 // The categories' stacking order and colors (docs/plots.md); unknown keys go on top.

@@ -150,6 +150,19 @@ void draw_panel(std::string& svg, const Panel& p, double top, double t1, double 
     svg += fmt::format("<path fill=\"none\" stroke=\"{}\" stroke-width=\"{}\" d=\"{}\"/>\n", c, i ? 1.8 : 1.2,
                        step_path(o.time_s, o.allocated, f));
   }
+  // The checkpoint lane (NOTE [Playing a checkpoint save]): each played save's write (light)
+  // and the time the host waited for it (dark), in a strip along the top of the plot.
+  for (const CheckpointSpan& c : p.shown[0].report->checkpoint) {
+    svg += fmt::format("<rect class=\"ck-write\" x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"8\" fill=\"#aaa\"><title>checkpoint "
+                       "write after step {}</title></rect>\n",
+                       f.x(c.write_begin_s), f.top, std::max(1.0, f.x(c.write_end_s) - f.x(c.write_begin_s)), c.step);
+    svg += fmt::format("<rect class=\"ck-save\" x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"8\" fill=\"#444\"><title>checkpoint "
+                       "save after step {}: training waits</title></rect>\n",
+                       f.x(c.save_begin_s), f.top, std::max(1.0, f.x(c.save_end_s) - f.x(c.save_begin_s)), c.step);
+  }
+  if (!p.shown[0].report->checkpoint.empty())
+    svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\" font-size=\"10\" fill=\"#444\" {}>checkpoint</text>\n",
+                       f.left + f.width - 4, f.top + 19, kHalo);
   svg += "</g>\n";
   if (capacity > 0 && cap_shown) {
     const double cy = f.y(capacity);

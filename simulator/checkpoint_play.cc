@@ -1,0 +1,100 @@
+#include "simulator/checkpoint_play.h"
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "core/mesh/device_mesh.h"
+#include "simulator/checkpoint_cost.h"
+
+namespace fullshard::sim {
+
+bool writes_checkpoint(const Scenario& s, int rank) {
+  const DeviceMesh mesh(s.fsdp.mesh_shape, s.fsdp.mesh_dim_names);
+  int shard = mesh.dim_index("shard");
+  if (shard < 0) shard = mesh.ndim() - 1;  // as mesh_info_for
+  const int rep = mesh.dim_index("replicate");
+  if (rep < 0 || rep == shard) return true;
+  return mesh.coordinates(rank)[static_cast<size_t>(rep)] == 0;  // HSDP: replica 0 writes
+}
+
+CheckpointPlayer::CheckpointPlayer(SimBackend& backend, TrainingProgram& program, const Scenario& s, int run_steps)
+    : b_(backend), prog_(program), every_(s.training.checkpoint.every), async_(s.training.checkpoint.async) {
+  if (every_ <= 0) return;
+  run_saves_ = run_steps / every_;
+  // The node's writers (NOTE [Checkpoint cost]): their bytes share its storage bandwidth.
+  const std::vector<uint64_t> shard = checkpoint_shard_bytes(s);
+  const int per_node = std::max(1, s.hardware.gpus_per_node);
+  const int node = b_.rank() / per_node;
+  for (size_t r = 0; r < shard.size(); ++r)
+    if (static_cast<int>(r) / per_node == node) node_bytes_ += shard[r];
+  if (shard[static_cast<size_t>(b_.rank())] == 0) return;  // not a writer
+  const AdamW& opt = prog_.optimizer();
+  for (size_t i = 0; i < opt.params().size(); ++i) bytes_ += 3 * opt.params()[i]->sharded_local().nbytes();
+}
+
+void CheckpointPlayer::after_step(int step, bool last_played) {
+  if (every_ <= 0) return;
+  const bool scheduled = (step + 1) % every_ == 0;
+  if (scheduled || (last_played && saves_ == 0 && run_saves_ > 0)) save();
+}
+
+void CheckpointPlayer::save() {
+  ++saves_;
+  if (bytes_ == 0) return;  // replicas other than the first write nothing
+  b_.annotate("checkpoint save");
+  if (async_ && write_done_ != 0) {  // the previous save's write must be done first
+    b_.synchronize(write_done_);
+    staging_.clear();  // freed: its file is written
+  }
+  constexpr StreamRole kCopy = StreamRole::kDeviceToHost;
+  b_.wait_event(kCopy, b_.record_event(StreamRole::kDefault));  // after the optimizer step
+  // State-dict order (checkpoint_copy_order), as the closed form copies them.
+  const AdamW& opt = prog_.optimizer();
+  std::unordered_map<const Param*, size_t> index;
+  for (size_t i = 0; i < opt.params().size(); ++i) index[&opt.params()[i]->param()] = i;
+  std::vector<size_t> order;  // module order -> index in opt.params()
+  prog_.model().root().for_each_param([&](Param& p) { order.push_back(index.at(&p)); });
+  auto copy = [&](const Tensor& t, MemCategory category, const std::string& name) {
+    OpCall op;
+    op.kind = OpKind::kCopy;
+    op.name = "checkpoint d2h " + name;
+    op.inputs = {t.ref()};
+    op.bytes = 2.0 * static_cast<double>(t.nbytes());  // read on the device, written on the host
+    if (async_) {
+      const Buffer hb = b_.allocate_host(t.nbytes(), category, "checkpoint staging " + name);
+      staging_.emplace_back(std::make_shared<Storage>(b_, hb), t.meta());
+      op.outputs = {staging_.back().ref()};
+    }
+    b_.launch_pageable_copy(kCopy, op);
+  };
+  for (const CheckpointCopy& k : checkpoint_copy_order(order.size())) {
+    const size_t i = order[k.param];
+    const FSDPParam* p = opt.params()[i];
+    const std::string& fqn = p->param().fqn;
+    if (k.which == 0) {
+      copy(p->sharded_local(), MemCategory::kShardedParam, "param/" + fqn);
+    } else if (opt.has_state() && opt.exp_avg(i)) {
+      copy(k.which == 1 ? opt.exp_avg(i) : opt.exp_avg_sq(i), MemCategory::kOptimizerState,
+           (k.which == 1 ? "exp_avg/" : "exp_avg_sq/") + fqn);
+    }
+  }
+  b_.synchronize(b_.record_event(kCopy));  // DCP's copies to the CPU block the caller
+  write_done_ = b_.storage_write("checkpoint write", bytes_, node_bytes_);
+  if (!async_) {
+    b_.synchronize(write_done_);
+    write_done_ = 0;
+  }
+  b_.annotate("checkpoint end");
+}
+
+void CheckpointPlayer::finish() {
+  if (write_done_ == 0) return;
+  b_.synchronize(write_done_);
+  write_done_ = 0;
+  staging_.clear();
+  b_.annotate("checkpoint collected");
+}
+
+}  // namespace fullshard::sim
