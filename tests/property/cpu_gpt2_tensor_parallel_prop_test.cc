@@ -201,3 +201,28 @@ TEST(Gpt2TensorParallel, UnsplittableScenariosAreRefused) {
   EXPECT_NE(e.find("--checkpoint-dir"), std::string::npos) << e;
   EXPECT_EQ(input_error_of([&] { check_tensor_parallel_checkpoint(s.model, 1, "--checkpoint-dir"); }), "");
 }
+
+// Measured reports split communication by mesh dim (NOTE [Measured step breakdown]): on a
+// real FSDP x tp run the tp collectives (on the compute stream) and FSDP's are both measured,
+// HSDP's replicate dim is absent, and every rank's tp time is communication, not compute.
+TEST(Gpt2TensorParallel, MeasuredCommunicationIsSplitByMeshDim) {
+  TinyOptions o;
+  o.model = "tiny-gpt2";
+  o.seq = 8;
+  json j = tiny_scenario_json(o);
+  j["fsdp"]["mesh"] = {{"shape", {2, 2}}, {"dim_names", {"dp_shard", "tp"}}};
+  j["hardware"]["gpus_per_node"] = 4;
+  const RealRun real = run_real(parse_scenario(j));
+  for (const auto& r : real.ranks) {
+    const StepBreakdown& b = r.last_step;
+    const auto dim = [&](MeshDimKind k) { return b.comm_by_dim_s[static_cast<size_t>(k)]; };
+    EXPECT_GT(dim(MeshDimKind::kTp), 0);
+    EXPECT_GT(dim(MeshDimKind::kShard), 0);
+    EXPECT_EQ(dim(MeshDimKind::kReplicate), 0);
+    EXPECT_LE(b.exposed_comm_by_dim_s[static_cast<size_t>(MeshDimKind::kTp)], dim(MeshDimKind::kTp) + 1e-12);
+    // tp collectives left the compute stream's busy time for communication.
+    EXPECT_LE(b.compute_s + dim(MeshDimKind::kTp),
+              b.stream_busy_s[static_cast<size_t>(StreamRole::kDefault)] + 1e-9);
+    EXPECT_GE(b.comm_s + 1e-12, dim(MeshDimKind::kTp));
+  }
+}
