@@ -1,5 +1,6 @@
 #include "core/checkpoint/rank_pieces.h"
 
+#include "core/model/tensor_parallel.h"
 #include "core/scenario/training_program.h"
 
 namespace fullshard {
@@ -14,6 +15,9 @@ PieceLayout RankPieces::layout_of(const Param& p) const {
 RankPieces rank_pieces(const Scenario& s, int rank) {
   const MeshInfo info = mesh_info_for(s, rank);
   const TensorParallel tp = tensor_parallel_for(s, rank);
+  // A GPT-2 c_attn piece is not one box (NOTE [Fused qkv under tensor parallelism]); the
+  // launcher refuses such runs first, this keeps any other caller from a wrong box.
+  check_tensor_parallel_checkpoint(s.model, tp.degree, "checkpoint");
   RankPieces r;
   r.shard_rank = info.shard_group.index_of(rank);
   r.tp_index = tp.index;
