@@ -333,8 +333,6 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
                        "use --backend cpu, or simulate it with fullshard simulate");
     if (!o.checkpoint_dir.empty()) check_tensor_parallel_checkpoint(s.model, tp, "--checkpoint-dir");
     if (!o.resume.empty()) check_tensor_parallel_checkpoint(s.model, tp, "--resume");
-    if (!o.init_from.empty()) check_tensor_parallel_checkpoint(s.model, tp, "--init-from");
-    if (!s.model_weights.empty()) check_tensor_parallel_checkpoint(s.model, tp, "model.weights");
   }
   validate_checkpoint_flags(o.checkpoint_dir, o.checkpoint_every, o.resume, kind.name, o.steps >= 0 ? o.steps : s.training.steps,
                             s, o.keep_last, o.checkpoint_mode);

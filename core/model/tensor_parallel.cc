@@ -55,7 +55,9 @@ namespace fullshard {
 // D/tp-wide q, k, v slices as for n_heads / tp heads. The global tensor keeps HF's order, so
 // an unsharded export needs no permutation. Such a piece is not one box of the global
 // tensor (three, or more once FSDP cuts the local rows), which the checkpoint layout cannot
-// yet describe: checkpointing a GPT-2 tp run is refused (check_tensor_parallel_checkpoint).
+// yet describe: checkpointing a GPT-2 tp run is refused (check_tensor_parallel_checkpoint);
+// loading Hugging Face weights (--init-from, model.weights) reads the tensor whole and picks
+// the rows (runner/init_weights.cc).
 
 void check_tensor_parallel(const ModelConfig& c, int64_t seq_len, int degree, bool loss_parallel) {
   if (degree <= 1) return;

@@ -28,7 +28,7 @@ struct TensorParallel {
 // and may not be fp32_output (the model's .float() before the vocab gather is not modelled).
 void check_tensor_parallel(const ModelConfig& c, int64_t seq_len, int degree, bool loss_parallel = true);
 
-// Checkpoints (save, resume, --init-from; `field` names the setting) of a tp run: refused for
+// Checkpoints (save and resume; `field` names the setting) of a tp run: refused for
 // GPT-2 (NOTE [Fused qkv under tensor parallelism] in tensor_parallel.cc).
 void check_tensor_parallel_checkpoint(const ModelConfig& c, int degree, const std::string& field);
 
