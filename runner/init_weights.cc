@@ -10,6 +10,7 @@
 #include "core/checkpoint/safetensors.h"
 #include "core/common/error.h"
 #include "core/common/json_file.h"
+#include "core/fsdp/shard_layout.h"
 #include "core/model/transformer.h"
 #include "core/tensor/float_convert.h"
 
@@ -124,6 +125,32 @@ std::vector<float> to_f32(const std::vector<uint8_t>& bytes, const std::string& 
   return v;
 }
 
+// This rank's FSDP rows of its tp-local tensor of `param`, read from the whole file tensor:
+// local row l of a tp-local tensor is global row l (replicated), t*L + l (Shard(0)), or row
+// l % L of block l / L of the stacked blocks (tp_blocks); Shard(1) takes columns [t*C, +C).
+std::vector<float> local_rows_of(const Param& param, const Located& l, const RankPieces& pieces) {
+  const Shape global = param.global_shape();
+  const auto all = to_f32(l.file->read_all(l.entry->name), l.entry->dtype);
+  const int64_t grows = global[0], gcols = global.size() > 1 ? global[1] : 1;
+  const int64_t lrows = param.shape[0], lcols = param.shape.size() > 1 ? param.shape[1] : 1;
+  const int64_t t = pieces.tp_index, T = param.tp_degree, block = lrows / param.tp_blocks;
+  const int64_t first = shard_row_offset(lrows, pieces.mesh.shard_world, pieces.shard_rank);
+  const int64_t rows = shard_rows(lrows, pieces.mesh.shard_world, pieces.shard_rank);
+  const int64_t col0 = param.tp_placement == TpPlacement::kShard1 ? t * lcols : 0;
+  auto global_row = [&](int64_t r) {
+    if (param.tp_placement != TpPlacement::kShard0) return r;
+    return (r / block) * block * T + t * block + r % block;
+  };
+  // The file's element (row, col) of our [out, in] layout (a Conv1D stores [in, out]).
+  auto at = [&](int64_t row, int64_t col) {
+    return all[static_cast<size_t>(l.transpose ? col * grows + row : row * gcols + col)];
+  };
+  std::vector<float> values(static_cast<size_t>(rows * lcols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < lcols; ++c) values[static_cast<size_t>(r * lcols + c)] = at(global_row(first + r), col0 + c);
+  return values;
+}
+
 }  // namespace
 
 void validate_init_weights(const std::string& path, const Scenario& s, const std::string& field) {
@@ -142,12 +169,18 @@ void load_init_weights(Backend& b, TrainingProgram& prog, const Scenario& s, con
     const Located l = locate(w, s, param.fqn, global, field);
     const TensorRef local = p->sharded_local().ref();
     FULLSHARD_CHECK(local.meta.dtype == DType::kFloat32, "init-from: sharded parameters are fp32");
+    const uint64_t esize = *safetensors_dtype_size(l.entry->dtype);
+    if (param.tp_blocks > 1 || (l.transpose && param.tp_degree > 1)) {
+      // Not one box of the file's tensor (GPT-2's fused c_attn, NOTE [Fused qkv under tensor
+      // parallelism]; a Conv1D [in, out] under tp): read it whole, pick this rank's rows.
+      b.copy_from_host(local, local_rows_of(param, l, pieces).data());
+      continue;
+    }
     // This rank's piece of the full tensor: FSDP's dim-0 chunk (NOTE [torch.chunk layout]) of
     // its tensor-parallel block (NOTE [Strided pieces of tensor-parallel weights]).
     const ChunkBox box = pieces.box_of(param);
     FULLSHARD_CHECK(box.lengths == local.meta.shape, "init-from: piece " + box_str(box) + " of " + param.fqn +
                                                           " is not the local shard " + shape_str(local.meta.shape));
-    const uint64_t esize = *safetensors_dtype_size(l.entry->dtype);
     std::vector<float> values;
     if (!l.transpose) {  // runs of the file's row-major tensor: one when the piece is whole rows
       std::vector<uint8_t> bytes(static_cast<size_t>(box_numel(box)) * esize);

@@ -130,6 +130,7 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
     TrainingProgram prog(b, s);
     b.synchronize_device();  // init kernels are not part of step 0
     b.take_busy_intervals();
+    b.take_collective_intervals();
     b.take_launched_flops();
     b.take_collective_counts();
     const int steps = o.steps >= 0 ? o.steps : s.training.steps;
@@ -175,7 +176,7 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
       // run_step() ends with a host synchronize on the compute stream, which comes after every
       // other stream's work of the step (FSDP2's final waits): the intervals are the step's.
       if (auto iv = b.take_busy_intervals()) {
-        const StepBreakdown sb = measured_step_breakdown(*iv, begin_s, b.clock_s());
+        const StepBreakdown sb = measured_step_breakdown(*iv, begin_s, b.clock_s(), b.take_collective_intervals());
         m.compute_s = sb.compute_s;
         m.comm_s = sb.comm_s;
         m.exposed_comm_s = sb.exposed_comm_s;
@@ -193,6 +194,7 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
         m.eval_loss = prog.eval_loss(o.eval_batches);
         // The validation pass is not part of any step's measurements.
         b.take_busy_intervals();
+        b.take_collective_intervals();
         b.take_launched_flops();
         b.take_collective_counts();
       }

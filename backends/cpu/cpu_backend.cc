@@ -58,14 +58,21 @@ double CpuBackend::clock_s() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - created_).count();
 }
 
-void CpuBackend::run_timed(StreamRole r, uint64_t seq, const std::function<void()>& fn) {
+void CpuBackend::run_timed(StreamRole r, uint64_t seq, const std::function<void()>& fn, const std::string* group) {
   auto t0 = std::chrono::steady_clock::now();
   fn();
   auto t1 = std::chrono::steady_clock::now();
   const double start = std::chrono::duration<double>(t0 - created_).count();
+  const double end = std::chrono::duration<double>(t1 - created_).count();
   std::lock_guard<std::mutex> lock(intervals_mu_);
-  intervals_[static_cast<size_t>(r)].emplace_back(start, std::chrono::duration<double>(t1 - created_).count());
+  intervals_[static_cast<size_t>(r)].emplace_back(start, end);
+  if (group) collective_intervals_.push_back({*group, r, start, end});
   if (options_.record_timeline) work_starts_.emplace_back(seq, start);
+}
+
+std::vector<CollectiveInterval> CpuBackend::take_collective_intervals() {
+  std::lock_guard<std::mutex> lock(intervals_mu_);
+  return std::exchange(collective_intervals_, {});
 }
 
 std::vector<std::pair<uint64_t, double>> CpuBackend::take_work_starts() {
@@ -185,7 +192,7 @@ void CpuBackend::do_collective(StreamRole r, const CollectiveCall& call, const P
           break;
         case CollectiveKind::kBarrier: pg.barrier(call.name); break;
       }
-    });
+    }, &group.name);
   });
 }
 

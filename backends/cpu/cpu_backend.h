@@ -55,6 +55,7 @@ class CpuBackend : public Backend {
   // The [begin, end) of every task each stream ran since the last call, by role; clears them.
   std::optional<StreamIntervals> take_busy_intervals() override;
   std::vector<std::pair<uint64_t, double>> take_work_starts() override;
+  std::vector<CollectiveInterval> take_collective_intervals() override;
   double clock_s() const override;
 
  protected:
@@ -76,6 +77,7 @@ class CpuBackend : public Backend {
   std::mutex intervals_mu_;
   std::array<std::vector<std::pair<double, double>>, kNumStreams> intervals_;
   std::vector<std::pair<uint64_t, double>> work_starts_;  // {host_seq, start}: take_work_starts()
+  std::vector<CollectiveInterval> collective_intervals_;  // take_collective_intervals()
   std::unordered_map<uint64_t, uint8_t*> addresses_;  // live buffer id -> first byte
   std::unordered_map<EventId, std::shared_ptr<CpuEvent>> events_;
   EventId next_event_ = 0;
@@ -98,7 +100,8 @@ class CpuBackend : public Backend {
   void check_failed() const;
   // Runs `fn` on stream `r`'s thread, recording its busy interval and (with record_timeline)
   // its start for the work issued at host_seq `seq`.
-  void run_timed(StreamRole r, uint64_t seq, const std::function<void()>& fn);
+  // `group`: the process group's name when fn runs a collective (take_collective_intervals).
+  void run_timed(StreamRole r, uint64_t seq, const std::function<void()>& fn, const std::string* group = nullptr);
   void release_host_buffers(bool all);
   gloo_backend::GlooProcessGroup& process_group(const ProcessGroup& g, StreamRole r);
 };

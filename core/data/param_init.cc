@@ -32,7 +32,7 @@ float init_value(int64_t init, double std, uint64_t key, int64_t index) {
 }
 
 std::vector<float> init_param_values(const OpCall& op) {
-  FULLSHARD_CHECK(op.outputs.size() == 1 && (op.iargs.size() == 5 || op.iargs.size() == 7) && op.fargs.size() == 1,
+  FULLSHARD_CHECK(op.outputs.size() == 1 && (op.iargs.size() == 5 || op.iargs.size() == 7 || op.iargs.size() == 8) && op.fargs.size() == 1,
                   "kInitParam " + op.name + ": bad arguments");
   const TensorRef& t = op.outputs[0];
   const int64_t row_offset = op.iargs[0], local_rows = op.iargs[1], row_numel = op.iargs[2];
@@ -50,6 +50,20 @@ std::vector<float> init_param_values(const OpCall& op) {
     for (int64_t r = 0; r < local_rows; ++r)
       for (int64_t c = 0; c < row_numel; ++c)
         values[r * row_numel + c] = init_value(init, op.fargs[0], key, (row_offset + r) * full_row + col_offset + c);
+    return values;
+  }
+  if (op.iargs.size() == 8) {
+    // Rows of a tensor stacked from blocks each sharded over tp (GPT-2's fused c_attn): local
+    // row l is row l % block of block l / block, i.e. global row
+    // (l / block) * block * tp + tp_index * block + l % block.
+    const int64_t block = op.iargs[5], tp_index = op.iargs[6], tp = op.iargs[7];
+    FULLSHARD_CHECK(block > 0 && tp_index >= 0 && tp_index < tp, "kInitParam " + op.name + ": bad blocks");
+    for (int64_t r = 0; r < local_rows; ++r) {
+      const int64_t l = row_offset + r;
+      const int64_t g = (l / block) * block * tp + tp_index * block + l % block;
+      for (int64_t c = 0; c < row_numel; ++c)
+        values[r * row_numel + c] = init_value(init, op.fargs[0], key, g * row_numel + c);
+    }
     return values;
   }
   const int64_t first = row_offset * row_numel;

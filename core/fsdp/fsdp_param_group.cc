@@ -209,7 +209,7 @@ void FSDPParamGroup::post_backward() {
   // norm weight) is redistributed, an all-reduce over tp on the current stream.
   if (config_.tp_group && config_.tp_group->size() > 1)
     for (size_t i = 0; i < with_grad.size(); ++i)
-      if (with_grad[i]->param().tp_placement == TpPlacement::kReplicate)
+      if (with_grad[i]->param().tp_placement == TpPlacement::kReplicate && !with_grad[i]->param().tp_grad_replicated)
         grads[i] = ops::tp::all_reduce_grad(b_, grads[i], *config_.tp_group,
                                             with_grad[i]->param().fqn + " grad all_reduce(tp)");
   if (comm_.reduce_scatter_state) {

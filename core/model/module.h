@@ -39,6 +39,13 @@ struct Param {
   TpPlacement tp_placement = TpPlacement::kReplicate;
   int tp_degree = 1;  // size of the tp mesh dim (1: no tensor parallelism)
   int tp_index = 0;   // this rank's coordinate along it
+  // A Shard(0) parameter made of tp_blocks stacked blocks, each sharded over tp on its own
+  // (GPT-2's fused c_attn: q, k and v): the local tensor stacks this rank's rows of every
+  // block. NOTE [Fused qkv under tensor parallelism] in core/model/tensor_parallel.cc.
+  int tp_blocks = 1;
+  // A replicated parameter whose gradient already comes out Replicate (RowwiseParallel's
+  // bias): FSDP does not all-reduce it over tp, as it does a norm weight's Partial gradient.
+  bool tp_grad_replicated = false;
   // The full shape (before tensor parallelism).
   Shape global_shape() const;
   ParamBinding* binding = nullptr;

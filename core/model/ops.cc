@@ -65,10 +65,20 @@ void init_param(Backend& b, StreamRole s, const Tensor& t, const Param& p, int64
   for (size_t i = 1; i < p.shape.size(); ++i) row_numel *= p.shape[i];
   // A tensor-parallel shard is a block of the full tensor: rows further down (Shard(0)) or
   // columns further right (Shard(1), with the full row length as two extra iargs).
-  if (p.tp_placement == TpPlacement::kShard0) row_offset += static_cast<int64_t>(p.tp_index) * p.shape.at(0);
+  const bool blocks = p.tp_placement == TpPlacement::kShard0 && p.tp_blocks > 1;
+  if (p.tp_placement == TpPlacement::kShard0 && !blocks)
+    row_offset += static_cast<int64_t>(p.tp_index) * p.shape.at(0);
   OpCall op = make_op(OpKind::kInitParam, p.fqn + " init", {}, {t.ref()}, 0);
   op.iargs = {row_offset, local_rows, row_numel, static_cast<int64_t>(p.init),
               static_cast<int64_t>(p.init_key)};
+  if (blocks) {
+    // Local rows stack this rank's rows of each block (NOTE [Fused qkv under tensor
+    // parallelism]): local rows per block, tp index, tp degree.
+    FULLSHARD_CHECK(p.shape.at(0) % p.tp_blocks == 0, p.fqn + ": rows do not split into its blocks");
+    op.iargs.push_back(p.shape[0] / p.tp_blocks);
+    op.iargs.push_back(p.tp_index);
+    op.iargs.push_back(p.tp_degree);
+  }
   if (p.tp_placement == TpPlacement::kShard1) {
     FULLSHARD_CHECK(p.shape.size() == 2, p.fqn + ": a Shard(1) parameter must be 2-D");
     op.iargs.push_back(static_cast<int64_t>(p.tp_index) * p.shape[1]);  // column offset
@@ -114,18 +124,21 @@ Value embedding(ExecContext& c, const Tensor& ids, const Param& weight, const st
   return out;
 }
 
-Value position_embedding(ExecContext& c, Value x, const Param& wpe, const std::string& name) {
+Value position_embedding(ExecContext& c, Value x, const Param& wpe, const std::string& name, int64_t first_position) {
   Backend& b = c.backend();
   Tensor w = param_tensor(wpe);
   Tensor y = c.empty(x.t.meta(), MemCategory::kActivation, name);
-  c.launch(make_op(OpKind::kPositionEmbedding, name, {x.t.ref(), w.ref()}, {y.ref()}, el(y)));
+  // A sequence shard adds the rows of its own positions (iargs: the first one).
+  std::vector<int64_t> first;
+  if (first_position != 0) first = {first_position};
+  c.launch(make_op(OpKind::kPositionEmbedding, name, {x.t.ref(), w.ref()}, {y.ref()}, el(y), first));
   Value out = result(c, y, true);
   if (c.recording()) {
     const Param* pw = &wpe;
-    c.record(Node{name, {x.id}, {out.id}, [&b, pw, name](std::vector<Tensor>& g) {
+    c.record(Node{name, {x.id}, {out.id}, [&b, pw, name, first](std::vector<Tensor>& g) {
                     Tensor gw = new_param_grad(b, *pw);
                     b.launch(kCompute, make_op(OpKind::kPositionEmbeddingBackward, name + " backward",
-                                               {g[0].ref()}, {gw.ref()}, el(g[0])));
+                                               {g[0].ref()}, {gw.ref()}, el(g[0]), first));
                     pw->binding->accumulate_grad(b, std::move(gw));
                     return std::vector<Tensor>{g[0]};  // d(x + pos)/dx = identity: same tensor
                   }});

@@ -27,8 +27,10 @@ void scale_inplace(Backend& b, StreamRole s, const Tensor& t, double factor, con
 // ---- differentiable ops over Values ----
 // Token ids [B, S] (int64) -> [B, S, D].
 Value embedding(ExecContext& c, const Tensor& ids, const Param& weight, const std::string& name);
-// x + wpe[0:S] (GPT-2 learned positions).
-Value position_embedding(ExecContext& c, Value x, const Param& wpe, const std::string& name);
+// x + wpe[first_position : first_position + S] (GPT-2 learned positions; a sequence shard of
+// tensor parallelism starts at its first position).
+Value position_embedding(ExecContext& c, Value x, const Param& wpe, const std::string& name,
+                         int64_t first_position = 0);
 Value rms_norm(ExecContext& c, Value x, const Param& weight, double eps, const std::string& name);
 // x.to(dt) / x.float() / type_as: x itself when it has the dtype, else a cast copy whose node
 // saves nothing and casts the gradient back (ToCopyBackward0).

@@ -25,21 +25,58 @@ namespace fullshard {
 // Shard(0)): ids outside this rank's rows give zero rows (DTensor's _MaskPartial), and the
 // partial sum is reduce-scattered along the sequence.
 
+// NOTE [GPT-2 tensor-parallel plan]: GPT-2 has no torchtitan recipe; the plan a PyTorch user
+// writes with parallelize_module for it is the Megatron one, in torchtitan's shape:
+//   wte:          RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1))
+//   wpe:          replicated; each rank adds the rows of its own sequence slice to the
+//                 sequence-sharded token embedding (its gradient comes out Partial)
+//   ln_1, ln_2, ln_f: SequenceParallel()
+//   attn, mlp:    PrepareModuleInput(Shard(1) -> Replicate())
+//   attn.c_attn:  ColwiseParallel() over each of q, k, v (NOTE [Fused qkv under tensor
+//                 parallelism]), bias sharded the same way
+//   mlp.c_fc:     ColwiseParallel() (weight and bias Shard(0)); GELU is local
+//   attn.c_proj, mlp.c_proj: RowwiseParallel(output_layouts=Shard(1)); the bias is
+//                 replicated: DTensor adds bias / tp to each rank's partial sum (Replicate ->
+//                 Partial) before the reduce-scatter, and its gradient, the column sums of the
+//                 all-gathered output gradient, is already Replicate (no all-reduce)
+//   lm_head:      tied to wte. A [V, D] weight's ColwiseParallel placement is Shard(0), the same
+//                 as the rowwise embedding's, so the one Shard(0) wte serves both: the vocab-
+//                 parallel lookup and the output projection into vocab-sharded logits (loss
+//                 parallel, or their all-gather without it), after ln_f's output is all-gathered
+//                 along the sequence, exactly as Llama's tied output.
+// Norm weights and biases and wpe are replicated with Partial gradients, all-reduced over tp in
+// FSDP's post-backward as Llama's norm weights.
+//
+// NOTE [Fused qkv under tensor parallelism]: c_attn is one [3D, D] weight (q, k, v stacked;
+// HF's Conv1D stores its transpose, core/checkpoint/hf_names.cc). A contiguous Shard(0) would
+// give rank 0 all of q and part of k. Each rank needs its heads of q, k and v, so each of the
+// three [D, D] blocks is sharded over tp on its own and the local [3D/tp, D] tensor stacks
+// this rank's rows of q, k, v (Param::tp_blocks = 3): attention_packed then reads its
+// D/tp-wide q, k, v slices as for n_heads / tp heads. The global tensor keeps HF's order, so
+// an unsharded export needs no permutation. Such a piece is not one box of the global
+// tensor (three, or more once FSDP cuts the local rows), which the checkpoint layout cannot
+// yet describe: checkpointing a GPT-2 tp run is refused (check_tensor_parallel_checkpoint);
+// loading Hugging Face weights (--init-from, model.weights) reads the tensor whole and picks
+// the rows (runner/init_weights.cc).
+
 void check_tensor_parallel(const ModelConfig& c, int64_t seq_len, int degree, bool loss_parallel) {
   if (degree <= 1) return;
   const std::string T = std::to_string(degree);
   const std::string fix_tp = " or use a tp size that divides it";
-  if (c.arch != ModelArch::kLlama)
-    throw InputError("fsdp.mesh.shape", "has tp " + T + " with a GPT-2 model",
-                     "tensor parallelism is implemented for Llama models (model.arch \"llama\"); use tp 1 for GPT-2");
+  const bool llama = c.arch == ModelArch::kLlama;
   auto need = [&](const char* field, int64_t v, const std::string& why) {
     if (v % degree != 0)
       throw InputError(field, "is " + std::to_string(v) + ", not divisible by the tp size " + T + " (" + why + ")",
                        "choose a value divisible by " + T + fix_tp);
   };
-  need("model.n_heads", c.n_heads, "ColwiseParallel wq splits the heads");
-  need("model.n_kv_heads", c.n_kv_heads, "ColwiseParallel wk / wv split the kv heads");
-  need("model.ffn_dim", c.ffn_dim, "ColwiseParallel w1 / w3 split the hidden units");
+  if (llama) {
+    need("model.n_heads", c.n_heads, "ColwiseParallel wq splits the heads");
+    need("model.n_kv_heads", c.n_kv_heads, "ColwiseParallel wk / wv split the kv heads");
+    need("model.ffn_dim", c.ffn_dim, "ColwiseParallel w1 / w3 split the hidden units");
+  } else {
+    need("model.n_heads", c.n_heads, "ColwiseParallel c_attn splits the heads of q, k and v");
+    need("model.ffn_dim", c.ffn_dim, "ColwiseParallel c_fc splits the hidden units");
+  }
   need("model.vocab_size", c.vocab_size, "the embedding and output shard the vocabulary");
   need("training.seq_len", seq_len, "sequence parallelism shards the sequence");
   const LossImpl loss = c.implementation.loss;
@@ -53,26 +90,60 @@ void check_tensor_parallel(const ModelConfig& c, int64_t seq_len, int degree, bo
                      "tensor_parallel.loss_parallel false");
 }
 
+void check_tensor_parallel_checkpoint(const ModelConfig& c, int degree, const std::string& field) {
+  if (degree > 1 && c.arch != ModelArch::kLlama)
+    throw InputError(field, "is set for a GPT-2 model with tp " + std::to_string(degree),
+                     "checkpoints of tensor-parallel GPT-2 are not supported (c_attn's fused q, k, v shards are "
+                     "not one box of the tensor); use tp 1, or a Llama model");
+}
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suf) {
+  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
+}
+
+// NOTE [Tensor-parallel plan]'s placements.
+void place_llama(Param& p) {
+  const std::string& f = p.fqn;
+  for (const char* col : {".wq.", ".wk.", ".wv.", ".w1.", ".w3."})
+    if (f.find(col) != std::string::npos) p.tp_placement = TpPlacement::kShard0;
+  if (ends_with(f, ".wo.weight") || ends_with(f, ".w2.weight")) p.tp_placement = TpPlacement::kShard1;
+  if (f == "tok_embeddings.weight" || f == "output.weight") p.tp_placement = TpPlacement::kShard0;
+}
+
+// NOTE [GPT-2 tensor-parallel plan]'s placements.
+void place_gpt2(Param& p) {
+  const std::string& f = p.fqn;
+  if (f == "wte.weight" || f.find(".mlp.c_fc.") != std::string::npos) p.tp_placement = TpPlacement::kShard0;
+  if (f.find(".attn.c_attn.") != std::string::npos) {
+    p.tp_placement = TpPlacement::kShard0;
+    p.tp_blocks = 3;
+  }
+  if (ends_with(f, ".c_proj.weight")) p.tp_placement = TpPlacement::kShard1;
+  if (ends_with(f, ".c_proj.bias")) p.tp_grad_replicated = true;
+}
+
+}  // namespace
+
 void apply_tensor_parallel(Module& root, const TensorParallel& tp) {
   if (!tp.enabled()) return;
-  auto ends = [](const std::string& s, const std::string& suf) {
-    return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
-  };
+  const bool gpt2 = root.kind == "GPT2";
   root.for_each_param([&](Param& p) {
     p.tp_degree = tp.degree;
     p.tp_index = tp.index;
-    const std::string& f = p.fqn;
-    TpPlacement pl = TpPlacement::kReplicate;
-    for (const char* col : {".wq.", ".wk.", ".wv.", ".w1.", ".w3."})
-      if (f.find(col) != std::string::npos) pl = TpPlacement::kShard0;
-    if (ends(f, ".wo.weight") || ends(f, ".w2.weight")) pl = TpPlacement::kShard1;
-    if (f == "tok_embeddings.weight" || f == "output.weight") pl = TpPlacement::kShard0;
-    p.tp_placement = pl;
+    p.tp_placement = TpPlacement::kReplicate;
+    if (gpt2)
+      place_gpt2(p);
+    else
+      place_llama(p);
+    const TpPlacement pl = p.tp_placement;
     const int64_t dim = pl == TpPlacement::kShard0 ? 0 : 1;
     if (pl != TpPlacement::kReplicate) {
-      FULLSHARD_CHECK(p.shape.at(dim) % tp.degree == 0, f + ": dim " + std::to_string(dim) + " of size " +
-                                                            std::to_string(p.shape.at(dim)) +
-                                                            " does not split over tp " + std::to_string(tp.degree));
+      const std::string& f = p.fqn;
+      FULLSHARD_CHECK(p.shape.at(dim) % (tp.degree * p.tp_blocks) == 0,
+                      f + ": dim " + std::to_string(dim) + " of size " + std::to_string(p.shape.at(dim)) +
+                          " does not split over tp " + std::to_string(tp.degree));
       p.shape[dim] /= tp.degree;
     }
   });
@@ -175,6 +246,54 @@ Value all_gather_last_dim(ExecContext& c, Value x, const TensorParallel& tp, con
                     op.fargs = {1.0};
                     b.launch(kCompute, op);
                     return std::vector<Tensor>{gl};
+                  }});
+  }
+  return out;
+}
+
+Value rowwise_linear(ExecContext& c, Value x, const Param& weight, const Param& bias, const TensorParallel& tp,
+                     const std::string& name) {
+  Backend& b = c.backend();
+  Tensor w = detail::param_tensor(weight);
+  const int64_t K = weight.shape[1], N = weight.shape[0];
+  FULLSHARD_CHECK(x.t.shape().back() == K, name + ": input features do not match the weight");
+  const int64_t M = x.t.numel() / K;
+  Shape s = x.t.shape();
+  s.back() = N;
+  Tensor y = c.empty({w.dtype(), s}, MemCategory::kActivation, name);
+  {
+    // Replicate -> Partial of the bias: Partial._partition_value divides by the group size.
+    Tensor bt = detail::param_tensor(bias);
+    Tensor part = c.empty(bt.meta(), MemCategory::kTemporary, name + " bias / tp");
+    OpCall scale = make_op(OpKind::kScale, name + " bias / tp", {bt.ref()}, {part.ref()}, detail::el(part));
+    scale.fargs = {1.0 / static_cast<double>(tp.degree)};
+    c.launch(scale);
+    c.launch(make_op(OpKind::kLinear, name, {x.t.ref(), w.ref(), part.ref()}, {y.ref()}, 2.0 * M * K * N, {M, K, N}));
+  }
+  Value out = result(c, y, true);
+  if (c.recording()) {
+    const Param* pw = &weight;
+    const Param* pb = &bias;
+    Tensor xs = x.t;
+    c.record(Node{name, {x.id}, {out.id}, [&b, pw, pb, xs, M, K, N, name, need = x.requires_grad()](std::vector<Tensor>& g) {
+                    Tensor gx;
+                    if (need) {
+                      gx = detail::grad_like(b, xs, name + " grad_input");
+                      b.launch(kCompute, make_op(OpKind::kLinearBackwardInput, name + " backward_input",
+                                                 {g[0].ref(), pw->binding->unsharded().ref()}, {gx.ref()},
+                                                 2.0 * M * K * N, {M, K, N}));
+                    }
+                    Tensor gw = detail::new_param_grad(b, *pw);
+                    b.launch(kCompute, make_op(OpKind::kLinearBackwardWeight, name + " backward_weight",
+                                               {g[0].ref(), xs.ref()}, {gw.ref()}, 2.0 * M * K * N, {M, K, N}));
+                    pw->binding->accumulate_grad(b, std::move(gw));
+                    // The Partial -> Replicate redistribute's backward leaves the gathered
+                    // gradient Replicate: the bias gradient is complete on every rank.
+                    Tensor gb = detail::new_param_grad(b, *pb);
+                    b.launch(kCompute, make_op(OpKind::kLinearBackwardBias, name + " backward_bias", {g[0].ref()},
+                                               {gb.ref()}, static_cast<double>(M * N), {M, N}));
+                    pb->binding->accumulate_grad(b, std::move(gb));
+                    return std::vector<Tensor>{gx};
                   }});
   }
   return out;

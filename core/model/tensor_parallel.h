@@ -22,14 +22,18 @@ struct TensorParallel {
 };
 
 // What a model must satisfy to be split `degree` ways (heads, kv heads, ffn_dim, vocab and
-// the sequence divisible; a Llama model). Throws InputError naming the field, its value and
+// the sequence divisible). Throws InputError naming the field, its value and
 // the fix. `seq_len` is training.seq_len (sequence parallelism shards it). The loss must be
 // model.implementation.loss fp32_logits with loss parallel (DTensor's handlers compute in fp32)
 // and may not be fp32_output (the model's .float() before the vocab gather is not modelled).
 void check_tensor_parallel(const ModelConfig& c, int64_t seq_len, int degree, bool loss_parallel = true);
 
-// parallelize_module(model, tp_mesh, plan) for a Llama module tree: sets every parameter's
-// local shape and placement (TpPlacement) for this rank.
+// Checkpoints (save and resume; `field` names the setting) of a tp run: refused for
+// GPT-2 (NOTE [Fused qkv under tensor parallelism] in tensor_parallel.cc).
+void check_tensor_parallel_checkpoint(const ModelConfig& c, int degree, const std::string& field);
+
+// parallelize_module(model, tp_mesh, plan) for a Llama or GPT-2 module tree: sets every
+// parameter's local shape and placement (TpPlacement) for this rank.
 void apply_tensor_parallel(Module& root, const TensorParallel& tp);
 
 namespace ops::tp {
@@ -49,6 +53,12 @@ Value reduce_scatter_sequence(ExecContext& c, Value x, const TensorParallel& tp,
 // loss parallel): all_gather_into_tensor into [tp, B*S, V/tp], then cat along the last dim.
 // Backward: Replicate -> Shard(-1), this rank's columns of the gradient (a contiguous copy).
 Value all_gather_last_dim(ExecContext& c, Value x, const TensorParallel& tp, const std::string& name);
+
+// RowwiseParallel's nn.Linear with a replicated bias (weight Shard(1), input [.., K/tp]): the
+// partial sum x W^T + bias / tp, to be reduce-scattered; the backward takes the bias gradient
+// from the (all-gathered, Replicate) output gradient. NOTE [GPT-2 tensor-parallel plan].
+Value rowwise_linear(ExecContext& c, Value x, const Param& weight, const Param& bias, const TensorParallel& tp,
+                     const std::string& name);
 
 // Partial -> Replicate of a parameter's gradient (FSDPParam._get_grad_inner_tensor:
 // grad.redistribute(placements=tp placements) for a sequence-parallel norm weight): funcol

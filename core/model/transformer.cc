@@ -157,16 +157,27 @@ Value Transformer::llama_attention(ExecContext& c, Module& m, Value x, int64_t b
   return sublayer_output(c, ops::linear(c, std::move(ot), m.child("wo").param("weight"), nullptr, n + ".wo"), n);
 }
 
+Value Transformer::gpt2_projection(ExecContext& c, Module& proj, Value x, const std::string& name) {
+  if (!tp_.enabled()) return ops::linear(c, std::move(x), proj.param("weight"), &proj.param("bias"), name);
+  // RowwiseParallel(output_layouts=Shard(1)) with its replicated bias (NOTE [GPT-2
+  // tensor-parallel plan] in tensor_parallel.cc).
+  Value partial = ops::tp::rowwise_linear(c, std::move(x), proj.param("weight"), proj.param("bias"), tp_, name);
+  const std::string module = name.substr(0, name.rfind('.'));
+  return sublayer_output(c, std::move(partial), module);
+}
+
 Value Transformer::gpt2_attention(ExecContext& c, Module& m, Value x, int64_t batch, int64_t seq) {
   const auto& cfg = config_;
-  ops::AttentionShape s{batch, seq, cfg.n_heads, cfg.n_heads, cfg.head_dim()};
+  // Heads are split over tp (c_attn colwise over each of q, k, v).
+  ops::AttentionShape s{batch, seq, cfg.n_heads / tp_.degree, cfg.n_heads / tp_.degree, cfg.head_dim()};
   const std::string& n = m.fqn;
   Module& ca = m.child("c_attn");
+  x = sublayer_input(c, std::move(x), n);
+  const Value held = x;  // PrepareModuleInput's output is forward's argument until it returns
   Value qkv = ops::linear(c, std::move(x), ca.param("weight"), &ca.param("bias"), n + ".c_attn");
   Value o = ops::attention_packed(c, std::move(qkv), s, n + ".sdpa");
   Value ot = ops::transpose_heads(c, std::move(o), s, n + ".transpose");
-  Module& cp = m.child("c_proj");
-  return ops::linear(c, std::move(ot), cp.param("weight"), &cp.param("bias"), n + ".c_proj");
+  return gpt2_projection(c, m.child("c_proj"), std::move(ot), n + ".c_proj");
 }
 
 Value Transformer::block_forward(ExecContext& c, Module& b, Value x, int64_t batch, int64_t seq,
@@ -205,10 +216,11 @@ Value Transformer::block_forward(ExecContext& c, Module& b, Value x, int64_t bat
   Module& mlp = b.child("mlp");
   Value f = c.call_module(mlp, std::move(hn), [&](ExecContext& cc, Value v) {
     Module& fc = mlp.child("c_fc");
-    Module& cp = mlp.child("c_proj");
+    v = sublayer_input(cc, std::move(v), mlp.fqn);
+    const Value held = v;  // as in attention
     Value g = ops::linear(cc, std::move(v), fc.param("weight"), &fc.param("bias"), mlp.fqn + ".c_fc");
     g = ops::gelu(cc, std::move(g), mlp.fqn + ".gelu");
-    return ops::linear(cc, std::move(g), cp.param("weight"), &cp.param("bias"), mlp.fqn + ".c_proj");
+    return gpt2_projection(cc, mlp.child("c_proj"), std::move(g), mlp.fqn + ".c_proj");
   });
   return ops::add(c, std::move(h), std::move(f), n + ".residual_mlp");
 }
@@ -272,7 +284,12 @@ Value Transformer::root_forward(ExecContext& c, const Tensor& tokens, const std:
         h = ops::tp::reduce_scatter_sequence(rc, std::move(h), tp_, "tok_embeddings reduce_scatter(seq)");
     } else {
       h = ops::embedding(rc, in.t, root_.child("wte").param("weight"), "wte");
-      h = ops::position_embedding(rc, std::move(h), root_.child("wpe").param("weight"), "wpe");
+      int64_t first_position = 0;  // a sequence shard adds its own positions' rows
+      if (tp_.enabled()) {
+        h = ops::tp::reduce_scatter_sequence(rc, std::move(h), tp_, "wte reduce_scatter(seq)");
+        first_position = static_cast<int64_t>(tp_.index) * (seq / tp_.degree);
+      }
+      h = ops::position_embedding(rc, std::move(h), root_.child("wpe").param("weight"), "wpe", first_position);
     }
     in = Value{};
     // HF LlamaModel.forward: position_embeddings = self.rotary_emb(hidden_states, position_ids),
@@ -309,6 +326,7 @@ Value Transformer::root_forward(ExecContext& c, const Tensor& tokens, const std:
       Module& lnf = root_.child("ln_f");
       h = ops::layer_norm(rc, std::move(h), lnf.param("weight"), lnf.param("bias"), cfg.norm_eps, "ln_f");
       out_w = &root_.child("wte").param("weight");
+      if (tp_.enabled()) h = ops::tp::all_gather_sequence(rc, std::move(h), tp_, "lm_head all_gather(seq)");
     }
     Value logits = edge_module_calls_ && cfg.arch == ModelArch::kLlama && !cfg.tie_embeddings
                        ? output_forward(rc, std::move(h))

@@ -1,6 +1,7 @@
 #include "core/report/step_breakdown.h"
 
 #include <algorithm>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -53,15 +54,40 @@ const char* path_kind_name(PathKind k) {
   return "?";
 }
 
-StepBreakdown measured_step_breakdown(const StreamIntervals& busy, double begin_s, double end_s) {
+StepBreakdown measured_step_breakdown(const StreamIntervals& busy, double begin_s, double end_s,
+                                      const std::vector<CollectiveInterval>& collectives) {
   StepBreakdown b;
   b.begin_s = begin_s;
   b.end_s = std::max(begin_s, end_s);
   for (StreamRole r : kAllStreams)
     b.stream_busy_s[static_cast<size_t>(r)] = covered_seconds(clipped(busy[static_cast<size_t>(r)], b.begin_s, b.end_s));
-  const auto compute = streams(busy, {StreamRole::kDefault}, b.begin_s, b.end_s);
-  const auto comm = streams(busy, {StreamRole::kAllGather, StreamRole::kReduceScatter, StreamRole::kAllReduce},
-                            b.begin_s, b.end_s);
+  // The compute stream's own collectives are communication: its busy intervals less those
+  // (the backend records each collective's interval in both lists, the same numbers).
+  std::multiset<Interval> on_compute;
+  std::array<std::vector<Interval>, kNumMeshDimKinds> by_dim;
+  for (const CollectiveInterval& c : collectives) {
+    if (c.stream == StreamRole::kDefault) on_compute.insert({c.begin_s, c.end_s});
+    by_dim[static_cast<size_t>(mesh_dim_of_group(c.group))].emplace_back(c.begin_s, c.end_s);
+  }
+  std::vector<Interval> kernels;
+  for (const Interval& iv : busy[static_cast<size_t>(StreamRole::kDefault)]) {
+    auto it = on_compute.find(iv);
+    if (it != on_compute.end())
+      on_compute.erase(it);
+    else
+      kernels.push_back(iv);
+  }
+  const auto compute = clipped(kernels, b.begin_s, b.end_s);
+  auto comm = streams(busy, {StreamRole::kAllGather, StreamRole::kReduceScatter, StreamRole::kAllReduce},
+                      b.begin_s, b.end_s);
+  for (const CollectiveInterval& c : collectives)
+    if (c.stream == StreamRole::kDefault)
+      for (const Interval& iv : clipped({{c.begin_s, c.end_s}}, b.begin_s, b.end_s)) comm.push_back(iv);
+  for (int k = 0; k < kNumMeshDimKinds; ++k) {
+    const auto dim = clipped(by_dim[static_cast<size_t>(k)], b.begin_s, b.end_s);
+    b.comm_by_dim_s[static_cast<size_t>(k)] = covered_seconds(dim);
+    b.exposed_comm_by_dim_s[static_cast<size_t>(k)] = uncovered_seconds(dim, compute);
+  }
   const auto copy = streams(busy, {StreamRole::kAllGatherCopyIn}, b.begin_s, b.end_s);
   const auto link = streams(busy, {StreamRole::kHostToDevice, StreamRole::kDeviceToHost}, b.begin_s, b.end_s);
   b.compute_s = covered_seconds(compute);

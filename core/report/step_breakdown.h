@@ -43,7 +43,7 @@ struct StepBreakdown {
   double comm_s = 0;           // union of communication: collectives (any stream), comm streams
   double exposed_comm_s = 0;   // communication while no compute kernel runs
   // Per mesh dim (MeshDimKind): the union of its collectives' time, and the part of it no
-  // compute kernel covers (the simulator fills these; measured steps leave them 0).
+  // compute kernel covers (measured steps: from the backend's collective intervals).
   std::array<double, kNumMeshDimKinds> comm_by_dim_s{}, exposed_comm_by_dim_s{};
   std::array<double, kNumPathKinds> critical_path_s{};  // sums to end_s - begin_s
 };
@@ -57,8 +57,12 @@ struct StepBreakdown {
 // peers is inside its busy time, so `peer_wait` stays 0 on measured steps, and `cpu` (the
 // offloaded optimizer, host work) shows as `launch`. The split sums to the window, as the
 // simulator's does; where compute overlaps communication both count once, as compute.
-// Intervals are clipped to [begin_s, end_s].
-StepBreakdown measured_step_breakdown(const StreamIntervals& busy, double begin_s, double end_s);
+// Intervals are clipped to [begin_s, end_s]. `collectives` (the backend's, when it measures
+// them) moves the compute stream's collectives (tensor parallelism's, the loss-parallel
+// all-reduces, the tp gradient all-reduces) from compute to communication, and splits
+// communication by the mesh dim of each collective's group (mesh_dim_of_group).
+StepBreakdown measured_step_breakdown(const StreamIntervals& busy, double begin_s, double end_s,
+                                      const std::vector<CollectiveInterval>& collectives = {});
 
 // The report's "last_step" object (rank: whose step it is, a class representative).
 nlohmann::json step_breakdown_json(const StepBreakdown& b, int rank);

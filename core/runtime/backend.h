@@ -41,6 +41,15 @@ class OutOfMemoryError : public std::runtime_error {
 // created), by StreamRole: what a real backend measured since the last take.
 using StreamIntervals = std::array<std::vector<std::pair<double, double>>, kNumStreams>;
 
+// One collective a real backend ran: its process group's name ("tp", "shard", "replicate",
+// "shard+tp", ...), the stream it ran on, and when ([begin, end) on the StreamIntervals clock;
+// the same interval is also in that stream's busy intervals).
+struct CollectiveInterval {
+  std::string group;
+  StreamRole stream = StreamRole::kDefault;
+  double begin_s = 0, end_s = 0;
+};
+
 // NOTE [Backend entry points]: the work methods are public and non-virtual. Each ticks the
 // host sequence (one tick per host-program call that the simulator records: launch,
 // collective, record_event, wait_event and synchronize of a real event, annotate) and then
@@ -103,6 +112,8 @@ class Backend {
   // Optional per-step measurement: each stream's busy intervals since the last call, or
   // nullopt when the backend does not measure them.
   virtual std::optional<StreamIntervals> take_busy_intervals() { return std::nullopt; }
+  // Optional, with take_busy_intervals(): the collectives run since the last call.
+  virtual std::vector<CollectiveInterval> take_collective_intervals() { return {}; }
   // Seconds since the backend was created, on the clock take_busy_intervals() uses.
   virtual double clock_s() const { return 0.0; }
   // Optional (measured timelines, NOTE [Measured timeline times]): for each kernel and

@@ -23,6 +23,8 @@ enum class OpKind : uint16_t {
   kInitParam,        // a parameter's padded shard: NOTE [Sharding-independent init] in
                      // core/model/module.h; iargs: row_offset, local_rows, row_numel, init
                      // (ParamInit), key (bit cast); fargs: std. Padding rows are 0.
+                     // 7 iargs: + column offset, full row (tp Shard(1)); 8: + block rows,
+                     // tp index, tp degree (tp Shard(0) of stacked blocks, core/data/param_init.cc)
   kCopy,             // out = in, with dtype cast when dtypes differ; with several inputs and
                      // iargs[0] = rows: out row i = concat of every input's row i (torch.cat dim -1)
   kAdd,              // out = a + b (in place when out aliases a)
@@ -37,7 +39,7 @@ enum class OpKind : uint16_t {
   kSiLU, kSiLUBackward,
   kMul, kMulBackward,              // elementwise a * b
   kGELU, kGELUBackward,            // tanh approximation
-  kPositionEmbedding, kPositionEmbeddingBackward,  // x + wpe[0:S]
+  kPositionEmbedding, kPositionEmbeddingBackward,  // x + wpe[p0:p0+S]; iargs: p0 (absent: 0)
   kLogSoftmax, kLogSoftmaxBackward,
   kNllLoss, kNllLossBackward,
   kAllGatherCopyIn,   // foreach copy of sharded params (with cast) into the AG input slice

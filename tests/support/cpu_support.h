@@ -93,11 +93,17 @@ inline RealRun run_real(const Scenario& s, int steps = -1, const runner::RankOpt
             full.insert(full.end(), v.begin() + r * cols, v.begin() + (r + 1) * cols);
           }
       } else {
+        // Shard(0) of tp_blocks stacked blocks (GPT-2's c_attn): block k of the full tensor is
+        // every tp index's block k in turn.
         const int parts = p.tp_placement == TpPlacement::kShard0 ? tp : 1;
-        for (int t = 0; t < parts; ++t) {
-          const auto& v = local[static_cast<size_t>(t)][p.fqn];
-          full.insert(full.end(), v.begin(), v.end());
-        }
+        const int blocks = p.tp_placement == TpPlacement::kShard0 ? p.tp_blocks : 1;
+        for (int k = 0; k < blocks; ++k)
+          for (int t = 0; t < parts; ++t) {
+            const auto& v = local[static_cast<size_t>(t)][p.fqn];
+            const size_t n = v.size() / static_cast<size_t>(blocks);
+            full.insert(full.end(), v.begin() + static_cast<std::ptrdiff_t>(k * n),
+                        v.begin() + static_cast<std::ptrdiff_t>((k + 1) * n));
+          }
       }
       result[p.fqn] = std::move(full);
     });

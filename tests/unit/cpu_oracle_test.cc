@@ -85,12 +85,13 @@ using Edit = std::function<void(json&)>;
 
 // The case's scenario on `world` ranks, changed by `edit` (the global batch of 12 sequences
 // split over the ranks and the micro-batches).
-Scenario case_scenario(const fs::path& dir, int world, const Edit& edit) {
+Scenario case_scenario(const fs::path& dir, int world, const Edit& edit, int tp = 1) {
   json j = read_json_input((dir / "scenario.json").string(), "an oracle scenario");
   const int64_t global = j["training"]["batch_per_rank"].get<int64_t>();
   if (edit) edit(j);
-  j["training"]["batch_per_rank"] = global / world / j["training"].value("grad_accum_steps", 1);
+  j["training"]["batch_per_rank"] = global / (world / tp) / j["training"].value("grad_accum_steps", 1);
   j["fsdp"]["mesh"]["shape"] = {world};
+  if (tp > 1) j["fsdp"]["mesh"] = {{"shape", {world / tp, tp}}, {"dim_names", {"dp_shard", "tp"}}};  // a tp group shares a batch
   j["hardware"]["gpus_per_node"] = world;
   return parse_scenario(j, dir.string());
 }
@@ -146,18 +147,18 @@ struct Tolerance {
   double loss_rtol = 1e-5;
 };
 
-void check_case(const std::string& name, int world, const Tolerance& tol, const Edit& edit = {}) {
-  SCOPED_TRACE(name + " on " + std::to_string(world) + " ranks");
+void check_case(const std::string& name, int world, const Tolerance& tol, const Edit& edit = {}, int tp = 1) {
+  SCOPED_TRACE(name + " on " + std::to_string(world) + " ranks, tp " + std::to_string(tp));
   const fs::path dir = kOracle / name;
   const Reference ref(dir);
-  const Scenario s = case_scenario(dir, world, edit);
+  const Scenario s = case_scenario(dir, world, edit, tp);
   ASSERT_FALSE(s.model_weights.empty()) << "the oracle scenario names its weights (model.weights)";
   auto corpus = std::make_shared<const TextCorpus>(TextCorpus::from_file((kOracle / "corpus.txt").string()));
   const int steps = std::stoi(ref.meta("steps"));
 
   // The batches: fullshard's sampler must give the windows the script reproduced.
   const auto tokens = ref.i64("tokens"), labels = ref.i64("labels");
-  const int64_t B = world * s.training.batch_per_rank * s.training.grad_accum_steps, S = s.training.seq_len;
+  const int64_t B = world / tp * s.training.batch_per_rank * s.training.grad_accum_steps, S = s.training.seq_len;
   for (int step = 0; step < steps; ++step) {
     std::vector<int64_t> t(static_cast<size_t>(B * S)), l(t.size());
     corpus->fill_batch(s.training.seed, step, 0, B, S, t.data(), l.data());
@@ -293,6 +294,13 @@ TEST(CpuOracle, LlamaRopeScalingHfImplementationOn2Ranks) {
 TEST(CpuOracle, Gpt2VariantsOn3Ranks) {
   check_case("gpt2", 3, {}, [](json& j) { j["training"]["activation_checkpointing"] = "full"; });
   check_case("gpt2", 3, {}, [](json& j) { j["training"]["optimizer"]["implementation"] = "fused"; });
+}
+
+// Tensor parallelism (tp 2, with FSDP over 2): the plans of core/model/tensor_parallel.cc
+// against PyTorch's unsharded run, GPT-2's fused c_attn loaded from the HF weights per q / k / v.
+TEST(CpuOracle, TensorParallel2) {
+  check_case("gpt2", 4, {}, {}, 2);
+  check_case("llama", 4, {}, {}, 2);
 }
 
 // The rope-scaling case is only a test of the scaling if plain RoPE fails it: the two

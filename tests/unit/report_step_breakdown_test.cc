@@ -73,6 +73,34 @@ TEST(MeasuredStepBreakdown, ClipsToTheWindow) {
   EXPECT_DOUBLE_EQ(b.stream_busy_s[static_cast<size_t>(StreamRole::kAllGather)], 2);
 }
 
+// A collective on the compute stream (tensor parallelism's) is communication, not compute,
+// and each collective's time goes to its group's mesh dim; exposed = not under a kernel.
+TEST(MeasuredStepBreakdown, ComputeStreamCollectivesAreCommunicationByMeshDim) {
+  StreamIntervals busy;
+  auto& compute = busy[static_cast<size_t>(StreamRole::kDefault)];
+  compute = {{0.0, 1.0}, {1.0, 1.5}, {2.0, 3.0}};  // kernel, tp all-gather, kernel
+  busy[static_cast<size_t>(StreamRole::kAllGather)] = {{0.5, 2.5}};  // FSDP all-gather
+  busy[static_cast<size_t>(StreamRole::kAllReduce)] = {{3.0, 3.25}};  // HSDP all-reduce
+  const std::vector<CollectiveInterval> colls = {{"tp", StreamRole::kDefault, 1.0, 1.5},
+                                                 {"shard", StreamRole::kAllGather, 0.5, 2.5},
+                                                 {"replicate", StreamRole::kAllReduce, 3.0, 3.25}};
+  const StepBreakdown b = measured_step_breakdown(busy, 0.0, 4.0, colls);
+  const auto dim = [&](MeshDimKind k) { return b.comm_by_dim_s[static_cast<size_t>(k)]; };
+  const auto exposed = [&](MeshDimKind k) { return b.exposed_comm_by_dim_s[static_cast<size_t>(k)]; };
+  EXPECT_DOUBLE_EQ(b.compute_s, 2.0);
+  EXPECT_DOUBLE_EQ(b.stream_busy_s[static_cast<size_t>(StreamRole::kDefault)], 2.5);
+  EXPECT_DOUBLE_EQ(b.comm_s, 2.25);  // [0.5, 2.5) and [3, 3.25)
+  EXPECT_DOUBLE_EQ(b.exposed_comm_s, 1.25);  // [1, 2) and [3, 3.25)
+  EXPECT_DOUBLE_EQ(dim(MeshDimKind::kTp), 0.5);
+  EXPECT_DOUBLE_EQ(exposed(MeshDimKind::kTp), 0.5);
+  EXPECT_DOUBLE_EQ(dim(MeshDimKind::kShard), 2.0);
+  EXPECT_DOUBLE_EQ(exposed(MeshDimKind::kShard), 1.0);
+  EXPECT_DOUBLE_EQ(dim(MeshDimKind::kReplicate), 0.25);
+  EXPECT_DOUBLE_EQ(exposed(MeshDimKind::kReplicate), 0.25);
+  // Without the collectives (a backend that does not report them) the tp all-gather is compute.
+  EXPECT_DOUBLE_EQ(measured_step_breakdown(busy, 0.0, 4.0).compute_s, 2.5);
+}
+
 TEST(StepBreakdownJson, RoundTripsAndNamesAMissingField) {
   StreamIntervals busy;
   busy[static_cast<size_t>(StreamRole::kReduceScatter)] = {{0.25, 0.75}};

@@ -81,12 +81,13 @@ void position_embedding(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   FULLSHARD_CHECK(x.shape.size() >= 2 && w.shape.size() == 2 && w.shape[1] == x.shape.back(),
                   where(op) + "expects x [..., S, D] and wpe [P, D]");
   const int64_t D = x.shape.back(), S = x.shape[x.shape.size() - 2], rows = x.numel() / D;
-  FULLSHARD_CHECK(S <= w.shape[0], where(op) + "sequence longer than the position table");
+  const int64_t p0 = op.iargs.empty() ? 0 : op.iargs[0];
+  FULLSHARD_CHECK(p0 >= 0 && p0 + S <= w.shape[0], where(op) + "sequence longer than the position table");
   FULLSHARD_CHECK(y.numel() == x.numel(), where(op) + "output size differs from x");
   std::vector<float> a(static_cast<size_t>(D)), p(static_cast<size_t>(D));
   for (int64_t r = 0; r < rows; ++r) {
     load_f32(in[0], x.dtype, r * D, D, a.data());
-    load_f32(in[1], w.dtype, (r % S) * D, D, p.data());
+    load_f32(in[1], w.dtype, (p0 + r % S) * D, D, p.data());
     for (int64_t d = 0; d < D; ++d) a[d] += p[d];
     store_f32(a.data(), out[0], y.dtype, r * D, D);
   }
@@ -99,7 +100,8 @@ void position_embedding_backward(const OpCall& op, const Ptrs& in, const Ptrs& o
                   where(op) + "expects grad [..., S, D] and grad_wpe [P, D]");
   const int64_t D = g.shape.back(), S = g.shape[g.shape.size() - 2], P = gw.shape[0];
   const int64_t batch = g.numel() / (S * D);
-  FULLSHARD_CHECK(S <= P, where(op) + "sequence longer than the position table");
+  const int64_t p0 = op.iargs.empty() ? 0 : op.iargs[0];  // rows outside [p0, p0 + S) are zero
+  FULLSHARD_CHECK(p0 >= 0 && p0 + S <= P, where(op) + "sequence longer than the position table");
   std::vector<double> acc(static_cast<size_t>(S * D), 0.0);
   std::vector<float> row(static_cast<size_t>(D));
   for (int64_t b = 0; b < batch; ++b)
@@ -110,7 +112,7 @@ void position_embedding_backward(const OpCall& op, const Ptrs& in, const Ptrs& o
     }
   std::vector<float> f(static_cast<size_t>(D));
   for (int64_t s = 0; s < P; ++s) {
-    for (int64_t d = 0; d < D; ++d) f[d] = s < S ? static_cast<float>(acc[s * D + d]) : 0.0f;
+    for (int64_t d = 0; d < D; ++d) f[d] = s >= p0 && s < p0 + S ? static_cast<float>(acc[(s - p0) * D + d]) : 0.0f;
     store_f32(f.data(), out[0], gw.dtype, s * D, D);
   }
 }

@@ -115,17 +115,18 @@ void position_embedding(const OpCall& op, const Ptrs& in, const Ptrs& out, bool 
   FULLSHARD_CHECK(x.shape.size() >= 2 && w.shape.size() == 2 && w.shape[1] == x.shape.back(),
                   where(op) + "expects x [..., S, D] and wpe [P, D]");
   const int64_t D = x.shape.back(), S = x.shape[x.shape.size() - 2], P = w.shape[0];
-  FULLSHARD_CHECK(S <= P, where(op) + "sequence longer than the position table");
+  const int64_t p0 = op.iargs.empty() ? 0 : op.iargs[0];
+  FULLSHARD_CHECK(p0 >= 0 && p0 + S <= P, where(op) + "sequence longer than the position table");
   expect_float(op, x, "x");
   expect_float(op, w, "wpe");
   if (!backward) {
     expect_numel(op, op.outputs[0].meta, x.numel(), "output");
     expect_float(op, op.outputs[0].meta, "output");
     return launch::position_embedding(in[0], dt_in(op, 0), in[1], dt_in(op, 1), out[0], dt_out(op, 0),
-                                      S * D == 0 ? 0 : x.numel() / D, S, D, s);
+                                      S * D == 0 ? 0 : x.numel() / D, S, D, p0, s);
   }
   const int64_t batch = S * D == 0 ? 0 : x.numel() / (S * D);
-  launch::position_embedding_backward(in[0], dt_in(op, 0), out[0], dt_out(op, 0), batch, S, P, D, s);
+  launch::position_embedding_backward(in[0], dt_in(op, 0), out[0], dt_out(op, 0), batch, S, P, D, p0, s);
 }
 
 void rope(const OpCall& op, const Ptrs& in, const Ptrs& out, float sign, cudaStream_t s) {

@@ -57,20 +57,20 @@ __global__ void embedding_backward_kernel(const void* g, int dg, const int64_t* 
 }
 
 __global__ void position_embedding_kernel(const void* x, int dx, const void* wpe, int dw, void* y, int dy,
-                                          int64_t total, int64_t S, int64_t D) {
+                                          int64_t total, int64_t S, int64_t D, int64_t p0) {
   for (int64_t i = global_thread(); i < total; i += grid_threads()) {
     const int64_t r = i / D, d = i - r * D;
-    store_f(y, dy, i, __fadd_rn(load_f(x, dx, i), load_f(wpe, dw, (r % S) * D + d)));
+    store_f(y, dy, i, __fadd_rn(load_f(x, dx, i), load_f(wpe, dw, (p0 + r % S) * D + d)));
   }
 }
 
 __global__ void position_embedding_backward_kernel(const void* g, int dg, void* gw, int dgw, int64_t batch, int64_t S,
-                                                   int64_t P, int64_t D) {
+                                                   int64_t P, int64_t D, int64_t p0) {
   for (int64_t i = global_thread(); i < P * D; i += grid_threads()) {
     const int64_t s = i / D, d = i - s * D;
     double acc = 0;
-    if (s < S)
-      for (int64_t b = 0; b < batch; ++b) acc += load_f(g, dg, (b * S + s) * D + d);
+    if (s >= p0 && s < p0 + S)
+      for (int64_t b = 0; b < batch; ++b) acc += load_f(g, dg, (b * S + s - p0) * D + d);
     store_f(gw, dgw, i, static_cast<float>(acc));
   }
 }
@@ -205,18 +205,18 @@ void embedding_backward(const void* g, int dg, const int64_t* ids, void* gw, int
 }
 
 void position_embedding(const void* x, int dx, const void* wpe, int dw, void* y, int dy, int64_t rows, int64_t S,
-                        int64_t D, cudaStream_t s) {
+                        int64_t D, int64_t p0, cudaStream_t s) {
   if (rows * D == 0) return;
   const plan::Launch l = plan::launch_1d(rows * D);
-  position_embedding_kernel<<<l.grid, l.block, 0, s>>>(x, dx, wpe, dw, y, dy, rows * D, S, D);
+  position_embedding_kernel<<<l.grid, l.block, 0, s>>>(x, dx, wpe, dw, y, dy, rows * D, S, D, p0);
   check_launch("position_embedding");
 }
 
 void position_embedding_backward(const void* g, int dg, void* gw, int dgw, int64_t batch, int64_t S, int64_t P,
-                                 int64_t D, cudaStream_t s) {
+                                 int64_t D, int64_t p0, cudaStream_t s) {
   if (P * D == 0) return;
   const plan::Launch l = plan::launch_1d(P * D);
-  position_embedding_backward_kernel<<<l.grid, l.block, 0, s>>>(g, dg, gw, dgw, batch, S, P, D);
+  position_embedding_backward_kernel<<<l.grid, l.block, 0, s>>>(g, dg, gw, dgw, batch, S, P, D, p0);
   check_launch("position_embedding_backward");
 }
 

@@ -1,0 +1,228 @@
+// GPT-2's tensor-parallel plan (NOTE [GPT-2 tensor-parallel plan] in core/model/
+// tensor_parallel.cc) composed with FSDP and HSDP, run for real on the CPU backend: 2-D and
+// 3-D sharded training equals single-rank training, the simulator's memory prediction equals
+// the measured one to the byte, and the fused c_attn's shards are the right rows of q, k, v.
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include <map>
+
+#include "core/data/param_init.h"
+#include "core/model/tensor_parallel.h"
+#include "tests/support/cpu_support.h"
+#include "tests/support/input_error.h"
+#include "tests/support/sim_support.h"
+
+using namespace fullshard;
+using namespace fullshard::testing;
+using nlohmann::json;
+
+namespace {
+
+// A random GPT-2 that splits `tp` ways: heads and the MLP's hidden units divisible.
+json gpt2_model(int tp) {
+  const int heads = tp * *rc::gen::element(1, 2);
+  const int head_dim = *rc::gen::element(2, 4);
+  return {{"arch", "gpt2"},          {"name", "random"},
+          {"vocab_size", 256},       {"dim", heads * head_dim},
+          {"n_layers", *rc::gen::inRange(1, 3)}, {"n_heads", heads},
+          {"ffn_dim", tp * *rc::gen::inRange(1, 5)}, {"max_seq_len", 16}};
+}
+
+// [replicate, shard, tp] with at most 8 ranks (threads), as JSON mesh.
+json tp_mesh(int tp, int* world, int* shard) {
+  const int replicate = *rc::gen::element(1, 2);
+  *shard = *rc::gen::inRange(1, 4);
+  RC_PRE(replicate * *shard * tp <= 8);
+  *world = replicate * *shard * tp;
+  if (replicate == 1 && *rc::gen::arbitrary<bool>())
+    return {{"shape", {*shard, tp}}, {"dim_names", {"dp_shard", "tp"}}};
+  return {{"shape", {replicate, *shard, tp}}, {"dim_names", {"dp_replicate", "dp_shard", "tp"}}};
+}
+
+// The same job on one rank: the whole global batch (every data-parallel rank's), no sharding.
+json unsharded(json j, int dp) {
+  j["fsdp"]["mesh"] = {{"shape", {1}}};
+  j["fsdp"].erase("reshard_after_forward");
+  j["fsdp"]["cpu_offload"] = false;
+  j["training"]["batch_per_rank"] = j["training"]["batch_per_rank"].get<int>() * dp;
+  j["hardware"]["gpus_per_node"] = 1;
+  return j;
+}
+
+}  // namespace
+
+// NOTE [fp32 tolerance] in cpu_training_prop_test.cc: the plan changes summation order only
+// (rowwise partial sums reduce-scattered, bias / tp added to each, replicated gradients
+// all-reduced), so the bound of the Llama tp property holds.
+RC_GTEST_PROP(Gpt2TensorParallel, EqualsUnsharded, ()) {
+  const int tp = *rc::gen::element(2, 4);
+  int world = 0, shard = 0;
+  TinyOptions o;
+  json mesh = tp_mesh(tp, &world, &shard);
+  o.reshard_after_forward = std::vector<json>{nullptr, true, false}.at(*rc::gen::inRange(0, 3));
+  o.cpu_offload = *rc::gen::arbitrary<bool>();
+  o.activation_checkpointing = *rc::gen::element(std::string("none"), std::string("full"), std::string("selective_op"));
+  o.max_grad_norm = *rc::gen::element(0.0, 1.0);
+  o.steps = 2;
+  o.batch = *rc::gen::inRange(1, 3);
+  o.seq = tp * *rc::gen::inRange(1, 4);
+  json j = tiny_scenario_json(o);
+  j["fsdp"]["mesh"] = mesh;
+  j["hardware"]["gpus_per_node"] = world;
+  j["model"] = gpt2_model(tp);
+  j["training"]["optimizer"] = {{"lr", 1e-3}, {"eps", 1e-6}, {"max_grad_norm", o.max_grad_norm}};
+  j["training"]["seed"] = *rc::gen::inRange(0, 1000);
+  const bool loss_parallel = *rc::gen::arbitrary<bool>();
+  j["tensor_parallel"] = {{"loss_parallel", loss_parallel}};
+  RC_TAG("tp " + std::to_string(tp));
+  RC_TAG(loss_parallel ? "loss parallel" : "logits gathered");
+  RC_TAG(mesh["shape"].size() == 3 ? "3-D" : "2-D");
+  RealRun sharded = run_real(parse_scenario(j));
+  RealRun ref = run_real(parse_scenario(unsharded(j, world / tp)));
+  std::string where;
+  const double v = max_violation(sharded, ref, 1e-5, 1e-3, &where);
+  if (!(v <= 1.0)) RC_FAIL("worst parameter difference at " + where);
+  for (size_t k = 0; k < ref.mean_loss.size(); ++k) RC_ASSERT(std::abs(sharded.mean_loss[k] - ref.mean_loss[k]) <= 1e-4);
+}
+
+RC_GTEST_PROP(Gpt2TensorParallel, PredictedPeakMemoryEqualsMeasured, ()) {
+  const int tp = *rc::gen::element(2, 4);
+  int world = 0, shard = 0;
+  TinyOptions o;
+  json mesh = tp_mesh(tp, &world, &shard);
+  if (*rc::gen::arbitrary<bool>()) o.mixed_precision = {{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}};
+  o.reshard_after_forward = std::vector<json>{nullptr, true, false}.at(*rc::gen::inRange(0, 3));
+  o.cpu_offload = *rc::gen::arbitrary<bool>();
+  o.activation_checkpointing = *rc::gen::element(std::string("none"), std::string("full"), std::string("selective_op"));
+  o.grad_accum_steps = *rc::gen::inRange(1, 3);
+  o.steps = 2;
+  o.batch = *rc::gen::inRange(1, 3);
+  o.seq = tp * *rc::gen::inRange(1, 4);
+  json j = tiny_scenario_json(o);
+  j["fsdp"]["mesh"] = mesh;
+  j["hardware"]["gpus_per_node"] = world;
+  j["model"] = gpt2_model(tp);
+  j["tensor_parallel"] = {{"loss_parallel", *rc::gen::arbitrary<bool>()}};
+  Scenario s = parse_scenario(j);
+  sim::SimulateOptions so;
+  so.all_ranks = true;
+  sim::SimulationReport pred = sim::simulate_scenario(s, so);
+  if (!pred.ok()) RC_FAIL(problems_text(pred));
+  RealRun real = run_real(s);
+  for (const auto& c : pred.classes)
+    for (int r : c.ranks) {
+      RC_ASSERT(real.ranks[r].report.peak_allocated_bytes == c.peak_allocated_bytes);
+      RC_ASSERT(real.ranks[r].report.peak_reserved_bytes == c.peak_reserved_bytes);
+    }
+}
+
+// The plan: which parameters are split along which dim, and their local shapes.
+TEST(Gpt2TensorParallel, PlanPlacesParametersAsMegatron) {
+  ModelConfig c = *find_model("tiny-gpt2");
+  TensorParallel tp;
+  tp.degree = 2;
+  tp.index = 1;
+  Transformer m(c, tp);
+  std::map<std::string, const Param*> by;
+  m.root().for_each_param([&](Param& p) { by[p.fqn] = &p; });
+  const int64_t D = c.dim, F = c.ffn_dim, V = c.vocab_size;
+  auto expect = [&](const std::string& fqn, TpPlacement pl, Shape local, int blocks = 1, bool grad_replicated = false) {
+    ASSERT_TRUE(by.count(fqn)) << fqn;
+    EXPECT_EQ(static_cast<int>(by[fqn]->tp_placement), static_cast<int>(pl)) << fqn;
+    EXPECT_EQ(by[fqn]->shape, local) << fqn;
+    EXPECT_EQ(by[fqn]->tp_blocks, blocks) << fqn;
+    EXPECT_EQ(by[fqn]->tp_grad_replicated, grad_replicated) << fqn;
+  };
+  expect("wte.weight", TpPlacement::kShard0, {V / 2, D});
+  expect("wpe.weight", TpPlacement::kReplicate, {c.max_seq_len, D});
+  expect("layers.0.ln_1.weight", TpPlacement::kReplicate, {D});
+  expect("layers.0.ln_1.bias", TpPlacement::kReplicate, {D});
+  expect("layers.0.attn.c_attn.weight", TpPlacement::kShard0, {3 * D / 2, D}, 3);
+  expect("layers.0.attn.c_attn.bias", TpPlacement::kShard0, {3 * D / 2}, 3);
+  expect("layers.0.attn.c_proj.weight", TpPlacement::kShard1, {D, D / 2});
+  expect("layers.0.attn.c_proj.bias", TpPlacement::kReplicate, {D}, 1, true);
+  expect("layers.0.ln_2.weight", TpPlacement::kReplicate, {D});
+  expect("layers.0.mlp.c_fc.weight", TpPlacement::kShard0, {F / 2, D});
+  expect("layers.0.mlp.c_fc.bias", TpPlacement::kShard0, {F / 2});
+  expect("layers.0.mlp.c_proj.weight", TpPlacement::kShard1, {D, F / 2});
+  expect("layers.0.mlp.c_proj.bias", TpPlacement::kReplicate, {D}, 1, true);
+  expect("ln_f.weight", TpPlacement::kReplicate, {D});
+  EXPECT_EQ(by["layers.0.attn.c_attn.weight"]->global_shape(), (Shape{3 * D, D}));
+}
+
+// NOTE [Fused qkv under tensor parallelism]: tp rank t's local c_attn rows are rows
+// [t*D/tp, (t+1)*D/tp) of each of q, k and v, and FSDP's shard of those local rows (any
+// offset) draws the same values as the unsharded tensor's rows.
+RC_GTEST_PROP(Gpt2TensorParallel, FusedQkvShardsInitAsTheirGlobalRows, ()) {
+  const int tp = *rc::gen::element(1, 2, 4);
+  const int64_t block = *rc::gen::inRange(1, 4);  // local rows per block (D / tp)
+  const int64_t D = block * tp, cols = *rc::gen::inRange(1, 4);
+  const int t = *rc::gen::inRange(0, tp);
+  const int64_t local = 3 * block;
+  const int64_t offset = *rc::gen::inRange<int64_t>(0, local);
+  const int64_t rows = *rc::gen::inRange<int64_t>(0, local - offset + 1);
+  OpCall op;
+  op.kind = OpKind::kInitParam;
+  op.name = "c_attn";
+  op.outputs.push_back(TensorRef{});
+  op.outputs[0].meta = TensorMeta{DType::kFloat32, {rows, cols}};
+  op.iargs = {offset, rows, cols, static_cast<int64_t>(ParamInit::kNormal), 12345, block, t, tp};
+  op.fargs = {0.02};
+  const std::vector<float> v = init_param_values(op);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t l = offset + r, which = l / block;  // 0 q, 1 k, 2 v
+    const int64_t global_row = which * D + t * block + l % block;
+    for (int64_t c = 0; c < cols; ++c)
+      RC_ASSERT(v[r * cols + c] == init_value(static_cast<int64_t>(ParamInit::kNormal), 0.02, 12345, global_row * cols + c));
+  }
+}
+
+TEST(Gpt2TensorParallel, UnsplittableScenariosAreRefused) {
+  TinyOptions o;
+  o.seq = 8;
+  o.model = "tiny-gpt2";
+  json base = tiny_scenario_json(o);
+  base["fsdp"]["mesh"] = {{"shape", {1, 2}}, {"dim_names", {"dp_shard", "tp"}}};
+  base["hardware"]["gpus_per_node"] = 2;
+  auto error_of = [](const json& j) { return input_error_of([&] { parse_scenario(j); }); };
+  EXPECT_EQ(error_of(base), "");
+  json heads = base;
+  heads["model"] = {{"arch", "gpt2"}, {"name", "g"}, {"vocab_size", 256}, {"dim", 12}, {"n_layers", 1},
+                    {"n_heads", 3},    {"ffn_dim", 12}, {"max_seq_len", 16}};
+  EXPECT_NE(error_of(heads).find("model.n_heads"), std::string::npos) << error_of(heads);
+  json ffn = heads;
+  ffn["model"]["n_heads"] = 2;
+  ffn["model"]["ffn_dim"] = 13;
+  EXPECT_NE(error_of(ffn).find("model.ffn_dim"), std::string::npos) << error_of(ffn);
+  // Checkpoints of a GPT-2 tp run are refused in one line naming the flag.
+  const Scenario s = parse_scenario(base);
+  const std::string e = input_error_of([&] { check_tensor_parallel_checkpoint(s.model, 2, "--checkpoint-dir"); });
+  EXPECT_NE(e.find("--checkpoint-dir"), std::string::npos) << e;
+  EXPECT_EQ(input_error_of([&] { check_tensor_parallel_checkpoint(s.model, 1, "--checkpoint-dir"); }), "");
+}
+
+// Measured reports split communication by mesh dim (NOTE [Measured step breakdown]): on a
+// real FSDP x tp run the tp collectives (on the compute stream) and FSDP's are both measured,
+// HSDP's replicate dim is absent, and every rank's tp time is communication, not compute.
+TEST(Gpt2TensorParallel, MeasuredCommunicationIsSplitByMeshDim) {
+  TinyOptions o;
+  o.model = "tiny-gpt2";
+  o.seq = 8;
+  json j = tiny_scenario_json(o);
+  j["fsdp"]["mesh"] = {{"shape", {2, 2}}, {"dim_names", {"dp_shard", "tp"}}};
+  j["hardware"]["gpus_per_node"] = 4;
+  const RealRun real = run_real(parse_scenario(j));
+  for (const auto& r : real.ranks) {
+    const StepBreakdown& b = r.last_step;
+    const auto dim = [&](MeshDimKind k) { return b.comm_by_dim_s[static_cast<size_t>(k)]; };
+    EXPECT_GT(dim(MeshDimKind::kTp), 0);
+    EXPECT_GT(dim(MeshDimKind::kShard), 0);
+    EXPECT_EQ(dim(MeshDimKind::kReplicate), 0);
+    EXPECT_LE(b.exposed_comm_by_dim_s[static_cast<size_t>(MeshDimKind::kTp)], dim(MeshDimKind::kTp) + 1e-12);
+    // tp collectives left the compute stream's busy time for communication.
+    EXPECT_LE(b.compute_s + dim(MeshDimKind::kTp),
+              b.stream_busy_s[static_cast<size_t>(StreamRole::kDefault)] + 1e-9);
+    EXPECT_GE(b.comm_s + 1e-12, dim(MeshDimKind::kTp));
+  }
+}
