@@ -71,6 +71,7 @@ std::vector<float> first_logits(Backend& b, TrainingProgram& prog, const Scenari
   }
   for (auto& st : prog.fsdp().states())
     if (st->group && st->group->is_unsharded()) st->group->reshard();
+  prog.fsdp().reset_iter_state();  // a forward no backward follows (NOTE [Validation pass])
   b.synchronize_device();
   return out;
 }
