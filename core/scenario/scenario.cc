@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "core/common/error.h"
@@ -689,7 +690,22 @@ static void check_dtype_flow(const Scenario& s) {
     if (auto o = mp.output_dtype) h = *o;
     from = u;
   };
-  for (int64_t i = 0; i < s.model.n_layers; ++i) enter("layers." + std::to_string(i), true);
+  // Blocks without a per-unit policy all follow fsdp.mixed_precision: after two of them the
+  // dtype entering the next repeats, so only blocks near an override (and the ends) are walked,
+  // whatever the depth (model.n_layers is bounded later, by the simulator).
+  const int64_t n = s.model.n_layers;
+  std::set<int64_t> walk;
+  for (int64_t i = 0; i < std::min<int64_t>(n, 3); ++i) walk.insert(i);
+  if (n > 0) walk.insert(n - 1);
+  for (const auto& [unit, o] : f.per_unit_mixed_precision)
+    if (unit.rfind("layers.", 0) == 0) {
+      const int64_t k = std::stoll(unit.substr(7));  // stored resolved: 0 <= k < n
+      for (int64_t i = k; i < std::min(n, k + 3); ++i) walk.insert(i);
+    }
+  for (int64_t i : walk) {
+    if (i > 0) from = "layers." + std::to_string(i - 1);
+    enter("layers." + std::to_string(i), true);
+  }
   enter(edges ? "output" : "root", edges);
 }
 
