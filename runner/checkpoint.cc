@@ -116,7 +116,7 @@ int64_t load_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, co
                                        folder + "' but " + dtype + " " + shape_str(l.global_shape) + " in the scenario",
                        "resume with the scenario that wrote it");
     std::vector<uint8_t> bytes(l.local.nbytes());
-    reader.read_box(l.name, pieces.box_of(*l.param), bytes.data(), bytes.size());
+    reader.read_boxes(l.name, pieces.boxes_of(*l.param), bytes.data(), bytes.size());
     b.copy_from_host(l.local, bytes.data());
   }
   prog.optimizer().set_steps_taken(static_cast<int>(m.optimizer_steps));

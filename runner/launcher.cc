@@ -31,7 +31,6 @@
 #include "core/common/user_text.h"
 #include "core/common/error.h"
 #include "runner/rank_runner.h"
-#include "core/model/tensor_parallel.h"
 #include "core/scenario/scenario.h"
 
 namespace fullshard::runner {
@@ -331,8 +330,6 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
     if (kind.name != "cpu")
       throw InputError("fsdp.mesh.shape", fmt::format("has tp {}, which the {} backend does not run yet", tp, kind.name),
                        "use --backend cpu, or simulate it with fullshard simulate");
-    if (!o.checkpoint_dir.empty()) check_tensor_parallel_checkpoint(s.model, tp, "--checkpoint-dir");
-    if (!o.resume.empty()) check_tensor_parallel_checkpoint(s.model, tp, "--resume");
   }
   validate_checkpoint_flags(o.checkpoint_dir, o.checkpoint_every, o.resume, kind.name, o.steps >= 0 ? o.steps : s.training.steps,
                             s, o.keep_last, o.checkpoint_mode);

@@ -160,15 +160,35 @@ SafetensorsReader& CheckpointReader::file(const std::string& name) {
   return *r;
 }
 
-const SafetensorsEntry& CheckpointReader::chunk_entry(const CheckpointTensor& t, const CheckpointChunk& c) {
+uint64_t CheckpointReader::chunk_base(const CheckpointTensor& t, size_t i) {
+  // NOTE [Multi-box pieces of fused weights]: the chunks of `t` in one file are its entry's
+  // rows, back to back in metadata order; one chunk per file (every earlier checkpoint) is
+  // the whole entry.
+  const CheckpointChunk& c = t.chunks.at(i);
   SafetensorsReader& f = file(c.file);
   const SafetensorsEntry& e = f.entry(t.name);
-  const Shape& want = c.box.lengths;
+  const uint64_t esize = *safetensors_dtype_size(t.dtype);
+  uint64_t base = 0;
+  Shape want;
+  for (size_t j = 0; j < t.chunks.size(); ++j) {
+    const ChunkBox& b = t.chunks[j].box;
+    if (t.chunks[j].file != c.file) continue;
+    if (j < i) base += static_cast<uint64_t>(box_numel(b)) * esize;
+    if (want.empty()) {
+      want = b.lengths;
+      continue;
+    }
+    if (!std::equal(b.lengths.begin() + 1, b.lengths.end(), want.begin() + 1))
+      throw InputError(f.path() + ": tensor '" + t.name + "'",
+                       "has chunks " + shape_str(want) + " and " + shape_str(b.lengths) + " in one file that do not stack on dim 0",
+                       "the metadata is damaged; use another checkpoint");
+    want[0] += b.lengths[0];
+  }
   if (e.dtype != t.dtype || e.shape != want)
     throw InputError(f.path() + ": tensor '" + t.name + "'",
                      "is " + e.dtype + " " + shape_str(e.shape) + "; metadata.json says " + t.dtype + " " + shape_str(want),
                      "the file does not belong to this checkpoint");
-  return e;
+  return base;
 }
 
 void CheckpointReader::read_shard(const std::string& name, int world, int rank, void* dst, uint64_t dst_bytes) {
@@ -201,13 +221,13 @@ void CheckpointReader::read_box(const std::string& name, const ChunkBox& want, v
            reads[j].src_offset == reads[j - 1].src_offset + reads[j - 1].bytes)
       ++j;
     const CheckpointChunk& c = t->chunks[reads[i].chunk];
-    chunk_entry(*t, c);
+    const uint64_t base = chunk_base(*t, reads[i].chunk);
     const uint64_t span = reads[j - 1].src_offset + reads[j - 1].bytes - reads[i].src_offset;
     if (j == i + 1) {
-      file(c.file).read(name, reads[i].src_offset, span, static_cast<char*>(dst) + reads[i].dst_offset);
+      file(c.file).read(name, base + reads[i].src_offset, span, static_cast<char*>(dst) + reads[i].dst_offset);
     } else {
       staged.resize(span);
-      file(c.file).read(name, reads[i].src_offset, span, staged.data());
+      file(c.file).read(name, base + reads[i].src_offset, span, staged.data());
       for (size_t k = i; k < j; ++k)
         std::memcpy(static_cast<char*>(dst) + reads[k].dst_offset, staged.data() + (reads[k].src_offset - reads[i].src_offset),
                     reads[k].bytes);
@@ -216,10 +236,25 @@ void CheckpointReader::read_box(const std::string& name, const ChunkBox& want, v
   }
 }
 
+void CheckpointReader::read_boxes(const std::string& name, const std::vector<ChunkBox>& want, void* dst, uint64_t dst_bytes) {
+  uint64_t at = 0;
+  const CheckpointTensor* t = meta_.find(name);
+  if (!t) throw InputError(folder_, "has no tensor '" + name + "'", "the checkpoint is of another model");
+  const uint64_t esize = *safetensors_dtype_size(t->dtype);
+  for (const ChunkBox& b : want) {
+    const uint64_t bytes = static_cast<uint64_t>(box_numel(b)) * esize;
+    FULLSHARD_CHECK(at + bytes <= dst_bytes, "read_boxes: destination of " + std::to_string(dst_bytes) + " bytes is too small for '" + name + "'");
+    read_box(name, b, static_cast<char*>(dst) + at, bytes);
+    at += bytes;
+  }
+  FULLSHARD_CHECK(at == dst_bytes, "read_boxes: destination of " + std::to_string(dst_bytes) + " bytes for " +
+                                       std::to_string(at) + " bytes of '" + name + "'");
+}
+
 void CheckpointReader::verify() {
   for (const auto& f : meta_.files) file(f.name);
   for (const auto& t : meta_.tensors)
-    for (const auto& c : t.chunks) chunk_entry(t, c);
+    for (size_t i = 0; i < t.chunks.size(); ++i) chunk_base(t, i);
 }
 
 }  // namespace fullshard

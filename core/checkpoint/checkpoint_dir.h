@@ -67,13 +67,18 @@ class CheckpointReader {
   // pieces that intersect it, one file read per run of contiguous source bytes (NOTE [Pieces
   // as boxes]).
   void read_box(const std::string& name, const ChunkBox& want, void* dst, uint64_t dst_bytes);
+  // Fills `dst` with the boxes `want` one after another (a multi-box piece: NOTE [Multi-box
+  // pieces of fused weights]), each as read_box does.
+  void read_boxes(const std::string& name, const std::vector<ChunkBox>& want, void* dst, uint64_t dst_bytes);
   // Opens every file and checks its size, header and every chunk's entry (dtype, shape)
   // against the metadata. Throws InputError at the first mismatch.
   void verify();
 
  private:
   SafetensorsReader& file(const std::string& name);
-  const SafetensorsEntry& chunk_entry(const CheckpointTensor& t, const CheckpointChunk& c);
+  // The byte offset of chunk `i` of `t` inside its file's entry, after checking that entry
+  // (dtype; shape: the file's chunks of `t` stacked on dim 0).
+  uint64_t chunk_base(const CheckpointTensor& t, size_t i);
   std::string folder_;
   CheckpointMetadata meta_;
   std::map<std::string, std::unique_ptr<SafetensorsReader>> files_;

@@ -15,6 +15,19 @@
 // Shard(1)) the piece is the FSDP rows of the column block [t*C, (t+1)*C) (C = cols / tp);
 // for a replicated weight (norms) it is the FSDP rows, the same on every tp rank, and only tp
 // rank 0 stores it (as with HSDP's replicas, only replicate rank 0 writes).
+//
+// NOTE [Multi-box pieces of fused weights]: GPT-2's fused c_attn weight [3D, D] (and bias
+// [3D]) is split over tp per q, k, v block (Param::tp_blocks = 3, NOTE [Fused qkv under tensor
+// parallelism]): tp rank t's local tensor stacks rows [t*D/T, (t+1)*D/T) of each D-row block,
+// and FSDP then takes a contiguous run of those local rows. A run that crosses a block
+// boundary is not one box of the global tensor: it is one box per block it touches (at most
+// tp_blocks, and at most tp_blocks + 1 for any contiguous run), each whole rows. piece_boxes
+// gives them in local row order, which is also increasing global row order (local row j of
+// block b is global row b*(R/B) + t*(R/(B*T)) + j % (R/(B*T)), monotone in j). The rank file
+// keeps the piece as ONE safetensors entry (the rank's unpadded local shard, these boxes
+// stacked on dim 0), and metadata.json lists one chunk per box: the chunks of a tensor in one
+// file are stored back to back in the order metadata.json lists them (CheckpointReader), so
+// a checkpoint with one chunk per tensor and file, every earlier one, reads as before.
 #include <string>
 #include <vector>
 
@@ -27,11 +40,21 @@ struct PieceLayout {
   int tp_degree = 1;     // size of the tp mesh dim
   int shard_world = 1;   // size of FSDP's shard dim (dim-0 sharding of the tp-local tensor)
   int replicate = 1;     // size of HSDP's replicate dim (placements only)
+  int tp_blocks = 1;     // tp_dim 0: stacked blocks each split over tp (NOTE [Multi-box pieces of fused weights])
 };
 
+// Whether a piece of this layout may be several boxes (a blocked Shard(0) over tp > 1).
+inline bool multi_box(const PieceLayout& l) { return l.tp_dim == 0 && l.tp_blocks > 1 && l.tp_degree > 1; }
+
 // The unpadded piece tp rank `tp_index`, FSDP shard rank `shard_rank` holds, as a box of the
-// global tensor of shape `global`.
+// global tensor of shape `global`. Not for a multi_box layout (use piece_boxes).
 ChunkBox piece_box(const Shape& global, const PieceLayout& l, int tp_index, int shard_rank);
+
+// The same piece as boxes of whole-row runs in local row order (NOTE [Multi-box pieces of
+// fused weights]): one box, except under a multi_box layout, where it is one per block the
+// piece touches (an empty piece: one empty box). The rank's unpadded local shard is their
+// row-major contents stacked on dim 0.
+std::vector<ChunkBox> piece_boxes(const Shape& global, const PieceLayout& l, int tp_index, int shard_rank);
 
 // The writer index of (shard_rank, tp_index): its rank file is shard_file_name(index, files).
 inline int piece_file_index(const PieceLayout& l, int tp_index, int shard_rank) {
@@ -46,7 +69,8 @@ struct StoredPiece {
   int file_index = 0;
   ChunkBox box;
 };
-// Every piece a save stores, sorted by the box's offsets (they tile the tensor).
+// Every box a save stores (piece_boxes of every stored piece), sorted by the box's offsets
+// (they tile the tensor); a file's boxes of one tensor stay in local row order.
 std::vector<StoredPiece> stored_pieces(const Shape& global, const PieceLayout& l);
 
 // DTensor's placements over the mesh (replicate if > 1, shard, tp if > 1), e.g.

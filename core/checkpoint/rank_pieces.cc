@@ -1,19 +1,15 @@
 #include "core/checkpoint/rank_pieces.h"
 
-#include "core/common/error.h"
 #include "core/scenario/training_program.h"
 
 namespace fullshard {
 
 PieceLayout RankPieces::layout_of(const Param& p) const {
-  // A GPT-2 c_attn piece is not one box (NOTE [Fused qkv under tensor parallelism]); the
-  // launcher refuses such checkpoints first, this keeps any other caller from a wrong box.
-  if (p.tp_blocks > 1 && mesh.tp_degree > 1)
-    throw InputError("checkpoint", "holds " + p.fqn + ", a fused q, k, v weight split over tp " +
-                                       std::to_string(mesh.tp_degree),
-                     "checkpoints of tensor-parallel GPT-2 are not supported; use tp 1");
   PieceLayout l = mesh;
-  if (mesh.tp_degree > 1 && p.tp_placement == TpPlacement::kShard0) l.tp_dim = 0;
+  if (mesh.tp_degree > 1 && p.tp_placement == TpPlacement::kShard0) {
+    l.tp_dim = 0;
+    l.tp_blocks = p.tp_blocks;  // GPT-2's c_attn: NOTE [Multi-box pieces of fused weights]
+  }
   if (mesh.tp_degree > 1 && p.tp_placement == TpPlacement::kShard1) l.tp_dim = 1;
   return l;
 }
