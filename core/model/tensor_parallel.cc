@@ -54,9 +54,9 @@ namespace fullshard {
 // this rank's rows of q, k, v (Param::tp_blocks = 3): attention_packed then reads its
 // D/tp-wide q, k, v slices as for n_heads / tp heads. The global tensor keeps HF's order, so
 // an unsharded export needs no permutation. Such a piece is not one box of the global
-// tensor (three, or more once FSDP cuts the local rows), which the checkpoint layout cannot
-// yet describe: checkpointing a GPT-2 tp run is refused (check_tensor_parallel_checkpoint);
-// loading Hugging Face weights (--init-from, model.weights) reads the tensor whole and picks
+// tensor (three, or more once FSDP cuts the local rows): checkpoints store it as one chunk per
+// run of global rows (NOTE [Multi-box pieces of fused weights] in core/checkpoint/
+// piece_layout.h); loading Hugging Face weights (--init-from, model.weights) reads the tensor whole and picks
 // the rows (runner/init_weights.cc).
 
 void check_tensor_parallel(const ModelConfig& c, int64_t seq_len, int degree, bool loss_parallel) {
@@ -88,13 +88,6 @@ void check_tensor_parallel(const ModelConfig& c, int64_t seq_len, int degree, bo
                      "is " + std::string(loss_impl_name(loss)) + " with tp " + T + " and loss parallel",
                      "loss parallel computes in fp32 (logits.float()): use fp32_logits, or set "
                      "tensor_parallel.loss_parallel false");
-}
-
-void check_tensor_parallel_checkpoint(const ModelConfig& c, int degree, const std::string& field) {
-  if (degree > 1 && c.arch != ModelArch::kLlama)
-    throw InputError(field, "is set for a GPT-2 model with tp " + std::to_string(degree),
-                     "checkpoints of tensor-parallel GPT-2 are not supported (c_attn's fused q, k, v shards are "
-                     "not one box of the tensor); use tp 1, or a Llama model");
 }
 
 namespace {

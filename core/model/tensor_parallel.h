@@ -28,10 +28,6 @@ struct TensorParallel {
 // and may not be fp32_output (the model's .float() before the vocab gather is not modelled).
 void check_tensor_parallel(const ModelConfig& c, int64_t seq_len, int degree, bool loss_parallel = true);
 
-// Checkpoints (save and resume; `field` names the setting) of a tp run: refused for
-// GPT-2 (NOTE [Fused qkv under tensor parallelism] in tensor_parallel.cc).
-void check_tensor_parallel_checkpoint(const ModelConfig& c, int degree, const std::string& field);
-
 // parallelize_module(model, tp_mesh, plan) for a Llama or GPT-2 module tree: sets every
 // parameter's local shape and placement (TpPlacement) for this rank.
 void apply_tensor_parallel(Module& root, const TensorParallel& tp);
