@@ -331,6 +331,9 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
       throw InputError("fsdp.mesh.shape", fmt::format("has tp {}, which the {} backend does not run yet", tp, kind.name),
                        "use --backend cpu, or simulate it with fullshard simulate");
   }
+  if (s.tensor_parallel.async)  // NOTE [Async TP] in core/model/async_tp.cc
+    throw InputError("tensor_parallel.async", fmt::format("is true, which the {} backend does not run", kind.name),
+                     "write false to train for real (the numbers are the same), or simulate it with fullshard simulate");
   validate_checkpoint_flags(o.checkpoint_dir, o.checkpoint_every, o.resume, kind.name, o.steps >= 0 ? o.steps : s.training.steps,
                             s, o.keep_last, o.checkpoint_mode);
   batch_source(s);  // the training data: missing, malformed, tokens >= vocab_size (NOTE [Token data sampling])

@@ -34,6 +34,7 @@ nlohmann::json report_json(const SimulationReport& r) {
   j["world_size"] = r.world_size;
   j["parameters"] = r.parameters;
   j["capacity_bytes"] = r.capacity_bytes;
+  if (r.symmetric_memory_bytes) j["symmetric_memory_bytes"] = r.symmetric_memory_bytes;
   j["simulated_all_ranks"] = r.simulated_all_ranks;
   j["ok"] = r.ok();
   j["out_of_memory"] = r.out_of_memory;
@@ -88,6 +89,9 @@ std::string report_summary(const SimulationReport& r) {
                                                                              : fmt::format("{}", r.parameters);
   std::string out = fmt::format("scenario {}: {} ranks, {} parameters, allocator capacity {} per rank\n",
                                 printable(r.scenario), r.world_size, params, format_bytes(r.capacity_bytes));
+  if (r.symmetric_memory_bytes)
+    out += fmt::format("  async TP symmetric memory {} per rank, outside the allocator (not in its capacity)\n",
+                       format_bytes(r.symmetric_memory_bytes));
   // Ranks with identical memory results print as one line (always so with rank classes;
   // with --ranks all this groups the per-rank results).
   std::vector<std::pair<std::vector<int>, const RankClassReport*>> shown;

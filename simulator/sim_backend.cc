@@ -92,7 +92,8 @@ KernelPlace SimBackend::place_of(const OpCall& op) const {
 }
 
 // NOTE [Kernel shapes]: the shape the compute model prices (core/model/ops.cc puts it in
-// iargs): a linear's {M, K, N}; attention's {batch, seq, heads, kv_heads, head_dim, packed}.
+// iargs): a linear's {M, K, N}; attention's {batch, seq, heads, kv_heads, head_dim, packed};
+// a collective-matmul's {M / tp, K, N, tp}.
 namespace {
 std::array<int64_t, 3> kernel_dims(const OpCall& op) {
   const auto& a = op.iargs;
@@ -109,6 +110,10 @@ std::array<int64_t, 3> kernel_dims(const OpCall& op) {
     case OpKind::kAttentionCudnn:
     case OpKind::kAttentionCudnnBackward:
       if (a.size() >= 5) return {a[0] * a[2], a[1], a[4]};
+      break;
+    case OpKind::kAllGatherMatmul:
+    case OpKind::kMatmulReduceScatter:
+      if (a.size() >= 4) return {a[0], a[1], a[2]};
       break;
     default: break;
   }
@@ -132,6 +137,8 @@ void SimBackend::do_launch(StreamRole stream, const OpCall& op) {
   in.flops = op.flops;
   in.bytes = op.bytes;
   in.dims = kernel_dims(op);
+  if ((op.kind == OpKind::kAllGatherMatmul || op.kind == OpKind::kMatmulReduceScatter) && op.iargs.size() >= 4)
+    in.parts = static_cast<int>(op.iargs[3]);
   add_accesses(in, op.inputs, op.outputs);
 }
 

@@ -123,7 +123,9 @@ std::optional<Program> program_for_rank(const Scenario& s, const Program& from_p
 Recorded record_rank(const Scenario& s, int rank, GroupRegistry& groups, bool timeline, int run_steps,
                      bool play_checkpoint) {
   Recorded r;
-  r.backend = std::make_unique<SimBackend>(rank, s.world_size(), s.hardware.allocator, groups, timeline);
+  AllocatorOptions device = s.hardware.allocator;
+  device.capacity_bytes -= std::min(device.capacity_bytes, symmetric_memory_bytes(s));
+  r.backend = std::make_unique<SimBackend>(rank, s.world_size(), device, groups, timeline);
   SimBackend& b = *r.backend;
   std::unique_ptr<TrainingProgram> prog;
   try {
@@ -174,7 +176,9 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
   uneven |= s.training.uneven_batch();  // an uneven batch too
   const bool all_ranks = opt.all_ranks || uneven;
   rep.simulated_all_ranks = all_ranks;
-  rep.capacity_bytes = s.hardware.allocator.capacity_bytes;
+  rep.symmetric_memory_bytes = symmetric_memory_bytes(s);
+  rep.capacity_bytes = s.hardware.allocator.capacity_bytes - std::min(s.hardware.allocator.capacity_bytes,
+                                                                      rep.symmetric_memory_bytes);
   rep.parameters = parameter_count(s.model);
 
   // With --ranks all every rank is simulated, but memory timelines are kept only for the
@@ -395,7 +399,7 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
       c.last_step_s = end - begin;
       const long begin_marker = step_begin_marker.back();
       const StepBreakdown last = step_breakdown(prog, rt, begin_marker, step_marker.back(), cost.launch_overhead_seconds(),
-                                                 &groups.groups());
+                                                 &groups.groups(), &cost);
       if (rep.last_step_rank < 0 || end - begin > rep.step_time_s) {
         rep.last_step = last;
         rep.last_step_rank = c.representative;

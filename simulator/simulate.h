@@ -81,6 +81,9 @@ struct SimulationReport {
   double model_flops_per_token = 0;
   int64_t parameters = 0;
   uint64_t capacity_bytes = 0;
+  // Async TP's symmetric-memory workspace (core/model/async_tp.h): device memory outside the
+  // caching allocator, taken from its capacity (capacity_bytes is what is left).
+  uint64_t symmetric_memory_bytes = 0;
   std::vector<Problem> problems;
   bool out_of_memory = false;
   // training.checkpoint: its cost at this step time (NOTE [Checkpoint cost]) and, when played

@@ -39,8 +39,10 @@ PathKind kind_of(const Instr& in) {
 // counted once.
 class Walker {
  public:
-  Walker(const Program& p, const RankTiming& rt, double begin, double launch_s)
-      : p_(p), t_(rt.times), begin_(begin), launch_s_(launch_s) {
+  // `exposed`: per instruction, the seconds at the end of its span that are communication
+  // (NOTE [Communication inside a kernel]); empty when none.
+  Walker(const Program& p, const RankTiming& rt, double begin, double launch_s, std::vector<double> exposed)
+      : p_(p), t_(rt.times), begin_(begin), launch_s_(launch_s), exposed_(std::move(exposed)) {
     const size_t n = p.instrs.size();
     prev_.assign(n, kNone);
     ref_.assign(n, kNone);
@@ -107,7 +109,14 @@ class Walker {
       }
       const Instr& in = p_.instrs[k];
       const InstrTime& tm = t_[k];
-      add(kind_of(in), tm.start, t);
+      const double inner = k < exposed_.size() ? exposed_[k] : 0.0;
+      if (inner > 0) {
+        const double cut = std::max(tm.start, tm.end - inner);
+        add(PathKind::kCommunication, std::max(cut, begin_), t);
+        add(kind_of(in), tm.start, std::min(t, cut));
+      } else {
+        add(kind_of(in), tm.start, t);
+      }
       t = std::min(t, tm.start);
       const uint32_t prev = prev_[k];
       const double prev_end = prev != kNone ? t_[prev].end : -1.0;
@@ -152,6 +161,7 @@ class Walker {
   const std::vector<InstrTime>& t_;
   double begin_;
   double launch_s_;
+  std::vector<double> exposed_;
   std::vector<uint32_t> prev_, ref_, comm_prev_;
   std::array<double, kNumPathKinds> out_{};
 };
@@ -159,7 +169,8 @@ class Walker {
 }  // namespace
 
 StepBreakdown step_breakdown(const Program& program, const RankTiming& timing, long begin_marker,
-                             long end_marker, double launch_s, const std::vector<GroupInfo>* groups) {
+                             long end_marker, double launch_s, const std::vector<GroupInfo>* groups,
+                             const CostModel* cost) {
   FULLSHARD_CHECK(end_marker >= 0 && static_cast<size_t>(end_marker) < program.instrs.size() &&
                       begin_marker < end_marker,
                   "bad step markers");
@@ -168,6 +179,7 @@ StepBreakdown step_breakdown(const Program& program, const RankTiming& timing, l
   b.end_s = timing.times[static_cast<size_t>(end_marker)].start;
   std::vector<std::pair<double, double>> compute, comm;
   std::array<std::vector<std::pair<double, double>>, kNumMeshDimKinds> by_dim;
+  std::vector<double> exposed;  // NOTE [Communication inside a kernel], scaled to the played span
   for (size_t i = 0; i < program.instrs.size(); ++i) {
     const Instr& in = program.instrs[i];
     const InstrTime& t = timing.times[i];
@@ -175,6 +187,18 @@ StepBreakdown step_breakdown(const Program& program, const RankTiming& timing, l
     const double a = std::max(t.start, b.begin_s), e = std::min(t.end, b.end_s);
     if (e <= a) continue;
     b.stream_busy_s[static_cast<size_t>(in.stream)] += e - a;
+    const auto inner = cost ? inner_comm_span(in, t, *cost) : std::nullopt;
+    if (inner) {
+      if (exposed.empty()) exposed.assign(program.instrs.size(), 0.0);
+      exposed[i] = t.end - inner->compute_end;
+      if (std::min(inner->compute_end, e) > a) compute.emplace_back(a, std::min(inner->compute_end, e));
+      const double ca = std::max(inner->comm_begin, b.begin_s);
+      if (e > ca) {
+        comm.emplace_back(ca, e);
+        by_dim[static_cast<size_t>(MeshDimKind::kTp)].emplace_back(ca, e);
+      }
+      continue;
+    }
     switch (op_activity(in)) {
       case OpActivity::kCompute: compute.emplace_back(a, e); break;
       case OpActivity::kComm: comm.emplace_back(a, e); break;
@@ -183,14 +207,14 @@ StepBreakdown step_breakdown(const Program& program, const RankTiming& timing, l
     if (in.type == InstrType::kCollective && groups && in.group < groups->size())
       by_dim[static_cast<size_t>(mesh_dim_of_group((*groups)[in.group].name))].emplace_back(a, e);
   }
-  for (const auto& [x, y] : compute) b.compute_s += y - x;
+  for (const auto& [x, y] : compute) b.compute_s += y - x;  // compute-stream ops never overlap
   for (int k = 0; k < kNumMeshDimKinds; ++k) {
     b.comm_by_dim_s[static_cast<size_t>(k)] = uncovered_seconds(by_dim[static_cast<size_t>(k)], {});
     b.exposed_comm_by_dim_s[static_cast<size_t>(k)] = uncovered_seconds(by_dim[static_cast<size_t>(k)], compute);
   }
   b.comm_s = uncovered_seconds(comm, {});
   b.exposed_comm_s = uncovered_seconds(std::move(comm), std::move(compute));
-  b.critical_path_s = Walker(program, timing, b.begin_s, launch_s).walk(static_cast<uint32_t>(end_marker), b.end_s);
+  b.critical_path_s = Walker(program, timing, b.begin_s, launch_s, std::move(exposed)).walk(static_cast<uint32_t>(end_marker), b.end_s);
   return b;
 }
 

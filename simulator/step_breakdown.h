@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/report/step_breakdown.h"
+#include "simulator/engine/cost_model.h"
 #include "simulator/engine/engine.h"
 #include "simulator/engine/program.h"
 
@@ -23,8 +24,11 @@ using fullshard::StepBreakdown;
 
 // The window [begin_s, end_s] of the step that ends at the host's marker `end_marker` (an
 // instruction index), starting at the previous marker `begin_marker` (or the run's start when
-// it is -1). `launch_s` is the cost model's launch overhead.
+// it is -1). `launch_s` is the cost model's launch overhead. With `cost`, a kernel that carries
+// communication inside it (NOTE [Communication inside a kernel]: async TP) counts its copies as
+// tp communication at the end of its span, and its exposed part as communication, not compute.
 StepBreakdown step_breakdown(const Program& program, const RankTiming& timing, long begin_marker,
-                             long end_marker, double launch_s, const std::vector<GroupInfo>* groups = nullptr);
+                             long end_marker, double launch_s, const std::vector<GroupInfo>* groups = nullptr,
+                             const CostModel* cost = nullptr);
 
 }  // namespace fullshard::sim

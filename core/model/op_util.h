@@ -60,6 +60,12 @@ bool sac_saves(ExecContext& c, bool is_mm);
 std::vector<Tensor>* sac_cached(ExecContext& c, bool saves);
 void sac_store(ExecContext& c, bool saves, std::vector<Tensor> outs);
 
+// nn.Linear's autograd node for `out` = x W^T (+ bias) already computed (by ops::linear, or
+// by a fused kernel that also computed x: async TP's all-gather-matmul): saves x and the
+// weight; backward launches grad_input (when x requires grad), grad_weight and grad_bias.
+void record_linear(ExecContext& c, const Value& x, const Param& weight, const Param* bias, const Value& out,
+                   const std::string& name);
+
 // A position-dependent rotation of x (a RoPE kernel: fargs RopeParams::fargs(), iargs {head_dim}) and its
 // autograd node, whose backward is the inverse rotation `backward` into a temporary named
 // name + grad_suffix. The fused rope and the complex (torchtitan) rope differ only in kinds and

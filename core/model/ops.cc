@@ -207,7 +207,6 @@ Value layer_norm(ExecContext& c, Value x, const Param& weight, const Param& bias
 
 // ------------------------------------------------------------------ linear
 Value linear(ExecContext& c, Value x, const Param& weight, const Param* bias, const std::string& name) {
-  Backend& b = c.backend();
   Tensor w = param_tensor(weight);
   const int64_t K = weight.shape[1], N = weight.shape[0];
   FULLSHARD_CHECK(x.t.shape().back() == K, name + ": input features do not match the weight");
@@ -227,31 +226,37 @@ Value linear(ExecContext& c, Value x, const Param& weight, const Param* bias, co
     sac_store(c, saves, {y});
   }
   Value out = result(c, y, true);
-  if (c.recording()) {
-    const Param* pw = &weight;
-    Tensor xs = x.t;
-    c.record(Node{name, {x.id}, {out.id}, [&b, pw, bias, xs, M, K, N, name, need = x.requires_grad()](std::vector<Tensor>& g) {
-                    Tensor gx;
-                    if (need) {
-                      gx = grad_like(b, xs, name + " grad_input");
-                      b.launch(kCompute, make_op(OpKind::kLinearBackwardInput, name + " backward_input",
-                                                 {g[0].ref(), pw->binding->unsharded().ref()}, {gx.ref()},
-                                                 2.0 * M * K * N, {M, K, N}));
-                    }
-                    Tensor gw = new_param_grad(b, *pw);
-                    b.launch(kCompute, make_op(OpKind::kLinearBackwardWeight, name + " backward_weight",
-                                               {g[0].ref(), xs.ref()}, {gw.ref()}, 2.0 * M * K * N, {M, K, N}));
-                    pw->binding->accumulate_grad(b, std::move(gw));
-                    if (bias) {
-                      Tensor gb = new_param_grad(b, *bias);
-                      b.launch(kCompute, make_op(OpKind::kLinearBackwardBias, name + " backward_bias",
-                                                 {g[0].ref()}, {gb.ref()}, static_cast<double>(M * N), {M, N}));
-                      bias->binding->accumulate_grad(b, std::move(gb));
-                    }
-                    return std::vector<Tensor>{gx};
-                  }});
-  }
+  detail::record_linear(c, x, weight, bias, out, name);
   return out;
+}
+
+void detail::record_linear(ExecContext& c, const Value& x, const Param& weight, const Param* bias, const Value& out,
+                           const std::string& name) {
+  if (!c.recording()) return;
+  Backend& b = c.backend();
+  const int64_t K = weight.shape[1], N = weight.shape[0], M = x.t.numel() / K;
+  const Param* pw = &weight;
+  Tensor xs = x.t;
+  c.record(Node{name, {x.id}, {out.id}, [&b, pw, bias, xs, M, K, N, name, need = x.requires_grad()](std::vector<Tensor>& g) {
+                  Tensor gx;
+                  if (need) {
+                    gx = grad_like(b, xs, name + " grad_input");
+                    b.launch(kCompute, make_op(OpKind::kLinearBackwardInput, name + " backward_input",
+                                               {g[0].ref(), pw->binding->unsharded().ref()}, {gx.ref()},
+                                               2.0 * M * K * N, {M, K, N}));
+                  }
+                  Tensor gw = new_param_grad(b, *pw);
+                  b.launch(kCompute, make_op(OpKind::kLinearBackwardWeight, name + " backward_weight",
+                                             {g[0].ref(), xs.ref()}, {gw.ref()}, 2.0 * M * K * N, {M, K, N}));
+                  pw->binding->accumulate_grad(b, std::move(gw));
+                  if (bias) {
+                    Tensor gb = new_param_grad(b, *bias);
+                    b.launch(kCompute, make_op(OpKind::kLinearBackwardBias, name + " backward_bias",
+                                               {g[0].ref()}, {gb.ref()}, static_cast<double>(M * N), {M, N}));
+                    bias->binding->accumulate_grad(b, std::move(gb));
+                  }
+                  return std::vector<Tensor>{gx};
+                }});
 }
 
 // ------------------------------------------------------------------ rope

@@ -168,6 +168,8 @@ void collective(Backend& b, CollectiveKind kind, const Tensor& in, const Tensor&
   b.collective(kCompute, call, g);
 }
 
+}  // namespace
+
 // [B, S/tp, D] -> [B, S, D] (the raw all-gather buffer is freed on return).
 Tensor gather_seq(Backend& b, const Tensor& x, const TensorParallel& tp, MemCategory cat, const std::string& name) {
   const Shape& s = x.shape();
@@ -191,8 +193,6 @@ Tensor scatter_seq(Backend& b, const Tensor& x, const TensorParallel& tp, MemCat
   collective(b, CollectiveKind::kReduceScatter, staged, out, tp.group, name);
   return out;
 }
-
-}  // namespace
 
 Value all_gather_sequence(ExecContext& c, Value x, const TensorParallel& tp, const std::string& name) {
   Backend& b = c.backend();

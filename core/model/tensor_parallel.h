@@ -18,6 +18,7 @@ struct TensorParallel {
   int index = 0;        // this rank's coordinate along it
   ProcessGroup group;   // the tp group of this rank (ordered by that coordinate)
   bool loss_parallel = true;  // vocab-sharded logits into a vocab-parallel cross-entropy
+  bool async = false;         // torchtitan's enable_async_tp: collective-matmuls (core/model/async_tp.h)
   bool enabled() const { return degree > 1; }
 };
 
@@ -33,6 +34,12 @@ void check_tensor_parallel(const ModelConfig& c, int64_t seq_len, int degree, bo
 void apply_tensor_parallel(Module& root, const TensorParallel& tp);
 
 namespace ops::tp {
+
+// The tensors behind all_gather_sequence / reduce_scatter_sequence (without autograd):
+// [B, S/tp, D] -> [B, S, D] gathered over the tp group, and [B, S, D] -> [B, S/tp, D] summed
+// over it; the result in `cat`, the staging buffers temporaries freed on return.
+Tensor gather_seq(Backend& b, const Tensor& x, const TensorParallel& tp, MemCategory cat, const std::string& name);
+Tensor scatter_seq(Backend& b, const Tensor& x, const TensorParallel& tp, MemCategory cat, const std::string& name);
 
 // Shard(1) -> Replicate of a sequence-sharded [B, S/tp, D] activation (PrepareModuleInput
 // before attention / feed_forward / output): funcol.all_gather_tensor(gather_dim=1), i.e. an

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "core/common/error.h"
+#include "core/model/async_tp.h"
 #include "core/model/attention_variants.h"
 #include "core/model/ops.h"
 
@@ -122,11 +123,21 @@ Value Transformer::llama_attention(ExecContext& c, Module& m, Value x, int64_t b
     return cfg.qkv_bias ? &m.child(lin).param("bias") : nullptr;
   };
   const std::string& n = m.fqn;
-  x = sublayer_input(c, std::move(x), n);
-  const Value held = x;  // PrepareModuleInput's output is forward's argument until it returns
-  Value q = ops::linear(c, x, m.child("wq").param("weight"), bias("wq"), n + ".wq");
-  Value k = ops::linear(c, x, m.child("wk").param("weight"), bias("wk"), n + ".wk");
-  Value v = ops::linear(c, std::move(x), m.child("wv").param("weight"), bias("wv"), n + ".wv");
+  Value q, k, v, held;
+  if (tp_.async) {  // NOTE [Async TP] in async_tp.cc: the gather and wq / wk / wv as one op
+    auto qkv = ops::tp::all_gather_linears(
+        c, std::move(x), {&m.child("wq").param("weight"), &m.child("wk").param("weight"), &m.child("wv").param("weight")},
+        {n + ".wq", n + ".wk", n + ".wv"}, tp_, n + " all_gather(seq)");
+    q = std::move(qkv[0]);
+    k = std::move(qkv[1]);
+    v = std::move(qkv[2]);
+  } else {
+    x = sublayer_input(c, std::move(x), n);
+    held = x;  // PrepareModuleInput's output is forward's argument until it returns
+    q = ops::linear(c, x, m.child("wq").param("weight"), bias("wq"), n + ".wq");
+    k = ops::linear(c, x, m.child("wk").param("weight"), bias("wk"), n + ".wk");
+    v = ops::linear(c, std::move(x), m.child("wv").param("weight"), bias("wv"), n + ".wv");
+  }
   const ModelImplementation& impl = cfg.implementation;
   if (impl.rope == RopeImpl::kComplex) {
     auto qk = ops::rope_complex(c, std::move(q), std::move(k), s.head_dim, cfg.rope(), n + ".rope_q", n + ".rope_k");
@@ -154,6 +165,7 @@ Value Transformer::llama_attention(ExecContext& c, Module& m, Value x, int64_t b
                 ? ops::attention(c, std::move(q), std::move(k), std::move(v), s, n + ".sdpa")
                 : ops::attention_sdpa(c, std::move(q), std::move(k), std::move(v), s, impl.attention, n + ".sdpa");
   Value ot = ops::transpose_heads(c, std::move(o), s, n + ".transpose");
+  if (tp_.async) return ops::tp::linear_reduce_scatter(c, std::move(ot), m.child("wo").param("weight"), tp_, n + ".wo");
   return sublayer_output(c, ops::linear(c, std::move(ot), m.child("wo").param("weight"), nullptr, n + ".wo"), n);
 }
 
@@ -194,6 +206,14 @@ Value Transformer::block_forward(ExecContext& c, Module& b, Value x, int64_t bat
     Module& ff = b.child("feed_forward");
     Value f = c.call_module(ff, std::move(hn), [&](ExecContext& cc, Value v) {
       const std::string& fn = ff.fqn;
+      if (tp_.async) {  // NOTE [Async TP]: the gather and w1 / w3 as one op, w2 and its reduce-scatter as one
+        auto g13 = ops::tp::all_gather_linears(cc, std::move(v),
+                                               {&ff.child("w1").param("weight"), &ff.child("w3").param("weight")},
+                                               {fn + ".w1", fn + ".w3"}, tp_, fn + " all_gather(seq)");
+        Value s1 = ops::silu(cc, std::move(g13[0]), fn + ".silu");
+        Value p = ops::mul(cc, std::move(s1), std::move(g13[1]), fn + ".mul");
+        return ops::tp::linear_reduce_scatter(cc, std::move(p), ff.child("w2").param("weight"), tp_, fn + ".w2");
+      }
       v = sublayer_input(cc, std::move(v), fn);
       const Value held = v;  // as in attention: the hook's output is the call's argument
       Value g1 = ops::linear(cc, v, ff.child("w1").param("weight"), nullptr, fn + ".w1");

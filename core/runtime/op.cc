@@ -29,6 +29,7 @@ const char* op_kind_name(OpKind k) {
     FS_CASE(kAttentionCudnn) FS_CASE(kAttentionCudnnBackward)
     FS_CASE(kTransposeBlocks) FS_CASE(kRowMax) FS_CASE(kSubRow) FS_CASE(kExp) FS_CASE(kLog)
     FS_CASE(kNllVocabParallel) FS_CASE(kNllVocabParallelBackward)
+    FS_CASE(kAllGatherMatmul) FS_CASE(kMatmulReduceScatter)
 #undef FS_CASE
   }
   return "?";

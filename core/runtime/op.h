@@ -88,6 +88,14 @@ enum class OpKind : uint16_t {
                       // inputs (lp [R, D], targets int64 [R]); iargs: D, start
   kNllVocabParallelBackward,  // out[r, d] = g * fargs[0] * (exp(lp[r, d]) - [d == t_r - start]);
                               // inputs (g scalar, lp, targets); iargs: D, start
+  // Asynchronous tensor parallelism (tensor_parallel.async, core/model/async_tp.h): PyTorch's
+  // symmetric-memory collective-matmuls, simulated only (real backends refuse them).
+  // iargs {M / tp, K, N, tp}: the product's rows per chunk, its K, its N (summed over the
+  // weights of one all-gather), the tp group's size.
+  kAllGatherMatmul,     // symm_mem.fused_all_gather_matmul: in (A shard [M/tp, K], B...); out (A
+                        // gathered [M, K], C... [M, N_i])
+  kMatmulReduceScatter, // symm_mem.fused_matmul_reduce_scatter: in (A [M, K], B); out (the
+                        // stacked partials [M, N], then this rank's sum [M/tp, N])
 };
 const char* op_kind_name(OpKind k);
 

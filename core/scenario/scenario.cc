@@ -709,6 +709,33 @@ static void check_dtype_flow(const Scenario& s) {
   enter(edges ? "output" : "root", edges);
 }
 
+// NOTE [What async TP needs]: torchtitan's enable_async_tp on the program PyTorch can run:
+// symmetric memory over the tp group, so GPUs of one NVLink domain (the tp group inside a
+// node: the tp dim is the mesh's innermost, so gpus_per_node must be a multiple of tp); the
+// micro-pipeline pass fuses products without a bias (mm, not addmm), so Llama without
+// qkv_bias; and op-level selective activation checkpointing is refused (its save list names
+// aten.mm and the plain collectives the pass replaces).
+static void check_async_tp(const Scenario& s) {
+  if (!s.tensor_parallel.async) return;
+  const std::string F = "tensor_parallel.async";
+  const int tp = s.fsdp.mesh_size("tp");
+  if (tp <= 1)
+    throw InputError(F, "is true with no tp dim (tp 1)", "add a \"tp\" dim of 2 or more to fsdp.mesh, or write false");
+  if (s.model.arch != ModelArch::kLlama || s.model.qkv_bias)
+    throw InputError(F, "is true for a model with biased tp linears (GPT-2 or qkv_bias)",
+                     "write false: the micro-pipeline pass fuses only bias-free products");
+  if (s.hardware.device.compute_capability == 0)
+    throw InputError(F, "is true on the CPU profile '" + s.hardware.device.name + "'",
+                     "use a GPU profile (symmetric memory needs GPUs in one NVLink domain), or write false");
+  if (s.hardware.gpus_per_node % tp != 0)
+    throw InputError(F, "is true with tp " + std::to_string(tp) + " over nodes of " +
+                            std::to_string(s.hardware.gpus_per_node) + " GPUs",
+                     "keep the tp group inside a node (tp dividing hardware.gpus_per_node), or write false");
+  if (s.training.activation_checkpointing.mode == CheckpointMode::kSelectiveOp)
+    throw InputError(F, "is true with activation_checkpointing selective op",
+                     "use activation_checkpointing none, full or a layer interval, or write false");
+}
+
 // fsdp.units "embed_blocks_head" and loss = chunked need the output projection as a module of
 // its own (an untied Llama), and the chunked loss splits each micro-batch's tokens evenly
 // (ChunkedLossWrapper's torch._check).
@@ -787,6 +814,7 @@ Scenario parse_scenario(const json& j, const std::string& base_dir) {
   const int tp = s.fsdp.mesh_size("tp");
   check_tensor_parallel(s.model, s.training.seq_len, tp, s.tensor_parallel.loss_parallel);
   check_units_and_loss(s);
+  check_async_tp(s);
   check_dtype_flow(s);
   if (tp > 1 && !s.training.rank_batch.empty())
     throw InputError("training.rank_batch", "is set with tp " + std::to_string(tp),

@@ -148,6 +148,9 @@ struct HardwareOptions {
 // parallelism.disable_loss_parallel / enable_async_tensor_parallel).
 struct TensorParallelOptions {
   bool loss_parallel = true;  // vocab-sharded logits into a vocab-parallel cross-entropy (torchtitan's default)
+  // enable_async_tp: collective-matmuls over symmetric memory (core/model/async_tp.h); the
+  // simulator only (check_async_tp says what it needs).
+  bool async = false;
 };
 
 struct Scenario {

@@ -299,9 +299,7 @@ TensorParallelOptions parse_tensor_parallel(const json& t) {
   jr::require_object(t, T, "{\"loss_parallel\": false}");
   check_fields(t, T);
   if (t.contains("loss_parallel")) o.loss_parallel = jr::get_bool(t.at("loss_parallel"), T + ".loss_parallel");
-  if (t.contains("async") && jr::get_bool(t.at("async"), T + ".async"))
-    throw InputError(T + ".async", "is true, which fullshard does not build yet",
-                     "write false (tp collectives run on the compute stream)");
+  if (t.contains("async")) o.async = jr::get_bool(t.at("async"), T + ".async");
   return o;
 }
 

@@ -1,6 +1,7 @@
 #include "core/scenario/training_program.h"
 
 #include "core/common/error.h"
+#include "core/model/async_tp.h"
 #include "core/scenario/chunked_loss.h"
 
 #include <limits>
@@ -40,7 +41,16 @@ TensorParallel tensor_parallel_for(const Scenario& s, int rank) {
   tp.index = m.tp_group->index_of(rank);
   tp.group = *m.tp_group;
   tp.loss_parallel = s.tensor_parallel.loss_parallel;
+  tp.async = s.tensor_parallel.async && tp.degree > 1;
   return tp;
+}
+
+uint64_t symmetric_memory_bytes(const Scenario& s) {
+  const int tp = s.fsdp.mesh_size("tp");
+  if (!s.tensor_parallel.async || tp <= 1) return 0;
+  const int64_t batch = s.training.batch_per_rank;  // tp > 1 refuses training.rank_batch
+  const DType dt = s.fsdp.mixed_precision.param_dtype.value_or(DType::kFloat32);
+  return ops::tp::symmetric_workspace_bytes(batch, s.training.seq_len, s.model.dim, tp, dtype_size(dt));
 }
 
 std::vector<BlockCheckpoint> block_checkpointing(const ActivationCheckpointing& ac, int64_t n_layers) {

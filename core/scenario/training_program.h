@@ -19,6 +19,11 @@ namespace fullshard {
 MeshInfo mesh_info_for(const Scenario& s, int rank);
 // This rank's tensor-parallel view (degree 1 without a tp dim).
 TensorParallel tensor_parallel_for(const Scenario& s, int rank);
+
+// Device bytes each rank keeps outside the caching allocator for async TP's symmetric-memory
+// workspace (ops::tp::symmetric_workspace_bytes for a micro-batch, in the compute
+// dtype); 0 without tensor_parallel.async.
+uint64_t symmetric_memory_bytes(const Scenario& s);
 // How each block is checkpointed under the scenario's activation-checkpointing mode.
 std::vector<BlockCheckpoint> block_checkpointing(const ActivationCheckpointing& ac, int64_t n_layers);
 

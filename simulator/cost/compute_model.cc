@@ -10,7 +10,9 @@ OpClass op_class(OpKind k) {
   switch (k) {
     case OpKind::kLinear:
     case OpKind::kLinearBackwardInput:
-    case OpKind::kLinearBackwardWeight: return OpClass::kMatmul;
+    case OpKind::kLinearBackwardWeight:
+    case OpKind::kAllGatherMatmul:
+    case OpKind::kMatmulReduceScatter: return OpClass::kMatmul;
     case OpKind::kAttention:
     case OpKind::kAttentionBackward:
     case OpKind::kAttentionEfficient:
@@ -69,10 +71,50 @@ double ComputeModel::compute_efficiency(const Instr& k) const {
 
 int ComputeModel::eager_kernel_count(const Instr& k) const {
   if (hw_.compute_capability == 0 || k.place != KernelPlace::kDevice) return 1;
+  // A collective-matmul (Python in torch.distributed._symmetric_memory) launches, per chunk, its
+  // products, a pull and a barrier: about three launches per tp rank.
+  if (k.op == OpKind::kAllGatherMatmul || k.op == OpKind::kMatmulReduceScatter) return 3 * std::max(1, k.parts);
   return eager_kernels(k.op).kernels;
 }
 
+// NOTE [Collective-matmul costs]: the pieces of an async-TP op, from the same figures as the
+// eager path: one chunk's products as a GEMM of the chunk's shape {M / tp, K, sum of N}
+// (kernel_gap_s per product launched); a pull of one chunk (its A shard for an all-gather, its
+// [M / tp, N] partial for a reduce-scatter) at the bus bandwidth NCCL reaches inside the node
+// (the copy engine's rate over NVLink; the datasheet's when no bus figure is given); the own
+// shard's copy into the symmetric buffer, and the partials' sum, at HBM bandwidth; a barrier
+// costs kernel_gap_s (a signal-pad write and poll). The op's FLOPs are those of all its
+// products; its chunk FLOPs are FLOPs / tp.
+CollectiveMatmulTimes ComputeModel::collective_matmul(const Instr& k) const {
+  const int n = std::max(1, k.parts);
+  const int64_t rows = k.dims[0], K = k.dims[1], N = k.dims[2];
+  const double elt = static_cast<double>(dtype_size(k.dtype));
+  Instr chunk = k;
+  chunk.op = OpKind::kLinear;
+  chunk.flops = k.flops / n;
+  chunk.bytes = elt * static_cast<double>(rows * K + K * N + rows * N);
+  chunk.parts = 0;
+  CollectiveMatmulCosts c;
+  c.parts = n;
+  c.chunk_matmul_s = device_seconds(chunk);
+  const double link = hw_.intra_node_bus_bandwidth > 0 ? hw_.intra_node_bus_bandwidth : hw_.nvlink_bandwidth;
+  const double chunk_bytes = elt * static_cast<double>(rows * (k.op == OpKind::kAllGatherMatmul ? K : N));
+  c.chunk_copy_s = link > 0 ? chunk_bytes / link + hw_.kernel_gap_s : 0.0;
+  c.barrier_s = hw_.kernel_gap_s;
+  auto hbm = [&](double bytes) {
+    return bytes > 0 ? bytes / (hw_.hbm_bandwidth * hw_.memory_efficiency.at(bytes)) + hw_.kernel_gap_s : 0.0;
+  };
+  if (k.op == OpKind::kAllGatherMatmul) {
+    c.local_copy_s = hbm(2 * chunk_bytes);
+  } else {
+    c.reduce_s = hbm(elt * static_cast<double>(rows * N) * (n + 1));  // read tp partials, write one
+    return matmul_reduce_scatter_times(c);
+  }
+  return all_gather_matmul_times(c);
+}
+
 double ComputeModel::device_seconds(const Instr& k) const {
+  if (k.op == OpKind::kAllGatherMatmul || k.op == OpKind::kMatmulReduceScatter) return collective_matmul(k).total_s;
   const bool gpu = hw_.compute_capability > 0;
   const EagerKernels eager = gpu ? eager_kernels(k.op) : EagerKernels{};
   double compute = 0, memory = 0;

@@ -8,6 +8,7 @@
 #include "core/runtime/op.h"
 #include "core/scenario/hardware_profile.h"
 #include "core/tensor/dtype.h"
+#include "simulator/cost/collective_matmul.h"
 #include "simulator/engine/program.h"
 
 namespace fullshard::sim {
@@ -44,6 +45,9 @@ class ComputeModel {
   // memory_efficiency(traffic / kernels))) + kernels x kernel_gap_s, where kernels and traffic
   // follow NOTE [Eager decomposition] on a GPU (1 and the recorded bytes otherwise).
   double device_seconds(const Instr& kernel) const;
+  // An async-TP collective-matmul (kAllGatherMatmul / kMatmulReduceScatter): its pipeline played
+  // over the pieces' costs (NOTE [Collective-matmul pipeline]); device_seconds is its total_s.
+  CollectiveMatmulTimes collective_matmul(const Instr& kernel) const;
   // bytes over the host link at the pinned or pageable copy bandwidth.
   double copy_seconds(double transfer_bytes) const;
   // bytes into pageable host memory (a checkpoint's staging): the pageable copy bandwidth.

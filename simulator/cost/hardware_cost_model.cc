@@ -1,5 +1,7 @@
 #include "simulator/cost/hardware_cost_model.h"
 
+#include <algorithm>
+
 #include "core/common/error.h"
 
 namespace fullshard::sim {
@@ -62,6 +64,13 @@ CollectiveChoice HardwareCostModel::collective_choice(const Instr& c, const Grou
   if (group.ranks.size() <= 1) return {};
   const nccl::Choice ch = choice(c, group);
   return {nccl::algo_name(ch.algo), nccl::proto_name(ch.proto)};
+}
+
+KernelComm HardwareCostModel::kernel_comm(const Instr& k) const {
+  if (k.type != InstrType::kKernel || (k.op != OpKind::kAllGatherMatmul && k.op != OpKind::kMatmulReduceScatter))
+    return {};
+  const CollectiveMatmulTimes t = compute_.collective_matmul(k);
+  return {t.comm_s, std::max(0.0, t.total_s - t.compute_s)};
 }
 
 CollectiveLoad HardwareCostModel::collective_load(const Instr& c, const GroupInfo& group) const {

@@ -30,6 +30,8 @@ class HardwareCostModel final : public CostModel {
   // Link class 0 for a group inside one node, 1 across nodes; compute slowdown
   // overlap_slowdown_nvlink or overlap_slowdown_network accordingly. None for one rank.
   CollectiveLoad collective_load(const Instr& collective, const GroupInfo& group) const override;
+  // Async TP's collective-matmuls: their copies and the time their products leave uncovered.
+  KernelComm kernel_comm(const Instr& kernel) const override;
 
   const GroupTopology& topology(const GroupInfo& group) const { return entry(group).topology; }
   const nccl::NcclPlatform& platform() const { return platform_; }

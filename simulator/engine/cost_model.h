@@ -27,6 +27,16 @@ struct CollectiveLoad {
   double compute_slowdown = 0;
 };
 
+// NOTE [Communication inside a kernel]: async TP's collective-matmuls (kAllGatherMatmul,
+// kMatmulReduceScatter) run a tp all-gather or reduce-scatter inside one compute-stream op,
+// pipelined with its products. `comm_s`: the op's communication (its copies and barriers);
+// `exposed_s`: the part of the op's time the products do not cover (total - compute). Both as
+// the cost model priced the op alone; the step breakdown scales them to the op's played span.
+struct KernelComm {
+  double comm_s = 0;
+  double exposed_s = 0;
+};
+
 class CostModel {
  public:
   virtual ~CostModel() = default;
@@ -49,6 +59,8 @@ class CostModel {
   // (Instr::coll_bytes) at the node's storage write bandwidth, which the node's writers share.
   // The default: none (a model without storage writes them in no time).
   virtual double storage_write_seconds(const Instr& write) const { return 0; }
+  // NOTE [Communication inside a kernel]. The default: none.
+  virtual KernelComm kernel_comm(const Instr& kernel) const { return {}; }
   // NOTE [Collective choice]. The default: none.
   virtual CollectiveChoice collective_choice(const Instr& collective, const GroupInfo& group) const {
     return {};

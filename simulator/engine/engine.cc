@@ -547,6 +547,12 @@ class Engine {
         const int s = static_cast<int>(in.stream);
         out.busy_s[s] += t.end - t.start;
         if (t.end <= t.start) continue;
+        if (auto inner = inner_comm_span(in, t, cost_)) {  // async TP's collective-matmuls
+          compute.emplace_back(t.start, inner->compute_end);
+          out.compute_s += inner->compute_end - t.start;
+          comm.emplace_back(inner->comm_begin, t.end);
+          continue;
+        }
         switch (op_activity(in)) {  // NOTE [Compute or communication] in program.h
           case OpActivity::kCompute:
             compute.emplace_back(t.start, t.end);
@@ -664,6 +670,19 @@ class Engine {
 };
 
 }  // namespace
+
+std::optional<InnerCommSpan> inner_comm_span(const Instr& op, const InstrTime& t, const CostModel& cost) {
+  if (op.type != InstrType::kKernel || op_activity(op) != OpActivity::kCompute || t.end == kNotRun) return std::nullopt;
+  const KernelComm inner = cost.kernel_comm(op);
+  if (inner.comm_s <= 0) return std::nullopt;
+  // The op may have run slower than priced (a collective beside it): scale to its span.
+  const double priced = cost.kernel_seconds(op), span = t.end - t.start;
+  const double f = priced > 0 ? span / priced : 1.0;
+  InnerCommSpan s;
+  s.compute_end = t.end - std::min(span, inner.exposed_s * f);
+  s.comm_begin = t.end - std::min(span, std::max(inner.comm_s, inner.exposed_s) * f);
+  return s;
+}
 
 EngineResult simulate(const std::vector<Program>& programs, const std::vector<GroupInfo>& groups,
                       const CostModel& cost, const EngineOptions& options) {

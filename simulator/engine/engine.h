@@ -3,6 +3,7 @@
 // See NOTE [Timing semantics] in engine.cc.
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -69,6 +70,15 @@ struct EngineResult {
 // completed = false and a kCollectiveHang problem naming who waits where and why.
 EngineResult simulate(const std::vector<Program>& programs, const std::vector<GroupInfo>& groups,
                       const CostModel& cost, const EngineOptions& options = {});
+
+// NOTE [Communication inside a kernel] (cost_model.h) on a played op: its span [start, end]
+// is compute until `compute_end` and communication from `comm_begin` (both inside the span:
+// the exposed part is [compute_end, end]); nullopt for an op without inner communication.
+struct InnerCommSpan {
+  double compute_end = 0;
+  double comm_begin = 0;
+};
+std::optional<InnerCommSpan> inner_comm_span(const Instr& op, const InstrTime& t, const CostModel& cost);
 
 // uncovered_seconds (exposed communication) is core/common/intervals.h.
 using fullshard::uncovered_seconds;

@@ -63,6 +63,9 @@ struct Instr {
   // linear ops {M, K, N} of the forward product; attention {batch x heads, seq, head_dim};
   // zeros otherwise.
   std::array<int64_t, 3> dims{};
+  // Async TP's collective-matmuls (kAllGatherMatmul, kMatmulReduceScatter): the tp group's
+  // size, the chunks the product is pipelined in (dims are one chunk's product).
+  int parts = 0;
   // Collective description (kCollective only).
   CollectiveKind coll = CollectiveKind::kAllGather;
   ReduceOp reduce = ReduceOp::kSum;

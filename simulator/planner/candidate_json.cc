@@ -66,6 +66,10 @@ json candidate_scenario_json(const json& base, const Candidate& c, const std::st
     f["mesh"]["shape"].push_back(c.tp);
     f["mesh"]["dim_names"].push_back("tp");
   }
+  // As candidate_scenario() applies a scenario's tensor_parallel.async.
+  if (j.contains("tensor_parallel") && j["tensor_parallel"].is_object() && j["tensor_parallel"].contains("async") &&
+      (c.tp <= 1 || c.ac.mode == CheckpointMode::kSelectiveOp))
+    j["tensor_parallel"]["async"] = false;
   switch (c.reshard.kind) {
     case Kind::kDefault: f["reshard_after_forward"] = nullptr; break;
     case Kind::kTrue: f["reshard_after_forward"] = true; break;

@@ -204,6 +204,9 @@ Scenario candidate_scenario(const Scenario& base, const Candidate& c) {
   s.training.batch_per_rank = c.micro_batch;
   s.training.grad_accum_steps = c.grad_accum;
   s.hardware.allocator.expandable_segments = c.expandable_segments;
+  // A scenario's tensor_parallel.async applies to the candidates that can run it (NOTE [What
+  // async TP needs] in scenario.cc): a tp dim, and no op-level selective checkpointing.
+  s.tensor_parallel.async &= c.tp > 1 && c.ac.mode != CheckpointMode::kSelectiveOp;
   // NOTE [Chunked loss candidates]: a chunked loss needs its chunk count to divide the
   // candidate's tokens per micro-batch (the largest divisor of them not above the scenario's
   // count is used), and, with the output projection in the root unit, a root that stays

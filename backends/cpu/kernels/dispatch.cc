@@ -80,6 +80,11 @@ void run_kernel(const OpCall& op, const std::vector<void*>& in, const std::vecto
     case OpKind::kLog: return log_kernel(op, in, out);
     case OpKind::kNllVocabParallel: return nll_vocab_parallel(op, in, out);
     case OpKind::kNllVocabParallelBackward: return nll_vocab_parallel_backward(op, in, out);
+    case OpKind::kAllGatherMatmul:
+    case OpKind::kMatmulReduceScatter:
+      // The launcher refuses tensor_parallel.async on real backends (runner/launcher.cc).
+      FULLSHARD_CHECK(false, where(op) + "async tensor parallelism runs in the simulator only");
+      break;
     case OpKind::kLoadBatch:
     case OpKind::kInitParam: break;
   }

@@ -405,6 +405,8 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
     case OpKind::kLog:
     case OpKind::kNllVocabParallel:
     case OpKind::kNllVocabParallelBackward:
+    case OpKind::kAllGatherMatmul:
+    case OpKind::kMatmulReduceScatter:
       FULLSHARD_CHECK(false, where(op) + "not supported on the CUDA backend yet (tensor parallelism runs on the "
                                          "CPU backend and the simulator)");
       break;
