@@ -42,4 +42,17 @@ if [ "$rc" -ne 0 ] && grep -q "tensor_parallel.async: is true, which the cpu bac
 else
   echo "FAIL train (rc $rc)"; cat "$tmp/err"; fail=1
 fi
+# The planner keeps async for its tp candidates, and the scenario it writes simulates.
+cat > "$tmp/tiny.json" <<'JSON'
+{"name": "tiny-async", "model": "tiny-llama", "training": {"seq_len": 64, "steps": 2},
+ "fsdp": {"mesh": {"shape": [2, 2], "dim_names": ["dp_shard", "tp"]}},
+ "tensor_parallel": {"async": true}, "hardware": {"profile": "h100-sxm-80gb", "nodes": 1, "gpus_per_node": 4}}
+JSON
+if timeout 300 "$bin" plan --scenario "$tmp/tiny.json" --gpus 4 --tp 2 --write-scenario "$tmp/best.json" > "$tmp/out" 2> "$tmp/err" &&
+   python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert j['tensor_parallel']['async'] is True and j['fsdp']['mesh']['shape'][-1] == 2, j" "$tmp/best.json" &&
+   "$bin" simulate "$tmp/best.json" > "$tmp/out2" 2>> "$tmp/err" && grep -q "async TP symmetric memory" "$tmp/out2"; then
+  echo "ok   plan keeps async for tp candidates"
+else
+  echo "FAIL plan"; cat "$tmp/out" "$tmp/err"; fail=1
+fi
 exit $fail

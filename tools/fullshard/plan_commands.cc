@@ -236,13 +236,23 @@ int cmd_plan(const PlanFlags& f) {
     throw InputError("--threads", fmt::format("is {}", f.threads),
                      fmt::format("give 0 (one per hardware thread) or a count between 1 and {}", kMaxThreads));
   HardwareProfile profile;
-  const json base = base_json(f, profile);
+  json base = base_json(f, profile);
+  // tensor_parallel.async needs a tp dim, which the planner chooses: the base parses without
+  // it, and candidates with tp > 1 get it back (NOTE [What async TP needs] in scenario.cc).
+  bool async_tp = false;
+  if (base.contains("tensor_parallel") && base["tensor_parallel"].is_object() &&
+      base["tensor_parallel"].contains("async") && base["tensor_parallel"]["async"].is_boolean()) {
+    async_tp = base["tensor_parallel"]["async"].get<bool>();
+    base["tensor_parallel"]["async"] = false;
+  }
   planner::PlanOptions o;
   try {
     o.base = parse_scenario(base, ".");
   } catch (const InputError& e) {
     rethrow_for_flags(e, f);
   }
+  o.base.tensor_parallel.async = async_tp;
+  if (async_tp) base["tensor_parallel"]["async"] = true;  // --write-scenario keeps it (candidate_scenario_json)
   o.base.training.steps = 2;  // steady state: optimizer state exists from the first step on
   o.space.gpus = o.base.world_size();
   o.space.gpus_per_node = o.base.hardware.gpus_per_node;
