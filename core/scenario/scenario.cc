@@ -663,7 +663,7 @@ const char* sharding_units_name(ShardingUnits u) {
 // from param_dtype; per-unit policies (fsdp.per_unit.<unit>.mixed_precision) can break it, and
 // such a program is refused here, naming the unit. (PyTorch's eager ops would promote some
 // mixed pairs, e.g. an eager RMSNorm; fullshard refuses them all.)
-static void check_dtype_flow(const Scenario& s) {
+void check_dtype_flow(const Scenario& s) {
   const FsdpOptions& f = s.fsdp;
   if (f.units == ShardingUnits::kRoot) return;
   auto compute = [&](const std::string& u) { return f.mixed_precision_for(u).param_dtype.value_or(DType::kFloat32); };

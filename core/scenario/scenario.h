@@ -185,4 +185,9 @@ const std::map<std::string, std::vector<std::string>>& scenario_fields();
 const char* checkpoint_mode_name(CheckpointMode m);
 const char* sharding_units_name(ShardingUnits u);
 
+// NOTE [Dtype flow between units] (scenario.cc): throws InputError naming the per-unit policy
+// that makes a unit compute on activations of another dtype. parse_scenario runs it; the
+// planner runs it on its candidates, whose precision replaces fsdp.mixed_precision.
+void check_dtype_flow(const Scenario& s);
+
 }  // namespace fullshard

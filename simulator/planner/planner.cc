@@ -60,7 +60,25 @@ PlanResult plan(const PlanOptions& opt) {
     throw InputError("--headroom", "is " + std::to_string(opt.headroom),
                      "give the fraction of GPU memory to keep free, in [0, 1), e.g. 0.05");
   FULLSHARD_CHECK(opt.base.world_size() == opt.space.gpus, "plan: base scenario world != --gpus");
-  const std::vector<Candidate> cands = enumerate_candidates(opt.space);
+  std::vector<Candidate> cands = enumerate_candidates(opt.space);
+  // NOTE [Candidate dtype flow]: a candidate's precision replaces fsdp.mixed_precision while the
+  // scenario's per-unit policies stay, so a precision may make some unit compute on activations
+  // of another dtype, a program PyTorch refuses (NOTE [Dtype flow between units]): such
+  // candidates are left out. The flow depends on the precision alone.
+  std::map<Precision, bool> flows;
+  std::erase_if(cands, [&](const Candidate& c) {
+    auto it = flows.find(c.precision);
+    if (it == flows.end()) {
+      bool ok = true;
+      try {
+        check_dtype_flow(candidate_scenario(opt.base, c));
+      } catch (const InputError&) {
+        ok = false;
+      }
+      it = flows.emplace(c.precision, ok).first;
+    }
+    return !it->second;
+  });
   const int64_t seq = opt.base.training.seq_len;
   const int64_t L = opt.base.model.n_layers;
 
