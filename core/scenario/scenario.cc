@@ -260,6 +260,9 @@ ModelConfig parse_model(const json& j, const std::string& base_dir) {
     throw InputError("model.implementation.attention", std::string("is \"") + attention_impl_name(c.implementation.attention) +
                          "\" for a GPT-2 model (packed q / k / v), which fullshard models with flash attention only",
                      "use \"flash\"");
+  if (c.implementation.compile && c.arch == ModelArch::kGpt2)
+    throw InputError("model.implementation.compile", "is true for a GPT-2 model, which fullshard compiles for Llama only",
+                     "set compile to false");
   if (c.implementation.attention == AttentionImpl::kEfficient && c.implementation.gqa == GqaImpl::kNative &&
       c.n_kv_heads != c.n_heads)
     throw InputError("model.implementation.attention",
