@@ -121,6 +121,20 @@ set -e
 [ "$rc" -eq 2 ] && [ "$(wc -l < "$tmp/eff-gqa.out")" -eq 1 ] && grep -q "model.implementation.attention.*repeat_kv" "$tmp/eff-gqa.out" \
   || { echo "efficient + GQA: exit $rc"; cat "$tmp/eff-gqa.out"; exit 1; }
 echo "ok efficient + native GQA refused: $(cat "$tmp/eff-gqa.out")"
+# compile = true under tensor parallelism (tiny-llama-tp2-cpu4: dp 2 x tp 2): the regions run on
+# sequence shards around the tp collectives; predicted == measured on every rank.
+python3 - "$src/scenarios/tiny-llama-tp2-cpu4.json" "$tmp/tp-compile.json" <<'P'
+import json, sys
+j = json.load(open(sys.argv[1]))
+j.pop("$schema", None)
+j["model"] = {"name": j["model"] if isinstance(j["model"], str) else j["model"]["name"], "implementation": {"compile": True}}
+j["training"]["steps"] = 2
+json.dump(j, open(sys.argv[2], "w"))
+P
+"$bin" compare "$tmp/tp-compile.json" --json "$tmp/tp-compile.out.json" > "$tmp/tp-compile.out" 2>&1 \
+  || { echo "compare failed for compile + tp"; cat "$tmp/tp-compile.out"; exit 1; }
+python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); assert c["equal"] is True and len(c["ranks"]) == 4 and all(r["predicted_peak_allocated_bytes"] == r["measured_peak_allocated_bytes"] and r["predicted_peak_reserved_bytes"] == r["measured_peak_reserved_bytes"] for r in c["ranks"]), c' "$tmp/tp-compile.out.json"
+echo "ok compile + tp 2"
 # compile = true has no CUDA kernels: the CUDA backend refuses it in one line.
 variant cuda-compile '{"compile": true}' '{}' none
 set +e
