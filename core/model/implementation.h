@@ -52,7 +52,9 @@ struct ModelImplementation {
   RopeImpl rope = RopeImpl::kFused;
   GqaImpl gqa = GqaImpl::kNative;
   AttentionImpl attention = AttentionImpl::kFlash;
-  bool compile = false;  // torch.compile of each block: not built yet
+  // torch.compile(block, fullgraph=True) of each Llama block (torchtitan apply_compile):
+  // fused pointwise regions, the partitioner's saved tensors (core/model/compiled_block.h)
+  bool compile = false;
 };
 
 // The named presets, in documentation order ("fullshard" first: the default).

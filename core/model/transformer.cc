@@ -7,6 +7,7 @@
 #include "core/common/error.h"
 #include "core/model/async_tp.h"
 #include "core/model/attention_variants.h"
+#include "core/model/compiled_block.h"
 #include "core/model/ops.h"
 
 namespace fullshard {
@@ -139,7 +140,12 @@ Value Transformer::llama_attention(ExecContext& c, Module& m, Value x, int64_t b
     v = ops::linear(c, std::move(x), m.child("wv").param("weight"), bias("wv"), n + ".wv");
   }
   const ModelImplementation& impl = cfg.implementation;
-  if (impl.rope == RopeImpl::kComplex) {
+  if (impl.compile) {  // one fused region over q and k (NOTE [Compiled block])
+    auto qk = ops::compiled::rope(c, std::move(q), std::move(k), s.head_dim, cfg.rope(),
+                                  impl.rope == RopeImpl::kComplex, n + ".rope");
+    q = std::move(qk.first);
+    k = std::move(qk.second);
+  } else if (impl.rope == RopeImpl::kComplex) {
     auto qk = ops::rope_complex(c, std::move(q), std::move(k), s.head_dim, cfg.rope(), n + ".rope_q", n + ".rope_k");
     q = std::move(qk.first);
     k = std::move(qk.second);
@@ -196,6 +202,7 @@ Value Transformer::block_forward(ExecContext& c, Module& b, Value x, int64_t bat
                                  const ops::RotaryTables* rot) {
   const auto& cfg = config_;
   const std::string& n = b.fqn;
+  if (cfg.arch == ModelArch::kLlama && cfg.implementation.compile) return compiled_llama_block(c, b, std::move(x), batch, seq, rot);
   if (cfg.arch == ModelArch::kLlama) {
     Value xn = rms_norm(c, x, b.child("attention_norm").param("weight"), n + ".attention_norm");
     Value a = c.call_module(b.child("attention"), std::move(xn), [&](ExecContext& cc, Value v) {
@@ -243,6 +250,40 @@ Value Transformer::block_forward(ExecContext& c, Module& b, Value x, int64_t bat
     return gpt2_projection(cc, mlp.child("c_proj"), std::move(g), mlp.fqn + ".c_proj");
   });
   return ops::add(c, std::move(h), std::move(f), n + ".residual_mlp");
+}
+
+// model.implementation compile: the block as torch.compile runs it (NOTE [Compiled block] in
+// compiled_block.cc): the same module calls, GEMMs and attention, fused pointwise regions.
+Value Transformer::compiled_llama_block(ExecContext& c, Module& b, Value x, int64_t batch, int64_t seq,
+                                        const ops::RotaryTables* rot) {
+  const std::string& n = b.fqn;
+  const double eps = config_.norm_eps;
+  auto xr = ops::compiled::rms_norm(c, std::move(x), b.child("attention_norm").param("weight"), eps,
+                                    n + ".attention_norm");
+  Value a = c.call_module(b.child("attention"), std::move(xr.y), [&](ExecContext& cc, Value v) {
+    return llama_attention(cc, b.child("attention"), std::move(v), batch, seq, rot);
+  });
+  const Tensor xt = xr.residual.t, at = a.t;
+  auto hr = ops::compiled::add_rms_norm(c, std::move(xr.residual), std::move(a), b.child("ffn_norm").param("weight"),
+                                        eps, n + ".ffn_norm");
+  Module& ff = b.child("feed_forward");
+  Value f = c.call_module(ff, std::move(hr.y), [&](ExecContext& cc, Value v) {
+    const std::string& fn = ff.fqn;
+    if (tp_.async) {  // NOTE [Async TP] in async_tp.cc, as in the eager block
+      auto g13 = ops::tp::all_gather_linears(cc, std::move(v),
+                                             {&ff.child("w1").param("weight"), &ff.child("w3").param("weight")},
+                                             {fn + ".w1", fn + ".w3"}, tp_, fn + " all_gather(seq)");
+      Value p = ops::compiled::silu_mul(cc, std::move(g13[0]), std::move(g13[1]), fn + ".silu_mul");
+      return ops::tp::linear_reduce_scatter(cc, std::move(p), ff.child("w2").param("weight"), tp_, fn + ".w2");
+    }
+    v = sublayer_input(cc, std::move(v), fn);
+    const Value held = v;  // as in the eager block
+    Value g1 = ops::linear(cc, v, ff.child("w1").param("weight"), nullptr, fn + ".w1");
+    Value g3 = ops::linear(cc, std::move(v), ff.child("w3").param("weight"), nullptr, fn + ".w3");
+    Value p = ops::compiled::silu_mul(cc, std::move(g1), std::move(g3), fn + ".silu_mul");
+    return sublayer_output(cc, ops::linear(cc, std::move(p), ff.child("w2").param("weight"), nullptr, fn + ".w2"), fn);
+  });
+  return ops::compiled::residual_add(c, std::move(hr.residual), xt, at, std::move(f), n + ".residual");
 }
 
 // NOTE [Loss outside the root]: as in torchtitan (pred = model(x); loss = loss_fn(pred, labels);

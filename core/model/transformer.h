@@ -54,6 +54,9 @@ class Transformer {
   Value block_forward(ExecContext& c, Module& block, Value x, int64_t batch, int64_t seq,
                       const ops::RotaryTables* rot);
   Value llama_attention(ExecContext& c, Module& m, Value x, int64_t batch, int64_t seq, const ops::RotaryTables* rot);
+  // model.implementation compile (core/model/compiled_block.h).
+  Value compiled_llama_block(ExecContext& c, Module& block, Value x, int64_t batch, int64_t seq,
+                             const ops::RotaryTables* rot);
   // The attention / feed-forward module's body: the sequence all-gather first and the
   // reduce-scatter of the output last when tensor parallel.
   Value sublayer_input(ExecContext& c, Value x, const std::string& name);

@@ -29,10 +29,27 @@ const char* op_kind_name(OpKind k) {
     FS_CASE(kAttentionCudnn) FS_CASE(kAttentionCudnnBackward)
     FS_CASE(kTransposeBlocks) FS_CASE(kRowMax) FS_CASE(kSubRow) FS_CASE(kExp) FS_CASE(kLog)
     FS_CASE(kNllVocabParallel) FS_CASE(kNllVocabParallelBackward)
+    FS_CASE(kCompiledRMSNorm) FS_CASE(kCompiledAddRMSNorm) FS_CASE(kCompiledRMSNormBackward)
+    FS_CASE(kCompiledRoPE) FS_CASE(kCompiledRoPEBackward) FS_CASE(kCompiledSiluMul)
+    FS_CASE(kCompiledSiluMulBackward) FS_CASE(kCompiledResidualAdd)
     FS_CASE(kAllGatherMatmul) FS_CASE(kMatmulReduceScatter)
 #undef FS_CASE
   }
   return "?";
+}
+
+bool is_compiled_region(OpKind k) {
+  switch (k) {
+    case OpKind::kCompiledRMSNorm:
+    case OpKind::kCompiledAddRMSNorm:
+    case OpKind::kCompiledRMSNormBackward:
+    case OpKind::kCompiledRoPE:
+    case OpKind::kCompiledRoPEBackward:
+    case OpKind::kCompiledSiluMul:
+    case OpKind::kCompiledSiluMulBackward:
+    case OpKind::kCompiledResidualAdd: return true;
+    default: return false;
+  }
 }
 
 const char* collective_name(CollectiveKind k) {

@@ -88,6 +88,18 @@ enum class OpKind : uint16_t {
                       // inputs (lp [R, D], targets int64 [R]); iargs: D, start
   kNllVocabParallelBackward,  // out[r, d] = g * fargs[0] * (exp(lp[r, d]) - [d == t_r - start]);
                               // inputs (g scalar, lp, targets); iargs: D, start
+  // torch.compile of a Llama block (model.implementation compile, core/model/compiled_block.h):
+  // inductor's fused pointwise regions, one kernel each, fp32 math on the stored dtype.
+  kCompiledRMSNorm,           // (x, w) -> (y, rstd fp32 [rows]); fargs[0] = eps
+  kCompiledAddRMSNorm,        // (x, a, w) -> (y, rstd): RMSNorm of h = x + a (h stays in registers)
+  kCompiledRMSNormBackward,   // (g_y, x, rstd, w [, a] [, g_h]) -> (g_x, g_w): the norm's input
+                              // gradient (+ g_h); iargs {has_a, has_g_h}; with a, x + a recomputed
+  kCompiledRoPE,              // (q, k) -> (q, k), in place: both rotations in one kernel;
+                              // iargs {head_dim, adjacent pairs}; fargs RopeParams::fargs()
+  kCompiledRoPEBackward,      // (g) -> (g_x): the inverse rotation; iargs, fargs as kCompiledRoPE
+  kCompiledSiluMul,           // (a, b) -> silu(a) * b
+  kCompiledSiluMulBackward,   // (g, a, b) -> (g_a, g_b); silu(a) recomputed
+  kCompiledResidualAdd,       // (x, a, f) -> x + a + f (out may alias f)
   // Asynchronous tensor parallelism (tensor_parallel.async, core/model/async_tp.h): PyTorch's
   // symmetric-memory collective-matmuls, simulated only (real backends refuse them).
   // iargs {M / tp, K, N, tp}: the product's rows per chunk, its K, its N (summed over the
@@ -97,6 +109,8 @@ enum class OpKind : uint16_t {
   kMatmulReduceScatter, // symm_mem.fused_matmul_reduce_scatter: in (A [M, K], B); out (the
                         // stacked partials [M, N], then this rank's sum [M/tp, N])
 };
+// The kinds a torch.compile'd region launches (inductor's generated kernels): no eager dispatch.
+bool is_compiled_region(OpKind k);
 const char* op_kind_name(OpKind k);
 
 struct OpCall {

@@ -260,6 +260,9 @@ ModelConfig parse_model(const json& j, const std::string& base_dir) {
     throw InputError("model.implementation.attention", std::string("is \"") + attention_impl_name(c.implementation.attention) +
                          "\" for a GPT-2 model (packed q / k / v), which fullshard models with flash attention only",
                      "use \"flash\"");
+  if (c.implementation.compile && c.arch == ModelArch::kGpt2)
+    throw InputError("model.implementation.compile", "is true for a GPT-2 model, which fullshard compiles for Llama only",
+                     "set compile to false");
   if (c.implementation.attention == AttentionImpl::kEfficient && c.implementation.gqa == GqaImpl::kNative &&
       c.n_kv_heads != c.n_heads)
     throw InputError("model.implementation.attention",
@@ -710,7 +713,8 @@ void check_dtype_flow(const Scenario& s) {
 }
 
 // NOTE [What async TP needs]: torchtitan's enable_async_tp on the program PyTorch can run:
-// symmetric memory over the tp group, so GPUs of one NVLink domain (the tp group inside a
+// torch.compile (the micro-pipeline pass is an inductor pass; torchtitan refuses async TP
+// without compile), symmetric memory over the tp group, so GPUs of one NVLink domain (the tp group inside a
 // node: the tp dim is the mesh's innermost, so gpus_per_node must be a multiple of tp); the
 // micro-pipeline pass fuses products without a bias (mm, not addmm), so Llama without
 // qkv_bias; and op-level selective activation checkpointing is refused (its save list names
@@ -731,6 +735,10 @@ static void check_async_tp(const Scenario& s) {
     throw InputError(F, "is true with tp " + std::to_string(tp) + " over nodes of " +
                             std::to_string(s.hardware.gpus_per_node) + " GPUs",
                      "keep the tp group inside a node (tp dividing hardware.gpus_per_node), or write false");
+  if (!s.model.implementation.compile)
+    throw InputError(F, "is true without model.implementation compile",
+                     "set model.implementation {\"compile\": true}: PyTorch fuses the collectives in torch.compile's "
+                     "micro-pipeline pass (torchtitan refuses async TP without compile)");
   if (s.training.activation_checkpointing.mode == CheckpointMode::kSelectiveOp)
     throw InputError(F, "is true with activation_checkpointing selective op",
                      "use activation_checkpointing none, full or a layer interval, or write false");

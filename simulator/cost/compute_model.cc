@@ -159,7 +159,12 @@ double ComputeModel::kernel_seconds(const Instr& k) const {
   return 0;
 }
 
+// NOTE [Compiled launches]: a torch.compile'd region is a kernel the compiled graph's wrapper
+// launches directly (inductor's generated code calls the kernel, no aten dispatch): it costs
+// the host launch_overhead_s only. Its GEMMs and SDPA are aten extern calls and keep the
+// eager price.
 double ComputeModel::launch_seconds(const Instr& k) const {
+  if (is_compiled_region(k.op)) return hw_.launch_overhead_s;
   return eager_kernel_count(k) * (hw_.eager_dispatch_s + hw_.launch_overhead_s);
 }
 

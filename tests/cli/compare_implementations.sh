@@ -31,7 +31,8 @@ for impl in '"fullshard"' '{"loss": "bf16_logits"}' '{"keep_logits": true}' \
             '{"loss": "bf16_logits", "keep_logits": true}' '{"rms_norm": "eager"}' \
             '{"rope": "complex"}' '{"gqa": "repeat_kv"}' '"torchtitan-2024"' '{"rope": "rotate_half"}' \
             '"hf-transformers"' '{"attention": "cudnn"}' '{"attention": "efficient", "gqa": "repeat_kv"}' \
-            '"torchtitan-2024-04"' '{"loss": "fp32_output"}' '"torchtitan"' '{"loss": "chunked", "loss_chunks": 2}'; do
+            '"torchtitan-2024-04"' '{"loss": "fp32_output"}' '"torchtitan"' '{"loss": "chunked", "loss_chunks": 2}' \
+            '{"compile": true}' '{"preset": "torchtitan-2024", "compile": true}'; do
   for mp in '{}' '{"param_dtype": "bf16", "reduce_dtype": "fp32"}'; do
     for ac in none full; do
       n=$((n + 1)); name="v$n"
@@ -69,7 +70,8 @@ done
 # backends in bf16.
 for run in '"torchtitan-2024"|{}' '"torchtitan-2024"|{"param_dtype": "bf16", "reduce_dtype": "fp32"}' \
            '{"attention": "cudnn"}|{"param_dtype": "bf16", "reduce_dtype": "fp32"}' \
-           '{"attention": "efficient", "gqa": "repeat_kv"}|{"param_dtype": "bf16", "reduce_dtype": "fp32"}'; do
+           '{"attention": "efficient", "gqa": "repeat_kv"}|{"param_dtype": "bf16", "reduce_dtype": "fp32"}' \
+           '{"compile": true}|{"param_dtype": "bf16", "reduce_dtype": "fp32"}'; do
   impl="${run%%|*}"; mp="${run#*|}"
   n=$((n + 1)); name="v$n"
   variant "$name" "$impl" "$mp" selective_op
@@ -108,6 +110,8 @@ same_loss '{"attention": "efficient", "gqa": "repeat_kv"}'
 same_loss '{"loss": "chunked"}'  # per-chunk means over chunks: the mean, up to fp32 rounding
 same_loss '{"loss": "chunked", "loss_chunks": 16}' embed_blocks_head
 same_loss '"fullshard"' embed_blocks_head  # the same program under other FSDP units
+same_loss '{"compile": true}'  # the fused regions compute the eager chain's maths in fp32
+same_loss '{"compile": true, "rope": "rotate_half"}'  # the compiled RoPE keeps the variant's pairing
 # The efficient backend with native GQA (tiny-llama: 4 heads over 2 kv heads) is refused.
 variant eff-gqa '{"attention": "efficient"}' '{}' none
 set +e
@@ -117,3 +121,26 @@ set -e
 [ "$rc" -eq 2 ] && [ "$(wc -l < "$tmp/eff-gqa.out")" -eq 1 ] && grep -q "model.implementation.attention.*repeat_kv" "$tmp/eff-gqa.out" \
   || { echo "efficient + GQA: exit $rc"; cat "$tmp/eff-gqa.out"; exit 1; }
 echo "ok efficient + native GQA refused: $(cat "$tmp/eff-gqa.out")"
+# compile = true under tensor parallelism (tiny-llama-tp2-cpu4: dp 2 x tp 2): the regions run on
+# sequence shards around the tp collectives; predicted == measured on every rank.
+python3 - "$src/scenarios/tiny-llama-tp2-cpu4.json" "$tmp/tp-compile.json" <<'P'
+import json, sys
+j = json.load(open(sys.argv[1]))
+j.pop("$schema", None)
+j["model"] = {"name": j["model"] if isinstance(j["model"], str) else j["model"]["name"], "implementation": {"compile": True}}
+j["training"]["steps"] = 2
+json.dump(j, open(sys.argv[2], "w"))
+P
+"$bin" compare "$tmp/tp-compile.json" --json "$tmp/tp-compile.out.json" > "$tmp/tp-compile.out" 2>&1 \
+  || { echo "compare failed for compile + tp"; cat "$tmp/tp-compile.out"; exit 1; }
+python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); assert c["equal"] is True and len(c["ranks"]) == 4 and all(r["predicted_peak_allocated_bytes"] == r["measured_peak_allocated_bytes"] and r["predicted_peak_reserved_bytes"] == r["measured_peak_reserved_bytes"] for r in c["ranks"]), c' "$tmp/tp-compile.out.json"
+echo "ok compile + tp 2"
+# compile = true has no CUDA kernels: the CUDA backend refuses it in one line.
+variant cuda-compile '{"compile": true}' '{}' none
+set +e
+"$bin" train "$tmp/cuda-compile.json" --backend cuda > "$tmp/cuda-compile.out" 2>&1
+rc=$?
+set -e
+[ "$rc" -eq 2 ] && [ "$(wc -l < "$tmp/cuda-compile.out")" -eq 1 ] && grep -q "model.implementation.compile.*CUDA backend" "$tmp/cuda-compile.out" \
+  || { echo "compile on CUDA: exit $rc"; cat "$tmp/cuda-compile.out"; exit 1; }
+echo "ok compile on the CUDA backend refused: $(cat "$tmp/cuda-compile.out")"

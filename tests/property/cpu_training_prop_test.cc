@@ -72,6 +72,15 @@ int maybe_torchtitan_units_and_loss(json& j) {
   return n;
 }
 
+// model.implementation.compile, maybe (Llama only): the compiled block's fused regions
+// (core/model/compiled_block.h) in place of the eager ops.
+void maybe_compile(json& j) {
+  if (j["model"]["arch"] != "llama" || *rc::gen::inRange(0, 3) != 0) return;
+  if (!j["model"].contains("implementation")) j["model"]["implementation"] = json::object();
+  j["model"]["implementation"]["compile"] = true;
+  RC_TAG("compile");
+}
+
 // fsdp.per_unit.<unit>.mixed_precision, maybe: one block (or, with embed_blocks_head, the
 // [norm, output] unit) computing in fp32 inside a bf16 / fp32 run. It casts its input
 // (cast_forward_inputs) and casts its output back to the run's param dtype, so the next unit
@@ -138,6 +147,7 @@ RC_GTEST_PROP(RealTraining, ShardedEqualsUnsharded, ()) {
   j["model"] = small_model();
   j["training"]["optimizer"] = {{"lr", 1e-3}, {"eps", 1e-6}, {"max_grad_norm", o.max_grad_norm}};
   maybe_torchtitan_units_and_loss(j);
+  maybe_compile(j);
   maybe_per_unit(j, raf);
   keep_root_unsharded_for_chunks(j);
   j["training"]["seed"] = *rc::gen::inRange(0, 1000);
@@ -177,6 +187,7 @@ RC_GTEST_PROP(RealTraining, PredictedPeakMemoryEqualsMeasured, ()) {
     j["model"]["implementation"] = {{"loss", *rc::gen::element(std::string("fp32_logits"), std::string("bf16_logits"),
                                                                          std::string("fp32_output"))},
                                     {"keep_logits", *rc::gen::arbitrary<bool>()}};
+  maybe_compile(j);
   maybe_per_unit(j, raf);
   maybe_per_unit_mixed_precision(j);
   keep_root_unsharded_for_chunks(j);

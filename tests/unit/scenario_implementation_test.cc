@@ -179,7 +179,16 @@ TEST(ModelImplementation, Errors) {
   expect_error({{"rms_norm", "apex"}}, "model.implementation.rms_norm", {"\"apex\"", "fused", "eager"});
   expect_error({{"rope", 1}}, "model.implementation.rope", {"complex"});
   expect_error({{"keep_logits", "yes"}}, "model.implementation.keep_logits", {"yes"});
-  expect_error({{"compile", true}}, "model.implementation", {"compile=true"});
+  EXPECT_TRUE(parse_impl({{"compile", true}}).compile);  // built for Llama
+  json gpt2 = with_impl({{"compile", true}});
+  gpt2["model"]["name"] = "tiny-gpt2";
+  try {
+    parse_scenario(gpt2);
+    ADD_FAILURE() << "compile accepted for GPT-2";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.where(), "model.implementation.compile") << e.what();
+    EXPECT_NE(std::string(e.what()).find("Llama only"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

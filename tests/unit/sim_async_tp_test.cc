@@ -16,9 +16,10 @@ namespace {
 
 using nlohmann::json;
 
+// async TP runs under torch.compile (NOTE [What async TP needs]): both programs compile.
 json tiny(int shard, int tp, bool async, const std::string& ac = "none") {
   return {{"name", "t"},
-          {"model", "tiny-llama"},
+          {"model", {{"name", "tiny-llama"}, {"implementation", {{"compile", true}}}}},
           {"training", {{"batch_per_rank", 2}, {"seq_len", 16}, {"steps", 2}, {"activation_checkpointing", ac}}},
           {"fsdp", {{"mesh", {{"shape", {shard, tp}}, {"dim_names", {"dp_shard", "tp"}}}}}},
           {"tensor_parallel", {{"async", async}}},
@@ -84,6 +85,7 @@ TEST(AsyncTensorParallel, CollectivesPerStepAsThePassFusesThem) {
 // [B x S/tp, D] bf16 chunks, taken from the allocator's capacity.
 TEST(AsyncTensorParallel, HidesTensorParallelCommunication) {
   json j = json_reader::read_json_file(std::string(FULLSHARD_SOURCE_DIR) + "/scenarios/llama3.1-70b-fsdp32-tp8-h100.json");
+  j["model"] = {{"name", j["model"]}, {"implementation", {{"compile", true}}}};
   const Played sync = play(j);
   j["tensor_parallel"]["async"] = true;
   const Played async = play(j);
@@ -123,12 +125,15 @@ TEST(AsyncTensorParallel, RefusedWherePyTorchCannotRunIt) {
   nodes["hardware"]["nodes"] = 4;
   EXPECT_NE(error(nodes).find("inside a node"), std::string::npos) << error(nodes);
   json gpt2 = tiny(2, 2, true);
-  gpt2["model"] = "tiny-gpt2";
+  gpt2["model"] = "tiny-gpt2";  // eager: GPT-2 with compile is refused before
+  json eager = tiny(2, 2, true);
+  eager["model"]["implementation"]["compile"] = false;
+  EXPECT_NE(error(eager).find("without model.implementation compile"), std::string::npos) << error(eager);
   EXPECT_NE(error(gpt2).find("biased"), std::string::npos) << error(gpt2);
   json op = tiny(2, 2, true);
   op["training"]["activation_checkpointing"] = "selective_op";
   EXPECT_NE(error(op).find("selective op"), std::string::npos) << error(op);
-  for (const json& j : {tiny(4, 1, true), cpu, nodes, gpt2, op}) {
+  for (const json& j : {tiny(4, 1, true), cpu, nodes, gpt2, eager, op}) {
     const std::string e = error(j);
     EXPECT_EQ(e.find('\n'), std::string::npos) << e;
     EXPECT_NE(e.find("tensor_parallel.async"), std::string::npos) << e;

@@ -80,6 +80,14 @@ void run_kernel(const OpCall& op, const std::vector<void*>& in, const std::vecto
     case OpKind::kLog: return log_kernel(op, in, out);
     case OpKind::kNllVocabParallel: return nll_vocab_parallel(op, in, out);
     case OpKind::kNllVocabParallelBackward: return nll_vocab_parallel_backward(op, in, out);
+    case OpKind::kCompiledRMSNorm: return compiled_rms_norm(op, in, out);
+    case OpKind::kCompiledAddRMSNorm: return compiled_add_rms_norm(op, in, out);
+    case OpKind::kCompiledRMSNormBackward: return compiled_rms_norm_backward(op, in, out);
+    case OpKind::kCompiledRoPE:
+    case OpKind::kCompiledRoPEBackward: return compiled_rope(op, in, out);
+    case OpKind::kCompiledSiluMul: return compiled_silu_mul(op, in, out);
+    case OpKind::kCompiledSiluMulBackward: return compiled_silu_mul_backward(op, in, out);
+    case OpKind::kCompiledResidualAdd: return compiled_residual_add(op, in, out);
     case OpKind::kAllGatherMatmul:
     case OpKind::kMatmulReduceScatter:
       // The launcher refuses tensor_parallel.async on real backends (runner/launcher.cc).

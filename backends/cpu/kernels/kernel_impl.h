@@ -87,4 +87,13 @@ void log_kernel(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void nll_vocab_parallel(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void nll_vocab_parallel_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
 
+// compiled.cc: torch.compile's fused regions of a Llama block
+void compiled_rms_norm(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void compiled_add_rms_norm(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void compiled_rms_norm_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void compiled_rope(const OpCall& op, const Ptrs& in, const Ptrs& out);  // and its backward
+void compiled_silu_mul(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void compiled_silu_mul_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void compiled_residual_add(const OpCall& op, const Ptrs& in, const Ptrs& out);
+
 }  // namespace fullshard::cpu::detail

@@ -410,6 +410,17 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
       FULLSHARD_CHECK(false, where(op) + "not supported on the CUDA backend yet (tensor parallelism runs on the "
                                          "CPU backend and the simulator)");
       break;
+    case OpKind::kCompiledRMSNorm:
+    case OpKind::kCompiledAddRMSNorm:
+    case OpKind::kCompiledRMSNormBackward:
+    case OpKind::kCompiledRoPE:
+    case OpKind::kCompiledRoPEBackward:
+    case OpKind::kCompiledSiluMul:
+    case OpKind::kCompiledSiluMulBackward:
+    case OpKind::kCompiledResidualAdd:
+      FULLSHARD_CHECK(false, where(op) + "not supported on the CUDA backend yet (model.implementation compile "
+                                         "runs on the CPU backend and the simulator)");
+      break;
     case OpKind::kLoadBatch:
     case OpKind::kInitParam: break;
   }
