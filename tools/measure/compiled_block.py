@@ -3,7 +3,7 @@
 inductor generates (docs/ops.md, "Compiled block"; NOTE [Compiled block] in
 core/model/compiled_block.cc).
 
-    /work/venv-oracle/bin/python tools/measure/compiled_block.py -o tools/measure/compiled_block.json
+    python tools/measure/compiled_block.py -o tools/measure/compiled_block.json   # a Python with torch (pip install torch; tools/oracle/README.md)
 
 Builds torchtitan's Llama TransformerBlock (pytorch/torchtitan models/llama3: RMSNorm via
 nn.RMSNorm, attention with wq / wk / wv / wo, RoPE, SDPA is_causal with enable_gqa, SwiGLU
@@ -219,7 +219,7 @@ def main():
         import torch.nn as nn
         import torch.nn.functional as F
     except ImportError:
-        sys.exit("compiled_block.py: needs torch (run it with /work/venv-oracle/bin/python)")
+        sys.exit("compiled_block.py: needs torch (pip install torch, or run it with the Python of tools/oracle/README.md)")
     result = {"torch": torch.__version__, "device": "cpu", "cases": []}
     for dt in args.dtypes.split(","):
         for rk in args.ropes.split(","):
