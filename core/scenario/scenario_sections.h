@@ -1,6 +1,7 @@
 #pragma once
 // Internal to core/scenario: the field checks scenario.cc applies to every section, and the
-// section parsers that live in their own files (scenario_fsdp.cc: fsdp and tensor_parallel).
+// section parsers that live in their own files (scenario_fsdp.cc: fsdp and tensor_parallel), and
+// the checks across sections (scenario_checks.cc).
 // Not part of the public API: include core/scenario/scenario.h.
 #include <cstdint>
 #include <string>
@@ -21,5 +22,12 @@ int64_t field_int(const nlohmann::json& obj, const std::string& section, const c
 
 FsdpOptions parse_fsdp(const nlohmann::json& j, const HardwareOptions& hw, int64_t n_layers);
 TensorParallelOptions parse_tensor_parallel(const nlohmann::json& j);
+
+// Checks across sections (scenario_checks.cc), run by parse_scenario after every section:
+// what async TP needs (NOTE [What async TP needs]), and the unit layout and loss that need an
+// untied Llama output projection (fsdp.units embed_blocks_head, loss chunked). Each throws
+// InputError naming the field. check_dtype_flow is public (scenario.h).
+void check_async_tp(const Scenario& s);
+void check_units_and_loss(const Scenario& s);
 
 }  // namespace fullshard::scenario_detail

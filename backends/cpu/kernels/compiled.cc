@@ -83,16 +83,7 @@ void compiled_rms_norm_backward(const OpCall& op, const Ptrs& in, const Ptrs& ou
       load_f32(in[ia], in_meta(op, ia).dtype, r * D, D, tmp.data());
       for (int64_t d = 0; d < D; ++d) xr[d] += tmp[d];  // h = x + a, recomputed
     }
-    const float rs = rstd[r];
-    double dot = 0;
-    for (int64_t d = 0; d < D; ++d) {
-      const float xh = xr[d] * rs;
-      gw[d] += static_cast<double>(gr[d]) * xh;
-      dot += static_cast<double>(w[d] * gr[d]) * xh;
-      xr[d] = xh;
-    }
-    const float c = static_cast<float>(dot / static_cast<double>(D));
-    for (int64_t d = 0; d < D; ++d) gr[d] = rs * (w[d] * gr[d] - xr[d] * c);
+    rms_norm_row_backward(gr.data(), xr.data(), w.data(), rstd[r], gw.data(), D);
     if (has_gh) {
       load_f32(in[igh], in_meta(op, igh).dtype, r * D, D, tmp.data());
       for (int64_t d = 0; d < D; ++d) gr[d] += tmp[d];

@@ -30,6 +30,10 @@ void position_embedding_backward(const OpCall& op, const Ptrs& in, const Ptrs& o
 // norm.cc
 void rms_norm(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void rms_norm_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
+// One row of RMSNorm's backward, shared by the eager and the compiled kernels: g (the output
+// gradient) becomes the input gradient, x (the input) becomes x * rstd, and g * x * rstd is
+// added to the weight gradient gw; D elements each.
+void rms_norm_row_backward(float* g, float* x, const float* w, float rstd, double* gw, int64_t D);
 void layer_norm(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void layer_norm_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
 

@@ -43,6 +43,18 @@ void rms_norm(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   }
 }
 
+void rms_norm_row_backward(float* g, float* x, const float* w, float rstd, double* gw, int64_t D) {
+  double dot = 0;  // sum_d (w g)_d * xhat_d
+  for (int64_t d = 0; d < D; ++d) {
+    const float xh = x[d] * rstd;
+    gw[d] += static_cast<double>(g[d]) * xh;
+    dot += static_cast<double>(w[d] * g[d]) * xh;
+    x[d] = xh;
+  }
+  const float c = static_cast<float>(dot / static_cast<double>(D));
+  for (int64_t d = 0; d < D; ++d) g[d] = rstd * (w[d] * g[d] - x[d] * c);
+}
+
 void rms_norm_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   expect_arity(op, 4, 2);  // (grad_y, x, rstd, w) -> (grad_x, grad_w)
   const TensorMeta &g = in_meta(op, 0), &x = in_meta(op, 1), &wm = in_meta(op, 3);
@@ -57,16 +69,7 @@ void rms_norm_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   for (int64_t r = 0; r < rows; ++r) {
     load_f32(in[0], g.dtype, r * D, D, gr.data());
     load_f32(in[1], x.dtype, r * D, D, xr.data());
-    const float rs = rstd[r];
-    double dot = 0;  // sum_d (w g)_d * xhat_d
-    for (int64_t d = 0; d < D; ++d) {
-      const float xh = xr[d] * rs;
-      gw[d] += static_cast<double>(gr[d]) * xh;
-      dot += static_cast<double>(w[d] * gr[d]) * xh;
-      xr[d] = xh;
-    }
-    const float c = static_cast<float>(dot / static_cast<double>(D));
-    for (int64_t d = 0; d < D; ++d) gr[d] = rs * (w[d] * gr[d] - xr[d] * c);
+    rms_norm_row_backward(gr.data(), xr.data(), w.data(), rstd[r], gw.data(), D);
     store_f32(gr.data(), out[0], out_meta(op, 0).dtype, r * D, D);
   }
   std::vector<float> f(gw.begin(), gw.end());

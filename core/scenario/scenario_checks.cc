@@ -1,0 +1,153 @@
+// The checks parse_scenario applies across sections (a unit layout and the loss, async TP's
+// requirements, the dtype flow between FSDP units), once every section is parsed.
+#include <algorithm>
+#include <set>
+#include <string>
+
+#include "core/common/error.h"
+#include "core/scenario/scenario_sections.h"
+
+namespace fullshard {
+
+// NOTE [Dtype flow between units]: each unit computes in its param_dtype (fp32 when unset) and
+// F.linear / the fused norms refuse mixed dtypes, so the activations entering a unit must be in
+// its compute dtype: the previous unit's compute dtype, or its output_dtype cast, or this
+// unit's own input cast (cast_forward_inputs with a param_dtype). The root's final norm and
+// output run after the last block with no cast of their own (the root's pre-forward cast ran on
+// the token ids). With one policy for every unit this always holds unless output_dtype differs
+// from param_dtype; per-unit policies (fsdp.per_unit.<unit>.mixed_precision) can break it, and
+// such a program is refused here, naming the unit. (PyTorch's eager ops would promote some
+// mixed pairs, e.g. an eager RMSNorm; fullshard refuses them all.)
+void check_dtype_flow(const Scenario& s) {
+  const FsdpOptions& f = s.fsdp;
+  if (f.units == ShardingUnits::kRoot) return;
+  auto compute = [&](const std::string& u) { return f.mixed_precision_for(u).param_dtype.value_or(DType::kFloat32); };
+  auto path_of = [&](const std::string& u) {
+    return f.per_unit_mixed_precision.count(u) ? "fsdp.per_unit." + u + ".mixed_precision" : std::string("fsdp.mixed_precision");
+  };
+  auto name = [](DType d) { return std::string(dtype_name(d)); };
+  const bool edges = f.units == ShardingUnits::kEmbedBlocksHead;
+  std::string from = edges ? "tok_embeddings" : "root";
+  DType h = compute(from);
+  if (edges)
+    if (auto o = f.mixed_precision_for(from).output_dtype) h = *o;
+  auto enter = [&](const std::string& u, bool casts) {
+    const MixedPrecisionPolicy mp = f.mixed_precision_for(u);
+    if (casts && mp.cast_forward_inputs && mp.param_dtype) h = *mp.param_dtype;
+    if (h != compute(u))
+      throw InputError(path_of(u), "makes unit '" + u + "' compute in " + name(compute(u)) + " on " + name(h) +
+                                       " activations from '" + from + "' (F.linear refuses mixed dtypes)",
+                       casts ? "set its cast_forward_inputs true (with a param_dtype), or the previous unit's "
+                               "output_dtype to \"" + name(compute(u)) + "\""
+                             : "set the last block's output_dtype to \"" + name(compute(u)) +
+                                   "\" (the root's norm and output take the last block's output as it is)");
+    h = compute(u);
+    if (auto o = mp.output_dtype) h = *o;
+    from = u;
+  };
+  // Blocks without a per-unit policy all follow fsdp.mixed_precision: after two of them the
+  // dtype entering the next repeats, so only blocks near an override (and the ends) are walked,
+  // whatever the depth (model.n_layers is bounded later, by the simulator).
+  const int64_t n = s.model.n_layers;
+  std::set<int64_t> walk;
+  for (int64_t i = 0; i < std::min<int64_t>(n, 3); ++i) walk.insert(i);
+  if (n > 0) walk.insert(n - 1);
+  for (const auto& [unit, o] : f.per_unit_mixed_precision)
+    if (unit.rfind("layers.", 0) == 0) {
+      const int64_t k = std::stoll(unit.substr(7));  // stored resolved: 0 <= k < n
+      for (int64_t i = k; i < std::min(n, k + 3); ++i) walk.insert(i);
+    }
+  for (int64_t i : walk) {
+    if (i > 0) from = "layers." + std::to_string(i - 1);
+    enter("layers." + std::to_string(i), true);
+  }
+  enter(edges ? "output" : "root", edges);
+}
+
+namespace scenario_detail {
+
+// NOTE [What async TP needs]: torchtitan's enable_async_tp on the program PyTorch can run:
+// torch.compile (the micro-pipeline pass is an inductor pass; torchtitan refuses async TP
+// without compile); symmetric memory over the tp group, so GPUs of one NVLink domain (the tp
+// group inside a node: the tp dim is the mesh's innermost, so gpus_per_node must be a multiple
+// of tp); products without a bias (the pass fuses mm, not addmm), so Llama without qkv_bias;
+// and no op-level selective activation checkpointing (its save list names aten.mm and the plain
+// collectives the pass replaces).
+void check_async_tp(const Scenario& s) {
+  if (!s.tensor_parallel.async) return;
+  const std::string F = "tensor_parallel.async";
+  const int tp = s.fsdp.mesh_size("tp");
+  if (tp <= 1)
+    throw InputError(F, "is true with no tp dim (tp 1)", "add a \"tp\" dim of 2 or more to fsdp.mesh, or write false");
+  if (s.model.arch != ModelArch::kLlama || s.model.qkv_bias)
+    throw InputError(F, "is true for a model with biased tp linears (GPT-2 or qkv_bias)",
+                     "write false: the micro-pipeline pass fuses only bias-free products");
+  if (s.hardware.device.compute_capability == 0)
+    throw InputError(F, "is true on the CPU profile '" + s.hardware.device.name + "'",
+                     "use a GPU profile (symmetric memory needs GPUs in one NVLink domain), or write false");
+  if (s.hardware.gpus_per_node % tp != 0)
+    throw InputError(F, "is true with tp " + std::to_string(tp) + " over nodes of " +
+                            std::to_string(s.hardware.gpus_per_node) + " GPUs",
+                     "keep the tp group inside a node (tp dividing hardware.gpus_per_node), or write false");
+  if (!s.model.implementation.compile)
+    throw InputError(F, "is true without model.implementation compile",
+                     "set model.implementation {\"compile\": true}: PyTorch fuses the collectives in torch.compile's "
+                     "micro-pipeline pass (torchtitan refuses async TP without compile)");
+  if (s.training.activation_checkpointing.mode == CheckpointMode::kSelectiveOp)
+    throw InputError(F, "is true with activation_checkpointing selective op",
+                     "use activation_checkpointing none, full or a layer interval, or write false");
+}
+
+// fsdp.units "embed_blocks_head" and loss = chunked need the output projection as a module of
+// its own (an untied Llama), and the chunked loss splits each micro-batch's tokens evenly
+// (ChunkedLossWrapper's torch._check).
+void check_units_and_loss(const Scenario& s) {
+  const ModelConfig& m = s.model;
+  const bool untied_llama = m.arch == ModelArch::kLlama && !m.tie_embeddings;
+  if (s.fsdp.units == ShardingUnits::kEmbedBlocksHead && !untied_llama)
+    throw InputError("fsdp.units", std::string("is \"embed_blocks_head\" for a ") +
+                                       (m.arch == ModelArch::kLlama ? "Llama model with tied embeddings" : "GPT-2 model") +
+                                       ", whose output projection is the embedding's weight",
+                     "use \"blocks\" (torchtitan puts tied embeddings, norm and output in one unit, which fullshard "
+                     "does not build yet)");
+  if (m.implementation.loss != LossImpl::kChunked) return;
+  const std::string L = "model.implementation.loss";
+  if (!untied_llama)
+    throw InputError(L, "is \"chunked\" for a model whose output projection is the embedding's weight (GPT-2 or tied "
+                        "Llama), which fullshard does not build yet",
+                     "use \"fp32_logits\"");
+  const int tp = s.fsdp.mesh_size("tp");
+  if (tp > 1)
+    throw InputError(L, "is \"chunked\" with tp " + std::to_string(tp) + ", which fullshard does not model yet",
+                     "use \"fp32_logits\", or tp 1");
+  // The output projection is called after the root's post-forward: owned by the root unit, it
+  // must still be unsharded then (a resharded root leaves lm_head.weight a sharded DTensor,
+  // which PyTorch refuses to multiply with the plain hidden states).
+  if (s.fsdp.units != ShardingUnits::kEmbedBlocksHead) {
+    const ReshardAfterForward r = s.fsdp.reshard_for("root");
+    const bool reshards = r.kind == ReshardAfterForward::Kind::kTrue ||
+                          (r.kind == ReshardAfterForward::Kind::kInt && r.n > 1);
+    if (reshards)
+      throw InputError(L, std::string("is \"chunked\" with fsdp.units \"") + sharding_units_name(s.fsdp.units) +
+                              "\" and a root that reshards after forward: the chunks call the output projection "
+                              "after the root's forward, when its weight is sharded again",
+                       "keep the root unsharded (fsdp.per_unit {\"root\": {\"reshard_after_forward\": false}}), or "
+                       "use fsdp.units \"embed_blocks_head\" (the output in a unit of its own, as torchtitan)");
+  }
+  if (m.implementation.keep_logits)
+    throw InputError("model.implementation.keep_logits",
+                     "is true with loss \"chunked\" (the chunked loss never materialises the whole logits)",
+                     "set keep_logits false");
+  const int n = m.implementation.loss_chunks;
+  for (int r = 0; r < s.world_size(); ++r) {
+    const int64_t tokens = s.training.batch_for(r) * s.training.seq_len;
+    if (tokens % n != 0)
+      throw InputError("model.implementation.loss_chunks",
+                       "is " + std::to_string(n) + ", which does not divide rank " + std::to_string(r) + "'s " +
+                           std::to_string(tokens) + " tokens per micro-batch (batch x seq_len)",
+                       "choose a divisor of " + std::to_string(tokens) + " (torchtitan's default is 8)");
+  }
+}
+
+}  // namespace scenario_detail
+}  // namespace fullshard
