@@ -129,11 +129,15 @@ void attention_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   const AttnDims d = attn_dims(op);
   // (dO, q, k, v, O, lse) | (dO, qkv, O, lse) -> (dq, dk, dv[, softmax_d, dq_accum[, dk_expanded,
   // dv_expanded]]): the flash temporaries the model passes as a GPU kernel's scratch are ignored
-  // (efficient: delta and its dq workspace; cuDNN: none).
+  // (efficient: delta and its dq workspace; cuDNN: the frontend's workspace, one tensor).
   const size_t n_out = op.outputs.size();
-  FULLSHARD_CHECK(n_out == 3 || n_out == 5 || n_out == 7,
-                  where(op) + "expected 3, 5 or 7 outputs (dq, dk, dv, then the backend's temporaries), got " +
-                      std::to_string(n_out));
+  if (op.kind == OpKind::kAttentionCudnnBackward)
+    FULLSHARD_CHECK(n_out == 4, where(op) + "expected 4 outputs (dq, dk, dv, cuDNN's workspace), got " +
+                                    std::to_string(n_out));
+  else
+    FULLSHARD_CHECK(n_out == 3 || n_out == 5 || n_out == 7,
+                    where(op) + "expected 3, 5 or 7 outputs (dq, dk, dv, then the backend's temporaries), got " +
+                        std::to_string(n_out));
   expect_arity(op, d.packed ? 4 : 6, n_out);
   const int64_t D = d.H * d.hd, Dkv = d.Hkv * d.hd, tokens = d.B * d.S;
   const size_t io = d.packed ? 2 : 4;  // index of O; lse follows
@@ -144,6 +148,8 @@ void attention_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   expect_numel(op, out_meta(op, 0), tokens * D, "dq");
   expect_numel(op, out_meta(op, 1), tokens * Dkv, "dk");
   expect_numel(op, out_meta(op, 2), tokens * Dkv, "dv");
+  if (op.kind == OpKind::kAttentionCudnnBackward)  // softmax_sum + dQ_accum (NOTE [cuDNN SDPA workspace])
+    expect_numel(op, out_meta(op, 3), d.B * d.H * d.S * (d.hd + 1), "cuDNN workspace");
   QKV t = load_qkv(op, in, 1, d);
   F32In dout(in[0], in_meta(op, 0).dtype, tokens * D);
   const float* lse = static_cast<const float*>(in[io + 1]);
