@@ -113,6 +113,7 @@ const std::vector<Figure>& figures() {
       {"attention_head_dim_efficiency", table_figure(&P::attention_head_dim_efficiency, "[[256, 0.8], [128, 1], [64, 0.87], [0, 0.5]]")},
       {"vector_efficiency", table_figure(&P::vector_efficiency, "[[16e9, 0.95], [1e9, 0.5], [0, 0.1]]")},
       {"memory_efficiency", table_figure(&P::memory_efficiency, "[[100e6, 0.9], [10e6, 0.75], [1e6, 0.6], [0, 0.3]]")},
+      {"norm_memory_efficiency", fraction_figure(&P::norm_memory_efficiency, false, "0.4")},
       {"launch_overhead_s", number_figure(&P::launch_overhead_s, true, "5e-6")},
       {"eager_dispatch_s", number_figure(&P::eager_dispatch_s, true, "10e-6")},
       {"kernel_gap_s", number_figure(&P::kernel_gap_s, true, "2e-6")},
@@ -308,6 +309,9 @@ void check_hardware_profile(const HardwareProfile& p, const std::string& prefix)
   if (p.sustained_clock_ratio <= 0)
     throw InputError(jr::child_path(prefix, "sustained_clock_ratio"), "is 0",
                      "give the sustained clock under the power limit / the measured clock, in (0, 1], e.g. 0.85");
+  if (p.norm_memory_efficiency <= 0)
+    throw InputError(jr::child_path(prefix, "norm_memory_efficiency"), "is 0",
+                     "give the fraction of hbm_bandwidth fused norm kernels reach, in (0, 1], e.g. 0.4");
 }
 
 void check_gpus_per_node(const HardwareProfile& p, int gpus_per_node, const std::string& where) {

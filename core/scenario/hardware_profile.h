@@ -73,6 +73,11 @@ struct HardwareProfile {
   EfficiencyTable attention_head_dim_efficiency;  // multiplier by head dim (1 at 128)
   EfficiencyTable vector_efficiency;     // non-matmul FLOPs on CUDA cores, by FLOPs
   EfficiencyTable memory_efficiency;     // device-memory traffic, by bytes
+  // Fused normalization kernels (RMSNorm / LayerNorm, forward and backward: PyTorch's fused
+  // kernels, torchtitan's Triton one): the fraction of hbm_bandwidth their recorded bytes move
+  // at. Row reductions with an fp32 weight-gradient reduction reach far less than a copy
+  // (NOTE [Fused norm kernels] in simulator/cost/compute_model.cc).
+  double norm_memory_efficiency = 1;
   double launch_overhead_s = 0;          // host seconds per kernel / collective launch (CUDA)
   double eager_dispatch_s = 0;           // host seconds PyTorch eager spends per op before the launch
   double kernel_gap_s = 0;               // device seconds between dependent kernels (launch latency)

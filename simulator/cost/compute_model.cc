@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "simulator/cost/eager_kernels.h"
 
 namespace fullshard::sim {
 
@@ -69,12 +68,36 @@ double ComputeModel::compute_efficiency(const Instr& k) const {
   return 1.0;
 }
 
+namespace {
+
+// NOTE [Fused norm kernels]: RMSNorm and LayerNorm are recorded as one fused op each way (ops.cc:
+// x, weight -> y, rstd; dy, x, rstd, weight -> dx, dweight), as PyTorch's fused kernels
+// (torch._fused_rms_norm since 2.8, native_layer_norm) and torchtitan's Triton fused_rmsnorm run
+// them. The forward is one kernel; the backward two: the row kernel writing dx and per-block
+// fp32 partial sums of dweight, then the reduction of the partials (PyTorch's layer_norm
+// backward and the Triton kernel alike). Measured, these kernels move their bytes far below a
+// copy's bandwidth (a row reduction, then a column reduction in fp32): the profile's
+// norm_memory_efficiency gives the fraction, each cited there. The earlier model priced the
+// fused op as torchtitan-2024's eager chain (7 / 12 kernels moving 9x / 12x the bytes); a
+// program that runs the eager chain now records it op by op (model.implementation rms_norm =
+// eager), so a fused op is priced as the fused kernel it is. fullshard's fused RoPE (rope =
+// fused) is one kernel at the memory roofline.
+bool is_norm(OpKind op) {
+  return op == OpKind::kRMSNorm || op == OpKind::kRMSNormBackward || op == OpKind::kLayerNorm ||
+         op == OpKind::kLayerNormBackward;
+}
+int kernels_for(OpKind op) {
+  return op == OpKind::kRMSNormBackward || op == OpKind::kLayerNormBackward ? 2 : 1;
+}
+
+}  // namespace
+
 int ComputeModel::eager_kernel_count(const Instr& k) const {
   if (hw_.compute_capability == 0 || k.place != KernelPlace::kDevice) return 1;
   // A collective-matmul (Python in torch.distributed._symmetric_memory) launches, per chunk, its
   // products, a pull and a barrier: about three launches per tp rank.
   if (k.op == OpKind::kAllGatherMatmul || k.op == OpKind::kMatmulReduceScatter) return 3 * std::max(1, k.parts);
-  return eager_kernels(k.op).kernels;
+  return kernels_for(k.op);
 }
 
 // NOTE [Collective-matmul costs]: the pieces of an async-TP op, from the same figures as the
@@ -116,12 +139,14 @@ CollectiveMatmulTimes ComputeModel::collective_matmul(const Instr& k) const {
 double ComputeModel::device_seconds(const Instr& k) const {
   if (k.op == OpKind::kAllGatherMatmul || k.op == OpKind::kMatmulReduceScatter) return collective_matmul(k).total_s;
   const bool gpu = hw_.compute_capability > 0;
-  const EagerKernels eager = gpu ? eager_kernels(k.op) : EagerKernels{};
+  const int kernels = gpu ? kernels_for(k.op) : 1;
   double compute = 0, memory = 0;
   if (k.flops > 0) compute = k.flops / (peak_flops(op_class(k.op), k.dtype) * compute_efficiency(k));
-  const double traffic = k.bytes * eager.traffic;
-  if (traffic > 0) memory = traffic / (hw_.hbm_bandwidth * hw_.memory_efficiency.at(traffic / eager.kernels));
-  return std::max(compute, memory) + eager.kernels * hw_.kernel_gap_s;
+  if (k.bytes > 0) {
+    const double eff = gpu && is_norm(k.op) ? hw_.norm_memory_efficiency : hw_.memory_efficiency.at(k.bytes / kernels);
+    memory = k.bytes / (hw_.hbm_bandwidth * eff);
+  }
+  return std::max(compute, memory) + kernels * hw_.kernel_gap_s;
 }
 
 double ComputeModel::copy_seconds(double transfer_bytes) const {

@@ -41,9 +41,9 @@ class ComputeModel {
   // by (backward) table at its sequence length x head-dim factor; vector_efficiency(flops). Each
   // times sustained_clock_ratio for tensor-core work.
   double compute_efficiency(const Instr& kernel) const;
-  // A device kernel: max(flops / (peak x efficiency), traffic / (hbm_bandwidth x
-  // memory_efficiency(traffic / kernels))) + kernels x kernel_gap_s, where kernels and traffic
-  // follow NOTE [Eager decomposition] on a GPU (1 and the recorded bytes otherwise).
+  // A device kernel: max(flops / (peak x efficiency), bytes / (hbm_bandwidth x
+  // memory_efficiency(bytes / kernels))) + kernels x kernel_gap_s; on a GPU a norm backward is
+  // two kernels and norms move their bytes at norm_memory_efficiency (NOTE [Fused norm kernels]).
   double device_seconds(const Instr& kernel) const;
   // An async-TP collective-matmul (kAllGatherMatmul / kMatmulReduceScatter): its pipeline played
   // over the pieces' costs (NOTE [Collective-matmul pipeline]); device_seconds is its total_s.
@@ -63,7 +63,7 @@ class ComputeModel {
   // Host seconds to issue a kernel: (eager_dispatch_s + launch_overhead_s) per CUDA kernel
   // eager PyTorch launches for it.
   double launch_seconds(const Instr& kernel) const;
-  // CUDA kernels eager PyTorch launches for a recorded kernel (NOTE [Eager decomposition]).
+  // CUDA kernels PyTorch launches for a recorded kernel (NOTE [Fused norm kernels]).
   int eager_kernel_count(const Instr& kernel) const;
 
   const HardwareProfile& hardware() const { return hw_; }

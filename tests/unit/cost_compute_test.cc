@@ -67,13 +67,21 @@ TEST(ComputeModel, MeasuredEfficienciesByShape) {
                    0.337 * 0.87 * clock);
   // An add is memory-bound: 200 MB at 0.9 x 3.35 TB/s, plus one kernel gap.
   EXPECT_DOUBLE_EQ(m.device_seconds(kernel(OpKind::kAdd, DType::kBFloat16, 1e8, 200e6)), 200e6 / (3.35e12 * 0.9) + gap);
-  // torchtitan's eager RMSNorm: 7 kernels moving 9x the fused bytes (NOTE [Eager decomposition]);
-  // each kernel moves 9 x 200 / 7 MB, at the >= 100 MB step.
+  // Fused norms (NOTE [Fused norm kernels]): the forward one kernel, the backward two (dx and
+  // the dweight partials' reduction), their bytes at the profile's measured 0.4 of HBM
+  // bandwidth, whatever their size; fullshard's fused RoPE is one kernel at the roofline.
+  EXPECT_DOUBLE_EQ(p.norm_memory_efficiency, 0.4);
   EXPECT_DOUBLE_EQ(m.device_seconds(kernel(OpKind::kRMSNorm, DType::kBFloat16, 1e8, 200e6)),
-                   9 * 200e6 / (3.35e12 * 0.9) + 7 * gap);
-  EXPECT_EQ(m.eager_kernel_count(kernel(OpKind::kRMSNorm, DType::kBFloat16, 1, 1)), 7);
-  EXPECT_DOUBLE_EQ(m.launch_seconds(kernel(OpKind::kRoPE, DType::kBFloat16, 1, 1)),
-                   3 * (p.eager_dispatch_s + p.launch_overhead_s));
+                   200e6 / (3.35e12 * 0.4) + gap);
+  EXPECT_DOUBLE_EQ(m.device_seconds(kernel(OpKind::kRMSNormBackward, DType::kBFloat16, 1e3, 3e5)),
+                   3e5 / (3.35e12 * 0.4) + 2 * gap);
+  EXPECT_DOUBLE_EQ(m.device_seconds(kernel(OpKind::kLayerNorm, DType::kBFloat16, 1e8, 200e6)),
+                   200e6 / (3.35e12 * 0.4) + gap);
+  EXPECT_EQ(m.eager_kernel_count(kernel(OpKind::kRMSNorm, DType::kBFloat16, 1, 1)), 1);
+  EXPECT_EQ(m.eager_kernel_count(kernel(OpKind::kLayerNormBackward, DType::kBFloat16, 1, 1)), 2);
+  EXPECT_DOUBLE_EQ(m.launch_seconds(kernel(OpKind::kRMSNormBackward, DType::kBFloat16, 1, 1)),
+                   2 * (p.eager_dispatch_s + p.launch_overhead_s));
+  EXPECT_DOUBLE_EQ(m.device_seconds(kernel(OpKind::kRoPE, DType::kBFloat16, 1e6, 200e6)), 200e6 / (3.35e12 * 0.9) + gap);
   // 5 MB copy: the 1 MB step (0.6).
   EXPECT_DOUBLE_EQ(m.device_seconds(kernel(OpKind::kCopy, DType::kBFloat16, 0, 5e6)), 5e6 / (3.35e12 * 0.6) + gap);
   EXPECT_EQ(m.device_seconds(kernel(OpKind::kFill, DType::kFloat32, 0, 0)), gap);

@@ -3,7 +3,8 @@
 A *plan* is the list of kernel samples of one model at one (batch, seq, dtype): the GEMMs of
 its linears in the three layouts a training step runs (forward, grad-input, grad-weight), causal
 flash attention forward and backward at its head dim and sequence length, the eager elementwise
-and reduction kernels fullshard's eager chains count (simulator/cost/eager_kernels.cc), a
+and reduction kernels of the eager chains fullshard records (model.implementation rms_norm = eager,
+rope = complex: core/model/eager_norm.cc), the fused norms (norm_memory_efficiency), a
 device-to-device copy, and the direct samples: launch latency, eager dispatch, host copies. Each sample carries what `fullshard calibrate` reads for it
 (simulator/cost/calibration_csv.cc): op class, dtype, FLOPs, bytes and the GEMM's M, K, N or
 attention's seq and head dim, with FLOPs and bytes counted as fullshard's ops count them
