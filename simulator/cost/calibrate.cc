@@ -130,7 +130,8 @@ double predict(const HardwareProfile& p, const CollectiveSample& s) {
 Instr kernel_of(const KernelSample& s) {
   Instr in;
   in.type = InstrType::kKernel;
-  in.op = s.op == OpClass::kMatmul      ? OpKind::kLinear
+  in.op = s.norm                        ? (s.backward ? OpKind::kRMSNormBackward : OpKind::kRMSNorm)
+          : s.op == OpClass::kMatmul    ? OpKind::kLinear
           : s.op == OpClass::kAttention ? (s.backward ? OpKind::kAttentionBackward : OpKind::kAttention)
                                         : OpKind::kAdd;
   in.dtype = s.dtype;
@@ -192,8 +193,9 @@ CalibrationInput parse_calibration_input(const json& j) {
       for (const char* k : {"op", "time_s"}) jr::require_field(o, P, k, "every sample gives it");
       KernelSample s;
       const std::string op = jr::get_choice(o.at("op"), P + ".op",
-                                            {"matmul", "attention", "attention_backward", "vector", "kernel_gap",
-                                             "eager_op", "copy_pinned", "copy_pageable"});
+                                            {"matmul", "attention", "attention_backward", "vector", "norm",
+                                             "norm_backward", "kernel_gap", "eager_op", "copy_pinned",
+                                             "copy_pageable"});
       if (const auto direct = direct_figure(op)) {  // NOTE [Direct samples]
         DirectSample d{*direct, 0, jr::get_number(o.at("time_s"), P + ".time_s", 0, false, kInf, false, "2e-6")};
         if (d.figure == DirectFigure::kCopyPinned || d.figure == DirectFigure::kCopyPageable) {
@@ -203,8 +205,11 @@ CalibrationInput parse_calibration_input(const json& j) {
         in.direct.push_back(d);
         continue;
       }
-      s.op = op == "matmul" ? OpClass::kMatmul : op == "vector" ? OpClass::kVector : OpClass::kAttention;
-      s.backward = op == "attention_backward";
+      s.norm = op == "norm" || op == "norm_backward";
+      s.op = op == "matmul" ? OpClass::kMatmul : op == "vector" || s.norm ? OpClass::kVector : OpClass::kAttention;
+      s.backward = op == "attention_backward" || op == "norm_backward";
+      if (s.norm && !o.contains("bytes"))
+        throw InputError(P, "is a norm sample without bytes", "give the bytes the kernel moved");
       auto dim = [&](const char* key, size_t slot) {
         if (o.contains(key))
           s.dims[slot] = jr::get_int(o.at(key), P + "." + key, 1, int64_t{1} << 40, "4096");
@@ -292,7 +297,14 @@ Calibration calibrate(const HardwareProfile& start, const CalibrationInput& inpu
 
   const ComputeModel peaks(start, {});
   std::vector<std::pair<double, double>> mm, attn, attn_bwd, vec, mem;
+  std::vector<double> norm;
   for (const auto& s : input.kernels) {
+    if (s.norm) {  // NOTE [Fused norm kernels]: its bytes over HBM bandwidth, its kernels' gaps off
+      const double kernels = s.backward ? 2 : 1;
+      const double t = std::max(s.time_s - kernels * p.kernel_gap_s, 1e-3 * s.time_s);
+      norm.push_back(std::min(1.0, s.bytes / (t * p.hbm_bandwidth)));
+      continue;
+    }
     const Instr k = kernel_of(s);
     const double peak = peaks.peak_flops(op_class(k.op), s.dtype);
     const double t = std::max(s.time_s - p.kernel_gap_s, 1e-3 * s.time_s);
@@ -317,6 +329,10 @@ Calibration calibrate(const HardwareProfile& start, const CalibrationInput& inpu
   if (fit_table(p.attention_backward_efficiency, attn_bwd)) c.fitted.push_back("attention_backward_efficiency");
   if (fit_table(p.vector_efficiency, vec)) c.fitted.push_back("vector_efficiency");
   if (fit_table(p.memory_efficiency, mem)) c.fitted.push_back("memory_efficiency");
+  if (!norm.empty()) {
+    p.norm_memory_efficiency = median(std::move(norm));
+    c.fitted.push_back("norm_memory_efficiency");
+  }
 
   c.collective_error_after = rms(p, all_coll);
   c.kernel_error_after = rms(p, all_kernels);

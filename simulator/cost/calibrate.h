@@ -28,7 +28,7 @@ struct CollectiveSample {
 // One device-kernel measurement.
 struct KernelSample {
   OpClass op = OpClass::kMatmul;
-  bool backward = false;  // "attention_backward"
+  bool backward = false;  // "attention_backward", "norm_backward"
   DType dtype = DType::kBFloat16;
   // Shape (NOTE [Kernel shapes]): a GEMM's {M, K, N} ("m", "k", "n"); attention's
   // {0, seq, head_dim} ("seq", "head_dim"); zeros when not given.
@@ -36,6 +36,9 @@ struct KernelSample {
   double flops = 0;
   double bytes = 0;
   double time_s = 0;
+  // "norm" / "norm_backward": a fused RMSNorm / LayerNorm kernel (forward, or its backward's
+  // two kernels), which fits norm_memory_efficiency (NOTE [Fused norm kernels]).
+  bool norm = false;
 };
 
 // NOTE [Direct samples]: figures a measurement reads off directly rather than a fit through the

@@ -45,6 +45,8 @@ grep -q "matmul_efficiency" "$tmp/cal.out"
 grep -q "attention_efficiency" "$tmp/cal.out"
 grep -q "attention_backward_efficiency" "$tmp/cal.out"
 grep -q "memory_efficiency" "$tmp/cal.out"
+grep -q "norm_memory_efficiency" "$tmp/cal.out"
+grep -q "rmsnorm_fused backward" "$tmp/list"
 python3 - "$tmp/cal.out" "$tmp/h100-measured.json" <<'P'
 import json, re, sys
 out = open(sys.argv[1]).read()
@@ -60,6 +62,9 @@ assert abs(p["eager_dispatch_s"] - 20e-6) < 1e-12, p["eager_dispatch_s"]
 assert abs(p["pinned_copy_bandwidth"] / 20e9 - 1) < 1e-6, p["pinned_copy_bandwidth"]
 assert abs(p["pageable_copy_bandwidth"] / 20e9 - 1) < 1e-6, p["pageable_copy_bandwidth"]
 assert "fitted by fullshard calibrate" in p["sources"]["kernel_gap_s"]
+# Fused norms (forward, and the backward's two kernels) ran at 0.4 of HBM bandwidth, the gaps off.
+assert abs(p["norm_memory_efficiency"] - 0.4) < 1e-3, p["norm_memory_efficiency"]
+assert "fitted by fullshard calibrate" in p["sources"]["norm_memory_efficiency"]
 P
 # The fitted profile drives a simulation.
 printf '{"model": "tiny-llama", "training": {"seq_len": 64}, "hardware": {"profile": "h100-measured.json", "gpus_per_node": 2}}\n' > "$tmp/s.json"

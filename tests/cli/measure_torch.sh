@@ -13,12 +13,15 @@ tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
 grep -q "^# torch: " "$tmp/measured.csv"
 grep -q "^# device: cpu" "$tmp/measured.csv"
 grep -q "^# chain rmsnorm_eager: " "$tmp/measured.csv"
-# Every planned kernel row was timed: 15 GEMMs, 2 attention, 12 fp32 elementwise (no casts).
+# Every planned kernel row was timed: 15 GEMMs, 2 attention, 11 fp32 elementwise (no casts), the
+# fused norm forward and backward.
 [ "$(grep -c ',matmul,' "$tmp/measured.csv")" -eq 15 ]
 [ "$(grep -c ',attention' "$tmp/measured.csv")" -eq 2 ]
-[ "$(grep -c ',vector,' "$tmp/measured.csv")" -eq 12 ]
+[ "$(grep -c ',vector,' "$tmp/measured.csv")" -eq 11 ]
+[ "$(grep -c ',norm' "$tmp/measured.csv")" -eq 2 ]
 "$bin" calibrate "$tmp/measured.csv" --hardware cpu -o "$tmp/cpu-measured.json" > "$tmp/cal.out"
-grep -q "0 collective and 29 kernel samples" "$tmp/cal.out"
+grep -q "0 collective and 30 kernel samples" "$tmp/cal.out"
+grep -q "norm_memory_efficiency" "$tmp/cal.out"
 grep -q "matmul_efficiency" "$tmp/cal.out"
 printf '{"model": "tiny-llama", "training": {"seq_len": 64}, "hardware": {"profile": "cpu-measured.json"}}\n' > "$tmp/s.json"
 "$bin" simulate "$tmp/s.json" | grep -q "nccl+roofline"

@@ -57,6 +57,32 @@ TEST(CalibrateDirect, SetsEachFigureToItsMedian) {
   EXPECT_EQ(c.fitted, (std::vector<std::string>{"kernel_gap_s", "eager_dispatch_s", "pinned_copy_bandwidth"}));
 }
 
+// Fused-norm samples (NOTE [Fused norm kernels]) set norm_memory_efficiency to the median of
+// bytes / ((time - kernels x gap) x hbm_bandwidth), the backward counting two kernels, and stay
+// out of the memory table.
+TEST(CalibrateDirect, NormSamplesSetTheNormEfficiency) {
+  const HardwareProfile stock = load_hardware_profile("h100");
+  const double hbm = stock.hbm_bandwidth, gap = stock.kernel_gap_s;
+  const CalibrationInput in = parse_calibration_input(json{{"kernels",
+      {{{"op", "norm"}, {"bytes", 1e8}, {"time_s", 1e8 / (hbm * 0.3) + gap}},
+       {{"op", "norm_backward"}, {"bytes", 2e8}, {"time_s", 2e8 / (hbm * 0.5) + 2 * gap}},
+       {{"op", "norm"}, {"bytes", 4e8}, {"time_s", 4e8 / (hbm * 0.45) + gap}}}}});
+  ASSERT_EQ(in.kernels.size(), 3u);
+  EXPECT_TRUE(in.kernels[1].norm && in.kernels[1].backward);
+  const Calibration c = calibrate(stock, in);
+  EXPECT_NEAR(c.profile.norm_memory_efficiency, 0.45, 1e-9);
+  EXPECT_EQ(c.fitted, (std::vector<std::string>{"norm_memory_efficiency"}));
+  EXPECT_EQ(c.profile.memory_efficiency.rows, stock.memory_efficiency.rows);
+  // Predicted with the fitted figure, the middle sample is exact.
+  EXPECT_NEAR(predict(c.profile, in.kernels[2]), 4e8 / (hbm * 0.45) + gap, 1e-12);
+  try {
+    parse_calibration_input(json::parse(R"({"kernels": [{"op": "norm", "flops": 1e6, "time_s": 1e-5}]})"));
+    ADD_FAILURE() << "a norm sample without bytes must be refused";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.where(), "kernels[0]") << e.what();
+  }
+}
+
 // The fitted kernel gap is what the kernel tables see: a GEMM sample's efficiency is computed
 // on its time less the measured gap, so a profile built from samples with a known gap is
 // recovered exactly whatever that gap is.

@@ -40,6 +40,7 @@ json figure_json(const HardwareProfile& p, const std::string& figure) {
   if (figure == "attention_backward_efficiency") return table_json(p.attention_backward_efficiency);
   if (figure == "vector_efficiency") return table_json(p.vector_efficiency);
   if (figure == "memory_efficiency") return table_json(p.memory_efficiency);
+  if (figure == "norm_memory_efficiency") return p.norm_memory_efficiency;
   if (figure == "kernel_gap_s") return p.kernel_gap_s;  // NOTE [Direct samples]
   if (figure == "eager_dispatch_s") return p.eager_dispatch_s;
   if (figure == "pinned_copy_bandwidth") return p.pinned_copy_bandwidth;

@@ -106,13 +106,14 @@ def roofline_times(samples: list[Sample], peak_flops: float, hbm: float, efficie
     says so; it exists to test the writer and `fullshard calibrate` without a GPU or torch."""
     synthetic_direct = {"kernel_gap": 1e-6, "eager_op": 1e-5}  # seconds, before / efficiency
     for s in samples:
-        peak = peak_flops if s.op != "vector" else peak_flops / 16
+        peak = peak_flops if s.op not in ("vector", "norm", "norm_backward") else peak_flops / 16
+        gaps = 2 if s.op == "norm_backward" else 1  # the norm backward's two kernels
         if s.op.startswith("copy_"):
             s.time_s = s.bytes / 50e9 / efficiency  # a PCIe Gen5 x16 link's 50 GB/s
         elif s.op in synthetic_direct:
             s.time_s = synthetic_direct[s.op] / efficiency
         else:  # a kernel timed back to back includes the gap between kernels
-            s.time_s = (max(s.flops / peak, s.bytes / hbm) + synthetic_direct["kernel_gap"]) / efficiency
+            s.time_s = (max(s.flops / peak, s.bytes / hbm) + gaps * synthetic_direct["kernel_gap"]) / efficiency
 
 
 # ---------------------------------------------------------------- machine header
@@ -281,6 +282,16 @@ def time_plan(torch, timer: Timer, m: Model, samples: list[Sample], batch: int, 
     for s in samples:
         if s.op == "vector":
             s.time_s = timer.seconds(kernels[s.label])
+    # The fused norm's forward, and its backward alone (the graph kept, autograd.grad replayed).
+    xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()
+    yg = F.rms_norm(xg, (d,), wg, 1e-5)
+    dy = torch.randn_like(yg)
+    norm_times = {"norm": timer.seconds(kernels["rmsnorm_fused"]),
+                  "norm_backward": timer.seconds(lambda: torch.autograd.grad(yg, (xg, wg), dy, retain_graph=True))}
+    for s in samples:
+        if s.op in norm_times:
+            s.time_s = norm_times[s.op]
+    del xg, wg, yg, dy
 
     def rmsnorm_eager():  # torchtitan's RMSNorm._norm(x.float()).type_as(x) * weight
         xf = x.float()

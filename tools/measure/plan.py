@@ -55,7 +55,7 @@ class Model:
 @dataclasses.dataclass
 class Sample:
     label: str           # "wq forward", "rmsnorm_eager pow", ...
-    op: str              # calibrate's op: matmul, attention, attention_backward, vector
+    op: str              # calibrate's op: matmul, attention, attention_backward, vector, norm, norm_backward
     dtype: str
     flops: float
     bytes: float
@@ -179,7 +179,12 @@ def eager_samples(m: Model, tokens: int, dtype: str) -> list[Sample]:
         _ew("rmsnorm_eager mul", "rmsnorm_eager", "fp32", n, 1, [4, 4 / d], [4]),
         _ew("rmsnorm_eager type_as", "rmsnorm_eager", "fp32", n, 0, [4], [e]),
         _ew("rmsnorm_eager mul_weight", "rmsnorm_eager", dtype, n, 1, [e, e / rows], [e]),
-        _ew("rmsnorm_fused", "rmsnorm_fused", dtype, n, 4, [e, e / rows], [e]),
+        # The fused norm as fullshard records it (core/model/ops.cc rms_norm): forward reads x
+        # and the weight, writes y and the fp32 rstd; backward reads dy, x, rstd and the weight,
+        # writes dx and the weight's gradient. Calibrate fits norm_memory_efficiency on them.
+        Sample("rmsnorm_fused", "norm", dtype, 4.0 * n, float(n * e + d * e + n * e + rows * 4), chain="rmsnorm_fused"),
+        Sample("rmsnorm_fused backward", "norm_backward", dtype, 8.0 * n,
+               float(n * e + n * e + rows * 4 + d * e + n * e + d * e), chain="rmsnorm_fused"),
         _ew("residual add", "add", dtype, n, 1, [e, e], [e]),
         _ew("cast to fp32", "cast", dtype, n, 0, [e], [4]),
         _ew("d2d copy", "copy", dtype, n, 0, [e], [e]),
