@@ -204,6 +204,14 @@ void SimBackend::do_annotate(std::string_view label) {
   push(InstrType::kMarker, StreamRole::kDefault).name = nm;
 }
 
+void SimBackend::do_fsdp_hook(std::string_view what, int params) {
+  if (program_.truncated) return;
+  uint32_t nm = name(what);
+  Instr& in = push(InstrType::kHostWork, StreamRole::kDefault);
+  in.name = nm;
+  in.parts = params;
+}
+
 void SimBackend::on_allocate(const Buffer& buffer, StreamRole stream, std::string_view what) {
   if (program_.truncated) return;
   uint32_t nm = name(what);

@@ -48,6 +48,7 @@ class SimBackend : public Backend {
   void do_wait_event(StreamRole stream, EventId event) override;
   void do_synchronize(EventId event) override;
   void do_annotate(std::string_view label) override;
+  void do_fsdp_hook(std::string_view what, int params) override;
   void on_allocate(const Buffer& buffer, StreamRole stream, std::string_view what) override;
   void on_free(const Buffer& buffer) override;
 

@@ -173,6 +173,11 @@ void write_chrome_trace(const PlayedRun& run, std::ostream& out) {
           }
           break;
         }
+        case InstrType::kHostWork:  // an FSDP hook's Python time on the host lane
+          host.add(us(t.start), json{{"ph", "X"}, {"name", name}, {"cat", "fsdp_hook"}, {"pid", pid}, {"tid", kHostTid},
+                                     {"ts", us(t.start)}, {"dur", us(std::max(0.0, t.end - t.start))},
+                                     {"args", {{"params", in.parts}, {"step", in.step}}}});
+          break;
         case InstrType::kAlloc:
         case InstrType::kFree: break;
       }

@@ -130,13 +130,19 @@ void FSDPParamGroup::reshard() {
 }
 
 // ------------------------------------------------------------------ hooks
+// The host work of the Python hook itself (NOTE [FSDP hook host cost] in
+// simulator/cost/hardware_cost_model.cc), before the work it issues.
+void FSDPParamGroup::hook(const char* what) { b_.fsdp_hook(name_ + " " + what, static_cast<int>(raw_.size())); }
+
 void FSDPParamGroup::pre_forward() {
+  hook("pre_forward");
   state_ = TrainingState::kForward;
   unshard();
   wait_for_unshard();
 }
 
 void FSDPParamGroup::post_forward() {
+  hook("post_forward");
   reshard();
   post_forward_indices_.push_back(static_cast<int>(comm_.post_forward_order.size()));
   comm_.post_forward_order.push_back(this);
@@ -152,6 +158,7 @@ void FSDPParamGroup::prefetch_unshard(FSDPParamGroup& target, TrainingState stat
 
 void FSDPParamGroup::pre_backward(bool default_prefetch) {
   if (state_ == TrainingState::kPreBackward) return;
+  hook("pre_backward");
   state_ = TrainingState::kPreBackward;
   unshard();  // no-op when prefetched
   wait_for_unshard();
@@ -169,6 +176,7 @@ void FSDPParamGroup::backward_prefetch() {
 }
 
 void FSDPParamGroup::post_backward() {
+  hook("post_backward");
   state_ = TrainingState::kPostBackward;
   // accumulate_unsharded_grad_if_needed
   for (FSDPParam* p : raw_) {

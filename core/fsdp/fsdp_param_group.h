@@ -79,6 +79,8 @@ class FSDPParamGroup {
   int reduce_scatters_issued() const { return reduce_scatters_; }
 
  private:
+  void hook(const char* what);  // Backend::fsdp_hook for this group
+
   Backend& b_;
   CommContext& comm_;
   std::string name_;

@@ -88,6 +88,11 @@ void Backend::annotate(std::string_view label) {
   do_annotate(label);
 }
 
+void Backend::fsdp_hook(std::string_view what, int params) {
+  next_host_seq();
+  do_fsdp_hook(what, params);
+}
+
 void Backend::copy_from_host(const TensorRef& ref, const void* src) {
   FULLSHARD_CHECK(false, "copy_from_host: this backend cannot load host data");
 }

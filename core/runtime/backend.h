@@ -52,7 +52,7 @@ struct CollectiveInterval {
 
 // NOTE [Backend entry points]: the work methods are public and non-virtual. Each ticks the
 // host sequence (one tick per host-program call that the simulator records: launch,
-// collective, record_event, wait_event and synchronize of a real event, annotate) and then
+// collective, record_event, wait_event and synchronize of a real event, annotate, fsdp_hook) and then
 // calls the protected do_* virtual of the backend. So every backend sees the host program in
 // the same positions, and a backend cannot forget a tick. read_scalar is a read-back, not an
 // instruction, and does not tick.
@@ -88,6 +88,10 @@ class Backend {
   void wait_stream(StreamRole waiter, StreamRole waitee) { wait_event(waiter, record_event(waitee)); }
   // Phase markers for reports.
   void annotate(std::string_view label);
+  // The host program runs one of FSDP2's hooks (`what`: "pre_forward layers.3", ...) over a
+  // group of `params` parameters: host-only work, which the simulator prices (NOTE [FSDP hook
+  // host cost] in simulator/cost/hardware_cost_model.cc) and real backends simply run.
+  void fsdp_hook(std::string_view what, int params);
 
   // ---- host read-back (loss.item()) ----
   // The value of a one-element fp32/bf16/fp16 tensor is copied to the host when `stream`
@@ -145,6 +149,7 @@ class Backend {
   // Also called with event 0 (no tick then): a real backend may use it to prune state.
   virtual void do_synchronize(EventId event) = 0;
   virtual void do_annotate(std::string_view label) {}
+  virtual void do_fsdp_hook(std::string_view what, int params) {}
   virtual void do_read_scalar(StreamRole stream, const TensorRef& ref) {}
   // Backend hooks around the shared allocator (record, map, check). Default no-op.
   virtual void on_allocate(const Buffer& buffer, StreamRole stream, std::string_view what) {}

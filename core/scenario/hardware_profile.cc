@@ -117,6 +117,8 @@ const std::vector<Figure>& figures() {
       {"launch_overhead_s", number_figure(&P::launch_overhead_s, true, "5e-6")},
       {"eager_dispatch_s", number_figure(&P::eager_dispatch_s, true, "10e-6")},
       {"kernel_gap_s", number_figure(&P::kernel_gap_s, true, "2e-6")},
+      {"fsdp_hook_s", number_figure(&P::fsdp_hook_s, true, "100e-6")},
+      {"fsdp_hook_param_s", number_figure(&P::fsdp_hook_param_s, true, "6e-6")},
       {"sustained_clock_ratio", fraction_figure(&P::sustained_clock_ratio, false, "0.85")},
       {"overlap_slowdown_nvlink", fraction_figure(&P::overlap_slowdown_nvlink, true, "0.15")},
       {"overlap_slowdown_network", fraction_figure(&P::overlap_slowdown_network, true, "0.02")},

@@ -81,6 +81,11 @@ struct HardwareProfile {
   double launch_overhead_s = 0;          // host seconds per kernel / collective launch (CUDA)
   double eager_dispatch_s = 0;           // host seconds PyTorch eager spends per op before the launch
   double kernel_gap_s = 0;               // device seconds between dependent kernels (launch latency)
+  // Host seconds of FSDP2's Python per hook call (pre-/post-forward, pre-/post-backward of a
+  // unit), and per parameter of its group, beyond the launches it makes (NOTE [FSDP hook host
+  // cost] in simulator/cost/hardware_cost_model.cc).
+  double fsdp_hook_s = 0;
+  double fsdp_hook_param_s = 0;
   // Sustained tensor-core clock under this deployment's power limit / the clock at which the
   // efficiencies were measured (1: the part's default power limit).
   double sustained_clock_ratio = 1;

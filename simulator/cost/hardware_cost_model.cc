@@ -34,6 +34,20 @@ double HardwareCostModel::launch_seconds(const Instr& op) const {
   return hw.launch_overhead_s + hw.eager_dispatch_s;
 }
 
+// NOTE [FSDP hook host cost]: FSDP2's hooks are Python (FSDPState._pre_forward /
+// _post_forward, FSDPParamGroup.pre_backward / post_backward): besides the kernels and
+// collectives they launch (each already costs its launch and eager dispatch), every call walks
+// its parameter group (FSDPParam.to_unsharded / to_sharded set each parameter's tensor,
+// DTensor wrappers are made, autograd hooks registered on the outputs). That host time is what
+// makes small-unit models CPU-bound (pytorch/pytorch#173680: FSDP pre_forward at about 1 ms a
+// call on a Xeon with torch 2.10). It is priced per hook call, fsdp_hook_s plus
+// fsdp_hook_param_s per parameter of the group, from the profile; the host runs ahead of the
+// device, so it only shows where the device waits for the host.
+double HardwareCostModel::host_work_seconds(const Instr& work) const {
+  const HardwareProfile& hw = compute_.hardware();
+  return hw.fsdp_hook_s + std::max(0, work.parts) * hw.fsdp_hook_param_s;
+}
+
 const HardwareCostModel::GroupEntry& HardwareCostModel::entry(const GroupInfo& group) const {
   auto it = cache_.find(&group);
   const int first = group.ranks.empty() ? -1 : group.ranks.front();

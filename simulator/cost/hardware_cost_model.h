@@ -22,6 +22,8 @@ class HardwareCostModel final : public CostModel {
   double collective_seconds(const Instr& collective, const GroupInfo& group) const override;
   double launch_overhead_seconds() const override { return compute_.hardware().launch_overhead_s; }
   double storage_write_seconds(const Instr& write) const override { return compute_.storage_write_seconds(write); }
+  // An FSDP hook: fsdp_hook_s + its parameters x fsdp_hook_param_s (NOTE [FSDP hook host cost]).
+  double host_work_seconds(const Instr& work) const override;
   // Kernels: the compute model's dispatch + launches (eager PyTorch); collectives: one launch
   // plus the framework's dispatch.
   double launch_seconds(const Instr& op) const override;

@@ -59,6 +59,8 @@ class CostModel {
   // (Instr::coll_bytes) at the node's storage write bandwidth, which the node's writers share.
   // The default: none (a model without storage writes them in no time).
   virtual double storage_write_seconds(const Instr& write) const { return 0; }
+  // Host seconds of a kHostWork instruction (an FSDP hook's Python bookkeeping).
+  virtual double host_work_seconds(const Instr& work) const { return 0; }
   // NOTE [Communication inside a kernel]. The default: none.
   virtual KernelComm kernel_comm(const Instr& kernel) const { return {}; }
   // NOTE [Collective choice]. The default: none.

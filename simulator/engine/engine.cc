@@ -282,6 +282,11 @@ class Engine {
         case InstrType::kAlloc:
         case InstrType::kFree:
         case InstrType::kMarker: t.issue = t.start = t.end = R.host_time; break;
+        case InstrType::kHostWork:  // the host is busy; streams run on meanwhile
+          t.issue = t.start = R.host_time;
+          R.host_time += checked(cost_.host_work_seconds(in), in);
+          t.end = R.host_time;
+          break;
         case InstrType::kStorageWrite:
           // NOTE [Checkpoint lane]: a writer thread beside the host: one write at a time, from
           // when the host hands it over; the host goes on at once, and a synchronize on its

@@ -26,6 +26,10 @@ enum class InstrType : uint8_t {
   // `event`, which a later kSynchronize may wait for. `bytes`: the rank's bytes; `coll_bytes`:
   // its node's bytes written at the same time (they share the node's storage bandwidth).
   kStorageWrite,
+  // Host-only work of the host program between launches (FSDP2's Python hooks, NOTE [FSDP hook
+  // host cost] in simulator/cost/hardware_cost_model.cc): the host's clock advances by the cost
+  // model's host_work_seconds; no stream is involved. `parts`: the parameters the hook handles.
+  kHostWork,
 };
 
 // Where a kernel runs (SimBackend classifies it by the memory its tensors live in): on the
@@ -64,7 +68,8 @@ struct Instr {
   // zeros otherwise.
   std::array<int64_t, 3> dims{};
   // Async TP's collective-matmuls (kAllGatherMatmul, kMatmulReduceScatter): the tp group's
-  // size, the chunks the product is pipelined in (dims are one chunk's product).
+  // size, the chunks the product is pipelined in (dims are one chunk's product). kHostWork:
+  // the parameters an FSDP hook handles.
   int parts = 0;
   // Collective description (kCollective only).
   CollectiveKind coll = CollectiveKind::kAllGather;

@@ -102,7 +102,7 @@ TEST(TimeModel, CommunicationBoundStepIsTheSumOfCollectives) {
   // collectives running at once share the link, so the step approaches the sum of their costs.
   const json hw = {{"peak_flops_bf16", 1e20}, {"peak_flops_fp16", 1e20}, {"peak_flops_fp32", 1e20},
                    {"hbm_bandwidth", 1e20}, {"launch_overhead_s", 0}, {"kernel_gap_s", 0}, {"eager_dispatch_s", 0},
-                   {"network_bus_bandwidth", 1e6},
+                   {"fsdp_hook_s", 0}, {"fsdp_hook_param_s", 0}, {"network_bus_bandwidth", 1e6},
                    {"network_bandwidth", 1e6}};
   const Played p = play(scenario(2, 1, hw));
   double total = 0;
