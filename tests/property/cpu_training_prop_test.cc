@@ -52,11 +52,16 @@ void maybe_per_unit(json& j, const std::vector<json>& raf) {
   RC_TAG("per_unit");
 }
 
-// torchtitan's program for a Llama model, maybe: fsdp.units "embed_blocks_head" (the embedding
-// and fully_shard([norm, output]) as units) and the chunked loss with a chunk count dividing
+// torchtitan's program for a Llama model, maybe: tied embeddings, fsdp.units
+// "embed_blocks_head" (the embedding and fully_shard([norm, output]) as units, or, tied,
+// fully_shard([tok_embeddings, norm, output])) and the chunked loss with a chunk count dividing
 // each rank's batch x seq tokens. Returns the chunk count (0: the loss is left as it is).
 int maybe_torchtitan_units_and_loss(json& j) {
   if (j["model"]["arch"] != "llama") return 0;
+  if (*rc::gen::inRange(0, 3) == 0) {
+    j["model"]["tie_embeddings"] = true;
+    RC_TAG("tied");
+  }
   if (*rc::gen::inRange(0, 3) == 0) {
     j["fsdp"]["units"] = "embed_blocks_head";
     RC_TAG("embed_blocks_head");
@@ -82,7 +87,7 @@ void maybe_compile(json& j) {
 }
 
 // fsdp.per_unit.<unit>.mixed_precision, maybe: one block (or, with embed_blocks_head, the
-// [norm, output] unit) computing in fp32 inside a bf16 / fp32 run. It casts its input
+// [norm, output] or tied [tok_embeddings, norm, output] unit) computing in fp32 inside a bf16 / fp32 run. It casts its input
 // (cast_forward_inputs) and casts its output back to the run's param dtype, so the next unit
 // gets what it computes in (NOTE [Dtype flow between units]).
 void maybe_per_unit_mixed_precision(json& j) {
@@ -96,12 +101,16 @@ void maybe_per_unit_mixed_precision(json& j) {
   const int layers = j["model"]["n_layers"];
   const int u = *rc::gen::inRange(edges ? -1 : 0, layers);
   const std::string key = u < 0 ? "output" : "layers." + std::to_string(u);
+  // A tied [tok_embeddings, norm, output] unit feeds block 0 too: it casts its outputs back.
+  const bool tied = j["model"].value("tie_embeddings", false);
   json o = {{"param_dtype", run == "fp32" ? "bf16" : "fp32"}};
-  if (key != "output") o["output_dtype"] = run;
+  if (key != "output" || tied) o["output_dtype"] = run;
   if (!j["fsdp"].contains("per_unit") || !j["fsdp"]["per_unit"].is_object()) j["fsdp"]["per_unit"] = json::object();
   json& per_unit = j["fsdp"]["per_unit"];
-  // Keys naming the same unit ("norm" / "output", "layers.-1" / "layers.N-1"): keep one.
+  // Keys naming the same unit ("norm" / "output", tied "tok_embeddings" / "output",
+  // "layers.-1" / "layers.N-1"): keep one.
   std::string k = per_unit.contains("norm") && key == "output" ? "norm" : key;
+  if (tied && per_unit.contains("tok_embeddings") && key == "output") k = "tok_embeddings";
   for (auto& [name, v] : per_unit.items())
     if (name.rfind("layers.", 0) == 0 && key != "output" && (std::stoi(name.substr(7)) + layers) % layers == u) k = name;
   per_unit[k]["mixed_precision"] = o;
