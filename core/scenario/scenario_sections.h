@@ -26,8 +26,8 @@ FsdpOptions parse_fsdp(const nlohmann::json& j, const HardwareOptions& hw, int64
 TensorParallelOptions parse_tensor_parallel(const nlohmann::json& j);
 
 // Checks across sections (scenario_checks.cc), run by parse_scenario after every section:
-// what async TP needs (NOTE [What async TP needs]), and the unit layout and loss that need an
-// untied Llama output projection (fsdp.units embed_blocks_head, loss chunked). Each throws
+// what async TP needs (NOTE [What async TP needs]), and the unit layout and loss that need a
+// Llama output module (fsdp.units embed_blocks_head, loss chunked). Each throws
 // InputError naming the field. check_dtype_flow is public (scenario.h).
 void check_async_tp(const Scenario& s);
 void check_units_and_loss(const Scenario& s);
