@@ -69,6 +69,11 @@ Transformer::Transformer(ModelConfig config, TensorParallel tp) : config_(std::m
   if (c.arch == ModelArch::kLlama) {
     root_.add_child("norm", "RMSNorm")->add_param("weight", {D});
     if (!c.tie_embeddings) root_.add_child("output", "Linear")->add_param("weight", {c.vocab_size, D});
+    // A chunked loss calls the output as a module (NOTE [Tied output module]).
+    if (c.tie_embeddings && c.implementation.loss == LossImpl::kChunked) {
+      root_.add_child("output", "Linear");
+      has_output_module_ = true;
+    }
   } else {
     Module* lnf = root_.add_child("ln_f", "LayerNorm");
     lnf->add_param("weight", {D});
@@ -314,15 +319,33 @@ Value Transformer::logits_forward(ExecContext& c, const Tensor& tokens,
 }
 
 Value Transformer::hidden_forward(ExecContext& c, const Tensor& tokens, const std::vector<BlockCheckpoint>& block_ac) {
-  FULLSHARD_CHECK(config_.arch == ModelArch::kLlama && !config_.tie_embeddings && !tp_.enabled(),
-                  "hidden_forward needs an untied Llama without tensor parallelism");
+  FULLSHARD_CHECK(config_.arch == ModelArch::kLlama && !tp_.enabled() && (!config_.tie_embeddings || has_output_module_),
+                  "hidden_forward needs a Llama without tensor parallelism (tied: with its output module)");
   return root_forward(c, tokens, block_ac, true);
+}
+
+// NOTE [Tied output module]: torchtitan's Decoder keeps lm_head as a module when the weights
+// are tied (`self.tok_embeddings.weight = self.lm_head.weight`, torchtitan/models/common/
+// decoder.py at pytorch/torchtitan@b5bcd76): one nn.Parameter registered under both modules,
+// so fully_shard([tok_embeddings, norm, lm_head]) claims it once and both calls run through the
+// group's hooks. fullshard's module tree owns a parameter in one module only, so a tied
+// Llama's output module is added without parameters when its calls go through module hooks
+// (fsdp.units "embed_blocks_head") and projects with the embedding's weight. The module tree
+// of every other run stays as it was. A chunked loss calls the output module by itself, so a
+// tied Llama with loss "chunked" has it whatever its units.
+void Transformer::set_edge_module_calls(bool on) {
+  edge_module_calls_ = on;
+  if (on && config_.arch == ModelArch::kLlama && config_.tie_embeddings && !has_output_module_) {
+    root_.add_child("output", "Linear");
+    has_output_module_ = true;
+  }
 }
 
 Value Transformer::output_forward(ExecContext& c, Value h) {
   Module& out = output_module();
-  return c.call_module(out, std::move(h), [&out](ExecContext& cc, Value v) {
-    return ops::linear(cc, std::move(v), out.param("weight"), nullptr, "output");
+  const Param& w = config_.tie_embeddings ? root_.child("tok_embeddings").param("weight") : out.param("weight");
+  return c.call_module(out, std::move(h), [&w](ExecContext& cc, Value v) {
+    return ops::linear(cc, std::move(v), w, nullptr, "output");
   });
 }
 
@@ -389,7 +412,7 @@ Value Transformer::root_forward(ExecContext& c, const Tensor& tokens, const std:
       out_w = &root_.child("wte").param("weight");
       if (tp_.enabled()) h = ops::tp::all_gather_sequence(rc, std::move(h), tp_, "lm_head all_gather(seq)");
     }
-    Value logits = edge_module_calls_ && cfg.arch == ModelArch::kLlama && !cfg.tie_embeddings
+    Value logits = edge_module_calls_ && cfg.arch == ModelArch::kLlama
                        ? output_forward(rc, std::move(h))
                        : ops::linear(rc, std::move(h), *out_w, nullptr,
                                      cfg.arch == ModelArch::kLlama ? "output" : "lm_head");

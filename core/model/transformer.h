@@ -36,8 +36,9 @@ class Transformer {
   Module& output_module() { return root_.child("output"); }
   // Run tok_embeddings, norm and output through their module hooks (they are FSDP units of
   // their own: fsdp.units "embed_blocks_head"). Off, they run as plain ops inside the root's
-  // forward, with the same ops and lifetimes as before the option existed.
-  void set_edge_module_calls(bool on) { edge_module_calls_ = on; }
+  // forward, with the same ops and lifetimes as before the option existed. For a tied Llama,
+  // on adds the output module (NOTE [Tied output module] in transformer.cc).
+  void set_edge_module_calls(bool on);
 
  private:
   ModelConfig config_;
@@ -46,6 +47,7 @@ class Transformer {
   std::vector<Module*> blocks_;
   Param* output_weight_ = nullptr;  // the embedding's weight when tied
   bool edge_module_calls_ = false;
+  bool has_output_module_ = false;  // a tied Llama's parameterless output module was added
 
   Value root_forward(ExecContext& c, const Tensor& tokens, const std::vector<BlockCheckpoint>& block_ac,
                      bool skip_head);

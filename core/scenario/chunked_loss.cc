@@ -16,7 +16,8 @@ constexpr StreamRole kCurrent = StreamRole::kDefault;
 // 1. `GradAccumulator(hidden_states, dtype=float32)`: torch.zeros_like, an fp32 [T, D] buffer.
 //    `total_loss = hidden_states.new_zeros(())`: an fp32 scalar.
 // 2. The output module's FSDP state (its own unit, or with the final norm in
-//    fully_shard([norm, output])): set_reshard_after_forward(False),
+//    fully_shard([norm, output]), or, tied, fully_shard([tok_embeddings, norm, output]): the
+//    calls act on the whole group, NOTE [Tied embeddings unit]): set_reshard_after_forward(False),
 //    set_reshard_after_backward(False), set_requires_gradient_sync(False, recurse=False), and
 //    lm_head.unshard() (a no-op when the forward left it unsharded).
 // 3. Per chunk i of the T = B x S tokens (T / num_chunks rows each, split along the token
@@ -34,7 +35,8 @@ constexpr StreamRole kCurrent = StreamRole::kDefault;
 //    FSDPParam.to_accumulated_grad_if_needed; nothing is resharded); chunks 1.. accumulate into
 //    the unsharded .grad; the sync set before the last chunk takes effect in the decoder
 //    backward, where the norm's post-backward reduce-scatters output and norm gradients
-//    together. (The wrapper's docstring speaks of a reduce-scatter per chunk; PyTorch's
+//    together (tied: the embedding's backward adds its gradient to the same weight's, and the
+//    root's final callback reduce-scatters the group). (The wrapper's docstring speaks of a reduce-scatter per chunk; PyTorch's
 //    one-shot hook registration for grouped units gives the above.)
 // 4. set_reshard_after_forward(True), set_reshard_after_backward(True),
 //    set_requires_gradient_sync(True), lm_head.reshard(). From then on the unit reshards after

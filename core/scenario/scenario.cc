@@ -680,7 +680,8 @@ Scenario parse_scenario(const json& j, const std::string& base_dir) {
   s.model_weights = parse_model_weights(j.at("model"), base_dir);
   s.training = parse_training(j.at("training"), s.model, base_dir);
   s.hardware = parse_hardware(j.at("hardware"), base_dir);
-  s.fsdp = parse_fsdp(j.contains("fsdp") ? j.at("fsdp") : json::object(), s.hardware, s.model.n_layers);
+  s.fsdp = parse_fsdp(j.contains("fsdp") ? j.at("fsdp") : json::object(), s.hardware, s.model.n_layers,
+                      s.model.arch == ModelArch::kLlama && s.model.tie_embeddings);
   if (j.contains("tensor_parallel")) s.tensor_parallel = parse_tensor_parallel(j.at("tensor_parallel"));
   const int tp = s.fsdp.mesh_size("tp");
   check_tensor_parallel(s.model, s.training.seq_len, tp, s.tensor_parallel.loss_parallel);

@@ -27,7 +27,9 @@ void check_dtype_flow(const Scenario& s) {
   };
   auto name = [](DType d) { return std::string(dtype_name(d)); };
   const bool edges = f.units == ShardingUnits::kEmbedBlocksHead;
-  std::string from = edges ? "tok_embeddings" : "root";
+  // A tied Llama's embedding is in the head's unit (NOTE [Tied embeddings unit]), stored as "output".
+  const bool tied = s.model.arch == ModelArch::kLlama && s.model.tie_embeddings;
+  std::string from = edges ? (tied ? "output" : "tok_embeddings") : "root";
   DType h = compute(from);
   if (edges)
     if (auto o = f.mixed_precision_for(from).output_dtype) h = *o;
@@ -98,23 +100,37 @@ void check_async_tp(const Scenario& s) {
                      "use activation_checkpointing none, full or a layer interval, or write false");
 }
 
-// fsdp.units "embed_blocks_head" and loss = chunked need the output projection as a module of
-// its own (an untied Llama), and the chunked loss splits each micro-batch's tokens evenly
-// (ChunkedLossWrapper's torch._check).
+// NOTE [Tied embeddings unit]: torchtitan's apply_fsdp_to_decoder (torchtitan/distributed/
+// fsdp.py at pytorch/torchtitan@b5bcd76, shared by its Llama 3 and Qwen3 decoders) shards a
+// model with enable_weight_tying as
+//   fully_shard([tok_embeddings, norm, lm_head], reshard_after_forward=(policy == "always"))
+// ("Group them together in one FSDP unit to avoid duplicate all-gathers"), then each block and
+// the root; untied, tok_embeddings and [norm, lm_head] are two units. The grouping came with
+// pytorch/torchtitan@29e27d0 (2026-03, llama4's apply_fsdp, which qwen3 imported) and
+// @8953d2e (2026-03, Llama 3's weight tying); d92336f (2026-06) moved it into
+// apply_fsdp_to_decoder. fsdp.units "embed_blocks_head" builds the same for a tied Llama: one
+// grouped unit whose one parameter serves both the embedding and the output projection, so it
+// is all-gathered once per forward and stays unsharded from the embedding's call to the
+// output's (the group's post-forward runs when its last module returns), and its gradient,
+// the sum of both uses, is reduce-scattered once, from the root's final backward callback (the
+// pass's first module takes token ids, which need no gradient, so no post-backward hook is
+// registered). Its reshard_after_forward follows fsdp.reshard_after_forward like the untied
+// [norm, output] unit: torchtitan's False (policy "default" / "never") is written with
+// fsdp.per_unit {"output": {"reshard_after_forward": false}}. ChunkedLossWrapper takes the
+// model's lm_head whatever its unit: tied, its FSDP calls (set_reshard_after_forward, unshard,
+// ...) act on the whole group, and chunked_loss plays them on the same state (NOTE [Chunked
+// loss]). GPT-2 (nanoGPT's wte / lm_head) has no lm_head module here and no torchtitan layout.
 void check_units_and_loss(const Scenario& s) {
   const ModelConfig& m = s.model;
-  const bool untied_llama = m.arch == ModelArch::kLlama && !m.tie_embeddings;
-  if (s.fsdp.units == ShardingUnits::kEmbedBlocksHead && !untied_llama)
-    throw InputError("fsdp.units", std::string("is \"embed_blocks_head\" for a ") +
-                                       (m.arch == ModelArch::kLlama ? "Llama model with tied embeddings" : "GPT-2 model") +
-                                       ", whose output projection is the embedding's weight",
-                     "use \"blocks\" (torchtitan puts tied embeddings, norm and output in one unit, which fullshard "
-                     "does not build yet)");
+  if (s.fsdp.units == ShardingUnits::kEmbedBlocksHead && m.arch != ModelArch::kLlama)
+    throw InputError("fsdp.units", "is \"embed_blocks_head\" for a GPT-2 model, which has no torchtitan unit layout "
+                                   "(its lm_head is the embedding's weight, not a module of its own here)",
+                     "use \"blocks\" or \"root\"");
   if (m.implementation.loss != LossImpl::kChunked) return;
   const std::string L = "model.implementation.loss";
-  if (!untied_llama)
-    throw InputError(L, "is \"chunked\" for a model whose output projection is the embedding's weight (GPT-2 or tied "
-                        "Llama), which fullshard does not build yet",
+  if (m.arch != ModelArch::kLlama)
+    throw InputError(L, "is \"chunked\" for a GPT-2 model (torchtitan's ChunkedLossWrapper calls a Llama's lm_head "
+                        "module; GPT-2's lm_head is the embedding's weight, not a module of its own here)",
                      "use \"fp32_logits\"");
   const int tp = s.fsdp.mesh_size("tp");
   if (tp > 1)

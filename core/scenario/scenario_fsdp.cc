@@ -141,14 +141,17 @@ ReshardAfterForward parse_reshard(const json& v, int shard_size, const std::stri
 // "reshard_after_forward"). fsdp.per_unit names a unit by its module fqn: "root" or
 // "layers.N"; a negative N counts from the end, so "layers.-1" is the last block whatever the
 // depth and one scenario fits 8B and 70B. Keys are stored resolved ("layers.31").
-std::string resolve_unit(const std::string& key, int64_t n_layers, ShardingUnits units, const std::string& path) {
+std::string resolve_unit(const std::string& key, int64_t n_layers, ShardingUnits units, bool tied_head,
+                         const std::string& path) {
   const std::string fix = "name a unit \"root\" or \"layers.N\" with 0 <= N < " + std::to_string(n_layers) +
                           " (-1 is the last block)";
   if (key == "root") return key;
   // fsdp.units "embed_blocks_head": the embedding and fully_shard([norm, output]) are units;
-  // "norm" and "output" name the same grouped unit (stored as "output").
+  // "norm" and "output" name the same grouped unit (stored as "output"). With tied embeddings
+  // the three modules are one unit, fully_shard([tok_embeddings, norm, output]) (NOTE [Tied
+  // embeddings unit] in scenario_checks.cc): each key names it, stored as "output" too.
   if (units == ShardingUnits::kEmbedBlocksHead) {
-    if (key == "tok_embeddings") return key;
+    if (key == "tok_embeddings") return tied_head ? "output" : key;
     if (key == "norm" || key == "output") return "output";
   }
   const std::string prefix = "layers.";
@@ -159,7 +162,8 @@ std::string resolve_unit(const std::string& key, int64_t n_layers, ShardingUnits
       why = "is not a unit of its own: the embeddings, final norm and output belong to the root unit";
     throw InputError(path, why,
                      units == ShardingUnits::kEmbedBlocksHead
-                         ? fix + ", \"tok_embeddings\", or \"output\" (the [norm, output] unit)"
+                         ? fix + (tied_head ? ", or \"output\" (the tied [tok_embeddings, norm, output] unit)"
+                                            : ", \"tok_embeddings\", or \"output\" (the [norm, output] unit)")
                          : fix + "; fsdp.units \"embed_blocks_head\" makes the embedding and [norm, output] units");
   }
   const std::string num = key.substr(prefix.size());
@@ -181,13 +185,13 @@ std::string resolve_unit(const std::string& key, int64_t n_layers, ShardingUnits
 
 std::optional<DType> parse_dtype(const json& v, const std::string& path);
 
-void parse_per_unit(const json& u, int shard_size, int64_t n_layers, FsdpOptions& f) {
+void parse_per_unit(const json& u, int shard_size, int64_t n_layers, bool tied_head, FsdpOptions& f) {
   const std::string P = "fsdp.per_unit";
   jr::require_object(u, P, "{\"layers.-1\": {\"reshard_after_forward\": false}}");
   std::map<std::string, std::string> key_of;
   for (const auto& [key, v] : u.items()) {
     const std::string K = jr::child_path(P, key);
-    const std::string unit = resolve_unit(key, n_layers, f.units, K);
+    const std::string unit = resolve_unit(key, n_layers, f.units, tied_head, K);
     if (key_of.count(unit))
       throw InputError(K, "names the same unit as \"" + key_of[unit] + "\" (" + unit + ")", "keep one of the two");
     key_of[unit] = key;
@@ -238,7 +242,7 @@ std::optional<DType> parse_dtype(const json& v, const std::string& path) {
 
 }  // namespace
 
-FsdpOptions parse_fsdp(const json& j, const HardwareOptions& hw, int64_t n_layers) {
+FsdpOptions parse_fsdp(const json& j, const HardwareOptions& hw, int64_t n_layers, bool tied_head) {
   const std::string P = "fsdp";
   FsdpOptions f;
   jr::require_object(j, P, "{\"reshard_after_forward\": true}");
@@ -289,7 +293,7 @@ FsdpOptions parse_fsdp(const json& j, const HardwareOptions& hw, int64_t n_layer
     f.backward_prefetch = static_cast<int>(field_int(j, P, "backward_prefetch", 1, kMaxInt,
                                                       "1 (FSDP2 always prefetches at least one unit in backward)"));
   if (j.contains("per_unit"))
-    parse_per_unit(j.at("per_unit"), f.mesh_size("shard"), n_layers, f);
+    parse_per_unit(j.at("per_unit"), f.mesh_size("shard"), n_layers, tied_head, f);
   return f;
 }
 

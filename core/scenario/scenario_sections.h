@@ -20,12 +20,14 @@ void check_fields(const nlohmann::json& obj, const std::string& section);
 int64_t field_int(const nlohmann::json& obj, const std::string& section, const char* key, int64_t min,
                   int64_t max, const std::string& example);
 
-FsdpOptions parse_fsdp(const nlohmann::json& j, const HardwareOptions& hw, int64_t n_layers);
+// tied_head: a Llama with tied embeddings (fsdp.per_unit's "tok_embeddings", "norm" and
+// "output" then name one embed_blocks_head unit).
+FsdpOptions parse_fsdp(const nlohmann::json& j, const HardwareOptions& hw, int64_t n_layers, bool tied_head);
 TensorParallelOptions parse_tensor_parallel(const nlohmann::json& j);
 
 // Checks across sections (scenario_checks.cc), run by parse_scenario after every section:
-// what async TP needs (NOTE [What async TP needs]), and the unit layout and loss that need an
-// untied Llama output projection (fsdp.units embed_blocks_head, loss chunked). Each throws
+// what async TP needs (NOTE [What async TP needs]), and the unit layout and loss that need a
+// Llama output module (fsdp.units embed_blocks_head, loss chunked). Each throws
 // InputError naming the field. check_dtype_flow is public (scenario.h).
 void check_async_tp(const Scenario& s);
 void check_units_and_loss(const Scenario& s);

@@ -93,8 +93,13 @@ TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
     // is "always": a scenario says so with fsdp.per_unit {"output": ...}.
     model_->set_edge_module_calls(true);
     Module& r = model_->root();
-    fsdp_->fully_shard(r.child("tok_embeddings"), unit_options("tok_embeddings"), false);
-    fsdp_->fully_shard(std::vector<Module*>{&r.child("norm"), &r.child("output")}, unit_options("output"));
+    if (s.model.tie_embeddings) {  // fully_shard([tok_embeddings, norm, output]): NOTE [Tied embeddings unit]
+      fsdp_->fully_shard(std::vector<Module*>{&r.child("tok_embeddings"), &r.child("norm"), &r.child("output")},
+                         unit_options("output"));
+    } else {
+      fsdp_->fully_shard(r.child("tok_embeddings"), unit_options("tok_embeddings"), false);
+      fsdp_->fully_shard(std::vector<Module*>{&r.child("norm"), &r.child("output")}, unit_options("output"));
+    }
   }
   if (s.fsdp.units != ShardingUnits::kRoot)
     for (Module* blk : model_->blocks())

@@ -5,19 +5,22 @@
 # simulator's peak allocated and reserved bytes equal what the CPU backend measures, on every
 # rank, to the byte, and the loss is finite. The chunked loss (torchtitan's ChunkedLossWrapper)
 # also runs with fsdp.units "embed_blocks_head" (the embedding and fully_shard([norm, output])
-# as units of their own, FSDP2's grouped hooks).
+# as units of their own, FSDP2's grouped hooks), and with tied embeddings (TIED=1: the
+# embedding, final norm and output as one grouped unit, torchtitan's weight-tying layout).
 set -eu
 bin="$1"; src="$2"
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
 variant() {  # name, implementation JSON, mixed precision JSON, ac mode [, fsdp units]
   python3 - "$src/scenarios/tiny-llama-cpu2.json" "$tmp/$1.json" "$2" "$3" "$4" "${5:-blocks}" <<'P'
-import json, sys
+import json, os, sys
 j = json.load(open(sys.argv[1]))
 j["fsdp"]["units"] = sys.argv[6]
 if sys.argv[6] == "embed_blocks_head":  # torchtitan: fully_shard([norm, output], reshard_after_forward=False)
     j["fsdp"]["per_unit"] = {"output": {"reshard_after_forward": False}}
 j.pop("$schema", None)
 j["model"] = {"name": "tiny-llama", "implementation": json.loads(sys.argv[3])}
+if os.environ.get("TIED"):  # tied: fully_shard([tok_embeddings, norm, output], ...)
+    j["model"]["tie_embeddings"] = True
 j["training"]["steps"] = 2
 j["training"]["seq_len"] = 16
 j["training"]["activation_checkpointing"] = {"mode": sys.argv[5]}
@@ -65,6 +68,18 @@ for impl in '"torchtitan"' '{"loss": "chunked", "loss_chunks": 4}' '"fullshard"'
     done
   done
 done
+# Tied embeddings under torchtitan's layout: the one grouped [tok_embeddings, norm, output]
+# unit, with the logits loss and the chunked loss.
+for impl in '"torchtitan"' '{"loss": "chunked", "loss_chunks": 4}'; do
+  for mp in '{}' '{"param_dtype": "bf16", "reduce_dtype": "fp32"}'; do
+    n=$((n + 1)); name="v$n"
+    TIED=1 variant "$name" "$impl" "$mp" none embed_blocks_head
+    "$bin" compare "$tmp/$name.json" --json "$tmp/$name.out.json" > "$tmp/$name.out" 2>&1 \
+      || { echo "compare failed for tied $impl $mp embed_blocks_head"; cat "$tmp/$name.out"; exit 1; }
+    python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); assert c["equal"] is True and all(r["predicted_peak_allocated_bytes"] == r["measured_peak_allocated_bytes"] and r["predicted_peak_reserved_bytes"] == r["measured_peak_reserved_bytes"] for r in c["ranks"]), c' "$tmp/$name.out.json"
+    echo "ok tied $impl mp=$mp units=embed_blocks_head"
+  done
+done
 # The validation rows' checkpointing (op-level selective: the mm / SDPA outputs cached, the
 # eager chains recomputed) with the torchtitan-2024 preset, fp32 and bf16, and the other SDPA
 # backends in bf16.
@@ -110,6 +125,8 @@ same_loss '{"attention": "efficient", "gqa": "repeat_kv"}'
 same_loss '{"loss": "chunked"}'  # per-chunk means over chunks: the mean, up to fp32 rounding
 same_loss '{"loss": "chunked", "loss_chunks": 16}' embed_blocks_head
 same_loss '"fullshard"' embed_blocks_head  # the same program under other FSDP units
+# Tied: the chunked loss under the tied unit against the logits loss under "blocks" (both tied).
+TIED=1 same_loss '{"loss": "chunked", "loss_chunks": 16}' embed_blocks_head
 same_loss '{"compile": true}'  # the fused regions compute the eager chain's maths in fp32
 same_loss '{"compile": true, "rope": "rotate_half"}'  # the compiled RoPE keeps the variant's pairing
 # The efficient backend with native GQA (tiny-llama: 4 heads over 2 kv heads) is refused.

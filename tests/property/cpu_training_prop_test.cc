@@ -52,11 +52,16 @@ void maybe_per_unit(json& j, const std::vector<json>& raf) {
   RC_TAG("per_unit");
 }
 
-// torchtitan's program for a Llama model, maybe: fsdp.units "embed_blocks_head" (the embedding
-// and fully_shard([norm, output]) as units) and the chunked loss with a chunk count dividing
+// torchtitan's program for a Llama model, maybe: tied embeddings, fsdp.units
+// "embed_blocks_head" (the embedding and fully_shard([norm, output]) as units, or, tied,
+// fully_shard([tok_embeddings, norm, output])) and the chunked loss with a chunk count dividing
 // each rank's batch x seq tokens. Returns the chunk count (0: the loss is left as it is).
 int maybe_torchtitan_units_and_loss(json& j) {
   if (j["model"]["arch"] != "llama") return 0;
+  if (*rc::gen::inRange(0, 3) == 0) {
+    j["model"]["tie_embeddings"] = true;
+    RC_TAG("tied");
+  }
   if (*rc::gen::inRange(0, 3) == 0) {
     j["fsdp"]["units"] = "embed_blocks_head";
     RC_TAG("embed_blocks_head");
@@ -82,7 +87,7 @@ void maybe_compile(json& j) {
 }
 
 // fsdp.per_unit.<unit>.mixed_precision, maybe: one block (or, with embed_blocks_head, the
-// [norm, output] unit) computing in fp32 inside a bf16 / fp32 run. It casts its input
+// [norm, output] or tied [tok_embeddings, norm, output] unit) computing in fp32 inside a bf16 / fp32 run. It casts its input
 // (cast_forward_inputs) and casts its output back to the run's param dtype, so the next unit
 // gets what it computes in (NOTE [Dtype flow between units]).
 void maybe_per_unit_mixed_precision(json& j) {
@@ -96,12 +101,16 @@ void maybe_per_unit_mixed_precision(json& j) {
   const int layers = j["model"]["n_layers"];
   const int u = *rc::gen::inRange(edges ? -1 : 0, layers);
   const std::string key = u < 0 ? "output" : "layers." + std::to_string(u);
+  // A tied [tok_embeddings, norm, output] unit feeds block 0 too: it casts its outputs back.
+  const bool tied = j["model"].value("tie_embeddings", false);
   json o = {{"param_dtype", run == "fp32" ? "bf16" : "fp32"}};
-  if (key != "output") o["output_dtype"] = run;
+  if (key != "output" || tied) o["output_dtype"] = run;
   if (!j["fsdp"].contains("per_unit") || !j["fsdp"]["per_unit"].is_object()) j["fsdp"]["per_unit"] = json::object();
   json& per_unit = j["fsdp"]["per_unit"];
-  // Keys naming the same unit ("norm" / "output", "layers.-1" / "layers.N-1"): keep one.
+  // Keys naming the same unit ("norm" / "output", tied "tok_embeddings" / "output",
+  // "layers.-1" / "layers.N-1"): keep one.
   std::string k = per_unit.contains("norm") && key == "output" ? "norm" : key;
+  if (tied && per_unit.contains("tok_embeddings") && key == "output") k = "tok_embeddings";
   for (auto& [name, v] : per_unit.items())
     if (name.rfind("layers.", 0) == 0 && key != "output" && (std::stoi(name.substr(7)) + layers) % layers == u) k = name;
   per_unit[k]["mixed_precision"] = o;
@@ -221,6 +230,43 @@ TEST(RealTraining, GradientAccumulationEqualsOneLargerBatch) {
     std::string where;
     EXPECT_LE(max_violation(ra, rb, 1e-5, 1e-3, &where), 1.0) << "world " << world << ": " << where;
     for (size_t k = 0; k < ra.mean_loss.size(); ++k) EXPECT_NEAR(ra.mean_loss[k], rb.mean_loss[k], 1e-4);
+  }
+}
+
+// A tied Llama under torchtitan's [tok_embeddings, norm, output] unit trains as with the tied
+// weight in the root unit (fsdp.units "blocks"): the first step's gradients (the tied weight's
+// is the sum of the output's and the embedding's uses, reduce-scattered once) and the
+// parameters after 2 steps agree within NOTE [fp32 tolerance], with the logits loss and the
+// chunked loss, whether the unit reshards after forward or not. ShardedEqualsUnsharded runs one
+// layout at two sizes; this ties the new layout to the existing one.
+TEST(RealTraining, TiedEmbeddingsUnitTrainsAsTheRootUnit) {
+  for (const char* loss : {"fp32_logits", "chunked"}) {
+    for (bool keep : {false, true}) {
+      TinyOptions o;
+      o.mesh = {2};
+      o.steps = 2;
+      o.seq = 8;
+      json a = tiny_scenario_json(o);
+      a["model"] = {{"name", "tiny-llama"}, {"tie_embeddings", true}, {"implementation", {{"loss", loss}, {"loss_chunks", 4}}}};
+      a["training"]["optimizer"] = {{"lr", 1e-3}, {"eps", 1e-6}};
+      json b = a;
+      a["fsdp"]["units"] = "embed_blocks_head";
+      if (keep) a["fsdp"]["per_unit"] = {{"output", {{"reshard_after_forward", false}}}};
+      b["fsdp"]["units"] = "blocks";
+      b["fsdp"]["per_unit"] = {{"root", {{"reshard_after_forward", false}}}};  // the chunks call the root's output
+      runner::RankOptions ro;
+      ro.collect_grads = true;
+      RealRun ra = run_real(parse_scenario(a), -1, ro), rb = run_real(parse_scenario(b), -1, ro);
+      const std::string what = std::string(loss) + (keep ? ", unit kept unsharded" : "");
+      ASSERT_TRUE(ra.grads.count("tok_embeddings.weight")) << what;
+      RealRun ga, gb;
+      ga.params = ra.grads;
+      gb.params = rb.grads;
+      std::string where;
+      EXPECT_LE(max_violation(ga, gb, 1e-6, 1e-4, &where), 1.0) << what << ": gradient " << where;
+      EXPECT_LE(max_violation(ra, rb, 1e-5, 1e-3, &where), 1.0) << what << ": " << where;
+      for (size_t k = 0; k < ra.mean_loss.size(); ++k) EXPECT_NEAR(ra.mean_loss[k], rb.mean_loss[k], 1e-5) << what;
+    }
   }
 }
 

@@ -155,6 +155,43 @@ TEST(ModelImplementation, EmbedBlocksHeadUnits) {
   }
 }
 
+// A tied Llama's embedding, final norm and output are one unit (NOTE [Tied embeddings unit]):
+// each of the three keys names it, and the chunked loss is accepted for it.
+TEST(ModelImplementation, TiedEmbedBlocksHeadUnit) {
+  json j = with_impl("fullshard");
+  j["model"] = {{"name", "tiny-llama"}, {"tie_embeddings", true}};
+  j["fsdp"] = {{"units", "embed_blocks_head"}, {"per_unit", {{"tok_embeddings", {{"reshard_after_forward", false}}}}}};
+  Scenario s = parse_scenario(j);
+  EXPECT_EQ(s.fsdp.units, ShardingUnits::kEmbedBlocksHead);
+  EXPECT_EQ(s.fsdp.reshard_for("output").kind, ReshardAfterForward::Kind::kFalse);
+  EXPECT_EQ(s.fsdp.per_unit_reshard.count("tok_embeddings"), 0u);
+  for (const char* other : {"norm", "output"}) {
+    j["fsdp"]["per_unit"] = {{"tok_embeddings", {{"reshard_after_forward", false}}},
+                             {other, {{"reshard_after_forward", true}}}};
+    try {
+      parse_scenario(j);
+      ADD_FAILURE() << "tok_embeddings and " << other << " both named for a tied model";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("same unit"), std::string::npos) << e.what();
+    }
+  }
+  j["fsdp"]["per_unit"] = {{"wte", {{"reshard_after_forward", false}}}};
+  try {
+    parse_scenario(j);
+    ADD_FAILURE() << "wte named for a Llama";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("tied [tok_embeddings, norm, output]"), std::string::npos) << e.what();
+  }
+  // The chunked loss: with the tied unit, and with the output in a root that stays unsharded.
+  j["fsdp"].erase("per_unit");
+  j["model"]["implementation"] = {{"loss", "chunked"}, {"loss_chunks", 4}};
+  EXPECT_EQ(parse_scenario(j).model.implementation.loss, LossImpl::kChunked);
+  j["fsdp"] = {{"units", "blocks"}, {"reshard_after_forward", true}};
+  expect_root_reshard_error(j);
+  j["fsdp"]["per_unit"] = {{"root", {{"reshard_after_forward", false}}}};
+  EXPECT_EQ(parse_scenario(j).model.implementation.loss, LossImpl::kChunked);
+}
+
 TEST(ModelImplementation, AttentionBackends) {
   EXPECT_EQ(parse_impl({{"attention", "cudnn"}}).attention, AttentionImpl::kCudnn);
   // tiny-llama has 4 query heads over 2 kv heads: PyTorch's efficient backend takes no GQA.

@@ -133,6 +133,43 @@ TEST(CollectiveCounts, EmbedBlocksHeadUnitsAndTheChunkedLoss) {
   }
 }
 
+// The same layout for a Llama with tied embeddings: torchtitan's
+// fully_shard([tok_embeddings, norm, output], reshard_after_forward=False) (NOTE [Tied
+// embeddings unit] in core/scenario/scenario_checks.cc). Counts of the last step, written out:
+//   without the chunked loss:
+//     forward:  the tied unit 1 at the embedding's pre-forward (the norm's and the output's
+//               pre-forwards find it unsharded: one all-gather of the one tied weight), blocks 2
+//     backward: the tied unit 0 (unsharded since forward), blocks 2            -> 5 all-gathers
+//   with it (step 1's loss loop set the unit's reshard_after_forward to True):
+//     forward:  the tied unit 1, blocks 2; the root's post-forward completes the unit (the
+//               output did not run) and reshards it
+//     loss:     lm_head.unshard() before the chunks -> 1
+//     backward: the tied unit 1 (resharded after the loop; the embedding's backward needs it
+//               unsharded to take the gradient), blocks 2                      -> 7 all-gathers
+// and one reduce-scatter per unit: the tied unit's gradient (output and embedding uses summed,
+// with the norm's) is reduced once, from the root's final callback (its pass starts at the
+// embedding, whose token ids need no gradient, so no post-backward hook runs earlier).
+TEST(CollectiveCounts, TiedEmbeddingsUnitAllGathersOncePerForward) {
+  for (bool chunked : {false, true}) {
+    for (const char* key : {"output", "tok_embeddings", "norm"}) {  // each names the tied unit
+      TinyOptions o;
+      o.mesh = {4};
+      o.units = "embed_blocks_head";
+      o.per_unit = {{key, {{"reshard_after_forward", false}}}};
+      json j = tiny_scenario_json(o);
+      j["model"] = {{"name", "tiny-llama"}, {"tie_embeddings", true}};
+      if (chunked) j["model"]["implementation"] = {{"loss", "chunked"}, {"loss_chunks", 4}};
+      sim::SimulateOptions so;
+      so.all_ranks = true;
+      auto r = sim::simulate_scenario(parse_scenario(j), so);
+      ASSERT_TRUE(r.problems.empty()) << problems_text(r);
+      EXPECT_EQ(count(r, CollectiveKind::kAllGather), chunked ? 1 + kBlocks + 1 + 1 + kBlocks : 1 + kBlocks + kBlocks)
+          << chunked << " " << key;
+      EXPECT_EQ(count(r, CollectiveKind::kReduceScatter), 1 + kBlocks) << chunked << " " << key;
+    }
+  }
+}
+
 TEST(CollectiveCounts, GradientAccumulationReducesOnlyOnTheLastMicroBatch) {
   TinyOptions o;
   o.mesh = {2};
