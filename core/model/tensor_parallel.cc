@@ -83,7 +83,9 @@ void check_tensor_parallel(const ModelConfig& c, int64_t seq_len, int degree, bo
   if (loss == LossImpl::kFp32Output)
     throw InputError("model.implementation.loss", "is fp32_output with tp " + T + ", which fullshard does not model",
                      "use fp32_logits (the loss's .float() of the gathered or vocab-parallel logits)");
-  if (loss_parallel && loss != LossImpl::kFp32Logits)
+  // The chunked loss runs loss parallel on each chunk's fp32-cast logits (NOTE [Chunked loss
+  // under tp] in core/scenario/scenario_checks.cc).
+  if (loss_parallel && loss != LossImpl::kFp32Logits && loss != LossImpl::kChunked)
     throw InputError("model.implementation.loss",
                      "is " + std::string(loss_impl_name(loss)) + " with tp " + T + " and loss parallel",
                      "loss parallel computes in fp32 (logits.float()): use fp32_logits, or set "

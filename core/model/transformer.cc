@@ -319,8 +319,8 @@ Value Transformer::logits_forward(ExecContext& c, const Tensor& tokens,
 }
 
 Value Transformer::hidden_forward(ExecContext& c, const Tensor& tokens, const std::vector<BlockCheckpoint>& block_ac) {
-  FULLSHARD_CHECK(config_.arch == ModelArch::kLlama && !tp_.enabled() && (!config_.tie_embeddings || has_output_module_),
-                  "hidden_forward needs a Llama without tensor parallelism (tied: with its output module)");
+  FULLSHARD_CHECK(config_.arch == ModelArch::kLlama && (!config_.tie_embeddings || has_output_module_),
+                  "hidden_forward needs a Llama (tied: with its output module)");
   return root_forward(c, tokens, block_ac, true);
 }
 
@@ -402,7 +402,9 @@ Value Transformer::root_forward(ExecContext& c, const Tensor& tokens, const std:
       else
         h = rms_norm(rc, std::move(h), norm.param("weight"), "norm");
       rot.reset();
-      if (skip_head) return h;
+      // Under tp the norm's sequence shards are gathered to Replicate first (NOTE [Chunked
+      // loss under tp] in core/scenario/scenario_checks.cc): each chunk enters lm_head whole.
+      if (skip_head) return tp_.enabled() ? ops::tp::all_gather_sequence(rc, std::move(h), tp_, "norm all_gather(seq)") : h;
       out_w = cfg.tie_embeddings ? &root_.child("tok_embeddings").param("weight")
                                  : &root_.child("output").param("weight");
       if (tp_.enabled()) h = ops::tp::all_gather_sequence(rc, std::move(h), tp_, "output all_gather(seq)");

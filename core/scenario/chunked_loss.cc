@@ -4,6 +4,7 @@
 
 #include "core/common/error.h"
 #include "core/model/ops.h"
+#include "core/model/tensor_parallel.h"
 
 namespace fullshard {
 
@@ -64,7 +65,9 @@ Value chunked_loss(ExecContext& c, Transformer& model, FSDPRuntime& fsdp, Value 
 
   Tensor acc;
   if (grad) {
-    acc = c.empty({DType::kFloat32, {T, D}}, MemCategory::kTemporary, "chunked loss grad accumulator");
+    // zeros_like(hidden_states) in fp32: h's shape, so the decoder's backward (under tp, the
+    // norm's sequence all-gather) gets a gradient shaped like its output.
+    acc = c.empty({DType::kFloat32, h.t.shape()}, MemCategory::kTemporary, "chunked loss grad accumulator");
     ops::fill_zero(b, kCurrent, acc, "chunked loss grad accumulator zeros");
   }
   Tensor total = c.empty({DType::kFloat32, {}}, MemCategory::kActivation, "total_loss");
@@ -90,7 +93,11 @@ Value chunked_loss(ExecContext& c, Transformer& model, FSDPRuntime& fsdp, Value 
     const uint64_t leaf_id = leaf.id;
     hi = Tensor();
     Value logits = model.output_forward(cc, std::move(leaf));
-    Value loss = ops::cross_entropy(cc, std::move(logits), li, name, true);
+    // Under tp the chunk's logits are this rank's vocab columns: loss parallel's cross-entropy
+    // (its all-reduces of the row max, the exp sums and the picked logits), as unchunked.
+    const TensorParallel& tp = model.tensor_parallel();
+    Value loss = tp.enabled() ? ops::tp::vocab_parallel_cross_entropy(cc, std::move(logits), li, tp, name)
+                              : ops::cross_entropy(cc, std::move(logits), li, name, true);
     Tensor sum = ops::add_new(b, total, loss.t, MemCategory::kActivation, "total_loss + " + name);
     total = std::move(sum);
     if (!grad) continue;

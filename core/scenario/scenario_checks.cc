@@ -132,10 +132,16 @@ void check_units_and_loss(const Scenario& s) {
     throw InputError(L, "is \"chunked\" for a GPT-2 model (torchtitan's ChunkedLossWrapper calls a Llama's lm_head "
                         "module; GPT-2's lm_head is the embedding's weight, not a module of its own here)",
                      "use \"fp32_logits\"");
+  // NOTE [Chunked loss under tp]: torchtitan's decoder sharding (models/common/
+  // decoder_sharding.py at pytorch/torchtitan@b5bcd76, pre_lm_head_norm_config) gathers the
+  // root norm's sequence-parallel output to Replicate, so each chunk enters lm_head replicated;
+  // lm_head's output stays vocab-sharded (out_dst S(-1)) into loss parallel's cross-entropy. A
+  // chunked loss without loss parallel is a program torchtitan does not write.
   const int tp = s.fsdp.mesh_size("tp");
-  if (tp > 1)
-    throw InputError(L, "is \"chunked\" with tp " + std::to_string(tp) + ", which fullshard does not model yet",
-                     "use \"fp32_logits\", or tp 1");
+  if (tp > 1 && !s.tensor_parallel.loss_parallel)
+    throw InputError(L, "is \"chunked\" with tp " + std::to_string(tp) + " and tensor_parallel.loss_parallel false "
+                        "(torchtitan's chunked loss keeps each chunk's logits vocab-sharded into loss parallel)",
+                     "set tensor_parallel.loss_parallel true, or use \"fp32_logits\"");
   // The output projection is called after the root's post-forward: owned by the root unit, it
   // must still be unsharded then (a resharded root leaves lm_head.weight a sharded DTensor,
   // which PyTorch refuses to multiply with the plain hidden states).

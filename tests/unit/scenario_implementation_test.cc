@@ -112,12 +112,18 @@ TEST(ModelImplementation, ChunkedLossAndItsLimits) {
   t["training"]["seq_len"] = 16;
   t["fsdp"] = {{"mesh", {{"shape", {1, 2}}, {"dim_names", {"shard", "tp"}}}}};
   t["hardware"]["gpus_per_node"] = 2;
+  // Under tp the chunks run loss parallel (NOTE [Chunked loss under tp]): accepted with it,
+  // refused without it.
+  t["fsdp"]["per_unit"] = {{"root", {{"reshard_after_forward", false}}}};
+  EXPECT_EQ(parse_scenario(t).model.implementation.loss, LossImpl::kChunked);
+  t["tensor_parallel"] = {{"loss_parallel", false}};
   try {
     parse_scenario(t);
-    ADD_FAILURE() << "chunked loss with tp accepted";
+    ADD_FAILURE() << "chunked loss with tp and no loss parallel accepted";
   } catch (const InputError& e) {
     EXPECT_EQ(e.where(), "model.implementation.loss") << e.what();
     EXPECT_NE(std::string(e.what()).find("tp 2"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("loss_parallel"), std::string::npos) << e.what();
   }
 }
 
