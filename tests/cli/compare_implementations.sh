@@ -98,6 +98,17 @@ done
 # An eager decomposition (rms_norm=eager, rope=rotate_half; gqa=repeat_kv against native GQA)
 # computes the default's math up to fp32 rounding order: in fp32 the losses of 4 steps (every step after the first depends on the gradients through the op)
 # agree within 1e-5 relative with the fused variant's.
+losses_match() {  # metrics A, metrics B, label: 4 steps each, equal within 1e-5 relative
+  python3 - "$1" "$2" "$3" <<'P'
+import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1])]
+b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
+assert len(a) == len(b) == 4, (a, b)
+for x, y in zip(a, b):
+    assert abs(x - y) <= 1e-5 * abs(x), (sys.argv[3], a, b)
+print("ok", sys.argv[3], "losses match within 1e-5:", b)
+P
+}
 same_loss() {  # implementation JSON of the variant to check against "fullshard" [, its fsdp units]
   for i in 0 1; do
     impl='"fullshard"'; units=blocks; [ "$i" -eq 1 ] && { impl="$1"; units="${2:-blocks}"; }
@@ -106,15 +117,7 @@ same_loss() {  # implementation JSON of the variant to check against "fullshard"
     "$bin" train "$tmp/loss$i.json" --metrics "$tmp/loss$i.jsonl" > "$tmp/loss$i.out" 2>&1 \
       || { echo "train failed for $impl"; cat "$tmp/loss$i.out"; exit 1; }
   done
-  python3 - "$tmp/loss0.jsonl" "$tmp/loss1.jsonl" "$1" <<'P'
-import json, sys
-a = [json.loads(l)["loss"] for l in open(sys.argv[1])]
-b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
-assert len(a) == len(b) == 4, (a, b)
-for x, y in zip(a, b):
-    assert abs(x - y) <= 1e-5 * abs(x), (sys.argv[3], a, b)
-print("ok", sys.argv[3], "losses match the fused variant's within 1e-5:", b)
-P
+  losses_match "$tmp/loss0.jsonl" "$tmp/loss1.jsonl" "$1 (against the fused variant)"
 }
 same_loss '{"rms_norm": "eager"}'
 same_loss '{"loss": "fp32_output"}'  # the same .float() inside the root instead of in the loss
@@ -177,15 +180,7 @@ for units in blocks embed_blocks_head; do
   "$bin" compare "$f.json" --json "$f.out.json" > "$f.out" 2>&1 || { echo "compare failed for chunked + tp ($units)"; cat "$f.out"; exit 1; }
   python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); assert c["equal"] is True and len(c["ranks"]) == 4 and all(r["predicted_peak_allocated_bytes"] == r["measured_peak_allocated_bytes"] and r["predicted_peak_reserved_bytes"] == r["measured_peak_reserved_bytes"] for r in c["ranks"]), c' "$f.out.json"
   "$bin" train "$f.json" --metrics "$f.jsonl" > "$f.train.out" 2>&1 || { echo "train failed for chunked + tp"; cat "$f.train.out"; exit 1; }
-  python3 - "$tmp/tp-plain.jsonl" "$f.jsonl" "$units" <<'P'
-import json, sys
-a = [json.loads(l)["loss"] for l in open(sys.argv[1])]
-b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
-assert len(a) == len(b) == 4, (a, b)
-for x, y in zip(a, b):
-    assert abs(x - y) <= 1e-5 * abs(x), (sys.argv[3], a, b)
-print("ok chunked + tp 2 (" + sys.argv[3] + "): predicted == measured; losses match unchunked tp within 1e-5:", b)
-P
+  losses_match "$tmp/tp-plain.jsonl" "$f.jsonl" "chunked + tp 2 ($units; predicted == measured) against unchunked tp"
 done
 # compile = true has no CUDA kernels: the CUDA backend refuses it in one line.
 variant cuda-compile '{"compile": true}' '{}' none
