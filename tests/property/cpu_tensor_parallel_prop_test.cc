@@ -6,6 +6,7 @@
 
 #include "core/model/tensor_parallel.h"
 #include "tests/support/cpu_support.h"
+#include "tests/support/prop_support.h"
 #include "tests/support/input_error.h"
 #include "tests/support/sim_support.h"
 
@@ -24,27 +25,6 @@ json tp_model(int tp) {
           {"dim", heads * head_dim},  {"n_layers", *rc::gen::inRange(1, 3)},
           {"n_heads", heads},         {"n_kv_heads", kv},      {"ffn_dim", tp * *rc::gen::inRange(1, 5)},
           {"max_seq_len", 16},        {"tie_embeddings", *rc::gen::arbitrary<bool>()}};
-}
-
-// [replicate, shard, tp] with at most 8 ranks (threads), as JSON mesh.
-json tp_mesh(int tp, int* world, int* shard) {
-  const int replicate = *rc::gen::element(1, 2);
-  *shard = *rc::gen::inRange(1, 4);
-  RC_PRE(replicate * *shard * tp <= 8);
-  *world = replicate * *shard * tp;
-  if (replicate == 1 && *rc::gen::arbitrary<bool>())
-    return {{"shape", {*shard, tp}}, {"dim_names", {"dp_shard", "tp"}}};
-  return {{"shape", {replicate, *shard, tp}}, {"dim_names", {"dp_replicate", "dp_shard", "tp"}}};
-}
-
-// The same job on one rank: the whole global batch (every data-parallel rank's), no sharding.
-json unsharded(json j, int dp) {
-  j["fsdp"]["mesh"] = {{"shape", {1}}};
-  j["fsdp"].erase("reshard_after_forward");
-  j["fsdp"]["cpu_offload"] = false;
-  j["training"]["batch_per_rank"] = j["training"]["batch_per_rank"].get<int>() * dp;
-  j["hardware"]["gpus_per_node"] = 1;
-  return j;
 }
 
 }  // namespace
@@ -79,7 +59,7 @@ RC_GTEST_PROP(TensorParallel, EqualsUnsharded, ()) {
   RC_TAG(loss_parallel ? "loss parallel" : "logits gathered");
   RC_TAG(mesh["shape"].size() == 3 ? "3-D" : "2-D");
   RealRun sharded = run_real(parse_scenario(j));
-  RealRun ref = run_real(parse_scenario(unsharded(j, world / tp)));
+  RealRun ref = run_real(parse_scenario(unsharded_job(j, world / tp)));
   std::string where;
   const double v = max_violation(sharded, ref, 1e-5, 1e-3, &where);
   if (!(v <= 1.0)) RC_FAIL("worst parameter difference at " + where);
@@ -112,16 +92,7 @@ RC_GTEST_PROP(TensorParallel, PredictedPeakMemoryEqualsMeasured, ()) {
     j["model"]["implementation"] = {{"loss", *rc::gen::element(std::string("fp32_logits"), std::string("bf16_logits"))},
                                     {"keep_logits", *rc::gen::arbitrary<bool>()}};
   Scenario s = parse_scenario(j);
-  sim::SimulateOptions so;
-  so.all_ranks = true;
-  sim::SimulationReport pred = sim::simulate_scenario(s, so);
-  if (!pred.ok()) RC_FAIL(problems_text(pred));
-  RealRun real = run_real(s);
-  for (const auto& c : pred.classes)
-    for (int r : c.ranks) {
-      RC_ASSERT(real.ranks[r].report.peak_allocated_bytes == c.peak_allocated_bytes);
-      RC_ASSERT(real.ranks[r].report.peak_reserved_bytes == c.peak_reserved_bytes);
-    }
+  predicted_peaks_equal_measured(s);
 }
 
 // NOTE [bf16 tolerance with tp]: on top of NOTE [bf16 tolerance] in cpu_training_prop_test.cc,
@@ -138,7 +109,7 @@ TEST(TensorParallel, MixedPrecisionMatchesUnshardedBf16) {
   j["hardware"]["gpus_per_node"] = 4;
   j["training"]["optimizer"] = {{"lr", 1e-3}, {"eps", 1e-6}};
   RealRun sharded = run_real(parse_scenario(j));
-  RealRun ref = run_real(parse_scenario(unsharded(j, 2)));
+  RealRun ref = run_real(parse_scenario(unsharded_job(j, 2)));
   std::string where;
   EXPECT_LE(max_violation(sharded, ref, 4e-3, 2e-2, &where), 1.0) << where;
   for (size_t k = 0; k < ref.mean_loss.size(); ++k) EXPECT_NEAR(sharded.mean_loss[k], ref.mean_loss[k], 2e-2);

@@ -5,6 +5,7 @@
 #include <rapidcheck/gtest.h>
 
 #include "tests/support/cpu_support.h"
+#include "tests/support/prop_support.h"
 #include "tests/support/sim_support.h"
 
 using namespace fullshard;
@@ -28,13 +29,7 @@ json small_model() {
 json unsharded(json j) {
   int world = 1;
   for (int d : j["fsdp"]["mesh"]["shape"]) world *= d;
-  j["fsdp"]["mesh"] = {{"shape", {1}}};
-  j["fsdp"].erase("reshard_after_forward");
-  j["fsdp"].erase("per_unit");
-  j["fsdp"]["cpu_offload"] = false;
-  j["training"]["batch_per_rank"] = j["training"]["batch_per_rank"].get<int>() * world;
-  j["hardware"]["gpus_per_node"] = 1;
-  return j;
+  return unsharded_job(std::move(j), world);
 }
 
 // fsdp.per_unit: maybe one unit (the root or a block, counted from either end) with its own
@@ -201,16 +196,7 @@ RC_GTEST_PROP(RealTraining, PredictedPeakMemoryEqualsMeasured, ()) {
   maybe_per_unit_mixed_precision(j);
   keep_root_unsharded_for_chunks(j);
   Scenario s = parse_scenario(j);
-  sim::SimulateOptions so;
-  so.all_ranks = true;
-  sim::SimulationReport pred = sim::simulate_scenario(s, so);
-  if (!pred.ok()) RC_FAIL(problems_text(pred));
-  RealRun real = run_real(s);
-  for (const auto& c : pred.classes)
-    for (int r : c.ranks) {
-      RC_ASSERT(real.ranks[r].report.peak_allocated_bytes == c.peak_allocated_bytes);
-      RC_ASSERT(real.ranks[r].report.peak_reserved_bytes == c.peak_reserved_bytes);
-    }
+  predicted_peaks_equal_measured(s);
 }
 
 TEST(RealTraining, GradientAccumulationEqualsOneLargerBatch) {
