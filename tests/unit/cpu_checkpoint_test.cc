@@ -20,6 +20,7 @@
 #include "core/checkpoint/export.h"
 #include "core/common/error.h"
 #include "runner/init_weights.h"
+#include "tests/support/checkpoint_support.h"
 #include "tests/support/cpu_support.h"
 #include "tests/support/sim_support.h"
 #include "tests/support/temp_dir.h"
@@ -29,7 +30,6 @@ namespace {
 using namespace fullshard::testing;
 using nlohmann::json;
 namespace fs = std::filesystem;
-
 
 // NOTE [fp32 tolerance] (tests/property/cpu_training_prop_test.cc): eps 1e-6, lr 1e-3.
 json scenario(std::vector<int> mesh, int batch, int steps = 6) {
@@ -44,35 +44,6 @@ json scenario(std::vector<int> mesh, int batch, int steps = 6) {
   j["training"]["optimizer"] = {{"lr", 1e-3}, {"eps", 1e-6}, {"max_grad_norm", 1.0}};
   j["training"]["seed"] = 7;
   return j;
-}
-
-runner::RankOptions saving(const std::string& dir, int every, bool async = false, int keep_last = 0) {
-  runner::RankOptions o;
-  o.checkpoint_dir = dir;
-  o.checkpoint_every = every;
-  o.checkpoint_async = async;
-  o.checkpoint_keep_last = keep_last;
-  return o;
-}
-
-// The bytes of a file.
-std::string file_bytes(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-runner::RankOptions resuming(const std::string& dir) {
-  runner::RankOptions o;
-  o.resume_from = resolve_checkpoint(dir, "--resume");
-  return o;
-}
-
-void expect_bit_identical(const RealRun& a, const RealRun& b) {
-  ASSERT_EQ(a.params.size(), b.params.size());
-  for (const auto& [fqn, va] : a.params) {
-    const auto& vb = b.params.at(fqn);
-    ASSERT_EQ(va.size(), vb.size()) << fqn;
-    EXPECT_EQ(std::memcmp(va.data(), vb.data(), va.size() * 4), 0) << fqn;
-  }
 }
 
 TEST(CpuCheckpoint, ResumeContinuesBitIdentically) {

@@ -15,6 +15,7 @@
 #include "core/checkpoint/piece_layout.h"
 #include "core/common/error.h"
 #include "core/fsdp/shard_layout.h"
+#include "tests/support/checkpoint_support.h"
 #include "tests/support/cpu_support.h"
 #include "tests/support/input_error.h"
 #include "tests/support/sim_support.h"
@@ -48,27 +49,6 @@ json scenario(std::vector<int> mesh, int global_batch, int steps = 6, double lr 
   return j;
 }
 
-runner::RankOptions saving(const std::string& dir, int every) {
-  runner::RankOptions o;
-  o.checkpoint_dir = dir;
-  o.checkpoint_every = every;
-  return o;
-}
-runner::RankOptions resuming(const std::string& dir) {
-  runner::RankOptions o;
-  o.resume_from = resolve_checkpoint(dir, "--resume");
-  return o;
-}
-
-void expect_bit_identical(const RealRun& a, const RealRun& b) {
-  ASSERT_EQ(a.params.size(), b.params.size());
-  for (const auto& [fqn, va] : a.params) {
-    const auto& vb = b.params.at(fqn);
-    ASSERT_EQ(va.size(), vb.size()) << fqn;
-    EXPECT_EQ(std::memcmp(va.data(), vb.data(), va.size() * 4), 0) << fqn;
-  }
-}
-
 // Every parameter of the checkpoint in `dir`, read whole (one rank of FSDP 1), equals `run`'s
 // parameters byte for byte.
 void expect_checkpoint_holds(const std::string& dir, const RealRun& run) {
@@ -79,11 +59,6 @@ void expect_checkpoint_holds(const std::string& dir, const RealRun& run) {
     reader.read_shard("param/" + fqn, 1, 0, full.data(), full.size() * 4);
     EXPECT_EQ(std::memcmp(full.data(), values.data(), full.size() * 4), 0) << fqn;
   }
-}
-
-std::string file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 // Every blocked Shard(0) layout (3 blocks, tp 1-4, FSDP 1-5, 1-3 block rows per tp rank, so
@@ -126,19 +101,9 @@ TEST(CpuGpt2TpCheckpoint, PieceBoxesAreTheLocalRowsInOrder) {
 TEST(CpuGpt2TpCheckpoint, ResumeContinuesBitIdentically) {
   for (const auto& mesh : std::vector<std::vector<int>>{{2, 2}, {1, 2}, {2, 1, 2}}) {
     TempDir d;
-    const Scenario s = parse_scenario(scenario(mesh, 4));
-    const RealRun straight = run_real(s, 6);
-    const RealRun first = run_real(s, 3, saving(d.path(), 3));
+    const RealRun first = expect_resume_continues_bit_identically(
+        parse_scenario(scenario(mesh, 4)), d.path(), "mesh of " + std::to_string(mesh.size()) + " dims");
     expect_checkpoint_holds(d.path(), first);
-    const RealRun resumed = run_real(s, 6, resuming(d.path()));
-    ASSERT_EQ(resumed.mean_loss.size(), 3u);
-    for (size_t k = 0; k < 3; ++k) {
-      EXPECT_EQ(first.mean_loss[k], straight.mean_loss[k]);
-      EXPECT_EQ(resumed.mean_loss[k], straight.mean_loss[3 + k]) << "step " << 3 + k << " mesh " << mesh.size();
-      for (size_t r = 0; r < resumed.ranks.size(); ++r)
-        EXPECT_EQ(resumed.ranks[r].steps[k].loss, straight.ranks[r].steps[3 + k].loss);
-    }
-    expect_bit_identical(resumed, straight);
   }
 }
 

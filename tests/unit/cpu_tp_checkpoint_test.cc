@@ -12,6 +12,7 @@
 #include "core/checkpoint/export.h"
 #include "core/common/error.h"
 #include "runner/init_weights.h"
+#include "tests/support/checkpoint_support.h"
 #include "tests/support/cpu_support.h"
 #include "tests/support/input_error.h"
 #include "tests/support/sim_support.h"
@@ -44,47 +45,11 @@ json scenario(std::vector<int> mesh, int global_batch, int steps = 6) {
   return j;
 }
 
-runner::RankOptions saving(const std::string& dir, int every) {
-  runner::RankOptions o;
-  o.checkpoint_dir = dir;
-  o.checkpoint_every = every;
-  return o;
-}
-runner::RankOptions resuming(const std::string& dir) {
-  runner::RankOptions o;
-  o.resume_from = resolve_checkpoint(dir, "--resume");
-  return o;
-}
-runner::RankOptions init_from(const std::string& file) {
-  runner::RankOptions o;
-  o.init_from = file;
-  return o;
-}
-
-void expect_bit_identical(const RealRun& a, const RealRun& b) {
-  ASSERT_EQ(a.params.size(), b.params.size());
-  for (const auto& [fqn, va] : a.params) {
-    const auto& vb = b.params.at(fqn);
-    ASSERT_EQ(va.size(), vb.size()) << fqn;
-    EXPECT_EQ(std::memcmp(va.data(), vb.data(), va.size() * 4), 0) << fqn;
-  }
-}
-
 TEST(CpuTpCheckpoint, ResumeContinuesBitIdentically) {
   for (const auto& mesh : std::vector<std::vector<int>>{{2, 2}, {2, 1, 2}}) {
     TempDir d;
-    const Scenario s = parse_scenario(scenario(mesh, 4));
-    const RealRun straight = run_real(s, 6);
-    const RealRun first = run_real(s, 3, saving(d.path(), 3));
-    const RealRun resumed = run_real(s, 6, resuming(d.path()));
-    ASSERT_EQ(resumed.mean_loss.size(), 3u);
-    for (size_t k = 0; k < 3; ++k) {
-      EXPECT_EQ(first.mean_loss[k], straight.mean_loss[k]);
-      EXPECT_EQ(resumed.mean_loss[k], straight.mean_loss[3 + k]) << "step " << 3 + k << " mesh " << mesh.size();
-      for (size_t r = 0; r < resumed.ranks.size(); ++r)
-        EXPECT_EQ(resumed.ranks[r].steps[k].loss, straight.ranks[r].steps[3 + k].loss);
-    }
-    expect_bit_identical(resumed, straight);
+    expect_resume_continues_bit_identically(parse_scenario(scenario(mesh, 4)), d.path(),
+                                            "mesh of " + std::to_string(mesh.size()) + " dims");
   }
 }
 
