@@ -169,6 +169,15 @@ P
       record FAIL "measure ($out/measure.log)"; tail -n 20 "$out/measure.log"
     fi
   fi
+  # 5. FSDP2's hook host time on this machine's CPU (fsdp_hook_s, fsdp_hook_param_s: NOTE [FSDP
+  # hook host cost]), with the PyTorch installed here.
+  if [ -f tools/measure/fsdp_hooks.py ]; then
+    if timeout 600 python3 tools/measure/fsdp_hooks.py > "$out/fsdp_hooks.log" 2>&1; then
+      record MEASURE "fsdp hooks: $(grep -m1 '^fsdp_hook_s' "$out/fsdp_hooks.log") ($out/fsdp_hooks.log)"
+    else
+      record FAIL "fsdp hooks ($out/fsdp_hooks.log)"; tail -n 20 "$out/fsdp_hooks.log"
+    fi
+  fi
   echo
   echo "gpu-check summary:"
   printf '  %s\n' "${summary[@]}"
