@@ -152,7 +152,18 @@ P
     fi
   fi
   # 4. Measure (docs/cost-model.md, "Measuring a GPU"): the kernels of Llama 3.1 8B at seq 8192
-  # timed with PyTorch, and the profile of this GPU fitted to them by `fullshard calibrate`.
+  # timed with PyTorch; FSDP2's hook host time on this machine's CPU (fsdp_hook_s,
+  # fsdp_hook_param_s: NOTE [FSDP hook host cost]); and the profile of this GPU fitted to both
+  # by `fullshard calibrate`.
+  local measured=()
+  if [ -f tools/measure/fsdp_hooks.py ]; then
+    if timeout 600 python3 tools/measure/fsdp_hooks.py -o "$out/fsdp_hooks.csv" > "$out/fsdp_hooks.log" 2>&1; then
+      record MEASURE "fsdp hooks: $(grep -m1 '^fsdp_hook_s' "$out/fsdp_hooks.log") ($out/fsdp_hooks.log)"
+      measured+=("$out/fsdp_hooks.csv")
+    else
+      record FAIL "fsdp hooks ($out/fsdp_hooks.log)"; tail -n 20 "$out/fsdp_hooks.log"
+    fi
+  fi
   if [ -f tools/measure/measure.py ]; then
     local gpu_name profile
     gpu_name="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)"
@@ -163,19 +174,10 @@ P
     if "$fs" models --json > "$out/models.json" &&
        timeout 900 python3 tools/measure/measure.py --scenario scenarios/llama3.1-8b-fsdp8-h100.json \
          --models-json "$out/models.json" -o "$out/measured.csv" > "$out/measure.log" 2>&1 &&
-       "$fs" calibrate "$out/measured.csv" --hardware "$profile" -o "$out/$profile-measured.json" >> "$out/measure.log" 2>&1; then
+       "$fs" calibrate "$out/measured.csv" "${measured[@]}" --hardware "$profile" -o "$out/$profile-measured.json" >> "$out/measure.log" 2>&1; then
       record MEASURE "$profile: $(grep -m1 'kernels: typical error' "$out/measure.log" | sed 's/^ *//') ($out/measured.csv, $out/$profile-measured.json)"
     else
       record FAIL "measure ($out/measure.log)"; tail -n 20 "$out/measure.log"
-    fi
-  fi
-  # 5. FSDP2's hook host time on this machine's CPU (fsdp_hook_s, fsdp_hook_param_s: NOTE [FSDP
-  # hook host cost]), with the PyTorch installed here.
-  if [ -f tools/measure/fsdp_hooks.py ]; then
-    if timeout 600 python3 tools/measure/fsdp_hooks.py > "$out/fsdp_hooks.log" 2>&1; then
-      record MEASURE "fsdp hooks: $(grep -m1 '^fsdp_hook_s' "$out/fsdp_hooks.log") ($out/fsdp_hooks.log)"
-    else
-      record FAIL "fsdp hooks ($out/fsdp_hooks.log)"; tail -n 20 "$out/fsdp_hooks.log"
     fi
   fi
   echo

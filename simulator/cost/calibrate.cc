@@ -111,12 +111,37 @@ std::optional<DirectFigure> direct_figure(const std::string& op) {
   if (op == "eager_op") return DirectFigure::kEagerOp;
   if (op == "copy_pinned") return DirectFigure::kCopyPinned;
   if (op == "copy_pageable") return DirectFigure::kCopyPageable;
+  if (op == "fsdp_hook") return DirectFigure::kFsdpHook;
   return std::nullopt;
 }
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+// The "fsdp_hook" samples as a line in the unit's parameter count (NOTE [Direct samples]).
+void fit_fsdp_hooks(const std::vector<DirectSample>& direct, HardwareProfile& p, std::vector<std::string>& fitted) {
+  std::vector<const DirectSample*> hooks;
+  for (const auto& d : direct)
+    if (d.figure == DirectFigure::kFsdpHook) hooks.push_back(&d);
+  if (hooks.empty()) return;
+  const double n = static_cast<double>(hooks.size());
+  double mp = 0, mt = 0;
+  for (const auto* d : hooks) mp += static_cast<double>(d->params) / n, mt += d->time_s / n;
+  double sxx = 0, sxy = 0;
+  for (const auto* d : hooks) {
+    const double dx = static_cast<double>(d->params) - mp;
+    sxx += dx * dx, sxy += dx * (d->time_s - mt);
+  }
+  if (sxx > 0) {
+    p.fsdp_hook_param_s = std::max(0.0, sxy / sxx);
+    p.fsdp_hook_s = std::max(0.0, mt - p.fsdp_hook_param_s * mp);
+    fitted.insert(fitted.end(), {"fsdp_hook_s", "fsdp_hook_param_s"});
+  } else {
+    p.fsdp_hook_s = std::max(0.0, mt - p.fsdp_hook_param_s * mp);
+    fitted.push_back("fsdp_hook_s");
+  }
 }
 
 }  // namespace
@@ -189,22 +214,29 @@ CalibrationInput parse_calibration_input(const json& j) {
       const std::string P = jr::index_path("kernels", i);
       const json& o = a[i];
       jr::require_object(o, P, "{\"op\": \"matmul\", \"dtype\": \"bf16\", \"flops\": 1e12, \"bytes\": 1e8, \"time_s\": 0.0012}");
-      jr::reject_unknown_fields(o, P, {"op", "dtype", "flops", "bytes", "time_s", "m", "n", "k", "seq", "head_dim"});
+      jr::reject_unknown_fields(o, P, {"op", "dtype", "flops", "bytes", "time_s", "m", "n", "k", "seq", "head_dim",
+                                       "params"});
       for (const char* k : {"op", "time_s"}) jr::require_field(o, P, k, "every sample gives it");
       KernelSample s;
       const std::string op = jr::get_choice(o.at("op"), P + ".op",
                                             {"matmul", "attention", "attention_backward", "vector", "norm",
                                              "norm_backward", "kernel_gap", "eager_op", "copy_pinned",
-                                             "copy_pageable"});
+                                             "copy_pageable", "fsdp_hook"});
       if (const auto direct = direct_figure(op)) {  // NOTE [Direct samples]
         DirectSample d{*direct, 0, jr::get_number(o.at("time_s"), P + ".time_s", 0, false, kInf, false, "2e-6")};
         if (d.figure == DirectFigure::kCopyPinned || d.figure == DirectFigure::kCopyPageable) {
           jr::require_field(o, P, "bytes", "a copy sample gives the bytes it moved");
           d.bytes = jr::get_number(o.at("bytes"), P + ".bytes", 0, false, kInf, false, "1e9");
         }
+        if (d.figure == DirectFigure::kFsdpHook) {
+          jr::require_field(o, P, "params", "a hook sample gives the parameters of the hooked unit");
+          d.params = jr::get_int(o.at("params"), P + ".params", 0, int64_t{1} << 40, "8");
+        }
         in.direct.push_back(d);
         continue;
       }
+      if (o.contains("params"))
+        throw InputError(P + ".params", "is given on a " + op + " sample", "give params on fsdp_hook rows only");
       s.norm = op == "norm" || op == "norm_backward";
       s.op = op == "matmul" ? OpClass::kMatmul : op == "vector" || s.norm ? OpClass::kVector : OpClass::kAttention;
       s.backward = op == "attention_backward" || op == "norm_backward";
@@ -294,6 +326,8 @@ Calibration calibrate(const HardwareProfile& start, const CalibrationInput& inpu
          [](const DirectSample& d) { return d.bytes / d.time_s; });
   direct(DirectFigure::kCopyPageable, "pageable_copy_bandwidth", p.pageable_copy_bandwidth,
          [](const DirectSample& d) { return d.bytes / d.time_s; });
+
+  fit_fsdp_hooks(input.direct, p, c.fitted);
 
   const ComputeModel peaks(start, {});
   std::vector<std::pair<double, double>> mm, attn, attn_bwd, vec, mem;

@@ -46,13 +46,20 @@ struct KernelSample {
 //   "kernel_gap"    time_s = device seconds per kernel in a chain of tiny dependent kernels;
 //   "eager_op"      time_s = host seconds of one eager PyTorch op (dispatch + launch, no sync);
 //   "copy_pinned"   bytes / time_s = H2D or D2H bandwidth from page-locked host memory;
-//   "copy_pageable" the same from pageable memory.
+//   "copy_pageable" the same from pageable memory;
+//   "fsdp_hook"     time_s = host seconds of one FSDP2 hook call on a unit of "params"
+//                   parameters, beyond the ops it launches (tools/measure/fsdp_hooks.py).
 // Each figure becomes the median of its samples (eager_dispatch_s: less launch_overhead_s).
-enum class DirectFigure : uint8_t { kKernelGap, kEagerOp, kCopyPinned, kCopyPageable };
+// The hook samples are a line: fsdp_hook_s + params x fsdp_hook_param_s, least squares over
+// samples of two or more parameter counts (both figures, clamped at 0); samples of one count
+// fit fsdp_hook_s alone, keeping the profile's per-parameter figure (NOTE [FSDP hook host
+// cost] in simulator/cost/hardware_cost_model.cc).
+enum class DirectFigure : uint8_t { kKernelGap, kEagerOp, kCopyPinned, kCopyPageable, kFsdpHook };
 struct DirectSample {
   DirectFigure figure = DirectFigure::kKernelGap;
   double bytes = 0;
   double time_s = 0;
+  int64_t params = 0;  // "fsdp_hook": parameters in the hooked unit
 };
 
 struct CalibrationInput {
@@ -75,8 +82,8 @@ struct Calibration {
 
 // Fits intra_node_bus_bandwidth (one-node samples), nvls_efficiency (one-node all-reduces,
 // NVLS hardware), network_bus_bandwidth (multi-node samples) and the efficiency tables'
-// entries that samples fall into; kernel_gap_s, eager_dispatch_s and the copy bandwidths from
-// direct samples (NOTE [Direct samples]). NCCL's latency tables are not fitted.
+// entries that samples fall into; kernel_gap_s, eager_dispatch_s, the copy bandwidths and
+// fsdp_hook_s / fsdp_hook_param_s from direct samples (NOTE [Direct samples]). NCCL's latency tables are not fitted.
 Calibration calibrate(const HardwareProfile& start, const CalibrationInput& input);
 
 // Predicted seconds for a sample under a profile (what calibrate() fits).

@@ -38,4 +38,22 @@ echo '{"collectives": [{"collective": "allgather", "bytes": 1, "time_us": 1}]}' 
 set -e
 [ "$rc" -eq 2 ] || { echo "expected exit 2, got $rc"; cat "$tmp/bad.out"; exit 1; }
 grep -q "collectives\[0\].collective" "$tmp/bad.out"
+# Several files fit together: FSDP2 hook samples (tools/measure/fsdp_hooks.py -o) beside the
+# JSON; the fitted profile cites both and prices the hooks on the line through them.
+printf '# fsdp_hooks.py\nop,params,time_s\nfsdp_hook,2,1.2e-4\nfsdp_hook,10,1.6e-4\n' > "$tmp/hooks.csv"
+"$bin" calibrate "$tmp/m.json" "$tmp/hooks.csv" -o "$tmp/h100-both.json" > "$tmp/both.out"
+grep -q "from m.json, hooks.csv: 3 collective and 1 kernel samples, 2 direct" "$tmp/both.out"
+python3 - "$tmp/h100-both.json" <<'P'
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert abs(p["fsdp_hook_s"] - 1.1e-4) < 1e-12 and abs(p["fsdp_hook_param_s"] - 5e-6) < 1e-15, p
+assert "m.json, hooks.csv" in p["sources"]["fsdp_hook_param_s"], p["sources"]["fsdp_hook_param_s"]
+assert 250e9 < p["intra_node_bus_bandwidth"] < 350e9
+P
+set +e
+echo '{"profile": "a100", "kernels": []}' > "$tmp/a100.json"
+"$bin" calibrate "$tmp/m.json" "$tmp/a100.json" > "$tmp/two.out" 2>&1; rc=$?
+set -e
+[ "$rc" -eq 2 ] || { echo "expected exit 2 for two profiles, got $rc"; cat "$tmp/two.out"; exit 1; }
+grep -q "a100.json: profile: is \"a100\" but .*m.json says \"h100\"" "$tmp/two.out"
 echo ok

@@ -104,5 +104,52 @@ RC_GTEST_PROP(CalibrateDirect, KernelGapIsTakenOffKernelSamples, ()) {
   RC_ASSERT(std::abs(c.profile.matmul_efficiency.at(1e12) / truth.matmul_efficiency.at(1e12) - 1) < 1e-9);
 }
 
+// FSDP2 hook samples (tools/measure/fsdp_hooks.py) are a line in the unit's parameter count:
+// samples drawn from any line a + b x params (a, b >= 0) over two or more counts give a and b
+// back; samples of one count fit a alone and keep the profile's b.
+RC_GTEST_PROP(CalibrateDirect, FsdpHookSamplesFitTheirLine, ()) {
+  const HardwareProfile stock = load_hardware_profile("h100");
+  const double a = *rc::gen::inRange(1, 2000) * 1e-6, b = *rc::gen::inRange(0, 100) * 1e-7;
+  const auto counts = *rc::gen::nonEmpty(rc::gen::container<std::vector<int64_t>>(rc::gen::inRange<int64_t>(1, 64)));
+  json rows = json::array();
+  for (int64_t n : counts)
+    rows.push_back({{"op", "fsdp_hook"}, {"params", n}, {"time_s", a + b * static_cast<double>(n)}});
+  const CalibrationInput in = parse_calibration_input(json{{"kernels", rows}});
+  RC_ASSERT(in.direct.size() == counts.size());
+  RC_ASSERT(in.kernels.empty());
+  const Calibration c = calibrate(stock, in);
+  const bool one_count = std::all_of(counts.begin(), counts.end(), [&](int64_t n) { return n == counts[0]; });
+  if (one_count) {
+    RC_ASSERT(c.fitted == std::vector<std::string>{"fsdp_hook_s"});
+    RC_ASSERT(c.profile.fsdp_hook_param_s == stock.fsdp_hook_param_s);
+    const double expected = std::max(0.0, a + (b - stock.fsdp_hook_param_s) * static_cast<double>(counts[0]));
+    RC_ASSERT(std::abs(c.profile.fsdp_hook_s - expected) < 1e-12);
+  } else {
+    RC_ASSERT(c.fitted == (std::vector<std::string>{"fsdp_hook_s", "fsdp_hook_param_s"}));
+    RC_ASSERT(std::abs(c.profile.fsdp_hook_s - a) < 1e-9);
+    RC_ASSERT(std::abs(c.profile.fsdp_hook_param_s - b) < 1e-12);
+  }
+  // Nothing else moves.
+  RC_ASSERT(c.profile.kernel_gap_s == stock.kernel_gap_s);
+  RC_ASSERT(c.profile.eager_dispatch_s == stock.eager_dispatch_s);
+}
+
+TEST(CalibrateDirect, FsdpHookRowsNeedTheirParameterCount) {
+  auto where = [](const char* text) -> std::string {
+    try {
+      parse_calibration_input(json::parse(text));
+    } catch (const InputError& e) {
+      return e.where();
+    }
+    return "accepted";
+  };
+  EXPECT_EQ(where(R"({"kernels": [{"op": "fsdp_hook", "time_s": 1e-4}]})"), "kernels[0].params");
+  EXPECT_EQ(where(R"({"kernels": [{"op": "fsdp_hook", "params": -1, "time_s": 1e-4}]})"), "kernels[0].params");
+  EXPECT_EQ(where(R"({"kernels": [{"op": "fsdp_hook", "params": 4, "time_s": 0}]})"), "kernels[0].time_s");
+  EXPECT_EQ(where(R"({"kernels": [{"op": "vector", "params": 4, "bytes": 1e6, "time_s": 1e-4}]})"),
+            "kernels[0].params");
+  EXPECT_EQ(where(R"({"kernels": [{"op": "fsdp_hook", "params": 0, "time_s": 1e-4}]})"), "accepted");
+}
+
 }  // namespace
 }  // namespace fullshard::sim

@@ -45,8 +45,56 @@ json figure_json(const HardwareProfile& p, const std::string& figure) {
   if (figure == "eager_dispatch_s") return p.eager_dispatch_s;
   if (figure == "pinned_copy_bandwidth") return p.pinned_copy_bandwidth;
   if (figure == "pageable_copy_bandwidth") return p.pageable_copy_bandwidth;
+  if (figure == "fsdp_hook_s") return p.fsdp_hook_s;
+  if (figure == "fsdp_hook_param_s") return p.fsdp_hook_param_s;
   FULLSHARD_CHECK(false, "calibrate fitted an unknown figure " + figure);
   return nullptr;
+}
+
+bool is_csv_path(const std::string& s) { return s.size() > 4 && s.compare(s.size() - 4, 4, ".csv") == 0; }
+
+// One measurements file as calibration input. NOTE: a .csv becomes the same JSON
+// (simulator/cost/calibration_csv.h), so both forms go through one validation; CSV errors name
+// the line, and every error names the file.
+struct MeasurementsFile {
+  sim::CalibrationInput input;
+  std::string profile;  // the file's "profile", if any
+};
+
+MeasurementsFile read_measurements(const std::string& path) {
+  sim::CalibrationCsv csv;
+  json j;
+  if (is_csv_path(path)) {
+    const std::string text = read_input_file(path, "a measurements .csv or .json file");
+    try {
+      csv = sim::parse_calibration_csv(text);
+    } catch (const InputError& e) {
+      throw InputError(path + ": " + e.where(), std::string(e.what()).substr(e.where().size() + 2), "");
+    }
+    j = csv.measurements;
+  } else {
+    j = json_reader::read_json_file(path);
+  }
+  MeasurementsFile m;
+  if (j.is_object() && j.contains("profile"))
+    m.profile = json_reader::get_string(j.at("profile"), path + ": profile", "\"h100-sxm-80gb\"");
+  try {
+    m.input = sim::parse_calibration_input(j);
+  } catch (const InputError& e) {
+    const std::string where = is_csv_path(path) ? sim::csv_location(csv, e.where()) : e.where();
+    throw InputError(path + ": " + where, std::string(e.what()).substr(e.where().size() + 2), "");
+  }
+  return m;
+}
+
+// A profile's identity: its file, or the name its aliases resolve to.
+std::string canonical_profile(const std::string& name) {
+  return is_json_path(name) ? fs::weakly_canonical(name).string() : load_hardware_profile(name, "profile").name;
+}
+
+template <typename T>
+void append(std::vector<T>& to, const std::vector<T>& from) {
+  to.insert(to.end(), from.begin(), from.end());
 }
 
 // exp(RMS log error) - 1: a typical relative error.
@@ -56,35 +104,36 @@ std::string pct(double rms_log) { return fmt::format("{:.1f}%", 100 * (std::exp(
 
 CLI::App* add_calibrate_command(CLI::App& app, CalibrateFlags& f) {
   auto* c = app.add_subcommand("calibrate", "fit a hardware profile's time-model figures to measured timings");
-  c->add_option("measurements", f.measurements, "MEASUREMENTS.json or .csv: nccl-tests results and kernel timings")->required();
-  c->add_option("--hardware", f.hardware, "profile name or .json path (default: the file's \"profile\")");
+  c->add_option("measurements", f.measurements,
+                "MEASUREMENTS.csv or .json, one or more: nccl-tests results, kernel timings, direct samples")
+      ->required();
+  c->add_option("--hardware", f.hardware, "profile name or .json path (default: the files' \"profile\")");
   c->add_option("-o,--output", f.output, "write the fitted profile to OUT.json");
   return c;
 }
 
 int cmd_calibrate(const CalibrateFlags& f) {
-  // NOTE: .csv measurements become the same JSON (simulator/cost/calibration_csv.h), so both
-  // forms go through one validation; CSV errors name the line.
-  const bool csv_input = f.measurements.size() > 4 && f.measurements.compare(f.measurements.size() - 4, 4, ".csv") == 0;
   install_output_cleanup_on_signals();
-  refuse_output_over_input("--output", f.output, {f.measurements, is_json_path(f.hardware) ? f.hardware : ""});
+  std::vector<std::string> inputs = f.measurements;
+  if (is_json_path(f.hardware)) inputs.push_back(f.hardware);
+  refuse_output_over_input("--output", f.output, inputs);
   if (!f.output.empty() && is_json_path(f.output)) check_output_writable("--output", f.output);
-  sim::CalibrationCsv csv;
-  json j;
-  if (csv_input) {
-    const std::string text = read_input_file(f.measurements, "a measurements .csv or .json file");
-    try {
-      csv = sim::parse_calibration_csv(text);
-    } catch (const InputError& e) {
-      throw InputError(f.measurements + ": " + e.where(), std::string(e.what()).substr(e.where().size() + 2), "");
+  sim::CalibrationInput input;
+  std::string name = f.hardware, named_by;
+  std::vector<std::string> file_names;
+  for (const auto& path : f.measurements) {
+    const MeasurementsFile m = read_measurements(path);
+    append(input.collectives, m.input.collectives);
+    append(input.kernels, m.input.kernels);
+    append(input.direct, m.input.direct);
+    file_names.push_back(fs::path(path).filename().string());
+    if (f.hardware.empty() && !m.profile.empty()) {
+      if (!name.empty() && canonical_profile(m.profile) != canonical_profile(name))
+        throw InputError(path + ": profile", "is \"" + m.profile + "\" but " + named_by + " says \"" + name + "\"",
+                         "calibrate one profile at a time, or name it with --hardware");
+      name = m.profile, named_by = path;
     }
-    j = csv.measurements;
-  } else {
-    j = json_reader::read_json_file(f.measurements);
   }
-  std::string name = f.hardware;
-  if (name.empty() && j.is_object() && j.contains("profile"))
-    name = json_reader::get_string(j.at("profile"), "profile", "\"h100-sxm-80gb\"");
   if (name.empty())
     throw InputError("--hardware", "is missing", "name the profile to calibrate (--hardware h100) or give \"profile\" in the file");
   if (!f.output.empty() && !is_json_path(f.output))
@@ -98,16 +147,11 @@ int cmd_calibrate(const CalibrateFlags& f) {
     start = load_hardware_profile(name, "--hardware");
     profile_path = (fs::path(hardware_profile_dir()) / (start.name + ".json")).string();
   }
-  sim::CalibrationInput input;
-  try {
-    input = sim::parse_calibration_input(j);
-  } catch (const InputError& e) {
-    const std::string where = csv_input ? sim::csv_location(csv, e.where()) : e.where();
-    throw InputError(f.measurements + ": " + where, std::string(e.what()).substr(e.where().size() + 2), "");
-  }
+  std::string from;
+  for (const auto& n : file_names) from += (from.empty() ? "" : ", ") + n;
   const sim::Calibration c = sim::calibrate(start, input);
   fmt::print("calibrated {} from {}: {} collective and {} kernel samples{}\n", printable(start.name),
-             printable(f.measurements), input.collectives.size(), input.kernels.size(),
+             printable(from), input.collectives.size(), input.kernels.size(),
              input.direct.empty() ? "" : fmt::format(", {} direct (NOTE [Direct samples])", input.direct.size()));
   if (!input.collectives.empty())
     fmt::print("  collectives: typical error {} before, {} after\n", pct(c.collective_error_before), pct(c.collective_error_after));
@@ -122,14 +166,14 @@ int cmd_calibrate(const CalibrateFlags& f) {
   json out = json_reader::read_json_file(profile_path);
   out["name"] = fs::path(f.output).stem().string();
   out["aliases"] = json::array();
-  out["description"] = "calibrated from " + fs::path(f.measurements).filename().string() + ": " +
+  out["description"] = "calibrated from " + from + ": " +
                        out.value("description", start.name);
   for (const auto& fig : c.fitted) {
     out[fig] = figure_json(c.profile, fig);
     out["sources"][fig] = fmt::format(
-        "fitted by fullshard calibrate from {} ({} collective / {} kernel samples; typical error {} -> {} "
-        "collectives, {} -> {} kernels)",
-        fs::path(f.measurements).filename().string(), input.collectives.size(), input.kernels.size(),
+        "fitted by fullshard calibrate from {} ({} collective / {} kernel / {} direct samples; typical error {} "
+        "-> {} collectives, {} -> {} kernels)",
+        from, input.collectives.size(), input.kernels.size(), input.direct.size(),
         pct(c.collective_error_before), pct(c.collective_error_after), pct(c.kernel_error_before),
         pct(c.kernel_error_after));
   }

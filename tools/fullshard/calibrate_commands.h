@@ -1,15 +1,19 @@
 #pragma once
-// `fullshard calibrate MEASUREMENTS.json --hardware PROFILE [-o OUT.json]`: fits a hardware
-// profile's time-model figures to measured nccl-tests results and kernel timings
+// `fullshard calibrate MEASUREMENTS.csv|json... --hardware PROFILE [-o OUT.json]`: fits a
+// hardware profile's time-model figures to measured nccl-tests results, kernel timings and
+// direct samples, from one or more files taken together
 // (simulator/cost/calibrate.h, docs/cost-model.md "Calibration") and writes the fitted profile.
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
 namespace fullshard::cli {
 
 struct CalibrateFlags {
-  std::string measurements;  // JSON: {"profile"?, "collectives": [...], "kernels": [...]}
+  // Each a .csv or a JSON {"profile"?, "collectives": [...], "kernels": [...]}; their samples
+  // are fitted together.
+  std::vector<std::string> measurements;
   std::string hardware;      // profile name or .json path (default: the file's "profile")
   std::string output;        // the fitted profile (.json); empty: print only
 };

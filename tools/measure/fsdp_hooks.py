@@ -10,8 +10,17 @@ priced at the measured time of one tiny eager op); what remains, over 4 hook cal
 as a + b * p: a = fsdp_hook_s, b = fsdp_hook_param_s.
 
     python3 tools/measure/fsdp_hooks.py            # any Python with torch (CPU is enough)
+    python3 tools/measure/fsdp_hooks.py -o hooks.csv
+    fullshard calibrate measured.csv hooks.csv --hardware h100 -o h100-measured.json
+
+With -o it also writes each parameter count's per-hook time as an `fsdp_hook` sample of the CSV
+`fullshard calibrate` reads (NOTE [Direct samples] in simulator/cost/calibrate.h), which fits
+the same line.
 """
+import argparse
 import os
+import platform
+import sys
 import time
 
 import torch
@@ -53,7 +62,25 @@ def aten_ops(fn) -> int:
     return sum(1 for e in prof.events() if e.name.startswith("aten::") and top_level(e))
 
 
+def write_csv(path: str, rows: list[tuple[int, float]], op_s: float) -> None:
+    with open(path, "w") as out:
+        out.write(f"# tools/measure/fsdp_hooks.py: torch {torch.__version__}, {platform.processor() or platform.machine()}, "
+                  f"one gloo rank; one tiny eager op {op_s * 1e6:.2f} us\n")
+        out.write("op,params,time_s\n")
+        for params, hook_s in rows:
+            if hook_s > 0:  # noise can leave nothing above the ops; calibrate takes positive times
+                out.write(f"fsdp_hook,{params},{hook_s:.6g}\n")
+
+
 def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("-o", "--output", help="also write the samples as a calibration CSV")
+    args = p.parse_args()
+    if args.output:
+        try:
+            open(args.output, "a").close()
+        except OSError as e:
+            sys.exit(f"fsdp_hooks.py: --output: cannot write '{args.output}' ({e.strerror}); give a writable path")
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29533")
     dist.init_process_group("gloo", rank=0, world_size=1)
@@ -82,6 +109,9 @@ def main() -> None:
     b = sum((p - mp) * (h - mh) for p, h in rows) / sum((p - mp) ** 2 for p, _ in rows)
     a = mh - b * mp
     print(f"fsdp_hook_s {a:.3g}  fsdp_hook_param_s {b:.3g}")
+    if args.output:
+        write_csv(args.output, rows, op_s)
+        print(f"fsdp_hooks.py: wrote {len(rows)} fsdp_hook samples to {args.output}")
     dist.destroy_process_group()
 
 
