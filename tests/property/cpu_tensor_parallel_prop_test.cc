@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include <vector>
+
 #include "core/model/tensor_parallel.h"
 #include "tests/support/cpu_support.h"
 #include "tests/support/prop_support.h"
@@ -25,6 +27,25 @@ json tp_model(int tp) {
           {"dim", heads * head_dim},  {"n_layers", *rc::gen::inRange(1, 3)},
           {"n_heads", heads},         {"n_kv_heads", kv},      {"ffn_dim", tp * *rc::gen::inRange(1, 5)},
           {"max_seq_len", 16},        {"tie_embeddings", *rc::gen::arbitrary<bool>()}};
+}
+
+// torchtitan's units under tp, maybe: fsdp.units "embed_blocks_head" (tied:
+// fully_shard([tok_embeddings, norm, output]), NOTE [Tied embeddings unit]) and, with loss
+// parallel, the chunked loss over the gathered norm output (NOTE [Chunked loss under tp]) with a
+// chunk count dividing the rank's batch x seq tokens.
+void maybe_torchtitan_units_and_chunked_loss(json& j) {
+  if (*rc::gen::arbitrary<bool>()) {
+    j["fsdp"]["units"] = "embed_blocks_head";
+    RC_TAG(j["model"]["tie_embeddings"].get<bool>() ? "tied embed_blocks_head" : "embed_blocks_head");
+  }
+  if (!j["tensor_parallel"]["loss_parallel"].get<bool>() || !*rc::gen::arbitrary<bool>()) return;
+  const int tokens = j["training"]["batch_per_rank"].get<int>() * j["training"]["seq_len"].get<int>();
+  std::vector<int> divisors;
+  for (int n = 1; n <= tokens; ++n)
+    if (tokens % n == 0) divisors.push_back(n);
+  j["model"]["implementation"] = {{"loss", "chunked"}, {"loss_chunks", *rc::gen::elementOf(divisors)}};
+  keep_root_unsharded_for_chunks(j);
+  RC_TAG("chunked loss");
 }
 
 }  // namespace
@@ -55,6 +76,7 @@ RC_GTEST_PROP(TensorParallel, EqualsUnsharded, ()) {
   j["training"]["seed"] = *rc::gen::inRange(0, 1000);
   const bool loss_parallel = *rc::gen::arbitrary<bool>();
   j["tensor_parallel"] = {{"loss_parallel", loss_parallel}};
+  maybe_torchtitan_units_and_chunked_loss(j);
   RC_TAG("tp " + std::to_string(tp));
   RC_TAG(loss_parallel ? "loss parallel" : "logits gathered");
   RC_TAG(mesh["shape"].size() == 3 ? "3-D" : "2-D");
@@ -91,6 +113,7 @@ RC_GTEST_PROP(TensorParallel, PredictedPeakMemoryEqualsMeasured, ()) {
   if (!j["tensor_parallel"]["loss_parallel"].get<bool>())
     j["model"]["implementation"] = {{"loss", *rc::gen::element(std::string("fp32_logits"), std::string("bf16_logits"))},
                                     {"keep_logits", *rc::gen::arbitrary<bool>()}};
+  maybe_torchtitan_units_and_chunked_loss(j);
   Scenario s = parse_scenario(j);
   predicted_peaks_equal_measured(s);
 }

@@ -112,15 +112,6 @@ void maybe_per_unit_mixed_precision(json& j) {
   RC_TAG("per-unit mixed precision");
 }
 
-// The chunked loss calls the output projection after the root's forward: with the output in
-// the root unit, the root must not reshard after forward (a parse error otherwise).
-void keep_root_unsharded_for_chunks(json& j) {
-  if (j["model"].value("implementation", json::object()).value("loss", "") != "chunked" ||
-      j["fsdp"]["units"] == "embed_blocks_head")
-    return;
-  j["fsdp"]["per_unit"]["root"] = {{"reshard_after_forward", false}};
-}
-
 }  // namespace
 
 // NOTE [fp32 tolerance]: sharded and unsharded fp32 runs differ only in summation order (a

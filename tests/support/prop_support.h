@@ -1,7 +1,8 @@
 #pragma once
 // Shared pieces of the real-training property tests (tests/property/cpu_*_prop_test.cc): the
-// tensor-parallel meshes they draw, the single-rank reference job, and the check that the
-// simulator's memory prediction equals what the CPU backend measured, to the byte.
+// tensor-parallel meshes they draw, the single-rank reference job, the root kept unsharded for
+// the chunked loss, and the check that the simulator's memory prediction equals what the CPU
+// backend measured, to the byte.
 #include <rapidcheck.h>
 
 #include <nlohmann/json.hpp>
@@ -33,6 +34,15 @@ inline nlohmann::json unsharded_job(nlohmann::json j, int dp) {
   j["training"]["batch_per_rank"] = j["training"]["batch_per_rank"].get<int>() * dp;
   j["hardware"]["gpus_per_node"] = 1;
   return j;
+}
+
+// The chunked loss calls the output projection after the root's forward: with the output in
+// the root unit, the root must not reshard after forward (a parse error otherwise).
+inline void keep_root_unsharded_for_chunks(nlohmann::json& j) {
+  if (j["model"].value("implementation", nlohmann::json::object()).value("loss", "") != "chunked" ||
+      j["fsdp"].value("units", "") == "embed_blocks_head")
+    return;
+  j["fsdp"]["per_unit"]["root"] = {{"reshard_after_forward", false}};
 }
 
 // Simulates every rank of `s`, runs it for real, and asserts each rank's peak allocated and
