@@ -36,56 +36,14 @@ json gpt2_model(int tp) {
 // (rowwise partial sums reduce-scattered, bias / tp added to each, replicated gradients
 // all-reduced), so the bound of the Llama tp property holds.
 RC_GTEST_PROP(Gpt2TensorParallel, EqualsUnsharded, ()) {
-  const int tp = *rc::gen::element(2, 4);
-  int world = 0, shard = 0;
-  TinyOptions o;
-  json mesh = tp_mesh(tp, &world, &shard);
-  o.reshard_after_forward = std::vector<json>{nullptr, true, false}.at(*rc::gen::inRange(0, 3));
-  o.cpu_offload = *rc::gen::arbitrary<bool>();
-  o.activation_checkpointing = *rc::gen::element(std::string("none"), std::string("full"), std::string("selective_op"));
-  o.max_grad_norm = *rc::gen::element(0.0, 1.0);
-  o.steps = 2;
-  o.batch = *rc::gen::inRange(1, 3);
-  o.seq = tp * *rc::gen::inRange(1, 4);
-  json j = tiny_scenario_json(o);
-  j["fsdp"]["mesh"] = mesh;
-  j["hardware"]["gpus_per_node"] = world;
-  j["model"] = gpt2_model(tp);
-  j["training"]["optimizer"] = {{"lr", 1e-3}, {"eps", 1e-6}, {"max_grad_norm", o.max_grad_norm}};
-  j["training"]["seed"] = *rc::gen::inRange(0, 1000);
-  const bool loss_parallel = *rc::gen::arbitrary<bool>();
-  j["tensor_parallel"] = {{"loss_parallel", loss_parallel}};
-  RC_TAG("tp " + std::to_string(tp));
-  RC_TAG(loss_parallel ? "loss parallel" : "logits gathered");
-  RC_TAG(mesh["shape"].size() == 3 ? "3-D" : "2-D");
-  RealRun sharded = run_real(parse_scenario(j));
-  RealRun ref = run_real(parse_scenario(unsharded_job(j, world / tp)));
-  std::string where;
-  const double v = max_violation(sharded, ref, 1e-5, 1e-3, &where);
-  if (!(v <= 1.0)) RC_FAIL("worst parameter difference at " + where);
-  for (size_t k = 0; k < ref.mean_loss.size(); ++k) RC_ASSERT(std::abs(sharded.mean_loss[k] - ref.mean_loss[k]) <= 1e-4);
+  int world = 0, tp = 0;
+  const json j = draw_tp_scenario(TpProperty::kEqualsUnsharded, gpt2_model, &world, &tp);
+  sharded_equals_unsharded(j, unsharded_job(j, world / tp));
 }
 
 RC_GTEST_PROP(Gpt2TensorParallel, PredictedPeakMemoryEqualsMeasured, ()) {
-  const int tp = *rc::gen::element(2, 4);
-  int world = 0, shard = 0;
-  TinyOptions o;
-  json mesh = tp_mesh(tp, &world, &shard);
-  if (*rc::gen::arbitrary<bool>()) o.mixed_precision = {{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}};
-  o.reshard_after_forward = std::vector<json>{nullptr, true, false}.at(*rc::gen::inRange(0, 3));
-  o.cpu_offload = *rc::gen::arbitrary<bool>();
-  o.activation_checkpointing = *rc::gen::element(std::string("none"), std::string("full"), std::string("selective_op"));
-  o.grad_accum_steps = *rc::gen::inRange(1, 3);
-  o.steps = 2;
-  o.batch = *rc::gen::inRange(1, 3);
-  o.seq = tp * *rc::gen::inRange(1, 4);
-  json j = tiny_scenario_json(o);
-  j["fsdp"]["mesh"] = mesh;
-  j["hardware"]["gpus_per_node"] = world;
-  j["model"] = gpt2_model(tp);
-  j["tensor_parallel"] = {{"loss_parallel", *rc::gen::arbitrary<bool>()}};
-  Scenario s = parse_scenario(j);
-  predicted_peaks_equal_measured(s);
+  int world = 0, tp = 0;
+  predicted_peaks_equal_measured(parse_scenario(draw_tp_scenario(TpProperty::kPeakMemory, gpt2_model, &world, &tp)));
 }
 
 // The plan: which parameters are split along which dim, and their local shapes.

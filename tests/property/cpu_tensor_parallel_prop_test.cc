@@ -39,11 +39,7 @@ void maybe_torchtitan_units_and_chunked_loss(json& j) {
     RC_TAG(j["model"]["tie_embeddings"].get<bool>() ? "tied embed_blocks_head" : "embed_blocks_head");
   }
   if (!j["tensor_parallel"]["loss_parallel"].get<bool>() || !*rc::gen::arbitrary<bool>()) return;
-  const int tokens = j["training"]["batch_per_rank"].get<int>() * j["training"]["seq_len"].get<int>();
-  std::vector<int> divisors;
-  for (int n = 1; n <= tokens; ++n)
-    if (tokens % n == 0) divisors.push_back(n);
-  j["model"]["implementation"] = {{"loss", "chunked"}, {"loss_chunks", *rc::gen::elementOf(divisors)}};
+  j["model"]["implementation"] = {{"loss", "chunked"}, {"loss_chunks", draw_loss_chunks(j)}};
   keep_root_unsharded_for_chunks(j);
   RC_TAG("chunked loss");
 }
@@ -54,68 +50,21 @@ void maybe_torchtitan_units_and_chunked_loss(json& j) {
 // order only (partial sums of rowwise products reduce-scattered, replicated norm gradients
 // all-reduced), so the same bound holds.
 RC_GTEST_PROP(TensorParallel, EqualsUnsharded, ()) {
-  const int tp = *rc::gen::element(2, 4);
-  int world = 0, shard = 0;
-  TinyOptions o;
-  json mesh = tp_mesh(tp, &world, &shard);
-  std::vector<json> raf = {nullptr, true, false};
-  for (int n = 2; n < shard; ++n)
-    if (shard % n == 0) raf.push_back(n);
-  o.reshard_after_forward = *rc::gen::elementOf(raf);
-  o.cpu_offload = *rc::gen::arbitrary<bool>();
-  o.activation_checkpointing = *rc::gen::element(json("none"), json("full"), json("selective_op"));
-  o.max_grad_norm = *rc::gen::element(0.0, 1.0);
-  o.steps = 2;
-  o.batch = *rc::gen::inRange(1, 3);
-  o.seq = tp * *rc::gen::inRange(1, 4);
-  json j = tiny_scenario_json(o);
-  j["fsdp"]["mesh"] = mesh;
-  j["hardware"]["gpus_per_node"] = world;
-  j["model"] = tp_model(tp);
-  j["training"]["optimizer"] = {{"lr", 1e-3}, {"eps", 1e-6}, {"max_grad_norm", o.max_grad_norm}};
-  j["training"]["seed"] = *rc::gen::inRange(0, 1000);
-  const bool loss_parallel = *rc::gen::arbitrary<bool>();
-  j["tensor_parallel"] = {{"loss_parallel", loss_parallel}};
+  int world = 0, tp = 0;
+  json j = draw_tp_scenario(TpProperty::kEqualsUnsharded, tp_model, &world, &tp);
   maybe_torchtitan_units_and_chunked_loss(j);
-  RC_TAG("tp " + std::to_string(tp));
-  RC_TAG(loss_parallel ? "loss parallel" : "logits gathered");
-  RC_TAG(mesh["shape"].size() == 3 ? "3-D" : "2-D");
-  RealRun sharded = run_real(parse_scenario(j));
-  RealRun ref = run_real(parse_scenario(unsharded_job(j, world / tp)));
-  std::string where;
-  const double v = max_violation(sharded, ref, 1e-5, 1e-3, &where);
-  if (!(v <= 1.0)) RC_FAIL("worst parameter difference at " + where);
-  for (size_t k = 0; k < ref.mean_loss.size(); ++k) RC_ASSERT(std::abs(sharded.mean_loss[k] - ref.mean_loss[k]) <= 1e-4);
+  sharded_equals_unsharded(j, unsharded_job(j, world / tp));
 }
 
 // The simulator and the real backend run the same host program, tp collectives included.
 RC_GTEST_PROP(TensorParallel, PredictedPeakMemoryEqualsMeasured, ()) {
-  const int tp = *rc::gen::element(2, 4);
-  int world = 0, shard = 0;
-  TinyOptions o;
-  json mesh = tp_mesh(tp, &world, &shard);
-  o.mixed_precision = *rc::gen::element(json::object(), json{{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}},
-                                        json{{"param_dtype", "bf16"}});
-  o.reshard_after_forward = *rc::gen::element(json(nullptr), json(true), json(false));
-  o.cpu_offload = *rc::gen::arbitrary<bool>();
-  o.activation_checkpointing = *rc::gen::element(json("none"), json("full"), json("selective_op"));
-  o.grad_accum_steps = *rc::gen::inRange(1, 3);
-  o.steps = 2;
-  o.batch = *rc::gen::inRange(1, 3);
-  o.seq = tp * *rc::gen::inRange(1, 4);
-  const bool expandable = *rc::gen::arbitrary<bool>();
-  o.hardware_extra = {{"allocator", {{"expandable_segments", expandable}}}};
-  json j = tiny_scenario_json(o);
-  j["fsdp"]["mesh"] = mesh;
-  j["hardware"]["gpus_per_node"] = world;
-  j["model"] = tp_model(tp);
-  j["tensor_parallel"] = {{"loss_parallel", *rc::gen::arbitrary<bool>()}};
+  int world = 0, tp = 0;
+  json j = draw_tp_scenario(TpProperty::kPeakMemory, tp_model, &world, &tp);
   if (!j["tensor_parallel"]["loss_parallel"].get<bool>())
     j["model"]["implementation"] = {{"loss", *rc::gen::element(std::string("fp32_logits"), std::string("bf16_logits"))},
                                     {"keep_logits", *rc::gen::arbitrary<bool>()}};
   maybe_torchtitan_units_and_chunked_loss(j);
-  Scenario s = parse_scenario(j);
-  predicted_peaks_equal_measured(s);
+  predicted_peaks_equal_measured(parse_scenario(j));
 }
 
 // NOTE [bf16 tolerance with tp]: on top of NOTE [bf16 tolerance] in cpu_training_prop_test.cc,

@@ -62,11 +62,7 @@ int maybe_torchtitan_units_and_loss(json& j) {
     RC_TAG("embed_blocks_head");
   }
   if (!*rc::gen::arbitrary<bool>()) return 0;
-  const int tokens = j["training"]["batch_per_rank"].get<int>() * j["training"]["seq_len"].get<int>();
-  std::vector<int> divisors;
-  for (int n = 1; n <= tokens; ++n)
-    if (tokens % n == 0) divisors.push_back(n);
-  const int n = *rc::gen::elementOf(divisors);
+  const int n = draw_loss_chunks(j);
   j["model"]["implementation"] = {{"loss", "chunked"}, {"loss_chunks", n}};
   RC_TAG("chunked loss");
   return n;
@@ -147,12 +143,7 @@ RC_GTEST_PROP(RealTraining, ShardedEqualsUnsharded, ()) {
   keep_root_unsharded_for_chunks(j);
   j["training"]["seed"] = *rc::gen::inRange(0, 1000);
   RC_TAG(o.mesh.size() == 2 ? "hsdp" : "fsdp");
-  RealRun sharded = run_real(parse_scenario(j));
-  RealRun ref = run_real(parse_scenario(unsharded(j)));
-  std::string where;
-  const double v = max_violation(sharded, ref, 1e-5, 1e-3, &where);
-  if (!(v <= 1.0)) RC_FAIL("worst parameter difference at " + where);
-  for (size_t k = 0; k < ref.mean_loss.size(); ++k) RC_ASSERT(std::abs(sharded.mean_loss[k] - ref.mean_loss[k]) <= 1e-4);
+  sharded_equals_unsharded(j, unsharded(j));
 }
 
 // The simulator and the real backend run the same host program through the same allocator:

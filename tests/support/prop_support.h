@@ -5,6 +5,9 @@
 // backend measured, to the byte.
 #include <rapidcheck.h>
 
+#include <cmath>
+#include <string>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "tests/support/cpu_support.h"
@@ -36,6 +39,15 @@ inline nlohmann::json unsharded_job(nlohmann::json j, int dp) {
   return j;
 }
 
+// A chunk count for the chunked loss: a divisor of the rank's batch x seq tokens.
+inline int draw_loss_chunks(const nlohmann::json& j) {
+  const int tokens = j["training"]["batch_per_rank"].get<int>() * j["training"]["seq_len"].get<int>();
+  std::vector<int> divisors;
+  for (int n = 1; n <= tokens; ++n)
+    if (tokens % n == 0) divisors.push_back(n);
+  return *rc::gen::elementOf(divisors);
+}
+
 // The chunked loss calls the output projection after the root's forward: with the output in
 // the root unit, the root must not reshard after forward (a parse error otherwise).
 inline void keep_root_unsharded_for_chunks(nlohmann::json& j) {
@@ -43,6 +55,68 @@ inline void keep_root_unsharded_for_chunks(nlohmann::json& j) {
       j["fsdp"].value("units", "") == "embed_blocks_head")
     return;
   j["fsdp"]["per_unit"]["root"] = {{"reshard_after_forward", false}};
+}
+
+// The two tensor-parallel properties each architecture is held to.
+enum class TpProperty { kEqualsUnsharded, kPeakMemory };
+
+// One draw of a tensor-parallel property, whatever the model (`model(tp)` returns a random model
+// that splits tp ways): tp 2 or 4 on a tp_mesh; reshard_after_forward (default, bool or a
+// divisor of the shard degree); CPU offload; activation checkpointing; 2 steps of batch 1-2 and
+// a sequence tp divides (sequence parallel splits it); loss parallel or gathered logits. For
+// kEqualsUnsharded: gradient clipping or not, Adam eps 1e-6 (NOTE [fp32 tolerance] in
+// cpu_training_prop_test.cc) and a seed; for kPeakMemory: mixed precision, gradient
+// accumulation and expandable segments. Sets the world size and the tp degree drawn.
+template <typename ModelOf>
+nlohmann::json draw_tp_scenario(TpProperty what, ModelOf&& model, int* world, int* tp) {
+  using nlohmann::json;
+  *tp = *rc::gen::element(2, 4);
+  int shard = 0;
+  TinyOptions o;
+  const json mesh = tp_mesh(*tp, world, &shard);
+  std::vector<json> raf = {nullptr, true, false};
+  for (int n = 2; n < shard; ++n)
+    if (shard % n == 0) raf.push_back(n);
+  o.reshard_after_forward = *rc::gen::elementOf(raf);
+  o.cpu_offload = *rc::gen::arbitrary<bool>();
+  o.activation_checkpointing = *rc::gen::element(json("none"), json("full"), json("selective_op"));
+  o.steps = 2;
+  o.batch = *rc::gen::inRange(1, 3);
+  o.seq = *tp * *rc::gen::inRange(1, 4);
+  if (what == TpProperty::kEqualsUnsharded) {
+    o.max_grad_norm = *rc::gen::element(0.0, 1.0);
+  } else {
+    o.mixed_precision = *rc::gen::element(json::object(), json{{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}},
+                                          json{{"param_dtype", "bf16"}});
+    o.grad_accum_steps = *rc::gen::inRange(1, 3);
+    o.hardware_extra = {{"allocator", {{"expandable_segments", *rc::gen::arbitrary<bool>()}}}};
+  }
+  json j = tiny_scenario_json(o);
+  j["fsdp"]["mesh"] = mesh;
+  j["hardware"]["gpus_per_node"] = *world;
+  j["model"] = model(*tp);
+  if (what == TpProperty::kEqualsUnsharded) {
+    j["training"]["optimizer"] = {{"lr", 1e-3}, {"eps", 1e-6}, {"max_grad_norm", o.max_grad_norm}};
+    j["training"]["seed"] = *rc::gen::inRange(0, 1000);
+  }
+  const bool loss_parallel = *rc::gen::arbitrary<bool>();
+  j["tensor_parallel"] = {{"loss_parallel", loss_parallel}};
+  RC_TAG("tp " + std::to_string(*tp));
+  RC_TAG(loss_parallel ? "loss parallel" : "logits gathered");
+  RC_TAG(mesh["shape"].size() == 3 ? "3-D" : "2-D");
+  return j;
+}
+
+// Runs `sharded` and its single-rank reference `ref` for real and asserts the parameters after
+// the last step agree within |a - b| <= 1e-5 + 1e-3 |b| (NOTE [fp32 tolerance]) and the step
+// losses within 1e-4 (a rapidcheck property's assertion).
+inline void sharded_equals_unsharded(const nlohmann::json& sharded, const nlohmann::json& ref) {
+  const RealRun a = run_real(parse_scenario(sharded));
+  const RealRun b = run_real(parse_scenario(ref));
+  std::string where;
+  const double v = max_violation(a, b, 1e-5, 1e-3, &where);
+  if (!(v <= 1.0)) RC_FAIL("worst parameter difference at " + where);
+  for (size_t k = 0; k < b.mean_loss.size(); ++k) RC_ASSERT(std::abs(a.mean_loss[k] - b.mean_loss[k]) <= 1e-4);
 }
 
 // Simulates every rank of `s`, runs it for real, and asserts each rank's peak allocated and

@@ -1,6 +1,10 @@
 #pragma once
 // Shared helpers for simulator tests: small scenarios built as JSON (so the parser is part of
 // every test) and the simulation run.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
 #include <nlohmann/json.hpp>
 
 #include "core/scenario/scenario.h"
@@ -59,6 +63,35 @@ inline std::string problems_text(const sim::SimulationReport& r) {
   std::string s;
   for (const auto& p : r.problems) s += p.message + "\n";
   return s;
+}
+
+// The collectives one training step of a tensor-parallel run issues, by process group, and the
+// report: `model` (2 blocks) on mesh [shard, tp], batch 1 x seq 16, program 0's last step.
+struct TpStepCollectives {
+  std::map<std::string, std::map<CollectiveKind, int>> by_group;  // group name -> kind -> count
+  sim::SimulationReport report;
+};
+
+inline TpStepCollectives tp_step_collectives(const std::string& model, int shard, int tp, bool loss_parallel,
+                                             const std::string& activation_checkpointing) {
+  const nlohmann::json j = {
+      {"name", "t"},
+      {"model", model},
+      {"training", {{"batch_per_rank", 1}, {"seq_len", 16}, {"steps", 2}, {"activation_checkpointing", activation_checkpointing}}},
+      {"fsdp", {{"mesh", {{"shape", {shard, tp}}, {"dim_names", {"dp_shard", "tp"}}}}}},
+      {"tensor_parallel", {{"loss_parallel", loss_parallel}}},
+      {"hardware", {{"profile", "h100-sxm-80gb"}, {"nodes", 1}, {"gpus_per_node", shard * tp}}}};
+  TpStepCollectives c;
+  sim::SimulateOptions o;
+  o.on_played = [&](const sim::PlayedRun& run) {
+    const auto& prog = run.programs.front();
+    const int last = prog.instrs.back().step;
+    for (const auto& in : prog.instrs)
+      if (in.type == sim::InstrType::kCollective && in.step == last) ++c.by_group[run.groups[in.group].name][in.coll];
+  };
+  c.report = sim::simulate_scenario(parse_scenario(j), o);
+  EXPECT_TRUE(c.report.ok()) << problems_text(c.report);
+  return c;
 }
 
 }  // namespace fullshard::testing

@@ -13,31 +13,11 @@ namespace {
 
 using nlohmann::json;
 
-struct Counts {
-  std::map<std::string, std::map<CollectiveKind, int>> by_group;  // group name -> kind -> count
-  sim::SimulationReport report;
-};
+using Counts = testing::TpStepCollectives;
 
 // tiny-llama (2 blocks) on mesh [shard, tp]; collectives of program 0's last step by group.
 Counts counts(int shard, int tp, bool loss_parallel, const std::string& ac) {
-  json j = {{"name", "t"},
-            {"model", "tiny-llama"},
-            {"training", {{"batch_per_rank", 1}, {"seq_len", 16}, {"steps", 2}, {"activation_checkpointing", ac}}},
-            {"fsdp", {{"mesh", {{"shape", {shard, tp}}, {"dim_names", {"dp_shard", "tp"}}}}}},
-            {"tensor_parallel", {{"loss_parallel", loss_parallel}}},
-            {"hardware", {{"profile", "h100-sxm-80gb"}, {"nodes", 1}, {"gpus_per_node", shard * tp}}}};
-  Counts c;
-  sim::SimulateOptions o;
-  o.on_played = [&](const sim::PlayedRun& run) {
-    const auto& prog = run.programs.front();
-    const int last = prog.instrs.back().step;
-    for (const auto& in : prog.instrs)
-      if (in.type == sim::InstrType::kCollective && in.step == last)
-        ++c.by_group[run.groups[in.group].name][in.coll];
-  };
-  c.report = sim::simulate_scenario(parse_scenario(j), o);
-  EXPECT_TRUE(c.report.ok()) << testing::problems_text(c.report);
-  return c;
+  return testing::tp_step_collectives("tiny-llama", shard, tp, loss_parallel, ac);
 }
 
 constexpr int L = 2;  // tiny-llama's blocks
