@@ -1,17 +1,43 @@
 #pragma once
 // Shared pieces of the real-training checkpoint tests (tests/unit/cpu_*checkpoint_test.cc): the
-// rank options that save, resume and initialise, and byte-for-byte comparisons.
+// tensor-parallel scenario, the rank options that save, resume and initialise, and
+// byte-for-byte comparisons.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
+#include <nlohmann/json.hpp>
 
 #include "core/checkpoint/checkpoint_dir.h"
 #include "tests/support/cpu_support.h"
+#include "tests/support/sim_support.h"
 
 namespace fullshard::testing {
+
+// A tensor-parallel checkpoint scenario: `model` on `mesh` ({shard}, {shard, tp} or
+// {replicate, shard, tp}, tp last), 8-token sequences, `global_batch` sequences per step over
+// the data-parallel ranks (NOTE [fp32 tolerance]), Adam with eps 1e-6 and clipping at 1.
+inline nlohmann::json tp_checkpoint_scenario(const std::vector<int>& mesh, int global_batch, nlohmann::json model,
+                                             int steps, double lr, int seed) {
+  TinyOptions o;
+  o.mesh = mesh;
+  o.seq = 8;
+  o.steps = steps;
+  const int tp = mesh.size() >= 2 ? mesh.back() : 1;
+  int world = 1;
+  for (int d : mesh) world *= d;
+  o.batch = global_batch * tp / world;
+  nlohmann::json j = tiny_scenario_json(o);
+  if (mesh.size() == 2) j["fsdp"]["mesh"]["dim_names"] = {"dp_shard", "tp"};
+  if (mesh.size() == 3) j["fsdp"]["mesh"]["dim_names"] = {"dp_replicate", "dp_shard", "tp"};
+  j["model"] = std::move(model);
+  j["training"]["optimizer"] = {{"lr", lr}, {"eps", 1e-6}, {"max_grad_norm", 1.0}};
+  j["training"]["seed"] = seed;
+  return j;
+}
 
 // Rank options that save every `every` steps into `dir` (async: the background writer;
 // keep_last: how many checkpoints stay, 0 all).

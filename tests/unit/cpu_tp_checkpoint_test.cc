@@ -27,22 +27,11 @@ namespace fs = std::filesystem;
 // A Llama that splits 1, 2 or 4 ways. `mesh`: {shard}, {shard, tp} or {replicate, shard, tp};
 // `global_batch` sequences per step over the data-parallel ranks (NOTE [fp32 tolerance]).
 json scenario(std::vector<int> mesh, int global_batch, int steps = 6) {
-  TinyOptions o;
-  o.mesh = mesh;
-  o.seq = 8;
-  o.steps = steps;
-  const int tp = mesh.size() >= 2 ? mesh.back() : 1;
-  int world = 1;
-  for (int d : mesh) world *= d;
-  o.batch = global_batch * tp / world;
-  json j = tiny_scenario_json(o);
-  if (mesh.size() == 2) j["fsdp"]["mesh"]["dim_names"] = {"dp_shard", "tp"};
-  if (mesh.size() == 3) j["fsdp"]["mesh"]["dim_names"] = {"dp_replicate", "dp_shard", "tp"};
-  j["model"] = {{"arch", "llama"}, {"name", "tpckpt"}, {"vocab_size", 256}, {"dim", 8}, {"n_layers", 2},
-                {"n_heads", 4},    {"n_kv_heads", 4},   {"ffn_dim", 12},    {"max_seq_len", 16}};
-  j["training"]["optimizer"] = {{"lr", 1e-3}, {"eps", 1e-6}, {"max_grad_norm", 1.0}};
-  j["training"]["seed"] = 7;
-  return j;
+  return tp_checkpoint_scenario(mesh, global_batch,
+                                {{"arch", "llama"}, {"name", "tpckpt"}, {"vocab_size", 256}, {"dim", 8},
+                                 {"n_layers", 2}, {"n_heads", 4}, {"n_kv_heads", 4}, {"ffn_dim", 12},
+                                 {"max_seq_len", 16}},
+                                steps, 1e-3, 7);
 }
 
 TEST(CpuTpCheckpoint, ResumeContinuesBitIdentically) {
