@@ -87,9 +87,10 @@ MeasurementsFile read_measurements(const std::string& path) {
   return m;
 }
 
-// A profile's identity: its file, or the name its aliases resolve to.
-std::string canonical_profile(const std::string& name) {
-  return is_json_path(name) ? fs::weakly_canonical(name).string() : load_hardware_profile(name, "profile").name;
+// A profile's identity: its file, or the name its aliases resolve to (`where` names it in an
+// error).
+std::string canonical_profile(const std::string& name, const std::string& where) {
+  return is_json_path(name) ? fs::weakly_canonical(name).string() : load_hardware_profile(name, where).name;
 }
 
 template <typename T>
@@ -128,7 +129,8 @@ int cmd_calibrate(const CalibrateFlags& f) {
     append(input.direct, m.input.direct);
     file_names.push_back(fs::path(path).filename().string());
     if (f.hardware.empty() && !m.profile.empty()) {
-      if (!name.empty() && canonical_profile(m.profile) != canonical_profile(name))
+      if (!name.empty() &&
+          canonical_profile(m.profile, path + ": profile") != canonical_profile(name, named_by + ": profile"))
         throw InputError(path + ": profile", "is \"" + m.profile + "\" but " + named_by + " says \"" + name + "\"",
                          "calibrate one profile at a time, or name it with --hardware");
       name = m.profile, named_by = path;
