@@ -119,6 +119,22 @@ int cmd_calibrate(const CalibrateFlags& f) {
   if (is_json_path(f.hardware)) inputs.push_back(f.hardware);
   refuse_output_over_input("--output", f.output, inputs);
   if (!f.output.empty() && is_json_path(f.output)) check_output_writable("--output", f.output);
+  // The profile to start from, and its file: --hardware's is loaded before the measurements are
+  // read (a bad flag is reported first), else the files' "profile" after.
+  std::string profile_path;
+  HardwareProfile start;
+  auto load = [&](const std::string& name, const std::string& where) {
+    if (is_json_path(name)) {
+      profile_path = name;
+      start = load_hardware_profile_file(name);
+    } else {
+      start = load_hardware_profile(name, where);
+      profile_path = (fs::path(hardware_profile_dir()) / (start.name + ".json")).string();
+    }
+  };
+  if (!f.output.empty() && !is_json_path(f.output))
+    throw InputError("--output", "is '" + f.output + "', not a .json path", "write the fitted profile to a .json file");
+  if (!f.hardware.empty()) load(f.hardware, "--hardware");
   sim::CalibrationInput input;
   std::string name = f.hardware, named_by;
   std::vector<std::string> file_names;
@@ -138,17 +154,7 @@ int cmd_calibrate(const CalibrateFlags& f) {
   }
   if (name.empty())
     throw InputError("--hardware", "is missing", "name the profile to calibrate (--hardware h100) or give \"profile\" in the file");
-  if (!f.output.empty() && !is_json_path(f.output))
-    throw InputError("--output", "is '" + f.output + "', not a .json path", "write the fitted profile to a .json file");
-  std::string profile_path;
-  HardwareProfile start;
-  if (is_json_path(name)) {
-    profile_path = name;
-    start = load_hardware_profile_file(name);
-  } else {
-    start = load_hardware_profile(name, "--hardware");
-    profile_path = (fs::path(hardware_profile_dir()) / (start.name + ".json")).string();
-  }
+  if (f.hardware.empty()) load(name, named_by + ": profile");
   std::string from;
   for (const auto& n : file_names) from += (from.empty() ? "" : ", ") + n;
   const sim::Calibration c = sim::calibrate(start, input);
