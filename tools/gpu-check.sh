@@ -34,16 +34,24 @@ do_pack() {
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE="${FULLSHARD_GPU_BUILD_TYPE:-Release}" ${CMAKE_ARGS:-} > /dev/null
   cmake --build "$build" --target help | grep -q '^fullshard_cuda:' ||
     { echo "gpu-check: this machine has no nvcc/cuBLASLt/NCCL: the CUDA backend is not built" >&2; exit 2; }
+  # Every test binary under tests/gpu first: ctest names a test's command only once its
+  # executable exists (on a fresh tree its JSON has no "command").
+  cmake --build "$build" --target fullshard tests/gpu/all -j "$(nproc)"
   # The GPU tests, as ctest knows them (label gpu): their executables and arguments.
-  local tests_json
+  local tests_json target_names
   tests_json="$(ctest --test-dir "$build" -L gpu --show-only=json-v1)"
-  mapfile -t targets < <(python3 - "$tests_json" <<'P'
+  target_names="$(python3 - "$tests_json" <<'P'
 import json, os, sys
-for t in json.loads(sys.argv[1]).get("tests", []):
+tests = json.loads(sys.argv[1]).get("tests", [])
+if not tests:
+    sys.exit("gpu-check: ctest lists no test labelled gpu")
+for t in tests:
+    if "command" not in t:
+        sys.exit(f"gpu-check: ctest gives no command for {t['name']}: its executable was not built")
     print(os.path.basename(t["command"][0]))
 P
-)
-  cmake --build "$build" --target fullshard "${targets[@]}" -j "$(nproc)"
+)"
+  mapfile -t targets <<< "$target_names"
   rm -rf "$pack"
   mkdir -p "$pack/bin" "$pack/lib"
   cp "$build/bin/fullshard" "$pack/bin/"
