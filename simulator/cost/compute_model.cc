@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-
 namespace fullshard::sim {
 
 OpClass op_class(OpKind k) {

@@ -29,6 +29,20 @@ if mp: j["fsdp"]["mixed_precision"] = mp
 json.dump(j, open(sys.argv[2], "w"))
 P
 }
+compares_equal() {  # scenario path without .json, label [, rank count]: fullshard compare says equal
+  # and every rank's predicted peak allocated and reserved bytes equal the measured ones
+  "$bin" compare "$1.json" --json "$1.out.json" > "$1.out" 2>&1 || { echo "compare failed for $2"; cat "$1.out"; exit 1; }
+  python3 - "$1.out.json" "$2" "${3:-}" <<'P'
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c["equal"] is True and len(c["ranks"]) == c["world_size"], sys.argv[2]
+if sys.argv[3]:
+    assert c["world_size"] == int(sys.argv[3]), (sys.argv[2], c["world_size"])
+for r in c["ranks"]:
+    assert r["predicted_peak_allocated_bytes"] == r["measured_peak_allocated_bytes"], (sys.argv[2], r)
+    assert r["predicted_peak_reserved_bytes"] == r["measured_peak_reserved_bytes"], (sys.argv[2], r)
+P
+}
 n=0
 for impl in '"fullshard"' '{"loss": "bf16_logits"}' '{"keep_logits": true}' \
             '{"loss": "bf16_logits", "keep_logits": true}' '{"rms_norm": "eager"}' \
@@ -40,16 +54,7 @@ for impl in '"fullshard"' '{"loss": "bf16_logits"}' '{"keep_logits": true}' \
     for ac in none full; do
       n=$((n + 1)); name="v$n"
       variant "$name" "$impl" "$mp" "$ac"
-      "$bin" compare "$tmp/$name.json" --json "$tmp/$name.out.json" > "$tmp/$name.out" 2>&1 \
-        || { echo "compare failed for $impl $mp $ac"; cat "$tmp/$name.out"; exit 1; }
-      python3 - "$tmp/$name.out.json" "$impl $mp $ac" <<'P'
-import json, sys
-c = json.load(open(sys.argv[1]))
-assert c["equal"] is True and len(c["ranks"]) == c["world_size"], sys.argv[2]
-for r in c["ranks"]:
-    assert r["predicted_peak_allocated_bytes"] == r["measured_peak_allocated_bytes"], (sys.argv[2], r)
-    assert r["predicted_peak_reserved_bytes"] == r["measured_peak_reserved_bytes"], (sys.argv[2], r)
-P
+      compares_equal "$tmp/$name" "$impl $mp $ac"
       echo "ok $impl mp=$mp ac=$ac"
     done
   done
@@ -61,9 +66,7 @@ for impl in '"torchtitan"' '{"loss": "chunked", "loss_chunks": 4}' '"fullshard"'
     for ac in none full; do
       n=$((n + 1)); name="v$n"
       variant "$name" "$impl" "$mp" "$ac" embed_blocks_head
-      "$bin" compare "$tmp/$name.json" --json "$tmp/$name.out.json" > "$tmp/$name.out" 2>&1 \
-        || { echo "compare failed for $impl $mp $ac embed_blocks_head"; cat "$tmp/$name.out"; exit 1; }
-      python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); assert c["equal"] is True and all(r["predicted_peak_allocated_bytes"] == r["measured_peak_allocated_bytes"] and r["predicted_peak_reserved_bytes"] == r["measured_peak_reserved_bytes"] for r in c["ranks"]), c' "$tmp/$name.out.json"
+      compares_equal "$tmp/$name" "$impl $mp $ac embed_blocks_head"
       echo "ok $impl mp=$mp ac=$ac units=embed_blocks_head"
     done
   done
@@ -74,9 +77,7 @@ for impl in '"torchtitan"' '{"loss": "chunked", "loss_chunks": 4}'; do
   for mp in '{}' '{"param_dtype": "bf16", "reduce_dtype": "fp32"}'; do
     n=$((n + 1)); name="v$n"
     TIED=1 variant "$name" "$impl" "$mp" none embed_blocks_head
-    "$bin" compare "$tmp/$name.json" --json "$tmp/$name.out.json" > "$tmp/$name.out" 2>&1 \
-      || { echo "compare failed for tied $impl $mp embed_blocks_head"; cat "$tmp/$name.out"; exit 1; }
-    python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); assert c["equal"] is True and all(r["predicted_peak_allocated_bytes"] == r["measured_peak_allocated_bytes"] and r["predicted_peak_reserved_bytes"] == r["measured_peak_reserved_bytes"] for r in c["ranks"]), c' "$tmp/$name.out.json"
+    compares_equal "$tmp/$name" "tied $impl $mp embed_blocks_head"
     echo "ok tied $impl mp=$mp units=embed_blocks_head"
   done
 done
@@ -90,9 +91,7 @@ for run in '"torchtitan-2024"|{}' '"torchtitan-2024"|{"param_dtype": "bf16", "re
   impl="${run%%|*}"; mp="${run#*|}"
   n=$((n + 1)); name="v$n"
   variant "$name" "$impl" "$mp" selective_op
-  "$bin" compare "$tmp/$name.json" --json "$tmp/$name.out.json" > "$tmp/$name.out" 2>&1 \
-    || { echo "compare failed for $impl $mp selective_op"; cat "$tmp/$name.out"; exit 1; }
-  python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); assert c["equal"] is True and all(r["predicted_peak_allocated_bytes"] == r["measured_peak_allocated_bytes"] and r["predicted_peak_reserved_bytes"] == r["measured_peak_reserved_bytes"] for r in c["ranks"]), c' "$tmp/$name.out.json"
+  compares_equal "$tmp/$name" "$impl $mp selective_op"
   echo "ok $impl mp=$mp ac=selective_op"
 done
 # An eager decomposition (rms_norm=eager, rope=rotate_half; gqa=repeat_kv against native GQA)
@@ -151,9 +150,7 @@ j["model"] = {"name": j["model"] if isinstance(j["model"], str) else j["model"][
 j["training"]["steps"] = 2
 json.dump(j, open(sys.argv[2], "w"))
 P
-"$bin" compare "$tmp/tp-compile.json" --json "$tmp/tp-compile.out.json" > "$tmp/tp-compile.out" 2>&1 \
-  || { echo "compare failed for compile + tp"; cat "$tmp/tp-compile.out"; exit 1; }
-python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); assert c["equal"] is True and len(c["ranks"]) == 4 and all(r["predicted_peak_allocated_bytes"] == r["measured_peak_allocated_bytes"] and r["predicted_peak_reserved_bytes"] == r["measured_peak_reserved_bytes"] for r in c["ranks"]), c' "$tmp/tp-compile.out.json"
+compares_equal "$tmp/tp-compile" "compile + tp" 4
 echo "ok compile + tp 2"
 # The chunked loss under tensor parallelism (NOTE [Chunked loss under tp]): the norm's output
 # gathered to Replicate, each chunk's vocab-sharded logits into loss parallel. Both unit layouts:
@@ -177,8 +174,7 @@ P
   || { echo "train failed for tp"; cat "$tmp/tp-plain.out"; exit 1; }
 for units in blocks embed_blocks_head; do
   f="$tmp/tp-chunked-$units"
-  "$bin" compare "$f.json" --json "$f.out.json" > "$f.out" 2>&1 || { echo "compare failed for chunked + tp ($units)"; cat "$f.out"; exit 1; }
-  python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); assert c["equal"] is True and len(c["ranks"]) == 4 and all(r["predicted_peak_allocated_bytes"] == r["measured_peak_allocated_bytes"] and r["predicted_peak_reserved_bytes"] == r["measured_peak_reserved_bytes"] for r in c["ranks"]), c' "$f.out.json"
+  compares_equal "$f" "chunked + tp ($units)" 4
   "$bin" train "$f.json" --metrics "$f.jsonl" > "$f.train.out" 2>&1 || { echo "train failed for chunked + tp"; cat "$f.train.out"; exit 1; }
   losses_match "$tmp/tp-plain.jsonl" "$f.jsonl" "chunked + tp 2 ($units; predicted == measured) against unchunked tp"
 done
