@@ -13,6 +13,7 @@ std::string_view category_key(MemCategory c) {
     case MemCategory::kAllGather: return "all_gather_buffers";
     case MemCategory::kReduceScatter: return "reduce_scatter_buffers";
     case MemCategory::kTemporary: return "temporaries";
+    case MemCategory::kWorkspace: return "workspaces";
   }
   return "?";
 }

@@ -17,17 +17,19 @@ enum class MemCategory : uint8_t {
   kAllGather,        // the flat all-gather output buffer of a group (and its copy-in)
   kReduceScatter,    // the flat reduce-scatter input buffer of a group
   kTemporary,        // activation grads, casts, scratch
+  kWorkspace,        // library workspaces kept for the run (cuBLAS: NOTE [cuBLAS workspaces])
 };
-constexpr int kNumMemCategories = 9;
+constexpr int kNumMemCategories = 10;
 
 constexpr std::array<MemCategory, kNumMemCategories> kAllMemCategories = {
     MemCategory::kShardedParam,    MemCategory::kUnshardedParam, MemCategory::kShardedGrad,
     MemCategory::kUnshardedGrad,   MemCategory::kOptimizerState, MemCategory::kActivation,
-    MemCategory::kAllGather,       MemCategory::kReduceScatter,  MemCategory::kTemporary};
+    MemCategory::kAllGather,       MemCategory::kReduceScatter,  MemCategory::kTemporary,
+    MemCategory::kWorkspace};
 
 // snake_case keys used in reports: "sharded_params", "unsharded_params", "sharded_grads",
 // "unsharded_grads", "optimizer_state", "activations", "all_gather_buffers",
-// "reduce_scatter_buffers", "temporaries".
+// "reduce_scatter_buffers", "temporaries", "workspaces".
 std::string_view category_key(MemCategory c);
 
 using CategoryBytes = std::array<uint64_t, kNumMemCategories>;

@@ -54,7 +54,23 @@ static void accumulate(Backend& b, std::map<uint64_t, Tensor>& grads, uint64_t i
   }
 }
 
+namespace {
+// Autograd runs a CUDA backward on its device thread (NOTE [cuBLAS workspaces]).
+class OnAutogradThread {
+ public:
+  explicit OnAutogradThread(Backend& b) : b_(b), previous_(b.set_host_thread(HostThread::kAutograd)) {}
+  ~OnAutogradThread() { b_.set_host_thread(previous_); }
+  OnAutogradThread(const OnAutogradThread&) = delete;
+  OnAutogradThread& operator=(const OnAutogradThread&) = delete;
+
+ private:
+  Backend& b_;
+  HostThread previous_;
+};
+}  // namespace
+
 Tensor Graph::backward(Backend& backend, uint64_t root, Tensor seed, uint64_t want) {
+  const OnAutogradThread on_autograd_thread(backend);
   std::map<uint64_t, Tensor> grads;
   grads.emplace(root, std::move(seed));
   Tensor wanted;

@@ -55,10 +55,36 @@ void Backend::free(const Buffer& buffer) {
   if (observer_) observer_(buffer, false, {});
 }
 
+// NOTE [cuBLAS workspaces]: PyTorch gives cuBLAS (and, since the workspaces were unified,
+// cuBLASLt) a workspace of its own caching allocator for each (cuBLAS handle, stream) pair, taken
+// at the pair's first matmul and kept until the process ends or torch._C._cuda_clearCublasWorkspaces
+// (aten/src/ATen/cuda/CublasHandlePool.cpp: setWorkspaceForHandle / getCUDABlasLtWorkspace
+// allocate getChosenWorkspaceSize() = CUBLAS_WORKSPACE_CONFIG, by default 4096 KiB x 8 = 32 MiB on
+// Hopper and 4096 KiB x 2 + 16 KiB x 8 on earlier GPUs). Handles come from a pool with one handle
+// per thread, and autograd runs a CUDA backward on its device thread, not the Python thread: a
+// training step holds two workspaces on the compute stream, the forward's and the backward's.
+// torch.cuda.memory_allocated counts both, so the simulator does too: the first GEMM a (host
+// thread, stream) pair launches allocates blas_workspace_bytes right before the launch, after the
+// GEMM's output (as at::mm allocates its result, then asks for the handle), and nothing frees it.
+// Real backends hand that buffer to their GEMM library (the CUDA backend's cuBLASLt workspace).
 void Backend::launch(StreamRole stream, const OpCall& op) {
+  if (blas_workspace_bytes_ > 0 && op_uses_blas(op.kind)) {
+    Buffer& ws = blas_workspaces_[static_cast<size_t>(host_thread_)][static_cast<size_t>(stream)];
+    if (!ws)
+      ws = allocate(blas_workspace_bytes_, MemCategory::kWorkspace, stream,
+                    host_thread_ == HostThread::kMain ? "cuBLAS workspace (main thread)"
+                                                      : "cuBLAS workspace (autograd thread)");
+  }
   next_host_seq();
   launched_flops_ += op.flops;
   do_launch(stream, op);
+}
+
+int Backend::blas_workspace_count() const {
+  int n = 0;
+  for (const auto& per_thread : blas_workspaces_)
+    for (const Buffer& b : per_thread) n += b ? 1 : 0;
+  return n;
 }
 
 void Backend::collective(StreamRole stream, const CollectiveCall& call, const ProcessGroup& group) {

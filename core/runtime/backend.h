@@ -50,6 +50,13 @@ struct CollectiveInterval {
   double begin_s = 0, end_s = 0;
 };
 
+// The host thread that issues work, as PyTorch has them: the Python thread runs forward, the
+// loss and the optimizer; autograd's device thread runs every backward (and the recomputation
+// of activation checkpointing inside it). cuBLAS handles are per thread, so each keeps its own
+// workspace (NOTE [cuBLAS workspaces]).
+enum class HostThread : uint8_t { kMain, kAutograd };
+constexpr int kNumHostThreads = 2;
+
 // NOTE [Backend entry points]: the work methods are public and non-virtual. Each ticks the
 // host sequence (one tick per host-program call that the simulator records: launch,
 // collective, record_event, wait_event and synchronize of a real event, annotate, fsdp_hook) and then
@@ -92,6 +99,18 @@ class Backend {
   // group of `params` parameters: host-only work, which the simulator prices (NOTE [FSDP hook
   // host cost] in simulator/cost/hardware_cost_model.cc) and real backends simply run.
   void fsdp_hook(std::string_view what, int params);
+
+  // ---- the issuing thread and cuBLAS workspaces (NOTE [cuBLAS workspaces]) ----
+  // Which host thread issues what follows; returns the previous one (autograd's backward sets
+  // kAutograd and restores it).
+  HostThread set_host_thread(HostThread thread) { return std::exchange(host_thread_, thread); }
+  HostThread host_thread() const { return host_thread_; }
+  // Bytes of the workspace each (host thread, stream) pair takes from the allocator at its first
+  // GEMM and keeps (the hardware profile's blas_workspace_bytes; 0: none). Set before any launch.
+  void set_blas_workspace_bytes(uint64_t bytes) { blas_workspace_bytes_ = bytes; }
+  uint64_t blas_workspace_bytes() const { return blas_workspace_bytes_; }
+  // Workspaces taken so far (tests, reports).
+  int blas_workspace_count() const;
 
   // ---- host read-back (loss.item()) ----
   // The value of a one-element fp32/bf16/fp16 tensor is copied to the host when `stream`
@@ -155,6 +174,11 @@ class Backend {
   virtual void on_allocate(const Buffer& buffer, StreamRole stream, std::string_view what) {}
   virtual void on_free(const Buffer& buffer) {}
   SegmentSource* segment_source() const { return source_.get(); }
+  // The workspace of the current host thread on `stream` (empty before its first GEMM); in
+  // do_launch of a GEMM it is always there.
+  const Buffer& blas_workspace(StreamRole stream) const {
+    return blas_workspaces_[static_cast<size_t>(host_thread_)][static_cast<size_t>(stream)];
+  }
 
  private:
   int rank_;
@@ -167,6 +191,9 @@ class Backend {
   std::array<int, 5> collective_counts_{};
   bool out_of_memory_ = false;  // after an OOM, frees during unwinding are not recorded
   AllocationObserver observer_;
+  HostThread host_thread_ = HostThread::kMain;
+  uint64_t blas_workspace_bytes_ = 0;
+  std::array<std::array<Buffer, kNumStreams>, kNumHostThreads> blas_workspaces_{};
   uint64_t next_host_seq() { return ++host_seq_; }
 };
 

@@ -38,6 +38,17 @@ const char* op_kind_name(OpKind k) {
   return "?";
 }
 
+bool op_uses_blas(OpKind k) {
+  switch (k) {
+    case OpKind::kLinear:
+    case OpKind::kLinearBackwardInput:
+    case OpKind::kLinearBackwardWeight:
+    case OpKind::kAllGatherMatmul:
+    case OpKind::kMatmulReduceScatter: return true;
+    default: return false;
+  }
+}
+
 bool is_compiled_region(OpKind k) {
   switch (k) {
     case OpKind::kCompiledRMSNorm:

@@ -111,6 +111,9 @@ enum class OpKind : uint16_t {
 };
 // The kinds a torch.compile'd region launches (inductor's generated kernels): no eager dispatch.
 bool is_compiled_region(OpKind k);
+// The kinds PyTorch runs as cuBLAS matmuls (aten::mm / addmm, and the ones symm_mem's fused
+// all-gather / reduce-scatter matmuls issue): each uses its thread's cuBLAS workspace.
+bool op_uses_blas(OpKind k);
 const char* op_kind_name(OpKind k);
 
 struct OpCall {

@@ -100,6 +100,7 @@ const std::vector<Figure>& figures() {
       {"memory_bytes", bytes_figure(&P::memory_bytes, 1, "85520809984")},
       {"cuda_total_memory_bytes", bytes_figure(&P::cuda_total_memory_bytes, 1, "85027979264")},
       {"non_allocator_bytes", bytes_figure(&P::non_allocator_bytes, 0, "2103443456")},
+      {"blas_workspace_bytes", bytes_figure(&P::blas_workspace_bytes, 0, "33554432")},
       {"peak_flops_bf16", number_figure(&P::peak_flops_bf16, false, "989.4e12")},
       {"peak_flops_fp16", number_figure(&P::peak_flops_fp16, false, "989.4e12")},
       {"peak_flops_fp32", number_figure(&P::peak_flops_fp32, false, "66.9e12")},

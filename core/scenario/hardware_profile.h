@@ -51,6 +51,10 @@ struct HardwareProfile {
   // caching allocator. Allocator capacity = memory_bytes - non_allocator_bytes, at most
   // cuda_total_memory_bytes (the driver's reserve is part of non_allocator_bytes).
   uint64_t non_allocator_bytes = 0;
+  // Bytes of the cuBLAS workspace PyTorch takes from its caching allocator for each (cuBLAS
+  // handle, stream) pair at the pair's first matmul, and keeps: CUBLAS_WORKSPACE_CONFIG's total
+  // (NOTE [cuBLAS workspaces] in core/runtime/backend.cc). 0: none (CPU).
+  uint64_t blas_workspace_bytes = 0;
   // ---- compute
   // Dense (no 2:4 sparsity) peak FLOP/s per device. bf16/fp16/tf32 are tensor-core matmul
   // rates; fp32 is the non-tensor (CUDA core) rate.

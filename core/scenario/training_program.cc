@@ -70,6 +70,7 @@ std::vector<BlockCheckpoint> block_checkpointing(const ActivationCheckpointing& 
 }
 
 TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
+  b.set_blas_workspace_bytes(s.hardware.device.blas_workspace_bytes);  // NOTE [cuBLAS workspaces]
   model_ = std::make_unique<Transformer>(s.model, tensor_parallel_for(s, b.rank()));
   set_init_seed(model_->root(), s.training.seed);
   fsdp_ = std::make_unique<FSDPRuntime>(b, mesh_info_for(s, b.rank()));

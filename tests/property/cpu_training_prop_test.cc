@@ -164,7 +164,10 @@ RC_GTEST_PROP(RealTraining, PredictedPeakMemoryEqualsMeasured, ()) {
   o.batch = *rc::gen::inRange(1, 3);
   o.seq = *rc::gen::inRange(2, 12);
   const bool expandable = *rc::gen::arbitrary<bool>();
-  o.hardware_extra = {{"allocator", {{"expandable_segments", expandable}}}};
+  // cuBLAS workspaces (NOTE [cuBLAS workspaces]): none, a small-pool one of an odd size, or a
+  // large-pool one; the real backend allocates them through the same Backend::launch.
+  const uint64_t blas = *rc::gen::element<uint64_t>(0, 1000, uint64_t{1} << 20, (uint64_t{5} << 19) + 7);
+  o.hardware_extra = {{"allocator", {{"expandable_segments", expandable}}}, {"blas_workspace_bytes", blas}};
   RC_TAG(expandable ? "expandable segments" : "classic segments");
   json j = tiny_scenario_json(o);
   j["model"] = small_model();

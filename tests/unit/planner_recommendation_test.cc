@@ -31,12 +31,13 @@ PlanOptions options(const json& model, int nodes, int gpn, int seq, int64_t glob
 // A model whose fp32 training state cannot fit: without offload, the fp32 parameters, their
 // gradients and AdamW's two states take 16 bytes per parameter on the GPU at the optimizer
 // step (whatever the precision: bf16 is only the compute copy); give one GPU 8 bytes per
-// parameter and only CPU offload (states on the host) can fit.
+// parameter (beside PyTorch's two 32 MiB cuBLAS workspaces, NOTE [cuBLAS workspaces]) and only
+// CPU offload (states on the host) can fit.
 TEST(PlannerRecommendation, StatesThatOnlyFitWithOffload) {
   const json model = {{"name", "tiny-llama"}, {"dim", 512}, {"ffn_dim", 1024}, {"n_layers", 3}, {"n_heads", 8}};
   PlanOptions probe = options(model, 1, 1, 32, 1, std::nullopt);
   const int64_t params = parameter_count(probe.base.model);
-  PlanOptions o = options(model, 1, 1, 32, 1, static_cast<uint64_t>(8 * params));
+  PlanOptions o = options(model, 1, 1, 32, 1, static_cast<uint64_t>(8 * params) + 2 * probe.base.hardware.device.blas_workspace_bytes);
   const PlanResult r = plan(o);
   ASSERT_TRUE(r.best_fits());
   EXPECT_TRUE(r.configs.front().candidate.cpu_offload);

@@ -71,7 +71,8 @@ std::string module_of(const std::string& name) {
 const std::vector<std::string>& known_categories() {
   static const std::vector<std::string> k = {
       "sharded_params", "unsharded_params", "sharded_grads", "unsharded_grads", "optimizer_state",
-      "activations",    "all_gather_buffers", "reduce_scatter_buffers", "temporaries"};
+      "activations",    "all_gather_buffers", "reduce_scatter_buffers", "temporaries",
+      "workspaces"};
   return k;
 }
 
@@ -79,8 +80,9 @@ std::string category_color(const std::string& key, size_t fallback_index) {
   static const std::map<std::string, std::string> colors = {
       {"sharded_params", "#4e79a7"},  {"unsharded_params", "#a0cbe8"},   {"sharded_grads", "#f28e2b"},
       {"unsharded_grads", "#ffbe7d"}, {"optimizer_state", "#59a14f"},    {"activations", "#b07aa1"},
-      {"all_gather_buffers", "#76b7b2"}, {"reduce_scatter_buffers", "#edc948"}, {"temporaries", "#ff9da7"}};
-  static const std::vector<std::string> extra = {"#9c755f", "#bab0ac", "#8cd17d", "#d4a6c8", "#86bcb6"};
+      {"all_gather_buffers", "#76b7b2"}, {"reduce_scatter_buffers", "#edc948"}, {"temporaries", "#ff9da7"},
+      {"workspaces", "#9c755f"}};
+  static const std::vector<std::string> extra = {"#bab0ac", "#8cd17d", "#d4a6c8", "#86bcb6"};
   auto it = colors.find(key);
   return it != colors.end() ? it->second : extra[fallback_index % extra.size()];
 }
