@@ -225,8 +225,11 @@ void attention_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaS
   const void* v = p.packed ? in[1] : in[3];
   launch::AttnGrads g{out[0], out[1], out[2], dt_out(op, 0), dt_out(op, 1), dt_out(op, 2),
                       static_cast<float*>(out[3]), p.softmax_d_ld};
+  const DType dt = op.inputs[1].meta.dtype;  // q's (k, v share it: plan_attention_backward)
+  // The tensor-core backward reads dO as WMMA operands in q's dtype (NOTE [Tensor-core flash backward]).
+  const bool tc = op.inputs[0].meta.dtype == dt && tensor_core_attention(p, dt, {in[0], q, k, v});
   launch::attention_backward(p.l, in[0], dt_in(op, 0), q, k, v, dt_in(op, 1), in[p.o_in], dt_in(op, p.o_in),
-                             static_cast<const float*>(in[p.lse_in]), g, s);
+                             static_cast<const float*>(in[p.lse_in]), g, tc, s);
 }
 
 void log_softmax(const OpCall& op, const Ptrs& in, const Ptrs& out, bool backward, cudaStream_t s) {
