@@ -5,6 +5,7 @@
 // index maps, operand checks and launch shapes are checked directly.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -299,6 +300,39 @@ TEST(CudaPlan, AttentionBackwardNeedsTheFlashTemporaries) {
                InternalError);
   // The CPU kernel accepts the same outputs (and ignores the temporaries).
   EXPECT_NO_THROW(kt::run(OpKind::kAttentionBackward, ins, {&dq, &dk, &dv, &sd, &acc, &dke, &dve}, args));
+}
+
+// NOTE [Attention kernel override]: unset, empty or "auto" keeps the tensor-core choice,
+// "simt" forces the SIMT kernels, anything else is a one-line InputError naming the variable,
+// the value and the accepted ones (exact spelling: a typo must not silently pick a kernel).
+TEST(CudaPlan, AttentionKernelOverrideParsing) {
+  using plan::AttentionKernels;
+  EXPECT_EQ(plan::parse_attention_kernels(nullptr), AttentionKernels::kAuto);
+  EXPECT_EQ(plan::parse_attention_kernels(""), AttentionKernels::kAuto);
+  EXPECT_EQ(plan::parse_attention_kernels("auto"), AttentionKernels::kAuto);
+  EXPECT_EQ(plan::parse_attention_kernels("simt"), AttentionKernels::kSimt);
+  for (const char* bad : {"SIMT", "simt ", "tc", "tensor_cores", "0", "sim"}) {
+    try {
+      plan::parse_attention_kernels(bad);
+      ADD_FAILURE() << "'" << bad << "' was accepted";
+    } catch (const InputError& e) {
+      const std::string m = e.what();
+      EXPECT_EQ(e.where(), "FULLSHARD_ATTENTION_KERNELS");
+      EXPECT_NE(m.find(std::string("'") + bad + "'"), std::string::npos) << m;
+      EXPECT_NE(m.find("'simt'"), std::string::npos) << m;
+      EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    }
+  }
+}
+
+// The first call reads the variable; later changes to the environment do not switch kernels
+// mid-run. (Nothing else in this binary calls attention_kernels_from_env.)
+TEST(CudaPlan, AttentionKernelOverrideIsReadOnce) {
+  ASSERT_EQ(setenv("FULLSHARD_ATTENTION_KERNELS", "simt", 1), 0);
+  EXPECT_EQ(plan::attention_kernels_from_env(), plan::AttentionKernels::kSimt);
+  ASSERT_EQ(setenv("FULLSHARD_ATTENTION_KERNELS", "auto", 1), 0);
+  EXPECT_EQ(plan::attention_kernels_from_env(), plan::AttentionKernels::kSimt);
+  unsetenv("FULLSHARD_ATTENTION_KERNELS");
 }
 
 TEST(CudaPlan, RopePairsMatchRotateHalf) {

@@ -12,6 +12,8 @@
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cuda/kernels/cuda_kernels.h"
 #include "backends/cuda/kernels/gemm.h"
+#include "backends/cuda/kernels/launchers.h"
+#include "backends/cuda/kernels/plan.h"
 #include "tests/unit/kernels_test_support.h"
 
 namespace {
@@ -285,41 +287,177 @@ struct AttnCase {
   DType dt;
 };
 
+// One attention problem on the host: random q, k, v (or packed qkv) and dO, O and lse (the
+// backward's saved inputs: the CPU forward's when cpu_forward), and the backward's outputs
+// with the flash temporaries.
+struct AttnProblem {
+  AttnCase c;
+  std::vector<int64_t> args;
+  HT qkv, q, k, v, o, lse, dO, dq, dk, dv, sd, acc, dke, dve;
+  std::vector<HT*> fwd_ins() { return c.packed ? std::vector<HT*>{&qkv} : std::vector<HT*>{&q, &k, &v}; }
+  std::vector<HT*> bwd_ins() {
+    return c.packed ? std::vector<HT*>{&dO, &qkv, &o, &lse} : std::vector<HT*>{&dO, &q, &k, &v, &o, &lse};
+  }
+  std::vector<HT*> bwd_outs() {
+    std::vector<HT*> r = {&dq, &dk, &dv, &sd, &acc};
+    if (c.H != c.Hkv) r.insert(r.end(), {&dke, &dve});
+    return r;
+  }
+  cuda::plan::AttnPlan plan() {
+    return cuda::plan::plan_attention_backward(kt::make_call(OpKind::kAttentionBackward, bwd_ins(), bwd_outs(), args));
+  }
+  std::string what() const {
+    return "attention B" + std::to_string(c.B) + " S" + std::to_string(c.S) + " H" + std::to_string(c.H) + "/" +
+           std::to_string(c.Hkv) + " hd" + std::to_string(c.hd) + " " + name(c.dt) + (c.packed ? " packed" : "");
+  }
+};
+AttnProblem attention_problem(const AttnCase& c, std::mt19937& rng, bool cpu_forward = true) {
+  AttnProblem p;
+  p.c = c;
+  p.args = {c.B, c.S, c.H, c.Hkv, c.hd, c.packed};
+  const int64_t D = c.H * c.hd, Dkv = c.Hkv * c.hd, tokens = c.B * c.S, sr = (c.S + 127) / 128 * 128;
+  p.qkv = kt::random_tensor(c.dt, {c.B, c.S, 3 * D}, rng, -2, 2);
+  p.q = kt::random_tensor(c.dt, {c.B, c.S, D}, rng, -2, 2);
+  p.k = kt::random_tensor(c.dt, {c.B, c.S, Dkv}, rng, -2, 2);
+  p.v = kt::random_tensor(c.dt, {c.B, c.S, Dkv}, rng);
+  p.o = HT(c.dt, {c.B, c.S, c.H, c.hd});
+  p.lse = HT(DType::kFloat32, {c.B, c.H, c.S});
+  if (cpu_forward) kt::run(OpKind::kAttention, p.fwd_ins(), {&p.o, &p.lse}, p.args);
+  p.dO = kt::random_tensor(c.dt, {c.B, c.S, c.H, c.hd}, rng);
+  p.dq = HT(c.dt, {tokens, D});
+  p.dk = HT(c.dt, {tokens, c.packed ? D : Dkv});
+  p.dv = HT(c.dt, {tokens, c.packed ? D : Dkv});
+  p.sd = HT(DType::kFloat32, {c.B, c.H, sr});
+  p.acc = HT(DType::kFloat32, {c.B, sr, c.H, (c.hd + 31) / 32 * 32});
+  p.dke = HT(c.dt, {c.B, c.S, c.H, c.hd});
+  p.dve = HT(c.dt, {c.B, c.S, c.H, c.hd});
+  return p;
+}
+
+// Whether the dispatcher runs the tensor-core kernels for this problem (cudaMalloc'd bases are
+// aligned; NOTE [Attention kernel override] can turn them off).
+bool dispatch_uses_tensor_cores(AttnProblem& p) {
+  return cuda::plan::attention_kernels_from_env() == cuda::plan::AttentionKernels::kAuto &&
+         cuda::plan::attention_uses_tensor_cores(p.plan(), p.c.dt);
+}
+
+// NOTE [Tensor-core backward tolerances]: the tensor-core backward rounds P and dS to the
+// storage dtype before its products (as FlashAttention-2); the CPU reference and the SIMT
+// kernels keep them in fp32. Each rounding is <= 2^-8 relative (bf16) / 2^-11 (fp16), and the
+// outputs, rounded once from slightly different fp32 values, can differ by one unit in the
+// last place: up to 2^-7 (bf16) / 2^-10 (fp16) of the largest gradient. A host emulation of
+// exactly these roundings against an fp64 reference (300 seeds, S <= 200, the value ranges
+// used here) peaked at 7.1e-3 (bf16) and 7.7e-4 (fp16) of the largest gradient, so these
+// bounds, relative to the largest |dq|, |dk|, |dv|, keep a 2x margin or more; an indexing or
+// masking error moves gradients by their own size.
+double tc_backward_tolerance(DType dt) { return dt == DType::kBFloat16 ? 1.5e-2 : 5e-3; }
+
+double largest_gradient(const std::vector<HT>& g) {
+  return std::max({kt::max_abs(g[0].values()), kt::max_abs(g[1].values()), kt::max_abs(g[2].values()), 1e-3});
+}
+
+// Forward (O, lse) and backward (dq, dk, dv) against the CPU kernels. O and lse of the CPU's
+// forward feed both backwards.
+void check_attention(AttnProblem& p) {
+  const bool half = p.c.dt != DType::kFloat32, tc = dispatch_uses_tensor_cores(p);
+  HT o(p.c.dt, p.o.meta.shape), lse(DType::kFloat32, p.lse.meta.shape);
+  Both r = run_both(OpKind::kAttention, p.fwd_ins(), {&o, &lse}, p.args);
+  // Outputs are convex combinations of v rows (|v| <= 1): absolute tolerances. 16-bit: flash
+  // rounds P to the storage dtype before P V, as PyTorch's kernels do.
+  expect_close(r.gpu[0], r.cpu[0], half ? 1.5e-2 : 2e-5, 0, p.what() + " O");
+  expect_close(r.gpu[1], r.cpu[1], half ? 2e-3 : 2e-5, 1e-6, p.what() + " lse");
+  r = run_both(OpKind::kAttentionBackward, p.bwd_ins(), p.bwd_outs(), p.args);
+  // SIMT: fp32 throughout, the gradients rounded once (1e-2 for 16-bit covers a one-ulp
+  // difference of the largest); tensor cores: NOTE [Tensor-core backward tolerances].
+  const double rel = tc ? tc_backward_tolerance(p.c.dt) : half ? 1e-2 : 1e-5;
+  const double tol = rel * largest_gradient(r.cpu);
+  for (int i = 0; i < 3; ++i) expect_close(r.gpu[i], r.cpu[i], tol, 0, p.what() + " d" + "qkv"[i]);
+}
+
 TEST(CudaKernels, AttentionForwardAndBackward) {
   std::mt19937 rng(18);
   for (AttnCase c : {AttnCase{1, 1, 1, 1, 8, 0, DType::kFloat32}, AttnCase{2, 37, 4, 2, 40, 0, DType::kFloat32},
                      AttnCase{2, 37, 4, 2, 40, 0, DType::kBFloat16}, AttnCase{1, 130, 4, 1, 64, 0, DType::kBFloat16},
                      AttnCase{1, 200, 2, 2, 128, 0, DType::kFloat16}, AttnCase{2, 65, 2, 2, 64, 1, DType::kBFloat16},
                      AttnCase{1, 33, 2, 2, 256, 1, DType::kFloat32}}) {
-    const std::string what = "attention B" + std::to_string(c.B) + " S" + std::to_string(c.S) + " H" +
-                             std::to_string(c.H) + "/" + std::to_string(c.Hkv) + " hd" + std::to_string(c.hd) + " " +
-                             name(c.dt) + (c.packed ? " packed" : "");
-    const int64_t D = c.H * c.hd, Dkv = c.Hkv * c.hd, tokens = c.B * c.S, sr = (c.S + 127) / 128 * 128;
-    const std::vector<int64_t> args = {c.B, c.S, c.H, c.Hkv, c.hd, c.packed};
-    HT qkv = kt::random_tensor(c.dt, {c.B, c.S, 3 * D}, rng, -2, 2);
-    HT q = kt::random_tensor(c.dt, {c.B, c.S, D}, rng, -2, 2), k = kt::random_tensor(c.dt, {c.B, c.S, Dkv}, rng, -2, 2);
-    HT v = kt::random_tensor(c.dt, {c.B, c.S, Dkv}, rng);
-    HT o(c.dt, {c.B, c.S, c.H, c.hd}), lse(DType::kFloat32, {c.B, c.H, c.S});
-    std::vector<HT*> ins = c.packed ? std::vector<HT*>{&qkv} : std::vector<HT*>{&q, &k, &v};
-    Both r = run_both(OpKind::kAttention, ins, {&o, &lse}, args);
-    // Outputs are convex combinations of v rows (|v| <= 1): absolute tolerances. 16-bit: flash
-    // rounds P to the storage dtype before P V, as PyTorch's kernels do.
-    const bool half = c.dt != DType::kFloat32;
-    expect_close(r.gpu[0], r.cpu[0], half ? 1.5e-2 : 2e-5, 0, what + " O");
-    expect_close(r.gpu[1], r.cpu[1], half ? 2e-3 : 2e-5, 1e-6, what + " lse");
-    HT O = r.cpu[0], L = r.cpu[1];
-    HT dO = kt::random_tensor(c.dt, {c.B, c.S, c.H, c.hd}, rng);
-    HT dq(c.dt, {tokens, D}), dk(c.dt, {tokens, c.packed ? D : Dkv}), dv(c.dt, {tokens, c.packed ? D : Dkv});
-    HT sd(DType::kFloat32, {c.B, c.H, sr}), acc(DType::kFloat32, {c.B, sr, c.H, (c.hd + 31) / 32 * 32});
-    HT dke(c.dt, {c.B, c.S, c.H, c.hd}), dve(c.dt, {c.B, c.S, c.H, c.hd});
-    std::vector<HT*> bins = c.packed ? std::vector<HT*>{&dO, &qkv, &O, &L} : std::vector<HT*>{&dO, &q, &k, &v, &O, &L};
-    std::vector<HT*> bouts = {&dq, &dk, &dv, &sd, &acc};
-    if (c.H != c.Hkv) bouts.insert(bouts.end(), {&dke, &dve});
-    r = run_both(OpKind::kAttentionBackward, bins, bouts, args);
-    const double scale = std::max({kt::max_abs(r.cpu[0].values()), kt::max_abs(r.cpu[1].values()),
-                                   kt::max_abs(r.cpu[2].values()), 1e-3});
-    for (int i = 0; i < 3; ++i)
-      expect_close(r.gpu[i], r.cpu[i], (half ? 1e-2 : 1e-5) * scale, 0, what + " d" + "qkv"[i]);
+    AttnProblem p = attention_problem(c, rng);
+    check_attention(p);
+  }
+}
+
+// The tensor-core kernels (bf16 / fp16, head_dim 64 / 128, aligned bases) through the
+// dispatcher against the CPU kernels, on every combination the kernels special-case: both
+// dtypes and head dims, GQA groups 1 and 4 (kv heads 0 and 1 both read), sequences shorter
+// than a tile (1, 63), one past it (65) and ending inside a later tile (200), batch 2.
+TEST(CudaKernels, AttentionTensorCoresMatchCpu) {
+  if (cuda::plan::attention_kernels_from_env() == cuda::plan::AttentionKernels::kSimt)
+    GTEST_SKIP() << "FULLSHARD_ATTENTION_KERNELS=simt turns the tensor-core kernels off";
+  std::mt19937 rng(21);
+  for (DType dt : {DType::kBFloat16, DType::kFloat16})
+    for (int64_t hd : {64, 128})
+      for (auto [H, Hkv] : {std::pair<int64_t, int64_t>{2, 2}, {8, 2}})
+        for (int64_t S : {1, 63, 65, 200}) {
+          AttnProblem p = attention_problem(AttnCase{2, S, H, Hkv, hd, 0, dt}, rng);
+          ASSERT_TRUE(dispatch_uses_tensor_cores(p)) << p.what();
+          check_attention(p);
+        }
+}
+
+// A device copy of a host tensor, or (copy = false) its size in 0xFF bytes: NaN until written.
+struct DeviceTensor {
+  TensorMeta meta;
+  void* p = nullptr;
+  explicit DeviceTensor(const HT& t, bool copy = true) : meta(t.meta) {
+    EXPECT_EQ(cudaMalloc(&p, meta.nbytes()), cudaSuccess);
+    if (copy) {
+      cudaMemcpy(p, t.data(), meta.nbytes(), cudaMemcpyHostToDevice);
+    } else {
+      cudaMemset(p, 0xff, meta.nbytes());
+    }
+  }
+  DeviceTensor(const DeviceTensor&) = delete;
+  DeviceTensor& operator=(const DeviceTensor&) = delete;
+  ~DeviceTensor() { cudaFree(p); }
+  HT host() const {
+    HT t(meta.dtype, meta.shape);
+    cudaMemcpy(t.data(), p, meta.nbytes(), cudaMemcpyDeviceToHost);
+    return t;
+  }
+};
+
+// The tensor-core backward against the SIMT backward through the launchers themselves (so the
+// environment override cannot change what runs) on the same device inputs, with O and lse
+// from the tensor-core forward, at lengths spanning many tiles; then run again, bit for bit
+// (no atomics: the same inputs give the same gradients).
+TEST(CudaKernels, AttentionBackwardTensorCoresMatchSimt) {
+  std::mt19937 rng(22);
+  for (AttnCase c : {AttnCase{2, 1000, 8, 2, 128, 0, DType::kBFloat16}, AttnCase{2, 333, 4, 4, 64, 0, DType::kFloat16},
+                     AttnCase{1, 130, 4, 4, 64, 1, DType::kBFloat16}, AttnCase{2, 200, 4, 1, 128, 0, DType::kFloat16}}) {
+    AttnProblem p = attention_problem(c, rng, /*cpu_forward=*/false);
+    const cuda::plan::AttnPlan plan = p.plan();
+    const int dt = cuda::plan::dcode(c.dt);
+    const cudaStream_t s = dev().stream;
+    DeviceTensor gq(c.packed ? p.qkv : p.q), gk(p.k), gv(p.v), gdO(p.dO);
+    DeviceTensor go(p.o, false), glse(p.lse, false), gsd(p.sd, false);
+    const void* q = gq.p;
+    const void* k = c.packed ? gq.p : gk.p;  // packed: one qkv buffer, k and v at column offsets
+    const void* v = c.packed ? gq.p : gv.p;
+    cuda::launch::attention_forward(plan.l, q, k, v, dt, go.p, dt, static_cast<float*>(glse.p), true, s);
+    std::vector<HT> runs[3];  // SIMT, tensor cores, tensor cores again
+    for (int run = 0; run < 3; ++run) {
+      DeviceTensor gdq(p.dq, false), gdk(p.dk, false), gdv(p.dv, false);
+      const cuda::launch::AttnGrads g{gdq.p, gdk.p, gdv.p, dt, dt, dt, static_cast<float*>(gsd.p), plan.softmax_d_ld};
+      cuda::launch::attention_backward(plan.l, gdO.p, dt, q, k, v, dt, go.p, dt, static_cast<const float*>(glse.p), g,
+                                       /*tensor_cores=*/run > 0, s);
+      ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess) << p.what();
+      runs[run] = {gdq.host(), gdk.host(), gdv.host()};
+    }
+    const double tol = tc_backward_tolerance(c.dt) * largest_gradient(runs[0]);
+    for (int i = 0; i < 3; ++i) {
+      const std::string what = p.what() + " d" + "qkv"[i];
+      expect_close(runs[1][i], runs[0][i], tol, 0, what + " tensor cores vs SIMT");
+      expect_bits(runs[2][i], runs[1][i], what + " tensor cores, second run");
+    }
   }
 }
 

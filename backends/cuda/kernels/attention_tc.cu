@@ -10,6 +10,7 @@
 // in natural-log units of the scaled scores. Only O and lse are written.
 #include <mma.h>
 
+#include "backends/cuda/kernels/attention_tc.cuh"
 #include "backends/cuda/kernels/device_common.cuh"
 #include "backends/cuda/kernels/launchers.h"
 
@@ -19,14 +20,11 @@ namespace {
 using namespace dev;
 using namespace nvcuda;
 
-constexpr int kBQ = 64, kBK = 64, kWarpsTc = 4;
-
-template <class T>
-__device__ __forceinline__ T to_t(float f);
-template <>
-__device__ __forceinline__ __nv_bfloat16 to_t<__nv_bfloat16>(float f) { return __float2bfloat16_rn(f); }
-template <>
-__device__ __forceinline__ __half to_t<__half>(float f) { return __float2half_rn(f); }
+using tc::kBK;
+using tc::kBQ;
+using tc::stage_rows;
+using tc::to_t;
+constexpr int kWarpsTc = tc::kWarps;
 
 template <int HD>
 struct TcSmem {
@@ -38,19 +36,6 @@ struct TcSmem {
       static_cast<size_t>(kBQ * LDT + 2 * kBK * LDT) * 2 + static_cast<size_t>(kWarpsTc * 16 * LDS) * 4 +
       static_cast<size_t>(kWarpsTc * 16 * LDP) * 2 + static_cast<size_t>(kWarpsTc * 16 * LDO) * 4;
 };
-
-// rows x HD elements of T from src (row t at element idx(t), or zeros when idx < 0) to dst with
-// row stride ld, 16 bytes per access (callers check the alignment).
-template <class T, int HD, class Idx>
-__device__ __forceinline__ void stage_rows(T* dst, int ld, const T* src, int rows, Idx idx) {
-  constexpr int kVecPerRow = HD / 8;
-  for (int e = threadIdx.x; e < rows * kVecPerRow; e += blockDim.x) {
-    const int t = e / kVecPerRow, c = (e - t * kVecPerRow) * 8;
-    const int64_t at = idx(t);
-    const uint4 val = at >= 0 ? *reinterpret_cast<const uint4*>(src + at + c) : make_uint4(0, 0, 0, 0);
-    *reinterpret_cast<uint4*>(dst + t * ld + c) = val;
-  }
-}
 
 template <class T, int HD>
 __global__ void __launch_bounds__(kWarpsTc * 32)

@@ -7,6 +7,7 @@
 // temporaries] in core/model/ops.cc) and the norm backward's gradient output as room for
 // row-chunk partial sums before it is written (NOTE [Column sums without scratch] in norm.cu).
 #include <cmath>
+#include <initializer_list>
 #include <string>
 
 #include "backends/cuda/kernels/cuda_kernels.h"
@@ -197,13 +198,23 @@ void linear_bias_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, cud
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// The tensor-core flash kernels stage token rows with 16-byte loads from these bases (the row
+// strides and head offsets are multiples of 8 elements for head_dim 64 / 128); NOTE [Attention
+// kernel override] can turn them off.
+bool tensor_core_attention(const AttnPlan& p, DType dt, std::initializer_list<const void*> bases) {
+  if (attention_kernels_from_env() == AttentionKernels::kSimt || !attention_uses_tensor_cores(p, dt)) return false;
+  for (const void* b : bases)
+    if (!aligned16(b)) return false;
+  return true;
+}
+
 void attention(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
   const AttnPlan p = plan_attention(op);
   const void* q = in[0];
   const void* k = p.packed ? in[0] : in[1];
   const void* v = p.packed ? in[0] : in[2];
   const DType dt = op.inputs[0].meta.dtype;
-  const bool tc = attention_uses_tensor_cores(p, dt) && aligned16(q) && aligned16(k) && aligned16(v);
+  const bool tc = tensor_core_attention(p, dt, {q, k, v});
   launch::attention_forward(p.l, q, k, v, dcode(dt), out[0], dt_out(op, 0), static_cast<float*>(out[1]), tc, s);
 }
 
@@ -214,8 +225,11 @@ void attention_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaS
   const void* v = p.packed ? in[1] : in[3];
   launch::AttnGrads g{out[0], out[1], out[2], dt_out(op, 0), dt_out(op, 1), dt_out(op, 2),
                       static_cast<float*>(out[3]), p.softmax_d_ld};
+  const DType dt = op.inputs[1].meta.dtype;  // q's (k, v share it: plan_attention_backward)
+  // The tensor-core backward reads dO as WMMA operands in q's dtype (NOTE [Tensor-core flash backward]).
+  const bool tc = op.inputs[0].meta.dtype == dt && tensor_core_attention(p, dt, {in[0], q, k, v});
   launch::attention_backward(p.l, in[0], dt_in(op, 0), q, k, v, dt_in(op, 1), in[p.o_in], dt_in(op, p.o_in),
-                             static_cast<const float*>(in[p.lse_in]), g, s);
+                             static_cast<const float*>(in[p.lse_in]), g, tc, s);
 }
 
 void log_softmax(const OpCall& op, const Ptrs& in, const Ptrs& out, bool backward, cudaStream_t s) {

@@ -64,7 +64,9 @@ struct ReduceItem {
 };
 void reduce_sums(const ReduceItem* items, int count, bool squares, void* out, int dout, cudaStream_t s);
 
-// attention.cu / attention_tc.cu
+// attention.cu / attention_tc.cu / attention_tc_bwd.cu. tensor_cores (dispatch.cc decides):
+// q, k, v (and dO in the backward) are bf16 / fp16 of one dtype, head_dim is 64 or 128 and every
+// base is 16-byte aligned (plan::attention_uses_tensor_cores); else the SIMT kernels run.
 void attention_forward(const AttnLayout& l, const void* q, const void* k, const void* v, int dqkv, void* o, int dout,
                        float* lse, bool tensor_cores, cudaStream_t s);
 struct AttnGrads {
@@ -75,7 +77,7 @@ struct AttnGrads {
 };
 void attention_backward(const AttnLayout& l, const void* dout, int ddout, const void* q, const void* k,
                         const void* v, int dqkv, const void* o, int dt_o, const float* lse, const AttnGrads& g,
-                        cudaStream_t s);
+                        bool tensor_cores, cudaStream_t s);
 
 // Throws InternalError with the CUDA error string if the last launch failed to enqueue.
 void check_launch(const char* what);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/common/error.h"
@@ -409,6 +410,19 @@ AttnPlan plan_attention_backward(const OpCall& op) {
 
 bool attention_uses_tensor_cores(const AttnPlan& p, DType dt) {
   return (dt == DType::kBFloat16 || dt == DType::kFloat16) && (p.l.hd == 64 || p.l.hd == 128);
+}
+
+AttentionKernels parse_attention_kernels(const char* value) {
+  const std::string v = value == nullptr ? "" : value;
+  if (v.empty() || v == "auto") return AttentionKernels::kAuto;
+  if (v == "simt") return AttentionKernels::kSimt;
+  throw InputError("FULLSHARD_ATTENTION_KERNELS", "unknown value '" + v + "'",
+                   "set it to 'simt' (SIMT attention kernels only) or 'auto', or unset it");
+}
+
+AttentionKernels attention_kernels_from_env() {
+  static const AttentionKernels k = parse_attention_kernels(std::getenv("FULLSHARD_ATTENTION_KERNELS"));
+  return k;
 }
 
 int64_t embedding_backward_smem(int64_t dim) { return dim * 4; }

@@ -79,6 +79,13 @@ AttnPlan plan_attention_backward(const OpCall& op);  // kAttentionBackward
 int64_t round_up(int64_t v, int64_t m);
 // Tensor-core (WMMA) flash kernels run bf16 / fp16 with these head dims; others use the SIMT path.
 bool attention_uses_tensor_cores(const AttnPlan& p, DType dt);
+// NOTE [Attention kernel override]: FULLSHARD_ATTENTION_KERNELS=simt makes every attention
+// forward and backward run the SIMT kernels even where the tensor-core ones apply, so that a
+// GPU session can step around a faulty tensor-core kernel without a rebuild; unset, empty or
+// "auto" keeps the choice of attention_uses_tensor_cores. The variable is read once per process.
+enum class AttentionKernels { kAuto, kSimt };
+AttentionKernels parse_attention_kernels(const char* value);  // nullptr = unset; throws InputError
+AttentionKernels attention_kernels_from_env();               // FULLSHARD_ATTENTION_KERNELS, cached
 
 // ---- embedding backward: dynamic shared memory it needs (fp32 accumulator row)
 int64_t embedding_backward_smem(int64_t dim);
