@@ -1,29 +1,40 @@
 #!/usr/bin/env bash
-# Every GPU check of fullshard in one command (docs/cuda-backend.md, "Running on a GPU machine").
+# Every GPU check of fullshard (docs/cuda-backend.md, "Running on a GPU machine").
 #
-#   tools/gpu-check.sh pack [DIR]   on a build machine with CUDA + NCCL (no GPU needed): builds
-#                                   Release with the CUDA backend into build-gpu/ and packs the
-#                                   fullshard binary, the GPU test binaries and the small non-CUDA
-#                                   shared libraries they need into DIR (default build-gpu/pack).
-#   tools/gpu-check.sh run [DIR]    on a GPU machine that has the NVIDIA driver and PyTorch's CUDA
-#                                   libraries but no Debian packages and no network, from the
-#                                   repository root: runs every GPU test, trains tiny Llama and
-#                                   GPT-2 (1 rank over NCCL; 2 ranks sharing one GPU over staged
-#                                   Gloo) with `fullshard compare` (predicted == measured memory,
-#                                   classic and expandable segments), the GPU training benchmark
-#                                   beside PyTorch eager + FSDP2, times the kernels of Llama 3.1 8B
-#                                   with tools/measure and fits this GPU's profile to them
-#                                   (results/measured.csv, results/PROFILE-measured.json), and
-#                                   prints one summary.
-#   tools/gpu-check.sh all          both, on a machine that builds and has a GPU.
+#   tools/gpu-check.sh pack [DIR]     on a build machine with CUDA + NCCL (no GPU needed): builds
+#                                     Release with the CUDA backend into build-gpu/ and packs the
+#                                     fullshard binary, the GPU test binaries and the small non-CUDA
+#                                     shared libraries they need into DIR (default build-gpu/pack)
+#                                     and DIR.tar.xz.
+#   tools/gpu-check.sh run [STAGE..]  on a GPU machine that has the NVIDIA driver and PyTorch's CUDA
+#                                     libraries but no Debian packages and no network, from the
+#                                     repository root, the stages named (default: all, in order):
+#       tests    every GPU test binary;
+#       compare  tiny Llama and GPT-2 (1 rank over NCCL; 2 ranks sharing one GPU over staged Gloo)
+#                with `fullshard compare` (predicted == measured peaks, classic and expandable
+#                segments), then 20 steps of `fullshard train`;
+#       bench    the GPU training benchmark beside PyTorch eager + FSDP2, and the simulator's
+#                prediction of PyTorch's peak memory for it;
+#       measure  PyTorch's cuBLAS workspaces, FSDP2's hook time, the kernels of Llama 3.1 8B timed
+#                with tools/measure and this GPU's profile fitted to them.
+#   tools/gpu-check.sh all            pack, then run every stage, on a machine that builds and has
+#                                     a GPU.
 #
-# cuBLASLt and NCCL are found through FULLSHARD_CUDA_LIBS (a ':'-separated list of folders);
-# without it, through the PyTorch installation of `python3` (site-packages/nvidia/*/lib). The
+# NOTE [GPU check in stages]: a lent GPU machine runs one command for at most 10 minutes and
+# returns at most 8 files from $OUT. So each stage fits one call (every step has its own short
+# timeout: a hang costs minutes, not the call), results go to $OUT/summary.txt line by line as
+# they come, and the logs of every step are re-packed into $OUT/logs.tar.gz after each step: a
+# call killed at its limit still returns what it had done. Without $OUT, build-gpu/results.
+#
+# The packed binaries (FULLSHARD_GPU_PACK, default build-gpu/pack; DIR.tar.xz is unpacked when
+# DIR is missing) find cuBLASLt and NCCL through FULLSHARD_CUDA_LIBS (a ':'-separated list of
+# folders); without it, through the PyTorch installation of `python3` (site-packages/nvidia/*/lib).
+# Only fullshard's own binaries get that library path: PyTorch's Python runs with its own. The
 # CUDA runtime is linked statically; the driver (libcuda.so.1) comes from the machine.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 mode="${1:-all}"
-pack="${2:-$root/build-gpu/pack}"
+if [ "$mode" = pack ]; then pack="${2:-$root/build-gpu/pack}"; else pack="${FULLSHARD_GPU_PACK:-$root/build-gpu/pack}"; fi
 
 do_pack() {
   set -e
@@ -87,117 +98,184 @@ print(":".join(dirs))
 P
 }
 
-# Results: one line each, printed again at the end.
+# Results: one line each, written to $results/summary.txt as they come and printed at the end.
 summary=()
-record() { summary+=("$(printf '%-6s %s' "$1" "$2")"); }
+results=""
+work=""
+record() {
+  local line
+  line="$(printf '%-7s %s' "$1" "$2")"
+  summary+=("$line")
+  echo "gpu-check: $line"
+  [ -n "$results" ] && printf '%s\n' "$line" >> "$results/summary.txt"
+  save_logs
+}
+# NOTE [GPU check in stages]: one archive of every log, refreshed after each step.
+save_logs() {
+  [ -n "$results" ] && [ "$results" != "$work" ] || return 0
+  tar -C "$(dirname "$work")" -czf "$results/logs.tar.gz.tmp" "$(basename "$work")" 2> /dev/null &&
+    mv "$results/logs.tar.gz.tmp" "$results/logs.tar.gz"
+}
+
+# fullshard's binaries with their libraries; stdin from /dev/null (a test loop reads its list).
+fsrun() { env LD_LIBRARY_PATH="$fs_libs" "$@" < /dev/null; }
+
+stage_tests() {
+  while IFS=$'\t' read -r name bin args; do
+    # shellcheck disable=SC2086
+    timeout -k 10 "${GPU_CHECK_TEST_TIMEOUT:-150}" env LD_LIBRARY_PATH="$fs_libs" "$pack/bin/$bin" $args \
+      > "$work/test-$name.log" 2>&1 < /dev/null
+    local rc=$?
+    case $rc in
+      0) record PASS "test $name" ;;
+      77) record SKIP "test $name (no GPU)" ;;
+      124|137) record FAIL "test $name (timed out; test-$name.log)"; tail -n 30 "$work/test-$name.log" ;;
+      *) record FAIL "test $name (exit $rc; test-$name.log)"; tail -n 30 "$work/test-$name.log" ;;
+    esac
+  done < "$pack/tests.tsv"
+  # NOTE [Not ready is not an error] in backends/cuda/cuda_error.h: what this runtime does.
+  grep -h "NotReady" "$work"/test-*.log 2> /dev/null | head -n 1 | sed 's/^/gpu-check: /'
+}
+
+stage_compare() {
+  local fs="$pack/bin/fullshard"
+  for sc in tiny-llama-h100 tiny-gpt2-h100 tiny-llama-h100-2on1; do
+    for seg in classic expandable; do
+      local file="scenarios/$sc.json"
+      if [ "$seg" = expandable ]; then
+        python3 - "$file" "$work/$sc-exp.json" <<'P'
+import json, sys
+s = json.load(open(sys.argv[1]))
+s.setdefault("hardware", {}).setdefault("allocator", {})["expandable_segments"] = True
+json.dump(s, open(sys.argv[2], "w"))
+P
+        file="$work/$sc-exp.json"
+      fi
+      if timeout -k 10 "${GPU_CHECK_COMPARE_TIMEOUT:-180}" env LD_LIBRARY_PATH="$fs_libs" "$fs" compare "$file" \
+          --steps 3 --backend cuda --json "$work/compare-$sc-$seg.json" > "$work/compare-$sc-$seg.log" 2>&1 < /dev/null; then
+        record PASS "compare $sc ($seg segments): predicted == measured peaks"
+      else
+        record FAIL "compare $sc ($seg segments) (compare-$sc-$seg.log)"; tail -n 20 "$work/compare-$sc-$seg.log"
+      fi
+    done
+  done
+  if timeout -k 10 "${GPU_CHECK_COMPARE_TIMEOUT:-180}" env LD_LIBRARY_PATH="$fs_libs" "$fs" train \
+      scenarios/tiny-llama-h100.json --backend cuda --steps 20 --metrics "$work/tiny-train.jsonl" \
+      > "$work/tiny-train.log" 2>&1 < /dev/null; then
+    record PASS "train tiny-llama-h100: $(grep -m1 '^trained' "$work/tiny-train.log")"
+  else
+    record FAIL "train tiny-llama-h100 (tiny-train.log)"; tail -n 20 "$work/tiny-train.log"
+  fi
+}
+
+# fullshard and PyTorch eager + FSDP2, same model, batch and AC, back to back; then the
+# simulator's peak for the scenario beside PyTorch's measured one.
+stage_bench() {
+  local fs="$pack/bin/fullshard" bench=scenarios/llama-1b-h100-bench.json
+  if timeout -k 10 "${GPU_CHECK_BENCH_TIMEOUT:-270}" env LD_LIBRARY_PATH="$fs_libs" "$fs" train "$bench" \
+      --backend cuda --metrics "$work/bench-fullshard.jsonl" > "$work/bench-fullshard.log" 2>&1 < /dev/null; then
+    record BENCH "fullshard: $(grep -m1 'after the first step' "$work/bench-fullshard.log" | sed 's/^ *//')"
+  else
+    record FAIL "bench fullshard (bench-fullshard.log)"; tail -n 20 "$work/bench-fullshard.log"
+  fi
+  if timeout -k 10 "${GPU_CHECK_BENCH_TIMEOUT:-270}" env PYTHONUNBUFFERED=1 python3 tools/bench/pytorch_fsdp2_llama.py \
+      --scenario "$bench" --json "$work/bench-pytorch.json" > "$work/bench-pytorch.log" 2>&1 < /dev/null; then
+    record BENCH "pytorch: $(tail -n 1 "$work/bench-pytorch.log")"
+    if fsrun "$fs" simulate "$bench" --json "$work/bench-predicted.json" > "$work/bench-predicted.log" 2>&1; then
+      record MEMORY "$(python3 - "$work/bench-predicted.json" "$work/bench-pytorch.json" <<'P'
+import json, sys
+pred = json.load(open(sys.argv[1]))["rank_classes"][0]
+meas = json.load(open(sys.argv[2]))
+line = []
+for key, name in (("peak_allocated_bytes", "max_memory_allocated"), ("peak_reserved_bytes", "max_memory_reserved")):
+    p, m = pred[key], meas[name]
+    line.append(f"{name}: predicted {p} B, PyTorch {m} B ({(p - m) / 2**20:+.1f} MiB)")
+print("bench, simulator vs PyTorch: " + "; ".join(line))
+P
+)"
+    else
+      record FAIL "simulate the bench scenario (bench-predicted.log)"
+    fi
+  else
+    record FAIL "bench pytorch (bench-pytorch.log)"; tail -n 20 "$work/bench-pytorch.log"
+  fi
+}
+
+# docs/cost-model.md, "Measuring a GPU": PyTorch's cuBLAS workspaces (NOTE [cuBLAS workspaces]);
+# FSDP2's hook host time (NOTE [FSDP hook host cost]); the kernels of Llama 3.1 8B at seq 8192
+# timed with PyTorch, and this GPU's profile fitted to them and the hooks by `fullshard calibrate`.
+stage_measure() {
+  local fs="$pack/bin/fullshard" measured=()
+  if timeout -k 10 120 env PYTHONUNBUFFERED=1 python3 tools/measure/blas_workspace.py --json "$work/blas_workspace.json" \
+      > "$work/blas_workspace.log" 2>&1 < /dev/null; then
+    record MEASURE "$(grep -m1 '^blas_workspace_bytes' "$work/blas_workspace.log")"
+  else
+    record FAIL "cuBLAS workspaces (blas_workspace.log): $(tail -n 1 "$work/blas_workspace.log")"
+  fi
+  if timeout -k 10 200 env PYTHONUNBUFFERED=1 python3 tools/measure/fsdp_hooks.py -o "$work/fsdp_hooks.csv" \
+      > "$work/fsdp_hooks.log" 2>&1 < /dev/null; then
+    record MEASURE "fsdp hooks: $(grep -m1 '^fsdp_hook_s' "$work/fsdp_hooks.log")"
+    measured+=("$work/fsdp_hooks.csv")
+  else
+    record FAIL "fsdp hooks (fsdp_hooks.log)"; tail -n 20 "$work/fsdp_hooks.log"
+  fi
+  local gpu_name profile
+  gpu_name="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)"
+  case "$gpu_name" in
+    *GH200*) profile=gh200 ;; *H200*) profile=h200 ;; *H100*) profile=h100 ;;
+    *A100*) profile=a100 ;; *B200*) profile=b200 ;; *) profile=h100 ;;
+  esac
+  if fsrun "$fs" models --json > "$work/models.json" &&
+     timeout -k 10 "${GPU_CHECK_MEASURE_TIMEOUT:-420}" env PYTHONUNBUFFERED=1 python3 tools/measure/measure.py \
+       --scenario scenarios/llama3.1-8b-fsdp8-h100.json --models-json "$work/models.json" -o "$work/measured.csv" \
+       > "$work/measure.log" 2>&1 < /dev/null &&
+     fsrun "$fs" calibrate "$work/measured.csv" "${measured[@]}" --hardware "$profile" \
+       -o "$work/$profile-measured.json" >> "$work/measure.log" 2>&1; then
+    record MEASURE "$profile: $(grep -m1 'kernels: typical error' "$work/measure.log" | sed 's/^ *//') ($profile-measured.json)"
+    [ "$results" != "$work" ] && cp "$work/$profile-measured.json" "$work/measured.csv" "$results/"
+  else
+    record FAIL "measure (measure.log)"; tail -n 20 "$work/measure.log"
+  fi
+}
 
 do_run() {
   cd "$root"
+  local stages=("$@")
+  [ ${#stages[@]} -gt 0 ] || stages=(tests compare bench measure)
+  for st in "${stages[@]}"; do
+    case "$st" in tests|compare|bench|measure) ;; *)
+      echo "gpu-check: unknown stage '$st': name tests, compare, bench or measure" >&2; exit 2 ;;
+    esac
+  done
   if [ ! -x "$pack/bin/fullshard" ] && [ -f "$pack.tar.xz" ]; then
     tar -C "$(dirname "$pack")" -xJf "$pack.tar.xz"
   fi
   [ -x "$pack/bin/fullshard" ] || { echo "gpu-check: no packed binaries in $pack (run: tools/gpu-check.sh pack)" >&2; exit 2; }
   local cudalibs
   cudalibs="$(cuda_lib_path)"
-  export LD_LIBRARY_PATH="$pack/lib:${cudalibs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fs_libs="$pack/lib${cudalibs:+:$cudalibs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export FULLSHARD_DATA_DIR="$root/scenarios" FULLSHARD_SOURCE_DIR="$root"
-  local out="${OUT:-$root/build-gpu/results}"
-  mkdir -p "$out"
-  local fs="$pack/bin/fullshard"
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | sed 's/^/gpu-check: GPU /'
-  echo "gpu-check: CUDA libraries from ${cudalibs:-<none found>}"
-  # 1. GPU tests.
-  while IFS=$'\t' read -r name bin args; do
-    # shellcheck disable=SC2086
-    (cd "$root" && timeout 600 "$pack/bin/$bin" $args) > "$out/test-$name.log" 2>&1
-    local rc=$?
-    case $rc in
-      0) record PASS "test $name" ;;
-      77) record SKIP "test $name (no GPU)" ;;
-      *) record FAIL "test $name (exit $rc; $out/test-$name.log)"; tail -n 30 "$out/test-$name.log" ;;
-    esac
-  done < "$pack/tests.tsv"
-  # 2. Training with the memory prediction checked, classic and expandable segments.
-  for sc in tiny-llama-h100 tiny-gpt2-h100 tiny-llama-h100-2on1; do
-    for seg in classic expandable; do
-      local file="scenarios/$sc.json"
-      if [ "$seg" = expandable ]; then
-        python3 - "$file" "$out/$sc-exp.json" <<'P'
-import json, sys
-s = json.load(open(sys.argv[1]))
-s.setdefault("hardware", {}).setdefault("allocator", {})["expandable_segments"] = True
-json.dump(s, open(sys.argv[2], "w"))
-P
-        file="$out/$sc-exp.json"
-      fi
-      if timeout 600 "$fs" compare "$file" --steps 3 --backend cuda --json "$out/compare-$sc-$seg.json" \
-          > "$out/compare-$sc-$seg.log" 2>&1; then
-        record PASS "compare $sc ($seg segments): predicted == measured peaks"
-      else
-        record FAIL "compare $sc ($seg segments) ($out/compare-$sc-$seg.log)"; tail -n 20 "$out/compare-$sc-$seg.log"
-      fi
-    done
-  done
-  if timeout 600 "$fs" train scenarios/tiny-llama-h100.json --backend cuda --steps 20 --metrics "$out/tiny-train.jsonl" \
-      > "$out/tiny-train.log" 2>&1; then
-    record PASS "train tiny-llama-h100: $(grep -m1 '^trained' "$out/tiny-train.log")"
-  else
-    record FAIL "train tiny-llama-h100 ($out/tiny-train.log)"; tail -n 20 "$out/tiny-train.log"
-  fi
-  # 3. Benchmark: fullshard and PyTorch eager + FSDP2, same model, batch and AC, back to back.
-  local bench=scenarios/llama-1b-h100-bench.json
-  if timeout 900 "$fs" train "$bench" --backend cuda --metrics "$out/bench-fullshard.jsonl" > "$out/bench-fullshard.log" 2>&1; then
-    record BENCH "fullshard: $(grep -m1 'after the first step' "$out/bench-fullshard.log" | sed 's/^ *//')"
-  else
-    record FAIL "bench fullshard ($out/bench-fullshard.log)"; tail -n 20 "$out/bench-fullshard.log"
-  fi
-  if [ -f tools/bench/pytorch_fsdp2_llama.py ]; then
-    if timeout 900 python3 tools/bench/pytorch_fsdp2_llama.py --scenario "$bench" --json "$out/bench-pytorch.json" \
-        > "$out/bench-pytorch.log" 2>&1; then
-      record BENCH "pytorch: $(tail -n 1 "$out/bench-pytorch.log")"
-    else
-      record FAIL "bench pytorch ($out/bench-pytorch.log)"; tail -n 20 "$out/bench-pytorch.log"
-    fi
-  fi
-  # 4. Measure (docs/cost-model.md, "Measuring a GPU"): the kernels of Llama 3.1 8B at seq 8192
-  # timed with PyTorch; FSDP2's hook host time on this machine's CPU (fsdp_hook_s,
-  # fsdp_hook_param_s: NOTE [FSDP hook host cost]); and the profile of this GPU fitted to both
-  # by `fullshard calibrate`.
-  local measured=()
-  if [ -f tools/measure/fsdp_hooks.py ]; then
-    if timeout 600 python3 tools/measure/fsdp_hooks.py -o "$out/fsdp_hooks.csv" > "$out/fsdp_hooks.log" 2>&1; then
-      record MEASURE "fsdp hooks: $(grep -m1 '^fsdp_hook_s' "$out/fsdp_hooks.log") ($out/fsdp_hooks.log)"
-      measured+=("$out/fsdp_hooks.csv")
-    else
-      record FAIL "fsdp hooks ($out/fsdp_hooks.log)"; tail -n 20 "$out/fsdp_hooks.log"
-    fi
-  fi
-  if [ -f tools/measure/measure.py ]; then
-    local gpu_name profile
-    gpu_name="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)"
-    case "$gpu_name" in
-      *GH200*) profile=gh200 ;; *H200*) profile=h200 ;; *H100*) profile=h100 ;;
-      *A100*) profile=a100 ;; *B200*) profile=b200 ;; *) profile=h100 ;;
-    esac
-    if "$fs" models --json > "$out/models.json" &&
-       timeout 900 python3 tools/measure/measure.py --scenario scenarios/llama3.1-8b-fsdp8-h100.json \
-         --models-json "$out/models.json" -o "$out/measured.csv" > "$out/measure.log" 2>&1 &&
-       "$fs" calibrate "$out/measured.csv" "${measured[@]}" --hardware "$profile" -o "$out/$profile-measured.json" >> "$out/measure.log" 2>&1; then
-      record MEASURE "$profile: $(grep -m1 'kernels: typical error' "$out/measure.log" | sed 's/^ *//') ($out/measured.csv, $out/$profile-measured.json)"
-    else
-      record FAIL "measure ($out/measure.log)"; tail -n 20 "$out/measure.log"
-    fi
-  fi
+  # Two ranks as threads on one GPU: 12 streams, more than the default 8 hardware queues, could
+  # put one rank's staged-Gloo gate ahead of the other's copies in a shared queue.
+  export CUDA_DEVICE_MAX_CONNECTIONS="${CUDA_DEVICE_MAX_CONNECTIONS:-32}"
+  work="$root/build-gpu/results"
+  results="${OUT:-$work}"
+  mkdir -p "$work" "$results"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | sed 's/^/gpu-check: GPU /' |
+    tee -a "$work/machine.txt"
+  echo "gpu-check: CUDA libraries from ${cudalibs:-<none found>}; stages: ${stages[*]}" | tee -a "$work/machine.txt"
+  for st in "${stages[@]}"; do "stage_$st"; done
   echo
   echo "gpu-check summary:"
   printf '  %s\n' "${summary[@]}"
-  printf '%s\n' "${summary[@]}" > "$out/summary.txt"
+  [ "$results" = "$work" ] && printf '%s\n' "${summary[@]}" > "$work/summary.txt"
+  save_logs
   ! printf '%s\n' "${summary[@]}" | grep -q '^FAIL'
 }
 
 case "$mode" in
   pack) do_pack ;;
-  run) do_run ;;
+  run) shift; do_run "$@" ;;
   all) (do_pack) && do_run ;;
-  *) echo "usage: tools/gpu-check.sh pack|run|all [DIR]" >&2; exit 2 ;;
+  *) echo "usage: tools/gpu-check.sh pack [DIR] | run [tests|compare|bench|measure ...] | all" >&2; exit 2 ;;
 esac

@@ -131,8 +131,9 @@ CudaBackend::~CudaBackend() {
   // Nothing of ours may run when the allocator (Backend, after this body) gives segments back;
   // the source then synchronizes the device itself.
   static_cast<CudaSegmentSource*>(segment_source())->before_unmap = nullptr;
-  watchdog_.reset();     // before the process groups and the event pool
+  // Staged-Gloo workers draining their queues report failures to the watchdog: they go first.
   gloo_groups_.clear();  // finishes queued collectives, joins the workers
+  watchdog_.reset();     // before the NCCL groups it polls and the event pool
   nccl_groups_.clear();
   for (auto& p : pending_scalars_) events_->release(p.done);
   pending_scalars_.clear();
@@ -312,11 +313,16 @@ void CudaBackend::do_launch(StreamRole r, const OpCall& op) {
     pinned_->free(staging);
     return;
   }
-  // cuBLASLt workspace: 0 bytes (docs/cuda-backend.md, "The backend"): a workspace would be a
-  // device allocation the simulator must model.
   KernelContext ctx;
   ctx.stream = stream(r);
   ctx.lt = lt_;
+  // cuBLASLt's workspace is this (host thread, stream) pair's cuBLAS workspace, which the shared
+  // Backend::launch allocated before this GEMM as PyTorch does (NOTE [cuBLAS workspaces]); none
+  // when the profile's blas_workspace_bytes is 0.
+  if (const Buffer& ws = blas_workspace(r); ws && op_uses_blas(op.kind)) {
+    ctx.gemm_workspace = reinterpret_cast<void*>(ws.block.address);
+    ctx.gemm_workspace_bytes = ws.bytes;
+  }
   try {
     launch_kernel(op, in, out, ctx);
   } catch (const InternalError& e) {
@@ -414,6 +420,7 @@ void CudaBackend::prune_events() {
   for (auto it = events_by_id_.begin(); it != events_by_id_.end();) {
     const cudaError_t q = cudaEventQuery(it->second);
     if (q == cudaErrorNotReady) {
+      cudaGetLastError();  // NOTE [Not ready is not an error]
       ++it;
       continue;
     }
@@ -480,7 +487,10 @@ std::vector<double> CudaBackend::take_scalars() {
   for (; done < pending_scalars_.size(); ++done) {
     PendingScalar& p = pending_scalars_[done];
     const cudaError_t q = cudaEventQuery(p.done);
-    if (q == cudaErrorNotReady) break;  // not covered by a synchronize yet: a later take
+    if (q == cudaErrorNotReady) {  // not covered by a synchronize yet: a later take
+      cudaGetLastError();          // NOTE [Not ready is not an error]
+      break;
+    }
     check(q, "cudaEventQuery", "read_scalar");
     double v = 0;
     if (p.dtype == DType::kFloat32) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backends/cuda/cuda_error.h"
+#include "backends/cuda/deferred_frees.h"
 #include "core/common/error.h"
 
 namespace fullshard::cuda {
@@ -21,20 +22,45 @@ PinnedHostMemory::~PinnedHostMemory() {
     for (cudaEvent_t e : d.fences) events_.release(e);
   }
   for (auto& [p, bytes] : live_) cudaFreeHost(p);
+  for (auto& [bytes, p] : cached_) cudaFreeHost(p);
+}
+
+uint64_t PinnedHostMemory::rounded_size(uint64_t bytes) {
+  uint64_t r = 512;
+  while (r < bytes) r <<= 1;
+  return r;
+}
+
+void PinnedHostMemory::release_cached() {
+  for (auto& [bytes, p] : cached_) cudaFreeHost(p);
+  cached_.clear();
+  cached_bytes_ = 0;
 }
 
 void* PinnedHostMemory::allocate(uint64_t bytes) {
   reclaim(false);
-  void* p = nullptr;
-  const cudaError_t e = cudaHostAlloc(&p, bytes == 0 ? 1 : bytes, cudaHostAllocPortable | cudaHostAllocMapped);
-  if (e == cudaErrorMemoryAllocation) {
-    cudaGetLastError();
-    return nullptr;
-  }
-  check_cuda(e, "cudaHostAlloc");
+  const uint64_t size = rounded_size(bytes);
   std::lock_guard<std::mutex> lock(mu_);
-  live_.emplace_back(p, bytes);
-  live_bytes_ += bytes;
+  void* p = nullptr;
+  if (auto it = cached_.find(size); it != cached_.end()) {
+    p = it->second;
+    cached_.erase(it);
+    cached_bytes_ -= size;
+  } else {
+    cudaError_t e = cudaHostAlloc(&p, size, cudaHostAllocPortable | cudaHostAllocMapped);
+    if (e == cudaErrorMemoryAllocation && !cached_.empty()) {  // NOTE [Pinned host cache]
+      cudaGetLastError();
+      release_cached();
+      e = cudaHostAlloc(&p, size, cudaHostAllocPortable | cudaHostAllocMapped);
+    }
+    if (e == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    check_cuda(e, "cudaHostAlloc");
+  }
+  live_.emplace_back(p, size);
+  live_bytes_ += size;
   return p;
 }
 
@@ -61,27 +87,24 @@ void PinnedHostMemory::free(void* ptr) {
 
 void PinnedHostMemory::reclaim(bool wait) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto keep = deferred_.begin();
-  for (auto& d : deferred_) {
-    bool done = true;
+  const auto done = [&](const Deferred& d) {
     for (cudaEvent_t e : d.fences) {
       if (wait) FULLSHARD_CUDA(cudaEventSynchronize(e));
       const cudaError_t q = cudaEventQuery(e);
       if (q == cudaErrorNotReady) {
-        done = false;
-        break;
+        cudaGetLastError();  // NOTE [Not ready is not an error] in cuda_error.h
+        return false;
       }
       check_cuda(q, "cudaEventQuery (pinned host free)");
     }
-    if (done) {
-      for (cudaEvent_t e : d.fences) events_.release(e);
-      FULLSHARD_CUDA(cudaFreeHost(d.ptr));
-      deferred_bytes_ -= d.bytes;
-    } else {
-      *keep++ = std::move(d);
-    }
-  }
-  deferred_.erase(keep, deferred_.end());
+    return true;
+  };
+  take_finished(deferred_, done, [&](Deferred&& d) {
+    for (cudaEvent_t e : d.fences) events_.release(e);
+    deferred_bytes_ -= d.bytes;
+    cached_.emplace(d.bytes, d.ptr);
+    cached_bytes_ += d.bytes;
+  });
 }
 
 }  // namespace fullshard::cuda

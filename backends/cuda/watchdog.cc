@@ -93,7 +93,7 @@ void CollectiveWatchdog::tick() {
   for (auto& [id, e] : pending) {
     const cudaError_t q = cudaEventQuery(e);
     if (q == cudaSuccess) completed.push_back(id);
-    else if (q != cudaErrorNotReady) cudaGetLastError();  // a device error: the comm reports it
+    else cudaGetLastError();  // not ready (NOTE [Not ready is not an error]), or a device error the comm reports
   }
   std::vector<std::pair<std::string, std::string>> failed;  // group key, reason
   for (auto& g : groups) {

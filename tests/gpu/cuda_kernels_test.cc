@@ -29,6 +29,7 @@ struct Device {
   cublasLtHandle_t lt = nullptr;
   void* ws = nullptr;
   size_t ws_bytes = 32u << 20;
+  bool use_ws = true;  // false: GEMMs get no workspace (a profile's blas_workspace_bytes 0)
   Device() {
     cudaStreamCreate(&stream);
     cublasLtCreate(&lt);
@@ -77,7 +78,7 @@ Both run_both(OpKind k, const std::vector<HT*>& in, const std::vector<HT*>& out,
   for (HT* t : in) ci.push_back(host.at(t).data()), gi.push_back(device.at(t));
   for (HT* t : out) co.push_back(host.at(t).data()), go.push_back(device.at(t));
   cpu::run_kernel(op, ci, co);
-  cuda::KernelContext ctx{dev().stream, dev().lt, dev().ws, dev().ws_bytes};
+  cuda::KernelContext ctx{dev().stream, dev().lt, dev().use_ws ? dev().ws : nullptr, dev().use_ws ? dev().ws_bytes : 0};
   cuda::launch_kernel(op, gi, go, ctx);
   EXPECT_EQ(cudaStreamSynchronize(dev().stream), cudaSuccess);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
@@ -247,6 +248,23 @@ TEST(CudaKernels, Norms) {
       expect_close(r.gpu[1], r.cpu[1], 1e-6, 1e-6, "ln gw");
       expect_close(r.gpu[2], r.cpu[2], 1e-6, 1e-6, "ln gb");
     }
+}
+
+// A profile with blas_workspace_bytes 0 gives cuBLASLt no workspace: the heuristic's other
+// algorithms must give the same results.
+TEST(CudaKernels, LinearWithoutAWorkspace) {
+  std::mt19937 rng(19);
+  dev().use_ws = false;
+  for (DType dt : {DType::kFloat32, DType::kBFloat16})
+    for (auto [M, K, N] : {std::tuple<int64_t, int64_t, int64_t>{3, 5, 7}, {257, 129, 65}, {512, 1024, 768}}) {
+      HT x = kt::random_tensor(dt, {M, K}, rng), w = kt::random_tensor(dt, {N, K}, rng), y(dt, {M, N});
+      Both r = run_both(OpKind::kLinear, {&x, &w}, {&y}, {M, K, N});
+      expect_close(r.gpu[0], r.cpu[0], 1e-5 * static_cast<double>(K), 1e-5, "linear, no workspace");
+      HT g = kt::random_tensor(dt, {M, N}, rng), gW(dt, {N, K});
+      r = run_both(OpKind::kLinearBackwardWeight, {&g, &x}, {&gW}, {M, K, N});
+      expect_close(r.gpu[0], r.cpu[0], 1e-5 * static_cast<double>(M), 1e-5, "linear backward weight, no workspace");
+    }
+  dev().use_ws = true;
 }
 
 TEST(CudaKernels, LinearThroughCublasLt) {

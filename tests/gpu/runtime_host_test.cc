@@ -7,9 +7,11 @@
 
 #include "backends/cuda/collective_args.h"
 #include "backends/cuda/collective_transport.h"
+#include "backends/cuda/deferred_frees.h"
 #include "backends/cuda/device_probe.h"
 #include "backends/cuda/nccl_args.h"
 #include "backends/cuda/nccl_unique_id.h"
+#include "backends/cuda/pinned_host.h"
 #include "backends/cuda/stream_priority.h"
 #include "backends/cuda/vmm_granularity.h"
 #include "backends/cuda/watchdog_state.h"
@@ -30,6 +32,49 @@ gloo_backend::CallInfo call(CollectiveKind kind, const std::string& name, uint64
   c.count = count;
   c.dtype = dtype;
   return c;
+}
+
+// ------------------------------------------------------------------ deferred pinned frees
+
+// NOTE [No self-move]: every pattern of finished / pending entries up to 7 long, each entry with
+// its own fence list: the finished ones are handed on in order with their fences, the pending
+// ones kept in order with theirs intact (an entry kept in place used to lose its fences).
+TEST(DeferredFrees, TakeFinishedKeepsPendingEntriesWhole) {
+  struct Entry {
+    int id;
+    std::vector<int> fences;
+  };
+  for (int n = 0; n <= 7; ++n)
+    for (unsigned pattern = 0; pattern < (1u << n); ++pattern) {
+      std::vector<Entry> pending;
+      for (int i = 0; i < n; ++i) pending.push_back({i, std::vector<int>(static_cast<size_t>(i + 1), 100 + i)});
+      std::vector<Entry> taken;
+      take_finished(pending, [&](const Entry& e) { return (pattern >> e.id) & 1u; },
+                    [&](Entry&& e) { taken.push_back(std::move(e)); });
+      std::vector<int> want_taken, want_kept;
+      for (int i = 0; i < n; ++i) ((pattern >> i) & 1u ? want_taken : want_kept).push_back(i);
+      ASSERT_EQ(taken.size(), want_taken.size()) << "pattern " << pattern;
+      ASSERT_EQ(pending.size(), want_kept.size()) << "pattern " << pattern;
+      for (size_t k = 0; k < taken.size(); ++k) {
+        EXPECT_EQ(taken[k].id, want_taken[k]);
+        EXPECT_EQ(taken[k].fences, std::vector<int>(static_cast<size_t>(taken[k].id + 1), 100 + taken[k].id));
+      }
+      for (size_t k = 0; k < pending.size(); ++k) {
+        EXPECT_EQ(pending[k].id, want_kept[k]);
+        EXPECT_EQ(pending[k].fences, std::vector<int>(static_cast<size_t>(pending[k].id + 1), 100 + pending[k].id))
+            << "pattern " << pattern << ": a pending entry lost its fences";
+      }
+    }
+}
+
+TEST(PinnedHostCache, SizesRoundUpToAPowerOfTwoOfAtLeast512) {
+  EXPECT_EQ(PinnedHostMemory::rounded_size(0), 512u);
+  EXPECT_EQ(PinnedHostMemory::rounded_size(1), 512u);
+  EXPECT_EQ(PinnedHostMemory::rounded_size(512), 512u);
+  EXPECT_EQ(PinnedHostMemory::rounded_size(513), 1024u);
+  EXPECT_EQ(PinnedHostMemory::rounded_size(3u << 20), 4u << 20);
+  EXPECT_EQ(PinnedHostMemory::rounded_size(uint64_t{1} << 33), uint64_t{1} << 33);
+  EXPECT_EQ(PinnedHostMemory::rounded_size((uint64_t{1} << 33) + 1), uint64_t{1} << 34);
 }
 
 // ------------------------------------------------------------------ watchdog state machine

@@ -138,7 +138,11 @@ TEST(PinnedHostMemory, FreeWaitsForEveryStream) {
   pinned.reclaim(true);
   EXPECT_EQ(pinned.deferred_count(), 0u);
   EXPECT_EQ(pinned.deferred_bytes(), 0u);
+  EXPECT_EQ(pinned.cached_bytes(), 4 * MiB);  // NOTE [Pinned host cache]: kept for reuse
   EXPECT_EQ(cudaStreamQuery(d2h), cudaSuccess);
+  EXPECT_EQ(pinned.allocate(3 * MiB), p);  // same rounded size (4 MiB): the cached buffer
+  EXPECT_EQ(pinned.cached_bytes(), 0u);
+  pinned.free(p);
   pinned.free(q);
   cudaFree(dev);
   cudaFreeHost(gate);

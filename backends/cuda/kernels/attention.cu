@@ -288,6 +288,7 @@ size_t dkdv_smem(int64_t hd) { return static_cast<size_t>(2 * kRows * hd + 2 * k
 
 template <class K>
 void allow_smem(K kernel, size_t bytes) {
+  // A failed opt-in is the thread's last error: the launch's check_launch reports it.
   if (bytes > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
 }
 

@@ -198,8 +198,11 @@ void embedding_backward(const void* g, int dg, const int64_t* ids, void* gw, int
   if (cudaMemsetAsync(gw, 0, static_cast<size_t>(V * D * es), s) != cudaSuccess) check_launch("embedding_backward zero");
   if (n == 0) return;
   const int64_t smem = plan::embedding_backward_smem(D);
-  if (smem > 48 * 1024)
-    cudaFuncSetAttribute(embedding_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  // The opt-in is needed once dynamic plus static shared memory (match[], 1 KiB) passes 48 KiB.
+  if (smem + static_cast<int64_t>(sizeof(int)) * kEmbBlock > 48 * 1024 &&
+      cudaFuncSetAttribute(embedding_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(smem)) != cudaSuccess)
+    check_launch("embedding_backward shared-memory opt-in");
   embedding_backward_kernel<<<row_grid(n), kEmbBlock, static_cast<size_t>(smem), s>>>(g, dg, ids, gw, dgw, n, V, D);
   check_launch("embedding_backward");
 }
