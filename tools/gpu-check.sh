@@ -133,6 +133,20 @@ stage_tests() {
       *) record FAIL "test $name (exit $rc; test-$name.log)"; tail -n 30 "$work/test-$name.log" ;;
     esac
   done < "$pack/tests.tsv"
+  # The tensor-core attention kernels under compute-sanitizer's race and barrier checkers, on the
+  # small shapes of one test (a race that a given run does not show would pass the test itself).
+  local sanitizer
+  sanitizer="$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2> /dev/null || true)"
+  for tool in racecheck synccheck; do
+    if [ -z "$sanitizer" ]; then record SKIP "compute-sanitizer $tool (not installed)"; continue; fi
+    if timeout -k 10 "${GPU_CHECK_TEST_TIMEOUT:-150}" env LD_LIBRARY_PATH="$fs_libs" "$sanitizer" --tool "$tool" \
+        --error-exitcode 1 "$pack/bin/cuda_kernels_test" --gtest_filter=CudaKernels.AttentionTensorCoresMatchCpu \
+        > "$work/sanitizer-$tool.log" 2>&1 < /dev/null; then
+      record PASS "compute-sanitizer $tool: tensor-core attention"
+    else
+      record FAIL "compute-sanitizer $tool: tensor-core attention (sanitizer-$tool.log)"; tail -n 20 "$work/sanitizer-$tool.log"
+    fi
+  done
   # NOTE [Not ready is not an error] in backends/cuda/cuda_error.h: what this runtime does.
   grep -h "NotReady" "$work"/test-*.log 2> /dev/null | head -n 1 | sed 's/^/gpu-check: /'
 }

@@ -151,6 +151,8 @@ void run_tc(const AttnLayout& l, const void* q, const void* k, const void* v, vo
 
 }  // namespace
 
+size_t launch::attention_forward_tc_smem(int64_t hd) { return hd == 64 ? TcSmem<64>::bytes : TcSmem<128>::bytes; }
+
 // Called by launch::attention_forward for bf16 / fp16 q, k, v with head_dim 64 or 128 and
 // 16-byte aligned bases (plan::attention_uses_tensor_cores).
 void attention_forward_tc(const AttnLayout& l, const void* q, const void* k, const void* v, int dqkv, void* o, int dout,

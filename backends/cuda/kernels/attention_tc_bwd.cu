@@ -308,6 +308,8 @@ void run_bwd_tc(const AttnLayout& l, const void* dout, const void* q, const void
 
 }  // namespace
 
+size_t launch::attention_backward_tc_smem(int64_t hd) { return hd == 64 ? BwdSmem<64>::bytes : BwdSmem<128>::bytes; }
+
 // Called by launch::attention_backward after softmax_d, for bf16 / fp16 q, k, v and dO (one
 // dtype) with head_dim 64 or 128 and 16-byte aligned bases (dispatch.cc).
 void attention_backward_tc(const AttnLayout& l, const void* dout, const void* q, const void* k, const void* v,

@@ -6,6 +6,8 @@
 // attention backward's flash temporaries (softmax_d; NOTE [Flash attention backward
 // temporaries] in core/model/ops.cc) and the norm backward's gradient output as room for
 // row-chunk partial sums before it is written (NOTE [Column sums without scratch] in norm.cu).
+#include <array>
+#include <atomic>
 #include <cmath>
 #include <initializer_list>
 #include <string>
@@ -201,11 +203,38 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 // The tensor-core flash kernels stage token rows with 16-byte loads from these bases (the row
 // strides and head offsets are multiples of 8 elements for head_dim 64 / 128); NOTE [Attention
 // kernel override] can turn them off.
-bool tensor_core_attention(const AttnPlan& p, DType dt, std::initializer_list<const void*> bases) {
+// The current device's opt-in shared memory per block, read once per device (0 when unknown).
+int64_t smem_optin_bytes() {
+  constexpr int kMaxDevices = 64;
+  static std::array<std::atomic<int64_t>, kMaxDevices> cache{};  // bytes + 1; 0: not read yet
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) {
+    cudaGetLastError();
+    return 0;
+  }
+  std::atomic<int64_t>& c = cache[static_cast<size_t>(dev)];
+  if (c.load() == 0) {
+    int bytes = 0;
+    if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+      cudaGetLastError();
+      bytes = 0;
+    }
+    c.store(int64_t{bytes} + 1);
+  }
+  return c.load() - 1;
+}
+
+// NOTE [Tensor-core attention fallback]: the tensor-core kernels run when the env override
+// allows them, the shape and dtype fit (plan::attention_uses_tensor_cores), every base is 16-byte
+// aligned, and the device grants their shared memory: at head_dim 128 they take 110-112 KB per
+// block, which sm_80 / sm_90 allow (163 / 227 KB) but sm_86 / sm_89 (99 KB: RTX 30xx / 40xx, A10,
+// A40, L4, L40) do not; those run the SIMT kernels instead of failing to launch.
+bool tensor_core_attention(const AttnPlan& p, DType dt, std::initializer_list<const void*> bases, bool backward) {
   if (attention_kernels_from_env() == AttentionKernels::kSimt || !attention_uses_tensor_cores(p, dt)) return false;
   for (const void* b : bases)
     if (!aligned16(b)) return false;
-  return true;
+  const size_t need = backward ? launch::attention_backward_tc_smem(p.l.hd) : launch::attention_forward_tc_smem(p.l.hd);
+  return static_cast<int64_t>(need) <= smem_optin_bytes();
 }
 
 void attention(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
@@ -214,7 +243,7 @@ void attention(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s
   const void* k = p.packed ? in[0] : in[1];
   const void* v = p.packed ? in[0] : in[2];
   const DType dt = op.inputs[0].meta.dtype;
-  const bool tc = tensor_core_attention(p, dt, {q, k, v});
+  const bool tc = tensor_core_attention(p, dt, {q, k, v}, false);
   launch::attention_forward(p.l, q, k, v, dcode(dt), out[0], dt_out(op, 0), static_cast<float*>(out[1]), tc, s);
 }
 
@@ -227,7 +256,7 @@ void attention_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaS
                       static_cast<float*>(out[3]), p.softmax_d_ld};
   const DType dt = op.inputs[1].meta.dtype;  // q's (k, v share it: plan_attention_backward)
   // The tensor-core backward reads dO as WMMA operands in q's dtype (NOTE [Tensor-core flash backward]).
-  const bool tc = op.inputs[0].meta.dtype == dt && tensor_core_attention(p, dt, {in[0], q, k, v});
+  const bool tc = op.inputs[0].meta.dtype == dt && tensor_core_attention(p, dt, {in[0], q, k, v}, true);
   launch::attention_backward(p.l, in[0], dt_in(op, 0), q, k, v, dt_in(op, 1), in[p.o_in], dt_in(op, p.o_in),
                              static_cast<const float*>(in[p.lse_in]), g, tc, s);
 }

@@ -42,7 +42,7 @@ FS_HD int64_t rope_first(int64_t row, int64_t width, int64_t hd, int64_t h, int6
 
 // Attention layouts (docs/kernels.md): q / k / v token rows have strides q_ld / kv_ld and column
 // offsets; O, dO, dq are [B, S, H, hd]; lse and softmax_d are [B, H, S] (softmax_d rows padded
-// to lse_ld = round128(S)).
+// to softmax_d_ld = round128(S); lse is not padded).
 struct AttnLayout {
   int64_t B, S, H, Hkv, hd;
   int64_t q_ld, kv_ld, q_off, k_off, v_off;  // elements

@@ -79,6 +79,11 @@ void attention_backward(const AttnLayout& l, const void* dout, int ddout, const 
                         const void* v, int dqkv, const void* o, int dt_o, const float* lse, const AttnGrads& g,
                         bool tensor_cores, cudaStream_t s);
 
+// Shared memory per block the tensor-core attention kernels take at head_dim 64 or 128
+// (attention_tc.cu, attention_tc_bwd.cu): dispatch.cc checks it against the device's opt-in limit.
+size_t attention_forward_tc_smem(int64_t hd);
+size_t attention_backward_tc_smem(int64_t hd);
+
 // Throws InternalError with the CUDA error string if the last launch failed to enqueue.
 void check_launch(const char* what);
 
