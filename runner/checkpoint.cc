@@ -135,7 +135,7 @@ std::string resolve_resume(const std::string& resume, const std::string& checkpo
 }
 
 void validate_checkpoint_flags(const std::string& checkpoint_dir, int checkpoint_every, const std::string& resume,
-                               const std::string& backend, int steps, const Scenario& s, int keep_last,
+                               int steps, const Scenario& s, int keep_last,
                                const std::string& mode) {
   if (keep_last < 0)
     throw InputError("--keep-last", "is " + std::to_string(keep_last), "use a number of checkpoints >= 1 (0: keep all)");
@@ -156,9 +156,6 @@ void validate_checkpoint_flags(const std::string& checkpoint_dir, int checkpoint
   }
   const std::string folder = resolve_resume(resume, checkpoint_dir);
   if (folder.empty()) return;
-  if (backend != "cpu")
-    throw InputError("--resume", "the " + backend + " backend cannot load a checkpoint yet",
-                     "resume with --backend cpu (docs/checkpoints.md)");
   const CheckpointReader reader(folder);
   if (reader.metadata().next_step >= steps)
     throw InputError("--resume", "checkpoint '" + folder + "' is at step " + std::to_string(reader.metadata().next_step) +

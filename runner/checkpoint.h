@@ -54,13 +54,13 @@ int64_t load_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, co
 std::string resolve_resume(const std::string& resume, const std::string& checkpoint_dir);
 
 // Checks the checkpoint flags of `fullshard train` before any worker starts: --checkpoint-every
-// >= 0 and given with --checkpoint-dir (created here when saving, must be writable), resuming only on a
-// backend that can load host data (cpu), a checkpoint whose next step is below `steps`, of
+// >= 0 and given with --checkpoint-dir (created here when saving, must be writable), a checkpoint
+// to resume whose next step is below `steps`, of
 // `s`'s seed, whose parameters have the names and global shapes of `s`'s model (the first
 // mismatching tensor is named).
 // --keep-last must be >= 0 and needs --checkpoint-every; --checkpoint-mode is sync or async.
 void validate_checkpoint_flags(const std::string& checkpoint_dir, int checkpoint_every, const std::string& resume,
-                               const std::string& backend, int steps, const Scenario& s, int keep_last = 0,
+                               int steps, const Scenario& s, int keep_last = 0,
                                const std::string& mode = "sync");
 
 }  // namespace fullshard::runner

@@ -334,7 +334,7 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
   if (s.tensor_parallel.async)  // NOTE [Async TP] in core/model/async_tp.cc
     throw InputError("tensor_parallel.async", fmt::format("is true, which the {} backend does not run", kind.name),
                      "write false to train for real (the numbers are the same), or simulate it with fullshard simulate");
-  validate_checkpoint_flags(o.checkpoint_dir, o.checkpoint_every, o.resume, kind.name, o.steps >= 0 ? o.steps : s.training.steps,
+  validate_checkpoint_flags(o.checkpoint_dir, o.checkpoint_every, o.resume, o.steps >= 0 ? o.steps : s.training.steps,
                             s, o.keep_last, o.checkpoint_mode);
   batch_source(s);  // the training data: missing, malformed, tokens >= vocab_size (NOTE [Token data sampling])
   if (o.eval_every < 0) throw InputError("--eval-every", fmt::format("is {}", o.eval_every), "use 0 (never) or more steps");

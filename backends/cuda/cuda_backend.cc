@@ -455,6 +455,16 @@ void CudaBackend::copy_to_host(const TensorRef& ref, void* dst) {
           "copy_to_host of buffer " + std::to_string(ref.buffer_id));
 }
 
+// Loading a checkpoint or weights (runner/checkpoint.cc, runner/init_weights.cc): the host's
+// bytes into the tensor once every stream is idle, as copy_to_host reads them.
+void CudaBackend::copy_from_host(const TensorRef& ref, const void* src) {
+  synchronize_device();
+  const Resolved p = resolve(ref);
+  if (ref.nbytes() > 0)
+    check(cudaMemcpy(p.ptr, src, ref.nbytes(), cudaMemcpyDefault), "cudaMemcpy",
+          "copy_from_host of buffer " + std::to_string(ref.buffer_id));
+}
+
 // ---- scalars ----
 
 void CudaBackend::do_read_scalar(StreamRole r, const TensorRef& ref) {

@@ -68,6 +68,7 @@ class CudaBackend : public Backend {
   bool has_data() const override { return true; }
   void synchronize_device() override;
   void copy_to_host(const TensorRef& ref, void* dst) override;
+  void copy_from_host(const TensorRef& ref, const void* src) override;
   // NOTE [CUDA backend measurements]: per-stream busy intervals are not measured yet (the
   // runner then reports no compute/comm split for the step); timing events (cudaEventRecord
   // with timing enabled around each op, read after the step's synchronize) are the planned way.

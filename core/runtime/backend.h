@@ -130,7 +130,7 @@ class Backend {
   virtual void copy_to_host(const TensorRef& ref, void* dst);
   // Copies ref.nbytes() bytes from `src` into the tensor once everything issued so far is
   // done (blocks the host): loading a checkpoint or weights. Throws InternalError on a
-  // backend that does not implement it (the simulator; today every backend but the CPU one).
+  // backend without data (the simulator).
   virtual void copy_from_host(const TensorRef& ref, const void* src);
   // Optional per-step measurement: each stream's busy intervals since the last call, or
   // nullopt when the backend does not measure them.

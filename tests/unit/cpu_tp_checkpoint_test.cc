@@ -163,7 +163,7 @@ TEST(CpuTpCheckpoint, MismatchesAndDamageAreOneLineErrors) {
   const Scenario so = parse_scenario(other);
   std::string msg = input_error_of([&] { run_real(so, 2, resuming(d.path())); });
   EXPECT_NE(msg.find("--resume: tensor 'param/"), std::string::npos) << msg;
-  msg = input_error_of([&] { runner::validate_checkpoint_flags("", 0, d.path(), "cpu", 2, so); });
+  msg = input_error_of([&] { runner::validate_checkpoint_flags("", 0, d.path(), 2, so); });
   EXPECT_NE(msg.find("[12, 8] in checkpoint"), std::string::npos) << msg;
   // A rank file cut short: its size no longer matches metadata.json (one rank reads every file).
   const std::string folder = resolve_checkpoint(d.path(), "--resume");
