@@ -26,6 +26,7 @@ PinnedHostMemory::~PinnedHostMemory() {
 }
 
 uint64_t PinnedHostMemory::rounded_size(uint64_t bytes) {
+  if (bytes > (uint64_t{1} << 62)) return bytes;  // no power of two above it fits in 64 bits
   uint64_t r = 512;
   while (r < bytes) r <<= 1;
   return r;
@@ -40,25 +41,37 @@ void PinnedHostMemory::release_cached() {
 void* PinnedHostMemory::allocate(uint64_t bytes) {
   reclaim(false);
   const uint64_t size = rounded_size(bytes);
-  std::lock_guard<std::mutex> lock(mu_);
   void* p = nullptr;
-  if (auto it = cached_.find(size); it != cached_.end()) {
-    p = it->second;
-    cached_.erase(it);
-    cached_bytes_ -= size;
-  } else {
-    cudaError_t e = cudaHostAlloc(&p, size, cudaHostAllocPortable | cudaHostAllocMapped);
-    if (e == cudaErrorMemoryAllocation && !cached_.empty()) {  // NOTE [Pinned host cache]
-      cudaGetLastError();
-      release_cached();
-      e = cudaHostAlloc(&p, size, cudaHostAllocPortable | cudaHostAllocMapped);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = cached_.find(size); it != cached_.end()) {
+      p = it->second;
+      cached_.erase(it);
+      cached_bytes_ -= size;
+      live_.emplace_back(p, size);
+      live_bytes_ += size;
+      return p;
     }
+  }
+  // Outside the lock: cudaHostAlloc may wait for the device, whose staged-Gloo work can need a
+  // worker thread that frees through this allocator.
+  cudaError_t e = cudaHostAlloc(&p, size, cudaHostAllocPortable | cudaHostAllocMapped);
+  if (e == cudaErrorMemoryAllocation) {  // NOTE [Pinned host cache]: give the cache back, retry once
+    cudaGetLastError();
+    bool had_cache = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      had_cache = !cached_.empty();
+      release_cached();
+    }
+    if (had_cache) e = cudaHostAlloc(&p, size, cudaHostAllocPortable | cudaHostAllocMapped);
     if (e == cudaErrorMemoryAllocation) {
       cudaGetLastError();
       return nullptr;
     }
-    check_cuda(e, "cudaHostAlloc");
   }
+  check_cuda(e, "cudaHostAlloc");
+  std::lock_guard<std::mutex> lock(mu_);
   live_.emplace_back(p, size);
   live_bytes_ += size;
   return p;

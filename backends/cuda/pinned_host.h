@@ -50,7 +50,8 @@ class PinnedHostMemory {
   uint64_t cached_bytes() const { return cached_bytes_; }         // reusable
   size_t deferred_count() const { return deferred_.size(); }
 
-  // The size a request of `bytes` is served with: the next power of two, at least 512.
+  // The size a request of `bytes` is served with: the next power of two, at least 512 (above
+  // 2^62, the request itself).
   static uint64_t rounded_size(uint64_t bytes);
 
  private:

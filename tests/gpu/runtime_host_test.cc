@@ -75,6 +75,8 @@ TEST(PinnedHostCache, SizesRoundUpToAPowerOfTwoOfAtLeast512) {
   EXPECT_EQ(PinnedHostMemory::rounded_size(3u << 20), 4u << 20);
   EXPECT_EQ(PinnedHostMemory::rounded_size(uint64_t{1} << 33), uint64_t{1} << 33);
   EXPECT_EQ(PinnedHostMemory::rounded_size((uint64_t{1} << 33) + 1), uint64_t{1} << 34);
+  EXPECT_EQ(PinnedHostMemory::rounded_size((uint64_t{1} << 62) + 1), (uint64_t{1} << 62) + 1);  // no overflow
+  EXPECT_EQ(PinnedHostMemory::rounded_size(~uint64_t{0}), ~uint64_t{0});
 }
 
 // ------------------------------------------------------------------ watchdog state machine

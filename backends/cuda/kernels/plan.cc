@@ -327,7 +327,8 @@ AttnPlan attn_common(const OpCall& op) {
   FULLSHARD_CHECK(l.hd <= 256, where(op) + "head_dim " + std::to_string(l.hd) + " above 256 is not supported");
   // The kernels put (batch, head) on gridDim.y, which CUDA caps at 65535.
   FULLSHARD_CHECK(l.B * l.H <= 65535, where(op) + "batch x heads " + std::to_string(l.B * l.H) +
-                                          " is above CUDA's 65535 blocks in grid dimension y");
+                                          " is above CUDA's 65535 blocks in grid dimension y; lower "
+                                          "training.batch_per_rank (or use gradient accumulation)");
   const int64_t D = l.H * l.hd;
   l.group = l.H / l.Hkv;
   if (p.packed) {
