@@ -302,6 +302,61 @@ TEST(CudaPlan, AttentionBackwardNeedsTheFlashTemporaries) {
   EXPECT_NO_THROW(kt::run(OpKind::kAttentionBackward, ins, {&dq, &dk, &dv, &sd, &acc, &dke, &dve}, args));
 }
 
+// NOTE [SDPA variants on the CUDA backend]: the efficient and cuDNN kinds plan as flash with
+// the model's outputs; the CPU kernel accepts the same calls.
+TEST(CudaPlan, AttentionEfficientAndCudnnTakeTheModelsOutputs) {
+  const int64_t B = 2, S = 45, H = 4, hd = 40, lse32 = 64;
+  HT q(DType::kBFloat16, {B, S, H * hd}), k(DType::kBFloat16, {B, S, H * hd}), v(DType::kBFloat16, {B, S, H * hd});
+  HT o(DType::kBFloat16, {B, S, H, hd}), lse(DType::kFloat32, {B, H, S}), lse_pad(DType::kFloat32, {B, H, lse32});
+  const std::vector<int64_t> eff_args = {B, S, H, H, hd, 0, lse32}, cudnn_args = {B, S, H, H, hd, 0, S};
+  // Forward: efficient's logsumexp rows are round32(S) long.
+  plan::AttnPlan p = plan::plan_attention(kt::make_call(OpKind::kAttentionEfficient, {&q, &k, &v}, {&o, &lse_pad}, eff_args));
+  EXPECT_EQ(p.l.lse_ld, lse32);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < S; ++i) EXPECT_EQ(attn_lse_index(p.l, b, h, i), (b * H + h) * lse32 + i);
+  EXPECT_THROW(plan::plan_attention(kt::make_call(OpKind::kAttentionEfficient, {&q, &k, &v}, {&o, &lse}, eff_args)),
+               InternalError);  // rows not padded
+  EXPECT_THROW(plan::plan_attention(kt::make_call(OpKind::kAttentionEfficient, {&q, &k, &v}, {&o, &lse},
+                                                  {B, S, H, H, hd, 0, S - 1})),
+               InternalError);  // rows shorter than S
+  p = plan::plan_attention(kt::make_call(OpKind::kAttentionCudnn, {&q, &k, &v}, {&o, &lse}, cudnn_args));
+  EXPECT_EQ(p.l.lse_ld, S);
+  p = plan::plan_attention(kt::make_call(OpKind::kAttention, {&q, &k, &v}, {&o, &lse}, {B, S, H, H, hd, 0}));
+  EXPECT_EQ(p.l.lse_ld, S);  // flash: no iargs[6]
+  HT accum(DType::kFloat32, {B, S, H, hd});  // efficient, head dims above 128: an output accumulator
+  EXPECT_NO_THROW(plan::plan_attention(
+      kt::make_call(OpKind::kAttentionEfficient, {&q, &k, &v}, {&o, &lse_pad, &accum}, eff_args)));
+  EXPECT_THROW(plan::plan_attention(kt::make_call(OpKind::kAttentionCudnn, {&q, &k, &v}, {&o, &lse, &accum}, cudnn_args)),
+               InternalError);
+
+  // Backward: efficient's delta [B, H, S] and dq workspace; cuDNN's one workspace.
+  HT g(DType::kBFloat16, {B, S, H, hd}), dq(DType::kBFloat16, {B, S, H * hd}), dk(DType::kBFloat16, {B, S, H * hd});
+  HT dv(DType::kBFloat16, {B, S, H * hd}), delta(DType::kFloat32, {B, H, S}), ws(DType::kFloat32, {B, H, 128, 128});
+  HT cws(DType::kFloat32, {B, H, S, hd + 1}), cws_small(DType::kFloat32, {B, H, S, hd});
+  p = plan::plan_attention_backward(kt::make_call(OpKind::kAttentionEfficientBackward, {&g, &q, &k, &v, &o, &lse_pad},
+                                                  {&dq, &dk, &dv, &delta, &ws}, eff_args));
+  EXPECT_EQ(p.softmax_d_ld, S);
+  EXPECT_EQ(p.l.lse_ld, lse32);
+  EXPECT_THROW(plan::plan_attention_backward(kt::make_call(OpKind::kAttentionEfficientBackward,
+                                                           {&g, &q, &k, &v, &o, &lse_pad}, {&dq, &dk, &dv, &ws, &delta},
+                                                           eff_args)),
+               InternalError);  // delta first
+  p = plan::plan_attention_backward(kt::make_call(OpKind::kAttentionCudnnBackward, {&g, &q, &k, &v, &o, &lse},
+                                                  {&dq, &dk, &dv, &cws}, cudnn_args));
+  EXPECT_EQ(p.softmax_d_ld, S);
+  EXPECT_THROW(plan::plan_attention_backward(kt::make_call(OpKind::kAttentionCudnnBackward, {&g, &q, &k, &v, &o, &lse},
+                                                           {&dq, &dk, &dv, &cws_small}, cudnn_args)),
+               InternalError);
+  EXPECT_THROW(plan::plan_attention_backward(kt::make_call(OpKind::kAttentionCudnnBackward, {&g, &q, &k, &v, &o, &lse},
+                                                           {&dq, &dk, &dv, &delta, &ws}, cudnn_args)),
+               InternalError);
+  // The CPU kernels take the same calls.
+  EXPECT_NO_THROW(kt::run(OpKind::kAttentionEfficientBackward, {&g, &q, &k, &v, &o, &lse_pad},
+                          {&dq, &dk, &dv, &delta, &ws}, eff_args));
+  EXPECT_NO_THROW(kt::run(OpKind::kAttentionCudnnBackward, {&g, &q, &k, &v, &o, &lse}, {&dq, &dk, &dv, &cws}, cudnn_args));
+}
+
 // NOTE [Attention kernel override]: unset, empty or "auto" keeps the tensor-core choice,
 // "simt" forces the SIMT kernels, anything else is a one-line InputError naming the variable,
 // the value and the accepted ones (exact spelling: a typo must not silently pick a kernel).

@@ -421,6 +421,62 @@ TEST(CudaKernels, AttentionTensorCoresMatchCpu) {
         }
 }
 
+// NOTE [SDPA variants on the CUDA backend] (plan.cc): the efficient and cuDNN kinds run the flash
+// kernels with the model's outputs: efficient pads logsumexp rows to round32(S) (padding left
+// unwritten, so only the first S of each row are compared) and passes delta and a dq workspace
+// (plus an fp32 output accumulator above head_dim 128); cuDNN passes one workspace whose first
+// B*H*S floats hold softmax_d. Each against the CPU kernels, SIMT and tensor-core shapes, with
+// the tolerances of check_attention.
+std::vector<double> lse_rows(const HT& lse, int64_t rows, int64_t S, int64_t ld) {
+  const std::vector<double> all = lse.values();
+  std::vector<double> r;
+  for (int64_t i = 0; i < rows; ++i) r.insert(r.end(), all.begin() + i * ld, all.begin() + i * ld + S);
+  return r;
+}
+
+TEST(CudaKernels, AttentionEfficientAndCudnnMatchCpu) {
+  std::mt19937 rng(23);
+  for (bool cudnn : {false, true})
+    for (AttnCase c : {AttnCase{2, 37, 4, 4, 40, 0, DType::kFloat32}, AttnCase{1, 130, 4, 4, 64, 0, DType::kBFloat16},
+                       AttnCase{2, 65, 8, cudnn ? 2 : 8, 128, 0, DType::kFloat16},
+                       AttnCase{1, 33, 2, 2, 256, 0, DType::kFloat32}}) {
+      AttnProblem p = attention_problem(c, rng);
+      const bool half = c.dt != DType::kFloat32;
+      const int64_t lse_ld = cudnn ? c.S : (c.S + 31) / 32 * 32;
+      std::vector<int64_t> args = p.args;
+      args.push_back(lse_ld);
+      const std::string what = p.what() + (cudnn ? " cudnn" : " efficient");
+      HT o(c.dt, p.o.meta.shape), lse(DType::kFloat32, {c.B, c.H, lse_ld});
+      HT accum(DType::kFloat32, p.o.meta.shape);
+      std::vector<HT*> fwd_outs = {&o, &lse};
+      if (!cudnn && c.hd > 128) fwd_outs.push_back(&accum);
+      Both r = run_both(cudnn ? OpKind::kAttentionCudnn : OpKind::kAttentionEfficient, p.fwd_ins(), fwd_outs, args);
+      expect_close(r.gpu[0], r.cpu[0], half ? 1.5e-2 : 2e-5, 0, what + " O");
+      const std::string m = kt::mismatch(lse_rows(r.gpu[1], c.B * c.H, c.S, lse_ld),
+                                         lse_rows(r.cpu[1], c.B * c.H, c.S, lse_ld), half ? 2e-3 : 2e-5, 1e-6, what + " lse");
+      EXPECT_TRUE(m.empty()) << m;
+      // The backward reads the CPU forward's O and lse (padded rows for efficient).
+      HT lse_padded(DType::kFloat32, {c.B, c.H, lse_ld});
+      kt::run(cudnn ? OpKind::kAttentionCudnn : OpKind::kAttentionEfficient, p.fwd_ins(), {&p.o, &lse_padded}, args);
+      std::vector<HT*> ins = p.bwd_ins();
+      ins.back() = &lse_padded;
+      HT delta(DType::kFloat32, {c.B, c.H, c.S});
+      HT ws(DType::kFloat32, {c.B, c.H, (c.S + 127) / 128 * 128, (c.hd + 127) / 128 * 128});
+      HT cudnn_ws(DType::kFloat32, {c.B, c.H, c.S, c.hd + 1});
+      std::vector<HT*> outs = {&p.dq, &p.dk, &p.dv};
+      if (cudnn) {
+        outs.push_back(&cudnn_ws);
+      } else {
+        outs.insert(outs.end(), {&delta, &ws});
+      }
+      const bool tc = dispatch_uses_tensor_cores(p);  // the flash plan of the same problem
+      r = run_both(cudnn ? OpKind::kAttentionCudnnBackward : OpKind::kAttentionEfficientBackward, ins, outs, args);
+      const double rel = tc ? tc_backward_tolerance(c.dt) : half ? 1e-2 : 1e-5;
+      const double tol = rel * largest_gradient(r.cpu);
+      for (int i = 0; i < 3; ++i) expect_close(r.gpu[i], r.cpu[i], tol, 0, what + " d" + "qkv"[i]);
+    }
+}
+
 // A device copy of a host tensor, or (copy = false) its size in 0xFF bytes: NaN until written.
 struct DeviceTensor {
   TensorMeta meta;

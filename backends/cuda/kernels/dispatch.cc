@@ -388,8 +388,12 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
     case OpKind::kLinearBackwardBias: return linear_bias_backward(op, in, out, s);
     case OpKind::kRoPE: return rope(op, in, out, 1.0f, s);
     case OpKind::kRoPEBackward: return rope(op, in, out, -1.0f, s);
-    case OpKind::kAttention: return attention(op, in, out, s);
-    case OpKind::kAttentionBackward: return attention_backward(op, in, out, s);
+    case OpKind::kAttention:
+    case OpKind::kAttentionEfficient:
+    case OpKind::kAttentionCudnn: return attention(op, in, out, s);  // NOTE [SDPA variants on the CUDA backend]
+    case OpKind::kAttentionBackward:
+    case OpKind::kAttentionEfficientBackward:
+    case OpKind::kAttentionCudnnBackward: return attention_backward(op, in, out, s);
     case OpKind::kSiLU: return unary(launch::Ew::kSiLU, op, in, out, 0.0f, s);
     case OpKind::kSiLUBackward: return binary(launch::Ew::kSiLUBackward, op, in, out, s);
     case OpKind::kMul: return binary(launch::Ew::kMul, op, in, out, s);
@@ -432,14 +436,6 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
     case OpKind::kRotateHalfCat:
       FULLSHARD_CHECK(false, where(op) + "not supported on the CUDA backend yet (model.implementation eager "
                                          "decompositions run on the CPU backend and the simulator)");
-      break;
-    case OpKind::kAttentionEfficient:
-    case OpKind::kAttentionEfficientBackward:
-    case OpKind::kAttentionCudnn:
-    case OpKind::kAttentionCudnnBackward:
-      FULLSHARD_CHECK(false, where(op) + "not supported on the CUDA backend yet (model.implementation attention "
-                                         "= efficient / cudnn run on the CPU backend and the simulator; the CUDA "
-                                         "backend runs attention = flash)");
       break;
     case OpKind::kTransposeBlocks:
     case OpKind::kRowMax:

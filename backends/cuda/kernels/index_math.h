@@ -41,13 +41,15 @@ FS_HD int64_t rope_first(int64_t row, int64_t width, int64_t hd, int64_t h, int6
 }
 
 // Attention layouts (docs/kernels.md): q / k / v token rows have strides q_ld / kv_ld and column
-// offsets; O, dO, dq are [B, S, H, hd]; lse and softmax_d are [B, H, S] (softmax_d rows padded
-// to softmax_d_ld = round128(S); lse is not padded).
+// offsets; O, dO, dq are [B, S, H, hd]; lse and softmax_d are [B, H, S] with rows lse_ld and
+// softmax_d_ld long: flash's lse rows are S long and its softmax_d rows round128(S); efficient
+// attention pads lse rows to round32(S) (the padding is never read or written).
 struct AttnLayout {
   int64_t B, S, H, Hkv, hd;
   int64_t q_ld, kv_ld, q_off, k_off, v_off;  // elements
   int64_t group;                             // H / Hkv
   float scale;                               // 1 / sqrt(hd)
+  int64_t lse_ld;                            // logsumexp row length (>= S)
 };
 FS_HD int64_t attn_q_index(const AttnLayout& a, int64_t b, int64_t s, int64_t h) {
   return (b * a.S + s) * a.q_ld + a.q_off + h * a.hd;
@@ -61,6 +63,8 @@ FS_HD int64_t attn_v_index(const AttnLayout& a, int64_t b, int64_t s, int64_t kv
 FS_HD int64_t attn_o_index(const AttnLayout& a, int64_t b, int64_t s, int64_t h) {
   return ((b * a.S + s) * a.H + h) * a.hd;
 }
-FS_HD int64_t attn_lse_index(const AttnLayout& a, int64_t b, int64_t h, int64_t s) { return (b * a.H + h) * a.S + s; }
+FS_HD int64_t attn_lse_index(const AttnLayout& a, int64_t b, int64_t h, int64_t s) {
+  return (b * a.H + h) * a.lse_ld + s;
+}
 
 }  // namespace fullshard::cuda

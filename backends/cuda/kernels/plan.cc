@@ -343,6 +343,10 @@ AttnPlan attn_common(const OpCall& op) {
     l.q_off = l.k_off = l.v_off = 0;
   }
   l.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(l.hd)));
+  // iargs[6], when given, is the logsumexp row length (efficient attention: round32(S)).
+  l.lse_ld = op.iargs.size() >= 7 ? op.iargs[6] : l.S;
+  FULLSHARD_CHECK(l.lse_ld >= l.S, where(op) + "logsumexp rows (iargs[6] " + std::to_string(l.lse_ld) +
+                                       ") shorter than the sequence " + std::to_string(l.S));
   p.softmax_d_ld = round_up(l.S, 128);
   return p;
 }
@@ -362,13 +366,26 @@ void check_qkv(const OpCall& op, const AttnPlan& p, size_t first) {
 }
 }  // namespace
 
+// NOTE [SDPA variants on the CUDA backend]: the efficient and cuDNN kinds (NOTE [SDPA
+// backends], core/model/attention_variants.cc) run the flash kernels: the same maths into the
+// same O and logsumexp, whose rows are lse_ld long (efficient pads them to round32(S)). What
+// each PyTorch backend allocates beyond that comes as the op's scratch outputs, sized by the
+// model, so the allocator sees the same blocks the simulator predicts: the efficient forward's
+// output accumulator (head dims above 128) is left unwritten; the backward's softmax_d lives in
+// the efficient kernel's delta [B, H, S] or in the first B*H*S floats of cuDNN's workspace
+// (softmax_sum, then dQ_accum), rows S long; efficient's dq workspace is left unwritten.
 AttnPlan plan_attention(const OpCall& op) {
   AttnPlan p = attn_common(op);
-  expect_arity(op, p.packed ? 1 : 3, 2);
+  const bool accum = op.kind == OpKind::kAttentionEfficient && op.outputs.size() == 3;  // hd > 128
+  expect_arity(op, p.packed ? 1 : 3, accum ? 3 : 2);
   check_qkv(op, p, 0);
   const int64_t tokens = p.l.B * p.l.S;
   expect_numel(op, op.outputs[0].meta, tokens * p.l.H * p.l.hd, "o");
-  expect_numel(op, op.outputs[1].meta, p.l.B * p.l.H * p.l.S, "logsumexp");
+  expect_numel(op, op.outputs[1].meta, p.l.B * p.l.H * p.l.lse_ld, "logsumexp");
+  if (accum) {
+    FULLSHARD_CHECK(op.outputs[2].meta.dtype == DType::kFloat32, where(op) + "output_accum must be fp32");
+    expect_numel(op, op.outputs[2].meta, tokens * p.l.H * p.l.hd, "output_accum");
+  }
   FULLSHARD_CHECK(op.outputs[1].meta.dtype == DType::kFloat32, where(op) + "logsumexp must be fp32");
   FULLSHARD_CHECK(is_float(op.outputs[0].meta.dtype), where(op) + "o must be floating");
   return p;
@@ -381,25 +398,45 @@ AttnPlan plan_attention_backward(const OpCall& op) {
   const bool gqa = l.H != l.Hkv;
   FULLSHARD_CHECK(op.inputs.size() == n_in, where(op) + "expected " + std::to_string(n_in) + " inputs");
   // NOTE [Flash attention backward temporaries] (core/model/ops.cc): dq, dk, dv, then
-  // softmax_d and dq_accum, then dk / dv at the query head count when H != Hkv.
-  const size_t n_out = gqa ? 7 : 5;
+  // softmax_d and dq_accum, then dk / dv at the query head count when H != Hkv. The efficient
+  // and cuDNN kinds: NOTE [SDPA variants on the CUDA backend].
+  const bool flash = op.kind == OpKind::kAttentionBackward, cudnn = op.kind == OpKind::kAttentionCudnnBackward;
+  const size_t n_out = cudnn ? 4 : !flash ? 5 : gqa ? 7 : 5;
   FULLSHARD_CHECK(op.outputs.size() == n_out,
-                  where(op) + "expected " + std::to_string(n_out) +
-                      " outputs (dq, dk, dv, softmax_d, dq_accum[, dk_expanded, dv_expanded]), got " +
-                      std::to_string(op.outputs.size()));
+                  where(op) + "expected " + std::to_string(n_out) + " outputs (dq, dk, dv, " +
+                      (cudnn   ? "cuDNN's workspace"
+                       : flash ? "softmax_d, dq_accum[, dk_expanded, dv_expanded]"
+                               : "delta, workspace") +
+                      "), got " + std::to_string(op.outputs.size()));
   check_qkv(op, p, 1);
   p.o_in = p.packed ? 2 : 4;
   p.lse_in = p.o_in + 1;
   const int64_t tokens = l.B * l.S, D = l.H * l.hd, Dkv = l.Hkv * l.hd;
   expect_numel(op, op.inputs[0].meta, tokens * D, "dO");
   expect_numel(op, op.inputs[p.o_in].meta, tokens * D, "O");
-  expect_numel(op, op.inputs[p.lse_in].meta, l.B * l.H * l.S, "logsumexp");
+  expect_numel(op, op.inputs[p.lse_in].meta, l.B * l.H * l.lse_ld, "logsumexp");
   FULLSHARD_CHECK(op.inputs[p.lse_in].meta.dtype == DType::kFloat32, where(op) + "logsumexp must be fp32");
   expect_numel(op, op.outputs[0].meta, tokens * D, "dq");
   expect_numel(op, op.outputs[1].meta, tokens * Dkv, "dk");
   expect_numel(op, op.outputs[2].meta, tokens * Dkv, "dv");
-  const TensorMeta &sd = op.outputs[3].meta, &acc = op.outputs[4].meta;
-  FULLSHARD_CHECK(sd.dtype == DType::kFloat32, where(op) + "softmax_d must be fp32");
+  for (size_t i = 0; i < 3; ++i) FULLSHARD_CHECK(is_float(op.outputs[i].meta.dtype), where(op) + "grads must be floating");
+  p.has_temps = true;
+  const TensorMeta& sd = op.outputs[3].meta;
+  FULLSHARD_CHECK(sd.dtype == DType::kFloat32, where(op) + (flash ? "softmax_d" : cudnn ? "the workspace" : "delta") +
+                                                   " must be fp32");
+  if (cudnn) {  // softmax_sum [B, H, S] then dQ_accum [B, H, S, hd] (NOTE [cuDNN SDPA workspace])
+    expect_numel(op, sd, l.B * l.H * l.S * (l.hd + 1), "cuDNN workspace");
+    p.softmax_d_ld = l.S;
+    return p;
+  }
+  if (!flash) {  // delta [B, H, S], then the dq workspace [B, H, round128(S), round128(hd)]
+    expect_numel(op, sd, l.B * l.H * l.S, "delta");
+    FULLSHARD_CHECK(op.outputs[4].meta.dtype == DType::kFloat32, where(op) + "the workspace must be fp32");
+    expect_numel(op, op.outputs[4].meta, l.B * l.H * round_up(l.S, 128) * round_up(l.hd, 128), "workspace");
+    p.softmax_d_ld = l.S;
+    return p;
+  }
+  const TensorMeta& acc = op.outputs[4].meta;
   expect_numel(op, sd, l.B * l.H * p.softmax_d_ld, "softmax_d");
   FULLSHARD_CHECK(acc.dtype == DType::kFloat32, where(op) + "dq_accum must be fp32");
   expect_numel(op, acc, l.B * p.softmax_d_ld * l.H * round_up(l.hd, 32), "dq_accum");
@@ -407,8 +444,6 @@ AttnPlan plan_attention_backward(const OpCall& op) {
     expect_numel(op, op.outputs[5].meta, tokens * D, "dk_expanded");
     expect_numel(op, op.outputs[6].meta, tokens * D, "dv_expanded");
   }
-  for (size_t i = 0; i < 3; ++i) FULLSHARD_CHECK(is_float(op.outputs[i].meta.dtype), where(op) + "grads must be floating");
-  p.has_temps = true;
   return p;
 }
 

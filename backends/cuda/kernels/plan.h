@@ -72,10 +72,10 @@ struct AttnPlan {
   bool packed = false;
   size_t o_in = 0, lse_in = 0;        // backward: input indices of O and lse
   bool has_temps = false;             // backward: softmax_d, dq_accum (+ expanded dk/dv) passed
-  int64_t softmax_d_ld = 0;           // round128(S)
+  int64_t softmax_d_ld = 0;           // flash: round128(S); efficient / cuDNN: S
 };
-AttnPlan plan_attention(const OpCall& op);           // kAttention
-AttnPlan plan_attention_backward(const OpCall& op);  // kAttentionBackward
+AttnPlan plan_attention(const OpCall& op);           // kAttention, kAttentionEfficient, kAttentionCudnn
+AttnPlan plan_attention_backward(const OpCall& op);  // their backward kinds
 int64_t round_up(int64_t v, int64_t m);
 // Tensor-core (WMMA) flash kernels run bf16 / fp16 with these head dims; others use the SIMT path.
 bool attention_uses_tensor_cores(const AttnPlan& p, DType dt);
