@@ -282,11 +282,15 @@ void nll_loss(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s)
   expect_float(op, lp, "log_probs");
   const int64_t rows = lp.numel() / V;
   FULLSHARD_CHECK(lab.dtype == DType::kInt64 && lab.numel() == rows, where(op) + "labels must be int64 [rows]");
-  for (size_t i = 0; i < 2; ++i)
-    FULLSHARD_CHECK(op.outputs[i].meta.numel() == 1 && op.outputs[i].meta.dtype == DType::kFloat32,
-                    where(op) + "loss and total_weight must be fp32 scalars (model.implementation loss=bf16_logits is not supported on the CUDA backend yet)");
-  launch::nll_loss(in[0], dt_in(op, 0), static_cast<const int64_t*>(in[1]), static_cast<float*>(out[0]),
-                   static_cast<float*>(out[1]), rows, V, ignore_index(op), s);
+  // loss and total_weight have the log-probs' dtype (fp32, or bf16 / fp16 with loss "bf16_logits").
+  for (size_t i = 0; i < 2; ++i) {
+    FULLSHARD_CHECK(op.outputs[i].meta.numel() == 1, where(op) + "loss and total_weight must be scalars");
+    expect_float(op, op.outputs[i].meta, i == 0 ? "loss" : "total_weight");
+  }
+  FULLSHARD_CHECK(op.outputs[0].meta.dtype == op.outputs[1].meta.dtype,
+                  where(op) + "loss and total_weight must share a dtype");
+  launch::nll_loss(in[0], dt_in(op, 0), static_cast<const int64_t*>(in[1]), out[0], out[1], dt_out(op, 0), rows, V,
+                   ignore_index(op), s);
 }
 
 void nll_loss_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
@@ -297,11 +301,11 @@ void nll_loss_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaSt
   const int64_t rows = gx.numel() / V;
   FULLSHARD_CHECK(lab.dtype == DType::kInt64 && lab.numel() == rows, where(op) + "labels must be int64 [rows]");
   FULLSHARD_CHECK(gl.numel() == 1 && is_float(gl.dtype) && op.inputs[2].meta.numel() == 1 &&
-                      op.inputs[2].meta.dtype == DType::kFloat32,
-                  where(op) + "grad_loss and total_weight must be scalars");
+                      is_float(op.inputs[2].meta.dtype),
+                  where(op) + "grad_loss and total_weight must be floating scalars");
   expect_float(op, gx, "grad_log_probs");
-  launch::nll_loss_backward(in[0], dt_in(op, 0), static_cast<const int64_t*>(in[1]), static_cast<const float*>(in[2]),
-                            out[0], dt_out(op, 0), rows, V, ignore_index(op), s);
+  launch::nll_loss_backward(in[0], dt_in(op, 0), static_cast<const int64_t*>(in[1]), in[2], dt_in(op, 2), out[0],
+                            dt_out(op, 0), rows, V, ignore_index(op), s);
 }
 
 void reduce(const OpCall& op, const Ptrs& in, const Ptrs& out, bool squares, cudaStream_t s) {

@@ -52,10 +52,11 @@ void column_sum(const void* g, int dg, void* out, int dout, int64_t M, int64_t N
 void log_softmax(const void* x, int dx, void* y, int dy, int64_t rows, int64_t V, cudaStream_t s);
 void log_softmax_backward(const void* g, int dg, const void* y, int dy, void* gx, int dgx, int64_t rows, int64_t V,
                           cudaStream_t s);
-void nll_loss(const void* lp, int dlp, const int64_t* labels, float* loss, float* total_weight, int64_t rows,
+// loss and total_weight are scalars of dtype dloss (the log-probs' dtype, as aten's nll_loss).
+void nll_loss(const void* lp, int dlp, const int64_t* labels, void* loss, void* total_weight, int dloss, int64_t rows,
               int64_t V, int64_t ignore, cudaStream_t s);
-void nll_loss_backward(const void* g, int dg, const int64_t* labels, const float* total_weight, void* glp, int dglp,
-                       int64_t rows, int64_t V, int64_t ignore, cudaStream_t s);
+void nll_loss_backward(const void* g, int dg, const int64_t* labels, const void* total_weight, int dtw, void* glp,
+                       int dglp, int64_t rows, int64_t V, int64_t ignore, cudaStream_t s);
 // out[i] (dtype dout) = sum(t_i^2) or, with squares == false, sum(t_i), accumulated in double.
 struct ReduceItem {
   const void* p;

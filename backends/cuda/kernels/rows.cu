@@ -128,8 +128,8 @@ __global__ void log_softmax_backward_kernel(const void* g, int dg, const void* y
 
 // nll_loss (mean over counted rows) in one block. A label outside [0, V) other than the ignore
 // index makes the loss NaN (the CPU kernel throws).
-__global__ void nll_loss_kernel(const void* lp, int dlp, const int64_t* labels, float* loss, float* total_weight,
-                                int64_t rows, int64_t V, int64_t ignore) {
+__global__ void nll_loss_kernel(const void* lp, int dlp, const int64_t* labels, void* loss, void* total_weight,
+                                int dloss, int64_t rows, int64_t V, int64_t ignore) {
   __shared__ double scratch[32];
   double sum = 0, count = 0, bad = 0;
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
@@ -146,14 +146,14 @@ __global__ void nll_loss_kernel(const void* lp, int dlp, const int64_t* labels, 
   count = block_sum(count, scratch);
   bad = block_sum(bad, scratch);
   if (threadIdx.x == 0) {
-    *loss = count > 0 && bad == 0 ? static_cast<float>(-sum / count) : __int_as_float(0x7fc00000);
-    *total_weight = static_cast<float>(count);
+    store_f(loss, dloss, 0, count > 0 && bad == 0 ? static_cast<float>(-sum / count) : __int_as_float(0x7fc00000));
+    store_f(total_weight, dloss, 0, static_cast<float>(count));
   }
 }
 
-__global__ void nll_loss_backward_kernel(const void* g, int dg, const int64_t* labels, const float* total_weight,
-                                         void* glp, int dglp, int64_t rows, int64_t V, int64_t ignore) {
-  const float v = __fdiv_rn(-load_f(g, dg, 0), *total_weight);
+__global__ void nll_loss_backward_kernel(const void* g, int dg, const int64_t* labels, const void* total_weight,
+                                         int dtw, void* glp, int dglp, int64_t rows, int64_t V, int64_t ignore) {
+  const float v = __fdiv_rn(-load_f(g, dg, 0), load_f(total_weight, dtw, 0));
   for (int64_t i = global_thread(); i < rows * V; i += grid_threads()) {
     const int64_t r = i / V, c = i - r * V, y = labels[r];
     store_f(glp, dglp, i, y != ignore && c == y ? v : 0.0f);
@@ -244,17 +244,17 @@ void log_softmax_backward(const void* g, int dg, const void* y, int dy, void* gx
   check_launch("log_softmax_backward");
 }
 
-void nll_loss(const void* lp, int dlp, const int64_t* labels, float* loss, float* total_weight, int64_t rows,
+void nll_loss(const void* lp, int dlp, const int64_t* labels, void* loss, void* total_weight, int dloss, int64_t rows,
               int64_t V, int64_t ignore, cudaStream_t s) {
-  nll_loss_kernel<<<1, 1024, 0, s>>>(lp, dlp, labels, loss, total_weight, rows, V, ignore);
+  nll_loss_kernel<<<1, 1024, 0, s>>>(lp, dlp, labels, loss, total_weight, dloss, rows, V, ignore);
   check_launch("nll_loss");
 }
 
-void nll_loss_backward(const void* g, int dg, const int64_t* labels, const float* total_weight, void* glp, int dglp,
-                       int64_t rows, int64_t V, int64_t ignore, cudaStream_t s) {
+void nll_loss_backward(const void* g, int dg, const int64_t* labels, const void* total_weight, int dtw, void* glp,
+                       int dglp, int64_t rows, int64_t V, int64_t ignore, cudaStream_t s) {
   if (rows * V == 0) return;
   const plan::Launch l = plan::launch_1d(rows * V);
-  nll_loss_backward_kernel<<<l.grid, l.block, 0, s>>>(g, dg, labels, total_weight, glp, dglp, rows, V, ignore);
+  nll_loss_backward_kernel<<<l.grid, l.block, 0, s>>>(g, dg, labels, total_weight, dtw, glp, dglp, rows, V, ignore);
   check_launch("nll_loss_backward");
 }
 
