@@ -1,5 +1,7 @@
 #include "core/optim/adamw.h"
 
+#include "core/optim/foreach_norm.h"
+
 #include "core/model/ops.h"
 
 namespace fullshard {
@@ -77,6 +79,19 @@ void AdamW::zero_grad() {
   for (FSDPParam* p : params_) p->sharded_grad() = Tensor();
 }
 
+// NOTE [foreach_norm scratch]: torch._foreach_norm on CUDA (ForeachReduceOp.cu,
+// _foreach_tensor_norm_cuda_impl; the DTensor gradients of FSDP2 dispatch it on their local
+// shards) first allocates output_per_tensor = at::zeros({ntensors * max_chunks_per_tensor}) in
+// the output's op-math dtype (fp32 for fp32 / bf16 gradients), max_chunks_per_tensor being the
+// largest ceil(numel / 65536) of the list; multi_tensor_apply runs one block per 65536-element
+// chunk writing a partial there, and a cleanup kernel sums each tensor's partials into its
+// result. The scratch is freed when the call returns. The model passes it to kSquaredNorm as a
+// second output (the CUDA backend's kernel runs the same two stages in it: a block per chunk
+// instead of one block per tensor, deterministic). Not modelled (n x 512 B, then 2 KiB): the
+// per-tensor 0-d results (one 512-byte block each; the model keeps one [n] tensor, torch.stack's),
+// and the [320] global_output and 0-d global_norm that recent releases also allocate. CPU offload runs
+// the CPU's per-tensor path: no scratch. Its size: core/optim/foreach_norm.h.
+
 void clip_grad_norm(Backend& b, const std::vector<FSDPParam*>& params, double max_norm, const MeshInfo& mesh) {
   std::vector<const FSDPParam*> with_grad;
   for (FSDPParam* p : params)
@@ -104,6 +119,13 @@ void clip_grad_norm(Backend& b, const std::vector<FSDPParam*>& params, double ma
   };
   // The squared norm of `grads`, summed over this rank (a [1] fp32 tensor).
   auto squared_norm = [&](const std::vector<const FSDPParam*>& grads, const std::string& suffix) {
+    std::vector<int64_t> numels;
+    for (const FSDPParam* p : grads) numels.push_back(p->sharded_grad().numel());
+    Tensor scratch;  // NOTE [foreach_norm scratch]
+    const int64_t scratch_numel = foreach_norm_scratch_numel(numels);
+    if (!host && scratch_numel > 0)
+      scratch = Tensor::empty(b, {DType::kFloat32, {scratch_numel}}, MemCategory::kTemporary, kCurrent,
+                              "clip_grad_norm _foreach_norm output_per_tensor" + suffix);
     Tensor norms = small(static_cast<int64_t>(grads.size()), "clip_grad_norm per-grad norms" + suffix);
     OpCall sq;
     sq.kind = OpKind::kSquaredNorm;
@@ -114,7 +136,9 @@ void clip_grad_norm(Backend& b, const std::vector<FSDPParam*>& params, double ma
       sq.bytes += static_cast<double>(p->sharded_grad().nbytes());
     }
     sq.outputs = {norms.ref()};
+    if (scratch) sq.outputs.push_back(scratch.ref());  // scratch: op.bytes counts the gradients alone
     b.launch(kCurrent, sq);
+    scratch = Tensor();
     Tensor total = small(1, "clip_grad_norm total norm" + suffix);
     OpCall red;
     red.kind = OpKind::kSum;

@@ -14,6 +14,7 @@
 #include "backends/cuda/kernels/gemm.h"
 #include "backends/cuda/kernels/launchers.h"
 #include "backends/cuda/kernels/plan.h"
+#include "core/optim/foreach_norm.h"
 #include "tests/unit/kernels_test_support.h"
 
 namespace {
@@ -591,6 +592,35 @@ TEST(CudaKernels, ClippingAndAdamW) {
       r = run_both(OpKind::kAdamW, {&p, &g, &m, &v, &p2, &g2, &m2, &v2}, outs, {fused}, {1e-3, 0.9, 0.95, 1e-8, 0.1, 7});
       for (size_t i = 0; i < outs.size(); ++i) expect_bits(r.gpu[i], r.cpu[i], "adamw output " + std::to_string(i));
     }
+}
+
+// NOTE [Chunked squared norms] (rows.cu): kSquaredNorm with _foreach_norm's scratch, a block per
+// 65536 elements, against the CPU's double sums: sizes around chunk edges, an empty gradient,
+// more than one launch batch (70 tensors), fp32 and bf16, misaligned bases; twice, bit for bit.
+// Partials are stored fp32 (2^-24 relative each, all positive): 4e-7 relative covers them and
+// the output's own rounding.
+TEST(CudaKernels, ChunkedSquaredNormsMatchCpu) {
+  std::mt19937 rng(24);
+  for (size_t misalign : {size_t{0}, size_t{4}}) {
+    std::vector<HT> grads;
+    std::vector<int64_t> sizes = {1, 65535, 65536, 65537, 3 * 65536 + 17, 300001, 0};
+    for (int i = 0; i < 63; ++i) sizes.push_back(1 + (i * 7919) % 5000);
+    for (size_t i = 0; i < sizes.size(); ++i)
+      grads.push_back(kt::random_tensor(i % 2 ? DType::kBFloat16 : DType::kFloat32, {sizes[i]}, rng));
+    std::vector<HT*> ins;
+    for (HT& g : grads) ins.push_back(&g);
+    HT norms(DType::kFloat32, {static_cast<int64_t>(ins.size())});
+    HT scratch(DType::kFloat32, {foreach_norm_scratch_numel(sizes)});
+    Both r = run_both(OpKind::kSquaredNorm, ins, {&norms, &scratch}, {}, {}, misalign);
+    expect_close(r.gpu[0], r.cpu[0], 0, 4e-7, "chunked squared norms");
+    const Both again = run_both(OpKind::kSquaredNorm, ins, {&norms, &scratch}, {}, {}, misalign);
+    expect_bits(again.gpu[0], r.gpu[0], "chunked squared norms, run twice");
+    HT small(DType::kFloat32, {foreach_norm_scratch_numel(sizes) - 1});
+    const OpCall bad = kt::make_call(OpKind::kSquaredNorm, ins, {&norms, &small});
+    std::vector<void*> none(ins.size(), nullptr);
+    cuda::KernelContext ctx{dev().stream, dev().lt, dev().ws, dev().ws_bytes};
+    EXPECT_THROW(cuda::launch_kernel(bad, none, {nullptr, nullptr}, ctx), InternalError) << "scratch one short";
+  }
 }
 
 TEST(CudaKernels, BadLayoutsThrowBeforeLaunching) {

@@ -22,9 +22,11 @@ double sum_squares(const void* p, DType dt, int64_t n) {
 }  // namespace
 
 void squared_norm(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  // (t_0, ..., t_{n-1}) -> out [n]: out[i] = sum(t_i^2), accumulated in double.
-  FULLSHARD_CHECK(op.outputs.size() == 1 && out_meta(op, 0).numel() == static_cast<int64_t>(op.inputs.size()),
-                  where(op) + "expects n inputs and one [n] output");
+  // (t_0, ..., t_{n-1}) -> out [n][, scratch]: out[i] = sum(t_i^2), accumulated in double. The
+  // scratch (NOTE [foreach_norm scratch], core/optim/adamw.cc) is a GPU kernel's; ignored here.
+  FULLSHARD_CHECK((op.outputs.size() == 1 || op.outputs.size() == 2) &&
+                      out_meta(op, 0).numel() == static_cast<int64_t>(op.inputs.size()),
+                  where(op) + "expects n inputs and one [n] output (then _foreach_norm's scratch)");
   std::vector<float> r(op.inputs.size());
   for (size_t i = 0; i < op.inputs.size(); ++i)
     r[i] = static_cast<float>(sum_squares(in[i], in_meta(op, i).dtype, in_meta(op, i).numel()));

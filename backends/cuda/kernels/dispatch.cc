@@ -17,6 +17,7 @@
 #include "backends/cuda/kernels/launchers.h"
 #include "backends/cuda/kernels/plan.h"
 #include "core/common/error.h"
+#include "core/optim/foreach_norm.h"
 #include "core/runtime/adamw_args.h"
 
 namespace fullshard::cuda {
@@ -310,8 +311,9 @@ void nll_loss_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaSt
 
 void reduce(const OpCall& op, const Ptrs& in, const Ptrs& out, bool squares, cudaStream_t s) {
   if (squares) {
-    FULLSHARD_CHECK(op.outputs.size() == 1 && op.outputs[0].meta.numel() == static_cast<int64_t>(op.inputs.size()),
-                    where(op) + "expects n inputs and one [n] output");
+    FULLSHARD_CHECK((op.outputs.size() == 1 || op.outputs.size() == 2) &&
+                        op.outputs[0].meta.numel() == static_cast<int64_t>(op.inputs.size()),
+                    where(op) + "expects n inputs and one [n] output (then _foreach_norm's scratch)");
   } else {
     expect_arity(op, 1, 1);
     FULLSHARD_CHECK(op.outputs[0].meta.numel() == 1, where(op) + "output must have one element");
@@ -321,6 +323,18 @@ void reduce(const OpCall& op, const Ptrs& in, const Ptrs& out, bool squares, cud
   for (size_t i = 0; i < op.inputs.size(); ++i) {
     expect_float(op, op.inputs[i].meta, "input");
     items.push_back({in[i], op.inputs[i].meta.numel(), dt_in(op, i)});
+  }
+  if (squares && op.outputs.size() == 2) {  // NOTE [Chunked squared norms] (rows.cu)
+    std::vector<int64_t> numels;
+    for (const auto& t : op.inputs) numels.push_back(t.meta.numel());
+    const TensorMeta& scratch = op.outputs[1].meta;
+    FULLSHARD_CHECK(scratch.dtype == DType::kFloat32 && scratch.numel() == foreach_norm_scratch_numel(numels),
+                    where(op) + "_foreach_norm's scratch must be fp32 [" +
+                        std::to_string(foreach_norm_scratch_numel(numels)) + "], got " +
+                        std::to_string(scratch.numel()) + " elements");
+    const int64_t max_chunks = op.inputs.empty() ? 0 : scratch.numel() / static_cast<int64_t>(op.inputs.size());
+    return launch::chunked_squared_norms(items.data(), static_cast<int>(items.size()), kForeachChunk,
+                                         static_cast<float*>(out[1]), max_chunks, out[0], dt_out(op, 0), s);
   }
   launch::reduce_sums(items.data(), static_cast<int>(items.size()), squares, out[0], dt_out(op, 0), s);
 }

@@ -64,6 +64,10 @@ struct ReduceItem {
   int dt;
 };
 void reduce_sums(const ReduceItem* items, int count, bool squares, void* out, int dout, cudaStream_t s);
+// NOTE [Chunked squared norms] (rows.cu): out[i] = sum(t_i^2) in two deterministic stages through
+// partials [count x max_chunks] fp32 (_foreach_norm's scratch), a block per `chunk` elements.
+void chunked_squared_norms(const ReduceItem* items, int count, int64_t chunk, float* partials, int64_t max_chunks,
+                           void* out, int dout, cudaStream_t s);
 
 // attention.cu / attention_tc.cu / attention_tc_bwd.cu. tensor_cores (dispatch.cc decides):
 // q, k, v (and dO in the backward) are bf16 / fp16 of one dtype, head_dim is 64 or 128 and every

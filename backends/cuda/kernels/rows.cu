@@ -177,6 +177,65 @@ __global__ void reduce_sums_kernel(Items items, int count, bool squares, void* o
   if (threadIdx.x == 0) store_f(out, dout, out_base + blockIdx.x, static_cast<float>(acc));
 }
 
+// NOTE [Chunked squared norms]: kSquaredNorm with _foreach_norm's scratch (NOTE [foreach_norm
+// scratch], core/optim/adamw.cc) runs as PyTorch's multi_tensor_apply does: stage 1 gives every
+// `chunk` elements of every tensor its own block, which writes the chunk's sum of squares
+// (double inside the block, stored fp32 as PyTorch's op-math partial) to partials[t * max_chunks
+// + c]; stage 2 sums each tensor's partials in double, one block per tensor. Fixed partitions and
+// fixed reduction trees: the same inputs give the same bits. One block per tensor (the path
+// without scratch) reads a 262M-element embedding gradient from one SM: tens of milliseconds.
+struct ChunkBatch {
+  launch::ReduceItem it[kMaxItems];
+  int64_t first[kMaxItems + 1];  // first[t]: the batch's first block of item t; first[count] = blocks
+};
+constexpr int kChunkThreads = 512, kChunkUnroll = 4;
+
+__device__ int chunk_item(const ChunkBatch& b, int count, int64_t block) {  // largest t: first[t] <= block
+  int lo = 0, hi = count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (b.first[mid] <= block) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+__global__ void chunk_squares_kernel(ChunkBatch b, int count, int64_t chunk, float* partials, int64_t max_chunks) {
+  __shared__ double scratch[32];
+  const int64_t block = blockIdx.x;
+  const int t = chunk_item(b, count, block);
+  const launch::ReduceItem it = b.it[t];
+  const int64_t c = block - b.first[t], begin = c * chunk, end = min(it.n, begin + chunk);
+  double acc = 0;
+  for (int64_t i0 = begin + threadIdx.x; i0 < end; i0 += kChunkUnroll * kChunkThreads) {
+    float v[kChunkUnroll];  // the loads first: kChunkUnroll in flight per thread
+#pragma unroll
+    for (int u = 0; u < kChunkUnroll; ++u) {
+      const int64_t i = i0 + static_cast<int64_t>(u) * kChunkThreads;
+      v[u] = i < end ? load_f(it.p, it.dt, i) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kChunkUnroll; ++u) acc += static_cast<double>(v[u]) * v[u];
+  }
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) partials[static_cast<int64_t>(t) * max_chunks + c] = static_cast<float>(acc);
+}
+
+__global__ void chunk_sum_kernel(ChunkBatch b, const float* partials, int64_t max_chunks, void* out, int dout,
+                                 int64_t out_base) {
+  __shared__ double scratch[32];
+  const int t = blockIdx.x;
+  const int64_t chunks = b.first[t + 1] - b.first[t];
+  const float* p = partials + static_cast<int64_t>(t) * max_chunks;
+  double acc = 0;
+  for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) acc += p[c];
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) store_f(out, dout, out_base + t, static_cast<float>(acc));
+}
+
 unsigned row_grid(int64_t rows) { return static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>(rows, 1), plan::kMaxGrid)); }
 
 }  // namespace
@@ -265,6 +324,27 @@ void reduce_sums(const ReduceItem* items, int count, bool squares, void* out, in
     for (int i = 0; i < m; ++i) batch.it[i] = items[first + i];
     reduce_sums_kernel<<<static_cast<unsigned>(m), 1024, 0, s>>>(batch, m, squares, out, dout, first);
     check_launch("reduce_sums");
+  }
+}
+
+void chunked_squared_norms(const ReduceItem* items, int count, int64_t chunk, float* partials, int64_t max_chunks,
+                           void* out, int dout, cudaStream_t s) {
+  for (int first = 0; first < count; first += kMaxItems) {
+    const int m = std::min(kMaxItems, count - first);
+    ChunkBatch b{};
+    b.first[0] = 0;
+    for (int i = 0; i < m; ++i) {
+      b.it[i] = items[first + i];
+      b.first[i + 1] = b.first[i] + (b.it[i].n + chunk - 1) / chunk;
+    }
+    float* batch_partials = partials + static_cast<int64_t>(first) * max_chunks;
+    if (b.first[m] > 0) {
+      chunk_squares_kernel<<<static_cast<unsigned>(b.first[m]), kChunkThreads, 0, s>>>(b, m, chunk, batch_partials,
+                                                                                     max_chunks);
+      check_launch("squared norms (chunks)");
+    }
+    chunk_sum_kernel<<<static_cast<unsigned>(m), 256, 0, s>>>(b, batch_partials, max_chunks, out, dout, first);
+    check_launch("squared norms (per tensor)");
   }
 }
 
