@@ -18,6 +18,7 @@
 #include "backends/cuda/pinned_host.h"
 #include "backends/cuda/staged_gloo_process_group.h"
 #include "backends/cuda/stream_set.h"
+#include "backends/cuda/stream_timer.h"
 #include "backends/cuda/watchdog.h"
 #include "backends/gloo/rendezvous.h"
 #include "core/common/error.h"
@@ -120,6 +121,10 @@ CudaBackend::CudaBackend(CudaBackendOptions o)
   pinned_ = std::make_unique<PinnedHostMemory>(*events_, streams_->all());
   host_failure_ = std::make_shared<HostFailure>();
   watchdog_ = std::make_unique<CollectiveWatchdog>(rank(), device_, *events_);
+  if (options_.measure_streams) {
+    timer_ = std::make_unique<StreamTimer>();
+    timer_->anchor(stream(StreamRole::kDefault), [this] { return clock_s(); });
+  }
   // cudaFree synchronizes the device by itself, and cuMemUnmap needs the kernels using the
   // pages finished; settling only this rank's streams (not cudaDeviceSynchronize) keeps ranks
   // that share a GPU from waiting on each other here. Host functions are stream work: settled.
@@ -139,6 +144,7 @@ CudaBackend::~CudaBackend() {
   pending_scalars_.clear();
   for (auto& [id, e] : events_by_id_) events_->release(e);
   events_by_id_.clear();
+  timer_.reset();
   pinned_.reset();  // waits for deferred frees, frees what is left (scalar slots included)
   if (lt_ != nullptr) cublasLtDestroy(lt_);
   streams_.reset();
@@ -244,7 +250,54 @@ void CudaBackend::stage_to_device(StreamRole r, const OpCall& op, const void* ho
   check(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream(r)), "cudaMemcpyAsync", describe(op));
 }
 
+// NOTE [Measured stream times on the GPU]: every kernel and collective between two timing events
+// on its stream (the begin is taken when the stream reaches it, after the waits issued before).
 void CudaBackend::do_launch(StreamRole r, const OpCall& op) {
+  if (timer_) timer_->begin(r, stream(r), host_seq(), nullptr);
+  launch_op(r, op);
+  if (timer_) timer_->end(stream(r));
+}
+
+void CudaBackend::do_collective(StreamRole r, const CollectiveCall& call, const ProcessGroup& group) {
+  if (timer_) timer_->begin(r, stream(r), host_seq(), &group.name);
+  enqueue_collective(r, call, group);
+  if (timer_) timer_->end(stream(r));
+}
+
+void CudaBackend::collect_stream_times() {
+  if (!timer_) return;
+  double anchor_s = 0;
+  const std::vector<TimedWork> work = timer_->take(&anchor_s);
+  StreamTimes t = assemble_stream_times(work, anchor_s, options_.record_timeline);
+  for (size_t i = 0; i < t.busy.size(); ++i) busy_[i].insert(busy_[i].end(), t.busy[i].begin(), t.busy[i].end());
+  collective_intervals_.insert(collective_intervals_.end(), t.collectives.begin(), t.collectives.end());
+  work_starts_.insert(work_starts_.end(), t.starts.begin(), t.starts.end());
+  // Re-anchored at every take: the float milliseconds span one step at most.
+  timer_->anchor(stream(StreamRole::kDefault), [this] { return clock_s(); });
+}
+
+std::optional<StreamIntervals> CudaBackend::take_busy_intervals() {
+  if (!timer_) return std::nullopt;
+  check_failed();
+  collect_stream_times();
+  return std::exchange(busy_, {});
+}
+
+std::vector<CollectiveInterval> CudaBackend::take_collective_intervals() {
+  if (!timer_) return {};
+  check_failed();
+  collect_stream_times();
+  return std::exchange(collective_intervals_, {});
+}
+
+std::vector<std::pair<uint64_t, double>> CudaBackend::take_work_starts() {
+  if (!timer_) return {};
+  check_failed();
+  collect_stream_times();
+  return std::exchange(work_starts_, {});
+}
+
+void CudaBackend::launch_op(StreamRole r, const OpCall& op) {
   check_failed();
   std::vector<void*> in, out;
   in.reserve(op.inputs.size());
@@ -367,7 +420,7 @@ DeviceProcessGroup& CudaBackend::staged_group(const ProcessGroup& g, StreamRole 
   return *gloo_groups_.emplace(key, std::move(pg)).first->second;
 }
 
-void CudaBackend::do_collective(StreamRole r, const CollectiveCall& call, const ProcessGroup& group) {
+void CudaBackend::enqueue_collective(StreamRole r, const CollectiveCall& call, const ProcessGroup& group) {
   check_failed();
   FULLSHARD_CHECK(group.index_of(rank()) >= 0, "collective " + call.name + " on a group without this rank");
   Resolved in = resolve(call.input);

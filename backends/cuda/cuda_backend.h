@@ -41,6 +41,7 @@ class NcclProcessGroup;
 class PinnedHostMemory;
 class StagedGlooProcessGroup;
 class StreamSet;
+class StreamTimer;
 struct HostFailure;
 
 struct CudaBackendOptions {
@@ -54,6 +55,9 @@ struct CudaBackendOptions {
   std::string transport;  // "", "nccl" or "gloo" (collective_transport.h rules)
   // How errors about `transport` name the option (the CLI flag that set it).
   std::string transport_where = "--collectives";
+  // NOTE [Measured stream times on the GPU]: timing events around every kernel and collective
+  // (per-stream busy times, the step's compute / communication split, measured timelines).
+  bool measure_streams = true;
 };
 
 class CudaBackend : public Backend {
@@ -69,11 +73,13 @@ class CudaBackend : public Backend {
   void synchronize_device() override;
   void copy_to_host(const TensorRef& ref, void* dst) override;
   void copy_from_host(const TensorRef& ref, const void* src) override;
-  // NOTE [CUDA backend measurements]: per-stream busy intervals are not measured yet (the
-  // runner then reports no compute/comm split for the step); timing events (cudaEventRecord
-  // with timing enabled around each op, read after the step's synchronize) are the planned way.
-  // clock_s() is the host's steady clock since construction (memory timeline times).
-  std::optional<StreamIntervals> take_busy_intervals() override { return std::nullopt; }
+  // NOTE [Measured stream times on the GPU] (stream_times.h): with options.measure_streams,
+  // timing events give each stream's busy intervals, the collectives' intervals and (with
+  // record_timeline) the work starts, on clock_s(): the host's steady clock since
+  // construction. Each take waits for the work it reports; call it where the step is done.
+  std::optional<StreamIntervals> take_busy_intervals() override;
+  std::vector<CollectiveInterval> take_collective_intervals() override;
+  std::vector<std::pair<uint64_t, double>> take_work_starts() override;
   double clock_s() const override;
 
   int device() const { return device_; }
@@ -110,6 +116,13 @@ class CudaBackend : public Backend {
   std::map<std::string, std::shared_ptr<NcclProcessGroup>> nccl_groups_;         // by group key
   std::map<std::string, std::unique_ptr<StagedGlooProcessGroup>> gloo_groups_;  // by stream/group
   std::unique_ptr<CollectiveWatchdog> watchdog_;
+  std::unique_ptr<StreamTimer> timer_;  // null when options.measure_streams is false
+  StreamIntervals busy_;
+  std::vector<CollectiveInterval> collective_intervals_;
+  std::vector<std::pair<uint64_t, double>> work_starts_;
+  void collect_stream_times();
+  void launch_op(StreamRole stream, const OpCall& op);
+  void enqueue_collective(StreamRole stream, const CollectiveCall& call, const ProcessGroup& group);
 
   struct Address {
     uint8_t* ptr;

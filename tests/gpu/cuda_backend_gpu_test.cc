@@ -51,7 +51,8 @@ struct CudaRun {
 
 // Every rank of `s` as a thread on its own CudaBackend (ranks beyond the visible GPUs share
 // them: `transport` must then be "gloo"), over one in-process store. `base`: checkpointing.
-CudaRun run_cuda(const Scenario& s, const std::string& transport, const runner::RankOptions& base = {}) {
+CudaRun run_cuda(const Scenario& s, const std::string& transport, const runner::RankOptions& base = {},
+                 bool measure_streams = true) {
   const int world = s.world_size();
   auto store = std::make_shared<::gloo::rendezvous::HashStore>();
   CudaRun out;
@@ -74,6 +75,7 @@ CudaRun run_cuda(const Scenario& s, const std::string& transport, const runner::
         if (!base.resume_from.empty()) runner::resume_data_position(base.resume_from, s, o.batches);
         const BatchSource batches = o.batches;  // its position goes into checkpoints
         o.transport = transport;
+        o.measure_streams = measure_streams;
         CudaBackend b(std::move(o));
         runner::RankOptions ro = base;
         ro.steps = s.training.steps;
@@ -142,6 +144,31 @@ TEST(CudaBackend, TwoRanksShareOneGpuPredictedEqualsMeasured) {
   const CudaRun real = run_cuda(s, "gloo");
   expect_losses_finite(real, kSteps);
   expect_predicted_equals_measured(s, real);
+}
+
+// NOTE [Measured stream times on the GPU]: with timing events every step reports its compute
+// and communication split, inside its wall time; the 2 ranks' collectives over staged Gloo
+// show as communication. Without them (FULLSHARD_CUDA_STREAM_TIMES=off) there is none.
+TEST(CudaBackend, StepTimesAreMeasuredByStream) {
+  const Scenario s = load("tiny-llama-h100-2on1.json", kSteps);
+  runner::RankOptions ro;
+  ro.timeline_points = 100000;  // work starts too (measured timeline times)
+  const CudaRun real = run_cuda(s, "gloo", ro);
+  for (const auto& r : real.ranks) {
+    for (const auto& m : r.steps) {
+      EXPECT_GT(m.compute_s, 0.0) << "rank " << r.rank << " step " << m.step;
+      EXPECT_GT(m.comm_s, 0.0) << "rank " << r.rank << " step " << m.step;
+      EXPECT_LE(m.exposed_comm_s, m.comm_s + 1e-9);
+      EXPECT_LE(m.compute_s, m.seconds + 1e-3) << "busy beyond the step's wall time: a wrong anchor";
+    }
+    EXPECT_GT(r.last_step.stream_busy_s[static_cast<size_t>(StreamRole::kDefault)], 0.0);
+    std::printf("rank %d last step: %.3f ms wall, compute %.3f ms, comm %.3f ms, exposed %.3f ms\n", r.rank,
+                1e3 * (r.last_step.end_s - r.last_step.begin_s), 1e3 * r.last_step.compute_s,
+                1e3 * r.last_step.comm_s, 1e3 * r.last_step.exposed_comm_s);
+  }
+  const CudaRun off = run_cuda(s, "gloo", {}, /*measure_streams=*/false);
+  for (const auto& r : off.ranks)
+    for (const auto& m : r.steps) EXPECT_EQ(m.compute_s, 0.0);
 }
 
 // NOTE [CUDA vs CPU tolerance]: both backends store bf16 parameters and activations and compute

@@ -5,7 +5,7 @@
 # NCCL argument mapping, unique-id store keys, stream priorities, granule arithmetic, transport
 # choice). No GPU needed: it runs everywhere, never skips.
 add_executable(runtime_host_test ${CMAKE_CURRENT_LIST_DIR}/runtime_host_test.cc)
-target_link_libraries(runtime_host_test PRIVATE fullshard_cuda GTest::gtest GTest::gtest_main)
+target_link_libraries(runtime_host_test PRIVATE fullshard_cuda fullshard_report GTest::gtest GTest::gtest_main)
 add_test(NAME gpu.runtime_host COMMAND runtime_host_test)
 
 # GPU tests: one ctest test per executable (no gtest discovery: discovery would run the binary

@@ -13,10 +13,12 @@
 #include "backends/cuda/nccl_unique_id.h"
 #include "backends/cuda/pinned_host.h"
 #include "backends/cuda/stream_priority.h"
+#include "backends/cuda/stream_times.h"
 #include "backends/cuda/vmm_granularity.h"
 #include "backends/cuda/watchdog_state.h"
 #include "backends/gloo/process_group.h"
 #include "core/common/error.h"
+#include "core/report/step_breakdown.h"
 #include "core/tensor/float_convert.h"
 
 namespace fullshard::cuda {
@@ -347,6 +349,59 @@ TEST(DeviceProbe, LocalRankWrapsAroundSharedGpus) {
   EXPECT_EQ(device_for_local_rank(5, 2), 1);
   EXPECT_THROW(device_for_local_rank(0, 0), InternalError);
   EXPECT_GE(gpu_count(), 0);  // never throws, also without a driver
+}
+
+// NOTE [Measured stream times on the GPU]: event readings (ms after the anchor) become host-clock
+// seconds; a collective is in its stream's busy list and in the collectives with the very same
+// numbers (what measured_step_breakdown matches compute-stream collectives by); work starts
+// only when asked for; an end read before its begin is the begin.
+TEST(StreamTimes, EventReadingsBecomeTheBackendsMeasurements) {
+  const std::vector<TimedWork> work = {
+      {StreamRole::kDefault, 7, "", 0.0f, 10.0f},              // a kernel, 0-10 ms
+      {StreamRole::kAllGather, 8, "shard", 5.0f, 15.0f},       // an all-gather, 5-15 ms
+      {StreamRole::kDefault, 9, "shard", 20.0f, 22.0f},        // clip's all-reduce on the compute stream
+      {StreamRole::kDefault, 10, "", 30.0f, 29.9995f},         // end read before begin
+  };
+  const double anchor = 100.0;
+  const StreamTimes t = assemble_stream_times(work, anchor, true);
+  const auto& compute = t.busy[static_cast<size_t>(StreamRole::kDefault)];
+  ASSERT_EQ(compute.size(), 3u);
+  EXPECT_DOUBLE_EQ(compute[0].first, 100.0);
+  EXPECT_NEAR(compute[0].second, 100.010, 1e-9);
+  EXPECT_EQ(compute[2].first, compute[2].second);
+  ASSERT_EQ(t.busy[static_cast<size_t>(StreamRole::kAllGather)].size(), 1u);
+  ASSERT_EQ(t.collectives.size(), 2u);
+  EXPECT_EQ(t.collectives[1].group, "shard");
+  EXPECT_EQ(t.collectives[1].stream, StreamRole::kDefault);
+  EXPECT_EQ(t.collectives[1].begin_s, compute[1].first);  // bit for bit
+  EXPECT_EQ(t.collectives[1].end_s, compute[1].second);
+  ASSERT_EQ(t.starts.size(), 4u);
+  EXPECT_EQ(t.starts[1].first, 8u);
+  EXPECT_TRUE(assemble_stream_times(work, anchor, false).starts.empty());
+
+  // Through the runner's split: compute 10 ms (kernels only), communication 10 + 2 ms, of
+  // which 5 (the all-gather after the kernel) + 2 (the all-reduce) are exposed.
+  const StepBreakdown b = measured_step_breakdown(t.busy, anchor, anchor + 0.040, t.collectives);
+  EXPECT_NEAR(b.compute_s, 0.010, 1e-6);
+  EXPECT_NEAR(b.comm_s, 0.012, 1e-6);
+  EXPECT_NEAR(b.exposed_comm_s, 0.007, 1e-6);
+}
+
+TEST(StreamTimes, EnvironmentSwitch) {
+  EXPECT_TRUE(parse_stream_times(nullptr));
+  EXPECT_TRUE(parse_stream_times(""));
+  EXPECT_TRUE(parse_stream_times("on"));
+  EXPECT_TRUE(parse_stream_times("1"));
+  EXPECT_FALSE(parse_stream_times("off"));
+  EXPECT_FALSE(parse_stream_times("0"));
+  try {
+    parse_stream_times("yes");
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("FULLSHARD_CUDA_STREAM_TIMES"), std::string::npos) << m;
+    EXPECT_NE(m.find("'yes'"), std::string::npos) << m;
+  }
 }
 
 }  // namespace

@@ -1,9 +1,12 @@
 #include "tools/fullshard/backends.h"
 
+#include <cstdlib>
+
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/kernels/sgemm_probe.h"
 #ifdef FULLSHARD_HAVE_CUDA
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/stream_times.h"
 #endif
 
 namespace fullshard::cli {
@@ -37,6 +40,7 @@ std::unique_ptr<Backend> make_cuda(const runner::BackendRequest& r) {
   o.record_timeline = r.record_timeline;
   o.transport = r.transport;
   o.transport_where = "--collectives";
+  o.measure_streams = cuda::parse_stream_times(std::getenv("FULLSHARD_CUDA_STREAM_TIMES"));
   return std::make_unique<cuda::CudaBackend>(std::move(o));
 }
 #endif
