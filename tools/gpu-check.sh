@@ -10,7 +10,8 @@
 #                                     libraries but no Debian packages and no network, from the
 #                                     repository root, the stages named (default: all, in order):
 #       tests    every GPU test binary;
-#       compare  tiny Llama and GPT-2 (1 rank over NCCL; 2 ranks sharing one GPU over staged Gloo)
+#       compare  tiny Llama and GPT-2 (1 rank over NCCL; 2 ranks sharing one GPU over staged Gloo),
+#                and tiny Llama under each model.implementation variant (1 rank)
 #                with `fullshard compare` (predicted == measured peaks, classic and expandable
 #                segments), then 20 steps of `fullshard train`;
 #       bench    the GPU training benchmark beside PyTorch eager + FSDP2, and the simulator's
@@ -172,6 +173,34 @@ P
         record FAIL "compare $sc ($seg segments) (compare-$sc-$seg.log)"; tail -n 20 "$work/compare-$sc-$seg.log"
       fi
     done
+  done
+  # How the model is coded (docs/scenario-format.md, model.implementation): every variant runs
+  # its own kernels on the CUDA backend (eager decompositions, efficient / cuDNN attention
+  # layouts, compiled blocks, bf16 logits); 1 rank over NCCL, classic segments.
+  local variants=(
+    'hf-transformers:{"preset": "hf-transformers"}'
+    'torchtitan-2024-04:{"preset": "torchtitan-2024-04"}'
+    'torchtitan:{"preset": "torchtitan"}'
+    'efficient:{"attention": "efficient", "gqa": "repeat_kv"}'
+    'compile:{"compile": true}'
+    'bf16-logits:{"loss": "bf16_logits"}'
+  )
+  for v in "${variants[@]}"; do
+    local vname="${v%%:*}" vjson="${v#*:}" vfile="$work/tiny-llama-$vname.json"
+    python3 - scenarios/tiny-llama-h100.json "$vfile" "$vjson" <<'P'
+import json, sys
+s = json.load(open(sys.argv[1]))
+s["model"] = {"name": s["model"]} if isinstance(s["model"], str) else s["model"]
+s["model"]["implementation"] = json.loads(sys.argv[3])
+json.dump(s, open(sys.argv[2], "w"))
+P
+    if timeout -k 10 "${GPU_CHECK_COMPARE_TIMEOUT:-180}" env LD_LIBRARY_PATH="$fs_libs" "$fs" compare "$vfile" \
+        --steps 3 --backend cuda --json "$work/compare-impl-$vname.json" > "$work/compare-impl-$vname.log" 2>&1 < /dev/null; then
+      record PASS "compare tiny-llama-h100 implementation $vname: predicted == measured peaks"
+    else
+      record FAIL "compare tiny-llama-h100 implementation $vname (compare-impl-$vname.log)"
+      tail -n 20 "$work/compare-impl-$vname.log"
+    fi
   done
   if timeout -k 10 "${GPU_CHECK_COMPARE_TIMEOUT:-180}" env LD_LIBRARY_PATH="$fs_libs" "$fs" train \
       scenarios/tiny-llama-h100.json --backend cuda --steps 20 --metrics "$work/tiny-train.jsonl" \
