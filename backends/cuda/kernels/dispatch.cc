@@ -100,7 +100,8 @@ void embedding(const OpCall& op, const Ptrs& in, const Ptrs& out, bool backward,
   const int64_t V = w.shape[0], D = w.shape[1], n = ids.numel();
   // iargs[0]: a vocab-parallel shard's first row (embedding.cc); -1 tells the launchers "none".
   const int64_t vocab_start = op.iargs.empty() ? -1 : op.iargs[0];
-  FULLSHARD_CHECK(op.iargs.empty() || vocab_start >= 0, where(op) + "negative vocab start " + std::to_string(vocab_start));
+  FULLSHARD_CHECK(op.iargs.empty() || vocab_start >= 0,
+                  where(op) + "negative vocab start " + std::to_string(vocab_start));
   if (!backward) {
     expect_numel(op, op.outputs[0].meta, n * D, "output");
     expect_float(op, w, "weight");

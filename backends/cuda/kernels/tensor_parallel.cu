@@ -76,7 +76,8 @@ __global__ void sub_row_kernel(const void* a, int da, const void* b, int db, voi
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t base = r * D;
     const float s = load_f(b, db, r);
-    for (int64_t j = threadIdx.x; j < D; j += blockDim.x) store_f(y, dy, base + j, __fsub_rn(load_f(a, da, base + j), s));
+    for (int64_t j = threadIdx.x; j < D; j += blockDim.x)
+      store_f(y, dy, base + j, __fsub_rn(load_f(a, da, base + j), s));
   }
 }
 

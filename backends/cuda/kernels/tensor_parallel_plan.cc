@@ -14,7 +14,8 @@ namespace plan {
 namespace {
 
 void expect_float(const OpCall& op, const TensorMeta& m, const char* what) {
-  FULLSHARD_CHECK(is_float(m.dtype), where(op) + what + " must be fp32, bf16 or fp16, got " + std::string(dtype_name(m.dtype)));
+  FULLSHARD_CHECK(is_float(m.dtype),
+                  where(op) + what + " must be fp32, bf16 or fp16, got " + std::string(dtype_name(m.dtype)));
 }
 
 // Rows of D = iargs[0] elements (loss_parallel.cc width(), eager.cc row_width()).
@@ -93,7 +94,8 @@ TpPlan nll_vocab_parallel(const OpCall& op) {
 
 TpPlan nll_vocab_parallel_backward(const OpCall& op) {
   expect_arity(op, 3, 1);
-  FULLSHARD_CHECK(op.iargs.size() == 2 && op.fargs.size() == 1, where(op) + "needs iargs = {D, start}, fargs = {scale}");
+  FULLSHARD_CHECK(op.iargs.size() == 2 && op.fargs.size() == 1,
+                  where(op) + "needs iargs = {D, start}, fargs = {scale}");
   const TensorMeta &g = op.inputs[0].meta, &lp = op.inputs[1].meta, &t = op.inputs[2].meta, &y = op.outputs[0].meta;
   TpPlan p;
   p.dim = width(op, lp);
@@ -191,7 +193,8 @@ void launch_tensor_parallel(const OpCall& op, const std::vector<void*>& in, cons
   const int dy = plan::dcode(op.outputs[0].meta.dtype);
   switch (op.kind) {
     case OpKind::kTransposeBlocks:
-      return launch::block_transpose(plan::plan_block_transpose(p.a, p.b, p.row_bytes, in[0], out[0]), in[0], out[0], s);
+      return launch::block_transpose(plan::plan_block_transpose(p.a, p.b, p.row_bytes, in[0], out[0]), in[0], out[0],
+                                     s);
     case OpKind::kRowMax: return launch::row_max(in[0], din(0), out[0], dy, p.rows, p.dim, s);
     case OpKind::kSumLastDim: return launch::sum_last_dim(in[0], din(0), out[0], dy, p.rows, p.dim, p.scale, s);
     case OpKind::kSubRow: return launch::sub_row(in[0], din(0), in[1], din(1), out[0], dy, p.rows, p.dim, s);
