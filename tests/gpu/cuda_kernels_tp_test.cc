@@ -81,8 +81,8 @@ TEST(CudaTpKernels, SubRowIsBitExactAlsoInPlace) {
       }
 }
 
-// expf / logf are within 2 / 1 ulp of glibc's: a few fp32 ulp, or one ulp of bf16 / fp16 after
-// rounding.
+// expf / logf are at most 2 / 1 ulp from the exact result, glibc's within 1: a few fp32 ulp
+// apart, or one ulp of bf16 / fp16 after rounding.
 TEST(CudaTpKernels, ExpAndLog) {
   std::mt19937 rng(35);
   for (DType d : kFloats)
