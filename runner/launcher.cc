@@ -326,11 +326,6 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
     throw InputError("--nproc", fmt::format("is {}, but fsdp.mesh.shape has {} ranks", n, world),
                      fmt::format("use --nproc {} or change the mesh", world));
   if (o.steps < -1) throw InputError("--steps", fmt::format("is {}", o.steps), "use 0 or more optimizer steps");
-  if (const int tp = s.fsdp.mesh_size("tp"); tp > 1) {
-    if (kind.name != "cpu")
-      throw InputError("fsdp.mesh.shape", fmt::format("has tp {}, which the {} backend does not run yet", tp, kind.name),
-                       "use --backend cpu, or simulate it with fullshard simulate");
-  }
   if (s.tensor_parallel.async)  // NOTE [Async TP] in core/model/async_tp.cc
     throw InputError("tensor_parallel.async", fmt::format("is true, which the {} backend does not run", kind.name),
                      "write false to train for real (the numbers are the same), or simulate it with fullshard simulate");

@@ -10,8 +10,9 @@
 #                                     libraries but no Debian packages and no network, from the
 #                                     repository root, the stages named (default: all, in order):
 #       tests    every GPU test binary;
-#       compare  tiny Llama and GPT-2 (1 rank over NCCL; 2 ranks sharing one GPU over staged Gloo),
-#                and tiny Llama under each model.implementation variant (1 rank)
+#       compare  tiny Llama and GPT-2 (1 rank over NCCL; 2 ranks sharing one GPU over staged Gloo;
+#                FSDP 2 x tp 2 as 4 ranks sharing one GPU), and tiny Llama under each
+#                model.implementation variant (1 rank)
 #                with `fullshard compare` (predicted == measured peaks, classic and expandable
 #                segments), then 20 steps of `fullshard train`;
 #       bench    the GPU training benchmark beside PyTorch eager + FSDP2, and the simulator's
@@ -154,7 +155,7 @@ stage_tests() {
 
 stage_compare() {
   local fs="$pack/bin/fullshard"
-  for sc in tiny-llama-h100 tiny-gpt2-h100 tiny-llama-h100-2on1; do
+  for sc in tiny-llama-h100 tiny-gpt2-h100 tiny-llama-h100-2on1 tiny-llama-tp2-h100-4on1; do
     for seg in classic expandable; do
       local file="scenarios/$sc.json"
       if [ "$seg" = expandable ]; then

@@ -5,16 +5,20 @@
 //    over staged Gloo, per rank);
 //  - the 1-rank CUDA run's losses equal the CPU backend's for the same scenario within the bf16
 //    tolerance of the CPU training tests (NOTE [bf16 tolerance] in
-//    tests/property/cpu_training_prop_test.cc).
+//    tests/property/cpu_training_prop_test.cc);
+//  - tensor parallelism (Llama and GPT-2, dp_shard 2 x tp 2 as 4 threads sharing one GPU over
+//    staged Gloo): both of the above, per rank.
 // Exits 77 (skipped) without a GPU (gpu_test_main.h).
 #include <gloo/rendezvous/hash_store.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdlib>
 
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -188,6 +192,45 @@ TEST(CudaBackend, TinyLlamaLossesMatchCpuBackend) {
   // Training happened: the loss moved from the fresh model's ~log(256).
   EXPECT_NEAR(cuda.ranks[0].steps.front().loss, std::log(256.0), 0.3);
   EXPECT_NE(cuda.ranks[0].steps.back().loss, cuda.ranks[0].steps.front().loss);
+}
+
+// Tensor parallelism on the CUDA backend (NOTE [Tensor parallelism on CUDA] in docs/cuda-backend.md):
+// FSDP 2 x tp 2 with sequence parallelism and loss parallel, four ranks sharing one GPU over
+// staged Gloo (tp, shard and the flattened shard+tp groups). For Llama (the shipped
+// tiny-llama-tp2-h100-4on1) and GPT-2 (its Megatron plan: vocab-parallel wte, rowwise biases,
+// sequence-sharded positions) on the same mesh: predicted == measured peaks per rank, and every
+// rank's losses equal the CPU backend's for that rank within NOTE [CUDA vs CPU tolerance].
+TEST(CudaBackend, TensorParallelMatchesCpuBackendAndPrediction) {
+  const std::string file = "tiny-llama-tp2-h100-4on1.json";
+  const char* env = std::getenv("FULLSHARD_SOURCE_DIR");
+  const std::string root = env && *env ? env : FULLSHARD_SOURCE_DIR;
+  std::ifstream in(root + "/scenarios/" + file);
+  ASSERT_TRUE(in) << file;
+  nlohmann::json j = nlohmann::json::parse(in);
+  for (const char* model : {"tiny-llama", "tiny-gpt2"}) {
+    SCOPED_TRACE(model);
+    j["model"] = model;
+    Scenario s = parse_scenario(j, root + "/scenarios");
+    s.training.steps = kSteps;
+    ASSERT_EQ(s.world_size(), 4);
+    ASSERT_EQ(s.fsdp.mesh_size("tp"), 2);
+    const CudaRun cuda = run_cuda(s, "gloo");
+    expect_losses_finite(cuda, kSteps);
+    expect_predicted_equals_measured(s, cuda);
+    const testing::RealRun cpu = testing::run_real(s, kSteps);
+    for (int r = 0; r < s.world_size(); ++r) {
+      const auto& a = cuda.ranks[static_cast<size_t>(r)].steps;
+      const auto& b = cpu.ranks[static_cast<size_t>(r)].steps;
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t k = 0; k < b.size(); ++k)
+        EXPECT_NEAR(a[k].loss, b[k].loss, 2e-2 + 2e-3 * std::abs(b[k].loss)) << "rank " << r << " step " << k;
+    }
+    // A tp group computes one loss (loss parallel all-reduces it): its ranks report the same.
+    for (size_t k = 0; k < static_cast<size_t>(kSteps); ++k)
+      EXPECT_EQ(cuda.ranks[0].steps[k].loss, cuda.ranks[1].steps[k].loss) << "step " << k;
+    EXPECT_NEAR(cuda.ranks[0].steps.front().loss, std::log(256.0), 0.3);
+    EXPECT_NE(cuda.ranks[0].steps.back().loss, cuda.ranks[0].steps.front().loss);
+  }
 }
 
 // A sharded checkpoint saved on the GPU after step 2 (copy_to_host) and loaded into a fresh

@@ -15,3 +15,18 @@ target_link_libraries(cuda_kernels_test PRIVATE fullshard_cuda_kernels fullshard
 target_include_directories(cuda_kernels_test PRIVATE ${PROJECT_SOURCE_DIR})
 add_test(NAME cuda_kernels.gpu COMMAND cuda_kernels_test)
 set_tests_properties(cuda_kernels.gpu PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
+
+# Tensor parallelism's kernels (backends/cuda/kernels/tensor_parallel.h): the host-side plan
+# (runs everywhere) and the kernels against the CPU reference (label gpu, exit 77 without a GPU).
+add_executable(cuda_kernels_tp_plan_test ${CMAKE_CURRENT_SOURCE_DIR}/cuda_kernels_tp_plan_test.cc)
+target_link_libraries(cuda_kernels_tp_plan_test PRIVATE fullshard_cuda_kernels fullshard_kernels rapidcheck_gtest
+                      rapidcheck GTest::gtest GTest::gtest_main)
+target_include_directories(cuda_kernels_tp_plan_test PRIVATE ${PROJECT_SOURCE_DIR})
+add_test(NAME cuda_kernels.tp_plan COMMAND cuda_kernels_tp_plan_test)
+
+add_executable(cuda_kernels_tp_test ${CMAKE_CURRENT_SOURCE_DIR}/cuda_kernels_tp_test.cc)
+target_link_libraries(cuda_kernels_tp_test PRIVATE fullshard_cuda_kernels fullshard_kernels rapidcheck_gtest rapidcheck
+                      GTest::gtest)
+target_include_directories(cuda_kernels_tp_test PRIVATE ${PROJECT_SOURCE_DIR})
+add_test(NAME cuda_kernels.tp_gpu COMMAND cuda_kernels_tp_test)
+set_tests_properties(cuda_kernels.tp_gpu PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)

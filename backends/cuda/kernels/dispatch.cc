@@ -16,6 +16,7 @@
 #include "backends/cuda/kernels/gemm.h"
 #include "backends/cuda/kernels/launchers.h"
 #include "backends/cuda/kernels/plan.h"
+#include "backends/cuda/kernels/tensor_parallel.h"
 #include "core/common/error.h"
 #include "core/optim/foreach_norm.h"
 #include "core/runtime/adamw_args.h"
@@ -98,18 +99,24 @@ void embedding(const OpCall& op, const Ptrs& in, const Ptrs& out, bool backward,
   FULLSHARD_CHECK(ids.dtype == DType::kInt64, where(op) + "token ids must be int64");
   FULLSHARD_CHECK(w.shape.size() == 2, where(op) + "the embedding weight must be [V, D]");
   const int64_t V = w.shape[0], D = w.shape[1], n = ids.numel();
+  // iargs[0]: a vocab-parallel shard's first row (embedding.cc); -1 tells the launchers "none".
+  const int64_t vocab_start = op.iargs.empty() ? -1 : op.iargs[0];
+  FULLSHARD_CHECK(op.iargs.empty() || vocab_start >= 0,
+                  where(op) + "negative vocab start " + std::to_string(vocab_start));
   if (!backward) {
     expect_numel(op, op.outputs[0].meta, n * D, "output");
     expect_float(op, w, "weight");
     expect_float(op, op.outputs[0].meta, "output");
-    return launch::embedding(static_cast<const int64_t*>(in[0]), in[1], dt_in(op, 1), out[0], dt_out(op, 0), n, V, D, s);
+    return launch::embedding(static_cast<const int64_t*>(in[0]), in[1], dt_in(op, 1), out[0], dt_out(op, 0), n, V, D,
+                             vocab_start, s);
   }
   expect_numel(op, op.inputs[0].meta, n * D, "grad_y");
   expect_float(op, op.inputs[0].meta, "grad_y");
   expect_float(op, w, "grad_weight");
   FULLSHARD_CHECK(embedding_backward_smem(D) <= kMaxDynamicSmem,
                   where(op) + "embedding dim " + std::to_string(D) + " exceeds the backward's shared-memory row");
-  launch::embedding_backward(in[0], dt_in(op, 0), static_cast<const int64_t*>(in[1]), out[0], dt_out(op, 0), n, V, D, s);
+  launch::embedding_backward(in[0], dt_in(op, 0), static_cast<const int64_t*>(in[1]), out[0], dt_out(op, 0), n, V, D,
+                             vocab_start, s);
 }
 
 void position_embedding(const OpCall& op, const Ptrs& in, const Ptrs& out, bool backward, cudaStream_t s) {
@@ -442,7 +449,6 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
     case OpKind::kAddScalar:
     case OpKind::kRsqrt:
     case OpKind::kMulBroadcast:
-    case OpKind::kSumLastDim:
     case OpKind::kSumLeadingDims:
     case OpKind::kExpandLastDim:
     case OpKind::kRoPEComplex:
@@ -450,22 +456,24 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
     case OpKind::kRepeatKV:
     case OpKind::kRepeatKVBackward:
     case OpKind::kRotaryCosSin:
-    case OpKind::kNarrowCopy:
     case OpKind::kRotateHalfCat:
       FULLSHARD_CHECK(false, where(op) + "not supported on the CUDA backend yet (model.implementation eager "
                                          "decompositions run on the CPU backend and the simulator)");
       break;
+    // Tensor parallelism (tensor_parallel.h), with the two eager kinds its loss paths issue.
     case OpKind::kTransposeBlocks:
     case OpKind::kRowMax:
     case OpKind::kSubRow:
     case OpKind::kExp:
     case OpKind::kLog:
+    case OpKind::kSumLastDim:
     case OpKind::kNllVocabParallel:
     case OpKind::kNllVocabParallelBackward:
+    case OpKind::kNarrowCopy: return launch_tensor_parallel(op, in, out, s);
     case OpKind::kAllGatherMatmul:
     case OpKind::kMatmulReduceScatter:
-      FULLSHARD_CHECK(false, where(op) + "not supported on the CUDA backend yet (tensor parallelism runs on the "
-                                         "CPU backend and the simulator)");
+      FULLSHARD_CHECK(false, where(op) + "not supported on the CUDA backend (asynchronous tensor parallelism, "
+                                         "tensor_parallel.async, runs in the simulator only)");
       break;
     case OpKind::kCompiledRMSNorm:
     case OpKind::kCompiledAddRMSNorm:

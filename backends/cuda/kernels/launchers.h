@@ -29,10 +29,12 @@ void adamw(const AdamScalars& a, const void* p, int dp, const void* g, int dg, c
            cudaStream_t s);
 
 // rows.cu: embeddings, RoPE, norms, softmax / loss, reductions
+// vocab_start: -1 for the whole table; else w holds rows [vocab_start, vocab_start + V) of a
+// vocab-parallel table (other ids: zero rows, no gradient).
 void embedding(const int64_t* ids, const void* w, int dw, void* y, int dy, int64_t n, int64_t V, int64_t D,
-               cudaStream_t s);
+               int64_t vocab_start, cudaStream_t s);
 void embedding_backward(const void* g, int dg, const int64_t* ids, void* gw, int dgw, int64_t n, int64_t V,
-                        int64_t D, cudaStream_t s);
+                        int64_t D, int64_t vocab_start, cudaStream_t s);
 // p0: the first position (a tensor-parallel sequence shard's).
 void position_embedding(const void* x, int dx, const void* wpe, int dw, void* y, int dy, int64_t rows, int64_t S,
                         int64_t D, int64_t p0, cudaStream_t s);

@@ -12,13 +12,18 @@ namespace {
 using namespace dev;
 
 // ---- embeddings. A device kernel cannot throw: an id outside [0, V) yields a NaN row in the
-// forward and is skipped by the backward (the CPU kernel throws; docs/cuda-kernels.md).
+// forward and is skipped by the backward (the CPU kernel throws; docs/cuda-kernels.md). A
+// vocab-parallel shard (vocab_start >= 0: rows [vocab_start, vocab_start + V) of the table, NOTE
+// [Tensor-parallel plan] in core/model/tensor_parallel.cc) gives other ids zero rows and no
+// gradient, as embedding.cc.
 __global__ void embedding_kernel(const int64_t* ids, const void* w, int dw, void* y, int dy, int64_t n, int64_t V,
-                                 int64_t D) {
+                                 int64_t D, int64_t vocab_start) {
   const int64_t total = n * D;
+  const float other = vocab_start >= 0 ? 0.0f : __int_as_float(0x7fc00000);
+  const int64_t first = vocab_start >= 0 ? vocab_start : 0;
   for (int64_t i = global_thread(); i < total; i += grid_threads()) {
-    const int64_t t = i / D, d = i - t * D, id = ids[t];
-    store_f(y, dy, i, id >= 0 && id < V ? load_f(w, dw, id * D + d) : __int_as_float(0x7fc00000));
+    const int64_t t = i / D, d = i - t * D, id = ids[t] - first;
+    store_f(y, dy, i, id >= 0 && id < V ? load_f(w, dw, id * D + d) : other);
   }
 }
 
@@ -30,20 +35,21 @@ __global__ void embedding_kernel(const int64_t* ids, const void* w, int dw, void
 // unused ids are zeroed by a memset before. O(n^2) id comparisons, which at n = 64k tokens is a
 // few milliseconds of L2-resident reads: cheap next to the step, and exact.
 constexpr int kEmbBlock = 256;
+// Row v of gW is id first + v (first: a vocab-parallel shard's vocab_start, else 0).
 __global__ void embedding_backward_kernel(const void* g, int dg, const int64_t* ids, void* gw, int dgw, int64_t n,
-                                          int64_t V, int64_t D) {
+                                          int64_t V, int64_t D, int64_t first) {
   extern __shared__ float acc[];  // [D]
   __shared__ int match[kEmbBlock];
   for (int64_t t = blockIdx.x; t < n; t += gridDim.x) {
-    const int64_t v = ids[t];
+    const int64_t id = ids[t], v = id - first;
     if (v < 0 || v >= V) continue;  // uniform across the block
     int earlier = 0;
-    for (int64_t j = threadIdx.x; j < t; j += blockDim.x) earlier |= ids[j] == v;
+    for (int64_t j = threadIdx.x; j < t; j += blockDim.x) earlier |= ids[j] == id;
     if (__syncthreads_or(earlier)) continue;
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) acc[d] = 0.0f;
     for (int64_t base = t; base < n; base += blockDim.x) {
       const int64_t j = base + threadIdx.x;
-      match[threadIdx.x] = j < n && ids[j] == v;
+      match[threadIdx.x] = j < n && ids[j] == id;
       __syncthreads();
       const int64_t cnt = min(static_cast<int64_t>(blockDim.x), n - base);
       for (int64_t k = 0; k < cnt; ++k)
@@ -243,15 +249,15 @@ unsigned row_grid(int64_t rows) { return static_cast<unsigned>(std::min<int64_t>
 namespace launch {
 
 void embedding(const int64_t* ids, const void* w, int dw, void* y, int dy, int64_t n, int64_t V, int64_t D,
-               cudaStream_t s) {
+               int64_t vocab_start, cudaStream_t s) {
   if (n * D == 0) return;
   const plan::Launch l = plan::launch_1d(n * D);
-  embedding_kernel<<<l.grid, l.block, 0, s>>>(ids, w, dw, y, dy, n, V, D);
+  embedding_kernel<<<l.grid, l.block, 0, s>>>(ids, w, dw, y, dy, n, V, D, vocab_start);
   check_launch("embedding");
 }
 
 void embedding_backward(const void* g, int dg, const int64_t* ids, void* gw, int dgw, int64_t n, int64_t V, int64_t D,
-                        cudaStream_t s) {
+                        int64_t vocab_start, cudaStream_t s) {
   const int64_t es = dgw == kF32 ? 4 : 2;
   if (V * D == 0) return;
   if (cudaMemsetAsync(gw, 0, static_cast<size_t>(V * D * es), s) != cudaSuccess) check_launch("embedding_backward zero");
@@ -262,7 +268,8 @@ void embedding_backward(const void* g, int dg, const int64_t* ids, void* gw, int
       cudaFuncSetAttribute(embedding_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(smem)) != cudaSuccess)
     check_launch("embedding_backward shared-memory opt-in");
-  embedding_backward_kernel<<<row_grid(n), kEmbBlock, static_cast<size_t>(smem), s>>>(g, dg, ids, gw, dgw, n, V, D);
+  embedding_backward_kernel<<<row_grid(n), kEmbBlock, static_cast<size_t>(smem), s>>>(g, dg, ids, gw, dgw, n, V, D,
+                                                                                      std::max<int64_t>(vocab_start, 0));
   check_launch("embedding_backward");
 }
 
