@@ -341,12 +341,8 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
   if (!o.init_from.empty()) {
     if (!o.resume.empty())
       throw InputError("--init-from", "is given with --resume", "give one: a checkpoint has its own weights");
-    if (kind.name != "cpu")
-      throw InputError("--init-from", "the " + kind.name + " backend cannot load weights yet", "use --backend cpu");
-    validate_init_weights(o.init_from, s);
+    validate_init_weights(o.init_from, s);  // every real backend loads them (Backend::copy_from_host)
   } else if (!s.model_weights.empty() && o.resume.empty()) {
-    if (kind.name != "cpu")
-      throw InputError("model.weights", "the " + kind.name + " backend cannot load weights yet", "use --backend cpu");
     validate_init_weights(s.model_weights, s, "model.weights");
   }
   // Deadlines add seconds to a clock: a week is more than any collective needs and cannot overflow.
