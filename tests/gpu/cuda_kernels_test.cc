@@ -14,6 +14,7 @@
 #include "backends/cuda/kernels/gemm.h"
 #include "backends/cuda/kernels/launchers.h"
 #include "backends/cuda/kernels/plan.h"
+#include "tests/gpu/kernel_compare.h"
 #include "tests/unit/kernels_test_support.h"
 
 namespace {
@@ -24,84 +25,7 @@ using kt::Vec;
 
 void cuda_ok(cudaError_t e, const char* what) { ASSERT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorString(e); }
 
-struct Device {
-  cudaStream_t stream = nullptr;
-  cublasLtHandle_t lt = nullptr;
-  void* ws = nullptr;
-  size_t ws_bytes = 32u << 20;
-  bool use_ws = true;  // false: GEMMs get no workspace (a profile's blas_workspace_bytes 0)
-  Device() {
-    cudaStreamCreate(&stream);
-    cublasLtCreate(&lt);
-    cudaMalloc(&ws, ws_bytes);
-  }
-  ~Device() {
-    cudaFree(ws);
-    cublasLtDestroy(lt);
-    cudaStreamDestroy(stream);
-  }
-};
-Device& dev() {
-  static Device d;
-  return d;
-}
-
-// Runs op `k` on the CPU kernels and on the GPU over copies of the same tensors (an HT listed in
-// both inputs and outputs is in place on both sides) and returns both sides' outputs. GPU
-// outputs start as 0xFF bytes (NaN), so an element the kernel does not write shows. `misalign`
-// shifts every device tensor by that many bytes (the kernels' scalar, unvectorised paths).
-struct Both {
-  std::vector<HT> cpu, gpu;
-};
-Both run_both(OpKind k, const std::vector<HT*>& in, const std::vector<HT*>& out, std::vector<int64_t> iargs = {},
-              std::vector<double> fargs = {}, size_t misalign = 0) {
-  const OpCall op = kt::make_call(k, in, out, iargs, fargs);
-  std::map<HT*, HT> host;
-  std::map<HT*, char*> device;
-  std::vector<void*> dev_blocks;
-  auto is_input = [&](HT* t) { return std::find(in.begin(), in.end(), t) != in.end(); };
-  for (HT* t : in) host.emplace(t, *t);
-  for (HT* t : out) host.emplace(t, *t);
-  for (auto& [t, copy] : host) {
-    void* p = nullptr;
-    EXPECT_EQ(cudaMalloc(&p, t->meta.nbytes() + 64), cudaSuccess);
-    dev_blocks.push_back(p);
-    char* d = static_cast<char*>(p) + misalign;
-    device[t] = d;
-    if (is_input(t)) {
-      cudaMemcpy(d, t->data(), t->meta.nbytes(), cudaMemcpyHostToDevice);
-    } else {
-      cudaMemset(d, 0xff, t->meta.nbytes());
-    }
-  }
-  std::vector<void*> ci, co, gi, go;
-  for (HT* t : in) ci.push_back(host.at(t).data()), gi.push_back(device.at(t));
-  for (HT* t : out) co.push_back(host.at(t).data()), go.push_back(device.at(t));
-  cpu::run_kernel(op, ci, co);
-  cuda::KernelContext ctx{dev().stream, dev().lt, dev().use_ws ? dev().ws : nullptr, dev().use_ws ? dev().ws_bytes : 0};
-  cuda::launch_kernel(op, gi, go, ctx);
-  EXPECT_EQ(cudaStreamSynchronize(dev().stream), cudaSuccess);
-  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
-  Both r;
-  for (HT* t : out) {
-    r.cpu.push_back(host.at(t));
-    HT g = *t;
-    cudaMemcpy(g.data(), device.at(t), t->meta.nbytes(), cudaMemcpyDeviceToHost);
-    r.gpu.push_back(std::move(g));
-  }
-  for (void* p : dev_blocks) cudaFree(p);
-  return r;
-}
-
-void expect_bits(const HT& gpu, const HT& cpu, const std::string& what) {
-  EXPECT_EQ(0, std::memcmp(gpu.data(), cpu.data(), cpu.meta.nbytes())) << what << ": bits differ";
-}
-// |gpu - cpu| <= atol + rtol |cpu|, with rtol at least `ulps` units of the output dtype's precision.
-void expect_close(const HT& gpu, const HT& cpu, double atol, double rtol, const std::string& what, double ulps = 1) {
-  const double r = std::max(rtol, ulps * 2 * kt::rel_eps(cpu.meta.dtype));
-  const std::string m = kt::mismatch(gpu.values(), cpu.values(), atol, r, what);
-  EXPECT_TRUE(m.empty()) << m;
-}
+using namespace kc;  // the harness (kernel_compare.h)
 
 const DType kFloats[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
 std::string name(DType d) { return kt::dtype_str(d); }
