@@ -29,9 +29,6 @@ bool is_cpu_scenario(const Scenario& s) { return s.hardware.device.name == "cpu"
 const BackendKind& BackendRegistry::choose(const std::string& requested, const Scenario& s) const {
   std::string name = requested == "gloo" ? "cpu" : requested;
   if (name.empty()) name = is_cpu_scenario(s) ? "cpu" : "cuda";
-  if (name == "cuda" && s.model.implementation.compile)  // no CUDA kernels for the compiled regions
-    throw InputError("model.implementation.compile", "is true, which the CUDA backend does not run yet",
-                     "simulate it, train it with --backend cpu, or set compile to false");
   if (const BackendKind* k = find(name)) return *k;
   if (name == "cuda")
     throw InputError(requested.empty() ? "hardware.profile" : "--backend",

@@ -5,7 +5,7 @@
 //    over staged Gloo, per rank);
 //  - the 1-rank CUDA run's losses equal the CPU backend's for the same scenario within the bf16
 //    tolerance of the CPU training tests (NOTE [bf16 tolerance] in
-//    tests/property/cpu_training_prop_test.cc);
+//    tests/property/cpu_training_prop_test.cc), eager and with model.implementation compile;
 //  - tensor parallelism (Llama and GPT-2, dp_shard 2 x tp 2 as 4 threads sharing one GPU over
 //    staged Gloo): both of the above, per rank.
 // Exits 77 (skipped) without a GPU (gpu_test_main.h).
@@ -231,6 +231,25 @@ TEST(CudaBackend, TensorParallelMatchesCpuBackendAndPrediction) {
     EXPECT_NEAR(cuda.ranks[0].steps.front().loss, std::log(256.0), 0.3);
     EXPECT_NE(cuda.ranks[0].steps.back().loss, cuda.ranks[0].steps.front().loss);
   }
+}
+
+// model.implementation compile: the compiled block's fused regions (backends/cuda/kernels/compiled.cu)
+// in training. Predicted == measured to the byte says they use no memory beyond the outputs the
+// model declares; the losses match the CPU backend's compiled run as the eager ones do (NOTE
+// [CUDA vs CPU tolerance]).
+TEST(CudaBackend, CompiledBlockPredictedEqualsMeasuredAndMatchesCpu) {
+  Scenario s = load("tiny-llama-h100.json", kSteps);
+  s.model.implementation.compile = true;
+  const CudaRun cuda = run_cuda(s, "");
+  expect_losses_finite(cuda, kSteps);
+  expect_predicted_equals_measured(s, cuda);
+  const testing::RealRun cpu = testing::run_real(s, kSteps);
+  ASSERT_EQ(cuda.ranks[0].steps.size(), cpu.mean_loss.size());
+  for (size_t k = 0; k < cpu.mean_loss.size(); ++k) {
+    const double a = cuda.ranks[0].steps[k].loss, b = cpu.mean_loss[k];
+    EXPECT_NEAR(a, b, 2e-2 + 2e-3 * std::abs(b)) << "step " << k;
+  }
+  EXPECT_NE(cuda.ranks[0].steps.back().loss, cuda.ranks[0].steps.front().loss);
 }
 
 // A sharded checkpoint saved on the GPU after step 2 (copy_to_host) and loaded into a fresh

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "backends/cpu/kernels/kernels.h"
+#include "backends/cuda/kernels/cuda_kernels.h"
 #include "backends/cuda/kernels/plan.h"
 #include "core/common/error.h"
 #include "tests/unit/kernels_test_support.h"
@@ -394,6 +395,100 @@ TEST(CudaPlan, RopePairsMatchRotateHalf) {
   // Head h, pair i: columns h*hd + i and h*hd + i + hd/2 of row `row`.
   EXPECT_EQ(rope_first(0, 32, 8, 0, 0), 0);
   EXPECT_EQ(rope_first(3, 32, 8, 2, 1), 3 * 32 + 2 * 8 + 1);
+}
+
+TEST(CudaPlan, RopePairsCoverEveryElementOfTheRowOnce) {
+  int64_t i1 = 0, i2 = 0;
+  rope_pair(3, 32, 8, 2, 1, false, i1, i2);  // rotate_half: (i, i + hd/2)
+  EXPECT_EQ(i1, 3 * 32 + 2 * 8 + 1);
+  EXPECT_EQ(i2, 3 * 32 + 2 * 8 + 1 + 4);
+  rope_pair(3, 32, 8, 2, 1, true, i1, i2);  // adjacent: (2i, 2i + 1), rope.cc's complex pairing
+  EXPECT_EQ(i1, 3 * 32 + 2 * 8 + 2);
+  EXPECT_EQ(i2, 3 * 32 + 2 * 8 + 3);
+  for (bool adjacent : {false, true})
+    for (auto [width, hd] : {std::pair<int64_t, int64_t>{2, 2}, {24, 8}, {256, 128}, {96, 6}}) {
+      const int64_t row = 5;
+      std::vector<int> hits(static_cast<size_t>(width), 0);
+      for (int64_t h = 0; h < width / hd; ++h)
+        for (int64_t i = 0; i < hd / 2; ++i) {
+          rope_pair(row, width, hd, h, i, adjacent, i1, i2);
+          ASSERT_TRUE(i1 >= row * width && i2 < (row + 1) * width && i1 < i2) << i1 << " " << i2;
+          ASSERT_EQ(i1 / hd, i2 / hd) << "a pair crosses a head";
+          ++hits[static_cast<size_t>(i1 - row * width)];
+          ++hits[static_cast<size_t>(i2 - row * width)];
+        }
+      for (int64_t c = 0; c < width; ++c) EXPECT_EQ(hits[static_cast<size_t>(c)], 1) << "column " << c;
+    }
+}
+
+// The compiled regions' operand checks (dispatch.cc) run before anything is enqueued, so they are
+// checked here without a GPU: each bad layout throws naming its problem, with the CPU kernel's
+// message where the CPU kernel checks the same thing (compiled.cc).
+void expect_refused(OpKind k, std::vector<HT*> in, std::vector<HT*> out, std::vector<int64_t> iargs,
+                    std::vector<double> fargs, const std::string& needle, bool cpu_checks_it) {
+  const OpCall op = kt::make_call(k, in, out, iargs, fargs);
+  std::vector<void*> pi, po;
+  for (HT* t : in) pi.push_back(t->data());
+  for (HT* t : out) po.push_back(t->data());
+  // A check that did not fire would launch a kernel: on this machine that fails with another
+  // message (no device), on a GPU it would read host pointers; either way the needle is missing.
+  try {
+    cuda::launch_kernel(op, pi, po, cuda::KernelContext{});
+    ADD_FAILURE() << op_kind_name(k) << ": accepted, expected '" << needle << "'";
+  } catch (const InternalError& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+  if (!cpu_checks_it) return;
+  try {
+    cpu::run_kernel(op, pi, po);
+    ADD_FAILURE() << op_kind_name(k) << ": the CPU kernel accepted it";
+  } catch (const InternalError& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << "CPU: " << e.what();
+  }
+}
+
+TEST(CudaPlan, CompiledRegionsCheckOperandsBeforeLaunching) {
+  const DType f32 = DType::kFloat32, bf16 = DType::kBFloat16;
+  HT x(bf16, {3, 8}), a(bf16, {3, 8}), a_short(bf16, {3, 7}), w(bf16, {8}), y(bf16, {3, 8});
+  HT rstd(f32, {3}), rstd_bf16(bf16, {3}), gw(bf16, {8}), ids(DType::kInt64, {3, 8});
+  expect_refused(OpKind::kCompiledRMSNorm, {&x, &w}, {&y, &rstd_bf16}, {}, {1e-5}, "rstd must be fp32 [rows]", true);
+  expect_refused(OpKind::kCompiledRMSNorm, {&x, &w}, {&y, &rstd}, {}, {}, "needs fargs[0] = eps", true);
+  expect_refused(OpKind::kCompiledRMSNorm, {&x, &w, &a}, {&y, &rstd}, {}, {1e-5}, "expected 2 inputs and 2 outputs",
+                 true);
+  expect_refused(OpKind::kCompiledAddRMSNorm, {&x, &a_short, &w}, {&y, &rstd}, {}, {1e-5},
+                 "operand sizes differ from x", true);
+  expect_refused(OpKind::kCompiledAddRMSNorm, {&x, &a, &y}, {&y, &rstd}, {}, {1e-5},
+                 "weight must have the last dim of x", true);
+  expect_refused(OpKind::kCompiledAddRMSNorm, {&x, &ids, &w}, {&y, &rstd}, {}, {1e-5}, "must be fp32, bf16 or fp16",
+                 false);
+  HT gx(bf16, {3, 8});
+  expect_refused(OpKind::kCompiledRMSNormBackward, {&y, &x, &rstd, &w}, {&gx, &gw}, {}, {},
+                 "needs iargs {has_a, has_g_h}", true);
+  expect_refused(OpKind::kCompiledRMSNormBackward, {&y, &x, &rstd, &w}, {&gx, &gw}, {1, 0}, {},
+                 "expected 5 inputs and 2 outputs", true);
+  expect_refused(OpKind::kCompiledRMSNormBackward, {&y, &x, &rstd, &w, &a}, {&gx, &y}, {1, 0}, {},
+                 "gradient sizes do not match x / w", true);
+  expect_refused(OpKind::kCompiledRMSNormBackward, {&y, &x, &rstd, &w, &a_short}, {&gx, &gw}, {0, 1}, {},
+                 "g_h has 21 elements, expected 24", false);
+  HT q(bf16, {1, 3, 12}), k(bf16, {1, 3, 6}), qo(bf16, {1, 3, 12}), ko(bf16, {1, 3, 6}), flat(bf16, {36});
+  expect_refused(OpKind::kCompiledRoPE, {&q, &k}, {&qo, &ko}, {6}, {1e4}, "needs iargs {head_dim, adjacent}", true);
+  expect_refused(OpKind::kCompiledRoPE, {&q, &k}, {&qo, &ko}, {4, 0}, {1e4},
+                 "head_dim must be even and divide the last dim", true);
+  expect_refused(OpKind::kCompiledRoPE, {&q, &k}, {&qo, &ko}, {6, 1}, {}, "fargs[0] = theta", true);
+  expect_refused(OpKind::kCompiledRoPE, {&flat, &k}, {&qo, &ko}, {6, 1}, {1e4}, "x must be [..., S, H*hd]", true);
+  expect_refused(OpKind::kCompiledRoPEBackward, {&q}, {&ko}, {6, 0}, {1e4}, "output size differs from x", true);
+  expect_refused(OpKind::kCompiledRoPEBackward, {&q, &k}, {&qo, &ko}, {6, 0}, {1e4}, "expected 1 inputs", true);
+  HT n7(f32, {7}), n8(f32, {8}), i8(DType::kInt64, {8});
+  expect_refused(OpKind::kCompiledSiluMul, {&n8, &n7}, {&n8}, {}, {}, "operand sizes differ", true);
+  expect_refused(OpKind::kCompiledSiluMul, {&n8, &i8}, {&n8}, {}, {}, "must be fp32, bf16 or fp16", false);
+  expect_refused(OpKind::kCompiledSiluMulBackward, {&n8, &n8, &n8}, {&n8, &n7}, {}, {}, "output sizes differ", true);
+  expect_refused(OpKind::kCompiledResidualAdd, {&n8, &n7, &n8}, {&n8}, {}, {}, "operand sizes differ", true);
+  // A head wider than the kernel's frequency table is the user's model: an InputError with a fix.
+  HT wide_q(bf16, {1, 2, 1024}), wide_k(bf16, {1, 2, 1024});
+  const OpCall wide = kt::make_call(OpKind::kCompiledRoPE, {&wide_q, &wide_k}, {&wide_q, &wide_k}, {1024, 0}, {1e4});
+  EXPECT_THROW(cuda::launch_kernel(wide, {wide_q.data(), wide_k.data()}, {wide_q.data(), wide_k.data()},
+                                   cuda::KernelContext{}),
+               InputError);
 }
 
 }  // namespace

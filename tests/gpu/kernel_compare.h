@@ -1,7 +1,8 @@
 #pragma once
-// The harness of the CUDA kernel tests (cuda_kernels_test.cc, cuda_kernels_tp_test.cc): an op
-// run on the CPU reference kernels and on the GPU over copies of the same host tensors, and the
-// comparisons the tolerances of docs/cuda-kernels.md are stated in. Needs a GPU at run time.
+// The harness of the CUDA kernel tests (cuda_kernels_test.cc, cuda_kernels_tp_test.cc,
+// cuda_kernels_compiled_test.cc): an op run on the CPU reference kernels and on the GPU over
+// copies of the same host tensors, and the comparisons the tolerances of docs/cuda-kernels.md
+// are stated in. Needs a GPU at run time.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -105,3 +106,5 @@ inline constexpr DType kFloats[] = {DType::kFloat32, DType::kBFloat16, DType::kF
 inline std::string name(DType d) { return kt::dtype_str(d); }
 
 }  // namespace kernel_compare
+
+namespace kc = kernel_compare;  // the short name cuda_kernels_compiled_test.cc uses

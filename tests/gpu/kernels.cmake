@@ -1,8 +1,8 @@
 # CUDA kernels (backends/cuda/kernels, docs/cuda-kernels.md).
 # cuda_kernels_plan_test: host-side planning, runs everywhere (no GPU needed, never skips).
-# cuda_kernels_test: every kernel against the CPU reference on the GPU; exits 77 (skipped)
-# where no GPU is visible. Neither uses gtest_discover_tests: discovery would run the GPU
-# binary at build time.
+# cuda_kernels_test, cuda_kernels_compiled_test (the compiled block's fused regions): every
+# kernel against the CPU reference on the GPU; exit 77 (skipped) where no GPU is visible. None
+# uses gtest_discover_tests: discovery would run the GPU binaries at build time.
 add_executable(cuda_kernels_plan_test ${CMAKE_CURRENT_SOURCE_DIR}/cuda_kernels_plan_test.cc)
 target_link_libraries(cuda_kernels_plan_test PRIVATE fullshard_cuda_kernels fullshard_kernels rapidcheck_gtest
                       rapidcheck GTest::gtest GTest::gtest_main)
@@ -30,3 +30,11 @@ target_link_libraries(cuda_kernels_tp_test PRIVATE fullshard_cuda_kernels fullsh
 target_include_directories(cuda_kernels_tp_test PRIVATE ${PROJECT_SOURCE_DIR})
 add_test(NAME cuda_kernels.tp_gpu COMMAND cuda_kernels_tp_test)
 set_tests_properties(cuda_kernels.tp_gpu PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
+
+# The compiled block's kernels (compiled.cu) against the CPU reference (label gpu).
+add_executable(cuda_kernels_compiled_test ${CMAKE_CURRENT_SOURCE_DIR}/cuda_kernels_compiled_test.cc)
+target_link_libraries(cuda_kernels_compiled_test PRIVATE fullshard_cuda_kernels fullshard_kernels rapidcheck_gtest
+                      rapidcheck GTest::gtest)
+target_include_directories(cuda_kernels_compiled_test PRIVATE ${PROJECT_SOURCE_DIR})
+add_test(NAME cuda_kernels.compiled_gpu COMMAND cuda_kernels_compiled_test)
+set_tests_properties(cuda_kernels.compiled_gpu PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)

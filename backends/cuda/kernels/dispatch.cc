@@ -12,6 +12,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "backends/cuda/kernels/compiled_launchers.h"
 #include "backends/cuda/kernels/cuda_kernels.h"
 #include "backends/cuda/kernels/gemm.h"
 #include "backends/cuda/kernels/launchers.h"
@@ -20,6 +21,7 @@
 #include "core/common/error.h"
 #include "core/optim/foreach_norm.h"
 #include "core/runtime/adamw_args.h"
+#include "core/runtime/rope_args.h"
 
 namespace fullshard::cuda {
 
@@ -381,6 +383,132 @@ void adamw(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
   }
 }
 
+// ---- model.implementation compile: torch.compile's fused regions (compiled.cu), with the
+// checks of the CPU kernels (backends/cpu/kernels/compiled.cc) in their order, then the dtypes.
+
+void expect_float_operands(const OpCall& op) {
+  for (const auto& r : op.inputs) expect_float(op, r.meta, "operand");
+  for (const auto& r : op.outputs) expect_float(op, r.meta, "output");
+}
+
+void check_rstd(const OpCall& op, const TensorMeta& m, int64_t rows) {
+  FULLSHARD_CHECK(m.dtype == DType::kFloat32 && m.numel() == rows, where(op) + "rstd must be fp32 [rows]");
+}
+
+// (x [, a], w) -> (y, rstd): RMSNorm of x, or of h = x + a (kCompiledAddRMSNorm).
+void compiled_norm(const OpCall& op, const Ptrs& in, const Ptrs& out, bool add, cudaStream_t s) {
+  expect_arity(op, add ? 3 : 2, 2);
+  const size_t wi = add ? 2 : 1;
+  const TensorMeta& x = op.inputs[0].meta;
+  const Rows r = norm_rows(op, x, op.inputs[wi].meta);
+  check_rstd(op, op.outputs[1].meta, r.rows);
+  FULLSHARD_CHECK(op.outputs[0].meta.numel() == x.numel() && (!add || op.inputs[1].meta.numel() == x.numel()),
+                  where(op) + "operand sizes differ from x");
+  FULLSHARD_CHECK(!op.fargs.empty(), where(op) + "needs fargs[0] = eps");
+  if (add) expect_float(op, op.inputs[1].meta, "a");
+  expect_float(op, op.outputs[0].meta, "output");
+  launch::compiled_rms_norm(in[0], dt_in(op, 0), add ? in[1] : nullptr, add ? dt_in(op, 1) : 0, in[wi], dt_in(op, wi),
+                            out[0], dt_out(op, 0), static_cast<float*>(out[1]), r.rows, r.dim, op.fargs[0], s);
+}
+
+// (g_y, x, rstd, w [, a] [, g_h]) -> (g_x, g_w); iargs {has_a, has_g_h}.
+void compiled_norm_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
+  FULLSHARD_CHECK(op.iargs.size() == 2, where(op) + "needs iargs {has_a, has_g_h}");
+  const bool has_a = op.iargs[0] != 0, has_gh = op.iargs[1] != 0;
+  expect_arity(op, 4 + (has_a ? 1 : 0) + (has_gh ? 1 : 0), 2);
+  const TensorMeta &g = op.inputs[0].meta, &x = op.inputs[1].meta;
+  const Rows r = norm_rows(op, x, op.inputs[3].meta);
+  check_rstd(op, op.inputs[2].meta, r.rows);
+  FULLSHARD_CHECK(g.numel() == x.numel() && op.outputs[0].meta.numel() == x.numel() &&
+                      op.outputs[1].meta.numel() == r.dim,
+                  where(op) + "gradient sizes do not match x / w");
+  const size_t ia = 4, igh = has_a ? 5 : 4;
+  // The CPU kernel reads a and g_h a row at a time without a check; the whole tensors are checked here.
+  if (has_a) expect_numel(op, op.inputs[ia].meta, x.numel(), "a");
+  if (has_gh) expect_numel(op, op.inputs[igh].meta, x.numel(), "g_h");
+  expect_float_operands(op);
+  launch::CompiledNormBackward b{};
+  b.g = in[0];
+  b.dg = dt_in(op, 0);
+  b.x = in[1];
+  b.dx = dt_in(op, 1);
+  b.rstd = static_cast<const float*>(in[2]);
+  b.w = in[3];
+  b.dw = dt_in(op, 3);
+  if (has_a) {
+    b.a = in[ia];
+    b.da = dt_in(op, ia);
+  }
+  if (has_gh) {
+    b.gh = in[igh];
+    b.dgh = dt_in(op, igh);
+  }
+  b.gx = out[0];
+  b.dgx = dt_out(op, 0);
+  b.gw = out[1];
+  b.dgw = dt_out(op, 1);
+  launch::compiled_rms_norm_backward(b, r.rows, r.dim, s);
+}
+
+// (q, k) -> (q, k) or (g) -> (g_x); iargs {head_dim, adjacent}, fargs RopeParams::fargs().
+void compiled_rope(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
+  FULLSHARD_CHECK(op.iargs.size() == 2, where(op) + "needs iargs {head_dim, adjacent}");
+  const bool backward = op.kind == OpKind::kCompiledRoPEBackward;
+  const size_t n = backward ? 1 : 2;
+  expect_arity(op, n, n);
+  const int64_t hd = op.iargs[0];
+  launch::RopeTensor t[2] = {};
+  for (size_t i = 0; i < n; ++i) {  // rope.cc's checks, per tensor
+    FULLSHARD_CHECK(!op.fargs.empty(), where(op) + "needs iargs[0] = head_dim, fargs[0] = theta");
+    const TensorMeta &x = op.inputs[i].meta, &y = op.outputs[i].meta;
+    FULLSHARD_CHECK(x.shape.size() >= 2, where(op) + "x must be [..., S, H*hd]");
+    const int64_t width = x.shape.back(), S = x.shape[x.shape.size() - 2];
+    FULLSHARD_CHECK(hd > 0 && hd % 2 == 0 && width % hd == 0,
+                    where(op) + "head_dim must be even and divide the last dim");
+    FULLSHARD_CHECK(y.numel() == x.numel(), where(op) + "output size differs from x");
+    expect_float(op, x, "x");
+    expect_float(op, y, "output");
+    t[i] = {in[i], out[i], dt_in(op, i), dt_out(op, i), S == 0 || width == 0 ? 0 : x.numel() / width, S, width};
+  }
+  if (hd / 2 > launch::kMaxRopePairs)
+    throw InputError("model", "has head_dim " + std::to_string(hd) + ", above the " +
+                                  std::to_string(2 * launch::kMaxRopePairs) +
+                                  " that the CUDA kernel of the compiled RoPE takes",
+                     "train on the CPU backend (--backend cpu) or set model.implementation.compile to false");
+  // NOTE [RoPE in fp32], NOTE [Llama 3 RoPE scaling]: the CPU kernel's table, computed the same way.
+  const std::vector<float> inv = rope_inv_freq(RopeParams::from_fargs(op.fargs), hd);
+  launch::compiled_rope(t, static_cast<int>(n), hd, op.iargs[1] != 0, backward ? -1.0f : 1.0f, inv.data(), s);
+}
+
+void compiled_silu_mul(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
+  expect_arity(op, 2, 1);  // (a, b) -> silu(a) * b
+  const int64_t n = op.outputs[0].meta.numel();
+  FULLSHARD_CHECK(op.inputs[0].meta.numel() == n && op.inputs[1].meta.numel() == n,
+                  where(op) + "operand sizes differ");
+  expect_float_operands(op);
+  launch::compiled_silu_mul(in[0], dt_in(op, 0), in[1], dt_in(op, 1), out[0], dt_out(op, 0), n, s);
+}
+
+void compiled_silu_mul_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
+  expect_arity(op, 3, 2);  // (g, a, b) -> (g_a, g_b)
+  const int64_t n = op.inputs[0].meta.numel();
+  for (size_t i = 1; i < 3; ++i) FULLSHARD_CHECK(op.inputs[i].meta.numel() == n, where(op) + "operand sizes differ");
+  FULLSHARD_CHECK(op.outputs[0].meta.numel() == n && op.outputs[1].meta.numel() == n,
+                  where(op) + "output sizes differ");
+  expect_float_operands(op);
+  launch::compiled_silu_mul_backward(in[0], dt_in(op, 0), in[1], dt_in(op, 1), in[2], dt_in(op, 2), out[0],
+                                     dt_out(op, 0), out[1], dt_out(op, 1), n, s);
+}
+
+void compiled_residual_add(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
+  expect_arity(op, 3, 1);  // (x, a, f) -> x + a + f; out may be f
+  const int64_t n = op.outputs[0].meta.numel();
+  for (size_t i = 0; i < 3; ++i) FULLSHARD_CHECK(op.inputs[i].meta.numel() == n, where(op) + "operand sizes differ");
+  expect_float_operands(op);
+  launch::compiled_residual_add(in[0], dt_in(op, 0), in[1], dt_in(op, 1), in[2], dt_in(op, 2), out[0], dt_out(op, 0),
+                                n, s);
+}
+
 }  // namespace
 
 bool has_kernel(OpKind kind) { return kind != OpKind::kLoadBatch && kind != OpKind::kInitParam; }
@@ -475,17 +603,14 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
       FULLSHARD_CHECK(false, where(op) + "not supported on the CUDA backend (asynchronous tensor parallelism, "
                                          "tensor_parallel.async, runs in the simulator only)");
       break;
-    case OpKind::kCompiledRMSNorm:
-    case OpKind::kCompiledAddRMSNorm:
-    case OpKind::kCompiledRMSNormBackward:
+    case OpKind::kCompiledRMSNorm: return compiled_norm(op, in, out, false, s);
+    case OpKind::kCompiledAddRMSNorm: return compiled_norm(op, in, out, true, s);
+    case OpKind::kCompiledRMSNormBackward: return compiled_norm_backward(op, in, out, s);
     case OpKind::kCompiledRoPE:
-    case OpKind::kCompiledRoPEBackward:
-    case OpKind::kCompiledSiluMul:
-    case OpKind::kCompiledSiluMulBackward:
-    case OpKind::kCompiledResidualAdd:
-      FULLSHARD_CHECK(false, where(op) + "not supported on the CUDA backend yet (model.implementation compile "
-                                         "runs on the CPU backend and the simulator)");
-      break;
+    case OpKind::kCompiledRoPEBackward: return compiled_rope(op, in, out, s);
+    case OpKind::kCompiledSiluMul: return compiled_silu_mul(op, in, out, s);
+    case OpKind::kCompiledSiluMulBackward: return compiled_silu_mul_backward(op, in, out, s);
+    case OpKind::kCompiledResidualAdd: return compiled_residual_add(op, in, out, s);
     case OpKind::kLoadBatch:
     case OpKind::kInitParam: break;
   }

@@ -2,6 +2,7 @@
 // clipping's scale and the AdamW step. Memory-bound: 16-byte accesses where layouts allow.
 #include <algorithm>
 
+#include "backends/cuda/kernels/activations.cuh"
 #include "backends/cuda/kernels/device_common.cuh"
 #include "backends/cuda/kernels/launchers.h"
 #include "backends/cuda/kernels/plan.h"
@@ -73,7 +74,6 @@ __global__ void fill_kernel(unsigned char* dst, int64_t nbytes, Pattern p) {
 // uncontracted, so add / mul / scale round exactly as the host does.
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCoef = 0.044715f;
-__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ float tanh_via_exp(float u) { return 1.0f - 2.0f / (1.0f + expf(2.0f * u)); }
 
 __device__ __forceinline__ float apply(launch::Ew op, float a, float b, float f) {
@@ -81,11 +81,8 @@ __device__ __forceinline__ float apply(launch::Ew op, float a, float b, float f)
     case launch::Ew::kAdd: return __fadd_rn(a, b);
     case launch::Ew::kMul: return __fmul_rn(a, b);
     case launch::Ew::kScale: return __fmul_rn(a, f);
-    case launch::Ew::kSiLU: return a * sigmoid(a);
-    case launch::Ew::kSiLUBackward: {  // a = grad, b = x
-      const float s = sigmoid(b);
-      return a * s * (1.0f + b * (1.0f - s));
-    }
+    case launch::Ew::kSiLU: return silu(a);
+    case launch::Ew::kSiLUBackward: return silu_backward(a, b);  // a = grad, b = x
     case launch::Ew::kGELU: {
       const float u = kSqrt2OverPi * (a + kGeluCoef * a * a * a);
       return 0.5f * a * (1.0f + tanh_via_exp(u));

@@ -39,6 +39,13 @@ FS_HD void copy2d_index(const Copy2D& c, int64_t e, int64_t& src, int64_t& dst) 
 FS_HD int64_t rope_first(int64_t row, int64_t width, int64_t hd, int64_t h, int64_t i) {
   return row * width + h * hd + i;
 }
+// The two elements pair i of head h rotates together: (i, i + hd/2) as above, or with adjacent
+// pairs (kRoPEComplex; kCompiledRoPE with iargs[1] = 1) columns h*hd + 2i and h*hd + 2i + 1.
+FS_HD void rope_pair(int64_t row, int64_t width, int64_t hd, int64_t h, int64_t i, bool adjacent, int64_t& i1,
+                     int64_t& i2) {
+  i1 = adjacent ? row * width + h * hd + 2 * i : rope_first(row, width, hd, h, i);
+  i2 = i1 + (adjacent ? 1 : hd / 2);
+}
 
 // Attention layouts (docs/kernels.md): q / k / v token rows have strides q_ld / kv_ld and column
 // offsets; O, dO, dq are [B, S, H, hd]; lse and softmax_d are [B, H, S] with rows lse_ld and
