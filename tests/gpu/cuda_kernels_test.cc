@@ -1,110 +1,20 @@
 // Every CUDA kernel against the CPU reference kernels (fullshard::cpu::run_kernel) on the same
-// random inputs, with the tolerances of docs/cuda-kernels.md. Needs a GPU: exits 77 (ctest:
+// random inputs, with the tolerances of docs/cuda-kernels.md (harness: cuda_kernels_harness.h;
+// the eager decompositions' kernels: cuda_kernels_eager_test.cc). Needs a GPU: exits 77 (ctest:
 // skipped) when cudaGetDeviceCount fails or finds none.
-#include <cuda_runtime_api.h>
-#include <gtest/gtest.h>
-
-#include <cstdio>
-#include <cstring>
-#include <map>
 #include <random>
 
-#include "backends/cpu/kernels/kernels.h"
-#include "backends/cuda/kernels/cuda_kernels.h"
 #include "backends/cuda/kernels/gemm.h"
 #include "backends/cuda/kernels/launchers.h"
 #include "backends/cuda/kernels/plan.h"
-#include "tests/unit/kernels_test_support.h"
+#include "tests/gpu/cuda_kernels_harness.h"
 
 namespace {
 
 using namespace fullshard;
+using namespace ckt;
 using kt::HT;
 using kt::Vec;
-
-void cuda_ok(cudaError_t e, const char* what) { ASSERT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorString(e); }
-
-struct Device {
-  cudaStream_t stream = nullptr;
-  cublasLtHandle_t lt = nullptr;
-  void* ws = nullptr;
-  size_t ws_bytes = 32u << 20;
-  bool use_ws = true;  // false: GEMMs get no workspace (a profile's blas_workspace_bytes 0)
-  Device() {
-    cudaStreamCreate(&stream);
-    cublasLtCreate(&lt);
-    cudaMalloc(&ws, ws_bytes);
-  }
-  ~Device() {
-    cudaFree(ws);
-    cublasLtDestroy(lt);
-    cudaStreamDestroy(stream);
-  }
-};
-Device& dev() {
-  static Device d;
-  return d;
-}
-
-// Runs op `k` on the CPU kernels and on the GPU over copies of the same tensors (an HT listed in
-// both inputs and outputs is in place on both sides) and returns both sides' outputs. GPU
-// outputs start as 0xFF bytes (NaN), so an element the kernel does not write shows. `misalign`
-// shifts every device tensor by that many bytes (the kernels' scalar, unvectorised paths).
-struct Both {
-  std::vector<HT> cpu, gpu;
-};
-Both run_both(OpKind k, const std::vector<HT*>& in, const std::vector<HT*>& out, std::vector<int64_t> iargs = {},
-              std::vector<double> fargs = {}, size_t misalign = 0) {
-  const OpCall op = kt::make_call(k, in, out, iargs, fargs);
-  std::map<HT*, HT> host;
-  std::map<HT*, char*> device;
-  std::vector<void*> dev_blocks;
-  auto is_input = [&](HT* t) { return std::find(in.begin(), in.end(), t) != in.end(); };
-  for (HT* t : in) host.emplace(t, *t);
-  for (HT* t : out) host.emplace(t, *t);
-  for (auto& [t, copy] : host) {
-    void* p = nullptr;
-    EXPECT_EQ(cudaMalloc(&p, t->meta.nbytes() + 64), cudaSuccess);
-    dev_blocks.push_back(p);
-    char* d = static_cast<char*>(p) + misalign;
-    device[t] = d;
-    if (is_input(t)) {
-      cudaMemcpy(d, t->data(), t->meta.nbytes(), cudaMemcpyHostToDevice);
-    } else {
-      cudaMemset(d, 0xff, t->meta.nbytes());
-    }
-  }
-  std::vector<void*> ci, co, gi, go;
-  for (HT* t : in) ci.push_back(host.at(t).data()), gi.push_back(device.at(t));
-  for (HT* t : out) co.push_back(host.at(t).data()), go.push_back(device.at(t));
-  cpu::run_kernel(op, ci, co);
-  cuda::KernelContext ctx{dev().stream, dev().lt, dev().use_ws ? dev().ws : nullptr, dev().use_ws ? dev().ws_bytes : 0};
-  cuda::launch_kernel(op, gi, go, ctx);
-  EXPECT_EQ(cudaStreamSynchronize(dev().stream), cudaSuccess);
-  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
-  Both r;
-  for (HT* t : out) {
-    r.cpu.push_back(host.at(t));
-    HT g = *t;
-    cudaMemcpy(g.data(), device.at(t), t->meta.nbytes(), cudaMemcpyDeviceToHost);
-    r.gpu.push_back(std::move(g));
-  }
-  for (void* p : dev_blocks) cudaFree(p);
-  return r;
-}
-
-void expect_bits(const HT& gpu, const HT& cpu, const std::string& what) {
-  EXPECT_EQ(0, std::memcmp(gpu.data(), cpu.data(), cpu.meta.nbytes())) << what << ": bits differ";
-}
-// |gpu - cpu| <= atol + rtol |cpu|, with rtol at least `ulps` units of the output dtype's precision.
-void expect_close(const HT& gpu, const HT& cpu, double atol, double rtol, const std::string& what, double ulps = 1) {
-  const double r = std::max(rtol, ulps * 2 * kt::rel_eps(cpu.meta.dtype));
-  const std::string m = kt::mismatch(gpu.values(), cpu.values(), atol, r, what);
-  EXPECT_TRUE(m.empty()) << m;
-}
-
-const DType kFloats[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
-std::string name(DType d) { return kt::dtype_str(d); }
 
 TEST(CudaKernels, FillEveryDtype) {
   for (DType d : {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kInt64, DType::kUInt8})
@@ -544,13 +454,4 @@ TEST(CudaKernels, BadLayoutsThrowBeforeLaunching) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess || n < 1) {
-    std::printf("cuda_kernels_test: no CUDA device (%s), skipping\n", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-    return 77;
-  }
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}
+int main(int argc, char** argv) { return ckt::run_gpu_tests(argc, argv, "cuda_kernels_test"); }
