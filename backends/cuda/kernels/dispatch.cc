@@ -13,6 +13,7 @@
 #include <string>
 
 #include "backends/cuda/kernels/cuda_kernels.h"
+#include "backends/cuda/kernels/eager_launchers.h"
 #include "backends/cuda/kernels/gemm.h"
 #include "backends/cuda/kernels/launchers.h"
 #include "backends/cuda/kernels/plan.h"
@@ -429,10 +430,7 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
     case OpKind::kRepeatKVBackward:
     case OpKind::kRotaryCosSin:
     case OpKind::kNarrowCopy:
-    case OpKind::kRotateHalfCat:
-      FULLSHARD_CHECK(false, where(op) + "not supported on the CUDA backend yet (model.implementation eager "
-                                         "decompositions run on the CPU backend and the simulator)");
-      break;
+    case OpKind::kRotateHalfCat: return launch_eager(op, in, out, s);
     case OpKind::kAttentionEfficient:
     case OpKind::kAttentionEfficientBackward:
     case OpKind::kAttentionCudnn:
