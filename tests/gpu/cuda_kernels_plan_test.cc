@@ -1,16 +1,21 @@
 // Host-side planning of the CUDA kernels (backends/cuda/kernels/plan.h, index_math.h), checked
 // without a GPU: every copy layout is executed on the host through the same index function the
 // device kernel uses and compared bit for bit with the CPU kernel; every cuBLASLt layout is
-// executed by a column-major reference GEMM and compared with the CPU linear kernels; attention
-// index maps, operand checks and launch shapes are checked directly.
+// executed by a column-major reference GEMM and compared with the CPU linear kernels; the eager
+// decompositions' index maps (eager_index.h) are executed on the host against the CPU kernels;
+// attention index maps, operand checks and launch shapes are checked directly.
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <tuple>
 
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cuda/kernels/cuda_kernels.h"
+#include "backends/cuda/kernels/eager_index.h"
 #include "backends/cuda/kernels/plan.h"
 #include "core/common/error.h"
 #include "tests/unit/kernels_test_support.h"
@@ -489,6 +494,134 @@ TEST(CudaPlan, CompiledRegionsCheckOperandsBeforeLaunching) {
   EXPECT_THROW(cuda::launch_kernel(wide, {wide_q.data(), wide_k.data()}, {wide_q.data(), wide_k.data()},
                                    cuda::KernelContext{}),
                InputError);
+}
+
+// ---- eager decompositions (eager_index.h): each map executed on the host, element by element
+// as the device kernels address them, against the CPU kernel, bit for bit (fp32 values; the
+// products and sums in the CPU's fp32 order).
+
+TEST(CudaPlan, EagerBroadcastIndexMatchesCpu) {
+  std::mt19937 rng(41);
+  for (auto [rows, D, hd] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {5, 12, 4}, {7, 96, 32}, {3, 9, 9}})
+    for (int64_t mode : {0, 1, 2}) {
+      const int64_t bn = mode == 2 ? rows * hd : mode == 1 ? D : rows;
+      HT a = kt::random_tensor(DType::kFloat32, {rows, D}, rng), b = kt::random_tensor(DType::kFloat32, {bn}, rng);
+      HT y(DType::kFloat32, {rows, D});
+      kt::run(OpKind::kMulBroadcast, {&a, &b}, {&y}, {mode, D, hd});
+      const auto m = static_cast<Bcast>(mode);
+      for (int64_t i = 0; i < rows * D; ++i) {
+        const int64_t r = i / D, d = i - r * D;
+        ASSERT_EQ(y.bits32(i), std::bit_cast<uint32_t>(static_cast<float>(a.get(i)) *
+                                                       static_cast<float>(b.get(bcast_index(m, r, d, hd)))))
+            << "mode " << mode << " element " << i;
+      }
+    }
+}
+
+TEST(CudaPlan, EagerRoPEComplexPairsAreAdjacent) {
+  // A one-hot x: the CPU's rotation moves element `first` of pair (row, h, i) into exactly
+  // `first` and `first + 1` (cos, sin of the pair's angle).
+  const int64_t S = 3, H = 2, hd = 6, width = H * hd;
+  for (int64_t row = 0; row < 2 * S; ++row)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < hd / 2; ++i) {
+        HT x(DType::kFloat32, {2, S, width}), y(DType::kFloat32, {2, S, width});
+        const int64_t first = rope_complex_first(row, width, hd, h, i);
+        x.set(first, 1.0);
+        kt::run(OpKind::kRoPEComplex, {&x}, {&y}, {hd}, {100.0});
+        const double angle = static_cast<double>(row % S) * std::pow(100.0, -2.0 * static_cast<double>(i) / hd);
+        for (int64_t e = 0; e < y.numel(); ++e) {
+          const double want = e == first ? std::cos(angle) : e == first + 1 ? std::sin(angle) : 0.0;
+          ASSERT_NEAR(y.get(e), want, 1e-6) << "row " << row << " head " << h << " pair " << i << " element " << e;
+        }
+      }
+}
+
+TEST(CudaPlan, EagerRepeatKVIndexMatchesCpu) {
+  std::mt19937 rng(42);
+  using Kv = std::tuple<int64_t, int64_t, int64_t, int64_t>;
+  for (auto [rows, kv, rep, hd] : {Kv{1, 1, 1, 1}, {5, 3, 2, 7}, {4, 2, 4, 8}}) {
+    HT x = kt::random_tensor(DType::kFloat32, {rows, kv * hd}, rng), y(DType::kFloat32, {rows, kv * rep * hd});
+    kt::run(OpKind::kRepeatKV, {&x}, {&y}, {kv, rep, hd});
+    for (int64_t e = 0; e < y.numel(); ++e) ASSERT_EQ(y.bits32(e), x.bits32(repeat_kv_source(e, rep, hd))) << e;
+    HT g = kt::random_tensor(DType::kFloat32, {rows, kv * rep * hd}, rng), gx(DType::kFloat32, {rows, kv * hd});
+    kt::run(OpKind::kRepeatKVBackward, {&g}, {&gx}, {kv, rep, hd});
+    for (int64_t e = 0; e < gx.numel(); ++e) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < rep; ++j) acc += static_cast<float>(g.get(repeat_kv_copy(e, j, rep, hd)));
+      ASSERT_EQ(gx.bits32(e), std::bit_cast<uint32_t>(acc)) << e;
+    }
+  }
+}
+
+TEST(CudaPlan, EagerRotateHalfIndexMatchesCpu) {
+  std::mt19937 rng(43);
+  for (int64_t hd : {2, 6, 16}) {
+    const int64_t blocks = 7;
+    HT neg = kt::random_tensor(DType::kFloat32, {blocks, hd / 2}, rng);
+    HT x = kt::random_tensor(DType::kFloat32, {blocks, hd}, rng);
+    HT y(DType::kFloat32, {blocks, hd});
+    kt::run(OpKind::kRotateHalfCat, {&neg, &x}, {&y}, {hd});
+    for (int64_t e = 0; e < y.numel(); ++e) {
+      int64_t si;
+      const uint32_t want = rotate_half_source(e, hd, si) ? neg.bits32(si) : x.bits32(si);
+      ASSERT_EQ(y.bits32(e), want) << "hd " << hd << " element " << e;
+    }
+  }
+}
+
+// The CUDA dispatcher refuses what the CPU kernels refuse (and a few layouts its kernels cannot
+// address), naming the op, before anything is launched: no GPU needed. Host addresses stand in
+// for device ones; they are never touched.
+TEST(CudaPlan, EagerOpsRefuseBadLayoutsBeforeLaunching) {
+  cuda::KernelContext ctx;
+  auto refused = [&](OpKind k, std::vector<HT*> in, std::vector<HT*> out, std::vector<int64_t> iargs,
+                     std::vector<double> fargs, const std::string& why) {
+    const OpCall op = kt::make_call(k, in, out, iargs, fargs);
+    std::vector<void*> pi, po;
+    for (HT* t : in) pi.push_back(t->data());
+    for (HT* t : out) po.push_back(t->data());
+    try {
+      cuda::launch_kernel(op, pi, po, ctx);
+      ADD_FAILURE() << op_kind_name(k) << ": no throw (" << why << ")";
+    } catch (const InternalError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("'test'"), std::string::npos) << m;
+      EXPECT_EQ(m.find("CUDA kernel launch"), std::string::npos) << why << ": got as far as a launch: " << m;
+    }
+  };
+  HT a(DType::kFloat32, {2, 6}), y(DType::kFloat32, {2, 6}), b4(DType::kFloat32, {4}), r2(DType::kFloat32, {2, 1});
+  HT i64(DType::kInt64, {2, 6}), y5(DType::kFloat32, {5});
+  refused(OpKind::kPowScalar, {&a}, {&y}, {}, {}, "no exponent");
+  refused(OpKind::kPowScalar, {&i64}, {&y}, {}, {2.0}, "int64 input");
+  refused(OpKind::kAddScalar, {&a}, {&y5}, {}, {1.0}, "sizes differ");
+  refused(OpKind::kRsqrt, {&a, &a}, {&y}, {}, {}, "two inputs");
+  refused(OpKind::kMulBroadcast, {&a, &b4}, {&y}, {1, 6}, {}, "b is not [D]");
+  refused(OpKind::kMulBroadcast, {&a, &r2}, {&y}, {2, 6, 4}, {}, "head_dim does not divide D");
+  refused(OpKind::kMulBroadcast, {&a, &r2}, {&y}, {0}, {}, "no D");
+  refused(OpKind::kSumLastDim, {&a}, {&b4}, {6}, {}, "2 rows, 4 outputs");
+  refused(OpKind::kSumLastDim, {&a}, {&r2}, {5}, {}, "5 does not divide 12");
+  refused(OpKind::kSumLeadingDims, {&a}, {&b4}, {6}, {}, "output is not [D]");
+  refused(OpKind::kExpandLastDim, {&b4}, {&y}, {6}, {1.0}, "4 values for 2 rows");
+  refused(OpKind::kExpandLastDim, {&r2}, {&y}, {6}, {}, "no scale");
+  HT x(DType::kFloat32, {1, 3, 12}), xo(DType::kFloat32, {1, 3, 12}), wide(DType::kFloat32, {1, 3, 2052});
+  refused(OpKind::kRoPEComplex, {&x}, {&xo}, {5}, {1e4}, "odd head_dim");
+  refused(OpKind::kRoPEComplex, {&x}, {&xo}, {6}, {1e4, 8.0}, "fargs neither {theta} nor llama3's five");
+  refused(OpKind::kRoPEComplexBackward, {&wide}, {&wide}, {2052}, {1e4}, "head_dim over the kernels' 1024");
+  HT c(DType::kFloat32, {1, 3, 6}), sn(DType::kFloat32, {1, 3, 6});
+  refused(OpKind::kRotaryCosSin, {}, {&c, &sn}, {4}, {1e4}, "cos is not [.., head_dim]");
+  refused(OpKind::kRotaryCosSin, {}, {&c, &sn}, {6}, {}, "no theta");
+  HT kv(DType::kFloat32, {2, 8}), rep(DType::kFloat32, {2, 16}), rep_bad(DType::kFloat32, {2, 12});
+  HT kv64(DType::kInt64, {2, 8}), rep64(DType::kInt64, {2, 16});
+  refused(OpKind::kRepeatKV, {&kv}, {&rep_bad}, {2, 2, 4}, {}, "the repeated tensor is not [rows, 16]");
+  refused(OpKind::kRepeatKV, {&kv64}, {&rep64}, {2, 2, 4}, {}, "int64");
+  refused(OpKind::kRepeatKVBackward, {&rep}, {&kv}, {2, 2}, {}, "no head_dim");
+  HT half(DType::kFloat32, {2, 3}), full(DType::kFloat32, {2, 6});
+  refused(OpKind::kNarrowCopy, {&full}, {&half}, {3, 6, 4, 3, 0}, {-1.0}, "in_offset + n past in_width");
+  refused(OpKind::kNarrowCopy, {&full}, {&half}, {3, 6, -1, 3, 0}, {-1.0}, "negative in_offset");
+  refused(OpKind::kNarrowCopy, {&full}, {&half}, {3, 6, 3, 3}, {-1.0}, "four iargs");
+  refused(OpKind::kRotateHalfCat, {&full, &full}, {&full}, {6}, {}, "neg is not half of x");
+  refused(OpKind::kRotateHalfCat, {&half, &full}, {&full}, {3}, {}, "odd head_dim");
 }
 
 }  // namespace

@@ -1,16 +1,9 @@
 // Every CUDA kernel against the CPU reference kernels (fullshard::cpu::run_kernel) on the same
-// random inputs, with the tolerances of docs/cuda-kernels.md. Needs a GPU: exits 77 (ctest:
+// random inputs, with the tolerances of docs/cuda-kernels.md (harness: kernel_compare.h;
+// the eager decompositions' kernels: cuda_kernels_eager_test.cc). Needs a GPU: exits 77 (ctest:
 // skipped) when cudaGetDeviceCount fails or finds none.
-#include <cuda_runtime_api.h>
-#include <gtest/gtest.h>
-
-#include <cstdio>
-#include <cstring>
-#include <map>
 #include <random>
 
-#include "backends/cpu/kernels/kernels.h"
-#include "backends/cuda/kernels/cuda_kernels.h"
 #include "backends/cuda/kernels/gemm.h"
 #include "backends/cuda/kernels/launchers.h"
 #include "backends/cuda/kernels/plan.h"
@@ -21,10 +14,9 @@
 namespace {
 
 using namespace fullshard;
+using namespace ckt;
 using kt::HT;
 using kt::Vec;
-
-using namespace kernel_compare;
 
 TEST(CudaKernels, FillEveryDtype) {
   for (DType d : {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kInt64, DType::kUInt8})
@@ -554,13 +546,4 @@ TEST(CudaKernels, BadLayoutsThrowBeforeLaunching) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess || n < 1) {
-    std::printf("cuda_kernels_test: no CUDA device (%s), skipping\n", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-    return 77;
-  }
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}
+int main(int argc, char** argv) { return ckt::run_gpu_tests(argc, argv, "cuda_kernels_test"); }

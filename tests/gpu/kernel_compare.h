@@ -1,12 +1,14 @@
 #pragma once
-// The harness of the CUDA kernel tests (cuda_kernels_test.cc, cuda_kernels_tp_test.cc,
-// cuda_kernels_compiled_test.cc): an op run on the CPU reference kernels and on the GPU over
-// copies of the same host tensors, and the comparisons the tolerances of docs/cuda-kernels.md
-// are stated in. Needs a GPU at run time.
+// The harness of the CUDA kernel tests (cuda_kernels_test.cc, cuda_kernels_eager_test.cc,
+// cuda_kernels_tp_test.cc, cuda_kernels_compiled_test.cc): one OpKind run on the CPU reference kernels (fullshard::cpu::run_kernel) and through
+// cuda::launch_kernel over copies of the same host tensors, then both sides' outputs compared
+// with the tolerances of docs/cuda-kernels.md; and the tests' main(), which exits 77 (ctest:
+// skipped) when no GPU is visible.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <string>
@@ -47,13 +49,16 @@ inline Device& dev() {
 
 // Runs op `k` on the CPU kernels and on the GPU over copies of the same tensors (an HT listed in
 // both inputs and outputs is in place on both sides) and returns both sides' outputs. GPU
-// outputs start as 0xFF bytes (NaN), so an element the kernel does not write shows. `misalign`
+// outputs start as 0xFF bytes (NaN), so an element the kernel does not write shows; with
+// `preset_outputs` they start as the host tensors' contents instead, as the CPU's do (for ops
+// that write only part of their output: an element written on one side only shows). `misalign`
 // shifts every device tensor by that many bytes (the kernels' scalar, unvectorised paths).
 struct Both {
   std::vector<HT> cpu, gpu;
 };
-inline Both run_both(OpKind k, const std::vector<HT*>& in, const std::vector<HT*>& out, std::vector<int64_t> iargs = {},
-              std::vector<double> fargs = {}, size_t misalign = 0) {
+inline Both run_both(OpKind k, const std::vector<HT*>& in, const std::vector<HT*>& out,
+                     std::vector<int64_t> iargs = {}, std::vector<double> fargs = {}, size_t misalign = 0,
+                     bool preset_outputs = false) {
   const OpCall op = kt::make_call(k, in, out, iargs, fargs);
   std::map<HT*, HT> host;
   std::map<HT*, char*> device;
@@ -67,7 +72,7 @@ inline Both run_both(OpKind k, const std::vector<HT*>& in, const std::vector<HT*
     dev_blocks.push_back(p);
     char* d = static_cast<char*>(p) + misalign;
     device[t] = d;
-    if (is_input(t)) {
+    if (is_input(t) || preset_outputs) {
       cudaMemcpy(d, t->data(), t->meta.nbytes(), cudaMemcpyHostToDevice);
     } else {
       cudaMemset(d, 0xff, t->meta.nbytes());
@@ -96,15 +101,29 @@ inline void expect_bits(const HT& gpu, const HT& cpu, const std::string& what) {
   EXPECT_EQ(0, std::memcmp(gpu.data(), cpu.data(), cpu.meta.nbytes())) << what << ": bits differ";
 }
 // |gpu - cpu| <= atol + rtol |cpu|, with rtol at least `ulps` units of the output dtype's precision.
-inline void expect_close(const HT& gpu, const HT& cpu, double atol, double rtol, const std::string& what, double ulps = 1) {
+inline void expect_close(const HT& gpu, const HT& cpu, double atol, double rtol, const std::string& what,
+                         double ulps = 1) {
   const double r = std::max(rtol, ulps * 2 * kt::rel_eps(cpu.meta.dtype));
   const std::string m = kt::mismatch(gpu.values(), cpu.values(), atol, r, what);
   EXPECT_TRUE(m.empty()) << m;
 }
 
-inline constexpr DType kFloats[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
+inline const DType kFloats[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
 inline std::string name(DType d) { return kt::dtype_str(d); }
+
+// main() of a kernel test binary: 77 (skipped) without a CUDA device, else the gtests.
+inline int run_gpu_tests(int argc, char** argv, const char* binary) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n < 1) {
+    std::printf("%s: no CUDA device (%s), skipping\n", binary, e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    return 77;
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
 
 }  // namespace kernel_compare
 
-namespace kc = kernel_compare;  // the short name cuda_kernels_compiled_test.cc uses
+namespace kc = kernel_compare;   // the short names the test files use
+namespace ckt = kernel_compare;

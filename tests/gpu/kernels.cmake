@@ -1,20 +1,23 @@
 # CUDA kernels (backends/cuda/kernels, docs/cuda-kernels.md).
 # cuda_kernels_plan_test: host-side planning, runs everywhere (no GPU needed, never skips).
-# cuda_kernels_test, cuda_kernels_compiled_test (the compiled block's fused regions): every
-# kernel against the CPU reference on the GPU; exit 77 (skipped) where no GPU is visible. None
-# uses gtest_discover_tests: discovery would run the GPU binaries at build time.
+# cuda_kernels_test, cuda_kernels_eager_test (the eager decompositions), cuda_kernels_tp_test,
+# cuda_kernels_compiled_test (the compiled block's fused regions): every kernel against the CPU
+# reference on the GPU (harness: kernel_compare.h); exit 77 (skipped) where no GPU is visible.
+# None uses gtest_discover_tests: discovery would run the GPU binaries at build time.
 add_executable(cuda_kernels_plan_test ${CMAKE_CURRENT_SOURCE_DIR}/cuda_kernels_plan_test.cc)
 target_link_libraries(cuda_kernels_plan_test PRIVATE fullshard_cuda_kernels fullshard_kernels rapidcheck_gtest
                       rapidcheck GTest::gtest GTest::gtest_main)
 target_include_directories(cuda_kernels_plan_test PRIVATE ${PROJECT_SOURCE_DIR})
 add_test(NAME cuda_kernels.plan COMMAND cuda_kernels_plan_test)
 
-add_executable(cuda_kernels_test ${CMAKE_CURRENT_SOURCE_DIR}/cuda_kernels_test.cc)
-target_link_libraries(cuda_kernels_test PRIVATE fullshard_cuda_kernels fullshard_kernels rapidcheck_gtest rapidcheck
-                      GTest::gtest)
-target_include_directories(cuda_kernels_test PRIVATE ${PROJECT_SOURCE_DIR})
+foreach(t cuda_kernels_test cuda_kernels_eager_test)
+  add_executable(${t} ${CMAKE_CURRENT_SOURCE_DIR}/${t}.cc)
+  target_link_libraries(${t} PRIVATE fullshard_cuda_kernels fullshard_kernels rapidcheck_gtest rapidcheck GTest::gtest)
+  target_include_directories(${t} PRIVATE ${PROJECT_SOURCE_DIR})
+endforeach()
 add_test(NAME cuda_kernels.gpu COMMAND cuda_kernels_test)
-set_tests_properties(cuda_kernels.gpu PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
+add_test(NAME cuda_kernels.eager_gpu COMMAND cuda_kernels_eager_test)
+set_tests_properties(cuda_kernels.gpu cuda_kernels.eager_gpu PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
 
 # Tensor parallelism's kernels (backends/cuda/kernels/tensor_parallel.h): the host-side plan
 # (runs everywhere) and the kernels against the CPU reference (label gpu, exit 77 without a GPU).

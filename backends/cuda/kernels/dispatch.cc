@@ -14,6 +14,7 @@
 
 #include "backends/cuda/kernels/compiled_launchers.h"
 #include "backends/cuda/kernels/cuda_kernels.h"
+#include "backends/cuda/kernels/eager_launchers.h"
 #include "backends/cuda/kernels/gemm.h"
 #include "backends/cuda/kernels/launchers.h"
 #include "backends/cuda/kernels/plan.h"
@@ -584,10 +585,7 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
     case OpKind::kRepeatKV:
     case OpKind::kRepeatKVBackward:
     case OpKind::kRotaryCosSin:
-    case OpKind::kRotateHalfCat:
-      FULLSHARD_CHECK(false, where(op) + "not supported on the CUDA backend yet (model.implementation eager "
-                                         "decompositions run on the CPU backend and the simulator)");
-      break;
+    case OpKind::kRotateHalfCat: return launch_eager(op, in, out, s);  // eager_dispatch.cc
     // Tensor parallelism (tensor_parallel.h), with the two eager kinds its loss paths issue.
     case OpKind::kTransposeBlocks:
     case OpKind::kRowMax:
