@@ -41,3 +41,11 @@ target_link_libraries(cuda_kernels_compiled_test PRIVATE fullshard_cuda_kernels 
 target_include_directories(cuda_kernels_compiled_test PRIVATE ${PROJECT_SOURCE_DIR})
 add_test(NAME cuda_kernels.compiled_gpu COMMAND cuda_kernels_compiled_test)
 set_tests_properties(cuda_kernels.compiled_gpu PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
+
+# cuda_kernel_coverage_test: host-only; the op kinds the simulator records for every variant a
+# user can train on the CUDA backend all have kernels.
+add_executable(cuda_kernel_coverage_test ${CMAKE_CURRENT_SOURCE_DIR}/cuda_kernel_coverage_test.cc)
+target_link_libraries(cuda_kernel_coverage_test PRIVATE fullshard_cuda_kernels fullshard_sim GTest::gtest
+                      GTest::gtest_main)
+target_include_directories(cuda_kernel_coverage_test PRIVATE ${PROJECT_SOURCE_DIR})
+add_test(NAME cuda_kernels.coverage COMMAND cuda_kernel_coverage_test)

@@ -26,7 +26,8 @@ struct KernelContext {
 void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::vector<void*>& out,
                    const KernelContext& ctx);
 
-// Every kind except kLoadBatch and kInitParam (the backend does those on the host).
+// Every kind except kLoadBatch and kInitParam (the backend does those on the host) and async
+// TP's kAllGatherMatmul / kMatmulReduceScatter (simulator only; every real backend refuses them).
 bool has_kernel(OpKind kind);
 
 }  // namespace fullshard::cuda

@@ -512,7 +512,17 @@ void compiled_residual_add(const OpCall& op, const Ptrs& in, const Ptrs& out, cu
 
 }  // namespace
 
-bool has_kernel(OpKind kind) { return kind != OpKind::kLoadBatch && kind != OpKind::kInitParam; }
+bool has_kernel(OpKind kind) {
+  switch (kind) {
+    case OpKind::kLoadBatch:
+    case OpKind::kInitParam:          // the backend's own host work
+    case OpKind::kAllGatherMatmul:    // asynchronous TP: simulator only
+    case OpKind::kMatmulReduceScatter:
+      return false;
+    default:
+      return true;
+  }
+}
 
 void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::vector<void*>& out,
                    const KernelContext& ctx) {

@@ -1,0 +1,128 @@
+// Host-only (no GPU): every op kind the model emits onto the device, over the scenarios a
+// user can train on the CUDA backend (every model.implementation preset and field value, both
+// architectures, activation checkpointing, CPU offload, tensor parallelism, compiled blocks),
+// has a CUDA kernel (cuda::has_kernel). The programs come from the simulator, which records
+// the same host program the CUDA backend runs. Async TP is simulator-only (the launcher refuses
+// it on every real backend), so its fused collective-matmuls are the kinds left without one.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <map>
+#include <set>
+#include <string>
+
+#include "backends/cuda/kernels/cuda_kernels.h"
+#include "core/scenario/scenario.h"
+#include "simulator/engine/program.h"
+#include "simulator/simulate.h"
+#include "tests/support/sim_support.h"
+
+namespace fullshard {
+namespace {
+
+using nlohmann::json;
+
+// The device op kinds of every rank program of `j`, with where they first appeared.
+std::map<OpKind, std::string> device_kinds(const json& j, const std::string& label) {
+  std::map<OpKind, std::string> kinds;
+  sim::SimulateOptions o;
+  o.all_ranks = true;
+  o.on_played = [&](const sim::PlayedRun& run) {
+    for (const auto& prog : run.programs)
+      for (const auto& in : prog.instrs)
+        if (in.type == sim::InstrType::kKernel && in.place == sim::KernelPlace::kDevice)
+          kinds.emplace(in.op, label + ": " + prog.names.at(in.name));
+  };
+  const sim::SimulationReport r = sim::simulate_scenario(parse_scenario(j), o);
+  EXPECT_TRUE(r.ok()) << label << ": " << testing::problems_text(r);
+  return kinds;
+}
+
+json scenario(const json& model, const json& implementation, const std::vector<int>& mesh, const json& extra = {}) {
+  json m = model.is_string() ? json{{"name", model}} : model;
+  m["implementation"] = implementation;
+  int world = 1;
+  for (int d : mesh) world *= d;
+  json j = {{"name", "coverage"},
+            {"model", m},
+            {"training", {{"batch_per_rank", 2}, {"seq_len", 32}, {"steps", 1}, {"optimizer", {{"max_grad_norm", 1.0}}}}},
+            {"fsdp", {{"mesh", {{"shape", mesh}}}}},
+            {"hardware", {{"profile", "h100-sxm-80gb"}, {"nodes", 1}, {"gpus_per_node", world}}}};
+  if (mesh.size() == 2) j["fsdp"]["mesh"]["dim_names"] = {"dp_shard", "tp"};
+  for (auto& [k, v] : extra.items()) {
+    if (v.is_object() && j.contains(k)) {
+      j[k].update(v, /*merge_objects=*/true);
+    } else {
+      j[k] = v;
+    }
+  }
+  return j;
+}
+
+TEST(CudaKernelCoverage, EveryDeviceOpTheModelEmitsHasAKernel) {
+  std::map<OpKind, std::string> all;
+  auto add = [&](const json& j, const std::string& label) {
+    for (auto& [k, where] : device_kinds(j, label)) all.emplace(k, where);
+  };
+  const json presets[] = {"fullshard", "torchtitan-2024-04", "torchtitan-2024", "torchtitan", "hf-transformers"};
+  for (const json& p : presets) {
+    const std::string name = p.get<std::string>();
+    add(scenario("tiny-llama", {{"preset", p}}, {2}), "tiny-llama " + name);
+    add(scenario("tiny-llama", {{"preset", p}}, {2}, {{"training", {{"activation_checkpointing", "full"}}}}),
+        "tiny-llama " + name + " full AC");
+  }
+  for (const char* loss : {"fp32_logits", "bf16_logits", "fp32_output"})
+    add(scenario("tiny-llama", {{"loss", loss}}, {2}), std::string("tiny-llama loss ") + loss);
+  add(scenario("tiny-llama", {{"attention", "efficient"}, {"gqa", "repeat_kv"}}, {2}), "tiny-llama efficient");
+  add(scenario("tiny-llama", {{"attention", "cudnn"}}, {2}), "tiny-llama cudnn");
+  add(scenario("tiny-llama", {{"rope", "rotate_half"}, {"rms_norm", "eager"}}, {2}), "tiny-llama eager norm");
+  add(scenario("tiny-llama", {{"compile", true}}, {2}), "tiny-llama compile");
+  add(scenario("tiny-llama", {{"compile", true}}, {2}, {{"training", {{"activation_checkpointing", "selective_op"}}}}),
+      "tiny-llama compile selective_op");
+  add(scenario("tiny-gpt2", json::object(), {2}), "tiny-gpt2");
+  add(scenario("tiny-llama", json::object(), {2}, {{"fsdp", {{"cpu_offload", true}}}}), "tiny-llama offload");
+  add(scenario("tiny-llama", json::object(), {1, 2}, {{"tensor_parallel", {{"loss_parallel", true}}}}),
+      "tiny-llama tp2 loss_parallel");
+  add(scenario("tiny-llama", json::object(), {1, 2}, {{"tensor_parallel", {{"loss_parallel", false}}}}),
+      "tiny-llama tp2");
+  add(scenario("tiny-gpt2", json::object(), {1, 2}), "tiny-gpt2 tp2");
+  add(scenario("tiny-llama", {{"loss", "chunked"}}, {1, 2}, {{"tensor_parallel", {{"loss_parallel", true}}}}),
+      "tiny-llama tp2 chunked loss");
+
+  EXPECT_GE(all.size(), 40u) << "the variants above should reach most op kinds";
+  for (const auto& [kind, where] : all) {
+    if (kind == OpKind::kLoadBatch || kind == OpKind::kInitParam) continue;  // the backend's own host work
+    EXPECT_TRUE(cuda::has_kernel(kind)) << op_kind_name(kind) << " (first in " << where << ") has no CUDA kernel";
+  }
+  std::printf("%zu device op kinds reached\n", all.size());
+}
+
+// has_kernel against the dispatcher itself: an op of each kind with no operands either reaches
+// its kernel's operand checks (a kernel exists) or the dispatcher's refusal of the kind. Nothing
+// is launched: every kernel's checks refuse an op without operands first.
+TEST(CudaKernelCoverage, HasKernelAgreesWithTheDispatcher) {
+  const int last = static_cast<int>(OpKind::kMatmulReduceScatter);  // the enum's last kind
+  for (int k = 0; k <= last; ++k) {
+    const auto kind = static_cast<OpKind>(k);
+    if (kind == OpKind::kLoadBatch || kind == OpKind::kInitParam) {
+      EXPECT_FALSE(cuda::has_kernel(kind));
+      continue;
+    }
+    OpCall op;
+    op.kind = kind;
+    op.name = "probe";
+    std::string message;
+    try {
+      cuda::launch_kernel(op, {}, {}, cuda::KernelContext{});
+    } catch (const std::exception& e) {
+      message = e.what();
+    }
+    const bool refused = message.find("not supported on the CUDA backend") != std::string::npos ||
+                         message.find("no CUDA kernel") != std::string::npos;
+    EXPECT_FALSE(message.empty()) << op_kind_name(kind) << ": an op without operands was not refused";
+    EXPECT_EQ(cuda::has_kernel(kind), !refused) << op_kind_name(kind) << ": " << message;
+  }
+}
+
+}  // namespace
+}  // namespace fullshard
