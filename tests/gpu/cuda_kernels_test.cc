@@ -127,12 +127,17 @@ TEST(CudaKernels, RoPE) {
   for (DType d : kFloats)
     for (auto [S, H, hd] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 2}, {37, 3, 8}, {129, 4, 64}}) {
       HT x = kt::random_tensor(d, {2, S, H * hd}, rng), y(d, {2, S, H * hd});
-      for (OpKind k : {OpKind::kRoPE, OpKind::kRoPEBackward}) {
-        Both r = run_both(k, {&x}, {&y}, {hd}, {500000.0});
-        // cos / sin in double on both sides; a 1-ulp difference of a double trig result can
-        // flip the fp32 rounding of cos / sin.
-        expect_close(r.gpu[0], r.cpu[0], 1e-6, 1e-6, op_kind_name(k));
-      }
+      for (OpKind k : {OpKind::kRoPE, OpKind::kRoPEBackward})
+        // NOTE [RoPE in fp32]: fp32 angles on both sides; the GPU takes cos / sin of them in
+        // double rounded once, glibc's cosf / sinf may differ by an ulp. Plain theta and Llama
+        // 3.1's scaled frequencies (fargs of 5), in place too.
+        for (const std::vector<double>& f : {std::vector<double>{500000.0}, {500000.0, 8.0, 1.0, 4.0, 8192.0}}) {
+          Both r = run_both(k, {&x}, {&y}, {hd}, f);
+          expect_close(r.gpu[0], r.cpu[0], 1e-6, 1e-6, op_kind_name(k));
+          HT z = x;
+          r = run_both(k, {&z}, {&z}, {hd}, f);
+          expect_close(r.gpu[0], r.cpu[0], 1e-6, 1e-6, std::string(op_kind_name(k)) + " in place");
+        }
     }
 }
 

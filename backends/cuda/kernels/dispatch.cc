@@ -154,12 +154,16 @@ void rope(const OpCall& op, const Ptrs& in, const Ptrs& out, float sign, cudaStr
   expect_numel(op, y, x.numel(), "output");
   expect_float(op, x, "x");
   expect_float(op, y, "output");
-  // Llama 3.1's scaled frequencies (fargs of 5, core/runtime/rope_args.h) are CPU-only for now.
-  if (op.fargs.size() != 1)
-    throw InputError("model.hf_config: rope_scaling", "is llama3 scaling, which the CUDA kernels do not apply yet",
-                     "train on the CPU backend (--backend cpu) or use a config without rope_scaling");
-  const int64_t rows = S == 0 || width == 0 ? 0 : x.numel() / width;
-  launch::rope(in[0], dt_in(op, 0), out[0], dt_out(op, 0), rows, S, width, hd, op.fargs[0], sign, s);
+  // NOTE [RoPE in fp32]: the CPU kernel's fp32 angles from the host's rope_inv_freq table (Llama
+  // 3.1 scaling included), rotated by the compiled RoPE's kernel on this one tensor.
+  if (hd / 2 > launch::kMaxRopePairs)
+    throw InputError("model", "has head_dim " + std::to_string(hd) + ", above the " +
+                                  std::to_string(2 * launch::kMaxRopePairs) + " that the CUDA RoPE kernel takes",
+                     "train on the CPU backend (--backend cpu)");
+  const std::vector<float> inv = rope_inv_freq(RopeParams::from_fargs(op.fargs), hd);
+  const launch::RopeTensor t[1] = {
+      {in[0], out[0], dt_in(op, 0), dt_out(op, 0), S == 0 || width == 0 ? 0 : x.numel() / width, S, width}};
+  launch::compiled_rope(t, 1, hd, /*adjacent=*/false, sign, inv.data(), s);
 }
 
 void norm(const OpCall& op, const Ptrs& in, const Ptrs& out, bool layer, cudaStream_t s) {

@@ -40,8 +40,6 @@ void position_embedding(const void* x, int dx, const void* wpe, int dw, void* y,
                         int64_t D, int64_t p0, cudaStream_t s);
 void position_embedding_backward(const void* g, int dg, void* gw, int dgw, int64_t batch, int64_t S, int64_t P,
                                  int64_t D, int64_t p0, cudaStream_t s);
-void rope(const void* x, int dx, void* y, int dy, int64_t rows, int64_t S, int64_t width, int64_t hd, double theta,
-          float sign, cudaStream_t s);
 void rms_norm(const void* x, int dx, const void* w, int dw, void* y, int dy, float* rstd, int64_t rows, int64_t D,
               double eps, cudaStream_t s);
 void layer_norm(const void* x, int dx, const void* w, int dw, const void* b, int db, void* y, int dy, float* mean,

@@ -81,27 +81,6 @@ __global__ void position_embedding_backward_kernel(const void* g, int dg, void* 
   }
 }
 
-// ---- RoPE: a thread per (row, i < hd/2) computes the angle once (double, as rope.cc) and
-// rotates that pair in every head.
-__global__ void rope_kernel(const void* x, int dx, void* y, int dy, int64_t rows, int64_t S, int64_t width, int64_t hd,
-                            double theta, float sign) {
-  const int64_t half = hd / 2, heads = width / hd;
-  for (int64_t t = global_thread(); t < rows * half; t += grid_threads()) {
-    const int64_t row = t / half, i = t - row * half;
-    const double inv_freq = pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
-    const double a = static_cast<double>(row % S) * inv_freq;
-    double sd, cd;
-    sincos(a, &sd, &cd);
-    const float c = static_cast<float>(cd), s = sign * static_cast<float>(sd);
-    for (int64_t h = 0; h < heads; ++h) {
-      const int64_t i1 = rope_first(row, width, hd, h, i), i2 = i1 + half;
-      const float a1 = load_f(x, dx, i1), b1 = load_f(x, dx, i2);
-      store_f(y, dy, i1, __fsub_rn(__fmul_rn(a1, c), __fmul_rn(b1, s)));
-      store_f(y, dy, i2, __fadd_rn(__fmul_rn(b1, c), __fmul_rn(a1, s)));
-    }
-  }
-}
-
 // ---- log_softmax: one block per row; max in fp32, sum of exp in double (loss.cc).
 __global__ void log_softmax_kernel(const void* x, int dx, void* y, int dy, int64_t rows, int64_t V) {
   __shared__ float fscratch[32];
@@ -287,14 +266,6 @@ void position_embedding_backward(const void* g, int dg, void* gw, int dgw, int64
   const plan::Launch l = plan::launch_1d(P * D);
   position_embedding_backward_kernel<<<l.grid, l.block, 0, s>>>(g, dg, gw, dgw, batch, S, P, D, p0);
   check_launch("position_embedding_backward");
-}
-
-void rope(const void* x, int dx, void* y, int dy, int64_t rows, int64_t S, int64_t width, int64_t hd, double theta,
-          float sign, cudaStream_t s) {
-  if (rows == 0 || width == 0) return;
-  const plan::Launch l = plan::launch_1d(rows * (hd / 2));
-  rope_kernel<<<l.grid, l.block, 0, s>>>(x, dx, y, dy, rows, S, width, hd, theta, sign);
-  check_launch("rope");
 }
 
 void log_softmax(const void* x, int dx, void* y, int dy, int64_t rows, int64_t V, cudaStream_t s) {
