@@ -175,14 +175,4 @@ TEST(CudaCompiledKernels, ResidualAddIsBitExact) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess || n < 1) {
-    std::printf("cuda_kernels_compiled_test: no CUDA device (%s), skipping\n",
-                e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-    return 77;
-  }
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}
+int main(int argc, char** argv) { return kernel_compare::run_gpu_tests(argc, argv, "cuda_kernels_compiled_test"); }

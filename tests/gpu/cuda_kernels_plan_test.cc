@@ -526,7 +526,9 @@ TEST(CudaPlan, EagerRoPEComplexPairsAreAdjacent) {
     for (int64_t h = 0; h < H; ++h)
       for (int64_t i = 0; i < hd / 2; ++i) {
         HT x(DType::kFloat32, {2, S, width}), y(DType::kFloat32, {2, S, width});
-        const int64_t first = rope_complex_first(row, width, hd, h, i);
+        int64_t first = 0, second = 0;
+        rope_pair(row, width, hd, h, i, /*adjacent=*/true, first, second);  // index_math.h
+        ASSERT_EQ(second, first + 1);
         x.set(first, 1.0);
         kt::run(OpKind::kRoPEComplex, {&x}, {&y}, {hd}, {100.0});
         const double angle = static_cast<double>(row % S) * std::pow(100.0, -2.0 * static_cast<double>(i) / hd);
@@ -607,7 +609,10 @@ TEST(CudaPlan, EagerOpsRefuseBadLayoutsBeforeLaunching) {
   HT x(DType::kFloat32, {1, 3, 12}), xo(DType::kFloat32, {1, 3, 12}), wide(DType::kFloat32, {1, 3, 2052});
   refused(OpKind::kRoPEComplex, {&x}, {&xo}, {5}, {1e4}, "odd head_dim");
   refused(OpKind::kRoPEComplex, {&x}, {&xo}, {6}, {1e4, 8.0}, "fargs neither {theta} nor llama3's five");
-  refused(OpKind::kRoPEComplexBackward, {&wide}, {&wide}, {2052}, {1e4}, "head_dim over the kernels' 1024");
+  // A head_dim over the RoPE kernel's 512 is the model's choice: an InputError naming the fix.
+  EXPECT_THROW(cuda::launch_kernel(kt::make_call(OpKind::kRoPEComplexBackward, {&wide}, {&wide}, {2052}, {1e4}),
+                                   {wide.data()}, {wide.data()}, ctx),
+               InputError);
   HT c(DType::kFloat32, {1, 3, 6}), sn(DType::kFloat32, {1, 3, 6});
   refused(OpKind::kRotaryCosSin, {}, {&c, &sn}, {4}, {1e4}, "cos is not [.., head_dim]");
   refused(OpKind::kRotaryCosSin, {}, {&c, &sn}, {6}, {}, "no theta");

@@ -143,7 +143,8 @@ void position_embedding(const OpCall& op, const Ptrs& in, const Ptrs& out, bool 
   launch::position_embedding_backward(in[0], dt_in(op, 0), out[0], dt_out(op, 0), batch, S, P, D, p0, s);
 }
 
-void rope(const OpCall& op, const Ptrs& in, const Ptrs& out, float sign, cudaStream_t s) {
+// kRoPE (rotate_half pairs) and kRoPEComplex (adjacent pairs), forward (sign 1) and backward.
+void rope(const OpCall& op, const Ptrs& in, const Ptrs& out, float sign, bool adjacent, cudaStream_t s) {
   expect_arity(op, 1, 1);
   FULLSHARD_CHECK(!op.iargs.empty() && !op.fargs.empty(), where(op) + "needs iargs[0] = head_dim, fargs[0] = theta");
   const TensorMeta &x = op.inputs[0].meta, &y = op.outputs[0].meta;
@@ -156,6 +157,8 @@ void rope(const OpCall& op, const Ptrs& in, const Ptrs& out, float sign, cudaStr
   expect_float(op, y, "output");
   // NOTE [RoPE in fp32]: the CPU kernel's fp32 angles from the host's rope_inv_freq table (Llama
   // 3.1 scaling included), rotated by the compiled RoPE's kernel on this one tensor.
+  FULLSHARD_CHECK(op.fargs.size() == 1 || op.fargs.size() == 5,
+                  where(op) + "fargs must be {theta} or {theta, factor, low, high, original}");
   if (hd / 2 > launch::kMaxRopePairs)
     throw InputError("model", "has head_dim " + std::to_string(hd) + ", above the " +
                                   std::to_string(2 * launch::kMaxRopePairs) + " that the CUDA RoPE kernel takes",
@@ -163,7 +166,7 @@ void rope(const OpCall& op, const Ptrs& in, const Ptrs& out, float sign, cudaStr
   const std::vector<float> inv = rope_inv_freq(RopeParams::from_fargs(op.fargs), hd);
   const launch::RopeTensor t[1] = {
       {in[0], out[0], dt_in(op, 0), dt_out(op, 0), S == 0 || width == 0 ? 0 : x.numel() / width, S, width}};
-  launch::compiled_rope(t, 1, hd, /*adjacent=*/false, sign, inv.data(), s);
+  launch::compiled_rope(t, 1, hd, adjacent, sign, inv.data(), s);
 }
 
 void norm(const OpCall& op, const Ptrs& in, const Ptrs& out, bool layer, cudaStream_t s) {
@@ -554,8 +557,10 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
     case OpKind::kLinearBackwardInput:
     case OpKind::kLinearBackwardWeight: return launch_gemm(op, in, out, ctx);
     case OpKind::kLinearBackwardBias: return linear_bias_backward(op, in, out, s);
-    case OpKind::kRoPE: return rope(op, in, out, 1.0f, s);
-    case OpKind::kRoPEBackward: return rope(op, in, out, -1.0f, s);
+    case OpKind::kRoPE: return rope(op, in, out, 1.0f, false, s);
+    case OpKind::kRoPEBackward: return rope(op, in, out, -1.0f, false, s);
+    case OpKind::kRoPEComplex: return rope(op, in, out, 1.0f, true, s);  // torchtitan's view_as_complex
+    case OpKind::kRoPEComplexBackward: return rope(op, in, out, -1.0f, true, s);
     case OpKind::kAttention:
     case OpKind::kAttentionEfficient:
     case OpKind::kAttentionCudnn: return attention(op, in, out, s);  // NOTE [SDPA variants on the CUDA backend]
@@ -594,8 +599,6 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
     case OpKind::kMulBroadcast:
     case OpKind::kSumLeadingDims:
     case OpKind::kExpandLastDim:
-    case OpKind::kRoPEComplex:
-    case OpKind::kRoPEComplexBackward:
     case OpKind::kRepeatKV:
     case OpKind::kRepeatKVBackward:
     case OpKind::kRotaryCosSin:

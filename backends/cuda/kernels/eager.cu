@@ -19,9 +19,6 @@ namespace {
 using namespace dev;
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-unsigned row_grid(int64_t rows) {
-  return static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>(rows, 1), plan::kMaxGrid));
-}
 
 // ---- pointwise with a scalar (eager.cc map1). Exponents 1, 2, 3 multiply exactly as the CPU
 // does; any other is pow in double rounded to fp32 (glibc's powf is within an ulp of that).
@@ -119,29 +116,6 @@ __device__ __forceinline__ void rope_cos_sin(int64_t pos, float inv, float& c, f
   s = static_cast<float>(sd);
 }
 
-// kRoPEComplex: a thread per (row, pair i) computes the angle once and rotates pair i of every
-// head (rope.cc rotate, adjacent = true): y[2i] = a c - b s, y[2i+1] = b c + a s, s = sign sin.
-// Each thread reads a pair before writing it: in place is fine. The frequencies are read from
-// the parameter space (__grid_constant__: no per-thread copy).
-__global__ void rope_complex_kernel(const void* x, int dx, void* y, int dy, int64_t rows, int64_t S, int64_t width,
-                                    int64_t hd, const __grid_constant__ launch::RopeFreqs f, float sign) {
-  const int64_t half = hd / 2, heads = width / hd;
-  for (int64_t t = global_thread(); t < rows * half; t += grid_threads()) {
-    const int64_t row = t / half, i = t - row * half;
-    float c, s;
-    rope_cos_sin(row % S, f.inv[i], c, s);
-    s = sign * s;
-    for (int64_t h = 0; h < heads; ++h) {
-      const int64_t i1 = rope_complex_first(row, width, hd, h, i);
-      const float a = load_f(x, dx, i1), b = load_f(x, dx, i1 + 1);
-      store_f(y, dy, i1, __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
-      store_f(y, dy, i1 + 1, __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s)));
-    }
-  }
-}
-
-// kRotaryCosSin (rope.cc rotary_cos_sin): a thread per (row, j < hd/2) writes elements j and
-// j + hd/2 of both tables (emb = cat(freqs, freqs)).
 __global__ void rotary_cos_sin_kernel(void* cos_t, int dcos, void* sin_t, int dsin, int64_t rows, int64_t S,
                                       int64_t hd, const __grid_constant__ launch::RopeFreqs f) {
   const int64_t half = hd / 2;
@@ -282,14 +256,6 @@ void expand_last_dim(const void* x, int dx, void* y, int dy, int64_t rows, int64
   const plan::Launch l = plan::launch_1d(rows * D / vec);
   expand_last_dim_kernel<<<l.grid, l.block, 0, s>>>(x, dx, y, dy, rows, D, scale, vec);
   check_launch("expand_last_dim");
-}
-
-void rope_complex(const void* x, int dx, void* y, int dy, int64_t rows, int64_t S, int64_t width, int64_t hd,
-                  const RopeFreqs& f, float sign, cudaStream_t s) {
-  if (rows == 0 || width == 0) return;
-  const plan::Launch l = plan::launch_1d(rows * (hd / 2));
-  rope_complex_kernel<<<l.grid, l.block, 0, s>>>(x, dx, y, dy, rows, S, width, hd, f, sign);
-  check_launch("rope_complex");
 }
 
 void rotary_cos_sin(void* cos_t, int dcos, void* sin_t, int dsin, int64_t rows, int64_t S, int64_t hd,

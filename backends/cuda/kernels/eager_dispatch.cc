@@ -112,23 +112,6 @@ launch::RopeFreqs rope_freqs(const OpCall& op, int64_t hd) {
   return f;
 }
 
-// rope.cc rotate (adjacent = true).
-void rope_complex(const OpCall& op, const Ptrs& in, const Ptrs& out, float sign, cudaStream_t s) {
-  expect_arity(op, 1, 1);
-  FULLSHARD_CHECK(!op.iargs.empty() && !op.fargs.empty(), where(op) + "needs iargs[0] = head_dim, fargs[0] = theta");
-  const TensorMeta &x = op.inputs[0].meta, &y = op.outputs[0].meta;
-  const int64_t hd = op.iargs[0];
-  FULLSHARD_CHECK(x.shape.size() >= 2, where(op) + "x must be [..., S, H*hd]");
-  const int64_t width = x.shape.back(), S = x.shape[x.shape.size() - 2];
-  FULLSHARD_CHECK(hd > 0 && hd % 2 == 0 && width % hd == 0,
-                  where(op) + "head_dim must be even and divide the last dim");
-  FULLSHARD_CHECK(y.numel() == x.numel(), where(op) + "output size differs from x");
-  expect_floats(op);
-  const launch::RopeFreqs f = rope_freqs(op, hd);
-  const int64_t rows = S == 0 || width == 0 ? 0 : x.numel() / width;
-  launch::rope_complex(in[0], dt_in(op, 0), out[0], dt_out(op, 0), rows, S, width, hd, f, sign, s);
-}
-
 void rotary_cos_sin(const OpCall& op, const Ptrs& out, cudaStream_t s) {
   expect_arity(op, 0, 2);
   FULLSHARD_CHECK(!op.iargs.empty() && !op.fargs.empty(), where(op) + "needs iargs[0] = head_dim, fargs[0] = theta");
@@ -189,8 +172,6 @@ void launch_eager(const OpCall& op, const std::vector<void*>& in, const std::vec
     case OpKind::kMulBroadcast: return mul_broadcast(op, in, out, s);
     case OpKind::kSumLeadingDims: return sum_leading_dims(op, in, out, s);
     case OpKind::kExpandLastDim: return expand_last_dim(op, in, out, s);
-    case OpKind::kRoPEComplex: return rope_complex(op, in, out, 1.0f, s);
-    case OpKind::kRoPEComplexBackward: return rope_complex(op, in, out, -1.0f, s);
     case OpKind::kRepeatKV: return repeat_kv(op, in, out, false, s);
     case OpKind::kRepeatKVBackward: return repeat_kv(op, in, out, true, s);
     case OpKind::kRotaryCosSin: return rotary_cos_sin(op, out, s);

@@ -15,12 +15,6 @@ FS_HD int64_t bcast_index(Bcast mode, int64_t r, int64_t d, int64_t hd) {
   return mode == Bcast::kHead ? r * hd + d % hd : mode == Bcast::kColumn ? d : r;
 }
 
-// kRoPEComplex (view_as_complex): pair i of head h of token row `row` of x [rows, width] is the
-// ADJACENT elements (first, first + 1).
-FS_HD int64_t rope_complex_first(int64_t row, int64_t width, int64_t hd, int64_t h, int64_t i) {
-  return row * width + h * hd + 2 * i;
-}
-
 // kRepeatKV: y [rows, kv * rep * hd] holds head q of y at q * hd; it is kv head q / rep of the
 // same row, so element e of y copies element repeat_kv_source(e) of x [rows, kv * hd]
 // ((r * kv + h) * rep + j = q, and q / rep = r * kv + h).

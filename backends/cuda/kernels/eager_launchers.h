@@ -14,9 +14,10 @@
 namespace fullshard::cuda {
 
 // kPowScalar, kAddScalar, kRsqrt, kMulBroadcast, kSumLeadingDims, kExpandLastDim,
-// kRoPEComplex(Backward), kRepeatKV(Backward), kRotaryCosSin, kRotateHalfCat; throws
-// InternalError (naming the op) on a bad layout, before anything is enqueued. (kSumLastDim and
-// kNarrowCopy, which tensor parallelism's losses issue too, are tensor_parallel.h's.)
+// kRepeatKV(Backward), kRotaryCosSin, kRotateHalfCat; throws InternalError (naming the op) on a
+// bad layout, before anything is enqueued. (kSumLastDim and kNarrowCopy, which tensor
+// parallelism's losses issue too, are tensor_parallel.h's; kRoPEComplex runs dispatch.cc's RoPE
+// with adjacent pairs.)
 void launch_eager(const OpCall& op, const std::vector<void*>& in, const std::vector<void*>& out, cudaStream_t s);
 
 namespace launch {
@@ -38,9 +39,6 @@ constexpr int64_t kMaxEagerRopePairs = 512;  // head_dim <= 1024
 struct RopeFreqs {
   float inv[kMaxEagerRopePairs];
 };
-// kRoPEComplex: sign +1; its backward (the conjugate) -1. x, y [rows, width], position row % S.
-void rope_complex(const void* x, int dx, void* y, int dy, int64_t rows, int64_t S, int64_t width, int64_t hd,
-                  const RopeFreqs& f, float sign, cudaStream_t s);
 // kRotaryCosSin: cos, sin [rows, hd], position row % S, element i at frequency i % (hd / 2).
 void rotary_cos_sin(void* cos_t, int dcos, void* sin_t, int dsin, int64_t rows, int64_t S, int64_t hd,
                     const RopeFreqs& f, cudaStream_t s);
