@@ -9,6 +9,7 @@
 
 #include "backends/cpu/kernels/dtype_io.h"
 #include "backends/cpu/kernels/kernel_impl.h"
+#include "core/runtime/repeat_kv_args.h"
 
 namespace fullshard::cpu::detail {
 
@@ -139,26 +140,10 @@ void expand_last_dim(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 
 namespace fullshard::cpu::detail {
 
-namespace {
-struct KvLayout {
-  int64_t rows, kv_heads, n_rep, hd;
-};
-// x: [rows, kv_heads * hd], y: [rows, kv_heads * n_rep * hd] (either direction).
-KvLayout kv_layout(const OpCall& op, const TensorMeta& small, const TensorMeta& big) {
-  expect_arity(op, 1, 1);
-  FULLSHARD_CHECK(op.iargs.size() >= 3, where(op) + "needs iargs = {kv_heads, n_rep, head_dim}");
-  const int64_t kv = op.iargs[0], rep = op.iargs[1], hd = op.iargs[2];
-  FULLSHARD_CHECK(kv > 0 && rep > 0 && hd > 0 && small.numel() % (kv * hd) == 0,
-                  where(op) + "the kv tensor is not [rows, kv_heads * head_dim]");
-  const int64_t rows = small.numel() / (kv * hd);
-  FULLSHARD_CHECK(big.numel() == rows * kv * rep * hd, where(op) + "the repeated tensor is not [rows, n_heads * head_dim]");
-  return {rows, kv, rep, hd};
-}
-}  // namespace
 
 void repeat_kv(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   const TensorMeta &x = in_meta(op, 0), &y = out_meta(op, 0);
-  const auto [rows, kv, rep, hd] = kv_layout(op, x, y);
+  const auto [rows, kv, rep, hd] = decode_repeat_kv(op);  // core/runtime/repeat_kv_args.h
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t h = 0; h < kv; ++h)
       for (int64_t j = 0; j < rep; ++j)
@@ -167,7 +152,7 @@ void repeat_kv(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 
 void repeat_kv_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   const TensorMeta &g = in_meta(op, 0), &y = out_meta(op, 0);
-  const auto [rows, kv, rep, hd] = kv_layout(op, y, g);
+  const auto [rows, kv, rep, hd] = decode_repeat_kv(op);
   std::vector<float> acc(static_cast<size_t>(hd)), part(static_cast<size_t>(hd));
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t h = 0; h < kv; ++h) {

@@ -9,6 +9,7 @@
 #include "backends/cuda/kernels/launchers.h"
 #include "backends/cuda/kernels/plan.h"
 #include "core/common/error.h"
+#include "core/runtime/repeat_kv_args.h"
 #include "core/runtime/rope_args.h"
 
 namespace fullshard::cuda {
@@ -126,29 +127,12 @@ void rotary_cos_sin(const OpCall& op, const Ptrs& out, cudaStream_t s) {
   launch::rotary_cos_sin(out[0], dt_out(op, 0), out[1], dt_out(op, 1), rows, S, hd, f, s);
 }
 
-struct KvLayout {
-  int64_t rows, kv, rep, hd;
-};
-// eager.cc kv_layout: small [rows, kv_heads * hd], big [rows, kv_heads * n_rep * hd].
-KvLayout kv_layout(const OpCall& op, const TensorMeta& small, const TensorMeta& big) {
-  expect_arity(op, 1, 1);
-  FULLSHARD_CHECK(op.iargs.size() >= 3, where(op) + "needs iargs = {kv_heads, n_rep, head_dim}");
-  const int64_t kv = op.iargs[0], rep = op.iargs[1], hd = op.iargs[2];
-  FULLSHARD_CHECK(kv > 0 && rep > 0 && hd > 0 && small.numel() % (kv * hd) == 0,
-                  where(op) + "the kv tensor is not [rows, kv_heads * head_dim]");
-  const int64_t rows = small.numel() / (kv * hd);
-  FULLSHARD_CHECK(big.numel() == rows * kv * rep * hd,
-                  where(op) + "the repeated tensor is not [rows, n_heads * head_dim]");
-  expect_floats(op);
-  return {rows, kv, rep, hd};
-}
-
 void repeat_kv(const OpCall& op, const Ptrs& in, const Ptrs& out, bool backward, cudaStream_t s) {
-  expect_arity(op, 1, 1);
-  const TensorMeta &a = op.inputs[0].meta, &b = op.outputs[0].meta;
-  const KvLayout l = backward ? kv_layout(op, b, a) : kv_layout(op, a, b);
-  if (!backward) return launch::repeat_kv(in[0], dt_in(op, 0), out[0], dt_out(op, 0), l.rows, l.kv, l.rep, l.hd, s);
-  launch::repeat_kv_backward(in[0], dt_in(op, 0), out[0], dt_out(op, 0), l.rows, l.kv, l.rep, l.hd, s);
+  const RepeatKvLayout l = decode_repeat_kv(op);  // the CPU kernel's decoding and checks
+  expect_floats(op);
+  if (!backward)
+    return launch::repeat_kv(in[0], dt_in(op, 0), out[0], dt_out(op, 0), l.rows, l.kv_heads, l.n_rep, l.head_dim, s);
+  launch::repeat_kv_backward(in[0], dt_in(op, 0), out[0], dt_out(op, 0), l.rows, l.kv_heads, l.n_rep, l.head_dim, s);
 }
 
 void rotate_half_cat(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
