@@ -183,6 +183,7 @@ P
     'torchtitan-2024-04:{"preset": "torchtitan-2024-04"}'
     'torchtitan:{"preset": "torchtitan"}'
     'efficient:{"attention": "efficient", "gqa": "repeat_kv"}'
+    'cudnn:{"attention": "cudnn"}'
     'compile:{"compile": true}'
     'bf16-logits:{"loss": "bf16_logits"}'
   )
@@ -209,6 +210,16 @@ P
     record PASS "train tiny-llama-h100: $(grep -m1 '^trained' "$work/tiny-train.log")"
   else
     record FAIL "train tiny-llama-h100 (tiny-train.log)"; tail -n 20 "$work/tiny-train.log"
+  fi
+  # The same without the timing events (NOTE [Measured stream times on the GPU]): their cost on
+  # a host-bound tiny model, beside the run above.
+  if timeout -k 10 "${GPU_CHECK_COMPARE_TIMEOUT:-180}" env LD_LIBRARY_PATH="$fs_libs" FULLSHARD_CUDA_STREAM_TIMES=off \
+      "$fs" train scenarios/tiny-llama-h100.json --backend cuda --steps 20 > "$work/tiny-train-untimed.log" 2>&1 \
+      < /dev/null; then
+    record PASS "train tiny-llama-h100 without timing events: $(grep -m1 '^trained' "$work/tiny-train-untimed.log")"
+  else
+    record FAIL "train tiny-llama-h100 without timing events (tiny-train-untimed.log)"
+    tail -n 20 "$work/tiny-train-untimed.log"
   fi
 }
 

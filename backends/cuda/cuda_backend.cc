@@ -250,17 +250,22 @@ void CudaBackend::stage_to_device(StreamRole r, const OpCall& op, const void* ho
   check(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream(r)), "cudaMemcpyAsync", describe(op));
 }
 
-// NOTE [Measured stream times on the GPU]: every kernel and collective between two timing events
-// on its stream (the begin is taken when the stream reaches it, after the waits issued before).
-void CudaBackend::do_launch(StreamRole r, const OpCall& op) {
-  if (timer_) timer_->begin(r, stream(r), host_seq(), nullptr);
-  launch_op(r, op);
-  if (timer_) timer_->end(stream(r));
-}
+void CudaBackend::do_launch(StreamRole r, const OpCall& op) { launch_op(r, op); }
 
 void CudaBackend::do_collective(StreamRole r, const CollectiveCall& call, const ProcessGroup& group) {
-  if (timer_) timer_->begin(r, stream(r), host_seq(), &group.name);
   enqueue_collective(r, call, group);
+}
+
+// NOTE [Measured stream times on the GPU]: the enqueue of every kernel and collective between two
+// timing events on its stream, and nothing of the host's own work (argument resolution, batch
+// and init values, communicator setup): an event on an idle stream is stamped as the host
+// records it, so host work inside the pair would count as the stream's busy time. What stays
+// inside is the launch call itself (a few microseconds; only a device-side tracer such as CUPTI
+// could remove it).
+template <class Enqueue>
+void CudaBackend::timed(StreamRole r, const std::string* group, Enqueue&& enqueue) {
+  if (timer_) timer_->begin(r, stream(r), host_seq(), group);
+  enqueue();
   if (timer_) timer_->end(stream(r));
 }
 
@@ -313,7 +318,7 @@ void CudaBackend::launch_op(StreamRole r, const OpCall& op) {
   for (const auto& t : op.outputs) add(t, out);
 
   if (!any_device) {  // everything in host memory (CPU offload): CPU kernels in stream order
-    run_on_host(r, op, std::move(in), std::move(out));
+    timed(r, nullptr, [&] { run_on_host(r, op, std::move(in), std::move(out)); });
     return;
   }
   if (any_host) {
@@ -328,8 +333,10 @@ void CudaBackend::launch_op(StreamRole r, const OpCall& op) {
                           " mixes host (CPU-offloaded) and device tensors; the CUDA backend only copies between them "
                           "(kCopy, one input, same dtype and size): cast on the device side first");
     if (op.outputs[0].nbytes() > 0)
-      check(cudaMemcpyAsync(out[0], in[0], op.outputs[0].nbytes(), cudaMemcpyDefault, stream(r)), "cudaMemcpyAsync",
-            describe(op));
+      timed(r, nullptr, [&] {
+        check(cudaMemcpyAsync(out[0], in[0], op.outputs[0].nbytes(), cudaMemcpyDefault, stream(r)), "cudaMemcpyAsync",
+              describe(op));
+      });
     return;
   }
   if (op.kind == OpKind::kLoadBatch) {
@@ -340,8 +347,10 @@ void CudaBackend::launch_op(StreamRole r, const OpCall& op) {
     options_.batches.fill(op, rank(), world_size(), reinterpret_cast<int64_t*>(staging),
                           reinterpret_cast<int64_t*>(staging + nt));
     try {
-      stage_to_device(r, op, staging, out[0], nt);
-      stage_to_device(r, op, staging + nt, out[1], nl);
+      timed(r, nullptr, [&] {
+        stage_to_device(r, op, staging, out[0], nt);
+        stage_to_device(r, op, staging + nt, out[1], nl);
+      });
     } catch (...) {
       pinned_->free(staging);
       throw;
@@ -358,7 +367,7 @@ void CudaBackend::launch_op(StreamRole r, const OpCall& op) {
     // Rounded to the dtype exactly as the CPU backend rounds them (nearest even).
     cpu::detail::store_f32(v.data(), staging, o.meta.dtype, 0, static_cast<int64_t>(v.size()));
     try {
-      stage_to_device(r, op, staging, out[0], o.nbytes());
+      timed(r, nullptr, [&] { stage_to_device(r, op, staging, out[0], o.nbytes()); });
     } catch (...) {
       pinned_->free(staging);
       throw;
@@ -377,7 +386,7 @@ void CudaBackend::launch_op(StreamRole r, const OpCall& op) {
     ctx.gemm_workspace_bytes = ws.bytes;
   }
   try {
-    launch_kernel(op, in, out, ctx);
+    timed(r, nullptr, [&] { launch_kernel(op, in, out, ctx); });
   } catch (const InternalError& e) {
     const std::string msg = e.what();
     // A failed launch is a CUDA error (runtime_error); anything else is a layout bug.
@@ -423,27 +432,37 @@ DeviceProcessGroup& CudaBackend::staged_group(const ProcessGroup& g, StreamRole 
 void CudaBackend::enqueue_collective(StreamRole r, const CollectiveCall& call, const ProcessGroup& group) {
   check_failed();
   FULLSHARD_CHECK(group.index_of(rank()) >= 0, "collective " + call.name + " on a group without this rank");
-  Resolved in = resolve(call.input);
+  const Resolved in = resolve(call.input);
   const Resolved out = resolve(call.output);
   cudaStream_t s = stream(r);
-  if (call.kind == CollectiveKind::kAllReduce && in.ptr != out.ptr) {
-    if (call.output.nbytes() > 0)
+  const bool copy_first = call.kind == CollectiveKind::kAllReduce && in.ptr != out.ptr;
+  const Resolved data = copy_first ? out : in;
+  const CollectiveArgs args = decode_collective(call, data.ptr, out.ptr, group.size());
+  // The process group first (a communicator's setup is host work: NOTE [Measured stream times on
+  // the GPU]), then the copy and the collective between the timing events.
+  auto copy_in = [&] {
+    if (copy_first && call.output.nbytes() > 0)
       check(cudaMemcpyAsync(out.ptr, in.ptr, call.output.nbytes(), cudaMemcpyDefault, s), "cudaMemcpyAsync",
             "all_reduce '" + call.name + "' (input copied to output)");
-    in = out;
-  }
-  const CollectiveArgs args = decode_collective(call, in.ptr, out.ptr, group.size());
+  };
   if (transport_.transport == CollectiveTransport::kNccl) {
     std::shared_ptr<NcclProcessGroup> pg = nccl_group(group);
     try {
-      pg->enqueue(args, s);
+      timed(r, &group.name, [&] {
+        copy_in();
+        pg->enqueue(args, s);
+      });
     } catch (const std::exception& e) {
       watchdog_->report(e.what());  // first error wins; aborts the other communicators
       throw;
     }
     watchdog_->track(pg, args, s, options_.collectives.timeout);
   } else {
-    staged_group(group, r).enqueue(args, s);
+    DeviceProcessGroup& pg = staged_group(group, r);
+    timed(r, &group.name, [&] {
+      copy_in();
+      pg.enqueue(args, s);
+    });
   }
 }
 

@@ -123,6 +123,9 @@ class CudaBackend : public Backend {
   void collect_stream_times();
   void launch_op(StreamRole stream, const OpCall& op);
   void enqueue_collective(StreamRole stream, const CollectiveCall& call, const ProcessGroup& group);
+  // Runs `enqueue` between a timing-event pair on `stream` (NOTE [Measured stream times on the GPU]).
+  template <class Enqueue>
+  void timed(StreamRole stream, const std::string* group, Enqueue&& enqueue);
 
   struct Address {
     uint8_t* ptr;
