@@ -10,6 +10,7 @@
 #                                     libraries but no Debian packages and no network, from the
 #                                     repository root, the stages named (default: all, in order):
 #       tests    every GPU test binary;
+#       sanitize the tensor-core attention test under compute-sanitizer racecheck and synccheck;
 #       compare  tiny Llama and GPT-2 (1 rank over NCCL; 2 ranks sharing one GPU over staged Gloo;
 #                FSDP 2 x tp 2 as 4 ranks sharing one GPU), and tiny Llama under each
 #                model.implementation variant (1 rank)
@@ -135,6 +136,13 @@ stage_tests() {
       *) record FAIL "test $name (exit $rc; test-$name.log)"; tail -n 30 "$work/test-$name.log" ;;
     esac
   done < "$pack/tests.tsv"
+  # NOTE [Not ready is not an error] in backends/cuda/cuda_error.h: what this runtime does.
+  grep -h "NotReady" "$work"/test-*.log 2> /dev/null | head -n 1 | sed 's/^/gpu-check: /'
+}
+
+# Its own stage: compute-sanitizer slows kernels by one or two orders of magnitude, and the tests
+# stage alone fills much of a 10-minute call.
+stage_sanitize() {
   # The tensor-core attention kernels under compute-sanitizer's race and barrier checkers, on the
   # small shapes of one test (a race that a given run does not show would pass the test itself).
   local sanitizer
@@ -149,8 +157,6 @@ stage_tests() {
       record FAIL "compute-sanitizer $tool: tensor-core attention (sanitizer-$tool.log)"; tail -n 20 "$work/sanitizer-$tool.log"
     fi
   done
-  # NOTE [Not ready is not an error] in backends/cuda/cuda_error.h: what this runtime does.
-  grep -h "NotReady" "$work"/test-*.log 2> /dev/null | head -n 1 | sed 's/^/gpu-check: /'
 }
 
 stage_compare() {
@@ -296,10 +302,10 @@ stage_measure() {
 do_run() {
   cd "$root"
   local stages=("$@")
-  [ ${#stages[@]} -gt 0 ] || stages=(tests compare bench measure)
+  [ ${#stages[@]} -gt 0 ] || stages=(tests sanitize compare bench measure)
   for st in "${stages[@]}"; do
-    case "$st" in tests|compare|bench|measure) ;; *)
-      echo "gpu-check: unknown stage '$st': name tests, compare, bench or measure" >&2; exit 2 ;;
+    case "$st" in tests|sanitize|compare|bench|measure) ;; *)
+      echo "gpu-check: unknown stage '$st': name tests, sanitize, compare, bench or measure" >&2; exit 2 ;;
     esac
   done
   if [ ! -x "$pack/bin/fullshard" ] && [ -f "$pack.tar.xz" ]; then
@@ -332,5 +338,5 @@ case "$mode" in
   pack) do_pack ;;
   run) shift; do_run "$@" ;;
   all) (do_pack) && do_run ;;
-  *) echo "usage: tools/gpu-check.sh pack [DIR] | run [tests|compare|bench|measure ...] | all" >&2; exit 2 ;;
+  *) echo "usage: tools/gpu-check.sh pack [DIR] | run [tests|sanitize|compare|bench|measure ...] | all" >&2; exit 2 ;;
 esac
