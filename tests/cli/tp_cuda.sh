@@ -33,9 +33,18 @@ s["model"] = {"name": s["model"], "implementation": {"compile": True}}
 json.dump(s, open(sys.argv[2], "w"))
 PY
 timeout 120 "$bin" train "$tmp/async.json" --backend cuda --steps 1 > "$tmp/out" 2> "$tmp/err" < /dev/null; rc=$?
-if [ "$rc" -eq 2 ] && [ "$(wc -l < "$tmp/err")" -eq 1 ] && grep -q "tensor_parallel.async" "$tmp/err"; then
+# (A build without the CUDA backend stops first, at --backend cuda, in one line too.)
+if [ "$rc" -eq 2 ] && [ "$(wc -l < "$tmp/err")" -eq 1 ] &&
+   grep -Eq "tensor_parallel.async|built without the CUDA backend" "$tmp/err"; then
   echo "ok   async TP refused on the CUDA backend: $(cat "$tmp/err")"
 else
   echo "FAIL async on cuda (rc $rc)"; cat "$tmp/out" "$tmp/err"; fail=1
+fi
+# And on the CPU backend, which every build has: the same refusal by name.
+timeout 120 "$bin" train "$tmp/async.json" --backend cpu --steps 1 > "$tmp/out" 2> "$tmp/err" < /dev/null; rc=$?
+if [ "$rc" -eq 2 ] && [ "$(wc -l < "$tmp/err")" -eq 1 ] && grep -q "tensor_parallel.async" "$tmp/err"; then
+  echo "ok   async TP refused on the CPU backend: $(cat "$tmp/err")"
+else
+  echo "FAIL async on cpu (rc $rc)"; cat "$tmp/out" "$tmp/err"; fail=1
 fi
 exit $fail
