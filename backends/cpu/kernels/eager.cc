@@ -9,6 +9,7 @@
 
 #include "backends/cpu/kernels/dtype_io.h"
 #include "backends/cpu/kernels/kernel_impl.h"
+#include "core/runtime/eager_args.h"
 #include "core/runtime/repeat_kv_args.h"
 
 namespace fullshard::cpu::detail {
@@ -30,22 +31,10 @@ void map1(const OpCall& op, const Ptrs& in, const Ptrs& out, F f) {
   }
 }
 
-double farg(const OpCall& op) {
-  FULLSHARD_CHECK(!op.fargs.empty(), where(op) + "needs fargs[0]");
-  return op.fargs[0];
-}
-
-int64_t row_width(const OpCall& op, const TensorMeta& full) {
-  FULLSHARD_CHECK(!op.iargs.empty(), where(op) + "needs iargs[0] = D (the last dim)");
-  const int64_t D = op.iargs[0];
-  FULLSHARD_CHECK(D > 0 && full.numel() % D == 0, where(op) + "the last dim does not divide the tensor");
-  return D;
-}
-
 }  // namespace
 
 void pow_scalar(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  const float p = static_cast<float>(farg(op));
+  const float p = static_cast<float>(eager_farg(op));
   if (p == 1.0f) return map1(op, in, out, [](float v) { return v; });
   if (p == 2.0f) return map1(op, in, out, [](float v) { return v * v; });
   if (p == 3.0f) return map1(op, in, out, [](float v) { return v * v * v; });
@@ -53,7 +42,7 @@ void pow_scalar(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 }
 
 void add_scalar(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  const float c = static_cast<float>(farg(op));
+  const float c = static_cast<float>(eager_farg(op));
   map1(op, in, out, [c](float v) { return v + c; });
 }
 
@@ -94,7 +83,7 @@ void mul_broadcast(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 void sum_last_dim(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   expect_arity(op, 1, 1);
   const TensorMeta &x = in_meta(op, 0), &y = out_meta(op, 0);
-  const int64_t D = row_width(op, x), rows = x.numel() / D;
+  const int64_t D = eager_row_width(op, x), rows = x.numel() / D;
   FULLSHARD_CHECK(y.numel() == rows, where(op) + "output must have one element per row");
   const double scale = op.fargs.empty() ? 1.0 : op.fargs[0];
   std::vector<float> row(static_cast<size_t>(D)), res(static_cast<size_t>(rows));
@@ -110,7 +99,7 @@ void sum_last_dim(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 void sum_leading_dims(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   expect_arity(op, 1, 1);
   const TensorMeta &x = in_meta(op, 0), &y = out_meta(op, 0);
-  const int64_t D = row_width(op, x), rows = x.numel() / D;
+  const int64_t D = eager_row_width(op, x), rows = x.numel() / D;
   FULLSHARD_CHECK(y.numel() == D, where(op) + "output must be [D]");
   std::vector<float> row(static_cast<size_t>(D));
   std::vector<double> acc(static_cast<size_t>(D), 0.0);
@@ -125,9 +114,9 @@ void sum_leading_dims(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 void expand_last_dim(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   expect_arity(op, 1, 1);
   const TensorMeta &x = in_meta(op, 0), &y = out_meta(op, 0);
-  const int64_t D = row_width(op, y), rows = y.numel() / D;
+  const int64_t D = eager_row_width(op, y), rows = y.numel() / D;
   FULLSHARD_CHECK(x.numel() == rows, where(op) + "input must have one element per output row");
-  const float scale = static_cast<float>(farg(op));
+  const float scale = static_cast<float>(eager_farg(op));
   std::vector<float> v(static_cast<size_t>(rows)), row(static_cast<size_t>(D));
   load_f32(in[0], x.dtype, 0, rows, v.data());
   for (int64_t r = 0; r < rows; ++r) {
@@ -139,7 +128,6 @@ void expand_last_dim(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 }  // namespace fullshard::cpu::detail
 
 namespace fullshard::cpu::detail {
-
 
 void repeat_kv(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   const TensorMeta &x = in_meta(op, 0), &y = out_meta(op, 0);

@@ -9,6 +9,7 @@
 #include "backends/cuda/kernels/launchers.h"
 #include "backends/cuda/kernels/plan.h"
 #include "core/common/error.h"
+#include "core/runtime/eager_args.h"
 #include "core/runtime/repeat_kv_args.h"
 #include "core/runtime/rope_args.h"
 
@@ -30,18 +31,6 @@ void expect_floats(const OpCall& op) {
                                                 std::string(dtype_name(r.meta.dtype)));
 }
 
-double farg(const OpCall& op) {
-  FULLSHARD_CHECK(!op.fargs.empty(), where(op) + "needs fargs[0]");
-  return op.fargs[0];
-}
-
-int64_t row_width(const OpCall& op, const TensorMeta& full) {
-  FULLSHARD_CHECK(!op.iargs.empty(), where(op) + "needs iargs[0] = D (the last dim)");
-  const int64_t D = op.iargs[0];
-  FULLSHARD_CHECK(D > 0 && full.numel() % D == 0, where(op) + "the last dim does not divide the tensor");
-  return D;
-}
-
 // eager.cc map1: one input, one output of its size.
 void scalar(launch::Scalar k, const OpCall& op, const Ptrs& in, const Ptrs& out, float f, cudaStream_t s) {
   expect_arity(op, 1, 1);
@@ -52,7 +41,7 @@ void scalar(launch::Scalar k, const OpCall& op, const Ptrs& in, const Ptrs& out,
 }
 
 void pow_scalar(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
-  const auto p = static_cast<float>(farg(op));
+  const auto p = static_cast<float>(eager_farg(op));
   const launch::Scalar k = p == 1.0f   ? launch::Scalar::kPow1
                            : p == 2.0f ? launch::Scalar::kPow2
                            : p == 3.0f ? launch::Scalar::kPow3
@@ -82,7 +71,7 @@ void mul_broadcast(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream
 void sum_leading_dims(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
   expect_arity(op, 1, 1);
   const TensorMeta &x = op.inputs[0].meta, &y = op.outputs[0].meta;
-  const int64_t D = row_width(op, x), rows = x.numel() / D;
+  const int64_t D = eager_row_width(op, x), rows = x.numel() / D;
   FULLSHARD_CHECK(y.numel() == D, where(op) + "output must be [D]");
   expect_floats(op);
   // Column sums in double, rounded to fp32 then to y's dtype, as the CPU (norm.cu).
@@ -92,9 +81,9 @@ void sum_leading_dims(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStr
 void expand_last_dim(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
   expect_arity(op, 1, 1);
   const TensorMeta &x = op.inputs[0].meta, &y = op.outputs[0].meta;
-  const int64_t D = row_width(op, y), rows = y.numel() / D;
+  const int64_t D = eager_row_width(op, y), rows = y.numel() / D;
   FULLSHARD_CHECK(x.numel() == rows, where(op) + "input must have one element per output row");
-  const auto scale = static_cast<float>(farg(op));
+  const auto scale = static_cast<float>(eager_farg(op));
   expect_floats(op);
   launch::expand_last_dim(in[0], dt_in(op, 0), out[0], dt_out(op, 0), rows, D, scale, s);
 }
@@ -151,7 +140,7 @@ void rotate_half_cat(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStre
 void launch_eager(const OpCall& op, const std::vector<void*>& in, const std::vector<void*>& out, cudaStream_t s) {
   switch (op.kind) {
     case OpKind::kPowScalar: return pow_scalar(op, in, out, s);
-    case OpKind::kAddScalar: return scalar(launch::Scalar::kAdd, op, in, out, static_cast<float>(farg(op)), s);
+    case OpKind::kAddScalar: return scalar(launch::Scalar::kAdd, op, in, out, static_cast<float>(eager_farg(op)), s);
     case OpKind::kRsqrt: return scalar(launch::Scalar::kRsqrt, op, in, out, 0.0f, s);
     case OpKind::kMulBroadcast: return mul_broadcast(op, in, out, s);
     case OpKind::kSumLeadingDims: return sum_leading_dims(op, in, out, s);

@@ -44,7 +44,6 @@ struct TpPlan {
   Copy2D narrow;              // kNarrowCopy: n columns of each block (NOTE [Strided 2-D copy])
   int64_t a = 0, b = 0, row_bytes = 0;  // kTransposeBlocks
 };
-bool is_tensor_parallel_kind(OpKind k);  // the kinds plan_tensor_parallel decodes
 TpPlan plan_tensor_parallel(const OpCall& op);
 // The unit of NOTE [Block transpose in units] for rows of `row_bytes` bytes between these bases.
 BlockTranspose plan_block_transpose(int64_t a, int64_t b, int64_t row_bytes, const void* src, const void* dst);
@@ -52,7 +51,7 @@ BlockTranspose plan_block_transpose(int64_t a, int64_t b, int64_t row_bytes, con
 }  // namespace plan
 
 // Checks `op` (plan_tensor_parallel), then enqueues its kernel on `s` (dispatch.cc calls it for
-// every is_tensor_parallel_kind kind).
+// every kind plan_tensor_parallel decodes).
 void launch_tensor_parallel(const OpCall& op, const std::vector<void*>& in, const std::vector<void*>& out,
                             cudaStream_t s);
 

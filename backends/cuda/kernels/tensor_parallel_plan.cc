@@ -138,21 +138,6 @@ TpPlan narrow_copy(const OpCall& op) {
 
 }  // namespace
 
-bool is_tensor_parallel_kind(OpKind k) {
-  switch (k) {
-    case OpKind::kTransposeBlocks:
-    case OpKind::kRowMax:
-    case OpKind::kSubRow:
-    case OpKind::kExp:
-    case OpKind::kLog:
-    case OpKind::kSumLastDim:
-    case OpKind::kNllVocabParallel:
-    case OpKind::kNllVocabParallelBackward:
-    case OpKind::kNarrowCopy: return true;
-    default: return false;
-  }
-}
-
 TpPlan plan_tensor_parallel(const OpCall& op) {
   switch (op.kind) {
     case OpKind::kTransposeBlocks: return transpose_blocks(op);
