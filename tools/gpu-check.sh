@@ -18,6 +18,7 @@
 #                segments), then 20 steps of `fullshard train`;
 #       bench    the GPU training benchmark beside PyTorch eager + FSDP2, and the simulator's
 #                prediction of PyTorch's peak memory for it;
+#       bench_cudnn  the same with attention = cudnn on both sides (cuDNN's fused attention);
 #       measure  PyTorch's cuBLAS workspaces, FSDP2's hook time, the kernels of Llama 3.1 8B timed
 #                with tools/measure and this GPU's profile fitted to them.
 #   tools/gpu-check.sh all            pack, then run every stage, on a machine that builds and has
@@ -30,7 +31,7 @@
 # call killed at its limit still returns what it had done. Without $OUT, build-gpu/results.
 #
 # The packed binaries (FULLSHARD_GPU_PACK, default build-gpu/pack; DIR.tar.xz is unpacked when
-# DIR is missing) find cuBLASLt and NCCL through FULLSHARD_CUDA_LIBS (a ':'-separated list of
+# DIR is missing) find cuBLASLt, NCCL, cuDNN and NVRTC through FULLSHARD_CUDA_LIBS (a ':'-separated list of
 # folders); without it, through the PyTorch installation of `python3` (site-packages/nvidia/*/lib).
 # Only fullshard's own binaries get that library path: PyTorch's Python runs with its own. The
 # CUDA runtime is linked statically; the driver (libcuda.so.1) comes from the machine.
@@ -82,7 +83,7 @@ P
   # their dependencies); never libc, libstdc++ or anything from CUDA / the driver.
   local libs
   libs="$(for b in "$pack"/bin/*; do ldd "$b"; done | awk '/=> \// {print $3}' | sort -u |
-          grep -v -E '/(libc|libm|libpthread|libdl|librt|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|libcuda|libnvidia|libcublas|libnccl|libcudart' || true)"
+          grep -v -E '/(libc|libm|libpthread|libdl|librt|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|libcuda|libnvidia|libcublas|libnccl|libcudart|libcudnn|libnvrtc' || true)"
   for l in $libs; do cp -L "$l" "$pack/lib/"; done
   # gfortran and friends that OpenBLAS pulls in indirectly are covered by ldd above.
   # One compressed file travels well (the device tool carries at most 64 MiB); `run` unpacks it.
@@ -205,11 +206,22 @@ P
     if timeout -k 10 "${GPU_CHECK_COMPARE_TIMEOUT:-180}" env LD_LIBRARY_PATH="$fs_libs" "$fs" compare "$vfile" \
         --steps 3 --backend cuda --json "$work/compare-impl-$vname.json" > "$work/compare-impl-$vname.log" 2>&1 < /dev/null; then
       record PASS "compare tiny-llama-h100 implementation $vname: predicted == measured peaks"
+      # NOTE [cuDNN attention on the CUDA backend]: a call cuDNN declines says so on stderr.
+      while read -r l; do record NOTE "$vname: $l"; done < <(grep -m2 'cuDNN attention' "$work/compare-impl-$vname.log")
     else
       record FAIL "compare tiny-llama-h100 implementation $vname (compare-impl-$vname.log)"
       tail -n 20 "$work/compare-impl-$vname.log"
     fi
   done
+  # attention = cudnn on fullshard's own flash kernels (FULLSHARD_CUDNN_ATTENTION=off), beside cuDNN's.
+  if timeout -k 10 "${GPU_CHECK_COMPARE_TIMEOUT:-180}" env LD_LIBRARY_PATH="$fs_libs" FULLSHARD_CUDNN_ATTENTION=off \
+      "$fs" compare "$work/tiny-llama-cudnn.json" --steps 3 --backend cuda --json "$work/compare-impl-cudnn-off.json" \
+      > "$work/compare-impl-cudnn-off.log" 2>&1 < /dev/null; then
+    record PASS "compare tiny-llama-h100 implementation cudnn, FULLSHARD_CUDNN_ATTENTION=off: predicted == measured peaks"
+  else
+    record FAIL "compare tiny-llama-h100 implementation cudnn, own kernels (compare-impl-cudnn-off.log)"
+    tail -n 20 "$work/compare-impl-cudnn-off.log"
+  fi
   if timeout -k 10 "${GPU_CHECK_COMPARE_TIMEOUT:-180}" env LD_LIBRARY_PATH="$fs_libs" "$fs" train \
       scenarios/tiny-llama-h100.json --backend cuda --steps 20 --metrics "$work/tiny-train.jsonl" \
       > "$work/tiny-train.log" 2>&1 < /dev/null; then
@@ -230,20 +242,21 @@ P
 }
 
 # fullshard and PyTorch eager + FSDP2, same model, batch and AC, back to back; then the
-# simulator's peak for the scenario beside PyTorch's measured one.
-stage_bench() {
-  local fs="$pack/bin/fullshard" bench=scenarios/llama-1b-h100-bench.json
+# simulator's peak for the scenario beside PyTorch's measured one. NAME tags the files.
+bench_pair() {
+  local name="$1" bench="$2" fs="$pack/bin/fullshard"
   if timeout -k 10 "${GPU_CHECK_BENCH_TIMEOUT:-270}" env LD_LIBRARY_PATH="$fs_libs" "$fs" train "$bench" \
-      --backend cuda --metrics "$work/bench-fullshard.jsonl" > "$work/bench-fullshard.log" 2>&1 < /dev/null; then
-    record BENCH "fullshard: $(grep -m1 'after the first step' "$work/bench-fullshard.log" | sed 's/^ *//')"
+      --backend cuda --metrics "$work/$name-fullshard.jsonl" > "$work/$name-fullshard.log" 2>&1 < /dev/null; then
+    record BENCH "$name fullshard: $(grep -m1 'after the first step' "$work/$name-fullshard.log" | sed 's/^ *//')"
+    while read -r l; do record NOTE "$name: $l"; done < <(grep -m2 'cuDNN attention' "$work/$name-fullshard.log")
   else
-    record FAIL "bench fullshard (bench-fullshard.log)"; tail -n 20 "$work/bench-fullshard.log"
+    record FAIL "$name fullshard ($name-fullshard.log)"; tail -n 20 "$work/$name-fullshard.log"
   fi
   if timeout -k 10 "${GPU_CHECK_BENCH_TIMEOUT:-270}" env PYTHONUNBUFFERED=1 python3 tools/bench/pytorch_fsdp2_llama.py \
-      --scenario "$bench" --json "$work/bench-pytorch.json" > "$work/bench-pytorch.log" 2>&1 < /dev/null; then
-    record BENCH "pytorch: $(tail -n 1 "$work/bench-pytorch.log")"
-    if fsrun "$fs" simulate "$bench" --json "$work/bench-predicted.json" > "$work/bench-predicted.log" 2>&1; then
-      record MEMORY "$(python3 - "$work/bench-predicted.json" "$work/bench-pytorch.json" <<'P'
+      --scenario "$bench" --json "$work/$name-pytorch.json" > "$work/$name-pytorch.log" 2>&1 < /dev/null; then
+    record BENCH "$name pytorch: $(tail -n 1 "$work/$name-pytorch.log")"
+    if fsrun "$fs" simulate "$bench" --json "$work/$name-predicted.json" > "$work/$name-predicted.log" 2>&1; then
+      record MEMORY "$(python3 - "$work/$name-predicted.json" "$work/$name-pytorch.json" "$name" <<'P'
 import json, sys
 pred = json.load(open(sys.argv[1]))["rank_classes"][0]
 meas = json.load(open(sys.argv[2]))
@@ -251,15 +264,30 @@ line = []
 for key, name in (("peak_allocated_bytes", "max_memory_allocated"), ("peak_reserved_bytes", "max_memory_reserved")):
     p, m = pred[key], meas[name]
     line.append(f"{name}: predicted {p} B, PyTorch {m} B ({(p - m) / 2**20:+.1f} MiB)")
-print("bench, simulator vs PyTorch: " + "; ".join(line))
+print(f"{sys.argv[3]}, simulator vs PyTorch: " + "; ".join(line))
 P
 )"
     else
-      record FAIL "simulate the bench scenario (bench-predicted.log)"
+      record FAIL "simulate $bench ($name-predicted.log)"
     fi
   else
-    record FAIL "bench pytorch (bench-pytorch.log)"; tail -n 20 "$work/bench-pytorch.log"
+    record FAIL "$name pytorch ($name-pytorch.log)"; tail -n 20 "$work/$name-pytorch.log"
   fi
+}
+
+stage_bench() { bench_pair bench scenarios/llama-1b-h100-bench.json; }
+
+# The same benchmark with attention = cudnn on both sides: cuDNN's fused attention in fullshard
+# (NOTE [cuDNN attention on the CUDA backend]) and PyTorch's SDPBackend.CUDNN_ATTENTION.
+stage_bench_cudnn() {
+  python3 - scenarios/llama-1b-h100-bench.json "$work/llama-1b-h100-bench-cudnn.json" <<'P'
+import json, sys
+s = json.load(open(sys.argv[1]))
+s["name"] += "-cudnn"
+s["model"]["implementation"] = {"attention": "cudnn"}
+json.dump(s, open(sys.argv[2], "w"))
+P
+  bench_pair bench-cudnn "$work/llama-1b-h100-bench-cudnn.json"
 }
 
 # docs/cost-model.md, "Measuring a GPU": PyTorch's cuBLAS workspaces (NOTE [cuBLAS workspaces]);
@@ -302,10 +330,10 @@ stage_measure() {
 do_run() {
   cd "$root"
   local stages=("$@")
-  [ ${#stages[@]} -gt 0 ] || stages=(tests sanitize compare bench measure)
+  [ ${#stages[@]} -gt 0 ] || stages=(tests sanitize compare bench bench_cudnn measure)
   for st in "${stages[@]}"; do
-    case "$st" in tests|sanitize|compare|bench|measure) ;; *)
-      echo "gpu-check: unknown stage '$st': name tests, sanitize, compare, bench or measure" >&2; exit 2 ;;
+    case "$st" in tests|sanitize|compare|bench|bench_cudnn|measure) ;; *)
+      echo "gpu-check: unknown stage '$st': name tests, sanitize, compare, bench, bench_cudnn or measure" >&2; exit 2 ;;
     esac
   done
   if [ ! -x "$pack/bin/fullshard" ] && [ -f "$pack.tar.xz" ]; then
@@ -338,5 +366,6 @@ case "$mode" in
   pack) do_pack ;;
   run) shift; do_run "$@" ;;
   all) (do_pack) && do_run ;;
-  *) echo "usage: tools/gpu-check.sh pack [DIR] | run [tests|sanitize|compare|bench|measure ...] | all" >&2; exit 2 ;;
+  *) echo "usage: tools/gpu-check.sh pack [DIR] | run [tests|sanitize|compare|bench|bench_cudnn|measure ...] | all" >&2
+     exit 2 ;;
 esac

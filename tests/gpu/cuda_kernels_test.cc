@@ -2,8 +2,12 @@
 // random inputs, with the tolerances of docs/cuda-kernels.md (harness: kernel_compare.h;
 // the eager decompositions' kernels: cuda_kernels_eager_test.cc). Needs a GPU: exits 77 (ctest:
 // skipped) when cudaGetDeviceCount fails or finds none.
+#include <cstdio>
+#include <cstdlib>
 #include <random>
+#include <string>
 
+#include "backends/cuda/kernels/cudnn_sdpa.h"
 #include "backends/cuda/kernels/gemm.h"
 #include "backends/cuda/kernels/launchers.h"
 #include "backends/cuda/kernels/plan.h"
@@ -353,6 +357,7 @@ std::vector<double> lse_rows(const HT& lse, int64_t rows, int64_t S, int64_t ld)
 
 TEST(CudaKernels, AttentionEfficientAndCudnnMatchCpu) {
   std::mt19937 rng(23);
+  const cuda::cudnn_sdpa::Counters before = cuda::cudnn_sdpa::counters();
   for (bool cudnn : {false, true})
     for (AttnCase c : {AttnCase{2, 37, 4, 4, 40, 0, DType::kFloat32}, AttnCase{1, 130, 4, 4, 64, 0, DType::kBFloat16},
                        AttnCase{2, 65, 8, cudnn ? 2 : 8, 128, 0, DType::kFloat16},
@@ -392,6 +397,18 @@ TEST(CudaKernels, AttentionEfficientAndCudnnMatchCpu) {
       const double tol = rel * largest_gradient(r.cpu);
       for (int i = 0; i < 3; ++i) expect_close(r.gpu[i], r.cpu[i], tol, 0, what + " d" + "qkv"[i]);
     }
+  // NOTE [cuDNN attention on the CUDA backend]: with cuDNN in the build, its kernels ran the 16-bit
+  // cuDNN cases above (bf16 head_dim 64, fp16 head_dim 128 with GQA; the fp32 ones are not
+  // cuDNN's), forward and backward once each.
+  const cuda::cudnn_sdpa::Counters after = cuda::cudnn_sdpa::counters();
+  const char* env = std::getenv("FULLSHARD_CUDNN_ATTENTION");
+  if (cuda::cudnn_sdpa::built_with_cudnn() && !(env != nullptr && std::string(env) == "off")) {
+    EXPECT_EQ(after.backward - before.backward, 2) << "cuDNN declined: see the 'cuDNN attention' lines on stderr";
+    EXPECT_GE(after.forward - before.forward, 2);
+  }
+  std::printf("cuDNN attention: %lld forward, %lld backward, %lld declined (built with cuDNN: %s)\n",
+              static_cast<long long>(after.forward - before.forward), static_cast<long long>(after.backward - before.backward),
+              static_cast<long long>(after.declined - before.declined), cuda::cudnn_sdpa::built_with_cudnn() ? "yes" : "no");
 }
 
 // A device copy of a host tensor, or (copy = false) its size in 0xFF bytes: NaN until written.

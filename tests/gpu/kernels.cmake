@@ -49,3 +49,11 @@ target_link_libraries(cuda_kernel_coverage_test PRIVATE fullshard_cuda_kernels f
                       GTest::gtest_main)
 target_include_directories(cuda_kernel_coverage_test PRIVATE ${PROJECT_SOURCE_DIR})
 add_test(NAME cuda_kernels.coverage COMMAND cuda_kernel_coverage_test)
+
+# cuDNN attention's host side (cudnn_sdpa.h): layouts, prechecks, the env switch and the
+# frontend's validation of the graphs; runs everywhere, no GPU needed.
+add_executable(cudnn_sdpa_host_test ${CMAKE_CURRENT_SOURCE_DIR}/cudnn_sdpa_host_test.cc)
+target_link_libraries(cudnn_sdpa_host_test PRIVATE fullshard_cuda_kernels rapidcheck_gtest rapidcheck GTest::gtest
+                      GTest::gtest_main)
+target_include_directories(cudnn_sdpa_host_test PRIVATE ${PROJECT_SOURCE_DIR})
+add_test(NAME cuda_kernels.cudnn_sdpa_host COMMAND cudnn_sdpa_host_test)

@@ -42,6 +42,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 REPO = Path(__file__).resolve().parents[2]
@@ -193,6 +194,12 @@ def dtype(mp: dict[str, Any], key: str) -> torch.dtype | None:
     return DTYPES[name] if name is not None else None
 
 
+# model.implementation.attention -> the one SDPA backend PyTorch may pick (sdpa_kernel), as
+# fullshard's model runs that backend's kernels and allocations.
+SDPA_BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+                 "efficient": SDPBackend.EFFICIENT_ATTENTION}
+
+
 def load_scenario(path: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """The scenario's model (fullshard's ModelConfig defaults filled in), training and fsdp."""
     s = json.loads(path.read_text())
@@ -204,6 +211,12 @@ def load_scenario(path: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str,
     if cfg.get("linear_bias") or cfg["dim"] % cfg["n_heads"] or cfg["n_heads"] % cfg["n_kv_heads"] \
             or cfg["dim"] // cfg["n_heads"] % 2:
         fail("model: needs no linear_bias, an even head_dim = dim / n_heads, n_heads a multiple of n_kv_heads")
+    impl = m.get("implementation", {})
+    attention = impl.get("attention", "flash") if isinstance(impl, dict) else None
+    if attention not in SDPA_BACKENDS:
+        fail("model.implementation: this benchmark reads only an object's \"attention\" (flash, cudnn or efficient),"
+             f" not {impl!r}")
+    cfg["attention"] = attention
     t, f = s["training"], s.get("fsdp", {})
     if f.get("cpu_offload") or f.get("forward_prefetch", 0) or f.get("backward_prefetch", 1) > 1 or t.get("rank_batch"):
         fail("fsdp.cpu_offload, fsdp.*_prefetch and training.rank_batch are not supported by this benchmark")
@@ -320,19 +333,22 @@ def main() -> None:
     tokens_per_step = batch * seq * accum * world
     say = print if rank == 0 else (lambda *a, **k: None)
     say(f"pytorch eager + FSDP2: {path.name}, {n_params / 1e9:.3f} B params, {world} rank(s), batch {batch} x seq {seq}"
-        f" x accum {accum}, AC {ac_mode}, AdamW {opt['implementation']}, GQA {args.gqa}, compile {args.compile},"
+        f" x accum {accum}, AC {ac_mode}, AdamW {opt['implementation']}, GQA {args.gqa}, SDPA {cfg['attention']},"
+        f" compile {args.compile},"
         f" {device_name}", flush=True)
     times: list[float] = []
-    for step in range(args.warmup + steps):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        loss = train_step(step)
-        torch.cuda.synchronize()
-        dt = time.perf_counter() - t0
-        timed = step >= args.warmup
-        times += [dt] if timed else []
-        say(f"  {'step' if timed else 'warmup'} {step + 1 - (args.warmup if timed else 0)}: loss {loss.item():.4f}"
-            f" | {dt:.4f} s | {tokens_per_step / dt:.0f} tok/s", flush=True)
+    # One SDPA backend, around backward too: activation checkpointing recomputes forwards there.
+    with sdpa_kernel(SDPA_BACKENDS[cfg["attention"]]):
+        for step in range(args.warmup + steps):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            loss = train_step(step)
+            torch.cuda.synchronize()
+            dt = time.perf_counter() - t0
+            timed = step >= args.warmup
+            times += [dt] if timed else []
+            say(f"  {'step' if timed else 'warmup'} {step + 1 - (args.warmup if timed else 0)}: loss {loss.item():.4f}"
+                f" | {dt:.4f} s | {tokens_per_step / dt:.0f} tok/s", flush=True)
 
     step_time = statistics.median(times)
     tokens_per_s = tokens_per_step / step_time
@@ -342,7 +358,7 @@ def main() -> None:
               "device_name": device_name, "max_memory_allocated": torch.cuda.max_memory_allocated(),
               "max_memory_reserved": torch.cuda.max_memory_reserved(), "batch": batch, "seq_len": seq,
               "params": n_params, "world_size": world, "grad_accum_steps": accum, "activation_checkpointing": ac_mode,
-              "optimizer": opt["implementation"], "gqa": args.gqa, "compile": args.compile,
+              "optimizer": opt["implementation"], "gqa": args.gqa, "attention": cfg["attention"], "compile": args.compile,
               "warmup_steps": args.warmup, "step_times_s": times}
     if rank == 0 and args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")

@@ -14,6 +14,7 @@
 
 #include "backends/cuda/kernels/compiled_launchers.h"
 #include "backends/cuda/kernels/cuda_kernels.h"
+#include "backends/cuda/kernels/cudnn_sdpa.h"
 #include "backends/cuda/kernels/eager_launchers.h"
 #include "backends/cuda/kernels/gemm.h"
 #include "backends/cuda/kernels/launchers.h"
@@ -261,6 +262,10 @@ void attention(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s
   const void* k = p.packed ? in[0] : in[1];
   const void* v = p.packed ? in[0] : in[2];
   const DType dt = op.inputs[0].meta.dtype;
+  if (op.kind == OpKind::kAttentionCudnn &&  // NOTE [cuDNN attention on the CUDA backend]
+      cudnn_sdpa::forward(p.l, {dt, op.outputs[0].meta.dtype},
+                          {q, k, v, out[0], static_cast<float*>(out[1])}, s))
+    return;
   const bool tc = tensor_core_attention(p, dt, {q, k, v}, false);
   launch::attention_forward(p.l, q, k, v, dcode(dt), out[0], dt_out(op, 0), static_cast<float*>(out[1]), tc, s);
 }
@@ -273,6 +278,14 @@ void attention_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaS
   launch::AttnGrads g{out[0], out[1], out[2], dt_out(op, 0), dt_out(op, 1), dt_out(op, 2),
                       static_cast<float*>(out[3]), p.softmax_d_ld};
   const DType dt = op.inputs[1].meta.dtype;  // q's (k, v share it: plan_attention_backward)
+  if (op.kind == OpKind::kAttentionCudnnBackward &&
+      cudnn_sdpa::backward(p.l,
+                           {dt, op.inputs[0].meta.dtype, op.inputs[p.o_in].meta.dtype, op.outputs[0].meta.dtype,
+                            op.outputs[1].meta.dtype, op.outputs[2].meta.dtype},
+                           {in[0], q, k, v, in[p.o_in], static_cast<const float*>(in[p.lse_in]), out[0], out[1],
+                            out[2], out[3], op.outputs[3].meta.nbytes()},
+                           s))
+    return;
   // The tensor-core backward reads dO as WMMA operands in q's dtype (NOTE [Tensor-core flash backward]).
   const bool tc = op.inputs[0].meta.dtype == dt && tensor_core_attention(p, dt, {in[0], q, k, v}, true);
   launch::attention_backward(p.l, in[0], dt_in(op, 0), q, k, v, dt_in(op, 1), in[p.o_in], dt_in(op, p.o_in),

@@ -1,0 +1,284 @@
+// cuDNN's fused attention for `attention = cudnn` (cudnn_sdpa.h).
+//
+// NOTE [cuDNN attention on the CUDA backend]: `attention = cudnn` is PyTorch's
+// _scaled_dot_product_cudnn_attention, first in torchtitan's SDPA priority (the torchtitan
+// preset, core/model/implementation.cc). Where fullshard is built with cuDNN and its C++ frontend
+// (tools/deps.sh), the CUDA backend runs the same thing: the graph PyTorch builds in aten/src/ATen/native/cudnn/MHA.cpp (build_graph /
+// build_graph_backward: io bf16 or fp16, fp32 intermediates and compute, causal mask, attention
+// scale 1 / sqrt(hd), stats generated in training, q / k / v / o in their [B, S, heads, hd]
+// memory seen as [B, heads, S, hd]; GQA native, dk / dv at the kv heads), the heuristics' first
+// plan (HeurMode A, HEURISTICS_CHOICE), built once per shape and thread and cached: cuDNN's
+// execution plans are not guaranteed thread-safe, so PyTorch keeps these caches thread_local,
+// as here, with one cuDNN handle per thread and device (PyTorch's handle pool).
+// Memory stays the model's (NOTE [cuDNN SDPA workspace], core/model/attention_variants.cc): the
+// outputs are the op's, and the plan's workspace must fit in what the model gave the op, the
+// backward's B·H·S·(hd+1)·4-byte temporary and none in the forward. A plan that asks more, a
+// shape or dtype cuDNN does not take, or a cuDNN that fails to load or build, declines the call:
+// one line on stderr per shape and reason, then the flash kernels (NOTE [SDPA variants on the
+// CUDA backend], plan.cc) write the same outputs into the same memory, so predicted == measured
+// holds either way and the line says what to model. The backward accumulates dq with atomics in
+// its dQ_accum, so its dq is not bit-reproducible run to run, as PyTorch's is not (cuDNN's
+// deterministic algorithm takes more workspace than the model gives).
+// FULLSHARD_CUDNN_ATTENTION=off runs the flash kernels for every call (gpu-check compares both).
+#include "backends/cuda/kernels/cudnn_sdpa.h"
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <set>
+
+#include "core/common/error.h"
+
+#if FULLSHARD_HAVE_CUDNN
+#include <cudnn.h>
+
+#include <cudnn_frontend.h>
+
+#include <array>
+#include <map>
+#include <memory>
+#include <unordered_map>
+#endif
+
+namespace fullshard::cuda::cudnn_sdpa {
+namespace {
+
+std::atomic<int64_t> n_forward{0}, n_backward{0}, n_declined{0};
+
+bool decline(const char* direction, const AttnLayout& l, const std::string& why) {
+  ++n_declined;
+  static std::mutex m;
+  static std::set<std::string> said;
+  const std::string shape = "B " + std::to_string(l.B) + ", S " + std::to_string(l.S) + ", heads " +
+                            std::to_string(l.H) + "/" + std::to_string(l.Hkv) + ", head_dim " + std::to_string(l.hd);
+  std::lock_guard<std::mutex> lock(m);
+  if (said.insert(std::string(direction) + shape + why).second)
+    std::fprintf(stderr, "fullshard: cuDNN attention %s not run (%s): %s; fullshard's flash kernels run it instead\n",
+                 direction, shape.c_str(), why.c_str());
+  return false;
+}
+
+bool env_enabled() {
+  static const bool on = enabled_by_env(std::getenv("FULLSHARD_CUDNN_ATTENTION"));
+  return on;
+}
+
+#if FULLSHARD_HAVE_CUDNN
+namespace fe = cudnn_frontend;
+enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
+
+// What the graph depends on: the offsets of packed q / k / v move the pointers, not the graph.
+using Key = std::array<int64_t, 11>;
+Key key_of(int device, bool backward, DType dt, const AttnLayout& l) {
+  return {device, backward, static_cast<int64_t>(dt), l.B, l.S, l.H, l.Hkv, l.hd, l.q_ld, l.kv_ld, l.lse_ld};
+}
+
+struct Built {
+  std::shared_ptr<fe::graph::Graph> graph;
+  int64_t workspace = 0;
+  std::string error;  // not empty: cuDNN cannot run this shape
+};
+
+// One handle per device for this thread, and this thread's graphs. Leaked at thread exit on
+// purpose, as PyTorch's pool: destroying handles while the process tears CUDA down can fail.
+struct ThreadState {
+  std::map<int, cudnnHandle_t> handles;
+  std::map<Key, Built> graphs;
+};
+ThreadState& thread_state() {
+  thread_local ThreadState* s = new ThreadState;
+  return *s;
+}
+
+std::string status_text(cudnnStatus_t st) { return cudnnGetErrorString(st); }
+
+std::shared_ptr<fe::graph::Tensor_attributes> tensor(fe::graph::Graph& g, int64_t uid, const char* name,
+                                                     const TensorLayout& t) {
+  return g.tensor(fe::graph::Tensor_attributes()
+                      .set_uid(uid)
+                      .set_name(name)
+                      .set_dim({t.dim.begin(), t.dim.end()})
+                      .set_stride({t.stride.begin(), t.stride.end()}));
+}
+void as_output(const std::shared_ptr<fe::graph::Tensor_attributes>& t, int64_t uid, const TensorLayout& l) {
+  t->set_output(true).set_uid(uid).set_dim({l.dim.begin(), l.dim.end()}).set_stride({l.stride.begin(), l.stride.end()});
+}
+
+// The graph PyTorch's MHA.cpp builds for this call (NOTE [cuDNN attention on the CUDA backend]).
+// sm_version 0: the current device's (asked at validate).
+std::shared_ptr<fe::graph::Graph> describe(bool backward, DType dt, const AttnLayout& l, int sm_version = 0) {
+  auto g = std::make_shared<fe::graph::Graph>();
+  if (sm_version > 0) g->set_sm_version(sm_version);  // before any node: each copies the context
+  g->set_io_data_type(dt == DType::kBFloat16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF)
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  const GraphLayout gl = graph_layout(l);
+  auto q = tensor(*g, kQ, "Q", gl.q), k = tensor(*g, kK, "K", gl.k), v = tensor(*g, kV, "V", gl.v);
+  if (!backward) {
+    auto [o, stats] = g->sdpa(q, k, v,
+                              fe::graph::SDPA_attributes()
+                                  .set_name("fullshard_sdpa")
+                                  .set_generate_stats(true)
+                                  .set_causal_mask(true)
+                                  .set_attn_scale(l.scale));
+    as_output(o, kO, gl.o);
+    as_output(stats, kStats, gl.stats);
+    stats->set_data_type(fe::DataType_t::FLOAT);
+  } else {
+    auto o = tensor(*g, kO, "O", gl.o), dout = tensor(*g, kDO, "dO", gl.o);
+    auto stats = tensor(*g, kStats, "Stats", gl.stats);
+    stats->set_data_type(fe::DataType_t::FLOAT);
+    auto [dq, dk, dv] = g->sdpa_backward(
+        q, k, v, o, dout, stats,
+        fe::graph::SDPA_backward_attributes().set_name("fullshard_sdpa_backward").set_causal_mask(true).set_attn_scale(l.scale));
+    as_output(dq, kDQ, gl.dq);
+    as_output(dk, kDK, gl.dkv);
+    as_output(dv, kDV, gl.dkv);
+  }
+  return g;
+}
+
+// Records the first failing step's message in *error; true while none failed.
+bool step(fe::error_t e, const char* what, std::string* error) {
+  if (e.is_bad() && error->empty()) *error = std::string(what) + ": " + e.get_message();
+  return error->empty();
+}
+
+Built build(bool backward, DType dt, const AttnLayout& l, cudnnHandle_t handle) {
+  Built b;
+  auto g = describe(backward, dt, l);
+  std::string* e = &b.error;
+  step(g->validate(), "validate", e) && step(g->build_operation_graph(handle), "build_operation_graph", e) &&
+      step(g->create_execution_plans({fe::HeurMode_t::A}), "create_execution_plans", e) &&
+      step(g->check_support(handle), "check_support", e) && step(g->build_plans(), "build_plans", e) &&
+      step(g->get_workspace_size(b.workspace), "get_workspace_size", e);
+  if (b.error.empty()) b.graph = std::move(g);
+  return b;
+}
+
+// The cached graph for this call on this thread's handle for the current device (bound to s), or
+// why there is none.
+struct Lookup {
+  const Built* built = nullptr;
+  cudnnHandle_t handle = nullptr;
+  std::string error;
+};
+Lookup graph_for(bool backward, DType dt, const AttnLayout& l, cudaStream_t s) {
+  int device = -1;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return Lookup{nullptr, nullptr, "no current CUDA device"};
+  }
+  ThreadState& ts = thread_state();
+  auto [h, fresh] = ts.handles.try_emplace(device, nullptr);
+  if (fresh) {
+    if (const cudnnStatus_t st = cudnnCreate(&h->second); st != CUDNN_STATUS_SUCCESS) {
+      h->second = nullptr;
+      return Lookup{nullptr, nullptr, "cudnnCreate: " + status_text(st)};
+    }
+  }
+  if (h->second == nullptr) return Lookup{nullptr, nullptr, "cudnnCreate failed on this device"};
+  const Key key = key_of(device, backward, dt, l);
+  auto it = ts.graphs.find(key);
+  if (it == ts.graphs.end()) {
+    Built b;
+    try {
+      b = build(backward, dt, l, h->second);
+    } catch (const std::exception& e) {
+      b = Built{nullptr, 0, std::string("building the graph: ") + e.what()};
+    }
+    it = ts.graphs.emplace(key, std::move(b)).first;
+  }
+  if (!it->second.error.empty()) return Lookup{nullptr, nullptr, it->second.error};
+  if (const cudnnStatus_t st = cudnnSetStream(h->second, s); st != CUDNN_STATUS_SUCCESS)
+    throw InternalError("cudnnSetStream: " + status_text(st));
+  return Lookup{&it->second, h->second, ""};
+}
+
+void* at(const void* base, int64_t offset, DType dt) {
+  return const_cast<char*>(static_cast<const char*>(base)) + offset * static_cast<int64_t>(dtype_size(dt));
+}
+
+void run(const Built& b, cudnnHandle_t handle, std::unordered_map<int64_t, void*>& pack, void* workspace,
+         const char* what) {
+  fe::error_t e = b.graph->execute(handle, pack, workspace);
+  if (e.is_bad()) throw InternalError(std::string("cuDNN attention ") + what + ": execute: " + e.get_message());
+}
+#endif
+
+}  // namespace
+
+bool built_with_cudnn() { return FULLSHARD_HAVE_CUDNN != 0; }
+
+std::string validate_graph(bool backward, DType dt, const AttnLayout& l, int sm_version) {
+#if FULLSHARD_HAVE_CUDNN
+  std::string error;
+  try {
+    step(describe(backward, dt, l, sm_version)->validate(), "validate", &error);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  return error;
+#else
+  return "this build has no cuDNN";
+#endif
+}
+
+Counters counters() { return Counters{n_forward.load(), n_backward.load(), n_declined.load()}; }
+
+bool forward(const AttnLayout& l, std::initializer_list<DType> dtypes, const ForwardArgs& a, cudaStream_t s) {
+  if (!env_enabled()) return false;
+  const DType dt = *dtypes.begin();
+  if (const std::string why = precheck(l, dtypes, {a.q, a.k, a.v, a.o, a.stats}); !why.empty())
+    return decline("forward", l, why);
+#if FULLSHARD_HAVE_CUDNN
+  const Lookup g = graph_for(false, dt, l, s);
+  if (g.built == nullptr) return decline("forward", l, g.error);
+  const Built& b = *g.built;
+  if (b.workspace > 0)
+    return decline("forward", l, "its plan asks " + std::to_string(b.workspace) +
+                                     " bytes of workspace, and the model gives the forward none (NOTE [cuDNN SDPA workspace])");
+  const GraphLayout gl = graph_layout(l);
+  std::unordered_map<int64_t, void*> pack = {{kQ, at(a.q, gl.q.offset, dt)},
+                                             {kK, at(a.k, gl.k.offset, dt)},
+                                             {kV, at(a.v, gl.v.offset, dt)},
+                                             {kO, a.o},
+                                             {kStats, a.stats}};
+  run(b, g.handle, pack, nullptr, "forward");
+  ++n_forward;
+  return true;
+#else
+  (void)s;
+  return decline("forward", l, "this build has no cuDNN (tools/deps.sh fetches its frontend)");
+#endif
+}
+
+bool backward(const AttnLayout& l, std::initializer_list<DType> dtypes, const BackwardArgs& a, cudaStream_t s) {
+  if (!env_enabled()) return false;
+  const DType dt = *dtypes.begin();
+  if (const std::string why = precheck(l, dtypes, {a.dout, a.q, a.k, a.v, a.o, a.stats, a.dq, a.dk, a.dv, a.workspace});
+      !why.empty())
+    return decline("backward", l, why);
+#if FULLSHARD_HAVE_CUDNN
+  const Lookup g = graph_for(true, dt, l, s);
+  if (g.built == nullptr) return decline("backward", l, g.error);
+  const Built& b = *g.built;
+  if (static_cast<size_t>(b.workspace) > a.workspace_bytes)
+    return decline("backward", l, "its plan asks " + std::to_string(b.workspace) + " bytes of workspace, the model gives " +
+                                      std::to_string(a.workspace_bytes) + " (NOTE [cuDNN SDPA workspace])");
+  const GraphLayout gl = graph_layout(l);
+  std::unordered_map<int64_t, void*> pack = {
+      {kQ, at(a.q, gl.q.offset, dt)}, {kK, at(a.k, gl.k.offset, dt)}, {kV, at(a.v, gl.v.offset, dt)},
+      {kO, at(a.o, 0, dt)},          {kDO, at(a.dout, 0, dt)},      {kStats, const_cast<float*>(a.stats)},
+      {kDQ, a.dq},                   {kDK, a.dk},                   {kDV, a.dv}};
+  run(b, g.handle, pack, b.workspace > 0 ? a.workspace : nullptr, "backward");
+  ++n_backward;
+  return true;
+#else
+  (void)s;
+  return decline("backward", l, "this build has no cuDNN (tools/deps.sh fetches its frontend)");
+#endif
+}
+
+}  // namespace fullshard::cuda::cudnn_sdpa
