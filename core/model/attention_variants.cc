@@ -26,13 +26,13 @@
 //
 // NOTE [cuDNN SDPA workspace]: cudnn-frontend's Graph::get_workspace_size_plan_at_index
 // (include/cudnn_frontend/graph_interface.h, NVIDIA/cudnn-frontend @ 3929da2; the same in tags
-// v1.10.0 to v1.16.1) returns the execution plan's workspace plus the frontend's node workspace.
+// v1.10.0 to v1.16.1 and in 1.32.0, which tools/deps.sh fetches) returns the execution plan's workspace plus the frontend's node workspace.
 // The frontend part follows from the graph PyTorch builds (MHA.cpp build_graph / build_graph_
 // backward: dense BSHD strides, causal mask, no bias, no dropout, no padding mask, not
 // deterministic):
 // - forward (SDPANodeBase::get_fe_workspace_size_node): alibi slopes only, so 0 bytes;
-// - backward (CompositeSDPABackwardNode): softmax_sum [B, H, S, 1] fp32 (the row sums of
-//   dO * O) plus dQ_accum [B, H, S, hd] fp32 (dQ accumulated in fp32, then cast into dq), as
+// - backward (CompositeSDPABackwardNode): dQ_accum [B, H, S, hd] fp32 (dQ accumulated in fp32,
+//   then cast into dq) then softmax_sum [B, H, S, 1] fp32 (the row sums of dO * O), as
 //   cuDNN >= 9.0 leaves use_dp_workspace off unless a dBias or the deterministic algorithm is
 //   asked for; with GQA the full-head dK / dV stay virtual (no bytes) for dense layouts.
 // So the backward allocates B * H * S * (hd + 1) * 4 bytes as one temporary for its kernel.

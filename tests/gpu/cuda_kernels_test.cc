@@ -409,6 +409,7 @@ TEST(CudaKernels, AttentionEfficientAndCudnnMatchCpu) {
   std::printf("cuDNN attention: %lld forward, %lld backward, %lld declined (built with cuDNN: %s)\n",
               static_cast<long long>(after.forward - before.forward), static_cast<long long>(after.backward - before.backward),
               static_cast<long long>(after.declined - before.declined), cuda::cudnn_sdpa::built_with_cudnn() ? "yes" : "no");
+  for (const std::string& line : cuda::cudnn_sdpa::plans()) std::printf("  cuDNN plan: %s\n", line.c_str());
 }
 
 // A device copy of a host tensor, or (copy = false) its size in 0xFF bytes: NaN until written.

@@ -110,9 +110,13 @@ TEST(CudnnSdpa, FrontendValidatesTheGraphs) {
           EXPECT_EQ(cs::validate_graph(backward, dt, l, sm), "")
               << "sm_" << sm << (backward ? " backward" : " forward") << " S " << l.S << " heads " << l.H << "/" << l.Hkv
               << " hd " << l.hd;
-  // And it does check: query heads that are no multiple of the kv heads, a head dim past cuDNN's.
+  // And it does check: query heads that are no multiple of the kv heads, a head dim past cuDNN's,
+  // rows whose stride is no 16-byte multiple.
   EXPECT_NE(cs::validate_graph(false, DType::kBFloat16, layout(1, 64, 6, 4, 64, false, 64), 90), "");
   EXPECT_NE(cs::validate_graph(true, DType::kBFloat16, layout(1, 64, 4, 4, 512, false, 64), 90), "");
+  AttnLayout odd_rows = layout(1, 64, 4, 4, 64, false, 64);
+  odd_rows.q_ld += 4;  // rows 8 bytes off a 16-byte multiple
+  EXPECT_NE(cs::validate_graph(false, DType::kBFloat16, odd_rows, 90), "");
 }
 
 }  // namespace

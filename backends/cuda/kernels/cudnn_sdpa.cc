@@ -7,7 +7,8 @@
 // build_graph_backward: io bf16 or fp16, fp32 intermediates and compute, causal mask, attention
 // scale 1 / sqrt(hd), stats generated in training, q / k / v / o in their [B, S, heads, hd]
 // memory seen as [B, heads, S, hd]; GQA native, dk / dv at the kv heads), the heuristics' first
-// plan (HeurMode A, HEURISTICS_CHOICE), built once per shape and thread and cached: cuDNN's
+// plan (HeurMode A) among engines that need no workspace of their own (below, build), built
+// once per shape and thread and cached: cuDNN's
 // execution plans are not guaranteed thread-safe, so PyTorch keeps these caches thread_local,
 // as here, with one cuDNN handle per thread and device (PyTorch's handle pool).
 // Memory stays the model's (NOTE [cuDNN SDPA workspace], core/model/attention_variants.cc): the
@@ -27,6 +28,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <set>
+#include <vector>
 
 #include "core/common/error.h"
 
@@ -77,6 +79,7 @@ Key key_of(int device, bool backward, DType dt, const AttnLayout& l) {
 struct Built {
   std::shared_ptr<fe::graph::Graph> graph;
   int64_t workspace = 0;
+  std::string plan;   // the engine's name, for plans()
   std::string error;  // not empty: cuDNN cannot run this shape
 };
 
@@ -93,11 +96,14 @@ ThreadState& thread_state() {
 
 std::string status_text(cudnnStatus_t st) { return cudnnGetErrorString(st); }
 
+// Every tensor carries its dtype from the start (not only once the graph expands), so validate()
+// checks the strides' alignment too.
 std::shared_ptr<fe::graph::Tensor_attributes> tensor(fe::graph::Graph& g, int64_t uid, const char* name,
-                                                     const TensorLayout& t) {
+                                                     const TensorLayout& t, fe::DataType_t dt) {
   return g.tensor(fe::graph::Tensor_attributes()
                       .set_uid(uid)
                       .set_name(name)
+                      .set_data_type(dt)
                       .set_dim({t.dim.begin(), t.dim.end()})
                       .set_stride({t.stride.begin(), t.stride.end()}));
 }
@@ -110,11 +116,11 @@ void as_output(const std::shared_ptr<fe::graph::Tensor_attributes>& t, int64_t u
 std::shared_ptr<fe::graph::Graph> describe(bool backward, DType dt, const AttnLayout& l, int sm_version = 0) {
   auto g = std::make_shared<fe::graph::Graph>();
   if (sm_version > 0) g->set_sm_version(sm_version);  // before any node: each copies the context
-  g->set_io_data_type(dt == DType::kBFloat16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF)
-      .set_intermediate_data_type(fe::DataType_t::FLOAT)
-      .set_compute_data_type(fe::DataType_t::FLOAT);
+  const fe::DataType_t io = dt == DType::kBFloat16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF;
+  const fe::DataType_t f32 = fe::DataType_t::FLOAT;
+  g->set_io_data_type(io).set_intermediate_data_type(f32).set_compute_data_type(f32);
   const GraphLayout gl = graph_layout(l);
-  auto q = tensor(*g, kQ, "Q", gl.q), k = tensor(*g, kK, "K", gl.k), v = tensor(*g, kV, "V", gl.v);
+  auto q = tensor(*g, kQ, "Q", gl.q, io), k = tensor(*g, kK, "K", gl.k, io), v = tensor(*g, kV, "V", gl.v, io);
   if (!backward) {
     auto [o, stats] = g->sdpa(q, k, v,
                               fe::graph::SDPA_attributes()
@@ -123,18 +129,19 @@ std::shared_ptr<fe::graph::Graph> describe(bool backward, DType dt, const AttnLa
                                   .set_causal_mask(true)
                                   .set_attn_scale(l.scale));
     as_output(o, kO, gl.o);
+    o->set_data_type(io);
     as_output(stats, kStats, gl.stats);
-    stats->set_data_type(fe::DataType_t::FLOAT);
+    stats->set_data_type(f32);
   } else {
-    auto o = tensor(*g, kO, "O", gl.o), dout = tensor(*g, kDO, "dO", gl.o);
-    auto stats = tensor(*g, kStats, "Stats", gl.stats);
-    stats->set_data_type(fe::DataType_t::FLOAT);
+    auto o = tensor(*g, kO, "O", gl.o, io), dout = tensor(*g, kDO, "dO", gl.o, io);
+    auto stats = tensor(*g, kStats, "Stats", gl.stats, f32);
     auto [dq, dk, dv] = g->sdpa_backward(
         q, k, v, o, dout, stats,
         fe::graph::SDPA_backward_attributes().set_name("fullshard_sdpa_backward").set_causal_mask(true).set_attn_scale(l.scale));
     as_output(dq, kDQ, gl.dq);
     as_output(dk, kDK, gl.dkv);
     as_output(dv, kDV, gl.dkv);
+    for (auto* t : {&dq, &dk, &dv}) (*t)->set_data_type(io);
   }
   return g;
 }
@@ -145,14 +152,19 @@ bool step(fe::error_t e, const char* what, std::string* error) {
   return error->empty();
 }
 
+// The engine's own workspace is barred (deselect_workspace_greater_than(0)): the model gives the
+// op exactly the frontend's part (none forward; dQ_accum and softmax_sum backward), so the
+// heuristics' first engine that needs none is taken; PyTorch takes the first engine whatever it
+// asks and allocates that. No engine without one: the call declines, saying so.
 Built build(bool backward, DType dt, const AttnLayout& l, cudnnHandle_t handle) {
   Built b;
   auto g = describe(backward, dt, l);
+  g->deselect_workspace_greater_than(0);
   std::string* e = &b.error;
   step(g->validate(), "validate", e) && step(g->build_operation_graph(handle), "build_operation_graph", e) &&
       step(g->create_execution_plans({fe::HeurMode_t::A}), "create_execution_plans", e) &&
       step(g->check_support(handle), "check_support", e) && step(g->build_plans(), "build_plans", e) &&
-      step(g->get_workspace_size(b.workspace), "get_workspace_size", e);
+      step(g->get_workspace_size(b.workspace), "get_workspace_size", e) && step(g->get_plan_name(b.plan), "get_plan_name", e);
   if (b.error.empty()) b.graph = std::move(g);
   return b;
 }
@@ -186,7 +198,7 @@ Lookup graph_for(bool backward, DType dt, const AttnLayout& l, cudaStream_t s) {
     try {
       b = build(backward, dt, l, h->second);
     } catch (const std::exception& e) {
-      b = Built{nullptr, 0, std::string("building the graph: ") + e.what()};
+      b = Built{nullptr, 0, "", std::string("building the graph: ") + e.what()};
     }
     it = ts.graphs.emplace(key, std::move(b)).first;
   }
@@ -200,10 +212,11 @@ void* at(const void* base, int64_t offset, DType dt) {
   return const_cast<char*>(static_cast<const char*>(base)) + offset * static_cast<int64_t>(dtype_size(dt));
 }
 
-void run(const Built& b, cudnnHandle_t handle, std::unordered_map<int64_t, void*>& pack, void* workspace,
-         const char* what) {
+// execute() checks the pack, the workspace and the pointers' alignment before it launches
+// anything, so a refusal leaves the outputs to the flash kernels: "" when it ran.
+std::string run(const Built& b, cudnnHandle_t handle, std::unordered_map<int64_t, void*>& pack, void* workspace) {
   fe::error_t e = b.graph->execute(handle, pack, workspace);
-  if (e.is_bad()) throw InternalError(std::string("cuDNN attention ") + what + ": execute: " + e.get_message());
+  return e.is_bad() ? "execute: " + e.get_message() : "";
 }
 #endif
 
@@ -227,6 +240,19 @@ std::string validate_graph(bool backward, DType dt, const AttnLayout& l, int sm_
 
 Counters counters() { return Counters{n_forward.load(), n_backward.load(), n_declined.load()}; }
 
+std::vector<std::string> plans() {
+  std::vector<std::string> out;
+#if FULLSHARD_HAVE_CUDNN
+  for (const auto& [key, b] : thread_state().graphs) {
+    std::string line = std::string(key[1] ? "backward" : "forward") + " B " + std::to_string(key[3]) + ", S " +
+                       std::to_string(key[4]) + ", heads " + std::to_string(key[5]) + "/" + std::to_string(key[6]) +
+                       ", head_dim " + std::to_string(key[7]) + ": ";
+    out.push_back(line + (b.error.empty() ? b.plan + ", workspace " + std::to_string(b.workspace) + " B" : b.error));
+  }
+#endif
+  return out;
+}
+
 bool forward(const AttnLayout& l, std::initializer_list<DType> dtypes, const ForwardArgs& a, cudaStream_t s) {
   if (!env_enabled()) return false;
   const DType dt = *dtypes.begin();
@@ -245,7 +271,7 @@ bool forward(const AttnLayout& l, std::initializer_list<DType> dtypes, const For
                                              {kV, at(a.v, gl.v.offset, dt)},
                                              {kO, a.o},
                                              {kStats, a.stats}};
-  run(b, g.handle, pack, nullptr, "forward");
+  if (const std::string why = run(b, g.handle, pack, nullptr); !why.empty()) return decline("forward", l, why);
   ++n_forward;
   return true;
 #else
@@ -272,7 +298,8 @@ bool backward(const AttnLayout& l, std::initializer_list<DType> dtypes, const Ba
       {kQ, at(a.q, gl.q.offset, dt)}, {kK, at(a.k, gl.k.offset, dt)}, {kV, at(a.v, gl.v.offset, dt)},
       {kO, at(a.o, 0, dt)},          {kDO, at(a.dout, 0, dt)},      {kStats, const_cast<float*>(a.stats)},
       {kDQ, a.dq},                   {kDK, a.dk},                   {kDV, a.dv}};
-  run(b, g.handle, pack, b.workspace > 0 ? a.workspace : nullptr, "backward");
+  if (const std::string why = run(b, g.handle, pack, b.workspace > 0 ? a.workspace : nullptr); !why.empty())
+    return decline("backward", l, why);
   ++n_backward;
   return true;
 #else

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "backends/cuda/kernels/index_math.h"
 #include "core/tensor/dtype.h"
@@ -64,5 +65,8 @@ struct Counters {
   int64_t forward = 0, backward = 0, declined = 0;
 };
 Counters counters();
+// This thread's built graphs, one line each: direction, shape, then the engine and its workspace
+// or why cuDNN cannot run it (for tests and gpu-check logs).
+std::vector<std::string> plans();
 
 }  // namespace fullshard::cuda::cudnn_sdpa

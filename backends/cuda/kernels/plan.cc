@@ -373,7 +373,9 @@ void check_qkv(const OpCall& op, const AttnPlan& p, size_t first) {
 // model, so the allocator sees the same blocks the simulator predicts: the efficient forward's
 // output accumulator (head dims above 128) is left unwritten; the backward's softmax_d lives in
 // the efficient kernel's delta [B, H, S] or in the first B*H*S floats of cuDNN's workspace
-// (softmax_sum, then dQ_accum), rows S long; efficient's dq workspace is left unwritten.
+// (the flash kernels' own use of it; cuDNN itself puts dQ_accum first), rows S long;
+// efficient's dq workspace is left unwritten. Where the build has cuDNN, kAttentionCudnn runs
+// cuDNN itself (NOTE [cuDNN attention on the CUDA backend], cudnn_sdpa.cc).
 AttnPlan plan_attention(const OpCall& op) {
   AttnPlan p = attn_common(op);
   const bool accum = op.kind == OpKind::kAttentionEfficient && op.outputs.size() == 3;  // hd > 128
@@ -424,7 +426,7 @@ AttnPlan plan_attention_backward(const OpCall& op) {
   const TensorMeta& sd = op.outputs[3].meta;
   FULLSHARD_CHECK(sd.dtype == DType::kFloat32, where(op) + (flash ? "softmax_d" : cudnn ? "the workspace" : "delta") +
                                                    " must be fp32");
-  if (cudnn) {  // softmax_sum [B, H, S] then dQ_accum [B, H, S, hd] (NOTE [cuDNN SDPA workspace])
+  if (cudnn) {  // dQ_accum [B, H, S, hd] and softmax_sum [B, H, S] (NOTE [cuDNN SDPA workspace])
     expect_numel(op, sd, l.B * l.H * l.S * (l.hd + 1), "cuDNN workspace");
     p.softmax_d_ld = l.S;
     return p;
