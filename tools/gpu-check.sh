@@ -353,6 +353,12 @@ do_run() {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | sed 's/^/gpu-check: GPU /' |
     tee -a "$work/machine.txt"
   echo "gpu-check: CUDA libraries from ${cudalibs:-<none found>}; stages: ${stages[*]}" | tee -a "$work/machine.txt"
+  # Shared libraries the binaries need and this machine lacks (cuDNN, NVRTC, cuBLASLt, NCCL come
+  # from PyTorch's wheels): said once, up front, rather than as every step's failure.
+  local missing
+  missing="$(for b in "$pack"/bin/*; do env LD_LIBRARY_PATH="$fs_libs" ldd "$b" 2>/dev/null; done |
+             awk '/not found/ {print $1}' | sort -u | tr '\n' ' ')"
+  [ -z "$missing" ] || record FAIL "shared libraries not found (set FULLSHARD_CUDA_LIBS to their folders): $missing"
   for st in "${stages[@]}"; do "stage_$st"; done
   echo
   echo "gpu-check summary:"
