@@ -15,8 +15,9 @@ namespace {
 
 using namespace dev;
 
-__global__ void layer_norm_kernel(const void* x, int dx, const void* w, int dw, const void* b, int db, void* y, int dy,
-                                  float* mean, float* rstd, int64_t rows, int64_t D, double eps) {
+__global__ void __launch_bounds__(1024)
+layer_norm_kernel(const void* x, int dx, const void* w, int dw, const void* b, int db, void* y, int dy,
+                  float* mean, float* rstd, int64_t rows, int64_t D, double eps) {
   __shared__ double scratch[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t base = r * D;

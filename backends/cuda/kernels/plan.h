@@ -25,7 +25,10 @@ struct Launch {
 constexpr int64_t kMaxGrid = 1 << 16;  // grid-stride loops cover the rest
 // `items` work items (threads' worth) in blocks of `block`, at most kMaxGrid blocks; at least 1.
 Launch launch_1d(int64_t items, unsigned block = 256);
-// Threads per block for a kernel that gives one block to each row of `dim` elements.
+// Threads per block for a kernel that gives one block to each row of `dim` elements: up to 1024,
+// so every kernel launched with it (or with a literal 1024) carries __launch_bounds__(1024),
+// which caps it at 64 registers a thread; without it a kernel over 64 registers fails to launch
+// ("too many resources requested") at 1024 threads, on the GPU only.
 unsigned row_block(int64_t dim);
 
 // ---- copies (NOTE [Strided 2-D copy] in index_math.h)

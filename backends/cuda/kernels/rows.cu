@@ -82,7 +82,8 @@ __global__ void position_embedding_backward_kernel(const void* g, int dg, void* 
 }
 
 // ---- log_softmax: one block per row; max in fp32, sum of exp in double (loss.cc).
-__global__ void log_softmax_kernel(const void* x, int dx, void* y, int dy, int64_t rows, int64_t V) {
+__global__ void __launch_bounds__(1024)
+log_softmax_kernel(const void* x, int dx, void* y, int dy, int64_t rows, int64_t V) {
   __shared__ float fscratch[32];
   __shared__ double dscratch[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -98,8 +99,9 @@ __global__ void log_softmax_kernel(const void* x, int dx, void* y, int dy, int64
   }
 }
 
-__global__ void log_softmax_backward_kernel(const void* g, int dg, const void* y, int dy, void* gx, int dgx,
-                                            int64_t rows, int64_t V) {
+__global__ void __launch_bounds__(1024)
+log_softmax_backward_kernel(const void* g, int dg, const void* y, int dy, void* gx, int dgx,
+                            int64_t rows, int64_t V) {
   __shared__ double scratch[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t base = r * V;
@@ -113,8 +115,9 @@ __global__ void log_softmax_backward_kernel(const void* g, int dg, const void* y
 
 // nll_loss (mean over counted rows) in one block. A label outside [0, V) other than the ignore
 // index makes the loss NaN (the CPU kernel throws).
-__global__ void nll_loss_kernel(const void* lp, int dlp, const int64_t* labels, void* loss, void* total_weight,
-                                int dloss, int64_t rows, int64_t V, int64_t ignore) {
+__global__ void __launch_bounds__(1024)
+nll_loss_kernel(const void* lp, int dlp, const int64_t* labels, void* loss, void* total_weight,
+                int dloss, int64_t rows, int64_t V, int64_t ignore) {
   __shared__ double scratch[32];
   double sum = 0, count = 0, bad = 0;
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
@@ -150,7 +153,8 @@ constexpr int kMaxItems = 64;
 struct Items {
   launch::ReduceItem it[kMaxItems];
 };
-__global__ void reduce_sums_kernel(Items items, int count, bool squares, void* out, int dout, int64_t out_base) {
+__global__ void __launch_bounds__(1024)
+reduce_sums_kernel(Items items, int count, bool squares, void* out, int dout, int64_t out_base) {
   __shared__ double scratch[32];
   const launch::ReduceItem it = items.it[blockIdx.x];
   double acc = 0;

@@ -49,7 +49,8 @@ __global__ void block_transpose_kernel(BlockTranspose t, const void* src, void* 
 }
 
 // ---- rows: one block per row (grid-stride over rows), as log_softmax in rows.cu.
-__global__ void row_max_kernel(const void* x, int dx, void* y, int dy, int64_t rows, int64_t D) {
+__global__ void __launch_bounds__(1024)
+row_max_kernel(const void* x, int dx, void* y, int dy, int64_t rows, int64_t D) {
   __shared__ float scratch[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t base = r * D;
@@ -60,7 +61,8 @@ __global__ void row_max_kernel(const void* x, int dx, void* y, int dy, int64_t r
   }
 }
 
-__global__ void sum_last_dim_kernel(const void* x, int dx, void* y, int dy, int64_t rows, int64_t D, double scale) {
+__global__ void __launch_bounds__(1024)
+sum_last_dim_kernel(const void* x, int dx, void* y, int dy, int64_t rows, int64_t D, double scale) {
   __shared__ double scratch[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t base = r * D;
@@ -72,7 +74,8 @@ __global__ void sum_last_dim_kernel(const void* x, int dx, void* y, int dy, int6
 }
 
 // Each element is read and written by one thread: y may alias a.
-__global__ void sub_row_kernel(const void* a, int da, const void* b, int db, void* y, int dy, int64_t rows, int64_t D) {
+__global__ void __launch_bounds__(1024)
+sub_row_kernel(const void* a, int da, const void* b, int db, void* y, int dy, int64_t rows, int64_t D) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t base = r * D;
     const float s = load_f(b, db, r);
@@ -100,9 +103,10 @@ __global__ void nll_vocab_parallel_kernel(const void* lp, int dlp, const int64_t
 
 // The scale is g * f in fp32 as loss_parallel.cc; exp(lp) - 1 on the target's column (a column
 // outside [0, D) is no column of this shard).
-__global__ void nll_vocab_parallel_backward_kernel(const void* g, int dg, float f, const void* lp, int dlp,
-                                                   const int64_t* targets, void* y, int dy, int64_t rows, int64_t D,
-                                                   int64_t start) {
+__global__ void __launch_bounds__(1024)
+nll_vocab_parallel_backward_kernel(const void* g, int dg, float f, const void* lp, int dlp,
+                                   const int64_t* targets, void* y, int dy, int64_t rows, int64_t D,
+                                   int64_t start) {
   const float scale = __fmul_rn(load_f(g, dg, 0), f);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t base = r * D, col = targets[r] - start;
