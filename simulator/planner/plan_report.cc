@@ -9,6 +9,7 @@
 
 #include "core/common/user_text.h"
 #include "simulator/planner/families.h"
+#include "simulator/planner/search_space.h"
 
 namespace fullshard::planner {
 
@@ -161,8 +162,7 @@ nlohmann::json plan_json(const PlanOptions& o, const PlanResult& r, double wall_
     const bool exact = c.verdict == Verdict::kSimulated;
     json e = candidate_settings_json(c.candidate);
     e["rank"] = i + 1;
-    // Shard groups are `shard` consecutive ranks: inside one node when they divide it.
-    e["shard_within_node"] = c.candidate.shard <= o.space.gpus_per_node && o.space.gpus_per_node % c.candidate.shard == 0;
+    e["shard_within_node"] = shard_group_within_node(c.candidate, o.space.gpus_per_node);
     // Unknown (null) for a configuration ruled out by its time bound: it was not simulated.
     e["fits"] = c.verdict == Verdict::kTimeBound ? json(nullptr) : json(c.fits);
     e["verdict"] = verdict_name(c.verdict);

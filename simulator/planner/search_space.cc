@@ -101,6 +101,12 @@ std::vector<ReshardAfterForward> reshard_options(int shard) {
   return out;
 }
 
+bool shard_group_within_node(const Candidate& c, int gpus_per_node) {
+  if (c.shard == 1) return true;  // one rank: no shard collective crosses anything
+  const int64_t span = int64_t{c.shard} * c.tp;
+  return span <= gpus_per_node && gpus_per_node % span == 0;
+}
+
 std::vector<int> tp_degrees(const ModelConfig& model, int64_t seq_len, int gpus, int gpus_per_node,
                             bool loss_parallel) {
   std::vector<int> out = {1};

@@ -61,6 +61,13 @@ struct SpaceOptions {
 std::vector<int> tp_degrees(const ModelConfig& model, int64_t seq_len, int gpus, int gpus_per_node,
                             bool loss_parallel = true);
 
+// Whether the shard dim's groups stay inside one node. The mesh is row-major with tp innermost
+// ([replicate, shard, tp], torchtitan's order), so a shard group is `shard` ranks spaced `tp`
+// apart and its ranks lie in a run of shard x tp consecutive ranks: inside a node exactly when
+// that run divides gpus_per_node (tp dividing gpus_per_node, as tp_degrees() keeps it), or when
+// the group is one rank.
+bool shard_group_within_node(const Candidate& c, int gpus_per_node);
+
 // Throws InputError naming the flag (--gpus, --gpus-per-node, --global-batch) when the space
 // is empty: GPUs not a multiple of GPUs per node, a global batch that is not a whole number
 // of sequences per GPU.

@@ -8,6 +8,7 @@
 #include <rapidcheck/gtest.h>
 
 #include "core/common/error.h"
+#include "core/mesh/device_mesh.h"
 #include "simulator/planner/candidate_json.h"
 #include "simulator/planner/search_space.h"
 #include "simulator/simulate.h"
@@ -309,6 +310,38 @@ TEST(PlannerSpace, TensorParallelDegreesSplitTheModelWithinANode) {
   bf16.implementation.loss = LossImpl::kBf16Logits;
   EXPECT_EQ(tp_degrees(bf16, 8192, 256, 8, /*loss_parallel=*/true), (std::vector<int>{1}));
   EXPECT_EQ(tp_degrees(bf16, 8192, 256, 8, /*loss_parallel=*/false), (std::vector<int>{1, 2, 4, 8}));
+}
+
+// plan.json's shard_within_node against the mesh itself: every shard-dim group DeviceMesh
+// builds for [replicate, shard, tp] lies on one node (rank / gpus_per_node) exactly when the
+// planner says so. It used to ignore tp: [4, 8, 8] on 8-GPU nodes said true for shard groups
+// spread over 8 nodes.
+RC_GTEST_PROP(PlannerSpaceProps, ShardWithinNodeMatchesTheMeshGroups, ()) {
+  Candidate c;
+  c.replicate = *rc::gen::inRange(1, 5);
+  c.shard = *rc::gen::inRange(1, 17);
+  c.tp = *rc::gen::element(1, 2, 4, 8);
+  const int world = c.replicate * c.shard * c.tp;
+  const int gpus_per_node = *rc::gen::element(1, 2, 4, 8, 16);
+  RC_PRE(world % gpus_per_node == 0);
+  const DeviceMesh mesh({c.replicate, c.shard, c.tp}, {"dp_replicate", "dp_shard", "tp"});
+  bool within = true;
+  for (int r = 0; r < world; ++r)
+    for (int member : mesh.group(r, 1).ranks) within = within && member / gpus_per_node == r / gpus_per_node;
+  RC_ASSERT(shard_group_within_node(c, gpus_per_node) == within);
+}
+
+TEST(PlannerSpace, ShardWithinNodeCountsTheTensorParallelDim) {
+  Candidate c;
+  c.replicate = 4;
+  c.shard = 8;
+  c.tp = 8;
+  EXPECT_FALSE(shard_group_within_node(c, 8));  // 8 shard ranks 8 apart: 8 nodes
+  c.tp = 1;
+  EXPECT_TRUE(shard_group_within_node(c, 8));
+  c.shard = 2;
+  c.tp = 4;
+  EXPECT_TRUE(shard_group_within_node(c, 8));
 }
 
 TEST(PlannerSpace, TensorParallelCandidatesUseTheRemainingRanksForDataParallelism) {
