@@ -38,6 +38,9 @@ nlohmann::json report_json(const SimulationReport& r) {
   j["simulated_all_ranks"] = r.simulated_all_ranks;
   j["ok"] = r.ok();
   j["out_of_memory"] = r.out_of_memory;
+  j["host_memory_bytes"] = r.host_memory_bytes;
+  j["peak_host_bytes_per_node"] = r.peak_host_bytes_per_node;
+  j["host_out_of_memory"] = r.host_out_of_memory;
   j["step_time_s"] = r.step_time_s;
   j["steps"] = r.steps;
   j["simulated_steps"] = r.simulated_steps;
@@ -129,6 +132,20 @@ std::string report_summary(const SimulationReport& r) {
                          c.oom->step, format_bytes(c.oom->requested_bytes), c.oom->what, c.oom->category,
                          format_bytes(c.oom->at_failure.allocated_bytes),
                          format_bytes(c.oom->at_failure.reserved_bytes), format_bytes(c.oom->capacity_bytes));
+  }
+  // NOTE [Host memory per node] (host_memory.h)
+  if (r.peak_host_bytes_per_node > 0) {
+    if (r.host_out_of_memory)
+      out += fmt::format("  HOST OUT OF MEMORY: node {} holds {} of pinned host memory (its ranks' peaks), its host has {}: "
+                         "turn CPU offload off, shard over more nodes, or set hardware.host_memory_bytes if yours has more\n",
+                         r.peak_host_node, format_bytes(r.peak_host_bytes_per_node), format_bytes(r.host_memory_bytes));
+    else if (r.host_memory_bytes > 0)
+      out += fmt::format("  host memory per node: {} of {} (its ranks' peak host bytes)\n",
+                         format_bytes(r.peak_host_bytes_per_node), format_bytes(r.host_memory_bytes));
+    else
+      out += fmt::format("  host memory per node: {} (its ranks' peak host bytes; not checked: the profile gives no "
+                         "host_memory_bytes, set hardware.host_memory_bytes)\n",
+                         format_bytes(r.peak_host_bytes_per_node));
   }
   if (!r.out_of_memory && r.step_time_s > 0) {
     out += fmt::format("  step time {:.3f} s ({} time model), exposed communication {:.3f} s, "

@@ -15,6 +15,7 @@
 #include "simulator/checkpoint_play.h"
 #include "simulator/cost/hardware_cost_model.h"
 #include "simulator/extrapolate.h"
+#include "simulator/host_memory.h"
 #include "simulator/sim_limits.h"
 #include "simulator/sim_backend.h"
 
@@ -458,6 +459,13 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
     bool low = s.fsdp.mixed_precision.param_dtype && *s.fsdp.mixed_precision.param_dtype != DType::kFloat32;
     double peak = low ? hw.peak_flops_bf16 : hw.peak_flops_fp32;
     if (peak > 0) rep.mfu = rep.model_flops_per_token * rep.tokens_per_s_per_gpu / peak;
+  }
+  {  // NOTE [Host memory per node]
+    const HostMemoryPerNode h = host_memory_per_node(rep.classes, s.hardware.gpus_per_node);
+    rep.host_memory_bytes = s.hardware.device.host_memory_bytes;
+    rep.peak_host_bytes_per_node = h.peak_bytes;
+    rep.peak_host_node = h.node;
+    rep.host_out_of_memory = rep.host_memory_bytes > 0 && h.peak_bytes > rep.host_memory_bytes;
   }
   if (s.training.checkpoint.every > 0 && !rep.out_of_memory && rep.step_time_s > 0) {  // NOTE [Checkpoint cost]
     rep.checkpoint = checkpoint_cost(s, rep.step_time_s);

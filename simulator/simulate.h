@@ -86,6 +86,13 @@ struct SimulationReport {
   uint64_t symmetric_memory_bytes = 0;
   std::vector<Problem> problems;
   bool out_of_memory = false;
+  // NOTE [Host memory per node] (host_memory.h): the node's host DRAM (the profile's
+  // host_memory_bytes; 0: not checked), the fullest node's pinned host bytes, and whether they
+  // exceed it.
+  uint64_t host_memory_bytes = 0;
+  uint64_t peak_host_bytes_per_node = 0;
+  int peak_host_node = 0;
+  bool host_out_of_memory = false;
   // training.checkpoint: its cost at this step time (NOTE [Checkpoint cost]) and, when played
   // (NOTE [Playing a checkpoint save]), the saves as played. step_time_s does not include it
   // (the saves fall between steps); total_time_s does (the played saves, plus the closed form's
@@ -96,7 +103,7 @@ struct SimulationReport {
     return step_time_s + (checkpoint ? checkpoint->amortised_s_per_step : 0);
   }
   uint64_t events_processed = 0;
-  bool ok() const { return problems.empty() && !out_of_memory; }
+  bool ok() const { return problems.empty() && !out_of_memory && !host_out_of_memory; }
 };
 
 // What the engine played, handed to SimulateOptions::on_played at the end of

@@ -149,6 +149,7 @@ const std::vector<Figure>& figures() {
       {"host_core_flops", number_figure(&P::host_core_flops, false, "128e9")},
       {"host_core_memory_bandwidth", number_figure(&P::host_core_memory_bandwidth, false, "12e9")},
       {"host_memory_bandwidth", number_figure(&P::host_memory_bandwidth, false, "614e9")},
+      {"host_memory_bytes", bytes_figure(&P::host_memory_bytes, 0, "2199023255552")},
   };
   return table;
 }

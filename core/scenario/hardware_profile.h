@@ -120,6 +120,10 @@ struct HardwareProfile {
   double host_core_flops = 0;          // fp32 FLOP/s of one core
   double host_core_memory_bandwidth = 0;  // bytes/s one core streams
   double host_memory_bandwidth = 0;    // bytes/s of the node's memory system
+  // Host DRAM of one node, bytes; 0: not known (nothing is checked against it). CPU offload and
+  // async checkpoint staging keep each rank's pinned host buffers there (NOTE [Host memory per
+  // node] in simulator/simulate.h).
+  uint64_t host_memory_bytes = 0;
   std::string source;            // "field: citation | field: citation | ..." for every figure
 };
 

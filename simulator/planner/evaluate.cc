@@ -26,11 +26,16 @@ ProgramEvaluation evaluate_program(const Scenario& candidate) {
   // training.checkpoint: the save's amortised cost is part of the step (NOTE [Checkpoint cost]).
   ev.step_time_s = rep.step_time_with_checkpoint_s();
   const double slowdown = ev.step_time_s > 0 ? rep.step_time_s / ev.step_time_s : 1;
-  ev.compute_s = rep.compute_s;
-  ev.exposed_comm_s = rep.exposed_comm_s;
+  // The step's parts from the same step as step_time_s (the slowest rank's last): the run's
+  // per-step means include the first step, which can be longer (with CPU offload, compute
+  // alone came out above the last step's time and the rest of the step negative).
+  ev.compute_s = rep.last_step_rank >= 0 ? rep.last_step.compute_s : rep.compute_s;
+  ev.exposed_comm_s = rep.last_step_rank >= 0 ? rep.last_step.exposed_comm_s : rep.exposed_comm_s;
   ev.tokens_per_s_per_gpu = rep.tokens_per_s_per_gpu * slowdown;
   ev.mfu = rep.mfu * slowdown;
   ev.problems = !rep.problems.empty();
+  ev.host_bytes_per_node = rep.peak_host_bytes_per_node;
+  if (rep.host_out_of_memory) ev.host_over_bytes = rep.peak_host_bytes_per_node - rep.host_memory_bytes;
   for (int e = 0; e < 2; ++e) {
     AllocatorOptions ao = device;
     ao.expandable_segments = e == 1;

@@ -30,6 +30,10 @@ struct ProgramEvaluation {
   double tokens_per_s_per_gpu = 0;
   double mfu = 0;
   bool problems = false;  // the simulation found protocol problems or a hang (never expected)
+  // NOTE [Host memory per node] (simulator/host_memory.h): the fullest node's pinned host bytes
+  // and how far they exceed the node's host memory (0: within it, or the profile gives none).
+  uint64_t host_bytes_per_node = 0;
+  uint64_t host_over_bytes = 0;
 };
 
 // `s`'s own expandable_segments setting is ignored: both are evaluated.

@@ -52,6 +52,8 @@ std::string status(const ConfigResult& c) {
   if (c.fits) return "fits";
   if (c.verdict == Verdict::kTimeBound) return "slower";
   if (c.verdict == Verdict::kMemoryBound) return "OOM>=" + size_cell(c.over_bytes);
+  // Fits the GPU, not the node's host memory (NOTE [Host memory per node]).
+  if (c.over_bytes == 0 && !c.out_of_memory && c.host_over_bytes > 0) return "host+" + size_cell(c.host_over_bytes);
   if (!c.out_of_memory) return "over " + size_cell(c.over_bytes);
   return "OOM+" + size_cell(c.over_bytes);
 }
@@ -94,9 +96,15 @@ std::string plan_text(const PlanOptions& o, const PlanResult& r, size_t top, dou
                        bytes_text(r.capacity_bytes - best.peak_reserved_bytes), seconds_text(best.step_time_s),
                        best.tokens_per_s_per_gpu, 100 * best.mfu, seconds_text(best.exposed_comm_s));
   } else {
-    out += fmt::format("nothing fits in {} usable per GPU; closest: {} ({} {})\n", bytes_text(r.usable_bytes),
-                       candidate_text(best.candidate), best.verdict == Verdict::kMemoryBound ? "needs at least" : "needs",
-                       bytes_text(best.needed_bytes));
+    if (best.verdict == Verdict::kSimulated && best.over_bytes == 0 && best.host_over_bytes > 0)
+      out += fmt::format("nothing fits in {} usable per GPU and {} of host memory per node; closest: {} (fits the GPU, "
+                         "but a node needs {} of pinned host memory)\n",
+                         bytes_text(r.usable_bytes), bytes_text(r.host_memory_bytes), candidate_text(best.candidate),
+                         bytes_text(best.host_bytes_per_node));
+    else
+      out += fmt::format("nothing fits in {} usable per GPU; closest: {} ({} {})\n", bytes_text(r.usable_bytes),
+                         candidate_text(best.candidate), best.verdict == Verdict::kMemoryBound ? "needs at least" : "needs",
+                         bytes_text(best.needed_bytes));
   }
   out += "rejected:\n";
   // Selective periods that all run out of memory share one line (OUT.json keeps each).
@@ -142,6 +150,7 @@ nlohmann::json plan_json(const PlanOptions& o, const PlanResult& r, double wall_
   j["headroom"] = o.headroom;
   j["capacity_bytes"] = r.capacity_bytes;
   j["usable_bytes"] = r.usable_bytes;
+  j["host_memory_bytes"] = r.host_memory_bytes;
   j["evaluated"] = r.evaluated;
   j["simulated"] = r.simulated;
   j["memory_pruned"] = r.memory_pruned;
@@ -171,6 +180,8 @@ nlohmann::json plan_json(const PlanOptions& o, const PlanResult& r, double wall_
     e["peak_allocated_bytes"] = exact ? json(c.peak_allocated_bytes) : json(nullptr);
     e["needed_bytes"] = c.needed_bytes;
     e["over_bytes"] = c.over_bytes;
+    e["host_bytes_per_node"] = exact ? json(c.host_bytes_per_node) : json(nullptr);
+    e["host_over_bytes"] = exact ? json(c.host_over_bytes) : json(nullptr);
     e["headroom_bytes"] = c.fits ? json(r.capacity_bytes - c.peak_reserved_bytes) : json(nullptr);
     e["step_time_s"] = c.step_time_s > 0 ? json(c.step_time_s) : json(nullptr);
     e["tokens_per_s_per_gpu"] = c.tokens_per_s_per_gpu > 0 ? json(c.tokens_per_s_per_gpu) : json(nullptr);

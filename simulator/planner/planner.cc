@@ -42,7 +42,8 @@ double tokens_per_gpu(const Candidate& c, int64_t seq_len) {
 
 // A program that hangs or breaks the protocol (never expected: the simulator's own tests cover
 // FSDP2's protocol) is not a recommendation.
-bool runs(const ProgramEvaluation& ev) { return !ev.problems && ev.step_time_s > 0; }
+// A program that runs and whose node's pinned host memory fits (NOTE [Host memory per node]).
+bool runs(const ProgramEvaluation& ev) { return !ev.problems && ev.step_time_s > 0 && ev.host_over_bytes == 0; }
 
 struct Program {
   size_t first = 0;  // index of its expandable-off candidate; first + 1 is expandable on
@@ -84,6 +85,7 @@ PlanResult plan(const PlanOptions& opt) {
 
   PlanResult res;
   res.capacity_bytes = opt.base.hardware.allocator.capacity_bytes;
+  res.host_memory_bytes = opt.base.hardware.device.host_memory_bytes;
   res.usable_bytes = static_cast<uint64_t>(static_cast<double>(res.capacity_bytes) * (1.0 - opt.headroom));
   // Ranks of different speeds or batches run different programs (every rank is simulated),
   // which the block bounds do not model: such a base is searched exhaustively.
@@ -223,6 +225,8 @@ PlanResult plan(const PlanOptions& opt) {
         r.peak_reserved_bytes = m.peak_reserved_bytes;
         r.peak_allocated_bytes = m.peak_allocated_bytes;
         r.needed_bytes = m.needed_reserved_bytes;
+        r.host_bytes_per_node = p.eval->host_bytes_per_node;
+        r.host_over_bytes = p.eval->host_over_bytes;
         r.over_bytes = m.needed_reserved_bytes > res.usable_bytes ? m.needed_reserved_bytes - res.usable_bytes : 0;
         if (r.fits) r.over_bytes = 0;
         r.step_time_s = p.eval->step_time_s;

@@ -59,6 +59,11 @@ struct ConfigResult {
   // Bytes over the usable memory (0 when it fits or is kTimeBound): exact, or at least this
   // for kMemoryBound.
   uint64_t over_bytes = 0;
+  // kSimulated: the fullest node's pinned host bytes (CPU offload, checkpoint staging) and how
+  // far they exceed PlanResult::host_memory_bytes (0: within it, or not checked). A
+  // configuration over it does not fit (NOTE [Host memory per node]).
+  uint64_t host_bytes_per_node = 0;
+  uint64_t host_over_bytes = 0;
 };
 
 struct PlanResult {
@@ -71,6 +76,7 @@ struct PlanResult {
   bool pruning = false;               // whether bounds were used
   uint64_t capacity_bytes = 0;        // the caching allocator's capacity per GPU
   uint64_t usable_bytes = 0;          // capacity x (1 - headroom)
+  uint64_t host_memory_bytes = 0;     // host DRAM per node (the profile's; 0: not checked)
   bool best_fits() const { return !configs.empty() && configs.front().fits; }
 };
 

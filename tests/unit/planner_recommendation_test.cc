@@ -60,6 +60,51 @@ TEST(PlannerRecommendation, StatesThatOnlyFitWithOffload) {
   EXPECT_TRUE(said);
 }
 
+// The same model with the node's host memory too small for what offload pins there (NOTE [Host
+// memory per node]): nothing fits, and the closest is an offload configuration that fits the GPU
+// and says so; with exactly the bytes it pins, it fits again.
+TEST(PlannerRecommendation, OffloadNeedsTheNodesHostMemory) {
+  const json model = {{"name", "tiny-llama"}, {"dim", 512}, {"ffn_dim", 1024}, {"n_layers", 3}, {"n_heads", 8}};
+  PlanOptions probe = options(model, 1, 1, 32, 1, std::nullopt);
+  const int64_t params = parameter_count(probe.base.model);
+  PlanOptions o = options(model, 1, 1, 32, 1, static_cast<uint64_t>(8 * params) + 2 * probe.base.hardware.device.blas_workspace_bytes);
+  const PlanResult roomy = plan(o);  // the profile's 2 TiB per node
+  ASSERT_TRUE(roomy.best_fits());
+  const ConfigResult& best = roomy.configs.front();
+  ASSERT_TRUE(best.candidate.cpu_offload);
+  // fp32 sharded parameters, gradients and two AdamW states on the host: 16 bytes a parameter.
+  EXPECT_GE(best.host_bytes_per_node, static_cast<uint64_t>(16 * params));
+  EXPECT_EQ(best.host_over_bytes, 0u);
+  EXPECT_EQ(roomy.host_memory_bytes, o.base.hardware.device.host_memory_bytes);
+
+  PlanOptions tight = o;
+  tight.base.hardware.device.host_memory_bytes = best.host_bytes_per_node - 1;
+  const PlanResult r = plan(tight);
+  EXPECT_FALSE(r.best_fits());
+  for (const auto& c : r.configs) {
+    EXPECT_FALSE(c.fits) << candidate_text(c.candidate);
+    if (c.verdict == Verdict::kSimulated && !c.candidate.cpu_offload) {
+      EXPECT_EQ(c.host_bytes_per_node, 0u);
+    }
+    if (c.verdict == Verdict::kSimulated && c.candidate.cpu_offload && c.over_bytes == 0) {
+      EXPECT_EQ(c.host_over_bytes, c.host_bytes_per_node - tight.base.hardware.device.host_memory_bytes);
+    }
+  }
+  const ConfigResult& closest = r.configs.front();
+  EXPECT_TRUE(closest.candidate.cpu_offload);
+  EXPECT_GT(closest.host_over_bytes, 0u);
+  const std::string text = plan_text(tight, r, 3, 0);
+  EXPECT_NE(text.find("host+"), std::string::npos) << text;
+  EXPECT_NE(text.find("but a node needs"), std::string::npos) << text;
+  const json j = plan_json(tight, r, 0);
+  EXPECT_EQ(j["host_memory_bytes"], tight.base.hardware.device.host_memory_bytes);
+  EXPECT_GT(j["configs"][0]["host_over_bytes"].get<uint64_t>(), 0u);
+
+  PlanOptions exact = o;
+  exact.base.hardware.device.host_memory_bytes = best.host_bytes_per_node;
+  EXPECT_TRUE(plan(exact).best_fits());
+}
+
 // A tiny model on an 80 GB GPU: everything fits, and the pruned search agrees with the
 // exhaustive one on the winner.
 TEST(PlannerRecommendation, TinyModelEverythingFits) {

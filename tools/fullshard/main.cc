@@ -80,7 +80,7 @@ int cmd_simulate(const std::string& path, const std::string& json_out, const std
     std::cout << "  trace written to " << printable(trace_out) << " (open it in Perfetto or chrome://tracing)\n";
   // Out of memory first: a rank that runs out stops early, and its peers then wait in
   // collectives it never issues; those problems follow from the out of memory (exit 3).
-  if (r.out_of_memory) return 3;
+  if (r.out_of_memory || r.host_out_of_memory) return 3;
   if (!r.problems.empty()) return 1;
   return 0;
 }
