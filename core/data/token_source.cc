@@ -20,6 +20,10 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string count_str(int64_t n) { return std::to_string(n); }
+// What the vocabulary size came from: a flag (`data inspect --vocab-size`) or the model.
+std::string vocab_label(const std::string& where) {
+  return where.rfind("--", 0) == 0 ? where : std::string("model.vocab_size");
+}
 
 // Token files read as one stream: file i holds tokens [starts_[i], starts_[i + 1]).
 class ShardedTokenFiles final : public TokenSource {
@@ -49,9 +53,9 @@ class ShardedTokenFiles final : public TokenSource {
     const auto limit = static_cast<uint32_t>(std::min<int64_t>(vocab_size, UINT32_MAX));
     for (const auto& f : files_)
       if (const int64_t i = f->first_token_at_least(limit); i >= 0)
-        throw InputError(where, fmt::format("'{}' has token {} at offset {}, not below model.vocab_size {}", f->path(),
-                                            f->token(i), i, vocab_size),
-                         "tokenize with the model's tokenizer or raise model.vocab_size");
+        throw InputError(where, fmt::format("'{}' has token {} at offset {}, not below {} {}", f->path(),
+                                            f->token(i), i, vocab_label(where), vocab_size),
+                         "tokenize with the model's tokenizer or raise " + vocab_label(where));
   }
   std::string describe() const override {
     return fmt::format("{} file{}, {} {} tokens", files_.size(), files_.size() == 1 ? "" : "s", count_str(size()),
@@ -74,9 +78,9 @@ class InMemoryTokens final : public TokenSource {
   void check_vocab(int64_t vocab_size, const std::string& where) const override {
     for (size_t i = 0; i < tokens_.size(); ++i)
       if (static_cast<int64_t>(tokens_[i]) >= vocab_size)
-        throw InputError(where, fmt::format("{} has token {} at offset {}, not below model.vocab_size {}", name_,
-                                            tokens_[i], i, vocab_size),
-                         "use a tokenizer whose vocabulary fits or raise model.vocab_size");
+        throw InputError(where, fmt::format("{} has token {} at offset {}, not below {} {}", name_, tokens_[i], i,
+                                            vocab_label(where), vocab_size),
+                         "use a tokenizer whose vocabulary fits or raise " + vocab_label(where));
   }
   std::string describe() const override { return name_ + ", " + count_str(size()) + " tokens"; }
 

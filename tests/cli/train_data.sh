@@ -15,6 +15,9 @@ grep -q "wrote 58652 uint16 tokens (llm.c header, byte tokenizer, vocabulary 256
 cmp "$tmp/train.bin" "$sample/train.bin"
 cmp "$tmp/val.bin" "$sample/val.bin"
 "$bin" data inspect "$sample/train.bin" | grep -q "58652 uint16 tokens, llm.c header, largest token 125"
+# --vocab-size names itself, not the model, in its error (exit 2).
+rc=0; "$bin" data inspect "$sample/train.bin" --vocab-size 100 > /dev/null 2> "$tmp/err" || rc=$?
+[ $rc -eq 2 ] && grep -q "not below --vocab-size 100.*raise --vocab-size" "$tmp/err" || { echo "rc $rc"; cat "$tmp/err"; exit 1; }
 echo ok tokenize
 
 # A small copy of the shipped scenario (seq 16, 2 x 2 sequences) keeps the runs short.
