@@ -415,12 +415,22 @@ LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backend
   // file takes its name only when the run ends well, so a failed run never replaces an earlier
   // run's metrics, and an input file is never overwritten.
   std::ofstream metrics;
-  const std::string metrics_partial = o.metrics_path.empty() ? "" : o.metrics_path + ".partial";
+  // An existing --metrics that is not a regular file (/dev/stdout, a FIFO, a device) is written
+  // as it is, as OutputFile writes such outputs (NOTE [Atomic outputs]): renaming PATH.partial
+  // onto it replaced the node itself (as root, `--metrics /dev/full` left /dev/full a regular
+  // file holding the metrics).
+  std::error_code metrics_ec;
+  const bool metrics_direct = !o.metrics_path.empty() && std::filesystem::exists(o.metrics_path, metrics_ec) &&
+                              !std::filesystem::is_regular_file(o.metrics_path, metrics_ec);
+  const std::string metrics_partial =
+      o.metrics_path.empty() ? "" : metrics_direct ? o.metrics_path : o.metrics_path + ".partial";
   if (!o.metrics_path.empty()) {
     std::error_code ec;
     if (std::filesystem::equivalent(o.metrics_path, o.scenario_path, ec))
       throw InputError("--metrics", "is the scenario file '" + o.metrics_path + "'", "write the metrics to another file");
-    metrics.open(metrics_partial, std::ios::trunc);
+    if (std::filesystem::is_directory(o.metrics_path, ec))
+      throw InputError("--metrics", "'" + o.metrics_path + "' is a directory", "give a file path inside it");
+    metrics.open(metrics_partial, metrics_direct ? std::ios::out : std::ios::trunc);
     if (!metrics) throw InputError("--metrics", "cannot write '" + metrics_partial + "'", "give a writable file path");
   }
   std::string tmpl_s = (std::filesystem::temp_directory_path() / "fullshard-rdzv-XXXXXX").string();  // honours $TMPDIR
@@ -683,7 +693,9 @@ LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backend
   std::filesystem::remove_all(store_dir, ec);
   if (metrics.is_open()) {
     metrics.close();
-    if (res.exit_code == 0 && !metrics_failed) {
+    if (metrics_direct) {
+      // Nothing to rename: written where it goes (a failed write was reported when it happened).
+    } else if (res.exit_code == 0 && !metrics_failed) {
       std::filesystem::rename(metrics_partial, o.metrics_path, ec);
       if (ec) {
         res.errors.push_back(fmt::format("launcher: cannot rename '{}' to '{}': {}", metrics_partial, o.metrics_path,

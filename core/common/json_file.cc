@@ -134,6 +134,13 @@ std::string parse_error_detail(const std::string& what) {
 }  // namespace
 
 json parse_json_text(const std::string& text, const std::string& source) {
+  // NOTE [NUL in JSON text]: nlohmann's lexer takes a NUL byte for the end of input (C strings),
+  // so a file with a NUL after a complete value parsed as that value alone and whatever followed
+  // was silently dropped (a damaged file, or two files glued together). JSON text never holds a
+  // raw NUL (inside a string it is written \u0000).
+  if (const size_t nul = text.find('\0'); nul != std::string::npos)
+    throw InputError(at(source, text, nul), "malformed JSON: a NUL byte (\\x00)",
+                     "JSON text has no NUL bytes (in a string write \\u0000); the file may be damaged or binary");
   if (const auto deep = too_deep_at(text))
     throw InputError(at(source, text, *deep),
                      "malformed JSON: nested deeper than " + std::to_string(kMaxJsonDepth) + " levels",

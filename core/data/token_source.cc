@@ -10,6 +10,7 @@
 
 #include "core/common/error.h"
 #include "core/common/input_file.h"
+#include "core/common/json_file.h"
 #include "core/data/bpe_tokenizer.h"
 #include "core/data/byte_tokenizer.h"
 #include "core/data/hf_tokenizer.h"
@@ -112,7 +113,12 @@ std::vector<uint32_t> jsonl_tokens(const std::string& path, const std::string& c
     pos = end + 1;
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    nlohmann::json j;
+    try {  // NOTE [Bounded JSON nesting]
+      j = parse_json_text(line, path);
+    } catch (const InputError&) {
+      j = nlohmann::json::value_t::discarded;  // reported below, with the line number
+    }
     if (j.is_discarded() || !j.is_object() || !j.contains("text") || !j["text"].is_string())
       throw InputError(where, fmt::format("'{}' line {} is not a JSON object with a string \"text\"", path, line_no),
                        "write one {\"text\": \"...\"} object per line");

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "core/common/error.h"
@@ -42,16 +43,43 @@ Reader int_figure(int HardwareProfile::*m, int64_t min, int64_t max, const char*
     p.*m = static_cast<int>(jr::get_int(v, path, min, max, example));
   };
 }
-// A rate (FLOP/s, bytes/s, seconds): finite, > 0 (or >= 0 with allow_zero).
-Reader number_figure(double HardwareProfile::*m, bool allow_zero, const char* example) {
+// NOTE [Figure bounds]: the simulator prices a kernel at work / (rate x efficiency x clock
+// ratio x GEMM shape factor x rank speed x (1 - overlap slowdown, at most 0.95)) and adds
+// per-launch seconds, over up to 1e8 played instructions (docs/scenario-format.md, limits),
+// and every time must stay finite: a rate of
+// 1e-320 FLOP/s, an efficiency of 5e-324 or a launch overhead of 1e308 s made one kernel or the
+// step's sum infinite (an internal error, or a report whose step time is null). So each figure
+// is bounded far outside any hardware: rates >= 1 (FLOP/s, bytes/s), the fractions a time is
+// divided by >= kMinFraction (fullshard calibrate fits tables no lower), per-call seconds <= 1,
+// matmul_small_dim <= 65536. The worst case, a GEMM at 1 / (1 x 1e-3^3 x (1/65537)^3 x 0.05),
+// prices 1e30 FLOPs at about 6e54 s, still finite summed over any accepted simulation.
+constexpr double kMinRate = kMinFigureRate;
+constexpr double kMinFraction = kMinFigureFraction;
+constexpr double kMaxCallSeconds = 1;
+constexpr double kMaxSmallDim = 65536;
+
+// A rate (FLOP/s, bytes/s): finite, >= 1 (NOTE [Figure bounds]).
+Reader rate_figure(double HardwareProfile::*m, const char* example) {
   return [=](HardwareProfile& p, const json& v, const std::string& path) {
-    p.*m = jr::get_number(v, path, 0, allow_zero, kInf, false, example);
+    p.*m = jr::get_number(v, path, kMinRate, true, kInf, false, example);
+  };
+}
+// Seconds per call (a launch, a dispatch, a hook): in [0, 1].
+Reader seconds_figure(double HardwareProfile::*m, const char* example) {
+  return [=](HardwareProfile& p, const json& v, const std::string& path) {
+    p.*m = jr::get_number(v, path, 0, true, kMaxCallSeconds, true, example);
   };
 }
 // A fraction in [0, 1] (or [0, 1) with below_one).
 Reader fraction_figure(double HardwareProfile::*m, bool below_one, const char* example) {
   return [=](HardwareProfile& p, const json& v, const std::string& path) {
     p.*m = jr::get_number(v, path, 0, true, 1, !below_one, example);
+  };
+}
+// A fraction a time is divided by: in [kMinFraction, 1].
+Reader divisor_fraction_figure(double HardwareProfile::*m, const char* example) {
+  return [=](HardwareProfile& p, const json& v, const std::string& path) {
+    p.*m = jr::get_number(v, path, kMinFraction, true, 1, true, example);
   };
 }
 Reader bool_figure(bool HardwareProfile::*m) {
@@ -68,7 +96,7 @@ Reader choice_figure(E HardwareProfile::*m, std::vector<std::pair<std::string, E
   };
 }
 // [[threshold, efficiency], ...]: thresholds >= 0 strictly descending, the last one 0,
-// efficiencies in (0, 1] (NOTE [Efficiency step tables]).
+// efficiencies in [kMinFraction, 1] (NOTE [Efficiency step tables], NOTE [Figure bounds]).
 Reader table_figure(EfficiencyTable HardwareProfile::*m, const char* example) {
   return [=](HardwareProfile& p, const json& v, const std::string& path) {
     const std::string fix = std::string("write rows [threshold, efficiency] with descending thresholds "
@@ -80,7 +108,7 @@ Reader table_figure(EfficiencyTable HardwareProfile::*m, const char* example) {
       if (!v[i].is_array() || v[i].size() != 2)
         throw InputError(row, "is " + jr::describe(v[i]) + ", not a [threshold, efficiency] pair", fix);
       const double th = jr::get_number(v[i][0], jr::index_path(row, 0), 0, true, kInf, false, "1e9");
-      const double eff = jr::get_number(v[i][1], jr::index_path(row, 1), 0, false, 1, true, "0.9");
+      const double eff = jr::get_number(v[i][1], jr::index_path(row, 1), kMinFraction, true, 1, true, "0.9");
       if (!t.rows.empty() && th >= t.rows.back().first)
         throw InputError(jr::index_path(row, 0), "is " + jr::show(v[i][0]) + ", not below the previous threshold",
                          fix);
@@ -101,38 +129,40 @@ const std::vector<Figure>& figures() {
       {"cuda_total_memory_bytes", bytes_figure(&P::cuda_total_memory_bytes, 1, "85027979264")},
       {"non_allocator_bytes", bytes_figure(&P::non_allocator_bytes, 0, "2103443456")},
       {"blas_workspace_bytes", bytes_figure(&P::blas_workspace_bytes, 0, "33554432")},
-      {"peak_flops_bf16", number_figure(&P::peak_flops_bf16, false, "989.4e12")},
-      {"peak_flops_fp16", number_figure(&P::peak_flops_fp16, false, "989.4e12")},
-      {"peak_flops_fp32", number_figure(&P::peak_flops_fp32, false, "66.9e12")},
-      {"peak_flops_tf32", number_figure(&P::peak_flops_tf32, false, "494.7e12")},
-      {"hbm_bandwidth", number_figure(&P::hbm_bandwidth, false, "3.35e12")},
+      {"peak_flops_bf16", rate_figure(&P::peak_flops_bf16, "989.4e12")},
+      {"peak_flops_fp16", rate_figure(&P::peak_flops_fp16, "989.4e12")},
+      {"peak_flops_fp32", rate_figure(&P::peak_flops_fp32, "66.9e12")},
+      {"peak_flops_tf32", rate_figure(&P::peak_flops_tf32, "494.7e12")},
+      {"hbm_bandwidth", rate_figure(&P::hbm_bandwidth, "3.35e12")},
       {"compute_capability", int_figure(&P::compute_capability, 0, 1000, "90")},
       {"matmul_efficiency", table_figure(&P::matmul_efficiency, "[[128e9, 0.95], [16e9, 0.9], [1e9, 0.6], [0, 0.1]]")},
-      {"matmul_small_dim", number_figure(&P::matmul_small_dim, true, "64")},
+      {"matmul_small_dim", [](HardwareProfile& p, const json& v, const std::string& path) {
+         p.matmul_small_dim = jr::get_number(v, path, 0, true, kMaxSmallDim, true, "64");
+       }},
       {"attention_efficiency", table_figure(&P::attention_efficiency, "[[8192, 0.34], [0, 0.2]]")},
       {"attention_backward_efficiency", table_figure(&P::attention_backward_efficiency, "[[8192, 0.29], [0, 0.13]]")},
       {"attention_head_dim_efficiency", table_figure(&P::attention_head_dim_efficiency, "[[256, 0.8], [128, 1], [64, 0.87], [0, 0.5]]")},
       {"vector_efficiency", table_figure(&P::vector_efficiency, "[[16e9, 0.95], [1e9, 0.5], [0, 0.1]]")},
       {"memory_efficiency", table_figure(&P::memory_efficiency, "[[100e6, 0.9], [10e6, 0.75], [1e6, 0.6], [0, 0.3]]")},
-      {"norm_memory_efficiency", fraction_figure(&P::norm_memory_efficiency, false, "0.4")},
-      {"launch_overhead_s", number_figure(&P::launch_overhead_s, true, "5e-6")},
-      {"eager_dispatch_s", number_figure(&P::eager_dispatch_s, true, "10e-6")},
-      {"kernel_gap_s", number_figure(&P::kernel_gap_s, true, "2e-6")},
-      {"fsdp_hook_s", number_figure(&P::fsdp_hook_s, true, "100e-6")},
-      {"fsdp_hook_param_s", number_figure(&P::fsdp_hook_param_s, true, "6e-6")},
-      {"sustained_clock_ratio", fraction_figure(&P::sustained_clock_ratio, false, "0.85")},
+      {"norm_memory_efficiency", divisor_fraction_figure(&P::norm_memory_efficiency, "0.4")},
+      {"launch_overhead_s", seconds_figure(&P::launch_overhead_s, "5e-6")},
+      {"eager_dispatch_s", seconds_figure(&P::eager_dispatch_s, "10e-6")},
+      {"kernel_gap_s", seconds_figure(&P::kernel_gap_s, "2e-6")},
+      {"fsdp_hook_s", seconds_figure(&P::fsdp_hook_s, "100e-6")},
+      {"fsdp_hook_param_s", seconds_figure(&P::fsdp_hook_param_s, "6e-6")},
+      {"sustained_clock_ratio", divisor_fraction_figure(&P::sustained_clock_ratio, "0.85")},
       {"overlap_slowdown_nvlink", fraction_figure(&P::overlap_slowdown_nvlink, true, "0.15")},
       {"overlap_slowdown_network", fraction_figure(&P::overlap_slowdown_network, true, "0.02")},
       {"gpus_per_node", int_figure(&P::gpus_per_node, 1, 1 << 20, "8")},
       {"intra_node_link", choice_figure<IntraNodeLink>(&P::intra_node_link, {{"nvlink", IntraNodeLink::kNvlink},
                                                                             {"pcie", IntraNodeLink::kPcie}})},
-      {"nvlink_bandwidth", number_figure(&P::nvlink_bandwidth, false, "450e9")},
+      {"nvlink_bandwidth", rate_figure(&P::nvlink_bandwidth, "450e9")},
       {"nvls", bool_figure(&P::nvls)},
       {"nvls_efficiency", fraction_figure(&P::nvls_efficiency, false, "0.85")},
       {"nccl_channels", int_figure(&P::nccl_channels, 1, 64, "16")},
-      {"intra_node_bus_bandwidth", number_figure(&P::intra_node_bus_bandwidth, false, "370.8e9")},
-      {"network_bandwidth", number_figure(&P::network_bandwidth, false, "50e9")},
-      {"network_bus_bandwidth", number_figure(&P::network_bus_bandwidth, false, "44e9")},
+      {"intra_node_bus_bandwidth", rate_figure(&P::intra_node_bus_bandwidth, "370.8e9")},
+      {"network_bandwidth", rate_figure(&P::network_bandwidth, "50e9")},
+      {"network_bus_bandwidth", rate_figure(&P::network_bus_bandwidth, "44e9")},
       {"host_cpu", choice_figure<HostCpu>(&P::host_cpu, {{"intel", HostCpu::kIntel},
                                                         {"amd", HostCpu::kAmd},
                                                         {"arm", HostCpu::kArm}})},
@@ -142,13 +172,13 @@ const std::vector<Figure>& figures() {
                                                            {"pcie6", HostLink::kPcie6},
                                                            {"nvlink-c2c", HostLink::kNvlinkC2C},
                                                            {"memory", HostLink::kMemory}})},
-      {"pcie_bandwidth", number_figure(&P::pcie_bandwidth, false, "64e9")},
-      {"pinned_copy_bandwidth", number_figure(&P::pinned_copy_bandwidth, false, "54e9")},
-      {"pageable_copy_bandwidth", number_figure(&P::pageable_copy_bandwidth, false, "27e9")},
+      {"pcie_bandwidth", rate_figure(&P::pcie_bandwidth, "64e9")},
+      {"pinned_copy_bandwidth", rate_figure(&P::pinned_copy_bandwidth, "54e9")},
+      {"pageable_copy_bandwidth", rate_figure(&P::pageable_copy_bandwidth, "27e9")},
       {"host_cores", int_figure(&P::host_cores, 1, 1 << 20, "112")},
-      {"host_core_flops", number_figure(&P::host_core_flops, false, "128e9")},
-      {"host_core_memory_bandwidth", number_figure(&P::host_core_memory_bandwidth, false, "12e9")},
-      {"host_memory_bandwidth", number_figure(&P::host_memory_bandwidth, false, "614e9")},
+      {"host_core_flops", rate_figure(&P::host_core_flops, "128e9")},
+      {"host_core_memory_bandwidth", rate_figure(&P::host_core_memory_bandwidth, "12e9")},
+      {"host_memory_bandwidth", rate_figure(&P::host_memory_bandwidth, "614e9")},
       {"host_memory_bytes", bytes_figure(&P::host_memory_bytes, 0, "2199023255552")},
   };
   return table;
@@ -159,6 +189,13 @@ std::vector<std::string> known_fields() {
   const auto& f = hardware_profile_figures();
   k.insert(k.end(), f.begin(), f.end());
   return k;
+}
+
+// A figure as a user writes it: 0, 1e-09, 0.85.
+std::string shown(double x) {
+  std::ostringstream out;
+  out << x;
+  return out.str();
 }
 
 std::string lower(std::string s) {
@@ -303,19 +340,23 @@ std::vector<std::string> apply_hardware_figures(HardwareProfile& p, const json& 
 }
 
 void check_hardware_profile(const HardwareProfile& p, const std::string& prefix) {
-  if (p.nvls && p.nvls_efficiency <= 0)
-    throw InputError(jr::child_path(prefix, "nvls_efficiency"), "is 0 while nvls is true",
+  if (p.nvls && p.nvls_efficiency < kMinFraction)  // NOTE [Figure bounds]
+    throw InputError(jr::child_path(prefix, "nvls_efficiency"),
+                     "is " + shown(p.nvls_efficiency) + " while nvls is true, below " +
+                         shown(kMinFraction),
                      "give NCCL's NVLS efficiency for the architecture (0.85 Hopper, 0.74 Blackwell) or set "
                      "nvls to false");
   if (p.nvls && p.intra_node_link != IntraNodeLink::kNvlink)
     throw InputError(jr::child_path(prefix, "nvls"), "is true but intra_node_link is \"pcie\"",
                      "NVLS needs NVSwitch: set nvls to false or intra_node_link to \"nvlink\"");
-  if (p.sustained_clock_ratio <= 0)
-    throw InputError(jr::child_path(prefix, "sustained_clock_ratio"), "is 0",
-                     "give the sustained clock under the power limit / the measured clock, in (0, 1], e.g. 0.85");
-  if (p.norm_memory_efficiency <= 0)
-    throw InputError(jr::child_path(prefix, "norm_memory_efficiency"), "is 0",
-                     "give the fraction of hbm_bandwidth fused norm kernels reach, in (0, 1], e.g. 0.4");
+  if (!(p.sustained_clock_ratio >= kMinFraction))
+    throw InputError(jr::child_path(prefix, "sustained_clock_ratio"),
+                     "is " + shown(p.sustained_clock_ratio) + ", below " + shown(kMinFraction),
+                     "give the sustained clock under the power limit / the measured clock, in [0.001, 1], e.g. 0.85");
+  if (!(p.norm_memory_efficiency >= kMinFraction))
+    throw InputError(jr::child_path(prefix, "norm_memory_efficiency"),
+                     "is " + shown(p.norm_memory_efficiency) + ", below " + shown(kMinFraction),
+                     "give the fraction of hbm_bandwidth fused norm kernels reach, in [0.001, 1], e.g. 0.4");
 }
 
 void check_gpus_per_node(const HardwareProfile& p, int gpus_per_node, const std::string& where) {

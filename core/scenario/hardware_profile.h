@@ -20,10 +20,16 @@ namespace fullshard {
 // or bytes) reaches `efficiency` x peak where the row is the first, in descending threshold
 // order, whose threshold <= s. The last threshold is 0, so every size has a row.
 struct EfficiencyTable {
-  std::vector<std::pair<double, double>> rows;  // {threshold, efficiency in (0, 1]}, descending
+  std::vector<std::pair<double, double>> rows;  // {threshold, efficiency in [1e-3, 1]}, descending
   double at(double size) const;
   bool operator==(const EfficiencyTable&) const = default;
 };
+
+// NOTE [Figure bounds] (hardware_profile.cc): the least rate (FLOP/s, bytes/s) and the least
+// fraction a simulated time is divided by (efficiencies, the clock ratio, a rank's speed) that
+// any input may give, so that every simulated time stays finite.
+inline constexpr double kMinFigureRate = 1;
+inline constexpr double kMinFigureFraction = 1e-3;
 
 // The link between the GPUs of one node, as NCCL's latency tables tell them apart.
 enum class IntraNodeLink : uint8_t { kNvlink, kPcie };

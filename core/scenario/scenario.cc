@@ -386,7 +386,8 @@ TrainingCheckpointOptions parse_checkpoint_save(const json& v) {
   if (v.contains("mode")) c.async = jr::get_choice(v.at("mode"), P + ".mode", {"sync", "async"}) == "async";
   if (v.contains("storage_write_bandwidth"))
     c.storage_write_bandwidth =
-        jr::get_number(v.at("storage_write_bandwidth"), P + ".storage_write_bandwidth", 0, false, kInf, false, "2e9 (bytes/s per node)");
+        jr::get_number(v.at("storage_write_bandwidth"), P + ".storage_write_bandwidth", kMinFigureRate, true, kInf,
+                       false, "2e9 (bytes/s per node)");  // NOTE [Figure bounds]
   return c;
 }
 
@@ -477,7 +478,8 @@ std::map<int, double> parse_rank_speed(const json& v, int world) {
     jr::require_field(v[i], at, "rank", "add \"rank\": the global rank that runs at another speed");
     jr::require_field(v[i], at, "speed", "add \"speed\": its compute throughput relative to the profile, e.g. 0.8");
     const int rank = static_cast<int>(jr::get_int(v[i].at("rank"), at + ".rank", 0, world - 1, "0"));
-    const double speed = jr::get_number(v[i].at("speed"), at + ".speed", 0, false, 1000, true, "0.8");
+    const double speed =  // NOTE [Figure bounds]
+        jr::get_number(v[i].at("speed"), at + ".speed", kMinFigureFraction, true, 1000, true, "0.8");
     if (!out.emplace(rank, speed).second)
       throw InputError(at + ".rank", "is " + std::to_string(rank) + ", given twice", "give each rank once");
   }

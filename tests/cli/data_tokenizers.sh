@@ -78,5 +78,8 @@ expect_error "error: --bos: is '<|nope|>', not a special token" data tokenize "$
 python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); j["training"]["data"]["tokenizer"]="byte"; json.dump(j,open(sys.argv[2],"w"))' \
   "$tmp/s.json" "$tmp/byte.json"
 expect_error "training.data.eos: is '<|end_of_text|>'" train "$tmp/byte.json" --steps 1
+# NaN passed the range check and reached the split (std::vector's length_error, exit 1).
+expect_error "error: --val-fraction: is nan; give a fraction in \[0, 1)" data tokenize "$tmp/docs.jsonl" -o "$tmp/x.bin" \
+  --val-fraction nan --val-output "$tmp/v.bin"
 test ! -e "$tmp/x.bin"
 echo ok errors

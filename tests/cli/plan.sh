@@ -32,6 +32,8 @@ expect two-models "several model sources" -- plan --model tiny-llama --hf-config
 expect no-seq-len "--seq-len" "is missing" -- plan --model tiny-llama --gpus 8 --gpu h100
 expect no-gpus "--gpus" "is missing" -- plan --model tiny-llama --gpu h100 --seq-len 64
 expect headroom "--headroom" "1.5" -- plan --model tiny-llama "${common[@]}" --headroom 1.5
+expect micro-batch-twice "--micro-batches" "has 1 twice" -- plan --model tiny-llama "${common[@]}" --micro-batches 1 2 1
+expect tp-twice "--tp" "has 2 twice" -- plan --model tiny-llama "${common[@]}" --tp 2 2
 expect hf-config "--hf-config" "no-such" -- plan --hf-config "$tmp/no-such/config.json" "${common[@]}"
 expect json-ext "--json" "out.txt" ".json" -- plan --model tiny-llama "${common[@]}" --json "$tmp/out.txt"
 printf '{"model": "tiny-llama", "training": {"seq_len": 32, "rank_batch": [{"rank": 1, "batch": 2}]}, "hardware": {"profile": "cpu", "gpus_per_node": 2}}' > "$tmp/uneven.json"

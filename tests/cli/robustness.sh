@@ -120,4 +120,46 @@ if grep -q $'\x1b' "$tmp/err"; then echo "FAIL binary-csv-cell: raw escape on st
 printf 'collective,\x1b[31mbytes\xff\n' > "$tmp/bin2.csv"
 expect binary-csv-header 2 "has the unknown column '\\x1b[31mbytes\\xff'" -- calibrate "$tmp/bin2.csv" --hardware h100
 if grep -q $'\x1b' "$tmp/err"; then echo "FAIL binary-csv-header: raw escape on stderr"; fail=1; fi
+
+# ---- hardware figures that made a simulated time infinite (NOTE [Figure bounds])
+for fig in 'peak_flops_fp32 1e-320 must be >= 1' 'hbm_bandwidth 0.5 must be >= 1' \
+           'launch_overhead_s 1e+308 must be >= 0 and <= 1' 'matmul_small_dim 1e+300 must be >= 0 and <= 65536' \
+           'sustained_clock_ratio 5e-324 must be >= 0.001'; do
+  set -- $fig; name="$1" value="$2"; shift 2
+  python3 - "$scenario" "$tmp/fig.json" "$name" "$value" <<'P'
+import json, sys
+j = json.load(open(sys.argv[1])); j.pop("$schema", None)
+j["hardware"][sys.argv[3]] = float(sys.argv[4])
+json.dump(j, open(sys.argv[2], "w"))
+P
+  expect "figure-$name" 2 "hardware.$name: is $value, $*" -- simulate "$tmp/fig.json"
+done
+python3 - "$scenario" "$tmp/speed.json" <<'P'
+import json, sys
+j = json.load(open(sys.argv[1])); j.pop("$schema", None)
+j["hardware"]["rank_speed"] = [{"rank": 0, "speed": 1e-320}]
+json.dump(j, open(sys.argv[2], "w"))
+P
+expect rank-speed-tiny 2 "hardware.rank_speed[0].speed: is 1e-320, must be >= 0.001" -- simulate "$tmp/speed.json"
+
+# ---- JSON text with a NUL byte: nlohmann ended the text there and dropped the rest
+{ cat "$scenario"; printf '\0{"garbage": 1}'; } > "$tmp/nul.json"
+expect nul-scenario 2 "malformed JSON: a NUL byte" -- simulate "$tmp/nul.json"
+
+# ---- plot: a --metrics line nested 100,000 deep (was a stack overflow); a report whose
+# optional summary fields have another type (was nlohmann's type_error, exit 1)
+python3 -c "print('{\"step\": ' + '[' * 100000 + ']' * 100000 + '}')" > "$tmp/deep.jsonl"
+expect deep-metrics-line 2 "deep.jsonl:1: is not a JSON object" -- plot "$tmp/deep.jsonl" -o "$tmp/p.html"
+sed 's/"steps": [0-9]*/"steps": 2/' "$scenario" > "$tmp/two.json"
+"$bin" simulate "$tmp/two.json" --json "$tmp/r.json" > /dev/null 2>&1
+python3 - "$tmp/r.json" <<'P'
+import json, sys
+r = json.load(open(sys.argv[1])); r["ok"] = 5; r["out_of_memory"] = "no"; r["scenario"] = []
+json.dump(r, open(sys.argv[1], "w"))
+P
+if "$bin" plot "$tmp/r.json" -o "$tmp/p.svg" > "$tmp/out" 2> "$tmp/err"; then
+  echo "ok   report-odd-types: $(cat "$tmp/out")"
+else
+  echo "FAIL report-odd-types: rc=$?"; cat "$tmp/err"; fail=1
+fi
 exit $fail

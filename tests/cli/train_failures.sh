@@ -51,6 +51,22 @@ for args in "--steps -5" "--timeout 2147483647" "--timeout 0" "--nproc -1"; do
   [ $rc -eq 2 ] && [ "$(wc -l < "$tmp/err")" -eq 1 ] || fail "'$args': exit $rc: $(cat "$tmp/err")"
 done
 
+# --metrics that is not a regular file is written as it is, never renamed over: a FIFO stays a
+# FIFO and gets the rows; a full device (a copy of /dev/full) stays a device, and the failed
+# write stops the run (as root, `--metrics /dev/full` once left /dev/full a regular file).
+mkfifo "$tmp/m.fifo"
+timeout 120 cat "$tmp/m.fifo" > "$tmp/fifo.jsonl" &  # a regression must fail, not hang
+reader=$!
+"$bin" train "$src/scenarios/tiny-llama-cpu2.json" --steps 2 --metrics "$tmp/m.fifo" > /dev/null 2> "$tmp/err"; rc=$?
+wait $reader
+[ $rc -eq 0 ] && [ -p "$tmp/m.fifo" ] && [ ! -e "$tmp/m.fifo.partial" ] || fail "metrics to a FIFO: exit $rc $(cat "$tmp/err")"
+[ "$(wc -l < "$tmp/fifo.jsonl")" -eq 2 ] || fail "metrics to a FIFO: $(wc -l < "$tmp/fifo.jsonl") rows"
+if mknod "$tmp/full" c 1 7 2> /dev/null && [ -c "$tmp/full" ]; then
+  "$bin" train "$src/scenarios/tiny-llama-cpu2.json" --steps 2 --metrics "$tmp/full" > /dev/null 2> "$tmp/err"; rc=$?
+  [ -c "$tmp/full" ] || fail "the --metrics device was replaced: $(ls -l "$tmp/full")"
+  [ $rc -ne 0 ] && grep -q "writing the metrics to '$tmp/full' failed" "$tmp/err" || fail "metrics to a full device: exit $rc $(cat "$tmp/err")"
+fi
+
 # 4. A GPU scenario on CPU workers that would need more host memory than there is: refused.
 "$bin" train "$src/scenarios/llama3.1-8b-fsdp8-h100.json" --backend cpu > /dev/null 2> "$tmp/err"; rc=$?
 [ $rc -eq 2 ] && grep -q "hardware.memory_bytes: lets each of 8 CPU workers use" "$tmp/err" || fail "gpu on cpu: $rc $(cat "$tmp/err")"

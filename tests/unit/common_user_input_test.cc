@@ -161,6 +161,16 @@ TEST(JsonInput, OverflowingNumbersAndDuplicatesAreErrors) {
   EXPECT_EQ(parse_json_text("{\"a\": [1, 2]}", "ok.json")["a"][1], 2);
 }
 
+TEST(JsonInput, ANulByteIsAnErrorNotTheEndOfTheText) {
+  // NOTE [NUL in JSON text]: nlohmann stops at a NUL, so the text after it was silently dropped.
+  const std::string glued = std::string("{\"a\": 1}") + '\0' + "{\"b\": 2}";
+  const std::string e = input_error_of([&] { parse_json_text(glued, "g.json"); });
+  EXPECT_NE(e.find("g.json:1:9: malformed JSON: a NUL byte"), std::string::npos) << e;
+  EXPECT_NE(input_error_of([] { parse_json_text(std::string("{}\n") + '\0', "t.json"); }).find("t.json:2:1:"),
+            std::string::npos);
+  EXPECT_EQ(parse_json_text("{\"s\": \"a\\u0000b\"}", "u.json")["s"].get<std::string>(), std::string("a\0b", 3));
+}
+
 // ---------------------------------------------------------------- outputs
 using Output = TempDir;
 

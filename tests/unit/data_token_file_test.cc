@@ -135,6 +135,15 @@ TEST(TokenSource, TextAndJsonlGoThroughTheByteTokenizer) {
   EXPECT_NE(input_error_of([&] { open_token_source(d.file("c.jsonl"), DataFormat::kAuto, "training.data"); })
                 .find("c.jsonl' line 2 is not a JSON object"),
             std::string::npos);
+  // NOTE [Bounded JSON nesting]: a line 100,000 deep, and one whose NUL hid the rest of it.
+  write_bytes(d.file("d.jsonl"), "{\"text\": \"a\", \"x\": " + std::string(100000, '[') + std::string(100000, ']') + "}\n");
+  EXPECT_NE(input_error_of([&] { open_token_source(d.file("d.jsonl"), DataFormat::kAuto, "training.data"); })
+                .find("d.jsonl' line 1 is not a JSON object"),
+            std::string::npos);
+  write_bytes(d.file("n.jsonl"), std::string("{\"text\": \"a\"}") + '\0' + "{\"text\": \"b\"}\n");
+  EXPECT_NE(input_error_of([&] { open_token_source(d.file("n.jsonl"), DataFormat::kAuto, "training.data"); })
+                .find("n.jsonl' line 1 is not a JSON object"),
+            std::string::npos);
 }
 
 namespace {

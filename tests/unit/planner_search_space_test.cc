@@ -128,6 +128,11 @@ TEST(PlannerSpace, BadInputNamesTheFlagAndTheFix) {
   expect_flag_error([&] { check_space_options(o); }, "--global-batch", {"300", "256 or 512"});
   o.global_batch = 512;
   EXPECT_NO_THROW(check_space_options(o));
+  o.micro_batches = {1, 2, 1};
+  expect_flag_error([&] { check_space_options(o); }, "--micro-batches", {"has 1 twice", "once"});
+  o.micro_batches = {1, 2};
+  o.tp_degrees = {2, 2};
+  expect_flag_error([&] { check_space_options(o); }, "--tp", {"has 2 twice", "once"});
 }
 
 // Every field the simulator reads, compared.

@@ -123,6 +123,28 @@ TEST(PlotParse, MinimalMeasuredReportDegradesGracefully) {
   EXPECT_FALSE(page["reports"][0]["series"][0].contains("r"));
 }
 
+TEST(PlotParse, OptionalSummaryFieldsOfAnotherTypeAreIgnored) {
+  // Optional fields are read leniently, as the optional columns are: "ok": 5 or an "oom" whose
+  // step is a string once escaped as nlohmann's own type_error (exit 1, a message naming no
+  // field). The timeline itself is still checked.
+  json j = sim_report();
+  j["ok"] = 5;
+  j["out_of_memory"] = "yes";
+  j["scenario"] = 3;
+  j["rank_classes"][0]["in_flight_at_peak"][0]["stream"] = 7;
+  j["rank_classes"][0]["oom"] = {{"step", "one"}, {"what", 2}, {"category", nullptr}, {"requested_bytes", 1024}};
+  j["checkpoint"] = {{"played", {{{"after_step", "x"}, {"begin_s", 1}, {"exposed_s", 1}, {"write_end_s", 3}}}}};
+  const Report r = parse_report(j, "r.json");
+  EXPECT_EQ(r.scenario, "");
+  EXPECT_EQ(r.summary.find("OUT OF MEMORY"), std::string::npos) << r.summary;
+  EXPECT_EQ(r.summary.find("ok"), std::string::npos) << r.summary;
+  EXPECT_EQ(r.series.at(0).in_flight_at_peak.at(0).stream, "");
+  EXPECT_NE(r.series.at(0).oom.find("OUT OF MEMORY in step 0 allocating 1.0 KiB for ? (?)"), std::string::npos)
+      << r.series.at(0).oom;
+  ASSERT_EQ(r.checkpoint.size(), 1u);
+  EXPECT_EQ(r.checkpoint[0].step, 0);
+}
+
 TEST(PlotParse, BadReportsNameThePathTheValueAndTheFix) {
   auto message = [](const json& j) {
     try {

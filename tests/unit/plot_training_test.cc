@@ -73,6 +73,14 @@ TEST(TrainingData, BadInputsNameTheFileLineAndField) {
                 .find("m.jsonl:1: loss: is \"high\""),
             std::string::npos);
   EXPECT_NE(input_error_of([] { parse_metrics_jsonl("{\"loss\": 1}\n", "m.jsonl"); }).find("has no \"step\""), std::string::npos);
+  // A line nested 100,000 deep was parsed whole and then dumped into the message: a stack
+  // overflow (NOTE [Bounded JSON nesting]); a NUL ended the line early (NOTE [NUL in JSON text]).
+  const std::string deep = "{\"step\": " + std::string(100000, '[') + std::string(100000, ']') + "}\n";
+  EXPECT_NE(input_error_of([&] { parse_metrics_jsonl(deep, "d.jsonl"); }).find("d.jsonl:1: is not a JSON object"),
+            std::string::npos);
+  EXPECT_NE(input_error_of([] { parse_metrics_jsonl(std::string("{\"step\": 0}") + '\0' + "x\n", "n.jsonl"); })
+                .find("n.jsonl:1: is not a JSON object"),
+            std::string::npos);
 }
 
 TEST(TrainingPlot, OnePanelPerMetricAndOneLinePerRunWithGaps) {

@@ -3,6 +3,8 @@
 // speed factors and host threads, each bad value a one-line InputError at its JSON path.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <nlohmann/json.hpp>
 
 #include "core/common/error.h"
@@ -133,6 +135,47 @@ TEST(HardwareOverrides, BadValuesNameTheirPath) {
   j = h100x16();
   j["hardware"]["network_bandwith"] = 1e9;
   expect_error(j, "hardware.network_bandwith", {"network_bandwith", "did you mean 'network_bandwidth'?"});
+}
+
+TEST(HardwareOverrides, FiguresThatWouldMakeATimeInfiniteAreRefused) {
+  // NOTE [Figure bounds]: each of these once played to an infinite kernel time (an internal
+  // error) or an infinite step (a report with a null step time).
+  const std::vector<std::tuple<std::string, json, std::string>> cases = {
+      {"peak_flops_fp32", 1e-320, "must be >= 1"},
+      {"hbm_bandwidth", 0.5, "must be >= 1"},
+      {"intra_node_bus_bandwidth", 1e-300, "must be >= 1"},
+      {"host_core_flops", 5e-324, "must be >= 1"},
+      {"launch_overhead_s", 1e308, "must be >= 0 and <= 1"},
+      {"kernel_gap_s", 2, "must be >= 0 and <= 1"},
+      {"matmul_small_dim", 1e300, "must be >= 0 and <= 65536"},
+      {"sustained_clock_ratio", 1e-320, "must be >= 0.001 and <= 1"},
+      {"norm_memory_efficiency", 1e-5, "must be >= 0.001 and <= 1"},
+      {"nvls_efficiency", 1e-9, "is 1e-09 while nvls is true, below 0.001"},
+  };
+  for (const auto& [figure, value, problem] : cases) {
+    SCOPED_TRACE(figure);
+    json j = h100x16();
+    j["hardware"][figure] = value;
+    expect_error(j, "hardware." + figure, {problem});
+  }
+  json j = h100x16();
+  j["hardware"]["matmul_efficiency"] = json::parse("[[1e9, 0.8], [0, 5e-324]]");
+  expect_error(j, "hardware.matmul_efficiency[1][1]", {"is 5e-324", "must be >= 0.001 and <= 1"});
+  j = h100x16();
+  j["hardware"]["rank_speed"] = json::parse(R"([{"rank": 1, "speed": 1e-320}])");
+  expect_error(j, "hardware.rank_speed[0].speed", {"must be >= 0.001 and <= 1000"});
+  j = h100x16();
+  j["training"]["checkpoint"] = json::parse(R"({"every": 1, "storage_write_bandwidth": 1e-320})");
+  expect_error(j, "training.checkpoint.storage_write_bandwidth", {"must be >= 1"});
+  // The bounds themselves are accepted.
+  j = h100x16();
+  j["hardware"]["peak_flops_fp32"] = kMinFigureRate;
+  j["hardware"]["launch_overhead_s"] = 1;
+  j["hardware"]["matmul_small_dim"] = 65536;
+  j["hardware"]["sustained_clock_ratio"] = kMinFigureFraction;
+  j["hardware"]["matmul_efficiency"] = json::parse("[[0, 0.001]]");
+  j["hardware"]["rank_speed"] = json::parse(R"([{"rank": 1, "speed": 0.001}])");
+  EXPECT_EQ(parse_scenario(j).hardware.device.sustained_clock_ratio, kMinFigureFraction);
 }
 
 TEST(HardwareOverrides, RankSpeedAndHostThreads) {

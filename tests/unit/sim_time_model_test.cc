@@ -2,6 +2,8 @@
 // per-rank simulation, stragglers, and ranking sanity between sharding choices.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 
 #include "simulator/report.h"
@@ -95,6 +97,36 @@ TEST(TimeModel, ComputeBoundExposesOnlyTheFirstAllGatherTheLastReduceScatterAndC
   for (double v : path) total += v;
   EXPECT_NEAR(total, p.report.step_time_s, 1e-9 * p.report.step_time_s);
   EXPECT_GT(path[static_cast<size_t>(sim::PathKind::kCompute)], 0.99 * p.report.step_time_s);
+}
+
+TEST(TimeModel, FiguresAtTheirBoundsGiveFiniteTimes) {
+  // NOTE [Figure bounds] (core/scenario/hardware_profile.cc): every figure at its slowest
+  // accepted value, on a straggler, over two nodes, with CPU offload and a checkpoint save, still
+  // plays to a finite step time (before the bounds, one such figure made a kernel's time
+  // infinite: an internal error, or a report whose step time was null).
+  json hw = {{"profile", "h100-sxm-80gb"}, {"nodes", 2}, {"gpus_per_node", 2},
+             {"rank_speed", {{{"rank", 1}, {"speed", kMinFigureFraction}}}},
+             {"matmul_small_dim", 65536}, {"sustained_clock_ratio", kMinFigureFraction},
+             {"norm_memory_efficiency", kMinFigureFraction}, {"nvls_efficiency", kMinFigureFraction}};
+  for (const char* rate : {"peak_flops_bf16", "peak_flops_fp16", "peak_flops_fp32", "peak_flops_tf32", "hbm_bandwidth",
+                           "nvlink_bandwidth", "intra_node_bus_bandwidth", "network_bandwidth", "network_bus_bandwidth",
+                           "pcie_bandwidth", "pinned_copy_bandwidth", "pageable_copy_bandwidth", "host_core_flops",
+                           "host_core_memory_bandwidth", "host_memory_bandwidth"})
+    hw[rate] = kMinFigureRate;
+  for (const char* seconds : {"launch_overhead_s", "eager_dispatch_s", "kernel_gap_s", "fsdp_hook_s", "fsdp_hook_param_s"})
+    hw[seconds] = 1;
+  for (const char* table : {"matmul_efficiency", "attention_efficiency", "attention_backward_efficiency",
+                            "attention_head_dim_efficiency", "vector_efficiency", "memory_efficiency"})
+    hw[table] = {{0, kMinFigureFraction}};
+  json j = scenario(2, 2, nullptr);
+  j["hardware"] = hw;
+  j["fsdp"]["cpu_offload"] = true;
+  j["training"]["checkpoint"] = {{"every", 1}, {"storage_write_bandwidth", kMinFigureRate}};
+  const sim::SimulationReport r = sim::simulate_scenario(parse_scenario(j));
+  EXPECT_TRUE(std::isfinite(r.step_time_s)) << r.step_time_s;
+  EXPECT_GT(r.step_time_s, 1e6);  // every figure at its slowest: far from free
+  EXPECT_TRUE(std::isfinite(r.total_time_s)) << r.total_time_s;
+  EXPECT_TRUE(std::isfinite(r.step_time_with_checkpoint_s())) << r.step_time_with_checkpoint_s();
 }
 
 TEST(TimeModel, CommunicationBoundStepIsTheSumOfCollectives) {

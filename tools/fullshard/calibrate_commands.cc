@@ -51,6 +51,27 @@ json figure_json(const HardwareProfile& p, const std::string& figure) {
   return nullptr;
 }
 
+// NOTE [Fitted figures are checked]: a fit follows the samples wherever they lead: a kernel_gap
+// sample of 5 s gives kernel_gap_s 5, a copy of 1e300 bytes in 1e-300 s an infinite bandwidth
+// (written as null). Such a profile was written, and every scenario naming it then failed to
+// load (or, before NOTE [Figure bounds], simulated to an infinite step). The fitted profile goes
+// through the figure readers a profile file goes through, and a figure outside its range is an
+// error naming it, before anything is written.
+void check_fitted_profile(const json& out, const std::string& from) {
+  HardwareProfile check;
+  try {
+    apply_hardware_figures(check, out, "");
+    check_hardware_profile(check, "");
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    std::string problem = what.size() > e.where().size() + 2 ? what.substr(e.where().size() + 2) : what;
+    problem = problem.substr(0, problem.find("; "));
+    throw InputError("--output", "the fitted " + e.where() + " " + problem + " (fitted from " + from + ")",
+                     "check the samples behind " + e.where() +
+                         " (time_s in seconds, time_us in microseconds, bytes in bytes); nothing was written");
+  }
+}
+
 bool is_csv_path(const std::string& s) { return s.size() > 4 && s.compare(s.size() - 4, 4, ".csv") == 0; }
 
 // One measurements file as calibration input. NOTE: a .csv becomes the same JSON
@@ -185,6 +206,7 @@ int cmd_calibrate(const CalibrateFlags& f) {
         pct(c.collective_error_before), pct(c.collective_error_after), pct(c.kernel_error_before),
         pct(c.kernel_error_after));
   }
+  check_fitted_profile(out, from);
   write_output_file(f.output, out.dump(2) + "\n", "--output");
   fmt::print("  fitted profile written to {} (use it as \"hardware\": {{\"profile\": \"{}\"}})\n", printable(f.output),
              printable(f.output));

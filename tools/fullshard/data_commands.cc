@@ -21,7 +21,7 @@ DataFormat parse_format(const std::string& f) {
 }
 
 int tokenize(const DataFlags& f) {
-  if (f.val_fraction < 0 || f.val_fraction >= 1)
+  if (!(f.val_fraction >= 0 && f.val_fraction < 1))  // NaN too (it passed both comparisons)
     throw InputError("--val-fraction", fmt::format("is {}", f.val_fraction), "give a fraction in [0, 1), e.g. 0.1");
   if ((f.val_fraction > 0) != !f.val_out.empty())
     throw InputError(f.val_out.empty() ? "--val-output" : "--val-fraction", "is missing",

@@ -119,9 +119,24 @@ std::string file_stem(const std::string& path) {
   return dot == std::string::npos || dot == 0 ? base : base.substr(0, dot);
 }
 
+// Optional summary fields, read leniently as the columns are: a field of another type is
+// ignored (nlohmann's value() would throw its own type_error, an uncaught message that names
+// no field).
 double num(const nlohmann::json& j, const char* key, double dflt = 0) {
   auto it = j.find(key);
   return it != j.end() && it->is_number() ? it->get<double>() : dflt;
+}
+bool flag(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_boolean() && it->get<bool>();
+}
+std::string text(const nlohmann::json& j, const char* key, const std::string& dflt = "") {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : dflt;
+}
+int64_t integer(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
 }
 
 std::string summary_line(const nlohmann::json& j) {
@@ -129,10 +144,10 @@ std::string summary_line(const nlohmann::json& j) {
   if (num(j, "step_time_s") > 0) parts.push_back(fmt::format("step {:.3f} s", num(j, "step_time_s")));
   if (num(j, "exposed_comm_s") > 0) parts.push_back(fmt::format("exposed comm {:.3f} s", num(j, "exposed_comm_s")));
   if (num(j, "mfu") > 0) parts.push_back(fmt::format("MFU {:.1f}%", 100 * num(j, "mfu")));
-  if (j.value("out_of_memory", false)) parts.push_back("OUT OF MEMORY");
+  if (flag(j, "out_of_memory")) parts.push_back("OUT OF MEMORY");
   auto p = j.find("problems");
   if (p != j.end() && p->is_array() && !p->empty()) parts.push_back(fmt::format("{} problem(s)", p->size()));
-  else if (j.contains("ok") && j.value("ok", false)) parts.push_back("ok");
+  else if (flag(j, "ok")) parts.push_back("ok");
   std::string out;
   for (const auto& s : parts) out += (out.empty() ? "" : ", ") + s;
   return out;
@@ -167,13 +182,13 @@ void peak_from_class(Series& s, const nlohmann::json& c) {
   if (auto f = c.find("in_flight_at_peak"); f != c.end() && f->is_array()) {
     for (const auto& op : *f)
       if (op.is_object())
-        s.in_flight_at_peak.push_back({op.value("stream", std::string()), op.value("name", std::string()),
+        s.in_flight_at_peak.push_back({text(op, "stream"), text(op, "name"),
                                        num(op, "start_s"), num(op, "end_s")});
   }
   if (auto o = c.find("oom"); o != c.end() && o->is_object()) {
     s.oom = fmt::format("OUT OF MEMORY in step {} allocating {} for {} ({}): {} allocated, {} reserved of {}",
-                        o->value("step", 0), format_bytes(num(*o, "requested_bytes")), o->value("what", std::string("?")),
-                        o->value("category", std::string("?")), format_bytes(num(*o, "allocated_bytes")),
+                        integer(*o, "step"), format_bytes(num(*o, "requested_bytes")), text(*o, "what", "?"),
+                        text(*o, "category", "?"), format_bytes(num(*o, "allocated_bytes")),
                         format_bytes(num(*o, "reserved_bytes")), format_bytes(num(*o, "capacity_bytes")));
   }
 }
@@ -249,7 +264,7 @@ Report parse_report(const nlohmann::json& j, const std::string& where) {
   Report r;
   r.path = where;
   r.label = j.contains("label") && j["label"].is_string() ? j["label"].get<std::string>() : file_stem(where);
-  r.scenario = j.value("scenario", std::string());
+  r.scenario = text(j, "scenario");
   r.world_size = j.contains("world_size") && j["world_size"].is_number_integer() ? j["world_size"].get<int>() : 0;
   r.capacity_bytes = num(j, "capacity_bytes");
   r.summary = summary_line(j);
@@ -271,7 +286,7 @@ Report parse_report(const nlohmann::json& j, const std::string& where) {
       for (const auto& e : *pl) {
         if (!e.is_object() || !e.contains("write_end_s")) continue;
         CheckpointSpan c;
-        c.step = e.value("after_step", 0);
+        c.step = static_cast<int>(integer(e, "after_step"));
         c.save_begin_s = num(e, "begin_s");
         c.save_end_s = c.save_begin_s + num(e, "exposed_s");
         c.write_begin_s = num(e, "write_begin_s");

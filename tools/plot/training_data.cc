@@ -10,6 +10,7 @@
 
 #include "core/common/error.h"
 #include "core/common/input_file.h"
+#include "core/common/json_file.h"
 #include "core/common/user_text.h"
 
 namespace fullshard::plot {
@@ -89,9 +90,9 @@ TrainingRun parse_metrics_jsonl(const std::string& text, const std::string& wher
     ++n;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     nlohmann::json row;
-    try {
-      row = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception&) {
+    try {  // NOTE [Bounded JSON nesting]: an error message dumps the value, one call per level
+      row = parse_json_text(line, at(where, n));
+    } catch (const InputError&) {
       throw InputError(at(where, n), "is not a JSON object", "give fullshard's --metrics JSONL (one object per line)");
     }
     if (!row.is_object() || !row.contains("step"))
@@ -169,12 +170,7 @@ TrainingRun load_training_run(const std::string& path) {
   const std::string text = read_input_file(path, "a --metrics .jsonl, a step,loss .csv or a measured report .json");
   if (ends_with(path, ".csv")) return parse_training_csv(text, path);
   if (is_training_input(path)) return parse_metrics_jsonl(text, path);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception&) {
-    throw InputError(path, "is not JSON", "give a measured report (fullshard train --json)");
-  }
+  const nlohmann::json j = parse_json_text(text, path);
   auto it = j.find("loss_per_step");
   if (!j.is_object() || it == j.end() || !it->is_array())
     throw InputError(path + ": loss_per_step", "is missing", "give a measured report (fullshard train --json) or the run's --metrics file");
