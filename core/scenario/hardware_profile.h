@@ -128,7 +128,7 @@ struct HardwareProfile {
   double host_memory_bandwidth = 0;    // bytes/s of the node's memory system
   // Host DRAM of one node, bytes; 0: not known (nothing is checked against it). CPU offload and
   // async checkpoint staging keep each rank's pinned host buffers there (NOTE [Host memory per
-  // node] in simulator/simulate.h).
+  // node] in simulator/host_memory.h).
   uint64_t host_memory_bytes = 0;
   std::string source;            // "field: citation | field: citation | ..." for every figure
 };

@@ -31,7 +31,7 @@ double tokens(const Candidate& c) { return static_cast<double>(c.micro_batch) * 
 
 std::string memory_reason(const ConfigResult& m, const PlanResult& r) {
   const bool bound = m.verdict == Verdict::kMemoryBound;
-  if (m.verdict == Verdict::kSimulated && m.over_bytes == 0 && !m.out_of_memory && m.host_over_bytes > 0)
+  if (m.over_host_only())
     return fmt::format("exceeds the node's host memory by {}: its ranks pin {} of {} (best: {})",
                        bytes_text(m.host_over_bytes), bytes_text(m.host_bytes_per_node), bytes_text(r.host_memory_bytes),
                        candidate_text(m.candidate));

@@ -53,7 +53,7 @@ std::string status(const ConfigResult& c) {
   if (c.verdict == Verdict::kTimeBound) return "slower";
   if (c.verdict == Verdict::kMemoryBound) return "OOM>=" + size_cell(c.over_bytes);
   // Fits the GPU, not the node's host memory (NOTE [Host memory per node]).
-  if (c.over_bytes == 0 && !c.out_of_memory && c.host_over_bytes > 0) return "host+" + size_cell(c.host_over_bytes);
+  if (c.over_host_only()) return "host+" + size_cell(c.host_over_bytes);
   if (!c.out_of_memory) return "over " + size_cell(c.over_bytes);
   return "OOM+" + size_cell(c.over_bytes);
 }
@@ -96,7 +96,7 @@ std::string plan_text(const PlanOptions& o, const PlanResult& r, size_t top, dou
                        bytes_text(r.capacity_bytes - best.peak_reserved_bytes), seconds_text(best.step_time_s),
                        best.tokens_per_s_per_gpu, 100 * best.mfu, seconds_text(best.exposed_comm_s));
   } else {
-    if (best.verdict == Verdict::kSimulated && best.over_bytes == 0 && best.host_over_bytes > 0)
+    if (best.over_host_only())
       out += fmt::format("nothing fits in {} usable per GPU and {} of host memory per node; closest: {} (fits the GPU, "
                          "but a node needs {} of pinned host memory)\n",
                          bytes_text(r.usable_bytes), bytes_text(r.host_memory_bytes), candidate_text(best.candidate),

@@ -42,8 +42,12 @@ double tokens_per_gpu(const Candidate& c, int64_t seq_len) {
 
 // A program that hangs or breaks the protocol (never expected: the simulator's own tests cover
 // FSDP2's protocol) is not a recommendation.
-// A program that runs and whose node's pinned host memory fits (NOTE [Host memory per node]).
-bool runs(const ProgramEvaluation& ev) { return !ev.problems && ev.step_time_s > 0 && ev.host_over_bytes == 0; }
+bool runs(const ProgramEvaluation& ev) { return !ev.problems && ev.step_time_s > 0; }
+// A program that runs and fits: the GPU's usable memory under one allocator setting, and the
+// node's host memory (NOTE [Host memory per node]).
+bool fits(const ProgramEvaluation& ev, const MemoryOutcome& m, uint64_t usable_bytes) {
+  return runs(ev) && ev.host_over_bytes == 0 && !m.out_of_memory && m.peak_reserved_bytes <= usable_bytes;
+}
 
 struct Program {
   size_t first = 0;  // index of its expandable-off candidate; first + 1 is expandable on
@@ -160,7 +164,7 @@ PlanResult plan(const PlanOptions& opt) {
     ++ran;
     std::lock_guard<std::mutex> l(mu);
     for (const MemoryOutcome& m : ev.memory)
-      if (runs(ev) && !m.out_of_memory && m.peak_reserved_bytes <= res.usable_bytes)
+      if (fits(ev, m, res.usable_bytes))
         best = std::max(best, ev.tokens_per_s_per_gpu);
     p.eval = std::move(ev);
     if (opt.progress) opt.progress(++done, order.size(), "simulate");
@@ -221,7 +225,7 @@ PlanResult plan(const PlanOptions& opt) {
         const MemoryOutcome& m = p.eval->memory[e];
         r.verdict = Verdict::kSimulated;
         r.out_of_memory = m.out_of_memory;
-        r.fits = runs(*p.eval) && !m.out_of_memory && m.peak_reserved_bytes <= res.usable_bytes;
+        r.fits = fits(*p.eval, m, res.usable_bytes);
         r.peak_reserved_bytes = m.peak_reserved_bytes;
         r.peak_allocated_bytes = m.peak_allocated_bytes;
         r.needed_bytes = m.needed_reserved_bytes;

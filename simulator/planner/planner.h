@@ -64,6 +64,8 @@ struct ConfigResult {
   // configuration over it does not fit (NOTE [Host memory per node]).
   uint64_t host_bytes_per_node = 0;
   uint64_t host_over_bytes = 0;
+  // Fits the GPU but not the node's host memory.
+  bool over_host_only() const { return host_over_bytes > 0 && over_bytes == 0 && !out_of_memory; }
 };
 
 struct PlanResult {
