@@ -170,6 +170,39 @@ double predict(const HardwareProfile& p, const KernelSample& s) {
   return ComputeModel(p, {}).device_seconds(kernel_of(s));
 }
 
+std::string kernel_class_name(const KernelSample& s) {
+  if (s.norm) return s.backward ? "norm_backward" : "norm";
+  if (s.op == OpClass::kMatmul) return "matmul";
+  if (s.op == OpClass::kAttention) return s.backward ? "attention_backward" : "attention";
+  return "vector";
+}
+
+// NOTE [Launch-bound samples] (calibrate.h): the host's launch of one eager op bounds what a
+// Python loop of launches can time. 0 without an eager_op sample.
+double host_launch_seconds(const CalibrationInput& input) {
+  std::vector<double> eager;
+  for (const auto& d : input.direct)
+    if (d.figure == DirectFigure::kEagerOp) eager.push_back(d.time_s);
+  return eager.empty() ? 0.0 : median(eager);
+}
+
+bool launch_bound(const KernelSample& s, const CalibrationInput& input) {
+  const double host = host_launch_seconds(input);
+  return host > 0 && s.time_s <= 1.25 * host;
+}
+
+bool parse_blas_workspace_measurement(const json& j, CalibrationInput& in) {
+  if (!j.is_object() || !j.contains("forward_workspace_bytes")) return false;
+  int64_t most = 0;
+  for (const char* k : {"forward_workspace_bytes", "backward_workspace_bytes"}) {
+    if (!j.contains(k))
+      throw InputError(k, "is missing from a cuBLAS workspace measurement", "write the file with tools/measure/blas_workspace.py");
+    most = std::max(most, jr::get_int(j.at(k), k, 0, int64_t{1} << 40, "33554432"));
+  }
+  in.blas_workspace_bytes = most;
+  return true;
+}
+
 CalibrationInput parse_calibration_input(const json& j) {
   jr::require_object(j, "", "{\"collectives\": [...], \"kernels\": [...]}");
   jr::reject_unknown_fields(j, "", {"$comment", "profile", "collectives", "kernels"});
@@ -282,10 +315,27 @@ Calibration calibrate(const HardwareProfile& start, const CalibrationInput& inpu
     }
   }
   if (one_node.empty()) one_node = one_node_ar;
+  const double host_launch_s = host_launch_seconds(input);
   std::vector<const KernelSample*> all_kernels;
-  for (const auto& s : input.kernels) all_kernels.push_back(&s);
+  for (const auto& s : input.kernels) {
+    if (launch_bound(s, input)) {
+      ++c.launch_bound_samples;
+      continue;
+    }
+    all_kernels.push_back(&s);
+  }
   c.collective_error_before = rms(start, all_coll);
   c.kernel_error_before = rms(start, all_kernels);
+  const char* kClasses[] = {"matmul", "attention", "attention_backward", "norm", "norm_backward", "vector"};
+  auto class_samples = [&](const std::string& name) {
+    std::vector<const KernelSample*> v;
+    for (const KernelSample* s : all_kernels)
+      if (kernel_class_name(*s) == name) v.push_back(s);
+    return v;
+  };
+  for (const char* name : kClasses)
+    if (const auto v = class_samples(name); !v.empty())
+      c.kernel_classes.push_back({name, static_cast<int>(v.size()), rms(start, v), 0.0});
 
   auto fit = [&](const char* figure, double& value, const std::vector<const CollectiveSample*>& samples, double lo,
                  double hi, bool log_scale) {
@@ -319,7 +369,15 @@ Calibration calibrate(const HardwareProfile& start, const CalibrationInput& inpu
     value = median(std::move(v));
     c.fitted.push_back(figure);
   };
-  direct(DirectFigure::kKernelGap, "kernel_gap_s", p.kernel_gap_s, [](const DirectSample& d) { return d.time_s; });
+  for (const auto& d : input.direct)
+    if (d.figure == DirectFigure::kKernelGap && host_launch_s > 0 && d.time_s >= 0.5 * host_launch_s)
+      c.kernel_gap_launch_bound = true;
+  if (!c.kernel_gap_launch_bound)
+    direct(DirectFigure::kKernelGap, "kernel_gap_s", p.kernel_gap_s, [](const DirectSample& d) { return d.time_s; });
+  if (input.blas_workspace_bytes > 0 && static_cast<uint64_t>(input.blas_workspace_bytes) != p.blas_workspace_bytes) {
+    p.blas_workspace_bytes = static_cast<uint64_t>(input.blas_workspace_bytes);
+    c.fitted.push_back("blas_workspace_bytes");
+  }
   direct(DirectFigure::kEagerOp, "eager_dispatch_s", p.eager_dispatch_s,
          [&](const DirectSample& d) { return std::max(0.0, d.time_s - p.launch_overhead_s); });
   direct(DirectFigure::kCopyPinned, "pinned_copy_bandwidth", p.pinned_copy_bandwidth,
@@ -332,7 +390,8 @@ Calibration calibrate(const HardwareProfile& start, const CalibrationInput& inpu
   const ComputeModel peaks(start, {});
   std::vector<std::pair<double, double>> mm, attn, attn_bwd, vec, mem;
   std::vector<double> norm;
-  for (const auto& s : input.kernels) {
+  for (const KernelSample* sp : all_kernels) {
+    const KernelSample& s = *sp;
     if (s.norm) {  // NOTE [Fused norm kernels]: its bytes over HBM bandwidth, its kernels' gaps off
       const double kernels = s.backward ? 2 : 1;
       const double t = std::max(s.time_s - kernels * p.kernel_gap_s, 1e-3 * s.time_s);
@@ -370,6 +429,7 @@ Calibration calibrate(const HardwareProfile& start, const CalibrationInput& inpu
 
   c.collective_error_after = rms(p, all_coll);
   c.kernel_error_after = rms(p, all_kernels);
+  for (auto& k : c.kernel_classes) k.after = rms(p, class_samples(k.name));
   return c;
 }
 

@@ -66,11 +66,26 @@ struct CalibrationInput {
   std::vector<CollectiveSample> collectives;
   std::vector<KernelSample> kernels;
   std::vector<DirectSample> direct;
+  // PyTorch's cuBLAS workspace as tools/measure/blas_workspace.py measured it (its JSON's
+  // forward / backward_workspace_bytes): sets blas_workspace_bytes. 0: not measured.
+  int64_t blas_workspace_bytes = 0;
 };
+
+// Reads tools/measure/blas_workspace.py's JSON ({"forward_workspace_bytes": N,
+// "backward_workspace_bytes": N, ...}): true when `j` is one (then `in` gains its workspace).
+bool parse_blas_workspace_measurement(const nlohmann::json& j, CalibrationInput& in);
 
 // Reads {"collectives": [...], "kernels": [...]} (docs/cost-model.md, "Calibration"); a
 // collective gives "time_us" or nccl-tests' "busbw_gbs". Bad input: InputError at its path.
 CalibrationInput parse_calibration_input(const nlohmann::json& j);
+
+// One kernel class's fit ("matmul", "attention", "attention_backward", "norm",
+// "norm_backward", "vector": the CSV's op), RMS log error before and after.
+struct KernelClassError {
+  std::string name;
+  int samples = 0;
+  double before = 0, after = 0;
+};
 
 struct Calibration {
   HardwareProfile profile;             // the fitted profile
@@ -78,6 +93,12 @@ struct Calibration {
   // Root-mean-square of ln(predicted / measured) over the samples, before and after.
   double collective_error_before = 0, collective_error_after = 0;
   double kernel_error_before = 0, kernel_error_after = 0;
+  std::vector<KernelClassError> kernel_classes;  // the kernel errors per class, in that order
+  // NOTE [Launch-bound samples]: kernel samples no longer than the host's launch of one eager op
+  // (its "eager_op" sample, x 1.25) timed the host, not the device: left out of the fit and of
+  // the errors, and counted here; so is a "kernel_gap" sample over half of it.
+  int launch_bound_samples = 0;
+  bool kernel_gap_launch_bound = false;
 };
 
 // Fits intra_node_bus_bandwidth (one-node samples), nvls_efficiency (one-node all-reduces,
@@ -85,6 +106,11 @@ struct Calibration {
 // entries that samples fall into; kernel_gap_s, eager_dispatch_s, the copy bandwidths and
 // fsdp_hook_s / fsdp_hook_param_s from direct samples (NOTE [Direct samples]). NCCL's latency tables are not fitted.
 Calibration calibrate(const HardwareProfile& start, const CalibrationInput& input);
+
+// A kernel sample's class (KernelClassError's names), and whether it is launch-bound (NOTE
+// [Launch-bound samples]) among `input`'s samples.
+std::string kernel_class_name(const KernelSample& s);
+bool launch_bound(const KernelSample& s, const CalibrationInput& input);
 
 // Predicted seconds for a sample under a profile (what calibrate() fits).
 double predict(const HardwareProfile& p, const CollectiveSample& s);

@@ -70,3 +70,37 @@ for sample in '{"op": "kernel_gap", "time_s": 5}|the fitted kernel_gap_s is 5.0,
   cmp -s "$tmp/h100-both.json" "$tmp/keep.json" || { echo "the refused fit replaced the old output"; exit 1; }
 done
 echo ok
+
+# The shipped measured H200 profile is what calibrate fits to the shipped measurements (the
+# 2026-11-28 GPU run), launch-bound samples left out (NOTE [Launch-bound samples]) and the
+# attention samples excluded as the profile's description says.
+m="$src/scenarios/hardware/measurements"
+"$bin" calibrate "$m/h200-2026-11-28.csv" "$m/h200-2026-11-28-blas_workspace.json" --hardware h200 \
+  --exclude attention attention_backward --per-sample -o "$tmp/h200-refit.json" > "$tmp/h200.out"
+grep -q "2 kernel samples left out: no longer than the host's launch" "$tmp/h200.out"
+grep -q "kernel_gap not fitted" "$tmp/h200.out"
+grep -q "2 kernel samples of the --exclude classes left out" "$tmp/h200.out"
+grep -Eq "^    matmul: 15 samples, typical error" "$tmp/h200.out"
+[ "$(grep -c 'launch-bound: not fitted' "$tmp/h200.out")" -eq 2 ]
+python3 - "$tmp/h200-refit.json" "$src/scenarios/hardware/h200-141gb-measured.json" <<'P'
+import json, sys
+refit, shipped = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+skip = {"name", "description", "aliases"}
+diff = [k for k in sorted(set(refit) | set(shipped)) if k not in skip and refit.get(k) != shipped.get(k)]
+assert not diff, f"the shipped h200-141gb-measured.json differs from a refit in {diff}"
+assert shipped["kernel_gap_s"] == 2e-06  # the datasheet profile's: the sample was launch-bound
+P
+# The measured profile drives a scenario by name.
+sed 's/"profile": "h100-sxm-80gb"/"profile": "h200-141gb-measured"/' "$src/scenarios/llama3.1-8b-fsdp8-h100.json" \
+  | sed 's#"\$schema": "../docs/scenario.schema.json", ##' > "$tmp/s200.json"
+"$bin" simulate "$tmp/s200.json" > "$tmp/sim200.out"
+grep -q "nccl+roofline" "$tmp/sim200.out"
+# A cuBLAS workspace measurement alone sets blas_workspace_bytes.
+echo '{"forward_workspace_bytes": 8388608, "backward_workspace_bytes": 4194304}' > "$tmp/ws.json"
+"$bin" calibrate "$tmp/ws.json" --hardware h100 > "$tmp/ws.out"
+grep -q 'blas_workspace_bytes: 33554432 -> 8388608' "$tmp/ws.out"
+set +e
+"$bin" calibrate "$tmp/ws.json" --hardware h100 --exclude attn > "$tmp/ex.out" 2>&1; rc=$?
+set -e
+[ "$rc" -eq 2 ] || { echo "expected exit 2 for --exclude attn, got $rc"; cat "$tmp/ex.out"; exit 1; }
+grep -q -- "--exclude.*'attn'.*not a kernel class" "$tmp/ex.out"

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -47,6 +48,7 @@ json figure_json(const HardwareProfile& p, const std::string& figure) {
   if (figure == "pageable_copy_bandwidth") return p.pageable_copy_bandwidth;
   if (figure == "fsdp_hook_s") return p.fsdp_hook_s;
   if (figure == "fsdp_hook_param_s") return p.fsdp_hook_param_s;
+  if (figure == "blas_workspace_bytes") return p.blas_workspace_bytes;
   FULLSHARD_CHECK(false, "calibrate fitted an unknown figure " + figure);
   return nullptr;
 }
@@ -97,6 +99,7 @@ MeasurementsFile read_measurements(const std::string& path) {
     j = json_reader::read_json_file(path);
   }
   MeasurementsFile m;
+  if (sim::parse_blas_workspace_measurement(j, m.input)) return m;  // tools/measure/blas_workspace.py
   if (j.is_object() && j.contains("profile"))
     m.profile = json_reader::get_string(j.at("profile"), path + ": profile", "\"h100-sxm-80gb\"");
   try {
@@ -131,6 +134,12 @@ CLI::App* add_calibrate_command(CLI::App& app, CalibrateFlags& f) {
       ->required();
   c->add_option("--hardware", f.hardware, "profile name or .json path (default: the files' \"profile\")");
   c->add_option("-o,--output", f.output, "write the fitted profile to OUT.json");
+  c->add_option("--exclude", f.exclude,
+                 "kernel classes left out of the fit: matmul, attention, attention_backward, norm, norm_backward, "
+                 "vector (e.g. samples of another attention backend than the profile describes)");
+  c->add_flag("--per-sample", f.per_sample,
+              "list every kernel sample: measured time, predicted before and after the fit (which kernels the model "
+              "under- or overprices)");
   return c;
 }
 
@@ -164,6 +173,7 @@ int cmd_calibrate(const CalibrateFlags& f) {
     append(input.collectives, m.input.collectives);
     append(input.kernels, m.input.kernels);
     append(input.direct, m.input.direct);
+    if (m.input.blas_workspace_bytes > 0) input.blas_workspace_bytes = m.input.blas_workspace_bytes;
     file_names.push_back(fs::path(path).filename().string());
     if (f.hardware.empty() && !m.profile.empty()) {
       if (!name.empty() &&
@@ -178,14 +188,48 @@ int cmd_calibrate(const CalibrateFlags& f) {
   if (f.hardware.empty()) load(name, named_by + ": profile");
   std::string from;
   for (const auto& n : file_names) from += (from.empty() ? "" : ", ") + n;
+  for (size_t i = 0; i < f.exclude.size(); ++i)
+    from += (i == 0 ? " without its " : ", ") + f.exclude[i] + (i + 1 == f.exclude.size() ? " samples" : "");
+  for (const auto& x : f.exclude) {
+    static const std::vector<std::string> kClasses = {"matmul", "attention", "attention_backward", "norm", "norm_backward", "vector"};
+    if (std::find(kClasses.begin(), kClasses.end(), x) == kClasses.end())
+      throw InputError("--exclude", "is '" + printable(x) + "', not a kernel class",
+                       "name matmul, attention, attention_backward, norm, norm_backward or vector");
+  }
+  size_t excluded = 0;
+  if (!f.exclude.empty()) {
+    const size_t before = input.kernels.size();
+    std::erase_if(input.kernels, [&](const sim::KernelSample& k) {
+      return std::find(f.exclude.begin(), f.exclude.end(), sim::kernel_class_name(k)) != f.exclude.end();
+    });
+    excluded = before - input.kernels.size();
+  }
   const sim::Calibration c = sim::calibrate(start, input);
   fmt::print("calibrated {} from {}: {} collective and {} kernel samples{}\n", printable(start.name),
              printable(from), input.collectives.size(), input.kernels.size(),
              input.direct.empty() ? "" : fmt::format(", {} direct (NOTE [Direct samples])", input.direct.size()));
+  if (excluded > 0) fmt::print("  {} kernel samples of the --exclude classes left out\n", excluded);
   if (!input.collectives.empty())
     fmt::print("  collectives: typical error {} before, {} after\n", pct(c.collective_error_before), pct(c.collective_error_after));
   if (!input.kernels.empty())
     fmt::print("  kernels: typical error {} before, {} after\n", pct(c.kernel_error_before), pct(c.kernel_error_after));
+  for (const auto& k : c.kernel_classes)
+    fmt::print("    {}: {} samples, typical error {} before, {} after\n", k.name, k.samples, pct(k.before), pct(k.after));
+  if (f.per_sample) {
+    fmt::print("  per sample (predicted / measured, before -> after):\n");
+    for (const auto& k : input.kernels) {
+      const double before = sim::predict(start, k), after = sim::predict(c.profile, k);
+      fmt::print("    {:<18} {:>10.2f} us  {:>6.2f}x -> {:>6.2f}x  {:.3g} FLOP, {:.3g} B{}\n", sim::kernel_class_name(k),
+                 k.time_s * 1e6, before / k.time_s, after / k.time_s, k.flops, k.bytes,
+                 sim::launch_bound(k, input) ? "  (launch-bound: not fitted)" : "");
+    }
+  }
+  if (c.launch_bound_samples > 0)
+    fmt::print("  {} kernel samples left out: no longer than the host's launch of one eager op, they timed the host "
+               "(NOTE [Launch-bound samples])\n", c.launch_bound_samples);
+  if (c.kernel_gap_launch_bound)
+    fmt::print("  kernel_gap not fitted: its sample is the host's launch rate, not the device's gap (NOTE [Launch-bound "
+               "samples]); kept at {}\n", figure_json(c.profile, "kernel_gap_s").dump());
   for (const auto& fig : c.fitted)
     fmt::print("  {}: {} -> {}\n", fig, figure_json(start, fig).dump(), figure_json(c.profile, fig).dump());
   if (c.fitted.empty()) fmt::print("  nothing to fit (no samples)\n");

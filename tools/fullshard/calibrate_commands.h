@@ -16,6 +16,8 @@ struct CalibrateFlags {
   std::vector<std::string> measurements;
   std::string hardware;      // profile name or .json path (default: the file's "profile")
   std::string output;        // the fitted profile (.json); empty: print only
+  bool per_sample = false;   // list every kernel sample: measured, predicted before and after
+  std::vector<std::string> exclude;  // kernel classes left out of the fit (e.g. attention)
 };
 
 CLI::App* add_calibrate_command(CLI::App& app, CalibrateFlags& flags);

@@ -168,9 +168,23 @@ class Timer:
             fn()
         self.sync()
         blocks = []
+        # NOTE [Device-bound timing]: a kernel shorter than the host's launch (~9 us a call from
+        # Python on the 2026-11-28 H200 run) would time the host's launch rate, not the device:
+        # the block is queued behind a device sleep longer than the host takes to queue it, so
+        # the device runs its kernels back to back (keep a block under ~1000 launches: the
+        # launch queue's depth).
+        host_block = 0.0
+        if self.device == "cuda" and hasattr(self.torch.cuda, "_sleep"):
+            t = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            host_block = time.perf_counter() - t
+            self.sync()
         for _ in range(repeats):
             if self.device == "cuda":
                 a, b = self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True)
+                if host_block > 0:
+                    self.torch.cuda._sleep(int(min(2.0 * host_block + 1e-3, 2.0) * 2.0e9))  # cycles at <= 2 GHz
                 a.record()
                 for _ in range(iters):
                     fn()
@@ -239,7 +253,15 @@ def time_plan(torch, timer: Timer, m: Model, samples: list[Sample], batch: int, 
     k = rand(batch, kv, seq, hd).requires_grad_()
     v = rand(batch, kv, seq, hd).requires_grad_()
     gqa = {"enable_gqa": True} if kv != h else {}
-    sdpa = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa)  # noqa: E731
+    # The flash backend only, as the profile's attention tables describe it: PyTorch's default
+    # dispatch may pick another backend on Hopper (the 2026-11-28 H200 run did not pin it and
+    # timed 601 TFLOP/s forward at seq 8192, hd 128, above FlashAttention-2's published rates;
+    # which backend ran was not recorded).
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def sdpa():
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa)
     out = sdpa()
     grad = torch.randn_like(out)
     fwd = timer.seconds(sdpa)
@@ -311,7 +333,7 @@ def time_plan(torch, timer: Timer, m: Model, samples: list[Sample], batch: int, 
     # chain of tiny dependent kernels (device time per kernel), and the host time of one eager op
     # (dispatch + launch), the host's cost a CPU-bound step shows as idle device time.
     tiny = torch.zeros(1, device=dev)
-    chain_len = 1000
+    chain_len = 500  # NOTE [Device-bound timing]: under the launch queue's depth
 
     def tiny_chain():
         for _ in range(chain_len):
@@ -320,7 +342,7 @@ def time_plan(torch, timer: Timer, m: Model, samples: list[Sample], batch: int, 
     # its dispatch (the cpu profile's kernel_gap_s and eager_dispatch_s are 0).
     by_label = {s.label: s for s in samples}
     if dev == "cuda":
-        by_label["kernel_gap"].time_s = timer.seconds(tiny_chain, iters=5) / chain_len
+        by_label["kernel_gap"].time_s = timer.seconds(tiny_chain, iters=1, repeats=5) / chain_len
         by_label["eager_op"].time_s = timer.host_seconds(lambda: tiny.add_(1), iters=2000)
         # Host <-> device copies (CPU offload), one activation-sized buffer.
         nbytes = int(by_label["copy_pinned h2d"].bytes)
