@@ -6,6 +6,11 @@
 #                                     fullshard binary, the GPU test binaries and the small non-CUDA
 #                                     shared libraries they need into DIR (default build-gpu/pack)
 #                                     and DIR.tar.xz.
+#   tools/gpu-check.sh quick          on a GPU machine, from a pack: the one command for a short GPU
+#                                     lease (NOTE [GPU check quick]): every GPU test case as its own
+#                                     process beside the five compares, the 1B benchmark beside
+#                                     PyTorch eager + FSDP2 (own and cuDNN attention) with the per-op
+#                                     table, the GPU microbenchmarks; one summary, under 8 minutes.
 #   tools/gpu-check.sh run [STAGE..]  on a GPU machine that has the NVIDIA driver and PyTorch's CUDA
 #                                     libraries but no Debian packages and no network, from the
 #                                     repository root, the stages named (default: all, in order):
@@ -71,6 +76,14 @@ P
   mkdir -p "$pack/bin" "$pack/lib"
   cp "$build/bin/fullshard" "$pack/bin/"
   for t in "${targets[@]}"; do cp "$build/bin/$t" "$pack/bin/"; done
+  # GPU microbenchmarks (targets named *_gpu_bench), run by the quick stage.
+  local benches
+  benches="$(cmake --build "$build" --target help | sed -n 's/^\([A-Za-z0-9_]*_gpu_bench\):.*/\1/p')"
+  if [ -n "$benches" ]; then
+    # shellcheck disable=SC2086
+    cmake --build "$build" --target $benches -j "$(nproc)"
+    for t in $benches; do cp "$build/bin/$t" "$pack/bin/"; done
+  fi
   strip --strip-debug "$pack"/bin/*
   # name<TAB>binary<TAB>args... of each GPU test (paths inside the build tree are not used).
   python3 - "$tests_json" > "$pack/tests.tsv" <<'P'
@@ -327,13 +340,173 @@ stage_measure() {
   fi
 }
 
+# NOTE [GPU check quick]: one command for a short GPU lease (the machine's start and 15 minutes
+# of device time in all): every GPU test case as its own process (a sticky CUDA error or a hang
+# costs one case, not a binary), several at once beside the five compares, then on the idle GPU
+# the 1B benchmark beside PyTorch eager + FSDP2 (default attention, then cuDNN) with the per-op
+# table, then the GPU microbenchmarks (pack/bin/*_gpu_bench). A step starts only while the
+# budget (GPU_CHECK_QUICK_BUDGET seconds from the stage's start, default 450) leaves it room.
+quick_left() { echo $(( quick_deadline - $(date +%s) )); }
+
+# One gtest case in its own process: "NAME<TAB>BINARY<TAB>FILTER<TAB>ARGS" on stdin's line.
+quick_case() {
+  local name bin filter args
+  IFS=$'\t' read -r name bin filter args <<< "$1"
+  local log="$work/case-$name-${filter//[^A-Za-z0-9_.]/_}.log"
+  # shellcheck disable=SC2086
+  timeout -k 5 "${GPU_CHECK_CASE_TIMEOUT:-120}" env LD_LIBRARY_PATH="$fs_libs" "$pack/bin/$bin" $args \
+    --gtest_filter="$filter" > "$log" 2>&1 < /dev/null
+  local rc=$?
+  case $rc in
+    0) echo "ok $name $filter" ;;
+    77) echo "skip $name $filter" ;;
+    124|137) echo "FAIL $name $filter (timed out after ${GPU_CHECK_CASE_TIMEOUT:-120} s; $(basename "$log"))" ;;
+    *) echo "FAIL $name $filter (exit $rc; $(basename "$log")): $(grep -m1 -E 'Failure|error|Expected' "$log" | cut -c1-200)" ;;
+  esac
+}
+
+quick_tests() {
+  local cases="$work/cases.tsv"
+  : > "$cases"
+  while IFS=$'\t' read -r name bin args; do
+    # gtest's list: "Suite." lines, then "  Case" lines (a value-parameterised case has a comment).
+    # shellcheck disable=SC2086
+    timeout -k 5 60 env LD_LIBRARY_PATH="$fs_libs" "$pack/bin/$bin" $args --gtest_list_tests \
+        > "$work/list-$name.txt" 2>&1 < /dev/null
+    local rc=$?
+    if [ $rc -eq 77 ]; then echo "skip $name (no GPU)" >> "$work/case-results.txt"; continue; fi
+    if [ $rc -ne 0 ]; then echo "FAIL $name (cannot list its tests: exit $rc; list-$name.txt)" >> "$work/case-results.txt"; continue; fi
+    awk -v n="$name" -v b="$bin" -v a="$args" 'BEGIN { OFS = "\t" }
+      /^[^ ]/ { suite = $1; next }
+      /^  / { print n, b, suite $1, a }' "$work/list-$name.txt" >> "$cases"
+  done < "$pack/tests.tsv"
+  export -f quick_case
+  export work pack fs_libs
+  tr '\n' '\0' < "$cases" | xargs -0 -P "${GPU_CHECK_PARALLEL:-4}" -I{} bash -c 'quick_case "$1"' _ {} \
+    >> "$work/case-results.txt"
+}
+
+quick_compares() {
+  local fs="$pack/bin/fullshard"
+  python3 - scenarios/tiny-llama-h100.json "$work/tiny-llama-h100-exp.json" <<'P'
+import json, sys
+s = json.load(open(sys.argv[1]))
+s.setdefault("hardware", {}).setdefault("allocator", {})["expandable_segments"] = True
+s["name"] += "-exp"
+json.dump(s, open(sys.argv[2], "w"))
+P
+  for file in scenarios/tiny-llama-h100.json "$work/tiny-llama-h100-exp.json" scenarios/tiny-gpt2-h100.json \
+              scenarios/tiny-llama-h100-2on1.json scenarios/tiny-llama-tp2-h100-4on1.json; do
+    local sc
+    sc="$(basename "$file" .json)"
+    if timeout -k 10 "${GPU_CHECK_COMPARE_TIMEOUT:-180}" env LD_LIBRARY_PATH="$fs_libs" "$fs" compare "$file" \
+        --steps 3 --backend cuda --json "$work/compare-$sc.json" > "$work/compare-$sc.log" 2>&1 < /dev/null; then
+      echo "PASS compare $sc: $(grep -m1 'ok:' "$work/compare-$sc.log" | sed 's/^ *//')"
+    else
+      echo "FAIL compare $sc (compare-$sc.log): $(tail -n 1 "$work/compare-$sc.log" | cut -c1-200)"
+    fi
+  done > "$work/compare-results.txt"
+}
+
+# The measured report's per-op table (NOTE [Per-op measured times]): the classes with the most
+# measured time, and where measured and predicted differ most.
+quick_op_table() {
+  python3 - "$1" <<'P' 2>/dev/null
+import json, sys
+try:
+    rep = json.load(open(sys.argv[1]))
+except Exception as e:
+    sys.exit(0)
+table = rep.get("op_classes") or rep.get("ops") or []
+if isinstance(table, dict):
+    table = [dict(v, op_class=k) for k, v in table.items()]
+if not table:
+    sys.exit(0)
+key = lambda r: r.get("measured_s", 0)
+for r in sorted(table, key=key, reverse=True)[:12]:
+    name = r.get("op_class") or r.get("class") or r.get("name")
+    m, p = r.get("measured_s", 0), r.get("predicted_s", 0)
+    print(f"{name}: calls {r.get('calls', '?')}, measured {m * 1e3:.2f} ms, predicted {p * 1e3:.2f} ms"
+          + (f" ({m / p:.2f}x)" if p else ""))
+P
+}
+
+quick_bench() {
+  local name="$1" bench="$2" fs="$pack/bin/fullshard"
+  local t0
+  t0=$(date +%s)
+  if timeout -k 10 "$(( $(quick_left) - 30 ))" env LD_LIBRARY_PATH="$fs_libs" "$fs" train "$bench" --backend cuda \
+      --metrics "$work/$name-fullshard.jsonl" --json "$work/$name-fullshard.json" > "$work/$name-fullshard.log" 2>&1 < /dev/null; then
+    record BENCH "$name fullshard: $(grep -m1 'after the first' "$work/$name-fullshard.log" | sed 's/^ *//') [process $(( $(date +%s) - t0 )) s]"
+    local first
+    first="$(grep -m1 'step 1/' "$work/$name-fullshard.log")"
+    [ -z "$first" ] || record NOTE "$name fullshard: first step line at $(grep -m1 -n 'step 1/' "$work/$name-fullshard.log" | cut -d: -f1), see $name-fullshard.log for start-up"
+    while read -r l; do record OPS "$name: $l"; done < <(quick_op_table "$work/$name-fullshard.json")
+    while read -r l; do record NOTE "$name: $l"; done < <(grep -m3 -i 'cudnn attention\|attention path' "$work/$name-fullshard.log")
+  else
+    record FAIL "$name fullshard ($name-fullshard.log): $(tail -n 1 "$work/$name-fullshard.log" | cut -c1-200)"
+  fi
+  [ "$(quick_left)" -gt 60 ] || { record SKIP "$name pytorch (quick budget spent)"; return; }
+  if timeout -k 10 "$(( $(quick_left) - 20 ))" env PYTHONUNBUFFERED=1 python3 tools/bench/pytorch_fsdp2_llama.py \
+      --scenario "$bench" --json "$work/$name-pytorch.json" > "$work/$name-pytorch.log" 2>&1 < /dev/null; then
+    record BENCH "$name pytorch: $(tail -n 1 "$work/$name-pytorch.log")"
+    python3 - "$work/$name-fullshard.json" "$work/$name-pytorch.json" "$name" > "$work/$name-ratio.txt" 2>/dev/null <<'P'
+import json, sys
+fs, pt = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+f = fs["tokens_per_s_per_gpu"] * fs.get("world_size", 1)
+print(f"{sys.argv[3]}: fullshard {f:.0f} tok/s, PyTorch {pt['tokens_per_s']:.0f} tok/s: {f / pt['tokens_per_s']:.2f}x")
+P
+    [ -s "$work/$name-ratio.txt" ] && record RATIO "$(cat "$work/$name-ratio.txt")"
+  else
+    record FAIL "$name pytorch ($name-pytorch.log)"; tail -n 5 "$work/$name-pytorch.log"
+  fi
+}
+
+stage_quick() {
+  quick_deadline=$(( $(date +%s) + ${GPU_CHECK_QUICK_BUDGET:-450} ))
+  : > "$work/case-results.txt"
+  quick_tests &
+  local tests_pid=$!
+  quick_compares
+  while read -r l; do record "${l%% *}" "${l#* }"; done < "$work/compare-results.txt"
+  wait "$tests_pid"
+  local ok skip
+  ok=$(grep -c '^ok ' "$work/case-results.txt"); skip=$(grep -c '^skip ' "$work/case-results.txt")
+  record TESTS "$ok GPU test cases passed, $skip skipped, $(grep -c '^FAIL' "$work/case-results.txt") failed (each its own process)"
+  while read -r l; do record FAIL "${l#FAIL }"; done < <(grep '^FAIL' "$work/case-results.txt")
+  quick_bench bench scenarios/llama-1b-h100-bench.json
+  if [ "$(quick_left)" -gt 90 ]; then
+    python3 - scenarios/llama-1b-h100-bench.json "$work/llama-1b-h100-bench-cudnn.json" <<'P'
+import json, sys
+s = json.load(open(sys.argv[1]))
+s["name"] += "-cudnn"
+s["model"]["implementation"] = {"attention": "cudnn"}
+json.dump(s, open(sys.argv[2], "w"))
+P
+    quick_bench bench-cudnn "$work/llama-1b-h100-bench-cudnn.json"
+  else
+    record SKIP "bench-cudnn (quick budget spent)"
+  fi
+  for b in "$pack"/bin/*_gpu_bench; do
+    [ -x "$b" ] || continue
+    local bn
+    bn="$(basename "$b")"
+    [ "$(quick_left)" -gt 20 ] || { record SKIP "$bn (quick budget spent)"; continue; }
+    if timeout -k 5 "$(( $(quick_left) - 10 ))" env LD_LIBRARY_PATH="$fs_libs" "$b" > "$work/$bn.log" 2>&1 < /dev/null; then
+      while read -r l; do record KERNEL "$bn: $l"; done < <(grep -E 'ratio|GB/s|TFLOP' "$work/$bn.log" | head -n 12)
+    else
+      record FAIL "$bn ($bn.log): $(tail -n 1 "$work/$bn.log" | cut -c1-200)"
+    fi
+  done
+}
+
 do_run() {
   cd "$root"
   local stages=("$@")
   [ ${#stages[@]} -gt 0 ] || stages=(tests sanitize compare bench bench_cudnn measure)
   for st in "${stages[@]}"; do
-    case "$st" in tests|sanitize|compare|bench|bench_cudnn|measure) ;; *)
-      echo "gpu-check: unknown stage '$st': name tests, sanitize, compare, bench, bench_cudnn or measure" >&2; exit 2 ;;
+    case "$st" in quick|tests|sanitize|compare|bench|bench_cudnn|measure) ;; *)
+      echo "gpu-check: unknown stage '$st': name quick, tests, sanitize, compare, bench, bench_cudnn or measure" >&2; exit 2 ;;
     esac
   done
   if [ ! -x "$pack/bin/fullshard" ] && [ -f "$pack.tar.xz" ]; then
@@ -371,7 +544,8 @@ do_run() {
 case "$mode" in
   pack) do_pack ;;
   run) shift; do_run "$@" ;;
+  quick) do_run quick ;;
   all) (do_pack) && do_run ;;
-  *) echo "usage: tools/gpu-check.sh pack [DIR] | run [tests|sanitize|compare|bench|bench_cudnn|measure ...] | all" >&2
+  *) echo "usage: tools/gpu-check.sh pack [DIR] | quick | run [quick|tests|sanitize|compare|bench|bench_cudnn|measure ...] | all" >&2
      exit 2 ;;
 esac
