@@ -396,12 +396,14 @@ void adamw(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
     for (size_t t = 0; t < 4; ++t) expect_float(op, op.inputs[i + t].meta, "AdamW operand");
     for (size_t t = 0; t < per_out; ++t) expect_float(op, op.outputs[o + t].meta, "AdamW output");
   }
-  for (size_t k = 0; k < op.inputs.size() / 4; ++k) {
+  std::vector<launch::AdamTensor> t(d.params);  // NOTE [Multi-tensor AdamW] in elementwise.cu
+  for (size_t k = 0; k < d.params; ++k) {
     const size_t i = 4 * k, o = per_out * k;
-    launch::adamw(a, in[i], dt_in(op, i), in[i + 1], dt_in(op, i + 1), in[i + 2], dt_in(op, i + 2), in[i + 3],
-                  dt_in(op, i + 3), out[o], dt_out(op, o), out[o + 1], dt_out(op, o + 1), out[o + 2], dt_out(op, o + 2),
-                  fused ? nullptr : out[o + 3], fused ? 0 : dt_out(op, o + 3), op.inputs[i].meta.numel(), s);
+    t[k] = {in[i], in[i + 1], in[i + 2], in[i + 3], out[o], out[o + 1], out[o + 2], fused ? nullptr : out[o + 3],
+            op.inputs[i].meta.numel(), dt_in(op, i), dt_in(op, i + 1), dt_in(op, i + 2), dt_in(op, i + 3),
+            dt_out(op, o), dt_out(op, o + 1), dt_out(op, o + 2), fused ? 0 : dt_out(op, o + 3)};
   }
+  launch::adamw(a, t.data(), static_cast<int>(t.size()), s);
 }
 
 // ---- model.implementation compile: torch.compile's fused regions (compiled.cu), with the
