@@ -98,7 +98,7 @@ __device__ __forceinline__ float apply(launch::Ew op, float a, float b, float f)
   return 0.0f;
 }
 
-// `vec`: 8 when n and every base are 8-element aligned, else 1.
+// `vec`: 8 when every base is 16-byte aligned (the n % 8 tail then goes element-wise), else 1.
 __global__ void elementwise_kernel(launch::Ew op, const void* a, int da, const void* b, int db, void* o, int dout,
                                    int64_t n, float f, int vec) {
   if (vec == 8) {
@@ -110,6 +110,8 @@ __global__ void elementwise_kernel(launch::Ew op, const void* a, int da, const v
       for (int k = 0; k < 8; ++k) x[k] = apply(op, x[k], b ? y[k] : 0.0f, f);
       store8(o, dout, t * 8, x);
     }
+    for (int64_t i = n / 8 * 8 + global_thread(); i < n; i += grid_threads())
+      store_f(o, dout, i, apply(op, load_f(a, da, i), b ? load_f(b, db, i) : 0.0f, f));
   } else {
     for (int64_t i = global_thread(); i < n; i += grid_threads())
       store_f(o, dout, i, apply(op, load_f(a, da, i), b ? load_f(b, db, i) : 0.0f, f));
@@ -241,8 +243,8 @@ void fill(void* dst, int64_t nbytes, const unsigned char pattern[16], cudaStream
 void elementwise(Ew op, const void* a, int da, const void* b, int db, void* o, int dout, int64_t n, float f,
                  cudaStream_t s) {
   if (n == 0) return;
-  const int vec = n % 8 == 0 && vec8_ok(a, n) && vec8_ok(b, n) && vec8_ok(o, n) ? 8 : 1;
-  const plan::Launch l = plan::launch_1d(n / vec);
+  const int vec = n >= 8 && vec8_ok(a, n) && vec8_ok(b, n) && vec8_ok(o, n) ? 8 : 1;
+  const plan::Launch l = plan::launch_1d((n + vec - 1) / vec);
   elementwise_kernel<<<l.grid, l.block, 0, s>>>(op, a, da, b, db, o, dout, n, f, vec);
   check_launch("elementwise");
 }
