@@ -3,7 +3,7 @@
 // kernel_compare.h): NOTE [One-pass log_softmax] and NOTE [nll_loss backward as a scatter]
 // (rows.cu) at the 1B model's vocab 128256 and odd vocabs, NOTE [Norm rows in registers]
 // (norm_rows.cuh) at one, two and too many register groups, NOTE [Multi-tensor AdamW]
-// (elementwise.cu) over many tensors across launch batches and chunk edges. Each runs with
+// (elementwise.cu, AdamW and the clip scale) over many tensors across launch batches and chunk edges. Each runs with
 // 16-byte aligned bases and with every base off by one element (8 bytes where fp32 / int64
 // operands ride along): the scalar fallbacks. Needs a GPU: exits 77 (ctest: skipped) without one.
 #include <random>
@@ -120,6 +120,29 @@ TEST(CudaRowKernels, MultiTensorAdamWIsBitExact) {
           expect_bits(r.gpu[i], r.cpu[i], "adamw output " + std::to_string(i) + (fused ? " fused " : " foreach ") +
                                               name(sd) + " +" + std::to_string(misalign) + "B");
       }
+}
+
+// kClipGradScale over 70 gradients (two launch batches of 64), fp32 and bf16 mixed, sizes at the
+// chunk edges, in place as clip_grad_norm_ runs it; both sides of the clip threshold; bits.
+TEST(CudaRowKernels, MultiTensorClipScaleIsBitExact) {
+  std::mt19937 rng(44);
+  std::vector<int64_t> sizes = {65535, 65536, 65537, 1, 9};
+  for (int i = 0; i < 65; ++i) sizes.push_back(1 + (i * 7919) % 3000);
+  std::vector<HT> grads;
+  for (size_t i = 0; i < sizes.size(); ++i)
+    grads.push_back(kt::random_tensor(i % 3 ? DType::kFloat32 : DType::kBFloat16, {sizes[i]}, rng));
+  for (double total : {0.01, 400.0})
+    for (size_t misalign : {size_t{0}, kEightBytes}) {
+      HT t = kt::from_values(DType::kFloat32, {1}, {total});
+      std::vector<HT*> ins = {&t}, outs;
+      for (HT& g : grads) {
+        ins.push_back(&g);
+        outs.push_back(&g);
+      }
+      const Both r = run_both(OpKind::kClipGradScale, ins, outs, {}, {1.0}, misalign);
+      for (size_t i = 0; i < outs.size(); ++i)
+        expect_bits(r.gpu[i], r.cpu[i], "clip gradient " + std::to_string(i) + " +" + std::to_string(misalign) + "B");
+    }
 }
 
 }  // namespace

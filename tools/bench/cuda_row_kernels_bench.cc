@@ -168,6 +168,11 @@ int main(int argc, char** argv) {
     const launch::AdamScalars sc{0.9999f, 0.1f, 0.95f, 0.05f, -1e-4f, 0.2f, 1e-8f};
     bench.run("adamw fused fp32, 147 tensors (1B model)", bytes,
               [&] { launch::adamw(sc, t.data(), static_cast<int>(t.size()), s); });
+    std::vector<launch::ClipTensor> clip;
+    for (const launch::AdamTensor& a : t) clip.push_back({a.g, const_cast<void*>(a.g), a.n, kF32c, kF32c});
+    void* total = b.get(4);
+    bench.run("clip scale in place fp32, 147 tensors", 2.0 * gbytes,
+              [&] { launch::clip_scale(total, kF32c, 1.0f, clip.data(), static_cast<int>(clip.size()), s); });
     const int64_t chunk = 65536;
     int64_t max_chunks = 0;
     for (int64_t n : sizes) max_chunks = std::max(max_chunks, (n + chunk - 1) / chunk);

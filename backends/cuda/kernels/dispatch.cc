@@ -380,9 +380,10 @@ void clip_grad_scale(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStre
     expect_float(op, gi, "gradient");
     expect_float(op, go, "gradient");
   }
+  std::vector<launch::ClipTensor> t(op.outputs.size());  // multi-tensor (elementwise.cu)
   for (size_t i = 0; i < op.outputs.size(); ++i)
-    launch::clip_scale(in[0], dt_in(op, 0), static_cast<float>(op.fargs[0]), in[i + 1], dt_in(op, i + 1), out[i],
-                       dt_out(op, i), op.outputs[i].meta.numel(), s);
+    t[i] = {in[i + 1], out[i], op.outputs[i].meta.numel(), dt_in(op, i + 1), dt_out(op, i)};
+  launch::clip_scale(in[0], dt_in(op, 0), static_cast<float>(op.fargs[0]), t.data(), static_cast<int>(t.size()), s);
 }
 
 void adamw(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {

@@ -118,23 +118,6 @@ __global__ void elementwise_kernel(launch::Ew op, const void* a, int da, const v
   }
 }
 
-__global__ void clip_scale_kernel(const void* total, int dtotal, float max_norm, const void* g, int dg, void* o,
-                                  int dout, int64_t n, int vec) {
-  // clip_grad_norm_ in fp32: coef = min(1, max_norm / (sqrt(total) + 1e-6)).
-  const float coef = fminf(1.0f, max_norm / __fadd_rn(sqrtf(load_f(total, dtotal, 0)), 1e-6f));
-  if (vec == 8) {
-    for (int64_t t = global_thread(); t < n / 8; t += grid_threads()) {
-      float x[8];
-      load8(g, dg, t * 8, x);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) x[k] = __fmul_rn(x[k], coef);
-      store8(o, dout, t * 8, x);
-    }
-  } else {
-    for (int64_t i = global_thread(); i < n; i += grid_threads()) store_f(o, dout, i, __fmul_rn(load_f(g, dg, i), coef));
-  }
-}
-
 // torch.optim.AdamW, _multi_tensor_adamw order (optim.cc); each stored value rounded once.
 __device__ __forceinline__ void adam_element(const launch::AdamScalars& s, float& pv, float gv, float& mv, float& vv,
                                              float& d) {
@@ -207,6 +190,34 @@ __global__ void __launch_bounds__(kAdamThreads) adamw_multi_kernel(launch::AdamS
   }
 }
 
+// clip_grad_norm_'s scale, multi-tensor as adamw_multi_kernel; fp32 as the CPU:
+// coef = min(1, max_norm / (sqrt(total) + 1e-6)).
+constexpr int kClipTensors = 64;
+struct ClipBatch {
+  launch::ClipTensor t[kClipTensors];
+  int64_t first[kClipTensors + 1];
+  bool vec[kClipTensors];
+};
+static_assert(sizeof(ClipBatch) + 64 <= 4096, "kernel arguments over 4 KB");
+
+__global__ void __launch_bounds__(kAdamThreads)
+clip_scale_multi_kernel(const void* total, int dtotal, float max_norm, ClipBatch b, int count) {
+  const float coef = fminf(1.0f, max_norm / __fadd_rn(sqrtf(load_f(total, dtotal, 0)), 1e-6f));
+  const int64_t block = blockIdx.x;
+  const int ti = batch_item(b.first, count, block);
+  const launch::ClipTensor& t = b.t[ti];
+  const int64_t begin = (block - b.first[ti]) * kAdamChunk, end = min(t.n, begin + kAdamChunk);
+  const int64_t body = b.vec[ti] ? begin + (end - begin) / 8 * 8 : begin;
+  for (int64_t i = begin + 8 * static_cast<int64_t>(threadIdx.x); i < body; i += 8 * kAdamThreads) {
+    float x[8];
+    load8(t.g, t.dg, i, x);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) x[k] = __fmul_rn(x[k], coef);
+    store8(t.o, t.dout, i, x);
+  }
+  for (int64_t i = body + threadIdx.x; i < end; i += kAdamThreads) store_f(t.o, t.dout, i, __fmul_rn(load_f(t.g, t.dg, i), coef));
+}
+
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 // 8-element vectors need 16-byte alignment for 16-bit dtypes and 32 bytes' worth for fp32
 // (two float4 accesses, each 16-byte aligned when the base is).
@@ -249,13 +260,20 @@ void elementwise(Ew op, const void* a, int da, const void* b, int db, void* o, i
   check_launch("elementwise");
 }
 
-void clip_scale(const void* total, int dtotal, float max_norm, const void* g, int dg, void* o, int dout, int64_t n,
-                cudaStream_t s) {
-  if (n == 0) return;
-  const int vec = n % 8 == 0 && vec8_ok(g, n) && vec8_ok(o, n) ? 8 : 1;
-  const plan::Launch l = plan::launch_1d(n / vec);
-  clip_scale_kernel<<<l.grid, l.block, 0, s>>>(total, dtotal, max_norm, g, dg, o, dout, n, vec);
-  check_launch("clip_scale");
+void clip_scale(const void* total, int dtotal, float max_norm, const ClipTensor* tensors, int count, cudaStream_t s) {
+  std::vector<int64_t> numels(static_cast<size_t>(count));
+  for (int i = 0; i < count; ++i) numels[static_cast<size_t>(i)] = tensors[i].n;
+  for (const plan::MultiTensorBatch& pb : plan::plan_multi_tensor(numels, kAdamChunk, kClipTensors)) {
+    ClipBatch b{};
+    for (int k = 0; k < pb.count; ++k) {
+      b.t[k] = tensors[pb.first + k];
+      b.vec[k] = aligned16(b.t[k].g) && aligned16(b.t[k].o);
+    }
+    for (int k = 0; k <= pb.count; ++k) b.first[k] = pb.first_block[static_cast<size_t>(k)];
+    clip_scale_multi_kernel<<<static_cast<unsigned>(b.first[pb.count]), kAdamThreads, 0, s>>>(total, dtotal, max_norm,
+                                                                                           b, pb.count);
+    check_launch("clip_scale");
+  }
 }
 
 void adamw(const AdamScalars& a, const AdamTensor* tensors, int count, cudaStream_t s) {

@@ -18,9 +18,15 @@ enum class Ew : int { kAdd, kMul, kScale, kSiLU, kSiLUBackward, kGELU, kGELUBack
 // o = f(a[, b]) over n elements; `f` is kScale's factor. In place (o == a) is fine.
 void elementwise(Ew op, const void* a, int da, const void* b, int db, void* o, int dout, int64_t n, float f,
                  cudaStream_t s);
-// o = g * min(1, max_norm / (sqrt(*total) + 1e-6)) (kClipGradScale; total read on the device).
-void clip_scale(const void* total, int dtotal, float max_norm, const void* g, int dg, void* o, int dout, int64_t n,
-                cudaStream_t s);
+// o_i = g_i * min(1, max_norm / (sqrt(*total) + 1e-6)) for every gradient (kClipGradScale; total
+// read on the device), multi-tensor as NOTE [Multi-tensor AdamW]; o_i may be g_i.
+struct ClipTensor {
+  const void* g;
+  void* o;
+  int64_t n;
+  int dg, dout;
+};
+void clip_scale(const void* total, int dtotal, float max_norm, const ClipTensor* tensors, int count, cudaStream_t s);
 struct AdamScalars {
   float decay, w1, b2, w2, neg_step_size, bc2_sqrt, eps;
 };
