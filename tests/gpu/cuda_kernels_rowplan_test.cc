@@ -4,12 +4,19 @@
 // (plan::plan_multi_tensor gives every element of every tensor exactly one block, chunks start
 // at multiples of the chunk size, so 8-element vectors stay aligned). The block-to-tensor lookup
 // the kernels run (a binary search over first_block) is executed here as the device runs it.
+// NOTE [One-pass log_softmax]'s online sum (online_softmax.h) runs here over the kernel's
+// partition of a row against loss.cc's two-pass logsumexp.
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <random>
 #include <vector>
 
+#include "backends/cuda/kernels/online_softmax.h"
 #include "backends/cuda/kernels/plan.h"
 #include "core/common/error.h"
 
@@ -104,6 +111,73 @@ TEST(CudaRowPlan, MultiTensorBatchesTheModelsParameterList) {
   EXPECT_TRUE(plan::plan_multi_tensor({0, 0, 0}, 65536, 32).empty());
   EXPECT_THROW(plan::plan_multi_tensor({1}, 0, 32), InternalError);
   EXPECT_THROW(plan::plan_multi_tensor({-1}, 8, 32), InternalError);
+}
+
+// The log_softmax kernel's logsumexp of a row (rows.cu): `threads` threads, thread t taking the
+// 8-element vectors t, t + threads, ... in order, then the V % 8 tail elements t, t + threads, ...;
+// the row max over the threads' maxima and the sum of their rescaled sums.
+float kernel_lse(const std::vector<float>& x, int threads) {
+  const int64_t V = static_cast<int64_t>(x.size()), body = V / 8 * 8;
+  std::vector<OnlineSum> acc(static_cast<size_t>(threads));
+  for (int64_t g = 0; g < body / 8; ++g) acc[static_cast<size_t>(g % threads)].add(&x[static_cast<size_t>(8 * g)], 8);
+  for (int64_t j = body; j < V; ++j) acc[static_cast<size_t>((j - body) % threads)].add(&x[static_cast<size_t>(j)], 1);
+  float mx = -INFINITY;
+  for (const OnlineSum& a : acc) mx = std::fmax(mx, a.m);
+  double sum = 0;
+  for (const OnlineSum& a : acc) sum += a.scaled_to(mx);
+  return mx + static_cast<float>(std::log(sum));
+}
+
+// loss.cc's: the max, then the double sum of expf(x - max).
+float cpu_lse(const std::vector<float>& x) {
+  float mx = x[0];
+  for (float v : x) mx = std::max(mx, v);
+  double sum = 0;
+  for (float v : x) sum += std::exp(v - mx);
+  return mx + static_cast<float>(std::log(sum));
+}
+
+std::vector<float> logits(int64_t V, std::mt19937& rng, double p_neg_inf) {
+  std::uniform_real_distribution<float> u(-8.0f, 8.0f);
+  std::bernoulli_distribution masked(p_neg_inf);
+  std::vector<float> x(static_cast<size_t>(V));
+  for (float& v : x) v = masked(rng) ? -INFINITY : u(rng);
+  return x;
+}
+
+// The op's tolerance on y = x - lse is 3.2e-5 absolute (docs/cuda-kernels.md): the logsumexp
+// the kernel forms must be that close to the CPU's (it is typically within a few fp32 ulps).
+TEST(CudaRowPlan, OnlineLogSumExpMatchesTheCpuAtTheModelsVocab) {
+  std::mt19937 rng(45);
+  double worst = 0;
+  for (int trial = 0; trial < 3; ++trial) {
+    const std::vector<float> x = logits(128256, rng, trial == 2 ? 0.3 : 0.0);
+    const float a = kernel_lse(x, static_cast<int>(plan::row_block(128256))), b = cpu_lse(x);
+    worst = std::max(worst, static_cast<double>(std::fabs(a - b)));
+  }
+  std::printf("worst |lse - cpu lse| at V 128256: %.3g\n", worst);
+  EXPECT_LE(worst, 3.2e-5);
+  EXPECT_LE(worst, 8 * std::ldexp(1.0, -24) * 16) << "more than a few ulps of an lse near 16";
+}
+
+RC_GTEST_PROP(CudaRowPlan, OnlineLogSumExpMatchesTheCpu, ()) {
+  const int64_t V = *rc::gen::inRange<int64_t>(1, 3000);
+  const int threads = *rc::gen::element(32, 128, 1024);
+  const double p_neg_inf = *rc::gen::element(0.0, 0.5, 0.95);
+  std::mt19937 rng(static_cast<unsigned>(*rc::gen::inRange(0, 1 << 30)));
+  std::vector<float> x = logits(V, rng, p_neg_inf);
+  x[static_cast<size_t>(*rc::gen::inRange<int64_t>(0, V))] = 3.0f;  // at least one finite logit
+  const float a = kernel_lse(x, threads), b = cpu_lse(x);
+  RC_ASSERT(std::isfinite(a));
+  RC_ASSERT(std::fabs(a - b) <= 3.2e-5);
+}
+
+TEST(CudaRowPlan, OnlineLogSumExpOfARowOfMinusInfinityIsNotFinite) {
+  // The CPU gets NaN (expf(-inf - -inf)); the kernel -inf, and y = x - lse is NaN on both sides.
+  const std::vector<float> x(20, -INFINITY);
+  EXPECT_FALSE(std::isfinite(kernel_lse(x, 32)));
+  EXPECT_TRUE(std::isnan(x[0] - kernel_lse(x, 32)));
+  EXPECT_TRUE(std::isnan(x[0] - cpu_lse(x)));
 }
 
 }  // namespace

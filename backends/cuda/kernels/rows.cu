@@ -4,6 +4,7 @@
 
 #include "backends/cuda/kernels/device_common.cuh"
 #include "backends/cuda/kernels/launchers.h"
+#include "backends/cuda/kernels/online_softmax.h"
 #include "backends/cuda/kernels/plan.h"
 
 namespace fullshard::cuda {
@@ -89,23 +90,9 @@ __global__ void position_embedding_backward_kernel(const void* g, int dg, void* 
 // [8192, 128256]) go 8 elements an access (two float4 for fp32, one 16-byte load for 16-bit
 // dtypes), two vectors in flight a thread; the rest element by element. Each term is
 // expf(x - m_t) * exp(m_t - M) instead of the CPU's expf(x - M): the same sum to a few fp32 ulps,
-// inside the op's 3.2e-5 tolerance (docs/cuda-kernels.md); deterministic run to run.
+// inside the op's 3.2e-5 tolerance (docs/cuda-kernels.md); deterministic run to run. The pair is
+// OnlineSum (online_softmax.h), which the host test runs against loss.cc's sum.
 constexpr int kCeUnroll = 2;  // 8-element vectors in flight per thread
-
-struct OnlineSum {
-  float m = -INFINITY;
-  double s = 0;
-  __device__ __forceinline__ void add(const float* v, int k) {
-    float lm = v[0];
-    for (int i = 1; i < k; ++i) lm = fmaxf(lm, v[i]);
-    if (lm > m) {
-      s = m == -INFINITY ? 0.0 : s * exp(static_cast<double>(m) - static_cast<double>(lm));
-      m = lm;
-    }
-    // -inf terms are 0 (as the CPU's expf(-inf - max)); while m is still -inf, -inf - m would be NaN.
-    for (int i = 0; i < k; ++i) s += v[i] == -INFINITY ? 0.0f : expf(__fsub_rn(v[i], m));
-  }
-};
 
 __device__ __forceinline__ bool rows_aligned16(const void* a, const void* b, const void* c = nullptr) {
   return ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b) | reinterpret_cast<uintptr_t>(c)) & 15) == 0;
@@ -139,8 +126,7 @@ log_softmax_kernel(const void* x, int dx, void* y, int dy, int64_t rows, int64_t
       acc.add(&v, 1);
     }
     const float mx = block_max(acc.m, fscratch);
-    const double mine = acc.m == -INFINITY ? 0.0 : acc.s * exp(static_cast<double>(acc.m) - static_cast<double>(mx));
-    const double sum = block_sum(mine, dscratch);
+    const double sum = block_sum(acc.scaled_to(mx), dscratch);
     const float lse = __fadd_rn(mx, static_cast<float>(log(sum)));
     for (int64_t j = static_cast<int64_t>(threadIdx.x) * 8; j < body; j += 8 * blockDim.x) {
       float v[8];
