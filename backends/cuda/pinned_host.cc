@@ -26,7 +26,10 @@ PinnedHostMemory::~PinnedHostMemory() {
 }
 
 uint64_t PinnedHostMemory::rounded_size(uint64_t bytes) {
-  if (bytes > (uint64_t{1} << 62)) return bytes;  // no power of two above it fits in 64 bits
+  if (bytes > kPowerOfTwoLimit) {  // 1 MiB multiples: under 1 MiB over the request
+    if (bytes > ~uint64_t{0} - (kPowerOfTwoLimit - 1)) return bytes;  // no multiple above it fits in 64 bits
+    return (bytes + kPowerOfTwoLimit - 1) / kPowerOfTwoLimit * kPowerOfTwoLimit;
+  }
   uint64_t r = 512;
   while (r < bytes) r <<= 1;
   return r;

@@ -9,8 +9,10 @@
 // and reclaim() take back the finished ones. The CPU backend does the same with fences
 // (backends/cpu/cpu_backend.cc, DeferredHostFree).
 //
-// NOTE [Pinned host cache]: finished buffers are kept, by size rounded up to a power of two (as
-// PyTorch's CachingHostAllocator rounds), and handed out again; cudaFreeHost runs only when a
+// NOTE [Pinned host cache]: finished buffers are kept, by rounded size (rounded_size: a power
+// of two up to 1 MiB, as PyTorch's CachingHostAllocator rounds, then 1 MiB multiples, so that a
+// multi-GB offloaded shard or staging buffer takes its size and not up to twice it in pinned
+// DRAM), and handed out again; cudaFreeHost runs only when a
 // cudaHostAlloc fails (every cached buffer goes back, then one retry) and at teardown. Pinned
 // allocation is slow and cudaFreeHost synchronises the device, so freeing in the step would stall
 // it every step (the kLoadBatch staging buffer), and with ranks sharing a GPU as threads one
@@ -50,8 +52,11 @@ class PinnedHostMemory {
   uint64_t cached_bytes() const { return cached_bytes_; }         // reusable
   size_t deferred_count() const { return deferred_.size(); }
 
-  // The size a request of `bytes` is served with: the next power of two, at least 512 (above
-  // 2^62, the request itself).
+  // The size a request of `bytes` is served with: the next power of two, at least 512, up to
+  // kPowerOfTwoLimit; above it the next multiple of kPowerOfTwoLimit (the request itself where
+  // that would not fit in 64 bits). The memory tracker and the simulator count the requested
+  // bytes (peak_host_bytes), which this rounding does not change.
+  static constexpr uint64_t kPowerOfTwoLimit = uint64_t{1} << 20;
   static uint64_t rounded_size(uint64_t bytes);
 
  private:

@@ -9,15 +9,24 @@ target_link_libraries(cuda_kernels_plan_test PRIVATE fullshard_cuda_kernels full
                       rapidcheck GTest::gtest GTest::gtest_main)
 target_include_directories(cuda_kernels_plan_test PRIVATE ${PROJECT_SOURCE_DIR})
 add_test(NAME cuda_kernels.plan COMMAND cuda_kernels_plan_test)
+# cuda_kernels_rowplan_test: launch planning of the row / multi-tensor kernels (no GPU needed).
+add_executable(cuda_kernels_rowplan_test ${CMAKE_CURRENT_SOURCE_DIR}/cuda_kernels_rowplan_test.cc)
+target_link_libraries(cuda_kernels_rowplan_test PRIVATE fullshard_cuda_kernels rapidcheck_gtest rapidcheck GTest::gtest
+                      GTest::gtest_main)
+target_include_directories(cuda_kernels_rowplan_test PRIVATE ${PROJECT_SOURCE_DIR})
+add_test(NAME cuda_kernels.rowplan COMMAND cuda_kernels_rowplan_test)
+set_tests_properties(cuda_kernels.rowplan PROPERTIES ENVIRONMENT "RC_PARAMS=seed=20261121")
 
-foreach(t cuda_kernels_test cuda_kernels_eager_test)
+foreach(t cuda_kernels_test cuda_kernels_eager_test cuda_kernels_rows_test)
   add_executable(${t} ${CMAKE_CURRENT_SOURCE_DIR}/${t}.cc)
   target_link_libraries(${t} PRIVATE fullshard_cuda_kernels fullshard_kernels rapidcheck_gtest rapidcheck GTest::gtest)
   target_include_directories(${t} PRIVATE ${PROJECT_SOURCE_DIR})
 endforeach()
 add_test(NAME cuda_kernels.gpu COMMAND cuda_kernels_test)
 add_test(NAME cuda_kernels.eager_gpu COMMAND cuda_kernels_eager_test)
-set_tests_properties(cuda_kernels.gpu cuda_kernels.eager_gpu PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
+add_test(NAME cuda_kernels.rows_gpu COMMAND cuda_kernels_rows_test)
+set_tests_properties(cuda_kernels.gpu cuda_kernels.eager_gpu cuda_kernels.rows_gpu PROPERTIES SKIP_RETURN_CODE 77
+                     LABELS gpu)
 
 # Tensor parallelism's kernels (backends/cuda/kernels/tensor_parallel.h): the host-side plan
 # (runs everywhere) and the kernels against the CPU reference (label gpu, exit 77 without a GPU).
@@ -57,3 +66,9 @@ target_link_libraries(cudnn_sdpa_host_test PRIVATE fullshard_cuda_kernels rapidc
                       GTest::gtest_main)
 target_include_directories(cudnn_sdpa_host_test PRIVATE ${PROJECT_SOURCE_DIR})
 add_test(NAME cuda_kernels.cudnn_sdpa_host COMMAND cudnn_sdpa_host_test)
+
+# cuda_row_kernels_bench (tools/bench): the memory-bound kernels timed at the 1B benchmark's
+# shapes, achieved GB/s against the GPU's peak. Not a test; built with the GPU tests.
+add_executable(cuda_row_kernels_bench ${PROJECT_SOURCE_DIR}/tools/bench/cuda_row_kernels_bench.cc)
+target_link_libraries(cuda_row_kernels_bench PRIVATE fullshard_cuda_kernels)
+target_include_directories(cuda_row_kernels_bench PRIVATE ${PROJECT_SOURCE_DIR})

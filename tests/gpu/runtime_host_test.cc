@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <gloo/rendezvous/hash_store.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 
@@ -69,16 +70,26 @@ TEST(DeferredFrees, TakeFinishedKeepsPendingEntriesWhole) {
     }
 }
 
-TEST(PinnedHostCache, SizesRoundUpToAPowerOfTwoOfAtLeast512) {
+TEST(PinnedHostCache, SizesRoundToPowersOfTwoThenMiBMultiples) {
+  constexpr uint64_t MiB = uint64_t{1} << 20;
   EXPECT_EQ(PinnedHostMemory::rounded_size(0), 512u);
   EXPECT_EQ(PinnedHostMemory::rounded_size(1), 512u);
   EXPECT_EQ(PinnedHostMemory::rounded_size(512), 512u);
   EXPECT_EQ(PinnedHostMemory::rounded_size(513), 1024u);
-  EXPECT_EQ(PinnedHostMemory::rounded_size(3u << 20), 4u << 20);
+  EXPECT_EQ(PinnedHostMemory::rounded_size(MiB), MiB);
+  EXPECT_EQ(PinnedHostMemory::rounded_size(MiB + 1), 2 * MiB);
+  EXPECT_EQ(PinnedHostMemory::rounded_size(3 * MiB), 3 * MiB);  // was 4 MiB
+  // A 5 GiB + 1 byte offloaded shard takes 5 GiB + 1 MiB, not 8 GiB.
+  EXPECT_EQ(PinnedHostMemory::rounded_size((uint64_t{5} << 30) + 1), (uint64_t{5} << 30) + MiB);
   EXPECT_EQ(PinnedHostMemory::rounded_size(uint64_t{1} << 33), uint64_t{1} << 33);
-  EXPECT_EQ(PinnedHostMemory::rounded_size((uint64_t{1} << 33) + 1), uint64_t{1} << 34);
-  EXPECT_EQ(PinnedHostMemory::rounded_size((uint64_t{1} << 62) + 1), (uint64_t{1} << 62) + 1);  // no overflow
-  EXPECT_EQ(PinnedHostMemory::rounded_size(~uint64_t{0}), ~uint64_t{0});
+  EXPECT_EQ(PinnedHostMemory::rounded_size(~uint64_t{0} - MiB), ~uint64_t{0} - MiB + 1);
+  EXPECT_EQ(PinnedHostMemory::rounded_size(~uint64_t{0}), ~uint64_t{0});  // no overflow
+  for (uint64_t b : {uint64_t{1}, uint64_t{4095}, MiB - 1, MiB + 7, uint64_t{3} << 40}) {
+    const uint64_t r = PinnedHostMemory::rounded_size(b);
+    EXPECT_GE(r, b);
+    EXPECT_LT(r - b, std::max<uint64_t>(b, 512)) << b;  // never twice the request above 512 bytes
+    EXPECT_EQ(PinnedHostMemory::rounded_size(r), r) << "a rounded size is its own size (cache reuse)";
+  }
 }
 
 // ------------------------------------------------------------------ watchdog state machine

@@ -380,9 +380,10 @@ void clip_grad_scale(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStre
     expect_float(op, gi, "gradient");
     expect_float(op, go, "gradient");
   }
+  std::vector<launch::ClipTensor> t(op.outputs.size());  // multi-tensor (elementwise.cu)
   for (size_t i = 0; i < op.outputs.size(); ++i)
-    launch::clip_scale(in[0], dt_in(op, 0), static_cast<float>(op.fargs[0]), in[i + 1], dt_in(op, i + 1), out[i],
-                       dt_out(op, i), op.outputs[i].meta.numel(), s);
+    t[i] = {in[i + 1], out[i], op.outputs[i].meta.numel(), dt_in(op, i + 1), dt_out(op, i)};
+  launch::clip_scale(in[0], dt_in(op, 0), static_cast<float>(op.fargs[0]), t.data(), static_cast<int>(t.size()), s);
 }
 
 void adamw(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
@@ -396,12 +397,14 @@ void adamw(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
     for (size_t t = 0; t < 4; ++t) expect_float(op, op.inputs[i + t].meta, "AdamW operand");
     for (size_t t = 0; t < per_out; ++t) expect_float(op, op.outputs[o + t].meta, "AdamW output");
   }
-  for (size_t k = 0; k < op.inputs.size() / 4; ++k) {
+  std::vector<launch::AdamTensor> t(d.params);  // NOTE [Multi-tensor AdamW] in elementwise.cu
+  for (size_t k = 0; k < d.params; ++k) {
     const size_t i = 4 * k, o = per_out * k;
-    launch::adamw(a, in[i], dt_in(op, i), in[i + 1], dt_in(op, i + 1), in[i + 2], dt_in(op, i + 2), in[i + 3],
-                  dt_in(op, i + 3), out[o], dt_out(op, o), out[o + 1], dt_out(op, o + 1), out[o + 2], dt_out(op, o + 2),
-                  fused ? nullptr : out[o + 3], fused ? 0 : dt_out(op, o + 3), op.inputs[i].meta.numel(), s);
+    t[k] = {in[i], in[i + 1], in[i + 2], in[i + 3], out[o], out[o + 1], out[o + 2], fused ? nullptr : out[o + 3],
+            op.inputs[i].meta.numel(), dt_in(op, i), dt_in(op, i + 1), dt_in(op, i + 2), dt_in(op, i + 3),
+            dt_out(op, o), dt_out(op, o + 1), dt_out(op, o + 2), fused ? 0 : dt_out(op, o + 3)};
   }
+  launch::adamw(a, t.data(), static_cast<int>(t.size()), s);
 }
 
 // ---- model.implementation compile: torch.compile's fused regions (compiled.cu), with the

@@ -1,6 +1,7 @@
 // Copies (bit copies and casts over NOTE [Strided 2-D copy]), fill, the pointwise ops, gradient
 // clipping's scale and the AdamW step. Memory-bound: 16-byte accesses where layouts allow.
 #include <algorithm>
+#include <vector>
 
 #include "backends/cuda/kernels/activations.cuh"
 #include "backends/cuda/kernels/device_common.cuh"
@@ -97,7 +98,7 @@ __device__ __forceinline__ float apply(launch::Ew op, float a, float b, float f)
   return 0.0f;
 }
 
-// `vec`: 8 when n and every base are 8-element aligned, else 1.
+// `vec`: 8 when every base is 16-byte aligned (the n % 8 tail then goes element-wise), else 1.
 __global__ void elementwise_kernel(launch::Ew op, const void* a, int da, const void* b, int db, void* o, int dout,
                                    int64_t n, float f, int vec) {
   if (vec == 8) {
@@ -109,45 +110,112 @@ __global__ void elementwise_kernel(launch::Ew op, const void* a, int da, const v
       for (int k = 0; k < 8; ++k) x[k] = apply(op, x[k], b ? y[k] : 0.0f, f);
       store8(o, dout, t * 8, x);
     }
+    for (int64_t i = n / 8 * 8 + global_thread(); i < n; i += grid_threads())
+      store_f(o, dout, i, apply(op, load_f(a, da, i), b ? load_f(b, db, i) : 0.0f, f));
   } else {
     for (int64_t i = global_thread(); i < n; i += grid_threads())
       store_f(o, dout, i, apply(op, load_f(a, da, i), b ? load_f(b, db, i) : 0.0f, f));
   }
 }
 
-__global__ void clip_scale_kernel(const void* total, int dtotal, float max_norm, const void* g, int dg, void* o,
-                                  int dout, int64_t n, int vec) {
-  // clip_grad_norm_ in fp32: coef = min(1, max_norm / (sqrt(total) + 1e-6)).
-  const float coef = fminf(1.0f, max_norm / __fadd_rn(sqrtf(load_f(total, dtotal, 0)), 1e-6f));
-  if (vec == 8) {
-    for (int64_t t = global_thread(); t < n / 8; t += grid_threads()) {
-      float x[8];
-      load8(g, dg, t * 8, x);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) x[k] = __fmul_rn(x[k], coef);
-      store8(o, dout, t * 8, x);
+// torch.optim.AdamW, _multi_tensor_adamw order (optim.cc); each stored value rounded once.
+__device__ __forceinline__ void adam_element(const launch::AdamScalars& s, float& pv, float gv, float& mv, float& vv,
+                                             float& d) {
+  pv = __fmul_rn(pv, s.decay);
+  mv = __fadd_rn(mv, __fmul_rn(s.w1, __fsub_rn(gv, mv)));
+  vv = __fadd_rn(__fmul_rn(vv, s.b2), __fmul_rn(__fmul_rn(s.w2, gv), gv));
+  d = __fadd_rn(__fdiv_rn(sqrtf(vv), s.bc2_sqrt), s.eps);
+  pv = __fadd_rn(pv, __fmul_rn(s.neg_step_size, __fdiv_rn(mv, d)));
+}
+
+// NOTE [Multi-tensor AdamW]: kAdamW is one op over every parameter of the step (core/optim/
+// adamw.cc); as PyTorch's fused / foreach AdamW (multi_tensor_apply) it runs in a few launches
+// instead of one a parameter: up to kAdamTensors parameters' pointers travel in the kernel
+// argument (under the 4 KB every CUDA version takes), each cut into kAdamChunk-element chunks, a
+// block a chunk (plan::plan_multi_tensor). A tensor whose operands are all 16-byte aligned goes 8
+// elements an access (its chunks start at multiples of 8), its last chunk's n % 8 tail and other
+// tensors element by element. The math is adam_element for every element either way, so the
+// result is the CPU's bit for bit. Nothing is allocated: the op's operands are all it touches,
+// and the time model's one kernel for kAdamW (simulator/cost/compute_model.cc) is closer to
+// this than to the old launch a parameter.
+constexpr int kAdamTensors = 32, kAdamThreads = 512;
+constexpr int64_t kAdamChunk = 65536;
+struct AdamBatch {
+  launch::AdamTensor t[kAdamTensors];
+  int64_t first[kAdamTensors + 1];
+  bool vec[kAdamTensors];
+};
+
+static_assert(sizeof(AdamBatch) + sizeof(launch::AdamScalars) + sizeof(int) <= 4096, "kernel arguments over 4 KB");
+
+__device__ int batch_item(const int64_t* first, int count, int64_t block) {  // largest t: first[t] <= block
+  int lo = 0, hi = count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (first[mid] <= block) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
     }
-  } else {
-    for (int64_t i = global_thread(); i < n; i += grid_threads()) store_f(o, dout, i, __fmul_rn(load_f(g, dg, i), coef));
+  }
+  return lo;
+}
+
+__global__ void __launch_bounds__(kAdamThreads) adamw_multi_kernel(launch::AdamScalars s, AdamBatch b, int count) {
+  const int64_t block = blockIdx.x;
+  const int ti = batch_item(b.first, count, block);
+  const launch::AdamTensor& t = b.t[ti];
+  const int64_t begin = (block - b.first[ti]) * kAdamChunk, end = min(t.n, begin + kAdamChunk);
+  const int64_t body = b.vec[ti] ? begin + (end - begin) / 8 * 8 : begin;
+  for (int64_t i = begin + 8 * static_cast<int64_t>(threadIdx.x); i < body; i += 8 * kAdamThreads) {
+    float pv[8], gv[8], mv[8], vv[8], d[8];
+    load8(t.p, t.dp, i, pv);
+    load8(t.g, t.dg, i, gv);
+    load8(t.m, t.dm, i, mv);
+    load8(t.v, t.dv, i, vv);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) adam_element(s, pv[k], gv[k], mv[k], vv[k], d[k]);
+    store8(t.po, t.dpo, i, pv);
+    store8(t.mo, t.dmo, i, mv);
+    store8(t.vo, t.dvo, i, vv);
+    if (t.denom) store8(t.denom, t.ddenom, i, d);
+  }
+  for (int64_t i = body + threadIdx.x; i < end; i += kAdamThreads) {
+    float pv = load_f(t.p, t.dp, i), mv = load_f(t.m, t.dm, i), vv = load_f(t.v, t.dv, i), d;
+    adam_element(s, pv, load_f(t.g, t.dg, i), mv, vv, d);
+    store_f(t.po, t.dpo, i, pv);
+    store_f(t.mo, t.dmo, i, mv);
+    store_f(t.vo, t.dvo, i, vv);
+    if (t.denom) store_f(t.denom, t.ddenom, i, d);
   }
 }
 
-// torch.optim.AdamW, _multi_tensor_adamw order (optim.cc); each stored value rounded once.
-__global__ void adamw_kernel(launch::AdamScalars s, const void* p, int dp, const void* g, int dg, const void* m,
-                             int dm, const void* v, int dv, void* po, int dpo, void* mo, int dmo, void* vo, int dvo,
-                             void* denom, int ddenom, int64_t n) {
-  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
-    float pv = load_f(p, dp, i), gv = load_f(g, dg, i), mv = load_f(m, dm, i), vv = load_f(v, dv, i);
-    pv = __fmul_rn(pv, s.decay);
-    mv = __fadd_rn(mv, __fmul_rn(s.w1, __fsub_rn(gv, mv)));
-    vv = __fadd_rn(__fmul_rn(vv, s.b2), __fmul_rn(__fmul_rn(s.w2, gv), gv));
-    const float d = __fadd_rn(__fdiv_rn(sqrtf(vv), s.bc2_sqrt), s.eps);
-    pv = __fadd_rn(pv, __fmul_rn(s.neg_step_size, __fdiv_rn(mv, d)));
-    store_f(po, dpo, i, pv);
-    store_f(mo, dmo, i, mv);
-    store_f(vo, dvo, i, vv);
-    if (denom) store_f(denom, ddenom, i, d);
+// clip_grad_norm_'s scale, multi-tensor as adamw_multi_kernel; fp32 as the CPU:
+// coef = min(1, max_norm / (sqrt(total) + 1e-6)).
+constexpr int kClipTensors = 64;
+struct ClipBatch {
+  launch::ClipTensor t[kClipTensors];
+  int64_t first[kClipTensors + 1];
+  bool vec[kClipTensors];
+};
+static_assert(sizeof(ClipBatch) + 64 <= 4096, "kernel arguments over 4 KB");
+
+__global__ void __launch_bounds__(kAdamThreads)
+clip_scale_multi_kernel(const void* total, int dtotal, float max_norm, ClipBatch b, int count) {
+  const float coef = fminf(1.0f, max_norm / __fadd_rn(sqrtf(load_f(total, dtotal, 0)), 1e-6f));
+  const int64_t block = blockIdx.x;
+  const int ti = batch_item(b.first, count, block);
+  const launch::ClipTensor& t = b.t[ti];
+  const int64_t begin = (block - b.first[ti]) * kAdamChunk, end = min(t.n, begin + kAdamChunk);
+  const int64_t body = b.vec[ti] ? begin + (end - begin) / 8 * 8 : begin;
+  for (int64_t i = begin + 8 * static_cast<int64_t>(threadIdx.x); i < body; i += 8 * kAdamThreads) {
+    float x[8];
+    load8(t.g, t.dg, i, x);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) x[k] = __fmul_rn(x[k], coef);
+    store8(t.o, t.dout, i, x);
   }
+  for (int64_t i = body + threadIdx.x; i < end; i += kAdamThreads) store_f(t.o, t.dout, i, __fmul_rn(load_f(t.g, t.dg, i), coef));
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
@@ -186,28 +254,43 @@ void fill(void* dst, int64_t nbytes, const unsigned char pattern[16], cudaStream
 void elementwise(Ew op, const void* a, int da, const void* b, int db, void* o, int dout, int64_t n, float f,
                  cudaStream_t s) {
   if (n == 0) return;
-  const int vec = n % 8 == 0 && vec8_ok(a, n) && vec8_ok(b, n) && vec8_ok(o, n) ? 8 : 1;
-  const plan::Launch l = plan::launch_1d(n / vec);
+  const int vec = n >= 8 && vec8_ok(a, n) && vec8_ok(b, n) && vec8_ok(o, n) ? 8 : 1;
+  const plan::Launch l = plan::launch_1d((n + vec - 1) / vec);
   elementwise_kernel<<<l.grid, l.block, 0, s>>>(op, a, da, b, db, o, dout, n, f, vec);
   check_launch("elementwise");
 }
 
-void clip_scale(const void* total, int dtotal, float max_norm, const void* g, int dg, void* o, int dout, int64_t n,
-                cudaStream_t s) {
-  if (n == 0) return;
-  const int vec = n % 8 == 0 && vec8_ok(g, n) && vec8_ok(o, n) ? 8 : 1;
-  const plan::Launch l = plan::launch_1d(n / vec);
-  clip_scale_kernel<<<l.grid, l.block, 0, s>>>(total, dtotal, max_norm, g, dg, o, dout, n, vec);
-  check_launch("clip_scale");
+void clip_scale(const void* total, int dtotal, float max_norm, const ClipTensor* tensors, int count, cudaStream_t s) {
+  std::vector<int64_t> numels(static_cast<size_t>(count));
+  for (int i = 0; i < count; ++i) numels[static_cast<size_t>(i)] = tensors[i].n;
+  for (const plan::MultiTensorBatch& pb : plan::plan_multi_tensor(numels, kAdamChunk, kClipTensors)) {
+    ClipBatch b{};
+    for (int k = 0; k < pb.count; ++k) {
+      b.t[k] = tensors[pb.first + k];
+      b.vec[k] = aligned16(b.t[k].g) && aligned16(b.t[k].o);
+    }
+    for (int k = 0; k <= pb.count; ++k) b.first[k] = pb.first_block[static_cast<size_t>(k)];
+    clip_scale_multi_kernel<<<static_cast<unsigned>(b.first[pb.count]), kAdamThreads, 0, s>>>(total, dtotal, max_norm,
+                                                                                           b, pb.count);
+    check_launch("clip_scale");
+  }
 }
 
-void adamw(const AdamScalars& a, const void* p, int dp, const void* g, int dg, const void* m, int dm, const void* v,
-           int dv, void* po, int dpo, void* mo, int dmo, void* vo, int dvo, void* denom, int ddenom, int64_t n,
-           cudaStream_t s) {
-  if (n == 0) return;
-  const plan::Launch l = plan::launch_1d(n);
-  adamw_kernel<<<l.grid, l.block, 0, s>>>(a, p, dp, g, dg, m, dm, v, dv, po, dpo, mo, dmo, vo, dvo, denom, ddenom, n);
-  check_launch("adamw");
+void adamw(const AdamScalars& a, const AdamTensor* tensors, int count, cudaStream_t s) {
+  std::vector<int64_t> numels(static_cast<size_t>(count));
+  for (int i = 0; i < count; ++i) numels[static_cast<size_t>(i)] = tensors[i].n;
+  for (const plan::MultiTensorBatch& pb : plan::plan_multi_tensor(numels, kAdamChunk, kAdamTensors)) {
+    AdamBatch b{};
+    for (int k = 0; k < pb.count; ++k) {
+      const AdamTensor& t = tensors[pb.first + k];
+      b.t[k] = t;
+      b.vec[k] = aligned16(t.p) && aligned16(t.g) && aligned16(t.m) && aligned16(t.v) && aligned16(t.po) &&
+                 aligned16(t.mo) && aligned16(t.vo) && (t.denom == nullptr || aligned16(t.denom));
+    }
+    for (int k = 0; k <= pb.count; ++k) b.first[k] = pb.first_block[static_cast<size_t>(k)];
+    adamw_multi_kernel<<<static_cast<unsigned>(b.first[pb.count]), kAdamThreads, 0, s>>>(a, b, pb.count);
+    check_launch("adamw");
+  }
 }
 
 }  // namespace launch

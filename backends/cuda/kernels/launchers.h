@@ -18,15 +18,28 @@ enum class Ew : int { kAdd, kMul, kScale, kSiLU, kSiLUBackward, kGELU, kGELUBack
 // o = f(a[, b]) over n elements; `f` is kScale's factor. In place (o == a) is fine.
 void elementwise(Ew op, const void* a, int da, const void* b, int db, void* o, int dout, int64_t n, float f,
                  cudaStream_t s);
-// o = g * min(1, max_norm / (sqrt(*total) + 1e-6)) (kClipGradScale; total read on the device).
-void clip_scale(const void* total, int dtotal, float max_norm, const void* g, int dg, void* o, int dout, int64_t n,
-                cudaStream_t s);
+// o_i = g_i * min(1, max_norm / (sqrt(*total) + 1e-6)) for every gradient (kClipGradScale; total
+// read on the device), multi-tensor as NOTE [Multi-tensor AdamW]; o_i may be g_i.
+struct ClipTensor {
+  const void* g;
+  void* o;
+  int64_t n;
+  int dg, dout;
+};
+void clip_scale(const void* total, int dtotal, float max_norm, const ClipTensor* tensors, int count, cudaStream_t s);
 struct AdamScalars {
   float decay, w1, b2, w2, neg_step_size, bc2_sqrt, eps;
 };
-void adamw(const AdamScalars& a, const void* p, int dp, const void* g, int dg, const void* m, int dm, const void* v,
-           int dv, void* po, int dpo, void* mo, int dmo, void* vo, int dvo, void* denom, int ddenom, int64_t n,
-           cudaStream_t s);
+// One parameter's operands: param, grad, exp_avg, exp_avg_sq in; param, exp_avg, exp_avg_sq and
+// (foreach only, else null) the denominator out; in place where an output is its input.
+struct AdamTensor {
+  const void *p, *g, *m, *v;
+  void *po, *mo, *vo, *denom;
+  int64_t n;
+  int dp, dg, dm, dv, dpo, dmo, dvo, ddenom;
+};
+// NOTE [Multi-tensor AdamW] (elementwise.cu): every parameter in a few launches.
+void adamw(const AdamScalars& a, const AdamTensor* tensors, int count, cudaStream_t s);
 
 // rows.cu: embeddings, RoPE, norms, softmax / loss, reductions
 // vocab_start: -1 for the whole table; else w holds rows [vocab_start, vocab_start + V) of a

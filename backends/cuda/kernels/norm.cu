@@ -43,6 +43,61 @@ layer_norm_kernel(const void* x, int dx, const void* w, int dw, const void* b, i
   }
 }
 
+// LayerNorm by NOTE [Norm rows in registers]: the row read once into registers, mean and the
+// centred sum of squares from them (double, as above), y from them.
+template <int kGroups>
+__global__ void __launch_bounds__(1024)
+layer_norm_vec_kernel(const void* x, int dx, const void* w, int dw, const void* b, int db, void* y, int dy,
+                      float* mean, float* rstd, int64_t rows, int64_t D, double eps) {
+  __shared__ double scratch[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t base = r * D;
+    float v[kGroups][8];
+    double s = 0;
+#pragma unroll
+    for (int k = 0; k < kGroups; ++k) {
+      const int64_t j = (static_cast<int64_t>(k) * blockDim.x + threadIdx.x) * 8;
+      if (j < D) {
+        load8(x, dx, base + j, v[k]);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) s += v[k][e];
+      }
+    }
+    const double mu = block_sum(s, scratch) / static_cast<double>(D);
+    double ss = 0;
+#pragma unroll
+    for (int k = 0; k < kGroups; ++k) {
+      const int64_t j = (static_cast<int64_t>(k) * blockDim.x + threadIdx.x) * 8;
+      if (j < D)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const double c = static_cast<double>(v[k][e]) - mu;
+          ss += c * c;
+        }
+    }
+    ss = block_sum(ss, scratch);
+    const float rs = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(D) + eps));
+    const float m = static_cast<float>(mu);
+    if (threadIdx.x == 0) {
+      mean[r] = m;
+      rstd[r] = rs;
+    }
+#pragma unroll
+    for (int k = 0; k < kGroups; ++k) {
+      const int64_t j = (static_cast<int64_t>(k) * blockDim.x + threadIdx.x) * 8;
+      if (j < D) {
+        float wv[8], bv[8];
+        load8(w, dw, j, wv);
+        load8(b, db, j, bv);
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          v[k][e] = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(v[k][e], m), rs), wv[e]), bv[e]);
+        store8(y, dy, base + j, v[k]);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 namespace launch {
@@ -55,8 +110,16 @@ void rms_norm(const void* x, int dx, const void* w, int dw, void* y, int dy, flo
 void layer_norm(const void* x, int dx, const void* w, int dw, const void* b, int db, void* y, int dy, float* mean,
                 float* rstd, int64_t rows, int64_t D, double eps, cudaStream_t s) {
   if (rows == 0) return;
-  layer_norm_kernel<<<row_grid(rows), plan::row_block(D), 0, s>>>(x, dx, w, dw, b, db, y, dy, mean, rstd, rows, D,
-                                                                   eps);
+  const plan::NormVec v = plan::norm_vec(D, 2);
+  const bool aligned = aligned16_or_null(x) && aligned16_or_null(w) && aligned16_or_null(b) && aligned16_or_null(y);
+  if (v.groups == 1 && aligned) {
+    layer_norm_vec_kernel<1><<<row_grid(rows), v.block, 0, s>>>(x, dx, w, dw, b, db, y, dy, mean, rstd, rows, D, eps);
+  } else if (v.groups == 2 && aligned) {
+    layer_norm_vec_kernel<2><<<row_grid(rows), v.block, 0, s>>>(x, dx, w, dw, b, db, y, dy, mean, rstd, rows, D, eps);
+  } else {
+    layer_norm_kernel<<<row_grid(rows), plan::row_block(D), 0, s>>>(x, dx, w, dw, b, db, y, dy, mean, rstd, rows, D,
+                                                                     eps);
+  }
   check_launch("layer_norm");
 }
 

@@ -22,10 +22,13 @@ namespace {
 // launchable: at most 64 registers a thread).
 
 // A norm's input element i.
+// load8: elements [i, i + 8) by 16-byte accesses (i a multiple of 8, the bases aligned16()).
 struct RowX {
   const void* x;
   int dx;
   __device__ __forceinline__ float operator()(int64_t i) const { return load_f(x, dx, i); }
+  __device__ __forceinline__ void load8(int64_t i, float* v) const { dev::load8(x, dx, i, v); }
+  bool aligned16() const { return reinterpret_cast<uintptr_t>(x) % 16 == 0; }
 };
 struct RowXPlusA {
   const void* x;
@@ -33,6 +36,14 @@ struct RowXPlusA {
   const void* a;
   int da;
   __device__ __forceinline__ float operator()(int64_t i) const { return __fadd_rn(load_f(x, dx, i), load_f(a, da, i)); }
+  __device__ __forceinline__ void load8(int64_t i, float* v) const {
+    float b[8];
+    dev::load8(x, dx, i, v);
+    dev::load8(a, da, i, b);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v[k] = __fadd_rn(v[k], b[k]);
+  }
+  bool aligned16() const { return (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(a)) % 16 == 0; }
 };
 
 template <class In>
@@ -51,6 +62,49 @@ __global__ void __launch_bounds__(1024) rms_norm_kernel(In in, const void* w, in
     if (threadIdx.x == 0) rstd[r] = rs;
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x)
       store_f(y, dy, base + d, __fmul_rn(__fmul_rn(in(base + d), rs), load_f(w, dw, d)));
+  }
+}
+
+// NOTE [Norm rows in registers]: with D % 8 == 0 and every base 16-byte aligned
+// (plan::norm_vec decides the shape), a block of plan::norm_vec(D).block threads holds a row in
+// registers: thread t owns the 8-element vectors t, t + block, ... (kGroups of them), reads them
+// once with 16-byte accesses, and everything after the row's sums (the forward's y, the
+// backward's gx) comes from those registers: one read and one write of the row where the
+// scalar kernels read it twice with 2- or 4-byte accesses. The sums are in double in a fixed
+// order (deterministic) and the per-element math is the scalar kernels', operation for
+// operation, so only the order of the double sums differs from them. Other shapes run the
+// scalar kernels above (the tests' odd sizes and misaligned bases).
+template <class In, int kGroups>
+__global__ void __launch_bounds__(1024) rms_norm_vec_kernel(In in, const void* w, int dw, void* y, int dy,
+                                                            float* rstd, int64_t rows, int64_t D, double eps) {
+  __shared__ double scratch[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t base = r * D;
+    float v[kGroups][8];
+    double ss = 0;
+#pragma unroll
+    for (int k = 0; k < kGroups; ++k) {
+      const int64_t j = (static_cast<int64_t>(k) * blockDim.x + threadIdx.x) * 8;
+      if (j < D) {
+        in.load8(base + j, v[k]);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) ss += static_cast<double>(v[k][e]) * v[k][e];
+      }
+    }
+    ss = block_sum(ss, scratch);
+    const float rs = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(D) + eps));
+    if (threadIdx.x == 0) rstd[r] = rs;
+#pragma unroll
+    for (int k = 0; k < kGroups; ++k) {
+      const int64_t j = (static_cast<int64_t>(k) * blockDim.x + threadIdx.x) * 8;
+      if (j < D) {
+        float wv[8];
+        load8(w, dw, j, wv);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[k][e] = __fmul_rn(__fmul_rn(v[k][e], rs), wv[e]);
+        store8(y, dy, base + j, v[k]);
+      }
+    }
   }
 }
 
@@ -88,6 +142,60 @@ __global__ void __launch_bounds__(1024) norm_backward_rows_kernel(const void* g,
       float v = __fmul_rn(rs, __fsub_rn(t, __fmul_rn(xh, c)));
       if (gh) v = __fadd_rn(v, load_f(gh, dgh, base + d));
       store_f(gx, dgx, base + d, v);
+    }
+  }
+}
+
+// The backward rows of NOTE [Norm rows in registers]: w * g and x-hat of the thread's vectors
+// stay in registers between the row's sums and gx's store (gx may alias g, gh or x: each
+// element is read and written by one thread).
+template <class In, int kGroups>
+__global__ void __launch_bounds__(1024) norm_backward_rows_vec_kernel(const void* g, int dg, In x, const float* mean,
+                                                                      const float* rstd, const void* w, int dw,
+                                                                      const void* gh, int dgh, void* gx, int dgx,
+                                                                      int64_t rows, int64_t D) {
+  __shared__ double scratch[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t base = r * D;
+    const float rs = rstd[r];
+    float wg[kGroups][8], xh[kGroups][8];
+    double sum_wg = 0, dot = 0;
+#pragma unroll
+    for (int k = 0; k < kGroups; ++k) {
+      const int64_t j = (static_cast<int64_t>(k) * blockDim.x + threadIdx.x) * 8;
+      if (j < D) {
+        float wv[8];
+        load8(w, dw, j, wv);
+        load8(g, dg, base + j, wg[k]);
+        x.load8(base + j, xh[k]);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          wg[k][e] = __fmul_rn(wv[e], wg[k][e]);
+          xh[k][e] = xhat(xh[k][e], mean, r, rs);
+          sum_wg += wg[k][e];
+          dot += static_cast<double>(wg[k][e]) * xh[k][e];
+        }
+      }
+    }
+    dot = block_sum(dot, scratch);
+    const float c = static_cast<float>(dot / static_cast<double>(D));
+    float a = 0.0f;
+    if (mean) a = static_cast<float>(block_sum(sum_wg, scratch) / static_cast<double>(D));
+#pragma unroll
+    for (int k = 0; k < kGroups; ++k) {
+      const int64_t j = (static_cast<int64_t>(k) * blockDim.x + threadIdx.x) * 8;
+      if (j < D) {
+        float hv[8];
+        if (gh) load8(gh, dgh, base + j, hv);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const float t = mean ? __fsub_rn(wg[k][e], a) : wg[k][e];
+          float v = __fmul_rn(rs, __fsub_rn(t, __fmul_rn(xh[k][e], c)));
+          if (gh) v = __fadd_rn(v, hv[e]);
+          wg[k][e] = v;
+        }
+        store8(gx, dgx, base + j, wg[k]);
+      }
     }
   }
 }
@@ -136,6 +244,59 @@ __global__ void column_partial_kernel(const void* g, int dg, In x, const float* 
   if (out_b) store_f(out_b, dout_b, col, static_cast<float>(ab));
 }
 
+// The same sums by 8-column vectors (D % 8 == 0, g and x 16-byte aligned): thread (tx, ty) of
+// block bx owns columns [8 (32 bx + tx), + 8) and the rows of the scalar kernel's thread (., ty),
+// added in the same order, so the result is the scalar kernel's, bit for bit.
+template <bool kNorm, bool kBias, class In>
+__global__ void column_partial_vec_kernel(const void* g, int dg, In x, const float* mean, const float* rstd,
+                                          int64_t rows, int64_t D, int64_t chunk_rows, double* part_w, double* part_b,
+                                          void* out_w, int dout_w, void* out_b, int dout_b) {
+  __shared__ double sw[kColY][kColX * 8], sb[kColY][kColX * 8];
+  const int64_t col = (static_cast<int64_t>(blockIdx.x) * kColX + threadIdx.x) * 8;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * chunk_rows;
+  const int64_t r1 = min(rows, r0 + chunk_rows);
+  double aw[8], ab[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) aw[e] = ab[e] = 0;
+  if (col < D) {
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kColY) {
+      float gv[8], xv[8];
+      load8(g, dg, r * D + col, gv);
+      if (kNorm) {
+        x.load8(r * D + col, xv);
+        const float rs = rstd[r];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) aw[e] += static_cast<double>(gv[e]) * xhat(xv[e], mean, r, rs);
+      }
+      if (kBias)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) ab[e] += gv[e];
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    sw[threadIdx.y][threadIdx.x * 8 + e] = aw[e];
+    sb[threadIdx.y][threadIdx.x * 8 + e] = ab[e];
+  }
+  __syncthreads();
+  // Thread (tx, ty) finishes column col + ty of its vector: 8 columns a vector, 8 rows of threads.
+  const int e = threadIdx.y;
+  if (col + e >= D) return;
+  double tw = 0, tb = 0;
+  for (int k = 0; k < kColY; ++k) {
+    tw += sw[k][threadIdx.x * 8 + e];
+    tb += sb[k][threadIdx.x * 8 + e];
+  }
+  if (part_w) {
+    const int64_t o = static_cast<int64_t>(blockIdx.y) * D + col + e;
+    if (kNorm) part_w[o] = tw;
+    if (part_b) part_b[o] = tb;
+    return;
+  }
+  if (kNorm) store_f(out_w, dout_w, col + e, static_cast<float>(tw));
+  if (out_b) store_f(out_b, dout_b, col + e, static_cast<float>(tb));
+}
+
 __global__ void column_finish_kernel(const double* part_w, const double* part_b, int64_t G, int64_t D, void* out_w,
                                      int dout_w, void* out_b, int dout_b) {
   for (int64_t col = global_thread(); col < D; col += grid_threads()) {
@@ -162,11 +323,21 @@ bool overlaps(const void* a, int64_t abytes, const void* b, int64_t bbytes) {
   return x < y + static_cast<uintptr_t>(bbytes) && y < x + static_cast<uintptr_t>(abytes);
 }
 
+bool aligned16_or_null(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 template <class In>
 void rms_norm_launch(In in, const void* w, int dw, void* y, int dy, float* rstd, int64_t rows, int64_t D, double eps,
                      cudaStream_t s, const char* what) {
   if (rows == 0) return;
-  rms_norm_kernel<<<row_grid(rows), plan::row_block(D), 0, s>>>(in, w, dw, y, dy, rstd, rows, D, eps);
+  const plan::NormVec v = plan::norm_vec(D, 2);  // x + a at 4 groups would spill
+  if (v.groups > 0 && in.aligned16() && aligned16_or_null(w) && aligned16_or_null(y)) {  // NOTE [Norm rows in registers]
+    if (v.groups == 1)
+      rms_norm_vec_kernel<In, 1><<<row_grid(rows), v.block, 0, s>>>(in, w, dw, y, dy, rstd, rows, D, eps);
+    else
+      rms_norm_vec_kernel<In, 2><<<row_grid(rows), v.block, 0, s>>>(in, w, dw, y, dy, rstd, rows, D, eps);
+  } else {
+    rms_norm_kernel<<<row_grid(rows), plan::row_block(D), 0, s>>>(in, w, dw, y, dy, rstd, rows, D, eps);
+  }
   launch::check_launch(what);
 }
 
@@ -185,11 +356,22 @@ void norm_backward_launch(const void* g, int dg, In x, const float* mean, const 
   G = std::max<int64_t>(G, 1);
   const int64_t chunk_rows = (rows + G - 1) / G;
   G = rows == 0 ? 1 : (rows + chunk_rows - 1) / chunk_rows;
-  const dim3 block(kColX, kColY), grid(static_cast<unsigned>((D + kColX - 1) / kColX), static_cast<unsigned>(G));
   double* part_w = G > 1 ? static_cast<double*>(gx) : nullptr;
   double* part_b = G > 1 && gb ? part_w + G * D : nullptr;
-  column_partial_kernel<true><<<grid, block, 0, s>>>(g, dg, x, mean, rstd, rows, D, chunk_rows, part_w, part_b, gw,
-                                                     dgw, gb, dgb);
+  const dim3 block(kColX, kColY);
+  if (D % 8 == 0 && aligned16_or_null(g) && x.aligned16()) {
+    const dim3 grid(static_cast<unsigned>((D / 8 + kColX - 1) / kColX), static_cast<unsigned>(G));
+    if (gb)
+      column_partial_vec_kernel<true, true><<<grid, block, 0, s>>>(g, dg, x, mean, rstd, rows, D, chunk_rows, part_w,
+                                                                   part_b, gw, dgw, gb, dgb);
+    else
+      column_partial_vec_kernel<true, false><<<grid, block, 0, s>>>(g, dg, x, mean, rstd, rows, D, chunk_rows, part_w,
+                                                                    nullptr, gw, dgw, nullptr, 0);
+  } else {
+    const dim3 grid(static_cast<unsigned>((D + kColX - 1) / kColX), static_cast<unsigned>(G));
+    column_partial_kernel<true><<<grid, block, 0, s>>>(g, dg, x, mean, rstd, rows, D, chunk_rows, part_w, part_b, gw,
+                                                       dgw, gb, dgb);
+  }
   launch::check_launch("norm_backward weight partials");
   if (G > 1) {
     const plan::Launch l = plan::launch_1d(D);
@@ -197,8 +379,18 @@ void norm_backward_launch(const void* g, int dg, In x, const float* mean, const 
     launch::check_launch("norm_backward weight sums");
   }
   if (rows == 0) return;
-  norm_backward_rows_kernel<<<row_grid(rows), plan::row_block(D), 0, s>>>(g, dg, x, mean, rstd, w, dw, gh, dgh, gx,
-                                                                          dgx, rows, D);
+  const plan::NormVec v = plan::norm_vec(D, 2);  // two groups: 32 fp32 values a thread stay in registers
+  if (v.groups > 0 && aligned16_or_null(g) && x.aligned16() && aligned16_or_null(w) && aligned16_or_null(gh) && aligned16_or_null(gx)) {
+    if (v.groups == 1)
+      norm_backward_rows_vec_kernel<In, 1><<<row_grid(rows), v.block, 0, s>>>(g, dg, x, mean, rstd, w, dw, gh, dgh,
+                                                                              gx, dgx, rows, D);
+    else
+      norm_backward_rows_vec_kernel<In, 2><<<row_grid(rows), v.block, 0, s>>>(g, dg, x, mean, rstd, w, dw, gh, dgh,
+                                                                              gx, dgx, rows, D);
+  } else {
+    norm_backward_rows_kernel<<<row_grid(rows), plan::row_block(D), 0, s>>>(g, dg, x, mean, rstd, w, dw, gh, dgh, gx,
+                                                                            dgx, rows, D);
+  }
   launch::check_launch("norm_backward rows");
 }
 

@@ -46,6 +46,40 @@ unsigned row_block(int64_t dim) {
   return 1024;
 }
 
+NormVec norm_vec(int64_t dim, int max_groups) {
+  if (dim <= 0 || dim % 8 != 0) return {};
+  const int64_t vecs = dim / 8;
+  int64_t block = std::min<int64_t>(1024, round_up(vecs, 32));
+  int groups = 1;
+  while (block * groups < vecs) groups *= 2;
+  if (groups > max_groups) return {};
+  // With several groups, the fewest threads that still cover the row.
+  if (groups > 1) block = std::min<int64_t>(1024, round_up((vecs + groups - 1) / groups, 32));
+  return {static_cast<unsigned>(block), groups};
+}
+
+std::vector<MultiTensorBatch> plan_multi_tensor(const std::vector<int64_t>& numels, int64_t chunk, int max_tensors) {
+  FULLSHARD_CHECK(chunk > 0 && max_tensors > 0, "plan_multi_tensor: chunk and max_tensors must be positive");
+  std::vector<MultiTensorBatch> out;
+  MultiTensorBatch b;
+  b.first_block = {0};
+  const auto flush = [&](int next) {
+    if (b.count > 0 && b.first_block.back() > 0) out.push_back(b);
+    b = MultiTensorBatch{};
+    b.first = next;
+    b.first_block = {0};
+  };
+  for (size_t i = 0; i < numels.size(); ++i) {
+    FULLSHARD_CHECK(numels[i] >= 0, "plan_multi_tensor: negative numel");
+    if (b.count == max_tensors) flush(static_cast<int>(i));
+    if (b.count == 0) b.first = static_cast<int>(i);
+    b.first_block.push_back(b.first_block.back() + (numels[i] + chunk - 1) / chunk);
+    ++b.count;
+  }
+  flush(static_cast<int>(numels.size()));
+  return out;
+}
+
 // ------------------------------------------------------------------ copies
 
 namespace {

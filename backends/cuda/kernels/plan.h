@@ -55,6 +55,16 @@ struct Rows {
 };
 Rows norm_rows(const OpCall& op, const TensorMeta& x, const TensorMeta& w);
 void check_stat(const OpCall& op, const TensorMeta& m, int64_t rows);
+// NOTE [Norm rows in registers] (norm_rows.cuh): a row of `dim` elements held by `block` threads,
+// each with `groups` 8-element vectors (thread t: vectors t, t + block, ...). groups is 0 (use
+// the scalar kernels) unless dim % 8 == 0 and the row fits in max_groups (1, 2 or 4) vectors a
+// thread of up to 1024 threads; groups is a power of two, block a multiple of 32 and
+// block * groups * 8 >= dim (every vector has a thread).
+struct NormVec {
+  unsigned block = 0;
+  int groups = 0;
+};
+NormVec norm_vec(int64_t dim, int max_groups);
 
 // ---- linear through cuBLASLt (column-major): the row-major products of docs/kernels.md
 // written as C (m x n, ldc) = op(A) (m x k) * op(B) (k x n); a_in / b_in are input indices.
@@ -89,6 +99,18 @@ bool attention_uses_tensor_cores(const AttnPlan& p, DType dt);
 enum class AttentionKernels { kAuto, kSimt };
 AttentionKernels parse_attention_kernels(const char* value);  // nullptr = unset; throws InputError
 AttentionKernels attention_kernels_from_env();               // FULLSHARD_ATTENTION_KERNELS, cached
+
+// ---- multi-tensor launches (NOTE [Multi-tensor AdamW] in elementwise.cu), as PyTorch's
+// multi_tensor_apply: tensors cut into `chunk`-element chunks, a block per chunk, up to
+// max_tensors tensors a launch. Batch k covers tensors [first, first + count); its block b
+// works on chunk b - first_block[t] of tensor first + t for the t with first_block[t] <= b <
+// first_block[t + 1] (first_block has count + 1 entries, first_block[0] = 0, and the last is the
+// launch's block count). Empty tensors have no chunk; a batch with no blocks is not listed.
+struct MultiTensorBatch {
+  int first = 0, count = 0;
+  std::vector<int64_t> first_block;
+};
+std::vector<MultiTensorBatch> plan_multi_tensor(const std::vector<int64_t>& numels, int64_t chunk, int max_tensors);
 
 // ---- embedding backward: dynamic shared memory it needs (fp32 accumulator row)
 int64_t embedding_backward_smem(int64_t dim);

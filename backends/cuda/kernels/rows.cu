@@ -4,6 +4,7 @@
 
 #include "backends/cuda/kernels/device_common.cuh"
 #include "backends/cuda/kernels/launchers.h"
+#include "backends/cuda/kernels/online_softmax.h"
 #include "backends/cuda/kernels/plan.h"
 
 namespace fullshard::cuda {
@@ -81,34 +82,104 @@ __global__ void position_embedding_backward_kernel(const void* g, int dg, void* 
   }
 }
 
-// ---- log_softmax: one block per row; max in fp32, sum of exp in double (loss.cc).
+// NOTE [One-pass log_softmax]: a block per row. Each thread keeps an online (max, sum of exp)
+// pair over its elements (the sum in double, rescaled by exp(old max - new max) when its max
+// grows), the block combines the pairs in a fixed order, and a second sweep writes x - lse: two
+// reads and one write of the row where the three-sweep form read it three times. Rows whose x and
+// y starts are 16-byte aligned (every row when V % 8 == 0 and the bases are: the 1B model's
+// [8192, 128256]) go 8 elements an access (two float4 for fp32, one 16-byte load for 16-bit
+// dtypes), two vectors in flight a thread; the rest element by element. Each term is
+// expf(x - m_t) * exp(m_t - M) instead of the CPU's expf(x - M): the same sum to a few fp32 ulps,
+// inside the op's 3.2e-5 tolerance (docs/cuda-kernels.md); deterministic run to run. The pair is
+// OnlineSum (online_softmax.h), which the host test runs against loss.cc's sum.
+constexpr int kCeUnroll = 2;  // 8-element vectors in flight per thread
+
+__device__ __forceinline__ bool rows_aligned16(const void* a, const void* b, const void* c = nullptr) {
+  return ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b) | reinterpret_cast<uintptr_t>(c)) & 15) == 0;
+}
+__device__ __forceinline__ const void* row_ptr(const void* p, int dt, int64_t off) {
+  return static_cast<const char*>(p) + off * (dt == kF32 ? 4 : 2);
+}
+
 __global__ void __launch_bounds__(1024)
 log_softmax_kernel(const void* x, int dx, void* y, int dy, int64_t rows, int64_t V) {
   __shared__ float fscratch[32];
   __shared__ double dscratch[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t base = r * V;
-    float mx = -INFINITY;
-    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, load_f(x, dx, base + j));
-    mx = block_max(mx, fscratch);
-    double sum = 0;
-    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) sum += expf(__fsub_rn(load_f(x, dx, base + j), mx));
-    sum = block_sum(sum, dscratch);
+    const bool vec = rows_aligned16(row_ptr(x, dx, base), row_ptr(y, dy, base));
+    const int64_t body = vec ? V / 8 * 8 : 0;  // elements [0, body) by 8-element vectors
+    OnlineSum acc;
+    for (int64_t j0 = static_cast<int64_t>(threadIdx.x) * 8; j0 < body; j0 += kCeUnroll * 8 * blockDim.x) {
+      float v[kCeUnroll][8];
+#pragma unroll
+      for (int u = 0; u < kCeUnroll; ++u) {
+        const int64_t j = j0 + static_cast<int64_t>(u) * 8 * blockDim.x;
+        if (j < body) load8(x, dx, base + j, v[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < kCeUnroll; ++u)
+        if (j0 + static_cast<int64_t>(u) * 8 * blockDim.x < body) acc.add(v[u], 8);
+    }
+    for (int64_t j = body + threadIdx.x; j < V; j += blockDim.x) {
+      const float v = load_f(x, dx, base + j);
+      acc.add(&v, 1);
+    }
+    const float mx = block_max(acc.m, fscratch);
+    const double sum = block_sum(acc.scaled_to(mx), dscratch);
     const float lse = __fadd_rn(mx, static_cast<float>(log(sum)));
-    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) store_f(y, dy, base + j, __fsub_rn(load_f(x, dx, base + j), lse));
+    for (int64_t j = static_cast<int64_t>(threadIdx.x) * 8; j < body; j += 8 * blockDim.x) {
+      float v[8];
+      load8(x, dx, base + j, v);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) v[k] = __fsub_rn(v[k], lse);
+      store8(y, dy, base + j, v);
+    }
+    for (int64_t j = body + threadIdx.x; j < V; j += blockDim.x)
+      store_f(y, dy, base + j, __fsub_rn(load_f(x, dx, base + j), lse));
   }
 }
 
+// gx = g - exp(y) * sum(g): the row sum (double) in one sweep, then gx in a second, both by
+// 8-element vectors where the row's g, y and gx starts are 16-byte aligned (NOTE [One-pass
+// log_softmax]). Per-element math as loss.cc.
 __global__ void __launch_bounds__(1024)
 log_softmax_backward_kernel(const void* g, int dg, const void* y, int dy, void* gx, int dgx,
                             int64_t rows, int64_t V) {
   __shared__ double scratch[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t base = r * V;
+    const bool vec = rows_aligned16(row_ptr(g, dg, base), row_ptr(y, dy, base), row_ptr(gx, dgx, base));
+    const int64_t body = vec ? V / 8 * 8 : 0;
     double s = 0;
-    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) s += load_f(g, dg, base + j);
+    for (int64_t j0 = static_cast<int64_t>(threadIdx.x) * 8; j0 < body; j0 += kCeUnroll * 8 * blockDim.x) {
+      float v[kCeUnroll][8];
+#pragma unroll
+      for (int u = 0; u < kCeUnroll; ++u) {
+        const int64_t j = j0 + static_cast<int64_t>(u) * 8 * blockDim.x;
+        if (j < body) {
+          load8(g, dg, base + j, v[u]);
+        } else {
+#pragma unroll
+          for (int k = 0; k < 8; ++k) v[u][k] = 0.0f;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kCeUnroll; ++u)
+#pragma unroll
+        for (int k = 0; k < 8; ++k) s += v[u][k];
+    }
+    for (int64_t j = body + threadIdx.x; j < V; j += blockDim.x) s += load_f(g, dg, base + j);
     const float sf = static_cast<float>(block_sum(s, scratch));
-    for (int64_t j = threadIdx.x; j < V; j += blockDim.x)
+    for (int64_t j = static_cast<int64_t>(threadIdx.x) * 8; j < body; j += 8 * blockDim.x) {
+      float gv[8], yv[8];
+      load8(g, dg, base + j, gv);
+      load8(y, dy, base + j, yv);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) gv[k] = __fsub_rn(gv[k], __fmul_rn(expf(yv[k]), sf));
+      store8(gx, dgx, base + j, gv);
+    }
+    for (int64_t j = body + threadIdx.x; j < V; j += blockDim.x)
       store_f(gx, dgx, base + j, __fsub_rn(load_f(g, dg, base + j), __fmul_rn(expf(load_f(y, dy, base + j)), sf)));
   }
 }
@@ -139,12 +210,17 @@ nll_loss_kernel(const void* lp, int dlp, const int64_t* labels, void* loss, void
   }
 }
 
-__global__ void nll_loss_backward_kernel(const void* g, int dg, const int64_t* labels, const void* total_weight,
-                                         int dtw, void* glp, int dglp, int64_t rows, int64_t V, int64_t ignore) {
+// NOTE [nll_loss backward as a scatter]: the gradient is -g / total_weight at (r, labels[r]) for
+// every counted row and 0 elsewhere. The zeros are a memset (all-zero bits are +0 in every float
+// dtype) at the copy engine's write rate; this kernel, a thread per row, then writes the one
+// non-zero of each row: one write of [rows, V] where the pointwise form divided every index.
+__global__ void nll_loss_backward_scatter_kernel(const void* g, int dg, const int64_t* labels,
+                                                 const void* total_weight, int dtw, void* glp, int dglp,
+                                                 int64_t rows, int64_t V, int64_t ignore) {
   const float v = __fdiv_rn(-load_f(g, dg, 0), load_f(total_weight, dtw, 0));
-  for (int64_t i = global_thread(); i < rows * V; i += grid_threads()) {
-    const int64_t r = i / V, c = i - r * V, y = labels[r];
-    store_f(glp, dglp, i, y != ignore && c == y ? v : 0.0f);
+  for (int64_t r = global_thread(); r < rows; r += grid_threads()) {
+    const int64_t y = labels[r];
+    if (y != ignore && y >= 0 && y < V) store_f(glp, dglp, r * V + y, v);
   }
 }
 
@@ -199,7 +275,28 @@ __global__ void chunk_squares_kernel(ChunkBatch b, int count, int64_t chunk, flo
   const launch::ReduceItem it = b.it[t];
   const int64_t c = block - b.first[t], begin = c * chunk, end = min(it.n, begin + chunk);
   double acc = 0;
-  for (int64_t i0 = begin + threadIdx.x; i0 < end; i0 += kChunkUnroll * kChunkThreads) {
+  // 8-element vectors when the tensor's base is 16-byte aligned (chunk starts are multiples of 8:
+  // launch::chunked_squared_norms takes chunk % 8 == 0 for this path), the tail element-wise.
+  const bool vec = chunk % 8 == 0 && (reinterpret_cast<uintptr_t>(it.p) & 15) == 0;
+  const int64_t body = vec ? begin + (end - begin) / 8 * 8 : begin;
+  for (int64_t i0 = begin + 8 * static_cast<int64_t>(threadIdx.x); i0 < body; i0 += 8 * 2 * kChunkThreads) {
+    float v[2][8];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int64_t i = i0 + static_cast<int64_t>(u) * 8 * kChunkThreads;
+      if (i < body) {
+        load8(it.p, it.dt, i, v[u]);
+      } else {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) v[u][k] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+#pragma unroll
+      for (int k = 0; k < 8; ++k) acc += static_cast<double>(v[u][k]) * v[u][k];
+  }
+  for (int64_t i0 = body + threadIdx.x; i0 < end; i0 += kChunkUnroll * kChunkThreads) {
     float v[kChunkUnroll];  // the loads first: kChunkUnroll in flight per thread
 #pragma unroll
     for (int u = 0; u < kChunkUnroll; ++u) {
@@ -294,8 +391,11 @@ void nll_loss(const void* lp, int dlp, const int64_t* labels, void* loss, void* 
 void nll_loss_backward(const void* g, int dg, const int64_t* labels, const void* total_weight, int dtw, void* glp,
                        int dglp, int64_t rows, int64_t V, int64_t ignore, cudaStream_t s) {
   if (rows * V == 0) return;
-  const plan::Launch l = plan::launch_1d(rows * V);
-  nll_loss_backward_kernel<<<l.grid, l.block, 0, s>>>(g, dg, labels, total_weight, dtw, glp, dglp, rows, V, ignore);
+  const int64_t es = dglp == kF32 ? 4 : 2;
+  if (cudaMemsetAsync(glp, 0, static_cast<size_t>(rows * V * es), s) != cudaSuccess) check_launch("nll_loss_backward zero");
+  const plan::Launch l = plan::launch_1d(rows);
+  nll_loss_backward_scatter_kernel<<<l.grid, l.block, 0, s>>>(g, dg, labels, total_weight, dtw, glp, dglp, rows, V,
+                                                              ignore);
   check_launch("nll_loss_backward");
 }
 
