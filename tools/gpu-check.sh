@@ -10,7 +10,8 @@
 #                                     lease (NOTE [GPU check quick]): every GPU test case as its own
 #                                     process beside the five compares, the 1B benchmark beside
 #                                     PyTorch eager + FSDP2 (own and cuDNN attention) with the per-op
-#                                     table, the GPU microbenchmarks; one summary, under 8 minutes.
+#                                     table, the GPU microbenchmarks (cuda_*_bench targets); one
+#                                     summary, under 8 minutes.
 #   tools/gpu-check.sh run [STAGE..]  on a GPU machine that has the NVIDIA driver and PyTorch's CUDA
 #                                     libraries but no Debian packages and no network, from the
 #                                     repository root, the stages named (default: all, in order):
@@ -76,9 +77,9 @@ P
   mkdir -p "$pack/bin" "$pack/lib"
   cp "$build/bin/fullshard" "$pack/bin/"
   for t in "${targets[@]}"; do cp "$build/bin/$t" "$pack/bin/"; done
-  # GPU microbenchmarks (targets named *_gpu_bench), run by the quick stage.
+  # GPU microbenchmarks (targets named cuda_*_bench), run by the quick stage.
   local benches
-  benches="$(cmake --build "$build" --target help | sed -n 's/^\([A-Za-z0-9_]*_gpu_bench\):.*/\1/p')"
+  benches="$(cmake --build "$build" --target help | sed -n 's/^\(cuda_[A-Za-z0-9_]*_bench\):.*/\1/p')"
   if [ -n "$benches" ]; then
     # shellcheck disable=SC2086
     cmake --build "$build" --target $benches -j "$(nproc)"
@@ -344,7 +345,7 @@ stage_measure() {
 # of device time in all): every GPU test case as its own process (a sticky CUDA error or a hang
 # costs one case, not a binary), several at once beside the five compares, then on the idle GPU
 # the 1B benchmark beside PyTorch eager + FSDP2 (default attention, then cuDNN) with the per-op
-# table, then the GPU microbenchmarks (pack/bin/*_gpu_bench). A step starts only while the
+# table, then the GPU microbenchmarks (pack/bin/cuda_*_bench). A step starts only while the
 # budget (GPU_CHECK_QUICK_BUDGET seconds from the stage's start, default 450) leaves it room.
 quick_left() { echo $(( quick_deadline - $(date +%s) )); }
 
@@ -487,7 +488,7 @@ P
   else
     record SKIP "bench-cudnn (quick budget spent)"
   fi
-  for b in "$pack"/bin/*_gpu_bench; do
+  for b in "$pack"/bin/cuda_*_bench; do
     [ -x "$b" ] || continue
     local bn
     bn="$(basename "$b")"
