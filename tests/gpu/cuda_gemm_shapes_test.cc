@@ -187,7 +187,9 @@ TEST(CudaGemmShapes, EveryGemmOfTheModelsMatchesAnFp64Reference) {
     in[p.a_in] = a.p;
     in[p.b_in] = b.p;
     if (p.bias) in[2] = bias.p;
-    ASSERT_NO_THROW(cuda::launch_kernel(op, in, {c.p}, cuda::KernelContext{stream, lt, ws, ws_bytes})) << g.where;
+    const cuda::KernelContext ctx{stream, lt, ws, ws_bytes};
+    const std::vector<void*> outs = {c.p};
+    ASSERT_NO_THROW(cuda::launch_kernel(op, in, outs, ctx)) << g.where;
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess) << g.where;
     std::vector<std::pair<int64_t, int64_t>> at = {{0, 0}, {p.m - 1, 0}, {0, p.n - 1}, {p.m - 1, p.n - 1}};
     while (at.size() < static_cast<size_t>(kSamples))
@@ -225,6 +227,19 @@ TEST(CudaGemmShapes, EveryGemmOfTheModelsMatchesAnFp64Reference) {
 }  // namespace fullshard
 
 int main(int argc, char** argv) {
+  // --list: the distinct GEMMs only (host work, no GPU needed), one line each.
+  if (argc > 1 && std::string(argv[1]) == "--list") {
+    for (const auto& [key, g] : fullshard::distinct_gemms()) {
+      const auto& p = g.plan;
+      std::printf("%s m %lld n %lld k %lld %s%s %s -> %s%s  (%s)\n", fullshard::op_kind_name(g.op.kind),
+                  static_cast<long long>(p.m), static_cast<long long>(p.n), static_cast<long long>(p.k),
+                  p.trans_a ? "T" : "N", p.trans_b ? "T" : "N",
+                  std::string(fullshard::dtype_name(g.op.inputs[p.a_in].meta.dtype)).c_str(),
+                  std::string(fullshard::dtype_name(g.op.outputs[0].meta.dtype)).c_str(), p.bias ? " +bias" : "",
+                  g.where.c_str());
+    }
+    return 0;
+  }
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess || n < 1) {

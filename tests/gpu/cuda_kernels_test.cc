@@ -2,6 +2,7 @@
 // random inputs, with the tolerances of docs/cuda-kernels.md (harness: kernel_compare.h;
 // the eager decompositions' kernels: cuda_kernels_eager_test.cc). Needs a GPU: exits 77 (ctest:
 // skipped) when cudaGetDeviceCount fails or finds none.
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
