@@ -252,7 +252,8 @@ TEST(CudaPlan, GemmPreferenceKeepsSplitKPartialsInFp32) {
     for (uint32_t al : {2u, 16u, 256u}) {
       const GemmPreference p = gemm_preference(ws, al, 2 * al, al / 2);
       EXPECT_EQ(p.reduction_scheme_mask, uint32_t{CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE});  // NONE is 0
-      EXPECT_EQ(p.reduction_scheme_mask & (CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE | CUBLASLT_REDUCTION_SCHEME_INPLACE), 0u);
+      EXPECT_EQ(p.reduction_scheme_mask & (CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE | CUBLASLT_REDUCTION_SCHEME_INPLACE),
+                0u);
       EXPECT_EQ(p.max_workspace_bytes, ws);
       EXPECT_EQ(p.min_alignment_a, al);
       EXPECT_EQ(p.min_alignment_b, 2 * al);
@@ -271,8 +272,9 @@ TEST(CudaPlan, GemmPreferenceKeepsSplitKPartialsInFp32) {
   };
   uint64_t ws = 0;
   size_t written = 0;
-  EXPECT_EQ(cublasLtMatmulPreferenceGetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws), &written),
-            CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(
+      cublasLtMatmulPreferenceGetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws), &written),
+      CUBLAS_STATUS_SUCCESS);
   EXPECT_EQ(ws, uint64_t{32} << 20);
   EXPECT_EQ(get32(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK), uint32_t{CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE});
   EXPECT_EQ(get32(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES), 16u);

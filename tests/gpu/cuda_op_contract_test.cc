@@ -100,7 +100,8 @@ TEST(CudaOpContracts, EveryOpTheModelsEmitMeetsBothBackendsContracts) {
                 "tiny-llama efficient", seen);
   // head_dim 256: efficient attention passes its fp32 output accumulator (a third output).
   const json wide_heads = {{"name", "tiny-llama"}, {"n_heads", 1}, {"n_kv_heads", 1}, {"dim", 256}};
-  check_program(scenario_json(wide_heads, {{"attention", "efficient"}}, {2}), "tiny-llama efficient head_dim 256", seen);
+  check_program(scenario_json(wide_heads, {{"attention", "efficient"}}, {2}), "tiny-llama efficient head_dim 256",
+                seen);
   check_program(scenario_json(wide_heads, {{"attention", "cudnn"}}, {2}), "tiny-llama cudnn head_dim 256", seen);
   check_program(scenario_json("tiny-llama", {{"attention", "cudnn"}}, {2}), "tiny-llama cudnn", seen);
   check_program(scenario_json("tiny-llama", {{"compile", true}}, {2}), "tiny-llama compile", seen);

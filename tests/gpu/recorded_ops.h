@@ -44,7 +44,8 @@ inline std::vector<OpCall> record(const Scenario& s, int rank = 0, int steps = 1
 // A small scenario around `model` (a name or a model object) as the coverage test builds them:
 // batch 2, seq 32, one step, on an H100 profile; `mesh` {dp} or {dp_shard, tp}; `extra` merged in.
 inline nlohmann::json scenario_json(const nlohmann::json& model, const nlohmann::json& implementation,
-                                    const std::vector<int>& mesh, const nlohmann::json& extra = nlohmann::json::object()) {
+                                    const std::vector<int>& mesh,
+                                    const nlohmann::json& extra = nlohmann::json::object()) {
   nlohmann::json m = model.is_string() ? nlohmann::json{{"name", model}} : model;
   if (!implementation.is_null()) m["implementation"] = implementation;
   int world = 1;
