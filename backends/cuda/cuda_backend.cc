@@ -2,7 +2,10 @@
 
 #include <atomic>
 #include <cstring>
+#include <cstdlib>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <utility>
 
@@ -99,6 +102,11 @@ TransportChoice select_transport(const CudaBackendOptions& o) {
   return choose_transport(requested, o.local_world_size, gpu_count(), o.transport_where);
 }
 
+// NOTE [Staged gates and hardware queues] (staged_gloo_process_group.h): the CUDA backends of this
+// process on each device.
+std::mutex g_sharing_mu;
+std::map<int, int> g_ranks_on_device;
+
 int current_device() {
   int d = 0;
   check(cudaGetDevice(&d), "cudaGetDevice", "the CUDA backend");
@@ -114,24 +122,43 @@ CudaBackend::CudaBackend(CudaBackendOptions o)
       options_(std::move(o)),
       device_(current_device()),
       transport_(select_transport(options_)) {
-  events_ = std::make_unique<EventPool>();
-  streams_ = std::make_unique<StreamSet>();
-  if (cublasStatus_t st = cublasLtCreate(&lt_); st != CUBLAS_STATUS_SUCCESS)
-    throw std::runtime_error("cublasLtCreate failed for the CUDA backend: status " + std::to_string(static_cast<int>(st)));
-  pinned_ = std::make_unique<PinnedHostMemory>(*events_, streams_->all());
-  host_failure_ = std::make_shared<HostFailure>();
-  watchdog_ = std::make_unique<CollectiveWatchdog>(rank(), device_, *events_);
-  if (options_.measure_streams) {
-    timer_ = std::make_unique<StreamTimer>();
-    timer_->anchor(stream(StreamRole::kDefault), [this] { return clock_s(); });
+  {  // first, while nothing is built: NOTE [Staged gates and hardware queues]
+    std::lock_guard<std::mutex> lock(g_sharing_mu);
+    const int sharing = g_ranks_on_device[device_] + 1;
+    const std::string why = shared_device_refusal(
+        sharing, kNumStreams, device_max_connections(std::getenv("CUDA_DEVICE_MAX_CONNECTIONS")), device_);
+    if (!why.empty()) throw InputError("CUDA_DEVICE_MAX_CONNECTIONS", why, shared_device_fix(kNumStreams));
+    g_ranks_on_device[device_] = sharing;
   }
-  // cudaFree synchronizes the device by itself, and cuMemUnmap needs the kernels using the
-  // pages finished; settling only this rank's streams (not cudaDeviceSynchronize) keeps ranks
-  // that share a GPU from waiting on each other here. Host functions are stream work: settled.
-  static_cast<CudaSegmentSource*>(segment_source())->before_unmap = [this] { settle_streams(); };
+  try {
+    events_ = std::make_unique<EventPool>();
+    streams_ = std::make_unique<StreamSet>();
+    if (cublasStatus_t st = cublasLtCreate(&lt_); st != CUBLAS_STATUS_SUCCESS)
+      throw std::runtime_error("cublasLtCreate failed for the CUDA backend: status " +
+                               std::to_string(static_cast<int>(st)));
+    pinned_ = std::make_unique<PinnedHostMemory>(*events_, streams_->all());
+    host_failure_ = std::make_shared<HostFailure>();
+    watchdog_ = std::make_unique<CollectiveWatchdog>(rank(), device_, *events_);
+    if (options_.measure_streams) {
+      timer_ = std::make_unique<StreamTimer>();
+      timer_->anchor(stream(StreamRole::kDefault), [this] { return clock_s(); });
+    }
+    // cudaFree synchronizes the device by itself, and cuMemUnmap needs the kernels using the
+    // pages finished; settling only this rank's streams (not cudaDeviceSynchronize) keeps ranks
+    // that share a GPU from waiting on each other here. Host functions are stream work: settled.
+    static_cast<CudaSegmentSource*>(segment_source())->before_unmap = [this] { settle_streams(); };
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(g_sharing_mu);
+    --g_ranks_on_device[device_];
+    throw;
+  }
 }
 
 CudaBackend::~CudaBackend() {
+  {
+    std::lock_guard<std::mutex> lock(g_sharing_mu);
+    --g_ranks_on_device[device_];
+  }
   settle_streams();
   // Nothing of ours may run when the allocator (Backend, after this body) gives segments back;
   // the source then synchronizes the device itself.

@@ -1,6 +1,9 @@
 #include "backends/cuda/staged_gloo_process_group.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include <cuda.h>
 
@@ -9,6 +12,29 @@
 #include "core/common/error.h"
 
 namespace fullshard::cuda {
+
+int device_max_connections(const char* env) {
+  if (env == nullptr || *env == '\0') return kDefaultDeviceMaxConnections;
+  char* end = nullptr;
+  const long v = std::strtol(env, &end, 10);
+  if (end == env || *end != '\0') return kDefaultDeviceMaxConnections;  // as CUDA: not a number, the default
+  return static_cast<int>(std::clamp<long>(v, 1, kMaxDeviceMaxConnections));
+}
+
+std::string shared_device_refusal(int ranks, int streams_per_rank, int connections, int device) {
+  const int streams = ranks * streams_per_rank + 1;  // + the legacy default stream
+  if (ranks <= 1 || streams <= connections) return "";
+  return std::to_string(ranks) + " ranks share GPU " + std::to_string(device) + " in this process with " +
+         std::to_string(streams) + " streams, more than its " + std::to_string(connections) +
+         " hardware queues: one rank's staged collective could block another rank's copies and hang both "
+         "(NOTE [Staged gates and hardware queues])";
+}
+
+std::string shared_device_fix(int streams_per_rank) {
+  return "run one rank per process (fullshard train and compare do), or set CUDA_DEVICE_MAX_CONNECTIONS=32 "
+         "before the process starts (up to " + std::to_string((kMaxDeviceMaxConnections - 1) / streams_per_rank) +
+         " ranks per GPU then)";
+}
 
 StagedGlooProcessGroup::StagedGlooProcessGroup(std::shared_ptr<::gloo::rendezvous::Store> store,
                                                std::shared_ptr<::gloo::transport::Device> transport,

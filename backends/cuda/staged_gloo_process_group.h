@@ -44,6 +44,36 @@ class Device;
 
 namespace fullshard::cuda {
 
+// NOTE [Staged gates and hardware queues]: a CUDA context feeds its streams to the GPU through
+// CUDA_DEVICE_MAX_CONNECTIONS hardware work queues (8 unless the variable says otherwise, at
+// most 32, read when the context is created); with more streams than queues, streams share a
+// queue, and a command at a queue's head holds every command behind it, whatever its stream.
+// A staged collective's gate (cuStreamWaitValue32) is such a command, released only once every
+// member's worker ran the collective, and a member's worker first waits for that member's
+// `ready` event. Ranks in separate processes have separate contexts, hence separate queues: no
+// cycle. Ranks as threads of one process share the primary context: when rank A's gate for
+// collective n sits in a queue ahead of rank B's copy and `ready` for the same n, B's worker
+// never starts, A's gate never opens, and both wait until the Gloo timeout. That is the GPU run's
+// StagedGlooProcessGroup.TwoRanksShareOneGpu (four collectives passed, the barrier timed out:
+// the order of the two threads' commands in a shared queue decides where) and the hang of
+// CudaBackend.TensorParallelMatchesCpuBackendAndPrediction (4 thread-ranks, 28 streams), while
+// the same scenarios as processes passed. So ranks sharing a device in one process are safe only
+// while every stream of theirs has a queue of its own: the CUDA backend refuses more (one line
+// naming the counts and both fixes), and the GPU tests' main() sets
+// CUDA_DEVICE_MAX_CONNECTIONS=32 before CUDA starts. (A second hazard of thread-ranks, device-
+// wide synchronisation in one rank's host thread while another rank's gate waits for it, is kept
+// out of the step: NOTE [Pinned host cache], and settle_streams before unmapping.)
+constexpr int kDefaultDeviceMaxConnections = 8;
+constexpr int kMaxDeviceMaxConnections = 32;
+// The hardware queues a context created with CUDA_DEVICE_MAX_CONNECTIONS = `env` (nullptr:
+// unset) has: the default when unset, empty or not a number, else the value clamped to [1, 32].
+int device_max_connections(const char* env);
+// "" when `ranks` ranks of one process on one device, `streams_per_rank` streams each (plus the
+// legacy default stream), fit `connections` queues or are one rank; else what is wrong, and
+// shared_device_fix the fix (the backend's InputError on CUDA_DEVICE_MAX_CONNECTIONS).
+std::string shared_device_refusal(int ranks, int streams_per_rank, int connections, int device);
+std::string shared_device_fix(int streams_per_rank);
+
 class StagedGlooProcessGroup : public DeviceProcessGroup {
  public:
   // The GlooProcessGroup is constructed on the worker thread at the first collective (members

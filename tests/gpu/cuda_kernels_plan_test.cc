@@ -16,6 +16,7 @@
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cuda/kernels/cuda_kernels.h"
 #include "backends/cuda/kernels/eager_index.h"
+#include "backends/cuda/kernels/gemm.h"
 #include "backends/cuda/kernels/plan.h"
 #include "core/common/error.h"
 #include "tests/unit/kernels_test_support.h"
@@ -240,6 +241,47 @@ TEST(CudaPlan, GemmLayoutsMatchCpuLinear) {
       KT_EXPECT_CLOSE(cw, gw.values(), 1e-5, 1e-5);
     }
   }
+}
+
+// NOTE [Split-K partial sums in fp32] (gemm.cc): the preference every GEMM plan is built with
+// lets split-K keep its partial sums in fp32 (or not split), never in the output type nor in
+// place in C, for any workspace and alignment; and apply_gemm_preference writes exactly that into
+// a cuBLASLt preference (read back through cuBLASLt's own getter; host-only, no GPU needed).
+TEST(CudaPlan, GemmPreferenceKeepsSplitKPartialsInFp32) {
+  for (uint64_t ws : {uint64_t{0}, uint64_t{1} << 20, uint64_t{32} << 20})
+    for (uint32_t al : {2u, 16u, 256u}) {
+      const GemmPreference p = gemm_preference(ws, al, 2 * al, al / 2);
+      EXPECT_EQ(p.reduction_scheme_mask, uint32_t{CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE});  // NONE is 0
+      EXPECT_EQ(p.reduction_scheme_mask & (CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE | CUBLASLT_REDUCTION_SCHEME_INPLACE),
+                0u);
+      EXPECT_EQ(p.max_workspace_bytes, ws);
+      EXPECT_EQ(p.min_alignment_a, al);
+      EXPECT_EQ(p.min_alignment_b, 2 * al);
+      EXPECT_EQ(p.min_alignment_c, al / 2);
+      EXPECT_EQ(p.min_alignment_d, al / 2);
+    }
+  cublasLtMatmulPreference_t pref = nullptr;
+  ASSERT_EQ(cublasLtMatmulPreferenceCreate(&pref), CUBLAS_STATUS_SUCCESS);
+  const GemmPreference p = gemm_preference(uint64_t{32} << 20, 16, 8, 4);
+  ASSERT_TRUE(apply_gemm_preference(p, pref));
+  auto get32 = [&](cublasLtMatmulPreferenceAttributes_t a) {
+    uint32_t v = 0;
+    size_t written = 0;
+    EXPECT_EQ(cublasLtMatmulPreferenceGetAttribute(pref, a, &v, sizeof(v), &written), CUBLAS_STATUS_SUCCESS);
+    return v;
+  };
+  uint64_t ws = 0;
+  size_t written = 0;
+  EXPECT_EQ(
+      cublasLtMatmulPreferenceGetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws), &written),
+      CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(ws, uint64_t{32} << 20);
+  EXPECT_EQ(get32(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK), uint32_t{CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE});
+  EXPECT_EQ(get32(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES), 16u);
+  EXPECT_EQ(get32(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES), 8u);
+  EXPECT_EQ(get32(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES), 4u);
+  EXPECT_EQ(get32(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES), 4u);
+  cublasLtMatmulPreferenceDestroy(pref);
 }
 
 TEST(CudaPlan, GemmRejectsMixedOperandDtypes) {
@@ -494,6 +536,66 @@ TEST(CudaPlan, CompiledRegionsCheckOperandsBeforeLaunching) {
   EXPECT_THROW(cuda::launch_kernel(wide, {wide_q.data(), wide_k.data()}, {wide_q.data(), wide_k.data()},
                                    cuda::KernelContext{}),
                InputError);
+}
+
+// NOTE [Operand alignment] (dispatch.cc): an operand that starts inside one of its elements is
+// refused before anything is enqueued, naming the op and the operand, for every dtype and side;
+// one that is element-aligned but not 16-byte aligned (the scalar paths) passes the check and
+// reaches the kernel's own checks. The addresses are host memory offsets: nothing is read.
+TEST(CudaPlan, DispatchRefusesOperandsOffTheirElementSize) {
+  alignas(256) static unsigned char buf[1 << 16];
+  auto at = [&](size_t off) { return static_cast<void*>(buf + off); };
+  const DType f32 = DType::kFloat32, bf16 = DType::kBFloat16;
+  HT x(bf16, {5, 7}), a(f32, {5, 7}), w(bf16, {7}), y(bf16, {5, 7}), rstd(f32, {5});
+  const OpCall norm = kt::make_call(OpKind::kCompiledAddRMSNorm, {&x, &a, &w}, {&y, &rstd}, {}, {1e-6});
+  auto refusal = [&](const OpCall& op, const std::vector<void*>& in, const std::vector<void*>& out) {
+    try {
+      cuda::launch_kernel(op, in, out, cuda::KernelContext{});
+    } catch (const InternalError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  // The GPU run's fault: an fp32 residual 2 bytes into its first element (the harness's misalign
+  // 2 applied to every tensor), in the fused add + RMSNorm.
+  std::string m = refusal(norm, {at(0), at(4096 + 2), at(8192)}, {at(12288), at(16384)});
+  EXPECT_NE(m.find("CompiledAddRMSNorm"), std::string::npos) << m;
+  EXPECT_NE(m.find("input 1 (fp32 [5, 7])"), std::string::npos) << m;
+  EXPECT_NE(m.find("2 bytes into a 4-byte element"), std::string::npos) << m;
+  m = refusal(norm, {at(0), at(4096), at(8192)}, {at(12288 + 1), at(16384)});
+  EXPECT_NE(m.find("output 0 (bf16 [5, 7])"), std::string::npos) << m;
+  m = refusal(norm, {at(0), at(4096), at(8192)}, {at(12288), at(16384 + 6)});
+  EXPECT_NE(m.find("output 1 (fp32 [5])"), std::string::npos) << m;
+  // Element-aligned, off 16 bytes (bf16 at +2, fp32 at +4): past the alignment check, to the
+  // kernel's own (a missing eps here).
+  const OpCall no_eps = kt::make_call(OpKind::kCompiledAddRMSNorm, {&x, &a, &w}, {&y, &rstd});
+  m = refusal(no_eps, {at(2), at(4096 + 4), at(8192 + 2)}, {at(12288 + 2), at(16384 + 4)});
+  EXPECT_EQ(m.find("element"), std::string::npos) << m;
+  EXPECT_NE(m.find("needs fargs[0] = eps"), std::string::npos) << m;
+  // Every element size: int64 token ids, fp16, fp32 outputs of a GEMM; bytes (uint8) never.
+  HT ids(DType::kInt64, {4}), emb(bf16, {9, 8}), out(bf16, {4, 8});
+  const OpCall e = kt::make_call(OpKind::kEmbedding, {&ids, &emb}, {&out});
+  m = refusal(e, {at(4), at(4096)}, {at(8192)});
+  EXPECT_NE(m.find("input 0 (int64 [4])"), std::string::npos) << m;
+  EXPECT_NE(m.find("4 bytes into a 8-byte element"), std::string::npos) << m;
+  HT hx(DType::kFloat16, {3, 5}), hw(DType::kFloat16, {7, 5}), gy(f32, {3, 7});
+  const OpCall lin = kt::make_call(OpKind::kLinear, {&hx, &hw}, {&gy}, {3, 5, 7});
+  m = refusal(lin, {at(0), at(4096 + 1)}, {at(8192)});
+  EXPECT_NE(m.find("input 1 (fp16 [7, 5])"), std::string::npos) << m;
+  m = refusal(lin, {at(0), at(4096)}, {at(8192 + 2)});
+  EXPECT_NE(m.find("output 0 (fp32 [3, 7])"), std::string::npos) << m;
+  HT u8(DType::kUInt8, {2, 3, 5}), u8o(DType::kUInt8, {3, 2, 5});
+  // (Each op below is then refused by its own checks, so nothing is launched on a GPU machine.)
+  const OpCall tb = kt::make_call(OpKind::kTransposeBlocks, {&u8}, {&u8o});  // no iargs
+  m = refusal(tb, {at(1)}, {at(4096 + 3)});
+  EXPECT_EQ(m.find("element"), std::string::npos) << m;
+  EXPECT_NE(m, "accepted");
+  // An empty operand has no element to be inside of.
+  HT none(f32, {0}), none_out(DType::kInt64, {0});
+  const OpCall empty = kt::make_call(OpKind::kAdd, {&none, &none}, {&none_out});
+  m = refusal(empty, {at(2), at(6)}, {at(10)});
+  EXPECT_EQ(m.find("element"), std::string::npos) << m;
+  EXPECT_NE(m.find("must be fp32, bf16 or fp16"), std::string::npos) << m;
 }
 
 // ---- eager decompositions (eager_index.h): each map executed on the host, element by element

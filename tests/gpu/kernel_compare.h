@@ -52,10 +52,17 @@ inline Device& dev() {
 // outputs start as 0xFF bytes (NaN), so an element the kernel does not write shows; with
 // `preset_outputs` they start as the host tensors' contents instead, as the CPU's do (for ops
 // that write only part of their output: an element written on one side only shows). `misalign`
-// shifts every device tensor by that many bytes (the kernels' scalar, unvectorised paths).
+// shifts every device tensor off its allocation's 256-byte alignment, by `misalign` bytes rounded
+// up to a multiple of the tensor's element size (device_shift): off the 16-byte alignment the
+// vectorised paths need, so the kernels' scalar paths run, yet never inside an element, which no
+// PyTorch tensor is and dispatch refuses (NOTE [Operand alignment] in dispatch.cc).
 struct Both {
   std::vector<HT> cpu, gpu;
 };
+inline size_t device_shift(size_t misalign, DType d) {
+  const size_t es = dtype_size(d);
+  return (misalign + es - 1) / es * es;
+}
 inline Both run_both(OpKind k, const std::vector<HT*>& in, const std::vector<HT*>& out,
                      std::vector<int64_t> iargs = {}, std::vector<double> fargs = {}, size_t misalign = 0,
                      bool preset_outputs = false) {
@@ -70,7 +77,7 @@ inline Both run_both(OpKind k, const std::vector<HT*>& in, const std::vector<HT*
     void* p = nullptr;
     EXPECT_EQ(cudaMalloc(&p, t->meta.nbytes() + 64), cudaSuccess);
     dev_blocks.push_back(p);
-    char* d = static_cast<char*>(p) + misalign;
+    char* d = static_cast<char*>(p) + device_shift(misalign, t->meta.dtype);
     device[t] = d;
     if (is_input(t) || preset_outputs) {
       cudaMemcpy(d, t->data(), t->meta.nbytes(), cudaMemcpyHostToDevice);

@@ -72,3 +72,21 @@ add_test(NAME cuda_kernels.cudnn_sdpa_host COMMAND cudnn_sdpa_host_test)
 add_executable(cuda_row_kernels_bench ${PROJECT_SOURCE_DIR}/tools/bench/cuda_row_kernels_bench.cc)
 target_link_libraries(cuda_row_kernels_bench PRIVATE fullshard_cuda_kernels)
 target_include_directories(cuda_row_kernels_bench PRIVATE ${PROJECT_SOURCE_DIR})
+
+# cuda_op_contract_test: host-only; every op the tiny models emit (recorded through the
+# simulator's backend, recorded_ops.h) passes both the CPU reference kernel and the CUDA
+# dispatcher's operand checks (any GPU hidden: launches fail after the checks).
+add_executable(cuda_op_contract_test ${CMAKE_CURRENT_SOURCE_DIR}/cuda_op_contract_test.cc)
+target_link_libraries(cuda_op_contract_test PRIVATE fullshard_cuda_kernels fullshard_kernels fullshard_sim
+                      GTest::gtest)
+target_include_directories(cuda_op_contract_test PRIVATE ${PROJECT_SOURCE_DIR})
+add_test(NAME cuda_kernels.op_contracts COMMAND cuda_op_contract_test)
+
+# cuda_gemm_shapes_test: every GEMM layout the tiny Llama / GPT-2 and the 1B benchmark's steps
+# launch (from their recorded op lists) against an fp64 reference (label gpu, exit 77 without one).
+add_executable(cuda_gemm_shapes_test ${CMAKE_CURRENT_SOURCE_DIR}/cuda_gemm_shapes_test.cc)
+target_link_libraries(cuda_gemm_shapes_test PRIVATE fullshard_cuda_kernels fullshard_sim GTest::gtest)
+target_include_directories(cuda_gemm_shapes_test PRIVATE ${PROJECT_SOURCE_DIR})
+target_compile_definitions(cuda_gemm_shapes_test PRIVATE FULLSHARD_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+add_test(NAME cuda_kernels.gemm_shapes_gpu COMMAND cuda_gemm_shapes_test)
+set_tests_properties(cuda_kernels.gemm_shapes_gpu PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)

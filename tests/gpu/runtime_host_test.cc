@@ -13,6 +13,7 @@
 #include "backends/cuda/nccl_args.h"
 #include "backends/cuda/nccl_unique_id.h"
 #include "backends/cuda/pinned_host.h"
+#include "backends/cuda/staged_gloo_process_group.h"
 #include "backends/cuda/stream_priority.h"
 #include "backends/cuda/stream_times.h"
 #include "backends/cuda/vmm_granularity.h"
@@ -93,6 +94,37 @@ TEST(PinnedHostCache, SizesRoundToPowersOfTwoThenMiBMultiples) {
 }
 
 // ------------------------------------------------------------------ watchdog state machine
+
+// NOTE [Staged gates and hardware queues]: CUDA_DEVICE_MAX_CONNECTIONS as CUDA reads it, and the
+// backend's refusal of thread-ranks on one device whose streams outnumber the hardware queues.
+TEST(StagedGates, DeviceMaxConnectionsAsCudaReadsIt) {
+  EXPECT_EQ(cuda::device_max_connections(nullptr), 8);
+  EXPECT_EQ(cuda::device_max_connections(""), 8);
+  EXPECT_EQ(cuda::device_max_connections("abc"), 8);
+  EXPECT_EQ(cuda::device_max_connections("16x"), 8);
+  EXPECT_EQ(cuda::device_max_connections("1"), 1);
+  EXPECT_EQ(cuda::device_max_connections("32"), 32);
+  EXPECT_EQ(cuda::device_max_connections("64"), 32);
+  EXPECT_EQ(cuda::device_max_connections("0"), 1);
+}
+
+TEST(StagedGates, ThreadRanksOnOneDeviceNeedAQueuePerStream) {
+  const int streams = static_cast<int>(kNumStreams);
+  // One rank per process (fullshard train, compare): never refused, whatever the queues.
+  EXPECT_EQ(cuda::shared_device_refusal(1, streams, 1, 0), "");
+  // The GPU run: 2 thread-ranks (15 streams with the legacy one) and 4 (29) on 8 queues.
+  const std::string two = cuda::shared_device_refusal(2, streams, 8, 0);
+  EXPECT_NE(two.find("2 ranks share GPU 0 in this process with 15 streams, more than its 8 hardware queues"),
+            std::string::npos)
+      << two;
+  EXPECT_NE(cuda::shared_device_refusal(4, streams, 8, 3).find("GPU 3"), std::string::npos);
+  // With CUDA_DEVICE_MAX_CONNECTIONS=32 (the GPU tests' main): up to 4 ranks, not 5.
+  EXPECT_EQ(cuda::shared_device_refusal(2, streams, 32, 0), "");
+  EXPECT_EQ(cuda::shared_device_refusal(4, streams, 32, 0), "");
+  EXPECT_NE(cuda::shared_device_refusal(5, streams, 32, 0), "");
+  EXPECT_NE(cuda::shared_device_fix(streams).find("up to 4 ranks per GPU"), std::string::npos);
+  EXPECT_EQ(cuda::shared_device_refusal(2, streams, 32, 0).find('\n'), std::string::npos);
+}
 
 TEST(WatchdogState, CompletedCollectivesNeverTimeOut) {
   WatchdogState s(3);

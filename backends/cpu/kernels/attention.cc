@@ -83,7 +83,11 @@ QKV load_qkv(const OpCall& op, const Ptrs& in, size_t first, const AttnDims& d) 
 
 void attention(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   const AttnDims d = attn_dims(op);
-  expect_arity(op, d.packed ? 1 : 3, 2);  // (q, k, v) | (qkv) -> (o [B, S, H, hd], lse [B, H, S] fp32)
+  // (q, k, v) | (qkv) -> (o [B, S, H, hd], lse [B, H, S] fp32); the efficient kind above head_dim
+  // 128 also passes its fp32 output accumulator (core/model/attention_variants.cc), a GPU
+  // kernel's scratch, ignored here.
+  const bool accum = op.kind == OpKind::kAttentionEfficient && d.hd > 128;
+  expect_arity(op, d.packed ? 1 : 3, accum ? 3 : 2);
   const int64_t D = d.H * d.hd, tokens = d.B * d.S;
   expect_numel(op, out_meta(op, 0), tokens * D, "o");
   expect_numel(op, out_meta(op, 1), d.B * d.H * d.lse_len, "logsumexp");

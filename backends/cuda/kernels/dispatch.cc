@@ -533,6 +533,28 @@ void compiled_residual_add(const OpCall& op, const Ptrs& in, const Ptrs& out, cu
                                 n, s);
 }
 
+// NOTE [Operand alignment]: every kernel here reads and writes an operand through pointers of
+// its element type (load_f / store_f, the 8-wide vectors, cuBLASLt, cuDNN), and a GPU faults on
+// an access that is not a multiple of its size (compute-sanitizer: "misaligned address"); the
+// fault is sticky, so every later launch of the process fails too. No PyTorch tensor starts
+// inside an element (storage offsets count elements), nor does any tensor the host program
+// makes (views at element offsets of buffers from the caching allocator), so an operand off its
+// element size is a caller's bug: refused here, naming the op and the operand, before anything
+// is enqueued. Alignment beyond the element size (16 bytes for the vectorised paths) is each
+// kernel's own choice, with a scalar path for the rest.
+void check_alignment(const OpCall& op, const std::vector<TensorRef>& refs, const Ptrs& ptrs, const char* side) {
+  for (size_t i = 0; i < refs.size(); ++i) {
+    const TensorMeta& m = refs[i].meta;
+    const uintptr_t a = reinterpret_cast<uintptr_t>(ptrs[i]);
+    const uint64_t es = dtype_size(m.dtype);
+    if (refs[i].nbytes() == 0 || es <= 1 || a % es == 0) continue;
+    FULLSHARD_CHECK(false, where(op) + side + " " + std::to_string(i) + " (" + std::string(dtype_name(m.dtype)) + " " +
+                               shape_str(m.shape) + ") at address " + std::to_string(a) + " is " +
+                               std::to_string(a % es) + " bytes into a " + std::to_string(es) +
+                               "-byte element: every operand must start at a multiple of its element size");
+  }
+}
+
 }  // namespace
 
 bool has_kernel(OpKind kind) {
@@ -555,6 +577,8 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
     FULLSHARD_CHECK(in[i] || op.inputs[i].nbytes() == 0, where(op) + "null input address " + std::to_string(i));
   for (size_t i = 0; i < out.size(); ++i)
     FULLSHARD_CHECK(out[i] || op.outputs[i].nbytes() == 0, where(op) + "null output address " + std::to_string(i));
+  check_alignment(op, op.inputs, in, "input");  // NOTE [Operand alignment]
+  check_alignment(op, op.outputs, out, "output");
   const cudaStream_t s = ctx.stream;
   switch (op.kind) {
     case OpKind::kFill: return fill(op, out, s);

@@ -93,12 +93,10 @@ bool build(const OpCall& op, const plan::GemmPlan& p, const KernelContext& ctx, 
   lt_check(cublasLtMatrixLayoutCreate(&e.c, cuda_type(dc), p.m, p.n, p.ldc), op, "layout C");
   cublasLtMatmulPreference_t pref = nullptr;
   lt_check(cublasLtMatmulPreferenceCreate(&pref), op, "preference");
-  const uint64_t ws = ctx.gemm_workspace_bytes;
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align[0], sizeof(uint32_t));
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align[1], sizeof(uint32_t));
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align[2], sizeof(uint32_t));
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align[2], sizeof(uint32_t));
+  if (!apply_gemm_preference(gemm_preference(ctx.gemm_workspace_bytes, align[0], align[1], align[2]), pref)) {
+    cublasLtMatmulPreferenceDestroy(pref);
+    lt_check(CUBLAS_STATUS_INVALID_VALUE, op, "preference attribute");
+  }
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t st =
@@ -118,6 +116,45 @@ bool build(const OpCall& op, const plan::GemmPlan& p, const KernelContext& ctx, 
 }
 
 }  // namespace
+
+// NOTE [Split-K partial sums in fp32]: for a small m x n and a long k the heuristic picks
+// split-K algorithms, whose partial products are summed in a second step. By default cuBLASLt
+// may store those partials in the output type (CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE) or sum
+// them in place in C (INPLACE): for bf16 / fp16 outputs each partial is rounded to 8 / 11 bits
+// before the sum, so a result that cancels loses most of its digits (the GPU run: 0.0234 where
+// the fp32-accumulated reference gives 0.0272, 257 x 129 x 65 bf16; without a workspace, no
+// split-K, it matched). PyTorch's default (torch.backends.cuda.matmul.
+// allow_bf16_reduced_precision_reduction = True, and the same for fp16) leaves the mask unset and
+// accepts this; with it False, CUDABlas.cpp sets CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION
+// on its cublasGemmEx calls and the mask COMPUTE_TYPE | NONE on its cuBLASLt ones (NONE alone
+// when split-K is also disallowed). fullshard asks for
+// COMPUTE_TYPE | NONE always: partials in fp32 (the compute type) in the workspace, or no split,
+// which is what docs/kernels.md promises (fp32 accumulation, one rounding to the output) and what
+// the CPU reference computes. It costs the partials' fp32 bytes in the workspace the model already
+// gives each GEMM (blas_workspace_bytes), nothing more; fp32 outputs are unaffected (their output
+// type is the compute type).
+GemmPreference gemm_preference(uint64_t workspace_bytes, uint32_t align_a, uint32_t align_b, uint32_t align_c) {
+  GemmPreference p;
+  p.max_workspace_bytes = workspace_bytes;
+  p.min_alignment_a = align_a;
+  p.min_alignment_b = align_b;
+  p.min_alignment_c = align_c;
+  p.min_alignment_d = align_c;  // D is C (the output is written in place of C)
+  p.reduction_scheme_mask = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE | CUBLASLT_REDUCTION_SCHEME_NONE;
+  return p;
+}
+
+bool apply_gemm_preference(const GemmPreference& p, cublasLtMatmulPreference_t pref) {
+  auto set = [&](cublasLtMatmulPreferenceAttributes_t a, const void* v, size_t n) {
+    return cublasLtMatmulPreferenceSetAttribute(pref, a, v, n) == CUBLAS_STATUS_SUCCESS;
+  };
+  return set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &p.max_workspace_bytes, sizeof(p.max_workspace_bytes)) &&
+         set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &p.min_alignment_a, sizeof(uint32_t)) &&
+         set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &p.min_alignment_b, sizeof(uint32_t)) &&
+         set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &p.min_alignment_c, sizeof(uint32_t)) &&
+         set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &p.min_alignment_d, sizeof(uint32_t)) &&
+         set(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &p.reduction_scheme_mask, sizeof(uint32_t));
+}
 
 size_t gemm_cache_size() {
   std::lock_guard<std::mutex> lock(cache().mu);
