@@ -535,7 +535,7 @@ void compiled_residual_add(const OpCall& op, const Ptrs& in, const Ptrs& out, cu
 bool has_kernel(OpKind kind) {
   switch (kind) {
     case OpKind::kLoadBatch:
-    case OpKind::kInitParam:          // the backend's own host work
+    case OpKind::kInitParam:          // the backend's own (init_param.h)
     case OpKind::kAllGatherMatmul:    // asynchronous TP: simulator only
     case OpKind::kMatmulReduceScatter:
       return false;
