@@ -91,6 +91,10 @@ float init_value(int64_t init, double std, uint64_t key, int64_t index) {
   return init_gen::element(static_cast<int>(init), std, init_gen::stream_of(key), static_cast<uint64_t>(index));
 }
 
+init_gen::NormalPair init_normal_pair(uint64_t key, uint64_t p) {
+  return init_gen::normal_pair(init_gen::stream_of(key), p);
+}
+
 init_gen::InitSpec init_spec(const OpCall& op) {
   FULLSHARD_CHECK(op.outputs.size() == 1 && (op.iargs.size() == 5 || op.iargs.size() == 7 || op.iargs.size() == 8) && op.fargs.size() == 1,
                   "kInitParam " + op.name + ": bad arguments");

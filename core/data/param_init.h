@@ -17,6 +17,10 @@ namespace fullshard {
 // `init` (ParamInit), `std`, `key`. Exposed for tests.
 float init_value(int64_t init, double std, uint64_t key, int64_t index);
 
+// The standard-normal pair of elements 2p and 2p+1 of a parameter with `key`, in double before
+// any rounding (the host's copy of the generator, compiled without contraction). For tests.
+init_gen::NormalPair init_normal_pair(uint64_t key, uint64_t p);
+
 // What a kInitParam op asks for (op.iargs / op.fargs decoded and checked; its output's numel).
 init_gen::InitSpec init_spec(const OpCall& op);
 

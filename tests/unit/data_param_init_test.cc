@@ -50,6 +50,19 @@ TEST(ParamInitGenerator, GoldenBits) {
     const float v = init_value(kNormal, 0.02, g.key, g.index);
     EXPECT_EQ(std::bit_cast<uint32_t>(v), g.bits) << "key " << g.key << " index " << g.index << " value " << v;
   }
+  // The doubles before rounding to float: a change in any last bit of the log or cos/sin shows
+  // here, where the float above would usually absorb it.
+  struct GoldenPair {
+    uint64_t key, pair, even, odd;
+  };
+  const GoldenPair pairs[] = {{12345, 0, 0xc00062bb48971ce5ull, 0x40003130c4a72c8cull},
+                              {12345, 3, 0xbfd764cdbd6ff9c2ull, 0xbfe0dbe1a0ecb679ull},
+                              {7, uint64_t{1} << 45, 0x3f81a7a8b9dd3a5eull, 0xbfe32a0cbf2079d1ull}};
+  for (const auto& g : pairs) {
+    const init_gen::NormalPair p = init_normal_pair(g.key, g.pair);
+    EXPECT_EQ(std::bit_cast<uint64_t>(p.even), g.even) << "key " << g.key << " pair " << g.pair << " " << p.even;
+    EXPECT_EQ(std::bit_cast<uint64_t>(p.odd), g.odd) << "key " << g.key << " pair " << g.pair << " " << p.odd;
+  }
   EXPECT_EQ(init_value(static_cast<int64_t>(ParamInit::kOnes), 0.02, 3, 9), 1.0f);
   EXPECT_EQ(std::bit_cast<uint32_t>(init_value(static_cast<int64_t>(ParamInit::kZeros), 0.02, 3, 9)), 0u);
 }
