@@ -142,11 +142,9 @@ void CpuBackend::do_launch(StreamRole r, const OpCall& op) {
           options_.batches.fill(op, rank(), world_size(), static_cast<int64_t*>(out.at(0)),
                                 static_cast<int64_t*>(out.at(1)));
           break;
-        case OpKind::kInitParam: {
-          const std::vector<float> v = init_param_values(op);
-          detail::store_f32(v.data(), out.at(0), op.outputs.at(0).meta.dtype, 0, static_cast<int64_t>(v.size()));
+        case OpKind::kInitParam:  // NOTE [Threaded host init]
+          run_init_param(op, out.at(0), host_init_threads());
           break;
-        }
         default: run_kernel(op, in, out);
       }
     });

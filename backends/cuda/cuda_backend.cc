@@ -17,6 +17,7 @@
 #include "backends/cuda/device_memory.h"
 #include "backends/cuda/device_probe.h"
 #include "backends/cuda/kernels/cuda_kernels.h"
+#include "backends/cuda/kernels/init_param.h"
 #include "backends/cuda/nccl_process_group.h"
 #include "backends/cuda/pinned_host.h"
 #include "backends/cuda/staged_gloo_process_group.h"
@@ -256,10 +257,7 @@ void CudaBackend::run_on_host(StreamRole r, const OpCall& op, std::vector<void*>
       options_.batches.fill(op, rank(), world_size(), static_cast<int64_t*>(out.at(0)), static_cast<int64_t*>(out.at(1)));
     };
   } else if (op.kind == OpKind::kInitParam) {
-    task->fn = [op, out] {
-      const std::vector<float> v = init_param_values(op);
-      cpu::detail::store_f32(v.data(), out.at(0), op.outputs.at(0).meta.dtype, 0, static_cast<int64_t>(v.size()));
-    };
+    task->fn = [op, out] { run_init_param(op, out.at(0), host_init_threads()); };
   } else {
     task->fn = [op, in = std::move(in), out = std::move(out)] { cpu::run_kernel(op, in, out); };
   }
@@ -267,9 +265,9 @@ void CudaBackend::run_on_host(StreamRole r, const OpCall& op, std::vector<void*>
   task.release();  // owned by the host function now
 }
 
-// NOTE [Staged host data]: kLoadBatch and kInitParam are defined on the host (core/data): the
-// values are computed now, on the host thread, into a pinned staging buffer, and copied to the
-// device in stream order. The staging buffer is freed right away through the pinned
+// NOTE [Staged host data]: kLoadBatch is defined on the host (core/data): the values are
+// computed now, on the host thread, into a pinned staging buffer, and copied to the device in
+// stream order. The staging buffer is freed right away through the pinned
 // allocator's deferred free, which returns it only once every stream (this one's copy
 // included) passed this point: the host never blocks and the copy never reads freed memory.
 void CudaBackend::stage_to_device(StreamRole r, const OpCall& op, const void* host, void* device, uint64_t bytes) {
@@ -386,20 +384,13 @@ void CudaBackend::launch_op(StreamRole r, const OpCall& op) {
     return;
   }
   if (op.kind == OpKind::kInitParam) {
-    const TensorRef& o = op.outputs.at(0);
-    const std::vector<float> v = init_param_values(op);
-    FULLSHARD_CHECK(static_cast<int64_t>(v.size()) == o.meta.numel(), describe(op) + ": init values do not fill the shard");
-    auto* staging = static_cast<uint8_t*>(pinned_->allocate(o.nbytes()));
-    if (staging == nullptr) throw std::runtime_error("cudaHostAlloc of the staging buffer failed for " + describe(op));
-    // Rounded to the dtype exactly as the CPU backend rounds them (nearest even).
-    cpu::detail::store_f32(v.data(), staging, o.meta.dtype, 0, static_cast<int64_t>(v.size()));
-    try {
-      timed(r, nullptr, [&] { stage_to_device(r, op, staging, out[0], o.nbytes()); });
-    } catch (...) {
-      pinned_->free(staging);
-      throw;
-    }
-    pinned_->free(staging);
+    // Computed on the device from each element's index, bit-identical to the CPU backend (NOTE
+    // [Bit-identical init on host and device]); the host only decodes the op.
+    const init_gen::InitSpec spec = init_spec(op);
+    const DType dt = op.outputs.at(0).meta.dtype;
+    FULLSHARD_CHECK(dt == DType::kFloat32 || dt == DType::kBFloat16 || dt == DType::kFloat16,
+                    describe(op) + ": a parameter of dtype " + std::string(dtype_name(dt)) + ", not a floating one");
+    timed(r, nullptr, [&] { launch::init_param(spec, dt, out[0], stream(r)); });
     return;
   }
   KernelContext ctx;

@@ -1,74 +1,185 @@
 #include "core/data/param_init.h"
 
-#include <cmath>
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
 #include <vector>
 
 #include "core/common/error.h"
-#include "core/common/splitmix.h"
 #include "core/model/module.h"
+#include "core/tensor/float_convert.h"
+
+// NOTE [Bit-identical init on host and device] needs this file compiled without FMA contraction
+// (CMakeLists.txt sets -ffp-contract=off on it); clang also honours the pragma.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#endif
 
 namespace fullshard {
 namespace {
 
-// Uniform in (0, 1) from the top 53 bits.
-double unit(uint64_t bits) { return (static_cast<double>(bits >> 11) + 0.5) * 0x1.0p-53; }
+static_assert(static_cast<int>(ParamInit::kNormal) == init_gen::kNormal &&
+              static_cast<int>(ParamInit::kOnes) == init_gen::kOnes &&
+              static_cast<int>(ParamInit::kZeros) == init_gen::kZeros);
+
+// Elements [g, g + n) of the full tensor (consecutive) into dst[0, n) as fp32.
+void fill_run(const init_gen::InitSpec& s, uint64_t g, int64_t n, float* dst) {
+  if (s.kind != init_gen::kNormal) {
+    std::fill(dst, dst + n, s.kind == init_gen::kOnes ? 1.0f : 0.0f);
+    return;
+  }
+  int64_t i = 0;
+  if ((g & 1) && n > 0) {  // starts on the odd half of a pair
+    dst[i++] = init_gen::scaled(s.std, init_gen::normal_pair(s.stream, g >> 1).odd);
+    ++g;
+  }
+  // Two pairs an iteration: their dependency chains (log, then sqrt) overlap.
+  for (; i + 3 < n; i += 4, g += 4) {
+    const init_gen::NormalPair p = init_gen::normal_pair(s.stream, g >> 1);
+    const init_gen::NormalPair q = init_gen::normal_pair(s.stream, (g >> 1) + 1);
+    dst[i] = init_gen::scaled(s.std, p.even);
+    dst[i + 1] = init_gen::scaled(s.std, p.odd);
+    dst[i + 2] = init_gen::scaled(s.std, q.even);
+    dst[i + 3] = init_gen::scaled(s.std, q.odd);
+  }
+  for (; i + 1 < n; i += 2, g += 2) {
+    const init_gen::NormalPair p = init_gen::normal_pair(s.stream, g >> 1);
+    dst[i] = init_gen::scaled(s.std, p.even);
+    dst[i + 1] = init_gen::scaled(s.std, p.odd);
+  }
+  if (i < n) dst[i] = init_gen::scaled(s.std, init_gen::normal_pair(s.stream, g >> 1).even);
+}
+
+void store(const float* src, DType dt, void* out, int64_t at, int64_t n) {
+  switch (dt) {
+    case DType::kFloat32: std::memcpy(static_cast<float*>(out) + at, src, static_cast<size_t>(n) * 4); return;
+    case DType::kBFloat16: {
+      uint16_t* d = static_cast<uint16_t*>(out) + at;
+      for (int64_t i = 0; i < n; ++i) d[i] = float_to_bf16(src[i]);
+      return;
+    }
+    case DType::kFloat16: {
+      uint16_t* d = static_cast<uint16_t*>(out) + at;
+      for (int64_t i = 0; i < n; ++i) d[i] = float_to_fp16(src[i]);
+      return;
+    }
+    default: FULLSHARD_CHECK(false, "kInitParam: a parameter of a non-floating dtype");
+  }
+}
+
+// Local elements [a, b) of the shard's real (unpadded) elements.
+void fill_range(const init_gen::InitSpec& s, DType dt, void* out, int64_t a, int64_t b) {
+  constexpr int64_t kChunk = 2048;
+  float buf[kChunk];
+  for (int64_t i = a; i < b;) {
+    // A run of consecutive elements of the full tensor: up to the end of a row, or of the
+    // range when whole rows follow each other.
+    const int64_t r = i / s.row_numel, c = i % s.row_numel;
+    const int64_t run_end = s.contiguous() ? b : std::min(b, (r + 1) * s.row_numel);
+    const int64_t n = std::min(kChunk, run_end - i);
+    fill_run(s, s.global_index(r, c), n, buf);
+    store(buf, dt, out, i, n);
+    i += n;
+  }
+}
 
 }  // namespace
 
 float init_value(int64_t init, double std, uint64_t key, int64_t index) {
-  switch (static_cast<ParamInit>(init)) {
-    case ParamInit::kZeros: return 0.0f;
-    case ParamInit::kOnes: return 1.0f;
-    case ParamInit::kNormal: {
-      // Box-Muller on two independent uniforms drawn from (key, index).
-      const uint64_t a = splitmix64(key ^ splitmix64(static_cast<uint64_t>(index) * 2));
-      const uint64_t b = splitmix64(key ^ splitmix64(static_cast<uint64_t>(index) * 2 + 1));
-      const double r = std::sqrt(-2.0 * std::log(unit(a)));
-      return static_cast<float>(std * r * std::cos(2.0 * M_PI * unit(b)));
-    }
-  }
-  FULLSHARD_CHECK(false, "unknown ParamInit " + std::to_string(init));
-  return 0.0f;
+  FULLSHARD_CHECK(init >= 0 && init <= 2, "unknown ParamInit " + std::to_string(init));
+  return init_gen::element(static_cast<int>(init), std, init_gen::stream_of(key), static_cast<uint64_t>(index));
 }
 
-std::vector<float> init_param_values(const OpCall& op) {
+init_gen::NormalPair init_normal_pair(uint64_t key, uint64_t p) {
+  return init_gen::normal_pair(init_gen::stream_of(key), p);
+}
+
+init_gen::InitSpec init_spec(const OpCall& op) {
   FULLSHARD_CHECK(op.outputs.size() == 1 && (op.iargs.size() == 5 || op.iargs.size() == 7 || op.iargs.size() == 8) && op.fargs.size() == 1,
                   "kInitParam " + op.name + ": bad arguments");
-  const TensorRef& t = op.outputs[0];
-  const int64_t row_offset = op.iargs[0], local_rows = op.iargs[1], row_numel = op.iargs[2];
-  const int64_t init = op.iargs[3];
-  const auto key = static_cast<uint64_t>(op.iargs[4]);
-  const int64_t n = t.meta.numel();
-  const int64_t real = local_rows * row_numel;
-  FULLSHARD_CHECK(real <= n, "kInitParam " + op.name + ": shard larger than its storage");
-  std::vector<float> values(static_cast<size_t>(n), 0.0f);  // padding rows stay 0
+  init_gen::InitSpec s;
+  s.row_offset = op.iargs[0];
+  s.local_rows = op.iargs[1];
+  s.row_numel = op.iargs[2];
+  s.kind = static_cast<int>(op.iargs[3]);
+  s.stream = init_gen::stream_of(static_cast<uint64_t>(op.iargs[4]));
+  s.std = op.fargs[0];
+  s.numel = op.outputs[0].meta.numel();
+  s.row_stride = s.row_numel;
+  FULLSHARD_CHECK(s.kind >= 0 && s.kind <= 2, "kInitParam " + op.name + ": unknown ParamInit " + std::to_string(s.kind));
+  FULLSHARD_CHECK(s.row_offset >= 0 && s.local_rows >= 0 && s.row_numel > 0, "kInitParam " + op.name + ": bad rows");
+  FULLSHARD_CHECK(s.real() <= s.numel, "kInitParam " + op.name + ": shard larger than its storage");
   if (op.iargs.size() == 7) {
     // Columns [col_offset, col_offset + row_numel) of rows of full_row elements (a tensor-
     // parallel Shard(1) block).
-    const int64_t col_offset = op.iargs[5], full_row = op.iargs[6];
-    FULLSHARD_CHECK(col_offset >= 0 && col_offset + row_numel <= full_row, "kInitParam " + op.name + ": bad columns");
-    for (int64_t r = 0; r < local_rows; ++r)
-      for (int64_t c = 0; c < row_numel; ++c)
-        values[r * row_numel + c] = init_value(init, op.fargs[0], key, (row_offset + r) * full_row + col_offset + c);
-    return values;
-  }
-  if (op.iargs.size() == 8) {
+    s.col_offset = op.iargs[5];
+    s.row_stride = op.iargs[6];
+    FULLSHARD_CHECK(s.col_offset >= 0 && s.col_offset + s.row_numel <= s.row_stride, "kInitParam " + op.name + ": bad columns");
+  } else if (op.iargs.size() == 8) {
     // Rows of a tensor stacked from blocks each sharded over tp (GPT-2's fused c_attn): local
     // row l is row l % block of block l / block, i.e. global row
     // (l / block) * block * tp + tp_index * block + l % block.
-    const int64_t block = op.iargs[5], tp_index = op.iargs[6], tp = op.iargs[7];
-    FULLSHARD_CHECK(block > 0 && tp_index >= 0 && tp_index < tp, "kInitParam " + op.name + ": bad blocks");
-    for (int64_t r = 0; r < local_rows; ++r) {
-      const int64_t l = row_offset + r;
-      const int64_t g = (l / block) * block * tp + tp_index * block + l % block;
-      for (int64_t c = 0; c < row_numel; ++c)
-        values[r * row_numel + c] = init_value(init, op.fargs[0], key, g * row_numel + c);
-    }
-    return values;
+    s.block = op.iargs[5];
+    s.tp_index = op.iargs[6];
+    s.tp = op.iargs[7];
+    FULLSHARD_CHECK(s.block > 0 && s.tp_index >= 0 && s.tp_index < s.tp, "kInitParam " + op.name + ": bad blocks");
   }
-  const int64_t first = row_offset * row_numel;
-  for (int64_t i = 0; i < real; ++i) values[i] = init_value(init, op.fargs[0], key, first + i);
+  return s;
+}
+
+// NOTE [Threaded host init]: the shard's real elements split into equal ranges, one a thread,
+// each a pure function of its global indices: the result is the same for any thread count.
+// Ranges under 64 Ki elements are not worth a thread.
+void fill_init_param(const init_gen::InitSpec& s, DType dt, void* out, int threads) {
+  FULLSHARD_CHECK(dt == DType::kFloat32 || dt == DType::kBFloat16 || dt == DType::kFloat16,
+                  "kInitParam: a parameter of dtype " + std::string(dtype_name(dt)) + ", not a floating one");
+  const int64_t real = s.real();
+  const uint64_t esize = dtype_size(dt);
+  if (s.numel > real) std::memset(static_cast<char*>(out) + real * esize, 0, static_cast<size_t>((s.numel - real) * esize));
+  constexpr int64_t kMinPerThread = int64_t{1} << 16;
+  const int64_t n = std::max<int64_t>(1, std::min<int64_t>(threads, (real + kMinPerThread - 1) / kMinPerThread));
+  if (n == 1) {
+    fill_range(s, dt, out, 0, real);
+    return;
+  }
+  const int64_t per = ((real + n - 1) / n + 1) & ~int64_t{1};  // even: pairs stay whole
+  std::vector<std::thread> pool;
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
+  for (int64_t t = 1; t < n; ++t)
+    pool.emplace_back([&, t] {
+      try {
+        fill_range(s, dt, out, std::min(real, t * per), std::min(real, (t + 1) * per));
+      } catch (...) {
+        errors[static_cast<size_t>(t)] = std::current_exception();
+      }
+    });
+  try {
+    fill_range(s, dt, out, 0, std::min(real, per));
+  } catch (...) {
+    errors[0] = std::current_exception();
+  }
+  for (auto& th : pool) th.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+void run_init_param(const OpCall& op, void* out, int threads) {
+  fill_init_param(init_spec(op), op.outputs[0].meta.dtype, out, threads);
+}
+
+std::vector<float> init_param_values(const OpCall& op) {
+  const init_gen::InitSpec s = init_spec(op);
+  std::vector<float> values(static_cast<size_t>(s.numel));
+  fill_init_param(s, DType::kFloat32, values.data(), 1);
   return values;
+}
+
+int host_init_threads() {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int local = 1;
+  if (const char* v = std::getenv("LOCAL_WORLD_SIZE")) local = std::max(1, std::atoi(v));
+  return std::max(1, cores / local);
 }
 
 }  // namespace fullshard

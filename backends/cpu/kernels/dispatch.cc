@@ -5,7 +5,7 @@
 
 namespace fullshard::cpu {
 
-// kLoadBatch (the data source) and kInitParam (backends/cpu/param_init.cc) are the
+// kLoadBatch (the data source) and kInitParam (core/data/param_init.cc) are the
 // backend's own.
 bool has_kernel(OpKind kind) { return kind != OpKind::kLoadBatch && kind != OpKind::kInitParam; }
 

@@ -26,7 +26,7 @@ struct KernelContext {
 void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::vector<void*>& out,
                    const KernelContext& ctx);
 
-// Every kind except kLoadBatch and kInitParam (the backend does those on the host) and async
+// Every kind except kLoadBatch and kInitParam (the backend's own: init_param.h) and async
 // TP's kAllGatherMatmul / kMatmulReduceScatter (simulator only; every real backend refuses them).
 bool has_kernel(OpKind kind);
 

@@ -560,7 +560,7 @@ void check_alignment(const OpCall& op, const std::vector<TensorRef>& refs, const
 bool has_kernel(OpKind kind) {
   switch (kind) {
     case OpKind::kLoadBatch:
-    case OpKind::kInitParam:          // the backend's own host work
+    case OpKind::kInitParam:          // the backend's own (init_param.h)
     case OpKind::kAllGatherMatmul:    // asynchronous TP: simulator only
     case OpKind::kMatmulReduceScatter:
       return false;
