@@ -23,7 +23,7 @@ for m in lines:
         assert not re.search(r"\.\d+(\.|\s|$)", row["key"]), row["key"]   # layer index folded out
         assert (row["key"], row["kind"]) not in keys; keys.add((row["key"], row["kind"]))
         assert row["calls"] > 0 and row["measured_s"] >= 0
-        assert row["predicted_s"] is not None and row["predicted_s"] > 0, row
+        assert row["predicted_s"] is not None and row["predicted_s"] >= 0 and (row["predicted_s"] > 0 or row["flops"] == 0), row
         if row["measured_s"] > 0:
             assert abs(row["flops_per_s"] - row["flops"] / row["measured_s"]) <= 1e-6 * row["flops_per_s"] + 1e-9
             assert abs(row["bytes_per_s"] - row["bytes"] / row["measured_s"]) <= 1e-6 * row["bytes_per_s"] + 1e-9
