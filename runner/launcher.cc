@@ -277,7 +277,8 @@ int worker_main(const LaunchOptions& o, const BackendRegistry& backends) {
                       {"tokens", m.tokens}, {"peak_allocated_bytes", m.peak_allocated_bytes},
                       {"peak_reserved_bytes", m.peak_reserved_bytes}, {"compute_s", m.compute_s},
                       {"comm_s", m.comm_s}, {"exposed_comm_s", m.exposed_comm_s}, {"flops", m.flops},
-                      {"eval_loss", std::isnan(m.eval_loss) ? nlohmann::json(nullptr) : loss_json(m.eval_loss)}});
+                      {"eval_loss", std::isnan(m.eval_loss) ? nlohmann::json(nullptr) : loss_json(m.eval_loss)},
+                      {"ops", rank == 0 ? key_averages_json(m.ops) : nlohmann::json(nullptr)}});
       if (fd < 0 && rank == 0)  // no launcher: rank 0 reports itself
         std::fprintf(stderr, "  step %d: rank 0 loss %.4f, %.2f s, peak allocated %llu B\n", m.step + 1, m.loss, m.seconds,
                      static_cast<unsigned long long>(m.peak_allocated_bytes));
@@ -529,6 +530,13 @@ LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backend
         }
         st.tokens_per_s = st.step_time_s > 0 ? tokens / st.step_time_s : 0;
         st.flops_per_s = st.step_time_s > 0 ? flops / st.step_time_s : 0;
+        for (auto& x : v)
+          if (x.value("rank", -1) == 0 && x.contains("ops") && x["ops"].is_array()) {
+            st.ops = key_averages_from_json(x["ops"]);
+            if (o.predicted_ops.empty()) break;
+            const size_t k = std::min(static_cast<size_t>(std::max(st.step, 0)), o.predicted_ops.size() - 1);
+            attach_predictions(st.ops, o.predicted_ops[k]);
+          }
         res.steps.push_back(st);
         if (metrics.is_open()) {
           nlohmann::json per_rank = nlohmann::json::array();
@@ -547,7 +555,8 @@ LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backend
                                     {"flops_per_s", st.flops_per_s},
                                     {"peak_allocated_bytes", st.peak_allocated_bytes},
                                     {"peak_reserved_bytes", st.peak_reserved_bytes},
-                                    {"ranks", per_rank}};
+                                    {"ranks", per_rank},
+                                    {"ops", key_averages_json(st.ops)}};
           if (!std::isnan(st.eval_loss)) line["eval_loss"] = std::isfinite(st.eval_loss) ? nlohmann::json(st.eval_loss) : nullptr;
           metrics << line.dump() << "\n";
           metrics.flush();

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/report/key_averages.h"
 #include "runner/backend_factory.h"
 #include "runner/checkpoint_saver.h"
 
@@ -42,6 +43,10 @@ struct LaunchOptions {
   std::string data_format;  // --data-format: instead of training.data.format
   int eval_every = 0;       // --eval-every: validation loss after every N steps (NOTE [Validation pass])
   int eval_batches = 4;     // --eval-batches: validation batches per evaluation
+  // The simulator's seconds per op key for each played step (simulator/op_prediction.h), set
+  // beside rank 0's measured per-op table of each step (StepSummary::ops, the metrics' "ops");
+  // empty: measured only.
+  std::vector<PredictedKeyTimes> predicted_ops;
 };
 
 // The scenario of a run: o.scenario_path with --data applied (a path relative to the working
@@ -74,6 +79,8 @@ struct StepSummary {
   double comm_s = 0;           // busiest rank's communication (union of its collective streams)
   double flops_per_s = 0;      // all ranks' kernel FLOPs / step_time_s
   double eval_loss = std::numeric_limits<double>::quiet_NaN();  // validation loss after the step, mean over ranks
+  // Rank 0's per-op table of the step (NOTE [Per-op times]), with LaunchOptions::predicted_ops.
+  std::vector<KeyAverage> ops;
 };
 
 struct LaunchResult {

@@ -11,6 +11,7 @@
 #include "core/common/error.h"
 #include "core/common/intervals.h"
 #include "core/memory/timeline_downsample.h"
+#include "core/report/key_averages.h"
 #include "core/report/timeline_times.h"
 #include "core/scenario/training_program.h"
 #include "core/tensor/float_convert.h"
@@ -80,10 +81,16 @@ std::vector<float> first_logits(Backend& b, TrainingProgram& prog, const Scenari
 // the MemoryTracker's timeline (its allocated / reserved bytes after it); the observer adds
 // when it happened on the backend's clock and what it was, in the same order. Its times become
 // stream times at the end of the run where the backend reports work starts (NOTE [Measured
-// timeline times] in core/report/timeline_times.h).
+// timeline times] in core/report/timeline_times.h). The two lists stay one to one because the
+// observer turns the tracker's timeline on as it attaches (a backend created without one, as
+// the CUDA backend is by default, recorded no events while the observer recorded times: the
+// GPU run's "memory timeline and its times disagree") and remembers where the tracker's list
+// stood then (`first_event`: events made before the run are not the run's).
 class TimelineObserver {
  public:
   explicit TimelineObserver(Backend& b) : b_(b) {
+    b.memory().set_record_timeline(true);
+    first_event = b.memory().timeline().size();
     b.set_allocation_observer([this](const Buffer& buf, bool is_alloc, std::string_view what) {
       int32_t id = -1;
       if (is_alloc) {
@@ -108,6 +115,7 @@ class TimelineObserver {
   std::vector<uint64_t> seqs;
   std::vector<int32_t> whats;
   std::vector<std::string> names;
+  size_t first_event = 0;  // the tracker's timeline entry of this observer's first point
 
  private:
   Backend& b_;
@@ -146,6 +154,10 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
     std::optional<CheckpointSaver> saver;
     if (o.checkpoint_every > 0) saver.emplace(b, s, CheckpointSaveOptions{o.checkpoint_dir, o.checkpoint_keep_last, o.checkpoint_async});
     if (o.collect_logits) r.logits = first_logits(b, prog, s, first);
+    b.set_record_launches(o.op_table);
+    // Nothing before the first step (init, loaded weights, the logits readout) is any step's op.
+    b.take_launched_ops();
+    b.take_kernel_times();
     if (o.collect_grads)
       prog.set_before_optimizer([&](int) {
         if (!r.local_grads.empty()) return;
@@ -188,6 +200,7 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
         r.last_step = sb;
       }
       m.flops = b.take_launched_flops();
+      if (o.op_table) m.ops = key_averages(b.take_launched_ops(), b.take_kernel_times());
       const auto counts = b.take_collective_counts();
       std::copy(counts.begin(), counts.end(), rep.collectives_per_step);
       rep.allocated_after_step.push_back(b.memory().current().allocated_bytes);
@@ -198,10 +211,15 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
         b.take_collective_intervals();
         b.take_launched_flops();
         b.take_collective_counts();
+        b.take_launched_ops();
+        b.take_kernel_times();
       }
       r.steps.push_back(m);
-      if (o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0)
+      if (o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0) {
         saver->save(prog, step + 1, o.batches);
+        b.take_launched_ops();  // a save's copies are no step's ops
+        b.take_kernel_times();
+      }
       if (on_step) on_step(m);
     }
     if (saver) {
@@ -209,6 +227,8 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
       r.checkpoint = saver->stats();
     }
     b.synchronize_device();
+    b.set_record_launches(false);
+    b.take_launched_ops();
     events_in_steps = b.memory().timeline().size();  // teardown frees are not part of the run
     if (observer)
       if (auto starts = b.take_work_starts(); !starts.empty())
@@ -235,9 +255,13 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
   rep.end_allocated_bytes = rep.allocated_after_step.empty() ? 0 : rep.allocated_after_step.back();
   if (!r.steps.empty()) rep.last_step_s = r.steps.back().seconds;
   if (observer) {
-    const auto& ev = b.memory().timeline();
-    FULLSHARD_CHECK(ev.size() == observer->times.size(), "memory timeline and its times disagree");
-    std::vector<uint64_t> alloc(std::min(ev.size(), events_in_steps));
+    // The run's events (NOTE [Measured timeline]): from the observer's first on.
+    const auto& all = b.memory().timeline();
+    const size_t first_event = observer->first_event;
+    FULLSHARD_CHECK(all.size() >= first_event && all.size() - first_event == observer->times.size(),
+                    "memory timeline and its times disagree");
+    const MemoryEvent* ev = all.data() + first_event;
+    std::vector<uint64_t> alloc(std::min(all.size() - first_event, events_in_steps - first_event));
     for (size_t i = 0; i < alloc.size(); ++i) alloc[i] = ev[i].allocated_bytes;
     rep.timeline_names = observer->names;
     uint64_t highest = 0;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/data/text_corpus.h"
+#include "core/report/key_averages.h"
 #include "core/report/rank_report.h"
 #include "core/report/step_breakdown.h"
 #include "core/runtime/backend.h"
@@ -24,8 +25,11 @@ struct RankOptions {
   enum class Fault { kNone, kKill, kStall } fault = Fault::kNone;
   int fault_step = 0;
   // Keep the measured memory timeline (downsampled to at most this many points; 0: none).
-  // The backend must have been created with its timeline recorded.
+  // The backend's MemoryTracker records it from the start of the run on (NOTE [Measured
+  // timeline] in rank_runner.cc), whether or not the backend was created recording one.
   size_t timeline_points = 0;
+  // Per-op table of every step (StepMetrics::ops; NOTE [Per-op times] in core/report/key_averages.h).
+  bool op_table = true;
   // Collect this rank's final parameter shards (RankResult::local_params).
   bool collect_params = false;
   // Collect this rank's gradient shards of the first step run, reduced over the mesh and
@@ -68,6 +72,9 @@ struct StepMetrics {
   double comm_s = 0;          // union of the communication streams' busy time
   double exposed_comm_s = 0;  // communication no computation overlapped
   double flops = 0;           // FLOPs of the kernels this rank ran in the step (as ops declare them)
+  // With RankOptions::op_table: the step's ops by key, measured where the backend times kernels
+  // (predicted_s unset: the launcher adds the simulator's).
+  std::vector<KeyAverage> ops;
 };
 
 struct RankResult {

@@ -58,7 +58,8 @@ double CpuBackend::clock_s() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - created_).count();
 }
 
-void CpuBackend::run_timed(StreamRole r, uint64_t seq, const std::function<void()>& fn, const std::string* group) {
+void CpuBackend::run_timed(StreamRole r, uint64_t seq, bool starts, const std::function<void()>& fn,
+                           const std::string* group) {
   auto t0 = std::chrono::steady_clock::now();
   fn();
   auto t1 = std::chrono::steady_clock::now();
@@ -67,7 +68,13 @@ void CpuBackend::run_timed(StreamRole r, uint64_t seq, const std::function<void(
   std::lock_guard<std::mutex> lock(intervals_mu_);
   intervals_[static_cast<size_t>(r)].emplace_back(start, end);
   if (group) collective_intervals_.push_back({*group, r, start, end});
-  if (options_.record_timeline) work_starts_.emplace_back(seq, start);
+  if (starts) work_starts_.emplace_back(seq, start);
+  if (!group) kernel_times_.push_back({seq, start, end});
+}
+
+std::vector<KernelTime> CpuBackend::take_kernel_times() {
+  std::lock_guard<std::mutex> lock(intervals_mu_);
+  return std::exchange(kernel_times_, {});
 }
 
 std::vector<CollectiveInterval> CpuBackend::take_collective_intervals() {
@@ -135,8 +142,9 @@ void CpuBackend::do_launch(StreamRole r, const OpCall& op) {
   out.reserve(op.outputs.size());
   for (const auto& t : op.inputs) in.push_back(resolve(t));
   for (const auto& t : op.outputs) out.push_back(resolve(t));
-  stream(r).enqueue([this, r, op, seq = host_seq(), in = std::move(in), out = std::move(out)] {
-    run_timed(r, seq, [&] {
+  stream(r).enqueue([this, r, op, seq = host_seq(), starts = memory().records_timeline(), in = std::move(in),
+                     out = std::move(out)] {
+    run_timed(r, seq, starts, [&] {
       switch (op.kind) {
         case OpKind::kLoadBatch:
           options_.batches.fill(op, rank(), world_size(), static_cast<int64_t*>(out.at(0)),
@@ -170,9 +178,9 @@ void CpuBackend::do_collective(StreamRole r, const CollectiveCall& call, const P
   FULLSHARD_CHECK(group.index_of(rank()) >= 0, "collective " + call.name + " on a group without this rank");
   void* in = resolve(call.input);
   void* out = resolve(call.output);
-  stream(r).enqueue([this, r, call, group, in, out, seq = host_seq()] {
+  stream(r).enqueue([this, r, call, group, in, out, seq = host_seq(), starts = memory().records_timeline()] {
     auto& pg = process_group(group, r);
-    run_timed(r, seq, [&] {
+    run_timed(r, seq, starts, [&] {
       const DType dt = call.output.meta.dtype;
       switch (call.kind) {
         case CollectiveKind::kAllGather:

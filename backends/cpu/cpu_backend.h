@@ -56,6 +56,8 @@ class CpuBackend : public Backend {
   std::optional<StreamIntervals> take_busy_intervals() override;
   std::vector<std::pair<uint64_t, double>> take_work_starts() override;
   std::vector<CollectiveInterval> take_collective_intervals() override;
+  // Every kernel's [begin, end) on its stream's thread, with its launch's host_seq (per-op times).
+  std::vector<KernelTime> take_kernel_times() override;
   double clock_s() const override;
 
  protected:
@@ -78,6 +80,7 @@ class CpuBackend : public Backend {
   std::array<std::vector<std::pair<double, double>>, kNumStreams> intervals_;
   std::vector<std::pair<uint64_t, double>> work_starts_;  // {host_seq, start}: take_work_starts()
   std::vector<CollectiveInterval> collective_intervals_;  // take_collective_intervals()
+  std::vector<KernelTime> kernel_times_;                  // take_kernel_times()
   std::unordered_map<uint64_t, uint8_t*> addresses_;  // live buffer id -> first byte
   std::unordered_map<EventId, std::shared_ptr<CpuEvent>> events_;
   EventId next_event_ = 0;
@@ -98,10 +101,12 @@ class CpuBackend : public Backend {
   StreamWorker& stream(StreamRole r) { return *streams_[static_cast<size_t>(r)]; }
   uint8_t* resolve(const TensorRef& ref) const;
   void check_failed() const;
-  // Runs `fn` on stream `r`'s thread, recording its busy interval and (with record_timeline)
-  // its start for the work issued at host_seq `seq`.
+  // Runs `fn` on stream `r`'s thread, recording its busy interval, for a kernel its time, and
+  // (`starts`: the memory timeline was being recorded when the host issued it, a value taken on
+  // the host thread) its start for the work issued at host_seq `seq`.
   // `group`: the process group's name when fn runs a collective (take_collective_intervals).
-  void run_timed(StreamRole r, uint64_t seq, const std::function<void()>& fn, const std::string* group = nullptr);
+  void run_timed(StreamRole r, uint64_t seq, bool starts, const std::function<void()>& fn,
+                 const std::string* group = nullptr);
   void release_host_buffers(bool all);
   gloo_backend::GlooProcessGroup& process_group(const ProcessGroup& g, StreamRole r);
 };

@@ -19,6 +19,7 @@
 #include "backends/cuda/kernels/cuda_kernels.h"
 #include "backends/cuda/kernels/init_param.h"
 #include "backends/cuda/nccl_process_group.h"
+#include "backends/cuda/nvtx_range.h"
 #include "backends/cuda/pinned_host.h"
 #include "backends/cuda/staged_gloo_process_group.h"
 #include "backends/cuda/stream_set.h"
@@ -275,7 +276,10 @@ void CudaBackend::stage_to_device(StreamRole r, const OpCall& op, const void* ho
   check(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream(r)), "cudaMemcpyAsync", describe(op));
 }
 
-void CudaBackend::do_launch(StreamRole r, const OpCall& op) { launch_op(r, op); }
+void CudaBackend::do_launch(StreamRole r, const OpCall& op) {
+  const NvtxRange range(op.name);  // NOTE [NVTX ranges per op]
+  launch_op(r, op);
+}
 
 void CudaBackend::do_collective(StreamRole r, const CollectiveCall& call, const ProcessGroup& group) {
   enqueue_collective(r, call, group);
@@ -298,10 +302,13 @@ void CudaBackend::collect_stream_times() {
   if (!timer_) return;
   double anchor_s = 0;
   const std::vector<TimedWork> work = timer_->take(&anchor_s);
-  StreamTimes t = assemble_stream_times(work, anchor_s, options_.record_timeline);
+  // Work starts while the memory timeline is recorded (the runner may turn it on after
+  // construction: NOTE [Measured timeline] in runner/rank_runner.cc).
+  StreamTimes t = assemble_stream_times(work, anchor_s, memory().records_timeline());
   for (size_t i = 0; i < t.busy.size(); ++i) busy_[i].insert(busy_[i].end(), t.busy[i].begin(), t.busy[i].end());
   collective_intervals_.insert(collective_intervals_.end(), t.collectives.begin(), t.collectives.end());
   work_starts_.insert(work_starts_.end(), t.starts.begin(), t.starts.end());
+  kernel_times_.insert(kernel_times_.end(), t.kernels.begin(), t.kernels.end());
   // Re-anchored at every take: the float milliseconds span one step at most.
   timer_->anchor(stream(StreamRole::kDefault), [this] { return clock_s(); });
 }
@@ -325,6 +332,13 @@ std::vector<std::pair<uint64_t, double>> CudaBackend::take_work_starts() {
   check_failed();
   collect_stream_times();
   return std::exchange(work_starts_, {});
+}
+
+std::vector<KernelTime> CudaBackend::take_kernel_times() {
+  if (!timer_) return {};
+  check_failed();
+  collect_stream_times();
+  return std::exchange(kernel_times_, {});
 }
 
 void CudaBackend::launch_op(StreamRole r, const OpCall& op) {

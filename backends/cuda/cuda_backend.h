@@ -75,11 +75,13 @@ class CudaBackend : public Backend {
   void copy_from_host(const TensorRef& ref, const void* src) override;
   // NOTE [Measured stream times on the GPU] (stream_times.h): with options.measure_streams,
   // timing events give each stream's busy intervals, the collectives' intervals and (with
-  // record_timeline) the work starts, on clock_s(): the host's steady clock since
-  // construction. Each take waits for the work it reports; call it where the step is done.
+  // the memory timeline recorded) the work starts, and every kernel's time with its launch's
+  // host_seq (per-op times), on clock_s(): the host's steady clock since construction. Each take
+  // waits for the work it reports; call it where the step is done.
   std::optional<StreamIntervals> take_busy_intervals() override;
   std::vector<CollectiveInterval> take_collective_intervals() override;
   std::vector<std::pair<uint64_t, double>> take_work_starts() override;
+  std::vector<KernelTime> take_kernel_times() override;
   double clock_s() const override;
 
   int device() const { return device_; }
@@ -120,6 +122,7 @@ class CudaBackend : public Backend {
   StreamIntervals busy_;
   std::vector<CollectiveInterval> collective_intervals_;
   std::vector<std::pair<uint64_t, double>> work_starts_;
+  std::vector<KernelTime> kernel_times_;
   void collect_stream_times();
   void launch_op(StreamRole stream, const OpCall& op);
   void enqueue_collective(StreamRole stream, const CollectiveCall& call, const ProcessGroup& group);

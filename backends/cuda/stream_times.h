@@ -30,6 +30,7 @@ struct StreamTimes {
   StreamIntervals busy;                               // per stream, in issue order
   std::vector<CollectiveInterval> collectives;        // also in their stream's busy list
   std::vector<std::pair<uint64_t, double>> starts;    // {seq, begin}: only when asked for
+  std::vector<KernelTime> kernels;                    // every kernel (no group): per-op times
 };
 
 // Seconds on the host clock: anchor_s + ms / 1000. An end read before its begin (the two

@@ -60,6 +60,10 @@ class MemoryTracker {
   const MemorySnapshot& at_peak_reserved() const { return peak_reserved_; }
   uint64_t peak_host_bytes() const { return peak_host_; }
   const std::vector<MemoryEvent>& timeline() const { return timeline_; }
+  bool records_timeline() const { return record_timeline_; }
+  // Keeps (or stops keeping) the timeline from the next event on: a measured run asks for one on
+  // a backend created without it (NOTE [Measured timeline] in runner/rank_runner.cc).
+  void set_record_timeline(bool on) { record_timeline_ = on; }
   uint64_t live_buffers() const { return live_; }
   // Forget peaks (not live state): PyTorch's reset_peak_memory_stats().
   void reset_peaks();

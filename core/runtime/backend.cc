@@ -83,6 +83,7 @@ void Backend::launch(StreamRole stream, const OpCall& op) {
                                                       : "cuBLAS workspace (autograd thread)");
   }
   next_host_seq();
+  if (record_launches_) launched_ops_.push_back({host_seq_, op.kind, op.name, op.flops, op.bytes});
   launched_flops_ += op.flops;
   do_launch(stream, op);
 }

@@ -50,6 +50,22 @@ struct CollectiveInterval {
   double begin_s = 0, end_s = 0;
 };
 
+// One kernel a real backend timed (NOTE [Per-op times] in core/report/key_averages.h): the
+// host_seq() at which the host launched it and when its stream ran it, on clock_s().
+struct KernelTime {
+  uint64_t seq = 0;
+  double begin_s = 0, end_s = 0;
+};
+
+// One op the host launched, as Backend::launch saw it (with set_record_launches): host_seq()
+// after its tick (the seq its KernelTime carries), kind, name and the cost model's FLOPs and bytes.
+struct LaunchedOp {
+  uint64_t seq = 0;
+  OpKind kind = OpKind::kFill;
+  std::string name;
+  double flops = 0, bytes = 0;
+};
+
 // The host thread that issues work, as PyTorch has them: the Python thread runs forward, the
 // loss and the optimizer; autograd's device thread runs every backward (and the recomputation
 // of activation checkpointing inside it). cuBLAS handles are per thread, so each keeps its own
@@ -143,6 +159,12 @@ class Backend {
   // collective started since the last call, {host_seq() when the host issued it, clock_s() when
   // its stream started it}; empty when the backend does not record them.
   virtual std::vector<std::pair<uint64_t, double>> take_work_starts() { return {}; }
+  // Optional (per-op times): every kernel a stream ran since the last call, with the host_seq of
+  // its launch; empty when the backend does not time kernels.
+  virtual std::vector<KernelTime> take_kernel_times() { return {}; }
+  // With set_record_launches(true), every launch() since the last call (the per-op table's names).
+  void set_record_launches(bool on) { record_launches_ = on; }
+  std::vector<LaunchedOp> take_launched_ops() { return std::exchange(launched_ops_, {}); }
   // FLOPs (as OpCall declares them) of the kernels launched since the last call; clears them.
   double take_launched_flops() { return std::exchange(launched_flops_, 0.0); }
   // Collectives issued since the last call, by CollectiveKind; clears them.
@@ -191,6 +213,8 @@ class Backend {
   std::array<int, 5> collective_counts_{};
   bool out_of_memory_ = false;  // after an OOM, frees during unwinding are not recorded
   AllocationObserver observer_;
+  bool record_launches_ = false;
+  std::vector<LaunchedOp> launched_ops_;
   HostThread host_thread_ = HostThread::kMain;
   uint64_t blas_workspace_bytes_ = 0;
   std::array<std::array<Buffer, kNumStreams>, kNumHostThreads> blas_workspaces_{};

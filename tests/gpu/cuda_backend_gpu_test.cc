@@ -18,12 +18,14 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <map>
 #include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "backends/cuda/cuda_backend.h"
+#include "core/report/key_averages.h"
 #include "core/scenario/scenario.h"
 #include "runner/backend_factory.h"
 #include "runner/checkpoint.h"
@@ -173,6 +175,35 @@ TEST(CudaBackend, StepTimesAreMeasuredByStream) {
   const CudaRun off = run_cuda(s, "gloo", {}, /*measure_streams=*/false);
   for (const auto& r : off.ranks)
     for (const auto& m : r.steps) EXPECT_EQ(m.compute_s, 0.0);
+}
+
+// NOTE [Per-op times] on the GPU: every step's per-op table has its kernels' event times (more
+// than 0 in all, within the step's wall time) under the same keys and calls as the CPU backend's
+// table of the same scenario; without timing events the calls stay and the times are 0.
+TEST(CudaBackend, PerOpTimesComeFromTheEventsAroundEachLaunch) {
+  const Scenario s = load("tiny-llama-h100.json", 2);
+  const CudaRun real = run_cuda(s, "");
+  const testing::RealRun cpu = testing::run_real(s, 2);
+  const CudaRun off = run_cuda(s, "", {}, /*measure_streams=*/false);
+  for (size_t k = 0; k < 2; ++k) {
+    const auto& ops = real.ranks[0].steps.at(k).ops;
+    ASSERT_FALSE(ops.empty()) << "step " << k;
+    double sum = 0;
+    std::map<std::string, int64_t> calls, cpu_calls, off_calls;
+    for (const auto& r : ops) {
+      sum += r.measured_s;
+      calls[key_id(r.key, r.kind)] = r.calls;
+    }
+    for (const auto& r : cpu.ranks[0].steps.at(k).ops) cpu_calls[key_id(r.key, r.kind)] = r.calls;
+    for (const auto& r : off.ranks[0].steps.at(k).ops) {
+      off_calls[key_id(r.key, r.kind)] = r.calls;
+      EXPECT_EQ(r.measured_s, 0.0) << r.key;
+    }
+    EXPECT_GT(sum, 0.0) << "step " << k;
+    EXPECT_LE(sum, real.ranks[0].steps[k].seconds) << "step " << k;
+    EXPECT_EQ(calls, cpu_calls) << "step " << k;
+    EXPECT_EQ(calls, off_calls) << "step " << k;
+  }
 }
 
 // NOTE [CUDA vs CPU tolerance]: both backends store bf16 parameters and activations and compute

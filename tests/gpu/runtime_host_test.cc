@@ -397,7 +397,7 @@ TEST(DeviceProbe, LocalRankWrapsAroundSharedGpus) {
 // NOTE [Measured stream times on the GPU]: event readings (ms after the anchor) become host-clock
 // seconds; a collective is in its stream's busy list and in the collectives with the very same
 // numbers (what measured_step_breakdown matches compute-stream collectives by); work starts
-// only when asked for; an end read before its begin is the begin.
+// only when asked for; kernel times always; an end read before its begin is the begin.
 TEST(StreamTimes, EventReadingsBecomeTheBackendsMeasurements) {
   const std::vector<TimedWork> work = {
       {StreamRole::kDefault, 7, "", 0.0f, 10.0f},              // a kernel, 0-10 ms
@@ -421,6 +421,16 @@ TEST(StreamTimes, EventReadingsBecomeTheBackendsMeasurements) {
   ASSERT_EQ(t.starts.size(), 4u);
   EXPECT_EQ(t.starts[1].first, 8u);
   EXPECT_TRUE(assemble_stream_times(work, anchor, false).starts.empty());
+  // Per-op times: the kernels alone, each with its launch's seq, on the same clock, whether or
+  // not starts were asked for (NOTE [Per-op times]).
+  for (const StreamTimes& k : {t, assemble_stream_times(work, anchor, false)}) {
+    ASSERT_EQ(k.kernels.size(), 2u);
+    EXPECT_EQ(k.kernels[0].seq, 7u);
+    EXPECT_EQ(k.kernels[0].begin_s, compute[0].first);
+    EXPECT_EQ(k.kernels[0].end_s, compute[0].second);
+    EXPECT_EQ(k.kernels[1].seq, 10u);
+    EXPECT_EQ(k.kernels[1].end_s, k.kernels[1].begin_s);
+  }
 
   // Through the runner's split: compute 10 ms (kernels only), communication 10 + 2 ms, of
   // which 5 (the all-gather after the kernel) + 2 (the all-reduce) are exposed.

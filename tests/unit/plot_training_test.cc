@@ -27,6 +27,31 @@ TEST(TrainingData, MetricsJsonlStepsFromOneAndNullLossesAreGaps) {
   EXPECT_EQ(r.peak_allocated, (std::vector<double>{4096, 4096}));
 }
 
+// NOTE [Per-op panel]: the last step's per-op table is read and drawn, measured beside predicted.
+TEST(TrainingData, PerOpTableOfTheLastStepIsDrawnMeasuredBesidePredicted) {
+  const TrainingRun r = parse_metrics_jsonl(
+      "{\"step\": 0, \"loss\": 5.5, \"ops\": [{\"key\": \"old\", \"kind\": \"Fill\", \"measured_s\": 9}]}\n"
+      "{\"step\": 1, \"loss\": 5.0, \"ops\": [{\"key\": \"layers.attention backward\", \"kind\": \"AttentionBackward\", "
+      "\"calls\": 2, \"measured_s\": 0.004, \"predicted_s\": 0.002}, {\"key\": \"output\", \"kind\": \"Linear\", "
+      "\"measured_s\": 0.001, \"predicted_s\": null}]}\n{\"step\": 2, \"loss\": 4.5}\n",
+      "m.jsonl");
+  ASSERT_EQ(r.last_ops.size(), 2u);
+  EXPECT_EQ(r.last_ops_step, 2);
+  EXPECT_EQ(r.last_ops[0].key, "layers.attention backward");
+  EXPECT_EQ(r.last_ops[0].predicted_s, 0.002);
+  EXPECT_TRUE(std::isnan(r.last_ops[1].predicted_s));
+  const std::string svg = render_training_svg({r}, "t");
+  EXPECT_NE(svg.find("per-op time of step 2"), std::string::npos);
+  EXPECT_NE(svg.find("<title>measured 0.004000 s</title>"), std::string::npos);
+  EXPECT_NE(svg.find("<title>predicted 0.002000 s</title>"), std::string::npos);
+  EXPECT_EQ(svg.find("<title>predicted 0.000000"), std::string::npos);  // none drawn where none predicted
+  EXPECT_NE(svg.find("predicted 2.000 ms"), std::string::npos);          // the sums in the title
+  const std::string e = input_error_of([] {
+    parse_metrics_jsonl("{\"step\": 0, \"loss\": 1, \"ops\": [{\"kind\": \"Fill\", \"measured_s\": 1}]}\n", "m.jsonl");
+  });
+  EXPECT_NE(e.find("m.jsonl:1: ops[0].key"), std::string::npos) << e;
+}
+
 // --eval-every writes eval_loss on the evaluated steps only; the loss panel draws it dashed with dots.
 TEST(TrainingData, ValidationLossIsReadAndDrawn) {
   const TrainingRun r = parse_metrics_jsonl(

@@ -18,6 +18,7 @@
 #include "simulator/simulate.h"
 #include "tools/fullshard/backends.h"
 #include "tools/fullshard/commands.h"
+#include "tools/fullshard/op_table.h"
 
 namespace fullshard::cli {
 namespace {
@@ -108,6 +109,8 @@ nlohmann::json measured_report(const Scenario& s, const runner::LaunchResult& r)
   nlohmann::json losses = nlohmann::json::array();
   for (const auto& st : r.steps) losses.push_back(st.loss);
   out["loss_per_step"] = losses;
+  // NOTE [Per-op times]: rank 0's per-op table of every step, with the simulator's times.
+  out["ops_per_step"] = ops_per_step_json(r.steps);
   // Checkpoint saves per rank (NOTE [Asynchronous save]): host staging bytes, time exposed to
   // training and time hidden behind it.
   if (!r.ranks.empty() && r.ranks[0].checkpoint.saves > 0) {
@@ -131,6 +134,8 @@ int cmd_train(runner::LaunchOptions o, const std::string& json_out) {
   const int steps = o.steps >= 0 ? o.steps : s.training.steps;
   const runner::BackendKind& kind = real_backends().choose(o.backend, s);
   runner::validate_launch(o, s, kind);
+  // The per-op table's predicted times (NOTE [Per-op times]): the simulator on this run.
+  o.predicted_ops = predict_ops(s, steps);
   std::fprintf(stderr, "training %s: %d ranks (processes) %s, %d steps\n", o.scenario_path.c_str(), s.world_size(),
                kind.name == "cpu" ? "over Gloo" : ("on the " + kind.name + " backend").c_str(), steps);
   runner::LaunchResult r = runner::launch_local(o, real_backends());
@@ -191,6 +196,7 @@ int cmd_train(runner::LaunchOptions o, const std::string& json_out) {
                              report.at("mfu_peak_flops_per_s").get<double>() * 1e-9,
                              100 * report.at("mfu_of_sgemm").get<double>(), report.at("sgemm_gflops").get<double>(),
                              report.at("sgemm_source").get<std::string>());
+  if (!r.steps.empty() && !r.steps.back().ops.empty()) std::cout << differ_most_text(r.steps.back().ops, 5);
   if (!o.metrics_path.empty()) std::cout << "  metrics written to " << o.metrics_path << "\n";
   if (!json_out.empty()) {
     write_output_file(json_out, report.dump(1) + "\n", "--json");
@@ -208,6 +214,8 @@ int cmd_compare(const runner::LaunchOptions& o, const std::string& json_out) {
   }
   std::fprintf(stderr, "simulating %s...\n", o.scenario_path.c_str());
   sim::SimulateOptions so;
+  std::vector<PredictedKeyTimes> predicted_ops;
+  so.on_played = keep_predicted_ops(&predicted_ops);
   Scenario sim_s = s;
   if (o.steps >= 0) sim_s.training.steps = o.steps;
   sim::SimulationReport pred = sim::simulate_scenario(sim_s, so);
@@ -219,7 +227,9 @@ int cmd_compare(const runner::LaunchOptions& o, const std::string& json_out) {
   const runner::BackendKind& kind = real_backends().choose(o.backend, s);
   std::fprintf(stderr, "running %s for real: %d ranks on the %s backend...\n", o.scenario_path.c_str(), s.world_size(),
                kind.name.c_str());
-  runner::LaunchResult real = runner::launch_local(o, real_backends());
+  runner::LaunchOptions run = o;
+  run.predicted_ops = std::move(predicted_ops);
+  runner::LaunchResult real = runner::launch_local(run, real_backends());
   if (real.exit_code != 0) {
     print_errors(real);
     return real.exit_code;
@@ -250,8 +260,12 @@ int cmd_compare(const runner::LaunchOptions& o, const std::string& json_out) {
   }
   std::cout << (all_equal ? "  ok: predicted peaks equal measured peaks to the byte on every rank\n"
                           : "  MISMATCH: predicted and measured peaks differ (a bug: please report it)\n");
+  const std::vector<KeyAverage> no_ops;
+  const std::vector<KeyAverage>& last_ops = real.steps.empty() ? no_ops : real.steps.back().ops;
+  std::cout << differ_most_text(last_ops, 5);
   if (!json_out.empty()) {
     nlohmann::json j{{"scenario", s.name}, {"world_size", s.world_size()}, {"equal", all_equal}, {"ranks", ranks}};
+    j["ops"] = key_averages_json(last_ops);  // rank 0's last step (NOTE [Per-op times])
     write_output_file(json_out, j.dump(1) + "\n", "--json");
     std::cout << "  report written to " << json_out << "\n";
   }

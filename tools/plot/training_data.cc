@@ -104,6 +104,24 @@ TrainingRun parse_metrics_jsonl(const std::string& text, const std::string& wher
     r.eval_loss.push_back(json_number(row, "eval_loss", at(where, n), true));
     r.tokens_per_s.push_back(json_number(row, "tokens_per_s", at(where, n), true));
     r.peak_allocated.push_back(json_number(row, "peak_allocated_bytes", at(where, n), true));
+    if (auto ops = row.find("ops"); ops != row.end() && ops->is_array() && !ops->empty()) {
+      std::vector<OpTimes> table;
+      for (size_t i = 0; i < ops->size(); ++i) {
+        const auto& e = (*ops)[i];
+        const std::string w = at(where, n) + ": ops[" + std::to_string(i) + "]";
+        if (!e.is_object() || !e.contains("key") || !e["key"].is_string())
+          throw InputError(w + ".key", "is missing", "give fullshard's --metrics JSONL (each op names its key)");
+        OpTimes t;
+        t.key = e["key"].get<std::string>();
+        t.kind = e.value("kind", "");
+        t.measured_s = json_number(e, "measured_s", w, false);
+        if (std::isnan(t.measured_s)) throw InputError(w + ".measured_s", "is missing", "write a number");
+        t.predicted_s = json_number(e, "predicted_s", w, true);
+        table.push_back(std::move(t));
+      }
+      r.last_ops = std::move(table);
+      r.last_ops_step = step + 1;
+    }
   }
   check_steps(r, where);
   drop_if_empty(r.tokens_per_s);

@@ -3,10 +3,19 @@
 // tokens/s and peak memory per step, from fullshard's --metrics JSONL, from a CSV another trainer
 // wrote (a PyTorch run's `step,loss[,tokens_per_s][,peak_allocated_bytes]`), or from a measured
 // report's loss_per_step. Several runs overlay.
+#include <cmath>
 #include <string>
 #include <vector>
 
 namespace fullshard::plot {
+
+// One row of a step's per-op table (the metrics' "ops", NOTE [Per-op times] in
+// core/report/key_averages.h): measured and predicted seconds of one op key.
+struct OpTimes {
+  std::string key, kind;
+  double measured_s = 0;
+  double predicted_s = NAN;  // NaN: no prediction
+};
 
 struct TrainingRun {
   std::string label;  // the file name without its folder and extension
@@ -17,6 +26,9 @@ struct TrainingRun {
   std::vector<double> eval_loss;      // validation loss (--eval-every), NaN between evaluations; empty when none
   std::vector<double> tokens_per_s;   // empty when the input has none
   std::vector<double> peak_allocated; // bytes; empty when the input has none
+  // The per-op table of the last step that has one (--metrics "ops"), and that step (1-based).
+  std::vector<OpTimes> last_ops;
+  double last_ops_step = NAN;
 };
 
 // True for inputs read as training curves: .jsonl (also .jsonl.partial, a stopped run's

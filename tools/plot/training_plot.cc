@@ -62,6 +62,67 @@ double first_finite(const std::vector<double>& v, bool from_end) {
   return NAN;
 }
 
+// NOTE [Per-op panel]: under the curves, for each run whose metrics carry a per-op table, its
+// last table as horizontal bars: the kOpRows keys with the most time (measured or predicted),
+// measured seconds solid in the run's colour and the simulator's predicted seconds as a grey
+// bar beneath, on one seconds axis, so the keys the time model misprices stand out.
+constexpr size_t kOpRows = 12;
+constexpr double kOpRow = 22, kOpLabel = 300;
+
+std::vector<OpTimes> top_ops(const TrainingRun& r) {
+  std::vector<OpTimes> v = r.last_ops;
+  const auto most = [](const OpTimes& o) { return std::max(o.measured_s, std::isfinite(o.predicted_s) ? o.predicted_s : 0.0); };
+  std::stable_sort(v.begin(), v.end(), [&](const OpTimes& a, const OpTimes& b) { return most(a) > most(b); });
+  if (v.size() > kOpRows) v.resize(kOpRows);
+  return v;
+}
+
+double ops_panel_height(const TrainingRun& r) {
+  return r.last_ops.empty() ? 0 : static_cast<double>(top_ops(r).size()) * kOpRow + 40 + kGap;
+}
+
+std::string ops_panel(const TrainingRun& r, size_t i, double top) {
+  const std::vector<OpTimes> rows = top_ops(r);
+  if (rows.empty()) return "";
+  double hi = 0, measured = 0, predicted = 0;
+  bool any_pred = false;
+  for (const auto& o : r.last_ops) {
+    measured += o.measured_s;
+    if (std::isfinite(o.predicted_s)) predicted += o.predicted_s, any_pred = true;
+  }
+  for (const auto& o : rows) hi = std::max({hi, o.measured_s, std::isfinite(o.predicted_s) ? o.predicted_s : 0.0});
+  if (!(hi > 0)) hi = 1;
+  const double x0 = kLeft + kOpLabel, w = kWidth - kRight - x0;
+  std::string out = fmt::format(
+      "<text x=\"{}\" y=\"{:.1f}\" font-weight=\"bold\">{}: per-op time of step {} (ms; solid: measured {:.3f} ms in all, "
+      "grey: predicted {})</text>\n",
+      kLeft, top - 8, markup_escape(r.label), static_cast<int>(r.last_ops_step), 1e3 * measured,
+      any_pred ? fmt::format("{:.3f} ms", 1e3 * predicted) : std::string("none"));
+  const double h = static_cast<double>(rows.size()) * kOpRow;
+  const std::vector<double> ticks = nice_ticks(0, 1e3 * hi, 5);
+  const double axis_hi = std::max(1e3 * hi, ticks.back());
+  for (double t : ticks) {
+    const double x = x0 + t / axis_hi * w;
+    out += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"#eee\"/>"
+                       "<text x=\"{0:.1f}\" y=\"{3:.1f}\" text-anchor=\"middle\">{4}</text>\n",
+                       x, top, top + h, top + h + 16, plain_label(t, ticks.size() > 1 ? ticks[1] - ticks[0] : 1));
+  }
+  for (size_t k = 0; k < rows.size(); ++k) {
+    const OpTimes& o = rows[k];
+    const double y = top + static_cast<double>(k) * kOpRow;
+    std::string label = o.key + " (" + o.kind + ")";
+    if (label.size() > 46) label = label.substr(0, 43) + "...";
+    out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>", x0 - 6, y + 14, markup_escape(label));
+    out += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"9\" fill=\"{}\"><title>measured {:.6f} s</title></rect>",
+                       x0, y + 2, 1e3 * o.measured_s / axis_hi * w, color(i), o.measured_s);
+    if (std::isfinite(o.predicted_s))
+      out += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"7\" fill=\"#aaa\"><title>predicted {:.6f} s</title></rect>",
+                         x0, y + 12, 1e3 * o.predicted_s / axis_hi * w, o.predicted_s);
+    out += "\n";
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string default_training_title(const std::vector<TrainingRun>& runs) {
@@ -98,7 +159,9 @@ std::string render_training_svg(const std::vector<TrainingRun>& runs, const std:
   if (!(s1 > s0)) s1 = s0 + 1;
   const double legend_h = 18.0 * static_cast<double>(runs.size());
   const double top0 = 40 + legend_h + 12;
-  const double height = top0 + static_cast<double>(metrics.size()) * (kPanel + kGap) + 8;
+  double ops_h = 0;
+  for (const auto& r : runs) ops_h += ops_panel_height(r);
+  const double height = top0 + static_cast<double>(metrics.size()) * (kPanel + kGap) + ops_h + 8;
   std::string out = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1:.0f}\" viewBox=\"0 0 {0} {1:.0f}\" "
       "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"#fff\"/>\n"
@@ -170,6 +233,11 @@ std::string render_training_svg(const std::vector<TrainingRun>& runs, const std:
         out += fmt::format("<path d=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" stroke-dasharray=\"6 4\"/>{}\n",
                            ed, color(i), dots);
     }
+  }
+  double ops_top = top0 + static_cast<double>(metrics.size()) * (kPanel + kGap) + 12;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    out += ops_panel(runs[i], i, ops_top);
+    ops_top += ops_panel_height(runs[i]);
   }
   return out + "</svg>\n";
 }
