@@ -298,13 +298,18 @@ void attention_forward_tc(const AttnLayout& l, const void* q, const void* k, con
                           float* lse, cudaStream_t s);  // attention_tc.cu
 void attention_backward_tc(const AttnLayout& l, const void* dout, const void* q, const void* k, const void* v,
                            int dqkv, const float* lse, const launch::AttnGrads& g, cudaStream_t s);  // attention_tc_bwd.cu
+void attention_forward_fa2(const AttnLayout& l, const void* q, const void* k, const void* v, int dqkv, void* o,
+                           int dout, float* lse, cudaStream_t s);  // attention_fa2_fwd.cu
+void attention_backward_fa2(const AttnLayout& l, const void* dout, const void* q, const void* k, const void* v,
+                            int dqkv, const float* lse, const launch::AttnGrads& g, cudaStream_t s);  // attention_fa2_bwd.cu
 
 namespace launch {
 
 void attention_forward(const AttnLayout& l, const void* q, const void* k, const void* v, int dqkv, void* o, int dout,
-                       float* lse, bool tensor_cores, cudaStream_t s) {
+                       float* lse, AttnKernel kernel, cudaStream_t s) {
   if (l.B * l.S == 0) return;
-  if (tensor_cores) return attention_forward_tc(l, q, k, v, dqkv, o, dout, lse, s);
+  if (kernel == AttnKernel::kFa2) return attention_forward_fa2(l, q, k, v, dqkv, o, dout, lse, s);
+  if (kernel == AttnKernel::kWmma) return attention_forward_tc(l, q, k, v, dqkv, o, dout, lse, s);
   const dim3 grid(static_cast<unsigned>((l.S + kRows - 1) / kRows), static_cast<unsigned>(l.B * l.H));
   allow_smem(attn_fwd_simt, fwd_smem(l.hd));
   attn_fwd_simt<<<grid, kWarps * 32, fwd_smem(l.hd), s>>>(l, q, k, v, dqkv, o, dout, lse);
@@ -312,13 +317,14 @@ void attention_forward(const AttnLayout& l, const void* q, const void* k, const 
 }
 
 void attention_backward(const AttnLayout& l, const void* dout, int ddout, const void* q, const void* k, const void* v,
-                        int dqkv, const void* o, int dt_o, const float* lse, const AttnGrads& g, bool tensor_cores,
+                        int dqkv, const void* o, int dt_o, const float* lse, const AttnGrads& g, AttnKernel kernel,
                         cudaStream_t s) {
   if (l.B * l.S == 0) return;
   const plan::Launch dl = plan::launch_1d(l.B * l.S * l.H * 32);
   attn_bwd_delta<<<dl.grid, dl.block, 0, s>>>(l, dout, ddout, o, dt_o, g.softmax_d, g.softmax_d_ld);
   check_launch("attention backward softmax_d");
-  if (tensor_cores) return attention_backward_tc(l, dout, q, k, v, dqkv, lse, g, s);  // NOTE [Tensor-core flash backward]
+  if (kernel == AttnKernel::kFa2) return attention_backward_fa2(l, dout, q, k, v, dqkv, lse, g, s);
+  if (kernel == AttnKernel::kWmma) return attention_backward_tc(l, dout, q, k, v, dqkv, lse, g, s);
   const dim3 gq(static_cast<unsigned>((l.S + kRows - 1) / kRows), static_cast<unsigned>(l.B * l.H));
   allow_smem(attn_bwd_dq, dq_smem(l.hd));
   attn_bwd_dq<<<gq, kWarps * 32, dq_smem(l.hd), s>>>(l, dout, ddout, q, k, v, dqkv, lse, g.softmax_d, g.softmax_d_ld,

@@ -1,0 +1,71 @@
+#pragma once
+// Launch plan of the FlashAttention-2 kernels (attention_fa2_fwd.cu, attention_fa2_bwd.cu):
+// tile sizes, shared memory bytes, grids and the tile orders, as plain functions that the
+// kernels and the host tests (tests/gpu/cuda_kernels_plan_test.cc) both use.
+//
+// NOTE [FlashAttention-2 tiles]: a block is 4 warps. Forward: a query tile of BM rows (128 at
+// head_dim <= 64, 64 above, where the fp32 output rows fill the registers), each warp owning
+// BM / 4 rows (two or one m16 MMA tiles), walking key tiles of 64 in shared memory, double
+// buffered. Backward: a key tile of 64 rows (16 per warp) walking query tiles of BM (64 at
+// head_dim <= 64, 32 above: dK and dV of 16 x hd stay in registers). Rows are padded by 8
+// elements (16 bytes) so that the 8 row addresses of an ldmatrix fall in 8 distinct bank groups.
+#include <cstddef>
+#include <cstdint>
+
+#include "backends/cuda/kernels/index_math.h"
+
+namespace fullshard::cuda::fa2 {
+
+constexpr int kWarps = 4, kThreads = kWarps * 32;
+constexpr int kKeyTile = 64;  // forward key tile (BN) and backward key tile
+
+// head_dim the kernels are built for: a multiple of 16 (the MMA's k) up to 128.
+FS_HD constexpr bool supports_head_dim(int64_t hd) { return hd == 32 || hd == 64 || hd == 80 || hd == 96 || hd == 128; }
+
+FS_HD constexpr int fwd_query_tile(int64_t hd) { return hd <= 64 ? 128 : 64; }
+FS_HD constexpr int bwd_query_tile(int64_t hd) { return hd <= 64 ? 64 : 32; }
+FS_HD constexpr int row_stride(int64_t hd) { return static_cast<int>(hd) + 8; }  // elements
+// dQ = dS K is computed in column chunks of this many head dims (registers).
+FS_HD constexpr int bwd_dq_chunk(int64_t hd) { return hd % 32 == 0 ? 32 : 16; }
+
+// Q tile, then K and V, two buffers each (16-bit elements).
+FS_HD constexpr size_t fwd_smem_bytes(int64_t hd) {
+  return static_cast<size_t>(fwd_query_tile(hd) + 4 * kKeyTile) * row_stride(hd) * 2;
+}
+// K, V; Q and dO two buffers each; dS^T [64][BM + 8]; lse and softmax_d two buffers each.
+FS_HD constexpr size_t bwd_smem_bytes(int64_t hd) {
+  return static_cast<size_t>(2 * kKeyTile + 4 * bwd_query_tile(hd)) * row_stride(hd) * 2 +
+         static_cast<size_t>(kKeyTile) * (bwd_query_tile(hd) + 8) * 2 + static_cast<size_t>(4 * bwd_query_tile(hd)) * 4;
+}
+
+FS_HD constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Grids: x = tiles, y = query heads, z = batch (heads split across blocks).
+struct Grid3 {
+  int64_t x, y, z;
+};
+FS_HD Grid3 fwd_grid(const AttnLayout& l) { return {ceil_div(l.S, fwd_query_tile(l.hd)), l.H, l.B}; }
+FS_HD Grid3 bwd_grid(const AttnLayout& l) { return {ceil_div(l.S, kKeyTile), l.H, l.B}; }
+
+// Forward: block x runs query tile tiles - 1 - x, so the longest causal rows start first.
+FS_HD constexpr int64_t fwd_query_tile_of_block(int64_t block_x, int64_t tiles) { return tiles - 1 - block_x; }
+// Forward: key tiles [0, n) reach query tile qt (its last row is min(S, (qt+1) BM) - 1); the
+// kernel walks them from n - 1 (the diagonal, masked) down to 0.
+FS_HD constexpr int64_t fwd_key_tiles(int64_t qt, int64_t S, int64_t hd) {
+  return ceil_div((qt + 1) * fwd_query_tile(hd) < S ? (qt + 1) * fwd_query_tile(hd) : S, kKeyTile);
+}
+// Forward: key tile kt needs the causal mask in query tile qt when a key of it lies past the
+// tile's first query row.
+FS_HD constexpr bool fwd_tile_masked(int64_t qt, int64_t kt, int64_t hd) {
+  return (kt + 1) * kKeyTile - 1 > qt * fwd_query_tile(hd);
+}
+// Backward: key tile x (block 0 has the most query tiles: longest first) walks query tiles
+// [first, tiles): earlier queries see none of its keys.
+FS_HD constexpr int64_t bwd_first_query_tile(int64_t kt, int64_t hd) { return kt * kKeyTile / bwd_query_tile(hd); }
+// GQA: query head h reads kv head h / (H / Hkv).
+FS_HD constexpr int64_t kv_head(int64_t h, int64_t group) { return h / group; }
+
+static_assert(fwd_smem_bytes(64) == 55296 && fwd_smem_bytes(128) == 87040, "NOTE [FlashAttention-2 tiles]");
+static_assert(bwd_smem_bytes(64) == 65536 && bwd_smem_bytes(128) == 75264, "NOTE [FlashAttention-2 tiles]");
+
+}  // namespace fullshard::cuda::fa2
