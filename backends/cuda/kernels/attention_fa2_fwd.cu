@@ -53,6 +53,7 @@ __global__ void __launch_bounds__(kThreads)
                    [&](int r) { return j0 + r < l.S ? attn_v_index(l, b, j0 + r, kvh) : int64_t(-1); });
   };
   async_rows<HD>(Qs, LD, q, BM, [&](int r) { return q0 + r < l.S ? attn_q_index(l, b, q0 + r, h) : int64_t(-1); });
+  cp_async_commit();
   load_kv(n_tiles - 1, 0);
   cp_async_commit();
 
@@ -70,6 +71,13 @@ __global__ void __launch_bounds__(kThreads)
       for (int e = 0; e < 4; ++e) acc[mt][n][e] = 0.0f;
   }
   uint32_t qf[MT][KD][4];
+  cp_async_wait<1>();  // Q (the first group) has landed
+  __syncthreads();
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int kd = 0; kd < KD; ++kd)
+      ldmatrix_x4(qf[mt][kd], Qs + (wr0 + mt * 16 + a_row(lane)) * LD + kd * 16 + a_col(lane));
   const float sl2 = l.scale * 1.4426950408889634f;  // scale * log2(e): exp(x scale) = exp2(x sl2)
 
   for (int64_t it = 0; it < n_tiles; ++it) {
@@ -83,13 +91,6 @@ __global__ void __launch_bounds__(kThreads)
       cp_async_wait<0>();
     }
     __syncthreads();
-    if (it == 0) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int kd = 0; kd < KD; ++kd)
-          ldmatrix_x4(qf[mt][kd], Qs + (wr0 + mt * 16 + a_row(lane)) * LD + kd * 16 + a_col(lane));
-    }
     const T* Kb = Ks + buf * BN * LD;
     const T* Vb = Vs + buf * BN * LD;
 

@@ -4,7 +4,7 @@
 // kernels and the host tests (tests/gpu/cuda_kernels_plan_test.cc) both use.
 //
 // NOTE [FlashAttention-2 tiles]: a block is 4 warps. Forward: a query tile of BM rows (128 at
-// head_dim <= 64, 64 above, where the fp32 output rows fill the registers), each warp owning
+// head_dim 64, else 64: above 64 the fp32 output rows fill the registers), each warp owning
 // BM / 4 rows (two or one m16 MMA tiles), walking key tiles of 64 in shared memory, double
 // buffered. Backward: a key tile of 64 rows (16 per warp) walking query tiles of BM (64 at
 // head_dim <= 64, 32 above: dK and dV of 16 x hd stay in registers). Rows are padded by 8
@@ -22,7 +22,9 @@ constexpr int kKeyTile = 64;  // forward key tile (BN) and backward key tile
 // head_dim the kernels are built for: a multiple of 16 (the MMA's k) up to 128.
 FS_HD constexpr bool supports_head_dim(int64_t hd) { return hd == 32 || hd == 64 || hd == 80 || hd == 96 || hd == 128; }
 
-FS_HD constexpr int fwd_query_tile(int64_t hd) { return hd <= 64 ? 128 : 64; }
+// 128 rows (two m16 tiles per warp) at head_dim 64; 64 elsewhere (at 32 the 128-row tile
+// spills on sm_80, above 64 the O fragments fill the registers).
+FS_HD constexpr int fwd_query_tile(int64_t hd) { return hd == 64 ? 128 : 64; }
 FS_HD constexpr int bwd_query_tile(int64_t hd) { return hd <= 64 ? 64 : 32; }
 FS_HD constexpr int row_stride(int64_t hd) { return static_cast<int>(hd) + 8; }  // elements
 // dQ = dS K is computed in column chunks of this many head dims (registers).
