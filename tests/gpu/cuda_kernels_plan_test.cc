@@ -6,17 +6,14 @@
 // attention index maps, operand checks and launch shapes are checked directly.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <bit>
 #include <cmath>
-#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <random>
 #include <tuple>
 
 #include "backends/cpu/kernels/kernels.h"
-#include "backends/cuda/kernels/attention_fa2_plan.h"
 #include "backends/cuda/kernels/cuda_kernels.h"
 #include "backends/cuda/kernels/eager_index.h"
 #include "backends/cuda/kernels/plan.h"
@@ -636,101 +633,3 @@ TEST(CudaPlan, EagerOpsRefuseBadLayoutsBeforeLaunching) {
 
 }  // namespace
 
-namespace fa2 = cuda::fa2;
-
-// NOTE [FlashAttention-2 tiles]: the launch plan the kernels read, at the shapes that matter
-// (the 1B and 8B Llama benchmarks) and at odd lengths: grids cover every query / key row with
-// heads split across blocks, the forward visits exactly the causal key tiles of each query
-// tile, longest first, masking only tiles that cross the diagonal; the backward's key tiles
-// start at the first query tile that sees them; shared memory fits sm_80's and sm_90's opt-in
-// limits (163 / 227 KB) at every head dim; GQA maps query heads to kv heads in groups.
-TEST(CudaPlan, FlashAttention2LaunchPlan) {
-  for (int64_t hd : {32, 64, 80, 96, 128}) {
-    ASSERT_TRUE(fa2::supports_head_dim(hd));
-    EXPECT_LE(fa2::fwd_smem_bytes(hd), 163u * 1024) << hd;
-    EXPECT_LE(fa2::bwd_smem_bytes(hd), 163u * 1024) << hd;
-    EXPECT_EQ(fa2::fwd_query_tile(hd) % (16 * fa2::kWarps), 0) << hd;  // whole m16 tiles per warp
-    EXPECT_EQ(fa2::fwd_query_tile(hd) % fa2::kKeyTile, 0) << hd;        // diagonal tiles align
-    EXPECT_EQ(fa2::kKeyTile % fa2::bwd_query_tile(hd), 0) << hd;
-    EXPECT_EQ(hd % fa2::bwd_dq_chunk(hd), 0) << hd;
-    EXPECT_EQ(fa2::row_stride(hd) * 2 % 16, 0) << hd;  // cp.async / ldmatrix rows 16-byte aligned
-  }
-  for (int64_t hd : {0, 8, 16, 40, 48, 256}) EXPECT_FALSE(fa2::supports_head_dim(hd)) << hd;
-  EXPECT_EQ(fa2::fwd_query_tile(64), 128);
-  EXPECT_EQ(fa2::fwd_query_tile(128), 64);
-  struct Shape {
-    int64_t B, S, H, Hkv, hd;
-  };
-  for (Shape sh : {Shape{2, 4096, 32, 8, 64}, Shape{1, 8192, 32, 8, 128}, Shape{2, 1, 2, 2, 64}, Shape{2, 63, 8, 2, 128},
-                   Shape{2, 65, 8, 1, 64}, Shape{3, 200, 4, 4, 96}, Shape{1, 333, 8, 8, 80}, Shape{1, 129, 2, 1, 32}}) {
-    cuda::AttnLayout l{};
-    l.B = sh.B;
-    l.S = sh.S;
-    l.H = sh.H;
-    l.Hkv = sh.Hkv;
-    l.hd = sh.hd;
-    l.group = sh.H / sh.Hkv;
-    const std::string what = "S" + std::to_string(sh.S) + " hd" + std::to_string(sh.hd);
-    const int64_t BM = fa2::fwd_query_tile(sh.hd), BN = fa2::kKeyTile;
-    const fa2::Grid3 f = fa2::fwd_grid(l), b = fa2::bwd_grid(l);
-    EXPECT_EQ(f.y, sh.H) << what;
-    EXPECT_EQ(f.z, sh.B) << what;
-    EXPECT_GE(f.x * BM, sh.S) << what;
-    EXPECT_LT((f.x - 1) * BM, sh.S) << what;
-    EXPECT_EQ(b.y, sh.H) << what;
-    EXPECT_EQ(b.z, sh.B) << what;
-    EXPECT_GE(b.x * BN, sh.S) << what;
-    EXPECT_LT((b.x - 1) * BN, sh.S) << what;
-    // Forward: blocks in launch order take query tiles from the last (longest) down, each once.
-    std::vector<int> seen(static_cast<size_t>(f.x), 0);
-    int64_t prev_keys = INT64_MAX;
-    for (int64_t x = 0; x < f.x; ++x) {
-      const int64_t qt = fa2::fwd_query_tile_of_block(x, f.x);
-      ASSERT_GE(qt, 0) << what;
-      ASSERT_LT(qt, f.x) << what;
-      ++seen[static_cast<size_t>(qt)];
-      const int64_t n = fa2::fwd_key_tiles(qt, sh.S, sh.hd);
-      EXPECT_LE(n, prev_keys) << what << ": longest first";
-      prev_keys = n;
-      // Tile kt is needed iff some key in it is <= the tile's last valid row. A tile the kernel
-      // does not mask holds no (row, key) pair with key > row, rows and keys counted to the
-      // tile's end (padding included); brute force on the short sequences.
-      const int64_t last_row = std::min(sh.S, (qt + 1) * BM) - 1;
-      for (int64_t kt = 0; kt * BN < sh.S; ++kt) {
-        EXPECT_EQ(kt < n, kt * BN <= last_row) << what << " qt " << qt << " kt " << kt;
-        if (kt >= n || sh.S > 512 || fa2::fwd_tile_masked(qt, kt, sh.hd)) continue;
-        for (int64_t i = qt * BM; i < (qt + 1) * BM; ++i)
-          for (int64_t j = kt * BN; j < (kt + 1) * BN; ++j) ASSERT_LE(j, i) << what << " qt " << qt << " kt " << kt;
-      }
-    }
-    for (int c : seen) EXPECT_EQ(c, 1) << what;
-    // Backward: key tile kt starts at the first query tile holding a query >= its first key,
-    // and skipping the tiles before misses no (query >= key) pair.
-    const int64_t BQ = fa2::bwd_query_tile(sh.hd);
-    for (int64_t kt = 0; kt < b.x; ++kt) {
-      const int64_t m = fa2::bwd_first_query_tile(kt, sh.hd);
-      EXPECT_LE(m * BQ, kt * BN) << what;
-      EXPECT_GE((m + 1) * BQ - 1, kt * BN) << what;
-    }
-    // GQA: heads h and h' share a kv head iff they are in the same group of H / Hkv.
-    for (int64_t h = 0; h < sh.H; ++h) {
-      EXPECT_EQ(fa2::kv_head(h, l.group), h * sh.Hkv / sh.H) << what;
-      EXPECT_LT(fa2::kv_head(h, l.group), sh.Hkv) << what;
-    }
-  }
-}
-
-// Which head dims and dtypes take the FlashAttention-2 kernels.
-TEST(CudaPlan, FlashAttention2Applies) {
-  plan::AttnPlan p;
-  for (int64_t hd : {32, 64, 80, 96, 128}) {
-    p.l.hd = hd;
-    EXPECT_TRUE(plan::attention_uses_fa2(p, DType::kBFloat16)) << hd;
-    EXPECT_TRUE(plan::attention_uses_fa2(p, DType::kFloat16)) << hd;
-    EXPECT_FALSE(plan::attention_uses_fa2(p, DType::kFloat32)) << hd;
-  }
-  for (int64_t hd : {8, 40, 256}) {
-    p.l.hd = hd;
-    EXPECT_FALSE(plan::attention_uses_fa2(p, DType::kBFloat16)) << hd;
-  }
-}

@@ -9,6 +9,11 @@ target_link_libraries(cuda_kernels_plan_test PRIVATE fullshard_cuda_kernels full
                       rapidcheck GTest::gtest GTest::gtest_main)
 target_include_directories(cuda_kernels_plan_test PRIVATE ${PROJECT_SOURCE_DIR})
 add_test(NAME cuda_kernels.plan COMMAND cuda_kernels_plan_test)
+# FlashAttention-2's launch plan and fragment maps (host only).
+add_executable(attention_fa2_plan_test ${CMAKE_CURRENT_SOURCE_DIR}/attention_fa2_plan_test.cc)
+target_link_libraries(attention_fa2_plan_test PRIVATE fullshard_cuda_kernels GTest::gtest GTest::gtest_main)
+target_include_directories(attention_fa2_plan_test PRIVATE ${PROJECT_SOURCE_DIR})
+add_test(NAME cuda_kernels.fa2_plan COMMAND attention_fa2_plan_test)
 
 foreach(t cuda_kernels_test cuda_kernels_eager_test)
   add_executable(${t} ${CMAKE_CURRENT_SOURCE_DIR}/${t}.cc)

@@ -18,6 +18,8 @@
 
 #include <cstdint>
 
+#include "backends/cuda/kernels/attention_fa2_plan.h"
+
 namespace fullshard::cuda::fa2 {
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -90,19 +92,8 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&c0)[4],
   a[3] = pack2<T>(c1[2], c1[3]);
 }
 
-// Lane offsets (row, column) into a row-major 16-bit tile for ldmatrix.x4:
-//  a_rows:  the A fragment of a 16 x 16 block (rows r0.., k columns c0..).
-//  b_rows:  B fragments of two n8 tiles from a row-major [n][k] tile (K for S = Q K^T).
-//  bt_rows: B fragments of two n8 tiles from a row-major [k][n] tile, with .trans (V for P V).
-//  at_rows: the A fragment of a 16 x 16 block from a row-major [k][m] tile, with .trans.
-__device__ __forceinline__ int a_row(int lane) { return lane & 15; }
-__device__ __forceinline__ int a_col(int lane) { return (lane >> 4) * 8; }
-__device__ __forceinline__ int b_row(int lane) { return (lane & 7) + ((lane >> 4) << 3); }
-__device__ __forceinline__ int b_col(int lane) { return ((lane >> 3) & 1) * 8; }
-__device__ __forceinline__ int bt_row(int lane) { return (lane & 7) + (((lane >> 3) & 1) << 3); }
-__device__ __forceinline__ int bt_col(int lane) { return (lane >> 4) * 8; }
-__device__ __forceinline__ int at_row(int lane) { return (lane & 7) + ((lane >> 4) << 3); }
-__device__ __forceinline__ int at_col(int lane) { return ((lane >> 3) & 1) * 8; }
+// The ldmatrix lane maps (a_row, b_row, bt_row, at_row, ...) are in attention_fa2_plan.h, where
+// the host tests emulate them.
 
 // rows x HD elements from global (row t at src + idx(t), skipped (zeros) when idx(t) < 0) into
 // shared with row stride ld, 16 bytes per cp.async, all threads of the block.

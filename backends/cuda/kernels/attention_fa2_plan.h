@@ -67,6 +67,21 @@ FS_HD constexpr int64_t bwd_first_query_tile(int64_t kt, int64_t hd) { return kt
 // GQA: query head h reads kv head h / (H / Hkv).
 FS_HD constexpr int64_t kv_head(int64_t h, int64_t group) { return h / group; }
 
+// Lane offsets (row, column) into a row-major 16-bit tile for ldmatrix.x4 (NOTE [mma.sync
+// fragments] in attention_fa2.cuh; emulated on the host in tests/gpu/attention_fa2_plan_test.cc):
+//  a_*:  the A fragment of a 16 x 16 block of a row-major [m][k] tile (Q, K, V as A).
+//  b_*:  B fragments of two n8 tiles from a row-major [n][k] tile (K for S = Q K^T).
+//  bt_*: B fragments of two n8 tiles from a row-major [k][n] tile, with .trans (V for P V).
+//  at_*: the A fragment of a 16 x 16 block from a row-major [k][m] tile, with .trans (dS^T).
+FS_HD constexpr int a_row(int lane) { return lane & 15; }
+FS_HD constexpr int a_col(int lane) { return (lane >> 4) * 8; }
+FS_HD constexpr int b_row(int lane) { return (lane & 7) + ((lane >> 4) << 3); }
+FS_HD constexpr int b_col(int lane) { return ((lane >> 3) & 1) * 8; }
+FS_HD constexpr int bt_row(int lane) { return (lane & 7) + (((lane >> 3) & 1) << 3); }
+FS_HD constexpr int bt_col(int lane) { return (lane >> 4) * 8; }
+FS_HD constexpr int at_row(int lane) { return (lane & 7) + ((lane >> 4) << 3); }
+FS_HD constexpr int at_col(int lane) { return ((lane >> 3) & 1) * 8; }
+
 static_assert(fwd_smem_bytes(64) == 55296 && fwd_smem_bytes(128) == 87040, "NOTE [FlashAttention-2 tiles]");
 static_assert(bwd_smem_bytes(64) == 65536 && bwd_smem_bytes(128) == 75264, "NOTE [FlashAttention-2 tiles]");
 
