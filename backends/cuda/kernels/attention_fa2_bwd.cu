@@ -5,8 +5,8 @@
 // (attn_bwd_delta, attention.cu), into exactly the temporaries the model declares for PyTorch's
 // flash backward (NOTE [Flash attention backward temporaries], core/model/ops.cc):
 //  1. dq_accum (fp32 [B, round128(S), H, round32(hd)]) is zeroed.
-//  2. The main kernel: a block of 4 warps owns a key tile of 64 rows of one (batch, query head),
-//     16 keys per warp, K and V copied once; it walks the query tiles from its own to the end
+//  2. The main kernel: a block of 8 warps (4 at head_dim 128) owns a key tile of 16 keys per
+//     warp of one (batch, query head), K and V copied once; it walks the query tiles from its own to the end
 //     with Q, dO, lse and softmax_d double buffered by cp.async. Per query tile the five
 //     products: each warp computes S^T = K Q^T and dP^T = V dO^T (16 keys x BM queries, in
 //     registers), P^T = exp(scale S^T - lse) (0 past the causal diagonal) and dS^T = P^T (dP^T
@@ -53,11 +53,11 @@ __device__ __forceinline__ void add2(float* p, float a, float b) {
 }
 
 template <class T, int HD>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(bwd_threads(HD))
     attn_bwd_fa2(AttnLayout l, const T* __restrict__ dout, const T* __restrict__ q, const T* __restrict__ k,
                  const T* __restrict__ v, const float* __restrict__ lse, const float* __restrict__ softmax_d,
                  int64_t sd_ld, DqAccum dqa, void* dk, void* dv, int ddk) {
-  constexpr int BN = kKeyTile, BM = bwd_query_tile(HD), LD = row_stride(HD), LDS = BM + 8;
+  constexpr int BN = bwd_key_tile(HD), BM = bwd_query_tile(HD), W = bwd_warps(HD), LD = row_stride(HD), LDS = BM + 8;
   constexpr int KD = HD / 16, NQ = BM / 8, ND = HD / 8, QC = bwd_dq_chunk(HD);
   extern __shared__ __align__(128) unsigned char raw[];
   T* Ks = reinterpret_cast<T*>(raw);
@@ -178,7 +178,7 @@ __global__ void __launch_bounds__(kThreads)
 
     // dQ (BM x HD) = dS K: units of 16 query rows x QC head dims, spread over the warps.
     constexpr int kRowBlocks = BM / 16, kUnits = kRowBlocks * (HD / QC);
-    for (int u = warp; u < kUnits; u += kWarps) {
+    for (int u = warp; u < kUnits; u += W) {
       const int rb = u % kRowBlocks, ch = u / kRowBlocks;
       float dq[QC / 8][4];
 #pragma unroll
@@ -273,7 +273,7 @@ void run_bwd(const AttnLayout& l, const void* dout, const void* q, const void* k
   void* dk = gqa ? gr.dk_expanded : gr.dk;
   void* dv = gqa ? gr.dv_expanded : gr.dv;
   const int ddk = gqa ? gr.dd_expanded : gr.ddk;
-  attn_bwd_fa2<T, HD><<<grid, kThreads, smem, s>>>(
+  attn_bwd_fa2<T, HD><<<grid, bwd_threads(HD), smem, s>>>(
       l, static_cast<const T*>(dout), static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
       lse, gr.softmax_d, gr.softmax_d_ld, dqa, dk, dv, ddk);
   launch::check_launch("attention backward (FlashAttention-2; FULLSHARD_ATTENTION_KERNELS=wmma runs the WMMA kernels)");

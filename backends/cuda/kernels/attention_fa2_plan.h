@@ -3,11 +3,12 @@
 // tile sizes, shared memory bytes, grids and the tile orders, as plain functions that the
 // kernels and the host tests (tests/gpu/cuda_kernels_plan_test.cc) both use.
 //
-// NOTE [FlashAttention-2 tiles]: a block is 4 warps. Forward: a query tile of BM rows (128 at
+// NOTE [FlashAttention-2 tiles]: Forward: 4 warps, a query tile of BM rows (128 at
 // head_dim 64, else 64: above 64 the fp32 output rows fill the registers), each warp owning
 // BM / 4 rows (two or one m16 MMA tiles), walking key tiles of 64 in shared memory, double
-// buffered. Backward: a key tile of 64 rows (16 per warp) walking query tiles of BM (64 at
-// head_dim <= 64, 32 above: dK and dV of 16 x hd stay in registers). Rows are padded by 8
+// buffered. Backward: a key tile of 16 rows per warp (8 warps up to head_dim 96, 4 at 128)
+// walking query tiles of BM (64 at head_dim <= 64, 32 above: dK and dV of 16 x hd stay in
+// registers). Rows are padded by 8
 // elements (16 bytes) so that the 8 row addresses of an ldmatrix fall in 8 distinct bank groups.
 #include <cstddef>
 #include <cstdint>
@@ -16,8 +17,8 @@
 
 namespace fullshard::cuda::fa2 {
 
-constexpr int kWarps = 4, kThreads = kWarps * 32;
-constexpr int kKeyTile = 64;  // forward key tile (BN) and backward key tile
+constexpr int kWarps = 4, kThreads = kWarps * 32;  // forward block
+constexpr int kKeyTile = 64;                          // forward key tile (BN)
 
 // head_dim the kernels are built for: a multiple of 16 (the MMA's k) up to 128.
 FS_HD constexpr bool supports_head_dim(int64_t hd) { return hd == 32 || hd == 64 || hd == 80 || hd == 96 || hd == 128; }
@@ -26,6 +27,12 @@ FS_HD constexpr bool supports_head_dim(int64_t hd) { return hd == 32 || hd == 64
 // spills on sm_80, above 64 the O fragments fill the registers).
 FS_HD constexpr int fwd_query_tile(int64_t hd) { return hd == 64 ? 128 : 64; }
 FS_HD constexpr int bwd_query_tile(int64_t hd) { return hd <= 64 ? 64 : 32; }
+// Backward block: 16 keys per warp, 8 warps (a key tile of 128, as FlashAttention-2: half the
+// dq atomics and Q / dO copies of 64) up to head_dim 96; 4 warps (64 keys) at 128, where 128
+// keys would take 115 KB of shared memory, more than sm_86 / sm_89 grant (99 KB).
+FS_HD constexpr int bwd_warps(int64_t hd) { return hd <= 96 ? 8 : 4; }
+FS_HD constexpr int bwd_threads(int64_t hd) { return 32 * bwd_warps(hd); }
+FS_HD constexpr int bwd_key_tile(int64_t hd) { return 16 * bwd_warps(hd); }
 FS_HD constexpr int row_stride(int64_t hd) { return static_cast<int>(hd) + 8; }  // elements
 // dQ = dS K is computed in column chunks of this many head dims (registers).
 FS_HD constexpr int bwd_dq_chunk(int64_t hd) { return hd % 32 == 0 ? 32 : 16; }
@@ -34,10 +41,11 @@ FS_HD constexpr int bwd_dq_chunk(int64_t hd) { return hd % 32 == 0 ? 32 : 16; }
 FS_HD constexpr size_t fwd_smem_bytes(int64_t hd) {
   return static_cast<size_t>(fwd_query_tile(hd) + 4 * kKeyTile) * row_stride(hd) * 2;
 }
-// K, V; Q and dO two buffers each; dS^T [64][BM + 8]; lse and softmax_d two buffers each.
+// K, V; Q and dO two buffers each; dS^T [key tile][BM + 8]; lse and softmax_d two buffers each.
 FS_HD constexpr size_t bwd_smem_bytes(int64_t hd) {
-  return static_cast<size_t>(2 * kKeyTile + 4 * bwd_query_tile(hd)) * row_stride(hd) * 2 +
-         static_cast<size_t>(kKeyTile) * (bwd_query_tile(hd) + 8) * 2 + static_cast<size_t>(4 * bwd_query_tile(hd)) * 4;
+  return static_cast<size_t>(2 * bwd_key_tile(hd) + 4 * bwd_query_tile(hd)) * row_stride(hd) * 2 +
+         static_cast<size_t>(bwd_key_tile(hd)) * (bwd_query_tile(hd) + 8) * 2 +
+         static_cast<size_t>(4 * bwd_query_tile(hd)) * 4;
 }
 
 FS_HD constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -47,7 +55,7 @@ struct Grid3 {
   int64_t x, y, z;
 };
 FS_HD Grid3 fwd_grid(const AttnLayout& l) { return {ceil_div(l.S, fwd_query_tile(l.hd)), l.H, l.B}; }
-FS_HD Grid3 bwd_grid(const AttnLayout& l) { return {ceil_div(l.S, kKeyTile), l.H, l.B}; }
+FS_HD Grid3 bwd_grid(const AttnLayout& l) { return {ceil_div(l.S, bwd_key_tile(l.hd)), l.H, l.B}; }
 
 // Forward: block x runs query tile tiles - 1 - x, so the longest causal rows start first.
 FS_HD constexpr int64_t fwd_query_tile_of_block(int64_t block_x, int64_t tiles) { return tiles - 1 - block_x; }
@@ -63,7 +71,9 @@ FS_HD constexpr bool fwd_tile_masked(int64_t qt, int64_t kt, int64_t hd) {
 }
 // Backward: key tile x (block 0 has the most query tiles: longest first) walks query tiles
 // [first, tiles): earlier queries see none of its keys.
-FS_HD constexpr int64_t bwd_first_query_tile(int64_t kt, int64_t hd) { return kt * kKeyTile / bwd_query_tile(hd); }
+FS_HD constexpr int64_t bwd_first_query_tile(int64_t kt, int64_t hd) {
+  return kt * bwd_key_tile(hd) / bwd_query_tile(hd);
+}
 // GQA: query head h reads kv head h / (H / Hkv).
 FS_HD constexpr int64_t kv_head(int64_t h, int64_t group) { return h / group; }
 
@@ -83,6 +93,6 @@ FS_HD constexpr int at_row(int lane) { return (lane & 7) + ((lane >> 4) << 3); }
 FS_HD constexpr int at_col(int lane) { return ((lane >> 3) & 1) * 8; }
 
 static_assert(fwd_smem_bytes(64) == 55296 && fwd_smem_bytes(128) == 87040, "NOTE [FlashAttention-2 tiles]");
-static_assert(bwd_smem_bytes(64) == 65536 && bwd_smem_bytes(128) == 75264, "NOTE [FlashAttention-2 tiles]");
+static_assert(bwd_smem_bytes(64) == 93184 && bwd_smem_bytes(128) == 75264, "NOTE [FlashAttention-2 tiles]");
 
 }  // namespace fullshard::cuda::fa2
