@@ -1,7 +1,8 @@
 // Causal GQA attention, SIMT path (any dtype, head_dim <= 256): flash-attention-2's algorithm
-// with fp32 CUDA-core math. bf16 / fp16 with head_dim 64 or 128 run the tensor-core forward in
-// attention_tc.cu and backward in attention_tc_bwd.cu instead (softmax_d is computed here for
-// both). Layouts: index_math.h (AttnLayout) and docs/kernels.md.
+// with fp32 CUDA-core math. bf16 / fp16 run FlashAttention-2 on mma.sync (attention_fa2_*.cu,
+// head_dim 32 / 64 / 80 / 96 / 128) or, with FULLSHARD_ATTENTION_KERNELS=wmma, the WMMA kernels
+// (attention_tc*.cu, head_dim 64 / 128) instead; softmax_d is computed here for all of them.
+// Layouts: index_math.h (AttnLayout) and docs/kernels.md.
 //
 // NOTE [SIMT flash attention]: a block owns 16 query rows (4 per warp) of one (batch, head) and
 // walks the causal prefix of keys in tiles of 32 staged in shared memory as fp32; lane j scores

@@ -247,7 +247,7 @@ int64_t smem_optin_bytes() {
 // NOTE [Attention kernel choice]: FlashAttention-2 (attention_fa2_*.cu) runs where the env
 // override allows it (NOTE [Attention kernel override]), the shape and dtype fit
 // (plan::attention_uses_fa2), every base is 16-byte aligned, the device grants its shared
-// memory (55-87 KB per block) and, backward, the op carries the flash temporaries it writes
+// memory (25-93 KB per block) and, backward, the op carries the flash temporaries it writes
 // (kAttentionBackward: dq_accum, and dk / dv expanded under GQA; the efficient and cuDNN kinds'
 // scratch has other shapes). Else the WMMA tensor-core kernels under the same conditions at
 // head_dim 64 / 128: at 128 they take 110-112 KB per block, which sm_80 / sm_90 allow (163 /
