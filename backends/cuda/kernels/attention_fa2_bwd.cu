@@ -1,10 +1,11 @@
 // Causal GQA attention backward, FlashAttention-2 (Dao 2023, Algorithm 2) on mma.sync: bf16 /
 // fp16 with fp32 accumulation, head_dim 32, 64, 80, 96 or 128, sm_80 and later.
 //
-// NOTE [FlashAttention-2 backward]: three launches after softmax_d = rowsum(dO * O)
-// (attn_bwd_delta, attention.cu), into exactly the temporaries the model declares for PyTorch's
-// flash backward (NOTE [Flash attention backward temporaries], core/model/ops.cc):
-//  1. dq_accum (fp32 [B, round128(S), H, round32(hd)]) is zeroed.
+// NOTE [FlashAttention-2 backward]: three or four launches, into exactly the temporaries the
+// model declares for PyTorch's flash backward (NOTE [Flash attention backward temporaries],
+// core/model/ops.cc):
+//  1. softmax_d = rowsum(dO * O) in fp32, and dq_accum (fp32 [B, round128(S), H, round32(hd)])
+//     zeroed in the same pass.
 //  2. The main kernel: a block of 8 warps (4 at head_dim 128) owns a key tile of 16 keys per
 //     warp of one (batch, query head), K and V copied once; it walks the query tiles from its own to the end
 //     with Q, dO, lse and softmax_d double buffered by cp.async. Per query tile the five
@@ -233,6 +234,36 @@ __global__ void __launch_bounds__(bwd_threads(HD))
   }
 }
 
+// softmax_d[b, h, s] = sum_d dO * O (fp32, as FlashAttention-2) and dq_accum row (b, s, h)
+// zeroed (padding rows s >= S are never read): 8 lanes per (token, head) row, 16-byte loads
+// (rows are whole multiples of 8 elements and the bases 16-byte aligned: dispatch.cc).
+__global__ void attn_bwd_preprocess(AttnLayout l, const void* dout, int ddout, const void* o, int dto,
+                                    float* softmax_d, int64_t sd_ld, DqAccum dqa) {
+  const int sub = threadIdx.x & 7;
+  const int64_t rows = l.B * l.S * l.H, groups = dev::grid_threads() / 8;
+  for (int64_t r = dev::global_thread() / 8; r < rows + (groups - rows % groups) % groups; r += groups) {
+    const bool in = r < rows;  // every lane of a group runs the shuffles
+    float acc = 0.0f;
+    if (in) {
+      for (int64_t c = sub * 8; c < l.hd; c += 64) {
+        float a[8], b[8];
+        dev::load8(dout, ddout, r * l.hd + c, a);
+        dev::load8(o, dto, r * l.hd + c, b);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc = fmaf(a[e], b[e], acc);
+      }
+    }
+    acc += __shfl_xor_sync(0xffffffffu, acc, 4);
+    acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+    acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+    if (!in) continue;
+    const int64_t h = r % l.H, bs = r / l.H, b = bs / l.S, s = bs % l.S;
+    if (sub == 0) softmax_d[(b * l.H + h) * sd_ld + s] = acc;
+    float4* z = reinterpret_cast<float4*>(dqa.p + ((b * dqa.rows + s) * l.H + h) * dqa.hd_pad);
+    for (int64_t c = sub; c < dqa.hd_pad / 4; c += 8) z[c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+}
+
 // dq[b, s, h, d] = scale * dq_accum[b, s, h, d], rounded once.
 __global__ void attn_bwd_dq_convert(AttnLayout l, DqAccum dqa, void* dq, int ddq) {
   const int64_t n = l.B * l.S * l.H * l.hd;
@@ -260,13 +291,15 @@ __global__ void attn_bwd_group_sum(AttnLayout l, const void* dke, const void* dv
 }
 
 template <class T, int HD>
-void run_bwd(const AttnLayout& l, const void* dout, const void* q, const void* k, const void* v, const float* lse,
-             const launch::AttnGrads& gr, cudaStream_t s) {
+void run_bwd(const AttnLayout& l, const void* dout, const void* q, const void* k, const void* v, const void* o,
+             int dt_o, const float* lse, const launch::AttnGrads& gr, cudaStream_t s) {
   const bool gqa = l.H != l.Hkv;
   const int smem = static_cast<int>(bwd_smem_bytes(HD));
   const DqAccum dqa{gr.dq_accum, gr.dq_accum_rows, gr.dq_accum_hd};
-  cudaMemsetAsync(dqa.p, 0, static_cast<size_t>(l.B * dqa.rows * l.H * dqa.hd_pad) * sizeof(float), s);
-  launch::check_launch("attention backward dq_accum zero");
+  const plan::Launch pre = plan::launch_1d(l.B * l.S * l.H * 8);
+  attn_bwd_preprocess<<<pre.grid, pre.block, 0, s>>>(l, dout, dcode_of<T>(), o, dt_o, gr.softmax_d, gr.softmax_d_ld,
+                                                     dqa);
+  launch::check_launch("attention backward softmax_d and dq_accum zero");
   cudaFuncSetAttribute(attn_bwd_fa2<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   const Grid3 g3 = bwd_grid(l);
   const dim3 grid(static_cast<unsigned>(g3.x), static_cast<unsigned>(g3.y), static_cast<unsigned>(g3.z));
@@ -289,25 +322,27 @@ void run_bwd(const AttnLayout& l, const void* dout, const void* q, const void* k
 }
 
 template <class T>
-void run_bwd_t(const AttnLayout& l, const void* dout, const void* q, const void* k, const void* v, const float* lse,
-               const launch::AttnGrads& g, cudaStream_t s) {
+void run_bwd_t(const AttnLayout& l, const void* dout, const void* q, const void* k, const void* v, const void* o,
+               int dt_o, const float* lse, const launch::AttnGrads& g, cudaStream_t s) {
   switch (l.hd) {
-    case 32: return run_bwd<T, 32>(l, dout, q, k, v, lse, g, s);
-    case 64: return run_bwd<T, 64>(l, dout, q, k, v, lse, g, s);
-    case 80: return run_bwd<T, 80>(l, dout, q, k, v, lse, g, s);
-    case 96: return run_bwd<T, 96>(l, dout, q, k, v, lse, g, s);
-    default: return run_bwd<T, 128>(l, dout, q, k, v, lse, g, s);
+    case 32: return run_bwd<T, 32>(l, dout, q, k, v, o, dt_o, lse, g, s);
+    case 64: return run_bwd<T, 64>(l, dout, q, k, v, o, dt_o, lse, g, s);
+    case 80: return run_bwd<T, 80>(l, dout, q, k, v, o, dt_o, lse, g, s);
+    case 96: return run_bwd<T, 96>(l, dout, q, k, v, o, dt_o, lse, g, s);
+    default: return run_bwd<T, 128>(l, dout, q, k, v, o, dt_o, lse, g, s);
   }
 }
 
 }  // namespace
 
-// Called by launch::attention_backward after softmax_d, for bf16 / fp16 q, k, v and dO (one
-// dtype) with fa2::supports_head_dim, 16-byte aligned bases and the flash temporaries (dispatch.cc).
+// Called by launch::attention_backward for bf16 / fp16 q, k, v and dO (one dtype) with
+// fa2::supports_head_dim, 16-byte aligned bases (O's included) and the flash temporaries
+// (dispatch.cc).
 void attention_backward_fa2(const AttnLayout& l, const void* dout, const void* q, const void* k, const void* v,
-                            int dqkv, const float* lse, const launch::AttnGrads& g, cudaStream_t s) {
-  if (dqkv == kBF16) return run_bwd_t<__nv_bfloat16>(l, dout, q, k, v, lse, g, s);
-  run_bwd_t<__half>(l, dout, q, k, v, lse, g, s);
+                            int dqkv, const void* o, int dt_o, const float* lse, const launch::AttnGrads& g,
+                            cudaStream_t s) {
+  if (dqkv == kBF16) return run_bwd_t<__nv_bfloat16>(l, dout, q, k, v, o, dt_o, lse, g, s);
+  run_bwd_t<__half>(l, dout, q, k, v, o, dt_o, lse, g, s);
 }
 
 }  // namespace fullshard::cuda

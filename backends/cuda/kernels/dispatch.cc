@@ -311,7 +311,7 @@ void attention_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaS
   }
   // The tensor-core backwards read dO as MMA operands in q's dtype.
   const launch::AttnKernel kernel = op.inputs[0].meta.dtype == dt
-                                        ? attention_kernel(p, dt, {in[0], q, k, v}, true, flash_temps)
+                                        ? attention_kernel(p, dt, {in[0], q, k, v, in[p.o_in]}, true, flash_temps)
                                         : launch::AttnKernel::kSimt;
   launch::attention_backward(p.l, in[0], dt_in(op, 0), q, k, v, dt_in(op, 1), in[p.o_in], dt_in(op, p.o_in),
                              static_cast<const float*>(in[p.lse_in]), g, kernel, s);
