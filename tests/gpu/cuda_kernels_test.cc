@@ -343,7 +343,7 @@ TEST(CudaKernels, AttentionTensorCoresMatchCpu) {
       if (!fa2 && hd != 64 && hd != 128) continue;
       for (auto [H, Hkv] : {std::pair<int64_t, int64_t>{2, 2}, {8, 2}, {8, 1}})
         for (int64_t S : {1, 63, 65, 200, 333}) {
-          if (S == 333 && H == 8 && Hkv == 1 && hd != 64 && hd != 128) continue;  // keep the CPU reference short
+          if (S == 333 && hd != 64 && hd != 128) continue;  // the sanitizer stage runs this test too
           AttnProblem p = attention_problem(AttnCase{2, S, H, Hkv, hd, 0, dt}, rng);
           ASSERT_TRUE(dispatch_uses_tensor_cores(p)) << p.what();
           check_attention(p);
