@@ -405,8 +405,8 @@ TEST(CudaPlan, AttentionEfficientAndCudnnTakeTheModelsOutputs) {
   EXPECT_NO_THROW(kt::run(OpKind::kAttentionCudnnBackward, {&g, &q, &k, &v, &o, &lse}, {&dq, &dk, &dv, &cws}, cudnn_args));
 }
 
-// NOTE [Attention kernel override]: unset, empty or "auto" keeps the tensor-core choice,
-// "simt" forces the SIMT kernels, anything else is a one-line InputError naming the variable,
+// NOTE [Attention kernel override]: unset, empty or "auto" keeps the FlashAttention-2 choice,
+// "wmma" the WMMA tensor-core kernels, "simt" forces the SIMT kernels, anything else is a one-line InputError naming the variable,
 // the value and the accepted ones (exact spelling: a typo must not silently pick a kernel).
 TEST(CudaPlan, AttentionKernelOverrideParsing) {
   using plan::AttentionKernels;
@@ -414,7 +414,8 @@ TEST(CudaPlan, AttentionKernelOverrideParsing) {
   EXPECT_EQ(plan::parse_attention_kernels(""), AttentionKernels::kAuto);
   EXPECT_EQ(plan::parse_attention_kernels("auto"), AttentionKernels::kAuto);
   EXPECT_EQ(plan::parse_attention_kernels("simt"), AttentionKernels::kSimt);
-  for (const char* bad : {"SIMT", "simt ", "tc", "tensor_cores", "0", "sim"}) {
+  EXPECT_EQ(plan::parse_attention_kernels("wmma"), AttentionKernels::kWmma);
+  for (const char* bad : {"SIMT", "simt ", "tc", "tensor_cores", "0", "sim", "WMMA", "fa3"}) {
     try {
       plan::parse_attention_kernels(bad);
       ADD_FAILURE() << "'" << bad << "' was accepted";
@@ -423,6 +424,7 @@ TEST(CudaPlan, AttentionKernelOverrideParsing) {
       EXPECT_EQ(e.where(), "FULLSHARD_ATTENTION_KERNELS");
       EXPECT_NE(m.find(std::string("'") + bad + "'"), std::string::npos) << m;
       EXPECT_NE(m.find("'simt'"), std::string::npos) << m;
+      EXPECT_NE(m.find("'wmma'"), std::string::npos) << m;
       EXPECT_EQ(m.find('\n'), std::string::npos) << m;
     }
   }
@@ -732,3 +734,4 @@ TEST(CudaPlan, EagerOpsRefuseBadLayoutsBeforeLaunching) {
 }
 
 }  // namespace
+

@@ -304,15 +304,17 @@ AttnProblem attention_problem(const AttnCase& c, std::mt19937& rng, bool cpu_for
   return p;
 }
 
-// Whether the dispatcher runs the tensor-core kernels for this problem (cudaMalloc'd bases are
-// aligned; NOTE [Attention kernel override] can turn them off).
+// Whether the dispatcher runs tensor-core kernels (FlashAttention-2 or WMMA) for this problem
+// (cudaMalloc'd bases are aligned; NOTE [Attention kernel override] can turn them off).
 bool dispatch_uses_tensor_cores(AttnProblem& p) {
-  return cuda::plan::attention_kernels_from_env() == cuda::plan::AttentionKernels::kAuto &&
-         cuda::plan::attention_uses_tensor_cores(p.plan(), p.c.dt);
+  using cuda::plan::AttentionKernels;
+  const AttentionKernels env = cuda::plan::attention_kernels_from_env();
+  return (env == AttentionKernels::kAuto && cuda::plan::attention_uses_fa2(p.plan(), p.c.dt)) ||
+         (env != AttentionKernels::kSimt && cuda::plan::attention_uses_tensor_cores(p.plan(), p.c.dt));
 }
 
-// NOTE [Tensor-core backward tolerances]: the tensor-core backward rounds P and dS to the
-// storage dtype before its products (as FlashAttention-2); the CPU reference and the SIMT
+// NOTE [Tensor-core backward tolerances]: the tensor-core backwards (WMMA and FlashAttention-2)
+// round P and dS to the storage dtype before their products (as FlashAttention-2); the CPU reference and the SIMT
 // kernels keep them in fp32. Each rounding is <= 2^-8 relative (bf16) / 2^-11 (fp16), and the
 // outputs, rounded once from slightly different fp32 values, can differ by one unit in the
 // last place: up to 2^-7 (bf16) / 2^-10 (fp16) of the largest gradient. A host emulation of
@@ -355,22 +357,29 @@ TEST(CudaKernels, AttentionForwardAndBackward) {
   }
 }
 
-// The tensor-core kernels (bf16 / fp16, head_dim 64 / 128, aligned bases) through the
-// dispatcher against the CPU kernels, on every combination the kernels special-case: both
-// dtypes and head dims, GQA groups 1 and 4 (kv heads 0 and 1 both read), sequences shorter
-// than a tile (1, 63), one past it (65) and ending inside a later tile (200), batch 2.
+// The tensor-core kernels (bf16 / fp16, aligned bases; FlashAttention-2 by default, WMMA with
+// FULLSHARD_ATTENTION_KERNELS=wmma) through the dispatcher against the CPU kernels, on every
+// combination the kernels special-case: both dtypes, every head dim a model uses (32, 64, 80,
+// 96, 128; WMMA: 64 and 128), GQA groups 1, 4 and 8 (every kv head read), sequences shorter than
+// a tile (1, 63), one past it (65), ending inside a later tile (200) and spanning several tiles
+// of both passes at an odd length (333), batch 2.
 TEST(CudaKernels, AttentionTensorCoresMatchCpu) {
-  if (cuda::plan::attention_kernels_from_env() == cuda::plan::AttentionKernels::kSimt)
+  using cuda::plan::AttentionKernels;
+  if (cuda::plan::attention_kernels_from_env() == AttentionKernels::kSimt)
     GTEST_SKIP() << "FULLSHARD_ATTENTION_KERNELS=simt turns the tensor-core kernels off";
+  const bool fa2 = cuda::plan::attention_kernels_from_env() == AttentionKernels::kAuto;
   std::mt19937 rng(21);
   for (DType dt : {DType::kBFloat16, DType::kFloat16})
-    for (int64_t hd : {64, 128})
-      for (auto [H, Hkv] : {std::pair<int64_t, int64_t>{2, 2}, {8, 2}})
-        for (int64_t S : {1, 63, 65, 200}) {
+    for (int64_t hd : {32, 64, 80, 96, 128}) {
+      if (!fa2 && hd != 64 && hd != 128) continue;
+      for (auto [H, Hkv] : {std::pair<int64_t, int64_t>{2, 2}, {8, 2}, {8, 1}})
+        for (int64_t S : {1, 63, 65, 200, 333}) {
+          if (S == 333 && hd != 64 && hd != 128) continue;  // the sanitizer stage runs this test too
           AttnProblem p = attention_problem(AttnCase{2, S, H, Hkv, hd, 0, dt}, rng);
           ASSERT_TRUE(dispatch_uses_tensor_cores(p)) << p.what();
           check_attention(p);
         }
+    }
 }
 
 // NOTE [SDPA variants on the CUDA backend] (plan.cc): the efficient and cuDNN kinds run the flash
@@ -467,16 +476,22 @@ struct DeviceTensor {
   }
 };
 
-// The tensor-core backward against the SIMT backward through the launchers themselves (so the
+// The tensor-core kernels against the SIMT ones through the launchers themselves (so the
 // environment override cannot change what runs) on the same device inputs, with O and lse
-// from the tensor-core forward, at lengths spanning many tiles; then run again, bit for bit
-// (no atomics: the same inputs give the same gradients).
+// from the WMMA forward, at lengths spanning many tiles. The FlashAttention-2 forward matches the
+// WMMA forward. Backward: WMMA twice, bit for bit (no atomics); FlashAttention-2 twice: dk and
+// dv bit for bit, dq (fp32 atomics into dq_accum, NOTE [FlashAttention-2 backward]) within the
+// tolerance. Its temporaries start as NaN (0xFF bytes): dq_accum must be zeroed and every
+// expanded dk / dv row written before the GQA sum reads it.
 TEST(CudaKernels, AttentionBackwardTensorCoresMatchSimt) {
+  using cuda::launch::AttnKernel;
   std::mt19937 rng(22);
   for (AttnCase c : {AttnCase{2, 1000, 8, 2, 128, 0, DType::kBFloat16}, AttnCase{2, 333, 4, 4, 64, 0, DType::kFloat16},
-                     AttnCase{1, 130, 4, 4, 64, 1, DType::kBFloat16}, AttnCase{2, 200, 4, 1, 128, 0, DType::kFloat16}}) {
+                     AttnCase{1, 130, 4, 4, 64, 1, DType::kBFloat16}, AttnCase{2, 200, 4, 1, 128, 0, DType::kFloat16},
+                     AttnCase{2, 1000, 8, 1, 64, 0, DType::kBFloat16}, AttnCase{1, 517, 4, 1, 96, 0, DType::kFloat16}}) {
     AttnProblem p = attention_problem(c, rng, /*cpu_forward=*/false);
     const cuda::plan::AttnPlan plan = p.plan();
+    const bool wmma = cuda::plan::attention_uses_tensor_cores(plan, c.dt);
     const int dt = cuda::plan::dcode(c.dt);
     const cudaStream_t s = dev().stream;
     DeviceTensor gq(c.packed ? p.qkv : p.q), gk(p.k), gv(p.v), gdO(p.dO);
@@ -484,21 +499,50 @@ TEST(CudaKernels, AttentionBackwardTensorCoresMatchSimt) {
     const void* q = gq.p;
     const void* k = c.packed ? gq.p : gk.p;  // packed: one qkv buffer, k and v at column offsets
     const void* v = c.packed ? gq.p : gv.p;
-    cuda::launch::attention_forward(plan.l, q, k, v, dt, go.p, dt, static_cast<float*>(glse.p), true, s);
-    std::vector<HT> runs[3];  // SIMT, tensor cores, tensor cores again
-    for (int run = 0; run < 3; ++run) {
-      DeviceTensor gdq(p.dq, false), gdk(p.dk, false), gdv(p.dv, false);
-      const cuda::launch::AttnGrads g{gdq.p, gdk.p, gdv.p, dt, dt, dt, static_cast<float*>(gsd.p), plan.softmax_d_ld};
-      cuda::launch::attention_backward(plan.l, gdO.p, dt, q, k, v, dt, go.p, dt, static_cast<const float*>(glse.p), g,
-                                       /*tensor_cores=*/run > 0, s);
+    cuda::launch::attention_forward(plan.l, q, k, v, dt, go.p, dt, static_cast<float*>(glse.p),
+                                    wmma ? AttnKernel::kWmma : AttnKernel::kSimt, s);
+    {
+      DeviceTensor fo(p.o, false), flse(p.lse, false);
+      cuda::launch::attention_forward(plan.l, q, k, v, dt, fo.p, dt, static_cast<float*>(flse.p), AttnKernel::kFa2, s);
       ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess) << p.what();
-      runs[run] = {gdq.host(), gdk.host(), gdv.host()};
+      expect_close(fo.host(), go.host(), 1.5e-2, 0, p.what() + " O FlashAttention-2 vs " + (wmma ? "WMMA" : "SIMT"));
+      expect_close(flse.host(), glse.host(), 2e-3, 1e-6, p.what() + " lse FlashAttention-2");
+    }
+    const std::vector<AttnKernel> kernels = wmma ? std::vector<AttnKernel>{AttnKernel::kSimt, AttnKernel::kWmma,
+                                                                            AttnKernel::kWmma, AttnKernel::kFa2,
+                                                                            AttnKernel::kFa2}
+                                                 : std::vector<AttnKernel>{AttnKernel::kSimt, AttnKernel::kFa2,
+                                                                           AttnKernel::kFa2};
+    std::vector<std::vector<HT>> runs;
+    for (AttnKernel kernel : kernels) {
+      DeviceTensor gdq(p.dq, false), gdk(p.dk, false), gdv(p.dv, false);
+      DeviceTensor gacc(p.acc, false), gdke(p.dke, false), gdve(p.dve, false);
+      cuda::launch::AttnGrads g{gdq.p, gdk.p, gdv.p, dt, dt, dt, static_cast<float*>(gsd.p), plan.softmax_d_ld};
+      g.dq_accum = static_cast<float*>(gacc.p);
+      g.dq_accum_rows = plan.softmax_d_ld;
+      g.dq_accum_hd = (c.hd + 31) / 32 * 32;
+      if (c.H != c.Hkv) {
+        g.dk_expanded = gdke.p;
+        g.dv_expanded = gdve.p;
+        g.dd_expanded = dt;
+      }
+      cuda::launch::attention_backward(plan.l, gdO.p, dt, q, k, v, dt, go.p, dt, static_cast<const float*>(glse.p), g,
+                                       kernel, s);
+      ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess) << p.what();
+      runs.push_back({gdq.host(), gdk.host(), gdv.host()});
     }
     const double tol = tc_backward_tolerance(c.dt) * largest_gradient(runs[0]);
-    for (int i = 0; i < 3; ++i) {
-      const std::string what = p.what() + " d" + "qkv"[i];
-      expect_close(runs[1][i], runs[0][i], tol, 0, what + " tensor cores vs SIMT");
-      expect_bits(runs[2][i], runs[1][i], what + " tensor cores, second run");
+    for (size_t r = 1; r < runs.size(); r += 2) {
+      const std::string name = kernels[r] == AttnKernel::kWmma ? " WMMA" : " FlashAttention-2";
+      for (int i = 0; i < 3; ++i) {
+        const std::string what = p.what() + " d" + "qkv"[i] + name;
+        expect_close(runs[r][i], runs[0][i], tol, 0, what + " vs SIMT");
+        if (kernels[r] == AttnKernel::kWmma || i > 0) {
+          expect_bits(runs[r + 1][i], runs[r][i], what + ", second run");
+        } else {
+          expect_close(runs[r + 1][i], runs[r][i], tol, 0, what + ", second run");
+        }
+      }
     }
   }
 }

@@ -16,6 +16,18 @@ target_link_libraries(cuda_kernels_rowplan_test PRIVATE fullshard_cuda_kernels r
 target_include_directories(cuda_kernels_rowplan_test PRIVATE ${PROJECT_SOURCE_DIR})
 add_test(NAME cuda_kernels.rowplan COMMAND cuda_kernels_rowplan_test)
 set_tests_properties(cuda_kernels.rowplan PROPERTIES ENVIRONMENT "RC_PARAMS=seed=20261121")
+# The attention kernels' speed against cuDNN (tools/bench/attention_bench.cc), labelled gpu so that
+# tools/gpu-check.sh packs and runs it (its table lands in test-cuda_kernels.attention_bench.log);
+# it fails only when a kernel errors or FlashAttention-2's outputs leave the WMMA kernels'.
+if(TARGET bench_attention)
+  add_test(NAME cuda_kernels.attention_bench COMMAND bench_attention --iters 10)
+  set_tests_properties(cuda_kernels.attention_bench PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu TIMEOUT 300)
+endif()
+# FlashAttention-2's launch plan and fragment maps (host only).
+add_executable(attention_fa2_plan_test ${CMAKE_CURRENT_SOURCE_DIR}/attention_fa2_plan_test.cc)
+target_link_libraries(attention_fa2_plan_test PRIVATE fullshard_cuda_kernels GTest::gtest GTest::gtest_main)
+target_include_directories(attention_fa2_plan_test PRIVATE ${PROJECT_SOURCE_DIR})
+add_test(NAME cuda_kernels.fa2_plan COMMAND attention_fa2_plan_test)
 
 foreach(t cuda_kernels_test cuda_kernels_eager_test cuda_kernels_rows_test)
   add_executable(${t} ${CMAKE_CURRENT_SOURCE_DIR}/${t}.cc)

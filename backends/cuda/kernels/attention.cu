@@ -1,7 +1,8 @@
 // Causal GQA attention, SIMT path (any dtype, head_dim <= 256): flash-attention-2's algorithm
-// with fp32 CUDA-core math. bf16 / fp16 with head_dim 64 or 128 run the tensor-core forward in
-// attention_tc.cu and backward in attention_tc_bwd.cu instead (softmax_d is computed here for
-// both). Layouts: index_math.h (AttnLayout) and docs/kernels.md.
+// with fp32 CUDA-core math. bf16 / fp16 run FlashAttention-2 on mma.sync (attention_fa2_*.cu,
+// head_dim 32 / 64 / 80 / 96 / 128) or, with FULLSHARD_ATTENTION_KERNELS=wmma, the WMMA kernels
+// (attention_tc*.cu, head_dim 64 / 128) instead; softmax_d is computed here for SIMT and WMMA.
+// Layouts: index_math.h (AttnLayout) and docs/kernels.md.
 //
 // NOTE [SIMT flash attention]: a block owns 16 query rows (4 per warp) of one (batch, head) and
 // walks the causal prefix of keys in tiles of 32 staged in shared memory as fp32; lane j scores
@@ -298,13 +299,19 @@ void attention_forward_tc(const AttnLayout& l, const void* q, const void* k, con
                           float* lse, cudaStream_t s);  // attention_tc.cu
 void attention_backward_tc(const AttnLayout& l, const void* dout, const void* q, const void* k, const void* v,
                            int dqkv, const float* lse, const launch::AttnGrads& g, cudaStream_t s);  // attention_tc_bwd.cu
+void attention_forward_fa2(const AttnLayout& l, const void* q, const void* k, const void* v, int dqkv, void* o,
+                           int dout, float* lse, cudaStream_t s);  // attention_fa2_fwd.cu
+void attention_backward_fa2(const AttnLayout& l, const void* dout, const void* q, const void* k, const void* v,
+                            int dqkv, const void* o, int dt_o, const float* lse, const launch::AttnGrads& g,
+                            cudaStream_t s);  // attention_fa2_bwd.cu (its own softmax_d)
 
 namespace launch {
 
 void attention_forward(const AttnLayout& l, const void* q, const void* k, const void* v, int dqkv, void* o, int dout,
-                       float* lse, bool tensor_cores, cudaStream_t s) {
+                       float* lse, AttnKernel kernel, cudaStream_t s) {
   if (l.B * l.S == 0) return;
-  if (tensor_cores) return attention_forward_tc(l, q, k, v, dqkv, o, dout, lse, s);
+  if (kernel == AttnKernel::kFa2) return attention_forward_fa2(l, q, k, v, dqkv, o, dout, lse, s);
+  if (kernel == AttnKernel::kWmma) return attention_forward_tc(l, q, k, v, dqkv, o, dout, lse, s);
   const dim3 grid(static_cast<unsigned>((l.S + kRows - 1) / kRows), static_cast<unsigned>(l.B * l.H));
   allow_smem(attn_fwd_simt, fwd_smem(l.hd));
   attn_fwd_simt<<<grid, kWarps * 32, fwd_smem(l.hd), s>>>(l, q, k, v, dqkv, o, dout, lse);
@@ -312,13 +319,14 @@ void attention_forward(const AttnLayout& l, const void* q, const void* k, const 
 }
 
 void attention_backward(const AttnLayout& l, const void* dout, int ddout, const void* q, const void* k, const void* v,
-                        int dqkv, const void* o, int dt_o, const float* lse, const AttnGrads& g, bool tensor_cores,
+                        int dqkv, const void* o, int dt_o, const float* lse, const AttnGrads& g, AttnKernel kernel,
                         cudaStream_t s) {
   if (l.B * l.S == 0) return;
+  if (kernel == AttnKernel::kFa2) return attention_backward_fa2(l, dout, q, k, v, dqkv, o, dt_o, lse, g, s);
   const plan::Launch dl = plan::launch_1d(l.B * l.S * l.H * 32);
   attn_bwd_delta<<<dl.grid, dl.block, 0, s>>>(l, dout, ddout, o, dt_o, g.softmax_d, g.softmax_d_ld);
   check_launch("attention backward softmax_d");
-  if (tensor_cores) return attention_backward_tc(l, dout, q, k, v, dqkv, lse, g, s);  // NOTE [Tensor-core flash backward]
+  if (kernel == AttnKernel::kWmma) return attention_backward_tc(l, dout, q, k, v, dqkv, lse, g, s);
   const dim3 gq(static_cast<unsigned>((l.S + kRows - 1) / kRows), static_cast<unsigned>(l.B * l.H));
   allow_smem(attn_bwd_dq, dq_smem(l.hd));
   attn_bwd_dq<<<gq, kWarps * 32, dq_smem(l.hd), s>>>(l, dout, ddout, q, k, v, dqkv, lse, g.softmax_d, g.softmax_d_ld,

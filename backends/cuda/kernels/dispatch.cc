@@ -12,6 +12,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "backends/cuda/kernels/attention_fa2_plan.h"
 #include "backends/cuda/kernels/compiled_launchers.h"
 #include "backends/cuda/kernels/cuda_kernels.h"
 #include "backends/cuda/kernels/cudnn_sdpa.h"
@@ -243,17 +244,27 @@ int64_t smem_optin_bytes() {
   return c.load() - 1;
 }
 
-// NOTE [Tensor-core attention fallback]: the tensor-core kernels run when the env override
-// allows them, the shape and dtype fit (plan::attention_uses_tensor_cores), every base is 16-byte
-// aligned, and the device grants their shared memory: at head_dim 128 they take 110-112 KB per
-// block, which sm_80 / sm_90 allow (163 / 227 KB) but sm_86 / sm_89 (99 KB: RTX 30xx / 40xx, A10,
-// A40, L4, L40) do not; those run the SIMT kernels instead of failing to launch.
-bool tensor_core_attention(const AttnPlan& p, DType dt, std::initializer_list<const void*> bases, bool backward) {
-  if (attention_kernels_from_env() == AttentionKernels::kSimt || !attention_uses_tensor_cores(p, dt)) return false;
+// NOTE [Attention kernel choice]: FlashAttention-2 (attention_fa2_*.cu) runs where the env
+// override allows it (NOTE [Attention kernel override]), the shape and dtype fit
+// (plan::attention_uses_fa2), every base is 16-byte aligned, the device grants its shared
+// memory (25-93 KB per block) and, backward, the op carries the flash temporaries it writes
+// (kAttentionBackward: dq_accum, and dk / dv expanded under GQA; the efficient and cuDNN kinds'
+// scratch has other shapes). Else the WMMA tensor-core kernels under the same conditions at
+// head_dim 64 / 128: at 128 they take 110-112 KB per block, which sm_80 / sm_90 allow (163 /
+// 227 KB) but sm_86 / sm_89 (99 KB: RTX 30xx / 40xx, A10, A40, L4, L40) do not. Else SIMT.
+launch::AttnKernel attention_kernel(const AttnPlan& p, DType dt, std::initializer_list<const void*> bases,
+                                    bool backward, bool has_flash_temps) {
+  const AttentionKernels env = attention_kernels_from_env();
+  if (env == AttentionKernels::kSimt) return launch::AttnKernel::kSimt;
   for (const void* b : bases)
-    if (!aligned16(b)) return false;
+    if (!aligned16(b)) return launch::AttnKernel::kSimt;
+  const int64_t optin = smem_optin_bytes();
+  if (env == AttentionKernels::kAuto && attention_uses_fa2(p, dt) && (!backward || has_flash_temps) &&
+      static_cast<int64_t>(backward ? fa2::bwd_smem_bytes(p.l.hd) : fa2::fwd_smem_bytes(p.l.hd)) <= optin)
+    return launch::AttnKernel::kFa2;
+  if (!attention_uses_tensor_cores(p, dt)) return launch::AttnKernel::kSimt;
   const size_t need = backward ? launch::attention_backward_tc_smem(p.l.hd) : launch::attention_forward_tc_smem(p.l.hd);
-  return static_cast<int64_t>(need) <= smem_optin_bytes();
+  return static_cast<int64_t>(need) <= optin ? launch::AttnKernel::kWmma : launch::AttnKernel::kSimt;
 }
 
 void attention(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
@@ -266,8 +277,8 @@ void attention(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s
       cudnn_sdpa::forward(p.l, {dt, op.outputs[0].meta.dtype},
                           {q, k, v, out[0], static_cast<float*>(out[1])}, s))
     return;
-  const bool tc = tensor_core_attention(p, dt, {q, k, v}, false);
-  launch::attention_forward(p.l, q, k, v, dcode(dt), out[0], dt_out(op, 0), static_cast<float*>(out[1]), tc, s);
+  const launch::AttnKernel kernel = attention_kernel(p, dt, {q, k, v}, false, false);
+  launch::attention_forward(p.l, q, k, v, dcode(dt), out[0], dt_out(op, 0), static_cast<float*>(out[1]), kernel, s);
 }
 
 void attention_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
@@ -286,10 +297,24 @@ void attention_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaS
                             out[2], out[3], op.outputs[3].meta.nbytes()},
                            s))
     return;
-  // The tensor-core backward reads dO as WMMA operands in q's dtype (NOTE [Tensor-core flash backward]).
-  const bool tc = op.inputs[0].meta.dtype == dt && tensor_core_attention(p, dt, {in[0], q, k, v}, true);
+  // NOTE [Flash attention backward temporaries]: plan_attention_backward checked their sizes.
+  const bool flash_temps = op.kind == OpKind::kAttentionBackward;
+  if (flash_temps) {
+    g.dq_accum = static_cast<float*>(out[4]);
+    g.dq_accum_rows = p.softmax_d_ld;  // round128(S)
+    g.dq_accum_hd = round_up(p.l.hd, 32);
+    if (p.l.H != p.l.Hkv) {
+      g.dk_expanded = out[5];
+      g.dv_expanded = out[6];
+      g.dd_expanded = dt_out(op, 5);
+    }
+  }
+  // The tensor-core backwards read dO as MMA operands in q's dtype.
+  const launch::AttnKernel kernel = op.inputs[0].meta.dtype == dt
+                                        ? attention_kernel(p, dt, {in[0], q, k, v, in[p.o_in]}, true, flash_temps)
+                                        : launch::AttnKernel::kSimt;
   launch::attention_backward(p.l, in[0], dt_in(op, 0), q, k, v, dt_in(op, 1), in[p.o_in], dt_in(op, p.o_in),
-                             static_cast<const float*>(in[p.lse_in]), g, tc, s);
+                             static_cast<const float*>(in[p.lse_in]), g, kernel, s);
 }
 
 void log_softmax(const OpCall& op, const Ptrs& in, const Ptrs& out, bool backward, cudaStream_t s) {

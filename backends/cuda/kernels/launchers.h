@@ -82,23 +82,33 @@ void reduce_sums(const ReduceItem* items, int count, bool squares, void* out, in
 void chunked_squared_norms(const ReduceItem* items, int count, int64_t chunk, float* partials, int64_t max_chunks,
                            void* out, int dout, cudaStream_t s);
 
-// attention.cu / attention_tc.cu / attention_tc_bwd.cu. tensor_cores (dispatch.cc decides):
-// q, k, v (and dO in the backward) are bf16 / fp16 of one dtype, head_dim is 64 or 128 and every
-// base is 16-byte aligned (plan::attention_uses_tensor_cores); else the SIMT kernels run.
+// attention.cu (SIMT), attention_tc*.cu (WMMA), attention_fa2_*.cu (FlashAttention-2 on
+// mma.sync). dispatch.cc picks the kernel (NOTE [Attention kernel choice]): kFa2 and kWmma need
+// q, k, v (and dO in the backward) bf16 / fp16 of one dtype and 16-byte aligned bases, kFa2 a
+// head_dim of fa2::supports_head_dim and (backward) the flash temporaries dq_accum and, with
+// GQA, dk / dv expanded; kWmma head_dim 64 or 128; else the SIMT kernels run.
+enum class AttnKernel { kSimt, kWmma, kFa2 };
 void attention_forward(const AttnLayout& l, const void* q, const void* k, const void* v, int dqkv, void* o, int dout,
-                       float* lse, bool tensor_cores, cudaStream_t s);
+                       float* lse, AttnKernel kernel, cudaStream_t s);
 struct AttnGrads {
   void *dq, *dk, *dv;
   int ddq, ddk, ddv;
   float* softmax_d;        // [B, H, softmax_d_ld]
   int64_t softmax_d_ld;
+  // kFa2 only: dq_accum fp32 [B, dq_accum_rows, H, dq_accum_hd] and, when H != Hkv, dk / dv at
+  // the query head count [B, S, H, hd] in dtype dd_expanded (NOTE [FlashAttention-2 backward]).
+  float* dq_accum = nullptr;
+  int64_t dq_accum_rows = 0, dq_accum_hd = 0;
+  void *dk_expanded = nullptr, *dv_expanded = nullptr;
+  int dd_expanded = 0;
 };
 void attention_backward(const AttnLayout& l, const void* dout, int ddout, const void* q, const void* k,
                         const void* v, int dqkv, const void* o, int dt_o, const float* lse, const AttnGrads& g,
-                        bool tensor_cores, cudaStream_t s);
+                        AttnKernel kernel, cudaStream_t s);
 
 // Shared memory per block the tensor-core attention kernels take at head_dim 64 or 128
-// (attention_tc.cu, attention_tc_bwd.cu): dispatch.cc checks it against the device's opt-in limit.
+// (attention_tc.cu, attention_tc_bwd.cu): dispatch.cc checks it against the device's opt-in
+// limit. The FlashAttention-2 kernels' is fa2::fwd_smem_bytes / bwd_smem_bytes.
 size_t attention_forward_tc_smem(int64_t hd);
 size_t attention_backward_tc_smem(int64_t hd);
 

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backends/cuda/kernels/attention_fa2_plan.h"
 #include "core/common/error.h"
 #include "core/tensor/float_convert.h"
 
@@ -487,12 +488,17 @@ bool attention_uses_tensor_cores(const AttnPlan& p, DType dt) {
   return (dt == DType::kBFloat16 || dt == DType::kFloat16) && (p.l.hd == 64 || p.l.hd == 128);
 }
 
+bool attention_uses_fa2(const AttnPlan& p, DType dt) {
+  return (dt == DType::kBFloat16 || dt == DType::kFloat16) && fa2::supports_head_dim(p.l.hd);
+}
+
 AttentionKernels parse_attention_kernels(const char* value) {
   const std::string v = value == nullptr ? "" : value;
   if (v.empty() || v == "auto") return AttentionKernels::kAuto;
+  if (v == "wmma") return AttentionKernels::kWmma;
   if (v == "simt") return AttentionKernels::kSimt;
   throw InputError("FULLSHARD_ATTENTION_KERNELS", "unknown value '" + v + "'",
-                   "set it to 'simt' (SIMT attention kernels only) or 'auto', or unset it");
+                   "set it to 'auto' (FlashAttention-2), 'wmma' (the WMMA tensor-core kernels) or 'simt', or unset it");
 }
 
 AttentionKernels attention_kernels_from_env() {

@@ -92,11 +92,14 @@ AttnPlan plan_attention_backward(const OpCall& op);  // their backward kinds
 int64_t round_up(int64_t v, int64_t m);
 // Tensor-core (WMMA) flash kernels run bf16 / fp16 with these head dims; others use the SIMT path.
 bool attention_uses_tensor_cores(const AttnPlan& p, DType dt);
-// NOTE [Attention kernel override]: FULLSHARD_ATTENTION_KERNELS=simt makes every attention
-// forward and backward run the SIMT kernels even where the tensor-core ones apply, so that a
-// GPU session can step around a faulty tensor-core kernel without a rebuild; unset, empty or
-// "auto" keeps the choice of attention_uses_tensor_cores. The variable is read once per process.
-enum class AttentionKernels { kAuto, kSimt };
+// The FlashAttention-2 kernels (mma.sync, sm_80+) run bf16 / fp16 at head_dim 32, 64, 80, 96, 128.
+bool attention_uses_fa2(const AttnPlan& p, DType dt);
+// NOTE [Attention kernel override]: FULLSHARD_ATTENTION_KERNELS picks the flash kernels without
+// a rebuild, so that a GPU session can step around a faulty kernel: unset, empty or "auto" runs
+// FlashAttention-2 where it applies, else the WMMA tensor-core kernels where they apply, else
+// SIMT; "wmma" skips FlashAttention-2; "simt" runs the SIMT kernels everywhere. Any other value
+// is refused. The variable is read once per process.
+enum class AttentionKernels { kAuto, kWmma, kSimt };
 AttentionKernels parse_attention_kernels(const char* value);  // nullptr = unset; throws InputError
 AttentionKernels attention_kernels_from_env();               // FULLSHARD_ATTENTION_KERNELS, cached
 
