@@ -369,7 +369,10 @@ quick_case() {
 quick_tests() {
   local cases="$work/cases.tsv"
   : > "$cases"
+  : > "$work/benches.tsv"
   while IFS=$'\t' read -r name bin args; do
+    # A benchmark registered as a GPU test (bench_attention) times the idle GPU later.
+    case "$bin" in *bench*) printf '%s\t%s\t%s\n' "$name" "$bin" "$args" >> "$work/benches.tsv"; continue ;; esac
     # gtest's list: "Suite." lines, then "  Case" lines (a value-parameterised case has a comment).
     # shellcheck disable=SC2086
     timeout -k 5 60 env LD_LIBRARY_PATH="$fs_libs" "$pack/bin/$bin" $args --gtest_list_tests \
@@ -418,15 +421,14 @@ try:
     rep = json.load(open(sys.argv[1]))
 except Exception as e:
     sys.exit(0)
-table = rep.get("op_classes") or rep.get("ops") or []
-if isinstance(table, dict):
-    table = [dict(v, op_class=k) for k, v in table.items()]
+steps = rep.get("ops_per_step") or []
+table = steps[-1].get("ops", []) if steps else []
 if not table:
     sys.exit(0)
 key = lambda r: r.get("measured_s", 0)
 for r in sorted(table, key=key, reverse=True)[:12]:
-    name = r.get("op_class") or r.get("class") or r.get("name")
-    m, p = r.get("measured_s", 0), r.get("predicted_s", 0)
+    name = f'{r.get("key")} ({r.get("kind")})'
+    m, p = r.get("measured_s", 0), r.get("predicted_s") or 0
     print(f"{name}: calls {r.get('calls', '?')}, measured {m * 1e3:.2f} ms, predicted {p * 1e3:.2f} ms"
           + (f" ({m / p:.2f}x)" if p else ""))
 P
@@ -436,12 +438,16 @@ quick_bench() {
   local name="$1" bench="$2" fs="$pack/bin/fullshard"
   local t0
   t0=$(date +%s)
+  # Each output line stamped with the seconds since the process started: step 1's line says
+  # how long start-up (parameter init included) took.
+  local t0ns
+  t0ns=$(date +%s%N)
   if timeout -k 10 "$(( $(quick_left) - 30 ))" env LD_LIBRARY_PATH="$fs_libs" "$fs" train "$bench" --backend cuda \
-      --metrics "$work/$name-fullshard.jsonl" --json "$work/$name-fullshard.json" > "$work/$name-fullshard.log" 2>&1 < /dev/null; then
-    record BENCH "$name fullshard: $(grep -m1 'after the first' "$work/$name-fullshard.log" | sed 's/^ *//') [process $(( $(date +%s) - t0 )) s]"
-    local first
-    first="$(grep -m1 'step 1/' "$work/$name-fullshard.log")"
-    [ -z "$first" ] || record NOTE "$name fullshard: first step line at $(grep -m1 -n 'step 1/' "$work/$name-fullshard.log" | cut -d: -f1), see $name-fullshard.log for start-up"
+      --metrics "$work/$name-fullshard.jsonl" --json "$work/$name-fullshard.json" 2>&1 < /dev/null |
+      while IFS= read -r l; do printf '[%6.2f s] %s\n' "$(( $(date +%s%N) - t0ns ))e-9" "$l"; done > "$work/$name-fullshard.log" &&
+      [ "${PIPESTATUS[0]}" -eq 0 ] && grep -q 'after the first' "$work/$name-fullshard.log"; then
+    record BENCH "$name fullshard: $(grep -m1 'after the first' "$work/$name-fullshard.log" | sed 's/^\[[^]]*\] *//') [process $(( $(date +%s) - t0 )) s]"
+    record START "$name fullshard: step 1 done $(grep -m1 'step 1/' "$work/$name-fullshard.log" | cut -d']' -f1 | tr -d '[') after the process started"
     while read -r l; do record OPS "$name: $l"; done < <(quick_op_table "$work/$name-fullshard.json")
     while read -r l; do record NOTE "$name: $l"; done < <(grep -m3 -i 'cudnn attention\|attention path' "$work/$name-fullshard.log")
   else
@@ -488,13 +494,17 @@ P
   else
     record SKIP "bench-cudnn (quick budget spent)"
   fi
-  for b in "$pack"/bin/cuda_*_bench; do
-    [ -x "$b" ] || continue
-    local bn
-    bn="$(basename "$b")"
+  # The microbenchmarks on the idle GPU: the GPU-test ones with their ctest arguments, then
+  # every other packed cuda_*_bench.
+  local benches=()
+  while IFS=$'\t' read -r _ bin args; do benches+=("$bin $args"); done < "$work/benches.tsv"
+  for b in "$pack"/bin/cuda_*_bench; do [ -x "$b" ] && benches+=("$(basename "$b")"); done
+  for cmd in "${benches[@]}"; do
+    local bn="${cmd%% *}"
     [ "$(quick_left)" -gt 20 ] || { record SKIP "$bn (quick budget spent)"; continue; }
-    if timeout -k 5 "$(( $(quick_left) - 10 ))" env LD_LIBRARY_PATH="$fs_libs" "$b" > "$work/$bn.log" 2>&1 < /dev/null; then
-      while read -r l; do record KERNEL "$bn: $l"; done < <(grep -E 'ratio|GB/s|TFLOP' "$work/$bn.log" | head -n 12)
+    # shellcheck disable=SC2086
+    if timeout -k 5 "$(( $(quick_left) - 10 ))" env LD_LIBRARY_PATH="$fs_libs" "$pack/bin/"$cmd > "$work/$bn.log" 2>&1 < /dev/null; then
+      while read -r l; do record KERNEL "$bn: $l"; done < <(grep -E 'ratio|GB/s|TFLOP|cuDNN' "$work/$bn.log" | head -n 16)
     else
       record FAIL "$bn ($bn.log): $(tail -n 1 "$work/$bn.log" | cut -c1-200)"
     fi
