@@ -14,6 +14,7 @@
 #include "backends/cuda/device_memory.h"
 #include "backends/cuda/device_probe.h"
 #include "backends/cuda/kernels/cuda_kernels.h"
+#include "backends/cuda/kernels/cudnn_sdpa.h"
 #include "backends/cuda/nccl_process_group.h"
 #include "backends/cuda/pinned_host.h"
 #include "backends/cuda/staged_gloo_process_group.h"
@@ -156,6 +157,8 @@ cudaStream_t CudaBackend::stream(StreamRole r) const { return streams_->get(r); 
 double CudaBackend::clock_s() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - created_).count();
 }
+
+std::vector<std::pair<std::string, int64_t>> CudaBackend::path_counts() const { return cudnn_sdpa::path_counts(); }
 
 uint64_t CudaBackend::non_allocator_bytes() const {
   check(cudaSetDevice(device_), "cudaSetDevice", "non_allocator_bytes");

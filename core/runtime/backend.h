@@ -143,6 +143,9 @@ class Backend {
   // collective started since the last call, {host_seq() when the host issued it, clock_s() when
   // its stream started it}; empty when the backend does not record them.
   virtual std::vector<std::pair<uint64_t, double>> take_work_starts() { return {}; }
+  // Optional: calls by the implementation path that ran them, in this process (the CUDA
+  // backend's cuDNN attention: NOTE [Attention path counter]); empty where there is no choice.
+  virtual std::vector<std::pair<std::string, int64_t>> path_counts() const { return {}; }
   // FLOPs (as OpCall declares them) of the kernels launched since the last call; clears them.
   double take_launched_flops() { return std::exchange(launched_flops_, 0.0); }
   // Collectives issued since the last call, by CollectiveKind; clears them.
