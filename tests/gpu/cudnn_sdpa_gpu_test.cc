@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <random>
@@ -21,6 +22,7 @@
 namespace {
 
 using namespace fullshard;
+using kt::HT;
 namespace cs = fullshard::cuda::cudnn_sdpa;
 
 // A host tensor (its meta for the OpCall, its values to compare) and its device copy.
