@@ -292,11 +292,14 @@ int worker_main(const LaunchOptions& o, const BackendRegistry& backends) {
       if (rank == 0)
         for (int i = 1; i < world; ++i) tcp->wait({"fullshard.done/" + std::to_string(i)});
     }
+    nlohmann::json paths = nlohmann::json::object();  // NOTE [Attention path counter]
+    for (const auto& [path, calls] : backend->path_counts()) paths[path] = calls;
     backend.reset();
     req.env.store.reset();
     if (!report_dir.empty()) write_rank_report(report_dir, r, matmul);
     write_line(fd, {{"type", "final"}, {"rank", rank}, {"peak_allocated_bytes", r.report.peak_allocated_bytes},
-                    {"peak_reserved_bytes", r.report.peak_reserved_bytes}, {"checkpoint", checkpoint_stats_json(r.checkpoint)}});
+                    {"peak_reserved_bytes", r.report.peak_reserved_bytes}, {"checkpoint", checkpoint_stats_json(r.checkpoint)},
+                    {"path_counts", paths}});
     return 0;
   } catch (const InputError& e) {
     if (fd < 0) std::fprintf(stderr, "fullshard: rank %d: error: %s\n", rank, e.what());
@@ -592,6 +595,8 @@ LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backend
       m.peak_allocated_bytes = j.value("peak_allocated_bytes", 0ull);
       m.peak_reserved_bytes = j.value("peak_reserved_bytes", 0ull);
       if (j.contains("checkpoint")) m.checkpoint = checkpoint_stats_from_json(j["checkpoint"]);
+      if (j.contains("path_counts") && j["path_counts"].is_object())
+        for (const auto& [path, calls] : j["path_counts"].items()) m.path_counts.emplace_back(path, calls.get<int64_t>());
     } else if (type == "error") {
       progress.interrupt();
       res.errors.push_back(fmt::format("rank {}: error: {}", r, j.value("message", "")));

@@ -65,6 +65,7 @@ struct MeasuredRank {
   uint64_t peak_allocated_bytes = 0;
   uint64_t peak_reserved_bytes = 0;
   CheckpointSaveStats checkpoint;  // what its checkpoint saves cost
+  std::vector<std::pair<std::string, int64_t>> path_counts;  // Backend::path_counts at its end
 };
 
 struct StepSummary {

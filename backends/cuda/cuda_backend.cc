@@ -18,6 +18,7 @@
 #include "backends/cuda/device_probe.h"
 #include "backends/cuda/kernels/cuda_kernels.h"
 #include "backends/cuda/kernels/init_param.h"
+#include "backends/cuda/kernels/cudnn_sdpa.h"
 #include "backends/cuda/nccl_process_group.h"
 #include "backends/cuda/nvtx_range.h"
 #include "backends/cuda/pinned_host.h"
@@ -185,6 +186,8 @@ cudaStream_t CudaBackend::stream(StreamRole r) const { return streams_->get(r); 
 double CudaBackend::clock_s() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - created_).count();
 }
+
+std::vector<std::pair<std::string, int64_t>> CudaBackend::path_counts() const { return cudnn_sdpa::path_counts(); }
 
 uint64_t CudaBackend::non_allocator_bytes() const {
   check(cudaSetDevice(device_), "cudaSetDevice", "non_allocator_bytes");

@@ -83,6 +83,8 @@ class CudaBackend : public Backend {
   std::vector<std::pair<uint64_t, double>> take_work_starts() override;
   std::vector<KernelTime> take_kernel_times() override;
   double clock_s() const override;
+  // Attention calls of the cuDNN kinds by path (cudnn_sdpa::path_counts, process-wide).
+  std::vector<std::pair<std::string, int64_t>> path_counts() const override;
 
   int device() const { return device_; }
   CollectiveTransport transport() const { return transport_.transport; }

@@ -1,6 +1,7 @@
 #include "core/model/attention_variants.h"
 
 #include "core/model/op_util.h"
+#include "core/runtime/cudnn_sdpa_workspace.h"
 
 // NOTE [SDPA backends]: what each CUDA backend of scaled_dot_product_attention saves for backward
 // and allocates in it, read from PyTorch's sources (aten/src/ATen/native/transformers/cuda/
@@ -22,23 +23,8 @@
 //   backward allocates only dq, dk, dv (empty_like q, k, v: no expanded dk / dv as flash's).
 //   Both directions take a workspace of mha_graph->get_workspace_size() bytes from the caching
 //   allocator in one block (MHA.cpp: CUDACachingAllocator::get()->allocate(workspace_size); a
-//   size of 0 allocates nothing). See NOTE [cuDNN SDPA workspace] for its size.
-//
-// NOTE [cuDNN SDPA workspace]: cudnn-frontend's Graph::get_workspace_size_plan_at_index
-// (include/cudnn_frontend/graph_interface.h, NVIDIA/cudnn-frontend @ 3929da2; the same in tags
-// v1.10.0 to v1.16.1 and in 1.32.0, which tools/deps.sh fetches) returns the execution plan's workspace plus the frontend's node workspace.
-// The frontend part follows from the graph PyTorch builds (MHA.cpp build_graph / build_graph_
-// backward: dense BSHD strides, causal mask, no bias, no dropout, no padding mask, not
-// deterministic):
-// - forward (SDPANodeBase::get_fe_workspace_size_node): alibi slopes only, so 0 bytes;
-// - backward (CompositeSDPABackwardNode): dQ_accum [B, H, S, hd] fp32 (dQ accumulated in fp32,
-//   then cast into dq) then softmax_sum [B, H, S, 1] fp32 (the row sums of dO * O), as
-//   cuDNN >= 9.0 leaves use_dp_workspace off unless a dBias or the deterministic algorithm is
-//   asked for; with GQA the full-head dK / dV stay virtual (no bytes) for dense layouts.
-// So the backward allocates B * H * S * (hd + 1) * 4 bytes as one temporary for its kernel.
-// The execution plan's own workspace is the cuDNN engine's choice at run time (not in any
-// public source) and is modelled as none: measure it on the GPU (torch.cuda.memory_snapshot
-// shows the block) before trusting a cuDNN peak to the megabyte.
+//   size of 0 allocates nothing): the frontend's tensors and the plan's own, sized by
+//   cudnn_sdpa_workspace (NOTE [cuDNN SDPA workspace], core/runtime/cudnn_sdpa_workspace.cc).
 
 namespace fullshard::ops {
 using namespace detail;  // NOLINT
@@ -111,9 +97,10 @@ Value attention_sdpa(ExecContext& c, Value q, Value k, Value v, const AttentionS
                           MemCategory::kTemporary, kCompute, name + " workspace");
                       op.outputs.push_back(delta.ref());
                       op.outputs.push_back(workspace.ref());
-                    } else {  // NOTE [cuDNN SDPA workspace]: softmax_sum and dQ_accum, one block
-                      workspace = Tensor::empty(b, {DType::kFloat32, {s.batch, s.heads, s.seq, s.head_dim + 1}},
-                                                MemCategory::kTemporary, kCompute, name + " workspace");
+                    } else {  // NOTE [cuDNN SDPA workspace]: the frontend's tensors and the plan's, one block
+                      const int64_t bytes = cudnn_sdpa_workspace(true, s.batch, s.seq, s.heads, s.head_dim).total();
+                      workspace = Tensor::empty(b, {DType::kFloat32, {bytes / 4}}, MemCategory::kTemporary, kCompute,
+                                                name + " workspace");
                       op.outputs.push_back(workspace.ref());
                     }
                     b.launch(kCompute, op);

@@ -165,6 +165,9 @@ class Backend {
   // With set_record_launches(true), every launch() since the last call (the per-op table's names).
   void set_record_launches(bool on) { record_launches_ = on; }
   std::vector<LaunchedOp> take_launched_ops() { return std::exchange(launched_ops_, {}); }
+  // Optional: calls by the implementation path that ran them, in this process (the CUDA
+  // backend's cuDNN attention: NOTE [Attention path counter]); empty where there is no choice.
+  virtual std::vector<std::pair<std::string, int64_t>> path_counts() const { return {}; }
   // FLOPs (as OpCall declares them) of the kernels launched since the last call; clears them.
   double take_launched_flops() { return std::exchange(launched_flops_, 0.0); }
   // Collectives issued since the last call, by CollectiveKind; clears them.

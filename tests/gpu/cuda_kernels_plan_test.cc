@@ -19,6 +19,7 @@
 #include "backends/cuda/kernels/gemm.h"
 #include "backends/cuda/kernels/plan.h"
 #include "core/common/error.h"
+#include "core/runtime/cudnn_sdpa_workspace.h"
 #include "tests/unit/kernels_test_support.h"
 
 namespace {
@@ -381,7 +382,9 @@ TEST(CudaPlan, AttentionEfficientAndCudnnTakeTheModelsOutputs) {
   // Backward: efficient's delta [B, H, S] and dq workspace; cuDNN's one workspace.
   HT g(DType::kBFloat16, {B, S, H, hd}), dq(DType::kBFloat16, {B, S, H * hd}), dk(DType::kBFloat16, {B, S, H * hd});
   HT dv(DType::kBFloat16, {B, S, H * hd}), delta(DType::kFloat32, {B, H, S}), ws(DType::kFloat32, {B, H, 128, 128});
-  HT cws(DType::kFloat32, {B, H, S, hd + 1}), cws_small(DType::kFloat32, {B, H, S, hd});
+  // cuDNN: the model's block (NOTE [cuDNN SDPA workspace]); the frontend's part alone is too small.
+  const CudnnSdpaWorkspace cw = cudnn_sdpa_workspace(true, B, S, H, hd);
+  HT cws(DType::kFloat32, {cw.total() / 4}), cws_small(DType::kFloat32, {cw.frontend / 4});
   p = plan::plan_attention_backward(kt::make_call(OpKind::kAttentionEfficientBackward, {&g, &q, &k, &v, &o, &lse_pad},
                                                   {&dq, &dk, &dv, &delta, &ws}, eff_args));
   EXPECT_EQ(p.softmax_d_ld, S);

@@ -1,17 +1,22 @@
 // cuDNN attention's host side (backends/cuda/kernels/cudnn_sdpa.h), without a GPU: the graph's
 // layouts address exactly the elements the flash kernels' index maps do (so cuDNN and the flash
 // kernels read and write the same memory), the checks made before cuDNN is asked, the env
-// switch, and, where the build has cuDNN, the frontend's own validation of the graphs fullshard
+// switch, the plan choice against the model's workspace (cudnn_sdpa_choice.h) and the path
+// counter, and, where the build has cuDNN, the frontend's own validation of the graphs fullshard
 // builds for the shapes its models use.
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "backends/cuda/kernels/cudnn_sdpa.h"
+#include "backends/cuda/kernels/cudnn_sdpa_choice.h"
 #include "core/common/error.h"
+#include "core/runtime/cudnn_sdpa_workspace.h"
 
 namespace {
 
@@ -117,6 +122,108 @@ TEST(CudnnSdpa, FrontendValidatesTheGraphs) {
   AttnLayout odd_rows = layout(1, 64, 4, 4, 64, false, 64);
   odd_rows.q_ld += 4;  // rows 8 bytes off a 16-byte multiple
   EXPECT_NE(cs::validate_graph(false, DType::kBFloat16, odd_rows, 90), "");
+}
+
+// The frontend as the H200 run saw it (NOTE [cuDNN SDPA workspace]), scaled to a shape: its node
+// tensors (with the padding-mask workaround's B*8 bytes on a cuDNN <= 9.15 where S % 128 != 0)
+// and the engine parts of the backward's three heuristic plans.
+struct FrontendAsMeasured {
+  int64_t frontend = 0;
+  std::vector<int64_t> engines;
+};
+FrontendAsMeasured as_measured(int64_t B, int64_t S, int64_t H, int64_t hd, bool old_cudnn) {
+  const int64_t rows = B * H * S;
+  return {rows * (hd + 1) * 4 + (old_cudnn && S % 128 != 0 ? B * 8 : 0),
+          {rows * hd * 4 + 256, 2 * rows * hd * 4 + 128, 2 * rows * hd * 4 + 128}};
+}
+// build_plan_at_index after deselect_workspace_greater_than(limit): an engine part above the
+// limit fails with the frontend's message; a plan that builds asks its engine part + the frontend's.
+std::function<cs::PlanOutcome(int64_t)> frontend_with_limit(const FrontendAsMeasured& f, int64_t limit) {
+  return [f, limit](int64_t i) {
+    cs::PlanOutcome o;
+    const int64_t e = f.engines.at(static_cast<size_t>(i));
+    if (e > limit)
+      o.failure = "[cudnn_frontend] Error: Skipping plan since workspace violation. Requires " + std::to_string(e);
+    else
+      o.workspace = e + f.frontend;
+    return o;
+  };
+}
+
+// The rule the backend picks plans by (NOTE [cuDNN plan choice]) and the model the simulator
+// allocates agree: over shapes, the heuristics' first plan fits the model's block, so cuDNN runs
+// in the memory the simulator predicts; where no cuDNN workaround applies, the plan asks the
+// block to the byte (what PyTorch allocates).
+RC_GTEST_PROP(CudnnPlanChoice, TheModelsBlockFitsTheFirstPlan, ()) {
+  const int64_t B = *rc::gen::inRange<int64_t>(1, 9), S = *rc::gen::inRange<int64_t>(1, 8193);
+  const int64_t H = *rc::gen::inRange<int64_t>(1, 65), hd = 8 * *rc::gen::inRange<int64_t>(1, 33);
+  const bool old_cudnn = *rc::gen::arbitrary<bool>();
+  const CudnnSdpaWorkspace model = cudnn_sdpa_workspace(true, B, S, H, hd);
+  RC_ASSERT(model.total() % 4 == 0);  // an fp32 temporary
+  const FrontendAsMeasured f = as_measured(B, S, H, hd, old_cudnn);
+  RC_ASSERT(cs::engine_limit(model.total(), f.frontend) >= f.engines[0]);
+  const cs::PlanChoice c =
+      cs::choose_plan(3, frontend_with_limit(f, cs::engine_limit(model.total(), f.frontend)), model.total());
+  RC_ASSERT(c.index == 0);
+  RC_ASSERT(c.skipped.empty());
+  RC_ASSERT(c.workspace <= model.total());
+  if (S % 128 == 0) RC_ASSERT(c.workspace == model.total());
+  // The forward: the model gives none, and a plan asking some is passed over for one that asks none.
+  const int64_t fwd = cudnn_sdpa_workspace(false, B, S, H, hd).total();
+  RC_ASSERT(fwd == 0);
+  const FrontendAsMeasured ff{0, {*rc::gen::inRange<int64_t>(1, 1 << 20), 0}};
+  const cs::PlanChoice cf = cs::choose_plan(2, frontend_with_limit(ff, cs::engine_limit(fwd, 0)), fwd);
+  RC_ASSERT(cf.index == 1);
+  RC_ASSERT(cf.workspace == 0);
+  RC_ASSERT(cf.skipped.size() == 1u);
+}
+
+// The measured figure itself: the benchmark's backward plan 0 asked 67,109,120 engine bytes.
+TEST(CudnnPlanChoice, ModelReproducesTheMeasuredBenchmarkPlan) {
+  const CudnnSdpaWorkspace w = cudnn_sdpa_workspace(true, 2, 4096, 32, 64);
+  EXPECT_EQ(w.engine, 67109120);
+  EXPECT_EQ(w.frontend, int64_t{2} * 32 * 4096 * 65 * 4);  // dQ_accum + softmax_sum
+  EXPECT_EQ(cudnn_sdpa_workspace(false, 2, 4096, 32, 64).total(), 0);
+}
+
+// A plan the model does not describe is declined with a one-line reason naming the bytes, and
+// each declined call is counted under that reason.
+TEST(CudnnPlanChoice, APlanAskingMoreThanTheModelIsDeclinedAndCounted) {
+  const CudnnSdpaWorkspace model = cudnn_sdpa_workspace(true, 2, 4096, 32, 64);
+  FrontendAsMeasured f = as_measured(2, 4096, 32, 64, false);
+  f.engines = {f.engines[1], f.engines[2]};  // only the plans asking twice the fitted engine part
+  const int64_t limit = cs::engine_limit(model.total(), f.frontend);
+  const cs::PlanChoice c = cs::choose_plan(2, frontend_with_limit(f, limit), model.total());
+  EXPECT_EQ(c.index, -1);
+  ASSERT_EQ(c.skipped.size(), 2u);
+  const std::string why = cs::no_plan_reason(c, model.total(), f.frontend, model.frontend);
+  EXPECT_EQ(why.find('\n'), std::string::npos) << why;
+  EXPECT_NE(why.find("no plan within the model's workspace of " + std::to_string(model.total()) + " bytes"),
+            std::string::npos) << why;
+  EXPECT_NE(why.find("plan 0: [cudnn_frontend] Error: Skipping plan since workspace violation. Requires 134217856"),
+            std::string::npos) << why;
+  EXPECT_EQ(why.find("the model assumed"), std::string::npos) << why;  // the frontend's part was as modelled
+  // The frontend asking more for its own tensors than modelled, and more than the whole block.
+  const std::string over = cs::no_plan_reason(cs::PlanChoice{}, model.total(), model.total() + 8, model.frontend);
+  EXPECT_NE(over.find("the frontend's own tensors take " + std::to_string(model.total() + 8)), std::string::npos) << over;
+  EXPECT_NE(over.find("the model assumed " + std::to_string(model.frontend)), std::string::npos) << over;
+  // A plan that built but asks more than the block (were the frontend's cap not kept) is passed over.
+  const cs::PlanChoice big = cs::choose_plan(
+      1, [&](int64_t) { return cs::PlanOutcome{"", model.total() + 1}; }, model.total());
+  EXPECT_EQ(big.index, -1);
+  ASSERT_EQ(big.skipped.size(), 1u);
+  EXPECT_NE(big.skipped[0].find("exceeds the model's " + std::to_string(model.total())), std::string::npos);
+
+  cs::PathCounts counts;
+  counts.ran(false);
+  counts.declined(true, "B 2, S 4096, heads 32/8, head_dim 64", why);
+  counts.declined(true, "B 2, S 4096, heads 32/8, head_dim 64", why);
+  counts.ran(false);
+  const auto got = counts.counts();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0], (std::pair<std::string, int64_t>{"cudnn forward", 2}));
+  EXPECT_EQ(got[1].first, "flash backward: B 2, S 4096, heads 32/8, head_dim 64: " + why);
+  EXPECT_EQ(got[1].second, 2);
 }
 
 }  // namespace

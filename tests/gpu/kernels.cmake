@@ -102,3 +102,12 @@ target_include_directories(cuda_gemm_shapes_test PRIVATE ${PROJECT_SOURCE_DIR})
 target_compile_definitions(cuda_gemm_shapes_test PRIVATE FULLSHARD_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 add_test(NAME cuda_kernels.gemm_shapes_gpu COMMAND cuda_gemm_shapes_test)
 set_tests_properties(cuda_kernels.gemm_shapes_gpu PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
+
+# cuDNN attention at the 1B benchmark's shape on the GPU (label gpu, exit 77 without one): both
+# directions run cuDNN within the model's workspace (NOTE [cuDNN plan choice]).
+add_executable(cudnn_sdpa_gpu_test ${CMAKE_CURRENT_SOURCE_DIR}/cudnn_sdpa_gpu_test.cc)
+target_link_libraries(cudnn_sdpa_gpu_test PRIVATE fullshard_cuda_kernels fullshard_kernels rapidcheck_gtest rapidcheck
+                      GTest::gtest)
+target_include_directories(cudnn_sdpa_gpu_test PRIVATE ${PROJECT_SOURCE_DIR})
+add_test(NAME cuda_kernels.cudnn_sdpa_gpu COMMAND cudnn_sdpa_gpu_test)
+set_tests_properties(cuda_kernels.cudnn_sdpa_gpu PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)

@@ -1,9 +1,10 @@
-// model.implementation attention = cudnn: the backward takes cudnn-frontend's workspace
-// (softmax_sum and dQ_accum, NOTE [cuDNN SDPA workspace] in core/model/attention_variants.cc)
-// from the caching allocator as one block while its kernel runs; the forward takes none, and
-// flash's backward allocates no such block.
+// model.implementation attention = cudnn: the backward takes cuDNN's workspace (the frontend's
+// dQ_accum and softmax_sum and the plan's own, NOTE [cuDNN SDPA workspace] in
+// core/runtime/cudnn_sdpa_workspace.cc) from the caching allocator as one block while its kernel
+// runs; the forward takes none, and flash's backward allocates no such block.
 #include <gtest/gtest.h>
 
+#include "core/runtime/cudnn_sdpa_workspace.h"
 #include "tests/support/sim_support.h"
 
 namespace fullshard {
@@ -48,10 +49,14 @@ TEST(AttentionBackends, CudnnBackwardTakesTheFrontendWorkspace) {
   for (const auto& [batch, seq] : {std::pair{2, 32}, std::pair{1, 24}, std::pair{3, 40}}) {
     const WorkspaceBlocks w = workspace_blocks("cudnn", batch, seq);
     ASSERT_EQ(w.count, 2) << "one block per layer's backward, none in forward";
-    // softmax_sum [B, H, S, 1] + dQ_accum [B, H, S, hd], fp32, rounded to the allocator's 512 B.
-    const uint64_t raw = static_cast<uint64_t>(batch) * 4 * seq * (16 + 1) * 4;
+    // The model's block, rounded to the allocator's 512 B.
+    const uint64_t raw = static_cast<uint64_t>(cudnn_sdpa_workspace(true, batch, seq, 4, 16).total());
     for (uint64_t b : w.bytes) EXPECT_EQ(b, (raw + 511) / 512 * 512) << "batch " << batch << " seq " << seq;
   }
+  // By hand at batch 2, seq 32: dQ_accum + softmax_sum 2*4*32*(16+1)*4 = 17408 B, the padding-mask
+  // workaround's 2*8 B (32 % 128 != 0), the engine's 2*4*128*16*4 + 256 = 65792 B: 83216 B, 83456
+  // once rounded.
+  EXPECT_EQ(workspace_blocks("cudnn", 2, 32).bytes.at(0), 83456u);
   EXPECT_EQ(workspace_blocks("flash", 2, 32).count, 0);
 }
 

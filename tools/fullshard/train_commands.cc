@@ -106,6 +106,15 @@ nlohmann::json measured_report(const Scenario& s, const runner::LaunchResult& r)
     out["sgemm_source"] = probe_source;
     out["mfu_of_sgemm"] = mean > 0 ? rep.model_flops_per_token * rep.tokens_per_s_per_gpu / mean : 0.0;
   }
+  // NOTE [Attention path counter]: per rank, its calls of the cuDNN attention kinds by path.
+  nlohmann::json paths = nlohmann::json::array();
+  for (const auto& m : r.ranks)
+    if (!m.path_counts.empty()) {
+      nlohmann::json c = nlohmann::json::object();
+      for (const auto& [path, calls] : m.path_counts) c[path] = calls;
+      paths.push_back({{"rank", m.rank}, {"calls", c}});
+    }
+  if (!paths.empty()) out["attention_paths"] = paths;
   nlohmann::json losses = nlohmann::json::array();
   for (const auto& st : r.steps) losses.push_back(st.loss);
   out["loss_per_step"] = losses;
@@ -181,6 +190,14 @@ int cmd_train(runner::LaunchOptions o, const std::string& json_out) {
     else
       std::cout << fmt::format("  checkpoints: {} sync saves, save time exposed {:.3f} s (slowest rank)\n", worst.saves,
                                worst.exposed_s);
+  }
+  // NOTE [Attention path counter]: which path ran the cuDNN attention calls (rank 0's; every
+  // rank's where they differ).
+  for (const auto& m : r.ranks) {
+    if (m.path_counts.empty() || (m.rank != 0 && m.path_counts == r.ranks[0].path_counts)) continue;
+    std::string line;
+    for (const auto& [path, calls] : m.path_counts) line += fmt::format("{}{}: {}", line.empty() ? "" : "; ", path, calls);
+    std::cout << fmt::format("  attention calls by path (rank {}): {}\n", m.rank, line);
   }
   for (auto it = r.steps.rbegin(); it != r.steps.rend(); ++it)
     if (!std::isnan(it->eval_loss)) {

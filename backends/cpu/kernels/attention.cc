@@ -10,6 +10,7 @@
 #include "backends/cpu/kernels/dtype_io.h"
 #include "backends/cpu/kernels/gemm.h"
 #include "backends/cpu/kernels/kernel_impl.h"
+#include "core/runtime/cudnn_sdpa_workspace.h"
 
 namespace fullshard::cpu::detail {
 
@@ -152,8 +153,8 @@ void attention_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   expect_numel(op, out_meta(op, 0), tokens * D, "dq");
   expect_numel(op, out_meta(op, 1), tokens * Dkv, "dk");
   expect_numel(op, out_meta(op, 2), tokens * Dkv, "dv");
-  if (op.kind == OpKind::kAttentionCudnnBackward)  // softmax_sum + dQ_accum (NOTE [cuDNN SDPA workspace])
-    expect_numel(op, out_meta(op, 3), d.B * d.H * d.S * (d.hd + 1), "cuDNN workspace");
+  if (op.kind == OpKind::kAttentionCudnnBackward)  // one block (NOTE [cuDNN SDPA workspace])
+    expect_numel(op, out_meta(op, 3), cudnn_sdpa_workspace(true, d.B, d.S, d.H, d.hd).total() / 4, "cuDNN workspace");
   QKV t = load_qkv(op, in, 1, d);
   F32In dout(in[0], in_meta(op, 0).dtype, tokens * D);
   const float* lse = static_cast<const float*>(in[io + 1]);

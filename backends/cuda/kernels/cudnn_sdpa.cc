@@ -6,22 +6,24 @@
 // (tools/deps.sh), the CUDA backend runs the same thing: the graph PyTorch builds in aten/src/ATen/native/cudnn/MHA.cpp (build_graph /
 // build_graph_backward: io bf16 or fp16, fp32 intermediates and compute, causal mask, attention
 // scale 1 / sqrt(hd), stats generated in training, q / k / v / o in their [B, S, heads, hd]
-// memory seen as [B, heads, S, hd]; GQA native, dk / dv at the kv heads), the heuristics' first
-// plan (HeurMode A) among engines that need no workspace of their own (below, build), built
-// once per shape and thread and cached: cuDNN's
+// memory seen as [B, heads, S, hd]; GQA native, dk / dv at the kv heads), its plan picked by NOTE
+// [cuDNN plan choice] (cudnn_sdpa_choice.cc: the heuristics' first plan that fits the workspace
+// block the model gives the op), built once per shape and thread and cached: cuDNN's
 // execution plans are not guaranteed thread-safe, so PyTorch keeps these caches thread_local,
 // as here, with one cuDNN handle per thread and device (PyTorch's handle pool).
-// Memory stays the model's (NOTE [cuDNN SDPA workspace], core/model/attention_variants.cc): the
-// outputs are the op's, and the plan's workspace must fit in what the model gave the op, the
-// backward's B·H·S·(hd+1)·4-byte temporary and none in the forward. A plan that asks more, a
-// shape or dtype cuDNN does not take, or a cuDNN that fails to load or build, declines the call:
-// one line on stderr per shape and reason, then the flash kernels (NOTE [SDPA variants on the
-// CUDA backend], plan.cc) write the same outputs into the same memory, so predicted == measured
-// holds either way and the line says what to model. The backward accumulates dq with atomics in
-// its dQ_accum, so its dq is not bit-reproducible run to run, as PyTorch's is not (cuDNN's
-// deterministic algorithm takes more workspace than the model gives).
+// Memory stays the model's (NOTE [cuDNN SDPA workspace], core/runtime/cudnn_sdpa_workspace.cc):
+// the outputs are the op's, and the plan runs in the op's workspace temporary (the backward's;
+// the forward's is 0 bytes). A shape or dtype cuDNN does not take, no plan within the block, or
+// a cuDNN that fails to load or build, declines the call: one line on stderr per shape and
+// reason, counted (NOTE [Attention path counter]), then the flash kernels (NOTE [SDPA variants
+// on the CUDA backend], plan.cc) write the same outputs into the same memory, so predicted ==
+// measured holds either way and the line says what to model. The backward accumulates dq with
+// atomics in its dQ_accum, so its dq is not bit-reproducible run to run, as PyTorch's is not.
 // FULLSHARD_CUDNN_ATTENTION=off runs the flash kernels for every call (gpu-check compares both).
 #include "backends/cuda/kernels/cudnn_sdpa.h"
+
+#include "backends/cuda/kernels/cudnn_sdpa_choice.h"
+#include "core/runtime/cudnn_sdpa_workspace.h"
 
 #include <atomic>
 #include <cstdio>
@@ -48,14 +50,26 @@ namespace {
 
 std::atomic<int64_t> n_forward{0}, n_backward{0}, n_declined{0};
 
-bool decline(const char* direction, const AttnLayout& l, const std::string& why) {
+PathCounts& path_counts_of_process() {
+  static PathCounts* c = new PathCounts;  // leaked: read while the process exits
+  return *c;
+}
+
+std::string shape_text(const AttnLayout& l) {
+  return "B " + std::to_string(l.B) + ", S " + std::to_string(l.S) + ", heads " + std::to_string(l.H) + "/" +
+         std::to_string(l.Hkv) + ", head_dim " + std::to_string(l.hd);
+}
+
+// Counts the call as declined; says why on stderr the first time for this shape (quiet: the env
+// switch, which the user set).
+bool decline(const char* direction, const AttnLayout& l, const std::string& why, bool quiet = false) {
   ++n_declined;
+  const std::string shape = shape_text(l);
+  path_counts_of_process().declined(std::string(direction) == "backward", shape, why);
   static std::mutex m;
   static std::set<std::string> said;
-  const std::string shape = "B " + std::to_string(l.B) + ", S " + std::to_string(l.S) + ", heads " +
-                            std::to_string(l.H) + "/" + std::to_string(l.Hkv) + ", head_dim " + std::to_string(l.hd);
   std::lock_guard<std::mutex> lock(m);
-  if (said.insert(std::string(direction) + shape + why).second)
+  if (!quiet && said.insert(std::string(direction) + shape + why).second)
     std::fprintf(stderr, "fullshard: cuDNN attention %s not run (%s): %s; fullshard's flash kernels run it instead\n",
                  direction, shape.c_str(), why.c_str());
   return false;
@@ -70,17 +84,20 @@ bool env_enabled() {
 namespace fe = cudnn_frontend;
 enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
 
-// What the graph depends on: the offsets of packed q / k / v move the pointers, not the graph.
-using Key = std::array<int64_t, 11>;
-Key key_of(int device, bool backward, DType dt, const AttnLayout& l) {
-  return {device, backward, static_cast<int64_t>(dt), l.B, l.S, l.H, l.Hkv, l.hd, l.q_ld, l.kv_ld, l.lse_ld};
+// What the graph and its plan depend on: the offsets of packed q / k / v move the pointers, not
+// the graph; the model's workspace bounds the plan.
+using Key = std::array<int64_t, 12>;
+Key key_of(int device, bool backward, DType dt, const AttnLayout& l, int64_t model_bytes) {
+  return {device, backward, static_cast<int64_t>(dt), l.B, l.S, l.H, l.Hkv, l.hd, l.q_ld, l.kv_ld, l.lse_ld, model_bytes};
 }
 
 struct Built {
   std::shared_ptr<fe::graph::Graph> graph;
-  int64_t workspace = 0;
-  std::string plan;   // the engine's name, for plans()
-  std::string error;  // not empty: cuDNN cannot run this shape
+  int64_t workspace = 0;  // get_workspace_size() of the plan that runs: engine + frontend
+  int64_t frontend = 0;   // the frontend's node tensors alone
+  std::string plan;       // the engine's name, for plans()
+  std::vector<std::string> skipped;  // heuristic plans passed over, with the frontend's reason
+  std::string error;      // not empty: cuDNN will not run this shape
 };
 
 // One handle per device for this thread, and this thread's graphs. Leaked at thread exit on
@@ -152,20 +169,38 @@ bool step(fe::error_t e, const char* what, std::string* error) {
   return error->empty();
 }
 
-// The engine's own workspace is barred (deselect_workspace_greater_than(0)): the model gives the
-// op exactly the frontend's part (none forward; dQ_accum and softmax_sum backward), so the
-// heuristics' first engine that needs none is taken; PyTorch takes the first engine whatever it
-// asks and allocates that. No engine without one: the call declines, saying so.
-Built build(bool backward, DType dt, const AttnLayout& l, cudnnHandle_t handle) {
+// NOTE [cuDNN plan choice] (cudnn_sdpa_choice.cc): the plans PyTorch's build_plans tries, in its
+// order, with the engine's workspace capped at what the model's block leaves after the
+// frontend's tensors (get_autotune_workspace_size() before any plan is built: those alone).
+Built build(bool backward, DType dt, const AttnLayout& l, cudnnHandle_t handle, int64_t model_bytes) {
   Built b;
   auto g = describe(backward, dt, l);
-  g->deselect_workspace_greater_than(0);
   std::string* e = &b.error;
-  step(g->validate(), "validate", e) && step(g->build_operation_graph(handle), "build_operation_graph", e) &&
-      step(g->create_execution_plans({fe::HeurMode_t::A}), "create_execution_plans", e) &&
-      step(g->check_support(handle), "check_support", e) && step(g->build_plans(), "build_plans", e) &&
-      step(g->get_workspace_size(b.workspace), "get_workspace_size", e) && step(g->get_plan_name(b.plan), "get_plan_name", e);
-  if (b.error.empty()) b.graph = std::move(g);
+  if (!(step(g->validate(), "validate", e) && step(g->build_operation_graph(handle), "build_operation_graph", e) &&
+        step(g->create_execution_plans({fe::HeurMode_t::A}), "create_execution_plans", e)))
+    return b;
+  b.frontend = g->get_autotune_workspace_size();
+  const int64_t model_frontend = cudnn_sdpa_workspace(backward, l.B, l.S, l.H, l.hd).frontend;
+  PlanChoice c;
+  if (engine_limit(model_bytes, b.frontend) >= 0) {
+    g->deselect_workspace_greater_than(engine_limit(model_bytes, b.frontend));
+    c = choose_plan(g->get_execution_plan_count(), [&](int64_t i) {
+      PlanOutcome o;
+      if (fe::error_t st = g->build_plan_at_index(i); st.is_bad()) {
+        o.failure = st.get_message();
+      } else if (fe::error_t ws = g->get_workspace_size_plan_at_index(i, o.workspace); ws.is_bad()) {
+        o.failure = "get_workspace_size: " + ws.get_message();
+      }
+      return o;
+    }, model_bytes);
+  }
+  b.skipped = c.skipped;
+  if (c.index < 0) {
+    b.error = no_plan_reason(c, model_bytes, b.frontend, model_frontend);
+    return b;
+  }
+  b.workspace = c.workspace;
+  if (step(g->get_plan_name_at_index(c.index, b.plan), "get_plan_name", e)) b.graph = std::move(g);
   return b;
 }
 
@@ -176,7 +211,7 @@ struct Lookup {
   cudnnHandle_t handle = nullptr;
   std::string error;
 };
-Lookup graph_for(bool backward, DType dt, const AttnLayout& l, cudaStream_t s) {
+Lookup graph_for(bool backward, DType dt, const AttnLayout& l, int64_t model_bytes, cudaStream_t s) {
   int device = -1;
   if (cudaGetDevice(&device) != cudaSuccess) {
     cudaGetLastError();
@@ -191,14 +226,15 @@ Lookup graph_for(bool backward, DType dt, const AttnLayout& l, cudaStream_t s) {
     }
   }
   if (h->second == nullptr) return Lookup{nullptr, nullptr, "cudnnCreate failed on this device"};
-  const Key key = key_of(device, backward, dt, l);
+  const Key key = key_of(device, backward, dt, l, model_bytes);
   auto it = ts.graphs.find(key);
   if (it == ts.graphs.end()) {
     Built b;
     try {
-      b = build(backward, dt, l, h->second);
+      b = build(backward, dt, l, h->second, model_bytes);
     } catch (const std::exception& e) {
-      b = Built{nullptr, 0, "", std::string("building the graph: ") + e.what()};
+      b = Built{};
+      b.error = std::string("building the graph: ") + e.what();
     }
     it = ts.graphs.emplace(key, std::move(b)).first;
   }
@@ -240,39 +276,48 @@ std::string validate_graph(bool backward, DType dt, const AttnLayout& l, int sm_
 
 Counters counters() { return Counters{n_forward.load(), n_backward.load(), n_declined.load()}; }
 
+std::vector<std::pair<std::string, int64_t>> path_counts() { return path_counts_of_process().counts(); }
+
 std::vector<std::string> plans() {
   std::vector<std::string> out;
 #if FULLSHARD_HAVE_CUDNN
   for (const auto& [key, b] : thread_state().graphs) {
     std::string line = std::string(key[1] ? "backward" : "forward") + " B " + std::to_string(key[3]) + ", S " +
                        std::to_string(key[4]) + ", heads " + std::to_string(key[5]) + "/" + std::to_string(key[6]) +
-                       ", head_dim " + std::to_string(key[7]) + ": ";
-    out.push_back(line + (b.error.empty() ? b.plan + ", workspace " + std::to_string(b.workspace) + " B" : b.error));
+                       ", head_dim " + std::to_string(key[7]) + ", model workspace " + std::to_string(key[11]) + " B: ";
+    if (b.error.empty()) {
+      line += b.plan + ", workspace " + std::to_string(b.workspace) + " B (frontend " + std::to_string(b.frontend) + ")";
+      for (const std::string& s : b.skipped) line += "; skipped " + s;
+    } else {
+      line += b.error;
+    }
+    for (char& ch : line)
+      if (ch == '\n') ch = ' ';
+    out.push_back(line);
   }
 #endif
   return out;
 }
 
 bool forward(const AttnLayout& l, std::initializer_list<DType> dtypes, const ForwardArgs& a, cudaStream_t s) {
-  if (!env_enabled()) return false;
+  if (!env_enabled()) return decline("forward", l, "FULLSHARD_CUDNN_ATTENTION=off", true);
   const DType dt = *dtypes.begin();
   if (const std::string why = precheck(l, dtypes, {a.q, a.k, a.v, a.o, a.stats}); !why.empty())
     return decline("forward", l, why);
 #if FULLSHARD_HAVE_CUDNN
-  const Lookup g = graph_for(false, dt, l, s);
+  // The model gives the forward no workspace block (NOTE [cuDNN SDPA workspace]): its total is 0.
+  const int64_t model_bytes = cudnn_sdpa_workspace(false, l.B, l.S, l.H, l.hd).total();
+  const Lookup g = graph_for(false, dt, l, model_bytes, s);
   if (g.built == nullptr) return decline("forward", l, g.error);
-  const Built& b = *g.built;
-  if (b.workspace > 0)
-    return decline("forward", l, "its plan asks " + std::to_string(b.workspace) +
-                                     " bytes of workspace, and the model gives the forward none (NOTE [cuDNN SDPA workspace])");
   const GraphLayout gl = graph_layout(l);
   std::unordered_map<int64_t, void*> pack = {{kQ, at(a.q, gl.q.offset, dt)},
                                              {kK, at(a.k, gl.k.offset, dt)},
                                              {kV, at(a.v, gl.v.offset, dt)},
                                              {kO, a.o},
                                              {kStats, a.stats}};
-  if (const std::string why = run(b, g.handle, pack, nullptr); !why.empty()) return decline("forward", l, why);
+  if (const std::string why = run(*g.built, g.handle, pack, nullptr); !why.empty()) return decline("forward", l, why);
   ++n_forward;
+  path_counts_of_process().ran(false);
   return true;
 #else
   (void)s;
@@ -281,26 +326,24 @@ bool forward(const AttnLayout& l, std::initializer_list<DType> dtypes, const For
 }
 
 bool backward(const AttnLayout& l, std::initializer_list<DType> dtypes, const BackwardArgs& a, cudaStream_t s) {
-  if (!env_enabled()) return false;
+  if (!env_enabled()) return decline("backward", l, "FULLSHARD_CUDNN_ATTENTION=off", true);
   const DType dt = *dtypes.begin();
   if (const std::string why = precheck(l, dtypes, {a.dout, a.q, a.k, a.v, a.o, a.stats, a.dq, a.dk, a.dv, a.workspace});
       !why.empty())
     return decline("backward", l, why);
 #if FULLSHARD_HAVE_CUDNN
-  const Lookup g = graph_for(true, dt, l, s);
+  // The plan is chosen to fit the model's block (NOTE [cuDNN plan choice]), which it is handed.
+  const Lookup g = graph_for(true, dt, l, static_cast<int64_t>(a.workspace_bytes), s);
   if (g.built == nullptr) return decline("backward", l, g.error);
-  const Built& b = *g.built;
-  if (static_cast<size_t>(b.workspace) > a.workspace_bytes)
-    return decline("backward", l, "its plan asks " + std::to_string(b.workspace) + " bytes of workspace, the model gives " +
-                                      std::to_string(a.workspace_bytes) + " (NOTE [cuDNN SDPA workspace])");
   const GraphLayout gl = graph_layout(l);
   std::unordered_map<int64_t, void*> pack = {
       {kQ, at(a.q, gl.q.offset, dt)}, {kK, at(a.k, gl.k.offset, dt)}, {kV, at(a.v, gl.v.offset, dt)},
       {kO, at(a.o, 0, dt)},          {kDO, at(a.dout, 0, dt)},      {kStats, const_cast<float*>(a.stats)},
       {kDQ, a.dq},                   {kDK, a.dk},                   {kDV, a.dv}};
-  if (const std::string why = run(b, g.handle, pack, b.workspace > 0 ? a.workspace : nullptr); !why.empty())
+  if (const std::string why = run(*g.built, g.handle, pack, g.built->workspace > 0 ? a.workspace : nullptr); !why.empty())
     return decline("backward", l, why);
   ++n_backward;
+  path_counts_of_process().ran(true);
   return true;
 #else
   (void)s;

@@ -1,7 +1,8 @@
 // cuDNN's fused attention for `attention = cudnn` (NOTE [cuDNN attention on the CUDA backend],
 // cudnn_sdpa.cc). The graph layout is a pure function, tested without a GPU; forward / backward
 // run cuDNN where fullshard was built with it and decline (return false) where it cannot run a
-// call within the memory the model gave it, so the caller runs the flash kernels instead.
+// call within the memory the model gave it (NOTE [cuDNN plan choice], cudnn_sdpa_choice.h), so
+// the caller runs the flash kernels instead.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,6 +11,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/cuda/kernels/index_math.h"
@@ -51,11 +53,12 @@ struct BackwardArgs {
   const void *dout, *q, *k, *v, *o;
   const float* stats;
   void *dq, *dk, *dv;
-  void* workspace;        // the model's temporary (NOTE [cuDNN SDPA workspace])
-  size_t workspace_bytes;
+  void* workspace;        // the model's temporary (NOTE [cuDNN SDPA workspace]): the plan runs in it
+  size_t workspace_bytes;  // its bytes: the plan chosen asks at most these
 };
 // true: cuDNN's kernels were enqueued on s. false: not run (a one-line reason went to stderr the
-// first time for this shape); the caller runs the flash kernels, which write the same outputs.
+// first time for this shape, and the call is counted with it); the caller runs the flash
+// kernels, which write the same outputs. FULLSHARD_CUDNN_ATTENTION=off declines quietly.
 // dtypes: every operand's, q's first (cuDNN takes one io dtype for all of them).
 bool forward(const AttnLayout& l, std::initializer_list<DType> dtypes, const ForwardArgs& a, cudaStream_t s);
 bool backward(const AttnLayout& l, std::initializer_list<DType> dtypes, const BackwardArgs& a, cudaStream_t s);
@@ -65,8 +68,12 @@ struct Counters {
   int64_t forward = 0, backward = 0, declined = 0;
 };
 Counters counters();
-// This thread's built graphs, one line each: direction, shape, then the engine and its workspace
-// or why cuDNN cannot run it (for tests and gpu-check logs).
+// The same calls by path (NOTE [Attention path counter]): "cudnn forward", "cudnn backward", or
+// "flash DIRECTION: SHAPE: REASON" for each reason cuDNN declined; sorted by path.
+std::vector<std::pair<std::string, int64_t>> path_counts();
+// This thread's built graphs, one line each: direction, shape, the model's workspace, then the
+// engine, its workspace and the plans skipped before it, or why cuDNN cannot run it (for tests
+// and gpu-check logs).
 std::vector<std::string> plans();
 
 }  // namespace fullshard::cuda::cudnn_sdpa

@@ -8,6 +8,7 @@
 
 #include "backends/cuda/kernels/attention_fa2_plan.h"
 #include "core/common/error.h"
+#include "core/runtime/cudnn_sdpa_workspace.h"
 #include "core/tensor/float_convert.h"
 
 namespace fullshard::cuda::plan {
@@ -408,7 +409,7 @@ void check_qkv(const OpCall& op, const AttnPlan& p, size_t first) {
 // model, so the allocator sees the same blocks the simulator predicts: the efficient forward's
 // output accumulator (head dims above 128) is left unwritten; the backward's softmax_d lives in
 // the efficient kernel's delta [B, H, S] or in the first B*H*S floats of cuDNN's workspace
-// (the flash kernels' own use of it; cuDNN itself puts dQ_accum first), rows S long;
+// (the flash kernels' own use of it when cuDNN declines the call), rows S long;
 // efficient's dq workspace is left unwritten. Where the build has cuDNN, kAttentionCudnn runs
 // cuDNN itself (NOTE [cuDNN attention on the CUDA backend], cudnn_sdpa.cc).
 AttnPlan plan_attention(const OpCall& op) {
@@ -461,8 +462,8 @@ AttnPlan plan_attention_backward(const OpCall& op) {
   const TensorMeta& sd = op.outputs[3].meta;
   FULLSHARD_CHECK(sd.dtype == DType::kFloat32, where(op) + (flash ? "softmax_d" : cudnn ? "the workspace" : "delta") +
                                                    " must be fp32");
-  if (cudnn) {  // dQ_accum [B, H, S, hd] and softmax_sum [B, H, S] (NOTE [cuDNN SDPA workspace])
-    expect_numel(op, sd, l.B * l.H * l.S * (l.hd + 1), "cuDNN workspace");
+  if (cudnn) {  // one block of cudnn_sdpa_workspace's total bytes (NOTE [cuDNN SDPA workspace])
+    expect_numel(op, sd, cudnn_sdpa_workspace(true, l.B, l.S, l.H, l.hd).total() / 4, "cuDNN workspace");
     p.softmax_d_ld = l.S;
     return p;
   }
