@@ -449,7 +449,7 @@ quick_bench() {
     record BENCH "$name fullshard: $(grep -m1 'after the first' "$work/$name-fullshard.log" | sed 's/^\[[^]]*\] *//') [process $(( $(date +%s) - t0 )) s]"
     record START "$name fullshard: step 1 done $(grep -m1 'step 1/' "$work/$name-fullshard.log" | cut -d']' -f1 | tr -d '[') after the process started"
     while read -r l; do record OPS "$name: $l"; done < <(quick_op_table "$work/$name-fullshard.json")
-    while read -r l; do record NOTE "$name: $l"; done < <(grep -m3 -i 'cudnn attention\|attention path' "$work/$name-fullshard.log")
+    while read -r l; do record NOTE "$name: $l"; done < <(grep -m3 -i 'cudnn attention\|attention calls by path' "$work/$name-fullshard.log")
   else
     record FAIL "$name fullshard ($name-fullshard.log): $(tail -n 1 "$work/$name-fullshard.log" | cut -c1-200)"
   fi
