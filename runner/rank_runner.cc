@@ -200,7 +200,11 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
         r.last_step = sb;
       }
       m.flops = b.take_launched_flops();
-      if (o.op_table) m.ops = key_averages(b.take_launched_ops(), b.take_kernel_times());
+      if (o.op_table) {
+        m.ops = key_averages(b.take_launched_ops(), b.take_kernel_times());
+      } else {
+        b.take_kernel_times();  // the backend keeps them until taken: a long run would grow
+      }
       const auto counts = b.take_collective_counts();
       std::copy(counts.begin(), counts.end(), rep.collectives_per_step);
       rep.allocated_after_step.push_back(b.memory().current().allocated_bytes);

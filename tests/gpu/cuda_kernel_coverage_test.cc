@@ -15,6 +15,7 @@
 #include "core/scenario/scenario.h"
 #include "simulator/engine/program.h"
 #include "simulator/simulate.h"
+#include "tests/gpu/recorded_ops.h"
 #include "tests/support/sim_support.h"
 
 namespace fullshard {
@@ -38,25 +39,9 @@ std::map<OpKind, std::string> device_kinds(const json& j, const std::string& lab
   return kinds;
 }
 
+// The recorded-ops scenario (recorded_ops.h), always with an implementation object.
 json scenario(const json& model, const json& implementation, const std::vector<int>& mesh, const json& extra = {}) {
-  json m = model.is_string() ? json{{"name", model}} : model;
-  m["implementation"] = implementation;
-  int world = 1;
-  for (int d : mesh) world *= d;
-  json j = {{"name", "coverage"},
-            {"model", m},
-            {"training", {{"batch_per_rank", 2}, {"seq_len", 32}, {"steps", 1}, {"optimizer", {{"max_grad_norm", 1.0}}}}},
-            {"fsdp", {{"mesh", {{"shape", mesh}}}}},
-            {"hardware", {{"profile", "h100-sxm-80gb"}, {"nodes", 1}, {"gpus_per_node", world}}}};
-  if (mesh.size() == 2) j["fsdp"]["mesh"]["dim_names"] = {"dp_shard", "tp"};
-  for (auto& [k, v] : extra.items()) {
-    if (v.is_object() && j.contains(k)) {
-      j[k].update(v, /*merge_objects=*/true);
-    } else {
-      j[k] = v;
-    }
-  }
-  return j;
+  return recorded_ops::scenario_json(model, implementation, mesh, extra.is_null() ? json::object() : extra);
 }
 
 TEST(CudaKernelCoverage, EveryDeviceOpTheModelEmitsHasAKernel) {

@@ -17,8 +17,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backends/cuda/kernels/attention_fa2_plan.h"
+#include "backends/cuda/kernels/index_math.h"
 
 namespace fullshard::cuda::fa2 {
 
@@ -105,6 +107,12 @@ __device__ __forceinline__ void async_rows(T* dst, int ld, const T* src, int row
     const int64_t at = idx(t);
     cp_async16(dst + t * ld + c, at >= 0 ? src + at + c : src, at >= 0);
   }
+}
+
+// The kernels' dtype code of a 16-bit storage type (index_math.h).
+template <class T>
+constexpr int dcode_of() {
+  return std::is_same_v<T, __nv_bfloat16> ? kBF16 : kF16;
 }
 
 }  // namespace fullshard::cuda::fa2

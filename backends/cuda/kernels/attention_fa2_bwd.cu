@@ -33,11 +33,6 @@ namespace {
 
 using namespace fa2;
 
-template <class T>
-constexpr int dcode_of() {
-  return std::is_same_v<T, __nv_bfloat16> ? kBF16 : kF16;
-}
-
 // dq_accum element (b, i, h, d): [B, rows, H, hd_pad].
 struct DqAccum {
   float* p;

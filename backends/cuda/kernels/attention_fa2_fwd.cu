@@ -22,11 +22,6 @@ namespace {
 
 using namespace fa2;
 
-template <class T>
-constexpr int dcode_of() {
-  return std::is_same_v<T, __nv_bfloat16> ? kBF16 : kF16;
-}
-
 template <class T, int HD>
 __global__ void __launch_bounds__(kThreads)
     attn_fwd_fa2(AttnLayout l, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, void* o,
