@@ -13,6 +13,19 @@
 namespace fullshard::cuda {
 namespace {
 
+// Row r's statistics from its mean and its partial sums of squared deviations (both LayerNorm
+// kernels): fp32 mean and rstd as the CPU rounds them, stored by thread 0.
+__device__ __forceinline__ void layer_norm_stats(double ss, double mu, int64_t D, double eps, double* scratch,
+                                                 int64_t r, float* mean, float* rstd, float& m, float& rs) {
+  ss = dev::block_sum(ss, scratch);
+  rs = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(D) + eps));
+  m = static_cast<float>(mu);
+  if (threadIdx.x == 0) {
+    mean[r] = m;
+    rstd[r] = rs;
+  }
+}
+
 using namespace dev;
 
 __global__ void __launch_bounds__(1024)
@@ -29,13 +42,8 @@ layer_norm_kernel(const void* x, int dx, const void* w, int dw, const void* b, i
       const double c = static_cast<double>(load_f(x, dx, base + d)) - mu;
       ss += c * c;
     }
-    ss = block_sum(ss, scratch);
-    const float rs = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(D) + eps));
-    const float m = static_cast<float>(mu);
-    if (threadIdx.x == 0) {
-      mean[r] = m;
-      rstd[r] = rs;
-    }
+    float m, rs;
+    layer_norm_stats(ss, mu, D, eps, scratch, r, mean, rstd, m, rs);
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
       const float xh = __fmul_rn(__fsub_rn(load_f(x, dx, base + d), m), rs);
       store_f(y, dy, base + d, __fadd_rn(__fmul_rn(xh, load_f(w, dw, d)), load_f(b, db, d)));
@@ -75,13 +83,8 @@ layer_norm_vec_kernel(const void* x, int dx, const void* w, int dw, const void* 
           ss += c * c;
         }
     }
-    ss = block_sum(ss, scratch);
-    const float rs = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(D) + eps));
-    const float m = static_cast<float>(mu);
-    if (threadIdx.x == 0) {
-      mean[r] = m;
-      rstd[r] = rs;
-    }
+    float m, rs;
+    layer_norm_stats(ss, mu, D, eps, scratch, r, mean, rstd, m, rs);
 #pragma unroll
     for (int k = 0; k < kGroups; ++k) {
       const int64_t j = (static_cast<int64_t>(k) * blockDim.x + threadIdx.x) * 8;
