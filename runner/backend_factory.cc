@@ -31,26 +31,33 @@ const BackendKind& BackendRegistry::choose(const std::string& requested, const S
   if (name.empty()) name = is_cpu_scenario(s) ? "cpu" : "cuda";
   if (const BackendKind* k = find(name)) return *k;
   if (name == "cuda")
-    throw InputError(requested.empty() ? "hardware.profile" : "--backend",
-                     requested.empty() ? fmt::format("is '{}' (GPUs), but this fullshard was built without the CUDA "
-                                                     "backend (nvcc, cuBLASLt and NCCL were not found)",
-                                                     s.hardware.device.name)
-                                       : "is 'cuda', but this fullshard was built without the CUDA backend",
-                     "rebuild where CUDA and NCCL are installed, or pass --backend cpu to train on CPU processes");
+    throw InputError(
+        requested.empty() ? "hardware.profile" : "--backend",
+        requested.empty()
+            ? fmt::format("is '{}' (GPUs), but this fullshard was built without the CUDA "
+                          "backend (nvcc, cuBLASLt and NCCL were not found)",
+                          s.hardware.device.name)
+            : "is 'cuda', but this fullshard was built without the CUDA backend",
+        "rebuild where CUDA and NCCL are installed, or pass --backend cpu to train on CPU "
+        "processes");
   throw InputError("--backend", "is '" + requested + "'", "use one of " + names());
 }
 
-
-std::shared_ptr<const TokenSource> open_data(const Scenario& s, const std::string& path, const std::string& where) {
-  DocumentTokens doc{s.training.data.bos, s.training.data.eos, "training.data.bos", "training.data.eos"};
-  const TextTokenizer tok = make_text_tokenizer(s.training.data.tokenizer, "training.data.tokenizer", doc);
+std::shared_ptr<const TokenSource> open_data(const Scenario& s, const std::string& path,
+                                             const std::string& where) {
+  DocumentTokens doc{s.training.data.bos, s.training.data.eos, "training.data.bos",
+                     "training.data.eos"};
+  const TextTokenizer tok =
+      make_text_tokenizer(s.training.data.tokenizer, "training.data.tokenizer", doc);
   auto src = open_token_source(path, data_format_from_name(s.training.data.format), where, &tok);
   src->check_vocab(s.model.vocab_size, where);
   if (src->size() <= s.training.seq_len)
-    throw InputError(where, fmt::format("'{}' has {} tokens, not more than training.seq_len {} (one sequence and its "
-                                        "last label)",
-                                        path, src->size(), s.training.seq_len),
-                     "give more data or a shorter training.seq_len");
+    throw InputError(
+        where,
+        fmt::format("'{}' has {} tokens, not more than training.seq_len {} (one sequence and its "
+                    "last label)",
+                    path, src->size(), s.training.seq_len),
+        "give more data or a shorter training.seq_len");
   return src;
 }
 
@@ -63,14 +70,17 @@ BatchSource batch_source(const Scenario& s, std::shared_ptr<const TextCorpus> co
     for (int r = 0; r < s.world_size(); ++r) b.rank_batches.push_back(s.training.batch_for(r));
   if (s.training.data.given() && !corpus) {
     b.tokens = open_data(s, s.training.data.path, "training.data");
-    if (!s.training.data.val_path.empty()) b.val_tokens = open_data(s, s.training.data.val_path, "training.data.val_path");
+    if (!s.training.data.val_path.empty())
+      b.val_tokens = open_data(s, s.training.data.val_path, "training.data.val_path");
     b.random_windows = s.training.data.sampling == "random";
     b.shuffle = s.training.data.sampling == "shuffle";
     return b;
   }
-  b.corpus = corpus ? std::move(corpus) : std::make_shared<const TextCorpus>(TextCorpus::generated(s.training.seed));
+  b.corpus = corpus ? std::move(corpus)
+                    : std::make_shared<const TextCorpus>(TextCorpus::generated(s.training.seed));
   if (static_cast<int64_t>(b.corpus->text().size()) <= s.training.seq_len)
-    throw InputError("training.seq_len", "is " + std::to_string(s.training.seq_len) + ", longer than the corpus",
+    throw InputError("training.seq_len",
+                     "is " + std::to_string(s.training.seq_len) + ", longer than the corpus",
                      "use a shorter sequence or a longer corpus");
   return b;
 }

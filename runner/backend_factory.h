@@ -25,14 +25,14 @@ struct RankEnvironment {
   int local_rank = 0;        // LOCAL_RANK: the device of this rank on its machine
   int local_world_size = 1;  // LOCAL_WORLD_SIZE: ranks on this machine
   std::shared_ptr<::gloo::rendezvous::Store> store;  // null for one rank
-  std::string hostname = "127.0.0.1";                 // this rank's address for TCP transports
-  gloo_backend::ProcessGroupOptions collectives;      // timeout, fingerprints
+  std::string hostname = "127.0.0.1";                // this rank's address for TCP transports
+  gloo_backend::ProcessGroupOptions collectives;     // timeout, fingerprints
 };
 
 struct BackendRequest {
   const Scenario* scenario = nullptr;
   RankEnvironment env;
-  BatchSource batches;          // kLoadBatch's data
+  BatchSource batches;           // kLoadBatch's data
   bool record_timeline = false;  // keep the allocator's timeline (measured reports)
   std::string transport;         // --collectives: "" (the backend's choice), "nccl" or "gloo"
 };
@@ -69,7 +69,8 @@ class BackendRegistry {
 BatchSource batch_source(const Scenario& s, std::shared_ptr<const TextCorpus> corpus = nullptr);
 // A data path of `s` (training.data's path or val_path) opened and checked against the model
 // as batch_source() does; errors name `where`.
-std::shared_ptr<const TokenSource> open_data(const Scenario& s, const std::string& path, const std::string& where);
+std::shared_ptr<const TokenSource> open_data(const Scenario& s, const std::string& path,
+                                             const std::string& where);
 
 // True when the scenario's hardware profile describes CPU processes (profile "cpu").
 bool is_cpu_scenario(const Scenario& s);

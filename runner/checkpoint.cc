@@ -15,8 +15,10 @@ namespace {
 
 void check_seed(const CheckpointMetadata& m, const Scenario& s, const std::string& folder) {
   if (m.seed != s.training.seed)
-    throw InputError("--resume", "checkpoint '" + folder + "' was saved with training.seed " + std::to_string(m.seed) +
-                                     ", the scenario has " + std::to_string(s.training.seed),
+    throw InputError("--resume",
+                     "checkpoint '" + folder + "' was saved with training.seed " +
+                         std::to_string(m.seed) + ", the scenario has " +
+                         std::to_string(s.training.seed),
                      "resume with the scenario that wrote it (the seed decides the data order)");
 }
 
@@ -31,7 +33,8 @@ std::vector<LocalCheckpointTensor> local_checkpoint_tensors(TrainingProgram& pro
     out.push_back({"param/" + param->fqn, param->global_shape(), p->sharded_local().ref(), param});
     if (opt.has_state() && opt.exp_avg(i)) {
       out.push_back({"exp_avg/" + param->fqn, param->global_shape(), opt.exp_avg(i).ref(), param});
-      out.push_back({"exp_avg_sq/" + param->fqn, param->global_shape(), opt.exp_avg_sq(i).ref(), param});
+      out.push_back(
+          {"exp_avg_sq/" + param->fqn, param->global_shape(), opt.exp_avg_sq(i).ref(), param});
     }
   }
   return out;
@@ -52,7 +55,8 @@ void world_barrier(Backend& b, const std::string& name) {
 int64_t samples_per_step(const Scenario& s) {
   int64_t n = 0;
   for (int r = 0; r < s.world_size(); ++r)
-    if (tensor_parallel_for(s, r).index == 0) n += s.training.batch_for(r);  // a tp group reads one batch
+    if (tensor_parallel_for(s, r).index == 0)
+      n += s.training.batch_for(r);  // a tp group reads one batch
   return n * s.training.grad_accum_steps;
 }
 
@@ -63,8 +67,10 @@ void resume_data_position(const std::string& folder, const Scenario& s, BatchSou
   data.sample_base = m.data ? m.data->samples - m.next_step * samples_per_step(s) : 0;
 }
 
-CheckpointMetadata checkpoint_metadata(Backend& b, TrainingProgram& prog, const Scenario& s, int64_t steps_done,
-                                       const std::vector<LocalCheckpointTensor>& tensors, const BatchSource* data) {
+CheckpointMetadata checkpoint_metadata(Backend& b, TrainingProgram& prog, const Scenario& s,
+                                       int64_t steps_done,
+                                       const std::vector<LocalCheckpointTensor>& tensors,
+                                       const BatchSource* data) {
   const RankPieces pieces = rank_pieces(s, b.rank());
   const int files = piece_files(pieces.mesh);
   CheckpointMetadata m;
@@ -84,12 +90,14 @@ CheckpointMetadata checkpoint_metadata(Backend& b, TrainingProgram& prog, const 
   }
   for (int r = 0; r < files; ++r) m.files.push_back({shard_file_name(r, files), 0});
   for (const auto& t : tensors)
-    m.tensors.push_back(placed_tensor(t.name, std::string(safetensors_dtype_name(t.local.meta.dtype)), t.global_shape,
-                                      pieces.layout_of(*t.param)));
+    m.tensors.push_back(placed_tensor(t.name,
+                                      std::string(safetensors_dtype_name(t.local.meta.dtype)),
+                                      t.global_shape, pieces.layout_of(*t.param)));
   return m;
 }
 
-int64_t load_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, const std::string& folder) {
+int64_t load_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s,
+                        const std::string& folder) {
   CheckpointReader reader(folder);
   const CheckpointMetadata& m = reader.metadata();
   check_seed(m, s, folder);
@@ -100,20 +108,27 @@ int64_t load_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, co
     bool found = false;
     for (const auto& l : tensors) found = found || l.name == t.name;
     if (!found)
-      throw InputError("--resume", "checkpoint '" + folder + "' holds tensor '" + t.name + "' that the scenario's model has not",
+      throw InputError("--resume",
+                       "checkpoint '" + folder + "' holds tensor '" + t.name +
+                           "' that the scenario's model has not",
                        "resume with the scenario that wrote it");
   }
   const RankPieces pieces = rank_pieces(s, b.rank());
   for (const auto& l : tensors) {
     const CheckpointTensor* t = m.find(l.name);
     const std::string dtype(safetensors_dtype_name(l.local.meta.dtype));
-    if (!t && l.name.rfind("param/", 0) != 0) continue;  // a state never created (no gradient yet): stays zero
+    if (!t && l.name.rfind("param/", 0) != 0)
+      continue;  // a state never created (no gradient yet): stays zero
     if (!t)
-      throw InputError("--resume", "checkpoint '" + folder + "' has no tensor '" + l.name + "' that the scenario's model has",
+      throw InputError("--resume",
+                       "checkpoint '" + folder + "' has no tensor '" + l.name +
+                           "' that the scenario's model has",
                        "resume with the scenario that wrote it");
     if (t->shape != l.global_shape || t->dtype != dtype)
-      throw InputError("--resume", "tensor '" + l.name + "' is " + t->dtype + " " + shape_str(t->shape) + " in checkpoint '" +
-                                       folder + "' but " + dtype + " " + shape_str(l.global_shape) + " in the scenario",
+      throw InputError("--resume",
+                       "tensor '" + l.name + "' is " + t->dtype + " " + shape_str(t->shape) +
+                           " in checkpoint '" + folder + "' but " + dtype + " " +
+                           shape_str(l.global_shape) + " in the scenario",
                        "resume with the scenario that wrote it");
     std::vector<uint8_t> bytes(l.local.nbytes());
     reader.read_boxes(l.name, pieces.boxes_of(*l.param), bytes.data(), bytes.size());
@@ -134,32 +149,41 @@ std::string resolve_resume(const std::string& resume, const std::string& checkpo
   return resolve_checkpoint(resume, "--resume");
 }
 
-void validate_checkpoint_flags(const std::string& checkpoint_dir, int checkpoint_every, const std::string& resume,
-                               int steps, const Scenario& s, int keep_last,
-                               const std::string& mode) {
+void validate_checkpoint_flags(const std::string& checkpoint_dir, int checkpoint_every,
+                               const std::string& resume, int steps, const Scenario& s,
+                               int keep_last, const std::string& mode) {
   if (keep_last < 0)
-    throw InputError("--keep-last", "is " + std::to_string(keep_last), "use a number of checkpoints >= 1 (0: keep all)");
+    throw InputError("--keep-last", "is " + std::to_string(keep_last),
+                     "use a number of checkpoints >= 1 (0: keep all)");
   if (keep_last > 0 && checkpoint_every <= 0)
-    throw InputError("--keep-last", "is given without --checkpoint-every", "add --checkpoint-every N");
+    throw InputError("--keep-last", "is given without --checkpoint-every",
+                     "add --checkpoint-every N");
   if (mode != "sync" && mode != "async")
     throw InputError("--checkpoint-mode", "is '" + mode + "'", "use sync (the default) or async");
   if (checkpoint_every < 0)
-    throw InputError("--checkpoint-every", "is " + std::to_string(checkpoint_every), "use a number of steps >= 1 (0: never)");
+    throw InputError("--checkpoint-every", "is " + std::to_string(checkpoint_every),
+                     "use a number of steps >= 1 (0: never)");
   if (checkpoint_every > 0 && checkpoint_dir.empty())
-    throw InputError("--checkpoint-every", "is given without --checkpoint-dir", "add --checkpoint-dir DIR");
-  if (checkpoint_every > 0) {  // saving: the folder must exist and be writable (resuming only reads it)
+    throw InputError("--checkpoint-every", "is given without --checkpoint-dir",
+                     "add --checkpoint-dir DIR");
+  if (checkpoint_every >
+      0) {  // saving: the folder must exist and be writable (resuming only reads it)
     std::error_code ec;
     std::filesystem::create_directories(checkpoint_dir, ec);
     if (ec || ::access(checkpoint_dir.c_str(), W_OK) != 0)
-      throw InputError("--checkpoint-dir", "'" + checkpoint_dir + "' is not a writable folder" + (ec ? ": " + ec.message() : ""),
-                       "give a folder you can write");
+      throw InputError(
+          "--checkpoint-dir",
+          "'" + checkpoint_dir + "' is not a writable folder" + (ec ? ": " + ec.message() : ""),
+          "give a folder you can write");
   }
   const std::string folder = resolve_resume(resume, checkpoint_dir);
   if (folder.empty()) return;
   const CheckpointReader reader(folder);
   if (reader.metadata().next_step >= steps)
-    throw InputError("--resume", "checkpoint '" + folder + "' is at step " + std::to_string(reader.metadata().next_step) +
-                                     ", not before the run's last step " + std::to_string(steps),
+    throw InputError("--resume",
+                     "checkpoint '" + folder + "' is at step " +
+                         std::to_string(reader.metadata().next_step) +
+                         ", not before the run's last step " + std::to_string(steps),
                      "pass --steps larger than " + std::to_string(reader.metadata().next_step));
   check_seed(reader.metadata(), s, folder);
   // The parameters, in both directions (optimizer states follow their parameters).
@@ -169,11 +193,14 @@ void validate_checkpoint_flags(const std::string& checkpoint_dir, int checkpoint
   for (const auto& [name, shape] : params) {
     const CheckpointTensor* t = reader.metadata().find(name);
     if (!t)
-      throw InputError("--resume", "checkpoint '" + folder + "' has no tensor '" + name + "' that the scenario's model has",
-                       "resume with the scenario that wrote it");
+      throw InputError(
+          "--resume",
+          "checkpoint '" + folder + "' has no tensor '" + name + "' that the scenario's model has",
+          "resume with the scenario that wrote it");
     if (t->shape != shape)
-      throw InputError("--resume", "tensor '" + name + "' is " + shape_str(t->shape) + " in checkpoint '" + folder +
-                                       "' but " + shape_str(shape) + " in the scenario",
+      throw InputError("--resume",
+                       "tensor '" + name + "' is " + shape_str(t->shape) + " in checkpoint '" +
+                           folder + "' but " + shape_str(shape) + " in the scenario",
                        "resume with the scenario that wrote it");
   }
   for (const auto& t : reader.metadata().tensors) {
@@ -181,7 +208,9 @@ void validate_checkpoint_flags(const std::string& checkpoint_dir, int checkpoint
     bool found = false;
     for (const auto& p : params) found = found || p.first == param;
     if (!found)
-      throw InputError("--resume", "checkpoint '" + folder + "' holds tensor '" + t.name + "' that the scenario's model has not",
+      throw InputError("--resume",
+                       "checkpoint '" + folder + "' holds tensor '" + t.name +
+                           "' that the scenario's model has not",
                        "resume with the scenario that wrote it");
   }
 }

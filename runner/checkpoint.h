@@ -20,7 +20,7 @@ namespace fullshard::runner {
 struct LocalCheckpointTensor {
   std::string name;
   Shape global_shape;
-  TensorRef local;  // the unpadded local shard
+  TensorRef local;               // the unpadded local shard
   const Param* param = nullptr;  // its parameter (placements: RankPieces::layout_of)
 };
 // Every parameter, then the optimizer states once they exist, in FSDP order.
@@ -28,8 +28,10 @@ std::vector<LocalCheckpointTensor> local_checkpoint_tensors(TrainingProgram& pro
 
 // The metadata.json of the save of `s` after `steps_done` steps, as rank 0 writes it
 // (`tensors`: rank 0's; `data`: the data source whose position is saved, or null).
-CheckpointMetadata checkpoint_metadata(Backend& b, TrainingProgram& prog, const Scenario& s, int64_t steps_done,
-                                       const std::vector<LocalCheckpointTensor>& tensors, const BatchSource* data);
+CheckpointMetadata checkpoint_metadata(Backend& b, TrainingProgram& prog, const Scenario& s,
+                                       int64_t steps_done,
+                                       const std::vector<LocalCheckpointTensor>& tensors,
+                                       const BatchSource* data);
 
 // All ranks of the job meet here (the host blocks until they have).
 void world_barrier(Backend& b, const std::string& name);
@@ -46,7 +48,8 @@ void resume_data_position(const std::string& folder, const Scenario& s, BatchSou
 // Loads the committed checkpoint `folder` into this rank's parameters and optimizer state
 // and returns the step to continue at. Throws InputError (where "--resume") naming the first
 // tensor whose name, dtype or shape does not match the scenario's model, or a seed mismatch.
-int64_t load_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s, const std::string& folder);
+int64_t load_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s,
+                        const std::string& folder);
 
 // The checkpoint folder a `--resume` value names: "" (none) -> "", "latest" -> the highest
 // committed step under `checkpoint_dir`, else a folder (a step folder or a checkpoint root).
@@ -59,8 +62,8 @@ std::string resolve_resume(const std::string& resume, const std::string& checkpo
 // `s`'s seed, whose parameters have the names and global shapes of `s`'s model (the first
 // mismatching tensor is named).
 // --keep-last must be >= 0 and needs --checkpoint-every; --checkpoint-mode is sync or async.
-void validate_checkpoint_flags(const std::string& checkpoint_dir, int checkpoint_every, const std::string& resume,
-                               int steps, const Scenario& s, int keep_last = 0,
-                               const std::string& mode = "sync");
+void validate_checkpoint_flags(const std::string& checkpoint_dir, int checkpoint_every,
+                               const std::string& resume, int steps, const Scenario& s,
+                               int keep_last = 0, const std::string& mode = "sync");
 
 }  // namespace fullshard::runner

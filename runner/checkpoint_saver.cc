@@ -29,8 +29,8 @@ struct StagedShard {
   uint64_t total = 0;
 };
 
-StagedShard stage(Backend& b, const std::vector<LocalCheckpointTensor>& tensors, const RankPieces& pieces,
-                  const std::string& path) {
+StagedShard stage(Backend& b, const std::vector<LocalCheckpointTensor>& tensors,
+                  const RankPieces& pieces, const std::string& path) {
   StagedShard st;
   st.path = path;
   st.bytes.reserve(tensors.size());
@@ -39,8 +39,8 @@ StagedShard stage(Backend& b, const std::vector<LocalCheckpointTensor>& tensors,
     st.bytes.emplace_back(t.local.nbytes());
     b.copy_to_host(t.local, st.bytes.back().data());
     st.total += t.local.nbytes();
-    st.tensors.push_back(
-        {t.name, std::string(safetensors_dtype_name(t.local.meta.dtype)), t.local.meta.shape, st.bytes.back().data()});
+    st.tensors.push_back({t.name, std::string(safetensors_dtype_name(t.local.meta.dtype)),
+                          t.local.meta.shape, st.bytes.back().data()});
   }
   return st;
 }
@@ -48,8 +48,12 @@ StagedShard stage(Backend& b, const std::vector<LocalCheckpointTensor>& tensors,
 }  // namespace
 
 nlohmann::json checkpoint_stats_json(const CheckpointSaveStats& s) {
-  return {{"saves", s.saves},         {"mode", s.async ? "async" : "sync"}, {"staging_bytes", s.staging_bytes},
-          {"exposed_s", s.exposed_s}, {"background_s", s.background_s},     {"hidden_s", s.hidden_s}};
+  return {{"saves", s.saves},
+          {"mode", s.async ? "async" : "sync"},
+          {"staging_bytes", s.staging_bytes},
+          {"exposed_s", s.exposed_s},
+          {"background_s", s.background_s},
+          {"hidden_s", s.hidden_s}};
 }
 
 CheckpointSaveStats checkpoint_stats_from_json(const nlohmann::json& j) {
@@ -64,7 +68,8 @@ CheckpointSaveStats checkpoint_stats_from_json(const nlohmann::json& j) {
   return s;
 }
 
-CheckpointSaver::CheckpointSaver(Backend& b, const Scenario& s, CheckpointSaveOptions o) : b_(b), s_(s), o_(std::move(o)) {
+CheckpointSaver::CheckpointSaver(Backend& b, const Scenario& s, CheckpointSaveOptions o)
+    : b_(b), s_(s), o_(std::move(o)) {
   stats_.async = o_.async;
 }
 
@@ -95,7 +100,8 @@ void CheckpointSaver::save(TrainingProgram& prog, int64_t steps_done, const Batc
   wait_previous();  // one save in flight at a time; rank 0's includes its commit
   const MeshInfo mesh = mesh_info_for(s_, b_.rank());
   const RankPieces pieces = rank_pieces(s_, b_.rank());
-  const bool writer = !mesh.replicate_group || mesh.replicate_group->index_of(b_.rank()) == 0;  // HSDP: one replica writes
+  const bool writer = !mesh.replicate_group ||
+                      mesh.replicate_group->index_of(b_.rank()) == 0;  // HSDP: one replica writes
   const bool leader = b_.rank() == 0;
   const std::string folder = (fs::path(o_.root) / step_folder_name(steps_done)).string();
   if (leader) begin_checkpoint(o_.root, steps_done, kFlag);
@@ -103,10 +109,14 @@ void CheckpointSaver::save(TrainingProgram& prog, int64_t steps_done, const Batc
   const auto tensors = local_checkpoint_tensors(prog);
   auto shard = std::make_shared<StagedShard>();
   if (writer)
-    *shard = stage(b_, tensors, pieces,
-                   (fs::path(folder) / shard_file_name(pieces.file_index(), piece_files(pieces.mesh))).string());
+    *shard =
+        stage(b_, tensors, pieces,
+              (fs::path(folder) / shard_file_name(pieces.file_index(), piece_files(pieces.mesh)))
+                  .string());
   std::shared_ptr<CheckpointMetadata> meta;
-  if (leader) meta = std::make_shared<CheckpointMetadata>(checkpoint_metadata(b_, prog, s_, steps_done, tensors, data));
+  if (leader)
+    meta = std::make_shared<CheckpointMetadata>(
+        checkpoint_metadata(b_, prog, s_, steps_done, tensors, data));
   ++stats_.saves;
   if (!o_.async) {
     if (writer) write_safetensors(shard->path, shard->tensors, {}, kFlag);

@@ -33,9 +33,9 @@
 namespace fullshard::runner {
 
 struct CheckpointSaveOptions {
-  std::string root;   // --checkpoint-dir
-  int keep_last = 0;  // --keep-last: committed checkpoints kept (0: all)
-  bool async = false; // --checkpoint-mode async
+  std::string root;    // --checkpoint-dir
+  int keep_last = 0;   // --keep-last: committed checkpoints kept (0: all)
+  bool async = false;  // --checkpoint-mode async
 };
 
 // What the saves of one rank cost (the run's summary and measured report).
@@ -43,9 +43,11 @@ struct CheckpointSaveStats {
   int saves = 0;
   bool async = false;
   uint64_t staging_bytes = 0;  // largest host staging buffer of one save (async only)
-  double exposed_s = 0;        // training-thread time spent in saves (staging, barriers, waiting for the previous save)
-  double background_s = 0;     // background threads' time writing and committing (async only)
-  double hidden_s = 0;         // background time that overlapped training: background_s minus the waits for it
+  double exposed_s =
+      0;  // training-thread time spent in saves (staging, barriers, waiting for the previous save)
+  double background_s = 0;  // background threads' time writing and committing (async only)
+  double hidden_s =
+      0;  // background time that overlapped training: background_s minus the waits for it
 };
 nlohmann::json checkpoint_stats_json(const CheckpointSaveStats& s);
 CheckpointSaveStats checkpoint_stats_from_json(const nlohmann::json& j);

@@ -32,10 +32,12 @@ class WeightFiles {
     if (fs::exists(index, ec)) {
       const auto j = read_json_input(index.string(), "a model.safetensors.index.json");
       if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
-        throw InputError(index.string(), "has no \"weight_map\" object", "give the index Hugging Face writes");
+        throw InputError(index.string(), "has no \"weight_map\" object",
+                         "give the index Hugging Face writes");
       for (const auto& [name, file] : j["weight_map"].items()) {
         if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos)
-          throw InputError(index.string() + ": weight_map." + name, "is not a file name in the folder", "");
+          throw InputError(index.string() + ": weight_map." + name,
+                           "is not a file name in the folder", "");
         open((fs::path(path) / file.get<std::string>()).string());
       }
       return;
@@ -44,14 +46,18 @@ class WeightFiles {
       open((fs::path(path) / "model.safetensors").string());
       return;
     }
-    throw InputError(field, "folder '" + path + "' holds neither model.safetensors nor model.safetensors.index.json",
-                     "give a .safetensors file or a folder `checkpoint export` wrote");
+    throw InputError(
+        field,
+        "folder '" + path + "' holds neither model.safetensors nor model.safetensors.index.json",
+        "give a .safetensors file or a folder `checkpoint export` wrote");
   }
 
   // The reader and entry of the first of `names` that some file holds, or nulls.
-  std::pair<const SafetensorsReader*, const SafetensorsEntry*> find(const std::vector<std::string>& names) const {
+  std::pair<const SafetensorsReader*, const SafetensorsEntry*> find(
+      const std::vector<std::string>& names) const {
     for (const auto& n : names)
-      if (auto it = where_.find(n); it != where_.end()) return {it->second, it->second->header().find(n)};
+      if (auto it = where_.find(n); it != where_.end())
+        return {it->second, it->second->header().find(n)};
     return {nullptr, nullptr};
   }
 
@@ -66,7 +72,9 @@ class WeightFiles {
   std::map<std::string, const SafetensorsReader*> where_;
 };
 
-std::string arch_name(const Scenario& s) { return s.model.arch == ModelArch::kLlama ? "llama" : "gpt2"; }
+std::string arch_name(const Scenario& s) {
+  return s.model.arch == ModelArch::kLlama ? "llama" : "gpt2";
+}
 
 // Names a parameter may have in a weights file, and whether that layout is transposed.
 struct Candidate {
@@ -77,7 +85,8 @@ std::vector<Candidate> candidates(const Scenario& s, const std::string& fqn) {
   std::vector<Candidate> c;
   if (auto hf = hf_tensor_name(arch_name(s), fqn)) {
     c.push_back({hf->name, hf->transpose});
-    if (hf->name.rfind("transformer.", 0) == 0) c.push_back({hf->name.substr(12), hf->transpose});  // openai-community/gpt2
+    if (hf->name.rfind("transformer.", 0) == 0)
+      c.push_back({hf->name.substr(12), hf->transpose});  // openai-community/gpt2
   }
   c.push_back({fqn, false});
   return c;
@@ -99,15 +108,18 @@ Located locate(const WeightFiles& w, const Scenario& s, const std::string& fqn, 
     const Shape want = c.transpose ? Shape{shape[1], shape[0]} : shape;
     const std::string where = file->path() + ": tensor '" + c.name + "'";
     if (entry->dtype != "F32" && entry->dtype != "BF16" && entry->dtype != "F16")
-      throw InputError(where, "is " + entry->dtype + ", not a floating dtype", "give F32, BF16 or F16 weights");
+      throw InputError(where, "is " + entry->dtype + ", not a floating dtype",
+                       "give F32, BF16 or F16 weights");
     if (entry->shape != want)
-      throw InputError(where, "is " + shape_str(entry->shape) + " but the scenario's parameter '" + fqn + "' needs " +
-                                  shape_str(want),
+      throw InputError(where,
+                       "is " + shape_str(entry->shape) + " but the scenario's parameter '" + fqn +
+                           "' needs " + shape_str(want),
                        "give weights of the scenario's model (same dims and layer count)");
     return {file, entry, c.transpose};
   }
-  throw InputError(field, "no tensor '" + cands.front().name + "' (parameter '" + fqn + "') in the weights",
-                   "give weights of the scenario's model (fullshard checkpoint export writes them)");
+  throw InputError(
+      field, "no tensor '" + cands.front().name + "' (parameter '" + fqn + "') in the weights",
+      "give weights of the scenario's model (fullshard checkpoint export writes them)");
 }
 
 std::vector<float> to_f32(const std::vector<uint8_t>& bytes, const std::string& dtype) {
@@ -147,7 +159,8 @@ std::vector<float> local_rows_of(const Param& param, const Located& l, const Ran
   };
   std::vector<float> values(static_cast<size_t>(rows * lcols));
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < lcols; ++c) values[static_cast<size_t>(r * lcols + c)] = at(global_row(first + r), col0 + c);
+    for (int64_t c = 0; c < lcols; ++c)
+      values[static_cast<size_t>(r * lcols + c)] = at(global_row(first + r), col0 + c);
   return values;
 }
 
@@ -159,8 +172,8 @@ void validate_init_weights(const std::string& path, const Scenario& s, const std
   model.root().for_each_param([&](Param& p) { locate(w, s, p.fqn, p.shape, field); });
 }
 
-void load_init_weights(Backend& b, TrainingProgram& prog, const Scenario& s, const std::string& path,
-                       const std::string& field) {
+void load_init_weights(Backend& b, TrainingProgram& prog, const Scenario& s,
+                       const std::string& path, const std::string& field) {
   const WeightFiles w(path, field);
   const RankPieces pieces = rank_pieces(s, b.rank());
   for (FSDPParam* p : prog.optimizer().params()) {
@@ -179,8 +192,9 @@ void load_init_weights(Backend& b, TrainingProgram& prog, const Scenario& s, con
     // This rank's piece of the full tensor: FSDP's dim-0 chunk (NOTE [torch.chunk layout]) of
     // its tensor-parallel block (NOTE [Strided pieces of tensor-parallel weights]).
     const ChunkBox box = pieces.box_of(param);
-    FULLSHARD_CHECK(box.lengths == local.meta.shape, "init-from: piece " + box_str(box) + " of " + param.fqn +
-                                                          " is not the local shard " + shape_str(local.meta.shape));
+    FULLSHARD_CHECK(box.lengths == local.meta.shape, "init-from: piece " + box_str(box) + " of " +
+                                                         param.fqn + " is not the local shard " +
+                                                         shape_str(local.meta.shape));
     std::vector<float> values;
     if (!l.transpose) {  // runs of the file's row-major tensor: one when the piece is whole rows
       std::vector<uint8_t> bytes(static_cast<size_t>(box_numel(box)) * esize);
@@ -188,12 +202,14 @@ void load_init_weights(Backend& b, TrainingProgram& prog, const Scenario& s, con
         l.file->read(l.entry->name, r.src_offset, r.bytes, bytes.data() + r.dst_offset);
       values = to_f32(bytes, l.entry->dtype);
     } else {  // Conv1D [in, out]: our rows are its columns; read it whole
-      FULLSHARD_CHECK(pieces.layout_of(param).tp_dim < 0, "init-from: a transposed layout under tensor parallelism");
+      FULLSHARD_CHECK(pieces.layout_of(param).tp_dim < 0,
+                      "init-from: a transposed layout under tensor parallelism");
       const auto all = to_f32(l.file->read_all(l.entry->name), l.entry->dtype);
       const int64_t rows = box.lengths[0], begin = box.offsets[0], out = global[0], in = global[1];
       values.resize(static_cast<size_t>(rows * in));
       for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < in; ++c) values[static_cast<size_t>(r * in + c)] = all[static_cast<size_t>(c * out + begin + r)];
+        for (int64_t c = 0; c < in; ++c)
+          values[static_cast<size_t>(r * in + c)] = all[static_cast<size_t>(c * out + begin + r)];
     }
     b.copy_from_host(local, values.data());
   }

@@ -14,12 +14,13 @@ namespace fullshard::runner {
 // (--init-from, or the scenario's model.weights) or the file and tensor.
 // Checks (before any worker starts) that every parameter of `s`'s model is there with the
 // expected shape and a floating dtype; the first mismatch names the file and the tensor.
-void validate_init_weights(const std::string& path, const Scenario& s, const std::string& field = "--init-from");
+void validate_init_weights(const std::string& path, const Scenario& s,
+                           const std::string& field = "--init-from");
 
 // Overwrites this rank's parameter shards with the weights at `path`. Names: Hugging Face's
 // (NOTE [Hugging Face layouts]; GPT-2 also without the "transformer." prefix) or fullshard's.
 // F32, BF16 and F16 files load into F32 parameters (widening is exact).
-void load_init_weights(Backend& b, TrainingProgram& prog, const Scenario& s, const std::string& path,
-                       const std::string& field = "--init-from");
+void load_init_weights(Backend& b, TrainingProgram& prog, const Scenario& s,
+                       const std::string& path, const std::string& field = "--init-from");
 
 }  // namespace fullshard::runner

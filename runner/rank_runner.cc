@@ -51,11 +51,14 @@ std::vector<float> read_f32(Backend& b, const TensorRef& ref) {
 // units left unsharded resharded after, then copied to the host. Only the test option
 // RankOptions::collect_logits runs it.
 std::vector<float> first_logits(Backend& b, TrainingProgram& prog, const Scenario& s, int step) {
-  FULLSHARD_CHECK(!prog.model().tensor_parallel().enabled(), "collect_logits with tensor parallelism");
+  FULLSHARD_CHECK(!prog.model().tensor_parallel().enabled(),
+                  "collect_logits with tensor parallelism");
   const auto& t = s.training;
   TensorMeta ids{DType::kInt64, {t.batch_for(b.rank()), t.seq_len}};
-  Tensor tokens = Tensor::empty(b, ids, MemCategory::kActivation, StreamRole::kDefault, "logits tokens");
-  Tensor labels = Tensor::empty(b, ids, MemCategory::kActivation, StreamRole::kDefault, "logits labels");
+  Tensor tokens =
+      Tensor::empty(b, ids, MemCategory::kActivation, StreamRole::kDefault, "logits tokens");
+  Tensor labels =
+      Tensor::empty(b, ids, MemCategory::kActivation, StreamRole::kDefault, "logits labels");
   OpCall load;
   load.kind = OpKind::kLoadBatch;
   load.name = "load logits batch";
@@ -111,7 +114,8 @@ class TimelineObserver {
   TimelineObserver(const TimelineObserver&) = delete;
   TimelineObserver& operator=(const TimelineObserver&) = delete;
 
-  std::vector<double> times;  // host clock; replaced by stream times (NOTE [Measured timeline times])
+  std::vector<double>
+      times;  // host clock; replaced by stream times (NOTE [Measured timeline times])
   std::vector<uint64_t> seqs;
   std::vector<int32_t> whats;
   std::vector<std::string> names;
@@ -122,7 +126,6 @@ class TimelineObserver {
   std::unordered_map<std::string, int32_t> ids_;
   std::unordered_map<uint64_t, int32_t> live_;
 };
-
 
 }  // namespace
 
@@ -150,9 +153,13 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
       else if (!s.model_weights.empty())
         load_init_weights(b, prog, s, s.model_weights, "model.weights");
     }
-    const int first = o.resume_from.empty() ? 0 : static_cast<int>(load_checkpoint(b, prog, s, o.resume_from));
+    const int first =
+        o.resume_from.empty() ? 0 : static_cast<int>(load_checkpoint(b, prog, s, o.resume_from));
     std::optional<CheckpointSaver> saver;
-    if (o.checkpoint_every > 0) saver.emplace(b, s, CheckpointSaveOptions{o.checkpoint_dir, o.checkpoint_keep_last, o.checkpoint_async});
+    if (o.checkpoint_every > 0)
+      saver.emplace(
+          b, s,
+          CheckpointSaveOptions{o.checkpoint_dir, o.checkpoint_keep_last, o.checkpoint_async});
     if (o.collect_logits) r.logits = first_logits(b, prog, s, first);
     b.set_record_launches(o.op_table);
     // Nothing before the first step (init, loaded weights, the logits readout) is any step's op.
@@ -165,8 +172,9 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
         for (auto& st : prog.fsdp().states()) {
           if (!st->group) continue;
           for (FSDPParam* p : st->group->fsdp_params())
-            r.local_grads.emplace_back(p->param().fqn, p->sharded_grad() ? read_f32(b, p->sharded_grad().ref())
-                                                                         : std::vector<float>());
+            r.local_grads.emplace_back(p->param().fqn, p->sharded_grad()
+                                                           ? read_f32(b, p->sharded_grad().ref())
+                                                           : std::vector<float>());
         }
       });
     for (int step = first; step < steps; ++step) {
@@ -189,11 +197,13 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
       // run_step() ends with a host synchronize on the compute stream, which comes after every
       // other stream's work of the step (FSDP2's final waits): the intervals are the step's.
       if (auto iv = b.take_busy_intervals()) {
-        const StepBreakdown sb = measured_step_breakdown(*iv, begin_s, b.clock_s(), b.take_collective_intervals());
+        const StepBreakdown sb =
+            measured_step_breakdown(*iv, begin_s, b.clock_s(), b.take_collective_intervals());
         m.compute_s = sb.compute_s;
         m.comm_s = sb.comm_s;
         m.exposed_comm_s = sb.exposed_comm_s;
-        for (int k = 0; k < kNumStreams; ++k) rep.busy_s[k] += sb.stream_busy_s[static_cast<size_t>(k)];
+        for (int k = 0; k < kNumStreams; ++k)
+          rep.busy_s[k] += sb.stream_busy_s[static_cast<size_t>(k)];
         rep.compute_s += sb.compute_s;
         rep.comm_s += sb.comm_s;
         rep.exposed_comm_s += sb.exposed_comm_s;
@@ -237,8 +247,8 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
     if (observer)
       if (auto starts = b.take_work_starts(); !starts.empty())
         observer->times = timeline_stream_times(observer->seqs, observer->times, std::move(starts));
-    rep.instructions = b.host_seq();                  // nor are their host-program ticks
-    rep.end_time_s = b.clock_s();                     // every stream's work is done here
+    rep.instructions = b.host_seq();  // nor are their host-program ticks
+    rep.end_time_s = b.clock_s();     // every stream's work is done here
     if (o.collect_params) {
       for (auto& st : prog.fsdp().states()) {
         if (!st->group) continue;

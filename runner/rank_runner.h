@@ -28,7 +28,8 @@ struct RankOptions {
   // The backend's MemoryTracker records it from the start of the run on (NOTE [Measured
   // timeline] in rank_runner.cc), whether or not the backend was created recording one.
   size_t timeline_points = 0;
-  // Per-op table of every step (StepMetrics::ops; NOTE [Per-op times] in core/report/key_averages.h).
+  // Per-op table of every step (StepMetrics::ops; NOTE [Per-op times] in
+  // core/report/key_averages.h).
   bool op_table = true;
   // Collect this rank's final parameter shards (RankResult::local_params).
   bool collect_params = false;
@@ -45,8 +46,8 @@ struct RankOptions {
   // folder `resume_from` (its next step) instead of step 0.
   std::string checkpoint_dir;
   int checkpoint_every = 0;
-  int checkpoint_keep_last = 0;    // --keep-last (NOTE [Checkpoint retention]); 0: keep all
-  bool checkpoint_async = false;   // --checkpoint-mode async (NOTE [Asynchronous save])
+  int checkpoint_keep_last = 0;   // --keep-last (NOTE [Checkpoint retention]); 0: keep all
+  bool checkpoint_async = false;  // --checkpoint-mode async (NOTE [Asynchronous save])
   std::string resume_from;
   // Validation (NOTE [Validation pass]): after every `eval_every` steps and after the last,
   // the mean loss of `eval_batches` validation batches (0: never). Needs validation data.
@@ -60,18 +61,19 @@ struct RankOptions {
 
 struct StepMetrics {
   int step = 0;
-  double loss = 0;           // this rank's loss, mean over its micro-batches
-  double eval_loss = std::numeric_limits<double>::quiet_NaN();  // validation loss after the step (NaN: none)
-  double seconds = 0;        // wall time of the step on this rank
-  int64_t tokens = 0;        // tokens this rank trained on in the step
-  uint64_t peak_allocated_bytes = 0;  // since the start of the run
+  double loss = 0;  // this rank's loss, mean over its micro-batches
+  double eval_loss =
+      std::numeric_limits<double>::quiet_NaN();  // validation loss after the step (NaN: none)
+  double seconds = 0;                            // wall time of the step on this rank
+  int64_t tokens = 0;                            // tokens this rank trained on in the step
+  uint64_t peak_allocated_bytes = 0;             // since the start of the run
   uint64_t peak_reserved_bytes = 0;
   // From the backend's optional stream measurement (Backend::take_busy_intervals); 0 when
   // it measures none.
   double compute_s = 0;       // compute stream busy
   double comm_s = 0;          // union of the communication streams' busy time
   double exposed_comm_s = 0;  // communication no computation overlapped
-  double flops = 0;           // FLOPs of the kernels this rank ran in the step (as ops declare them)
+  double flops = 0;  // FLOPs of the kernels this rank ran in the step (as ops declare them)
   // With RankOptions::op_table: the step's ops by key, measured where the backend times kernels
   // (predicted_s unset: the launcher adds the simulator's).
   std::vector<KeyAverage> ops;

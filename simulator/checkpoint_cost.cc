@@ -25,7 +25,8 @@ WriterTensors writer_tensors(const Scenario& s) {
   // Local (tensor-parallel) shapes are alike on every tp rank; FSDP shards their rows.
   Transformer model(s.model, tensor_parallel_for(s, 0));
   std::vector<std::pair<int64_t, int64_t>> params;  // (rows, row elements)
-  model.root().for_each_param([&](Param& p) { params.emplace_back(p.shape[0], row_numel(p.shape)); });
+  model.root().for_each_param(
+      [&](Param& p) { params.emplace_back(p.shape[0], row_numel(p.shape)); });
   const std::vector<CheckpointCopy> order = checkpoint_copy_order(params.size());
   const DeviceMesh mesh(s.fsdp.mesh_shape, s.fsdp.mesh_dim_names);
   int shard = mesh.dim_index("shard");
@@ -36,7 +37,8 @@ WriterTensors writer_tensors(const Scenario& s) {
   out.index_of_rank.assign(static_cast<size_t>(world), -1);
   for (int r = 0; r < world; ++r) {
     const std::vector<int> c = mesh.coordinates(r);
-    if (rep >= 0 && rep != shard && c[static_cast<size_t>(rep)] != 0) continue;  // HSDP: replica 0 writes
+    if (rep >= 0 && rep != shard && c[static_cast<size_t>(rep)] != 0)
+      continue;  // HSDP: replica 0 writes
     const int idx = c[static_cast<size_t>(shard)];
     out.index_of_rank[static_cast<size_t>(r)] = idx;
     auto [it, added] = out.by_index.emplace(idx, std::vector<uint64_t>{});
@@ -62,7 +64,8 @@ std::vector<CheckpointCopy> checkpoint_copy_order(size_t num_params) {
   return order;
 }
 
-double checkpoint_copy_seconds(const std::vector<uint64_t>& bytes, double bandwidth, double launch_s) {
+double checkpoint_copy_seconds(const std::vector<uint64_t>& bytes, double bandwidth,
+                               double launch_s) {
   double end = 0;
   for (size_t i = 0; i < bytes.size(); ++i) {
     const double issued = static_cast<double>(i + 1) * launch_s;
@@ -82,7 +85,9 @@ std::vector<uint64_t> shard_bytes_of(const WriterTensors& t) {
 }
 }  // namespace
 
-std::vector<uint64_t> checkpoint_shard_bytes(const Scenario& s) { return shard_bytes_of(writer_tensors(s)); }
+std::vector<uint64_t> checkpoint_shard_bytes(const Scenario& s) {
+  return shard_bytes_of(writer_tensors(s));
+}
 
 CheckpointCost checkpoint_cost(const Scenario& s, double step_time_s) {
   const TrainingCheckpointOptions& o = s.training.checkpoint;

@@ -9,11 +9,11 @@
 //   shard_bytes(r) = 3 x 4 x sum over parameters of local rows(r) x row elements
 //   d2h_s          = max over ranks of the copy chain of its tensors, in state-dict order
 //                    (every parameter in module order, then each one's exp_avg, exp_avg_sq):
-//                    e = 0; for tensor i = 1..n: e = max(e, i x launch) + bytes_i / pageable_copy_bandwidth
-//                    (DCP copies into ordinary, pageable CPU tensors, one copy per tensor; each
-//                    costs the host launch = eager_dispatch_s + launch_overhead_s, so a model of
-//                    many small tensors is launch-bound; for large ones d2h_s = launch +
-//                    shard_bytes / bandwidth)
+//                    e = 0; for tensor i = 1..n: e = max(e, i x launch) + bytes_i /
+//                    pageable_copy_bandwidth (DCP copies into ordinary, pageable CPU tensors, one
+//                    copy per tensor; each costs the host launch = eager_dispatch_s +
+//                    launch_overhead_s, so a model of many small tensors is launch-bound; for large
+//                    ones d2h_s = launch + shard_bytes / bandwidth)
 //   write_s        = max over nodes of sum of the node's shard_bytes / storage_write_bandwidth
 //   sync:  exposed = d2h_s + write_s           (training waits for the whole save)
 //   async: exposed = d2h_s + max(0, write_s - every x step_time_s)
@@ -91,7 +91,8 @@ std::vector<CheckpointCopy> checkpoint_copy_order(size_t num_params);
 
 // Seconds the copies of `bytes` (in copy order) take on one stream when the host issues one
 // every `launch_s` seconds, from the host's start: the chain of NOTE [Checkpoint cost].
-double checkpoint_copy_seconds(const std::vector<uint64_t>& bytes, double bandwidth, double launch_s);
+double checkpoint_copy_seconds(const std::vector<uint64_t>& bytes, double bandwidth,
+                               double launch_s);
 
 nlohmann::json checkpoint_cost_json(const CheckpointCost& c);
 

@@ -19,8 +19,12 @@ bool writes_checkpoint(const Scenario& s, int rank) {
   return mesh.coordinates(rank)[static_cast<size_t>(rep)] == 0;  // HSDP: replica 0 writes
 }
 
-CheckpointPlayer::CheckpointPlayer(SimBackend& backend, TrainingProgram& program, const Scenario& s, int run_steps)
-    : b_(backend), prog_(program), every_(s.training.checkpoint.every), async_(s.training.checkpoint.async) {
+CheckpointPlayer::CheckpointPlayer(SimBackend& backend, TrainingProgram& program, const Scenario& s,
+                                   int run_steps)
+    : b_(backend),
+      prog_(program),
+      every_(s.training.checkpoint.every),
+      async_(s.training.checkpoint.async) {
   if (every_ <= 0) return;
   run_saves_ = run_steps / every_;
   // The node's writers (NOTE [Checkpoint cost]): their bytes share its storage bandwidth.
@@ -31,7 +35,8 @@ CheckpointPlayer::CheckpointPlayer(SimBackend& backend, TrainingProgram& program
     if (static_cast<int>(r) / per_node == node) node_bytes_ += shard[r];
   if (shard[static_cast<size_t>(b_.rank())] == 0) return;  // not a writer
   const AdamW& opt = prog_.optimizer();
-  for (size_t i = 0; i < opt.params().size(); ++i) bytes_ += 3 * opt.params()[i]->sharded_local().nbytes();
+  for (size_t i = 0; i < opt.params().size(); ++i)
+    bytes_ += 3 * opt.params()[i]->sharded_local().nbytes();
 }
 
 void CheckpointPlayer::after_step(int step, bool last_played) {

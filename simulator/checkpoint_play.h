@@ -62,8 +62,8 @@ class CheckpointPlayer {
   uint64_t bytes_ = 0;       // this rank's bytes per save (0: it does not write)
   uint64_t node_bytes_ = 0;  // its node's bytes per save
   int saves_ = 0;
-  EventId write_done_ = 0;        // the last write's event (async: not waited for yet)
-  std::vector<Tensor> staging_;   // async: the last save's host staging
+  EventId write_done_ = 0;       // the last write's event (async: not waited for yet)
+  std::vector<Tensor> staging_;  // async: the last save's host staging
 
   void save();
 };

@@ -26,7 +26,8 @@ bool same_step_time(double a_s, double b_s) {
   return std::fabs(a_s - b_s) <= 1e-9 * std::max(std::fabs(a_s), std::fabs(b_s)) + 1e-15;
 }
 
-bool is_steady(double prev_step_s, const StepEndState& prev, double last_step_s, const StepEndState& last) {
+bool is_steady(double prev_step_s, const StepEndState& prev, double last_step_s,
+               const StepEndState& last) {
   return prev == last && same_step_time(prev_step_s, last_step_s);
 }
 

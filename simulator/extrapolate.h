@@ -29,7 +29,8 @@ bool same_step_time(double a_s, double b_s);
 
 // Two consecutive steps (durations and end states, in order) form a steady state: the later
 // ended in the same allocator state as the earlier, did not raise the peaks, and took as long.
-bool is_steady(double prev_step_s, const StepEndState& prev, double last_step_s, const StepEndState& last);
+bool is_steady(double prev_step_s, const StepEndState& prev, double last_step_s,
+               const StepEndState& last);
 
 // How many steps to play next: `played` were played and are not steady; 0 when no more may be
 // played (the cap or training.steps reached).

@@ -64,8 +64,11 @@ nlohmann::json report_json(const SimulationReport& r) {
   }
   json problems = json::array();
   for (const auto& p : r.problems)
-    problems.push_back({{"kind", std::string(problem_kind_name(p.kind))}, {"message", p.message},
-                        {"ranks", p.ranks}, {"step", p.step}, {"op", p.op}});
+    problems.push_back({{"kind", std::string(problem_kind_name(p.kind))},
+                        {"message", p.message},
+                        {"ranks", p.ranks},
+                        {"step", p.step},
+                        {"op", p.op}});
   j["problems"] = problems;
   json ranks = json::array(), classes = json::array(), timelines = json::array();
   for (size_t ci = 0; ci < r.classes.size(); ++ci) {
@@ -73,7 +76,9 @@ nlohmann::json report_json(const SimulationReport& r) {
     json cj = rank_class_json(c);
     classes.push_back(cj);
     for (int rk : c.ranks)
-      ranks.push_back({{"rank", rk}, {"class", ci}, {"peak_allocated_bytes", c.peak_allocated_bytes},
+      ranks.push_back({{"rank", rk},
+                       {"class", ci},
+                       {"peak_allocated_bytes", c.peak_allocated_bytes},
                        {"peak_reserved_bytes", c.peak_reserved_bytes},
                        {"breakdown_at_peak", cj["breakdown_at_peak"]}});
     if (c.timeline.empty()) continue;
@@ -88,22 +93,26 @@ nlohmann::json report_json(const SimulationReport& r) {
 
 std::string report_summary(const SimulationReport& r) {
   const double p = static_cast<double>(r.parameters);
-  std::string params = p >= 1e9 ? fmt::format("{:.2f} B", p / 1e9) : p >= 1e6 ? fmt::format("{:.1f} M", p / 1e6)
-                                                                             : fmt::format("{}", r.parameters);
-  std::string out = fmt::format("scenario {}: {} ranks, {} parameters, allocator capacity {} per rank\n",
-                                printable(r.scenario), r.world_size, params, format_bytes(r.capacity_bytes));
+  std::string params = p >= 1e9   ? fmt::format("{:.2f} B", p / 1e9)
+                       : p >= 1e6 ? fmt::format("{:.1f} M", p / 1e6)
+                                  : fmt::format("{}", r.parameters);
+  std::string out =
+      fmt::format("scenario {}: {} ranks, {} parameters, allocator capacity {} per rank\n",
+                  printable(r.scenario), r.world_size, params, format_bytes(r.capacity_bytes));
   if (r.symmetric_memory_bytes)
-    out += fmt::format("  async TP symmetric memory {} per rank, outside the allocator (not in its capacity)\n",
-                       format_bytes(r.symmetric_memory_bytes));
+    out += fmt::format(
+        "  async TP symmetric memory {} per rank, outside the allocator (not in its capacity)\n",
+        format_bytes(r.symmetric_memory_bytes));
   // Ranks with identical memory results print as one line (always so with rank classes;
   // with --ranks all this groups the per-rank results).
   std::vector<std::pair<std::vector<int>, const RankClassReport*>> shown;
   for (const auto& c : r.classes) {
     bool merged = false;
     for (auto& [ranks, rep] : shown)
-      if (rep->peak_allocated_bytes == c.peak_allocated_bytes && rep->peak_reserved_bytes == c.peak_reserved_bytes &&
-          rep->breakdown_at_peak == c.breakdown_at_peak && rep->peak_host_bytes == c.peak_host_bytes &&
-          !rep->oom && !c.oom) {
+      if (rep->peak_allocated_bytes == c.peak_allocated_bytes &&
+          rep->peak_reserved_bytes == c.peak_reserved_bytes &&
+          rep->breakdown_at_peak == c.breakdown_at_peak &&
+          rep->peak_host_bytes == c.peak_host_bytes && !rep->oom && !c.oom) {
         ranks.insert(ranks.end(), c.ranks.begin(), c.ranks.end());
         merged = true;
         break;
@@ -118,7 +127,8 @@ std::string report_summary(const SimulationReport& r) {
     // Host memory: CPU offload's, and async checkpoint staging while it is held.
     const bool staging = r.checkpoint && r.checkpoint->async && !r.checkpoint->played.empty();
     if (c.peak_host_bytes)
-      out += fmt::format(", {} {}", staging ? "host (CPU offload + checkpoint staging)" : "CPU-offloaded",
+      out += fmt::format(", {} {}",
+                         staging ? "host (CPU offload + checkpoint staging)" : "CPU-offloaded",
                          format_bytes(c.peak_host_bytes));
     out += "\n    at peak:";
     for (MemCategory k : kAllMemCategories) {
@@ -128,56 +138,71 @@ std::string report_summary(const SimulationReport& r) {
     if (out.back() == ',') out.pop_back();
     out += "\n";
     if (c.oom)
-      out += fmt::format("    OUT OF MEMORY in step {} allocating {} for {} ({}): {} allocated, {} reserved of {}\n",
-                         c.oom->step, format_bytes(c.oom->requested_bytes), c.oom->what, c.oom->category,
-                         format_bytes(c.oom->at_failure.allocated_bytes),
-                         format_bytes(c.oom->at_failure.reserved_bytes), format_bytes(c.oom->capacity_bytes));
+      out += fmt::format(
+          "    OUT OF MEMORY in step {} allocating {} for {} ({}): {} allocated, {} reserved of "
+          "{}\n",
+          c.oom->step, format_bytes(c.oom->requested_bytes), c.oom->what, c.oom->category,
+          format_bytes(c.oom->at_failure.allocated_bytes),
+          format_bytes(c.oom->at_failure.reserved_bytes), format_bytes(c.oom->capacity_bytes));
   }
   // NOTE [Host memory per node] (host_memory.h)
   if (r.peak_host_bytes_per_node > 0) {
     if (r.host_out_of_memory)
-      out += fmt::format("  HOST OUT OF MEMORY: node {} holds {} of pinned host memory (its ranks' peaks), its host has {}: "
-                         "turn CPU offload off, shard over more nodes, or set hardware.host_memory_bytes if yours has more\n",
-                         r.peak_host_node, format_bytes(r.peak_host_bytes_per_node), format_bytes(r.host_memory_bytes));
+      out += fmt::format(
+          "  HOST OUT OF MEMORY: node {} holds {} of pinned host memory (its ranks' peaks), its "
+          "host has {}: "
+          "turn CPU offload off, shard over more nodes, or set hardware.host_memory_bytes if yours "
+          "has more\n",
+          r.peak_host_node, format_bytes(r.peak_host_bytes_per_node),
+          format_bytes(r.host_memory_bytes));
     else if (r.host_memory_bytes > 0)
-      out += fmt::format("  host memory per node: {} of {} (its ranks' peak host bytes)\n",
-                         format_bytes(r.peak_host_bytes_per_node), format_bytes(r.host_memory_bytes));
+      out +=
+          fmt::format("  host memory per node: {} of {} (its ranks' peak host bytes)\n",
+                      format_bytes(r.peak_host_bytes_per_node), format_bytes(r.host_memory_bytes));
     else
-      out += fmt::format("  host memory per node: {} (its ranks' peak host bytes; not checked: the profile gives no "
-                         "host_memory_bytes, set hardware.host_memory_bytes)\n",
-                         format_bytes(r.peak_host_bytes_per_node));
+      out += fmt::format(
+          "  host memory per node: {} (its ranks' peak host bytes; not checked: the profile gives "
+          "no "
+          "host_memory_bytes, set hardware.host_memory_bytes)\n",
+          format_bytes(r.peak_host_bytes_per_node));
   }
   if (!r.out_of_memory && r.step_time_s > 0) {
-    out += fmt::format("  step time {:.3f} s ({} time model), exposed communication {:.3f} s, "
-                       "{:.0f} tokens/s/GPU, MFU {:.1f}%\n",
-                       r.step_time_s, r.time_model, r.exposed_comm_s, r.tokens_per_s_per_gpu, 100 * r.mfu);
+    out += fmt::format(
+        "  step time {:.3f} s ({} time model), exposed communication {:.3f} s, "
+        "{:.0f} tokens/s/GPU, MFU {:.1f}%\n",
+        r.step_time_s, r.time_model, r.exposed_comm_s, r.tokens_per_s_per_gpu, 100 * r.mfu);
     if (r.extrapolated_steps > 0)  // NOTE [Steady state] (extrapolate.cc)
-      out += fmt::format("  simulated {} of {} steps; steps {}-{} extrapolated from step {} ({}): whole run "
-                         "{:.3f} s, {:.0f} tokens\n",
-                         r.simulated_steps, r.steps, r.simulated_steps + 1, r.steps, r.simulated_steps,
-                         r.steady_state ? fmt::format("steady: steps {} and {} agree in time and memory",
-                                                      r.simulated_steps - 1, r.simulated_steps)
-                                        : "NOT steady: the last two simulated steps differ",
-                         r.total_time_s, r.total_tokens);
+      out += fmt::format(
+          "  simulated {} of {} steps; steps {}-{} extrapolated from step {} ({}): whole run "
+          "{:.3f} s, {:.0f} tokens\n",
+          r.simulated_steps, r.steps, r.simulated_steps + 1, r.steps, r.simulated_steps,
+          r.steady_state ? fmt::format("steady: steps {} and {} agree in time and memory",
+                                       r.simulated_steps - 1, r.simulated_steps)
+                         : "NOT steady: the last two simulated steps differ",
+          r.total_time_s, r.total_tokens);
     else
-      out += fmt::format("  simulated all {} steps: whole run {:.3f} s, {:.0f} tokens\n", r.steps, r.total_time_s,
-                         r.total_tokens);
+      out += fmt::format("  simulated all {} steps: whole run {:.3f} s, {:.0f} tokens\n", r.steps,
+                         r.total_time_s, r.total_tokens);
     if (r.last_step_rank >= 0) {  // where the critical path of the last step runs
       std::string path;
       for (int k = 0; k < kNumPathKinds; ++k) {
         const double v = r.last_step.critical_path_s[static_cast<size_t>(k)];
-        if (v > 0.0005 * r.step_time_s) path += fmt::format(" {} {:.3f} s,", path_kind_name(static_cast<PathKind>(k)), v);
+        if (v > 0.0005 * r.step_time_s)
+          path += fmt::format(" {} {:.3f} s,", path_kind_name(static_cast<PathKind>(k)), v);
       }
       if (!path.empty()) path.pop_back();
       out += fmt::format("    critical path (rank {}, last step):{}\n", r.last_step_rank, path);
       // Per mesh dim, when more than the shard dim communicates (HSDP, tensor parallelism).
       const auto& cd = r.last_step.comm_by_dim_s;
-      if (cd[static_cast<size_t>(MeshDimKind::kReplicate)] > 0 || cd[static_cast<size_t>(MeshDimKind::kTp)] > 0) {
+      if (cd[static_cast<size_t>(MeshDimKind::kReplicate)] > 0 ||
+          cd[static_cast<size_t>(MeshDimKind::kTp)] > 0) {
         std::string dims;
         for (int k = 0; k < kNumMeshDimKinds; ++k)
           if (cd[static_cast<size_t>(k)] > 0)
-            dims += fmt::format(" {} {:.3f} s (exposed {:.3f} s),", mesh_dim_kind_name(static_cast<MeshDimKind>(k)),
-                                cd[static_cast<size_t>(k)], r.last_step.exposed_comm_by_dim_s[static_cast<size_t>(k)]);
+            dims += fmt::format(" {} {:.3f} s (exposed {:.3f} s),",
+                                mesh_dim_kind_name(static_cast<MeshDimKind>(k)),
+                                cd[static_cast<size_t>(k)],
+                                r.last_step.exposed_comm_by_dim_s[static_cast<size_t>(k)]);
         dims.pop_back();
         out += fmt::format("    communication by mesh dim (last step):{}\n", dims);
       }
@@ -187,16 +212,21 @@ std::string report_summary(const SimulationReport& r) {
     const CheckpointCost& c = *r.checkpoint;
     uint64_t largest = 0;
     for (uint64_t b : c.shard_bytes) largest = std::max(largest, b);
-    out += fmt::format("  checkpoint every {} steps ({}): {} per rank, device-to-host {:.3f} s, write {:.3f} s ({} per node "
-                       "at {}/s); exposed {:.3f} s per save = {:.4f} s per step amortised: step time with checkpoints "
-                       "{:.3f} s\n",
-                       c.every, c.async ? "async" : "sync", format_bytes(largest), c.d2h_s, c.write_s,
-                       format_bytes(c.node_bytes), format_bytes(static_cast<uint64_t>(c.storage_write_bandwidth)),
-                       c.exposed_s, c.amortised_s_per_step, r.step_time_with_checkpoint_s());
+    out += fmt::format(
+        "  checkpoint every {} steps ({}): {} per rank, device-to-host {:.3f} s, write {:.3f} s "
+        "({} per node "
+        "at {}/s); exposed {:.3f} s per save = {:.4f} s per step amortised: step time with "
+        "checkpoints "
+        "{:.3f} s\n",
+        c.every, c.async ? "async" : "sync", format_bytes(largest), c.d2h_s, c.write_s,
+        format_bytes(c.node_bytes), format_bytes(static_cast<uint64_t>(c.storage_write_bandwidth)),
+        c.exposed_s, c.amortised_s_per_step, r.step_time_with_checkpoint_s());
     if (c.async)
-      out += fmt::format("    async: host staging {} per rank (host memory, not in the device figures), {:.3f} s of "
-                         "the write hidden behind training\n",
-                         format_bytes(c.host_staging_bytes), c.hidden_s);
+      out += fmt::format(
+          "    async: host staging {} per rank (host memory, not in the device figures), {:.3f} s "
+          "of "
+          "the write hidden behind training\n",
+          format_bytes(c.host_staging_bytes), c.hidden_s);
     if (!c.played.empty()) {  // NOTE [Playing a checkpoint save]
       std::string steps;
       double exposed = 0;
@@ -204,15 +234,22 @@ std::string report_summary(const SimulationReport& r) {
         steps += fmt::format("{}{}", steps.empty() ? "" : ", ", p.step);
         exposed = std::max(exposed, p.exposed_s());
       }
-      out += fmt::format("    played: {} save(s) after step {} (in the timeline and the host accounts), exposed up to "
-                         "{:.3f} s each{}; whole run {:.3f} s with the saves\n",
-                         c.played.size(), steps, exposed,
-                         c.played_final_wait_s > 0 ? fmt::format(", the run's end waits {:.3f} s for the last write", c.played_final_wait_s) : "",
-                         r.total_time_s);
+      out += fmt::format(
+          "    played: {} save(s) after step {} (in the timeline and the host accounts), exposed "
+          "up to "
+          "{:.3f} s each{}; whole run {:.3f} s with the saves\n",
+          c.played.size(), steps, exposed,
+          c.played_final_wait_s > 0
+              ? fmt::format(", the run's end waits {:.3f} s for the last write",
+                            c.played_final_wait_s)
+              : "",
+          r.total_time_s);
     }
   }
   if (r.out_of_memory && !r.problems.empty())
-    out += "  (a rank that runs out of memory stops there: the problems below may only follow from that)\n";
+    out +=
+        "  (a rank that runs out of memory stops there: the problems below may only follow from "
+        "that)\n";
   for (const auto& p : r.problems) out += "  PROBLEM " + p.message + "\n";
   if (r.ok()) out += "  ok: no collective mismatch, race or use-after-free found\n";
   return out;

@@ -52,7 +52,8 @@ void SimBackend::add_accesses(Instr& in, const std::vector<TensorRef>& reads,
   auto add = [&](const TensorRef& r, bool w) {
     if (r.buffer_id == 0) return;
     if (many) {
-      auto [it, fresh] = seen.try_emplace(r.buffer_id, static_cast<uint32_t>(program_.accesses.size()));
+      auto [it, fresh] =
+          seen.try_emplace(r.buffer_id, static_cast<uint32_t>(program_.accesses.size()));
       if (!fresh) {
         program_.accesses[it->second].write = program_.accesses[it->second].write || w;
         return;
@@ -137,7 +138,8 @@ void SimBackend::do_launch(StreamRole stream, const OpCall& op) {
   in.flops = op.flops;
   in.bytes = op.bytes;
   in.dims = kernel_dims(op);
-  if ((op.kind == OpKind::kAllGatherMatmul || op.kind == OpKind::kMatmulReduceScatter) && op.iargs.size() >= 4)
+  if ((op.kind == OpKind::kAllGatherMatmul || op.kind == OpKind::kMatmulReduceScatter) &&
+      op.iargs.size() >= 4)
     in.parts = static_cast<int>(op.iargs[3]);
   add_accesses(in, op.inputs, op.outputs);
 }
@@ -146,7 +148,8 @@ void SimBackend::launch_pageable_copy(StreamRole stream, const OpCall& op) {
   FULLSHARD_CHECK(op.kind == OpKind::kCopy, "launch_pageable_copy of a kernel that is no copy");
   const size_t before = program_.instrs.size();
   launch(stream, op);
-  if (program_.instrs.size() > before) program_.instrs.back().place = KernelPlace::kDeviceToPageableHost;
+  if (program_.instrs.size() > before)
+    program_.instrs.back().place = KernelPlace::kDeviceToPageableHost;
 }
 
 EventId SimBackend::storage_write(std::string_view label, uint64_t bytes, uint64_t node_bytes) {
@@ -161,7 +164,8 @@ EventId SimBackend::storage_write(std::string_view label, uint64_t bytes, uint64
   return e;
 }
 
-void SimBackend::do_collective(StreamRole stream, const CollectiveCall& call, const ProcessGroup& group) {
+void SimBackend::do_collective(StreamRole stream, const CollectiveCall& call,
+                               const ProcessGroup& group) {
   if (program_.truncated) return;
   FULLSHARD_CHECK(group.index_of(rank()) >= 0, "collective on a group without this rank");
   uint32_t nm = name(call.name);
@@ -173,7 +177,8 @@ void SimBackend::do_collective(StreamRole stream, const CollectiveCall& call, co
   in.group = gid;
   in.dtype = call.output.meta.dtype;
   // The full buffer: the AG output, the RS input, the AR buffer.
-  in.coll_bytes = call.kind == CollectiveKind::kReduceScatter ? call.input.nbytes() : call.output.nbytes();
+  in.coll_bytes =
+      call.kind == CollectiveKind::kReduceScatter ? call.input.nbytes() : call.output.nbytes();
   in.bytes = static_cast<double>(in.coll_bytes);
   if (call.kind == CollectiveKind::kAllGather)
     add_accesses(in, {call.input}, {call.output});

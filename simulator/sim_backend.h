@@ -27,7 +27,6 @@ class SimBackend : public Backend {
   SimBackend(int rank, int world_size, AllocatorOptions allocator, GroupRegistry& groups,
              bool record_timeline = true);
 
-
   Program& program() { return program_; }
   const Program& program() const { return program_; }
   // Stops recording (the host program died, e.g. out of memory).
@@ -43,7 +42,8 @@ class SimBackend : public Backend {
 
  protected:
   void do_launch(StreamRole stream, const OpCall& op) override;
-  void do_collective(StreamRole stream, const CollectiveCall& call, const ProcessGroup& group) override;
+  void do_collective(StreamRole stream, const CollectiveCall& call,
+                     const ProcessGroup& group) override;
   EventId do_record_event(StreamRole stream) override;
   void do_wait_event(StreamRole stream, EventId event) override;
   void do_synchronize(EventId event) override;
@@ -61,7 +61,8 @@ class SimBackend : public Backend {
 
   uint32_t name(std::string_view s);
   Instr& push(InstrType type, StreamRole stream);
-  void add_accesses(Instr& in, const std::vector<TensorRef>& reads, const std::vector<TensorRef>& writes);
+  void add_accesses(Instr& in, const std::vector<TensorRef>& reads,
+                    const std::vector<TensorRef>& writes);
   KernelPlace place_of(const OpCall& op) const;
 };
 

@@ -34,7 +34,9 @@ constexpr uint64_t kPerStep = 80;
 constexpr uint64_t kPerLayerInit = 90;
 constexpr uint64_t kInit = 50;
 
-uint64_t sat_mul(uint64_t a, uint64_t b) { return b != 0 && a > UINT64_MAX / b ? UINT64_MAX : a * b; }
+uint64_t sat_mul(uint64_t a, uint64_t b) {
+  return b != 0 && a > UINT64_MAX / b ? UINT64_MAX : a * b;
+}
 uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 }  // namespace
 
@@ -43,11 +45,13 @@ uint64_t estimate_program_instructions(const Scenario& s, int played_steps) {
   const uint64_t micro = static_cast<uint64_t>(std::max(1, s.training.grad_accum_steps));
   const bool checkpointed = s.training.activation_checkpointing.mode != CheckpointMode::kNone;
   const bool offloaded = s.fsdp.cpu_offload;
-  const uint64_t layer_micro = kPerLayerMicroBatch + (checkpointed ? kPerLayerMicroBatchCheckpointed : 0) +
+  const uint64_t layer_micro = kPerLayerMicroBatch +
+                               (checkpointed ? kPerLayerMicroBatchCheckpointed : 0) +
                                (offloaded ? kPerLayerMicroBatchOffloaded : 0);
   const uint64_t layer_step = kPerLayerStep + (offloaded ? kPerLayerStepOffloaded : 0);
   const uint64_t per_micro = sat_add(sat_mul(layers, layer_micro), kPerMicroBatch);
-  const uint64_t per_step = sat_add(sat_add(sat_mul(micro, per_micro), sat_mul(layers, layer_step)), kPerStep);
+  const uint64_t per_step =
+      sat_add(sat_add(sat_mul(micro, per_micro), sat_mul(layers, layer_step)), kPerStep);
   const uint64_t init = sat_add(sat_mul(layers, kPerLayerInit), kInit);
   return sat_add(init, sat_mul(static_cast<uint64_t>(std::max(1, played_steps)), per_step));
 }
@@ -55,13 +59,18 @@ uint64_t estimate_program_instructions(const Scenario& s, int played_steps) {
 SimulationSize estimate_simulation_size(const Scenario& s, int played_steps, bool all_ranks) {
   const int64_t world = s.world_size();
   if (world > kMaxSimulatedWorld)
-    throw InputError("hardware", fmt::format("makes a world of {} ranks (nodes x gpus_per_node), above the "
-                                             "simulator's limit of {}", world, kMaxSimulatedWorld),
-                     fmt::format("simulate at most {} ranks (docs/scenario-format.md, \"Limits\")", kMaxSimulatedWorld));
+    throw InputError("hardware",
+                     fmt::format("makes a world of {} ranks (nodes x gpus_per_node), above the "
+                                 "simulator's limit of {}",
+                                 world, kMaxSimulatedWorld),
+                     fmt::format("simulate at most {} ranks (docs/scenario-format.md, \"Limits\")",
+                                 kMaxSimulatedWorld));
   if (s.model.n_layers > kMaxSimulatedLayers)
-    throw InputError("model.n_layers", fmt::format("is {}, above the simulator's limit of {}", s.model.n_layers,
-                                                   kMaxSimulatedLayers),
-                     fmt::format("use at most {} layers (docs/scenario-format.md, \"Limits\")", kMaxSimulatedLayers));
+    throw InputError("model.n_layers",
+                     fmt::format("is {}, above the simulator's limit of {}", s.model.n_layers,
+                                 kMaxSimulatedLayers),
+                     fmt::format("use at most {} layers (docs/scenario-format.md, \"Limits\")",
+                                 kMaxSimulatedLayers));
   SimulationSize z;
   z.recorded_programs = rank_classes(s).size();
   bool uneven = s.training.uneven_batch();
@@ -75,21 +84,25 @@ SimulationSize estimate_simulation_size(const Scenario& s, int played_steps, boo
 
 void check_simulation_limits(const Scenario& s, int played_steps, bool all_ranks) {
   const SimulationSize z = estimate_simulation_size(s, played_steps, all_ranks);
-  const std::string what = fmt::format("model.n_layers {} x training.grad_accum_steps {} x {} simulated steps",
-                                       s.model.n_layers, s.training.grad_accum_steps, played_steps);
+  const std::string what =
+      fmt::format("model.n_layers {} x training.grad_accum_steps {} x {} simulated steps",
+                  s.model.n_layers, s.training.grad_accum_steps, played_steps);
   if (z.recorded_instructions > kMaxRecordedInstructions)
-    throw InputError("training.grad_accum_steps",
-                     fmt::format("with {} over {} rank class(es) needs about {} recorded host-program "
-                                 "instructions, above the simulator's limit of {}",
-                                 what, z.recorded_programs, z.recorded_instructions, kMaxRecordedInstructions),
-                     "use fewer layers or micro-batches (docs/scenario-format.md, \"Limits\")");
+    throw InputError(
+        "training.grad_accum_steps",
+        fmt::format("with {} over {} rank class(es) needs about {} recorded host-program "
+                    "instructions, above the simulator's limit of {}",
+                    what, z.recorded_programs, z.recorded_instructions, kMaxRecordedInstructions),
+        "use fewer layers or micro-batches (docs/scenario-format.md, \"Limits\")");
   if (z.played_instructions > kMaxPlayedInstructions)
-    throw InputError(all_ranks ? "--ranks" : "training.grad_accum_steps",
-                     fmt::format("with {} over {} simulated rank programs needs about {} host-program "
-                                 "instructions, above the simulator's limit of {}",
-                                 what, z.played_programs, z.played_instructions, kMaxPlayedInstructions),
-                     all_ranks ? "use --ranks classes, or fewer ranks or layers (docs/scenario-format.md, \"Limits\")"
-                               : "use fewer ranks, layers or micro-batches (docs/scenario-format.md, \"Limits\")");
+    throw InputError(
+        all_ranks ? "--ranks" : "training.grad_accum_steps",
+        fmt::format("with {} over {} simulated rank programs needs about {} host-program "
+                    "instructions, above the simulator's limit of {}",
+                    what, z.played_programs, z.played_instructions, kMaxPlayedInstructions),
+        all_ranks
+            ? "use --ranks classes, or fewer ranks or layers (docs/scenario-format.md, \"Limits\")"
+            : "use fewer ranks, layers or micro-batches (docs/scenario-format.md, \"Limits\")");
 }
 
 bool within_simulation_limits(const Scenario& s, int played_steps, bool all_ranks) {

@@ -24,7 +24,8 @@ uint64_t estimate_program_instructions(const Scenario& s, int played_steps);
 
 struct SimulationSize {
   uint64_t recorded_programs = 0;  // rank classes (one recording each)
-  uint64_t played_programs = 0;    // rank classes, or every rank (--ranks all, stragglers, uneven batch)
+  uint64_t played_programs =
+      0;  // rank classes, or every rank (--ranks all, stragglers, uneven batch)
   uint64_t recorded_instructions = 0;
   uint64_t played_instructions = 0;
 };

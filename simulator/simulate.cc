@@ -61,13 +61,16 @@ namespace {
 PlaceholderCostOptions cost_options(const Scenario& s) {
   const HardwareProfile& hw = s.hardware.device;
   PlaceholderCostOptions o;
-  bool low = s.fsdp.mixed_precision.param_dtype && *s.fsdp.mixed_precision.param_dtype != DType::kFloat32;
+  bool low =
+      s.fsdp.mixed_precision.param_dtype && *s.fsdp.mixed_precision.param_dtype != DType::kFloat32;
   double peak = low ? hw.peak_flops_bf16 : hw.peak_flops_fp32;
   if (peak > 0) o.peak_flops = peak;
   if (hw.hbm_bandwidth > 0) o.memory_bandwidth = hw.hbm_bandwidth;
-  double link = s.world_size() <= s.hardware.gpus_per_node ? hw.nvlink_bandwidth : hw.network_bandwidth;
+  double link =
+      s.world_size() <= s.hardware.gpus_per_node ? hw.nvlink_bandwidth : hw.network_bandwidth;
   if (link > 0) o.link_bandwidth = link;
-  if (s.training.checkpoint.storage_write_bandwidth > 0) o.storage_write_bandwidth = s.training.checkpoint.storage_write_bandwidth;
+  if (s.training.checkpoint.storage_write_bandwidth > 0)
+    o.storage_write_bandwidth = s.training.checkpoint.storage_write_bandwidth;
   return o;
 }
 
@@ -95,12 +98,13 @@ struct Recorded {
 // timeline and the stream / use-after-free checks would repeat the recorded rank's exactly.
 // Collective matching and hangs are still checked across every rank. nullopt when a
 // collective uses a group outside `from`'s mesh groups (then the rank is recorded).
-std::optional<Program> program_for_rank(const Scenario& s, const Program& from_program, int from, int to,
-                                        GroupRegistry& groups) {
+std::optional<Program> program_for_rank(const Scenario& s, const Program& from_program, int from,
+                                        int to, GroupRegistry& groups) {
   const MeshInfo a = mesh_info_for(s, from), b = mesh_info_for(s, to);
   std::unordered_map<uint32_t, uint32_t> map;
   map[groups.intern(a.shard_group)] = groups.intern(b.shard_group);
-  if (a.replicate_group && b.replicate_group) map[groups.intern(*a.replicate_group)] = groups.intern(*b.replicate_group);
+  if (a.replicate_group && b.replicate_group)
+    map[groups.intern(*a.replicate_group)] = groups.intern(*b.replicate_group);
   if (a.tp_group && b.tp_group) map[groups.intern(*a.tp_group)] = groups.intern(*b.tp_group);
   if (a.shard_tp_group && b.shard_tp_group)
     map[groups.intern(*a.shard_tp_group)] = groups.intern(*b.shard_tp_group);
@@ -121,8 +125,8 @@ std::optional<Program> program_for_rank(const Scenario& s, const Program& from_p
   return p;
 }
 
-Recorded record_rank(const Scenario& s, int rank, GroupRegistry& groups, bool timeline, int run_steps,
-                     bool play_checkpoint) {
+Recorded record_rank(const Scenario& s, int rank, GroupRegistry& groups, bool timeline,
+                     int run_steps, bool play_checkpoint) {
   Recorded r;
   AllocatorOptions device = s.hardware.allocator;
   device.capacity_bytes -= std::min(device.capacity_bytes, symmetric_memory_bytes(s));
@@ -139,7 +143,8 @@ Recorded record_rank(const Scenario& s, int rank, GroupRegistry& groups, bool ti
       const MemorySnapshot now = m.current();
       r.allocated_after_step.push_back(now.allocated_bytes);
       r.step_ends.push_back({now.allocated_bytes, now.reserved_bytes, now.host_bytes,
-                             m.at_peak_allocated().allocated_bytes, m.at_peak_reserved().reserved_bytes,
+                             m.at_peak_allocated().allocated_bytes,
+                             m.at_peak_reserved().reserved_bytes,
                              m.allocator_stats().num_segments});
       if (saver) saver->after_step(step, step + 1 == s.training.steps);
     }
@@ -159,7 +164,6 @@ Recorded record_rank(const Scenario& s, int rank, GroupRegistry& groups, bool ti
   return r;
 }
 
-
 // One play of `s`, whose training.steps are the steps to play, for a run of `steps` steps
 // (NOTE [Steady state] in extrapolate.cc). With `may_play_more`, a play whose last two steps
 // are not steady returns nullopt (the caller plays more steps) before on_played is called.
@@ -178,15 +182,16 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
   const bool all_ranks = opt.all_ranks || uneven;
   rep.simulated_all_ranks = all_ranks;
   rep.symmetric_memory_bytes = symmetric_memory_bytes(s);
-  rep.capacity_bytes = s.hardware.allocator.capacity_bytes - std::min(s.hardware.allocator.capacity_bytes,
-                                                                      rep.symmetric_memory_bytes);
+  rep.capacity_bytes = s.hardware.allocator.capacity_bytes -
+                       std::min(s.hardware.allocator.capacity_bytes, rep.symmetric_memory_bytes);
   rep.parameters = parameter_count(s.model);
 
   // With --ranks all every rank is simulated, but memory timelines are kept only for the
   // first rank of each class of identical ranks (they are the same for the others).
   std::vector<std::vector<int>> classes = rank_classes(s);
   std::vector<bool> timeline_rank(static_cast<size_t>(rep.world_size), false);
-  std::vector<int> class_first(static_cast<size_t>(rep.world_size), -1);  // rank -> its class's first rank
+  std::vector<int> class_first(static_cast<size_t>(rep.world_size),
+                               -1);  // rank -> its class's first rank
   for (const auto& c : classes) {
     timeline_rank[static_cast<size_t>(c.front())] = true;
     for (int r : c) class_first[static_cast<size_t>(r)] = c.front();
@@ -197,7 +202,7 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
   }
   GroupRegistry groups;
   std::vector<Recorded> recs;
-  std::vector<size_t> rec_of;             // per played program: its recording in recs
+  std::vector<size_t> rec_of;              // per played program: its recording in recs
   std::vector<uint64_t> rec_instructions;  // per recording: its program's instruction count
   std::vector<long> rec_of_rank(static_cast<size_t>(rep.world_size), -1);
   std::vector<Program> programs;
@@ -208,13 +213,17 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
     // already recorded gets a copy of that program with its own process groups, unless
     // record_every_rank asks for a recording of its own.
     std::optional<Program> copied;
-    if (!opt.record_every_rank && !opt.mutate_program && first != rank && rec_of_rank[static_cast<size_t>(first)] >= 0)
-      copied = program_for_rank(s, programs[static_cast<size_t>(rec_of_rank[static_cast<size_t>(first)])], first, rank, groups);
+    if (!opt.record_every_rank && !opt.mutate_program && first != rank &&
+        rec_of_rank[static_cast<size_t>(first)] >= 0)
+      copied = program_for_rank(
+          s, programs[static_cast<size_t>(rec_of_rank[static_cast<size_t>(first)])], first, rank,
+          groups);
     if (copied) {
       rec_of.push_back(rec_of[static_cast<size_t>(rec_of_rank[static_cast<size_t>(first)])]);
       programs.push_back(std::move(*copied));
     } else {
-      recs.push_back(record_rank(s, rank, groups, timeline_rank[static_cast<size_t>(rank)], steps, opt.play_checkpoint));
+      recs.push_back(record_rank(s, rank, groups, timeline_rank[static_cast<size_t>(rank)], steps,
+                                 opt.play_checkpoint));
       rec_of.push_back(recs.size() - 1);
       programs.push_back(std::move(recs.back().backend->program()));
       rec_instructions.push_back(programs.back().instrs.size());
@@ -232,7 +241,8 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
     ComputeOptions co;
     co.pinned_memory = s.fsdp.pin_memory;
     co.host_threads_per_rank = s.hardware.host_threads_per_rank;
-    if (s.training.checkpoint.storage_write_bandwidth > 0) co.storage_write_bandwidth = s.training.checkpoint.storage_write_bandwidth;
+    if (s.training.checkpoint.storage_write_bandwidth > 0)
+      co.storage_write_bandwidth = s.training.checkpoint.storage_write_bandwidth;
     cost_model = std::make_unique<HardwareCostModel>(
         s.hardware.device, ClusterLayout{s.hardware.nodes, s.hardware.gpus_per_node}, co);
     rep.time_model = "nccl+roofline";
@@ -289,12 +299,14 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
     for (size_t i = prog.instrs.size(); i-- > 0;) {
       const Instr& in = prog.instrs[i];
       dev_time[i] = next;
-      if ((in.type == InstrType::kKernel || in.type == InstrType::kCollective) && rt.times[i].start >= 0)
+      if ((in.type == InstrType::kKernel || in.type == InstrType::kCollective) &&
+          rt.times[i].start >= 0)
         next = std::min(next, rt.times[i].start);
       // A played checkpoint save starts right after the step's end synchronize, when the
       // device is done with the step: what the host did before it happened by then, not after
       // the save's waits (NOTE [Playing a checkpoint save]).
-      if (in.type == InstrType::kMarker && rt.times[i].start >= 0 && instr_name(prog, in) == "checkpoint save")
+      if (in.type == InstrType::kMarker && rt.times[i].start >= 0 &&
+          instr_name(prog, in) == "checkpoint save")
         next = std::min(next, rt.times[i].start);
     }
     // Each memory event's time and labels (NOTE [Timeline labels] in simulate.h): the buffer's
@@ -328,7 +340,8 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
       if (in.type == InstrType::kAlloc) buffer_name[in.buffer] = static_cast<int32_t>(in.name);
       if (in.type == InstrType::kAlloc || in.type == InstrType::kFree) {
         auto nm = buffer_name.find(in.buffer);
-        time_of[in.host_seq] = Placed{running, nm == buffer_name.end() ? -1 : nm->second, next_op[i]};
+        time_of[in.host_seq] =
+            Placed{running, nm == buffer_name.end() ? -1 : nm->second, next_op[i]};
       }
       if (in.type == InstrType::kMarker && instr_name(prog, in) == "step end") {
         step_end.push_back(rt.times[i].start);
@@ -345,7 +358,8 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
       if (in.type == InstrType::kMarker && rt.times[i].start >= 0) {
         const std::string_view label = instr_name(prog, in);
         if (label == "checkpoint save") save_at = rt.times[i].start;
-        if (label == "checkpoint end") saves.push_back({in.step, save_at, rt.times[i].start, write_begin, write_end});
+        if (label == "checkpoint end")
+          saves.push_back({in.step, save_at, rt.times[i].start, write_begin, write_end});
         if (label == "checkpoint collected") final_wait = rt.times[i].start - begin_at;
         if (label == "checkpoint end" || label == "checkpoint collected") {
           begin_at = rt.times[i].start;
@@ -358,7 +372,8 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
     std::vector<TimelinePoint> pts;
     // Only the first rank of each class has a timeline (a copied rank shares its recording).
     static const std::vector<MemoryEvent> kNoEvents;
-    const auto& events = timeline_rank[static_cast<size_t>(c.representative)] ? mem.timeline() : kNoEvents;
+    const auto& events =
+        timeline_rank[static_cast<size_t>(c.representative)] ? mem.timeline() : kNoEvents;
     pts.reserve(events.size());
     for (const MemoryEvent& e : events) {
       auto it = time_of.find(e.host_seq);
@@ -383,8 +398,8 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
       const InstrTime& t = rt.times[i];
       if ((in.type == InstrType::kKernel || in.type == InstrType::kCollective) && t.start >= 0 &&
           t.start <= c.peak_time_s && c.peak_time_s < t.end)
-        c.in_flight_at_peak.push_back(
-            {std::string(stream_name(in.stream)), std::string(instr_name(prog, in)), t.start, t.end});
+        c.in_flight_at_peak.push_back({std::string(stream_name(in.stream)),
+                                       std::string(instr_name(prog, in)), t.start, t.end});
     }
     c.compute_s = rt.compute_s;
     c.exposed_comm_s = rt.exposed_comm_s;
@@ -399,8 +414,9 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
       double begin = step_begin.back();
       c.last_step_s = end - begin;
       const long begin_marker = step_begin_marker.back();
-      const StepBreakdown last = step_breakdown(prog, rt, begin_marker, step_marker.back(), cost.launch_overhead_seconds(),
-                                                 &groups.groups(), &cost);
+      const StepBreakdown last =
+          step_breakdown(prog, rt, begin_marker, step_marker.back(), cost.launch_overhead_seconds(),
+                         &groups.groups(), &cost);
       if (rep.last_step_rank < 0 || end - begin > rep.step_time_s) {
         rep.last_step = last;
         rep.last_step_rank = c.representative;
@@ -408,14 +424,16 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
       rep.step_time_s = std::max(rep.step_time_s, end - begin);
       if (played_all && played < steps) {
         // Steady when the last two played steps agree (a single played step cannot be).
-        const bool steady = n >= 2 && is_steady(step_end[n - 2] - step_begin[n - 2],
-                                                rec.step_ends[n - 2], end - begin, rec.step_ends[n - 1]);
+        const bool steady =
+            n >= 2 && is_steady(step_end[n - 2] - step_begin[n - 2], rec.step_ends[n - 2],
+                                end - begin, rec.step_ends[n - 1]);
         if (!steady) rep.steady_state = false;
         c.compute_s = extrapolate_total(c.compute_s, last.compute_s, played, steps);
         c.comm_s = extrapolate_total(c.comm_s, last.comm_s, played, steps);
         c.exposed_comm_s = extrapolate_total(c.exposed_comm_s, last.exposed_comm_s, played, steps);
         for (int k = 0; k < kNumStreams; ++k)
-          c.busy_s[k] = extrapolate_total(c.busy_s[k], last.stream_busy_s[static_cast<size_t>(k)], played, steps);
+          c.busy_s[k] = extrapolate_total(c.busy_s[k], last.stream_busy_s[static_cast<size_t>(k)],
+                                          played, steps);
         c.end_time_s = extrapolate_total(c.end_time_s, c.last_step_s, played, steps);
       }
     }
@@ -456,7 +474,8 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
   if (rep.step_time_s > 0) {
     rep.tokens_per_s_per_gpu = tokens / rep.step_time_s;
     const HardwareProfile& hw = s.hardware.device;
-    bool low = s.fsdp.mixed_precision.param_dtype && *s.fsdp.mixed_precision.param_dtype != DType::kFloat32;
+    bool low = s.fsdp.mixed_precision.param_dtype &&
+               *s.fsdp.mixed_precision.param_dtype != DType::kFloat32;
     double peak = low ? hw.peak_flops_bf16 : hw.peak_flops_fp32;
     if (peak > 0) rep.mfu = rep.model_flops_per_token * rep.tokens_per_s_per_gpu / peak;
   }
@@ -467,14 +486,17 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
     rep.peak_host_node = h.node;
     rep.host_out_of_memory = rep.host_memory_bytes > 0 && h.peak_bytes > rep.host_memory_bytes;
   }
-  if (s.training.checkpoint.every > 0 && !rep.out_of_memory && rep.step_time_s > 0) {  // NOTE [Checkpoint cost]
+  if (s.training.checkpoint.every > 0 && !rep.out_of_memory &&
+      rep.step_time_s > 0) {  // NOTE [Checkpoint cost]
     rep.checkpoint = checkpoint_cost(s, rep.step_time_s);
-    rep.checkpoint->saves = steps / s.training.checkpoint.every;  // of the whole run, not the steps played
+    rep.checkpoint->saves =
+        steps / s.training.checkpoint.every;  // of the whole run, not the steps played
     rep.checkpoint->played = std::move(played_saves);
     rep.checkpoint->played_final_wait_s = played_final_wait;
     // The run's saves that were not played (steps extrapolated) cost what the closed form says.
     const int unplayed = rep.checkpoint->saves - static_cast<int>(rep.checkpoint->played.size());
-    if (opt.play_checkpoint && unplayed > 0) rep.total_time_s += unplayed * rep.checkpoint->exposed_s;
+    if (opt.play_checkpoint && unplayed > 0)
+      rep.total_time_s += unplayed * rep.checkpoint->exposed_s;
   }
   if (opt.on_played) opt.on_played(PlayedRun{programs, groups.groups(), er, cost, rep});
   return rep;

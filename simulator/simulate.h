@@ -25,13 +25,13 @@ enum class TimeModel : uint8_t {
 };
 
 struct SimulateOptions {
-  bool all_ranks = false;         // --ranks all: record every rank's program (forced when
-                                  // hardware.rank_speed makes ranks differ)
+  bool all_ranks = false;  // --ranks all: record every rank's program (forced when
+                           // hardware.rank_speed makes ranks differ)
   TimeModel time_model = TimeModel::kHardware;
   // With every rank played: record each rank's host program instead of copying its class's
   // (NOTE [Shared recording] in simulate.cc); tests check the copies against recordings.
   bool record_every_rank = false;
-  bool checks = true;             // protocol checks (mismatch, race, use after free)
+  bool checks = true;  // protocol checks (mismatch, race, use after free)
   // training.checkpoint: play the saves (NOTE [Playing a checkpoint save] in
   // simulator/checkpoint_play.h). The planner prices them by the closed form instead.
   bool play_checkpoint = true;
@@ -59,7 +59,7 @@ struct SimulationReport {
   int world_size = 0;
   std::vector<RankClassReport> classes;
   bool simulated_all_ranks = false;
-  double step_time_s = 0;      // the last step, slowest rank
+  double step_time_s = 0;  // the last step, slowest rank
   // NOTE [Steady state] (extrapolate.cc): training.steps, of which the first simulated_steps
   // were played and the other extrapolated_steps repeat the last played one.
   int steps = 0;
@@ -75,7 +75,7 @@ struct SimulationReport {
   std::string time_model;      // "nccl+roofline" or "placeholder"
   // The slowest rank's last step: busy times and the critical path (step_breakdown.h).
   StepBreakdown last_step;
-  int last_step_rank = -1;     // whose last step that is (a class representative)
+  int last_step_rank = -1;  // whose last step that is (a class representative)
   double tokens_per_s_per_gpu = 0;
   double mfu = 0;
   double model_flops_per_token = 0;
@@ -109,11 +109,11 @@ struct SimulationReport {
 // What the engine played, handed to SimulateOptions::on_played at the end of
 // simulate_scenario (the Chrome trace export reads it).
 struct PlayedRun {
-  const std::vector<Program>& programs;       // one per rank class (or rank), as played
+  const std::vector<Program>& programs;  // one per rank class (or rank), as played
   const std::vector<GroupInfo>& groups;
   const EngineResult& result;
   const CostModel& cost;
-  const SimulationReport& report;             // classes parallel to programs
+  const SimulationReport& report;  // classes parallel to programs
 };
 
 SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& options = {});

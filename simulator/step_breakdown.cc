@@ -14,7 +14,9 @@ namespace {
 constexpr uint32_t kNone = UINT32_MAX;
 
 bool is_op(InstrType t) { return t == InstrType::kKernel || t == InstrType::kCollective; }
-bool on_stream(InstrType t) { return is_op(t) || t == InstrType::kRecordEvent || t == InstrType::kWaitEvent; }
+bool on_stream(InstrType t) {
+  return is_op(t) || t == InstrType::kRecordEvent || t == InstrType::kWaitEvent;
+}
 
 PathKind kind_of(const Instr& in) {
   if (in.type == InstrType::kCollective) return PathKind::kCommunication;
@@ -41,7 +43,8 @@ class Walker {
  public:
   // `exposed`: per instruction, the seconds at the end of its span that are communication
   // (NOTE [Communication inside a kernel]); empty when none.
-  Walker(const Program& p, const RankTiming& rt, double begin, double launch_s, std::vector<double> exposed)
+  Walker(const Program& p, const RankTiming& rt, double begin, double launch_s,
+         std::vector<double> exposed)
       : p_(p), t_(rt.times), begin_(begin), launch_s_(launch_s), exposed_(std::move(exposed)) {
     const size_t n = p.instrs.size();
     prev_.assign(n, kNone);
@@ -63,14 +66,16 @@ class Walker {
         if (!added) comm_prev_[i] = std::exchange(it->second, i);
       }
       if (in.type == InstrType::kRecordEvent) record[in.event] = i;
-      if (in.type == InstrType::kWaitEvent || (in.type == InstrType::kSynchronize && in.event != 0)) {
+      if (in.type == InstrType::kWaitEvent ||
+          (in.type == InstrType::kSynchronize && in.event != 0)) {
         auto it = record.find(in.event);
         if (it != record.end()) ref_[i] = it->second;
       }
       if (in.type == InstrType::kSynchronize && in.event == 0) {  // the latest-ending stream
         uint32_t best = kNone;
         for (uint32_t j : last)
-          if (j != kNone && t_[j].end != kNotRun && (best == kNone || t_[j].end > t_[best].end)) best = j;
+          if (j != kNone && t_[j].end != kNotRun && (best == kNone || t_[j].end > t_[best].end))
+            best = j;
         ref_[i] = best;
       }
     }
@@ -125,11 +130,13 @@ class Walker {
         k = ref_[k];  // a record ends with the work before it on its stream
         continue;
       }
-      if (in.type == InstrType::kCollective && comm_prev_[k] != kNone && t_[comm_prev_[k]].end != kNotRun &&
-          t_[comm_prev_[k]].end > ready && (prev == kNone || t_[comm_prev_[k]].end >= prev_end)) {
+      if (in.type == InstrType::kCollective && comm_prev_[k] != kNone &&
+          t_[comm_prev_[k]].end != kNotRun && t_[comm_prev_[k]].end > ready &&
+          (prev == kNone || t_[comm_prev_[k]].end >= prev_end)) {
         // Queued behind the previous collective of its communicator, issued on another stream.
         const uint32_t c = comm_prev_[k];
-        if (t_[c].end < t) add(PathKind::kPeerWait, t_[c].end, t);  // peers late after the queue cleared
+        if (t_[c].end < t)
+          add(PathKind::kPeerWait, t_[c].end, t);  // peers late after the queue cleared
         t = std::min(t, t_[c].end);
         k = c;
         continue;
@@ -191,7 +198,8 @@ StepBreakdown step_breakdown(const Program& program, const RankTiming& timing, l
     if (inner) {
       if (exposed.empty()) exposed.assign(program.instrs.size(), 0.0);
       exposed[i] = t.end - inner->compute_end;
-      if (std::min(inner->compute_end, e) > a) compute.emplace_back(a, std::min(inner->compute_end, e));
+      if (std::min(inner->compute_end, e) > a)
+        compute.emplace_back(a, std::min(inner->compute_end, e));
       const double ca = std::max(inner->comm_begin, b.begin_s);
       if (e > ca) {
         comm.emplace_back(ca, e);
@@ -210,11 +218,13 @@ StepBreakdown step_breakdown(const Program& program, const RankTiming& timing, l
   for (const auto& [x, y] : compute) b.compute_s += y - x;  // compute-stream ops never overlap
   for (int k = 0; k < kNumMeshDimKinds; ++k) {
     b.comm_by_dim_s[static_cast<size_t>(k)] = uncovered_seconds(by_dim[static_cast<size_t>(k)], {});
-    b.exposed_comm_by_dim_s[static_cast<size_t>(k)] = uncovered_seconds(by_dim[static_cast<size_t>(k)], compute);
+    b.exposed_comm_by_dim_s[static_cast<size_t>(k)] =
+        uncovered_seconds(by_dim[static_cast<size_t>(k)], compute);
   }
   b.comm_s = uncovered_seconds(comm, {});
   b.exposed_comm_s = uncovered_seconds(std::move(comm), std::move(compute));
-  b.critical_path_s = Walker(program, timing, b.begin_s, launch_s, std::move(exposed)).walk(static_cast<uint32_t>(end_marker), b.end_s);
+  b.critical_path_s = Walker(program, timing, b.begin_s, launch_s, std::move(exposed))
+                          .walk(static_cast<uint32_t>(end_marker), b.end_s);
   return b;
 }
 

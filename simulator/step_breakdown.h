@@ -28,7 +28,8 @@ using fullshard::StepBreakdown;
 // communication inside it (NOTE [Communication inside a kernel]: async TP) counts its copies as
 // tp communication at the end of its span, and its exposed part as communication, not compute.
 StepBreakdown step_breakdown(const Program& program, const RankTiming& timing, long begin_marker,
-                             long end_marker, double launch_s, const std::vector<GroupInfo>* groups = nullptr,
+                             long end_marker, double launch_s,
+                             const std::vector<GroupInfo>* groups = nullptr,
                              const CostModel* cost = nullptr);
 
 }  // namespace fullshard::sim

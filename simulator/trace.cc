@@ -15,14 +15,16 @@ namespace {
 using nlohmann::json;
 
 constexpr int kHostTid = 0;
-constexpr int kCheckpointTid = 1000;  // the checkpoint writer's lane (NOTE [Playing a checkpoint save])
+constexpr int kCheckpointTid =
+    1000;  // the checkpoint writer's lane (NOTE [Playing a checkpoint save])
 int stream_tid(StreamRole s) { return 1 + static_cast<int>(s); }
 double us(double s) { return s * 1e6; }
 
 std::string class_label(const RankClassReport& c) {
   const auto& r = c.ranks;
   if (r.size() == 1) return fmt::format("rank {}", r[0]);
-  if (r.back() - r.front() + 1 == static_cast<int>(r.size())) return fmt::format("ranks {}-{}", r.front(), r.back());
+  if (r.back() - r.front() + 1 == static_cast<int>(r.size()))
+    return fmt::format("ranks {}-{}", r.front(), r.back());
   return fmt::format("{} ranks ({}, ...)", r.size(), r.front());
 }
 
@@ -32,7 +34,8 @@ bool is_copy(const Instr& in) {
     case OpKind::kAllGatherCopyIn:
     case OpKind::kAllGatherCopyOut:
     case OpKind::kChunkCat: return true;
-    default: return in.stream == StreamRole::kHostToDevice || in.stream == StreamRole::kDeviceToHost;
+    default:
+      return in.stream == StreamRole::kHostToDevice || in.stream == StreamRole::kDeviceToHost;
   }
 }
 
@@ -56,20 +59,49 @@ void write_chrome_trace(const PlayedRun& run, std::ostream& out) {
     // tools: the idle process); the process name says which ranks it stands for.
     const int pid = prog.rank + 1;
     const std::string pname = cls ? class_label(*cls) : fmt::format("rank {}", prog.rank);
-    meta.push_back(json{{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", pname}}}}.dump());
-    meta.push_back(json{{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"tid", 0}, {"args", {{"sort_index", pi}}}}.dump());
+    meta.push_back(json{{"ph", "M"},
+                        {"name", "process_name"},
+                        {"pid", pid},
+                        {"tid", 0},
+                        {"args", {{"name", pname}}}}
+                       .dump());
+    meta.push_back(json{{"ph", "M"},
+                        {"name", "process_sort_index"},
+                        {"pid", pid},
+                        {"tid", 0},
+                        {"args", {{"sort_index", pi}}}}
+                       .dump());
     bool used[kNumStreams] = {};
     for (const Instr& in : prog.instrs)
-      if (in.type == InstrType::kKernel || in.type == InstrType::kCollective || in.type == InstrType::kWaitEvent)
+      if (in.type == InstrType::kKernel || in.type == InstrType::kCollective ||
+          in.type == InstrType::kWaitEvent)
         used[static_cast<int>(in.stream)] = true;
-    meta.push_back(json{{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", kHostTid}, {"args", {{"name", "host"}}}}.dump());
-    meta.push_back(json{{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", pid}, {"tid", kHostTid}, {"args", {{"sort_index", -1}}}}.dump());
+    meta.push_back(json{{"ph", "M"},
+                        {"name", "thread_name"},
+                        {"pid", pid},
+                        {"tid", kHostTid},
+                        {"args", {{"name", "host"}}}}
+                       .dump());
+    meta.push_back(json{{"ph", "M"},
+                        {"name", "thread_sort_index"},
+                        {"pid", pid},
+                        {"tid", kHostTid},
+                        {"args", {{"sort_index", -1}}}}
+                       .dump());
     for (StreamRole s : kAllStreams)
       if (used[static_cast<int>(s)]) {
-        meta.push_back(json{{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", stream_tid(s)},
-                            {"args", {{"name", std::string(stream_name(s))}}}}.dump());
-        meta.push_back(json{{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", pid}, {"tid", stream_tid(s)},
-                            {"args", {{"sort_index", static_cast<int>(s)}}}}.dump());
+        meta.push_back(json{{"ph", "M"},
+                            {"name", "thread_name"},
+                            {"pid", pid},
+                            {"tid", stream_tid(s)},
+                            {"args", {{"name", std::string(stream_name(s))}}}}
+                           .dump());
+        meta.push_back(json{{"ph", "M"},
+                            {"name", "thread_sort_index"},
+                            {"pid", pid},
+                            {"tid", stream_tid(s)},
+                            {"args", {{"sort_index", static_cast<int>(s)}}}}
+                           .dump());
       }
 
     Thread& host = threads[{pid, kHostTid}];
@@ -93,24 +125,43 @@ void write_chrome_trace(const PlayedRun& run, std::ostream& out) {
       const std::string name(instr_name(prog, in));
       switch (in.type) {
         case InstrType::kKernel: {
-          th.add(us(t.start), json{{"ph", "X"}, {"name", name}, {"cat", is_copy(in) ? "copy" : "compute"}, {"pid", pid},
-                                   {"tid", stream_tid(in.stream)}, {"ts", us(t.start)}, {"dur", us(t.end - t.start)},
-                                   {"args", {{"op", op_kind_name(in.op)}, {"flops", in.flops}, {"bytes", in.bytes}, {"step", in.step}}}});
+          th.add(us(t.start), json{{"ph", "X"},
+                                   {"name", name},
+                                   {"cat", is_copy(in) ? "copy" : "compute"},
+                                   {"pid", pid},
+                                   {"tid", stream_tid(in.stream)},
+                                   {"ts", us(t.start)},
+                                   {"dur", us(t.end - t.start)},
+                                   {"args",
+                                    {{"op", op_kind_name(in.op)},
+                                     {"flops", in.flops},
+                                     {"bytes", in.bytes},
+                                     {"step", in.step}}}});
           last_op[static_cast<int>(in.stream)] = i;
           break;
         }
         case InstrType::kCollective: {
           const GroupInfo& g = run.groups.at(in.group);
-          json args = {{"collective", collective_kind_str(in.coll)}, {"bytes", in.coll_bytes}, {"dtype", dtype_name(in.dtype)},
-                       {"group", g.name}, {"group_size", g.ranks.size()}, {"step", in.step}};
+          json args = {{"collective", collective_kind_str(in.coll)},
+                       {"bytes", in.coll_bytes},
+                       {"dtype", dtype_name(in.dtype)},
+                       {"group", g.name},
+                       {"group_size", g.ranks.size()},
+                       {"step", in.step}};
           if (in.coll == CollectiveKind::kReduceScatter || in.coll == CollectiveKind::kAllReduce)
             args["reduce_op"] = reduce_op_str(in.reduce);
           if (g.ranks.size() <= 16) args["group_ranks"] = g.ranks;
           const CollectiveChoice choice = run.cost.collective_choice(in, g);
           if (!choice.algorithm.empty()) args["algorithm"] = choice.algorithm;
           if (!choice.protocol.empty()) args["protocol"] = choice.protocol;
-          th.add(us(t.start), json{{"ph", "X"}, {"name", name}, {"cat", "collective"}, {"pid", pid}, {"tid", stream_tid(in.stream)},
-                                   {"ts", us(t.start)}, {"dur", us(t.end - t.start)}, {"args", args}});
+          th.add(us(t.start), json{{"ph", "X"},
+                                   {"name", name},
+                                   {"cat", "collective"},
+                                   {"pid", pid},
+                                   {"tid", stream_tid(in.stream)},
+                                   {"ts", us(t.start)},
+                                   {"dur", us(t.end - t.start)},
+                                   {"args", args}});
           last_op[static_cast<int>(in.stream)] = i;
           break;
         }
@@ -124,58 +175,115 @@ void write_chrome_trace(const PlayedRun& run, std::ostream& out) {
           const Instr& r = prog.instrs[rec->second];
           const std::string what = fmt::format("wait for {}", stream_name(r.stream));
           if (t.end > t.start)  // the stream stalled
-            th.add(us(t.start), json{{"ph", "X"}, {"name", what}, {"cat", "sync"}, {"pid", pid}, {"tid", stream_tid(in.stream)},
-                                     {"ts", us(t.start)}, {"dur", us(t.end - t.start)}, {"args", {{"event", in.event}}}});
+            th.add(us(t.start), json{{"ph", "X"},
+                                     {"name", what},
+                                     {"cat", "sync"},
+                                     {"pid", pid},
+                                     {"tid", stream_tid(in.stream)},
+                                     {"ts", us(t.start)},
+                                     {"dur", us(t.end - t.start)},
+                                     {"args", {{"event", in.event}}}});
           const size_t prev = prev_op_of_record[rec->second];
           if (prev == SIZE_MAX || r.stream == in.stream) break;
           const InstrTime& pt = rt.times[prev];
           const double s_ts = us(pt.end) - std::min(0.5 * us(pt.end - pt.start), 1e-3);
           const uint64_t id = next_flow++;
-          threads[{pid, stream_tid(r.stream)}].add(
-              s_ts, json{{"ph", "s"}, {"name", what}, {"cat", "event"}, {"id", id}, {"pid", pid}, {"tid", stream_tid(r.stream)}, {"ts", s_ts}});
-          th.add(us(t.end), json{{"ph", "f"}, {"name", what}, {"cat", "event"}, {"id", id}, {"pid", pid},
-                                 {"tid", stream_tid(in.stream)}, {"ts", us(t.end)}});
+          threads[{pid, stream_tid(r.stream)}].add(s_ts, json{{"ph", "s"},
+                                                              {"name", what},
+                                                              {"cat", "event"},
+                                                              {"id", id},
+                                                              {"pid", pid},
+                                                              {"tid", stream_tid(r.stream)},
+                                                              {"ts", s_ts}});
+          th.add(us(t.end), json{{"ph", "f"},
+                                 {"name", what},
+                                 {"cat", "event"},
+                                 {"id", id},
+                                 {"pid", pid},
+                                 {"tid", stream_tid(in.stream)},
+                                 {"ts", us(t.end)}});
           break;
         }
         case InstrType::kSynchronize:
-          host.add(us(t.start), json{{"ph", "X"}, {"name", "synchronize"}, {"cat", "sync"}, {"pid", pid}, {"tid", kHostTid},
-                                     {"ts", us(t.start)}, {"dur", us(std::max(0.0, t.end - t.start))}});
+          host.add(us(t.start), json{{"ph", "X"},
+                                     {"name", "synchronize"},
+                                     {"cat", "sync"},
+                                     {"pid", pid},
+                                     {"tid", kHostTid},
+                                     {"ts", us(t.start)},
+                                     {"dur", us(std::max(0.0, t.end - t.start))}});
           break;
         case InstrType::kStorageWrite: {
           if (!checkpoint_lane) {
             checkpoint_lane = true;
-            meta.push_back(json{{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", kCheckpointTid},
-                                {"args", {{"name", "checkpoint"}}}}.dump());
-            meta.push_back(json{{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", pid}, {"tid", kCheckpointTid},
-                                {"args", {{"sort_index", kCheckpointTid}}}}.dump());
+            meta.push_back(json{{"ph", "M"},
+                                {"name", "thread_name"},
+                                {"pid", pid},
+                                {"tid", kCheckpointTid},
+                                {"args", {{"name", "checkpoint"}}}}
+                               .dump());
+            meta.push_back(json{{"ph", "M"},
+                                {"name", "thread_sort_index"},
+                                {"pid", pid},
+                                {"tid", kCheckpointTid},
+                                {"args", {{"sort_index", kCheckpointTid}}}}
+                               .dump());
           }
           threads[{pid, kCheckpointTid}].add(
-              us(t.start), json{{"ph", "X"}, {"name", name}, {"cat", "checkpoint"}, {"pid", pid}, {"tid", kCheckpointTid},
-                                {"ts", us(t.start)}, {"dur", us(t.end - t.start)},
-                                {"args", {{"bytes", in.bytes}, {"node_bytes", in.coll_bytes}, {"step", in.step}}}});
+              us(t.start),
+              json{{"ph", "X"},
+                   {"name", name},
+                   {"cat", "checkpoint"},
+                   {"pid", pid},
+                   {"tid", kCheckpointTid},
+                   {"ts", us(t.start)},
+                   {"dur", us(t.end - t.start)},
+                   {"args",
+                    {{"bytes", in.bytes}, {"node_bytes", in.coll_bytes}, {"step", in.step}}}});
           break;
         }
         case InstrType::kMarker: {
           if (name == "checkpoint save") save_begin = t.start;
           if (name == "checkpoint end" && save_begin >= 0) {
-            host.add(us(save_begin), json{{"ph", "X"}, {"name", "checkpoint save"}, {"cat", "checkpoint"}, {"pid", pid},
-                                          {"tid", kHostTid}, {"ts", us(save_begin)}, {"dur", us(t.start - save_begin)},
+            host.add(us(save_begin), json{{"ph", "X"},
+                                          {"name", "checkpoint save"},
+                                          {"cat", "checkpoint"},
+                                          {"pid", pid},
+                                          {"tid", kHostTid},
+                                          {"ts", us(save_begin)},
+                                          {"dur", us(t.start - save_begin)},
                                           {"args", {{"step", in.step}}}});
             save_begin = -1;
           }
-          host.add(us(t.start), json{{"ph", "i"}, {"name", name}, {"cat", "phase"}, {"s", "t"}, {"pid", pid}, {"tid", kHostTid},
-                                     {"ts", us(t.start)}, {"args", {{"step", in.step}}}});
+          host.add(us(t.start), json{{"ph", "i"},
+                                     {"name", name},
+                                     {"cat", "phase"},
+                                     {"s", "t"},
+                                     {"pid", pid},
+                                     {"tid", kHostTid},
+                                     {"ts", us(t.start)},
+                                     {"args", {{"step", in.step}}}});
           if (name == "step end") {
             const double b = step_begin < 0 ? 0 : step_begin;
-            host.add(us(b), json{{"ph", "X"}, {"name", fmt::format("step {}", step_no++)}, {"cat", "step"}, {"pid", pid},
-                                 {"tid", kHostTid}, {"ts", us(b)}, {"dur", us(std::max(0.0, t.start - b))}});
+            host.add(us(b), json{{"ph", "X"},
+                                 {"name", fmt::format("step {}", step_no++)},
+                                 {"cat", "step"},
+                                 {"pid", pid},
+                                 {"tid", kHostTid},
+                                 {"ts", us(b)},
+                                 {"dur", us(std::max(0.0, t.start - b))}});
             step_begin = t.start;
           }
           break;
         }
         case InstrType::kHostWork:  // an FSDP hook's Python time on the host lane
-          host.add(us(t.start), json{{"ph", "X"}, {"name", name}, {"cat", "fsdp_hook"}, {"pid", pid}, {"tid", kHostTid},
-                                     {"ts", us(t.start)}, {"dur", us(std::max(0.0, t.end - t.start))},
+          host.add(us(t.start), json{{"ph", "X"},
+                                     {"name", name},
+                                     {"cat", "fsdp_hook"},
+                                     {"pid", pid},
+                                     {"tid", kHostTid},
+                                     {"ts", us(t.start)},
+                                     {"dur", us(std::max(0.0, t.end - t.start))},
                                      {"args", {{"params", in.parts}, {"step", in.step}}}});
           break;
         case InstrType::kAlloc:
@@ -190,15 +298,28 @@ void write_chrome_trace(const PlayedRun& run, std::ostream& out) {
       for (const auto& p : cls->timeline) {
         json mem = {{"allocated_bytes", p.allocated_bytes}, {"reserved_bytes", p.reserved_bytes}};
         if (has_host) mem["host_bytes"] = p.host_bytes;
-        ct.add(us(p.time_s), json{{"ph", "C"}, {"name", "memory"}, {"pid", pid}, {"tid", 0}, {"ts", us(p.time_s)}, {"args", mem}});
+        ct.add(us(p.time_s), json{{"ph", "C"},
+                                  {"name", "memory"},
+                                  {"pid", pid},
+                                  {"tid", 0},
+                                  {"ts", us(p.time_s)},
+                                  {"args", mem}});
         json cats = json::object();
-        for (MemCategory k : kAllMemCategories) cats[std::string(category_key(k))] = p.by_category[static_cast<int>(k)];
-        ct.add(us(p.time_s), json{{"ph", "C"}, {"name", "memory by category"}, {"pid", pid}, {"tid", 0}, {"ts", us(p.time_s)}, {"args", cats}});
+        for (MemCategory k : kAllMemCategories)
+          cats[std::string(category_key(k))] = p.by_category[static_cast<int>(k)];
+        ct.add(us(p.time_s), json{{"ph", "C"},
+                                  {"name", "memory by category"},
+                                  {"pid", pid},
+                                  {"tid", 0},
+                                  {"ts", us(p.time_s)},
+                                  {"args", cats}});
       }
     }
   }
-  json other = {{"scenario", run.report.scenario}, {"world_size", run.report.world_size},
-                {"time_model", run.report.time_model}, {"generator", "fullshard simulate --trace"}};
+  json other = {{"scenario", run.report.scenario},
+                {"world_size", run.report.world_size},
+                {"time_model", run.report.time_model},
+                {"generator", "fullshard simulate --trace"}};
   out << "{\"displayTimeUnit\":\"ms\",\"otherData\":" << other.dump() << ",\"traceEvents\":[\n";
   bool first = true;
   auto emit = [&](const std::string& e) {

@@ -14,10 +14,11 @@
 namespace fullshard::cpu {
 
 CpuBackend::CpuBackend(CpuBackendOptions options)
-    : Backend(options.rank, options.world_size, options.allocator, std::make_unique<HostSegmentSource>(),
-              options.record_timeline),
+    : Backend(options.rank, options.world_size, options.allocator,
+              std::make_unique<HostSegmentSource>(), options.record_timeline),
       options_(std::move(options)) {
-  for (StreamRole r : kAllStreams) streams_.push_back(std::make_unique<StreamWorker>(std::string(stream_name(r)), failure_));
+  for (StreamRole r : kAllStreams)
+    streams_.push_back(std::make_unique<StreamWorker>(std::string(stream_name(r)), failure_));
   static_cast<HostSegmentSource*>(segment_source())->before_unmap = [this] {
     for (auto& s : streams_) s->drain();
   };
@@ -39,7 +40,8 @@ void CpuBackend::check_failed() const {
 uint8_t* CpuBackend::resolve(const TensorRef& ref) const {
   if (ref.buffer_id == 0) return nullptr;
   auto it = addresses_.find(ref.buffer_id);
-  FULLSHARD_CHECK(it != addresses_.end(), fmt::format("tensor of freed buffer {} used", ref.buffer_id));
+  FULLSHARD_CHECK(it != addresses_.end(),
+                  fmt::format("tensor of freed buffer {} used", ref.buffer_id));
   return it->second + ref.offset_bytes;
 }
 
@@ -96,8 +98,10 @@ void CpuBackend::on_allocate(const Buffer& buffer, StreamRole stream, std::strin
   uint8_t* p = nullptr;
   if (buffer.on_host) {
     release_host_buffers(false);
-    p = static_cast<uint8_t*>(std::aligned_alloc(64, std::max<uint64_t>(64, (buffer.bytes + 63) / 64 * 64)));
-    FULLSHARD_CHECK(p != nullptr, fmt::format("host allocation of {} bytes for {} failed", buffer.bytes, what));
+    p = static_cast<uint8_t*>(
+        std::aligned_alloc(64, std::max<uint64_t>(64, (buffer.bytes + 63) / 64 * 64)));
+    FULLSHARD_CHECK(p != nullptr,
+                    fmt::format("host allocation of {} bytes for {} failed", buffer.bytes, what));
   } else {
     p = reinterpret_cast<uint8_t*>(buffer.block.address);
   }
@@ -142,8 +146,8 @@ void CpuBackend::do_launch(StreamRole r, const OpCall& op) {
   out.reserve(op.outputs.size());
   for (const auto& t : op.inputs) in.push_back(resolve(t));
   for (const auto& t : op.outputs) out.push_back(resolve(t));
-  stream(r).enqueue([this, r, op, seq = host_seq(), starts = memory().records_timeline(), in = std::move(in),
-                     out = std::move(out)] {
+  stream(r).enqueue([this, r, op, seq = host_seq(), starts = memory().records_timeline(),
+                     in = std::move(in), out = std::move(out)] {
     run_timed(r, seq, starts, [&] {
       switch (op.kind) {
         case OpKind::kLoadBatch:
@@ -169,36 +173,46 @@ gloo_backend::GlooProcessGroup& CpuBackend::process_group(const ProcessGroup& g,
   // A one-rank group exchanges nothing and has no store (a one-rank job); wrapping a null
   // store in a PrefixStore would bind a reference to it.
   auto store = options_.store ? gloo_backend::make_prefix_store(key, options_.store) : nullptr;
-  auto pg = std::make_unique<gloo_backend::GlooProcessGroup>(store, options_.device, g, rank(), options_.collectives);
+  auto pg = std::make_unique<gloo_backend::GlooProcessGroup>(store, options_.device, g, rank(),
+                                                             options_.collectives);
   return *groups_.emplace(key, std::move(pg)).first->second;
 }
 
-void CpuBackend::do_collective(StreamRole r, const CollectiveCall& call, const ProcessGroup& group) {
+void CpuBackend::do_collective(StreamRole r, const CollectiveCall& call,
+                               const ProcessGroup& group) {
   check_failed();
-  FULLSHARD_CHECK(group.index_of(rank()) >= 0, "collective " + call.name + " on a group without this rank");
+  FULLSHARD_CHECK(group.index_of(rank()) >= 0,
+                  "collective " + call.name + " on a group without this rank");
   void* in = resolve(call.input);
   void* out = resolve(call.output);
-  stream(r).enqueue([this, r, call, group, in, out, seq = host_seq(), starts = memory().records_timeline()] {
+  stream(r).enqueue([this, r, call, group, in, out, seq = host_seq(),
+                     starts = memory().records_timeline()] {
     auto& pg = process_group(group, r);
-    run_timed(r, seq, starts, [&] {
-      const DType dt = call.output.meta.dtype;
-      switch (call.kind) {
-        case CollectiveKind::kAllGather:
-          pg.all_gather(in, out, static_cast<size_t>(call.input.meta.numel()), dt, call.name);
-          break;
-        case CollectiveKind::kReduceScatter:
-          pg.reduce_scatter(in, out, static_cast<size_t>(call.output.meta.numel()), dt, call.op, call.scale, call.name);
-          break;
-        case CollectiveKind::kAllReduce:
-          if (in != out) std::memcpy(out, in, call.output.nbytes());
-          pg.all_reduce(out, static_cast<size_t>(call.output.meta.numel()), dt, call.op, call.scale, call.name);
-          break;
-        case CollectiveKind::kBroadcast:
-          pg.broadcast(out, static_cast<size_t>(call.output.meta.numel()), dt, call.root, call.name);
-          break;
-        case CollectiveKind::kBarrier: pg.barrier(call.name); break;
-      }
-    }, &group.name);
+    run_timed(
+        r, seq, starts,
+        [&] {
+          const DType dt = call.output.meta.dtype;
+          switch (call.kind) {
+            case CollectiveKind::kAllGather:
+              pg.all_gather(in, out, static_cast<size_t>(call.input.meta.numel()), dt, call.name);
+              break;
+            case CollectiveKind::kReduceScatter:
+              pg.reduce_scatter(in, out, static_cast<size_t>(call.output.meta.numel()), dt, call.op,
+                                call.scale, call.name);
+              break;
+            case CollectiveKind::kAllReduce:
+              if (in != out) std::memcpy(out, in, call.output.nbytes());
+              pg.all_reduce(out, static_cast<size_t>(call.output.meta.numel()), dt, call.op,
+                            call.scale, call.name);
+              break;
+            case CollectiveKind::kBroadcast:
+              pg.broadcast(out, static_cast<size_t>(call.output.meta.numel()), dt, call.root,
+                           call.name);
+              break;
+            case CollectiveKind::kBarrier: pg.barrier(call.name); break;
+          }
+        },
+        &group.name);
   });
 }
 
@@ -221,7 +235,8 @@ void CpuBackend::do_synchronize(EventId event) {
   if (it != events_.end()) it->second->wait();
   check_failed();
   // Completed events can no longer delay anyone: forget them.
-  for (auto e = events_.begin(); e != events_.end();) e = e->second->done() ? events_.erase(e) : std::next(e);
+  for (auto e = events_.begin(); e != events_.end();)
+    e = e->second->done() ? events_.erase(e) : std::next(e);
   release_host_buffers(false);
 }
 

@@ -62,7 +62,8 @@ class CpuBackend : public Backend {
 
  protected:
   void do_launch(StreamRole stream, const OpCall& op) override;
-  void do_collective(StreamRole stream, const CollectiveCall& call, const ProcessGroup& group) override;
+  void do_collective(StreamRole stream, const CollectiveCall& call,
+                     const ProcessGroup& group) override;
   EventId do_record_event(StreamRole stream) override;
   void do_wait_event(StreamRole stream, EventId event) override;
   // Blocks the host; rethrows the first error any stream hit (NOTE [Failure propagation]).
@@ -81,7 +82,7 @@ class CpuBackend : public Backend {
   std::vector<std::pair<uint64_t, double>> work_starts_;  // {host_seq, start}: take_work_starts()
   std::vector<CollectiveInterval> collective_intervals_;  // take_collective_intervals()
   std::vector<KernelTime> kernel_times_;                  // take_kernel_times()
-  std::unordered_map<uint64_t, uint8_t*> addresses_;  // live buffer id -> first byte
+  std::unordered_map<uint64_t, uint8_t*> addresses_;      // live buffer id -> first byte
   std::unordered_map<EventId, std::shared_ptr<CpuEvent>> events_;
   EventId next_event_ = 0;
   // Host (CPU-offloaded) buffers are plain allocations, released once every stream passed

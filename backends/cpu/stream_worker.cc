@@ -51,9 +51,15 @@ void StreamWorker::push(Item item) {
   cv_.notify_all();
 }
 
-void StreamWorker::enqueue(std::function<void()> task) { push(Item{std::move(task), nullptr, nullptr}); }
-void StreamWorker::record(std::shared_ptr<CpuEvent> event) { push(Item{nullptr, std::move(event), nullptr}); }
-void StreamWorker::wait(std::shared_ptr<CpuEvent> event) { push(Item{nullptr, nullptr, std::move(event)}); }
+void StreamWorker::enqueue(std::function<void()> task) {
+  push(Item{std::move(task), nullptr, nullptr});
+}
+void StreamWorker::record(std::shared_ptr<CpuEvent> event) {
+  push(Item{nullptr, std::move(event), nullptr});
+}
+void StreamWorker::wait(std::shared_ptr<CpuEvent> event) {
+  push(Item{nullptr, nullptr, std::move(event)});
+}
 
 void StreamWorker::drain() {
   auto e = std::make_shared<CpuEvent>();

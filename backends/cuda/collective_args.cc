@@ -40,7 +40,8 @@ gloo_backend::CallInfo CollectiveArgs::info() const {
   return c;
 }
 
-CollectiveArgs decode_collective(const CollectiveCall& call, const void* input, void* output, int group_size) {
+CollectiveArgs decode_collective(const CollectiveCall& call, const void* input, void* output,
+                                 int group_size) {
   FULLSHARD_CHECK(group_size >= 1, "collective " + call.name + " over an empty group");
   CollectiveArgs a;
   a.kind = call.kind;
@@ -56,7 +57,8 @@ CollectiveArgs decode_collective(const CollectiveCall& call, const void* input, 
   const auto w = static_cast<size_t>(group_size);
   const std::string what = std::string(collective_name(call.kind)) + " '" + call.name + "'";
   if (call.kind != CollectiveKind::kBarrier)
-    FULLSHARD_CHECK(call.input.meta.dtype == call.output.meta.dtype, what + ": input and output dtypes differ");
+    FULLSHARD_CHECK(call.input.meta.dtype == call.output.meta.dtype,
+                    what + ": input and output dtypes differ");
   switch (call.kind) {
     case CollectiveKind::kAllGather:
       FULLSHARD_CHECK(out_n == in_n * w, what + ": output must hold group size x input elements");

@@ -33,6 +33,7 @@ struct CollectiveArgs {
 
 // Throws InternalError when the shapes do not fit the kind and the group size (a host-program
 // bug), naming the collective.
-CollectiveArgs decode_collective(const CollectiveCall& call, const void* input, void* output, int group_size);
+CollectiveArgs decode_collective(const CollectiveCall& call, const void* input, void* output,
+                                 int group_size);
 
 }  // namespace fullshard::cuda

@@ -19,12 +19,17 @@ TransportChoice choose_transport(std::optional<CollectiveTransport> requested, i
                                  int visible_gpus, const std::string& where) {
   const bool shared = local_world_size > visible_gpus;
   const std::string counts = std::to_string(local_world_size) + " local ranks on " +
-                             std::to_string(visible_gpus) + " visible GPU" + (visible_gpus == 1 ? "" : "s");
+                             std::to_string(visible_gpus) + " visible GPU" +
+                             (visible_gpus == 1 ? "" : "s");
   if (requested == CollectiveTransport::kNccl && shared)
-    throw InputError(where, "is 'nccl', but " + counts + " means ranks share a GPU, which NCCL refuses",
+    throw InputError(where,
+                     "is 'nccl', but " + counts + " means ranks share a GPU, which NCCL refuses",
                      "use 'gloo' for GPU-sharing runs, or start at most one rank per GPU");
-  if (requested) return {*requested, std::string("collectives: ") + transport_name(*requested) + " (requested)"};
-  if (shared) return {CollectiveTransport::kGloo, "collectives: gloo (" + counts + "; NCCL needs one GPU per rank)"};
+  if (requested)
+    return {*requested, std::string("collectives: ") + transport_name(*requested) + " (requested)"};
+  if (shared)
+    return {CollectiveTransport::kGloo,
+            "collectives: gloo (" + counts + "; NCCL needs one GPU per rank)"};
   return {CollectiveTransport::kNccl, "collectives: nccl (default)"};
 }
 

@@ -9,7 +9,6 @@
 #include <stdexcept>
 #include <utility>
 
-
 #include "backends/cpu/kernels/dtype_io.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cuda/collective_args.h"
@@ -60,7 +59,9 @@ struct HostFailure {
 
 namespace {
 
-std::string describe(const OpCall& op) { return "op '" + op.name + "' (" + op_kind_name(op.kind) + ")"; }
+std::string describe(const OpCall& op) {
+  return "op '" + op.name + "' (" + op_kind_name(op.kind) + ")";
+}
 
 // A failed CUDA runtime call during the host program: std::runtime_error naming the call, what
 // it was for, and CUDA's words. Clears the (non-sticky) error state.
@@ -88,14 +89,16 @@ void CUDART_CB run_host_task(void* p) {
 std::unique_ptr<SegmentSource> select_device(const CudaBackendOptions& o) {
   const int n = gpu_count();
   if (n < 1)
-    throw InputError("--backend cuda",
-                     "no GPU visible (no NVIDIA driver, no device, or CUDA_VISIBLE_DEVICES hides them all)",
-                     "use --backend cpu, or run on a machine with a GPU");
+    throw InputError(
+        "--backend cuda",
+        "no GPU visible (no NVIDIA driver, no device, or CUDA_VISIBLE_DEVICES hides them all)",
+        "use --backend cpu, or run on a machine with a GPU");
   if (o.local_rank < 0)
     throw InputError("LOCAL_RANK", "is " + std::to_string(o.local_rank) + ", not a device index",
                      "set LOCAL_RANK to 0..LOCAL_WORLD_SIZE-1 (torchrun's convention)");
   const int dev = device_for_local_rank(o.local_rank, n);
-  check(cudaSetDevice(dev), "cudaSetDevice", "rank " + std::to_string(o.rank) + " (device " + std::to_string(dev) + ")");
+  check(cudaSetDevice(dev), "cudaSetDevice",
+        "rank " + std::to_string(o.rank) + " (device " + std::to_string(dev) + ")");
   return std::make_unique<CudaSegmentSource>(dev);
 }
 
@@ -129,8 +132,10 @@ CudaBackend::CudaBackend(CudaBackendOptions o)
     std::lock_guard<std::mutex> lock(g_sharing_mu);
     const int sharing = g_ranks_on_device[device_] + 1;
     const std::string why = shared_device_refusal(
-        sharing, kNumStreams, device_max_connections(std::getenv("CUDA_DEVICE_MAX_CONNECTIONS")), device_);
-    if (!why.empty()) throw InputError("CUDA_DEVICE_MAX_CONNECTIONS", why, shared_device_fix(kNumStreams));
+        sharing, kNumStreams, device_max_connections(std::getenv("CUDA_DEVICE_MAX_CONNECTIONS")),
+        device_);
+    if (!why.empty())
+      throw InputError("CUDA_DEVICE_MAX_CONNECTIONS", why, shared_device_fix(kNumStreams));
     g_ranks_on_device[device_] = sharing;
   }
   try {
@@ -187,7 +192,9 @@ double CudaBackend::clock_s() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - created_).count();
 }
 
-std::vector<std::pair<std::string, int64_t>> CudaBackend::path_counts() const { return cudnn_sdpa::path_counts(); }
+std::vector<std::pair<std::string, int64_t>> CudaBackend::path_counts() const {
+  return cudnn_sdpa::path_counts();
+}
 
 uint64_t CudaBackend::non_allocator_bytes() const {
   check(cudaSetDevice(device_), "cudaSetDevice", "non_allocator_bytes");
@@ -217,7 +224,8 @@ void CudaBackend::settle_streams() {
 CudaBackend::Resolved CudaBackend::resolve(const TensorRef& ref) const {
   if (ref.buffer_id == 0) return {nullptr, false};
   auto it = addresses_.find(ref.buffer_id);
-  FULLSHARD_CHECK(it != addresses_.end(), "tensor of freed buffer " + std::to_string(ref.buffer_id) + " used");
+  FULLSHARD_CHECK(it != addresses_.end(),
+                  "tensor of freed buffer " + std::to_string(ref.buffer_id) + " used");
   return {it->second.ptr + ref.offset_bytes, it->second.on_host};
 }
 
@@ -228,8 +236,9 @@ void CudaBackend::on_allocate(const Buffer& buffer, StreamRole stream, std::stri
   if (buffer.on_host) {
     p = static_cast<uint8_t*>(pinned_->allocate(buffer.bytes));
     if (p == nullptr)
-      throw std::runtime_error("cudaHostAlloc of " + std::to_string(buffer.bytes) + " bytes of pinned host memory for " +
-                               std::string(what) + " failed (host out of pinnable memory)");
+      throw std::runtime_error("cudaHostAlloc of " + std::to_string(buffer.bytes) +
+                               " bytes of pinned host memory for " + std::string(what) +
+                               " failed (host out of pinnable memory)");
   } else {
     p = reinterpret_cast<uint8_t*>(buffer.block.address);
   }
@@ -253,19 +262,22 @@ void CudaBackend::on_free(const Buffer& buffer) {
 
 // ---- kernels ----
 
-void CudaBackend::run_on_host(StreamRole r, const OpCall& op, std::vector<void*> in, std::vector<void*> out) {
+void CudaBackend::run_on_host(StreamRole r, const OpCall& op, std::vector<void*> in,
+                              std::vector<void*> out) {
   auto task = std::make_unique<HostTask>();
   task->failure = host_failure_;
   if (op.kind == OpKind::kLoadBatch) {
     task->fn = [this, op, out] {
-      options_.batches.fill(op, rank(), world_size(), static_cast<int64_t*>(out.at(0)), static_cast<int64_t*>(out.at(1)));
+      options_.batches.fill(op, rank(), world_size(), static_cast<int64_t*>(out.at(0)),
+                            static_cast<int64_t*>(out.at(1)));
     };
   } else if (op.kind == OpKind::kInitParam) {
     task->fn = [op, out] { run_init_param(op, out.at(0), host_init_threads()); };
   } else {
     task->fn = [op, in = std::move(in), out = std::move(out)] { cpu::run_kernel(op, in, out); };
   }
-  check(cudaLaunchHostFunc(stream(r), run_host_task, task.get()), "cudaLaunchHostFunc", describe(op));
+  check(cudaLaunchHostFunc(stream(r), run_host_task, task.get()), "cudaLaunchHostFunc",
+        describe(op));
   task.release();  // owned by the host function now
 }
 
@@ -274,9 +286,11 @@ void CudaBackend::run_on_host(StreamRole r, const OpCall& op, std::vector<void*>
 // stream order. The staging buffer is freed right away through the pinned
 // allocator's deferred free, which returns it only once every stream (this one's copy
 // included) passed this point: the host never blocks and the copy never reads freed memory.
-void CudaBackend::stage_to_device(StreamRole r, const OpCall& op, const void* host, void* device, uint64_t bytes) {
+void CudaBackend::stage_to_device(StreamRole r, const OpCall& op, const void* host, void* device,
+                                  uint64_t bytes) {
   if (bytes == 0) return;
-  check(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream(r)), "cudaMemcpyAsync", describe(op));
+  check(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream(r)), "cudaMemcpyAsync",
+        describe(op));
 }
 
 void CudaBackend::do_launch(StreamRole r, const OpCall& op) {
@@ -284,7 +298,8 @@ void CudaBackend::do_launch(StreamRole r, const OpCall& op) {
   launch_op(r, op);
 }
 
-void CudaBackend::do_collective(StreamRole r, const CollectiveCall& call, const ProcessGroup& group) {
+void CudaBackend::do_collective(StreamRole r, const CollectiveCall& call,
+                                const ProcessGroup& group) {
   enqueue_collective(r, call, group);
 }
 
@@ -308,8 +323,10 @@ void CudaBackend::collect_stream_times() {
   // Work starts while the memory timeline is recorded (the runner may turn it on after
   // construction: NOTE [Measured timeline] in runner/rank_runner.cc).
   StreamTimes t = assemble_stream_times(work, anchor_s, memory().records_timeline());
-  for (size_t i = 0; i < t.busy.size(); ++i) busy_[i].insert(busy_[i].end(), t.busy[i].begin(), t.busy[i].end());
-  collective_intervals_.insert(collective_intervals_.end(), t.collectives.begin(), t.collectives.end());
+  for (size_t i = 0; i < t.busy.size(); ++i)
+    busy_[i].insert(busy_[i].end(), t.busy[i].begin(), t.busy[i].end());
+  collective_intervals_.insert(collective_intervals_.end(), t.collectives.begin(),
+                               t.collectives.end());
   work_starts_.insert(work_starts_.end(), t.starts.begin(), t.starts.end());
   kernel_times_.insert(kernel_times_.end(), t.kernels.begin(), t.kernels.end());
   // Re-anchored at every take: the float milliseconds span one step at most.
@@ -367,17 +384,19 @@ void CudaBackend::launch_op(StreamRole r, const OpCall& op) {
     // NOTE [Host-device copies]: FSDP2's offload copies (sharded param H2D, sharded grad D2H)
     // keep the dtype; a cast across the host boundary would need a device temporary the
     // simulator does not model, so it is refused rather than staged.
-    const bool plain_copy = op.kind == OpKind::kCopy && op.inputs.size() == 1 && op.outputs.size() == 1 &&
+    const bool plain_copy = op.kind == OpKind::kCopy && op.inputs.size() == 1 &&
+                            op.outputs.size() == 1 &&
                             op.inputs[0].meta.dtype == op.outputs[0].meta.dtype &&
                             op.inputs[0].nbytes() == op.outputs[0].nbytes();
     if (!plain_copy)
       throw InternalError(describe(op) +
-                          " mixes host (CPU-offloaded) and device tensors; the CUDA backend only copies between them "
+                          " mixes host (CPU-offloaded) and device tensors; the CUDA backend only "
+                          "copies between them "
                           "(kCopy, one input, same dtype and size): cast on the device side first");
     if (op.outputs[0].nbytes() > 0)
       timed(r, nullptr, [&] {
-        check(cudaMemcpyAsync(out[0], in[0], op.outputs[0].nbytes(), cudaMemcpyDefault, stream(r)), "cudaMemcpyAsync",
-              describe(op));
+        check(cudaMemcpyAsync(out[0], in[0], op.outputs[0].nbytes(), cudaMemcpyDefault, stream(r)),
+              "cudaMemcpyAsync", describe(op));
       });
     return;
   }
@@ -385,7 +404,8 @@ void CudaBackend::launch_op(StreamRole r, const OpCall& op) {
     FULLSHARD_CHECK(op.outputs.size() == 2, describe(op) + " expects tokens and labels");
     const uint64_t nt = op.outputs[0].nbytes(), nl = op.outputs[1].nbytes();
     auto* staging = static_cast<uint8_t*>(pinned_->allocate(nt + nl));
-    if (staging == nullptr) throw std::runtime_error("cudaHostAlloc of the staging buffer failed for " + describe(op));
+    if (staging == nullptr)
+      throw std::runtime_error("cudaHostAlloc of the staging buffer failed for " + describe(op));
     options_.batches.fill(op, rank(), world_size(), reinterpret_cast<int64_t*>(staging),
                           reinterpret_cast<int64_t*>(staging + nt));
     try {
@@ -406,7 +426,8 @@ void CudaBackend::launch_op(StreamRole r, const OpCall& op) {
     const init_gen::InitSpec spec = init_spec(op);
     const DType dt = op.outputs.at(0).meta.dtype;
     FULLSHARD_CHECK(dt == DType::kFloat32 || dt == DType::kBFloat16 || dt == DType::kFloat16,
-                    describe(op) + ": a parameter of dtype " + std::string(dtype_name(dt)) + ", not a floating one");
+                    describe(op) + ": a parameter of dtype " + std::string(dtype_name(dt)) +
+                        ", not a floating one");
     timed(r, nullptr, [&] { launch::init_param(spec, dt, out[0], stream(r)); });
     return;
   }
@@ -425,7 +446,8 @@ void CudaBackend::launch_op(StreamRole r, const OpCall& op) {
   } catch (const InternalError& e) {
     const std::string msg = e.what();
     // A failed launch is a CUDA error (runtime_error); anything else is a layout bug.
-    if (msg.find("CUDA kernel launch") != std::string::npos) throw std::runtime_error(describe(op) + ": " + msg);
+    if (msg.find("CUDA kernel launch") != std::string::npos)
+      throw std::runtime_error(describe(op) + ": " + msg);
     throw InternalError(describe(op) + ": " + msg);
   }
 }
@@ -436,7 +458,8 @@ std::shared_ptr<NcclProcessGroup> CudaBackend::nccl_group(const ProcessGroup& g)
   const std::string key = g.key();
   auto it = nccl_groups_.find(key);
   if (it != nccl_groups_.end()) return it->second;
-  FULLSHARD_CHECK(g.size() == 1 || options_.store != nullptr, "an NCCL group of several ranks needs a rendezvous store");
+  FULLSHARD_CHECK(g.size() == 1 || options_.store != nullptr,
+                  "an NCCL group of several ranks needs a rendezvous store");
   NcclProcessGroupOptions no;
   no.timeout = options_.collectives.timeout;
   // Collective over the members: every member issues its first collective on `g` in the same
@@ -453,20 +476,23 @@ DeviceProcessGroup& CudaBackend::staged_group(const ProcessGroup& g, StreamRole 
   if (it != gloo_groups_.end()) return *it->second;
   std::shared_ptr<::gloo::rendezvous::Store> store;
   if (g.size() > 1) {
-    FULLSHARD_CHECK(options_.store != nullptr, "a staged Gloo group of several ranks needs a rendezvous store");
+    FULLSHARD_CHECK(options_.store != nullptr,
+                    "a staged Gloo group of several ranks needs a rendezvous store");
     if (!gloo_device_) gloo_device_ = gloo_backend::make_tcp_device(options_.hostname);
     store = gloo_backend::make_prefix_store(key, options_.store);
   }
   CollectiveWatchdog* wd = watchdog_.get();
-  auto pg = std::make_unique<StagedGlooProcessGroup>(store, gloo_device_, g, rank(), device_, options_.collectives,
-                                                     *pinned_, *events_,
+  auto pg = std::make_unique<StagedGlooProcessGroup>(store, gloo_device_, g, rank(), device_,
+                                                     options_.collectives, *pinned_, *events_,
                                                      [wd](const std::string& m) { wd->report(m); });
   return *gloo_groups_.emplace(key, std::move(pg)).first->second;
 }
 
-void CudaBackend::enqueue_collective(StreamRole r, const CollectiveCall& call, const ProcessGroup& group) {
+void CudaBackend::enqueue_collective(StreamRole r, const CollectiveCall& call,
+                                     const ProcessGroup& group) {
   check_failed();
-  FULLSHARD_CHECK(group.index_of(rank()) >= 0, "collective " + call.name + " on a group without this rank");
+  FULLSHARD_CHECK(group.index_of(rank()) >= 0,
+                  "collective " + call.name + " on a group without this rank");
   const Resolved in = resolve(call.input);
   const Resolved out = resolve(call.output);
   cudaStream_t s = stream(r);
@@ -477,8 +503,8 @@ void CudaBackend::enqueue_collective(StreamRole r, const CollectiveCall& call, c
   // the GPU]), then the copy and the collective between the timing events.
   auto copy_in = [&] {
     if (copy_first && call.output.nbytes() > 0)
-      check(cudaMemcpyAsync(out.ptr, in.ptr, call.output.nbytes(), cudaMemcpyDefault, s), "cudaMemcpyAsync",
-            "all_reduce '" + call.name + "' (input copied to output)");
+      check(cudaMemcpyAsync(out.ptr, in.ptr, call.output.nbytes(), cudaMemcpyDefault, s),
+            "cudaMemcpyAsync", "all_reduce '" + call.name + "' (input copied to output)");
   };
   if (transport_.transport == CollectiveTransport::kNccl) {
     std::shared_ptr<NcclProcessGroup> pg = nccl_group(group);
@@ -540,7 +566,8 @@ void CudaBackend::prune_events() {
 void CudaBackend::do_synchronize(EventId event) {
   check_failed();
   if (auto it = events_by_id_.find(event); it != events_by_id_.end())
-    check(cudaEventSynchronize(it->second), "cudaEventSynchronize", "the work before event " + std::to_string(event));
+    check(cudaEventSynchronize(it->second), "cudaEventSynchronize",
+          "the work before event " + std::to_string(event));
   check_failed();
   prune_events();
   pinned_->reclaim(false);
@@ -548,7 +575,8 @@ void CudaBackend::do_synchronize(EventId event) {
 
 void CudaBackend::synchronize_device() {
   for (StreamRole r : kAllStreams)
-    check(cudaStreamSynchronize(stream(r)), "cudaStreamSynchronize", "stream " + std::string(stream_name(r)));
+    check(cudaStreamSynchronize(stream(r)), "cudaStreamSynchronize",
+          "stream " + std::string(stream_name(r)));
   check_failed();
   prune_events();
   pinned_->reclaim(false);
@@ -582,13 +610,14 @@ void CudaBackend::do_read_scalar(StreamRole r, const TensorRef& ref) {
   const Resolved p = resolve(ref);
   if (free_scalar_slots_.empty()) {
     auto* slot = static_cast<uint8_t*>(pinned_->allocate(16));
-    if (slot == nullptr) throw std::runtime_error("cudaHostAlloc of a scalar read-back slot failed");
+    if (slot == nullptr)
+      throw std::runtime_error("cudaHostAlloc of a scalar read-back slot failed");
     all_scalar_slots_.push_back(slot);
     free_scalar_slots_.push_back(slot);
   }
   uint8_t* slot = free_scalar_slots_.back();
-  check(cudaMemcpyAsync(slot, p.ptr, dtype_size(dt), cudaMemcpyDefault, stream(r)), "cudaMemcpyAsync",
-        "read_scalar of buffer " + std::to_string(ref.buffer_id));
+  check(cudaMemcpyAsync(slot, p.ptr, dtype_size(dt), cudaMemcpyDefault, stream(r)),
+        "cudaMemcpyAsync", "read_scalar of buffer " + std::to_string(ref.buffer_id));
   cudaEvent_t e = events_->acquire();
   if (cudaError_t err = cudaEventRecord(e, stream(r)); err != cudaSuccess) {
     events_->release(e);
@@ -623,7 +652,8 @@ std::vector<double> CudaBackend::take_scalars() {
     events_->release(p.done);
     free_scalar_slots_.push_back(p.slot);
   }
-  pending_scalars_.erase(pending_scalars_.begin(), pending_scalars_.begin() + static_cast<std::ptrdiff_t>(done));
+  pending_scalars_.erase(pending_scalars_.begin(),
+                         pending_scalars_.begin() + static_cast<std::ptrdiff_t>(done));
   return std::exchange(scalars_, {});
 }
 

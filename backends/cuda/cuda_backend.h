@@ -96,7 +96,8 @@ class CudaBackend : public Backend {
 
  protected:
   void do_launch(StreamRole stream, const OpCall& op) override;
-  void do_collective(StreamRole stream, const CollectiveCall& call, const ProcessGroup& group) override;
+  void do_collective(StreamRole stream, const CollectiveCall& call,
+                     const ProcessGroup& group) override;
   EventId do_record_event(StreamRole stream) override;
   void do_wait_event(StreamRole stream, EventId event) override;
   void do_synchronize(EventId event) override;
@@ -117,7 +118,7 @@ class CudaBackend : public Backend {
   cublasLtHandle_t lt_ = nullptr;
   std::unique_ptr<PinnedHostMemory> pinned_;
   std::shared_ptr<::gloo::transport::Device> gloo_device_;  // staged Gloo's TCP device (lazy)
-  std::map<std::string, std::shared_ptr<NcclProcessGroup>> nccl_groups_;         // by group key
+  std::map<std::string, std::shared_ptr<NcclProcessGroup>> nccl_groups_;        // by group key
   std::map<std::string, std::unique_ptr<StagedGlooProcessGroup>> gloo_groups_;  // by stream/group
   std::unique_ptr<CollectiveWatchdog> watchdog_;
   std::unique_ptr<StreamTimer> timer_;  // null when options.measure_streams is false
@@ -128,7 +129,8 @@ class CudaBackend : public Backend {
   void collect_stream_times();
   void launch_op(StreamRole stream, const OpCall& op);
   void enqueue_collective(StreamRole stream, const CollectiveCall& call, const ProcessGroup& group);
-  // Runs `enqueue` between a timing-event pair on `stream` (NOTE [Measured stream times on the GPU]).
+  // Runs `enqueue` between a timing-event pair on `stream` (NOTE [Measured stream times on the
+  // GPU]).
   template <class Enqueue>
   void timed(StreamRole stream, const std::string* group, Enqueue&& enqueue);
 
@@ -166,7 +168,8 @@ class CudaBackend : public Backend {
   void settle_streams();  // every stream finished (no error check): before memory is given back
   void prune_events();
   void run_on_host(StreamRole r, const OpCall& op, std::vector<void*> in, std::vector<void*> out);
-  void stage_to_device(StreamRole r, const OpCall& op, const void* host, void* device, uint64_t bytes);
+  void stage_to_device(StreamRole r, const OpCall& op, const void* host, void* device,
+                       uint64_t bytes);
   DeviceProcessGroup& staged_group(const ProcessGroup& g, StreamRole r);
   std::shared_ptr<NcclProcessGroup> nccl_group(const ProcessGroup& g);
 };

@@ -23,7 +23,8 @@ std::string driver_error_text(CUresult r) {
 
 std::string nccl_error_text(ncclResult_t r) {
   // ncclGetErrorString needs no device and no communicator.
-  return std::string(ncclGetErrorString(r)) + " (ncclResult " + std::to_string(static_cast<int>(r)) + ")";
+  return std::string(ncclGetErrorString(r)) + " (ncclResult " +
+         std::to_string(static_cast<int>(r)) + ")";
 }
 
 void check_cuda(cudaError_t e, const char* what) {

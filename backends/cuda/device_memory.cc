@@ -41,7 +41,8 @@ CudaSegmentSource::~CudaSegmentSource() {
     api->cuMemUnmap(static_cast<CUdeviceptr>(addr), h.bytes);
     api->cuMemRelease(static_cast<CUmemGenericAllocationHandle>(h.handle));
   }
-  for (auto& [base, bytes] : reservations_) api->cuMemAddressFree(static_cast<CUdeviceptr>(base), bytes);
+  for (auto& [base, bytes] : reservations_)
+    api->cuMemAddressFree(static_cast<CUdeviceptr>(base), bytes);
 }
 
 void CudaSegmentSource::settle() {
@@ -130,7 +131,8 @@ bool CudaSegmentSource::commit(uintptr_t address, uint64_t bytes) {
 void CudaSegmentSource::unmap_handle(std::map<uintptr_t, Handle>::iterator it) {
   const DriverApi& api = need_driver();
   check_driver(api.cuMemUnmap(static_cast<CUdeviceptr>(it->first), it->second.bytes), "cuMemUnmap");
-  check_driver(api.cuMemRelease(static_cast<CUmemGenericAllocationHandle>(it->second.handle)), "cuMemRelease");
+  check_driver(api.cuMemRelease(static_cast<CUmemGenericAllocationHandle>(it->second.handle)),
+               "cuMemRelease");
   committed_bytes_ -= it->second.bytes;
   handles_.erase(it);
 }
@@ -152,9 +154,11 @@ void CudaSegmentSource::release(uintptr_t address, uint64_t bytes) {
   settle();
   auto r = reservations_.find(address);
   FULLSHARD_CHECK(r != reservations_.end(), "release of address space that was not reserved");
-  for (auto it = handles_.lower_bound(address); it != handles_.end() && it->first < address + r->second;)
+  for (auto it = handles_.lower_bound(address);
+       it != handles_.end() && it->first < address + r->second;)
     unmap_handle(it++);
-  check_driver(need_driver().cuMemAddressFree(static_cast<CUdeviceptr>(address), r->second), "cuMemAddressFree");
+  check_driver(need_driver().cuMemAddressFree(static_cast<CUdeviceptr>(address), r->second),
+               "cuMemAddressFree");
   reservations_.erase(r);
 }
 

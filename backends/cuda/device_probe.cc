@@ -38,7 +38,8 @@ std::optional<std::string> device_name(int device) {
 }
 
 int device_for_local_rank(int local_rank, int visible_gpus) {
-  FULLSHARD_CHECK(visible_gpus >= 1 && local_rank >= 0, "device_for_local_rank needs a GPU and a rank");
+  FULLSHARD_CHECK(visible_gpus >= 1 && local_rank >= 0,
+                  "device_for_local_rank needs a GPU and a rank");
   return local_rank % visible_gpus;
 }
 

@@ -13,7 +13,8 @@ template <class Fn>
 bool load(const char* symbol, Fn& fn) {
   void* p = nullptr;
   cudaDriverEntryPointQueryResult status{};
-  if (cudaGetDriverEntryPointByVersion(symbol, &p, kDriverAbi, cudaEnableDefault, &status) != cudaSuccess ||
+  if (cudaGetDriverEntryPointByVersion(symbol, &p, kDriverAbi, cudaEnableDefault, &status) !=
+          cudaSuccess ||
       status != cudaDriverEntryPointSuccess || p == nullptr) {
     cudaGetLastError();
     return false;
@@ -24,12 +25,14 @@ bool load(const char* symbol, Fn& fn) {
 
 const DriverApi* load_all() {
   static DriverApi api;
-  bool ok = load("cuGetErrorName", api.cuGetErrorName) && load("cuGetErrorString", api.cuGetErrorString) &&
+  bool ok = load("cuGetErrorName", api.cuGetErrorName) &&
+            load("cuGetErrorString", api.cuGetErrorString) &&
             load("cuMemGetAllocationGranularity", api.cuMemGetAllocationGranularity) &&
             load("cuMemAddressReserve", api.cuMemAddressReserve) &&
-            load("cuMemAddressFree", api.cuMemAddressFree) && load("cuMemCreate", api.cuMemCreate) &&
-            load("cuMemRelease", api.cuMemRelease) && load("cuMemMap", api.cuMemMap) &&
-            load("cuMemUnmap", api.cuMemUnmap) && load("cuMemSetAccess", api.cuMemSetAccess) &&
+            load("cuMemAddressFree", api.cuMemAddressFree) &&
+            load("cuMemCreate", api.cuMemCreate) && load("cuMemRelease", api.cuMemRelease) &&
+            load("cuMemMap", api.cuMemMap) && load("cuMemUnmap", api.cuMemUnmap) &&
+            load("cuMemSetAccess", api.cuMemSetAccess) &&
             load("cuStreamWaitValue32", api.cuStreamWaitValue32);
   return ok ? &api : nullptr;
 }

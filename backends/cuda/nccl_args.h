@@ -28,8 +28,8 @@ ncclDataType_t nccl_dtype(DType d);
 bool nccl_reducible(DType d);
 
 struct NcclReduction {
-  ncclRedOp_t builtin = ncclSum;   // the op when !premul
-  bool premul = false;             // create a PreMulSum op from `scalar`
+  ncclRedOp_t builtin = ncclSum;          // the op when !premul
+  bool premul = false;                    // create a PreMulSum op from `scalar`
   std::array<unsigned char, 8> scalar{};  // the scale in the reduction's dtype, host-immediate
   size_t scalar_bytes = 0;
 };

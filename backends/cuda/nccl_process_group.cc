@@ -17,27 +17,35 @@ constexpr auto kPollInterval = std::chrono::microseconds(20);
 }  // namespace
 
 std::string NcclProcessGroup::who() const {
-  std::string s = "nccl: rank " + std::to_string(global_rank_) + " (member " + std::to_string(rank_) +
-                  " of group " + text() + ")";
+  std::string s = "nccl: rank " + std::to_string(global_rank_) + " (member " +
+                  std::to_string(rank_) + " of group " + text() + ")";
   return s;
 }
 
-NcclProcessGroup::NcclProcessGroup(std::shared_ptr<::gloo::rendezvous::Store> store, const ProcessGroup& group,
-                                   int global_rank, NcclProcessGroupOptions options)
-    : group_(group), global_rank_(global_rank), rank_(group.index_of(global_rank)), options_(std::move(options)) {
-  FULLSHARD_CHECK(rank_ >= 0, "rank " + std::to_string(global_rank) + " is not a member of group " + group.name);
+NcclProcessGroup::NcclProcessGroup(std::shared_ptr<::gloo::rendezvous::Store> store,
+                                   const ProcessGroup& group, int global_rank,
+                                   NcclProcessGroupOptions options)
+    : group_(group),
+      global_rank_(global_rank),
+      rank_(group.index_of(global_rank)),
+      options_(std::move(options)) {
+  FULLSHARD_CHECK(rank_ >= 0, "rank " + std::to_string(global_rank) + " is not a member of group " +
+                                  group.name);
   FULLSHARD_CHECK(options_.timeout.count() > 0, "NCCL timeout must be positive");
-  FULLSHARD_CHECK(group.size() == 1 || store != nullptr, "an NCCL group of several ranks needs a rendezvous store");
+  FULLSHARD_CHECK(group.size() == 1 || store != nullptr,
+                  "an NCCL group of several ranks needs a rendezvous store");
   const auto deadline = Clock::now() + options_.timeout;
   ncclUniqueId id{};
   if (rank_ == 0) {
     const ncclResult_t r = ncclGetUniqueId(&id);
-    if (r != ncclSuccess) throw gloo_backend::CollectiveError(who() + ": ncclGetUniqueId failed: " + nccl_error_text(r));
+    if (r != ncclSuccess)
+      throw gloo_backend::CollectiveError(who() +
+                                          ": ncclGetUniqueId failed: " + nccl_error_text(r));
   }
   if (group.size() > 1) {
     const int generation = next_unique_id_generation(store, global_rank, options_.instance, group);
-    id = exchange_unique_id(*store, nccl_unique_id_key(options_.instance, group, generation), rank_ == 0, id,
-                            options_.timeout, who(), group.ranks[0]);
+    id = exchange_unique_id(*store, nccl_unique_id_key(options_.instance, group, generation),
+                            rank_ == 0, id, options_.timeout, who(), group.ranks[0]);
   }
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
@@ -47,10 +55,13 @@ NcclProcessGroup::NcclProcessGroup(std::shared_ptr<::gloo::rendezvous::Store> st
     if (comm_ != nullptr) ncclCommAbort(comm_);
     comm_ = nullptr;
     aborted_ = true;
-    throw gloo_backend::CollectiveError(who() + ": ncclCommInitRankConfig failed: " + nccl_error_text(r));
+    throw gloo_backend::CollectiveError(who() +
+                                        ": ncclCommInitRankConfig failed: " + nccl_error_text(r));
   }
   std::lock_guard<std::mutex> lock(launch_mu_);
-  wait_ready(deadline, "communicator creation (ncclCommInitRankConfig; every member must construct the group)");
+  wait_ready(
+      deadline,
+      "communicator creation (ncclCommInitRankConfig; every member must construct the group)");
 }
 
 NcclProcessGroup::~NcclProcessGroup() {
@@ -90,7 +101,8 @@ ncclResult_t NcclProcessGroup::async_error() const {
 
 std::string NcclProcessGroup::last_error() const {
   std::unique_lock<std::mutex> lock(launch_mu_, std::try_to_lock);
-  const char* m = lock.owns_lock() && comm_ != nullptr && !aborted_ ? ncclGetLastError(comm_) : nullptr;
+  const char* m =
+      lock.owns_lock() && comm_ != nullptr && !aborted_ ? ncclGetLastError(comm_) : nullptr;
   return m != nullptr ? std::string(m) : std::string();
 }
 
@@ -117,13 +129,15 @@ void NcclProcessGroup::wait_ready(Clock::time_point deadline, const std::string&
     if (state == ncclSuccess) return;
     if (state != ncclInProgress || Clock::now() >= deadline) {
       const std::string detail = state == ncclInProgress
-                                     ? "did not finish within " + std::to_string(options_.timeout.count()) +
+                                     ? "did not finish within " +
+                                           std::to_string(options_.timeout.count()) +
                                            " ms (a member is missing or stalled)"
                                      : "failed: " + nccl_error_text(state) + " " + last_error();
       ncclCommAbort(comm_);
       comm_ = nullptr;
       aborted_ = true;
-      throw gloo_backend::CollectiveError(who() + ": " + what + " " + detail + "; the communicator was aborted");
+      throw gloo_backend::CollectiveError(who() + ": " + what + " " + detail +
+                                          "; the communicator was aborted");
     }
     std::this_thread::sleep_for(kPollInterval);
   }
@@ -144,7 +158,8 @@ void NcclProcessGroup::launch(const CollectiveArgs& a, cudaStream_t stream) {
       // one element. Ours lives in a pinned, device-mapped host word (barrier_word_) so that
       // no device memory is taken outside the allocator.
       if (barrier_word_ == nullptr) {
-        check_cuda(cudaHostAlloc(&barrier_word_, sizeof(float), cudaHostAllocPortable | cudaHostAllocMapped),
+        check_cuda(cudaHostAlloc(&barrier_word_, sizeof(float),
+                                 cudaHostAllocPortable | cudaHostAllocMapped),
                    "cudaHostAlloc (NCCL barrier word)");
       }
       r = ncclAllReduce(barrier_word_, barrier_word_, 1, ncclFloat32, ncclSum, comm_, stream);
@@ -186,10 +201,12 @@ void NcclProcessGroup::launch(const CollectiveArgs& a, cudaStream_t stream) {
 void NcclProcessGroup::enqueue(const CollectiveArgs& a, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(launch_mu_);
   if (aborted_ || comm_ == nullptr)
-    throw gloo_backend::CollectiveError(who() + ": " + gloo_backend::describe(a.info()) +
-                                        " cannot run: the communicator was aborted after an earlier failure");
+    throw gloo_backend::CollectiveError(
+        who() + ": " + gloo_backend::describe(a.info()) +
+        " cannot run: the communicator was aborted after an earlier failure");
   launch(a, stream);
-  if (comm_ != nullptr) wait_ready(Clock::now() + options_.timeout, gloo_backend::describe(a.info()) + " launch");
+  if (comm_ != nullptr)
+    wait_ready(Clock::now() + options_.timeout, gloo_backend::describe(a.info()) + " launch");
 }
 
 }  // namespace fullshard::cuda

@@ -49,8 +49,8 @@ class NcclProcessGroup : public DeviceProcessGroup {
   // Collective over the members: every member constructs it, in the same order. The calling
   // thread's current device is the communicator's. `store` may be null for a group of one.
   // Throws gloo_backend::CollectiveError when the members do not all arrive within the timeout.
-  NcclProcessGroup(std::shared_ptr<::gloo::rendezvous::Store> store, const ProcessGroup& group, int global_rank,
-                   NcclProcessGroupOptions options = {});
+  NcclProcessGroup(std::shared_ptr<::gloo::rendezvous::Store> store, const ProcessGroup& group,
+                   int global_rank, NcclProcessGroupOptions options = {});
   ~NcclProcessGroup() override;  // ncclCommDestroy, or nothing more after an abort
 
   const ProcessGroup& group() const override { return group_; }

@@ -25,17 +25,20 @@ class Store;
 
 namespace fullshard::cuda {
 
-std::string nccl_unique_id_key(const std::string& instance, const ProcessGroup& group, int generation);
+std::string nccl_unique_id_key(const std::string& instance, const ProcessGroup& group,
+                               int generation);
 
 // The next generation for (store, global_rank, instance, group): 0, 1, 2, ...
-int next_unique_id_generation(const std::shared_ptr<::gloo::rendezvous::Store>& store, int global_rank,
-                              const std::string& instance, const ProcessGroup& group);
+int next_unique_id_generation(const std::shared_ptr<::gloo::rendezvous::Store>& store,
+                              int global_rank, const std::string& instance,
+                              const ProcessGroup& group);
 
 // Root: stores `id` under `key`. Others: wait for `key` at most `timeout`, then read it.
 // Throws gloo_backend::CollectiveError naming `who`, the key and the group's root rank when
 // the id does not arrive in time or has the wrong size.
-ncclUniqueId exchange_unique_id(::gloo::rendezvous::Store& store, const std::string& key, bool is_root,
-                                const ncclUniqueId& root_id, std::chrono::milliseconds timeout,
-                                const std::string& who, int root_rank);
+ncclUniqueId exchange_unique_id(::gloo::rendezvous::Store& store, const std::string& key,
+                                bool is_root, const ncclUniqueId& root_id,
+                                std::chrono::milliseconds timeout, const std::string& who,
+                                int root_rank);
 
 }  // namespace fullshard::cuda

@@ -27,7 +27,8 @@ PinnedHostMemory::~PinnedHostMemory() {
 
 uint64_t PinnedHostMemory::rounded_size(uint64_t bytes) {
   if (bytes > kPowerOfTwoLimit) {  // 1 MiB multiples: under 1 MiB over the request
-    if (bytes > ~uint64_t{0} - (kPowerOfTwoLimit - 1)) return bytes;  // no multiple above it fits in 64 bits
+    if (bytes > ~uint64_t{0} - (kPowerOfTwoLimit - 1))
+      return bytes;  // no multiple above it fits in 64 bits
     return (bytes + kPowerOfTwoLimit - 1) / kPowerOfTwoLimit * kPowerOfTwoLimit;
   }
   uint64_t r = 512;
@@ -59,7 +60,8 @@ void* PinnedHostMemory::allocate(uint64_t bytes) {
   // Outside the lock: cudaHostAlloc may wait for the device, whose staged-Gloo work can need a
   // worker thread that frees through this allocator.
   cudaError_t e = cudaHostAlloc(&p, size, cudaHostAllocPortable | cudaHostAllocMapped);
-  if (e == cudaErrorMemoryAllocation) {  // NOTE [Pinned host cache]: give the cache back, retry once
+  if (e ==
+      cudaErrorMemoryAllocation) {  // NOTE [Pinned host cache]: give the cache back, retry once
     cudaGetLastError();
     bool had_cache = false;
     {
@@ -85,8 +87,10 @@ void PinnedHostMemory::free(void* ptr) {
   Deferred d{ptr, 0, {}};
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = std::find_if(live_.begin(), live_.end(), [&](const auto& l) { return l.first == ptr; });
-    FULLSHARD_CHECK(it != live_.end(), "free of pinned host memory that this allocator did not hand out");
+    auto it =
+        std::find_if(live_.begin(), live_.end(), [&](const auto& l) { return l.first == ptr; });
+    FULLSHARD_CHECK(it != live_.end(),
+                    "free of pinned host memory that this allocator did not hand out");
     d.bytes = it->second;
     live_bytes_ -= it->second;
     live_.erase(it);

@@ -47,9 +47,9 @@ class PinnedHostMemory {
   void reclaim(bool wait);
 
   // Bytes as handed out: each buffer's rounded size (NOTE [Pinned host cache]).
-  uint64_t live_bytes() const { return live_bytes_; }             // allocated, not yet freed
-  uint64_t deferred_bytes() const { return deferred_bytes_; }     // freed, awaiting streams
-  uint64_t cached_bytes() const { return cached_bytes_; }         // reusable
+  uint64_t live_bytes() const { return live_bytes_; }          // allocated, not yet freed
+  uint64_t deferred_bytes() const { return deferred_bytes_; }  // freed, awaiting streams
+  uint64_t cached_bytes() const { return cached_bytes_; }      // reusable
   size_t deferred_count() const { return deferred_.size(); }
 
   // The size a request of `bytes` is served with: the next power of two, at least 512, up to

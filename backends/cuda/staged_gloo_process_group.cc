@@ -17,30 +17,36 @@ int device_max_connections(const char* env) {
   if (env == nullptr || *env == '\0') return kDefaultDeviceMaxConnections;
   char* end = nullptr;
   const long v = std::strtol(env, &end, 10);
-  if (end == env || *end != '\0') return kDefaultDeviceMaxConnections;  // as CUDA: not a number, the default
+  if (end == env || *end != '\0')
+    return kDefaultDeviceMaxConnections;  // as CUDA: not a number, the default
   return static_cast<int>(std::clamp<long>(v, 1, kMaxDeviceMaxConnections));
 }
 
 std::string shared_device_refusal(int ranks, int streams_per_rank, int connections, int device) {
   const int streams = ranks * streams_per_rank + 1;  // + the legacy default stream
   if (ranks <= 1 || streams <= connections) return "";
-  return std::to_string(ranks) + " ranks share GPU " + std::to_string(device) + " in this process with " +
-         std::to_string(streams) + " streams, more than its " + std::to_string(connections) +
-         " hardware queues: one rank's staged collective could block another rank's copies and hang both "
+  return std::to_string(ranks) + " ranks share GPU " + std::to_string(device) +
+         " in this process with " + std::to_string(streams) + " streams, more than its " +
+         std::to_string(connections) +
+         " hardware queues: one rank's staged collective could block another rank's copies and "
+         "hang both "
          "(NOTE [Staged gates and hardware queues])";
 }
 
 std::string shared_device_fix(int streams_per_rank) {
-  return "run one rank per process (fullshard train and compare do), or set CUDA_DEVICE_MAX_CONNECTIONS=32 "
-         "before the process starts (up to " + std::to_string((kMaxDeviceMaxConnections - 1) / streams_per_rank) +
-         " ranks per GPU then)";
+  return "run one rank per process (fullshard train and compare do), or set "
+         "CUDA_DEVICE_MAX_CONNECTIONS=32 "
+         "before the process starts (up to " +
+         std::to_string((kMaxDeviceMaxConnections - 1) / streams_per_rank) + " ranks per GPU then)";
 }
 
 StagedGlooProcessGroup::StagedGlooProcessGroup(std::shared_ptr<::gloo::rendezvous::Store> store,
                                                std::shared_ptr<::gloo::transport::Device> transport,
-                                               const ProcessGroup& group, int global_rank, int device,
-                                               gloo_backend::ProcessGroupOptions options, PinnedHostMemory& pinned,
-                                               EventPool& events, std::function<void(const std::string&)> on_failure)
+                                               const ProcessGroup& group, int global_rank,
+                                               int device,
+                                               gloo_backend::ProcessGroupOptions options,
+                                               PinnedHostMemory& pinned, EventPool& events,
+                                               std::function<void(const std::string&)> on_failure)
     : store_(std::move(store)),
       transport_(std::move(transport)),
       group_(group),
@@ -51,15 +57,18 @@ StagedGlooProcessGroup::StagedGlooProcessGroup(std::shared_ptr<::gloo::rendezvou
       pinned_(pinned),
       events_(events),
       on_failure_(std::move(on_failure)) {
-  FULLSHARD_CHECK(rank_ >= 0, "rank " + std::to_string(global_rank) + " is not a member of group " + group.name);
-  FULLSHARD_CHECK(driver_api() != nullptr, "staged Gloo collectives need the CUDA driver's cuStreamWaitValue32");
+  FULLSHARD_CHECK(rank_ >= 0, "rank " + std::to_string(global_rank) + " is not a member of group " +
+                                  group.name);
+  FULLSHARD_CHECK(driver_api() != nullptr,
+                  "staged Gloo collectives need the CUDA driver's cuStreamWaitValue32");
   void* flag = nullptr;
   check_cuda(cudaHostAlloc(&flag, sizeof(uint32_t), cudaHostAllocPortable | cudaHostAllocMapped),
              "cudaHostAlloc (staged collective flag)");
   flag_ = static_cast<uint32_t*>(flag);
   __atomic_store_n(flag_, 0u, __ATOMIC_SEQ_CST);
   void* dev = nullptr;
-  check_cuda(cudaHostGetDevicePointer(&dev, flag, 0), "cudaHostGetDevicePointer (staged collective flag)");
+  check_cuda(cudaHostGetDevicePointer(&dev, flag, 0),
+             "cudaHostGetDevicePointer (staged collective flag)");
   flag_device_ = reinterpret_cast<uint64_t>(dev);
   worker_ = std::thread([this] { run(); });
 }
@@ -86,11 +95,13 @@ bool StagedGlooProcessGroup::failed() const {
 void StagedGlooProcessGroup::enqueue(const CollectiveArgs& a, cudaStream_t stream) {
   const size_t e = dtype_size(a.dtype);
   const size_t w = static_cast<size_t>(group_.size());
-  const size_t need = std::max<size_t>({a.input_bytes(group_.size()), a.output_bytes(group_.size()), 1});
+  const size_t need =
+      std::max<size_t>({a.input_bytes(group_.size()), a.output_bytes(group_.size()), 1});
   if (need > staging_bytes_) {
     if (staging_ != nullptr) pinned_.free(staging_);  // deferred until the streams passed it
     staging_ = static_cast<uint8_t*>(pinned_.allocate(need));
-    FULLSHARD_CHECK(staging_ != nullptr, "pinned host staging of " + std::to_string(need) + " bytes failed");
+    FULLSHARD_CHECK(staging_ != nullptr,
+                    "pinned host staging of " + std::to_string(need) + " bytes failed");
     staging_bytes_ = need;
   }
   const size_t chunk = a.count * e;
@@ -98,16 +109,20 @@ void StagedGlooProcessGroup::enqueue(const CollectiveArgs& a, cudaStream_t strea
   switch (a.kind) {
     case CollectiveKind::kAllGather:
       if (chunk > 0)
-        FULLSHARD_CUDA(cudaMemcpyAsync(staging_ + rank_ * chunk, a.input, chunk, cudaMemcpyDefault, stream));
+        FULLSHARD_CUDA(
+            cudaMemcpyAsync(staging_ + rank_ * chunk, a.input, chunk, cudaMemcpyDefault, stream));
       break;
     case CollectiveKind::kReduceScatter:
-      if (chunk > 0) FULLSHARD_CUDA(cudaMemcpyAsync(staging_, a.input, chunk * w, cudaMemcpyDefault, stream));
+      if (chunk > 0)
+        FULLSHARD_CUDA(cudaMemcpyAsync(staging_, a.input, chunk * w, cudaMemcpyDefault, stream));
       break;
     case CollectiveKind::kAllReduce:
-      if (chunk > 0) FULLSHARD_CUDA(cudaMemcpyAsync(staging_, a.input, chunk, cudaMemcpyDefault, stream));
+      if (chunk > 0)
+        FULLSHARD_CUDA(cudaMemcpyAsync(staging_, a.input, chunk, cudaMemcpyDefault, stream));
       break;
     case CollectiveKind::kBroadcast:
-      if (chunk > 0) FULLSHARD_CUDA(cudaMemcpyAsync(staging_, a.output, chunk, cudaMemcpyDefault, stream));
+      if (chunk > 0)
+        FULLSHARD_CUDA(cudaMemcpyAsync(staging_, a.output, chunk, cudaMemcpyDefault, stream));
       break;
     case CollectiveKind::kBarrier: break;
   }
@@ -120,21 +135,24 @@ void StagedGlooProcessGroup::enqueue(const CollectiveArgs& a, cudaStream_t strea
   }
   cv_.notify_all();
   // 2. the stream waits for the worker (NOTE [Staged collectives in stream order]).
-  check_driver(driver_api()->cuStreamWaitValue32(stream, static_cast<CUdeviceptr>(flag_device_), seq,
-                                                 CU_STREAM_WAIT_VALUE_GEQ),
+  check_driver(driver_api()->cuStreamWaitValue32(stream, static_cast<CUdeviceptr>(flag_device_),
+                                                 seq, CU_STREAM_WAIT_VALUE_GEQ),
                "cuStreamWaitValue32 (staged collective)");
   // 3. staging -> device.
   switch (a.kind) {
     case CollectiveKind::kAllGather:
-      if (chunk > 0) FULLSHARD_CUDA(cudaMemcpyAsync(a.output, staging_, chunk * w, cudaMemcpyDefault, stream));
+      if (chunk > 0)
+        FULLSHARD_CUDA(cudaMemcpyAsync(a.output, staging_, chunk * w, cudaMemcpyDefault, stream));
       break;
     case CollectiveKind::kReduceScatter:
       if (chunk > 0)
-        FULLSHARD_CUDA(cudaMemcpyAsync(a.output, staging_ + rank_ * chunk, chunk, cudaMemcpyDefault, stream));
+        FULLSHARD_CUDA(
+            cudaMemcpyAsync(a.output, staging_ + rank_ * chunk, chunk, cudaMemcpyDefault, stream));
       break;
     case CollectiveKind::kAllReduce:
     case CollectiveKind::kBroadcast:
-      if (chunk > 0) FULLSHARD_CUDA(cudaMemcpyAsync(a.output, staging_, chunk, cudaMemcpyDefault, stream));
+      if (chunk > 0)
+        FULLSHARD_CUDA(cudaMemcpyAsync(a.output, staging_, chunk, cudaMemcpyDefault, stream));
       break;
     case CollectiveKind::kBarrier: break;
   }
@@ -169,15 +187,21 @@ void StagedGlooProcessGroup::run_one(Job& job) {
   const CollectiveArgs& a = job.args;
   try {
     check_cuda(cudaEventSynchronize(job.ready), "cudaEventSynchronize (staged collective input)");
-    if (!gloo_) gloo_ = std::make_unique<gloo_backend::GlooProcessGroup>(store_, transport_, group_, global_rank_, options_);
+    if (!gloo_)
+      gloo_ = std::make_unique<gloo_backend::GlooProcessGroup>(store_, transport_, group_,
+                                                               global_rank_, options_);
     const size_t chunk = a.count * dtype_size(a.dtype);
     uint8_t* s = job.staging;
     switch (a.kind) {
-      case CollectiveKind::kAllGather: gloo_->all_gather(s + rank_ * chunk, s, a.count, a.dtype, a.name); break;
+      case CollectiveKind::kAllGather:
+        gloo_->all_gather(s + rank_ * chunk, s, a.count, a.dtype, a.name);
+        break;
       case CollectiveKind::kReduceScatter:
         gloo_->reduce_scatter(s, s + rank_ * chunk, a.count, a.dtype, a.op, a.scale, a.name);
         break;
-      case CollectiveKind::kAllReduce: gloo_->all_reduce(s, a.count, a.dtype, a.op, a.scale, a.name); break;
+      case CollectiveKind::kAllReduce:
+        gloo_->all_reduce(s, a.count, a.dtype, a.op, a.scale, a.name);
+        break;
       case CollectiveKind::kBroadcast: gloo_->broadcast(s, a.count, a.dtype, a.root, a.name); break;
       case CollectiveKind::kBarrier: gloo_->barrier(a.name); break;
     }

@@ -80,10 +80,10 @@ class StagedGlooProcessGroup : public DeviceProcessGroup {
   // meet there, in the same order). `pinned` and `events` must outlive this. `device`: CUDA
   // ordinal made current on the worker.
   StagedGlooProcessGroup(std::shared_ptr<::gloo::rendezvous::Store> store,
-                         std::shared_ptr<::gloo::transport::Device> transport, const ProcessGroup& group,
-                         int global_rank, int device, gloo_backend::ProcessGroupOptions options,
-                         PinnedHostMemory& pinned, EventPool& events,
-                         std::function<void(const std::string&)> on_failure);
+                         std::shared_ptr<::gloo::transport::Device> transport,
+                         const ProcessGroup& group, int global_rank, int device,
+                         gloo_backend::ProcessGroupOptions options, PinnedHostMemory& pinned,
+                         EventPool& events, std::function<void(const std::string&)> on_failure);
   ~StagedGlooProcessGroup() override;  // finishes queued collectives, joins the worker
 
   const ProcessGroup& group() const override { return group_; }
@@ -113,8 +113,8 @@ class StagedGlooProcessGroup : public DeviceProcessGroup {
 
   uint8_t* staging_ = nullptr;
   uint64_t staging_bytes_ = 0;
-  uint32_t* flag_ = nullptr;      // pinned, device-mapped; the worker stores the last done seq
-  uint64_t flag_device_ = 0;      // its device address (CUdeviceptr)
+  uint32_t* flag_ = nullptr;  // pinned, device-mapped; the worker stores the last done seq
+  uint64_t flag_device_ = 0;  // its device address (CUdeviceptr)
   uint32_t issued_ = 0;
 
   mutable std::mutex mu_;

@@ -16,7 +16,8 @@ namespace fullshard::cuda {
 inline constexpr int kFsdpHighPriority = -1;
 
 constexpr bool is_high_priority(StreamRole r) {
-  return r == StreamRole::kAllGatherCopyIn || r == StreamRole::kAllGather || r == StreamRole::kReduceScatter;
+  return r == StreamRole::kAllGatherCopyIn || r == StreamRole::kAllGather ||
+         r == StreamRole::kReduceScatter;
 }
 
 // `least` and `greatest` as cudaDeviceGetStreamPriorityRange returns them (greatest <= least).

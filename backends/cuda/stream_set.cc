@@ -36,7 +36,8 @@ StreamSet::StreamSet() {
   for (StreamRole r : kAllStreams) {
     const size_t i = static_cast<size_t>(r);
     priorities_[i] = stream_priority(r, least, greatest);
-    FULLSHARD_CUDA(cudaStreamCreateWithPriority(&streams_[i], cudaStreamNonBlocking, priorities_[i]));
+    FULLSHARD_CUDA(
+        cudaStreamCreateWithPriority(&streams_[i], cudaStreamNonBlocking, priorities_[i]));
   }
 }
 

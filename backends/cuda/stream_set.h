@@ -19,8 +19,8 @@ class EventPool {
   EventPool(const EventPool&) = delete;
   EventPool& operator=(const EventPool&) = delete;
 
-  cudaEvent_t acquire();           // a recycled or new event (cudaEventDisableTiming)
-  void release(cudaEvent_t event); // back to the pool; the caller no longer waits on it
+  cudaEvent_t acquire();            // a recycled or new event (cudaEventDisableTiming)
+  void release(cudaEvent_t event);  // back to the pool; the caller no longer waits on it
   size_t created() const { return created_; }
 
  private:

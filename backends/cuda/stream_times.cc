@@ -6,14 +6,17 @@
 
 namespace fullshard::cuda {
 
-StreamTimes assemble_stream_times(const std::vector<TimedWork>& work, double anchor_s, bool with_starts) {
+StreamTimes assemble_stream_times(const std::vector<TimedWork>& work, double anchor_s,
+                                  bool with_starts) {
   StreamTimes t;
   for (const TimedWork& w : work) {
     const double begin = anchor_s + static_cast<double>(w.begin_ms) / 1e3;
     const double end = std::max(begin, anchor_s + static_cast<double>(w.end_ms) / 1e3);
     t.busy[static_cast<size_t>(w.stream)].emplace_back(begin, end);
-    if (!w.group.empty()) t.collectives.push_back({w.group, w.stream, begin, end});
-    else t.kernels.push_back({w.seq, begin, end});
+    if (!w.group.empty())
+      t.collectives.push_back({w.group, w.stream, begin, end});
+    else
+      t.kernels.push_back({w.seq, begin, end});
     if (with_starts) t.starts.emplace_back(w.seq, begin);
   }
   return t;

@@ -27,15 +27,16 @@ struct TimedWork {
 };
 
 struct StreamTimes {
-  StreamIntervals busy;                               // per stream, in issue order
-  std::vector<CollectiveInterval> collectives;        // also in their stream's busy list
-  std::vector<std::pair<uint64_t, double>> starts;    // {seq, begin}: only when asked for
-  std::vector<KernelTime> kernels;                    // every kernel (no group): per-op times
+  StreamIntervals busy;                             // per stream, in issue order
+  std::vector<CollectiveInterval> collectives;      // also in their stream's busy list
+  std::vector<std::pair<uint64_t, double>> starts;  // {seq, begin}: only when asked for
+  std::vector<KernelTime> kernels;                  // every kernel (no group): per-op times
 };
 
 // Seconds on the host clock: anchor_s + ms / 1000. An end read before its begin (the two
 // events' timestamps have ~0.5 us resolution) is taken as the begin.
-StreamTimes assemble_stream_times(const std::vector<TimedWork>& work, double anchor_s, bool with_starts);
+StreamTimes assemble_stream_times(const std::vector<TimedWork>& work, double anchor_s,
+                                  bool with_starts);
 
 // FULLSHARD_CUDA_STREAM_TIMES: unset, "", "1" or "on" measure (the default); "0" or "off" turn
 // the timing events off (the runner then reports no compute / communication split). Anything

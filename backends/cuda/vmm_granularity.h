@@ -25,8 +25,8 @@ constexpr bool is_granule_aligned(uint64_t address, uint64_t bytes, uint64_t gra
   return granularity != 0 && address % granularity == 0 && bytes % granularity == 0 && bytes > 0;
 }
 
-// Throws InputError naming hardware.allocator.expandable_segments when the device's granularity does
-// not divide kExpandablePageUnit (its pages could not be mapped in place).
+// Throws InputError naming hardware.allocator.expandable_segments when the device's granularity
+// does not divide kExpandablePageUnit (its pages could not be mapped in place).
 void check_expandable_granularity(uint64_t granularity, const std::string& device_name);
 
 }  // namespace fullshard::cuda

@@ -5,7 +5,8 @@
 
 namespace fullshard::cuda {
 
-CollectiveWatchdog::CollectiveWatchdog(int rank, int device, EventPool& events, std::chrono::milliseconds poll)
+CollectiveWatchdog::CollectiveWatchdog(int rank, int device, EventPool& events,
+                                       std::chrono::milliseconds poll)
     : device_(device), events_(events), poll_(poll), state_(rank) {
   thread_ = std::thread([this] { run(); });
 }
@@ -25,14 +26,15 @@ void CollectiveWatchdog::watch(std::shared_ptr<NcclProcessGroup> group) {
   groups_[group->group().key()] = std::move(group);
 }
 
-void CollectiveWatchdog::track(const std::shared_ptr<NcclProcessGroup>& group, const CollectiveArgs& args,
-                               cudaStream_t stream, std::chrono::milliseconds timeout) {
+void CollectiveWatchdog::track(const std::shared_ptr<NcclProcessGroup>& group,
+                               const CollectiveArgs& args, cudaStream_t stream,
+                               std::chrono::milliseconds timeout) {
   cudaEvent_t done = events_.acquire();
   FULLSHARD_CUDA(cudaEventRecord(done, stream));
   std::lock_guard<std::mutex> lock(mu_);
   groups_[group->group().key()] = group;
-  const uint64_t id =
-      state_.on_enqueue(group->group().key(), group->text(), args.info(), WatchdogClock::now(), timeout);
+  const uint64_t id = state_.on_enqueue(group->group().key(), group->text(), args.info(),
+                                        WatchdogClock::now(), timeout);
   events_by_id_.emplace(id, done);
 }
 
@@ -92,14 +94,18 @@ void CollectiveWatchdog::tick() {
   std::vector<uint64_t> completed;
   for (auto& [id, e] : pending) {
     const cudaError_t q = cudaEventQuery(e);
-    if (q == cudaSuccess) completed.push_back(id);
-    else cudaGetLastError();  // not ready (NOTE [Not ready is not an error]), or a device error the comm reports
+    if (q == cudaSuccess)
+      completed.push_back(id);
+    else
+      cudaGetLastError();  // not ready (NOTE [Not ready is not an error]), or a device error the
+                           // comm reports
   }
   std::vector<std::pair<std::string, std::string>> failed;  // group key, reason
   for (auto& g : groups) {
     if (g->aborted()) continue;
     const ncclResult_t r = g->async_error();
-    if (r != ncclSuccess && r != ncclInProgress) failed.emplace_back(g->group().key(), nccl_error_text(r) + " " + g->last_error());
+    if (r != ncclSuccess && r != ncclInProgress)
+      failed.emplace_back(g->group().key(), nccl_error_text(r) + " " + g->last_error());
   }
   // 2. Feed the state machine; collect the communicators to abort.
   std::vector<std::shared_ptr<NcclProcessGroup>> to_abort;

@@ -35,8 +35,8 @@ class CollectiveWatchdog {
   void watch(std::shared_ptr<NcclProcessGroup> group);
   // Right after `group.enqueue(args, stream)`: records a completion event on `stream` and
   // gives the collective its deadline.
-  void track(const std::shared_ptr<NcclProcessGroup>& group, const CollectiveArgs& args, cudaStream_t stream,
-             std::chrono::milliseconds timeout);
+  void track(const std::shared_ptr<NcclProcessGroup>& group, const CollectiveArgs& args,
+             cudaStream_t stream, std::chrono::milliseconds timeout);
   // An error found elsewhere (a staged-Gloo collective): recorded if it is the first, and every
   // communicator is aborted so that nothing waits on the dead peer.
   void report(const std::string& message);

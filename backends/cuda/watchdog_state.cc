@@ -12,7 +12,8 @@ long long ms_between(WatchdogClock::time_point a, WatchdogClock::time_point b) {
 }  // namespace
 
 uint64_t WatchdogState::on_enqueue(const std::string& group_key, const std::string& group_text,
-                                   const gloo_backend::CallInfo& call, WatchdogClock::time_point now,
+                                   const gloo_backend::CallInfo& call,
+                                   WatchdogClock::time_point now,
                                    std::chrono::milliseconds timeout) {
   FULLSHARD_CHECK(timeout.count() > 0, "collective timeout must be positive");
   const uint64_t id = ++next_id_;
@@ -56,7 +57,8 @@ bool WatchdogState::on_comm_error(const std::string& group_key, const std::strin
   const Pending* p = oldest_pending(group_key);
   std::string m = who(group_key) + ": ";
   if (p != nullptr) {
-    m += gloo_backend::describe(p->call) + " failed after " + std::to_string(ms_between(p->enqueued, now)) + " ms";
+    m += gloo_backend::describe(p->call) + " failed after " +
+         std::to_string(ms_between(p->enqueued, now)) + " ms";
   } else {
     m += "the communicator failed with no collective in flight";
   }
@@ -75,8 +77,10 @@ std::vector<std::string> WatchdogState::on_tick(WatchdogClock::time_point now) {
     if (listed) continue;
     const long long timeout_ms = ms_between(p.enqueued, p.deadline);
     record(who(p.group_key) + ": " + gloo_backend::describe(p.call) + " timed out after " +
-           std::to_string(ms_between(p.enqueued, now)) + " ms (timeout " + std::to_string(timeout_ms) +
-           " ms): a peer died, stalled, or issued a different collective; the communicator was aborted");
+           std::to_string(ms_between(p.enqueued, now)) + " ms (timeout " +
+           std::to_string(timeout_ms) +
+           " ms): a peer died, stalled, or issued a different collective; the communicator was "
+           "aborted");
     expired.push_back(p.group_key);
   }
   for (const auto& g : expired) drop_group(g);

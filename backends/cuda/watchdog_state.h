@@ -41,7 +41,8 @@ class WatchdogState {
   void on_complete(uint64_t id);
   // ncclCommGetAsyncError reported `reason` (not ncclSuccess / ncclInProgress) for the group.
   // Returns true when the group's communicator must now be aborted (the first time).
-  bool on_comm_error(const std::string& group_key, const std::string& reason, WatchdogClock::time_point now);
+  bool on_comm_error(const std::string& group_key, const std::string& reason,
+                     WatchdogClock::time_point now);
   // Groups whose oldest pending collective passed its deadline at `now` and that were not yet
   // aborted: the caller aborts each. Records the timeout error (the first one wins).
   std::vector<std::string> on_tick(WatchdogClock::time_point now);
@@ -66,7 +67,7 @@ class WatchdogState {
  private:
   int rank_;
   uint64_t next_id_ = 0;
-  std::map<uint64_t, Pending> pending_;           // by id == issue order
+  std::map<uint64_t, Pending> pending_;            // by id == issue order
   std::map<std::string, std::string> group_text_;  // key -> "name [ranks]"
   std::map<std::string, bool> aborted_;
   std::optional<std::string> error_;

@@ -19,7 +19,7 @@ struct CallInfo {
   DType dtype = DType::kUInt8;
   bool has_op = false;  // reduce_scatter / all_reduce
   ReduceOp op = ReduceOp::kSum;
-  int root = -1;        // broadcast: group rank of the root
+  int root = -1;  // broadcast: group rank of the root
   std::string name;
 };
 

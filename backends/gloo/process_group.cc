@@ -66,7 +66,9 @@ std::string ranks_text(const ProcessGroup& g) {
   return s;
 }
 
-bool contains(const std::string& s, const char* needle) { return s.find(needle) != std::string::npos; }
+bool contains(const std::string& s, const char* needle) {
+  return s.find(needle) != std::string::npos;
+}
 
 }  // namespace
 
@@ -78,8 +80,8 @@ struct GlooProcessGroup::Impl {
   std::shared_ptr<::gloo::Context> context;  // null for a group of one
   std::unique_ptr<Link> link;
   std::vector<std::string> peer_addresses;
-  std::string broken;   // the first transport failure; the group is unusable after it
-  std::mutex in_use;    // detects concurrent use (NOTE [Gloo threading rule])
+  std::string broken;  // the first transport failure; the group is unusable after it
+  std::mutex in_use;   // detects concurrent use (NOTE [Gloo threading rule])
 
   std::string who() const {
     return "gloo: rank " + std::to_string(global_rank) + " (member " + std::to_string(rank) +
@@ -209,8 +211,10 @@ GlooProcessGroup::GlooProcessGroup(std::shared_ptr<::gloo::rendezvous::Store> st
     if (f.action == "waiting for the arrival of")
       why = "rank " + std::to_string(m.global(f.peer)) + " " + f.gloo_message;
     else if (f.action == "publishing the arrival of")
-      why = "cannot publish this rank's arrival in the store (a store directory reused from an "
-            "earlier job?): " + f.gloo_message;
+      why =
+          "cannot publish this rank's arrival in the store (a store directory reused from an "
+          "earlier job?): " +
+          f.gloo_message;
     else
       why = m.explain(f);
     throw CollectiveError(m.who() + ": rendezvous (store prefix '" + prefix + "') failed: " + why);
@@ -299,8 +303,7 @@ void GlooProcessGroup::all_reduce(void* buffer, size_t count, DType dtype, Reduc
 void GlooProcessGroup::broadcast(void* buffer, size_t count, DType dtype, int root,
                                  const std::string& name) {
   FULLSHARD_CHECK(root >= 0 && root < size(), "gloo: broadcast '" + name + "' root " +
-                                                  std::to_string(root) +
-                                                  " is not a group rank");
+                                                  std::to_string(root) + " is not a group rank");
   CallInfo call{CollectiveKind::kBroadcast, count, dtype, false, ReduceOp::kSum, root, name};
   impl_->run(call, [&](Link* link) {
     const size_t bytes = count * dtype_size(dtype);

@@ -79,7 +79,8 @@ class GlooProcessGroup {
 
   // all_gather_into_tensor: `output` holds size() * count elements; this rank's input is
   // `input` (which may alias output + rank() * count, FSDP2's in-place all-gather).
-  void all_gather(const void* input, void* output, size_t count, DType dtype, const std::string& name);
+  void all_gather(const void* input, void* output, size_t count, DType dtype,
+                  const std::string& name);
   // reduce_scatter_tensor: `input` holds size() * count elements; rank r receives the
   // reduction of every member's chunk r in `output` (count elements).
   // kAvg divides by size(); kPremulSum multiplies each input by `scale` first. Reductions take
@@ -100,6 +101,7 @@ class GlooProcessGroup {
 };
 
 // A TCP device on `hostname` (default loopback) for GlooProcessGroup.
-std::shared_ptr<::gloo::transport::Device> make_tcp_device(const std::string& hostname = "127.0.0.1");
+std::shared_ptr<::gloo::transport::Device> make_tcp_device(
+    const std::string& hostname = "127.0.0.1");
 
 }  // namespace fullshard::gloo_backend

@@ -80,7 +80,8 @@ void run(const ReduceSpec& s, void* dst, const void* partial, const void* x, siz
     case DType::kFloat16: return dispatch_op<F16>(s, dst, partial, x, n, last);
     default: break;
   }
-  FULLSHARD_CHECK(false, std::string("gloo: cannot reduce dtype ") + std::string(dtype_name(s.dtype)));
+  FULLSHARD_CHECK(false,
+                  std::string("gloo: cannot reduce dtype ") + std::string(dtype_name(s.dtype)));
 }
 
 }  // namespace

@@ -21,8 +21,8 @@ namespace fullshard::gloo_backend {
 struct ReduceSpec {
   DType dtype = DType::kFloat32;  // fp32, bf16 or fp16
   ReduceOp op = ReduceOp::kSum;
-  float scale = 1.0f;   // kPremulSum factor
-  int group_size = 1;   // kAvg divisor
+  float scale = 1.0f;  // kPremulSum factor
+  int group_size = 1;  // kAvg divisor
 };
 
 // True when the dtype can be reduced (fp32, bf16, fp16).
@@ -38,6 +38,8 @@ void reduce_step(const ReduceSpec& spec, void* dst, const void* partial, const v
                  bool last);
 
 // True when pre() is the identity, so a first step may send x as is (no kernel needed).
-inline bool first_step_is_identity(const ReduceSpec& spec) { return spec.op != ReduceOp::kPremulSum; }
+inline bool first_step_is_identity(const ReduceSpec& spec) {
+  return spec.op != ReduceOp::kPremulSum;
+}
 
 }  // namespace fullshard::gloo_backend

@@ -102,7 +102,8 @@ int peer_named_in(const std::string& gloo_message, const std::vector<std::string
     // "[127.0.0.1]:4123$1" must not match "[127.0.0.1]:4123$12".
     while (pos != std::string::npos) {
       const size_t end = pos + a.size();
-      if (end == gloo_message.size() || !std::isdigit(static_cast<unsigned char>(gloo_message[end])))
+      if (end == gloo_message.size() ||
+          !std::isdigit(static_cast<unsigned char>(gloo_message[end])))
         return static_cast<int>(i);
       pos = gloo_message.find(a, pos + 1);
     }
@@ -123,8 +124,8 @@ class OwningPrefixStore : public ::gloo::rendezvous::PrefixStore {
 
 }  // namespace
 
-std::shared_ptr<::gloo::rendezvous::Store> make_prefix_store(const std::string& prefix,
-                                                             std::shared_ptr<::gloo::rendezvous::Store> store) {
+std::shared_ptr<::gloo::rendezvous::Store> make_prefix_store(
+    const std::string& prefix, std::shared_ptr<::gloo::rendezvous::Store> store) {
   FULLSHARD_CHECK(store != nullptr, "make_prefix_store needs a store");
   return std::make_shared<OwningPrefixStore>(prefix, std::move(store));
 }

@@ -35,8 +35,8 @@ Connection connect_group(::gloo::rendezvous::Store& store, const std::string& pr
 
 // A view of `store` whose keys all start with `prefix` (gloo's PrefixStore) that keeps `store`
 // alive for as long as it lives (a process group holds its store by shared_ptr).
-std::shared_ptr<::gloo::rendezvous::Store> make_prefix_store(const std::string& prefix,
-                                                             std::shared_ptr<::gloo::rendezvous::Store> store);
+std::shared_ptr<::gloo::rendezvous::Store> make_prefix_store(
+    const std::string& prefix, std::shared_ptr<::gloo::rendezvous::Store> store);
 
 // The group rank whose address appears in a gloo message, or -1.
 int peer_named_in(const std::string& gloo_message, const std::vector<std::string>& peer_addresses);

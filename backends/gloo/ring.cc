@@ -97,9 +97,8 @@ auto guarded(int peer, const char* action, F&& f) -> decltype(f()) {
 }  // namespace
 
 std::unique_ptr<UnboundBuffer> Link::buffer(const void* ptr, size_t bytes) {
-  return guarded(-1, "creating a buffer for", [&] {
-    return context_->createUnboundBuffer(const_cast<void*>(ptr), bytes);
-  });
+  return guarded(-1, "creating a buffer for",
+                 [&] { return context_->createUnboundBuffer(const_cast<void*>(ptr), bytes); });
 }
 
 void Link::send(UnboundBuffer& buf, int peer, uint64_t slot, size_t offset, size_t bytes) {

@@ -29,7 +29,8 @@ constexpr uint8_t kSet = 1, kGet = 2;
 std::string errno_text(int e) { return std::strerror(e); }
 
 int ms_left(Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
   return static_cast<int>(std::clamp<long long>(left, 0, 1 << 30));
 }
 
@@ -129,7 +130,8 @@ class TcpStore::Server {
     if (listen_fd_ < 0)
       io_error("rendezvous store: cannot listen on " + host + ":" + std::to_string(port) + ": " +
                errno_text(last_errno) +
-               (last_errno == EADDRINUSE ? " (choose another MASTER_PORT, or stop the job using it)" : ""));
+               (last_errno == EADDRINUSE ? " (choose another MASTER_PORT, or stop the job using it)"
+                                         : ""));
     sockaddr_storage bound{};
     socklen_t len = sizeof bound;
     ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len);
@@ -231,7 +233,8 @@ class TcpStore::Server {
         }
       }
       c.in.erase(0, need);
-      if (!write_all(c.fd, reply.data(), reply.size(), Clock::now() + std::chrono::seconds(10))) return false;
+      if (!write_all(c.fd, reply.data(), reply.size(), Clock::now() + std::chrono::seconds(10)))
+        return false;
     }
   }
 
@@ -250,9 +253,11 @@ struct TcpStore::Lock {
   std::mutex mu;
 };
 
-TcpStore::TcpStore(TcpStoreOptions options) : options_(std::move(options)), mu_(std::make_unique<Lock>()) {
+TcpStore::TcpStore(TcpStoreOptions options)
+    : options_(std::move(options)), mu_(std::make_unique<Lock>()) {
   if (options_.port < 0 || options_.port > 65535 || (options_.port == 0 && !options_.is_server))
-    io_error("rendezvous store: MASTER_PORT " + std::to_string(options_.port) + " is not a port (use 1-65535)");
+    io_error("rendezvous store: MASTER_PORT " + std::to_string(options_.port) +
+             " is not a port (use 1-65535)");
   port_ = options_.port;
   if (options_.is_server) {
     server_ = std::make_unique<Server>(options_.host, options_.port);
@@ -298,13 +303,14 @@ TcpStore::~TcpStore() {
 
 std::string TcpStore::address() const { return options_.host + ":" + std::to_string(port_); }
 
-TcpStore::Reply TcpStore::request(uint8_t op, const std::string& key, const std::vector<char>* value) {
+TcpStore::Reply TcpStore::request(uint8_t op, const std::string& key,
+                                  const std::vector<char>* value) {
   if (key.size() > kTcpStoreMaxKey)
     io_error("rendezvous store: key of " + std::to_string(key.size()) + " bytes (the limit is " +
              std::to_string(kTcpStoreMaxKey) + ")");
   if (value != nullptr && value->size() > kTcpStoreMaxValue)
-    io_error("rendezvous store: value of " + std::to_string(value->size()) + " bytes for key '" + key +
-             "' (the limit is " + std::to_string(kTcpStoreMaxValue) + ")");
+    io_error("rendezvous store: value of " + std::to_string(value->size()) + " bytes for key '" +
+             key + "' (the limit is " + std::to_string(kTcpStoreMaxValue) + ")");
   std::string frame;
   frame.push_back(static_cast<char>(op));
   put_u32(frame, static_cast<uint32_t>(key.size()));
@@ -333,7 +339,9 @@ TcpStore::Reply TcpStore::request(uint8_t op, const std::string& key, const std:
   return r;
 }
 
-void TcpStore::set(const std::string& key, const std::vector<char>& data) { request(kSet, key, &data); }
+void TcpStore::set(const std::string& key, const std::vector<char>& data) {
+  request(kSet, key, &data);
+}
 
 std::vector<char> TcpStore::get_until(const std::string& key, Clock::time_point deadline,
                                       std::chrono::milliseconds timeout) {
@@ -342,8 +350,8 @@ std::vector<char> TcpStore::get_until(const std::string& key, Clock::time_point 
     Reply r = request(kGet, key, nullptr);
     if (r.found) return std::move(r.value);
     if (Clock::now() >= deadline)
-      io_error("rendezvous store " + address() + ": timed out after " + std::to_string(timeout.count()) +
-               " ms waiting for key '" + key + "'");
+      io_error("rendezvous store " + address() + ": timed out after " +
+               std::to_string(timeout.count()) + " ms waiting for key '" + key + "'");
     std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - Clock::now()));
     pause = std::min(pause * 2, std::chrono::milliseconds(50));
   }
@@ -355,7 +363,8 @@ std::vector<char> TcpStore::get(const std::string& key) {
 
 void TcpStore::wait(const std::vector<std::string>& keys) { wait(keys, options_.timeout); }
 
-void TcpStore::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) {
+void TcpStore::wait(const std::vector<std::string>& keys,
+                    const std::chrono::milliseconds& timeout) {
   // gloo's kNoTimeout (0) means "wait without limit"; the store's own timeout bounds it.
   const auto limit = timeout.count() > 0 ? timeout : options_.timeout;
   const auto deadline = Clock::now() + limit;

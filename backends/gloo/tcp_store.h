@@ -51,7 +51,8 @@ class TcpStore : public ::gloo::rendezvous::Store {
   // Waits for the key up to the options' timeout.
   std::vector<char> get(const std::string& key) override;
   void wait(const std::vector<std::string>& keys) override;
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override;
 
   // The port the server listens on (the chosen one when options.port was 0).
   int port() const { return port_; }
@@ -64,7 +65,8 @@ class TcpStore : public ::gloo::rendezvous::Store {
     std::vector<char> value;
   };
   Reply request(uint8_t op, const std::string& key, const std::vector<char>* value);
-  std::vector<char> get_until(const std::string& key, std::chrono::steady_clock::time_point deadline,
+  std::vector<char> get_until(const std::string& key,
+                              std::chrono::steady_clock::time_point deadline,
                               std::chrono::milliseconds timeout);
 
   TcpStoreOptions options_;

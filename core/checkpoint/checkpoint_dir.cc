@@ -55,14 +55,19 @@ std::string begin_checkpoint(const std::string& root, int64_t step, const std::s
   std::error_code ec;
   fs::create_directories(folder, ec);
   if (ec || !fs::is_directory(folder))
-    throw InputError(flag, "cannot create '" + folder.string() + "': " + ec.message(), "give a writable folder");
+    throw InputError(flag, "cannot create '" + folder.string() + "': " + ec.message(),
+                     "give a writable folder");
   fs::remove(folder / kMetadataFile, ec);
-  if (ec) throw InputError(flag, "cannot remove '" + (folder / kMetadataFile).string() + "': " + ec.message(), "");
+  if (ec)
+    throw InputError(
+        flag, "cannot remove '" + (folder / kMetadataFile).string() + "': " + ec.message(), "");
   fsync_folder(folder.string());
   // Then the rest of the earlier save (its shard and temporary files): a file in the folder
   // is then always one of this save (NOTE [Asynchronous save] relies on it).
   for (const auto& e : fs::directory_iterator(folder, ec)) fs::remove_all(e.path(), ec);
-  if (ec) throw InputError(flag, "cannot empty '" + folder.string() + "': " + ec.message(), "check the folder's permissions");
+  if (ec)
+    throw InputError(flag, "cannot empty '" + folder.string() + "': " + ec.message(),
+                     "check the folder's permissions");
   return folder.string();
 }
 
@@ -71,7 +76,9 @@ void commit_checkpoint(const std::string& root, CheckpointMetadata m, const std:
   for (auto& f : m.files) {
     std::error_code ec;
     const auto size = fs::file_size(folder / f.name, ec);
-    if (ec) throw InputError(flag, "rank file '" + (folder / f.name).string() + "' is missing: " + ec.message(), "");
+    if (ec)
+      throw InputError(
+          flag, "rank file '" + (folder / f.name).string() + "' is missing: " + ec.message(), "");
     f.bytes = size;
   }
   write_output_file((folder / kMetadataFile).string(), metadata_to_json(m).dump(1) + "\n", flag);
@@ -80,19 +87,22 @@ void commit_checkpoint(const std::string& root, CheckpointMetadata m, const std:
   fsync_folder(root);
 }
 
-std::vector<std::string> prune_checkpoints(const std::string& root, int keep_last, const std::string& flag) {
+std::vector<std::string> prune_checkpoints(const std::string& root, int keep_last,
+                                           const std::string& flag) {
   std::vector<std::string> deleted;
   if (keep_last <= 0) return deleted;
   std::error_code ec;
   std::vector<std::pair<int64_t, bool>> steps;  // (step, committed)
-  std::vector<fs::path> leftovers;             // .deleting-* of an interrupted prune
+  std::vector<fs::path> leftovers;              // .deleting-* of an interrupted prune
   for (const auto& e : fs::directory_iterator(root, ec)) {
     const std::string name = e.path().filename().string();
     if (name.rfind(kDeletingPrefix, 0) == 0) leftovers.push_back(e.path());
     const int64_t s = step_of(name);
-    if (s >= 0 && e.is_directory(ec)) steps.emplace_back(s, fs::is_regular_file(e.path() / kMetadataFile, ec));
+    if (s >= 0 && e.is_directory(ec))
+      steps.emplace_back(s, fs::is_regular_file(e.path() / kMetadataFile, ec));
   }
-  if (ec) throw InputError(flag, "cannot list '" + root + "': " + ec.message(), "give a readable folder");
+  if (ec)
+    throw InputError(flag, "cannot list '" + root + "': " + ec.message(), "give a readable folder");
   std::sort(steps.rbegin(), steps.rend());
   int kept = 0;
   std::vector<int64_t> doomed;
@@ -108,14 +118,18 @@ std::vector<std::string> prune_checkpoints(const std::string& root, int keep_las
     const fs::path to = fs::path(root) / (kDeletingPrefix + step_folder_name(s));
     fs::remove_all(to, ec);  // an earlier interrupted deletion of the same step
     fs::rename(from, to, ec);
-    if (ec) throw InputError(flag, "cannot rename '" + from.string() + "' for deletion: " + ec.message(), "check the folder's permissions");
+    if (ec)
+      throw InputError(flag, "cannot rename '" + from.string() + "' for deletion: " + ec.message(),
+                       "check the folder's permissions");
     leftovers.push_back(to);
     deleted.push_back(step_folder_name(s));
   }
   if (!doomed.empty()) fsync_folder(root);  // the renames are durable before anything is removed
   for (const auto& p : leftovers) {
     fs::remove_all(p, ec);
-    if (ec) throw InputError(flag, "cannot remove '" + p.string() + "': " + ec.message(), "check the folder's permissions");
+    if (ec)
+      throw InputError(flag, "cannot remove '" + p.string() + "': " + ec.message(),
+                       "check the folder's permissions");
   }
   return deleted;
 }
@@ -124,15 +138,17 @@ std::string resolve_checkpoint(const std::string& path, const std::string& flag)
   std::error_code ec;
   if (fs::is_regular_file(fs::path(path) / kMetadataFile, ec)) return path;
   if (!fs::is_directory(path, ec))
-    throw InputError(flag, "'" + path + "' is not a folder", "give a --checkpoint-dir folder or one of its step-N folders");
+    throw InputError(flag, "'" + path + "' is not a folder",
+                     "give a --checkpoint-dir folder or one of its step-N folders");
   int64_t best = -1;
   for (const auto& e : fs::directory_iterator(path, ec)) {
     const int64_t s = step_of(e.path().filename().string());
     if (s > best && fs::is_regular_file(e.path() / kMetadataFile, ec)) best = s;
   }
   if (best < 0)
-    throw InputError(flag, "'" + path + "' holds no committed checkpoint (no step-N/" + kMetadataFile + ")",
-                     "train with --checkpoint-dir first, or give the folder it wrote");
+    throw InputError(
+        flag, "'" + path + "' holds no committed checkpoint (no step-N/" + kMetadataFile + ")",
+        "train with --checkpoint-dir first, or give the folder it wrote");
   return (fs::path(path) / step_folder_name(best)).string();
 }
 
@@ -153,8 +169,10 @@ SafetensorsReader& CheckpointReader::file(const std::string& name) {
     const auto size = fs::file_size(path, ec);
     if (size != expect) {
       r.reset();
-      throw InputError(path, "has " + std::to_string(size) + " bytes; metadata.json says " + std::to_string(expect),
-                       "the file was changed or damaged after the save: use another checkpoint");
+      throw InputError(
+          path,
+          "has " + std::to_string(size) + " bytes; metadata.json says " + std::to_string(expect),
+          "the file was changed or damaged after the save: use another checkpoint");
     }
   }
   return *r;
@@ -180,36 +198,43 @@ uint64_t CheckpointReader::chunk_base(const CheckpointTensor& t, size_t i) {
     }
     if (!std::equal(b.lengths.begin() + 1, b.lengths.end(), want.begin() + 1))
       throw InputError(f.path() + ": tensor '" + t.name + "'",
-                       "has chunks " + shape_str(want) + " and " + shape_str(b.lengths) + " in one file that do not stack on dim 0",
+                       "has chunks " + shape_str(want) + " and " + shape_str(b.lengths) +
+                           " in one file that do not stack on dim 0",
                        "the metadata is damaged; use another checkpoint");
     want[0] += b.lengths[0];
   }
   if (e.dtype != t.dtype || e.shape != want)
     throw InputError(f.path() + ": tensor '" + t.name + "'",
-                     "is " + e.dtype + " " + shape_str(e.shape) + "; metadata.json says " + t.dtype + " " + shape_str(want),
+                     "is " + e.dtype + " " + shape_str(e.shape) + "; metadata.json says " +
+                         t.dtype + " " + shape_str(want),
                      "the file does not belong to this checkpoint");
   return base;
 }
 
-void CheckpointReader::read_shard(const std::string& name, int world, int rank, void* dst, uint64_t dst_bytes) {
+void CheckpointReader::read_shard(const std::string& name, int world, int rank, void* dst,
+                                  uint64_t dst_bytes) {
   const CheckpointTensor* t = meta_.find(name);
-  if (!t) throw InputError(folder_, "has no tensor '" + name + "'", "the checkpoint is of another model");
+  if (!t)
+    throw InputError(folder_, "has no tensor '" + name + "'", "the checkpoint is of another model");
   PieceLayout l;
   l.shard_world = world;
   read_box(name, piece_box(t->shape, l, 0, rank), dst, dst_bytes);
 }
 
-void CheckpointReader::read_box(const std::string& name, const ChunkBox& want, void* dst, uint64_t dst_bytes) {
+void CheckpointReader::read_box(const std::string& name, const ChunkBox& want, void* dst,
+                                uint64_t dst_bytes) {
   const CheckpointTensor* t = meta_.find(name);
-  if (!t) throw InputError(folder_, "has no tensor '" + name + "'", "the checkpoint is of another model");
+  if (!t)
+    throw InputError(folder_, "has no tensor '" + name + "'", "the checkpoint is of another model");
   const uint64_t esize = *safetensors_dtype_size(t->dtype);
   std::vector<ChunkBox> boxes;
   for (const auto& c : t->chunks) boxes.push_back(c.box);
   auto reads = reads_for_box(t->shape, esize, boxes, want);
   uint64_t total = 0;
   for (const auto& r : reads) total += r.bytes;
-  FULLSHARD_CHECK(total == dst_bytes, "read_box: destination of " + std::to_string(dst_bytes) + " bytes for " +
-                                          std::to_string(total) + " bytes of '" + name + "'");
+  FULLSHARD_CHECK(total == dst_bytes, "read_box: destination of " + std::to_string(dst_bytes) +
+                                          " bytes for " + std::to_string(total) + " bytes of '" +
+                                          name + "'");
   // Runs adjacent in one piece's storage (a column block read into whole rows) are one read.
   std::sort(reads.begin(), reads.end(), [](const ChunkRead& a, const ChunkRead& b) {
     return a.chunk != b.chunk ? a.chunk < b.chunk : a.src_offset < b.src_offset;
@@ -224,31 +249,37 @@ void CheckpointReader::read_box(const std::string& name, const ChunkBox& want, v
     const uint64_t base = chunk_base(*t, reads[i].chunk);
     const uint64_t span = reads[j - 1].src_offset + reads[j - 1].bytes - reads[i].src_offset;
     if (j == i + 1) {
-      file(c.file).read(name, base + reads[i].src_offset, span, static_cast<char*>(dst) + reads[i].dst_offset);
+      file(c.file).read(name, base + reads[i].src_offset, span,
+                        static_cast<char*>(dst) + reads[i].dst_offset);
     } else {
       staged.resize(span);
       file(c.file).read(name, base + reads[i].src_offset, span, staged.data());
       for (size_t k = i; k < j; ++k)
-        std::memcpy(static_cast<char*>(dst) + reads[k].dst_offset, staged.data() + (reads[k].src_offset - reads[i].src_offset),
-                    reads[k].bytes);
+        std::memcpy(static_cast<char*>(dst) + reads[k].dst_offset,
+                    staged.data() + (reads[k].src_offset - reads[i].src_offset), reads[k].bytes);
     }
     i = j;
   }
 }
 
-void CheckpointReader::read_boxes(const std::string& name, const std::vector<ChunkBox>& want, void* dst, uint64_t dst_bytes) {
+void CheckpointReader::read_boxes(const std::string& name, const std::vector<ChunkBox>& want,
+                                  void* dst, uint64_t dst_bytes) {
   uint64_t at = 0;
   const CheckpointTensor* t = meta_.find(name);
-  if (!t) throw InputError(folder_, "has no tensor '" + name + "'", "the checkpoint is of another model");
+  if (!t)
+    throw InputError(folder_, "has no tensor '" + name + "'", "the checkpoint is of another model");
   const uint64_t esize = *safetensors_dtype_size(t->dtype);
   for (const ChunkBox& b : want) {
     const uint64_t bytes = static_cast<uint64_t>(box_numel(b)) * esize;
-    FULLSHARD_CHECK(at + bytes <= dst_bytes, "read_boxes: destination of " + std::to_string(dst_bytes) + " bytes is too small for '" + name + "'");
+    FULLSHARD_CHECK(at + bytes <= dst_bytes, "read_boxes: destination of " +
+                                                 std::to_string(dst_bytes) +
+                                                 " bytes is too small for '" + name + "'");
     read_box(name, b, static_cast<char*>(dst) + at, bytes);
     at += bytes;
   }
-  FULLSHARD_CHECK(at == dst_bytes, "read_boxes: destination of " + std::to_string(dst_bytes) + " bytes for " +
-                                       std::to_string(at) + " bytes of '" + name + "'");
+  FULLSHARD_CHECK(at == dst_bytes, "read_boxes: destination of " + std::to_string(dst_bytes) +
+                                       " bytes for " + std::to_string(at) + " bytes of '" + name +
+                                       "'");
 }
 
 void CheckpointReader::verify() {

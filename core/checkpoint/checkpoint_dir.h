@@ -21,14 +21,15 @@
 
 namespace fullshard {
 
-std::string step_folder_name(int64_t step);                      // "step-00000006"
-std::string shard_file_name(int shard_rank, int shard_world);    // "shard-00000-of-00002.safetensors"
+std::string step_folder_name(int64_t step);                    // "step-00000006"
+std::string shard_file_name(int shard_rank, int shard_world);  // "shard-00000-of-00002.safetensors"
 inline constexpr const char* kMetadataFile = "metadata.json";
 inline constexpr const char* kLatestFile = "latest";
 
 // Creates `root`/step-N (and `root`), removing a stale metadata.json of an earlier save of
-// the same step so that the folder is uncommitted while it is rewritten, then its other files. Called by rank 0
-// before the ranks write. Throws InputError naming `flag` when the folder cannot be made.
+// the same step so that the folder is uncommitted while it is rewritten, then its other files.
+// Called by rank 0 before the ranks write. Throws InputError naming `flag` when the folder cannot
+// be made.
 std::string begin_checkpoint(const std::string& root, int64_t step, const std::string& flag);
 // Rank 0, after every rank file is written: fills `m.files` sizes from disk, writes
 // metadata.json (atomically), fsyncs the folder, then updates `latest` and fsyncs the root.
@@ -45,7 +46,8 @@ void commit_checkpoint(const std::string& root, CheckpointMetadata m, const std:
 // the same way; newer ones are left alone.
 // Deletes as above; keep_last <= 0 keeps everything. Returns the folder names deleted.
 // Throws InputError naming `flag` when a folder cannot be renamed or removed.
-std::vector<std::string> prune_checkpoints(const std::string& root, int keep_last, const std::string& flag);
+std::vector<std::string> prune_checkpoints(const std::string& root, int keep_last,
+                                           const std::string& flag);
 inline constexpr const char* kDeletingPrefix = ".deleting-";
 
 // The checkpoint folder `which` names: "latest" (the highest committed step under `root`) or a
@@ -69,7 +71,8 @@ class CheckpointReader {
   void read_box(const std::string& name, const ChunkBox& want, void* dst, uint64_t dst_bytes);
   // Fills `dst` with the boxes `want` one after another (a multi-box piece: NOTE [Multi-box
   // pieces of fused weights]), each as read_box does.
-  void read_boxes(const std::string& name, const std::vector<ChunkBox>& want, void* dst, uint64_t dst_bytes);
+  void read_boxes(const std::string& name, const std::vector<ChunkBox>& want, void* dst,
+                  uint64_t dst_bytes);
   // Opens every file and checks its size, header and every chunk's entry (dtype, shape)
   // against the metadata. Throws InputError at the first mismatch.
   void verify();

@@ -16,55 +16,76 @@ constexpr int64_t kMaxI = std::numeric_limits<int64_t>::max();
 
 Shape parse_dims(const nlohmann::json& v, const std::string& path, size_t n) {
   if (!v.is_array() || v.size() != n)
-    throw InputError(path, "is " + jr::show(v) + ", not " + std::to_string(n) + " numbers (one per dim of shape)",
-                     "the metadata is damaged");
+    throw InputError(
+        path,
+        "is " + jr::show(v) + ", not " + std::to_string(n) + " numbers (one per dim of shape)",
+        "the metadata is damaged");
   Shape out;
-  for (size_t i = 0; i < n; ++i) out.push_back(jr::get_int(v[i], jr::index_path(path, i), 0, kMaxI, "0"));
+  for (size_t i = 0; i < n; ++i)
+    out.push_back(jr::get_int(v[i], jr::index_path(path, i), 0, kMaxI, "0"));
   return out;
 }
 
-void parse_tensor(const nlohmann::json& t, const std::string& path, const std::set<std::string>& files, int version,
-                  CheckpointTensor& out) {
-  jr::require_object(t, path, R"({"name": "param/w", "dtype": "F32", "shape": [4], "chunks": [...]})");
+void parse_tensor(const nlohmann::json& t, const std::string& path,
+                  const std::set<std::string>& files, int version, CheckpointTensor& out) {
+  jr::require_object(t, path,
+                     R"({"name": "param/w", "dtype": "F32", "shape": [4], "chunks": [...]})");
   jr::reject_unknown_fields(t, path, {"name", "dtype", "shape", "placements", "chunks"});
-  for (const char* k : {"name", "dtype", "shape", "chunks"}) jr::require_field(t, path, k, "the metadata is damaged");
+  for (const char* k : {"name", "dtype", "shape", "chunks"})
+    jr::require_field(t, path, k, "the metadata is damaged");
   out.name = jr::get_string(t["name"], jr::child_path(path, "name"), "\"param/w\"");
   out.dtype = jr::get_string(t["dtype"], jr::child_path(path, "dtype"), "\"F32\"");
   if (!safetensors_dtype_size(out.dtype))
-    throw InputError(jr::child_path(path, "dtype"), "unknown dtype '" + out.dtype + "'", "use F32, BF16, F16, ...");
+    throw InputError(jr::child_path(path, "dtype"), "unknown dtype '" + out.dtype + "'",
+                     "use F32, BF16, F16, ...");
   const auto& shape = t["shape"];
   if (!shape.is_array() || shape.empty() || shape.size() > 8)
-    throw InputError(jr::child_path(path, "shape"), "is " + jr::show(shape) + ", not 1 to 8 dims", "write [rows, ...]");
+    throw InputError(jr::child_path(path, "shape"), "is " + jr::show(shape) + ", not 1 to 8 dims",
+                     "write [rows, ...]");
   for (size_t i = 0; i < shape.size(); ++i)
-    out.shape.push_back(jr::get_int(shape[i], jr::index_path(jr::child_path(path, "shape"), i), 0, int64_t{1} << 40, "4096"));
+    out.shape.push_back(jr::get_int(shape[i], jr::index_path(jr::child_path(path, "shape"), i), 0,
+                                    int64_t{1} << 40, "4096"));
   if (t.contains("placements")) {
     const std::string pp = jr::child_path(path, "placements");
     if (!t["placements"].is_array() || t["placements"].size() > 8)
-      throw InputError(pp, "is " + jr::show(t["placements"]) + ", not a list of placements", "the metadata is damaged");
+      throw InputError(pp, "is " + jr::show(t["placements"]) + ", not a list of placements",
+                       "the metadata is damaged");
     for (size_t i = 0; i < t["placements"].size(); ++i)
-      out.placements.push_back(jr::get_string(t["placements"][i], jr::index_path(pp, i), "\"Shard(0)\""));
+      out.placements.push_back(
+          jr::get_string(t["placements"][i], jr::index_path(pp, i), "\"Shard(0)\""));
   }
   const auto& chunks = t["chunks"];
   const std::string cpath = jr::child_path(path, "chunks");
-  if (!chunks.is_array()) throw InputError(cpath, "is " + jr::describe(chunks) + ", not an array", "the metadata is damaged");
+  if (!chunks.is_array())
+    throw InputError(cpath, "is " + jr::describe(chunks) + ", not an array",
+                     "the metadata is damaged");
   // Version 1 stored row ranges {row_begin, rows}; version 2 boxes {offsets, lengths}.
   const std::vector<std::string> keys =
-      version == 1 ? std::vector<std::string>{"file", "row_begin", "rows"} : std::vector<std::string>{"file", "offsets", "lengths"};
+      version == 1 ? std::vector<std::string>{"file", "row_begin", "rows"}
+                   : std::vector<std::string>{"file", "offsets", "lengths"};
   for (size_t i = 0; i < chunks.size(); ++i) {
     const std::string p = jr::index_path(cpath, i);
-    jr::require_object(chunks[i], p, R"({"file": "shard-00000-of-00002.safetensors", "offsets": [0, 0], "lengths": [9, 4]})");
+    jr::require_object(
+        chunks[i], p,
+        R"({"file": "shard-00000-of-00002.safetensors", "offsets": [0, 0], "lengths": [9, 4]})");
     jr::reject_unknown_fields(chunks[i], p, keys);
     for (const auto& k : keys) jr::require_field(chunks[i], p, k, "the metadata is damaged");
     CheckpointChunk c;
-    c.file = jr::get_string(chunks[i]["file"], jr::child_path(p, "file"), "\"shard-00000-of-00002.safetensors\"");
+    c.file = jr::get_string(chunks[i]["file"], jr::child_path(p, "file"),
+                            "\"shard-00000-of-00002.safetensors\"");
     if (!files.count(c.file))
-      throw InputError(jr::child_path(p, "file"), "'" + c.file + "' is not in files", "the metadata is damaged");
+      throw InputError(jr::child_path(p, "file"), "'" + c.file + "' is not in files",
+                       "the metadata is damaged");
     if (version == 1) {
-      c.box = rows_box(out.shape, jr::get_int(chunks[i]["row_begin"], jr::child_path(p, "row_begin"), 0, kMaxI, "0"),
-                       jr::get_int(chunks[i]["rows"], jr::child_path(p, "rows"), 0, kMaxI, "9"));
+      c.box = rows_box(
+          out.shape,
+          jr::get_int(chunks[i]["row_begin"], jr::child_path(p, "row_begin"), 0, kMaxI, "0"),
+          jr::get_int(chunks[i]["rows"], jr::child_path(p, "rows"), 0, kMaxI, "9"));
     } else {
-      c.box.offsets = parse_dims(chunks[i]["offsets"], jr::child_path(p, "offsets"), out.shape.size());
-      c.box.lengths = parse_dims(chunks[i]["lengths"], jr::child_path(p, "lengths"), out.shape.size());
+      c.box.offsets =
+          parse_dims(chunks[i]["offsets"], jr::child_path(p, "offsets"), out.shape.size());
+      c.box.lengths =
+          parse_dims(chunks[i]["lengths"], jr::child_path(p, "lengths"), out.shape.size());
     }
     out.chunks.push_back(c);
   }
@@ -75,45 +96,56 @@ void parse_tensor(const nlohmann::json& t, const std::string& path, const std::s
 
 CheckpointMetadata parse(const nlohmann::json& j) {
   jr::require_object(j, "", R"({"format": "fullshard-checkpoint", ...})");
-  const std::vector<std::string> known = {"format", "version", "scenario", "arch", "step", "next_step", "seed",
-                                          "world_size", "mesh", "optimizer_steps", "files", "tensors"};
+  const std::vector<std::string> known = {"format", "version",         "scenario", "arch",
+                                          "step",   "next_step",       "seed",     "world_size",
+                                          "mesh",   "optimizer_steps", "files",    "tensors"};
   std::vector<std::string> accepted = known;
   accepted.push_back("data");  // optional: token data sets only
   jr::reject_unknown_fields(j, "", accepted);
-  for (const auto& k : known) jr::require_field(j, "", k, "the metadata is damaged or not a fullshard checkpoint");
+  for (const auto& k : known)
+    jr::require_field(j, "", k, "the metadata is damaged or not a fullshard checkpoint");
   if (j["format"] != "fullshard-checkpoint")
     throw InputError("format", "is " + jr::show(j["format"]) + ", not \"fullshard-checkpoint\"",
                      "give a folder that `fullshard train --checkpoint-dir` wrote");
   CheckpointMetadata m;
   m.version = static_cast<int>(jr::get_int(j["version"], "version", 1, 1000, "2"));
   if (m.version < 1 || m.version > kCheckpointFormatVersion)
-    throw InputError("version", "is " + std::to_string(m.version) + "; this fullshard reads versions 1 to " +
-                                    std::to_string(kCheckpointFormatVersion),
+    throw InputError("version",
+                     "is " + std::to_string(m.version) + "; this fullshard reads versions 1 to " +
+                         std::to_string(kCheckpointFormatVersion),
                      "use the fullshard that wrote the checkpoint");
   m.scenario = jr::get_string(j["scenario"], "scenario", "\"tiny\"");
   m.arch = jr::get_choice(j["arch"], "arch", {"llama", "gpt2"});
   m.step = jr::get_int(j["step"], "step", 0, kMaxI, "3");
   m.next_step = jr::get_int(j["next_step"], "next_step", 0, kMaxI, "3");
   const auto& seed = j["seed"];
-  if (!seed.is_number_integer() || (seed.is_number_integer() && !seed.is_number_unsigned() && seed.get<int64_t>() < 0))
-    throw InputError("seed", "is " + jr::describe(seed) + ", not an integer >= 0", "the metadata is damaged");
+  if (!seed.is_number_integer() ||
+      (seed.is_number_integer() && !seed.is_number_unsigned() && seed.get<int64_t>() < 0))
+    throw InputError("seed", "is " + jr::describe(seed) + ", not an integer >= 0",
+                     "the metadata is damaged");
   m.seed = seed.get<uint64_t>();
   m.world_size = static_cast<int>(jr::get_int(j["world_size"], "world_size", 1, 1 << 20, "2"));
   jr::require_object(j["mesh"], "mesh", R"({"replicate": 1, "shard": 2, "tp": 1})");
   jr::reject_unknown_fields(j["mesh"], "mesh", {"replicate", "shard", "tp"});
-  for (const char* k : {"replicate", "shard"}) jr::require_field(j["mesh"], "mesh", k, "the metadata is damaged");
-  m.replicate = static_cast<int>(jr::get_int(j["mesh"]["replicate"], "mesh.replicate", 1, 1 << 20, "1"));
+  for (const char* k : {"replicate", "shard"})
+    jr::require_field(j["mesh"], "mesh", k, "the metadata is damaged");
+  m.replicate =
+      static_cast<int>(jr::get_int(j["mesh"]["replicate"], "mesh.replicate", 1, 1 << 20, "1"));
   m.shard = static_cast<int>(jr::get_int(j["mesh"]["shard"], "mesh.shard", 1, 1 << 20, "2"));
-  if (j["mesh"].contains("tp")) m.tp = static_cast<int>(jr::get_int(j["mesh"]["tp"], "mesh.tp", 1, 1 << 20, "2"));
+  if (j["mesh"].contains("tp"))
+    m.tp = static_cast<int>(jr::get_int(j["mesh"]["tp"], "mesh.tp", 1, 1 << 20, "2"));
   if (static_cast<int64_t>(m.replicate) * m.shard * m.tp != m.world_size)
-    throw InputError("mesh", "replicate " + std::to_string(m.replicate) + " x shard " + std::to_string(m.shard) +
-                                 (m.tp > 1 ? " x tp " + std::to_string(m.tp) : "") + " is not world_size " +
-                                 std::to_string(m.world_size),
+    throw InputError("mesh",
+                     "replicate " + std::to_string(m.replicate) + " x shard " +
+                         std::to_string(m.shard) +
+                         (m.tp > 1 ? " x tp " + std::to_string(m.tp) : "") + " is not world_size " +
+                         std::to_string(m.world_size),
                      "the metadata is damaged");
   m.optimizer_steps = jr::get_int(j["optimizer_steps"], "optimizer_steps", 0, kMaxI, "3");
   if (j.contains("data")) {
     const auto& d = j["data"];
-    jr::require_object(d, "data", R"({"source": "train.bin", "samples": 64, "epoch": 0, "window": 64})");
+    jr::require_object(d, "data",
+                       R"({"source": "train.bin", "samples": 64, "epoch": 0, "window": 64})");
     const std::vector<std::string> dk = {"source", "samples", "epoch", "window"};
     jr::reject_unknown_fields(d, "data", dk);
     for (const auto& k : dk) jr::require_field(d, "data", k, "the metadata is damaged");
@@ -124,7 +156,9 @@ CheckpointMetadata parse(const nlohmann::json& j) {
     p.window = jr::get_int(d["window"], "data.window", 0, kMaxI, "64");
     m.data = p;
   }
-  if (!j["files"].is_array()) throw InputError("files", "is " + jr::describe(j["files"]) + ", not an array", "the metadata is damaged");
+  if (!j["files"].is_array())
+    throw InputError("files", "is " + jr::describe(j["files"]) + ", not an array",
+                     "the metadata is damaged");
   std::set<std::string> files;
   for (size_t i = 0; i < j["files"].size(); ++i) {
     const std::string p = jr::index_path("files", i);
@@ -133,21 +167,28 @@ CheckpointMetadata parse(const nlohmann::json& j) {
     jr::reject_unknown_fields(f, p, {"name", "bytes"});
     for (const char* k : {"name", "bytes"}) jr::require_field(f, p, k, "the metadata is damaged");
     CheckpointFile cf;
-    cf.name = jr::get_string(f["name"], jr::child_path(p, "name"), "\"shard-00000-of-00002.safetensors\"");
+    cf.name = jr::get_string(f["name"], jr::child_path(p, "name"),
+                             "\"shard-00000-of-00002.safetensors\"");
     if (cf.name.empty() || cf.name.find('/') != std::string::npos || cf.name[0] == '.')
       throw InputError(jr::child_path(p, "name"), "'" + cf.name + "' is not a plain file name",
                        "the metadata is damaged (files are inside the checkpoint folder)");
-    if (!files.insert(cf.name).second) throw InputError(jr::child_path(p, "name"), "'" + cf.name + "' is listed twice", "the metadata is damaged");
-    cf.bytes = static_cast<uint64_t>(jr::get_int(f["bytes"], jr::child_path(p, "bytes"), 8, kMaxI, "1024"));
+    if (!files.insert(cf.name).second)
+      throw InputError(jr::child_path(p, "name"), "'" + cf.name + "' is listed twice",
+                       "the metadata is damaged");
+    cf.bytes = static_cast<uint64_t>(
+        jr::get_int(f["bytes"], jr::child_path(p, "bytes"), 8, kMaxI, "1024"));
     m.files.push_back(cf);
   }
-  if (!j["tensors"].is_array()) throw InputError("tensors", "is " + jr::describe(j["tensors"]) + ", not an array", "the metadata is damaged");
+  if (!j["tensors"].is_array())
+    throw InputError("tensors", "is " + jr::describe(j["tensors"]) + ", not an array",
+                     "the metadata is damaged");
   std::set<std::string> names;
   for (size_t i = 0; i < j["tensors"].size(); ++i) {
     CheckpointTensor t;
     parse_tensor(j["tensors"][i], jr::index_path("tensors", i), files, m.version, t);
     if (!names.insert(t.name).second)
-      throw InputError(jr::index_path("tensors", i), "tensor '" + t.name + "' is listed twice", "the metadata is damaged");
+      throw InputError(jr::index_path("tensors", i), "tensor '" + t.name + "' is listed twice",
+                       "the metadata is damaged");
     m.tensors.push_back(std::move(t));
   }
   return m;
@@ -167,7 +208,8 @@ CheckpointTensor sharded_tensor(std::string name, std::string dtype, Shape shape
   return placed_tensor(std::move(name), std::move(dtype), std::move(shape), l);
 }
 
-CheckpointTensor placed_tensor(std::string name, std::string dtype, Shape shape, const PieceLayout& layout) {
+CheckpointTensor placed_tensor(std::string name, std::string dtype, Shape shape,
+                               const PieceLayout& layout) {
   CheckpointTensor t;
   t.name = std::move(name);
   t.dtype = std::move(dtype);
@@ -191,13 +233,17 @@ nlohmann::json metadata_to_json(const CheckpointMetadata& m) {
   j["mesh"] = {{"replicate", m.replicate}, {"shard", m.shard}, {"tp", m.tp}};
   j["optimizer_steps"] = m.optimizer_steps;
   if (m.data)
-    j["data"] = {{"source", m.data->source}, {"samples", m.data->samples}, {"epoch", m.data->epoch}, {"window", m.data->window}};
+    j["data"] = {{"source", m.data->source},
+                 {"samples", m.data->samples},
+                 {"epoch", m.data->epoch},
+                 {"window", m.data->window}};
   j["files"] = nlohmann::json::array();
   for (const auto& f : m.files) j["files"].push_back({{"name", f.name}, {"bytes", f.bytes}});
   j["tensors"] = nlohmann::json::array();
   for (const auto& t : m.tensors) {
     nlohmann::json chunks = nlohmann::json::array();
-    for (const auto& c : t.chunks) chunks.push_back({{"file", c.file}, {"offsets", c.box.offsets}, {"lengths", c.box.lengths}});
+    for (const auto& c : t.chunks)
+      chunks.push_back({{"file", c.file}, {"offsets", c.box.offsets}, {"lengths", c.box.lengths}});
     nlohmann::json jt = {{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape}};
     if (!t.placements.empty()) jt["placements"] = t.placements;
     jt["chunks"] = chunks;

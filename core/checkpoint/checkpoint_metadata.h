@@ -32,10 +32,12 @@ struct CheckpointChunk {
 };
 
 struct CheckpointTensor {
-  std::string name;   // "param/<fqn>", "exp_avg/<fqn>", "exp_avg_sq/<fqn>": also its key in the files
+  std::string
+      name;  // "param/<fqn>", "exp_avg/<fqn>", "exp_avg_sq/<fqn>": also its key in the files
   std::string dtype;  // safetensors name ("F32")
   Shape shape;        // global
-  std::vector<std::string> placements;  // DTensor's over the saving mesh (informational; dtensor_placements)
+  std::vector<std::string>
+      placements;  // DTensor's over the saving mesh (informational; dtensor_placements)
   std::vector<CheckpointChunk> chunks;  // tiling the tensor (validate_boxes)
 };
 
@@ -49,20 +51,20 @@ struct CheckpointDataPosition {
   std::string source;   // the data path as the scenario gave it (informational)
   int64_t samples = 0;  // global sequences read: the next step's first global sample
   int64_t epoch = 0;
-  int64_t window = 0;   // the next sequence's index within the epoch
+  int64_t window = 0;  // the next sequence's index within the epoch
 };
 
 struct CheckpointMetadata {
   int version = kCheckpointFormatVersion;
-  std::string scenario;            // the scenario's name (informational)
-  std::string arch = "llama";      // the model's architecture: "llama" or "gpt2" (export names)
-  int64_t step = 0;                // optimizer steps completed
-  int64_t next_step = 0;           // data position: the step index the resumed run starts at
-  uint64_t seed = 0;               // NOTE [Checkpoint state that is not a tensor]
+  std::string scenario;        // the scenario's name (informational)
+  std::string arch = "llama";  // the model's architecture: "llama" or "gpt2" (export names)
+  int64_t step = 0;            // optimizer steps completed
+  int64_t next_step = 0;       // data position: the step index the resumed run starts at
+  uint64_t seed = 0;           // NOTE [Checkpoint state that is not a tensor]
   int world_size = 1;
-  int replicate = 1, shard = 1;    // mesh: replicate x shard (HSDP); FSDP is replicate 1
-  int tp = 1;                      // the tp dim: world_size = replicate x shard x tp
-  int64_t optimizer_steps = 0;     // AdamW's step count (bias correction)
+  int replicate = 1, shard = 1;  // mesh: replicate x shard (HSDP); FSDP is replicate 1
+  int tp = 1;                    // the tp dim: world_size = replicate x shard x tp
+  int64_t optimizer_steps = 0;   // AdamW's step count (bias correction)
   std::optional<CheckpointDataPosition> data;  // token data sets only
   std::vector<CheckpointFile> files;
   std::vector<CheckpointTensor> tensors;
@@ -74,7 +76,8 @@ struct CheckpointMetadata {
 CheckpointTensor sharded_tensor(std::string name, std::string dtype, Shape shape, int shard_world);
 // The metadata of a tensor saved under `layout` (NOTE [Strided pieces of tensor-parallel
 // weights]): the pieces stored_pieces gives, in files shard_file_name(i, piece_files(layout)).
-CheckpointTensor placed_tensor(std::string name, std::string dtype, Shape shape, const PieceLayout& layout);
+CheckpointTensor placed_tensor(std::string name, std::string dtype, Shape shape,
+                               const PieceLayout& layout);
 
 nlohmann::json metadata_to_json(const CheckpointMetadata& m);
 // Validates every field (types, ranges, chunks tiling each tensor, chunk files listed in

@@ -23,16 +23,19 @@ struct Planned {
 };
 
 // [rows, cols] -> [cols, rows], elements of `esize` bytes.
-std::vector<uint8_t> transposed(const std::vector<uint8_t>& in, int64_t rows, int64_t cols, uint64_t esize) {
+std::vector<uint8_t> transposed(const std::vector<uint8_t>& in, int64_t rows, int64_t cols,
+                                uint64_t esize) {
   std::vector<uint8_t> out(in.size());
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c)
-      std::memcpy(&out[static_cast<size_t>((c * rows + r)) * esize], &in[static_cast<size_t>((r * cols + c)) * esize], esize);
+      std::memcpy(&out[static_cast<size_t>((c * rows + r)) * esize],
+                  &in[static_cast<size_t>((r * cols + c)) * esize], esize);
   return out;
 }
 
 // Writes `tensors` (a slice of the plan) into one safetensors file, one tensor in memory at a time.
-void write_file(CheckpointReader& reader, const std::vector<Planned>& tensors, const std::string& path) {
+void write_file(CheckpointReader& reader, const std::vector<Planned>& tensors,
+                const std::string& path) {
   std::vector<SafetensorsTensor> heads;
   for (const auto& t : tensors) heads.push_back({t.out.name, t.source->dtype, t.shape, nullptr});
   OutputFile out(path, "--safetensors");
@@ -41,8 +44,10 @@ void write_file(CheckpointReader& reader, const std::vector<Planned>& tensors, c
     std::vector<uint8_t> bytes(t.bytes);
     reader.read_shard(t.source->name, 1, 0, bytes.data(), bytes.size());
     if (t.out.transpose)
-      bytes = transposed(bytes, t.source->shape[0], t.source->shape[1], *safetensors_dtype_size(t.source->dtype));
-    if (!bytes.empty()) out.write(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+      bytes = transposed(bytes, t.source->shape[0], t.source->shape[1],
+                         *safetensors_dtype_size(t.source->dtype));
+    if (!bytes.empty())
+      out.write(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
   }
   out.commit();
 }
@@ -53,7 +58,8 @@ HfTensorName export_name(const std::string& arch, const std::string& fqn, bool h
   if (!hf_names) return {fqn, false};
   const auto n = hf_tensor_name(arch, fqn);
   if (!n)
-    throw InputError("--safetensors", "parameter '" + fqn + "' of this " + arch + " model has no Hugging Face name",
+    throw InputError("--safetensors",
+                     "parameter '" + fqn + "' of this " + arch + " model has no Hugging Face name",
                      "export with --names fullshard");
   return *n;
 }
@@ -63,10 +69,11 @@ ExportResult export_safetensors(CheckpointReader& reader, const ExportOptions& o
   std::vector<Planned> plan;
   for (const auto& t : m.tensors) {
     if (t.name.rfind(kParamPrefix, 0) != 0) continue;  // optimizer state is not part of the weights
-    Planned p{&t, export_name(m.arch, t.name.substr(std::strlen(kParamPrefix)), o.hf_names), t.shape,
-              static_cast<uint64_t>(numel(t.shape)) * *safetensors_dtype_size(t.dtype)};
+    Planned p{&t, export_name(m.arch, t.name.substr(std::strlen(kParamPrefix)), o.hf_names),
+              t.shape, static_cast<uint64_t>(numel(t.shape)) * *safetensors_dtype_size(t.dtype)};
     if (p.out.transpose) {
-      FULLSHARD_CHECK(t.shape.size() == 2, "transposed export of a tensor that is not 2-D: " + t.name);
+      FULLSHARD_CHECK(t.shape.size() == 2,
+                      "transposed export of a tensor that is not 2-D: " + t.name);
       p.shape = {t.shape[1], t.shape[0]};
     }
     plan.push_back(std::move(p));
@@ -82,7 +89,8 @@ ExportResult export_safetensors(CheckpointReader& reader, const ExportOptions& o
   std::error_code ec;
   fs::create_directories(o.out, ec);
   if (ec || !fs::is_directory(o.out))
-    throw InputError("--safetensors", "cannot create folder '" + o.out + "'" + (ec ? ": " + ec.message() : ""),
+    throw InputError("--safetensors",
+                     "cannot create folder '" + o.out + "'" + (ec ? ": " + ec.message() : ""),
                      "give a writable folder (with --max-shard-size the output is a folder)");
   std::vector<std::vector<Planned>> groups;
   uint64_t in_group = 0;
@@ -95,7 +103,8 @@ ExportResult export_safetensors(CheckpointReader& reader, const ExportOptions& o
     in_group += p.bytes;
   }
   if (groups.empty()) groups.emplace_back();
-  nlohmann::json index = {{"metadata", {{"total_size", res.data_bytes}}}, {"weight_map", nlohmann::json::object()}};
+  nlohmann::json index = {{"metadata", {{"total_size", res.data_bytes}}},
+                          {"weight_map", nlohmann::json::object()}};
   for (size_t i = 0; i < groups.size(); ++i) {
     char name[64];
     std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", i + 1, groups.size());

@@ -13,9 +13,10 @@
 namespace fullshard {
 
 struct ExportOptions {
-  std::string out;               // a .safetensors file, or a folder with max_shard_bytes
-  uint64_t max_shard_bytes = 0;  // 0: one file; else files of at most this many data bytes (a larger tensor gets its own)
-  bool hf_names = true;          // false: fullshard's names and layouts, unchanged
+  std::string out;  // a .safetensors file, or a folder with max_shard_bytes
+  uint64_t max_shard_bytes =
+      0;  // 0: one file; else files of at most this many data bytes (a larger tensor gets its own)
+  bool hf_names = true;  // false: fullshard's names and layouts, unchanged
 };
 
 struct ExportResult {

@@ -28,12 +28,18 @@ constexpr Rule kLlamaBlock[] = {
     {"feed_forward.w3.weight", "mlp.up_proj.weight", false},
 };
 constexpr Rule kGpt2Block[] = {
-    {"ln_1.weight", "ln_1.weight", false},           {"ln_1.bias", "ln_1.bias", false},
-    {"attn.c_attn.weight", "attn.c_attn.weight", true}, {"attn.c_attn.bias", "attn.c_attn.bias", false},
-    {"attn.c_proj.weight", "attn.c_proj.weight", true}, {"attn.c_proj.bias", "attn.c_proj.bias", false},
-    {"ln_2.weight", "ln_2.weight", false},           {"ln_2.bias", "ln_2.bias", false},
-    {"mlp.c_fc.weight", "mlp.c_fc.weight", true},     {"mlp.c_fc.bias", "mlp.c_fc.bias", false},
-    {"mlp.c_proj.weight", "mlp.c_proj.weight", true}, {"mlp.c_proj.bias", "mlp.c_proj.bias", false},
+    {"ln_1.weight", "ln_1.weight", false},
+    {"ln_1.bias", "ln_1.bias", false},
+    {"attn.c_attn.weight", "attn.c_attn.weight", true},
+    {"attn.c_attn.bias", "attn.c_attn.bias", false},
+    {"attn.c_proj.weight", "attn.c_proj.weight", true},
+    {"attn.c_proj.bias", "attn.c_proj.bias", false},
+    {"ln_2.weight", "ln_2.weight", false},
+    {"ln_2.bias", "ln_2.bias", false},
+    {"mlp.c_fc.weight", "mlp.c_fc.weight", true},
+    {"mlp.c_fc.bias", "mlp.c_fc.bias", false},
+    {"mlp.c_proj.weight", "mlp.c_proj.weight", true},
+    {"mlp.c_proj.bias", "mlp.c_proj.bias", false},
 };
 
 }  // namespace
@@ -44,7 +50,8 @@ std::optional<HfTensorName> hf_tensor_name(const std::string& arch, const std::s
   static const std::regex block(R"(layers\.([0-9]+)\.(.+))");
   std::smatch m;
   if (std::regex_match(fqn, m, block)) {
-    const std::string prefix = llama ? "model.layers." + m[1].str() + "." : "transformer.h." + m[1].str() + ".";
+    const std::string prefix =
+        llama ? "model.layers." + m[1].str() + "." : "transformer.h." + m[1].str() + ".";
     const Rule* b = llama ? std::begin(kLlamaBlock) : std::begin(kGpt2Block);
     const Rule* e = llama ? std::end(kLlamaBlock) : std::end(kGpt2Block);
     for (const Rule* r = b; r != e; ++r)
@@ -52,11 +59,14 @@ std::optional<HfTensorName> hf_tensor_name(const std::string& arch, const std::s
     return std::nullopt;
   }
   static const std::pair<const char*, const char*> kLlamaTop[] = {
-      {"tok_embeddings.weight", "model.embed_tokens.weight"}, {"norm.weight", "model.norm.weight"}, {"output.weight", "lm_head.weight"}};
-  static const std::pair<const char*, const char*> kGpt2Top[] = {{"wte.weight", "transformer.wte.weight"},
-                                                                 {"wpe.weight", "transformer.wpe.weight"},
-                                                                 {"ln_f.weight", "transformer.ln_f.weight"},
-                                                                 {"ln_f.bias", "transformer.ln_f.bias"}};
+      {"tok_embeddings.weight", "model.embed_tokens.weight"},
+      {"norm.weight", "model.norm.weight"},
+      {"output.weight", "lm_head.weight"}};
+  static const std::pair<const char*, const char*> kGpt2Top[] = {
+      {"wte.weight", "transformer.wte.weight"},
+      {"wpe.weight", "transformer.wpe.weight"},
+      {"ln_f.weight", "transformer.ln_f.weight"},
+      {"ln_f.bias", "transformer.ln_f.bias"}};
   if (llama) {
     for (const auto& [o, h] : kLlamaTop)
       if (fqn == o) return HfTensorName{h, false};

@@ -8,14 +8,15 @@
 namespace fullshard {
 
 ChunkBox piece_box(const Shape& global, const PieceLayout& l, int tp_index, int shard_rank) {
-  FULLSHARD_CHECK(!global.empty() && l.tp_degree >= 1 && l.shard_world >= 1 && tp_index >= 0 && tp_index < l.tp_degree &&
-                      shard_rank >= 0 && shard_rank < l.shard_world,
+  FULLSHARD_CHECK(!global.empty() && l.tp_degree >= 1 && l.shard_world >= 1 && tp_index >= 0 &&
+                      tp_index < l.tp_degree && shard_rank >= 0 && shard_rank < l.shard_world,
                   "piece_box: bad layout");
   FULLSHARD_CHECK(!multi_box(l), "piece_box: a blocked tp layout is several boxes (piece_boxes)");
   Shape local = global;
   if (l.tp_dim >= 0) {
-    FULLSHARD_CHECK(static_cast<size_t>(l.tp_dim) < global.size() && global[l.tp_dim] % l.tp_degree == 0,
-                    "piece_box: tp dim does not split evenly");
+    FULLSHARD_CHECK(
+        static_cast<size_t>(l.tp_dim) < global.size() && global[l.tp_dim] % l.tp_degree == 0,
+        "piece_box: tp dim does not split evenly");
     local[l.tp_dim] /= l.tp_degree;
   }
   // NOTE [Strided pieces of tensor-parallel weights]
@@ -25,9 +26,11 @@ ChunkBox piece_box(const Shape& global, const PieceLayout& l, int tp_index, int 
   return b;
 }
 
-std::vector<ChunkBox> piece_boxes(const Shape& global, const PieceLayout& l, int tp_index, int shard_rank) {
+std::vector<ChunkBox> piece_boxes(const Shape& global, const PieceLayout& l, int tp_index,
+                                  int shard_rank) {
   if (!multi_box(l)) return {piece_box(global, l, tp_index, shard_rank)};
-  FULLSHARD_CHECK(!global.empty() && tp_index >= 0 && tp_index < l.tp_degree && shard_rank >= 0 && shard_rank < l.shard_world,
+  FULLSHARD_CHECK(!global.empty() && tp_index >= 0 && tp_index < l.tp_degree && shard_rank >= 0 &&
+                      shard_rank < l.shard_world,
                   "piece_boxes: bad layout");
   const int64_t T = l.tp_degree, B = l.tp_blocks;
   FULLSHARD_CHECK(global[0] % (T * B) == 0, "piece_boxes: rows do not split into blocks over tp");
@@ -35,11 +38,13 @@ std::vector<ChunkBox> piece_boxes(const Shape& global, const PieceLayout& l, int
   const int64_t local_rows = global[0] / T, block = local_rows / B, global_block = global[0] / B;
   const int64_t first = shard_row_offset(local_rows, l.shard_world, shard_rank);
   const int64_t end = first + shard_rows(local_rows, l.shard_world, shard_rank);
-  if (first >= end) return {rows_box(global, std::min(first / block, B - 1) * global_block + tp_index * block, 0)};
+  if (first >= end)
+    return {rows_box(global, std::min(first / block, B - 1) * global_block + tp_index * block, 0)};
   std::vector<ChunkBox> out;
   for (int64_t b = first / block; b < B && b * block < end; ++b) {
     const int64_t lo = std::max(first, b * block), hi = std::min(end, (b + 1) * block);
-    out.push_back(rows_box(global, b * global_block + tp_index * block + (lo - b * block), hi - lo));
+    out.push_back(
+        rows_box(global, b * global_block + tp_index * block + (lo - b * block), hi - lo));
   }
   return out;
 }
@@ -49,9 +54,11 @@ std::vector<StoredPiece> stored_pieces(const Shape& global, const PieceLayout& l
   for (int s = 0; s < l.shard_world; ++s)
     for (int t = 0; t < l.tp_degree; ++t)
       if (stores_piece(l, t))
-        for (const ChunkBox& b : piece_boxes(global, l, t, s)) out.push_back({piece_file_index(l, t, s), b});
-  std::stable_sort(out.begin(), out.end(),
-                   [](const StoredPiece& a, const StoredPiece& b) { return a.box.offsets < b.box.offsets; });
+        for (const ChunkBox& b : piece_boxes(global, l, t, s))
+          out.push_back({piece_file_index(l, t, s), b});
+  std::stable_sort(out.begin(), out.end(), [](const StoredPiece& a, const StoredPiece& b) {
+    return a.box.offsets < b.box.offsets;
+  });
   return out;
 }
 
@@ -59,8 +66,10 @@ std::vector<std::string> dtensor_placements(const PieceLayout& l) {
   std::vector<std::string> p;
   if (l.replicate > 1) p.push_back("Replicate()");
   const bool strided = l.tp_degree > 1 && l.tp_dim == 0;
-  p.push_back(strided ? "_StridedShard(dim=0, sf=" + std::to_string(l.tp_degree) + ")" : "Shard(0)");
-  if (l.tp_degree > 1) p.push_back(l.tp_dim < 0 ? "Replicate()" : "Shard(" + std::to_string(l.tp_dim) + ")");
+  p.push_back(strided ? "_StridedShard(dim=0, sf=" + std::to_string(l.tp_degree) + ")"
+                      : "Shard(0)");
+  if (l.tp_degree > 1)
+    p.push_back(l.tp_dim < 0 ? "Replicate()" : "Shard(" + std::to_string(l.tp_dim) + ")");
   return p;
 }
 

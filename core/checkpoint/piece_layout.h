@@ -36,15 +36,18 @@
 namespace fullshard {
 
 struct PieceLayout {
-  int tp_dim = -1;       // -1: Replicate over tp; 0: Shard(0); 1: Shard(1)
-  int tp_degree = 1;     // size of the tp mesh dim
-  int shard_world = 1;   // size of FSDP's shard dim (dim-0 sharding of the tp-local tensor)
-  int replicate = 1;     // size of HSDP's replicate dim (placements only)
-  int tp_blocks = 1;     // tp_dim 0: stacked blocks each split over tp (NOTE [Multi-box pieces of fused weights])
+  int tp_dim = -1;      // -1: Replicate over tp; 0: Shard(0); 1: Shard(1)
+  int tp_degree = 1;    // size of the tp mesh dim
+  int shard_world = 1;  // size of FSDP's shard dim (dim-0 sharding of the tp-local tensor)
+  int replicate = 1;    // size of HSDP's replicate dim (placements only)
+  int tp_blocks =
+      1;  // tp_dim 0: stacked blocks each split over tp (NOTE [Multi-box pieces of fused weights])
 };
 
 // Whether a piece of this layout may be several boxes (a blocked Shard(0) over tp > 1).
-inline bool multi_box(const PieceLayout& l) { return l.tp_dim == 0 && l.tp_blocks > 1 && l.tp_degree > 1; }
+inline bool multi_box(const PieceLayout& l) {
+  return l.tp_dim == 0 && l.tp_blocks > 1 && l.tp_degree > 1;
+}
 
 // The unpadded piece tp rank `tp_index`, FSDP shard rank `shard_rank` holds, as a box of the
 // global tensor of shape `global`. Not for a multi_box layout (use piece_boxes).
@@ -54,7 +57,8 @@ ChunkBox piece_box(const Shape& global, const PieceLayout& l, int tp_index, int 
 // fused weights]): one box, except under a multi_box layout, where it is one per block the
 // piece touches (an empty piece: one empty box). The rank's unpadded local shard is their
 // row-major contents stacked on dim 0.
-std::vector<ChunkBox> piece_boxes(const Shape& global, const PieceLayout& l, int tp_index, int shard_rank);
+std::vector<ChunkBox> piece_boxes(const Shape& global, const PieceLayout& l, int tp_index,
+                                  int shard_rank);
 
 // The writer index of (shard_rank, tp_index): its rank file is shard_file_name(index, files).
 inline int piece_file_index(const PieceLayout& l, int tp_index, int shard_rank) {
@@ -63,7 +67,9 @@ inline int piece_file_index(const PieceLayout& l, int tp_index, int shard_rank) 
 inline int piece_files(const PieceLayout& l) { return l.shard_world * l.tp_degree; }
 
 // Whether tp rank `tp_index` stores its piece (a tensor replicated over tp: rank 0 only).
-inline bool stores_piece(const PieceLayout& l, int tp_index) { return l.tp_dim >= 0 || tp_index == 0; }
+inline bool stores_piece(const PieceLayout& l, int tp_index) {
+  return l.tp_dim >= 0 || tp_index == 0;
+}
 
 struct StoredPiece {
   int file_index = 0;

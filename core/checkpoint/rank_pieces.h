@@ -17,7 +17,9 @@ struct RankPieces {
   PieceLayout layout_of(const Param& p) const;
   // This rank's unpadded piece of `p`, as a box of its global tensor (not for a multi_box
   // layout: GPT-2's c_attn under tp).
-  ChunkBox box_of(const Param& p) const { return piece_box(p.global_shape(), layout_of(p), tp_index, shard_rank); }
+  ChunkBox box_of(const Param& p) const {
+    return piece_box(p.global_shape(), layout_of(p), tp_index, shard_rank);
+  }
   // The same piece as boxes in local row order (NOTE [Multi-box pieces of fused weights]).
   std::vector<ChunkBox> boxes_of(const Param& p) const {
     return piece_boxes(p.global_shape(), layout_of(p), tp_index, shard_rank);

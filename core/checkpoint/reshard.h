@@ -41,8 +41,8 @@ struct ChunkRead {
 // bytes) under a dim-0 sharding over `world` ranks, from `chunks` (validated: see below).
 // Reads are in destination order and cover the shard exactly once; a rank with an empty
 // shard reads nothing.
-std::vector<ChunkRead> reads_for_shard(const Shape& shape, uint64_t elem_size, const std::vector<SavedChunk>& chunks,
-                                       int world, int rank);
+std::vector<ChunkRead> reads_for_shard(const Shape& shape, uint64_t elem_size,
+                                       const std::vector<SavedChunk>& chunks, int world, int rank);
 
 // ---------------------------------------------------------------- pieces as boxes
 // NOTE [Pieces as boxes]: with tensor parallelism a rank's piece is not a row range of the
@@ -60,24 +60,27 @@ struct ChunkBox {
 };
 
 ChunkBox full_box(const Shape& shape);
-ChunkBox rows_box(const Shape& shape, int64_t row_begin, int64_t rows);  // whole rows [begin, begin + rows)
+ChunkBox rows_box(const Shape& shape, int64_t row_begin,
+                  int64_t rows);  // whole rows [begin, begin + rows)
 int64_t box_numel(const ChunkBox& b);
 std::string box_str(const ChunkBox& b);  // "[4:8, 0:16]"
 
 // The reads that fill `want` (a box of `shape`; the destination is its row-major storage)
 // from `chunks` (each a row-major stored box). Sorted by destination offset, covering `want`
 // exactly once when `chunks` tile `shape` (validate_boxes); an empty `want` reads nothing.
-std::vector<ChunkRead> reads_for_box(const Shape& shape, uint64_t elem_size, const std::vector<ChunkBox>& chunks,
-                                     const ChunkBox& want);
+std::vector<ChunkRead> reads_for_box(const Shape& shape, uint64_t elem_size,
+                                     const std::vector<ChunkBox>& chunks, const ChunkBox& want);
 
 // Checks that `chunks` tile `shape` exactly: every box inside the tensor, no two non-empty
 // boxes overlap, their elements sum to the tensor's. Row ranges keep validate_chunks' messages.
 // Throws InputError whose where is `where`.
-void validate_boxes(const Shape& shape, const std::vector<ChunkBox>& chunks, const std::string& where);
+void validate_boxes(const Shape& shape, const std::vector<ChunkBox>& chunks,
+                    const std::string& where);
 
 // Checks that `chunks` tile dim 0 of `shape` exactly (sorted by row_begin, no overlap, no
 // gap, ending at d0; every piece non-negative). Throws InputError whose where is `where`
 // (e.g. "metadata.json: tensor 'param/model.norm.weight'").
-void validate_chunks(const Shape& shape, const std::vector<SavedChunk>& chunks, const std::string& where);
+void validate_chunks(const Shape& shape, const std::vector<SavedChunk>& chunks,
+                     const std::string& where);
 
 }  // namespace fullshard

@@ -17,15 +17,19 @@
 namespace fullshard {
 namespace {
 
-static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian; so is every host fullshard runs on");
+static_assert(std::endian::native == std::endian::little,
+              "safetensors data is little-endian; so is every host fullshard runs on");
 
 constexpr std::pair<std::string_view, uint64_t> kDTypes[] = {
-    {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E4M3", 1}, {"F8_E5M2", 1}, {"I16", 2}, {"U16", 2}, {"F16", 2},
-    {"BF16", 2}, {"I32", 4}, {"U32", 4}, {"F32", 4},     {"I64", 8},     {"U64", 8}, {"F64", 8}};
+    {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E4M3", 1}, {"F8_E5M2", 1},
+    {"I16", 2},  {"U16", 2}, {"F16", 2}, {"BF16", 2},    {"I32", 4},
+    {"U32", 4},  {"F32", 4}, {"I64", 8}, {"U64", 8},     {"F64", 8}};
 
-const std::string kFix = "the file is damaged or not a safetensors file; write it again or download it again";
+const std::string kFix =
+    "the file is damaged or not a safetensors file; write it again or download it again";
 
-[[noreturn]] void bad(const std::string& source, const std::string& what, const std::string& problem) {
+[[noreturn]] void bad(const std::string& source, const std::string& what,
+                      const std::string& problem) {
   throw InputError(source + (what.empty() ? "" : ": " + what), problem, kFix);
 }
 
@@ -38,15 +42,19 @@ uint64_t read_le64(std::string_view p) {
 // A non-negative integer that fits in uint64 (JSON numbers may be floats, negative or huge).
 std::optional<uint64_t> as_u64(const nlohmann::json& j) {
   if (j.is_number_unsigned()) return j.get<uint64_t>();
-  if (j.is_number_integer() && j.get<int64_t>() >= 0) return static_cast<uint64_t>(j.get<int64_t>());
+  if (j.is_number_integer() && j.get<int64_t>() >= 0)
+    return static_cast<uint64_t>(j.get<int64_t>());
   return std::nullopt;
 }
 
-SafetensorsEntry parse_entry(const std::string& name, const nlohmann::json& v, const std::string& source) {
+SafetensorsEntry parse_entry(const std::string& name, const nlohmann::json& v,
+                             const std::string& source) {
   const std::string where = "tensor '" + name + "'";
-  if (!v.is_object()) bad(source, where, "header entry is " + std::string(v.type_name()) + ", not an object");
+  if (!v.is_object())
+    bad(source, where, "header entry is " + std::string(v.type_name()) + ", not an object");
   for (const auto& [k, _] : v.items())
-    if (k != "dtype" && k != "shape" && k != "data_offsets") bad(source, where, "unknown header field '" + k + "'");
+    if (k != "dtype" && k != "shape" && k != "data_offsets")
+      bad(source, where, "unknown header field '" + k + "'");
   for (const char* k : {"dtype", "shape", "data_offsets"})
     if (!v.contains(k)) bad(source, where, std::string("header entry has no '") + k + "'");
   SafetensorsEntry e;
@@ -54,14 +62,17 @@ SafetensorsEntry parse_entry(const std::string& name, const nlohmann::json& v, c
   if (!v["dtype"].is_string()) bad(source, where, "dtype is not a string");
   e.dtype = v["dtype"].get<std::string>();
   const auto esize = safetensors_dtype_size(e.dtype);
-  if (!esize) bad(source, where, "unknown dtype '" + e.dtype + "' (expected F32, F16, BF16, I64, ...)");
+  if (!esize)
+    bad(source, where, "unknown dtype '" + e.dtype + "' (expected F32, F16, BF16, I64, ...)");
   if (!v["shape"].is_array()) bad(source, where, "shape is not an array");
-  if (v["shape"].size() > 64) bad(source, where, "shape has " + std::to_string(v["shape"].size()) + " dims");
+  if (v["shape"].size() > 64)
+    bad(source, where, "shape has " + std::to_string(v["shape"].size()) + " dims");
   uint64_t bytes = *esize;
   for (const auto& d : v["shape"]) {
     const auto n = as_u64(d);
     if (!n || *n > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-      bad(source, where, "shape " + v["shape"].dump() + " holds " + d.dump() + ", not a dimension >= 0");
+      bad(source, where,
+          "shape " + v["shape"].dump() + " holds " + d.dump() + ", not a dimension >= 0");
     e.shape.push_back(static_cast<int64_t>(*n));
     if (*n != 0 && bytes > std::numeric_limits<uint64_t>::max() / *n)
       bad(source, where, "shape " + v["shape"].dump() + " is too large (bytes overflow 64 bits)");
@@ -75,8 +86,9 @@ SafetensorsEntry parse_entry(const std::string& name, const nlohmann::json& v, c
   if (e.begin > e.end) bad(source, where, "data_offsets " + off.dump() + " ends before it begins");
   if (e.end - e.begin != bytes)
     bad(source, where,
-        "data_offsets " + off.dump() + " span " + std::to_string(e.end - e.begin) + " bytes but dtype " + e.dtype +
-            " and shape " + shape_str(e.shape) + " need " + std::to_string(bytes));
+        "data_offsets " + off.dump() + " span " + std::to_string(e.end - e.begin) +
+            " bytes but dtype " + e.dtype + " and shape " + shape_str(e.shape) + " need " +
+            std::to_string(bytes));
   return e;
 }
 
@@ -111,16 +123,20 @@ const SafetensorsEntry* SafetensorsHeader::find(std::string_view name) const {
   return nullptr;
 }
 
-SafetensorsHeader parse_safetensors_header(std::string_view prefix, uint64_t file_size, const std::string& source) {
+SafetensorsHeader parse_safetensors_header(std::string_view prefix, uint64_t file_size,
+                                           const std::string& source) {
   if (file_size < 8 || prefix.size() < 8)
-    bad(source, "", "file has " + std::to_string(file_size) + " bytes, fewer than the 8-byte header length");
+    bad(source, "",
+        "file has " + std::to_string(file_size) + " bytes, fewer than the 8-byte header length");
   const uint64_t n = read_le64(prefix);
   if (n > kMaxSafetensorsHeaderBytes)
-    bad(source, "", "header length " + std::to_string(n) + " is over the " + std::to_string(kMaxSafetensorsHeaderBytes) +
-                        "-byte limit");
+    bad(source, "",
+        "header length " + std::to_string(n) + " is over the " +
+            std::to_string(kMaxSafetensorsHeaderBytes) + "-byte limit");
   if (n > file_size - 8)
-    bad(source, "", "header length " + std::to_string(n) + " is past the end of the " + std::to_string(file_size) +
-                        "-byte file (truncated?)");
+    bad(source, "",
+        "header length " + std::to_string(n) + " is past the end of the " +
+            std::to_string(file_size) + "-byte file (truncated?)");
   if (prefix.size() < 8 + n) bad(source, "", "header was not fully read");
   const std::string text(prefix.substr(8, n));
   if (text.empty() || text[0] != '{') bad(source, "", "header does not start with '{'");
@@ -137,7 +153,8 @@ SafetensorsHeader parse_safetensors_header(std::string_view prefix, uint64_t fil
     if (k == "__metadata__") {
       if (!v.is_object()) bad(source, "__metadata__", "is not an object of strings");
       for (const auto& [mk, mv] : v.items()) {
-        if (!mv.is_string()) bad(source, "__metadata__." + mk, "is " + std::string(mv.type_name()) + ", not a string");
+        if (!mv.is_string())
+          bad(source, "__metadata__." + mk, "is " + std::string(mv.type_name()) + ", not a string");
         h.metadata[mk] = mv.get<std::string>();
       }
       continue;
@@ -145,32 +162,38 @@ SafetensorsHeader parse_safetensors_header(std::string_view prefix, uint64_t fil
     h.tensors.push_back(parse_entry(k, v, source));
   }
   // Sort by (begin, end): zero-byte tensors may share an offset with their neighbour.
-  std::stable_sort(h.tensors.begin(), h.tensors.end(), [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
+  std::stable_sort(h.tensors.begin(), h.tensors.end(),
+                   [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
+                     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+                   });
   const uint64_t data_bytes = file_size - h.data_start;
   uint64_t pos = 0;
   for (const auto& e : h.tensors) {
     const std::string where = "tensor '" + e.name + "'";
     if (e.begin < pos)
-      bad(source, where, "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
-                             "] overlap another tensor's bytes (which end at " + std::to_string(pos) + ")");
+      bad(source, where,
+          "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+              "] overlap another tensor's bytes (which end at " + std::to_string(pos) + ")");
     if (e.begin > pos)
-      bad(source, where, "data_offsets begin at " + std::to_string(e.begin) + ", leaving a hole after byte " +
-                             std::to_string(pos) + " of the data");
+      bad(source, where,
+          "data_offsets begin at " + std::to_string(e.begin) + ", leaving a hole after byte " +
+              std::to_string(pos) + " of the data");
     if (e.end > data_bytes)
-      bad(source, where, "data_offsets end at " + std::to_string(e.end) + ", past the " + std::to_string(data_bytes) +
-                             " data bytes in the file (truncated?)");
+      bad(source, where,
+          "data_offsets end at " + std::to_string(e.end) + ", past the " +
+              std::to_string(data_bytes) + " data bytes in the file (truncated?)");
     pos = e.end;
   }
   if (pos != data_bytes)
-    bad(source, "", "the file has " + std::to_string(data_bytes - pos) + " bytes after the last tensor's data");
+    bad(source, "",
+        "the file has " + std::to_string(data_bytes - pos) + " bytes after the last tensor's data");
   return h;
 }
 
 SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) {
   fd_ = ::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd_ < 0) throw InputError(path_, std::strerror(errno), "give the path of a .safetensors file");
+  if (fd_ < 0)
+    throw InputError(path_, std::strerror(errno), "give the path of a .safetensors file");
   struct stat st {};
   if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd_);
@@ -190,7 +213,8 @@ SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) 
     return true;
   };
   try {
-    if (!pread_all(prefix.data(), prefix.size(), 0)) bad(path_, "", "cannot read the header length");
+    if (!pread_all(prefix.data(), prefix.size(), 0))
+      bad(path_, "", "cannot read the header length");
     if (size >= 8) {
       const uint64_t n = read_le64(prefix);
       if (n <= kMaxSafetensorsHeaderBytes && n <= size - 8) {
@@ -212,24 +236,29 @@ SafetensorsReader::~SafetensorsReader() {
 
 const SafetensorsEntry& SafetensorsReader::entry(std::string_view name) const {
   if (const auto* e = header_.find(name)) return *e;
-  throw InputError(path_, "has no tensor '" + std::string(name) + "'",
-                   "check that the file belongs to this model (fullshard checkpoint inspect lists the tensors)");
+  throw InputError(
+      path_, "has no tensor '" + std::string(name) + "'",
+      "check that the file belongs to this model (fullshard checkpoint inspect lists the tensors)");
 }
 
 void SafetensorsReader::read(std::string_view name, uint64_t offset, uint64_t n, void* dst) const {
   const SafetensorsEntry& e = entry(name);
   if (offset > e.nbytes() || n > e.nbytes() - offset)
     bad(path_, "tensor '" + std::string(name) + "'",
-        "read of bytes [" + std::to_string(offset) + ", +" + std::to_string(n) + ") is outside its " +
-            std::to_string(e.nbytes()) + " bytes");
+        "read of bytes [" + std::to_string(offset) + ", +" + std::to_string(n) +
+            ") is outside its " + std::to_string(e.nbytes()) + " bytes");
   auto* out = static_cast<char*>(dst);
   uint64_t done = 0;
   const uint64_t at = header_.data_start + e.begin + offset;
   while (done < n) {
     const ssize_t r = ::pread(fd_, out + done, n - done, static_cast<off_t>(at + done));
     if (r < 0 && errno == EINTR) continue;
-    if (r < 0) bad(path_, "tensor '" + std::string(name) + "'", std::string("read failed: ") + std::strerror(errno));
-    if (r == 0) bad(path_, "tensor '" + std::string(name) + "'", "file ended inside the tensor's data (it shrank?)");
+    if (r < 0)
+      bad(path_, "tensor '" + std::string(name) + "'",
+          std::string("read failed: ") + std::strerror(errno));
+    if (r == 0)
+      bad(path_, "tensor '" + std::string(name) + "'",
+          "file ended inside the tensor's data (it shrank?)");
     done += static_cast<uint64_t>(r);
   }
 }
@@ -241,16 +270,20 @@ std::vector<uint8_t> SafetensorsReader::read_all(std::string_view name) const {
 }
 
 std::string safetensors_header_bytes(const std::vector<SafetensorsTensor>& tensors,
-                                     const std::map<std::string, std::string>& metadata, const std::string& flag) {
+                                     const std::map<std::string, std::string>& metadata,
+                                     const std::string& flag) {
   nlohmann::json j = nlohmann::json::object();
   if (!metadata.empty()) j["__metadata__"] = metadata;
   uint64_t pos = 0;
   for (const auto& t : tensors) {
     if (t.name == "__metadata__" || t.name.empty())
       throw InputError(flag, "tensor name '" + t.name + "' is reserved", "rename the tensor");
-    if (j.contains(t.name)) throw InputError(flag, "tensor '" + t.name + "' is given twice", "give each name once");
+    if (j.contains(t.name))
+      throw InputError(flag, "tensor '" + t.name + "' is given twice", "give each name once");
     const auto esize = safetensors_dtype_size(t.dtype);
-    if (!esize) throw InputError(flag, "tensor '" + t.name + "' has unknown dtype '" + t.dtype + "'", "use F32, BF16, ...");
+    if (!esize)
+      throw InputError(flag, "tensor '" + t.name + "' has unknown dtype '" + t.dtype + "'",
+                       "use F32, BF16, ...");
     const uint64_t bytes = static_cast<uint64_t>(numel(t.shape)) * *esize;
     j[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {pos, pos + bytes}}};
     pos += bytes;
@@ -264,7 +297,8 @@ std::string safetensors_header_bytes(const std::vector<SafetensorsTensor>& tenso
 }
 
 void write_safetensors(const std::string& path, const std::vector<SafetensorsTensor>& tensors,
-                       const std::map<std::string, std::string>& metadata, const std::string& flag) {
+                       const std::map<std::string, std::string>& metadata,
+                       const std::string& flag) {
   const std::string header = safetensors_header_bytes(tensors, metadata, flag);
   OutputFile out(path, flag);
   out.write(header);

@@ -53,7 +53,8 @@ struct SafetensorsHeader {
 // Parses and validates the header of a safetensors file of `file_size` bytes whose first
 // bytes are `prefix` (at least the 8 length bytes and the header; more is ignored). `source`
 // names the file in errors. Throws InputError (NOTE [Validating safetensors]).
-SafetensorsHeader parse_safetensors_header(std::string_view prefix, uint64_t file_size, const std::string& source);
+SafetensorsHeader parse_safetensors_header(std::string_view prefix, uint64_t file_size,
+                                           const std::string& source);
 
 class SafetensorsReader {
  public:
@@ -90,7 +91,8 @@ struct SafetensorsTensor {
 // written in the given order. Throws InputError for a duplicate or reserved name or an
 // unknown dtype (where: `flag`).
 std::string safetensors_header_bytes(const std::vector<SafetensorsTensor>& tensors,
-                                     const std::map<std::string, std::string>& metadata, const std::string& flag);
+                                     const std::map<std::string, std::string>& metadata,
+                                     const std::string& flag);
 // Writes a safetensors file atomically (core/common/output_file.h: temporary file, fsync,
 // rename). `flag` names the option or path in errors.
 void write_safetensors(const std::string& path, const std::vector<SafetensorsTensor>& tensors,

@@ -26,7 +26,8 @@ BuildInfo build_info() {
 
 std::string build_description() {
   const BuildInfo b = build_info();
-  return "fullshard " + b.version + " (" + (b.build_type.empty() ? std::string("no build type") : b.build_type) + ", " +
+  return "fullshard " + b.version + " (" +
+         (b.build_type.empty() ? std::string("no build type") : b.build_type) + ", " +
          (b.native ? "host-tuned -march=native code: runs only on CPUs like the one that built it"
                    : "portable code for any x86-64 CPU") +
          ", " + (b.cuda ? "CUDA backend" : "no CUDA backend") + ")";

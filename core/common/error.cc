@@ -11,10 +11,12 @@ constexpr size_t kMaxWhere = 256, kMaxProblem = 512, kMaxFix = 1024;
 }  // namespace
 
 InputError::InputError(std::string where, std::string problem, std::string fix)
-    : InputError(printable(where, kMaxWhere), printable(problem, kMaxProblem), printable(fix, kMaxFix), 0) {}
+    : InputError(printable(where, kMaxWhere), printable(problem, kMaxProblem),
+                 printable(fix, kMaxFix), 0) {}
 
 InputError::InputError(std::string where, std::string problem, std::string fix, int)
-    : std::runtime_error(where + ": " + problem + (fix.empty() ? "" : "; " + fix)), where_(std::move(where)) {}
+    : std::runtime_error(where + ": " + problem + (fix.empty() ? "" : "; " + fix)),
+      where_(std::move(where)) {}
 
 void check_failed(const char* cond, const char* file, int line, const std::string& msg) {
   throw InternalError(std::string("internal error at ") + file + ":" + std::to_string(line) +

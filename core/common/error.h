@@ -27,7 +27,8 @@ class InternalError : public std::logic_error {
   using std::logic_error::logic_error;
 };
 
-[[noreturn]] void check_failed(const char* cond, const char* file, int line, const std::string& msg);
+[[noreturn]] void check_failed(const char* cond, const char* file, int line,
+                               const std::string& msg);
 
 }  // namespace fullshard
 

@@ -24,7 +24,9 @@ std::string kind_of(mode_t m) {
   return "not a regular file";
 }
 
-std::string mib(uint64_t bytes) { return fmt::format("{:.0f} MiB", static_cast<double>(bytes) / (1 << 20)); }
+std::string mib(uint64_t bytes) {
+  return fmt::format("{:.0f} MiB", static_cast<double>(bytes) / (1 << 20));
+}
 
 // Closes the descriptor on every path out of read_input_file.
 struct Fd {
@@ -46,15 +48,21 @@ std::string read_input_file(const std::string& path, const std::string& what, ui
     if (err == ENOENT) {
       std::error_code ec;
       throw InputError(path, "file not found",
-                       fix + " (relative paths are resolved from " + std::filesystem::current_path(ec).string() + ")");
+                       fix + " (relative paths are resolved from " +
+                           std::filesystem::current_path(ec).string() + ")");
     }
     throw InputError(path, std::string("cannot be opened (") + std::strerror(err) + ")", fix);
   }
   struct stat st {};
-  if (::fstat(f.fd, &st) != 0) throw InputError(path, std::string("cannot be read (") + std::strerror(errno) + ")", fix);
-  if (!S_ISREG(st.st_mode)) throw InputError(path, "is " + kind_of(st.st_mode) + ", not a regular file", fix);
+  if (::fstat(f.fd, &st) != 0)
+    throw InputError(path, std::string("cannot be read (") + std::strerror(errno) + ")", fix);
+  if (!S_ISREG(st.st_mode))
+    throw InputError(path, "is " + kind_of(st.st_mode) + ", not a regular file", fix);
   if (static_cast<uint64_t>(st.st_size) > max_bytes)
-    throw InputError(path, fmt::format("is {} bytes, more than the {} limit for inputs", st.st_size, mib(max_bytes)), fix);
+    throw InputError(
+        path,
+        fmt::format("is {} bytes, more than the {} limit for inputs", st.st_size, mib(max_bytes)),
+        fix);
   std::string text;
   text.reserve(static_cast<size_t>(st.st_size));
   char buf[1 << 16];
@@ -67,7 +75,8 @@ std::string read_input_file(const std::string& path, const std::string& what, ui
     if (n == 0) break;
     // A file that grows while it is read (or a /proc file whose size reads as 0) is still capped.
     if (text.size() + static_cast<size_t>(n) > max_bytes)
-      throw InputError(path, fmt::format("is more than the {} limit for inputs", mib(max_bytes)), fix);
+      throw InputError(path, fmt::format("is more than the {} limit for inputs", mib(max_bytes)),
+                       fix);
     text.append(buf, static_cast<size_t>(n));
   }
   return text;

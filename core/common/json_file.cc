@@ -14,13 +14,18 @@ namespace {
 
 using nlohmann::json;
 
-std::string child(const std::string& parent, const std::string& key) { return parent.empty() ? key : parent + "." + key; }
-std::string element(const std::string& parent, size_t i) { return parent + "[" + std::to_string(i) + "]"; }
+std::string child(const std::string& parent, const std::string& key) {
+  return parent.empty() ? key : parent + "." + key;
+}
+std::string element(const std::string& parent, size_t i) {
+  return parent + "[" + std::to_string(i) + "]";
+}
 
 // 1-based line and column of byte `idx` of `text`.
 std::pair<size_t, size_t> line_column(const std::string& text, size_t idx) {
   idx = std::min(idx, text.size());
-  const size_t line = 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + static_cast<long>(idx), '\n'));
+  const size_t line = 1 + static_cast<size_t>(std::count(
+                              text.begin(), text.begin() + static_cast<long>(idx), '\n'));
   const size_t nl = idx == 0 ? std::string::npos : text.rfind('\n', idx - 1);
   const size_t column = nl == std::string::npos ? idx + 1 : idx - nl;
   return {line, column};
@@ -40,8 +45,10 @@ std::optional<size_t> too_deep_at(const std::string& text) {
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
       continue;
     }
     if (c == '"') {
@@ -94,7 +101,8 @@ class DuplicateKeyFinder : public nlohmann::json_sax<json> {
     frames_.pop_back();
     return value();
   }
-  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& ex) override {
+  bool parse_error(std::size_t position, const std::string&,
+                   const nlohmann::detail::exception& ex) override {
     syntax_error = {position, ex.what()};
     return false;
   }
@@ -140,11 +148,13 @@ json parse_json_text(const std::string& text, const std::string& source) {
   // raw NUL (inside a string it is written \u0000).
   if (const size_t nul = text.find('\0'); nul != std::string::npos)
     throw InputError(at(source, text, nul), "malformed JSON: a NUL byte (\\x00)",
-                     "JSON text has no NUL bytes (in a string write \\u0000); the file may be damaged or binary");
+                     "JSON text has no NUL bytes (in a string write \\u0000); the file may be "
+                     "damaged or binary");
   if (const auto deep = too_deep_at(text))
-    throw InputError(at(source, text, *deep),
-                     "malformed JSON: nested deeper than " + std::to_string(kMaxJsonDepth) + " levels",
-                     "no fullshard input needs more than a few levels of arrays and objects");
+    throw InputError(
+        at(source, text, *deep),
+        "malformed JSON: nested deeper than " + std::to_string(kMaxJsonDepth) + " levels",
+        "no fullshard input needs more than a few levels of arrays and objects");
   DuplicateKeyFinder finder;
   json::sax_parse(text, &finder);
   if (finder.syntax_error) {
@@ -152,9 +162,10 @@ json parse_json_text(const std::string& text, const std::string& source) {
     const size_t pos = std::min(finder.syntax_error->first, text.size());
     const size_t idx = pos == 0 ? 0 : pos - 1;
     const auto [line, column] = line_column(text, idx);
-    throw InputError(at(source, text, idx), "malformed JSON: " + parse_error_detail(finder.syntax_error->second),
-                     "fix the JSON at line " + std::to_string(line) + ", column " + std::to_string(column) +
-                         " (JSON has no comments or trailing commas; strings need double quotes)");
+    throw InputError(
+        at(source, text, idx), "malformed JSON: " + parse_error_detail(finder.syntax_error->second),
+        "fix the JSON at line " + std::to_string(line) + ", column " + std::to_string(column) +
+            " (JSON has no comments or trailing commas; strings need double quotes)");
   }
   if (finder.duplicate_path)
     throw InputError(source, "field '" + *finder.duplicate_path + "' appears twice",

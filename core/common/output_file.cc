@@ -39,7 +39,8 @@ int register_temp(const std::string& path) {
     g_used[static_cast<size_t>(i)].store(true, std::memory_order_release);
     return i;
   }
-  return -1;  // more than kSlots files open at once: still written safely, just not cleaned on a signal
+  return -1;  // more than kSlots files open at once: still written safely, just not cleaned on a
+              // signal
 }
 
 void unregister_temp(int slot) {
@@ -50,7 +51,8 @@ void unregister_temp(int slot) {
 
 void on_signal(int sig) {
   for (int i = 0; i < kSlots; ++i)
-    if (g_used[static_cast<size_t>(i)].load(std::memory_order_acquire)) ::unlink(g_paths[static_cast<size_t>(i)].data());
+    if (g_used[static_cast<size_t>(i)].load(std::memory_order_acquire))
+      ::unlink(g_paths[static_cast<size_t>(i)].data());
   const struct sigaction& prev = g_previous[sig == SIGINT ? 0 : 1];
   if (!(prev.sa_flags & SA_SIGINFO) && prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN) {
     prev.sa_handler(sig);
@@ -110,7 +112,8 @@ class OutputFile::Buf : public std::streambuf {
   std::array<char, 1 << 16> buf_{};
 };
 
-OutputFile::OutputFile(std::string path, std::string flag) : path_(std::move(path)), flag_(std::move(flag)) {
+OutputFile::OutputFile(std::string path, std::string flag)
+    : path_(std::move(path)), flag_(std::move(flag)) {
   check_output_writable(flag_, path_);
   struct stat st {};
   if (::stat(path_.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
@@ -175,7 +178,8 @@ void OutputFile::commit() {
   os_->flush();
   if (buf_->error || !buf_->flush_all()) fail("could not write", buf_->error ? buf_->error : EIO);
   // fsync fails with EINVAL on /dev/null and FIFOs: nothing to make durable there.
-  if (::fsync(fd_) != 0 && !(direct_ && (errno == EINVAL || errno == EROFS))) fail("could not write", errno);
+  if (::fsync(fd_) != 0 && !(direct_ && (errno == EINVAL || errno == EROFS)))
+    fail("could not write", errno);
   const int fd = fd_;
   fd_ = -1;
   if (::close(fd) != 0) {
@@ -183,7 +187,8 @@ void OutputFile::commit() {
     fail("could not write", err);
   }
   if (direct_) return;
-  if (::rename(tmp_.c_str(), tmp_target_.c_str()) != 0) fail("could not rename the temporary file onto", errno);
+  if (::rename(tmp_.c_str(), tmp_target_.c_str()) != 0)
+    fail("could not rename the temporary file onto", errno);
   tmp_.clear();
   unregister_temp(slot_);
   slot_ = -1;
@@ -209,18 +214,24 @@ void check_output_writable(const std::string& flag, const std::string& path) {
     throw InputError(flag, "'" + path + "' is a directory", "give a file path inside it");
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-    if (::access(path.c_str(), W_OK) != 0) throw InputError(flag, "cannot write '" + path + "' (" + error_text(errno) + ")", "give a writable file path");
+    if (::access(path.c_str(), W_OK) != 0)
+      throw InputError(flag, "cannot write '" + path + "' (" + error_text(errno) + ")",
+                       "give a writable file path");
     return;
   }
   const fs::path target = fs::exists(path, ec) ? fs::canonical(path, ec) : fs::path(path);
   const fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
   if (!fs::is_directory(dir, ec))
-    throw InputError(flag, "the folder of '" + path + "' does not exist", "create '" + dir.string() + "' first or give another path");
+    throw InputError(flag, "the folder of '" + path + "' does not exist",
+                     "create '" + dir.string() + "' first or give another path");
   if (::access(dir.c_str(), W_OK) != 0)
-    throw InputError(flag, "cannot write in the folder of '" + path + "' (" + error_text(errno) + ")", "give a writable path");
+    throw InputError(flag,
+                     "cannot write in the folder of '" + path + "' (" + error_text(errno) + ")",
+                     "give a writable path");
 }
 
-void refuse_output_over_input(const std::string& flag, const std::string& output, const std::vector<std::string>& inputs) {
+void refuse_output_over_input(const std::string& flag, const std::string& output,
+                              const std::vector<std::string>& inputs) {
   if (output.empty()) return;
   struct stat out {};
   const bool out_exists = ::stat(output.c_str(), &out) == 0;
@@ -238,8 +249,10 @@ void refuse_output_over_input(const std::string& flag, const std::string& output
     }
     // Device nodes (/dev/null, /dev/stdout) are shared by design; only files are protected.
     if (same && !(out_exists && !S_ISREG(out.st_mode)))
-      throw InputError(flag, "'" + output + "' is also an input ('" + in + "'); writing it would destroy that input",
-                       "give another output path");
+      throw InputError(
+          flag,
+          "'" + output + "' is also an input ('" + in + "'); writing it would destroy that input",
+          "give another output path");
   }
 }
 

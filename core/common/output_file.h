@@ -46,7 +46,8 @@ class OutputFile {
   void fail(const std::string& what, int err);
   void discard() noexcept;
 
-  std::string path_, flag_, tmp_, tmp_target_;  // tmp_target_: what the temporary file is renamed onto
+  std::string path_, flag_, tmp_,
+      tmp_target_;  // tmp_target_: what the temporary file is renamed onto
   int fd_ = -1;
   int slot_ = -1;  // in the signal-cleanup registry
   bool direct_ = false;

@@ -54,24 +54,28 @@ constexpr int64_t kLlama3VocabSize = 128256;
 
 BpeTokenizer::BpeTokenizer(BpeModel model) : m_(std::move(model)) {
   for (int b = 0; b < 256; ++b)
-    FULLSHARD_CHECK(m_.vocab.count(std::string(1, static_cast<char>(b))), "BPE vocabulary without byte " + std::to_string(b));
+    FULLSHARD_CHECK(m_.vocab.count(std::string(1, static_cast<char>(b))),
+                    "BPE vocabulary without byte " + std::to_string(b));
   int64_t n = m_.min_vocab_size;
   for (const auto& [bytes, id] : m_.vocab) n = std::max<int64_t>(n, int64_t{id} + 1);
   for (const auto& [name, id] : m_.special_tokens) n = std::max<int64_t>(n, int64_t{id} + 1);
   vocab_size_ = n;
-  FULLSHARD_CHECK(m_.document_start.empty() || special(m_.document_start), "document start is not a special token");
+  FULLSHARD_CHECK(m_.document_start.empty() || special(m_.document_start),
+                  "document start is not a special token");
 }
 
 BpeTokenizer BpeTokenizer::from_tiktoken_file(const std::string& path, const std::string& where,
                                               std::optional<PreTokenizer> pre) {
-  const std::string text = read_input_file(path, "a tiktoken ranks file (gpt2.tiktoken, Llama 3's tokenizer.model)");
+  const std::string text =
+      read_input_file(path, "a tiktoken ranks file (gpt2.tiktoken, Llama 3's tokenizer.model)");
   BpeModel m;
   auto& ranks = m.vocab;
   std::vector<bool> seen;
   std::istringstream in(text);
   std::string line, bytes;
   size_t line_no = 0;
-  const std::string fix = "give a tiktoken file: one \"base64-token rank\" per line (e.g. gpt2.tiktoken)";
+  const std::string fix =
+      "give a tiktoken file: one \"base64-token rank\" per line (e.g. gpt2.tiktoken)";
   while (std::getline(in, line)) {
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.pop_back();
@@ -91,15 +95,21 @@ BpeTokenizer BpeTokenizer::from_tiktoken_file(const std::string& path, const std
     seen[r] = true;
   }
   for (size_t r = 0; r < seen.size(); ++r)
-    if (!seen[r]) throw InputError(where, fmt::format("'{}' has no token of rank {}", path, r), "ranks must be 0 .. n-1");
+    if (!seen[r])
+      throw InputError(where, fmt::format("'{}' has no token of rank {}", path, r),
+                       "ranks must be 0 .. n-1");
   for (int b = 0; b < 256; ++b)
     if (!ranks.count(std::string(1, static_cast<char>(b))))
-      throw InputError(where, fmt::format("'{}' has no token for byte {}", path, b), "every byte needs a rank (" + fix + ")");
+      throw InputError(where, fmt::format("'{}' has no token for byte {}", path, b),
+                       "every byte needs a rank (" + fix + ")");
   const auto n = static_cast<uint32_t>(ranks.size());
   m.pre_tokenizer = pre.value_or(n == kLlama3Ranks ? PreTokenizer::kLlama3 : PreTokenizer::kGpt2);
   if (m.pre_tokenizer == PreTokenizer::kLlama3) {
-    m.special_tokens = {{"<|begin_of_text|>", n},      {"<|end_of_text|>", n + 1}, {"<|start_header_id|>", n + 6},
-                        {"<|end_header_id|>", n + 7}, {"<|eot_id|>", n + 9}};
+    m.special_tokens = {{"<|begin_of_text|>", n},
+                        {"<|end_of_text|>", n + 1},
+                        {"<|start_header_id|>", n + 6},
+                        {"<|end_header_id|>", n + 7},
+                        {"<|eot_id|>", n + 9}};
     m.document_start = "<|begin_of_text|>";  // llm.c's fineweb.py for Llama 3
     m.min_vocab_size = int64_t{n} + (kLlama3VocabSize - kLlama3Ranks);
   } else {
@@ -152,7 +162,8 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<uint32_t>& o
 
 std::vector<uint32_t> BpeTokenizer::encode(std::string_view text, const std::string& where) const {
   std::vector<uint32_t> out;
-  for (std::string_view piece : pre_tokenize(m_.pre_tokenizer, text, where)) encode_piece(piece, out);
+  for (std::string_view piece : pre_tokenize(m_.pre_tokenizer, text, where))
+    encode_piece(piece, out);
   return out;
 }
 

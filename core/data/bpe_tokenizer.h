@@ -35,7 +35,8 @@ struct BpeModel {
   bool ignore_merges = true;  // a piece that is a token is that token
   PreTokenizer pre_tokenizer = PreTokenizer::kGpt2;
   std::vector<std::pair<std::string, uint32_t>> special_tokens;  // e.g. {"<|endoftext|>", 50256}
-  std::string document_start;  // the special token a JSONL document starts with by default ("": none)
+  std::string
+      document_start;  // the special token a JSONL document starts with by default ("": none)
   int64_t min_vocab_size = 0;  // ids reserved beyond the largest (Llama 3: 256 special ids)
 };
 
@@ -58,7 +59,9 @@ class BpeTokenizer {
 
   // The id of special token `name`, if the tokenizer has it.
   std::optional<uint32_t> special(const std::string& name) const;
-  const std::vector<std::pair<std::string, uint32_t>>& special_tokens() const { return m_.special_tokens; }
+  const std::vector<std::pair<std::string, uint32_t>>& special_tokens() const {
+    return m_.special_tokens;
+  }
   const std::string& document_start() const { return m_.document_start; }
   PreTokenizer pre_tokenizer() const { return m_.pre_tokenizer; }
   // One more than the largest id (tokens and special tokens).

@@ -17,7 +17,8 @@ std::array<char32_t, 256> make_byte_chars() {
   std::array<char32_t, 256> out{};
   char32_t next = 256;
   for (int b = 0; b < 256; ++b) {
-    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    const bool printable =
+        (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
     out[static_cast<size_t>(b)] = printable ? static_cast<char32_t>(b) : next++;
   }
   return out;
@@ -60,7 +61,8 @@ struct Reader {
   const std::string& path;
   const std::string& where;
 
-  [[noreturn]] void refuse(const std::string& field, const std::string& problem, const std::string& fix) const {
+  [[noreturn]] void refuse(const std::string& field, const std::string& problem,
+                           const std::string& fix) const {
     throw InputError(where, fmt::format("'{}' {} {}", path, field, problem), fix);
   }
   static std::string shown(const json& j) {
@@ -72,15 +74,17 @@ struct Reader {
 const char* kFix = "give a byte-level BPE tokenizer.json (GPT-2's or Llama 3's)";
 
 // Refuses a field set to something other than its no-op values.
-void expect_unset(const Reader& r, const json& obj, const std::string& key, const std::string& field) {
+void expect_unset(const Reader& r, const json& obj, const std::string& key,
+                  const std::string& field) {
   if (!obj.contains(key)) return;
   const json& v = obj.at(key);
-  const bool unset = v.is_null() || (v.is_string() && v.get<std::string>().empty()) || (v.is_boolean() && !v.get<bool>()) ||
-                     (v.is_number() && v.get<double>() == 0);
+  const bool unset = v.is_null() || (v.is_string() && v.get<std::string>().empty()) ||
+                     (v.is_boolean() && !v.get<bool>()) || (v.is_number() && v.get<double>() == 0);
   if (!unset) r.refuse(field, "is " + Reader::shown(v) + ", which is not supported", kFix);
 }
 
-const json& member(const Reader& r, const json& obj, const std::string& key, const std::string& field) {
+const json& member(const Reader& r, const json& obj, const std::string& key,
+                   const std::string& field) {
   if (!obj.is_object() || !obj.contains(key)) r.refuse(field, "is missing", kFix);
   return obj.at(key);
 }
@@ -93,7 +97,8 @@ std::string type_of(const Reader& r, const json& obj, const std::string& field) 
 
 void check_byte_level(const Reader& r, const json& bl, const std::string& field, bool want_regex) {
   if (bl.value("add_prefix_space", false) == true)
-    r.refuse(field + ".add_prefix_space", "is true, which is not supported", "set it to false (as GPT-2 and Llama 3 do)");
+    r.refuse(field + ".add_prefix_space", "is true, which is not supported",
+             "set it to false (as GPT-2 and Llama 3 do)");
   if (bl.value("use_regex", true) != want_regex)
     r.refuse(field + ".use_regex", fmt::format("is {}", !want_regex),
              want_regex ? "GPT-2's ByteLevel splits with its regex (use_regex: true)"
@@ -102,27 +107,35 @@ void check_byte_level(const Reader& r, const json& bl, const std::string& field,
 
 PreTokenizer read_pre_tokenizer(const Reader& r, const json& root) {
   const json& p = member(r, root, "pre_tokenizer", "pre_tokenizer");
-  if (p.is_null()) r.refuse("pre_tokenizer", "is null", "give ByteLevel (GPT-2) or Split + ByteLevel (Llama 3)");
+  if (p.is_null())
+    r.refuse("pre_tokenizer", "is null", "give ByteLevel (GPT-2) or Split + ByteLevel (Llama 3)");
   const std::string type = type_of(r, p, "pre_tokenizer");
   if (type == "ByteLevel") {
     check_byte_level(r, p, "pre_tokenizer", true);
     return PreTokenizer::kGpt2;
   }
-  const json* seq = type == "Sequence" ? &member(r, p, "pretokenizers", "pre_tokenizer.pretokenizers") : nullptr;
+  const json* seq =
+      type == "Sequence" ? &member(r, p, "pretokenizers", "pre_tokenizer.pretokenizers") : nullptr;
   if (!seq || !seq->is_array() || seq->size() != 2)
-    r.refuse("pre_tokenizer", "is " + Reader::shown(p), "only ByteLevel (GPT-2) or Sequence [Split, ByteLevel] (Llama 3) is read");
+    r.refuse("pre_tokenizer", "is " + Reader::shown(p),
+             "only ByteLevel (GPT-2) or Sequence [Split, ByteLevel] (Llama 3) is read");
   const json& split = (*seq)[0];
   const std::string f = "pre_tokenizer.pretokenizers[0]";
-  if (type_of(r, split, f) != "Split") r.refuse(f + ".type", "is " + Reader::shown(split.at("type")), "expected Split (Llama 3)");
+  if (type_of(r, split, f) != "Split")
+    r.refuse(f + ".type", "is " + Reader::shown(split.at("type")), "expected Split (Llama 3)");
   const json& pat = member(r, split, "pattern", f + ".pattern");
   if (!pat.is_object() || !pat.contains("Regex") || !pat.at("Regex").is_string() ||
       pat.at("Regex").get<std::string>() != kLlama3Pattern)
-    r.refuse(f + ".pattern", "is " + Reader::shown(pat), "only Llama 3's regex is read (NOTE [Llama 3 pre-tokenizer])");
+    r.refuse(f + ".pattern", "is " + Reader::shown(pat),
+             "only Llama 3's regex is read (NOTE [Llama 3 pre-tokenizer])");
   if (split.value("behavior", "") != "Isolated" || split.value("invert", false))
-    r.refuse(f + ".behavior", "is " + Reader::shown(split.value("behavior", json())) + (split.value("invert", false) ? " inverted" : ""),
+    r.refuse(f + ".behavior",
+             "is " + Reader::shown(split.value("behavior", json())) +
+                 (split.value("invert", false) ? " inverted" : ""),
              "expected Isolated, not inverted (Llama 3)");
   const std::string g = "pre_tokenizer.pretokenizers[1]";
-  if (type_of(r, (*seq)[1], g) != "ByteLevel") r.refuse(g + ".type", "is " + Reader::shown((*seq)[1].at("type")), "expected ByteLevel");
+  if (type_of(r, (*seq)[1], g) != "ByteLevel")
+    r.refuse(g + ".type", "is " + Reader::shown((*seq)[1].at("type")), "expected ByteLevel");
   check_byte_level(r, (*seq)[1], g, false);
   return PreTokenizer::kLlama3;
 }
@@ -130,11 +143,12 @@ PreTokenizer read_pre_tokenizer(const Reader& r, const json& root) {
 // The leading special token of a TemplateProcessing (also inside a Sequence of processors).
 std::string template_bos(const json& pp) {
   if (!pp.is_object()) return "";
-  if (pp.value("type", "") == "Sequence" && pp.contains("processors") && pp.at("processors").is_array())
+  if (pp.value("type", "") == "Sequence" && pp.contains("processors") &&
+      pp.at("processors").is_array())
     for (const json& p : pp.at("processors"))
       if (std::string s = template_bos(p); !s.empty()) return s;
-  if (pp.value("type", "") != "TemplateProcessing" || !pp.contains("single") || !pp.at("single").is_array() ||
-      pp.at("single").empty())
+  if (pp.value("type", "") != "TemplateProcessing" || !pp.contains("single") ||
+      !pp.at("single").is_array() || pp.at("single").empty())
     return "";
   const json& first = pp.at("single").front();
   if (first.is_object() && first.contains("SpecialToken") && first.at("SpecialToken").is_object())
@@ -155,7 +169,8 @@ BpeTokenizer bpe_from_tokenizer_json(const std::string& path, const std::string&
   const std::string type = model.contains("type") ? type_of(r, model, "model") : "BPE";
   if (type != "BPE")
     r.refuse("model.type", "is '" + type + "'",
-             "only byte-level BPE (GPT-2, Llama 3) is read; WordPiece, WordLevel and Unigram (SentencePiece) are not");
+             "only byte-level BPE (GPT-2, Llama 3) is read; WordPiece, WordLevel and Unigram "
+             "(SentencePiece) are not");
   if (model.value("byte_fallback", false) == true)
     r.refuse("model.byte_fallback", "is true (a SentencePiece-style BPE: Llama 2, Mistral)",
              "only byte-level BPE (GPT-2, Llama 3) is read");
@@ -174,15 +189,18 @@ BpeTokenizer bpe_from_tokenizer_json(const std::string& path, const std::string&
   std::string bytes;
   for (const auto& [token, id] : vocab.items()) {
     if (!id.is_number_unsigned() || id.get<uint64_t>() >= (1ull << 31))
-      r.refuse("model.vocab", fmt::format("has id {} for {}", Reader::shown(id), Reader::shown(json(token))),
+      r.refuse("model.vocab",
+               fmt::format("has id {} for {}", Reader::shown(id), Reader::shown(json(token))),
                "ids are integers below 2^31");
     if (!byte_level_decode(token, bytes))
-      r.refuse("model.vocab", "has " + Reader::shown(json(token)) + ", not a token of ByteLevel's alphabet", kFix);
+      r.refuse("model.vocab",
+               "has " + Reader::shown(json(token)) + ", not a token of ByteLevel's alphabet", kFix);
     m.vocab[bytes] = static_cast<uint32_t>(id.get<uint64_t>());
   }
   for (int b = 0; b < 256; ++b)
     if (!m.vocab.count(std::string(1, static_cast<char>(b))))
-      r.refuse("model.vocab", fmt::format("has no token for byte {}", b), "a byte-level BPE has all 256 bytes");
+      r.refuse("model.vocab", fmt::format("has no token for byte {}", b),
+               "a byte-level BPE has all 256 bytes");
   const json& merges = member(r, model, "merges", "model.merges");
   if (!merges.is_array()) r.refuse("model.merges", "is not an array", kFix);
   std::string a, b;
@@ -201,10 +219,11 @@ BpeTokenizer bpe_from_tokenizer_json(const std::string& path, const std::string&
     } else {
       r.refuse(field, "is " + Reader::shown(e) + ", not \"left right\" or [left, right]", kFix);
     }
-    if (!byte_level_decode(left, a) || !byte_level_decode(right, b) || !m.vocab.count(a) || !m.vocab.count(b) ||
-        !m.vocab.count(a + b))
+    if (!byte_level_decode(left, a) || !byte_level_decode(right, b) || !m.vocab.count(a) ||
+        !m.vocab.count(b) || !m.vocab.count(a + b))
       r.refuse(field, "is " + Reader::shown(e) + ": it or its parts are not in model.vocab", kFix);
-    m.merges[(uint64_t{m.vocab.at(a)} << 32) | m.vocab.at(b)] = static_cast<uint32_t>(i);  // a repeat: the last wins
+    m.merges[(uint64_t{m.vocab.at(a)} << 32) | m.vocab.at(b)] =
+        static_cast<uint32_t>(i);  // a repeat: the last wins
   }
   if (root.contains("added_tokens") && !root.at("added_tokens").is_null()) {
     const json& added = root.at("added_tokens");
@@ -212,13 +231,16 @@ BpeTokenizer bpe_from_tokenizer_json(const std::string& path, const std::string&
     for (size_t i = 0; i < added.size(); ++i) {
       const json& t = added[i];
       const std::string field = fmt::format("added_tokens[{}]", i);
-      if (!t.is_object() || !t.contains("id") || !t.at("id").is_number_unsigned() || !t.contains("content") ||
-          !t.at("content").is_string() || t.at("id").get<uint64_t>() >= (1ull << 31))
+      if (!t.is_object() || !t.contains("id") || !t.at("id").is_number_unsigned() ||
+          !t.contains("content") || !t.at("content").is_string() ||
+          t.at("id").get<uint64_t>() >= (1ull << 31))
         r.refuse(field, "is " + Reader::shown(t) + ", not {\"id\": ..., \"content\": ...}", kFix);
       if (t.value("special", false) != true)
-        r.refuse(field + ".special", "is false for " + Reader::shown(t.at("content")),
-                 "only special added tokens are read (tokenizers would match the others inside text)");
-      m.special_tokens.emplace_back(t.at("content").get<std::string>(), static_cast<uint32_t>(t.at("id").get<uint64_t>()));
+        r.refuse(
+            field + ".special", "is false for " + Reader::shown(t.at("content")),
+            "only special added tokens are read (tokenizers would match the others inside text)");
+      m.special_tokens.emplace_back(t.at("content").get<std::string>(),
+                                    static_cast<uint32_t>(t.at("id").get<uint64_t>()));
     }
   }
   auto has_special = [&](const std::string& s) {
@@ -228,7 +250,8 @@ BpeTokenizer bpe_from_tokenizer_json(const std::string& path, const std::string&
   };
   m.document_start = root.contains("post_processor") ? template_bos(root.at("post_processor")) : "";
   if (!m.document_start.empty() && !has_special(m.document_start))
-    r.refuse("post_processor", "starts with '" + m.document_start + "', which is not in added_tokens", kFix);
+    r.refuse("post_processor",
+             "starts with '" + m.document_start + "', which is not in added_tokens", kFix);
   if (m.document_start.empty() && has_special("<|endoftext|>")) m.document_start = "<|endoftext|>";
   return BpeTokenizer(std::move(m));
 }

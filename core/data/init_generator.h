@@ -126,7 +126,7 @@ FULLSHARD_INIT_FN double log_unit(uint64_t n) {
   // Estrin's scheme: a dependency chain of 5 steps where Horner's has 9.
   const double s = ddiv(dsub(m, 1.0), dadd(m, 1.0));
   const double z = dmul(s, s), z2 = dmul(z, z), z4 = dmul(z2, z2), z8 = dmul(z4, z4);
-  const double q0 = axpb(0x1.5555555555555p-2, z, 1.0);                  // 1 + z/3
+  const double q0 = axpb(0x1.5555555555555p-2, z, 1.0);                   // 1 + z/3
   const double q1 = axpb(0x1.2492492492492p-3, z, 0x1.999999999999ap-3);  // 1/5 + z/7
   const double q2 = axpb(0x1.745d1745d1746p-4, z, 0x1.c71c71c71c71cp-4);  // 1/9 + z/11
   const double q3 = axpb(0x1.1111111111111p-4, z, 0x1.3b13b13b13b14p-4);  // 1/13 + z/15
@@ -143,17 +143,20 @@ FULLSHARD_INIT_FN double log_unit(uint64_t n) {
 FULLSHARD_INIT_FN void cos_sin_unit(uint64_t bits, double* c, double* s) {
   using namespace detail;
   const uint64_t q = bits >> 62;
-  const int64_t f = static_cast<int64_t>(((bits >> 10) & 0x000fffffffffffffull) * 2 + 1) - (int64_t{1} << 52);
-  const double y = dmul(dmul(exact_double(f), 0x1p-53), 0x1.921fb54442d18p+0);  // exact, then * pi/2
+  const int64_t f =
+      static_cast<int64_t>(((bits >> 10) & 0x000fffffffffffffull) * 2 + 1) - (int64_t{1} << 52);
+  const double y =
+      dmul(dmul(exact_double(f), 0x1p-53), 0x1.921fb54442d18p+0);  // exact, then * pi/2
   // sin y = y + y w (-1/3! + w/5! - ... - w^6/15!), cos y = 1 + w (-1/2! + w/4! - ... + w^7/16!),
   // w = y^2 <= 0.617, by Estrin's scheme.
   const double w = dmul(y, y), w2 = dmul(w, w), w4 = dmul(w2, w2);
-  const double s0 = axpb(0x1.1111111111111p-7, w, -0x1.5555555555555p-3);   // -1/3! + w/5!
+  const double s0 = axpb(0x1.1111111111111p-7, w, -0x1.5555555555555p-3);    // -1/3! + w/5!
   const double s1 = axpb(0x1.71de3a556c734p-19, w, -0x1.a01a01a01a01ap-13);  // -1/7! + w/9!
   const double s2 = axpb(0x1.6124613a86d09p-33, w, -0x1.ae64567f544e4p-26);  // -1/11! + w/13!
-  const double ps = axpb(axpb(-0x1.ae7f3e733b81fp-41, w2, s2), w4, axpb(s1, w2, s0));  // ... - w^6/15!
+  const double ps =
+      axpb(axpb(-0x1.ae7f3e733b81fp-41, w2, s2), w4, axpb(s1, w2, s0));  // ... - w^6/15!
   const double sn = dadd(y, dmul(dmul(y, w), ps));
-  const double c0 = axpb(0x1.5555555555555p-5, w, -0.5);                    // -1/2! + w/4!
+  const double c0 = axpb(0x1.5555555555555p-5, w, -0.5);                     // -1/2! + w/4!
   const double c1 = axpb(0x1.a01a01a01a01ap-16, w, -0x1.6c16c16c16c17p-10);  // -1/6! + w/8!
   const double c2 = axpb(0x1.1eed8eff8d898p-29, w, -0x1.27e4fb7789f5cp-22);  // -1/10! + w/12!
   const double c3 = axpb(0x1.ae7f3e733b81fp-45, w, -0x1.93974a8c07c9dp-37);  // -1/14! + w/16!
@@ -186,7 +189,9 @@ FULLSHARD_INIT_FN NormalPair normal_pair(uint64_t stream, uint64_t p) {
 }
 
 // A draw scaled by std and rounded once to float.
-FULLSHARD_INIT_FN float scaled(double std, double z) { return detail::to_float(detail::dmul(std, z)); }
+FULLSHARD_INIT_FN float scaled(double std, double z) {
+  return detail::to_float(detail::dmul(std, z));
+}
 
 // Element g of a parameter (kind: kNormal, kOnes, kZeros).
 FULLSHARD_INIT_FN float element(int kind, double std, uint64_t stream, uint64_t g) {
@@ -204,8 +209,8 @@ FULLSHARD_INIT_FN float element(int kind, double std, uint64_t stream, uint64_t 
 struct InitSpec {
   int kind = kZeros;
   double std = 0;
-  uint64_t stream = 0;             // stream_of(the parameter's init key)
-  int64_t numel = 0;               // the padded shard's elements (rows past local_rows are 0)
+  uint64_t stream = 0;  // stream_of(the parameter's init key)
+  int64_t numel = 0;    // the padded shard's elements (rows past local_rows are 0)
   int64_t row_offset = 0, local_rows = 0, row_numel = 1;
   int64_t row_stride = 1, col_offset = 0;
   int64_t block = 0, tp_index = 0, tp = 1;

@@ -53,7 +53,9 @@ void fill_run(const init_gen::InitSpec& s, uint64_t g, int64_t n, float* dst) {
 
 void store(const float* src, DType dt, void* out, int64_t at, int64_t n) {
   switch (dt) {
-    case DType::kFloat32: std::memcpy(static_cast<float*>(out) + at, src, static_cast<size_t>(n) * 4); return;
+    case DType::kFloat32:
+      std::memcpy(static_cast<float*>(out) + at, src, static_cast<size_t>(n) * 4);
+      return;
     case DType::kBFloat16: {
       uint16_t* d = static_cast<uint16_t*>(out) + at;
       for (int64_t i = 0; i < n; ++i) d[i] = float_to_bf16(src[i]);
@@ -88,7 +90,8 @@ void fill_range(const init_gen::InitSpec& s, DType dt, void* out, int64_t a, int
 
 float init_value(int64_t init, double std, uint64_t key, int64_t index) {
   FULLSHARD_CHECK(init >= 0 && init <= 2, "unknown ParamInit " + std::to_string(init));
-  return init_gen::element(static_cast<int>(init), std, init_gen::stream_of(key), static_cast<uint64_t>(index));
+  return init_gen::element(static_cast<int>(init), std, init_gen::stream_of(key),
+                           static_cast<uint64_t>(index));
 }
 
 init_gen::NormalPair init_normal_pair(uint64_t key, uint64_t p) {
@@ -96,7 +99,9 @@ init_gen::NormalPair init_normal_pair(uint64_t key, uint64_t p) {
 }
 
 init_gen::InitSpec init_spec(const OpCall& op) {
-  FULLSHARD_CHECK(op.outputs.size() == 1 && (op.iargs.size() == 5 || op.iargs.size() == 7 || op.iargs.size() == 8) && op.fargs.size() == 1,
+  FULLSHARD_CHECK(op.outputs.size() == 1 &&
+                      (op.iargs.size() == 5 || op.iargs.size() == 7 || op.iargs.size() == 8) &&
+                      op.fargs.size() == 1,
                   "kInitParam " + op.name + ": bad arguments");
   init_gen::InitSpec s;
   s.row_offset = op.iargs[0];
@@ -107,15 +112,18 @@ init_gen::InitSpec init_spec(const OpCall& op) {
   s.std = op.fargs[0];
   s.numel = op.outputs[0].meta.numel();
   s.row_stride = s.row_numel;
-  FULLSHARD_CHECK(s.kind >= 0 && s.kind <= 2, "kInitParam " + op.name + ": unknown ParamInit " + std::to_string(s.kind));
-  FULLSHARD_CHECK(s.row_offset >= 0 && s.local_rows >= 0 && s.row_numel > 0, "kInitParam " + op.name + ": bad rows");
+  FULLSHARD_CHECK(s.kind >= 0 && s.kind <= 2,
+                  "kInitParam " + op.name + ": unknown ParamInit " + std::to_string(s.kind));
+  FULLSHARD_CHECK(s.row_offset >= 0 && s.local_rows >= 0 && s.row_numel > 0,
+                  "kInitParam " + op.name + ": bad rows");
   FULLSHARD_CHECK(s.real() <= s.numel, "kInitParam " + op.name + ": shard larger than its storage");
   if (op.iargs.size() == 7) {
     // Columns [col_offset, col_offset + row_numel) of rows of full_row elements (a tensor-
     // parallel Shard(1) block).
     s.col_offset = op.iargs[5];
     s.row_stride = op.iargs[6];
-    FULLSHARD_CHECK(s.col_offset >= 0 && s.col_offset + s.row_numel <= s.row_stride, "kInitParam " + op.name + ": bad columns");
+    FULLSHARD_CHECK(s.col_offset >= 0 && s.col_offset + s.row_numel <= s.row_stride,
+                    "kInitParam " + op.name + ": bad columns");
   } else if (op.iargs.size() == 8) {
     // Rows of a tensor stacked from blocks each sharded over tp (GPT-2's fused c_attn): local
     // row l is row l % block of block l / block, i.e. global row
@@ -123,7 +131,8 @@ init_gen::InitSpec init_spec(const OpCall& op) {
     s.block = op.iargs[5];
     s.tp_index = op.iargs[6];
     s.tp = op.iargs[7];
-    FULLSHARD_CHECK(s.block > 0 && s.tp_index >= 0 && s.tp_index < s.tp, "kInitParam " + op.name + ": bad blocks");
+    FULLSHARD_CHECK(s.block > 0 && s.tp_index >= 0 && s.tp_index < s.tp,
+                    "kInitParam " + op.name + ": bad blocks");
   }
   return s;
 }
@@ -132,13 +141,17 @@ init_gen::InitSpec init_spec(const OpCall& op) {
 // each a pure function of its global indices: the result is the same for any thread count.
 // Ranges under 64 Ki elements are not worth a thread.
 void fill_init_param(const init_gen::InitSpec& s, DType dt, void* out, int threads) {
-  FULLSHARD_CHECK(dt == DType::kFloat32 || dt == DType::kBFloat16 || dt == DType::kFloat16,
-                  "kInitParam: a parameter of dtype " + std::string(dtype_name(dt)) + ", not a floating one");
+  FULLSHARD_CHECK(
+      dt == DType::kFloat32 || dt == DType::kBFloat16 || dt == DType::kFloat16,
+      "kInitParam: a parameter of dtype " + std::string(dtype_name(dt)) + ", not a floating one");
   const int64_t real = s.real();
   const uint64_t esize = dtype_size(dt);
-  if (s.numel > real) std::memset(static_cast<char*>(out) + real * esize, 0, static_cast<size_t>((s.numel - real) * esize));
+  if (s.numel > real)
+    std::memset(static_cast<char*>(out) + real * esize, 0,
+                static_cast<size_t>((s.numel - real) * esize));
   constexpr int64_t kMinPerThread = int64_t{1} << 16;
-  const int64_t n = std::max<int64_t>(1, std::min<int64_t>(threads, (real + kMinPerThread - 1) / kMinPerThread));
+  const int64_t n =
+      std::max<int64_t>(1, std::min<int64_t>(threads, (real + kMinPerThread - 1) / kMinPerThread));
   if (n == 1) {
     fill_range(s, dt, out, 0, real);
     return;

@@ -40,16 +40,20 @@ std::vector<Char> decode_utf8(std::string_view text, const std::string& where) {
   std::vector<Char> out;
   out.reserve(text.size());
   const auto* s = reinterpret_cast<const uint8_t*>(text.data());
-  const auto n = static_cast<int32_t>(std::min<size_t>(text.size(), std::numeric_limits<int32_t>::max()));
+  const auto n =
+      static_cast<int32_t>(std::min<size_t>(text.size(), std::numeric_limits<int32_t>::max()));
   if (text.size() > static_cast<size_t>(n))
-    throw InputError(where, "text of " + std::to_string(text.size()) + " bytes is too long for one piece", "split the text");
+    throw InputError(where,
+                     "text of " + std::to_string(text.size()) + " bytes is too long for one piece",
+                     "split the text");
   int32_t i = 0;
   while (i < n) {
     Char c;
     c.begin = static_cast<size_t>(i);
     U8_NEXT(s, i, n, c.cp);
     if (c.cp < 0)
-      throw InputError(where, fmt::format("is not UTF-8 at byte {}", c.begin), "give UTF-8 text (or use --tokenizer byte)");
+      throw InputError(where, fmt::format("is not UTF-8 at byte {}", c.begin),
+                       "give UTF-8 text (or use --tokenizer byte)");
     c.end = static_cast<size_t>(i);
     c.cls = class_of(c.cp);
     out.push_back(c);
@@ -60,7 +64,8 @@ std::vector<Char> decode_utf8(std::string_view text, const std::string& where) {
 // The pieces of `text` that `piece_end(c, i)` (one past the last character of the piece starting
 // at character i) cuts.
 template <typename PieceEnd>
-std::vector<std::string_view> split(std::string_view text, const std::string& where, PieceEnd piece_end) {
+std::vector<std::string_view> split(std::string_view text, const std::string& where,
+                                    PieceEnd piece_end) {
   const std::vector<Char> c = decode_utf8(text, where);
   std::vector<std::string_view> pieces;
   size_t i = 0;
@@ -104,9 +109,9 @@ size_t gpt2_piece_end(const std::vector<Char>& c, size_t i) {
     if (space_first && c[i + 1].cls == cls) return run(c, i + 1, cls);
   }
   const size_t j = run(c, i, CharClass::kSpace);
-  if (j == n) return n;           // \s++$
-  if (j - i >= 2) return j - 1;   // \s+(?!\S): leave the last space to the next piece
-  return i + 1;                   // \s
+  if (j == n) return n;          // \s++$
+  if (j - i >= 2) return j - 1;  // \s+(?!\S): leave the last space to the next piece
+  return i + 1;                  // \s
 }
 
 size_t llama3_piece_end(const std::vector<Char>& c, size_t i) {
@@ -118,15 +123,19 @@ size_t llama3_piece_end(const std::vector<Char>& c, size_t i) {
     if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return i + 3;
   }
   // [^\r\n\p{L}\p{N}]?\p{L}+
-  const bool lead = c[i].cls != CharClass::kLetter && c[i].cls != CharClass::kNumber && !is_line_break(c[i].cp);
-  if (lead && i + 1 < n && c[i + 1].cls == CharClass::kLetter) return run(c, i + 1, CharClass::kLetter);
+  const bool lead =
+      c[i].cls != CharClass::kLetter && c[i].cls != CharClass::kNumber && !is_line_break(c[i].cp);
+  if (lead && i + 1 < n && c[i + 1].cls == CharClass::kLetter)
+    return run(c, i + 1, CharClass::kLetter);
   if (c[i].cls == CharClass::kLetter) return run(c, i, CharClass::kLetter);
   // \p{N}{1,3}
   if (c[i].cls == CharClass::kNumber) return std::min(run(c, i, CharClass::kNumber), i + 3);
   // ' ?[^\s\p{L}\p{N}]+[\r\n]*'
   size_t s = n;
-  if (c[i].cls == CharClass::kOther) s = i;
-  else if (c[i].cp == ' ' && i + 1 < n && c[i + 1].cls == CharClass::kOther) s = i + 1;
+  if (c[i].cls == CharClass::kOther)
+    s = i;
+  else if (c[i].cp == ' ' && i + 1 < n && c[i + 1].cls == CharClass::kOther)
+    s = i + 1;
   if (s < n) {
     size_t end = run(c, s, CharClass::kOther);
     while (end < n && is_line_break(c[end].cp)) ++end;
@@ -144,7 +153,9 @@ size_t llama3_piece_end(const std::vector<Char>& c, size_t i) {
 
 }  // namespace
 
-const char* pre_tokenizer_name(PreTokenizer p) { return p == PreTokenizer::kGpt2 ? "GPT-2" : "Llama 3"; }
+const char* pre_tokenizer_name(PreTokenizer p) {
+  return p == PreTokenizer::kGpt2 ? "GPT-2" : "Llama 3";
+}
 
 std::vector<std::string_view> split_gpt2(std::string_view text, const std::string& where) {
   return split(text, where, gpt2_piece_end);
@@ -154,7 +165,8 @@ std::vector<std::string_view> split_llama3(std::string_view text, const std::str
   return split(text, where, llama3_piece_end);
 }
 
-std::vector<std::string_view> pre_tokenize(PreTokenizer p, std::string_view text, const std::string& where) {
+std::vector<std::string_view> pre_tokenize(PreTokenizer p, std::string_view text,
+                                           const std::string& where) {
   return p == PreTokenizer::kGpt2 ? split_gpt2(text, where) : split_llama3(text, where);
 }
 

@@ -35,14 +35,16 @@ const char* pre_tokenizer_name(PreTokenizer p);
 
 // Splits UTF-8 `text` into pieces whose concatenation is `text`. Throws InputError (where) at
 // the first byte that is not UTF-8.
-std::vector<std::string_view> pre_tokenize(PreTokenizer p, std::string_view text, const std::string& where);
+std::vector<std::string_view> pre_tokenize(PreTokenizer p, std::string_view text,
+                                           const std::string& where);
 std::vector<std::string_view> split_gpt2(std::string_view text, const std::string& where);
 std::vector<std::string_view> split_llama3(std::string_view text, const std::string& where);
 
 // The regex of Llama 3's Split pre-tokenizer as tokenizer.json spells it (a tokenizer.json
 // with another pattern is refused: only these two are matched).
 inline constexpr std::string_view kLlama3Pattern =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 }  // namespace fullshard

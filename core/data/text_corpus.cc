@@ -20,20 +20,23 @@ const char* pick(const std::array<const char*, N>& words, uint64_t& state) {
 }  // namespace
 
 TextCorpus TextCorpus::generated(uint64_t seed, size_t bytes) {
-  static constexpr std::array<const char*, 12> kAdj = {"small", "quiet", "bright", "old", "red", "clever",
-                                                       "heavy", "distant", "gentle", "broken", "shared", "tired"};
-  static constexpr std::array<const char*, 12> kNoun = {"cat",   "river", "engine", "teacher", "garden", "signal",
-                                                        "stone", "lamp",  "market", "worker",  "cloud",  "letter"};
-  static constexpr std::array<const char*, 10> kVerb = {"finds", "moves", "watches", "carries", "follows",
-                                                        "opens", "hides", "builds",  "answers", "counts"};
-  static constexpr std::array<const char*, 6> kAdv = {"slowly", "again", "today", "at night", "without a sound",
-                                                      "before the rain"};
+  static constexpr std::array<const char*, 12> kAdj = {"small",  "quiet",  "bright", "old",
+                                                       "red",    "clever", "heavy",  "distant",
+                                                       "gentle", "broken", "shared", "tired"};
+  static constexpr std::array<const char*, 12> kNoun = {"cat",    "river",  "engine", "teacher",
+                                                        "garden", "signal", "stone",  "lamp",
+                                                        "market", "worker", "cloud",  "letter"};
+  static constexpr std::array<const char*, 10> kVerb = {"finds",   "moves", "watches", "carries",
+                                                        "follows", "opens", "hides",   "builds",
+                                                        "answers", "counts"};
+  static constexpr std::array<const char*, 6> kAdv = {
+      "slowly", "again", "today", "at night", "without a sound", "before the rain"};
   TextCorpus c;
   c.text_.reserve(bytes + 128);
   uint64_t s = splitmix64(seed ^ 0x5eedc0de);
   while (c.text_.size() < bytes) {
-    std::string sentence = std::string("The ") + pick(kAdj, s) + " " + pick(kNoun, s) + " " + pick(kVerb, s) +
-                           " the " + pick(kAdj, s) + " " + pick(kNoun, s);
+    std::string sentence = std::string("The ") + pick(kAdj, s) + " " + pick(kNoun, s) + " " +
+                           pick(kVerb, s) + " the " + pick(kAdj, s) + " " + pick(kNoun, s);
     s = splitmix64(s);
     if (s % 3 == 0) sentence += std::string(" ") + pick(kAdv, s);
     s = splitmix64(s);
@@ -45,24 +48,28 @@ TextCorpus TextCorpus::generated(uint64_t seed, size_t bytes) {
 
 TextCorpus TextCorpus::from_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError("training.data.path", "'" + path + "' cannot be read", "give an existing text file");
+  if (!in)
+    throw InputError("training.data.path", "'" + path + "' cannot be read",
+                     "give an existing text file");
   std::stringstream ss;
   ss << in.rdbuf();
   TextCorpus c;
   c.text_ = ss.str();
   if (c.text_.size() < 2)
-    throw InputError("training.data.path", "'" + path + "' has fewer than 2 bytes", "give a longer text file");
+    throw InputError("training.data.path", "'" + path + "' has fewer than 2 bytes",
+                     "give a longer text file");
   return c;
 }
 
-void TextCorpus::fill_batch(uint64_t seed, int64_t step, int64_t first_sample, int64_t batch, int64_t seq_len,
-                            int64_t* tokens, int64_t* labels) const {
+void TextCorpus::fill_batch(uint64_t seed, int64_t step, int64_t first_sample, int64_t batch,
+                            int64_t seq_len, int64_t* tokens, int64_t* labels) const {
   const auto n = static_cast<int64_t>(text_.size());
   FULLSHARD_CHECK(n > seq_len, "corpus shorter than one sequence");
   const auto windows = static_cast<uint64_t>(n - seq_len);
   for (int64_t i = 0; i < batch; ++i) {
     const uint64_t g = static_cast<uint64_t>(first_sample + i);
-    const uint64_t h = splitmix64(splitmix64(splitmix64(seed ^ 0xda7a) ^ static_cast<uint64_t>(step)) ^ g);
+    const uint64_t h =
+        splitmix64(splitmix64(splitmix64(seed ^ 0xda7a) ^ static_cast<uint64_t>(step)) ^ g);
     const int64_t start = static_cast<int64_t>(h % windows);
     for (int64_t t = 0; t < seq_len; ++t) {
       tokens[i * seq_len + t] = static_cast<unsigned char>(text_[start + t]);
@@ -112,11 +119,14 @@ DataPosition BatchSource::position(int64_t step, int64_t samples_per_step, int64
   return p;
 }
 
-void BatchSource::fill(const OpCall& op, int rank, int world_size, int64_t* out_tokens, int64_t* labels) const {
+void BatchSource::fill(const OpCall& op, int rank, int world_size, int64_t* out_tokens,
+                       int64_t* labels) const {
   FULLSHARD_CHECK(corpus != nullptr || tokens != nullptr, "kLoadBatch without a corpus");
-  FULLSHARD_CHECK(op.outputs.size() == 2 && op.iargs.size() >= 2, "kLoadBatch " + op.name + ": bad arguments");
+  FULLSHARD_CHECK(op.outputs.size() == 2 && op.iargs.size() >= 2,
+                  "kLoadBatch " + op.name + ": bad arguments");
   const TensorMeta& m = op.outputs.at(0).meta;
-  FULLSHARD_CHECK(m.shape.size() == 2 && m.dtype == DType::kInt64, "kLoadBatch: tokens must be int64 [B, S]");
+  FULLSHARD_CHECK(m.shape.size() == 2 && m.dtype == DType::kInt64,
+                  "kLoadBatch: tokens must be int64 [B, S]");
   const int64_t batch = m.shape[0], seq = m.shape[1];
   const int64_t step = op.iargs[0], micro = op.iargs[1];
   // iargs[4], iargs[5]: the data-parallel index and size (ranks of one tp group share a batch).
@@ -128,7 +138,8 @@ void BatchSource::fill(const OpCall& op, int rank, int world_size, int64_t* out_
   if (op.iargs.size() >= 4 && op.iargs[3] == 1) {
     // Validation batch `step` (NOTE [Validation pass]): windows in order from the start of the
     // validation data, wrapping, numbered as one micro-batch of every rank.
-    FULLSHARD_CHECK(val_tokens != nullptr && val_tokens->size() > seq, "validation batch without validation data");
+    FULLSHARD_CHECK(val_tokens != nullptr && val_tokens->size() > seq,
+                    "validation batch without validation data");
     int64_t per_micro = 0;
     if (rank_batches.empty()) per_micro = static_cast<int64_t>(world_size) * batch;
     for (int64_t b : rank_batches) per_micro += b;
@@ -159,13 +170,15 @@ void BatchSource::fill(const OpCall& op, int rank, int world_size, int64_t* out_
     const int64_t g = first + i;
     int64_t start = 0;
     if (random_windows) {
-      const uint64_t h = splitmix64(splitmix64(splitmix64(seed ^ 0xda7a) ^ static_cast<uint64_t>(step)) ^
-                                    static_cast<uint64_t>(g));
+      const uint64_t h =
+          splitmix64(splitmix64(splitmix64(seed ^ 0xda7a) ^ static_cast<uint64_t>(step)) ^
+                     static_cast<uint64_t>(g));
       start = static_cast<int64_t>(h % static_cast<uint64_t>(n - seq));
     } else {
       const int64_t k = sample_base + step * per_step + g;
       const int64_t windows = windows_per_epoch(seq);
-      const int64_t w = shuffle ? shuffled_window(seed, k / windows, k % windows, windows) : k % windows;
+      const int64_t w =
+          shuffle ? shuffled_window(seed, k / windows, k % windows, windows) : k % windows;
       start = w * seq;
     }
     tokens->read(start, seq + 1, window.data());

@@ -42,18 +42,20 @@ class TextCorpus {
 struct DataPosition {
   int64_t samples = 0;  // global samples (sequences) read since the start of training
   int64_t epoch = 0;    // complete passes over the data set
-  int64_t window = 0;   // the next sequence's index within the epoch (its place in the epoch's order)
+  int64_t window =
+      0;  // the next sequence's index within the epoch (its place in the epoch's order)
 };
 
 // What a rank's kLoadBatch reads: the corpus or a token data set, the seed and every rank's
 // micro-batch size.
 struct BatchSource {
-  std::shared_ptr<const TextCorpus> corpus;  // the generated corpus (when `tokens` is null)
-  std::shared_ptr<const TokenSource> tokens;  // training.data (NOTE [Token data sampling])
+  std::shared_ptr<const TextCorpus> corpus;       // the generated corpus (when `tokens` is null)
+  std::shared_ptr<const TokenSource> tokens;      // training.data (NOTE [Token data sampling])
   std::shared_ptr<const TokenSource> val_tokens;  // training.data.val_path (kLoadBatch split 1)
-  bool random_windows = false;  // tokens: nanoGPT's random windows instead of llm.c's sequential order
+  bool random_windows =
+      false;             // tokens: nanoGPT's random windows instead of llm.c's sequential order
   bool shuffle = false;  // tokens: each epoch's windows in a seeded order (NOTE [Shuffled epochs])
-  int64_t sample_base = 0;      // tokens, sequential: global sample of step 0 (a resume may move it)
+  int64_t sample_base = 0;  // tokens, sequential: global sample of step 0 (a resume may move it)
   uint64_t seed = 0;
   // Sequences per micro-batch of every rank (global sample numbering); empty: all equal.
   std::vector<int64_t> rank_batches;

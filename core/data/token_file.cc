@@ -24,7 +24,9 @@ int64_t dtype_bytes(TokenDType d) { return d == TokenDType::kUInt16 ? 2 : 4; }
 
 }  // namespace
 
-const char* token_dtype_name(TokenDType d) { return d == TokenDType::kUInt16 ? "uint16" : "uint32"; }
+const char* token_dtype_name(TokenDType d) {
+  return d == TokenDType::kUInt16 ? "uint16" : "uint32";
+}
 
 const char* token_file_format_name(TokenFileFormat f) {
   switch (f) {
@@ -36,7 +38,8 @@ const char* token_file_format_name(TokenFileFormat f) {
   return "?";
 }
 
-TokenFile::TokenFile(const std::string& path, TokenFileFormat format, const std::string& where) : path_(path) {
+TokenFile::TokenFile(const std::string& path, TokenFileFormat format, const std::string& where)
+    : path_(path) {
   const std::string q = "'" + path + "'";
   // O_NONBLOCK: a FIFO must not block the open (NOTE [Input files]).
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -46,7 +49,8 @@ TokenFile::TokenFile(const std::string& path, TokenFileFormat format, const std:
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw InputError(where, q + " is not a regular file", "give a token file, a folder of them or a glob");
+    throw InputError(where, q + " is not a regular file",
+                     "give a token file, a folder of them or a glob");
   }
   map_bytes_ = static_cast<size_t>(st.st_size);
   if (map_bytes_ > 0) {
@@ -54,45 +58,55 @@ TokenFile::TokenFile(const std::string& path, TokenFileFormat format, const std:
     if (m == MAP_FAILED) {
       const int err = errno;
       ::close(fd);
-      throw InputError(where, q + " cannot be mapped: " + std::strerror(err), "give a readable token file");
+      throw InputError(where, q + " cannot be mapped: " + std::strerror(err),
+                       "give a readable token file");
     }
     map_ = static_cast<const uint8_t*>(m);
   }
   ::close(fd);
   try {
-    const bool magic = map_bytes_ >= 4 && (read_i32(map_) == kLlmcMagicU16 || read_i32(map_) == kLlmcMagicU32);
+    const bool magic =
+        map_bytes_ >= 4 && (read_i32(map_) == kLlmcMagicU16 || read_i32(map_) == kLlmcMagicU32);
     if (format == TokenFileFormat::kAuto && !magic)
-      throw InputError(where, q + " does not start with an llm.c header (magic 20240520 or 20240801)",
-                       "for a headerless file (nanoGPT's train.bin) give training.data.format \"uint16\" or \"uint32\"");
+      throw InputError(where,
+                       q + " does not start with an llm.c header (magic 20240520 or 20240801)",
+                       "for a headerless file (nanoGPT's train.bin) give training.data.format "
+                       "\"uint16\" or \"uint32\"");
     if (format == TokenFileFormat::kLlmc || format == TokenFileFormat::kAuto) {
       if (map_bytes_ < static_cast<size_t>(kLlmcHeaderBytes) || !magic)
-        throw InputError(where, q + " has no llm.c header (256 int32, magic 20240520 or 20240801)",
-                         "give training.data.format \"uint16\" or \"uint32\" for a headerless file");
+        throw InputError(
+            where, q + " has no llm.c header (256 int32, magic 20240520 or 20240801)",
+            "give training.data.format \"uint16\" or \"uint32\" for a headerless file");
       const int32_t m = read_i32(map_), version = read_i32(map_ + 4), count = read_i32(map_ + 8);
       dtype_ = m == kLlmcMagicU16 ? TokenDType::kUInt16 : TokenDType::kUInt32;
       const int32_t want = m == kLlmcMagicU16 ? 1 : 7;
       if (version != want)
-        throw InputError(where, q + " has llm.c magic " + std::to_string(m) + " but version " + std::to_string(version) +
-                                    " (expected " + std::to_string(want) + ")",
+        throw InputError(where,
+                         q + " has llm.c magic " + std::to_string(m) + " but version " +
+                             std::to_string(version) + " (expected " + std::to_string(want) + ")",
                          "rewrite the file with llm.c's write_datafile or fullshard data tokenize");
       header_ = true;
       count_ = count;
       const int64_t expect = kLlmcHeaderBytes + static_cast<int64_t>(count) * dtype_bytes(dtype_);
       if (count < 0 || expect != static_cast<int64_t>(map_bytes_))
-        throw InputError(where, q + " has " + std::to_string(map_bytes_) + " bytes but its header says " +
-                                    std::to_string(count) + " " + token_dtype_name(dtype_) + " tokens (" +
-                                    std::to_string(expect) + " bytes)",
+        throw InputError(where,
+                         q + " has " + std::to_string(map_bytes_) + " bytes but its header says " +
+                             std::to_string(count) + " " + token_dtype_name(dtype_) + " tokens (" +
+                             std::to_string(expect) + " bytes)",
                          "the file is cut or padded: write it again");
       tokens_ = map_ + kLlmcHeaderBytes;
     } else {
       dtype_ = format == TokenFileFormat::kUInt16 ? TokenDType::kUInt16 : TokenDType::kUInt32;
       if (magic)
-        throw InputError(where, q + " starts with an llm.c header but training.data.format is \"" +
-                                    token_file_format_name(format) + "\"",
+        throw InputError(where,
+                         q + " starts with an llm.c header but training.data.format is \"" +
+                             token_file_format_name(format) + "\"",
                          "give training.data.format \"llmc\" (or \"auto\")");
       if (map_bytes_ % static_cast<size_t>(dtype_bytes(dtype_)) != 0)
-        throw InputError(where, q + " has " + std::to_string(map_bytes_) + " bytes, not a whole number of " +
-                                    token_dtype_name(dtype_) + " tokens",
+        throw InputError(where,
+                         q + " has " + std::to_string(map_bytes_) +
+                             " bytes, not a whole number of " + token_dtype_name(dtype_) +
+                             " tokens",
                          "check training.data.format (the file's dtype) or rewrite the file");
       count_ = static_cast<int64_t>(map_bytes_) / dtype_bytes(dtype_);
       tokens_ = map_;
@@ -130,17 +144,19 @@ int64_t TokenFile::first_token_at_least(uint32_t vocab_size) const {
   return -1;
 }
 
-void write_token_file(const std::string& path, const std::vector<uint32_t>& tokens, TokenDType dtype, bool header,
-                      const std::string& flag) {
+void write_token_file(const std::string& path, const std::vector<uint32_t>& tokens,
+                      TokenDType dtype, bool header, const std::string& flag) {
   const uint32_t limit = dtype == TokenDType::kUInt16 ? 0xffffu : 0xffffffffu;
   for (size_t i = 0; i < tokens.size(); ++i)
     if (tokens[i] > limit)
-      throw InputError(flag, "token " + std::to_string(tokens[i]) + " at offset " + std::to_string(i) +
-                                 " does not fit uint16",
+      throw InputError(flag,
+                       "token " + std::to_string(tokens[i]) + " at offset " + std::to_string(i) +
+                           " does not fit uint16",
                        "write uint32 tokens (a vocabulary above 65,536)");
   if (header && tokens.size() > static_cast<size_t>(INT32_MAX))
-    throw InputError(flag, std::to_string(tokens.size()) + " tokens do not fit an llm.c header's int32 count",
-                     "split the tokens into shards");
+    throw InputError(
+        flag, std::to_string(tokens.size()) + " tokens do not fit an llm.c header's int32 count",
+        "split the tokens into shards");
   std::string bytes;
   if (header) {
     std::vector<int32_t> h(256, 0);

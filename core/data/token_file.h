@@ -25,7 +25,7 @@ inline constexpr int32_t kLlmcMagicU16 = 20240520;  // version 1
 inline constexpr int32_t kLlmcMagicU32 = 20240801;  // version 7
 inline constexpr int64_t kLlmcHeaderBytes = 256 * 4;
 
-const char* token_dtype_name(TokenDType d);      // "uint16", "uint32"
+const char* token_dtype_name(TokenDType d);             // "uint16", "uint32"
 const char* token_file_format_name(TokenFileFormat f);  // "auto", "llmc", "uint16", "uint32"
 
 // A read-only token file mapped into memory. Throws InputError (where: `where`, e.g.
@@ -61,7 +61,7 @@ class TokenFile {
 // Writes `tokens` to `path` atomically (core/common/output_file.h): with llm.c's header when
 // `header`, else headerless. Throws InputError (where: `flag`) when a token does not fit the
 // dtype or the file cannot be written.
-void write_token_file(const std::string& path, const std::vector<uint32_t>& tokens, TokenDType dtype, bool header,
-                      const std::string& flag);
+void write_token_file(const std::string& path, const std::vector<uint32_t>& tokens,
+                      TokenDType dtype, bool header, const std::string& flag);
 
 }  // namespace fullshard

@@ -29,8 +29,8 @@ class TokenSource {
 
 // How a data path is read (training.data.format).
 enum class DataFormat : uint8_t {
-  kAuto,    // by extension: .txt -> text, .jsonl -> jsonl, anything else a token file (llm.c header)
-  kLlmc,    // token files with llm.c's header
+  kAuto,  // by extension: .txt -> text, .jsonl -> jsonl, anything else a token file (llm.c header)
+  kLlmc,  // token files with llm.c's header
   kUInt16,  // headerless uint16 (nanoGPT)
   kUInt32,  // headerless uint32
   kText,    // UTF-8 text through the tokenizer
@@ -51,15 +51,18 @@ struct DocumentTokens {
 // How text becomes tokens: the byte-level tokenizer, or a byte-level BPE from a tiktoken file
 // or a Hugging Face tokenizer.json (core/data/bpe_tokenizer.h, core/data/hf_tokenizer.h).
 struct TextTokenizer {
-  std::string name;        // "byte", or the tokenizer file
-  std::string kind = "byte tokenizer";  // for messages: or "BPE tokenizer (GPT-2 pre-tokenizer)", ...
+  std::string name;  // "byte", or the tokenizer file
+  std::string kind =
+      "byte tokenizer";  // for messages: or "BPE tokenizer (GPT-2 pre-tokenizer)", ...
   int64_t vocab_size = 256;
   std::function<std::vector<uint32_t>(std::string_view text, const std::string& where)> encode;
-  std::optional<uint32_t> bos, eos;  // before / after every JSONL document; neither: documents joined by "\n"
+  std::optional<uint32_t> bos,
+      eos;  // before / after every JSONL document; neither: documents joined by "\n"
 };
 // `spec`: "byte", a tokenizer.json (ends in .json) or a tiktoken ranks file (gpt2.tiktoken,
 // Llama 3's tokenizer.model). Throws InputError (where; doc.where_* for an unknown token name).
-TextTokenizer make_text_tokenizer(const std::string& spec, const std::string& where, const DocumentTokens& doc = {});
+TextTokenizer make_text_tokenizer(const std::string& spec, const std::string& where,
+                                  const DocumentTokens& doc = {});
 
 // The files a data path names, sorted: a file; a folder (its regular files not starting with
 // '.'); or a glob pattern (*, ?, [...]). Throws InputError (where) when it names nothing.
@@ -70,7 +73,8 @@ std::vector<std::string> expand_data_path(const std::string& path, const std::st
 // more, `fullshard data tokenize` writes a token file once). Throws InputError (where).
 // Text and JSONL go through `tokenizer` (null: the byte-level one).
 std::shared_ptr<const TokenSource> open_token_source(const std::string& path, DataFormat format,
-                                                     const std::string& where, const TextTokenizer* tokenizer = nullptr);
+                                                     const std::string& where,
+                                                     const TextTokenizer* tokenizer = nullptr);
 
 // Tokens in memory (text through a tokenizer), named `name` in errors.
 std::shared_ptr<const TokenSource> tokens_in_memory(std::vector<uint32_t> tokens, std::string name);

@@ -6,7 +6,8 @@
 namespace fullshard {
 
 int64_t shuffled_window(uint64_t seed, int64_t epoch, int64_t index, int64_t windows) {
-  FULLSHARD_CHECK(windows > 0 && index >= 0 && index < windows, "shuffled_window: index out of the epoch");
+  FULLSHARD_CHECK(windows > 0 && index >= 0 && index < windows,
+                  "shuffled_window: index out of the epoch");
   int half = 1;  // bits per Feistel half: the range 4^half >= windows
   while (half < 31 && (uint64_t{1} << (2 * half)) < static_cast<uint64_t>(windows)) ++half;
   const uint64_t mask = (uint64_t{1} << half) - 1;

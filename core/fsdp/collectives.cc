@@ -8,7 +8,8 @@ namespace {
 
 constexpr StreamRole kCurrent = StreamRole::kDefault;
 
-OpCall kernel(OpKind kind, std::string name, std::vector<TensorRef> in, std::vector<TensorRef> out) {
+OpCall kernel(OpKind kind, std::string name, std::vector<TensorRef> in,
+              std::vector<TensorRef> out) {
   OpCall op;
   op.kind = kind;
   op.name = std::move(name);
@@ -32,15 +33,18 @@ AllGatherResult foreach_all_gather(Backend& b, const std::vector<FSDPParam*>& pa
   r.dtype = params[0]->param_dtype();
   std::vector<Tensor> inputs;  // what gets copied into this rank's slice
   std::vector<Tensor> temps;   // dropped (freed) after the all-gather is issued
-  for (FSDPParam* p : params) FULLSHARD_CHECK(p->param_dtype() == r.dtype, "mixed param dtypes in " + name);
+  for (FSDPParam* p : params)
+    FULLSHARD_CHECK(p->param_dtype() == r.dtype, "mixed param dtypes in " + name);
 
   // ---- copy-in stream: gather the inputs (H2D, cast) ----
-  const bool foreach_copy = params[0]->param_dtype() != params[0]->orig_dtype() && !params[0]->offload();
+  const bool foreach_copy =
+      params[0]->param_dtype() != params[0]->orig_dtype() && !params[0]->offload();
   if (foreach_copy) {
     // Fast path (mixed precision, no offload): one flat temporary in param dtype and a
     // _foreach_copy_ into it — the cast, or for post-forward shards a plain copy.
     int64_t total = 0;
-    for (FSDPParam* p : params) total += post_forward ? p->post_forward_shard().numel() : p->padded_sharded_numel();
+    for (FSDPParam* p : params)
+      total += post_forward ? p->post_forward_shard().numel() : p->padded_sharded_numel();
     Tensor flat = Tensor::empty(b, {r.dtype, {total}}, MemCategory::kAllGather, streams.copy_in,
                                 name + " all_gather_input (foreach_copy)");
     std::vector<TensorRef> srcs, dsts;
@@ -58,7 +62,8 @@ AllGatherResult foreach_all_gather(Backend& b, const std::vector<FSDPParam*>& pa
     temps.push_back(flat);
   } else if (post_forward) {
     for (FSDPParam* p : params) {
-      FULLSHARD_CHECK(static_cast<bool>(p->post_forward_shard()), p->param().fqn + " has no post-forward shard");
+      FULLSHARD_CHECK(static_cast<bool>(p->post_forward_shard()),
+                      p->param().fqn + " has no post-forward shard");
       inputs.push_back(p->post_forward_shard());
     }
   } else if (params[0]->offload()) {
@@ -87,10 +92,12 @@ AllGatherResult foreach_all_gather(Backend& b, const std::vector<FSDPParam*>& pa
   // rank slice, so the all-gather runs in place.
   r.output = Tensor::empty(b, {r.dtype, {row * world}}, MemCategory::kAllGather, streams.copy_in,
                            name + " all_gather_output");
-  Tensor slice = r.output.view({r.dtype, {row}}, static_cast<uint64_t>(row) * my * dtype_size(r.dtype));
+  Tensor slice =
+      r.output.view({r.dtype, {row}}, static_cast<uint64_t>(row) * my * dtype_size(r.dtype));
   std::vector<TensorRef> srcs;
   for (const Tensor& t : inputs) srcs.push_back(t.ref());
-  b.launch(streams.copy_in, kernel(OpKind::kAllGatherCopyIn, name + " all_gather_copy_in", srcs, {slice.ref()}));
+  b.launch(streams.copy_in,
+           kernel(OpKind::kAllGatherCopyIn, name + " all_gather_copy_in", srcs, {slice.ref()}));
 
   // ---- all-gather stream ----
   b.wait_stream(streams.all_gather, streams.copy_in);
@@ -112,7 +119,8 @@ void foreach_all_gather_copy_out(Backend& b, const AllGatherResult& r,
   for (FSDPParam* p : params) p->alloc_unsharded(b);
   std::vector<TensorRef> outs;
   for (FSDPParam* p : params) outs.push_back(p->unsharded_storage().ref());
-  OpCall op = kernel(OpKind::kAllGatherCopyOut, name + " all_gather_copy_out", {r.output.ref()}, outs);
+  OpCall op =
+      kernel(OpKind::kAllGatherCopyOut, name + " all_gather_copy_out", {r.output.ref()}, outs);
   op.iargs = r.input_numels;
   op.iargs.push_back(r.world);
   b.launch(kCurrent, op);
@@ -121,8 +129,9 @@ void foreach_all_gather_copy_out(Backend& b, const AllGatherResult& r,
 // NOTE [Reduce-scatter layout]: torch._chunk_cat(grads, dim=0, num_chunks=W) pads every
 // gradient to W * ceil(d0/W) rows and interleaves them so that row r of the RS input is the
 // concatenation of every parameter's shard r — the same layout as the all-gather output.
-ReduceResult foreach_reduce(Backend& b, const std::vector<FSDPParam*>& params, std::vector<Tensor> grads,
-                            const ReduceOptions& o, const std::string& name) {
+ReduceResult foreach_reduce(Backend& b, const std::vector<FSDPParam*>& params,
+                            std::vector<Tensor> grads, const ReduceOptions& o,
+                            const std::string& name) {
   FULLSHARD_CHECK(params.size() == grads.size() && !params.empty(), "bad foreach_reduce arguments");
   const ProcessGroup& rs_group = *o.reduce_scatter_group;
   const int world = rs_group.size();
@@ -140,8 +149,8 @@ ReduceResult foreach_reduce(Backend& b, const std::vector<FSDPParam*>& params, s
   if (dtype_size(grad_dtype) > dtype_size(rd)) {
     // Narrowing (e.g. fp32 grads, bf16 reduce): chunk_cat into a buffer of the grad dtype,
     // then copy (cast) it into the reduce-scatter input (newer foreach_reduce).
-    Tensor grad_buffer = Tensor::empty(b, {grad_dtype, {row * world}}, MemCategory::kReduceScatter, kCurrent,
-                                       name + " reduce_scatter grad_buffer");
+    Tensor grad_buffer = Tensor::empty(b, {grad_dtype, {row * world}}, MemCategory::kReduceScatter,
+                                       kCurrent, name + " reduce_scatter grad_buffer");
     OpCall cc = kernel(OpKind::kChunkCat, name + " chunk_cat", srcs, {grad_buffer.ref()});
     cc.iargs = {world};
     b.launch(kCurrent, cc);
@@ -157,9 +166,11 @@ ReduceResult foreach_reduce(Backend& b, const std::vector<FSDPParam*>& params, s
   const StreamRole rs = StreamRole::kReduceScatter;
   b.wait_stream(rs, kCurrent);
   const bool cast_after = rd != params[0]->orig_dtype();
-  Tensor out = Tensor::empty(b, {rd, {row}}, cast_after ? MemCategory::kReduceScatter : MemCategory::kShardedGrad,
+  Tensor out = Tensor::empty(b, {rd, {row}},
+                             cast_after ? MemCategory::kReduceScatter : MemCategory::kShardedGrad,
                              rs, name + " reduce_scatter_output");
-  if (o.factors.pre != 1.0) ops::scale_inplace(b, rs, rs_input, 1.0 / o.factors.pre, name + " predivide");
+  if (o.factors.pre != 1.0)
+    ops::scale_inplace(b, rs, rs_input, 1.0 / o.factors.pre, name + " predivide");
   CollectiveCall call;
   call.kind = CollectiveKind::kReduceScatter;
   call.op = o.factors.op;
@@ -183,8 +194,11 @@ ReduceResult foreach_reduce(Backend& b, const std::vector<FSDPParam*>& params, s
     post = ar;
   }
   // ---- post-reduce stream: post-divide, cast back, view out / accumulate, offload ----
-  if (o.factors.post != 1.0) ops::scale_inplace(b, post, out, 1.0 / o.factors.post, name + " postdivide");
-  if (cast_after) out = ops::cast(b, post, out, params[0]->orig_dtype(), MemCategory::kShardedGrad, name + " grad cast");
+  if (o.factors.post != 1.0)
+    ops::scale_inplace(b, post, out, 1.0 / o.factors.post, name + " postdivide");
+  if (cast_after)
+    out = ops::cast(b, post, out, params[0]->orig_dtype(), MemCategory::kShardedGrad,
+                    name + " grad cast");
   const DType gd = out.dtype();
   uint64_t off = 0;
   for (FSDPParam* p : params) {

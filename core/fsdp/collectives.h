@@ -15,9 +15,9 @@ namespace fullshard {
 // event recorded after the last use. FSDP2 never calls record_stream; these structs keep
 // the buffer alive until that wait (AllGatherState, ReduceScatterState, AllReduceState).
 struct AllGatherResult {
-  Tensor output;         // flat W x N buffer, allocated on the copy-in stream's pool
-  EventId event = 0;     // recorded on the all-gather stream after the collective
-  int world = 1;         // group size of this all-gather (post-forward groups are smaller)
+  Tensor output;      // flat W x N buffer, allocated on the copy-in stream's pool
+  EventId event = 0;  // recorded on the all-gather stream after the collective
+  int world = 1;      // group size of this all-gather (post-forward groups are smaller)
   std::vector<int64_t> input_numels;  // per parameter, in one rank's row
   DType dtype = DType::kFloat32;
 };

@@ -29,7 +29,8 @@ FSDPParam::FSDPParam(Backend& b, Param& param, int shard_world, int shard_rank, 
   // fully_shard): this rank's rows of the full tensor, zero padding.
   const int64_t d0 = param.shape.empty() ? 1 : param.shape[0];
   ops::init_param(b, StreamRole::kDefault, sharded_data_, param,
-                  shard_row_offset(d0, shard_world, shard_rank), shard_rows(d0, shard_world, shard_rank));
+                  shard_row_offset(d0, shard_world, shard_rank),
+                  shard_rows(d0, shard_world, shard_rank));
   param.binding = this;
 }
 

@@ -36,7 +36,7 @@ class FSDPParam : public ParamBinding {
   Tensor sharded_local() const;
 
   // Unshard / reshard (storage resize_ in FSDP2).
-  void alloc_unsharded(Backend& b);   // alloc_storage, default stream
+  void alloc_unsharded(Backend& b);  // alloc_storage, default stream
   void free_unsharded() { unsharded_storage_ = Tensor(); }
   const Tensor& unsharded_storage() const { return unsharded_storage_; }
   void set_state(ShardedState s) { state_ = s; }

@@ -27,8 +27,8 @@ FSDPParamGroup::FSDPParamGroup(Backend& b, CommContext& comm, std::string name,
   const int rank = config_.shard_group.index_of(b.rank());
   FULLSHARD_CHECK(rank >= 0, "rank not in its shard group");
   for (Param* p : params) {
-    params_.push_back(std::make_unique<FSDPParam>(b, *p, world, rank, orig,
-                                                  config_.mp.param_dtype.value_or(orig), config_.offload));
+    params_.push_back(std::make_unique<FSDPParam>(
+        b, *p, world, rank, orig, config_.mp.param_dtype.value_or(orig), config_.offload));
     raw_.push_back(params_.back().get());
   }
 }
@@ -46,7 +46,8 @@ AllGatherStreams FSDPParamGroup::all_gather_streams() const {
 ProcessGroup FSDPParamGroup::post_forward_group() const {
   // The size the post-forward shards were made with: set_reshard_after_forward may have
   // changed the setting since (a chunked loss does, between forward and its unshard).
-  const int n = sharded_state_ == ShardedState::kShardedPostForward ? post_forward_shards_size_ : config_.post_forward_size;
+  const int n = sharded_state_ == ShardedState::kShardedPostForward ? post_forward_shards_size_
+                                                                    : config_.post_forward_size;
   return fullshard::post_forward_group(config_.shard_group, b_.rank(), n);
 }
 
@@ -63,7 +64,8 @@ void FSDPParamGroup::unshard() {
   }
   const bool from_post_forward = sharded_state_ == ShardedState::kShardedPostForward;
   ProcessGroup group = from_post_forward ? post_forward_group() : config_.shard_group;
-  all_gather_result_ = foreach_all_gather(b_, raw_, group, from_post_forward, all_gather_streams(), name_);
+  all_gather_result_ =
+      foreach_all_gather(b_, raw_, group, from_post_forward, all_gather_streams(), name_);
   ++all_gathers_;
 }
 
@@ -100,10 +102,12 @@ void FSDPParamGroup::to_sharded_post_forward() {
   for (FSDPParam* p : raw_) {
     const Tensor& full = p->unsharded_storage();
     const int64_t numel = full.numel() / n;
-    Tensor src = full.view({full.dtype(), {numel}}, static_cast<uint64_t>(numel) * idx * dtype_size(full.dtype()));
+    Tensor src = full.view({full.dtype(), {numel}},
+                           static_cast<uint64_t>(numel) * idx * dtype_size(full.dtype()));
     p->post_forward_shard() = Tensor::empty(b_, src.meta(), MemCategory::kUnshardedParam, kCurrent,
                                             p->param().fqn + " (post-forward shard)");
-    ops::copy_into(b_, kCurrent, p->post_forward_shard(), src, p->param().fqn + " post-forward clone");
+    ops::copy_into(b_, kCurrent, p->post_forward_shard(), src,
+                   p->param().fqn + " post-forward clone");
     p->free_unsharded();
     p->set_state(ShardedState::kShardedPostForward);
   }
@@ -132,7 +136,9 @@ void FSDPParamGroup::reshard() {
 // ------------------------------------------------------------------ hooks
 // The host work of the Python hook itself (NOTE [FSDP hook host cost] in
 // simulator/cost/hardware_cost_model.cc), before the work it issues.
-void FSDPParamGroup::hook(const char* what) { b_.fsdp_hook(name_ + " " + what, static_cast<int>(raw_.size())); }
+void FSDPParamGroup::hook(const char* what) {
+  b_.fsdp_hook(name_ + " " + what, static_cast<int>(raw_.size()));
+}
 
 void FSDPParamGroup::pre_forward() {
   hook("pre_forward");
@@ -172,7 +178,8 @@ void FSDPParamGroup::backward_prefetch() {
   post_forward_indices_.pop_back();
   int target = curr - 1;
   if (target < 0) return;
-  prefetch_unshard(*comm_.post_forward_order[static_cast<size_t>(target)], TrainingState::kPreBackward);
+  prefetch_unshard(*comm_.post_forward_order[static_cast<size_t>(target)],
+                   TrainingState::kPreBackward);
 }
 
 void FSDPParamGroup::post_backward() {
@@ -182,7 +189,8 @@ void FSDPParamGroup::post_backward() {
   for (FSDPParam* p : raw_) {
     if (p->unsharded_accumulated_grad() && p->has_unsharded_grad()) {
       Tensor g = p->take_unsharded_grad();
-      ops::add_into(b_, p->unsharded_accumulated_grad(), g, p->param().fqn + " accumulate (reduce dtype)");
+      ops::add_into(b_, p->unsharded_accumulated_grad(), g,
+                    p->param().fqn + " accumulate (reduce dtype)");
     }
   }
   if (!reduce_grads_) {
@@ -217,7 +225,8 @@ void FSDPParamGroup::post_backward() {
   // norm weight) is redistributed, an all-reduce over tp on the current stream.
   if (config_.tp_group && config_.tp_group->size() > 1)
     for (size_t i = 0; i < with_grad.size(); ++i)
-      if (with_grad[i]->param().tp_placement == TpPlacement::kReplicate && !with_grad[i]->param().tp_grad_replicated)
+      if (with_grad[i]->param().tp_placement == TpPlacement::kReplicate &&
+          !with_grad[i]->param().tp_grad_replicated)
         grads[i] = ops::tp::all_reduce_grad(b_, grads[i], *config_.tp_group,
                                             with_grad[i]->param().fqn + " grad all_reduce(tp)");
   if (comm_.reduce_scatter_state) {
@@ -233,7 +242,8 @@ void FSDPParamGroup::post_backward() {
   o.reduce_scatter_group = &config_.shard_group;
   o.all_reduce_group = config_.replicate_group ? &*config_.replicate_group : nullptr;
   o.reduce_dtype = reduce_dtype();
-  int dp = config_.shard_group.size() * (config_.replicate_group ? config_.replicate_group->size() : 1);
+  int dp =
+      config_.shard_group.size() * (config_.replicate_group ? config_.replicate_group->size() : 1);
   o.factors = gradient_divide_factors(dp, o.reduce_dtype);
   ReduceResult r = foreach_reduce(b_, with_grad, std::move(grads), o, name_);
   ++reduce_scatters_;

@@ -17,12 +17,14 @@ FSDPState& FSDPRuntime::fully_shard(Module& module, const FullyShardOptions& o, 
   return make_state({&module}, o, is_root);
 }
 
-FSDPState& FSDPRuntime::fully_shard(const std::vector<Module*>& modules, const FullyShardOptions& o) {
+FSDPState& FSDPRuntime::fully_shard(const std::vector<Module*>& modules,
+                                    const FullyShardOptions& o) {
   FULLSHARD_CHECK(!modules.empty(), "fully_shard of an empty module list");
   return make_state(modules, o, false);
 }
 
-FSDPState& FSDPRuntime::make_state(const std::vector<Module*>& modules, const FullyShardOptions& o, bool is_root) {
+FSDPState& FSDPRuntime::make_state(const std::vector<Module*>& modules, const FullyShardOptions& o,
+                                   bool is_root) {
   for (Module* m : modules)
     FULLSHARD_CHECK(!by_module_.count(m), "fully_shard called twice on '" + m->fqn + "'");
   auto s = std::make_unique<FSDPState>();
@@ -51,7 +53,8 @@ FSDPState& FSDPRuntime::make_state(const std::vector<Module*>& modules, const Fu
     case ReshardAfterForward::Kind::kFalse: g.reshard_after_forward = false; break;
     case ReshardAfterForward::Kind::kInt: {
       int n = o.reshard_after_forward.n;
-      FULLSHARD_CHECK(n >= 1 && world % n == 0, "reshard_after_forward int must divide the shard size");
+      FULLSHARD_CHECK(n >= 1 && world % n == 0,
+                      "reshard_after_forward int must divide the shard size");
       g.reshard_after_forward = n > 1;
       g.post_forward_size = (n > 1 && n < world) ? n : 0;
       break;
@@ -60,7 +63,8 @@ FSDPState& FSDPRuntime::make_state(const std::vector<Module*>& modules, const Fu
   if (!params.empty()) {
     // FSDPParamGroup._module_fqn: the modules' names joined by ", ".
     std::string name;
-    for (Module* m : modules) name += (name.empty() ? "" : ", ") + (m->fqn.empty() ? std::string("root") : m->fqn);
+    for (Module* m : modules)
+      name += (name.empty() ? "" : ", ") + (m->fqn.empty() ? std::string("root") : m->fqn);
     s->group = std::make_unique<FSDPParamGroup>(b_, comm_, name, std::move(params), g);
   }
   for (Module* m : modules) by_module_[m] = s.get();
@@ -91,14 +95,16 @@ void FSDPRuntime::lazy_init() {
 }
 
 Value FSDPRuntime::cast_value(ExecContext& c, Value x, DType to, const std::string& name) {
-  if (!x.t || x.t.dtype() == to || x.t.dtype() == DType::kInt64 || x.t.dtype() == DType::kUInt8) return x;
+  if (!x.t || x.t.dtype() == to || x.t.dtype() == DType::kInt64 || x.t.dtype() == DType::kUInt8)
+    return x;
   Backend& b = c.backend();
   Tensor y = ops::cast(b, kCurrent, x.t, to, MemCategory::kActivation, name);
   Value out{y, x.requires_grad() && c.recording() ? c.new_id() : 0};
   if (out.id) {
     TensorMeta meta = x.t.meta();
     c.record(Node{name, {x.id}, {out.id}, [&b, meta, name](std::vector<Tensor>& g) {
-                    Tensor gx = Tensor::empty(b, meta, MemCategory::kTemporary, kCurrent, name + " grad");
+                    Tensor gx =
+                        Tensor::empty(b, meta, MemCategory::kTemporary, kCurrent, name + " grad");
                     ops::copy_into(b, kCurrent, gx, g[0], name + " backward");
                     return std::vector<Tensor>{gx};
                   }});
@@ -111,7 +117,8 @@ Value FSDPRuntime::pre_forward(ExecContext& c, Module& m, Value x) {
   if (!s) return x;
   if (s->training_state == TrainingState::kPreBackward) return x;  // AC recompute
   const bool grouped = s->modules.size() > 1;
-  if (grouped && s->modules_to_run.empty()) s->modules_to_run.insert(s->modules.begin(), s->modules.end());
+  if (grouped && s->modules_to_run.empty())
+    s->modules_to_run.insert(s->modules.begin(), s->modules.end());
   // One-shot work (root setup, forward prefetch) runs on the first module of a pass; the
   // input cast, the unshard and the post-backward registration on every module's call.
   const bool first_in_pass = s->training_state != TrainingState::kForward;
@@ -127,7 +134,8 @@ Value FSDPRuntime::pre_forward(ExecContext& c, Module& m, Value x) {
   }
   s->training_state = TrainingState::kForward;
   if (s->mp.cast_forward_inputs && s->mp.param_dtype)
-    x = cast_value(c, std::move(x), *s->mp.param_dtype, (m.fqn.empty() ? "root" : m.fqn) + " cast input");
+    x = cast_value(c, std::move(x), *s->mp.param_dtype,
+                   (m.fqn.empty() ? "root" : m.fqn) + " cast input");
   if (s->group) {
     s->group->pre_forward();
     // RegisterPostBackwardFunction: post_backward fires once the input's gradient exists. A
@@ -137,10 +145,11 @@ Value FSDPRuntime::pre_forward(ExecContext& c, Module& m, Value x) {
     if (c.recording() && x.requires_grad() && (!grouped || first_in_pass)) {
       Value out{x.t, c.new_id()};
       FSDPParamGroup* g = s->group.get();
-      c.record(Node{g->name() + " post_backward", {x.id}, {out.id}, [g](std::vector<Tensor>& grads) {
-                      g->post_backward();
-                      return std::vector<Tensor>{grads[0]};
-                    }});
+      c.record(
+          Node{g->name() + " post_backward", {x.id}, {out.id}, [g](std::vector<Tensor>& grads) {
+                 g->post_backward();
+                 return std::vector<Tensor>{grads[0]};
+               }});
       x = out;
     }
   }
@@ -171,7 +180,8 @@ Value FSDPRuntime::force_complete_incomplete_states(ExecContext& c, Value y) {
     y = register_pre_backward(c, *s, std::move(y));
     s->training_state = TrainingState::kIdle;
     if (s->mp.output_dtype)
-      y = cast_value(c, std::move(y), *s->mp.output_dtype, s->group ? s->group->name() + " cast output" : "cast output");
+      y = cast_value(c, std::move(y), *s->mp.output_dtype,
+                     s->group ? s->group->name() + " cast output" : "cast output");
     s->modules_to_run.clear();
   }
   return y;
@@ -186,7 +196,8 @@ Value FSDPRuntime::post_forward(ExecContext& c, Module& m, Value y) {
     // the output module): only the output dtype cast.
     const bool completes = s->modules_to_run.erase(&m) > 0 && s->modules_to_run.empty();
     if (!completes) {
-      if (s->mp.output_dtype) y = cast_value(c, std::move(y), *s->mp.output_dtype, m.fqn + " cast output");
+      if (s->mp.output_dtype)
+        y = cast_value(c, std::move(y), *s->mp.output_dtype, m.fqn + " cast output");
       return y;
     }
   }
@@ -207,7 +218,8 @@ Value FSDPRuntime::post_forward(ExecContext& c, Module& m, Value y) {
     comm_.all_gather_state.reset();
   }
   if (s->mp.output_dtype)
-    y = cast_value(c, std::move(y), *s->mp.output_dtype, (m.fqn.empty() ? "root" : m.fqn) + " cast output");
+    y = cast_value(c, std::move(y), *s->mp.output_dtype,
+                   (m.fqn.empty() ? "root" : m.fqn) + " cast output");
   return y;
 }
 
@@ -224,7 +236,8 @@ void FSDPRuntime::state_pre_backward(FSDPState& s) {
 void FSDPRuntime::post_backward_final_callback() {
   iter_forward_root_ = nullptr;
   for (FSDPState* s : all_states_) {
-    if (s->group && s->group->training_state() != TrainingState::kPostBackward) s->group->post_backward();
+    if (s->group && s->group->training_state() != TrainingState::kPostBackward)
+      s->group->post_backward();
     s->training_state = TrainingState::kIdle;
     s->modules_to_run.clear();
     if (s->group) s->group->finalize_backward();

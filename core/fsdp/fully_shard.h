@@ -14,8 +14,8 @@ namespace fullshard {
 
 class FSDPState {
  public:
-  Module* module = nullptr;       // the first module of the call
-  std::vector<Module*> modules;   // every module of the call (fully_shard([a, b]): two)
+  Module* module = nullptr;      // the first module of the call
+  std::vector<Module*> modules;  // every module of the call (fully_shard([a, b]): two)
   // NOTE [Grouped units]: fully_shard([norm, output]) (torch/distributed/fsdp/_fully_shard/
   // _fsdp_state.py, _register_group_forward_hooks, PyTorch main of 2026): the state's
   // pre-forward runs on every module's pre-forward (the input cast and the group's unshard
@@ -88,7 +88,8 @@ class FSDPRuntime : public ModuleHooks {
   FSDPState* iter_forward_root_ = nullptr;  // _state_ctx.iter_forward_root
 
   void lazy_init();
-  FSDPState& make_state(const std::vector<Module*>& modules, const FullyShardOptions& o, bool is_root);
+  FSDPState& make_state(const std::vector<Module*>& modules, const FullyShardOptions& o,
+                        bool is_root);
   // _force_complete_incomplete_states: the root's post-forward finishes the post-forward of
   // grouped states whose modules did not all run (a chunked loss skips the output module).
   Value force_complete_incomplete_states(ExecContext& c, Value y);

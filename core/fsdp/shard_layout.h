@@ -32,9 +32,9 @@ int64_t padded_sharded_numel(const Shape& shape, int world);
 // and the reduce-scatter input are W such rows, rank-major.
 struct GroupLayout {
   int world = 1;
-  std::vector<int64_t> padded_numels;   // per parameter: padded shard numel
-  std::vector<int64_t> offsets;         // per parameter: offset inside one rank's row
-  int64_t row_numel = 0;                // sum of padded_numels (the AG input numel)
+  std::vector<int64_t> padded_numels;  // per parameter: padded shard numel
+  std::vector<int64_t> offsets;        // per parameter: offset inside one rank's row
+  int64_t row_numel = 0;               // sum of padded_numels (the AG input numel)
   int64_t total_numel() const { return row_numel * world; }
   // Position in the flat all-gather output / reduce-scatter input of element `e` of
   // parameter `p`'s padded unsharded tensor (W * padded_numel elements, rank-major).

@@ -77,9 +77,9 @@
 // pointer (never reused), aligned to 2 MiB, and expandable segments to their page size, so a
 // run is deterministic. With a source, classic segments live where source->map puts them;
 // expandable segments live in address space the source reserves when it can (NOTE [Expandable
-// segments with real memory]); otherwise they use virtual addresses and map each page through the source (one
-// map(page) per page, like one cuMemCreate handle per page), since a SegmentSource cannot map
-// at a chosen address.
+// segments with real memory]); otherwise they use virtual addresses and map each page through the
+// source (one map(page) per page, like one cuMemCreate handle per page), since a SegmentSource
+// cannot map at a chosen address.
 
 namespace fullshard {
 namespace {
@@ -704,9 +704,9 @@ struct CachingAllocator::Impl {
     uint64_t allocated = 0, requested = 0, reserved = 0, live_count = 0;
     size_t free_count[2] = {0, 0}, unmapped_count[2] = {0, 0};
     for (const auto& [base, seg] : segments) {
-      FULLSHARD_CHECK(seg->head != nullptr && seg->head->prev == nullptr &&
-                          seg->head->addr == seg->base,
-                      "segment head is not at the segment base");
+      FULLSHARD_CHECK(
+          seg->head != nullptr && seg->head->prev == nullptr && seg->head->addr == seg->base,
+          "segment head is not at the segment base");
       uintptr_t end = seg->base;
       const Blk* prev = nullptr;
       for (const Blk* b = seg->head; b != nullptr; prev = b, b = b->next) {

@@ -16,7 +16,7 @@ struct AllocatorOptions {
   // Bytes the allocator may reserve in segments (device memory minus what the CUDA context,
   // NCCL and cuBLAS take outside it). Beyond this an allocation is an OOM.
   uint64_t capacity_bytes = std::numeric_limits<uint64_t>::max();
-  bool expandable_segments = false;   // PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  bool expandable_segments = false;  // PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
   uint64_t max_split_size_bytes = std::numeric_limits<uint64_t>::max();  // max_split_size_mb
 };
 
@@ -49,9 +49,9 @@ struct Block {
 };
 
 struct AllocatorStats {
-  uint64_t allocated_bytes = 0;   // sum of live blocks' rounded sizes
-  uint64_t requested_bytes = 0;   // sum of live blocks' requested sizes
-  uint64_t reserved_bytes = 0;    // sum of segment sizes (mapped pages for expandable)
+  uint64_t allocated_bytes = 0;  // sum of live blocks' rounded sizes
+  uint64_t requested_bytes = 0;  // sum of live blocks' requested sizes
+  uint64_t reserved_bytes = 0;   // sum of segment sizes (mapped pages for expandable)
   uint64_t peak_allocated_bytes = 0;
   uint64_t peak_reserved_bytes = 0;
   uint64_t num_segments = 0;

@@ -7,8 +7,8 @@ namespace fullshard {
 MemoryTracker::MemoryTracker(AllocatorOptions options, SegmentSource* source, bool record_timeline)
     : allocator_(options, source), record_timeline_(record_timeline) {}
 
-std::optional<Buffer> MemoryTracker::allocate(uint64_t bytes, MemCategory category,
-                                              StreamId stream, uint64_t host_seq) {
+std::optional<Buffer> MemoryTracker::allocate(uint64_t bytes, MemCategory category, StreamId stream,
+                                              uint64_t host_seq) {
   auto block = allocator_.malloc(bytes, stream);
   if (!block) return std::nullopt;
   Buffer b;

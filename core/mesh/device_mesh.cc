@@ -24,8 +24,9 @@ DeviceMesh::DeviceMesh(std::vector<int> shape, std::vector<std::string> dim_name
     : shape_(std::move(shape)), names_(std::move(dim_names)) {
   if (shape_.empty()) throw InputError("mesh.shape", "is empty", "give at least one dim, e.g. [8]");
   if (names_.size() != shape_.size())
-    throw InputError("mesh.dim_names", "has " + std::to_string(names_.size()) + " names for " +
-                                           std::to_string(shape_.size()) + " dims",
+    throw InputError("mesh.dim_names",
+                     "has " + std::to_string(names_.size()) + " names for " +
+                         std::to_string(shape_.size()) + " dims",
                      "give one name per mesh dim");
   for (size_t i = 0; i < shape_.size(); ++i)
     if (shape_[i] < 1)

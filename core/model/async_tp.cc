@@ -35,16 +35,19 @@ namespace {
 Tensor restride(Backend& b, const Tensor& x, const std::string& name) {
   const Shape& s = x.shape();
   if (s[0] == 1) return x;
-  Tensor r = Tensor::empty(b, {x.dtype(), {s[1], s[0], s[2]}}, MemCategory::kTemporary, kCompute, name + " restride");
-  b.launch(kCompute, make_op(OpKind::kTransposeBlocks, name + " restride", {x.ref()}, {r.ref()}, 0, {s[0], s[1], s[2]}));
+  Tensor r = Tensor::empty(b, {x.dtype(), {s[1], s[0], s[2]}}, MemCategory::kTemporary, kCompute,
+                           name + " restride");
+  b.launch(kCompute, make_op(OpKind::kTransposeBlocks, name + " restride", {x.ref()}, {r.ref()}, 0,
+                             {s[0], s[1], s[2]}));
   return r;
 }
 
 }  // namespace
 
-std::vector<Value> all_gather_linears(ExecContext& c, Value x, const std::vector<const Param*>& weights,
-                                      const std::vector<std::string>& names, const TensorParallel& tp,
-                                      const std::string& name) {
+std::vector<Value> all_gather_linears(ExecContext& c, Value x,
+                                      const std::vector<const Param*>& weights,
+                                      const std::vector<std::string>& names,
+                                      const TensorParallel& tp, const std::string& name) {
   Backend& b = c.backend();
   const Shape& s = x.t.shape();
   FULLSHARD_CHECK(s.size() == 3 && !weights.empty() && weights.size() == names.size(),
@@ -59,7 +62,8 @@ std::vector<Value> all_gather_linears(ExecContext& c, Value x, const std::vector
   double flops = 0;
   for (size_t i = 0; i < weights.size(); ++i) {
     Tensor w = detail::param_tensor(*weights[i]);
-    FULLSHARD_CHECK(weights[i]->shape[1] == D, names[i] + ": input features do not match the weight");
+    FULLSHARD_CHECK(weights[i]->shape[1] == D,
+                    names[i] + ": input features do not match the weight");
     const int64_t N = weights[i]->shape[0];
     ys.push_back(c.empty({w.dtype(), {B, Sl * T, N}}, MemCategory::kActivation, names[i]));
     in.push_back(w.ref());
@@ -67,13 +71,14 @@ std::vector<Value> all_gather_linears(ExecContext& c, Value x, const std::vector
     n_sum += N;
     flops += 2.0 * M * D * N;
   }
-  c.launch(make_op(OpKind::kAllGatherMatmul, name + " fused_all_gather_matmul", std::move(in), std::move(out), flops,
-                   {M / T, D, n_sum, T}));
+  c.launch(make_op(OpKind::kAllGatherMatmul, name + " fused_all_gather_matmul", std::move(in),
+                   std::move(out), flops, {M / T, D, n_sum, T}));
   shard = Tensor();
   Value a = result(c, gathered, x.requires_grad());
   if (c.recording() && x.requires_grad()) {
     c.record(Node{name, {x.id}, {a.id}, [&b, tp, name](std::vector<Tensor>& g) {
-                    return std::vector<Tensor>{scatter_seq(b, g[0], tp, MemCategory::kTemporary, name + " backward")};
+                    return std::vector<Tensor>{
+                        scatter_seq(b, g[0], tp, MemCategory::kTemporary, name + " backward")};
                   }});
   }
   std::vector<Value> outs;
@@ -90,43 +95,52 @@ Value linear_reduce_scatter(ExecContext& c, Value x, const Param& weight, const 
   Tensor w = detail::param_tensor(weight);
   const Shape& s = x.t.shape();
   const int64_t K = weight.shape[1], N = weight.shape[0], T = tp.degree;
-  FULLSHARD_CHECK(s.size() == 3 && s[2] == K && s[1] % T == 0, name + ": expects [B, S, K] with S divisible by tp");
+  FULLSHARD_CHECK(s.size() == 3 && s[2] == K && s[1] % T == 0,
+                  name + ": expects [B, S, K] with S divisible by tp");
   const int64_t B = s[0], S = s[1], M = B * S;
   Tensor a = restride(b, x.t, name);
-  Tensor partials = Tensor::empty(b, {w.dtype(), {M, N}}, MemCategory::kTemporary, kCompute, name + " partials");
+  Tensor partials =
+      Tensor::empty(b, {w.dtype(), {M, N}}, MemCategory::kTemporary, kCompute, name + " partials");
   Tensor y = c.empty({w.dtype(), {B, S / T, N}}, MemCategory::kActivation, name);
-  c.launch(make_op(OpKind::kMatmulReduceScatter, name + " fused_matmul_reduce_scatter", {a.ref(), w.ref()},
-                   {partials.ref(), y.ref()}, 2.0 * M * K * N, {M / T, K, N, T}));
+  c.launch(make_op(OpKind::kMatmulReduceScatter, name + " fused_matmul_reduce_scatter",
+                   {a.ref(), w.ref()}, {partials.ref(), y.ref()}, 2.0 * M * K * N,
+                   {M / T, K, N, T}));
   partials = Tensor();
   a = Tensor();
   Value out = result(c, y, true);
   if (c.recording()) {
     const Param* pw = &weight;
     Tensor xs = x.t;
-    c.record(Node{name, {x.id}, {out.id}, [&b, pw, xs, tp, B, S, K, N, name, need = x.requires_grad()](
-                                               std::vector<Tensor>& g) {
-                    const int64_t T = tp.degree, M = B * S;
-                    Tensor w = pw->binding->unsharded();
-                    Tensor shard = restride(b, g[0], name + " backward");
-                    Tensor gathered = Tensor::empty(b, {g[0].dtype(), {B, S, N}}, MemCategory::kTemporary, kCompute,
-                                                    name + " backward all_gather");
-                    Tensor gx = detail::grad_like(b, xs, name + " grad_input");
-                    b.launch(kCompute, make_op(OpKind::kAllGatherMatmul, name + " backward fused_all_gather_matmul",
-                                               {shard.ref(), w.ref()}, {gathered.ref(), gx.ref()}, 2.0 * M * N * K,
-                                               {M / T, N, K, T}));
-                    shard = Tensor();
-                    Tensor gw = detail::new_param_grad(b, *pw);
-                    b.launch(kCompute, make_op(OpKind::kLinearBackwardWeight, name + " backward_weight",
-                                               {gathered.ref(), xs.ref()}, {gw.ref()}, 2.0 * M * K * N, {M, K, N}));
-                    pw->binding->accumulate_grad(b, std::move(gw));
-                    if (!need) gx = Tensor();
-                    return std::vector<Tensor>{gx};
-                  }});
+    c.record(Node{
+        name,
+        {x.id},
+        {out.id},
+        [&b, pw, xs, tp, B, S, K, N, name, need = x.requires_grad()](std::vector<Tensor>& g) {
+          const int64_t T = tp.degree, M = B * S;
+          Tensor w = pw->binding->unsharded();
+          Tensor shard = restride(b, g[0], name + " backward");
+          Tensor gathered = Tensor::empty(b, {g[0].dtype(), {B, S, N}}, MemCategory::kTemporary,
+                                          kCompute, name + " backward all_gather");
+          Tensor gx = detail::grad_like(b, xs, name + " grad_input");
+          b.launch(kCompute,
+                   make_op(OpKind::kAllGatherMatmul, name + " backward fused_all_gather_matmul",
+                           {shard.ref(), w.ref()}, {gathered.ref(), gx.ref()}, 2.0 * M * N * K,
+                           {M / T, N, K, T}));
+          shard = Tensor();
+          Tensor gw = detail::new_param_grad(b, *pw);
+          b.launch(kCompute,
+                   make_op(OpKind::kLinearBackwardWeight, name + " backward_weight",
+                           {gathered.ref(), xs.ref()}, {gw.ref()}, 2.0 * M * K * N, {M, K, N}));
+          pw->binding->accumulate_grad(b, std::move(gw));
+          if (!need) gx = Tensor();
+          return std::vector<Tensor>{gx};
+        }});
   }
   return out;
 }
 
-uint64_t symmetric_workspace_bytes(int64_t batch, int64_t seq, int64_t dim, int tp, uint64_t dtype_bytes) {
+uint64_t symmetric_workspace_bytes(int64_t batch, int64_t seq, int64_t dim, int tp,
+                                   uint64_t dtype_bytes) {
   if (tp <= 1) return 0;
   const uint64_t chunk = static_cast<uint64_t>(batch) * static_cast<uint64_t>(seq / tp) *
                          static_cast<uint64_t>(dim) * dtype_bytes;

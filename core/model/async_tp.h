@@ -18,9 +18,10 @@ namespace fullshard::ops::tp {
 // W_i^T [B, S, N_i], in `weights` order. Backward: each linear's grad_input and grad_weight
 // (from the gathered x, which the op returns and the linears save), then the plain
 // reduce-scatter of their sum (not fused: its input is a sum, not one product).
-std::vector<Value> all_gather_linears(ExecContext& c, Value x, const std::vector<const Param*>& weights,
-                                      const std::vector<std::string>& names, const TensorParallel& tp,
-                                      const std::string& name);
+std::vector<Value> all_gather_linears(ExecContext& c, Value x,
+                                      const std::vector<const Param*>& weights,
+                                      const std::vector<std::string>& names,
+                                      const TensorParallel& tp, const std::string& name);
 
 // RowwiseParallel's linear (no bias) and its Partial -> Shard(1) reduce-scatter, as one
 // fused_matmul_reduce_scatter: x [B, S, K/tp] -> [B, S/tp, N]. Backward: the output
@@ -33,6 +34,7 @@ Value linear_reduce_scatter(ExecContext& c, Value x, const Param& weight, const 
 // (get_symm_mem_workspace grows it to the largest request and keeps it): an all-gather's
 // shard of B x S/tp x D, a reduce-scatter's two output chunks of B x S/tp x D, in the compute
 // dtype. Outside the caching allocator.
-uint64_t symmetric_workspace_bytes(int64_t batch, int64_t seq, int64_t dim, int tp, uint64_t dtype_bytes);
+uint64_t symmetric_workspace_bytes(int64_t batch, int64_t seq, int64_t dim, int tp,
+                                   uint64_t dtype_bytes);
 
 }  // namespace fullshard::ops::tp

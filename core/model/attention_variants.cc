@@ -41,7 +41,8 @@ OpKind forward_kind(AttentionImpl a) {
   return a == AttentionImpl::kEfficient ? OpKind::kAttentionEfficient : OpKind::kAttentionCudnn;
 }
 OpKind backward_kind(AttentionImpl a) {
-  return a == AttentionImpl::kEfficient ? OpKind::kAttentionEfficientBackward : OpKind::kAttentionCudnnBackward;
+  return a == AttentionImpl::kEfficient ? OpKind::kAttentionEfficientBackward
+                                        : OpKind::kAttentionCudnnBackward;
 }
 
 }  // namespace
@@ -50,8 +51,8 @@ int64_t attention_lse_len(AttentionImpl backend, int64_t seq) {
   return backend == AttentionImpl::kEfficient ? round_up(seq, 32) : seq;
 }
 
-Value attention_sdpa(ExecContext& c, Value q, Value k, Value v, const AttentionShape& s, AttentionImpl backend,
-                     const std::string& name) {
+Value attention_sdpa(ExecContext& c, Value q, Value k, Value v, const AttentionShape& s,
+                     AttentionImpl backend, const std::string& name) {
   FULLSHARD_CHECK(backend != AttentionImpl::kFlash, name + ": flash attention is ops::attention");
   FULLSHARD_CHECK(backend != AttentionImpl::kEfficient || s.kv_heads == s.heads,
                   name + ": efficient attention needs k / v with the query's head count");
@@ -65,12 +66,14 @@ Value attention_sdpa(ExecContext& c, Value q, Value k, Value v, const AttentionS
     outs = *cached;
   } else {
     Tensor o = c.empty({dt, {s.batch, s.seq, s.heads, s.head_dim}}, MemCategory::kActivation, name);
-    Tensor lse = c.empty({DType::kFloat32, {s.batch, s.heads, lse_len}}, MemCategory::kActivation, name + " logsumexp");
-    OpCall op = make_op(forward_kind(backend), name, {q.t.ref(), k.t.ref(), v.t.ref()}, {o.ref(), lse.ref()},
-                        causal_flops(s), args);
+    Tensor lse = c.empty({DType::kFloat32, {s.batch, s.heads, lse_len}}, MemCategory::kActivation,
+                         name + " logsumexp");
+    OpCall op = make_op(forward_kind(backend), name, {q.t.ref(), k.t.ref(), v.t.ref()},
+                        {o.ref(), lse.ref()}, causal_flops(s), args);
     Tensor accum;
     if (backend == AttentionImpl::kEfficient && s.head_dim > 128) {
-      accum = Tensor::empty(b, {DType::kFloat32, o.shape()}, MemCategory::kTemporary, kCompute, name + " output_accum");
+      accum = Tensor::empty(b, {DType::kFloat32, o.shape()}, MemCategory::kTemporary, kCompute,
+                            name + " output_accum");
       op.outputs.push_back(accum.ref());  // scratch: op.bytes keeps counting O and lse alone
     }
     c.launch(op);
@@ -81,31 +84,38 @@ Value attention_sdpa(ExecContext& c, Value q, Value k, Value v, const AttentionS
   Value out = result(c, outs[0], rg);
   if (c.recording() && rg) {
     Tensor qs = q.t, ks = k.t, vs = v.t, o = outs[0], lse = outs[1];
-    c.record(Node{name, {q.id, k.id, v.id}, {out.id}, [&b, qs, ks, vs, o, lse, s, backend, args, name](std::vector<Tensor>& g) {
-                    Tensor dq = grad_like(b, qs, name + " grad_q");
-                    Tensor dk = grad_like(b, ks, name + " grad_k");
-                    Tensor dv = grad_like(b, vs, name + " grad_v");
-                    OpCall op = make_op(backward_kind(backend), name + " backward",
-                                        {g[0].ref(), qs.ref(), ks.ref(), vs.ref(), o.ref(), lse.ref()},
-                                        {dq.ref(), dk.ref(), dv.ref()}, 2.5 * causal_flops(s), args);
-                    Tensor delta, workspace;
-                    if (backend == AttentionImpl::kEfficient) {
-                      delta = Tensor::empty(b, {DType::kFloat32, {s.batch, s.heads, s.seq}}, MemCategory::kTemporary,
-                                            kCompute, name + " delta");
-                      workspace = Tensor::empty(
-                          b, {DType::kFloat32, {s.batch, s.heads, round_up(s.seq, 128), round_up(s.head_dim, 128)}},
-                          MemCategory::kTemporary, kCompute, name + " workspace");
-                      op.outputs.push_back(delta.ref());
-                      op.outputs.push_back(workspace.ref());
-                    } else {  // NOTE [cuDNN SDPA workspace]: the frontend's tensors and the plan's, one block
-                      const int64_t bytes = cudnn_sdpa_workspace(true, s.batch, s.seq, s.heads, s.head_dim).total();
-                      workspace = Tensor::empty(b, {DType::kFloat32, {bytes / 4}}, MemCategory::kTemporary, kCompute,
-                                                name + " workspace");
-                      op.outputs.push_back(workspace.ref());
-                    }
-                    b.launch(kCompute, op);
-                    return std::vector<Tensor>{dq, dk, dv};
-                  }});
+    c.record(Node{
+        name,
+        {q.id, k.id, v.id},
+        {out.id},
+        [&b, qs, ks, vs, o, lse, s, backend, args, name](std::vector<Tensor>& g) {
+          Tensor dq = grad_like(b, qs, name + " grad_q");
+          Tensor dk = grad_like(b, ks, name + " grad_k");
+          Tensor dv = grad_like(b, vs, name + " grad_v");
+          OpCall op = make_op(backward_kind(backend), name + " backward",
+                              {g[0].ref(), qs.ref(), ks.ref(), vs.ref(), o.ref(), lse.ref()},
+                              {dq.ref(), dk.ref(), dv.ref()}, 2.5 * causal_flops(s), args);
+          Tensor delta, workspace;
+          if (backend == AttentionImpl::kEfficient) {
+            delta = Tensor::empty(b, {DType::kFloat32, {s.batch, s.heads, s.seq}},
+                                  MemCategory::kTemporary, kCompute, name + " delta");
+            workspace =
+                Tensor::empty(b,
+                              {DType::kFloat32,
+                               {s.batch, s.heads, round_up(s.seq, 128), round_up(s.head_dim, 128)}},
+                              MemCategory::kTemporary, kCompute, name + " workspace");
+            op.outputs.push_back(delta.ref());
+            op.outputs.push_back(workspace.ref());
+          } else {  // NOTE [cuDNN SDPA workspace]: the frontend's tensors and the plan's, one block
+            const int64_t bytes =
+                cudnn_sdpa_workspace(true, s.batch, s.seq, s.heads, s.head_dim).total();
+            workspace = Tensor::empty(b, {DType::kFloat32, {bytes / 4}}, MemCategory::kTemporary,
+                                      kCompute, name + " workspace");
+            op.outputs.push_back(workspace.ref());
+          }
+          b.launch(kCompute, op);
+          return std::vector<Tensor>{dq, dk, dv};
+        }});
   }
   return out;
 }

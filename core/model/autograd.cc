@@ -58,7 +58,8 @@ namespace {
 // Autograd runs a CUDA backward on its device thread (NOTE [cuBLAS workspaces]).
 class OnAutogradThread {
  public:
-  explicit OnAutogradThread(Backend& b) : b_(b), previous_(b.set_host_thread(HostThread::kAutograd)) {}
+  explicit OnAutogradThread(Backend& b)
+      : b_(b), previous_(b.set_host_thread(HostThread::kAutograd)) {}
   ~OnAutogradThread() { b_.set_host_thread(previous_); }
   OnAutogradThread(const OnAutogradThread&) = delete;
   OnAutogradThread& operator=(const OnAutogradThread&) = delete;
@@ -92,9 +93,10 @@ Tensor Graph::backward(Backend& backend, uint64_t root, Tensor seed, uint64_t wa
     if (!any) continue;  // not reachable from the root: PyTorch would not run it either
     std::vector<Tensor> ins = node.backward(outs);
     outs.clear();  // the outputs' gradients die here unless passed on
-    FULLSHARD_CHECK(ins.size() == node.inputs.size(), "node '" + node.name + "' returned " +
-                                                          std::to_string(ins.size()) + " grads");
-    for (size_t k = 0; k < ins.size(); ++k) accumulate(backend, grads, node.inputs[k], std::move(ins[k]));
+    FULLSHARD_CHECK(ins.size() == node.inputs.size(),
+                    "node '" + node.name + "' returned " + std::to_string(ins.size()) + " grads");
+    for (size_t k = 0; k < ins.size(); ++k)
+      accumulate(backend, grads, node.inputs[k], std::move(ins[k]));
     node.backward = nullptr;  // release saved tensors now
   }
   kept_.clear();  // NOTE [Kept until backward ends]

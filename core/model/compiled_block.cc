@@ -43,8 +43,9 @@ using namespace detail;  // NOLINT: make_op, result, ...
 
 namespace {
 
-Tensor norm_backward(Backend& b, const Param& w, const Tensor& g_y, const Tensor& x, const Tensor* a,
-                     const Tensor& rstd, const Tensor& g_res, const std::string& name) {
+Tensor norm_backward(Backend& b, const Param& w, const Tensor& g_y, const Tensor& x,
+                     const Tensor* a, const Tensor& rstd, const Tensor& g_res,
+                     const std::string& name) {
   Tensor gx = Tensor::empty(b, x.meta(), MemCategory::kTemporary, kCompute, name + " grad_input");
   Tensor gw = new_param_grad(b, w);
   std::vector<TensorRef> in = {g_y.ref(), x.ref(), rstd.ref(), w.binding->unsharded().ref()};
@@ -60,55 +61,61 @@ Tensor norm_backward(Backend& b, const Param& w, const Tensor& g_y, const Tensor
 
 }  // namespace
 
-RegionOut rms_norm(ExecContext& c, Value x, const Param& weight, double eps, const std::string& name) {
+RegionOut rms_norm(ExecContext& c, Value x, const Param& weight, double eps,
+                   const std::string& name) {
   Backend& b = c.backend();
   Tensor w = param_tensor(weight);
   const int64_t rows = x.t.numel() / x.t.shape().back();
   Tensor y = c.empty(x.t.meta(), MemCategory::kActivation, name);
   Tensor rstd = c.empty({DType::kFloat32, {rows}}, MemCategory::kActivation, name + " rstd");
-  OpCall op = make_op(OpKind::kCompiledRMSNorm, name, {x.t.ref(), w.ref()}, {y.ref(), rstd.ref()}, 4 * el(x.t));
+  OpCall op = make_op(OpKind::kCompiledRMSNorm, name, {x.t.ref(), w.ref()}, {y.ref(), rstd.ref()},
+                      4 * el(x.t));
   op.fargs = {eps};
   c.launch(op);
   RegionOut r{result(c, y, true), result(c, x.t, x.requires_grad())};
   if (c.recording()) {
     const Param* pw = &weight;
     Tensor xs = x.t;
-    c.record(Node{name, {x.id}, {r.y.id, r.residual.id},
-                  [&b, pw, xs, rstd, name](std::vector<Tensor>& g) {
-                    if (!g[0]) return std::vector<Tensor>{g[1]};
-                    return std::vector<Tensor>{norm_backward(b, *pw, g[0], xs, nullptr, rstd, g[1], name)};
-                  }});
+    c.record(Node{
+        name, {x.id}, {r.y.id, r.residual.id}, [&b, pw, xs, rstd, name](std::vector<Tensor>& g) {
+          if (!g[0]) return std::vector<Tensor>{g[1]};
+          return std::vector<Tensor>{norm_backward(b, *pw, g[0], xs, nullptr, rstd, g[1], name)};
+        }});
   }
   return r;
 }
 
-RegionOut add_rms_norm(ExecContext& c, Value x, Value a, const Param& weight, double eps, const std::string& name) {
+RegionOut add_rms_norm(ExecContext& c, Value x, Value a, const Param& weight, double eps,
+                       const std::string& name) {
   Backend& b = c.backend();
   Tensor w = param_tensor(weight);
   FULLSHARD_CHECK(x.t.numel() == a.t.numel(), name + ": x and a differ in size");
   const int64_t rows = x.t.numel() / x.t.shape().back();
   Tensor y = c.empty(x.t.meta(), MemCategory::kActivation, name);
   Tensor rstd = c.empty({DType::kFloat32, {rows}}, MemCategory::kActivation, name + " rstd");
-  OpCall op = make_op(OpKind::kCompiledAddRMSNorm, name, {x.t.ref(), a.t.ref(), w.ref()}, {y.ref(), rstd.ref()},
-                      5 * el(x.t));
+  OpCall op = make_op(OpKind::kCompiledAddRMSNorm, name, {x.t.ref(), a.t.ref(), w.ref()},
+                      {y.ref(), rstd.ref()}, 5 * el(x.t));
   op.fargs = {eps};
   c.launch(op);
   RegionOut r{result(c, y, true), result(c, a.t, x.requires_grad() || a.requires_grad())};
   if (c.recording()) {
     const Param* pw = &weight;
     Tensor xs = x.t, as = a.t;
-    c.record(Node{name, {x.id, a.id}, {r.y.id, r.residual.id},
+    c.record(Node{name,
+                  {x.id, a.id},
+                  {r.y.id, r.residual.id},
                   [&b, pw, xs, as, rstd, name](std::vector<Tensor>& g) {
                     // d(x + a) = the norm's input gradient + h's own (the last residual add's).
-                    Tensor gh = g[0] ? norm_backward(b, *pw, g[0], xs, &as, rstd, g[1], name) : g[1];
+                    Tensor gh =
+                        g[0] ? norm_backward(b, *pw, g[0], xs, &as, rstd, g[1], name) : g[1];
                     return std::vector<Tensor>{gh, gh};
                   }});
   }
   return r;
 }
 
-std::pair<Value, Value> rope(ExecContext& c, Value q, Value k, int64_t head_dim, const RopeParams& freqs,
-                             bool adjacent, const std::string& name) {
+std::pair<Value, Value> rope(ExecContext& c, Value q, Value k, int64_t head_dim,
+                             const RopeParams& freqs, bool adjacent, const std::string& name) {
   Backend& b = c.backend();
   // In place (inductor reuses the mm outputs), except where the SAC cache may hold them.
   const bool in_place = c.sac() == nullptr;
@@ -122,7 +129,10 @@ std::pair<Value, Value> rope(ExecContext& c, Value q, Value k, int64_t head_dim,
   Value qv = result(c, qo, q.requires_grad()), kv = result(c, ko, k.requires_grad());
   if (c.recording() && (q.requires_grad() || k.requires_grad())) {
     TensorMeta qm = q.t.meta(), km = k.t.meta();
-    c.record(Node{name, {q.id, k.id}, {qv.id, kv.id}, [&b, qm, km, iargs, freqs, name](std::vector<Tensor>& g) {
+    c.record(Node{name,
+                  {q.id, k.id},
+                  {qv.id, kv.id},
+                  [&b, qm, km, iargs, freqs, name](std::vector<Tensor>& g) {
                     std::vector<Tensor> out(2);
                     const TensorMeta* metas[2] = {&qm, &km};
                     const char* which[2] = {" q", " k"};
@@ -130,8 +140,9 @@ std::pair<Value, Value> rope(ExecContext& c, Value q, Value k, int64_t head_dim,
                       if (!g[i]) continue;
                       out[i] = Tensor::empty(b, *metas[i], MemCategory::kTemporary, kCompute,
                                              name + which[i] + " grad_input");
-                      OpCall bop = make_op(OpKind::kCompiledRoPEBackward, name + which[i] + " backward",
-                                           {g[i].ref()}, {out[i].ref()}, 6 * el(out[i]), iargs);
+                      OpCall bop =
+                          make_op(OpKind::kCompiledRoPEBackward, name + which[i] + " backward",
+                                  {g[i].ref()}, {out[i].ref()}, 6 * el(out[i]), iargs);
                       bop.fargs = freqs.fargs();
                       b.launch(kCompute, bop);
                     }
@@ -153,21 +164,26 @@ Value silu_mul(ExecContext& c, Value a, Value bv, const std::string& name) {
                     Tensor ga = grad_like(b, as, name + " grad_a");
                     Tensor gb = grad_like(b, bs, name + " grad_b");
                     b.launch(kCompute, make_op(OpKind::kCompiledSiluMulBackward, name + " backward",
-                                               {g[0].ref(), as.ref(), bs.ref()}, {ga.ref(), gb.ref()}, 10 * el(ga)));
+                                               {g[0].ref(), as.ref(), bs.ref()},
+                                               {ga.ref(), gb.ref()}, 10 * el(ga)));
                     return std::vector<Tensor>{ga, gb};
                   }});
   }
   return out;
 }
 
-Value residual_add(ExecContext& c, Value h, const Tensor& x, const Tensor& a, Value f, const std::string& name) {
+Value residual_add(ExecContext& c, Value h, const Tensor& x, const Tensor& a, Value f,
+                   const std::string& name) {
   const bool in_place = c.sac() == nullptr;
   Tensor y = in_place ? f.t : c.empty(f.t.meta(), MemCategory::kActivation, name);
-  c.launch(make_op(OpKind::kCompiledResidualAdd, name, {x.ref(), a.ref(), f.t.ref()}, {y.ref()}, 2 * el(y)));
+  c.launch(make_op(OpKind::kCompiledResidualAdd, name, {x.ref(), a.ref(), f.t.ref()}, {y.ref()},
+                   2 * el(y)));
   const bool rg = h.requires_grad() || f.requires_grad();
   Value out = result(c, y, rg);
   if (c.recording() && rg)
-    c.record(Node{name, {h.id, f.id}, {out.id}, [](std::vector<Tensor>& g) { return std::vector<Tensor>{g[0], g[0]}; }});
+    c.record(Node{name, {h.id, f.id}, {out.id}, [](std::vector<Tensor>& g) {
+                    return std::vector<Tensor>{g[0], g[0]};
+                  }});
   return out;
 }
 

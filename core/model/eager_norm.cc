@@ -35,7 +35,8 @@ Value to_dtype(ExecContext& c, Value x, DType dt, const std::string& name) {
   if (c.recording() && x.requires_grad()) {
     TensorMeta meta = x.t.meta();
     c.record(Node{name, {x.id}, {out.id}, [&b, meta, name](std::vector<Tensor>& g) {
-                    Tensor gx = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute, name + " backward");
+                    Tensor gx = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute,
+                                              name + " backward");
                     copy_into(b, kCompute, gx, g[0], name + " backward");
                     return std::vector<Tensor>{gx};
                   }});
@@ -61,10 +62,11 @@ Tensor mul_same(Backend& b, const Tensor& x, const Tensor& y, const std::string&
 }
 
 // a [rows, D] * b ([rows] per row, or [D] per column) -> a new tensor like `meta`.
-Tensor mul_bcast(Backend& b, const Tensor& a, const Tensor& v, bool per_col, int64_t D, const TensorMeta& meta,
-                 MemCategory cat, const std::string& name) {
+Tensor mul_bcast(Backend& b, const Tensor& a, const Tensor& v, bool per_col, int64_t D,
+                 const TensorMeta& meta, MemCategory cat, const std::string& name) {
   Tensor o = Tensor::empty(b, meta, cat, kCompute, name);
-  b.launch(kCompute, make_op(OpKind::kMulBroadcast, name, {a.ref(), v.ref()}, {o.ref()}, el(o), {per_col ? 1 : 0, D}));
+  b.launch(kCompute, make_op(OpKind::kMulBroadcast, name, {a.ref(), v.ref()}, {o.ref()}, el(o),
+                             {per_col ? 1 : 0, D}));
   return o;
 }
 
@@ -75,10 +77,10 @@ Value pow2(ExecContext& c, Value x, const std::string& name) {
   if (c.recording() && x.requires_grad()) {
     Tensor xs = x.t;
     c.record(Node{name, {x.id}, {out.id}, [&b, xs, name](std::vector<Tensor>& g) {
-                    Tensor p1 = pointwise(b, OpKind::kPowScalar, xs, 1.0, xs.meta(), MemCategory::kTemporary,
-                                          name + " backward pow");
-                    Tensor p2 = pointwise(b, OpKind::kScale, p1, 2.0, xs.meta(), MemCategory::kTemporary,
-                                          name + " backward scale");
+                    Tensor p1 = pointwise(b, OpKind::kPowScalar, xs, 1.0, xs.meta(),
+                                          MemCategory::kTemporary, name + " backward pow");
+                    Tensor p2 = pointwise(b, OpKind::kScale, p1, 2.0, xs.meta(),
+                                          MemCategory::kTemporary, name + " backward scale");
                     return std::vector<Tensor>{mul_same(b, g[0], p2, name + " backward mul")};
                   }});
   }
@@ -98,9 +100,10 @@ Value mean_last_dim(ExecContext& c, Value x, const std::string& name) {
   if (c.recording() && x.requires_grad()) {
     TensorMeta meta = x.t.meta();
     c.record(Node{name, {x.id}, {out.id}, [&b, meta, D, name](std::vector<Tensor>& g) {
-                    Tensor gx = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute, name + " backward");
-                    OpCall bop = make_op(OpKind::kExpandLastDim, name + " backward", {g[0].ref()}, {gx.ref()},
-                                         el(gx), {D});
+                    Tensor gx = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute,
+                                              name + " backward");
+                    OpCall bop = make_op(OpKind::kExpandLastDim, name + " backward", {g[0].ref()},
+                                         {gx.ref()}, el(gx), {D});
                     bop.fargs = {1.0 / static_cast<double>(D)};
                     b.launch(kCompute, bop);
                     return std::vector<Tensor>{gx};
@@ -110,10 +113,12 @@ Value mean_last_dim(ExecContext& c, Value x, const std::string& name) {
 }
 
 Value add_eps(ExecContext& c, Value x, double eps, const std::string& name) {
-  Tensor y = pointwise(c.backend(), OpKind::kAddScalar, x.t, eps, x.t.meta(), MemCategory::kActivation, name);
+  Tensor y = pointwise(c.backend(), OpKind::kAddScalar, x.t, eps, x.t.meta(),
+                       MemCategory::kActivation, name);
   Value out = result(c, y, x.requires_grad());
   if (c.recording() && x.requires_grad())
-    c.record(Node{name, {x.id}, {out.id}, [](std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; }});
+    c.record(Node{
+        name, {x.id}, {out.id}, [](std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; }});
   return out;
 }
 
@@ -123,10 +128,10 @@ Value rsqrt(ExecContext& c, Value x, const std::string& name) {
   Value out = result(c, y, x.requires_grad());
   if (c.recording() && x.requires_grad()) {
     c.record(Node{name, {x.id}, {out.id}, [&b, y, name](std::vector<Tensor>& g) {
-                    Tensor t1 = pointwise(b, OpKind::kScale, g[0], -0.5, y.meta(), MemCategory::kTemporary,
-                                          name + " backward scale");
-                    Tensor t2 = pointwise(b, OpKind::kPowScalar, y, 3.0, y.meta(), MemCategory::kTemporary,
-                                          name + " backward pow");
+                    Tensor t1 = pointwise(b, OpKind::kScale, g[0], -0.5, y.meta(),
+                                          MemCategory::kTemporary, name + " backward scale");
+                    Tensor t2 = pointwise(b, OpKind::kPowScalar, y, 3.0, y.meta(),
+                                          MemCategory::kTemporary, name + " backward pow");
                     return std::vector<Tensor>{mul_same(b, t1, t2, name + " backward mul")};
                   }});
   }
@@ -144,14 +149,20 @@ Value mul_rows(ExecContext& c, Value x, Value r, const std::string& name) {
     Tensor xs = r.requires_grad() ? x.t : Tensor(), rs = x.requires_grad() ? r.t : Tensor();
     bool need_x = x.requires_grad(), need_r = r.requires_grad();
     TensorMeta rmeta = r.t.meta();
-    c.record(Node{name, {x.id, r.id}, {out.id}, [&b, xs, rs, rmeta, need_x, need_r, D, name](std::vector<Tensor>& g) {
+    c.record(Node{name,
+                  {x.id, r.id},
+                  {out.id},
+                  [&b, xs, rs, rmeta, need_x, need_r, D, name](std::vector<Tensor>& g) {
                     Tensor gx, gr;
-                    if (need_x) gx = mul_bcast(b, g[0], rs, false, D, g[0].meta(), MemCategory::kTemporary, name + " grad_self");
+                    if (need_x)
+                      gx = mul_bcast(b, g[0], rs, false, D, g[0].meta(), MemCategory::kTemporary,
+                                     name + " grad_self");
                     if (need_r) {
                       Tensor full = mul_same(b, g[0], xs, name + " grad_other");
-                      gr = Tensor::empty(b, rmeta, MemCategory::kTemporary, kCompute, name + " grad_other sum_to_size");
-                      OpCall op = make_op(OpKind::kSumLastDim, name + " grad_other sum_to_size", {full.ref()},
-                                          {gr.ref()}, el(full), {D});
+                      gr = Tensor::empty(b, rmeta, MemCategory::kTemporary, kCompute,
+                                         name + " grad_other sum_to_size");
+                      OpCall op = make_op(OpKind::kSumLastDim, name + " grad_other sum_to_size",
+                                          {full.ref()}, {gr.ref()}, el(full), {D});
                       op.fargs = {1.0};
                       b.launch(kCompute, op);
                     }
@@ -172,17 +183,21 @@ Value mul_weight(ExecContext& c, Value x, const Param& weight, const std::string
   if (c.recording()) {
     const Param* pw = &weight;
     Tensor xs = x.t;
-    c.record(Node{name, {x.id}, {out.id}, [&b, pw, xs, D, name, need = x.requires_grad()](std::vector<Tensor>& g) {
+    c.record(Node{name,
+                  {x.id},
+                  {out.id},
+                  [&b, pw, xs, D, name, need = x.requires_grad()](std::vector<Tensor>& g) {
                     Tensor gx;
                     if (need)
-                      gx = mul_bcast(b, g[0], pw->binding->unsharded(), true, D, g[0].meta(), MemCategory::kTemporary,
-                                     name + " grad_self");
+                      gx = mul_bcast(b, g[0], pw->binding->unsharded(), true, D, g[0].meta(),
+                                     MemCategory::kTemporary, name + " grad_self");
                     Tensor gw;
                     {
                       Tensor full = mul_same(b, g[0], xs, name + " grad_other");
                       gw = new_param_grad(b, *pw);
-                      b.launch(kCompute, make_op(OpKind::kSumLeadingDims, name + " grad_other sum_to_size",
-                                                 {full.ref()}, {gw.ref()}, el(full), {D}));
+                      b.launch(kCompute,
+                               make_op(OpKind::kSumLeadingDims, name + " grad_other sum_to_size",
+                                       {full.ref()}, {gw.ref()}, el(full), {D}));
                     }
                     pw->binding->accumulate_grad(b, std::move(gw));
                     return std::vector<Tensor>{gx};
@@ -193,7 +208,8 @@ Value mul_weight(ExecContext& c, Value x, const Param& weight, const std::string
 
 }  // namespace
 
-Value rms_norm_eager(ExecContext& c, Value x, const Param& weight, double eps, const std::string& name) {
+Value rms_norm_eager(ExecContext& c, Value x, const Param& weight, double eps,
+                     const std::string& name) {
   const DType dt = x.t.dtype();
   Value xf = to_dtype(c, std::move(x), DType::kFloat32, name + " float");
   Value sq = pow2(c, xf, name + " pow");

@@ -26,15 +26,17 @@ using namespace detail;  // NOLINT
 
 namespace {
 
-Value complex_mul(ExecContext& c, Value x, int64_t head_dim, const RopeParams& freqs, const std::string& name) {
-  return rotary(c, std::move(x), OpKind::kRoPEComplex, OpKind::kRoPEComplexBackward, 3, head_dim, freqs, name,
-                " backward");
+Value complex_mul(ExecContext& c, Value x, int64_t head_dim, const RopeParams& freqs,
+                  const std::string& name) {
+  return rotary(c, std::move(x), OpKind::kRoPEComplex, OpKind::kRoPEComplexBackward, 3, head_dim,
+                freqs, name, " backward");
 }
 
 }  // namespace
 
-std::pair<Value, Value> rope_complex(ExecContext& c, Value q, Value k, int64_t head_dim, const RopeParams& freqs,
-                                     const std::string& q_name, const std::string& k_name) {
+std::pair<Value, Value> rope_complex(ExecContext& c, Value q, Value k, int64_t head_dim,
+                                     const RopeParams& freqs, const std::string& q_name,
+                                     const std::string& k_name) {
   FULLSHARD_CHECK(head_dim % 2 == 0, q_name + ": rope needs an even head_dim");
   Value qf = to_dtype(c, q, DType::kFloat32, q_name + " float");
   Value kf = to_dtype(c, k, DType::kFloat32, k_name + " float");

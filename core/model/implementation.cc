@@ -111,7 +111,8 @@ std::vector<std::string> unbuilt_variants(const ModelImplementation& m) {
 }
 
 const std::vector<std::string>& implementation_fields() {
-  static const std::vector<std::string> f = {"loss", "loss_chunks", "keep_logits", "rms_norm", "rope", "gqa", "attention", "compile"};
+  static const std::vector<std::string> f = {"loss", "loss_chunks", "keep_logits", "rms_norm",
+                                             "rope", "gqa",         "attention",   "compile"};
   return f;
 }
 
@@ -121,24 +122,39 @@ const std::vector<std::string>& implementation_values(const std::string& field) 
   return it == value_table().end() ? none : it->second;
 }
 
-bool set_implementation_value(ModelImplementation& m, const std::string& field, const std::string& value) {
+bool set_implementation_value(ModelImplementation& m, const std::string& field,
+                              const std::string& value) {
   const auto& vals = implementation_values(field);
   size_t i = 0;
   while (i < vals.size() && vals[i] != value) ++i;
   if (i == vals.size()) return false;
-  if (field == "loss") m.loss = static_cast<LossImpl>(i);
-  else if (field == "rms_norm") m.rms_norm = static_cast<NormImpl>(i);
-  else if (field == "rope") m.rope = static_cast<RopeImpl>(i);
-  else if (field == "gqa") m.gqa = static_cast<GqaImpl>(i);
-  else if (field == "attention") m.attention = static_cast<AttentionImpl>(i);
-  else return false;
+  if (field == "loss")
+    m.loss = static_cast<LossImpl>(i);
+  else if (field == "rms_norm")
+    m.rms_norm = static_cast<NormImpl>(i);
+  else if (field == "rope")
+    m.rope = static_cast<RopeImpl>(i);
+  else if (field == "gqa")
+    m.gqa = static_cast<GqaImpl>(i);
+  else if (field == "attention")
+    m.attention = static_cast<AttentionImpl>(i);
+  else
+    return false;
   return true;
 }
 
-const char* loss_impl_name(LossImpl v) { return value_table().at("loss")[static_cast<size_t>(v)].c_str(); }
-const char* norm_impl_name(NormImpl v) { return value_table().at("rms_norm")[static_cast<size_t>(v)].c_str(); }
-const char* rope_impl_name(RopeImpl v) { return value_table().at("rope")[static_cast<size_t>(v)].c_str(); }
-const char* gqa_impl_name(GqaImpl v) { return value_table().at("gqa")[static_cast<size_t>(v)].c_str(); }
+const char* loss_impl_name(LossImpl v) {
+  return value_table().at("loss")[static_cast<size_t>(v)].c_str();
+}
+const char* norm_impl_name(NormImpl v) {
+  return value_table().at("rms_norm")[static_cast<size_t>(v)].c_str();
+}
+const char* rope_impl_name(RopeImpl v) {
+  return value_table().at("rope")[static_cast<size_t>(v)].c_str();
+}
+const char* gqa_impl_name(GqaImpl v) {
+  return value_table().at("gqa")[static_cast<size_t>(v)].c_str();
+}
 const char* attention_impl_name(AttentionImpl v) {
   return value_table().at("attention")[static_cast<size_t>(v)].c_str();
 }

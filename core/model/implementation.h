@@ -70,7 +70,8 @@ const std::vector<std::string>& implementation_fields();  // without "preset"
 // The spellings of one enum field ("loss", "rms_norm", "rope", "gqa", "attention").
 const std::vector<std::string>& implementation_values(const std::string& field);
 // Sets enum `field` to `value`; false when `value` is not one of implementation_values(field).
-bool set_implementation_value(ModelImplementation& m, const std::string& field, const std::string& value);
+bool set_implementation_value(ModelImplementation& m, const std::string& field,
+                              const std::string& value);
 
 const char* loss_impl_name(LossImpl v);
 const char* norm_impl_name(NormImpl v);

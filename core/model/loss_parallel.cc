@@ -21,8 +21,8 @@ using detail::result;
 // _log_softmax backward handler passes the gradient through. No tp collective runs in
 // backward; the logits are never gathered, which is where loss parallel saves memory.
 
-Value vocab_parallel_cross_entropy(ExecContext& c, Value logits, const Tensor& labels, const TensorParallel& tp,
-                                   const std::string& name) {
+Value vocab_parallel_cross_entropy(ExecContext& c, Value logits, const Tensor& labels,
+                                   const TensorParallel& tp, const std::string& name) {
   Backend& b = c.backend();
   const int64_t Vl = logits.t.shape().back();
   const int64_t rows = logits.t.numel() / Vl;
@@ -34,10 +34,12 @@ Value vocab_parallel_cross_entropy(ExecContext& c, Value logits, const Tensor& l
   {
     Tensor mx = c.empty(row_meta, MemCategory::kTemporary, name + " amax");
     c.launch(make_op(OpKind::kRowMax, name + " amax", {x.t.ref()}, {mx.ref()}, el(x.t), {Vl}));
-    Tensor gmx = all_reduce_clone(b, mx, ReduceOp::kMax, tp.group, MemCategory::kTemporary, name + " all_reduce(max)");
+    Tensor gmx = all_reduce_clone(b, mx, ReduceOp::kMax, tp.group, MemCategory::kTemporary,
+                                  name + " all_reduce(max)");
     mx = Tensor();
     Tensor shifted = c.empty(full_meta, MemCategory::kTemporary, name + " shifted");
-    c.launch(make_op(OpKind::kSubRow, name + " sub", {x.t.ref(), gmx.ref()}, {shifted.ref()}, el(shifted), {Vl}));
+    c.launch(make_op(OpKind::kSubRow, name + " sub", {x.t.ref(), gmx.ref()}, {shifted.ref()},
+                     el(shifted), {Vl}));
     gmx = Tensor();
     Tensor ex = c.empty(full_meta, MemCategory::kTemporary, name + " exp");
     c.launch(make_op(OpKind::kExp, name + " exp", {shifted.ref()}, {ex.ref()}, el(ex)));
@@ -46,33 +48,44 @@ Value vocab_parallel_cross_entropy(ExecContext& c, Value logits, const Tensor& l
     sum.fargs = {1.0};
     c.launch(sum);
     ex = Tensor();
-    Tensor gse = all_reduce_clone(b, se, ReduceOp::kSum, tp.group, MemCategory::kTemporary, name + " all_reduce(sumexp)");
+    Tensor gse = all_reduce_clone(b, se, ReduceOp::kSum, tp.group, MemCategory::kTemporary,
+                                  name + " all_reduce(sumexp)");
     se = Tensor();
     Tensor lse = c.empty(row_meta, MemCategory::kTemporary, name + " logsumexp");
     c.launch(make_op(OpKind::kLog, name + " log", {gse.ref()}, {lse.ref()}, el(lse)));
     gse = Tensor();
-    c.launch(make_op(OpKind::kSubRow, name + " log_softmax", {shifted.ref(), lse.ref()}, {lp.ref()}, el(lp), {Vl}));
+    c.launch(make_op(OpKind::kSubRow, name + " log_softmax", {shifted.ref(), lse.ref()}, {lp.ref()},
+                     el(lp), {Vl}));
   }
   Value lpv = result(c, lp, x.requires_grad());
   if (c.recording() && x.requires_grad())
-    c.record(Node{name + " log_softmax", {x.id}, {lpv.id}, [](std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; }});
+    c.record(Node{name + " log_softmax", {x.id}, {lpv.id}, [](std::vector<Tensor>& g) {
+                    return std::vector<Tensor>{g[0]};
+                  }});
   x = Value{};
   Tensor picked = c.empty(row_meta, MemCategory::kTemporary, name + " nll picks");
-  c.launch(make_op(OpKind::kNllVocabParallel, name + " nll_loss", {lp.ref(), labels.ref()}, {picked.ref()},
-                   static_cast<double>(rows), {Vl, start}));
-  Tensor all = all_reduce_clone(b, picked, ReduceOp::kSum, tp.group, MemCategory::kTemporary, name + " all_reduce(nll)");
+  c.launch(make_op(OpKind::kNllVocabParallel, name + " nll_loss", {lp.ref(), labels.ref()},
+                   {picked.ref()}, static_cast<double>(rows), {Vl, start}));
+  Tensor all = all_reduce_clone(b, picked, ReduceOp::kSum, tp.group, MemCategory::kTemporary,
+                                name + " all_reduce(nll)");
   picked = Tensor();
   Tensor loss = c.empty({DType::kFloat32, {}}, MemCategory::kActivation, name + " loss");
-  OpCall mean = make_op(OpKind::kSumLastDim, name + " mean", {all.ref()}, {loss.ref()}, static_cast<double>(rows), {rows});
+  OpCall mean = make_op(OpKind::kSumLastDim, name + " mean", {all.ref()}, {loss.ref()},
+                        static_cast<double>(rows), {rows});
   mean.fargs = {1.0 / static_cast<double>(rows)};
   c.launch(mean);
   all = Tensor();
   Value out = result(c, loss, lpv.requires_grad());
   if (c.recording() && lpv.requires_grad()) {
-    c.record(Node{name + " nll_loss", {lpv.id}, {out.id}, [&b, lp, labels, rows, Vl, start, name](std::vector<Tensor>& g) {
-                    Tensor gl = Tensor::empty(b, lp.meta(), MemCategory::kTemporary, kCompute, name + " nll_loss grad_input");
-                    OpCall op = make_op(OpKind::kNllVocabParallelBackward, name + " nll_loss backward",
-                                        {g[0].ref(), lp.ref(), labels.ref()}, {gl.ref()}, 3 * el(gl), {Vl, start});
+    c.record(Node{name + " nll_loss",
+                  {lpv.id},
+                  {out.id},
+                  [&b, lp, labels, rows, Vl, start, name](std::vector<Tensor>& g) {
+                    Tensor gl = Tensor::empty(b, lp.meta(), MemCategory::kTemporary, kCompute,
+                                              name + " nll_loss grad_input");
+                    OpCall op = make_op(
+                        OpKind::kNllVocabParallelBackward, name + " nll_loss backward",
+                        {g[0].ref(), lp.ref(), labels.ref()}, {gl.ref()}, 3 * el(gl), {Vl, start});
                     op.fargs = {1.0 / static_cast<double>(rows)};
                     b.launch(kCompute, op);
                     return std::vector<Tensor>{gl};

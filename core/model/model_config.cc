@@ -248,34 +248,44 @@ class HfReader {
   // which also holds rope_theta); absent, null or rope_type "default": no scaling. NOTE
   // [Llama 3 RoPE scaling] (core/runtime/rope_args.h).
   RopeScaling rope_scaling() const {
-    const char* key = has("rope_scaling") ? "rope_scaling" : has("rope_parameters") ? "rope_parameters" : nullptr;
+    const char* key = has("rope_scaling")      ? "rope_scaling"
+                      : has("rope_parameters") ? "rope_parameters"
+                                               : nullptr;
     if (!key) return {};
     const auto& j = j_.at(key);
-    if (!j.is_object()) throw InputError(path(key), "is " + j.dump(), "give an object such as {\"rope_type\": \"llama3\", ...}");
+    if (!j.is_object())
+      throw InputError(path(key), "is " + j.dump(),
+                       "give an object such as {\"rope_type\": \"llama3\", ...}");
     const HfReader r(j, path(key));
     const char* type_key = r.has("rope_type") ? "rope_type" : "type";  // "type": older configs
     if (!r.has(type_key)) {
       if (std::string(key) == "rope_parameters") return {};  // only rope_theta
-      throw InputError(r.path("rope_type"), "is missing", "give \"llama3\" (Llama 3.1) or remove rope_scaling");
+      throw InputError(r.path("rope_type"), "is missing",
+                       "give \"llama3\" (Llama 3.1) or remove rope_scaling");
     }
     const auto& t = j.at(type_key);
-    if (!t.is_string()) throw InputError(r.path(type_key), "is " + t.dump(), "give \"llama3\" or \"default\"");
+    if (!t.is_string())
+      throw InputError(r.path(type_key), "is " + t.dump(), "give \"llama3\" or \"default\"");
     if (t.get<std::string>() == "default") return {};
     if (t.get<std::string>() != "llama3")
-      throw InputError(r.path(type_key), "is \"" + t.get<std::string>() + "\", which fullshard does not implement",
+      throw InputError(r.path(type_key),
+                       "is \"" + t.get<std::string>() + "\", which fullshard does not implement",
                        "only \"llama3\" (Llama 3.1 / 3.2) RoPE scaling is supported");
     auto required = [&](const char* k) {
-      if (!r.has(k)) throw InputError(r.path(k), "is missing", "give it from the model's published config.json");
+      if (!r.has(k))
+        throw InputError(r.path(k), "is missing", "give it from the model's published config.json");
       return r.positive_number(k, 0);
     };
     RopeScaling sc;
     sc.factor = required("factor");
     sc.low_freq_factor = required("low_freq_factor");
     sc.high_freq_factor = required("high_freq_factor");
-    sc.original_max_position_embeddings = static_cast<double>(r.positive_int("original_max_position_embeddings"));
+    sc.original_max_position_embeddings =
+        static_cast<double>(r.positive_int("original_max_position_embeddings"));
     if (!(sc.high_freq_factor > sc.low_freq_factor))
       throw InputError(r.path("high_freq_factor"),
-                       "is " + j.at("high_freq_factor").dump() + ", not above low_freq_factor " + j.at("low_freq_factor").dump(),
+                       "is " + j.at("high_freq_factor").dump() + ", not above low_freq_factor " +
+                           j.at("low_freq_factor").dump(),
                        "use the published values (Llama 3.1: low 1, high 4)");
     return sc;
   }

@@ -19,21 +19,21 @@ enum class ModelArch : uint8_t {
 };
 
 struct ModelConfig {
-  std::string name;                  // "llama3.1-8b", or the HF model_type for imports
+  std::string name;  // "llama3.1-8b", or the HF model_type for imports
   ModelArch arch = ModelArch::kLlama;
   int64_t vocab_size = 0;
-  int64_t dim = 0;                   // hidden size
+  int64_t dim = 0;  // hidden size
   int64_t n_layers = 0;
   int64_t n_heads = 0;
-  int64_t n_kv_heads = 0;            // == n_heads for MHA
-  int64_t ffn_dim = 0;               // MLP intermediate size
-  int64_t max_seq_len = 0;           // learned-position table size (GPT-2); RoPE limit (Llama)
+  int64_t n_kv_heads = 0;   // == n_heads for MHA
+  int64_t ffn_dim = 0;      // MLP intermediate size
+  int64_t max_seq_len = 0;  // learned-position table size (GPT-2); RoPE limit (Llama)
   double norm_eps = 1e-5;
   double rope_theta = 10000.0;
-  RopeScaling rope_scaling;          // Llama 3.1's (config.json rope_scaling); factor 0: none
-  bool tie_embeddings = false;       // output projection shares the embedding weight
-  bool qkv_bias = false;             // Qwen2: bias on q/k/v projections
-  bool linear_bias = false;          // GPT-2: bias on every linear, LayerNorm has bias
+  RopeScaling rope_scaling;            // Llama 3.1's (config.json rope_scaling); factor 0: none
+  bool tie_embeddings = false;         // output projection shares the embedding weight
+  bool qkv_bias = false;               // Qwen2: bias on q/k/v projections
+  bool linear_bias = false;            // GPT-2: bias on every linear, LayerNorm has bias
   ModelImplementation implementation;  // how the model is coded (scenario model.implementation)
 
   int64_t head_dim() const { return dim / n_heads; }

@@ -59,14 +59,14 @@ struct Param {
 };
 
 struct Module {
-  std::string fqn;   // "" for the root, "layers.3", "layers.3.attention", ...
-  std::string kind;  // "Transformer", "TransformerBlock", "Attention", ...
+  std::string fqn;            // "" for the root, "layers.3", "layers.3.attention", ...
+  std::string kind;           // "Transformer", "TransformerBlock", "Attention", ...
   std::vector<Param> params;  // directly owned parameters
   std::vector<std::unique_ptr<Module>> children;
 
   Module* add_child(std::string name, std::string kind_name);
   Param& add_param(std::string name, Shape shape);
-  Param& param(const std::string& name);  // directly owned, by short name
+  Param& param(const std::string& name);   // directly owned, by short name
   Module& child(const std::string& name);  // by short name
   // Every parameter in this subtree, pre-order (this module's own first).
   void for_each_param(const std::function<void(Param&)>& fn);

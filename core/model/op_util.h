@@ -40,7 +40,8 @@ inline Tensor param_tensor(const Param& p) {
 
 inline Tensor new_param_grad(Backend& b, const Param& p) {
   TensorMeta m{p.binding->compute_dtype(), p.shape};
-  auto cat = p.binding->has_unsharded_grad() ? MemCategory::kTemporary : MemCategory::kUnshardedGrad;
+  auto cat =
+      p.binding->has_unsharded_grad() ? MemCategory::kTemporary : MemCategory::kUnshardedGrad;
   return Tensor::empty(b, m, cat, kCompute, p.fqn + ".grad");
 }
 
@@ -63,14 +64,15 @@ void sac_store(ExecContext& c, bool saves, std::vector<Tensor> outs);
 // nn.Linear's autograd node for `out` = x W^T (+ bias) already computed (by ops::linear, or
 // by a fused kernel that also computed x: async TP's all-gather-matmul): saves x and the
 // weight; backward launches grad_input (when x requires grad), grad_weight and grad_bias.
-void record_linear(ExecContext& c, const Value& x, const Param& weight, const Param* bias, const Value& out,
-                   const std::string& name);
+void record_linear(ExecContext& c, const Value& x, const Param& weight, const Param* bias,
+                   const Value& out, const std::string& name);
 
-// A position-dependent rotation of x (a RoPE kernel: fargs RopeParams::fargs(), iargs {head_dim}) and its
-// autograd node, whose backward is the inverse rotation `backward` into a temporary named
+// A position-dependent rotation of x (a RoPE kernel: fargs RopeParams::fargs(), iargs {head_dim})
+// and its autograd node, whose backward is the inverse rotation `backward` into a temporary named
 // name + grad_suffix. The fused rope and the complex (torchtitan) rope differ only in kinds and
 // FLOPs per element.
-Value rotary(ExecContext& c, Value x, OpKind forward, OpKind backward, double flops_per_element, int64_t head_dim,
-             const RopeParams& freqs, const std::string& name, const std::string& grad_suffix);
+Value rotary(ExecContext& c, Value x, OpKind forward, OpKind backward, double flops_per_element,
+             int64_t head_dim, const RopeParams& freqs, const std::string& name,
+             const std::string& grad_suffix);
 
 }  // namespace fullshard::ops::detail

@@ -34,7 +34,8 @@ void sac_store(ExecContext& c, bool saves, std::vector<Tensor> outs) {
 }  // namespace detail
 
 // ------------------------------------------------------------------ plain kernels
-Tensor add_new(Backend& b, const Tensor& x, const Tensor& y, MemCategory cat, const std::string& name) {
+Tensor add_new(Backend& b, const Tensor& x, const Tensor& y, MemCategory cat,
+               const std::string& name) {
   Tensor out = Tensor::empty(b, x.meta(), cat, kCompute, name);
   b.launch(kCompute, make_op(OpKind::kAdd, name, {x.ref(), y.ref()}, {out.ref()}, el(x)));
   return out;
@@ -44,12 +45,14 @@ void add_into(Backend& b, Tensor& dst, const Tensor& src, const std::string& nam
   b.launch(s, make_op(OpKind::kAdd, name, {dst.ref(), src.ref()}, {dst.ref()}, el(dst)));
 }
 
-void copy_into(Backend& b, StreamRole s, const Tensor& dst, const Tensor& src, const std::string& name) {
+void copy_into(Backend& b, StreamRole s, const Tensor& dst, const Tensor& src,
+               const std::string& name) {
   FULLSHARD_CHECK(dst.numel() == src.numel(), "copy of " + name + " between different sizes");
   b.launch(s, make_op(OpKind::kCopy, name, {src.ref()}, {dst.ref()}, 0));
 }
 
-Tensor cast(Backend& b, StreamRole s, const Tensor& src, DType to, MemCategory cat, const std::string& name) {
+Tensor cast(Backend& b, StreamRole s, const Tensor& src, DType to, MemCategory cat,
+            const std::string& name) {
   Tensor out = Tensor::empty(b, TensorMeta{to, src.shape()}, cat, s, name);
   copy_into(b, s, out, src, name);
   return out;
@@ -74,7 +77,8 @@ void init_param(Backend& b, StreamRole s, const Tensor& t, const Param& p, int64
   if (blocks) {
     // Local rows stack this rank's rows of each block (NOTE [Fused qkv under tensor
     // parallelism]): local rows per block, tp index, tp degree.
-    FULLSHARD_CHECK(p.shape.at(0) % p.tp_blocks == 0, p.fqn + ": rows do not split into its blocks");
+    FULLSHARD_CHECK(p.shape.at(0) % p.tp_blocks == 0,
+                    p.fqn + ": rows do not split into its blocks");
     op.iargs.push_back(p.shape[0] / p.tp_blocks);
     op.iargs.push_back(p.tp_index);
     op.iargs.push_back(p.tp_degree);
@@ -82,13 +86,14 @@ void init_param(Backend& b, StreamRole s, const Tensor& t, const Param& p, int64
   if (p.tp_placement == TpPlacement::kShard1) {
     FULLSHARD_CHECK(p.shape.size() == 2, p.fqn + ": a Shard(1) parameter must be 2-D");
     op.iargs.push_back(static_cast<int64_t>(p.tp_index) * p.shape[1]);  // column offset
-    op.iargs.push_back(p.shape[1] * p.tp_degree);                        // full row length
+    op.iargs.push_back(p.shape[1] * p.tp_degree);                       // full row length
   }
   op.fargs = {p.init_std};
   b.launch(s, op);
 }
 
-void scale_inplace(Backend& b, StreamRole s, const Tensor& t, double factor, const std::string& name) {
+void scale_inplace(Backend& b, StreamRole s, const Tensor& t, double factor,
+                   const std::string& name) {
   OpCall op = make_op(OpKind::kScale, name, {t.ref()}, {t.ref()}, el(t));
   op.fargs = {factor};
   b.launch(s, op);
@@ -115,8 +120,9 @@ Value embedding(ExecContext& c, const Tensor& ids, const Param& weight, const st
     const Param* pw = &weight;
     c.record(Node{name, {}, {out.id}, [&b, pw, ids, name, vocab_range](std::vector<Tensor>& g) {
                     Tensor gw = new_param_grad(b, *pw);
-                    b.launch(kCompute, make_op(OpKind::kEmbeddingBackward, name + " backward",
-                                               {g[0].ref(), ids.ref()}, {gw.ref()}, el(g[0]), vocab_range));
+                    b.launch(kCompute,
+                             make_op(OpKind::kEmbeddingBackward, name + " backward",
+                                     {g[0].ref(), ids.ref()}, {gw.ref()}, el(g[0]), vocab_range));
                     pw->binding->accumulate_grad(b, std::move(gw));
                     return std::vector<Tensor>{};
                   }});
@@ -124,21 +130,24 @@ Value embedding(ExecContext& c, const Tensor& ids, const Param& weight, const st
   return out;
 }
 
-Value position_embedding(ExecContext& c, Value x, const Param& wpe, const std::string& name, int64_t first_position) {
+Value position_embedding(ExecContext& c, Value x, const Param& wpe, const std::string& name,
+                         int64_t first_position) {
   Backend& b = c.backend();
   Tensor w = param_tensor(wpe);
   Tensor y = c.empty(x.t.meta(), MemCategory::kActivation, name);
   // A sequence shard adds the rows of its own positions (iargs: the first one).
   std::vector<int64_t> first;
   if (first_position != 0) first = {first_position};
-  c.launch(make_op(OpKind::kPositionEmbedding, name, {x.t.ref(), w.ref()}, {y.ref()}, el(y), first));
+  c.launch(
+      make_op(OpKind::kPositionEmbedding, name, {x.t.ref(), w.ref()}, {y.ref()}, el(y), first));
   Value out = result(c, y, true);
   if (c.recording()) {
     const Param* pw = &wpe;
     c.record(Node{name, {x.id}, {out.id}, [&b, pw, name, first](std::vector<Tensor>& g) {
                     Tensor gw = new_param_grad(b, *pw);
-                    b.launch(kCompute, make_op(OpKind::kPositionEmbeddingBackward, name + " backward",
-                                               {g[0].ref()}, {gw.ref()}, el(g[0]), first));
+                    b.launch(kCompute,
+                             make_op(OpKind::kPositionEmbeddingBackward, name + " backward",
+                                     {g[0].ref()}, {gw.ref()}, el(g[0]), first));
                     pw->binding->accumulate_grad(b, std::move(gw));
                     return std::vector<Tensor>{g[0]};  // d(x + pos)/dx = identity: same tensor
                   }});
@@ -153,18 +162,23 @@ Value rms_norm(ExecContext& c, Value x, const Param& weight, double eps, const s
   int64_t rows = x.t.numel() / x.t.shape().back();
   Tensor y = c.empty(x.t.meta(), MemCategory::kActivation, name);
   Tensor rstd = c.empty({DType::kFloat32, {rows}}, MemCategory::kActivation, name + " rstd");
-  OpCall op = make_op(OpKind::kRMSNorm, name, {x.t.ref(), w.ref()}, {y.ref(), rstd.ref()}, 4 * el(x.t));
+  OpCall op =
+      make_op(OpKind::kRMSNorm, name, {x.t.ref(), w.ref()}, {y.ref(), rstd.ref()}, 4 * el(x.t));
   op.fargs = {eps};
   c.launch(op);
   Value out = result(c, y, true);
   if (c.recording()) {
     const Param* pw = &weight;
     Tensor xs = x.t;
-    c.record(Node{name, {x.id}, {out.id}, [&b, pw, xs, rstd, name, need = x.requires_grad()](std::vector<Tensor>& g) {
+    c.record(Node{name,
+                  {x.id},
+                  {out.id},
+                  [&b, pw, xs, rstd, name, need = x.requires_grad()](std::vector<Tensor>& g) {
                     Tensor gx = grad_like(b, xs, name + " grad_input");
                     Tensor gw = new_param_grad(b, *pw);
                     b.launch(kCompute, make_op(OpKind::kRMSNormBackward, name + " backward",
-                                               {g[0].ref(), xs.ref(), rstd.ref(), pw->binding->unsharded().ref()},
+                                               {g[0].ref(), xs.ref(), rstd.ref(),
+                                                pw->binding->unsharded().ref()},
                                                {gx.ref(), gw.ref()}, 8 * el(xs)));
                     pw->binding->accumulate_grad(b, std::move(gw));
                     return std::vector<Tensor>{need ? gx : Tensor()};
@@ -189,24 +203,29 @@ Value layer_norm(ExecContext& c, Value x, const Param& weight, const Param& bias
   if (c.recording()) {
     const Param *pw = &weight, *pb = &bias;
     Tensor xs = x.t;
-    c.record(Node{name, {x.id}, {out.id}, [&b, pw, pb, xs, mean, rstd, name, need = x.requires_grad()](std::vector<Tensor>& g) {
-                    Tensor gx = grad_like(b, xs, name + " grad_input");
-                    Tensor gw = new_param_grad(b, *pw);
-                    Tensor gb = new_param_grad(b, *pb);
-                    b.launch(kCompute, make_op(OpKind::kLayerNormBackward, name + " backward",
-                                               {g[0].ref(), xs.ref(), mean.ref(), rstd.ref(),
-                                                pw->binding->unsharded().ref()},
-                                               {gx.ref(), gw.ref(), gb.ref()}, 10 * el(xs)));
-                    pw->binding->accumulate_grad(b, std::move(gw));
-                    pb->binding->accumulate_grad(b, std::move(gb));
-                    return std::vector<Tensor>{need ? gx : Tensor()};
-                  }});
+    c.record(
+        Node{name,
+             {x.id},
+             {out.id},
+             [&b, pw, pb, xs, mean, rstd, name, need = x.requires_grad()](std::vector<Tensor>& g) {
+               Tensor gx = grad_like(b, xs, name + " grad_input");
+               Tensor gw = new_param_grad(b, *pw);
+               Tensor gb = new_param_grad(b, *pb);
+               b.launch(kCompute, make_op(OpKind::kLayerNormBackward, name + " backward",
+                                          {g[0].ref(), xs.ref(), mean.ref(), rstd.ref(),
+                                           pw->binding->unsharded().ref()},
+                                          {gx.ref(), gw.ref(), gb.ref()}, 10 * el(xs)));
+               pw->binding->accumulate_grad(b, std::move(gw));
+               pb->binding->accumulate_grad(b, std::move(gb));
+               return std::vector<Tensor>{need ? gx : Tensor()};
+             }});
   }
   return out;
 }
 
 // ------------------------------------------------------------------ linear
-Value linear(ExecContext& c, Value x, const Param& weight, const Param* bias, const std::string& name) {
+Value linear(ExecContext& c, Value x, const Param& weight, const Param* bias,
+             const std::string& name) {
   Tensor w = param_tensor(weight);
   const int64_t K = weight.shape[1], N = weight.shape[0];
   FULLSHARD_CHECK(x.t.shape().back() == K, name + ": input features do not match the weight");
@@ -230,49 +249,59 @@ Value linear(ExecContext& c, Value x, const Param& weight, const Param* bias, co
   return out;
 }
 
-void detail::record_linear(ExecContext& c, const Value& x, const Param& weight, const Param* bias, const Value& out,
-                           const std::string& name) {
+void detail::record_linear(ExecContext& c, const Value& x, const Param& weight, const Param* bias,
+                           const Value& out, const std::string& name) {
   if (!c.recording()) return;
   Backend& b = c.backend();
   const int64_t K = weight.shape[1], N = weight.shape[0], M = x.t.numel() / K;
   const Param* pw = &weight;
   Tensor xs = x.t;
-  c.record(Node{name, {x.id}, {out.id}, [&b, pw, bias, xs, M, K, N, name, need = x.requires_grad()](std::vector<Tensor>& g) {
-                  Tensor gx;
-                  if (need) {
-                    gx = grad_like(b, xs, name + " grad_input");
-                    b.launch(kCompute, make_op(OpKind::kLinearBackwardInput, name + " backward_input",
-                                               {g[0].ref(), pw->binding->unsharded().ref()}, {gx.ref()},
-                                               2.0 * M * K * N, {M, K, N}));
-                  }
-                  Tensor gw = new_param_grad(b, *pw);
-                  b.launch(kCompute, make_op(OpKind::kLinearBackwardWeight, name + " backward_weight",
-                                             {g[0].ref(), xs.ref()}, {gw.ref()}, 2.0 * M * K * N, {M, K, N}));
-                  pw->binding->accumulate_grad(b, std::move(gw));
-                  if (bias) {
-                    Tensor gb = new_param_grad(b, *bias);
-                    b.launch(kCompute, make_op(OpKind::kLinearBackwardBias, name + " backward_bias",
-                                               {g[0].ref()}, {gb.ref()}, static_cast<double>(M * N), {M, N}));
-                    bias->binding->accumulate_grad(b, std::move(gb));
-                  }
-                  return std::vector<Tensor>{gx};
-                }});
+  c.record(Node{
+      name,
+      {x.id},
+      {out.id},
+      [&b, pw, bias, xs, M, K, N, name, need = x.requires_grad()](std::vector<Tensor>& g) {
+        Tensor gx;
+        if (need) {
+          gx = grad_like(b, xs, name + " grad_input");
+          b.launch(kCompute, make_op(OpKind::kLinearBackwardInput, name + " backward_input",
+                                     {g[0].ref(), pw->binding->unsharded().ref()}, {gx.ref()},
+                                     2.0 * M * K * N, {M, K, N}));
+        }
+        Tensor gw = new_param_grad(b, *pw);
+        b.launch(kCompute, make_op(OpKind::kLinearBackwardWeight, name + " backward_weight",
+                                   {g[0].ref(), xs.ref()}, {gw.ref()}, 2.0 * M * K * N, {M, K, N}));
+        pw->binding->accumulate_grad(b, std::move(gw));
+        if (bias) {
+          Tensor gb = new_param_grad(b, *bias);
+          b.launch(kCompute, make_op(OpKind::kLinearBackwardBias, name + " backward_bias",
+                                     {g[0].ref()}, {gb.ref()}, static_cast<double>(M * N), {M, N}));
+          bias->binding->accumulate_grad(b, std::move(gb));
+        }
+        return std::vector<Tensor>{gx};
+      }});
 }
 
 // ------------------------------------------------------------------ rope
-Value detail::rotary(ExecContext& c, Value x, OpKind forward, OpKind backward, double flops_per_element,
-                     int64_t head_dim, const RopeParams& freqs, const std::string& name, const std::string& grad_suffix) {
+Value detail::rotary(ExecContext& c, Value x, OpKind forward, OpKind backward,
+                     double flops_per_element, int64_t head_dim, const RopeParams& freqs,
+                     const std::string& name, const std::string& grad_suffix) {
   Backend& b = c.backend();
   Tensor y = c.empty(x.t.meta(), MemCategory::kActivation, name);
-  OpCall op = make_op(forward, name, {x.t.ref()}, {y.ref()}, flops_per_element * el(x.t), {head_dim});
+  OpCall op =
+      make_op(forward, name, {x.t.ref()}, {y.ref()}, flops_per_element * el(x.t), {head_dim});
   op.fargs = freqs.fargs();
   c.launch(op);
   Value out = result(c, y, x.requires_grad());
   if (c.recording() && x.requires_grad()) {
     TensorMeta meta = x.t.meta();
-    c.record(Node{name, {x.id}, {out.id},
-                  [&b, meta, backward, flops_per_element, head_dim, freqs, name, grad_suffix](std::vector<Tensor>& g) {
-                    Tensor gx = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute, name + grad_suffix);
+    c.record(Node{name,
+                  {x.id},
+                  {out.id},
+                  [&b, meta, backward, flops_per_element, head_dim, freqs, name,
+                   grad_suffix](std::vector<Tensor>& g) {
+                    Tensor gx = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute,
+                                              name + grad_suffix);
                     OpCall bop = make_op(backward, name + " backward", {g[0].ref()}, {gx.ref()},
                                          flops_per_element * el(gx), {head_dim});
                     bop.fargs = freqs.fargs();
@@ -283,9 +312,10 @@ Value detail::rotary(ExecContext& c, Value x, OpKind forward, OpKind backward, d
   return out;
 }
 
-Value rope(ExecContext& c, Value x, int64_t head_dim, const RopeParams& freqs, const std::string& name) {
-  return detail::rotary(c, std::move(x), OpKind::kRoPE, OpKind::kRoPEBackward, 6, head_dim, freqs, name,
-                        " grad_input");
+Value rope(ExecContext& c, Value x, int64_t head_dim, const RopeParams& freqs,
+           const std::string& name) {
+  return detail::rotary(c, std::move(x), OpKind::kRoPE, OpKind::kRoPEBackward, 6, head_dim, freqs,
+                        name, " grad_input");
 }
 
 // ------------------------------------------------------------------ attention
@@ -299,7 +329,8 @@ int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 struct FlashBwdTemps {
   Tensor softmax_d, dq_accum, dk_expanded, dv_expanded;
 };
-FlashBwdTemps flash_bwd_temps(Backend& b, const AttentionShape& s, DType dt, const std::string& name) {
+FlashBwdTemps flash_bwd_temps(Backend& b, const AttentionShape& s, DType dt,
+                              const std::string& name) {
   FlashBwdTemps t;
   int64_t sr = round_up(s.seq, 128);
   t.softmax_d = Tensor::empty(b, {DType::kFloat32, {s.batch, s.heads, sr}}, MemCategory::kTemporary,
@@ -334,33 +365,41 @@ std::vector<int64_t> attn_args(const AttentionShape& s, int64_t packed) {
 }
 
 std::vector<Tensor> attention_outputs(ExecContext& c, const AttentionShape& s, DType dt,
-                                      std::vector<TensorRef> in, int64_t packed, const std::string& name) {
+                                      std::vector<TensorRef> in, int64_t packed,
+                                      const std::string& name) {
   bool saves = sac_saves(c, false);
   if (auto* cached = sac_cached(c, saves)) return *cached;
   Tensor o = c.empty({dt, {s.batch, s.seq, s.heads, s.head_dim}}, MemCategory::kActivation, name);
-  Tensor lse = c.empty({DType::kFloat32, {s.batch, s.heads, s.seq}}, MemCategory::kActivation, name + " logsumexp");
-  c.launch(make_op(OpKind::kAttention, name, std::move(in), {o.ref(), lse.ref()}, attn_flops(s), attn_args(s, packed)));
+  Tensor lse = c.empty({DType::kFloat32, {s.batch, s.heads, s.seq}}, MemCategory::kActivation,
+                       name + " logsumexp");
+  c.launch(make_op(OpKind::kAttention, name, std::move(in), {o.ref(), lse.ref()}, attn_flops(s),
+                   attn_args(s, packed)));
   sac_store(c, saves, {o, lse});
   return {o, lse};
 }
 
 }  // namespace
 
-Value attention(ExecContext& c, Value q, Value k, Value v, const AttentionShape& s, const std::string& name) {
+Value attention(ExecContext& c, Value q, Value k, Value v, const AttentionShape& s,
+                const std::string& name) {
   Backend& b = c.backend();
   auto outs = attention_outputs(c, s, q.t.dtype(), {q.t.ref(), k.t.ref(), v.t.ref()}, 0, name);
   bool rg = q.requires_grad() || k.requires_grad() || v.requires_grad();
   Value out = result(c, outs[0], rg);
   if (c.recording() && rg) {
     Tensor qs = q.t, ks = k.t, vs = v.t, o = outs[0], lse = outs[1];
-    c.record(Node{name, {q.id, k.id, v.id}, {out.id}, [&b, qs, ks, vs, o, lse, s, name](std::vector<Tensor>& g) {
+    c.record(Node{name,
+                  {q.id, k.id, v.id},
+                  {out.id},
+                  [&b, qs, ks, vs, o, lse, s, name](std::vector<Tensor>& g) {
                     Tensor dq = grad_like(b, qs, name + " grad_q");
                     Tensor dk = grad_like(b, ks, name + " grad_k");
                     Tensor dv = grad_like(b, vs, name + " grad_v");
                     FlashBwdTemps t = flash_bwd_temps(b, s, qs.dtype(), name);
-                    OpCall op = make_op(OpKind::kAttentionBackward, name + " backward",
-                                        {g[0].ref(), qs.ref(), ks.ref(), vs.ref(), o.ref(), lse.ref()},
-                                        {dq.ref(), dk.ref(), dv.ref()}, 2.5 * attn_flops(s), attn_args(s, 0));
+                    OpCall op = make_op(
+                        OpKind::kAttentionBackward, name + " backward",
+                        {g[0].ref(), qs.ref(), ks.ref(), vs.ref(), o.ref(), lse.ref()},
+                        {dq.ref(), dk.ref(), dv.ref()}, 2.5 * attn_flops(s), attn_args(s, 0));
                     append_flash_temps(op, t);
                     b.launch(kCompute, op);
                     return std::vector<Tensor>{dq, dk, dv};
@@ -369,36 +408,40 @@ Value attention(ExecContext& c, Value q, Value k, Value v, const AttentionShape&
   return out;
 }
 
-Value attention_packed(ExecContext& c, Value qkv, const AttentionShape& s, const std::string& name) {
+Value attention_packed(ExecContext& c, Value qkv, const AttentionShape& s,
+                       const std::string& name) {
   Backend& b = c.backend();
   auto outs = attention_outputs(c, s, qkv.t.dtype(), {qkv.t.ref()}, 1, name);
   Value out = result(c, outs[0], qkv.requires_grad());
   if (c.recording() && qkv.requires_grad()) {
     Tensor qs = qkv.t, o = outs[0], lse = outs[1];
-    c.record(Node{name, {qkv.id}, {out.id}, [&b, qs, o, lse, s, name](std::vector<Tensor>& g) {
-                    // q, k, v are views of one split: flash allocates dq, dk, dv contiguous, then
-                    // SplitWithSizesBackward concatenates them into a new [B, S, 3D] gradient.
-                    TensorMeta part{qs.dtype(), {s.batch, s.seq, s.heads * s.head_dim}};
-                    Tensor dqkv;
-                    {
-                      Tensor dq = Tensor::empty(b, part, MemCategory::kTemporary, kCompute, name + " grad_q");
-                      Tensor dk = Tensor::empty(b, part, MemCategory::kTemporary, kCompute, name + " grad_k");
-                      Tensor dv = Tensor::empty(b, part, MemCategory::kTemporary, kCompute, name + " grad_v");
-                      {
-                        FlashBwdTemps t = flash_bwd_temps(b, s, qs.dtype(), name);
-                        OpCall op = make_op(OpKind::kAttentionBackward, name + " backward",
-                                            {g[0].ref(), qs.ref(), o.ref(), lse.ref()}, {dq.ref(), dk.ref(), dv.ref()},
-                                            2.5 * attn_flops(s), attn_args(s, 1));
-                        append_flash_temps(op, t);
-                        b.launch(kCompute, op);
-                      }
-                      dqkv = grad_like(b, qs, name + " grad_qkv");
-                      OpCall cat = make_op(OpKind::kCopy, name + " split backward (cat)", {dq.ref(), dk.ref(), dv.ref()},
-                                           {dqkv.ref()}, 0, {s.batch * s.seq});
-                      b.launch(kCompute, cat);
-                    }
-                    return std::vector<Tensor>{dqkv};
-                  }});
+    c.record(Node{
+        name, {qkv.id}, {out.id}, [&b, qs, o, lse, s, name](std::vector<Tensor>& g) {
+          // q, k, v are views of one split: flash allocates dq, dk, dv contiguous, then
+          // SplitWithSizesBackward concatenates them into a new [B, S, 3D] gradient.
+          TensorMeta part{qs.dtype(), {s.batch, s.seq, s.heads * s.head_dim}};
+          Tensor dqkv;
+          {
+            Tensor dq = Tensor::empty(b, part, MemCategory::kTemporary, kCompute, name + " grad_q");
+            Tensor dk = Tensor::empty(b, part, MemCategory::kTemporary, kCompute, name + " grad_k");
+            Tensor dv = Tensor::empty(b, part, MemCategory::kTemporary, kCompute, name + " grad_v");
+            {
+              FlashBwdTemps t = flash_bwd_temps(b, s, qs.dtype(), name);
+              OpCall op =
+                  make_op(OpKind::kAttentionBackward, name + " backward",
+                          {g[0].ref(), qs.ref(), o.ref(), lse.ref()},
+                          {dq.ref(), dk.ref(), dv.ref()}, 2.5 * attn_flops(s), attn_args(s, 1));
+              append_flash_temps(op, t);
+              b.launch(kCompute, op);
+            }
+            dqkv = grad_like(b, qs, name + " grad_qkv");
+            OpCall cat =
+                make_op(OpKind::kCopy, name + " split backward (cat)",
+                        {dq.ref(), dk.ref(), dv.ref()}, {dqkv.ref()}, 0, {s.batch * s.seq});
+            b.launch(kCompute, cat);
+          }
+          return std::vector<Tensor>{dqkv};
+        }});
   }
   return out;
 }
@@ -428,12 +471,13 @@ Value unary_saving_input(ExecContext& c, Value x, OpKind fwd, OpKind bwd, double
   Value out = result(c, y, x.requires_grad());
   if (c.recording() && x.requires_grad()) {
     Tensor xs = x.t;
-    c.record(Node{name, {x.id}, {out.id}, [&b, xs, bwd, flops_per_el, name](std::vector<Tensor>& g) {
-                    Tensor gx = grad_like(b, xs, name + " grad_input");
-                    b.launch(kCompute, make_op(bwd, name + " backward", {g[0].ref(), xs.ref()}, {gx.ref()},
-                                               2 * flops_per_el * el(xs)));
-                    return std::vector<Tensor>{gx};
-                  }});
+    c.record(
+        Node{name, {x.id}, {out.id}, [&b, xs, bwd, flops_per_el, name](std::vector<Tensor>& g) {
+               Tensor gx = grad_like(b, xs, name + " grad_input");
+               b.launch(kCompute, make_op(bwd, name + " backward", {g[0].ref(), xs.ref()},
+                                          {gx.ref()}, 2 * flops_per_el * el(xs)));
+               return std::vector<Tensor>{gx};
+             }});
   }
   return out;
 }
@@ -456,20 +500,21 @@ Value mul(ExecContext& c, Value a, Value bv, const std::string& name) {
   if (c.recording() && rg) {
     Tensor as = a.t, bs = bv.t;
     bool need_a = a.requires_grad(), need_b = bv.requires_grad();
-    c.record(Node{name, {a.id, bv.id}, {out.id}, [&b, as, bs, need_a, need_b, name](std::vector<Tensor>& g) {
-                    Tensor ga, gb;
-                    if (need_a) {
-                      ga = grad_like(b, as, name + " grad_a");
-                      b.launch(kCompute, make_op(OpKind::kMul, name + " backward_a", {g[0].ref(), bs.ref()},
-                                                 {ga.ref()}, el(ga)));
-                    }
-                    if (need_b) {
-                      gb = grad_like(b, bs, name + " grad_b");
-                      b.launch(kCompute, make_op(OpKind::kMul, name + " backward_b", {g[0].ref(), as.ref()},
-                                                 {gb.ref()}, el(gb)));
-                    }
-                    return std::vector<Tensor>{ga, gb};
-                  }});
+    c.record(Node{
+        name, {a.id, bv.id}, {out.id}, [&b, as, bs, need_a, need_b, name](std::vector<Tensor>& g) {
+          Tensor ga, gb;
+          if (need_a) {
+            ga = grad_like(b, as, name + " grad_a");
+            b.launch(kCompute, make_op(OpKind::kMul, name + " backward_a", {g[0].ref(), bs.ref()},
+                                       {ga.ref()}, el(ga)));
+          }
+          if (need_b) {
+            gb = grad_like(b, bs, name + " grad_b");
+            b.launch(kCompute, make_op(OpKind::kMul, name + " backward_b", {g[0].ref(), as.ref()},
+                                       {gb.ref()}, el(gb)));
+          }
+          return std::vector<Tensor>{ga, gb};
+        }});
   }
   return out;
 }
@@ -496,7 +541,8 @@ Value to_float(ExecContext& c, Value x, const std::string& name) {
   if (c.recording() && x.requires_grad()) {
     TensorMeta meta = x.t.meta();
     c.record(Node{name + " float", {x.id}, {y.id}, [&b, meta, name](std::vector<Tensor>& g) {
-                    Tensor gx = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute, name + " grad_logits");
+                    Tensor gx = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute,
+                                              name + " grad_logits");
                     copy_into(b, kCompute, gx, g[0], name + " float backward");
                     return std::vector<Tensor>{gx};
                   }});
@@ -504,7 +550,8 @@ Value to_float(ExecContext& c, Value x, const std::string& name) {
   return y;
 }
 
-Value cross_entropy(ExecContext& c, Value logits, const Tensor& labels, const std::string& name, bool upcast) {
+Value cross_entropy(ExecContext& c, Value logits, const Tensor& labels, const std::string& name,
+                    bool upcast) {
   Backend& b = c.backend();
   const int64_t vocab = logits.t.shape().back();
   const int64_t rows = logits.t.numel() / vocab;
@@ -515,13 +562,15 @@ Value cross_entropy(ExecContext& c, Value logits, const Tensor& labels, const st
   Value x = upcast ? to_float(c, std::move(logits), name) : std::move(logits);
   // log_softmax saves its output.
   Tensor lp = c.empty({dt, {rows, vocab}}, MemCategory::kActivation, name + " log_softmax");
-  c.launch(make_op(OpKind::kLogSoftmax, name + " log_softmax", {x.t.ref()}, {lp.ref()}, 4 * el(lp)));
+  c.launch(
+      make_op(OpKind::kLogSoftmax, name + " log_softmax", {x.t.ref()}, {lp.ref()}, 4 * el(lp)));
   Value lpv = result(c, lp, x.requires_grad());
   if (c.recording() && x.requires_grad()) {
     c.record(Node{name + " log_softmax", {x.id}, {lpv.id}, [&b, lp, name](std::vector<Tensor>& g) {
                     Tensor gx = grad_like(b, lp, name + " log_softmax grad_input");
-                    b.launch(kCompute, make_op(OpKind::kLogSoftmaxBackward, name + " log_softmax backward",
-                                               {g[0].ref(), lp.ref()}, {gx.ref()}, 4 * el(lp)));
+                    b.launch(kCompute,
+                             make_op(OpKind::kLogSoftmaxBackward, name + " log_softmax backward",
+                                     {g[0].ref(), lp.ref()}, {gx.ref()}, 4 * el(lp)));
                     return std::vector<Tensor>{gx};
                   }});
   }
@@ -534,11 +583,16 @@ Value cross_entropy(ExecContext& c, Value logits, const Tensor& labels, const st
   Value out = result(c, loss, lpv.requires_grad());
   if (c.recording() && lpv.requires_grad()) {
     TensorMeta meta = lpv.t.meta();
-    c.record(Node{name + " nll_loss", {lpv.id}, {out.id}, [&b, meta, labels, total_weight, name](std::vector<Tensor>& g) {
-                    Tensor gl = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute, name + " nll_loss grad_input");
-                    b.launch(kCompute, make_op(OpKind::kNllLossBackward, name + " nll_loss backward",
-                                               {g[0].ref(), labels.ref(), total_weight.ref()}, {gl.ref()},
-                                               static_cast<double>(meta.numel())));
+    c.record(Node{name + " nll_loss",
+                  {lpv.id},
+                  {out.id},
+                  [&b, meta, labels, total_weight, name](std::vector<Tensor>& g) {
+                    Tensor gl = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute,
+                                              name + " nll_loss grad_input");
+                    b.launch(kCompute,
+                             make_op(OpKind::kNllLossBackward, name + " nll_loss backward",
+                                     {g[0].ref(), labels.ref(), total_weight.ref()}, {gl.ref()},
+                                     static_cast<double>(meta.numel())));
                     return std::vector<Tensor>{gl};
                   }});
   }

@@ -11,18 +11,22 @@
 namespace fullshard::ops {
 
 // ---- plain kernels (no autograd) ----
-Tensor add_new(Backend& b, const Tensor& x, const Tensor& y, MemCategory cat, const std::string& name);
+Tensor add_new(Backend& b, const Tensor& x, const Tensor& y, MemCategory cat,
+               const std::string& name);
 void add_into(Backend& b, Tensor& dst, const Tensor& src, const std::string& name,
               StreamRole s = StreamRole::kDefault);
 // dst <- src (cast when dtypes differ). Same numel required.
-void copy_into(Backend& b, StreamRole s, const Tensor& dst, const Tensor& src, const std::string& name);
-Tensor cast(Backend& b, StreamRole s, const Tensor& src, DType to, MemCategory cat, const std::string& name);
+void copy_into(Backend& b, StreamRole s, const Tensor& dst, const Tensor& src,
+               const std::string& name);
+Tensor cast(Backend& b, StreamRole s, const Tensor& src, DType to, MemCategory cat,
+            const std::string& name);
 void fill_zero(Backend& b, StreamRole s, const Tensor& t, const std::string& name);
 // Initialises the padded 1-D shard `t` of `p` holding full rows [row_offset, row_offset +
 // local_rows) (OpKind::kInitParam).
 void init_param(Backend& b, StreamRole s, const Tensor& t, const Param& p, int64_t row_offset,
                 int64_t local_rows);
-void scale_inplace(Backend& b, StreamRole s, const Tensor& t, double factor, const std::string& name);
+void scale_inplace(Backend& b, StreamRole s, const Tensor& t, double factor,
+                   const std::string& name);
 
 // ---- differentiable ops over Values ----
 // Token ids [B, S] (int64) -> [B, S, D].
@@ -37,31 +41,37 @@ Value rms_norm(ExecContext& c, Value x, const Param& weight, double eps, const s
 Value to_dtype(ExecContext& c, Value x, DType dt, const std::string& name);
 // rms_norm=eager: x.float(), pow(2), mean(-1, keepdim), + eps, rsqrt, mul, type_as, * weight,
 // one kernel and one autograd node each (NOTE [Eager RMSNorm] in eager_norm.cc).
-Value rms_norm_eager(ExecContext& c, Value x, const Param& weight, double eps, const std::string& name);
+Value rms_norm_eager(ExecContext& c, Value x, const Param& weight, double eps,
+                     const std::string& name);
 Value layer_norm(ExecContext& c, Value x, const Param& weight, const Param& bias, double eps,
                  const std::string& name);
 // y = x @ W^T (+ b). W: [N, K]. An "mm" for op-level selective checkpointing.
-Value linear(ExecContext& c, Value x, const Param& weight, const Param* bias, const std::string& name);
+Value linear(ExecContext& c, Value x, const Param& weight, const Param* bias,
+             const std::string& name);
 // Rotary embedding on [B, S, H*hd] (fused kernel; saves nothing but the freqs buffer).
-Value rope(ExecContext& c, Value x, int64_t head_dim, const RopeParams& freqs, const std::string& name);
+Value rope(ExecContext& c, Value x, int64_t head_dim, const RopeParams& freqs,
+           const std::string& name);
 // rope=complex (torchtitan apply_rotary_emb): xq.float() / xk.float() (copies unless fp32),
 // view_as_complex (ADJACENT pairs) * freqs_cis (fp32 outputs; the mul saves only the freqs_cis
 // buffer, which needs no grad), view_as_real, type_as: NOTE [Complex RoPE] in eager_rope.cc.
-std::pair<Value, Value> rope_complex(ExecContext& c, Value q, Value k, int64_t head_dim, const RopeParams& freqs,
-                                     const std::string& q_name, const std::string& k_name);
+std::pair<Value, Value> rope_complex(ExecContext& c, Value q, Value k, int64_t head_dim,
+                                     const RopeParams& freqs, const std::string& q_name,
+                                     const std::string& k_name);
 // rope=rotate_half (HF transformers): cos / sin [B, S, hd] in `dt`, computed once per forward
 // (LlamaRotaryEmbedding), and q * cos + rotate_half(q) * sin for q and k (NOTE [Rotate-half
 // RoPE] in rotate_half_rope.cc).
 struct RotaryTables {
   Tensor cos, sin;
 };
-RotaryTables rotary_cos_sin(ExecContext& c, int64_t batch, int64_t seq, int64_t head_dim, const RopeParams& freqs, DType dt,
-                            const std::string& name);
-std::pair<Value, Value> rope_rotate_half(ExecContext& c, Value q, Value k, const RotaryTables& t, int64_t head_dim,
-                                         const std::string& q_name, const std::string& k_name);
+RotaryTables rotary_cos_sin(ExecContext& c, int64_t batch, int64_t seq, int64_t head_dim,
+                            const RopeParams& freqs, DType dt, const std::string& name);
+std::pair<Value, Value> rope_rotate_half(ExecContext& c, Value q, Value k, const RotaryTables& t,
+                                         int64_t head_dim, const std::string& q_name,
+                                         const std::string& k_name);
 // gqa=repeat_kv (torchtitan repeat_kv): x[:, :, :, None].expand(B, S, Hkv, n_rep, hd)
 // .reshape(B, S, H, hd): a materialised [B, S, H*hd] copy; backward sums the n_rep copies.
-Value repeat_kv(ExecContext& c, Value x, int64_t kv_heads, int64_t n_rep, int64_t head_dim, const std::string& name);
+Value repeat_kv(ExecContext& c, Value x, int64_t kv_heads, int64_t n_rep, int64_t head_dim,
+                const std::string& name);
 
 struct AttentionShape {
   int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
@@ -69,7 +79,8 @@ struct AttentionShape {
 // Causal flash attention (scaled_dot_product_attention, flash backend) with native GQA.
 // q: [B, S, H*hd], k/v: [B, S, Hkv*hd]. Returns O in SDPA's [B, H, S, hd] layout; saves
 // q, k, v, O and logsumexp [B, H, S] fp32.
-Value attention(ExecContext& c, Value q, Value k, Value v, const AttentionShape& s, const std::string& name);
+Value attention(ExecContext& c, Value q, Value k, Value v, const AttentionShape& s,
+                const std::string& name);
 // GPT-2: q, k, v packed in one [B, S, 3*D] tensor (saved once; grad packed as well).
 Value attention_packed(ExecContext& c, Value qkv, const AttentionShape& s, const std::string& name);
 // O.transpose(1, 2).contiguous().view(B, S, H*hd): a copy.

@@ -14,22 +14,28 @@
 namespace fullshard::ops {
 using namespace detail;  // NOLINT
 
-Value repeat_kv(ExecContext& c, Value x, int64_t kv_heads, int64_t n_rep, int64_t head_dim, const std::string& name) {
+Value repeat_kv(ExecContext& c, Value x, int64_t kv_heads, int64_t n_rep, int64_t head_dim,
+                const std::string& name) {
   if (n_rep == 1) return x;  // torchtitan: `if n_rep == 1: return x`
   Backend& b = c.backend();
   Shape s = x.t.shape();
   s.back() *= n_rep;
   Tensor y = c.empty({x.t.dtype(), s}, MemCategory::kActivation, name);
-  c.launch(make_op(OpKind::kRepeatKV, name, {x.t.ref()}, {y.ref()}, 0, {kv_heads, n_rep, head_dim}));
+  c.launch(
+      make_op(OpKind::kRepeatKV, name, {x.t.ref()}, {y.ref()}, 0, {kv_heads, n_rep, head_dim}));
   Value out = result(c, y, x.requires_grad());
   if (c.recording() && x.requires_grad()) {
     TensorMeta meta = x.t.meta();
-    c.record(Node{name, {x.id}, {out.id}, [&b, meta, kv_heads, n_rep, head_dim, name](std::vector<Tensor>& g) {
-                    Tensor gx = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute, name + " backward");
-                    b.launch(kCompute, make_op(OpKind::kRepeatKVBackward, name + " backward", {g[0].ref()},
-                                               {gx.ref()}, el(g[0]), {kv_heads, n_rep, head_dim}));
-                    return std::vector<Tensor>{gx};
-                  }});
+    c.record(Node{
+        name,
+        {x.id},
+        {out.id},
+        [&b, meta, kv_heads, n_rep, head_dim, name](std::vector<Tensor>& g) {
+          Tensor gx = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute, name + " backward");
+          b.launch(kCompute, make_op(OpKind::kRepeatKVBackward, name + " backward", {g[0].ref()},
+                                     {gx.ref()}, el(g[0]), {kv_heads, n_rep, head_dim}));
+          return std::vector<Tensor>{gx};
+        }});
   }
   return out;
 }

@@ -34,8 +34,8 @@ using namespace detail;  // NOLINT
 
 namespace {
 
-Tensor narrow_copy(Backend& b, const Tensor& src, const Tensor& dst, int64_t n, int64_t iw, int64_t io, int64_t ow,
-                   int64_t oo, double scale, const std::string& name) {
+Tensor narrow_copy(Backend& b, const Tensor& src, const Tensor& dst, int64_t n, int64_t iw,
+                   int64_t io, int64_t ow, int64_t oo, double scale, const std::string& name) {
   OpCall op = make_op(OpKind::kNarrowCopy, name, {src.ref()}, {dst.ref()}, 0, {n, iw, io, ow, oo});
   op.bytes = 2.0 * static_cast<double>(dst.nbytes()) * n / ow;  // reads and writes n of every ow
   op.fargs = {scale};
@@ -54,13 +54,15 @@ Value mul_table(ExecContext& c, Value x, const Tensor& table, int64_t hd, const 
   Backend& b = c.backend();
   const int64_t D = x.t.shape().back();
   Tensor y = c.empty(x.t.meta(), MemCategory::kActivation, name);
-  c.launch(make_op(OpKind::kMulBroadcast, name, {x.t.ref(), table.ref()}, {y.ref()}, el(y), {2, D, hd}));
+  c.launch(
+      make_op(OpKind::kMulBroadcast, name, {x.t.ref(), table.ref()}, {y.ref()}, el(y), {2, D, hd}));
   Value out = result(c, y, x.requires_grad());
   if (c.recording() && x.requires_grad()) {
     c.record(Node{name, {x.id}, {out.id}, [&b, table, D, hd, name](std::vector<Tensor>& g) {
                     Tensor gx = grad_like(b, g[0], name + " grad_self");
-                    b.launch(kCompute, make_op(OpKind::kMulBroadcast, name + " grad_self", {g[0].ref(), table.ref()},
-                                               {gx.ref()}, el(gx), {2, D, hd}));
+                    b.launch(kCompute,
+                             make_op(OpKind::kMulBroadcast, name + " grad_self",
+                                     {g[0].ref(), table.ref()}, {gx.ref()}, el(gx), {2, D, hd}));
                     return std::vector<Tensor>{gx};
                   }});
   }
@@ -74,7 +76,8 @@ Value rotate_half(ExecContext& c, Value x, int64_t hd, const std::string& name) 
   {
     Tensor neg = c.empty(half_meta(x.t), MemCategory::kActivation, name + " neg");
     narrow_copy(b, x.t, neg, h, hd, h, h, 0, -1.0, name + " neg");
-    c.launch(make_op(OpKind::kRotateHalfCat, name + " cat", {neg.ref(), x.t.ref()}, {y.ref()}, 0, {hd}));
+    c.launch(
+        make_op(OpKind::kRotateHalfCat, name + " cat", {neg.ref(), x.t.ref()}, {y.ref()}, 0, {hd}));
   }
   Value out = result(c, y, x.requires_grad());
   if (c.recording() && x.requires_grad()) {
@@ -82,15 +85,17 @@ Value rotate_half(ExecContext& c, Value x, int64_t hd, const std::string& name) 
     c.record(Node{name, {x.id}, {out.id}, [&b, meta, hd, h, name](std::vector<Tensor>& g) {
                     Tensor gx2;
                     {
-                      Tensor gneg = Tensor::empty(b, half_meta(g[0]), MemCategory::kTemporary, kCompute,
-                                                  name + " neg backward");
+                      Tensor gneg = Tensor::empty(b, half_meta(g[0]), MemCategory::kTemporary,
+                                                  kCompute, name + " neg backward");
                       narrow_copy(b, g[0], gneg, h, hd, 0, h, 0, -1.0, name + " neg backward");
-                      gx2 = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute, name + " slice_backward x2");
+                      gx2 = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute,
+                                          name + " slice_backward x2");
                       fill_zero(b, kCompute, gx2, name + " slice_backward x2 zeros");
                       narrow_copy(b, gneg, gx2, h, h, 0, hd, h, 1.0, name + " slice_backward x2");
                     }
                     {
-                      Tensor gx1 = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute, name + " slice_backward x1");
+                      Tensor gx1 = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute,
+                                                 name + " slice_backward x1");
                       fill_zero(b, kCompute, gx1, name + " slice_backward x1 zeros");
                       narrow_copy(b, g[0], gx1, h, hd, h, hd, 0, 1.0, name + " slice_backward x1");
                       add_into(b, gx2, gx1, name + " accumulate");
@@ -101,7 +106,8 @@ Value rotate_half(ExecContext& c, Value x, int64_t hd, const std::string& name) 
   return out;
 }
 
-Value apply_one(ExecContext& c, const Value& x, const RotaryTables& t, int64_t hd, const std::string& name) {
+Value apply_one(ExecContext& c, const Value& x, const RotaryTables& t, int64_t hd,
+                const std::string& name) {
   Value t1 = mul_table(c, x, t.cos, hd, name + " mul_cos");
   Value rot = rotate_half(c, x, hd, name + " rotate_half");
   Value t2 = mul_table(c, std::move(rot), t.sin, hd, name + " mul_sin");
@@ -110,13 +116,14 @@ Value apply_one(ExecContext& c, const Value& x, const RotaryTables& t, int64_t h
 
 }  // namespace
 
-RotaryTables rotary_cos_sin(ExecContext& c, int64_t batch, int64_t seq, int64_t head_dim, const RopeParams& freqs, DType dt,
-                            const std::string& name) {
+RotaryTables rotary_cos_sin(ExecContext& c, int64_t batch, int64_t seq, int64_t head_dim,
+                            const RopeParams& freqs, DType dt, const std::string& name) {
   FULLSHARD_CHECK(head_dim % 2 == 0, name + ": rope needs an even head_dim");
   TensorMeta m{DType::kFloat32, {batch, seq, head_dim}};
   Tensor cos = c.empty(m, MemCategory::kActivation, name + " cos");
   Tensor sin = c.empty(m, MemCategory::kActivation, name + " sin");
-  OpCall op = make_op(OpKind::kRotaryCosSin, name, {}, {cos.ref(), sin.ref()}, 4 * el(cos), {head_dim});
+  OpCall op =
+      make_op(OpKind::kRotaryCosSin, name, {}, {cos.ref(), sin.ref()}, 4 * el(cos), {head_dim});
   op.fargs = freqs.fargs();
   c.launch(op);
   if (dt == DType::kFloat32) return {cos, sin};
@@ -126,8 +133,9 @@ RotaryTables rotary_cos_sin(ExecContext& c, int64_t batch, int64_t seq, int64_t 
   return {cd, sd};
 }
 
-std::pair<Value, Value> rope_rotate_half(ExecContext& c, Value q, Value k, const RotaryTables& t, int64_t head_dim,
-                                         const std::string& q_name, const std::string& k_name) {
+std::pair<Value, Value> rope_rotate_half(ExecContext& c, Value q, Value k, const RotaryTables& t,
+                                         int64_t head_dim, const std::string& q_name,
+                                         const std::string& k_name) {
   Value qe = apply_one(c, q, t, head_dim, q_name);
   Value ke = apply_one(c, k, t, head_dim, k_name);
   return {qe, ke};

@@ -56,8 +56,8 @@ namespace fullshard {
 // an unsharded export needs no permutation. Such a piece is not one box of the global
 // tensor (three, or more once FSDP cuts the local rows): checkpoints store it as one chunk per
 // run of global rows (NOTE [Multi-box pieces of fused weights] in core/checkpoint/
-// piece_layout.h); loading Hugging Face weights (--init-from, model.weights) reads the tensor whole and picks
-// the rows (runner/init_weights.cc).
+// piece_layout.h); loading Hugging Face weights (--init-from, model.weights) reads the tensor whole
+// and picks the rows (runner/init_weights.cc).
 
 void check_tensor_parallel(const ModelConfig& c, int64_t seq_len, int degree, bool loss_parallel) {
   if (degree <= 1) return;
@@ -66,8 +66,10 @@ void check_tensor_parallel(const ModelConfig& c, int64_t seq_len, int degree, bo
   const bool llama = c.arch == ModelArch::kLlama;
   auto need = [&](const char* field, int64_t v, const std::string& why) {
     if (v % degree != 0)
-      throw InputError(field, "is " + std::to_string(v) + ", not divisible by the tp size " + T + " (" + why + ")",
-                       "choose a value divisible by " + T + fix_tp);
+      throw InputError(
+          field,
+          "is " + std::to_string(v) + ", not divisible by the tp size " + T + " (" + why + ")",
+          "choose a value divisible by " + T + fix_tp);
   };
   if (llama) {
     need("model.n_heads", c.n_heads, "ColwiseParallel wq splits the heads");
@@ -81,15 +83,18 @@ void check_tensor_parallel(const ModelConfig& c, int64_t seq_len, int degree, bo
   need("training.seq_len", seq_len, "sequence parallelism shards the sequence");
   const LossImpl loss = c.implementation.loss;
   if (loss == LossImpl::kFp32Output)
-    throw InputError("model.implementation.loss", "is fp32_output with tp " + T + ", which fullshard does not model",
-                     "use fp32_logits (the loss's .float() of the gathered or vocab-parallel logits)");
+    throw InputError(
+        "model.implementation.loss",
+        "is fp32_output with tp " + T + ", which fullshard does not model",
+        "use fp32_logits (the loss's .float() of the gathered or vocab-parallel logits)");
   // The chunked loss runs loss parallel on each chunk's fp32-cast logits (NOTE [Chunked loss
   // under tp] in core/scenario/scenario_checks.cc).
   if (loss_parallel && loss != LossImpl::kFp32Logits && loss != LossImpl::kChunked)
-    throw InputError("model.implementation.loss",
-                     "is " + std::string(loss_impl_name(loss)) + " with tp " + T + " and loss parallel",
-                     "loss parallel computes in fp32 (logits.float()): use fp32_logits, or set "
-                     "tensor_parallel.loss_parallel false");
+    throw InputError(
+        "model.implementation.loss",
+        "is " + std::string(loss_impl_name(loss)) + " with tp " + T + " and loss parallel",
+        "loss parallel computes in fp32 (logits.float()): use fp32_logits, or set "
+        "tensor_parallel.loss_parallel false");
 }
 
 namespace {
@@ -103,14 +108,16 @@ void place_llama(Param& p) {
   const std::string& f = p.fqn;
   for (const char* col : {".wq.", ".wk.", ".wv.", ".w1.", ".w3."})
     if (f.find(col) != std::string::npos) p.tp_placement = TpPlacement::kShard0;
-  if (ends_with(f, ".wo.weight") || ends_with(f, ".w2.weight")) p.tp_placement = TpPlacement::kShard1;
+  if (ends_with(f, ".wo.weight") || ends_with(f, ".w2.weight"))
+    p.tp_placement = TpPlacement::kShard1;
   if (f == "tok_embeddings.weight" || f == "output.weight") p.tp_placement = TpPlacement::kShard0;
 }
 
 // NOTE [GPT-2 tensor-parallel plan]'s placements.
 void place_gpt2(Param& p) {
   const std::string& f = p.fqn;
-  if (f == "wte.weight" || f.find(".mlp.c_fc.") != std::string::npos) p.tp_placement = TpPlacement::kShard0;
+  if (f == "wte.weight" || f.find(".mlp.c_fc.") != std::string::npos)
+    p.tp_placement = TpPlacement::kShard0;
   if (f.find(".attn.c_attn.") != std::string::npos) {
     p.tp_placement = TpPlacement::kShard0;
     p.tp_blocks = 3;
@@ -137,8 +144,9 @@ void apply_tensor_parallel(Module& root, const TensorParallel& tp) {
     if (pl != TpPlacement::kReplicate) {
       const std::string& f = p.fqn;
       FULLSHARD_CHECK(p.shape.at(dim) % (tp.degree * p.tp_blocks) == 0,
-                      f + ": dim " + std::to_string(dim) + " of size " + std::to_string(p.shape.at(dim)) +
-                          " does not split over tp " + std::to_string(tp.degree));
+                      f + ": dim " + std::to_string(dim) + " of size " +
+                          std::to_string(p.shape.at(dim)) + " does not split over tp " +
+                          std::to_string(tp.degree));
       p.shape[dim] /= tp.degree;
     }
   });
@@ -153,14 +161,16 @@ namespace {
 
 // out[j][i][:] = in[i][j][:] for in viewed as [a][b][inner] (torch.cat(torch.chunk(..)) when
 // the chunked dim is the leading one of each block).
-void transpose_blocks(Backend& b, const Tensor& in, const Tensor& out, int64_t a, int64_t bb, int64_t inner,
-                      const std::string& name) {
-  FULLSHARD_CHECK(in.numel() == a * bb * inner && out.numel() == in.numel(), name + ": bad block shape");
-  b.launch(kCompute, make_op(OpKind::kTransposeBlocks, name, {in.ref()}, {out.ref()}, 0, {a, bb, inner}));
+void transpose_blocks(Backend& b, const Tensor& in, const Tensor& out, int64_t a, int64_t bb,
+                      int64_t inner, const std::string& name) {
+  FULLSHARD_CHECK(in.numel() == a * bb * inner && out.numel() == in.numel(),
+                  name + ": bad block shape");
+  b.launch(kCompute,
+           make_op(OpKind::kTransposeBlocks, name, {in.ref()}, {out.ref()}, 0, {a, bb, inner}));
 }
 
-void collective(Backend& b, CollectiveKind kind, const Tensor& in, const Tensor& out, const ProcessGroup& g,
-                const std::string& name) {
+void collective(Backend& b, CollectiveKind kind, const Tensor& in, const Tensor& out,
+                const ProcessGroup& g, const std::string& name) {
   CollectiveCall call;
   call.kind = kind;
   call.op = ReduceOp::kSum;
@@ -173,11 +183,13 @@ void collective(Backend& b, CollectiveKind kind, const Tensor& in, const Tensor&
 }  // namespace
 
 // [B, S/tp, D] -> [B, S, D] (the raw all-gather buffer is freed on return).
-Tensor gather_seq(Backend& b, const Tensor& x, const TensorParallel& tp, MemCategory cat, const std::string& name) {
+Tensor gather_seq(Backend& b, const Tensor& x, const TensorParallel& tp, MemCategory cat,
+                  const std::string& name) {
   const Shape& s = x.shape();
   FULLSHARD_CHECK(s.size() == 3, name + ": expects [B, S/tp, D]");
   const int64_t B = s[0], Sl = s[1], D = s[2], T = tp.degree;
-  Tensor raw = Tensor::empty(b, {x.dtype(), {T * B, Sl, D}}, MemCategory::kTemporary, kCompute, name + " buffer");
+  Tensor raw = Tensor::empty(b, {x.dtype(), {T * B, Sl, D}}, MemCategory::kTemporary, kCompute,
+                             name + " buffer");
   collective(b, CollectiveKind::kAllGather, x, raw, tp.group, name);
   Tensor out = Tensor::empty(b, {x.dtype(), {B, Sl * T, D}}, cat, kCompute, name);
   transpose_blocks(b, raw, out, T, B, Sl * D, name + " cat");
@@ -185,59 +197,69 @@ Tensor gather_seq(Backend& b, const Tensor& x, const TensorParallel& tp, MemCate
 }
 
 // [B, S, D] -> [B, S/tp, D], summing over the group.
-Tensor scatter_seq(Backend& b, const Tensor& x, const TensorParallel& tp, MemCategory cat, const std::string& name) {
+Tensor scatter_seq(Backend& b, const Tensor& x, const TensorParallel& tp, MemCategory cat,
+                   const std::string& name) {
   const Shape& s = x.shape();
-  FULLSHARD_CHECK(s.size() == 3 && s[1] % tp.degree == 0, name + ": expects [B, S, D] with S divisible by tp");
+  FULLSHARD_CHECK(s.size() == 3 && s[1] % tp.degree == 0,
+                  name + ": expects [B, S, D] with S divisible by tp");
   const int64_t B = s[0], T = tp.degree, Sl = s[1] / T, D = s[2];
-  Tensor staged = Tensor::empty(b, {x.dtype(), {T * B, Sl, D}}, MemCategory::kTemporary, kCompute, name + " cat");
+  Tensor staged = Tensor::empty(b, {x.dtype(), {T * B, Sl, D}}, MemCategory::kTemporary, kCompute,
+                                name + " cat");
   transpose_blocks(b, x, staged, B, T, Sl * D, name + " cat");
   Tensor out = Tensor::empty(b, {x.dtype(), {B, Sl, D}}, cat, kCompute, name);
   collective(b, CollectiveKind::kReduceScatter, staged, out, tp.group, name);
   return out;
 }
 
-Value all_gather_sequence(ExecContext& c, Value x, const TensorParallel& tp, const std::string& name) {
+Value all_gather_sequence(ExecContext& c, Value x, const TensorParallel& tp,
+                          const std::string& name) {
   Backend& b = c.backend();
   Tensor y = gather_seq(b, x.t, tp, MemCategory::kActivation, name);
   Value out = result(c, y, x.requires_grad());
   if (c.recording() && x.requires_grad()) {
     c.record(Node{name, {x.id}, {out.id}, [&b, tp, name](std::vector<Tensor>& g) {
-                    return std::vector<Tensor>{scatter_seq(b, g[0], tp, MemCategory::kTemporary, name + " backward")};
+                    return std::vector<Tensor>{
+                        scatter_seq(b, g[0], tp, MemCategory::kTemporary, name + " backward")};
                   }});
   }
   return out;
 }
 
-Value reduce_scatter_sequence(ExecContext& c, Value x, const TensorParallel& tp, const std::string& name) {
+Value reduce_scatter_sequence(ExecContext& c, Value x, const TensorParallel& tp,
+                              const std::string& name) {
   Backend& b = c.backend();
   Tensor y = scatter_seq(b, x.t, tp, MemCategory::kActivation, name);
   Value out = result(c, y, x.requires_grad());
   if (c.recording() && x.requires_grad()) {
     c.record(Node{name, {x.id}, {out.id}, [&b, tp, name](std::vector<Tensor>& g) {
-                    return std::vector<Tensor>{gather_seq(b, g[0], tp, MemCategory::kTemporary, name + " backward")};
+                    return std::vector<Tensor>{
+                        gather_seq(b, g[0], tp, MemCategory::kTemporary, name + " backward")};
                   }});
   }
   return out;
 }
 
-Value all_gather_last_dim(ExecContext& c, Value x, const TensorParallel& tp, const std::string& name) {
+Value all_gather_last_dim(ExecContext& c, Value x, const TensorParallel& tp,
+                          const std::string& name) {
   Backend& b = c.backend();
   const Shape& s = x.t.shape();
   FULLSHARD_CHECK(s.size() == 3, name + ": expects [B, S, V/tp]");
   const int64_t rows = s[0] * s[1], Vl = s[2], T = tp.degree;
-  Tensor raw = Tensor::empty(b, {x.t.dtype(), {T, rows, Vl}}, MemCategory::kTemporary, kCompute, name + " buffer");
+  Tensor raw = Tensor::empty(b, {x.t.dtype(), {T, rows, Vl}}, MemCategory::kTemporary, kCompute,
+                             name + " buffer");
   collective(b, CollectiveKind::kAllGather, x.t, raw, tp.group, name);
-  Tensor y = Tensor::empty(b, {x.t.dtype(), {s[0], s[1], Vl * T}}, MemCategory::kActivation, kCompute, name);
+  Tensor y = Tensor::empty(b, {x.t.dtype(), {s[0], s[1], Vl * T}}, MemCategory::kActivation,
+                           kCompute, name);
   transpose_blocks(b, raw, y, T, rows, Vl, name + " cat");
   raw = Tensor();
   Value out = result(c, y, x.requires_grad());
   if (c.recording() && x.requires_grad()) {
     const int64_t idx = tp.index;
     c.record(Node{name, {x.id}, {out.id}, [&b, Vl, T, idx, s, name](std::vector<Tensor>& g) {
-                    Tensor gl = Tensor::empty(b, {g[0].dtype(), s}, MemCategory::kTemporary, kCompute,
-                                              name + " backward");
-                    OpCall op = make_op(OpKind::kNarrowCopy, name + " backward", {g[0].ref()}, {gl.ref()}, 0,
-                                        {Vl, Vl * T, idx * Vl, Vl, 0});
+                    Tensor gl = Tensor::empty(b, {g[0].dtype(), s}, MemCategory::kTemporary,
+                                              kCompute, name + " backward");
+                    OpCall op = make_op(OpKind::kNarrowCopy, name + " backward", {g[0].ref()},
+                                        {gl.ref()}, 0, {Vl, Vl * T, idx * Vl, Vl, 0});
                     op.fargs = {1.0};
                     b.launch(kCompute, op);
                     return std::vector<Tensor>{gl};
@@ -246,8 +268,8 @@ Value all_gather_last_dim(ExecContext& c, Value x, const TensorParallel& tp, con
   return out;
 }
 
-Value rowwise_linear(ExecContext& c, Value x, const Param& weight, const Param& bias, const TensorParallel& tp,
-                     const std::string& name) {
+Value rowwise_linear(ExecContext& c, Value x, const Param& weight, const Param& bias,
+                     const TensorParallel& tp, const std::string& name) {
   Backend& b = c.backend();
   Tensor w = detail::param_tensor(weight);
   const int64_t K = weight.shape[1], N = weight.shape[0];
@@ -260,42 +282,49 @@ Value rowwise_linear(ExecContext& c, Value x, const Param& weight, const Param& 
     // Replicate -> Partial of the bias: Partial._partition_value divides by the group size.
     Tensor bt = detail::param_tensor(bias);
     Tensor part = c.empty(bt.meta(), MemCategory::kTemporary, name + " bias / tp");
-    OpCall scale = make_op(OpKind::kScale, name + " bias / tp", {bt.ref()}, {part.ref()}, detail::el(part));
+    OpCall scale =
+        make_op(OpKind::kScale, name + " bias / tp", {bt.ref()}, {part.ref()}, detail::el(part));
     scale.fargs = {1.0 / static_cast<double>(tp.degree)};
     c.launch(scale);
-    c.launch(make_op(OpKind::kLinear, name, {x.t.ref(), w.ref(), part.ref()}, {y.ref()}, 2.0 * M * K * N, {M, K, N}));
+    c.launch(make_op(OpKind::kLinear, name, {x.t.ref(), w.ref(), part.ref()}, {y.ref()},
+                     2.0 * M * K * N, {M, K, N}));
   }
   Value out = result(c, y, true);
   if (c.recording()) {
     const Param* pw = &weight;
     const Param* pb = &bias;
     Tensor xs = x.t;
-    c.record(Node{name, {x.id}, {out.id}, [&b, pw, pb, xs, M, K, N, name, need = x.requires_grad()](std::vector<Tensor>& g) {
-                    Tensor gx;
-                    if (need) {
-                      gx = detail::grad_like(b, xs, name + " grad_input");
-                      b.launch(kCompute, make_op(OpKind::kLinearBackwardInput, name + " backward_input",
-                                                 {g[0].ref(), pw->binding->unsharded().ref()}, {gx.ref()},
-                                                 2.0 * M * K * N, {M, K, N}));
-                    }
-                    Tensor gw = detail::new_param_grad(b, *pw);
-                    b.launch(kCompute, make_op(OpKind::kLinearBackwardWeight, name + " backward_weight",
-                                               {g[0].ref(), xs.ref()}, {gw.ref()}, 2.0 * M * K * N, {M, K, N}));
-                    pw->binding->accumulate_grad(b, std::move(gw));
-                    // The Partial -> Replicate redistribute's backward leaves the gathered
-                    // gradient Replicate: the bias gradient is complete on every rank.
-                    Tensor gb = detail::new_param_grad(b, *pb);
-                    b.launch(kCompute, make_op(OpKind::kLinearBackwardBias, name + " backward_bias", {g[0].ref()},
-                                               {gb.ref()}, static_cast<double>(M * N), {M, N}));
-                    pb->binding->accumulate_grad(b, std::move(gb));
-                    return std::vector<Tensor>{gx};
-                  }});
+    c.record(Node{
+        name,
+        {x.id},
+        {out.id},
+        [&b, pw, pb, xs, M, K, N, name, need = x.requires_grad()](std::vector<Tensor>& g) {
+          Tensor gx;
+          if (need) {
+            gx = detail::grad_like(b, xs, name + " grad_input");
+            b.launch(kCompute, make_op(OpKind::kLinearBackwardInput, name + " backward_input",
+                                       {g[0].ref(), pw->binding->unsharded().ref()}, {gx.ref()},
+                                       2.0 * M * K * N, {M, K, N}));
+          }
+          Tensor gw = detail::new_param_grad(b, *pw);
+          b.launch(kCompute,
+                   make_op(OpKind::kLinearBackwardWeight, name + " backward_weight",
+                           {g[0].ref(), xs.ref()}, {gw.ref()}, 2.0 * M * K * N, {M, K, N}));
+          pw->binding->accumulate_grad(b, std::move(gw));
+          // The Partial -> Replicate redistribute's backward leaves the gathered
+          // gradient Replicate: the bias gradient is complete on every rank.
+          Tensor gb = detail::new_param_grad(b, *pb);
+          b.launch(kCompute, make_op(OpKind::kLinearBackwardBias, name + " backward_bias",
+                                     {g[0].ref()}, {gb.ref()}, static_cast<double>(M * N), {M, N}));
+          pb->binding->accumulate_grad(b, std::move(gb));
+          return std::vector<Tensor>{gx};
+        }});
   }
   return out;
 }
 
-Tensor all_reduce_clone(Backend& b, const Tensor& t, ReduceOp op, const ProcessGroup& group, MemCategory category,
-                        const std::string& name) {
+Tensor all_reduce_clone(Backend& b, const Tensor& t, ReduceOp op, const ProcessGroup& group,
+                        MemCategory category, const std::string& name) {
   Tensor out = Tensor::empty(b, t.meta(), category, kCompute, name);
   ops::copy_into(b, kCompute, out, t, name + " clone");
   CollectiveCall call;
@@ -308,7 +337,8 @@ Tensor all_reduce_clone(Backend& b, const Tensor& t, ReduceOp op, const ProcessG
   return out;
 }
 
-Tensor all_reduce_grad(Backend& b, const Tensor& grad, const ProcessGroup& group, const std::string& name) {
+Tensor all_reduce_grad(Backend& b, const Tensor& grad, const ProcessGroup& group,
+                       const std::string& name) {
   return all_reduce_clone(b, grad, ReduceOp::kSum, group, MemCategory::kUnshardedGrad, name);
 }
 

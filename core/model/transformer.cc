@@ -12,7 +12,8 @@
 
 namespace fullshard {
 
-Transformer::Transformer(ModelConfig config, TensorParallel tp) : config_(std::move(config)), tp_(std::move(tp)) {
+Transformer::Transformer(ModelConfig config, TensorParallel tp)
+    : config_(std::move(config)), tp_(std::move(tp)) {
   const auto& c = config_;
   const int64_t D = c.dim, F = c.ffn_dim, hd = c.head_dim(), kv = c.n_kv_heads * hd;
   root_.kind = c.arch == ModelArch::kLlama ? "Transformer" : "GPT2";
@@ -68,7 +69,8 @@ Transformer::Transformer(ModelConfig config, TensorParallel tp) : config_(std::m
   }
   if (c.arch == ModelArch::kLlama) {
     root_.add_child("norm", "RMSNorm")->add_param("weight", {D});
-    if (!c.tie_embeddings) root_.add_child("output", "Linear")->add_param("weight", {c.vocab_size, D});
+    if (!c.tie_embeddings)
+      root_.add_child("output", "Linear")->add_param("weight", {c.vocab_size, D});
     // A chunked loss calls the output as a module (NOTE [Tied output module]).
     if (c.tie_embeddings && c.implementation.loss == LossImpl::kChunked) {
       root_.add_child("output", "Linear");
@@ -82,7 +84,8 @@ Transformer::Transformer(ModelConfig config, TensorParallel tp) : config_(std::m
   // NOTE [Init]: GPT-2 / nanoGPT's init_weights for both architectures: weights N(0, 0.02),
   // the projections back into the residual stream N(0, 0.02 / sqrt(2 * n_layers)), biases 0,
   // norm weights 1 (LayerNorm bias 0).
-  const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(std::max<int64_t>(c.n_layers, 1)));
+  const double residual_std =
+      0.02 / std::sqrt(2.0 * static_cast<double>(std::max<int64_t>(c.n_layers, 1)));
   root_.for_each_module([&](Module& m) {
     for (Param& p : m.params) {
       const bool is_bias = p.fqn.size() >= 5 && p.fqn.compare(p.fqn.size() - 5, 5, ".bias") == 0;
@@ -94,7 +97,8 @@ Transformer::Transformer(ModelConfig config, TensorParallel tp) : config_(std::m
         p.init = ParamInit::kNormal;
         const auto ends = [&](const char* s) {
           std::string suf(s);
-          return m.fqn.size() >= suf.size() && m.fqn.compare(m.fqn.size() - suf.size(), suf.size(), suf) == 0;
+          return m.fqn.size() >= suf.size() &&
+                 m.fqn.compare(m.fqn.size() - suf.size(), suf.size(), suf) == 0;
         };
         p.init_std = (ends(".wo") || ends(".w2") || ends(".c_proj")) ? residual_std : 0.02;
       }
@@ -131,9 +135,11 @@ Value Transformer::llama_attention(ExecContext& c, Module& m, Value x, int64_t b
   const std::string& n = m.fqn;
   Value q, k, v, held;
   if (tp_.async) {  // NOTE [Async TP] in async_tp.cc: the gather and wq / wk / wv as one op
-    auto qkv = ops::tp::all_gather_linears(
-        c, std::move(x), {&m.child("wq").param("weight"), &m.child("wk").param("weight"), &m.child("wv").param("weight")},
-        {n + ".wq", n + ".wk", n + ".wv"}, tp_, n + " all_gather(seq)");
+    auto qkv =
+        ops::tp::all_gather_linears(c, std::move(x),
+                                    {&m.child("wq").param("weight"), &m.child("wk").param("weight"),
+                                     &m.child("wv").param("weight")},
+                                    {n + ".wq", n + ".wk", n + ".wv"}, tp_, n + " all_gather(seq)");
     q = std::move(qkv[0]);
     k = std::move(qkv[1]);
     v = std::move(qkv[2]);
@@ -151,12 +157,14 @@ Value Transformer::llama_attention(ExecContext& c, Module& m, Value x, int64_t b
     q = std::move(qk.first);
     k = std::move(qk.second);
   } else if (impl.rope == RopeImpl::kComplex) {
-    auto qk = ops::rope_complex(c, std::move(q), std::move(k), s.head_dim, cfg.rope(), n + ".rope_q", n + ".rope_k");
+    auto qk = ops::rope_complex(c, std::move(q), std::move(k), s.head_dim, cfg.rope(),
+                                n + ".rope_q", n + ".rope_k");
     q = std::move(qk.first);
     k = std::move(qk.second);
   } else if (impl.rope == RopeImpl::kRotateHalf) {
     FULLSHARD_CHECK(rot != nullptr, n + ": rope = rotate_half without cos / sin tables");
-    auto qk = ops::rope_rotate_half(c, std::move(q), std::move(k), *rot, s.head_dim, n + ".rope_q", n + ".rope_k");
+    auto qk = ops::rope_rotate_half(c, std::move(q), std::move(k), *rot, s.head_dim, n + ".rope_q",
+                                    n + ".rope_k");
     q = std::move(qk.first);
     k = std::move(qk.second);
   } else {
@@ -174,17 +182,23 @@ Value Transformer::llama_attention(ExecContext& c, Module& m, Value x, int64_t b
   }
   Value o = impl.attention == AttentionImpl::kFlash
                 ? ops::attention(c, std::move(q), std::move(k), std::move(v), s, n + ".sdpa")
-                : ops::attention_sdpa(c, std::move(q), std::move(k), std::move(v), s, impl.attention, n + ".sdpa");
+                : ops::attention_sdpa(c, std::move(q), std::move(k), std::move(v), s,
+                                      impl.attention, n + ".sdpa");
   Value ot = ops::transpose_heads(c, std::move(o), s, n + ".transpose");
-  if (tp_.async) return ops::tp::linear_reduce_scatter(c, std::move(ot), m.child("wo").param("weight"), tp_, n + ".wo");
-  return sublayer_output(c, ops::linear(c, std::move(ot), m.child("wo").param("weight"), nullptr, n + ".wo"), n);
+  if (tp_.async)
+    return ops::tp::linear_reduce_scatter(c, std::move(ot), m.child("wo").param("weight"), tp_,
+                                          n + ".wo");
+  return sublayer_output(
+      c, ops::linear(c, std::move(ot), m.child("wo").param("weight"), nullptr, n + ".wo"), n);
 }
 
 Value Transformer::gpt2_projection(ExecContext& c, Module& proj, Value x, const std::string& name) {
-  if (!tp_.enabled()) return ops::linear(c, std::move(x), proj.param("weight"), &proj.param("bias"), name);
+  if (!tp_.enabled())
+    return ops::linear(c, std::move(x), proj.param("weight"), &proj.param("bias"), name);
   // RowwiseParallel(output_layouts=Shard(1)) with its replicated bias (NOTE [GPT-2
   // tensor-parallel plan] in tensor_parallel.cc).
-  Value partial = ops::tp::rowwise_linear(c, std::move(x), proj.param("weight"), proj.param("bias"), tp_, name);
+  Value partial =
+      ops::tp::rowwise_linear(c, std::move(x), proj.param("weight"), proj.param("bias"), tp_, name);
   const std::string module = name.substr(0, name.rfind('.'));
   return sublayer_output(c, std::move(partial), module);
 }
@@ -192,7 +206,8 @@ Value Transformer::gpt2_projection(ExecContext& c, Module& proj, Value x, const 
 Value Transformer::gpt2_attention(ExecContext& c, Module& m, Value x, int64_t batch, int64_t seq) {
   const auto& cfg = config_;
   // Heads are split over tp (c_attn colwise over each of q, k, v).
-  ops::AttentionShape s{batch, seq, cfg.n_heads / tp_.degree, cfg.n_heads / tp_.degree, cfg.head_dim()};
+  ops::AttentionShape s{batch, seq, cfg.n_heads / tp_.degree, cfg.n_heads / tp_.degree,
+                        cfg.head_dim()};
   const std::string& n = m.fqn;
   Module& ca = m.child("c_attn");
   x = sublayer_input(c, std::move(x), n);
@@ -207,7 +222,8 @@ Value Transformer::block_forward(ExecContext& c, Module& b, Value x, int64_t bat
                                  const ops::RotaryTables* rot) {
   const auto& cfg = config_;
   const std::string& n = b.fqn;
-  if (cfg.arch == ModelArch::kLlama && cfg.implementation.compile) return compiled_llama_block(c, b, std::move(x), batch, seq, rot);
+  if (cfg.arch == ModelArch::kLlama && cfg.implementation.compile)
+    return compiled_llama_block(c, b, std::move(x), batch, seq, rot);
   if (cfg.arch == ModelArch::kLlama) {
     Value xn = rms_norm(c, x, b.child("attention_norm").param("weight"), n + ".attention_norm");
     Value a = c.call_module(b.child("attention"), std::move(xn), [&](ExecContext& cc, Value v) {
@@ -218,13 +234,15 @@ Value Transformer::block_forward(ExecContext& c, Module& b, Value x, int64_t bat
     Module& ff = b.child("feed_forward");
     Value f = c.call_module(ff, std::move(hn), [&](ExecContext& cc, Value v) {
       const std::string& fn = ff.fqn;
-      if (tp_.async) {  // NOTE [Async TP]: the gather and w1 / w3 as one op, w2 and its reduce-scatter as one
-        auto g13 = ops::tp::all_gather_linears(cc, std::move(v),
-                                               {&ff.child("w1").param("weight"), &ff.child("w3").param("weight")},
-                                               {fn + ".w1", fn + ".w3"}, tp_, fn + " all_gather(seq)");
+      if (tp_.async) {  // NOTE [Async TP]: the gather and w1 / w3 as one op, w2 and its
+                        // reduce-scatter as one
+        auto g13 = ops::tp::all_gather_linears(
+            cc, std::move(v), {&ff.child("w1").param("weight"), &ff.child("w3").param("weight")},
+            {fn + ".w1", fn + ".w3"}, tp_, fn + " all_gather(seq)");
         Value s1 = ops::silu(cc, std::move(g13[0]), fn + ".silu");
         Value p = ops::mul(cc, std::move(s1), std::move(g13[1]), fn + ".mul");
-        return ops::tp::linear_reduce_scatter(cc, std::move(p), ff.child("w2").param("weight"), tp_, fn + ".w2");
+        return ops::tp::linear_reduce_scatter(cc, std::move(p), ff.child("w2").param("weight"), tp_,
+                                              fn + ".w2");
       }
       v = sublayer_input(cc, std::move(v), fn);
       const Value held = v;  // as in attention: the hook's output is the call's argument
@@ -232,25 +250,29 @@ Value Transformer::block_forward(ExecContext& c, Module& b, Value x, int64_t bat
       Value s1 = ops::silu(cc, std::move(g1), fn + ".silu");
       Value g3 = ops::linear(cc, std::move(v), ff.child("w3").param("weight"), nullptr, fn + ".w3");
       Value p = ops::mul(cc, std::move(s1), std::move(g3), fn + ".mul");
-      return sublayer_output(cc, ops::linear(cc, std::move(p), ff.child("w2").param("weight"), nullptr, fn + ".w2"),
-                             fn);
+      return sublayer_output(
+          cc, ops::linear(cc, std::move(p), ff.child("w2").param("weight"), nullptr, fn + ".w2"),
+          fn);
     });
     return ops::add(c, std::move(h), std::move(f), n + ".residual_ffn");
   }
   Module& ln1 = b.child("ln_1");
-  Value xn = ops::layer_norm(c, x, ln1.param("weight"), ln1.param("bias"), cfg.norm_eps, n + ".ln_1");
+  Value xn =
+      ops::layer_norm(c, x, ln1.param("weight"), ln1.param("bias"), cfg.norm_eps, n + ".ln_1");
   Value a = c.call_module(b.child("attn"), std::move(xn), [&](ExecContext& cc, Value v) {
     return gpt2_attention(cc, b.child("attn"), std::move(v), batch, seq);
   });
   Value h = ops::add(c, std::move(x), std::move(a), n + ".residual_attn");
   Module& ln2 = b.child("ln_2");
-  Value hn = ops::layer_norm(c, h, ln2.param("weight"), ln2.param("bias"), cfg.norm_eps, n + ".ln_2");
+  Value hn =
+      ops::layer_norm(c, h, ln2.param("weight"), ln2.param("bias"), cfg.norm_eps, n + ".ln_2");
   Module& mlp = b.child("mlp");
   Value f = c.call_module(mlp, std::move(hn), [&](ExecContext& cc, Value v) {
     Module& fc = mlp.child("c_fc");
     v = sublayer_input(cc, std::move(v), mlp.fqn);
     const Value held = v;  // as in attention
-    Value g = ops::linear(cc, std::move(v), fc.param("weight"), &fc.param("bias"), mlp.fqn + ".c_fc");
+    Value g =
+        ops::linear(cc, std::move(v), fc.param("weight"), &fc.param("bias"), mlp.fqn + ".c_fc");
     g = ops::gelu(cc, std::move(g), mlp.fqn + ".gelu");
     return gpt2_projection(cc, mlp.child("c_proj"), std::move(g), mlp.fqn + ".c_proj");
   });
@@ -259,8 +281,8 @@ Value Transformer::block_forward(ExecContext& c, Module& b, Value x, int64_t bat
 
 // model.implementation compile: the block as torch.compile runs it (NOTE [Compiled block] in
 // compiled_block.cc): the same module calls, GEMMs and attention, fused pointwise regions.
-Value Transformer::compiled_llama_block(ExecContext& c, Module& b, Value x, int64_t batch, int64_t seq,
-                                        const ops::RotaryTables* rot) {
+Value Transformer::compiled_llama_block(ExecContext& c, Module& b, Value x, int64_t batch,
+                                        int64_t seq, const ops::RotaryTables* rot) {
   const std::string& n = b.fqn;
   const double eps = config_.norm_eps;
   auto xr = ops::compiled::rms_norm(c, std::move(x), b.child("attention_norm").param("weight"), eps,
@@ -269,26 +291,29 @@ Value Transformer::compiled_llama_block(ExecContext& c, Module& b, Value x, int6
     return llama_attention(cc, b.child("attention"), std::move(v), batch, seq, rot);
   });
   const Tensor xt = xr.residual.t, at = a.t;
-  auto hr = ops::compiled::add_rms_norm(c, std::move(xr.residual), std::move(a), b.child("ffn_norm").param("weight"),
-                                        eps, n + ".ffn_norm");
+  auto hr = ops::compiled::add_rms_norm(c, std::move(xr.residual), std::move(a),
+                                        b.child("ffn_norm").param("weight"), eps, n + ".ffn_norm");
   Module& ff = b.child("feed_forward");
   Value f = c.call_module(ff, std::move(hr.y), [&](ExecContext& cc, Value v) {
     const std::string& fn = ff.fqn;
     if (tp_.async) {  // NOTE [Async TP] in async_tp.cc, as in the eager block
-      auto g13 = ops::tp::all_gather_linears(cc, std::move(v),
-                                             {&ff.child("w1").param("weight"), &ff.child("w3").param("weight")},
-                                             {fn + ".w1", fn + ".w3"}, tp_, fn + " all_gather(seq)");
+      auto g13 = ops::tp::all_gather_linears(
+          cc, std::move(v), {&ff.child("w1").param("weight"), &ff.child("w3").param("weight")},
+          {fn + ".w1", fn + ".w3"}, tp_, fn + " all_gather(seq)");
       Value p = ops::compiled::silu_mul(cc, std::move(g13[0]), std::move(g13[1]), fn + ".silu_mul");
-      return ops::tp::linear_reduce_scatter(cc, std::move(p), ff.child("w2").param("weight"), tp_, fn + ".w2");
+      return ops::tp::linear_reduce_scatter(cc, std::move(p), ff.child("w2").param("weight"), tp_,
+                                            fn + ".w2");
     }
     v = sublayer_input(cc, std::move(v), fn);
     const Value held = v;  // as in the eager block
     Value g1 = ops::linear(cc, v, ff.child("w1").param("weight"), nullptr, fn + ".w1");
     Value g3 = ops::linear(cc, std::move(v), ff.child("w3").param("weight"), nullptr, fn + ".w3");
     Value p = ops::compiled::silu_mul(cc, std::move(g1), std::move(g3), fn + ".silu_mul");
-    return sublayer_output(cc, ops::linear(cc, std::move(p), ff.child("w2").param("weight"), nullptr, fn + ".w2"), fn);
+    return sublayer_output(
+        cc, ops::linear(cc, std::move(p), ff.child("w2").param("weight"), nullptr, fn + ".w2"), fn);
   });
-  return ops::compiled::residual_add(c, std::move(hr.residual), xt, at, std::move(f), n + ".residual");
+  return ops::compiled::residual_add(c, std::move(hr.residual), xt, at, std::move(f),
+                                     n + ".residual");
 }
 
 // NOTE [Loss outside the root]: as in torchtitan (pred = model(x); loss = loss_fn(pred, labels);
@@ -299,16 +324,19 @@ Value Transformer::compiled_llama_block(ExecContext& c, Module& b, Value x, int6
 Value Transformer::forward(ExecContext& c, const Tensor& tokens, const Tensor& labels,
                            const std::vector<BlockCheckpoint>& block_ac) {
   const ModelImplementation& impl = config_.implementation;
-  FULLSHARD_CHECK(impl.loss != LossImpl::kChunked, "loss = chunked runs through chunked_loss (core/scenario)");
+  FULLSHARD_CHECK(impl.loss != LossImpl::kChunked,
+                  "loss = chunked runs through chunked_loss (core/scenario)");
   Value logits = logits_forward(c, tokens, block_ac);
   // With loss parallel the vocab-sharded logits go into a vocab-parallel cross-entropy;
   // without it they are gathered (output_layouts=Replicate()).
   if (tp_.enabled() && tp_.loss_parallel) {
     if (impl.keep_logits && c.graph()) c.graph()->keep_until_backward_ends(logits.t);
-    FULLSHARD_CHECK(impl.loss == LossImpl::kFp32Logits, "loss parallel needs fp32_logits (check_tensor_parallel)");
+    FULLSHARD_CHECK(impl.loss == LossImpl::kFp32Logits,
+                    "loss parallel needs fp32_logits (check_tensor_parallel)");
     return ops::tp::vocab_parallel_cross_entropy(c, logits, labels, tp_, "loss");
   }
-  if (tp_.enabled()) logits = ops::tp::all_gather_last_dim(c, std::move(logits), tp_, "output all_gather(vocab)");
+  if (tp_.enabled())
+    logits = ops::tp::all_gather_last_dim(c, std::move(logits), tp_, "output all_gather(vocab)");
   if (impl.keep_logits && c.graph()) c.graph()->keep_until_backward_ends(logits.t);
   return ops::cross_entropy(c, logits, labels, "loss", impl.loss != LossImpl::kBf16Logits);
 }
@@ -318,9 +346,11 @@ Value Transformer::logits_forward(ExecContext& c, const Tensor& tokens,
   return root_forward(c, tokens, block_ac, false);
 }
 
-Value Transformer::hidden_forward(ExecContext& c, const Tensor& tokens, const std::vector<BlockCheckpoint>& block_ac) {
-  FULLSHARD_CHECK(config_.arch == ModelArch::kLlama && (!config_.tie_embeddings || has_output_module_),
-                  "hidden_forward needs a Llama (tied: with its output module)");
+Value Transformer::hidden_forward(ExecContext& c, const Tensor& tokens,
+                                  const std::vector<BlockCheckpoint>& block_ac) {
+  FULLSHARD_CHECK(
+      config_.arch == ModelArch::kLlama && (!config_.tie_embeddings || has_output_module_),
+      "hidden_forward needs a Llama (tied: with its output module)");
   return root_forward(c, tokens, block_ac, true);
 }
 
@@ -343,14 +373,15 @@ void Transformer::set_edge_module_calls(bool on) {
 
 Value Transformer::output_forward(ExecContext& c, Value h) {
   Module& out = output_module();
-  const Param& w = config_.tie_embeddings ? root_.child("tok_embeddings").param("weight") : out.param("weight");
+  const Param& w =
+      config_.tie_embeddings ? root_.child("tok_embeddings").param("weight") : out.param("weight");
   return c.call_module(out, std::move(h), [&w](ExecContext& cc, Value v) {
     return ops::linear(cc, std::move(v), w, nullptr, "output");
   });
 }
 
-Value Transformer::root_forward(ExecContext& c, const Tensor& tokens, const std::vector<BlockCheckpoint>& block_ac,
-                                bool skip_head) {
+Value Transformer::root_forward(ExecContext& c, const Tensor& tokens,
+                                const std::vector<BlockCheckpoint>& block_ac, bool skip_head) {
   const auto& cfg = config_;
   FULLSHARD_CHECK(tokens.shape().size() == 2, "tokens must be [B, S]");
   const int64_t batch = tokens.shape()[0], seq = tokens.shape()[1];
@@ -365,7 +396,8 @@ Value Transformer::root_forward(ExecContext& c, const Tensor& tokens, const std:
       else
         h = ops::embedding(rc, in.t, emb.param("weight"), "tok_embeddings");
       if (tp_.enabled())
-        h = ops::tp::reduce_scatter_sequence(rc, std::move(h), tp_, "tok_embeddings reduce_scatter(seq)");
+        h = ops::tp::reduce_scatter_sequence(rc, std::move(h), tp_,
+                                             "tok_embeddings reduce_scatter(seq)");
     } else {
       h = ops::embedding(rc, in.t, root_.child("wte").param("weight"), "wte");
       int64_t first_position = 0;  // a sequence shard adds its own positions' rows
@@ -373,14 +405,16 @@ Value Transformer::root_forward(ExecContext& c, const Tensor& tokens, const std:
         h = ops::tp::reduce_scatter_sequence(rc, std::move(h), tp_, "wte reduce_scatter(seq)");
         first_position = static_cast<int64_t>(tp_.index) * (seq / tp_.degree);
       }
-      h = ops::position_embedding(rc, std::move(h), root_.child("wpe").param("weight"), "wpe", first_position);
+      h = ops::position_embedding(rc, std::move(h), root_.child("wpe").param("weight"), "wpe",
+                                  first_position);
     }
     in = Value{};
     // HF LlamaModel.forward: position_embeddings = self.rotary_emb(hidden_states, position_ids),
     // a local until the decoder stack and the final norm are done.
     std::optional<ops::RotaryTables> rot;
     if (cfg.arch == ModelArch::kLlama && cfg.implementation.rope == RopeImpl::kRotateHalf)
-      rot = ops::rotary_cos_sin(rc, batch, seq, cfg.head_dim(), cfg.rope(), h.t.dtype(), "rotary_emb");
+      rot = ops::rotary_cos_sin(rc, batch, seq, cfg.head_dim(), cfg.rope(), h.t.dtype(),
+                                "rotary_emb");
     for (size_t i = 0; i < blocks_.size(); ++i) {
       Module& b = *blocks_[i];
       BlockCheckpoint ac = i < block_ac.size() ? block_ac[i] : BlockCheckpoint::kNone;
@@ -404,15 +438,21 @@ Value Transformer::root_forward(ExecContext& c, const Tensor& tokens, const std:
       rot.reset();
       // Under tp the norm's sequence shards are gathered to Replicate first (NOTE [Chunked
       // loss under tp] in core/scenario/scenario_checks.cc): each chunk enters lm_head whole.
-      if (skip_head) return tp_.enabled() ? ops::tp::all_gather_sequence(rc, std::move(h), tp_, "norm all_gather(seq)") : h;
+      if (skip_head)
+        return tp_.enabled()
+                   ? ops::tp::all_gather_sequence(rc, std::move(h), tp_, "norm all_gather(seq)")
+                   : h;
       out_w = cfg.tie_embeddings ? &root_.child("tok_embeddings").param("weight")
                                  : &root_.child("output").param("weight");
-      if (tp_.enabled()) h = ops::tp::all_gather_sequence(rc, std::move(h), tp_, "output all_gather(seq)");
+      if (tp_.enabled())
+        h = ops::tp::all_gather_sequence(rc, std::move(h), tp_, "output all_gather(seq)");
     } else {
       Module& lnf = root_.child("ln_f");
-      h = ops::layer_norm(rc, std::move(h), lnf.param("weight"), lnf.param("bias"), cfg.norm_eps, "ln_f");
+      h = ops::layer_norm(rc, std::move(h), lnf.param("weight"), lnf.param("bias"), cfg.norm_eps,
+                          "ln_f");
       out_w = &root_.child("wte").param("weight");
-      if (tp_.enabled()) h = ops::tp::all_gather_sequence(rc, std::move(h), tp_, "lm_head all_gather(seq)");
+      if (tp_.enabled())
+        h = ops::tp::all_gather_sequence(rc, std::move(h), tp_, "lm_head all_gather(seq)");
     }
     Value logits = edge_module_calls_ && cfg.arch == ModelArch::kLlama
                        ? output_forward(rc, std::move(h))
@@ -420,7 +460,8 @@ Value Transformer::root_forward(ExecContext& c, const Tensor& tokens, const std:
                                      cfg.arch == ModelArch::kLlama ? "output" : "lm_head");
     // torchtitan until mid-2024: `output = self.output(h).float()` inside the root's forward
     // (NOTE [Implementation presets], torchtitan-2024-04).
-    if (cfg.implementation.loss == LossImpl::kFp32Output) logits = ops::to_float(rc, std::move(logits), "output");
+    if (cfg.implementation.loss == LossImpl::kFp32Output)
+      logits = ops::to_float(rc, std::move(logits), "output");
     return logits;
   });
 }

@@ -27,9 +27,11 @@ class Transformer {
   Value forward(ExecContext& c, const Tensor& tokens, const Tensor& labels,
                 const std::vector<BlockCheckpoint>& block_ac);
   // model(tokens): the root module's forward, returning the logits [B, S, V].
-  Value logits_forward(ExecContext& c, const Tensor& tokens, const std::vector<BlockCheckpoint>& block_ac);
+  Value logits_forward(ExecContext& c, const Tensor& tokens,
+                       const std::vector<BlockCheckpoint>& block_ac);
   // model(tokens) with torchtitan's `_skip_lm_head`: the final norm's output [B, S, D] (Llama).
-  Value hidden_forward(ExecContext& c, const Tensor& tokens, const std::vector<BlockCheckpoint>& block_ac);
+  Value hidden_forward(ExecContext& c, const Tensor& tokens,
+                       const std::vector<BlockCheckpoint>& block_ac);
   // self.output(h): the output projection called as a module (its FSDP hooks run), for a
   // chunked loss's standalone calls on [T, D] chunks of the hidden states.
   Value output_forward(ExecContext& c, Value h);
@@ -49,13 +51,14 @@ class Transformer {
   bool edge_module_calls_ = false;
   bool has_output_module_ = false;  // a tied Llama's parameterless output module was added
 
-  Value root_forward(ExecContext& c, const Tensor& tokens, const std::vector<BlockCheckpoint>& block_ac,
-                     bool skip_head);
+  Value root_forward(ExecContext& c, const Tensor& tokens,
+                     const std::vector<BlockCheckpoint>& block_ac, bool skip_head);
 
   // rot: HF's shared cos / sin (rope = rotate_half), else null.
   Value block_forward(ExecContext& c, Module& block, Value x, int64_t batch, int64_t seq,
                       const ops::RotaryTables* rot);
-  Value llama_attention(ExecContext& c, Module& m, Value x, int64_t batch, int64_t seq, const ops::RotaryTables* rot);
+  Value llama_attention(ExecContext& c, Module& m, Value x, int64_t batch, int64_t seq,
+                        const ops::RotaryTables* rot);
   // model.implementation compile (core/model/compiled_block.h).
   Value compiled_llama_block(ExecContext& c, Module& block, Value x, int64_t batch, int64_t seq,
                              const ops::RotaryTables* rot);

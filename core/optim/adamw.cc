@@ -54,8 +54,9 @@ void AdamW::step() {
   // new tensor per parameter, alive until the update is done.
   std::vector<Tensor> sqrt_tmp;
   if (!o_.fused) {
-    for (size_t i : active) sqrt_tmp.push_back(like(b_, exp_avg_sq_[i], MemCategory::kTemporary,
-                                                    params_[i]->param().fqn + " exp_avg_sq_sqrt"));
+    for (size_t i : active)
+      sqrt_tmp.push_back(like(b_, exp_avg_sq_[i], MemCategory::kTemporary,
+                              params_[i]->param().fqn + " exp_avg_sq_sqrt"));
   }
   OpCall op;
   op.kind = OpKind::kAdamW;
@@ -89,10 +90,11 @@ void AdamW::zero_grad() {
 // second output (the CUDA backend's kernel runs the same two stages in it: a block per chunk
 // instead of one block per tensor, deterministic). Not modelled (n x 512 B, then 2 KiB): the
 // per-tensor 0-d results (one 512-byte block each; the model keeps one [n] tensor, torch.stack's),
-// and the [320] global_output and 0-d global_norm that recent releases also allocate. CPU offload runs
-// the CPU's per-tensor path: no scratch. Its size: core/optim/foreach_norm.h.
+// and the [320] global_output and 0-d global_norm that recent releases also allocate. CPU offload
+// runs the CPU's per-tensor path: no scratch. Its size: core/optim/foreach_norm.h.
 
-void clip_grad_norm(Backend& b, const std::vector<FSDPParam*>& params, double max_norm, const MeshInfo& mesh) {
+void clip_grad_norm(Backend& b, const std::vector<FSDPParam*>& params, double max_norm,
+                    const MeshInfo& mesh) {
   std::vector<const FSDPParam*> with_grad;
   for (FSDPParam* p : params)
     if (p->sharded_grad()) with_grad.push_back(p);
@@ -124,9 +126,10 @@ void clip_grad_norm(Backend& b, const std::vector<FSDPParam*>& params, double ma
     Tensor scratch;  // NOTE [foreach_norm scratch]
     const int64_t scratch_numel = foreach_norm_scratch_numel(numels);
     if (!host && scratch_numel > 0)
-      scratch = Tensor::empty(b, {DType::kFloat32, {scratch_numel}}, MemCategory::kTemporary, kCurrent,
-                              "clip_grad_norm _foreach_norm output_per_tensor" + suffix);
-    Tensor norms = small(static_cast<int64_t>(grads.size()), "clip_grad_norm per-grad norms" + suffix);
+      scratch = Tensor::empty(b, {DType::kFloat32, {scratch_numel}}, MemCategory::kTemporary,
+                              kCurrent, "clip_grad_norm _foreach_norm output_per_tensor" + suffix);
+    Tensor norms =
+        small(static_cast<int64_t>(grads.size()), "clip_grad_norm per-grad norms" + suffix);
     OpCall sq;
     sq.kind = OpKind::kSquaredNorm;
     sq.name = "clip_grad_norm _foreach_norm" + suffix;
@@ -136,7 +139,8 @@ void clip_grad_norm(Backend& b, const std::vector<FSDPParam*>& params, double ma
       sq.bytes += static_cast<double>(p->sharded_grad().nbytes());
     }
     sq.outputs = {norms.ref()};
-    if (scratch) sq.outputs.push_back(scratch.ref());  // scratch: op.bytes counts the gradients alone
+    if (scratch)
+      sq.outputs.push_back(scratch.ref());  // scratch: op.bytes counts the gradients alone
     b.launch(kCurrent, sq);
     scratch = Tensor();
     Tensor total = small(1, "clip_grad_norm total norm" + suffix);

@@ -15,7 +15,8 @@ constexpr int64_t kForeachChunk = 65536;
 // ntensors x max_chunks_per_tensor (0 for no tensors).
 inline int64_t foreach_norm_scratch_numel(const std::vector<int64_t>& numels) {
   int64_t max_chunks = 0;
-  for (int64_t n : numels) max_chunks = std::max(max_chunks, (n + kForeachChunk - 1) / kForeachChunk);
+  for (int64_t n : numels)
+    max_chunks = std::max(max_chunks, (n + kForeachChunk - 1) / kForeachChunk);
   return static_cast<int64_t>(numels.size()) * max_chunks;
 }
 

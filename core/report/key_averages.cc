@@ -54,7 +54,8 @@ std::string op_key(std::string_view name) {
 
 std::string key_id(const std::string& key, const std::string& kind) { return key + '\t' + kind; }
 
-std::vector<KeyAverage> key_averages(const std::vector<LaunchedOp>& ops, const std::vector<KernelTime>& times) {
+std::vector<KeyAverage> key_averages(const std::vector<LaunchedOp>& ops,
+                                     const std::vector<KernelTime>& times) {
   std::unordered_map<uint64_t, double> by_seq;
   by_seq.reserve(times.size());
   for (const KernelTime& t : times) by_seq[t.seq] += std::max(0.0, t.end_s - t.begin_s);
@@ -128,7 +129,8 @@ nlohmann::json key_averages_json(const std::vector<KeyAverage>& table) {
 }
 
 std::vector<KeyAverage> key_averages_from_json(const nlohmann::json& j) {
-  if (!j.is_array()) throw InputError("ops", "is not an array", "give the per-op table as an array of objects");
+  if (!j.is_array())
+    throw InputError("ops", "is not an array", "give the per-op table as an array of objects");
   std::vector<KeyAverage> out;
   for (size_t i = 0; i < j.size(); ++i) {
     const auto& e = j[i];
@@ -137,7 +139,8 @@ std::vector<KeyAverage> key_averages_from_json(const nlohmann::json& j) {
       if (!e.is_object() || !e.contains(f) || !e[f].is_number())
         throw InputError(where + "." + f, "is missing or not a number", "write a number");
       const double v = e[f].get<double>();
-      if (!std::isfinite(v) || v < 0) throw InputError(where + "." + f, "is negative or not finite", "write a number >= 0");
+      if (!std::isfinite(v) || v < 0)
+        throw InputError(where + "." + f, "is negative or not finite", "write a number >= 0");
       return v;
     };
     KeyAverage r;
@@ -149,7 +152,8 @@ std::vector<KeyAverage> key_averages_from_json(const nlohmann::json& j) {
     r.measured_s = num("measured_s");
     r.flops = num("flops");
     r.bytes = num("bytes");
-    if (e.contains("predicted_s") && !e["predicted_s"].is_null()) r.predicted_s = num("predicted_s");
+    if (e.contains("predicted_s") && !e["predicted_s"].is_null())
+      r.predicted_s = num("predicted_s");
     out.push_back(std::move(r));
   }
   return out;

@@ -30,9 +30,9 @@ struct KeyAverage {
   std::string key;   // op_key of the name
   std::string kind;  // op_kind_name
   int64_t calls = 0;
-  double measured_s = 0;  // sum of its kernels' measured times
-  double flops = 0;       // declared (OpCall::flops), summed over calls
-  double bytes = 0;       // declared (OpCall::bytes), summed over calls
+  double measured_s = 0;    // sum of its kernels' measured times
+  double flops = 0;         // declared (OpCall::flops), summed over calls
+  double bytes = 0;         // declared (OpCall::bytes), summed over calls
   double predicted_s = -1;  // the simulator's seconds for the same key and step; < 0: none
   double flops_per_s() const { return measured_s > 0 ? flops / measured_s : 0; }
   double bytes_per_s() const { return measured_s > 0 ? bytes / measured_s : 0; }
@@ -43,7 +43,8 @@ std::string key_id(const std::string& key, const std::string& kind);
 
 // The table of one step: `ops` launched and `times` measured (joined by seq; a time whose seq
 // is no launched op is ignored), most measured time first (then by key).
-std::vector<KeyAverage> key_averages(const std::vector<LaunchedOp>& ops, const std::vector<KernelTime>& times);
+std::vector<KeyAverage> key_averages(const std::vector<LaunchedOp>& ops,
+                                     const std::vector<KernelTime>& times);
 
 // Predicted seconds per key_id for one step (the simulator's; simulator/op_prediction.h).
 using PredictedKeyTimes = std::map<std::string, double>;

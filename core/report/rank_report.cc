@@ -18,18 +18,21 @@ json categories(const CategoryBytes& c) {
 
 CategoryBytes categories_from(const json& j) {
   CategoryBytes c{};
-  for (MemCategory k : kAllMemCategories) c[static_cast<int>(k)] = j.value(std::string(category_key(k)), uint64_t{0});
+  for (MemCategory k : kAllMemCategories)
+    c[static_cast<int>(k)] = j.value(std::string(category_key(k)), uint64_t{0});
   return c;
 }
 
 template <typename T>
 T field(const json& j, const char* name, const char* where) {
   auto it = j.find(name);
-  if (it == j.end()) throw InputError(std::string(where) + "." + name, "is missing", "write a complete report");
+  if (it == j.end())
+    throw InputError(std::string(where) + "." + name, "is missing", "write a complete report");
   try {
     return it->get<T>();
   } catch (const json::exception&) {
-    throw InputError(std::string(where) + "." + name, "has the wrong type", "write a complete report");
+    throw InputError(std::string(where) + "." + name, "has the wrong type",
+                     "write a complete report");
   }
 }
 
@@ -54,19 +57,24 @@ json rank_class_json(const RankReport& c) {
   cj["comm_s"] = c.comm_s;
   cj["last_step_s"] = c.last_step_s;
   json busy = json::object();
-  for (StreamRole s : kAllStreams) busy[std::string(stream_name(s))] = c.busy_s[static_cast<int>(s)];
+  for (StreamRole s : kAllStreams)
+    busy[std::string(stream_name(s))] = c.busy_s[static_cast<int>(s)];
   cj["stream_busy_s"] = busy;
   json counts = json::object();
   for (int k = 0; k < 5; ++k)
-    if (c.collectives_per_step[k]) counts[collective_name(static_cast<CollectiveKind>(k))] = c.collectives_per_step[k];
+    if (c.collectives_per_step[k])
+      counts[collective_name(static_cast<CollectiveKind>(k))] = c.collectives_per_step[k];
   cj["collectives_last_step"] = counts;
   json in_flight = json::array();
   for (const auto& op : c.in_flight_at_peak)
-    in_flight.push_back({{"stream", op.stream}, {"name", op.name}, {"start_s", op.start_s}, {"end_s", op.end_s}});
+    in_flight.push_back(
+        {{"stream", op.stream}, {"name", op.name}, {"start_s", op.start_s}, {"end_s", op.end_s}});
   cj["in_flight_at_peak"] = in_flight;
   if (c.oom) {
-    cj["oom"] = {{"requested_bytes", c.oom->requested_bytes}, {"what", c.oom->what},
-                 {"category", c.oom->category}, {"capacity_bytes", c.oom->capacity_bytes},
+    cj["oom"] = {{"requested_bytes", c.oom->requested_bytes},
+                 {"what", c.oom->what},
+                 {"category", c.oom->category},
+                 {"capacity_bytes", c.oom->capacity_bytes},
                  {"step", c.oom->step},
                  {"allocated_bytes", c.oom->at_failure.allocated_bytes},
                  {"reserved_bytes", c.oom->at_failure.reserved_bytes},
@@ -89,7 +97,8 @@ json rank_timeline_json(const RankReport& c, size_t class_index) {
     a.push_back(p.allocated_bytes);
     rs.push_back(p.reserved_bytes);
     h.push_back(p.host_bytes);
-    for (MemCategory k : kAllMemCategories) cats[std::string(category_key(k))].push_back(p.by_category[static_cast<int>(k)]);
+    for (MemCategory k : kAllMemCategories)
+      cats[std::string(category_key(k))].push_back(p.by_category[static_cast<int>(k)]);
   }
   tl["time_s"] = t;
   tl["allocated_bytes"] = a;
@@ -99,7 +108,8 @@ json rank_timeline_json(const RankReport& c, size_t class_index) {
   // Optional label columns (NOTE [Timeline labels]).
   if (!c.timeline_names.empty()) {
     auto label = [&](int32_t i) {
-      return i >= 0 && static_cast<size_t>(i) < c.timeline_names.size() ? c.timeline_names[i] : std::string();
+      return i >= 0 && static_cast<size_t>(i) < c.timeline_names.size() ? c.timeline_names[i]
+                                                                        : std::string();
     };
     json what = json::array(), op = json::array(), ev = json::array();
     for (const auto& p : c.timeline) {
@@ -135,13 +145,15 @@ RankReport rank_report_from_json(const json& cj, const json& tl) {
   c.comm_s = field<double>(cj, "comm_s", w);
   c.last_step_s = field<double>(cj, "last_step_s", w);
   const json busy = field<json>(cj, "stream_busy_s", w);
-  for (StreamRole s : kAllStreams) c.busy_s[static_cast<int>(s)] = busy.value(std::string(stream_name(s)), 0.0);
+  for (StreamRole s : kAllStreams)
+    c.busy_s[static_cast<int>(s)] = busy.value(std::string(stream_name(s)), 0.0);
   const json counts = field<json>(cj, "collectives_last_step", w);
   for (int k = 0; k < 5; ++k)
     c.collectives_per_step[k] = counts.value(collective_name(static_cast<CollectiveKind>(k)), 0);
   for (const auto& op : field<json>(cj, "in_flight_at_peak", w))
-    c.in_flight_at_peak.push_back(InFlightOp{field<std::string>(op, "stream", w), field<std::string>(op, "name", w),
-                                             field<double>(op, "start_s", w), field<double>(op, "end_s", w)});
+    c.in_flight_at_peak.push_back(
+        InFlightOp{field<std::string>(op, "stream", w), field<std::string>(op, "name", w),
+                   field<double>(op, "start_s", w), field<double>(op, "end_s", w)});
   if (cj.contains("oom")) {
     const json& o = cj["oom"];
     OutOfMemoryInfo m;
@@ -170,7 +182,8 @@ RankReport rank_report_from_json(const json& cj, const json& tl) {
     op = field<std::vector<std::string>>(tl, "op", tw);
   }
   const size_t n = t.size();
-  if (a.size() != n || rs.size() != n || h.size() != n || (labels && (what.size() != n || ev.size() != n || op.size() != n)))
+  if (a.size() != n || rs.size() != n || h.size() != n ||
+      (labels && (what.size() != n || ev.size() != n || op.size() != n)))
     throw InputError(tw, "has columns of different lengths", "write a complete report");
   std::map<std::string, int32_t> ids;
   auto intern = [&](const std::string& s) -> int32_t {

@@ -39,7 +39,7 @@ struct InFlightOp {
 
 struct OutOfMemoryInfo {
   uint64_t requested_bytes = 0;
-  std::string what;        // what was being allocated
+  std::string what;  // what was being allocated
   std::string category;
   uint64_t capacity_bytes = 0;
   MemorySnapshot at_failure;
@@ -56,21 +56,21 @@ struct RankReport {
   uint64_t peak_allocated_bytes = 0;
   uint64_t peak_reserved_bytes = 0;
   uint64_t peak_host_bytes = 0;
-  CategoryBytes breakdown_at_peak{};   // device allocated bytes by category at the peak
+  CategoryBytes breakdown_at_peak{};  // device allocated bytes by category at the peak
   double peak_time_s = 0;
-  uint64_t end_allocated_bytes = 0;    // after the last step
+  uint64_t end_allocated_bytes = 0;            // after the last step
   std::vector<uint64_t> allocated_after_step;  // allocated bytes after each step's end
   AllocatorStats allocator;
   std::vector<TimelinePoint> timeline;
-  std::vector<std::string> timeline_names;  // TimelinePoint::what / op index this
+  std::vector<std::string> timeline_names;    // TimelinePoint::what / op index this
   std::vector<InFlightOp> in_flight_at_peak;  // on every stream at peak_time_s
   std::optional<OutOfMemoryInfo> oom;
   double busy_s[kNumStreams] = {};
   double compute_s = 0, exposed_comm_s = 0, comm_s = 0;  // whole run
-  double end_time_s = 0;               // when the rank's last work finished
-  double last_step_s = 0;              // duration of its last step (0 when it did not finish)
-  uint64_t instructions = 0;           // recorded host-program instructions
-  int collectives_per_step[5] = {};    // by CollectiveKind, in the last step
+  double end_time_s = 0;                                 // when the rank's last work finished
+  double last_step_s = 0;            // duration of its last step (0 when it did not finish)
+  uint64_t instructions = 0;         // recorded host-program instructions
+  int collectives_per_step[5] = {};  // by CollectiveKind, in the last step
 };
 
 // The report format's objects for one rank (class): its entry of "rank_classes", and its

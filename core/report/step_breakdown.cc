@@ -22,8 +22,8 @@ std::vector<Interval> clipped(const std::vector<Interval>& v, double lo, double 
   return out;
 }
 
-std::vector<Interval> streams(const StreamIntervals& busy, std::initializer_list<StreamRole> roles, double lo,
-                              double hi) {
+std::vector<Interval> streams(const StreamIntervals& busy, std::initializer_list<StreamRole> roles,
+                              double lo, double hi) {
   std::vector<Interval> out;
   for (StreamRole r : roles) {
     auto c = clipped(busy[static_cast<size_t>(r)], lo, hi);
@@ -35,7 +35,8 @@ std::vector<Interval> streams(const StreamIntervals& busy, std::initializer_list
 double number(const json& j, const std::string& key, const std::string& where) {
   auto it = j.find(key);
   if (it == j.end() || !it->is_number())
-    throw InputError(where + "." + key, it == j.end() ? "is missing" : "is not a number", "write a complete report");
+    throw InputError(where + "." + key, it == j.end() ? "is missing" : "is not a number",
+                     "write a complete report");
   return it->get<double>();
 }
 
@@ -60,7 +61,8 @@ StepBreakdown measured_step_breakdown(const StreamIntervals& busy, double begin_
   b.begin_s = begin_s;
   b.end_s = std::max(begin_s, end_s);
   for (StreamRole r : kAllStreams)
-    b.stream_busy_s[static_cast<size_t>(r)] = covered_seconds(clipped(busy[static_cast<size_t>(r)], b.begin_s, b.end_s));
+    b.stream_busy_s[static_cast<size_t>(r)] =
+        covered_seconds(clipped(busy[static_cast<size_t>(r)], b.begin_s, b.end_s));
   // The compute stream's own collectives are communication: its busy intervals less those
   // (the backend records each collective's interval in both lists, the same numbers).
   std::multiset<Interval> on_compute;
@@ -78,18 +80,21 @@ StepBreakdown measured_step_breakdown(const StreamIntervals& busy, double begin_
       kernels.push_back(iv);
   }
   const auto compute = clipped(kernels, b.begin_s, b.end_s);
-  auto comm = streams(busy, {StreamRole::kAllGather, StreamRole::kReduceScatter, StreamRole::kAllReduce},
-                      b.begin_s, b.end_s);
+  auto comm =
+      streams(busy, {StreamRole::kAllGather, StreamRole::kReduceScatter, StreamRole::kAllReduce},
+              b.begin_s, b.end_s);
   for (const CollectiveInterval& c : collectives)
     if (c.stream == StreamRole::kDefault)
-      for (const Interval& iv : clipped({{c.begin_s, c.end_s}}, b.begin_s, b.end_s)) comm.push_back(iv);
+      for (const Interval& iv : clipped({{c.begin_s, c.end_s}}, b.begin_s, b.end_s))
+        comm.push_back(iv);
   for (int k = 0; k < kNumMeshDimKinds; ++k) {
     const auto dim = clipped(by_dim[static_cast<size_t>(k)], b.begin_s, b.end_s);
     b.comm_by_dim_s[static_cast<size_t>(k)] = covered_seconds(dim);
     b.exposed_comm_by_dim_s[static_cast<size_t>(k)] = uncovered_seconds(dim, compute);
   }
   const auto copy = streams(busy, {StreamRole::kAllGatherCopyIn}, b.begin_s, b.end_s);
-  const auto link = streams(busy, {StreamRole::kHostToDevice, StreamRole::kDeviceToHost}, b.begin_s, b.end_s);
+  const auto link =
+      streams(busy, {StreamRole::kHostToDevice, StreamRole::kDeviceToHost}, b.begin_s, b.end_s);
   b.compute_s = covered_seconds(compute);
   b.comm_s = covered_seconds(comm);
   b.exposed_comm_s = uncovered_seconds(comm, compute);
@@ -124,13 +129,15 @@ MeshDimKind mesh_dim_of_group(const std::string& g) {
 
 json step_breakdown_json(const StepBreakdown& b, int rank) {
   json busy = json::object(), path = json::object();
-  for (StreamRole s : kAllStreams) busy[std::string(stream_name(s))] = b.stream_busy_s[static_cast<size_t>(s)];
+  for (StreamRole s : kAllStreams)
+    busy[std::string(stream_name(s))] = b.stream_busy_s[static_cast<size_t>(s)];
   for (int k = 0; k < kNumPathKinds; ++k)
     path[path_kind_name(static_cast<PathKind>(k))] = b.critical_path_s[static_cast<size_t>(k)];
   json by_dim = json::object();
   for (int k = 0; k < kNumMeshDimKinds; ++k)
-    by_dim[mesh_dim_kind_name(static_cast<MeshDimKind>(k))] = {{"comm_s", b.comm_by_dim_s[static_cast<size_t>(k)]},
-                                                               {"exposed_s", b.exposed_comm_by_dim_s[static_cast<size_t>(k)]}};
+    by_dim[mesh_dim_kind_name(static_cast<MeshDimKind>(k))] = {
+        {"comm_s", b.comm_by_dim_s[static_cast<size_t>(k)]},
+        {"exposed_s", b.exposed_comm_by_dim_s[static_cast<size_t>(k)]}};
   return {{"rank", rank},
           {"comm_by_dim", by_dim},
           {"begin_s", b.begin_s},
@@ -157,12 +164,14 @@ StepBreakdown step_breakdown_from_json(const json& j) {
       const std::string d = mesh_dim_kind_name(static_cast<MeshDimKind>(k));
       const json& e = j["comm_by_dim"].contains(d) ? j["comm_by_dim"][d] : json();
       b.comm_by_dim_s[static_cast<size_t>(k)] = number(e, "comm_s", w + ".comm_by_dim." + d);
-      b.exposed_comm_by_dim_s[static_cast<size_t>(k)] = number(e, "exposed_s", w + ".comm_by_dim." + d);
+      b.exposed_comm_by_dim_s[static_cast<size_t>(k)] =
+          number(e, "exposed_s", w + ".comm_by_dim." + d);
     }
   const json& busy = j.contains("stream_busy_s") ? j["stream_busy_s"] : json();
   const json& path = j.contains("critical_path_s") ? j["critical_path_s"] : json();
   for (StreamRole s : kAllStreams)
-    b.stream_busy_s[static_cast<size_t>(s)] = number(busy, std::string(stream_name(s)), w + ".stream_busy_s");
+    b.stream_busy_s[static_cast<size_t>(s)] =
+        number(busy, std::string(stream_name(s)), w + ".stream_busy_s");
   for (int k = 0; k < kNumPathKinds; ++k)
     b.critical_path_s[static_cast<size_t>(k)] =
         number(path, path_kind_name(static_cast<PathKind>(k)), w + ".critical_path_s");

@@ -39,9 +39,9 @@ MeshDimKind mesh_dim_of_group(const std::string& group_name);
 struct StepBreakdown {
   double begin_s = 0, end_s = 0;  // the window: host time at the previous and this step end
   std::array<double, kNumStreams> stream_busy_s{};  // busy time inside the window
-  double compute_s = 0;        // compute stream busy with kernels (not collectives)
-  double comm_s = 0;           // union of communication: collectives (any stream), comm streams
-  double exposed_comm_s = 0;   // communication while no compute kernel runs
+  double compute_s = 0;       // compute stream busy with kernels (not collectives)
+  double comm_s = 0;          // union of communication: collectives (any stream), comm streams
+  double exposed_comm_s = 0;  // communication while no compute kernel runs
   // Per mesh dim (MeshDimKind): the union of its collectives' time, and the part of it no
   // compute kernel covers (measured steps: from the backend's collective intervals).
   std::array<double, kNumMeshDimKinds> comm_by_dim_s{}, exposed_comm_by_dim_s{};

@@ -17,7 +17,8 @@ namespace fullshard {
 // `point_seqs[i]` / `host_times[i]`: the host_seq and host clock of point i, in host order
 // (non-decreasing seqs). `work_starts`: {issue host_seq, start time} in any order. Returns one
 // time per point.
-std::vector<double> timeline_stream_times(const std::vector<uint64_t>& point_seqs, const std::vector<double>& host_times,
+std::vector<double> timeline_stream_times(const std::vector<uint64_t>& point_seqs,
+                                          const std::vector<double>& host_times,
                                           std::vector<std::pair<uint64_t, double>> work_starts);
 
 }  // namespace fullshard

@@ -10,14 +10,18 @@ namespace fullshard {
 AdamWArgs decode_adamw(const OpCall& op) {
   const std::string where = std::string(op_kind_name(op.kind)) + " '" + op.name + "': ";
   FULLSHARD_CHECK(op.kind == OpKind::kAdamW, where + "is not an AdamW op");
-  FULLSHARD_CHECK(op.fargs.size() >= 6, where + "needs fargs = {lr, beta1, beta2, eps, weight_decay, step}");
+  FULLSHARD_CHECK(op.fargs.size() >= 6,
+                  where + "needs fargs = {lr, beta1, beta2, eps, weight_decay, step}");
   AdamWArgs a;
   a.fused = !op.iargs.empty() && op.iargs[0] != 0;
   a.outputs_per_param = a.fused ? 3 : 4;
-  FULLSHARD_CHECK(op.inputs.size() % 4 == 0 && op.outputs.size() == op.inputs.size() / 4 * a.outputs_per_param,
-                  where + "expects 4 inputs and " + std::to_string(a.outputs_per_param) + " outputs per parameter");
+  FULLSHARD_CHECK(
+      op.inputs.size() % 4 == 0 && op.outputs.size() == op.inputs.size() / 4 * a.outputs_per_param,
+      where + "expects 4 inputs and " + std::to_string(a.outputs_per_param) +
+          " outputs per parameter");
   a.params = op.inputs.size() / 4;
-  const double lr = op.fargs[0], beta1 = op.fargs[1], beta2 = op.fargs[2], eps = op.fargs[3], wd = op.fargs[4];
+  const double lr = op.fargs[0], beta1 = op.fargs[1], beta2 = op.fargs[2], eps = op.fargs[3],
+               wd = op.fargs[4];
   const double step = op.fargs[5];
   FULLSHARD_CHECK(step >= 1, where + "step must be >= 1");
   const double bc1 = 1.0 - std::pow(beta1, step), bc2 = 1.0 - std::pow(beta2, step);
@@ -32,9 +36,11 @@ AdamWArgs decode_adamw(const OpCall& op) {
     const size_t i = 4 * k, o = a.outputs_per_param * k;
     const int64_t n = op.inputs[i].meta.numel();
     for (size_t t = 1; t < 4; ++t)
-      FULLSHARD_CHECK(op.inputs[i + t].meta.numel() == n, where + "parameter " + std::to_string(k) + ": sizes differ");
+      FULLSHARD_CHECK(op.inputs[i + t].meta.numel() == n,
+                      where + "parameter " + std::to_string(k) + ": sizes differ");
     for (size_t t = 0; t < a.outputs_per_param; ++t)
-      FULLSHARD_CHECK(op.outputs[o + t].meta.numel() == n, where + "parameter " + std::to_string(k) + ": sizes differ");
+      FULLSHARD_CHECK(op.outputs[o + t].meta.numel() == n,
+                      where + "parameter " + std::to_string(k) + ": sizes differ");
   }
   return a;
 }

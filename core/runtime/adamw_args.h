@@ -13,15 +13,15 @@ namespace fullshard {
 
 struct AdamWArgs {
   bool fused = false;
-  size_t params = 0;           // parameters updated by the op
+  size_t params = 0;             // parameters updated by the op
   size_t outputs_per_param = 0;  // 3 fused, 4 foreach
   // NOTE [AdamW scalars]: torch computes the step's scalars on the host as Python floats
   // (double), then the per-element math runs in fp32; these are those scalars, rounded once.
-  float decay = 1;          // 1 - lr * weight_decay (decoupled weight decay)
+  float decay = 1;            // 1 - lr * weight_decay (decoupled weight decay)
   float one_minus_beta1 = 0;  // exp_avg.lerp_(grad, 1 - beta1)
   float beta2 = 0;
   float one_minus_beta2 = 0;
-  float neg_step_size = 0;  // -lr / (1 - beta1^step)
+  float neg_step_size = 0;          // -lr / (1 - beta1^step)
   float bias_correction2_sqrt = 1;  // sqrt(1 - beta2^step)
   float eps = 0;
 };

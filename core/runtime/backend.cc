@@ -18,8 +18,8 @@ OutOfMemoryError::OutOfMemoryError(uint64_t requested, MemCategory cat, std::str
       at_failure(snap),
       capacity_bytes(capacity) {}
 
-Backend::Backend(int rank, int world_size, AllocatorOptions allocator, std::unique_ptr<SegmentSource> source,
-                 bool record_timeline)
+Backend::Backend(int rank, int world_size, AllocatorOptions allocator,
+                 std::unique_ptr<SegmentSource> source, bool record_timeline)
     : rank_(rank),
       world_size_(world_size),
       source_(std::move(source)),

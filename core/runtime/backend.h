@@ -75,16 +75,16 @@ constexpr int kNumHostThreads = 2;
 
 // NOTE [Backend entry points]: the work methods are public and non-virtual. Each ticks the
 // host sequence (one tick per host-program call that the simulator records: launch,
-// collective, record_event, wait_event and synchronize of a real event, annotate, fsdp_hook) and then
-// calls the protected do_* virtual of the backend. So every backend sees the host program in
+// collective, record_event, wait_event and synchronize of a real event, annotate, fsdp_hook) and
+// then calls the protected do_* virtual of the backend. So every backend sees the host program in
 // the same positions, and a backend cannot forget a tick. read_scalar is a read-back, not an
 // instruction, and does not tick.
 class Backend {
  public:
   // `source` supplies the allocator's segments (null: virtual addresses, as the simulator
   // uses); the backend owns it, and it outlives the allocator.
-  Backend(int rank, int world_size, AllocatorOptions allocator, std::unique_ptr<SegmentSource> source = nullptr,
-          bool record_timeline = true);
+  Backend(int rank, int world_size, AllocatorOptions allocator,
+          std::unique_ptr<SegmentSource> source = nullptr, bool record_timeline = true);
   virtual ~Backend();
   Backend(const Backend&) = delete;
   Backend& operator=(const Backend&) = delete;
@@ -108,7 +108,9 @@ class Backend {
   // Host blocks until the event's work is done (CPU offload, step boundary).
   void synchronize(EventId event);
   // Convenience: `waiter` waits for everything issued so far on `waitee`.
-  void wait_stream(StreamRole waiter, StreamRole waitee) { wait_event(waiter, record_event(waitee)); }
+  void wait_stream(StreamRole waiter, StreamRole waitee) {
+    wait_event(waiter, record_event(waitee));
+  }
   // Phase markers for reports.
   void annotate(std::string_view label);
   // The host program runs one of FSDP2's hooks (`what`: "pre_forward layers.3", ...) over a
@@ -182,12 +184,14 @@ class Backend {
 
   // Called after every allocation and free the host program makes (measured timelines); a
   // free passes an empty `what`.
-  using AllocationObserver = std::function<void(const Buffer& buffer, bool is_alloc, std::string_view what)>;
+  using AllocationObserver =
+      std::function<void(const Buffer& buffer, bool is_alloc, std::string_view what)>;
   void set_allocation_observer(AllocationObserver observer) { observer_ = std::move(observer); }
 
  protected:
   virtual void do_launch(StreamRole stream, const OpCall& op) = 0;
-  virtual void do_collective(StreamRole stream, const CollectiveCall& call, const ProcessGroup& group) = 0;
+  virtual void do_collective(StreamRole stream, const CollectiveCall& call,
+                             const ProcessGroup& group) = 0;
   virtual EventId do_record_event(StreamRole stream) = 0;
   virtual void do_wait_event(StreamRole stream, EventId event) = 0;
   // Also called with event 0 (no tick then): a real backend may use it to prune state.

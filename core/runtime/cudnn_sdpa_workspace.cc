@@ -25,12 +25,15 @@
 // forward ran a plan with no engine workspace there: modelled as 0.
 namespace fullshard {
 
-CudnnSdpaWorkspace cudnn_sdpa_workspace(bool backward, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim) {
-  FULLSHARD_CHECK(batch > 0 && seq > 0 && heads > 0 && head_dim > 0, "cuDNN SDPA workspace of an empty shape");
+CudnnSdpaWorkspace cudnn_sdpa_workspace(bool backward, int64_t batch, int64_t seq, int64_t heads,
+                                        int64_t head_dim) {
+  FULLSHARD_CHECK(batch > 0 && seq > 0 && heads > 0 && head_dim > 0,
+                  "cuDNN SDPA workspace of an empty shape");
   CudnnSdpaWorkspace w;
   if (!backward) return w;
-  const int64_t rows = batch * heads * seq;                              // [B, H, S]
-  w.frontend = rows * (head_dim + 1) * 4 + (seq % 128 != 0 ? batch * 8 : 0);  // dQ_accum, softmax_sum
+  const int64_t rows = batch * heads * seq;  // [B, H, S]
+  w.frontend =
+      rows * (head_dim + 1) * 4 + (seq % 128 != 0 ? batch * 8 : 0);  // dQ_accum, softmax_sum
   w.engine = batch * heads * ((seq + 127) / 128 * 128) * head_dim * 4 + 256;  // the measured plan 0
   return w;
 }

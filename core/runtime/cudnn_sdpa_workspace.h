@@ -16,6 +16,7 @@ struct CudnnSdpaWorkspace {
 // The workspace of one call of the graph PyTorch's MHA.cpp builds (causal, no bias, no dropout,
 // dense [B, S, heads, hd] tensors), for `heads` query heads; the kv head count does not enter.
 // Every dimension must be positive (an internal check).
-CudnnSdpaWorkspace cudnn_sdpa_workspace(bool backward, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim);
+CudnnSdpaWorkspace cudnn_sdpa_workspace(bool backward, int64_t batch, int64_t seq, int64_t heads,
+                                        int64_t head_dim);
 
 }  // namespace fullshard

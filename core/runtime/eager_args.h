@@ -12,7 +12,8 @@ namespace fullshard {
 
 // fargs[0] (the scalar of kPowScalar, kAddScalar, ...).
 inline double eager_farg(const OpCall& op) {
-  FULLSHARD_CHECK(!op.fargs.empty(), std::string(op_kind_name(op.kind)) + " '" + op.name + "': needs fargs[0]");
+  FULLSHARD_CHECK(!op.fargs.empty(),
+                  std::string(op_kind_name(op.kind)) + " '" + op.name + "': needs fargs[0]");
   return op.fargs[0];
 }
 
@@ -21,7 +22,8 @@ inline int64_t eager_row_width(const OpCall& op, const TensorMeta& full) {
   const std::string where = std::string(op_kind_name(op.kind)) + " '" + op.name + "': ";
   FULLSHARD_CHECK(!op.iargs.empty(), where + "needs iargs[0] = D (the last dim)");
   const int64_t D = op.iargs[0];
-  FULLSHARD_CHECK(D > 0 && full.numel() % D == 0, where + "the last dim does not divide the tensor");
+  FULLSHARD_CHECK(D > 0 && full.numel() % D == 0,
+                  where + "the last dim does not divide the tensor");
   return D;
 }
 

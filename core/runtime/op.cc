@@ -3,6 +3,7 @@
 namespace fullshard {
 
 const char* op_kind_name(OpKind k) {
+  // clang-format off
   switch (k) {
 #define FS_CASE(x) \
   case OpKind::x: return #x + 1;
@@ -35,6 +36,7 @@ const char* op_kind_name(OpKind k) {
     FS_CASE(kAllGatherMatmul) FS_CASE(kMatmulReduceScatter)
 #undef FS_CASE
   }
+  // clang-format on
   return "?";
 }
 

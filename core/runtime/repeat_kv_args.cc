@@ -11,7 +11,8 @@ RepeatKvLayout decode_repeat_kv(const OpCall& op) {
   FULLSHARD_CHECK(op.kind == OpKind::kRepeatKV || op.kind == OpKind::kRepeatKVBackward,
                   where + "is not a repeat_kv op");
   FULLSHARD_CHECK(op.inputs.size() == 1 && op.outputs.size() == 1,
-                  where + "expected 1 inputs and 1 outputs, got " + std::to_string(op.inputs.size()) + " and " +
+                  where + "expected 1 inputs and 1 outputs, got " +
+                      std::to_string(op.inputs.size()) + " and " +
                       std::to_string(op.outputs.size()));
   FULLSHARD_CHECK(op.iargs.size() >= 3, where + "needs iargs = {kv_heads, n_rep, head_dim}");
   const bool backward = op.kind == OpKind::kRepeatKVBackward;
@@ -21,7 +22,8 @@ RepeatKvLayout decode_repeat_kv(const OpCall& op) {
   FULLSHARD_CHECK(kv > 0 && rep > 0 && hd > 0 && small.numel() % (kv * hd) == 0,
                   where + "the kv tensor is not [rows, kv_heads * head_dim]");
   const int64_t rows = small.numel() / (kv * hd);
-  FULLSHARD_CHECK(big.numel() == rows * kv * rep * hd, where + "the repeated tensor is not [rows, n_heads * head_dim]");
+  FULLSHARD_CHECK(big.numel() == rows * kv * rep * hd,
+                  where + "the repeated tensor is not [rows, n_heads * head_dim]");
   return {rows, kv, rep, hd};
 }
 

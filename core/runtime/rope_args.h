@@ -35,7 +35,8 @@ struct RopeParams {
             scaling.original_max_position_embeddings};
   }
   static RopeParams from_fargs(const std::vector<double>& f) {
-    FULLSHARD_CHECK(f.size() == 1 || f.size() == 5, "rope: fargs must be {theta} or {theta, factor, low, high, original}");
+    FULLSHARD_CHECK(f.size() == 1 || f.size() == 5,
+                    "rope: fargs must be {theta} or {theta, factor, low, high, original}");
     if (f.size() == 1) return RopeParams(f[0]);
     return RopeParams(f[0], RopeScaling{f[1], f[2], f[3], f[4]});
   }
@@ -58,7 +59,8 @@ struct RopeParams {
 inline std::vector<float> rope_inv_freq(const RopeParams& p, int64_t head_dim) {
   std::vector<float> f(static_cast<size_t>(head_dim / 2));
   const RopeScaling& s = p.scaling;
-  const float theta = static_cast<float>(p.theta), two_pi = static_cast<float>(2 * 3.14159265358979323846);
+  const float theta = static_cast<float>(p.theta),
+              two_pi = static_cast<float>(2 * 3.14159265358979323846);
   for (int64_t i = 0; i < head_dim / 2; ++i) {
     const float e = static_cast<float>(2 * i) / static_cast<float>(head_dim);
     float inv = 1.0f / std::pow(theta, e);
@@ -66,8 +68,10 @@ inline std::vector<float> rope_inv_freq(const RopeParams& p, int64_t head_dim) {
       const auto orig = static_cast<float>(s.original_max_position_embeddings);
       const auto factor = static_cast<float>(s.factor), lo = static_cast<float>(s.low_freq_factor),
                  hi = static_cast<float>(s.high_freq_factor);
-      const float low_wavelen = static_cast<float>(s.original_max_position_embeddings / s.low_freq_factor);
-      const float high_wavelen = static_cast<float>(s.original_max_position_embeddings / s.high_freq_factor);
+      const float low_wavelen =
+          static_cast<float>(s.original_max_position_embeddings / s.low_freq_factor);
+      const float high_wavelen =
+          static_cast<float>(s.original_max_position_embeddings / s.high_freq_factor);
       const float wavelen = two_pi / inv;
       const float scaled = wavelen > low_wavelen ? inv / factor : inv;
       if (!(wavelen < high_wavelen) && !(wavelen > low_wavelen)) {

@@ -37,8 +37,9 @@ constexpr StreamRole kCurrent = StreamRole::kDefault;
 //    the unsharded .grad; the sync set before the last chunk takes effect in the decoder
 //    backward, where the norm's post-backward reduce-scatters output and norm gradients
 //    together (tied: the embedding's backward adds its gradient to the same weight's, and the
-//    root's final callback reduce-scatters the group). (The wrapper's docstring speaks of a reduce-scatter per chunk; PyTorch's
-//    one-shot hook registration for grouped units gives the above.)
+//    root's final callback reduce-scatters the group). (The wrapper's docstring speaks of a
+//    reduce-scatter per chunk; PyTorch's one-shot hook registration for grouped units gives the
+//    above.)
 // 4. set_reshard_after_forward(True), set_reshard_after_backward(True),
 //    set_requires_gradient_sync(True), lm_head.reshard(). From then on the unit reshards after
 //    forward (the wrapper sets True whatever fully_shard was given), so the next step
@@ -52,13 +53,14 @@ constexpr StreamRole kCurrent = StreamRole::kDefault;
 // chunk's cross-entropy is the chunk's mean, its backward seed is grad_scale / num_chunks, and
 // the reported loss is the sum of the chunk means over num_chunks. The scalar divisions by the
 // token count (512-byte blocks) are not played.
-Value chunked_loss(ExecContext& c, Transformer& model, FSDPRuntime& fsdp, Value h, const Tensor& labels,
-                   const ChunkedLossOptions& o) {
+Value chunked_loss(ExecContext& c, Transformer& model, FSDPRuntime& fsdp, Value h,
+                   const Tensor& labels, const ChunkedLossOptions& o) {
   Backend& b = c.backend();
   const int n = o.chunks;
   const int64_t D = h.t.shape().back();
   const int64_t T = h.t.numel() / D;
-  FULLSHARD_CHECK(n >= 1 && T % n == 0, "chunked loss: the tokens of a micro-batch must divide into the chunks");
+  FULLSHARD_CHECK(n >= 1 && T % n == 0,
+                  "chunked loss: the tokens of a micro-batch must divide into the chunks");
   const int64_t rows = T / n;
   const bool grad = c.recording() && h.requires_grad();
   const DType hdt = h.t.dtype();
@@ -67,7 +69,8 @@ Value chunked_loss(ExecContext& c, Transformer& model, FSDPRuntime& fsdp, Value 
   if (grad) {
     // zeros_like(hidden_states) in fp32: h's shape, so the decoder's backward (under tp, the
     // norm's sequence all-gather) gets a gradient shaped like its output.
-    acc = c.empty({DType::kFloat32, h.t.shape()}, MemCategory::kTemporary, "chunked loss grad accumulator");
+    acc = c.empty({DType::kFloat32, h.t.shape()}, MemCategory::kTemporary,
+                  "chunked loss grad accumulator");
     ops::fill_zero(b, kCurrent, acc, "chunked loss grad accumulator zeros");
   }
   Tensor total = c.empty({DType::kFloat32, {}}, MemCategory::kActivation, "total_loss");
@@ -86,7 +89,8 @@ Value chunked_loss(ExecContext& c, Transformer& model, FSDPRuntime& fsdp, Value 
     if (g && i == n - 1) g->set_requires_gradient_sync(true);
     const std::string name = "loss chunk " + std::to_string(i);
     Tensor hi = h.t.view({hdt, {rows, D}}, static_cast<uint64_t>(i * rows * D) * dtype_size(hdt));
-    Tensor li = labels.view({labels.dtype(), {rows}}, static_cast<uint64_t>(i * rows) * dtype_size(labels.dtype()));
+    Tensor li = labels.view({labels.dtype(), {rows}},
+                            static_cast<uint64_t>(i * rows) * dtype_size(labels.dtype()));
     Graph cg;
     ExecContext cc(b, grad ? &cg : nullptr, &fsdp);
     Value leaf{hi, grad ? cc.new_id() : 0};
@@ -96,8 +100,9 @@ Value chunked_loss(ExecContext& c, Transformer& model, FSDPRuntime& fsdp, Value 
     // Under tp the chunk's logits are this rank's vocab columns: loss parallel's cross-entropy
     // (its all-reduces of the row max, the exp sums and the picked logits), as unchunked.
     const TensorParallel& tp = model.tensor_parallel();
-    Value loss = tp.enabled() ? ops::tp::vocab_parallel_cross_entropy(cc, std::move(logits), li, tp, name)
-                              : ops::cross_entropy(cc, std::move(logits), li, name, true);
+    Value loss = tp.enabled()
+                     ? ops::tp::vocab_parallel_cross_entropy(cc, std::move(logits), li, tp, name)
+                     : ops::cross_entropy(cc, std::move(logits), li, name, true);
     Tensor sum = ops::add_new(b, total, loss.t, MemCategory::kActivation, "total_loss + " + name);
     total = std::move(sum);
     if (!grad) continue;
@@ -111,11 +116,13 @@ Value chunked_loss(ExecContext& c, Transformer& model, FSDPRuntime& fsdp, Value 
     const uint64_t loss_id = loss.id;
     Tensor gi = cg.backward(b, loss_id, std::move(seed), leaf_id);
     loss = Value{};
-    FULLSHARD_CHECK(static_cast<bool>(gi), "chunked loss: no gradient reached the hidden states of " + name);
+    FULLSHARD_CHECK(static_cast<bool>(gi),
+                    "chunked loss: no gradient reached the hidden states of " + name);
     // `.to(float32)` is the tensor itself when already fp32, else a copy.
     Tensor g32 = gi.dtype() == DType::kFloat32
                      ? gi
-                     : ops::cast(b, kCurrent, gi, DType::kFloat32, MemCategory::kTemporary, name + " grad.to(fp32)");
+                     : ops::cast(b, kCurrent, gi, DType::kFloat32, MemCategory::kTemporary,
+                                 name + " grad.to(fp32)");
     gi = Tensor();
     Tensor slot = acc.view({DType::kFloat32, {rows, D}}, static_cast<uint64_t>(i * rows * D) * 4);
     ops::copy_into(b, kCurrent, slot, g32, name + " grad into accumulator");
@@ -128,8 +135,10 @@ Value chunked_loss(ExecContext& c, Transformer& model, FSDPRuntime& fsdp, Value 
   }
   ops::scale_inplace(b, kCurrent, total, 1.0 / static_cast<double>(n), "total_loss / chunks");
   if (!grad) return Value{total, 0};
-  Tensor accumulated =
-      hdt == DType::kFloat32 ? acc : ops::cast(b, kCurrent, acc, hdt, MemCategory::kTemporary, "chunked loss accumulated grad");
+  Tensor accumulated = hdt == DType::kFloat32
+                           ? acc
+                           : ops::cast(b, kCurrent, acc, hdt, MemCategory::kTemporary,
+                                       "chunked loss accumulated grad");
   acc = Tensor();
   Value out{total, c.new_id()};
   c.record(Node{"chunked loss", {h.id}, {out.id}, [accumulated](std::vector<Tensor>&) mutable {

@@ -83,7 +83,9 @@ Reader divisor_fraction_figure(double HardwareProfile::*m, const char* example) 
   };
 }
 Reader bool_figure(bool HardwareProfile::*m) {
-  return [=](HardwareProfile& p, const json& v, const std::string& path) { p.*m = jr::get_bool(v, path); };
+  return [=](HardwareProfile& p, const json& v, const std::string& path) {
+    p.*m = jr::get_bool(v, path);
+  };
 }
 template <typename E>
 Reader choice_figure(E HardwareProfile::*m, std::vector<std::pair<std::string, E>> choices) {
@@ -99,19 +101,25 @@ Reader choice_figure(E HardwareProfile::*m, std::vector<std::pair<std::string, E
 // efficiencies in [kMinFraction, 1] (NOTE [Efficiency step tables], NOTE [Figure bounds]).
 Reader table_figure(EfficiencyTable HardwareProfile::*m, const char* example) {
   return [=](HardwareProfile& p, const json& v, const std::string& path) {
-    const std::string fix = std::string("write rows [threshold, efficiency] with descending thresholds "
-                                        "ending at 0, e.g. ") + example;
-    if (!v.is_array() || v.empty()) throw InputError(path, "is " + jr::describe(v) + ", not a non-empty array", fix);
+    const std::string fix = std::string(
+                                "write rows [threshold, efficiency] with descending thresholds "
+                                "ending at 0, e.g. ") +
+                            example;
+    if (!v.is_array() || v.empty())
+      throw InputError(path, "is " + jr::describe(v) + ", not a non-empty array", fix);
     EfficiencyTable t;
     for (size_t i = 0; i < v.size(); ++i) {
       const std::string row = jr::index_path(path, i);
       if (!v[i].is_array() || v[i].size() != 2)
-        throw InputError(row, "is " + jr::describe(v[i]) + ", not a [threshold, efficiency] pair", fix);
-      const double th = jr::get_number(v[i][0], jr::index_path(row, 0), 0, true, kInf, false, "1e9");
-      const double eff = jr::get_number(v[i][1], jr::index_path(row, 1), kMinFraction, true, 1, true, "0.9");
-      if (!t.rows.empty() && th >= t.rows.back().first)
-        throw InputError(jr::index_path(row, 0), "is " + jr::show(v[i][0]) + ", not below the previous threshold",
+        throw InputError(row, "is " + jr::describe(v[i]) + ", not a [threshold, efficiency] pair",
                          fix);
+      const double th =
+          jr::get_number(v[i][0], jr::index_path(row, 0), 0, true, kInf, false, "1e9");
+      const double eff =
+          jr::get_number(v[i][1], jr::index_path(row, 1), kMinFraction, true, 1, true, "0.9");
+      if (!t.rows.empty() && th >= t.rows.back().first)
+        throw InputError(jr::index_path(row, 0),
+                         "is " + jr::show(v[i][0]) + ", not below the previous threshold", fix);
       t.rows.emplace_back(th, eff);
     }
     if (t.rows.back().first != 0)
@@ -135,15 +143,22 @@ const std::vector<Figure>& figures() {
       {"peak_flops_tf32", rate_figure(&P::peak_flops_tf32, "494.7e12")},
       {"hbm_bandwidth", rate_figure(&P::hbm_bandwidth, "3.35e12")},
       {"compute_capability", int_figure(&P::compute_capability, 0, 1000, "90")},
-      {"matmul_efficiency", table_figure(&P::matmul_efficiency, "[[128e9, 0.95], [16e9, 0.9], [1e9, 0.6], [0, 0.1]]")},
-      {"matmul_small_dim", [](HardwareProfile& p, const json& v, const std::string& path) {
+      {"matmul_efficiency",
+       table_figure(&P::matmul_efficiency, "[[128e9, 0.95], [16e9, 0.9], [1e9, 0.6], [0, 0.1]]")},
+      {"matmul_small_dim",
+       [](HardwareProfile& p, const json& v, const std::string& path) {
          p.matmul_small_dim = jr::get_number(v, path, 0, true, kMaxSmallDim, true, "64");
        }},
       {"attention_efficiency", table_figure(&P::attention_efficiency, "[[8192, 0.34], [0, 0.2]]")},
-      {"attention_backward_efficiency", table_figure(&P::attention_backward_efficiency, "[[8192, 0.29], [0, 0.13]]")},
-      {"attention_head_dim_efficiency", table_figure(&P::attention_head_dim_efficiency, "[[256, 0.8], [128, 1], [64, 0.87], [0, 0.5]]")},
-      {"vector_efficiency", table_figure(&P::vector_efficiency, "[[16e9, 0.95], [1e9, 0.5], [0, 0.1]]")},
-      {"memory_efficiency", table_figure(&P::memory_efficiency, "[[100e6, 0.9], [10e6, 0.75], [1e6, 0.6], [0, 0.3]]")},
+      {"attention_backward_efficiency",
+       table_figure(&P::attention_backward_efficiency, "[[8192, 0.29], [0, 0.13]]")},
+      {"attention_head_dim_efficiency",
+       table_figure(&P::attention_head_dim_efficiency,
+                    "[[256, 0.8], [128, 1], [64, 0.87], [0, 0.5]]")},
+      {"vector_efficiency",
+       table_figure(&P::vector_efficiency, "[[16e9, 0.95], [1e9, 0.5], [0, 0.1]]")},
+      {"memory_efficiency",
+       table_figure(&P::memory_efficiency, "[[100e6, 0.9], [10e6, 0.75], [1e6, 0.6], [0, 0.3]]")},
       {"norm_memory_efficiency", divisor_fraction_figure(&P::norm_memory_efficiency, "0.4")},
       {"launch_overhead_s", seconds_figure(&P::launch_overhead_s, "5e-6")},
       {"eager_dispatch_s", seconds_figure(&P::eager_dispatch_s, "10e-6")},
@@ -154,8 +169,9 @@ const std::vector<Figure>& figures() {
       {"overlap_slowdown_nvlink", fraction_figure(&P::overlap_slowdown_nvlink, true, "0.15")},
       {"overlap_slowdown_network", fraction_figure(&P::overlap_slowdown_network, true, "0.02")},
       {"gpus_per_node", int_figure(&P::gpus_per_node, 1, 1 << 20, "8")},
-      {"intra_node_link", choice_figure<IntraNodeLink>(&P::intra_node_link, {{"nvlink", IntraNodeLink::kNvlink},
-                                                                            {"pcie", IntraNodeLink::kPcie}})},
+      {"intra_node_link",
+       choice_figure<IntraNodeLink>(&P::intra_node_link, {{"nvlink", IntraNodeLink::kNvlink},
+                                                          {"pcie", IntraNodeLink::kPcie}})},
       {"nvlink_bandwidth", rate_figure(&P::nvlink_bandwidth, "450e9")},
       {"nvls", bool_figure(&P::nvls)},
       {"nvls_efficiency", fraction_figure(&P::nvls_efficiency, false, "0.85")},
@@ -164,14 +180,14 @@ const std::vector<Figure>& figures() {
       {"network_bandwidth", rate_figure(&P::network_bandwidth, "50e9")},
       {"network_bus_bandwidth", rate_figure(&P::network_bus_bandwidth, "44e9")},
       {"host_cpu", choice_figure<HostCpu>(&P::host_cpu, {{"intel", HostCpu::kIntel},
-                                                        {"amd", HostCpu::kAmd},
-                                                        {"arm", HostCpu::kArm}})},
+                                                         {"amd", HostCpu::kAmd},
+                                                         {"arm", HostCpu::kArm}})},
       {"host_link", choice_figure<HostLink>(&P::host_link, {{"pcie3", HostLink::kPcie3},
-                                                           {"pcie4", HostLink::kPcie4},
-                                                           {"pcie5", HostLink::kPcie5},
-                                                           {"pcie6", HostLink::kPcie6},
-                                                           {"nvlink-c2c", HostLink::kNvlinkC2C},
-                                                           {"memory", HostLink::kMemory}})},
+                                                            {"pcie4", HostLink::kPcie4},
+                                                            {"pcie5", HostLink::kPcie5},
+                                                            {"pcie6", HostLink::kPcie6},
+                                                            {"nvlink-c2c", HostLink::kNvlinkC2C},
+                                                            {"memory", HostLink::kMemory}})},
       {"pcie_bandwidth", rate_figure(&P::pcie_bandwidth, "64e9")},
       {"pinned_copy_bandwidth", rate_figure(&P::pinned_copy_bandwidth, "54e9")},
       {"pageable_copy_bandwidth", rate_figure(&P::pageable_copy_bandwidth, "27e9")},
@@ -207,15 +223,19 @@ std::string lower(std::string s) {
 // the hardware directory.
 bool is_plain_name(const std::string& s) {
   if (s.empty()) return false;
-  return std::all_of(s.begin(), s.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
-  }) && s.find("..") == std::string::npos;
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) {
+                       return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' ||
+                              c == '.';
+                     }) &&
+         s.find("..") == std::string::npos;
 }
 
 // Errors inside a profile file name the file first: "h100.json: memory_bytes: ...".
 [[noreturn]] void rethrow_in_file(const InputError& e, const std::string& file) {
   const std::string what = e.what();
-  const std::string rest = what.size() > e.where().size() + 2 ? what.substr(e.where().size() + 2) : what;
+  const std::string rest =
+      what.size() > e.where().size() + 2 ? what.substr(e.where().size() + 2) : what;
   throw InputError(e.where().empty() ? file : file + ": " + e.where(), rest, "");
 }
 
@@ -241,8 +261,8 @@ HardwareProfile parse_profile(const json& j) {
   apply_hardware_figures(p, j, "");
   if (p.non_allocator_bytes >= p.memory_bytes)
     throw InputError("non_allocator_bytes",
-                     "is " + std::to_string(p.non_allocator_bytes) + ", not less than memory_bytes " +
-                         std::to_string(p.memory_bytes),
+                     "is " + std::to_string(p.non_allocator_bytes) +
+                         ", not less than memory_bytes " + std::to_string(p.memory_bytes),
                      "the allocator needs some memory: give a smaller value");
   // NOTE [Two device totals]: nvidia-smi's memory.total (memory_bytes) counts memory the driver
   // keeps for itself; CUDA, and so PyTorch's total_memory and its OOM messages, report the rest
@@ -251,14 +271,19 @@ HardwareProfile parse_profile(const json& j) {
   // part of non_allocator_bytes; a profile that says otherwise promises memory PyTorch never sees.
   if (p.cuda_total_memory_bytes > p.memory_bytes)
     throw InputError("cuda_total_memory_bytes",
-                     "is " + std::to_string(p.cuda_total_memory_bytes) + ", more than memory_bytes " +
-                         std::to_string(p.memory_bytes) + " (nvidia-smi's total)",
-                     "give torch.cuda.get_device_properties().total_memory, which is at most nvidia-smi's memory.total");
+                     "is " + std::to_string(p.cuda_total_memory_bytes) +
+                         ", more than memory_bytes " + std::to_string(p.memory_bytes) +
+                         " (nvidia-smi's total)",
+                     "give torch.cuda.get_device_properties().total_memory, which is at most "
+                     "nvidia-smi's memory.total");
   if (p.non_allocator_bytes < p.memory_bytes - p.cuda_total_memory_bytes)
-    throw InputError("non_allocator_bytes",
-                     "is " + std::to_string(p.non_allocator_bytes) + ", less than the driver's reserve memory_bytes - "
-                         "cuda_total_memory_bytes = " + std::to_string(p.memory_bytes - p.cuda_total_memory_bytes),
-                     "include the memory nvidia-smi counts but CUDA does not report in non_allocator_bytes");
+    throw InputError(
+        "non_allocator_bytes",
+        "is " + std::to_string(p.non_allocator_bytes) +
+            ", less than the driver's reserve memory_bytes - "
+            "cuda_total_memory_bytes = " +
+            std::to_string(p.memory_bytes - p.cuda_total_memory_bytes),
+        "include the memory nvidia-smi counts but CUDA does not report in non_allocator_bytes");
   check_hardware_profile(p, "");
 
   // NOTE [Cited figures]: a profile is only as good as its numbers, so every figure must say
@@ -268,10 +293,11 @@ HardwareProfile parse_profile(const json& j) {
   jr::reject_unknown_fields(sources, "sources", hardware_profile_figures());
   for (const auto& f : hardware_profile_figures()) {
     jr::require_field(sources, "sources", f, "cite where the value of " + f + " comes from");
-    const std::string cite = jr::get_string(sources.at(f), jr::child_path("sources", f),
-                                            "\"NVIDIA H100 datasheet\"");
+    const std::string cite =
+        jr::get_string(sources.at(f), jr::child_path("sources", f), "\"NVIDIA H100 datasheet\"");
     if (cite.empty())
-      throw InputError(jr::child_path("sources", f), "is empty", "cite where the figure comes from");
+      throw InputError(jr::child_path("sources", f), "is empty",
+                       "cite where the figure comes from");
     p.source += (p.source.empty() ? "" : " | ") + f + ": " + cite;
   }
   return p;
@@ -295,7 +321,9 @@ double EfficiencyTable::at(double size) const {
   return rows.empty() ? 1.0 : rows.back().second;
 }
 
-const char* intra_node_link_name(IntraNodeLink l) { return l == IntraNodeLink::kNvlink ? "nvlink" : "pcie"; }
+const char* intra_node_link_name(IntraNodeLink l) {
+  return l == IntraNodeLink::kNvlink ? "nvlink" : "pcie";
+}
 
 const char* host_cpu_name(HostCpu c) {
   switch (c) {
@@ -332,7 +360,8 @@ std::vector<std::string> apply_hardware_figures(HardwareProfile& p, const json& 
                                                 const std::vector<std::string>& skip) {
   std::vector<std::string> set;
   for (const auto& f : figures()) {
-    if (!obj.contains(f.name) || std::find(skip.begin(), skip.end(), f.name) != skip.end()) continue;
+    if (!obj.contains(f.name) || std::find(skip.begin(), skip.end(), f.name) != skip.end())
+      continue;
     f.read(p, obj.at(f.name), jr::child_path(path_prefix, f.name));
     set.push_back(f.name);
   }
@@ -341,32 +370,37 @@ std::vector<std::string> apply_hardware_figures(HardwareProfile& p, const json& 
 
 void check_hardware_profile(const HardwareProfile& p, const std::string& prefix) {
   if (p.nvls && p.nvls_efficiency < kMinFraction)  // NOTE [Figure bounds]
-    throw InputError(jr::child_path(prefix, "nvls_efficiency"),
-                     "is " + shown(p.nvls_efficiency) + " while nvls is true, below " +
-                         shown(kMinFraction),
-                     "give NCCL's NVLS efficiency for the architecture (0.85 Hopper, 0.74 Blackwell) or set "
-                     "nvls to false");
+    throw InputError(
+        jr::child_path(prefix, "nvls_efficiency"),
+        "is " + shown(p.nvls_efficiency) + " while nvls is true, below " + shown(kMinFraction),
+        "give NCCL's NVLS efficiency for the architecture (0.85 Hopper, 0.74 Blackwell) or set "
+        "nvls to false");
   if (p.nvls && p.intra_node_link != IntraNodeLink::kNvlink)
     throw InputError(jr::child_path(prefix, "nvls"), "is true but intra_node_link is \"pcie\"",
                      "NVLS needs NVSwitch: set nvls to false or intra_node_link to \"nvlink\"");
   if (!(p.sustained_clock_ratio >= kMinFraction))
     throw InputError(jr::child_path(prefix, "sustained_clock_ratio"),
                      "is " + shown(p.sustained_clock_ratio) + ", below " + shown(kMinFraction),
-                     "give the sustained clock under the power limit / the measured clock, in [0.001, 1], e.g. 0.85");
+                     "give the sustained clock under the power limit / the measured clock, in "
+                     "[0.001, 1], e.g. 0.85");
   if (!(p.norm_memory_efficiency >= kMinFraction))
-    throw InputError(jr::child_path(prefix, "norm_memory_efficiency"),
-                     "is " + shown(p.norm_memory_efficiency) + ", below " + shown(kMinFraction),
-                     "give the fraction of hbm_bandwidth fused norm kernels reach, in [0.001, 1], e.g. 0.4");
+    throw InputError(
+        jr::child_path(prefix, "norm_memory_efficiency"),
+        "is " + shown(p.norm_memory_efficiency) + ", below " + shown(kMinFraction),
+        "give the fraction of hbm_bandwidth fused norm kernels reach, in [0.001, 1], e.g. 0.4");
 }
 
 void check_gpus_per_node(const HardwareProfile& p, int gpus_per_node, const std::string& where) {
-  if (p.compute_capability == 0 || gpus_per_node <= p.gpus_per_node) return;  // NOTE [Ranks per node]
-  throw InputError(where,
-                   "is " + std::to_string(gpus_per_node) + ", but profile '" + p.name + "' describes a node of " +
-                       std::to_string(p.gpus_per_node) + " GPUs (its gpus_per_node; links, NICs and host are that node's)",
-                   "use at most " + std::to_string(p.gpus_per_node) +
-                       " GPUs per node (more nodes for more GPUs), or a profile of the larger node (a copy of "
-                       "the profile with its own gpus_per_node, links and sources)");
+  if (p.compute_capability == 0 || gpus_per_node <= p.gpus_per_node)
+    return;  // NOTE [Ranks per node]
+  throw InputError(
+      where,
+      "is " + std::to_string(gpus_per_node) + ", but profile '" + p.name +
+          "' describes a node of " + std::to_string(p.gpus_per_node) +
+          " GPUs (its gpus_per_node; links, NICs and host are that node's)",
+      "use at most " + std::to_string(p.gpus_per_node) +
+          " GPUs per node (more nodes for more GPUs), or a profile of the larger node (a copy of "
+          "the profile with its own gpus_per_node, links and sources)");
 }
 
 std::string data_dir() {

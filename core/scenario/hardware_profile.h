@@ -43,11 +43,11 @@ const char* host_cpu_name(HostCpu c);               // "intel", "amd", "arm"
 const char* host_link_name(HostLink l);             // "pcie5", "nvlink-c2c", "memory", ...
 
 struct HardwareProfile {
-  std::string name;         // file stem, e.g. "h100-sxm-80gb"
-  std::string description;  // one line, e.g. "NVIDIA H100 SXM5 80GB in an 8-GPU HGX node"
+  std::string name;                  // file stem, e.g. "h100-sxm-80gb"
+  std::string description;           // one line, e.g. "NVIDIA H100 SXM5 80GB in an 8-GPU HGX node"
   std::vector<std::string> aliases;  // other names that load this profile, e.g. "h100"
   // ---- memory
-  uint64_t memory_bytes = 0;         // device memory as nvidia-smi reports memory.total
+  uint64_t memory_bytes = 0;  // device memory as nvidia-smi reports memory.total
   // The device total as CUDA and PyTorch see it (torch.cuda.get_device_properties().total_memory,
   // cudaMemGetInfo's total, the "total capacity" of PyTorch's OOM message): memory_bytes less
   // what the driver keeps back. NOTE [Two device totals] in hardware_profile.cc.
@@ -68,29 +68,29 @@ struct HardwareProfile {
   double peak_flops_fp16 = 0;
   double peak_flops_fp32 = 0;
   double peak_flops_tf32 = 0;
-  double hbm_bandwidth = 0;      // device memory bandwidth, bytes/s
-  int compute_capability = 0;    // CUDA compute capability x 10 (90 = Hopper); 0: not a GPU
+  double hbm_bandwidth = 0;    // device memory bandwidth, bytes/s
+  int compute_capability = 0;  // CUDA compute capability x 10 (90 = Hopper); 0: not a GPU
   // NOTE [Measured kernel efficiencies] (docs/cost-model.md, "Compute"): what measured kernels
   // reach, not datasheet peaks.
   // GEMMs, by FLOPs: the fraction of peak a well-shaped product of that size reaches (the best
   // measured bf16 GEMM); the shape model below scales it down for shapes that fill the GPU
   // badly: d / (d + matmul_small_dim) for each of M, N, K.
   EfficiencyTable matmul_efficiency;
-  double matmul_small_dim = 0;           // d0 in d / (d + d0): a GEMM dimension's efficiency factor
+  double matmul_small_dim = 0;  // d0 in d / (d + d0): a GEMM dimension's efficiency factor
   // Causal flash attention (head dim 128), by sequence length: forward and backward.
   EfficiencyTable attention_efficiency;           // forward
   EfficiencyTable attention_backward_efficiency;  // backward
   EfficiencyTable attention_head_dim_efficiency;  // multiplier by head dim (1 at 128)
-  EfficiencyTable vector_efficiency;     // non-matmul FLOPs on CUDA cores, by FLOPs
-  EfficiencyTable memory_efficiency;     // device-memory traffic, by bytes
+  EfficiencyTable vector_efficiency;              // non-matmul FLOPs on CUDA cores, by FLOPs
+  EfficiencyTable memory_efficiency;              // device-memory traffic, by bytes
   // Fused normalization kernels (RMSNorm / LayerNorm, forward and backward: PyTorch's fused
   // kernels, torchtitan's Triton one): the fraction of hbm_bandwidth their recorded bytes move
   // at. Row reductions with an fp32 weight-gradient reduction reach far less than a copy
   // (NOTE [Fused norm kernels] in simulator/cost/compute_model.cc).
   double norm_memory_efficiency = 1;
-  double launch_overhead_s = 0;          // host seconds per kernel / collective launch (CUDA)
-  double eager_dispatch_s = 0;           // host seconds PyTorch eager spends per op before the launch
-  double kernel_gap_s = 0;               // device seconds between dependent kernels (launch latency)
+  double launch_overhead_s = 0;  // host seconds per kernel / collective launch (CUDA)
+  double eager_dispatch_s = 0;   // host seconds PyTorch eager spends per op before the launch
+  double kernel_gap_s = 0;       // device seconds between dependent kernels (launch latency)
   // Host seconds of FSDP2's Python per hook call (pre-/post-forward, pre-/post-backward of a
   // unit), and per parameter of its group, beyond the launches it makes (NOTE [FSDP hook host
   // cost] in simulator/cost/hardware_cost_model.cc).
@@ -104,33 +104,33 @@ struct HardwareProfile {
   double overlap_slowdown_nvlink = 0;
   double overlap_slowdown_network = 0;
   // ---- links
-  int gpus_per_node = 0;          // devices (ranks) per node
+  int gpus_per_node = 0;  // devices (ranks) per node
   IntraNodeLink intra_node_link = IntraNodeLink::kNvlink;
-  double nvlink_bandwidth = 0;    // intra-node, per device, one direction, bytes/s (datasheet)
+  double nvlink_bandwidth = 0;  // intra-node, per device, one direction, bytes/s (datasheet)
   // NVSwitch with NVLink SHARP: NCCL's NVLS / NVLS-tree algorithms are available.
   bool nvls = false;
-  double nvls_efficiency = 0;     // NCCL's nvlsEfficiency for this architecture
-  int nccl_channels = 0;          // channels NCCL's graphs use (per-channel bandwidth caps)
+  double nvls_efficiency = 0;  // NCCL's nvlsEfficiency for this architecture
+  int nccl_channels = 0;       // channels NCCL's graphs use (per-channel bandwidth caps)
   // Bus bandwidth (nccl-tests' busbw) NCCL's ring reaches inside one node, bytes/s: NCCL's
   // nChannels x bwIntra. A measured nccl-tests figure calibrates it.
   double intra_node_bus_bandwidth = 0;
-  double network_bandwidth = 0;   // inter-node, per device (its NIC), one direction, bytes/s
+  double network_bandwidth = 0;      // inter-node, per device (its NIC), one direction, bytes/s
   double network_bus_bandwidth = 0;  // what NCCL reaches through one device's NIC, bytes/s
   HostCpu host_cpu = HostCpu::kIntel;
   // ---- host and CPU offload
   HostLink host_link = HostLink::kPcie5;
-  double pcie_bandwidth = 0;      // host <-> device link, one direction, bytes/s (datasheet)
+  double pcie_bandwidth = 0;           // host <-> device link, one direction, bytes/s (datasheet)
   double pinned_copy_bandwidth = 0;    // achieved H2D / D2H from page-locked memory, bytes/s
   double pageable_copy_bandwidth = 0;  // achieved H2D / D2H from pageable memory, bytes/s
   int host_cores = 0;                  // CPU cores per node
   double host_core_flops = 0;          // fp32 FLOP/s of one core
   double host_core_memory_bandwidth = 0;  // bytes/s one core streams
-  double host_memory_bandwidth = 0;    // bytes/s of the node's memory system
+  double host_memory_bandwidth = 0;       // bytes/s of the node's memory system
   // Host DRAM of one node, bytes; 0: not known (nothing is checked against it). CPU offload and
   // async checkpoint staging keep each rank's pinned host buffers there (NOTE [Host memory per
   // node] in simulator/host_memory.h).
   uint64_t host_memory_bytes = 0;
-  std::string source;            // "field: citation | field: citation | ..." for every figure
+  std::string source;  // "field: citation | field: citation | ..." for every figure
 };
 
 // The figure names a profile must give (each cited in "sources"), in file order.

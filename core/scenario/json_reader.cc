@@ -78,7 +78,9 @@ void render_prefix(const json& v, std::string& out, size_t depth) {
     out += "...";
     return;
   }
-  const auto scalar = [&](const json& x) { out += x.dump(-1, ' ', false, json::error_handler_t::replace); };
+  const auto scalar = [&](const json& x) {
+    out += x.dump(-1, ' ', false, json::error_handler_t::replace);
+  };
   if (v.is_string()) {
     const std::string& str = v.get_ref<const std::string&>();
     scalar(json(str.size() > kEnough ? str.substr(0, kEnough) : str));
@@ -193,7 +195,8 @@ std::optional<std::string> closest(const std::string& name,
 
 void require_object(const json& j, const std::string& path, const std::string& example) {
   if (!j.is_object())
-    throw InputError(path, "is " + describe(j) + ", not an object", "write an object, e.g. " + example);
+    throw InputError(path, "is " + describe(j) + ", not an object",
+                     "write an object, e.g. " + example);
 }
 
 void reject_unknown_fields(const json& obj, const std::string& path,
@@ -235,13 +238,12 @@ int64_t get_int(const json& v, const std::string& path, int64_t min, int64_t max
       throw InputError(path, "is " + show(v) + ", not a whole number", fix);
     x = static_cast<int64_t>(d);
   } else {
-    const std::string quoted =
-        v.is_string() ? " (write numbers without quotes)" : "";
+    const std::string quoted = v.is_string() ? " (write numbers without quotes)" : "";
     throw InputError(path, "is " + describe(v) + ", not an integer", fix + quoted);
   }
   if (x < min || x > max) {
-    const std::string bound = x < min ? "must be >= " + std::to_string(min)
-                                      : "must be <= " + std::to_string(max);
+    const std::string bound =
+        x < min ? "must be >= " + std::to_string(min) : "must be <= " + std::to_string(max);
     throw InputError(path, "is " + show(v) + ", " + bound, fix);
   }
   return x;
@@ -260,7 +262,8 @@ double get_number(const json& v, const std::string& path, double min, bool min_i
   const double x = v.get<double>();
   // NaN and infinities never come from JSON text, but values built from CSV cells or code can
   // hold them, and every comparison below is false for NaN.
-  if (!std::isfinite(x)) throw InputError(path, "is " + format_number(x) + ", not a finite number", fix);
+  if (!std::isfinite(x))
+    throw InputError(path, "is " + format_number(x) + ", not a finite number", fix);
   const bool below = min_inclusive ? x < min : x <= min;
   const bool above = has_max && (max_inclusive ? x > max : x >= max);
   if (below || above) throw InputError(path, "is " + show(v) + ", must be " + range, fix);
@@ -276,7 +279,8 @@ bool get_bool(const json& v, const std::string& path) {
 
 std::string get_string(const json& v, const std::string& path, const std::string& example) {
   if (!v.is_string())
-    throw InputError(path, "is " + describe(v) + ", not a string", "write a string, e.g. " + example);
+    throw InputError(path, "is " + describe(v) + ", not a string",
+                     "write a string, e.g. " + example);
   return v.get<std::string>();
 }
 

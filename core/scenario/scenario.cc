@@ -41,42 +41,54 @@ constexpr uint64_t kMiB = uint64_t{1} << 20;
 // Profile figures a scenario may override directly in "hardware" (NOTE [Hardware overrides]).
 // memory_bytes / non_allocator_bytes have their own GiB-or-bytes fields and gpus_per_node is
 // the layout's, so they are read by the fields of the same name.
-const std::vector<std::string> kOwnHardwareFields = {"memory_bytes", "non_allocator_bytes", "gpus_per_node",
-                                                     "cuda_total_memory_bytes"};
+const std::vector<std::string> kOwnHardwareFields = {"memory_bytes", "non_allocator_bytes",
+                                                     "gpus_per_node", "cuda_total_memory_bytes"};
 
 std::vector<std::string> hardware_fields() {
-  std::vector<std::string> f = {"profile",           "gpus_per_node",       "nodes",
-                                "memory_gib",        "memory_bytes",        "non_allocator_gib",
-                                "non_allocator_bytes", "allocator",         "host_threads_per_rank",
+  std::vector<std::string> f = {"profile",
+                                "gpus_per_node",
+                                "nodes",
+                                "memory_gib",
+                                "memory_bytes",
+                                "non_allocator_gib",
+                                "non_allocator_bytes",
+                                "allocator",
+                                "host_threads_per_rank",
                                 "rank_speed"};
   for (const auto& name : hardware_profile_figures())
-    if (std::find(kOwnHardwareFields.begin(), kOwnHardwareFields.end(), name) == kOwnHardwareFields.end())
+    if (std::find(kOwnHardwareFields.begin(), kOwnHardwareFields.end(), name) ==
+        kOwnHardwareFields.end())
       f.push_back(name);
   return f;
 }
 
 const std::map<std::string, std::vector<std::string>> kFields = {
-    {"", {"$schema", "name", "description", "model", "training", "fsdp", "tensor_parallel", "hardware"}},
+    {"",
+     {"$schema", "name", "description", "model", "training", "fsdp", "tensor_parallel",
+      "hardware"}},
     {"tensor_parallel", {"loss_parallel", "async"}},
     {"model",
      {"name", "hf_config", "arch", "vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads",
       "ffn_dim", "max_seq_len", "norm_eps", "rope_theta", "tie_embeddings", "qkv_bias",
       "linear_bias", "implementation", "weights"}},
     {"model.implementation",
-     {"preset", "loss", "loss_chunks", "keep_logits", "rms_norm", "rope", "gqa", "attention", "compile"}},
+     {"preset", "loss", "loss_chunks", "keep_logits", "rms_norm", "rope", "gqa", "attention",
+      "compile"}},
     {"training",
-     {"batch_per_rank", "rank_batch", "seq_len", "steps", "grad_accum_steps", "activation_checkpointing",
-      "optimizer", "seed", "data", "checkpoint"}},
+     {"batch_per_rank", "rank_batch", "seq_len", "steps", "grad_accum_steps",
+      "activation_checkpointing", "optimizer", "seed", "data", "checkpoint"}},
     {"training.checkpoint", {"every", "mode", "storage_write_bandwidth"}},
     {"training.data", {"path", "format", "val_path", "sampling", "tokenizer", "bos", "eos"}},
     {"training.rank_batch", {"rank", "batch"}},
-    {"training.optimizer", {"lr", "beta1", "beta2", "eps", "weight_decay", "max_grad_norm", "implementation"}},
+    {"training.optimizer",
+     {"lr", "beta1", "beta2", "eps", "weight_decay", "max_grad_norm", "implementation"}},
     {"training.activation_checkpointing", {"mode", "every"}},
     {"fsdp",
      {"mesh", "reshard_after_forward", "per_unit", "mixed_precision", "cpu_offload", "units",
       "forward_prefetch", "backward_prefetch"}},
     {"fsdp.mesh", {"shape", "dim_names"}},
-    {"fsdp.mixed_precision", {"param_dtype", "reduce_dtype", "output_dtype", "cast_forward_inputs"}},
+    {"fsdp.mixed_precision",
+     {"param_dtype", "reduce_dtype", "output_dtype", "cast_forward_inputs"}},
     {"fsdp.cpu_offload", {"pin_memory"}},
     {"hardware", hardware_fields()},
     {"hardware.allocator", {"expandable_segments", "max_split_size_mb"}},
@@ -148,23 +160,30 @@ ModelImplementation parse_implementation(const json& j) {
   if (j.is_string()) {
     m = preset(j, P);
   } else {
-    jr::require_object(j, P, "\"torchtitan-2024\" or {\"preset\": \"fullshard\", \"rms_norm\": \"eager\"}");
+    jr::require_object(
+        j, P, "\"torchtitan-2024\" or {\"preset\": \"fullshard\", \"rms_norm\": \"eager\"}");
     check_fields(j, P);
     if (j.contains("preset")) m = preset(j.at("preset"), P + ".preset");
     for (const auto& f : implementation_fields()) {
       if (!j.contains(f)) continue;
       const std::string path = jr::child_path(P, f);
-      if (f == "keep_logits") m.keep_logits = jr::get_bool(j.at(f), path);
-      else if (f == "loss_chunks") m.loss_chunks = static_cast<int>(field_int(j, P, "loss_chunks", 1, 1 << 20, "8"));
-      else if (f == "compile") m.compile = jr::get_bool(j.at(f), path);
-      else set_implementation_value(m, f, jr::get_choice(j.at(f), path, implementation_values(f)));
+      if (f == "keep_logits")
+        m.keep_logits = jr::get_bool(j.at(f), path);
+      else if (f == "loss_chunks")
+        m.loss_chunks = static_cast<int>(field_int(j, P, "loss_chunks", 1, 1 << 20, "8"));
+      else if (f == "compile")
+        m.compile = jr::get_bool(j.at(f), path);
+      else
+        set_implementation_value(m, f, jr::get_choice(j.at(f), path, implementation_values(f)));
     }
   }
   const auto unbuilt = unbuilt_variants(m);
   if (!unbuilt.empty())
-    throw InputError(P, "asks for " + jr::join(unbuilt, "'", " and ") + " (preset '" + m.preset +
-                            "'), which fullshard does not model yet",
-                     "override those fields with a built variant (docs/ops.md lists them), or use preset 'fullshard'");
+    throw InputError(P,
+                     "asks for " + jr::join(unbuilt, "'", " and ") + " (preset '" + m.preset +
+                         "'), which fullshard does not model yet",
+                     "override those fields with a built variant (docs/ops.md lists them), or use "
+                     "preset 'fullshard'");
   return m;
 }
 
@@ -180,7 +199,8 @@ ModelConfig zoo_model(const std::string& name, const std::string& where) {
 }
 
 ModelArch parse_arch(const json& v, const std::string& path) {
-  return jr::get_choice(v, path, {"llama", "gpt2"}) == "gpt2" ? ModelArch::kGpt2 : ModelArch::kLlama;
+  return jr::get_choice(v, path, {"llama", "gpt2"}) == "gpt2" ? ModelArch::kGpt2
+                                                              : ModelArch::kLlama;
 }
 
 // Applies every size/flag field present in `j` on top of `c`.
@@ -188,15 +208,17 @@ void apply_model_fields(const json& j, ModelConfig& c) {
   const std::string P = "model";
   if (j.contains("arch")) c.arch = parse_arch(j.at("arch"), "model.arch");
   const std::pair<const char*, int64_t*> sizes[] = {
-      {"vocab_size", &c.vocab_size}, {"dim", &c.dim},         {"n_layers", &c.n_layers},
-      {"n_heads", &c.n_heads},       {"n_kv_heads", &c.n_kv_heads}, {"ffn_dim", &c.ffn_dim},
+      {"vocab_size", &c.vocab_size},  {"dim", &c.dim},
+      {"n_layers", &c.n_layers},      {"n_heads", &c.n_heads},
+      {"n_kv_heads", &c.n_kv_heads},  {"ffn_dim", &c.ffn_dim},
       {"max_seq_len", &c.max_seq_len}};
   for (const auto& [key, dst] : sizes)
     if (j.contains(key)) *dst = field_int(j, P, key, 1, kMaxSize, "4096");
   if (j.contains("norm_eps"))
     c.norm_eps = jr::get_number(j.at("norm_eps"), "model.norm_eps", 0, false, 1, false, "1e-5");
   if (j.contains("rope_theta"))
-    c.rope_theta = jr::get_number(j.at("rope_theta"), "model.rope_theta", 0, false, kInf, false, "500000");
+    c.rope_theta =
+        jr::get_number(j.at("rope_theta"), "model.rope_theta", 0, false, kInf, false, "500000");
   const std::pair<const char*, bool*> flags[] = {{"tie_embeddings", &c.tie_embeddings},
                                                  {"qkv_bias", &c.qkv_bias},
                                                  {"linear_bias", &c.linear_bias}};
@@ -245,7 +267,8 @@ ModelConfig parse_model(const json& j, const std::string& base_dir) {
       jr::require_field(j, P, key,
                         "an inline model (no zoo \"name\" and no \"hf_config\") gives arch, "
                         "vocab_size, dim, n_layers, n_heads, ffn_dim and max_seq_len");
-    c.name = j.contains("name") ? jr::get_string(j.at("name"), "model.name", "\"my-model\"") : "custom";
+    c.name =
+        j.contains("name") ? jr::get_string(j.at("name"), "model.name", "\"my-model\"") : "custom";
     c.arch = parse_arch(j.at("arch"), "model.arch");
     if (c.arch == ModelArch::kGpt2) {  // GPT-2's architecture: tied output, biases everywhere
       c.tie_embeddings = true;
@@ -258,18 +281,23 @@ ModelConfig parse_model(const json& j, const std::string& base_dir) {
   if (j.contains("implementation")) c.implementation = parse_implementation(j.at("implementation"));
   validate_model(c, P);
   if (c.implementation.attention != AttentionImpl::kFlash && c.arch == ModelArch::kGpt2)
-    throw InputError("model.implementation.attention", std::string("is \"") + attention_impl_name(c.implementation.attention) +
-                         "\" for a GPT-2 model (packed q / k / v), which fullshard models with flash attention only",
+    throw InputError("model.implementation.attention",
+                     std::string("is \"") + attention_impl_name(c.implementation.attention) +
+                         "\" for a GPT-2 model (packed q / k / v), which fullshard models with "
+                         "flash attention only",
                      "use \"flash\"");
   if (c.implementation.compile && c.arch == ModelArch::kGpt2)
-    throw InputError("model.implementation.compile", "is true for a GPT-2 model, which fullshard compiles for Llama only",
+    throw InputError("model.implementation.compile",
+                     "is true for a GPT-2 model, which fullshard compiles for Llama only",
                      "set compile to false");
-  if (c.implementation.attention == AttentionImpl::kEfficient && c.implementation.gqa == GqaImpl::kNative &&
-      c.n_kv_heads != c.n_heads)
-    throw InputError("model.implementation.attention",
-                     "is \"efficient\" with " + std::to_string(c.n_kv_heads) + " kv heads for " +
-                         std::to_string(c.n_heads) + " query heads: PyTorch's efficient SDPA backend takes no GQA",
-                     "set model.implementation.gqa to \"repeat_kv\", or use attention \"flash\" or \"cudnn\"");
+  if (c.implementation.attention == AttentionImpl::kEfficient &&
+      c.implementation.gqa == GqaImpl::kNative && c.n_kv_heads != c.n_heads)
+    throw InputError(
+        "model.implementation.attention",
+        "is \"efficient\" with " + std::to_string(c.n_kv_heads) + " kv heads for " +
+            std::to_string(c.n_heads) +
+            " query heads: PyTorch's efficient SDPA backend takes no GQA",
+        "set model.implementation.gqa to \"repeat_kv\", or use attention \"flash\" or \"cudnn\"");
   return c;
 }
 
@@ -314,7 +342,8 @@ ActivationCheckpointing parse_activation_checkpointing(const json& v) {
   ac.mode = to_mode(jr::get_choice(v.at("mode"), P + ".mode", modes));
   if (v.contains("every")) {
     if (ac.mode != CheckpointMode::kSelectiveLayer)
-      throw InputError(P + ".every", "is given but mode is \"" + v.at("mode").get<std::string>() + "\"",
+      throw InputError(P + ".every",
+                       "is given but mode is \"" + v.at("mode").get<std::string>() + "\"",
                        "remove \"every\": it applies only to mode \"selective_layer\"");
     ac.every = static_cast<int>(jr::get_int(v.at("every"), P + ".every", 1, kMaxInt, "2"));
   } else if (ac.mode == CheckpointMode::kSelectiveLayer) {
@@ -331,7 +360,8 @@ OptimizerOptions parse_optimizer(const json& v) {
   auto num = [&](const char* key, double min, bool min_incl, double max, bool max_incl,
                  const char* example, double& dst) {
     if (v.contains(key))
-      dst = jr::get_number(v.at(key), jr::child_path(P, key), min, min_incl, max, max_incl, example);
+      dst =
+          jr::get_number(v.at(key), jr::child_path(P, key), min, min_incl, max, max_incl, example);
   };
   num("lr", 0, true, kInf, false, "3e-4", o.lr);
   num("beta1", 0, true, 1, false, "0.9", o.beta1);
@@ -354,22 +384,33 @@ DataOptions parse_data(const json& j, const std::string& base_dir) {
   } else {
     jr::require_object(j, P, "{\"path\": \"data/train.bin\"} or \"data/train.bin\"");
     check_fields(j, P);
-    jr::require_field(j, P, "path", "add \"path\": a token file, a folder of shards, a glob or a text file");
+    jr::require_field(j, P, "path",
+                      "add \"path\": a token file, a folder of shards, a glob or a text file");
     d.path = jr::get_string(j.at("path"), P + ".path", "\"data/train.bin\"");
     if (j.contains("format"))
-      d.format = jr::get_choice(j.at("format"), P + ".format", {"auto", "llmc", "uint16", "uint32", "text", "jsonl"});
-    if (j.contains("val_path")) d.val_path = jr::get_string(j.at("val_path"), P + ".val_path", "\"data/val.bin\"");
-    if (j.contains("sampling")) d.sampling = jr::get_choice(j.at("sampling"), P + ".sampling", {"sequential", "shuffle", "random"});
+      d.format = jr::get_choice(j.at("format"), P + ".format",
+                                {"auto", "llmc", "uint16", "uint32", "text", "jsonl"});
+    if (j.contains("val_path"))
+      d.val_path = jr::get_string(j.at("val_path"), P + ".val_path", "\"data/val.bin\"");
+    if (j.contains("sampling"))
+      d.sampling =
+          jr::get_choice(j.at("sampling"), P + ".sampling", {"sequential", "shuffle", "random"});
     if (j.contains("tokenizer")) {
-      d.tokenizer = jr::get_string(j.at("tokenizer"), P + ".tokenizer", "\"byte\", \"tokenizer.json\" or \"gpt2.tiktoken\"");
+      d.tokenizer = jr::get_string(j.at("tokenizer"), P + ".tokenizer",
+                                   "\"byte\", \"tokenizer.json\" or \"gpt2.tiktoken\"");
       if (d.tokenizer.empty())
-        throw InputError(P + ".tokenizer", "is empty", "give \"byte\", a tokenizer.json or a tiktoken ranks file");
+        throw InputError(P + ".tokenizer", "is empty",
+                         "give \"byte\", a tokenizer.json or a tiktoken ranks file");
       if (d.tokenizer != "byte") d.tokenizer = resolve(base_dir, d.tokenizer);
     }
-    if (j.contains("bos")) d.bos = jr::get_string(j.at("bos"), P + ".bos", "\"<|begin_of_text|>\", or \"\" for none");
-    if (j.contains("eos")) d.eos = jr::get_string(j.at("eos"), P + ".eos", "\"<|end_of_text|>\", or \"\" for none");
+    if (j.contains("bos"))
+      d.bos = jr::get_string(j.at("bos"), P + ".bos", "\"<|begin_of_text|>\", or \"\" for none");
+    if (j.contains("eos"))
+      d.eos = jr::get_string(j.at("eos"), P + ".eos", "\"<|end_of_text|>\", or \"\" for none");
   }
-  if (d.path.empty()) throw InputError(j.is_string() ? P : P + ".path", "is empty", "give a token file, a folder or a glob");
+  if (d.path.empty())
+    throw InputError(j.is_string() ? P : P + ".path", "is empty",
+                     "give a token file, a folder or a glob");
   d.path = resolve(base_dir, d.path);
   if (!d.val_path.empty()) d.val_path = resolve(base_dir, d.val_path);
   return d;
@@ -383,29 +424,32 @@ TrainingCheckpointOptions parse_checkpoint_save(const json& v) {
   jr::require_field(v, P, "every", "add \"every\": the steps between two saves, e.g. 100");
   TrainingCheckpointOptions c;
   c.every = static_cast<int>(jr::get_int(v.at("every"), P + ".every", 1, kMaxInt, "100"));
-  if (v.contains("mode")) c.async = jr::get_choice(v.at("mode"), P + ".mode", {"sync", "async"}) == "async";
+  if (v.contains("mode"))
+    c.async = jr::get_choice(v.at("mode"), P + ".mode", {"sync", "async"}) == "async";
   if (v.contains("storage_write_bandwidth"))
-    c.storage_write_bandwidth =
-        jr::get_number(v.at("storage_write_bandwidth"), P + ".storage_write_bandwidth", kMinFigureRate, true, kInf,
-                       false, "2e9 (bytes/s per node)");  // NOTE [Figure bounds]
+    c.storage_write_bandwidth = jr::get_number(
+        v.at("storage_write_bandwidth"), P + ".storage_write_bandwidth", kMinFigureRate, true, kInf,
+        false, "2e9 (bytes/s per node)");  // NOTE [Figure bounds]
   return c;
 }
 
-TrainingOptions parse_training(const json& j, const ModelConfig& model, const std::string& base_dir) {
+TrainingOptions parse_training(const json& j, const ModelConfig& model,
+                               const std::string& base_dir) {
   const std::string P = "training";
   jr::require_object(j, P, "{\"seq_len\": 4096, \"batch_per_rank\": 1}");
   check_fields(j, P);
   jr::require_field(j, P, "seq_len", "add \"seq_len\": <tokens per sequence>, e.g. 4096");
   TrainingOptions t;
-  if (j.contains("batch_per_rank")) t.batch_per_rank = field_int(j, P, "batch_per_rank", 1, kMaxSize, "1");
+  if (j.contains("batch_per_rank"))
+    t.batch_per_rank = field_int(j, P, "batch_per_rank", 1, kMaxSize, "1");
   t.seq_len = field_int(j, P, "seq_len", 1, kMaxSize, "4096");
   if (model.arch == ModelArch::kGpt2 && t.seq_len > model.max_seq_len)
-    throw InputError("training.seq_len",
-                     "is " + std::to_string(t.seq_len) + " but model '" + model.name +
-                         "' has learned positions for " + std::to_string(model.max_seq_len) +
-                         " tokens (model.max_seq_len)",
-                     "use seq_len <= " + std::to_string(model.max_seq_len) +
-                         ", or raise model.max_seq_len");
+    throw InputError(
+        "training.seq_len",
+        "is " + std::to_string(t.seq_len) + " but model '" + model.name +
+            "' has learned positions for " + std::to_string(model.max_seq_len) +
+            " tokens (model.max_seq_len)",
+        "use seq_len <= " + std::to_string(model.max_seq_len) + ", or raise model.max_seq_len");
   if (j.contains("steps")) t.steps = static_cast<int>(field_int(j, P, "steps", 1, kMaxInt, "2"));
   if (j.contains("grad_accum_steps"))
     t.grad_accum_steps = static_cast<int>(field_int(j, P, "grad_accum_steps", 1, kMaxInt, "4"));
@@ -418,27 +462,30 @@ TrainingOptions parse_training(const json& j, const ModelConfig& model, const st
     const std::string R = "training.rank_batch";
     const json& v = j.at("rank_batch");
     if (!v.is_array())
-      throw InputError(R, "is " + jr::describe(v) + ", not an array", "write a list such as [{\"rank\": 1, \"batch\": 2}]");
+      throw InputError(R, "is " + jr::describe(v) + ", not an array",
+                       "write a list such as [{\"rank\": 1, \"batch\": 2}]");
     for (size_t i = 0; i < v.size(); ++i) {
       const std::string at = jr::index_path(R, i);
       jr::require_object(v[i], at, "{\"rank\": 1, \"batch\": 2}");
       jr::reject_unknown_fields(v[i], at, fields(R));
       jr::require_field(v[i], at, "rank", "add \"rank\": the global rank whose batch differs");
       jr::require_field(v[i], at, "batch", "add \"batch\": its sequences per micro-batch, e.g. 2");
-      const int rank = static_cast<int>(jr::get_int(v[i].at("rank"), at + ".rank", 0, kMaxInt, "1"));
+      const int rank =
+          static_cast<int>(jr::get_int(v[i].at("rank"), at + ".rank", 0, kMaxInt, "1"));
       const int64_t batch = jr::get_int(v[i].at("batch"), at + ".batch", 1, kMaxSize, "2");
       if (!t.rank_batch.emplace(rank, batch).second)
-        throw InputError(at + ".rank", "is " + std::to_string(rank) + ", given twice", "give each rank once");
+        throw InputError(at + ".rank", "is " + std::to_string(rank) + ", given twice",
+                         "give each rank once");
     }
   }
   if (j.contains("data")) t.data = parse_data(j.at("data"), base_dir);
   if (j.contains("checkpoint")) t.checkpoint = parse_checkpoint_save(j.at("checkpoint"));
   if (j.contains("seed")) {
     const json& s = j.at("seed");
-    t.seed = s.is_number_unsigned() ? s.get<uint64_t>()
-                                    : static_cast<uint64_t>(jr::get_int(
-                                          s, "training.seed", 0,
-                                          std::numeric_limits<int64_t>::max(), "1234"));
+    t.seed = s.is_number_unsigned()
+                 ? s.get<uint64_t>()
+                 : static_cast<uint64_t>(jr::get_int(s, "training.seed", 0,
+                                                     std::numeric_limits<int64_t>::max(), "1234"));
   }
   return t;
 }
@@ -449,7 +496,8 @@ std::optional<uint64_t> bytes_override(const json& j, const std::string& stem, d
   const std::string P = "hardware";
   const std::string gib_key = stem + "_gib", bytes_key = stem + "_bytes";
   if (j.contains(gib_key) && j.contains(bytes_key))
-    throw InputError(jr::child_path(P, bytes_key), "is given together with " + jr::child_path(P, gib_key),
+    throw InputError(jr::child_path(P, bytes_key),
+                     "is given together with " + jr::child_path(P, gib_key),
                      "give only one of " + gib_key + " and " + bytes_key);
   const bool positive = min_gib > 0;
   if (j.contains(gib_key)) {
@@ -469,19 +517,24 @@ std::map<int, double> parse_rank_speed(const json& v, int world) {
   const std::string P = "hardware.rank_speed";
   const std::string example = "[{\"rank\": 3, \"speed\": 0.8}]";
   if (!v.is_array())
-    throw InputError(P, "is " + jr::describe(v) + ", not an array", "write a list such as " + example);
+    throw InputError(P, "is " + jr::describe(v) + ", not an array",
+                     "write a list such as " + example);
   std::map<int, double> out;
   for (size_t i = 0; i < v.size(); ++i) {
     const std::string at = jr::index_path(P, i);
     jr::require_object(v[i], at, "{\"rank\": 3, \"speed\": 0.8}");
     jr::reject_unknown_fields(v[i], at, fields(P));
     jr::require_field(v[i], at, "rank", "add \"rank\": the global rank that runs at another speed");
-    jr::require_field(v[i], at, "speed", "add \"speed\": its compute throughput relative to the profile, e.g. 0.8");
-    const int rank = static_cast<int>(jr::get_int(v[i].at("rank"), at + ".rank", 0, world - 1, "0"));
+    jr::require_field(v[i], at, "speed",
+                      "add \"speed\": its compute throughput relative to the profile, e.g. 0.8");
+    const int rank =
+        static_cast<int>(jr::get_int(v[i].at("rank"), at + ".rank", 0, world - 1, "0"));
     const double speed =  // NOTE [Figure bounds]
-        jr::get_number(v[i].at("speed"), at + ".speed", kMinFigureFraction, true, 1000, true, "0.8");
+        jr::get_number(v[i].at("speed"), at + ".speed", kMinFigureFraction, true, 1000, true,
+                       "0.8");
     if (!out.emplace(rank, speed).second)
-      throw InputError(at + ".rank", "is " + std::to_string(rank) + ", given twice", "give each rank once");
+      throw InputError(at + ".rank", "is " + std::to_string(rank) + ", given twice",
+                       "give each rank once");
   }
   return out;
 }
@@ -505,11 +558,14 @@ HardwareOptions parse_hardware(const json& j, const std::string& base_dir) {
   } else {
     h.device = load_hardware_profile(h.profile, "hardware.profile");
   }
-  h.gpus_per_node = j.contains("gpus_per_node")
-                        ? static_cast<int>(field_int(j, P, "gpus_per_node", 1, kMaxRanksPerDim, "8"))
-                        : h.device.gpus_per_node;
-  check_gpus_per_node(h.device, h.gpus_per_node, "hardware.gpus_per_node");  // NOTE [Ranks per node]
-  if (j.contains("nodes")) h.nodes = static_cast<int>(field_int(j, P, "nodes", 1, kMaxRanksPerDim, "2"));
+  h.gpus_per_node =
+      j.contains("gpus_per_node")
+          ? static_cast<int>(field_int(j, P, "gpus_per_node", 1, kMaxRanksPerDim, "8"))
+          : h.device.gpus_per_node;
+  check_gpus_per_node(h.device, h.gpus_per_node,
+                      "hardware.gpus_per_node");  // NOTE [Ranks per node]
+  if (j.contains("nodes"))
+    h.nodes = static_cast<int>(field_int(j, P, "nodes", 1, kMaxRanksPerDim, "2"));
   if (int64_t{h.nodes} * h.gpus_per_node > kMaxInt)
     throw InputError("hardware.nodes",
                      "is " + std::to_string(h.nodes) + ", and nodes x gpus_per_node = " +
@@ -527,26 +583,33 @@ HardwareOptions parse_hardware(const json& j, const std::string& base_dir) {
   }
   check_hardware_profile(h.device, P);
   if (j.contains("host_threads_per_rank"))
-    h.host_threads_per_rank = static_cast<int>(field_int(j, P, "host_threads_per_rank", 1, 1 << 16, "1"));
-  if (j.contains("rank_speed")) h.rank_speed = parse_rank_speed(j.at("rank_speed"), h.nodes * h.gpus_per_node);
+    h.host_threads_per_rank =
+        static_cast<int>(field_int(j, P, "host_threads_per_rank", 1, 1 << 16, "1"));
+  if (j.contains("rank_speed"))
+    h.rank_speed = parse_rank_speed(j.at("rank_speed"), h.nodes * h.gpus_per_node);
 
   h.memory_bytes = bytes_override(j, "memory", 1);
   h.non_allocator_bytes = bytes_override(j, "non_allocator", 0);
   if (h.memory_bytes) {  // NOTE [Two device totals]: the driver's reserve moves with the device
     const uint64_t reserve = h.device.memory_bytes - h.device.cuda_total_memory_bytes;
     h.device.memory_bytes = *h.memory_bytes;
-    h.device.cuda_total_memory_bytes = *h.memory_bytes > reserve ? *h.memory_bytes - reserve : *h.memory_bytes;
+    h.device.cuda_total_memory_bytes =
+        *h.memory_bytes > reserve ? *h.memory_bytes - reserve : *h.memory_bytes;
   }
   if (h.non_allocator_bytes) h.device.non_allocator_bytes = *h.non_allocator_bytes;
   if (h.device.non_allocator_bytes >= h.device.memory_bytes) {
-    const std::string where = h.non_allocator_bytes ? (j.contains("non_allocator_gib") ? "hardware.non_allocator_gib" : "hardware.non_allocator_bytes")
-                              : h.memory_bytes ? (j.contains("memory_gib") ? "hardware.memory_gib" : "hardware.memory_bytes")
-                                               : "hardware.profile";
-    throw InputError(where,
-                     "leaves no memory for the caching allocator: " +
-                         std::to_string(h.device.memory_bytes) + " bytes of device memory, " +
-                         std::to_string(h.device.non_allocator_bytes) + " bytes outside the allocator",
-                     "give more device memory or fewer non-allocator bytes");
+    const std::string where =
+        h.non_allocator_bytes ? (j.contains("non_allocator_gib") ? "hardware.non_allocator_gib"
+                                                                 : "hardware.non_allocator_bytes")
+        : h.memory_bytes
+            ? (j.contains("memory_gib") ? "hardware.memory_gib" : "hardware.memory_bytes")
+            : "hardware.profile";
+    throw InputError(
+        where,
+        "leaves no memory for the caching allocator: " + std::to_string(h.device.memory_bytes) +
+            " bytes of device memory, " + std::to_string(h.device.non_allocator_bytes) +
+            " bytes outside the allocator",
+        "give more device memory or fewer non-allocator bytes");
   }
 
   if (j.contains("allocator")) {
@@ -555,7 +618,8 @@ HardwareOptions parse_hardware(const json& j, const std::string& base_dir) {
     jr::require_object(a, A, "{\"expandable_segments\": true}");
     check_fields(a, A);
     if (a.contains("expandable_segments"))
-      h.allocator.expandable_segments = jr::get_bool(a.at("expandable_segments"), A + ".expandable_segments");
+      h.allocator.expandable_segments =
+          jr::get_bool(a.at("expandable_segments"), A + ".expandable_segments");
     if (a.contains("max_split_size_mb")) {
       const int64_t mb = field_int(a, A, "max_split_size_mb", 0, kMaxSize, "512");
       // c10/cuda/CUDAAllocatorConfig.cpp: "max_split_size_mb too small, must be > 20".
@@ -587,9 +651,9 @@ void check_fields(const json& obj, const std::string& section) {
       return std::optional<std::string>("write beta1 and beta2 as two numbers");
     for (const auto& [other, names] : kFields)
       if (other != section && std::find(names.begin(), names.end(), key) != names.end())
-        return std::optional<std::string>(
-            "'" + key + "' belongs in " + (other.empty() ? "the top level" : other) +
-            ": move it to " + jr::child_path(other, key));
+        return std::optional<std::string>("'" + key + "' belongs in " +
+                                          (other.empty() ? "the top level" : other) +
+                                          ": move it to " + jr::child_path(other, key));
     return std::optional<std::string>();
   });
 }
@@ -667,13 +731,16 @@ Scenario parse_scenario(const json& j, const std::string& base_dir) {
                      "\"hardware\" (docs/scenario-format.md)");
   check_fields(j, "");
   Scenario s;
-  if (j.contains("$schema")) jr::get_string(j.at("$schema"), "$schema", "\"../docs/scenario.schema.json\"");
+  if (j.contains("$schema"))
+    jr::get_string(j.at("$schema"), "$schema", "\"../docs/scenario.schema.json\"");
   if (j.contains("name")) {
     s.name = jr::get_string(j.at("name"), "name", "\"llama3.1-8b-fsdp8\"");
-    if (s.name.empty()) throw InputError("name", "is empty", "give a name or omit it (the file name is used)");
+    if (s.name.empty())
+      throw InputError("name", "is empty", "give a name or omit it (the file name is used)");
   }
   if (j.contains("description"))
-    s.description = jr::get_string(j.at("description"), "description", "\"what this scenario shows\"");
+    s.description =
+        jr::get_string(j.at("description"), "description", "\"what this scenario shows\"");
   jr::require_field(j, "", "model",
                     "add \"model\": a zoo name such as \"llama3.1-8b\" (docs/scenario-format.md)");
   jr::require_field(j, "", "training", "add \"training\": {\"seq_len\": 4096}");
@@ -682,9 +749,11 @@ Scenario parse_scenario(const json& j, const std::string& base_dir) {
   s.model_weights = parse_model_weights(j.at("model"), base_dir);
   s.training = parse_training(j.at("training"), s.model, base_dir);
   s.hardware = parse_hardware(j.at("hardware"), base_dir);
-  s.fsdp = parse_fsdp(j.contains("fsdp") ? j.at("fsdp") : json::object(), s.hardware, s.model.n_layers,
-                      s.model.arch == ModelArch::kLlama && s.model.tie_embeddings);
-  if (j.contains("tensor_parallel")) s.tensor_parallel = parse_tensor_parallel(j.at("tensor_parallel"));
+  s.fsdp =
+      parse_fsdp(j.contains("fsdp") ? j.at("fsdp") : json::object(), s.hardware, s.model.n_layers,
+                 s.model.arch == ModelArch::kLlama && s.model.tie_embeddings);
+  if (j.contains("tensor_parallel"))
+    s.tensor_parallel = parse_tensor_parallel(j.at("tensor_parallel"));
   const int tp = s.fsdp.mesh_size("tp");
   check_tensor_parallel(s.model, s.training.seq_len, tp, s.tensor_parallel.loss_parallel);
   check_units_and_loss(s);
@@ -695,8 +764,9 @@ Scenario parse_scenario(const json& j, const std::string& base_dir) {
                      "ranks of one tp group read the same batch: remove rank_batch or use tp 1");
   for (const auto& [rank, batch] : s.training.rank_batch)
     if (rank >= s.world_size())
-      throw InputError("training.rank_batch", "names rank " + std::to_string(rank) + " but the job has " +
-                                                  std::to_string(s.world_size()) + " ranks",
+      throw InputError("training.rank_batch",
+                       "names rank " + std::to_string(rank) + " but the job has " +
+                           std::to_string(s.world_size()) + " ranks",
                        "use ranks 0.." + std::to_string(s.world_size() - 1));
   return s;
 }

@@ -21,13 +21,17 @@ namespace fullshard {
 void check_dtype_flow(const Scenario& s) {
   const FsdpOptions& f = s.fsdp;
   if (f.units == ShardingUnits::kRoot) return;
-  auto compute = [&](const std::string& u) { return f.mixed_precision_for(u).param_dtype.value_or(DType::kFloat32); };
+  auto compute = [&](const std::string& u) {
+    return f.mixed_precision_for(u).param_dtype.value_or(DType::kFloat32);
+  };
   auto path_of = [&](const std::string& u) {
-    return f.per_unit_mixed_precision.count(u) ? "fsdp.per_unit." + u + ".mixed_precision" : std::string("fsdp.mixed_precision");
+    return f.per_unit_mixed_precision.count(u) ? "fsdp.per_unit." + u + ".mixed_precision"
+                                               : std::string("fsdp.mixed_precision");
   };
   auto name = [](DType d) { return std::string(dtype_name(d)); };
   const bool edges = f.units == ShardingUnits::kEmbedBlocksHead;
-  // A tied Llama's embedding is in the head's unit (NOTE [Tied embeddings unit]), stored as "output".
+  // A tied Llama's embedding is in the head's unit (NOTE [Tied embeddings unit]), stored as
+  // "output".
   const bool tied = s.model.arch == ModelArch::kLlama && s.model.tie_embeddings;
   std::string from = edges ? (tied ? "output" : "tok_embeddings") : "root";
   DType h = compute(from);
@@ -37,12 +41,15 @@ void check_dtype_flow(const Scenario& s) {
     const MixedPrecisionPolicy mp = f.mixed_precision_for(u);
     if (casts && mp.cast_forward_inputs && mp.param_dtype) h = *mp.param_dtype;
     if (h != compute(u))
-      throw InputError(path_of(u), "makes unit '" + u + "' compute in " + name(compute(u)) + " on " + name(h) +
-                                       " activations from '" + from + "' (F.linear refuses mixed dtypes)",
-                       casts ? "set its cast_forward_inputs true (with a param_dtype), or the previous unit's "
-                               "output_dtype to \"" + name(compute(u)) + "\""
-                             : "set the last block's output_dtype to \"" + name(compute(u)) +
-                                   "\" (the root's norm and output take the last block's output as it is)");
+      throw InputError(
+          path_of(u),
+          "makes unit '" + u + "' compute in " + name(compute(u)) + " on " + name(h) +
+              " activations from '" + from + "' (F.linear refuses mixed dtypes)",
+          casts ? "set its cast_forward_inputs true (with a param_dtype), or the previous unit's "
+                  "output_dtype to \"" +
+                      name(compute(u)) + "\""
+                : "set the last block's output_dtype to \"" + name(compute(u)) +
+                      "\" (the root's norm and output take the last block's output as it is)");
     h = compute(u);
     if (auto o = mp.output_dtype) h = *o;
     from = u;
@@ -80,20 +87,25 @@ void check_async_tp(const Scenario& s) {
   const std::string F = "tensor_parallel.async";
   const int tp = s.fsdp.mesh_size("tp");
   if (tp <= 1)
-    throw InputError(F, "is true with no tp dim (tp 1)", "add a \"tp\" dim of 2 or more to fsdp.mesh, or write false");
+    throw InputError(F, "is true with no tp dim (tp 1)",
+                     "add a \"tp\" dim of 2 or more to fsdp.mesh, or write false");
   if (s.model.arch != ModelArch::kLlama || s.model.qkv_bias)
     throw InputError(F, "is true for a model with biased tp linears (GPT-2 or qkv_bias)",
                      "write false: the micro-pipeline pass fuses only bias-free products");
   if (s.hardware.device.compute_capability == 0)
-    throw InputError(F, "is true on the CPU profile '" + s.hardware.device.name + "'",
-                     "use a GPU profile (symmetric memory needs GPUs in one NVLink domain), or write false");
+    throw InputError(
+        F, "is true on the CPU profile '" + s.hardware.device.name + "'",
+        "use a GPU profile (symmetric memory needs GPUs in one NVLink domain), or write false");
   if (s.hardware.gpus_per_node % tp != 0)
-    throw InputError(F, "is true with tp " + std::to_string(tp) + " over nodes of " +
-                            std::to_string(s.hardware.gpus_per_node) + " GPUs",
-                     "keep the tp group inside a node (tp dividing hardware.gpus_per_node), or write false");
+    throw InputError(
+        F,
+        "is true with tp " + std::to_string(tp) + " over nodes of " +
+            std::to_string(s.hardware.gpus_per_node) + " GPUs",
+        "keep the tp group inside a node (tp dividing hardware.gpus_per_node), or write false");
   if (!s.model.implementation.compile)
     throw InputError(F, "is true without model.implementation compile",
-                     "set model.implementation {\"compile\": true}: PyTorch fuses the collectives in torch.compile's "
+                     "set model.implementation {\"compile\": true}: PyTorch fuses the collectives "
+                     "in torch.compile's "
                      "micro-pipeline pass (torchtitan refuses async TP without compile)");
   if (s.training.activation_checkpointing.mode == CheckpointMode::kSelectiveOp)
     throw InputError(F, "is true with activation_checkpointing selective op",
@@ -123,15 +135,19 @@ void check_async_tp(const Scenario& s) {
 void check_units_and_loss(const Scenario& s) {
   const ModelConfig& m = s.model;
   if (s.fsdp.units == ShardingUnits::kEmbedBlocksHead && m.arch != ModelArch::kLlama)
-    throw InputError("fsdp.units", "is \"embed_blocks_head\" for a GPT-2 model, which has no torchtitan unit layout "
-                                   "(its lm_head is the embedding's weight, not a module of its own here)",
-                     "use \"blocks\" or \"root\"");
+    throw InputError(
+        "fsdp.units",
+        "is \"embed_blocks_head\" for a GPT-2 model, which has no torchtitan unit layout "
+        "(its lm_head is the embedding's weight, not a module of its own here)",
+        "use \"blocks\" or \"root\"");
   if (m.implementation.loss != LossImpl::kChunked) return;
   const std::string L = "model.implementation.loss";
   if (m.arch != ModelArch::kLlama)
-    throw InputError(L, "is \"chunked\" for a GPT-2 model (torchtitan's ChunkedLossWrapper calls a Llama's lm_head "
-                        "module; GPT-2's lm_head is the embedding's weight, not a module of its own here)",
-                     "use \"fp32_logits\"");
+    throw InputError(
+        L,
+        "is \"chunked\" for a GPT-2 model (torchtitan's ChunkedLossWrapper calls a Llama's lm_head "
+        "module; GPT-2's lm_head is the embedding's weight, not a module of its own here)",
+        "use \"fp32_logits\"");
   // NOTE [Chunked loss under tp]: torchtitan's decoder sharding (models/common/
   // decoder_sharding.py at pytorch/torchtitan@b5bcd76, pre_lm_head_norm_config) gathers the
   // root norm's sequence-parallel output to Replicate, so each chunk enters lm_head replicated;
@@ -139,8 +155,11 @@ void check_units_and_loss(const Scenario& s) {
   // chunked loss without loss parallel is a program torchtitan does not write.
   const int tp = s.fsdp.mesh_size("tp");
   if (tp > 1 && !s.tensor_parallel.loss_parallel)
-    throw InputError(L, "is \"chunked\" with tp " + std::to_string(tp) + " and tensor_parallel.loss_parallel false "
-                        "(torchtitan's chunked loss keeps each chunk's logits vocab-sharded into loss parallel)",
+    throw InputError(L,
+                     "is \"chunked\" with tp " + std::to_string(tp) +
+                         " and tensor_parallel.loss_parallel false "
+                         "(torchtitan's chunked loss keeps each chunk's logits vocab-sharded into "
+                         "loss parallel)",
                      "set tensor_parallel.loss_parallel true, or use \"fp32_logits\"");
   // The output projection is called after the root's post-forward: owned by the root unit, it
   // must still be unsharded then (a resharded root leaves lm_head.weight a sharded DTensor,
@@ -150,24 +169,29 @@ void check_units_and_loss(const Scenario& s) {
     const bool reshards = r.kind == ReshardAfterForward::Kind::kTrue ||
                           (r.kind == ReshardAfterForward::Kind::kInt && r.n > 1);
     if (reshards)
-      throw InputError(L, std::string("is \"chunked\" with fsdp.units \"") + sharding_units_name(s.fsdp.units) +
-                              "\" and a root that reshards after forward: the chunks call the output projection "
-                              "after the root's forward, when its weight is sharded again",
-                       "keep the root unsharded (fsdp.per_unit {\"root\": {\"reshard_after_forward\": false}}), or "
-                       "use fsdp.units \"embed_blocks_head\" (the output in a unit of its own, as torchtitan)");
+      throw InputError(
+          L,
+          std::string("is \"chunked\" with fsdp.units \"") + sharding_units_name(s.fsdp.units) +
+              "\" and a root that reshards after forward: the chunks call the output projection "
+              "after the root's forward, when its weight is sharded again",
+          "keep the root unsharded (fsdp.per_unit {\"root\": {\"reshard_after_forward\": false}}), "
+          "or "
+          "use fsdp.units \"embed_blocks_head\" (the output in a unit of its own, as torchtitan)");
   }
   if (m.implementation.keep_logits)
-    throw InputError("model.implementation.keep_logits",
-                     "is true with loss \"chunked\" (the chunked loss never materialises the whole logits)",
-                     "set keep_logits false");
+    throw InputError(
+        "model.implementation.keep_logits",
+        "is true with loss \"chunked\" (the chunked loss never materialises the whole logits)",
+        "set keep_logits false");
   const int n = m.implementation.loss_chunks;
   for (int r = 0; r < s.world_size(); ++r) {
     const int64_t tokens = s.training.batch_for(r) * s.training.seq_len;
     if (tokens % n != 0)
-      throw InputError("model.implementation.loss_chunks",
-                       "is " + std::to_string(n) + ", which does not divide rank " + std::to_string(r) + "'s " +
-                           std::to_string(tokens) + " tokens per micro-batch (batch x seq_len)",
-                       "choose a divisor of " + std::to_string(tokens) + " (torchtitan's default is 8)");
+      throw InputError(
+          "model.implementation.loss_chunks",
+          "is " + std::to_string(n) + ", which does not divide rank " + std::to_string(r) + "'s " +
+              std::to_string(tokens) + " tokens per micro-batch (batch x seq_len)",
+          "choose a divisor of " + std::to_string(tokens) + " (torchtitan's default is 8)");
   }
 }
 

@@ -39,22 +39,26 @@ void parse_mesh(const json& m, const HardwareOptions& hw, FsdpOptions& f) {
   const int64_t world = int64_t{hw.nodes} * hw.gpus_per_node;
   std::string examples = "[" + std::to_string(world) + "] for FSDP";
   if (hw.nodes > 1)
-    examples += " or [" + std::to_string(hw.nodes) + ", " + std::to_string(hw.gpus_per_node) +
-                "] for HSDP";
+    examples +=
+        " or [" + std::to_string(hw.nodes) + ", " + std::to_string(hw.gpus_per_node) + "] for HSDP";
   jr::require_object(m, P, "{\"shape\": [" + std::to_string(world) + "]}");
   check_fields(m, P);
   jr::require_field(m, P, "shape", "add \"shape\": " + examples);
   const json& s = m.at("shape");
   if (!s.is_array())
-    throw InputError(S, "is " + jr::describe(s) + ", not an array", "write a list of sizes, e.g. " + examples);
+    throw InputError(S, "is " + jr::describe(s) + ", not an array",
+                     "write a list of sizes, e.g. " + examples);
   if (s.empty() || s.size() > 3)
-    throw InputError(S, "is " + jr::show(s) + ", a " + std::to_string(s.size()) + "-D mesh",
-                     "fullshard supports [shard] (FSDP), [replicate, shard] (HSDP), and either with a "
-                     "trailing tp dim (dim_names [\"shard\", \"tp\"] or [\"replicate\", \"shard\", \"tp\"]): "
-                     "write " + examples);
+    throw InputError(
+        S, "is " + jr::show(s) + ", a " + std::to_string(s.size()) + "-D mesh",
+        "fullshard supports [shard] (FSDP), [replicate, shard] (HSDP), and either with a "
+        "trailing tp dim (dim_names [\"shard\", \"tp\"] or [\"replicate\", \"shard\", \"tp\"]): "
+        "write " +
+            examples);
   std::vector<int64_t> shape;
   for (size_t i = 0; i < s.size(); ++i)
-    shape.push_back(jr::get_int(s[i], jr::index_path(S, i), 1, kMaxRanksPerDim, std::to_string(world)));
+    shape.push_back(
+        jr::get_int(s[i], jr::index_path(S, i), 1, kMaxRanksPerDim, std::to_string(world)));
   int64_t ranks = 1;
   for (int64_t d : shape) ranks *= d;
   if (ranks != world)
@@ -68,8 +72,9 @@ void parse_mesh(const json& m, const HardwareOptions& hw, FsdpOptions& f) {
 
   // Without dim_names a 1-D mesh is [shard] and a 2-D one [replicate, shard]; a tp dim is
   // always named.
-  std::vector<std::string> expected = shape.size() == 1 ? std::vector<std::string>{"shard"}
-                                                         : std::vector<std::string>{"replicate", "shard"};
+  std::vector<std::string> expected = shape.size() == 1
+                                          ? std::vector<std::string>{"shard"}
+                                          : std::vector<std::string>{"replicate", "shard"};
   if (!m.contains("dim_names")) {
     if (shape.size() == 3)
       throw InputError(P, "has a 3-D shape " + shape_text(shape) + " without dim_names",
@@ -78,9 +83,10 @@ void parse_mesh(const json& m, const HardwareOptions& hw, FsdpOptions& f) {
     return;
   }
   const json& names = m.at("dim_names");
-  const std::string fix = "name the dims [\"shard\"], [\"replicate\", \"shard\"], [\"shard\", \"tp\"] or "
-                          "[\"replicate\", \"shard\", \"tp\"] (torchtitan's dp_replicate / dp_shard also work), "
-                          "one per dim of the shape";
+  const std::string fix =
+      "name the dims [\"shard\"], [\"replicate\", \"shard\"], [\"shard\", \"tp\"] or "
+      "[\"replicate\", \"shard\", \"tp\"] (torchtitan's dp_replicate / dp_shard also work), "
+      "one per dim of the shape";
   if (!names.is_array()) throw InputError(N, "is " + jr::describe(names) + ", not an array", fix);
   std::vector<std::string> given;
   for (size_t i = 0; i < names.size(); ++i) {
@@ -90,9 +96,10 @@ void parse_mesh(const json& m, const HardwareOptions& hw, FsdpOptions& f) {
     given.push_back(n);
   }
   if (names.size() != shape.size())
-    throw InputError(N, "is " + jr::show(names) + ": " + std::to_string(names.size()) +
-                            (names.size() == 1 ? " name" : " names") + " for a " +
-                            std::to_string(shape.size()) + "-D mesh",
+    throw InputError(N,
+                     "is " + jr::show(names) + ": " + std::to_string(names.size()) +
+                         (names.size() == 1 ? " name" : " names") + " for a " +
+                         std::to_string(shape.size()) + "-D mesh",
                      fix);
   const std::vector<std::vector<std::string>> allowed = {
       {"shard"}, {"replicate", "shard"}, {"shard", "tp"}, {"replicate", "shard", "tp"}};
@@ -108,8 +115,9 @@ ReshardAfterForward parse_reshard(const json& v, int shard_size, const std::stri
   for (int d = 1; d <= shard_size && divisors.size() < 16; ++d)
     if (shard_size % d == 0) divisors.push_back(std::to_string(d));
   const std::string S = std::to_string(shard_size);
-  const std::string int_fix = "use a divisor of the shard size " + S + ": " + jr::join(divisors, "") +
-                              " (1 acts as false, " + S + " as true), or true / false / null";
+  const std::string int_fix = "use a divisor of the shard size " + S + ": " +
+                              jr::join(divisors, "") + " (1 acts as false, " + S +
+                              " as true), or true / false / null";
   if (v.is_null()) return r;
   if (v.is_boolean()) {
     r.kind = v.get<bool>() ? Kind::kTrue : Kind::kFalse;
@@ -118,12 +126,15 @@ ReshardAfterForward parse_reshard(const json& v, int shard_size, const std::stri
   if (!v.is_number())
     throw InputError(P, "is " + jr::describe(v),
                      "write true, false, null (the default: root false, other units true) or an "
-                     "integer that divides the shard size " + S + " (no quotes)");
+                     "integer that divides the shard size " +
+                         S + " (no quotes)");
   const int64_t n = jr::get_int(v, P, std::numeric_limits<int64_t>::min(),
                                 std::numeric_limits<int64_t>::max(), "2");
   if (n < 1)
-    throw InputError(P, "is " + jr::show(v) + "; an integer must be >= 1 (it is the size of the "
-                                              "group parameters stay sharded over after forward)",
+    throw InputError(P,
+                     "is " + jr::show(v) +
+                         "; an integer must be >= 1 (it is the size of the "
+                         "group parameters stay sharded over after forward)",
                      "write false to keep parameters unsharded after forward, or " + int_fix);
   if (n > shard_size || shard_size % n != 0)
     throw InputError(P, "is " + jr::show(v) + ", which does not divide the shard-dim size " + S,
@@ -141,10 +152,10 @@ ReshardAfterForward parse_reshard(const json& v, int shard_size, const std::stri
 // "reshard_after_forward"). fsdp.per_unit names a unit by its module fqn: "root" or
 // "layers.N"; a negative N counts from the end, so "layers.-1" is the last block whatever the
 // depth and one scenario fits 8B and 70B. Keys are stored resolved ("layers.31").
-std::string resolve_unit(const std::string& key, int64_t n_layers, ShardingUnits units, bool tied_head,
-                         const std::string& path) {
-  const std::string fix = "name a unit \"root\" or \"layers.N\" with 0 <= N < " + std::to_string(n_layers) +
-                          " (-1 is the last block)";
+std::string resolve_unit(const std::string& key, int64_t n_layers, ShardingUnits units,
+                         bool tied_head, const std::string& path) {
+  const std::string fix = "name a unit \"root\" or \"layers.N\" with 0 <= N < " +
+                          std::to_string(n_layers) + " (-1 is the last block)";
   if (key == "root") return key;
   // fsdp.units "embed_blocks_head": the embedding and fully_shard([norm, output]) are units;
   // "norm" and "output" name the same grouped unit (stored as "output"). With tied embeddings
@@ -157,14 +168,18 @@ std::string resolve_unit(const std::string& key, int64_t n_layers, ShardingUnits
   const std::string prefix = "layers.";
   if (key.rfind(prefix, 0) != 0) {
     std::string why = "is not an FSDP unit";
-    if (key == "tok_embeddings" || key == "output" || key == "norm" || key == "wte" || key == "wpe" ||
-        key == "ln_f" || key == "lm_head")
-      why = "is not a unit of its own: the embeddings, final norm and output belong to the root unit";
-    throw InputError(path, why,
-                     units == ShardingUnits::kEmbedBlocksHead
-                         ? fix + (tied_head ? ", or \"output\" (the tied [tok_embeddings, norm, output] unit)"
-                                            : ", \"tok_embeddings\", or \"output\" (the [norm, output] unit)")
-                         : fix + "; fsdp.units \"embed_blocks_head\" makes the embedding and [norm, output] units");
+    if (key == "tok_embeddings" || key == "output" || key == "norm" || key == "wte" ||
+        key == "wpe" || key == "ln_f" || key == "lm_head")
+      why =
+          "is not a unit of its own: the embeddings, final norm and output belong to the root unit";
+    throw InputError(
+        path, why,
+        units == ShardingUnits::kEmbedBlocksHead
+            ? fix + (tied_head ? ", or \"output\" (the tied [tok_embeddings, norm, output] unit)"
+                               : ", \"tok_embeddings\", or \"output\" (the [norm, output] unit)")
+            : fix +
+                  "; fsdp.units \"embed_blocks_head\" makes the embedding and [norm, output] "
+                  "units");
   }
   const std::string num = key.substr(prefix.size());
   size_t used = 0;
@@ -176,7 +191,9 @@ std::string resolve_unit(const std::string& key, int64_t n_layers, ShardingUnits
   }
   if (num.empty() || used != num.size()) throw InputError(path, "is not an FSDP unit", fix);
   if (n < -n_layers || n >= n_layers)
-    throw InputError(path, "names block " + num + " of a model with " + std::to_string(n_layers) + " blocks", fix);
+    throw InputError(
+        path, "names block " + num + " of a model with " + std::to_string(n_layers) + " blocks",
+        fix);
   if (units == ShardingUnits::kRoot)
     throw InputError(path, "names a block, but fsdp.units is \"root\" (one unit: the whole model)",
                      "remove it, or set fsdp.units to \"blocks\"");
@@ -185,7 +202,8 @@ std::string resolve_unit(const std::string& key, int64_t n_layers, ShardingUnits
 
 std::optional<DType> parse_dtype(const json& v, const std::string& path);
 
-void parse_per_unit(const json& u, int shard_size, int64_t n_layers, bool tied_head, FsdpOptions& f) {
+void parse_per_unit(const json& u, int shard_size, int64_t n_layers, bool tied_head,
+                    FsdpOptions& f) {
   const std::string P = "fsdp.per_unit";
   jr::require_object(u, P, "{\"layers.-1\": {\"reshard_after_forward\": false}}");
   std::map<std::string, std::string> key_of;
@@ -193,7 +211,8 @@ void parse_per_unit(const json& u, int shard_size, int64_t n_layers, bool tied_h
     const std::string K = jr::child_path(P, key);
     const std::string unit = resolve_unit(key, n_layers, f.units, tied_head, K);
     if (key_of.count(unit))
-      throw InputError(K, "names the same unit as \"" + key_of[unit] + "\" (" + unit + ")", "keep one of the two");
+      throw InputError(K, "names the same unit as \"" + key_of[unit] + "\" (" + unit + ")",
+                       "keep one of the two");
     key_of[unit] = key;
     jr::require_object(v, K, "{\"reshard_after_forward\": false}");
     jr::reject_unknown_fields(v, K, {"reshard_after_forward", "mixed_precision"});
@@ -201,19 +220,24 @@ void parse_per_unit(const json& u, int shard_size, int64_t n_layers, bool tied_h
       throw InputError(K, "sets nothing",
                        "add \"reshard_after_forward\" or \"mixed_precision\" (or remove the unit)");
     if (v.contains("reshard_after_forward"))
-      f.per_unit_reshard[unit] =
-          parse_reshard(v.at("reshard_after_forward"), shard_size, jr::child_path(K, "reshard_after_forward"));
+      f.per_unit_reshard[unit] = parse_reshard(v.at("reshard_after_forward"), shard_size,
+                                               jr::child_path(K, "reshard_after_forward"));
     if (v.contains("mixed_precision")) {
       const json& m = v.at("mixed_precision");
       const std::string M = jr::child_path(K, "mixed_precision");
       jr::require_object(m, M, "{\"param_dtype\": \"fp32\"}");
-      jr::reject_unknown_fields(m, M, {"param_dtype", "reduce_dtype", "output_dtype", "cast_forward_inputs"});
+      jr::reject_unknown_fields(
+          m, M, {"param_dtype", "reduce_dtype", "output_dtype", "cast_forward_inputs"});
       FsdpOptions::MixedPrecisionOverride o;
-      if (m.contains("param_dtype")) o.param_dtype = parse_dtype(m.at("param_dtype"), M + ".param_dtype");
-      if (m.contains("reduce_dtype")) o.reduce_dtype = parse_dtype(m.at("reduce_dtype"), M + ".reduce_dtype");
-      if (m.contains("output_dtype")) o.output_dtype = parse_dtype(m.at("output_dtype"), M + ".output_dtype");
+      if (m.contains("param_dtype"))
+        o.param_dtype = parse_dtype(m.at("param_dtype"), M + ".param_dtype");
+      if (m.contains("reduce_dtype"))
+        o.reduce_dtype = parse_dtype(m.at("reduce_dtype"), M + ".reduce_dtype");
+      if (m.contains("output_dtype"))
+        o.output_dtype = parse_dtype(m.at("output_dtype"), M + ".output_dtype");
       if (m.contains("cast_forward_inputs"))
-        o.cast_forward_inputs = jr::get_bool(m.at("cast_forward_inputs"), M + ".cast_forward_inputs");
+        o.cast_forward_inputs =
+            jr::get_bool(m.at("cast_forward_inputs"), M + ".cast_forward_inputs");
       f.per_unit_mixed_precision[unit] = o;
     }
   }
@@ -236,7 +260,8 @@ std::optional<DType> parse_dtype(const json& v, const std::string& path) {
     throw InputError(path, "is \"" + s + "\", not a dtype name this format uses",
                      "write \"" + std::string(dtype_name(*d)) + "\"");
   if (auto near = jr::closest(s, names))
-    throw InputError(path, "is \"" + s + "\", an unknown dtype", "did you mean \"" + *near + "\"? " + fix);
+    throw InputError(path, "is \"" + s + "\", an unknown dtype",
+                     "did you mean \"" + *near + "\"? " + fix);
   throw InputError(path, "is \"" + s + "\", an unknown dtype", fix);
 }
 
@@ -254,19 +279,23 @@ FsdpOptions parse_fsdp(const json& j, const HardwareOptions& hw, int64_t n_layer
     f.mesh_dim_names = {"shard"};
   }
   if (j.contains("reshard_after_forward"))
-    f.reshard_after_forward =
-        parse_reshard(j.at("reshard_after_forward"), f.mesh_size("shard"), "fsdp.reshard_after_forward");
+    f.reshard_after_forward = parse_reshard(j.at("reshard_after_forward"), f.mesh_size("shard"),
+                                            "fsdp.reshard_after_forward");
   if (j.contains("mixed_precision")) {
     const json& m = j.at("mixed_precision");
     const std::string M = "fsdp.mixed_precision";
     jr::require_object(m, M, "{\"param_dtype\": \"bf16\", \"reduce_dtype\": \"fp32\"}");
     check_fields(m, M);
     auto& mp = f.mixed_precision;
-    if (m.contains("param_dtype")) mp.param_dtype = parse_dtype(m.at("param_dtype"), M + ".param_dtype");
-    if (m.contains("reduce_dtype")) mp.reduce_dtype = parse_dtype(m.at("reduce_dtype"), M + ".reduce_dtype");
-    if (m.contains("output_dtype")) mp.output_dtype = parse_dtype(m.at("output_dtype"), M + ".output_dtype");
+    if (m.contains("param_dtype"))
+      mp.param_dtype = parse_dtype(m.at("param_dtype"), M + ".param_dtype");
+    if (m.contains("reduce_dtype"))
+      mp.reduce_dtype = parse_dtype(m.at("reduce_dtype"), M + ".reduce_dtype");
+    if (m.contains("output_dtype"))
+      mp.output_dtype = parse_dtype(m.at("output_dtype"), M + ".output_dtype");
     if (m.contains("cast_forward_inputs"))
-      mp.cast_forward_inputs = jr::get_bool(m.at("cast_forward_inputs"), M + ".cast_forward_inputs");
+      mp.cast_forward_inputs =
+          jr::get_bool(m.at("cast_forward_inputs"), M + ".cast_forward_inputs");
   }
   if (j.contains("cpu_offload")) {
     const json& c = j.at("cpu_offload");
@@ -276,22 +305,25 @@ FsdpOptions parse_fsdp(const json& j, const HardwareOptions& hw, int64_t n_layer
     } else if (c.is_object()) {
       check_fields(c, C);
       f.cpu_offload = true;
-      if (c.contains("pin_memory")) f.pin_memory = jr::get_bool(c.at("pin_memory"), C + ".pin_memory");
+      if (c.contains("pin_memory"))
+        f.pin_memory = jr::get_bool(c.at("pin_memory"), C + ".pin_memory");
     } else {
       throw InputError(C, "is " + jr::describe(c), "write true, false or {\"pin_memory\": false}");
     }
   }
   if (j.contains("units")) {
-    const std::string u = jr::get_choice(j.at("units"), "fsdp.units", {"blocks", "root", "embed_blocks_head"});
-    f.units = u == "root" ? ShardingUnits::kRoot
+    const std::string u =
+        jr::get_choice(j.at("units"), "fsdp.units", {"blocks", "root", "embed_blocks_head"});
+    f.units = u == "root"     ? ShardingUnits::kRoot
               : u == "blocks" ? ShardingUnits::kBlocks
                               : ShardingUnits::kEmbedBlocksHead;
   }
   if (j.contains("forward_prefetch"))
     f.forward_prefetch = static_cast<int>(field_int(j, P, "forward_prefetch", 0, kMaxInt, "1"));
   if (j.contains("backward_prefetch"))
-    f.backward_prefetch = static_cast<int>(field_int(j, P, "backward_prefetch", 1, kMaxInt,
-                                                      "1 (FSDP2 always prefetches at least one unit in backward)"));
+    f.backward_prefetch =
+        static_cast<int>(field_int(j, P, "backward_prefetch", 1, kMaxInt,
+                                   "1 (FSDP2 always prefetches at least one unit in backward)"));
   if (j.contains("per_unit"))
     parse_per_unit(j.at("per_unit"), f.mesh_size("shard"), n_layers, tied_head, f);
   return f;
@@ -302,7 +334,8 @@ TensorParallelOptions parse_tensor_parallel(const json& t) {
   TensorParallelOptions o;
   jr::require_object(t, T, "{\"loss_parallel\": false}");
   check_fields(t, T);
-  if (t.contains("loss_parallel")) o.loss_parallel = jr::get_bool(t.at("loss_parallel"), T + ".loss_parallel");
+  if (t.contains("loss_parallel"))
+    o.loss_parallel = jr::get_bool(t.at("loss_parallel"), T + ".loss_parallel");
   if (t.contains("async")) o.async = jr::get_bool(t.at("async"), T + ".async");
   return o;
 }

@@ -17,12 +17,13 @@ namespace fullshard::scenario_detail {
 void check_fields(const nlohmann::json& obj, const std::string& section);
 
 // obj[key] as an integer in [min, max], errors naming "section.key".
-int64_t field_int(const nlohmann::json& obj, const std::string& section, const char* key, int64_t min,
-                  int64_t max, const std::string& example);
+int64_t field_int(const nlohmann::json& obj, const std::string& section, const char* key,
+                  int64_t min, int64_t max, const std::string& example);
 
 // tied_head: a Llama with tied embeddings (fsdp.per_unit's "tok_embeddings", "norm" and
 // "output" then name one embed_blocks_head unit).
-FsdpOptions parse_fsdp(const nlohmann::json& j, const HardwareOptions& hw, int64_t n_layers, bool tied_head);
+FsdpOptions parse_fsdp(const nlohmann::json& j, const HardwareOptions& hw, int64_t n_layers,
+                       bool tied_head);
 TensorParallelOptions parse_tensor_parallel(const nlohmann::json& j);
 
 // Checks across sections (scenario_checks.cc), run by parse_scenario after every section:

@@ -50,10 +50,12 @@ uint64_t symmetric_memory_bytes(const Scenario& s) {
   if (!s.tensor_parallel.async || tp <= 1) return 0;
   const int64_t batch = s.training.batch_per_rank;  // tp > 1 refuses training.rank_batch
   const DType dt = s.fsdp.mixed_precision.param_dtype.value_or(DType::kFloat32);
-  return ops::tp::symmetric_workspace_bytes(batch, s.training.seq_len, s.model.dim, tp, dtype_size(dt));
+  return ops::tp::symmetric_workspace_bytes(batch, s.training.seq_len, s.model.dim, tp,
+                                            dtype_size(dt));
 }
 
-std::vector<BlockCheckpoint> block_checkpointing(const ActivationCheckpointing& ac, int64_t n_layers) {
+std::vector<BlockCheckpoint> block_checkpointing(const ActivationCheckpointing& ac,
+                                                 int64_t n_layers) {
   std::vector<BlockCheckpoint> v(static_cast<size_t>(n_layers), BlockCheckpoint::kNone);
   for (int64_t i = 0; i < n_layers; ++i) {
     switch (ac.mode) {
@@ -94,12 +96,15 @@ TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
     // is "always": a scenario says so with fsdp.per_unit {"output": ...}.
     model_->set_edge_module_calls(true);
     Module& r = model_->root();
-    if (s.model.tie_embeddings) {  // fully_shard([tok_embeddings, norm, output]): NOTE [Tied embeddings unit]
-      fsdp_->fully_shard(std::vector<Module*>{&r.child("tok_embeddings"), &r.child("norm"), &r.child("output")},
-                         unit_options("output"));
+    if (s.model.tie_embeddings) {  // fully_shard([tok_embeddings, norm, output]): NOTE [Tied
+                                   // embeddings unit]
+      fsdp_->fully_shard(
+          std::vector<Module*>{&r.child("tok_embeddings"), &r.child("norm"), &r.child("output")},
+          unit_options("output"));
     } else {
       fsdp_->fully_shard(r.child("tok_embeddings"), unit_options("tok_embeddings"), false);
-      fsdp_->fully_shard(std::vector<Module*>{&r.child("norm"), &r.child("output")}, unit_options("output"));
+      fsdp_->fully_shard(std::vector<Module*>{&r.child("norm"), &r.child("output")},
+                         unit_options("output"));
     }
   }
   if (s.fsdp.units != ShardingUnits::kRoot)
@@ -115,11 +120,13 @@ TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
   if (s.fsdp.backward_prefetch > 1) {
     for (int i = 0; i < nb; ++i) {
       std::vector<FSDPState*> t;
-      for (int k = 1; k <= s.fsdp.backward_prefetch && i - k >= 0; ++k) t.push_back(block_states[i - k]);
+      for (int k = 1; k <= s.fsdp.backward_prefetch && i - k >= 0; ++k)
+        t.push_back(block_states[i - k]);
       block_states[i]->backward_prefetch = t;
     }
     std::vector<FSDPState*> t;
-    for (int k = 1; k <= s.fsdp.backward_prefetch && nb - k >= 0; ++k) t.push_back(block_states[nb - k]);
+    for (int k = 1; k <= s.fsdp.backward_prefetch && nb - k >= 0; ++k)
+      t.push_back(block_states[nb - k]);
     root.backward_prefetch = t;
   }
   for (auto& st : fsdp_->states())
@@ -139,13 +146,14 @@ TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
 
 // kLoadBatch into new int64 [B, S] tokens and labels (iargs: step, micro-batch, accumulation,
 // split, data-parallel index and size: ranks of one tp group read the same batch).
-std::pair<Tensor, Tensor> TrainingProgram::load_batch(int64_t step, int64_t micro, int64_t accum, int64_t split,
-                                                      const std::string& what) {
+std::pair<Tensor, Tensor> TrainingProgram::load_batch(int64_t step, int64_t micro, int64_t accum,
+                                                      int64_t split, const std::string& what) {
   const auto& t = s_.training;
   TensorMeta ids{DType::kInt64, {t.batch_for(b_.rank()), t.seq_len}};
   Tensor tokens = Tensor::empty(b_, ids, MemCategory::kActivation, StreamRole::kDefault,
                                 what.empty() ? "input tokens" : what + "tokens");
-  Tensor labels = Tensor::empty(b_, ids, MemCategory::kActivation, StreamRole::kDefault, what + "labels");
+  Tensor labels =
+      Tensor::empty(b_, ids, MemCategory::kActivation, StreamRole::kDefault, what + "labels");
   OpCall load;
   load.kind = OpKind::kLoadBatch;
   load.name = "load " + what + "batch";
@@ -158,7 +166,8 @@ std::pair<Tensor, Tensor> TrainingProgram::load_batch(int64_t step, int64_t micr
 }
 
 Value TrainingProgram::forward_loss(ExecContext& c, const Tensor& tokens, const Tensor& labels,
-                                    const std::vector<BlockCheckpoint>& block_ac, double grad_scale) {
+                                    const std::vector<BlockCheckpoint>& block_ac,
+                                    double grad_scale) {
   const ModelImplementation& impl = s_.model.implementation;
   if (impl.loss != LossImpl::kChunked) return model_->forward(c, tokens, labels, block_ac);
   ChunkedLossOptions o;
@@ -174,11 +183,13 @@ void TrainingProgram::micro_step(int step, int micro) {
   Graph graph;
   ExecContext c(b_, &graph, fsdp_.get());
   b_.annotate("forward");
-  Value loss = forward_loss(c, tokens, labels, block_ac_, 1.0 / static_cast<double>(s_.training.grad_accum_steps));
+  Value loss = forward_loss(c, tokens, labels, block_ac_,
+                            1.0 / static_cast<double>(s_.training.grad_accum_steps));
   b_.read_scalar(StreamRole::kDefault, loss.t.ref());  // the host logs loss.item() at the step end
   b_.annotate("backward");
   // loss.backward(): the seed is ones_like(loss).
-  Tensor seed = Tensor::empty(b_, loss.t.meta(), MemCategory::kTemporary, StreamRole::kDefault, "loss grad seed");
+  Tensor seed = Tensor::empty(b_, loss.t.meta(), MemCategory::kTemporary, StreamRole::kDefault,
+                              "loss grad seed");
   OpCall fill;
   fill.kind = OpKind::kFill;
   fill.name = "ones_like(loss)";
@@ -231,7 +242,8 @@ double TrainingProgram::run_step(int step) {
   if (before_optimizer_) before_optimizer_(step);
   b_.annotate("optimizer");
   if (s_.training.optimizer.max_grad_norm > 0)
-    clip_grad_norm(b_, all_params_, s_.training.optimizer.max_grad_norm, mesh_info_for(s_, b_.rank()));
+    clip_grad_norm(b_, all_params_, s_.training.optimizer.max_grad_norm,
+                   mesh_info_for(s_, b_.rank()));
   optim_->step();
   optim_->zero_grad();
   // The host reads the loss back at the step boundary (loss.item()).

@@ -25,7 +25,8 @@ TensorParallel tensor_parallel_for(const Scenario& s, int rank);
 // dtype); 0 without tensor_parallel.async.
 uint64_t symmetric_memory_bytes(const Scenario& s);
 // How each block is checkpointed under the scenario's activation-checkpointing mode.
-std::vector<BlockCheckpoint> block_checkpointing(const ActivationCheckpointing& ac, int64_t n_layers);
+std::vector<BlockCheckpoint> block_checkpointing(const ActivationCheckpointing& ac,
+                                                 int64_t n_layers);
 
 class TrainingProgram {
  public:

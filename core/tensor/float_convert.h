@@ -7,7 +7,9 @@
 
 namespace fullshard {
 
-inline float bf16_to_float(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+inline float bf16_to_float(uint16_t h) {
+  return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
+}
 
 inline uint16_t float_to_bf16(float f) {
   uint32_t u = std::bit_cast<uint32_t>(f);
@@ -33,7 +35,7 @@ inline uint16_t float_to_fp16(float f) {
   uint32_t u = std::bit_cast<uint32_t>(f);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   u &= 0x7fffffffu;
-  if (u > 0x7f800000u) return sign | 0x7e00u;  // NaN
+  if (u > 0x7f800000u) return sign | 0x7e00u;   // NaN
   if (u >= 0x477ff000u) return sign | 0x7c00u;  // rounds to >= 65520: inf
   if (u < 0x38800000u) {
     // Result is subnormal (or zero) in fp16: round |f| / 2^-24 to the nearest integer, ties even.

@@ -32,7 +32,8 @@ double rms(const HardwareProfile& p, const std::vector<const Sample*>& samples) 
 // NOTE [Calibration fit]: one figure at a time, minimising the RMS log error of the samples it
 // governs. NCCL's choice of algorithm makes the objective piecewise, so a log-spaced grid over
 // [lo, hi] finds the basin and a golden-section search refines it.
-double fit_scalar(const std::function<double(double)>& objective, double lo, double hi, bool log_scale) {
+double fit_scalar(const std::function<double(double)>& objective, double lo, double hi,
+                  bool log_scale) {
   auto to = [&](double u) { return log_scale ? std::exp(u) : u; };
   double a = log_scale ? std::log(lo) : lo, b = log_scale ? std::log(hi) : hi;
   constexpr int kGrid = 120;
@@ -70,17 +71,20 @@ double fit_scalar(const std::function<double(double)>& objective, double lo, dou
 }
 
 // Sets each row of `table` that samples fall into to the median efficiency they achieved.
-bool fit_table(EfficiencyTable& table, const std::vector<std::pair<double, double>>& size_and_efficiency) {
+bool fit_table(EfficiencyTable& table,
+               const std::vector<std::pair<double, double>>& size_and_efficiency) {
   bool changed = false;
   for (size_t row = 0; row < table.rows.size(); ++row) {
     const double lo = table.rows[row].first;
-    const double hi = row == 0 ? std::numeric_limits<double>::infinity() : table.rows[row - 1].first;
+    const double hi =
+        row == 0 ? std::numeric_limits<double>::infinity() : table.rows[row - 1].first;
     std::vector<double> e;
     for (const auto& [size, eff] : size_and_efficiency)
       if (size >= lo && size < hi) e.push_back(eff);
     if (e.empty()) continue;
     std::sort(e.begin(), e.end());
-    const double median = e.size() % 2 ? e[e.size() / 2] : (e[e.size() / 2 - 1] + e[e.size() / 2]) / 2;
+    const double median =
+        e.size() % 2 ? e[e.size() / 2] : (e[e.size() / 2 - 1] + e[e.size() / 2]) / 2;
     table.rows[row].second = std::clamp(median, 1e-3, 1.0);
     changed = true;
   }
@@ -88,7 +92,8 @@ bool fit_table(EfficiencyTable& table, const std::vector<std::pair<double, doubl
 }
 
 nccl::Func parse_func(const json& v, const std::string& path) {
-  const std::string s = jr::get_choice(v, path, {"all_gather", "reduce_scatter", "all_reduce", "broadcast"});
+  const std::string s =
+      jr::get_choice(v, path, {"all_gather", "reduce_scatter", "all_reduce", "broadcast"});
   if (s == "all_gather") return nccl::Func::kAllGather;
   if (s == "reduce_scatter") return nccl::Func::kReduceScatter;
   if (s == "broadcast") return nccl::Func::kBroadcast;
@@ -121,7 +126,8 @@ double median(std::vector<double> v) {
 }
 
 // The "fsdp_hook" samples as a line in the unit's parameter count (NOTE [Direct samples]).
-void fit_fsdp_hooks(const std::vector<DirectSample>& direct, HardwareProfile& p, std::vector<std::string>& fitted) {
+void fit_fsdp_hooks(const std::vector<DirectSample>& direct, HardwareProfile& p,
+                    std::vector<std::string>& fitted) {
   std::vector<const DirectSample*> hooks;
   for (const auto& d : direct)
     if (d.figure == DirectFigure::kFsdpHook) hooks.push_back(&d);
@@ -155,10 +161,11 @@ double predict(const HardwareProfile& p, const CollectiveSample& s) {
 Instr kernel_of(const KernelSample& s) {
   Instr in;
   in.type = InstrType::kKernel;
-  in.op = s.norm                        ? (s.backward ? OpKind::kRMSNormBackward : OpKind::kRMSNorm)
-          : s.op == OpClass::kMatmul    ? OpKind::kLinear
-          : s.op == OpClass::kAttention ? (s.backward ? OpKind::kAttentionBackward : OpKind::kAttention)
-                                        : OpKind::kAdd;
+  in.op = s.norm                     ? (s.backward ? OpKind::kRMSNormBackward : OpKind::kRMSNorm)
+          : s.op == OpClass::kMatmul ? OpKind::kLinear
+          : s.op == OpClass::kAttention
+              ? (s.backward ? OpKind::kAttentionBackward : OpKind::kAttention)
+              : OpKind::kAdd;
   in.dtype = s.dtype;
   in.flops = s.flops;
   in.bytes = s.bytes;
@@ -196,7 +203,8 @@ bool parse_blas_workspace_measurement(const json& j, CalibrationInput& in) {
   int64_t most = 0;
   for (const char* k : {"forward_workspace_bytes", "backward_workspace_bytes"}) {
     if (!j.contains(k))
-      throw InputError(k, "is missing from a cuBLAS workspace measurement", "write the file with tools/measure/blas_workspace.py");
+      throw InputError(k, "is missing from a cuBLAS workspace measurement",
+                       "write the file with tools/measure/blas_workspace.py");
     most = std::max(most, jr::get_int(j.at(k), k, 0, int64_t{1} << 40, "33554432"));
   }
   in.blas_workspace_bytes = most;
@@ -210,68 +218,96 @@ CalibrationInput parse_calibration_input(const json& j) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
   if (j.contains("collectives")) {
     const json& a = j.at("collectives");
-    if (!a.is_array()) throw InputError("collectives", "is " + jr::describe(a) + ", not an array", "write a list of samples");
+    if (!a.is_array())
+      throw InputError("collectives", "is " + jr::describe(a) + ", not an array",
+                       "write a list of samples");
     for (size_t i = 0; i < a.size(); ++i) {
       const std::string P = jr::index_path("collectives", i);
       const json& o = a[i];
-      jr::require_object(o, P, "{\"collective\": \"all_gather\", \"nodes\": 1, \"gpus_per_node\": 8, \"bytes\": 1e9, \"time_us\": 2900}");
-      jr::reject_unknown_fields(o, P, {"collective", "nodes", "gpus_per_node", "bytes", "time_us", "busbw_gbs"});
-      for (const char* k : {"collective", "bytes"}) jr::require_field(o, P, k, "every sample gives it");
+      jr::require_object(o, P,
+                         "{\"collective\": \"all_gather\", \"nodes\": 1, \"gpus_per_node\": 8, "
+                         "\"bytes\": 1e9, \"time_us\": 2900}");
+      jr::reject_unknown_fields(
+          o, P, {"collective", "nodes", "gpus_per_node", "bytes", "time_us", "busbw_gbs"});
+      for (const char* k : {"collective", "bytes"})
+        jr::require_field(o, P, k, "every sample gives it");
       CollectiveSample s;
       s.func = parse_func(o.at("collective"), P + ".collective");
-      if (o.contains("nodes")) s.nodes = static_cast<int>(jr::get_int(o.at("nodes"), P + ".nodes", 1, 1 << 20, "2"));
+      if (o.contains("nodes"))
+        s.nodes = static_cast<int>(jr::get_int(o.at("nodes"), P + ".nodes", 1, 1 << 20, "2"));
       if (o.contains("gpus_per_node"))
-        s.ranks_per_node = static_cast<int>(jr::get_int(o.at("gpus_per_node"), P + ".gpus_per_node", 1, 1 << 20, "8"));
+        s.ranks_per_node = static_cast<int>(
+            jr::get_int(o.at("gpus_per_node"), P + ".gpus_per_node", 1, 1 << 20, "8"));
       // 2^50 (1 PiB): no collective moves more; the NCCL model converts bytes to an integer.
-      s.bytes = jr::get_number(o.at("bytes"), P + ".bytes", 0, false, 1125899906842624.0, true, "1073741824");
+      s.bytes = jr::get_number(o.at("bytes"), P + ".bytes", 0, false, 1125899906842624.0, true,
+                               "1073741824");
       if (o.contains("time_us") == o.contains("busbw_gbs"))
-        throw InputError(P, "gives " + std::string(o.contains("time_us") ? "both time_us and busbw_gbs" : "neither time_us nor busbw_gbs"),
-                         "give the measured time in us, or the bus bandwidth nccl-tests prints in GB/s");
+        throw InputError(
+            P,
+            "gives " + std::string(o.contains("time_us") ? "both time_us and busbw_gbs"
+                                                         : "neither time_us nor busbw_gbs"),
+            "give the measured time in us, or the bus bandwidth nccl-tests prints in GB/s");
       if (o.contains("time_us")) {
-        s.time_s = jr::get_number(o.at("time_us"), P + ".time_us", 0, false, kInf, false, "2900") * 1e-6;
+        s.time_s =
+            jr::get_number(o.at("time_us"), P + ".time_us", 0, false, kInf, false, "2900") * 1e-6;
       } else {
-        const double busbw = jr::get_number(o.at("busbw_gbs"), P + ".busbw_gbs", 0, false, kInf, false, "360");
+        const double busbw =
+            jr::get_number(o.at("busbw_gbs"), P + ".busbw_gbs", 0, false, kInf, false, "360");
         s.time_s = s.bytes * busbw_factor(s.func, s.nodes * s.ranks_per_node) / (busbw * 1e9);
         if (!std::isfinite(s.time_s))
-          throw InputError(P + ".busbw_gbs", "is " + jr::show(o.at("busbw_gbs")) + ", too small for a finite time", "write the bus bandwidth in GB/s, e.g. 360");
+          throw InputError(P + ".busbw_gbs",
+                           "is " + jr::show(o.at("busbw_gbs")) + ", too small for a finite time",
+                           "write the bus bandwidth in GB/s, e.g. 360");
       }
       if (s.nodes * s.ranks_per_node < 2)
-        throw InputError(P + ".gpus_per_node", "gives a one-rank collective", "measure over at least 2 GPUs");
+        throw InputError(P + ".gpus_per_node", "gives a one-rank collective",
+                         "measure over at least 2 GPUs");
       in.collectives.push_back(s);
     }
   }
   if (j.contains("kernels")) {
     const json& a = j.at("kernels");
-    if (!a.is_array()) throw InputError("kernels", "is " + jr::describe(a) + ", not an array", "write a list of samples");
+    if (!a.is_array())
+      throw InputError("kernels", "is " + jr::describe(a) + ", not an array",
+                       "write a list of samples");
     for (size_t i = 0; i < a.size(); ++i) {
       const std::string P = jr::index_path("kernels", i);
       const json& o = a[i];
-      jr::require_object(o, P, "{\"op\": \"matmul\", \"dtype\": \"bf16\", \"flops\": 1e12, \"bytes\": 1e8, \"time_s\": 0.0012}");
-      jr::reject_unknown_fields(o, P, {"op", "dtype", "flops", "bytes", "time_s", "m", "n", "k", "seq", "head_dim",
-                                       "params"});
+      jr::require_object(o, P,
+                         "{\"op\": \"matmul\", \"dtype\": \"bf16\", \"flops\": 1e12, \"bytes\": "
+                         "1e8, \"time_s\": 0.0012}");
+      jr::reject_unknown_fields(
+          o, P,
+          {"op", "dtype", "flops", "bytes", "time_s", "m", "n", "k", "seq", "head_dim", "params"});
       for (const char* k : {"op", "time_s"}) jr::require_field(o, P, k, "every sample gives it");
       KernelSample s;
-      const std::string op = jr::get_choice(o.at("op"), P + ".op",
-                                            {"matmul", "attention", "attention_backward", "vector", "norm",
-                                             "norm_backward", "kernel_gap", "eager_op", "copy_pinned",
-                                             "copy_pageable", "fsdp_hook"});
+      const std::string op = jr::get_choice(
+          o.at("op"), P + ".op",
+          {"matmul", "attention", "attention_backward", "vector", "norm", "norm_backward",
+           "kernel_gap", "eager_op", "copy_pinned", "copy_pageable", "fsdp_hook"});
       if (const auto direct = direct_figure(op)) {  // NOTE [Direct samples]
-        DirectSample d{*direct, 0, jr::get_number(o.at("time_s"), P + ".time_s", 0, false, kInf, false, "2e-6")};
+        DirectSample d{
+            *direct, 0,
+            jr::get_number(o.at("time_s"), P + ".time_s", 0, false, kInf, false, "2e-6")};
         if (d.figure == DirectFigure::kCopyPinned || d.figure == DirectFigure::kCopyPageable) {
           jr::require_field(o, P, "bytes", "a copy sample gives the bytes it moved");
           d.bytes = jr::get_number(o.at("bytes"), P + ".bytes", 0, false, kInf, false, "1e9");
         }
         if (d.figure == DirectFigure::kFsdpHook) {
-          jr::require_field(o, P, "params", "a hook sample gives the parameters of the hooked unit");
+          jr::require_field(o, P, "params",
+                            "a hook sample gives the parameters of the hooked unit");
           d.params = jr::get_int(o.at("params"), P + ".params", 0, int64_t{1} << 40, "8");
         }
         in.direct.push_back(d);
         continue;
       }
       if (o.contains("params"))
-        throw InputError(P + ".params", "is given on a " + op + " sample", "give params on fsdp_hook rows only");
+        throw InputError(P + ".params", "is given on a " + op + " sample",
+                         "give params on fsdp_hook rows only");
       s.norm = op == "norm" || op == "norm_backward";
-      s.op = op == "matmul" ? OpClass::kMatmul : op == "vector" || s.norm ? OpClass::kVector : OpClass::kAttention;
+      s.op = op == "matmul"             ? OpClass::kMatmul
+             : op == "vector" || s.norm ? OpClass::kVector
+                                        : OpClass::kAttention;
       s.backward = op == "attention_backward" || op == "norm_backward";
       if (s.norm && !o.contains("bytes"))
         throw InputError(P, "is a norm sample without bytes", "give the bytes the kernel moved");
@@ -288,11 +324,14 @@ CalibrationInput parse_calibration_input(const json& j) {
         const std::string d = jr::get_choice(o.at("dtype"), P + ".dtype", {"bf16", "fp16", "fp32"});
         s.dtype = *parse_float_dtype(d);
       }
-      if (o.contains("flops")) s.flops = jr::get_number(o.at("flops"), P + ".flops", 0, true, kInf, false, "1e12");
-      if (o.contains("bytes")) s.bytes = jr::get_number(o.at("bytes"), P + ".bytes", 0, true, kInf, false, "1e8");
+      if (o.contains("flops"))
+        s.flops = jr::get_number(o.at("flops"), P + ".flops", 0, true, kInf, false, "1e12");
+      if (o.contains("bytes"))
+        s.bytes = jr::get_number(o.at("bytes"), P + ".bytes", 0, true, kInf, false, "1e8");
       s.time_s = jr::get_number(o.at("time_s"), P + ".time_s", 0, false, kInf, false, "0.0012");
       if (s.flops <= 0 && s.bytes <= 0)
-        throw InputError(P, "has neither flops nor bytes", "give the kernel's FLOPs and/or bytes moved");
+        throw InputError(P, "has neither flops nor bytes",
+                         "give the kernel's FLOPs and/or bytes moved");
       in.kernels.push_back(s);
     }
   }
@@ -326,7 +365,8 @@ Calibration calibrate(const HardwareProfile& start, const CalibrationInput& inpu
   }
   c.collective_error_before = rms(start, all_coll);
   c.kernel_error_before = rms(start, all_kernels);
-  const char* kClasses[] = {"matmul", "attention", "attention_backward", "norm", "norm_backward", "vector"};
+  const char* kClasses[] = {"matmul", "attention",     "attention_backward",
+                            "norm",   "norm_backward", "vector"};
   auto class_samples = [&](const std::string& name) {
     std::vector<const KernelSample*> v;
     for (const KernelSample* s : all_kernels)
@@ -337,17 +377,20 @@ Calibration calibrate(const HardwareProfile& start, const CalibrationInput& inpu
     if (const auto v = class_samples(name); !v.empty())
       c.kernel_classes.push_back({name, static_cast<int>(v.size()), rms(start, v), 0.0});
 
-  auto fit = [&](const char* figure, double& value, const std::vector<const CollectiveSample*>& samples, double lo,
-                 double hi, bool log_scale) {
+  auto fit = [&](const char* figure, double& value,
+                 const std::vector<const CollectiveSample*>& samples, double lo, double hi,
+                 bool log_scale) {
     if (samples.empty()) return;
     const double before = value;
-    value = fit_scalar([&](double v) {
-      const double keep = value;
-      value = v;
-      const double e = rms(p, samples);
-      value = keep;
-      return e;
-    }, lo, hi, log_scale);
+    value = fit_scalar(
+        [&](double v) {
+          const double keep = value;
+          value = v;
+          const double e = rms(p, samples);
+          value = keep;
+          return e;
+        },
+        lo, hi, log_scale);
     if (value != before) c.fitted.push_back(figure);
   };
   fit("intra_node_bus_bandwidth", p.intra_node_bus_bandwidth, one_node, 1e8, 1e13, true);
@@ -370,11 +413,14 @@ Calibration calibrate(const HardwareProfile& start, const CalibrationInput& inpu
     c.fitted.push_back(figure);
   };
   for (const auto& d : input.direct)
-    if (d.figure == DirectFigure::kKernelGap && host_launch_s > 0 && d.time_s >= 0.5 * host_launch_s)
+    if (d.figure == DirectFigure::kKernelGap && host_launch_s > 0 &&
+        d.time_s >= 0.5 * host_launch_s)
       c.kernel_gap_launch_bound = true;
   if (!c.kernel_gap_launch_bound)
-    direct(DirectFigure::kKernelGap, "kernel_gap_s", p.kernel_gap_s, [](const DirectSample& d) { return d.time_s; });
-  if (input.blas_workspace_bytes > 0 && static_cast<uint64_t>(input.blas_workspace_bytes) != p.blas_workspace_bytes) {
+    direct(DirectFigure::kKernelGap, "kernel_gap_s", p.kernel_gap_s,
+           [](const DirectSample& d) { return d.time_s; });
+  if (input.blas_workspace_bytes > 0 &&
+      static_cast<uint64_t>(input.blas_workspace_bytes) != p.blas_workspace_bytes) {
     p.blas_workspace_bytes = static_cast<uint64_t>(input.blas_workspace_bytes);
     c.fitted.push_back("blas_workspace_bytes");
   }
@@ -405,10 +451,12 @@ Calibration calibrate(const HardwareProfile& start, const CalibrationInput& inpu
     if (compute_ideal >= memory_ideal) {
       const double achieved = compute_ideal / t;
       if (s.op == OpClass::kMatmul) {
-        mm.emplace_back(s.flops, achieved / (peaks.matmul_shape_factor(s.dims) * p.sustained_clock_ratio));
+        mm.emplace_back(s.flops,
+                        achieved / (peaks.matmul_shape_factor(s.dims) * p.sustained_clock_ratio));
       } else if (s.op == OpClass::kAttention) {
         const double hd = s.dims[2] > 0 ? static_cast<double>(s.dims[2]) : 128.0;
-        const double e = achieved / (p.attention_head_dim_efficiency.at(hd) * p.sustained_clock_ratio);
+        const double e =
+            achieved / (p.attention_head_dim_efficiency.at(hd) * p.sustained_clock_ratio);
         (s.backward ? attn_bwd : attn).emplace_back(static_cast<double>(s.dims[1]), e);
       } else {
         vec.emplace_back(s.flops, achieved);
@@ -419,7 +467,8 @@ Calibration calibrate(const HardwareProfile& start, const CalibrationInput& inpu
   }
   if (fit_table(p.matmul_efficiency, mm)) c.fitted.push_back("matmul_efficiency");
   if (fit_table(p.attention_efficiency, attn)) c.fitted.push_back("attention_efficiency");
-  if (fit_table(p.attention_backward_efficiency, attn_bwd)) c.fitted.push_back("attention_backward_efficiency");
+  if (fit_table(p.attention_backward_efficiency, attn_bwd))
+    c.fitted.push_back("attention_backward_efficiency");
   if (fit_table(p.vector_efficiency, vec)) c.fitted.push_back("vector_efficiency");
   if (fit_table(p.memory_efficiency, mem)) c.fitted.push_back("memory_efficiency");
   if (!norm.empty()) {

@@ -88,8 +88,8 @@ struct KernelClassError {
 };
 
 struct Calibration {
-  HardwareProfile profile;             // the fitted profile
-  std::vector<std::string> fitted;     // figures changed, in the order they were fitted
+  HardwareProfile profile;          // the fitted profile
+  std::vector<std::string> fitted;  // figures changed, in the order they were fitted
   // Root-mean-square of ln(predicted / measured) over the samples, before and after.
   double collective_error_before = 0, collective_error_after = 0;
   double kernel_error_before = 0, kernel_error_after = 0;
@@ -104,7 +104,8 @@ struct Calibration {
 // Fits intra_node_bus_bandwidth (one-node samples), nvls_efficiency (one-node all-reduces,
 // NVLS hardware), network_bus_bandwidth (multi-node samples) and the efficiency tables'
 // entries that samples fall into; kernel_gap_s, eager_dispatch_s, the copy bandwidths and
-// fsdp_hook_s / fsdp_hook_param_s from direct samples (NOTE [Direct samples]). NCCL's latency tables are not fitted.
+// fsdp_hook_s / fsdp_hook_param_s from direct samples (NOTE [Direct samples]). NCCL's latency
+// tables are not fitted.
 Calibration calibrate(const HardwareProfile& start, const CalibrationInput& input);
 
 // A kernel sample's class (KernelClassError's names), and whether it is launch-bound (NOTE

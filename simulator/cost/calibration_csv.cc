@@ -36,22 +36,28 @@ nlohmann::json cell_value(const std::string& s, int line, const std::string& col
   if (end != s.c_str() && *end == '\0') {
     if (!std::isfinite(v))
       throw InputError("line " + std::to_string(line) + " column " + column,
-                       "is '" + s + "', not a finite number", "write a finite number such as 2900 or 1.5e9");
+                       "is '" + s + "', not a finite number",
+                       "write a finite number such as 2900 or 1.5e9");
     return v;
   }
   return s;
 }
 
-const std::vector<std::string> kCollectiveColumns = {"collective", "nodes", "gpus_per_node", "bytes", "time_us", "busbw_gbs"};
-const std::vector<std::string> kKernelColumns = {"op", "dtype", "flops", "bytes", "time_s", "m", "n", "k", "seq", "head_dim", "params"};
+const std::vector<std::string> kCollectiveColumns = {"collective", "nodes",   "gpus_per_node",
+                                                     "bytes",      "time_us", "busbw_gbs"};
+const std::vector<std::string> kKernelColumns = {"op", "dtype", "flops", "bytes",    "time_s", "m",
+                                                 "n",  "k",     "seq",   "head_dim", "params"};
 
-bool has(const std::vector<std::string>& v, const std::string& s) { return std::find(v.begin(), v.end(), s) != v.end(); }
+bool has(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
 
 }  // namespace
 
 CalibrationCsv parse_calibration_csv(const std::string& text) {
   CalibrationCsv out;
-  out.measurements = {{"collectives", nlohmann::json::array()}, {"kernels", nlohmann::json::array()}};
+  out.measurements = {{"collectives", nlohmann::json::array()},
+                      {"kernels", nlohmann::json::array()}};
   std::vector<std::string> header;
   std::stringstream in(text);
   std::string line;
@@ -66,29 +72,34 @@ CalibrationCsv parse_calibration_csv(const std::string& text) {
       for (const auto& c : header)
         if (!has(kCollectiveColumns, c) && !has(kKernelColumns, c))
           throw InputError("line " + std::to_string(number), "has the unknown column '" + c + "'",
-                           "use collective, nodes, gpus_per_node, bytes, time_us, busbw_gbs (nccl-tests samples) "
+                           "use collective, nodes, gpus_per_node, bytes, time_us, busbw_gbs "
+                           "(nccl-tests samples) "
                            "and op, dtype, flops, time_s (kernel samples)");
       continue;
     }
     if (cells.size() > header.size())
       throw InputError("line " + std::to_string(number),
-                       "has " + std::to_string(cells.size()) + " cells but the header names " + std::to_string(header.size()),
+                       "has " + std::to_string(cells.size()) + " cells but the header names " +
+                           std::to_string(header.size()),
                        "give one cell per header column");
     nlohmann::json row = nlohmann::json::object();
     for (size_t i = 0; i < cells.size(); ++i)
       if (!cells[i].empty()) row[header[i]] = cell_value(cells[i], number, header[i]);
     const bool coll = row.contains("collective"), kern = row.contains("op");
     if (coll == kern)
-      throw InputError("line " + std::to_string(number),
-                       coll ? "gives both a collective and an op" : "gives neither a collective nor an op",
-                       "one sample per row: an nccl-tests line (collective) or a kernel timing (op)");
+      throw InputError(
+          "line " + std::to_string(number),
+          coll ? "gives both a collective and an op" : "gives neither a collective nor an op",
+          "one sample per row: an nccl-tests line (collective) or a kernel timing (op)");
     nlohmann::json sample = nlohmann::json::object();
     for (auto& [k, v] : row.items())
-      if (has(coll ? kCollectiveColumns : kKernelColumns, k)) sample[k] = v;
+      if (has(coll ? kCollectiveColumns : kKernelColumns, k))
+        sample[k] = v;
       else
-        throw InputError("line " + std::to_string(number) + " column " + k, "is not a field of a " +
-                             std::string(coll ? "collective" : "kernel") + " sample",
-                         "leave it empty on this row");
+        throw InputError(
+            "line " + std::to_string(number) + " column " + k,
+            "is not a field of a " + std::string(coll ? "collective" : "kernel") + " sample",
+            "leave it empty on this row");
     if (coll) {
       out.measurements["collectives"].push_back(sample);
       out.collective_lines.push_back(number);

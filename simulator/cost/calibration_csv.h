@@ -12,9 +12,9 @@
 namespace fullshard::sim {
 
 struct CalibrationCsv {
-  nlohmann::json measurements;            // {"collectives": [...], "kernels": [...]}
-  std::vector<int> collective_lines;      // CSV line (1-based) of each collectives[i]
-  std::vector<int> kernel_lines;          // CSV line of each kernels[i]
+  nlohmann::json measurements;        // {"collectives": [...], "kernels": [...]}
+  std::vector<int> collective_lines;  // CSV line (1-based) of each collectives[i]
+  std::vector<int> kernel_lines;      // CSV line of each kernels[i]
 };
 
 // Throws InputError naming the line and column for an unknown column, a row that is neither

@@ -25,7 +25,7 @@ CollectiveMatmulTimes all_gather_matmul_times(const CollectiveMatmulCosts& c) {
   const double start = c.local_copy_s + c.barrier_s;
   double compute_end = start + c.chunk_matmul_s;  // the own shard's products
   double copy_end = start;
-  double stream_end[2] = {compute_end, start};    // current stream, backend stream
+  double stream_end[2] = {compute_end, start};  // current stream, backend stream
   for (int k = 1; k < n; ++k) {
     double& stream = stream_end[k % 2];
     copy_end = std::max(copy_end, stream) + c.chunk_copy_s;
@@ -49,7 +49,8 @@ CollectiveMatmulTimes matmul_reduce_scatter_times(const CollectiveMatmulCosts& c
     copy_end = std::max(compute_end + c.barrier_s, copy_end) + c.chunk_copy_s;
     stream = copy_end + c.barrier_s;
   }
-  compute_end = std::max(stream_end[0], compute_end) + c.chunk_matmul_s;  // the own rows, current stream
+  compute_end =
+      std::max(stream_end[0], compute_end) + c.chunk_matmul_s;  // the own rows, current stream
   CollectiveMatmulTimes t;
   t.total_s = std::max(compute_end, stream_end[1]) + (n > 1 ? c.barrier_s : 0.0) + c.reduce_s;
   t.compute_s = n * c.chunk_matmul_s + c.reduce_s;

@@ -21,7 +21,8 @@ OpClass op_class(OpKind k) {
   }
 }
 
-ComputeModel::ComputeModel(const HardwareProfile& hw, ComputeOptions options) : hw_(hw), options_(options) {}
+ComputeModel::ComputeModel(const HardwareProfile& hw, ComputeOptions options)
+    : hw_(hw), options_(options) {}
 
 double ComputeModel::peak_flops(OpClass c, DType dtype) const {
   if (c == OpClass::kVector) return hw_.peak_flops_fp32;
@@ -50,14 +51,17 @@ double ComputeModel::matmul_shape_factor(const std::array<int64_t, 3>& dims) con
 double ComputeModel::compute_efficiency(const Instr& k) const {
   switch (op_class(k.op)) {
     case OpClass::kMatmul:
-      return hw_.matmul_efficiency.at(k.flops) * matmul_shape_factor(k.dims) * hw_.sustained_clock_ratio;
+      return hw_.matmul_efficiency.at(k.flops) * matmul_shape_factor(k.dims) *
+             hw_.sustained_clock_ratio;
     case OpClass::kAttention: {
       // NOTE [Attention backends' cost]: the efficient and cuDNN kernels are priced with the
       // profile's (flash-attention) tables: no profile has measured figures for them yet
       // (docs/cost-model.md, Limits); their saved tensors and scratch differ exactly.
-      const bool backward = k.op == OpKind::kAttentionBackward || k.op == OpKind::kAttentionEfficientBackward ||
+      const bool backward = k.op == OpKind::kAttentionBackward ||
+                            k.op == OpKind::kAttentionEfficientBackward ||
                             k.op == OpKind::kAttentionCudnnBackward;
-      const EfficiencyTable& t = backward ? hw_.attention_backward_efficiency : hw_.attention_efficiency;
+      const EfficiencyTable& t =
+          backward ? hw_.attention_backward_efficiency : hw_.attention_efficiency;
       const double seq = static_cast<double>(k.dims[1]);
       const double head_dim = k.dims[2] > 0 ? static_cast<double>(k.dims[2]) : 128.0;
       return t.at(seq) * hw_.attention_head_dim_efficiency.at(head_dim) * hw_.sustained_clock_ratio;
@@ -95,7 +99,8 @@ int ComputeModel::eager_kernel_count(const Instr& k) const {
   if (hw_.compute_capability == 0 || k.place != KernelPlace::kDevice) return 1;
   // A collective-matmul (Python in torch.distributed._symmetric_memory) launches, per chunk, its
   // products, a pull and a barrier: about three launches per tp rank.
-  if (k.op == OpKind::kAllGatherMatmul || k.op == OpKind::kMatmulReduceScatter) return 3 * std::max(1, k.parts);
+  if (k.op == OpKind::kAllGatherMatmul || k.op == OpKind::kMatmulReduceScatter)
+    return 3 * std::max(1, k.parts);
   return kernels_for(k.op);
 }
 
@@ -119,12 +124,16 @@ CollectiveMatmulTimes ComputeModel::collective_matmul(const Instr& k) const {
   CollectiveMatmulCosts c;
   c.parts = n;
   c.chunk_matmul_s = device_seconds(chunk);
-  const double link = hw_.intra_node_bus_bandwidth > 0 ? hw_.intra_node_bus_bandwidth : hw_.nvlink_bandwidth;
-  const double chunk_bytes = elt * static_cast<double>(rows * (k.op == OpKind::kAllGatherMatmul ? K : N));
+  const double link =
+      hw_.intra_node_bus_bandwidth > 0 ? hw_.intra_node_bus_bandwidth : hw_.nvlink_bandwidth;
+  const double chunk_bytes =
+      elt * static_cast<double>(rows * (k.op == OpKind::kAllGatherMatmul ? K : N));
   c.chunk_copy_s = link > 0 ? chunk_bytes / link + hw_.kernel_gap_s : 0.0;
   c.barrier_s = hw_.kernel_gap_s;
   auto hbm = [&](double bytes) {
-    return bytes > 0 ? bytes / (hw_.hbm_bandwidth * hw_.memory_efficiency.at(bytes)) + hw_.kernel_gap_s : 0.0;
+    return bytes > 0
+               ? bytes / (hw_.hbm_bandwidth * hw_.memory_efficiency.at(bytes)) + hw_.kernel_gap_s
+               : 0.0;
   };
   if (k.op == OpKind::kAllGatherMatmul) {
     c.local_copy_s = hbm(2 * chunk_bytes);
@@ -136,13 +145,16 @@ CollectiveMatmulTimes ComputeModel::collective_matmul(const Instr& k) const {
 }
 
 double ComputeModel::device_seconds(const Instr& k) const {
-  if (k.op == OpKind::kAllGatherMatmul || k.op == OpKind::kMatmulReduceScatter) return collective_matmul(k).total_s;
+  if (k.op == OpKind::kAllGatherMatmul || k.op == OpKind::kMatmulReduceScatter)
+    return collective_matmul(k).total_s;
   const bool gpu = hw_.compute_capability > 0;
   const int kernels = gpu ? kernels_for(k.op) : 1;
   double compute = 0, memory = 0;
-  if (k.flops > 0) compute = k.flops / (peak_flops(op_class(k.op), k.dtype) * compute_efficiency(k));
+  if (k.flops > 0)
+    compute = k.flops / (peak_flops(op_class(k.op), k.dtype) * compute_efficiency(k));
   if (k.bytes > 0) {
-    const double eff = gpu && is_norm(k.op) ? hw_.norm_memory_efficiency : hw_.memory_efficiency.at(k.bytes / kernels);
+    const double eff = gpu && is_norm(k.op) ? hw_.norm_memory_efficiency
+                                            : hw_.memory_efficiency.at(k.bytes / kernels);
     memory = k.bytes / (hw_.hbm_bandwidth * eff);
   }
   return std::max(compute, memory) + kernels * hw_.kernel_gap_s;
@@ -150,12 +162,15 @@ double ComputeModel::device_seconds(const Instr& k) const {
 
 double ComputeModel::copy_seconds(double transfer_bytes) const {
   if (transfer_bytes <= 0) return 0;
-  return transfer_bytes / (options_.pinned_memory ? hw_.pinned_copy_bandwidth : hw_.pageable_copy_bandwidth);
+  return transfer_bytes /
+         (options_.pinned_memory ? hw_.pinned_copy_bandwidth : hw_.pageable_copy_bandwidth);
 }
 
 double ComputeModel::pageable_copy_seconds(double transfer_bytes) const {
   // A profile without the figure copies in no time (as checkpoint_cost prices it).
-  return transfer_bytes > 0 && hw_.pageable_copy_bandwidth > 0 ? transfer_bytes / hw_.pageable_copy_bandwidth : 0;
+  return transfer_bytes > 0 && hw_.pageable_copy_bandwidth > 0
+             ? transfer_bytes / hw_.pageable_copy_bandwidth
+             : 0;
 }
 
 double ComputeModel::storage_write_seconds(const Instr& write) const {

@@ -22,9 +22,10 @@ enum class OpClass : uint8_t {
 OpClass op_class(OpKind k);
 
 struct ComputeOptions {
-  bool pinned_memory = true;    // fsdp.cpu_offload.pin_memory: H2D / D2H from page-locked memory
+  bool pinned_memory = true;  // fsdp.cpu_offload.pin_memory: H2D / D2H from page-locked memory
   int host_threads_per_rank = 1;
-  double storage_write_bandwidth = 2e9;  // bytes/s per node: training.checkpoint's (NOTE [Checkpoint storage bandwidth])
+  double storage_write_bandwidth =
+      2e9;  // bytes/s per node: training.checkpoint's (NOTE [Checkpoint storage bandwidth])
 };
 
 class ComputeModel {

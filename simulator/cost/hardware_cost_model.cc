@@ -23,10 +23,13 @@ nccl::Func func_of(CollectiveKind k) {
 
 }  // namespace
 
-HardwareCostModel::HardwareCostModel(const HardwareProfile& hw, const ClusterLayout& layout, ComputeOptions compute)
+HardwareCostModel::HardwareCostModel(const HardwareProfile& hw, const ClusterLayout& layout,
+                                     ComputeOptions compute)
     : compute_(hw, compute), layout_(layout), platform_(nccl::platform_from(hw)) {}
 
-double HardwareCostModel::kernel_seconds(const Instr& kernel) const { return compute_.kernel_seconds(kernel); }
+double HardwareCostModel::kernel_seconds(const Instr& kernel) const {
+  return compute_.kernel_seconds(kernel);
+}
 
 double HardwareCostModel::launch_seconds(const Instr& op) const {
   if (op.type == InstrType::kKernel) return compute_.launch_seconds(op);
@@ -59,14 +62,17 @@ const HardwareCostModel::GroupEntry& HardwareCostModel::entry(const GroupInfo& g
   e.first = first;
   e.last = last;
   e.topology = group_topology(group.ranks, layout_);
-  for (int f = 0; f < 4; ++f) e.tables[static_cast<size_t>(f)] = nccl::tune(platform_, e.topology, static_cast<nccl::Func>(f));
+  for (int f = 0; f < 4; ++f)
+    e.tables[static_cast<size_t>(f)] =
+        nccl::tune(platform_, e.topology, static_cast<nccl::Func>(f));
   return cache_[&group] = e;
 }
 
 nccl::Choice HardwareCostModel::choice(const Instr& c, const GroupInfo& group) const {
   const GroupEntry& e = entry(group);
   const nccl::Func f = func_of(c.coll);
-  const double bytes = c.coll == CollectiveKind::kBarrier ? kBarrierBytes : static_cast<double>(c.coll_bytes);
+  const double bytes =
+      c.coll == CollectiveKind::kBarrier ? kBarrierBytes : static_cast<double>(c.coll_bytes);
   return nccl::choose(e.tables[static_cast<size_t>(f)], platform_, e.topology, f, bytes);
 }
 
@@ -74,14 +80,16 @@ double HardwareCostModel::collective_seconds(const Instr& c, const GroupInfo& gr
   return choice(c, group).time_us * 1e-6;
 }
 
-CollectiveChoice HardwareCostModel::collective_choice(const Instr& c, const GroupInfo& group) const {
+CollectiveChoice HardwareCostModel::collective_choice(const Instr& c,
+                                                      const GroupInfo& group) const {
   if (group.ranks.size() <= 1) return {};
   const nccl::Choice ch = choice(c, group);
   return {nccl::algo_name(ch.algo), nccl::proto_name(ch.proto)};
 }
 
 KernelComm HardwareCostModel::kernel_comm(const Instr& k) const {
-  if (k.type != InstrType::kKernel || (k.op != OpKind::kAllGatherMatmul && k.op != OpKind::kMatmulReduceScatter))
+  if (k.type != InstrType::kKernel ||
+      (k.op != OpKind::kAllGatherMatmul && k.op != OpKind::kMatmulReduceScatter))
     return {};
   const CollectiveMatmulTimes t = compute_.collective_matmul(k);
   return {t.comm_s, std::max(0.0, t.total_s - t.compute_s)};

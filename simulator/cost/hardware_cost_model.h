@@ -16,19 +16,23 @@ namespace fullshard::sim {
 
 class HardwareCostModel final : public CostModel {
  public:
-  HardwareCostModel(const HardwareProfile& hw, const ClusterLayout& layout, ComputeOptions compute = {});
+  HardwareCostModel(const HardwareProfile& hw, const ClusterLayout& layout,
+                    ComputeOptions compute = {});
 
   double kernel_seconds(const Instr& kernel) const override;
   double collective_seconds(const Instr& collective, const GroupInfo& group) const override;
   double launch_overhead_seconds() const override { return compute_.hardware().launch_overhead_s; }
-  double storage_write_seconds(const Instr& write) const override { return compute_.storage_write_seconds(write); }
+  double storage_write_seconds(const Instr& write) const override {
+    return compute_.storage_write_seconds(write);
+  }
   // An FSDP hook: fsdp_hook_s + its parameters x fsdp_hook_param_s (NOTE [FSDP hook host cost]).
   double host_work_seconds(const Instr& work) const override;
   // Kernels: the compute model's dispatch + launches (eager PyTorch); collectives: one launch
   // plus the framework's dispatch.
   double launch_seconds(const Instr& op) const override;
   // The (algorithm, protocol) NCCL's tuner picks, e.g. {"ring", "simple"}.
-  CollectiveChoice collective_choice(const Instr& collective, const GroupInfo& group) const override;
+  CollectiveChoice collective_choice(const Instr& collective,
+                                     const GroupInfo& group) const override;
   // Link class 0 for a group inside one node, 1 across nodes; compute slowdown
   // overlap_slowdown_nvlink or overlap_slowdown_network accordingly. None for one rank.
   CollectiveLoad collective_load(const Instr& collective, const GroupInfo& group) const override;

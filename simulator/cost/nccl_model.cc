@@ -22,24 +22,36 @@ using Row = std::array<double, kNumProtos>;
 using AlgoRows = std::array<Row, kNumAlgos>;
 
 // Base latency of every call, us.
-constexpr AlgoRows kBaseLatency = {{{6.8, 14.0, 8.4}, {6.6, 14.0, 8.4}, {0, 0, 0}, {0, 0, 0}, {8.0, 8.0, 8.0}}};
+constexpr AlgoRows kBaseLatency = {
+    {{6.8, 14.0, 8.4}, {6.6, 14.0, 8.4}, {0, 0, 0}, {0, 0, 0}, {8.0, 8.0, 8.0}}};
 // Per-hop latency by link type, us.
-constexpr AlgoRows kNvlinkLatency = {{{0.6, 1.25, 4.0}, {0.6, 1.9, 3.4}, {0, 0, 25}, {0, 0, 25}, {0, 0, 4.0}}};
-constexpr AlgoRows kPciLatency = {{{1.0, 1.9, 4.0}, {1.0, 2.5, 5.7}, {0, 0, 0}, {0, 0, 0}, {0, 0, 4.0}}};
-constexpr AlgoRows kNetLatency = {{{5.0, 8.5, 14}, {2.7, 4.0, 14.0}, {0, 0, 18}, {0, 0, 20.9}, {0, 0, 14}}};
+constexpr AlgoRows kNvlinkLatency = {
+    {{0.6, 1.25, 4.0}, {0.6, 1.9, 3.4}, {0, 0, 25}, {0, 0, 25}, {0, 0, 4.0}}};
+constexpr AlgoRows kPciLatency = {
+    {{1.0, 1.9, 4.0}, {1.0, 2.5, 5.7}, {0, 0, 0}, {0, 0, 0}, {0, 0, 4.0}}};
+constexpr AlgoRows kNetLatency = {
+    {{5.0, 8.5, 14}, {2.7, 4.0, 14.0}, {0, 0, 18}, {0, 0, 20.9}, {0, 0, 14}}};
 // Per-architecture caps, GB/s, indexed [arch][min(nNodes, 3) - 1].
 using ArchCaps = std::array<std::array<double, 3>, 4>;
 // LL: row = arch for one node; multi-node rows are by CPU vendor (0 Intel, 1 AMD).
-constexpr ArchCaps kLLMaxBw = {{{39.0, 39.0, 20.4}, {87.7, 22.5, 19.0}, {141.0, 45.0, 35.0}, {282.0, 90.0, 70.0}}};
-constexpr ArchCaps kPerChMaxRingLL128Bw = {{{20, 20, 20}, {20, 20, 20}, {36.7, 36.7, 36.7}, {40, 40, 40}}};
-constexpr ArchCaps kPerChMaxTreeLL128Bw = {{{20, 20, 20}, {20, 20, 20}, {36.7, 36.7, 29.0}, {55.6, 31.67, 20.0}}};
-constexpr ArchCaps kPerChMaxTreeBw = {{{26.5, 18.5, 10.0}, {24.0, 23.6, 17.8}, {38.7, 41.4, 36.0}, {70.0, 42.8, 24.0}}};
-constexpr ArchCaps kPerChMaxNvlsTreeBw = {{{26.5, 18.5, 10.0}, {24.0, 23.6, 17.8}, {0, 57.7, 45.5}, {0, 96.0, 80.0}}};
+constexpr ArchCaps kLLMaxBw = {
+    {{39.0, 39.0, 20.4}, {87.7, 22.5, 19.0}, {141.0, 45.0, 35.0}, {282.0, 90.0, 70.0}}};
+constexpr ArchCaps kPerChMaxRingLL128Bw = {
+    {{20, 20, 20}, {20, 20, 20}, {36.7, 36.7, 36.7}, {40, 40, 40}}};
+constexpr ArchCaps kPerChMaxTreeLL128Bw = {
+    {{20, 20, 20}, {20, 20, 20}, {36.7, 36.7, 29.0}, {55.6, 31.67, 20.0}}};
+constexpr ArchCaps kPerChMaxTreeBw = {
+    {{26.5, 18.5, 10.0}, {24.0, 23.6, 17.8}, {38.7, 41.4, 36.0}, {70.0, 42.8, 24.0}}};
+constexpr ArchCaps kPerChMaxNvlsTreeBw = {
+    {{26.5, 18.5, 10.0}, {24.0, 23.6, 17.8}, {0, 57.7, 45.5}, {0, 96.0, 80.0}}};
 // Tree all-reduce bandwidth correction for medium sizes, by log2(bytes / 64), per protocol.
 constexpr std::array<std::array<double, 24>, kNumProtos> kTreeCorrection = {{
-    {1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0},
-    {1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0},
-    {.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9},
+    {1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7,  .7,  .7,  .6,  .5,
+     .4,  .4,  .5,  .6,  .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0},
+    {1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7,  .6,  .6,
+     .6,  .6,  .6,  .6,  .8,  .9, .9, .9, .9, 1.0, 1.0, 1.0},
+    {.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5,
+     .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9},
 }};
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -96,7 +108,10 @@ const char* proto_name(Proto p) {
 NcclPlatform platform_from(const HardwareProfile& p) {
   NcclPlatform n;
   n.compute_capability = p.compute_capability;
-  n.arch = p.compute_capability >= 100 ? 3 : p.compute_capability >= 90 ? 2 : p.compute_capability >= 80 ? 1 : 0;
+  n.arch = p.compute_capability >= 100  ? 3
+           : p.compute_capability >= 90 ? 2
+           : p.compute_capability >= 80 ? 1
+                                        : 0;
   n.nvlink = p.intra_node_link == IntraNodeLink::kNvlink;
   n.intra_bus_gbs = p.intra_node_bus_bandwidth / 1e9;
   n.net_bus_gbs = p.network_bus_bandwidth / 1e9;
@@ -126,7 +141,7 @@ TuningTable tune(const NcclPlatform& P, const GroupTopology& G, Func func) {
   // and for NVLS the search may raise one side to twice the other; that is kept.
   const double net_total = G.min_ppn * P.net_bus_gbs;
   const double ring_bus = nodes == 1 ? P.intra_bus_gbs : std::min(P.intra_bus_gbs, net_total);
-  const double tree_bus = nodes == 1 ? P.intra_bus_gbs
+  const double tree_bus = nodes == 1   ? P.intra_bus_gbs
                           : nodes == 2 ? std::min(P.intra_bus_gbs, 2 * net_total)
                                        : std::min(P.intra_bus_gbs, net_total);
   const int nsteps = func == Func::kAllReduce ? 2 * (n - 1) : is_ag_rs(func) ? n - 1 : n;
@@ -156,19 +171,25 @@ TuningTable tune(const NcclPlatform& P, const GroupTopology& G, Func func) {
         intra_bw *= func == Func::kAllReduce ? 2.0 : (ppn - 1) / ppn;
         const double inter_ch = nodes == 1 ? 2 * intra_ch : net_total / nch;
         const double inter_bw = inter_ch * (nodes <= 2 && a == kNvlsTree ? 2 : 1);
-        const double cap = a == kNvlsTree ? kPerChMaxNvlsTreeBw[static_cast<size_t>(cc)][static_cast<size_t>(idx2)] : kInf;
+        const double cap =
+            a == kNvlsTree ? kPerChMaxNvlsTreeBw[static_cast<size_t>(cc)][static_cast<size_t>(idx2)]
+                           : kInf;
         bus = nch * std::min({intra_bw, inter_bw, cap});
         // NVLS all-gather / reduce-scatter across nodes needs CollNet (disabled above).
       }
       if (a == kRing && p == kLL) bus = std::min(ll_max, bus * 0.5);
       if (a == kRing && p == kLL128)
-        bus = std::min(bus * 0.92, nch * kPerChMaxRingLL128Bw[static_cast<size_t>(cc)][static_cast<size_t>(idx2)]);
+        bus = std::min(
+            bus * 0.92,
+            nch * kPerChMaxRingLL128Bw[static_cast<size_t>(cc)][static_cast<size_t>(idx2)]);
       if (a == kTree && func == Func::kAllReduce)
-        bus = std::min(bus * 0.92, nch * kPerChMaxTreeBw[static_cast<size_t>(cc)][static_cast<size_t>(idx2)]);
+        bus = std::min(bus * 0.92,
+                       nch * kPerChMaxTreeBw[static_cast<size_t>(cc)][static_cast<size_t>(idx2)]);
       if (a == kTree && p == kLL) bus = std::min(bus / 3.8, ll_max);
       if (a == kTree && p == kLL128)
-        bus = std::min(bus * (nodes == 1 ? 7.0 / 9.0 : 120.0 / 128.0),
-                       nch * kPerChMaxTreeLL128Bw[static_cast<size_t>(cc)][static_cast<size_t>(idx2)]);
+        bus = std::min(
+            bus * (nodes == 1 ? 7.0 / 9.0 : 120.0 / 128.0),
+            nch * kPerChMaxTreeLL128Bw[static_cast<size_t>(cc)][static_cast<size_t>(idx2)]);
       if (a == kPat) bus *= 0.75;
       // ---- bus bandwidth -> algorithm bandwidth (not for non-ring all-gather / reduce-scatter)
       if (!(a != kRing && is_ag_rs(func))) {
@@ -181,7 +202,8 @@ TuningTable tune(const NcclPlatform& P, const GroupTopology& G, Func func) {
       // ---- latency
       const double intra = intra_lat[static_cast<size_t>(a)][static_cast<size_t>(p)];
       // With one rank per node the network latency is fully exposed: NCCL uses the tree's.
-      const double inter = ppn == 1 ? kNetLatency[kTree][static_cast<size_t>(p)] : kNetLatency[static_cast<size_t>(a)][static_cast<size_t>(p)];
+      const double inter = ppn == 1 ? kNetLatency[kTree][static_cast<size_t>(p)]
+                                    : kNetLatency[static_cast<size_t>(a)][static_cast<size_t>(p)];
       double lat = kBaseLatency[static_cast<size_t>(a)][static_cast<size_t>(p)];
       if (a == kRing) {
         if (func == Func::kBroadcast) {
@@ -190,7 +212,9 @@ TuningTable tune(const NcclPlatform& P, const GroupTopology& G, Func func) {
           double net_overhead = 0;
           if (nodes > 1) net_overhead = P.net_overhead_us * (p == kSimple ? 3 : 1);
           const double intra_eff = std::max(intra, net_overhead);
-          const int inter_steps = nodes == 1 ? 0 : func == Func::kAllReduce ? 2 * (nodes - 1) : nodes - 1;
+          const int inter_steps = nodes == 1                 ? 0
+                                  : func == Func::kAllReduce ? 2 * (nodes - 1)
+                                                             : nodes - 1;
           lat += (nsteps - inter_steps) * intra_eff + inter_steps * inter;
         }
       } else if (a == kTree) {
@@ -209,8 +233,8 @@ TuningTable tune(const NcclPlatform& P, const GroupTopology& G, Func func) {
   return t;
 }
 
-double algo_time_us(const TuningTable& t, const NcclPlatform& P, const GroupTopology& G, Func func, Algo algo,
-                    Proto proto, double bytes) {
+double algo_time_us(const TuningTable& t, const NcclPlatform& P, const GroupTopology& G, Func func,
+                    Algo algo, Proto proto, double bytes) {
   const size_t a = static_cast<size_t>(algo), p = static_cast<size_t>(proto);
   double bw = t.bandwidth_gbs[a][p];
   double lat = t.latency_us[a][p];
@@ -228,13 +252,15 @@ double algo_time_us(const TuningTable& t, const NcclPlatform& P, const GroupTopo
   return lat + bytes / (1000.0 * bw);
 }
 
-Choice choose(const TuningTable& t, const NcclPlatform& P, const GroupTopology& G, Func func, double bytes) {
+Choice choose(const TuningTable& t, const NcclPlatform& P, const GroupTopology& G, Func func,
+              double bytes) {
   Choice best;
   if (G.nranks <= 1) return best;
   double min_time = kInf;
   for (int a = 0; a < kNumAlgos; ++a) {
     for (int p = 0; p < kNumProtos; ++p) {
-      const double time = algo_time_us(t, P, G, func, static_cast<Algo>(a), static_cast<Proto>(p), bytes);
+      const double time =
+          algo_time_us(t, P, G, func, static_cast<Algo>(a), static_cast<Proto>(p), bytes);
       if (time >= 0 && time < min_time) {
         min_time = time;
         best = Choice{static_cast<Algo>(a), static_cast<Proto>(p), time};

@@ -29,17 +29,17 @@ const char* proto_name(Proto p);  // "ll", "ll128", "simple"
 
 // What NCCL's tuner knows about the machine.
 struct NcclPlatform {
-  int arch = 2;               // NCCL's compCapIndex: 0 Volta (and non-GPUs), 1 Ampere, 2 Hopper, 3 Blackwell
+  int arch = 2;  // NCCL's compCapIndex: 0 Volta (and non-GPUs), 1 Ampere, 2 Hopper, 3 Blackwell
   int compute_capability = 90;
-  bool nvlink = true;         // intra-node link type: NVLink (else PCI) for the latency tables
-  double intra_bus_gbs = 0;   // nChannels x bwIntra: ring bus bandwidth inside a node, GB/s
-  double net_bus_gbs = 0;     // what one GPU's NIC gives NCCL, GB/s
+  bool nvlink = true;        // intra-node link type: NVLink (else PCI) for the latency tables
+  double intra_bus_gbs = 0;  // nChannels x bwIntra: ring bus bandwidth inside a node, GB/s
+  double net_bus_gbs = 0;    // what one GPU's NIC gives NCCL, GB/s
   int nchannels = 16;
   bool nvls = false;
   double nvls_efficiency = 0;
-  bool amd_cpu = false;       // NCCL's AMD rows (LL bandwidth, network overhead)
-  bool x86_cpu = true;        // Intel or AMD host (NCCL's Blackwell NVLS-tree correction)
-  double net_overhead_us = 1; // getNetOverhead: 1 us Intel / Arm, 2 us AMD
+  bool amd_cpu = false;        // NCCL's AMD rows (LL bandwidth, network overhead)
+  bool x86_cpu = true;         // Intel or AMD host (NCCL's Blackwell NVLS-tree correction)
+  double net_overhead_us = 1;  // getNetOverhead: 1 us Intel / Arm, 2 us AMD
 };
 NcclPlatform platform_from(const HardwareProfile& p);
 
@@ -53,8 +53,8 @@ TuningTable tune(const NcclPlatform& platform, const GroupTopology& group, Func 
 
 // ncclTopoGetAlgoTime for one call of `bytes` (NCCL's nBytes: the whole buffer, i.e. the
 // all-gather output / reduce-scatter input). Negative when (algo, proto) is unavailable.
-double algo_time_us(const TuningTable& table, const NcclPlatform& platform, const GroupTopology& group,
-                    Func func, Algo algo, Proto proto, double bytes);
+double algo_time_us(const TuningTable& table, const NcclPlatform& platform,
+                    const GroupTopology& group, Func func, Algo algo, Proto proto, double bytes);
 
 struct Choice {
   Algo algo = Algo::kRing;

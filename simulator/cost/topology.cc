@@ -12,9 +12,11 @@ GroupTopology group_topology(const std::vector<int>& ranks, const ClusterLayout&
   std::vector<int> per_node(static_cast<size_t>(layout.nodes), 0);
   std::vector<bool> seen(static_cast<size_t>(layout.world()), false);
   for (int r : ranks) {
-    FULLSHARD_CHECK(r >= 0 && r < layout.world(),
-                    "rank " + std::to_string(r) + " outside a world of " + std::to_string(layout.world()));
-    FULLSHARD_CHECK(!seen[static_cast<size_t>(r)], "rank " + std::to_string(r) + " twice in a group");
+    FULLSHARD_CHECK(
+        r >= 0 && r < layout.world(),
+        "rank " + std::to_string(r) + " outside a world of " + std::to_string(layout.world()));
+    FULLSHARD_CHECK(!seen[static_cast<size_t>(r)],
+                    "rank " + std::to_string(r) + " twice in a group");
     seen[static_cast<size_t>(r)] = true;
     ++per_node[static_cast<size_t>(layout.node_of(r))];
   }

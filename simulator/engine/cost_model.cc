@@ -50,7 +50,8 @@ double PlaceholderCostModel::collective_seconds(const Instr& c, const GroupInfo&
   return ring;
 }
 
-CollectiveChoice PlaceholderCostModel::collective_choice(const Instr& c, const GroupInfo& group) const {
+CollectiveChoice PlaceholderCostModel::collective_choice(const Instr& c,
+                                                         const GroupInfo& group) const {
   if (group.ranks.size() <= 1 || c.coll == CollectiveKind::kBarrier) return {};
   return {"ring", ""};
 }

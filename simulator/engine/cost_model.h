@@ -64,17 +64,18 @@ class CostModel {
   // NOTE [Communication inside a kernel]. The default: none.
   virtual KernelComm kernel_comm(const Instr& kernel) const { return {}; }
   // NOTE [Collective choice]. The default: none.
-  virtual CollectiveChoice collective_choice(const Instr& collective, const GroupInfo& group) const {
+  virtual CollectiveChoice collective_choice(const Instr& collective,
+                                             const GroupInfo& group) const {
     return {};
   }
 };
 
 struct PlaceholderCostOptions {
-  double peak_flops = 989e12;           // flop/s (H100 SXM dense bf16)
-  double memory_bandwidth = 3.35e12;    // bytes/s (HBM3)
-  double collective_latency_s = 10e-6;  // per ring pass
-  double link_bandwidth = 200e9;        // bytes/s each rank sends/receives on the ring
-  double launch_overhead_s = 0;         // host seconds per launch
+  double peak_flops = 989e12;            // flop/s (H100 SXM dense bf16)
+  double memory_bandwidth = 3.35e12;     // bytes/s (HBM3)
+  double collective_latency_s = 10e-6;   // per ring pass
+  double link_bandwidth = 200e9;         // bytes/s each rank sends/receives on the ring
+  double launch_overhead_s = 0;          // host seconds per launch
   double storage_write_bandwidth = 2e9;  // bytes/s per node (checkpoint writes)
 };
 
@@ -96,7 +97,8 @@ class PlaceholderCostModel final : public CostModel {
     return static_cast<double>(write.coll_bytes) / options_.storage_write_bandwidth;
   }
   // {"ring", ""} for every collective of more than one rank (the model has no protocols).
-  CollectiveChoice collective_choice(const Instr& collective, const GroupInfo& group) const override;
+  CollectiveChoice collective_choice(const Instr& collective,
+                                     const GroupInfo& group) const override;
   const PlaceholderCostOptions& options() const { return options_; }
 
  private:

@@ -60,8 +60,8 @@ namespace fullshard::sim {
 //    that only its latest one counts. Every time is a max/plus of times that
 //    do not depend on the processing order (rates are recomputed from counts, and an op
 //    ending at the moment of a change keeps its end), so the result is deterministic and
-//    bit-identical run to run. When the queue empties with work left, the programs deadlock: the pending
-//    collectives tell who waits for whom.
+//    bit-identical run to run. When the queue empties with work left, the programs deadlock: the
+//    pending collectives tell who waits for whom.
 
 namespace {
 
@@ -73,7 +73,7 @@ constexpr int kNumLinks = 2;
 
 // A kernel or collective in flight (NOTE [Rates]).
 struct Running {
-  double work = 0;   // seconds left at rate 1, as of `since`
+  double work = 0;  // seconds left at rate 1, as of `since`
   double rate = 1;
   double since = 0;
   double end() const { return since + work / rate; }
@@ -118,14 +118,14 @@ struct RankState {
   std::array<bool, kNumStreams> wants_host{};     // its next op is not issued yet
   std::array<bool, kNumStreams> in_collective{};  // arrived, waiting for the other members
   std::array<uint32_t, kNumStreams> last_issued{};
-  std::array<bool, kNumStreams + 1> scheduled{};   // the host's (streams use wake_version)
+  std::array<bool, kNumStreams + 1> scheduled{};  // the host's (streams use wake_version)
   std::array<uint64_t, kNumStreams> wake_version{};
-  std::array<bool, kNumStreams> busy{};             // a kernel is running (kernel[s])
+  std::array<bool, kNumStreams> busy{};  // a kernel is running (kernel[s])
   std::array<Running, kNumStreams> kernel{};
-  std::array<bool, kNumStreams> slowable{};         // the running kernel is a device kernel
-  std::array<uint32_t, kNumStreams> collective{};   // running collective slot, or kNone
-  std::array<int, kNumLinks> links{};               // running collectives per link class
-  double slowdown = 0;                              // summed compute_slowdown of those
+  std::array<bool, kNumStreams> slowable{};        // the running kernel is a device kernel
+  std::array<uint32_t, kNumStreams> collective{};  // running collective slot, or kNone
+  std::array<int, kNumLinks> links{};              // running collectives per link class
+  double slowdown = 0;                             // summed compute_slowdown of those
   double speed = 1;
   std::vector<uint32_t> ref;  // kWaitEvent / kSynchronize: the record it waits for, or kNone
   std::unordered_map<uint64_t, uint32_t> last_record;  // event -> latest record issued
@@ -467,8 +467,9 @@ class Engine {
     const Instr& in = programs_[first.rank].instrs[first.instr];
     c.arrivals = p.arrivals;
     c.load = cost_.collective_load(in, groups_[in.group]);
-    FULLSHARD_CHECK(c.load.link < kNumLinks && c.load.compute_slowdown >= 0 && c.load.compute_slowdown < 1,
-                    "cost model returned a bad collective load");
+    FULLSHARD_CHECK(
+        c.load.link < kNumLinks && c.load.compute_slowdown >= 0 && c.load.compute_slowdown < 1,
+        "cost model returned a bad collective load");
     c.run = Running{duration, 1.0, p.ready};
     c.live = true;
     for (const Arrival& a : c.arrivals) ranks_[a.rank].collective[a.stream] = slot;
@@ -529,7 +530,8 @@ class Engine {
         for (const Arrival& a : c.arrivals)
           sharing = std::max(sharing, ranks_[a.rank].links[static_cast<size_t>(c.load.link)]);
       const bool changed = c.run.set_rate(1.0 / sharing, now);
-      if (changed || t == slot) queue_.push(QItem{c.run.end(), next_seq_++, t, kCollectiveActor, ++c.version});
+      if (changed || t == slot)
+        queue_.push(QItem{c.run.end(), next_seq_++, t, kCollectiveActor, ++c.version});
     }
   }
 
@@ -600,7 +602,8 @@ class Engine {
             "is blocked: its {} stream's {} #{} is queued behind {} #{} on the same communicator "
             "(group {}), which never completes",
             sname(s), describe_collective(p, hi), world_.collective_seq[m][h],
-            describe_collective(p, prev), world_.collective_seq[m][j], group_str(groups_[hi.group]));
+            describe_collective(p, prev), world_.collective_seq[m][j],
+            group_str(groups_[hi.group]));
       }
     }
     if (hi.type == InstrType::kCollective) {
@@ -676,8 +679,10 @@ class Engine {
 
 }  // namespace
 
-std::optional<InnerCommSpan> inner_comm_span(const Instr& op, const InstrTime& t, const CostModel& cost) {
-  if (op.type != InstrType::kKernel || op_activity(op) != OpActivity::kCompute || t.end == kNotRun) return std::nullopt;
+std::optional<InnerCommSpan> inner_comm_span(const Instr& op, const InstrTime& t,
+                                             const CostModel& cost) {
+  if (op.type != InstrType::kKernel || op_activity(op) != OpActivity::kCompute || t.end == kNotRun)
+    return std::nullopt;
   const KernelComm inner = cost.kernel_comm(op);
   if (inner.comm_s <= 0) return std::nullopt;
   // The op may have run slower than priced (a collective beside it): scale to its span.

@@ -78,7 +78,8 @@ struct InnerCommSpan {
   double compute_end = 0;
   double comm_begin = 0;
 };
-std::optional<InnerCommSpan> inner_comm_span(const Instr& op, const InstrTime& t, const CostModel& cost);
+std::optional<InnerCommSpan> inner_comm_span(const Instr& op, const InstrTime& t,
+                                             const CostModel& cost);
 
 // uncovered_seconds (exposed communication) is core/common/intervals.h.
 using fullshard::uncovered_seconds;

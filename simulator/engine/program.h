@@ -36,7 +36,13 @@ enum class InstrType : uint8_t {
 // device, on the host CPU (an offloaded optimizer step), or as a copy over the host link.
 // kDeviceToPageableHost: a copy into pageable host memory (a checkpoint's staging, as DCP copies
 // into ordinary CPU tensors), at the pageable copy bandwidth whatever fsdp.cpu_offload says.
-enum class KernelPlace : uint8_t { kDevice, kHost, kHostToDevice, kDeviceToHost, kDeviceToPageableHost };
+enum class KernelPlace : uint8_t {
+  kDevice,
+  kHost,
+  kHostToDevice,
+  kDeviceToHost,
+  kDeviceToPageableHost
+};
 
 struct Access {
   uint64_t buffer = 0;
@@ -46,16 +52,16 @@ struct Access {
 struct Instr {
   InstrType type = InstrType::kMarker;
   StreamRole stream = StreamRole::kDefault;
-  int step = 0;                 // training step, for messages
-  uint32_t name = 0;            // index into Program::names (op / buffer / marker label)
-  uint64_t event = 0;           // record / wait / synchronize
-  uint64_t buffer = 0;          // alloc / free
-  bool on_host = false;         // alloc: host (CPU) memory
-  uint64_t address = 0;         // alloc: the caching allocator's block address (device)
-  uint64_t size = 0;            // alloc: the block's rounded size (device)
-  uint32_t access_begin = 0;    // kernels / collectives: [begin, begin+count) in accesses
+  int step = 0;               // training step, for messages
+  uint32_t name = 0;          // index into Program::names (op / buffer / marker label)
+  uint64_t event = 0;         // record / wait / synchronize
+  uint64_t buffer = 0;        // alloc / free
+  bool on_host = false;       // alloc: host (CPU) memory
+  uint64_t address = 0;       // alloc: the caching allocator's block address (device)
+  uint64_t size = 0;          // alloc: the block's rounded size (device)
+  uint32_t access_begin = 0;  // kernels / collectives: [begin, begin+count) in accesses
   uint32_t access_count = 0;
-  uint64_t host_seq = 0;        // Backend::host_seq() at issue (memory timeline key)
+  uint64_t host_seq = 0;  // Backend::host_seq() at issue (memory timeline key)
   // Kernel cost inputs (the engine's cost model turns them into time). For kHostToDevice /
   // kDeviceToHost copies (same-dtype, as FSDP2's offload issues them) bytes / 2 crosses the
   // host link. `dtype` is a kernel's first input's (else first output's) dtype.
@@ -75,8 +81,8 @@ struct Instr {
   CollectiveKind coll = CollectiveKind::kAllGather;
   ReduceOp reduce = ReduceOp::kSum;
   DType dtype = DType::kFloat32;  // collectives: the buffer's; kernels: see above
-  uint64_t coll_bytes = 0;      // bytes of the full buffer: AG output / RS input / AR buffer
-  uint32_t group = 0;           // index into World::groups
+  uint64_t coll_bytes = 0;        // bytes of the full buffer: AG output / RS input / AR buffer
+  uint32_t group = 0;             // index into World::groups
 };
 
 struct Program {

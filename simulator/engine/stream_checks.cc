@@ -122,7 +122,7 @@ class StreamChecker {
         case InstrType::kAlloc: on_alloc(i, in); break;
         case InstrType::kFree: on_free(i, in); break;
         case InstrType::kMarker:
-        case InstrType::kHostWork:     // host-only Python work: touches no buffer
+        case InstrType::kHostWork:             // host-only Python work: touches no buffer
         case InstrType::kStorageWrite: break;  // host-side I/O: reads host memory only
       }
     }

@@ -21,9 +21,9 @@ namespace fullshard::planner {
 
 // One device allocation or free of a recorded program, in host order.
 struct AllocRequest {
-  uint64_t buffer = 0;     // Instr::buffer
-  uint64_t bytes = 0;      // alloc: the rounded request (0 for a free)
-  uint32_t stream = 0;     // alloc: the pool's StreamId
+  uint64_t buffer = 0;  // Instr::buffer
+  uint64_t bytes = 0;   // alloc: the rounded request (0 for a free)
+  uint32_t stream = 0;  // alloc: the pool's StreamId
   bool is_alloc = true;
 };
 

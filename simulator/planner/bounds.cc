@@ -55,7 +55,8 @@ long last_marker(const sim::Program& p, std::string_view label) {
 }
 
 // `scale`: the full model's local elements over the proxy's (NOTE [Block bounds]).
-void measure_time(const sim::Program& p, const sim::PlayedRun& run, int last_step, double scale, ClassProfile& cp) {
+void measure_time(const sim::Program& p, const sim::PlayedRun& run, int last_step, double scale,
+                  ClassProfile& cp) {
   const double launch = run.cost.launch_overhead_seconds();
   for (const sim::Instr& in : p.instrs) {
     if (in.step != last_step) continue;
@@ -68,7 +69,8 @@ void measure_time(const sim::Program& p, const sim::PlayedRun& run, int last_ste
     if (in.type == sim::InstrType::kCollective) {
       s = run.cost.collective_seconds(in, run.groups[in.group]);
       double& sd = cp.slowdown[static_cast<int>(in.stream)];
-      sd = std::min(sd, std::min(0.95, run.cost.collective_load(in, run.groups[in.group]).compute_slowdown));
+      sd = std::min(
+          sd, std::min(0.95, run.cost.collective_load(in, run.groups[in.group]).compute_slowdown));
     } else if (aggregate_op(name)) {
       sim::Instr full = in;
       full.flops *= scale;
@@ -78,7 +80,8 @@ void measure_time(const sim::Program& p, const sim::PlayedRun& run, int last_ste
       s = run.cost.kernel_seconds(in);
     }
     acc[static_cast<int>(in.stream)] += s;
-    if (in.type == sim::InstrType::kKernel && in.stream == StreamRole::kDefault && in.place == sim::KernelPlace::kDevice)
+    if (in.type == sim::InstrType::kKernel && in.stream == StreamRole::kDefault &&
+        in.place == sim::KernelPlace::kDevice)
       (owner == 0 ? cp.block0_device : owner == 1 ? cp.block1_device : cp.root_device) += s;
   }
 }
@@ -86,7 +89,8 @@ void measure_time(const sim::Program& p, const sim::PlayedRun& run, int last_ste
 void measure_memory(const sim::Program& p, ClassProfile& cp) {
   const long backward = last_marker(p, "backward");
   const long optimizer = last_marker(p, "optimizer");
-  FULLSHARD_CHECK(backward >= 0 && optimizer > backward, "proxy program without backward / optimizer markers");
+  FULLSHARD_CHECK(backward >= 0 && optimizer > backward,
+                  "proxy program without backward / optimizer markers");
   struct Live {
     uint64_t bytes;
     int owner;
@@ -97,7 +101,8 @@ void measure_memory(const sim::Program& p, ClassProfile& cp) {
   long start = -1, end = static_cast<long>(p.instrs.size());
   for (size_t i = 0; i < p.instrs.size(); ++i) {
     const sim::Instr& in = p.instrs[i];
-    if (in.on_host || (in.type != sim::InstrType::kAlloc && in.type != sim::InstrType::kFree)) continue;
+    if (in.on_host || (in.type != sim::InstrType::kAlloc && in.type != sim::InstrType::kFree))
+      continue;
     int owner;
     if (in.type == sim::InstrType::kAlloc) {
       owner = block_of(sim::instr_name(p, in));
@@ -125,7 +130,8 @@ void measure_memory(const sim::Program& p, ClassProfile& cp) {
       cp.opt_block0 = sums[1];
       cp.opt_block1 = sums[2];
     }
-    if (in.on_host || (in.type != sim::InstrType::kAlloc && in.type != sim::InstrType::kFree)) continue;
+    if (in.on_host || (in.type != sim::InstrType::kAlloc && in.type != sim::InstrType::kFree))
+      continue;
     if (in.type == sim::InstrType::kAlloc) {
       const int owner = block_of(sim::instr_name(p, in));
       live[in.buffer] = {in.size, owner};
@@ -190,42 +196,52 @@ ProxyProfile profile_proxy(const Scenario& full, BlockCheckpoint mode) {
   // memory. What it had allocated plus the request it failed on is live at once in the proxy
   // and so in the full model: a valid lower bound on the peak, far above any GPU's capacity.
   // Its time bound is what the last step measured before the failure (a lower bound, often 0).
-  FULLSHARD_CHECK(r.classes.size() == out.classes.size(), "proxy report and played programs differ in classes");
+  FULLSHARD_CHECK(r.classes.size() == out.classes.size(),
+                  "proxy report and played programs differ in classes");
   for (size_t ci = 0; ci < r.classes.size(); ++ci) {
     const auto& oom = r.classes[ci].oom;
     if (!oom) continue;
     ClassProfile& cp = out.classes[ci];
     const uint64_t live = oom->at_failure.allocated_bytes;
     cp.window_root = cp.opt_root =
-        live > std::numeric_limits<uint64_t>::max() - oom->requested_bytes ? live : live + oom->requested_bytes;
+        live > std::numeric_limits<uint64_t>::max() - oom->requested_bytes
+            ? live
+            : live + oom->requested_bytes;
     cp.window_block0 = cp.window_block1 = cp.opt_block0 = cp.opt_block1 = 0;
   }
   return out;
 }
 
-Bounds combine_bounds(const std::array<const ProxyProfile*, 3>& proxies, const std::vector<BlockCheckpoint>& blocks) {
+Bounds combine_bounds(const std::array<const ProxyProfile*, 3>& proxies,
+                      const std::vector<BlockCheckpoint>& blocks) {
   FULLSHARD_CHECK(blocks.size() >= 2, "block bounds need at least 2 blocks");
   const ProxyProfile* any = nullptr;
   for (BlockCheckpoint m : blocks) {
     const ProxyProfile* p = proxies[static_cast<int>(m)];
     FULLSHARD_CHECK(p != nullptr, "combine_bounds: a mode's proxy is missing");
-    if (any) FULLSHARD_CHECK(p->classes.size() == any->classes.size(), "proxies with different rank classes");
+    if (any)
+      FULLSHARD_CHECK(p->classes.size() == any->classes.size(),
+                      "proxies with different rank classes");
     any = p;
   }
   Bounds b;
   for (size_t ci = 0; ci < any->classes.size(); ++ci) {
-    auto prof = [&](BlockCheckpoint m) -> const ClassProfile& { return proxies[static_cast<int>(m)]->classes[ci]; };
+    auto prof = [&](BlockCheckpoint m) -> const ClassProfile& {
+      return proxies[static_cast<int>(m)]->classes[ci];
+    };
     // The root's share is the same in every proxy (the root's work does not depend on the
     // blocks' checkpointing); the smallest keeps the bound safe regardless.
     std::array<double, kNumStreams + 1> time{};
     time.fill(std::numeric_limits<double>::infinity());
-    uint64_t window = std::numeric_limits<uint64_t>::max(), opt = std::numeric_limits<uint64_t>::max();
+    uint64_t window = std::numeric_limits<uint64_t>::max(),
+             opt = std::numeric_limits<uint64_t>::max();
     double device = std::numeric_limits<double>::infinity();
     std::array<double, kNumStreams> slowdown;
     slowdown.fill(1.0);
     for (BlockCheckpoint m : blocks) {
       for (int s = 0; s <= kNumStreams; ++s) time[s] = std::min(time[s], prof(m).root_s[s]);
-      for (int s = 0; s < kNumStreams; ++s) slowdown[s] = std::min(slowdown[s], prof(m).slowdown[s]);
+      for (int s = 0; s < kNumStreams; ++s)
+        slowdown[s] = std::min(slowdown[s], prof(m).slowdown[s]);
       device = std::min(device, prof(m).root_device);
       window = std::min(window, prof(m).window_root);
       opt = std::min(opt, prof(m).opt_root);

@@ -53,8 +53,10 @@ struct ClassProfile {
   // at the full model's size.
   static constexpr int kHost = kNumStreams;
   std::array<double, kNumStreams + 1> root_s{}, block0_s{}, block1_s{};
-  double root_device = 0, block0_device = 0, block1_device = 0;  // device kernels on the compute stream
-  std::array<double, kNumStreams> slowdown;  // smallest compute slowdown of a stream's collectives (1: none)
+  double root_device = 0, block0_device = 0,
+         block1_device = 0;  // device kernels on the compute stream
+  std::array<double, kNumStreams>
+      slowdown;  // smallest compute slowdown of a stream's collectives (1: none)
   ClassProfile() { slowdown.fill(1.0); }
   // Live device bytes (requests rounded to 512 B) between the last block's forward and its
   // backward: the root's largest, and each block's (constant there).
@@ -72,13 +74,14 @@ struct ProxyProfile {
 ProxyProfile profile_proxy(const Scenario& s, BlockCheckpoint mode);
 
 struct Bounds {
-  double step_time_s = 0;        // lower bound on the step time
-  uint64_t peak_bytes = 0;       // lower bound on peak allocated (and reserved) bytes per GPU
+  double step_time_s = 0;   // lower bound on the step time
+  uint64_t peak_bytes = 0;  // lower bound on peak allocated (and reserved) bytes per GPU
 };
 
 // The bound for `n_layers` blocks checkpointed as `blocks` (block_checkpointing()), from the
 // proxies of the modes it uses (indexed by BlockCheckpoint; the unused may be empty).
-Bounds combine_bounds(const std::array<const ProxyProfile*, 3>& proxies, const std::vector<BlockCheckpoint>& blocks);
+Bounds combine_bounds(const std::array<const ProxyProfile*, 3>& proxies,
+                      const std::vector<BlockCheckpoint>& blocks);
 
 // Owner of a buffer or op by name: 0 or 1 for "layers.0..." / "layers.1...", -1 for the root.
 int block_of(std::string_view name);

@@ -17,7 +17,8 @@ namespace {
 // NOTE [Chunked loss candidates] in search_space.cc, on the scenario's JSON: the chunk count
 // that divides the candidate's tokens, and the root kept unsharded when it owns the output.
 void adjust_chunked_loss(json& j, const Candidate& c) {
-  if (!j.contains("model") || !j["model"].is_object() || !j["model"].contains("implementation")) return;
+  if (!j.contains("model") || !j["model"].is_object() || !j["model"].contains("implementation"))
+    return;
   json& impl = j["model"]["implementation"];
   std::optional<ModelImplementation> m;
   if (impl.is_string()) {
@@ -60,14 +61,16 @@ json candidate_scenario_json(const json& base, const Candidate& c, const std::st
 
   if (!j.contains("fsdp") || !j["fsdp"].is_object()) j["fsdp"] = json::object();
   json& f = j["fsdp"];
-  f["mesh"] = c.hsdp() ? json{{"shape", {c.replicate, c.shard}}, {"dim_names", {"replicate", "shard"}}}
-                       : json{{"shape", {c.shard}}, {"dim_names", {"shard"}}};
+  f["mesh"] = c.hsdp()
+                  ? json{{"shape", {c.replicate, c.shard}}, {"dim_names", {"replicate", "shard"}}}
+                  : json{{"shape", {c.shard}}, {"dim_names", {"shard"}}};
   if (c.tp > 1) {
     f["mesh"]["shape"].push_back(c.tp);
     f["mesh"]["dim_names"].push_back("tp");
   }
   // As candidate_scenario() applies a scenario's tensor_parallel.async.
-  if (j.contains("tensor_parallel") && j["tensor_parallel"].is_object() && j["tensor_parallel"].contains("async") &&
+  if (j.contains("tensor_parallel") && j["tensor_parallel"].is_object() &&
+      j["tensor_parallel"].contains("async") &&
       (c.tp <= 1 || c.ac.mode == CheckpointMode::kSelectiveOp))
     j["tensor_parallel"]["async"] = false;
   switch (c.reshard.kind) {
@@ -79,23 +82,37 @@ json candidate_scenario_json(const json& base, const Candidate& c, const std::st
   if (f.contains("per_unit") && f["per_unit"].is_object()) {  // as candidate_scenario() keeps them
     json& u = f["per_unit"];
     for (auto it = u.begin(); it != u.end();) {
-      const json* v = it->is_object() && it->contains("reshard_after_forward") ? &(*it)["reshard_after_forward"] : nullptr;
-      const bool drop = v && v->is_number_integer() && v->get<int64_t>() > 0 && c.shard % v->get<int64_t>() != 0;
+      const json* v = it->is_object() && it->contains("reshard_after_forward")
+                          ? &(*it)["reshard_after_forward"]
+                          : nullptr;
+      const bool drop =
+          v && v->is_number_integer() && v->get<int64_t>() > 0 && c.shard % v->get<int64_t>() != 0;
       it = drop ? u.erase(it) : std::next(it);
     }
     if (u.empty()) f.erase("per_unit");
   }
-  if (!f.contains("mixed_precision") || !f["mixed_precision"].is_object()) f["mixed_precision"] = json::object();
+  if (!f.contains("mixed_precision") || !f["mixed_precision"].is_object())
+    f["mixed_precision"] = json::object();
   json& mp = f["mixed_precision"];
   switch (c.precision) {
-    case Precision::kFp32: mp["param_dtype"] = nullptr; mp["reduce_dtype"] = nullptr; break;
-    case Precision::kBf16Fp32Reduce: mp["param_dtype"] = "bf16"; mp["reduce_dtype"] = "fp32"; break;
-    case Precision::kBf16: mp["param_dtype"] = "bf16"; mp["reduce_dtype"] = "bf16"; break;
+    case Precision::kFp32:
+      mp["param_dtype"] = nullptr;
+      mp["reduce_dtype"] = nullptr;
+      break;
+    case Precision::kBf16Fp32Reduce:
+      mp["param_dtype"] = "bf16";
+      mp["reduce_dtype"] = "fp32";
+      break;
+    case Precision::kBf16:
+      mp["param_dtype"] = "bf16";
+      mp["reduce_dtype"] = "bf16";
+      break;
   }
   // Keep an existing {"pin_memory": false} when offloading; otherwise a plain bool.
   const bool unpinned = f.contains("cpu_offload") && f["cpu_offload"].is_object() &&
                         f["cpu_offload"].value("pin_memory", true) == false;
-  f["cpu_offload"] = c.cpu_offload ? (unpinned ? json{{"pin_memory", false}} : json(true)) : json(false);
+  f["cpu_offload"] =
+      c.cpu_offload ? (unpinned ? json{{"pin_memory", false}} : json(true)) : json(false);
 
   json& h = j["hardware"];
   if (!h.contains("allocator") || !h["allocator"].is_object()) h["allocator"] = json::object();
@@ -110,9 +127,11 @@ json absolutize_paths(json j, const std::string& base_dir) {
     fs::path p(v.get<std::string>());
     if (!p.is_absolute()) v = fs::absolute(fs::path(base_dir) / p).lexically_normal().string();
   };
-  if (j.is_object() && j.contains("model") && j["model"].is_object() && j["model"].contains("hf_config"))
+  if (j.is_object() && j.contains("model") && j["model"].is_object() &&
+      j["model"].contains("hf_config"))
     fix(j["model"]["hf_config"]);
-  if (j.is_object() && j.contains("hardware") && j["hardware"].is_object() && j["hardware"].contains("profile")) {
+  if (j.is_object() && j.contains("hardware") && j["hardware"].is_object() &&
+      j["hardware"].contains("profile")) {
     json& p = j["hardware"]["profile"];
     if (p.is_string()) {
       const std::string s = p.get<std::string>();

@@ -16,8 +16,8 @@ namespace fullshard::planner {
 // fsdp.{mesh, reshard_after_forward, mixed_precision.param_dtype / reduce_dtype, cpu_offload}
 // and hardware.allocator.expandable_segments set from `c`; everything else is kept.
 // parse_scenario of the result equals candidate_scenario(parse_scenario(base), c).
-nlohmann::json candidate_scenario_json(const nlohmann::json& base, const Candidate& c, const std::string& name,
-                                       const std::string& description);
+nlohmann::json candidate_scenario_json(const nlohmann::json& base, const Candidate& c,
+                                       const std::string& name, const std::string& description);
 
 // Rewrites the relative paths of a scenario JSON read from `base_dir` (model.hf_config, a
 // hardware.profile ending in .json) as absolute ones, so the JSON can be written anywhere.

@@ -35,7 +35,8 @@ ProgramEvaluation evaluate_program(const Scenario& candidate) {
   ev.mfu = rep.mfu * slowdown;
   ev.problems = !rep.problems.empty();
   ev.host_bytes_per_node = rep.peak_host_bytes_per_node;
-  if (rep.host_out_of_memory) ev.host_over_bytes = rep.peak_host_bytes_per_node - rep.host_memory_bytes;
+  if (rep.host_out_of_memory)
+    ev.host_over_bytes = rep.peak_host_bytes_per_node - rep.host_memory_bytes;
   for (int e = 0; e < 2; ++e) {
     AllocatorOptions ao = device;
     ao.expandable_segments = e == 1;

@@ -15,10 +15,11 @@
 namespace fullshard::planner {
 
 struct MemoryOutcome {
-  bool out_of_memory = false;     // some rank class runs out at the device's capacity
-  uint64_t peak_reserved_bytes = 0;   // at capacity (up to the failing allocation when OOM)
+  bool out_of_memory = false;        // some rank class runs out at the device's capacity
+  uint64_t peak_reserved_bytes = 0;  // at capacity (up to the failing allocation when OOM)
   uint64_t peak_allocated_bytes = 0;
-  uint64_t needed_reserved_bytes = 0;  // peak reserved with unlimited capacity (= peak when it fits)
+  uint64_t needed_reserved_bytes =
+      0;  // peak reserved with unlimited capacity (= peak when it fits)
 };
 
 struct ProgramEvaluation {

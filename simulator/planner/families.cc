@@ -21,8 +21,12 @@ const std::vector<Setting>& settings() {
       {"precision", [](const Candidate& c) { return std::string(precision_name(c.precision)); }},
       {"cpu_offload", [](const Candidate& c) { return std::string(c.cpu_offload ? "on" : "off"); }},
       {"activation_checkpointing", [](const Candidate& c) { return ac_text(c.ac); }},
-      {"batch", [](const Candidate& c) { return fmt::format("mb {} x ga {}", c.micro_batch, c.grad_accum); }},
-      {"expandable_segments", [](const Candidate& c) { return std::string(c.expandable_segments ? "on" : "off"); }},
+      {"batch",
+       [](const Candidate& c) {
+         return fmt::format("mb {} x ga {}", c.micro_batch, c.grad_accum);
+       }},
+      {"expandable_segments",
+       [](const Candidate& c) { return std::string(c.expandable_segments ? "on" : "off"); }},
   };
   return s;
 }
@@ -33,13 +37,15 @@ std::string memory_reason(const ConfigResult& m, const PlanResult& r) {
   const bool bound = m.verdict == Verdict::kMemoryBound;
   if (m.over_host_only())
     return fmt::format("exceeds the node's host memory by {}: its ranks pin {} of {} (best: {})",
-                       bytes_text(m.host_over_bytes), bytes_text(m.host_bytes_per_node), bytes_text(r.host_memory_bytes),
-                       candidate_text(m.candidate));
+                       bytes_text(m.host_over_bytes), bytes_text(m.host_bytes_per_node),
+                       bytes_text(r.host_memory_bytes), candidate_text(m.candidate));
   if (m.verdict == Verdict::kSimulated && !m.out_of_memory)
-    return fmt::format("exceeds the headroom by {}: peak reserved {} of {} usable (best: {})", bytes_text(m.over_bytes),
-                       bytes_text(m.peak_reserved_bytes), bytes_text(r.usable_bytes), candidate_text(m.candidate));
-  return fmt::format("out of memory by {}{}: needs {}{} of {} usable (closest: {})", bound ? "at least " : "",
-                     bytes_text(m.over_bytes), bound ? "at least " : "", bytes_text(m.needed_bytes), bytes_text(r.usable_bytes),
+    return fmt::format("exceeds the headroom by {}: peak reserved {} of {} usable (best: {})",
+                       bytes_text(m.over_bytes), bytes_text(m.peak_reserved_bytes),
+                       bytes_text(r.usable_bytes), candidate_text(m.candidate));
+  return fmt::format("out of memory by {}{}: needs {}{} of {} usable (closest: {})",
+                     bound ? "at least " : "", bytes_text(m.over_bytes), bound ? "at least " : "",
+                     bytes_text(m.needed_bytes), bytes_text(r.usable_bytes),
                      candidate_text(m.candidate));
 }
 
@@ -47,28 +53,35 @@ std::string speed_reason(const ConfigResult& m, const ConfigResult& w) {
   const double pct = 100.0 * (1.0 - m.tokens_per_s_per_gpu / w.tokens_per_s_per_gpu);
   const std::string pct_text = pct < 1 ? fmt::format("{:.2f}%", pct) : fmt::format("{:.1f}%", pct);
   if (m.verdict == Verdict::kTimeBound)
-    return fmt::format("at least {} slower than the best: its busiest stream alone takes >= {} per step, "
-                       "at most {:.0f} tokens/s per GPU (best: {})",
-                       pct_text, seconds_text(m.step_time_s), m.tokens_per_s_per_gpu, candidate_text(m.candidate));
+    return fmt::format(
+        "at least {} slower than the best: its busiest stream alone takes >= {} per step, "
+        "at most {:.0f} tokens/s per GPU (best: {})",
+        pct_text, seconds_text(m.step_time_s), m.tokens_per_s_per_gpu, candidate_text(m.candidate));
   if (m.tokens_per_s_per_gpu == w.tokens_per_s_per_gpu)
-    return fmt::format("as fast, but reserves {} vs {} (best: {})", bytes_text(m.peak_reserved_bytes),
-                       bytes_text(w.peak_reserved_bytes), candidate_text(m.candidate));
+    return fmt::format("as fast, but reserves {} vs {} (best: {})",
+                       bytes_text(m.peak_reserved_bytes), bytes_text(w.peak_reserved_bytes),
+                       candidate_text(m.candidate));
   // Compare step components at the recommendation's tokens per step.
   const double f = tokens(w.candidate) / tokens(m.candidate);
-  const double mc = m.compute_s * f, me = m.exposed_comm_s * f, mo = (m.step_time_s - m.compute_s - m.exposed_comm_s) * f;
-  const double wc = w.compute_s, we = w.exposed_comm_s, wo = w.step_time_s - w.compute_s - w.exposed_comm_s;
+  const double mc = m.compute_s * f, me = m.exposed_comm_s * f,
+               mo = (m.step_time_s - m.compute_s - m.exposed_comm_s) * f;
+  const double wc = w.compute_s, we = w.exposed_comm_s,
+               wo = w.step_time_s - w.compute_s - w.exposed_comm_s;
   std::string cause;
   if (mc - wc >= me - we && mc - wc >= mo - wo)
     cause = fmt::format("compute takes {} vs {}", seconds_text(mc), seconds_text(wc));
   else if (me - we >= mo - wo)
     cause = fmt::format("exposed communication takes {} vs {}", seconds_text(me), seconds_text(we));
   else
-    cause = fmt::format("work outside compute and communication (CPU optimizer, host copies, launches, waits) takes "
-                        "{} vs {}",
-                        seconds_text(mo), seconds_text(wo));
-  return fmt::format("{} slower than the best because {} per step{} (best: {})", pct_text, cause,
-                     f != 1.0 ? fmt::format(" at the best's {:.0f} sequences per GPU", tokens(w.candidate)) : "",
-                     candidate_text(m.candidate));
+    cause = fmt::format(
+        "work outside compute and communication (CPU optimizer, host copies, launches, waits) "
+        "takes "
+        "{} vs {}",
+        seconds_text(mo), seconds_text(wo));
+  return fmt::format(
+      "{} slower than the best because {} per step{} (best: {})", pct_text, cause,
+      f != 1.0 ? fmt::format(" at the best's {:.0f} sequences per GPU", tokens(w.candidate)) : "",
+      candidate_text(m.candidate));
 }
 
 }  // namespace
@@ -101,7 +114,8 @@ std::vector<FamilyReason> family_reasons(const PlanResult& r) {
       f.setting = s.name;
       f.value = v;
       f.best_index = i;
-      f.reason = w.fits && (m.fits || m.verdict == Verdict::kTimeBound) ? speed_reason(m, w) : memory_reason(m, r);
+      f.reason = w.fits && (m.fits || m.verdict == Verdict::kTimeBound) ? speed_reason(m, w)
+                                                                        : memory_reason(m, r);
       out.push_back(std::move(f));
     }
   }

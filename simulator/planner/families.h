@@ -10,10 +10,10 @@
 namespace fullshard::planner {
 
 struct FamilyReason {
-  std::string setting;  // "sharding", "reshard_after_forward", "precision", "cpu_offload",
-                        // "activation_checkpointing", "batch", "expandable_segments"
-  std::string value;    // e.g. "HSDP 4x64", "fp32", "on", "mb 2 x ga 1"
-  std::string reason;   // "out of memory by 12.3 GiB ...", "14% slower than the best because ..."
+  std::string setting;    // "sharding", "reshard_after_forward", "precision", "cpu_offload",
+                          // "activation_checkpointing", "batch", "expandable_segments"
+  std::string value;      // e.g. "HSDP 4x64", "fp32", "on", "mb 2 x ga 1"
+  std::string reason;     // "out of memory by 12.3 GiB ...", "14% slower than the best because ..."
   size_t best_index = 0;  // the family's best candidate: index into PlanResult::configs
 };
 

@@ -16,7 +16,8 @@ namespace fullshard::planner {
 template <typename Fn>
 void parallel_for(size_t n, int threads, Fn&& fn) {
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  threads = static_cast<int>(std::min<size_t>(static_cast<size_t>(threads), std::max<size_t>(n, 1)));
+  threads =
+      static_cast<int>(std::min<size_t>(static_cast<size_t>(threads), std::max<size_t>(n, 1)));
   std::atomic<size_t> next{0};
   std::atomic<bool> stop{false};
   std::exception_ptr error;

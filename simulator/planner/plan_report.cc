@@ -39,12 +39,13 @@ std::string step_cell(double s) {
 std::string request_line(const PlanOptions& o) {
   const Scenario& s = o.base;
   const int nodes = o.space.gpus / o.space.gpus_per_node;
-  return fmt::format("{} ({} parameters) on {} x {} ({} node{} x {}), seq {}, {}, headroom {:.0f}%", printable(s.model.name),
-                     params_text(parameter_count(s.model)), o.space.gpus, printable(s.hardware.device.name), nodes,
-                     nodes == 1 ? "" : "s", o.space.gpus_per_node,
-                     s.training.seq_len,
-                     o.space.global_batch ? fmt::format("global batch {} sequences", *o.space.global_batch)
-                                          : std::string("global batch free (micro-batch x GPUs)"),
+  return fmt::format("{} ({} parameters) on {} x {} ({} node{} x {}), seq {}, {}, headroom {:.0f}%",
+                     printable(s.model.name), params_text(parameter_count(s.model)), o.space.gpus,
+                     printable(s.hardware.device.name), nodes, nodes == 1 ? "" : "s",
+                     o.space.gpus_per_node, s.training.seq_len,
+                     o.space.global_batch
+                         ? fmt::format("global batch {} sequences", *o.space.global_batch)
+                         : std::string("global batch free (micro-batch x GPUs)"),
                      100 * o.headroom);
 }
 
@@ -63,23 +64,31 @@ std::string status(const ConfigResult& c) {
 std::string plan_text(const PlanOptions& o, const PlanResult& r, size_t top, double wall_s) {
   std::string out = "plan: " + request_line(o) + "\n";
   if (const auto& ck = o.base.training.checkpoint; ck.every > 0)  // NOTE [Checkpoint cost]
-    out += fmt::format("  step times include {} checkpoint every {} steps, amortised (storage {:.3g} bytes/s per node)\n",
-                       ck.async ? "an async" : "a sync", ck.every, ck.storage_write_bandwidth);
-  out += fmt::format("  {:>4} {:<16} {:>7} {:<16} {:>7} {:<9} {:>7} {:>4} {:<11} {:>9} {:>8} {:>8} {:>9} {:>6} {:>8}\n",
-                     "rank", "mesh", "reshard", "precision", "offload", "AC", "mb x ga", "exp", "status", "reserved",
-                     "headroom", "step s", "tok/s/GPU", "MFU", "exp.comm");
+    out += fmt::format(
+        "  step times include {} checkpoint every {} steps, amortised (storage {:.3g} bytes/s per "
+        "node)\n",
+        ck.async ? "an async" : "a sync", ck.every, ck.storage_write_bandwidth);
+  out += fmt::format(
+      "  {:>4} {:<16} {:>7} {:<16} {:>7} {:<9} {:>7} {:>4} {:<11} {:>9} {:>8} {:>8} {:>9} {:>6} "
+      "{:>8}\n",
+      "rank", "mesh", "reshard", "precision", "offload", "AC", "mb x ga", "exp", "status",
+      "reserved", "headroom", "step s", "tok/s/GPU", "MFU", "exp.comm");
   for (size_t i = 0; i < r.configs.size() && i < top; ++i) {
     const ConfigResult& c = r.configs[i];
     const Candidate& k = c.candidate;
     const bool exact = c.verdict == Verdict::kSimulated;
     out += fmt::format(
-        "  {:>4} {:<16} {:>7} {:<16} {:>7} {:<9} {:>7} {:>4} {:<11} {:>9} {:>8} {:>8} {:>9} {:>6} {:>8}\n", i + 1,
-        mesh_text(k), reshard_text(k.reshard), precision_name(k.precision), k.cpu_offload ? "on" : "off",
-        ac_text(k.ac), fmt::format("{} x {}", k.micro_batch, k.grad_accum), k.expandable_segments ? "on" : "off",
-        status(c), exact ? size_cell(c.peak_reserved_bytes) : ">=" + size_cell(c.peak_reserved_bytes),
+        "  {:>4} {:<16} {:>7} {:<16} {:>7} {:<9} {:>7} {:>4} {:<11} {:>9} {:>8} {:>8} {:>9} {:>6} "
+        "{:>8}\n",
+        i + 1, mesh_text(k), reshard_text(k.reshard), precision_name(k.precision),
+        k.cpu_offload ? "on" : "off", ac_text(k.ac),
+        fmt::format("{} x {}", k.micro_batch, k.grad_accum), k.expandable_segments ? "on" : "off",
+        status(c),
+        exact ? size_cell(c.peak_reserved_bytes) : ">=" + size_cell(c.peak_reserved_bytes),
         c.fits ? size_cell(r.capacity_bytes - c.peak_reserved_bytes) : "-",
         exact && c.step_time_s > 0 ? step_cell(c.step_time_s)
-                                   : c.step_time_s > 0 ? ">=" + step_cell(c.step_time_s) : "-",
+        : c.step_time_s > 0        ? ">=" + step_cell(c.step_time_s)
+                                   : "-",
         exact && c.tokens_per_s_per_gpu > 0 ? fmt::format("{:.0f}", c.tokens_per_s_per_gpu)
         : c.verdict == Verdict::kTimeBound  ? fmt::format("<={:.0f}", c.tokens_per_s_per_gpu)
                                             : "-",
@@ -90,20 +99,25 @@ std::string plan_text(const PlanOptions& o, const PlanResult& r, size_t top, dou
   const ConfigResult& best = r.configs.front();
   if (best.fits) {
     out += fmt::format("recommended: {}\n", candidate_text(best.candidate));
-    out += fmt::format("  peak reserved {} of {} (headroom {}), step {}, {:.0f} tokens/s per GPU, MFU {:.1f}%, exposed "
-                       "communication {} per step\n",
-                       bytes_text(best.peak_reserved_bytes), bytes_text(r.capacity_bytes),
-                       bytes_text(r.capacity_bytes - best.peak_reserved_bytes), seconds_text(best.step_time_s),
-                       best.tokens_per_s_per_gpu, 100 * best.mfu, seconds_text(best.exposed_comm_s));
+    out += fmt::format(
+        "  peak reserved {} of {} (headroom {}), step {}, {:.0f} tokens/s per GPU, MFU {:.1f}%, "
+        "exposed "
+        "communication {} per step\n",
+        bytes_text(best.peak_reserved_bytes), bytes_text(r.capacity_bytes),
+        bytes_text(r.capacity_bytes - best.peak_reserved_bytes), seconds_text(best.step_time_s),
+        best.tokens_per_s_per_gpu, 100 * best.mfu, seconds_text(best.exposed_comm_s));
   } else {
     if (best.over_host_only())
-      out += fmt::format("nothing fits in {} usable per GPU and {} of host memory per node; closest: {} (fits the GPU, "
-                         "but a node needs {} of pinned host memory)\n",
-                         bytes_text(r.usable_bytes), bytes_text(r.host_memory_bytes), candidate_text(best.candidate),
-                         bytes_text(best.host_bytes_per_node));
+      out += fmt::format(
+          "nothing fits in {} usable per GPU and {} of host memory per node; closest: {} (fits the "
+          "GPU, "
+          "but a node needs {} of pinned host memory)\n",
+          bytes_text(r.usable_bytes), bytes_text(r.host_memory_bytes),
+          candidate_text(best.candidate), bytes_text(best.host_bytes_per_node));
     else
-      out += fmt::format("nothing fits in {} usable per GPU; closest: {} ({} {})\n", bytes_text(r.usable_bytes),
-                         candidate_text(best.candidate), best.verdict == Verdict::kMemoryBound ? "needs at least" : "needs",
+      out += fmt::format("nothing fits in {} usable per GPU; closest: {} ({} {})\n",
+                         bytes_text(r.usable_bytes), candidate_text(best.candidate),
+                         best.verdict == Verdict::kMemoryBound ? "needs at least" : "needs",
                          bytes_text(best.needed_bytes));
   }
   out += "rejected:\n";
@@ -114,7 +128,8 @@ std::string plan_text(const PlanOptions& o, const PlanResult& r, size_t top, dou
   for (const FamilyReason& f : family_reasons(r)) {
     const ConfigResult& b = r.configs[f.best_index];
     if (f.setting == "activation_checkpointing" && f.value.rfind("every ", 0) == 0 && !b.fits &&
-        b.verdict != Verdict::kTimeBound && (b.verdict == Verdict::kMemoryBound || b.out_of_memory)) {
+        b.verdict != Verdict::kTimeBound &&
+        (b.verdict == Verdict::kMemoryBound || b.out_of_memory)) {
       oom_periods.push_back(f.value.substr(6));
       oom_lo = std::min(oom_lo, b.over_bytes);
       oom_hi = std::max(oom_hi, b.over_bytes);
@@ -126,14 +141,17 @@ std::string plan_text(const PlanOptions& o, const PlanResult& r, size_t top, dou
   if (!oom_periods.empty()) {
     std::string ks;
     for (const auto& k : oom_periods) ks += (ks.empty() ? "" : ", ") + k;
-    out += fmt::format("  activation_checkpointing every {}: out of memory by {}{}{}\n", ks, oom_at_least ? "at least " : "",
-                       bytes_text(oom_lo), oom_hi != oom_lo ? " to " + bytes_text(oom_hi) : "");
+    out += fmt::format("  activation_checkpointing every {}: out of memory by {}{}{}\n", ks,
+                       oom_at_least ? "at least " : "", bytes_text(oom_lo),
+                       oom_hi != oom_lo ? " to " + bytes_text(oom_hi) : "");
   }
   out += fmt::format(
-      "evaluated {} configurations in {:.2f} s ({:.0f}/s): {} simulated, {} ruled out by memory bounds, {} by time "
+      "evaluated {} configurations in {:.2f} s ({:.0f}/s): {} simulated, {} ruled out by memory "
+      "bounds, {} by time "
       "bounds ({} full simulations, {} 2-block bound simulations){}\n",
-      r.evaluated, wall_s, wall_s > 0 ? static_cast<double>(r.evaluated) / wall_s : 0.0, r.simulated, r.memory_pruned,
-      r.time_pruned, r.programs_simulated, r.proxy_simulations, r.pruning ? "" : "; exhaustive");
+      r.evaluated, wall_s, wall_s > 0 ? static_cast<double>(r.evaluated) / wall_s : 0.0,
+      r.simulated, r.memory_pruned, r.time_pruned, r.programs_simulated, r.proxy_simulations,
+      r.pruning ? "" : "; exhaustive");
   return out;
 }
 
@@ -160,10 +178,14 @@ nlohmann::json plan_json(const PlanOptions& o, const PlanResult& r, double wall_
   j["pruning"] = r.pruning;
   j["wall_s"] = wall_s;
   j["configs_per_s"] = wall_s > 0 ? static_cast<double>(r.evaluated) / wall_s : 0.0;
-  j["recommended"] = r.best_fits() ? candidate_settings_json(r.configs.front().candidate) : json(nullptr);
+  j["recommended"] =
+      r.best_fits() ? candidate_settings_json(r.configs.front().candidate) : json(nullptr);
   json fam = json::array();
   for (const FamilyReason& f : family_reasons(r))
-    fam.push_back({{"setting", f.setting}, {"value", f.value}, {"reason", f.reason}, {"best_rank", f.best_index + 1}});
+    fam.push_back({{"setting", f.setting},
+                   {"value", f.value},
+                   {"reason", f.reason},
+                   {"best_rank", f.best_index + 1}});
   j["families"] = std::move(fam);
   json cs = json::array();
   for (size_t i = 0; i < r.configs.size(); ++i) {
@@ -175,7 +197,9 @@ nlohmann::json plan_json(const PlanOptions& o, const PlanResult& r, double wall_
     // Unknown (null) for a configuration ruled out by its time bound: it was not simulated.
     e["fits"] = c.verdict == Verdict::kTimeBound ? json(nullptr) : json(c.fits);
     e["verdict"] = verdict_name(c.verdict);
-    e["out_of_memory"] = exact ? json(c.out_of_memory) : c.verdict == Verdict::kMemoryBound ? json(true) : json(nullptr);
+    e["out_of_memory"] = exact                                ? json(c.out_of_memory)
+                         : c.verdict == Verdict::kMemoryBound ? json(true)
+                                                              : json(nullptr);
     e["peak_reserved_bytes"] = c.peak_reserved_bytes;
     e["peak_allocated_bytes"] = exact ? json(c.peak_allocated_bytes) : json(nullptr);
     e["needed_bytes"] = c.needed_bytes;
@@ -184,7 +208,8 @@ nlohmann::json plan_json(const PlanOptions& o, const PlanResult& r, double wall_
     e["host_over_bytes"] = exact ? json(c.host_over_bytes) : json(nullptr);
     e["headroom_bytes"] = c.fits ? json(r.capacity_bytes - c.peak_reserved_bytes) : json(nullptr);
     e["step_time_s"] = c.step_time_s > 0 ? json(c.step_time_s) : json(nullptr);
-    e["tokens_per_s_per_gpu"] = c.tokens_per_s_per_gpu > 0 ? json(c.tokens_per_s_per_gpu) : json(nullptr);
+    e["tokens_per_s_per_gpu"] =
+        c.tokens_per_s_per_gpu > 0 ? json(c.tokens_per_s_per_gpu) : json(nullptr);
     e["mfu"] = exact && c.mfu > 0 ? json(c.mfu) : json(nullptr);
     e["exposed_comm_s"] = exact ? json(c.exposed_comm_s) : json(nullptr);
     e["compute_s"] = exact ? json(c.compute_s) : json(nullptr);

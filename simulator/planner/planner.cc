@@ -30,14 +30,17 @@ namespace {
 // Candidates that differ only in checkpointing share their proxies (the proxy fixes the mode).
 using ProxyKey = std::tuple<int, int, int, int, int, int, bool, int64_t, int>;
 ProxyKey proxy_key(const Candidate& c) {
-  return {c.replicate, c.shard, c.tp, static_cast<int>(c.reshard.kind), c.reshard.n, static_cast<int>(c.precision),
-          c.cpu_offload, c.micro_batch, c.grad_accum};
+  return {c.replicate,   c.shard,
+          c.tp,          static_cast<int>(c.reshard.kind),
+          c.reshard.n,   static_cast<int>(c.precision),
+          c.cpu_offload, c.micro_batch,
+          c.grad_accum};
 }
 
 // A tp group trains on one batch: each of its GPUs accounts for 1/tp of its tokens.
 double tokens_per_gpu(const Candidate& c, int64_t seq_len) {
-  return static_cast<double>(c.micro_batch) * static_cast<double>(c.grad_accum) * static_cast<double>(seq_len) /
-         static_cast<double>(c.tp);
+  return static_cast<double>(c.micro_batch) * static_cast<double>(c.grad_accum) *
+         static_cast<double>(seq_len) / static_cast<double>(c.tp);
 }
 
 // A program that hangs or breaks the protocol (never expected: the simulator's own tests cover
@@ -46,7 +49,8 @@ bool runs(const ProgramEvaluation& ev) { return !ev.problems && ev.step_time_s >
 // A program that runs and fits: the GPU's usable memory under one allocator setting, and the
 // node's host memory (NOTE [Host memory per node]).
 bool fits(const ProgramEvaluation& ev, const MemoryOutcome& m, uint64_t usable_bytes) {
-  return runs(ev) && ev.host_over_bytes == 0 && !m.out_of_memory && m.peak_reserved_bytes <= usable_bytes;
+  return runs(ev) && ev.host_over_bytes == 0 && !m.out_of_memory &&
+         m.peak_reserved_bytes <= usable_bytes;
 }
 
 struct Program {
@@ -90,15 +94,18 @@ PlanResult plan(const PlanOptions& opt) {
   PlanResult res;
   res.capacity_bytes = opt.base.hardware.allocator.capacity_bytes;
   res.host_memory_bytes = opt.base.hardware.device.host_memory_bytes;
-  res.usable_bytes = static_cast<uint64_t>(static_cast<double>(res.capacity_bytes) * (1.0 - opt.headroom));
+  res.usable_bytes =
+      static_cast<uint64_t>(static_cast<double>(res.capacity_bytes) * (1.0 - opt.headroom));
   // Ranks of different speeds or batches run different programs (every rank is simulated),
   // which the block bounds do not model: such a base is searched exhaustively.
-  res.pruning = opt.prune && L >= 2 && opt.base.hardware.rank_speed.empty() && opt.base.training.rank_batch.empty();
+  res.pruning = opt.prune && L >= 2 && opt.base.hardware.rank_speed.empty() &&
+                opt.base.training.rank_batch.empty();
 
   std::vector<Program> progs;
   for (size_t i = 0; i < cands.size(); i += 2) {
-    FULLSHARD_CHECK(!cands[i].expandable_segments && i + 1 < cands.size() && cands[i + 1].expandable_segments,
-                    "plan: expandable off / on are not adjacent");
+    FULLSHARD_CHECK(
+        !cands[i].expandable_segments && i + 1 < cands.size() && cands[i + 1].expandable_segments,
+        "plan: expandable off / on are not adjacent");
     Program p;
     p.first = i;
     progs.push_back(p);
@@ -109,12 +116,14 @@ PlanResult plan(const PlanOptions& opt) {
     std::map<ProxyKey, size_t> key_index;
     std::vector<size_t> key_rep;  // a candidate of each key
     for (const Program& p : progs)
-      if (key_index.emplace(proxy_key(cands[p.first]), key_rep.size()).second) key_rep.push_back(p.first);
+      if (key_index.emplace(proxy_key(cands[p.first]), key_rep.size()).second)
+        key_rep.push_back(p.first);
     std::vector<std::array<ProxyProfile, 3>> profiles(key_rep.size());
     // Which modes the space needs (every space has none, op and full; kept general).
     std::array<bool, 3> needed{};
     for (const Program& p : progs)
-      for (BlockCheckpoint m : block_checkpointing(cands[p.first].ac, L)) needed[static_cast<int>(m)] = true;
+      for (BlockCheckpoint m : block_checkpointing(cands[p.first].ac, L))
+        needed[static_cast<int>(m)] = true;
     std::vector<std::pair<size_t, BlockCheckpoint>> jobs;
     for (size_t k = 0; k < key_rep.size(); ++k)
       for (int m = 0; m < 3; ++m)
@@ -123,7 +132,8 @@ PlanResult plan(const PlanOptions& opt) {
     std::mutex progress_mu;
     parallel_for(jobs.size(), opt.threads, [&](size_t j) {
       const auto [k, m] = jobs[j];
-      profiles[k][static_cast<int>(m)] = profile_proxy(candidate_scenario(opt.base, cands[key_rep[k]]), m);
+      profiles[k][static_cast<int>(m)] =
+          profile_proxy(candidate_scenario(opt.base, cands[key_rep[k]]), m);
       const size_t d = ++done;
       if (opt.progress) {
         std::lock_guard<std::mutex> l(progress_mu);
@@ -139,7 +149,8 @@ PlanResult plan(const PlanOptions& opt) {
       for (int m = 0; m < 3; ++m)
         if (needed[m]) ptrs[m] = &prof[m];
       p.bounds = combine_bounds(ptrs, block_checkpointing(c.ac, L));
-      p.upper_tps = p.bounds.step_time_s > 0 ? tokens_per_gpu(c, seq) / p.bounds.step_time_s : 1e300;
+      p.upper_tps =
+          p.bounds.step_time_s > 0 ? tokens_per_gpu(c, seq) / p.bounds.step_time_s : 1e300;
       p.memory_pruned = p.bounds.peak_bytes > res.usable_bytes;
     }
   }
@@ -164,8 +175,7 @@ PlanResult plan(const PlanOptions& opt) {
     ++ran;
     std::lock_guard<std::mutex> l(mu);
     for (const MemoryOutcome& m : ev.memory)
-      if (fits(ev, m, res.usable_bytes))
-        best = std::max(best, ev.tokens_per_s_per_gpu);
+      if (fits(ev, m, res.usable_bytes)) best = std::max(best, ev.tokens_per_s_per_gpu);
     p.eval = std::move(ev);
     if (opt.progress) opt.progress(++done, order.size(), "simulate");
     return true;
@@ -178,7 +188,9 @@ PlanResult plan(const PlanOptions& opt) {
     auto over = [&](const ProgramEvaluation& ev) {
       uint64_t o = UINT64_MAX;
       for (const MemoryOutcome& m : ev.memory)
-        o = std::min(o, m.needed_reserved_bytes > res.usable_bytes ? m.needed_reserved_bytes - res.usable_bytes : 0);
+        o = std::min(o, m.needed_reserved_bytes > res.usable_bytes
+                            ? m.needed_reserved_bytes - res.usable_bytes
+                            : 0);
       return o;
     };
     for (const Program& p : progs)
@@ -186,8 +198,9 @@ PlanResult plan(const PlanOptions& opt) {
     std::vector<size_t> by_memory;
     for (size_t i = 0; i < progs.size(); ++i)
       if (progs[i].memory_pruned) by_memory.push_back(i);
-    std::stable_sort(by_memory.begin(), by_memory.end(),
-                     [&](size_t a, size_t b) { return progs[a].bounds.peak_bytes < progs[b].bounds.peak_bytes; });
+    std::stable_sort(by_memory.begin(), by_memory.end(), [&](size_t a, size_t b) {
+      return progs[a].bounds.peak_bytes < progs[b].bounds.peak_bytes;
+    });
     parallel_for(by_memory.size(), opt.threads, [&](size_t k) {
       Program& p = progs[by_memory[k]];
       {
@@ -203,7 +216,8 @@ PlanResult plan(const PlanOptions& opt) {
     });
   }
   res.programs_simulated = ran;
-  if (opt.progress && !order.empty()) opt.progress(order.size(), order.size(), "simulate");  // the search is done
+  if (opt.progress && !order.empty())
+    opt.progress(order.size(), order.size(), "simulate");  // the search is done
 
   // ---- results (NOTE [Branch and bound]: reported as simulated only when upper bound >= best)
   for (const Program& p : progs) {
@@ -212,7 +226,8 @@ PlanResult plan(const PlanOptions& opt) {
       r.candidate = cands[p.first + e];
       r.bound_step_time_s = p.bounds.step_time_s;
       r.bound_peak_bytes = p.bounds.peak_bytes;
-      if (p.memory_pruned && !(p.eval && best == 0 && p.bounds.peak_bytes - res.usable_bytes <= closest)) {
+      if (p.memory_pruned &&
+          !(p.eval && best == 0 && p.bounds.peak_bytes - res.usable_bytes <= closest)) {
         r.verdict = Verdict::kMemoryBound;
         r.peak_reserved_bytes = r.needed_bytes = p.bounds.peak_bytes;
         r.over_bytes = p.bounds.peak_bytes - res.usable_bytes;
@@ -231,7 +246,9 @@ PlanResult plan(const PlanOptions& opt) {
         r.needed_bytes = m.needed_reserved_bytes;
         r.host_bytes_per_node = p.eval->host_bytes_per_node;
         r.host_over_bytes = p.eval->host_over_bytes;
-        r.over_bytes = m.needed_reserved_bytes > res.usable_bytes ? m.needed_reserved_bytes - res.usable_bytes : 0;
+        r.over_bytes = m.needed_reserved_bytes > res.usable_bytes
+                           ? m.needed_reserved_bytes - res.usable_bytes
+                           : 0;
         if (r.fits) r.over_bytes = 0;
         r.step_time_s = p.eval->step_time_s;
         r.tokens_per_s_per_gpu = p.eval->tokens_per_s_per_gpu;
@@ -242,15 +259,19 @@ PlanResult plan(const PlanOptions& opt) {
       res.configs.push_back(r);
     }
   }
-  auto group = [](const ConfigResult& r) { return r.fits ? 0 : r.verdict == Verdict::kTimeBound ? 1 : 2; };
+  auto group = [](const ConfigResult& r) {
+    return r.fits ? 0 : r.verdict == Verdict::kTimeBound ? 1 : 2;
+  };
   std::vector<size_t> idx(res.configs.size());
   std::iota(idx.begin(), idx.end(), 0);
   std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
     const ConfigResult &x = res.configs[a], &y = res.configs[b];
     if (group(x) != group(y)) return group(x) < group(y);
     if (group(x) == 2) return x.over_bytes < y.over_bytes;
-    if (x.tokens_per_s_per_gpu != y.tokens_per_s_per_gpu) return x.tokens_per_s_per_gpu > y.tokens_per_s_per_gpu;
-    return x.peak_reserved_bytes < y.peak_reserved_bytes;  // equally fast: the one leaving more headroom
+    if (x.tokens_per_s_per_gpu != y.tokens_per_s_per_gpu)
+      return x.tokens_per_s_per_gpu > y.tokens_per_s_per_gpu;
+    return x.peak_reserved_bytes <
+           y.peak_reserved_bytes;  // equally fast: the one leaving more headroom
   });
   std::vector<ConfigResult> sorted;
   sorted.reserve(idx.size());

@@ -23,7 +23,7 @@
 namespace fullshard::planner {
 
 struct PlanOptions {
-  Scenario base;       // model, hardware (nodes x gpus_per_node = space.gpus), seq_len, optimizer
+  Scenario base;  // model, hardware (nodes x gpus_per_node = space.gpus), seq_len, optimizer
   SpaceOptions space;
   double headroom = 0;  // fraction of the allocator's capacity to keep free, in [0, 1)
   bool prune = true;    // false: simulate every candidate
@@ -42,10 +42,11 @@ const char* verdict_name(Verdict v);  // "simulated", "memory_bound", "time_boun
 struct ConfigResult {
   Candidate candidate;
   Verdict verdict = Verdict::kSimulated;
-  bool fits = false;               // exact for kSimulated; false for kMemoryBound; unknown (false) for kTimeBound
-  bool out_of_memory = false;      // kSimulated: ran out at the device's capacity
-  uint64_t peak_reserved_bytes = 0;    // kSimulated: at capacity; bounds: the memory lower bound
-  uint64_t peak_allocated_bytes = 0;   // kSimulated only
+  bool fits =
+      false;  // exact for kSimulated; false for kMemoryBound; unknown (false) for kTimeBound
+  bool out_of_memory = false;         // kSimulated: ran out at the device's capacity
+  uint64_t peak_reserved_bytes = 0;   // kSimulated: at capacity; bounds: the memory lower bound
+  uint64_t peak_allocated_bytes = 0;  // kSimulated only
   // Reserved bytes it needs (unlimited capacity); for kMemoryBound a lower bound.
   uint64_t needed_bytes = 0;
   // kSimulated: exact; kTimeBound: step time lower bound and tokens/s upper bound.
@@ -54,7 +55,7 @@ struct ConfigResult {
   double mfu = 0;
   double compute_s = 0;
   double exposed_comm_s = 0;
-  double bound_step_time_s = 0;    // the lower bounds (0 when not computed)
+  double bound_step_time_s = 0;  // the lower bounds (0 when not computed)
   uint64_t bound_peak_bytes = 0;
   // Bytes over the usable memory (0 when it fits or is kTimeBound): exact, or at least this
   // for kMemoryBound.
@@ -69,16 +70,17 @@ struct ConfigResult {
 };
 
 struct PlanResult {
-  std::vector<ConfigResult> configs;  // rank order: fitting by tokens/s, then time-bound, then the rest by overflow
-  size_t evaluated = 0;               // candidates with a verdict (all of them)
-  size_t simulated = 0;               // reported as kSimulated
+  std::vector<ConfigResult>
+      configs;  // rank order: fitting by tokens/s, then time-bound, then the rest by overflow
+  size_t evaluated = 0;  // candidates with a verdict (all of them)
+  size_t simulated = 0;  // reported as kSimulated
   size_t memory_pruned = 0, time_pruned = 0;
-  size_t programs_simulated = 0;      // full simulations run (a program covers expandable off and on)
-  size_t proxy_simulations = 0;       // 2-block proxy simulations run for the bounds
-  bool pruning = false;               // whether bounds were used
-  uint64_t capacity_bytes = 0;        // the caching allocator's capacity per GPU
-  uint64_t usable_bytes = 0;          // capacity x (1 - headroom)
-  uint64_t host_memory_bytes = 0;     // host DRAM per node (the profile's; 0: not checked)
+  size_t programs_simulated = 0;   // full simulations run (a program covers expandable off and on)
+  size_t proxy_simulations = 0;    // 2-block proxy simulations run for the bounds
+  bool pruning = false;            // whether bounds were used
+  uint64_t capacity_bytes = 0;     // the caching allocator's capacity per GPU
+  uint64_t usable_bytes = 0;       // capacity x (1 - headroom)
+  uint64_t host_memory_bytes = 0;  // host DRAM per node (the profile's; 0: not checked)
   bool best_fits() const { return !configs.empty() && configs.front().fits; }
 };
 

@@ -23,15 +23,17 @@ const char* precision_name(Precision p) {
 }
 
 bool Candidate::operator==(const Candidate& o) const {
-  return replicate == o.replicate && shard == o.shard && tp == o.tp && reshard.kind == o.reshard.kind &&
-         reshard.n == o.reshard.n && precision == o.precision && cpu_offload == o.cpu_offload &&
-         ac.mode == o.ac.mode && ac.every == o.ac.every && micro_batch == o.micro_batch &&
-         grad_accum == o.grad_accum && expandable_segments == o.expandable_segments;
+  return replicate == o.replicate && shard == o.shard && tp == o.tp &&
+         reshard.kind == o.reshard.kind && reshard.n == o.reshard.n && precision == o.precision &&
+         cpu_offload == o.cpu_offload && ac.mode == o.ac.mode && ac.every == o.ac.every &&
+         micro_batch == o.micro_batch && grad_accum == o.grad_accum &&
+         expandable_segments == o.expandable_segments;
 }
 
 void check_space_options(const SpaceOptions& o) {
   if (o.gpus < 1)
-    throw InputError("--gpus", fmt::format("is {}", o.gpus), "give the number of GPUs, e.g. --gpus 8");
+    throw InputError("--gpus", fmt::format("is {}", o.gpus),
+                     "give the number of GPUs, e.g. --gpus 8");
   if (o.gpus_per_node < 1)
     throw InputError("--gpus-per-node", fmt::format("is {}", o.gpus_per_node),
                      "give the GPUs in one node, e.g. --gpus-per-node 8");
@@ -39,11 +41,13 @@ void check_space_options(const SpaceOptions& o) {
     // int64: the next multiple of 2^31 - 1 GPUs does not fit an int.
     const int64_t lo = int64_t{o.gpus} / o.gpus_per_node * o.gpus_per_node;
     const int64_t hi = lo + o.gpus_per_node;
-    throw InputError("--gpus",
-                     fmt::format("is {}, not a multiple of --gpus-per-node {} (nodes must be whole)",
-                                 o.gpus, o.gpus_per_node),
-                     lo > 0 ? fmt::format("use --gpus {} or {}, or a --gpus-per-node that divides {}", lo, hi, o.gpus)
-                            : fmt::format("use --gpus {}, or a --gpus-per-node that divides {}", hi, o.gpus));
+    throw InputError(
+        "--gpus",
+        fmt::format("is {}, not a multiple of --gpus-per-node {} (nodes must be whole)", o.gpus,
+                    o.gpus_per_node),
+        lo > 0 ? fmt::format("use --gpus {} or {}, or a --gpus-per-node that divides {}", lo, hi,
+                             o.gpus)
+               : fmt::format("use --gpus {}, or a --gpus-per-node that divides {}", hi, o.gpus));
   }
   if (o.global_batch) {
     const int64_t b = *o.global_batch;
@@ -54,13 +58,14 @@ void check_space_options(const SpaceOptions& o) {
     if (b < 1 || b % o.gpus != 0) {
       const int64_t lo = std::max<int64_t>(1, b / o.gpus) * o.gpus;
       const int64_t hi = (b / o.gpus + 1) * o.gpus;
-      throw InputError("--global-batch",
-                       fmt::format("is {} sequences, which {} GPUs cannot split evenly (every GPU trains "
-                                   "on the same whole number of sequences per step)",
-                                   b, o.gpus),
-                       lo == hi || b < o.gpus
-                           ? fmt::format("use a multiple of --gpus {}, e.g. {}", o.gpus, lo)
-                           : fmt::format("use a multiple of --gpus {}, e.g. {} or {}", o.gpus, lo, hi));
+      throw InputError(
+          "--global-batch",
+          fmt::format("is {} sequences, which {} GPUs cannot split evenly (every GPU trains "
+                      "on the same whole number of sequences per step)",
+                      b, o.gpus),
+          lo == hi || b < o.gpus
+              ? fmt::format("use a multiple of --gpus {}, e.g. {}", o.gpus, lo)
+              : fmt::format("use a multiple of --gpus {}, e.g. {} or {}", o.gpus, lo, hi));
     }
   }
   for (int64_t mb : o.micro_batches)
@@ -73,9 +78,11 @@ void check_space_options(const SpaceOptions& o) {
         if (values[k] == values[i])
           throw InputError(flag, fmt::format("has {} twice", values[i]), fix);
   };
-  once(o.micro_batches, "--micro-batches", "give each micro-batch size once, e.g. --micro-batches 1 2 4 8");
+  once(o.micro_batches, "--micro-batches",
+       "give each micro-batch size once, e.g. --micro-batches 1 2 4 8");
   once(o.tp_degrees, "--tp", "give each tensor-parallel degree once, e.g. --tp 1 2 4 8");
-  if (o.n_layers < 1) throw InputError("model.n_layers", "is < 1", "give a model with at least one block");
+  if (o.n_layers < 1)
+    throw InputError("model.n_layers", "is < 1", "give a model with at least one block");
 }
 
 std::vector<int> selective_layer_periods(int64_t n_layers) {
@@ -148,7 +155,8 @@ std::vector<std::pair<int64_t, int>> batch_options(const SpaceOptions& o, int dp
 std::vector<Candidate> enumerate_candidates(const SpaceOptions& o) {
   check_space_options(o);
   std::vector<ActivationCheckpointing> acs;
-  for (CheckpointMode m : {CheckpointMode::kNone, CheckpointMode::kSelectiveOp, CheckpointMode::kFull}) {
+  for (CheckpointMode m :
+       {CheckpointMode::kNone, CheckpointMode::kSelectiveOp, CheckpointMode::kFull}) {
     ActivationCheckpointing ac;
     ac.mode = m;
     acs.push_back(ac);
@@ -161,35 +169,36 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o) {
   }
   std::vector<Candidate> out;
   for (int tp : o.tp_degrees) {
-  if (tp < 1 || o.gpus % tp != 0) continue;
-  const int dp = o.gpus / tp;
-  const auto batches = batch_options(o, dp);
-  for (int s : shard_sizes(dp))
-    for (const auto& r : reshard_options(s))
-      for (Precision p : {Precision::kBf16Fp32Reduce, Precision::kBf16, Precision::kFp32})
-        for (bool offload : {false, true})
-          for (const auto& ac : acs)
-            for (const auto& [mb, ga] : batches)
-              for (bool expandable : {false, true}) {
-                Candidate c;
-                c.replicate = dp / s;
-                c.shard = s;
-                c.tp = tp;
-                c.reshard = r;
-                c.precision = p;
-                c.cpu_offload = offload;
-                c.ac = ac;
-                c.micro_batch = mb;
-                c.grad_accum = ga;
-                c.expandable_segments = expandable;
-                out.push_back(c);
-              }
+    if (tp < 1 || o.gpus % tp != 0) continue;
+    const int dp = o.gpus / tp;
+    const auto batches = batch_options(o, dp);
+    for (int s : shard_sizes(dp))
+      for (const auto& r : reshard_options(s))
+        for (Precision p : {Precision::kBf16Fp32Reduce, Precision::kBf16, Precision::kFp32})
+          for (bool offload : {false, true})
+            for (const auto& ac : acs)
+              for (const auto& [mb, ga] : batches)
+                for (bool expandable : {false, true}) {
+                  Candidate c;
+                  c.replicate = dp / s;
+                  c.shard = s;
+                  c.tp = tp;
+                  c.reshard = r;
+                  c.precision = p;
+                  c.cpu_offload = offload;
+                  c.ac = ac;
+                  c.micro_batch = mb;
+                  c.grad_accum = ga;
+                  c.expandable_segments = expandable;
+                  out.push_back(c);
+                }
   }
   return out;
 }
 
 Scenario candidate_scenario(const Scenario& base, const Candidate& c) {
-  FULLSHARD_CHECK(base.world_size() == c.replicate * c.shard * c.tp, "candidate mesh does not match the base world size");
+  FULLSHARD_CHECK(base.world_size() == c.replicate * c.shard * c.tp,
+                  "candidate mesh does not match the base world size");
   Scenario s = base;
   if (c.hsdp()) {
     s.fsdp.mesh_shape = {c.replicate, c.shard};
@@ -211,9 +220,18 @@ Scenario candidate_scenario(const Scenario& base, const Candidate& c) {
              : std::next(it);
   auto& mp = s.fsdp.mixed_precision;
   switch (c.precision) {
-    case Precision::kFp32: mp.param_dtype.reset(); mp.reduce_dtype.reset(); break;
-    case Precision::kBf16Fp32Reduce: mp.param_dtype = DType::kBFloat16; mp.reduce_dtype = DType::kFloat32; break;
-    case Precision::kBf16: mp.param_dtype = DType::kBFloat16; mp.reduce_dtype = DType::kBFloat16; break;
+    case Precision::kFp32:
+      mp.param_dtype.reset();
+      mp.reduce_dtype.reset();
+      break;
+    case Precision::kBf16Fp32Reduce:
+      mp.param_dtype = DType::kBFloat16;
+      mp.reduce_dtype = DType::kFloat32;
+      break;
+    case Precision::kBf16:
+      mp.param_dtype = DType::kBFloat16;
+      mp.reduce_dtype = DType::kBFloat16;
+      break;
   }
   s.fsdp.cpu_offload = c.cpu_offload;
   s.training.activation_checkpointing = c.ac;
@@ -242,7 +260,8 @@ Scenario candidate_scenario(const Scenario& base, const Candidate& c) {
 }
 
 std::string mesh_text(const Candidate& c) {
-  const std::string dp = c.hsdp() ? fmt::format("HSDP {}x{}", c.replicate, c.shard) : fmt::format("FSDP {}", c.shard);
+  const std::string dp =
+      c.hsdp() ? fmt::format("HSDP {}x{}", c.replicate, c.shard) : fmt::format("FSDP {}", c.shard);
   return c.tp > 1 ? fmt::format("{} TP {}", dp, c.tp) : dp;
 }
 
@@ -263,14 +282,16 @@ std::string ac_text(const ActivationCheckpointing& ac) {
 }
 
 std::string candidate_text(const Candidate& c) {
-  return fmt::format("{}, reshard {}, {}, {}AC {}, mb {} x ga {}{}", mesh_text(c), reshard_text(c.reshard),
-                     precision_name(c.precision), c.cpu_offload ? "offload, " : "", ac_text(c.ac),
-                     c.micro_batch, c.grad_accum, c.expandable_segments ? ", expandable" : "");
+  return fmt::format("{}, reshard {}, {}, {}AC {}, mb {} x ga {}{}", mesh_text(c),
+                     reshard_text(c.reshard), precision_name(c.precision),
+                     c.cpu_offload ? "offload, " : "", ac_text(c.ac), c.micro_batch, c.grad_accum,
+                     c.expandable_segments ? ", expandable" : "");
 }
 
 nlohmann::json candidate_settings_json(const Candidate& c) {
   nlohmann::json j;
-  j["mesh"] = c.hsdp() ? nlohmann::json::array({c.replicate, c.shard}) : nlohmann::json::array({c.shard});
+  j["mesh"] =
+      c.hsdp() ? nlohmann::json::array({c.replicate, c.shard}) : nlohmann::json::array({c.shard});
   if (c.tp > 1) j["mesh"].push_back(c.tp);
   j["sharding"] = c.hsdp() ? "hsdp" : "fsdp";
   j["tp"] = c.tp;
@@ -281,7 +302,8 @@ nlohmann::json candidate_settings_json(const Candidate& c) {
     case Kind::kInt: j["reshard_after_forward"] = c.reshard.n; break;
   }
   j["precision"] = precision_name(c.precision);
-  j["param_dtype"] = c.precision == Precision::kFp32 ? nlohmann::json(nullptr) : nlohmann::json("bf16");
+  j["param_dtype"] =
+      c.precision == Precision::kFp32 ? nlohmann::json(nullptr) : nlohmann::json("bf16");
   j["reduce_dtype"] = c.precision == Precision::kFp32   ? nlohmann::json(nullptr)
                       : c.precision == Precision::kBf16 ? nlohmann::json("bf16")
                                                         : nlohmann::json("fp32");

@@ -57,7 +57,8 @@ struct SpaceOptions {
 // The tp degrees in {1, 2, 4, 8} a model can use on this hardware: within a node (tp divides
 // gpus_per_node, so a tp group never crosses nodes), dividing the GPUs, and splitting the
 // model (check_tensor_parallel: heads, kv heads, ffn_dim, vocab, seq_len).
-// loss_parallel: tensor_parallel.loss_parallel of the scenario (check_tensor_parallel's loss rules).
+// loss_parallel: tensor_parallel.loss_parallel of the scenario (check_tensor_parallel's loss
+// rules).
 std::vector<int> tp_degrees(const ModelConfig& model, int64_t seq_len, int gpus, int gpus_per_node,
                             bool loss_parallel = true);
 

@@ -8,12 +8,14 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace fullshard;
   fuzz::expect_parse_or_input_error([&] {
-    const CheckpointMetadata m = metadata_from_json(parse_json_text(fuzz::text(data, size), "metadata.json"), "metadata.json");
+    const CheckpointMetadata m = metadata_from_json(
+        parse_json_text(fuzz::text(data, size), "metadata.json"), "metadata.json");
     // Not an InputError: a round-trip failure escapes expect_parse_or_input_error as a finding.
     try {
       metadata_from_json(metadata_to_json(m), "round trip");
     } catch (const InputError& e) {
-      throw std::logic_error(std::string("metadata that validated does not round-trip: ") + e.what());
+      throw std::logic_error(std::string("metadata that validated does not round-trip: ") +
+                             e.what());
     }
   });
   return 0;

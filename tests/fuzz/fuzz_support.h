@@ -19,11 +19,12 @@ template <class F>
 void expect_parse_or_input_error(F&& f) {
   try {
     f();
-  } catch (const InputError&) {
-  }
+  } catch (const InputError&) {}
 }
 
-inline std::string text(const uint8_t* data, size_t size) { return std::string(reinterpret_cast<const char*>(data), size); }
+inline std::string text(const uint8_t* data, size_t size) {
+  return std::string(reinterpret_cast<const char*>(data), size);
+}
 
 // A path whose content is `bytes`, for parsers that read files: a memfd (a regular file, so
 // read_input_file accepts it) rewritten for every input.

@@ -9,7 +9,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace fullshard;
   fuzz::expect_parse_or_input_error([&] {
     std::vector<plot::Report> reports;
-    reports.push_back(plot::parse_report(parse_json_text(fuzz::text(data, size), "r.json"), "r.json"));
+    reports.push_back(
+        plot::parse_report(parse_json_text(fuzz::text(data, size), "r.json"), "r.json"));
     plot::render_svg(std::move(reports));
   });
   return 0;

@@ -8,6 +8,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace fullshard;
   static fuzz::MemFile file;
   const std::string path = file.write(data, size);
-  fuzz::expect_parse_or_input_error([&] { parse_scenario(json_reader::read_json_file(path), "."); });
+  fuzz::expect_parse_or_input_error(
+      [&] { parse_scenario(json_reader::read_json_file(path), "."); });
   return 0;
 }

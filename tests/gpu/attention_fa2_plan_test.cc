@@ -32,8 +32,9 @@ TEST(FlashAttention2Plan, LaunchPlan) {
     ASSERT_TRUE(fa2::supports_head_dim(hd));
     EXPECT_LE(fa2::fwd_smem_bytes(hd), 99u * 1024) << hd;
     EXPECT_EQ(fa2::fwd_query_tile(hd) % (16 * fa2::kWarps), 0) << hd;  // whole m16 tiles per warp
-    EXPECT_EQ(fa2::fwd_query_tile(hd) % fa2::kKeyTile, 0) << hd;        // diagonal tiles align
-    EXPECT_EQ(fa2::bwd_key_tile(hd) % fa2::bwd_query_tile(hd), 0) << hd;  // first query tile aligned
+    EXPECT_EQ(fa2::fwd_query_tile(hd) % fa2::kKeyTile, 0) << hd;       // diagonal tiles align
+    EXPECT_EQ(fa2::bwd_key_tile(hd) % fa2::bwd_query_tile(hd), 0)
+        << hd;  // first query tile aligned
     EXPECT_EQ(fa2::bwd_key_tile(hd), 16 * fa2::bwd_warps(hd)) << hd;
     EXPECT_LE(fa2::bwd_threads(hd), 1024) << hd;
     EXPECT_LE(fa2::bwd_smem_bytes(hd), 99u * 1024) << hd;  // sm_86 / sm_89 run them too
@@ -46,8 +47,9 @@ TEST(FlashAttention2Plan, LaunchPlan) {
   struct Shape {
     int64_t B, S, H, Hkv, hd;
   };
-  for (Shape sh : {Shape{2, 4096, 32, 8, 64}, Shape{1, 8192, 32, 8, 128}, Shape{2, 1, 2, 2, 64}, Shape{2, 63, 8, 2, 128},
-                   Shape{2, 65, 8, 1, 64}, Shape{3, 200, 4, 4, 96}, Shape{1, 333, 8, 8, 80}, Shape{1, 129, 2, 1, 32}}) {
+  for (Shape sh : {Shape{2, 4096, 32, 8, 64}, Shape{1, 8192, 32, 8, 128}, Shape{2, 1, 2, 2, 64},
+                   Shape{2, 63, 8, 2, 128}, Shape{2, 65, 8, 1, 64}, Shape{3, 200, 4, 4, 96},
+                   Shape{1, 333, 8, 8, 80}, Shape{1, 129, 2, 1, 32}}) {
     cuda::AttnLayout l{};
     l.B = sh.B;
     l.S = sh.S;
@@ -56,7 +58,8 @@ TEST(FlashAttention2Plan, LaunchPlan) {
     l.hd = sh.hd;
     l.group = sh.H / sh.Hkv;
     const std::string what = "S" + std::to_string(sh.S) + " hd" + std::to_string(sh.hd);
-    const int64_t BM = fa2::fwd_query_tile(sh.hd), BN = fa2::kKeyTile, BK = fa2::bwd_key_tile(sh.hd);
+    const int64_t BM = fa2::fwd_query_tile(sh.hd), BN = fa2::kKeyTile,
+                  BK = fa2::bwd_key_tile(sh.hd);
     const fa2::Grid3 f = fa2::fwd_grid(l), b = fa2::bwd_grid(l);
     EXPECT_EQ(f.y, sh.H) << what;
     EXPECT_EQ(f.z, sh.B) << what;
@@ -85,7 +88,8 @@ TEST(FlashAttention2Plan, LaunchPlan) {
         EXPECT_EQ(kt < n, kt * BN <= last_row) << what << " qt " << qt << " kt " << kt;
         if (kt >= n || sh.S > 512 || fa2::fwd_tile_masked(qt, kt, sh.hd)) continue;
         for (int64_t i = qt * BM; i < (qt + 1) * BM; ++i)
-          for (int64_t j = kt * BN; j < (kt + 1) * BN; ++j) ASSERT_LE(j, i) << what << " qt " << qt << " kt " << kt;
+          for (int64_t j = kt * BN; j < (kt + 1) * BN; ++j)
+            ASSERT_LE(j, i) << what << " qt " << qt << " kt " << kt;
       }
     }
     for (int c : seen) EXPECT_EQ(c, 1) << what;
@@ -140,7 +144,8 @@ using LaneMap = std::function<int(int)>;
 // ldmatrix.x4 over a tile: lane L gives the address of row L % 8 of matrix L / 8 at (r0 +
 // row(L), c0 + col(L)); lane (g, t) = (L / 4, L % 4) receives elements (g, 2t..2t+1) of each
 // matrix, or with .trans (2t..2t+1, g).
-Regs ldmatrix(const Tile& tile, int r0, int c0, const LaneMap& row, const LaneMap& col, bool trans) {
+Regs ldmatrix(const Tile& tile, int r0, int c0, const LaneMap& row, const LaneMap& col,
+              bool trans) {
   Regs out{};
   for (int L = 0; L < 32; ++L)
     for (int m = 0; m < 4; ++m)
@@ -252,7 +257,8 @@ TEST(FlashAttention2Plan, FragmentMapsComputeTheProducts) {
           for (int L = 0; L < 32; ++L)
             for (int e = 0; e < 4; ++e) {
               double want = 0;
-              for (int j = 0; j < f::kKeyTile; ++j) want += St.at(j, rb * 16 + acc_row(L, e)) * K.at(j, ch * qc + acc_col(n, L, e));
+              for (int j = 0; j < f::kKeyTile; ++j)
+                want += St.at(j, rb * 16 + acc_row(L, e)) * K.at(j, ch * qc + acc_col(n, L, e));
               ASSERT_EQ(dq[n][L][e], want) << what << " dQ rb " << rb << " chunk " << ch;
             }
       }
@@ -264,12 +270,14 @@ TEST(FlashAttention2Plan, FragmentMapsComputeTheProducts) {
 TEST(FlashAttention2Plan, LdmatrixRowsAvoidBankConflicts) {
   for (int hd : {32, 64, 80, 96, 128})
     for (int stride : {f::row_stride(hd) * 2, (f::bwd_query_tile(hd) + 8) * 2})
-      for (const LaneMap& row : {LaneMap(f::a_row), LaneMap(f::b_row), LaneMap(f::bt_row), LaneMap(f::at_row)})
+      for (const LaneMap& row :
+           {LaneMap(f::a_row), LaneMap(f::b_row), LaneMap(f::bt_row), LaneMap(f::at_row)})
         for (int m = 0; m < 4; ++m) {
           std::vector<int> groups;
           for (int r = 0; r < 8; ++r) groups.push_back((row(m * 8 + r) * stride / 16) % 8);
           std::sort(groups.begin(), groups.end());
-          EXPECT_TRUE(std::adjacent_find(groups.begin(), groups.end()) == groups.end()) << "hd " << hd << " stride " << stride;
+          EXPECT_TRUE(std::adjacent_find(groups.begin(), groups.end()) == groups.end())
+              << "hd " << hd << " stride " << stride;
         }
 }
 

@@ -57,8 +57,8 @@ struct CudaRun {
 
 // Every rank of `s` as a thread on its own CudaBackend (ranks beyond the visible GPUs share
 // them: `transport` must then be "gloo"), over one in-process store. `base`: checkpointing.
-CudaRun run_cuda(const Scenario& s, const std::string& transport, const runner::RankOptions& base = {},
-                 bool measure_streams = true) {
+CudaRun run_cuda(const Scenario& s, const std::string& transport,
+                 const runner::RankOptions& base = {}, bool measure_streams = true) {
   const int world = s.world_size();
   auto store = std::make_shared<::gloo::rendezvous::HashStore>();
   CudaRun out;
@@ -119,7 +119,8 @@ void expect_predicted_equals_measured(const Scenario& s, const CudaRun& real) {
 void expect_losses_finite(const CudaRun& real, int steps) {
   for (const auto& r : real.ranks) {
     ASSERT_EQ(r.steps.size(), static_cast<size_t>(steps));
-    for (const auto& m : r.steps) EXPECT_TRUE(std::isfinite(m.loss)) << "rank " << r.rank << " step " << m.step;
+    for (const auto& m : r.steps)
+      EXPECT_TRUE(std::isfinite(m.loss)) << "rank " << r.rank << " step " << m.step;
   }
 }
 
@@ -165,12 +166,14 @@ TEST(CudaBackend, StepTimesAreMeasuredByStream) {
       EXPECT_GT(m.compute_s, 0.0) << "rank " << r.rank << " step " << m.step;
       EXPECT_GT(m.comm_s, 0.0) << "rank " << r.rank << " step " << m.step;
       EXPECT_LE(m.exposed_comm_s, m.comm_s + 1e-9);
-      EXPECT_LE(m.compute_s, m.seconds + 1e-3) << "busy beyond the step's wall time: a wrong anchor";
+      EXPECT_LE(m.compute_s, m.seconds + 1e-3)
+          << "busy beyond the step's wall time: a wrong anchor";
     }
     EXPECT_GT(r.last_step.stream_busy_s[static_cast<size_t>(StreamRole::kDefault)], 0.0);
-    std::printf("rank %d last step: %.3f ms wall, compute %.3f ms, comm %.3f ms, exposed %.3f ms\n", r.rank,
-                1e3 * (r.last_step.end_s - r.last_step.begin_s), 1e3 * r.last_step.compute_s,
-                1e3 * r.last_step.comm_s, 1e3 * r.last_step.exposed_comm_s);
+    std::printf("rank %d last step: %.3f ms wall, compute %.3f ms, comm %.3f ms, exposed %.3f ms\n",
+                r.rank, 1e3 * (r.last_step.end_s - r.last_step.begin_s),
+                1e3 * r.last_step.compute_s, 1e3 * r.last_step.comm_s,
+                1e3 * r.last_step.exposed_comm_s);
   }
   const CudaRun off = run_cuda(s, "gloo", {}, /*measure_streams=*/false);
   for (const auto& r : off.ranks)
@@ -225,12 +228,12 @@ TEST(CudaBackend, TinyLlamaLossesMatchCpuBackend) {
   EXPECT_NE(cuda.ranks[0].steps.back().loss, cuda.ranks[0].steps.front().loss);
 }
 
-// Tensor parallelism on the CUDA backend (NOTE [Tensor parallelism on CUDA] in docs/cuda-backend.md):
-// FSDP 2 x tp 2 with sequence parallelism and loss parallel, four ranks sharing one GPU over
-// staged Gloo (tp, shard and the flattened shard+tp groups). For Llama (the shipped
-// tiny-llama-tp2-h100-4on1) and GPT-2 (its Megatron plan: vocab-parallel wte, rowwise biases,
-// sequence-sharded positions) on the same mesh: predicted == measured peaks per rank, and every
-// rank's losses equal the CPU backend's for that rank within NOTE [CUDA vs CPU tolerance].
+// Tensor parallelism on the CUDA backend (NOTE [Tensor parallelism on CUDA] in
+// docs/cuda-backend.md): FSDP 2 x tp 2 with sequence parallelism and loss parallel, four ranks
+// sharing one GPU over staged Gloo (tp, shard and the flattened shard+tp groups). For Llama (the
+// shipped tiny-llama-tp2-h100-4on1) and GPT-2 (its Megatron plan: vocab-parallel wte, rowwise
+// biases, sequence-sharded positions) on the same mesh: predicted == measured peaks per rank, and
+// every rank's losses equal the CPU backend's for that rank within NOTE [CUDA vs CPU tolerance].
 TEST(CudaBackend, TensorParallelMatchesCpuBackendAndPrediction) {
   const std::string file = "tiny-llama-tp2-h100-4on1.json";
   const char* env = std::getenv("FULLSHARD_SOURCE_DIR");
@@ -254,7 +257,8 @@ TEST(CudaBackend, TensorParallelMatchesCpuBackendAndPrediction) {
       const auto& b = cpu.ranks[static_cast<size_t>(r)].steps;
       ASSERT_EQ(a.size(), b.size());
       for (size_t k = 0; k < b.size(); ++k)
-        EXPECT_NEAR(a[k].loss, b[k].loss, 2e-2 + 2e-3 * std::abs(b[k].loss)) << "rank " << r << " step " << k;
+        EXPECT_NEAR(a[k].loss, b[k].loss, 2e-2 + 2e-3 * std::abs(b[k].loss))
+            << "rank " << r << " step " << k;
     }
     // A tp group computes one loss (loss parallel all-reduces it): its ranks report the same.
     for (size_t k = 0; k < static_cast<size_t>(kSteps); ++k)
@@ -264,10 +268,10 @@ TEST(CudaBackend, TensorParallelMatchesCpuBackendAndPrediction) {
   }
 }
 
-// model.implementation compile: the compiled block's fused regions (backends/cuda/kernels/compiled.cu)
-// in training. Predicted == measured to the byte says they use no memory beyond the outputs the
-// model declares; the losses match the CPU backend's compiled run as the eager ones do (NOTE
-// [CUDA vs CPU tolerance]).
+// model.implementation compile: the compiled block's fused regions
+// (backends/cuda/kernels/compiled.cu) in training. Predicted == measured to the byte says they use
+// no memory beyond the outputs the model declares; the losses match the CPU backend's compiled run
+// as the eager ones do (NOTE [CUDA vs CPU tolerance]).
 TEST(CudaBackend, CompiledBlockPredictedEqualsMeasuredAndMatchesCpu) {
   Scenario s = load("tiny-llama-h100.json", kSteps);
   s.model.implementation.compile = true;

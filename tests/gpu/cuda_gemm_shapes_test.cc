@@ -43,7 +43,8 @@ constexpr int64_t kPool = (1 << 20) + 7;
 constexpr int kSamples = 512;
 
 std::string source_root() {
-  const char* env = std::getenv("FULLSHARD_SOURCE_DIR");  // tools/gpu-check.sh runs from another checkout
+  const char* env =
+      std::getenv("FULLSHARD_SOURCE_DIR");  // tools/gpu-check.sh runs from another checkout
   return env && *env ? env : FULLSHARD_SOURCE_DIR;
 }
 
@@ -84,7 +85,8 @@ struct Slot {
   std::map<DType, Pool> pools;
   const Pool& fill(DType d, uint64_t need) {
     auto it = pools.find(d);
-    if (it == pools.end()) it = pools.emplace(d, Pool(d, seed * 7 + static_cast<uint32_t>(d))).first;
+    if (it == pools.end())
+      it = pools.emplace(d, Pool(d, seed * 7 + static_cast<uint32_t>(d))).first;
     if (need > bytes) {
       if (p) cudaFree(p);
       bytes = need;
@@ -94,8 +96,8 @@ struct Slot {
     if (dtype != static_cast<int>(d)) {
       const uint64_t tile = it->second.bytes.size();
       for (uint64_t off = 0; off < bytes; off += tile)
-        EXPECT_EQ(cudaMemcpy(static_cast<char*>(p) + off, it->second.bytes.data(), std::min(tile, bytes - off),
-                             cudaMemcpyHostToDevice),
+        EXPECT_EQ(cudaMemcpy(static_cast<char*>(p) + off, it->second.bytes.data(),
+                             std::min(tile, bytes - off), cudaMemcpyHostToDevice),
                   cudaSuccess);
       dtype = static_cast<int>(d);
     }
@@ -106,7 +108,8 @@ struct Slot {
   }
 };
 
-using Key = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int>;
+using Key = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int,
+                       int, int>;
 
 struct Gemm {
   OpCall op;
@@ -123,14 +126,24 @@ std::map<Key, Gemm> distinct_gemms() {
           op.kind != OpKind::kLinearBackwardWeight)
         continue;
       const cuda::plan::GemmPlan p = cuda::plan::plan_gemm(op);
-      const Key k{static_cast<int>(op.kind), p.trans_a, p.trans_b, p.m, p.n, p.k, p.lda, p.ldb, p.ldc,
-                  static_cast<int>(op.inputs[p.a_in].meta.dtype), static_cast<int>(op.outputs[0].meta.dtype),
+      const Key k{static_cast<int>(op.kind),
+                  p.trans_a,
+                  p.trans_b,
+                  p.m,
+                  p.n,
+                  p.k,
+                  p.lda,
+                  p.ldb,
+                  p.ldc,
+                  static_cast<int>(op.inputs[p.a_in].meta.dtype),
+                  static_cast<int>(op.outputs[0].meta.dtype),
                   p.bias ? static_cast<int>(op.inputs[2].meta.dtype) : -1};
       out.emplace(k, Gemm{op, p, label + ": " + op.name});
     }
   };
   const std::string dir = source_root() + "/scenarios/";
-  for (const char* name : {"tiny-llama-h100.json", "tiny-gpt2-h100.json", "llama-1b-h100-bench.json"}) {
+  for (const char* name :
+       {"tiny-llama-h100.json", "tiny-gpt2-h100.json", "llama-1b-h100-bench.json"}) {
     Scenario s = load_scenario_file(dir + name);
     s.training.steps = 1;
     add(s, name, 0);
@@ -141,12 +154,15 @@ std::map<Key, Gemm> distinct_gemms() {
   return out;
 }
 
-double unit(DType d) { return std::ldexp(1.0, d == DType::kBFloat16 ? -8 : d == DType::kFloat16 ? -11 : -24); }
+double unit(DType d) {
+  return std::ldexp(1.0, d == DType::kBFloat16 ? -8 : d == DType::kFloat16 ? -11 : -24);
+}
 
 double read_element(const void* base, DType d, int64_t i) {
   const size_t es = dtype_size(d);
   unsigned char b[4] = {};
-  EXPECT_EQ(cudaMemcpy(b, static_cast<const char*>(base) + i * static_cast<int64_t>(es), es, cudaMemcpyDeviceToHost),
+  EXPECT_EQ(cudaMemcpy(b, static_cast<const char*>(base) + i * static_cast<int64_t>(es), es,
+                       cudaMemcpyDeviceToHost),
             cudaSuccess);
   uint16_t h;
   std::memcpy(&h, b, 2);
@@ -164,7 +180,8 @@ TEST(CudaGemmShapes, EveryGemmOfTheModelsMatchesAnFp64Reference) {
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
   cublasLtHandle_t lt = nullptr;
   ASSERT_EQ(cublasLtCreate(&lt), CUBLAS_STATUS_SUCCESS);
-  const size_t ws_bytes = 32u << 20;  // the H100 / H200 profiles' blas_workspace_bytes (blas_workspace.json)
+  const size_t ws_bytes =
+      32u << 20;  // the H100 / H200 profiles' blas_workspace_bytes (blas_workspace.json)
   void* ws = nullptr;
   ASSERT_EQ(cudaMalloc(&ws, ws_bytes), cudaSuccess);
   Slot a, b, bias, c;
@@ -177,7 +194,8 @@ TEST(CudaGemmShapes, EveryGemmOfTheModelsMatchesAnFp64Reference) {
     const DType dab = op.inputs[p.a_in].meta.dtype, dc = op.outputs[0].meta.dtype;
     const Pool& pa = a.fill(dab, op.inputs[p.a_in].nbytes());
     const Pool& pb = b.fill(dab, op.inputs[p.b_in].nbytes());
-    const Pool* pbias = p.bias ? &bias.fill(op.inputs[2].meta.dtype, op.inputs[2].nbytes()) : nullptr;
+    const Pool* pbias =
+        p.bias ? &bias.fill(op.inputs[2].meta.dtype, op.inputs[2].nbytes()) : nullptr;
     if (c.bytes < op.outputs[0].nbytes()) {
       if (c.p) cudaFree(c.p);
       c.bytes = op.outputs[0].nbytes();
@@ -191,7 +209,8 @@ TEST(CudaGemmShapes, EveryGemmOfTheModelsMatchesAnFp64Reference) {
     const std::vector<void*> outs = {c.p};
     ASSERT_NO_THROW(cuda::launch_kernel(op, in, outs, ctx)) << g.where;
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess) << g.where;
-    std::vector<std::pair<int64_t, int64_t>> at = {{0, 0}, {p.m - 1, 0}, {0, p.n - 1}, {p.m - 1, p.n - 1}};
+    std::vector<std::pair<int64_t, int64_t>> at = {
+        {0, 0}, {p.m - 1, 0}, {0, p.n - 1}, {p.m - 1, p.n - 1}};
     while (at.size() < static_cast<size_t>(kSamples))
       at.emplace_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(p.m)),
                       static_cast<int64_t>(rng() % static_cast<uint64_t>(p.n)));
@@ -200,23 +219,28 @@ TEST(CudaGemmShapes, EveryGemmOfTheModelsMatchesAnFp64Reference) {
     for (auto [i, j] : at) {
       double ref = pbias ? pbias->v[static_cast<size_t>(i % kPool)] : 0.0, s = std::abs(ref);
       for (int64_t l = 0; l < p.k; ++l) {
-        const int64_t ai = p.trans_a ? l + i * p.lda : i + l * p.lda, bi = p.trans_b ? j + l * p.ldb : l + j * p.ldb;
-        const double prod = pa.v[static_cast<size_t>(ai % kPool)] * pb.v[static_cast<size_t>(bi % kPool)];
+        const int64_t ai = p.trans_a ? l + i * p.lda : i + l * p.lda,
+                      bi = p.trans_b ? j + l * p.ldb : l + j * p.ldb;
+        const double prod =
+            pa.v[static_cast<size_t>(ai % kPool)] * pb.v[static_cast<size_t>(bi % kPool)];
         ref += prod;
         s += std::abs(prod);
       }
       const double got = read_element(c.p, dc, i + j * p.ldc);
       const double tol = 2 * unit(dc) * std::abs(ref) + accum * s;
       if (!(std::abs(got - ref) <= tol) && failures++ < 3)
-        ADD_FAILURE() << g.where << " (" << op_kind_name(op.kind) << " m " << p.m << " n " << p.n << " k " << p.k
-                      << (p.trans_a ? " A^T" : "") << (p.trans_b ? " B^T" : "") << ", " << dtype_name(dab) << " -> "
-                      << dtype_name(dc) << (p.bias ? ", bias" : "") << "): C(" << i << ", " << j << ") is " << got
-                      << ", fp64 reference " << ref << " (tolerance " << tol << ", NOTE [GEMM shapes of the models])";
+        ADD_FAILURE() << g.where << " (" << op_kind_name(op.kind) << " m " << p.m << " n " << p.n
+                      << " k " << p.k << (p.trans_a ? " A^T" : "") << (p.trans_b ? " B^T" : "")
+                      << ", " << dtype_name(dab) << " -> " << dtype_name(dc)
+                      << (p.bias ? ", bias" : "") << "): C(" << i << ", " << j << ") is " << got
+                      << ", fp64 reference " << ref << " (tolerance " << tol
+                      << ", NOTE [GEMM shapes of the models])";
     }
     std::printf("%-28s m %6lld n %6lld k %6lld %s%s %s -> %s%s: %s\n", op_kind_name(op.kind),
-                static_cast<long long>(p.m), static_cast<long long>(p.n), static_cast<long long>(p.k),
-                p.trans_a ? "T" : "N", p.trans_b ? "T" : "N", std::string(dtype_name(dab)).c_str(),
-                std::string(dtype_name(dc)).c_str(), p.bias ? " +bias" : "", failures ? "FAIL" : "ok");
+                static_cast<long long>(p.m), static_cast<long long>(p.n),
+                static_cast<long long>(p.k), p.trans_a ? "T" : "N", p.trans_b ? "T" : "N",
+                std::string(dtype_name(dab)).c_str(), std::string(dtype_name(dc)).c_str(),
+                p.bias ? " +bias" : "", failures ? "FAIL" : "ok");
   }
   cudaFree(ws);
   cublasLtDestroy(lt);
@@ -231,12 +255,13 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "--list") {
     for (const auto& [key, g] : fullshard::distinct_gemms()) {
       const auto& p = g.plan;
-      std::printf("%s m %lld n %lld k %lld %s%s %s -> %s%s  (%s)\n", fullshard::op_kind_name(g.op.kind),
-                  static_cast<long long>(p.m), static_cast<long long>(p.n), static_cast<long long>(p.k),
-                  p.trans_a ? "T" : "N", p.trans_b ? "T" : "N",
+      std::printf("%s m %lld n %lld k %lld %s%s %s -> %s%s  (%s)\n",
+                  fullshard::op_kind_name(g.op.kind), static_cast<long long>(p.m),
+                  static_cast<long long>(p.n), static_cast<long long>(p.k), p.trans_a ? "T" : "N",
+                  p.trans_b ? "T" : "N",
                   std::string(fullshard::dtype_name(g.op.inputs[p.a_in].meta.dtype)).c_str(),
-                  std::string(fullshard::dtype_name(g.op.outputs[0].meta.dtype)).c_str(), p.bias ? " +bias" : "",
-                  g.where.c_str());
+                  std::string(fullshard::dtype_name(g.op.outputs[0].meta.dtype)).c_str(),
+                  p.bias ? " +bias" : "", g.where.c_str());
     }
     return 0;
   }

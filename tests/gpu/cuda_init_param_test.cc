@@ -20,7 +20,9 @@ namespace {
 
 using namespace fullshard;
 
-void ok(cudaError_t e, const char* what) { ASSERT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorString(e); }
+void ok(cudaError_t e, const char* what) {
+  ASSERT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorString(e);
+}
 
 // The device's bytes of spec in dtype dt.
 std::vector<uint8_t> on_device(const init_gen::InitSpec& spec, DType dt) {
@@ -51,15 +53,16 @@ int64_t first_difference(const std::vector<uint8_t>& a, const std::vector<uint8_
   return -1;
 }
 
-init_gen::InitSpec spec_of(int layout, int64_t row_offset, int64_t rows, int64_t cols, int64_t pad_rows, int kind,
-                           uint64_t key) {
+init_gen::InitSpec spec_of(int layout, int64_t row_offset, int64_t rows, int64_t cols,
+                           int64_t pad_rows, int kind, uint64_t key) {
   OpCall op;
   op.kind = OpKind::kInitParam;
   op.name = "p";
   op.outputs = {TensorRef{1, 0, TensorMeta{DType::kFloat32, {(rows + pad_rows) * cols}}}};
   op.iargs = {row_offset, rows, cols, kind, static_cast<int64_t>(key)};
-  if (layout == 1) op.iargs.insert(op.iargs.end(), {3, cols * 2 + 3});  // Shard(1): columns [3, 3 + cols)
-  if (layout == 2) op.iargs.insert(op.iargs.end(), {5, 1, 2});          // blocks of 5 rows, tp rank 1 of 2
+  if (layout == 1)
+    op.iargs.insert(op.iargs.end(), {3, cols * 2 + 3});         // Shard(1): columns [3, 3 + cols)
+  if (layout == 2) op.iargs.insert(op.iargs.end(), {5, 1, 2});  // blocks of 5 rows, tp rank 1 of 2
   op.fargs = {0.02};
   return init_spec(op);
 }
@@ -77,17 +80,21 @@ TEST(CudaInitParam, EveryLayoutDtypeAndKindMatchesTheHost) {
         for (int64_t cols : {1, 2, 7, 64, 1023})
           for (int64_t offset : {0, 1, 3}) {
             const auto s = spec_of(layout, offset, 37, cols, 3, kind, 77 + cols);
-            expect_same(s, dt, "layout " + std::to_string(layout) + " kind " + std::to_string(kind) + " cols " +
-                                   std::to_string(cols) + " offset " + std::to_string(offset));
+            expect_same(s, dt,
+                        "layout " + std::to_string(layout) + " kind " + std::to_string(kind) +
+                            " cols " + std::to_string(cols) + " offset " + std::to_string(offset));
           }
 }
 
 // 2^24 consecutive draws of one parameter (fp32, with an odd row offset) and a shard far into
 // a large tensor: every bit, so a last-place difference in any step would show.
 TEST(CudaInitParam, SixteenMillionDrawsMatchTheHost) {
-  expect_same(spec_of(0, 1, 4096, 4096, 0, init_gen::kNormal, 20261128), DType::kFloat32, "2^24 draws");
-  expect_same(spec_of(1, 100000, 512, 2048, 1, init_gen::kNormal, 5), DType::kBFloat16, "rows 100000..");
-  expect_same(spec_of(0, int64_t{1} << 20, 64, 4097, 2, init_gen::kNormal, ~uint64_t{0}), DType::kFloat16, "far");
+  expect_same(spec_of(0, 1, 4096, 4096, 0, init_gen::kNormal, 20261128), DType::kFloat32,
+              "2^24 draws");
+  expect_same(spec_of(1, 100000, 512, 2048, 1, init_gen::kNormal, 5), DType::kBFloat16,
+              "rows 100000..");
+  expect_same(spec_of(0, int64_t{1} << 20, 64, 4097, 2, init_gen::kNormal, ~uint64_t{0}),
+              DType::kFloat16, "far");
 }
 
 RC_GTEST_PROP(CudaInitParam, RandomShardsMatchTheHost, ()) {
@@ -95,7 +102,8 @@ RC_GTEST_PROP(CudaInitParam, RandomShardsMatchTheHost, ()) {
   const int64_t rows = *rc::gen::inRange(0, 300), cols = *rc::gen::inRange(1, 300);
   const int64_t offset = *rc::gen::inRange(0, 1000), pad = *rc::gen::inRange(0, 3);
   const DType dt = *rc::gen::element(DType::kFloat32, DType::kBFloat16, DType::kFloat16);
-  const auto s = spec_of(layout, offset, rows, cols, pad, init_gen::kNormal, *rc::gen::arbitrary<uint64_t>());
+  const auto s =
+      spec_of(layout, offset, rows, cols, pad, init_gen::kNormal, *rc::gen::arbitrary<uint64_t>());
   const auto dev = on_device(s, dt), host = on_host(s, dt);
   RC_ASSERT(first_difference(dev, host, dt) == -1);
 }

@@ -40,8 +40,10 @@ std::map<OpKind, std::string> device_kinds(const json& j, const std::string& lab
 }
 
 // The recorded-ops scenario (recorded_ops.h), always with an implementation object.
-json scenario(const json& model, const json& implementation, const std::vector<int>& mesh, const json& extra = {}) {
-  return recorded_ops::scenario_json(model, implementation, mesh, extra.is_null() ? json::object() : extra);
+json scenario(const json& model, const json& implementation, const std::vector<int>& mesh,
+              const json& extra = {}) {
+  return recorded_ops::scenario_json(model, implementation, mesh,
+                                     extra.is_null() ? json::object() : extra);
 }
 
 TEST(CudaKernelCoverage, EveryDeviceOpTheModelEmitsHasAKernel) {
@@ -49,35 +51,46 @@ TEST(CudaKernelCoverage, EveryDeviceOpTheModelEmitsHasAKernel) {
   auto add = [&](const json& j, const std::string& label) {
     for (auto& [k, where] : device_kinds(j, label)) all.emplace(k, where);
   };
-  const json presets[] = {"fullshard", "torchtitan-2024-04", "torchtitan-2024", "torchtitan", "hf-transformers"};
+  const json presets[] = {"fullshard", "torchtitan-2024-04", "torchtitan-2024", "torchtitan",
+                          "hf-transformers"};
   for (const json& p : presets) {
     const std::string name = p.get<std::string>();
     add(scenario("tiny-llama", {{"preset", p}}, {2}), "tiny-llama " + name);
-    add(scenario("tiny-llama", {{"preset", p}}, {2}, {{"training", {{"activation_checkpointing", "full"}}}}),
+    add(scenario("tiny-llama", {{"preset", p}}, {2},
+                 {{"training", {{"activation_checkpointing", "full"}}}}),
         "tiny-llama " + name + " full AC");
   }
   for (const char* loss : {"fp32_logits", "bf16_logits", "fp32_output"})
     add(scenario("tiny-llama", {{"loss", loss}}, {2}), std::string("tiny-llama loss ") + loss);
-  add(scenario("tiny-llama", {{"attention", "efficient"}, {"gqa", "repeat_kv"}}, {2}), "tiny-llama efficient");
+  add(scenario("tiny-llama", {{"attention", "efficient"}, {"gqa", "repeat_kv"}}, {2}),
+      "tiny-llama efficient");
   add(scenario("tiny-llama", {{"attention", "cudnn"}}, {2}), "tiny-llama cudnn");
-  add(scenario("tiny-llama", {{"rope", "rotate_half"}, {"rms_norm", "eager"}}, {2}), "tiny-llama eager norm");
+  add(scenario("tiny-llama", {{"rope", "rotate_half"}, {"rms_norm", "eager"}}, {2}),
+      "tiny-llama eager norm");
   add(scenario("tiny-llama", {{"compile", true}}, {2}), "tiny-llama compile");
-  add(scenario("tiny-llama", {{"compile", true}}, {2}, {{"training", {{"activation_checkpointing", "selective_op"}}}}),
+  add(scenario("tiny-llama", {{"compile", true}}, {2},
+               {{"training", {{"activation_checkpointing", "selective_op"}}}}),
       "tiny-llama compile selective_op");
   add(scenario("tiny-gpt2", json::object(), {2}), "tiny-gpt2");
-  add(scenario("tiny-llama", json::object(), {2}, {{"fsdp", {{"cpu_offload", true}}}}), "tiny-llama offload");
-  add(scenario("tiny-llama", json::object(), {1, 2}, {{"tensor_parallel", {{"loss_parallel", true}}}}),
+  add(scenario("tiny-llama", json::object(), {2}, {{"fsdp", {{"cpu_offload", true}}}}),
+      "tiny-llama offload");
+  add(scenario("tiny-llama", json::object(), {1, 2},
+               {{"tensor_parallel", {{"loss_parallel", true}}}}),
       "tiny-llama tp2 loss_parallel");
-  add(scenario("tiny-llama", json::object(), {1, 2}, {{"tensor_parallel", {{"loss_parallel", false}}}}),
+  add(scenario("tiny-llama", json::object(), {1, 2},
+               {{"tensor_parallel", {{"loss_parallel", false}}}}),
       "tiny-llama tp2");
   add(scenario("tiny-gpt2", json::object(), {1, 2}), "tiny-gpt2 tp2");
-  add(scenario("tiny-llama", {{"loss", "chunked"}}, {1, 2}, {{"tensor_parallel", {{"loss_parallel", true}}}}),
+  add(scenario("tiny-llama", {{"loss", "chunked"}}, {1, 2},
+               {{"tensor_parallel", {{"loss_parallel", true}}}}),
       "tiny-llama tp2 chunked loss");
 
   EXPECT_GE(all.size(), 40u) << "the variants above should reach most op kinds";
   for (const auto& [kind, where] : all) {
-    if (kind == OpKind::kLoadBatch || kind == OpKind::kInitParam) continue;  // the backend's own host work
-    EXPECT_TRUE(cuda::has_kernel(kind)) << op_kind_name(kind) << " (first in " << where << ") has no CUDA kernel";
+    if (kind == OpKind::kLoadBatch || kind == OpKind::kInitParam)
+      continue;  // the backend's own host work
+    EXPECT_TRUE(cuda::has_kernel(kind))
+        << op_kind_name(kind) << " (first in " << where << ") has no CUDA kernel";
   }
   std::printf("%zu device op kinds reached\n", all.size());
 }
@@ -104,7 +117,8 @@ TEST(CudaKernelCoverage, HasKernelAgreesWithTheDispatcher) {
     }
     const bool refused = message.find("not supported on the CUDA backend") != std::string::npos ||
                          message.find("no CUDA kernel") != std::string::npos;
-    EXPECT_FALSE(message.empty()) << op_kind_name(kind) << ": an op without operands was not refused";
+    EXPECT_FALSE(message.empty()) << op_kind_name(kind)
+                                  << ": an op without operands was not refused";
     EXPECT_EQ(cuda::has_kernel(kind), !refused) << op_kind_name(kind) << ": " << message;
   }
 }

@@ -28,14 +28,16 @@ std::string name(DType d) { return kt::dtype_str(d); }
 // Rows x hidden: one element, odd sizes, a row over several 128-thread passes, more rows than
 // the column sums' 64-row chunks (several chunks: gx's storage holds their partials), and rows
 // above one 1024-thread block pass.
-const std::pair<int64_t, int64_t> kShapes[] = {{1, 1}, {5, 7}, {300, 768}, {3, 2050}, {2, 4099}, {129, 33}};
+const std::pair<int64_t, int64_t> kShapes[] = {{1, 1},    {5, 7},    {300, 768},
+                                               {3, 2050}, {2, 4099}, {129, 33}};
 
 TEST(CudaCompiledKernels, RmsNormIsTheEagerKernel) {
   std::mt19937 rng(31);
   for (DType d : kFloats)
     for (auto [rows, D] : kShapes) {
       const std::string what = name(d) + " " + std::to_string(rows) + "x" + std::to_string(D);
-      HT x = kt::random_tensor(d, {rows, D}, rng, -2, 2), w = kt::random_tensor(d, {D}, rng, 0.5, 1.5);
+      HT x = kt::random_tensor(d, {rows, D}, rng, -2, 2),
+         w = kt::random_tensor(d, {D}, rng, 0.5, 1.5);
       HT y(d, {rows, D}), rstd(DType::kFloat32, {rows});
       const Both c = run_both(OpKind::kCompiledRMSNorm, {&x, &w}, {&y, &rstd}, {}, {1e-5});
       expect_close(c.gpu[1], c.cpu[1], 0, 1e-6, "rstd " + what);
@@ -52,11 +54,15 @@ TEST(CudaCompiledKernels, AddRmsNorm) {
   for (DType d : kFloats)
     for (DType da : {d, DType::kFloat32})
       for (auto [rows, D] : kShapes) {
-        const std::string what = name(d) + "+" + name(da) + " " + std::to_string(rows) + "x" + std::to_string(D);
-        HT x = kt::random_tensor(d, {rows, D}, rng, -2, 2), a = kt::random_tensor(da, {rows, D}, rng);
-        HT w = kt::random_tensor(d, {D}, rng, 0.5, 1.5), y(d, {rows, D}), rstd(DType::kFloat32, {rows});
+        const std::string what =
+            name(d) + "+" + name(da) + " " + std::to_string(rows) + "x" + std::to_string(D);
+        HT x = kt::random_tensor(d, {rows, D}, rng, -2, 2),
+           a = kt::random_tensor(da, {rows, D}, rng);
+        HT w = kt::random_tensor(d, {D}, rng, 0.5, 1.5), y(d, {rows, D}),
+           rstd(DType::kFloat32, {rows});
         for (size_t mis : {size_t{0}, size_t{2}}) {
-          const Both r = run_both(OpKind::kCompiledAddRMSNorm, {&x, &a, &w}, {&y, &rstd}, {}, {1e-6}, mis);
+          const Both r =
+              run_both(OpKind::kCompiledAddRMSNorm, {&x, &a, &w}, {&y, &rstd}, {}, {1e-6}, mis);
           expect_close(r.gpu[1], r.cpu[1], 0, 1e-6, "rstd " + what);
           expect_close(r.gpu[0], r.cpu[0], 1e-6, 2e-6, "y " + what);
         }
@@ -72,10 +78,12 @@ TEST(CudaCompiledKernels, RmsNormBackward) {
     for (auto [rows, D] : kShapes)
       for (int has_a : {0, 1})
         for (int has_gh : {0, 1}) {
-          const std::string what = name(d) + " " + std::to_string(rows) + "x" + std::to_string(D) + " a " +
-                                   std::to_string(has_a) + " g_h " + std::to_string(has_gh);
-          HT x = kt::random_tensor(d, {rows, D}, rng, -2, 2), a = kt::random_tensor(d, {rows, D}, rng);
-          HT w = kt::random_tensor(d, {D}, rng, 0.5, 1.5), y(d, {rows, D}), rstd(DType::kFloat32, {rows});
+          const std::string what = name(d) + " " + std::to_string(rows) + "x" + std::to_string(D) +
+                                   " a " + std::to_string(has_a) + " g_h " + std::to_string(has_gh);
+          HT x = kt::random_tensor(d, {rows, D}, rng, -2, 2),
+             a = kt::random_tensor(d, {rows, D}, rng);
+          HT w = kt::random_tensor(d, {D}, rng, 0.5, 1.5), y(d, {rows, D}),
+             rstd(DType::kFloat32, {rows});
           if (has_a)
             kt::run(OpKind::kCompiledAddRMSNorm, {&x, &a, &w}, {&y, &rstd}, {}, {1e-5});
           else
@@ -86,13 +94,15 @@ TEST(CudaCompiledKernels, RmsNormBackward) {
           if (has_gh) in.push_back(&gh);
           for (DType dgx : {d, DType::kFloat32}) {
             HT gx(dgx, {rows, D}), gw(d, {D});
-            const Both r = run_both(OpKind::kCompiledRMSNormBackward, in, {&gx, &gw}, {has_a, has_gh});
+            const Both r =
+                run_both(OpKind::kCompiledRMSNormBackward, in, {&gx, &gw}, {has_a, has_gh});
             expect_close(r.gpu[0], r.cpu[0], 1e-5, 1e-5, "gx " + what + " gx " + name(dgx));
             expect_close(r.gpu[1], r.cpu[1], 1e-6, 1e-6, "gw " + what);
           }
           if (!has_gh) continue;
           HT gw(d, {D});
-          const Both r = run_both(OpKind::kCompiledRMSNormBackward, in, {&gh, &gw}, {has_a, has_gh});
+          const Both r =
+              run_both(OpKind::kCompiledRMSNormBackward, in, {&gh, &gw}, {has_a, has_gh});
           expect_close(r.gpu[0], r.cpu[0], 1e-5, 1e-5, "gx over g_h " + what);
           expect_close(r.gpu[1], r.cpu[1], 1e-6, 1e-6, "gw (gx over g_h) " + what);
         }
@@ -112,10 +122,11 @@ TEST(CudaCompiledKernels, RoPE) {
                                      {129, 4, 2, 64},
                                      {33, 2, 1, 128}}) {
           const std::string what = name(d) + " adjacent " + std::to_string(adjacent) + " fargs " +
-                                   std::to_string(fargs.size()) + " S " + std::to_string(S) + " hd " +
-                                   std::to_string(hd);
+                                   std::to_string(fargs.size()) + " S " + std::to_string(S) +
+                                   " hd " + std::to_string(hd);
           const std::vector<int64_t> iargs = {hd, adjacent};
-          HT q = kt::random_tensor(d, {2, S, hq * hd}, rng), k = kt::random_tensor(d, {2, S, hk * hd}, rng);
+          HT q = kt::random_tensor(d, {2, S, hq * hd}, rng),
+             k = kt::random_tensor(d, {2, S, hk * hd}, rng);
           // cos / sin of the same fp32 angle: glibc's cosf / sinf against the double ones rounded
           // to fp32, which differ by an ulp now and then.
           Both r = run_both(OpKind::kCompiledRoPE, {&q, &k}, {&q, &k}, iargs, fargs);
@@ -143,9 +154,10 @@ TEST(CudaCompiledKernels, SiluMulForwardAndBackward) {
     for (DType db : {d, DType::kFloat32})
       for (int64_t n : kSizes)
         for (size_t mis : kMisalign) {
-          const std::string what = name(d) + "/" + name(db) + " n " + std::to_string(n) + " misalign " +
-                                   std::to_string(mis);
-          HT a = kt::random_tensor(d, {n}, rng, -4, 4), b = kt::random_tensor(db, {n}, rng, -2, 2), y(d, {n});
+          const std::string what = name(d) + "/" + name(db) + " n " + std::to_string(n) +
+                                   " misalign " + std::to_string(mis);
+          HT a = kt::random_tensor(d, {n}, rng, -4, 4), b = kt::random_tensor(db, {n}, rng, -2, 2),
+             y(d, {n});
           // expf on the GPU is within 2 ulp of glibc's: a few fp32 ulp, or one ulp of bf16 / fp16.
           Both r = run_both(OpKind::kCompiledSiluMul, {&a, &b}, {&y}, {}, {}, mis);
           expect_close(r.gpu[0], r.cpu[0], 1e-6, 4e-6, "silu_mul " + what);
@@ -162,11 +174,12 @@ TEST(CudaCompiledKernels, ResidualAddIsBitExact) {
     for (DType da : {d, DType::kFloat32})
       for (int64_t n : kSizes)
         for (size_t mis : kMisalign) {
-          const std::string what = name(d) + "/" + name(da) + " n " + std::to_string(n) + " misalign " +
-                                   std::to_string(mis);
+          const std::string what = name(d) + "/" + name(da) + " n " + std::to_string(n) +
+                                   " misalign " + std::to_string(mis);
           HT x = kt::random_tensor(d, {n}, rng), a = kt::random_tensor(da, {n}, rng);
           HT f = kt::random_tensor(d, {n}, rng), y(d, {n});
-          Both r = run_both(OpKind::kCompiledResidualAdd, {&x, &a, &f}, {&f}, {}, {}, mis);  // over f, as the block
+          Both r = run_both(OpKind::kCompiledResidualAdd, {&x, &a, &f}, {&f}, {}, {},
+                            mis);  // over f, as the block
           expect_bits(r.gpu[0], r.cpu[0], "residual add in place " + what);
           r = run_both(OpKind::kCompiledResidualAdd, {&x, &a, &f}, {&y}, {}, {}, mis);
           expect_bits(r.gpu[0], r.cpu[0], "residual add " + what);
@@ -175,4 +188,6 @@ TEST(CudaCompiledKernels, ResidualAddIsBitExact) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return kernel_compare::run_gpu_tests(argc, argv, "cuda_kernels_compiled_test"); }
+int main(int argc, char** argv) {
+  return kernel_compare::run_gpu_tests(argc, argv, "cuda_kernels_compiled_test");
+}

@@ -20,8 +20,11 @@ std::string shift(size_t mis) { return mis ? " (bases +" + std::to_string(mis) +
 
 // One unit in the last place relative to a value at the bottom of its binade (the largest ratio):
 // a difference of n ulps is within n * ulp(d) * |value|.
-double ulp(DType d) { return d == DType::kBFloat16 ? 0x1p-7 : d == DType::kFloat16 ? 0x1p-10 : 0x1p-23; }
-void expect_ulps(const HT& gpu, const HT& cpu, double n_ulps, double atol, const std::string& what) {
+double ulp(DType d) {
+  return d == DType::kBFloat16 ? 0x1p-7 : d == DType::kFloat16 ? 0x1p-10 : 0x1p-23;
+}
+void expect_ulps(const HT& gpu, const HT& cpu, double n_ulps, double atol,
+                 const std::string& what) {
   expect_close(gpu, cpu, atol, n_ulps * ulp(cpu.meta.dtype), what, 0);
 }
 
@@ -44,8 +47,10 @@ TEST(CudaKernelsEager, PowAddRsqrt) {
     for (DType out : {in, DType::kFloat32})
       for (int64_t n : {1, 7, 8, 4096, 4099})
         for (size_t mis : kMisalign) {
-          const std::string what = name(in) + "->" + name(out) + " n=" + std::to_string(n) + shift(mis);
-          HT x = kt::random_tensor(in, {n}, rng, -3, 3), pos = kt::random_tensor(in, {n}, rng, 1e-3, 4), y(out, {n});
+          const std::string what =
+              name(in) + "->" + name(out) + " n=" + std::to_string(n) + shift(mis);
+          HT x = kt::random_tensor(in, {n}, rng, -3, 3),
+             pos = kt::random_tensor(in, {n}, rng, 1e-3, 4), y(out, {n});
           for (double p : {1.0, 2.0, 3.0}) {
             Both r = run_both(OpKind::kPowScalar, {&x}, {&y}, {}, {p}, mis);
             expect_bits(r.gpu[0], r.cpu[0], "pow " + std::to_string(p) + " " + what);
@@ -86,12 +91,15 @@ TEST(CudaKernelsEager, MulBroadcastIsBitExact) {
                    Dtypes{DType::kFloat32, DType::kBFloat16, DType::kBFloat16},
                    Dtypes{DType::kBFloat16, DType::kFloat32, DType::kFloat32}})
     // hd 4 with D 8: vectors per row / column but not per head.
-    for (BcastCase c : {BcastCase{1, 1, 1}, {5, 7, 7}, {3, 8, 4}, {33, 96, 32}, {74, 256, 64}, {300, 4096, 128}})
+    for (BcastCase c :
+         {BcastCase{1, 1, 1}, {5, 7, 7}, {3, 8, 4}, {33, 96, 32}, {74, 256, 64}, {300, 4096, 128}})
       for (size_t mis : kMisalign) {
-        const std::string what = name(t.a) + "*" + name(t.b) + "->" + name(t.y) + " " + std::to_string(c.rows) + "x" +
-                                 std::to_string(c.D) + " hd=" + std::to_string(c.hd) + shift(mis);
+        const std::string what = name(t.a) + "*" + name(t.b) + "->" + name(t.y) + " " +
+                                 std::to_string(c.rows) + "x" + std::to_string(c.D) +
+                                 " hd=" + std::to_string(c.hd) + shift(mis);
         HT a = kt::random_tensor(t.a, {c.rows, c.D}, rng, -2, 2), y(t.y, {c.rows, c.D});
-        HT per_row = kt::random_tensor(t.b, {c.rows, 1}, rng, 0.1, 3), per_col = kt::random_tensor(t.b, {c.D}, rng);
+        HT per_row = kt::random_tensor(t.b, {c.rows, 1}, rng, 0.1, 3),
+           per_col = kt::random_tensor(t.b, {c.D}, rng);
         HT per_head = kt::random_tensor(t.b, {c.rows, c.hd}, rng);
         Both r = run_both(OpKind::kMulBroadcast, {&a, &per_row}, {&y}, {0, c.D}, {}, mis);
         expect_bits(r.gpu[0], r.cpu[0], "per row " + what);
@@ -114,12 +122,14 @@ TEST(CudaKernelsEager, SumsWithinAnUlp) {
   std::mt19937 rng(33);
   for (DType in : kFloats)
     for (DType out : {in, DType::kFloat32})
-      for (auto [rows, D] : {std::pair<int64_t, int64_t>{1, 1}, {5, 7}, {7, 8}, {1000, 33}, {300, 4096}, {3, 5001}})
+      for (auto [rows, D] :
+           {std::pair<int64_t, int64_t>{1, 1}, {5, 7}, {7, 8}, {1000, 33}, {300, 4096}, {3, 5001}})
         for (size_t mis : kMisalign) {
-          const std::string what = name(in) + "->" + name(out) + " " + std::to_string(rows) + "x" + std::to_string(D) +
-                                   shift(mis);
+          const std::string what = name(in) + "->" + name(out) + " " + std::to_string(rows) + "x" +
+                                   std::to_string(D) + shift(mis);
           HT x = kt::random_tensor(in, {rows, D}, rng), rs(out, {rows, 1}), cs(out, {D});
-          Both r = run_both(OpKind::kSumLastDim, {&x}, {&rs}, {D}, {1.0 / static_cast<double>(D)}, mis);
+          Both r =
+              run_both(OpKind::kSumLastDim, {&x}, {&rs}, {D}, {1.0 / static_cast<double>(D)}, mis);
           expect_ulps(r.gpu[0], r.cpu[0], 1, 1e-8, "mean(-1) " + what);
           r = run_both(OpKind::kSumLastDim, {&x}, {&rs}, {D}, {}, mis);
           expect_ulps(r.gpu[0], r.cpu[0], 1, 1e-8, "sum_to_size [M, 1] " + what);
@@ -133,18 +143,21 @@ TEST(CudaKernelsEager, ExpandLastDimIsBitExact) {
   std::mt19937 rng(34);
   for (DType in : kFloats)
     for (DType out : {in, DType::kFloat32})
-      for (auto [rows, D] : {std::pair<int64_t, int64_t>{1, 1}, {5, 7}, {7, 8}, {300, 4096}, {3, 5001}})
+      for (auto [rows, D] :
+           {std::pair<int64_t, int64_t>{1, 1}, {5, 7}, {7, 8}, {300, 4096}, {3, 5001}})
         for (size_t mis : kMisalign) {
           HT g = kt::random_tensor(in, {rows, 1}, rng), y(out, {rows, D});
-          Both r = run_both(OpKind::kExpandLastDim, {&g}, {&y}, {D}, {1.0 / static_cast<double>(D)}, mis);
+          Both r = run_both(OpKind::kExpandLastDim, {&g}, {&y}, {D}, {1.0 / static_cast<double>(D)},
+                            mis);
           expect_bits(r.gpu[0], r.cpu[0],
-                      "expand " + name(in) + "->" + name(out) + " " + std::to_string(rows) + "x" + std::to_string(D) +
-                          shift(mis));
+                      "expand " + name(in) + "->" + name(out) + " " + std::to_string(rows) + "x" +
+                          std::to_string(D) + shift(mis));
         }
 }
 
 // {theta}, and Llama 3.1's scaled frequencies {theta, factor, low, high, original}.
-const std::vector<std::vector<double>> kRopeArgs = {{10000.0}, {500000.0}, {500000.0, 8.0, 1.0, 4.0, 8192.0}};
+const std::vector<std::vector<double>> kRopeArgs = {
+    {10000.0}, {500000.0}, {500000.0, 8.0, 1.0, 4.0, 8192.0}};
 
 // The frequencies are the host's (rope_inv_freq, bit for bit the CPU's), the fp32 angle is
 // computed alike; cos / sin of it (double, rounded once, vs glibc's cosf / sinf) can differ by
@@ -153,11 +166,15 @@ const std::vector<std::vector<double>> kRopeArgs = {{10000.0}, {500000.0}, {5000
 TEST(CudaKernelsEager, RoPEComplexAndItsBackward) {
   std::mt19937 rng(35);
   for (DType d : kFloats)
-    for (auto [S, H, hd] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 2}, {37, 3, 8}, {129, 4, 64}, {300, 2, 128},
+    for (auto [S, H, hd] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 2},
+                            {37, 3, 8},
+                            {129, 4, 64},
+                            {300, 2, 128},
                             {4096, 1, 64}})
       for (const auto& fargs : kRopeArgs) {
-        const std::string what = name(d) + " S=" + std::to_string(S) + " H=" + std::to_string(H) + " hd=" +
-                                 std::to_string(hd) + " theta=" + std::to_string(fargs[0]) +
+        const std::string what = name(d) + " S=" + std::to_string(S) + " H=" + std::to_string(H) +
+                                 " hd=" + std::to_string(hd) +
+                                 " theta=" + std::to_string(fargs[0]) +
                                  (fargs.size() > 1 ? " llama3" : "");
         const int64_t B = S >= 4096 ? 1 : 2;
         HT x = kt::random_tensor(d, {B, S, H * hd}, rng), y(d, {B, S, H * hd});
@@ -174,11 +191,14 @@ TEST(CudaKernelsEager, RoPEComplexAndItsBackward) {
 // ulp of the CPU's (1e-7 absolute covers fp16's subnormal steps).
 TEST(CudaKernelsEager, RotaryCosSinWithinAnUlp) {
   for (auto [cd, sd] : {std::pair<DType, DType>{DType::kFloat32, DType::kFloat32},
-                        {DType::kBFloat16, DType::kBFloat16}, {DType::kFloat16, DType::kFloat32}})
-    for (auto [B, S, hd] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 2}, {2, 37, 8}, {2, 300, 128}, {1, 4096, 64}})
+                        {DType::kBFloat16, DType::kBFloat16},
+                        {DType::kFloat16, DType::kFloat32}})
+    for (auto [B, S, hd] :
+         {std::tuple<int64_t, int64_t, int64_t>{1, 1, 2}, {2, 37, 8}, {2, 300, 128}, {1, 4096, 64}})
       for (const auto& fargs : kRopeArgs) {
-        const std::string what = name(cd) + "/" + name(sd) + " S=" + std::to_string(S) + " hd=" + std::to_string(hd) +
-                                 " theta=" + std::to_string(fargs[0]) + (fargs.size() > 1 ? " llama3" : "");
+        const std::string what =
+            name(cd) + "/" + name(sd) + " S=" + std::to_string(S) + " hd=" + std::to_string(hd) +
+            " theta=" + std::to_string(fargs[0]) + (fargs.size() > 1 ? " llama3" : "");
         HT c(cd, {B, S, hd}), s(sd, {B, S, hd});
         Both r = run_both(OpKind::kRotaryCosSin, {}, {&c, &s}, {hd}, fargs);
         expect_ulps(r.gpu[0], r.cpu[0], 1, 1e-7, "cos " + what);
@@ -196,16 +216,19 @@ TEST(CudaKernelsEager, RepeatKVAndItsBackwardAreBitExact) {
   std::mt19937 rng(36);
   for (DType d : kFloats)
     for (DType out : {d, DType::kFloat32})
-      for (KvCase c : {KvCase{1, 1, 1, 1}, {5, 3, 2, 7}, {3, 1, 3, 8}, {74, 2, 4, 64}, {129, 8, 4, 128}})
+      for (KvCase c :
+           {KvCase{1, 1, 1, 1}, {5, 3, 2, 7}, {3, 1, 3, 8}, {74, 2, 4, 64}, {129, 8, 4, 128}})
         for (size_t mis : kMisalign) {
-          const std::string what = name(d) + "->" + name(out) + " rows=" + std::to_string(c.rows) + " kv=" +
-                                   std::to_string(c.kv) + " rep=" + std::to_string(c.rep) + " hd=" +
-                                   std::to_string(c.hd) + shift(mis);
-          HT x = kt::random_tensor(d, {c.rows, c.kv * c.hd}, rng), y(out, {c.rows, c.kv * c.rep * c.hd});
+          const std::string what = name(d) + "->" + name(out) + " rows=" + std::to_string(c.rows) +
+                                   " kv=" + std::to_string(c.kv) + " rep=" + std::to_string(c.rep) +
+                                   " hd=" + std::to_string(c.hd) + shift(mis);
+          HT x = kt::random_tensor(d, {c.rows, c.kv * c.hd}, rng),
+             y(out, {c.rows, c.kv * c.rep * c.hd});
           if (d == out) plant_nan(x);
           Both r = run_both(OpKind::kRepeatKV, {&x}, {&y}, {c.kv, c.rep, c.hd}, {}, mis);
           expect_bits(r.gpu[0], r.cpu[0], "repeat_kv " + what);
-          HT g = kt::random_tensor(out, {c.rows, c.kv * c.rep * c.hd}, rng), gx(d, {c.rows, c.kv * c.hd});
+          HT g = kt::random_tensor(out, {c.rows, c.kv * c.rep * c.hd}, rng),
+             gx(d, {c.rows, c.kv * c.hd});
           r = run_both(OpKind::kRepeatKVBackward, {&g}, {&gx}, {c.kv, c.rep, c.hd}, {}, mis);
           expect_bits(r.gpu[0], r.cpu[0], "repeat_kv backward " + what);
         }
@@ -227,14 +250,20 @@ TEST(CudaKernelsEager, NarrowCopyIsBitExactAndWritesOnlyItsSlices) {
         for (int64_t blocks : {1, 7, 296})
           for (size_t mis : kMisalign) {
             const int64_t h = hd / 2;
-            for (Layout l : {Layout{h, hd, h, h, 0, -1.0}, {h, hd, 0, h, 0, -1.0}, {h, h, 0, hd, h, 1.0},
-                             {h, hd, h, hd, 0, 1.0}, {hd, 3 * hd, hd, hd, 0, 1.0}, {5, 13, 3, 9, 4, 0.5}}) {
-              const std::string what = name(in) + "->" + name(out) + " n=" + std::to_string(l.n) + " in " +
-                                       std::to_string(l.iw) + "@" + std::to_string(l.io) + " out " +
-                                       std::to_string(l.ow) + "@" + std::to_string(l.oo) + " blocks=" +
-                                       std::to_string(blocks) + shift(mis);
-              HT x = kt::random_tensor(in, {blocks, l.iw}, rng), y = kt::random_tensor(out, {blocks, l.ow}, rng);
-              Both r = run_both(OpKind::kNarrowCopy, {&x}, {&y}, {l.n, l.iw, l.io, l.ow, l.oo}, {l.scale}, mis, true);
+            for (Layout l : {Layout{h, hd, h, h, 0, -1.0},
+                             {h, hd, 0, h, 0, -1.0},
+                             {h, h, 0, hd, h, 1.0},
+                             {h, hd, h, hd, 0, 1.0},
+                             {hd, 3 * hd, hd, hd, 0, 1.0},
+                             {5, 13, 3, 9, 4, 0.5}}) {
+              const std::string what = name(in) + "->" + name(out) + " n=" + std::to_string(l.n) +
+                                       " in " + std::to_string(l.iw) + "@" + std::to_string(l.io) +
+                                       " out " + std::to_string(l.ow) + "@" + std::to_string(l.oo) +
+                                       " blocks=" + std::to_string(blocks) + shift(mis);
+              HT x = kt::random_tensor(in, {blocks, l.iw}, rng),
+                 y = kt::random_tensor(out, {blocks, l.ow}, rng);
+              Both r = run_both(OpKind::kNarrowCopy, {&x}, {&y}, {l.n, l.iw, l.io, l.ow, l.oo},
+                                {l.scale}, mis, true);
               expect_bits(r.gpu[0], r.cpu[0], "narrow_copy " + what);
             }
           }
@@ -253,9 +282,11 @@ TEST(CudaKernelsEager, RotateHalfCatIsBitExact) {
     for (int64_t hd : {2, 6, 16, 128})
       for (int64_t blocks : {1, 7, 296})
         for (size_t mis : kMisalign) {
-          const std::string what = name(t.neg) + "," + name(t.x) + "->" + name(t.y) + " hd=" + std::to_string(hd) +
+          const std::string what = name(t.neg) + "," + name(t.x) + "->" + name(t.y) +
+                                   " hd=" + std::to_string(hd) +
                                    " blocks=" + std::to_string(blocks) + shift(mis);
-          HT neg = kt::random_tensor(t.neg, {blocks, hd / 2}, rng), x = kt::random_tensor(t.x, {blocks, hd}, rng);
+          HT neg = kt::random_tensor(t.neg, {blocks, hd / 2}, rng),
+             x = kt::random_tensor(t.x, {blocks, hd}, rng);
           HT y(t.y, {blocks, hd});
           if (t.x == t.y) plant_nan(x);
           Both r = run_both(OpKind::kRotateHalfCat, {&neg, &x}, {&y}, {hd}, {}, mis);
@@ -265,4 +296,6 @@ TEST(CudaKernelsEager, RotateHalfCatIsBitExact) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return ckt::run_gpu_tests(argc, argv, "cuda_kernels_eager_test"); }
+int main(int argc, char** argv) {
+  return ckt::run_gpu_tests(argc, argv, "cuda_kernels_eager_test");
+}

@@ -52,8 +52,9 @@ TEST(CudaRowPlan, NormVecShapes) {
 }
 
 RC_GTEST_PROP(CudaRowPlan, NormVecGivesEveryVectorOneThread, ()) {
-  const int64_t dim = *rc::gen::oneOf(rc::gen::inRange<int64_t>(1, 40000),
-                                      rc::gen::map(rc::gen::inRange<int64_t>(1, 5000), [](int64_t v) { return 8 * v; }));
+  const int64_t dim = *rc::gen::oneOf(
+      rc::gen::inRange<int64_t>(1, 40000),
+      rc::gen::map(rc::gen::inRange<int64_t>(1, 5000), [](int64_t v) { return 8 * v; }));
   const int max_groups = *rc::gen::element(1, 2, 4);
   const plan::NormVec v = plan::norm_vec(dim, max_groups);
   if (dim % 8 != 0 || dim / 8 > 1024 * max_groups) {
@@ -62,7 +63,8 @@ RC_GTEST_PROP(CudaRowPlan, NormVecGivesEveryVectorOneThread, ()) {
   }
   RC_ASSERT(v.groups >= 1 && v.groups <= max_groups && (v.groups & (v.groups - 1)) == 0);
   RC_ASSERT(v.block >= 32u && v.block <= 1024u && v.block % 32 == 0);
-  // Thread t, group k owns vector k * block + t (norm_rows.cuh): each vector once, none past the row.
+  // Thread t, group k owns vector k * block + t (norm_rows.cuh): each vector once, none past the
+  // row.
   std::vector<int> hits(static_cast<size_t>(dim / 8), 0);
   for (int k = 0; k < v.groups; ++k)
     for (unsigned t = 0; t < v.block; ++t) {
@@ -76,10 +78,12 @@ RC_GTEST_PROP(CudaRowPlan, NormVecGivesEveryVectorOneThread, ()) {
 
 RC_GTEST_PROP(CudaRowPlan, MultiTensorCoversEveryElementOnce, ()) {
   const auto numels = *rc::gen::container<std::vector<int64_t>>(
-      rc::gen::oneOf(rc::gen::just<int64_t>(0), rc::gen::inRange<int64_t>(1, 40), rc::gen::inRange<int64_t>(1, 5000)));
+      rc::gen::oneOf(rc::gen::just<int64_t>(0), rc::gen::inRange<int64_t>(1, 40),
+                     rc::gen::inRange<int64_t>(1, 5000)));
   const int64_t chunk = *rc::gen::element<int64_t>(8, 64, 256, 1000);
   const int max_tensors = *rc::gen::inRange(1, 40);
-  const std::vector<plan::MultiTensorBatch> batches = plan::plan_multi_tensor(numels, chunk, max_tensors);
+  const std::vector<plan::MultiTensorBatch> batches =
+      plan::plan_multi_tensor(numels, chunk, max_tensors);
   std::vector<std::vector<int>> hits(numels.size());
   for (size_t i = 0; i < numels.size(); ++i) hits[i].assign(static_cast<size_t>(numels[i]), 0);
   int next = 0;
@@ -87,14 +91,17 @@ RC_GTEST_PROP(CudaRowPlan, MultiTensorCoversEveryElementOnce, ()) {
     RC_ASSERT(b.count >= 1 && b.count <= max_tensors && b.first >= next);
     RC_ASSERT(static_cast<int>(b.first_block.size()) == b.count + 1 && b.first_block[0] == 0);
     RC_ASSERT(b.first_block.back() > 0);  // no empty launch
-    for (int t = next; t < b.first; ++t) RC_ASSERT(numels[static_cast<size_t>(t)] == 0);  // skipped: empty
+    for (int t = next; t < b.first; ++t)
+      RC_ASSERT(numels[static_cast<size_t>(t)] == 0);  // skipped: empty
     next = b.first + b.count;
     for (int64_t block = 0; block < b.first_block.back(); ++block) {
       const int t = batch_item(b.first_block, b.count, block);
       const int64_t n = numels[static_cast<size_t>(b.first + t)];
       const int64_t begin = (block - b.first_block[static_cast<size_t>(t)]) * chunk;
-      RC_ASSERT(begin % chunk == 0 && begin < n);  // chunk starts: multiples of chunk (vector alignment)
-      for (int64_t i = begin; i < std::min(n, begin + chunk); ++i) ++hits[static_cast<size_t>(b.first + t)][static_cast<size_t>(i)];
+      RC_ASSERT(begin % chunk == 0 &&
+                begin < n);  // chunk starts: multiples of chunk (vector alignment)
+      for (int64_t i = begin; i < std::min(n, begin + chunk); ++i)
+        ++hits[static_cast<size_t>(b.first + t)][static_cast<size_t>(i)];
     }
   }
   for (size_t t = static_cast<size_t>(next); t < numels.size(); ++t) RC_ASSERT(numels[t] == 0);
@@ -119,8 +126,10 @@ TEST(CudaRowPlan, MultiTensorBatchesTheModelsParameterList) {
 float kernel_lse(const std::vector<float>& x, int threads) {
   const int64_t V = static_cast<int64_t>(x.size()), body = V / 8 * 8;
   std::vector<OnlineSum> acc(static_cast<size_t>(threads));
-  for (int64_t g = 0; g < body / 8; ++g) acc[static_cast<size_t>(g % threads)].add(&x[static_cast<size_t>(8 * g)], 8);
-  for (int64_t j = body; j < V; ++j) acc[static_cast<size_t>((j - body) % threads)].add(&x[static_cast<size_t>(j)], 1);
+  for (int64_t g = 0; g < body / 8; ++g)
+    acc[static_cast<size_t>(g % threads)].add(&x[static_cast<size_t>(8 * g)], 8);
+  for (int64_t j = body; j < V; ++j)
+    acc[static_cast<size_t>((j - body) % threads)].add(&x[static_cast<size_t>(j)], 1);
   float mx = -INFINITY;
   for (const OnlineSum& a : acc) mx = std::fmax(mx, a.m);
   double sum = 0;

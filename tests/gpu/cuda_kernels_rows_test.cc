@@ -3,9 +3,10 @@
 // kernel_compare.h): NOTE [One-pass log_softmax] and NOTE [nll_loss backward as a scatter]
 // (rows.cu) at the 1B model's vocab 128256 and odd vocabs, NOTE [Norm rows in registers]
 // (norm_rows.cuh) at one, two and too many register groups, NOTE [Multi-tensor AdamW]
-// (elementwise.cu, AdamW and the clip scale) over many tensors across launch batches and chunk edges. Each runs with
-// 16-byte aligned bases and with every base off by one element (8 bytes where fp32 / int64
-// operands ride along): the scalar fallbacks. Needs a GPU: exits 77 (ctest: skipped) without one.
+// (elementwise.cu, AdamW and the clip scale) over many tensors across launch batches and chunk
+// edges. Each runs with 16-byte aligned bases and with every base off by one element (8 bytes where
+// fp32 / int64 operands ride along): the scalar fallbacks. Needs a GPU: exits 77 (ctest: skipped)
+// without one.
 #include <random>
 #include <string>
 #include <vector>
@@ -30,8 +31,8 @@ TEST(CudaRowKernels, CrossEntropyAtTheModelsVocab) {
   for (DType d : {DType::kFloat32, DType::kBFloat16})
     for (auto [rows, V] : {std::pair<int64_t, int64_t>{16, 128256}, {9, 128257}, {5, 8}, {3, 3}})
       for (size_t misalign : {size_t{0}, one_element(d)}) {
-        const std::string at = name(d) + " [" + std::to_string(rows) + ", " + std::to_string(V) + "] +" +
-                               std::to_string(misalign) + "B";
+        const std::string at = name(d) + " [" + std::to_string(rows) + ", " + std::to_string(V) +
+                               "] +" + std::to_string(misalign) + "B";
         HT x = kt::random_tensor(d, {rows, V}, rng, -8, 8), y(d, {rows, V});
         Both r = run_both(OpKind::kLogSoftmax, {&x}, {&y}, {}, {}, misalign);
         expect_close(r.gpu[0], r.cpu[0], 2e-6 * 16, 1e-6, "log_softmax " + at);
@@ -59,11 +60,13 @@ TEST(CudaRowKernels, NormsInRegistersAndTheirFallbacks) {
   // 2048: one group (the 1B model); 16384: two groups of 1024 threads; 16392: more than two
   // groups (the scalar kernels); 24: fewer vectors than a warp; 2050: D % 8 != 0.
   for (DType d : kFloats)
-    for (auto [rows, D] : {std::pair<int64_t, int64_t>{64, 2048}, {3, 16384}, {3, 16392}, {33, 24}, {5, 2050}})
+    for (auto [rows, D] :
+         {std::pair<int64_t, int64_t>{64, 2048}, {3, 16384}, {3, 16392}, {33, 24}, {5, 2050}})
       for (size_t misalign : {size_t{0}, kEightBytes}) {  // fp32 rstd / mean beside every dtype
-        const std::string at = name(d) + " [" + std::to_string(rows) + ", " + std::to_string(D) + "] +" +
-                               std::to_string(misalign) + "B";
-        HT x = kt::random_tensor(d, {rows, D}, rng, -2, 2), w = kt::random_tensor(d, {D}, rng, 0.5, 1.5);
+        const std::string at = name(d) + " [" + std::to_string(rows) + ", " + std::to_string(D) +
+                               "] +" + std::to_string(misalign) + "B";
+        HT x = kt::random_tensor(d, {rows, D}, rng, -2, 2),
+           w = kt::random_tensor(d, {D}, rng, 0.5, 1.5);
         HT b = kt::random_tensor(d, {D}, rng), y(d, {rows, D}), mean(DType::kFloat32, {rows});
         HT rstd(DType::kFloat32, {rows});
         Both r = run_both(OpKind::kRMSNorm, {&x, &w}, {&y, &rstd}, {}, {1e-5}, misalign);
@@ -74,7 +77,8 @@ TEST(CudaRowKernels, NormsInRegistersAndTheirFallbacks) {
         r = run_both(OpKind::kRMSNormBackward, {&g, &x, &rs, &w}, {&gx, &gw}, {}, {}, misalign);
         expect_close(r.gpu[0], r.cpu[0], 1e-5, 1e-5, "rms gx " + at);
         expect_close(r.gpu[1], r.cpu[1], 1e-6, 1e-6, "rms gw " + at);
-        // In place (gx over g), as autograd may hand it: each element read and written by one thread.
+        // In place (gx over g), as autograd may hand it: each element read and written by one
+        // thread.
         HT g2 = g;
         r = run_both(OpKind::kRMSNormBackward, {&g2, &x, &rs, &w}, {&g2, &gw}, {}, {}, misalign);
         expect_close(r.gpu[0], r.cpu[0], 1e-5, 1e-5, "rms gx in place " + at);
@@ -82,7 +86,8 @@ TEST(CudaRowKernels, NormsInRegistersAndTheirFallbacks) {
         expect_close(r.gpu[2], r.cpu[2], 0, 1e-6, "ln rstd " + at);
         expect_close(r.gpu[0], r.cpu[0], 1e-6, 2e-6, "ln y " + at);
         HT mu = r.cpu[1], rs2 = r.cpu[2];
-        r = run_both(OpKind::kLayerNormBackward, {&g, &x, &mu, &rs2, &w}, {&gx, &gw, &gb}, {}, {}, misalign);
+        r = run_both(OpKind::kLayerNormBackward, {&g, &x, &mu, &rs2, &w}, {&gx, &gw, &gb}, {}, {},
+                     misalign);
         expect_close(r.gpu[0], r.cpu[0], 1e-5, 1e-5, "ln gx " + at);
         expect_close(r.gpu[1], r.cpu[1], 1e-6, 1e-6, "ln gw " + at);
         expect_close(r.gpu[2], r.cpu[2], 1e-6, 1e-6, "ln gb " + at);
@@ -115,10 +120,12 @@ TEST(CudaRowKernels, MultiTensorAdamWIsBitExact) {
           outs.insert(outs.end(), {p, p + 2, p + 3});
           if (!fused) outs.push_back(p + 4);
         }
-        const Both r = run_both(OpKind::kAdamW, ins, outs, {fused}, {1e-3, 0.9, 0.95, 1e-8, 0.1, 7}, misalign);
+        const Both r =
+            run_both(OpKind::kAdamW, ins, outs, {fused}, {1e-3, 0.9, 0.95, 1e-8, 0.1, 7}, misalign);
         for (size_t i = 0; i < outs.size(); ++i)
-          expect_bits(r.gpu[i], r.cpu[i], "adamw output " + std::to_string(i) + (fused ? " fused " : " foreach ") +
-                                              name(sd) + " +" + std::to_string(misalign) + "B");
+          expect_bits(r.gpu[i], r.cpu[i],
+                      "adamw output " + std::to_string(i) + (fused ? " fused " : " foreach ") +
+                          name(sd) + " +" + std::to_string(misalign) + "B");
       }
 }
 
@@ -141,7 +148,8 @@ TEST(CudaRowKernels, MultiTensorClipScaleIsBitExact) {
       }
       const Both r = run_both(OpKind::kClipGradScale, ins, outs, {}, {1.0}, misalign);
       for (size_t i = 0; i < outs.size(); ++i)
-        expect_bits(r.gpu[i], r.cpu[i], "clip gradient " + std::to_string(i) + " +" + std::to_string(misalign) + "B");
+        expect_bits(r.gpu[i], r.cpu[i],
+                    "clip gradient " + std::to_string(i) + " +" + std::to_string(misalign) + "B");
     }
 }
 

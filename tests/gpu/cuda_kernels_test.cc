@@ -46,7 +46,8 @@ TEST(CudaKernels, CopiesAndCastsAreBitExact) {
           Both r = run_both(OpKind::kCopy, {&x}, {&y}, {}, {}, mis);
           expect_bits(r.gpu[0], r.cpu[0], "copy " + name(s) + "->" + name(d));
         }
-  HT a = kt::random_tensor(DType::kBFloat16, {9, 3}, rng), b = kt::random_tensor(DType::kFloat32, {9, 8}, rng);
+  HT a = kt::random_tensor(DType::kBFloat16, {9, 3}, rng),
+     b = kt::random_tensor(DType::kFloat32, {9, 8}, rng);
   HT y(DType::kBFloat16, {9, 11});
   Both r = run_both(OpKind::kCopy, {&a, &b}, {&y}, {9});
   expect_bits(r.gpu[0], r.cpu[0], "row concat");
@@ -58,7 +59,8 @@ TEST(CudaKernels, CopiesAndCastsAreBitExact) {
 
 TEST(CudaKernels, FsdpCopiesAreBitExact) {
   std::mt19937 rng(12);
-  HT s0 = kt::random_tensor(DType::kFloat32, {6}, rng), s1 = kt::random_tensor(DType::kFloat32, {1}, rng);
+  HT s0 = kt::random_tensor(DType::kFloat32, {6}, rng),
+     s1 = kt::random_tensor(DType::kFloat32, {1}, rng);
   HT s2 = kt::random_tensor(DType::kFloat32, {4096}, rng), slice(DType::kBFloat16, {4103});
   Both r = run_both(OpKind::kAllGatherCopyIn, {&s0, &s1, &s2}, {&slice});
   expect_bits(r.gpu[0], r.cpu[0], "copy-in");
@@ -67,7 +69,8 @@ TEST(CudaKernels, FsdpCopiesAreBitExact) {
   HT u0(DType::kBFloat16, {W * 6}), u1(DType::kBFloat16, {W * 1}), u2(DType::kBFloat16, {W * 4096});
   r = run_both(OpKind::kAllGatherCopyOut, {&ag}, {&u0, &u1, &u2}, {6, 1, 4096, W});
   for (int i = 0; i < 3; ++i) expect_bits(r.gpu[i], r.cpu[i], "copy-out " + std::to_string(i));
-  HT g0 = kt::random_tensor(DType::kBFloat16, {17, 3}, rng), g1 = kt::random_tensor(DType::kBFloat16, {64, 64}, rng);
+  HT g0 = kt::random_tensor(DType::kBFloat16, {17, 3}, rng),
+     g1 = kt::random_tensor(DType::kBFloat16, {64, 64}, rng);
   const int64_t row = 5 * 3 + 16 * 64;
   for (DType d : {DType::kBFloat16, DType::kFloat32}) {
     HT rs(d, {W * row});
@@ -90,17 +93,19 @@ TEST(CudaKernels, FsdpCopiesAreBitExact) {
 // and at 8.2 times the former fixed 1e-6 + 4e-6 |y|; an indexing or formula error moves an
 // element by its own size, thousands of times more.
 constexpr double kTanhUlps = 12;
-void expect_gelu_close(const HT& gpu, const HT& cpu, const HT& x, const HT* g, const std::string& what) {
+void expect_gelu_close(const HT& gpu, const HT& cpu, const HT& x, const HT* g,
+                       const std::string& what) {
   const std::vector<double> a = gpu.values(), e = cpu.values(), xs = x.values();
   const std::vector<double> gs = g ? g->values() : std::vector<double>();
-  const double rel = std::max(4e-6, 2 * kt::rel_eps(cpu.meta.dtype)), eps_t = kTanhUlps * std::ldexp(1.0, -24);
+  const double rel = std::max(4e-6, 2 * kt::rel_eps(cpu.meta.dtype)),
+               eps_t = kTanhUlps * std::ldexp(1.0, -24);
   for (size_t i = 0; i < e.size(); ++i) {
     const double ax = std::abs(xs[i]), du = 0.7978845608028654 * (1 + 3 * 0.044715 * ax * ax);
     const double sens = g ? std::abs(gs[i]) * (0.5 + ax * du) : 0.5 * ax;
     const double tol = sens * eps_t + rel * std::abs(e[i]) + 1e-30;
     if (!(std::abs(a[i] - e[i]) <= tol)) {
-      ADD_FAILURE() << what << ": element " << i << " is " << a[i] << ", expected " << e[i] << " (x " << xs[i]
-                    << ", bound " << tol << ", NOTE [GELU tolerance])";
+      ADD_FAILURE() << what << ": element " << i << " is " << a[i] << ", expected " << e[i]
+                    << " (x " << xs[i] << ", bound " << tol << ", NOTE [GELU tolerance])";
       return;
     }
   }
@@ -111,7 +116,8 @@ TEST(CudaKernels, PointwiseOps) {
   for (DType d : kFloats)
     for (int64_t n : {1, 7, 8, 10000})
       for (size_t mis : {size_t{0}, size_t{4}}) {
-        HT a = kt::random_tensor(d, {n}, rng, -4, 4), b = kt::random_tensor(DType::kFloat32, {n}, rng, -4, 4);
+        HT a = kt::random_tensor(d, {n}, rng, -4, 4),
+           b = kt::random_tensor(DType::kFloat32, {n}, rng, -4, 4);
         HT y(d, {n}), y2(d, {n});
         Both r = run_both(OpKind::kAdd, {&a, &b}, {&y}, {}, {}, mis);
         expect_bits(r.gpu[0], r.cpu[0], "add " + name(d));
@@ -139,7 +145,8 @@ TEST(CudaKernels, PointwiseOps) {
 TEST(CudaKernels, EmbeddingsAreBitExact) {
   std::mt19937 rng(14);
   for (DType d : kFloats)
-    for (auto [n, V, D] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {37, 11, 7}, {300, 50, 96}}) {
+    for (auto [n, V, D] :
+         {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {37, 11, 7}, {300, 50, 96}}) {
       HT ids(DType::kInt64, {n});
       std::uniform_int_distribution<int64_t> u(0, V - 1);
       for (int64_t t = 0; t < n; ++t) ids.set(t, static_cast<double>(u(rng)));
@@ -149,7 +156,8 @@ TEST(CudaKernels, EmbeddingsAreBitExact) {
       HT g = kt::random_tensor(d, {n, D}, rng), gw(d, {V, D});
       r = run_both(OpKind::kEmbeddingBackward, {&g, &ids}, {&gw});
       expect_bits(r.gpu[0], r.cpu[0], "embedding backward " + name(d));  // same fp32 order
-      HT x = kt::random_tensor(d, {2, n, D}, rng), wpe = kt::random_tensor(d, {n + 3, D}, rng), yp(d, {2, n, D});
+      HT x = kt::random_tensor(d, {2, n, D}, rng), wpe = kt::random_tensor(d, {n + 3, D}, rng),
+         yp(d, {2, n, D});
       r = run_both(OpKind::kPositionEmbedding, {&x, &wpe}, {&yp});
       expect_bits(r.gpu[0], r.cpu[0], "position embedding");
       HT gwpe(d, {n + 3, D});
@@ -161,13 +169,15 @@ TEST(CudaKernels, EmbeddingsAreBitExact) {
 TEST(CudaKernels, RoPE) {
   std::mt19937 rng(15);
   for (DType d : kFloats)
-    for (auto [S, H, hd] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 2}, {37, 3, 8}, {129, 4, 64}}) {
+    for (auto [S, H, hd] :
+         {std::tuple<int64_t, int64_t, int64_t>{1, 1, 2}, {37, 3, 8}, {129, 4, 64}}) {
       HT x = kt::random_tensor(d, {2, S, H * hd}, rng), y(d, {2, S, H * hd});
       for (OpKind k : {OpKind::kRoPE, OpKind::kRoPEBackward})
         // NOTE [RoPE in fp32]: fp32 angles on both sides; the GPU takes cos / sin of them in
         // double rounded once, glibc's cosf / sinf may differ by an ulp. Plain theta and Llama
         // 3.1's scaled frequencies (fargs of 5), in place too.
-        for (const std::vector<double>& f : {std::vector<double>{500000.0}, {500000.0, 8.0, 1.0, 4.0, 8192.0}}) {
+        for (const std::vector<double>& f :
+             {std::vector<double>{500000.0}, {500000.0, 8.0, 1.0, 4.0, 8192.0}}) {
           Both r = run_both(k, {&x}, {&y}, {hd}, f);
           expect_close(r.gpu[0], r.cpu[0], 1e-6, 1e-6, op_kind_name(k));
           HT z = x;
@@ -181,8 +191,10 @@ TEST(CudaKernels, Norms) {
   std::mt19937 rng(16);
   for (DType d : kFloats)
     for (auto [rows, D] : {std::pair<int64_t, int64_t>{1, 1}, {5, 7}, {300, 768}, {3, 2050}}) {
-      HT x = kt::random_tensor(d, {rows, D}, rng, -2, 2), w = kt::random_tensor(d, {D}, rng, 0.5, 1.5);
-      HT b = kt::random_tensor(d, {D}, rng), y(d, {rows, D}), mean(DType::kFloat32, {rows}), rstd(DType::kFloat32, {rows});
+      HT x = kt::random_tensor(d, {rows, D}, rng, -2, 2),
+         w = kt::random_tensor(d, {D}, rng, 0.5, 1.5);
+      HT b = kt::random_tensor(d, {D}, rng), y(d, {rows, D}), mean(DType::kFloat32, {rows}),
+         rstd(DType::kFloat32, {rows});
       Both r = run_both(OpKind::kRMSNorm, {&x, &w}, {&y, &rstd}, {}, {1e-5});
       expect_close(r.gpu[1], r.cpu[1], 0, 1e-6, "rms rstd");
       expect_close(r.gpu[0], r.cpu[0], 1e-6, 2e-6, "rms y");
@@ -209,13 +221,16 @@ TEST(CudaKernels, LinearWithoutAWorkspace) {
   std::mt19937 rng(19);
   dev().use_ws = false;
   for (DType dt : {DType::kFloat32, DType::kBFloat16})
-    for (auto [M, K, N] : {std::tuple<int64_t, int64_t, int64_t>{3, 5, 7}, {257, 129, 65}, {512, 1024, 768}}) {
-      HT x = kt::random_tensor(dt, {M, K}, rng), w = kt::random_tensor(dt, {N, K}, rng), y(dt, {M, N});
+    for (auto [M, K, N] :
+         {std::tuple<int64_t, int64_t, int64_t>{3, 5, 7}, {257, 129, 65}, {512, 1024, 768}}) {
+      HT x = kt::random_tensor(dt, {M, K}, rng), w = kt::random_tensor(dt, {N, K}, rng),
+         y(dt, {M, N});
       Both r = run_both(OpKind::kLinear, {&x, &w}, {&y}, {M, K, N});
       expect_close(r.gpu[0], r.cpu[0], 1e-5 * static_cast<double>(K), 1e-5, "linear, no workspace");
       HT g = kt::random_tensor(dt, {M, N}, rng), gW(dt, {N, K});
       r = run_both(OpKind::kLinearBackwardWeight, {&g, &x}, {&gW}, {M, K, N});
-      expect_close(r.gpu[0], r.cpu[0], 1e-5 * static_cast<double>(M), 1e-5, "linear backward weight, no workspace");
+      expect_close(r.gpu[0], r.cpu[0], 1e-5 * static_cast<double>(M), 1e-5,
+                   "linear backward weight, no workspace");
     }
   dev().use_ws = true;
 }
@@ -225,9 +240,11 @@ TEST(CudaKernels, LinearThroughCublasLt) {
   struct Combo {
     DType ab, c;
   };
-  for (Combo cb : {Combo{DType::kFloat32, DType::kFloat32}, Combo{DType::kBFloat16, DType::kBFloat16},
-                   Combo{DType::kFloat16, DType::kFloat16}, Combo{DType::kBFloat16, DType::kFloat32}})
-    for (auto [M, K, N] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {3, 5, 7}, {64, 96, 40}, {257, 129, 65}})
+  for (Combo cb :
+       {Combo{DType::kFloat32, DType::kFloat32}, Combo{DType::kBFloat16, DType::kBFloat16},
+        Combo{DType::kFloat16, DType::kFloat16}, Combo{DType::kBFloat16, DType::kFloat32}})
+    for (auto [M, K, N] :
+         {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {3, 5, 7}, {64, 96, 40}, {257, 129, 65}})
       for (bool bias : {false, true}) {
         HT x = kt::random_tensor(cb.ab, {M, K}, rng), w = kt::random_tensor(cb.ab, {N, K}, rng);
         HT b = kt::random_tensor(cb.c, {N}, rng), y(cb.c, {M, N});
@@ -239,15 +256,18 @@ TEST(CudaKernels, LinearThroughCublasLt) {
         expect_close(r.gpu[0], r.cpu[0], atol, 1e-5, "linear");
         HT g = kt::random_tensor(cb.ab, {M, N}, rng), gx(cb.c, {M, K}), gW(cb.c, {N, K});
         r = run_both(OpKind::kLinearBackwardInput, {&g, &w}, {&gx}, {M, K, N});
-        expect_close(r.gpu[0], r.cpu[0], 1e-5 * static_cast<double>(N), 1e-5, "linear backward input");
+        expect_close(r.gpu[0], r.cpu[0], 1e-5 * static_cast<double>(N), 1e-5,
+                     "linear backward input");
         r = run_both(OpKind::kLinearBackwardWeight, {&g, &x}, {&gW}, {M, K, N});
-        expect_close(r.gpu[0], r.cpu[0], 1e-5 * static_cast<double>(M), 1e-5, "linear backward weight");
+        expect_close(r.gpu[0], r.cpu[0], 1e-5 * static_cast<double>(M), 1e-5,
+                     "linear backward weight");
         HT gb(cb.c, {N});
         r = run_both(OpKind::kLinearBackwardBias, {&g}, {&gb}, {M, N});
         expect_close(r.gpu[0], r.cpu[0], 1e-6, 1e-6, "linear backward bias");
       }
   const size_t planned = cuda::gemm_cache_size();
-  HT x = kt::random_tensor(DType::kBFloat16, {3, 5}, rng), w = kt::random_tensor(DType::kBFloat16, {7, 5}, rng);
+  HT x = kt::random_tensor(DType::kBFloat16, {3, 5}, rng),
+     w = kt::random_tensor(DType::kBFloat16, {7, 5}, rng);
   HT y(DType::kBFloat16, {3, 7});
   run_both(OpKind::kLinear, {&x, &w}, {&y}, {3, 5, 7});
   EXPECT_EQ(cuda::gemm_cache_size(), planned) << "a repeated shape must reuse its cuBLASLt plan";
@@ -265,9 +285,12 @@ struct AttnProblem {
   AttnCase c;
   std::vector<int64_t> args;
   HT qkv, q, k, v, o, lse, dO, dq, dk, dv, sd, acc, dke, dve;
-  std::vector<HT*> fwd_ins() { return c.packed ? std::vector<HT*>{&qkv} : std::vector<HT*>{&q, &k, &v}; }
+  std::vector<HT*> fwd_ins() {
+    return c.packed ? std::vector<HT*>{&qkv} : std::vector<HT*>{&q, &k, &v};
+  }
   std::vector<HT*> bwd_ins() {
-    return c.packed ? std::vector<HT*>{&dO, &qkv, &o, &lse} : std::vector<HT*>{&dO, &q, &k, &v, &o, &lse};
+    return c.packed ? std::vector<HT*>{&dO, &qkv, &o, &lse}
+                    : std::vector<HT*>{&dO, &q, &k, &v, &o, &lse};
   }
   std::vector<HT*> bwd_outs() {
     std::vector<HT*> r = {&dq, &dk, &dv, &sd, &acc};
@@ -275,18 +298,21 @@ struct AttnProblem {
     return r;
   }
   cuda::plan::AttnPlan plan() {
-    return cuda::plan::plan_attention_backward(kt::make_call(OpKind::kAttentionBackward, bwd_ins(), bwd_outs(), args));
+    return cuda::plan::plan_attention_backward(
+        kt::make_call(OpKind::kAttentionBackward, bwd_ins(), bwd_outs(), args));
   }
   std::string what() const {
-    return "attention B" + std::to_string(c.B) + " S" + std::to_string(c.S) + " H" + std::to_string(c.H) + "/" +
-           std::to_string(c.Hkv) + " hd" + std::to_string(c.hd) + " " + name(c.dt) + (c.packed ? " packed" : "");
+    return "attention B" + std::to_string(c.B) + " S" + std::to_string(c.S) + " H" +
+           std::to_string(c.H) + "/" + std::to_string(c.Hkv) + " hd" + std::to_string(c.hd) + " " +
+           name(c.dt) + (c.packed ? " packed" : "");
   }
 };
 AttnProblem attention_problem(const AttnCase& c, std::mt19937& rng, bool cpu_forward = true) {
   AttnProblem p;
   p.c = c;
   p.args = {c.B, c.S, c.H, c.Hkv, c.hd, c.packed};
-  const int64_t D = c.H * c.hd, Dkv = c.Hkv * c.hd, tokens = c.B * c.S, sr = (c.S + 127) / 128 * 128;
+  const int64_t D = c.H * c.hd, Dkv = c.Hkv * c.hd, tokens = c.B * c.S,
+                sr = (c.S + 127) / 128 * 128;
   p.qkv = kt::random_tensor(c.dt, {c.B, c.S, 3 * D}, rng, -2, 2);
   p.q = kt::random_tensor(c.dt, {c.B, c.S, D}, rng, -2, 2);
   p.k = kt::random_tensor(c.dt, {c.B, c.S, Dkv}, rng, -2, 2);
@@ -311,22 +337,24 @@ bool dispatch_uses_tensor_cores(AttnProblem& p) {
   using cuda::plan::AttentionKernels;
   const AttentionKernels env = cuda::plan::attention_kernels_from_env();
   return (env == AttentionKernels::kAuto && cuda::plan::attention_uses_fa2(p.plan(), p.c.dt)) ||
-         (env != AttentionKernels::kSimt && cuda::plan::attention_uses_tensor_cores(p.plan(), p.c.dt));
+         (env != AttentionKernels::kSimt &&
+          cuda::plan::attention_uses_tensor_cores(p.plan(), p.c.dt));
 }
 
 // NOTE [Tensor-core backward tolerances]: the tensor-core backwards (WMMA and FlashAttention-2)
-// round P and dS to the storage dtype before their products (as FlashAttention-2); the CPU reference and the SIMT
-// kernels keep them in fp32. Each rounding is <= 2^-8 relative (bf16) / 2^-11 (fp16), and the
-// outputs, rounded once from slightly different fp32 values, can differ by one unit in the
-// last place: up to 2^-7 (bf16) / 2^-10 (fp16) of the largest gradient. A host emulation of
-// exactly these roundings against an fp64 reference (300 seeds, S <= 200, the value ranges
-// used here) peaked at 7.1e-3 (bf16) and 7.7e-4 (fp16) of the largest gradient, so these
+// round P and dS to the storage dtype before their products (as FlashAttention-2); the CPU
+// reference and the SIMT kernels keep them in fp32. Each rounding is <= 2^-8 relative (bf16) /
+// 2^-11 (fp16), and the outputs, rounded once from slightly different fp32 values, can differ by
+// one unit in the last place: up to 2^-7 (bf16) / 2^-10 (fp16) of the largest gradient. A host
+// emulation of exactly these roundings against an fp64 reference (300 seeds, S <= 200, the value
+// ranges used here) peaked at 7.1e-3 (bf16) and 7.7e-4 (fp16) of the largest gradient, so these
 // bounds, relative to the largest |dq|, |dk|, |dv|, keep a 2x margin or more; an indexing or
 // masking error moves gradients by their own size.
 double tc_backward_tolerance(DType dt) { return dt == DType::kBFloat16 ? 1.5e-2 : 5e-3; }
 
 double largest_gradient(const std::vector<HT>& g) {
-  return std::max({kt::max_abs(g[0].values()), kt::max_abs(g[1].values()), kt::max_abs(g[2].values()), 1e-3});
+  return std::max(
+      {kt::max_abs(g[0].values()), kt::max_abs(g[1].values()), kt::max_abs(g[2].values()), 1e-3});
 }
 
 // Forward (O, lse) and backward (dq, dk, dv) against the CPU kernels. O and lse of the CPU's
@@ -349,10 +377,13 @@ void check_attention(AttnProblem& p) {
 
 TEST(CudaKernels, AttentionForwardAndBackward) {
   std::mt19937 rng(18);
-  for (AttnCase c : {AttnCase{1, 1, 1, 1, 8, 0, DType::kFloat32}, AttnCase{2, 37, 4, 2, 40, 0, DType::kFloat32},
-                     AttnCase{2, 37, 4, 2, 40, 0, DType::kBFloat16}, AttnCase{1, 130, 4, 1, 64, 0, DType::kBFloat16},
-                     AttnCase{1, 200, 2, 2, 128, 0, DType::kFloat16}, AttnCase{2, 65, 2, 2, 64, 1, DType::kBFloat16},
-                     AttnCase{1, 33, 2, 2, 256, 1, DType::kFloat32}}) {
+  for (AttnCase c :
+       {AttnCase{1, 1, 1, 1, 8, 0, DType::kFloat32}, AttnCase{2, 37, 4, 2, 40, 0, DType::kFloat32},
+        AttnCase{2, 37, 4, 2, 40, 0, DType::kBFloat16},
+        AttnCase{1, 130, 4, 1, 64, 0, DType::kBFloat16},
+        AttnCase{1, 200, 2, 2, 128, 0, DType::kFloat16},
+        AttnCase{2, 65, 2, 2, 64, 1, DType::kBFloat16},
+        AttnCase{1, 33, 2, 2, 256, 1, DType::kFloat32}}) {
     AttnProblem p = attention_problem(c, rng);
     check_attention(p);
   }
@@ -375,7 +406,8 @@ TEST(CudaKernels, AttentionTensorCoresMatchCpu) {
       if (!fa2 && hd != 64 && hd != 128) continue;
       for (auto [H, Hkv] : {std::pair<int64_t, int64_t>{2, 2}, {8, 2}, {8, 1}})
         for (int64_t S : {1, 63, 65, 200, 333}) {
-          if (S == 333 && hd != 64 && hd != 128) continue;  // the sanitizer stage runs this test too
+          if (S == 333 && hd != 64 && hd != 128)
+            continue;  // the sanitizer stage runs this test too
           AttnProblem p = attention_problem(AttnCase{2, S, H, Hkv, hd, 0, dt}, rng);
           ASSERT_TRUE(dispatch_uses_tensor_cores(p)) << p.what();
           check_attention(p);
@@ -392,7 +424,8 @@ TEST(CudaKernels, AttentionTensorCoresMatchCpu) {
 std::vector<double> lse_rows(const HT& lse, int64_t rows, int64_t S, int64_t ld) {
   const std::vector<double> all = lse.values();
   std::vector<double> r;
-  for (int64_t i = 0; i < rows; ++i) r.insert(r.end(), all.begin() + i * ld, all.begin() + i * ld + S);
+  for (int64_t i = 0; i < rows; ++i)
+    r.insert(r.end(), all.begin() + i * ld, all.begin() + i * ld + S);
   return r;
 }
 
@@ -400,7 +433,8 @@ TEST(CudaKernels, AttentionEfficientAndCudnnMatchCpu) {
   std::mt19937 rng(23);
   const cuda::cudnn_sdpa::Counters before = cuda::cudnn_sdpa::counters();
   for (bool cudnn : {false, true})
-    for (AttnCase c : {AttnCase{2, 37, 4, 4, 40, 0, DType::kFloat32}, AttnCase{1, 130, 4, 4, 64, 0, DType::kBFloat16},
+    for (AttnCase c : {AttnCase{2, 37, 4, 4, 40, 0, DType::kFloat32},
+                       AttnCase{1, 130, 4, 4, 64, 0, DType::kBFloat16},
                        AttnCase{2, 65, 8, cudnn ? 2 : 8, 128, 0, DType::kFloat16},
                        AttnCase{1, 33, 2, 2, 256, 0, DType::kFloat32}}) {
       AttnProblem p = attention_problem(c, rng);
@@ -413,21 +447,25 @@ TEST(CudaKernels, AttentionEfficientAndCudnnMatchCpu) {
       HT accum(DType::kFloat32, p.o.meta.shape);
       std::vector<HT*> fwd_outs = {&o, &lse};
       if (!cudnn && c.hd > 128) fwd_outs.push_back(&accum);
-      Both r = run_both(cudnn ? OpKind::kAttentionCudnn : OpKind::kAttentionEfficient, p.fwd_ins(), fwd_outs, args);
+      Both r = run_both(cudnn ? OpKind::kAttentionCudnn : OpKind::kAttentionEfficient, p.fwd_ins(),
+                        fwd_outs, args);
       expect_close(r.gpu[0], r.cpu[0], half ? 1.5e-2 : 2e-5, 0, what + " O");
       const std::string m = kt::mismatch(lse_rows(r.gpu[1], c.B * c.H, c.S, lse_ld),
-                                         lse_rows(r.cpu[1], c.B * c.H, c.S, lse_ld), half ? 2e-3 : 2e-5, 1e-6, what + " lse");
+                                         lse_rows(r.cpu[1], c.B * c.H, c.S, lse_ld),
+                                         half ? 2e-3 : 2e-5, 1e-6, what + " lse");
       EXPECT_TRUE(m.empty()) << m;
       // The backward reads the CPU forward's O and lse (padded rows for efficient).
       HT lse_padded(DType::kFloat32, {c.B, c.H, lse_ld});
       std::vector<HT*> ref_outs = {&p.o, &lse_padded};
       if (!cudnn && c.hd > 128) ref_outs.push_back(&accum);  // as the model emits it
-      kt::run(cudnn ? OpKind::kAttentionCudnn : OpKind::kAttentionEfficient, p.fwd_ins(), ref_outs, args);
+      kt::run(cudnn ? OpKind::kAttentionCudnn : OpKind::kAttentionEfficient, p.fwd_ins(), ref_outs,
+              args);
       std::vector<HT*> ins = p.bwd_ins();
       ins.back() = &lse_padded;
       HT delta(DType::kFloat32, {c.B, c.H, c.S});
       HT ws(DType::kFloat32, {c.B, c.H, (c.S + 127) / 128 * 128, (c.hd + 127) / 128 * 128});
-      HT cudnn_ws(DType::kFloat32, {cudnn_sdpa_workspace(true, c.B, c.S, c.H, c.hd).total() / 4});  // the model's block
+      HT cudnn_ws(DType::kFloat32, {cudnn_sdpa_workspace(true, c.B, c.S, c.H, c.hd).total() /
+                                    4});  // the model's block
       std::vector<HT*> outs = {&p.dq, &p.dk, &p.dv};
       if (cudnn) {
         outs.push_back(&cudnn_ws);
@@ -435,7 +473,8 @@ TEST(CudaKernels, AttentionEfficientAndCudnnMatchCpu) {
         outs.insert(outs.end(), {&delta, &ws});
       }
       const bool tc = dispatch_uses_tensor_cores(p);  // the flash plan of the same problem
-      r = run_both(cudnn ? OpKind::kAttentionCudnnBackward : OpKind::kAttentionEfficientBackward, ins, outs, args);
+      r = run_both(cudnn ? OpKind::kAttentionCudnnBackward : OpKind::kAttentionEfficientBackward,
+                   ins, outs, args);
       const double rel = tc ? tc_backward_tolerance(c.dt) : half ? 1e-2 : 1e-5;
       const double tol = rel * largest_gradient(r.cpu);
       for (int i = 0; i < 3; ++i) expect_close(r.gpu[i], r.cpu[i], tol, 0, what + " d" + "qkv"[i]);
@@ -446,13 +485,18 @@ TEST(CudaKernels, AttentionEfficientAndCudnnMatchCpu) {
   const cuda::cudnn_sdpa::Counters after = cuda::cudnn_sdpa::counters();
   const char* env = std::getenv("FULLSHARD_CUDNN_ATTENTION");
   if (cuda::cudnn_sdpa::built_with_cudnn() && !(env != nullptr && std::string(env) == "off")) {
-    EXPECT_EQ(after.backward - before.backward, 2) << "cuDNN declined: see the 'cuDNN attention' lines on stderr";
+    EXPECT_EQ(after.backward - before.backward, 2)
+        << "cuDNN declined: see the 'cuDNN attention' lines on stderr";
     EXPECT_GE(after.forward - before.forward, 2);
   }
-  std::printf("cuDNN attention: %lld forward, %lld backward, %lld declined (built with cuDNN: %s)\n",
-              static_cast<long long>(after.forward - before.forward), static_cast<long long>(after.backward - before.backward),
-              static_cast<long long>(after.declined - before.declined), cuda::cudnn_sdpa::built_with_cudnn() ? "yes" : "no");
-  for (const std::string& line : cuda::cudnn_sdpa::plans()) std::printf("  cuDNN plan: %s\n", line.c_str());
+  std::printf(
+      "cuDNN attention: %lld forward, %lld backward, %lld declined (built with cuDNN: %s)\n",
+      static_cast<long long>(after.forward - before.forward),
+      static_cast<long long>(after.backward - before.backward),
+      static_cast<long long>(after.declined - before.declined),
+      cuda::cudnn_sdpa::built_with_cudnn() ? "yes" : "no");
+  for (const std::string& line : cuda::cudnn_sdpa::plans())
+    std::printf("  cuDNN plan: %s\n", line.c_str());
 }
 
 // A device copy of a host tensor, or (copy = false) its size in 0xFF bytes: NaN until written.
@@ -487,9 +531,12 @@ struct DeviceTensor {
 TEST(CudaKernels, AttentionBackwardTensorCoresMatchSimt) {
   using cuda::launch::AttnKernel;
   std::mt19937 rng(22);
-  for (AttnCase c : {AttnCase{2, 1000, 8, 2, 128, 0, DType::kBFloat16}, AttnCase{2, 333, 4, 4, 64, 0, DType::kFloat16},
-                     AttnCase{1, 130, 4, 4, 64, 1, DType::kBFloat16}, AttnCase{2, 200, 4, 1, 128, 0, DType::kFloat16},
-                     AttnCase{2, 1000, 8, 1, 64, 0, DType::kBFloat16}, AttnCase{1, 517, 4, 1, 96, 0, DType::kFloat16}}) {
+  for (AttnCase c : {AttnCase{2, 1000, 8, 2, 128, 0, DType::kBFloat16},
+                     AttnCase{2, 333, 4, 4, 64, 0, DType::kFloat16},
+                     AttnCase{1, 130, 4, 4, 64, 1, DType::kBFloat16},
+                     AttnCase{2, 200, 4, 1, 128, 0, DType::kFloat16},
+                     AttnCase{2, 1000, 8, 1, 64, 0, DType::kBFloat16},
+                     AttnCase{1, 517, 4, 1, 96, 0, DType::kFloat16}}) {
     AttnProblem p = attention_problem(c, rng, /*cpu_forward=*/false);
     const cuda::plan::AttnPlan plan = p.plan();
     const bool wmma = cuda::plan::attention_uses_tensor_cores(plan, c.dt);
@@ -504,21 +551,23 @@ TEST(CudaKernels, AttentionBackwardTensorCoresMatchSimt) {
                                     wmma ? AttnKernel::kWmma : AttnKernel::kSimt, s);
     {
       DeviceTensor fo(p.o, false), flse(p.lse, false);
-      cuda::launch::attention_forward(plan.l, q, k, v, dt, fo.p, dt, static_cast<float*>(flse.p), AttnKernel::kFa2, s);
+      cuda::launch::attention_forward(plan.l, q, k, v, dt, fo.p, dt, static_cast<float*>(flse.p),
+                                      AttnKernel::kFa2, s);
       ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess) << p.what();
-      expect_close(fo.host(), go.host(), 1.5e-2, 0, p.what() + " O FlashAttention-2 vs " + (wmma ? "WMMA" : "SIMT"));
+      expect_close(fo.host(), go.host(), 1.5e-2, 0,
+                   p.what() + " O FlashAttention-2 vs " + (wmma ? "WMMA" : "SIMT"));
       expect_close(flse.host(), glse.host(), 2e-3, 1e-6, p.what() + " lse FlashAttention-2");
     }
-    const std::vector<AttnKernel> kernels = wmma ? std::vector<AttnKernel>{AttnKernel::kSimt, AttnKernel::kWmma,
-                                                                            AttnKernel::kWmma, AttnKernel::kFa2,
-                                                                            AttnKernel::kFa2}
-                                                 : std::vector<AttnKernel>{AttnKernel::kSimt, AttnKernel::kFa2,
-                                                                           AttnKernel::kFa2};
+    const std::vector<AttnKernel> kernels =
+        wmma ? std::vector<AttnKernel>{AttnKernel::kSimt, AttnKernel::kWmma, AttnKernel::kWmma,
+                                       AttnKernel::kFa2, AttnKernel::kFa2}
+             : std::vector<AttnKernel>{AttnKernel::kSimt, AttnKernel::kFa2, AttnKernel::kFa2};
     std::vector<std::vector<HT>> runs;
     for (AttnKernel kernel : kernels) {
       DeviceTensor gdq(p.dq, false), gdk(p.dk, false), gdv(p.dv, false);
       DeviceTensor gacc(p.acc, false), gdke(p.dke, false), gdve(p.dve, false);
-      cuda::launch::AttnGrads g{gdq.p, gdk.p, gdv.p, dt, dt, dt, static_cast<float*>(gsd.p), plan.softmax_d_ld};
+      cuda::launch::AttnGrads g{
+          gdq.p, gdk.p, gdv.p, dt, dt, dt, static_cast<float*>(gsd.p), plan.softmax_d_ld};
       g.dq_accum = static_cast<float*>(gacc.p);
       g.dq_accum_rows = plan.softmax_d_ld;
       g.dq_accum_hd = (c.hd + 31) / 32 * 32;
@@ -527,8 +576,8 @@ TEST(CudaKernels, AttentionBackwardTensorCoresMatchSimt) {
         g.dv_expanded = gdve.p;
         g.dd_expanded = dt;
       }
-      cuda::launch::attention_backward(plan.l, gdO.p, dt, q, k, v, dt, go.p, dt, static_cast<const float*>(glse.p), g,
-                                       kernel, s);
+      cuda::launch::attention_backward(plan.l, gdO.p, dt, q, k, v, dt, go.p, dt,
+                                       static_cast<const float*>(glse.p), g, kernel, s);
       ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess) << p.what();
       runs.push_back({gdq.host(), gdk.host(), gdv.host()});
     }
@@ -577,8 +626,10 @@ TEST(CudaKernels, LogSoftmaxAndNllLoss) {
 
 TEST(CudaKernels, ClippingAndAdamW) {
   std::mt19937 rng(20);
-  HT a = kt::random_tensor(DType::kFloat32, {1000}, rng), b = kt::random_tensor(DType::kBFloat16, {7, 3}, rng);
-  HT c = kt::random_tensor(DType::kFloat32, {1}, rng), norms(DType::kFloat32, {3}), s(DType::kFloat32, {1});
+  HT a = kt::random_tensor(DType::kFloat32, {1000}, rng),
+     b = kt::random_tensor(DType::kBFloat16, {7, 3}, rng);
+  HT c = kt::random_tensor(DType::kFloat32, {1}, rng), norms(DType::kFloat32, {3}),
+     s(DType::kFloat32, {1});
   Both r = run_both(OpKind::kSquaredNorm, {&a, &b, &c}, {&norms});
   expect_close(r.gpu[0], r.cpu[0], 0, 2e-7, "squared norms");
   r = run_both(OpKind::kSum, {&a}, {&s});
@@ -592,17 +643,22 @@ TEST(CudaKernels, ClippingAndAdamW) {
   for (int64_t fused : {0, 1})
     for (DType sd : {DType::kFloat32, DType::kBFloat16}) {
       const int64_t n = 1001;
-      HT p = kt::random_tensor(sd, {n}, rng), g = kt::random_tensor(sd, {n}, rng), m = kt::random_tensor(sd, {n}, rng);
+      HT p = kt::random_tensor(sd, {n}, rng), g = kt::random_tensor(sd, {n}, rng),
+         m = kt::random_tensor(sd, {n}, rng);
       HT v = kt::random_tensor(sd, {n}, rng, 0, 0.01), den(sd, {n});
-      HT p2 = kt::random_tensor(DType::kFloat32, {3}, rng), g2 = kt::random_tensor(DType::kFloat32, {3}, rng);
-      HT m2 = kt::random_tensor(DType::kFloat32, {3}, rng), v2 = kt::random_tensor(DType::kFloat32, {3}, rng, 0, 1);
+      HT p2 = kt::random_tensor(DType::kFloat32, {3}, rng),
+         g2 = kt::random_tensor(DType::kFloat32, {3}, rng);
+      HT m2 = kt::random_tensor(DType::kFloat32, {3}, rng),
+         v2 = kt::random_tensor(DType::kFloat32, {3}, rng, 0, 1);
       HT den2(DType::kFloat32, {3});
       std::vector<HT*> outs = {&p, &m, &v};
       if (!fused) outs.push_back(&den);
       outs.insert(outs.end(), {&p2, &m2, &v2});
       if (!fused) outs.push_back(&den2);
-      r = run_both(OpKind::kAdamW, {&p, &g, &m, &v, &p2, &g2, &m2, &v2}, outs, {fused}, {1e-3, 0.9, 0.95, 1e-8, 0.1, 7});
-      for (size_t i = 0; i < outs.size(); ++i) expect_bits(r.gpu[i], r.cpu[i], "adamw output " + std::to_string(i));
+      r = run_both(OpKind::kAdamW, {&p, &g, &m, &v, &p2, &g2, &m2, &v2}, outs, {fused},
+                   {1e-3, 0.9, 0.95, 1e-8, 0.1, 7});
+      for (size_t i = 0; i < outs.size(); ++i)
+        expect_bits(r.gpu[i], r.cpu[i], "adamw output " + std::to_string(i));
     }
 }
 
@@ -618,7 +674,8 @@ TEST(CudaKernels, ChunkedSquaredNormsMatchCpu) {
     std::vector<int64_t> sizes = {1, 65535, 65536, 65537, 3 * 65536 + 17, 300001, 0};
     for (int i = 0; i < 63; ++i) sizes.push_back(1 + (i * 7919) % 5000);
     for (size_t i = 0; i < sizes.size(); ++i)
-      grads.push_back(kt::random_tensor(i % 2 ? DType::kBFloat16 : DType::kFloat32, {sizes[i]}, rng));
+      grads.push_back(
+          kt::random_tensor(i % 2 ? DType::kBFloat16 : DType::kFloat32, {sizes[i]}, rng));
     std::vector<HT*> ins;
     for (HT& g : grads) ins.push_back(&g);
     HT norms(DType::kFloat32, {static_cast<int64_t>(ins.size())});
@@ -631,7 +688,8 @@ TEST(CudaKernels, ChunkedSquaredNormsMatchCpu) {
     const OpCall bad = kt::make_call(OpKind::kSquaredNorm, ins, {&norms, &small});
     std::vector<void*> none(ins.size(), nullptr);
     cuda::KernelContext ctx{dev().stream, dev().lt, dev().ws, dev().ws_bytes};
-    EXPECT_THROW(cuda::launch_kernel(bad, none, {nullptr, nullptr}, ctx), InternalError) << "scratch one short";
+    EXPECT_THROW(cuda::launch_kernel(bad, none, {nullptr, nullptr}, ctx), InternalError)
+        << "scratch one short";
   }
 }
 

@@ -29,15 +29,19 @@ double ulps16(DType out) { return out == DType::kFloat32 ? 0 : 1; }
 TEST(CudaTpKernels, TransposeBlocksIsBitExact) {
   std::mt19937 rng(31);
   for (DType d : {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kInt64, DType::kUInt8})
-    for (auto [a, b, inner] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {2, 3, 5}, {3, 7, 33}, {8, 2, 2048},
+    for (auto [a, b, inner] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1},
+                               {2, 3, 5},
+                               {3, 7, 33},
+                               {8, 2, 2048},
                                {2, 513, 257}})
       for (size_t mis : {size_t{0}, size_t{2}, size_t{d == DType::kUInt8 ? 1u : 8u}}) {
         HT x(d, {a, b, inner}), y(d, {b, a, inner});
         for (int64_t i = 0; i < x.numel(); ++i) x.set(i, static_cast<double>(rng() % 200) - 100);
         Both r = run_both(OpKind::kTransposeBlocks, {&x}, {&y}, {a, b, inner}, {}, mis);
         expect_bits(r.gpu[0], r.cpu[0],
-                    "transpose " + std::string(kt::dtype_str(d)) + " " + std::to_string(a) + "x" + std::to_string(b) +
-                        "x" + std::to_string(inner) + " misaligned " + std::to_string(mis));
+                    "transpose " + std::string(kt::dtype_str(d)) + " " + std::to_string(a) + "x" +
+                        std::to_string(b) + "x" + std::to_string(inner) + " misaligned " +
+                        std::to_string(mis));
       }
 }
 
@@ -59,11 +63,13 @@ TEST(CudaTpKernels, SumLastDim) {
   for (DType d : kFloats)
     for (DType o : {d, DType::kFloat32})
       for (auto [rows, D] : kRows)
-        for (std::vector<double> f : {std::vector<double>{}, std::vector<double>{1.0 / static_cast<double>(D)}}) {
+        for (std::vector<double> f :
+             {std::vector<double>{}, std::vector<double>{1.0 / static_cast<double>(D)}}) {
           HT x = kt::random_tensor(d, {rows, D}, rng, -2, 2), y(o, {rows});
           Both r = run_both(OpKind::kSumLastDim, {&x}, {&y}, {D}, f);
           expect_close(r.gpu[0], r.cpu[0], 1e-12 * static_cast<double>(D), 2.4e-7,
-                       "sum last dim " + name(d) + "->" + name(o) + " D " + std::to_string(D), ulps16(o));
+                       "sum last dim " + name(d) + "->" + name(o) + " D " + std::to_string(D),
+                       ulps16(o));
         }
 }
 
@@ -72,7 +78,8 @@ TEST(CudaTpKernels, SubRowIsBitExactAlsoInPlace) {
   for (DType d : kFloats)
     for (DType db : {d, DType::kFloat32})
       for (auto [rows, D] : kRows) {
-        HT a = kt::random_tensor(d, {rows, D}, rng, -30, 30), b = kt::random_tensor(db, {rows}, rng, -30, 30);
+        HT a = kt::random_tensor(d, {rows, D}, rng, -30, 30),
+           b = kt::random_tensor(db, {rows}, rng, -30, 30);
         HT y(DType::kFloat32, {rows, D});
         Both r = run_both(OpKind::kSubRow, {&a, &b}, {&y}, {D});
         expect_bits(r.gpu[0], r.cpu[0], "sub row " + name(d) + " - " + name(db));
@@ -88,7 +95,8 @@ TEST(CudaTpKernels, ExpAndLog) {
   for (DType d : kFloats)
     for (DType o : kFloats)
       for (int64_t n : {1, 7, 4099}) {
-        HT x = kt::random_tensor(d, {n}, rng, -8, 4), lx = kt::random_tensor(d, {n}, rng, 1e-3, 100), y(o, {n});
+        HT x = kt::random_tensor(d, {n}, rng, -8, 4),
+           lx = kt::random_tensor(d, {n}, rng, 1e-3, 100), y(o, {n});
         Both r = run_both(OpKind::kExp, {&x}, {&y});
         expect_close(r.gpu[0], r.cpu[0], 0, 1e-6, "exp " + name(d) + "->" + name(o), ulps16(o));
         r = run_both(OpKind::kLog, {&lx}, {&y});
@@ -118,9 +126,11 @@ TEST(CudaTpKernels, NllVocabParallelIsBitExact) {
     for (DType o : {d, DType::kFloat32})
       for (auto [rows, D] : kRows)
         for (int64_t start : {int64_t{0}, D, 2 * D}) {
-          HT lp = kt::random_tensor(d, {rows, D}, rng, -12, 0), t = targets(rows, D, start, rng), y(o, {rows});
+          HT lp = kt::random_tensor(d, {rows, D}, rng, -12, 0), t = targets(rows, D, start, rng),
+             y(o, {rows});
           Both r = run_both(OpKind::kNllVocabParallel, {&lp, &t}, {&y}, {D, start}, {});
-          expect_bits(r.gpu[0], r.cpu[0], "nll vocab parallel " + name(d) + " start " + std::to_string(start));
+          expect_bits(r.gpu[0], r.cpu[0],
+                      "nll vocab parallel " + name(d) + " start " + std::to_string(start));
         }
 }
 
@@ -135,7 +145,8 @@ TEST(CudaTpKernels, NllVocabParallelBackward) {
           HT lp = kt::random_tensor(d, {rows, D}, rng, -12, 0), t = targets(rows, D, start, rng);
           HT g = kt::from_values(dg, {}, {0.75}), y(d, {rows, D});
           const double f = 1.0 / static_cast<double>(rows);
-          Both r = run_both(OpKind::kNllVocabParallelBackward, {&g, &lp, &t}, {&y}, {D, start}, {f});
+          Both r =
+              run_both(OpKind::kNllVocabParallelBackward, {&g, &lp, &t}, {&y}, {D, start}, {f});
           expect_close(r.gpu[0], r.cpu[0], 4e-7 * 0.75 * f, 1e-6,
                        "nll vocab parallel backward " + name(d) + " g " + name(dg), ulps16(d));
         }
@@ -164,11 +175,12 @@ TEST(CudaTpKernels, NarrowCopyIsBitExactAndWritesOnlyItsColumns) {
               const size_t at = static_cast<size_t>(b * c.ow + i) * es;
               const bool written = i >= c.oo && i < c.oo + c.n;
               bool ok = true;
-              for (size_t k = 0; k < es; ++k) ok = ok && gb[at + k] == (written ? cb[at + k] : 0xFF);
+              for (size_t k = 0; k < es; ++k)
+                ok = ok && gb[at + k] == (written ? cb[at + k] : 0xFF);
               bad += ok ? 0 : 1;
             }
-          EXPECT_EQ(bad, 0) << "narrow copy " << name(d) << "->" << name(o) << " factor " << f << ", " << c.blocks
-                            << " blocks of " << c.n;
+          EXPECT_EQ(bad, 0) << "narrow copy " << name(d) << "->" << name(o) << " factor " << f
+                            << ", " << c.blocks << " blocks of " << c.n;
         }
 }
 
@@ -177,7 +189,8 @@ TEST(CudaTpKernels, NarrowCopyIsBitExactAndWritesOnlyItsColumns) {
 TEST(CudaTpKernels, VocabParallelEmbeddingIsBitExact) {
   std::mt19937 rng(39);
   for (DType d : kFloats)
-    for (auto [n, V, D] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {37, 11, 7}, {300, 50, 96}})
+    for (auto [n, V, D] :
+         {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {37, 11, 7}, {300, 50, 96}})
       for (int64_t start : {int64_t{0}, V, 3 * V}) {
         HT ids(DType::kInt64, {n});
         std::uniform_int_distribution<int64_t> u(0, 4 * V - 1);
@@ -185,7 +198,8 @@ TEST(CudaTpKernels, VocabParallelEmbeddingIsBitExact) {
         ids.set(0, static_cast<double>(start));  // at least one id inside the shard
         HT w = kt::random_tensor(d, {V, D}, rng), y(d, {n, D});
         Both r = run_both(OpKind::kEmbedding, {&ids, &w}, {&y}, {start});
-        expect_bits(r.gpu[0], r.cpu[0], "vocab-parallel embedding " + name(d) + " start " + std::to_string(start));
+        expect_bits(r.gpu[0], r.cpu[0],
+                    "vocab-parallel embedding " + name(d) + " start " + std::to_string(start));
         HT g = kt::random_tensor(d, {n, D}, rng), gw(d, {V, D});
         r = run_both(OpKind::kEmbeddingBackward, {&g, &ids}, {&gw}, {start});
         expect_bits(r.gpu[0], r.cpu[0], "vocab-parallel embedding backward " + name(d));
@@ -193,12 +207,16 @@ TEST(CudaTpKernels, VocabParallelEmbeddingIsBitExact) {
 }
 
 TEST(CudaTpKernels, AsyncTpKindsStayRefused) {
-  HT a(DType::kBFloat16, {4, 8}), w(DType::kBFloat16, {8, 8}), g(DType::kBFloat16, {8, 8}), c(DType::kBFloat16, {8, 8});
+  HT a(DType::kBFloat16, {4, 8}), w(DType::kBFloat16, {8, 8}), g(DType::kBFloat16, {8, 8}),
+      c(DType::kBFloat16, {8, 8});
   cuda::KernelContext ctx{dev().stream, dev().lt, dev().ws, dev().ws_bytes};
   const OpCall op = kt::make_call(OpKind::kAllGatherMatmul, {&a, &w}, {&g, &c}, {4, 8, 8, 2});
-  EXPECT_THROW(cuda::launch_kernel(op, {a.data(), w.data()}, {g.data(), c.data()}, ctx), InternalError);
+  EXPECT_THROW(cuda::launch_kernel(op, {a.data(), w.data()}, {g.data(), c.data()}, ctx),
+               InternalError);
 }
 
 }  // namespace
 
-int main(int argc, char** argv) { return kernel_compare::run_gpu_tests(argc, argv, "cuda_kernels_tp_test"); }
+int main(int argc, char** argv) {
+  return kernel_compare::run_gpu_tests(argc, argv, "cuda_kernels_tp_test");
+}

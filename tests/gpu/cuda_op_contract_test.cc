@@ -31,7 +31,8 @@ struct HostBuffers {
     std::map<uint64_t, uint64_t> size;
     for (const OpCall& op : ops)
       for (const auto* refs : {&op.inputs, &op.outputs})
-        for (const TensorRef& r : *refs) size[r.buffer_id] = std::max(size[r.buffer_id], r.offset_bytes + r.nbytes());
+        for (const TensorRef& r : *refs)
+          size[r.buffer_id] = std::max(size[r.buffer_id], r.offset_bytes + r.nbytes());
     for (auto& [id, bytes] : size) mem[id].assign(bytes / 8 + 64, 0.0);
   }
   void* at(const TensorRef& r) {
@@ -58,11 +59,13 @@ void check_program(const json& j, const std::string& label, Checked& seen) {
   ASSERT_FALSE(ops.empty());
   HostBuffers host(ops);
   for (const OpCall& op : ops) {
-    if (op.kind == OpKind::kLoadBatch || op.kind == OpKind::kInitParam) continue;  // the backends' own host work
+    if (op.kind == OpKind::kLoadBatch || op.kind == OpKind::kInitParam)
+      continue;  // the backends' own host work
     const std::string what = std::string(op_kind_name(op.kind)) + " '" + op.name + "'";
     for (const auto* refs : {&op.inputs, &op.outputs})
       for (const TensorRef& r : *refs)
-        EXPECT_EQ(r.offset_bytes % dtype_size(r.meta.dtype), 0u) << what << ": operand at byte " << r.offset_bytes;
+        EXPECT_EQ(r.offset_bytes % dtype_size(r.meta.dtype), 0u)
+            << what << ": operand at byte " << r.offset_bytes;
     std::vector<void*> ci, co, gi, go;
     for (const TensorRef& r : op.inputs) ci.push_back(host.at(r)), gi.push_back(device_address(r));
     for (const TensorRef& r : op.outputs) co.push_back(host.at(r)), go.push_back(device_address(r));
@@ -79,12 +82,13 @@ void check_program(const json& j, const std::string& label, Checked& seen) {
     } catch (const std::exception& e) {
       message = e.what();
     }
-    const bool reached_launch = message == "launched" ||  // nothing to enqueue (an empty op)
-                                message.rfind("CUDA kernel launch '", 0) == 0 ||
-                                message.find("no cuBLASLt handle in the kernel context") != std::string::npos ||
-                                message.find("cudaErrorNoDevice") != std::string::npos ||
-                                message.find("no CUDA-capable device") != std::string::npos ||
-                                message.find("CUDA driver version is insufficient") != std::string::npos;
+    const bool reached_launch =
+        message == "launched" ||  // nothing to enqueue (an empty op)
+        message.rfind("CUDA kernel launch '", 0) == 0 ||
+        message.find("no cuBLASLt handle in the kernel context") != std::string::npos ||
+        message.find("cudaErrorNoDevice") != std::string::npos ||
+        message.find("no CUDA-capable device") != std::string::npos ||
+        message.find("CUDA driver version is insufficient") != std::string::npos;
     EXPECT_TRUE(reached_launch) << "CUDA dispatch refused " << what << ": " << message;
     seen.kinds.insert(op.kind);
     ++seen.ops;
@@ -95,35 +99,46 @@ TEST(CudaOpContracts, EveryOpTheModelsEmitMeetsBothBackendsContracts) {
   Checked seen;
   using recorded_ops::scenario_json;
   for (const char* preset : {"fullshard", "torchtitan-2024-04", "torchtitan", "hf-transformers"})
-    check_program(scenario_json("tiny-llama", {{"preset", preset}}, {2}), std::string("tiny-llama ") + preset, seen);
-  check_program(scenario_json("tiny-llama", {{"attention", "efficient"}, {"gqa", "repeat_kv"}}, {2}),
-                "tiny-llama efficient", seen);
+    check_program(scenario_json("tiny-llama", {{"preset", preset}}, {2}),
+                  std::string("tiny-llama ") + preset, seen);
+  check_program(
+      scenario_json("tiny-llama", {{"attention", "efficient"}, {"gqa", "repeat_kv"}}, {2}),
+      "tiny-llama efficient", seen);
   // head_dim 256: efficient attention passes its fp32 output accumulator (a third output).
   const json wide_heads = {{"name", "tiny-llama"}, {"n_heads", 1}, {"n_kv_heads", 1}, {"dim", 256}};
-  check_program(scenario_json(wide_heads, {{"attention", "efficient"}}, {2}), "tiny-llama efficient head_dim 256",
+  check_program(scenario_json(wide_heads, {{"attention", "efficient"}}, {2}),
+                "tiny-llama efficient head_dim 256", seen);
+  check_program(scenario_json(wide_heads, {{"attention", "cudnn"}}, {2}),
+                "tiny-llama cudnn head_dim 256", seen);
+  check_program(scenario_json("tiny-llama", {{"attention", "cudnn"}}, {2}), "tiny-llama cudnn",
                 seen);
-  check_program(scenario_json(wide_heads, {{"attention", "cudnn"}}, {2}), "tiny-llama cudnn head_dim 256", seen);
-  check_program(scenario_json("tiny-llama", {{"attention", "cudnn"}}, {2}), "tiny-llama cudnn", seen);
   check_program(scenario_json("tiny-llama", {{"compile", true}}, {2}), "tiny-llama compile", seen);
   check_program(scenario_json("tiny-llama", {{"compile", true}}, {2},
                               {{"training", {{"activation_checkpointing", "selective_op"}}}}),
                 "tiny-llama compile selective_op", seen);
-  check_program(scenario_json("tiny-llama", nullptr, {2}, {{"training", {{"activation_checkpointing", "full"}}}}),
+  check_program(scenario_json("tiny-llama", nullptr, {2},
+                              {{"training", {{"activation_checkpointing", "full"}}}}),
                 "tiny-llama full AC", seen);
   for (const char* loss : {"fp32_logits", "bf16_logits", "fp32_output"})
-    check_program(scenario_json("tiny-llama", {{"loss", loss}}, {2}), std::string("tiny-llama loss ") + loss, seen);
+    check_program(scenario_json("tiny-llama", {{"loss", loss}}, {2}),
+                  std::string("tiny-llama loss ") + loss, seen);
   check_program(scenario_json("tiny-gpt2", nullptr, {2}), "tiny-gpt2", seen);
   // bf16 parameters with fp32 reduction, as the GPU scenarios train (casts, cuDNN's own path).
-  const json bf16 = {{"fsdp", {{"mixed_precision", {{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}}}}}};
+  const json bf16 = {
+      {"fsdp", {{"mixed_precision", {{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}}}}}};
   check_program(scenario_json("tiny-llama", nullptr, {2}, bf16), "tiny-llama bf16", seen);
-  check_program(scenario_json("tiny-llama", {{"attention", "cudnn"}}, {2}, bf16), "tiny-llama cudnn bf16", seen);
-  check_program(scenario_json(wide_heads, {{"attention", "efficient"}}, {2}, bf16), "tiny-llama efficient 256 bf16",
-                seen);
-  check_program(scenario_json("tiny-llama", {{"compile", true}}, {2}, bf16), "tiny-llama compile bf16", seen);
+  check_program(scenario_json("tiny-llama", {{"attention", "cudnn"}}, {2}, bf16),
+                "tiny-llama cudnn bf16", seen);
+  check_program(scenario_json(wide_heads, {{"attention", "efficient"}}, {2}, bf16),
+                "tiny-llama efficient 256 bf16", seen);
+  check_program(scenario_json("tiny-llama", {{"compile", true}}, {2}, bf16),
+                "tiny-llama compile bf16", seen);
   check_program(scenario_json("tiny-gpt2", nullptr, {2}, bf16), "tiny-gpt2 bf16", seen);
-  check_program(scenario_json("tiny-llama", nullptr, {1, 2}, {{"tensor_parallel", {{"loss_parallel", true}}}}),
+  check_program(scenario_json("tiny-llama", nullptr, {1, 2},
+                              {{"tensor_parallel", {{"loss_parallel", true}}}}),
                 "tiny-llama tp2 loss_parallel", seen);
-  check_program(scenario_json("tiny-llama", nullptr, {1, 2}, {{"tensor_parallel", {{"loss_parallel", false}}}}),
+  check_program(scenario_json("tiny-llama", nullptr, {1, 2},
+                              {{"tensor_parallel", {{"loss_parallel", false}}}}),
                 "tiny-llama tp2", seen);
   check_program(scenario_json("tiny-gpt2", nullptr, {1, 2}), "tiny-gpt2 tp2", seen);
   EXPECT_GE(seen.kinds.size(), 40u) << "the programs above should reach most op kinds";

@@ -72,32 +72,42 @@ double largest(const HT& t) {
 }
 
 TEST(CudnnSdpaGpu, BothDirectionsRunAtTheBenchmarkShapeInTheModelsWorkspace) {
-  if (!cs::built_with_cudnn()) GTEST_SKIP() << "built without cuDNN (tools/deps.sh fetches its frontend)";
-  if (const char* e = std::getenv("FULLSHARD_CUDNN_ATTENTION"); e != nullptr && std::string(e) == "off")
+  if (!cs::built_with_cudnn())
+    GTEST_SKIP() << "built without cuDNN (tools/deps.sh fetches its frontend)";
+  if (const char* e = std::getenv("FULLSHARD_CUDNN_ATTENTION");
+      e != nullptr && std::string(e) == "off")
     GTEST_SKIP() << "FULLSHARD_CUDNN_ATTENTION=off";
-  const int64_t B = 2, S = 4096, H = 32, Hkv = 8, hd = 64, D = H * hd, Dkv = Hkv * hd, sr = (S + 127) / 128 * 128;
+  const int64_t B = 2, S = 4096, H = 32, Hkv = 8, hd = 64, D = H * hd, Dkv = Hkv * hd,
+                sr = (S + 127) / 128 * 128;
   const DType dt = DType::kBFloat16;
   const std::vector<int64_t> args = {B, S, H, Hkv, hd, 0, S};
   std::mt19937 rng(5);
-  DevTensor q(kt::random_tensor(dt, {B, S, D}, rng, -2, 2), true), k(kt::random_tensor(dt, {B, S, Dkv}, rng, -2, 2), true),
-      v(kt::random_tensor(dt, {B, S, Dkv}, rng), true), dout(kt::random_tensor(dt, {B, S, H, hd}, rng), true);
+  DevTensor q(kt::random_tensor(dt, {B, S, D}, rng, -2, 2), true),
+      k(kt::random_tensor(dt, {B, S, Dkv}, rng, -2, 2), true),
+      v(kt::random_tensor(dt, {B, S, Dkv}, rng), true),
+      dout(kt::random_tensor(dt, {B, S, H, hd}, rng), true);
   DevTensor o(HT(dt, {B, S, H, hd}), false), lse(HT(DType::kFloat32, {B, H, S}), false);
   DevTensor o_ref(HT(dt, {B, S, H, hd}), false), lse_ref(HT(DType::kFloat32, {B, H, S}), false);
   const CudnnSdpaWorkspace model = cudnn_sdpa_workspace(true, B, S, H, hd);
-  DevTensor dq(HT(dt, {B * S, D}), false), dk(HT(dt, {B * S, Dkv}), false), dv(HT(dt, {B * S, Dkv}), false),
-      ws(HT(DType::kFloat32, {model.total() / 4}), false);
-  DevTensor dq_ref(HT(dt, {B * S, D}), false), dk_ref(HT(dt, {B * S, Dkv}), false), dv_ref(HT(dt, {B * S, Dkv}), false),
-      sd(HT(DType::kFloat32, {B, H, sr}), false), acc(HT(DType::kFloat32, {B, sr, H, (hd + 31) / 32 * 32}), false),
+  DevTensor dq(HT(dt, {B * S, D}), false), dk(HT(dt, {B * S, Dkv}), false),
+      dv(HT(dt, {B * S, Dkv}), false), ws(HT(DType::kFloat32, {model.total() / 4}), false);
+  DevTensor dq_ref(HT(dt, {B * S, D}), false), dk_ref(HT(dt, {B * S, Dkv}), false),
+      dv_ref(HT(dt, {B * S, Dkv}), false), sd(HT(DType::kFloat32, {B, H, sr}), false),
+      acc(HT(DType::kFloat32, {B, sr, H, (hd + 31) / 32 * 32}), false),
       dke(HT(dt, {B, S, H, hd}), false), dve(HT(dt, {B, S, H, hd}), false);
 
   const auto before = cs::path_counts();
   launch(OpKind::kAttentionCudnn, {&q, &k, &v}, {&o, &lse}, args);
-  launch(OpKind::kAttentionCudnnBackward, {&dout, &q, &k, &v, &o, &lse}, {&dq, &dk, &dv, &ws}, args);
+  launch(OpKind::kAttentionCudnnBackward, {&dout, &q, &k, &v, &o, &lse}, {&dq, &dk, &dv, &ws},
+         args);
   const auto after = cs::path_counts();
   for (const std::string& line : cs::plans()) std::printf("  cuDNN plan: %s\n", line.c_str());
-  for (const auto& [path, n] : after) std::printf("  attention path: %s: %lld\n", path.c_str(), static_cast<long long>(n));
-  EXPECT_EQ(count_of(after, "cudnn forward") - count_of(before, "cudnn forward"), 1) << "see the lines above";
-  EXPECT_EQ(count_of(after, "cudnn backward") - count_of(before, "cudnn backward"), 1) << "see the lines above";
+  for (const auto& [path, n] : after)
+    std::printf("  attention path: %s: %lld\n", path.c_str(), static_cast<long long>(n));
+  EXPECT_EQ(count_of(after, "cudnn forward") - count_of(before, "cudnn forward"), 1)
+      << "see the lines above";
+  EXPECT_EQ(count_of(after, "cudnn backward") - count_of(before, "cudnn backward"), 1)
+      << "see the lines above";
   for (const auto& [path, n] : after) EXPECT_EQ(path.rfind("flash ", 0), std::string::npos) << path;
 
   // The backward's plan asks exactly the model's block (PyTorch allocates get_workspace_size()).
@@ -108,7 +118,8 @@ TEST(CudnnSdpaGpu, BothDirectionsRunAtTheBenchmarkShapeInTheModelsWorkspace) {
   for (const std::string& line : cs::plans())
     if (line.rfind("backward", 0) == 0 && line.find(want) != std::string::npos) {
       found = true;
-      EXPECT_NE(line.find(asks), std::string::npos) << "the fit of NOTE [cuDNN SDPA workspace] is off: " << line;
+      EXPECT_NE(line.find(asks), std::string::npos)
+          << "the fit of NOTE [cuDNN SDPA workspace] is off: " << line;
     }
   EXPECT_TRUE(found) << "no backward plan with the model's workspace " << model.total();
 
@@ -116,8 +127,8 @@ TEST(CudnnSdpaGpu, BothDirectionsRunAtTheBenchmarkShapeInTheModelsWorkspace) {
   launch(OpKind::kAttention, {&q, &k, &v}, {&o_ref, &lse_ref}, {B, S, H, Hkv, hd, 0});
   launch(OpKind::kAttentionBackward, {&dout, &q, &k, &v, &o_ref, &lse_ref},
          {&dq_ref, &dk_ref, &dv_ref, &sd, &acc, &dke, &dve}, {B, S, H, Hkv, hd, 0});
-  const std::vector<std::pair<DevTensor*, DevTensor*>> pairs = {{&o, &o_ref}, {&lse, &lse_ref}, {&dq, &dq_ref},
-                                                                {&dk, &dk_ref}, {&dv, &dv_ref}};
+  const std::vector<std::pair<DevTensor*, DevTensor*>> pairs = {
+      {&o, &o_ref}, {&lse, &lse_ref}, {&dq, &dq_ref}, {&dk, &dk_ref}, {&dv, &dv_ref}};
   const char* names[] = {"O", "logsumexp", "dq", "dk", "dv"};
   for (size_t i = 0; i < pairs.size(); ++i) {
     const HT got = pairs[i].first->back(), ref = pairs[i].second->back();

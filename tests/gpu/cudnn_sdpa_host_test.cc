@@ -28,7 +28,8 @@ int64_t address(const cs::TensorLayout& t, int64_t b, int64_t h, int64_t s, int6
   return t.offset + b * t.stride[0] + h * t.stride[1] + s * t.stride[2] + d * t.stride[3];
 }
 
-AttnLayout layout(int64_t B, int64_t S, int64_t H, int64_t Hkv, int64_t hd, bool packed, int64_t lse_ld) {
+AttnLayout layout(int64_t B, int64_t S, int64_t H, int64_t Hkv, int64_t hd, bool packed,
+                  int64_t lse_ld) {
   AttnLayout l{};
   l.B = B, l.S = S, l.H = H, l.Hkv = Hkv, l.hd = hd, l.group = H / Hkv, l.lse_ld = lse_ld;
   const int64_t D = H * hd;
@@ -44,7 +45,8 @@ RC_GTEST_PROP(CudnnSdpa, GraphLayoutAddressesWhatTheFlashKernelsDo, ()) {
   const int64_t Hkv = *rc::gen::inRange<int64_t>(1, 5);
   const int64_t H = packed ? Hkv : Hkv * *rc::gen::inRange<int64_t>(1, 5);
   const int64_t B = *rc::gen::inRange<int64_t>(1, 4), S = *rc::gen::inRange<int64_t>(1, 40);
-  const int64_t hd = 8 * *rc::gen::inRange<int64_t>(1, 5), lse_ld = S + *rc::gen::inRange<int64_t>(0, 40);
+  const int64_t hd = 8 * *rc::gen::inRange<int64_t>(1, 5),
+                lse_ld = S + *rc::gen::inRange<int64_t>(0, 40);
   const AttnLayout l = layout(B, S, H, Hkv, hd, packed, lse_ld);
   const cs::GraphLayout g = cs::graph_layout(l);
   RC_ASSERT((g.q.dim == std::array<int64_t, 4>{B, H, S, hd}));
@@ -57,14 +59,16 @@ RC_GTEST_PROP(CudnnSdpa, GraphLayoutAddressesWhatTheFlashKernelsDo, ()) {
         for (int64_t d = 0; d < hd; ++d) {
           RC_ASSERT(address(g.q, b, h, s, d) == attn_q_index(l, b, s, h) + d);
           RC_ASSERT(address(g.o, b, h, s, d) == attn_o_index(l, b, s, h) + d);
-          RC_ASSERT(address(g.dq, b, h, s, d) == attn_o_index(l, b, s, h) + d);  // dq: [B, S, H, hd]
+          RC_ASSERT(address(g.dq, b, h, s, d) ==
+                    attn_o_index(l, b, s, h) + d);  // dq: [B, S, H, hd]
         }
       }
       for (int64_t kvh = 0; kvh < Hkv; ++kvh)
         for (int64_t d = 0; d < hd; ++d) {
           RC_ASSERT(address(g.k, b, kvh, s, d) == attn_k_index(l, b, s, kvh) + d);
           RC_ASSERT(address(g.v, b, kvh, s, d) == attn_v_index(l, b, s, kvh) + d);
-          RC_ASSERT(address(g.dkv, b, kvh, s, d) == ((b * S + s) * Hkv + kvh) * hd + d);  // dk, dv: [B, S, Hkv, hd]
+          RC_ASSERT(address(g.dkv, b, kvh, s, d) ==
+                    ((b * S + s) * Hkv + kvh) * hd + d);  // dk, dv: [B, S, Hkv, hd]
         }
     }
 }
@@ -76,12 +80,17 @@ TEST(CudnnSdpa, PrecheckSaysWhyBeforeCudnnIsAsked) {
   const void* odd = buf + 2;
   EXPECT_EQ(cs::precheck(l, {DType::kBFloat16, DType::kBFloat16}, {ok, ok}), "");
   EXPECT_EQ(cs::precheck(l, {DType::kFloat16}, {ok}), "");
-  EXPECT_NE(cs::precheck(l, {DType::kFloat32}, {ok}).find("bf16 or fp16, not fp32"), std::string::npos);
-  EXPECT_NE(cs::precheck(l, {DType::kBFloat16, DType::kFloat32}, {ok}).find("share one dtype"), std::string::npos);
-  EXPECT_NE(cs::precheck(l, {DType::kBFloat16}, {ok, odd}).find("16-byte aligned"), std::string::npos);
-  EXPECT_NE(cs::precheck(layout(1, 8, 2, 2, 36, false, 8), {DType::kBFloat16}, {ok}).find("head_dim 36"),
+  EXPECT_NE(cs::precheck(l, {DType::kFloat32}, {ok}).find("bf16 or fp16, not fp32"),
             std::string::npos);
-  EXPECT_NE(cs::precheck(layout(1, 8, 2, 2, 264, false, 8), {DType::kBFloat16}, {ok}).find("head_dim 264"),
+  EXPECT_NE(cs::precheck(l, {DType::kBFloat16, DType::kFloat32}, {ok}).find("share one dtype"),
+            std::string::npos);
+  EXPECT_NE(cs::precheck(l, {DType::kBFloat16}, {ok, odd}).find("16-byte aligned"),
+            std::string::npos);
+  EXPECT_NE(
+      cs::precheck(layout(1, 8, 2, 2, 36, false, 8), {DType::kBFloat16}, {ok}).find("head_dim 36"),
+      std::string::npos);
+  EXPECT_NE(cs::precheck(layout(1, 8, 2, 2, 264, false, 8), {DType::kBFloat16}, {ok})
+                .find("head_dim 264"),
             std::string::npos);
 }
 
@@ -105,20 +114,24 @@ TEST(CudnnSdpa, EnvSwitchTakesAutoOrOff) {
 // the 1B benchmark's (GQA 32/8, head_dim 64, seq 4096), Llama 3 8B's (head_dim 128), GPT-2's
 // packed q / k / v, a sequence that is no tile multiple.
 TEST(CudnnSdpa, FrontendValidatesTheGraphs) {
-  if (!cs::built_with_cudnn()) GTEST_SKIP() << "built without cuDNN (tools/deps.sh fetches its frontend)";
-  const std::vector<AttnLayout> shapes = {layout(2, 4096, 32, 8, 64, false, 4096), layout(1, 8192, 32, 8, 128, false, 8192),
-                                          layout(4, 1024, 12, 12, 64, true, 1024), layout(2, 37, 4, 2, 128, false, 37)};
+  if (!cs::built_with_cudnn())
+    GTEST_SKIP() << "built without cuDNN (tools/deps.sh fetches its frontend)";
+  const std::vector<AttnLayout> shapes = {
+      layout(2, 4096, 32, 8, 64, false, 4096), layout(1, 8192, 32, 8, 128, false, 8192),
+      layout(4, 1024, 12, 12, 64, true, 1024), layout(2, 37, 4, 2, 128, false, 37)};
   for (int sm : {80, 90})
     for (const AttnLayout& l : shapes)
       for (DType dt : {DType::kBFloat16, DType::kFloat16})
         for (bool backward : {false, true})
           EXPECT_EQ(cs::validate_graph(backward, dt, l, sm), "")
-              << "sm_" << sm << (backward ? " backward" : " forward") << " S " << l.S << " heads " << l.H << "/" << l.Hkv
-              << " hd " << l.hd;
+              << "sm_" << sm << (backward ? " backward" : " forward") << " S " << l.S << " heads "
+              << l.H << "/" << l.Hkv << " hd " << l.hd;
   // And it does check: query heads that are no multiple of the kv heads, a head dim past cuDNN's,
   // rows whose stride is no 16-byte multiple.
-  EXPECT_NE(cs::validate_graph(false, DType::kBFloat16, layout(1, 64, 6, 4, 64, false, 64), 90), "");
-  EXPECT_NE(cs::validate_graph(true, DType::kBFloat16, layout(1, 64, 4, 4, 512, false, 64), 90), "");
+  EXPECT_NE(cs::validate_graph(false, DType::kBFloat16, layout(1, 64, 6, 4, 64, false, 64), 90),
+            "");
+  EXPECT_NE(cs::validate_graph(true, DType::kBFloat16, layout(1, 64, 4, 4, 512, false, 64), 90),
+            "");
   AttnLayout odd_rows = layout(1, 64, 4, 4, 64, false, 64);
   odd_rows.q_ld += 4;  // rows 8 bytes off a 16-byte multiple
   EXPECT_NE(cs::validate_graph(false, DType::kBFloat16, odd_rows, 90), "");
@@ -137,13 +150,16 @@ FrontendAsMeasured as_measured(int64_t B, int64_t S, int64_t H, int64_t hd, bool
           {rows * hd * 4 + 256, 2 * rows * hd * 4 + 128, 2 * rows * hd * 4 + 128}};
 }
 // build_plan_at_index after deselect_workspace_greater_than(limit): an engine part above the
-// limit fails with the frontend's message; a plan that builds asks its engine part + the frontend's.
-std::function<cs::PlanOutcome(int64_t)> frontend_with_limit(const FrontendAsMeasured& f, int64_t limit) {
+// limit fails with the frontend's message; a plan that builds asks its engine part + the
+// frontend's.
+std::function<cs::PlanOutcome(int64_t)> frontend_with_limit(const FrontendAsMeasured& f,
+                                                            int64_t limit) {
   return [f, limit](int64_t i) {
     cs::PlanOutcome o;
     const int64_t e = f.engines.at(static_cast<size_t>(i));
     if (e > limit)
-      o.failure = "[cudnn_frontend] Error: Skipping plan since workspace violation. Requires " + std::to_string(e);
+      o.failure = "[cudnn_frontend] Error: Skipping plan since workspace violation. Requires " +
+                  std::to_string(e);
     else
       o.workspace = e + f.frontend;
     return o;
@@ -162,17 +178,19 @@ RC_GTEST_PROP(CudnnPlanChoice, TheModelsBlockFitsTheFirstPlan, ()) {
   RC_ASSERT(model.total() % 4 == 0);  // an fp32 temporary
   const FrontendAsMeasured f = as_measured(B, S, H, hd, old_cudnn);
   RC_ASSERT(cs::engine_limit(model.total(), f.frontend) >= f.engines[0]);
-  const cs::PlanChoice c =
-      cs::choose_plan(3, frontend_with_limit(f, cs::engine_limit(model.total(), f.frontend)), model.total());
+  const cs::PlanChoice c = cs::choose_plan(
+      3, frontend_with_limit(f, cs::engine_limit(model.total(), f.frontend)), model.total());
   RC_ASSERT(c.index == 0);
   RC_ASSERT(c.skipped.empty());
   RC_ASSERT(c.workspace <= model.total());
   if (S % 128 == 0) RC_ASSERT(c.workspace == model.total());
-  // The forward: the model gives none, and a plan asking some is passed over for one that asks none.
+  // The forward: the model gives none, and a plan asking some is passed over for one that asks
+  // none.
   const int64_t fwd = cudnn_sdpa_workspace(false, B, S, H, hd).total();
   RC_ASSERT(fwd == 0);
   const FrontendAsMeasured ff{0, {*rc::gen::inRange<int64_t>(1, 1 << 20), 0}};
-  const cs::PlanChoice cf = cs::choose_plan(2, frontend_with_limit(ff, cs::engine_limit(fwd, 0)), fwd);
+  const cs::PlanChoice cf =
+      cs::choose_plan(2, frontend_with_limit(ff, cs::engine_limit(fwd, 0)), fwd);
   RC_ASSERT(cf.index == 1);
   RC_ASSERT(cf.workspace == 0);
   RC_ASSERT(cf.skipped.size() == 1u);
@@ -198,21 +216,36 @@ TEST(CudnnPlanChoice, APlanAskingMoreThanTheModelIsDeclinedAndCounted) {
   ASSERT_EQ(c.skipped.size(), 2u);
   const std::string why = cs::no_plan_reason(c, model.total(), f.frontend, model.frontend);
   EXPECT_EQ(why.find('\n'), std::string::npos) << why;
-  EXPECT_NE(why.find("no plan within the model's workspace of " + std::to_string(model.total()) + " bytes"),
-            std::string::npos) << why;
-  EXPECT_NE(why.find("plan 0: [cudnn_frontend] Error: Skipping plan since workspace violation. Requires 134217856"),
-            std::string::npos) << why;
-  EXPECT_EQ(why.find("the model assumed"), std::string::npos) << why;  // the frontend's part was as modelled
+  EXPECT_NE(why.find("no plan within the model's workspace of " + std::to_string(model.total()) +
+                     " bytes"),
+            std::string::npos)
+      << why;
+  EXPECT_NE(why.find("plan 0: [cudnn_frontend] Error: Skipping plan since workspace violation. "
+                     "Requires 134217856"),
+            std::string::npos)
+      << why;
+  EXPECT_EQ(why.find("the model assumed"), std::string::npos)
+      << why;  // the frontend's part was as modelled
   // The frontend asking more for its own tensors than modelled, and more than the whole block.
-  const std::string over = cs::no_plan_reason(cs::PlanChoice{}, model.total(), model.total() + 8, model.frontend);
-  EXPECT_NE(over.find("the frontend's own tensors take " + std::to_string(model.total() + 8)), std::string::npos) << over;
-  EXPECT_NE(over.find("the model assumed " + std::to_string(model.frontend)), std::string::npos) << over;
-  // A plan that built but asks more than the block (were the frontend's cap not kept) is passed over.
+  const std::string over =
+      cs::no_plan_reason(cs::PlanChoice{}, model.total(), model.total() + 8, model.frontend);
+  EXPECT_NE(over.find("the frontend's own tensors take " + std::to_string(model.total() + 8)),
+            std::string::npos)
+      << over;
+  EXPECT_NE(over.find("the model assumed " + std::to_string(model.frontend)), std::string::npos)
+      << over;
+  // A plan that built but asks more than the block (were the frontend's cap not kept) is passed
+  // over.
   const cs::PlanChoice big = cs::choose_plan(
-      1, [&](int64_t) { return cs::PlanOutcome{"", model.total() + 1}; }, model.total());
+      1,
+      [&](int64_t) {
+        return cs::PlanOutcome{"", model.total() + 1};
+      },
+      model.total());
   EXPECT_EQ(big.index, -1);
   ASSERT_EQ(big.skipped.size(), 1u);
-  EXPECT_NE(big.skipped[0].find("exceeds the model's " + std::to_string(model.total())), std::string::npos);
+  EXPECT_NE(big.skipped[0].find("exceeds the model's " + std::to_string(model.total())),
+            std::string::npos);
 
   cs::PathCounts counts;
   counts.ran(false);

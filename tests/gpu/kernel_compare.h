@@ -1,9 +1,9 @@
 #pragma once
 // The harness of the CUDA kernel tests (cuda_kernels_test.cc, cuda_kernels_eager_test.cc,
-// cuda_kernels_tp_test.cc, cuda_kernels_compiled_test.cc): one OpKind run on the CPU reference kernels (fullshard::cpu::run_kernel) and through
-// cuda::launch_kernel over copies of the same host tensors, then both sides' outputs compared
-// with the tolerances of docs/cuda-kernels.md; and the tests' main(), which exits 77 (ctest:
-// skipped) when no GPU is visible.
+// cuda_kernels_tp_test.cc, cuda_kernels_compiled_test.cc): one OpKind run on the CPU reference
+// kernels (fullshard::cpu::run_kernel) and through cuda::launch_kernel over copies of the same host
+// tensors, then both sides' outputs compared with the tolerances of docs/cuda-kernels.md; and the
+// tests' main(), which exits 77 (ctest: skipped) when no GPU is visible.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -23,7 +23,9 @@ namespace kernel_compare {
 using namespace fullshard;
 using kt::HT;
 
-inline void cuda_ok(cudaError_t e, const char* what) { ASSERT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorString(e); }
+inline void cuda_ok(cudaError_t e, const char* what) {
+  ASSERT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorString(e);
+}
 
 struct Device {
   cudaStream_t stream = nullptr;
@@ -64,8 +66,8 @@ inline size_t device_shift(size_t misalign, DType d) {
   return (misalign + es - 1) / es * es;
 }
 inline Both run_both(OpKind k, const std::vector<HT*>& in, const std::vector<HT*>& out,
-                     std::vector<int64_t> iargs = {}, std::vector<double> fargs = {}, size_t misalign = 0,
-                     bool preset_outputs = false) {
+                     std::vector<int64_t> iargs = {}, std::vector<double> fargs = {},
+                     size_t misalign = 0, bool preset_outputs = false) {
   const OpCall op = kt::make_call(k, in, out, iargs, fargs);
   std::map<HT*, HT> host;
   std::map<HT*, char*> device;
@@ -89,7 +91,8 @@ inline Both run_both(OpKind k, const std::vector<HT*>& in, const std::vector<HT*
   for (HT* t : in) ci.push_back(host.at(t).data()), gi.push_back(device.at(t));
   for (HT* t : out) co.push_back(host.at(t).data()), go.push_back(device.at(t));
   cpu::run_kernel(op, ci, co);
-  cuda::KernelContext ctx{dev().stream, dev().lt, dev().use_ws ? dev().ws : nullptr, dev().use_ws ? dev().ws_bytes : 0};
+  cuda::KernelContext ctx{dev().stream, dev().lt, dev().use_ws ? dev().ws : nullptr,
+                          dev().use_ws ? dev().ws_bytes : 0};
   cuda::launch_kernel(op, gi, go, ctx);
   EXPECT_EQ(cudaStreamSynchronize(dev().stream), cudaSuccess);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
@@ -107,9 +110,10 @@ inline Both run_both(OpKind k, const std::vector<HT*>& in, const std::vector<HT*
 inline void expect_bits(const HT& gpu, const HT& cpu, const std::string& what) {
   EXPECT_EQ(0, std::memcmp(gpu.data(), cpu.data(), cpu.meta.nbytes())) << what << ": bits differ";
 }
-// |gpu - cpu| <= atol + rtol |cpu|, with rtol at least `ulps` units of the output dtype's precision.
-inline void expect_close(const HT& gpu, const HT& cpu, double atol, double rtol, const std::string& what,
-                         double ulps = 1) {
+// |gpu - cpu| <= atol + rtol |cpu|, with rtol at least `ulps` units of the output dtype's
+// precision.
+inline void expect_close(const HT& gpu, const HT& cpu, double atol, double rtol,
+                         const std::string& what, double ulps = 1) {
   const double r = std::max(rtol, ulps * 2 * kt::rel_eps(cpu.meta.dtype));
   const std::string m = kt::mismatch(gpu.values(), cpu.values(), atol, r, what);
   EXPECT_TRUE(m.empty()) << m;
@@ -123,7 +127,8 @@ inline int run_gpu_tests(int argc, char** argv, const char* binary) {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess || n < 1) {
-    std::printf("%s: no CUDA device (%s), skipping\n", binary, e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    std::printf("%s: no CUDA device (%s), skipping\n", binary,
+                e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
     return 77;
   }
   ::testing::InitGoogleTest(&argc, argv);
@@ -132,5 +137,5 @@ inline int run_gpu_tests(int argc, char** argv, const char* binary) {
 
 }  // namespace kernel_compare
 
-namespace kc = kernel_compare;   // the short names the test files use
+namespace kc = kernel_compare;  // the short names the test files use
 namespace ckt = kernel_compare;

@@ -38,8 +38,8 @@ struct DeviceFloats {
   }
 };
 
-CollectiveArgs args(CollectiveKind k, size_t count, void* in, void* out, ReduceOp op = ReduceOp::kSum,
-                    double scale = 1.0, DType dt = DType::kFloat32) {
+CollectiveArgs args(CollectiveKind k, size_t count, void* in, void* out,
+                    ReduceOp op = ReduceOp::kSum, double scale = 1.0, DType dt = DType::kFloat32) {
   CollectiveArgs a;
   a.kind = k;
   a.count = count;
@@ -64,7 +64,8 @@ TEST(NcclProcessGroup, OneRankEveryKind) {
   EXPECT_EQ(out.read(), (std::vector<float>{1, 2, 3, 4}));
 
   DeviceFloats rs_out({0, 0, 0, 0});
-  pg->enqueue(args(CollectiveKind::kReduceScatter, 4, in.p, rs_out.p, ReduceOp::kPremulSum, 0.5), s);
+  pg->enqueue(args(CollectiveKind::kReduceScatter, 4, in.p, rs_out.p, ReduceOp::kPremulSum, 0.5),
+              s);
   cudaStreamSynchronize(s);
   EXPECT_EQ(rs_out.read(), (std::vector<float>{0.5f, 1, 1.5f, 2}));
 
@@ -79,7 +80,8 @@ TEST(NcclProcessGroup, OneRankEveryKind) {
   uint16_t* db = nullptr;
   cudaMalloc(&db, 4);
   cudaMemcpy(db, hb.data(), 4, cudaMemcpyHostToDevice);
-  pg->enqueue(args(CollectiveKind::kAllReduce, 2, db, db, ReduceOp::kPremulSum, 0.25, DType::kBFloat16), s);
+  pg->enqueue(
+      args(CollectiveKind::kAllReduce, 2, db, db, ReduceOp::kPremulSum, 0.25, DType::kBFloat16), s);
   cudaStreamSynchronize(s);
   cudaMemcpy(ob.data(), db, 4, cudaMemcpyDeviceToHost);
   EXPECT_EQ(bf16_to_float(ob[0]), 0.5f);

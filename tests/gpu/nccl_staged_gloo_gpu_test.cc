@@ -22,8 +22,8 @@ namespace {
 
 using std::chrono::milliseconds;
 
-CollectiveArgs args(CollectiveKind k, size_t count, const void* in, void* out, ReduceOp op = ReduceOp::kSum,
-                    double scale = 1.0) {
+CollectiveArgs args(CollectiveKind k, size_t count, const void* in, void* out,
+                    ReduceOp op = ReduceOp::kSum, double scale = 1.0) {
   CollectiveArgs a;
   a.kind = k;
   a.count = count;
@@ -41,7 +41,8 @@ struct RankResult {
   std::string error;
 };
 
-void run_rank(int rank, int device, std::shared_ptr<::gloo::rendezvous::Store> store, RankResult& out) {
+void run_rank(int rank, int device, std::shared_ptr<::gloo::rendezvous::Store> store,
+              RankResult& out) {
   cudaSetDevice(device);
   StreamSet streams;
   EventPool events;
@@ -50,8 +51,8 @@ void run_rank(int rank, int device, std::shared_ptr<::gloo::rendezvous::Store> s
   const ProcessGroup g{"shard", {0, 1}};
   gloo_backend::ProcessGroupOptions o;
   o.timeout = milliseconds(20000);
-  StagedGlooProcessGroup pg(store, gloo_backend::make_tcp_device(), g, rank, device, o, pinned, events,
-                            [&](const std::string& m) {
+  StagedGlooProcessGroup pg(store, gloo_backend::make_tcp_device(), g, rank, device, o, pinned,
+                            events, [&](const std::string& m) {
                               std::lock_guard<std::mutex> lock(mu);
                               if (out.error.empty()) out.error = m;
                             });
@@ -115,8 +116,8 @@ TEST(StagedGlooProcessGroup, PeerThatNeverComesFailsWithoutHanging) {
   gloo_backend::ProcessGroupOptions o;
   o.timeout = milliseconds(500);
   {
-    StagedGlooProcessGroup pg(store, gloo_backend::make_tcp_device(), ProcessGroup{"shard", {0, 1}}, 0, dev, o,
-                              pinned, events, [&](const std::string& m) {
+    StagedGlooProcessGroup pg(store, gloo_backend::make_tcp_device(), ProcessGroup{"shard", {0, 1}},
+                              0, dev, o, pinned, events, [&](const std::string& m) {
                                 std::lock_guard<std::mutex> lock(mu);
                                 if (error.empty()) error = m;
                               });

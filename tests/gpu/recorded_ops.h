@@ -20,7 +20,8 @@ using namespace fullshard;
 class RecordingBackend : public sim::SimBackend {
  public:
   RecordingBackend(const Scenario& s, int rank, sim::GroupRegistry& groups)
-      : sim::SimBackend(rank, s.world_size(), s.hardware.allocator, groups, /*record_timeline=*/false) {}
+      : sim::SimBackend(rank, s.world_size(), s.hardware.allocator, groups,
+                        /*record_timeline=*/false) {}
   std::vector<OpCall> ops;
 
  protected:
@@ -43,7 +44,8 @@ inline std::vector<OpCall> record(const Scenario& s, int rank = 0, int steps = 1
 
 // A small scenario around `model` (a name or a model object) as the coverage test builds them:
 // batch 2, seq 32, one step, on an H100 profile; `mesh` {dp} or {dp_shard, tp}; `extra` merged in.
-inline nlohmann::json scenario_json(const nlohmann::json& model, const nlohmann::json& implementation,
+inline nlohmann::json scenario_json(const nlohmann::json& model,
+                                    const nlohmann::json& implementation,
                                     const std::vector<int>& mesh,
                                     const nlohmann::json& extra = nlohmann::json::object()) {
   nlohmann::json m = model.is_string() ? nlohmann::json{{"name", model}} : model;
@@ -54,7 +56,10 @@ inline nlohmann::json scenario_json(const nlohmann::json& model, const nlohmann:
       {"name", "recorded"},
       {"model", m},
       {"training",
-       {{"batch_per_rank", 2}, {"seq_len", 32}, {"steps", 1}, {"optimizer", {{"max_grad_norm", 1.0}}}}},
+       {{"batch_per_rank", 2},
+        {"seq_len", 32},
+        {"steps", 1},
+        {"optimizer", {{"max_grad_norm", 1.0}}}}},
       {"fsdp", {{"mesh", {{"shape", mesh}}}}},
       {"hardware", {{"profile", "h100-sxm-80gb"}, {"nodes", 1}, {"gpus_per_node", world}}}};
   if (mesh.size() == 2) j["fsdp"]["mesh"]["dim_names"] = {"dp_shard", "tp"};

@@ -51,21 +51,25 @@ TEST(DeferredFrees, TakeFinishedKeepsPendingEntriesWhole) {
   for (int n = 0; n <= 7; ++n)
     for (unsigned pattern = 0; pattern < (1u << n); ++pattern) {
       std::vector<Entry> pending;
-      for (int i = 0; i < n; ++i) pending.push_back({i, std::vector<int>(static_cast<size_t>(i + 1), 100 + i)});
+      for (int i = 0; i < n; ++i)
+        pending.push_back({i, std::vector<int>(static_cast<size_t>(i + 1), 100 + i)});
       std::vector<Entry> taken;
-      take_finished(pending, [&](const Entry& e) { return (pattern >> e.id) & 1u; },
-                    [&](Entry&& e) { taken.push_back(std::move(e)); });
+      take_finished(
+          pending, [&](const Entry& e) { return (pattern >> e.id) & 1u; },
+          [&](Entry&& e) { taken.push_back(std::move(e)); });
       std::vector<int> want_taken, want_kept;
       for (int i = 0; i < n; ++i) ((pattern >> i) & 1u ? want_taken : want_kept).push_back(i);
       ASSERT_EQ(taken.size(), want_taken.size()) << "pattern " << pattern;
       ASSERT_EQ(pending.size(), want_kept.size()) << "pattern " << pattern;
       for (size_t k = 0; k < taken.size(); ++k) {
         EXPECT_EQ(taken[k].id, want_taken[k]);
-        EXPECT_EQ(taken[k].fences, std::vector<int>(static_cast<size_t>(taken[k].id + 1), 100 + taken[k].id));
+        EXPECT_EQ(taken[k].fences,
+                  std::vector<int>(static_cast<size_t>(taken[k].id + 1), 100 + taken[k].id));
       }
       for (size_t k = 0; k < pending.size(); ++k) {
         EXPECT_EQ(pending[k].id, want_kept[k]);
-        EXPECT_EQ(pending[k].fences, std::vector<int>(static_cast<size_t>(pending[k].id + 1), 100 + pending[k].id))
+        EXPECT_EQ(pending[k].fences,
+                  std::vector<int>(static_cast<size_t>(pending[k].id + 1), 100 + pending[k].id))
             << "pattern " << pattern << ": a pending entry lost its fences";
       }
     }
@@ -89,7 +93,8 @@ TEST(PinnedHostCache, SizesRoundToPowersOfTwoThenMiBMultiples) {
     const uint64_t r = PinnedHostMemory::rounded_size(b);
     EXPECT_GE(r, b);
     EXPECT_LT(r - b, std::max<uint64_t>(b, 512)) << b;  // never twice the request above 512 bytes
-    EXPECT_EQ(PinnedHostMemory::rounded_size(r), r) << "a rounded size is its own size (cache reuse)";
+    EXPECT_EQ(PinnedHostMemory::rounded_size(r), r)
+        << "a rounded size is its own size (cache reuse)";
   }
 }
 
@@ -114,8 +119,10 @@ TEST(StagedGates, ThreadRanksOnOneDeviceNeedAQueuePerStream) {
   EXPECT_EQ(cuda::shared_device_refusal(1, streams, 1, 0), "");
   // The GPU run: 2 thread-ranks (15 streams with the legacy one) and 4 (29) on 8 queues.
   const std::string two = cuda::shared_device_refusal(2, streams, 8, 0);
-  EXPECT_NE(two.find("2 ranks share GPU 0 in this process with 15 streams, more than its 8 hardware queues"),
-            std::string::npos)
+  EXPECT_NE(
+      two.find(
+          "2 ranks share GPU 0 in this process with 15 streams, more than its 8 hardware queues"),
+      std::string::npos)
       << two;
   EXPECT_NE(cuda::shared_device_refusal(4, streams, 8, 3).find("GPU 3"), std::string::npos);
   // With CUDA_DEVICE_MAX_CONNECTIONS=32 (the GPU tests' main): up to 4 ranks, not 5.
@@ -129,7 +136,8 @@ TEST(StagedGates, ThreadRanksOnOneDeviceNeedAQueuePerStream) {
 TEST(WatchdogState, CompletedCollectivesNeverTimeOut) {
   WatchdogState s(3);
   const auto t0 = WatchdogClock::time_point{};
-  const uint64_t a = s.on_enqueue("0,1", "'shard' [0,1]", call(CollectiveKind::kAllGather, "l0 ag"), t0, milliseconds(100));
+  const uint64_t a = s.on_enqueue("0,1", "'shard' [0,1]", call(CollectiveKind::kAllGather, "l0 ag"),
+                                  t0, milliseconds(100));
   s.on_complete(a);
   EXPECT_TRUE(s.on_tick(t0 + milliseconds(1000)).empty());
   EXPECT_FALSE(s.error().has_value());
@@ -139,7 +147,8 @@ TEST(WatchdogState, CompletedCollectivesNeverTimeOut) {
 TEST(WatchdogState, DeadlineIsEnqueuePlusTimeout) {
   WatchdogState s(3);
   const auto t0 = WatchdogClock::time_point{} + milliseconds(5000);
-  s.on_enqueue("0,1", "'shard' [0,1]", call(CollectiveKind::kReduceScatter, "layers.2 reduce_scatter"), t0,
+  s.on_enqueue("0,1", "'shard' [0,1]",
+               call(CollectiveKind::kReduceScatter, "layers.2 reduce_scatter"), t0,
                milliseconds(100));
   EXPECT_TRUE(s.on_tick(t0 + milliseconds(99)).empty());
   EXPECT_FALSE(s.error().has_value());
@@ -150,7 +159,8 @@ TEST(WatchdogState, DeadlineIsEnqueuePlusTimeout) {
   const std::string& m = *s.error();
   EXPECT_NE(m.find("rank 3"), std::string::npos) << m;
   EXPECT_NE(m.find("'shard' [0,1]"), std::string::npos) << m;
-  EXPECT_NE(m.find("reduce_scatter 'layers.2 reduce_scatter' (1024 x bf16"), std::string::npos) << m;
+  EXPECT_NE(m.find("reduce_scatter 'layers.2 reduce_scatter' (1024 x bf16"), std::string::npos)
+      << m;
   EXPECT_NE(m.find("timed out after 100 ms"), std::string::npos) << m;
   EXPECT_TRUE(s.aborted("0,1"));
   EXPECT_TRUE(s.pending().empty());
@@ -161,9 +171,10 @@ TEST(WatchdogState, DeadlineIsEnqueuePlusTimeout) {
 TEST(WatchdogState, NamesTheOldestPendingCollectiveOfTheGroup) {
   WatchdogState s(0);
   const auto t0 = WatchdogClock::time_point{};
-  s.on_enqueue("0,1", "'shard' [0,1]", call(CollectiveKind::kAllGather, "first"), t0, milliseconds(50));
-  s.on_enqueue("0,1", "'shard' [0,1]", call(CollectiveKind::kAllGather, "second"), t0 + milliseconds(10),
+  s.on_enqueue("0,1", "'shard' [0,1]", call(CollectiveKind::kAllGather, "first"), t0,
                milliseconds(50));
+  s.on_enqueue("0,1", "'shard' [0,1]", call(CollectiveKind::kAllGather, "second"),
+               t0 + milliseconds(10), milliseconds(50));
   EXPECT_EQ(s.on_tick(t0 + milliseconds(70)).size(), 1u);  // one abort for the group, not two
   EXPECT_NE(s.error()->find("'first'"), std::string::npos) << *s.error();
   EXPECT_EQ(s.error()->find("'second'"), std::string::npos) << *s.error();
@@ -172,12 +183,15 @@ TEST(WatchdogState, NamesTheOldestPendingCollectiveOfTheGroup) {
 TEST(WatchdogState, FirstErrorWins) {
   WatchdogState s(1);
   const auto t0 = WatchdogClock::time_point{};
-  s.on_enqueue("0,1", "'shard' [0,1]", call(CollectiveKind::kAllGather, "ag"), t0, milliseconds(1000));
-  s.on_enqueue("1,3", "'replicate' [1,3]", call(CollectiveKind::kAllReduce, "ar"), t0, milliseconds(1000));
-  EXPECT_TRUE(s.on_comm_error("1,3", "unhandled system error: remote process exited", t0 + milliseconds(20)));
+  s.on_enqueue("0,1", "'shard' [0,1]", call(CollectiveKind::kAllGather, "ag"), t0,
+               milliseconds(1000));
+  s.on_enqueue("1,3", "'replicate' [1,3]", call(CollectiveKind::kAllReduce, "ar"), t0,
+               milliseconds(1000));
+  EXPECT_TRUE(s.on_comm_error("1,3", "unhandled system error: remote process exited",
+                              t0 + milliseconds(20)));
   EXPECT_FALSE(s.on_comm_error("1,3", "again", t0 + milliseconds(30)));  // aborted already
   EXPECT_EQ(s.on_tick(t0 + milliseconds(2000)).size(), 1u);  // the other group still times out...
-  const std::string& m = *s.error();                          // ...but the first error is kept
+  const std::string& m = *s.error();                         // ...but the first error is kept
   EXPECT_NE(m.find("all_reduce 'ar'"), std::string::npos) << m;
   EXPECT_NE(m.find("failed after 20 ms"), std::string::npos) << m;
   EXPECT_NE(m.find("remote process exited"), std::string::npos) << m;
@@ -188,7 +202,8 @@ TEST(WatchdogState, CommErrorWithoutCollectiveNamesTheGroup) {
   WatchdogState s(2);
   s.on_enqueue("0,2", "'shard' [0,2]", call(CollectiveKind::kBroadcast, "b"), {}, milliseconds(10));
   s.on_complete(1);
-  EXPECT_TRUE(s.on_comm_error("0,2", "ncclRemoteError", WatchdogClock::time_point{} + milliseconds(5)));
+  EXPECT_TRUE(
+      s.on_comm_error("0,2", "ncclRemoteError", WatchdogClock::time_point{} + milliseconds(5)));
   EXPECT_NE(s.error()->find("no collective in flight"), std::string::npos) << *s.error();
   EXPECT_NE(s.error()->find("'shard' [0,2]"), std::string::npos) << *s.error();
 }
@@ -196,7 +211,8 @@ TEST(WatchdogState, CommErrorWithoutCollectiveNamesTheGroup) {
 TEST(WatchdogState, MarkAbortedDropsPendingAndKeepsFirstError) {
   WatchdogState s(0);
   s.fail("gloo: rank 0 ... connection closed");
-  s.on_enqueue("0,1", "'shard' [0,1]", call(CollectiveKind::kAllGather, "ag"), {}, milliseconds(10));
+  s.on_enqueue("0,1", "'shard' [0,1]", call(CollectiveKind::kAllGather, "ag"), {},
+               milliseconds(10));
   s.mark_aborted("0,1");
   EXPECT_TRUE(s.pending().empty());
   EXPECT_TRUE(s.on_tick(WatchdogClock::time_point{} + milliseconds(100)).empty());
@@ -205,7 +221,9 @@ TEST(WatchdogState, MarkAbortedDropsPendingAndKeepsFirstError) {
 
 TEST(WatchdogState, RejectsNonPositiveTimeout) {
   WatchdogState s(0);
-  EXPECT_THROW(s.on_enqueue("0", "'x' [0]", call(CollectiveKind::kBarrier, "b"), {}, milliseconds(0)), InternalError);
+  EXPECT_THROW(
+      s.on_enqueue("0", "'x' [0]", call(CollectiveKind::kBarrier, "b"), {}, milliseconds(0)),
+      InternalError);
 }
 
 // ------------------------------------------------------------------ CollectiveCall -> NCCL
@@ -224,7 +242,8 @@ TEST(NcclArgs, BuiltinOps) {
   EXPECT_EQ(nccl_reduction(ReduceOp::kSum, 1.0, DType::kFloat32).builtin, ncclSum);
   EXPECT_EQ(nccl_reduction(ReduceOp::kAvg, 1.0, DType::kBFloat16).builtin, ncclAvg);
   EXPECT_EQ(nccl_reduction(ReduceOp::kMax, 1.0, DType::kFloat16).builtin, ncclMax);
-  EXPECT_FALSE(nccl_reduction(ReduceOp::kAvg, 0.5, DType::kFloat32).premul);  // scale only for premul
+  EXPECT_FALSE(
+      nccl_reduction(ReduceOp::kAvg, 0.5, DType::kFloat32).premul);  // scale only for premul
   EXPECT_THROW(nccl_reduction(ReduceOp::kSum, 1.0, DType::kInt64), InternalError);
 }
 
@@ -322,10 +341,12 @@ TEST(NcclUniqueId, ExchangeThroughTheStore) {
   ncclUniqueId id;
   for (size_t i = 0; i < sizeof id.internal; ++i) id.internal[i] = static_cast<char>(i * 7);
   exchange_unique_id(store, "k", true, id, milliseconds(100), "rank 0", 0);
-  const ncclUniqueId got = exchange_unique_id(store, "k", false, ncclUniqueId{}, milliseconds(100), "rank 1", 0);
+  const ncclUniqueId got =
+      exchange_unique_id(store, "k", false, ncclUniqueId{}, milliseconds(100), "rank 1", 0);
   EXPECT_EQ(std::memcmp(&got, &id, sizeof id), 0);
   try {
-    exchange_unique_id(store, "missing", false, ncclUniqueId{}, milliseconds(50), "nccl: rank 1", 0);
+    exchange_unique_id(store, "missing", false, ncclUniqueId{}, milliseconds(50), "nccl: rank 1",
+                       0);
     FAIL() << "expected a CollectiveError";
   } catch (const gloo_backend::CollectiveError& e) {
     const std::string m = e.what();
@@ -371,11 +392,14 @@ TEST(VmmGranularity, PagesAreWholeGranules) {
 }
 
 TEST(CollectiveTransport, DefaultNcclGlooWhenRanksShareAGpu) {
-  EXPECT_EQ(choose_transport(std::nullopt, 8, 8, "--collectives").transport, CollectiveTransport::kNccl);
+  EXPECT_EQ(choose_transport(std::nullopt, 8, 8, "--collectives").transport,
+            CollectiveTransport::kNccl);
   const TransportChoice shared = choose_transport(std::nullopt, 2, 1, "--collectives");
   EXPECT_EQ(shared.transport, CollectiveTransport::kGloo);
-  EXPECT_NE(shared.reason.find("2 local ranks on 1 visible GPU"), std::string::npos) << shared.reason;
-  EXPECT_EQ(choose_transport(CollectiveTransport::kGloo, 1, 1, "x").transport, CollectiveTransport::kGloo);
+  EXPECT_NE(shared.reason.find("2 local ranks on 1 visible GPU"), std::string::npos)
+      << shared.reason;
+  EXPECT_EQ(choose_transport(CollectiveTransport::kGloo, 1, 1, "x").transport,
+            CollectiveTransport::kGloo);
   try {
     choose_transport(CollectiveTransport::kNccl, 2, 1, "--collectives");
     FAIL() << "expected an InputError";
@@ -400,10 +424,10 @@ TEST(DeviceProbe, LocalRankWrapsAroundSharedGpus) {
 // only when asked for; kernel times always; an end read before its begin is the begin.
 TEST(StreamTimes, EventReadingsBecomeTheBackendsMeasurements) {
   const std::vector<TimedWork> work = {
-      {StreamRole::kDefault, 7, "", 0.0f, 10.0f},              // a kernel, 0-10 ms
-      {StreamRole::kAllGather, 8, "shard", 5.0f, 15.0f},       // an all-gather, 5-15 ms
-      {StreamRole::kDefault, 9, "shard", 20.0f, 22.0f},        // clip's all-reduce on the compute stream
-      {StreamRole::kDefault, 10, "", 30.0f, 29.9995f},         // end read before begin
+      {StreamRole::kDefault, 7, "", 0.0f, 10.0f},         // a kernel, 0-10 ms
+      {StreamRole::kAllGather, 8, "shard", 5.0f, 15.0f},  // an all-gather, 5-15 ms
+      {StreamRole::kDefault, 9, "shard", 20.0f, 22.0f},   // clip's all-reduce on the compute stream
+      {StreamRole::kDefault, 10, "", 30.0f, 29.9995f},    // end read before begin
   };
   const double anchor = 100.0;
   const StreamTimes t = assemble_stream_times(work, anchor, true);

@@ -28,7 +28,8 @@ int current_device() {
 bool device_holds(uintptr_t p, uint64_t n, int byte) {
   if (cudaMemset(reinterpret_cast<void*>(p), byte, n) != cudaSuccess) return false;
   std::vector<unsigned char> h(n);
-  if (cudaMemcpy(h.data(), reinterpret_cast<void*>(p), n, cudaMemcpyDeviceToHost) != cudaSuccess) return false;
+  if (cudaMemcpy(h.data(), reinterpret_cast<void*>(p), n, cudaMemcpyDeviceToHost) != cudaSuccess)
+    return false;
   for (unsigned char c : h)
     if (c != byte) return false;
   return true;
@@ -124,7 +125,8 @@ TEST(PinnedHostMemory, FreeWaitsForEveryStream) {
   void* dev = nullptr;
   ASSERT_EQ(cudaMalloc(&dev, 4 * MiB), cudaSuccess);
   cudaStream_t d2h = streams.get(StreamRole::kDeviceToHost);
-  ASSERT_EQ(api->cuStreamWaitValue32(d2h, reinterpret_cast<CUdeviceptr>(gate_dev), 1, CU_STREAM_WAIT_VALUE_GEQ),
+  ASSERT_EQ(api->cuStreamWaitValue32(d2h, reinterpret_cast<CUdeviceptr>(gate_dev), 1,
+                                     CU_STREAM_WAIT_VALUE_GEQ),
             CUDA_SUCCESS);
   cudaMemcpyAsync(p, dev, 4 * MiB, cudaMemcpyDeviceToHost, d2h);
   pinned.free(p);  // the host frees while the copy is still queued

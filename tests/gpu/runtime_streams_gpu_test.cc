@@ -76,7 +76,8 @@ TEST(StreamSet, EventOrdersStreamsAndSynchronizeWaits) {
   host = -1;
 
   cudaStream_t producer = s.get(StreamRole::kAllGather), consumer = s.get(StreamRole::kDefault);
-  ASSERT_EQ(api->cuStreamWaitValue32(producer, reinterpret_cast<CUdeviceptr>(flag_dev), 1, CU_STREAM_WAIT_VALUE_GEQ),
+  ASSERT_EQ(api->cuStreamWaitValue32(producer, reinterpret_cast<CUdeviceptr>(flag_dev), 1,
+                                     CU_STREAM_WAIT_VALUE_GEQ),
             CUDA_SUCCESS);
   cudaMemsetAsync(buf, 0x11, 1024, producer);
   cudaEvent_t produced = pool.acquire();

@@ -24,10 +24,14 @@ namespace {
 json gpt2_model(int tp) {
   const int heads = tp * *rc::gen::element(1, 2);
   const int head_dim = *rc::gen::element(2, 4);
-  return {{"arch", "gpt2"},          {"name", "random"},
-          {"vocab_size", 256},       {"dim", heads * head_dim},
-          {"n_layers", *rc::gen::inRange(1, 3)}, {"n_heads", heads},
-          {"ffn_dim", tp * *rc::gen::inRange(1, 5)}, {"max_seq_len", 16}};
+  return {{"arch", "gpt2"},
+          {"name", "random"},
+          {"vocab_size", 256},
+          {"dim", heads * head_dim},
+          {"n_layers", *rc::gen::inRange(1, 3)},
+          {"n_heads", heads},
+          {"ffn_dim", tp * *rc::gen::inRange(1, 5)},
+          {"max_seq_len", 16}};
 }
 
 }  // namespace
@@ -43,7 +47,8 @@ RC_GTEST_PROP(Gpt2TensorParallel, EqualsUnsharded, ()) {
 
 RC_GTEST_PROP(Gpt2TensorParallel, PredictedPeakMemoryEqualsMeasured, ()) {
   int world = 0, tp = 0;
-  predicted_peaks_equal_measured(parse_scenario(draw_tp_scenario(TpProperty::kPeakMemory, gpt2_model, &world, &tp)));
+  predicted_peaks_equal_measured(
+      parse_scenario(draw_tp_scenario(TpProperty::kPeakMemory, gpt2_model, &world, &tp)));
 }
 
 // The plan: which parameters are split along which dim, and their local shapes.
@@ -56,7 +61,8 @@ TEST(Gpt2TensorParallel, PlanPlacesParametersAsMegatron) {
   std::map<std::string, const Param*> by;
   m.root().for_each_param([&](Param& p) { by[p.fqn] = &p; });
   const int64_t D = c.dim, F = c.ffn_dim, V = c.vocab_size;
-  auto expect = [&](const std::string& fqn, TpPlacement pl, Shape local, int blocks = 1, bool grad_replicated = false) {
+  auto expect = [&](const std::string& fqn, TpPlacement pl, Shape local, int blocks = 1,
+                    bool grad_replicated = false) {
     ASSERT_TRUE(by.count(fqn)) << fqn;
     EXPECT_EQ(static_cast<int>(by[fqn]->tp_placement), static_cast<int>(pl)) << fqn;
     EXPECT_EQ(by[fqn]->shape, local) << fqn;
@@ -103,7 +109,8 @@ RC_GTEST_PROP(Gpt2TensorParallel, FusedQkvShardsInitAsTheirGlobalRows, ()) {
     const int64_t l = offset + r, which = l / block;  // 0 q, 1 k, 2 v
     const int64_t global_row = which * D + t * block + l % block;
     for (int64_t c = 0; c < cols; ++c)
-      RC_ASSERT(v[r * cols + c] == init_value(static_cast<int64_t>(ParamInit::kNormal), 0.02, 12345, global_row * cols + c));
+      RC_ASSERT(v[r * cols + c] == init_value(static_cast<int64_t>(ParamInit::kNormal), 0.02, 12345,
+                                              global_row * cols + c));
   }
 }
 
@@ -117,8 +124,8 @@ TEST(Gpt2TensorParallel, UnsplittableScenariosAreRefused) {
   auto error_of = [](const json& j) { return input_error_of([&] { parse_scenario(j); }); };
   EXPECT_EQ(error_of(base), "");
   json heads = base;
-  heads["model"] = {{"arch", "gpt2"}, {"name", "g"}, {"vocab_size", 256}, {"dim", 12}, {"n_layers", 1},
-                    {"n_heads", 3},    {"ffn_dim", 12}, {"max_seq_len", 16}};
+  heads["model"] = {{"arch", "gpt2"}, {"name", "g"},  {"vocab_size", 256}, {"dim", 12},
+                    {"n_layers", 1},  {"n_heads", 3}, {"ffn_dim", 12},     {"max_seq_len", 16}};
   EXPECT_NE(error_of(heads).find("model.n_heads"), std::string::npos) << error_of(heads);
   json ffn = heads;
   ffn["model"]["n_heads"] = 2;
@@ -143,7 +150,8 @@ TEST(Gpt2TensorParallel, MeasuredCommunicationIsSplitByMeshDim) {
     EXPECT_GT(dim(MeshDimKind::kTp), 0);
     EXPECT_GT(dim(MeshDimKind::kShard), 0);
     EXPECT_EQ(dim(MeshDimKind::kReplicate), 0);
-    EXPECT_LE(b.exposed_comm_by_dim_s[static_cast<size_t>(MeshDimKind::kTp)], dim(MeshDimKind::kTp) + 1e-12);
+    EXPECT_LE(b.exposed_comm_by_dim_s[static_cast<size_t>(MeshDimKind::kTp)],
+              dim(MeshDimKind::kTp) + 1e-12);
     // tp collectives left the compute stream's busy time for communication.
     EXPECT_LE(b.compute_s + dim(MeshDimKind::kTp),
               b.stream_busy_s[static_cast<size_t>(StreamRole::kDefault)] + 1e-9);

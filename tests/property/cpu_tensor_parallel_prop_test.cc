@@ -23,10 +23,16 @@ json tp_model(int tp) {
   const int heads = tp * *rc::gen::element(1, 2);
   const int kv = *rc::gen::element(tp, heads);
   const int head_dim = *rc::gen::element(2, 4);
-  return {{"arch", "llama"},          {"name", "random"},      {"vocab_size", 256},
-          {"dim", heads * head_dim},  {"n_layers", *rc::gen::inRange(1, 3)},
-          {"n_heads", heads},         {"n_kv_heads", kv},      {"ffn_dim", tp * *rc::gen::inRange(1, 5)},
-          {"max_seq_len", 16},        {"tie_embeddings", *rc::gen::arbitrary<bool>()}};
+  return {{"arch", "llama"},
+          {"name", "random"},
+          {"vocab_size", 256},
+          {"dim", heads * head_dim},
+          {"n_layers", *rc::gen::inRange(1, 3)},
+          {"n_heads", heads},
+          {"n_kv_heads", kv},
+          {"ffn_dim", tp * *rc::gen::inRange(1, 5)},
+          {"max_seq_len", 16},
+          {"tie_embeddings", *rc::gen::arbitrary<bool>()}};
 }
 
 // torchtitan's units under tp, maybe: fsdp.units "embed_blocks_head" (tied:
@@ -36,7 +42,8 @@ json tp_model(int tp) {
 void maybe_torchtitan_units_and_chunked_loss(json& j) {
   if (*rc::gen::arbitrary<bool>()) {
     j["fsdp"]["units"] = "embed_blocks_head";
-    RC_TAG(j["model"]["tie_embeddings"].get<bool>() ? "tied embed_blocks_head" : "embed_blocks_head");
+    RC_TAG(j["model"]["tie_embeddings"].get<bool>() ? "tied embed_blocks_head"
+                                                    : "embed_blocks_head");
   }
   if (!j["tensor_parallel"]["loss_parallel"].get<bool>() || !*rc::gen::arbitrary<bool>()) return;
   j["model"]["implementation"] = {{"loss", "chunked"}, {"loss_chunks", draw_loss_chunks(j)}};
@@ -61,8 +68,9 @@ RC_GTEST_PROP(TensorParallel, PredictedPeakMemoryEqualsMeasured, ()) {
   int world = 0, tp = 0;
   json j = draw_tp_scenario(TpProperty::kPeakMemory, tp_model, &world, &tp);
   if (!j["tensor_parallel"]["loss_parallel"].get<bool>())
-    j["model"]["implementation"] = {{"loss", *rc::gen::element(std::string("fp32_logits"), std::string("bf16_logits"))},
-                                    {"keep_logits", *rc::gen::arbitrary<bool>()}};
+    j["model"]["implementation"] = {
+        {"loss", *rc::gen::element(std::string("fp32_logits"), std::string("bf16_logits"))},
+        {"keep_logits", *rc::gen::arbitrary<bool>()}};
   maybe_torchtitan_units_and_chunked_loss(j);
   predicted_peaks_equal_measured(parse_scenario(j));
 }
@@ -84,7 +92,8 @@ TEST(TensorParallel, MixedPrecisionMatchesUnshardedBf16) {
   RealRun ref = run_real(parse_scenario(unsharded_job(j, 2)));
   std::string where;
   EXPECT_LE(max_violation(sharded, ref, 4e-3, 2e-2, &where), 1.0) << where;
-  for (size_t k = 0; k < ref.mean_loss.size(); ++k) EXPECT_NEAR(sharded.mean_loss[k], ref.mean_loss[k], 2e-2);
+  for (size_t k = 0; k < ref.mean_loss.size(); ++k)
+    EXPECT_NEAR(sharded.mean_loss[k], ref.mean_loss[k], 2e-2);
 }
 
 // torchtitan's plan: which parameters are split along which dim, and their local shapes.
@@ -150,7 +159,8 @@ TEST(TensorParallel, UnsplittableScenariosAreRefused) {
   json bf16_loss = seq;
   bf16_loss["training"]["seq_len"] = 8;
   bf16_loss["model"] = {{"name", "tiny-llama"}, {"implementation", {{"loss", "bf16_logits"}}}};
-  EXPECT_NE(error_of(bf16_loss).find("model.implementation.loss"), std::string::npos) << error_of(bf16_loss);
+  EXPECT_NE(error_of(bf16_loss).find("model.implementation.loss"), std::string::npos)
+      << error_of(bf16_loss);
   bf16_loss["tensor_parallel"] = {{"loss_parallel", false}};
   EXPECT_EQ(error_of(bf16_loss), "");
   json uneven = seq;

@@ -18,9 +18,14 @@ json small_model() {
   const bool llama = *rc::gen::arbitrary<bool>();
   const int heads = *rc::gen::element(1, 2, 4);
   const int head_dim = *rc::gen::element(2, 4);
-  json m = {{"arch", llama ? "llama" : "gpt2"}, {"name", "random"},       {"vocab_size", 256},
-            {"dim", heads * head_dim},         {"n_layers", *rc::gen::inRange(1, 3)},
-            {"n_heads", heads},                {"ffn_dim", *rc::gen::inRange(3, 17)}, {"max_seq_len", 16}};
+  json m = {{"arch", llama ? "llama" : "gpt2"},
+            {"name", "random"},
+            {"vocab_size", 256},
+            {"dim", heads * head_dim},
+            {"n_layers", *rc::gen::inRange(1, 3)},
+            {"n_heads", heads},
+            {"ffn_dim", *rc::gen::inRange(3, 17)},
+            {"max_seq_len", 16}};
   if (llama) m["n_kv_heads"] = heads / *rc::gen::element(1, heads);
   return m;
 }
@@ -38,7 +43,8 @@ void maybe_per_unit(json& j, const std::vector<json>& raf) {
   if (j["fsdp"]["units"] == "root" || !*rc::gen::arbitrary<bool>()) return;
   const int layers = j["model"]["n_layers"];
   const bool edges = j["fsdp"]["units"] == "embed_blocks_head";
-  const int u = *rc::gen::inRange(edges ? -3 : -1, layers);  // -1: the root, -2 / -3: the edge units
+  const int u =
+      *rc::gen::inRange(edges ? -3 : -1, layers);  // -1: the root, -2 / -3: the edge units
   const std::string key = u == -1   ? "root"
                           : u == -2 ? "tok_embeddings"
                           : u == -3 ? *rc::gen::element(std::string("norm"), std::string("output"))
@@ -78,15 +84,16 @@ void maybe_compile(json& j) {
 }
 
 // fsdp.per_unit.<unit>.mixed_precision, maybe: one block (or, with embed_blocks_head, the
-// [norm, output] or tied [tok_embeddings, norm, output] unit) computing in fp32 inside a bf16 / fp32 run. It casts its input
-// (cast_forward_inputs) and casts its output back to the run's param dtype, so the next unit
-// gets what it computes in (NOTE [Dtype flow between units]).
+// [norm, output] or tied [tok_embeddings, norm, output] unit) computing in fp32 inside a bf16 /
+// fp32 run. It casts its input (cast_forward_inputs) and casts its output back to the run's param
+// dtype, so the next unit gets what it computes in (NOTE [Dtype flow between units]).
 void maybe_per_unit_mixed_precision(json& j) {
   if (!*rc::gen::arbitrary<bool>()) return;
   const json& mp = j["fsdp"]["mixed_precision"];
-  const std::string run = mp.is_object() && mp.contains("param_dtype") && mp["param_dtype"].is_string()
-                              ? mp["param_dtype"].get<std::string>()
-                              : "fp32";
+  const std::string run =
+      mp.is_object() && mp.contains("param_dtype") && mp["param_dtype"].is_string()
+          ? mp["param_dtype"].get<std::string>()
+          : "fp32";
   const bool edges = j["fsdp"]["units"] == "embed_blocks_head";
   if (j["fsdp"]["units"] == "root") return;
   const int layers = j["model"]["n_layers"];
@@ -96,14 +103,17 @@ void maybe_per_unit_mixed_precision(json& j) {
   const bool tied = j["model"].value("tie_embeddings", false);
   json o = {{"param_dtype", run == "fp32" ? "bf16" : "fp32"}};
   if (key != "output" || tied) o["output_dtype"] = run;
-  if (!j["fsdp"].contains("per_unit") || !j["fsdp"]["per_unit"].is_object()) j["fsdp"]["per_unit"] = json::object();
+  if (!j["fsdp"].contains("per_unit") || !j["fsdp"]["per_unit"].is_object())
+    j["fsdp"]["per_unit"] = json::object();
   json& per_unit = j["fsdp"]["per_unit"];
   // Keys naming the same unit ("norm" / "output", tied "tok_embeddings" / "output",
   // "layers.-1" / "layers.N-1"): keep one.
   std::string k = per_unit.contains("norm") && key == "output" ? "norm" : key;
   if (tied && per_unit.contains("tok_embeddings") && key == "output") k = "tok_embeddings";
   for (auto& [name, v] : per_unit.items())
-    if (name.rfind("layers.", 0) == 0 && key != "output" && (std::stoi(name.substr(7)) + layers) % layers == u) k = name;
+    if (name.rfind("layers.", 0) == 0 && key != "output" &&
+        (std::stoi(name.substr(7)) + layers) % layers == u)
+      k = name;
   per_unit[k]["mixed_precision"] = o;
   RC_TAG("per-unit mixed precision");
 }
@@ -150,13 +160,15 @@ RC_GTEST_PROP(RealTraining, ShardedEqualsUnsharded, ()) {
 // peak allocated and reserved bytes are equal to the byte, on every rank.
 RC_GTEST_PROP(RealTraining, PredictedPeakMemoryEqualsMeasured, ()) {
   TinyOptions o;
-  o.mesh = *rc::gen::element(std::vector<int>{1}, std::vector<int>{2}, std::vector<int>{3}, std::vector<int>{2, 2});
+  o.mesh = *rc::gen::element(std::vector<int>{1}, std::vector<int>{2}, std::vector<int>{3},
+                             std::vector<int>{2, 2});
   const int shard = o.mesh.back();
   std::vector<json> raf = {nullptr, true, false};
   if (shard == 4) raf.push_back(2);
   o.reshard_after_forward = *rc::gen::elementOf(raf);
-  o.mixed_precision = *rc::gen::element(json::object(), json{{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}},
-                                        json{{"param_dtype", "bf16"}});
+  o.mixed_precision =
+      *rc::gen::element(json::object(), json{{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}},
+                        json{{"param_dtype", "bf16"}});
   o.cpu_offload = *rc::gen::arbitrary<bool>();
   o.activation_checkpointing = *rc::gen::element(json("none"), json("full"), json("selective_op"));
   o.grad_accum_steps = *rc::gen::inRange(1, 3);
@@ -166,16 +178,19 @@ RC_GTEST_PROP(RealTraining, PredictedPeakMemoryEqualsMeasured, ()) {
   const bool expandable = *rc::gen::arbitrary<bool>();
   // cuBLAS workspaces (NOTE [cuBLAS workspaces]): none, a small-pool one of an odd size, or a
   // large-pool one; the real backend allocates them through the same Backend::launch.
-  const uint64_t blas = *rc::gen::element<uint64_t>(0, 1000, uint64_t{1} << 20, (uint64_t{5} << 19) + 7);
-  o.hardware_extra = {{"allocator", {{"expandable_segments", expandable}}}, {"blas_workspace_bytes", blas}};
+  const uint64_t blas =
+      *rc::gen::element<uint64_t>(0, 1000, uint64_t{1} << 20, (uint64_t{5} << 19) + 7);
+  o.hardware_extra = {{"allocator", {{"expandable_segments", expandable}}},
+                      {"blas_workspace_bytes", blas}};
   RC_TAG(expandable ? "expandable segments" : "classic segments");
   json j = tiny_scenario_json(o);
   j["model"] = small_model();
   // model.implementation's built variants (docs/ops.md, "Implementation variants").
   if (maybe_torchtitan_units_and_loss(j) == 0)
-    j["model"]["implementation"] = {{"loss", *rc::gen::element(std::string("fp32_logits"), std::string("bf16_logits"),
-                                                                         std::string("fp32_output"))},
-                                    {"keep_logits", *rc::gen::arbitrary<bool>()}};
+    j["model"]["implementation"] = {
+        {"loss", *rc::gen::element(std::string("fp32_logits"), std::string("bf16_logits"),
+                                   std::string("fp32_output"))},
+        {"keep_logits", *rc::gen::arbitrary<bool>()}};
   maybe_compile(j);
   maybe_per_unit(j, raf);
   maybe_per_unit_mixed_precision(j);
@@ -200,7 +215,8 @@ TEST(RealTraining, GradientAccumulationEqualsOneLargerBatch) {
     RealRun ra = run_real(parse_scenario(a)), rb = run_real(parse_scenario(b));
     std::string where;
     EXPECT_LE(max_violation(ra, rb, 1e-5, 1e-3, &where), 1.0) << "world " << world << ": " << where;
-    for (size_t k = 0; k < ra.mean_loss.size(); ++k) EXPECT_NEAR(ra.mean_loss[k], rb.mean_loss[k], 1e-4);
+    for (size_t k = 0; k < ra.mean_loss.size(); ++k)
+      EXPECT_NEAR(ra.mean_loss[k], rb.mean_loss[k], 1e-4);
   }
 }
 
@@ -218,13 +234,16 @@ TEST(RealTraining, TiedEmbeddingsUnitTrainsAsTheRootUnit) {
       o.steps = 2;
       o.seq = 8;
       json a = tiny_scenario_json(o);
-      a["model"] = {{"name", "tiny-llama"}, {"tie_embeddings", true}, {"implementation", {{"loss", loss}, {"loss_chunks", 4}}}};
+      a["model"] = {{"name", "tiny-llama"},
+                    {"tie_embeddings", true},
+                    {"implementation", {{"loss", loss}, {"loss_chunks", 4}}}};
       a["training"]["optimizer"] = {{"lr", 1e-3}, {"eps", 1e-6}};
       json b = a;
       a["fsdp"]["units"] = "embed_blocks_head";
       if (keep) a["fsdp"]["per_unit"] = {{"output", {{"reshard_after_forward", false}}}};
       b["fsdp"]["units"] = "blocks";
-      b["fsdp"]["per_unit"] = {{"root", {{"reshard_after_forward", false}}}};  // the chunks call the root's output
+      b["fsdp"]["per_unit"] = {
+          {"root", {{"reshard_after_forward", false}}}};  // the chunks call the root's output
       runner::RankOptions ro;
       ro.collect_grads = true;
       RealRun ra = run_real(parse_scenario(a), -1, ro), rb = run_real(parse_scenario(b), -1, ro);
@@ -236,7 +255,8 @@ TEST(RealTraining, TiedEmbeddingsUnitTrainsAsTheRootUnit) {
       std::string where;
       EXPECT_LE(max_violation(ga, gb, 1e-6, 1e-4, &where), 1.0) << what << ": gradient " << where;
       EXPECT_LE(max_violation(ra, rb, 1e-5, 1e-3, &where), 1.0) << what << ": " << where;
-      for (size_t k = 0; k < ra.mean_loss.size(); ++k) EXPECT_NEAR(ra.mean_loss[k], rb.mean_loss[k], 1e-5) << what;
+      for (size_t k = 0; k < ra.mean_loss.size(); ++k)
+        EXPECT_NEAR(ra.mean_loss[k], rb.mean_loss[k], 1e-5) << what;
     }
   }
 }
@@ -247,7 +267,8 @@ TEST(RealTraining, ActivationCheckpointingChangesNoNumber) {
   o.steps = 2;
   o.seq = 8;
   RealRun base = run_real(tiny_scenario(o));
-  for (json ac : {json("full"), json("selective_op"), json{{"mode", "selective_layer"}, {"every", 2}}}) {
+  for (json ac :
+       {json("full"), json("selective_op"), json{{"mode", "selective_layer"}, {"every", 2}}}) {
     o.activation_checkpointing = ac;
     RealRun r = run_real(tiny_scenario(o));
     std::string where;
@@ -271,7 +292,8 @@ TEST(RealTraining, MixedPrecisionMatchesUnshardedBf16) {
   RealRun ref = run_real(parse_scenario(unsharded(j)));
   std::string where;
   EXPECT_LE(max_violation(sharded, ref, 1e-3, 2e-2, &where), 1.0) << where;
-  for (size_t k = 0; k < ref.mean_loss.size(); ++k) EXPECT_NEAR(sharded.mean_loss[k], ref.mean_loss[k], 2e-2);
+  for (size_t k = 0; k < ref.mean_loss.size(); ++k)
+    EXPECT_NEAR(sharded.mean_loss[k], ref.mean_loss[k], 2e-2);
 }
 
 TEST(RealTraining, TinyLlamaLossFalls) {

@@ -58,7 +58,9 @@ rc::Gen<Op> gen_op() {
 uint64_t rounded(uint64_t bytes) { return bytes == 0 ? 0 : (bytes + 511) / 512 * 512; }
 
 // Page size of the pool a block of this size came from (expandable segments).
-uint64_t page_of(const Block& b) { return rounded(b.requested_bytes) <= kMiB ? 2 * kMiB : 20 * kMiB; }
+uint64_t page_of(const Block& b) {
+  return rounded(b.requested_bytes) <= kMiB ? 2 * kMiB : 20 * kMiB;
+}
 
 void check_state(const CachingAllocator& a, const std::vector<Block>& live, bool after_empty) {
   a.check_invariants();
@@ -114,8 +116,9 @@ void check_state(const CachingAllocator& a, const std::vector<Block>& live, bool
   RC_ASSERT(seg_allocated == st.allocated_bytes);
   if (!opt.expandable_segments) RC_ASSERT(segs.size() == st.num_segments);
   for (const Block* b : sorted) {
-    auto it = std::upper_bound(segs.begin(), segs.end(), b->address,
-                               [](uintptr_t addr, const SegmentInfo& s) { return addr < s.address; });
+    auto it =
+        std::upper_bound(segs.begin(), segs.end(), b->address,
+                         [](uintptr_t addr, const SegmentInfo& s) { return addr < s.address; });
     RC_ASSERT(it != segs.begin());
     --it;
     RC_ASSERT(b->address + b->size <= it->address + it->size);
@@ -198,9 +201,8 @@ Outcome run(const AllocatorOptions& opt, const std::vector<Op>& ops, bool check)
 }
 
 rc::Gen<std::vector<Op>> gen_ops() {
-  return rc::gen::mapcat(rc::gen::inRange<size_t>(0, 400), [](size_t n) {
-    return rc::gen::container<std::vector<Op>>(n, gen_op());
-  });
+  return rc::gen::mapcat(rc::gen::inRange<size_t>(0, 400),
+                         [](size_t n) { return rc::gen::container<std::vector<Op>>(n, gen_op()); });
 }
 
 AllocatorOptions gen_options(bool expandable) {

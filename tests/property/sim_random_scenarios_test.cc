@@ -16,14 +16,10 @@ json random_model() {
   bool llama = *rc::gen::arbitrary<bool>();
   int heads = *rc::gen::element(1, 2, 4);
   int head_dim = *rc::gen::element(4, 8);
-  json m = {{"arch", llama ? "llama" : "gpt2"},
-            {"name", "random"},
-            {"vocab_size", *rc::gen::inRange(5, 90)},
-            {"dim", heads * head_dim},
-            {"n_layers", *rc::gen::inRange(1, 4)},
-            {"n_heads", heads},
-            {"ffn_dim", *rc::gen::inRange(3, 40)},
-            {"max_seq_len", 64}};
+  json m = {{"arch", llama ? "llama" : "gpt2"},       {"name", "random"},
+            {"vocab_size", *rc::gen::inRange(5, 90)}, {"dim", heads * head_dim},
+            {"n_layers", *rc::gen::inRange(1, 4)},    {"n_heads", heads},
+            {"ffn_dim", *rc::gen::inRange(3, 40)},    {"max_seq_len", 64}};
   if (llama) m["n_kv_heads"] = heads / *rc::gen::element(1, heads);
   return m;
 }
@@ -43,12 +39,14 @@ RC_GTEST_PROP(RandomScenarios, NoProtocolProblemsAndSteadyMemory, ()) {
   for (int n = 1; n <= shard; ++n)
     if (shard % n == 0) raf.push_back(n);
   o.reshard_after_forward = *rc::gen::elementOf(raf);
-  o.mixed_precision = *rc::gen::element(json::object(), json{{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}},
-                                        json{{"param_dtype", "bf16"}}, json{{"param_dtype", "fp16"}},
-                                        json{{"param_dtype", "bf16"}, {"reduce_dtype", "bf16"}});
+  o.mixed_precision =
+      *rc::gen::element(json::object(), json{{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}},
+                        json{{"param_dtype", "bf16"}}, json{{"param_dtype", "fp16"}},
+                        json{{"param_dtype", "bf16"}, {"reduce_dtype", "bf16"}});
   // The root's own output cast (fp32 logits), a per-unit policy (NOTE [Dtype flow between units]:
   // an fp32 output_dtype on every unit would hand the root's norm fp32 activations).
-  if (*rc::gen::arbitrary<bool>()) o.per_unit = {{"root", {{"mixed_precision", {{"output_dtype", "fp32"}}}}}};
+  if (*rc::gen::arbitrary<bool>())
+    o.per_unit = {{"root", {{"mixed_precision", {{"output_dtype", "fp32"}}}}}};
   o.cpu_offload = *rc::gen::arbitrary<bool>();
   o.activation_checkpointing = *rc::gen::element(json("none"), json("full"), json("selective_op"),
                                                  json{{"mode", "selective_layer"}, {"every", 2}});

@@ -20,8 +20,8 @@ namespace fullshard::testing {
 // A tensor-parallel checkpoint scenario: `model` on `mesh` ({shard}, {shard, tp} or
 // {replicate, shard, tp}, tp last), 8-token sequences, `global_batch` sequences per step over
 // the data-parallel ranks (NOTE [fp32 tolerance]), Adam with eps 1e-6 and clipping at 1.
-inline nlohmann::json tp_checkpoint_scenario(const std::vector<int>& mesh, int global_batch, nlohmann::json model,
-                                             int steps, double lr, int seed) {
+inline nlohmann::json tp_checkpoint_scenario(const std::vector<int>& mesh, int global_batch,
+                                             nlohmann::json model, int steps, double lr, int seed) {
   TinyOptions o;
   o.mesh = mesh;
   o.seq = 8;
@@ -41,7 +41,8 @@ inline nlohmann::json tp_checkpoint_scenario(const std::vector<int>& mesh, int g
 
 // Rank options that save every `every` steps into `dir` (async: the background writer;
 // keep_last: how many checkpoints stay, 0 all).
-inline runner::RankOptions saving(const std::string& dir, int every, bool async = false, int keep_last = 0) {
+inline runner::RankOptions saving(const std::string& dir, int every, bool async = false,
+                                  int keep_last = 0) {
   runner::RankOptions o;
   o.checkpoint_dir = dir;
   o.checkpoint_every = every;

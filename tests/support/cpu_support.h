@@ -23,7 +23,7 @@ struct RealRun {
   std::vector<runner::RankResult> ranks;
   std::map<std::string, std::vector<float>> params;  // fqn -> full tensor (from shard group 0)
   std::map<std::string, std::vector<float>> grads;   // the first step's, with base.collect_grads
-  std::vector<double> mean_loss;                       // per step, mean over ranks
+  std::vector<double> mean_loss;                     // per step, mean over ranks
 };
 
 // `base`: further rank options (checkpointing); steps and collect_params are set here.
@@ -47,7 +47,8 @@ inline RealRun run_real(const Scenario& s, int steps = -1, const runner::RankOpt
         if (world > 1) bo.device = gloo_backend::make_tcp_device("127.0.0.1");
         bo.collectives.timeout = std::chrono::seconds(30);
         bo.batches = runner::batch_source(s, corpus);
-        if (!base.resume_from.empty()) runner::resume_data_position(base.resume_from, s, bo.batches);
+        if (!base.resume_from.empty())
+          runner::resume_data_position(base.resume_from, s, bo.batches);
         const BatchSource batches = bo.batches;  // its position goes into checkpoints
         bo.record_timeline = false;
         cpu::CpuBackend backend(std::move(bo));
@@ -69,7 +70,8 @@ inline RealRun run_real(const Scenario& s, int steps = -1, const runner::RankOpt
   // along the parameter's tp placement (dim 0, dim 1, or replicated).
   const int shard = s.fsdp.mesh_size("shard"), tp = s.fsdp.mesh_size("tp");
   std::vector<std::unique_ptr<Transformer>> models;
-  for (int t = 0; t < tp; ++t) models.push_back(std::make_unique<Transformer>(s.model, tensor_parallel_for(s, t)));
+  for (int t = 0; t < tp; ++t)
+    models.push_back(std::make_unique<Transformer>(s.model, tensor_parallel_for(s, t)));
   using Locals = std::vector<std::pair<std::string, std::vector<float>>> runner::RankResult::*;
   auto assemble = [&](Locals member) {
     std::vector<std::map<std::string, std::vector<float>>> local(static_cast<size_t>(tp));
@@ -120,12 +122,15 @@ inline RealRun run_real(const Scenario& s, int steps = -1, const runner::RankOpt
 }
 
 // Largest |a - b| / (atol + rtol |b|) over every element of every parameter (<= 1 passes).
-inline double max_violation(const RealRun& a, const RealRun& b, double atol, double rtol, std::string* where) {
+inline double max_violation(const RealRun& a, const RealRun& b, double atol, double rtol,
+                            std::string* where) {
   double worst = 0;
   for (auto& [fqn, va] : a.params) {
     const auto& vb = b.params.at(fqn);
     if (va.size() != vb.size()) {
-      if (where) *where = fqn + " (size " + std::to_string(va.size()) + " vs " + std::to_string(vb.size()) + ")";
+      if (where)
+        *where =
+            fqn + " (size " + std::to_string(va.size()) + " vs " + std::to_string(vb.size()) + ")";
       return 1e30;
     }
     for (size_t i = 0; i < va.size(); ++i) {
@@ -133,7 +138,9 @@ inline double max_violation(const RealRun& a, const RealRun& b, double atol, dou
       double v = diff == 0 ? 0.0 : diff / (atol + rtol * std::abs(static_cast<double>(vb[i])));
       if (!(v <= worst)) {
         worst = std::isnan(v) ? 1e30 : v;
-        if (where) *where = fqn + "[" + std::to_string(i) + "]: " + std::to_string(va[i]) + " vs " + std::to_string(vb[i]);
+        if (where)
+          *where = fqn + "[" + std::to_string(i) + "]: " + std::to_string(va[i]) + " vs " +
+                   std::to_string(vb[i]);
       }
     }
   }

@@ -41,7 +41,8 @@ inline nlohmann::json unsharded_job(nlohmann::json j, int dp) {
 
 // A chunk count for the chunked loss: a divisor of the rank's batch x seq tokens.
 inline int draw_loss_chunks(const nlohmann::json& j) {
-  const int tokens = j["training"]["batch_per_rank"].get<int>() * j["training"]["seq_len"].get<int>();
+  const int tokens =
+      j["training"]["batch_per_rank"].get<int>() * j["training"]["seq_len"].get<int>();
   std::vector<int> divisors;
   for (int n = 1; n <= tokens; ++n)
     if (tokens % n == 0) divisors.push_back(n);
@@ -86,8 +87,9 @@ nlohmann::json draw_tp_scenario(TpProperty what, ModelOf&& model, int* world, in
   if (what == TpProperty::kEqualsUnsharded) {
     o.max_grad_norm = *rc::gen::element(0.0, 1.0);
   } else {
-    o.mixed_precision = *rc::gen::element(json::object(), json{{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}},
-                                          json{{"param_dtype", "bf16"}});
+    o.mixed_precision =
+        *rc::gen::element(json::object(), json{{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}},
+                          json{{"param_dtype", "bf16"}});
     o.grad_accum_steps = *rc::gen::inRange(1, 3);
     o.hardware_extra = {{"allocator", {{"expandable_segments", *rc::gen::arbitrary<bool>()}}}};
   }
@@ -116,7 +118,8 @@ inline void sharded_equals_unsharded(const nlohmann::json& sharded, const nlohma
   std::string where;
   const double v = max_violation(a, b, 1e-5, 1e-3, &where);
   if (!(v <= 1.0)) RC_FAIL("worst parameter difference at " + where);
-  for (size_t k = 0; k < b.mean_loss.size(); ++k) RC_ASSERT(std::abs(a.mean_loss[k] - b.mean_loss[k]) <= 1e-4);
+  for (size_t k = 0; k < b.mean_loss.size(); ++k)
+    RC_ASSERT(std::abs(a.mean_loss[k] - b.mean_loss[k]) <= 1e-4);
 }
 
 // Simulates every rank of `s`, runs it for real, and asserts each rank's peak allocated and

@@ -57,7 +57,9 @@ inline nlohmann::json tiny_scenario_json(const TinyOptions& o) {
           {"hardware", hw}};
 }
 
-inline Scenario tiny_scenario(const TinyOptions& o) { return parse_scenario(tiny_scenario_json(o)); }
+inline Scenario tiny_scenario(const TinyOptions& o) {
+  return parse_scenario(tiny_scenario_json(o));
+}
 
 inline std::string problems_text(const sim::SimulationReport& r) {
   std::string s;
@@ -72,12 +74,17 @@ struct TpStepCollectives {
   sim::SimulationReport report;
 };
 
-inline TpStepCollectives tp_step_collectives(const std::string& model, int shard, int tp, bool loss_parallel,
+inline TpStepCollectives tp_step_collectives(const std::string& model, int shard, int tp,
+                                             bool loss_parallel,
                                              const std::string& activation_checkpointing) {
   const nlohmann::json j = {
       {"name", "t"},
       {"model", model},
-      {"training", {{"batch_per_rank", 1}, {"seq_len", 16}, {"steps", 2}, {"activation_checkpointing", activation_checkpointing}}},
+      {"training",
+       {{"batch_per_rank", 1},
+        {"seq_len", 16},
+        {"steps", 2},
+        {"activation_checkpointing", activation_checkpointing}}},
       {"fsdp", {{"mesh", {{"shape", {shard, tp}}, {"dim_names", {"dp_shard", "tp"}}}}}},
       {"tensor_parallel", {{"loss_parallel", loss_parallel}}},
       {"hardware", {{"profile", "h100-sxm-80gb"}, {"nodes", 1}, {"gpus_per_node", shard * tp}}}};
@@ -87,7 +94,8 @@ inline TpStepCollectives tp_step_collectives(const std::string& model, int shard
     const auto& prog = run.programs.front();
     const int last = prog.instrs.back().step;
     for (const auto& in : prog.instrs)
-      if (in.type == sim::InstrType::kCollective && in.step == last) ++c.by_group[run.groups[in.group].name][in.coll];
+      if (in.type == sim::InstrType::kCollective && in.step == last)
+        ++c.by_group[run.groups[in.group].name][in.coll];
   };
   c.report = sim::simulate_scenario(parse_scenario(j), o);
   EXPECT_TRUE(c.report.ok()) << problems_text(c.report);

@@ -13,7 +13,8 @@ class TempDir {
  public:
   // `stem` names the tests the directory belongs to ("fullshard-<stem>-XXXXXX").
   explicit TempDir(const std::string& stem = "test") {
-    std::string t = (std::filesystem::temp_directory_path() / ("fullshard-" + stem + "-XXXXXX")).string();
+    std::string t =
+        (std::filesystem::temp_directory_path() / ("fullshard-" + stem + "-XXXXXX")).string();
     const char* made = ::mkdtemp(t.data());
     FULLSHARD_CHECK(made != nullptr, "mkdtemp failed for " + t);
     path_ = made;
@@ -26,7 +27,9 @@ class TempDir {
   TempDir& operator=(const TempDir&) = delete;
 
   const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return (std::filesystem::path(path_) / name).string(); }
+  std::string file(const std::string& name) const {
+    return (std::filesystem::path(path_) / name).string();
+  }
 
  private:
   std::string path_;

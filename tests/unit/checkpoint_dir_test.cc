@@ -47,7 +47,8 @@ void save(const std::string& root, const Model& m, int world, int64_t step) {
   meta.world_size = world;
   meta.shard = world;
   for (int r = 0; r < world; ++r) meta.files.push_back({shard_file_name(r, world), 0});
-  for (const auto& [name, shape] : m.tensors) meta.tensors.push_back(sharded_tensor(name, "F32", shape, world));
+  for (const auto& [name, shape] : m.tensors)
+    meta.tensors.push_back(sharded_tensor(name, "F32", shape, world));
   for (int r = 0; r < world; ++r) {
     std::vector<std::vector<float>> keep;
     std::vector<SafetensorsTensor> out;
@@ -59,8 +60,9 @@ void save(const std::string& root, const Model& m, int world, int64_t step) {
       keep.emplace_back(g.begin() + off, g.begin() + off + shard_rows(shape[0], world, r) * rn);
       out.push_back({name, "F32", sharded_shape(shape, world, r), keep.back().data()});
     }
-    write_safetensors((fs::path(root) / step_folder_name(step) / shard_file_name(r, world)).string(), out, {},
-                      "--checkpoint-dir");
+    write_safetensors(
+        (fs::path(root) / step_folder_name(step) / shard_file_name(r, world)).string(), out, {},
+        "--checkpoint-dir");
   }
   commit_checkpoint(root, meta, "--checkpoint-dir");
 }
@@ -78,12 +80,16 @@ void check_load(const std::string& folder, const Model& m, int world, int64_t st
       std::vector<float> shard(static_cast<size_t>(shard_rows(shape[0], world, rank) * rn));
       r.read_shard(name, world, rank, shard.data(), shard.size() * 4);
       const int64_t off = shard_row_offset(shape[0], world, rank) * rn;
-      for (size_t k = 0; k < shard.size(); ++k) ASSERT_EQ(shard[k], g[static_cast<size_t>(off) + k]) << name;
+      for (size_t k = 0; k < shard.size(); ++k)
+        ASSERT_EQ(shard[k], g[static_cast<size_t>(off) + k]) << name;
     }
   }
 }
 
-const Model kModel{{{"param/embed", {17, 3}}, {"param/norm", {5}}, {"exp_avg/embed", {17, 3}}, {"param/empty", {0, 2}}}};
+const Model kModel{{{"param/embed", {17, 3}},
+                    {"param/norm", {5}},
+                    {"exp_avg/embed", {17, 3}},
+                    {"param/empty", {0, 2}}}};
 
 TEST(CheckpointDir, SaveOnTwoRanksLoadOnThreeAndOne) {
   TempDir d;
@@ -106,16 +112,22 @@ TEST(CheckpointDir, LatestIsTheHighestCommittedStep) {
   EXPECT_EQ(fs::path(resolve_checkpoint(d.path(), "--resume")).filename(), "step-00000006");
   // A save of step 9 that died before its commit: files but no metadata.json.
   begin_checkpoint(d.path(), 9, "--checkpoint-dir");
-  std::ofstream(fs::path(d.path()) / "step-00000009" / "shard-00000-of-00002.safetensors") << "partial";
+  std::ofstream(fs::path(d.path()) / "step-00000009" / "shard-00000-of-00002.safetensors")
+      << "partial";
   EXPECT_EQ(fs::path(resolve_checkpoint(d.path(), "--resume")).filename(), "step-00000006");
   // Re-saving step 6 uncommits it first: the resolver falls back to step 3 meanwhile.
   begin_checkpoint(d.path(), 6, "--checkpoint-dir");
   EXPECT_EQ(fs::path(resolve_checkpoint(d.path(), "--resume")).filename(), "step-00000003");
   EXPECT_EQ(resolve_checkpoint((fs::path(d.path()) / "step-00000003").string(), "--resume"),
             (fs::path(d.path()) / "step-00000003").string());
-  EXPECT_NE(input_error_of([&] { resolve_checkpoint(d.path() + "/nope", "--resume"); }).find("--resume: '"), std::string::npos);
+  EXPECT_NE(input_error_of([&] {
+              resolve_checkpoint(d.path() + "/nope", "--resume");
+            }).find("--resume: '"),
+            std::string::npos);
   TempDir empty;
-  EXPECT_NE(input_error_of([&] { resolve_checkpoint(empty.path(), "--resume"); }).find("no committed checkpoint"),
+  EXPECT_NE(input_error_of([&] {
+              resolve_checkpoint(empty.path(), "--resume");
+            }).find("no committed checkpoint"),
             std::string::npos);
 }
 
@@ -140,12 +152,15 @@ TEST(CheckpointDir, KeepLastDeletesOnlyOlderCheckpoints) {
   // interrupted prune had renamed.
   begin_checkpoint(d.path(), 3, "--checkpoint-dir");
   begin_checkpoint(d.path(), 8, "--checkpoint-dir");
-  std::ofstream(fs::path(d.path()) / "step-00000008" / "shard-00000-of-00002.safetensors") << "being written";
+  std::ofstream(fs::path(d.path()) / "step-00000008" / "shard-00000-of-00002.safetensors")
+      << "being written";
   fs::create_directories(fs::path(d.path()) / ".deleting-step-00000001" / "x");
   const auto deleted = prune_checkpoints(d.path(), 2, "--keep-last");
   EXPECT_EQ(deleted, (std::vector<std::string>{"step-00000003", "step-00000002"}));
-  EXPECT_EQ(entries(d.path()), (std::vector<std::string>{"step-00000004", "step-00000006", "step-00000008"}));
-  EXPECT_TRUE(fs::exists(fs::path(d.path()) / "step-00000008" / "shard-00000-of-00002.safetensors"));
+  EXPECT_EQ(entries(d.path()),
+            (std::vector<std::string>{"step-00000004", "step-00000006", "step-00000008"}));
+  EXPECT_TRUE(
+      fs::exists(fs::path(d.path()) / "step-00000008" / "shard-00000-of-00002.safetensors"));
   check_load((fs::path(d.path()) / "step-00000004").string(), kModel, 2, 4);
   check_load(resolve_checkpoint(d.path(), "--resume"), kModel, 3, 6);
   // keep 1: only the newest committed one is left (and the save in progress).
@@ -188,15 +203,21 @@ TEST(CheckpointDir, DamagedFilesNameTheFileAndTensor) {
     EXPECT_EQ(msg.find('\n'), std::string::npos);
   }
   // A rank file from another model: same size, a tensor of another shape.
-  const Model other{{{"param/embed", {17, 3}}, {"param/norm", {5}}, {"exp_avg/embed", {3, 17}}, {"param/empty", {0, 2}}}};
+  const Model other{{{"param/embed", {17, 3}},
+                     {"param/norm", {5}},
+                     {"exp_avg/embed", {3, 17}},
+                     {"param/empty", {0, 2}}}};
   TempDir d2;
   save(d2.path(), other, 2, 3);
-  fs::copy_file(fs::path(d2.path()) / "step-00000003" / f1.filename(), f1, fs::copy_options::overwrite_existing);
+  fs::copy_file(fs::path(d2.path()) / "step-00000003" / f1.filename(), f1,
+                fs::copy_options::overwrite_existing);
   {
     CheckpointReader r(folder.string());
     EXPECT_NE(input_error_of([&] { r.verify(); }).find("metadata.json says"), std::string::npos);
   }
-  rewrite([&](nlohmann::json& j) { j["files"][1]["bytes"] = fs::file_size(f1); });  // same size: the header decides
+  rewrite([&](nlohmann::json& j) {
+    j["files"][1]["bytes"] = fs::file_size(f1);
+  });  // same size: the header decides
   {
     CheckpointReader r(folder.string());
     const std::string msg = input_error_of([&] { r.verify(); });
@@ -217,9 +238,11 @@ TEST(CheckpointDir, DamagedFilesNameTheFileAndTensor) {
     j["tensors"][0]["chunks"][1]["lengths"][0] = 8;
     j["mesh"]["shard"] = 3;
   });
-  EXPECT_NE(input_error_of([&] { CheckpointReader r(folder.string()); }).find("not world_size 2"), std::string::npos);
+  EXPECT_NE(input_error_of([&] { CheckpointReader r(folder.string()); }).find("not world_size 2"),
+            std::string::npos);
   std::ofstream(meta) << "{\"format\": ";
-  EXPECT_NE(input_error_of([&] { CheckpointReader r(folder.string()); }).find(meta.string()), std::string::npos);
+  EXPECT_NE(input_error_of([&] { CheckpointReader r(folder.string()); }).find(meta.string()),
+            std::string::npos);
 }
 
 RC_GTEST_PROP(CheckpointDirProp, AnySaveWorldLoadsOnAnyWorld, ()) {
@@ -229,7 +252,8 @@ RC_GTEST_PROP(CheckpointDirProp, AnySaveWorldLoadsOnAnyWorld, ()) {
   Model m;
   const int n = *rc::gen::inRange(1, 4);
   for (int i = 0; i < n; ++i)
-    m.tensors.push_back({"param/t" + std::to_string(i), {*rc::gen::inRange<int64_t>(0, 20), *rc::gen::inRange<int64_t>(1, 4)}});
+    m.tensors.push_back({"param/t" + std::to_string(i),
+                         {*rc::gen::inRange<int64_t>(0, 20), *rc::gen::inRange<int64_t>(1, 4)}});
   save(d.path(), m, save_world, 1);
   check_load(resolve_checkpoint(d.path(), "--resume"), m, load_world, 1);
   RC_ASSERT(!::testing::Test::HasFailure());

@@ -43,12 +43,17 @@ TEST(HfNames, EveryParameterOfBothArchitecturesHasAUniqueName) {
       const auto n = hf_tensor_name(a, p.fqn);
       ASSERT_TRUE(n.has_value()) << a << " " << p.fqn;
       EXPECT_TRUE(seen.insert(n->name).second) << n->name;
-      EXPECT_EQ(n->transpose, a == "gpt2" && p.shape.size() == 2 && p.fqn.find(".c_") != std::string::npos) << p.fqn;
+      EXPECT_EQ(n->transpose,
+                a == "gpt2" && p.shape.size() == 2 && p.fqn.find(".c_") != std::string::npos)
+          << p.fqn;
     });
   }
-  EXPECT_EQ(hf_tensor_name("llama", "layers.3.attention.wk.weight")->name, "model.layers.3.self_attn.k_proj.weight");
-  EXPECT_EQ(hf_tensor_name("llama", "layers.0.feed_forward.w2.weight")->name, "model.layers.0.mlp.down_proj.weight");
-  EXPECT_EQ(hf_tensor_name("gpt2", "layers.1.attn.c_attn.weight")->name, "transformer.h.1.attn.c_attn.weight");
+  EXPECT_EQ(hf_tensor_name("llama", "layers.3.attention.wk.weight")->name,
+            "model.layers.3.self_attn.k_proj.weight");
+  EXPECT_EQ(hf_tensor_name("llama", "layers.0.feed_forward.w2.weight")->name,
+            "model.layers.0.mlp.down_proj.weight");
+  EXPECT_EQ(hf_tensor_name("gpt2", "layers.1.attn.c_attn.weight")->name,
+            "transformer.h.1.attn.c_attn.weight");
   EXPECT_EQ(hf_tensor_name("gpt2", "wpe.weight")->name, "transformer.wpe.weight");
   EXPECT_FALSE(hf_tensor_name("llama", "layers.0.attention.wz.weight").has_value());
   EXPECT_FALSE(hf_tensor_name("llama", "wte.weight").has_value());
@@ -72,7 +77,8 @@ std::map<std::string, std::vector<float>> save_model(const std::string& root, Mo
     v.resize(static_cast<size_t>(numel(params[i].second)));
     for (size_t k = 0; k < v.size(); ++k) v[k] = static_cast<float>(1000 * i + k);
     m.tensors.push_back(sharded_tensor("param/" + params[i].first, "F32", params[i].second, world));
-    m.tensors.push_back(sharded_tensor("exp_avg/" + params[i].first, "F32", params[i].second, world));
+    m.tensors.push_back(
+        sharded_tensor("exp_avg/" + params[i].first, "F32", params[i].second, world));
   }
   for (int r = 0; r < world; ++r) {
     m.files.push_back({shard_file_name(r, world), 0});
@@ -80,9 +86,11 @@ std::map<std::string, std::vector<float>> save_model(const std::string& root, Mo
     for (const auto& [fqn, shape] : params) {
       const int64_t off = shard_row_offset(shape[0], world, r) * row_numel(shape);
       for (const char* kind : {"param/", "exp_avg/"})
-        out.push_back({kind + fqn, "F32", sharded_shape(shape, world, r), values[fqn].data() + off});
+        out.push_back(
+            {kind + fqn, "F32", sharded_shape(shape, world, r), values[fqn].data() + off});
     }
-    write_safetensors((fs::path(root) / step_folder_name(1) / shard_file_name(r, world)).string(), out, {}, "test");
+    write_safetensors((fs::path(root) / step_folder_name(1) / shard_file_name(r, world)).string(),
+                      out, {}, "test");
   }
   commit_checkpoint(root, m, "test");
   return values;
@@ -111,7 +119,9 @@ TEST(CheckpointExport, Gpt2ConsolidatedWithConv1DTransposes) {
     // ours [out, in] -> Hugging Face Conv1D [in, out]
     const int64_t rows = e.shape[1], cols = e.shape[0];
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(got[static_cast<size_t>(c * rows + r)], v[static_cast<size_t>(r * cols + c)]) << fqn;
+      for (int64_t c = 0; c < cols; ++c)
+        ASSERT_EQ(got[static_cast<size_t>(c * rows + r)], v[static_cast<size_t>(r * cols + c)])
+            << fqn;
   }
   EXPECT_EQ(st.entry("transformer.h.0.attn.c_attn.weight").shape, (Shape{4, 12}));
   EXPECT_EQ(st.entry("transformer.h.0.mlp.c_proj.weight").shape, (Shape{6, 4}));

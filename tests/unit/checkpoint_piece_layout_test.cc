@@ -20,9 +20,11 @@ using testing::input_error_of;
 std::vector<int32_t> stored(const Shape& global, const ChunkBox& box) {
   std::vector<int32_t> v;
   const int64_t rows = box.lengths[0], cols = box.lengths.size() > 1 ? box.lengths[1] : 1;
-  const int64_t gcols = global.size() > 1 ? global[1] : 1, c0 = box.offsets.size() > 1 ? box.offsets[1] : 0;
+  const int64_t gcols = global.size() > 1 ? global[1] : 1,
+                c0 = box.offsets.size() > 1 ? box.offsets[1] : 0;
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) v.push_back(static_cast<int32_t>((box.offsets[0] + r) * gcols + c0 + c));
+    for (int64_t c = 0; c < cols; ++c)
+      v.push_back(static_cast<int32_t>((box.offsets[0] + r) * gcols + c0 + c));
   return v;
 }
 
@@ -79,7 +81,8 @@ TEST(PieceLayout, ColwiseWeightUnderFsdpIsStrided) {
   PieceLayout l{0, 2, 2, 1};
   EXPECT_EQ(piece_box({8, 4}, l, 1, 0), (ChunkBox{{4, 0}, {2, 4}}));
   EXPECT_EQ(piece_box({8, 4}, l, 0, 1), (ChunkBox{{2, 0}, {2, 4}}));
-  EXPECT_EQ(dtensor_placements(l), (std::vector<std::string>{"_StridedShard(dim=0, sf=2)", "Shard(0)"}));
+  EXPECT_EQ(dtensor_placements(l),
+            (std::vector<std::string>{"_StridedShard(dim=0, sf=2)", "Shard(0)"}));
   // wo [4, 8] rowwise: tp rank 1's column block [4, 8), FSDP rank 1's rows [2, 4).
   l.tp_dim = 1;
   EXPECT_EQ(piece_box({4, 8}, l, 1, 1), (ChunkBox{{2, 4}, {2, 4}}));
@@ -91,34 +94,55 @@ TEST(PieceLayout, ColwiseWeightUnderFsdpIsStrided) {
   ASSERT_EQ(p.size(), 2u);
   EXPECT_EQ(p[1].file_index, 2);  // shard rank 1, tp rank 0 of 2
   EXPECT_EQ(p[1].box, (ChunkBox{{3}, {2}}));
-  EXPECT_EQ(dtensor_placements(l), (std::vector<std::string>{"Replicate()", "Shard(0)", "Replicate()"}));
+  EXPECT_EQ(dtensor_placements(l),
+            (std::vector<std::string>{"Replicate()", "Shard(0)", "Replicate()"}));
 }
 
 TEST(PieceLayout, DamagedBoxesAreInputErrors) {
   const Shape s = {4, 8};
   const ChunkBox a{{0, 0}, {4, 4}}, b{{0, 4}, {4, 4}};
   EXPECT_EQ(input_error_of([&] { validate_boxes(s, {a, b}, "w"); }), "");
-  EXPECT_NE(input_error_of([&] { validate_boxes(s, {a, ChunkBox{{0, 3}, {4, 4}}}, "w"); }).find("overlaps chunk"),
+  EXPECT_NE(input_error_of([&] {
+              validate_boxes(s, {a, ChunkBox{{0, 3}, {4, 4}}}, "w");
+            }).find("overlaps chunk"),
             std::string::npos);
-  EXPECT_NE(input_error_of([&] { validate_boxes(s, {a, ChunkBox{{0, 5}, {4, 4}}}, "w"); }).find("ends past dim 1"),
+  EXPECT_NE(input_error_of([&] {
+              validate_boxes(s, {a, ChunkBox{{0, 5}, {4, 4}}}, "w");
+            }).find("ends past dim 1"),
             std::string::npos);
-  EXPECT_NE(input_error_of([&] { validate_boxes(s, {a}, "w"); }).find("cover 16 of 32 elements"), std::string::npos);
-  EXPECT_NE(input_error_of([&] { validate_boxes(s, {a, ChunkBox{{0}, {4}}}, "w"); }).find("1 lengths for a 2-d"),
+  EXPECT_NE(input_error_of([&] { validate_boxes(s, {a}, "w"); }).find("cover 16 of 32 elements"),
+            std::string::npos);
+  EXPECT_NE(input_error_of([&] {
+              validate_boxes(s, {a, ChunkBox{{0}, {4}}}, "w");
+            }).find("1 lengths for a 2-d"),
             std::string::npos);
   // Row ranges keep the row messages.
-  EXPECT_NE(input_error_of([&] { validate_boxes(s, {rows_box(s, 0, 2), rows_box(s, 3, 1)}, "w"); }).find("gap after row 2"),
+  EXPECT_NE(input_error_of([&] {
+              validate_boxes(s, {rows_box(s, 0, 2), rows_box(s, 3, 1)}, "w");
+            }).find("gap after row 2"),
             std::string::npos);
 }
 
 // A version 1 metadata (row ranges) still loads, as boxes.
 TEST(PieceLayout, VersionOneMetadataReadsAsBoxes) {
-  nlohmann::json j = {{"format", "fullshard-checkpoint"}, {"version", 1}, {"scenario", "t"}, {"arch", "llama"},
-                      {"step", 1}, {"next_step", 1}, {"seed", 0}, {"world_size", 2},
-                      {"mesh", {{"replicate", 1}, {"shard", 2}}}, {"optimizer_steps", 1},
+  nlohmann::json j = {{"format", "fullshard-checkpoint"},
+                      {"version", 1},
+                      {"scenario", "t"},
+                      {"arch", "llama"},
+                      {"step", 1},
+                      {"next_step", 1},
+                      {"seed", 0},
+                      {"world_size", 2},
+                      {"mesh", {{"replicate", 1}, {"shard", 2}}},
+                      {"optimizer_steps", 1},
                       {"files", {{{"name", "a"}, {"bytes", 8}}, {{"name", "b"}, {"bytes", 8}}}},
-                      {"tensors", {{{"name", "param/w"}, {"dtype", "F32"}, {"shape", {3, 2}},
-                                    {"chunks", {{{"file", "a"}, {"row_begin", 0}, {"rows", 2}},
-                                                {{"file", "b"}, {"row_begin", 2}, {"rows", 1}}}}}}}};
+                      {"tensors",
+                       {{{"name", "param/w"},
+                         {"dtype", "F32"},
+                         {"shape", {3, 2}},
+                         {"chunks",
+                          {{{"file", "a"}, {"row_begin", 0}, {"rows", 2}},
+                           {{"file", "b"}, {"row_begin", 2}, {"rows", 1}}}}}}}};
   const CheckpointMetadata m = metadata_from_json(j, "metadata.json");
   EXPECT_EQ(m.tp, 1);
   EXPECT_EQ(m.tensors[0].chunks[1].box, (ChunkBox{{2, 0}, {1, 2}}));

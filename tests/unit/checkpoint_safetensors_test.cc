@@ -43,14 +43,18 @@ TEST(Safetensors, WritesTheFormatAndReadsItBack) {
   const std::vector<float> w = {1.5f, -2.0f, 3.25f, 0.0f, 7.0f, 1e-3f};
   const std::vector<int64_t> ids = {1, 2, 3};
   const std::string p = d.file("m.safetensors");
-  write_safetensors(p, {{"w", "F32", {2, 3}, w.data()}, {"ids", "I64", {3}, ids.data()}, {"empty", "F32", {0, 4}, nullptr}},
+  write_safetensors(p,
+                    {{"w", "F32", {2, 3}, w.data()},
+                     {"ids", "I64", {3}, ids.data()},
+                     {"empty", "F32", {0, 4}, nullptr}},
                     {{"format", "pt"}}, "--out");
   const std::string bytes = slurp(p);
   uint64_t n = 0;
   std::memcpy(&n, bytes.data(), 8);
   EXPECT_EQ(n % 8, 0u);  // data 8-byte aligned
   EXPECT_EQ(bytes.size(), 8 + n + 24 + 24);
-  EXPECT_EQ(bytes.compare(8 + n, 24, reinterpret_cast<const char*>(w.data()), 24), 0);  // raw little-endian, in order
+  EXPECT_EQ(bytes.compare(8 + n, 24, reinterpret_cast<const char*>(w.data()), 24),
+            0);  // raw little-endian, in order
   SafetensorsReader r(p);
   EXPECT_EQ(r.header().metadata.at("format"), "pt");
   ASSERT_EQ(r.header().tensors.size(), 3u);
@@ -63,8 +67,10 @@ TEST(Safetensors, WritesTheFormatAndReadsItBack) {
   float one = 0;
   r.read("w", 8, 4, &one);
   EXPECT_EQ(one, 3.25f);
-  EXPECT_NE(input_error_of([&] { r.read("w", 20, 8, &one); }).find("outside its 24 bytes"), std::string::npos);
-  EXPECT_NE(input_error_of([&] { r.entry("nope"); }).find("has no tensor 'nope'"), std::string::npos);
+  EXPECT_NE(input_error_of([&] { r.read("w", 20, 8, &one); }).find("outside its 24 bytes"),
+            std::string::npos);
+  EXPECT_NE(input_error_of([&] { r.entry("nope"); }).find("has no tensor 'nope'"),
+            std::string::npos);
   EXPECT_EQ(dtype_from_safetensors("BF16"), DType::kBFloat16);
   EXPECT_FALSE(dtype_from_safetensors("F64").has_value());
   EXPECT_EQ(safetensors_dtype_size("F64"), 8u);
@@ -73,13 +79,18 @@ TEST(Safetensors, WritesTheFormatAndReadsItBack) {
 TEST(Safetensors, WriterRefusesDuplicatesAndReservedNames) {
   TempDir d;
   float x = 1;
-  EXPECT_NE(input_error_of([&] { write_safetensors(d.file("a"), {{"a", "F32", {1}, &x}, {"a", "F32", {1}, &x}}, {}, "--out"); })
-                .find("given twice"),
+  EXPECT_NE(
+      input_error_of([&] {
+        write_safetensors(d.file("a"), {{"a", "F32", {1}, &x}, {"a", "F32", {1}, &x}}, {}, "--out");
+      }).find("given twice"),
+      std::string::npos);
+  EXPECT_NE(input_error_of([&] {
+              write_safetensors(d.file("a"), {{"__metadata__", "F32", {1}, &x}}, {}, "--out");
+            }).find("reserved"),
             std::string::npos);
-  EXPECT_NE(input_error_of([&] { write_safetensors(d.file("a"), {{"__metadata__", "F32", {1}, &x}}, {}, "--out"); })
-                .find("reserved"),
-            std::string::npos);
-  EXPECT_NE(input_error_of([&] { write_safetensors(d.file("a"), {{"a", "Q4", {1}, &x}}, {}, "--out"); }).find("Q4"),
+  EXPECT_NE(input_error_of([&] {
+              write_safetensors(d.file("a"), {{"a", "Q4", {1}, &x}}, {}, "--out");
+            }).find("Q4"),
             std::string::npos);
   EXPECT_FALSE(fs::exists(d.file("a")));
 }
@@ -94,19 +105,28 @@ struct Damage {
 TEST(Safetensors, EveryKindOfDamageIsOneInputErrorNamingFileAndTensor) {
   TempDir d;
   const std::vector<Damage> cases = {
-      {R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,12]}})", 12, "tensor 'w': data_offsets [0,12] span 12 bytes but dtype F32 and shape [2, 2] need 16"},
-      {R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"v":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12, "overlap"},
-      {R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12, "tensor 'w': data_offsets begin at 4, leaving a hole"},
-      {R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 12, "tensor 'w': data_offsets end at 16, past the 12 data bytes"},
-      {R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 12, "4 bytes after the last tensor"},
-      {R"({"w":{"dtype":"Q4","shape":[2],"data_offsets":[0,8]}})", 8, "tensor 'w': unknown dtype 'Q4'"},
-      {R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8, "tensor 'w': shape [-2] holds -2"},
+      {R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,12]}})", 12,
+       "tensor 'w': data_offsets [0,12] span 12 bytes but dtype F32 and shape [2, 2] need 16"},
+      {R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"v":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+       12, "overlap"},
+      {R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12,
+       "tensor 'w': data_offsets begin at 4, leaving a hole"},
+      {R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 12,
+       "tensor 'w': data_offsets end at 16, past the 12 data bytes"},
+      {R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 12,
+       "4 bytes after the last tensor"},
+      {R"({"w":{"dtype":"Q4","shape":[2],"data_offsets":[0,8]}})", 8,
+       "tensor 'w': unknown dtype 'Q4'"},
+      {R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8,
+       "tensor 'w': shape [-2] holds -2"},
       {R"({"w":{"dtype":"F32","shape":[2.5],"data_offsets":[0,8]}})", 8, "tensor 'w': shape"},
-      {R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", 8, "overflow"},
+      {R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", 8,
+       "overflow"},
       {R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", 8, "ends before it begins"},
       {R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", 8, "is not [begin, end]"},
       {R"({"w":{"dtype":"F32","shape":[2]}})", 8, "tensor 'w': header entry has no 'data_offsets'"},
-      {R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1}})", 8, "unknown header field 'x'"},
+      {R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1}})", 8,
+       "unknown header field 'x'"},
       {R"({"w":[1,2]})", 8, "tensor 'w': header entry is array"},
       {R"({"__metadata__":{"a":1}})", 0, "__metadata__.a: is number"},
       {R"({"w":{"dtype":"F32",)", 8, "header is not valid JSON"},
@@ -126,13 +146,18 @@ TEST(Safetensors, EveryKindOfDamageIsOneInputErrorNamingFileAndTensor) {
   const uint64_t n = uint64_t{1} << 40;
   std::memcpy(huge.data(), &n, 8);
   spit(d.file("h"), huge + "{}");
-  EXPECT_NE(input_error_of([&] { SafetensorsReader r(d.file("h")); }).find("over the"), std::string::npos);
+  EXPECT_NE(input_error_of([&] { SafetensorsReader r(d.file("h")); }).find("over the"),
+            std::string::npos);
   spit(d.file("h"), raw_file("{}", 0).substr(0, 9));
-  EXPECT_NE(input_error_of([&] { SafetensorsReader r(d.file("h")); }).find("past the end"), std::string::npos);
+  EXPECT_NE(input_error_of([&] { SafetensorsReader r(d.file("h")); }).find("past the end"),
+            std::string::npos);
   spit(d.file("h"), "abc");
-  EXPECT_NE(input_error_of([&] { SafetensorsReader r(d.file("h")); }).find("fewer than the 8-byte"), std::string::npos);
-  EXPECT_NE(input_error_of([&] { SafetensorsReader r(d.file("missing")); }).find("missing"), std::string::npos);
-  EXPECT_NE(input_error_of([&] { SafetensorsReader r("/tmp"); }).find("not a regular file"), std::string::npos);
+  EXPECT_NE(input_error_of([&] { SafetensorsReader r(d.file("h")); }).find("fewer than the 8-byte"),
+            std::string::npos);
+  EXPECT_NE(input_error_of([&] { SafetensorsReader r(d.file("missing")); }).find("missing"),
+            std::string::npos);
+  EXPECT_NE(input_error_of([&] { SafetensorsReader r("/tmp"); }).find("not a regular file"),
+            std::string::npos);
 }
 
 // Random tensors of every fullshard dtype.
@@ -143,29 +168,30 @@ struct RandomTensor {
 };
 
 rc::Gen<std::vector<RandomTensor>> gen_tensors() {
-  return rc::gen::map(rc::gen::container<std::vector<std::tuple<int, std::vector<int64_t>, uint32_t>>>(
-                          rc::gen::tuple(rc::gen::inRange(0, 5),
-                                         rc::gen::container<std::vector<int64_t>>(rc::gen::inRange<int64_t>(0, 6)),
-                                         rc::gen::arbitrary<uint32_t>())),
-                      [](const auto& specs) {
-                        std::vector<RandomTensor> out;
-                        const char* dts[] = {"F32", "BF16", "F16", "I64", "U8"};
-                        for (size_t i = 0; i < specs.size() && i < 12; ++i) {
-                          const auto& [dt, dims, seed] = specs[i];
-                          RandomTensor t;
-                          t.name = "model.layers." + std::to_string(i) + ".w";
-                          t.dtype = dts[dt];
-                          t.shape.assign(dims.begin(), dims.begin() + std::min<size_t>(dims.size(), 3));
-                          t.bytes.resize(static_cast<size_t>(numel(t.shape)) * *safetensors_dtype_size(t.dtype));
-                          uint32_t x = seed | 1;
-                          for (char& c : t.bytes) {
-                            x ^= x << 13, x ^= x >> 17, x ^= x << 5;
-                            c = static_cast<char>(x);
-                          }
-                          out.push_back(std::move(t));
-                        }
-                        return out;
-                      });
+  return rc::gen::map(
+      rc::gen::container<std::vector<std::tuple<int, std::vector<int64_t>, uint32_t>>>(
+          rc::gen::tuple(rc::gen::inRange(0, 5),
+                         rc::gen::container<std::vector<int64_t>>(rc::gen::inRange<int64_t>(0, 6)),
+                         rc::gen::arbitrary<uint32_t>())),
+      [](const auto& specs) {
+        std::vector<RandomTensor> out;
+        const char* dts[] = {"F32", "BF16", "F16", "I64", "U8"};
+        for (size_t i = 0; i < specs.size() && i < 12; ++i) {
+          const auto& [dt, dims, seed] = specs[i];
+          RandomTensor t;
+          t.name = "model.layers." + std::to_string(i) + ".w";
+          t.dtype = dts[dt];
+          t.shape.assign(dims.begin(), dims.begin() + std::min<size_t>(dims.size(), 3));
+          t.bytes.resize(static_cast<size_t>(numel(t.shape)) * *safetensors_dtype_size(t.dtype));
+          uint32_t x = seed | 1;
+          for (char& c : t.bytes) {
+            x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+            c = static_cast<char>(x);
+          }
+          out.push_back(std::move(t));
+        }
+        return out;
+      });
 }
 
 std::vector<SafetensorsTensor> views(const std::vector<RandomTensor>& ts) {

@@ -53,11 +53,13 @@ TEST(Printable, ControlsAndInvalidBytesAreEscaped) {
   EXPECT_EQ(printable("x\ny\tz\r"), "x\\ny\\tz\\r");
   EXPECT_EQ(printable(std::string("nul\0end", 7)), "nul\\x00end");
   EXPECT_EQ(printable("del\x7f"), "del\\x7f");
-  EXPECT_EQ(printable("\xc2\x9b" "31m"), "\\u009b31m");  // C1 CSI
+  EXPECT_EQ(printable("\xc2\x9b"
+                      "31m"),
+            "\\u009b31m");  // C1 CSI
   EXPECT_EQ(printable("bad\xff\xfe"), "bad\\xff\\xfe");
-  EXPECT_EQ(printable("\xc0\xaf"), "\\xc0\\xaf");       // overlong '/'
+  EXPECT_EQ(printable("\xc0\xaf"), "\\xc0\\xaf");           // overlong '/'
   EXPECT_EQ(printable("\xed\xa0\x80"), "\\xed\\xa0\\x80");  // surrogate
-  EXPECT_EQ(printable("cut\xe2\x82"), "cut\\xe2\\x82");  // truncated sequence
+  EXPECT_EQ(printable("cut\xe2\x82"), "cut\\xe2\\x82");     // truncated sequence
 }
 
 TEST(Printable, LongTextIsCutAtACharacterWithItsSize) {
@@ -71,7 +73,8 @@ TEST(Printable, LongTextIsCutAtACharacterWithItsSize) {
   EXPECT_EQ(q, "\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac... (300 bytes)");
 }
 
-RC_GTEST_PROP(PrintableProp, OutputIsValidUtf8WithoutControlsBoundedAndStable, (const std::string& s)) {
+RC_GTEST_PROP(PrintableProp, OutputIsValidUtf8WithoutControlsBoundedAndStable,
+              (const std::string& s)) {
   const size_t max = *rc::gen::inRange<size_t>(1, 64);
   const std::string p = printable(s, max);
   RC_ASSERT(valid_utf8_without_controls(p));
@@ -123,19 +126,28 @@ TEST_F(InputFile, ReadsRegularFilesAndRefusesEverythingElse) {
   EXPECT_EQ(read_input_file(path("a.json"), "a file"), "{\"x\": 1}");
   ASSERT_EQ(mkfifo(path("fifo").c_str(), 0600), 0);
   // Would block forever in open() without O_NONBLOCK: the test's timeout catches a regression.
-  EXPECT_NE(input_error_of([&] { read_input_file(path("fifo"), "a file"); }).find("is a FIFO (named pipe), not a regular file"),
+  EXPECT_NE(input_error_of([&] {
+              read_input_file(path("fifo"), "a file");
+            }).find("is a FIFO (named pipe), not a regular file"),
             std::string::npos);
-  EXPECT_NE(input_error_of([&] { read_input_file("/dev/zero", "a file"); }).find("/dev/zero: is a character device"),
+  EXPECT_NE(input_error_of([&] {
+              read_input_file("/dev/zero", "a file");
+            }).find("/dev/zero: is a character device"),
             std::string::npos);
-  EXPECT_NE(input_error_of([&] { read_input_file(dir_, "a file"); }).find("is a directory"), std::string::npos);
-  EXPECT_NE(input_error_of([&] { read_input_file(path("none"), "a scenario"); }).find("file not found; give the path of a scenario"),
+  EXPECT_NE(input_error_of([&] { read_input_file(dir_, "a file"); }).find("is a directory"),
+            std::string::npos);
+  EXPECT_NE(input_error_of([&] {
+              read_input_file(path("none"), "a scenario");
+            }).find("file not found; give the path of a scenario"),
             std::string::npos);
 }
 
 TEST_F(InputFile, SizeIsCapped) {
   std::ofstream(path("big")) << std::string(1000, 'x');
   EXPECT_EQ(read_input_file(path("big"), "a file", 1000).size(), 1000u);
-  EXPECT_NE(input_error_of([&] { read_input_file(path("big"), "a file", 999); }).find("is 1000 bytes, more than the"),
+  EXPECT_NE(input_error_of([&] {
+              read_input_file(path("big"), "a file", 999);
+            }).find("is 1000 bytes, more than the"),
             std::string::npos);
 }
 
@@ -144,19 +156,28 @@ TEST(JsonInput, NestingIsBoundedWithThePosition) {
   const auto nest = [](size_t n) { return std::string(n, '[') + std::string(n, ']'); };
   EXPECT_NO_THROW(parse_json_text(nest(kMaxJsonDepth), "f.json"));
   const std::string e = input_error_of([&] { parse_json_text(nest(kMaxJsonDepth + 1), "f.json"); });
-  EXPECT_NE(e.find("f.json:1:65: malformed JSON: nested deeper than 64 levels"), std::string::npos) << e;
+  EXPECT_NE(e.find("f.json:1:65: malformed JSON: nested deeper than 64 levels"), std::string::npos)
+      << e;
   // 100k deep, objects and arrays mixed: an error, not a stack overflow.
   std::string deep;
   for (int i = 0; i < 50000; ++i) deep += "{\"a\":[";
-  EXPECT_NE(input_error_of([&] { parse_json_text(deep, "d.json"); }).find("nested deeper"), std::string::npos);
+  EXPECT_NE(input_error_of([&] { parse_json_text(deep, "d.json"); }).find("nested deeper"),
+            std::string::npos);
   // Brackets inside strings are text.
   EXPECT_NO_THROW(parse_json_text("{\"k\": \"" + std::string(1000, '[') + "\\\"[\"}", "s.json"));
 }
 
 TEST(JsonInput, OverflowingNumbersAndDuplicatesAreErrors) {
-  EXPECT_NE(input_error_of([] { parse_json_text("{\"bytes\": 1e999}", "m.json"); }).find("m.json:1:"), std::string::npos);
-  EXPECT_NE(input_error_of([] { parse_json_text("{\"bytes\": 1e999}", "m.json"); }).find("number overflow"), std::string::npos);
-  EXPECT_NE(input_error_of([] { parse_json_text("{\"a\": {\"b\": 1, \"b\": 2}}", "d.json"); }).find("'a.b' appears twice"),
+  EXPECT_NE(
+      input_error_of([] { parse_json_text("{\"bytes\": 1e999}", "m.json"); }).find("m.json:1:"),
+      std::string::npos);
+  EXPECT_NE(input_error_of([] {
+              parse_json_text("{\"bytes\": 1e999}", "m.json");
+            }).find("number overflow"),
+            std::string::npos);
+  EXPECT_NE(input_error_of([] {
+              parse_json_text("{\"a\": {\"b\": 1, \"b\": 2}}", "d.json");
+            }).find("'a.b' appears twice"),
             std::string::npos);
   EXPECT_EQ(parse_json_text("{\"a\": [1, 2]}", "ok.json")["a"][1], 2);
 }
@@ -166,9 +187,12 @@ TEST(JsonInput, ANulByteIsAnErrorNotTheEndOfTheText) {
   const std::string glued = std::string("{\"a\": 1}") + '\0' + "{\"b\": 2}";
   const std::string e = input_error_of([&] { parse_json_text(glued, "g.json"); });
   EXPECT_NE(e.find("g.json:1:9: malformed JSON: a NUL byte"), std::string::npos) << e;
-  EXPECT_NE(input_error_of([] { parse_json_text(std::string("{}\n") + '\0', "t.json"); }).find("t.json:2:1:"),
+  EXPECT_NE(input_error_of([] {
+              parse_json_text(std::string("{}\n") + '\0', "t.json");
+            }).find("t.json:2:1:"),
             std::string::npos);
-  EXPECT_EQ(parse_json_text("{\"s\": \"a\\u0000b\"}", "u.json")["s"].get<std::string>(), std::string("a\0b", 3));
+  EXPECT_EQ(parse_json_text("{\"s\": \"a\\u0000b\"}", "u.json")["s"].get<std::string>(),
+            std::string("a\0b", 3));
 }
 
 // ---------------------------------------------------------------- outputs
@@ -201,8 +225,11 @@ TEST_F(Output, AnUncommittedFileLeavesNothingAndKeepsTheOld) {
 }
 
 TEST_F(Output, AFullDiskIsAnErrorNamingTheFlag) {
-  const std::string e = input_error_of([] { write_output_file("/dev/full", std::string(1 << 20, 'x'), "--trace"); });
-  EXPECT_NE(e.find("--trace: could not write '/dev/full' (No space left on device)"), std::string::npos) << e;
+  const std::string e =
+      input_error_of([] { write_output_file("/dev/full", std::string(1 << 20, 'x'), "--trace"); });
+  EXPECT_NE(e.find("--trace: could not write '/dev/full' (No space left on device)"),
+            std::string::npos)
+      << e;
   // /dev/null stays a device: it is written directly, never renamed over.
   write_output_file("/dev/null", "x", "--json");
   struct stat st {};
@@ -211,8 +238,12 @@ TEST_F(Output, AFullDiskIsAnErrorNamingTheFlag) {
 }
 
 TEST_F(Output, MissingFolderAndDirectoryAreRefusedUpFront) {
-  EXPECT_NE(input_error_of([&] { check_output_writable("-o", path("no/dir/x.json")); }).find("does not exist"), std::string::npos);
-  EXPECT_NE(input_error_of([&] { check_output_writable("-o", dir_); }).find("is a directory"), std::string::npos);
+  EXPECT_NE(input_error_of([&] {
+              check_output_writable("-o", path("no/dir/x.json"));
+            }).find("does not exist"),
+            std::string::npos);
+  EXPECT_NE(input_error_of([&] { check_output_writable("-o", dir_); }).find("is a directory"),
+            std::string::npos);
   EXPECT_TRUE(names().empty());
 }
 
@@ -220,12 +251,17 @@ TEST_F(Output, AnInputIsNeverAnOutput) {
   std::ofstream(path("s.json")) << "{}";
   ASSERT_EQ(symlink("s.json", path("link.json").c_str()), 0);
   ASSERT_EQ(link(path("s.json").c_str(), path("hard.json").c_str()), 0);
-  for (const std::string& out : {path("s.json"), path("link.json"), path("hard.json"), dir_ + "/./s.json"})
-    EXPECT_NE(input_error_of([&] { refuse_output_over_input("--json", out, {"", path("s.json")}); }).find("is also an input"),
+  for (const std::string& out :
+       {path("s.json"), path("link.json"), path("hard.json"), dir_ + "/./s.json"})
+    EXPECT_NE(input_error_of([&] {
+                refuse_output_over_input("--json", out, {"", path("s.json")});
+              }).find("is also an input"),
               std::string::npos)
         << out;
   // Not yet existing: by canonical path.
-  EXPECT_NE(input_error_of([&] { refuse_output_over_input("-o", dir_ + "/x/../new.json", {path("new.json")}); }).find("is also an input"),
+  EXPECT_NE(input_error_of([&] {
+              refuse_output_over_input("-o", dir_ + "/x/../new.json", {path("new.json")});
+            }).find("is also an input"),
             std::string::npos);
   EXPECT_NO_THROW(refuse_output_over_input("--json", path("r.json"), {path("s.json")}));
   EXPECT_NO_THROW(refuse_output_over_input("--json", "/dev/null", {"/dev/null"}));

@@ -54,7 +54,8 @@ TEST(CalibrateDirect, SetsEachFigureToItsMedian) {
   EXPECT_DOUBLE_EQ(c.profile.eager_dispatch_s, 10.5e-6 - stock.launch_overhead_s);
   EXPECT_DOUBLE_EQ(c.profile.pinned_copy_bandwidth, 50e9);
   EXPECT_DOUBLE_EQ(c.profile.pageable_copy_bandwidth, stock.pageable_copy_bandwidth);  // no samples
-  EXPECT_EQ(c.fitted, (std::vector<std::string>{"kernel_gap_s", "eager_dispatch_s", "pinned_copy_bandwidth"}));
+  EXPECT_EQ(c.fitted, (std::vector<std::string>{"kernel_gap_s", "eager_dispatch_s",
+                                                "pinned_copy_bandwidth"}));
 }
 
 // Fused-norm samples (NOTE [Fused norm kernels]) set norm_memory_efficiency to the median of
@@ -63,10 +64,11 @@ TEST(CalibrateDirect, SetsEachFigureToItsMedian) {
 TEST(CalibrateDirect, NormSamplesSetTheNormEfficiency) {
   const HardwareProfile stock = load_hardware_profile("h100");
   const double hbm = stock.hbm_bandwidth, gap = stock.kernel_gap_s;
-  const CalibrationInput in = parse_calibration_input(json{{"kernels",
-      {{{"op", "norm"}, {"bytes", 1e8}, {"time_s", 1e8 / (hbm * 0.3) + gap}},
-       {{"op", "norm_backward"}, {"bytes", 2e8}, {"time_s", 2e8 / (hbm * 0.5) + 2 * gap}},
-       {{"op", "norm"}, {"bytes", 4e8}, {"time_s", 4e8 / (hbm * 0.45) + gap}}}}});
+  const CalibrationInput in = parse_calibration_input(
+      json{{"kernels",
+            {{{"op", "norm"}, {"bytes", 1e8}, {"time_s", 1e8 / (hbm * 0.3) + gap}},
+             {{"op", "norm_backward"}, {"bytes", 2e8}, {"time_s", 2e8 / (hbm * 0.5) + 2 * gap}},
+             {{"op", "norm"}, {"bytes", 4e8}, {"time_s", 4e8 / (hbm * 0.45) + gap}}}}});
   ASSERT_EQ(in.kernels.size(), 3u);
   EXPECT_TRUE(in.kernels[1].norm && in.kernels[1].backward);
   const Calibration c = calibrate(stock, in);
@@ -76,7 +78,8 @@ TEST(CalibrateDirect, NormSamplesSetTheNormEfficiency) {
   // Predicted with the fitted figure, the middle sample is exact.
   EXPECT_NEAR(predict(c.profile, in.kernels[2]), 4e8 / (hbm * 0.45) + gap, 1e-12);
   try {
-    parse_calibration_input(json::parse(R"({"kernels": [{"op": "norm", "flops": 1e6, "time_s": 1e-5}]})"));
+    parse_calibration_input(
+        json::parse(R"({"kernels": [{"op": "norm", "flops": 1e6, "time_s": 1e-5}]})"));
     ADD_FAILURE() << "a norm sample without bytes must be refused";
   } catch (const InputError& e) {
     EXPECT_EQ(e.where(), "kernels[0]") << e.what();
@@ -96,12 +99,19 @@ RC_GTEST_PROP(CalibrateDirect, KernelGapIsTakenOffKernelSamples, ()) {
   CalibrationInput in;
   in.direct.push_back({DirectFigure::kKernelGap, 0, std::max(truth.kernel_gap_s, 1e-9)});
   truth.kernel_gap_s = in.direct[0].time_s;
-  KernelSample k{OpClass::kMatmul, false, DType::kBFloat16, {8192, 8192, 8192}, 2.0 * 8192 * 8192 * 8192, 4e8, 0};
+  KernelSample k{OpClass::kMatmul,
+                 false,
+                 DType::kBFloat16,
+                 {8192, 8192, 8192},
+                 2.0 * 8192 * 8192 * 8192,
+                 4e8,
+                 0};
   k.time_s = predict(truth, k);
   in.kernels.push_back(k);
   const Calibration c = calibrate(stock, in);
   RC_ASSERT(c.profile.kernel_gap_s == truth.kernel_gap_s);
-  RC_ASSERT(std::abs(c.profile.matmul_efficiency.at(1e12) / truth.matmul_efficiency.at(1e12) - 1) < 1e-9);
+  RC_ASSERT(std::abs(c.profile.matmul_efficiency.at(1e12) / truth.matmul_efficiency.at(1e12) - 1) <
+            1e-9);
 }
 
 // FSDP2 hook samples (tools/measure/fsdp_hooks.py) are a line in the unit's parameter count:
@@ -110,19 +120,23 @@ RC_GTEST_PROP(CalibrateDirect, KernelGapIsTakenOffKernelSamples, ()) {
 RC_GTEST_PROP(CalibrateDirect, FsdpHookSamplesFitTheirLine, ()) {
   const HardwareProfile stock = load_hardware_profile("h100");
   const double a = *rc::gen::inRange(1, 2000) * 1e-6, b = *rc::gen::inRange(0, 100) * 1e-7;
-  const auto counts = *rc::gen::nonEmpty(rc::gen::container<std::vector<int64_t>>(rc::gen::inRange<int64_t>(1, 64)));
+  const auto counts = *rc::gen::nonEmpty(
+      rc::gen::container<std::vector<int64_t>>(rc::gen::inRange<int64_t>(1, 64)));
   json rows = json::array();
   for (int64_t n : counts)
-    rows.push_back({{"op", "fsdp_hook"}, {"params", n}, {"time_s", a + b * static_cast<double>(n)}});
+    rows.push_back(
+        {{"op", "fsdp_hook"}, {"params", n}, {"time_s", a + b * static_cast<double>(n)}});
   const CalibrationInput in = parse_calibration_input(json{{"kernels", rows}});
   RC_ASSERT(in.direct.size() == counts.size());
   RC_ASSERT(in.kernels.empty());
   const Calibration c = calibrate(stock, in);
-  const bool one_count = std::all_of(counts.begin(), counts.end(), [&](int64_t n) { return n == counts[0]; });
+  const bool one_count =
+      std::all_of(counts.begin(), counts.end(), [&](int64_t n) { return n == counts[0]; });
   if (one_count) {
     RC_ASSERT(c.fitted == std::vector<std::string>{"fsdp_hook_s"});
     RC_ASSERT(c.profile.fsdp_hook_param_s == stock.fsdp_hook_param_s);
-    const double expected = std::max(0.0, a + (b - stock.fsdp_hook_param_s) * static_cast<double>(counts[0]));
+    const double expected =
+        std::max(0.0, a + (b - stock.fsdp_hook_param_s) * static_cast<double>(counts[0]));
     RC_ASSERT(std::abs(c.profile.fsdp_hook_s - expected) < 1e-12);
   } else {
     RC_ASSERT(c.fitted == (std::vector<std::string>{"fsdp_hook_s", "fsdp_hook_param_s"}));
@@ -144,11 +158,14 @@ TEST(CalibrateDirect, FsdpHookRowsNeedTheirParameterCount) {
     return "accepted";
   };
   EXPECT_EQ(where(R"({"kernels": [{"op": "fsdp_hook", "time_s": 1e-4}]})"), "kernels[0].params");
-  EXPECT_EQ(where(R"({"kernels": [{"op": "fsdp_hook", "params": -1, "time_s": 1e-4}]})"), "kernels[0].params");
-  EXPECT_EQ(where(R"({"kernels": [{"op": "fsdp_hook", "params": 4, "time_s": 0}]})"), "kernels[0].time_s");
+  EXPECT_EQ(where(R"({"kernels": [{"op": "fsdp_hook", "params": -1, "time_s": 1e-4}]})"),
+            "kernels[0].params");
+  EXPECT_EQ(where(R"({"kernels": [{"op": "fsdp_hook", "params": 4, "time_s": 0}]})"),
+            "kernels[0].time_s");
   EXPECT_EQ(where(R"({"kernels": [{"op": "vector", "params": 4, "bytes": 1e6, "time_s": 1e-4}]})"),
             "kernels[0].params");
-  EXPECT_EQ(where(R"({"kernels": [{"op": "fsdp_hook", "params": 0, "time_s": 1e-4}]})"), "accepted");
+  EXPECT_EQ(where(R"({"kernels": [{"op": "fsdp_hook", "params": 0, "time_s": 1e-4}]})"),
+            "accepted");
 }
 
 }  // namespace

@@ -59,8 +59,9 @@ TEST(Calibrate, RecoversAKnownProfile) {
   EXPECT_LT(c.collective_error_after, 1e-3);
   EXPECT_GT(c.kernel_error_before, 0.05);
   EXPECT_LT(c.kernel_error_after, 1e-9);
-  EXPECT_EQ(c.fitted, (std::vector<std::string>{"intra_node_bus_bandwidth", "nvls_efficiency", "network_bus_bandwidth",
-                                                "matmul_efficiency", "memory_efficiency"}));
+  EXPECT_EQ(c.fitted, (std::vector<std::string>{"intra_node_bus_bandwidth", "nvls_efficiency",
+                                                "network_bus_bandwidth", "matmul_efficiency",
+                                                "memory_efficiency"}));
   // Untouched: rows no sample fell into, and figures without samples.
   EXPECT_DOUBLE_EQ(c.profile.matmul_efficiency.at(1), 0.1);
   EXPECT_EQ(c.profile.attention_efficiency, stock.attention_efficiency);
@@ -92,7 +93,8 @@ TEST(Calibrate, ParsesSamplesAndNcclTestsBusBandwidth) {
     }
   };
   bad(R"({"collectives": [{"collective": "all_gather", "bytes": 1e9}]})", "collectives[0]");
-  bad(R"({"collectives": [{"collective": "allgather", "bytes": 1e9, "time_us": 1}]})", "collectives[0].collective");
+  bad(R"({"collectives": [{"collective": "allgather", "bytes": 1e9, "time_us": 1}]})",
+      "collectives[0].collective");
   bad(R"({"collectives": [{"collective": "all_gather", "gpus_per_node": 1, "bytes": 1e9, "time_us": 1}]})",
       "collectives[0].gpus_per_node");
   bad(R"({"kernels": [{"op": "matmul", "time_s": 1}]})", "kernels[0]");

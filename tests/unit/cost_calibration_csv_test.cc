@@ -49,7 +49,8 @@ TEST(CalibrationCsv, ErrorsNameTheLine) {
   EXPECT_EQ(where("collective,op,bytes\n,,1\n"), "line 2");
   EXPECT_EQ(where("collective,bytes,flops\nall_gather,1,5\n"), "line 2 column flops");
   // Field errors found by the JSON validation map back to their line.
-  const CalibrationCsv csv = parse_calibration_csv("collective,bytes,time_us\n# c\nall_gather,-1,5\n");
+  const CalibrationCsv csv =
+      parse_calibration_csv("collective,bytes,time_us\n# c\nall_gather,-1,5\n");
   try {
     parse_calibration_input(csv.measurements);
     FAIL() << "negative bytes accepted";

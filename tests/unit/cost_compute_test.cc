@@ -1,5 +1,6 @@
 // Compute cost (simulator/cost/compute_model.h): measured efficiencies by GEMM shape, attention
-// sequence length / head dim / direction, eager kernel chains, dtype-dependent peaks, pinned / pageable copies and CPU work, against hand values.
+// sequence length / head dim / direction, eager kernel chains, dtype-dependent peaks, pinned /
+// pageable copies and CPU work, against hand values.
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
@@ -43,15 +44,20 @@ TEST(ComputeModel, MeasuredEfficienciesByShape) {
   const double big = 2.0 * 8192 * 4096 * 14336;
   const double shape = 8192.0 / 8256 * 4096.0 / 4160 * 14336.0 / 14400;
   EXPECT_DOUBLE_EQ(m.matmul_shape_factor({8192, 4096, 14336}), shape);
-  EXPECT_DOUBLE_EQ(m.device_seconds(kernel(OpKind::kLinear, DType::kBFloat16, big, 1e8, {8192, 4096, 14336})),
-                   big / (989.4e12 * 0.83 * shape * clock) + gap);
+  EXPECT_DOUBLE_EQ(
+      m.device_seconds(kernel(OpKind::kLinear, DType::kBFloat16, big, 1e8, {8192, 4096, 14336})),
+      big / (989.4e12 * 0.83 * shape * clock) + gap);
   // A skinny product (M = 64) reaches half as much per small dimension.
   const double skinny = 2.0 * 64 * 4096 * 4096;
-  EXPECT_LT(m.compute_efficiency(kernel(OpKind::kLinear, DType::kBFloat16, skinny, 0, {64, 4096, 4096})),
-            0.51 * m.compute_efficiency(kernel(OpKind::kLinear, DType::kBFloat16, skinny, 0, {8192, 4096, 4096})));
+  EXPECT_LT(
+      m.compute_efficiency(kernel(OpKind::kLinear, DType::kBFloat16, skinny, 0, {64, 4096, 4096})),
+      0.51 * m.compute_efficiency(
+                 kernel(OpKind::kLinear, DType::kBFloat16, skinny, 0, {8192, 4096, 4096})));
   // The three layouts of one linear share M, K, N and are priced alike.
-  EXPECT_DOUBLE_EQ(m.device_seconds(kernel(OpKind::kLinearBackwardWeight, DType::kBFloat16, big, 0, {8192, 4096, 14336})),
-                   m.device_seconds(kernel(OpKind::kLinear, DType::kBFloat16, big, 0, {8192, 4096, 14336})));
+  EXPECT_DOUBLE_EQ(
+      m.device_seconds(
+          kernel(OpKind::kLinearBackwardWeight, DType::kBFloat16, big, 0, {8192, 4096, 14336})),
+      m.device_seconds(kernel(OpKind::kLinear, DType::kBFloat16, big, 0, {8192, 4096, 14336})));
   // fp32 matmuls run on CUDA cores; fp16 on tensor cores.
   EXPECT_DOUBLE_EQ(m.peak_flops(OpClass::kMatmul, DType::kFloat32), 66.9e12);
   EXPECT_DOUBLE_EQ(m.peak_flops(OpClass::kMatmul, DType::kFloat16), 989.4e12);
@@ -61,12 +67,15 @@ TEST(ComputeModel, MeasuredEfficienciesByShape) {
   EXPECT_DOUBLE_EQ(m.device_seconds(fwd), 1e12 / (989.4e12 * 0.337 * clock) + gap);
   EXPECT_DOUBLE_EQ(m.device_seconds(bwd), 1e12 / (989.4e12 * 0.290 * clock) + gap);
   // Shorter sequences and other head dims reach less.
-  EXPECT_LT(m.compute_efficiency(kernel(OpKind::kAttention, DType::kBFloat16, 1e12, 0, {32, 512, 128})),
-            m.compute_efficiency(fwd));
-  EXPECT_DOUBLE_EQ(m.compute_efficiency(kernel(OpKind::kAttention, DType::kBFloat16, 1e12, 0, {32, 8192, 64})),
-                   0.337 * 0.87 * clock);
+  EXPECT_LT(
+      m.compute_efficiency(kernel(OpKind::kAttention, DType::kBFloat16, 1e12, 0, {32, 512, 128})),
+      m.compute_efficiency(fwd));
+  EXPECT_DOUBLE_EQ(
+      m.compute_efficiency(kernel(OpKind::kAttention, DType::kBFloat16, 1e12, 0, {32, 8192, 64})),
+      0.337 * 0.87 * clock);
   // An add is memory-bound: 200 MB at 0.9 x 3.35 TB/s, plus one kernel gap.
-  EXPECT_DOUBLE_EQ(m.device_seconds(kernel(OpKind::kAdd, DType::kBFloat16, 1e8, 200e6)), 200e6 / (3.35e12 * 0.9) + gap);
+  EXPECT_DOUBLE_EQ(m.device_seconds(kernel(OpKind::kAdd, DType::kBFloat16, 1e8, 200e6)),
+                   200e6 / (3.35e12 * 0.9) + gap);
   // Fused norms (NOTE [Fused norm kernels]): the forward one kernel, the backward two (dx and
   // the dweight partials' reduction), their bytes at the profile's measured 0.4 of HBM
   // bandwidth, whatever their size; fullshard's fused RoPE is one kernel at the roofline.
@@ -81,16 +90,19 @@ TEST(ComputeModel, MeasuredEfficienciesByShape) {
   EXPECT_EQ(m.eager_kernel_count(kernel(OpKind::kLayerNormBackward, DType::kBFloat16, 1, 1)), 2);
   EXPECT_DOUBLE_EQ(m.launch_seconds(kernel(OpKind::kRMSNormBackward, DType::kBFloat16, 1, 1)),
                    2 * (p.eager_dispatch_s + p.launch_overhead_s));
-  EXPECT_DOUBLE_EQ(m.device_seconds(kernel(OpKind::kRoPE, DType::kBFloat16, 1e6, 200e6)), 200e6 / (3.35e12 * 0.9) + gap);
+  EXPECT_DOUBLE_EQ(m.device_seconds(kernel(OpKind::kRoPE, DType::kBFloat16, 1e6, 200e6)),
+                   200e6 / (3.35e12 * 0.9) + gap);
   // 5 MB copy: the 1 MB step (0.6).
-  EXPECT_DOUBLE_EQ(m.device_seconds(kernel(OpKind::kCopy, DType::kBFloat16, 0, 5e6)), 5e6 / (3.35e12 * 0.6) + gap);
+  EXPECT_DOUBLE_EQ(m.device_seconds(kernel(OpKind::kCopy, DType::kBFloat16, 0, 5e6)),
+                   5e6 / (3.35e12 * 0.6) + gap);
   EXPECT_EQ(m.device_seconds(kernel(OpKind::kFill, DType::kFloat32, 0, 0)), gap);
 }
 
 TEST(ComputeModel, CpuBackendRunsFusedKernelsWithoutGapsOrDispatch) {
   const ComputeModel m(load_hardware_profile("cpu"), {});
   EXPECT_EQ(m.eager_kernel_count(kernel(OpKind::kRMSNorm, DType::kFloat32, 1, 1)), 1);
-  EXPECT_EQ(m.launch_seconds(kernel(OpKind::kRMSNorm, DType::kFloat32, 1, 1)), m.hardware().launch_overhead_s);
+  EXPECT_EQ(m.launch_seconds(kernel(OpKind::kRMSNorm, DType::kFloat32, 1, 1)),
+            m.hardware().launch_overhead_s);
 }
 
 TEST(ComputeModel, PowerCapScalesTensorCoreWorkOnly) {

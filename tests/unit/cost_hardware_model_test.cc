@@ -25,12 +25,15 @@ TEST(HardwareCostModel, CollectivesFollowNcclOverTheTopology) {
   const HardwareProfile hw = load_hardware_profile("h100");
   const HardwareCostModel m(hw, ClusterLayout{2, 8});
   const nccl::NcclPlatform p = nccl::platform_from(hw);
-  const GroupInfo node = group("shard", 0, 8), world = group("shard", 0, 16), replicate = group("replicate", 3, 2, 8);
+  const GroupInfo node = group("shard", 0, 8), world = group("shard", 0, 16),
+                  replicate = group("replicate", 3, 2, 8);
   const Instr ag = collective(CollectiveKind::kAllGather, 1 << 30);
-  EXPECT_DOUBLE_EQ(m.collective_seconds(ag, node),
-                   nccl::choose(p, GroupTopology{8, 1, 8, 8}, nccl::Func::kAllGather, 1 << 30).time_us * 1e-6);
-  EXPECT_DOUBLE_EQ(m.collective_seconds(ag, world),
-                   nccl::choose(p, GroupTopology{16, 2, 8, 8}, nccl::Func::kAllGather, 1 << 30).time_us * 1e-6);
+  EXPECT_DOUBLE_EQ(
+      m.collective_seconds(ag, node),
+      nccl::choose(p, GroupTopology{8, 1, 8, 8}, nccl::Func::kAllGather, 1 << 30).time_us * 1e-6);
+  EXPECT_DOUBLE_EQ(
+      m.collective_seconds(ag, world),
+      nccl::choose(p, GroupTopology{16, 2, 8, 8}, nccl::Func::kAllGather, 1 << 30).time_us * 1e-6);
   EXPECT_EQ(m.topology(replicate), (GroupTopology{2, 2, 1, 1}));
   const CollectiveChoice c = m.collective_choice(ag, node);
   EXPECT_EQ(c.algorithm, "ring");
@@ -47,8 +50,9 @@ TEST(HardwareCostModel, CollectivesFollowNcclOverTheTopology) {
   EXPECT_EQ(m.collective_load(ag, one).link, -1);
   EXPECT_TRUE(m.collective_choice(ag, one).algorithm.empty());
   // A barrier is a 4-byte all-reduce.
-  EXPECT_DOUBLE_EQ(m.collective_seconds(collective(CollectiveKind::kBarrier, 0), node),
-                   nccl::choose(p, GroupTopology{8, 1, 8, 8}, nccl::Func::kAllReduce, 4).time_us * 1e-6);
+  EXPECT_DOUBLE_EQ(
+      m.collective_seconds(collective(CollectiveKind::kBarrier, 0), node),
+      nccl::choose(p, GroupTopology{8, 1, 8, 8}, nccl::Func::kAllReduce, 4).time_us * 1e-6);
   EXPECT_DOUBLE_EQ(m.launch_overhead_seconds(), 5e-6);
 }
 

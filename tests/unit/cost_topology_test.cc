@@ -34,7 +34,8 @@ TEST(Topology, HsdpShardDimInsideANode) {
   // Mesh [16, 8] on 16 nodes of 8: shard groups are 8 consecutive ranks (one node), replicate
   // groups take one rank per node.
   const ClusterLayout layout{16, 8};
-  for (int g = 0; g < 16; ++g) EXPECT_EQ(group_topology(iota(8 * g, 8), layout), (GroupTopology{8, 1, 8, 8}));
+  for (int g = 0; g < 16; ++g)
+    EXPECT_EQ(group_topology(iota(8 * g, 8), layout), (GroupTopology{8, 1, 8, 8}));
   for (int s = 0; s < 8; ++s) {
     const GroupTopology r = group_topology(iota(s, 16, 8), layout);
     EXPECT_EQ(r, (GroupTopology{16, 16, 1, 1}));

@@ -39,8 +39,9 @@ json scenario(std::vector<int> mesh, int batch, int steps = 6) {
   o.seq = 8;
   o.steps = steps;
   json j = tiny_scenario_json(o);
-  j["model"] = {{"arch", "llama"}, {"name", "ckpt"}, {"vocab_size", 256}, {"dim", 8}, {"n_layers", 2},
-                {"n_heads", 2},    {"n_kv_heads", 1}, {"ffn_dim", 12},     {"max_seq_len", 16}};
+  j["model"] = {{"arch", "llama"}, {"name", "ckpt"}, {"vocab_size", 256},
+                {"dim", 8},        {"n_layers", 2},  {"n_heads", 2},
+                {"n_kv_heads", 1}, {"ffn_dim", 12},  {"max_seq_len", 16}};
   j["training"]["optimizer"] = {{"lr", 1e-3}, {"eps", 1e-6}, {"max_grad_norm", 1.0}};
   j["training"]["seed"] = 7;
   return j;
@@ -58,7 +59,8 @@ TEST(CpuCheckpoint, ResumeContinuesBitIdentically) {
   for (size_t k = 0; k < 3; ++k) {
     EXPECT_EQ(first.mean_loss[k], straight.mean_loss[k]);
     EXPECT_EQ(resumed.mean_loss[k], straight.mean_loss[3 + k]) << "step " << 3 + k;  // bit for bit
-    for (int r = 0; r < 2; ++r) EXPECT_EQ(resumed.ranks[r].steps[k].loss, straight.ranks[r].steps[3 + k].loss);
+    for (int r = 0; r < 2; ++r)
+      EXPECT_EQ(resumed.ranks[r].steps[k].loss, straight.ranks[r].steps[3 + k].loss);
   }
   expect_bit_identical(resumed, straight);
 }
@@ -69,8 +71,10 @@ TEST(CpuCheckpoint, HsdpResumeContinuesBitIdentically) {
   const RealRun straight = run_real(s, 4);
   run_real(s, 2, saving(d.path(), 2));
   // Only replica 0 writes: two shard files for four ranks.
-  EXPECT_TRUE(fs::exists(fs::path(d.path()) / "step-00000002" / "shard-00001-of-00002.safetensors"));
-  EXPECT_FALSE(fs::exists(fs::path(d.path()) / "step-00000002" / "shard-00002-of-00004.safetensors"));
+  EXPECT_TRUE(
+      fs::exists(fs::path(d.path()) / "step-00000002" / "shard-00001-of-00002.safetensors"));
+  EXPECT_FALSE(
+      fs::exists(fs::path(d.path()) / "step-00000002" / "shard-00002-of-00004.safetensors"));
   const RealRun resumed = run_real(s, 4, resuming(d.path()));
   for (size_t k = 0; k < 2; ++k) EXPECT_EQ(resumed.mean_loss[k], straight.mean_loss[2 + k]);
   expect_bit_identical(resumed, straight);
@@ -86,10 +90,13 @@ TEST(CpuCheckpoint, AsyncSaveWritesTheSameBytesAndResumesBitIdentically) {
   const RealRun straight = run_real(s, 6);
   const RealRun sync_run = run_real(s, 4, saving(sync_dir.path(), 2));
   const RealRun async_run = run_real(s, 4, saving(async_dir.path(), 2, /*async=*/true));
-  for (size_t k = 0; k < 4; ++k) EXPECT_EQ(async_run.mean_loss[k], straight.mean_loss[k]);  // training unchanged
+  for (size_t k = 0; k < 4; ++k)
+    EXPECT_EQ(async_run.mean_loss[k], straight.mean_loss[k]);  // training unchanged
   for (const char* step : {"step-00000002", "step-00000004"})
-    for (const char* f : {"metadata.json", "shard-00000-of-00002.safetensors", "shard-00001-of-00002.safetensors"}) {
-      const fs::path a = fs::path(sync_dir.path()) / step / f, b = fs::path(async_dir.path()) / step / f;
+    for (const char* f : {"metadata.json", "shard-00000-of-00002.safetensors",
+                          "shard-00001-of-00002.safetensors"}) {
+      const fs::path a = fs::path(sync_dir.path()) / step / f,
+                     b = fs::path(async_dir.path()) / step / f;
       ASSERT_TRUE(fs::exists(b)) << b;
       EXPECT_EQ(file_bytes(a), file_bytes(b)) << step << "/" << f;
     }
@@ -97,11 +104,13 @@ TEST(CpuCheckpoint, AsyncSaveWritesTheSameBytesAndResumesBitIdentically) {
     const runner::CheckpointSaveStats& st = async_run.ranks[r].checkpoint;
     EXPECT_EQ(st.saves, 2);
     EXPECT_TRUE(st.async);
-    uint64_t shard_bytes = 0;  // fp32 parameter rows of the rank, three times (param, exp_avg, exp_avg_sq)
+    uint64_t shard_bytes =
+        0;  // fp32 parameter rows of the rank, three times (param, exp_avg, exp_avg_sq)
     for (const auto& [fqn, v] : async_run.ranks[r].local_params) shard_bytes += 3 * v.size() * 4;
     EXPECT_EQ(st.staging_bytes, shard_bytes) << "rank " << r;
     EXPECT_GE(st.background_s, st.hidden_s);
-    EXPECT_EQ(sync_run.ranks[r].checkpoint.staging_bytes, 0u);  // a synchronous save stages nothing beyond its write
+    EXPECT_EQ(sync_run.ranks[r].checkpoint.staging_bytes,
+              0u);  // a synchronous save stages nothing beyond its write
   }
   const RealRun resumed = run_real(s, 6, resuming(async_dir.path()));
   ASSERT_EQ(resumed.mean_loss.size(), 2u);
@@ -118,9 +127,11 @@ TEST(CpuCheckpoint, KeepLastLeavesTheNewestCheckpoints) {
     TempDir d;
     run_real(s, 5, saving(d.path(), 1, async, 2));
     std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(d.path())) names.push_back(e.path().filename().string());
+    for (const auto& e : fs::directory_iterator(d.path()))
+      names.push_back(e.path().filename().string());
     std::sort(names.begin(), names.end());
-    EXPECT_EQ(names, (std::vector<std::string>{"latest", "step-00000004", "step-00000005"})) << "async " << async;
+    EXPECT_EQ(names, (std::vector<std::string>{"latest", "step-00000004", "step-00000005"}))
+        << "async " << async;
     runner::RankOptions o;
     o.resume_from = (fs::path(d.path()) / "step-00000004").string();
     const RealRun rest = run_real(s, 6, o);
@@ -135,10 +146,12 @@ TEST(CpuCheckpoint, ReshardOnLoadMatchesUnsharded) {
   TempDir d;
   const RealRun ref = run_real(parse_scenario(scenario({1}, 6)), 6);
   run_real(parse_scenario(scenario({2}, 3)), 3, saving(d.path(), 3));
-  for (const auto& [mesh, batch] : std::vector<std::pair<std::vector<int>, int>>{{{3}, 2}, {{2, 3}, 1}, {{1}, 6}}) {
+  for (const auto& [mesh, batch] :
+       std::vector<std::pair<std::vector<int>, int>>{{{3}, 2}, {{2, 3}, 1}, {{1}, 6}}) {
     const RealRun resumed = run_real(parse_scenario(scenario(mesh, batch)), 6, resuming(d.path()));
     std::string where;
-    EXPECT_LE(max_violation(resumed, ref, 1e-5, 1e-3, &where), 1.0) << where << " (mesh of " << mesh.size() << " dims)";
+    EXPECT_LE(max_violation(resumed, ref, 1e-5, 1e-3, &where), 1.0)
+        << where << " (mesh of " << mesh.size() << " dims)";
     for (size_t k = 0; k < 3; ++k) EXPECT_NEAR(resumed.mean_loss[k], ref.mean_loss[3 + k], 1e-4);
   }
 }
@@ -174,8 +187,8 @@ TEST(CpuCheckpoint, ExportThenInitFromLeavesEveryByteUnchanged) {
     TempDir d;
     json j = scenario({2}, 2, 2);
     if (gpt2)
-      j["model"] = {{"arch", "gpt2"}, {"name", "g"}, {"vocab_size", 256}, {"dim", 8}, {"n_layers", 2},
-                    {"n_heads", 2},    {"ffn_dim", 12}, {"max_seq_len", 16}};
+      j["model"] = {{"arch", "gpt2"}, {"name", "g"},  {"vocab_size", 256}, {"dim", 8},
+                    {"n_layers", 2},  {"n_heads", 2}, {"ffn_dim", 12},     {"max_seq_len", 16}};
     const RealRun trained = run_real(parse_scenario(j), 2, saving(d.path(), 2));
     CheckpointReader reader(resolve_checkpoint(d.path(), "--resume"));
     ExportOptions eo;
@@ -196,7 +209,8 @@ TEST(CpuCheckpoint, ExportThenInitFromLeavesEveryByteUnchanged) {
       runner::validate_init_weights(eo.out, parse_scenario(other));
       ADD_FAILURE() << "no error";
     } catch (const InputError& e) {
-      EXPECT_NE(std::string(e.what()).find(gpt2 ? "c_fc.weight': is [8, 12]" : "gate_proj.weight': is [12, 8]"),
+      EXPECT_NE(std::string(e.what()).find(gpt2 ? "c_fc.weight': is [8, 12]"
+                                                : "gate_proj.weight': is [12, 8]"),
                 std::string::npos)
           << e.what();
     }
@@ -238,7 +252,9 @@ void crash_test(bool async, int trials) {
     TempDir d;
     const auto t0 = std::chrono::steady_clock::now();
     const int status = run_child(d.path(), -1);
-    full_us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+    full_us =
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
+            .count();
     ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
     int folders = 0;
     for (const auto& e : fs::directory_iterator(d.path())) folders += e.is_directory();
@@ -267,7 +283,8 @@ void crash_test(bool async, int trials) {
     try {
       folder = resolve_checkpoint(d.path(), "--resume");
     } catch (const InputError& e) {
-      ASSERT_NE(std::string(e.what()).find("no committed checkpoint"), std::string::npos) << e.what();
+      ASSERT_NE(std::string(e.what()).find("no committed checkpoint"), std::string::npos)
+          << e.what();
       ++none_committed;
       continue;
     }
@@ -279,13 +296,17 @@ void crash_test(bool async, int trials) {
     o.resume_from = folder;
     const RealRun rest = run_real(s, kSteps, o);
     for (size_t k = 0; k < rest.mean_loss.size(); ++k)
-      ASSERT_EQ(rest.mean_loss[k], straight.mean_loss[static_cast<size_t>(next) + k]) << "trial " << trial;
+      ASSERT_EQ(rest.mean_loss[k], straight.mean_loss[static_cast<size_t>(next) + k])
+          << "trial " << trial;
     expect_bit_identical(rest, straight);
     ++resumed;
   }
-  std::printf("crash test (%s): %d trials over %.3f s runs: %d cut a save short, %d a deletion, %d before the first "
-              "commit, %d resumed\n",
-              async ? "async" : "sync", trials, full_us * 1e-6, mid_save, mid_prune, none_committed, resumed);
+  std::printf(
+      "crash test (%s): %d trials over %.3f s runs: %d cut a save short, %d a deletion, %d before "
+      "the first "
+      "commit, %d resumed\n",
+      async ? "async" : "sync", trials, full_us * 1e-6, mid_save, mid_prune, none_committed,
+      resumed);
   EXPECT_GE(mid_save, trials / 10);  // the kills did land inside saves
   EXPECT_GE(resumed, trials / 10);
 }

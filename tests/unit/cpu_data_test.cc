@@ -17,7 +17,8 @@ namespace {
 using namespace fullshard::testing;
 using nlohmann::json;
 
-const std::string kSample = std::string(FULLSHARD_SOURCE_DIR) + "/scenarios/data/devils-dictionary/train.bin";
+const std::string kSample =
+    std::string(FULLSHARD_SOURCE_DIR) + "/scenarios/data/devils-dictionary/train.bin";
 
 // A small llama on the shipped sample, read in order (NOTE [Token data sampling]).
 json scenario(std::vector<int> mesh, int batch, int steps) {
@@ -27,8 +28,9 @@ json scenario(std::vector<int> mesh, int batch, int steps) {
   o.seq = 16;
   o.steps = steps;
   json j = tiny_scenario_json(o);
-  j["model"] = {{"arch", "llama"}, {"name", "data"}, {"vocab_size", 256}, {"dim", 16}, {"n_layers", 2},
-                {"n_heads", 2},    {"n_kv_heads", 1}, {"ffn_dim", 24},     {"max_seq_len", 16}};
+  j["model"] = {{"arch", "llama"}, {"name", "data"}, {"vocab_size", 256},
+                {"dim", 16},       {"n_layers", 2},  {"n_heads", 2},
+                {"n_kv_heads", 1}, {"ffn_dim", 24},  {"max_seq_len", 16}};
   j["training"]["optimizer"] = {{"lr", 1e-3}, {"eps", 1e-6}, {"max_grad_norm", 1.0}};
   j["training"]["seed"] = 3;
   j["training"]["data"] = kSample;
@@ -47,7 +49,8 @@ CheckpointMetadata metadata_of(const std::string& root) {
 // The shipped scenario, 60 steps (more than one epoch: 916 windows of 64 tokens, 16 per step),
 // on 2 ranks. Deterministic: the same binary on the same machine gives these losses to the bit.
 TEST(CpuData, ShippedSampleReachesTheStatedLoss) {
-  const Scenario s = load_scenario_file(std::string(FULLSHARD_SOURCE_DIR) + "/scenarios/tiny-llama-devil-cpu2.json");
+  const Scenario s = load_scenario_file(std::string(FULLSHARD_SOURCE_DIR) +
+                                        "/scenarios/tiny-llama-devil-cpu2.json");
   const RealRun r = run_real(s, 60);
   ASSERT_EQ(r.mean_loss.size(), 60u);
   std::printf("loss step 0 %.17g, step 59 %.17g\n", r.mean_loss[0], r.mean_loss[59]);
@@ -62,11 +65,14 @@ TEST(CpuData, ShippedSampleReachesTheStatedLoss) {
 
 TEST(CpuData, ShardedEqualsUnshardedOnRealData) {
   const RealRun ref = run_real(parse_scenario(scenario({1}, 4, 4)));
-  for (const auto& [mesh, batch] : std::vector<std::pair<std::vector<int>, int>>{{{2}, 2}, {{4}, 1}, {{2, 2}, 1}}) {
+  for (const auto& [mesh, batch] :
+       std::vector<std::pair<std::vector<int>, int>>{{{2}, 2}, {{4}, 1}, {{2, 2}, 1}}) {
     const RealRun r = run_real(parse_scenario(scenario(mesh, batch, 4)));
     std::string where;
-    EXPECT_LE(max_violation(r, ref, 1e-5, 1e-3, &where), 1.0) << where << " (" << mesh.size() << "-d mesh)";
-    for (size_t k = 0; k < 4; ++k) EXPECT_NEAR(r.mean_loss[k], ref.mean_loss[k], 1e-4) << "step " << k;
+    EXPECT_LE(max_violation(r, ref, 1e-5, 1e-3, &where), 1.0)
+        << where << " (" << mesh.size() << "-d mesh)";
+    for (size_t k = 0; k < 4; ++k)
+      EXPECT_NEAR(r.mean_loss[k], ref.mean_loss[k], 1e-4) << "step " << k;
   }
 }
 

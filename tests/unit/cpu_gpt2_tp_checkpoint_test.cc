@@ -32,8 +32,14 @@ namespace fs = std::filesystem;
 // data-parallel ranks (NOTE [fp32 tolerance]).
 json scenario(std::vector<int> mesh, int global_batch, int steps = 6, double lr = 1e-3) {
   return tp_checkpoint_scenario(mesh, global_batch,
-                                {{"arch", "gpt2"}, {"name", "gpt2ckpt"}, {"vocab_size", 256}, {"dim", 8},
-                                 {"n_layers", 2}, {"n_heads", 4}, {"ffn_dim", 16}, {"max_seq_len", 16}},
+                                {{"arch", "gpt2"},
+                                 {"name", "gpt2ckpt"},
+                                 {"vocab_size", 256},
+                                 {"dim", 8},
+                                 {"n_layers", 2},
+                                 {"n_heads", 4},
+                                 {"ffn_dim", 16},
+                                 {"max_seq_len", 16}},
                                 steps, lr, 11);
 }
 
@@ -63,7 +69,8 @@ TEST(CpuGpt2TpCheckpoint, PieceBoxesAreTheLocalRowsInOrder) {
         l.tp_degree = T;
         l.shard_world = S;
         l.tp_blocks = 3;
-        const std::string where = "T " + std::to_string(T) + " S " + std::to_string(S) + " L " + std::to_string(L);
+        const std::string where =
+            "T " + std::to_string(T) + " S " + std::to_string(S) + " L " + std::to_string(L);
         std::vector<ChunkBox> all;
         for (const auto& p : stored_pieces(global, l)) all.push_back(p.box);
         EXPECT_NO_THROW(validate_boxes(global, all, where)) << where;
@@ -76,10 +83,12 @@ TEST(CpuGpt2TpCheckpoint, PieceBoxesAreTheLocalRowsInOrder) {
               EXPECT_EQ(b.lengths[1], 2) << where;
               for (int64_t r = 0; r < b.lengths[0]; ++r) rows.push_back(b.offsets[0] + r);
             }
-            const int64_t local = 3 * L, first = shard_row_offset(local, S, s), n = shard_rows(local, S, s);
+            const int64_t local = 3 * L, first = shard_row_offset(local, S, s),
+                          n = shard_rows(local, S, s);
             ASSERT_EQ(static_cast<int64_t>(rows.size()), n) << where;
             for (int64_t j = 0; j < n; ++j)
-              EXPECT_EQ(rows[j], (first + j) / L * T * L + t * L + (first + j) % L) << where << " row " << j;
+              EXPECT_EQ(rows[j], (first + j) / L * T * L + t * L + (first + j) % L)
+                  << where << " row " << j;
           }
       }
 }
@@ -89,8 +98,9 @@ TEST(CpuGpt2TpCheckpoint, PieceBoxesAreTheLocalRowsInOrder) {
 TEST(CpuGpt2TpCheckpoint, ResumeContinuesBitIdentically) {
   for (const auto& mesh : std::vector<std::vector<int>>{{2, 2}, {1, 2}, {2, 1, 2}}) {
     TempDir d;
-    const RealRun first = expect_resume_continues_bit_identically(
-        parse_scenario(scenario(mesh, 4)), d.path(), "mesh of " + std::to_string(mesh.size()) + " dims");
+    const RealRun first =
+        expect_resume_continues_bit_identically(parse_scenario(scenario(mesh, 4)), d.path(),
+                                                "mesh of " + std::to_string(mesh.size()) + " dims");
     expect_checkpoint_holds(d.path(), first);
   }
 }
@@ -110,14 +120,16 @@ TEST(CpuGpt2TpCheckpoint, MetadataListsOneChunkPerRowRun) {
   // (shard s, tp t) is file s * 2 + t: (0, 0) holds q rows 0-3 and k rows 8-9, (1, 0) k rows
   // 10-11 and v rows 16-19, (0, 1) rows 4-7 and 12-13, (1, 1) rows 14-15 and 20-23.
   const std::vector<std::pair<int, ChunkBox>> want = {
-      {0, {{0, 0}, {4, 8}}},  {1, {{4, 0}, {4, 8}}},   {0, {{8, 0}, {2, 8}}},   {2, {{10, 0}, {2, 8}}},
-      {1, {{12, 0}, {2, 8}}}, {3, {{14, 0}, {2, 8}}},  {2, {{16, 0}, {4, 8}}},  {3, {{20, 0}, {4, 8}}}};
+      {0, {{0, 0}, {4, 8}}},  {1, {{4, 0}, {4, 8}}},  {0, {{8, 0}, {2, 8}}},
+      {2, {{10, 0}, {2, 8}}}, {1, {{12, 0}, {2, 8}}}, {3, {{14, 0}, {2, 8}}},
+      {2, {{16, 0}, {4, 8}}}, {3, {{20, 0}, {4, 8}}}};
   ASSERT_EQ(w->chunks.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) {
     EXPECT_EQ(w->chunks[i].file, shard_file_name(want[i].first, 4)) << i;
     EXPECT_EQ(w->chunks[i].box, want[i].second) << i << ": " << box_str(w->chunks[i].box);
   }
-  const CheckpointTensor* b = reader.metadata().find("param/layers.1.attn.c_attn.bias");  // [24]: 6 per rank
+  const CheckpointTensor* b =
+      reader.metadata().find("param/layers.1.attn.c_attn.bias");  // [24]: 6 per rank
   ASSERT_NE(b, nullptr);
   EXPECT_EQ(b->chunks.size(), 8u);
   SafetensorsReader f((fs::path(folder) / shard_file_name(0, 4)).string());
@@ -128,7 +140,8 @@ TEST(CpuGpt2TpCheckpoint, MetadataListsOneChunkPerRowRun) {
   json j;
   std::ifstream(meta) >> j;
   for (auto& t : j["tensors"])
-    if (t["name"] == "param/layers.1.attn.c_attn.bias") {  // still a tiling: file 0's chunks now stack to 7 rows
+    if (t["name"] ==
+        "param/layers.1.attn.c_attn.bias") {  // still a tiling: file 0's chunks now stack to 7 rows
       t["chunks"][0]["lengths"][0] = 5;
       t["chunks"][1]["offsets"][0] = 5;
       t["chunks"][1]["lengths"][0] = 3;
@@ -175,12 +188,11 @@ TEST(CpuGpt2TpCheckpoint, ExportEqualsTheExportWithoutTp) {
   ExportOptions eo;
   eo.out = d.path() + "/model.safetensors";
   export_safetensors(reader, eo);
-  const RealRun same = run_real(parse_scenario(scenario({1}, 4, 3, 0.0)), 3,
-                                [&] {
-                                  runner::RankOptions o = saving(one.path(), 3);
-                                  o.resume_from = resolve_checkpoint(d.path(), "--resume");
-                                  return o;
-                                }());
+  const RealRun same = run_real(parse_scenario(scenario({1}, 4, 3, 0.0)), 3, [&] {
+    runner::RankOptions o = saving(one.path(), 3);
+    o.resume_from = resolve_checkpoint(d.path(), "--resume");
+    return o;
+  }());
   expect_bit_identical(same, trained);  // lr 0: the step left the parameters as loaded
   CheckpointReader one_reader(resolve_checkpoint(one.path(), "--resume"));
   EXPECT_EQ(one_reader.metadata().tp, 1);

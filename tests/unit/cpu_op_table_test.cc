@@ -25,7 +25,8 @@ namespace {
 constexpr int kSteps = 2;
 
 Scenario tiny() {
-  Scenario s = load_scenario_file(std::string(FULLSHARD_SOURCE_DIR) + "/scenarios/tiny-llama-cpu2.json");
+  Scenario s =
+      load_scenario_file(std::string(FULLSHARD_SOURCE_DIR) + "/scenarios/tiny-llama-cpu2.json");
   s.training.steps = kSteps;
   return s;
 }
@@ -50,8 +51,10 @@ Predicted predict(const Scenario& s) {
       if (in.type != sim::InstrType::kKernel) continue;
       if (in.op == OpKind::kLoadBatch) active = true;
       if (!active) continue;
-      if (p.calls.size() <= static_cast<size_t>(in.step)) p.calls.resize(static_cast<size_t>(in.step) + 1);
-      ++p.calls[static_cast<size_t>(in.step)][key_id(op_key(prog.names[in.name]), op_kind_name(in.op))];
+      if (p.calls.size() <= static_cast<size_t>(in.step))
+        p.calls.resize(static_cast<size_t>(in.step) + 1);
+      ++p.calls[static_cast<size_t>(in.step)]
+               [key_id(op_key(prog.names[in.name]), op_kind_name(in.op))];
     }
   };
   const sim::SimulationReport r = sim::simulate_scenario(s, so);
@@ -92,7 +95,8 @@ TEST(CpuOpTable, EveryStepHasTheSimulatorsKeysCallsAndPredictedTimes) {
       double predicted = 0;
       for (const KeyAverage& row : table) {
         EXPECT_EQ(row.predicted_s, pred.seconds[k].at(key_id(row.key, row.kind))) << row.key;
-        EXPECT_GE(row.predicted_s, 0.0) << row.key;  // tiny fills price at 0 (no bytes worth a launch)
+        EXPECT_GE(row.predicted_s, 0.0)
+            << row.key;  // tiny fills price at 0 (no bytes worth a launch)
         if (row.flops > 0) {
           EXPECT_GT(row.predicted_s, 0.0) << row.key;
         }
@@ -142,7 +146,8 @@ TEST(CpuOpTable, EventsBeforeTheRunAreNotInItsTimeline) {
   ro.steps = 1;
   const runner::RankResult r = runner::run_rank(b, s, ro);
   ASSERT_FALSE(r.report.timeline.empty());
-  for (size_t i = 0; i < r.report.timeline_names.size(); ++i) EXPECT_NE(r.report.timeline_names[i], "before the run");
+  for (size_t i = 0; i < r.report.timeline_names.size(); ++i)
+    EXPECT_NE(r.report.timeline_names[i], "before the run");
   EXPECT_EQ(r.steps.size(), 1u);
 }
 

@@ -28,9 +28,9 @@
 // the same computation. What bf16 allows is measured from PyTorch itself: the fp32 case of
 // the same weights gives PyTorch's bf16 error, and fullshard's distance from PyTorch's bf16 run
 // may be twice that: per gradient tensor ||g - g_torch|| <= max(1e-2, 2 ||g_torch - g_torch32||)
-// relative to ||g_torch|| (the logits alike), and each step's loss within max(2e-3, 2 |loss_torch / loss_torch32 - 1|)
-// relative. (Seen: 0.6 to 0.77 of that, about sqrt(2) times PyTorch's own error, as two
-// independent roundings give.)
+// relative to ||g_torch|| (the logits alike), and each step's loss within max(2e-3, 2 |loss_torch /
+// loss_torch32 - 1|) relative. (Seen: 0.6 to 0.77 of that, about sqrt(2) times PyTorch's own error,
+// as two independent roundings give.)
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -89,9 +89,12 @@ Scenario case_scenario(const fs::path& dir, int world, const Edit& edit, int tp 
   json j = read_json_input((dir / "scenario.json").string(), "an oracle scenario");
   const int64_t global = j["training"]["batch_per_rank"].get<int64_t>();
   if (edit) edit(j);
-  j["training"]["batch_per_rank"] = global / (world / tp) / j["training"].value("grad_accum_steps", 1);
+  j["training"]["batch_per_rank"] =
+      global / (world / tp) / j["training"].value("grad_accum_steps", 1);
   j["fsdp"]["mesh"]["shape"] = {world};
-  if (tp > 1) j["fsdp"]["mesh"] = {{"shape", {world / tp, tp}}, {"dim_names", {"dp_shard", "tp"}}};  // a tp group shares a batch
+  if (tp > 1)
+    j["fsdp"]["mesh"] = {{"shape", {world / tp, tp}},
+                         {"dim_names", {"dp_shard", "tp"}}};  // a tp group shares a batch
   j["hardware"]["gpus_per_node"] = world;
   return parse_scenario(j, dir.string());
 }
@@ -113,13 +116,14 @@ std::vector<float> hf_layout(const Scenario& s, const std::string& fqn, const st
   const int64_t out = shape[0], in = shape[1];
   std::vector<float> t(v.size());
   for (int64_t r = 0; r < out; ++r)
-    for (int64_t c = 0; c < in; ++c) t[static_cast<size_t>(c * out + r)] = v[static_cast<size_t>(r * in + c)];
+    for (int64_t c = 0; c < in; ++c)
+      t[static_cast<size_t>(c * out + r)] = v[static_cast<size_t>(r * in + c)];
   return t;
 }
 
 // Largest |a - b| / (rtol |b| + atol max|b|) over a tensor (<= 1 passes); where: the element.
-double elementwise_violation(const std::vector<float>& a, const std::vector<float>& b, double rtol, double atol,
-                             size_t* where) {
+double elementwise_violation(const std::vector<float>& a, const std::vector<float>& b, double rtol,
+                             double atol, size_t* where) {
   double scale = 0, worst = 0;
   for (float x : b) scale = std::max(scale, std::abs(static_cast<double>(x)));
   for (size_t i = 0; i < a.size(); ++i) {
@@ -147,24 +151,28 @@ struct Tolerance {
   double loss_rtol = 1e-5;
 };
 
-void check_case(const std::string& name, int world, const Tolerance& tol, const Edit& edit = {}, int tp = 1) {
+void check_case(const std::string& name, int world, const Tolerance& tol, const Edit& edit = {},
+                int tp = 1) {
   SCOPED_TRACE(name + " on " + std::to_string(world) + " ranks, tp " + std::to_string(tp));
   const fs::path dir = kOracle / name;
   const Reference ref(dir);
   const Scenario s = case_scenario(dir, world, edit, tp);
   ASSERT_FALSE(s.model_weights.empty()) << "the oracle scenario names its weights (model.weights)";
-  auto corpus = std::make_shared<const TextCorpus>(TextCorpus::from_file((kOracle / "corpus.txt").string()));
+  auto corpus =
+      std::make_shared<const TextCorpus>(TextCorpus::from_file((kOracle / "corpus.txt").string()));
   const int steps = std::stoi(ref.meta("steps"));
 
   // The batches: fullshard's sampler must give the windows the script reproduced.
   const auto tokens = ref.i64("tokens"), labels = ref.i64("labels");
-  const int64_t B = world / tp * s.training.batch_per_rank * s.training.grad_accum_steps, S = s.training.seq_len;
+  const int64_t B = world / tp * s.training.batch_per_rank * s.training.grad_accum_steps,
+                S = s.training.seq_len;
   for (int step = 0; step < steps; ++step) {
     std::vector<int64_t> t(static_cast<size_t>(B * S)), l(t.size());
     corpus->fill_batch(s.training.seed, step, 0, B, S, t.data(), l.data());
     ASSERT_TRUE(std::equal(t.begin(), t.end(), tokens.begin() + step * B * S) &&
                 std::equal(l.begin(), l.end(), labels.begin() + step * B * S))
-        << "step " << step << ": fullshard's batch differs from the reference's; if the sampler changed on "
+        << "step " << step
+        << ": fullshard's batch differs from the reference's; if the sampler changed on "
         << "purpose, rerun tools/oracle/oracle.py (tools/oracle/README.md)";
   }
 
@@ -185,7 +193,8 @@ void check_case(const std::string& name, int world, const Tolerance& tol, const 
     const size_t V = static_cast<size_t>(s.model.vocab_size);
     ASSERT_EQ(want.size(), static_cast<size_t>(S) * V);
     ASSERT_EQ(got.size(), static_cast<size_t>(s.training.batch_per_rank * S) * V);
-    const std::vector<float> first(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(want.size()));
+    const std::vector<float> first(got.begin(),
+                                   got.begin() + static_cast<std::ptrdiff_t>(want.size()));
     if (tol.bf16) {
       const double allowed = std::max(1e-2, 2 * norm_relative(fp32->f32("logits"), want));
       EXPECT_LE(norm_relative(first, want), allowed) << "logits";
@@ -194,7 +203,8 @@ void check_case(const std::string& name, int world, const Tolerance& tol, const 
     } else {
       size_t at = 0;
       const double v = elementwise_violation(first, want, 1e-5, 1e-5, &at);
-      EXPECT_LE(v, 1.0) << "logits[" << at / V << ", " << at % V << "]: " << first[at] << " vs torch " << want[at];
+      EXPECT_LE(v, 1.0) << "logits[" << at / V << ", " << at % V << "]: " << first[at]
+                        << " vs torch " << want[at];
       std::printf("%s, %d ranks: logits violation %.3g\n", name.c_str(), world, v);
     }
   }
@@ -202,14 +212,16 @@ void check_case(const std::string& name, int world, const Tolerance& tol, const 
   ASSERT_EQ(run.mean_loss.size(), loss.size());
   for (size_t k = 0; k < loss.size(); ++k) {
     double rtol = tol.loss_rtol;
-    if (fp32) rtol = std::max(rtol, 2 * std::abs(static_cast<double>(loss[k]) / fp32->f32("loss")[k] - 1));
+    if (fp32)
+      rtol = std::max(rtol, 2 * std::abs(static_cast<double>(loss[k]) / fp32->f32("loss")[k] - 1));
     EXPECT_NEAR(run.mean_loss[k], loss[k], rtol * std::abs(loss[k])) << "loss of step " << k;
   }
 
   const Reference init_ref(kOracle / (name.find("gpt2") == 0 ? "gpt2" : "llama"));
   SafetensorsReader init((s.model_weights));
   double worst_grad = 0, worst_loss = 0;
-  for (size_t k = 0; k < loss.size(); ++k) worst_loss = std::max(worst_loss, std::abs(run.mean_loss[k] / loss[k] - 1));
+  for (size_t k = 0; k < loss.size(); ++k)
+    worst_loss = std::max(worst_loss, std::abs(run.mean_loss[k] / loss[k] - 1));
   for (const auto& [fqn, grad] : run.grads) {
     std::string hf;
     const auto g = hf_layout(s, fqn, grad, &hf);
@@ -223,13 +235,16 @@ void check_case(const std::string& name, int world, const Tolerance& tol, const 
     }
     size_t at = 0;
     const double v = elementwise_violation(g, want, 1e-5, 1e-5, &at);
-    EXPECT_LE(v, 1.0) << "gradient of " << fqn << "[" << at << "]: " << g[at] << " vs torch " << want[at];
+    EXPECT_LE(v, 1.0) << "gradient of " << fqn << "[" << at << "]: " << g[at] << " vs torch "
+                      << want[at];
     worst_grad = std::max(worst_grad, v);
     if (std::getenv("ORACLE_VERBOSE")) std::printf("  %s %.3g\n", fqn.c_str(), v);
   }
-  std::printf("%s, %d ranks: worst loss rel %.3g, gradient %s %.3g\n", name.c_str(), world, worst_loss,
-              tol.bf16 ? "norm-relative / allowed" : "violation", worst_grad);
-  if (!ref.has("param/" + std::string(s.model.arch == ModelArch::kLlama ? "model.norm.weight" : "transformer.ln_f.weight")))
+  std::printf("%s, %d ranks: worst loss rel %.3g, gradient %s %.3g\n", name.c_str(), world,
+              worst_loss, tol.bf16 ? "norm-relative / allowed" : "violation", worst_grad);
+  if (!ref.has("param/" + std::string(s.model.arch == ModelArch::kLlama
+                                          ? "model.norm.weight"
+                                          : "transformer.ln_f.weight")))
     return;  // the variants store gradients only
   double worst_update = 0;
   for (const auto& [fqn, param] : run.params) {
@@ -250,11 +265,12 @@ void check_case(const std::string& name, int world, const Tolerance& tol, const 
     // q . b_k to every score of a query row, which softmax ignores): its AdamW update is
     // rounding noise normalised to a full step on both sides, and is left out.
     if (fqn.size() > 11 && fqn.compare(fqn.size() - 11, 11, "c_attn.bias") == 0)
-      for (int64_t i = s.model.dim; i < 2 * s.model.dim; ++i) du[static_cast<size_t>(i)] = dw[static_cast<size_t>(i)] = 0;
+      for (int64_t i = s.model.dim; i < 2 * s.model.dim; ++i)
+        du[static_cast<size_t>(i)] = dw[static_cast<size_t>(i)] = 0;
     const double rel = norm_relative(du, dw);
     worst_update = std::max(worst_update, rel);
-    EXPECT_LE(rel, 2e-4) << "update of " << fqn << " after " << steps << " steps differs from torch's by "
-                         << rel << " of its norm";
+    EXPECT_LE(rel, 2e-4) << "update of " << fqn << " after " << steps
+                         << " steps differs from torch's by " << rel << " of its norm";
   }
   std::printf("%s, %d ranks: worst update norm-relative %.3g\n", name.c_str(), world, worst_update);
 }
@@ -289,11 +305,13 @@ TEST(CpuOracle, LlamaVariantsOn2Ranks) {
 }
 // Llama 3.1's scaled frequencies through the cos / sin tables of rope=rotate_half (kRotaryCosSin).
 TEST(CpuOracle, LlamaRopeScalingHfImplementationOn2Ranks) {
-  check_case("llama-rope-scaling", 2, {}, [](json& j) { j["model"]["implementation"] = "hf-transformers"; });
+  check_case("llama-rope-scaling", 2, {},
+             [](json& j) { j["model"]["implementation"] = "hf-transformers"; });
 }
 TEST(CpuOracle, Gpt2VariantsOn3Ranks) {
   check_case("gpt2", 3, {}, [](json& j) { j["training"]["activation_checkpointing"] = "full"; });
-  check_case("gpt2", 3, {}, [](json& j) { j["training"]["optimizer"]["implementation"] = "fused"; });
+  check_case("gpt2", 3, {},
+             [](json& j) { j["training"]["optimizer"]["implementation"] = "fused"; });
 }
 
 // Tensor parallelism (tp 2, with FSDP over 2): the plans of core/model/tensor_parallel.cc
@@ -309,19 +327,22 @@ TEST(CpuOracle, RopeScalingChangesTheGradients) {
   const Reference plain(kOracle / "llama"), scaled(kOracle / "llama-rope-scaling");
   size_t at = 0;
   EXPECT_GT(elementwise_violation(plain.f32("grad/model.layers.1.self_attn.q_proj.weight"),
-                                  scaled.f32("grad/model.layers.1.self_attn.q_proj.weight"), 1e-5, 1e-5, &at),
+                                  scaled.f32("grad/model.layers.1.self_attn.q_proj.weight"), 1e-5,
+                                  1e-5, &at),
             10.0);
 }
 
 // Weights of another model are refused naming the scenario field they came from.
 TEST(CpuOracle, WrongWeightsNameModelWeights) {
-  const Scenario s = case_scenario(kOracle / "llama", 1, [](json& j) { j["model"]["weights"] = "../gpt2/model.safetensors"; });
+  const Scenario s = case_scenario(
+      kOracle / "llama", 1, [](json& j) { j["model"]["weights"] = "../gpt2/model.safetensors"; });
   try {
     runner::validate_init_weights(s.model_weights, s, "model.weights");
     ADD_FAILURE() << "GPT-2 weights accepted for a Llama scenario";
   } catch (const InputError& e) {
     EXPECT_EQ(e.where(), "model.weights") << e.what();
-    EXPECT_NE(std::string(e.what()).find("model.embed_tokens.weight"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("model.embed_tokens.weight"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -329,7 +350,8 @@ TEST(CpuOracle, WrongWeightsNameModelWeights) {
 // the same losses and parameters, bit for bit, as without it.
 TEST(CpuOracle, LogitsReadoutChangesNothing) {
   const Scenario s = case_scenario(kOracle / "llama", 2, {});
-  auto corpus = std::make_shared<const TextCorpus>(TextCorpus::from_file((kOracle / "corpus.txt").string()));
+  auto corpus =
+      std::make_shared<const TextCorpus>(TextCorpus::from_file((kOracle / "corpus.txt").string()));
   runner::RankOptions with;
   with.collect_logits = true;
   const RealRun a = run_real(s, 2, {}, corpus), b = run_real(s, 2, with, corpus);

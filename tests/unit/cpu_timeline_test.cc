@@ -50,7 +50,8 @@ TEST(CpuTimeline, APointIsPlacedWhenTheWorkIssuedAfterItStarted) {
   const Buffer t1 = b.allocate(32, MemCategory::kActivation, StreamRole::kDefault, "tokens 1");
   const Buffer l1 = b.allocate(32, MemCategory::kActivation, StreamRole::kDefault, "labels 1");
   b.launch(StreamRole::kDefault, load_op(t1, l1));  // 150 ms on the compute stream
-  const Buffer t2 = b.allocate(32, MemCategory::kActivation, StreamRole::kDefault, "tokens 2");  // at once on the host
+  const Buffer t2 = b.allocate(32, MemCategory::kActivation, StreamRole::kDefault,
+                               "tokens 2");  // at once on the host
   const Buffer l2 = b.allocate(32, MemCategory::kActivation, StreamRole::kDefault, "labels 2");
   b.launch(StreamRole::kDefault, load_op(t2, l2));  // starts after the first load
   b.synchronize_device();

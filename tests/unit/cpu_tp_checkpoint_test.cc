@@ -28,8 +28,14 @@ namespace fs = std::filesystem;
 // `global_batch` sequences per step over the data-parallel ranks (NOTE [fp32 tolerance]).
 json scenario(std::vector<int> mesh, int global_batch, int steps = 6) {
   return tp_checkpoint_scenario(mesh, global_batch,
-                                {{"arch", "llama"}, {"name", "tpckpt"}, {"vocab_size", 256}, {"dim", 8},
-                                 {"n_layers", 2}, {"n_heads", 4}, {"n_kv_heads", 4}, {"ffn_dim", 12},
+                                {{"arch", "llama"},
+                                 {"name", "tpckpt"},
+                                 {"vocab_size", 256},
+                                 {"dim", 8},
+                                 {"n_layers", 2},
+                                 {"n_heads", 4},
+                                 {"n_kv_heads", 4},
+                                 {"ffn_dim", 12},
                                  {"max_seq_len", 16}},
                                 steps, 1e-3, 7);
 }
@@ -58,11 +64,13 @@ TEST(CpuTpCheckpoint, MetadataDescribesPiecesOfTheGlobalTensor) {
   EXPECT_EQ(wq->shape, (Shape{8, 8}));
   EXPECT_EQ(wq->placements, (std::vector<std::string>{"_StridedShard(dim=0, sf=2)", "Shard(0)"}));
   ASSERT_EQ(wq->chunks.size(), 4u);
-  // Sorted by offset: (shard 0, tp 0) rows 0-1, (shard 1, tp 0) rows 2-3, (shard 0, tp 1) rows 4-5, ...
+  // Sorted by offset: (shard 0, tp 0) rows 0-1, (shard 1, tp 0) rows 2-3, (shard 0, tp 1) rows 4-5,
+  // ...
   EXPECT_EQ(wq->chunks[1].file, "shard-00002-of-00004.safetensors");
   EXPECT_EQ(wq->chunks[2].file, "shard-00001-of-00004.safetensors");
   EXPECT_EQ(wq->chunks[2].box, (ChunkBox{{4, 0}, {2, 8}}));
-  const CheckpointTensor* w2 = m.find("param/layers.1.feed_forward.w2.weight");  // [8, 12], Shard(1)
+  const CheckpointTensor* w2 =
+      m.find("param/layers.1.feed_forward.w2.weight");  // [8, 12], Shard(1)
   ASSERT_NE(w2, nullptr);
   EXPECT_EQ(w2->placements, (std::vector<std::string>{"Shard(0)", "Shard(1)"}));
   EXPECT_EQ(w2->chunks[1].box, (ChunkBox{{0, 6}, {4, 6}}));
@@ -135,7 +143,8 @@ TEST(CpuTpCheckpoint, ExportIsTheUnshardedParametersAndInitFromTrainsAsOneRank) 
 TEST(CpuTpCheckpoint, ResumeOnTokenDataContinuesAtTheSavedPosition) {
   auto with_data = [](std::vector<int> mesh) {
     json j = scenario(std::move(mesh), 4, 4);
-    j["training"]["data"] = std::string(FULLSHARD_SOURCE_DIR) + "/scenarios/data/devils-dictionary/train.bin";
+    j["training"]["data"] =
+        std::string(FULLSHARD_SOURCE_DIR) + "/scenarios/data/devils-dictionary/train.bin";
     return parse_scenario(j);
   };
   TempDir d;
@@ -150,7 +159,8 @@ TEST(CpuTpCheckpoint, ResumeOnTokenDataContinuesAtTheSavedPosition) {
   for (size_t k = 0; k < 2; ++k) EXPECT_EQ(resumed.mean_loss[k], straight.mean_loss[2 + k]);
   const RealRun fsdp = run_real(with_data({2}), 4, resuming(d.path()));
   ASSERT_EQ(fsdp.mean_loss.size(), 2u);
-  for (size_t k = 0; k < 2; ++k) EXPECT_NEAR(fsdp.mean_loss[k], straight.mean_loss[2 + k], 1e-4) << "step " << 2 + k;
+  for (size_t k = 0; k < 2; ++k)
+    EXPECT_NEAR(fsdp.mean_loss[k], straight.mean_loss[2 + k], 1e-4) << "step " << 2 + k;
   std::string where;
   EXPECT_LE(max_violation(fsdp, straight, 1e-5, 1e-3, &where), 1.0) << where;
 }

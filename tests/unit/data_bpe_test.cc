@@ -37,12 +37,14 @@ TEST(Gpt2PreTokenizer, SplitsAsTiktokensPattern) {
 }
 
 TEST(BpeTokenizer, EncodesAsTiktoken) {
-  const BpeTokenizer t = BpeTokenizer::from_tiktoken_file(kDir + "gpt2-first2048.tiktoken", "--tokenizer");
+  const BpeTokenizer t =
+      BpeTokenizer::from_tiktoken_file(kDir + "gpt2-first2048.tiktoken", "--tokenizer");
   EXPECT_EQ(t.special("<|endoftext|>"), 2048u);
   EXPECT_EQ(t.vocab_size(), 2049);
   for (const auto& c : cases()) {
     const std::string text = c.at("text");
-    EXPECT_EQ(t.encode(text, "t"), c.at("ids").get<std::vector<uint32_t>>()) << nlohmann::json(text).dump().substr(0, 80);
+    EXPECT_EQ(t.encode(text, "t"), c.at("ids").get<std::vector<uint32_t>>())
+        << nlohmann::json(text).dump().substr(0, 80);
   }
 }
 
@@ -63,13 +65,17 @@ TEST(BpeTokenizer, JsonlDocumentsStartWithEndOfText) {
 TEST(BpeTokenizer, BadFilesAndTextAreOneLineErrors) {
   fullshard::testing::TempDir d;
   std::ofstream(d.file("bad.tiktoken")) << "IQ== 0\nnot-base64! 1\n";
-  EXPECT_NE(input_error_of([&] { BpeTokenizer::from_tiktoken_file(d.file("bad.tiktoken"), "--tokenizer"); })
-                .find("bad.tiktoken' line 2 is not \"base64-token rank\""),
+  EXPECT_NE(input_error_of([&] {
+              BpeTokenizer::from_tiktoken_file(d.file("bad.tiktoken"), "--tokenizer");
+            }).find("bad.tiktoken' line 2 is not \"base64-token rank\""),
             std::string::npos);
   std::ofstream(d.file("few.tiktoken")) << "IQ== 0\n";
-  EXPECT_NE(input_error_of([&] { BpeTokenizer::from_tiktoken_file(d.file("few.tiktoken"), "--tokenizer"); })
-                .find("has no token for byte 0"),
+  EXPECT_NE(input_error_of([&] {
+              BpeTokenizer::from_tiktoken_file(d.file("few.tiktoken"), "--tokenizer");
+            }).find("has no token for byte 0"),
             std::string::npos);
-  EXPECT_NE(input_error_of([&] { split_gpt2("ok \xff", "'x.txt'"); }).find("'x.txt': is not UTF-8 at byte 3"),
+  EXPECT_NE(input_error_of([&] {
+              split_gpt2("ok \xff", "'x.txt'");
+            }).find("'x.txt': is not UTF-8 at byte 3"),
             std::string::npos);
 }

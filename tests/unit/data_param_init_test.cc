@@ -25,7 +25,8 @@ double phi_tail(double x) { return 0.5 * std::erfc(x / std::sqrt(2.0)); }  // P(
 // n standard normals: elements [first, first + n) of a parameter with std 1.
 std::vector<double> draws(uint64_t key, int64_t first, int64_t n) {
   std::vector<double> z(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) z[static_cast<size_t>(i)] = init_value(kNormal, 1.0, key, first + i);
+  for (int64_t i = 0; i < n; ++i)
+    z[static_cast<size_t>(i)] = init_value(kNormal, 1.0, key, first + i);
   return z;
 }
 
@@ -42,13 +43,18 @@ TEST(ParamInitGenerator, GoldenBits) {
     uint32_t bits;
   };
   const Golden golden[] = {
-      {12345, 0, 0xbd27ca0du},       {12345, 1, 0x3d25cec0u},       {12345, 2, 0xbd0544d7u},
-      {12345, 3, 0xbc9389e7u},       {12345, 7, 0xbc2ca2a0u},       {1, 1000000007, 0xbb42939eu},
+      {12345, 0, 0xbd27ca0du},
+      {12345, 1, 0x3d25cec0u},
+      {12345, 2, 0xbd0544d7u},
+      {12345, 3, 0xbc9389e7u},
+      {12345, 7, 0xbc2ca2a0u},
+      {1, 1000000007, 0xbb42939eu},
       {0xffffffffffffffffull, int64_t{1} << 40, 0x3c31ca4au},
   };
   for (const auto& g : golden) {
     const float v = init_value(kNormal, 0.02, g.key, g.index);
-    EXPECT_EQ(std::bit_cast<uint32_t>(v), g.bits) << "key " << g.key << " index " << g.index << " value " << v;
+    EXPECT_EQ(std::bit_cast<uint32_t>(v), g.bits)
+        << "key " << g.key << " index " << g.index << " value " << v;
   }
   // The doubles before rounding to float: a change in any last bit of the log or cos/sin shows
   // here, where the float above would usually absorb it.
@@ -60,11 +66,14 @@ TEST(ParamInitGenerator, GoldenBits) {
                               {7, uint64_t{1} << 45, 0x3f81a7a8b9dd3a5eull, 0xbfe32a0cbf2079d1ull}};
   for (const auto& g : pairs) {
     const init_gen::NormalPair p = init_normal_pair(g.key, g.pair);
-    EXPECT_EQ(std::bit_cast<uint64_t>(p.even), g.even) << "key " << g.key << " pair " << g.pair << " " << p.even;
-    EXPECT_EQ(std::bit_cast<uint64_t>(p.odd), g.odd) << "key " << g.key << " pair " << g.pair << " " << p.odd;
+    EXPECT_EQ(std::bit_cast<uint64_t>(p.even), g.even)
+        << "key " << g.key << " pair " << g.pair << " " << p.even;
+    EXPECT_EQ(std::bit_cast<uint64_t>(p.odd), g.odd)
+        << "key " << g.key << " pair " << g.pair << " " << p.odd;
   }
   EXPECT_EQ(init_value(static_cast<int64_t>(ParamInit::kOnes), 0.02, 3, 9), 1.0f);
-  EXPECT_EQ(std::bit_cast<uint32_t>(init_value(static_cast<int64_t>(ParamInit::kZeros), 0.02, 3, 9)), 0u);
+  EXPECT_EQ(
+      std::bit_cast<uint32_t>(init_value(static_cast<int64_t>(ParamInit::kZeros), 0.02, 3, 9)), 0u);
 }
 
 // Mean, variance, skewness, kurtosis and the tails beyond 1..4 sigma of 4M draws, each within
@@ -86,7 +95,8 @@ TEST(ParamInitGenerator, DrawsAreStandardNormal) {
   EXPECT_NEAR(s4 / dn, 3.0, 6 * std::sqrt(96.0) * se);
   for (int k = 1; k <= 4; ++k) {
     const double p = 2 * phi_tail(k);
-    EXPECT_NEAR(beyond[k] / dn, p, 6 * std::sqrt(p * (1 - p) / dn) + 1e-7) << "beyond " << k << " sigma";
+    EXPECT_NEAR(beyond[k] / dn, p, 6 * std::sqrt(p * (1 - p) / dn) + 1e-7)
+        << "beyond " << k << " sigma";
   }
   EXPECT_LE(zmax, 8.58);
   double even_odd = 0, next_pair = 0;
@@ -136,24 +146,29 @@ TEST(ParamInitGenerator, StdScalesAndKeysDiffer) {
 // The generator's own log and cos/sin agree with libm to about 1e-15 (libm is not the
 // reference of the bits, only of the accuracy).
 TEST(ParamInitGenerator, LogAndCosSinMatchLibm) {
-  std::vector<uint64_t> ns = {1, 3, 5, (uint64_t{1} << 53) - 1, (uint64_t{1} << 52) + 1, (uint64_t{1} << 52) - 1};
+  std::vector<uint64_t> ns = {
+      1, 3, 5, (uint64_t{1} << 53) - 1, (uint64_t{1} << 52) + 1, (uint64_t{1} << 52) - 1};
   for (int e = 1; e < 53; ++e) {
     const uint64_t p = uint64_t{1} << e;
     ns.push_back(p + 1);
     ns.push_back(p - 1);
-    ns.push_back(static_cast<uint64_t>(std::ldexp(std::sqrt(2.0), e - 1)) | 1);  // the sqrt(2) switch
+    ns.push_back(static_cast<uint64_t>(std::ldexp(std::sqrt(2.0), e - 1)) |
+                 1);  // the sqrt(2) switch
   }
   for (uint64_t i = 0; i < 100000; ++i) ns.push_back((splitmix64(i) >> 11) | 1);
   for (uint64_t n : ns) {
-    const long double want = std::log(std::ldexp(static_cast<long double>(n), -53));  // exact argument
+    const long double want =
+        std::log(std::ldexp(static_cast<long double>(n), -53));  // exact argument
     const double got = init_gen::log_unit(n);
     EXPECT_LE(std::abs(got - want), 1e-15L * std::abs(want) + 1e-300L) << "n " << n;
   }
   const long double half_pi = std::acos(-1.0L) / 2;
   for (uint64_t i = 0; i < 100000; ++i) {
     const uint64_t bits = splitmix64(i * 7919);
-    const int64_t f = static_cast<int64_t>(((bits >> 10) & 0x000fffffffffffffull) * 2 + 1) - (int64_t{1} << 52);
-    const long double angle = static_cast<long double>(bits >> 62) * half_pi + std::ldexp(static_cast<long double>(f), -53) * half_pi;
+    const int64_t f =
+        static_cast<int64_t>(((bits >> 10) & 0x000fffffffffffffull) * 2 + 1) - (int64_t{1} << 52);
+    const long double angle = static_cast<long double>(bits >> 62) * half_pi +
+                              std::ldexp(static_cast<long double>(f), -53) * half_pi;
     double c = 0, s = 0;
     init_gen::cos_sin_unit(bits, &c, &s);
     EXPECT_NEAR(c, std::cos(angle), 5e-16L) << bits;
@@ -164,14 +179,17 @@ TEST(ParamInitGenerator, LogAndCosSinMatchLibm) {
 namespace {
 
 // A kInitParam op of each layout param_init.h decodes.
-OpCall init_op(int layout, int64_t rows, int64_t cols, int64_t padded_rows, DType dt, int64_t kind) {
+OpCall init_op(int layout, int64_t rows, int64_t cols, int64_t padded_rows, DType dt,
+               int64_t kind) {
   OpCall op;
   op.kind = OpKind::kInitParam;
   op.name = "p";
   op.outputs = {TensorRef{1, 0, TensorMeta{dt, {padded_rows * cols}}}};
   op.iargs = {3, rows, cols, kind, 4242};
-  if (layout == 1) op.iargs.insert(op.iargs.end(), {5, cols + 9});  // Shard(1): columns [5, 5 + cols) of cols + 9
-  if (layout == 2) op.iargs.insert(op.iargs.end(), {7, 1, 3});      // stacked blocks of 7 rows, tp rank 1 of 3
+  if (layout == 1)
+    op.iargs.insert(op.iargs.end(), {5, cols + 9});  // Shard(1): columns [5, 5 + cols) of cols + 9
+  if (layout == 2)
+    op.iargs.insert(op.iargs.end(), {7, 1, 3});  // stacked blocks of 7 rows, tp rank 1 of 3
   op.fargs = {0.02};
   return op;
 }
@@ -184,13 +202,16 @@ std::vector<uint8_t> fill(const OpCall& op, int threads) {
 
 }  // namespace
 
-// NOTE [Threaded host init]: the bytes do not depend on the thread count, for every layout and dtype.
+// NOTE [Threaded host init]: the bytes do not depend on the thread count, for every layout and
+// dtype.
 TEST(ParamInitFill, ThreadCountDoesNotChangeTheBytes) {
   for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16})
     for (int layout = 0; layout < 3; ++layout) {
-      const OpCall op = init_op(layout, 4001, 77, 4004, dt, kNormal);  // 308,077 real elements: 5 ranges
+      const OpCall op =
+          init_op(layout, 4001, 77, 4004, dt, kNormal);  // 308,077 real elements: 5 ranges
       const auto one = fill(op, 1);
-      for (int t : {2, 3, 5, 16}) EXPECT_EQ(fill(op, t), one) << "layout " << layout << " threads " << t;
+      for (int t : {2, 3, 5, 16})
+        EXPECT_EQ(fill(op, t), one) << "layout " << layout << " threads " << t;
     }
 }
 
@@ -201,7 +222,8 @@ RC_GTEST_PROP(ParamInitFill, EveryElementIsItsGlobalIndexDraw, ()) {
   const int64_t rows = *rc::gen::inRange(0, 30), cols = *rc::gen::inRange(1, 9);
   const int64_t padded = rows + *rc::gen::inRange(0, 3);
   const DType dt = *rc::gen::element(DType::kFloat32, DType::kBFloat16, DType::kFloat16);
-  const auto kind = static_cast<int64_t>(*rc::gen::element(ParamInit::kNormal, ParamInit::kOnes, ParamInit::kZeros));
+  const auto kind = static_cast<int64_t>(
+      *rc::gen::element(ParamInit::kNormal, ParamInit::kOnes, ParamInit::kZeros));
   const OpCall op = init_op(layout, rows, cols, padded, dt, kind);
   const init_gen::InitSpec s = init_spec(op);
   const auto bytes = fill(op, *rc::gen::inRange(1, 4));

@@ -15,7 +15,8 @@
 using namespace fullshard;
 
 TEST(TextCorpus, GeneratedIsDeterministicAndByteTokens) {
-  auto a = TextCorpus::generated(7, 4096), b = TextCorpus::generated(7, 4096), c = TextCorpus::generated(8, 4096);
+  auto a = TextCorpus::generated(7, 4096), b = TextCorpus::generated(7, 4096),
+       c = TextCorpus::generated(8, 4096);
   EXPECT_EQ(a.text(), b.text());
   EXPECT_NE(a.text(), c.text());
   EXPECT_GE(a.text().size(), 4096u);
@@ -72,7 +73,8 @@ RC_GTEST_PROP(ParamInit, ShardsConcatenateToTheUnshardedInit, ()) {
     std::vector<float> shard = run(world, r);
     const int64_t rows = shard_rows(d0, world, r), off = shard_row_offset(d0, world, r);
     for (int64_t i = 0; i < rows * d1; ++i) RC_ASSERT(shard[i] == full[off * d1 + i]);
-    for (size_t i = static_cast<size_t>(rows * d1); i < shard.size(); ++i) RC_ASSERT(shard[i] == 0.0f);  // padding
+    for (size_t i = static_cast<size_t>(rows * d1); i < shard.size(); ++i)
+      RC_ASSERT(shard[i] == 0.0f);  // padding
   }
 }
 

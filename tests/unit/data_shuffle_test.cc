@@ -59,13 +59,15 @@ BatchSource counting_source(int64_t n, int world, int64_t batch) {
 OpCall load_op(int64_t step, int64_t batch, int64_t seq) {
   OpCall op;
   op.kind = OpKind::kLoadBatch;
-  op.outputs = {TensorRef{1, 0, TensorMeta{DType::kInt64, {batch, seq}}}, TensorRef{2, 0, TensorMeta{DType::kInt64, {batch, seq}}}};
+  op.outputs = {TensorRef{1, 0, TensorMeta{DType::kInt64, {batch, seq}}},
+                TensorRef{2, 0, TensorMeta{DType::kInt64, {batch, seq}}}};
   op.iargs = {step, 0, 1};
   return op;
 }
 
 // The windows steps [first, first + steps) read, in global sample order, `world` ranks of `batch`.
-std::vector<int64_t> windows_read(BatchSource& b, int world, int64_t batch, int64_t seq, int64_t first, int64_t steps) {
+std::vector<int64_t> windows_read(BatchSource& b, int world, int64_t batch, int64_t seq,
+                                  int64_t first, int64_t steps) {
   std::vector<int64_t> out;
   for (int64_t step = first; step < first + steps; ++step)
     for (int r = 0; r < world; ++r) {
@@ -89,11 +91,14 @@ TEST(ShuffledEpochs, EveryWindowOncePerEpochTheSameForOneAndThreeRanks) {
   EXPECT_EQ(a, windows_read(three, 3, 2, seq, 0, 10));
   for (int e = 0; e < 2; ++e) {
     std::vector<int64_t> epoch(a.begin() + e * windows, a.begin() + (e + 1) * windows);
-    for (int64_t i = 0; i < windows; ++i) EXPECT_EQ(epoch[static_cast<size_t>(i)], shuffled_window(42, e, i, windows));
+    for (int64_t i = 0; i < windows; ++i)
+      EXPECT_EQ(epoch[static_cast<size_t>(i)], shuffled_window(42, e, i, windows));
     std::sort(epoch.begin(), epoch.end());
-    for (int64_t i = 0; i < windows; ++i) EXPECT_EQ(epoch[static_cast<size_t>(i)], i) << "epoch " << e;
+    for (int64_t i = 0; i < windows; ++i)
+      EXPECT_EQ(epoch[static_cast<size_t>(i)], i) << "epoch " << e;
   }
-  EXPECT_NE(std::vector<int64_t>(a.begin(), a.begin() + windows), std::vector<int64_t>(a.begin() + windows, a.end()));
+  EXPECT_NE(std::vector<int64_t>(a.begin(), a.begin() + windows),
+            std::vector<int64_t>(a.begin() + windows, a.end()));
   const DataPosition p = one.position(7, 6, seq);
   EXPECT_EQ(p.samples, 42);
   EXPECT_EQ(p.epoch, 1);

@@ -49,13 +49,17 @@ RC_GTEST_PROP(TokenFile, RoundTripsBothDtypesAndHeaders, ()) {
   const std::string p = d.file("t.bin");
   const TokenDType dt = u32 ? TokenDType::kUInt32 : TokenDType::kUInt16;
   write_token_file(p, tokens, dt, hdr, "-o");
-  const TokenFileFormat f = hdr ? TokenFileFormat::kLlmc : (u32 ? TokenFileFormat::kUInt32 : TokenFileFormat::kUInt16);
+  const TokenFileFormat f =
+      hdr ? TokenFileFormat::kLlmc : (u32 ? TokenFileFormat::kUInt32 : TokenFileFormat::kUInt16);
   TokenFile t(p, f, "training.data");
   RC_ASSERT(t.dtype() == dt);
   RC_ASSERT(t.has_header() == hdr);
   RC_ASSERT(t.size() == static_cast<int64_t>(tokens.size()));
-  for (size_t i = 0; i < tokens.size(); ++i) RC_ASSERT(t.token(static_cast<int64_t>(i)) == tokens[i]);
-  if (hdr) RC_ASSERT(TokenFile(p, TokenFileFormat::kAuto, "x").size() == t.size());  // auto reads the header
+  for (size_t i = 0; i < tokens.size(); ++i)
+    RC_ASSERT(t.token(static_cast<int64_t>(i)) == tokens[i]);
+  if (hdr)
+    RC_ASSERT(TokenFile(p, TokenFileFormat::kAuto, "x").size() ==
+              t.size());  // auto reads the header
 }
 
 TEST(TokenFile, LlmcHeaderIsByteExact) {
@@ -75,31 +79,44 @@ TEST(TokenFile, LlmcHeaderIsByteExact) {
 TEST(TokenFile, BadFilesAreOneLineErrorsNamingTheFileAndTheFix) {
   TempDir d;
   const std::string p = d.file("x.bin");
-  EXPECT_NE(input_error_of([&] { TokenFile(d.file("missing.bin"), TokenFileFormat::kAuto, "training.data"); })
-                .find("missing.bin' cannot be opened"),
+  EXPECT_NE(input_error_of([&] {
+              TokenFile(d.file("missing.bin"), TokenFileFormat::kAuto, "training.data");
+            }).find("missing.bin' cannot be opened"),
             std::string::npos);
   write_bytes(p, std::string("\x01\x00\x02\x00", 4));  // nanoGPT's headerless uint16
-  EXPECT_NE(input_error_of([&] { TokenFile(p, TokenFileFormat::kAuto, "training.data"); }).find("training.data.format \"uint16\""),
+  EXPECT_NE(input_error_of([&] {
+              TokenFile(p, TokenFileFormat::kAuto, "training.data");
+            }).find("training.data.format \"uint16\""),
             std::string::npos);
   EXPECT_EQ(TokenFile(p, TokenFileFormat::kUInt16, "x").size(), 2);
   EXPECT_EQ(TokenFile(p, TokenFileFormat::kUInt32, "x").size(), 1);
   write_bytes(p, std::string("\x01\x00\x02", 3));
-  EXPECT_NE(input_error_of([&] { TokenFile(p, TokenFileFormat::kUInt16, "training.data"); })
-                .find("not a whole number of uint16 tokens"),
+  EXPECT_NE(input_error_of([&] {
+              TokenFile(p, TokenFileFormat::kUInt16, "training.data");
+            }).find("not a whole number of uint16 tokens"),
             std::string::npos);
   write_bytes(p, header(20240520, 1, 5) + std::string(8, '\0'));  // header says 5 tokens, 4 present
-  const std::string cut = input_error_of([&] { TokenFile(p, TokenFileFormat::kLlmc, "training.data"); });
+  const std::string cut =
+      input_error_of([&] { TokenFile(p, TokenFileFormat::kLlmc, "training.data"); });
   EXPECT_NE(cut.find("header says 5 uint16 tokens"), std::string::npos) << cut;
   EXPECT_NE(cut.find("x.bin"), std::string::npos) << cut;
   write_bytes(p, header(20240520, 7, 0));  // uint16 magic with the uint32 version
-  EXPECT_NE(input_error_of([&] { TokenFile(p, TokenFileFormat::kLlmc, "training.data"); }).find("but version 7"),
+  EXPECT_NE(input_error_of([&] {
+              TokenFile(p, TokenFileFormat::kLlmc, "training.data");
+            }).find("but version 7"),
             std::string::npos);
   write_bytes(p, header(20240801, 7, 1) + std::string(4, '\0'));
-  EXPECT_NE(input_error_of([&] { TokenFile(p, TokenFileFormat::kUInt16, "training.data"); }).find("starts with an llm.c header"),
+  EXPECT_NE(input_error_of([&] {
+              TokenFile(p, TokenFileFormat::kUInt16, "training.data");
+            }).find("starts with an llm.c header"),
             std::string::npos);
-  EXPECT_NE(input_error_of([&] { TokenFile(d.path(), TokenFileFormat::kAuto, "training.data"); }).find("not a regular file"),
+  EXPECT_NE(input_error_of([&] {
+              TokenFile(d.path(), TokenFileFormat::kAuto, "training.data");
+            }).find("not a regular file"),
             std::string::npos);
-  EXPECT_NE(input_error_of([&] { write_token_file(p, {65536}, TokenDType::kUInt16, true, "-o"); }).find("does not fit uint16"),
+  EXPECT_NE(input_error_of([&] {
+              write_token_file(p, {65536}, TokenDType::kUInt16, true, "-o");
+            }).find("does not fit uint16"),
             std::string::npos);
 }
 
@@ -110,16 +127,20 @@ TEST(TokenSource, ShardsOfAFolderOrGlobReadAsOneStreamInNameOrder) {
   write_token_file(d.file("shard_02.bin"), {7}, TokenDType::kUInt16, true, "-o");
   const std::vector<uint32_t> want = {1, 2, 3, 4, 5, 6, 7};
   EXPECT_EQ(read_all(*open_token_source(d.path(), DataFormat::kAuto, "training.data")), want);
-  EXPECT_EQ(read_all(*open_token_source(d.file("shard_*.bin"), DataFormat::kAuto, "training.data")), want);
+  EXPECT_EQ(read_all(*open_token_source(d.file("shard_*.bin"), DataFormat::kAuto, "training.data")),
+            want);
   auto two = open_token_source(d.file("shard_0[01].bin"), DataFormat::kLlmc, "training.data");
   EXPECT_EQ(read_all(*two), (std::vector<uint32_t>{1, 2, 3, 4, 5, 6}));
   std::vector<int64_t> mid(3);
   two->read(2, 3, mid.data());  // across the file boundary
   EXPECT_EQ(mid, (std::vector<int64_t>{3, 4, 5}));
-  EXPECT_NE(input_error_of([&] { open_token_source(d.file("nope_*.bin"), DataFormat::kAuto, "training.data"); })
-                .find("matches no file"),
+  EXPECT_NE(input_error_of([&] {
+              open_token_source(d.file("nope_*.bin"), DataFormat::kAuto, "training.data");
+            }).find("matches no file"),
             std::string::npos);
-  EXPECT_NE(input_error_of([&] { two->check_vocab(5, "training.data"); }).find("shard_01.bin' has token 5 at offset 1"),
+  EXPECT_NE(input_error_of([&] {
+              two->check_vocab(5, "training.data");
+            }).find("shard_01.bin' has token 5 at offset 1"),
             std::string::npos);
   EXPECT_NO_THROW(two->check_vocab(7, "training.data"));
 }
@@ -130,19 +151,25 @@ TEST(TokenSource, TextAndJsonlGoThroughTheByteTokenizer) {
   EXPECT_EQ(read_all(*open_token_source(d.file("a.txt"), DataFormat::kAuto, "training.data")),
             (std::vector<uint32_t>{'h', 'i', ' ', 0xc3, 0xa9}));
   write_bytes(d.file("b.jsonl"), "{\"text\": \"ab\"}\n\n{\"text\": \"c\", \"id\": 2}\n");
-  EXPECT_EQ(byte_detokenize(read_all(*open_token_source(d.file("b.jsonl"), DataFormat::kAuto, "training.data"))), "ab\nc");
+  EXPECT_EQ(byte_detokenize(read_all(
+                *open_token_source(d.file("b.jsonl"), DataFormat::kAuto, "training.data"))),
+            "ab\nc");
   write_bytes(d.file("c.jsonl"), "{\"text\": \"ab\"}\n{\"txt\": 1}\n");
-  EXPECT_NE(input_error_of([&] { open_token_source(d.file("c.jsonl"), DataFormat::kAuto, "training.data"); })
-                .find("c.jsonl' line 2 is not a JSON object"),
+  EXPECT_NE(input_error_of([&] {
+              open_token_source(d.file("c.jsonl"), DataFormat::kAuto, "training.data");
+            }).find("c.jsonl' line 2 is not a JSON object"),
             std::string::npos);
   // NOTE [Bounded JSON nesting]: a line 100,000 deep, and one whose NUL hid the rest of it.
-  write_bytes(d.file("d.jsonl"), "{\"text\": \"a\", \"x\": " + std::string(100000, '[') + std::string(100000, ']') + "}\n");
-  EXPECT_NE(input_error_of([&] { open_token_source(d.file("d.jsonl"), DataFormat::kAuto, "training.data"); })
-                .find("d.jsonl' line 1 is not a JSON object"),
+  write_bytes(d.file("d.jsonl"), "{\"text\": \"a\", \"x\": " + std::string(100000, '[') +
+                                     std::string(100000, ']') + "}\n");
+  EXPECT_NE(input_error_of([&] {
+              open_token_source(d.file("d.jsonl"), DataFormat::kAuto, "training.data");
+            }).find("d.jsonl' line 1 is not a JSON object"),
             std::string::npos);
   write_bytes(d.file("n.jsonl"), std::string("{\"text\": \"a\"}") + '\0' + "{\"text\": \"b\"}\n");
-  EXPECT_NE(input_error_of([&] { open_token_source(d.file("n.jsonl"), DataFormat::kAuto, "training.data"); })
-                .find("n.jsonl' line 1 is not a JSON object"),
+  EXPECT_NE(input_error_of([&] {
+              open_token_source(d.file("n.jsonl"), DataFormat::kAuto, "training.data");
+            }).find("n.jsonl' line 1 is not a JSON object"),
             std::string::npos);
 }
 
@@ -161,7 +188,8 @@ BatchSource counting_source(int64_t n, int world) {
 OpCall load_op(int64_t step, int64_t micro, int64_t accum, int64_t batch, int64_t seq) {
   OpCall op;
   op.kind = OpKind::kLoadBatch;
-  op.outputs = {TensorRef{1, 0, TensorMeta{DType::kInt64, {batch, seq}}}, TensorRef{2, 0, TensorMeta{DType::kInt64, {batch, seq}}}};
+  op.outputs = {TensorRef{1, 0, TensorMeta{DType::kInt64, {batch, seq}}},
+                TensorRef{2, 0, TensorMeta{DType::kInt64, {batch, seq}}}};
   op.iargs = {step, micro, accum};
   return op;
 }

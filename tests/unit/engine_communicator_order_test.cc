@@ -66,7 +66,8 @@ TEST(EngineCommunicatorOrder, ALateMemberDelaysTheQueuedCollectiveOnEveryMember)
   for (int rank = 0; rank < 2; ++rank) {
     ProgramBuilder b(rank);
     b.kernel(S::kDefault, "bwd", {}, {}, rank == 0 ? 1 : 5).record(S::kDefault, 1);
-    b.wait(S::kReduceScatter, 1).collective(S::kReduceScatter, "rs", CollectiveKind::kReduceScatter, 0, 1000);
+    b.wait(S::kReduceScatter, 1)
+        .collective(S::kReduceScatter, "rs", CollectiveKind::kReduceScatter, 0, 1000);
     b.collective(S::kAllGather, "ag", CollectiveKind::kAllGather, 0, 2000);
     ps.push_back(b.build());
   }

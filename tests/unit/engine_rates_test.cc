@@ -47,14 +47,16 @@ TEST(EngineRates, ComputeSlowsWhileACollectiveRuns) {
   // 4 s of compute beside a 2 s all-gather that takes half the SMs: 1 s of work done by t = 2,
   // the other 3 s at full speed: ends at 5.
   ProgramBuilder b;
-  b.kernel(S::kDefault, "mm", {}, {}, 4).collective(S::kAllGather, "ag", CollectiveKind::kAllGather, 0, 2000);
+  b.kernel(S::kDefault, "mm", {}, {}, 4)
+      .collective(S::kAllGather, "ag", CollectiveKind::kAllGather, 0, 2000);
   const EngineResult r = simulate({b.build()}, groups(1), LoadCost(0.5));
   ASSERT_TRUE(r.ok()) << testing::all_messages(r.problems);
   EXPECT_EQ(r.ranks[0].times[0], (InstrTime{0, 0, 5}));
   EXPECT_EQ(r.ranks[0].times[1], (InstrTime{0, 0, 2}));
   // Without a load the two just overlap.
   ProgramBuilder c;
-  c.kernel(S::kDefault, "mm", {}, {}, 4).collective(S::kAllGather, "ag", CollectiveKind::kAllGather, 0, 2000);
+  c.kernel(S::kDefault, "mm", {}, {}, 4)
+      .collective(S::kAllGather, "ag", CollectiveKind::kAllGather, 0, 2000);
   EXPECT_EQ(simulate({c.build()}, groups(1), testing::UnitCost()).ranks[0].times[0].end, 4);
 }
 

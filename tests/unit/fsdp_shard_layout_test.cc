@@ -121,7 +121,8 @@ RC_GTEST_PROP(ShardLayoutProp, AllGatherReproducesTensorsAndReduceScatterRowsAre
       int64_t off = shard_row_offset(shapes[p][0], w, r) * rn;
       int64_t n = shard_rows(shapes[p][0], w, r) * rn;
       for (int64_t e = 0; e < g.padded_numels[p]; ++e)
-        ag_out[static_cast<size_t>(r * g.row_numel + g.offsets[p] + e)] = e < n ? full[p][static_cast<size_t>(off + e)] : 0.0;
+        ag_out[static_cast<size_t>(r * g.row_numel + g.offsets[p] + e)] =
+            e < n ? full[p][static_cast<size_t>(off + e)] : 0.0;
     }
   }
   // Copy-out: parameter p's unsharded storage is its slice of every rank's row.
@@ -132,19 +133,23 @@ RC_GTEST_PROP(ShardLayoutProp, AllGatherReproducesTensorsAndReduceScatterRowsAre
         unsharded.push_back(ag_out[static_cast<size_t>(r * g.row_numel + g.offsets[p] + e)]);
     RC_ASSERT(unsharded.size() >= full[p].size());
     for (size_t e = 0; e < full[p].size(); ++e) RC_ASSERT(unsharded[e] == full[p][e]);
-    for (size_t e = 0; e < full[p].size(); ++e) RC_ASSERT(ag_out[static_cast<size_t>(g.flat_index(p, static_cast<int64_t>(e)))] == full[p][e]);
+    for (size_t e = 0; e < full[p].size(); ++e)
+      RC_ASSERT(ag_out[static_cast<size_t>(g.flat_index(p, static_cast<int64_t>(e)))] ==
+                full[p][e]);
   }
   // chunk_cat: pad each gradient to W * padded rows and interleave.
   std::vector<double> rs_in(static_cast<size_t>(g.total_numel()), 0);
   for (int p = 0; p < np; ++p)
-    for (size_t e = 0; e < full[p].size(); ++e) rs_in[static_cast<size_t>(g.flat_index(p, static_cast<int64_t>(e)))] = full[p][e];
+    for (size_t e = 0; e < full[p].size(); ++e)
+      rs_in[static_cast<size_t>(g.flat_index(p, static_cast<int64_t>(e)))] = full[p][e];
   for (int r = 0; r < w; ++r) {
     for (int p = 0; p < np; ++p) {
       int64_t rn = row_numel(shapes[p]);
       int64_t off = shard_row_offset(shapes[p][0], w, r) * rn;
       int64_t n = shard_rows(shapes[p][0], w, r) * rn;
       for (int64_t e = 0; e < n; ++e)
-        RC_ASSERT(rs_in[static_cast<size_t>(r * g.row_numel + g.offsets[p] + e)] == full[p][static_cast<size_t>(off + e)]);
+        RC_ASSERT(rs_in[static_cast<size_t>(r * g.row_numel + g.offsets[p] + e)] ==
+                  full[p][static_cast<size_t>(off + e)]);
     }
   }
 }

@@ -27,8 +27,7 @@ double time_collective(int n, int iters, const std::function<void(int)>& op) {
 
 void report(const char* what, int n, size_t bytes, double s) {
   // algbw: bytes of the full tensor / time, as nccl-tests reports it.
-  std::printf("%-28s N=%d %9.3f ms  algbw %6.2f GB/s\n", what, n, s * 1e3,
-              bytes / s / 1e9);
+  std::printf("%-28s N=%d %9.3f ms  algbw %6.2f GB/s\n", what, n, s * 1e3, bytes / s / 1e9);
   std::fflush(stdout);
 }
 
@@ -36,14 +35,14 @@ TEST(GlooBandwidth, DISABLED_LargeAndSmall) {
   for (int n : {2, 4}) {
     ThreadWorld w(n);
     auto pgs = w.make_world();
-    const size_t total = 64ull << 20;  // bytes of the full (unsharded) tensor
+    const size_t total = 64ull << 20;    // bytes of the full (unsharded) tensor
     const size_t shard = total / n / 4;  // fp32 elements per rank
     std::vector<std::vector<float>> full(n, std::vector<float>(total / 4, 1.0f));
     std::vector<std::vector<float>> part(n, std::vector<float>(shard, 1.0f));
     const int iters = 5;
     report("all_gather fp32 (in place)", n, total, time_collective(n, iters, [&](int r) {
-             pgs[r]->all_gather(full[r].data() + r * shard, full[r].data(), shard,
-                                DType::kFloat32, "ag");
+             pgs[r]->all_gather(full[r].data() + r * shard, full[r].data(), shard, DType::kFloat32,
+                                "ag");
            }));
     report("reduce_scatter fp32 sum", n, total, time_collective(n, iters, [&](int r) {
              pgs[r]->reduce_scatter(full[r].data(), part[r].data(), shard, DType::kFloat32,

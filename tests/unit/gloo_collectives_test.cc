@@ -15,8 +15,8 @@ using namespace fullshard::gloo_test;
 namespace {
 
 std::string label(int world, DType d, size_t count, const char* what) {
-  return std::string(what) + " world " + std::to_string(world) + " " +
-         std::string(dtype_name(d)) + " x " + std::to_string(count);
+  return std::string(what) + " world " + std::to_string(world) + " " + std::string(dtype_name(d)) +
+         " x " + std::to_string(count);
 }
 
 class GlooCollectives : public ::testing::TestWithParam<int> {};
@@ -38,14 +38,15 @@ TEST_P(GlooCollectives, AllGatherOutOfPlaceAndInPlace) {
           const void* input = inputs[r].data();
           if (in_place) {
             // count 0: the vectors are empty and their data() may be null (memcpy's UB).
-            if (count > 0) std::memcpy(outs[r].data() + r * count * es, inputs[r].data(), count * es);
+            if (count > 0)
+              std::memcpy(outs[r].data() + r * count * es, inputs[r].data(), count * es);
             input = outs[r].data() + r * count * es;
           }
           pgs[r]->all_gather(input, outs[r].data(), count, d, "ag");
         });
         for (int r = 0; r < n; ++r)
-          ASSERT_EQ(outs[r], expected) << label(n, d, count, in_place ? "in-place ag" : "ag")
-                                       << " rank " << r;
+          ASSERT_EQ(outs[r], expected)
+              << label(n, d, count, in_place ? "in-place ag" : "ag") << " rank " << r;
       }
     }
   }
@@ -110,8 +111,8 @@ TEST_P(GlooCollectives, AllReduceUnevenCountsEveryDtypeAndOp) {
         const Bytes expected = expected_all_reduce(d, op, scale, bufs, count);
         parallel(n, [&](int r) { pgs[r]->all_reduce(bufs[r].data(), count, d, op, scale, "ar"); });
         for (int r = 0; r < n; ++r)
-          ASSERT_EQ(bufs[r], expected) << label(n, d, count, "ar") << " op " << reduce_op_name(op)
-                                       << " rank " << r;
+          ASSERT_EQ(bufs[r], expected)
+              << label(n, d, count, "ar") << " op " << reduce_op_name(op) << " rank " << r;
       }
     }
   }
@@ -128,7 +129,8 @@ TEST_P(GlooCollectives, BroadcastFromEveryRoot) {
         std::vector<Bytes> bufs(n, Bytes(count * dtype_size(d), 0x11));
         bufs[root] = data;
         parallel(n, [&](int r) { pgs[r]->broadcast(bufs[r].data(), count, d, root, "bc"); });
-        for (int r = 0; r < n; ++r) ASSERT_EQ(bufs[r], data) << label(n, d, count, "bc") << " root " << root;
+        for (int r = 0; r < n; ++r)
+          ASSERT_EQ(bufs[r], data) << label(n, d, count, "bc") << " root " << root;
       }
     }
   }

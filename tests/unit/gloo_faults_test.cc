@@ -17,7 +17,9 @@ using namespace fullshard::gloo_test;
 
 namespace {
 
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 ProcessGroupOptions short_timeout() {
   ProcessGroupOptions o;
@@ -80,8 +82,8 @@ TEST(GlooFaults, MemberThatNeverArrivesTimesOutTheCollective) {
   for (int r = 0; r < 2; ++r) {
     std::printf("%s\n", errors[r].c_str());
     SCOPED_TRACE(errors[r]);
-    EXPECT_TRUE(has(errors[r], "gloo: rank " + std::to_string(r) + " (member " +
-                                   std::to_string(r) + " of group 'world' [0,1,2])"));
+    EXPECT_TRUE(has(errors[r], "gloo: rank " + std::to_string(r) + " (member " + std::to_string(r) +
+                                   " of group 'world' [0,1,2])"));
     EXPECT_TRUE(has(errors[r], "reduce_scatter 'layers.0' (64 x bf16, avg) failed"));
     EXPECT_LT(elapsed[r], 2.5);
     EXPECT_TRUE(has(later[r], "barrier 'after' cannot run: the group failed earlier"));
@@ -113,8 +115,9 @@ TEST(GlooFaults, FingerprintMismatchNamesTheRankAndBothCalls) {
     std::printf("%s\n", errors[r].c_str());
     SCOPED_TRACE(errors[r]);
     EXPECT_TRUE(has(errors[r], "gloo: rank " + std::to_string(r)));
-    EXPECT_TRUE(has(errors[r], "rank 1 issued reduce_scatter 'layers.0' (1024 x bf16, sum) while "
-                               "rank 0 issued all_gather 'layers.1' (512 x bf16)"));
+    EXPECT_TRUE(has(errors[r],
+                    "rank 1 issued reduce_scatter 'layers.0' (1024 x bf16, sum) while "
+                    "rank 0 issued all_gather 'layers.1' (512 x bf16)"));
   }
   // Every member saw the mismatch; the transport is intact and the group still works.
   std::vector<float> v(2, 1.0f), u(2, 2.0f);
@@ -151,22 +154,25 @@ TEST(GlooFaults, FingerprintMismatchOfCountOpRootAndLongNames) {
   run([&](int r) {
     pgs[r]->all_gather(buf.data(), out[r].data(), r == 2 ? 10 : 12, DType::kFloat32, "p");
   });
-  expect_all("rank 2 issued all_gather 'p' (10 x fp32) while rank 0 issued all_gather 'p' (12 x fp32)");
+  expect_all(
+      "rank 2 issued all_gather 'p' (10 x fp32) while rank 0 issued all_gather 'p' (12 x fp32)");
   // Op differs on rank 1.
   run([&](int r) {
     std::vector<float> v(4);
     pgs[r]->all_reduce(v.data(), 4, DType::kFloat32, r == 1 ? ReduceOp::kMax : ReduceOp::kSum, 1,
                        "norm");
   });
-  expect_all("rank 1 issued all_reduce 'norm' (4 x fp32, max) while rank 0 issued all_reduce "
-             "'norm' (4 x fp32, sum)");
+  expect_all(
+      "rank 1 issued all_reduce 'norm' (4 x fp32, max) while rank 0 issued all_reduce "
+      "'norm' (4 x fp32, sum)");
   // Broadcast root differs.
   run([&](int r) {
     std::vector<int64_t> v(2);
     pgs[r]->broadcast(v.data(), 2, DType::kInt64, r == 0 ? 0 : 1, "seed");
   });
-  expect_all("rank 1 issued broadcast 'seed' (2 x int64, root 1) while rank 0 issued broadcast "
-             "'seed' (2 x int64, root 0)");
+  expect_all(
+      "rank 1 issued broadcast 'seed' (2 x int64, root 1) while rank 0 issued broadcast "
+      "'seed' (2 x int64, root 0)");
   // Names that differ only past the 39 bytes a fingerprint carries are still told apart.
   const std::string base(45, 'x');
   run([&](int r) { pgs[r]->barrier(base + (r == 2 ? "B" : "A")); });
@@ -185,7 +191,8 @@ TEST(GlooFaults, StaleStoreDirectoryIsACollectiveError) {
   std::string templ = (std::filesystem::temp_directory_path() / "fullshard-gloo-XXXXXX").string();
   const std::string dir = mkdtemp(templ.data());
   ThreadWorld w(2);
-  for (int r = 0; r < 2; ++r) w.rank_stores.push_back(std::make_shared<::gloo::rendezvous::FileStore>(dir));
+  for (int r = 0; r < 2; ++r)
+    w.rank_stores.push_back(std::make_shared<::gloo::rendezvous::FileStore>(dir));
   { auto first_job = w.make_world(short_timeout()); }
   // A second job on the same directory, through a new store object (as a new process would).
   auto store = std::make_shared<::gloo::rendezvous::FileStore>(dir);

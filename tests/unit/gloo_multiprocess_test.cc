@@ -110,7 +110,8 @@ TEST(GlooMultiProcess, EveryCollectiveAcrossThreeProcesses) {
     std::vector<Bytes> grads(n);
     for (int k = 0; k < n; ++k) grads[k] = random_values(DType::kBFloat16, n * count, 50 + k);
     Bytes out(count * 2);
-    pg.reduce_scatter(grads[r].data(), out.data(), count, DType::kBFloat16, ReduceOp::kAvg, 1, "rs");
+    pg.reduce_scatter(grads[r].data(), out.data(), count, DType::kBFloat16, ReduceOp::kAvg, 1,
+                      "rs");
     bad += out != expected_reduce_scatter(DType::kBFloat16, ReduceOp::kAvg, 1, grads, count, r);
     // All-reduce fp32 premul-sum.
     std::vector<Bytes> bufs(n);
@@ -153,8 +154,8 @@ TEST(GlooMultiProcess, PeerKilledMidCollective) {
     } catch (const CollectiveError& e) {
       message = e.what();
     }
-    std::ofstream(dir.path + "/child" + std::to_string(r) + ".txt")
-        << seconds_since(t0) << "\n" << message << "\n";
+    std::ofstream(dir.path + "/child" + std::to_string(r) + ".txt") << seconds_since(t0) << "\n"
+                                                                    << message << "\n";
     return 0;
   });
   EXPECT_EQ(codes, (std::vector<int>{0, 0, 128 + SIGKILL}));

@@ -127,7 +127,9 @@ TEST(TcpStore, ClientStartedBeforeTheServerConnectsWhenItComesUp) {
 TEST(TcpStore, NoServerIsAnErrorNamingTheAddressAndTheFix) {
   const int port = free_port();
   const std::string e = io_error_of([&] { TcpStore c(client_options(port, 300ms)); });
-  EXPECT_NE(e.find("cannot connect to 127.0.0.1:" + std::to_string(port) + " within 300 ms"), std::string::npos) << e;
+  EXPECT_NE(e.find("cannot connect to 127.0.0.1:" + std::to_string(port) + " within 300 ms"),
+            std::string::npos)
+      << e;
   EXPECT_NE(e.find("MASTER_ADDR/MASTER_PORT"), std::string::npos) << e;
 }
 
@@ -136,10 +138,12 @@ TEST(TcpStore, PortInUseIsAnErrorNamingThePort) {
   TcpStoreOptions o = server_options();
   o.port = first.port();
   const std::string e = io_error_of([&] { TcpStore second(o); });
-  EXPECT_NE(e.find("cannot listen on 127.0.0.1:" + std::to_string(first.port())), std::string::npos) << e;
+  EXPECT_NE(e.find("cannot listen on 127.0.0.1:" + std::to_string(first.port())), std::string::npos)
+      << e;
   EXPECT_NE(e.find("choose another MASTER_PORT"), std::string::npos) << e;
   TcpStoreOptions bad = client_options(70000);
-  EXPECT_NE(io_error_of([&] { TcpStore c(bad); }).find("MASTER_PORT 70000 is not a port"), std::string::npos);
+  EXPECT_NE(io_error_of([&] { TcpStore c(bad); }).find("MASTER_PORT 70000 is not a port"),
+            std::string::npos);
 }
 
 TEST(TcpStore, AGarbageFrameDropsOnlyThatConnection) {
@@ -178,7 +182,9 @@ TEST(TcpStore, GlooProcessGroupsConnectThroughIt) {
                    std::make_shared<TcpStore>(client_options(server->port(), 10s))};
   auto pgs = w.make_world();
   std::vector<std::vector<float>> v{{1, 2}, {10, 20}, {100, 200}};
-  parallel(3, [&](int r) { pgs[r]->all_reduce(v[r].data(), 2, DType::kFloat32, ReduceOp::kSum, 1.0, "sum"); });
+  parallel(3, [&](int r) {
+    pgs[r]->all_reduce(v[r].data(), 2, DType::kFloat32, ReduceOp::kSum, 1.0, "sum");
+  });
   for (int r = 0; r < 3; ++r) EXPECT_EQ(v[r], (std::vector<float>{111, 222}));
 }
 

@@ -60,8 +60,8 @@ struct ThreadWorld {
       const std::function<ProcessGroup(int)>& group_of, ProcessGroupOptions options = {}) {
     std::vector<std::unique_ptr<GlooProcessGroup>> out(size);
     parallel(size, [&](int r) {
-      out[r] = std::make_unique<GlooProcessGroup>(rank_stores.empty() ? store : rank_stores[r], devices[r],
-                                                  group_of(r), r, options);
+      out[r] = std::make_unique<GlooProcessGroup>(rank_stores.empty() ? store : rank_stores[r],
+                                                  devices[r], group_of(r), r, options);
     });
     return out;
   }
@@ -84,9 +84,21 @@ struct ThreadWorld {
 
 inline float load(DType d, const uint8_t* p) {
   switch (d) {
-    case DType::kFloat32: { float f; std::memcpy(&f, p, 4); return f; }
-    case DType::kBFloat16: { uint16_t h; std::memcpy(&h, p, 2); return bf16_to_float(h); }
-    case DType::kFloat16: { uint16_t h; std::memcpy(&h, p, 2); return fp16_to_float(h); }
+    case DType::kFloat32: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+    case DType::kBFloat16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return bf16_to_float(h);
+    }
+    case DType::kFloat16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return fp16_to_float(h);
+    }
     default: return 0;
   }
 }
@@ -94,8 +106,16 @@ inline float load(DType d, const uint8_t* p) {
 inline void store(DType d, float f, uint8_t* p) {
   switch (d) {
     case DType::kFloat32: std::memcpy(p, &f, 4); break;
-    case DType::kBFloat16: { uint16_t h = float_to_bf16(f); std::memcpy(p, &h, 2); break; }
-    case DType::kFloat16: { uint16_t h = float_to_fp16(f); std::memcpy(p, &h, 2); break; }
+    case DType::kBFloat16: {
+      uint16_t h = float_to_bf16(f);
+      std::memcpy(p, &h, 2);
+      break;
+    }
+    case DType::kFloat16: {
+      uint16_t h = float_to_fp16(f);
+      std::memcpy(p, &h, 2);
+      break;
+    }
     default: break;
   }
 }
@@ -111,8 +131,7 @@ inline Bytes random_values(DType d, size_t n, uint32_t seed) {
   }
   std::uniform_real_distribution<float> u(-8.0f, 8.0f);
   std::uniform_int_distribution<int> e(-6, 3);
-  for (size_t i = 0; i < n; ++i)
-    store(d, std::ldexp(u(gen), e(gen)), b.data() + i * dtype_size(d));
+  for (size_t i = 0; i < n; ++i) store(d, std::ldexp(u(gen), e(gen)), b.data() + i * dtype_size(d));
   return b;
 }
 
@@ -155,8 +174,8 @@ inline Bytes expected_reduce_scatter(DType d, ReduceOp op, double scale,
 
 // What all_reduce must leave on every rank: count split into N chunks, the first count % N one
 // element longer; chunk c reduced in ring order c+1, ...
-inline Bytes expected_all_reduce(DType d, ReduceOp op, double scale, const std::vector<Bytes>& inputs,
-                                 size_t count) {
+inline Bytes expected_all_reduce(DType d, ReduceOp op, double scale,
+                                 const std::vector<Bytes>& inputs, size_t count) {
   const int n = static_cast<int>(inputs.size());
   const size_t es = dtype_size(d);
   Bytes out(count * es);

@@ -34,7 +34,8 @@ Vec attn_ref(const Dims& d, const Vec& q, const Vec& k, const Vec& v, Vec* lse =
         for (int j = 0; j <= i; ++j) {
           double dot = 0;
           for (int e = 0; e < d.hd; ++e)
-            dot += q[(b * d.S + i) * d.D() + h * d.hd + e] * k[(b * d.S + j) * d.Dkv() + g * d.hd + e];
+            dot +=
+                q[(b * d.S + i) * d.D() + h * d.hd + e] * k[(b * d.S + j) * d.Dkv() + g * d.hd + e];
           s[j] = dot * scale;
           mx = std::max(mx, s[j]);
         }
@@ -44,7 +45,8 @@ Vec attn_ref(const Dims& d, const Vec& q, const Vec& k, const Vec& v, Vec* lse =
         for (int j = 0; j <= i; ++j) {
           const double p = std::exp(s[j] - mx) / z;
           for (int e = 0; e < d.hd; ++e)
-            o[(b * d.S + i) * d.D() + h * d.hd + e] += p * v[(b * d.S + j) * d.Dkv() + g * d.hd + e];
+            o[(b * d.S + i) * d.D() + h * d.hd + e] +=
+                p * v[(b * d.S + j) * d.Dkv() + g * d.hd + e];
         }
       }
     }
@@ -52,8 +54,8 @@ Vec attn_ref(const Dims& d, const Vec& q, const Vec& k, const Vec& v, Vec* lse =
 }
 
 // Analytical backward in double: dq, dk, dv of sum(dO * attn(q, k, v)).
-void attn_bwd_ref(const Dims& d, const Vec& q, const Vec& k, const Vec& v, const Vec& dout, Vec& dq, Vec& dk,
-                  Vec& dv) {
+void attn_bwd_ref(const Dims& d, const Vec& q, const Vec& k, const Vec& v, const Vec& dout, Vec& dq,
+                  Vec& dk, Vec& dv) {
   const Vec o = attn_ref(d, q, k, v);
   dq.assign(q.size(), 0.0);
   dk.assign(k.size(), 0.0);
@@ -92,10 +94,14 @@ void attn_bwd_ref(const Dims& d, const Vec& q, const Vec& k, const Vec& v, const
     }
 }
 
-std::vector<int64_t> attn_iargs(const Dims& d, int packed) { return {d.B, d.S, d.H, d.Hkv, d.hd, packed}; }
+std::vector<int64_t> attn_iargs(const Dims& d, int packed) {
+  return {d.B, d.S, d.H, d.Hkv, d.hd, packed};
+}
 
 // fp32 math error plus `n` roundings of the storage dtype, relative to the result's scale.
-double tol(DType dt, const Vec& e, double n = 1) { return (1e-5 + n * rel_eps(dt)) * (1 + max_abs(e)); }
+double tol(DType dt, const Vec& e, double n = 1) {
+  return (1e-5 + n * rel_eps(dt)) * (1 + max_abs(e));
+}
 
 }  // namespace
 
@@ -103,10 +109,12 @@ double tol(DType dt, const Vec& e, double n = 1) { return (1e-5 + n * rel_eps(dt
 RC_GTEST_PROP(KernelsAttention, ForwardAndBackwardWithGqa, ()) {
   const DType dt = *gen_float_dtype();
   const int Hkv = *rc::gen::inRange(1, 3), rep = *rc::gen::element(1, 2, 3);
-  const Dims d{*rc::gen::inRange(1, 3), *rc::gen::inRange(1, 8), Hkv * rep, Hkv, *rc::gen::inRange(1, 6)};
+  const Dims d{*rc::gen::inRange(1, 3), *rc::gen::inRange(1, 8), Hkv * rep, Hkv,
+               *rc::gen::inRange(1, 6)};
   std::mt19937 rng(*rc::gen::arbitrary<uint32_t>());
   HT q = random_tensor(dt, {d.B, d.S, d.D()}, rng, -2, 2);
-  HT k = random_tensor(dt, {d.B, d.S, d.Dkv()}, rng, -2, 2), v = random_tensor(dt, {d.B, d.S, d.Dkv()}, rng);
+  HT k = random_tensor(dt, {d.B, d.S, d.Dkv()}, rng, -2, 2),
+     v = random_tensor(dt, {d.B, d.S, d.Dkv()}, rng);
   HT o(dt, {d.B, d.S, d.H, d.hd}), lse(DType::kFloat32, {d.B, d.H, d.S});
   run(OpKind::kAttention, {&q, &k, &v}, {&o, &lse}, attn_iargs(d, 0));
   const Vec qv = q.values(), kv = k.values(), vv = v.values();
@@ -135,9 +143,12 @@ TEST(KernelsAttention, AnalyticalReferenceMatchesFiniteDifferences) {
   const Vec v = random_vec(d.B * d.S * d.Dkv(), rng), g = random_vec(d.B * d.S * d.D(), rng);
   Vec dq, dk, dv;
   attn_bwd_ref(d, q, k, v, g, dq, dk, dv);
-  KT_EXPECT_CLOSE(dq, fd_grad([&](const Vec& x) { return attn_ref(d, x, k, v); }, q, g), 1e-8, 1e-6);
-  KT_EXPECT_CLOSE(dk, fd_grad([&](const Vec& x) { return attn_ref(d, q, x, v); }, k, g), 1e-8, 1e-6);
-  KT_EXPECT_CLOSE(dv, fd_grad([&](const Vec& x) { return attn_ref(d, q, k, x); }, v, g), 1e-8, 1e-6);
+  KT_EXPECT_CLOSE(dq, fd_grad([&](const Vec& x) { return attn_ref(d, x, k, v); }, q, g), 1e-8,
+                  1e-6);
+  KT_EXPECT_CLOSE(dk, fd_grad([&](const Vec& x) { return attn_ref(d, q, x, v); }, k, g), 1e-8,
+                  1e-6);
+  KT_EXPECT_CLOSE(dv, fd_grad([&](const Vec& x) { return attn_ref(d, q, k, x); }, v, g), 1e-8,
+                  1e-6);
 }
 
 TEST(KernelsAttention, LongSequenceCrossesQueryBlocks) {
@@ -153,7 +164,8 @@ TEST(KernelsAttention, LongSequenceCrossesQueryBlocks) {
   KT_EXPECT_CLOSE(o.values(), attn_ref(d, q.values(), k.values(), v.values(), &else_), 1e-5, 1e-5);
   KT_EXPECT_CLOSE(lse.values(), else_, 1e-5, 1e-6);
   HT g = random_tensor(DType::kFloat32, {d.B, d.S, d.H, d.hd}, rng);
-  HT dq(DType::kFloat32, q.meta.shape), dk(DType::kFloat32, k.meta.shape), dv(DType::kFloat32, v.meta.shape);
+  HT dq(DType::kFloat32, q.meta.shape), dk(DType::kFloat32, k.meta.shape),
+      dv(DType::kFloat32, v.meta.shape);
   run(OpKind::kAttentionBackward, {&g, &q, &k, &v, &o, &lse}, {&dq, &dk, &dv}, attn_iargs(d, 0));
   Vec eq, ek, ev;
   attn_bwd_ref(d, q.values(), k.values(), v.values(), g.values(), eq, ek, ev);
@@ -250,11 +262,13 @@ RC_GTEST_PROP(KernelsLoss, NllLossMeanWithIgnoreIndex, ()) {
   std::mt19937 rng(*rc::gen::arbitrary<uint32_t>());
   HT lp = random_tensor(DType::kFloat32, {R, V}, rng, -5, 0), labels(DType::kInt64, {R});
   std::uniform_int_distribution<int> pick(0, V - 1);
-  for (int r = 0; r < R; ++r) labels.set(r, r > 0 && rng() % 4 == 0 ? -100 : pick(rng));  // row 0 counts
+  for (int r = 0; r < R; ++r)
+    labels.set(r, r > 0 && rng() % 4 == 0 ? -100 : pick(rng));  // row 0 counts
   HT loss(DType::kFloat32, {}), tw(DType::kFloat32, {});
   run(OpKind::kNllLoss, {&lp, &labels}, {&loss, &tw});
   const Vec lv = labels.values();
-  const int counted = static_cast<int>(std::count_if(lv.begin(), lv.end(), [](double l) { return l != -100; }));
+  const int counted =
+      static_cast<int>(std::count_if(lv.begin(), lv.end(), [](double l) { return l != -100; }));
   RC_ASSERT(tw.get(0) == counted);
   KT_RC_CLOSE(loss.values(), nll_ref(lp.values(), lv, R, V), 1e-6, 1e-6);
   // Backward: grad_lp = -g / total_weight at each counted label, 0 elsewhere.
@@ -271,7 +285,8 @@ TEST(KernelsLoss, CrossEntropyChainGivesSoftmaxMinusOneHot) {
   std::mt19937 rng(9);
   HT x = random_tensor(DType::kFloat32, {R, V}, rng, -3, 3), lp(DType::kFloat32, {R, V});
   HT labels = from_values(DType::kInt64, {R}, {4, 0, 2});
-  HT loss(DType::kFloat32, {}), tw(DType::kFloat32, {}), seed = from_values(DType::kFloat32, {}, {1.0});
+  HT loss(DType::kFloat32, {}), tw(DType::kFloat32, {}),
+      seed = from_values(DType::kFloat32, {}, {1.0});
   run(OpKind::kLogSoftmax, {&x}, {&lp});
   run(OpKind::kNllLoss, {&lp, &labels}, {&loss, &tw});
   HT glp(DType::kFloat32, {R, V}), gx(DType::kFloat32, {R, V});

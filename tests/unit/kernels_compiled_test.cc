@@ -56,7 +56,8 @@ RC_GTEST_PROP(KernelsCompiled, AddRmsNormForwardAndBackward, ()) {
   const int R = *rc::gen::inRange(1, 7), D = *rc::gen::inRange(1, 18);
   const double eps = 1e-5;
   std::mt19937 rng(*rc::gen::arbitrary<uint32_t>());
-  HT x = spread(dt, R, D, rng), a = random_tensor(dt, {R, D}, rng, -0.2, 0.2), w = random_tensor(dt, {D}, rng, 0.5, 1.5);
+  HT x = spread(dt, R, D, rng), a = random_tensor(dt, {R, D}, rng, -0.2, 0.2),
+     w = random_tensor(dt, {D}, rng, 0.5, 1.5);
   HT y(dt, {R, D}), rstd(DType::kFloat32, {R});
   run(OpKind::kCompiledAddRMSNorm, {&x, &a, &w}, {&y, &rstd}, {}, {eps});
   const Vec xv = x.values(), av = a.values(), wv = w.values();
@@ -120,9 +121,11 @@ RC_GTEST_PROP(KernelsCompiled, ResidualAddRoundsOnce, ()) {
   const DType dt = *gen_float_dtype();
   const int n = *rc::gen::inRange(1, 5000);
   std::mt19937 rng(*rc::gen::arbitrary<uint32_t>());
-  HT x = random_tensor(dt, {n}, rng), a = random_tensor(dt, {n}, rng), f = random_tensor(dt, {n}, rng);
+  HT x = random_tensor(dt, {n}, rng), a = random_tensor(dt, {n}, rng),
+     f = random_tensor(dt, {n}, rng);
   Vec e(n);
-  for (int i = 0; i < n; ++i) e[i] = round_to(dt, static_cast<float>(static_cast<float>(x.get(i) + a.get(i)) + f.get(i)));
+  for (int i = 0; i < n; ++i)
+    e[i] = round_to(dt, static_cast<float>(static_cast<float>(x.get(i) + a.get(i)) + f.get(i)));
   run(OpKind::kCompiledResidualAdd, {&x, &a, &f}, {&f});  // written over f, as the block does
   RC_ASSERT(f.values() == e);
 }

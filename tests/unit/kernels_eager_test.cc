@@ -71,7 +71,7 @@ TEST(KernelsEager, BadArgumentsAreInternalErrors) {
   EXPECT_THROW(run(OpKind::kMulBroadcast, {&a, &b}, {&y}, {1, 3}), InternalError);  // b is not [D]
   HT s(DType::kFloat32, {3});
   EXPECT_THROW(run(OpKind::kSumLastDim, {&a}, {&s}, {3}), InternalError);  // 2 rows, 3 outputs
-  EXPECT_THROW(run(OpKind::kPowScalar, {&a}, {&y}), InternalError);         // no exponent
+  EXPECT_THROW(run(OpKind::kPowScalar, {&a}, {&y}), InternalError);        // no exponent
 }
 
 // The eager chain, kernel by kernel as core/model/eager_norm.cc launches it in fp32 (x.float()
@@ -150,8 +150,8 @@ RC_GTEST_PROP(KernelsEager, RoPEComplexIsTheAdjacentPairRotation, ()) {
 
 TEST(KernelsEager, RoPEComplexDiffersFromRotateHalf) {
   // hd = 4, position 1: complex pairs (0, 1), (2, 3); rotate-half pairs (0, 2), (1, 3).
-  HT x = from_values(DType::kFloat32, {1, 2, 4}, {0, 0, 0, 0, 1, 0, 0, 0}), y(DType::kFloat32, {1, 2, 4}),
-     z(DType::kFloat32, {1, 2, 4});
+  HT x = from_values(DType::kFloat32, {1, 2, 4}, {0, 0, 0, 0, 1, 0, 0, 0}),
+     y(DType::kFloat32, {1, 2, 4}), z(DType::kFloat32, {1, 2, 4});
   run(OpKind::kRoPEComplex, {&x}, {&y}, {4}, {10000.0});
   run(OpKind::kRoPE, {&x}, {&z}, {4}, {10000.0});
   EXPECT_NEAR(y.get(4), std::cos(1.0), 1e-6);
@@ -163,22 +163,24 @@ TEST(KernelsEager, RoPEComplexDiffersFromRotateHalf) {
 // gqa=repeat_kv: head j of the copy is kv head j / n_rep; the backward sums the n_rep copies.
 RC_GTEST_PROP(KernelsEager, RepeatKVAndItsBackward, ()) {
   const DType dt = *gen_float_dtype();
-  const int R = *rc::gen::inRange(1, 5), kv = *rc::gen::inRange(1, 4), rep = *rc::gen::inRange(1, 4),
-            hd = *rc::gen::inRange(1, 6);
+  const int R = *rc::gen::inRange(1, 5), kv = *rc::gen::inRange(1, 4),
+            rep = *rc::gen::inRange(1, 4), hd = *rc::gen::inRange(1, 6);
   std::mt19937 rng(*rc::gen::arbitrary<uint32_t>());
   HT x = random_tensor(dt, {R, kv * hd}, rng), y(dt, {R, kv * rep * hd});
   run(OpKind::kRepeatKV, {&x}, {&y}, {kv, rep, hd});
   const Vec xv = x.values(), yv = y.values();
   for (int r = 0; r < R; ++r)
     for (int h = 0; h < kv * rep; ++h)
-      for (int d = 0; d < hd; ++d) RC_ASSERT(yv[(r * kv * rep + h) * hd + d] == xv[(r * kv + h / rep) * hd + d]);
+      for (int d = 0; d < hd; ++d)
+        RC_ASSERT(yv[(r * kv * rep + h) * hd + d] == xv[(r * kv + h / rep) * hd + d]);
   HT g = random_tensor(dt, {R, kv * rep * hd}, rng), gx(dt, {R, kv * hd});
   run(OpKind::kRepeatKVBackward, {&g}, {&gx}, {kv, rep, hd});
   const Vec gv = g.values();
   Vec e(static_cast<size_t>(R * kv * hd), 0.0);
   for (int r = 0; r < R; ++r)
     for (int h = 0; h < kv * rep; ++h)
-      for (int d = 0; d < hd; ++d) e[(r * kv + h / rep) * hd + d] += gv[(r * kv * rep + h) * hd + d];
+      for (int d = 0; d < hd; ++d)
+        e[(r * kv + h / rep) * hd + d] += gv[(r * kv * rep + h) * hd + d];
   KT_RC_CLOSE(gx.values(), e, 1e-6, rel_eps(dt) * rep + 1e-6);
 }
 
@@ -192,8 +194,8 @@ RC_GTEST_PROP(KernelsEager, RotateHalfChainMatchesFusedRoPE, ()) {
   std::mt19937 rng(*rc::gen::arbitrary<uint32_t>());
   HT x = random_tensor(f, {B, S, D}, rng), fused(f, {B, S, D});
   run(OpKind::kRoPE, {&x}, {&fused}, {hd}, {theta});
-  HT cos(f, {B, S, hd}), sin(f, {B, S, hd}), t1(f, {B, S, D}), neg(f, {B, S, D / 2}), rot(f, {B, S, D}),
-      t2(f, {B, S, D}), y(f, {B, S, D});
+  HT cos(f, {B, S, hd}), sin(f, {B, S, hd}), t1(f, {B, S, D}), neg(f, {B, S, D / 2}),
+      rot(f, {B, S, D}), t2(f, {B, S, D}), y(f, {B, S, D});
   run(OpKind::kRotaryCosSin, {}, {&cos, &sin}, {hd}, {theta});
   run(OpKind::kMulBroadcast, {&x, &cos}, {&t1}, {2, D, hd});
   run(OpKind::kNarrowCopy, {&x}, {&neg}, {h, hd, h, h, 0}, {-1.0});
@@ -203,7 +205,8 @@ RC_GTEST_PROP(KernelsEager, RotateHalfChainMatchesFusedRoPE, ()) {
   KT_RC_CLOSE(y.values(), fused.values(), 1e-6, 1e-5);
   // rotate_half's backward (neg backward, both slice backwards, accumulated) is its transpose:
   // <rot(x), g> == <x, rot^T(g)>.
-  HT g = random_tensor(f, {B, S, D}, rng), gneg(f, {B, S, D / 2}), gx2(f, {B, S, D}), gx1(f, {B, S, D});
+  HT g = random_tensor(f, {B, S, D}, rng), gneg(f, {B, S, D / 2}), gx2(f, {B, S, D}),
+     gx1(f, {B, S, D});
   run(OpKind::kNarrowCopy, {&g}, {&gneg}, {h, hd, 0, h, 0}, {-1.0});
   run(OpKind::kFill, {}, {&gx2});
   run(OpKind::kNarrowCopy, {&gneg}, {&gx2}, {h, h, 0, hd, h}, {1.0});
@@ -211,7 +214,8 @@ RC_GTEST_PROP(KernelsEager, RotateHalfChainMatchesFusedRoPE, ()) {
   run(OpKind::kNarrowCopy, {&g}, {&gx1}, {h, hd, h, hd, 0}, {1.0});
   run(OpKind::kAdd, {&gx2, &gx1}, {&gx2});
   double lhs = 0, rhs = 0;
-  for (int64_t i = 0; i < x.numel(); ++i) lhs += rot.get(i) * g.get(i), rhs += x.get(i) * gx2.get(i);
+  for (int64_t i = 0; i < x.numel(); ++i)
+    lhs += rot.get(i) * g.get(i), rhs += x.get(i) * gx2.get(i);
   RC_ASSERT(std::abs(lhs - rhs) <= 1e-5 * (1 + std::abs(lhs)));
 }
 

@@ -79,7 +79,8 @@ RC_GTEST_PROP(KernelsCopy, CastMatchesFloatConvertExactly, ()) {
 
 TEST(KernelsCopy, ForeachPairsAndRowConcat) {
   // Foreach form: out[k] = in[k] with a cast per pair.
-  HT a = from_values(DType::kFloat32, {3}, {1, 2, 3}), b = from_values(DType::kFloat32, {2}, {4.5, -5});
+  HT a = from_values(DType::kFloat32, {3}, {1, 2, 3}),
+     b = from_values(DType::kFloat32, {2}, {4.5, -5});
   HT oa(DType::kBFloat16, {3}), ob(DType::kFloat32, {2});
   run(OpKind::kCopy, {&a, &b}, {&oa, &ob});
   EXPECT_EQ(oa.values(), (Vec{1, 2, 3}));
@@ -105,16 +106,19 @@ RC_GTEST_PROP(KernelsAdd, MixedDtypesRoundOnceExactly, ()) {
   const DType da = *gen_float_dtype(), db = *gen_float_dtype(), dout = *gen_float_dtype();
   const int n = *rc::gen::inRange(1, 3000);
   std::mt19937 rng(*rc::gen::arbitrary<uint32_t>());
-  HT a = random_tensor(da, {n}, rng, -100, 100), b = random_tensor(db, {n}, rng, -100, 100), o(dout, {n});
+  HT a = random_tensor(da, {n}, rng, -100, 100), b = random_tensor(db, {n}, rng, -100, 100),
+     o(dout, {n});
   run(OpKind::kAdd, {&a, &b}, {&o});
   for (int64_t i = 0; i < n; ++i)
-    RC_ASSERT(stored_bits(o, i) == expected_bits(dout, static_cast<float>(a.get(i)) + static_cast<float>(b.get(i))));
+    RC_ASSERT(stored_bits(o, i) ==
+              expected_bits(dout, static_cast<float>(a.get(i)) + static_cast<float>(b.get(i))));
   // In place (out aliases a): the accumulation form add_into uses.
   if (da == dout) {
     const Vec before = a.values();
     run(OpKind::kAdd, {&a, &b}, {&a});
     for (int64_t i = 0; i < n; ++i)
-      RC_ASSERT(stored_bits(a, i) == expected_bits(da, static_cast<float>(before[i]) + static_cast<float>(b.get(i))));
+      RC_ASSERT(stored_bits(a, i) ==
+                expected_bits(da, static_cast<float>(before[i]) + static_cast<float>(b.get(i))));
   }
 }
 
@@ -125,12 +129,14 @@ RC_GTEST_PROP(KernelsScaleMul, ExactInFp32ThenRounded, ()) {
   HT a = random_tensor(dt, {n}, rng, -10, 10), b = random_tensor(dt, {n}, rng, -10, 10), o(dt, {n});
   run(OpKind::kMul, {&a, &b}, {&o});
   for (int64_t i = 0; i < n; ++i)
-    RC_ASSERT(stored_bits(o, i) == expected_bits(dt, static_cast<float>(a.get(i)) * static_cast<float>(b.get(i))));
+    RC_ASSERT(stored_bits(o, i) ==
+              expected_bits(dt, static_cast<float>(a.get(i)) * static_cast<float>(b.get(i))));
   const double f = 0.37;
   const Vec before = a.values();
   run(OpKind::kScale, {&a}, {&a}, {}, {f});  // in place, as the predivide
   for (int64_t i = 0; i < n; ++i)
-    RC_ASSERT(stored_bits(a, i) == expected_bits(dt, static_cast<float>(before[i]) * static_cast<float>(f)));
+    RC_ASSERT(stored_bits(a, i) ==
+              expected_bits(dt, static_cast<float>(before[i]) * static_cast<float>(f)));
 }
 
 TEST(KernelsMul, BackwardFormsMatchFiniteDifferences) {
@@ -139,8 +145,16 @@ TEST(KernelsMul, BackwardFormsMatchFiniteDifferences) {
   HT a = random_tensor(DType::kFloat32, {n}, rng), b = random_tensor(DType::kFloat32, {n}, rng);
   HT g = random_tensor(DType::kFloat32, {n}, rng);
   const Vec av = a.values(), bv = b.values(), w = g.values();
-  auto f_a = [&](const Vec& x) { Vec y(n); for (int i = 0; i < n; ++i) y[i] = x[i] * bv[i]; return y; };
-  auto f_b = [&](const Vec& x) { Vec y(n); for (int i = 0; i < n; ++i) y[i] = av[i] * x[i]; return y; };
+  auto f_a = [&](const Vec& x) {
+    Vec y(n);
+    for (int i = 0; i < n; ++i) y[i] = x[i] * bv[i];
+    return y;
+  };
+  auto f_b = [&](const Vec& x) {
+    Vec y(n);
+    for (int i = 0; i < n; ++i) y[i] = av[i] * x[i];
+    return y;
+  };
   const Vec ea = fd_grad(f_a, av, w), eb = fd_grad(f_b, bv, w);
   // The model's form: kMul(grad, other) per input.
   HT ga(DType::kFloat32, {n}), gb(DType::kFloat32, {n});
@@ -171,7 +185,11 @@ RC_GTEST_PROP(KernelsActivation, ForwardAndBackwardMatchReference, ()) {
   // Backward: grad_x = g * f'(x), against finite differences of sum(g * f(x)).
   HT g = random_tensor(dt, {n}, rng), gx(dt, {n});
   run(is_gelu ? OpKind::kGELUBackward : OpKind::kSiLUBackward, {&g, &x}, {&gx});
-  auto f = [&](const Vec& v) { Vec o(v.size()); for (size_t i = 0; i < v.size(); ++i) o[i] = ref(v[i]); return o; };
+  auto f = [&](const Vec& v) {
+    Vec o(v.size());
+    for (size_t i = 0; i < v.size(); ++i) o[i] = ref(v[i]);
+    return o;
+  };
   KT_RC_CLOSE(gx.values(), fd_grad(f, x.values(), g.values()), 2e-6, rel_eps(dt) + 1e-5);
 }
 
@@ -198,7 +216,8 @@ RC_GTEST_PROP(KernelsEmbedding, GatherIsExactAndBackwardScatterAdds, ()) {
   HT y(dt, {B, S, D});
   run(OpKind::kEmbedding, {&ids, &w}, {&y});
   for (int t = 0; t < B * S; ++t)
-    for (int d = 0; d < D; ++d) RC_ASSERT(y.get(t * D + d) == w.get(static_cast<int64_t>(ids.get(t)) * D + d));
+    for (int d = 0; d < D; ++d)
+      RC_ASSERT(y.get(t * D + d) == w.get(static_cast<int64_t>(ids.get(t)) * D + d));
   // Backward: grad_w = scatter-add of g rows (rows of unused ids are 0), vs finite differences.
   HT g = random_tensor(dt, {B, S, D}, rng), gw(dt, {V, D});
   for (auto& m : gw.mem) m = ~0ull;  // must be fully overwritten
@@ -214,7 +233,8 @@ RC_GTEST_PROP(KernelsEmbedding, GatherIsExactAndBackwardScatterAdds, ()) {
 }
 
 TEST(KernelsEmbedding, OutOfRangeIdThrows) {
-  HT w(DType::kFloat32, {4, 2}), ids = from_values(DType::kInt64, {1, 2}, {1, 4}), y(DType::kFloat32, {1, 2, 2});
+  HT w(DType::kFloat32, {4, 2}), ids = from_values(DType::kInt64, {1, 2}, {1, 4}),
+                                 y(DType::kFloat32, {1, 2, 2});
   EXPECT_THROW(run(OpKind::kEmbedding, {&ids, &w}, {&y}), InternalError);
 }
 
@@ -229,8 +249,9 @@ RC_GTEST_PROP(KernelsPositionEmbedding, AddsRowsAndBackwardSumsOverBatch, ()) {
     for (int s = 0; s < S; ++s)
       for (int d = 0; d < D; ++d) {
         const int64_t i = (b * S + s) * D + d;
-        RC_ASSERT(stored_bits(y, i) == expected_bits(dt, static_cast<float>(x.get(i)) +
-                                                             static_cast<float>(wpe.get(s * D + d))));
+        RC_ASSERT(stored_bits(y, i) ==
+                  expected_bits(
+                      dt, static_cast<float>(x.get(i)) + static_cast<float>(wpe.get(s * D + d))));
       }
   HT g = random_tensor(dt, {B, S, D}, rng), gw(dt, {P, D});
   for (auto& m : gw.mem) m = ~0ull;
@@ -240,7 +261,8 @@ RC_GTEST_PROP(KernelsPositionEmbedding, AddsRowsAndBackwardSumsOverBatch, ()) {
     Vec o(xv.size());
     for (int b = 0; b < B; ++b)
       for (int s = 0; s < S; ++s)
-        for (int d = 0; d < D; ++d) o[(b * S + s) * D + d] = xv[(b * S + s) * D + d] + wv[s * D + d];
+        for (int d = 0; d < D; ++d)
+          o[(b * S + s) * D + d] = xv[(b * S + s) * D + d] + wv[s * D + d];
     return o;
   };
   KT_RC_CLOSE(gw.values(), fd_grad(f, wpe.values(), g.values()), 1e-6, rel_eps(dt) + 1e-6);
@@ -251,8 +273,9 @@ RC_GTEST_PROP(KernelsPositionEmbedding, AddsRowsAndBackwardSumsOverBatch, ()) {
 TEST(KernelsDispatch, HasKernelForEveryKindButBackendOwnedOnes) {
   EXPECT_FALSE(cpu::has_kernel(OpKind::kLoadBatch));
   EXPECT_FALSE(cpu::has_kernel(OpKind::kInitParam));
-  for (OpKind k : {OpKind::kFill, OpKind::kCopy, OpKind::kAttention, OpKind::kAttentionBackward, OpKind::kAdamW,
-                   OpKind::kChunkCat, OpKind::kNllLossBackward, OpKind::kMulBackward})
+  for (OpKind k :
+       {OpKind::kFill, OpKind::kCopy, OpKind::kAttention, OpKind::kAttentionBackward,
+        OpKind::kAdamW, OpKind::kChunkCat, OpKind::kNllLossBackward, OpKind::kMulBackward})
     EXPECT_TRUE(cpu::has_kernel(k)) << op_kind_name(k);
   HT t(DType::kInt64, {2, 2});
   EXPECT_THROW(run(OpKind::kLoadBatch, {}, {&t}), InternalError);

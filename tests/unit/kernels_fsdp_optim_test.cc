@@ -24,8 +24,8 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 TEST(KernelsChunkCat, SeventeenRowsOverFourRanksPadsWithZeros) {
   // A [17, 2]: torch.chunk gives 5, 5, 5, 2 rows; every rank's chunk is padded to 5 rows.
   // B [5]: 2, 2, 1, 0 rows, padded to 2. One rank row = 10 + 2 = 12 elements; W = 4.
-  HT a = from_values(DType::kFloat32, {17, 2}, iota_vec(34, 1));     // 1..34
-  HT b = from_values(DType::kFloat32, {5}, iota_vec(5, 101));       // 101..105
+  HT a = from_values(DType::kFloat32, {17, 2}, iota_vec(34, 1));  // 1..34
+  HT b = from_values(DType::kFloat32, {5}, iota_vec(5, 101));     // 101..105
   HT out(DType::kFloat32, {48});
   for (auto& m : out.mem) m = ~0ull;
   run(OpKind::kChunkCat, {&a, &b}, {&out}, {4});
@@ -36,7 +36,8 @@ TEST(KernelsChunkCat, SeventeenRowsOverFourRanksPadsWithZeros) {
       31, 32, 33, 34, 0,  0,  0,  0,  0,  0,  0,   0};   // rank 3: A rows 15-16 + pad, B empty
   EXPECT_EQ(out.values(), expect);
   // Widening cast (bf16 grads into an fp32 reduce-scatter input) and narrowing (fp32 -> bf16).
-  HT a16 = from_values(DType::kBFloat16, {17, 2}, iota_vec(34, 1)), b16 = from_values(DType::kBFloat16, {5}, iota_vec(5, 101));
+  HT a16 = from_values(DType::kBFloat16, {17, 2}, iota_vec(34, 1)),
+     b16 = from_values(DType::kBFloat16, {5}, iota_vec(5, 101));
   HT out32(DType::kFloat32, {48}), out16(DType::kBFloat16, {48});
   run(OpKind::kChunkCat, {&a16, &b16}, {&out32}, {4});
   EXPECT_EQ(out32.values(), expect);
@@ -50,7 +51,8 @@ TEST(KernelsChunkCat, SeventeenRowsOverFourRanksPadsWithZeros) {
 // ------------------------------------------------------------------ all-gather copy-in / out
 TEST(KernelsAllGatherCopy, CopyInConcatenatesWithCastAndCopyOutSplitsRankMajor) {
   // Copy-in: shards [3] and [1] (fp32) into a bf16 slice of 4 elements.
-  HT s0 = from_values(DType::kFloat32, {3}, {1, 2, 3}), s1 = from_values(DType::kFloat32, {1}, {1.00390625});
+  HT s0 = from_values(DType::kFloat32, {3}, {1, 2, 3}),
+     s1 = from_values(DType::kFloat32, {1}, {1.00390625});
   HT slice(DType::kBFloat16, {4});
   run(OpKind::kAllGatherCopyIn, {&s0, &s1}, {&slice});
   EXPECT_EQ(slice.values(), (Vec{1, 2, 3, 1}));  // 1 + 2^-8 ties to even in bf16
@@ -120,7 +122,8 @@ RC_GTEST_PROP(KernelsAllGatherCopy, ChunkCatShardsRoundTripThroughCopyInAndOut, 
 
 // ------------------------------------------------------------------ clipping
 TEST(KernelsClip, SquaredNormsSumAndScale) {
-  HT g0 = from_values(DType::kFloat32, {2}, {3, 4}), g1 = from_values(DType::kBFloat16, {2, 2}, {1, 2, 2, 4});
+  HT g0 = from_values(DType::kFloat32, {2}, {3, 4}),
+     g1 = from_values(DType::kBFloat16, {2, 2}, {1, 2, 2, 4});
   HT norms(DType::kFloat32, {2}), total(DType::kFloat32, {1});
   run(OpKind::kSquaredNorm, {&g0, &g1}, {&norms});
   EXPECT_EQ(norms.values(), (Vec{25, 25}));
@@ -137,7 +140,8 @@ TEST(KernelsClip, SquaredNormsSumAndScale) {
   for (double v : g1.values()) n2 += v * v;
   EXPECT_NEAR(std::sqrt(n2), 1.0, 1e-2);  // bf16 rounding of g1
   // Under the threshold the coefficient clamps to 1: values unchanged.
-  HT g2 = from_values(DType::kFloat32, {3}, {0.1, -0.2, 0.3}), t2 = from_values(DType::kFloat32, {1}, {0.14});
+  HT g2 = from_values(DType::kFloat32, {3}, {0.1, -0.2, 0.3}),
+     t2 = from_values(DType::kFloat32, {1}, {0.14});
   const Vec before = g2.values();
   run(OpKind::kClipGradScale, {&t2, &g2}, {&g2}, {}, {1.0});
   EXPECT_EQ(g2.values(), before);
@@ -224,7 +228,8 @@ RC_GTEST_PROP(KernelsAdamW, SeveralParamsSeveralStepsMatchDoubleReference, ()) {
 
 TEST(KernelsAdamW, Bf16StateIsRoundedOnce) {
   // bf16 param / grad / states: fp32 math, each stored value rounded once.
-  HT p = from_values(DType::kBFloat16, {2}, {1, -2}), g = from_values(DType::kBFloat16, {2}, {0.5, 0.25});
+  HT p = from_values(DType::kBFloat16, {2}, {1, -2}),
+     g = from_values(DType::kBFloat16, {2}, {0.5, 0.25});
   HT m(DType::kBFloat16, {2}), v(DType::kBFloat16, {2});
   run(OpKind::kAdamW, {&p, &g, &m, &v}, {&p, &m, &v}, {1}, {0.1, 0.9, 0.999, 1e-8, 0.0, 1});
   // Step 1 without decay moves every element by lr * sign(g) (|m / denom| = 1 up to eps).
@@ -233,6 +238,7 @@ TEST(KernelsAdamW, Bf16StateIsRoundedOnce) {
   EXPECT_EQ(m.bits16(0), float_to_bf16(0.05f));
   EXPECT_EQ(v.bits16(1), float_to_bf16(0.001f * 0.0625f));
   HT bad(DType::kFloat32, {3});
-  EXPECT_THROW(run(OpKind::kAdamW, {&p, &bad, &m, &v}, {&p, &m, &v}, {1}, {0.1, 0.9, 0.999, 1e-8, 0.0, 1}),
-               InternalError);
+  EXPECT_THROW(
+      run(OpKind::kAdamW, {&p, &bad, &m, &v}, {&p, &m, &v}, {1}, {0.1, 0.9, 0.999, 1e-8, 0.0, 1}),
+      InternalError);
 }

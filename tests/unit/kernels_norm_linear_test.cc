@@ -108,7 +108,8 @@ RC_GTEST_PROP(KernelsRMSNorm, ForwardAndBackward, ()) {
 
 TEST(KernelsRMSNorm, KnownValues) {
   // x = [3, 4]: mean square 12.5, rstd = 1/sqrt(12.5 + eps).
-  HT x = from_values(DType::kFloat32, {1, 2}, {3, 4}), w = from_values(DType::kFloat32, {2}, {1, 2});
+  HT x = from_values(DType::kFloat32, {1, 2}, {3, 4}),
+     w = from_values(DType::kFloat32, {2}, {1, 2});
   HT y(DType::kFloat32, {1, 2}), rstd(DType::kFloat32, {1});
   run(OpKind::kRMSNorm, {&x, &w}, {&y, &rstd}, {}, {0.0});
   EXPECT_NEAR(rstd.get(0), 1 / std::sqrt(12.5), 1e-7);
@@ -122,7 +123,8 @@ RC_GTEST_PROP(KernelsLayerNorm, ForwardAndBackward, ()) {
   const int R = *rc::gen::inRange(1, 7), D = *rc::gen::inRange(1, 18);
   const double eps = 1e-5;
   std::mt19937 rng(*rc::gen::arbitrary<uint32_t>());
-  HT x = norm_input(dt, R, D, rng), w = random_tensor(dt, {D}, rng, 0.5, 1.5), b = random_tensor(dt, {D}, rng);
+  HT x = norm_input(dt, R, D, rng), w = random_tensor(dt, {D}, rng, 0.5, 1.5),
+     b = random_tensor(dt, {D}, rng);
   HT y(dt, {R, D}), mean(DType::kFloat32, {R}), rstd(DType::kFloat32, {R});
   run(OpKind::kLayerNorm, {&x, &w, &b}, {&y, &mean, &rstd}, {}, {eps});
   Vec em, ers;
@@ -146,10 +148,12 @@ RC_GTEST_PROP(KernelsLayerNorm, ForwardAndBackward, ()) {
 // ------------------------------------------------------------------ linear
 RC_GTEST_PROP(KernelsLinear, ForwardAndAllGradients, ()) {
   const DType dt = *gen_float_dtype();
-  const int M = *rc::gen::inRange(1, 10), K = *rc::gen::inRange(1, 10), N = *rc::gen::inRange(1, 10);
+  const int M = *rc::gen::inRange(1, 10), K = *rc::gen::inRange(1, 10),
+            N = *rc::gen::inRange(1, 10);
   const bool with_bias = *rc::gen::arbitrary<bool>();
   std::mt19937 rng(*rc::gen::arbitrary<uint32_t>());
-  HT x = random_tensor(dt, {M, K}, rng), w = random_tensor(dt, {N, K}, rng), b = random_tensor(dt, {N}, rng);
+  HT x = random_tensor(dt, {M, K}, rng), w = random_tensor(dt, {N, K}, rng),
+     b = random_tensor(dt, {N}, rng);
   HT y(dt, {M, N});
   std::vector<HT*> ins = {&x, &w};
   if (with_bias) ins.push_back(&b);
@@ -162,25 +166,30 @@ RC_GTEST_PROP(KernelsLinear, ForwardAndAllGradients, ()) {
   run(OpKind::kLinearBackwardWeight, {&g, &x}, {&gw}, {M, K, N});
   run(OpKind::kLinearBackwardBias, {&g}, {&gb}, {M, N});
   const Vec gv = g.values();
-  KT_RC_CLOSE(gx.values(), fd_grad([&](const Vec& v) { return linear_ref(v, wv, bp, M, K, N); }, xv, gv), 1e-5,
+  KT_RC_CLOSE(gx.values(),
+              fd_grad([&](const Vec& v) { return linear_ref(v, wv, bp, M, K, N); }, xv, gv), 1e-5,
               rel_eps(dt) + 1e-5);
-  KT_RC_CLOSE(gw.values(), fd_grad([&](const Vec& v) { return linear_ref(xv, v, bp, M, K, N); }, wv, gv), 1e-5,
+  KT_RC_CLOSE(gw.values(),
+              fd_grad([&](const Vec& v) { return linear_ref(xv, v, bp, M, K, N); }, wv, gv), 1e-5,
               rel_eps(dt) + 1e-5);
-  KT_RC_CLOSE(gb.values(), fd_grad([&](const Vec& v) { return linear_ref(xv, wv, &v, M, K, N); }, bv, gv), 1e-5,
+  KT_RC_CLOSE(gb.values(),
+              fd_grad([&](const Vec& v) { return linear_ref(xv, wv, &v, M, K, N); }, bv, gv), 1e-5,
               rel_eps(dt) + 1e-5);
 }
 
 TEST(KernelsLinear, WeightIsOutByInAndLargeShapesUseBlas) {
   // y = x W^T + b with W [N=2, K=3] as nn.Linear stores it.
   HT x = from_values(DType::kFloat32, {1, 3}, {1, 2, 3});
-  HT w = from_values(DType::kFloat32, {2, 3}, {1, 0, 0, 0, 1, 1}), b = from_values(DType::kFloat32, {2}, {10, 20});
+  HT w = from_values(DType::kFloat32, {2, 3}, {1, 0, 0, 0, 1, 1}),
+     b = from_values(DType::kFloat32, {2}, {10, 20});
   HT y(DType::kFloat32, {1, 2});
   run(OpKind::kLinear, {&x, &w, &b}, {&y}, {1, 3, 2});
   EXPECT_EQ(y.values(), (Vec{11, 25}));
   // Shapes past BLAS's small-matrix paths, 3-D input ([B, S, K] flattens to M = B*S).
   std::mt19937 rng(3);
   const int M = 70, K = 65, N = 33;
-  HT X = random_tensor(DType::kFloat32, {2, 35, K}, rng), W = random_tensor(DType::kFloat32, {N, K}, rng);
+  HT X = random_tensor(DType::kFloat32, {2, 35, K}, rng),
+     W = random_tensor(DType::kFloat32, {N, K}, rng);
   HT Y(DType::kFloat32, {2, 35, N});
   run(OpKind::kLinear, {&X, &W}, {&Y}, {M, K, N});
   KT_EXPECT_CLOSE(Y.values(), linear_ref(X.values(), W.values(), nullptr, M, K, N), 1e-5, 1e-5);
@@ -200,7 +209,8 @@ TEST(KernelsLinear, WeightIsOutByInAndLargeShapesUseBlas) {
 TEST(KernelsRoPE, RotateHalfConvention) {
   // hd = 4: element i pairs with i + 2; at position 1 pair 0 rotates by 1 rad and pair 1 by
   // theta^(-1/2) = 0.01 rad (theta = 10^4). Position 0 is the identity.
-  HT x = from_values(DType::kFloat32, {1, 2, 4}, {1, 2, 3, 4, 1, 1, 0, 0}), y(DType::kFloat32, {1, 2, 4});
+  HT x = from_values(DType::kFloat32, {1, 2, 4}, {1, 2, 3, 4, 1, 1, 0, 0}),
+     y(DType::kFloat32, {1, 2, 4});
   run(OpKind::kRoPE, {&x}, {&y}, {4}, {10000.0});
   EXPECT_EQ(y.get(0), 1);
   EXPECT_EQ(y.get(3), 4);
@@ -222,6 +232,7 @@ RC_GTEST_PROP(KernelsRoPE, ForwardAndBackward, ()) {
   KT_RC_CLOSE(y.values(), rope_ref(xv, B, S, H * hd, hd, theta), 1e-6, rel_eps(dt) + 1e-6);
   HT g = random_tensor(dt, {B, S, H * hd}, rng), gx(dt, {B, S, H * hd});
   run(OpKind::kRoPEBackward, {&g}, {&gx}, {hd}, {theta});
-  const Vec e = fd_grad([&](const Vec& v) { return rope_ref(v, B, S, H * hd, hd, theta); }, xv, g.values());
+  const Vec e =
+      fd_grad([&](const Vec& v) { return rope_ref(v, B, S, H * hd, hd, theta); }, xv, g.values());
   KT_RC_CLOSE(gx.values(), e, 1e-5, rel_eps(dt) + 1e-5);
 }

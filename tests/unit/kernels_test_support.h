@@ -56,13 +56,19 @@ struct HT {
     return 0;
   }
   uint16_t bits16(int64_t i) const { return static_cast<const uint16_t*>(data())[i]; }
-  uint32_t bits32(int64_t i) const { return std::bit_cast<uint32_t>(static_cast<const float*>(data())[i]); }
+  uint32_t bits32(int64_t i) const {
+    return std::bit_cast<uint32_t>(static_cast<const float*>(data())[i]);
+  }
   void set(int64_t i, double v) {
     void* p = mem.data();
     switch (meta.dtype) {
       case DType::kFloat32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
-      case DType::kBFloat16: static_cast<uint16_t*>(p)[i] = float_to_bf16(static_cast<float>(v)); break;
-      case DType::kFloat16: static_cast<uint16_t*>(p)[i] = float_to_fp16(static_cast<float>(v)); break;
+      case DType::kBFloat16:
+        static_cast<uint16_t*>(p)[i] = float_to_bf16(static_cast<float>(v));
+        break;
+      case DType::kFloat16:
+        static_cast<uint16_t*>(p)[i] = float_to_fp16(static_cast<float>(v));
+        break;
       case DType::kInt64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
       case DType::kUInt8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
     }
@@ -116,8 +122,8 @@ inline OpCall make_call(OpKind k, const std::vector<HT*>& in, const std::vector<
 }
 
 // Runs kind k with the given tensors (the same HT in both lists for an in-place op).
-inline void run(OpKind k, const std::vector<HT*>& in, const std::vector<HT*>& out, std::vector<int64_t> iargs = {},
-                std::vector<double> fargs = {}) {
+inline void run(OpKind k, const std::vector<HT*>& in, const std::vector<HT*>& out,
+                std::vector<int64_t> iargs = {}, std::vector<double> fargs = {}) {
   OpCall op = make_call(k, in, out, std::move(iargs), std::move(fargs));
   std::vector<void*> pi, po;
   for (HT* t : in) pi.push_back(t->data());
@@ -126,8 +132,10 @@ inline void run(OpKind k, const std::vector<HT*>& in, const std::vector<HT*>& ou
 }
 
 // "" when |a_i - e_i| <= atol + rtol * |e_i| for all i, else a description of the worst.
-inline std::string mismatch(const Vec& a, const Vec& e, double atol, double rtol, const std::string& what = "") {
-  if (a.size() != e.size()) return what + ": size " + std::to_string(a.size()) + " vs " + std::to_string(e.size());
+inline std::string mismatch(const Vec& a, const Vec& e, double atol, double rtol,
+                            const std::string& what = "") {
+  if (a.size() != e.size())
+    return what + ": size " + std::to_string(a.size()) + " vs " + std::to_string(e.size());
   double worst = 0;
   size_t wi = 0;
   bool bad = false;
@@ -142,20 +150,20 @@ inline std::string mismatch(const Vec& a, const Vec& e, double atol, double rtol
   if (!bad) return "";
   std::ostringstream s;
   s.precision(9);
-  s << what << ": element " << wi << " is " << a[wi] << ", expected " << e[wi] << " (atol " << atol << ", rtol "
-    << rtol << ")";
+  s << what << ": element " << wi << " is " << a[wi] << ", expected " << e[wi] << " (atol " << atol
+    << ", rtol " << rtol << ")";
   return s.str();
 }
 
-#define KT_EXPECT_CLOSE(a, e, atol, rtol)                       \
-  do {                                                          \
+#define KT_EXPECT_CLOSE(a, e, atol, rtol)                                  \
+  do {                                                                     \
     const std::string kt_m = ::kt::mismatch((a), (e), (atol), (rtol), #a); \
-    EXPECT_TRUE(kt_m.empty()) << kt_m;                          \
+    EXPECT_TRUE(kt_m.empty()) << kt_m;                                     \
   } while (0)
-#define KT_RC_CLOSE(a, e, atol, rtol)                           \
-  do {                                                          \
+#define KT_RC_CLOSE(a, e, atol, rtol)                                      \
+  do {                                                                     \
     const std::string kt_m = ::kt::mismatch((a), (e), (atol), (rtol), #a); \
-    if (!kt_m.empty()) RC_FAIL(kt_m);                           \
+    if (!kt_m.empty()) RC_FAIL(kt_m);                                      \
   } while (0)
 
 // d/dx_i of sum_j w_j f(x)_j by central differences (double precision), for every i.

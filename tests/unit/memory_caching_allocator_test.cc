@@ -87,11 +87,11 @@ TEST(CachingAllocator, SegmentSizesFollowGetAllocationSize) {
     uint64_t reserved;
   };
   const std::vector<Case> cases = {
-      {1 * kMiB + 1, 20 * kMiB},        // smallest large request: a 20 MiB segment
-      {5 * kMiB, 20 * kMiB},            // 1..10 MiB: 20 MiB
-      {10 * kMiB - 512, 20 * kMiB},     // just under kMinLargeAlloc
-      {10 * kMiB, 10 * kMiB},           // >= 10 MiB: rounded up to 2 MiB
-      {30 * kMiB + 1, 32 * kMiB},       // 30 MiB + 512 B -> 32 MiB
+      {1 * kMiB + 1, 20 * kMiB},     // smallest large request: a 20 MiB segment
+      {5 * kMiB, 20 * kMiB},         // 1..10 MiB: 20 MiB
+      {10 * kMiB - 512, 20 * kMiB},  // just under kMinLargeAlloc
+      {10 * kMiB, 10 * kMiB},        // >= 10 MiB: rounded up to 2 MiB
+      {30 * kMiB + 1, 32 * kMiB},    // 30 MiB + 512 B -> 32 MiB
       {100 * kMiB + 7, 102 * kMiB},
   };
   for (const Case& c : cases) {

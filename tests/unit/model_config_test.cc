@@ -347,7 +347,8 @@ TEST(HfImport, Llama31RopeScaling) {
                                           {32, 0.0005248460220173001},
                                           {40, 3.428102354519069e-05},
                                           {63, 3.068925877869333e-07}};
-  for (const auto& [i, want] : torch) EXPECT_NEAR(inv[static_cast<size_t>(i)], want, 2e-7 * want) << "pair " << i;
+  for (const auto& [i, want] : torch)
+    EXPECT_NEAR(inv[static_cast<size_t>(i)], want, 2e-7 * want) << "pair " << i;
 
   json j = read_json(hf_data("llama3.1-8b.json"));
   json params = j["rope_scaling"];
@@ -365,15 +366,16 @@ TEST(HfImport, Llama31RopeScaling) {
 TEST(HfImport, RopeScalingErrorsNameTheField) {
   json j = read_json(hf_data("llama3.1-8b.json"));
   j["rope_scaling"]["rope_type"] = "yarn";
-  expect_input_error([&] { model_from_hf_config(j, "config.json"); }, "config.json: rope_scaling.rope_type",
-                     {"yarn", "llama3"});
+  expect_input_error([&] { model_from_hf_config(j, "config.json"); },
+                     "config.json: rope_scaling.rope_type", {"yarn", "llama3"});
   j = read_json(hf_data("llama3.1-8b.json"));
   j["rope_scaling"].erase("factor");
-  expect_input_error([&] { model_from_hf_config(j, "config.json"); }, "config.json: rope_scaling.factor", {"missing"});
+  expect_input_error([&] { model_from_hf_config(j, "config.json"); },
+                     "config.json: rope_scaling.factor", {"missing"});
   j = read_json(hf_data("llama3.1-8b.json"));
   j["rope_scaling"]["high_freq_factor"] = 1.0;
-  expect_input_error([&] { model_from_hf_config(j, "config.json"); }, "config.json: rope_scaling.high_freq_factor",
-                     {"low_freq_factor"});
+  expect_input_error([&] { model_from_hf_config(j, "config.json"); },
+                     "config.json: rope_scaling.high_freq_factor", {"low_freq_factor"});
   j["rope_scaling"] = "llama3";
   expect_input_error([&] { model_from_hf_config(j, "config.json"); }, "config.json: rope_scaling");
 }

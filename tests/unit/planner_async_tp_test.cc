@@ -13,12 +13,13 @@ namespace {
 using nlohmann::json;
 
 TEST(PlannerAsyncTp, CandidatesKeepAsyncWhereItRuns) {
-  const json base = {{"name", "b"},
-                     {"model", {{"name", "tiny-llama"}, {"implementation", {{"compile", true}}}}},
-                     {"training", {{"seq_len", 64}, {"steps", 2}}},
-                     {"fsdp", {{"mesh", {{"shape", {2, 2}}, {"dim_names", {"dp_shard", "tp"}}}}}},
-                     {"tensor_parallel", {{"async", true}}},
-                     {"hardware", {{"profile", "h100-sxm-80gb"}, {"nodes", 1}, {"gpus_per_node", 4}}}};
+  const json base = {
+      {"name", "b"},
+      {"model", {{"name", "tiny-llama"}, {"implementation", {{"compile", true}}}}},
+      {"training", {{"seq_len", 64}, {"steps", 2}}},
+      {"fsdp", {{"mesh", {{"shape", {2, 2}}, {"dim_names", {"dp_shard", "tp"}}}}}},
+      {"tensor_parallel", {{"async", true}}},
+      {"hardware", {{"profile", "h100-sxm-80gb"}, {"nodes", 1}, {"gpus_per_node", 4}}}};
   const Scenario s = parse_scenario(base);
   Candidate c;
   c.shard = 2;

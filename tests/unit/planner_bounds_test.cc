@@ -43,7 +43,8 @@ Exact exact(const Scenario& s) {
     o.checks = false;
     const auto r = sim::simulate_scenario(t, o);
     e.step = r.step_time_s;
-    for (const auto& c : r.classes) e.allocated[x] = std::max(e.allocated[x], c.peak_allocated_bytes);
+    for (const auto& c : r.classes)
+      e.allocated[x] = std::max(e.allocated[x], c.peak_allocated_bytes);
   }
   return e;
 }
@@ -74,13 +75,14 @@ std::string bound_violation(const Scenario& s) {
   if (b.peak_bytes == 0) fail("no memory bound");
   for (int x = 0; x < 2; ++x)
     if (b.peak_bytes > e.allocated[x])
-      fail("memory bound " + std::to_string(b.peak_bytes) + " > peak allocated " + std::to_string(e.allocated[x]) +
-           (x ? " (expandable)" : ""));
+      fail("memory bound " + std::to_string(b.peak_bytes) + " > peak allocated " +
+           std::to_string(e.allocated[x]) + (x ? " (expandable)" : ""));
   // A bound above the capacity means out of memory, with either allocator setting.
   Scenario tight = s;
   tight.hardware.allocator.capacity_bytes = b.peak_bytes - 1;
   const ProgramEvaluation ev = evaluate_program(tight);
-  if (!ev.memory[0].out_of_memory || !ev.memory[1].out_of_memory) fail("fits below the memory bound");
+  if (!ev.memory[0].out_of_memory || !ev.memory[1].out_of_memory)
+    fail("fits below the memory bound");
   return out;
 }
 
@@ -91,8 +93,10 @@ RC_GTEST_PROP(PlannerBoundsProps, BoundsNeverExceedTheSimulation, ()) {
   const int nodes = *rc::gen::inRange(1, 3);
   const json base = {{"model", {{"name", model}, {"n_layers", layers}}},
                      {"training", {{"seq_len", *rc::gen::element(16, 48, 64)}, {"steps", 2}}},
-                     {"hardware", {{"profile", *rc::gen::element<std::string>("h100-sxm-80gb", "a100-80gb")},
-                                   {"nodes", nodes}, {"gpus_per_node", gpn}}}};
+                     {"hardware",
+                      {{"profile", *rc::gen::element<std::string>("h100-sxm-80gb", "a100-80gb")},
+                       {"nodes", nodes},
+                       {"gpus_per_node", gpn}}}};
   const Scenario base_s = parse_scenario(base);
   SpaceOptions so;
   so.gpus = nodes * gpn;
@@ -111,9 +115,10 @@ RC_GTEST_PROP(PlannerBoundsProps, BoundsNeverExceedTheSimulation, ()) {
 }
 
 TEST(PlannerBounds, EveryCandidateOfASmallSpace) {
-  const json base = {{"model", {{"name", "tiny-llama"}, {"n_layers", 3}}},
-                     {"training", {{"seq_len", 32}, {"steps", 2}}},
-                     {"hardware", {{"profile", "h100-sxm-80gb"}, {"nodes", 2}, {"gpus_per_node", 1}}}};
+  const json base = {
+      {"model", {{"name", "tiny-llama"}, {"n_layers", 3}}},
+      {"training", {{"seq_len", 32}, {"steps", 2}}},
+      {"hardware", {{"profile", "h100-sxm-80gb"}, {"nodes", 2}, {"gpus_per_node", 1}}}};
   const Scenario base_s = parse_scenario(base);
   SpaceOptions so;
   so.gpus = 2;
@@ -132,9 +137,10 @@ TEST(PlannerBounds, EveryCandidateOfASmallSpace) {
 // The bounds' block attribution by name holds for tensor-parallel programs too: the tp
 // collectives of a block are named after its modules ("layers.0.attention all_gather(seq)").
 TEST(PlannerBounds, EveryTensorParallelCandidateOfASmallSpace) {
-  const json base = {{"model", {{"name", "tiny-llama"}, {"n_layers", 3}}},
-                     {"training", {{"seq_len", 32}, {"steps", 2}}},
-                     {"hardware", {{"profile", "h100-sxm-80gb"}, {"nodes", 1}, {"gpus_per_node", 2}}}};
+  const json base = {
+      {"model", {{"name", "tiny-llama"}, {"n_layers", 3}}},
+      {"training", {{"seq_len", 32}, {"steps", 2}}},
+      {"hardware", {{"profile", "h100-sxm-80gb"}, {"nodes", 1}, {"gpus_per_node", 2}}}};
   const Scenario base_s = parse_scenario(base);
   SpaceOptions so;
   so.gpus = 2;

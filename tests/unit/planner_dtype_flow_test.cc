@@ -29,12 +29,15 @@ PlanOptions options(const json& per_unit) {
 // The last block computes in fp32 and returns fp32 activations, on which the root's norm and
 // output (no cast of their own) compute in the candidate's dtype: only fp32 candidates run it.
 TEST(PlannerDtypeFlow, PrecisionsThatBreakThePerUnitFlowAreLeftOut) {
-  const PlanResult r = plan(options({{"layers.2", {{"mixed_precision", {{"param_dtype", "fp32"}}}}}}));
+  const PlanResult r =
+      plan(options({{"layers.2", {{"mixed_precision", {{"param_dtype", "fp32"}}}}}}));
   ASSERT_FALSE(r.configs.empty());
-  for (const auto& c : r.configs) EXPECT_EQ(c.candidate.precision, Precision::kFp32) << candidate_text(c.candidate);
+  for (const auto& c : r.configs)
+    EXPECT_EQ(c.candidate.precision, Precision::kFp32) << candidate_text(c.candidate);
   // A middle block in fp32: the next block casts its inputs to its own param_dtype (FSDP2's
   // default cast_forward_inputs), so every precision runs.
-  const PlanResult all = plan(options({{"layers.1", {{"mixed_precision", {{"param_dtype", "fp32"}}}}}}));
+  const PlanResult all =
+      plan(options({{"layers.1", {{"mixed_precision", {{"param_dtype", "fp32"}}}}}}));
   bool bf16 = false;
   for (const auto& c : all.configs) bf16 |= c.candidate.precision != Precision::kFp32;
   EXPECT_TRUE(bf16);

@@ -26,21 +26,24 @@ struct Case {
 };
 
 PlanOptions options(const Case& k) {
-  const json j = {{"model", {{"name", k.model}, {"n_layers", k.layers}}},
-                  {"training", {{"seq_len", k.seq}, {"steps", 2}}},
-                  {"hardware",
-                   {{"profile", k.profile},
-                    {"nodes", k.nodes},
-                    {"gpus_per_node", k.gpn},
-                    {"memory_bytes", static_cast<int64_t>(k.capacity_mib * 1048576) + (int64_t{1} << 30)},
-                    {"non_allocator_bytes", int64_t{1} << 30}}}};
+  const json j = {
+      {"model", {{"name", k.model}, {"n_layers", k.layers}}},
+      {"training", {{"seq_len", k.seq}, {"steps", 2}}},
+      {"hardware",
+       {{"profile", k.profile},
+        {"nodes", k.nodes},
+        {"gpus_per_node", k.gpn},
+        {"memory_bytes", static_cast<int64_t>(k.capacity_mib * 1048576) + (int64_t{1} << 30)},
+        {"non_allocator_bytes", int64_t{1} << 30}}}};
   PlanOptions o;
   o.base = parse_scenario(j);
   o.space.gpus = k.nodes * k.gpn;
   o.space.gpus_per_node = k.gpn;
   o.space.n_layers = k.layers;
-  if (k.per_gpu_batch > 0) o.space.global_batch = k.per_gpu_batch * o.space.gpus;
-  else o.space.micro_batches = {1, 2};
+  if (k.per_gpu_batch > 0)
+    o.space.global_batch = k.per_gpu_batch * o.space.gpus;
+  else
+    o.space.micro_batches = {1, 2};
   return o;
 }
 
@@ -99,7 +102,8 @@ void expect_same_answer(const Case& k) {
   for (const auto& r : pruned.configs)
     if (r.verdict == Verdict::kSimulated && r.fits) order_pruned.push_back(key(r.candidate));
   for (const auto& r : all.configs)
-    if (r.fits && std::find(order_pruned.begin(), order_pruned.end(), key(r.candidate)) != order_pruned.end())
+    if (r.fits &&
+        std::find(order_pruned.begin(), order_pruned.end(), key(r.candidate)) != order_pruned.end())
       order_all.push_back(key(r.candidate));
   EXPECT_EQ(order_all, order_pruned);
   ::testing::Test::RecordProperty("pruned_simulated", static_cast<int>(pruned.simulated));
@@ -116,8 +120,8 @@ TEST(PlannerPrune, SameWinnerOnSmallSpaces) {
       {"tiny-llama", 3, 1, 2, 32, 1, 0.5},              // nothing fits: the closest is exact
   };
   for (const auto& k : cases) {
-    SCOPED_TRACE(k.model + " x" + std::to_string(k.layers) + " on " + std::to_string(k.nodes) + "x" +
-                 std::to_string(k.gpn) + ", " + std::to_string(k.capacity_mib) + " MiB");
+    SCOPED_TRACE(k.model + " x" + std::to_string(k.layers) + " on " + std::to_string(k.nodes) +
+                 "x" + std::to_string(k.gpn) + ", " + std::to_string(k.capacity_mib) + " MiB");
     expect_same_answer(k);
   }
 }
@@ -126,11 +130,16 @@ TEST(PlannerPrune, SameWinnerOnRandomSmallSpaces) {
   std::mt19937 rng(20261121);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   for (int i = 0; i < 3; ++i) {
-    Case k{pick(0, 1) ? "tiny-llama" : "tiny-gpt2", pick(2, 4), pick(1, 2), 1 << pick(0, 1), 16 * pick(1, 4),
-           pick(1, 2), 0.5 + pick(0, 40)};
-    SCOPED_TRACE(k.model + " x" + std::to_string(k.layers) + " on " + std::to_string(k.nodes) + "x" +
-                 std::to_string(k.gpn) + ", seq " + std::to_string(k.seq) + ", " + std::to_string(k.capacity_mib) +
-                 " MiB");
+    Case k{pick(0, 1) ? "tiny-llama" : "tiny-gpt2",
+           pick(2, 4),
+           pick(1, 2),
+           1 << pick(0, 1),
+           16 * pick(1, 4),
+           pick(1, 2),
+           0.5 + pick(0, 40)};
+    SCOPED_TRACE(k.model + " x" + std::to_string(k.layers) + " on " + std::to_string(k.nodes) +
+                 "x" + std::to_string(k.gpn) + ", seq " + std::to_string(k.seq) + ", " +
+                 std::to_string(k.capacity_mib) + " MiB");
     expect_same_answer(k);
   }
 }

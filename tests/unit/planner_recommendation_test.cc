@@ -13,14 +13,16 @@ namespace {
 
 using nlohmann::json;
 
-PlanOptions options(const json& model, int nodes, int gpn, int seq, int64_t global_batch, std::optional<uint64_t> capacity) {
+PlanOptions options(const json& model, int nodes, int gpn, int seq, int64_t global_batch,
+                    std::optional<uint64_t> capacity) {
   json hw = {{"profile", "h100-sxm-80gb"}, {"nodes", nodes}, {"gpus_per_node", gpn}};
   if (capacity) {
     hw["memory_bytes"] = *capacity + (uint64_t{1} << 30);
     hw["non_allocator_bytes"] = uint64_t{1} << 30;
   }
   PlanOptions o;
-  o.base = parse_scenario({{"model", model}, {"training", {{"seq_len", seq}, {"steps", 2}}}, {"hardware", hw}});
+  o.base = parse_scenario(
+      {{"model", model}, {"training", {{"seq_len", seq}, {"steps", 2}}}, {"hardware", hw}});
   o.space.gpus = nodes * gpn;
   o.space.gpus_per_node = gpn;
   o.space.n_layers = o.base.model.n_layers;
@@ -34,10 +36,13 @@ PlanOptions options(const json& model, int nodes, int gpn, int seq, int64_t glob
 // parameter (beside PyTorch's two 32 MiB cuBLAS workspaces, NOTE [cuBLAS workspaces]) and only
 // CPU offload (states on the host) can fit.
 TEST(PlannerRecommendation, StatesThatOnlyFitWithOffload) {
-  const json model = {{"name", "tiny-llama"}, {"dim", 512}, {"ffn_dim", 1024}, {"n_layers", 3}, {"n_heads", 8}};
+  const json model = {
+      {"name", "tiny-llama"}, {"dim", 512}, {"ffn_dim", 1024}, {"n_layers", 3}, {"n_heads", 8}};
   PlanOptions probe = options(model, 1, 1, 32, 1, std::nullopt);
   const int64_t params = parameter_count(probe.base.model);
-  PlanOptions o = options(model, 1, 1, 32, 1, static_cast<uint64_t>(8 * params) + 2 * probe.base.hardware.device.blas_workspace_bytes);
+  PlanOptions o = options(
+      model, 1, 1, 32, 1,
+      static_cast<uint64_t>(8 * params) + 2 * probe.base.hardware.device.blas_workspace_bytes);
   const PlanResult r = plan(o);
   ASSERT_TRUE(r.best_fits());
   EXPECT_TRUE(r.configs.front().candidate.cpu_offload);
@@ -64,10 +69,13 @@ TEST(PlannerRecommendation, StatesThatOnlyFitWithOffload) {
 // memory per node]): nothing fits, and the closest is an offload configuration that fits the GPU
 // and says so; with exactly the bytes it pins, it fits again.
 TEST(PlannerRecommendation, OffloadNeedsTheNodesHostMemory) {
-  const json model = {{"name", "tiny-llama"}, {"dim", 512}, {"ffn_dim", 1024}, {"n_layers", 3}, {"n_heads", 8}};
+  const json model = {
+      {"name", "tiny-llama"}, {"dim", 512}, {"ffn_dim", 1024}, {"n_layers", 3}, {"n_heads", 8}};
   PlanOptions probe = options(model, 1, 1, 32, 1, std::nullopt);
   const int64_t params = parameter_count(probe.base.model);
-  PlanOptions o = options(model, 1, 1, 32, 1, static_cast<uint64_t>(8 * params) + 2 * probe.base.hardware.device.blas_workspace_bytes);
+  PlanOptions o = options(
+      model, 1, 1, 32, 1,
+      static_cast<uint64_t>(8 * params) + 2 * probe.base.hardware.device.blas_workspace_bytes);
   const PlanResult roomy = plan(o);  // the profile's 2 TiB per node
   ASSERT_TRUE(roomy.best_fits());
   const ConfigResult& best = roomy.configs.front();
@@ -87,7 +95,8 @@ TEST(PlannerRecommendation, OffloadNeedsTheNodesHostMemory) {
       EXPECT_EQ(c.host_bytes_per_node, 0u);
     }
     if (c.verdict == Verdict::kSimulated && c.candidate.cpu_offload && c.over_bytes == 0) {
-      EXPECT_EQ(c.host_over_bytes, c.host_bytes_per_node - tight.base.hardware.device.host_memory_bytes);
+      EXPECT_EQ(c.host_over_bytes,
+                c.host_bytes_per_node - tight.base.hardware.device.host_memory_bytes);
     }
   }
   const ConfigResult& closest = r.configs.front();
@@ -126,8 +135,9 @@ TEST(PlannerRecommendation, TinyModelEverythingFits) {
 // A compute-bound model: H100's fp32 (non-tensor-core) peak is 67 TFLOP/s against 989 for
 // bf16, so no fp32 configuration can be the fastest.
 TEST(PlannerRecommendation, Bf16BeatsFp32WhenComputeBound) {
-  const json model = {{"name", "tiny-llama"}, {"dim", 1024}, {"ffn_dim", 4096}, {"n_layers", 2}, {"n_heads", 8},
-                      {"n_kv_heads", 8}, {"vocab_size", 4096}, {"max_seq_len", 4096}};
+  const json model = {{"name", "tiny-llama"}, {"dim", 1024},        {"ffn_dim", 4096},
+                      {"n_layers", 2},        {"n_heads", 8},       {"n_kv_heads", 8},
+                      {"vocab_size", 4096},   {"max_seq_len", 4096}};
   PlanOptions o = options(model, 1, 2, 2048, 2, std::nullopt);
   const PlanResult r = plan(o);
   ASSERT_TRUE(r.best_fits());
@@ -142,10 +152,28 @@ TEST(PlannerRecommendation, JsonSchema) {
   PlanOptions o = options("tiny-gpt2", 1, 2, 32, 2, std::nullopt);
   const PlanResult r = plan(o);
   const json j = plan_json(o, r, 1.5);
-  for (const char* k : {"model", "parameters", "gpu", "gpus", "gpus_per_node", "seq_len", "global_batch", "headroom",
-                        "capacity_bytes", "usable_bytes", "evaluated", "simulated", "memory_pruned", "time_pruned",
-                        "full_simulations", "bound_simulations", "pruning", "wall_s", "configs_per_s", "recommended",
-                        "families", "configs"})
+  for (const char* k : {"model",
+                        "parameters",
+                        "gpu",
+                        "gpus",
+                        "gpus_per_node",
+                        "seq_len",
+                        "global_batch",
+                        "headroom",
+                        "capacity_bytes",
+                        "usable_bytes",
+                        "evaluated",
+                        "simulated",
+                        "memory_pruned",
+                        "time_pruned",
+                        "full_simulations",
+                        "bound_simulations",
+                        "pruning",
+                        "wall_s",
+                        "configs_per_s",
+                        "recommended",
+                        "families",
+                        "configs"})
     EXPECT_TRUE(j.contains(k)) << k;
   EXPECT_EQ(j["evaluated"].get<size_t>(), j["configs"].size());
   EXPECT_EQ(j["evaluated"].get<size_t>(), r.evaluated);
@@ -153,10 +181,27 @@ TEST(PlannerRecommendation, JsonSchema) {
   int rank = 0;
   for (const json& c : j["configs"]) {
     EXPECT_EQ(c["rank"].get<int>(), ++rank);
-    for (const char* k : {"fits", "verdict", "peak_reserved_bytes", "headroom_bytes", "step_time_s", "tokens_per_s_per_gpu",
-                          "mfu", "exposed_comm_s", "needed_bytes", "over_bytes", "mesh", "sharding",
-                          "reshard_after_forward", "precision", "param_dtype", "reduce_dtype", "cpu_offload",
-                          "activation_checkpointing", "micro_batch", "grad_accum_steps", "expandable_segments"})
+    for (const char* k : {"fits",
+                          "verdict",
+                          "peak_reserved_bytes",
+                          "headroom_bytes",
+                          "step_time_s",
+                          "tokens_per_s_per_gpu",
+                          "mfu",
+                          "exposed_comm_s",
+                          "needed_bytes",
+                          "over_bytes",
+                          "mesh",
+                          "sharding",
+                          "reshard_after_forward",
+                          "precision",
+                          "param_dtype",
+                          "reduce_dtype",
+                          "cpu_offload",
+                          "activation_checkpointing",
+                          "micro_batch",
+                          "grad_accum_steps",
+                          "expandable_segments"})
       EXPECT_TRUE(c.contains(k)) << k;
     EXPECT_TRUE(c["fits"].is_boolean() || (c["fits"].is_null() && c["verdict"] == "time_bound"));
     EXPECT_TRUE(c["peak_reserved_bytes"].is_number_unsigned());
@@ -172,7 +217,8 @@ TEST(PlannerRecommendation, JsonSchema) {
   EXPECT_EQ(j["recommended"]["mesh"], j["configs"][0]["mesh"]);
   const std::string text = plan_text(o, r, 5, 1.5);
   EXPECT_NE(text.find("recommended: "), std::string::npos);
-  EXPECT_NE(text.find("evaluated " + std::to_string(r.evaluated) + " configurations"), std::string::npos);
+  EXPECT_NE(text.find("evaluated " + std::to_string(r.evaluated) + " configurations"),
+            std::string::npos);
 }
 
 TEST(PlannerRecommendation, NothingFitsNamesTheClosest) {
@@ -181,7 +227,8 @@ TEST(PlannerRecommendation, NothingFitsNamesTheClosest) {
   EXPECT_FALSE(r.best_fits());
   ASSERT_FALSE(r.configs.empty());
   EXPECT_EQ(r.configs.front().verdict, Verdict::kSimulated);  // the closest is exact
-  for (size_t i = 1; i < r.configs.size(); ++i) EXPECT_LE(r.configs[0].over_bytes, r.configs[i].over_bytes);
+  for (size_t i = 1; i < r.configs.size(); ++i)
+    EXPECT_LE(r.configs[0].over_bytes, r.configs[i].over_bytes);
   const std::string text = plan_text(o, r, 3, 1);
   EXPECT_NE(text.find("nothing fits"), std::string::npos);
   EXPECT_TRUE(plan_json(o, r, 1)["recommended"].is_null());

@@ -43,17 +43,18 @@ Truth simulate(Scenario s, bool expandable, uint64_t capacity) {
 TinyOptions random_tiny() {
   TinyOptions o;
   o.model = *rc::gen::element<std::string>("tiny-llama", "tiny-gpt2");
-  o.mesh = *rc::gen::element(std::vector<int>{2}, std::vector<int>{4}, std::vector<int>{2, 2}, std::vector<int>{3});
+  o.mesh = *rc::gen::element(std::vector<int>{2}, std::vector<int>{4}, std::vector<int>{2, 2},
+                             std::vector<int>{3});
   const int shard = o.mesh.back();
   using J = std::vector<nlohmann::json>;
-  o.reshard_after_forward =
-      *rc::gen::elementOf(J{nullptr, true, false, shard == 4 ? nlohmann::json(2) : nlohmann::json(true)});
+  o.reshard_after_forward = *rc::gen::elementOf(
+      J{nullptr, true, false, shard == 4 ? nlohmann::json(2) : nlohmann::json(true)});
   o.mixed_precision = *rc::gen::elementOf(J{nlohmann::json::object(),
                                             {{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}},
                                             {{"param_dtype", "bf16"}}});
   o.cpu_offload = *rc::gen::arbitrary<bool>();
-  o.activation_checkpointing =
-      *rc::gen::elementOf(J{"none", "full", "selective_op", {{"mode", "selective_layer"}, {"every", 2}}});
+  o.activation_checkpointing = *rc::gen::elementOf(
+      J{"none", "full", "selective_op", {{"mode", "selective_layer"}, {"every", 2}}});
   o.grad_accum_steps = *rc::gen::inRange(1, 3);
   o.batch = *rc::gen::inRange(1, 3);
   o.seq = *rc::gen::element(16, 32, 64);

@@ -22,7 +22,8 @@ using Kind = ReshardAfterForward::Kind;
 json base_json(const std::string& model, int nodes, int gpus_per_node) {
   return {{"model", model},
           {"training", {{"seq_len", 32}, {"steps", 2}}},
-          {"hardware", {{"profile", "h100-sxm-80gb"}, {"nodes", nodes}, {"gpus_per_node", gpus_per_node}}}};
+          {"hardware",
+           {{"profile", "h100-sxm-80gb"}, {"nodes", nodes}, {"gpus_per_node", gpus_per_node}}}};
 }
 
 template <typename Fn>
@@ -34,7 +35,8 @@ void expect_flag_error(Fn fn, const std::string& flag, const std::vector<std::st
     const std::string what = e.what();
     EXPECT_EQ(e.where(), flag) << what;
     EXPECT_EQ(what.find('\n'), std::string::npos) << what;
-    for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << "missing '" << p << "' in: " << what;
+    for (const auto& p : parts)
+      EXPECT_NE(what.find(p), std::string::npos) << "missing '" << p << "' in: " << what;
   }
 }
 
@@ -100,7 +102,8 @@ TEST(PlannerSpace, EnumerationIsTheFullProductWithoutDuplicates) {
       EXPECT_GT(cs[i].reshard.n, 1);
       EXPECT_LT(cs[i].reshard.n, cs[i].shard);
     }
-    for (size_t j = i + 1; j < cs.size() && j < i + 50; ++j) EXPECT_FALSE(cs[i] == cs[j]) << i << " " << j;
+    for (size_t j = i + 1; j < cs.size() && j < i + 50; ++j)
+      EXPECT_FALSE(cs[i] == cs[j]) << i << " " << j;
     // Expandable off and on are adjacent (the evaluator shares their program).
     if (i % 2 == 0) {
       ASSERT_LT(i + 1, cs.size());
@@ -120,10 +123,12 @@ TEST(PlannerSpace, BadInputNamesTheFlagAndTheFix) {
   SpaceOptions o;
   o.gpus = 12;
   o.gpus_per_node = 8;
-  expect_flag_error([&] { check_space_options(o); }, "--gpus", {"12", "--gpus-per-node 8", "--gpus 8 or 16"});
+  expect_flag_error([&] { check_space_options(o); }, "--gpus",
+                    {"12", "--gpus-per-node 8", "--gpus 8 or 16"});
   o.gpus = 256;
   o.global_batch = 100;
-  expect_flag_error([&] { check_space_options(o); }, "--global-batch", {"100", "multiple of --gpus 256", "256"});
+  expect_flag_error([&] { check_space_options(o); }, "--global-batch",
+                    {"100", "multiple of --gpus 256", "256"});
   o.global_batch = 300;
   expect_flag_error([&] { check_space_options(o); }, "--global-batch", {"300", "256 or 512"});
   o.global_batch = 512;
@@ -187,7 +192,9 @@ TEST(PlannerSpace, EveryCandidateRoundTripsThroughScenarioJson) {
 
 TEST(PlannerSpace, RoundTripKeepsUnpinnedOffloadAndOtherSettings) {
   json base = base_json("tiny-llama", 1, 4);
-  base["fsdp"] = {{"cpu_offload", {{"pin_memory", false}}}, {"units", "blocks"}, {"forward_prefetch", 1},
+  base["fsdp"] = {{"cpu_offload", {{"pin_memory", false}}},
+                  {"units", "blocks"},
+                  {"forward_prefetch", 1},
                   {"mixed_precision", {{"cast_forward_inputs", false}}}};
   base["training"]["optimizer"] = {{"lr", 1e-3}, {"implementation", "fused"}};
   base["training"]["seed"] = 7;
@@ -209,8 +216,10 @@ TEST(PlannerSpace, RoundTripKeepsUnpinnedOffloadAndOtherSettings) {
 TEST(PlannerSpace, ChunkedLossCandidatesAreRunnablePrograms) {
   for (const std::string units : {"blocks", "embed_blocks_head"}) {
     json base = base_json("tiny-llama", 1, 4);
-    base["model"] = {{"name", "tiny-llama"}, {"implementation", {{"preset", "torchtitan"}, {"loss_chunks", 64}}}};
-    base["training"]["seq_len"] = 24;  // the base: 8 x 24 tokens, 64 chunks; a candidate of 1 or 3 x 24: fewer
+    base["model"] = {{"name", "tiny-llama"},
+                     {"implementation", {{"preset", "torchtitan"}, {"loss_chunks", 64}}}};
+    base["training"]["seq_len"] =
+        24;  // the base: 8 x 24 tokens, 64 chunks; a candidate of 1 or 3 x 24: fewer
     base["training"]["batch_per_rank"] = 8;
     base["fsdp"] = {{"units", units}};
     const Scenario base_s = parse_scenario(base);
@@ -225,7 +234,8 @@ TEST(PlannerSpace, ChunkedLossCandidatesAreRunnablePrograms) {
       SCOPED_TRACE(candidate_text(c) + " units " + units);
       const Scenario built = candidate_scenario(base_s, c);
       EXPECT_EQ(built.training.batch_per_rank * 24 % built.model.implementation.loss_chunks, 0);
-      const Scenario parsed = parse_scenario(json::parse(candidate_scenario_json(base, c, "x", "").dump()));
+      const Scenario parsed =
+          parse_scenario(json::parse(candidate_scenario_json(base, c, "x", "").dump()));
       EXPECT_EQ(parsed.model.implementation.loss_chunks, built.model.implementation.loss_chunks);
       EXPECT_EQ(parsed.fsdp.reshard_for("root").kind, built.fsdp.reshard_for("root").kind);
       if (checked++ % 7 == 0) {
@@ -253,7 +263,8 @@ TEST(PlannerSpace, WrittenCandidateSimulatesLikeTheBuiltOne) {
   sim::SimulateOptions so;
   so.checks = false;
   const auto a = sim::simulate_scenario(candidate_scenario(base_s, c), so);
-  const auto b = sim::simulate_scenario(parse_scenario(candidate_scenario_json(base, c, "x", "")), so);
+  const auto b =
+      sim::simulate_scenario(parse_scenario(candidate_scenario_json(base, c, "x", "")), so);
   ASSERT_EQ(a.classes.size(), b.classes.size());
   for (size_t i = 0; i < a.classes.size(); ++i) {
     EXPECT_EQ(a.classes[i].peak_reserved_bytes, b.classes[i].peak_reserved_bytes);
@@ -263,7 +274,8 @@ TEST(PlannerSpace, WrittenCandidateSimulatesLikeTheBuiltOne) {
 }
 
 TEST(PlannerSpace, AbsolutizePathsMakesRelativePathsAbsolute) {
-  json j = {{"model", {{"hf_config", "models/config.json"}}}, {"hardware", {{"profile", "../hw/x.json"}}}};
+  json j = {{"model", {{"hf_config", "models/config.json"}}},
+            {"hardware", {{"profile", "../hw/x.json"}}}};
   json a = absolutize_paths(j, "/data/scen");
   EXPECT_EQ(a["model"]["hf_config"], "/data/scen/models/config.json");
   EXPECT_EQ(a["hardware"]["profile"], "/data/hw/x.json");
@@ -302,8 +314,8 @@ TEST(PlannerSpace, TensorParallelDegreesSplitTheModelWithinANode) {
   const ModelConfig l70 = *find_model("llama3.1-70b");
   EXPECT_EQ(tp_degrees(l70, 8192, 256, 8), (std::vector<int>{1, 2, 4, 8}));
   EXPECT_EQ(tp_degrees(l70, 8192, 256, 4), (std::vector<int>{1, 2, 4}));  // never across nodes
-  EXPECT_EQ(tp_degrees(l70, 8190, 256, 8), (std::vector<int>{1, 2}));     // seq_len splits 2 ways only
-  const ModelConfig tiny = *find_model("tiny-llama");                      // 2 kv heads
+  EXPECT_EQ(tp_degrees(l70, 8190, 256, 8), (std::vector<int>{1, 2}));  // seq_len splits 2 ways only
+  const ModelConfig tiny = *find_model("tiny-llama");                  // 2 kv heads
   EXPECT_EQ(tp_degrees(tiny, 64, 8, 8), (std::vector<int>{1, 2}));
   EXPECT_EQ(tp_degrees(*find_model("gpt2-124m"), 1024, 8, 8), (std::vector<int>{1}));
   // The loss rules of check_tensor_parallel: a scenario whose loss tp cannot run plans tp 1
@@ -314,7 +326,8 @@ TEST(PlannerSpace, TensorParallelDegreesSplitTheModelWithinANode) {
   ModelConfig bf16 = l70;
   bf16.implementation.loss = LossImpl::kBf16Logits;
   EXPECT_EQ(tp_degrees(bf16, 8192, 256, 8, /*loss_parallel=*/true), (std::vector<int>{1}));
-  EXPECT_EQ(tp_degrees(bf16, 8192, 256, 8, /*loss_parallel=*/false), (std::vector<int>{1, 2, 4, 8}));
+  EXPECT_EQ(tp_degrees(bf16, 8192, 256, 8, /*loss_parallel=*/false),
+            (std::vector<int>{1, 2, 4, 8}));
 }
 
 // plan.json's shard_within_node against the mesh itself: every shard-dim group DeviceMesh
@@ -332,7 +345,8 @@ RC_GTEST_PROP(PlannerSpaceProps, ShardWithinNodeMatchesTheMeshGroups, ()) {
   const DeviceMesh mesh({c.replicate, c.shard, c.tp}, {"dp_replicate", "dp_shard", "tp"});
   bool within = true;
   for (int r = 0; r < world; ++r)
-    for (int member : mesh.group(r, 1).ranks) within = within && member / gpus_per_node == r / gpus_per_node;
+    for (int member : mesh.group(r, 1).ranks)
+      within = within && member / gpus_per_node == r / gpus_per_node;
   RC_ASSERT(shard_group_within_node(c, gpus_per_node) == within);
 }
 
@@ -369,9 +383,10 @@ TEST(PlannerSpace, TensorParallelCandidatesUseTheRemainingRanksForDataParallelis
     }
   }
   EXPECT_GT(with_tp, 0);
-  Scenario base = parse_scenario(nlohmann::json{{"model", "tiny-llama"},
-                                                {"training", {{"seq_len", 8}}},
-                                                {"hardware", {{"profile", "h100-sxm-80gb"}, {"gpus_per_node", 8}}}});
+  Scenario base = parse_scenario(
+      nlohmann::json{{"model", "tiny-llama"},
+                     {"training", {{"seq_len", 8}}},
+                     {"hardware", {{"profile", "h100-sxm-80gb"}, {"gpus_per_node", 8}}}});
   Candidate c;
   c.replicate = 1;
   c.shard = 4;

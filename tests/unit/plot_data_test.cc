@@ -132,14 +132,17 @@ TEST(PlotParse, OptionalSummaryFieldsOfAnotherTypeAreIgnored) {
   j["out_of_memory"] = "yes";
   j["scenario"] = 3;
   j["rank_classes"][0]["in_flight_at_peak"][0]["stream"] = 7;
-  j["rank_classes"][0]["oom"] = {{"step", "one"}, {"what", 2}, {"category", nullptr}, {"requested_bytes", 1024}};
-  j["checkpoint"] = {{"played", {{{"after_step", "x"}, {"begin_s", 1}, {"exposed_s", 1}, {"write_end_s", 3}}}}};
+  j["rank_classes"][0]["oom"] = {
+      {"step", "one"}, {"what", 2}, {"category", nullptr}, {"requested_bytes", 1024}};
+  j["checkpoint"] = {
+      {"played", {{{"after_step", "x"}, {"begin_s", 1}, {"exposed_s", 1}, {"write_end_s", 3}}}}};
   const Report r = parse_report(j, "r.json");
   EXPECT_EQ(r.scenario, "");
   EXPECT_EQ(r.summary.find("OUT OF MEMORY"), std::string::npos) << r.summary;
   EXPECT_EQ(r.summary.find("ok"), std::string::npos) << r.summary;
   EXPECT_EQ(r.series.at(0).in_flight_at_peak.at(0).stream, "");
-  EXPECT_NE(r.series.at(0).oom.find("OUT OF MEMORY in step 0 allocating 1.0 KiB for ? (?)"), std::string::npos)
+  EXPECT_NE(r.series.at(0).oom.find("OUT OF MEMORY in step 0 allocating 1.0 KiB for ? (?)"),
+            std::string::npos)
       << r.series.at(0).oom;
   ASSERT_EQ(r.checkpoint.size(), 1u);
   EXPECT_EQ(r.checkpoint[0].step, 0);
@@ -154,17 +157,23 @@ TEST(PlotParse, BadReportsNameThePathTheValueAndTheFix) {
     }
     return std::string("no error");
   };
-  EXPECT_NE(message(json::parse(R"J({"scenario": "x"})J")).find("has no memory_timeline"), std::string::npos);
+  EXPECT_NE(message(json::parse(R"J({"scenario": "x"})J")).find("has no memory_timeline"),
+            std::string::npos);
   EXPECT_NE(message(json::parse(R"J([1, 2])J")).find("not a report object"), std::string::npos);
-  const std::string lengths = message(json::parse(R"J({"memory_timeline": [{"time_s": [0, 1, 2], "allocated_bytes": [0, 1]}]})J"));
+  const std::string lengths = message(
+      json::parse(R"J({"memory_timeline": [{"time_s": [0, 1, 2], "allocated_bytes": [0, 1]}]})J"));
   EXPECT_NE(lengths.find("memory_timeline[0].allocated_bytes"), std::string::npos) << lengths;
   EXPECT_NE(lengths.find("has 2 values but time_s has 3"), std::string::npos) << lengths;
-  const std::string back = message(json::parse(R"J({"memory_timeline": [{"time_s": [0, 2, 1], "allocated_bytes": [0, 1, 2]}]})J"));
+  const std::string back = message(json::parse(
+      R"J({"memory_timeline": [{"time_s": [0, 2, 1], "allocated_bytes": [0, 1, 2]}]})J"));
   EXPECT_NE(back.find("time_s[2]"), std::string::npos) << back;
   EXPECT_NE(back.find("time order"), std::string::npos) << back;
-  const std::string type = message(json::parse(R"J({"memory_timeline": [{"time_s": [0], "allocated_bytes": ["x"]}]})J"));
+  const std::string type =
+      message(json::parse(R"J({"memory_timeline": [{"time_s": [0], "allocated_bytes": ["x"]}]})J"));
   EXPECT_NE(type.find("allocated_bytes[0]"), std::string::npos) << type;
-  EXPECT_NE(message(json::parse(R"J({"memory_timeline": [{"time_s": [0]}]})J")).find("allocated_bytes"), std::string::npos);
+  EXPECT_NE(
+      message(json::parse(R"J({"memory_timeline": [{"time_s": [0]}]})J")).find("allocated_bytes"),
+      std::string::npos);
   EXPECT_THROW(load_report("/nonexistent/report.json"), InputError);
 }
 

@@ -32,10 +32,16 @@ Report report(const std::string& label, double scale, bool oom = false) {
   }
   j["rank_classes"][0]["peak_allocated_bytes"] = 2.5e9 * scale;
   j["rank_classes"][0]["peak_time_s"] = 0.001;
-  j["rank_classes"][0]["breakdown_at_peak"] = {{"activations", 2e9 * scale}, {"temporaries", 5e8 * scale}};
+  j["rank_classes"][0]["breakdown_at_peak"] = {{"activations", 2e9 * scale},
+                                               {"temporaries", 5e8 * scale}};
   if (oom)
-    j["rank_classes"][0]["oom"] = {{"requested_bytes", 1 << 30}, {"what", "layers.1.ffn"}, {"category", "activations"},
-                                   {"capacity_bytes", 4294967296}, {"step", 0}, {"allocated_bytes", 3e9}, {"reserved_bytes", 3.5e9}};
+    j["rank_classes"][0]["oom"] = {{"requested_bytes", 1 << 30},
+                                   {"what", "layers.1.ffn"},
+                                   {"category", "activations"},
+                                   {"capacity_bytes", 4294967296},
+                                   {"step", 0},
+                                   {"allocated_bytes", 3e9},
+                                   {"reserved_bytes", 3.5e9}};
   j["label"] = label;
   return parse_report(j, label + ".json");
 }
@@ -85,14 +91,17 @@ TEST(PlotSvg, StackedAreasLinesPeakAndOverlay) {
   EXPECT_EQ(svg.substr(svg.size() - 7), "</svg>\n");
   // One area per category per panel (two panels: one per rank class).
   size_t areas = 0;
-  for (size_t p = svg.find("class=\"area\""); p != std::string::npos; p = svg.find("class=\"area\"", p + 1)) ++areas;
+  for (size_t p = svg.find("class=\"area\""); p != std::string::npos;
+       p = svg.find("class=\"area\"", p + 1))
+    ++areas;
   EXPECT_EQ(areas, 2u);
   EXPECT_NE(svg.find("peak 2.33 GiB"), std::string::npos);  // 2.5e9 B
   EXPECT_NE(svg.find("peak 2.56 GiB"), std::string::npos);  // the overlaid report's peak
   EXPECT_NE(svg.find("capacity 4.00 GiB"), std::string::npos);
   EXPECT_NE(svg.find("time (ms)"), std::string::npos);
   EXPECT_NE(svg.find("memory (GiB)"), std::string::npos);
-  EXPECT_NE(svg.find("activations 1.86 GiB (80%)"), std::string::npos) << "breakdown under the panel";
+  EXPECT_NE(svg.find("activations 1.86 GiB (80%)"), std::string::npos)
+      << "breakdown under the panel";
   EXPECT_EQ(svg.find("b & c"), std::string::npos);  // XML-escaped when shown
   // Balanced tags for the elements drawn (a cheap well-formedness check).
   auto count = [&](const std::string& s) {
@@ -109,7 +118,8 @@ TEST(PlotSvg, OutOfMemoryIsMarked) {
   o.rank = 0;
   const std::string svg = render_svg({report("oom", 1, true)}, o);
   EXPECT_NE(svg.find("OUT OF MEMORY</text>"), std::string::npos);
-  EXPECT_NE(svg.find("OUT OF MEMORY in step 0 allocating 1.00 GiB for layers.1.ffn"), std::string::npos);
+  EXPECT_NE(svg.find("OUT OF MEMORY in step 0 allocating 1.00 GiB for layers.1.ffn"),
+            std::string::npos);
   EXPECT_EQ(svg.find("rank 1"), std::string::npos);  // --rank 0: that panel only
 }
 

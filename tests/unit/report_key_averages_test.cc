@@ -31,9 +31,11 @@ TEST(OpKey, FoldsLayerIndicesOnly) {
 // Any layer index, in any position of a module path, folds to the same key; a different module
 // never does.
 RC_GTEST_PROP(OpKey, TheSameOpOfEveryLayerHasOneKey, (unsigned i, unsigned j)) {
-  const std::string role = *rc::gen::element<std::string>("attention backward", "attention.wq backward_weight",
-                                                          "feed_forward.w2", "attention_norm", "mlp.c_proj grad_input");
-  const std::string prefix = *rc::gen::element<std::string>("layers", "h", "model.layers", "encoder.blocks");
+  const std::string role =
+      *rc::gen::element<std::string>("attention backward", "attention.wq backward_weight",
+                                     "feed_forward.w2", "attention_norm", "mlp.c_proj grad_input");
+  const std::string prefix =
+      *rc::gen::element<std::string>("layers", "h", "model.layers", "encoder.blocks");
   const std::string a = prefix + "." + std::to_string(i) + "." + role;
   const std::string b = prefix + "." + std::to_string(j) + "." + role;
   RC_ASSERT(op_key(a) == op_key(b));
@@ -48,7 +50,8 @@ TEST(KeyAverages, JoinsLaunchesAndKernelTimesBySeq) {
                                     {15, OpKind::kFill, "loss grad seed", 0, 8},
                                     {20, OpKind::kLinear, "output", 500, 200}};
   // seq 15 was not timed; seq 99 is no launched op (a collective's, say).
-  const std::vector<KernelTime> times{{10, 1.0, 1.5}, {12, 2.0, 2.5}, {20, 3.0, 3.25}, {99, 0.0, 9.0}};
+  const std::vector<KernelTime> times{
+      {10, 1.0, 1.5}, {12, 2.0, 2.5}, {20, 3.0, 3.25}, {99, 0.0, 9.0}};
   const auto t = key_averages(ops, times);
   ASSERT_EQ(t.size(), 3u);
   EXPECT_EQ(t[0].key, "layers.attention.wq");  // most measured time first
@@ -66,7 +69,9 @@ TEST(KeyAverages, JoinsLaunchesAndKernelTimesBySeq) {
 }
 
 TEST(KeyAverages, PredictionsSitBesideMeasurementsAndTheLargestGapsComeFirst) {
-  auto t = key_averages({{1, OpKind::kLinear, "a", 1, 1}, {2, OpKind::kLinear, "b", 1, 1}, {3, OpKind::kFill, "c", 0, 1}},
+  auto t = key_averages({{1, OpKind::kLinear, "a", 1, 1},
+                         {2, OpKind::kLinear, "b", 1, 1},
+                         {3, OpKind::kFill, "c", 0, 1}},
                         {{1, 0, 1.0}, {2, 0, 0.2}, {3, 0, 0.01}});
   attach_predictions(t, {{key_id("a", op_kind_name(OpKind::kLinear)), 0.9},
                          {key_id("b", op_kind_name(OpKind::kLinear)), 0.6},

@@ -19,7 +19,8 @@ RankReport random_report() {
   r.peak_host_bytes = *rc::gen::inRange<uint64_t>(0, 1ull << 30);
   r.peak_time_s = *rc::gen::inRange(0, 1000) / 8.0;
   for (auto& b : r.breakdown_at_peak) b = *rc::gen::inRange<uint64_t>(0, 1ull << 32);
-  r.allocated_after_step = *rc::gen::container<std::vector<uint64_t>>(rc::gen::inRange<uint64_t>(0, 1ull << 40));
+  r.allocated_after_step =
+      *rc::gen::container<std::vector<uint64_t>>(rc::gen::inRange<uint64_t>(0, 1ull << 40));
   r.allocator.num_segments = *rc::gen::inRange<uint64_t>(0, 100);
   r.allocator.num_alloc_retries = *rc::gen::inRange<uint64_t>(0, 5);
   r.compute_s = *rc::gen::inRange(0, 100) / 4.0;

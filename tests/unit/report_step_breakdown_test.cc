@@ -9,7 +9,9 @@
 namespace fullshard {
 namespace {
 
-double part(const StepBreakdown& b, PathKind k) { return b.critical_path_s[static_cast<size_t>(k)]; }
+double part(const StepBreakdown& b, PathKind k) {
+  return b.critical_path_s[static_cast<size_t>(k)];
+}
 
 StreamIntervals random_busy() {
   StreamIntervals iv;
@@ -26,7 +28,8 @@ StreamIntervals random_busy() {
 // Brute force: the precedence rule sampled on a fine grid.
 RC_GTEST_PROP(MeasuredStepBreakdown, PartsSumToTheWindowAndFollowThePrecedence, ()) {
   const StreamIntervals busy = random_busy();
-  const double begin = *rc::gen::inRange(0, 500) / 100.0, end = begin + *rc::gen::inRange(0, 800) / 100.0;
+  const double begin = *rc::gen::inRange(0, 500) / 100.0,
+               end = begin + *rc::gen::inRange(0, 800) / 100.0;
   const StepBreakdown b = measured_step_breakdown(busy, begin, end);
   double sum = 0;
   for (double v : b.critical_path_s) {
@@ -47,16 +50,21 @@ RC_GTEST_PROP(MeasuredStepBreakdown, PartsSumToTheWindowAndFollowThePrecedence, 
   for (int i = 0; i < n; ++i) {
     const double t = begin + (i + 0.5) * dt;
     PathKind k = PathKind::kLaunch;
-    if (in(StreamRole::kDefault, t)) k = PathKind::kCompute;
-    else if (in(StreamRole::kAllGather, t) || in(StreamRole::kReduceScatter, t) || in(StreamRole::kAllReduce, t))
+    if (in(StreamRole::kDefault, t))
+      k = PathKind::kCompute;
+    else if (in(StreamRole::kAllGather, t) || in(StreamRole::kReduceScatter, t) ||
+             in(StreamRole::kAllReduce, t))
       k = PathKind::kCommunication;
-    else if (in(StreamRole::kAllGatherCopyIn, t)) k = PathKind::kDeviceCopy;
-    else if (in(StreamRole::kHostToDevice, t) || in(StreamRole::kDeviceToHost, t)) k = PathKind::kHostLink;
+    else if (in(StreamRole::kAllGatherCopyIn, t))
+      k = PathKind::kDeviceCopy;
+    else if (in(StreamRole::kHostToDevice, t) || in(StreamRole::kDeviceToHost, t))
+      k = PathKind::kHostLink;
     want[static_cast<int>(k)] += dt;
   }
   // Interval ends fall on a 0.01 grid; each boundary can misplace at most one sample.
   const double tolerance = 2 * 6 * kNumStreams * dt + 1e-9;
-  for (int k = 0; k < kNumPathKinds; ++k) RC_ASSERT(std::abs(b.critical_path_s[k] - want[k]) <= tolerance);
+  for (int k = 0; k < kNumPathKinds; ++k)
+    RC_ASSERT(std::abs(b.critical_path_s[k] - want[k]) <= tolerance);
   RC_ASSERT(std::abs(b.stream_busy_s[0] - part(b, PathKind::kCompute)) < 1e-9);
   RC_ASSERT(b.exposed_comm_s == part(b, PathKind::kCommunication));
 }
@@ -79,17 +87,19 @@ TEST(MeasuredStepBreakdown, ComputeStreamCollectivesAreCommunicationByMeshDim) {
   StreamIntervals busy;
   auto& compute = busy[static_cast<size_t>(StreamRole::kDefault)];
   compute = {{0.0, 1.0}, {1.0, 1.5}, {2.0, 3.0}};  // kernel, tp all-gather, kernel
-  busy[static_cast<size_t>(StreamRole::kAllGather)] = {{0.5, 2.5}};  // FSDP all-gather
+  busy[static_cast<size_t>(StreamRole::kAllGather)] = {{0.5, 2.5}};   // FSDP all-gather
   busy[static_cast<size_t>(StreamRole::kAllReduce)] = {{3.0, 3.25}};  // HSDP all-reduce
   const std::vector<CollectiveInterval> colls = {{"tp", StreamRole::kDefault, 1.0, 1.5},
                                                  {"shard", StreamRole::kAllGather, 0.5, 2.5},
                                                  {"replicate", StreamRole::kAllReduce, 3.0, 3.25}};
   const StepBreakdown b = measured_step_breakdown(busy, 0.0, 4.0, colls);
   const auto dim = [&](MeshDimKind k) { return b.comm_by_dim_s[static_cast<size_t>(k)]; };
-  const auto exposed = [&](MeshDimKind k) { return b.exposed_comm_by_dim_s[static_cast<size_t>(k)]; };
+  const auto exposed = [&](MeshDimKind k) {
+    return b.exposed_comm_by_dim_s[static_cast<size_t>(k)];
+  };
   EXPECT_DOUBLE_EQ(b.compute_s, 2.0);
   EXPECT_DOUBLE_EQ(b.stream_busy_s[static_cast<size_t>(StreamRole::kDefault)], 2.5);
-  EXPECT_DOUBLE_EQ(b.comm_s, 2.25);  // [0.5, 2.5) and [3, 3.25)
+  EXPECT_DOUBLE_EQ(b.comm_s, 2.25);          // [0.5, 2.5) and [3, 3.25)
   EXPECT_DOUBLE_EQ(b.exposed_comm_s, 1.25);  // [1, 2) and [3, 3.25)
   EXPECT_DOUBLE_EQ(dim(MeshDimKind::kTp), 0.5);
   EXPECT_DOUBLE_EQ(exposed(MeshDimKind::kTp), 0.5);
@@ -116,7 +126,8 @@ TEST(StepBreakdownJson, RoundTripsAndNamesAMissingField) {
     step_breakdown_from_json(bad);
     ADD_FAILURE() << "accepted a report without host_link";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("last_step.critical_path_s.host_link"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("last_step.critical_path_s.host_link"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -12,11 +12,15 @@ using namespace fullshard;
 TEST(TimelineStreamTimes, APointTakesTheStartOfTheNextIssuedWork) {
   // Host: alloc (seq 1), launch A (2), alloc (3), launch B (4), free (5), nothing after.
   // A starts at 1.0; B waits for A and starts at 3.0 although the host issued it at ~0.
-  const std::vector<double> t = timeline_stream_times({1, 3, 5}, {0.1, 0.2, 0.3}, {{4, 3.0}, {2, 1.0}});
-  EXPECT_EQ(t, (std::vector<double>{1.0, 3.0, 3.0}));  // the free has no later work: its host time, raised to 3.0
+  const std::vector<double> t =
+      timeline_stream_times({1, 3, 5}, {0.1, 0.2, 0.3}, {{4, 3.0}, {2, 1.0}});
+  EXPECT_EQ(t, (std::vector<double>{
+                   1.0, 3.0, 3.0}));  // the free has no later work: its host time, raised to 3.0
   // A point whose next work started before a later point's host time keeps the order.
-  EXPECT_EQ(timeline_stream_times({1, 3}, {0.5, 2.0}, {{2, 1.0}, {4, 2.5}}), (std::vector<double>{1.0, 2.5}));
-  EXPECT_EQ(timeline_stream_times({1, 2}, {0.5, 0.7}, {}), (std::vector<double>{0.5, 0.7}));  // nothing measured
+  EXPECT_EQ(timeline_stream_times({1, 3}, {0.5, 2.0}, {{2, 1.0}, {4, 2.5}}),
+            (std::vector<double>{1.0, 2.5}));
+  EXPECT_EQ(timeline_stream_times({1, 2}, {0.5, 0.7}, {}),
+            (std::vector<double>{0.5, 0.7}));  // nothing measured
 }
 
 // Independently: for each point, the earliest start among works issued after it (a scan), then

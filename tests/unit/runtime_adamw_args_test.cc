@@ -32,7 +32,8 @@ OpCall adamw_op(bool fused, const std::vector<int64_t>& sizes, std::vector<doubl
 // The scalars are torch's host-side Python-float arithmetic, rounded once to fp32.
 RC_GTEST_PROP(AdamWArgs, ScalarsAreTheHostFormulasRoundedOnce, ()) {
   const double lr = *rc::gen::inRange(1, 1000) * 1e-5, wd = *rc::gen::inRange(0, 100) * 1e-3;
-  const double beta1 = 0.8 + *rc::gen::inRange(0, 199) * 1e-3, beta2 = 0.9 + *rc::gen::inRange(0, 999) * 1e-4;
+  const double beta1 = 0.8 + *rc::gen::inRange(0, 199) * 1e-3,
+               beta2 = 0.9 + *rc::gen::inRange(0, 999) * 1e-4;
   const double eps = 1e-8, step = *rc::gen::inRange(1, 100000);
   const bool fused = *rc::gen::arbitrary<bool>();
   const auto sizes = *rc::gen::container<std::vector<int64_t>>(rc::gen::inRange<int64_t>(0, 50));
@@ -70,7 +71,8 @@ TEST(AdamWArgs, MalformedOpsAreInternalErrorsNamingTheOp) {
   try {
     decode_adamw(bad_size);
   } catch (const InternalError& e) {
-    EXPECT_NE(std::string(e.what()).find("parameter 1: sizes differ"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("parameter 1: sizes differ"), std::string::npos)
+        << e.what();
   }
 }
 

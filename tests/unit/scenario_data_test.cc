@@ -13,7 +13,8 @@ using nlohmann::json;
 namespace {
 
 json with_data(json data) {
-  json j = json::parse(R"({"model": "tiny-llama", "training": {"seq_len": 64}, "hardware": {"profile": "cpu"}})");
+  json j = json::parse(
+      R"({"model": "tiny-llama", "training": {"seq_len": 64}, "hardware": {"profile": "cpu"}})");
   j["training"]["data"] = std::move(data);
   return j;
 }
@@ -31,8 +32,10 @@ std::string error_of(const json& j) {
 }  // namespace
 
 TEST(ScenarioData, AbsentIsTheGeneratedCorpus) {
-  const Scenario s = parse_scenario(json::parse(R"({"model": "tiny-llama", "training": {"seq_len": 64},
-                                                   "hardware": {"profile": "cpu"}})"), "/base");
+  const Scenario s =
+      parse_scenario(json::parse(R"({"model": "tiny-llama", "training": {"seq_len": 64},
+                                                   "hardware": {"profile": "cpu"}})"),
+                     "/base");
   EXPECT_FALSE(s.training.data.given());
 }
 
@@ -42,8 +45,11 @@ TEST(ScenarioData, StringAndObjectFormsWithPathsFromTheScenariosFolder) {
   EXPECT_EQ(a.training.data.format, "auto");
   EXPECT_EQ(a.training.data.sampling, "sequential");
   EXPECT_EQ(a.training.data.tokenizer, "byte");
-  const Scenario b = parse_scenario(with_data({{"path", "/abs/shards/*.bin"}, {"format", "uint16"}, {"val_path", "v.bin"},
-                                               {"sampling", "random"}, {"tokenizer", "tok/gpt2.tiktoken"}}),
+  const Scenario b = parse_scenario(with_data({{"path", "/abs/shards/*.bin"},
+                                               {"format", "uint16"},
+                                               {"val_path", "v.bin"},
+                                               {"sampling", "random"},
+                                               {"tokenizer", "tok/gpt2.tiktoken"}}),
                                     "/base");
   EXPECT_EQ(b.training.data.path, "/abs/shards/*.bin");
   EXPECT_EQ(b.training.data.format, "uint16");
@@ -53,11 +59,15 @@ TEST(ScenarioData, StringAndObjectFormsWithPathsFromTheScenariosFolder) {
 }
 
 TEST(ScenarioData, BadFieldsAreOneLineErrorsNamingThePath) {
-  EXPECT_NE(error_of(with_data({{"path", "a.bin"}, {"format", "u16"}})).find("training.data.format"), std::string::npos);
+  EXPECT_NE(
+      error_of(with_data({{"path", "a.bin"}, {"format", "u16"}})).find("training.data.format"),
+      std::string::npos);
   EXPECT_NE(error_of(with_data({{"format", "uint16"}})).find("training.data"), std::string::npos);
-  EXPECT_NE(error_of(with_data({{"path", "a.bin"}, {"shuffle", true}})).find("shuffle"), std::string::npos);
+  EXPECT_NE(error_of(with_data({{"path", "a.bin"}, {"shuffle", true}})).find("shuffle"),
+            std::string::npos);
   EXPECT_NE(error_of(with_data("")).find("training.data: is empty"), std::string::npos);
   EXPECT_NE(error_of(with_data(3)).find("training.data"), std::string::npos);
-  EXPECT_NE(error_of(with_data({{"path", "a.bin"}, {"sampling", "shuffled"}})).find("training.data.sampling"),
+  EXPECT_NE(error_of(with_data({{"path", "a.bin"}, {"sampling", "shuffled"}}))
+                .find("training.data.sampling"),
             std::string::npos);
 }

@@ -33,7 +33,8 @@ void expect_input_error(Fn fn, const std::string& where, const std::vector<std::
     const std::string what = e.what();
     EXPECT_EQ(e.where(), where) << what;
     EXPECT_EQ(what.find('\n'), std::string::npos) << "not one line: " << what;
-    for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << "missing '" << p << "' in: " << what;
+    for (const auto& p : parts)
+      EXPECT_NE(what.find(p), std::string::npos) << "missing '" << p << "' in: " << what;
   }
 }
 
@@ -52,9 +53,9 @@ TEST(HardwareProfileFigures, EveryShippedProfileCitesEveryFigure) {
     EXPECT_LE(p.network_bus_bandwidth, p.network_bandwidth);  // NCCL never beats the line rate
     EXPECT_LE(p.pageable_copy_bandwidth, p.pinned_copy_bandwidth);
     EXPECT_LE(p.pinned_copy_bandwidth, p.pcie_bandwidth);
-    for (const EfficiencyTable* t : {&p.matmul_efficiency, &p.attention_efficiency, &p.attention_backward_efficiency,
-                                     &p.attention_head_dim_efficiency, &p.vector_efficiency,
-                                     &p.memory_efficiency}) {
+    for (const EfficiencyTable* t :
+         {&p.matmul_efficiency, &p.attention_efficiency, &p.attention_backward_efficiency,
+          &p.attention_head_dim_efficiency, &p.vector_efficiency, &p.memory_efficiency}) {
       ASSERT_FALSE(t->rows.empty());
       EXPECT_EQ(t->rows.back().first, 0);
     }
@@ -105,8 +106,9 @@ TEST(HardwareOverrides, AnyFigureFromTheScenario) {
   EXPECT_EQ(h.device.host_link, HostLink::kPcie4);
   EXPECT_EQ(h.device.gpus_per_node, 4);  // the layout's ranks per node
   EXPECT_NE(h.device.source.find("network_bandwidth: set by the scenario"), std::string::npos);
-  EXPECT_EQ(h.overridden, (std::vector<std::string>{"matmul_efficiency", "nvls", "network_bandwidth",
-                                                    "network_bus_bandwidth", "host_link"}));
+  EXPECT_EQ(h.overridden,
+            (std::vector<std::string>{"matmul_efficiency", "nvls", "network_bandwidth",
+                                      "network_bus_bandwidth", "host_link"}));
   EXPECT_DOUBLE_EQ(h.device.peak_flops_bf16, 989.4e12);  // untouched figures stay the profile's
 }
 
@@ -134,7 +136,8 @@ TEST(HardwareOverrides, BadValuesNameTheirPath) {
   expect_error(j, "hardware.overlap_slowdown_nvlink", {"is 1"});
   j = h100x16();
   j["hardware"]["network_bandwith"] = 1e9;
-  expect_error(j, "hardware.network_bandwith", {"network_bandwith", "did you mean 'network_bandwidth'?"});
+  expect_error(j, "hardware.network_bandwith",
+               {"network_bandwith", "did you mean 'network_bandwidth'?"});
 }
 
 TEST(HardwareOverrides, FiguresThatWouldMakeATimeInfiniteAreRefused) {
@@ -182,7 +185,8 @@ TEST(HardwareOverrides, RankSpeedAndHostThreads) {
   json j = h100x16();
   EXPECT_TRUE(parse_scenario(j).hardware.rank_speed.empty());
   EXPECT_EQ(parse_scenario(j).hardware.host_threads_per_rank, 1);
-  j["hardware"]["rank_speed"] = json::parse(R"([{"rank": 3, "speed": 0.5}, {"rank": 15, "speed": 1.25}])");
+  j["hardware"]["rank_speed"] =
+      json::parse(R"([{"rank": 3, "speed": 0.5}, {"rank": 15, "speed": 1.25}])");
   j["hardware"]["host_threads_per_rank"] = 4;
   const HardwareOptions h = parse_scenario(j).hardware;
   EXPECT_EQ(h.rank_speed, (std::map<int, double>{{3, 0.5}, {15, 1.25}}));
@@ -192,7 +196,8 @@ TEST(HardwareOverrides, RankSpeedAndHostThreads) {
   expect_error(j, "hardware.rank_speed[0].rank", {"is 16", "15"});
   j["hardware"]["rank_speed"] = json::parse(R"([{"rank": 1, "speed": 0}])");
   expect_error(j, "hardware.rank_speed[0].speed", {"is 0"});
-  j["hardware"]["rank_speed"] = json::parse(R"([{"rank": 1, "speed": 0.5}, {"rank": 1, "speed": 0.7}])");
+  j["hardware"]["rank_speed"] =
+      json::parse(R"([{"rank": 1, "speed": 0.5}, {"rank": 1, "speed": 0.7}])");
   expect_error(j, "hardware.rank_speed[1].rank", {"given twice"});
   j["hardware"]["rank_speed"] = json::parse(R"([{"rank": 1}])");
   expect_error(j, "hardware.rank_speed[0].speed", {"is missing"});

@@ -18,9 +18,12 @@ json with_impl(const json& impl) {
   return j;
 }
 
-ModelImplementation parse_impl(const json& impl) { return parse_scenario(with_impl(impl)).model.implementation; }
+ModelImplementation parse_impl(const json& impl) {
+  return parse_scenario(with_impl(impl)).model.implementation;
+}
 
-void expect_error(const json& impl, const std::string& where, const std::vector<std::string>& parts) {
+void expect_error(const json& impl, const std::string& where,
+                  const std::vector<std::string>& parts) {
   try {
     parse_impl(impl);
     ADD_FAILURE() << "expected an InputError at " << where << " for " << impl.dump();
@@ -28,7 +31,8 @@ void expect_error(const json& impl, const std::string& where, const std::vector<
     const std::string what = e.what();
     EXPECT_EQ(e.where(), where) << what;
     EXPECT_EQ(what.find('\n'), std::string::npos) << what;
-    for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << "missing '" << p << "' in: " << what;
+    for (const auto& p : parts)
+      EXPECT_NE(what.find(p), std::string::npos) << "missing '" << p << "' in: " << what;
   }
 }
 
@@ -75,7 +79,8 @@ TEST(ModelImplementation, EveryPresetIsKnownAndUnbuiltOnesAreRefused) {
     if (unbuilt_variants(*p).empty()) {
       EXPECT_EQ(parse_impl(name).preset, name);
     } else {
-      expect_error(name, "model.implementation", {name, unbuilt_variants(*p)[0], "does not model yet"});
+      expect_error(name, "model.implementation",
+                   {name, unbuilt_variants(*p)[0], "does not model yet"});
     }
   }
   // torchtitan main (b5bcd76): ChunkedLossWrapper with 8 chunks.
@@ -89,8 +94,10 @@ TEST(ModelImplementation, ChunkedLossAndItsLimits) {
   // tiny-llama here: batch 1 x seq_len 8 = 8 tokens per micro-batch.
   expect_error({{"loss", "chunked"}, {"loss_chunks", 3}}, "model.implementation.loss_chunks",
                {"is 3", "8 tokens", "divisor of 8"});
-  expect_error({{"loss", "chunked"}, {"loss_chunks", 0}}, "model.implementation.loss_chunks", {"0"});
-  expect_error({{"loss", "chunked"}, {"keep_logits", true}}, "model.implementation.keep_logits", {"chunked"});
+  expect_error({{"loss", "chunked"}, {"loss_chunks", 0}}, "model.implementation.loss_chunks",
+               {"0"});
+  expect_error({{"loss", "chunked"}, {"keep_logits", true}}, "model.implementation.keep_logits",
+               {"chunked"});
   // The output projection runs after the root's forward: a root that reshards is refused.
   json r = with_impl({{"loss", "chunked"}});
   r["fsdp"] = {{"reshard_after_forward", true}};
@@ -130,13 +137,17 @@ TEST(ModelImplementation, ChunkedLossAndItsLimits) {
 TEST(ModelImplementation, EmbedBlocksHeadUnits) {
   json j = with_impl("fullshard");
   j["fsdp"] = {{"units", "embed_blocks_head"},
-               {"per_unit", {{"norm", {{"reshard_after_forward", false}}}, {"tok_embeddings", {{"reshard_after_forward", true}}}}}};
+               {"per_unit",
+                {{"norm", {{"reshard_after_forward", false}}},
+                 {"tok_embeddings", {{"reshard_after_forward", true}}}}}};
   const Scenario s = parse_scenario(j);
   EXPECT_EQ(s.fsdp.units, ShardingUnits::kEmbedBlocksHead);
-  EXPECT_EQ(s.fsdp.reshard_for("output").kind, ReshardAfterForward::Kind::kFalse);  // "norm" names [norm, output]
+  EXPECT_EQ(s.fsdp.reshard_for("output").kind,
+            ReshardAfterForward::Kind::kFalse);  // "norm" names [norm, output]
   EXPECT_EQ(s.fsdp.reshard_for("tok_embeddings").kind, ReshardAfterForward::Kind::kTrue);
   // "norm" and "output" are one unit.
-  j["fsdp"]["per_unit"] = {{"norm", {{"reshard_after_forward", false}}}, {"output", {{"reshard_after_forward", true}}}};
+  j["fsdp"]["per_unit"] = {{"norm", {{"reshard_after_forward", false}}},
+                           {"output", {{"reshard_after_forward", true}}}};
   try {
     parse_scenario(j);
     ADD_FAILURE() << "norm and output both named";
@@ -166,7 +177,8 @@ TEST(ModelImplementation, EmbedBlocksHeadUnits) {
 TEST(ModelImplementation, TiedEmbedBlocksHeadUnit) {
   json j = with_impl("fullshard");
   j["model"] = {{"name", "tiny-llama"}, {"tie_embeddings", true}};
-  j["fsdp"] = {{"units", "embed_blocks_head"}, {"per_unit", {{"tok_embeddings", {{"reshard_after_forward", false}}}}}};
+  j["fsdp"] = {{"units", "embed_blocks_head"},
+               {"per_unit", {{"tok_embeddings", {{"reshard_after_forward", false}}}}}};
   Scenario s = parse_scenario(j);
   EXPECT_EQ(s.fsdp.units, ShardingUnits::kEmbedBlocksHead);
   EXPECT_EQ(s.fsdp.reshard_for("output").kind, ReshardAfterForward::Kind::kFalse);
@@ -186,7 +198,8 @@ TEST(ModelImplementation, TiedEmbedBlocksHeadUnit) {
     parse_scenario(j);
     ADD_FAILURE() << "wte named for a Llama";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("tied [tok_embeddings, norm, output]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("tied [tok_embeddings, norm, output]"), std::string::npos)
+        << e.what();
   }
   // The chunked loss: with the tied unit, and with the output in a root that stays unsharded.
   j["fsdp"].erase("per_unit");
@@ -203,7 +216,8 @@ TEST(ModelImplementation, AttentionBackends) {
   // tiny-llama has 4 query heads over 2 kv heads: PyTorch's efficient backend takes no GQA.
   expect_error({{"attention", "efficient"}}, "model.implementation.attention",
                {"\"efficient\"", "2 kv heads", "4 query heads", "repeat_kv"});
-  EXPECT_EQ(parse_impl({{"attention", "efficient"}, {"gqa", "repeat_kv"}}).attention, AttentionImpl::kEfficient);
+  EXPECT_EQ(parse_impl({{"attention", "efficient"}, {"gqa", "repeat_kv"}}).attention,
+            AttentionImpl::kEfficient);
   json gpt2 = with_impl({{"attention", "cudnn"}});
   gpt2["model"] = {{"name", "tiny-gpt2"}, {"implementation", {{"attention", "cudnn"}}}};
   try {
@@ -215,11 +229,14 @@ TEST(ModelImplementation, AttentionBackends) {
 }
 
 TEST(ModelImplementation, Errors) {
-  expect_error("torchtitan-2023", "model.implementation", {"\"torchtitan-2023\"", "fullshard", "hf-transformers"});
+  expect_error("torchtitan-2023", "model.implementation",
+               {"\"torchtitan-2023\"", "fullshard", "hf-transformers"});
   expect_error(3, "model.implementation", {"3"});
-  expect_error({{"preset", "nope"}}, "model.implementation.preset", {"\"nope\"", "torchtitan-2024"});
+  expect_error({{"preset", "nope"}}, "model.implementation.preset",
+               {"\"nope\"", "torchtitan-2024"});
   expect_error({{"los", "fp32_logits"}}, "model.implementation.los", {"'los'", "'loss'"});
-  expect_error({{"rms_norm", "apex"}}, "model.implementation.rms_norm", {"\"apex\"", "fused", "eager"});
+  expect_error({{"rms_norm", "apex"}}, "model.implementation.rms_norm",
+               {"\"apex\"", "fused", "eager"});
   expect_error({{"rope", 1}}, "model.implementation.rope", {"complex"});
   expect_error({{"keep_logits", "yes"}}, "model.implementation.keep_logits", {"yes"});
   EXPECT_TRUE(parse_impl({{"compile", true}}).compile);  // built for Llama

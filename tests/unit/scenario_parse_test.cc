@@ -56,7 +56,8 @@ void expect_input_error(Fn fn, const std::string& where, const std::vector<std::
     EXPECT_EQ(e.where(), where) << what;
     EXPECT_NE(what.find(where), std::string::npos) << what;
     EXPECT_EQ(what.find('\n'), std::string::npos) << "not one line: " << what;
-    for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << "missing '" << p << "' in: " << what;
+    for (const auto& p : parts)
+      EXPECT_NE(what.find(p), std::string::npos) << "missing '" << p << "' in: " << what;
   }
 }
 
@@ -82,7 +83,8 @@ TEST(ScenarioShipped, EveryScenarioFileParses) {
     Scenario s;
     ASSERT_NO_THROW(s = load_scenario_file(f.string()));
     EXPECT_EQ(s.name, f.stem().string());
-    EXPECT_GE(s.training.steps, 2);  // the last step is a steady one (the first allocates the optimizer states)
+    EXPECT_GE(s.training.steps,
+              2);  // the last step is a steady one (the first allocates the optimizer states)
     int ranks = 1;
     for (int d : s.fsdp.mesh_shape) ranks *= d;
     EXPECT_EQ(ranks, s.world_size());
@@ -93,7 +95,8 @@ TEST(ScenarioShipped, EveryScenarioFileParses) {
 }
 
 TEST(ScenarioShipped, Llama8bOnOneNode) {
-  const Scenario s = load_scenario_file((kSource / "scenarios/llama3.1-8b-fsdp8-h100.json").string());
+  const Scenario s =
+      load_scenario_file((kSource / "scenarios/llama3.1-8b-fsdp8-h100.json").string());
   EXPECT_EQ(s.model.name, "llama3.1-8b");
   EXPECT_EQ(s.world_size(), 8);
   EXPECT_EQ(s.fsdp.mesh_shape, std::vector<int>{8});
@@ -194,7 +197,7 @@ TEST(ScenarioModel, ZooOverridesInlineAndHfConfig) {
 
   s = load_scenario_file((kFixtures / "hf_config_relative.json").string());
   EXPECT_EQ(s.model.dim, 4096);
-  EXPECT_EQ(s.model.n_layers, 2);  // override on top of the HF config
+  EXPECT_EQ(s.model.n_layers, 2);                      // override on top of the HF config
   EXPECT_EQ(s.hardware.device.name, "h100-sxm-80gb");  // via the "h100" alias
 }
 
@@ -205,10 +208,12 @@ TEST(ScenarioModel, WeightsPathRelativeToTheScenario) {
   EXPECT_EQ(parse(j).model_weights, "");
   j["model"] = {{"name", "tiny-llama"}, {"weights", "hf/config.json"}};
   EXPECT_EQ(fs::path(parse(j).model_weights), kFixtures / "hf/config.json");
-  const Scenario oracle = load_scenario_file((kSource / "tests/data/oracle/llama/scenario.json").string());
+  const Scenario oracle =
+      load_scenario_file((kSource / "tests/data/oracle/llama/scenario.json").string());
   EXPECT_EQ(fs::path(oracle.model_weights), kSource / "tests/data/oracle/llama/model.safetensors");
   j["model"]["weights"] = "missing.safetensors";
-  expect_error(j, "model.weights", {"file not found", "missing.safetensors", "relative to the scenario"});
+  expect_error(j, "model.weights",
+               {"file not found", "missing.safetensors", "relative to the scenario"});
   j["model"]["weights"] = 3;
   expect_error(j, "model.weights", {"3"});
   j["model"]["weights"] = "";
@@ -228,8 +233,8 @@ TEST(ScenarioTraining, ActivationCheckpointingSpellings) {
     j["training"]["activation_checkpointing"] = v;
     const Scenario s = parse(j);
     EXPECT_EQ(s.training.activation_checkpointing.mode, mode) << v;
-    EXPECT_STREQ(checkpoint_mode_name(mode),
-                 v.is_string() ? v.get<std::string>().c_str() : v["mode"].get<std::string>().c_str());
+    EXPECT_STREQ(checkpoint_mode_name(mode), v.is_string() ? v.get<std::string>().c_str()
+                                                           : v["mode"].get<std::string>().c_str());
   }
   EXPECT_EQ(parse(j).training.activation_checkpointing.every, 3);
 }
@@ -332,9 +337,9 @@ TEST(HardwareProfiles, ShippedProfilesLoadWithSources) {
     EXPECT_GT(p.peak_flops_bf16, 0);
     EXPECT_GT(p.hbm_bandwidth, 0);
     EXPECT_GE(p.gpus_per_node, 1);
-    for (const char* figure : {"memory_bytes:", "non_allocator_bytes:", "peak_flops_bf16:",
-                               "hbm_bandwidth:", "nvlink_bandwidth:", "network_bandwidth:",
-                               "pcie_bandwidth:", "gpus_per_node:"})
+    for (const char* figure :
+         {"memory_bytes:", "non_allocator_bytes:", "peak_flops_bf16:", "hbm_bandwidth:",
+          "nvlink_bandwidth:", "network_bandwidth:", "pcie_bandwidth:", "gpus_per_node:"})
       EXPECT_NE(p.source.find(figure), std::string::npos) << figure;
     for (const auto& a : p.aliases) EXPECT_TRUE(aliases.insert(a).second) << "alias twice: " << a;
   }
@@ -359,14 +364,16 @@ TEST(HardwareProfiles, DataDirFromEnvironment) {
 }
 
 TEST(HardwareProfiles, UncitedFigureIsAnError) {
-  expect_input_error([] { load_scenario_file((kFixtures / "uncited_profile.json").string()); },
-                     (kFixtures / "hardware/uncited-gpu.json").string() + ": sources.peak_flops_fp32",
-                     {"is missing", "cite"});
+  expect_input_error(
+      [] { load_scenario_file((kFixtures / "uncited_profile.json").string()); },
+      (kFixtures / "hardware/uncited-gpu.json").string() + ": sources.peak_flops_fp32",
+      {"is missing", "cite"});
 }
 
 TEST(HardwareProfiles, UnknownProfileListsKnownOnes) {
-  expect_input_error([] { load_hardware_profile("h100x", "--hardware"); }, "--hardware",
-                     {"unknown hardware profile 'h100x'", "h100-sxm-80gb", "'h100' = 'h100-sxm-80gb'"});
+  expect_input_error(
+      [] { load_hardware_profile("h100x", "--hardware"); }, "--hardware",
+      {"unknown hardware profile 'h100x'", "h100-sxm-80gb", "'h100' = 'h100-sxm-80gb'"});
 }
 
 // ---------------------------------------------------------------- errors: files
@@ -381,14 +388,14 @@ TEST(ScenarioErrors, MalformedJsonReportsLineAndColumn) {
   expect_input_error([&] { load_scenario_file(path); }, path + ":3:30",
                      {"malformed JSON", "unexpected '}'", "line 3, column 30"});
   const std::string path2 = (kFixtures / "malformed_missing_comma.json").string();
-  expect_input_error([&] { load_scenario_file(path2); }, path2 + ":3:12",  // the end of the unexpected token
+  expect_input_error([&] { load_scenario_file(path2); },
+                     path2 + ":3:12",  // the end of the unexpected token
                      {"malformed JSON", "expected '}'"});
 }
 
 TEST(ScenarioErrors, DuplicateKey) {
   const std::string path = (kFixtures / "duplicate_key.json").string();
-  expect_input_error([&] { load_scenario_file(path); }, path,
-                     {"'training.seq_len' appears twice"});
+  expect_input_error([&] { load_scenario_file(path); }, path, {"'training.seq_len' appears twice"});
 }
 
 TEST(ScenarioErrors, MissingHfConfigFile) {
@@ -453,7 +460,8 @@ TEST(ScenarioErrors, WrongTypes) {
   expect_error(j, "fsdp.cpu_offload", {"\"yes\"", "pin_memory"});
   j = minimal();
   j["fsdp"]["mixed_precision"] = {{"cast_forward_inputs", "true"}};
-  expect_error(j, "fsdp.mixed_precision.cast_forward_inputs", {"\"true\" (a string)", "true or false"});
+  expect_error(j, "fsdp.mixed_precision.cast_forward_inputs",
+               {"\"true\" (a string)", "true or false"});
   j = minimal();
   j["training"]["optimizer"] = {{"lr", "fast"}};
   expect_error(j, "training.optimizer.lr", {"\"fast\"", "not a number"});
@@ -490,14 +498,16 @@ TEST(ScenarioErrors, NonPositiveSizes) {
 TEST(ScenarioErrors, MeshSizeMismatch) {
   json j = h100x16();
   j["fsdp"]["mesh"] = {{"shape", {4, 2}}};
-  expect_error(j, "fsdp.mesh.shape",
-               {"mesh [4, 2] has 8 ranks but hardware has 2 nodes x 8 GPUs = 16", "[16]", "[2, 8]"});
+  expect_error(
+      j, "fsdp.mesh.shape",
+      {"mesh [4, 2] has 8 ranks but hardware has 2 nodes x 8 GPUs = 16", "[16]", "[2, 8]"});
   j["fsdp"]["mesh"] = {{"shape", {2, 2, 4}}};
   expect_error(j, "fsdp.mesh", {"[2, 2, 4]", "3-D", "dim_names", "tp"});
   j["fsdp"]["mesh"] = {{"shape", {2, 2, 2, 2}}};
   expect_error(j, "fsdp.mesh.shape", {"[2,2,2,2]", "4-D mesh", "[replicate, shard]", "tp"});
   j["fsdp"]["mesh"] = {{"shape", {2, 2, 4}}, {"dim_names", {"dp_shard", "dp_replicate", "tp"}}};
-  expect_error(j, "fsdp.mesh.dim_names", {"not a mesh fullshard builds", "[\"replicate\", \"shard\", \"tp\"]"});
+  expect_error(j, "fsdp.mesh.dim_names",
+               {"not a mesh fullshard builds", "[\"replicate\", \"shard\", \"tp\"]"});
   j["fsdp"]["mesh"] = {{"shape", json::array()}};
   expect_error(j, "fsdp.mesh.shape", {"[]", "0-D mesh"});
   j["fsdp"]["mesh"] = {{"shape", {4, 0}}};
@@ -509,7 +519,8 @@ TEST(ScenarioErrors, MeshSizeMismatch) {
 TEST(ScenarioErrors, MeshDimNames) {
   json j = h100x16();
   j["fsdp"]["mesh"] = {{"shape", {2, 8}}, {"dim_names", {"shard", "replicate"}}};
-  expect_error(j, "fsdp.mesh.dim_names", {"[\"shard\",\"replicate\"]", "[\"replicate\", \"shard\"]"});
+  expect_error(j, "fsdp.mesh.dim_names",
+               {"[\"shard\",\"replicate\"]", "[\"replicate\", \"shard\"]"});
   j["fsdp"]["mesh"] = {{"shape", {2, 8}}, {"dim_names", {"shard"}}};
   expect_error(j, "fsdp.mesh.dim_names", {"1 name for a 2-D mesh"});
   j["fsdp"]["mesh"] = {{"shape", {16}}, {"dim_names", {"dp"}}};
@@ -530,7 +541,8 @@ TEST(Scenario, PerUnitReshardAfterForward) {
   EXPECT_EQ(f.reshard_for("layers.0").kind, ReshardAfterForward::Kind::kInt);
   EXPECT_EQ(f.reshard_for("layers.0").n, 4);
   j["fsdp"]["per_unit"].erase("layers.0");
-  EXPECT_EQ(parse(j).fsdp.reshard_for("layers.0").kind, ReshardAfterForward::Kind::kDefault);  // fsdp's value
+  EXPECT_EQ(parse(j).fsdp.reshard_for("layers.0").kind,
+            ReshardAfterForward::Kind::kDefault);  // fsdp's value
 }
 
 TEST(ScenarioErrors, PerUnitReshardAfterForward) {
@@ -541,21 +553,28 @@ TEST(ScenarioErrors, PerUnitReshardAfterForward) {
     return k;
   };
   const json no = {{"reshard_after_forward", false}};
-  expect_error(with({{"layers.2", no}}), "fsdp.per_unit.layers.2", {"names block 2 of a model with 2 blocks", "-1 is the last block"});
+  expect_error(with({{"layers.2", no}}), "fsdp.per_unit.layers.2",
+               {"names block 2 of a model with 2 blocks", "-1 is the last block"});
   expect_error(with({{"layers.-3", no}}), "fsdp.per_unit.layers.-3", {"names block -3"});
-  expect_error(with({{"layers.x", no}}), "fsdp.per_unit.layers.x", {"not an FSDP unit", "\"root\" or \"layers.N\""});
+  expect_error(with({{"layers.x", no}}), "fsdp.per_unit.layers.x",
+               {"not an FSDP unit", "\"root\" or \"layers.N\""});
   expect_error(with({{"output", no}}), "fsdp.per_unit.output", {"belong to the root unit"});
-  expect_error(with({{"layers.1", no}, {"layers.-1", no}}), "fsdp.per_unit.layers.1", {"names the same unit as \"layers.-1\""});
+  expect_error(with({{"layers.1", no}, {"layers.-1", no}}), "fsdp.per_unit.layers.1",
+               {"names the same unit as \"layers.-1\""});
   expect_error(with({{"root", false}}), "fsdp.per_unit.root", {"not an object"});
-  expect_error(with({{"root", json::object()}}), "fsdp.per_unit.root", {"sets nothing", "mixed_precision"});
-  expect_error(with({{"root", {{"reshard_after_froward", false}}}}), "fsdp.per_unit.root.reshard_after_froward",
+  expect_error(with({{"root", json::object()}}), "fsdp.per_unit.root",
+               {"sets nothing", "mixed_precision"});
+  expect_error(with({{"root", {{"reshard_after_froward", false}}}}),
+               "fsdp.per_unit.root.reshard_after_froward",
                {"did you mean 'reshard_after_forward'?"});
-  expect_error(with({{"root", {{"reshard_after_forward", 3}}}}), "fsdp.per_unit.root.reshard_after_forward",
+  expect_error(with({{"root", {{"reshard_after_forward", 3}}}}),
+               "fsdp.per_unit.root.reshard_after_forward",
                {"does not divide the shard-dim size 16"});
   expect_error(with(json::array()), "fsdp.per_unit", {"not an object"});
   json r = with({{"layers.0", no}});
   r["fsdp"]["units"] = "root";
-  expect_error(r, "fsdp.per_unit.layers.0", {"fsdp.units is \"root\"", "set fsdp.units to \"blocks\""});
+  expect_error(r, "fsdp.per_unit.layers.0",
+               {"fsdp.units is \"root\"", "set fsdp.units to \"blocks\""});
 }
 
 TEST(ScenarioErrors, ReshardAfterForwardInt) {
@@ -577,7 +596,8 @@ TEST(ScenarioErrors, ReshardAfterForwardInt) {
 TEST(ScenarioErrors, UnknownModelListsKnownOnes) {
   json j = minimal();
   j["model"] = "llama3-8b";
-  expect_error(j, "model", {"unknown model 'llama3-8b'", "did you mean 'llama3.1-8b'?", "'gpt2-124m'"});
+  expect_error(j, "model",
+               {"unknown model 'llama3-8b'", "did you mean 'llama3.1-8b'?", "'gpt2-124m'"});
   j["model"] = {{"name", "tiny-lama"}, {"n_layers", 1}};
   expect_error(j, "model.name", {"unknown model 'tiny-lama'", "did you mean 'tiny-llama'?"});
 }
@@ -627,7 +647,8 @@ TEST(ScenarioErrors, Dtypes) {
   j["fsdp"]["mixed_precision"] = {{"reduce_dtype", "torch.float32"}};
   expect_error(j, "fsdp.mixed_precision.reduce_dtype", {"\"torch.float32\"", "write \"fp32\""});
   j["fsdp"]["mixed_precision"] = {{"output_dtype", "int8"}};
-  expect_error(j, "fsdp.mixed_precision.output_dtype", {"\"int8\"", "\"fp32\", \"bf16\", \"fp16\""});
+  expect_error(j, "fsdp.mixed_precision.output_dtype",
+               {"\"int8\"", "\"fp32\", \"bf16\", \"fp16\""});
 }
 
 // fsdp.per_unit.<unit>.mixed_precision: the fields a unit sets over fsdp.mixed_precision, and
@@ -635,8 +656,9 @@ TEST(ScenarioErrors, Dtypes) {
 TEST(ScenarioFsdp, PerUnitMixedPrecision) {
   json j = minimal();
   j["fsdp"]["mixed_precision"] = {{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}};
-  j["fsdp"]["per_unit"] = {{"layers.0", {{"mixed_precision", {{"param_dtype", "fp32"}, {"output_dtype", "bf16"}}}}},
-                           {"root", {{"mixed_precision", {{"output_dtype", "fp32"}}}}}};
+  j["fsdp"]["per_unit"] = {
+      {"layers.0", {{"mixed_precision", {{"param_dtype", "fp32"}, {"output_dtype", "bf16"}}}}},
+      {"root", {{"mixed_precision", {{"output_dtype", "fp32"}}}}}};
   const FsdpOptions f = parse(j).fsdp;
   const MixedPrecisionPolicy b0 = f.mixed_precision_for("layers.0");
   EXPECT_EQ(b0.param_dtype, DType::kFloat32);
@@ -648,13 +670,17 @@ TEST(ScenarioFsdp, PerUnitMixedPrecision) {
   // The last block in fp32 without an output cast hands the root's bf16 norm fp32 activations.
   const int last = static_cast<int>(parse(j).model.n_layers) - 1;
   j["fsdp"]["per_unit"] = {{"layers.-1", {{"mixed_precision", {{"param_dtype", "fp32"}}}}}};
-  expect_error(j, "fsdp.mixed_precision",
-               {"unit 'root' compute in bf16 on fp32 activations from 'layers." + std::to_string(last) + "'",
-                "output_dtype to \"bf16\""});
+  expect_error(
+      j, "fsdp.mixed_precision",
+      {"unit 'root' compute in bf16 on fp32 activations from 'layers." + std::to_string(last) + "'",
+       "output_dtype to \"bf16\""});
   // A block that does not cast its input gets the previous unit's bf16.
-  j["fsdp"]["per_unit"] = {{"layers.0", {{"mixed_precision", {{"param_dtype", "fp32"}, {"cast_forward_inputs", false},
-                                                              {"output_dtype", "bf16"}}}}}};
-  expect_error(j, "fsdp.per_unit.layers.0.mixed_precision", {"'layers.0' compute in fp32 on bf16", "cast_forward_inputs"});
+  j["fsdp"]["per_unit"] = {
+      {"layers.0",
+       {{"mixed_precision",
+         {{"param_dtype", "fp32"}, {"cast_forward_inputs", false}, {"output_dtype", "bf16"}}}}}};
+  expect_error(j, "fsdp.per_unit.layers.0.mixed_precision",
+               {"'layers.0' compute in fp32 on bf16", "cast_forward_inputs"});
   j["fsdp"]["per_unit"] = {{"layers.0", {{"mixed_precision", {{"param_dtype", "fp8"}}}}}};
   expect_error(j, "fsdp.per_unit.layers.0.mixed_precision.param_dtype", {"\"fp8\""});
   j["fsdp"]["per_unit"] = {{"layers.0", {{"mixed_precision", {{"param_type", "fp32"}}}}}};
@@ -732,7 +758,8 @@ TEST(ScenarioSchema, ShippedScenariosUseOnlySchemaFields) {
   const json schema = json::parse(in);
   std::map<std::string, std::set<std::string>> props;
   collect(schema, schema, "", props);
-  std::function<void(const json&, const std::string&)> check = [&](const json& v, const std::string& path) {
+  std::function<void(const json&, const std::string&)> check = [&](const json& v,
+                                                                   const std::string& path) {
     if (!v.is_object()) return;
     for (const auto& [key, sub] : v.items()) {
       EXPECT_TRUE(props[path].count(key)) << path << "." << key;
@@ -757,10 +784,12 @@ TEST(JsonReader, EditDistanceAndClosest) {
 }
 
 TEST(ScenarioParse, RankBatchGivesAnUnevenBatch) {
-  nlohmann::json j = {{"model", "tiny-llama"},
-                      {"training", {{"seq_len", 8}, {"batch_per_rank", 2}, {"rank_batch", {{{"rank", 1}, {"batch", 3}}}}}},
-                      {"fsdp", {{"mesh", {{"shape", {2}}}}}},
-                      {"hardware", {{"profile", "cpu"}, {"nodes", 1}, {"gpus_per_node", 2}}}};
+  nlohmann::json j = {
+      {"model", "tiny-llama"},
+      {"training",
+       {{"seq_len", 8}, {"batch_per_rank", 2}, {"rank_batch", {{{"rank", 1}, {"batch", 3}}}}}},
+      {"fsdp", {{"mesh", {{"shape", {2}}}}}},
+      {"hardware", {{"profile", "cpu"}, {"nodes", 1}, {"gpus_per_node", 2}}}};
   Scenario s = parse_scenario(j);
   EXPECT_EQ(s.training.batch_for(0), 2);
   EXPECT_EQ(s.training.batch_for(1), 3);

@@ -36,14 +36,16 @@ RC_GTEST_PROP(RanksPerNode, MoreThanAGpuNodeHoldsIsAnErrorNamingBoth, ()) {
     const std::string what = e.what();
     RC_ASSERT(e.where() == "hardware.gpus_per_node");
     RC_ASSERT(what.find("is " + std::to_string(gpn) + ",") != std::string::npos);
-    RC_ASSERT(what.find("node of " + std::to_string(p.gpus_per_node) + " GPUs") != std::string::npos);
+    RC_ASSERT(what.find("node of " + std::to_string(p.gpus_per_node) + " GPUs") !=
+              std::string::npos);
   }
 }
 
 TEST(RanksPerNode, ScenarioChecksTheOverride) {
   EXPECT_THROW(parse_scenario(scenario("h100", 16)), InputError);
   EXPECT_EQ(parse_scenario(scenario("h100", 4)).hardware.gpus_per_node, 4);
-  EXPECT_EQ(parse_scenario(scenario("cpu", 4)).hardware.gpus_per_node, 4);  // a host runs any number
+  EXPECT_EQ(parse_scenario(scenario("cpu", 4)).hardware.gpus_per_node,
+            4);  // a host runs any number
   EXPECT_THROW(parse_scenario(scenario("gh200", 8)), InputError);
 }
 
@@ -64,7 +66,8 @@ TEST(TwoDeviceTotals, AMemoryOverrideKeepsTheDriverReserve) {
   j["hardware"]["memory_gib"] = 40;
   const Scenario s = parse_scenario(j);
   EXPECT_EQ(s.hardware.device.memory_bytes, uint64_t{40} << 30);
-  EXPECT_EQ(s.hardware.device.memory_bytes - s.hardware.device.cuda_total_memory_bytes, uint64_t{470} << 20);
+  EXPECT_EQ(s.hardware.device.memory_bytes - s.hardware.device.cuda_total_memory_bytes,
+            uint64_t{470} << 20);
 }
 
 }  // namespace

@@ -18,12 +18,14 @@ using nlohmann::json;
 
 // async TP runs under torch.compile (NOTE [What async TP needs]): both programs compile.
 json tiny(int shard, int tp, bool async, const std::string& ac = "none") {
-  return {{"name", "t"},
-          {"model", {{"name", "tiny-llama"}, {"implementation", {{"compile", true}}}}},
-          {"training", {{"batch_per_rank", 2}, {"seq_len", 16}, {"steps", 2}, {"activation_checkpointing", ac}}},
-          {"fsdp", {{"mesh", {{"shape", {shard, tp}}, {"dim_names", {"dp_shard", "tp"}}}}}},
-          {"tensor_parallel", {{"async", async}}},
-          {"hardware", {{"profile", "h100-sxm-80gb"}, {"nodes", 1}, {"gpus_per_node", shard * tp}}}};
+  return {
+      {"name", "t"},
+      {"model", {{"name", "tiny-llama"}, {"implementation", {{"compile", true}}}}},
+      {"training",
+       {{"batch_per_rank", 2}, {"seq_len", 16}, {"steps", 2}, {"activation_checkpointing", ac}}},
+      {"fsdp", {{"mesh", {{"shape", {shard, tp}}, {"dim_names", {"dp_shard", "tp"}}}}}},
+      {"tensor_parallel", {{"async", async}}},
+      {"hardware", {{"profile", "h100-sxm-80gb"}, {"nodes", 1}, {"gpus_per_node", shard * tp}}}};
 }
 
 struct Played {
@@ -41,7 +43,8 @@ Played play(const json& j) {
     const int last = prog.instrs.back().step;
     for (const auto& in : prog.instrs) {
       if (in.step != last) continue;
-      if (in.type == sim::InstrType::kCollective) ++p.collectives[run.groups[in.group].name][in.coll];
+      if (in.type == sim::InstrType::kCollective)
+        ++p.collectives[run.groups[in.group].name][in.coll];
       if (in.type == sim::InstrType::kKernel &&
           (in.op == OpKind::kAllGatherMatmul || in.op == OpKind::kMatmulReduceScatter))
         ++p.fused[in.op];
@@ -84,7 +87,8 @@ TEST(AsyncTensorParallel, CollectivesPerStepAsThePassFusesThem) {
 // step is shorter and less tp communication is exposed; the symmetric workspace is two
 // [B x S/tp, D] bf16 chunks, taken from the allocator's capacity.
 TEST(AsyncTensorParallel, HidesTensorParallelCommunication) {
-  json j = json_reader::read_json_file(std::string(FULLSHARD_SOURCE_DIR) + "/scenarios/llama3.1-70b-fsdp32-tp8-h100.json");
+  json j = json_reader::read_json_file(std::string(FULLSHARD_SOURCE_DIR) +
+                                       "/scenarios/llama3.1-70b-fsdp32-tp8-h100.json");
   j["model"] = {{"name", j["model"]}, {"implementation", {{"compile", true}}}};
   const Played sync = play(j);
   j["tensor_parallel"]["async"] = true;
@@ -128,7 +132,8 @@ TEST(AsyncTensorParallel, RefusedWherePyTorchCannotRunIt) {
   gpt2["model"] = "tiny-gpt2";  // eager: GPT-2 with compile is refused before
   json eager = tiny(2, 2, true);
   eager["model"]["implementation"]["compile"] = false;
-  EXPECT_NE(error(eager).find("without model.implementation compile"), std::string::npos) << error(eager);
+  EXPECT_NE(error(eager).find("without model.implementation compile"), std::string::npos)
+      << error(eager);
   EXPECT_NE(error(gpt2).find("biased"), std::string::npos) << error(gpt2);
   json op = tiny(2, 2, true);
   op["training"]["activation_checkpointing"] = "selective_op";

@@ -37,7 +37,8 @@ WorkspaceBlocks workspace_blocks(const std::string& attention, int batch, int se
     const auto& p = c.timeline[i];
     if (p.what < 0 || !p.is_alloc) continue;
     const std::string& name = c.timeline_names.at(static_cast<size_t>(p.what));
-    if (name.find("sdpa") == std::string::npos || name.find(" workspace") == std::string::npos) continue;
+    if (name.find("sdpa") == std::string::npos || name.find(" workspace") == std::string::npos)
+      continue;
     ++w.count;
     w.bytes.push_back(p.allocated_bytes - c.timeline[i - 1].allocated_bytes);
   }
@@ -50,8 +51,10 @@ TEST(AttentionBackends, CudnnBackwardTakesTheFrontendWorkspace) {
     const WorkspaceBlocks w = workspace_blocks("cudnn", batch, seq);
     ASSERT_EQ(w.count, 2) << "one block per layer's backward, none in forward";
     // The model's block, rounded to the allocator's 512 B.
-    const uint64_t raw = static_cast<uint64_t>(cudnn_sdpa_workspace(true, batch, seq, 4, 16).total());
-    for (uint64_t b : w.bytes) EXPECT_EQ(b, (raw + 511) / 512 * 512) << "batch " << batch << " seq " << seq;
+    const uint64_t raw =
+        static_cast<uint64_t>(cudnn_sdpa_workspace(true, batch, seq, 4, 16).total());
+    for (uint64_t b : w.bytes)
+      EXPECT_EQ(b, (raw + 511) / 512 * 512) << "batch " << batch << " seq " << seq;
   }
   // By hand at batch 2, seq 32: dQ_accum + softmax_sum 2*4*32*(16+1)*4 = 17408 B, the padding-mask
   // workaround's 2*8 B (32 % 128 != 0), the engine's 2*4*128*16*4 + 256 = 65792 B: 83216 B, 83456

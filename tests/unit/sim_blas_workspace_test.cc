@@ -34,7 +34,8 @@ Workspaces workspaces(const TinyOptions& o) {
     w.end_bytes = c.timeline.back().by_category[static_cast<size_t>(MemCategory::kWorkspace)];
   for (size_t i = 1; i < c.timeline.size(); ++i) {
     const auto& p = c.timeline[i];
-    const uint64_t before = c.timeline[i - 1].by_category[static_cast<size_t>(MemCategory::kWorkspace)];
+    const uint64_t before =
+        c.timeline[i - 1].by_category[static_cast<size_t>(MemCategory::kWorkspace)];
     const uint64_t after = p.by_category[static_cast<size_t>(MemCategory::kWorkspace)];
     if (after < before) ++w.frees;
     if (after <= before) continue;
@@ -82,7 +83,8 @@ RC_GTEST_PROP(BlasWorkspaces, OnePerHostThreadForTheWholeRun, ()) {
   o.steps = *rc::gen::inRange(1, 3);
   o.batch = *rc::gen::inRange(1, 3);
   o.seq = *rc::gen::inRange(2, 24);
-  o.mixed_precision = *rc::gen::element(json::object(), json{{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}});
+  o.mixed_precision =
+      *rc::gen::element(json::object(), json{{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}});
   const uint64_t bytes = *rc::gen::inRange<uint64_t>(1, uint64_t{40} << 20);
   o.hardware_extra = {{"profile", "h100"}, {"blas_workspace_bytes", bytes}};
   const Workspaces w = workspaces(o);

@@ -24,9 +24,11 @@ bool has(const sim::SimulationReport& r, sim::ProblemKind k, const std::string& 
   return false;
 }
 
-size_t find_instr(const sim::Program& p, sim::InstrType t, const std::string& name_part, size_t from = 0) {
+size_t find_instr(const sim::Program& p, sim::InstrType t, const std::string& name_part,
+                  size_t from = 0) {
   for (size_t i = from; i < p.instrs.size(); ++i)
-    if (p.instrs[i].type == t && p.names[p.instrs[i].name].find(name_part) != std::string::npos) return i;
+    if (p.instrs[i].type == t && p.names[p.instrs[i].name].find(name_part) != std::string::npos)
+      return i;
   return p.instrs.size();
 }
 
@@ -47,8 +49,10 @@ TEST(BrokenPrograms, RankSkippingACollectiveIsReported) {
   ASSERT_FALSE(r.problems.empty());
   bool named = false;
   for (const auto& p : r.problems)
-    if ((p.kind == sim::ProblemKind::kCollectiveMismatch || p.kind == sim::ProblemKind::kCollectiveHang) &&
-        p.message.find("shard [0,1]") != std::string::npos && p.message.find("step 0") != std::string::npos)
+    if ((p.kind == sim::ProblemKind::kCollectiveMismatch ||
+         p.kind == sim::ProblemKind::kCollectiveHang) &&
+        p.message.find("shard [0,1]") != std::string::npos &&
+        p.message.find("step 0") != std::string::npos)
       named = true;
   EXPECT_TRUE(named) << problems_text(r);
 }
@@ -59,7 +63,8 @@ TEST(BrokenPrograms, MissingEventWaitIsARace) {
     size_t ag = find_instr(p, sim::InstrType::kCollective, "all_gather");
     ASSERT_LT(ag, p.instrs.size());
     for (size_t i = ag; i-- > 0;)
-      if (p.instrs[i].type == sim::InstrType::kWaitEvent && p.instrs[i].stream == StreamRole::kAllGather) {
+      if (p.instrs[i].type == sim::InstrType::kWaitEvent &&
+          p.instrs[i].stream == StreamRole::kAllGather) {
         p.instrs.erase(p.instrs.begin() + static_cast<long>(i));
         return;
       }
@@ -86,7 +91,8 @@ TEST(BrokenPrograms, EarlyFreeIsAUseAfterFree) {
   });
   bool found = false;
   for (const auto& pr : r.problems)
-    if ((pr.kind == sim::ProblemKind::kUseAfterFree || pr.kind == sim::ProblemKind::kFreeWhileInUse) &&
+    if ((pr.kind == sim::ProblemKind::kUseAfterFree ||
+         pr.kind == sim::ProblemKind::kFreeWhileInUse) &&
         pr.message.find("all_gather_output") != std::string::npos)
       found = true;
   EXPECT_TRUE(found) << problems_text(r);

@@ -71,8 +71,9 @@ TEST(SimCheckpointCost, HsdpWritesEveryRowOnceFromTheFirstReplica) {
   json j = testing::tiny_scenario_json(o);
   j["hardware"]["gpus_per_node"] = 4;
   j["hardware"]["nodes"] = 2;
-  j["model"] = {{"arch", "llama"}, {"name", "t"}, {"vocab_size", 250}, {"dim", 24}, {"n_layers", 2},
-                {"n_heads", 2},    {"n_kv_heads", 1}, {"ffn_dim", 38},    {"max_seq_len", 64}};
+  j["model"] = {{"arch", "llama"}, {"name", "t"},   {"vocab_size", 250},
+                {"dim", 24},       {"n_layers", 2}, {"n_heads", 2},
+                {"n_kv_heads", 1}, {"ffn_dim", 38}, {"max_seq_len", 64}};
   j["training"]["checkpoint"] = {{"every", 5}, {"storage_write_bandwidth", 1e6}};
   const Scenario s = parse_scenario(j);
   const auto bytes = sim::checkpoint_shard_bytes(s);
@@ -98,7 +99,8 @@ TEST(SimCheckpointCost, SimulationAddsTheCostAndLeavesDevicePredictionsUnchanged
   EXPECT_FALSE(plain.checkpoint);
   double exposed[2] = {};
   for (int async = 0; async < 2; ++async) {
-    j["training"]["checkpoint"] = {{"every", 2}, {"mode", async ? "async" : "sync"}, {"storage_write_bandwidth", 1e7}};
+    j["training"]["checkpoint"] = {
+        {"every", 2}, {"mode", async ? "async" : "sync"}, {"storage_write_bandwidth", 1e7}};
     const Scenario s = parse_scenario(j);
     sim::SimulateOptions fast;
     fast.play_checkpoint = false;
@@ -129,9 +131,12 @@ TEST(SimCheckpointCost, BadFieldsNameThePath) {
     return input_error_of([&] { parse_scenario(j); });
   };
   EXPECT_NE(error_for({{"every", 0}}).find("training.checkpoint.every: "), std::string::npos);
-  EXPECT_NE(error_for({{"mode", "async"}}).find("training.checkpoint.every: is missing"), std::string::npos);
-  EXPECT_NE(error_for({{"every", 2}, {"mode", "later"}}).find("training.checkpoint.mode: "), std::string::npos);
-  EXPECT_NE(error_for({{"every", 2}, {"storage_write_bandwidth", 0}}).find("training.checkpoint.storage_write_bandwidth: "),
+  EXPECT_NE(error_for({{"mode", "async"}}).find("training.checkpoint.every: is missing"),
+            std::string::npos);
+  EXPECT_NE(error_for({{"every", 2}, {"mode", "later"}}).find("training.checkpoint.mode: "),
+            std::string::npos);
+  EXPECT_NE(error_for({{"every", 2}, {"storage_write_bandwidth", 0}})
+                .find("training.checkpoint.storage_write_bandwidth: "),
             std::string::npos);
   EXPECT_NE(error_for({{"every", 2}, {"keep", 3}}).find("keep"), std::string::npos);
   EXPECT_NE(error_for(5).find("training.checkpoint"), std::string::npos);

@@ -85,20 +85,25 @@ TEST(SimCheckpointPlay, EachPlayedSaveCostsTheClosedForm) {
         expect_near_rel(c.played[k].exposed_s(), closed, "save " + std::to_string(k));
         // The write on the checkpoint lane: the node's bytes at the storage bandwidth, after
         // the copies; sync waits for its end.
-        expect_near_rel(c.played[k].write_end_s - c.played[k].write_begin_s, p.closed.write_s, "write");
-        if (!async) expect_near_rel(c.played[k].end_s, c.played[k].write_end_s, "sync waits for the write");
+        expect_near_rel(c.played[k].write_end_s - c.played[k].write_begin_s, p.closed.write_s,
+                        "write");
+        if (!async)
+          expect_near_rel(c.played[k].end_s, c.played[k].write_end_s, "sync waits for the write");
         sum += c.played[k].exposed_s();
       }
       if (async) {
-        EXPECT_GT(p.closed.exposed_s, p.closed.d2h_s * (every < 2.5 ? 1.0001 : 0.0));  // every 1, 2 wait
-        if (every == 3) expect_near_rel(p.closed.exposed_s, p.closed.d2h_s, "every 3 hides the write");
+        EXPECT_GT(p.closed.exposed_s,
+                  p.closed.d2h_s * (every < 2.5 ? 1.0001 : 0.0));  // every 1, 2 wait
+        if (every == 3)
+          expect_near_rel(p.closed.exposed_s, p.closed.d2h_s, "every 3 hides the write");
         // The last save is after the last step: nothing to hide its write behind.
         expect_near_rel(c.played_final_wait_s, p.closed.write_s, "final wait");
       } else {
         EXPECT_EQ(c.played_final_wait_s, 0);
       }
       expect_near_rel(p.with.step_time_s, p.plain.step_time_s, "step time");
-      expect_near_rel(p.with.total_time_s, p.plain.total_time_s + sum + c.played_final_wait_s, "whole run");
+      expect_near_rel(p.with.total_time_s, p.plain.total_time_s + sum + c.played_final_wait_s,
+                      "whole run");
       expect_device_memory_unchanged(p);
       // Host staging: async holds one save's shards (3 fp32 copies of the rank's parameters).
       const uint64_t staging = async ? p.closed.host_staging_bytes : 0;
@@ -125,16 +130,19 @@ TEST(SimCheckpointPlay, HsdpOnlyTheFirstReplicaWrites) {
     ASSERT_EQ(c.played.size(), 2u);
     EXPECT_EQ(p.closed.node_bytes, p.closed.shard_bytes[0] + p.closed.shard_bytes[1]);
     EXPECT_EQ(p.closed.shard_bytes[2], 0u);
-    expect_near_rel(c.played[0].exposed_s(), async ? p.closed.d2h_s : p.closed.exposed_s, "first save");
+    expect_near_rel(c.played[0].exposed_s(), async ? p.closed.d2h_s : p.closed.exposed_s,
+                    "first save");
     expect_near_rel(c.played[1].exposed_s(), p.closed.exposed_s, "second save");
     expect_device_memory_unchanged(p);
     for (const auto& cls : p.with.classes) {
-      const bool writer = sim::writes_checkpoint(parse_scenario(testing::tiny_scenario_json(t)), cls.representative);
+      const bool writer = sim::writes_checkpoint(parse_scenario(testing::tiny_scenario_json(t)),
+                                                 cls.representative);
       EXPECT_EQ(writer, cls.representative < 2);
       if (!writer || !async) {
         EXPECT_EQ(cls.peak_host_bytes, 0u) << cls.representative;
       } else {
-        EXPECT_EQ(cls.peak_host_bytes, p.closed.shard_bytes[static_cast<size_t>(cls.representative)]);
+        EXPECT_EQ(cls.peak_host_bytes,
+                  p.closed.shard_bytes[static_cast<size_t>(cls.representative)]);
       }
     }
   }
@@ -185,7 +193,9 @@ TEST(SimCheckpointPlay, TraceAndReportShowThePlayedSaves) {
   int writes = 0, spans = 0, copies = 0;
   bool lane = false;
   for (const auto& e : tr.at("traceEvents")) {
-    if (e.at("ph") == "M" && e.at("name") == "thread_name" && e.at("args").at("name") == "checkpoint") lane = true;
+    if (e.at("ph") == "M" && e.at("name") == "thread_name" &&
+        e.at("args").at("name") == "checkpoint")
+      lane = true;
     if (e.at("ph") != "X") continue;
     if (e.at("name") == "checkpoint write") {
       ++writes;

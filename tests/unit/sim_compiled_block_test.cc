@@ -81,12 +81,15 @@ TEST(CompiledBlock, SavesWhatThePartitionerSaved) {
       const json c = measured_case(dtype, rope);
       const json& shape = c.at("shape");
       // One more block keeps one more block's saved tensors alive at the end of forward.
-      const uint64_t per_block = activation_peak(shape, 2, true, dtype, rope) - activation_peak(shape, 1, true, dtype, rope);
+      const uint64_t per_block = activation_peak(shape, 2, true, dtype, rope) -
+                                 activation_peak(shape, 1, true, dtype, rope);
       EXPECT_EQ(per_block, measured_saved_bytes(c)) << dtype << " rope " << rope;
       // Eager keeps silu(w1(x)) too: 2 (bf16) or 4 (fp32) bytes per token and ffn_dim element.
-      const uint64_t eager = activation_peak(shape, 2, false, dtype, rope) - activation_peak(shape, 1, false, dtype, rope);
+      const uint64_t eager = activation_peak(shape, 2, false, dtype, rope) -
+                             activation_peak(shape, 1, false, dtype, rope);
       const uint64_t tokens = shape.at("batch").get<uint64_t>() * shape.at("seq").get<uint64_t>();
-      EXPECT_EQ(eager - per_block, tokens * shape.at("ffn_dim").get<uint64_t>() * (std::string(dtype) == "bf16" ? 2 : 4))
+      EXPECT_EQ(eager - per_block, tokens * shape.at("ffn_dim").get<uint64_t>() *
+                                       (std::string(dtype) == "bf16" ? 2 : 4))
           << dtype << " rope " << rope;
     }
 }

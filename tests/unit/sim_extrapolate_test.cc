@@ -24,7 +24,8 @@ RC_GTEST_PROP(Extrapolate, EqualsThePeriodicSum, ()) {
   // gives what summing every step gives.
   const int steps = *rc::gen::inRange(1, 2000);
   const int k = *rc::gen::inRange(1, steps + 1);
-  const double first = *rc::gen::inRange(1, 1000) * 1e-3, period = *rc::gen::inRange(1, 1000) * 1e-3;
+  const double first = *rc::gen::inRange(1, 1000) * 1e-3,
+               period = *rc::gen::inRange(1, 1000) * 1e-3;
   double played = first, all = first;
   for (int i = 1; i < steps; ++i) {
     all += period;
@@ -62,14 +63,17 @@ void expect_same_run(const Scenario& s, const std::string& label) {
   every.checks = false;
   sim::SimulateOptions bounded;
   bounded.checks = false;
-  const sim::SimulationReport a = sim::simulate_scenario(s, every), b = sim::simulate_scenario(s, bounded);
+  const sim::SimulationReport a = sim::simulate_scenario(s, every),
+                              b = sim::simulate_scenario(s, bounded);
   SCOPED_TRACE(label);
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(a.simulated_steps, s.training.steps);
   EXPECT_LT(b.simulated_steps, s.training.steps);
   EXPECT_EQ(b.extrapolated_steps, s.training.steps - b.simulated_steps);
   EXPECT_TRUE(b.steady_state);
-  auto near = [](double x, double y) { return std::abs(x - y) <= 1e-9 * std::max(std::abs(x), std::abs(y)) + 1e-12; };
+  auto near = [](double x, double y) {
+    return std::abs(x - y) <= 1e-9 * std::max(std::abs(x), std::abs(y)) + 1e-12;
+  };
   EXPECT_PRED2(near, a.total_time_s, b.total_time_s);
   EXPECT_PRED2(near, a.step_time_s, b.step_time_s);
   EXPECT_PRED2(near, a.compute_s, b.compute_s);
@@ -88,7 +92,8 @@ void expect_same_run(const Scenario& s, const std::string& label) {
 }
 
 TEST(Extrapolate, ShippedScenariosMatchPlayingEveryStep) {
-  for (const char* name : {"tiny-llama-h100", "gpt2-124m-cpu2", "llama3.1-8b-fsdp8-h100", "llama3.1-70b-hsdp8x128-h100"}) {
+  for (const char* name : {"tiny-llama-h100", "gpt2-124m-cpu2", "llama3.1-8b-fsdp8-h100",
+                           "llama3.1-70b-hsdp8x128-h100"}) {
     const std::string dir = std::string(FULLSHARD_SOURCE_DIR) + "/scenarios";
     std::ifstream in(dir + "/" + name + ".json");
     nlohmann::json j = nlohmann::json::parse(in);

@@ -38,7 +38,8 @@ Scratch scratch_of(const TinyOptions& o, const nlohmann::json& model = nullptr) 
     ++s.allocations;
     s.step = after - before;
     for (size_t j = i + 1; j < c.timeline.size(); ++j)
-      if (c.timeline[j].by_category[temp] + s.step <= c.timeline[j - 1].by_category[temp]) s.freed_after = true;
+      if (c.timeline[j].by_category[temp] + s.step <= c.timeline[j - 1].by_category[temp])
+        s.freed_after = true;
   }
   return s;
 }
@@ -63,8 +64,9 @@ TEST(ForeachNormScratch, ClipAllocatesNTensorsTimesMaxChunksOnTheDevice) {
     Scratch none = scratch_of(o);  // tiny-llama: every shard below one chunk
     EXPECT_EQ(none.allocations, 1);
     EXPECT_EQ(none.step, round512(21 * 4));
-    const auto model = nlohmann::json{{"arch", "llama"}, {"vocab_size", 40001}, {"dim", 64},   {"n_layers", 2},
-                                      {"n_heads", 4},    {"n_kv_heads", 2},      {"ffn_dim", 128}, {"max_seq_len", 64}};
+    const auto model = nlohmann::json{{"arch", "llama"}, {"vocab_size", 40001}, {"dim", 64},
+                                      {"n_layers", 2},   {"n_heads", 4},        {"n_kv_heads", 2},
+                                      {"ffn_dim", 128},  {"max_seq_len", 64}};
     const Scratch s = scratch_of(o, model);
     const int64_t shard = (40001 + world - 1) / world * 64, chunks = (shard + 65535) / 65536;
     EXPECT_EQ(s.allocations, 1) << "world " << world;

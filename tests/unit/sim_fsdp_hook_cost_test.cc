@@ -18,8 +18,10 @@ double step_time(double hook_s, double param_s, const std::string& profile, int 
   o.steps = 2;
   o.batch = batch;
   o.seq = seq;
-  o.hardware_extra = {{"profile", profile}, {"fsdp_hook_s", hook_s}, {"fsdp_hook_param_s", param_s}};
-  const sim::SimulationReport r = sim::simulate_scenario(parse_scenario(testing::tiny_scenario_json(o)), {});
+  o.hardware_extra = {
+      {"profile", profile}, {"fsdp_hook_s", hook_s}, {"fsdp_hook_param_s", param_s}};
+  const sim::SimulationReport r =
+      sim::simulate_scenario(parse_scenario(testing::tiny_scenario_json(o)), {});
   EXPECT_TRUE(r.ok()) << testing::problems_text(r);
   return r.step_time_s;
 }
@@ -32,7 +34,8 @@ TEST(FsdpHookHostCost, HostBoundStepGrowsByEveryHookCall) {
   EXPECT_NEAR(step_time(1e-3, 0, "h100-sxm-80gb", 2, 32) - base, 4 * groups * 1e-3, 1e-9);
   EXPECT_NEAR(step_time(0, 1e-4, "h100-sxm-80gb", 2, 32) - base, 4 * params * 1e-4, 1e-9);
   // The CPU profile's figures are 0 (fullshard's C++ runtime has no Python hooks): no change.
-  EXPECT_DOUBLE_EQ(step_time(0, 0, "cpu", 2, 32), step_time(load_hardware_profile("cpu").fsdp_hook_s, 0, "cpu", 2, 32));
+  EXPECT_DOUBLE_EQ(step_time(0, 0, "cpu", 2, 32),
+                   step_time(load_hardware_profile("cpu").fsdp_hook_s, 0, "cpu", 2, 32));
 }
 
 }  // namespace

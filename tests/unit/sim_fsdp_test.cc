@@ -39,7 +39,8 @@ TEST(CollectiveCounts, DefaultReshardRootKeepsParams) {
   TinyOptions o;
   o.mesh = {4};
   auto r = run(o);
-  EXPECT_EQ(count(r, CollectiveKind::kAllGather), (kBlocks + 1) + kBlocks);  // fwd blocks+1, bwd blocks
+  EXPECT_EQ(count(r, CollectiveKind::kAllGather),
+            (kBlocks + 1) + kBlocks);  // fwd blocks+1, bwd blocks
   EXPECT_EQ(count(r, CollectiveKind::kReduceScatter), kBlocks + 1);
   EXPECT_EQ(count(r, CollectiveKind::kAllReduce), 1);  // clip_grad_norm over the shard group
 }
@@ -49,7 +50,8 @@ TEST(CollectiveCounts, ExplicitTrueAlsoReshardsRoot) {
   o.mesh = {4};
   o.reshard_after_forward = true;
   auto r = run(o);
-  EXPECT_EQ(count(r, CollectiveKind::kAllGather), 2 * (kBlocks + 1));  // expected_all_gather_count += blocks + 1
+  EXPECT_EQ(count(r, CollectiveKind::kAllGather),
+            2 * (kBlocks + 1));  // expected_all_gather_count += blocks + 1
   EXPECT_EQ(count(r, CollectiveKind::kReduceScatter), kBlocks + 1);
 }
 
@@ -123,12 +125,15 @@ TEST(CollectiveCounts, EmbedBlocksHeadUnitsAndTheChunkedLoss) {
     o.units = "embed_blocks_head";
     o.per_unit = {{"output", {{"reshard_after_forward", false}}}};
     json j = tiny_scenario_json(o);
-    if (chunked) j["model"] = {{"name", "tiny-llama"}, {"implementation", {{"loss", "chunked"}, {"loss_chunks", 4}}}};
+    if (chunked)
+      j["model"] = {{"name", "tiny-llama"},
+                    {"implementation", {{"loss", "chunked"}, {"loss_chunks", 4}}}};
     sim::SimulateOptions so;
     so.all_ranks = true;
     auto r = sim::simulate_scenario(parse_scenario(j), so);
     ASSERT_TRUE(r.problems.empty()) << problems_text(r);
-    EXPECT_EQ(count(r, CollectiveKind::kAllGather), chunked ? 9 : 1 + kBlocks + 1 + kBlocks + 1) << chunked;
+    EXPECT_EQ(count(r, CollectiveKind::kAllGather), chunked ? 9 : 1 + kBlocks + 1 + kBlocks + 1)
+        << chunked;
     EXPECT_EQ(count(r, CollectiveKind::kReduceScatter), 1 + kBlocks + 1) << chunked;
   }
 }
@@ -163,7 +168,8 @@ TEST(CollectiveCounts, TiedEmbeddingsUnitAllGathersOncePerForward) {
       so.all_ranks = true;
       auto r = sim::simulate_scenario(parse_scenario(j), so);
       ASSERT_TRUE(r.problems.empty()) << problems_text(r);
-      EXPECT_EQ(count(r, CollectiveKind::kAllGather), chunked ? 1 + kBlocks + 1 + 1 + kBlocks : 1 + kBlocks + kBlocks)
+      EXPECT_EQ(count(r, CollectiveKind::kAllGather),
+                chunked ? 1 + kBlocks + 1 + 1 + kBlocks : 1 + kBlocks + kBlocks)
           << chunked << " " << key;
       EXPECT_EQ(count(r, CollectiveKind::kReduceScatter), 1 + kBlocks) << chunked << " " << key;
     }
@@ -258,7 +264,8 @@ TEST(ClosedForm, ForwardPeakWithImplicitPrefetch) {
       return x;
     });
     EXPECT_EQ(b.memory().current().allocated_bytes, S);  // root post-forward frees AG1
-    EXPECT_EQ(b.memory().at_peak_allocated().allocated_bytes, S + std::max({AG + U, AG + AG, AG + U}))
+    EXPECT_EQ(b.memory().at_peak_allocated().allocated_bytes,
+              S + std::max({AG + U, AG + AG, AG + U}))
         << "world " << world;
   }
 }
@@ -313,10 +320,12 @@ TEST(Simulate, RankClassesMatchPerRankSimulation) {
 
 TEST(Simulate, ReportHasTheDocumentedKeys) {
   auto j = sim::report_json(run(TinyOptions{}));
-  for (const char* k : {"ranks", "step_time_s", "exposed_comm_s", "tokens_per_s_per_gpu", "mfu", "memory_timeline"})
+  for (const char* k :
+       {"ranks", "step_time_s", "exposed_comm_s", "tokens_per_s_per_gpu", "mfu", "memory_timeline"})
     EXPECT_TRUE(j.contains(k)) << k;
   for (const auto& r : j["ranks"])
-    for (const char* k : {"rank", "peak_allocated_bytes", "peak_reserved_bytes", "breakdown_at_peak"})
+    for (const char* k :
+         {"rank", "peak_allocated_bytes", "peak_reserved_bytes", "breakdown_at_peak"})
       EXPECT_TRUE(r.contains(k)) << k;
   const auto& tl = j["memory_timeline"][0];
   EXPECT_EQ(tl["time_s"].size(), tl["allocated_bytes"].size());

@@ -65,7 +65,8 @@ TEST(HostMemoryPerNode, OffloadIsCheckedAgainstTheNodesHostMemory) {
   EXPECT_TRUE(tight.host_out_of_memory);
   EXPECT_FALSE(tight.ok());
   EXPECT_FALSE(tight.out_of_memory);  // the GPUs are fine
-  EXPECT_NE(sim::report_summary(tight).find("HOST OUT OF MEMORY"), std::string::npos) << sim::report_summary(tight);
+  EXPECT_NE(sim::report_summary(tight).find("HOST OUT OF MEMORY"), std::string::npos)
+      << sim::report_summary(tight);
   const json j = sim::report_json(tight);
   EXPECT_EQ(j["host_out_of_memory"], true);
   EXPECT_EQ(j["host_memory_bytes"], need - 1);

@@ -15,7 +15,8 @@ namespace {
 RC_GTEST_PROP(SimLimits, EstimateIsAnUpperBoundOfTheRecordedProgram, ()) {
   testing::TinyOptions o;
   o.model = *rc::gen::element<std::string>("tiny-llama", "tiny-gpt2");
-  o.mesh = *rc::gen::element(std::vector<int>{1}, std::vector<int>{2}, std::vector<int>{3}, std::vector<int>{2, 2});
+  o.mesh = *rc::gen::element(std::vector<int>{1}, std::vector<int>{2}, std::vector<int>{3},
+                             std::vector<int>{2, 2});
   o.activation_checkpointing = *rc::gen::element<std::string>("none", "full", "selective_op");
   o.cpu_offload = *rc::gen::arbitrary<bool>();
   o.units = *rc::gen::element<std::string>("blocks", "root");
@@ -45,8 +46,9 @@ std::string refusal(const Scenario& s, bool all_ranks = false) {
 
 TEST(SimLimits, RefusesHugeModelsMicroBatchesAndWorlds) {
   nlohmann::json j = testing::tiny_scenario_json({});
-  j["model"] = {{"arch", "llama"}, {"vocab_size", 256}, {"dim", 64}, {"n_layers", int64_t{1} << 40},
-                {"n_heads", 4}, {"n_kv_heads", 4}, {"ffn_dim", 128}, {"max_seq_len", 64}};
+  j["model"] = {
+      {"arch", "llama"}, {"vocab_size", 256}, {"dim", 64},      {"n_layers", int64_t{1} << 40},
+      {"n_heads", 4},    {"n_kv_heads", 4},   {"ffn_dim", 128}, {"max_seq_len", 64}};
   std::string e = refusal(parse_scenario(j));
   EXPECT_NE(e.find("model.n_layers"), std::string::npos) << e;
   EXPECT_NE(e.find("1099511627776"), std::string::npos) << e;
@@ -74,14 +76,18 @@ TEST(SimLimits, EveryRankCountsEveryProgram) {
   EXPECT_EQ(refusal(s, false), "");
   const sim::SimulationSize z = sim::estimate_simulation_size(s, 3, true);
   EXPECT_EQ(z.played_programs, 4096u);
-  EXPECT_EQ(z.recorded_programs, sim::rank_classes(s).size());  // tiny rows over 4,096: uneven shards
+  EXPECT_EQ(z.recorded_programs,
+            sim::rank_classes(s).size());  // tiny rows over 4,096: uneven shards
 }
 
 TEST(SimLimits, ShippedScenariosAreAccepted) {
-  for (const char* name : {"llama3.1-70b-fsdp1024-h100", "llama3.1-70b-hsdp8x128-h100", "gpt2-124m-cpu2"}) {
-    const Scenario s = load_scenario_file(std::string(FULLSHARD_SOURCE_DIR) + "/scenarios/" + name + ".json");
+  for (const char* name :
+       {"llama3.1-70b-fsdp1024-h100", "llama3.1-70b-hsdp8x128-h100", "gpt2-124m-cpu2"}) {
+    const Scenario s =
+        load_scenario_file(std::string(FULLSHARD_SOURCE_DIR) + "/scenarios/" + name + ".json");
     EXPECT_EQ(refusal(s), "") << name;
-    EXPECT_NO_THROW(sim::check_simulation_limits(s, s.training.steps, true)) << name;  // --ranks all
+    EXPECT_NO_THROW(sim::check_simulation_limits(s, s.training.steps, true))
+        << name;  // --ranks all
   }
 }
 

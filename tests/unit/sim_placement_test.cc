@@ -10,7 +10,8 @@
 namespace fullshard {
 namespace {
 
-std::map<sim::KernelPlace, int> places(const testing::TinyOptions& o, std::map<OpKind, sim::KernelPlace>* adam = nullptr) {
+std::map<sim::KernelPlace, int> places(const testing::TinyOptions& o,
+                                       std::map<OpKind, sim::KernelPlace>* adam = nullptr) {
   std::map<sim::KernelPlace, int> count;
   sim::SimulateOptions so;
   so.on_played = [&](const sim::PlayedRun& run) {

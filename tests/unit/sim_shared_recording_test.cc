@@ -27,7 +27,9 @@ Captured run(const Scenario& s, bool record_every_rank) {
   return c;
 }
 
-bool is_memory(const sim::Instr& in) { return in.type == sim::InstrType::kAlloc || in.type == sim::InstrType::kFree; }
+bool is_memory(const sim::Instr& in) {
+  return in.type == sim::InstrType::kAlloc || in.type == sim::InstrType::kFree;
+}
 
 // `a` shares recordings, `b` records every rank.
 void expect_same_programs(const Captured& a, const Captured& b) {
@@ -49,11 +51,12 @@ void expect_same_programs(const Captured& a, const Captured& b) {
     }
     for (size_t i = 0; i < x.instrs.size(); ++i) {
       const sim::Instr &u = x.instrs[i], &v = *want[i];
-      EXPECT_TRUE(u.type == v.type && u.stream == v.stream && u.step == v.step && u.name == v.name &&
-                  u.event == v.event && u.buffer == v.buffer && u.on_host == v.on_host && u.address == v.address &&
-                  u.size == v.size && u.host_seq == v.host_seq && u.op == v.op && u.place == v.place &&
-                  u.flops == v.flops && u.bytes == v.bytes && u.coll == v.coll && u.reduce == v.reduce &&
-                  u.dtype == v.dtype && u.coll_bytes == v.coll_bytes)
+      EXPECT_TRUE(u.type == v.type && u.stream == v.stream && u.step == v.step &&
+                  u.name == v.name && u.event == v.event && u.buffer == v.buffer &&
+                  u.on_host == v.on_host && u.address == v.address && u.size == v.size &&
+                  u.host_seq == v.host_seq && u.op == v.op && u.place == v.place &&
+                  u.flops == v.flops && u.bytes == v.bytes && u.coll == v.coll &&
+                  u.reduce == v.reduce && u.dtype == v.dtype && u.coll_bytes == v.coll_bytes)
           << "instruction " << i;
       if (!copied) {
         EXPECT_TRUE(u.access_begin == v.access_begin && u.access_count == v.access_count);

@@ -27,7 +27,8 @@ TEST(StepBreakdown, WalksThroughEventsAndStreams) {
   const Program p = compute_comm_compute(0, 2);
   const EngineResult r = simulate({p}, testing::one_group(1), testing::UnitCost());
   ASSERT_TRUE(r.ok());
-  const StepBreakdown b = step_breakdown(p, r.ranks[0], -1, static_cast<long>(index_of_marker(p)), 0);
+  const StepBreakdown b =
+      step_breakdown(p, r.ranks[0], -1, static_cast<long>(index_of_marker(p)), 0);
   EXPECT_EQ(b.end_s, 4);
   EXPECT_EQ(b.critical_path_s[static_cast<size_t>(PathKind::kCompute)], 3);
   EXPECT_EQ(b.critical_path_s[static_cast<size_t>(PathKind::kCommunication)], 1);

@@ -15,13 +15,14 @@ namespace {
 using nlohmann::json;
 
 // tiny-llama on H100 nodes; `hw` overrides profile figures.
-json scenario(int nodes, int gpus_per_node, const json& hw, const json& mesh = nullptr, json raf = nullptr,
-              const std::string& model = "tiny-llama", int seq = 64) {
+json scenario(int nodes, int gpus_per_node, const json& hw, const json& mesh = nullptr,
+              json raf = nullptr, const std::string& model = "tiny-llama", int seq = 64) {
   json j = {{"name", "t"},
             {"model", model},
             {"training", {{"batch_per_rank", 2}, {"seq_len", seq}, {"steps", 2}}},
             {"fsdp", {{"mixed_precision", {{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}}}}},
-            {"hardware", {{"profile", "h100-sxm-80gb"}, {"nodes", nodes}, {"gpus_per_node", gpus_per_node}}}};
+            {"hardware",
+             {{"profile", "h100-sxm-80gb"}, {"nodes", nodes}, {"gpus_per_node", gpus_per_node}}}};
   for (auto& [k, v] : hw.items()) j["hardware"][k] = v;
   if (!mesh.is_null()) j["fsdp"]["mesh"] = {{"shape", mesh}};
   if (!raf.is_null()) j["fsdp"]["reshard_after_forward"] = raf;
@@ -47,8 +48,9 @@ Played play(const json& j, bool all_ranks = false) {
     p.timing = run.result.ranks;
     p.launch_s = run.cost.launch_overhead_seconds();
     for (const auto& in : run.programs.front().instrs)
-      p.durations.push_back(in.type == sim::InstrType::kCollective ? run.cost.collective_seconds(in, run.groups[in.group])
-                                                                    : 0.0);
+      p.durations.push_back(in.type == sim::InstrType::kCollective
+                                ? run.cost.collective_seconds(in, run.groups[in.group])
+                                : 0.0);
   };
   p.report = sim::simulate_scenario(parse_scenario(j), o);
   EXPECT_TRUE(p.report.ok()) << testing::problems_text(p.report);
@@ -62,18 +64,23 @@ std::vector<size_t> collectives(const Played& p, CollectiveKind kind, StreamRole
   const int last = prog.instrs.back().step;
   for (size_t i = 0; i < prog.instrs.size(); ++i) {
     const auto& in = prog.instrs[i];
-    if (in.type == sim::InstrType::kCollective && in.coll == kind && in.stream == stream && in.step == last)
+    if (in.type == sim::InstrType::kCollective && in.coll == kind && in.stream == stream &&
+        in.step == last)
       out.push_back(i);
   }
   return out;
 }
 
-TEST(TimeModel, ComputeBoundExposesOnlyTheFirstAllGatherTheLastReduceScatterAndComputeStreamCollectives) {
+TEST(TimeModel,
+     ComputeBoundExposesOnlyTheFirstAllGatherTheLastReduceScatterAndComputeStreamCollectives) {
   // Compute a million times slower than the links: every collective but the first all-gather
   // (nothing to hide behind at the start of the step) and the last reduce-scatter (nothing
   // after it but the optimizer, which waits for it) runs behind compute.
-  const json hw = {{"peak_flops_bf16", 1e7}, {"peak_flops_fp16", 1e7}, {"peak_flops_fp32", 1e7},
-                   {"hbm_bandwidth", 1e7}, {"overlap_slowdown_nvlink", 0}};
+  const json hw = {{"peak_flops_bf16", 1e7},
+                   {"peak_flops_fp16", 1e7},
+                   {"peak_flops_fp32", 1e7},
+                   {"hbm_bandwidth", 1e7},
+                   {"overlap_slowdown_nvlink", 0}};
   const Played p = play(scenario(1, 8, hw));
   const auto ag = collectives(p, CollectiveKind::kAllGather, StreamRole::kAllGather);
   const auto rs = collectives(p, CollectiveKind::kReduceScatter, StreamRole::kReduceScatter);
@@ -81,11 +88,13 @@ TEST(TimeModel, ComputeBoundExposesOnlyTheFirstAllGatherTheLastReduceScatterAndC
   ASSERT_FALSE(rs.empty());
   const double first_ag = p.durations[ag.front()], last_rs = p.durations[rs.back()];
   // Each runs alone on its link: the played duration is the cost model's.
-  EXPECT_NEAR(p.timing[0].times[ag.front()].end - p.timing[0].times[ag.front()].start, first_ag, 1e-9 * first_ag);
+  EXPECT_NEAR(p.timing[0].times[ag.front()].end - p.timing[0].times[ag.front()].start, first_ag,
+              1e-9 * first_ag);
   // Plus the collectives on the compute stream (clipping's all-reduce): nothing hides them
   // (NOTE [Compute or communication] in simulator/engine/program.h).
   double on_compute = 0;
-  for (size_t i : collectives(p, CollectiveKind::kAllReduce, StreamRole::kDefault)) on_compute += p.durations[i];
+  for (size_t i : collectives(p, CollectiveKind::kAllReduce, StreamRole::kDefault))
+    on_compute += p.durations[i];
   ASSERT_GT(on_compute, 0);
   const double exposed = first_ag + last_rs + on_compute;
   EXPECT_NEAR(p.report.last_step.exposed_comm_s, exposed, 1e-12 + 1e-9 * exposed);
@@ -104,19 +113,27 @@ TEST(TimeModel, FiguresAtTheirBoundsGiveFiniteTimes) {
   // accepted value, on a straggler, over two nodes, with CPU offload and a checkpoint save, still
   // plays to a finite step time (before the bounds, one such figure made a kernel's time
   // infinite: an internal error, or a report whose step time was null).
-  json hw = {{"profile", "h100-sxm-80gb"}, {"nodes", 2}, {"gpus_per_node", 2},
+  json hw = {{"profile", "h100-sxm-80gb"},
+             {"nodes", 2},
+             {"gpus_per_node", 2},
              {"rank_speed", {{{"rank", 1}, {"speed", kMinFigureFraction}}}},
-             {"matmul_small_dim", 65536}, {"sustained_clock_ratio", kMinFigureFraction},
-             {"norm_memory_efficiency", kMinFigureFraction}, {"nvls_efficiency", kMinFigureFraction}};
-  for (const char* rate : {"peak_flops_bf16", "peak_flops_fp16", "peak_flops_fp32", "peak_flops_tf32", "hbm_bandwidth",
-                           "nvlink_bandwidth", "intra_node_bus_bandwidth", "network_bandwidth", "network_bus_bandwidth",
-                           "pcie_bandwidth", "pinned_copy_bandwidth", "pageable_copy_bandwidth", "host_core_flops",
-                           "host_core_memory_bandwidth", "host_memory_bandwidth"})
+             {"matmul_small_dim", 65536},
+             {"sustained_clock_ratio", kMinFigureFraction},
+             {"norm_memory_efficiency", kMinFigureFraction},
+             {"nvls_efficiency", kMinFigureFraction}};
+  for (const char* rate :
+       {"peak_flops_bf16", "peak_flops_fp16", "peak_flops_fp32", "peak_flops_tf32", "hbm_bandwidth",
+        "nvlink_bandwidth", "intra_node_bus_bandwidth", "network_bandwidth",
+        "network_bus_bandwidth", "pcie_bandwidth", "pinned_copy_bandwidth",
+        "pageable_copy_bandwidth", "host_core_flops", "host_core_memory_bandwidth",
+        "host_memory_bandwidth"})
     hw[rate] = kMinFigureRate;
-  for (const char* seconds : {"launch_overhead_s", "eager_dispatch_s", "kernel_gap_s", "fsdp_hook_s", "fsdp_hook_param_s"})
+  for (const char* seconds : {"launch_overhead_s", "eager_dispatch_s", "kernel_gap_s",
+                              "fsdp_hook_s", "fsdp_hook_param_s"})
     hw[seconds] = 1;
-  for (const char* table : {"matmul_efficiency", "attention_efficiency", "attention_backward_efficiency",
-                            "attention_head_dim_efficiency", "vector_efficiency", "memory_efficiency"})
+  for (const char* table :
+       {"matmul_efficiency", "attention_efficiency", "attention_backward_efficiency",
+        "attention_head_dim_efficiency", "vector_efficiency", "memory_efficiency"})
     hw[table] = {{0, kMinFigureFraction}};
   json j = scenario(2, 2, nullptr);
   j["hardware"] = hw;
@@ -132,16 +149,18 @@ TEST(TimeModel, FiguresAtTheirBoundsGiveFiniteTimes) {
 TEST(TimeModel, CommunicationBoundStepIsTheSumOfCollectives) {
   // Compute and launches free, a slow network between 2 nodes: the step is communication, and
   // collectives running at once share the link, so the step approaches the sum of their costs.
-  const json hw = {{"peak_flops_bf16", 1e20}, {"peak_flops_fp16", 1e20}, {"peak_flops_fp32", 1e20},
-                   {"hbm_bandwidth", 1e20}, {"launch_overhead_s", 0}, {"kernel_gap_s", 0}, {"eager_dispatch_s", 0},
-                   {"fsdp_hook_s", 0}, {"fsdp_hook_param_s", 0}, {"network_bus_bandwidth", 1e6},
-                   {"network_bandwidth", 1e6}};
+  const json hw = {
+      {"peak_flops_bf16", 1e20},      {"peak_flops_fp16", 1e20}, {"peak_flops_fp32", 1e20},
+      {"hbm_bandwidth", 1e20},        {"launch_overhead_s", 0},  {"kernel_gap_s", 0},
+      {"eager_dispatch_s", 0},        {"fsdp_hook_s", 0},        {"fsdp_hook_param_s", 0},
+      {"network_bus_bandwidth", 1e6}, {"network_bandwidth", 1e6}};
   const Played p = play(scenario(2, 1, hw));
   double total = 0;
   const auto& prog = p.programs.front();
   const int last = prog.instrs.back().step;
   for (size_t i = 0; i < prog.instrs.size(); ++i)
-    if (prog.instrs[i].type == sim::InstrType::kCollective && prog.instrs[i].step == last) total += p.durations[i];
+    if (prog.instrs[i].type == sim::InstrType::kCollective && prog.instrs[i].step == last)
+      total += p.durations[i];
   ASSERT_GT(total, 0);
   EXPECT_NEAR(p.report.step_time_s, total, 0.01 * total);
   EXPECT_LE(p.report.step_time_s, total * (1 + 1e-9));
@@ -170,8 +189,11 @@ TEST(TimeModel, SymmetricAndPerRankReportsAreIdentical) {
 TEST(TimeModel, SlowedRankDelaysEveryone) {
   // Compute-bound, no overlap slowdown: rank 3 at half speed makes every rank's step longer by
   // about its extra device time, and every collective waits for it.
-  const json hw = {{"peak_flops_bf16", 1e9}, {"peak_flops_fp16", 1e9}, {"peak_flops_fp32", 1e9},
-                   {"hbm_bandwidth", 1e9}, {"overlap_slowdown_nvlink", 0}};
+  const json hw = {{"peak_flops_bf16", 1e9},
+                   {"peak_flops_fp16", 1e9},
+                   {"peak_flops_fp32", 1e9},
+                   {"hbm_bandwidth", 1e9},
+                   {"overlap_slowdown_nvlink", 0}};
   const Played base = play(scenario(1, 4, hw));
   json slow_hw = hw;
   slow_hw["rank_speed"] = json::array({{{"rank", 3}, {"speed", 0.5}}});
@@ -183,7 +205,8 @@ TEST(TimeModel, SlowedRankDelaysEveryone) {
     std::vector<double> v;
     const auto& prog = slow.programs[static_cast<size_t>(r)];
     for (size_t i = 0; i < prog.instrs.size(); ++i)
-      if (prog.instrs[i].type == sim::InstrType::kCollective) v.push_back(slow.timing[static_cast<size_t>(r)].times[i].start);
+      if (prog.instrs[i].type == sim::InstrType::kCollective)
+        v.push_back(slow.timing[static_cast<size_t>(r)].times[i].start);
     return v;
   };
   for (int r = 1; r < 4; ++r) EXPECT_EQ(starts(r), starts(0)) << r;
@@ -225,13 +248,16 @@ TEST(TimeModel, ReportKeys) {
   const Played p = play(scenario(1, 8, json::object()));
   const json j = sim::report_json(p.report);
   EXPECT_EQ(j["time_model"], "nccl+roofline");
-  for (const char* k : {"step_time_s", "exposed_comm_s", "comm_s", "compute_s", "tokens_per_s_per_gpu", "mfu"})
+  for (const char* k :
+       {"step_time_s", "exposed_comm_s", "comm_s", "compute_s", "tokens_per_s_per_gpu", "mfu"})
     EXPECT_TRUE(j.contains(k)) << k;
   const json& ls = j["last_step"];
-  for (const char* k : {"rank", "step_time_s", "compute_s", "comm_s", "exposed_comm_s", "stream_busy_s", "critical_path_s"})
+  for (const char* k : {"rank", "step_time_s", "compute_s", "comm_s", "exposed_comm_s",
+                        "stream_busy_s", "critical_path_s"})
     EXPECT_TRUE(ls.contains(k)) << k;
   EXPECT_EQ(ls["step_time_s"].get<double>(), j["step_time_s"].get<double>());
-  for (const char* k : {"compute", "device_copy", "communication", "host_link", "cpu", "launch", "peer_wait"})
+  for (const char* k :
+       {"compute", "device_copy", "communication", "host_link", "cpu", "launch", "peer_wait"})
     EXPECT_TRUE(ls["critical_path_s"].contains(k)) << k;
   EXPECT_TRUE(ls["stream_busy_s"].contains("all_gather"));
   EXPECT_TRUE(j["rank_classes"][0].contains("comm_s"));

@@ -46,9 +46,9 @@ using ByPhase = std::map<std::string, std::vector<json>>;
 void validate(const json& trace, ByPhase& by_ph) {
   ASSERT_TRUE(trace.is_object());
   ASSERT_TRUE(trace.contains("traceEvents") && trace["traceEvents"].is_array());
-  std::map<std::pair<int, int>, double> last_ts;             // per thread
-  std::map<std::pair<int, int>, double> stream_end;          // per thread: end of the last X
-  std::map<uint64_t, std::pair<double, double>> flows;       // id -> (s ts, f ts)
+  std::map<std::pair<int, int>, double> last_ts;        // per thread
+  std::map<std::pair<int, int>, double> stream_end;     // per thread: end of the last X
+  std::map<uint64_t, std::pair<double, double>> flows;  // id -> (s ts, f ts)
   for (const json& e : trace["traceEvents"]) {
     ASSERT_TRUE(e.contains("ph") && e["ph"].is_string()) << e;
     const std::string ph = e["ph"];
@@ -112,7 +112,8 @@ TEST(ChromeTrace, ValidAndComplete) {
     if (m["name"] == "thread_name") threads.insert(m["args"]["name"].get<std::string>());
   }
   EXPECT_EQ(processes, (std::set<std::string>{"ranks 0-3"}));
-  for (const char* s : {"host", "compute", "all_gather_copy_in", "all_gather", "reduce_scatter"}) EXPECT_TRUE(threads.count(s)) << s;
+  for (const char* s : {"host", "compute", "all_gather_copy_in", "all_gather", "reduce_scatter"})
+    EXPECT_TRUE(threads.count(s)) << s;
   // Compute ops, copies and collectives with their args.
   std::map<std::string, int> cats;
   for (const json& x : ev["X"]) ++cats[x.value("cat", "")];
@@ -142,7 +143,8 @@ TEST(ChromeTrace, ValidAndComplete) {
   double max_alloc = 0;
   bool by_category = false;
   for (const json& c : ev["C"]) {
-    if (c["name"] == "memory") max_alloc = std::max(max_alloc, c["args"]["allocated_bytes"].get<double>());
+    if (c["name"] == "memory")
+      max_alloc = std::max(max_alloc, c["args"]["allocated_bytes"].get<double>());
     if (c["name"] == "memory by category") by_category = true;
   }
   EXPECT_EQ(max_alloc, static_cast<double>(t.report.classes[0].peak_allocated_bytes));
@@ -182,7 +184,8 @@ TEST(TimelineLabels, ReportCarriesWhatOpEventAndInFlight) {
     EXPECT_GT(f["end_s"].get<double>(), c["peak_time_s"].get<double>());
   }
   // Existing keys unchanged.
-  for (const char* k : {"class", "ranks", "time_s", "allocated_bytes", "reserved_bytes", "host_bytes", "by_category"})
+  for (const char* k : {"class", "ranks", "time_s", "allocated_bytes", "reserved_bytes",
+                        "host_bytes", "by_category"})
     EXPECT_TRUE(tl.contains(k)) << k;
 }
 

@@ -119,10 +119,13 @@ void run_shape(const Shape& sh, int iters, cudaStream_t s) {
   l.kv_ld = sh.Hkv * sh.hd;
   l.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(sh.hd)));
   l.lse_ld = sh.S;
-  const int64_t tokens = sh.B * sh.S, D = sh.H * sh.hd, Dkv = sh.Hkv * sh.hd, sr = (sh.S + 127) / 128 * 128;
+  const int64_t tokens = sh.B * sh.S, D = sh.H * sh.hd, Dkv = sh.Hkv * sh.hd,
+                sr = (sh.S + 127) / 128 * 128;
   const size_t t2 = 2;
-  Buf q(tokens * D * t2), k(tokens * Dkv * t2), v(tokens * Dkv * t2), o(tokens * D * t2), dO(tokens * D * t2);
-  Buf lse(sh.B * sh.H * sh.S * 4), dq(tokens * D * t2), dk(tokens * Dkv * t2), dv(tokens * Dkv * t2);
+  Buf q(tokens * D * t2), k(tokens * Dkv * t2), v(tokens * Dkv * t2), o(tokens * D * t2),
+      dO(tokens * D * t2);
+  Buf lse(sh.B * sh.H * sh.S * 4), dq(tokens * D * t2), dk(tokens * Dkv * t2),
+      dv(tokens * Dkv * t2);
   Buf sd(sh.B * sh.H * sr * 4), acc(sh.B * sr * sh.H * ((sh.hd + 31) / 32 * 32) * 4);
   Buf dke(tokens * D * t2), dve(tokens * D * t2), ws(sh.B * sh.H * sh.S * (sh.hd + 1) * 4);
   fill_bf16(q, -2, 2, 1);
@@ -141,14 +144,15 @@ void run_shape(const Shape& sh, int iters, cudaStream_t s) {
   }
   auto fwd = [&](AttnKernel kern) {
     return [&, kern] {
-      cu::launch::attention_forward(l, q.p, k.p, v.p, bf, o.p, bf, static_cast<float*>(lse.p), kern, s);
+      cu::launch::attention_forward(l, q.p, k.p, v.p, bf, o.p, bf, static_cast<float*>(lse.p), kern,
+                                    s);
       return true;
     };
   };
   auto bwd = [&](AttnKernel kern) {
     return [&, kern] {
-      cu::launch::attention_backward(l, dO.p, bf, q.p, k.p, v.p, bf, o.p, bf, static_cast<const float*>(lse.p), g, kern,
-                                     s);
+      cu::launch::attention_backward(l, dO.p, bf, q.p, k.p, v.p, bf, o.p, bf,
+                                     static_cast<const float*>(lse.p), g, kern, s);
       return true;
     };
   };
@@ -158,12 +162,16 @@ void run_shape(const Shape& sh, int iters, cudaStream_t s) {
   };
   auto cudnn_bwd = [&] {
     return cu::cudnn_sdpa::backward(
-        l, {fs::DType::kBFloat16, fs::DType::kBFloat16, fs::DType::kBFloat16, fs::DType::kBFloat16, fs::DType::kBFloat16,
-            fs::DType::kBFloat16},
-        {dO.p, q.p, k.p, v.p, o.p, static_cast<const float*>(lse.p), dq.p, dk.p, dv.p, ws.p, ws.bytes}, s);
+        l,
+        {fs::DType::kBFloat16, fs::DType::kBFloat16, fs::DType::kBFloat16, fs::DType::kBFloat16,
+         fs::DType::kBFloat16, fs::DType::kBFloat16},
+        {dO.p, q.p, k.p, v.p, o.p, static_cast<const float*>(lse.p), dq.p, dk.p, dv.p, ws.p,
+         ws.bytes},
+        s);
   };
 
-  // Sanity: FlashAttention-2 against WMMA on these inputs (O, then dq, dk, dv from the same O / lse).
+  // Sanity: FlashAttention-2 against WMMA on these inputs (O, then dq, dk, dv from the same O /
+  // lse).
   fwd(AttnKernel::kWmma)();
   check(cudaStreamSynchronize(s), "wmma forward");
   const std::vector<float> o_wmma = bf16_host(o);
@@ -177,10 +185,13 @@ void run_shape(const Shape& sh, int iters, cudaStream_t s) {
   check(cudaStreamSynchronize(s), "fa2 backward");
   const double diffs[4] = {o_diff, rel_diff(bf16_host(dq), dq_w), rel_diff(bf16_host(dk), dk_w),
                            rel_diff(bf16_host(dv), dv_w)};
-  std::printf("%s: B %lld S %lld heads %lld/%lld hd %lld bf16 causal. FlashAttention-2 vs WMMA, max |diff| / max: "
-              "O %.2e dq %.2e dk %.2e dv %.2e\n",
-              sh.name, static_cast<long long>(sh.B), static_cast<long long>(sh.S), static_cast<long long>(sh.H),
-              static_cast<long long>(sh.Hkv), static_cast<long long>(sh.hd), diffs[0], diffs[1], diffs[2], diffs[3]);
+  std::printf(
+      "%s: B %lld S %lld heads %lld/%lld hd %lld bf16 causal. FlashAttention-2 vs WMMA, max |diff| "
+      "/ max: "
+      "O %.2e dq %.2e dk %.2e dv %.2e\n",
+      sh.name, static_cast<long long>(sh.B), static_cast<long long>(sh.S),
+      static_cast<long long>(sh.H), static_cast<long long>(sh.Hkv), static_cast<long long>(sh.hd),
+      diffs[0], diffs[1], diffs[2], diffs[3]);
   // Both round P (and dS) to bf16 before their products, in different orders: NOTE [Tensor-core
   // backward tolerances] bounds each against the CPU at 1.5e-2 of the largest value, so twice that.
   bool agree = true;
@@ -207,13 +218,16 @@ void run_shape(const Shape& sh, int iters, cudaStream_t s) {
   for (const Row& r : rows) {
     const Row& ref = r.dir[0] == 'f' ? rows[0] : rows[3];
     if (r.ms < 0) {
-      std::printf("  %-9s %-6s %10s (declined: see the 'cuDNN attention' line above, or not built with cuDNN)\n", r.dir,
-                  r.kernel, "-");
+      std::printf(
+          "  %-9s %-6s %10s (declined: see the 'cuDNN attention' line above, or not built with "
+          "cuDNN)\n",
+          r.dir, r.kernel, "-");
       continue;
     }
     char ratio[32] = "-";
     if (ref.ms > 0) std::snprintf(ratio, sizeof ratio, "%.2f", ref.ms / r.ms);
-    std::printf("  %-9s %-6s %10.3f %9.1f %12s\n", r.dir, r.kernel, r.ms, r.flop / (r.ms * 1e-3) / 1e12, ratio);
+    std::printf("  %-9s %-6s %10.3f %9.1f %12s\n", r.dir, r.kernel, r.ms,
+                r.flop / (r.ms * 1e-3) / 1e12, ratio);
   }
 }
 
@@ -229,12 +243,15 @@ int main(int argc, char** argv) {
     } else if (a == "--iters" && i + 1 < argc) {
       iters = std::atoi(argv[++i]);
     } else {
-      std::fprintf(stderr, "bench_attention: unknown argument '%s': use --shape 1b|8b|all and --iters N\n", a.c_str());
+      std::fprintf(stderr,
+                   "bench_attention: unknown argument '%s': use --shape 1b|8b|all and --iters N\n",
+                   a.c_str());
       return 2;
     }
   }
   if (shape != "1b" && shape != "8b" && shape != "all") {
-    std::fprintf(stderr, "bench_attention: --shape '%s' is not one of 1b, 8b, all\n", shape.c_str());
+    std::fprintf(stderr, "bench_attention: --shape '%s' is not one of 1b, 8b, all\n",
+                 shape.c_str());
     return 2;
   }
   if (iters < 1) {

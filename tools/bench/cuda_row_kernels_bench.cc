@@ -66,8 +66,8 @@ struct Bench {
     }
     std::sort(ms.begin(), ms.end());
     const double sec = ms[ms.size() / 2] * 1e-3;
-    std::printf("%-44s %10.1f us %9.1f GB/s %6.1f%% of peak\n", name.c_str(), sec * 1e6, bytes / sec / 1e9,
-                peak > 0 ? 100.0 * bytes / sec / peak : 0.0);
+    std::printf("%-44s %10.1f us %9.1f GB/s %6.1f%% of peak\n", name.c_str(), sec * 1e6,
+                bytes / sec / 1e9, peak > 0 ? 100.0 * bytes / sec / peak : 0.0);
     cudaEventDestroy(a);
     cudaEventDestroy(b);
   }
@@ -113,17 +113,21 @@ int main(int argc, char** argv) {
     void *x = b.get(mv), *y = b.get(mv), *g = b.get(mv), *gx = b.get(mv);
     auto* labels = static_cast<int64_t*>(b.get(static_cast<size_t>(M) * 8));
     void *loss = b.get(4), *tw = b.get(4), *gl = b.get(4);
-    bench.run("log_softmax fp32 [8192,128256]", 2.0 * mv, [&] { launch::log_softmax(x, kF32c, y, kF32c, M, V, s); });
-    bench.run("nll_loss fp32", M * 12.0, [&] { launch::nll_loss(y, kF32c, labels, loss, tw, kF32c, M, V, -100, s); });
-    bench.run("nll_loss_backward fp32 [8192,128256]", 1.0 * mv,
-              [&] { launch::nll_loss_backward(gl, kF32c, labels, tw, kF32c, g, kF32c, M, V, -100, s); });
+    bench.run("log_softmax fp32 [8192,128256]", 2.0 * mv,
+              [&] { launch::log_softmax(x, kF32c, y, kF32c, M, V, s); });
+    bench.run("nll_loss fp32", M * 12.0,
+              [&] { launch::nll_loss(y, kF32c, labels, loss, tw, kF32c, M, V, -100, s); });
+    bench.run("nll_loss_backward fp32 [8192,128256]", 1.0 * mv, [&] {
+      launch::nll_loss_backward(gl, kF32c, labels, tw, kF32c, g, kF32c, M, V, -100, s);
+    });
     bench.run("log_softmax_backward fp32 [8192,128256]", 3.0 * mv,
               [&] { launch::log_softmax_backward(g, kF32c, y, kF32c, gx, kF32c, M, V, s); });
   }
   {  // RMSNorm bf16 [8192, 2048], eager and the compiled add + RMSNorm
     Buffers b;
     const size_t md = static_cast<size_t>(M * D) * 2;
-    void *x = b.get(md), *a = b.get(md), *y = b.get(md), *w = b.get(D * 2), *g = b.get(md), *gx = b.get(md);
+    void *x = b.get(md), *a = b.get(md), *y = b.get(md), *w = b.get(D * 2), *g = b.get(md),
+         *gx = b.get(md);
     void* gw = b.get(D * 2);
     auto* rstd = static_cast<float*>(b.get(M * 4));
     bench.run("rms_norm bf16 [8192,2048]", 2.0 * md + M * 4,
@@ -132,25 +136,30 @@ int main(int argc, char** argv) {
       launch::compiled_rms_norm(x, kBF16c, a, kBF16c, w, kBF16c, y, kBF16c, rstd, M, D, 1e-5, s);
     });
     bench.run("rms_norm_backward bf16 [8192,2048]", 3.0 * md + M * 4, [&] {
-      launch::norm_backward(g, kBF16c, x, kBF16c, nullptr, rstd, w, kBF16c, gx, kBF16c, gw, kBF16c, nullptr, 0, M, D, s);
+      launch::norm_backward(g, kBF16c, x, kBF16c, nullptr, rstd, w, kBF16c, gx, kBF16c, gw, kBF16c,
+                            nullptr, 0, M, D, s);
     });
   }
   {  // SwiGLU's SiLU * mul, bf16 [8192, 8192]
     Buffers b;
     const size_t mf = static_cast<size_t>(M * F) * 2;
-    void *a = b.get(mf), *c = b.get(mf), *y = b.get(mf), *g = b.get(mf), *ga = b.get(mf), *gc = b.get(mf);
+    void *a = b.get(mf), *c = b.get(mf), *y = b.get(mf), *g = b.get(mf), *ga = b.get(mf),
+         *gc = b.get(mf);
     bench.run("compiled silu*mul bf16 [8192,8192]", 3.0 * mf,
               [&] { launch::compiled_silu_mul(a, kBF16c, c, kBF16c, y, kBF16c, M * F, s); });
     bench.run("compiled silu*mul backward bf16 [8192,8192]", 5.0 * mf, [&] {
-      launch::compiled_silu_mul_backward(g, kBF16c, a, kBF16c, c, kBF16c, ga, kBF16c, gc, kBF16c, M * F, s);
+      launch::compiled_silu_mul_backward(g, kBF16c, a, kBF16c, c, kBF16c, ga, kBF16c, gc, kBF16c,
+                                         M * F, s);
     });
-    bench.run("silu bf16 [8192,8192] (eager)", 2.0 * mf,
-              [&] { launch::elementwise(launch::Ew::kSiLU, a, kBF16c, nullptr, 0, y, kBF16c, M * F, 0.0f, s); });
+    bench.run("silu bf16 [8192,8192] (eager)", 2.0 * mf, [&] {
+      launch::elementwise(launch::Ew::kSiLU, a, kBF16c, nullptr, 0, y, kBF16c, M * F, 0.0f, s);
+    });
   }
   {  // AdamW (fused, fp32 states) and the gradient norm over the 1B model's 147 parameters
     std::vector<int64_t> sizes = {V * D};
     for (int l = 0; l < 16; ++l)
-      for (int64_t n : {D * D, 512 * D, 512 * D, D * D, F * D, D * F, F * D, D, D}) sizes.push_back(n);
+      for (int64_t n : {D * D, 512 * D, 512 * D, D * D, F * D, D * F, F * D, D, D})
+        sizes.push_back(n);
     sizes.push_back(D);
     sizes.push_back(V * D);
     Buffers b;
@@ -160,7 +169,8 @@ int main(int argc, char** argv) {
     for (int64_t n : sizes) {
       const size_t nb = static_cast<size_t>(n) * 4;
       void *p = b.get(nb), *g = b.get(nb), *m = b.get(nb), *v = b.get(nb);
-      t.push_back({p, g, m, v, p, m, v, nullptr, n, kF32c, kF32c, kF32c, kF32c, kF32c, kF32c, kF32c, 0});
+      t.push_back(
+          {p, g, m, v, p, m, v, nullptr, n, kF32c, kF32c, kF32c, kF32c, kF32c, kF32c, kF32c, 0});
       items.push_back({g, n, kF32c});
       bytes += 7.0 * static_cast<double>(nb);
       gbytes += static_cast<double>(nb);
@@ -169,18 +179,20 @@ int main(int argc, char** argv) {
     bench.run("adamw fused fp32, 147 tensors (1B model)", bytes,
               [&] { launch::adamw(sc, t.data(), static_cast<int>(t.size()), s); });
     std::vector<launch::ClipTensor> clip;
-    for (const launch::AdamTensor& a : t) clip.push_back({a.g, const_cast<void*>(a.g), a.n, kF32c, kF32c});
+    for (const launch::AdamTensor& a : t)
+      clip.push_back({a.g, const_cast<void*>(a.g), a.n, kF32c, kF32c});
     void* total = b.get(4);
-    bench.run("clip scale in place fp32, 147 tensors", 2.0 * gbytes,
-              [&] { launch::clip_scale(total, kF32c, 1.0f, clip.data(), static_cast<int>(clip.size()), s); });
+    bench.run("clip scale in place fp32, 147 tensors", 2.0 * gbytes, [&] {
+      launch::clip_scale(total, kF32c, 1.0f, clip.data(), static_cast<int>(clip.size()), s);
+    });
     const int64_t chunk = 65536;
     int64_t max_chunks = 0;
     for (int64_t n : sizes) max_chunks = std::max(max_chunks, (n + chunk - 1) / chunk);
     auto* partials = static_cast<float*>(b.get(static_cast<size_t>(max_chunks) * sizes.size() * 4));
     void* out = b.get(sizes.size() * 4);
     bench.run("grad norm (chunked squares), 147 tensors", gbytes, [&] {
-      launch::chunked_squared_norms(items.data(), static_cast<int>(items.size()), chunk, partials, max_chunks, out,
-                                    kF32c, s);
+      launch::chunked_squared_norms(items.data(), static_cast<int>(items.size()), chunk, partials,
+                                    max_chunks, out, kF32c, s);
     });
   }
   ok(cudaStreamDestroy(s), "stream destroy");

@@ -44,14 +44,29 @@ void simulate(benchmark::State& state, const std::string& name, bool all_ranks) 
   state.counters["events"] = static_cast<double>(events);
 }
 
-void BM_Simulate70BFsdp1024ByClass(benchmark::State& state) { simulate(state, "llama3.1-70b-fsdp1024-h100", false); }
-BENCHMARK(BM_Simulate70BFsdp1024ByClass)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(5);
+void BM_Simulate70BFsdp1024ByClass(benchmark::State& state) {
+  simulate(state, "llama3.1-70b-fsdp1024-h100", false);
+}
+BENCHMARK(BM_Simulate70BFsdp1024ByClass)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(5);
 
-void BM_Simulate70BFsdp1024EveryRank(benchmark::State& state) { simulate(state, "llama3.1-70b-fsdp1024-h100", true); }
-BENCHMARK(BM_Simulate70BFsdp1024EveryRank)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
+void BM_Simulate70BFsdp1024EveryRank(benchmark::State& state) {
+  simulate(state, "llama3.1-70b-fsdp1024-h100", true);
+}
+BENCHMARK(BM_Simulate70BFsdp1024EveryRank)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(1);
 
-void BM_Simulate70BHsdp8x128EveryRank(benchmark::State& state) { simulate(state, "llama3.1-70b-hsdp8x128-h100", true); }
-BENCHMARK(BM_Simulate70BHsdp8x128EveryRank)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
+void BM_Simulate70BHsdp8x128EveryRank(benchmark::State& state) {
+  simulate(state, "llama3.1-70b-hsdp8x128-h100", true);
+}
+BENCHMARK(BM_Simulate70BHsdp8x128EveryRank)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(1);
 
 // Scaling with the world size (issue 13: near-linear, not quadratic): the same 70B FSDP step on
 // 1,024 .. 65,536 ranks (nodes of 8), by rank class. Compare the times as ratios of one run.
@@ -71,8 +86,13 @@ void BM_Simulate70BFsdpByClassWorld(benchmark::State& state) {
   state.counters["ranks"] = world;
 }
 BENCHMARK(BM_Simulate70BFsdpByClassWorld)
-    ->Arg(1024)->Arg(4096)->Arg(16384)->Arg(65536)
-    ->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(2);
+    ->Arg(1024)
+    ->Arg(4096)
+    ->Arg(16384)
+    ->Arg(65536)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(2);
 
 // The event engine alone on the recorded programs of every rank (no recording, no checks).
 void engine(benchmark::State& state, const std::string& name, bool all_ranks) {
@@ -87,7 +107,8 @@ void engine(benchmark::State& state, const std::string& name, bool all_ranks) {
     groups = run.groups;
   };
   sim::simulate_scenario(s, o);
-  const sim::HardwareCostModel cost(s.hardware.device, sim::ClusterLayout{s.hardware.nodes, s.hardware.gpus_per_node});
+  const sim::HardwareCostModel cost(s.hardware.device,
+                                    sim::ClusterLayout{s.hardware.nodes, s.hardware.gpus_per_node});
   sim::EngineOptions eo;
   eo.symmetric = !all_ranks;
   eo.checks = false;
@@ -98,15 +119,26 @@ void engine(benchmark::State& state, const std::string& name, bool all_ranks) {
     events += r.events_processed;
     benchmark::DoNotOptimize(r.makespan_s);
   }
-  state.counters["events/s"] = benchmark::Counter(static_cast<double>(events), benchmark::Counter::kIsRate);
+  state.counters["events/s"] =
+      benchmark::Counter(static_cast<double>(events), benchmark::Counter::kIsRate);
   state.counters["instructions"] = static_cast<double>(instrs);
 }
 
-void BM_Engine70BFsdp1024ByClass(benchmark::State& state) { engine(state, "llama3.1-70b-fsdp1024-h100", false); }
-BENCHMARK(BM_Engine70BFsdp1024ByClass)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(10);
+void BM_Engine70BFsdp1024ByClass(benchmark::State& state) {
+  engine(state, "llama3.1-70b-fsdp1024-h100", false);
+}
+BENCHMARK(BM_Engine70BFsdp1024ByClass)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(10);
 
-void BM_Engine70BFsdp1024EveryRank(benchmark::State& state) { engine(state, "llama3.1-70b-fsdp1024-h100", true); }
-BENCHMARK(BM_Engine70BFsdp1024EveryRank)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
+void BM_Engine70BFsdp1024EveryRank(benchmark::State& state) {
+  engine(state, "llama3.1-70b-fsdp1024-h100", true);
+}
+BENCHMARK(BM_Engine70BFsdp1024EveryRank)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(1);
 
 }  // namespace
 

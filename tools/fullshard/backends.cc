@@ -47,7 +47,9 @@ std::unique_ptr<Backend> make_cuda(const runner::BackendRequest& r) {
 
 runner::BackendRegistry build() {
   runner::BackendRegistry reg;
-  reg.add({"cpu", "CPU processes, collectives over Gloo's TCP transport", make_cpu, [] { return -1; }, [] {
+  reg.add({"cpu", "CPU processes, collectives over Gloo's TCP transport", make_cpu,
+           [] { return -1; },
+           [] {
              const cpu::SgemmProbe p = cpu::probe_sgemm();
              return std::make_pair(p.flops_per_s, p.source);
            }});

@@ -24,7 +24,9 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-bool is_json_path(const std::string& s) { return s.size() > 5 && s.compare(s.size() - 5, 5, ".json") == 0; }
+bool is_json_path(const std::string& s) {
+  return s.size() > 5 && s.compare(s.size() - 5, 5, ".json") == 0;
+}
 
 json table_json(const EfficiencyTable& t) {
   json a = json::array();
@@ -66,15 +68,19 @@ void check_fitted_profile(const json& out, const std::string& from) {
     check_hardware_profile(check, "");
   } catch (const InputError& e) {
     const std::string what = e.what();
-    std::string problem = what.size() > e.where().size() + 2 ? what.substr(e.where().size() + 2) : what;
+    std::string problem =
+        what.size() > e.where().size() + 2 ? what.substr(e.where().size() + 2) : what;
     problem = problem.substr(0, problem.find("; "));
-    throw InputError("--output", "the fitted " + e.where() + " " + problem + " (fitted from " + from + ")",
-                     "check the samples behind " + e.where() +
-                         " (time_s in seconds, time_us in microseconds, bytes in bytes); nothing was written");
+    throw InputError(
+        "--output", "the fitted " + e.where() + " " + problem + " (fitted from " + from + ")",
+        "check the samples behind " + e.where() +
+            " (time_s in seconds, time_us in microseconds, bytes in bytes); nothing was written");
   }
 }
 
-bool is_csv_path(const std::string& s) { return s.size() > 4 && s.compare(s.size() - 4, 4, ".csv") == 0; }
+bool is_csv_path(const std::string& s) {
+  return s.size() > 4 && s.compare(s.size() - 4, 4, ".csv") == 0;
+}
 
 // One measurements file as calibration input. NOTE: a .csv becomes the same JSON
 // (simulator/cost/calibration_csv.h), so both forms go through one validation; CSV errors name
@@ -92,14 +98,16 @@ MeasurementsFile read_measurements(const std::string& path) {
     try {
       csv = sim::parse_calibration_csv(text);
     } catch (const InputError& e) {
-      throw InputError(path + ": " + e.where(), std::string(e.what()).substr(e.where().size() + 2), "");
+      throw InputError(path + ": " + e.where(), std::string(e.what()).substr(e.where().size() + 2),
+                       "");
     }
     j = csv.measurements;
   } else {
     j = json_reader::read_json_file(path);
   }
   MeasurementsFile m;
-  if (sim::parse_blas_workspace_measurement(j, m.input)) return m;  // tools/measure/blas_workspace.py
+  if (sim::parse_blas_workspace_measurement(j, m.input))
+    return m;  // tools/measure/blas_workspace.py
   if (j.is_object() && j.contains("profile"))
     m.profile = json_reader::get_string(j.at("profile"), path + ": profile", "\"h100-sxm-80gb\"");
   try {
@@ -114,7 +122,8 @@ MeasurementsFile read_measurements(const std::string& path) {
 // A profile's identity: its file, or the name its aliases resolve to (`where` names it in an
 // error).
 std::string canonical_profile(const std::string& name, const std::string& where) {
-  return is_json_path(name) ? fs::weakly_canonical(name).string() : load_hardware_profile(name, where).name;
+  return is_json_path(name) ? fs::weakly_canonical(name).string()
+                            : load_hardware_profile(name, where).name;
 }
 
 template <typename T>
@@ -128,17 +137,22 @@ std::string pct(double rms_log) { return fmt::format("{:.1f}%", 100 * (std::exp(
 }  // namespace
 
 CLI::App* add_calibrate_command(CLI::App& app, CalibrateFlags& f) {
-  auto* c = app.add_subcommand("calibrate", "fit a hardware profile's time-model figures to measured timings");
-  c->add_option("measurements", f.measurements,
-                "MEASUREMENTS.csv or .json, one or more: nccl-tests results, kernel timings, direct samples")
+  auto* c = app.add_subcommand("calibrate",
+                               "fit a hardware profile's time-model figures to measured timings");
+  c->add_option(
+       "measurements", f.measurements,
+       "MEASUREMENTS.csv or .json, one or more: nccl-tests results, kernel timings, direct samples")
       ->required();
-  c->add_option("--hardware", f.hardware, "profile name or .json path (default: the files' \"profile\")");
+  c->add_option("--hardware", f.hardware,
+                "profile name or .json path (default: the files' \"profile\")");
   c->add_option("-o,--output", f.output, "write the fitted profile to OUT.json");
   c->add_option("--exclude", f.exclude,
-                 "kernel classes left out of the fit: matmul, attention, attention_backward, norm, norm_backward, "
-                 "vector (e.g. samples of another attention backend than the profile describes)");
+                "kernel classes left out of the fit: matmul, attention, attention_backward, norm, "
+                "norm_backward, "
+                "vector (e.g. samples of another attention backend than the profile describes)");
   c->add_flag("--per-sample", f.per_sample,
-              "list every kernel sample: measured time, predicted before and after the fit (which kernels the model "
+              "list every kernel sample: measured time, predicted before and after the fit (which "
+              "kernels the model "
               "under- or overprices)");
   return c;
 }
@@ -163,7 +177,8 @@ int cmd_calibrate(const CalibrateFlags& f) {
     }
   };
   if (!f.output.empty() && !is_json_path(f.output))
-    throw InputError("--output", "is '" + f.output + "', not a .json path", "write the fitted profile to a .json file");
+    throw InputError("--output", "is '" + f.output + "', not a .json path",
+                     "write the fitted profile to a .json file");
   if (!f.hardware.empty()) load(f.hardware, "--hardware");
   sim::CalibrationInput input;
   std::string name = f.hardware, named_by;
@@ -176,22 +191,27 @@ int cmd_calibrate(const CalibrateFlags& f) {
     if (m.input.blas_workspace_bytes > 0) input.blas_workspace_bytes = m.input.blas_workspace_bytes;
     file_names.push_back(fs::path(path).filename().string());
     if (f.hardware.empty() && !m.profile.empty()) {
-      if (!name.empty() &&
-          canonical_profile(m.profile, path + ": profile") != canonical_profile(name, named_by + ": profile"))
-        throw InputError(path + ": profile", "is \"" + m.profile + "\" but " + named_by + " says \"" + name + "\"",
+      if (!name.empty() && canonical_profile(m.profile, path + ": profile") !=
+                               canonical_profile(name, named_by + ": profile"))
+        throw InputError(path + ": profile",
+                         "is \"" + m.profile + "\" but " + named_by + " says \"" + name + "\"",
                          "calibrate one profile at a time, or name it with --hardware");
       name = m.profile, named_by = path;
     }
   }
   if (name.empty())
-    throw InputError("--hardware", "is missing", "name the profile to calibrate (--hardware h100) or give \"profile\" in the file");
+    throw InputError(
+        "--hardware", "is missing",
+        "name the profile to calibrate (--hardware h100) or give \"profile\" in the file");
   if (f.hardware.empty()) load(name, named_by + ": profile");
   std::string from;
   for (const auto& n : file_names) from += (from.empty() ? "" : ", ") + n;
   for (size_t i = 0; i < f.exclude.size(); ++i)
-    from += (i == 0 ? " without its " : ", ") + f.exclude[i] + (i + 1 == f.exclude.size() ? " samples" : "");
+    from += (i == 0 ? " without its " : ", ") + f.exclude[i] +
+            (i + 1 == f.exclude.size() ? " samples" : "");
   for (const auto& x : f.exclude) {
-    static const std::vector<std::string> kClasses = {"matmul", "attention", "attention_backward", "norm", "norm_backward", "vector"};
+    static const std::vector<std::string> kClasses = {
+        "matmul", "attention", "attention_backward", "norm", "norm_backward", "vector"};
     if (std::find(kClasses.begin(), kClasses.end(), x) == kClasses.end())
       throw InputError("--exclude", "is '" + printable(x) + "', not a kernel class",
                        "name matmul, attention, attention_backward, norm, norm_backward or vector");
@@ -200,38 +220,52 @@ int cmd_calibrate(const CalibrateFlags& f) {
   if (!f.exclude.empty()) {
     const size_t before = input.kernels.size();
     std::erase_if(input.kernels, [&](const sim::KernelSample& k) {
-      return std::find(f.exclude.begin(), f.exclude.end(), sim::kernel_class_name(k)) != f.exclude.end();
+      return std::find(f.exclude.begin(), f.exclude.end(), sim::kernel_class_name(k)) !=
+             f.exclude.end();
     });
     excluded = before - input.kernels.size();
   }
   const sim::Calibration c = sim::calibrate(start, input);
-  fmt::print("calibrated {} from {}: {} collective and {} kernel samples{}\n", printable(start.name),
-             printable(from), input.collectives.size(), input.kernels.size(),
-             input.direct.empty() ? "" : fmt::format(", {} direct (NOTE [Direct samples])", input.direct.size()));
+  fmt::print("calibrated {} from {}: {} collective and {} kernel samples{}\n",
+             printable(start.name), printable(from), input.collectives.size(), input.kernels.size(),
+             input.direct.empty()
+                 ? ""
+                 : fmt::format(", {} direct (NOTE [Direct samples])", input.direct.size()));
   if (excluded > 0) fmt::print("  {} kernel samples of the --exclude classes left out\n", excluded);
   if (!input.collectives.empty())
-    fmt::print("  collectives: typical error {} before, {} after\n", pct(c.collective_error_before), pct(c.collective_error_after));
+    fmt::print("  collectives: typical error {} before, {} after\n", pct(c.collective_error_before),
+               pct(c.collective_error_after));
   if (!input.kernels.empty())
-    fmt::print("  kernels: typical error {} before, {} after\n", pct(c.kernel_error_before), pct(c.kernel_error_after));
+    fmt::print("  kernels: typical error {} before, {} after\n", pct(c.kernel_error_before),
+               pct(c.kernel_error_after));
   for (const auto& k : c.kernel_classes)
-    fmt::print("    {}: {} samples, typical error {} before, {} after\n", k.name, k.samples, pct(k.before), pct(k.after));
+    fmt::print("    {}: {} samples, typical error {} before, {} after\n", k.name, k.samples,
+               pct(k.before), pct(k.after));
   if (f.per_sample) {
     fmt::print("  per sample (predicted / measured, before -> after):\n");
     for (const auto& k : input.kernels) {
       const double before = sim::predict(start, k), after = sim::predict(c.profile, k);
-      fmt::print("    {:<18} {:>10.2f} us  {:>6.2f}x -> {:>6.2f}x  {:.3g} FLOP, {:.3g} B{}\n", sim::kernel_class_name(k),
-                 k.time_s * 1e6, before / k.time_s, after / k.time_s, k.flops, k.bytes,
+      fmt::print("    {:<18} {:>10.2f} us  {:>6.2f}x -> {:>6.2f}x  {:.3g} FLOP, {:.3g} B{}\n",
+                 sim::kernel_class_name(k), k.time_s * 1e6, before / k.time_s, after / k.time_s,
+                 k.flops, k.bytes,
                  sim::launch_bound(k, input) ? "  (launch-bound: not fitted)" : "");
     }
   }
   if (c.launch_bound_samples > 0)
-    fmt::print("  {} kernel samples left out: no longer than the host's launch of one eager op, they timed the host "
-               "(NOTE [Launch-bound samples])\n", c.launch_bound_samples);
+    fmt::print(
+        "  {} kernel samples left out: no longer than the host's launch of one eager op, they "
+        "timed the host "
+        "(NOTE [Launch-bound samples])\n",
+        c.launch_bound_samples);
   if (c.kernel_gap_launch_bound)
-    fmt::print("  kernel_gap not fitted: its sample is the host's launch rate, not the device's gap (NOTE [Launch-bound "
-               "samples]); kept at {}\n", figure_json(c.profile, "kernel_gap_s").dump());
+    fmt::print(
+        "  kernel_gap not fitted: its sample is the host's launch rate, not the device's gap (NOTE "
+        "[Launch-bound "
+        "samples]); kept at {}\n",
+        figure_json(c.profile, "kernel_gap_s").dump());
   for (const auto& fig : c.fitted)
-    fmt::print("  {}: {} -> {}\n", fig, figure_json(start, fig).dump(), figure_json(c.profile, fig).dump());
+    fmt::print("  {}: {} -> {}\n", fig, figure_json(start, fig).dump(),
+               figure_json(c.profile, fig).dump());
   if (c.fitted.empty()) fmt::print("  nothing to fit (no samples)\n");
   if (f.output.empty()) return 0;
 
@@ -239,12 +273,12 @@ int cmd_calibrate(const CalibrateFlags& f) {
   json out = json_reader::read_json_file(profile_path);
   out["name"] = fs::path(f.output).stem().string();
   out["aliases"] = json::array();
-  out["description"] = "calibrated from " + from + ": " +
-                       out.value("description", start.name);
+  out["description"] = "calibrated from " + from + ": " + out.value("description", start.name);
   for (const auto& fig : c.fitted) {
     out[fig] = figure_json(c.profile, fig);
     out["sources"][fig] = fmt::format(
-        "fitted by fullshard calibrate from {} ({} collective / {} kernel / {} direct samples; typical error {} "
+        "fitted by fullshard calibrate from {} ({} collective / {} kernel / {} direct samples; "
+        "typical error {} "
         "-> {} collectives, {} -> {} kernels)",
         from, input.collectives.size(), input.kernels.size(), input.direct.size(),
         pct(c.collective_error_before), pct(c.collective_error_after), pct(c.kernel_error_before),
@@ -252,8 +286,8 @@ int cmd_calibrate(const CalibrateFlags& f) {
   }
   check_fitted_profile(out, from);
   write_output_file(f.output, out.dump(2) + "\n", "--output");
-  fmt::print("  fitted profile written to {} (use it as \"hardware\": {{\"profile\": \"{}\"}})\n", printable(f.output),
-             printable(f.output));
+  fmt::print("  fitted profile written to {} (use it as \"hardware\": {{\"profile\": \"{}\"}})\n",
+             printable(f.output), printable(f.output));
   return 0;
 }
 

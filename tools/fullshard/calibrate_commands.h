@@ -14,9 +14,9 @@ struct CalibrateFlags {
   // Each a .csv or a JSON {"profile"?, "collectives": [...], "kernels": [...]}; their samples
   // are fitted together.
   std::vector<std::string> measurements;
-  std::string hardware;      // profile name or .json path (default: the file's "profile")
-  std::string output;        // the fitted profile (.json); empty: print only
-  bool per_sample = false;   // list every kernel sample: measured, predicted before and after
+  std::string hardware;     // profile name or .json path (default: the file's "profile")
+  std::string output;       // the fitted profile (.json); empty: print only
+  bool per_sample = false;  // list every kernel sample: measured, predicted before and after
   std::vector<std::string> exclude;  // kernel classes left out of the fit (e.g. attention)
 };
 

@@ -40,18 +40,21 @@ int inspect(const CheckpointFlags& f) {
     return 0;
   }
   std::cout << fmt::format("checkpoint {}\n", printable(folder, 1024));
-  std::cout << fmt::format("  scenario {} ({}), step {} (resumes at step {}), seed {}, AdamW steps {}\n",
-                           printable(m.scenario), m.arch, m.step, m.next_step, m.seed, m.optimizer_steps);
-  std::cout << fmt::format("  saved by {} ranks: mesh replicate {} x shard {}{}; {} files, {}\n", m.world_size,
-                           m.replicate, m.shard, m.tp > 1 ? fmt::format(" x tp {}", m.tp) : "", m.files.size(),
+  std::cout << fmt::format(
+      "  scenario {} ({}), step {} (resumes at step {}), seed {}, AdamW steps {}\n",
+      printable(m.scenario), m.arch, m.step, m.next_step, m.seed, m.optimizer_steps);
+  std::cout << fmt::format("  saved by {} ranks: mesh replicate {} x shard {}{}; {} files, {}\n",
+                           m.world_size, m.replicate, m.shard,
+                           m.tp > 1 ? fmt::format(" x tp {}", m.tp) : "", m.files.size(),
                            sim::format_bytes(file_bytes));
   std::cout << fmt::format("  {} tensors, {} parameters\n", m.tensors.size(), params);
   // With tensor parallelism the pieces are boxes of the global tensor (NOTE [Pieces as boxes]).
-  std::cout << fmt::format("  {:<48} {:>5} {:>14} {:>12}  {}\n", "tensor", "dtype", "shape", "bytes",
-                           m.tp > 1 ? "placements: pieces@file" : "rows per file");
+  std::cout << fmt::format("  {:<48} {:>5} {:>14} {:>12}  {}\n", "tensor", "dtype", "shape",
+                           "bytes", m.tp > 1 ? "placements: pieces@file" : "rows per file");
   for (const auto& t : m.tensors) {
     std::string pieces;
-    if (m.tp > 1) {  // DTensor placements, then every piece's slice of the global tensor and its file
+    if (m.tp >
+        1) {  // DTensor placements, then every piece's slice of the global tensor and its file
       for (const auto& p : t.placements) pieces += (pieces.empty() ? "" : ", ") + p;
       pieces += ":";
       for (const auto& c : t.chunks) {
@@ -60,12 +63,14 @@ int inspect(const CheckpointFlags& f) {
         pieces += " " + box_str(c.box) + "@" + std::to_string(file);
       }
     } else {
-      for (const auto& c : t.chunks) pieces += (pieces.empty() ? "" : " ") + std::to_string(c.box.lengths[0]);
+      for (const auto& c : t.chunks)
+        pieces += (pieces.empty() ? "" : " ") + std::to_string(c.box.lengths[0]);
     }
-    std::cout << fmt::format("  {:<48} {:>5} {:>14} {:>12}  {}\n", printable(t.name, 48), t.dtype, shape_str(t.shape),
-                             tensor_bytes(t), pieces);
+    std::cout << fmt::format("  {:<48} {:>5} {:>14} {:>12}  {}\n", printable(t.name, 48), t.dtype,
+                             shape_str(t.shape), tensor_bytes(t), pieces);
   }
-  std::cout << "  consistent: every file's size and header and every tensor's pieces match metadata.json\n";
+  std::cout << "  consistent: every file's size and header and every tensor's pieces match "
+               "metadata.json\n";
   return 0;
 }
 
@@ -77,8 +82,9 @@ int export_command(const CheckpointFlags& f) {
   o.max_shard_bytes = f.max_shard_bytes;
   o.hf_names = f.names == "hf";
   const ExportResult r = export_safetensors(reader, o);
-  std::cout << fmt::format("exported {} tensors ({}) of {} to {}\n", r.tensors, sim::format_bytes(r.data_bytes),
-                           printable(folder, 1024), printable(f.safetensors, 1024));
+  std::cout << fmt::format("exported {} tensors ({}) of {} to {}\n", r.tensors,
+                           sim::format_bytes(r.data_bytes), printable(folder, 1024),
+                           printable(f.safetensors, 1024));
   for (const auto& p : r.files) std::cout << "  " << printable(p, 1024) << "\n";
   return 0;
 }
@@ -86,17 +92,33 @@ int export_command(const CheckpointFlags& f) {
 }  // namespace
 
 CLI::App* add_checkpoint_command(CLI::App& app, CheckpointFlags& f) {
-  CLI::App* c = app.add_subcommand("checkpoint", "inspect or export sharded checkpoints (docs/checkpoints.md)");
+  CLI::App* c = app.add_subcommand("checkpoint",
+                                   "inspect or export sharded checkpoints (docs/checkpoints.md)");
   c->require_subcommand(1);
-  f.inspect = c->add_subcommand("inspect", "what a checkpoint holds (step, mesh, tensors, sizes) and whether it is consistent");
-  f.inspect->add_option("dir", f.path, "a --checkpoint-dir folder (its latest step) or one step-N folder")->required();
+  f.inspect = c->add_subcommand(
+      "inspect",
+      "what a checkpoint holds (step, mesh, tensors, sizes) and whether it is consistent");
+  f.inspect
+      ->add_option("dir", f.path,
+                   "a --checkpoint-dir folder (its latest step) or one step-N folder")
+      ->required();
   f.inspect->add_flag("--json", f.json, "print the metadata as JSON");
-  f.exporter = c->add_subcommand("export", "write the parameters as safetensors with Hugging Face names and layouts");
-  f.exporter->add_option("dir", f.path, "a --checkpoint-dir folder (its latest step) or one step-N folder")->required();
-  f.exporter->add_option("--safetensors", f.safetensors, "OUT.safetensors, or a folder with --max-shard-size")->required();
-  f.exporter->add_option("--max-shard-size", f.max_shard_bytes,
-                         "write model-0000N-of-0000M.safetensors files of at most this many bytes and the index");
-  f.exporter->add_option("--names", f.names, "hf (Hugging Face Llama / GPT-2 names and layouts, default) or fullshard")
+  f.exporter = c->add_subcommand(
+      "export", "write the parameters as safetensors with Hugging Face names and layouts");
+  f.exporter
+      ->add_option("dir", f.path,
+                   "a --checkpoint-dir folder (its latest step) or one step-N folder")
+      ->required();
+  f.exporter
+      ->add_option("--safetensors", f.safetensors,
+                   "OUT.safetensors, or a folder with --max-shard-size")
+      ->required();
+  f.exporter->add_option(
+      "--max-shard-size", f.max_shard_bytes,
+      "write model-0000N-of-0000M.safetensors files of at most this many bytes and the index");
+  f.exporter
+      ->add_option("--names", f.names,
+                   "hf (Hugging Face Llama / GPT-2 names and layouts, default) or fullshard")
       ->check(CLI::IsMember({"hf", "fullshard"}));
   return c;
 }

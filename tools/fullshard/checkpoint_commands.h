@@ -9,11 +9,11 @@
 namespace fullshard::cli {
 
 struct CheckpointFlags {
-  std::string path;           // a --checkpoint-dir folder (its latest step) or a step folder
-  bool json = false;          // inspect: JSON instead of the table
-  std::string safetensors;    // export: the output file (folder with max_shard_bytes)
+  std::string path;         // a --checkpoint-dir folder (its latest step) or a step folder
+  bool json = false;        // inspect: JSON instead of the table
+  std::string safetensors;  // export: the output file (folder with max_shard_bytes)
   uint64_t max_shard_bytes = 0;
-  std::string names = "hf";   // export: "hf" or "fullshard"
+  std::string names = "hf";  // export: "hf" or "fullshard"
   CLI::App* inspect = nullptr;
   CLI::App* exporter = nullptr;
 };

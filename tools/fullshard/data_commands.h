@@ -1,7 +1,7 @@
 #pragma once
 // `fullshard data tokenize IN... -o OUT.bin` (nanoGPT's prepare.py: text or JSONL through the
-// byte-level tokenizer or a BPE into an llm.c token file, optionally splitting off a validation file)
-// and `fullshard data inspect PATH` (what a token file or set of shards holds). docs/data.md.
+// byte-level tokenizer or a BPE into an llm.c token file, optionally splitting off a validation
+// file) and `fullshard data inspect PATH` (what a token file or set of shards holds). docs/data.md.
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,12 +15,13 @@ struct DataFlags {
   std::string out;                  // tokenize: the token file
   std::string format = "auto";      // how inputs are read (data_format_name)
   std::string tokenizer = "byte";
-  std::optional<std::string> bos, eos;  // special tokens around each JSONL document (unset: the tokenizer's)
+  std::optional<std::string> bos,
+      eos;  // special tokens around each JSONL document (unset: the tokenizer's)
   std::string dtype = "uint16";
-  bool no_header = false;           // nanoGPT's headerless layout
-  double val_fraction = 0;          // tokenize: the last fraction of tokens goes to val_out
+  bool no_header = false;   // nanoGPT's headerless layout
+  double val_fraction = 0;  // tokenize: the last fraction of tokens goes to val_out
   std::string val_out;
-  int64_t vocab_size = 0;           // inspect: check every token is below it (0: no check)
+  int64_t vocab_size = 0;  // inspect: check every token is below it (0: no check)
   CLI::App* tokenize = nullptr;
   CLI::App* inspect = nullptr;
 };

@@ -24,8 +24,10 @@ std::vector<PredictedKeyTimes> predict_ops(Scenario s, int steps) {
   try {
     const sim::SimulationReport r = sim::simulate_scenario(s, so);
     if (!r.ok()) {
-      std::fprintf(stderr, "fullshard: the simulation of this run does not complete (fullshard simulate says why); "
-                           "the per-op table has no predicted times\n");
+      std::fprintf(
+          stderr,
+          "fullshard: the simulation of this run does not complete (fullshard simulate says why); "
+          "the per-op table has no predicted times\n");
       out.clear();
     }
   } catch (const std::exception& e) {
@@ -48,22 +50,29 @@ std::string differ_most_text(const std::vector<KeyAverage>& ops, size_t n) {
   }
   std::string out;
   if (!any_predicted) {
-    out += fmt::format("  per-op table (rank 0, last step): {} keys, {:.6f} s measured, no prediction\n", ops.size(), measured);
+    out += fmt::format(
+        "  per-op table (rank 0, last step): {} keys, {:.6f} s measured, no prediction\n",
+        ops.size(), measured);
     return out;
   }
-  out += fmt::format("  per-op table (rank 0, last step): {} keys, {:.6f} s measured, {:.6f} s predicted ({:+.1f}%)\n",
-                     ops.size(), measured, predicted, predicted > 0 ? 100.0 * (measured - predicted) / predicted : 0.0);
+  out += fmt::format(
+      "  per-op table (rank 0, last step): {} keys, {:.6f} s measured, {:.6f} s predicted "
+      "({:+.1f}%)\n",
+      ops.size(), measured, predicted,
+      predicted > 0 ? 100.0 * (measured - predicted) / predicted : 0.0);
   const auto rows = differ_most(ops, n);
   if (rows.empty()) return out;
   out += fmt::format("  ops where measured and predicted differ most:\n");
-  out += fmt::format("    {:<48} {:>6} {:>12} {:>12} {:>8} {:>12} {:>12}\n", "key (kind)", "calls", "measured s",
-                     "predicted s", "ratio", "GFLOP/s", "GB/s");
+  out += fmt::format("    {:<48} {:>6} {:>12} {:>12} {:>8} {:>12} {:>12}\n", "key (kind)", "calls",
+                     "measured s", "predicted s", "ratio", "GFLOP/s", "GB/s");
   for (const KeyAverage& r : rows) {
     std::string label = r.key + " (" + r.kind + ")";
     if (label.size() > 48) label = label.substr(0, 45) + "...";
-    const std::string ratio = r.predicted_s > 0 ? fmt::format("{:.2f}x", r.measured_s / r.predicted_s) : "-";
-    out += fmt::format("    {:<48} {:>6} {:>12.6f} {:>12.6f} {:>8} {:>12.2f} {:>12.2f}\n", label, r.calls, r.measured_s,
-                       r.predicted_s, ratio, r.flops_per_s() * 1e-9, r.bytes_per_s() * 1e-9);
+    const std::string ratio =
+        r.predicted_s > 0 ? fmt::format("{:.2f}x", r.measured_s / r.predicted_s) : "-";
+    out += fmt::format("    {:<48} {:>6} {:>12.6f} {:>12.6f} {:>8} {:>12.2f} {:>12.2f}\n", label,
+                       r.calls, r.measured_s, r.predicted_s, ratio, r.flops_per_s() * 1e-9,
+                       r.bytes_per_s() * 1e-9);
   }
   return out;
 }
@@ -71,7 +80,8 @@ std::string differ_most_text(const std::vector<KeyAverage>& ops, size_t n) {
 nlohmann::json ops_per_step_json(const std::vector<runner::StepSummary>& steps) {
   nlohmann::json a = nlohmann::json::array();
   for (const auto& st : steps)
-    if (!st.ops.empty()) a.push_back({{"step", st.step}, {"rank", 0}, {"ops", key_averages_json(st.ops)}});
+    if (!st.ops.empty())
+      a.push_back({{"step", st.step}, {"rank", 0}, {"ops", key_averages_json(st.ops)}});
   return a;
 }
 

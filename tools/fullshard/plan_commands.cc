@@ -36,27 +36,42 @@ constexpr int kMaxThreads = 1024;
 constexpr int kMaxPlanGpus = static_cast<int>(sim::kMaxSimulatedWorld);
 
 CLI::App* add_plan_command(CLI::App& app, PlanFlags& f) {
-  auto* p = app.add_subcommand("plan", "which sharding, precision and checkpointing settings fit on N GPUs, and which is fastest");
+  auto* p = app.add_subcommand(
+      "plan",
+      "which sharding, precision and checkpointing settings fit on N GPUs, and which is fastest");
   p->add_option("--model", f.model, "model zoo name (see `fullshard models`)");
-  p->add_option("--hf-config", f.hf_config, "a Hugging Face config.json (Llama, Mistral, Qwen2, GPT-2)");
-  p->add_option("--scenario", f.scenario, "start from a scenario file (model, hardware, optimizer, ...)");
+  p->add_option("--hf-config", f.hf_config,
+                "a Hugging Face config.json (Llama, Mistral, Qwen2, GPT-2)");
+  p->add_option("--scenario", f.scenario,
+                "start from a scenario file (model, hardware, optimizer, ...)");
   p->add_option("--gpus", f.gpus, "number of GPUs (ranks)");
   p->add_option("--gpus-per-node", f.gpus_per_node, "GPUs per node (default: the profile's)");
   p->add_option("--gpu", f.gpu, "hardware profile, e.g. h100-sxm-80gb (scenarios/hardware/)");
   p->add_option("--seq-len", f.seq_len, "tokens per sequence");
-  p->add_option("--global-batch", f.global_batch, "sequences per optimizer step over all GPUs (default: free)");
-  p->add_option("--micro-batches", f.micro_batches, "micro-batch sizes to try without --global-batch (default 1 2 4 8)");
-  p->add_option("--tp", f.tp, "tensor-parallel degrees to try (default: each of 1 2 4 8 that fits in a node and splits the model; --tp 1: none)");
-  p->add_option("--headroom", f.headroom, "fraction of the allocator's memory to keep free (default 0.05; 0: fits means what `fullshard simulate` says)");
+  p->add_option("--global-batch", f.global_batch,
+                "sequences per optimizer step over all GPUs (default: free)");
+  p->add_option("--micro-batches", f.micro_batches,
+                "micro-batch sizes to try without --global-batch (default 1 2 4 8)");
+  p->add_option("--tp", f.tp,
+                "tensor-parallel degrees to try (default: each of 1 2 4 8 that fits in a node and "
+                "splits the model; --tp 1: none)");
+  p->add_option("--headroom", f.headroom,
+                "fraction of the allocator's memory to keep free (default 0.05; 0: fits means what "
+                "`fullshard simulate` says)");
   p->add_option("--json", f.json_out, "write every configuration, in rank order, here (JSON)");
-  p->add_option("--write-scenario", f.write_scenario, "write the recommended configuration as a scenario file here");
+  p->add_option("--write-scenario", f.write_scenario,
+                "write the recommended configuration as a scenario file here");
   p->add_option("--top", f.top, "rows of the ranked table to print (default 10)");
-  p->add_flag("--exhaustive", f.exhaustive, "simulate every configuration (no pruning by lower bounds)");
+  p->add_flag("--exhaustive", f.exhaustive,
+              "simulate every configuration (no pruning by lower bounds)");
   p->add_option("--checkpoint-every", f.checkpoint_every,
-                "add the amortised cost of a distributed checkpoint every N steps to each step time (docs/checkpoints.md)");
-  p->add_option("--checkpoint-mode", f.checkpoint_mode, "with --checkpoint-every: sync (default) or async");
+                "add the amortised cost of a distributed checkpoint every N steps to each step "
+                "time (docs/checkpoints.md)");
+  p->add_option("--checkpoint-mode", f.checkpoint_mode,
+                "with --checkpoint-every: sync (default) or async");
   p->add_option("--storage-write-bandwidth", f.storage_write_bandwidth,
-                "with --checkpoint-every: bytes/s one node writes to the checkpoint storage (default 2e9, an assumption)");
+                "with --checkpoint-every: bytes/s one node writes to the checkpoint storage "
+                "(default 2e9, an assumption)");
   p->add_option("--threads", f.threads, "simulation threads (default: one per hardware thread)");
   return p;
 }
@@ -87,20 +102,26 @@ namespace {
 }
 
 json base_json(const PlanFlags& f, HardwareProfile& profile) {
-  const int given = (f.model.empty() ? 0 : 1) + (f.hf_config.empty() ? 0 : 1) + (f.scenario.empty() ? 0 : 1);
+  const int given =
+      (f.model.empty() ? 0 : 1) + (f.hf_config.empty() ? 0 : 1) + (f.scenario.empty() ? 0 : 1);
   if (given != 1)
-    throw InputError(given == 0 ? "--model" : "--scenario", given == 0 ? "no model given" : "several model sources given",
-                     "give exactly one of --model NAME (see `fullshard models`), --hf-config config.json or "
-                     "--scenario S.json");
+    throw InputError(
+        given == 0 ? "--model" : "--scenario",
+        given == 0 ? "no model given" : "several model sources given",
+        "give exactly one of --model NAME (see `fullshard models`), --hf-config config.json or "
+        "--scenario S.json");
   json j;
   if (!f.scenario.empty()) {
     j = json_reader::read_json_file(f.scenario);
-    if (!j.is_object()) throw InputError("--scenario", "'" + f.scenario + "' is not a JSON object", "give a scenario file");
+    if (!j.is_object())
+      throw InputError("--scenario", "'" + f.scenario + "' is not a JSON object",
+                       "give a scenario file");
     const fs::path dir = fs::path(f.scenario).parent_path();
     j = planner::absolutize_paths(j, dir.empty() ? "." : dir.string());
     if (!j.contains("name")) j["name"] = fs::path(f.scenario).stem().string();
     if (j.contains("training") && j["training"].is_object() && j["training"].contains("rank_batch"))
-      throw InputError("--scenario", "'" + f.scenario + "' sets training.rank_batch (an uneven batch)",
+      throw InputError("--scenario",
+                       "'" + f.scenario + "' sets training.rank_batch (an uneven batch)",
                        "remove it: the planner gives every GPU the same micro-batch");
     // The planner chooses these; a mesh or reshard int for another world would not parse.
     if (j.contains("fsdp") && j["fsdp"].is_object()) {
@@ -113,8 +134,9 @@ json base_json(const PlanFlags& f, HardwareProfile& profile) {
     } else {
       std::error_code ec;
       if (!fs::exists(f.hf_config, ec))
-        throw InputError("--hf-config", "file not found: '" + f.hf_config + "'",
-                         "give the path of a Hugging Face config.json or of the model directory holding one");
+        throw InputError(
+            "--hf-config", "file not found: '" + f.hf_config + "'",
+            "give the path of a Hugging Face config.json or of the model directory holding one");
       j["model"] = {{"hf_config", fs::absolute(f.hf_config).lexically_normal().string()}};
     }
     j["name"] = "plan";
@@ -126,47 +148,66 @@ json base_json(const PlanFlags& f, HardwareProfile& profile) {
   json& t = j["training"];
   json& h = j["hardware"];
   if (f.checkpoint_every) {
-    t["checkpoint"] = {{"every", *f.checkpoint_every}, {"mode", f.checkpoint_mode.empty() ? "sync" : f.checkpoint_mode}};
-    if (f.storage_write_bandwidth) t["checkpoint"]["storage_write_bandwidth"] = *f.storage_write_bandwidth;
+    t["checkpoint"] = {{"every", *f.checkpoint_every},
+                       {"mode", f.checkpoint_mode.empty() ? "sync" : f.checkpoint_mode}};
+    if (f.storage_write_bandwidth)
+      t["checkpoint"]["storage_write_bandwidth"] = *f.storage_write_bandwidth;
   } else if (!f.checkpoint_mode.empty() || f.storage_write_bandwidth) {
-    throw InputError(f.checkpoint_mode.empty() ? "--storage-write-bandwidth" : "--checkpoint-mode", "is given without --checkpoint-every",
-                     "add --checkpoint-every N");
+    throw InputError(f.checkpoint_mode.empty() ? "--storage-write-bandwidth" : "--checkpoint-mode",
+                     "is given without --checkpoint-every", "add --checkpoint-every N");
   }
-  if (f.seq_len) t["seq_len"] = *f.seq_len;
-  else if (!t.contains("seq_len")) throw InputError("--seq-len", "is missing", "give the tokens per sequence, e.g. --seq-len 8192");
-  if (!f.gpu.empty()) h["profile"] = f.gpu;
-  else if (!h.contains("profile")) throw InputError("--gpu", "is missing", "give a hardware profile, e.g. --gpu h100-sxm-80gb");
+  if (f.seq_len)
+    t["seq_len"] = *f.seq_len;
+  else if (!t.contains("seq_len"))
+    throw InputError("--seq-len", "is missing",
+                     "give the tokens per sequence, e.g. --seq-len 8192");
+  if (!f.gpu.empty())
+    h["profile"] = f.gpu;
+  else if (!h.contains("profile"))
+    throw InputError("--gpu", "is missing", "give a hardware profile, e.g. --gpu h100-sxm-80gb");
   if (!f.gpu.empty()) {
     profile = load_hardware_profile(f.gpu, "--gpu");
   } else {
     const std::string p = h["profile"].is_string() ? h["profile"].get<std::string>() : "";
-    profile = p.size() > 5 && p.substr(p.size() - 5) == ".json" ? load_hardware_profile_file(p)
-                                                                 : load_hardware_profile(p, "hardware.profile");
+    profile = p.size() > 5 && p.substr(p.size() - 5) == ".json"
+                  ? load_hardware_profile_file(p)
+                  : load_hardware_profile(p, "hardware.profile");
   }
   // A scenario's number as int64, clamped just past the limit so that the range checks
   // below report it (a plain get<int> would wrap 2^32 + 8 to 8).
   const auto scenario_int = [](const json& v, int64_t absent) -> int64_t {
     if (!v.is_number_integer()) return absent;
-    if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{kMaxPlanGpus}) return int64_t{kMaxPlanGpus} + 1;
-    return std::clamp<int64_t>(v.get<int64_t>(), -int64_t{kMaxPlanGpus} - 1, int64_t{kMaxPlanGpus} + 1);
+    if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{kMaxPlanGpus})
+      return int64_t{kMaxPlanGpus} + 1;
+    return std::clamp<int64_t>(v.get<int64_t>(), -int64_t{kMaxPlanGpus} - 1,
+                               int64_t{kMaxPlanGpus} + 1);
   };
-  const int gpn = static_cast<int>(f.gpus_per_node ? *f.gpus_per_node
-                                   : scenario_int(h.value("gpus_per_node", json()), profile.gpus_per_node));
+  const int gpn = static_cast<int>(
+      f.gpus_per_node ? *f.gpus_per_node
+                      : scenario_int(h.value("gpus_per_node", json()), profile.gpus_per_node));
   int64_t gpus;
   if (f.gpus) {
     gpus = *f.gpus;
   } else if (!f.scenario.empty()) {
     // The scenario's own figures: wide arithmetic, bounded below like the flag.
-    gpus = std::clamp<int64_t>(int64_t{gpn} * scenario_int(h.value("nodes", json()), 1), -int64_t{kMaxPlanGpus} - 1,
-                               int64_t{kMaxPlanGpus} + 1);
+    gpus = std::clamp<int64_t>(int64_t{gpn} * scenario_int(h.value("nodes", json()), 1),
+                               -int64_t{kMaxPlanGpus} - 1, int64_t{kMaxPlanGpus} + 1);
   } else {
     throw InputError("--gpus", "is missing", "give the number of GPUs, e.g. --gpus 256");
   }
   if (gpus < 1 || gpus > kMaxPlanGpus)
-    throw InputError("--gpus", fmt::format("is {}", gpus), fmt::format("give the number of GPUs, between 1 and {} (the simulator's limit), e.g. --gpus 256", kMaxPlanGpus));
+    throw InputError(
+        "--gpus", fmt::format("is {}", gpus),
+        fmt::format(
+            "give the number of GPUs, between 1 and {} (the simulator's limit), e.g. --gpus 256",
+            kMaxPlanGpus));
   if (gpn < 1 || gpn > kMaxPlanGpus)
-    throw InputError("--gpus-per-node", fmt::format("is {}", gpn), fmt::format("give the GPUs in one node, between 1 and {}, e.g. --gpus-per-node 8", kMaxPlanGpus));
-  if (f.gpus_per_node) check_gpus_per_node(profile, gpn, "--gpus-per-node");  // NOTE [Ranks per node]
+    throw InputError(
+        "--gpus-per-node", fmt::format("is {}", gpn),
+        fmt::format("give the GPUs in one node, between 1 and {}, e.g. --gpus-per-node 8",
+                    kMaxPlanGpus));
+  if (f.gpus_per_node)
+    check_gpus_per_node(profile, gpn, "--gpus-per-node");  // NOTE [Ranks per node]
   // Whole nodes, with the flag names (check_space_options has the same rule and message).
   planner::SpaceOptions probe;
   probe.gpus = static_cast<int>(gpus);
@@ -183,7 +224,8 @@ class ProgressBar {
  public:
   void operator()(size_t done, size_t total, const char* phase) {
     std::lock_guard<std::mutex> l(mu_);
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     if (phase_ != phase) {
       if (drawn_) std::fputc('\n', stderr);
       phase_ = phase;
@@ -199,7 +241,8 @@ class ProgressBar {
     last_ = secs;
     constexpr int kWidth = 30;
     const int fill = total ? static_cast<int>(kWidth * done / total) : kWidth;
-    std::fprintf(stderr, "\r  %-8s [%s%s] %zu/%zu  %.1f s", phase, std::string(static_cast<size_t>(fill), '#').c_str(),
+    std::fprintf(stderr, "\r  %-8s [%s%s] %zu/%zu  %.1f s", phase,
+                 std::string(static_cast<size_t>(fill), '#').c_str(),
                  std::string(static_cast<size_t>(kWidth - fill), '.').c_str(), done, total, secs);
     std::fflush(stderr);
     drawn_ = true;
@@ -225,16 +268,20 @@ int cmd_plan(const PlanFlags& f) {
   const auto start = std::chrono::steady_clock::now();
   install_output_cleanup_on_signals();
   refuse_output_over_input("--json", f.json_out, {f.scenario, f.hf_config});
-  refuse_output_over_input("--write-scenario", f.write_scenario, {f.scenario, f.hf_config, f.json_out});
+  refuse_output_over_input("--write-scenario", f.write_scenario,
+                           {f.scenario, f.hf_config, f.json_out});
   if (!f.json_out.empty()) check_output_path("--json", f.json_out, {".json"});
   if (!f.write_scenario.empty()) check_output_path("--write-scenario", f.write_scenario, {".json"});
   if (!(f.headroom >= 0 && f.headroom < 1))
     throw InputError("--headroom", fmt::format("is {}", f.headroom),
                      "give the fraction of GPU memory to keep free, in [0, 1), e.g. 0.05");
-  if (f.top < 1) throw InputError("--top", fmt::format("is {}", f.top), "give the number of rows to print (>= 1), e.g. --top 10");
+  if (f.top < 1)
+    throw InputError("--top", fmt::format("is {}", f.top),
+                     "give the number of rows to print (>= 1), e.g. --top 10");
   if (f.threads < 0 || f.threads > kMaxThreads)
-    throw InputError("--threads", fmt::format("is {}", f.threads),
-                     fmt::format("give 0 (one per hardware thread) or a count between 1 and {}", kMaxThreads));
+    throw InputError(
+        "--threads", fmt::format("is {}", f.threads),
+        fmt::format("give 0 (one per hardware thread) or a count between 1 and {}", kMaxThreads));
   HardwareProfile profile;
   json base = base_json(f, profile);
   // tensor_parallel.async needs a tp dim, which the planner chooses: the base parses without
@@ -252,7 +299,8 @@ int cmd_plan(const PlanFlags& f) {
     rethrow_for_flags(e, f);
   }
   o.base.tensor_parallel.async = async_tp;
-  if (async_tp) base["tensor_parallel"]["async"] = true;  // --write-scenario keeps it (candidate_scenario_json)
+  if (async_tp)
+    base["tensor_parallel"]["async"] = true;  // --write-scenario keeps it (candidate_scenario_json)
   o.base.training.steps = 2;  // steady state: optimizer state exists from the first step on
   o.space.gpus = o.base.world_size();
   o.space.gpus_per_node = o.base.hardware.gpus_per_node;
@@ -260,17 +308,21 @@ int cmd_plan(const PlanFlags& f) {
   o.space.global_batch = f.global_batch;
   if (!f.micro_batches.empty()) o.space.micro_batches = f.micro_batches;
   if (f.tp.empty()) {
-    o.space.tp_degrees = planner::tp_degrees(o.base.model, o.base.training.seq_len, o.space.gpus, o.space.gpus_per_node,
-                                             o.base.tensor_parallel.loss_parallel);
+    o.space.tp_degrees =
+        planner::tp_degrees(o.base.model, o.base.training.seq_len, o.space.gpus,
+                            o.space.gpus_per_node, o.base.tensor_parallel.loss_parallel);
   } else {
     for (int tp : f.tp) {
       if (tp < 1 || o.space.gpus % tp != 0)
-        throw InputError("--tp", fmt::format("has {}, which does not divide --gpus {}", tp, o.space.gpus),
+        throw InputError("--tp",
+                         fmt::format("has {}, which does not divide --gpus {}", tp, o.space.gpus),
                          "give degrees that divide the GPU count, e.g. --tp 1 2 4 8");
       try {
-        check_tensor_parallel(o.base.model, o.base.training.seq_len, tp, o.base.tensor_parallel.loss_parallel);
+        check_tensor_parallel(o.base.model, o.base.training.seq_len, tp,
+                              o.base.tensor_parallel.loss_parallel);
       } catch (const InputError& e) {
-        throw InputError("--tp", fmt::format("has {}, which this model cannot use: {}", tp, e.what()),
+        throw InputError("--tp",
+                         fmt::format("has {}, which this model cannot use: {}", tp, e.what()),
                          "drop it from --tp");
       }
     }
@@ -284,7 +336,8 @@ int cmd_plan(const PlanFlags& f) {
   o.progress = [&bar](size_t d, size_t t, const char* phase) { bar(d, t, phase); };
   const planner::PlanResult r = planner::plan(o);
   bar.finish();
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::cout << planner::plan_text(o, r, static_cast<size_t>(f.top), wall);
   if (!f.json_out.empty()) {
     const json j = planner::plan_json(o, r, wall);
@@ -297,8 +350,8 @@ int cmd_plan(const PlanFlags& f) {
     } else {
       const planner::Candidate& c = r.configs.front().candidate;
       const std::string name = fs::path(f.write_scenario).stem().string();
-      json j = planner::candidate_scenario_json(base, c, name,
-                                                "Recommended by fullshard plan: " + planner::candidate_text(c) + ".");
+      json j = planner::candidate_scenario_json(
+          base, c, name, "Recommended by fullshard plan: " + planner::candidate_text(c) + ".");
       write_output_file(f.write_scenario, j.dump(2) + "\n", "--write-scenario");
       std::cout << "  recommended scenario written to " << printable(f.write_scenario) << "\n";
     }

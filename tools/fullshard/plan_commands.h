@@ -26,8 +26,8 @@ struct PlanFlags {
   // A checkpoint every N steps (training.checkpoint, NOTE [Checkpoint cost]): its amortised
   // cost is part of every candidate's step time.
   std::optional<int> checkpoint_every;
-  std::string checkpoint_mode;                   // sync (default) or async
-  std::optional<double> storage_write_bandwidth; // bytes/s per node
+  std::string checkpoint_mode;                    // sync (default) or async
+  std::optional<double> storage_write_bandwidth;  // bytes/s per node
 };
 
 // Adds the `plan` subcommand and its flags to `app`, bound to `flags`.

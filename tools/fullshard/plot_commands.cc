@@ -15,16 +15,20 @@ namespace fullshard::cli {
 namespace {
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-std::string render(std::vector<plot::Report> reports, const std::string& path, const plot::PlotOptions& o) {
-  return ends_with(path, ".svg") ? plot::render_svg(std::move(reports), o) : plot::render_html(std::move(reports), o);
+std::string render(std::vector<plot::Report> reports, const std::string& path,
+                   const plot::PlotOptions& o) {
+  return ends_with(path, ".svg") ? plot::render_svg(std::move(reports), o)
+                                 : plot::render_html(std::move(reports), o);
 }
 
 }  // namespace
 
-void check_output_path(const std::string& flag, const std::string& path, const std::vector<std::string>& extensions) {
+void check_output_path(const std::string& flag, const std::string& path,
+                       const std::vector<std::string>& extensions) {
   bool ok = false;
   std::string list;
   for (const auto& e : extensions) {
@@ -44,12 +48,18 @@ int cmd_plot(const std::vector<std::string>& paths, const std::string& out, std:
   // plot of training (loss, tokens/s, memory per step) instead of memory timelines; a .json among
   // them is then a measured report read for its loss_per_step.
   if (std::any_of(paths.begin(), paths.end(), plot::is_training_input)) {
-    if (rank) throw InputError("--rank", "is given for a plot of training curves", "leave --rank out (it picks a memory timeline)");
+    if (rank)
+      throw InputError("--rank", "is given for a plot of training curves",
+                       "leave --rank out (it picks a memory timeline)");
     std::vector<plot::TrainingRun> runs;
     for (const auto& p : paths) runs.push_back(plot::load_training_run(p));
     const std::string t = title.empty() ? plot::default_training_title(runs) : title;
-    write_output_file(out, ends_with(out, ".svg") ? plot::render_training_svg(runs, t) : plot::render_training_html(runs, t), "-o");
-    std::cout << "training curves of " << runs.size() << " run(s) written to " << printable(out) << "\n";
+    write_output_file(out,
+                      ends_with(out, ".svg") ? plot::render_training_svg(runs, t)
+                                             : plot::render_training_html(runs, t),
+                      "-o");
+    std::cout << "training curves of " << runs.size() << " run(s) written to " << printable(out)
+              << "\n";
     return 0;
   }
   std::vector<plot::Report> reports;

@@ -12,12 +12,13 @@
 namespace fullshard::cli {
 
 // fullshard plot REPORT.json [MORE.json ...] -o OUT.html|OUT.svg [--rank R] [--title T]
-int cmd_plot(const std::vector<std::string>& reports, const std::string& out, std::optional<int> rank,
-             const std::string& title);
+int cmd_plot(const std::vector<std::string>& reports, const std::string& out,
+             std::optional<int> rank, const std::string& title);
 
 // Fails early (InputError naming `flag`) when `path` does not end in one of `extensions` or
 // cannot be written, so a long simulation does not run for nothing.
-void check_output_path(const std::string& flag, const std::string& path, const std::vector<std::string>& extensions);
+void check_output_path(const std::string& flag, const std::string& path,
+                       const std::vector<std::string>& extensions);
 
 // simulate --timeline PATH: the page (.html) or static picture (.svg) of a report's JSON.
 void write_timeline(const nlohmann::json& report, const std::string& path);

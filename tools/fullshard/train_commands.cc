@@ -40,7 +40,8 @@ nlohmann::json measured_report(const Scenario& s, const runner::LaunchResult& r)
   rep.parameters = parameter_count(s.model);
   rep.capacity_bytes = s.hardware.allocator.capacity_bytes;
   rep.model_flops_per_token = model_flops_per_token(s.model, s.training.seq_len);
-  const bool low = s.fsdp.mixed_precision.param_dtype && *s.fsdp.mixed_precision.param_dtype != DType::kFloat32;
+  const bool low =
+      s.fsdp.mixed_precision.param_dtype && *s.fsdp.mixed_precision.param_dtype != DType::kFloat32;
   const double peak = low ? s.hardware.device.peak_flops_bf16 : s.hardware.device.peak_flops_fp32;
   double hardware_flops_per_s = 0;
   if (!r.steps.empty()) {
@@ -64,7 +65,8 @@ nlohmann::json measured_report(const Scenario& s, const runner::LaunchResult& r)
     rep.total_time_s += st.step_time_s;
     rep.total_tokens += st.tokens_per_s * st.step_time_s;
   }
-  if (!r.steps.empty()) rep.tokens_per_step = rep.total_tokens / static_cast<double>(r.steps.size());
+  if (!r.steps.empty())
+    rep.tokens_per_step = rep.total_tokens / static_cast<double>(r.steps.size());
   double slowest = -1;
   for (const auto& j : r.rank_reports) {
     rep.classes.push_back(rank_report_from_json(j.at("class"), j.at("timeline")));
@@ -75,16 +77,18 @@ nlohmann::json measured_report(const Scenario& s, const runner::LaunchResult& r)
     }
   }
   nlohmann::json out = sim::report_json(rep);
-  out["time_model"] = r.backend == "cpu" ? "measured: CPU backend over Gloo (host wall-clock times)"
-                                         : "measured: " + r.backend + " backend (host wall-clock times)";
+  out["time_model"] = r.backend == "cpu"
+                          ? "measured: CPU backend over Gloo (host wall-clock times)"
+                          : "measured: " + r.backend + " backend (host wall-clock times)";
   out["measured"] = true;
   out["build"] = build_description();  // portable or host-tuned (NOTE [Host-tuned builds])
   out["backend"] = r.backend;
   // NOTE [Measured MFU]: what the MFU divides by, and the kernels' own FLOP rate (recomputation
   // included), so a reader can tell model efficiency from hardware efficiency.
   out["mfu_peak_flops_per_s"] = peak;
-  out["mfu_peak"] = fmt::format("{} peak of hardware profile '{}' ({})", low ? "bf16" : "fp32", s.hardware.device.name,
-                                low ? "peak_flops_bf16" : "peak_flops_fp32");
+  out["mfu_peak"] =
+      fmt::format("{} peak of hardware profile '{}' ({})", low ? "bf16" : "fp32",
+                  s.hardware.device.name, low ? "peak_flops_bf16" : "peak_flops_fp32");
   out["hardware_flops_per_s_per_gpu"] = hardware_flops_per_s;
   // The backend's measured matmul rate (CPU: OpenBLAS sgemm timed by each worker at start-up),
   // the ranks' mean, and the model FLOP rate as a fraction of it: how far the run is from what
@@ -104,7 +108,8 @@ nlohmann::json measured_report(const Scenario& s, const runner::LaunchResult& r)
     out["sgemm_gflops"] = mean * 1e-9;
     out["sgemm_gflops_per_rank"] = gflops;
     out["sgemm_source"] = probe_source;
-    out["mfu_of_sgemm"] = mean > 0 ? rep.model_flops_per_token * rep.tokens_per_s_per_gpu / mean : 0.0;
+    out["mfu_of_sgemm"] =
+        mean > 0 ? rep.model_flops_per_token * rep.tokens_per_s_per_gpu / mean : 0.0;
   }
   // NOTE [Attention path counter]: per rank, its calls of the cuDNN attention kinds by path.
   nlohmann::json paths = nlohmann::json::array();
@@ -145,8 +150,10 @@ int cmd_train(runner::LaunchOptions o, const std::string& json_out) {
   runner::validate_launch(o, s, kind);
   // The per-op table's predicted times (NOTE [Per-op times]): the simulator on this run.
   o.predicted_ops = predict_ops(s, steps);
-  std::fprintf(stderr, "training %s: %d ranks (processes) %s, %d steps\n", o.scenario_path.c_str(), s.world_size(),
-               kind.name == "cpu" ? "over Gloo" : ("on the " + kind.name + " backend").c_str(), steps);
+  std::fprintf(stderr, "training %s: %d ranks (processes) %s, %d steps\n", o.scenario_path.c_str(),
+               s.world_size(),
+               kind.name == "cpu" ? "over Gloo" : ("on the " + kind.name + " backend").c_str(),
+               steps);
   runner::LaunchResult r = runner::launch_local(o, real_backends());
   if (r.exit_code != 0) {
     print_errors(r);
@@ -164,15 +171,17 @@ int cmd_train(runner::LaunchOptions o, const std::string& json_out) {
     std::sort(steady.begin(), steady.end(),
               [](const auto* a, const auto* b) { return a->step_time_s < b->step_time_s; });
     const runner::StepSummary& med = *steady[(steady.size() - 1) / 2];
-    std::cout << fmt::format("trained {} steps in {:.1f} s: loss {:.4f} -> {:.4f}, peak allocated {}, peak reserved {} "
-                             "per rank\n",
-                             r.steps.size(), r.wall_s, first.loss, last.loss, sim::format_bytes(last.peak_allocated_bytes),
-                             sim::format_bytes(last.peak_reserved_bytes));
+    std::cout << fmt::format(
+        "trained {} steps in {:.1f} s: loss {:.4f} -> {:.4f}, peak allocated {}, peak reserved {} "
+        "per rank\n",
+        r.steps.size(), r.wall_s, first.loss, last.loss,
+        sim::format_bytes(last.peak_allocated_bytes), sim::format_bytes(last.peak_reserved_bytes));
     if (med.step_time_s > 0)
-      std::cout << fmt::format("  {}: {:.3f} s/step, {:.0f} tokens/s (all ranks), {:.1f} GFLOP/s (all ranks), exposed "
-                               "communication {:.1f}% of the step\n",
-                               from == 1 ? "median step after the first" : "step", med.step_time_s, med.tokens_per_s,
-                               med.flops_per_s * 1e-9, 100.0 * med.exposed_comm_s / med.step_time_s);
+      std::cout << fmt::format(
+          "  {}: {:.3f} s/step, {:.0f} tokens/s (all ranks), {:.1f} GFLOP/s (all ranks), exposed "
+          "communication {:.1f}% of the step\n",
+          from == 1 ? "median step after the first" : "step", med.step_time_s, med.tokens_per_s,
+          med.flops_per_s * 1e-9, 100.0 * med.exposed_comm_s / med.step_time_s);
   }
   if (!r.ranks.empty() && r.ranks[0].checkpoint.saves > 0) {
     // The slowest rank's exposed time; rank 0's background time (it also commits).
@@ -182,42 +191,49 @@ int cmd_train(runner::LaunchOptions o, const std::string& json_out) {
       worst.staging_bytes = std::max(worst.staging_bytes, m.checkpoint.staging_bytes);
     }
     if (worst.async)
-      std::cout << fmt::format("  checkpoints: {} async saves, host staging {} per rank (largest), save time exposed {:.3f} s "
-                               "(slowest rank), hidden behind training {:.3f} s of {:.3f} s written in the background "
-                               "(rank 0)\n",
-                               worst.saves, sim::format_bytes(worst.staging_bytes), worst.exposed_s, worst.hidden_s,
-                               worst.background_s);
+      std::cout << fmt::format(
+          "  checkpoints: {} async saves, host staging {} per rank (largest), save time exposed "
+          "{:.3f} s "
+          "(slowest rank), hidden behind training {:.3f} s of {:.3f} s written in the background "
+          "(rank 0)\n",
+          worst.saves, sim::format_bytes(worst.staging_bytes), worst.exposed_s, worst.hidden_s,
+          worst.background_s);
     else
-      std::cout << fmt::format("  checkpoints: {} sync saves, save time exposed {:.3f} s (slowest rank)\n", worst.saves,
-                               worst.exposed_s);
+      std::cout << fmt::format(
+          "  checkpoints: {} sync saves, save time exposed {:.3f} s (slowest rank)\n", worst.saves,
+          worst.exposed_s);
   }
   // NOTE [Attention path counter]: which path ran the cuDNN attention calls (rank 0's; every
   // rank's where they differ).
   for (const auto& m : r.ranks) {
     if (m.path_counts.empty() || (m.rank != 0 && m.path_counts == r.ranks[0].path_counts)) continue;
     std::string line;
-    for (const auto& [path, calls] : m.path_counts) line += fmt::format("{}{}: {}", line.empty() ? "" : "; ", path, calls);
+    for (const auto& [path, calls] : m.path_counts)
+      line += fmt::format("{}{}: {}", line.empty() ? "" : "; ", path, calls);
     std::cout << fmt::format("  attention calls by path (rank {}): {}\n", m.rank, line);
   }
   for (auto it = r.steps.rbegin(); it != r.steps.rend(); ++it)
     if (!std::isnan(it->eval_loss)) {
-      std::cout << fmt::format("  validation loss {:.4f} after step {} ({} batches)\n", it->eval_loss, it->step + 1,
-                               o.eval_batches);
+      std::cout << fmt::format("  validation loss {:.4f} after step {} ({} batches)\n",
+                               it->eval_loss, it->step + 1, o.eval_batches);
       break;
     }
   const nlohmann::json report = json_out.empty() ? nlohmann::json() : measured_report(s, r);
   if (report.contains("sgemm_gflops") && report.value("mfu", 0.0) > 0)
-    std::cout << fmt::format("  last step: MFU {:.2f}% of the {} ({:.1f} GFLOP/s), {:.1f}% of measured sgemm ({:.1f} "
-                             "GFLOP/s per rank: {})\n",
-                             100 * report.at("mfu").get<double>(), report.at("mfu_peak").get<std::string>(),
-                             report.at("mfu_peak_flops_per_s").get<double>() * 1e-9,
-                             100 * report.at("mfu_of_sgemm").get<double>(), report.at("sgemm_gflops").get<double>(),
-                             report.at("sgemm_source").get<std::string>());
-  if (!r.steps.empty() && !r.steps.back().ops.empty()) std::cout << differ_most_text(r.steps.back().ops, 5);
+    std::cout << fmt::format(
+        "  last step: MFU {:.2f}% of the {} ({:.1f} GFLOP/s), {:.1f}% of measured sgemm ({:.1f} "
+        "GFLOP/s per rank: {})\n",
+        100 * report.at("mfu").get<double>(), report.at("mfu_peak").get<std::string>(),
+        report.at("mfu_peak_flops_per_s").get<double>() * 1e-9,
+        100 * report.at("mfu_of_sgemm").get<double>(), report.at("sgemm_gflops").get<double>(),
+        report.at("sgemm_source").get<std::string>());
+  if (!r.steps.empty() && !r.steps.back().ops.empty())
+    std::cout << differ_most_text(r.steps.back().ops, 5);
   if (!o.metrics_path.empty()) std::cout << "  metrics written to " << o.metrics_path << "\n";
   if (!json_out.empty()) {
     write_output_file(json_out, report.dump(1) + "\n", "--json");
-    std::cout << "  measured report written to " << json_out << " (fullshard plot overlays it on a simulated one)\n";
+    std::cout << "  measured report written to " << json_out
+              << " (fullshard plot overlays it on a simulated one)\n";
   }
   return 0;
 }
@@ -238,12 +254,13 @@ int cmd_compare(const runner::LaunchOptions& o, const std::string& json_out) {
   sim::SimulationReport pred = sim::simulate_scenario(sim_s, so);
   if (!pred.ok()) {
     std::cout << sim::report_summary(pred);
-    std::fprintf(stderr, "fullshard: the simulation did not complete cleanly; not running it for real\n");
+    std::fprintf(stderr,
+                 "fullshard: the simulation did not complete cleanly; not running it for real\n");
     return pred.out_of_memory ? 3 : 1;
   }
   const runner::BackendKind& kind = real_backends().choose(o.backend, s);
-  std::fprintf(stderr, "running %s for real: %d ranks on the %s backend...\n", o.scenario_path.c_str(), s.world_size(),
-               kind.name.c_str());
+  std::fprintf(stderr, "running %s for real: %d ranks on the %s backend...\n",
+               o.scenario_path.c_str(), s.world_size(), kind.name.c_str());
   runner::LaunchOptions run = o;
   run.predicted_ops = std::move(predicted_ops);
   runner::LaunchResult real = runner::launch_local(run, real_backends());
@@ -256,17 +273,20 @@ int cmd_compare(const runner::LaunchOptions& o, const std::string& json_out) {
     for (int r : c.ranks) by_rank[r] = &c;
   nlohmann::json ranks = nlohmann::json::array();
   bool all_equal = true;
-  std::cout << fmt::format("scenario {}: predicted (simulator) vs measured ({}), per rank\n", s.name,
-                           real.backend == "cpu" ? "CPU backend over Gloo" : real.backend + " backend");
-  std::cout << fmt::format("  {:>4}  {:>16} {:>16}  {:>16} {:>16}  {}\n", "rank", "pred allocated", "meas allocated",
-                           "pred reserved", "meas reserved", "");
+  std::cout << fmt::format(
+      "scenario {}: predicted (simulator) vs measured ({}), per rank\n", s.name,
+      real.backend == "cpu" ? "CPU backend over Gloo" : real.backend + " backend");
+  std::cout << fmt::format("  {:>4}  {:>16} {:>16}  {:>16} {:>16}  {}\n", "rank", "pred allocated",
+                           "meas allocated", "pred reserved", "meas reserved", "");
   for (const auto& m : real.ranks) {
     const auto* p = by_rank[m.rank];
     FULLSHARD_CHECK(p != nullptr, "rank without a simulated class");
-    const bool eq = p->peak_allocated_bytes == m.peak_allocated_bytes && p->peak_reserved_bytes == m.peak_reserved_bytes;
+    const bool eq = p->peak_allocated_bytes == m.peak_allocated_bytes &&
+                    p->peak_reserved_bytes == m.peak_reserved_bytes;
     all_equal = all_equal && eq;
-    std::cout << fmt::format("  {:>4}  {:>16} {:>16}  {:>16} {:>16}  {}\n", m.rank, p->peak_allocated_bytes,
-                             m.peak_allocated_bytes, p->peak_reserved_bytes, m.peak_reserved_bytes,
+    std::cout << fmt::format("  {:>4}  {:>16} {:>16}  {:>16} {:>16}  {}\n", m.rank,
+                             p->peak_allocated_bytes, m.peak_allocated_bytes,
+                             p->peak_reserved_bytes, m.peak_reserved_bytes,
                              eq ? "equal" : "DIFFERENT");
     ranks.push_back({{"rank", m.rank},
                      {"predicted_peak_allocated_bytes", p->peak_allocated_bytes},
@@ -275,13 +295,18 @@ int cmd_compare(const runner::LaunchOptions& o, const std::string& json_out) {
                      {"measured_peak_reserved_bytes", m.peak_reserved_bytes},
                      {"equal", eq}});
   }
-  std::cout << (all_equal ? "  ok: predicted peaks equal measured peaks to the byte on every rank\n"
-                          : "  MISMATCH: predicted and measured peaks differ (a bug: please report it)\n");
+  std::cout
+      << (all_equal
+              ? "  ok: predicted peaks equal measured peaks to the byte on every rank\n"
+              : "  MISMATCH: predicted and measured peaks differ (a bug: please report it)\n");
   const std::vector<KeyAverage> no_ops;
   const std::vector<KeyAverage>& last_ops = real.steps.empty() ? no_ops : real.steps.back().ops;
   std::cout << differ_most_text(last_ops, 5);
   if (!json_out.empty()) {
-    nlohmann::json j{{"scenario", s.name}, {"world_size", s.world_size()}, {"equal", all_equal}, {"ranks", ranks}};
+    nlohmann::json j{{"scenario", s.name},
+                     {"world_size", s.world_size()},
+                     {"equal", all_equal},
+                     {"ranks", ranks}};
     j["ops"] = key_averages_json(last_ops);  // rank 0's last step (NOTE [Per-op times])
     write_output_file(json_out, j.dump(1) + "\n", "--json");
     std::cout << "  report written to " << json_out << "\n";

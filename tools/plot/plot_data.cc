@@ -46,7 +46,8 @@ std::vector<double> nice_ticks(double lo, double hi, int target) {
       break;
     }
   const double first = std::ceil(lo / step - 1e-9) * step;
-  for (double v = first; v <= hi + step * 1e-9; v += step) out.push_back(std::abs(v) < step * 1e-9 ? 0.0 : v);
+  for (double v = first; v <= hi + step * 1e-9; v += step)
+    out.push_back(std::abs(v) < step * 1e-9 ? 0.0 : v);
   return out;
 }
 
@@ -70,18 +71,19 @@ std::string module_of(const std::string& name) {
 
 const std::vector<std::string>& known_categories() {
   static const std::vector<std::string> k = {
-      "sharded_params", "unsharded_params", "sharded_grads", "unsharded_grads", "optimizer_state",
-      "activations",    "all_gather_buffers", "reduce_scatter_buffers", "temporaries",
-      "workspaces"};
+      "sharded_params",  "unsharded_params", "sharded_grads",      "unsharded_grads",
+      "optimizer_state", "activations",      "all_gather_buffers", "reduce_scatter_buffers",
+      "temporaries",     "workspaces"};
   return k;
 }
 
 std::string category_color(const std::string& key, size_t fallback_index) {
   static const std::map<std::string, std::string> colors = {
-      {"sharded_params", "#4e79a7"},  {"unsharded_params", "#a0cbe8"},   {"sharded_grads", "#f28e2b"},
-      {"unsharded_grads", "#ffbe7d"}, {"optimizer_state", "#59a14f"},    {"activations", "#b07aa1"},
-      {"all_gather_buffers", "#76b7b2"}, {"reduce_scatter_buffers", "#edc948"}, {"temporaries", "#ff9da7"},
-      {"workspaces", "#9c755f"}};
+      {"sharded_params", "#4e79a7"},     {"unsharded_params", "#a0cbe8"},
+      {"sharded_grads", "#f28e2b"},      {"unsharded_grads", "#ffbe7d"},
+      {"optimizer_state", "#59a14f"},    {"activations", "#b07aa1"},
+      {"all_gather_buffers", "#76b7b2"}, {"reduce_scatter_buffers", "#edc948"},
+      {"temporaries", "#ff9da7"},        {"workspaces", "#9c755f"}};
   static const std::vector<std::string> extra = {"#bab0ac", "#8cd17d", "#d4a6c8", "#86bcb6"};
   auto it = colors.find(key);
   return it != colors.end() ? it->second : extra[fallback_index % extra.size()];
@@ -89,18 +91,23 @@ std::string category_color(const std::string& key, size_t fallback_index) {
 
 namespace {
 
-[[noreturn]] void bad(const std::string& where, const std::string& problem, const std::string& fix) {
+[[noreturn]] void bad(const std::string& where, const std::string& problem,
+                      const std::string& fix) {
   throw InputError(where, problem, fix);
 }
 
 std::vector<double> numbers(const nlohmann::json& a, const std::string& where, size_t expect) {
-  if (!a.is_array()) bad(where, "is " + std::string(a.type_name()) + ", not an array of numbers", "write one number per timeline point");
+  if (!a.is_array())
+    bad(where, "is " + std::string(a.type_name()) + ", not an array of numbers",
+        "write one number per timeline point");
   if (expect != SIZE_MAX && a.size() != expect)
-    bad(where, fmt::format("has {} values but time_s has {}", a.size(), expect), "write one value per timeline point");
+    bad(where, fmt::format("has {} values but time_s has {}", a.size(), expect),
+        "write one value per timeline point");
   std::vector<double> v;
   v.reserve(a.size());
   for (size_t i = 0; i < a.size(); ++i) {
-    if (!a[i].is_number()) bad(fmt::format("{}[{}]", where, i), "is " + a[i].dump(), "use a number");
+    if (!a[i].is_number())
+      bad(fmt::format("{}[{}]", where, i), "is " + a[i].dump(), "use a number");
     v.push_back(a[i].get<double>());
   }
   return v;
@@ -109,12 +116,14 @@ std::vector<double> numbers(const nlohmann::json& a, const std::string& where, s
 std::string ranks_label(const std::vector<int>& r) {
   if (r.empty()) return "";
   if (r.size() == 1) return fmt::format("rank {}", r[0]);
-  if (r.back() - r.front() + 1 == static_cast<int>(r.size())) return fmt::format("ranks {}-{}", r.front(), r.back());
+  if (r.back() - r.front() + 1 == static_cast<int>(r.size()))
+    return fmt::format("ranks {}-{}", r.front(), r.back());
   return fmt::format("{} ranks ({}, ...)", r.size(), r.front());
 }
 
 std::string file_stem(const std::string& path) {
-  std::string base = path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);
+  std::string base =
+      path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);
   const size_t dot = base.rfind('.');
   return dot == std::string::npos || dot == 0 ? base : base.substr(0, dot);
 }
@@ -141,13 +150,17 @@ int64_t integer(const nlohmann::json& j, const char* key) {
 
 std::string summary_line(const nlohmann::json& j) {
   std::vector<std::string> parts;
-  if (num(j, "step_time_s") > 0) parts.push_back(fmt::format("step {:.3f} s", num(j, "step_time_s")));
-  if (num(j, "exposed_comm_s") > 0) parts.push_back(fmt::format("exposed comm {:.3f} s", num(j, "exposed_comm_s")));
+  if (num(j, "step_time_s") > 0)
+    parts.push_back(fmt::format("step {:.3f} s", num(j, "step_time_s")));
+  if (num(j, "exposed_comm_s") > 0)
+    parts.push_back(fmt::format("exposed comm {:.3f} s", num(j, "exposed_comm_s")));
   if (num(j, "mfu") > 0) parts.push_back(fmt::format("MFU {:.1f}%", 100 * num(j, "mfu")));
   if (flag(j, "out_of_memory")) parts.push_back("OUT OF MEMORY");
   auto p = j.find("problems");
-  if (p != j.end() && p->is_array() && !p->empty()) parts.push_back(fmt::format("{} problem(s)", p->size()));
-  else if (flag(j, "ok")) parts.push_back("ok");
+  if (p != j.end() && p->is_array() && !p->empty())
+    parts.push_back(fmt::format("{} problem(s)", p->size()));
+  else if (flag(j, "ok"))
+    parts.push_back("ok");
   std::string out;
   for (const auto& s : parts) out += (out.empty() ? "" : ", ") + s;
   return out;
@@ -173,46 +186,55 @@ void peak_from_class(Series& s, const nlohmann::json& c) {
   if (auto b = c.find("breakdown_at_peak"); b != c.end() && b->is_object()) {
     s.breakdown_at_peak.clear();
     for (const auto& k : known_categories())
-      if (b->contains(k) && (*b)[k].is_number() && (*b)[k].get<double>() > 0) s.breakdown_at_peak.emplace_back(k, (*b)[k].get<double>());
+      if (b->contains(k) && (*b)[k].is_number() && (*b)[k].get<double>() > 0)
+        s.breakdown_at_peak.emplace_back(k, (*b)[k].get<double>());
     for (auto it = b->begin(); it != b->end(); ++it)
-      if (std::find(known_categories().begin(), known_categories().end(), it.key()) == known_categories().end() &&
+      if (std::find(known_categories().begin(), known_categories().end(), it.key()) ==
+              known_categories().end() &&
           it->is_number() && it->get<double>() > 0)
         s.breakdown_at_peak.emplace_back(it.key(), it->get<double>());
   }
   if (auto f = c.find("in_flight_at_peak"); f != c.end() && f->is_array()) {
     for (const auto& op : *f)
       if (op.is_object())
-        s.in_flight_at_peak.push_back({text(op, "stream"), text(op, "name"),
-                                       num(op, "start_s"), num(op, "end_s")});
+        s.in_flight_at_peak.push_back(
+            {text(op, "stream"), text(op, "name"), num(op, "start_s"), num(op, "end_s")});
   }
   if (auto o = c.find("oom"); o != c.end() && o->is_object()) {
-    s.oom = fmt::format("OUT OF MEMORY in step {} allocating {} for {} ({}): {} allocated, {} reserved of {}",
-                        integer(*o, "step"), format_bytes(num(*o, "requested_bytes")), text(*o, "what", "?"),
-                        text(*o, "category", "?"), format_bytes(num(*o, "allocated_bytes")),
-                        format_bytes(num(*o, "reserved_bytes")), format_bytes(num(*o, "capacity_bytes")));
+    s.oom = fmt::format(
+        "OUT OF MEMORY in step {} allocating {} for {} ({}): {} allocated, {} reserved of {}",
+        integer(*o, "step"), format_bytes(num(*o, "requested_bytes")), text(*o, "what", "?"),
+        text(*o, "category", "?"), format_bytes(num(*o, "allocated_bytes")),
+        format_bytes(num(*o, "reserved_bytes")), format_bytes(num(*o, "capacity_bytes")));
   }
 }
 
 Series parse_series(const nlohmann::json& tl, const std::string& where, Names& names) {
-  if (!tl.is_object()) bad(where, "is " + std::string(tl.type_name()), "write an object with time_s and allocated_bytes columns");
+  if (!tl.is_object())
+    bad(where, "is " + std::string(tl.type_name()),
+        "write an object with time_s and allocated_bytes columns");
   for (const char* k : {"time_s", "allocated_bytes"})
     if (!tl.contains(k))
-      bad(where + "." + k, "is missing", "every memory_timeline entry needs time_s and allocated_bytes (docs/report-format.md)");
+      bad(where + "." + k, "is missing",
+          "every memory_timeline entry needs time_s and allocated_bytes (docs/report-format.md)");
   Series s;
   s.time_s = numbers(tl["time_s"], where + ".time_s", SIZE_MAX);
   const size_t n = s.time_s.size();
   for (size_t i = 1; i < n; ++i)
     if (s.time_s[i] < s.time_s[i - 1])
-      bad(fmt::format("{}.time_s[{}]", where, i), fmt::format("is {} after {}", s.time_s[i], s.time_s[i - 1]),
+      bad(fmt::format("{}.time_s[{}]", where, i),
+          fmt::format("is {} after {}", s.time_s[i], s.time_s[i - 1]),
           "write the points in time order (non-decreasing time_s)");
   s.allocated = numbers(tl["allocated_bytes"], where + ".allocated_bytes", n);
-  if (tl.contains("reserved_bytes")) s.reserved = numbers(tl["reserved_bytes"], where + ".reserved_bytes", n);
+  if (tl.contains("reserved_bytes"))
+    s.reserved = numbers(tl["reserved_bytes"], where + ".reserved_bytes", n);
   if (tl.contains("host_bytes")) {
     s.host = numbers(tl["host_bytes"], where + ".host_bytes", n);
     if (std::all_of(s.host.begin(), s.host.end(), [](double v) { return v == 0; })) s.host.clear();
   }
   if (auto c = tl.find("by_category"); c != tl.end()) {
-    if (!c->is_object()) bad(where + ".by_category", "is not an object", "write {category: [bytes per point]}");
+    if (!c->is_object())
+      bad(where + ".by_category", "is not an object", "write {category: [bytes per point]}");
     std::vector<std::string> keys;
     for (const auto& k : known_categories())
       if (c->contains(k)) keys.push_back(k);
@@ -235,20 +257,25 @@ Series parse_series(const nlohmann::json& tl, const std::string& where, Names& n
   labels("what", s.what);
   labels("op", s.op);
   if (auto ev = tl.find("event"); ev != tl.end() && ev->is_array() && ev->size() == n)
-    for (const auto& v : *ev) s.is_alloc.push_back(v.is_string() && v.get_ref<const std::string&>() == "free" ? 0 : 1);
+    for (const auto& v : *ev)
+      s.is_alloc.push_back(v.is_string() && v.get_ref<const std::string&>() == "free" ? 0 : 1);
   if (auto r = tl.find("ranks"); r != tl.end() && r->is_array())
     for (const auto& x : *r)
       if (x.is_number_integer()) s.ranks.push_back(x.get<int>());
-  if (s.ranks.empty() && tl.contains("rank") && tl["rank"].is_number_integer()) s.ranks.push_back(tl["rank"].get<int>());
-  s.label = tl.contains("label") && tl["label"].is_string() ? tl["label"].get<std::string>() : ranks_label(s.ranks);
+  if (s.ranks.empty() && tl.contains("rank") && tl["rank"].is_number_integer())
+    s.ranks.push_back(tl["rank"].get<int>());
+  s.label = tl.contains("label") && tl["label"].is_string() ? tl["label"].get<std::string>()
+                                                            : ranks_label(s.ranks);
   // The peak from the timeline itself; rank_classes (when present) refines it.
   const size_t pk = peak_index(s);
   if (n) {
     s.peak_allocated = s.allocated[pk];
     s.peak_time_s = s.time_s[pk];
     for (size_t k = 0; k < s.categories.size(); ++k)
-      if (s.by_category[k][pk] > 0) s.breakdown_at_peak.emplace_back(s.categories[k], s.by_category[k][pk]);
-    if (!s.reserved.empty()) s.peak_reserved = *std::max_element(s.reserved.begin(), s.reserved.end());
+      if (s.by_category[k][pk] > 0)
+        s.breakdown_at_peak.emplace_back(s.categories[k], s.by_category[k][pk]);
+    if (!s.reserved.empty())
+      s.peak_reserved = *std::max_element(s.reserved.begin(), s.reserved.end());
   }
   return s;
 }
@@ -256,20 +283,27 @@ Series parse_series(const nlohmann::json& tl, const std::string& where, Names& n
 }  // namespace
 
 Report parse_report(const nlohmann::json& j, const std::string& where) {
-  const std::string fix = "plot a report written by `fullshard simulate --json` or by a real run (docs/report-format.md)";
+  const std::string fix =
+      "plot a report written by `fullshard simulate --json` or by a real run "
+      "(docs/report-format.md)";
   if (!j.is_object()) bad(where, "is " + std::string(j.type_name()) + ", not a report object", fix);
   auto tls = j.find("memory_timeline");
   if (tls == j.end()) bad(where, "has no memory_timeline", fix);
-  if (!tls->is_array() || tls->empty()) bad(where + ": memory_timeline", "is empty or not an array", fix);
+  if (!tls->is_array() || tls->empty())
+    bad(where + ": memory_timeline", "is empty or not an array", fix);
   Report r;
   r.path = where;
-  r.label = j.contains("label") && j["label"].is_string() ? j["label"].get<std::string>() : file_stem(where);
+  r.label = j.contains("label") && j["label"].is_string() ? j["label"].get<std::string>()
+                                                          : file_stem(where);
   r.scenario = text(j, "scenario");
-  r.world_size = j.contains("world_size") && j["world_size"].is_number_integer() ? j["world_size"].get<int>() : 0;
+  r.world_size = j.contains("world_size") && j["world_size"].is_number_integer()
+                     ? j["world_size"].get<int>()
+                     : 0;
   r.capacity_bytes = num(j, "capacity_bytes");
   r.summary = summary_line(j);
   Names names{r.names, {}};
-  const nlohmann::json* classes = j.contains("rank_classes") && j["rank_classes"].is_array() ? &j["rank_classes"] : nullptr;
+  const nlohmann::json* classes =
+      j.contains("rank_classes") && j["rank_classes"].is_array() ? &j["rank_classes"] : nullptr;
   for (size_t i = 0; i < tls->size(); ++i) {
     const auto& tl = (*tls)[i];
     Series s = parse_series(tl, fmt::format("{}: memory_timeline[{}]", where, i), names);
@@ -297,7 +331,8 @@ Report parse_report(const nlohmann::json& j, const std::string& where) {
 }
 
 Report load_report(const std::string& path) {
-  return parse_report(read_json_input(path, "a report written by `fullshard simulate --json R.json`"), path);
+  return parse_report(
+      read_json_input(path, "a report written by `fullshard simulate --json R.json`"), path);
 }
 
 size_t peak_index(const Series& s) {
@@ -334,7 +369,8 @@ void keep_only(Series& s, std::vector<size_t> keep) {
 std::vector<size_t> peaks(const Series& s) {
   std::vector<size_t> keep = {peak_index(s)};
   if (!s.reserved.empty())
-    keep.push_back(static_cast<size_t>(std::max_element(s.reserved.begin(), s.reserved.end()) - s.reserved.begin()));
+    keep.push_back(static_cast<size_t>(std::max_element(s.reserved.begin(), s.reserved.end()) -
+                                       s.reserved.begin()));
   return keep;
 }
 
@@ -346,9 +382,12 @@ void downsample_by_time(Series& s, double t_end, size_t columns) {
   std::vector<size_t> keep = peaks(s);
   size_t b = 0;
   while (b < n) {
-    const size_t col = std::min(columns - 1, static_cast<size_t>(s.time_s[b] / t_end * static_cast<double>(columns)));
+    const size_t col = std::min(
+        columns - 1, static_cast<size_t>(s.time_s[b] / t_end * static_cast<double>(columns)));
     size_t e = b, hi = b, lo = b;
-    while (e < n && std::min(columns - 1, static_cast<size_t>(s.time_s[e] / t_end * static_cast<double>(columns))) == col) {
+    while (e < n &&
+           std::min(columns - 1, static_cast<size_t>(s.time_s[e] / t_end *
+                                                     static_cast<double>(columns))) == col) {
       if (s.allocated[e] > s.allocated[hi]) hi = e;
       if (s.allocated[e] < s.allocated[lo]) lo = e;
       ++e;
@@ -420,20 +459,29 @@ nlohmann::json page_data(const std::vector<Report>& reports) {
     return a;
   };
   for (const auto& r : reports) {
-    json jr = {{"label", r.label},     {"path", r.path},       {"scenario", r.scenario},
-               {"world_size", r.world_size}, {"capacity", r.capacity_bytes}, {"summary", r.summary},
+    json jr = {{"label", r.label},
+               {"path", r.path},
+               {"scenario", r.scenario},
+               {"world_size", r.world_size},
+               {"capacity", r.capacity_bytes},
+               {"summary", r.summary},
                {"names", r.names}};
     json mods = json::array();
     for (const auto& n : r.names) mods.push_back(module_of(n));
     jr["modules"] = mods;
     json ss = json::array();
     for (const auto& s : r.series) {
-      json js = {{"label", s.label}, {"ranks", s.ranks}, {"t", ints(s.time_s, 1e9)}, {"a", ints(s.allocated, 1)}};
+      json js = {{"label", s.label},
+                 {"ranks", s.ranks},
+                 {"t", ints(s.time_s, 1e9)},
+                 {"a", ints(s.allocated, 1)}};
       if (!s.reserved.empty()) js["r"] = ints(s.reserved, 1);
       if (!s.host.empty()) js["h"] = ints(s.host, 1);
       json cats = json::array();
       for (size_t k = 0; k < s.categories.size(); ++k)
-        cats.push_back({{"key", s.categories[k]}, {"color", category_color(s.categories[k], k)}, {"v", ints(s.by_category[k], 1)}});
+        cats.push_back({{"key", s.categories[k]},
+                        {"color", category_color(s.categories[k], k)},
+                        {"v", ints(s.by_category[k], 1)}});
       js["cats"] = cats;
       if (!s.what.empty()) js["what"] = s.what;
       if (!s.op.empty()) js["op"] = s.op;
@@ -446,15 +494,24 @@ nlohmann::json page_data(const std::vector<Report>& reports) {
       for (const auto& [k, v] : s.breakdown_at_peak) bd.push_back({k, v});
       json fl = json::array();
       for (const auto& f : s.in_flight_at_peak)
-        fl.push_back({{"stream", f.stream}, {"name", f.name}, {"module", module_of(f.name)}, {"start", f.start_s}, {"end", f.end_s}});
-      js["peak"] = {{"a", s.peak_allocated}, {"r", s.peak_reserved}, {"t", s.peak_time_s}, {"breakdown", bd}, {"in_flight", fl}};
+        fl.push_back({{"stream", f.stream},
+                      {"name", f.name},
+                      {"module", module_of(f.name)},
+                      {"start", f.start_s},
+                      {"end", f.end_s}});
+      js["peak"] = {{"a", s.peak_allocated},
+                    {"r", s.peak_reserved},
+                    {"t", s.peak_time_s},
+                    {"breakdown", bd},
+                    {"in_flight", fl}};
       if (!s.oom.empty()) js["oom"] = s.oom;
       ss.push_back(js);
     }
     jr["series"] = ss;
     if (!r.checkpoint.empty()) {
       json ck = json::array();
-      for (const auto& c : r.checkpoint) ck.push_back({c.save_begin_s, c.save_end_s, c.write_begin_s, c.write_end_s, c.step});
+      for (const auto& c : r.checkpoint)
+        ck.push_back({c.save_begin_s, c.save_end_s, c.write_begin_s, c.write_end_s, c.step});
       jr["ck"] = ck;
     }
     rs.push_back(jr);

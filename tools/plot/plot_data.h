@@ -42,7 +42,7 @@ struct InFlight {
 // One memory timeline: a rank class (or one rank) of one report. Points are the state after
 // each allocation or free; the value holds until the next point (a step function).
 struct Series {
-  std::string label;     // "ranks 0-7", "rank 3"
+  std::string label;  // "ranks 0-7", "rank 3"
   std::vector<int> ranks;
   std::vector<double> time_s;
   std::vector<double> allocated, reserved, host;  // reserved / host empty when not reported
@@ -66,12 +66,12 @@ struct CheckpointSpan {
 };
 
 struct Report {
-  std::string label;     // what the legend calls it: `label` / `source` key, else the file name
+  std::string label;  // what the legend calls it: `label` / `source` key, else the file name
   std::string path;
   std::string scenario;
   int world_size = 0;
-  double capacity_bytes = 0;  // 0: unknown
-  std::string summary;        // one line: step time, MFU, ok / problems / OOM
+  double capacity_bytes = 0;       // 0: unknown
+  std::string summary;             // one line: step time, MFU, ok / problems / OOM
   std::vector<std::string> names;  // label strings the series index
   std::vector<Series> series;
   std::vector<CheckpointSpan> checkpoint;  // drawn as a "checkpoint" lane along the time axis

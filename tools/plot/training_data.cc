@@ -19,7 +19,8 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 std::string label_of(const std::string& path) {
@@ -40,18 +41,21 @@ void drop_if_empty(std::vector<double>& v) {
 
 void check_steps(const TrainingRun& r, const std::string& where) {
   if (r.step.empty())
-    throw InputError(where, "has no steps", "give a --metrics file of a run that trained at least one step");
+    throw InputError(where, "has no steps",
+                     "give a --metrics file of a run that trained at least one step");
 }
 
 // A number from a JSON field: absent or null -> NaN; anything else that is not a finite number
 // is an error naming the field.
-double json_number(const nlohmann::json& row, const char* key, const std::string& where, bool null_ok) {
+double json_number(const nlohmann::json& row, const char* key, const std::string& where,
+                   bool null_ok) {
   auto it = row.find(key);
   if (it == row.end() || (it->is_null() && null_ok)) return kNaN;
   if (!it->is_number())
     throw InputError(where + ": " + key, "is " + printable(it->dump(), 40), "write a number");
   const double v = it->get<double>();
-  if (!std::isfinite(v)) throw InputError(where + ": " + key, "is not finite", "write a finite number");
+  if (!std::isfinite(v))
+    throw InputError(where + ": " + key, "is not finite", "write a finite number");
   return v;
 }
 
@@ -93,12 +97,15 @@ TrainingRun parse_metrics_jsonl(const std::string& text, const std::string& wher
     try {  // NOTE [Bounded JSON nesting]: an error message dumps the value, one call per level
       row = parse_json_text(line, at(where, n));
     } catch (const InputError&) {
-      throw InputError(at(where, n), "is not a JSON object", "give fullshard's --metrics JSONL (one object per line)");
+      throw InputError(at(where, n), "is not a JSON object",
+                       "give fullshard's --metrics JSONL (one object per line)");
     }
     if (!row.is_object() || !row.contains("step"))
-      throw InputError(at(where, n), "has no \"step\"", "give fullshard's --metrics JSONL (one object per step)");
+      throw InputError(at(where, n), "has no \"step\"",
+                       "give fullshard's --metrics JSONL (one object per step)");
     const double step = json_number(row, "step", at(where, n), false);
-    if (std::isnan(step) || step < 0) throw InputError(at(where, n) + ": step", "is missing or negative", "write a step >= 0");
+    if (std::isnan(step) || step < 0)
+      throw InputError(at(where, n) + ": step", "is missing or negative", "write a step >= 0");
     r.step.push_back(step + 1);  // the metrics count from 0; the launcher prints step 1 first
     r.loss.push_back(json_number(row, "loss", at(where, n), true));
     r.eval_loss.push_back(json_number(row, "eval_loss", at(where, n), true));
@@ -110,12 +117,14 @@ TrainingRun parse_metrics_jsonl(const std::string& text, const std::string& wher
         const auto& e = (*ops)[i];
         const std::string w = at(where, n) + ": ops[" + std::to_string(i) + "]";
         if (!e.is_object() || !e.contains("key") || !e["key"].is_string())
-          throw InputError(w + ".key", "is missing", "give fullshard's --metrics JSONL (each op names its key)");
+          throw InputError(w + ".key", "is missing",
+                           "give fullshard's --metrics JSONL (each op names its key)");
         OpTimes t;
         t.key = e["key"].get<std::string>();
         t.kind = e.value("kind", "");
         t.measured_s = json_number(e, "measured_s", w, false);
-        if (std::isnan(t.measured_s)) throw InputError(w + ".measured_s", "is missing", "write a number");
+        if (std::isnan(t.measured_s))
+          throw InputError(w + ".measured_s", "is missing", "write a number");
         t.predicted_s = json_number(e, "predicted_s", w, true);
         table.push_back(std::move(t));
       }
@@ -146,10 +155,14 @@ TrainingRun parse_training_csv(const std::string& text, const std::string& where
       header = cells;
       for (size_t i = 0; i < header.size(); ++i) {
         const std::string& h = header[i];
-        if (h == "step") col_step = static_cast<int>(i);
-        else if (h == "loss") col_loss = static_cast<int>(i);
-        else if (h == "tokens_per_s" || h == "tps" || h == "wps") col_tps = static_cast<int>(i);
-        else if (h == "peak_allocated_bytes" || h == "memory_bytes") col_mem = static_cast<int>(i);
+        if (h == "step")
+          col_step = static_cast<int>(i);
+        else if (h == "loss")
+          col_loss = static_cast<int>(i);
+        else if (h == "tokens_per_s" || h == "tps" || h == "wps")
+          col_tps = static_cast<int>(i);
+        else if (h == "peak_allocated_bytes" || h == "memory_bytes")
+          col_mem = static_cast<int>(i);
       }
       if (col_step < 0 || col_loss < 0)
         throw InputError(at(where, n), "header is '" + printable(line, 80) + "'",
@@ -157,8 +170,10 @@ TrainingRun parse_training_csv(const std::string& text, const std::string& where
       continue;
     }
     if (cells.size() > header.size())
-      throw InputError(at(where, n), "has " + std::to_string(cells.size()) + " cells for " +
-                                         std::to_string(header.size()) + " columns", "write one cell per column");
+      throw InputError(at(where, n),
+                       "has " + std::to_string(cells.size()) + " cells for " +
+                           std::to_string(header.size()) + " columns",
+                       "write one cell per column");
     const auto cell = [&](int c, const char* name, bool required) {
       if (c < 0 || static_cast<size_t>(c) >= cells.size() || cells[c].empty()) {
         if (required) throw InputError(at(where, n) + ": " + name, "is empty", "write a number");
@@ -167,17 +182,21 @@ TrainingRun parse_training_csv(const std::string& text, const std::string& where
       const std::string& s = cells[c];
       char* end = nullptr;
       const double v = std::strtod(s.c_str(), &end);
-      if (end != s.c_str() + s.size()) throw InputError(at(where, n) + ": " + name, "is '" + printable(s, 40) + "'", "write a number");
+      if (end != s.c_str() + s.size())
+        throw InputError(at(where, n) + ": " + name, "is '" + printable(s, 40) + "'",
+                         "write a number");
       return std::isfinite(v) ? v : kNaN;  // a diverged loss ("nan", "inf") is a gap
     };
     const double step = cell(col_step, "step", true);
-    if (std::isnan(step) || step < 0) throw InputError(at(where, n) + ": step", "is not a step", "write a step >= 0");
+    if (std::isnan(step) || step < 0)
+      throw InputError(at(where, n) + ": step", "is not a step", "write a step >= 0");
     r.step.push_back(step);
     r.loss.push_back(cell(col_loss, "loss", false));
     r.tokens_per_s.push_back(cell(col_tps, "tokens_per_s", false));
     r.peak_allocated.push_back(cell(col_mem, "peak_allocated_bytes", false));
   }
-  if (header.empty()) throw InputError(where, "is empty", "write a header line step,loss then one line per step");
+  if (header.empty())
+    throw InputError(where, "is empty", "write a header line step,loss then one line per step");
   check_steps(r, where);
   drop_if_empty(r.tokens_per_s);
   drop_if_empty(r.peak_allocated);
@@ -185,13 +204,15 @@ TrainingRun parse_training_csv(const std::string& text, const std::string& where
 }
 
 TrainingRun load_training_run(const std::string& path) {
-  const std::string text = read_input_file(path, "a --metrics .jsonl, a step,loss .csv or a measured report .json");
+  const std::string text =
+      read_input_file(path, "a --metrics .jsonl, a step,loss .csv or a measured report .json");
   if (ends_with(path, ".csv")) return parse_training_csv(text, path);
   if (is_training_input(path)) return parse_metrics_jsonl(text, path);
   const nlohmann::json j = parse_json_text(text, path);
   auto it = j.find("loss_per_step");
   if (!j.is_object() || it == j.end() || !it->is_array())
-    throw InputError(path + ": loss_per_step", "is missing", "give a measured report (fullshard train --json) or the run's --metrics file");
+    throw InputError(path + ": loss_per_step", "is missing",
+                     "give a measured report (fullshard train --json) or the run's --metrics file");
   TrainingRun r;
   r.label = label_of(path);
   for (size_t i = 0; i < it->size(); ++i) {

@@ -21,11 +21,12 @@ struct TrainingRun {
   std::string label;  // the file name without its folder and extension
   // One entry per step, in file order. NaN where a value is absent (an empty CSV cell, a
   // non-finite loss): the curve has a gap there.
-  std::vector<double> step;           // 1-based, as the launcher prints steps
+  std::vector<double> step;  // 1-based, as the launcher prints steps
   std::vector<double> loss;
-  std::vector<double> eval_loss;      // validation loss (--eval-every), NaN between evaluations; empty when none
-  std::vector<double> tokens_per_s;   // empty when the input has none
-  std::vector<double> peak_allocated; // bytes; empty when the input has none
+  std::vector<double>
+      eval_loss;  // validation loss (--eval-every), NaN between evaluations; empty when none
+  std::vector<double> tokens_per_s;    // empty when the input has none
+  std::vector<double> peak_allocated;  // bytes; empty when the input has none
   // The per-op table of the last step that has one (--metrics "ops"), and that step (1-based).
   std::vector<OpTimes> last_ops;
   double last_ops_step = NAN;

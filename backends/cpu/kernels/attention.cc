@@ -21,15 +21,27 @@ constexpr int64_t kBlock = 128;  // query rows per block
 struct AttnDims {
   int64_t B, S, H, Hkv, hd;
   bool packed;
-  int64_t q_ld, kv_ld;        // row strides (elements per token) of q and k/v storage
+  int64_t q_ld, kv_ld;          // row strides (elements per token) of q and k/v storage
   int64_t q_off, k_off, v_off;  // column offsets of q / k / v inside their token rows
   float scale;
-  int64_t lse_len;              // logsumexp row length (>= S)
+  int64_t lse_len;  // logsumexp row length (>= S)
 };
 
 AttnDims attn_dims(const OpCall& op) {
   FULLSHARD_CHECK(op.iargs.size() >= 6, where(op) + "needs iargs = {B, S, H, Hkv, hd, packed}");
-  AttnDims d{op.iargs[0], op.iargs[1], op.iargs[2], op.iargs[3], op.iargs[4], op.iargs[5] != 0, 0, 0, 0, 0, 0, 0, 0};
+  AttnDims d{op.iargs[0],
+             op.iargs[1],
+             op.iargs[2],
+             op.iargs[3],
+             op.iargs[4],
+             op.iargs[5] != 0,
+             0,
+             0,
+             0,
+             0,
+             0,
+             0,
+             0};
   d.lse_len = op.iargs.size() >= 7 ? op.iargs[6] : d.S;
   FULLSHARD_CHECK(d.lse_len >= d.S, where(op) + "logsumexp rows shorter than the sequence");
   FULLSHARD_CHECK(d.B >= 0 && d.S >= 0 && d.H > 0 && d.Hkv > 0 && d.hd > 0 && d.H % d.Hkv == 0,
@@ -49,8 +61,8 @@ AttnDims attn_dims(const OpCall& op) {
 }
 
 void expect_numel(const OpCall& op, const TensorMeta& m, int64_t n, const char* what) {
-  FULLSHARD_CHECK(m.numel() == n, where(op) + what + " has " + std::to_string(m.numel()) + " elements, expected " +
-                                      std::to_string(n));
+  FULLSHARD_CHECK(m.numel() == n, where(op) + what + " has " + std::to_string(m.numel()) +
+                                      " elements, expected " + std::to_string(n));
 }
 
 // fp32 views of q, k, v (one buffer when packed). Inputs start at `first`.
@@ -72,7 +84,9 @@ QKV load_qkv(const OpCall& op, const Ptrs& in, size_t first, const AttnDims& d) 
     expect_numel(op, in_meta(op, first), tokens * d.q_ld, "q");
     expect_numel(op, in_meta(op, first + 1), tokens * d.kv_ld, "k");
     expect_numel(op, in_meta(op, first + 2), tokens * d.kv_ld, "v");
-    for (size_t i = 0; i < 3; ++i) r.bufs.emplace_back(in[first + i], in_meta(op, first + i).dtype, tokens * (i ? d.kv_ld : d.q_ld));
+    for (size_t i = 0; i < 3; ++i)
+      r.bufs.emplace_back(in[first + i], in_meta(op, first + i).dtype,
+                          tokens * (i ? d.kv_ld : d.q_ld));
     r.q = r.bufs[0].data();
     r.k = r.bufs[1].data();
     r.v = r.bufs[2].data();
@@ -108,7 +122,8 @@ void attention(const OpCall& op, const Ptrs& in, const Ptrs& out) {
       float* lb = lse + (b * d.H + h) * d.lse_len;
       for (int64_t i0 = 0; i0 < d.S; i0 += kBlock) {
         const int64_t i1 = std::min(d.S, i0 + kBlock), m = i1 - i0;  // keys [0, i1)
-        gemm(false, true, m, i1, d.hd, d.scale, q + i0 * d.q_ld, d.q_ld, k, d.kv_ld, 0.0f, p.data(), i1);
+        gemm(false, true, m, i1, d.hd, d.scale, q + i0 * d.q_ld, d.q_ld, k, d.kv_ld, 0.0f, p.data(),
+             i1);
         for (int64_t r = 0; r < m; ++r) {
           float* pr = p.data() + r * i1;
           const int64_t valid = i0 + r + 1;  // keys 0..i
@@ -137,24 +152,29 @@ void attention_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   // (efficient: delta and its dq workspace; cuDNN: the frontend's workspace, one tensor).
   const size_t n_out = op.outputs.size();
   if (op.kind == OpKind::kAttentionCudnnBackward)
-    FULLSHARD_CHECK(n_out == 4, where(op) + "expected 4 outputs (dq, dk, dv, cuDNN's workspace), got " +
+    FULLSHARD_CHECK(n_out == 4, where(op) +
+                                    "expected 4 outputs (dq, dk, dv, cuDNN's workspace), got " +
                                     std::to_string(n_out));
   else
-    FULLSHARD_CHECK(n_out == 3 || n_out == 5 || n_out == 7,
-                    where(op) + "expected 3, 5 or 7 outputs (dq, dk, dv, then the backend's temporaries), got " +
-                        std::to_string(n_out));
+    FULLSHARD_CHECK(
+        n_out == 3 || n_out == 5 || n_out == 7,
+        where(op) +
+            "expected 3, 5 or 7 outputs (dq, dk, dv, then the backend's temporaries), got " +
+            std::to_string(n_out));
   expect_arity(op, d.packed ? 4 : 6, n_out);
   const int64_t D = d.H * d.hd, Dkv = d.Hkv * d.hd, tokens = d.B * d.S;
   const size_t io = d.packed ? 2 : 4;  // index of O; lse follows
   expect_numel(op, in_meta(op, 0), tokens * D, "dO");
   expect_numel(op, in_meta(op, io), tokens * D, "O");
   expect_numel(op, in_meta(op, io + 1), d.B * d.H * d.lse_len, "logsumexp");
-  FULLSHARD_CHECK(in_meta(op, io + 1).dtype == DType::kFloat32, where(op) + "logsumexp must be fp32");
+  FULLSHARD_CHECK(in_meta(op, io + 1).dtype == DType::kFloat32,
+                  where(op) + "logsumexp must be fp32");
   expect_numel(op, out_meta(op, 0), tokens * D, "dq");
   expect_numel(op, out_meta(op, 1), tokens * Dkv, "dk");
   expect_numel(op, out_meta(op, 2), tokens * Dkv, "dv");
   if (op.kind == OpKind::kAttentionCudnnBackward)  // one block (NOTE [cuDNN SDPA workspace])
-    expect_numel(op, out_meta(op, 3), cudnn_sdpa_workspace(true, d.B, d.S, d.H, d.hd).total() / 4, "cuDNN workspace");
+    expect_numel(op, out_meta(op, 3), cudnn_sdpa_workspace(true, d.B, d.S, d.H, d.hd).total() / 4,
+                 "cuDNN workspace");
   QKV t = load_qkv(op, in, 1, d);
   F32In dout(in[0], in_meta(op, 0).dtype, tokens * D);
   const float* lse = static_cast<const float*>(in[io + 1]);
@@ -167,7 +187,8 @@ void attention_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
         for (int64_t h = 0; h < d.H; ++h) {
           const int64_t base = (b * d.S + s) * D + h * d.hd;
           double acc = 0;
-          for (int64_t e = 0; e < d.hd; ++e) acc += static_cast<double>(dout[base + e]) * o[base + e];
+          for (int64_t e = 0; e < d.hd; ++e)
+            acc += static_cast<double>(dout[base + e]) * o[base + e];
           delta[(b * d.H + h) * d.S + s] = static_cast<float>(acc);
         }
   }
@@ -193,8 +214,10 @@ void attention_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
       const float* db = delta.data() + (b * d.H + h) * d.S;
       for (int64_t i0 = 0; i0 < d.S; i0 += kBlock) {
         const int64_t i1 = std::min(d.S, i0 + kBlock), m = i1 - i0;
-        gemm(false, true, m, i1, d.hd, d.scale, q + i0 * d.q_ld, d.q_ld, k, d.kv_ld, 0.0f, p.data(), i1);
-        gemm(false, true, m, i1, d.hd, 1.0f, go + i0 * D, D, v, d.kv_ld, 0.0f, ds.data(), i1);  // dP
+        gemm(false, true, m, i1, d.hd, d.scale, q + i0 * d.q_ld, d.q_ld, k, d.kv_ld, 0.0f, p.data(),
+             i1);
+        gemm(false, true, m, i1, d.hd, 1.0f, go + i0 * D, D, v, d.kv_ld, 0.0f, ds.data(),
+             i1);  // dP
         for (int64_t r = 0; r < m; ++r) {
           float* pr = p.data() + r * i1;
           float* dr = ds.data() + r * i1;
@@ -208,7 +231,8 @@ void attention_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
         }
         // dQ = scale dS K; dK += scale dS^T Q; dV += P^T dO.
         gemm(false, false, m, d.hd, i1, d.scale, ds.data(), i1, k, d.kv_ld, 0.0f, gq + i0 * D, D);
-        gemm(true, false, i1, d.hd, m, d.scale, ds.data(), i1, q + i0 * d.q_ld, d.q_ld, 1.0f, gk, Dkv);
+        gemm(true, false, i1, d.hd, m, d.scale, ds.data(), i1, q + i0 * d.q_ld, d.q_ld, 1.0f, gk,
+             Dkv);
         gemm(true, false, i1, d.hd, m, 1.0f, p.data(), i1, go + i0 * D, D, 1.0f, gv, Dkv);
       }
     }

@@ -20,17 +20,20 @@ int64_t norm_dim(const OpCall& op, const TensorMeta& x, const TensorMeta& w) {
 }
 
 void check_rstd(const OpCall& op, const TensorMeta& m, int64_t rows) {
-  FULLSHARD_CHECK(m.dtype == DType::kFloat32 && m.numel() == rows, where(op) + "rstd must be fp32 [rows]");
+  FULLSHARD_CHECK(m.dtype == DType::kFloat32 && m.numel() == rows,
+                  where(op) + "rstd must be fp32 [rows]");
 }
 
 // y = norm(x (+ a)) * w, rstd per row. a may be null.
-void norm_forward(const OpCall& op, const void* x, const void* a, const void* w, void* y, float* rstd) {
+void norm_forward(const OpCall& op, const void* x, const void* a, const void* w, void* y,
+                  float* rstd) {
   const TensorMeta& xm = in_meta(op, 0);
   const TensorMeta& wm = in_meta(op, a ? 2 : 1);
   const int64_t D = norm_dim(op, xm, wm), rows = xm.numel() / D;
   check_rstd(op, out_meta(op, 1), rows);
-  FULLSHARD_CHECK(out_meta(op, 0).numel() == xm.numel() && (!a || in_meta(op, 1).numel() == xm.numel()),
-                  where(op) + "operand sizes differ from x");
+  FULLSHARD_CHECK(
+      out_meta(op, 0).numel() == xm.numel() && (!a || in_meta(op, 1).numel() == xm.numel()),
+      where(op) + "operand sizes differ from x");
   FULLSHARD_CHECK(!op.fargs.empty(), where(op) + "needs fargs[0] = eps");
   const double eps = op.fargs[0];
   F32In wf(w, wm.dtype, D);
@@ -65,16 +68,19 @@ void compiled_add_rms_norm(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 void compiled_rms_norm_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   FULLSHARD_CHECK(op.iargs.size() == 2, where(op) + "needs iargs {has_a, has_g_h}");
   const bool has_a = op.iargs[0] != 0, has_gh = op.iargs[1] != 0;
-  expect_arity(op, 4 + (has_a ? 1 : 0) + (has_gh ? 1 : 0), 2);  // (g_y, x, rstd, w [, a] [, g_h]) -> (g_x, g_w)
+  expect_arity(op, 4 + (has_a ? 1 : 0) + (has_gh ? 1 : 0),
+               2);  // (g_y, x, rstd, w [, a] [, g_h]) -> (g_x, g_w)
   const TensorMeta &g = in_meta(op, 0), &x = in_meta(op, 1), &wm = in_meta(op, 3);
   const int64_t D = norm_dim(op, x, wm), rows = x.numel() / D;
   check_rstd(op, in_meta(op, 2), rows);
-  FULLSHARD_CHECK(g.numel() == x.numel() && out_meta(op, 0).numel() == x.numel() && out_meta(op, 1).numel() == D,
+  FULLSHARD_CHECK(g.numel() == x.numel() && out_meta(op, 0).numel() == x.numel() &&
+                      out_meta(op, 1).numel() == D,
                   where(op) + "gradient sizes do not match x / w");
   const size_t ia = 4, igh = has_a ? 5 : 4;
   F32In w(in[3], wm.dtype, D);
   const float* rstd = static_cast<const float*>(in[2]);
-  std::vector<float> gr(static_cast<size_t>(D)), xr(static_cast<size_t>(D)), tmp(static_cast<size_t>(D));
+  std::vector<float> gr(static_cast<size_t>(D)), xr(static_cast<size_t>(D)),
+      tmp(static_cast<size_t>(D));
   std::vector<double> gw(static_cast<size_t>(D), 0.0);
   for (int64_t r = 0; r < rows; ++r) {
     load_f32(in[0], g.dtype, r * D, D, gr.data());
@@ -116,7 +122,8 @@ void compiled_rope(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 void compiled_silu_mul(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   expect_arity(op, 2, 1);  // (a, b) -> silu(a) * b
   const int64_t n = out_meta(op, 0).numel();
-  FULLSHARD_CHECK(in_meta(op, 0).numel() == n && in_meta(op, 1).numel() == n, where(op) + "operand sizes differ");
+  FULLSHARD_CHECK(in_meta(op, 0).numel() == n && in_meta(op, 1).numel() == n,
+                  where(op) + "operand sizes differ");
   float a[kChunk], b[kChunk];
   for (int64_t i = 0; i < n; i += kChunk) {
     const int64_t m = std::min(kChunk, n - i);
@@ -130,8 +137,10 @@ void compiled_silu_mul(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 void compiled_silu_mul_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   expect_arity(op, 3, 2);  // (g, a, b) -> (g_a, g_b)
   const int64_t n = in_meta(op, 0).numel();
-  for (size_t i = 1; i < 3; ++i) FULLSHARD_CHECK(in_meta(op, i).numel() == n, where(op) + "operand sizes differ");
-  FULLSHARD_CHECK(out_meta(op, 0).numel() == n && out_meta(op, 1).numel() == n, where(op) + "output sizes differ");
+  for (size_t i = 1; i < 3; ++i)
+    FULLSHARD_CHECK(in_meta(op, i).numel() == n, where(op) + "operand sizes differ");
+  FULLSHARD_CHECK(out_meta(op, 0).numel() == n && out_meta(op, 1).numel() == n,
+                  where(op) + "output sizes differ");
   float g[kChunk], a[kChunk], b[kChunk];
   for (int64_t i = 0; i < n; i += kChunk) {
     const int64_t m = std::min(kChunk, n - i);
@@ -152,7 +161,8 @@ void compiled_silu_mul_backward(const OpCall& op, const Ptrs& in, const Ptrs& ou
 void compiled_residual_add(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   expect_arity(op, 3, 1);  // (x, a, f) -> x + a + f; out may alias any input
   const int64_t n = out_meta(op, 0).numel();
-  for (size_t i = 0; i < 3; ++i) FULLSHARD_CHECK(in_meta(op, i).numel() == n, where(op) + "operand sizes differ");
+  for (size_t i = 0; i < 3; ++i)
+    FULLSHARD_CHECK(in_meta(op, i).numel() == n, where(op) + "operand sizes differ");
   float x[kChunk], y[kChunk];
   for (int64_t i = 0; i < n; i += kChunk) {
     const int64_t m = std::min(kChunk, n - i);

@@ -14,9 +14,11 @@ void run_kernel(const OpCall& op, const std::vector<void*>& in, const std::vecto
   FULLSHARD_CHECK(in.size() == op.inputs.size() && out.size() == op.outputs.size(),
                   where(op) + "address count does not match the op's tensors");
   for (size_t i = 0; i < in.size(); ++i)
-    FULLSHARD_CHECK(in[i] || op.inputs[i].nbytes() == 0, where(op) + "null input address " + std::to_string(i));
+    FULLSHARD_CHECK(in[i] || op.inputs[i].nbytes() == 0,
+                    where(op) + "null input address " + std::to_string(i));
   for (size_t i = 0; i < out.size(); ++i)
-    FULLSHARD_CHECK(out[i] || op.outputs[i].nbytes() == 0, where(op) + "null output address " + std::to_string(i));
+    FULLSHARD_CHECK(out[i] || op.outputs[i].nbytes() == 0,
+                    where(op) + "null output address " + std::to_string(i));
   switch (op.kind) {
     case OpKind::kFill: return fill(op, in, out);
     case OpKind::kCopy: return copy(op, in, out);

@@ -128,11 +128,14 @@ constexpr int64_t kChunk = 2048;
 // Argument checks: a kernel-contract violation is a fullshard bug (InternalError).
 inline void expect_arity(const OpCall& op, size_t n_in, size_t n_out) {
   FULLSHARD_CHECK(op.inputs.size() == n_in && op.outputs.size() == n_out,
-                  std::string(op_kind_name(op.kind)) + " '" + op.name + "': expected " + std::to_string(n_in) +
-                      " inputs and " + std::to_string(n_out) + " outputs, got " +
-                      std::to_string(op.inputs.size()) + " and " + std::to_string(op.outputs.size()));
+                  std::string(op_kind_name(op.kind)) + " '" + op.name + "': expected " +
+                      std::to_string(n_in) + " inputs and " + std::to_string(n_out) +
+                      " outputs, got " + std::to_string(op.inputs.size()) + " and " +
+                      std::to_string(op.outputs.size()));
 }
-inline std::string where(const OpCall& op) { return std::string(op_kind_name(op.kind)) + " '" + op.name + "': "; }
+inline std::string where(const OpCall& op) {
+  return std::string(op_kind_name(op.kind)) + " '" + op.name + "': ";
+}
 inline const TensorMeta& in_meta(const OpCall& op, size_t i) { return op.inputs[i].meta; }
 inline const TensorMeta& out_meta(const OpCall& op, size_t i) { return op.outputs[i].meta; }
 inline int64_t last_dim(const TensorMeta& m) { return m.shape.empty() ? 1 : m.shape.back(); }

@@ -57,13 +57,18 @@ void mul_broadcast(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   const int64_t mode = op.iargs[0];
   const bool per_col = mode == 1;
   const int64_t D = op.iargs[1];
-  FULLSHARD_CHECK(D > 0 && a.numel() % D == 0 && y.numel() == a.numel(), where(op) + "a and out must be [rows, D]");
+  FULLSHARD_CHECK(D > 0 && a.numel() % D == 0 && y.numel() == a.numel(),
+                  where(op) + "a and out must be [rows, D]");
   const int64_t rows = a.numel() / D;
   // mode 2: b is [rows, hd], broadcast over the D / hd heads of each row (HF's q * cos).
   const int64_t hd = mode == 2 && op.iargs.size() >= 3 ? op.iargs[2] : 0;
-  FULLSHARD_CHECK(mode != 2 || (hd > 0 && D % hd == 0), where(op) + "mode 2 needs iargs[2] = head_dim dividing D");
-  FULLSHARD_CHECK(bm.numel() == (mode == 2 ? rows * hd : per_col ? D : rows),
-                  where(op) + "b must be [D] (per column), [rows] (per row) or [rows, head_dim] (per head)");
+  FULLSHARD_CHECK(mode != 2 || (hd > 0 && D % hd == 0),
+                  where(op) + "mode 2 needs iargs[2] = head_dim dividing D");
+  FULLSHARD_CHECK(
+      bm.numel() == (mode == 2 ? rows * hd
+                     : per_col ? D
+                               : rows),
+      where(op) + "b must be [D] (per column), [rows] (per row) or [rows, head_dim] (per head)");
   F32In b(in[1], bm.dtype, bm.numel());
   std::vector<float> row(static_cast<size_t>(D));
   for (int64_t r = 0; r < rows; ++r) {
@@ -135,7 +140,8 @@ void repeat_kv(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t h = 0; h < kv; ++h)
       for (int64_t j = 0; j < rep; ++j)
-        convert(in[0], x.dtype, (r * kv + h) * hd, out[0], y.dtype, ((r * kv + h) * rep + j) * hd, hd);
+        convert(in[0], x.dtype, (r * kv + h) * hd, out[0], y.dtype, ((r * kv + h) * rep + j) * hd,
+                hd);
 }
 
 void repeat_kv_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
@@ -159,11 +165,14 @@ namespace fullshard::cpu::detail {
 
 void narrow_copy(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   expect_arity(op, 1, 1);
-  FULLSHARD_CHECK(op.iargs.size() >= 5, where(op) + "needs iargs = {n, in_width, in_offset, out_width, out_offset}");
-  const int64_t n = op.iargs[0], iw = op.iargs[1], io = op.iargs[2], ow = op.iargs[3], oo = op.iargs[4];
+  FULLSHARD_CHECK(op.iargs.size() >= 5,
+                  where(op) + "needs iargs = {n, in_width, in_offset, out_width, out_offset}");
+  const int64_t n = op.iargs[0], iw = op.iargs[1], io = op.iargs[2], ow = op.iargs[3],
+                oo = op.iargs[4];
   const TensorMeta &x = in_meta(op, 0), &y = out_meta(op, 0);
-  FULLSHARD_CHECK(n > 0 && iw > 0 && ow > 0 && io + n <= iw && oo + n <= ow && x.numel() % iw == 0 &&
-                      y.numel() % ow == 0 && x.numel() / iw == y.numel() / ow,
+  FULLSHARD_CHECK(n > 0 && iw > 0 && ow > 0 && io + n <= iw && oo + n <= ow &&
+                      x.numel() % iw == 0 && y.numel() % ow == 0 &&
+                      x.numel() / iw == y.numel() / ow,
                   where(op) + "the blocks of in and out do not match");
   const float scale = op.fargs.empty() ? 1.0f : static_cast<float>(op.fargs[0]);
   std::vector<float> buf(static_cast<size_t>(n));
@@ -180,14 +189,15 @@ void transpose_blocks(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   FULLSHARD_CHECK(op.iargs.size() == 3, where(op) + "needs iargs = {a, b, inner}");
   const int64_t a = op.iargs[0], b = op.iargs[1], inner = op.iargs[2];
   const TensorMeta &x = in_meta(op, 0), &y = out_meta(op, 0);
-  FULLSHARD_CHECK(a > 0 && b > 0 && inner > 0 && x.numel() == a * b * inner && y.numel() == x.numel() &&
-                      x.dtype == y.dtype,
+  FULLSHARD_CHECK(a > 0 && b > 0 && inner > 0 && x.numel() == a * b * inner &&
+                      y.numel() == x.numel() && x.dtype == y.dtype,
                   where(op) + "in and out must both hold a * b * inner elements of one dtype");
   const size_t row = static_cast<size_t>(inner) * dtype_size(x.dtype);
   const auto* src = static_cast<const unsigned char*>(in[0]);
   auto* dst = static_cast<unsigned char*>(out[0]);
   for (int64_t i = 0; i < a; ++i)
-    for (int64_t j = 0; j < b; ++j) std::memcpy(dst + (j * a + i) * row, src + (i * b + j) * row, row);
+    for (int64_t j = 0; j < b; ++j)
+      std::memcpy(dst + (j * a + i) * row, src + (i * b + j) * row, row);
 }
 
 }  // namespace fullshard::cpu::detail

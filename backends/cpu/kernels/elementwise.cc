@@ -55,8 +55,9 @@ void binary(const void* a, DType da, const void* b, DType db, void* o, DType dou
 void expect_same_numel(const OpCall& op) {
   const int64_t n = op.outputs.empty() ? op.inputs[0].meta.numel() : op.outputs[0].meta.numel();
   for (const auto& r : op.inputs)
-    FULLSHARD_CHECK(r.meta.numel() == n, where(op) + "operand sizes differ: " + shape_str(r.meta.shape) + " vs " +
-                                             std::to_string(n) + " elements");
+    FULLSHARD_CHECK(r.meta.numel() == n, where(op) +
+                                             "operand sizes differ: " + shape_str(r.meta.shape) +
+                                             " vs " + std::to_string(n) + " elements");
   for (const auto& r : op.outputs)
     FULLSHARD_CHECK(r.meta.numel() == n, where(op) + "output sizes differ");
 }
@@ -72,31 +73,39 @@ inline float tanh_via_exp(float u) { return 1.0f - 2.0f / (1.0f + std::exp(2.0f 
 }  // namespace
 
 void fill(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  FULLSHARD_CHECK(op.inputs.empty() && !op.outputs.empty(), where(op) + "expects no inputs and some outputs");
+  FULLSHARD_CHECK(op.inputs.empty() && !op.outputs.empty(),
+                  where(op) + "expects no inputs and some outputs");
   const double v = op.fargs.empty() ? 0.0 : op.fargs[0];
   for (size_t k = 0; k < op.outputs.size(); ++k) {
     const TensorMeta& m = op.outputs[k].meta;
     const int64_t n = m.numel();
     switch (m.dtype) {
-      case DType::kInt64: std::fill_n(static_cast<int64_t*>(out[k]), n, static_cast<int64_t>(v)); break;
-      case DType::kUInt8: std::fill_n(static_cast<uint8_t*>(out[k]), n, static_cast<uint8_t>(v)); break;
+      case DType::kInt64:
+        std::fill_n(static_cast<int64_t*>(out[k]), n, static_cast<int64_t>(v));
+        break;
+      case DType::kUInt8:
+        std::fill_n(static_cast<uint8_t*>(out[k]), n, static_cast<uint8_t>(v));
+        break;
       default: {
         float buf[kChunk];
         std::fill_n(buf, kChunk, static_cast<float>(v));
-        for (int64_t i = 0; i < n; i += kChunk) store_f32(buf, out[k], m.dtype, i, std::min(kChunk, n - i));
+        for (int64_t i = 0; i < n; i += kChunk)
+          store_f32(buf, out[k], m.dtype, i, std::min(kChunk, n - i));
       }
     }
   }
 }
 
 void copy(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  FULLSHARD_CHECK(!op.inputs.empty() && !op.outputs.empty(), where(op) + "expects inputs and outputs");
+  FULLSHARD_CHECK(!op.inputs.empty() && !op.outputs.empty(),
+                  where(op) + "expects inputs and outputs");
   if (op.inputs.size() == op.outputs.size()) {
     // Plain (or foreach) copy: out[k] = in[k], cast to out[k]'s dtype.
     for (size_t k = 0; k < op.inputs.size(); ++k) {
       const TensorMeta &s = op.inputs[k].meta, &d = op.outputs[k].meta;
-      FULLSHARD_CHECK(s.numel() == d.numel(), where(op) + "copy between different sizes " + shape_str(s.shape) +
-                                                  " and " + shape_str(d.shape));
+      FULLSHARD_CHECK(s.numel() == d.numel(), where(op) + "copy between different sizes " +
+                                                  shape_str(s.shape) + " and " +
+                                                  shape_str(d.shape));
       convert(in[k], s.dtype, 0, out[k], d.dtype, 0, s.numel());
     }
     return;
@@ -119,7 +128,8 @@ void copy(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   for (int64_t r = 0; r < rows; ++r) {
     int64_t c0 = 0;
     for (size_t k = 0; k < op.inputs.size(); ++k) {
-      convert(in[k], op.inputs[k].meta.dtype, r * cols[k], out[0], d.dtype, r * out_cols + c0, cols[k]);
+      convert(in[k], op.inputs[k].meta.dtype, r * cols[k], out[0], d.dtype, r * out_cols + c0,
+              cols[k]);
       c0 += cols[k];
     }
   }
@@ -161,10 +171,11 @@ void silu_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 void gelu(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   expect_arity(op, 1, 1);
   expect_same_numel(op);
-  unary(in[0], in_meta(op, 0).dtype, out[0], out_meta(op, 0).dtype, out_meta(op, 0).numel(), [](float x) {
-    const float u = kSqrt2OverPi * (x + kGeluCoef * x * x * x);
-    return 0.5f * x * (1.0f + tanh_via_exp(u));
-  });
+  unary(in[0], in_meta(op, 0).dtype, out[0], out_meta(op, 0).dtype, out_meta(op, 0).numel(),
+        [](float x) {
+          const float u = kSqrt2OverPi * (x + kGeluCoef * x * x * x);
+          return 0.5f * x * (1.0f + tanh_via_exp(u));
+        });
 }
 
 void gelu_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {

@@ -12,8 +12,8 @@ void check_ids(const OpCall& op, const TensorMeta& ids, const TensorMeta& weight
   FULLSHARD_CHECK(weight.shape.size() == 2, where(op) + "the embedding weight must be [V, D]");
 }
 int64_t checked_id(const OpCall& op, int64_t id, int64_t vocab) {
-  FULLSHARD_CHECK(id >= 0 && id < vocab, where(op) + "token id " + std::to_string(id) + " outside [0, " +
-                                             std::to_string(vocab) + ")");
+  FULLSHARD_CHECK(id >= 0 && id < vocab, where(op) + "token id " + std::to_string(id) +
+                                             " outside [0, " + std::to_string(vocab) + ")");
   return id;
 }
 }  // namespace
@@ -38,7 +38,8 @@ void embedding(const OpCall& op, const Ptrs& in, const Ptrs& out) {
     }
     return;
   }
-  for (int64_t t = 0; t < n; ++t) convert(in[1], w.dtype, checked_id(op, id[t], V) * D, out[0], y.dtype, t * D, D);
+  for (int64_t t = 0; t < n; ++t)
+    convert(in[1], w.dtype, checked_id(op, id[t], V) * D, out[0], y.dtype, t * D, D);
 }
 
 void embedding_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
@@ -58,8 +59,10 @@ void embedding_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   }
   const int64_t* id = local.data();
   // Group token positions by id (stable: each row sums its tokens in position order).
-  std::stable_sort(order.begin(), order.end(), [id](int64_t a, int64_t b) { return id[a] < id[b]; });
-  std::vector<float> acc(static_cast<size_t>(D)), row(static_cast<size_t>(D)), zero(static_cast<size_t>(D), 0.0f);
+  std::stable_sort(order.begin(), order.end(),
+                   [id](int64_t a, int64_t b) { return id[a] < id[b]; });
+  std::vector<float> acc(static_cast<size_t>(D)), row(static_cast<size_t>(D)),
+      zero(static_cast<size_t>(D), 0.0f);
   int64_t next_row = 0;  // rows below it are written
   for (size_t i = 0; i < order.size();) {
     const int64_t v = id[order[i]];
@@ -82,7 +85,8 @@ void position_embedding(const OpCall& op, const Ptrs& in, const Ptrs& out) {
                   where(op) + "expects x [..., S, D] and wpe [P, D]");
   const int64_t D = x.shape.back(), S = x.shape[x.shape.size() - 2], rows = x.numel() / D;
   const int64_t p0 = op.iargs.empty() ? 0 : op.iargs[0];
-  FULLSHARD_CHECK(p0 >= 0 && p0 + S <= w.shape[0], where(op) + "sequence longer than the position table");
+  FULLSHARD_CHECK(p0 >= 0 && p0 + S <= w.shape[0],
+                  where(op) + "sequence longer than the position table");
   FULLSHARD_CHECK(y.numel() == x.numel(), where(op) + "output size differs from x");
   std::vector<float> a(static_cast<size_t>(D)), p(static_cast<size_t>(D));
   for (int64_t r = 0; r < rows; ++r) {
@@ -112,7 +116,8 @@ void position_embedding_backward(const OpCall& op, const Ptrs& in, const Ptrs& o
     }
   std::vector<float> f(static_cast<size_t>(D));
   for (int64_t s = 0; s < P; ++s) {
-    for (int64_t d = 0; d < D; ++d) f[d] = s >= p0 && s < p0 + S ? static_cast<float>(acc[(s - p0) * D + d]) : 0.0f;
+    for (int64_t d = 0; d < D; ++d)
+      f[d] = s >= p0 && s < p0 + S ? static_cast<float>(acc[(s - p0) * D + d]) : 0.0f;
     store_f32(f.data(), out[0], gw.dtype, s * D, D);
   }
 }

@@ -9,18 +9,21 @@ namespace fullshard::cpu::detail {
 
 namespace {
 void zero(void* dst, DType dt, int64_t offset, int64_t n) {
-  if (n > 0) std::memset(static_cast<char*>(dst) + offset * dtype_size(dt), 0, static_cast<size_t>(n * dtype_size(dt)));
+  if (n > 0)
+    std::memset(static_cast<char*>(dst) + offset * dtype_size(dt), 0,
+                static_cast<size_t>(n * dtype_size(dt)));
 }
 }  // namespace
 
 void all_gather_copy_in(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   // (shard_0, ..., shard_{P-1}) -> slice = shard_0 ++ ... ++ shard_{P-1}, cast to the slice dtype.
-  FULLSHARD_CHECK(!op.inputs.empty() && op.outputs.size() == 1, where(op) + "expects P inputs and one output");
+  FULLSHARD_CHECK(!op.inputs.empty() && op.outputs.size() == 1,
+                  where(op) + "expects P inputs and one output");
   const TensorMeta& s = out_meta(op, 0);
   int64_t off = 0;
   for (size_t j = 0; j < op.inputs.size(); ++j) off += in_meta(op, j).numel();
-  FULLSHARD_CHECK(off == s.numel(), where(op) + "inputs hold " + std::to_string(off) + " elements, slice " +
-                                        std::to_string(s.numel()));
+  FULLSHARD_CHECK(off == s.numel(), where(op) + "inputs hold " + std::to_string(off) +
+                                        " elements, slice " + std::to_string(s.numel()));
   off = 0;
   for (size_t j = 0; j < op.inputs.size(); ++j) {
     const TensorMeta& m = in_meta(op, j);
@@ -45,8 +48,10 @@ void all_gather_copy_out(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   for (size_t j = 0; j < P; ++j) {
     const int64_t n = op.iargs[j];
     const TensorMeta& m = out_meta(op, j);
-    FULLSHARD_CHECK(m.numel() == W * n, where(op) + "output " + std::to_string(j) + " is not W * n_j");
-    for (int64_t r = 0; r < W; ++r) convert(in[0], ag.dtype, r * row + off, out[j], m.dtype, r * n, n);
+    FULLSHARD_CHECK(m.numel() == W * n,
+                    where(op) + "output " + std::to_string(j) + " is not W * n_j");
+    for (int64_t r = 0; r < W; ++r)
+      convert(in[0], ag.dtype, r * row + off, out[j], m.dtype, r * n, n);
     off += n;
   }
 }
@@ -54,8 +59,9 @@ void all_gather_copy_out(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 void chunk_cat(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   // grads g_j [d0_j, ...] -> out [W * row]: chunk c_j = ceil(d0_j / W) rows; rank row r is
   // the concatenation over j of g_j rows [r*c_j, (r+1)*c_j) zero-padded to c_j rows.
-  FULLSHARD_CHECK(!op.inputs.empty() && op.outputs.size() == 1 && !op.iargs.empty() && op.iargs[0] >= 1,
-                  where(op) + "expects grads, one output and iargs = {W}");
+  FULLSHARD_CHECK(
+      !op.inputs.empty() && op.outputs.size() == 1 && !op.iargs.empty() && op.iargs[0] >= 1,
+      where(op) + "expects grads, one output and iargs = {W}");
   const int64_t W = op.iargs[0];
   struct Part {
     int64_t d0, row_numel, chunk_rows;
@@ -74,7 +80,8 @@ void chunk_cat(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   }
   const TensorMeta& o = out_meta(op, 0);
   FULLSHARD_CHECK(o.numel() == W * row, where(op) + "output has " + std::to_string(o.numel()) +
-                                            " elements, expected W * padded row " + std::to_string(W * row));
+                                            " elements, expected W * padded row " +
+                                            std::to_string(W * row));
   for (int64_t r = 0; r < W; ++r) {
     int64_t off = r * row;
     for (size_t j = 0; j < parts.size(); ++j) {

@@ -17,14 +17,15 @@ MKN linear_dims(const OpCall& op) {
   return d;
 }
 void expect_numel(const OpCall& op, const TensorMeta& m, int64_t n, const char* what) {
-  FULLSHARD_CHECK(m.numel() == n, where(op) + what + " has " + std::to_string(m.numel()) + " elements, expected " +
-                                      std::to_string(n));
+  FULLSHARD_CHECK(m.numel() == n, where(op) + what + " has " + std::to_string(m.numel()) +
+                                      " elements, expected " + std::to_string(n));
 }
 
 }  // namespace
 
 void linear(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  FULLSHARD_CHECK(op.inputs.size() == 2 || op.inputs.size() == 3, where(op) + "expects (x, W[, b])");
+  FULLSHARD_CHECK(op.inputs.size() == 2 || op.inputs.size() == 3,
+                  where(op) + "expects (x, W[, b])");
   expect_arity(op, op.inputs.size(), 1);
   const auto [M, K, N] = linear_dims(op);
   const TensorMeta &xm = in_meta(op, 0), &wm = in_meta(op, 1), &ym = out_meta(op, 0);

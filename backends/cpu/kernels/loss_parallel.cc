@@ -46,7 +46,8 @@ void sub_row(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   expect_arity(op, 2, 1);
   const TensorMeta &a = in_meta(op, 0), &b = in_meta(op, 1), &y = out_meta(op, 0);
   const int64_t D = width(op, a), rows = a.numel() / D;
-  FULLSHARD_CHECK(b.numel() == rows && y.numel() == a.numel(), where(op) + "expects a [R, D], b [R], out [R, D]");
+  FULLSHARD_CHECK(b.numel() == rows && y.numel() == a.numel(),
+                  where(op) + "expects a [R, D], b [R], out [R, D]");
   std::vector<float> row(static_cast<size_t>(D)), sub(static_cast<size_t>(rows));
   load_f32(in[1], b.dtype, 0, rows, sub.data());
   for (int64_t r = 0; r < rows; ++r) {
@@ -85,8 +86,10 @@ void nll_vocab_parallel(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 
 void nll_vocab_parallel_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   expect_arity(op, 3, 1);
-  FULLSHARD_CHECK(op.iargs.size() == 2 && op.fargs.size() == 1, where(op) + "needs iargs = {D, start}, fargs = {scale}");
-  const TensorMeta &g = in_meta(op, 0), &lp = in_meta(op, 1), &t = in_meta(op, 2), &y = out_meta(op, 0);
+  FULLSHARD_CHECK(op.iargs.size() == 2 && op.fargs.size() == 1,
+                  where(op) + "needs iargs = {D, start}, fargs = {scale}");
+  const TensorMeta &g = in_meta(op, 0), &lp = in_meta(op, 1), &t = in_meta(op, 2),
+                   &y = out_meta(op, 0);
   const int64_t D = width(op, lp), rows = lp.numel() / D, start = op.iargs[1];
   FULLSHARD_CHECK(g.numel() == 1 && t.numel() == rows && y.numel() == lp.numel(),
                   where(op) + "expects a scalar grad, lp [R, D], targets [R], out [R, D]");

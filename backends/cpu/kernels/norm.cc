@@ -17,7 +17,8 @@ Rows norm_rows(const OpCall& op, const TensorMeta& x, const TensorMeta& w) {
   return {x.numel() / D, D};
 }
 void check_stat(const OpCall& op, const TensorMeta& m, int64_t rows) {
-  FULLSHARD_CHECK(m.dtype == DType::kFloat32 && m.numel() == rows, where(op) + "row statistics must be fp32 [rows]");
+  FULLSHARD_CHECK(m.dtype == DType::kFloat32 && m.numel() == rows,
+                  where(op) + "row statistics must be fp32 [rows]");
 }
 }  // namespace
 
@@ -60,7 +61,8 @@ void rms_norm_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   const TensorMeta &g = in_meta(op, 0), &x = in_meta(op, 1), &wm = in_meta(op, 3);
   const auto [rows, D] = norm_rows(op, x, wm);
   check_stat(op, in_meta(op, 2), rows);
-  FULLSHARD_CHECK(g.numel() == x.numel() && out_meta(op, 0).numel() == x.numel() && out_meta(op, 1).numel() == D,
+  FULLSHARD_CHECK(g.numel() == x.numel() && out_meta(op, 0).numel() == x.numel() &&
+                      out_meta(op, 1).numel() == D,
                   where(op) + "gradient sizes do not match x / w");
   F32In w(in[3], wm.dtype, D);
   const float* rstd = static_cast<const float*>(in[2]);
@@ -79,7 +81,8 @@ void rms_norm_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 void layer_norm(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   expect_arity(op, 3, 3);  // (x, w, b) -> (y, mean, rstd)
   FULLSHARD_CHECK(!op.fargs.empty(), where(op) + "needs fargs[0] = eps");
-  const TensorMeta &x = in_meta(op, 0), &wm = in_meta(op, 1), &bm = in_meta(op, 2), &y = out_meta(op, 0);
+  const TensorMeta &x = in_meta(op, 0), &wm = in_meta(op, 1), &bm = in_meta(op, 2),
+                   &y = out_meta(op, 0);
   const auto [rows, D] = norm_rows(op, x, wm);
   FULLSHARD_CHECK(bm.numel() == D, where(op) + "bias must have the last dim of x");
   check_stat(op, out_meta(op, 1), rows);

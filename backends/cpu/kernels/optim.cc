@@ -50,8 +50,9 @@ void sum(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 
 void clip_grad_scale(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   // (total_sq, g_1..g_n) -> g_i *= min(1, max_norm / (sqrt(total_sq) + 1e-6)), in place.
-  FULLSHARD_CHECK(!op.inputs.empty() && op.outputs.size() + 1 == op.inputs.size() && !op.fargs.empty(),
-                  where(op) + "expects (total, grads...) -> (grads...) and fargs[0] = max_norm");
+  FULLSHARD_CHECK(
+      !op.inputs.empty() && op.outputs.size() + 1 == op.inputs.size() && !op.fargs.empty(),
+      where(op) + "expects (total, grads...) -> (grads...) and fargs[0] = max_norm");
   FULLSHARD_CHECK(in_meta(op, 0).numel() == 1, where(op) + "total must have one element");
   float total;
   load_f32(in[0], in_meta(op, 0).dtype, 0, 1, &total);
@@ -59,7 +60,8 @@ void clip_grad_scale(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   const float coef = std::min(1.0f, static_cast<float>(op.fargs[0]) / (std::sqrt(total) + 1e-6f));
   for (size_t i = 0; i < op.outputs.size(); ++i) {
     const TensorMeta &gi = in_meta(op, i + 1), &go = out_meta(op, i);
-    FULLSHARD_CHECK(gi.numel() == go.numel(), where(op) + "gradient " + std::to_string(i) + " sizes differ");
+    FULLSHARD_CHECK(gi.numel() == go.numel(),
+                    where(op) + "gradient " + std::to_string(i) + " sizes differ");
     float buf[kChunk];
     for (int64_t k = 0; k < gi.numel(); k += kChunk) {
       const int64_t m = std::min(kChunk, gi.numel() - k);
@@ -86,11 +88,11 @@ void adamw(const OpCall& op, const Ptrs& in, const Ptrs& out) {
       load_f32(in[i + 2], in_meta(op, i + 2).dtype, c, len, m);
       load_f32(in[i + 3], in_meta(op, i + 3).dtype, c, len, v);
       for (int64_t j = 0; j < len; ++j) {
-        p[j] *= decay;                          // decoupled weight decay
-        m[j] += w1 * (g[j] - m[j]);             // exp_avg.lerp_(grad, 1 - beta1)
-        v[j] = v[j] * b2 + w2 * g[j] * g[j];    // exp_avg_sq.mul_(beta2).addcmul_(g, g, 1 - beta2)
+        p[j] *= decay;                        // decoupled weight decay
+        m[j] += w1 * (g[j] - m[j]);           // exp_avg.lerp_(grad, 1 - beta1)
+        v[j] = v[j] * b2 + w2 * g[j] * g[j];  // exp_avg_sq.mul_(beta2).addcmul_(g, g, 1 - beta2)
         g[j] = std::sqrt(v[j]) / bc2_sqrt + epsf;  // denom
-        p[j] += neg_step_size * (m[j] / g[j]);  // addcdiv_(exp_avg, denom, -lr / bc1)
+        p[j] += neg_step_size * (m[j] / g[j]);     // addcdiv_(exp_avg, denom, -lr / bc1)
       }
       store_f32(p, out[o], out_meta(op, o).dtype, c, len);
       store_f32(m, out[o + 1], out_meta(op, o + 1).dtype, c, len);

@@ -22,12 +22,14 @@ namespace {
 // sign = +1: forward rotation; -1: its inverse (the backward: R(angle)^T = R(-angle)).
 void rotate(const OpCall& op, const Ptrs& in, const Ptrs& out, float sign, bool adjacent) {
   expect_arity(op, 1, 1);
-  FULLSHARD_CHECK(!op.iargs.empty() && !op.fargs.empty(), where(op) + "needs iargs[0] = head_dim, fargs[0] = theta");
+  FULLSHARD_CHECK(!op.iargs.empty() && !op.fargs.empty(),
+                  where(op) + "needs iargs[0] = head_dim, fargs[0] = theta");
   const TensorMeta &x = in_meta(op, 0), &y = out_meta(op, 0);
   const int64_t hd = op.iargs[0];
   FULLSHARD_CHECK(x.shape.size() >= 2, where(op) + "x must be [..., S, H*hd]");
   const int64_t width = x.shape.back(), S = x.shape[x.shape.size() - 2];
-  FULLSHARD_CHECK(hd > 0 && hd % 2 == 0 && width % hd == 0, where(op) + "head_dim must be even and divide the last dim");
+  FULLSHARD_CHECK(hd > 0 && hd % 2 == 0 && width % hd == 0,
+                  where(op) + "head_dim must be even and divide the last dim");
   FULLSHARD_CHECK(y.numel() == x.numel(), where(op) + "output size differs from x");
   // NOTE [RoPE in fp32], NOTE [Llama 3 RoPE scaling] (core/runtime/rope_args.h)
   const std::vector<float> inv = rope_inv_freq(RopeParams::from_fargs(op.fargs), hd);
@@ -75,14 +77,17 @@ void rope(const OpCall& op, const Ptrs& in, const Ptrs& out) { rotate(op, in, ou
 // cos = emb.cos(), sin = emb.sin(): element i of a head uses frequency i % (hd/2).
 void rotary_cos_sin(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   expect_arity(op, 0, 2);
-  FULLSHARD_CHECK(!op.iargs.empty() && !op.fargs.empty(), where(op) + "needs iargs[0] = head_dim, fargs[0] = theta");
+  FULLSHARD_CHECK(!op.iargs.empty() && !op.fargs.empty(),
+                  where(op) + "needs iargs[0] = head_dim, fargs[0] = theta");
   const TensorMeta &c = out_meta(op, 0), &s = out_meta(op, 1);
   const int64_t hd = op.iargs[0];
-  FULLSHARD_CHECK(c.shape.size() >= 2 && c.shape.back() == hd && hd % 2 == 0 && s.numel() == c.numel(),
-                  where(op) + "cos and sin must be [B, S, head_dim] with an even head_dim");
+  FULLSHARD_CHECK(
+      c.shape.size() >= 2 && c.shape.back() == hd && hd % 2 == 0 && s.numel() == c.numel(),
+      where(op) + "cos and sin must be [B, S, head_dim] with an even head_dim");
   const int64_t S = c.shape[c.shape.size() - 2], rows = c.numel() / hd, half = hd / 2;
   std::vector<float> cr(static_cast<size_t>(hd)), sr(static_cast<size_t>(hd));
-  const std::vector<float> inv = rope_inv_freq(RopeParams::from_fargs(op.fargs), hd);  // NOTE [RoPE in fp32]
+  const std::vector<float> inv =
+      rope_inv_freq(RopeParams::from_fargs(op.fargs), hd);  // NOTE [RoPE in fp32]
   for (int64_t r = 0; r < rows; ++r) {
     const auto pos = static_cast<float>(r % S);
     for (int64_t i = 0; i < hd; ++i) {
@@ -100,15 +105,22 @@ void rotate_half_cat(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   FULLSHARD_CHECK(!op.iargs.empty(), where(op) + "needs iargs[0] = head_dim");
   const int64_t hd = op.iargs[0], half = hd / 2;
   const TensorMeta &n = in_meta(op, 0), &x = in_meta(op, 1), &y = out_meta(op, 0);
-  FULLSHARD_CHECK(hd > 0 && hd % 2 == 0 && x.numel() % hd == 0 && n.numel() * 2 == x.numel() && y.numel() == x.numel(),
+  FULLSHARD_CHECK(hd > 0 && hd % 2 == 0 && x.numel() % hd == 0 && n.numel() * 2 == x.numel() &&
+                      y.numel() == x.numel(),
                   where(op) + "expects -x2 [.., hd/2], x [.., hd] and out [.., hd]");
   for (int64_t b = 0; b < x.numel() / hd; ++b) {
     convert(in[0], n.dtype, b * half, out[0], y.dtype, b * hd, half);
     convert(in[1], x.dtype, b * hd, out[0], y.dtype, b * hd + half, half);
   }
 }
-void rope_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) { rotate(op, in, out, -1.0f, false); }
-void rope_complex(const OpCall& op, const Ptrs& in, const Ptrs& out) { rotate(op, in, out, 1.0f, true); }
-void rope_complex_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) { rotate(op, in, out, -1.0f, true); }
+void rope_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  rotate(op, in, out, -1.0f, false);
+}
+void rope_complex(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  rotate(op, in, out, 1.0f, true);
+}
+void rope_complex_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  rotate(op, in, out, -1.0f, true);
+}
 
 }  // namespace fullshard::cpu::detail

@@ -16,7 +16,9 @@ SgemmProbe probe_sgemm(double seconds, int64_t n) {
     a[i] = static_cast<float>(i % 13) * 0.01f;
     b[i] = static_cast<float>(i % 7) * 0.02f;
   }
-  auto once = [&] { detail::gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n); };
+  auto once = [&] {
+    detail::gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  };
   once();  // warm-up: page faults, OpenBLAS's buffers
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
@@ -28,9 +30,11 @@ SgemmProbe probe_sgemm(double seconds, int64_t n) {
     elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
   }
   SgemmProbe p;
-  p.flops_per_s = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) * calls / elapsed;
-  p.source = fmt::format("OpenBLAS sgemm {}x{}x{}, {} thread{}, {} calls in {:.2f} s at worker start-up", n, n, n,
-                         openblas_get_num_threads(), openblas_get_num_threads() == 1 ? "" : "s", calls, elapsed);
+  p.flops_per_s = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) *
+                  calls / elapsed;
+  p.source = fmt::format(
+      "OpenBLAS sgemm {}x{}x{}, {} thread{}, {} calls in {:.2f} s at worker start-up", n, n, n,
+      openblas_get_num_threads(), openblas_get_num_threads() == 1 ? "" : "s", calls, elapsed);
   return p;
 }
 

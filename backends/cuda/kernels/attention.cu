@@ -23,8 +23,8 @@ namespace {
 using namespace dev;
 
 constexpr int kWarps = 4, kRowsPerWarp = 4, kRows = kWarps * kRowsPerWarp;  // rows per block
-constexpr int kTile = 32;                                                   // keys (or queries) per tile
-constexpr int kMaxDimRegs = 8;                                              // 256 / 32
+constexpr int kTile = 32;       // keys (or queries) per tile
+constexpr int kMaxDimRegs = 8;  // 256 / 32
 
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
@@ -37,9 +37,11 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// Stages `rows` token rows of hd elements (row t at element index idx(t)) as fp32 with row stride ld.
+// Stages `rows` token rows of hd elements (row t at element index idx(t)) as fp32 with row stride
+// ld.
 template <class Idx>
-__device__ __forceinline__ void stage(float* dst, int ld, const void* src, int dt, int rows, int hd, Idx idx) {
+__device__ __forceinline__ void stage(float* dst, int ld, const void* src, int dt, int rows, int hd,
+                                      Idx idx) {
   for (int e = threadIdx.x; e < rows * hd; e += blockDim.x) {
     const int t = e / hd, d = e - t * hd;
     const int64_t at = idx(t);
@@ -47,17 +49,18 @@ __device__ __forceinline__ void stage(float* dst, int ld, const void* src, int d
   }
 }
 
-__global__ void attn_fwd_simt(AttnLayout l, const void* q, const void* k, const void* v, int dt, void* o, int dout,
-                              float* lse) {
+__global__ void attn_fwd_simt(AttnLayout l, const void* q, const void* k, const void* v, int dt,
+                              void* o, int dout, float* lse) {
   extern __shared__ float smem[];
   const int hd = static_cast<int>(l.hd), ld = hd + 1;
-  float* Qs = smem;                 // [kRows][hd]
-  float* Ks = Qs + kRows * hd;      // [kTile][ld]
-  float* Vs = Ks + kTile * ld;      // [kTile][ld]
+  float* Qs = smem;             // [kRows][hd]
+  float* Ks = Qs + kRows * hd;  // [kTile][ld]
+  float* Vs = Ks + kTile * ld;  // [kTile][ld]
   const int64_t bh = blockIdx.y, b = bh / l.H, h = bh % l.H, kvh = h / l.group;
   const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  stage(Qs, hd, q, dt, kRows, hd, [&](int t) { return q0 + t < l.S ? attn_q_index(l, b, q0 + t, h) : int64_t(-1); });
+  stage(Qs, hd, q, dt, kRows, hd,
+        [&](int t) { return q0 + t < l.S ? attn_q_index(l, b, q0 + t, h) : int64_t(-1); });
 
   float acc[kRowsPerWarp][kMaxDimRegs], m[kRowsPerWarp], sum[kRowsPerWarp];
 #pragma unroll
@@ -70,8 +73,10 @@ __global__ void attn_fwd_simt(AttnLayout l, const void* q, const void* k, const 
   const int64_t last = min(l.S, q0 + kRows);  // keys [0, last) can be visible to this block
   for (int64_t j0 = 0; j0 < last; j0 += kTile) {
     __syncthreads();
-    stage(Ks, ld, k, dt, kTile, hd, [&](int t) { return j0 + t < l.S ? attn_k_index(l, b, j0 + t, kvh) : int64_t(-1); });
-    stage(Vs, ld, v, dt, kTile, hd, [&](int t) { return j0 + t < l.S ? attn_v_index(l, b, j0 + t, kvh) : int64_t(-1); });
+    stage(Ks, ld, k, dt, kTile, hd,
+          [&](int t) { return j0 + t < l.S ? attn_k_index(l, b, j0 + t, kvh) : int64_t(-1); });
+    stage(Vs, ld, v, dt, kTile, hd,
+          [&](int t) { return j0 + t < l.S ? attn_v_index(l, b, j0 + t, kvh) : int64_t(-1); });
     __syncthreads();
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) {
@@ -118,8 +123,8 @@ __global__ void attn_fwd_simt(AttnLayout l, const void* q, const void* k, const 
 }
 
 // softmax_d[b, h, i] = sum_d dO * O (double, as attention.cc's delta); a warp per (token, head).
-__global__ void attn_bwd_delta(AttnLayout l, const void* dout, int ddout, const void* o, int dto, float* softmax_d,
-                               int64_t sd_ld) {
+__global__ void attn_bwd_delta(AttnLayout l, const void* dout, int ddout, const void* o, int dto,
+                               float* softmax_d, int64_t sd_ld) {
   const int lane = threadIdx.x % 32;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
   for (int64_t w = global_thread() / 32; w < l.B * l.S * l.H; w += warps) {
@@ -134,19 +139,22 @@ __global__ void attn_bwd_delta(AttnLayout l, const void* dout, int ddout, const 
   }
 }
 
-// dq_i = scale * sum_{j <= i} dS_ij k_j with dS = P * (dO_i . v_j - delta_i), P = exp(scale q.k - lse).
-__global__ void attn_bwd_dq(AttnLayout l, const void* dout, int ddout, const void* q, const void* k, const void* v,
-                            int dt, const float* lse, const float* softmax_d, int64_t sd_ld, void* dq, int ddq) {
+// dq_i = scale * sum_{j <= i} dS_ij k_j with dS = P * (dO_i . v_j - delta_i), P = exp(scale q.k -
+// lse).
+__global__ void attn_bwd_dq(AttnLayout l, const void* dout, int ddout, const void* q, const void* k,
+                            const void* v, int dt, const float* lse, const float* softmax_d,
+                            int64_t sd_ld, void* dq, int ddq) {
   extern __shared__ float smem[];
   const int hd = static_cast<int>(l.hd), ld = hd + 1;
-  float* Qs = smem;               // [kRows][hd]
-  float* Gs = Qs + kRows * hd;    // dO rows [kRows][hd]
-  float* Ks = Gs + kRows * hd;    // [kTile][ld]
-  float* Vs = Ks + kTile * ld;    // [kTile][ld]
+  float* Qs = smem;             // [kRows][hd]
+  float* Gs = Qs + kRows * hd;  // dO rows [kRows][hd]
+  float* Ks = Gs + kRows * hd;  // [kTile][ld]
+  float* Vs = Ks + kTile * ld;  // [kTile][ld]
   const int64_t bh = blockIdx.y, b = bh / l.H, h = bh % l.H, kvh = h / l.group;
   const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  stage(Qs, hd, q, dt, kRows, hd, [&](int t) { return q0 + t < l.S ? attn_q_index(l, b, q0 + t, h) : int64_t(-1); });
+  stage(Qs, hd, q, dt, kRows, hd,
+        [&](int t) { return q0 + t < l.S ? attn_q_index(l, b, q0 + t, h) : int64_t(-1); });
   stage(Gs, hd, dout, ddout, kRows, hd,
         [&](int t) { return q0 + t < l.S ? attn_o_index(l, b, q0 + t, h) : int64_t(-1); });
   float acc[kRowsPerWarp][kMaxDimRegs], L[kRowsPerWarp], Dl[kRowsPerWarp];
@@ -161,8 +169,10 @@ __global__ void attn_bwd_dq(AttnLayout l, const void* dout, int ddout, const voi
   const int64_t last = min(l.S, q0 + kRows);
   for (int64_t j0 = 0; j0 < last; j0 += kTile) {
     __syncthreads();
-    stage(Ks, ld, k, dt, kTile, hd, [&](int t) { return j0 + t < l.S ? attn_k_index(l, b, j0 + t, kvh) : int64_t(-1); });
-    stage(Vs, ld, v, dt, kTile, hd, [&](int t) { return j0 + t < l.S ? attn_v_index(l, b, j0 + t, kvh) : int64_t(-1); });
+    stage(Ks, ld, k, dt, kTile, hd,
+          [&](int t) { return j0 + t < l.S ? attn_k_index(l, b, j0 + t, kvh) : int64_t(-1); });
+    stage(Vs, ld, v, dt, kTile, hd,
+          [&](int t) { return j0 + t < l.S ? attn_v_index(l, b, j0 + t, kvh) : int64_t(-1); });
     __syncthreads();
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) {
@@ -205,22 +215,25 @@ __global__ void attn_bwd_dq(AttnLayout l, const void* dout, int ddout, const voi
 
 // dk_j = scale * sum_h sum_{i >= j} dS_ij q_i, dv_j = sum_h sum_{i >= j} P_ij dO_i over the
 // query heads h of kv head kvh. A block owns 16 key rows; lanes are query rows of a tile.
-__global__ void attn_bwd_dkdv(AttnLayout l, const void* dout, int ddout, const void* q, const void* k, const void* v,
-                              int dt, const float* lse, const float* softmax_d, int64_t sd_ld, void* dk, int ddk,
-                              void* dv, int ddv) {
+__global__ void attn_bwd_dkdv(AttnLayout l, const void* dout, int ddout, const void* q,
+                              const void* k, const void* v, int dt, const float* lse,
+                              const float* softmax_d, int64_t sd_ld, void* dk, int ddk, void* dv,
+                              int ddv) {
   extern __shared__ float smem[];
   const int hd = static_cast<int>(l.hd), ld = hd + 1;
-  float* Ks = smem;                // [kRows][hd]
-  float* Vs = Ks + kRows * hd;     // [kRows][hd]
-  float* Qs = Vs + kRows * hd;     // [kTile][ld]
-  float* Gs = Qs + kTile * ld;     // [kTile][ld]
-  float* Ls = Gs + kTile * ld;     // [kTile]
-  float* Ds = Ls + kTile;          // [kTile]
+  float* Ks = smem;             // [kRows][hd]
+  float* Vs = Ks + kRows * hd;  // [kRows][hd]
+  float* Qs = Vs + kRows * hd;  // [kTile][ld]
+  float* Gs = Qs + kTile * ld;  // [kTile][ld]
+  float* Ls = Gs + kTile * ld;  // [kTile]
+  float* Ds = Ls + kTile;       // [kTile]
   const int64_t bh = blockIdx.y, b = bh / l.Hkv, kvh = bh % l.Hkv;
   const int64_t k0 = static_cast<int64_t>(blockIdx.x) * kRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  stage(Ks, hd, k, dt, kRows, hd, [&](int t) { return k0 + t < l.S ? attn_k_index(l, b, k0 + t, kvh) : int64_t(-1); });
-  stage(Vs, hd, v, dt, kRows, hd, [&](int t) { return k0 + t < l.S ? attn_v_index(l, b, k0 + t, kvh) : int64_t(-1); });
+  stage(Ks, hd, k, dt, kRows, hd,
+        [&](int t) { return k0 + t < l.S ? attn_k_index(l, b, k0 + t, kvh) : int64_t(-1); });
+  stage(Vs, hd, v, dt, kRows, hd,
+        [&](int t) { return k0 + t < l.S ? attn_v_index(l, b, k0 + t, kvh) : int64_t(-1); });
   float gk[kRowsPerWarp][kMaxDimRegs], gv[kRowsPerWarp][kMaxDimRegs];
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r)
@@ -229,7 +242,8 @@ __global__ void attn_bwd_dkdv(AttnLayout l, const void* dout, int ddout, const v
   for (int64_t h = kvh * l.group; h < (kvh + 1) * l.group; ++h) {
     for (int64_t i0 = k0 / kTile * kTile; i0 < l.S; i0 += kTile) {
       __syncthreads();
-      stage(Qs, ld, q, dt, kTile, hd, [&](int t) { return i0 + t < l.S ? attn_q_index(l, b, i0 + t, h) : int64_t(-1); });
+      stage(Qs, ld, q, dt, kTile, hd,
+            [&](int t) { return i0 + t < l.S ? attn_q_index(l, b, i0 + t, h) : int64_t(-1); });
       stage(Gs, ld, dout, ddout, kTile, hd,
             [&](int t) { return i0 + t < l.S ? attn_o_index(l, b, i0 + t, h) : int64_t(-1); });
       if (threadIdx.x < kTile) {
@@ -284,58 +298,71 @@ __global__ void attn_bwd_dkdv(AttnLayout l, const void* dout, int ddout, const v
 }
 
 size_t fwd_smem(int64_t hd) { return static_cast<size_t>(kRows * hd + 2 * kTile * (hd + 1)) * 4; }
-size_t dq_smem(int64_t hd) { return static_cast<size_t>(2 * kRows * hd + 2 * kTile * (hd + 1)) * 4; }
-size_t dkdv_smem(int64_t hd) { return static_cast<size_t>(2 * kRows * hd + 2 * kTile * (hd + 1) + 2 * kTile) * 4; }
+size_t dq_smem(int64_t hd) {
+  return static_cast<size_t>(2 * kRows * hd + 2 * kTile * (hd + 1)) * 4;
+}
+size_t dkdv_smem(int64_t hd) {
+  return static_cast<size_t>(2 * kRows * hd + 2 * kTile * (hd + 1) + 2 * kTile) * 4;
+}
 
 template <class K>
 void allow_smem(K kernel, size_t bytes) {
   // A failed opt-in is the thread's last error: the launch's check_launch reports it.
-  if (bytes > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (bytes > 48 * 1024)
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(bytes));
 }
 
 }  // namespace
 
-void attention_forward_tc(const AttnLayout& l, const void* q, const void* k, const void* v, int dqkv, void* o, int dout,
-                          float* lse, cudaStream_t s);  // attention_tc.cu
-void attention_backward_tc(const AttnLayout& l, const void* dout, const void* q, const void* k, const void* v,
-                           int dqkv, const float* lse, const launch::AttnGrads& g, cudaStream_t s);  // attention_tc_bwd.cu
-void attention_forward_fa2(const AttnLayout& l, const void* q, const void* k, const void* v, int dqkv, void* o,
-                           int dout, float* lse, cudaStream_t s);  // attention_fa2_fwd.cu
-void attention_backward_fa2(const AttnLayout& l, const void* dout, const void* q, const void* k, const void* v,
-                            int dqkv, const void* o, int dt_o, const float* lse, const launch::AttnGrads& g,
+void attention_forward_tc(const AttnLayout& l, const void* q, const void* k, const void* v,
+                          int dqkv, void* o, int dout, float* lse,
+                          cudaStream_t s);  // attention_tc.cu
+void attention_backward_tc(const AttnLayout& l, const void* dout, const void* q, const void* k,
+                           const void* v, int dqkv, const float* lse, const launch::AttnGrads& g,
+                           cudaStream_t s);  // attention_tc_bwd.cu
+void attention_forward_fa2(const AttnLayout& l, const void* q, const void* k, const void* v,
+                           int dqkv, void* o, int dout, float* lse,
+                           cudaStream_t s);  // attention_fa2_fwd.cu
+void attention_backward_fa2(const AttnLayout& l, const void* dout, const void* q, const void* k,
+                            const void* v, int dqkv, const void* o, int dt_o, const float* lse,
+                            const launch::AttnGrads& g,
                             cudaStream_t s);  // attention_fa2_bwd.cu (its own softmax_d)
 
 namespace launch {
 
-void attention_forward(const AttnLayout& l, const void* q, const void* k, const void* v, int dqkv, void* o, int dout,
-                       float* lse, AttnKernel kernel, cudaStream_t s) {
+void attention_forward(const AttnLayout& l, const void* q, const void* k, const void* v, int dqkv,
+                       void* o, int dout, float* lse, AttnKernel kernel, cudaStream_t s) {
   if (l.B * l.S == 0) return;
   if (kernel == AttnKernel::kFa2) return attention_forward_fa2(l, q, k, v, dqkv, o, dout, lse, s);
   if (kernel == AttnKernel::kWmma) return attention_forward_tc(l, q, k, v, dqkv, o, dout, lse, s);
-  const dim3 grid(static_cast<unsigned>((l.S + kRows - 1) / kRows), static_cast<unsigned>(l.B * l.H));
+  const dim3 grid(static_cast<unsigned>((l.S + kRows - 1) / kRows),
+                  static_cast<unsigned>(l.B * l.H));
   allow_smem(attn_fwd_simt, fwd_smem(l.hd));
   attn_fwd_simt<<<grid, kWarps * 32, fwd_smem(l.hd), s>>>(l, q, k, v, dqkv, o, dout, lse);
   check_launch("attention forward");
 }
 
-void attention_backward(const AttnLayout& l, const void* dout, int ddout, const void* q, const void* k, const void* v,
-                        int dqkv, const void* o, int dt_o, const float* lse, const AttnGrads& g, AttnKernel kernel,
-                        cudaStream_t s) {
+void attention_backward(const AttnLayout& l, const void* dout, int ddout, const void* q,
+                        const void* k, const void* v, int dqkv, const void* o, int dt_o,
+                        const float* lse, const AttnGrads& g, AttnKernel kernel, cudaStream_t s) {
   if (l.B * l.S == 0) return;
-  if (kernel == AttnKernel::kFa2) return attention_backward_fa2(l, dout, q, k, v, dqkv, o, dt_o, lse, g, s);
+  if (kernel == AttnKernel::kFa2)
+    return attention_backward_fa2(l, dout, q, k, v, dqkv, o, dt_o, lse, g, s);
   const plan::Launch dl = plan::launch_1d(l.B * l.S * l.H * 32);
   attn_bwd_delta<<<dl.grid, dl.block, 0, s>>>(l, dout, ddout, o, dt_o, g.softmax_d, g.softmax_d_ld);
   check_launch("attention backward softmax_d");
   if (kernel == AttnKernel::kWmma) return attention_backward_tc(l, dout, q, k, v, dqkv, lse, g, s);
   const dim3 gq(static_cast<unsigned>((l.S + kRows - 1) / kRows), static_cast<unsigned>(l.B * l.H));
   allow_smem(attn_bwd_dq, dq_smem(l.hd));
-  attn_bwd_dq<<<gq, kWarps * 32, dq_smem(l.hd), s>>>(l, dout, ddout, q, k, v, dqkv, lse, g.softmax_d, g.softmax_d_ld,
-                                                     g.dq, g.ddq);
+  attn_bwd_dq<<<gq, kWarps * 32, dq_smem(l.hd), s>>>(l, dout, ddout, q, k, v, dqkv, lse,
+                                                     g.softmax_d, g.softmax_d_ld, g.dq, g.ddq);
   check_launch("attention backward dq");
-  const dim3 gk(static_cast<unsigned>((l.S + kRows - 1) / kRows), static_cast<unsigned>(l.B * l.Hkv));
+  const dim3 gk(static_cast<unsigned>((l.S + kRows - 1) / kRows),
+                static_cast<unsigned>(l.B * l.Hkv));
   allow_smem(attn_bwd_dkdv, dkdv_smem(l.hd));
-  attn_bwd_dkdv<<<gk, kWarps * 32, dkdv_smem(l.hd), s>>>(l, dout, ddout, q, k, v, dqkv, lse, g.softmax_d,
-                                                         g.softmax_d_ld, g.dk, g.ddk, g.dv, g.ddv);
+  attn_bwd_dkdv<<<gk, kWarps * 32, dkdv_smem(l.hd), s>>>(
+      l, dout, ddout, q, k, v, dqkv, lse, g.softmax_d, g.softmax_d_ld, g.dk, g.ddk, g.dv, g.ddv);
   check_launch("attention backward dk dv");
 }
 

@@ -7,8 +7,8 @@
 //  1. softmax_d = rowsum(dO * O) in fp32, and dq_accum (fp32 [B, round128(S), H, round32(hd)])
 //     zeroed in the same pass.
 //  2. The main kernel: a block of 8 warps (4 at head_dim 128) owns a key tile of 16 keys per
-//     warp of one (batch, query head), K and V copied once; it walks the query tiles from its own to the end
-//     with Q, dO, lse and softmax_d double buffered by cp.async. Per query tile the five
+//     warp of one (batch, query head), K and V copied once; it walks the query tiles from its own
+//     to the end with Q, dO, lse and softmax_d double buffered by cp.async. Per query tile the five
 //     products: each warp computes S^T = K Q^T and dP^T = V dO^T (16 keys x BM queries, in
 //     registers), P^T = exp(scale S^T - lse) (0 past the causal diagonal) and dS^T = P^T (dP^T
 //     - softmax_d), then dV += P^T dO and dK += dS^T Q with P^T and dS^T rounded to the storage
@@ -50,17 +50,19 @@ __device__ __forceinline__ void add2(float* p, float a, float b) {
 
 template <class T, int HD>
 __global__ void __launch_bounds__(bwd_threads(HD))
-    attn_bwd_fa2(AttnLayout l, const T* __restrict__ dout, const T* __restrict__ q, const T* __restrict__ k,
-                 const T* __restrict__ v, const float* __restrict__ lse, const float* __restrict__ softmax_d,
-                 int64_t sd_ld, DqAccum dqa, void* dk, void* dv, int ddk) {
-  constexpr int BN = bwd_key_tile(HD), BM = bwd_query_tile(HD), W = bwd_warps(HD), LD = row_stride(HD), LDS = BM + 8;
+    attn_bwd_fa2(AttnLayout l, const T* __restrict__ dout, const T* __restrict__ q,
+                 const T* __restrict__ k, const T* __restrict__ v, const float* __restrict__ lse,
+                 const float* __restrict__ softmax_d, int64_t sd_ld, DqAccum dqa, void* dk,
+                 void* dv, int ddk) {
+  constexpr int BN = bwd_key_tile(HD), BM = bwd_query_tile(HD), W = bwd_warps(HD),
+                LD = row_stride(HD), LDS = BM + 8;
   constexpr int KD = HD / 16, NQ = BM / 8, ND = HD / 8, QC = bwd_dq_chunk(HD);
   extern __shared__ __align__(128) unsigned char raw[];
   T* Ks = reinterpret_cast<T*>(raw);
   T* Vs = Ks + BN * LD;
-  T* Qs = Vs + BN * LD;      // two buffers of BM x LD
-  T* Gs = Qs + 2 * BM * LD;  // dO, two buffers of BM x LD
-  T* St = Gs + 2 * BM * LD;  // dS^T [BN][LDS]
+  T* Qs = Vs + BN * LD;                                 // two buffers of BM x LD
+  T* Gs = Qs + 2 * BM * LD;                             // dO, two buffers of BM x LD
+  T* St = Gs + 2 * BM * LD;                             // dS^T [BN][LDS]
   float* Ls = reinterpret_cast<float*>(St + BN * LDS);  // lse * log2(e), two buffers of BM
   float* Ds = Ls + 2 * BM;                              // softmax_d, two buffers of BM
 
@@ -70,14 +72,20 @@ __global__ void __launch_bounds__(bwd_threads(HD))
   const int64_t m_first = bwd_first_query_tile(blockIdx.x, HD), m_end = ceil_div(l.S, BM);
   const float sl2 = l.scale * 1.4426950408889634f;
 
-  async_rows<HD>(Ks, LD, k, BN, [&](int r) { return k0 + r < l.S ? attn_k_index(l, b, k0 + r, kvh) : int64_t(-1); });
-  async_rows<HD>(Vs, LD, v, BN, [&](int r) { return k0 + r < l.S ? attn_v_index(l, b, k0 + r, kvh) : int64_t(-1); });
+  async_rows<HD>(Ks, LD, k, BN, [&](int r) {
+    return k0 + r < l.S ? attn_k_index(l, b, k0 + r, kvh) : int64_t(-1);
+  });
+  async_rows<HD>(Vs, LD, v, BN, [&](int r) {
+    return k0 + r < l.S ? attn_v_index(l, b, k0 + r, kvh) : int64_t(-1);
+  });
   auto load_q = [&](int64_t m, int buf) {
     const int64_t i0 = m * BM;
-    async_rows<HD>(Qs + buf * BM * LD, LD, q, BM,
-                   [&](int r) { return i0 + r < l.S ? attn_q_index(l, b, i0 + r, h) : int64_t(-1); });
-    async_rows<HD>(Gs + buf * BM * LD, LD, dout, BM,
-                   [&](int r) { return i0 + r < l.S ? attn_o_index(l, b, i0 + r, h) : int64_t(-1); });
+    async_rows<HD>(Qs + buf * BM * LD, LD, q, BM, [&](int r) {
+      return i0 + r < l.S ? attn_q_index(l, b, i0 + r, h) : int64_t(-1);
+    });
+    async_rows<HD>(Gs + buf * BM * LD, LD, dout, BM, [&](int r) {
+      return i0 + r < l.S ? attn_o_index(l, b, i0 + r, h) : int64_t(-1);
+    });
     for (int r = threadIdx.x; r < BM; r += blockDim.x) {  // rows past S: P = exp2(-inf) = 0
       const bool in = i0 + r < l.S;
       Ls[buf * BM + r] = in ? lse[attn_lse_index(l, b, h, i0 + r)] * 1.4426950408889634f : INFINITY;
@@ -133,7 +141,8 @@ __global__ void __launch_bounds__(bwd_threads(HD))
       }
     }
 
-    // P^T (fp32, in st) and dS^T (fp32, in dpt): key row kr0 + g (+ 8), query column n 8 + 2 t4 (+ 1).
+    // P^T (fp32, in st) and dS^T (fp32, in dpt): key row kr0 + g (+ 8), query column n 8 + 2 t4 (+
+    // 1).
 #pragma unroll
     for (int n = 0; n < NQ; ++n)
 #pragma unroll
@@ -145,7 +154,7 @@ __global__ void __launch_bounds__(bwd_threads(HD))
         dpt[n][e] = p * (dpt[n][e] - Db[c]);
       }
 
-    // dS^T to shared memory for dQ (16-bit pairs: columns 2 t4, 2 t4 + 1).
+      // dS^T to shared memory for dQ (16-bit pairs: columns 2 t4, 2 t4 + 1).
 #pragma unroll
     for (int n = 0; n < NQ; ++n)
 #pragma unroll
@@ -153,7 +162,7 @@ __global__ void __launch_bounds__(bwd_threads(HD))
         *reinterpret_cast<uint32_t*>(St + (kr0 + g + r * 8) * LDS + n * 8 + 2 * t4) =
             pack2<T>(dpt[n][2 * r], dpt[n][2 * r + 1]);
 
-    // dV += P^T dO and dK += dS^T Q (k = the tile's queries; dO and Q as [k][n] tiles).
+        // dV += P^T dO and dK += dS^T Q (k = the tile's queries; dO and Q as [k][n] tiles).
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk) {
       uint32_t pa[4], sa[4];
@@ -188,7 +197,8 @@ __global__ void __launch_bounds__(bwd_threads(HD))
 #pragma unroll
         for (int np = 0; np < QC / 16; ++np) {
           uint32_t kb[4];
-          ldmatrix_x4_trans(kb, Ks + (kk * 16 + bt_row(lane)) * LD + ch * QC + np * 16 + bt_col(lane));
+          ldmatrix_x4_trans(kb,
+                            Ks + (kk * 16 + bt_row(lane)) * LD + ch * QC + np * 16 + bt_col(lane));
           mma16816<T>(dq[2 * np], a, kb[0], kb[1]);
           mma16816<T>(dq[2 * np + 1], a, kb[2], kb[3]);
         }
@@ -232,11 +242,12 @@ __global__ void __launch_bounds__(bwd_threads(HD))
 // softmax_d[b, h, s] = sum_d dO * O (fp32, as FlashAttention-2) and dq_accum row (b, s, h)
 // zeroed (padding rows s >= S are never read): 8 lanes per (token, head) row, 16-byte loads
 // (rows are whole multiples of 8 elements and the bases 16-byte aligned: dispatch.cc).
-__global__ void attn_bwd_preprocess(AttnLayout l, const void* dout, int ddout, const void* o, int dto,
-                                    float* softmax_d, int64_t sd_ld, DqAccum dqa) {
+__global__ void attn_bwd_preprocess(AttnLayout l, const void* dout, int ddout, const void* o,
+                                    int dto, float* softmax_d, int64_t sd_ld, DqAccum dqa) {
   const int sub = threadIdx.x & 7;
   const int64_t rows = l.B * l.S * l.H, groups = dev::grid_threads() / 8;
-  for (int64_t r = dev::global_thread() / 8; r < rows + (groups - rows % groups) % groups; r += groups) {
+  for (int64_t r = dev::global_thread() / 8; r < rows + (groups - rows % groups) % groups;
+       r += groups) {
     const bool in = r < rows;  // every lane of a group runs the shuffles
     float acc = 0.0f;
     if (in) {
@@ -263,14 +274,15 @@ __global__ void attn_bwd_preprocess(AttnLayout l, const void* dout, int ddout, c
 __global__ void attn_bwd_dq_convert(AttnLayout l, DqAccum dqa, void* dq, int ddq) {
   const int64_t n = l.B * l.S * l.H * l.hd;
   for (int64_t e = dev::global_thread(); e < n; e += dev::grid_threads()) {
-    const int64_t d = e % l.hd, bsh = e / l.hd, h = bsh % l.H, bs = bsh / l.H, b = bs / l.S, s = bs % l.S;
+    const int64_t d = e % l.hd, bsh = e / l.hd, h = bsh % l.H, bs = bsh / l.H, b = bs / l.S,
+                  s = bs % l.S;
     dev::store_f(dq, ddq, e, dqa.p[((b * dqa.rows + s) * l.H + h) * dqa.hd_pad + d] * l.scale);
   }
 }
 
 // GQA: out[b, s, kvh, d] = sum over the group's query heads of the expanded [B, S, H, hd] rows.
-__global__ void attn_bwd_group_sum(AttnLayout l, const void* dke, const void* dve, int dte, void* dk, int ddk,
-                                   void* dv, int ddv) {
+__global__ void attn_bwd_group_sum(AttnLayout l, const void* dke, const void* dve, int dte,
+                                   void* dk, int ddk, void* dv, int ddv) {
   const int64_t n = l.B * l.S * l.Hkv * l.hd;
   for (int64_t e = dev::global_thread(); e < n; e += dev::grid_threads()) {
     const int64_t d = e % l.hd, bsk = e / l.hd, kvh = bsk % l.Hkv, bs = bsk / l.Hkv;
@@ -286,39 +298,44 @@ __global__ void attn_bwd_group_sum(AttnLayout l, const void* dke, const void* dv
 }
 
 template <class T, int HD>
-void run_bwd(const AttnLayout& l, const void* dout, const void* q, const void* k, const void* v, const void* o,
-             int dt_o, const float* lse, const launch::AttnGrads& gr, cudaStream_t s) {
+void run_bwd(const AttnLayout& l, const void* dout, const void* q, const void* k, const void* v,
+             const void* o, int dt_o, const float* lse, const launch::AttnGrads& gr,
+             cudaStream_t s) {
   const bool gqa = l.H != l.Hkv;
   const int smem = static_cast<int>(bwd_smem_bytes(HD));
   const DqAccum dqa{gr.dq_accum, gr.dq_accum_rows, gr.dq_accum_hd};
   const plan::Launch pre = plan::launch_1d(l.B * l.S * l.H * 8);
-  attn_bwd_preprocess<<<pre.grid, pre.block, 0, s>>>(l, dout, dcode_of<T>(), o, dt_o, gr.softmax_d, gr.softmax_d_ld,
-                                                     dqa);
+  attn_bwd_preprocess<<<pre.grid, pre.block, 0, s>>>(l, dout, dcode_of<T>(), o, dt_o, gr.softmax_d,
+                                                     gr.softmax_d_ld, dqa);
   launch::check_launch("attention backward softmax_d and dq_accum zero");
   cudaFuncSetAttribute(attn_bwd_fa2<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   const Grid3 g3 = bwd_grid(l);
-  const dim3 grid(static_cast<unsigned>(g3.x), static_cast<unsigned>(g3.y), static_cast<unsigned>(g3.z));
+  const dim3 grid(static_cast<unsigned>(g3.x), static_cast<unsigned>(g3.y),
+                  static_cast<unsigned>(g3.z));
   void* dk = gqa ? gr.dk_expanded : gr.dk;
   void* dv = gqa ? gr.dv_expanded : gr.dv;
   const int ddk = gqa ? gr.dd_expanded : gr.ddk;
   attn_bwd_fa2<T, HD><<<grid, bwd_threads(HD), smem, s>>>(
-      l, static_cast<const T*>(dout), static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
-      lse, gr.softmax_d, gr.softmax_d_ld, dqa, dk, dv, ddk);
-  launch::check_launch("attention backward (FlashAttention-2; FULLSHARD_ATTENTION_KERNELS=wmma runs the WMMA kernels)");
+      l, static_cast<const T*>(dout), static_cast<const T*>(q), static_cast<const T*>(k),
+      static_cast<const T*>(v), lse, gr.softmax_d, gr.softmax_d_ld, dqa, dk, dv, ddk);
+  launch::check_launch(
+      "attention backward (FlashAttention-2; FULLSHARD_ATTENTION_KERNELS=wmma runs the WMMA "
+      "kernels)");
   const plan::Launch c = plan::launch_1d(l.B * l.S * l.H * l.hd);
   attn_bwd_dq_convert<<<c.grid, c.block, 0, s>>>(l, dqa, gr.dq, gr.ddq);
   launch::check_launch("attention backward dq convert");
   if (gqa) {
     const plan::Launch gs = plan::launch_1d(l.B * l.S * l.Hkv * l.hd);
-    attn_bwd_group_sum<<<gs.grid, gs.block, 0, s>>>(l, gr.dk_expanded, gr.dv_expanded, gr.dd_expanded, gr.dk, gr.ddk,
-                                                    gr.dv, gr.ddv);
+    attn_bwd_group_sum<<<gs.grid, gs.block, 0, s>>>(l, gr.dk_expanded, gr.dv_expanded,
+                                                    gr.dd_expanded, gr.dk, gr.ddk, gr.dv, gr.ddv);
     launch::check_launch("attention backward GQA dk dv sum");
   }
 }
 
 template <class T>
-void run_bwd_t(const AttnLayout& l, const void* dout, const void* q, const void* k, const void* v, const void* o,
-               int dt_o, const float* lse, const launch::AttnGrads& g, cudaStream_t s) {
+void run_bwd_t(const AttnLayout& l, const void* dout, const void* q, const void* k, const void* v,
+               const void* o, int dt_o, const float* lse, const launch::AttnGrads& g,
+               cudaStream_t s) {
   switch (l.hd) {
     case 32: return run_bwd<T, 32>(l, dout, q, k, v, o, dt_o, lse, g, s);
     case 64: return run_bwd<T, 64>(l, dout, q, k, v, o, dt_o, lse, g, s);
@@ -333,9 +350,9 @@ void run_bwd_t(const AttnLayout& l, const void* dout, const void* q, const void*
 // Called by launch::attention_backward for bf16 / fp16 q, k, v and dO (one dtype) with
 // fa2::supports_head_dim, 16-byte aligned bases (O's included) and the flash temporaries
 // (dispatch.cc).
-void attention_backward_fa2(const AttnLayout& l, const void* dout, const void* q, const void* k, const void* v,
-                            int dqkv, const void* o, int dt_o, const float* lse, const launch::AttnGrads& g,
-                            cudaStream_t s) {
+void attention_backward_fa2(const AttnLayout& l, const void* dout, const void* q, const void* k,
+                            const void* v, int dqkv, const void* o, int dt_o, const float* lse,
+                            const launch::AttnGrads& g, cudaStream_t s) {
   if (dqkv == kBF16) return run_bwd_t<__nv_bfloat16>(l, dout, q, k, v, o, dt_o, lse, g, s);
   run_bwd_t<__half>(l, dout, q, k, v, o, dt_o, lse, g, s);
 }

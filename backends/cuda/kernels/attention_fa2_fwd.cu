@@ -24,8 +24,8 @@ using namespace fa2;
 
 template <class T, int HD>
 __global__ void __launch_bounds__(kThreads)
-    attn_fwd_fa2(AttnLayout l, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, void* o,
-                 int dout, float* __restrict__ lse) {
+    attn_fwd_fa2(AttnLayout l, const T* __restrict__ q, const T* __restrict__ k,
+                 const T* __restrict__ v, void* o, int dout, float* __restrict__ lse) {
   constexpr int BM = fwd_query_tile(HD), BN = kKeyTile, LD = row_stride(HD);
   constexpr int MT = BM / (16 * kWarps);  // m16 tiles per warp
   constexpr int KD = HD / 16, NS = BN / 8, NO = HD / 8;
@@ -42,12 +42,15 @@ __global__ void __launch_bounds__(kThreads)
 
   auto load_kv = [&](int64_t kt, int buf) {
     const int64_t j0 = kt * BN;
-    async_rows<HD>(Ks + buf * BN * LD, LD, k, BN,
-                   [&](int r) { return j0 + r < l.S ? attn_k_index(l, b, j0 + r, kvh) : int64_t(-1); });
-    async_rows<HD>(Vs + buf * BN * LD, LD, v, BN,
-                   [&](int r) { return j0 + r < l.S ? attn_v_index(l, b, j0 + r, kvh) : int64_t(-1); });
+    async_rows<HD>(Ks + buf * BN * LD, LD, k, BN, [&](int r) {
+      return j0 + r < l.S ? attn_k_index(l, b, j0 + r, kvh) : int64_t(-1);
+    });
+    async_rows<HD>(Vs + buf * BN * LD, LD, v, BN, [&](int r) {
+      return j0 + r < l.S ? attn_v_index(l, b, j0 + r, kvh) : int64_t(-1);
+    });
   };
-  async_rows<HD>(Qs, LD, q, BM, [&](int r) { return q0 + r < l.S ? attn_q_index(l, b, q0 + r, h) : int64_t(-1); });
+  async_rows<HD>(Qs, LD, q, BM,
+                 [&](int r) { return q0 + r < l.S ? attn_q_index(l, b, q0 + r, h) : int64_t(-1); });
   cp_async_commit();
   load_kv(n_tiles - 1, 0);
   cp_async_commit();
@@ -117,7 +120,8 @@ __global__ void __launch_bounds__(kThreads)
         for (int n = 0; n < NS; ++n)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const int64_t i = q0 + wr0 + mt * 16 + g + (e >> 1) * 8, j = j0 + n * 8 + 2 * t4 + (e & 1);
+            const int64_t i = q0 + wr0 + mt * 16 + g + (e >> 1) * 8,
+                          j = j0 + n * 8 + 2 * t4 + (e & 1);
             if (j > i) s[mt][n][e] = -INFINITY;
           }
     }
@@ -153,7 +157,7 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
 
-    // O += P V: P (rounded to T) is the A operand straight from the S fragments.
+      // O += P V: P (rounded to T) is the A operand straight from the S fragments.
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
       uint32_t pa[MT][4];
@@ -201,20 +205,24 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <class T, int HD>
-void run_fwd(const AttnLayout& l, const void* q, const void* k, const void* v, void* o, int dout, float* lse,
-             cudaStream_t s) {
+void run_fwd(const AttnLayout& l, const void* q, const void* k, const void* v, void* o, int dout,
+             float* lse, cudaStream_t s) {
   const int smem = static_cast<int>(fwd_smem_bytes(HD));
   cudaFuncSetAttribute(attn_fwd_fa2<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   const Grid3 gr = fwd_grid(l);
-  const dim3 grid(static_cast<unsigned>(gr.x), static_cast<unsigned>(gr.y), static_cast<unsigned>(gr.z));
-  attn_fwd_fa2<T, HD><<<grid, kThreads, smem, s>>>(l, static_cast<const T*>(q), static_cast<const T*>(k),
+  const dim3 grid(static_cast<unsigned>(gr.x), static_cast<unsigned>(gr.y),
+                  static_cast<unsigned>(gr.z));
+  attn_fwd_fa2<T, HD><<<grid, kThreads, smem, s>>>(l, static_cast<const T*>(q),
+                                                   static_cast<const T*>(k),
                                                    static_cast<const T*>(v), o, dout, lse);
-  launch::check_launch("attention forward (FlashAttention-2; FULLSHARD_ATTENTION_KERNELS=wmma runs the WMMA kernels)");
+  launch::check_launch(
+      "attention forward (FlashAttention-2; FULLSHARD_ATTENTION_KERNELS=wmma runs the WMMA "
+      "kernels)");
 }
 
 template <class T>
-void run_fwd_t(const AttnLayout& l, const void* q, const void* k, const void* v, void* o, int dout, float* lse,
-               cudaStream_t s) {
+void run_fwd_t(const AttnLayout& l, const void* q, const void* k, const void* v, void* o, int dout,
+               float* lse, cudaStream_t s) {
   switch (l.hd) {
     case 32: return run_fwd<T, 32>(l, q, k, v, o, dout, lse, s);
     case 64: return run_fwd<T, 64>(l, q, k, v, o, dout, lse, s);
@@ -228,8 +236,8 @@ void run_fwd_t(const AttnLayout& l, const void* q, const void* k, const void* v,
 
 // Called by launch::attention_forward for bf16 / fp16 q, k, v with fa2::supports_head_dim and
 // 16-byte aligned bases (dispatch.cc).
-void attention_forward_fa2(const AttnLayout& l, const void* q, const void* k, const void* v, int dqkv, void* o,
-                           int dout, float* lse, cudaStream_t s) {
+void attention_forward_fa2(const AttnLayout& l, const void* q, const void* k, const void* v,
+                           int dqkv, void* o, int dout, float* lse, cudaStream_t s) {
   if (dqkv == kBF16) return run_fwd_t<__nv_bfloat16>(l, q, k, v, o, dout, lse, s);
   run_fwd_t<__half>(l, q, k, v, o, dout, lse, s);
 }

@@ -18,10 +18,12 @@
 namespace fullshard::cuda::fa2 {
 
 constexpr int kWarps = 4, kThreads = kWarps * 32;  // forward block
-constexpr int kKeyTile = 64;                          // forward key tile (BN)
+constexpr int kKeyTile = 64;                       // forward key tile (BN)
 
 // head_dim the kernels are built for: a multiple of 16 (the MMA's k) up to 128.
-FS_HD constexpr bool supports_head_dim(int64_t hd) { return hd == 32 || hd == 64 || hd == 80 || hd == 96 || hd == 128; }
+FS_HD constexpr bool supports_head_dim(int64_t hd) {
+  return hd == 32 || hd == 64 || hd == 80 || hd == 96 || hd == 128;
+}
 
 // 128 rows (two m16 tiles per warp) at head_dim 64; 64 elsewhere (at 32 the 128-row tile
 // spills on sm_80, above 64 the O fragments fill the registers).
@@ -54,11 +56,15 @@ FS_HD constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b;
 struct Grid3 {
   int64_t x, y, z;
 };
-FS_HD Grid3 fwd_grid(const AttnLayout& l) { return {ceil_div(l.S, fwd_query_tile(l.hd)), l.H, l.B}; }
+FS_HD Grid3 fwd_grid(const AttnLayout& l) {
+  return {ceil_div(l.S, fwd_query_tile(l.hd)), l.H, l.B};
+}
 FS_HD Grid3 bwd_grid(const AttnLayout& l) { return {ceil_div(l.S, bwd_key_tile(l.hd)), l.H, l.B}; }
 
 // Forward: block x runs query tile tiles - 1 - x, so the longest causal rows start first.
-FS_HD constexpr int64_t fwd_query_tile_of_block(int64_t block_x, int64_t tiles) { return tiles - 1 - block_x; }
+FS_HD constexpr int64_t fwd_query_tile_of_block(int64_t block_x, int64_t tiles) {
+  return tiles - 1 - block_x;
+}
 // Forward: key tiles [0, n) reach query tile qt (its last row is min(S, (qt+1) BM) - 1); the
 // kernel walks them from n - 1 (the diagonal, masked) down to 0.
 FS_HD constexpr int64_t fwd_key_tiles(int64_t qt, int64_t S, int64_t hd) {
@@ -92,7 +98,9 @@ FS_HD constexpr int bt_col(int lane) { return (lane >> 4) * 8; }
 FS_HD constexpr int at_row(int lane) { return (lane & 7) + ((lane >> 4) << 3); }
 FS_HD constexpr int at_col(int lane) { return ((lane >> 3) & 1) * 8; }
 
-static_assert(fwd_smem_bytes(64) == 55296 && fwd_smem_bytes(128) == 87040, "NOTE [FlashAttention-2 tiles]");
-static_assert(bwd_smem_bytes(64) == 93184 && bwd_smem_bytes(128) == 75264, "NOTE [FlashAttention-2 tiles]");
+static_assert(fwd_smem_bytes(64) == 55296 && fwd_smem_bytes(128) == 87040,
+              "NOTE [FlashAttention-2 tiles]");
+static_assert(bwd_smem_bytes(64) == 93184 && bwd_smem_bytes(128) == 75264,
+              "NOTE [FlashAttention-2 tiles]");
 
 }  // namespace fullshard::cuda::fa2

@@ -32,9 +32,10 @@ struct TcSmem {
   static constexpr int LDS = kBK + 4;  // scores (fp32)
   static constexpr int LDP = kBK + 8;  // P (storage dtype)
   static constexpr int LDO = HD + 4;   // output accumulator (fp32)
-  static constexpr size_t bytes =
-      static_cast<size_t>(kBQ * LDT + 2 * kBK * LDT) * 2 + static_cast<size_t>(kWarpsTc * 16 * LDS) * 4 +
-      static_cast<size_t>(kWarpsTc * 16 * LDP) * 2 + static_cast<size_t>(kWarpsTc * 16 * LDO) * 4;
+  static constexpr size_t bytes = static_cast<size_t>(kBQ * LDT + 2 * kBK * LDT) * 2 +
+                                  static_cast<size_t>(kWarpsTc * 16 * LDS) * 4 +
+                                  static_cast<size_t>(kWarpsTc * 16 * LDP) * 2 +
+                                  static_cast<size_t>(kWarpsTc * 16 * LDO) * 4;
 };
 
 template <class T, int HD>
@@ -57,7 +58,9 @@ __global__ void __launch_bounds__(kWarpsTc * 32)
   T* Pw = Ps + warp * 16 * LDP;
   float* Ow = Os + warp * 16 * LDO;
 
-  stage_rows<T, HD>(Qs, LDT, q, kBQ, [&](int t) { return q0 + t < l.S ? attn_q_index(l, b, q0 + t, h) : int64_t(-1); });
+  stage_rows<T, HD>(Qs, LDT, q, kBQ, [&](int t) {
+    return q0 + t < l.S ? attn_q_index(l, b, q0 + t, h) : int64_t(-1);
+  });
   for (int e = lane; e < 16 * HD; e += 32) Ow[(e / HD) * LDO + e % HD] = 0.0f;
 
   const int r = lane >> 1, half = lane & 1;  // softmax: two lanes per row
@@ -66,12 +69,16 @@ __global__ void __launch_bounds__(kWarpsTc * 32)
   const int64_t last = min(l.S, q0 + kBQ);
   for (int64_t j0 = 0; j0 < last; j0 += kBK) {
     __syncthreads();
-    stage_rows<T, HD>(Ks, LDT, k, kBK, [&](int t) { return j0 + t < l.S ? attn_k_index(l, b, j0 + t, kvh) : int64_t(-1); });
-    stage_rows<T, HD>(Vs, LDT, v, kBK, [&](int t) { return j0 + t < l.S ? attn_v_index(l, b, j0 + t, kvh) : int64_t(-1); });
+    stage_rows<T, HD>(Ks, LDT, k, kBK, [&](int t) {
+      return j0 + t < l.S ? attn_k_index(l, b, j0 + t, kvh) : int64_t(-1);
+    });
+    stage_rows<T, HD>(Vs, LDT, v, kBK, [&](int t) {
+      return j0 + t < l.S ? attn_v_index(l, b, j0 + t, kvh) : int64_t(-1);
+    });
     __syncthreads();
     if (wrow0 >= l.S || j0 > wrow0 + 15) continue;  // warp-uniform: every key of the tile is masked
 
-    // S = Q K^T (16 x 64 per warp).
+      // S = Q K^T (16 x 64 per warp).
 #pragma unroll
     for (int n0 = 0; n0 < kBK; n0 += 16) {
       wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
@@ -133,30 +140,35 @@ __global__ void __launch_bounds__(kWarpsTc * 32)
   if (i < l.S) {
     const float inv = 1.0f / l_run;
     const int64_t oi = attn_o_index(l, b, i, h);
-    for (int c = half * (HD / 2); c < (half + 1) * (HD / 2); ++c) store_f(o, dout, oi + c, Ow[r * LDO + c] * inv);
+    for (int c = half * (HD / 2); c < (half + 1) * (HD / 2); ++c)
+      store_f(o, dout, oi + c, Ow[r * LDO + c] * inv);
     if (half == 0) lse[attn_lse_index(l, b, h, i)] = m_run + logf(l_run);
   }
 }
 
 template <class T, int HD>
-void run_tc(const AttnLayout& l, const void* q, const void* k, const void* v, void* o, int dout, float* lse,
-            cudaStream_t s) {
+void run_tc(const AttnLayout& l, const void* q, const void* k, const void* v, void* o, int dout,
+            float* lse, cudaStream_t s) {
   const size_t smem = TcSmem<HD>::bytes;
-  cudaFuncSetAttribute(attn_fwd_tc<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  cudaFuncSetAttribute(attn_fwd_tc<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       static_cast<int>(smem));
   const dim3 grid(static_cast<unsigned>((l.S + kBQ - 1) / kBQ), static_cast<unsigned>(l.B * l.H));
-  attn_fwd_tc<T, HD><<<grid, kWarpsTc * 32, smem, s>>>(l, static_cast<const T*>(q), static_cast<const T*>(k),
+  attn_fwd_tc<T, HD><<<grid, kWarpsTc * 32, smem, s>>>(l, static_cast<const T*>(q),
+                                                       static_cast<const T*>(k),
                                                        static_cast<const T*>(v), o, dout, lse);
   launch::check_launch("attention forward (tensor cores)");
 }
 
 }  // namespace
 
-size_t launch::attention_forward_tc_smem(int64_t hd) { return hd == 64 ? TcSmem<64>::bytes : TcSmem<128>::bytes; }
+size_t launch::attention_forward_tc_smem(int64_t hd) {
+  return hd == 64 ? TcSmem<64>::bytes : TcSmem<128>::bytes;
+}
 
 // Called by launch::attention_forward for bf16 / fp16 q, k, v with head_dim 64 or 128 and
 // 16-byte aligned bases (plan::attention_uses_tensor_cores).
-void attention_forward_tc(const AttnLayout& l, const void* q, const void* k, const void* v, int dqkv, void* o, int dout,
-                          float* lse, cudaStream_t s) {
+void attention_forward_tc(const AttnLayout& l, const void* q, const void* k, const void* v,
+                          int dqkv, void* o, int dout, float* lse, cudaStream_t s) {
   if (dqkv == kBF16) {
     if (l.hd == 64) return run_tc<__nv_bfloat16, 64>(l, q, k, v, o, dout, lse, s);
     return run_tc<__nv_bfloat16, 128>(l, q, k, v, o, dout, lse, s);

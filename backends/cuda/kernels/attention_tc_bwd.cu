@@ -61,10 +61,13 @@ struct BwdSmem {
   // Byte offsets: four tiles, S, dP, the 16-bit buffer, lse, softmax_d.
   static constexpr size_t kS = 4 * kTile, kDP = kS + kWarpF, kT = kDP + kWarpF, kL = kT + kWarpT;
   static constexpr size_t kD = kL + kBQ * 4, bytes = kD + kBQ * 4;
-  static_assert(kTile % 128 == 0 && kWarpF % 128 == 0 && kWarpT % 128 == 0, "WMMA bases need 32-byte alignment");
-  static_assert(LDT % 8 == 0 && LDP % 8 == 0 && LDS % 4 == 0, "WMMA ldm: multiple of 8 (16-bit) or 4 (fp32)");
+  static_assert(kTile % 128 == 0 && kWarpF % 128 == 0 && kWarpT % 128 == 0,
+                "WMMA bases need 32-byte alignment");
+  static_assert(LDT % 8 == 0 && LDP % 8 == 0 && LDS % 4 == 0,
+                "WMMA ldm: multiple of 8 (16-bit) or 4 (fp32)");
 };
-static_assert(BwdSmem<64>::bytes == 81408 && BwdSmem<128>::bytes == 114176, "NOTE [Tensor-core flash backward]");
+static_assert(BwdSmem<64>::bytes == 81408 && BwdSmem<128>::bytes == 114176,
+              "NOTE [Tensor-core flash backward]");
 
 template <class T, int HD>
 struct BwdTiles {
@@ -110,7 +113,8 @@ __device__ __forceinline__ void mul_abt(float* c, const T* a, const T* bm) {
     }
   }
 #pragma unroll
-  for (int n = 0; n < kBK / 16; ++n) wmma::store_matrix_sync(c + n * 16, acc[n], LDS, wmma::mem_row_major);
+  for (int n = 0; n < kBK / 16; ++n)
+    wmma::store_matrix_sync(c + n * 16, acc[n], LDS, wmma::mem_row_major);
 }
 
 // acc[n] (16 x 16 column block n of a 16 x HD product) += A B: A is 16 x 64 T at `a` (row stride
@@ -136,14 +140,16 @@ __device__ __forceinline__ void mul_ab_acc(Acc (&acc)[HD / 16], const T* a, cons
 // element out_row(r) (skipped when < 0). Staged 64 columns at a time through the warp's fp32
 // block `s`, which the warp must be done with.
 template <int HD, class Row>
-__device__ __forceinline__ void write_rows(Acc (&acc)[HD / 16], float* s, float mul, void* out, int dt, Row out_row) {
+__device__ __forceinline__ void write_rows(Acc (&acc)[HD / 16], float* s, float mul, void* out,
+                                           int dt, Row out_row) {
   constexpr int LDS = BwdSmem<HD>::LDS;
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int chunk = 0; chunk < HD / 64; ++chunk) {
     __syncwarp();
 #pragma unroll
-    for (int n = 0; n < 4; ++n) wmma::store_matrix_sync(s + n * 16, acc[chunk * 4 + n], LDS, wmma::mem_row_major);
+    for (int n = 0; n < 4; ++n)
+      wmma::store_matrix_sync(s + n * 16, acc[chunk * 4 + n], LDS, wmma::mem_row_major);
     __syncwarp();
     for (int r = 0; r < 16; ++r) {
       const int64_t at = out_row(r);
@@ -156,8 +162,8 @@ __device__ __forceinline__ void write_rows(Acc (&acc)[HD / 16], float* s, float 
 
 template <class T, int HD>
 __global__ void __launch_bounds__(kWarps * 32)
-    attn_bwd_dq_tc(AttnLayout l, const T* dout, const T* q, const T* k, const T* v, const float* lse,
-                   const float* softmax_d, int64_t sd_ld, void* dq, int ddq) {
+    attn_bwd_dq_tc(AttnLayout l, const T* dout, const T* q, const T* k, const T* v,
+                   const float* lse, const float* softmax_d, int64_t sd_ld, void* dq, int ddq) {
   constexpr int LDT = BwdSmem<HD>::LDT, LDS = BwdSmem<HD>::LDS, LDP = BwdSmem<HD>::LDP;
   extern __shared__ __align__(128) unsigned char raw[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -166,9 +172,12 @@ __global__ void __launch_bounds__(kWarps * 32)
 
   const int64_t bh = blockIdx.y, b = bh / l.H, h = bh % l.H, kvh = h / l.group;
   const int64_t q0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * kBQ, wrow0 = q0 + warp * 16;
-  stage_rows<T, HD>(Qs, LDT, q, kBQ, [&](int t) { return q0 + t < l.S ? attn_q_index(l, b, q0 + t, h) : int64_t(-1); });
-  stage_rows<T, HD>(Gs, LDT, dout, kBQ,
-                    [&](int t) { return q0 + t < l.S ? attn_o_index(l, b, q0 + t, h) : int64_t(-1); });
+  stage_rows<T, HD>(Qs, LDT, q, kBQ, [&](int t) {
+    return q0 + t < l.S ? attn_q_index(l, b, q0 + t, h) : int64_t(-1);
+  });
+  stage_rows<T, HD>(Gs, LDT, dout, kBQ, [&](int t) {
+    return q0 + t < l.S ? attn_o_index(l, b, q0 + t, h) : int64_t(-1);
+  });
   for (int t = threadIdx.x; t < kBQ; t += blockDim.x) {
     const bool in = q0 + t < l.S;
     sm.lse[t] = in ? lse[attn_lse_index(l, b, h, q0 + t)] : 0.0f;
@@ -181,8 +190,12 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int64_t last = min(l.S, q0 + kBQ);  // keys [0, last) can be visible to this tile
   for (int64_t j0 = 0; j0 < last; j0 += kBK) {
     __syncthreads();  // the previous tile's K / V reads are done (and Q / dO / lse staged)
-    stage_rows<T, HD>(Ks, LDT, k, kBK, [&](int t) { return j0 + t < l.S ? attn_k_index(l, b, j0 + t, kvh) : int64_t(-1); });
-    stage_rows<T, HD>(Vs, LDT, v, kBK, [&](int t) { return j0 + t < l.S ? attn_v_index(l, b, j0 + t, kvh) : int64_t(-1); });
+    stage_rows<T, HD>(Ks, LDT, k, kBK, [&](int t) {
+      return j0 + t < l.S ? attn_k_index(l, b, j0 + t, kvh) : int64_t(-1);
+    });
+    stage_rows<T, HD>(Vs, LDT, v, kBK, [&](int t) {
+      return j0 + t < l.S ? attn_v_index(l, b, j0 + t, kvh) : int64_t(-1);
+    });
     __syncthreads();
     if (wrow0 >= l.S || j0 > wrow0 + 15) continue;  // warp-uniform: every key of the tile is masked
 
@@ -196,7 +209,8 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int t = 0; t < 2; ++t) {
         const int c = lane + 32 * t;
         float ds = 0.0f;
-        if (j0 + c <= i && i < l.S) ds = expf(sm.s[r * LDS + c] * l.scale - L) * (sm.dp[r * LDS + c] - Dl);
+        if (j0 + c <= i && i < l.S)
+          ds = expf(sm.s[r * LDS + c] * l.scale - L) * (sm.dp[r * LDS + c] - Dl);
         sm.w[r * LDP + c] = to_t<T>(ds);
       }
     }
@@ -204,14 +218,16 @@ __global__ void __launch_bounds__(kWarps * 32)
     mul_ab_acc<T, HD>(acc, sm.w, Ks);  // dQ += dS K
   }
   // dq is [B, S, H, hd] (q's compact layout): attn_o_index.
-  write_rows<HD>(acc, sm.s, l.scale, dq, ddq,
-                 [&](int r) { return wrow0 + r < l.S ? attn_o_index(l, b, wrow0 + r, h) : int64_t(-1); });
+  write_rows<HD>(acc, sm.s, l.scale, dq, ddq, [&](int r) {
+    return wrow0 + r < l.S ? attn_o_index(l, b, wrow0 + r, h) : int64_t(-1);
+  });
 }
 
 template <class T, int HD>
 __global__ void __launch_bounds__(kWarps * 32)
-    attn_bwd_dkdv_tc(AttnLayout l, const T* dout, const T* q, const T* k, const T* v, const float* lse,
-                     const float* softmax_d, int64_t sd_ld, void* dk, int ddk, void* dv, int ddv) {
+    attn_bwd_dkdv_tc(AttnLayout l, const T* dout, const T* q, const T* k, const T* v,
+                     const float* lse, const float* softmax_d, int64_t sd_ld, void* dk, int ddk,
+                     void* dv, int ddv) {
   constexpr int LDT = BwdSmem<HD>::LDT, LDS = BwdSmem<HD>::LDS, LDP = BwdSmem<HD>::LDP;
   extern __shared__ __align__(128) unsigned char raw[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -220,8 +236,12 @@ __global__ void __launch_bounds__(kWarps * 32)
 
   const int64_t bh = blockIdx.y, b = bh / l.Hkv, kvh = bh % l.Hkv;
   const int64_t k0 = static_cast<int64_t>(blockIdx.x) * kBK, wk0 = k0 + warp * 16;
-  stage_rows<T, HD>(Ks, LDT, k, kBK, [&](int t) { return k0 + t < l.S ? attn_k_index(l, b, k0 + t, kvh) : int64_t(-1); });
-  stage_rows<T, HD>(Vs, LDT, v, kBK, [&](int t) { return k0 + t < l.S ? attn_v_index(l, b, k0 + t, kvh) : int64_t(-1); });
+  stage_rows<T, HD>(Ks, LDT, k, kBK, [&](int t) {
+    return k0 + t < l.S ? attn_k_index(l, b, k0 + t, kvh) : int64_t(-1);
+  });
+  stage_rows<T, HD>(Vs, LDT, v, kBK, [&](int t) {
+    return k0 + t < l.S ? attn_v_index(l, b, k0 + t, kvh) : int64_t(-1);
+  });
 
   Acc gk[HD / 16], gv[HD / 16];
 #pragma unroll
@@ -233,10 +253,12 @@ __global__ void __launch_bounds__(kWarps * 32)
     // Query tiles from this key tile on (kBQ == kBK): a query before k0 sees none of its keys.
     for (int64_t i0 = k0; i0 < l.S; i0 += kBQ) {
       __syncthreads();  // the previous tile's Q / dO / lse reads are done (and K / V staged)
-      stage_rows<T, HD>(Qs, LDT, q, kBQ,
-                        [&](int t) { return i0 + t < l.S ? attn_q_index(l, b, i0 + t, h) : int64_t(-1); });
-      stage_rows<T, HD>(Gs, LDT, dout, kBQ,
-                        [&](int t) { return i0 + t < l.S ? attn_o_index(l, b, i0 + t, h) : int64_t(-1); });
+      stage_rows<T, HD>(Qs, LDT, q, kBQ, [&](int t) {
+        return i0 + t < l.S ? attn_q_index(l, b, i0 + t, h) : int64_t(-1);
+      });
+      stage_rows<T, HD>(Gs, LDT, dout, kBQ, [&](int t) {
+        return i0 + t < l.S ? attn_o_index(l, b, i0 + t, h) : int64_t(-1);
+      });
       for (int t = threadIdx.x; t < kBQ; t += blockDim.x) {
         const bool in = i0 + t < l.S;
         sm.lse[t] = in ? lse[attn_lse_index(l, b, h, i0 + t)] : 0.0f;
@@ -245,7 +267,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       __syncthreads();
       if (wk0 >= l.S) continue;  // warp-uniform: none of the warp's keys exists
 
-      mul_abt<T, HD>(sm.s, Ks + warp * 16 * LDT, Qs);   // S^T = K Q^T (rows: keys, columns: queries)
+      mul_abt<T, HD>(sm.s, Ks + warp * 16 * LDT, Qs);  // S^T = K Q^T (rows: keys, columns: queries)
       mul_abt<T, HD>(sm.dp, Vs + warp * 16 * LDT, Gs);  // dP^T = V dO^T
       __syncwarp();
       // Lane owns query columns lane and lane + 32 of every key row r.
@@ -255,7 +277,8 @@ __global__ void __launch_bounds__(kWarps * 32)
         L[t] = sm.lse[lane + 32 * t];
         Dl[t] = sm.sd[lane + 32 * t];
       }
-#pragma unroll 1  // rolled, like the dS^T loop below: keeps hd 128 (dK + dV: 128 registers) unspilled
+#pragma unroll 1  // rolled, like the dS^T loop below: keeps hd 128 (dK + dV: 128 registers)
+                  // unspilled
       for (int r = 0; r < 16; ++r) {
         const int64_t j = wk0 + r;
 #pragma unroll
@@ -283,37 +306,47 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   }
   // dk / dv are [B, S, Hkv, hd].
-  auto row = [&](int r) { return wk0 + r < l.S ? ((b * l.S + wk0 + r) * l.Hkv + kvh) * l.hd : int64_t(-1); };
+  auto row = [&](int r) {
+    return wk0 + r < l.S ? ((b * l.S + wk0 + r) * l.Hkv + kvh) * l.hd : int64_t(-1);
+  };
   write_rows<HD>(gk, sm.s, l.scale, dk, ddk, row);
   write_rows<HD>(gv, sm.s, 1.0f, dv, ddv, row);
 }
 
 template <class T, int HD>
-void run_bwd_tc(const AttnLayout& l, const void* dout, const void* q, const void* k, const void* v, const float* lse,
-                const launch::AttnGrads& g, cudaStream_t s) {
+void run_bwd_tc(const AttnLayout& l, const void* dout, const void* q, const void* k, const void* v,
+                const float* lse, const launch::AttnGrads& g, cudaStream_t s) {
   const int smem = static_cast<int>(BwdSmem<HD>::bytes);
   const unsigned tiles = static_cast<unsigned>((l.S + kBQ - 1) / kBQ);
-  const T *tq = static_cast<const T*>(q), *tk = static_cast<const T*>(k), *tv = static_cast<const T*>(v);
+  const T *tq = static_cast<const T*>(q), *tk = static_cast<const T*>(k),
+          *tv = static_cast<const T*>(v);
   const T* tg = static_cast<const T*>(dout);
   cudaFuncSetAttribute(attn_bwd_dq_tc<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   attn_bwd_dq_tc<T, HD><<<dim3(tiles, static_cast<unsigned>(l.B * l.H)), kWarps * 32, smem, s>>>(
       l, tg, tq, tk, tv, lse, g.softmax_d, g.softmax_d_ld, g.dq, g.ddq);
-  launch::check_launch("attention backward dq (tensor cores; FULLSHARD_ATTENTION_KERNELS=simt runs the SIMT kernels)");
-  cudaFuncSetAttribute(attn_bwd_dkdv_tc<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  attn_bwd_dkdv_tc<T, HD><<<dim3(tiles, static_cast<unsigned>(l.B * l.Hkv)), kWarps * 32, smem, s>>>(
-      l, tg, tq, tk, tv, lse, g.softmax_d, g.softmax_d_ld, g.dk, g.ddk, g.dv, g.ddv);
   launch::check_launch(
-      "attention backward dk dv (tensor cores; FULLSHARD_ATTENTION_KERNELS=simt runs the SIMT kernels)");
+      "attention backward dq (tensor cores; FULLSHARD_ATTENTION_KERNELS=simt runs the SIMT "
+      "kernels)");
+  cudaFuncSetAttribute(attn_bwd_dkdv_tc<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  attn_bwd_dkdv_tc<T, HD>
+      <<<dim3(tiles, static_cast<unsigned>(l.B * l.Hkv)), kWarps * 32, smem, s>>>(
+          l, tg, tq, tk, tv, lse, g.softmax_d, g.softmax_d_ld, g.dk, g.ddk, g.dv, g.ddv);
+  launch::check_launch(
+      "attention backward dk dv (tensor cores; FULLSHARD_ATTENTION_KERNELS=simt runs the SIMT "
+      "kernels)");
 }
 
 }  // namespace
 
-size_t launch::attention_backward_tc_smem(int64_t hd) { return hd == 64 ? BwdSmem<64>::bytes : BwdSmem<128>::bytes; }
+size_t launch::attention_backward_tc_smem(int64_t hd) {
+  return hd == 64 ? BwdSmem<64>::bytes : BwdSmem<128>::bytes;
+}
 
 // Called by launch::attention_backward after softmax_d, for bf16 / fp16 q, k, v and dO (one
 // dtype) with head_dim 64 or 128 and 16-byte aligned bases (dispatch.cc).
-void attention_backward_tc(const AttnLayout& l, const void* dout, const void* q, const void* k, const void* v,
-                           int dqkv, const float* lse, const launch::AttnGrads& g, cudaStream_t s) {
+void attention_backward_tc(const AttnLayout& l, const void* dout, const void* q, const void* k,
+                           const void* v, int dqkv, const float* lse, const launch::AttnGrads& g,
+                           cudaStream_t s) {
   if (dqkv == kBF16) {
     if (l.hd == 64) return run_bwd_tc<__nv_bfloat16, 64>(l, dout, q, k, v, lse, g, s);
     return run_bwd_tc<__nv_bfloat16, 128>(l, dout, q, k, v, lse, g, s);

@@ -35,8 +35,8 @@ struct RopeArgs {
   float sign;
 };
 
-__device__ __forceinline__ void rope_rotate(const launch::RopeTensor& t, const float* inv, int64_t hd, bool adjacent,
-                                            float sign) {
+__device__ __forceinline__ void rope_rotate(const launch::RopeTensor& t, const float* inv,
+                                            int64_t hd, bool adjacent, float sign) {
   const int64_t half = hd / 2, heads = t.width / hd, items = t.rows * half;
   for (int64_t item = global_thread(); item < items; item += grid_threads()) {
     const int64_t row = item / half, i = item - row * half;
@@ -47,7 +47,8 @@ __device__ __forceinline__ void rope_rotate(const launch::RopeTensor& t, const f
     for (int64_t h = 0; h < heads; ++h) {
       int64_t i1, i2;
       rope_pair(row, t.width, hd, h, i, adjacent, i1, i2);
-      const float a = load_f(t.x, t.dx, i1), b = load_f(t.x, t.dx, i2);  // both read before either is written
+      const float a = load_f(t.x, t.dx, i1),
+                  b = load_f(t.x, t.dx, i2);  // both read before either is written
       store_f(t.y, t.dy, i1, __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
       store_f(t.y, t.dy, i2, __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s)));
     }
@@ -107,7 +108,9 @@ __global__ void fused_pointwise_kernel(Operands p, int64_t n, bool vec, F f) {
 
 // The regions' maths, in compiled.cc's order of operations.
 struct SiluMul {  // (a, b) -> silu(a) * b
-  __device__ __forceinline__ void operator()(const float* v, float* o) const { o[0] = __fmul_rn(silu(v[0]), v[1]); }
+  __device__ __forceinline__ void operator()(const float* v, float* o) const {
+    o[0] = __fmul_rn(silu(v[0]), v[1]);
+  }
 };
 struct SiluMulBackward {  // (g, a, b) -> (g b s (1 + a (1 - s)), g a s), s = sigmoid(a)
   __device__ __forceinline__ void operator()(const float* v, float* o) const {
@@ -138,32 +141,37 @@ void pointwise(const Operands& p, int64_t n, F f, cudaStream_t s, const char* wh
 
 namespace launch {
 
-void compiled_rms_norm(const void* x, int dx, const void* a, int da, const void* w, int dw, void* y, int dy,
-                       float* rstd, int64_t rows, int64_t D, double eps, cudaStream_t s) {
+void compiled_rms_norm(const void* x, int dx, const void* a, int da, const void* w, int dw, void* y,
+                       int dy, float* rstd, int64_t rows, int64_t D, double eps, cudaStream_t s) {
   if (a)
-    rms_norm_launch(RowXPlusA{x, dx, a, da}, w, dw, y, dy, rstd, rows, D, eps, s, "compiled_add_rms_norm");
+    rms_norm_launch(RowXPlusA{x, dx, a, da}, w, dw, y, dy, rstd, rows, D, eps, s,
+                    "compiled_add_rms_norm");
   else
     rms_norm_launch(RowX{x, dx}, w, dw, y, dy, rstd, rows, D, eps, s, "compiled_rms_norm");
 }
 
-void compiled_rms_norm_backward(const CompiledNormBackward& b, int64_t rows, int64_t D, cudaStream_t s) {
+void compiled_rms_norm_backward(const CompiledNormBackward& b, int64_t rows, int64_t D,
+                                cudaStream_t s) {
   // gx's storage holds the weight gradient's chunk partials only when it overlaps nothing the op
   // reads (NOTE [Column sums without scratch]).
   const int64_t n = rows * D, gx_bytes = n * esize(b.dgx);
-  const bool gx_overlaps_input =
-      overlaps(b.gx, gx_bytes, b.g, n * esize(b.dg)) || overlaps(b.gx, gx_bytes, b.x, n * esize(b.dx)) ||
-      overlaps(b.gx, gx_bytes, b.a, n * esize(b.da)) || overlaps(b.gx, gx_bytes, b.gh, n * esize(b.dgh)) ||
-      overlaps(b.gx, gx_bytes, b.w, D * esize(b.dw)) || overlaps(b.gx, gx_bytes, b.rstd, rows * 4);
+  const bool gx_overlaps_input = overlaps(b.gx, gx_bytes, b.g, n * esize(b.dg)) ||
+                                 overlaps(b.gx, gx_bytes, b.x, n * esize(b.dx)) ||
+                                 overlaps(b.gx, gx_bytes, b.a, n * esize(b.da)) ||
+                                 overlaps(b.gx, gx_bytes, b.gh, n * esize(b.dgh)) ||
+                                 overlaps(b.gx, gx_bytes, b.w, D * esize(b.dw)) ||
+                                 overlaps(b.gx, gx_bytes, b.rstd, rows * 4);
   if (b.a)
-    norm_backward_launch(b.g, b.dg, RowXPlusA{b.x, b.dx, b.a, b.da}, nullptr, b.rstd, b.w, b.dw, b.gh, b.dgh, b.gx,
-                         b.dgx, b.gw, b.dgw, nullptr, 0, rows, D, gx_overlaps_input, s);
+    norm_backward_launch(b.g, b.dg, RowXPlusA{b.x, b.dx, b.a, b.da}, nullptr, b.rstd, b.w, b.dw,
+                         b.gh, b.dgh, b.gx, b.dgx, b.gw, b.dgw, nullptr, 0, rows, D,
+                         gx_overlaps_input, s);
   else
-    norm_backward_launch(b.g, b.dg, RowX{b.x, b.dx}, nullptr, b.rstd, b.w, b.dw, b.gh, b.dgh, b.gx, b.dgx, b.gw,
-                         b.dgw, nullptr, 0, rows, D, gx_overlaps_input, s);
+    norm_backward_launch(b.g, b.dg, RowX{b.x, b.dx}, nullptr, b.rstd, b.w, b.dw, b.gh, b.dgh, b.gx,
+                         b.dgx, b.gw, b.dgw, nullptr, 0, rows, D, gx_overlaps_input, s);
 }
 
-void compiled_rope(const RopeTensor* t, int count, int64_t hd, bool adjacent, float sign, const float* inv_freq,
-                   cudaStream_t s) {
+void compiled_rope(const RopeTensor* t, int count, int64_t hd, bool adjacent, float sign,
+                   const float* inv_freq, cudaStream_t s) {
   RopeArgs args{};
   RopeFreqs f{};
   int64_t items = 0;
@@ -181,18 +189,20 @@ void compiled_rope(const RopeTensor* t, int count, int64_t hd, bool adjacent, fl
   check_launch("compiled_rope");
 }
 
-void compiled_silu_mul(const void* a, int da, const void* b, int db, void* y, int dy, int64_t n, cudaStream_t s) {
-  pointwise<2, 1>(Operands{{a, b, nullptr}, {da, db, 0}, {y, nullptr}, {dy, 0}}, n, SiluMul{}, s, "compiled_silu_mul");
+void compiled_silu_mul(const void* a, int da, const void* b, int db, void* y, int dy, int64_t n,
+                       cudaStream_t s) {
+  pointwise<2, 1>(Operands{{a, b, nullptr}, {da, db, 0}, {y, nullptr}, {dy, 0}}, n, SiluMul{}, s,
+                  "compiled_silu_mul");
 }
 
-void compiled_silu_mul_backward(const void* g, int dg, const void* a, int da, const void* b, int db, void* ga, int dga,
-                                void* gb, int dgb, int64_t n, cudaStream_t s) {
+void compiled_silu_mul_backward(const void* g, int dg, const void* a, int da, const void* b, int db,
+                                void* ga, int dga, void* gb, int dgb, int64_t n, cudaStream_t s) {
   pointwise<3, 2>(Operands{{g, a, b}, {dg, da, db}, {ga, gb}, {dga, dgb}}, n, SiluMulBackward{}, s,
                   "compiled_silu_mul_backward");
 }
 
-void compiled_residual_add(const void* x, int dx, const void* a, int da, const void* f, int df, void* y, int dy,
-                           int64_t n, cudaStream_t s) {
+void compiled_residual_add(const void* x, int dx, const void* a, int da, const void* f, int df,
+                           void* y, int dy, int64_t n, cudaStream_t s) {
   pointwise<3, 1>(Operands{{x, a, f}, {dx, da, df}, {y, nullptr}, {dy, 0}}, n, ResidualAdd{}, s,
                   "compiled_residual_add");
 }

@@ -13,9 +13,9 @@
 namespace fullshard::cuda {
 
 struct KernelContext {
-  cudaStream_t stream = nullptr;    // the stream the op runs on
-  cublasLtHandle_t lt = nullptr;    // created once per backend
-  void* gemm_workspace = nullptr;   // cuBLASLt workspace (may be null with 0 bytes)
+  cudaStream_t stream = nullptr;   // the stream the op runs on
+  cublasLtHandle_t lt = nullptr;   // created once per backend
+  void* gemm_workspace = nullptr;  // cuBLASLt workspace (may be null with 0 bytes)
   size_t gemm_workspace_bytes = 0;
 };
 

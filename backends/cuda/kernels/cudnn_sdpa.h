@@ -53,15 +53,17 @@ struct BackwardArgs {
   const void *dout, *q, *k, *v, *o;
   const float* stats;
   void *dq, *dk, *dv;
-  void* workspace;        // the model's temporary (NOTE [cuDNN SDPA workspace]): the plan runs in it
+  void* workspace;  // the model's temporary (NOTE [cuDNN SDPA workspace]): the plan runs in it
   size_t workspace_bytes;  // its bytes: the plan chosen asks at most these
 };
 // true: cuDNN's kernels were enqueued on s. false: not run (a one-line reason went to stderr the
 // first time for this shape, and the call is counted with it); the caller runs the flash
 // kernels, which write the same outputs. FULLSHARD_CUDNN_ATTENTION=off declines quietly.
 // dtypes: every operand's, q's first (cuDNN takes one io dtype for all of them).
-bool forward(const AttnLayout& l, std::initializer_list<DType> dtypes, const ForwardArgs& a, cudaStream_t s);
-bool backward(const AttnLayout& l, std::initializer_list<DType> dtypes, const BackwardArgs& a, cudaStream_t s);
+bool forward(const AttnLayout& l, std::initializer_list<DType> dtypes, const ForwardArgs& a,
+             cudaStream_t s);
+bool backward(const AttnLayout& l, std::initializer_list<DType> dtypes, const BackwardArgs& a,
+              cudaStream_t s);
 
 // Process-wide tallies, for tests and reports.
 struct Counters {

@@ -12,9 +12,12 @@
 // memory. Every call is counted by path (NOTE [Attention path counter]) for the run's report.
 namespace fullshard::cuda::cudnn_sdpa {
 
-int64_t engine_limit(int64_t model_bytes, int64_t frontend_bytes) { return model_bytes - frontend_bytes; }
+int64_t engine_limit(int64_t model_bytes, int64_t frontend_bytes) {
+  return model_bytes - frontend_bytes;
+}
 
-PlanChoice choose_plan(int64_t count, const std::function<PlanOutcome(int64_t)>& try_plan, int64_t model_bytes) {
+PlanChoice choose_plan(int64_t count, const std::function<PlanOutcome(int64_t)>& try_plan,
+                       int64_t model_bytes) {
   PlanChoice c;
   for (int64_t i = 0; i < count; ++i) {
     const PlanOutcome o = try_plan(i);
@@ -37,11 +40,12 @@ std::string no_plan_reason(const PlanChoice& c, int64_t model_bytes, int64_t fro
                            int64_t model_frontend_bytes) {
   std::string r;
   if (engine_limit(model_bytes, frontend_bytes) < 0)
-    r = "the frontend's own tensors take " + std::to_string(frontend_bytes) + " bytes, more than the model's " +
-        std::to_string(model_bytes) + "-byte workspace";
+    r = "the frontend's own tensors take " + std::to_string(frontend_bytes) +
+        " bytes, more than the model's " + std::to_string(model_bytes) + "-byte workspace";
   else
-    r = c.reason + " of " + std::to_string(model_bytes) + " bytes (frontend " + std::to_string(frontend_bytes) +
-        ", leaving " + std::to_string(engine_limit(model_bytes, frontend_bytes)) + " for the plan)";
+    r = c.reason + " of " + std::to_string(model_bytes) + " bytes (frontend " +
+        std::to_string(frontend_bytes) + ", leaving " +
+        std::to_string(engine_limit(model_bytes, frontend_bytes)) + " for the plan)";
   if (frontend_bytes != model_frontend_bytes)
     r += "; the model assumed " + std::to_string(model_frontend_bytes) + " frontend bytes";
   for (const std::string& s : c.skipped) r += "; " + s;
@@ -58,7 +62,8 @@ void PathCounts::ran(bool backward) {
 
 void PathCounts::declined(bool backward, const std::string& shape, const std::string& reason) {
   std::lock_guard<std::mutex> lock(m_);
-  ++by_path_[std::string("flash ") + (backward ? "backward" : "forward") + ": " + shape + ": " + reason];
+  ++by_path_[std::string("flash ") + (backward ? "backward" : "forward") + ": " + shape + ": " +
+             reason];
 }
 
 std::vector<std::pair<std::string, int64_t>> PathCounts::counts() const {

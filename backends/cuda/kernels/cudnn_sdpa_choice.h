@@ -15,8 +15,9 @@ namespace fullshard::cuda::cudnn_sdpa {
 
 // What the frontend said of one heuristic plan when asked to build it.
 struct PlanOutcome {
-  std::string failure;   // empty: it built
-  int64_t workspace = 0;  // when built: get_workspace_size_plan_at_index (the plan's + the frontend's)
+  std::string failure;  // empty: it built
+  int64_t workspace =
+      0;  // when built: get_workspace_size_plan_at_index (the plan's + the frontend's)
 };
 
 // The engine workspace to allow (deselect_workspace_greater_than): what the model's block leaves
@@ -31,7 +32,8 @@ struct PlanChoice {
 };
 // Asks try_plan(0), try_plan(1), ... (heuristics order, as PyTorch's build_plans) up to `count`,
 // and takes the first that built with a workspace of at most model_bytes.
-PlanChoice choose_plan(int64_t count, const std::function<PlanOutcome(int64_t)>& try_plan, int64_t model_bytes);
+PlanChoice choose_plan(int64_t count, const std::function<PlanOutcome(int64_t)>& try_plan,
+                       int64_t model_bytes);
 
 // Why a call declines when the frontend's node tensors alone exceed the model's block, or when
 // no plan fits: one line naming the bytes and what the model assumed.

@@ -32,17 +32,21 @@ bool enabled_by_env(const char* value) {
   if (v.empty() || v == "auto") return true;
   if (v == "off") return false;
   throw InputError("FULLSHARD_CUDNN_ATTENTION", "unknown value '" + v + "'",
-                   "set it to 'off' (fullshard's own attention kernels for attention = cudnn) or 'auto', or unset it");
+                   "set it to 'off' (fullshard's own attention kernels for attention = cudnn) or "
+                   "'auto', or unset it");
 }
 
 std::string precheck(const AttnLayout& l, std::initializer_list<DType> dtypes,
                      std::initializer_list<const void*> bases) {
   const DType first = *dtypes.begin();
-  if (first != DType::kBFloat16 && first != DType::kFloat16) return "cuDNN's fused attention takes bf16 or fp16, not " + std::string(dtype_name(first));
+  if (first != DType::kBFloat16 && first != DType::kFloat16)
+    return "cuDNN's fused attention takes bf16 or fp16, not " + std::string(dtype_name(first));
   for (DType d : dtypes)
-    if (d != first) return "q, k, v and the outputs must share one dtype (" + std::string(dtype_name(first)) + " and " +
-             std::string(dtype_name(d)) + ")";
-  if (l.hd % 8 != 0 || l.hd > 256) return "head_dim " + std::to_string(l.hd) + " is not a multiple of 8 up to 256";
+    if (d != first)
+      return "q, k, v and the outputs must share one dtype (" + std::string(dtype_name(first)) +
+             " and " + std::string(dtype_name(d)) + ")";
+  if (l.hd % 8 != 0 || l.hd > 256)
+    return "head_dim " + std::to_string(l.hd) + " is not a multiple of 8 up to 256";
   for (const void* b : bases)
     if (reinterpret_cast<uintptr_t>(b) % 16 != 0) return "an operand is not 16-byte aligned";
   return "";

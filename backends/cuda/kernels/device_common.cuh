@@ -35,15 +35,22 @@ __device__ __forceinline__ void load8(const void* p, int dt, int64_t i, float* v
   if (dt == kF32) {
     const float4* q = reinterpret_cast<const float4*>(static_cast<const float*>(p) + i);
     const float4 a = q[0], b = q[1];
-    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
-    v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+    v[0] = a.x;
+    v[1] = a.y;
+    v[2] = a.z;
+    v[3] = a.w;
+    v[4] = b.x;
+    v[5] = b.y;
+    v[6] = b.z;
+    v[7] = b.w;
     return;
   }
   const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p) + i);
   const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    const uint16_t lo = static_cast<uint16_t>(w[k] & 0xffffu), hi = static_cast<uint16_t>(w[k] >> 16);
+    const uint16_t lo = static_cast<uint16_t>(w[k] & 0xffffu),
+                   hi = static_cast<uint16_t>(w[k] >> 16);
     if (dt == kBF16) {
       v[2 * k] = __uint_as_float(static_cast<uint32_t>(lo) << 16);
       v[2 * k + 1] = __uint_as_float(static_cast<uint32_t>(hi) << 16);
@@ -55,7 +62,8 @@ __device__ __forceinline__ void load8(const void* p, int dt, int64_t i, float* v
 }
 
 __device__ __forceinline__ uint16_t to_bits(int dt, float f) {
-  return dt == kBF16 ? __bfloat16_as_ushort(__float2bfloat16_rn(f)) : __half_as_ushort(__float2half_rn(f));
+  return dt == kBF16 ? __bfloat16_as_ushort(__float2bfloat16_rn(f))
+                     : __half_as_ushort(__float2half_rn(f));
 }
 
 __device__ __forceinline__ void store8(void* p, int dt, int64_t i, const float* v) {
@@ -68,14 +76,17 @@ __device__ __forceinline__ void store8(void* p, int dt, int64_t i, const float* 
   uint32_t w[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k)
-    w[k] = static_cast<uint32_t>(to_bits(dt, v[2 * k])) | (static_cast<uint32_t>(to_bits(dt, v[2 * k + 1])) << 16);
+    w[k] = static_cast<uint32_t>(to_bits(dt, v[2 * k])) |
+           (static_cast<uint32_t>(to_bits(dt, v[2 * k + 1])) << 16);
   *reinterpret_cast<uint4*>(static_cast<uint16_t*>(p) + i) = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 __device__ __forceinline__ int64_t global_thread() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
-__device__ __forceinline__ int64_t grid_threads() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+__device__ __forceinline__ int64_t grid_threads() {
+  return static_cast<int64_t>(gridDim.x) * blockDim.x;
+}
 
 // Sum over the block in a fixed order (warp shuffles, then warp 0 over the warp sums): the same
 // inputs give the same bits on every run. `scratch` holds 32 values; every thread gets the sum.

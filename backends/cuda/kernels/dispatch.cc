@@ -31,7 +31,8 @@ namespace fullshard::cuda {
 namespace launch {
 void check_launch(const char* what) {
   const cudaError_t e = cudaGetLastError();
-  FULLSHARD_CHECK(e == cudaSuccess, std::string("CUDA kernel launch '") + what + "' failed: " + cudaGetErrorString(e));
+  FULLSHARD_CHECK(e == cudaSuccess, std::string("CUDA kernel launch '") + what +
+                                        "' failed: " + cudaGetErrorString(e));
 }
 }  // namespace launch
 
@@ -43,13 +44,15 @@ using Ptrs = std::vector<void*>;
 int dt_in(const OpCall& op, size_t i) { return dcode(op.inputs[i].meta.dtype); }
 int dt_out(const OpCall& op, size_t i) { return dcode(op.outputs[i].meta.dtype); }
 void expect_float(const OpCall& op, const TensorMeta& m, const char* what) {
-  FULLSHARD_CHECK(is_float(m.dtype), where(op) + what + " must be fp32, bf16 or fp16, got " + std::string(dtype_name(m.dtype)));
+  FULLSHARD_CHECK(is_float(m.dtype), where(op) + what + " must be fp32, bf16 or fp16, got " +
+                                         std::string(dtype_name(m.dtype)));
 }
 void expect_same_numel(const OpCall& op) {
   const int64_t n = op.outputs.empty() ? op.inputs[0].meta.numel() : op.outputs[0].meta.numel();
   for (const auto& r : op.inputs) {
-    FULLSHARD_CHECK(r.meta.numel() == n, where(op) + "operand sizes differ: " + shape_str(r.meta.shape) + " vs " +
-                                             std::to_string(n) + " elements");
+    FULLSHARD_CHECK(r.meta.numel() == n, where(op) +
+                                             "operand sizes differ: " + shape_str(r.meta.shape) +
+                                             " vs " + std::to_string(n) + " elements");
     expect_float(op, r.meta, "operand");
   }
   for (const auto& r : op.outputs) {
@@ -58,16 +61,20 @@ void expect_same_numel(const OpCall& op) {
   }
 }
 
-void run_copies(const OpCall& op, const std::vector<CopyJob>& jobs, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
+void run_copies(const OpCall& op, const std::vector<CopyJob>& jobs, const Ptrs& in, const Ptrs& out,
+                cudaStream_t s) {
   for (const CopyJob& j : jobs) {
     const DType sd = op.inputs[j.in].meta.dtype, dd = op.outputs[j.out].meta.dtype;
     if (sd == dd) {
       const int64_t es = static_cast<int64_t>(dtype_size(sd));
       const Copy2D b = to_bytes(j.c, es);
-      launch::copy2d_bytes(b, in[j.in], out[j.out], copy_vector(b, in[j.in], 1, out[j.out], 1, 16), s);
+      launch::copy2d_bytes(b, in[j.in], out[j.out], copy_vector(b, in[j.in], 1, out[j.out], 1, 16),
+                           s);
     } else {
       const int vec = copy_vector(j.c, in[j.in], static_cast<int64_t>(dtype_size(sd)), out[j.out],
-                                  static_cast<int64_t>(dtype_size(dd)), 8) == 8 ? 8 : 1;
+                                  static_cast<int64_t>(dtype_size(dd)), 8) == 8
+                          ? 8
+                          : 1;
       // 8-element vectors are 16-byte accesses for 16-bit dtypes and 2 x 16 bytes for fp32:
       // both need 16-byte aligned elements, which copy_vector(…, 8) guarantees.
       launch::copy2d_cast(j.c, in[j.in], dcode(sd), out[j.out], dcode(dd), vec, s);
@@ -75,20 +82,23 @@ void run_copies(const OpCall& op, const std::vector<CopyJob>& jobs, const Ptrs& 
   }
 }
 
-void unary(launch::Ew e, const OpCall& op, const Ptrs& in, const Ptrs& out, float f, cudaStream_t s) {
+void unary(launch::Ew e, const OpCall& op, const Ptrs& in, const Ptrs& out, float f,
+           cudaStream_t s) {
   expect_arity(op, 1, 1);
   expect_same_numel(op);
-  launch::elementwise(e, in[0], dt_in(op, 0), nullptr, 0, out[0], dt_out(op, 0), op.outputs[0].meta.numel(), f, s);
+  launch::elementwise(e, in[0], dt_in(op, 0), nullptr, 0, out[0], dt_out(op, 0),
+                      op.outputs[0].meta.numel(), f, s);
 }
 void binary(launch::Ew e, const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
   expect_arity(op, 2, 1);
   expect_same_numel(op);
-  launch::elementwise(e, in[0], dt_in(op, 0), in[1], dt_in(op, 1), out[0], dt_out(op, 0), op.outputs[0].meta.numel(),
-                      0.0f, s);
+  launch::elementwise(e, in[0], dt_in(op, 0), in[1], dt_in(op, 1), out[0], dt_out(op, 0),
+                      op.outputs[0].meta.numel(), 0.0f, s);
 }
 
 void fill(const OpCall& op, const Ptrs& out, cudaStream_t s) {
-  FULLSHARD_CHECK(op.inputs.empty() && !op.outputs.empty(), where(op) + "expects no inputs and some outputs");
+  FULLSHARD_CHECK(op.inputs.empty() && !op.outputs.empty(),
+                  where(op) + "expects no inputs and some outputs");
   const double v = op.fargs.empty() ? 0.0 : op.fargs[0];
   for (size_t k = 0; k < op.outputs.size(); ++k) {
     unsigned char pat[16];
@@ -112,19 +122,21 @@ void embedding(const OpCall& op, const Ptrs& in, const Ptrs& out, bool backward,
     expect_numel(op, op.outputs[0].meta, n * D, "output");
     expect_float(op, w, "weight");
     expect_float(op, op.outputs[0].meta, "output");
-    return launch::embedding(static_cast<const int64_t*>(in[0]), in[1], dt_in(op, 1), out[0], dt_out(op, 0), n, V, D,
-                             vocab_start, s);
+    return launch::embedding(static_cast<const int64_t*>(in[0]), in[1], dt_in(op, 1), out[0],
+                             dt_out(op, 0), n, V, D, vocab_start, s);
   }
   expect_numel(op, op.inputs[0].meta, n * D, "grad_y");
   expect_float(op, op.inputs[0].meta, "grad_y");
   expect_float(op, w, "grad_weight");
   FULLSHARD_CHECK(embedding_backward_smem(D) <= kMaxDynamicSmem,
-                  where(op) + "embedding dim " + std::to_string(D) + " exceeds the backward's shared-memory row");
-  launch::embedding_backward(in[0], dt_in(op, 0), static_cast<const int64_t*>(in[1]), out[0], dt_out(op, 0), n, V, D,
-                             vocab_start, s);
+                  where(op) + "embedding dim " + std::to_string(D) +
+                      " exceeds the backward's shared-memory row");
+  launch::embedding_backward(in[0], dt_in(op, 0), static_cast<const int64_t*>(in[1]), out[0],
+                             dt_out(op, 0), n, V, D, vocab_start, s);
 }
 
-void position_embedding(const OpCall& op, const Ptrs& in, const Ptrs& out, bool backward, cudaStream_t s) {
+void position_embedding(const OpCall& op, const Ptrs& in, const Ptrs& out, bool backward,
+                        cudaStream_t s) {
   expect_arity(op, backward ? 1 : 2, 1);
   const TensorMeta& x = op.inputs[0].meta;
   const TensorMeta& w = backward ? op.outputs[0].meta : op.inputs[1].meta;
@@ -138,22 +150,26 @@ void position_embedding(const OpCall& op, const Ptrs& in, const Ptrs& out, bool 
   if (!backward) {
     expect_numel(op, op.outputs[0].meta, x.numel(), "output");
     expect_float(op, op.outputs[0].meta, "output");
-    return launch::position_embedding(in[0], dt_in(op, 0), in[1], dt_in(op, 1), out[0], dt_out(op, 0),
-                                      S * D == 0 ? 0 : x.numel() / D, S, D, p0, s);
+    return launch::position_embedding(in[0], dt_in(op, 0), in[1], dt_in(op, 1), out[0],
+                                      dt_out(op, 0), S * D == 0 ? 0 : x.numel() / D, S, D, p0, s);
   }
   const int64_t batch = S * D == 0 ? 0 : x.numel() / (S * D);
-  launch::position_embedding_backward(in[0], dt_in(op, 0), out[0], dt_out(op, 0), batch, S, P, D, p0, s);
+  launch::position_embedding_backward(in[0], dt_in(op, 0), out[0], dt_out(op, 0), batch, S, P, D,
+                                      p0, s);
 }
 
 // kRoPE (rotate_half pairs) and kRoPEComplex (adjacent pairs), forward (sign 1) and backward.
-void rope(const OpCall& op, const Ptrs& in, const Ptrs& out, float sign, bool adjacent, cudaStream_t s) {
+void rope(const OpCall& op, const Ptrs& in, const Ptrs& out, float sign, bool adjacent,
+          cudaStream_t s) {
   expect_arity(op, 1, 1);
-  FULLSHARD_CHECK(!op.iargs.empty() && !op.fargs.empty(), where(op) + "needs iargs[0] = head_dim, fargs[0] = theta");
+  FULLSHARD_CHECK(!op.iargs.empty() && !op.fargs.empty(),
+                  where(op) + "needs iargs[0] = head_dim, fargs[0] = theta");
   const TensorMeta &x = op.inputs[0].meta, &y = op.outputs[0].meta;
   const int64_t hd = op.iargs[0];
   FULLSHARD_CHECK(x.shape.size() >= 2, where(op) + "x must be [..., S, H*hd]");
   const int64_t width = x.shape.back(), S = x.shape[x.shape.size() - 2];
-  FULLSHARD_CHECK(hd > 0 && hd % 2 == 0 && width % hd == 0, where(op) + "head_dim must be even and divide the last dim");
+  FULLSHARD_CHECK(hd > 0 && hd % 2 == 0 && width % hd == 0,
+                  where(op) + "head_dim must be even and divide the last dim");
   expect_numel(op, y, x.numel(), "output");
   expect_float(op, x, "x");
   expect_float(op, y, "output");
@@ -162,12 +178,14 @@ void rope(const OpCall& op, const Ptrs& in, const Ptrs& out, float sign, bool ad
   FULLSHARD_CHECK(op.fargs.size() == 1 || op.fargs.size() == 5,
                   where(op) + "fargs must be {theta} or {theta, factor, low, high, original}");
   if (hd / 2 > launch::kMaxRopePairs)
-    throw InputError("model", "has head_dim " + std::to_string(hd) + ", above the " +
-                                  std::to_string(2 * launch::kMaxRopePairs) + " that the CUDA RoPE kernel takes",
+    throw InputError("model",
+                     "has head_dim " + std::to_string(hd) + ", above the " +
+                         std::to_string(2 * launch::kMaxRopePairs) +
+                         " that the CUDA RoPE kernel takes",
                      "train on the CPU backend (--backend cpu)");
   const std::vector<float> inv = rope_inv_freq(RopeParams::from_fargs(op.fargs), hd);
-  const launch::RopeTensor t[1] = {
-      {in[0], out[0], dt_in(op, 0), dt_out(op, 0), S == 0 || width == 0 ? 0 : x.numel() / width, S, width}};
+  const launch::RopeTensor t[1] = {{in[0], out[0], dt_in(op, 0), dt_out(op, 0),
+                                    S == 0 || width == 0 ? 0 : x.numel() / width, S, width}};
   launch::compiled_rope(t, 1, hd, adjacent, sign, inv.data(), s);
 }
 
@@ -185,8 +203,9 @@ void norm(const OpCall& op, const Ptrs& in, const Ptrs& out, bool layer, cudaStr
   expect_numel(op, op.inputs[2].meta, r.dim, "bias");
   expect_float(op, op.inputs[2].meta, "bias");
   check_stat(op, op.outputs[2].meta, r.rows);
-  launch::layer_norm(in[0], dt_in(op, 0), in[1], dt_in(op, 1), in[2], dt_in(op, 2), out[0], dt_out(op, 0),
-                     static_cast<float*>(out[1]), static_cast<float*>(out[2]), r.rows, r.dim, op.fargs[0], s);
+  launch::layer_norm(in[0], dt_in(op, 0), in[1], dt_in(op, 1), in[2], dt_in(op, 2), out[0],
+                     dt_out(op, 0), static_cast<float*>(out[1]), static_cast<float*>(out[2]),
+                     r.rows, r.dim, op.fargs[0], s);
 }
 
 void norm_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, bool layer, cudaStream_t s) {
@@ -197,13 +216,15 @@ void norm_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, bool layer
   const Rows r = norm_rows(op, x, op.inputs[wi].meta);
   for (size_t i = 2; i < wi; ++i) check_stat(op, op.inputs[i].meta, r.rows);
   FULLSHARD_CHECK(g.numel() == x.numel() && op.outputs[0].meta.numel() == x.numel() &&
-                      op.outputs[1].meta.numel() == r.dim && (!layer || op.outputs[2].meta.numel() == r.dim),
+                      op.outputs[1].meta.numel() == r.dim &&
+                      (!layer || op.outputs[2].meta.numel() == r.dim),
                   where(op) + "gradient sizes do not match x / w");
   expect_float(op, g, "grad");
   for (const auto& o : op.outputs) expect_float(op, o.meta, "gradient output");
-  launch::norm_backward(in[0], dt_in(op, 0), in[1], dt_in(op, 1), layer ? static_cast<const float*>(in[2]) : nullptr,
-                        static_cast<const float*>(in[layer ? 3 : 2]), in[wi], dt_in(op, wi), out[0], dt_out(op, 0),
-                        out[1], dt_out(op, 1), layer ? out[2] : nullptr, layer ? dt_out(op, 2) : 0, r.rows, r.dim, s);
+  launch::norm_backward(
+      in[0], dt_in(op, 0), in[1], dt_in(op, 1), layer ? static_cast<const float*>(in[2]) : nullptr,
+      static_cast<const float*>(in[layer ? 3 : 2]), in[wi], dt_in(op, wi), out[0], dt_out(op, 0),
+      out[1], dt_out(op, 1), layer ? out[2] : nullptr, layer ? dt_out(op, 2) : 0, r.rows, r.dim, s);
 }
 
 void linear_bias_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
@@ -235,7 +256,8 @@ int64_t smem_optin_bytes() {
   std::atomic<int64_t>& c = cache[static_cast<size_t>(dev)];
   if (c.load() == 0) {
     int bytes = 0;
-    if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+    if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
+        cudaSuccess) {
       cudaGetLastError();
       bytes = 0;
     }
@@ -252,19 +274,24 @@ int64_t smem_optin_bytes() {
 // scratch has other shapes). Else the WMMA tensor-core kernels under the same conditions at
 // head_dim 64 / 128: at 128 they take 110-112 KB per block, which sm_80 / sm_90 allow (163 /
 // 227 KB) but sm_86 / sm_89 (99 KB: RTX 30xx / 40xx, A10, A40, L4, L40) do not. Else SIMT.
-launch::AttnKernel attention_kernel(const AttnPlan& p, DType dt, std::initializer_list<const void*> bases,
-                                    bool backward, bool has_flash_temps) {
+launch::AttnKernel attention_kernel(const AttnPlan& p, DType dt,
+                                    std::initializer_list<const void*> bases, bool backward,
+                                    bool has_flash_temps) {
   const AttentionKernels env = attention_kernels_from_env();
   if (env == AttentionKernels::kSimt) return launch::AttnKernel::kSimt;
   for (const void* b : bases)
     if (!aligned16(b)) return launch::AttnKernel::kSimt;
   const int64_t optin = smem_optin_bytes();
-  if (env == AttentionKernels::kAuto && attention_uses_fa2(p, dt) && (!backward || has_flash_temps) &&
-      static_cast<int64_t>(backward ? fa2::bwd_smem_bytes(p.l.hd) : fa2::fwd_smem_bytes(p.l.hd)) <= optin)
+  if (env == AttentionKernels::kAuto && attention_uses_fa2(p, dt) &&
+      (!backward || has_flash_temps) &&
+      static_cast<int64_t>(backward ? fa2::bwd_smem_bytes(p.l.hd) : fa2::fwd_smem_bytes(p.l.hd)) <=
+          optin)
     return launch::AttnKernel::kFa2;
   if (!attention_uses_tensor_cores(p, dt)) return launch::AttnKernel::kSimt;
-  const size_t need = backward ? launch::attention_backward_tc_smem(p.l.hd) : launch::attention_forward_tc_smem(p.l.hd);
-  return static_cast<int64_t>(need) <= optin ? launch::AttnKernel::kWmma : launch::AttnKernel::kSimt;
+  const size_t need = backward ? launch::attention_backward_tc_smem(p.l.hd)
+                               : launch::attention_forward_tc_smem(p.l.hd);
+  return static_cast<int64_t>(need) <= optin ? launch::AttnKernel::kWmma
+                                             : launch::AttnKernel::kSimt;
 }
 
 void attention(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
@@ -278,7 +305,8 @@ void attention(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s
                           {q, k, v, out[0], static_cast<float*>(out[1])}, s))
     return;
   const launch::AttnKernel kernel = attention_kernel(p, dt, {q, k, v}, false, false);
-  launch::attention_forward(p.l, q, k, v, dcode(dt), out[0], dt_out(op, 0), static_cast<float*>(out[1]), kernel, s);
+  launch::attention_forward(p.l, q, k, v, dcode(dt), out[0], dt_out(op, 0),
+                            static_cast<float*>(out[1]), kernel, s);
 }
 
 void attention_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
@@ -286,16 +314,23 @@ void attention_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaS
   const void* q = in[1];
   const void* k = p.packed ? in[1] : in[2];
   const void* v = p.packed ? in[1] : in[3];
-  launch::AttnGrads g{out[0], out[1], out[2], dt_out(op, 0), dt_out(op, 1), dt_out(op, 2),
-                      static_cast<float*>(out[3]), p.softmax_d_ld};
+  launch::AttnGrads g{out[0],
+                      out[1],
+                      out[2],
+                      dt_out(op, 0),
+                      dt_out(op, 1),
+                      dt_out(op, 2),
+                      static_cast<float*>(out[3]),
+                      p.softmax_d_ld};
   const DType dt = op.inputs[1].meta.dtype;  // q's (k, v share it: plan_attention_backward)
   if (op.kind == OpKind::kAttentionCudnnBackward &&
-      cudnn_sdpa::backward(p.l,
-                           {dt, op.inputs[0].meta.dtype, op.inputs[p.o_in].meta.dtype, op.outputs[0].meta.dtype,
-                            op.outputs[1].meta.dtype, op.outputs[2].meta.dtype},
-                           {in[0], q, k, v, in[p.o_in], static_cast<const float*>(in[p.lse_in]), out[0], out[1],
-                            out[2], out[3], op.outputs[3].meta.nbytes()},
-                           s))
+      cudnn_sdpa::backward(
+          p.l,
+          {dt, op.inputs[0].meta.dtype, op.inputs[p.o_in].meta.dtype, op.outputs[0].meta.dtype,
+           op.outputs[1].meta.dtype, op.outputs[2].meta.dtype},
+          {in[0], q, k, v, in[p.o_in], static_cast<const float*>(in[p.lse_in]), out[0], out[1],
+           out[2], out[3], op.outputs[3].meta.nbytes()},
+          s))
     return;
   // NOTE [Flash attention backward temporaries]: plan_attention_backward checked their sizes.
   const bool flash_temps = op.kind == OpKind::kAttentionBackward;
@@ -310,11 +345,13 @@ void attention_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaS
     }
   }
   // The tensor-core backwards read dO as MMA operands in q's dtype.
-  const launch::AttnKernel kernel = op.inputs[0].meta.dtype == dt
-                                        ? attention_kernel(p, dt, {in[0], q, k, v, in[p.o_in]}, true, flash_temps)
-                                        : launch::AttnKernel::kSimt;
-  launch::attention_backward(p.l, in[0], dt_in(op, 0), q, k, v, dt_in(op, 1), in[p.o_in], dt_in(op, p.o_in),
-                             static_cast<const float*>(in[p.lse_in]), g, kernel, s);
+  const launch::AttnKernel kernel =
+      op.inputs[0].meta.dtype == dt
+          ? attention_kernel(p, dt, {in[0], q, k, v, in[p.o_in]}, true, flash_temps)
+          : launch::AttnKernel::kSimt;
+  launch::attention_backward(p.l, in[0], dt_in(op, 0), q, k, v, dt_in(op, 1), in[p.o_in],
+                             dt_in(op, p.o_in), static_cast<const float*>(in[p.lse_in]), g, kernel,
+                             s);
 }
 
 void log_softmax(const OpCall& op, const Ptrs& in, const Ptrs& out, bool backward, cudaStream_t s) {
@@ -325,7 +362,8 @@ void log_softmax(const OpCall& op, const Ptrs& in, const Ptrs& out, bool backwar
   expect_same_numel(op);
   const int64_t rows = ref.numel() / V;
   if (!backward) return launch::log_softmax(in[0], dt_in(op, 0), out[0], dt_out(op, 0), rows, V, s);
-  launch::log_softmax_backward(in[0], dt_in(op, 0), in[1], dt_in(op, 1), out[0], dt_out(op, 0), rows, V, s);
+  launch::log_softmax_backward(in[0], dt_in(op, 0), in[1], dt_in(op, 1), out[0], dt_out(op, 0),
+                               rows, V, s);
 }
 
 int64_t ignore_index(const OpCall& op) { return op.iargs.empty() ? -100 : op.iargs[0]; }
@@ -337,16 +375,18 @@ void nll_loss(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s)
   FULLSHARD_CHECK(V > 0, where(op) + "empty class dim");
   expect_float(op, lp, "log_probs");
   const int64_t rows = lp.numel() / V;
-  FULLSHARD_CHECK(lab.dtype == DType::kInt64 && lab.numel() == rows, where(op) + "labels must be int64 [rows]");
+  FULLSHARD_CHECK(lab.dtype == DType::kInt64 && lab.numel() == rows,
+                  where(op) + "labels must be int64 [rows]");
   // loss and total_weight have the log-probs' dtype (fp32, or bf16 / fp16 with loss "bf16_logits").
   for (size_t i = 0; i < 2; ++i) {
-    FULLSHARD_CHECK(op.outputs[i].meta.numel() == 1, where(op) + "loss and total_weight must be scalars");
+    FULLSHARD_CHECK(op.outputs[i].meta.numel() == 1,
+                    where(op) + "loss and total_weight must be scalars");
     expect_float(op, op.outputs[i].meta, i == 0 ? "loss" : "total_weight");
   }
   FULLSHARD_CHECK(op.outputs[0].meta.dtype == op.outputs[1].meta.dtype,
                   where(op) + "loss and total_weight must share a dtype");
-  launch::nll_loss(in[0], dt_in(op, 0), static_cast<const int64_t*>(in[1]), out[0], out[1], dt_out(op, 0), rows, V,
-                   ignore_index(op), s);
+  launch::nll_loss(in[0], dt_in(op, 0), static_cast<const int64_t*>(in[1]), out[0], out[1],
+                   dt_out(op, 0), rows, V, ignore_index(op), s);
 }
 
 void nll_loss_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
@@ -355,20 +395,22 @@ void nll_loss_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaSt
   const int64_t V = gx.shape.empty() ? 1 : gx.shape.back();
   FULLSHARD_CHECK(V > 0, where(op) + "empty class dim");
   const int64_t rows = gx.numel() / V;
-  FULLSHARD_CHECK(lab.dtype == DType::kInt64 && lab.numel() == rows, where(op) + "labels must be int64 [rows]");
+  FULLSHARD_CHECK(lab.dtype == DType::kInt64 && lab.numel() == rows,
+                  where(op) + "labels must be int64 [rows]");
   FULLSHARD_CHECK(gl.numel() == 1 && is_float(gl.dtype) && op.inputs[2].meta.numel() == 1 &&
                       is_float(op.inputs[2].meta.dtype),
                   where(op) + "grad_loss and total_weight must be floating scalars");
   expect_float(op, gx, "grad_log_probs");
-  launch::nll_loss_backward(in[0], dt_in(op, 0), static_cast<const int64_t*>(in[1]), in[2], dt_in(op, 2), out[0],
-                            dt_out(op, 0), rows, V, ignore_index(op), s);
+  launch::nll_loss_backward(in[0], dt_in(op, 0), static_cast<const int64_t*>(in[1]), in[2],
+                            dt_in(op, 2), out[0], dt_out(op, 0), rows, V, ignore_index(op), s);
 }
 
 void reduce(const OpCall& op, const Ptrs& in, const Ptrs& out, bool squares, cudaStream_t s) {
   if (squares) {
-    FULLSHARD_CHECK((op.outputs.size() == 1 || op.outputs.size() == 2) &&
-                        op.outputs[0].meta.numel() == static_cast<int64_t>(op.inputs.size()),
-                    where(op) + "expects n inputs and one [n] output (then _foreach_norm's scratch)");
+    FULLSHARD_CHECK(
+        (op.outputs.size() == 1 || op.outputs.size() == 2) &&
+            op.outputs[0].meta.numel() == static_cast<int64_t>(op.inputs.size()),
+        where(op) + "expects n inputs and one [n] output (then _foreach_norm's scratch)");
   } else {
     expect_arity(op, 1, 1);
     FULLSHARD_CHECK(op.outputs[0].meta.numel() == 1, where(op) + "output must have one element");
@@ -383,40 +425,47 @@ void reduce(const OpCall& op, const Ptrs& in, const Ptrs& out, bool squares, cud
     std::vector<int64_t> numels;
     for (const auto& t : op.inputs) numels.push_back(t.meta.numel());
     const TensorMeta& scratch = op.outputs[1].meta;
-    FULLSHARD_CHECK(scratch.dtype == DType::kFloat32 && scratch.numel() == foreach_norm_scratch_numel(numels),
-                    where(op) + "_foreach_norm's scratch must be fp32 [" +
-                        std::to_string(foreach_norm_scratch_numel(numels)) + "], got " +
-                        std::to_string(scratch.numel()) + " elements");
-    const int64_t max_chunks = op.inputs.empty() ? 0 : scratch.numel() / static_cast<int64_t>(op.inputs.size());
-    return launch::chunked_squared_norms(items.data(), static_cast<int>(items.size()), kForeachChunk,
-                                         static_cast<float*>(out[1]), max_chunks, out[0], dt_out(op, 0), s);
+    FULLSHARD_CHECK(
+        scratch.dtype == DType::kFloat32 && scratch.numel() == foreach_norm_scratch_numel(numels),
+        where(op) + "_foreach_norm's scratch must be fp32 [" +
+            std::to_string(foreach_norm_scratch_numel(numels)) + "], got " +
+            std::to_string(scratch.numel()) + " elements");
+    const int64_t max_chunks =
+        op.inputs.empty() ? 0 : scratch.numel() / static_cast<int64_t>(op.inputs.size());
+    return launch::chunked_squared_norms(items.data(), static_cast<int>(items.size()),
+                                         kForeachChunk, static_cast<float*>(out[1]), max_chunks,
+                                         out[0], dt_out(op, 0), s);
   }
-  launch::reduce_sums(items.data(), static_cast<int>(items.size()), squares, out[0], dt_out(op, 0), s);
+  launch::reduce_sums(items.data(), static_cast<int>(items.size()), squares, out[0], dt_out(op, 0),
+                      s);
 }
 
 void clip_grad_scale(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
-  FULLSHARD_CHECK(!op.inputs.empty() && op.outputs.size() + 1 == op.inputs.size() && !op.fargs.empty(),
-                  where(op) + "expects (total, grads...) -> (grads...) and fargs[0] = max_norm");
+  FULLSHARD_CHECK(
+      !op.inputs.empty() && op.outputs.size() + 1 == op.inputs.size() && !op.fargs.empty(),
+      where(op) + "expects (total, grads...) -> (grads...) and fargs[0] = max_norm");
   FULLSHARD_CHECK(op.inputs[0].meta.numel() == 1 && is_float(op.inputs[0].meta.dtype),
                   where(op) + "total must have one element");
   for (size_t i = 0; i < op.outputs.size(); ++i) {
     const TensorMeta &gi = op.inputs[i + 1].meta, &go = op.outputs[i].meta;
-    FULLSHARD_CHECK(gi.numel() == go.numel(), where(op) + "gradient " + std::to_string(i) + " sizes differ");
+    FULLSHARD_CHECK(gi.numel() == go.numel(),
+                    where(op) + "gradient " + std::to_string(i) + " sizes differ");
     expect_float(op, gi, "gradient");
     expect_float(op, go, "gradient");
   }
   std::vector<launch::ClipTensor> t(op.outputs.size());  // multi-tensor (elementwise.cu)
   for (size_t i = 0; i < op.outputs.size(); ++i)
     t[i] = {in[i + 1], out[i], op.outputs[i].meta.numel(), dt_in(op, i + 1), dt_out(op, i)};
-  launch::clip_scale(in[0], dt_in(op, 0), static_cast<float>(op.fargs[0]), t.data(), static_cast<int>(t.size()), s);
+  launch::clip_scale(in[0], dt_in(op, 0), static_cast<float>(op.fargs[0]), t.data(),
+                     static_cast<int>(t.size()), s);
 }
 
 void adamw(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
   const AdamWArgs d = decode_adamw(op);  // layout, sizes and host scalars exactly as optim.cc
   const bool fused = d.fused;
   const size_t per_out = d.outputs_per_param;
-  launch::AdamScalars a{d.decay, d.one_minus_beta1, d.beta2, d.one_minus_beta2, d.neg_step_size,
-                        d.bias_correction2_sqrt, d.eps};
+  launch::AdamScalars a{d.decay,         d.one_minus_beta1,       d.beta2, d.one_minus_beta2,
+                        d.neg_step_size, d.bias_correction2_sqrt, d.eps};
   for (size_t k = 0; k < d.params; ++k) {
     const size_t i = 4 * k, o = per_out * k;
     for (size_t t = 0; t < 4; ++t) expect_float(op, op.inputs[i + t].meta, "AdamW operand");
@@ -425,9 +474,23 @@ void adamw(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
   std::vector<launch::AdamTensor> t(d.params);  // NOTE [Multi-tensor AdamW] in elementwise.cu
   for (size_t k = 0; k < d.params; ++k) {
     const size_t i = 4 * k, o = per_out * k;
-    t[k] = {in[i], in[i + 1], in[i + 2], in[i + 3], out[o], out[o + 1], out[o + 2], fused ? nullptr : out[o + 3],
-            op.inputs[i].meta.numel(), dt_in(op, i), dt_in(op, i + 1), dt_in(op, i + 2), dt_in(op, i + 3),
-            dt_out(op, o), dt_out(op, o + 1), dt_out(op, o + 2), fused ? 0 : dt_out(op, o + 3)};
+    t[k] = {in[i],
+            in[i + 1],
+            in[i + 2],
+            in[i + 3],
+            out[o],
+            out[o + 1],
+            out[o + 2],
+            fused ? nullptr : out[o + 3],
+            op.inputs[i].meta.numel(),
+            dt_in(op, i),
+            dt_in(op, i + 1),
+            dt_in(op, i + 2),
+            dt_in(op, i + 3),
+            dt_out(op, o),
+            dt_out(op, o + 1),
+            dt_out(op, o + 2),
+            fused ? 0 : dt_out(op, o + 3)};
   }
   launch::adamw(a, t.data(), static_cast<int>(t.size()), s);
 }
@@ -441,7 +504,8 @@ void expect_float_operands(const OpCall& op) {
 }
 
 void check_rstd(const OpCall& op, const TensorMeta& m, int64_t rows) {
-  FULLSHARD_CHECK(m.dtype == DType::kFloat32 && m.numel() == rows, where(op) + "rstd must be fp32 [rows]");
+  FULLSHARD_CHECK(m.dtype == DType::kFloat32 && m.numel() == rows,
+                  where(op) + "rstd must be fp32 [rows]");
 }
 
 // (x [, a], w) -> (y, rstd): RMSNorm of x, or of h = x + a (kCompiledAddRMSNorm).
@@ -451,13 +515,15 @@ void compiled_norm(const OpCall& op, const Ptrs& in, const Ptrs& out, bool add, 
   const TensorMeta& x = op.inputs[0].meta;
   const Rows r = norm_rows(op, x, op.inputs[wi].meta);
   check_rstd(op, op.outputs[1].meta, r.rows);
-  FULLSHARD_CHECK(op.outputs[0].meta.numel() == x.numel() && (!add || op.inputs[1].meta.numel() == x.numel()),
-                  where(op) + "operand sizes differ from x");
+  FULLSHARD_CHECK(
+      op.outputs[0].meta.numel() == x.numel() && (!add || op.inputs[1].meta.numel() == x.numel()),
+      where(op) + "operand sizes differ from x");
   FULLSHARD_CHECK(!op.fargs.empty(), where(op) + "needs fargs[0] = eps");
   if (add) expect_float(op, op.inputs[1].meta, "a");
   expect_float(op, op.outputs[0].meta, "output");
-  launch::compiled_rms_norm(in[0], dt_in(op, 0), add ? in[1] : nullptr, add ? dt_in(op, 1) : 0, in[wi], dt_in(op, wi),
-                            out[0], dt_out(op, 0), static_cast<float*>(out[1]), r.rows, r.dim, op.fargs[0], s);
+  launch::compiled_rms_norm(in[0], dt_in(op, 0), add ? in[1] : nullptr, add ? dt_in(op, 1) : 0,
+                            in[wi], dt_in(op, wi), out[0], dt_out(op, 0),
+                            static_cast<float*>(out[1]), r.rows, r.dim, op.fargs[0], s);
 }
 
 // (g_y, x, rstd, w [, a] [, g_h]) -> (g_x, g_w); iargs {has_a, has_g_h}.
@@ -472,7 +538,8 @@ void compiled_norm_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, c
                       op.outputs[1].meta.numel() == r.dim,
                   where(op) + "gradient sizes do not match x / w");
   const size_t ia = 4, igh = has_a ? 5 : 4;
-  // The CPU kernel reads a and g_h a row at a time without a check; the whole tensors are checked here.
+  // The CPU kernel reads a and g_h a row at a time without a check; the whole tensors are checked
+  // here.
   if (has_a) expect_numel(op, op.inputs[ia].meta, x.numel(), "a");
   if (has_gh) expect_numel(op, op.inputs[igh].meta, x.numel(), "g_h");
   expect_float_operands(op);
@@ -517,16 +584,22 @@ void compiled_rope(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream
     FULLSHARD_CHECK(y.numel() == x.numel(), where(op) + "output size differs from x");
     expect_float(op, x, "x");
     expect_float(op, y, "output");
-    t[i] = {in[i], out[i], dt_in(op, i), dt_out(op, i), S == 0 || width == 0 ? 0 : x.numel() / width, S, width};
+    t[i] = {
+        in[i], out[i], dt_in(op, i), dt_out(op, i), S == 0 || width == 0 ? 0 : x.numel() / width,
+        S,     width};
   }
   if (hd / 2 > launch::kMaxRopePairs)
-    throw InputError("model", "has head_dim " + std::to_string(hd) + ", above the " +
-                                  std::to_string(2 * launch::kMaxRopePairs) +
-                                  " that the CUDA kernel of the compiled RoPE takes",
-                     "train on the CPU backend (--backend cpu) or set model.implementation.compile to false");
-  // NOTE [RoPE in fp32], NOTE [Llama 3 RoPE scaling]: the CPU kernel's table, computed the same way.
+    throw InputError(
+        "model",
+        "has head_dim " + std::to_string(hd) + ", above the " +
+            std::to_string(2 * launch::kMaxRopePairs) +
+            " that the CUDA kernel of the compiled RoPE takes",
+        "train on the CPU backend (--backend cpu) or set model.implementation.compile to false");
+  // NOTE [RoPE in fp32], NOTE [Llama 3 RoPE scaling]: the CPU kernel's table, computed the same
+  // way.
   const std::vector<float> inv = rope_inv_freq(RopeParams::from_fargs(op.fargs), hd);
-  launch::compiled_rope(t, static_cast<int>(n), hd, op.iargs[1] != 0, backward ? -1.0f : 1.0f, inv.data(), s);
+  launch::compiled_rope(t, static_cast<int>(n), hd, op.iargs[1] != 0, backward ? -1.0f : 1.0f,
+                        inv.data(), s);
 }
 
 void compiled_silu_mul(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
@@ -541,21 +614,23 @@ void compiled_silu_mul(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaSt
 void compiled_silu_mul_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
   expect_arity(op, 3, 2);  // (g, a, b) -> (g_a, g_b)
   const int64_t n = op.inputs[0].meta.numel();
-  for (size_t i = 1; i < 3; ++i) FULLSHARD_CHECK(op.inputs[i].meta.numel() == n, where(op) + "operand sizes differ");
+  for (size_t i = 1; i < 3; ++i)
+    FULLSHARD_CHECK(op.inputs[i].meta.numel() == n, where(op) + "operand sizes differ");
   FULLSHARD_CHECK(op.outputs[0].meta.numel() == n && op.outputs[1].meta.numel() == n,
                   where(op) + "output sizes differ");
   expect_float_operands(op);
-  launch::compiled_silu_mul_backward(in[0], dt_in(op, 0), in[1], dt_in(op, 1), in[2], dt_in(op, 2), out[0],
-                                     dt_out(op, 0), out[1], dt_out(op, 1), n, s);
+  launch::compiled_silu_mul_backward(in[0], dt_in(op, 0), in[1], dt_in(op, 1), in[2], dt_in(op, 2),
+                                     out[0], dt_out(op, 0), out[1], dt_out(op, 1), n, s);
 }
 
 void compiled_residual_add(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
   expect_arity(op, 3, 1);  // (x, a, f) -> x + a + f; out may be f
   const int64_t n = op.outputs[0].meta.numel();
-  for (size_t i = 0; i < 3; ++i) FULLSHARD_CHECK(op.inputs[i].meta.numel() == n, where(op) + "operand sizes differ");
+  for (size_t i = 0; i < 3; ++i)
+    FULLSHARD_CHECK(op.inputs[i].meta.numel() == n, where(op) + "operand sizes differ");
   expect_float_operands(op);
-  launch::compiled_residual_add(in[0], dt_in(op, 0), in[1], dt_in(op, 1), in[2], dt_in(op, 2), out[0], dt_out(op, 0),
-                                n, s);
+  launch::compiled_residual_add(in[0], dt_in(op, 0), in[1], dt_in(op, 1), in[2], dt_in(op, 2),
+                                out[0], dt_out(op, 0), n, s);
 }
 
 // NOTE [Operand alignment]: every kernel here reads and writes an operand through pointers of
@@ -567,16 +642,19 @@ void compiled_residual_add(const OpCall& op, const Ptrs& in, const Ptrs& out, cu
 // element size is a caller's bug: refused here, naming the op and the operand, before anything
 // is enqueued. Alignment beyond the element size (16 bytes for the vectorised paths) is each
 // kernel's own choice, with a scalar path for the rest.
-void check_alignment(const OpCall& op, const std::vector<TensorRef>& refs, const Ptrs& ptrs, const char* side) {
+void check_alignment(const OpCall& op, const std::vector<TensorRef>& refs, const Ptrs& ptrs,
+                     const char* side) {
   for (size_t i = 0; i < refs.size(); ++i) {
     const TensorMeta& m = refs[i].meta;
     const uintptr_t a = reinterpret_cast<uintptr_t>(ptrs[i]);
     const uint64_t es = dtype_size(m.dtype);
     if (refs[i].nbytes() == 0 || es <= 1 || a % es == 0) continue;
-    FULLSHARD_CHECK(false, where(op) + side + " " + std::to_string(i) + " (" + std::string(dtype_name(m.dtype)) + " " +
-                               shape_str(m.shape) + ") at address " + std::to_string(a) + " is " +
-                               std::to_string(a % es) + " bytes into a " + std::to_string(es) +
-                               "-byte element: every operand must start at a multiple of its element size");
+    FULLSHARD_CHECK(
+        false, where(op) + side + " " + std::to_string(i) + " (" +
+                   std::string(dtype_name(m.dtype)) + " " + shape_str(m.shape) + ") at address " +
+                   std::to_string(a) + " is " + std::to_string(a % es) + " bytes into a " +
+                   std::to_string(es) +
+                   "-byte element: every operand must start at a multiple of its element size");
   }
 }
 
@@ -585,12 +663,10 @@ void check_alignment(const OpCall& op, const std::vector<TensorRef>& refs, const
 bool has_kernel(OpKind kind) {
   switch (kind) {
     case OpKind::kLoadBatch:
-    case OpKind::kInitParam:          // the backend's own (init_param.h)
-    case OpKind::kAllGatherMatmul:    // asynchronous TP: simulator only
-    case OpKind::kMatmulReduceScatter:
-      return false;
-    default:
-      return true;
+    case OpKind::kInitParam:        // the backend's own (init_param.h)
+    case OpKind::kAllGatherMatmul:  // asynchronous TP: simulator only
+    case OpKind::kMatmulReduceScatter: return false;
+    default: return true;
   }
 }
 
@@ -599,9 +675,11 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
   FULLSHARD_CHECK(in.size() == op.inputs.size() && out.size() == op.outputs.size(),
                   where(op) + "address count does not match the op's tensors");
   for (size_t i = 0; i < in.size(); ++i)
-    FULLSHARD_CHECK(in[i] || op.inputs[i].nbytes() == 0, where(op) + "null input address " + std::to_string(i));
+    FULLSHARD_CHECK(in[i] || op.inputs[i].nbytes() == 0,
+                    where(op) + "null input address " + std::to_string(i));
   for (size_t i = 0; i < out.size(); ++i)
-    FULLSHARD_CHECK(out[i] || op.outputs[i].nbytes() == 0, where(op) + "null output address " + std::to_string(i));
+    FULLSHARD_CHECK(out[i] || op.outputs[i].nbytes() == 0,
+                    where(op) + "null output address " + std::to_string(i));
   check_alignment(op, op.inputs, in, "input");  // NOTE [Operand alignment]
   check_alignment(op, op.outputs, out, "output");
   const cudaStream_t s = ctx.stream;
@@ -624,11 +702,13 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
     case OpKind::kLinearBackwardBias: return linear_bias_backward(op, in, out, s);
     case OpKind::kRoPE: return rope(op, in, out, 1.0f, false, s);
     case OpKind::kRoPEBackward: return rope(op, in, out, -1.0f, false, s);
-    case OpKind::kRoPEComplex: return rope(op, in, out, 1.0f, true, s);  // torchtitan's view_as_complex
+    case OpKind::kRoPEComplex:
+      return rope(op, in, out, 1.0f, true, s);  // torchtitan's view_as_complex
     case OpKind::kRoPEComplexBackward: return rope(op, in, out, -1.0f, true, s);
     case OpKind::kAttention:
     case OpKind::kAttentionEfficient:
-    case OpKind::kAttentionCudnn: return attention(op, in, out, s);  // NOTE [SDPA variants on the CUDA backend]
+    case OpKind::kAttentionCudnn:
+      return attention(op, in, out, s);  // NOTE [SDPA variants on the CUDA backend]
     case OpKind::kAttentionBackward:
     case OpKind::kAttentionEfficientBackward:
     case OpKind::kAttentionCudnnBackward: return attention_backward(op, in, out, s);
@@ -639,8 +719,10 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
       expect_arity(op, 3, 2);
       expect_same_numel(op);
       const int64_t n = op.inputs[0].meta.numel();
-      launch::elementwise(launch::Ew::kMul, in[0], dt_in(op, 0), in[2], dt_in(op, 2), out[0], dt_out(op, 0), n, 0.0f, s);
-      launch::elementwise(launch::Ew::kMul, in[0], dt_in(op, 0), in[1], dt_in(op, 1), out[1], dt_out(op, 1), n, 0.0f, s);
+      launch::elementwise(launch::Ew::kMul, in[0], dt_in(op, 0), in[2], dt_in(op, 2), out[0],
+                          dt_out(op, 0), n, 0.0f, s);
+      launch::elementwise(launch::Ew::kMul, in[0], dt_in(op, 0), in[1], dt_in(op, 1), out[1],
+                          dt_out(op, 1), n, 0.0f, s);
       return;
     }
     case OpKind::kGELU: return unary(launch::Ew::kGELU, op, in, out, 0.0f, s);
@@ -667,7 +749,8 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
     case OpKind::kRepeatKV:
     case OpKind::kRepeatKVBackward:
     case OpKind::kRotaryCosSin:
-    case OpKind::kRotateHalfCat: return launch_eager(op, in, out, s);  // eager_dispatch.cc
+    case OpKind::kRotateHalfCat:
+      return launch_eager(op, in, out, s);  // eager_dispatch.cc
     // Tensor parallelism (tensor_parallel.h), with the two eager kinds its loss paths issue.
     case OpKind::kTransposeBlocks:
     case OpKind::kRowMax:
@@ -680,8 +763,10 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
     case OpKind::kNarrowCopy: return launch_tensor_parallel(op, in, out, s);
     case OpKind::kAllGatherMatmul:
     case OpKind::kMatmulReduceScatter:
-      FULLSHARD_CHECK(false, where(op) + "not supported on the CUDA backend (asynchronous tensor parallelism, "
-                                         "tensor_parallel.async, runs in the simulator only)");
+      FULLSHARD_CHECK(false,
+                      where(op) +
+                          "not supported on the CUDA backend (asynchronous tensor parallelism, "
+                          "tensor_parallel.async, runs in the simulator only)");
       break;
     case OpKind::kCompiledRMSNorm: return compiled_norm(op, in, out, false, s);
     case OpKind::kCompiledAddRMSNorm: return compiled_norm(op, in, out, true, s);

@@ -36,7 +36,8 @@ __device__ __forceinline__ float scalar_apply(float v, float f) {
 
 // `vec`: 8 when n and both bases allow 8-element vectors, else 1.
 template <launch::Scalar kOp>
-__global__ void scalar_kernel(const void* a, int da, void* o, int dout, int64_t n, float f, int vec) {
+__global__ void scalar_kernel(const void* a, int da, void* o, int dout, int64_t n, float f,
+                              int vec) {
   if (vec == 8) {
     for (int64_t t = global_thread(); t < n / 8; t += grid_threads()) {
       float x[8];
@@ -54,8 +55,9 @@ __global__ void scalar_kernel(const void* a, int da, void* o, int dout, int64_t 
 // ---- a [rows, D] * b broadcast (eager.cc mul_broadcast). Vectors (vec == 8) need D % 8 == 0
 // (and hd % 8 == 0 per head), so the 8 elements share a row and b's 8 factors are contiguous;
 // b_vec: b's base is aligned too (per column / per head).
-__global__ void mul_broadcast_kernel(Bcast mode, const void* a, int da, const void* b, int db, void* o, int dout,
-                                     int64_t rows, int64_t D, int64_t hd, int vec, bool b_vec) {
+__global__ void mul_broadcast_kernel(Bcast mode, const void* a, int da, const void* b, int db,
+                                     void* o, int dout, int64_t rows, int64_t D, int64_t hd,
+                                     int vec, bool b_vec) {
   const int64_t n = rows * D;
   if (vec == 8) {
     for (int64_t t = global_thread(); t < n / 8; t += grid_threads()) {
@@ -87,8 +89,8 @@ __global__ void mul_broadcast_kernel(Bcast mode, const void* a, int da, const vo
 
 // ---- y[r, d] = x[r] * scale (eager.cc expand_last_dim: mean's backward). vec: D % 8 == 0 and
 // y aligned, so the 8 elements share a row.
-__global__ void expand_last_dim_kernel(const void* x, int dx, void* y, int dy, int64_t rows, int64_t D, float scale,
-                                       int vec) {
+__global__ void expand_last_dim_kernel(const void* x, int dx, void* y, int dy, int64_t rows,
+                                       int64_t D, float scale, int vec) {
   const int64_t n = rows * D;
   if (vec == 8) {
     for (int64_t t = global_thread(); t < n / 8; t += grid_threads()) {
@@ -116,8 +118,9 @@ __device__ __forceinline__ void rope_cos_sin(int64_t pos, float inv, float& c, f
   s = static_cast<float>(sd);
 }
 
-__global__ void rotary_cos_sin_kernel(void* cos_t, int dcos, void* sin_t, int dsin, int64_t rows, int64_t S,
-                                      int64_t hd, const __grid_constant__ launch::RopeFreqs f) {
+__global__ void rotary_cos_sin_kernel(void* cos_t, int dcos, void* sin_t, int dsin, int64_t rows,
+                                      int64_t S, int64_t hd,
+                                      const __grid_constant__ launch::RopeFreqs f) {
   const int64_t half = hd / 2;
   for (int64_t t = global_thread(); t < rows * half; t += grid_threads()) {
     const int64_t row = t / half, j = t - row * half, base = row * hd;
@@ -132,7 +135,8 @@ __global__ void rotary_cos_sin_kernel(void* cos_t, int dcos, void* sin_t, int ds
 
 // ---- copies: one element, or 8 from 16-byte aligned element offsets; a bit copy when the
 // dtypes match (the CPU's convert is a memmove then), else through fp32.
-__device__ __forceinline__ void move1(const void* src, int sdt, int64_t si, void* dst, int ddt, int64_t di) {
+__device__ __forceinline__ void move1(const void* src, int sdt, int64_t si, void* dst, int ddt,
+                                      int64_t di) {
   if (sdt != ddt) return store_f(dst, ddt, di, load_f(src, sdt, si));
   if (sdt == kF32) {
     static_cast<uint32_t*>(dst)[di] = static_cast<const uint32_t*>(src)[si];
@@ -140,7 +144,8 @@ __device__ __forceinline__ void move1(const void* src, int sdt, int64_t si, void
     static_cast<uint16_t*>(dst)[di] = static_cast<const uint16_t*>(src)[si];
   }
 }
-__device__ __forceinline__ void move8(const void* src, int sdt, int64_t si, void* dst, int ddt, int64_t di) {
+__device__ __forceinline__ void move8(const void* src, int sdt, int64_t si, void* dst, int ddt,
+                                      int64_t di) {
   if (sdt != ddt) {
     float v[8];
     load8(src, sdt, si, v);
@@ -158,19 +163,21 @@ __device__ __forceinline__ void move8(const void* src, int sdt, int64_t si, void
 }
 
 // kRepeatKV: a thread per element (or 8, with hd % 8 == 0 so they share a head) of y.
-__global__ void repeat_kv_kernel(const void* x, int dx, void* y, int dy, int64_t n, int64_t rep, int64_t hd, int vec) {
+__global__ void repeat_kv_kernel(const void* x, int dx, void* y, int dy, int64_t n, int64_t rep,
+                                 int64_t hd, int vec) {
   if (vec == 8) {
     for (int64_t t = global_thread(); t < n / 8; t += grid_threads())
       move8(x, dx, repeat_kv_source(t * 8, rep, hd), y, dy, t * 8);
   } else {
-    for (int64_t e = global_thread(); e < n; e += grid_threads()) move1(x, dx, repeat_kv_source(e, rep, hd), y, dy, e);
+    for (int64_t e = global_thread(); e < n; e += grid_threads())
+      move1(x, dx, repeat_kv_source(e, rep, hd), y, dy, e);
   }
 }
 
 // kRepeatKVBackward: a thread per element (or 8) of gx sums its rep copies in fp32 from 0, in
 // copy order, as repeat_kv_backward does.
-__global__ void repeat_kv_backward_kernel(const void* g, int dg, void* gx, int dgx, int64_t n, int64_t rep, int64_t hd,
-                                          int vec) {
+__global__ void repeat_kv_backward_kernel(const void* g, int dg, void* gx, int dgx, int64_t n,
+                                          int64_t rep, int64_t hd, int vec) {
   if (vec == 8) {
     for (int64_t t = global_thread(); t < n / 8; t += grid_threads()) {
       float acc[8], part[8];
@@ -186,15 +193,16 @@ __global__ void repeat_kv_backward_kernel(const void* g, int dg, void* gx, int d
   } else {
     for (int64_t e = global_thread(); e < n; e += grid_threads()) {
       float acc = 0.0f;
-      for (int64_t j = 0; j < rep; ++j) acc = __fadd_rn(acc, load_f(g, dg, repeat_kv_copy(e, j, rep, hd)));
+      for (int64_t j = 0; j < rep; ++j)
+        acc = __fadd_rn(acc, load_f(g, dg, repeat_kv_copy(e, j, rep, hd)));
       store_f(gx, dgx, e, acc);
     }
   }
 }
 
 // kRotateHalfCat: a thread per element of y (or 8, with hd / 2 % 8 == 0 so they share a half).
-__global__ void rotate_half_cat_kernel(const void* neg, int dn, const void* x, int dx, void* y, int dy, int64_t n,
-                                       int64_t hd, int vec) {
+__global__ void rotate_half_cat_kernel(const void* neg, int dn, const void* x, int dx, void* y,
+                                       int dy, int64_t n, int64_t hd, int vec) {
   if (vec == 8) {
     for (int64_t t = global_thread(); t < n / 8; t += grid_threads()) {
       int64_t si;
@@ -227,7 +235,8 @@ void launch_scalar(const void* a, int da, void* o, int dout, int64_t n, float f,
 
 namespace launch {
 
-void scalar_op(Scalar op, const void* a, int da, void* o, int dout, int64_t n, float f, cudaStream_t s) {
+void scalar_op(Scalar op, const void* a, int da, void* o, int dout, int64_t n, float f,
+               cudaStream_t s) {
   if (n == 0) return;
   switch (op) {
     case Scalar::kPow1: launch_scalar<Scalar::kPow1>(a, da, o, dout, n, f, s); break;
@@ -240,17 +249,19 @@ void scalar_op(Scalar op, const void* a, int da, void* o, int dout, int64_t n, f
   check_launch("scalar_op");
 }
 
-void mul_broadcast(Bcast mode, const void* a, int da, const void* b, int db, void* o, int dout, int64_t rows,
-                   int64_t D, int64_t hd, cudaStream_t s) {
+void mul_broadcast(Bcast mode, const void* a, int da, const void* b, int db, void* o, int dout,
+                   int64_t rows, int64_t D, int64_t hd, cudaStream_t s) {
   if (rows * D == 0) return;
   const bool shape8 = D % 8 == 0 && (mode != Bcast::kHead || hd % 8 == 0);
   const int vec = shape8 && aligned16(a) && aligned16(o) ? 8 : 1;
   const plan::Launch l = plan::launch_1d(rows * D / vec);
-  mul_broadcast_kernel<<<l.grid, l.block, 0, s>>>(mode, a, da, b, db, o, dout, rows, D, hd, vec, aligned16(b));
+  mul_broadcast_kernel<<<l.grid, l.block, 0, s>>>(mode, a, da, b, db, o, dout, rows, D, hd, vec,
+                                                  aligned16(b));
   check_launch("mul_broadcast");
 }
 
-void expand_last_dim(const void* x, int dx, void* y, int dy, int64_t rows, int64_t D, float scale, cudaStream_t s) {
+void expand_last_dim(const void* x, int dx, void* y, int dy, int64_t rows, int64_t D, float scale,
+                     cudaStream_t s) {
   if (rows * D == 0) return;
   const int vec = D % 8 == 0 && aligned16(y) ? 8 : 1;
   const plan::Launch l = plan::launch_1d(rows * D / vec);
@@ -258,16 +269,16 @@ void expand_last_dim(const void* x, int dx, void* y, int dy, int64_t rows, int64
   check_launch("expand_last_dim");
 }
 
-void rotary_cos_sin(void* cos_t, int dcos, void* sin_t, int dsin, int64_t rows, int64_t S, int64_t hd,
-                    const RopeFreqs& f, cudaStream_t s) {
+void rotary_cos_sin(void* cos_t, int dcos, void* sin_t, int dsin, int64_t rows, int64_t S,
+                    int64_t hd, const RopeFreqs& f, cudaStream_t s) {
   if (rows == 0) return;
   const plan::Launch l = plan::launch_1d(rows * (hd / 2));
   rotary_cos_sin_kernel<<<l.grid, l.block, 0, s>>>(cos_t, dcos, sin_t, dsin, rows, S, hd, f);
   check_launch("rotary_cos_sin");
 }
 
-void repeat_kv(const void* x, int dx, void* y, int dy, int64_t rows, int64_t kv, int64_t rep, int64_t hd,
-               cudaStream_t s) {
+void repeat_kv(const void* x, int dx, void* y, int dy, int64_t rows, int64_t kv, int64_t rep,
+               int64_t hd, cudaStream_t s) {
   const int64_t n = rows * kv * rep * hd;
   if (n == 0) return;
   const int vec = hd % 8 == 0 && aligned16(x) && aligned16(y) ? 8 : 1;
@@ -276,8 +287,8 @@ void repeat_kv(const void* x, int dx, void* y, int dy, int64_t rows, int64_t kv,
   check_launch("repeat_kv");
 }
 
-void repeat_kv_backward(const void* g, int dg, void* gx, int dgx, int64_t rows, int64_t kv, int64_t rep, int64_t hd,
-                        cudaStream_t s) {
+void repeat_kv_backward(const void* g, int dg, void* gx, int dgx, int64_t rows, int64_t kv,
+                        int64_t rep, int64_t hd, cudaStream_t s) {
   const int64_t n = rows * kv * hd;
   if (n == 0) return;
   const int vec = hd % 8 == 0 && aligned16(g) && aligned16(gx) ? 8 : 1;
@@ -286,8 +297,8 @@ void repeat_kv_backward(const void* g, int dg, void* gx, int dgx, int64_t rows, 
   check_launch("repeat_kv_backward");
 }
 
-void rotate_half_cat(const void* neg, int dn, const void* x, int dx, void* y, int dy, int64_t blocks, int64_t hd,
-                     cudaStream_t s) {
+void rotate_half_cat(const void* neg, int dn, const void* x, int dx, void* y, int dy,
+                     int64_t blocks, int64_t hd, cudaStream_t s) {
   const int64_t n = blocks * hd;
   if (n == 0) return;
   const int vec = (hd / 2) % 8 == 0 && aligned16(neg) && aligned16(x) && aligned16(y) ? 8 : 1;

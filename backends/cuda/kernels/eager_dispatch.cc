@@ -32,7 +32,8 @@ void expect_floats(const OpCall& op) {
 }
 
 // eager.cc map1: one input, one output of its size.
-void scalar(launch::Scalar k, const OpCall& op, const Ptrs& in, const Ptrs& out, float f, cudaStream_t s) {
+void scalar(launch::Scalar k, const OpCall& op, const Ptrs& in, const Ptrs& out, float f,
+            cudaStream_t s) {
   expect_arity(op, 1, 1);
   const TensorMeta &x = op.inputs[0].meta, &y = op.outputs[0].meta;
   FULLSHARD_CHECK(x.numel() == y.numel(), where(op) + "output size differs from the input");
@@ -56,16 +57,22 @@ void mul_broadcast(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream
   const int64_t mode = op.iargs[0];
   const bool per_col = mode == 1;
   const int64_t D = op.iargs[1];
-  FULLSHARD_CHECK(D > 0 && a.numel() % D == 0 && y.numel() == a.numel(), where(op) + "a and out must be [rows, D]");
+  FULLSHARD_CHECK(D > 0 && a.numel() % D == 0 && y.numel() == a.numel(),
+                  where(op) + "a and out must be [rows, D]");
   const int64_t rows = a.numel() / D;
   const int64_t hd = mode == 2 && op.iargs.size() >= 3 ? op.iargs[2] : 0;
-  FULLSHARD_CHECK(mode != 2 || (hd > 0 && D % hd == 0), where(op) + "mode 2 needs iargs[2] = head_dim dividing D");
-  FULLSHARD_CHECK(bm.numel() == (mode == 2 ? rows * hd : per_col ? D : rows),
-                  where(op) + "b must be [D] (per column), [rows] (per row) or [rows, head_dim] (per head)");
+  FULLSHARD_CHECK(mode != 2 || (hd > 0 && D % hd == 0),
+                  where(op) + "mode 2 needs iargs[2] = head_dim dividing D");
+  FULLSHARD_CHECK(
+      bm.numel() == (mode == 2 ? rows * hd
+                     : per_col ? D
+                               : rows),
+      where(op) + "b must be [D] (per column), [rows] (per row) or [rows, head_dim] (per head)");
   expect_floats(op);
   // Any mode other than 1 and 2 is per row, as on the CPU.
   const Bcast m = mode == 2 ? Bcast::kHead : per_col ? Bcast::kColumn : Bcast::kRow;
-  launch::mul_broadcast(m, in[0], dt_in(op, 0), in[1], dt_in(op, 1), out[0], dt_out(op, 0), rows, D, hd, s);
+  launch::mul_broadcast(m, in[0], dt_in(op, 0), in[1], dt_in(op, 1), out[0], dt_out(op, 0), rows, D,
+                        hd, s);
 }
 
 void sum_leading_dims(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
@@ -91,11 +98,13 @@ void expand_last_dim(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStre
 // rope.cc rope_inv_freq (NOTE [RoPE in fp32], NOTE [Llama 3 RoPE scaling]): the host computes
 // the frequencies once per launch, bit for bit as the CPU kernels do, plain or scaled.
 launch::RopeFreqs rope_freqs(const OpCall& op, int64_t hd) {
-  FULLSHARD_CHECK(hd / 2 <= launch::kMaxEagerRopePairs, where(op) + "head_dim " + std::to_string(hd) + " is over " +
-                                                       std::to_string(2 * launch::kMaxEagerRopePairs) +
-                                                       ", the CUDA RoPE kernels' limit");
-  FULLSHARD_CHECK(op.fargs.size() == 1 || op.fargs.size() == 5,
-                  where(op) + "fargs must be {theta} or {theta, factor, low, high, original} (RopeParams)");
+  FULLSHARD_CHECK(hd / 2 <= launch::kMaxEagerRopePairs,
+                  where(op) + "head_dim " + std::to_string(hd) + " is over " +
+                      std::to_string(2 * launch::kMaxEagerRopePairs) +
+                      ", the CUDA RoPE kernels' limit");
+  FULLSHARD_CHECK(
+      op.fargs.size() == 1 || op.fargs.size() == 5,
+      where(op) + "fargs must be {theta} or {theta, factor, low, high, original} (RopeParams)");
   const std::vector<float> inv = rope_inv_freq(RopeParams::from_fargs(op.fargs), hd);
   launch::RopeFreqs f{};
   for (size_t i = 0; i < inv.size(); ++i) f.inv[i] = inv[i];
@@ -104,11 +113,13 @@ launch::RopeFreqs rope_freqs(const OpCall& op, int64_t hd) {
 
 void rotary_cos_sin(const OpCall& op, const Ptrs& out, cudaStream_t s) {
   expect_arity(op, 0, 2);
-  FULLSHARD_CHECK(!op.iargs.empty() && !op.fargs.empty(), where(op) + "needs iargs[0] = head_dim, fargs[0] = theta");
+  FULLSHARD_CHECK(!op.iargs.empty() && !op.fargs.empty(),
+                  where(op) + "needs iargs[0] = head_dim, fargs[0] = theta");
   const TensorMeta &c = op.outputs[0].meta, &sn = op.outputs[1].meta;
   const int64_t hd = op.iargs[0];
   // hd > 0 beyond the CPU's checks: it divides by hd.
-  FULLSHARD_CHECK(c.shape.size() >= 2 && c.shape.back() == hd && hd > 0 && hd % 2 == 0 && sn.numel() == c.numel(),
+  FULLSHARD_CHECK(c.shape.size() >= 2 && c.shape.back() == hd && hd > 0 && hd % 2 == 0 &&
+                      sn.numel() == c.numel(),
                   where(op) + "cos and sin must be [B, S, head_dim] with an even head_dim");
   expect_floats(op);
   const launch::RopeFreqs f = rope_freqs(op, hd);
@@ -120,8 +131,10 @@ void repeat_kv(const OpCall& op, const Ptrs& in, const Ptrs& out, bool backward,
   const RepeatKvLayout l = decode_repeat_kv(op);  // the CPU kernel's decoding and checks
   expect_floats(op);
   if (!backward)
-    return launch::repeat_kv(in[0], dt_in(op, 0), out[0], dt_out(op, 0), l.rows, l.kv_heads, l.n_rep, l.head_dim, s);
-  launch::repeat_kv_backward(in[0], dt_in(op, 0), out[0], dt_out(op, 0), l.rows, l.kv_heads, l.n_rep, l.head_dim, s);
+    return launch::repeat_kv(in[0], dt_in(op, 0), out[0], dt_out(op, 0), l.rows, l.kv_heads,
+                             l.n_rep, l.head_dim, s);
+  launch::repeat_kv_backward(in[0], dt_in(op, 0), out[0], dt_out(op, 0), l.rows, l.kv_heads,
+                             l.n_rep, l.head_dim, s);
 }
 
 void rotate_half_cat(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
@@ -129,18 +142,22 @@ void rotate_half_cat(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStre
   FULLSHARD_CHECK(!op.iargs.empty(), where(op) + "needs iargs[0] = head_dim");
   const int64_t hd = op.iargs[0];
   const TensorMeta &n = op.inputs[0].meta, &x = op.inputs[1].meta, &y = op.outputs[0].meta;
-  FULLSHARD_CHECK(hd > 0 && hd % 2 == 0 && x.numel() % hd == 0 && n.numel() * 2 == x.numel() && y.numel() == x.numel(),
+  FULLSHARD_CHECK(hd > 0 && hd % 2 == 0 && x.numel() % hd == 0 && n.numel() * 2 == x.numel() &&
+                      y.numel() == x.numel(),
                   where(op) + "expects -x2 [.., hd/2], x [.., hd] and out [.., hd]");
   expect_floats(op);
-  launch::rotate_half_cat(in[0], dt_in(op, 0), in[1], dt_in(op, 1), out[0], dt_out(op, 0), x.numel() / hd, hd, s);
+  launch::rotate_half_cat(in[0], dt_in(op, 0), in[1], dt_in(op, 1), out[0], dt_out(op, 0),
+                          x.numel() / hd, hd, s);
 }
 
 }  // namespace
 
-void launch_eager(const OpCall& op, const std::vector<void*>& in, const std::vector<void*>& out, cudaStream_t s) {
+void launch_eager(const OpCall& op, const std::vector<void*>& in, const std::vector<void*>& out,
+                  cudaStream_t s) {
   switch (op.kind) {
     case OpKind::kPowScalar: return pow_scalar(op, in, out, s);
-    case OpKind::kAddScalar: return scalar(launch::Scalar::kAdd, op, in, out, static_cast<float>(eager_farg(op)), s);
+    case OpKind::kAddScalar:
+      return scalar(launch::Scalar::kAdd, op, in, out, static_cast<float>(eager_farg(op)), s);
     case OpKind::kRsqrt: return scalar(launch::Scalar::kRsqrt, op, in, out, 0.0f, s);
     case OpKind::kMulBroadcast: return mul_broadcast(op, in, out, s);
     case OpKind::kSumLeadingDims: return sum_leading_dims(op, in, out, s);

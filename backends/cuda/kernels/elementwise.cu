@@ -15,23 +15,27 @@ using namespace dev;
 
 // ---- copies. `vec` elements per access (a power of two dividing every offset, stride, width
 // and limit, plan::copy_vector), so a vector never straddles a row or the zero-padding limit.
-__global__ void copy2d_bytes_kernel(Copy2D c, const unsigned char* src, unsigned char* dst, int vec) {
+__global__ void copy2d_bytes_kernel(Copy2D c, const unsigned char* src, unsigned char* dst,
+                                    int vec) {
   const int64_t items = copy2d_numel(c) / vec;
   for (int64_t t = global_thread(); t < items; t += grid_threads()) {
     int64_t si, di;
     copy2d_index(c, t * vec, si, di);
     if (vec == 16) {
       const uint4 z = make_uint4(0, 0, 0, 0);
-      *reinterpret_cast<uint4*>(dst + di) = si < c.src_limit ? *reinterpret_cast<const uint4*>(src + si) : z;
+      *reinterpret_cast<uint4*>(dst + di) =
+          si < c.src_limit ? *reinterpret_cast<const uint4*>(src + si) : z;
     } else if (vec == 8) {
-      *reinterpret_cast<uint2*>(dst + di) = si < c.src_limit ? *reinterpret_cast<const uint2*>(src + si) : make_uint2(0, 0);
+      *reinterpret_cast<uint2*>(dst + di) =
+          si < c.src_limit ? *reinterpret_cast<const uint2*>(src + si) : make_uint2(0, 0);
     } else {
       for (int k = 0; k < vec; ++k) dst[di + k] = si + k < c.src_limit ? src[si + k] : 0;
     }
   }
 }
 
-__global__ void copy2d_cast_kernel(Copy2D c, const void* src, int sdt, void* dst, int ddt, int vec) {
+__global__ void copy2d_cast_kernel(Copy2D c, const void* src, int sdt, void* dst, int ddt,
+                                   int vec) {
   const int64_t items = copy2d_numel(c) / vec;
   for (int64_t t = global_thread(); t < items; t += grid_threads()) {
     int64_t si, di;
@@ -46,7 +50,8 @@ __global__ void copy2d_cast_kernel(Copy2D c, const void* src, int sdt, void* dst
       }
       store8(dst, ddt, di, v);
     } else {
-      for (int k = 0; k < vec; ++k) store_f(dst, ddt, di + k, si + k < c.src_limit ? load_f(src, sdt, si + k) : 0.0f);
+      for (int k = 0; k < vec; ++k)
+        store_f(dst, ddt, di + k, si + k < c.src_limit ? load_f(src, sdt, si + k) : 0.0f);
     }
   }
 }
@@ -75,7 +80,9 @@ __global__ void fill_kernel(unsigned char* dst, int64_t nbytes, Pattern p) {
 // uncontracted, so add / mul / scale round exactly as the host does.
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCoef = 0.044715f;
-__device__ __forceinline__ float tanh_via_exp(float u) { return 1.0f - 2.0f / (1.0f + expf(2.0f * u)); }
+__device__ __forceinline__ float tanh_via_exp(float u) {
+  return 1.0f - 2.0f / (1.0f + expf(2.0f * u));
+}
 
 __device__ __forceinline__ float apply(launch::Ew op, float a, float b, float f) {
   switch (op) {
@@ -99,8 +106,8 @@ __device__ __forceinline__ float apply(launch::Ew op, float a, float b, float f)
 }
 
 // `vec`: 8 when every base is 16-byte aligned (the n % 8 tail then goes element-wise), else 1.
-__global__ void elementwise_kernel(launch::Ew op, const void* a, int da, const void* b, int db, void* o, int dout,
-                                   int64_t n, float f, int vec) {
+__global__ void elementwise_kernel(launch::Ew op, const void* a, int da, const void* b, int db,
+                                   void* o, int dout, int64_t n, float f, int vec) {
   if (vec == 8) {
     for (int64_t t = global_thread(); t < n / 8; t += grid_threads()) {
       float x[8], y[8];
@@ -119,8 +126,8 @@ __global__ void elementwise_kernel(launch::Ew op, const void* a, int da, const v
 }
 
 // torch.optim.AdamW, _multi_tensor_adamw order (optim.cc); each stored value rounded once.
-__device__ __forceinline__ void adam_element(const launch::AdamScalars& s, float& pv, float gv, float& mv, float& vv,
-                                             float& d) {
+__device__ __forceinline__ void adam_element(const launch::AdamScalars& s, float& pv, float gv,
+                                             float& mv, float& vv, float& d) {
   pv = __fmul_rn(pv, s.decay);
   mv = __fadd_rn(mv, __fmul_rn(s.w1, __fsub_rn(gv, mv)));
   vv = __fadd_rn(__fmul_rn(vv, s.b2), __fmul_rn(__fmul_rn(s.w2, gv), gv));
@@ -146,9 +153,11 @@ struct AdamBatch {
   bool vec[kAdamTensors];
 };
 
-static_assert(sizeof(AdamBatch) + sizeof(launch::AdamScalars) + sizeof(int) <= 4096, "kernel arguments over 4 KB");
+static_assert(sizeof(AdamBatch) + sizeof(launch::AdamScalars) + sizeof(int) <= 4096,
+              "kernel arguments over 4 KB");
 
-__device__ int batch_item(const int64_t* first, int count, int64_t block) {  // largest t: first[t] <= block
+__device__ int batch_item(const int64_t* first, int count,
+                          int64_t block) {  // largest t: first[t] <= block
   int lo = 0, hi = count - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
@@ -161,7 +170,8 @@ __device__ int batch_item(const int64_t* first, int count, int64_t block) {  // 
   return lo;
 }
 
-__global__ void __launch_bounds__(kAdamThreads) adamw_multi_kernel(launch::AdamScalars s, AdamBatch b, int count) {
+__global__ void __launch_bounds__(kAdamThreads)
+    adamw_multi_kernel(launch::AdamScalars s, AdamBatch b, int count) {
   const int64_t block = blockIdx.x;
   const int ti = batch_item(b.first, count, block);
   const launch::AdamTensor& t = b.t[ti];
@@ -201,7 +211,7 @@ struct ClipBatch {
 static_assert(sizeof(ClipBatch) + 64 <= 4096, "kernel arguments over 4 KB");
 
 __global__ void __launch_bounds__(kAdamThreads)
-clip_scale_multi_kernel(const void* total, int dtotal, float max_norm, ClipBatch b, int count) {
+    clip_scale_multi_kernel(const void* total, int dtotal, float max_norm, ClipBatch b, int count) {
   const float coef = fminf(1.0f, max_norm / __fadd_rn(sqrtf(load_f(total, dtotal, 0)), 1e-6f));
   const int64_t block = blockIdx.x;
   const int ti = batch_item(b.first, count, block);
@@ -215,7 +225,8 @@ clip_scale_multi_kernel(const void* total, int dtotal, float max_norm, ClipBatch
     for (int k = 0; k < 8; ++k) x[k] = __fmul_rn(x[k], coef);
     store8(t.o, t.dout, i, x);
   }
-  for (int64_t i = body + threadIdx.x; i < end; i += kAdamThreads) store_f(t.o, t.dout, i, __fmul_rn(load_f(t.g, t.dg, i), coef));
+  for (int64_t i = body + threadIdx.x; i < end; i += kAdamThreads)
+    store_f(t.o, t.dout, i, __fmul_rn(load_f(t.g, t.dg, i), coef));
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
@@ -231,11 +242,12 @@ void copy2d_bytes(const Copy2D& c, const void* src, void* dst, int vec, cudaStre
   if (copy2d_numel(c) == 0) return;
   const plan::Launch l = plan::launch_1d(copy2d_numel(c) / vec);
   copy2d_bytes_kernel<<<l.grid, l.block, 0, s>>>(c, static_cast<const unsigned char*>(src),
-                                                  static_cast<unsigned char*>(dst), vec);
+                                                 static_cast<unsigned char*>(dst), vec);
   check_launch("copy2d_bytes");
 }
 
-void copy2d_cast(const Copy2D& c, const void* src, int sdt, void* dst, int ddt, int vec, cudaStream_t s) {
+void copy2d_cast(const Copy2D& c, const void* src, int sdt, void* dst, int ddt, int vec,
+                 cudaStream_t s) {
   if (copy2d_numel(c) == 0) return;
   const plan::Launch l = plan::launch_1d(copy2d_numel(c) / vec);
   copy2d_cast_kernel<<<l.grid, l.block, 0, s>>>(c, src, sdt, dst, ddt, vec);
@@ -251,8 +263,8 @@ void fill(void* dst, int64_t nbytes, const unsigned char pattern[16], cudaStream
   check_launch("fill");
 }
 
-void elementwise(Ew op, const void* a, int da, const void* b, int db, void* o, int dout, int64_t n, float f,
-                 cudaStream_t s) {
+void elementwise(Ew op, const void* a, int da, const void* b, int db, void* o, int dout, int64_t n,
+                 float f, cudaStream_t s) {
   if (n == 0) return;
   const int vec = n >= 8 && vec8_ok(a, n) && vec8_ok(b, n) && vec8_ok(o, n) ? 8 : 1;
   const plan::Launch l = plan::launch_1d((n + vec - 1) / vec);
@@ -260,18 +272,20 @@ void elementwise(Ew op, const void* a, int da, const void* b, int db, void* o, i
   check_launch("elementwise");
 }
 
-void clip_scale(const void* total, int dtotal, float max_norm, const ClipTensor* tensors, int count, cudaStream_t s) {
+void clip_scale(const void* total, int dtotal, float max_norm, const ClipTensor* tensors, int count,
+                cudaStream_t s) {
   std::vector<int64_t> numels(static_cast<size_t>(count));
   for (int i = 0; i < count; ++i) numels[static_cast<size_t>(i)] = tensors[i].n;
-  for (const plan::MultiTensorBatch& pb : plan::plan_multi_tensor(numels, kAdamChunk, kClipTensors)) {
+  for (const plan::MultiTensorBatch& pb :
+       plan::plan_multi_tensor(numels, kAdamChunk, kClipTensors)) {
     ClipBatch b{};
     for (int k = 0; k < pb.count; ++k) {
       b.t[k] = tensors[pb.first + k];
       b.vec[k] = aligned16(b.t[k].g) && aligned16(b.t[k].o);
     }
     for (int k = 0; k <= pb.count; ++k) b.first[k] = pb.first_block[static_cast<size_t>(k)];
-    clip_scale_multi_kernel<<<static_cast<unsigned>(b.first[pb.count]), kAdamThreads, 0, s>>>(total, dtotal, max_norm,
-                                                                                           b, pb.count);
+    clip_scale_multi_kernel<<<static_cast<unsigned>(b.first[pb.count]), kAdamThreads, 0, s>>>(
+        total, dtotal, max_norm, b, pb.count);
     check_launch("clip_scale");
   }
 }
@@ -279,16 +293,19 @@ void clip_scale(const void* total, int dtotal, float max_norm, const ClipTensor*
 void adamw(const AdamScalars& a, const AdamTensor* tensors, int count, cudaStream_t s) {
   std::vector<int64_t> numels(static_cast<size_t>(count));
   for (int i = 0; i < count; ++i) numels[static_cast<size_t>(i)] = tensors[i].n;
-  for (const plan::MultiTensorBatch& pb : plan::plan_multi_tensor(numels, kAdamChunk, kAdamTensors)) {
+  for (const plan::MultiTensorBatch& pb :
+       plan::plan_multi_tensor(numels, kAdamChunk, kAdamTensors)) {
     AdamBatch b{};
     for (int k = 0; k < pb.count; ++k) {
       const AdamTensor& t = tensors[pb.first + k];
       b.t[k] = t;
-      b.vec[k] = aligned16(t.p) && aligned16(t.g) && aligned16(t.m) && aligned16(t.v) && aligned16(t.po) &&
-                 aligned16(t.mo) && aligned16(t.vo) && (t.denom == nullptr || aligned16(t.denom));
+      b.vec[k] = aligned16(t.p) && aligned16(t.g) && aligned16(t.m) && aligned16(t.v) &&
+                 aligned16(t.po) && aligned16(t.mo) && aligned16(t.vo) &&
+                 (t.denom == nullptr || aligned16(t.denom));
     }
     for (int k = 0; k <= pb.count; ++k) b.first[k] = pb.first_block[static_cast<size_t>(k)];
-    adamw_multi_kernel<<<static_cast<unsigned>(b.first[pb.count]), kAdamThreads, 0, s>>>(a, b, pb.count);
+    adamw_multi_kernel<<<static_cast<unsigned>(b.first[pb.count]), kAdamThreads, 0, s>>>(a, b,
+                                                                                         pb.count);
     check_launch("adamw");
   }
 }

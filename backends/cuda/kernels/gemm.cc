@@ -33,8 +33,9 @@ uint32_t alignment(const void* p) {
 }
 
 void lt_check(cublasStatus_t st, const OpCall& op, const char* what) {
-  FULLSHARD_CHECK(st == CUBLAS_STATUS_SUCCESS,
-                  plan::where(op) + "cuBLASLt " + what + " failed with status " + std::to_string(static_cast<int>(st)));
+  FULLSHARD_CHECK(st == CUBLAS_STATUS_SUCCESS, plan::where(op) + "cuBLASLt " + what +
+                                                   " failed with status " +
+                                                   std::to_string(static_cast<int>(st)));
 }
 
 // NOTE [cuBLASLt plan cache]: descriptors, layouts and the heuristic's first algorithm depend
@@ -42,8 +43,8 @@ void lt_check(cublasStatus_t st, const OpCall& op, const char* what) {
 // are created once per distinct key and reused for every later launch (a training step repeats
 // a few dozen shapes). The mutex also covers the per-call bias pointer, which lives in the
 // shared matmul descriptor.
-using Key = std::tuple<cublasLtHandle_t, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int,
-                       int, int, uint32_t, uint32_t, uint32_t, uint32_t, size_t>;
+using Key = std::tuple<cublasLtHandle_t, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t,
+                       int64_t, int, int, int, int, uint32_t, uint32_t, uint32_t, uint32_t, size_t>;
 struct Entry {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
@@ -69,18 +70,23 @@ Cache& cache() {
 
 // Creates the descriptors and asks the heuristic for an algorithm; with `epilogue`, the bias is
 // fused. Returns false when the heuristic offers nothing.
-bool build(const OpCall& op, const plan::GemmPlan& p, const KernelContext& ctx, DType dab, DType dc, DType dbias,
-           bool epilogue, const uint32_t align[4], Entry& e) {
-  lt_check(cublasLtMatmulDescCreate(&e.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), op, "matmul descriptor");
-  const cublasOperation_t ta = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  lt_check(cublasLtMatmulDescSetAttribute(e.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), op, "transa");
-  lt_check(cublasLtMatmulDescSetAttribute(e.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), op, "transb");
+bool build(const OpCall& op, const plan::GemmPlan& p, const KernelContext& ctx, DType dab, DType dc,
+           DType dbias, bool epilogue, const uint32_t align[4], Entry& e) {
+  lt_check(cublasLtMatmulDescCreate(&e.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), op,
+           "matmul descriptor");
+  const cublasOperation_t ta = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                          tb = p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  lt_check(cublasLtMatmulDescSetAttribute(e.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), op,
+           "transa");
+  lt_check(cublasLtMatmulDescSetAttribute(e.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), op,
+           "transb");
   if (epilogue) {  // a bias dtype cuBLASLt refuses falls back to the preloaded bias
     const cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
     const cudaDataType_t bt = cuda_type(dbias);
-    if (cublasLtMatmulDescSetAttribute(e.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)) != CUBLAS_STATUS_SUCCESS ||
-        cublasLtMatmulDescSetAttribute(e.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)) !=
-            CUBLAS_STATUS_SUCCESS) {
+    if (cublasLtMatmulDescSetAttribute(e.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)) !=
+            CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulDescSetAttribute(e.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
+                                       sizeof(bt)) != CUBLAS_STATUS_SUCCESS) {
       cublasLtMatmulDescDestroy(e.desc);
       e = Entry{};
       return false;
@@ -93,7 +99,8 @@ bool build(const OpCall& op, const plan::GemmPlan& p, const KernelContext& ctx, 
   lt_check(cublasLtMatrixLayoutCreate(&e.c, cuda_type(dc), p.m, p.n, p.ldc), op, "layout C");
   cublasLtMatmulPreference_t pref = nullptr;
   lt_check(cublasLtMatmulPreferenceCreate(&pref), op, "preference");
-  if (!apply_gemm_preference(gemm_preference(ctx.gemm_workspace_bytes, align[0], align[1], align[2]), pref)) {
+  if (!apply_gemm_preference(
+          gemm_preference(ctx.gemm_workspace_bytes, align[0], align[1], align[2]), pref)) {
     cublasLtMatmulPreferenceDestroy(pref);
     lt_check(CUBLAS_STATUS_INVALID_VALUE, op, "preference attribute");
   }
@@ -133,7 +140,8 @@ bool build(const OpCall& op, const plan::GemmPlan& p, const KernelContext& ctx, 
 // the CPU reference computes. It costs the partials' fp32 bytes in the workspace the model already
 // gives each GEMM (blas_workspace_bytes), nothing more; fp32 outputs are unaffected (their output
 // type is the compute type).
-GemmPreference gemm_preference(uint64_t workspace_bytes, uint32_t align_a, uint32_t align_b, uint32_t align_c) {
+GemmPreference gemm_preference(uint64_t workspace_bytes, uint32_t align_a, uint32_t align_b,
+                               uint32_t align_c) {
   GemmPreference p;
   p.max_workspace_bytes = workspace_bytes;
   p.min_alignment_a = align_a;
@@ -148,12 +156,14 @@ bool apply_gemm_preference(const GemmPreference& p, cublasLtMatmulPreference_t p
   auto set = [&](cublasLtMatmulPreferenceAttributes_t a, const void* v, size_t n) {
     return cublasLtMatmulPreferenceSetAttribute(pref, a, v, n) == CUBLAS_STATUS_SUCCESS;
   };
-  return set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &p.max_workspace_bytes, sizeof(p.max_workspace_bytes)) &&
+  return set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &p.max_workspace_bytes,
+             sizeof(p.max_workspace_bytes)) &&
          set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &p.min_alignment_a, sizeof(uint32_t)) &&
          set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &p.min_alignment_b, sizeof(uint32_t)) &&
          set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &p.min_alignment_c, sizeof(uint32_t)) &&
          set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &p.min_alignment_d, sizeof(uint32_t)) &&
-         set(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &p.reduction_scheme_mask, sizeof(uint32_t));
+         set(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &p.reduction_scheme_mask,
+             sizeof(uint32_t));
 }
 
 size_t gemm_cache_size() {
@@ -184,25 +194,43 @@ void launch_gemm(const OpCall& op, const std::vector<void*>& in, const std::vect
   if (p.k == 0) {  // an empty sum: y = bias or 0
     if (p.bias) {
       preload_bias();
-    } else if (cudaMemsetAsync(out[0], 0, static_cast<size_t>(p.m * p.n * es_c), ctx.stream) != cudaSuccess) {
+    } else if (cudaMemsetAsync(out[0], 0, static_cast<size_t>(p.m * p.n * es_c), ctx.stream) !=
+               cudaSuccess) {
       launch::check_launch("linear zero output");
     }
     return;
   }
   const uint32_t align[4] = {alignment(in[p.a_in]), alignment(in[p.b_in]), alignment(out[0]),
                              p.bias ? alignment(in[2]) : 256u};
-  const Key key{ctx.lt, p.trans_a, p.trans_b, p.m, p.n, p.k, p.lda, p.ldb, p.ldc, static_cast<int>(dab),
-                static_cast<int>(dc), p.bias ? static_cast<int>(dbias) : -1, static_cast<int>(op.kind), align[0],
-                align[1], align[2], align[3], ctx.gemm_workspace_bytes};
+  const Key key{ctx.lt,
+                p.trans_a,
+                p.trans_b,
+                p.m,
+                p.n,
+                p.k,
+                p.lda,
+                p.ldb,
+                p.ldc,
+                static_cast<int>(dab),
+                static_cast<int>(dc),
+                p.bias ? static_cast<int>(dbias) : -1,
+                static_cast<int>(op.kind),
+                align[0],
+                align[1],
+                align[2],
+                align[3],
+                ctx.gemm_workspace_bytes};
   std::lock_guard<std::mutex> lock(cache().mu);
   auto it = cache().entries.find(key);
   if (it == cache().entries.end()) {
     Entry e;
-    const bool ok = (p.bias && align[3] >= 16 && build(op, p, ctx, dab, dc, dbias, true, align, e)) ||
-                    build(op, p, ctx, dab, dc, dbias, false, align, e);
-    FULLSHARD_CHECK(ok, plan::where(op) + "cuBLASLt found no algorithm for m=" + std::to_string(p.m) +
-                            " n=" + std::to_string(p.n) + " k=" + std::to_string(p.k) + " (" +
-                            std::string(dtype_name(dab)) + " -> " + std::string(dtype_name(dc)) + ")");
+    const bool ok =
+        (p.bias && align[3] >= 16 && build(op, p, ctx, dab, dc, dbias, true, align, e)) ||
+        build(op, p, ctx, dab, dc, dbias, false, align, e);
+    FULLSHARD_CHECK(ok,
+                    plan::where(op) + "cuBLASLt found no algorithm for m=" + std::to_string(p.m) +
+                        " n=" + std::to_string(p.n) + " k=" + std::to_string(p.k) + " (" +
+                        std::string(dtype_name(dab)) + " -> " + std::string(dtype_name(dc)) + ")");
     it = cache().entries.emplace(key, e).first;
   }
   Entry& e = it->second;
@@ -210,14 +238,16 @@ void launch_gemm(const OpCall& op, const std::vector<void*>& in, const std::vect
   float beta = 0.0f;
   if (p.bias && e.bias_epilogue) {
     const void* bp = in[2];
-    lt_check(cublasLtMatmulDescSetAttribute(e.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof(bp)), op,
-             "bias pointer");
+    lt_check(
+        cublasLtMatmulDescSetAttribute(e.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof(bp)),
+        op, "bias pointer");
   } else if (p.bias) {
     preload_bias();
     beta = 1.0f;
   }
-  lt_check(cublasLtMatmul(ctx.lt, e.desc, &alpha, in[p.a_in], e.a, in[p.b_in], e.b, &beta, out[0], e.c, out[0], e.c,
-                          &e.algo, ctx.gemm_workspace, ctx.gemm_workspace_bytes, ctx.stream),
+  lt_check(cublasLtMatmul(ctx.lt, e.desc, &alpha, in[p.a_in], e.a, in[p.b_in], e.b, &beta, out[0],
+                          e.c, out[0], e.c, &e.algo, ctx.gemm_workspace, ctx.gemm_workspace_bytes,
+                          ctx.stream),
            op, "matmul");
 }
 

@@ -25,7 +25,8 @@ struct GemmPreference {
   uint32_t min_alignment_a = 0, min_alignment_b = 0, min_alignment_c = 0, min_alignment_d = 0;
   uint32_t reduction_scheme_mask = 0;  // cublasLtReductionScheme_t bits the algorithm may use
 };
-GemmPreference gemm_preference(uint64_t workspace_bytes, uint32_t align_a, uint32_t align_b, uint32_t align_c);
+GemmPreference gemm_preference(uint64_t workspace_bytes, uint32_t align_a, uint32_t align_b,
+                               uint32_t align_c);
 // Sets every field of `p` on `pref`; false when cuBLASLt refuses one.
 bool apply_gemm_preference(const GemmPreference& p, cublasLtMatmulPreference_t pref);
 

@@ -11,7 +11,8 @@
 namespace fullshard::cuda {
 namespace {
 
-static_assert(static_cast<int>(DType::kFloat32) == kF32 && static_cast<int>(DType::kBFloat16) == kBF16 &&
+static_assert(static_cast<int>(DType::kFloat32) == kF32 &&
+              static_cast<int>(DType::kBFloat16) == kBF16 &&
               static_cast<int>(DType::kFloat16) == kF16);
 
 // Local elements 2t and 2t+1 per thread: one Box-Muller pair when they are the two halves of
@@ -19,7 +20,8 @@ static_assert(static_cast<int>(DType::kFloat32) == kF32 && static_cast<int>(DTyp
 __global__ void init_param_kernel(init_gen::InitSpec s, int dt, void* out) {
   const int64_t real = s.real();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; 2 * t < s.numel; t += stride) {
+  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; 2 * t < s.numel;
+       t += stride) {
     const int64_t i = 2 * t;
     float v0 = 0.0f, v1 = 0.0f;
     if (i < real) {
@@ -48,8 +50,10 @@ void launch::init_param(const init_gen::InitSpec& spec, DType dt, void* out, cud
   if (spec.numel <= 0) return;
   constexpr int kThreads = 256;
   const int64_t threads_needed = (spec.numel + 1) / 2;
-  const int64_t blocks = std::min<int64_t>((threads_needed + kThreads - 1) / kThreads, int64_t{1} << 16);
-  init_param_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(spec, static_cast<int>(dt), out);
+  const int64_t blocks =
+      std::min<int64_t>((threads_needed + kThreads - 1) / kThreads, int64_t{1} << 16);
+  init_param_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(spec, static_cast<int>(dt),
+                                                                       out);
   launch::check_launch("init_param");
 }
 

@@ -15,8 +15,9 @@ namespace {
 
 // Row r's statistics from its mean and its partial sums of squared deviations (both LayerNorm
 // kernels): fp32 mean and rstd as the CPU rounds them, stored by thread 0.
-__device__ __forceinline__ void layer_norm_stats(double ss, double mu, int64_t D, double eps, double* scratch,
-                                                 int64_t r, float* mean, float* rstd, float& m, float& rs) {
+__device__ __forceinline__ void layer_norm_stats(double ss, double mu, int64_t D, double eps,
+                                                 double* scratch, int64_t r, float* mean,
+                                                 float* rstd, float& m, float& rs) {
   ss = dev::block_sum(ss, scratch);
   rs = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(D) + eps));
   m = static_cast<float>(mu);
@@ -29,8 +30,8 @@ __device__ __forceinline__ void layer_norm_stats(double ss, double mu, int64_t D
 using namespace dev;
 
 __global__ void __launch_bounds__(1024)
-layer_norm_kernel(const void* x, int dx, const void* w, int dw, const void* b, int db, void* y, int dy,
-                  float* mean, float* rstd, int64_t rows, int64_t D, double eps) {
+    layer_norm_kernel(const void* x, int dx, const void* w, int dw, const void* b, int db, void* y,
+                      int dy, float* mean, float* rstd, int64_t rows, int64_t D, double eps) {
   __shared__ double scratch[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t base = r * D;
@@ -55,8 +56,9 @@ layer_norm_kernel(const void* x, int dx, const void* w, int dw, const void* b, i
 // centred sum of squares from them (double, as above), y from them.
 template <int kGroups>
 __global__ void __launch_bounds__(1024)
-layer_norm_vec_kernel(const void* x, int dx, const void* w, int dw, const void* b, int db, void* y, int dy,
-                      float* mean, float* rstd, int64_t rows, int64_t D, double eps) {
+    layer_norm_vec_kernel(const void* x, int dx, const void* w, int dw, const void* b, int db,
+                          void* y, int dy, float* mean, float* rstd, int64_t rows, int64_t D,
+                          double eps) {
   __shared__ double scratch[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t base = r * D;
@@ -105,42 +107,46 @@ layer_norm_vec_kernel(const void* x, int dx, const void* w, int dw, const void* 
 
 namespace launch {
 
-void rms_norm(const void* x, int dx, const void* w, int dw, void* y, int dy, float* rstd, int64_t rows, int64_t D,
-              double eps, cudaStream_t s) {
+void rms_norm(const void* x, int dx, const void* w, int dw, void* y, int dy, float* rstd,
+              int64_t rows, int64_t D, double eps, cudaStream_t s) {
   rms_norm_launch(RowX{x, dx}, w, dw, y, dy, rstd, rows, D, eps, s, "rms_norm");
 }
 
-void layer_norm(const void* x, int dx, const void* w, int dw, const void* b, int db, void* y, int dy, float* mean,
-                float* rstd, int64_t rows, int64_t D, double eps, cudaStream_t s) {
+void layer_norm(const void* x, int dx, const void* w, int dw, const void* b, int db, void* y,
+                int dy, float* mean, float* rstd, int64_t rows, int64_t D, double eps,
+                cudaStream_t s) {
   if (rows == 0) return;
   const plan::NormVec v = plan::norm_vec(D, 2);
-  const bool aligned = aligned16_or_null(x) && aligned16_or_null(w) && aligned16_or_null(b) && aligned16_or_null(y);
+  const bool aligned =
+      aligned16_or_null(x) && aligned16_or_null(w) && aligned16_or_null(b) && aligned16_or_null(y);
   if (v.groups == 1 && aligned) {
-    layer_norm_vec_kernel<1><<<row_grid(rows), v.block, 0, s>>>(x, dx, w, dw, b, db, y, dy, mean, rstd, rows, D, eps);
+    layer_norm_vec_kernel<1>
+        <<<row_grid(rows), v.block, 0, s>>>(x, dx, w, dw, b, db, y, dy, mean, rstd, rows, D, eps);
   } else if (v.groups == 2 && aligned) {
-    layer_norm_vec_kernel<2><<<row_grid(rows), v.block, 0, s>>>(x, dx, w, dw, b, db, y, dy, mean, rstd, rows, D, eps);
+    layer_norm_vec_kernel<2>
+        <<<row_grid(rows), v.block, 0, s>>>(x, dx, w, dw, b, db, y, dy, mean, rstd, rows, D, eps);
   } else {
-    layer_norm_kernel<<<row_grid(rows), plan::row_block(D), 0, s>>>(x, dx, w, dw, b, db, y, dy, mean, rstd, rows, D,
-                                                                     eps);
+    layer_norm_kernel<<<row_grid(rows), plan::row_block(D), 0, s>>>(x, dx, w, dw, b, db, y, dy,
+                                                                    mean, rstd, rows, D, eps);
   }
   check_launch("layer_norm");
 }
 
-void norm_backward(const void* g, int dg, const void* x, int dx, const float* mean, const float* rstd, const void* w,
-                   int dw, void* gx, int dgx, void* gw, int dgw, void* gb, int dgb, int64_t rows, int64_t D,
-                   cudaStream_t s) {
+void norm_backward(const void* g, int dg, const void* x, int dx, const float* mean,
+                   const float* rstd, const void* w, int dw, void* gx, int dgx, void* gw, int dgw,
+                   void* gb, int dgb, int64_t rows, int64_t D, cudaStream_t s) {
   const int64_t gx_bytes = rows * D * esize(dgx);
-  const bool gx_overlaps_input =
-      overlaps(gx, gx_bytes, g, rows * D * esize(dg)) || overlaps(gx, gx_bytes, x, rows * D * esize(dx));
-  norm_backward_launch(g, dg, RowX{x, dx}, mean, rstd, w, dw, nullptr, 0, gx, dgx, gw, dgw, gb, dgb, rows, D,
-                       gx_overlaps_input, s);
+  const bool gx_overlaps_input = overlaps(gx, gx_bytes, g, rows * D * esize(dg)) ||
+                                 overlaps(gx, gx_bytes, x, rows * D * esize(dx));
+  norm_backward_launch(g, dg, RowX{x, dx}, mean, rstd, w, dw, nullptr, 0, gx, dgx, gw, dgw, gb, dgb,
+                       rows, D, gx_overlaps_input, s);
 }
 
 void column_sum(const void* g, int dg, void* out, int dout, int64_t M, int64_t N, cudaStream_t s) {
   if (N == 0) return;
   const dim3 block(kColX, kColY), grid(static_cast<unsigned>((N + kColX - 1) / kColX), 1);
-  column_partial_kernel<false><<<grid, block, 0, s>>>(g, dg, RowX{nullptr, 0}, nullptr, nullptr, M, N, M, nullptr,
-                                                      nullptr, nullptr, 0, out, dout);
+  column_partial_kernel<false><<<grid, block, 0, s>>>(
+      g, dg, RowX{nullptr, 0}, nullptr, nullptr, M, N, M, nullptr, nullptr, nullptr, 0, out, dout);
   check_launch("column_sum");
 }
 

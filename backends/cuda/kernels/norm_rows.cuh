@@ -35,7 +35,9 @@ struct RowXPlusA {
   int dx;
   const void* a;
   int da;
-  __device__ __forceinline__ float operator()(int64_t i) const { return __fadd_rn(load_f(x, dx, i), load_f(a, da, i)); }
+  __device__ __forceinline__ float operator()(int64_t i) const {
+    return __fadd_rn(load_f(x, dx, i), load_f(a, da, i));
+  }
   __device__ __forceinline__ void load8(int64_t i, float* v) const {
     float b[8];
     dev::load8(x, dx, i, v);
@@ -43,12 +45,15 @@ struct RowXPlusA {
 #pragma unroll
     for (int k = 0; k < 8; ++k) v[k] = __fadd_rn(v[k], b[k]);
   }
-  bool aligned16() const { return (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(a)) % 16 == 0; }
+  bool aligned16() const {
+    return (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(a)) % 16 == 0;
+  }
 };
 
 template <class In>
-__global__ void __launch_bounds__(1024) rms_norm_kernel(In in, const void* w, int dw, void* y, int dy, float* rstd,
-                                                        int64_t rows, int64_t D, double eps) {
+__global__ void __launch_bounds__(1024)
+    rms_norm_kernel(In in, const void* w, int dw, void* y, int dy, float* rstd, int64_t rows,
+                    int64_t D, double eps) {
   __shared__ double scratch[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t base = r * D;
@@ -75,8 +80,9 @@ __global__ void __launch_bounds__(1024) rms_norm_kernel(In in, const void* w, in
 // operation, so only the order of the double sums differs from them. Other shapes run the
 // scalar kernels above (the tests' odd sizes and misaligned bases).
 template <class In, int kGroups>
-__global__ void __launch_bounds__(1024) rms_norm_vec_kernel(In in, const void* w, int dw, void* y, int dy,
-                                                            float* rstd, int64_t rows, int64_t D, double eps) {
+__global__ void __launch_bounds__(1024)
+    rms_norm_vec_kernel(In in, const void* w, int dw, void* y, int dy, float* rstd, int64_t rows,
+                        int64_t D, double eps) {
   __shared__ double scratch[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t base = r * D;
@@ -117,10 +123,10 @@ __device__ __forceinline__ float xhat(float x, const float* mean, int64_t r, flo
 // before the one rounding: kCompiledRMSNormBackward's residual gradient) when gh is not null.
 // Each element is read and written by one thread after the row's sums: gx may alias g, gh or x.
 template <class In>
-__global__ void __launch_bounds__(1024) norm_backward_rows_kernel(const void* g, int dg, In x, const float* mean,
-                                                                  const float* rstd, const void* w, int dw,
-                                                                  const void* gh, int dgh, void* gx, int dgx,
-                                                                  int64_t rows, int64_t D) {
+__global__ void __launch_bounds__(1024)
+    norm_backward_rows_kernel(const void* g, int dg, In x, const float* mean, const float* rstd,
+                              const void* w, int dw, const void* gh, int dgh, void* gx, int dgx,
+                              int64_t rows, int64_t D) {
   __shared__ double scratch[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t base = r * D;
@@ -150,10 +156,10 @@ __global__ void __launch_bounds__(1024) norm_backward_rows_kernel(const void* g,
 // stay in registers between the row's sums and gx's store (gx may alias g, gh or x: each
 // element is read and written by one thread).
 template <class In, int kGroups>
-__global__ void __launch_bounds__(1024) norm_backward_rows_vec_kernel(const void* g, int dg, In x, const float* mean,
-                                                                      const float* rstd, const void* w, int dw,
-                                                                      const void* gh, int dgh, void* gx, int dgx,
-                                                                      int64_t rows, int64_t D) {
+__global__ void __launch_bounds__(1024)
+    norm_backward_rows_vec_kernel(const void* g, int dg, In x, const float* mean, const float* rstd,
+                                  const void* w, int dw, const void* gh, int dgh, void* gx, int dgx,
+                                  int64_t rows, int64_t D) {
   __shared__ double scratch[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t base = r * D;
@@ -209,9 +215,10 @@ __global__ void __launch_bounds__(1024) norm_backward_rows_vec_kernel(const void
 constexpr int kColX = 32, kColY = 8;
 
 template <bool kNorm, class In>
-__global__ void column_partial_kernel(const void* g, int dg, In x, const float* mean, const float* rstd, int64_t rows,
-                                      int64_t D, int64_t chunk_rows, double* part_w, double* part_b, void* out_w,
-                                      int dout_w, void* out_b, int dout_b) {
+__global__ void column_partial_kernel(const void* g, int dg, In x, const float* mean,
+                                      const float* rstd, int64_t rows, int64_t D,
+                                      int64_t chunk_rows, double* part_w, double* part_b,
+                                      void* out_w, int dout_w, void* out_b, int dout_b) {
   __shared__ double sw[kColY][kColX], sb[kColY][kColX];
   const int64_t col = static_cast<int64_t>(blockIdx.x) * kColX + threadIdx.x;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * chunk_rows;
@@ -248,8 +255,9 @@ __global__ void column_partial_kernel(const void* g, int dg, In x, const float* 
 // block bx owns columns [8 (32 bx + tx), + 8) and the rows of the scalar kernel's thread (., ty),
 // added in the same order, so the result is the scalar kernel's, bit for bit.
 template <bool kNorm, bool kBias, class In>
-__global__ void column_partial_vec_kernel(const void* g, int dg, In x, const float* mean, const float* rstd,
-                                          int64_t rows, int64_t D, int64_t chunk_rows, double* part_w, double* part_b,
+__global__ void column_partial_vec_kernel(const void* g, int dg, In x, const float* mean,
+                                          const float* rstd, int64_t rows, int64_t D,
+                                          int64_t chunk_rows, double* part_w, double* part_b,
                                           void* out_w, int dout_w, void* out_b, int dout_b) {
   __shared__ double sw[kColY][kColX * 8], sb[kColY][kColX * 8];
   const int64_t col = (static_cast<int64_t>(blockIdx.x) * kColX + threadIdx.x) * 8;
@@ -297,8 +305,8 @@ __global__ void column_partial_vec_kernel(const void* g, int dg, In x, const flo
   if (out_b) store_f(out_b, dout_b, col + e, static_cast<float>(tb));
 }
 
-__global__ void column_finish_kernel(const double* part_w, const double* part_b, int64_t G, int64_t D, void* out_w,
-                                     int dout_w, void* out_b, int dout_b) {
+__global__ void column_finish_kernel(const double* part_w, const double* part_b, int64_t G,
+                                     int64_t D, void* out_w, int dout_w, void* out_b, int dout_b) {
   for (int64_t col = global_thread(); col < D; col += grid_threads()) {
     double aw = 0, ab = 0;
     for (int64_t k = 0; k < G; ++k) {
@@ -323,20 +331,26 @@ bool overlaps(const void* a, int64_t abytes, const void* b, int64_t bbytes) {
   return x < y + static_cast<uintptr_t>(bbytes) && y < x + static_cast<uintptr_t>(abytes);
 }
 
-bool aligned16_or_null(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool aligned16_or_null(const void* p) {
+  return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
 
 template <class In>
-void rms_norm_launch(In in, const void* w, int dw, void* y, int dy, float* rstd, int64_t rows, int64_t D, double eps,
-                     cudaStream_t s, const char* what) {
+void rms_norm_launch(In in, const void* w, int dw, void* y, int dy, float* rstd, int64_t rows,
+                     int64_t D, double eps, cudaStream_t s, const char* what) {
   if (rows == 0) return;
   const plan::NormVec v = plan::norm_vec(D, 2);  // x + a at 4 groups would spill
-  if (v.groups > 0 && in.aligned16() && aligned16_or_null(w) && aligned16_or_null(y)) {  // NOTE [Norm rows in registers]
+  if (v.groups > 0 && in.aligned16() && aligned16_or_null(w) &&
+      aligned16_or_null(y)) {  // NOTE [Norm rows in registers]
     if (v.groups == 1)
-      rms_norm_vec_kernel<In, 1><<<row_grid(rows), v.block, 0, s>>>(in, w, dw, y, dy, rstd, rows, D, eps);
+      rms_norm_vec_kernel<In, 1>
+          <<<row_grid(rows), v.block, 0, s>>>(in, w, dw, y, dy, rstd, rows, D, eps);
     else
-      rms_norm_vec_kernel<In, 2><<<row_grid(rows), v.block, 0, s>>>(in, w, dw, y, dy, rstd, rows, D, eps);
+      rms_norm_vec_kernel<In, 2>
+          <<<row_grid(rows), v.block, 0, s>>>(in, w, dw, y, dy, rstd, rows, D, eps);
   } else {
-    rms_norm_kernel<<<row_grid(rows), plan::row_block(D), 0, s>>>(in, w, dw, y, dy, rstd, rows, D, eps);
+    rms_norm_kernel<<<row_grid(rows), plan::row_block(D), 0, s>>>(in, w, dw, y, dy, rstd, rows, D,
+                                                                  eps);
   }
   launch::check_launch(what);
 }
@@ -345,9 +359,10 @@ void rms_norm_launch(In in, const void* w, int dw, void* y, int dy, float* rstd,
 // large enough, 8-byte aligned and overlaps no input (`gx_overlaps_input`, the caller's
 // check: NOTE [Column sums without scratch]); then gx (+ gh).
 template <class In>
-void norm_backward_launch(const void* g, int dg, In x, const float* mean, const float* rstd, const void* w, int dw,
-                          const void* gh, int dgh, void* gx, int dgx, void* gw, int dgw, void* gb, int dgb,
-                          int64_t rows, int64_t D, bool gx_overlaps_input, cudaStream_t s) {
+void norm_backward_launch(const void* g, int dg, In x, const float* mean, const float* rstd,
+                          const void* w, int dw, const void* gh, int dgh, void* gx, int dgx,
+                          void* gw, int dgw, void* gb, int dgb, int64_t rows, int64_t D,
+                          bool gx_overlaps_input, cudaStream_t s) {
   const int64_t gx_bytes = rows * D * esize(dgx);
   const int64_t per_chunk = D * 8 * (gb ? 2 : 1);
   int64_t G = std::min<int64_t>((rows + 63) / 64, 1024);
@@ -362,15 +377,15 @@ void norm_backward_launch(const void* g, int dg, In x, const float* mean, const 
   if (D % 8 == 0 && aligned16_or_null(g) && x.aligned16()) {
     const dim3 grid(static_cast<unsigned>((D / 8 + kColX - 1) / kColX), static_cast<unsigned>(G));
     if (gb)
-      column_partial_vec_kernel<true, true><<<grid, block, 0, s>>>(g, dg, x, mean, rstd, rows, D, chunk_rows, part_w,
-                                                                   part_b, gw, dgw, gb, dgb);
+      column_partial_vec_kernel<true, true><<<grid, block, 0, s>>>(
+          g, dg, x, mean, rstd, rows, D, chunk_rows, part_w, part_b, gw, dgw, gb, dgb);
     else
-      column_partial_vec_kernel<true, false><<<grid, block, 0, s>>>(g, dg, x, mean, rstd, rows, D, chunk_rows, part_w,
-                                                                    nullptr, gw, dgw, nullptr, 0);
+      column_partial_vec_kernel<true, false><<<grid, block, 0, s>>>(
+          g, dg, x, mean, rstd, rows, D, chunk_rows, part_w, nullptr, gw, dgw, nullptr, 0);
   } else {
     const dim3 grid(static_cast<unsigned>((D + kColX - 1) / kColX), static_cast<unsigned>(G));
-    column_partial_kernel<true><<<grid, block, 0, s>>>(g, dg, x, mean, rstd, rows, D, chunk_rows, part_w, part_b, gw,
-                                                       dgw, gb, dgb);
+    column_partial_kernel<true><<<grid, block, 0, s>>>(g, dg, x, mean, rstd, rows, D, chunk_rows,
+                                                       part_w, part_b, gw, dgw, gb, dgb);
   }
   launch::check_launch("norm_backward weight partials");
   if (G > 1) {
@@ -379,17 +394,19 @@ void norm_backward_launch(const void* g, int dg, In x, const float* mean, const 
     launch::check_launch("norm_backward weight sums");
   }
   if (rows == 0) return;
-  const plan::NormVec v = plan::norm_vec(D, 2);  // two groups: 32 fp32 values a thread stay in registers
-  if (v.groups > 0 && aligned16_or_null(g) && x.aligned16() && aligned16_or_null(w) && aligned16_or_null(gh) && aligned16_or_null(gx)) {
+  const plan::NormVec v =
+      plan::norm_vec(D, 2);  // two groups: 32 fp32 values a thread stay in registers
+  if (v.groups > 0 && aligned16_or_null(g) && x.aligned16() && aligned16_or_null(w) &&
+      aligned16_or_null(gh) && aligned16_or_null(gx)) {
     if (v.groups == 1)
-      norm_backward_rows_vec_kernel<In, 1><<<row_grid(rows), v.block, 0, s>>>(g, dg, x, mean, rstd, w, dw, gh, dgh,
-                                                                              gx, dgx, rows, D);
+      norm_backward_rows_vec_kernel<In, 1><<<row_grid(rows), v.block, 0, s>>>(
+          g, dg, x, mean, rstd, w, dw, gh, dgh, gx, dgx, rows, D);
     else
-      norm_backward_rows_vec_kernel<In, 2><<<row_grid(rows), v.block, 0, s>>>(g, dg, x, mean, rstd, w, dw, gh, dgh,
-                                                                              gx, dgx, rows, D);
+      norm_backward_rows_vec_kernel<In, 2><<<row_grid(rows), v.block, 0, s>>>(
+          g, dg, x, mean, rstd, w, dw, gh, dgh, gx, dgx, rows, D);
   } else {
-    norm_backward_rows_kernel<<<row_grid(rows), plan::row_block(D), 0, s>>>(g, dg, x, mean, rstd, w, dw, gh, dgh, gx,
-                                                                            dgx, rows, D);
+    norm_backward_rows_kernel<<<row_grid(rows), plan::row_block(D), 0, s>>>(
+        g, dg, x, mean, rstd, w, dw, gh, dgh, gx, dgx, rows, D);
   }
   launch::check_launch("norm_backward rows");
 }

@@ -13,24 +13,30 @@
 
 namespace fullshard::cuda::plan {
 
-static_assert(static_cast<int>(DType::kFloat32) == kF32 && static_cast<int>(DType::kBFloat16) == kBF16 &&
-                  static_cast<int>(DType::kFloat16) == kF16 && static_cast<int>(DType::kUInt8) == kU8 &&
-                  static_cast<int>(DType::kInt64) == kI64,
+static_assert(static_cast<int>(DType::kFloat32) == kF32 &&
+                  static_cast<int>(DType::kBFloat16) == kBF16 &&
+                  static_cast<int>(DType::kFloat16) == kF16 &&
+                  static_cast<int>(DType::kUInt8) == kU8 && static_cast<int>(DType::kInt64) == kI64,
               "DCode must mirror DType");
 
-std::string where(const OpCall& op) { return std::string(op_kind_name(op.kind)) + " '" + op.name + "': "; }
+std::string where(const OpCall& op) {
+  return std::string(op_kind_name(op.kind)) + " '" + op.name + "': ";
+}
 int dcode(DType d) { return static_cast<int>(d); }
-bool is_float(DType d) { return d == DType::kFloat32 || d == DType::kBFloat16 || d == DType::kFloat16; }
+bool is_float(DType d) {
+  return d == DType::kFloat32 || d == DType::kBFloat16 || d == DType::kFloat16;
+}
 
 void expect_arity(const OpCall& op, size_t n_in, size_t n_out) {
   FULLSHARD_CHECK(op.inputs.size() == n_in && op.outputs.size() == n_out,
-                  where(op) + "expected " + std::to_string(n_in) + " inputs and " + std::to_string(n_out) +
-                      " outputs, got " + std::to_string(op.inputs.size()) + " and " + std::to_string(op.outputs.size()));
+                  where(op) + "expected " + std::to_string(n_in) + " inputs and " +
+                      std::to_string(n_out) + " outputs, got " + std::to_string(op.inputs.size()) +
+                      " and " + std::to_string(op.outputs.size()));
 }
 
 void expect_numel(const OpCall& op, const TensorMeta& m, int64_t n, const char* what) {
-  FULLSHARD_CHECK(m.numel() == n, where(op) + what + " has " + std::to_string(m.numel()) + " elements, expected " +
-                                      std::to_string(n));
+  FULLSHARD_CHECK(m.numel() == n, where(op) + what + " has " + std::to_string(m.numel()) +
+                                      " elements, expected " + std::to_string(n));
 }
 
 Launch launch_1d(int64_t items, unsigned block) {
@@ -60,8 +66,10 @@ NormVec norm_vec(int64_t dim, int max_groups) {
   return {static_cast<unsigned>(block), groups};
 }
 
-std::vector<MultiTensorBatch> plan_multi_tensor(const std::vector<int64_t>& numels, int64_t chunk, int max_tensors) {
-  FULLSHARD_CHECK(chunk > 0 && max_tensors > 0, "plan_multi_tensor: chunk and max_tensors must be positive");
+std::vector<MultiTensorBatch> plan_multi_tensor(const std::vector<int64_t>& numels, int64_t chunk,
+                                                int max_tensors) {
+  FULLSHARD_CHECK(chunk > 0 && max_tensors > 0,
+                  "plan_multi_tensor: chunk and max_tensors must be positive");
   std::vector<MultiTensorBatch> out;
   MultiTensorBatch b;
   b.first_block = {0};
@@ -96,19 +104,22 @@ Copy2D flat(int64_t n, int64_t dst_off = 0) {
   return c;
 }
 void check_cast(const OpCall& op, DType s, DType d) {
-  FULLSHARD_CHECK(s == d || (is_float(s) && is_float(d)), where(op) + "cannot cast " + std::string(dtype_name(s)) +
-                                                              " to " + std::string(dtype_name(d)));
+  FULLSHARD_CHECK(s == d || (is_float(s) && is_float(d)), where(op) + "cannot cast " +
+                                                              std::string(dtype_name(s)) + " to " +
+                                                              std::string(dtype_name(d)));
 }
 }  // namespace
 
 std::vector<CopyJob> plan_copy(const OpCall& op) {
-  FULLSHARD_CHECK(!op.inputs.empty() && !op.outputs.empty(), where(op) + "expects inputs and outputs");
+  FULLSHARD_CHECK(!op.inputs.empty() && !op.outputs.empty(),
+                  where(op) + "expects inputs and outputs");
   std::vector<CopyJob> jobs;
   if (op.inputs.size() == op.outputs.size()) {
     for (size_t k = 0; k < op.inputs.size(); ++k) {
       const TensorMeta &s = op.inputs[k].meta, &d = op.outputs[k].meta;
-      FULLSHARD_CHECK(s.numel() == d.numel(), where(op) + "copy between different sizes " + shape_str(s.shape) +
-                                                  " and " + shape_str(d.shape));
+      FULLSHARD_CHECK(s.numel() == d.numel(), where(op) + "copy between different sizes " +
+                                                  shape_str(s.shape) + " and " +
+                                                  shape_str(d.shape));
       check_cast(op, s.dtype, d.dtype);
       jobs.push_back({k, k, flat(s.numel())});
     }
@@ -140,7 +151,8 @@ std::vector<CopyJob> plan_copy(const OpCall& op) {
 }
 
 std::vector<CopyJob> plan_all_gather_copy_in(const OpCall& op) {
-  FULLSHARD_CHECK(!op.inputs.empty() && op.outputs.size() == 1, where(op) + "expects P inputs and one output");
+  FULLSHARD_CHECK(!op.inputs.empty() && op.outputs.size() == 1,
+                  where(op) + "expects P inputs and one output");
   const TensorMeta& s = op.outputs[0].meta;
   std::vector<CopyJob> jobs;
   int64_t off = 0;
@@ -150,8 +162,8 @@ std::vector<CopyJob> plan_all_gather_copy_in(const OpCall& op) {
     jobs.push_back({j, 0, flat(m.numel(), off)});
     off += m.numel();
   }
-  FULLSHARD_CHECK(off == s.numel(), where(op) + "inputs hold " + std::to_string(off) + " elements, slice " +
-                                        std::to_string(s.numel()));
+  FULLSHARD_CHECK(off == s.numel(), where(op) + "inputs hold " + std::to_string(off) +
+                                        " elements, slice " + std::to_string(s.numel()));
   return jobs;
 }
 
@@ -173,7 +185,8 @@ std::vector<CopyJob> plan_all_gather_copy_out(const OpCall& op) {
   for (size_t j = 0; j < P; ++j) {
     const int64_t n = op.iargs[j];
     const TensorMeta& m = op.outputs[j].meta;
-    FULLSHARD_CHECK(m.numel() == W * n, where(op) + "output " + std::to_string(j) + " is not W * n_j");
+    FULLSHARD_CHECK(m.numel() == W * n,
+                    where(op) + "output " + std::to_string(j) + " is not W * n_j");
     check_cast(op, ag.dtype, m.dtype);
     Copy2D c;
     c.rows = W;
@@ -189,8 +202,9 @@ std::vector<CopyJob> plan_all_gather_copy_out(const OpCall& op) {
 }
 
 std::vector<CopyJob> plan_chunk_cat(const OpCall& op) {
-  FULLSHARD_CHECK(!op.inputs.empty() && op.outputs.size() == 1 && !op.iargs.empty() && op.iargs[0] >= 1,
-                  where(op) + "expects grads, one output and iargs = {W}");
+  FULLSHARD_CHECK(
+      !op.inputs.empty() && op.outputs.size() == 1 && !op.iargs.empty() && op.iargs[0] >= 1,
+      where(op) + "expects grads, one output and iargs = {W}");
   const int64_t W = op.iargs[0];
   std::vector<CopyJob> jobs;
   int64_t row = 0;
@@ -213,7 +227,8 @@ std::vector<CopyJob> plan_chunk_cat(const OpCall& op) {
   }
   const TensorMeta& o = op.outputs[0].meta;
   FULLSHARD_CHECK(o.numel() == W * row, where(op) + "output has " + std::to_string(o.numel()) +
-                                            " elements, expected W * padded row " + std::to_string(W * row));
+                                            " elements, expected W * padded row " +
+                                            std::to_string(W * row));
   for (auto& j : jobs) j.c.dst_ld = row;
   return jobs;
 }
@@ -229,12 +244,14 @@ Copy2D to_bytes(const Copy2D& c, int64_t es) {
   return b;
 }
 
-int copy_vector(const Copy2D& c, const void* src, int64_t src_es, const void* dst, int64_t dst_es, int max_vec) {
+int copy_vector(const Copy2D& c, const void* src, int64_t src_es, const void* dst, int64_t dst_es,
+                int max_vec) {
   const auto sa = reinterpret_cast<uintptr_t>(src), da = reinterpret_cast<uintptr_t>(dst);
   for (int v = max_vec; v > 1; v /= 2) {
-    const bool fits = c.cols % v == 0 && c.src_off % v == 0 && c.src_ld % v == 0 && c.src_limit % v == 0 &&
-                      c.dst_off % v == 0 && c.dst_ld % v == 0 &&
-                      sa % static_cast<uintptr_t>(v * src_es) == 0 && da % static_cast<uintptr_t>(v * dst_es) == 0;
+    const bool fits = c.cols % v == 0 && c.src_off % v == 0 && c.src_ld % v == 0 &&
+                      c.src_limit % v == 0 && c.dst_off % v == 0 && c.dst_ld % v == 0 &&
+                      sa % static_cast<uintptr_t>(v * src_es) == 0 &&
+                      da % static_cast<uintptr_t>(v * dst_es) == 0;
     // Only whole 16-byte (or 8-byte) accesses pay: narrower vectors are not worth a variant.
     if (fits) return v;
   }
@@ -280,7 +297,8 @@ Rows norm_rows(const OpCall& op, const TensorMeta& x, const TensorMeta& w) {
 }
 
 void check_stat(const OpCall& op, const TensorMeta& m, int64_t rows) {
-  FULLSHARD_CHECK(m.dtype == DType::kFloat32 && m.numel() == rows, where(op) + "row statistics must be fp32 [rows]");
+  FULLSHARD_CHECK(m.dtype == DType::kFloat32 && m.numel() == rows,
+                  where(op) + "row statistics must be fp32 [rows]");
 }
 
 // ------------------------------------------------------------------ gemm
@@ -288,9 +306,10 @@ void check_stat(const OpCall& op, const TensorMeta& m, int64_t rows) {
 // NOTE [Row-major GEMMs in cuBLASLt]: a row-major [r, c] matrix is a column-major [c, r] one
 // with leading dimension c, so each row-major product Y = A B is computed as Y^T = B^T A^T in
 // column-major terms, swapping the operands:
-//   kLinear               y [M,N] = x [M,K] W[N,K]^T  ->  C[N,M] = op_T(W: K x N, ld K) * x (K x M, ld K)
-//   kLinearBackwardInput  gx[M,K] = g [M,N] W[N,K]    ->  C[K,M] = W (K x N, ld K) * g (N x M, ld N)
-//   kLinearBackwardWeight gW[N,K] = g^T[N,M] x[M,K]   ->  C[K,N] = x (K x M, ld K) * op_T(g: N x M, ld N)
+//   kLinear               y [M,N] = x [M,K] W[N,K]^T  ->  C[N,M] = op_T(W: K x N, ld K) * x (K x M,
+//   ld K) kLinearBackwardInput  gx[M,K] = g [M,N] W[N,K]    ->  C[K,M] = W (K x N, ld K) * g (N x
+//   M, ld N) kLinearBackwardWeight gW[N,K] = g^T[N,M] x[M,K]   ->  C[K,N] = x (K x M, ld K) *
+//   op_T(g: N x M, ld N)
 GemmPlan plan_gemm(const OpCall& op) {
   FULLSHARD_CHECK(op.iargs.size() >= 3, where(op) + "needs iargs = {M, K, N}");
   const int64_t M = op.iargs[0], K = op.iargs[1], N = op.iargs[2];
@@ -298,7 +317,8 @@ GemmPlan plan_gemm(const OpCall& op) {
   GemmPlan p;
   switch (op.kind) {
     case OpKind::kLinear:
-      FULLSHARD_CHECK(op.inputs.size() == 2 || op.inputs.size() == 3, where(op) + "expects (x, W[, b])");
+      FULLSHARD_CHECK(op.inputs.size() == 2 || op.inputs.size() == 3,
+                      where(op) + "expects (x, W[, b])");
       expect_arity(op, op.inputs.size(), 1);
       expect_numel(op, op.inputs[0].meta, M * K, "x");
       expect_numel(op, op.inputs[1].meta, N * K, "W");
@@ -322,15 +342,18 @@ GemmPlan plan_gemm(const OpCall& op) {
       break;
     default: FULLSHARD_CHECK(false, where(op) + "not a linear op");
   }
-  const DType da = op.inputs[p.a_in].meta.dtype, db = op.inputs[p.b_in].meta.dtype, dc = op.outputs[0].meta.dtype;
+  const DType da = op.inputs[p.a_in].meta.dtype, db = op.inputs[p.b_in].meta.dtype,
+              dc = op.outputs[0].meta.dtype;
   FULLSHARD_CHECK(is_float(da) && da == db && (dc == da || dc == DType::kFloat32),
-                  where(op) + "cuBLASLt runs equal-dtype operands into the same dtype or fp32, got " +
+                  where(op) +
+                      "cuBLASLt runs equal-dtype operands into the same dtype or fp32, got " +
                       std::string(dtype_name(da)) + " x " + std::string(dtype_name(db)) + " -> " +
                       std::string(dtype_name(dc)));
   return p;
 }
 
-void reference_gemm(const GemmPlan& p, const double* a, const double* b, const double* bias, double* c) {
+void reference_gemm(const GemmPlan& p, const double* a, const double* b, const double* bias,
+                    double* c) {
   for (int64_t j = 0; j < p.n; ++j)
     for (int64_t i = 0; i < p.m; ++i) {
       double acc = bias ? bias[i] : 0.0;
@@ -360,11 +383,13 @@ AttnPlan attn_common(const OpCall& op) {
   p.packed = op.iargs[5] != 0;
   FULLSHARD_CHECK(l.B >= 0 && l.S >= 0 && l.H > 0 && l.Hkv > 0 && l.hd > 0 && l.H % l.Hkv == 0,
                   where(op) + "bad attention dims (H must be a multiple of Hkv)");
-  FULLSHARD_CHECK(l.hd <= 256, where(op) + "head_dim " + std::to_string(l.hd) + " above 256 is not supported");
+  FULLSHARD_CHECK(l.hd <= 256,
+                  where(op) + "head_dim " + std::to_string(l.hd) + " above 256 is not supported");
   // The kernels put (batch, head) on gridDim.y, which CUDA caps at 65535.
-  FULLSHARD_CHECK(l.B * l.H <= 65535, where(op) + "batch x heads " + std::to_string(l.B * l.H) +
-                                          " is above CUDA's 65535 blocks in grid dimension y; lower "
-                                          "training.batch_per_rank (or use gradient accumulation)");
+  FULLSHARD_CHECK(l.B * l.H <= 65535,
+                  where(op) + "batch x heads " + std::to_string(l.B * l.H) +
+                      " is above CUDA's 65535 blocks in grid dimension y; lower "
+                      "training.batch_per_rank (or use gradient accumulation)");
   const int64_t D = l.H * l.hd;
   l.group = l.H / l.Hkv;
   if (p.packed) {
@@ -381,8 +406,9 @@ AttnPlan attn_common(const OpCall& op) {
   l.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(l.hd)));
   // iargs[6], when given, is the logsumexp row length (efficient attention: round32(S)).
   l.lse_ld = op.iargs.size() >= 7 ? op.iargs[6] : l.S;
-  FULLSHARD_CHECK(l.lse_ld >= l.S, where(op) + "logsumexp rows (iargs[6] " + std::to_string(l.lse_ld) +
-                                       ") shorter than the sequence " + std::to_string(l.S));
+  FULLSHARD_CHECK(l.lse_ld >= l.S, where(op) + "logsumexp rows (iargs[6] " +
+                                       std::to_string(l.lse_ld) + ") shorter than the sequence " +
+                                       std::to_string(l.S));
   p.softmax_d_ld = round_up(l.S, 128);
   return p;
 }
@@ -421,10 +447,12 @@ AttnPlan plan_attention(const OpCall& op) {
   expect_numel(op, op.outputs[0].meta, tokens * p.l.H * p.l.hd, "o");
   expect_numel(op, op.outputs[1].meta, p.l.B * p.l.H * p.l.lse_ld, "logsumexp");
   if (accum) {
-    FULLSHARD_CHECK(op.outputs[2].meta.dtype == DType::kFloat32, where(op) + "output_accum must be fp32");
+    FULLSHARD_CHECK(op.outputs[2].meta.dtype == DType::kFloat32,
+                    where(op) + "output_accum must be fp32");
     expect_numel(op, op.outputs[2].meta, tokens * p.l.H * p.l.hd, "output_accum");
   }
-  FULLSHARD_CHECK(op.outputs[1].meta.dtype == DType::kFloat32, where(op) + "logsumexp must be fp32");
+  FULLSHARD_CHECK(op.outputs[1].meta.dtype == DType::kFloat32,
+                  where(op) + "logsumexp must be fp32");
   FULLSHARD_CHECK(is_float(op.outputs[0].meta.dtype), where(op) + "o must be floating");
   return p;
 }
@@ -434,11 +462,13 @@ AttnPlan plan_attention_backward(const OpCall& op) {
   const AttnLayout& l = p.l;
   const size_t n_in = p.packed ? 4 : 6;
   const bool gqa = l.H != l.Hkv;
-  FULLSHARD_CHECK(op.inputs.size() == n_in, where(op) + "expected " + std::to_string(n_in) + " inputs");
+  FULLSHARD_CHECK(op.inputs.size() == n_in,
+                  where(op) + "expected " + std::to_string(n_in) + " inputs");
   // NOTE [Flash attention backward temporaries] (core/model/ops.cc): dq, dk, dv, then
   // softmax_d and dq_accum, then dk / dv at the query head count when H != Hkv. The efficient
   // and cuDNN kinds: NOTE [SDPA variants on the CUDA backend].
-  const bool flash = op.kind == OpKind::kAttentionBackward, cudnn = op.kind == OpKind::kAttentionCudnnBackward;
+  const bool flash = op.kind == OpKind::kAttentionBackward,
+             cudnn = op.kind == OpKind::kAttentionCudnnBackward;
   const size_t n_out = cudnn ? 4 : !flash ? 5 : gqa ? 7 : 5;
   FULLSHARD_CHECK(op.outputs.size() == n_out,
                   where(op) + "expected " + std::to_string(n_out) + " outputs (dq, dk, dv, " +
@@ -453,24 +483,32 @@ AttnPlan plan_attention_backward(const OpCall& op) {
   expect_numel(op, op.inputs[0].meta, tokens * D, "dO");
   expect_numel(op, op.inputs[p.o_in].meta, tokens * D, "O");
   expect_numel(op, op.inputs[p.lse_in].meta, l.B * l.H * l.lse_ld, "logsumexp");
-  FULLSHARD_CHECK(op.inputs[p.lse_in].meta.dtype == DType::kFloat32, where(op) + "logsumexp must be fp32");
+  FULLSHARD_CHECK(op.inputs[p.lse_in].meta.dtype == DType::kFloat32,
+                  where(op) + "logsumexp must be fp32");
   expect_numel(op, op.outputs[0].meta, tokens * D, "dq");
   expect_numel(op, op.outputs[1].meta, tokens * Dkv, "dk");
   expect_numel(op, op.outputs[2].meta, tokens * Dkv, "dv");
-  for (size_t i = 0; i < 3; ++i) FULLSHARD_CHECK(is_float(op.outputs[i].meta.dtype), where(op) + "grads must be floating");
+  for (size_t i = 0; i < 3; ++i)
+    FULLSHARD_CHECK(is_float(op.outputs[i].meta.dtype), where(op) + "grads must be floating");
   p.has_temps = true;
   const TensorMeta& sd = op.outputs[3].meta;
-  FULLSHARD_CHECK(sd.dtype == DType::kFloat32, where(op) + (flash ? "softmax_d" : cudnn ? "the workspace" : "delta") +
+  FULLSHARD_CHECK(sd.dtype == DType::kFloat32, where(op) +
+                                                   (flash   ? "softmax_d"
+                                                    : cudnn ? "the workspace"
+                                                            : "delta") +
                                                    " must be fp32");
   if (cudnn) {  // one block of cudnn_sdpa_workspace's total bytes (NOTE [cuDNN SDPA workspace])
-    expect_numel(op, sd, cudnn_sdpa_workspace(true, l.B, l.S, l.H, l.hd).total() / 4, "cuDNN workspace");
+    expect_numel(op, sd, cudnn_sdpa_workspace(true, l.B, l.S, l.H, l.hd).total() / 4,
+                 "cuDNN workspace");
     p.softmax_d_ld = l.S;
     return p;
   }
   if (!flash) {  // delta [B, H, S], then the dq workspace [B, H, round128(S), round128(hd)]
     expect_numel(op, sd, l.B * l.H * l.S, "delta");
-    FULLSHARD_CHECK(op.outputs[4].meta.dtype == DType::kFloat32, where(op) + "the workspace must be fp32");
-    expect_numel(op, op.outputs[4].meta, l.B * l.H * round_up(l.S, 128) * round_up(l.hd, 128), "workspace");
+    FULLSHARD_CHECK(op.outputs[4].meta.dtype == DType::kFloat32,
+                    where(op) + "the workspace must be fp32");
+    expect_numel(op, op.outputs[4].meta, l.B * l.H * round_up(l.S, 128) * round_up(l.hd, 128),
+                 "workspace");
     p.softmax_d_ld = l.S;
     return p;
   }
@@ -499,11 +537,13 @@ AttentionKernels parse_attention_kernels(const char* value) {
   if (v == "wmma") return AttentionKernels::kWmma;
   if (v == "simt") return AttentionKernels::kSimt;
   throw InputError("FULLSHARD_ATTENTION_KERNELS", "unknown value '" + v + "'",
-                   "set it to 'auto' (FlashAttention-2), 'wmma' (the WMMA tensor-core kernels) or 'simt', or unset it");
+                   "set it to 'auto' (FlashAttention-2), 'wmma' (the WMMA tensor-core kernels) or "
+                   "'simt', or unset it");
 }
 
 AttentionKernels attention_kernels_from_env() {
-  static const AttentionKernels k = parse_attention_kernels(std::getenv("FULLSHARD_ATTENTION_KERNELS"));
+  static const AttentionKernels k =
+      parse_attention_kernels(std::getenv("FULLSHARD_ATTENTION_KERNELS"));
   return k;
 }
 

@@ -36,7 +36,7 @@ struct CopyJob {
   size_t in = 0, out = 0;  // operand indices (inputs / outputs)
   Copy2D c;
 };
-std::vector<CopyJob> plan_copy(const OpCall& op);             // kCopy (pairwise / foreach / row concat)
+std::vector<CopyJob> plan_copy(const OpCall& op);  // kCopy (pairwise / foreach / row concat)
 std::vector<CopyJob> plan_all_gather_copy_in(const OpCall& op);
 std::vector<CopyJob> plan_all_gather_copy_out(const OpCall& op);
 std::vector<CopyJob> plan_chunk_cat(const OpCall& op);
@@ -44,7 +44,8 @@ std::vector<CopyJob> plan_chunk_cat(const OpCall& op);
 Copy2D to_bytes(const Copy2D& c, int64_t elem_size);
 // Elements per vector access (a power of two, 1 if none fits): every offset, stride, width and
 // limit is a multiple of it and both addresses are aligned to it times the element sizes.
-int copy_vector(const Copy2D& c, const void* src, int64_t src_es, const void* dst, int64_t dst_es, int max_vec);
+int copy_vector(const Copy2D& c, const void* src, int64_t src_es, const void* dst, int64_t dst_es,
+                int max_vec);
 
 // 16 bytes of `value` stored in dtype `d`, repeated (fill's store pattern).
 void fill_pattern(DType d, double value, unsigned char out[16]);
@@ -77,17 +78,18 @@ struct GemmPlan {
 GemmPlan plan_gemm(const OpCall& op);  // kLinear, kLinearBackwardInput, kLinearBackwardWeight
 // Reference semantics of a plan over fp64 column-major arrays (what cuBLASLt computes), used by
 // the host tests to check the layouts against the CPU kernels.
-void reference_gemm(const GemmPlan& p, const double* a, const double* b, const double* bias, double* c);
+void reference_gemm(const GemmPlan& p, const double* a, const double* b, const double* bias,
+                    double* c);
 
 // ---- attention
 struct AttnPlan {
   AttnLayout l;
   bool packed = false;
-  size_t o_in = 0, lse_in = 0;        // backward: input indices of O and lse
-  bool has_temps = false;             // backward: softmax_d, dq_accum (+ expanded dk/dv) passed
-  int64_t softmax_d_ld = 0;           // flash: round128(S); efficient / cuDNN: S
+  size_t o_in = 0, lse_in = 0;  // backward: input indices of O and lse
+  bool has_temps = false;       // backward: softmax_d, dq_accum (+ expanded dk/dv) passed
+  int64_t softmax_d_ld = 0;     // flash: round128(S); efficient / cuDNN: S
 };
-AttnPlan plan_attention(const OpCall& op);           // kAttention, kAttentionEfficient, kAttentionCudnn
+AttnPlan plan_attention(const OpCall& op);  // kAttention, kAttentionEfficient, kAttentionCudnn
 AttnPlan plan_attention_backward(const OpCall& op);  // their backward kinds
 int64_t round_up(int64_t v, int64_t m);
 // Tensor-core (WMMA) flash kernels run bf16 / fp16 with these head dims; others use the SIMT path.
@@ -101,7 +103,7 @@ bool attention_uses_fa2(const AttnPlan& p, DType dt);
 // is refused. The variable is read once per process.
 enum class AttentionKernels { kAuto, kWmma, kSimt };
 AttentionKernels parse_attention_kernels(const char* value);  // nullptr = unset; throws InputError
-AttentionKernels attention_kernels_from_env();               // FULLSHARD_ATTENTION_KERNELS, cached
+AttentionKernels attention_kernels_from_env();                // FULLSHARD_ATTENTION_KERNELS, cached
 
 // ---- multi-tensor launches (NOTE [Multi-tensor AdamW] in elementwise.cu), as PyTorch's
 // multi_tensor_apply: tensors cut into `chunk`-element chunks, a block per chunk, up to
@@ -113,7 +115,8 @@ struct MultiTensorBatch {
   int first = 0, count = 0;
   std::vector<int64_t> first_block;
 };
-std::vector<MultiTensorBatch> plan_multi_tensor(const std::vector<int64_t>& numels, int64_t chunk, int max_tensors);
+std::vector<MultiTensorBatch> plan_multi_tensor(const std::vector<int64_t>& numels, int64_t chunk,
+                                                int max_tensors);
 
 // ---- embedding backward: dynamic shared memory it needs (fp32 accumulator row)
 int64_t embedding_backward_smem(int64_t dim);

@@ -17,8 +17,8 @@ using namespace dev;
 // vocab-parallel shard (vocab_start >= 0: rows [vocab_start, vocab_start + V) of the table, NOTE
 // [Tensor-parallel plan] in core/model/tensor_parallel.cc) gives other ids zero rows and no
 // gradient, as embedding.cc.
-__global__ void embedding_kernel(const int64_t* ids, const void* w, int dw, void* y, int dy, int64_t n, int64_t V,
-                                 int64_t D, int64_t vocab_start) {
+__global__ void embedding_kernel(const int64_t* ids, const void* w, int dw, void* y, int dy,
+                                 int64_t n, int64_t V, int64_t D, int64_t vocab_start) {
   const int64_t total = n * D;
   const float other = vocab_start >= 0 ? 0.0f : __int_as_float(0x7fc00000);
   const int64_t first = vocab_start >= 0 ? vocab_start : 0;
@@ -37,8 +37,8 @@ __global__ void embedding_kernel(const int64_t* ids, const void* w, int dw, void
 // few milliseconds of L2-resident reads: cheap next to the step, and exact.
 constexpr int kEmbBlock = 256;
 // Row v of gW is id first + v (first: a vocab-parallel shard's vocab_start, else 0).
-__global__ void embedding_backward_kernel(const void* g, int dg, const int64_t* ids, void* gw, int dgw, int64_t n,
-                                          int64_t V, int64_t D, int64_t first) {
+__global__ void embedding_backward_kernel(const void* g, int dg, const int64_t* ids, void* gw,
+                                          int dgw, int64_t n, int64_t V, int64_t D, int64_t first) {
   extern __shared__ float acc[];  // [D]
   __shared__ int match[kEmbBlock];
   for (int64_t t = blockIdx.x; t < n; t += gridDim.x) {
@@ -55,7 +55,8 @@ __global__ void embedding_backward_kernel(const void* g, int dg, const int64_t* 
       const int64_t cnt = min(static_cast<int64_t>(blockDim.x), n - base);
       for (int64_t k = 0; k < cnt; ++k)
         if (match[k])
-          for (int64_t d = threadIdx.x; d < D; d += blockDim.x) acc[d] = __fadd_rn(acc[d], load_f(g, dg, (base + k) * D + d));
+          for (int64_t d = threadIdx.x; d < D; d += blockDim.x)
+            acc[d] = __fadd_rn(acc[d], load_f(g, dg, (base + k) * D + d));
       __syncthreads();
     }
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) store_f(gw, dgw, v * D + d, acc[d]);
@@ -63,16 +64,17 @@ __global__ void embedding_backward_kernel(const void* g, int dg, const int64_t* 
   }
 }
 
-__global__ void position_embedding_kernel(const void* x, int dx, const void* wpe, int dw, void* y, int dy,
-                                          int64_t total, int64_t S, int64_t D, int64_t p0) {
+__global__ void position_embedding_kernel(const void* x, int dx, const void* wpe, int dw, void* y,
+                                          int dy, int64_t total, int64_t S, int64_t D, int64_t p0) {
   for (int64_t i = global_thread(); i < total; i += grid_threads()) {
     const int64_t r = i / D, d = i - r * D;
     store_f(y, dy, i, __fadd_rn(load_f(x, dx, i), load_f(wpe, dw, (p0 + r % S) * D + d)));
   }
 }
 
-__global__ void position_embedding_backward_kernel(const void* g, int dg, void* gw, int dgw, int64_t batch, int64_t S,
-                                                   int64_t P, int64_t D, int64_t p0) {
+__global__ void position_embedding_backward_kernel(const void* g, int dg, void* gw, int dgw,
+                                                   int64_t batch, int64_t S, int64_t P, int64_t D,
+                                                   int64_t p0) {
   for (int64_t i = global_thread(); i < P * D; i += grid_threads()) {
     const int64_t s = i / D, d = i - s * D;
     double acc = 0;
@@ -94,15 +96,18 @@ __global__ void position_embedding_backward_kernel(const void* g, int dg, void* 
 // OnlineSum (online_softmax.h), which the host test runs against loss.cc's sum.
 constexpr int kCeUnroll = 2;  // 8-element vectors in flight per thread
 
-__device__ __forceinline__ bool rows_aligned16(const void* a, const void* b, const void* c = nullptr) {
-  return ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b) | reinterpret_cast<uintptr_t>(c)) & 15) == 0;
+__device__ __forceinline__ bool rows_aligned16(const void* a, const void* b,
+                                               const void* c = nullptr) {
+  return ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b) |
+           reinterpret_cast<uintptr_t>(c)) &
+          15) == 0;
 }
 __device__ __forceinline__ const void* row_ptr(const void* p, int dt, int64_t off) {
   return static_cast<const char*>(p) + off * (dt == kF32 ? 4 : 2);
 }
 
 __global__ void __launch_bounds__(1024)
-log_softmax_kernel(const void* x, int dx, void* y, int dy, int64_t rows, int64_t V) {
+    log_softmax_kernel(const void* x, int dx, void* y, int dy, int64_t rows, int64_t V) {
   __shared__ float fscratch[32];
   __shared__ double dscratch[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -110,7 +115,8 @@ log_softmax_kernel(const void* x, int dx, void* y, int dy, int64_t rows, int64_t
     const bool vec = rows_aligned16(row_ptr(x, dx, base), row_ptr(y, dy, base));
     const int64_t body = vec ? V / 8 * 8 : 0;  // elements [0, body) by 8-element vectors
     OnlineSum acc;
-    for (int64_t j0 = static_cast<int64_t>(threadIdx.x) * 8; j0 < body; j0 += kCeUnroll * 8 * blockDim.x) {
+    for (int64_t j0 = static_cast<int64_t>(threadIdx.x) * 8; j0 < body;
+         j0 += kCeUnroll * 8 * blockDim.x) {
       float v[kCeUnroll][8];
 #pragma unroll
       for (int u = 0; u < kCeUnroll; ++u) {
@@ -144,15 +150,17 @@ log_softmax_kernel(const void* x, int dx, void* y, int dy, int64_t rows, int64_t
 // 8-element vectors where the row's g, y and gx starts are 16-byte aligned (NOTE [One-pass
 // log_softmax]). Per-element math as loss.cc.
 __global__ void __launch_bounds__(1024)
-log_softmax_backward_kernel(const void* g, int dg, const void* y, int dy, void* gx, int dgx,
-                            int64_t rows, int64_t V) {
+    log_softmax_backward_kernel(const void* g, int dg, const void* y, int dy, void* gx, int dgx,
+                                int64_t rows, int64_t V) {
   __shared__ double scratch[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t base = r * V;
-    const bool vec = rows_aligned16(row_ptr(g, dg, base), row_ptr(y, dy, base), row_ptr(gx, dgx, base));
+    const bool vec =
+        rows_aligned16(row_ptr(g, dg, base), row_ptr(y, dy, base), row_ptr(gx, dgx, base));
     const int64_t body = vec ? V / 8 * 8 : 0;
     double s = 0;
-    for (int64_t j0 = static_cast<int64_t>(threadIdx.x) * 8; j0 < body; j0 += kCeUnroll * 8 * blockDim.x) {
+    for (int64_t j0 = static_cast<int64_t>(threadIdx.x) * 8; j0 < body;
+         j0 += kCeUnroll * 8 * blockDim.x) {
       float v[kCeUnroll][8];
 #pragma unroll
       for (int u = 0; u < kCeUnroll; ++u) {
@@ -180,15 +188,16 @@ log_softmax_backward_kernel(const void* g, int dg, const void* y, int dy, void* 
       store8(gx, dgx, base + j, gv);
     }
     for (int64_t j = body + threadIdx.x; j < V; j += blockDim.x)
-      store_f(gx, dgx, base + j, __fsub_rn(load_f(g, dg, base + j), __fmul_rn(expf(load_f(y, dy, base + j)), sf)));
+      store_f(gx, dgx, base + j,
+              __fsub_rn(load_f(g, dg, base + j), __fmul_rn(expf(load_f(y, dy, base + j)), sf)));
   }
 }
 
 // nll_loss (mean over counted rows) in one block. A label outside [0, V) other than the ignore
 // index makes the loss NaN (the CPU kernel throws).
 __global__ void __launch_bounds__(1024)
-nll_loss_kernel(const void* lp, int dlp, const int64_t* labels, void* loss, void* total_weight,
-                int dloss, int64_t rows, int64_t V, int64_t ignore) {
+    nll_loss_kernel(const void* lp, int dlp, const int64_t* labels, void* loss, void* total_weight,
+                    int dloss, int64_t rows, int64_t V, int64_t ignore) {
   __shared__ double scratch[32];
   double sum = 0, count = 0, bad = 0;
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
@@ -205,7 +214,8 @@ nll_loss_kernel(const void* lp, int dlp, const int64_t* labels, void* loss, void
   count = block_sum(count, scratch);
   bad = block_sum(bad, scratch);
   if (threadIdx.x == 0) {
-    store_f(loss, dloss, 0, count > 0 && bad == 0 ? static_cast<float>(-sum / count) : __int_as_float(0x7fc00000));
+    store_f(loss, dloss, 0,
+            count > 0 && bad == 0 ? static_cast<float>(-sum / count) : __int_as_float(0x7fc00000));
     store_f(total_weight, dloss, 0, static_cast<float>(count));
   }
 }
@@ -215,8 +225,9 @@ nll_loss_kernel(const void* lp, int dlp, const int64_t* labels, void* loss, void
 // dtype) at the copy engine's write rate; this kernel, a thread per row, then writes the one
 // non-zero of each row: one write of [rows, V] where the pointwise form divided every index.
 __global__ void nll_loss_backward_scatter_kernel(const void* g, int dg, const int64_t* labels,
-                                                 const void* total_weight, int dtw, void* glp, int dglp,
-                                                 int64_t rows, int64_t V, int64_t ignore) {
+                                                 const void* total_weight, int dtw, void* glp,
+                                                 int dglp, int64_t rows, int64_t V,
+                                                 int64_t ignore) {
   const float v = __fdiv_rn(-load_f(g, dg, 0), load_f(total_weight, dtw, 0));
   for (int64_t r = global_thread(); r < rows; r += grid_threads()) {
     const int64_t y = labels[r];
@@ -229,8 +240,8 @@ constexpr int kMaxItems = 64;
 struct Items {
   launch::ReduceItem it[kMaxItems];
 };
-__global__ void __launch_bounds__(1024)
-reduce_sums_kernel(Items items, int count, bool squares, void* out, int dout, int64_t out_base) {
+__global__ void __launch_bounds__(1024) reduce_sums_kernel(Items items, int count, bool squares,
+                                                           void* out, int dout, int64_t out_base) {
   __shared__ double scratch[32];
   const launch::ReduceItem it = items.it[blockIdx.x];
   double acc = 0;
@@ -251,11 +262,13 @@ reduce_sums_kernel(Items items, int count, bool squares, void* out, int dout, in
 // without scratch) reads a 262M-element embedding gradient from one SM: tens of milliseconds.
 struct ChunkBatch {
   launch::ReduceItem it[kMaxItems];
-  int64_t first[kMaxItems + 1];  // first[t]: the batch's first block of item t; first[count] = blocks
+  int64_t
+      first[kMaxItems + 1];  // first[t]: the batch's first block of item t; first[count] = blocks
 };
 constexpr int kChunkThreads = 512, kChunkUnroll = 4;
 
-__device__ int chunk_item(const ChunkBatch& b, int count, int64_t block) {  // largest t: first[t] <= block
+__device__ int chunk_item(const ChunkBatch& b, int count,
+                          int64_t block) {  // largest t: first[t] <= block
   int lo = 0, hi = count - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
@@ -268,7 +281,8 @@ __device__ int chunk_item(const ChunkBatch& b, int count, int64_t block) {  // l
   return lo;
 }
 
-__global__ void chunk_squares_kernel(ChunkBatch b, int count, int64_t chunk, float* partials, int64_t max_chunks) {
+__global__ void chunk_squares_kernel(ChunkBatch b, int count, int64_t chunk, float* partials,
+                                     int64_t max_chunks) {
   __shared__ double scratch[32];
   const int64_t block = blockIdx.x;
   const int t = chunk_item(b, count, block);
@@ -279,7 +293,8 @@ __global__ void chunk_squares_kernel(ChunkBatch b, int count, int64_t chunk, flo
   // launch::chunked_squared_norms takes chunk % 8 == 0 for this path), the tail element-wise.
   const bool vec = chunk % 8 == 0 && (reinterpret_cast<uintptr_t>(it.p) & 15) == 0;
   const int64_t body = vec ? begin + (end - begin) / 8 * 8 : begin;
-  for (int64_t i0 = begin + 8 * static_cast<int64_t>(threadIdx.x); i0 < body; i0 += 8 * 2 * kChunkThreads) {
+  for (int64_t i0 = begin + 8 * static_cast<int64_t>(threadIdx.x); i0 < body;
+       i0 += 8 * 2 * kChunkThreads) {
     float v[2][8];
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
@@ -307,11 +322,12 @@ __global__ void chunk_squares_kernel(ChunkBatch b, int count, int64_t chunk, flo
     for (int u = 0; u < kChunkUnroll; ++u) acc += static_cast<double>(v[u]) * v[u];
   }
   acc = block_sum(acc, scratch);
-  if (threadIdx.x == 0) partials[static_cast<int64_t>(t) * max_chunks + c] = static_cast<float>(acc);
+  if (threadIdx.x == 0)
+    partials[static_cast<int64_t>(t) * max_chunks + c] = static_cast<float>(acc);
 }
 
-__global__ void chunk_sum_kernel(ChunkBatch b, const float* partials, int64_t max_chunks, void* out, int dout,
-                                 int64_t out_base) {
+__global__ void chunk_sum_kernel(ChunkBatch b, const float* partials, int64_t max_chunks, void* out,
+                                 int dout, int64_t out_base) {
   __shared__ double scratch[32];
   const int t = blockIdx.x;
   const int64_t chunks = b.first[t + 1] - b.first[t];
@@ -322,25 +338,28 @@ __global__ void chunk_sum_kernel(ChunkBatch b, const float* partials, int64_t ma
   if (threadIdx.x == 0) store_f(out, dout, out_base + t, static_cast<float>(acc));
 }
 
-unsigned row_grid(int64_t rows) { return static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>(rows, 1), plan::kMaxGrid)); }
+unsigned row_grid(int64_t rows) {
+  return static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>(rows, 1), plan::kMaxGrid));
+}
 
 }  // namespace
 
 namespace launch {
 
-void embedding(const int64_t* ids, const void* w, int dw, void* y, int dy, int64_t n, int64_t V, int64_t D,
-               int64_t vocab_start, cudaStream_t s) {
+void embedding(const int64_t* ids, const void* w, int dw, void* y, int dy, int64_t n, int64_t V,
+               int64_t D, int64_t vocab_start, cudaStream_t s) {
   if (n * D == 0) return;
   const plan::Launch l = plan::launch_1d(n * D);
   embedding_kernel<<<l.grid, l.block, 0, s>>>(ids, w, dw, y, dy, n, V, D, vocab_start);
   check_launch("embedding");
 }
 
-void embedding_backward(const void* g, int dg, const int64_t* ids, void* gw, int dgw, int64_t n, int64_t V, int64_t D,
-                        int64_t vocab_start, cudaStream_t s) {
+void embedding_backward(const void* g, int dg, const int64_t* ids, void* gw, int dgw, int64_t n,
+                        int64_t V, int64_t D, int64_t vocab_start, cudaStream_t s) {
   const int64_t es = dgw == kF32 ? 4 : 2;
   if (V * D == 0) return;
-  if (cudaMemsetAsync(gw, 0, static_cast<size_t>(V * D * es), s) != cudaSuccess) check_launch("embedding_backward zero");
+  if (cudaMemsetAsync(gw, 0, static_cast<size_t>(V * D * es), s) != cudaSuccess)
+    check_launch("embedding_backward zero");
   if (n == 0) return;
   const int64_t smem = plan::embedding_backward_smem(D);
   // The opt-in is needed once dynamic plus static shared memory (match[], 1 KiB) passes 48 KiB.
@@ -348,21 +367,21 @@ void embedding_backward(const void* g, int dg, const int64_t* ids, void* gw, int
       cudaFuncSetAttribute(embedding_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(smem)) != cudaSuccess)
     check_launch("embedding_backward shared-memory opt-in");
-  embedding_backward_kernel<<<row_grid(n), kEmbBlock, static_cast<size_t>(smem), s>>>(g, dg, ids, gw, dgw, n, V, D,
-                                                                                      std::max<int64_t>(vocab_start, 0));
+  embedding_backward_kernel<<<row_grid(n), kEmbBlock, static_cast<size_t>(smem), s>>>(
+      g, dg, ids, gw, dgw, n, V, D, std::max<int64_t>(vocab_start, 0));
   check_launch("embedding_backward");
 }
 
-void position_embedding(const void* x, int dx, const void* wpe, int dw, void* y, int dy, int64_t rows, int64_t S,
-                        int64_t D, int64_t p0, cudaStream_t s) {
+void position_embedding(const void* x, int dx, const void* wpe, int dw, void* y, int dy,
+                        int64_t rows, int64_t S, int64_t D, int64_t p0, cudaStream_t s) {
   if (rows * D == 0) return;
   const plan::Launch l = plan::launch_1d(rows * D);
   position_embedding_kernel<<<l.grid, l.block, 0, s>>>(x, dx, wpe, dw, y, dy, rows * D, S, D, p0);
   check_launch("position_embedding");
 }
 
-void position_embedding_backward(const void* g, int dg, void* gw, int dgw, int64_t batch, int64_t S, int64_t P,
-                                 int64_t D, int64_t p0, cudaStream_t s) {
+void position_embedding_backward(const void* g, int dg, void* gw, int dgw, int64_t batch, int64_t S,
+                                 int64_t P, int64_t D, int64_t p0, cudaStream_t s) {
   if (P * D == 0) return;
   const plan::Launch l = plan::launch_1d(P * D);
   position_embedding_backward_kernel<<<l.grid, l.block, 0, s>>>(g, dg, gw, dgw, batch, S, P, D, p0);
@@ -375,42 +394,47 @@ void log_softmax(const void* x, int dx, void* y, int dy, int64_t rows, int64_t V
   check_launch("log_softmax");
 }
 
-void log_softmax_backward(const void* g, int dg, const void* y, int dy, void* gx, int dgx, int64_t rows, int64_t V,
-                          cudaStream_t s) {
+void log_softmax_backward(const void* g, int dg, const void* y, int dy, void* gx, int dgx,
+                          int64_t rows, int64_t V, cudaStream_t s) {
   if (rows == 0) return;
-  log_softmax_backward_kernel<<<row_grid(rows), plan::row_block(V), 0, s>>>(g, dg, y, dy, gx, dgx, rows, V);
+  log_softmax_backward_kernel<<<row_grid(rows), plan::row_block(V), 0, s>>>(g, dg, y, dy, gx, dgx,
+                                                                            rows, V);
   check_launch("log_softmax_backward");
 }
 
-void nll_loss(const void* lp, int dlp, const int64_t* labels, void* loss, void* total_weight, int dloss, int64_t rows,
-              int64_t V, int64_t ignore, cudaStream_t s) {
+void nll_loss(const void* lp, int dlp, const int64_t* labels, void* loss, void* total_weight,
+              int dloss, int64_t rows, int64_t V, int64_t ignore, cudaStream_t s) {
   nll_loss_kernel<<<1, 1024, 0, s>>>(lp, dlp, labels, loss, total_weight, dloss, rows, V, ignore);
   check_launch("nll_loss");
 }
 
-void nll_loss_backward(const void* g, int dg, const int64_t* labels, const void* total_weight, int dtw, void* glp,
-                       int dglp, int64_t rows, int64_t V, int64_t ignore, cudaStream_t s) {
+void nll_loss_backward(const void* g, int dg, const int64_t* labels, const void* total_weight,
+                       int dtw, void* glp, int dglp, int64_t rows, int64_t V, int64_t ignore,
+                       cudaStream_t s) {
   if (rows * V == 0) return;
   const int64_t es = dglp == kF32 ? 4 : 2;
-  if (cudaMemsetAsync(glp, 0, static_cast<size_t>(rows * V * es), s) != cudaSuccess) check_launch("nll_loss_backward zero");
+  if (cudaMemsetAsync(glp, 0, static_cast<size_t>(rows * V * es), s) != cudaSuccess)
+    check_launch("nll_loss_backward zero");
   const plan::Launch l = plan::launch_1d(rows);
-  nll_loss_backward_scatter_kernel<<<l.grid, l.block, 0, s>>>(g, dg, labels, total_weight, dtw, glp, dglp, rows, V,
-                                                              ignore);
+  nll_loss_backward_scatter_kernel<<<l.grid, l.block, 0, s>>>(g, dg, labels, total_weight, dtw, glp,
+                                                              dglp, rows, V, ignore);
   check_launch("nll_loss_backward");
 }
 
-void reduce_sums(const ReduceItem* items, int count, bool squares, void* out, int dout, cudaStream_t s) {
+void reduce_sums(const ReduceItem* items, int count, bool squares, void* out, int dout,
+                 cudaStream_t s) {
   for (int first = 0; first < count; first += kMaxItems) {
     const int m = std::min(kMaxItems, count - first);
     Items batch{};
     for (int i = 0; i < m; ++i) batch.it[i] = items[first + i];
-    reduce_sums_kernel<<<static_cast<unsigned>(m), 1024, 0, s>>>(batch, m, squares, out, dout, first);
+    reduce_sums_kernel<<<static_cast<unsigned>(m), 1024, 0, s>>>(batch, m, squares, out, dout,
+                                                                 first);
     check_launch("reduce_sums");
   }
 }
 
-void chunked_squared_norms(const ReduceItem* items, int count, int64_t chunk, float* partials, int64_t max_chunks,
-                           void* out, int dout, cudaStream_t s) {
+void chunked_squared_norms(const ReduceItem* items, int count, int64_t chunk, float* partials,
+                           int64_t max_chunks, void* out, int dout, cudaStream_t s) {
   for (int first = 0; first < count; first += kMaxItems) {
     const int m = std::min(kMaxItems, count - first);
     ChunkBatch b{};
@@ -421,11 +445,12 @@ void chunked_squared_norms(const ReduceItem* items, int count, int64_t chunk, fl
     }
     float* batch_partials = partials + static_cast<int64_t>(first) * max_chunks;
     if (b.first[m] > 0) {
-      chunk_squares_kernel<<<static_cast<unsigned>(b.first[m]), kChunkThreads, 0, s>>>(b, m, chunk, batch_partials,
-                                                                                     max_chunks);
+      chunk_squares_kernel<<<static_cast<unsigned>(b.first[m]), kChunkThreads, 0, s>>>(
+          b, m, chunk, batch_partials, max_chunks);
       check_launch("squared norms (chunks)");
     }
-    chunk_sum_kernel<<<static_cast<unsigned>(m), 256, 0, s>>>(b, batch_partials, max_chunks, out, dout, first);
+    chunk_sum_kernel<<<static_cast<unsigned>(m), 256, 0, s>>>(b, batch_partials, max_chunks, out,
+                                                              dout, first);
     check_launch("squared norms (per tensor)");
   }
 }

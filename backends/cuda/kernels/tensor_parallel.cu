@@ -50,7 +50,7 @@ __global__ void block_transpose_kernel(BlockTranspose t, const void* src, void* 
 
 // ---- rows: one block per row (grid-stride over rows), as log_softmax in rows.cu.
 __global__ void __launch_bounds__(1024)
-row_max_kernel(const void* x, int dx, void* y, int dy, int64_t rows, int64_t D) {
+    row_max_kernel(const void* x, int dx, void* y, int dy, int64_t rows, int64_t D) {
   __shared__ float scratch[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t base = r * D;
@@ -61,8 +61,8 @@ row_max_kernel(const void* x, int dx, void* y, int dy, int64_t rows, int64_t D) 
   }
 }
 
-__global__ void __launch_bounds__(1024)
-sum_last_dim_kernel(const void* x, int dx, void* y, int dy, int64_t rows, int64_t D, double scale) {
+__global__ void __launch_bounds__(1024) sum_last_dim_kernel(const void* x, int dx, void* y, int dy,
+                                                            int64_t rows, int64_t D, double scale) {
   __shared__ double scratch[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t base = r * D;
@@ -74,8 +74,8 @@ sum_last_dim_kernel(const void* x, int dx, void* y, int dy, int64_t rows, int64_
 }
 
 // Each element is read and written by one thread: y may alias a.
-__global__ void __launch_bounds__(1024)
-sub_row_kernel(const void* a, int da, const void* b, int db, void* y, int dy, int64_t rows, int64_t D) {
+__global__ void __launch_bounds__(1024) sub_row_kernel(const void* a, int da, const void* b, int db,
+                                                       void* y, int dy, int64_t rows, int64_t D) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t base = r * D;
     const float s = load_f(b, db, r);
@@ -86,15 +86,16 @@ sub_row_kernel(const void* a, int da, const void* b, int db, void* y, int dy, in
 
 // expf / logf (no fast-math intrinsics): at most 2 / 1 ulp from the exact result (CUDA's stated
 // maximum errors; glibc's are within 1 ulp), so a few fp32 ulp from the CPU (docs/cuda-kernels.md).
-__global__ void tp_unary_kernel(launch::TpUnary f, const void* x, int dx, void* y, int dy, int64_t n) {
+__global__ void tp_unary_kernel(launch::TpUnary f, const void* x, int dx, void* y, int dy,
+                                int64_t n) {
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
     const float v = load_f(x, dx, i);
     store_f(y, dy, i, f == launch::TpUnary::kExp ? expf(v) : logf(v));
   }
 }
 
-__global__ void nll_vocab_parallel_kernel(const void* lp, int dlp, const int64_t* targets, void* y, int dy,
-                                          int64_t rows, int64_t D, int64_t start) {
+__global__ void nll_vocab_parallel_kernel(const void* lp, int dlp, const int64_t* targets, void* y,
+                                          int dy, int64_t rows, int64_t D, int64_t start) {
   for (int64_t r = global_thread(); r < rows; r += grid_threads()) {
     const int64_t col = targets[r] - start;
     store_f(y, dy, r, col >= 0 && col < D ? -load_f(lp, dlp, r * D + col) : 0.0f);
@@ -104,9 +105,9 @@ __global__ void nll_vocab_parallel_kernel(const void* lp, int dlp, const int64_t
 // The scale is g * f in fp32 as loss_parallel.cc; exp(lp) - 1 on the target's column (a column
 // outside [0, D) is no column of this shard).
 __global__ void __launch_bounds__(1024)
-nll_vocab_parallel_backward_kernel(const void* g, int dg, float f, const void* lp, int dlp,
-                                   const int64_t* targets, void* y, int dy, int64_t rows, int64_t D,
-                                   int64_t start) {
+    nll_vocab_parallel_backward_kernel(const void* g, int dg, float f, const void* lp, int dlp,
+                                       const int64_t* targets, void* y, int dy, int64_t rows,
+                                       int64_t D, int64_t start) {
   const float scale = __fmul_rn(load_f(g, dg, 0), f);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t base = r * D, col = targets[r] - start;
@@ -119,7 +120,8 @@ nll_vocab_parallel_backward_kernel(const void* g, int dg, float f, const void* l
 
 // NOTE [Strided 2-D copy] with a factor; elements outside the n columns of each block are not
 // written.
-__global__ void narrow_copy_kernel(Copy2D c, const void* src, int dsrc, void* dst, int ddst, float f) {
+__global__ void narrow_copy_kernel(Copy2D c, const void* src, int dsrc, void* dst, int ddst,
+                                   float f) {
   const int64_t n = copy2d_numel(c);
   for (int64_t e = global_thread(); e < n; e += grid_threads()) {
     int64_t si, di;
@@ -156,13 +158,15 @@ void row_max(const void* x, int dx, void* y, int dy, int64_t rows, int64_t D, cu
   check_launch("row_max");
 }
 
-void sum_last_dim(const void* x, int dx, void* y, int dy, int64_t rows, int64_t D, double scale, cudaStream_t s) {
+void sum_last_dim(const void* x, int dx, void* y, int dy, int64_t rows, int64_t D, double scale,
+                  cudaStream_t s) {
   if (rows == 0) return;
   sum_last_dim_kernel<<<row_grid(rows), plan::row_block(D), 0, s>>>(x, dx, y, dy, rows, D, scale);
   check_launch("sum_last_dim");
 }
 
-void sub_row(const void* a, int da, const void* b, int db, void* y, int dy, int64_t rows, int64_t D, cudaStream_t s) {
+void sub_row(const void* a, int da, const void* b, int db, void* y, int dy, int64_t rows, int64_t D,
+             cudaStream_t s) {
   if (rows == 0) return;
   sub_row_kernel<<<row_grid(rows), plan::row_block(D), 0, s>>>(a, da, b, db, y, dy, rows, D);
   check_launch("sub_row");
@@ -175,23 +179,25 @@ void tp_unary(TpUnary f, const void* x, int dx, void* y, int dy, int64_t n, cuda
   check_launch(f == TpUnary::kExp ? "exp" : "log");
 }
 
-void nll_vocab_parallel(const void* lp, int dlp, const int64_t* targets, void* y, int dy, int64_t rows, int64_t D,
-                        int64_t start, cudaStream_t s) {
+void nll_vocab_parallel(const void* lp, int dlp, const int64_t* targets, void* y, int dy,
+                        int64_t rows, int64_t D, int64_t start, cudaStream_t s) {
   if (rows == 0) return;
   const plan::Launch l = plan::launch_1d(rows);
   nll_vocab_parallel_kernel<<<l.grid, l.block, 0, s>>>(lp, dlp, targets, y, dy, rows, D, start);
   check_launch("nll_vocab_parallel");
 }
 
-void nll_vocab_parallel_backward(const void* g, int dg, float f, const void* lp, int dlp, const int64_t* targets,
-                                 void* y, int dy, int64_t rows, int64_t D, int64_t start, cudaStream_t s) {
+void nll_vocab_parallel_backward(const void* g, int dg, float f, const void* lp, int dlp,
+                                 const int64_t* targets, void* y, int dy, int64_t rows, int64_t D,
+                                 int64_t start, cudaStream_t s) {
   if (rows == 0) return;
-  nll_vocab_parallel_backward_kernel<<<row_grid(rows), plan::row_block(D), 0, s>>>(g, dg, f, lp, dlp, targets, y, dy,
-                                                                                   rows, D, start);
+  nll_vocab_parallel_backward_kernel<<<row_grid(rows), plan::row_block(D), 0, s>>>(
+      g, dg, f, lp, dlp, targets, y, dy, rows, D, start);
   check_launch("nll_vocab_parallel_backward");
 }
 
-void narrow_copy(const Copy2D& c, const void* src, int dsrc, void* dst, int ddst, float f, cudaStream_t s) {
+void narrow_copy(const Copy2D& c, const void* src, int dsrc, void* dst, int ddst, float f,
+                 cudaStream_t s) {
   const int64_t n = copy2d_numel(c);
   if (n == 0) return;
   const plan::Launch l = plan::launch_1d(n);

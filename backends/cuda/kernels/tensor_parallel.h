@@ -40,20 +40,21 @@ struct TpPlan {
   int64_t rows = 0, dim = 0;  // rows of `dim` elements (every kind but kTransposeBlocks)
   int64_t numel = 0;          // kExp, kLog: elements
   int64_t start = 0;          // kNllVocabParallel(Backward): the shard's first vocab index
-  double scale = 1.0;         // kSumLastDim: fargs[0]; kNllVocabParallelBackward, kNarrowCopy: fargs[0]
-  Copy2D narrow;              // kNarrowCopy: n columns of each block (NOTE [Strided 2-D copy])
+  double scale = 1.0;  // kSumLastDim: fargs[0]; kNllVocabParallelBackward, kNarrowCopy: fargs[0]
+  Copy2D narrow;       // kNarrowCopy: n columns of each block (NOTE [Strided 2-D copy])
   int64_t a = 0, b = 0, row_bytes = 0;  // kTransposeBlocks
 };
 TpPlan plan_tensor_parallel(const OpCall& op);
 // The unit of NOTE [Block transpose in units] for rows of `row_bytes` bytes between these bases.
-BlockTranspose plan_block_transpose(int64_t a, int64_t b, int64_t row_bytes, const void* src, const void* dst);
+BlockTranspose plan_block_transpose(int64_t a, int64_t b, int64_t row_bytes, const void* src,
+                                    const void* dst);
 
 }  // namespace plan
 
 // Checks `op` (plan_tensor_parallel), then enqueues its kernel on `s` (dispatch.cc calls it for
 // every kind plan_tensor_parallel decodes).
-void launch_tensor_parallel(const OpCall& op, const std::vector<void*>& in, const std::vector<void*>& out,
-                            cudaStream_t s);
+void launch_tensor_parallel(const OpCall& op, const std::vector<void*>& in,
+                            const std::vector<void*>& out, cudaStream_t s);
 
 namespace launch {
 
@@ -62,20 +63,24 @@ void block_transpose(const BlockTranspose& t, const void* src, void* dst, cudaSt
 // y[r] = max_d x[r, d] (fmaxf: NaN skipped as std::max skips it).
 void row_max(const void* x, int dx, void* y, int dy, int64_t rows, int64_t D, cudaStream_t s);
 // y[r] = (sum_d x[r, d]) * scale, summed in double.
-void sum_last_dim(const void* x, int dx, void* y, int dy, int64_t rows, int64_t D, double scale, cudaStream_t s);
+void sum_last_dim(const void* x, int dx, void* y, int dy, int64_t rows, int64_t D, double scale,
+                  cudaStream_t s);
 // y[r, d] = a[r, d] - b[r]; y may alias a.
-void sub_row(const void* a, int da, const void* b, int db, void* y, int dy, int64_t rows, int64_t D, cudaStream_t s);
+void sub_row(const void* a, int da, const void* b, int db, void* y, int dy, int64_t rows, int64_t D,
+             cudaStream_t s);
 enum class TpUnary : int { kExp, kLog };
 // y = exp(x) / log(x) over n elements; y may alias x.
 void tp_unary(TpUnary f, const void* x, int dx, void* y, int dy, int64_t n, cudaStream_t s);
 // y[r] = -lp[r, t_r - start] where that column is in [0, D), else 0.
-void nll_vocab_parallel(const void* lp, int dlp, const int64_t* targets, void* y, int dy, int64_t rows, int64_t D,
-                        int64_t start, cudaStream_t s);
+void nll_vocab_parallel(const void* lp, int dlp, const int64_t* targets, void* y, int dy,
+                        int64_t rows, int64_t D, int64_t start, cudaStream_t s);
 // y[r, d] = (g * f) * (exp(lp[r, d]) - [d == t_r - start]), g read on the device, f = fargs[0].
-void nll_vocab_parallel_backward(const void* g, int dg, float f, const void* lp, int dlp, const int64_t* targets,
-                                 void* y, int dy, int64_t rows, int64_t D, int64_t start, cudaStream_t s);
+void nll_vocab_parallel_backward(const void* g, int dg, float f, const void* lp, int dlp,
+                                 const int64_t* targets, void* y, int dy, int64_t rows, int64_t D,
+                                 int64_t start, cudaStream_t s);
 // dst[c.dst_off + r * c.dst_ld + i] = f * src[c.src_off + r * c.src_ld + i] for i < c.cols.
-void narrow_copy(const Copy2D& c, const void* src, int dsrc, void* dst, int ddst, float f, cudaStream_t s);
+void narrow_copy(const Copy2D& c, const void* src, int dsrc, void* dst, int ddst, float f,
+                 cudaStream_t s);
 
 }  // namespace launch
 }  // namespace fullshard::cuda

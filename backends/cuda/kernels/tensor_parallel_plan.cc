@@ -14,8 +14,8 @@ namespace plan {
 namespace {
 
 void expect_float(const OpCall& op, const TensorMeta& m, const char* what) {
-  FULLSHARD_CHECK(is_float(m.dtype),
-                  where(op) + what + " must be fp32, bf16 or fp16, got " + std::string(dtype_name(m.dtype)));
+  FULLSHARD_CHECK(is_float(m.dtype), where(op) + what + " must be fp32, bf16 or fp16, got " +
+                                         std::string(dtype_name(m.dtype)));
 }
 
 // Rows of D = iargs[0] elements (loss_parallel.cc width(), eager.cc row_width()).
@@ -30,8 +30,8 @@ TpPlan transpose_blocks(const OpCall& op) {
   FULLSHARD_CHECK(op.iargs.size() == 3, where(op) + "needs iargs = {a, b, inner}");
   const int64_t a = op.iargs[0], b = op.iargs[1], inner = op.iargs[2];
   const TensorMeta &x = op.inputs[0].meta, &y = op.outputs[0].meta;
-  FULLSHARD_CHECK(a > 0 && b > 0 && inner > 0 && x.numel() == a * b * inner && y.numel() == x.numel() &&
-                      x.dtype == y.dtype,
+  FULLSHARD_CHECK(a > 0 && b > 0 && inner > 0 && x.numel() == a * b * inner &&
+                      y.numel() == x.numel() && x.dtype == y.dtype,
                   where(op) + "in and out must both hold a * b * inner elements of one dtype");
   TpPlan p;
   p.a = a;
@@ -59,7 +59,8 @@ TpPlan sub_row(const OpCall& op) {
   TpPlan p;
   p.dim = width(op, a);
   p.rows = a.numel() / p.dim;
-  FULLSHARD_CHECK(b.numel() == p.rows && y.numel() == a.numel(), where(op) + "expects a [R, D], b [R], out [R, D]");
+  FULLSHARD_CHECK(b.numel() == p.rows && y.numel() == a.numel(),
+                  where(op) + "expects a [R, D], b [R], out [R, D]");
   expect_float(op, a, "a");
   expect_float(op, b, "b");
   expect_float(op, y, "output");
@@ -96,7 +97,8 @@ TpPlan nll_vocab_parallel_backward(const OpCall& op) {
   expect_arity(op, 3, 1);
   FULLSHARD_CHECK(op.iargs.size() == 2 && op.fargs.size() == 1,
                   where(op) + "needs iargs = {D, start}, fargs = {scale}");
-  const TensorMeta &g = op.inputs[0].meta, &lp = op.inputs[1].meta, &t = op.inputs[2].meta, &y = op.outputs[0].meta;
+  const TensorMeta &g = op.inputs[0].meta, &lp = op.inputs[1].meta, &t = op.inputs[2].meta,
+                   &y = op.outputs[0].meta;
   TpPlan p;
   p.dim = width(op, lp);
   p.rows = lp.numel() / p.dim;
@@ -115,12 +117,15 @@ TpPlan nll_vocab_parallel_backward(const OpCall& op) {
 
 TpPlan narrow_copy(const OpCall& op) {
   expect_arity(op, 1, 1);
-  FULLSHARD_CHECK(op.iargs.size() >= 5, where(op) + "needs iargs = {n, in_width, in_offset, out_width, out_offset}");
-  const int64_t n = op.iargs[0], iw = op.iargs[1], io = op.iargs[2], ow = op.iargs[3], oo = op.iargs[4];
+  FULLSHARD_CHECK(op.iargs.size() >= 5,
+                  where(op) + "needs iargs = {n, in_width, in_offset, out_width, out_offset}");
+  const int64_t n = op.iargs[0], iw = op.iargs[1], io = op.iargs[2], ow = op.iargs[3],
+                oo = op.iargs[4];
   const TensorMeta &x = op.inputs[0].meta, &y = op.outputs[0].meta;
   // As eager.cc, plus non-negative offsets (a device kernel must not write before its output).
   FULLSHARD_CHECK(n > 0 && iw > 0 && ow > 0 && io >= 0 && oo >= 0 && io + n <= iw && oo + n <= ow &&
-                      x.numel() % iw == 0 && y.numel() % ow == 0 && x.numel() / iw == y.numel() / ow,
+                      x.numel() % iw == 0 && y.numel() % ow == 0 &&
+                      x.numel() / iw == y.numel() / ow,
                   where(op) + "the blocks of in and out do not match");
   expect_float(op, x, "input");
   expect_float(op, y, "output");
@@ -155,13 +160,15 @@ TpPlan plan_tensor_parallel(const OpCall& op) {
   return {};
 }
 
-BlockTranspose plan_block_transpose(int64_t a, int64_t b, int64_t row_bytes, const void* src, const void* dst) {
+BlockTranspose plan_block_transpose(int64_t a, int64_t b, int64_t row_bytes, const void* src,
+                                    const void* dst) {
   const auto s = reinterpret_cast<uintptr_t>(src), d = reinterpret_cast<uintptr_t>(dst);
   BlockTranspose t;
   t.a = a;
   t.b = b;
   for (int unit : {16, 8, 4, 2, 1})
-    if (row_bytes % unit == 0 && s % static_cast<uintptr_t>(unit) == 0 && d % static_cast<uintptr_t>(unit) == 0) {
+    if (row_bytes % unit == 0 && s % static_cast<uintptr_t>(unit) == 0 &&
+        d % static_cast<uintptr_t>(unit) == 0) {
       t.unit = unit;
       break;
     }
@@ -171,31 +178,35 @@ BlockTranspose plan_block_transpose(int64_t a, int64_t b, int64_t row_bytes, con
 
 }  // namespace plan
 
-void launch_tensor_parallel(const OpCall& op, const std::vector<void*>& in, const std::vector<void*>& out,
-                            cudaStream_t s) {
+void launch_tensor_parallel(const OpCall& op, const std::vector<void*>& in,
+                            const std::vector<void*>& out, cudaStream_t s) {
   const plan::TpPlan p = plan::plan_tensor_parallel(op);
   auto din = [&](size_t i) { return plan::dcode(op.inputs[i].meta.dtype); };
   const int dy = plan::dcode(op.outputs[0].meta.dtype);
   switch (op.kind) {
     case OpKind::kTransposeBlocks:
-      return launch::block_transpose(plan::plan_block_transpose(p.a, p.b, p.row_bytes, in[0], out[0]), in[0], out[0],
-                                     s);
+      return launch::block_transpose(
+          plan::plan_block_transpose(p.a, p.b, p.row_bytes, in[0], out[0]), in[0], out[0], s);
     case OpKind::kRowMax: return launch::row_max(in[0], din(0), out[0], dy, p.rows, p.dim, s);
-    case OpKind::kSumLastDim: return launch::sum_last_dim(in[0], din(0), out[0], dy, p.rows, p.dim, p.scale, s);
-    case OpKind::kSubRow: return launch::sub_row(in[0], din(0), in[1], din(1), out[0], dy, p.rows, p.dim, s);
+    case OpKind::kSumLastDim:
+      return launch::sum_last_dim(in[0], din(0), out[0], dy, p.rows, p.dim, p.scale, s);
+    case OpKind::kSubRow:
+      return launch::sub_row(in[0], din(0), in[1], din(1), out[0], dy, p.rows, p.dim, s);
     case OpKind::kExp:
     case OpKind::kLog:
-      return launch::tp_unary(op.kind == OpKind::kExp ? launch::TpUnary::kExp : launch::TpUnary::kLog, in[0], din(0),
-                              out[0], dy, p.numel, s);
+      return launch::tp_unary(
+          op.kind == OpKind::kExp ? launch::TpUnary::kExp : launch::TpUnary::kLog, in[0], din(0),
+          out[0], dy, p.numel, s);
     case OpKind::kNllVocabParallel:
-      return launch::nll_vocab_parallel(in[0], din(0), static_cast<const int64_t*>(in[1]), out[0], dy, p.rows, p.dim,
-                                        p.start, s);
+      return launch::nll_vocab_parallel(in[0], din(0), static_cast<const int64_t*>(in[1]), out[0],
+                                        dy, p.rows, p.dim, p.start, s);
     case OpKind::kNllVocabParallelBackward:
-      return launch::nll_vocab_parallel_backward(in[0], din(0), static_cast<float>(p.scale), in[1], din(1),
-                                                 static_cast<const int64_t*>(in[2]), out[0], dy, p.rows, p.dim, p.start,
-                                                 s);
+      return launch::nll_vocab_parallel_backward(in[0], din(0), static_cast<float>(p.scale), in[1],
+                                                 din(1), static_cast<const int64_t*>(in[2]), out[0],
+                                                 dy, p.rows, p.dim, p.start, s);
     case OpKind::kNarrowCopy:
-      return launch::narrow_copy(p.narrow, in[0], din(0), out[0], dy, static_cast<float>(p.scale), s);
+      return launch::narrow_copy(p.narrow, in[0], din(0), out[0], dy, static_cast<float>(p.scale),
+                                 s);
     default: break;
   }
   FULLSHARD_CHECK(false, plan::where(op) + "is not a tensor-parallel kind");
