@@ -209,7 +209,7 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
   for (const auto& cls : classes) {
     const int rank = cls.front();
     const int first = class_first[static_cast<size_t>(rank)];
-    // NOTE [Shared recording]: with every rank played, a rank whose class's first rank was
+    // NOTE [Shared recording] (above): with every rank played, a rank whose class's first rank was
     // already recorded gets a copy of that program with its own process groups, unless
     // record_every_rank asks for a recording of its own.
     std::optional<Program> copied;
@@ -309,7 +309,7 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
           instr_name(prog, in) == "checkpoint save")
         next = std::min(next, rt.times[i].start);
     }
-    // Each memory event's time and labels (NOTE [Timeline labels] in simulate.h): the buffer's
+    // Each memory event's time and labels (NOTE [Timeline labels] in rank_report.h): the buffer's
     // name, and the next kernel or collective the host issued (found walking backwards).
     struct Placed {
       double time;

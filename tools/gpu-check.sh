@@ -128,7 +128,7 @@ record() {
   [ -n "$results" ] && printf '%s\n' "$line" >> "$results/summary.txt"
   save_logs
 }
-# NOTE [GPU check in stages]: one archive of every log, refreshed after each step.
+# One archive of every log, refreshed after each step (NOTE [GPU check in stages]).
 save_logs() {
   [ -n "$results" ] && [ "$results" != "$work" ] || return 0
   tar -C "$(dirname "$work")" -czf "$results/logs.tar.gz.tmp" "$(basename "$work")" 2> /dev/null &&
@@ -220,7 +220,7 @@ P
     if timeout -k 10 "${GPU_CHECK_COMPARE_TIMEOUT:-180}" env LD_LIBRARY_PATH="$fs_libs" "$fs" compare "$vfile" \
         --steps 3 --backend cuda --json "$work/compare-impl-$vname.json" > "$work/compare-impl-$vname.log" 2>&1 < /dev/null; then
       record PASS "compare tiny-llama-h100 implementation $vname: predicted == measured peaks"
-      # NOTE [cuDNN attention on the CUDA backend]: a call cuDNN declines says so on stderr.
+      # A call cuDNN declines says so on stderr (NOTE [cuDNN attention on the CUDA backend]).
       while read -r l; do record NOTE "$vname: $l"; done < <(grep -m2 'cuDNN attention' "$work/compare-impl-$vname.log")
     else
       record FAIL "compare tiny-llama-h100 implementation $vname (compare-impl-$vname.log)"
@@ -412,7 +412,7 @@ P
   done > "$work/compare-results.txt"
 }
 
-# The measured report's per-op table (NOTE [Per-op measured times]): the classes with the most
+# The measured report's per-op table (NOTE [Per-op times]): the classes with the most
 # measured time, and where measured and predicted differ most.
 quick_op_table() {
   python3 - "$1" <<'P' 2>/dev/null

@@ -80,7 +80,7 @@ void StreamWorker::run() {
     if (item.record) {
       item.record->complete();
     } else if (item.wait) {
-      // NOTE [Failure propagation]: events always complete, so this cannot hang for good.
+      // NOTE [Failure propagation] (stream_worker.h): events always complete; this cannot hang.
       item.wait->wait();
     } else if (item.task && !failure_.failed()) {
       try {

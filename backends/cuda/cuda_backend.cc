@@ -303,7 +303,7 @@ void CudaBackend::do_collective(StreamRole r, const CollectiveCall& call,
   enqueue_collective(r, call, group);
 }
 
-// NOTE [Measured stream times on the GPU]: the enqueue of every kernel and collective between two
+// NOTE [Only the enqueue is timed]: the enqueue of every kernel and collective between two
 // timing events on its stream, and nothing of the host's own work (argument resolution, batch
 // and init values, communicator setup): an event on an idle stream is stamped as the host
 // records it, so host work inside the pair would count as the stream's busy time. What stays

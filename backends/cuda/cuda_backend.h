@@ -55,7 +55,7 @@ struct CudaBackendOptions {
   std::string transport;  // "", "nccl" or "gloo" (collective_transport.h rules)
   // How errors about `transport` name the option (the CLI flag that set it).
   std::string transport_where = "--collectives";
-  // NOTE [Measured stream times on the GPU]: timing events around every kernel and collective
+  // Timing events (NOTE [Measured stream times on the GPU]) around every kernel and collective
   // (per-stream busy times, the step's compute / communication split, measured timelines).
   bool measure_streams = true;
 };
@@ -153,7 +153,7 @@ class CudaBackend : public Backend {
   std::vector<uint8_t*> all_scalar_slots_;
   std::vector<double> scalars_;
 
-  // NOTE [Host work on the stream]: the first error of host work run in stream order
+  // NOTE [Host work on the stream] (cuda_backend.cc): the first error of host work
   // (cudaLaunchHostFunc); rethrown at the next host call, later host work is skipped.
   std::shared_ptr<HostFailure> host_failure_;
 

@@ -179,9 +179,9 @@ SafetensorsReader& CheckpointReader::file(const std::string& name) {
 }
 
 uint64_t CheckpointReader::chunk_base(const CheckpointTensor& t, size_t i) {
-  // NOTE [Multi-box pieces of fused weights]: the chunks of `t` in one file are its entry's
-  // rows, back to back in metadata order; one chunk per file (every earlier checkpoint) is
-  // the whole entry.
+  // NOTE [Multi-box pieces of fused weights] (piece_layout.h): the chunks of `t` in one file are
+  // its entry's rows, back to back in metadata order; one chunk per file (every earlier checkpoint)
+  // is the whole entry.
   const CheckpointChunk& c = t.chunks.at(i);
   SafetensorsReader& f = file(c.file);
   const SafetensorsEntry& e = f.entry(t.name);

@@ -19,7 +19,7 @@ ChunkBox piece_box(const Shape& global, const PieceLayout& l, int tp_index, int 
         "piece_box: tp dim does not split evenly");
     local[l.tp_dim] /= l.tp_degree;
   }
-  // NOTE [Strided pieces of tensor-parallel weights]
+  // NOTE [Strided pieces of tensor-parallel weights] (piece_layout.h).
   ChunkBox b = rows_box(local, shard_row_offset(local[0], l.shard_world, shard_rank),
                         shard_rows(local[0], l.shard_world, shard_rank));
   if (l.tp_dim >= 0) b.offsets[l.tp_dim] += tp_index * local[l.tp_dim];
@@ -34,7 +34,7 @@ std::vector<ChunkBox> piece_boxes(const Shape& global, const PieceLayout& l, int
                   "piece_boxes: bad layout");
   const int64_t T = l.tp_degree, B = l.tp_blocks;
   FULLSHARD_CHECK(global[0] % (T * B) == 0, "piece_boxes: rows do not split into blocks over tp");
-  // NOTE [Multi-box pieces of fused weights]
+  // NOTE [Multi-box pieces of fused weights] (piece_layout.h).
   const int64_t local_rows = global[0] / T, block = local_rows / B, global_block = global[0] / B;
   const int64_t first = shard_row_offset(local_rows, l.shard_world, shard_rank);
   const int64_t end = first + shard_rows(local_rows, l.shard_world, shard_rank);

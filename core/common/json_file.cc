@@ -36,7 +36,8 @@ std::string at(const std::string& source, const std::string& text, size_t idx) {
   return source + ":" + std::to_string(line) + ":" + std::to_string(column);
 }
 
-// NOTE [Bounded JSON nesting]: a linear scan, before nlohmann sees the text, for the first
+// NOTE [Bounded JSON nesting] (json_file.h): a linear scan, before nlohmann sees the text, for the
+// first
 // '[' or '{' (outside strings) that opens level kMaxJsonDepth + 1. Malformed text is left to
 // the parser, which reports it with its position.
 std::optional<size_t> too_deep_at(const std::string& text) {

@@ -203,8 +203,8 @@ Value FSDPRuntime::post_forward(ExecContext& c, Module& m, Value y) {
   }
   if (s->group) s->group->post_forward();
   if (s->is_root) {
-    // NOTE [Grouped units]: FSDP2 registers the root's pre-backward hook on the output
-    // before the forced states' hooks, and tensor hooks run in registration order; here a
+    // NOTE [Grouped units] (fully_shard.h): FSDP2 registers the root's pre-backward hook on the
+    // output before the forced states' hooks, and tensor hooks run in registration order; here a
     // later wrapper runs earlier in backward, so the forced states are wrapped first (their
     // group post-forwards still run after the root's, as in FSDP2).
     y = force_complete_incomplete_states(c, std::move(y));

@@ -7,7 +7,7 @@
 
 namespace fullshard {
 
-// NOTE [Gradient divide factors] (_fsdp_collectives.py _get_gradient_divide_factors, newer
+// NOTE [Gradient divide factors]: as _fsdp_collectives.py's _get_gradient_divide_factors (newer
 // PyTorch): with N = shard size x replicate size,
 //  - fp32/bf16 reduce dtype: ReduceOp.AVG on both RS and AR (SUM when N == 1), no explicit
 //    divides;

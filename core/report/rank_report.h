@@ -48,7 +48,7 @@ struct OutOfMemoryInfo {
 
 // One rank, or one class of ranks whose programs are identical (the simulator played one
 // representative), as the simulator predicts it or a real backend measured it
-// (NOTE [Measured report] in runner/rank_report_writer.h). Times are seconds: simulated
+// (NOTE [Measured report] in tools/fullshard/train_commands.cc). Times are seconds: simulated
 // time, or the measuring backend's clock.
 struct RankReport {
   std::vector<int> ranks;

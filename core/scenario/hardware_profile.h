@@ -70,8 +70,8 @@ struct HardwareProfile {
   double peak_flops_tf32 = 0;
   double hbm_bandwidth = 0;    // device memory bandwidth, bytes/s
   int compute_capability = 0;  // CUDA compute capability x 10 (90 = Hopper); 0: not a GPU
-  // NOTE [Measured kernel efficiencies] (docs/cost-model.md, "Compute"): what measured kernels
-  // reach, not datasheet peaks.
+  // NOTE [Measured kernel efficiencies]: what measured kernels reach, not datasheet peaks
+  // (docs/cost-model.md, "Compute").
   // GEMMs, by FLOPs: the fraction of peak a well-shaped product of that size reaches (the best
   // measured bf16 GEMM); the shape model below scales it down for shapes that fill the GPU
   // badly: d / (d + matmul_small_dim) for each of M, N, K.

@@ -99,7 +99,7 @@ enum class ShardingUnits : uint8_t {
 struct FsdpOptions {
   std::vector<int> mesh_shape;  // [W] for FSDP, [R, S] for HSDP, [.., T] with tp
   // ["shard"], ["replicate", "shard"], ["shard", "tp"] or ["replicate", "shard", "tp"]
-  // (NOTE [Mesh dims] in scenario.cc).
+  // (NOTE [Mesh dims] in scenario_fsdp.cc).
   std::vector<std::string> mesh_dim_names;
   int mesh_size(const std::string& dim) const;  // size of the named dim, 1 when absent
   ReshardAfterForward reshard_after_forward;
@@ -190,8 +190,8 @@ const std::map<std::string, std::vector<std::string>>& scenario_fields();
 const char* checkpoint_mode_name(CheckpointMode m);
 const char* sharding_units_name(ShardingUnits u);
 
-// NOTE [Dtype flow between units] (scenario.cc): throws InputError naming the per-unit policy
-// that makes a unit compute on activations of another dtype. parse_scenario runs it; the
+// NOTE [Dtype flow between units] (scenario_checks.cc): throws InputError naming the per-unit
+// policy that makes a unit compute on activations of another dtype. parse_scenario runs it; the
 // planner runs it on its candidates, whose precision replaces fsdp.mixed_precision.
 void check_dtype_flow(const Scenario& s);
 

@@ -36,7 +36,8 @@ class ComputeModel {
   // fp32 matmuls run on CUDA cores (PyTorch's default torch.backends.cuda.matmul.allow_tf32 is
   // False), as do vector ops.
   double peak_flops(OpClass c, DType dtype) const;
-  // NOTE [GEMM shape]: d / (d + matmul_small_dim) for each of M, N, K (1 when dims are unknown).
+  // NOTE [GEMM shape] (compute_model.cc): d / (d + matmul_small_dim) for each of M, N, K (1 when
+  // dims are unknown).
   double matmul_shape_factor(const std::array<int64_t, 3>& dims) const;
   // Fraction of peak a kernel's FLOPs reach: matmul_efficiency(flops) x shape factor; attention
   // by (backward) table at its sequence length x head-dim factor; vector_efficiency(flops). Each

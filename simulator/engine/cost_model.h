@@ -9,7 +9,8 @@
 namespace fullshard::sim {
 
 // How a cost model assumes a collective runs, e.g. {"ring", "simple"}; empty when it has no
-// such notion. NOTE [Collective choice]: exposed only for exporters (the Chrome trace puts it
+// such notion.
+// NOTE [Collective choice]: exposed only for exporters (the Chrome trace puts it
 // in each collective's args); the engine itself never reads it.
 struct CollectiveChoice {
   std::string algorithm;

@@ -69,7 +69,7 @@ struct Instr {
   KernelPlace place = KernelPlace::kDevice;
   double flops = 0;
   double bytes = 0;
-  // Kernel shape for the compute model (NOTE [Kernel shapes] in simulator/cost/compute_model.h):
+  // Kernel shape for the compute model (NOTE [Kernel shapes] in simulator/sim_backend.cc):
   // linear ops {M, K, N} of the forward product; attention {batch x heads, seq, head_dim};
   // zeros otherwise.
   std::array<int64_t, 3> dims{};

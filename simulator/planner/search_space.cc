@@ -239,7 +239,7 @@ Scenario candidate_scenario(const Scenario& base, const Candidate& c) {
   s.training.grad_accum_steps = c.grad_accum;
   s.hardware.allocator.expandable_segments = c.expandable_segments;
   // A scenario's tensor_parallel.async applies to the candidates that can run it (NOTE [What
-  // async TP needs] in scenario.cc): a tp dim, and no op-level selective checkpointing.
+  // async TP needs] in scenario_checks.cc): a tp dim, and no op-level selective checkpointing.
   s.tensor_parallel.async &= c.tp > 1 && c.ac.mode != CheckpointMode::kSelectiveOp;
   // NOTE [Chunked loss candidates]: a chunked loss needs its chunk count to divide the
   // candidate's tokens per micro-batch (the largest divisor of them not above the scenario's

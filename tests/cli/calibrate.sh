@@ -56,8 +56,9 @@ echo '{"profile": "a100", "kernels": []}' > "$tmp/a100.json"
 set -e
 [ "$rc" -eq 2 ] || { echo "expected exit 2 for two profiles, got $rc"; cat "$tmp/two.out"; exit 1; }
 grep -q "a100.json: profile: is \"a100\" but .*m.json says \"h100\"" "$tmp/two.out"
-# NOTE [Fitted figures are checked]: samples that fit a figure outside its range (a kernel gap
-# of 5 s; a copy so fast its bandwidth is infinite) are refused, and the old output is kept.
+# NOTE [Fitted figures are checked] (calibrate_commands.cc): samples that fit a figure outside
+# its range (a kernel gap of 5 s; a copy so fast its bandwidth is infinite) are refused, and the
+# old output is kept.
 for sample in '{"op": "kernel_gap", "time_s": 5}|the fitted kernel_gap_s is 5.0, must be >= 0 and <= 1' \
               '{"op": "copy_pinned", "bytes": 1e300, "time_s": 1e-300}|the fitted pinned_copy_bandwidth is inf, not a finite number'; do
   echo "{\"profile\": \"h100\", \"kernels\": [${sample%%|*}]}" > "$tmp/odd.json"

@@ -21,12 +21,13 @@ namespace {
 namespace fa2 = cuda::fa2;
 namespace plan = cuda::plan;
 
-// NOTE [FlashAttention-2 tiles]: the launch plan the kernels read, at the shapes that matter
-// (the 1B and 8B Llama benchmarks) and at odd lengths: grids cover every query / key row with
-// heads split across blocks, the forward visits exactly the causal key tiles of each query
-// tile, longest first, masking only tiles that cross the diagonal; the backward's key tiles
-// start at the first query tile that sees them; shared memory fits sm_80's and sm_90's opt-in
-// limits at every head dim (99 KB: sm_86 / sm_89 too); GQA maps query heads to kv heads in groups.
+// NOTE [FlashAttention-2 tiles] (backends/cuda/kernels/attention_fa2_plan.h): the launch plan the
+// kernels read, at the shapes that matter (the 1B and 8B Llama benchmarks) and at odd lengths:
+// grids cover every query / key row with heads split across blocks, the forward visits exactly the
+// causal key tiles of each query tile, longest first, masking only tiles that cross the diagonal;
+// the backward's key tiles start at the first query tile that sees them; shared memory fits sm_80's
+// and sm_90's opt-in limits at every head dim (99 KB: sm_86 / sm_89 too); GQA maps query heads to
+// kv heads in groups.
 TEST(FlashAttention2Plan, LaunchPlan) {
   for (int64_t hd : {32, 64, 80, 96, 128}) {
     ASSERT_TRUE(fa2::supports_head_dim(hd));

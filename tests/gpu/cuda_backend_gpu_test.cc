@@ -153,9 +153,10 @@ TEST(CudaBackend, TwoRanksShareOneGpuPredictedEqualsMeasured) {
   expect_predicted_equals_measured(s, real);
 }
 
-// NOTE [Measured stream times on the GPU]: with timing events every step reports its compute
-// and communication split, inside its wall time; the 2 ranks' collectives over staged Gloo
-// show as communication. Without them (FULLSHARD_CUDA_STREAM_TIMES=off) there is none.
+// NOTE [Measured stream times on the GPU] (backends/cuda/stream_times.h): with timing events every
+// step reports its compute and communication split, inside its wall time; the 2 ranks' collectives
+// over staged Gloo show as communication. Without them (FULLSHARD_CUDA_STREAM_TIMES=off) there is
+// none.
 TEST(CudaBackend, StepTimesAreMeasuredByStream) {
   const Scenario s = load("tiny-llama-h100-2on1.json", kSteps);
   runner::RankOptions ro;
@@ -228,8 +229,8 @@ TEST(CudaBackend, TinyLlamaLossesMatchCpuBackend) {
   EXPECT_NE(cuda.ranks[0].steps.back().loss, cuda.ranks[0].steps.front().loss);
 }
 
-// Tensor parallelism on the CUDA backend (NOTE [Tensor parallelism on CUDA] in
-// docs/cuda-backend.md): FSDP 2 x tp 2 with sequence parallelism and loss parallel, four ranks
+// Tensor parallelism on the CUDA backend (docs/cuda-backend.md, "Tensor parallelism"):
+// FSDP 2 x tp 2 with sequence parallelism and loss parallel, four ranks
 // sharing one GPU over staged Gloo (tp, shard and the flattened shard+tp groups). For Llama (the
 // shipped tiny-llama-tp2-h100-4on1) and GPT-2 (its Megatron plan: vocab-parallel wte, rowwise
 // biases, sequence-sharded positions) on the same mesh: predicted == measured peaks per rank, and

@@ -1,7 +1,7 @@
-// NOTE [Bit-identical init on host and device]: the init kernel writes exactly the bytes the
-// host's fill_init_param writes, for every layout (row shards with padding, tensor-parallel
-// Shard(1) column blocks, GPT-2's stacked blocks), every dtype and init kind, and over 2^24
-// consecutive draws of one parameter. Needs a GPU: exits 77 (ctest: skipped) without one.
+// NOTE [Bit-identical init on host and device] (core/data/init_generator.h): the init kernel writes
+// exactly the bytes the host's fill_init_param writes, for every layout (row shards with padding,
+// tensor-parallel Shard(1) column blocks, GPT-2's stacked blocks), every dtype and init kind, and
+// over 2^24 consecutive draws of one parameter. Needs a GPU: exits 77 (ctest: skipped) without one.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>

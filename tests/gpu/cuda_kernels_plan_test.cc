@@ -393,8 +393,8 @@ TEST(CudaPlan, AttentionBackwardNeedsTheFlashTemporaries) {
       kt::run(OpKind::kAttentionBackward, ins, {&dq, &dk, &dv, &sd, &acc, &dke, &dve}, args));
 }
 
-// NOTE [SDPA variants on the CUDA backend]: the efficient and cuDNN kinds plan as flash with
-// the model's outputs; the CPU kernel accepts the same calls.
+// NOTE [SDPA variants on the CUDA backend] (backends/cuda/kernels/plan.cc): the efficient and cuDNN
+// kinds plan as flash with the model's outputs; the CPU kernel accepts the same calls.
 TEST(CudaPlan, AttentionEfficientAndCudnnTakeTheModelsOutputs) {
   const int64_t B = 2, S = 45, H = 4, hd = 40, lse32 = 64;
   HT q(DType::kBFloat16, {B, S, H * hd}), k(DType::kBFloat16, {B, S, H * hd}),
@@ -467,10 +467,10 @@ TEST(CudaPlan, AttentionEfficientAndCudnnTakeTheModelsOutputs) {
                           {&dq, &dk, &dv, &cws}, cudnn_args));
 }
 
-// NOTE [Attention kernel override]: unset, empty or "auto" keeps the FlashAttention-2 choice,
-// "wmma" the WMMA tensor-core kernels, "simt" forces the SIMT kernels, anything else is a one-line
-// InputError naming the variable, the value and the accepted ones (exact spelling: a typo must not
-// silently pick a kernel).
+// NOTE [Attention kernel override] (backends/cuda/kernels/plan.h): unset, empty or "auto" keeps the
+// FlashAttention-2 choice, "wmma" the WMMA tensor-core kernels, "simt" forces the SIMT kernels,
+// anything else is a one-line InputError naming the variable, the value and the accepted ones
+// (exact spelling: a typo must not silently pick a kernel).
 TEST(CudaPlan, AttentionKernelOverrideParsing) {
   using plan::AttentionKernels;
   EXPECT_EQ(plan::parse_attention_kernels(nullptr), AttentionKernels::kAuto);

@@ -173,9 +173,9 @@ TEST(CudaKernels, RoPE) {
          {std::tuple<int64_t, int64_t, int64_t>{1, 1, 2}, {37, 3, 8}, {129, 4, 64}}) {
       HT x = kt::random_tensor(d, {2, S, H * hd}, rng), y(d, {2, S, H * hd});
       for (OpKind k : {OpKind::kRoPE, OpKind::kRoPEBackward})
-        // NOTE [RoPE in fp32]: fp32 angles on both sides; the GPU takes cos / sin of them in
-        // double rounded once, glibc's cosf / sinf may differ by an ulp. Plain theta and Llama
-        // 3.1's scaled frequencies (fargs of 5), in place too.
+        // NOTE [RoPE in fp32] (core/runtime/rope_args.h): fp32 angles on both sides; the GPU takes
+        // cos / sin of them in double rounded once, glibc's cosf / sinf may differ by an ulp. Plain
+        // theta and Llama 3.1's scaled frequencies (fargs of 5), in place too.
         for (const std::vector<double>& f :
              {std::vector<double>{500000.0}, {500000.0, 8.0, 1.0, 4.0, 8192.0}}) {
           Both r = run_both(k, {&x}, {&y}, {hd}, f);
@@ -479,9 +479,9 @@ TEST(CudaKernels, AttentionEfficientAndCudnnMatchCpu) {
       const double tol = rel * largest_gradient(r.cpu);
       for (int i = 0; i < 3; ++i) expect_close(r.gpu[i], r.cpu[i], tol, 0, what + " d" + "qkv"[i]);
     }
-  // NOTE [cuDNN attention on the CUDA backend]: with cuDNN in the build, its kernels ran the 16-bit
-  // cuDNN cases above (bf16 head_dim 64, fp16 head_dim 128 with GQA; the fp32 ones are not
-  // cuDNN's), forward and backward once each.
+  // NOTE [cuDNN attention on the CUDA backend] (backends/cuda/kernels/cudnn_sdpa.cc): with cuDNN in
+  // the build, its kernels ran the 16-bit cuDNN cases above (bf16 head_dim 64, fp16 head_dim 128
+  // with GQA; the fp32 ones are not cuDNN's), forward and backward once each.
   const cuda::cudnn_sdpa::Counters after = cuda::cudnn_sdpa::counters();
   const char* env = std::getenv("FULLSHARD_CUDNN_ATTENTION");
   if (cuda::cudnn_sdpa::built_with_cudnn() && !(env != nullptr && std::string(env) == "off")) {

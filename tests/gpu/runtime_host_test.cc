@@ -40,9 +40,10 @@ gloo_backend::CallInfo call(CollectiveKind kind, const std::string& name, uint64
 
 // ------------------------------------------------------------------ deferred pinned frees
 
-// NOTE [No self-move]: every pattern of finished / pending entries up to 7 long, each entry with
-// its own fence list: the finished ones are handed on in order with their fences, the pending
-// ones kept in order with theirs intact (an entry kept in place used to lose its fences).
+// NOTE [No self-move] (backends/cuda/deferred_frees.h): every pattern of finished / pending entries
+// up to 7 long, each entry with its own fence list: the finished ones are handed on in order with
+// their fences, the pending ones kept in order with theirs intact (an entry kept in place used to
+// lose its fences).
 TEST(DeferredFrees, TakeFinishedKeepsPendingEntriesWhole) {
   struct Entry {
     int id;
@@ -100,8 +101,9 @@ TEST(PinnedHostCache, SizesRoundToPowersOfTwoThenMiBMultiples) {
 
 // ------------------------------------------------------------------ watchdog state machine
 
-// NOTE [Staged gates and hardware queues]: CUDA_DEVICE_MAX_CONNECTIONS as CUDA reads it, and the
-// backend's refusal of thread-ranks on one device whose streams outnumber the hardware queues.
+// NOTE [Staged gates and hardware queues] (backends/cuda/staged_gloo_process_group.h):
+// CUDA_DEVICE_MAX_CONNECTIONS as CUDA reads it, and the backend's refusal of thread-ranks on one
+// device whose streams outnumber the hardware queues.
 TEST(StagedGates, DeviceMaxConnectionsAsCudaReadsIt) {
   EXPECT_EQ(cuda::device_max_connections(nullptr), 8);
   EXPECT_EQ(cuda::device_max_connections(""), 8);
@@ -418,10 +420,11 @@ TEST(DeviceProbe, LocalRankWrapsAroundSharedGpus) {
   EXPECT_GE(gpu_count(), 0);  // never throws, also without a driver
 }
 
-// NOTE [Measured stream times on the GPU]: event readings (ms after the anchor) become host-clock
-// seconds; a collective is in its stream's busy list and in the collectives with the very same
-// numbers (what measured_step_breakdown matches compute-stream collectives by); work starts
-// only when asked for; kernel times always; an end read before its begin is the begin.
+// NOTE [Measured stream times on the GPU] (backends/cuda/stream_times.h): event readings (ms after
+// the anchor) become host-clock seconds; a collective is in its stream's busy list and in the
+// collectives with the very same numbers (what measured_step_breakdown matches compute-stream
+// collectives by); work starts only when asked for; kernel times always; an end read before its
+// begin is the begin.
 TEST(StreamTimes, EventReadingsBecomeTheBackendsMeasurements) {
   const std::vector<TimedWork> work = {
       {StreamRole::kDefault, 7, "", 0.0f, 10.0f},         // a kernel, 0-10 ms

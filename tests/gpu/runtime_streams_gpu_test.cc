@@ -89,7 +89,8 @@ TEST(StreamSet, EventOrdersStreamsAndSynchronizeWaits) {
 
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_EQ(cudaEventQuery(consumed), cudaErrorNotReady);  // held behind the producer
-  // NOTE [Not ready is not an error]: whether the runtime keeps NotReady as the last error.
+  // NOTE [Not ready is not an error] (backends/cuda/cuda_error.h): whether the runtime keeps
+  // NotReady as the last error.
   const cudaError_t kept = cudaPeekAtLastError();
   std::printf("cudaEventQuery's NotReady %s the thread's last error (%s)\n",
               kept == cudaErrorNotReady ? "is kept as" : "is not", cudaGetErrorName(kept));

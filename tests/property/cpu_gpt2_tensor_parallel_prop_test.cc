@@ -86,9 +86,9 @@ TEST(Gpt2TensorParallel, PlanPlacesParametersAsMegatron) {
   EXPECT_EQ(by["layers.0.attn.c_attn.weight"]->global_shape(), (Shape{3 * D, D}));
 }
 
-// NOTE [Fused qkv under tensor parallelism]: tp rank t's local c_attn rows are rows
-// [t*D/tp, (t+1)*D/tp) of each of q, k and v, and FSDP's shard of those local rows (any
-// offset) draws the same values as the unsharded tensor's rows.
+// NOTE [Fused qkv under tensor parallelism] (core/model/tensor_parallel.cc): tp rank t's local
+// c_attn rows are rows [t*D/tp, (t+1)*D/tp) of each of q, k and v, and FSDP's shard of those local
+// rows (any offset) draws the same values as the unsharded tensor's rows.
 RC_GTEST_PROP(Gpt2TensorParallel, FusedQkvShardsInitAsTheirGlobalRows, ()) {
   const int tp = *rc::gen::element(1, 2, 4);
   const int64_t block = *rc::gen::inRange(1, 4);  // local rows per block (D / tp)

@@ -140,9 +140,9 @@ std::vector<std::string> entries(const std::string& root) {
   return out;
 }
 
-// NOTE [Checkpoint retention]: the newest K committed checkpoints stay; older ones, remnants of
-// killed saves older than the oldest kept one, and leftovers of an interrupted prune go; a
-// newer unfinished save is never touched.
+// NOTE [Checkpoint retention] (core/checkpoint/checkpoint_dir.h): the newest K committed
+// checkpoints stay; older ones, remnants of killed saves older than the oldest kept one, and
+// leftovers of an interrupted prune go; a newer unfinished save is never touched.
 TEST(CheckpointDir, KeepLastDeletesOnlyOlderCheckpoints) {
   TempDir d;
   for (int64_t step : {2, 4, 6}) save(d.path(), kModel, 2, step);

@@ -1,6 +1,6 @@
-// NOTE [Reshard on load]: the reads a rank of a new mesh makes rebuild exactly its shard,
-// for every pair of save/load world sizes 1..7 and uneven dims (rapidcheck), and damaged
-// chunk lists are InputErrors.
+// NOTE [Reshard on load] (core/checkpoint/reshard.h): the reads a rank of a new mesh makes rebuild
+// exactly its shard, for every pair of save/load world sizes 1..7 and uneven dims (rapidcheck), and
+// damaged chunk lists are InputErrors.
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 

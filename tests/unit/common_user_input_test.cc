@@ -183,7 +183,8 @@ TEST(JsonInput, OverflowingNumbersAndDuplicatesAreErrors) {
 }
 
 TEST(JsonInput, ANulByteIsAnErrorNotTheEndOfTheText) {
-  // NOTE [NUL in JSON text]: nlohmann stops at a NUL, so the text after it was silently dropped.
+  // NOTE [NUL in JSON text] (core/common/json_file.cc): nlohmann stops at a NUL, so the text after
+  // it was silently dropped.
   const std::string glued = std::string("{\"a\": 1}") + '\0' + "{\"b\": 2}";
   const std::string e = input_error_of([&] { parse_json_text(glued, "g.json"); });
   EXPECT_NE(e.find("g.json:1:9: malformed JSON: a NUL byte"), std::string::npos) << e;

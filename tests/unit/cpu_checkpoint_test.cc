@@ -80,10 +80,10 @@ TEST(CpuCheckpoint, HsdpResumeContinuesBitIdentically) {
   expect_bit_identical(resumed, straight);
 }
 
-// NOTE [Asynchronous save]: the same run saved asynchronously writes the same bytes as the
-// synchronous save (the staged copy is the state at the checkpoint step, although training went
-// on while it was written), and a resume from it continues bit-identically. Each rank staged
-// exactly its shards: parameters and both AdamW states.
+// NOTE [Asynchronous save] (runner/checkpoint_saver.h): the same run saved asynchronously writes
+// the same bytes as the synchronous save (the staged copy is the state at the checkpoint step,
+// although training went on while it was written), and a resume from it continues bit-identically.
+// Each rank staged exactly its shards: parameters and both AdamW states.
 TEST(CpuCheckpoint, AsyncSaveWritesTheSameBytesAndResumesBitIdentically) {
   TempDir sync_dir, async_dir;
   const Scenario s = parse_scenario(scenario({2}, 2));

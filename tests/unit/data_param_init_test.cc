@@ -32,10 +32,10 @@ std::vector<double> draws(uint64_t key, int64_t first, int64_t n) {
 
 }  // namespace
 
-// NOTE [Bit-identical init on host and device]: these bits are what every backend computes (an
-// independent re-implementation in Python's IEEE doubles gave the same bits for these and 300,000
-// random (key, index) pairs). A change here changes every initial value and every loss pinned in
-// tests and docs; checkpoints hold values, so resuming is unaffected.
+// NOTE [Bit-identical init on host and device] (core/data/init_generator.h): these bits are what
+// every backend computes (an independent re-implementation in Python's IEEE doubles gave the same
+// bits for these and 300,000 random (key, index) pairs). A change here changes every initial value
+// and every loss pinned in tests and docs; checkpoints hold values, so resuming is unaffected.
 TEST(ParamInitGenerator, GoldenBits) {
   struct Golden {
     uint64_t key;
@@ -202,8 +202,8 @@ std::vector<uint8_t> fill(const OpCall& op, int threads) {
 
 }  // namespace
 
-// NOTE [Threaded host init]: the bytes do not depend on the thread count, for every layout and
-// dtype.
+// NOTE [Threaded host init] (core/data/param_init.cc): the bytes do not depend on the thread count,
+// for every layout and dtype.
 TEST(ParamInitFill, ThreadCountDoesNotChangeTheBytes) {
   for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16})
     for (int layout = 0; layout < 3; ++layout) {

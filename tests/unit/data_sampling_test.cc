@@ -49,7 +49,8 @@ RC_GTEST_PROP(TextCorpus, GlobalSamplesDoNotDependOnTheSplit, ()) {
   }
 }
 
-// NOTE [Sharding-independent init]: the shards of any world size concatenate to the same tensor.
+// NOTE [Sharding-independent init] (core/model/module.h): the shards of any world size concatenate
+// to the same tensor.
 RC_GTEST_PROP(ParamInit, ShardsConcatenateToTheUnshardedInit, ()) {
   const int64_t d0 = *rc::gen::inRange(0, 40);
   const int64_t d1 = *rc::gen::inRange(1, 6);

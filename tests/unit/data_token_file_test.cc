@@ -159,7 +159,8 @@ TEST(TokenSource, TextAndJsonlGoThroughTheByteTokenizer) {
               open_token_source(d.file("c.jsonl"), DataFormat::kAuto, "training.data");
             }).find("c.jsonl' line 2 is not a JSON object"),
             std::string::npos);
-  // NOTE [Bounded JSON nesting]: a line 100,000 deep, and one whose NUL hid the rest of it.
+  // NOTE [Bounded JSON nesting] (core/common/json_file.h): a line 100,000 deep, and one whose NUL
+  // hid the rest of it.
   write_bytes(d.file("d.jsonl"), "{\"text\": \"a\", \"x\": " + std::string(100000, '[') +
                                      std::string(100000, ']') + "}\n");
   EXPECT_NE(input_error_of([&] {
@@ -196,7 +197,8 @@ OpCall load_op(int64_t step, int64_t micro, int64_t accum, int64_t batch, int64_
 
 }  // namespace
 
-// NOTE [Token data sampling]: consecutive windows, step after step, wrapping into the next epoch.
+// NOTE [Token data sampling] (core/data/text_corpus.cc): consecutive windows, step after step,
+// wrapping into the next epoch.
 TEST(TokenDataSampling, ReadsWindowsInOrderAndWrapsAtTheEpoch) {
   BatchSource b = counting_source(41, 2);  // (41 - 1) / 8 = 5 windows per epoch
   b.rank_batches = {2, 2};

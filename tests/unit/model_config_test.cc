@@ -327,8 +327,9 @@ TEST(HfImport, RopeThetaInsideRopeParameters) {
   EXPECT_EQ(model_from_hf_config(j, "config.json").rope_theta, 500000.0);
 }
 
-// NOTE [Llama 3 RoPE scaling]: Llama 3.1's config.json carries rope_scaling (transformers 4.x);
-// transformers 5.x writes the same object as rope_parameters, with rope_theta inside.
+// NOTE [Llama 3 RoPE scaling] (core/runtime/rope_args.h): Llama 3.1's config.json carries
+// rope_scaling (transformers 4.x); transformers 5.x writes the same object as rope_parameters, with
+// rope_theta inside.
 TEST(HfImport, Llama31RopeScaling) {
   const ModelConfig c = model_from_hf_config_file(hf_data("llama3.1-8b.json"));
   EXPECT_EQ(c.rope_scaling.factor, 8.0);

@@ -1,6 +1,6 @@
 // A scenario's tensor_parallel.async stays for the planner's candidates that can run it: a tp
-// dim, and no op-level selective checkpointing (NOTE [What async TP needs] in scenario.cc), in
-// the simulated candidate and in the scenario --write-scenario writes.
+// dim, and no op-level selective checkpointing (NOTE [What async TP needs] in scenario_checks.cc),
+// in the simulated candidate and in the scenario --write-scenario writes.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 

@@ -1,6 +1,7 @@
-// NOTE [Block bounds]: the 2-block proxy's bounds never exceed what the full simulation gives,
-// for every candidate of small spaces (random models, meshes, checkpointing, batches,
-// capacities), and a bound over capacity means the candidate really runs out of memory.
+// NOTE [Block bounds] (simulator/planner/bounds.h): the 2-block proxy's bounds never exceed what
+// the full simulation gives, for every candidate of small spaces (random models, meshes,
+// checkpointing, batches, capacities), and a bound over capacity means the candidate really runs
+// out of memory.
 #include <limits>
 
 #include <gtest/gtest.h>

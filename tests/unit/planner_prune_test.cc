@@ -1,7 +1,8 @@
-// NOTE [Branch and bound]: on small spaces searched exhaustively (every candidate simulated),
-// the pruned search recommends the same configuration with the same figures, every candidate
-// it reports as simulated has the exhaustive figures, every candidate it rules out by memory
-// does not fit, and every candidate it rules out by time does not beat the winner.
+// NOTE [Branch and bound] (simulator/planner/planner.h): on small spaces searched exhaustively
+// (every candidate simulated), the pruned search recommends the same configuration with the same
+// figures, every candidate it reports as simulated has the exhaustive figures, every candidate it
+// rules out by memory does not fit, and every candidate it rules out by time does not beat the
+// winner.
 #include <map>
 #include <random>
 

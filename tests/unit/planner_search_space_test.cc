@@ -210,9 +210,10 @@ TEST(PlannerSpace, RoundTripKeepsUnpinnedOffloadAndOtherSettings) {
   EXPECT_EQ(parsed.fsdp.forward_prefetch, 1);
 }
 
-// NOTE [Chunked loss candidates]: every candidate of a chunked-loss base is a program PyTorch
-// runs (a chunk count dividing its tokens; with the output in the root unit, a root kept
-// unsharded), written and built alike, and simulated without a protocol problem.
+// NOTE [Chunked loss candidates] (simulator/planner/search_space.cc): every candidate of a
+// chunked-loss base is a program PyTorch runs (a chunk count dividing its tokens; with the output
+// in the root unit, a root kept unsharded), written and built alike, and simulated without a
+// protocol problem.
 TEST(PlannerSpace, ChunkedLossCandidatesAreRunnablePrograms) {
   for (const std::string units : {"blocks", "embed_blocks_head"}) {
     json base = base_json("tiny-llama", 1, 4);

@@ -28,7 +28,8 @@ TEST(TrainingData, MetricsJsonlStepsFromOneAndNullLossesAreGaps) {
   EXPECT_EQ(r.peak_allocated, (std::vector<double>{4096, 4096}));
 }
 
-// NOTE [Per-op panel]: the last step's per-op table is read and drawn, measured beside predicted.
+// NOTE [Per-op panel] (tools/plot/training_plot.cc): the last step's per-op table is read and
+// drawn, measured beside predicted.
 TEST(TrainingData, PerOpTableOfTheLastStepIsDrawnMeasuredBesidePredicted) {
   const TrainingRun r = parse_metrics_jsonl(
       "{\"step\": 0, \"loss\": 5.5, \"ops\": [{\"key\": \"old\", \"kind\": \"Fill\", "

@@ -1,6 +1,6 @@
-// NOTE [Per-op times]: the per-op table's pure parts: the key (layer index folded out), the join
-// of launches and kernel times, predictions beside measurements, the "differ most" rows, and the
-// report format's "ops" array.
+// NOTE [Per-op times] (core/report/key_averages.h): the per-op table's pure parts: the key (layer
+// index folded out), the join of launches and kernel times, predictions beside measurements, the
+// "differ most" rows, and the report format's "ops" array.
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 

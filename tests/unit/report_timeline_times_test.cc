@@ -1,5 +1,6 @@
-// NOTE [Measured timeline times]: a measured timeline point is placed at the start of the first
-// work the host issued after it, never before its host time, non-decreasing.
+// NOTE [Measured timeline times] (core/report/timeline_times.h): a measured timeline point is
+// placed at the start of the first work the host issued after it, never before its host time,
+// non-decreasing.
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 

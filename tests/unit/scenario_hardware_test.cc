@@ -141,8 +141,8 @@ TEST(HardwareOverrides, BadValuesNameTheirPath) {
 }
 
 TEST(HardwareOverrides, FiguresThatWouldMakeATimeInfiniteAreRefused) {
-  // NOTE [Figure bounds]: each of these once played to an infinite kernel time (an internal
-  // error) or an infinite step (a report with a null step time).
+  // NOTE [Figure bounds] (core/scenario/hardware_profile.cc): each of these once played to an
+  // infinite kernel time (an internal error) or an infinite step (a report with a null step time).
   const std::vector<std::tuple<std::string, json, std::string>> cases = {
       {"peak_flops_fp32", 1e-320, "must be >= 1"},
       {"hbm_bandwidth", 0.5, "must be >= 1"},

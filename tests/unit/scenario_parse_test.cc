@@ -652,7 +652,8 @@ TEST(ScenarioErrors, Dtypes) {
 }
 
 // fsdp.per_unit.<unit>.mixed_precision: the fields a unit sets over fsdp.mixed_precision, and
-// NOTE [Dtype flow between units]: a unit never computes on activations of another dtype.
+// NOTE [Dtype flow between units] (core/scenario/scenario_checks.cc): a unit never computes on
+// activations of another dtype.
 TEST(ScenarioFsdp, PerUnitMixedPrecision) {
   json j = minimal();
   j["fsdp"]["mixed_precision"] = {{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}};
@@ -806,8 +807,9 @@ TEST(ScenarioParse, RankBatchGivesAnUnevenBatch) {
   EXPECT_THROW(parse_scenario(j), InputError);
 }
 
-// NOTE [Bounded show]: a value shown in an error is rendered only as far as shown, so a value
-// nested far deeper than the parser allows (built in code) or hundreds of MB long costs nothing.
+// NOTE [Bounded show] (core/scenario/json_reader.cc): a value shown in an error is rendered only as
+// far as shown, so a value nested far deeper than the parser allows (built in code) or hundreds of
+// MB long costs nothing.
 TEST(JsonReaderShow, DeepOrHugeValuesAreShownBounded) {
   json deep = 1;
   for (int i = 0; i < 100000; ++i) deep = json::array({std::move(deep)});

@@ -1,7 +1,7 @@
-// NOTE [FSDP hook host cost]: every FSDP2 hook call (pre-/post-forward, pre-/post-backward of
-// each parameter group) costs the host fsdp_hook_s plus fsdp_hook_param_s per parameter of the
-// group. A tiny model on a GPU profile is host-bound (microsecond kernels, 10 us launches), so
-// the step grows by exactly what its hooks cost.
+// NOTE [FSDP hook host cost] (simulator/cost/hardware_cost_model.cc): every FSDP2 hook call
+// (pre-/post-forward, pre-/post-backward of each parameter group) costs the host fsdp_hook_s plus
+// fsdp_hook_param_s per parameter of the group. A tiny model on a GPU profile is host-bound
+// (microsecond kernels, 10 us launches), so the step grows by exactly what its hooks cost.
 #include <gtest/gtest.h>
 
 #include "tests/support/sim_support.h"

@@ -285,7 +285,7 @@ int cmd_plan(const PlanFlags& f) {
   HardwareProfile profile;
   json base = base_json(f, profile);
   // tensor_parallel.async needs a tp dim, which the planner chooses: the base parses without
-  // it, and candidates with tp > 1 get it back (NOTE [What async TP needs] in scenario.cc).
+  // it, and candidates with tp > 1 get it back (NOTE [What async TP needs] in scenario_checks.cc).
   bool async_tp = false;
   if (base.contains("tensor_parallel") && base["tensor_parallel"].is_object() &&
       base["tensor_parallel"].contains("async") && base["tensor_parallel"]["async"].is_boolean()) {

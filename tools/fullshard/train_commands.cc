@@ -111,7 +111,7 @@ nlohmann::json measured_report(const Scenario& s, const runner::LaunchResult& r)
     out["mfu_of_sgemm"] =
         mean > 0 ? rep.model_flops_per_token * rep.tokens_per_s_per_gpu / mean : 0.0;
   }
-  // NOTE [Attention path counter]: per rank, its calls of the cuDNN attention kinds by path.
+  // Per rank, its calls of the cuDNN attention kinds by path (NOTE [Attention path counter]).
   nlohmann::json paths = nlohmann::json::array();
   for (const auto& m : r.ranks)
     if (!m.path_counts.empty()) {
@@ -123,7 +123,7 @@ nlohmann::json measured_report(const Scenario& s, const runner::LaunchResult& r)
   nlohmann::json losses = nlohmann::json::array();
   for (const auto& st : r.steps) losses.push_back(st.loss);
   out["loss_per_step"] = losses;
-  // NOTE [Per-op times]: rank 0's per-op table of every step, with the simulator's times.
+  // Rank 0's per-op table of every step, with the simulator's times (NOTE [Per-op times]).
   out["ops_per_step"] = ops_per_step_json(r.steps);
   // Checkpoint saves per rank (NOTE [Asynchronous save]): host staging bytes, time exposed to
   // training and time hidden behind it.
@@ -203,7 +203,7 @@ int cmd_train(runner::LaunchOptions o, const std::string& json_out) {
           "  checkpoints: {} sync saves, save time exposed {:.3f} s (slowest rank)\n", worst.saves,
           worst.exposed_s);
   }
-  // NOTE [Attention path counter]: which path ran the cuDNN attention calls (rank 0's; every
+  // Which path ran the cuDNN attention calls (rank 0's; every
   // rank's where they differ).
   for (const auto& m : r.ranks) {
     if (m.path_counts.empty() || (m.rank != 0 && m.path_counts == r.ranks[0].path_counts)) continue;

@@ -1,5 +1,6 @@
 // The interactive page: hand-written CSS + JS drawing SVG, no external resources (it must
-// open from disk with no network). NOTE [Page script]: the script reads the JSON of
+// open from disk with no network).
+// NOTE [Page script]: the script reads the JSON of
 // page_data() (NOTE [Page data] in plot_data.cc) from #plot-data. Its unit choice, tick and
 // stacking functions mirror plot_data.cc (which the unit tests check); keep them in step.
 // When it has drawn, it sets <body data-chart-status="drawn">; any script error or

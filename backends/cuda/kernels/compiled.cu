@@ -18,7 +18,8 @@ namespace {
 
 using namespace dev;
 
-// ---- RoPE. NOTE [Compiled RoPE on the GPU]: the rotation of rope.cc (the eager CPU kernel each
+// ---- RoPE.
+// NOTE [Compiled RoPE on the GPU]: the rotation of rope.cc (the eager CPU kernel each
 // compiled RoPE runs per tensor): inv_freq is the host's fp32 table (rope_inv_freq, Llama 3.1
 // scaling included) passed by value, the angle pos * inv_freq is one fp32 product as PyTorch
 // forms it (NOTE [RoPE in fp32]), and its cos / sin are taken in double and rounded to fp32 (the

@@ -5,7 +5,7 @@
 // operand. The two places that need more than their outputs use memory the op already has: the
 // attention backward's flash temporaries (softmax_d; NOTE [Flash attention backward
 // temporaries] in core/model/ops.cc) and the norm backward's gradient output as room for
-// row-chunk partial sums before it is written (NOTE [Column sums without scratch] in norm.cu).
+// row-chunk partial sums before writing it (NOTE [Column sums without scratch] in norm_rows.cuh).
 #include <array>
 #include <atomic>
 #include <cmath>
@@ -173,8 +173,8 @@ void rope(const OpCall& op, const Ptrs& in, const Ptrs& out, float sign, bool ad
   expect_numel(op, y, x.numel(), "output");
   expect_float(op, x, "x");
   expect_float(op, y, "output");
-  // NOTE [RoPE in fp32]: the CPU kernel's fp32 angles from the host's rope_inv_freq table (Llama
-  // 3.1 scaling included), rotated by the compiled RoPE's kernel on this one tensor.
+  // NOTE [RoPE in fp32] (rope_args.h): the CPU kernel's fp32 angles from the host's rope_inv_freq
+  // table (Llama 3.1 scaling included), rotated by the compiled RoPE's kernel on this one tensor.
   FULLSHARD_CHECK(op.fargs.size() == 1 || op.fargs.size() == 5,
                   where(op) + "fargs must be {theta} or {theta, factor, low, high, original}");
   if (hd / 2 > launch::kMaxRopePairs)
@@ -332,7 +332,7 @@ void attention_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaS
            out[2], out[3], op.outputs[3].meta.nbytes()},
           s))
     return;
-  // NOTE [Flash attention backward temporaries]: plan_attention_backward checked their sizes.
+  // plan_attention_backward checked their sizes (NOTE [Flash attention backward temporaries]).
   const bool flash_temps = op.kind == OpKind::kAttentionBackward;
   if (flash_temps) {
     g.dq_accum = static_cast<float*>(out[4]);
