@@ -3,30 +3,20 @@
 // --checkpoint-every`): a pure function of the scenario, the hardware profile and the step time.
 //
 // NOTE [Checkpoint cost]: as torch.distributed.checkpoint saves a FSDP2 model, every rank of
-// replica 0 (HSDP: one replica writes, DCP deduplicates the others) copies its unpadded local
-// shards of the parameters and both AdamW states (fp32, the dtype fullshard keeps them in) to
-// host memory, then writes them; the ranks of a node share its storage bandwidth.
+// replica 0 (HSDP: DCP deduplicates the other replicas) copies its unpadded local shards of the
+// parameters and both fp32 AdamW states to pageable host memory, a tensor at a time, then writes
+// them; a node's ranks share its storage bandwidth (docs/cost-model.md, "Checkpoints").
 //   shard_bytes(r) = 3 x 4 x sum over parameters of local rows(r) x row elements
-//   d2h_s          = max over ranks of the copy chain of its tensors, in state-dict order
-//                    (every parameter in module order, then each one's exp_avg, exp_avg_sq):
-//                    e = 0; for tensor i = 1..n: e = max(e, i x launch) + bytes_i /
-//                    pageable_copy_bandwidth (DCP copies into ordinary, pageable CPU tensors, one
-//                    copy per tensor; each costs the host launch = eager_dispatch_s +
-//                    launch_overhead_s, so a model of many small tensors is launch-bound; for large
-//                    ones d2h_s = launch + shard_bytes / bandwidth)
-//   write_s        = max over nodes of sum of the node's shard_bytes / storage_write_bandwidth
-//   sync:  exposed = d2h_s + write_s           (training waits for the whole save)
-//   async: exposed = d2h_s + max(0, write_s - every x step_time_s)
-//                    (staging blocks; the write overlaps the next `every` steps, and the next
-//                    save waits for whatever is left of it, as DCP's caller waits on the future)
-//   amortised per step = exposed / every; host staging (async) = the largest shard_bytes.
-// The commit (metadata, fsyncs) and the file system's latency are not modelled. Nothing here
-// touches device memory: the device predictions do not change.
-// `fullshard simulate` plays the same saves in the engine (NOTE [Playing a checkpoint save] in
-// checkpoint_play.h: the copies on the device_to_host stream, the write on a checkpoint lane,
-// the staging in the host accounts), and tests/unit/sim_checkpoint_play_test.cc checks that
-// every played save exposes what this closed form says; the planner keeps this closed form as
-// its fast path (SimulateOptions::play_checkpoint = false).
+//   d2h_s   = max over ranks of e after: e = 0; for tensor i = 1..n in state-dict order,
+//             e = max(e, i x launch) + bytes_i / pageable_copy_bandwidth
+//             (launch = eager_dispatch_s + launch_overhead_s)
+//   write_s = max over nodes of the node's shard_bytes / storage_write_bandwidth
+//   exposed = d2h_s + write_s (sync); d2h_s + max(0, write_s - every x step_time_s) (async)
+//   per step = exposed / every; async host staging = the largest shard_bytes.
+// Not modelled: the commit (metadata, fsyncs) and the file system's latency; device memory is
+// untouched. The engine plays the same saves (NOTE [Playing a checkpoint save] in
+// checkpoint_play.h) and its test checks they expose this closed form, which the planner keeps as
+// its fast path.
 //
 // NOTE [Checkpoint storage bandwidth]: the hardware profiles hold no storage figure. The
 // default, 2e9 bytes/s per node, is an assumption (about one local NVMe SSD's sequential

@@ -2,33 +2,17 @@
 // Records a rank's checkpoint saves into its simulated host program, so that the engine plays
 // them (training.checkpoint; the closed form of the same cost is checkpoint_cost.h).
 //
-// NOTE [Playing a checkpoint save]: after the optimizer step of every step that saves
-// ((step + 1) % every == 0, as runner/checkpoint_saver.cc saves after every N steps), each
-// rank that writes (replica 0, as checkpoint_shard_bytes) issues what DCP does for a FSDP2
-// model:
-//   1. "checkpoint save" marker; async: the host first waits for the previous save's write
-//      (DCP's caller waits on async_save's future) and frees that save's staging;
-//   2. the device_to_host stream waits for the optimizer (an event on the compute stream) and
-//      copies every unpadded local shard (the parameter, exp_avg, exp_avg_sq) into pageable
-//      host memory (KernelPlace::kDeviceToPageableHost: DCP's ordinary CPU tensors, at the
-//      profile's pageable_copy_bandwidth whatever fsdp.cpu_offload.pin_memory says); async
-//      allocates the staging buffers in host memory first (Backend::allocate_host: they are in
-//      the host accounts and the timeline's host bytes until freed); sync stages nothing (DCP's
-//      synchronous writer copies a tensor at a time as it writes);
-//   3. the host synchronizes on the copies (DCP's .cpu() blocks), then hands the write to its
-//      writer thread: a kStorageWrite of the rank's bytes on the rank's checkpoint lane, lasting
-//      its node's bytes / storage_write_bandwidth (the node's writers share the storage and,
-//      writing at once, end together);
-//   4. sync: the host synchronizes on the write (the next step starts after it); async: it goes
-//      on at once; "checkpoint end" marker.
-// At the end of the recorded steps an async write still in flight is waited for and its
-// staging freed (the run's end waits for the last save). No device memory is allocated: the
-// device predictions are those without checkpoints. When no save falls in the played steps
-// (every > the steps played before extrapolating), one save is played after the last played
-// step, standing for the run's saves. Ranks that do not write issue nothing; the collectives
-// of the next step make them wait for the writers, as DCP's barriers would.
-// What is not played: the commit (metadata, fsyncs, the barriers' latency), the file system's
-// latency, and contention of the write with training for host memory bandwidth.
+// NOTE [Playing a checkpoint save]: after the optimizer step of every step that saves ((step + 1) %
+// every == 0, as runner/checkpoint_saver.cc), each rank that writes (replica 0) issues what DCP
+// does for a FSDP2 model: the device_to_host stream waits for the optimizer and copies every
+// unpadded local shard (parameter, exp_avg, exp_avg_sq) to pageable host memory (async: into
+// staging allocated with Backend::allocate_host); the host synchronizes on the copies and hands a
+// kStorageWrite of the rank's bytes to its checkpoint lane (its node's bytes /
+// storage_write_bandwidth); sync waits for the write, async goes on and the next save (or the run's
+// end) waits for it and frees its staging. No device memory is allocated. With no save in the
+// played steps one is played after the last, standing for the run's saves. Ranks that do not write
+// issue nothing: the next step's collectives make them wait, as DCP's barriers would. Each step in
+// full: docs/cost-model.md, "A played save, step by step".
 #include <cstdint>
 #include <vector>
 

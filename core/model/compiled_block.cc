@@ -4,37 +4,16 @@
 #include "core/model/op_util.h"
 
 // NOTE [Compiled block]: what torch.compile(block, fullgraph=True) runs for torchtitan's Llama
-// TransformerBlock, measured with tools/measure/compiled_block.py (PyTorch 2.15 CPU, inductor;
-// output in tools/measure/compiled_block.json: bf16 and fp32, complex and fused RoPE; the
-// generated code was read with torch._inductor.utils.run_and_get_code). Forward, in order:
-//   K0 attention_norm: reads x, w; writes xn (model dtype) and rstd (fp32 [rows])
-//   mm wq, wk, wv (extern)
-//   K1 RoPE of q and k, one kernel, written over the mm outputs (in place)
-//   SDPA (extern; saves q, k, v, out, logsumexp as fullshard's flash model declares)
-//   mm wo -> a
-//   K2 ffn_norm of h = x + a: reads x, a, w; writes hn and rstd; h is NOT stored
-//   mm w1 -> g1, mm w3 -> g3
-//   K3 silu(g1) * g3 -> p
-//   mm w2 -> f
-//   K4 out = x + a + f, written over f
-// The partitioner's forward outputs besides the block output (the saved tensors): x, rstd, xn,
-// q, k, v (after RoPE), out, logsumexp, a (wo's output: h is recomputed from x + a), rstd2, hn,
-// g1, g3, p, and the parameters and RoPE tables (free for FSDP: the unsharded parameters are
-// all-gathered again for backward). Against eager it does not save silu(g1) (recomputed in the
-// silu * mul backward) and saves a instead of h (same size): per token and block, 8 D + 8 + 6 F
-// bytes in bf16 beside attention's, where eager saves 8 D + 8 + 8 F. Complex RoPE changes
-// nothing saved (inductor does not code-generate complex ops and falls back to aten for the
-// product, but both forms save nothing beyond the tables); on CPU the SDPA output is
-// transposed by one extra copy before wo, which flash's [B, S, H, hd] output does not need on
-// CUDA (fullshard's attention output already has that layout, as eager's).
-// Backward: the measured graph fuses silu * mul's backward (one kernel, both grads), each
-// norm's backward with the residual gradient added in (the ffn_norm one recomputing x + a),
-// and one RoPE backward per tensor. fullshard records those regions as the block's autograd
-// nodes run them; inductor also reorders the weight-gradient GEMMs to the end of the block's
-// backward, and sums the three grad-input GEMMs of wq / wk / wv (and of w1 / w3) inside the
-// norm's backward kernel, where fullshard's engine accumulates them with its own adds: the
-// backward's kernel count and its transient peak inside one block are therefore approximations,
-// the saved tensors and the forward are as measured.
+// TransformerBlock, as tools/measure/compiled_block.py measured it (method, output and the graph op
+// by op: docs/ops.md, "Compiled block"). The GEMMs and SDPA stay eager; the pointwise work is five
+// fused regions, in forward order: K0 attention_norm (x, w -> xn, fp32 rstd); K1 RoPE of q and k in
+// one kernel, in place over the mm outputs; K2 ffn_norm of h = x + a (h is never stored); K3
+// silu(g1) * g3 -> p; K4 x + a + f, written over f. Saved for backward: the partitioner's forward
+// outputs x, rstd, xn, q, k, v, out, logsumexp, a, rstd2, hn, g1, g3, p.
+// Backward: silu * mul's backward, each norm's with the residual gradient added in, one RoPE
+// backward per tensor. Inductor's reordering and summing of the GEMMs are not modelled: a block's
+// backward kernel count and transient peak are approximations; the forward and the saved tensors
+// are as measured.
 // Under op-level selective checkpointing the RoPE and the last add write new tensors instead of
 // their inputs (the SAC cache may hold those inputs).
 

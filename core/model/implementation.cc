@@ -4,35 +4,18 @@
 
 namespace fullshard {
 
-// NOTE [Implementation presets]: what each named program does, read from its sources.
+// NOTE [Implementation presets]: each named program does what its sources do at a pinned commit
+// (each file and line read: docs/scenario-format.md, "Where each preset was read").
 // - fullshard: the ops fullshard modelled before model.implementation existed (the default).
-// - torchtitan-2024: pytorch/torchtitan@3f20451 (2024-12-26), train.py loss_fn is
-//   F.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1)) outside the model, with
-//   `del pred` before backward; torchtitan/models/norms.py RMSNorm is the eager
-//   `_norm(x.float()).type_as(x) * weight` (norm_type = "rmsnorm" in train_configs/*.toml);
-//   torchtitan/models/llama/model.py apply_rotary_emb is view_as_complex(x.float()) *
-//   freqs_cis then type_as, repeat_kv expands k / v to the query heads, and SDPA runs with
-//   is_causal=True (flash on A100/H100); compile = false in the shipped configs.
-// - torchtitan-2024-04: pytorch/torchtitan@1ea476e9 (2024-04-24), the commit whose
-//   docs/performance.md published the A100 rows tools/validate checks: Transformer.forward
-//   ends with `output = self.output(h).float()` (torchtitan/models/llama/model.py), train.py
-//   runs `pred = model(input_ids); loss = loss_fn(pred, labels); loss.backward()` with
-//   loss_fn = F.cross_entropy(pred.flatten(0, 1), labels.flatten(0, 1)) and no `del pred`,
-//   so the fp32 logits stay referenced through backward; complex RoPE and repeat_kv as in
-//   torchtitan-2024; RMSNorm is train_configs' norm_type: "fused_rmsnorm" (torchtitan's
-//   Triton TritonFusedRMSNorm, one kernel each way, saving x, weight and fp32 rstd as
-//   torch._fused_rms_norm does) for llama2_13b / llama3_8b, the eager "rmsnorm" for
-//   llama2_70b / llama3_70b (a scenario sets rms_norm = eager for those).
-// - torchtitan: pytorch/torchtitan@b5bcd76 (main, 2026-08): ChunkedLossWrapper around
-//   CrossEntropyLoss (components/loss.py), RMSNorm = nn.RMSNorm (fused on PyTorch >= 2.8),
-//   ComplexRoPE (models/common/rope.py), SDPA with enable_gqa and the backend priority
-//   [CUDNN_ATTENTION, FLASH_ATTENTION, MATH] (models/common/attention.py).
-// - hf-transformers: LlamaForCausalLM: LlamaRMSNorm is the eager decomposition (fp32
-//   variance, hidden_states.to(input_dtype), weight * ...), apply_rotary_pos_emb is
-//   q * cos + rotate_half(q) * sin with cos / sin in the model dtype, the sdpa integration
-//   passes enable_gqa when torch >= 2.5 and the mask is None (use_gqa_in_sdpa), the loss
-//   upcasts the logits (ForCausalLMLoss: logits.float()), and the model's output holds the
-//   logits until the training loop drops it (after backward).
+// - torchtitan-2024 (pytorch/torchtitan@3f20451): fp32-cast loss outside the model, `del pred`
+//   before backward, eager RMSNorm, complex RoPE, repeat_kv, causal SDPA, no compile.
+// - torchtitan-2024-04 (pytorch/torchtitan@1ea476e9, whose A100 rows tools/validate checks): fp32
+//   logits returned by the model and kept through backward; fused RMSNorm (eager in the 70B
+//   configs), complex RoPE, repeat_kv.
+// - torchtitan (pytorch/torchtitan@b5bcd76): ChunkedLossWrapper, nn.RMSNorm, ComplexRoPE, SDPA with
+//   enable_gqa and cuDNN first.
+// - hf-transformers (LlamaForCausalLM): eager RMSNorm, rotate-half RoPE in the model dtype,
+//   enable_gqa, fp32-cast loss, logits held until after backward.
 namespace {
 
 struct Preset {

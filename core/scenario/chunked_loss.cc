@@ -12,47 +12,19 @@ namespace {
 constexpr StreamRole kCurrent = StreamRole::kDefault;
 }
 
-// NOTE [Chunked loss]: what torchtitan's ChunkedLossWrapper.__call__ does (torchtitan/components/
-// loss.py at pytorch/torchtitan@b5bcd76), op by op, and what fullshard plays for each step:
-// 1. `GradAccumulator(hidden_states, dtype=float32)`: torch.zeros_like, an fp32 [T, D] buffer.
-//    `total_loss = hidden_states.new_zeros(())`: an fp32 scalar.
-// 2. The output module's FSDP state (its own unit, or with the final norm in
-//    fully_shard([norm, output]), or, tied, fully_shard([tok_embeddings, norm, output]): the
-//    calls act on the whole group, NOTE [Tied embeddings unit]): set_reshard_after_forward(False),
-//    set_reshard_after_backward(False), set_requires_gradient_sync(False, recurse=False), and
-//    lm_head.unshard() (a no-op when the forward left it unsharded).
-// 3. Per chunk i of the T = B x S tokens (T / num_chunks rows each, split along the token
-//    dimension: views, `.contiguous()` copies nothing): a detached leaf `h_i` requiring grad;
-//    before the last chunk set_requires_gradient_sync(True); `logits = lm_head(h_i)` through
-//    the module's hooks; CrossEntropyLoss = F.cross_entropy(logits.float(), labels,
-//    reduction="sum") / global tokens; `total_loss = total_loss + chunk_loss.detach()`;
-//    `chunk_loss.backward()`: the logits' gradient, lm_head's weight gradient and h_i's
-//    gradient, which GradAccumulator.add casts to fp32 (`.to`, a temporary) and copies into
-//    its slice; then `h_chunk.grad = None`.
-//    FSDP under this loop (NOTE [Grouped units]): the chunk calls are one pass of the unit's
-//    state (its post-forward never runs: the norm does not run again), so only the first chunk's
-//    call registers the post-backward hook. Chunk 0's backward runs the unit's post-backward
-//    without gradient sync (the weight gradient moves to an fp32 accumulated gradient,
-//    FSDPParam.to_accumulated_grad_if_needed; nothing is resharded); chunks 1.. accumulate into
-//    the unsharded .grad; the sync set before the last chunk takes effect in the decoder
-//    backward, where the norm's post-backward reduce-scatters output and norm gradients
-//    together (tied: the embedding's backward adds its gradient to the same weight's, and the
-//    root's final callback reduce-scatters the group). (The wrapper's docstring speaks of a
-//    reduce-scatter per chunk; PyTorch's one-shot hook registration for grouped units gives the
-//    above.)
-// 4. set_reshard_after_forward(True), set_reshard_after_backward(True),
-//    set_requires_gradient_sync(True), lm_head.reshard(). From then on the unit reshards after
-//    forward (the wrapper sets True whatever fully_shard was given), so the next step
-//    all-gathers it again for the loop.
-// 5. `accumulated_grad = result().to(hidden_states.dtype)`, and the returned loss's backward
-//    (_DecoderOutputGradientBackProp) hands it to the decoder as h's gradient; the fp32
-//    buffer is freed when __call__ returns.
-// Loss scaling: torchtitan sums the token losses, divides by the global token count and turns
-// FSDP's gradient division off (disable_fsdp_gradient_division). fullshard keeps its mean loss
-// and FSDP's averaging (the same gradient for equal token counts, no ignored labels): each
-// chunk's cross-entropy is the chunk's mean, its backward seed is grad_scale / num_chunks, and
-// the reported loss is the sum of the chunk means over num_chunks. The scalar divisions by the
-// token count (512-byte blocks) are not played.
+// NOTE [Chunked loss]: what torchtitan's ChunkedLossWrapper.__call__ does
+// (torchtitan/components/loss.py at pytorch/torchtitan@b5bcd76), op by op, is what fullshard plays
+// each step (docs/ops.md, "Chunked loss, op by op", has every call). An fp32 [T, D]
+// GradAccumulator; the output unit's FSDP state set to stay unsharded without gradient sync (the
+// calls act on the whole group, NOTE [Tied embeddings unit]); per chunk of the T = B x S tokens, a
+// detached leaf through lm_head, a summed cross-entropy and its backward, whose h-gradient is cast
+// to fp32 into the accumulator; sync back on before the last chunk; then the unit reshards after
+// forward from then on, and the accumulator, cast back, is the decoder's h gradient.
+// FSDP sees one pass of the unit (NOTE [Grouped units]): only the first chunk registers the
+// post-backward hook, chunk 0's gradient moves to an fp32 accumulated gradient, and the output and
+// norm gradients are reduce-scattered once, in the decoder backward.
+// Loss scaling: fullshard keeps its mean loss and FSDP's averaging (a chunk's backward seed is
+// grad_scale / num_chunks), torchtitan's gradient for equal token counts and no ignored labels.
 Value chunked_loss(ExecContext& c, Transformer& model, FSDPRuntime& fsdp, Value h,
                    const Tensor& labels, const ChunkedLossOptions& o) {
   Backend& b = c.backend();

@@ -18,50 +18,36 @@ namespace fullshard::sim {
 // NOTE [Timing semantics]: as CUDA runs a host program.
 //  - The host issues its instructions in order. A kernel or collective launch costs the cost
 //    model's launch overhead of host time; the op enters its stream's FIFO when the launch
-//    returns (that is InstrTime::issue). Records and waits cost no host time. The host never
-//    waits for stream work, except at kSynchronize: host time = max(host time, completion of
-//    the event's latest record); event 0 synchronizes the device (every stream's work issued
-//    so far). Alloc, free and markers take no time.
-//  - A stream runs its queue in order. An op starts at max(its issue time, the end of the
-//    stream's previous op); a kWaitEvent also waits for the completion of the latest record
-//    of that event issued before it (none: a no-op, as in CUDA); a kRecordEvent completes as
-//    soon as the work before it on its stream has.
-//  - The i-th collective of each member on a group (host order, NOTE [Collective matching]
-//    in checks.cc) is one collective: it starts when the last present member has it ready
-//    at the head of its stream and ends at start + duration on every member (the longest of
-//    the members' costs, which agree unless the programs mismatch).
-//  - NOTE [Communicator order]: a group's collectives run one at a time, in the order the
-//    host issued them, whatever stream each was issued on: a collective cannot start on a
-//    member before that member's previous collective on the same group has ended. NCCL does
-//    this per communicator: ncclLaunchPrepare (NVIDIA/nccl src/enqueue.cc) makes the launch
-//    stream wait on the communicator's internal strong stream
-//    (ncclStreamWaitStream(launchStream, comm->sharedRes->deviceStream)) before the kernel
-//    launch, and ncclLaunchFinish advances that strong stream to the launch's finished event
-//    (ncclStreamAdvanceToEvent(deviceStream, finishedEvent)); src/group.cc doLaunches runs
-//    that prepare / launch / finish sequence for every communicator of a group call. So an
-//    FSDP2 all-gather prefetch issued on the all-gather stream after a reduce-scatter of the
-//    same process group on the reduce-scatter stream queues behind it; collectives of
-//    different groups (HSDP's shard and replicate groups) still overlap and share links.
-//    Issue order per member is the matching order (NOTE [Collective matching]), so this never
-//    makes a program hang that CUDA + NCCL would run.
-//  - NOTE [Rates]: a kernel or collective is work (the cost model's seconds) done at a rate.
-//    A device kernel runs at its rank's speed (EngineOptions::speed) x (1 - the summed
-//    compute_slowdown of the collectives running on that rank, at most kMaxSlowdown); a
-//    collective runs at 1 / (the most collectives sharing its link class on any present
-//    member) (NOTE [Collective load] in cost_model.h). Rates change only when a collective
-//    starts or ends; the running ops of its members are then advanced to that moment and
-//    their ends recomputed. With the default load (none) every rate is 1 and end = start +
-//    cost exactly.
-//  - Actors (each rank's host and streams, and running collectives) are popped from a queue
-//    ordered by (time, sequence number). A stream starts an op only at the current time (an
-//    op ready later re-queues the stream for then), so rate changes apply in time order; the
-//    host runs ahead as far as it can. Actors block on the host, an event or a collective
-//    and are rescheduled by whatever unblocks them; a stream's wake-up carries a version so
-//    that only its latest one counts. Every time is a max/plus of times that
-//    do not depend on the processing order (rates are recomputed from counts, and an op
-//    ending at the moment of a change keeps its end), so the result is deterministic and
-//    bit-identical run to run. When the queue empties with work left, the programs deadlock: the
-//    pending collectives tell who waits for whom.
+//    returns (InstrTime::issue). Records, waits, alloc, free and markers take no time. The host
+//    waits only at kSynchronize, for the event's latest record (event 0: all work issued so far).
+//  - A stream runs its queue in order: an op starts at max(its issue time, the end of the
+//    stream's previous op); a kWaitEvent also waits for the latest record of that event issued
+//    before it (none: a no-op, as in CUDA); a kRecordEvent completes with the work before it.
+//  - The i-th collective of each member on a group (NOTE [Collective matching] in checks.cc)
+//    starts when the last present member has it at the head of its stream and ends at start +
+//    duration on every member (the longest of the members' costs).
+//  - Actors (hosts, streams, running collectives) pop from a queue ordered by (time, sequence
+//    number); a stream starts an op only at the current time, so rate changes apply in time
+//    order. Every time is a max/plus of times independent of processing order: bit-identical
+//    run to run. A queue that empties with work left is a deadlock (the pending collectives
+//    say who waits for whom).
+
+// NOTE [Communicator order]: a group's collectives run one at a time, in the order the host
+// issued them, whatever stream each was issued on: a collective cannot start on a member before
+// that member's previous collective on the same group has ended. NCCL orders every launch on a
+// communicator behind the previous one (docs/cost-model.md has the source trail), so an FSDP2
+// all-gather prefetch queues behind a reduce-scatter of the same group on another stream, while
+// different groups (HSDP's shard and replicate) overlap and share links. Issue order per member
+// is the matching order (NOTE [Collective matching]), so this never hangs a program that
+// CUDA + NCCL would run.
+
+// NOTE [Rates]: a kernel or collective is work (the cost model's seconds) done at a rate. A
+// device kernel runs at its rank's speed (EngineOptions::speed) x (1 - the summed
+// compute_slowdown of the collectives running on that rank, at most kMaxSlowdown); a collective
+// runs at 1 / (the most collectives sharing its link class on any present member) (NOTE
+// [Collective load] in cost_model.h). Rates change only when a collective starts or ends; the
+// running ops of its members are then advanced to that moment and their ends recomputed. With
+// the default load (none) every rate is 1 and end = start + cost exactly.
 
 namespace {
 
@@ -377,7 +363,7 @@ class Engine {
           }
           break;
         case InstrType::kCollective:
-          // NOTE [Communicator order]: queued behind the previous collective on its group.
+          // Queued behind the previous collective on its group (NOTE [Communicator order]).
           if (const uint32_t j = previous_on_group(r, i); j != kNone && times[j].end == kNotRun) {
             add_waiter(R, j, s);
             return;
@@ -490,7 +476,7 @@ class Engine {
     free_slots_.push_back(slot);
   }
 
-  // NOTE [Rates]: a collective starts (+1) or ends (-1) on its members: update their link
+  // NOTE [Rates] (above): a collective starts (+1) or ends (-1) on its members: update their link
   // counts and compute slowdown, then the rates of every op running on them.
   void apply_load(uint32_t slot, int sign, double now) {
     const CollectiveLoad load = collectives_[slot].load;
