@@ -3,26 +3,15 @@
 #include "core/model/ops.h"
 #include "core/model/op_util.h"
 
-// NOTE [Eager RMSNorm]: torchtitan/models/norms.py @ pytorch/torchtitan 3f20451 (2024-12):
-//   def _norm(self, x): return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-//   def forward(self, x): return self._norm(x.float()).type_as(x) * self.weight
-// (LlamaRMSNorm in transformers computes the same chain: to(float32), pow(2).mean(-1,
-// keepdim=True), + eps, rsqrt, mul, to(input_dtype), weight *.) Each op is one kernel with its
-// output allocated. What autograd saves, from tools/autograd/derivatives.yaml (pytorch/pytorch,
-// as stored in the search index):
-//   _to_copy (x.float(), type_as): nothing; backward casts the gradient back (a copy).
-//     x.float() / type_as on a tensor that already has the dtype return it: no op, no node.
-//   pow.Tensor_Scalar: self; backward pow_backward = grad * (exponent * self.pow(exponent - 1)):
-//     three kernels, both temporaries alive until the product is written (one full expression).
-//   mean.dim: only the sizes; backward sum_backward(grad).expand(sizes) / n: one full-size kernel.
-//   add.Scalar (+ eps): nothing; the gradient passes through (the same tensor).
-//   rsqrt: result; backward -0.5 * grad * result.pow(3): three [rows, 1] kernels.
-//   mul.Tensor: both operands (self if other requires grad, other if self does); backward
-//     grad * other then grad * self (derivatives.yaml order), each full size; a broadcast
-//     operand's gradient is reduced by sum_to_size after the node returns (the engine's
-//     validate_outputs), so the full-size product and its reduction coexist.
-// The weight is an FSDP unsharded parameter: saving it costs nothing (its storage is freed
-// at reshard and all-gathered again for backward), as for the fused kernel.
+// NOTE [Eager RMSNorm]: torchtitan's 2024 RMSNorm (torchtitan/models/norms.py @ pytorch/torchtitan
+// 3f20451), self._norm(x.float()).type_as(x) * self.weight with _norm = x * rsqrt(x.pow(2).mean(-1,
+// keepdim=True) + eps), and transformers' LlamaRMSNorm (the same chain): each op one kernel with
+// its output allocated, and one autograd node saving what tools/autograd/derivatives.yaml says: pow
+// saves self; mean only sizes; rsqrt its result; mul both operands; casts and + eps nothing (a cast
+// to the dtype a tensor already has is no op at all). Backward kernels follow the same formulas,
+// with a broadcast operand's gradient reduced after its full-size product (both alive at once).
+// Saving the weight, an FSDP unsharded parameter, costs nothing (all-gathered again for backward),
+// as for the fused kernel. Each rule in full: docs/ops.md, "Eager RMSNorm in full".
 
 namespace fullshard::ops {
 using namespace detail;  // NOLINT

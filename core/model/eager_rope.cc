@@ -2,24 +2,16 @@
 #include "core/model/op_util.h"
 #include "core/model/ops.h"
 
-// NOTE [Complex RoPE]: torchtitan/models/llama/model.py @ pytorch/torchtitan 3f20451 (the same
-// code as Meta's llama reference model.py):
-//   xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
-//   xk_ = torch.view_as_complex(xk.float().reshape(*xk.shape[:-1], -1, 2))
-//   freqs_cis = reshape_for_broadcast(freqs_cis, xq_)
-//   xq_out = torch.view_as_real(xq_ * freqs_cis).flatten(3)
-//   xk_out = torch.view_as_real(xk_ * freqs_cis).flatten(3)
-//   return xq_out.type_as(xq), xk_out.type_as(xk)
-// Element pairs are ADJACENT (x[2i], x[2i+1]) rotated by pos * theta^(-2i/hd). Kernels in
-// order: cast q, cast k (none in fp32), complex mul q, k (fp32 outputs), type_as q, k (none in
-// fp32). Every intermediate is a Python local of apply_rotary_emb, alive until it returns, and
-// the caller's xq / xk are reassigned only when it returns. Saved (derivatives.yaml mul.Tensor:
-// self is saved only if other requires grad, other only if self does): freqs_cis, a buffer
-// (its slice is a view), so nothing is allocated for backward; _to_copy and the view ops save
-// nothing. Backward per tensor: cast to fp32 (type_as), grad * freqs_cis.conj() (a new fp32
-// tensor; conj() is a lazy view), cast back (.float()).
-// The freqs_cis buffer itself is not modelled (nor is it for rope=fused): angles are computed
-// on the fly.
+// NOTE [Complex RoPE]: torchtitan's apply_rotary_emb (torchtitan/models/llama/model.py @
+// pytorch/torchtitan 3f20451, the same code as Meta's llama model.py): view_as_complex(x.float()) *
+// freqs_cis, view_as_real, flatten, type_as, for q and k. Element pairs are ADJACENT (x[2i],
+// x[2i+1]) rotated by pos * theta^(-2i/hd). Kernels in order: cast q, cast k (none in fp32),
+// complex mul q, k (fp32 outputs), type_as q, k (none in fp32); every intermediate lives until
+// apply_rotary_emb returns, and the caller's xq / xk until then too. Saved: only freqs_cis, a
+// buffer, so nothing is allocated for backward. Backward per tensor: cast to fp32, grad *
+// freqs_cis.conj() (a new fp32 tensor), cast back. The freqs_cis buffer itself is not modelled (nor
+// for rope=fused): angles are computed on the fly. The source lines and derivatives.yaml's rules:
+// docs/ops.md, "Complex RoPE in full".
 
 namespace fullshard::ops {
 using namespace detail;  // NOLINT

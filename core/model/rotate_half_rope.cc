@@ -2,32 +2,16 @@
 #include "core/model/op_util.h"
 #include "core/model/ops.h"
 
-// NOTE [Rotate-half RoPE]: transformers src/transformers/models/llama/modeling_llama.py (as
-// copied verbatim into many indexed repositories; checked with the search tools):
-//   def rotate_half(x):
-//       x1 = x[..., : x.shape[-1] // 2]
-//       x2 = x[..., x.shape[-1] // 2 :]
-//       return torch.cat((-x2, x1), dim=-1)
-//   def apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):
-//       cos = cos.unsqueeze(unsqueeze_dim); sin = sin.unsqueeze(unsqueeze_dim)
-//       q_embed = (q * cos) + (rotate_half(q) * sin)
-//       k_embed = (k * cos) + (rotate_half(k) * sin)
-//       return q_embed, k_embed
-// cos / sin [B, S, hd] come from LlamaRotaryEmbedding.forward (under no_grad, once per model
-// forward, after the embedding): emb = cat(freqs, freqs) in fp32, cos = emb.cos() *
-// attention_scaling, sin likewise, returned .to(x.dtype). Recorded here as one kernel writing
-// fp32 cos and sin, then the two casts (none in fp32); the setup's own fp32 transients
-// (freqs, emb, cos() before the scaling) are not allocated one by one. The model-dtype cos / sin
-// are shared by every layer: each `* cos` / `* sin` saves them (mul.Tensor saves `other` when
-// `self` needs grad, and `self` only when `other` does: q, rotate_half(q) are not saved), so
-// they live until layer 0's backward. Per tensor, in Python's evaluation order: q * cos (new),
-// -x2 (a half-width temporary), cat (new; -x2 freed), * sin (new; the cat freed), + (new; both
-// products freed); q and k stay referenced until apply_rotary_pos_emb returns. Backward, in
-// the engine's order: add passes the gradient to both products; grad * sin; cat's backward
-// narrows (views); neg's backward -g[.., :hd/2] (half width); x2's slice_backward (zeros + copy
-// into the upper half, full width; the half freed); x1's slice_backward (zeros + copy of
-// g[.., hd/2:] into the lower half), accumulated in place into the first (InputBuffer, unique);
-// grad * cos last. Nothing per layer is saved.
+// NOTE [Rotate-half RoPE]: Hugging Face transformers' Llama (modeling_llama.py): rotate_half(x) =
+// cat(-x2, x1) of x's two halves and q_embed = q * cos + rotate_half(q) * sin (k likewise), with
+// cos / sin [B, S, hd] from LlamaRotaryEmbedding once per forward after the embedding (fp32, then
+// .to(x.dtype)). Recorded as one kernel writing fp32 cos and sin, then the two casts (none in
+// fp32); the model-dtype cos / sin are shared by every layer and live until layer 0's backward
+// (each `* cos` / `* sin` saves them). Per tensor, in Python's order: q * cos, -x2 (half width),
+// cat, * sin, +, each freeing what it consumed; nothing per layer is saved. Backward, in the
+// engine's order: grad * sin, neg's backward (half width), the two slice_backwards (zeros + copy,
+// full width, the second accumulated into the first in place), grad * cos. The source and each
+// allocation: docs/ops.md, "Rotate-half RoPE in full".
 
 namespace fullshard::ops {
 using namespace detail;  // NOLINT

@@ -85,6 +85,8 @@ def scan(root):
                 if m.start() >= len(cur):
                     break
                 title = " ".join(m.group(1).split())
+                if re.fullmatch(r"[.…]*", title):
+                    continue  # a placeholder, as in "NOTE [..] blocks"
                 rest_line = cur[m.end():] if m.end() <= len(cur) else ""
                 at_start = len(body(cur[:m.start()] + "x")) == 1  # nothing but the leader before
                 if (not in_docs and at_start and m.end() <= len(cur)
