@@ -4,25 +4,20 @@
 
 #include "core/model/op_util.h"
 
-// NOTE [Async TP]: torchtitan's enable_async_tp (parallelize_llama) sets
-// torch._inductor.config._micro_pipeline_tp and enables symmetric memory on the tp group; the
-// pass (torch/_inductor/fx_passes/micro_pipeline_tp.py) then rewrites, in the compiled forward
-// and backward graphs:
-//  - all_gather_tensor(A_shard) feeding matmuls A @ B_0, A @ B_1, ... into one
-//    fused_all_gather_matmul(A_shard, [B_0, B_1, ...]) that also returns the gathered A. In
-//    a Llama block: the gather before wq / wk / wv, the one before w1 / w3, and in backward
-//    the gathers of wo's and w2's output gradients before their grad_input products;
-//  - reduce_scatter_tensor(A @ B) whose input is one product with one user into
-//    fused_matmul_reduce_scatter(A, B): wo's and w2's forward. The backward reduce-scatters of
-//    the attention and feed-forward input gradients stay plain collectives: their input is the
-//    sum of two or three products.
-// Both ops restride their A operand so that the gathered / scattered dim leads
-// (restride_A_*_for_fused_*: a copy when the batch has more than one sequence). Their buffers:
-// the fused all-gather writes the gathered A and the products' outputs; the fused
-// reduce-scatter writes the stacked partial products [M, N], then sums them into this rank's
-// rows; both use the group's symmetric workspace, which lives outside the caching allocator.
-// What is saved for backward does not change: the linears save the gathered input, as they
-// save the all-gather's output without async TP.
+// NOTE [Async TP]: torchtitan's enable_async_tp turns on inductor's micro-pipeline TP pass
+// (torch/_inductor/fx_passes/micro_pipeline_tp.py) and symmetric memory on the tp group; in the
+// compiled forward and backward graphs the pass rewrites
+// - all_gather_tensor(A_shard) feeding matmuls A @ B_i into one fused_all_gather_matmul(A_shard,
+//   [B_0, ...]) that also returns the gathered A: in a Llama block the gathers before wq / wk / wv
+//   and w1 / w3, and in backward those of wo's and w2's output gradients;
+// - reduce_scatter_tensor(A @ B) of one product with one user into fused_matmul_reduce_scatter(A,
+//   B): wo's and w2's forward. The backward input-gradient reduce-scatters stay plain (their input
+//   sums two or three products).
+// Both restride A so the gathered / scattered dim leads (a copy when the batch has more than one
+// sequence); the fused reduce-scatter writes the stacked partial products [M, N], then sums its
+// rows; both use the group's symmetric workspace, outside the caching allocator. What is saved for
+// backward does not change (the linears save the gathered input). Each buffer:
+// docs/fsdp2-correspondence.md, "Asynchronous TP".
 
 namespace fullshard::ops::tp {
 using detail::kCompute;

@@ -4,27 +4,16 @@
 #include "core/runtime/cudnn_sdpa_workspace.h"
 
 // NOTE [SDPA backends]: what each CUDA backend of scaled_dot_product_attention saves for backward
-// and allocates in it, read from PyTorch's sources (aten/src/ATen/native/transformers/cuda/
-// attention.cu, attention_backward.cu, mem_eff_attention/kernel_forward.h / kernel_backward.h,
-// sdp_utils.cpp; aten/src/ATen/native/cudnn/MHA.cpp). Flash is ops::attention (ops.cc).
-// - efficient (_efficient_attention_forward / _backward): saves O [B, S, H, hd] and logsumexp
-//   [B, H, ceil(S / 32) * 32] fp32 (kAlignLSE = 32, "block size of backward"); for head dims
-//   above 128 the forward kernel keeps no output in registers (kKeepOutputInRF = kMaxK <=
-//   kKeysPerBlock) and allocates an fp32 output accumulator like O (a temporary). Backward
-//   allocates grad_q / grad_k / grad_v like q, k, v, delta [B, H, S] fp32 (kKernelComputesDelta
-//   on sm80 bf16), and a workspace: dq is accumulated in fp32 (kNeedsAccumGradQ: bf16 output,
-//   fp32 accumulator), one kBlockSizeI x kN tile per query block and head-dim block; with the
-//   sm80 bf16 head-dim-128 kernel (128x128_k128) that is [B, H, round_up(S, 128),
-//   round_up(hd, 128)] fp32, the size modelled here for every head dim (an approximation: other
-//   kernels pick other tiles). Its dense constraints admit no GQA
-//   (check_batch_size_and_num_heads_dense<false>), so k / v must carry H heads.
-// - cuDNN (_scaled_dot_product_cudnn_attention / _cudnn_attention_backward): saves O and the
-//   softmax stats [B, H, S, 1] fp32 (flash's logsumexp bytes), handles GQA natively, and its
-//   backward allocates only dq, dk, dv (empty_like q, k, v: no expanded dk / dv as flash's).
-//   Both directions take a workspace of mha_graph->get_workspace_size() bytes from the caching
-//   allocator in one block (MHA.cpp: CUDACachingAllocator::get()->allocate(workspace_size); a
-//   size of 0 allocates nothing): the frontend's tensors and the plan's own, sized by
-//   cudnn_sdpa_workspace (NOTE [cuDNN SDPA workspace], core/runtime/cudnn_sdpa_workspace.cc).
+// and allocates in it, read from PyTorch's sources (the files, kernels and constants: docs/ops.md,
+// "SDPA backends in full"). Flash is ops::attention (ops.cc).
+// - efficient: saves O and logsumexp [B, H, round_up(S, 32)] fp32; above head dim 128 the forward
+//   allocates an fp32 output accumulator like O. Backward allocates dq, dk, dv, delta [B, H, S]
+//   fp32 and an fp32 dq accumulator modelled as [B, H, round_up(S, 128), round_up(hd, 128)] (the
+//   sm80 bf16 hd-128 kernel's tiles; other kernels tile differently). No GQA: k / v carry H heads.
+// - cuDNN: saves O and the softmax stats [B, H, S, 1] fp32, takes GQA natively, and its backward
+//   allocates only dq, dk, dv. Both directions take one workspace block of get_workspace_size()
+//   bytes from the caching allocator (none when 0), sized by cudnn_sdpa_workspace (NOTE [cuDNN SDPA
+//   workspace], core/runtime/cudnn_sdpa_workspace.cc).
 
 namespace fullshard::ops {
 using namespace detail;  // NOLINT

@@ -17,13 +17,11 @@ namespace fullshard {
 //   attention, feed_forward:  PrepareModuleInput(Shard(1) -> Replicate())
 //   wq, wk, wv, w1, w3:       ColwiseParallel()            (weight Shard(0))
 //   wo, w2:                   RowwiseParallel(output_layouts=Shard(1))  (weight Shard(1))
-// So the residual stream between the sublayers is sequence-sharded [B, S/tp, D]; each
-// attention / MLP all-gathers the sequence first and reduce-scatters its output; heads and
-// the FFN's hidden units are split tp ways; norm weights are replicated (their gradients come
-// out Partial and are all-reduced over tp in FSDP's post-backward, FSDPParam.
-// _get_grad_inner_tensor). A RowwiseParallel nn.Embedding shards the vocabulary (weight
-// Shard(0)): ids outside this rank's rows give zero rows (DTensor's _MaskPartial), and the
-// partial sum is reduce-scattered along the sequence.
+// So the residual stream between sublayers is sequence-sharded [B, S/tp, D]: each attention / MLP
+// all-gathers the sequence first and reduce-scatters its output. Norm weights are replicated,
+// their Partial gradients all-reduced over tp in FSDP's post-backward; the rowwise embedding
+// shards the vocabulary (zero rows for other ranks' ids). Each entry with fullshard's side:
+// docs/fsdp2-correspondence.md, "Tensor parallelism".
 
 // NOTE [GPT-2 tensor-parallel plan]: GPT-2 has no torchtitan recipe; the plan a PyTorch user
 // writes with parallelize_module for it is the Megatron one, in torchtitan's shape:
@@ -35,17 +33,12 @@ namespace fullshard {
 //   attn.c_attn:  ColwiseParallel() over each of q, k, v (NOTE [Fused qkv under tensor
 //                 parallelism]), bias sharded the same way
 //   mlp.c_fc:     ColwiseParallel() (weight and bias Shard(0)); GELU is local
-//   attn.c_proj, mlp.c_proj: RowwiseParallel(output_layouts=Shard(1)); the bias is
-//                 replicated: DTensor adds bias / tp to each rank's partial sum (Replicate ->
-//                 Partial) before the reduce-scatter, and its gradient, the column sums of the
-//                 all-gathered output gradient, is already Replicate (no all-reduce)
-//   lm_head:      tied to wte. A [V, D] weight's ColwiseParallel placement is Shard(0), the same
-//                 as the rowwise embedding's, so the one Shard(0) wte serves both: the vocab-
-//                 parallel lookup and the output projection into vocab-sharded logits (loss
-//                 parallel, or their all-gather without it), after ln_f's output is all-gathered
-//                 along the sequence, exactly as Llama's tied output.
-// Norm weights and biases and wpe are replicated with Partial gradients, all-reduced over tp in
-// FSDP's post-backward as Llama's norm weights.
+//   attn.c_proj, mlp.c_proj: RowwiseParallel(output_layouts=Shard(1)), the bias replicated
+//                 (bias / tp in each partial sum; its gradient is already Replicate)
+//   lm_head:      tied to wte: a [V, D] weight's colwise placement is Shard(0), the rowwise
+//                 embedding's, so one Shard(0) wte serves both, as Llama's tied output.
+// Norm weights and biases and wpe are replicated; their Partial gradients are all-reduced over
+// tp in FSDP's post-backward (docs/fsdp2-correspondence.md, "Tensor parallelism", has the rest).
 //
 // NOTE [Fused qkv under tensor parallelism]: c_attn is one [3D, D] weight (q, k, v stacked;
 // HF's Conv1D stores its transpose, core/checkpoint/hf_names.cc). A contiguous Shard(0) would

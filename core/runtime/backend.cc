@@ -55,25 +55,18 @@ void Backend::free(const Buffer& buffer) {
   if (observer_) observer_(buffer, false, {});
 }
 
-// NOTE [cuBLAS workspaces]: PyTorch gives cuBLAS a workspace of its own caching allocator for
-// each (cuBLAS handle, stream) pair, taken at the pair's first cuBLAS call and kept until the
-// process ends or torch._C._cuda_clearCublasWorkspaces (aten/src/ATen/cuda/CublasHandlePool.cpp:
-// getCurrentCUDABlasHandle in 2.4-2.9, setWorkspaceForHandle from 2.10; getChosenWorkspaceSize()
-// = CUBLAS_WORKSPACE_CONFIG's total, by default 4096 KiB x 8 = 32 MiB on compute capability 9.0
-// and 4096 KiB x 2 + 16 KiB x 8 = 8,519,680 B on every other GPU through 2.11). Handles come from
-// a pool with one handle per thread, and autograd runs a CUDA backward (and activation
-// checkpointing's recomputation inside it) on its per-device thread, not the Python thread: a
-// training step holds two workspaces on the compute stream, the forward's and the backward's.
-// torch.cuda.memory_allocated counts both, so the simulator does too: the first GEMM a (host
-// thread, stream) pair launches allocates blas_workspace_bytes right before the launch, after the
-// GEMM's output (as at::mm allocates its result, then asks for the handle), and nothing frees it.
-// Real backends hand that buffer to their GEMM library (the CUDA backend's cuBLASLt workspace).
-// Not modelled, each version-dependent: cuBLASLt's own workspace, which only biased linears
-// (addmm: GPT-2) use in eager PyTorch (allocated per call through 2.9, a kept 1 MiB block per
-// pair in 2.10-2.11, the cuBLAS one from 2.12); torch.autograd.set_multithreading_enabled(False)
-// (backward on the calling thread: one workspace); CUDA-graph trees, which clear them; and later
-// releases that stop keeping them by default (TORCH_CUBLAS_WORKSPACE_CACHE). For such runs set
-// hardware.blas_workspace_bytes (0: none; a CUBLAS_WORKSPACE_CONFIG run: its total).
+// NOTE [cuBLAS workspaces]: PyTorch gives cuBLAS a workspace from its caching allocator for each
+// (cuBLAS handle, stream) pair, taken at the pair's first cuBLAS call and kept until the process
+// ends (aten/src/ATen/cuda/CublasHandlePool.cpp; the size is CUBLAS_WORKSPACE_CONFIG's total:
+// hardware.blas_workspace_bytes). Handles are per thread, and autograd runs a CUDA backward
+// (recomputation included) on its own per-device thread: a training step holds two workspaces on
+// the compute stream, the forward's and the backward's. torch.cuda.memory_allocated counts both, so
+// the simulator does too: the first GEMM a (host thread, stream) pair launches allocates
+// blas_workspace_bytes right before the launch, after the GEMM's output (as at::mm allocates its
+// result, then asks for the handle), and nothing frees it. Real backends hand that buffer to their
+// GEMM library. Not modelled, each version-dependent (docs/hardware.md, "cuBLAS workspaces by
+// PyTorch version"): cuBLASLt's own workspace, single-threaded backward, CUDA-graph trees, later
+// releases that stop keeping them; set hardware.blas_workspace_bytes for such runs (0: none).
 void Backend::launch(StreamRole stream, const OpCall& op) {
   if (blas_workspace_bytes_ > 0 && op_uses_blas(op.kind)) {
     Buffer& ws = blas_workspaces_[static_cast<size_t>(host_thread_)][static_cast<size_t>(stream)];

@@ -112,26 +112,18 @@ void check_async_tp(const Scenario& s) {
                      "use activation_checkpointing none, full or a layer interval, or write false");
 }
 
-// NOTE [Tied embeddings unit]: torchtitan's apply_fsdp_to_decoder (torchtitan/distributed/
-// fsdp.py at pytorch/torchtitan@b5bcd76, shared by its Llama 3 and Qwen3 decoders) shards a
-// model with enable_weight_tying as
-//   fully_shard([tok_embeddings, norm, lm_head], reshard_after_forward=(policy == "always"))
-// ("Group them together in one FSDP unit to avoid duplicate all-gathers"), then each block and
-// the root; untied, tok_embeddings and [norm, lm_head] are two units. The grouping came with
-// pytorch/torchtitan@29e27d0 (2026-03, llama4's apply_fsdp, which qwen3 imported) and
-// @8953d2e (2026-03, Llama 3's weight tying); d92336f (2026-06) moved it into
-// apply_fsdp_to_decoder. fsdp.units "embed_blocks_head" builds the same for a tied Llama: one
-// grouped unit whose one parameter serves both the embedding and the output projection, so it
-// is all-gathered once per forward and stays unsharded from the embedding's call to the
-// output's (the group's post-forward runs when its last module returns), and its gradient,
-// the sum of both uses, is reduce-scattered once, from the root's final backward callback (the
-// pass's first module takes token ids, which need no gradient, so no post-backward hook is
-// registered). Its reshard_after_forward follows fsdp.reshard_after_forward like the untied
-// [norm, output] unit: torchtitan's False (policy "default" / "never") is written with
-// fsdp.per_unit {"output": {"reshard_after_forward": false}}. ChunkedLossWrapper takes the
-// model's lm_head whatever its unit: tied, its FSDP calls (set_reshard_after_forward, unshard,
-// ...) act on the whole group, and chunked_loss plays them on the same state (NOTE [Chunked
-// loss]). GPT-2 (nanoGPT's wte / lm_head) has no lm_head module here and no torchtitan layout.
+// NOTE [Tied embeddings unit]: torchtitan's apply_fsdp_to_decoder (torchtitan/distributed/fsdp.py
+// at pytorch/torchtitan@b5bcd76) shards a model with enable_weight_tying as
+// fully_shard([tok_embeddings, norm, lm_head], reshard_after_forward=(policy == "always")), then
+// each block and the root ("to avoid duplicate all-gathers"); untied, tok_embeddings and [norm,
+// lm_head] are two units. fsdp.units "embed_blocks_head" builds the same for a tied Llama: the one
+// parameter is all-gathered once per forward and stays unsharded from the embedding's call to the
+// output's (the group's post-forward runs when its last module returns); its gradient, the sum of
+// both uses, is reduce-scattered once, from the root's final callback (the first module takes token
+// ids, so no post-backward hook is registered). Its reshard_after_forward follows
+// fsdp.reshard_after_forward (torchtitan's False: fsdp.per_unit {"output":
+// {"reshard_after_forward": false}}). ChunkedLossWrapper's FSDP calls act on the whole group (NOTE
+// [Chunked loss]). GPT-2 has no lm_head module here and no torchtitan layout.
 void check_units_and_loss(const Scenario& s) {
   const ModelConfig& m = s.model;
   if (s.fsdp.units == ShardingUnits::kEmbedBlocksHead && m.arch != ModelArch::kLlama)

@@ -8,29 +8,21 @@
 // gradients and the parameters after 3 steps.
 //
 // NOTE [Oracle tolerances]: fp32 kernels that compute what PyTorch's compute differ only in
-// summation order (matmul blocking, the reduce-scatter over ranks, double accumulators), a
-// few ulps per op.
-// - loss: within 1e-5 relative (seen: at most 2e-6).
-// - logits, per element: |fullshard - torch| <= 1e-5 |torch| + 1e-5 max|torch|, as gradients.
-// - first-step gradients, per element: |fullshard - torch| <= 1e-5 |torch| + 1e-5 max|torch|
-//   over the tensor; the second term covers elements that are sums of cancelling terms (seen:
-//   at most 0.15 of the allowance; `ORACLE_VERBOSE=1` prints it per tensor).
+// summation order (matmul blocking, the reduce-scatter over ranks, double accumulators), a few ulps
+// per op.
+// - loss: within 1e-5 relative.
+// - logits and first-step gradients, per element: |fullshard - torch| <= 1e-5 |torch| + 1e-5
+//   max|torch| over the tensor (the second term covers sums of cancelling terms; `ORACLE_VERBOSE=1`
+//   prints the margin per tensor).
 // - parameters after 3 AdamW steps: the update (param - initial) within 2e-4 of its norm per
-//   tensor. Adam divides m by sqrt(v) + eps, so an element whose gradient is small for its
-//   tensor moves by up to lr whatever its size and carries the relative error of that small
-//   gradient into the update; later steps see parameters that already differ. PyTorch's own
-//   fp32 and fp64 runs of these cases differ by 1.6e-5 (Llama) and 5e-6 (GPT-2) of the norm
-//   (tools/oracle/oracle.py's settings, eps 1e-6); fullshard's fp32 differs from PyTorch's by
-//   up to 3e-5 on one rank and 8e-5 on 3 or 4 (one more rounding per reduce-scatter).
-// bf16 (FSDP2 MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) on both sides):
-// activations are rounded to 8 significant bits at points that differ between Hugging Face's
-// eager modules and fullshard's kernels, so the two runs are two independent bf16 roundings of
-// the same computation. What bf16 allows is measured from PyTorch itself: the fp32 case of
-// the same weights gives PyTorch's bf16 error, and fullshard's distance from PyTorch's bf16 run
-// may be twice that: per gradient tensor ||g - g_torch|| <= max(1e-2, 2 ||g_torch - g_torch32||)
-// relative to ||g_torch|| (the logits alike), and each step's loss within max(2e-3, 2 |loss_torch /
-// loss_torch32 - 1|) relative. (Seen: 0.6 to 0.77 of that, about sqrt(2) times PyTorch's own error,
-// as two independent roundings give.)
+//   tensor: Adam moves an element with a small gradient by up to lr whatever its size, carrying
+//   that gradient's relative error into the update.
+// bf16 (FSDP2 MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) on both sides) rounds at
+// points that differ between Hugging Face's modules and fullshard's kernels: two independent
+// roundings, so fullshard may be twice PyTorch's own bf16 error (its distance from PyTorch's fp32
+// run): per gradient tensor ||g - g_torch|| <= max(1e-2, 2 ||g_torch - g_torch32||) relative to
+// ||g_torch|| (the logits alike), each loss within max(2e-3, 2 |loss_torch / loss_torch32 - 1|).
+// Measured margins: docs/checkpoints.md, "Oracle tolerances in full".
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
