@@ -11,8 +11,8 @@ namespace fullshard::sim {
 
 // NOTE [Simulation limits]: simulating is linear in what is played (host-program instructions
 // of each played program and step) and in the world size once rank classes are computed in
-// linear time (NOTE [Rank classes in linear time], simulate.cc); training.steps no longer
-// counts beyond kMaxSimulatedSteps (NOTE [Steady state], extrapolate.cc). The instruction
+// linear time (NOTE [Rank classes in linear time], simulate.cc); training.steps does not count
+// beyond kMaxSimulatedSteps (NOTE [Steady state], extrapolate.cc). The instruction
 // count of a program is estimated from above before anything is built: per micro-batch and
 // layer (forward, backward, recomputation, the FSDP collectives and copies), per layer and
 // step (optimizer, clipping), and fixed parts. The constants are the largest measured per

@@ -144,9 +144,9 @@ std::string parse_error_detail(const std::string& what) {
 
 json parse_json_text(const std::string& text, const std::string& source) {
   // NOTE [NUL in JSON text]: nlohmann's lexer takes a NUL byte for the end of input (C strings),
-  // so a file with a NUL after a complete value parsed as that value alone and whatever followed
-  // was silently dropped (a damaged file, or two files glued together). JSON text never holds a
-  // raw NUL (inside a string it is written \u0000).
+  // so a file with a NUL after a complete value would parse as that value alone, silently
+  // dropping whatever follows (a damaged file, or two files glued together). JSON text never
+  // holds a raw NUL (inside a string it is written \u0000), so a NUL is refused.
   if (const size_t nul = text.find('\0'); nul != std::string::npos)
     throw InputError(at(source, text, nul), "malformed JSON: a NUL byte (\\x00)",
                      "JSON text has no NUL bytes (in a string write \\u0000); the file may be "

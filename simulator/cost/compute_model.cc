@@ -80,11 +80,10 @@ namespace {
 // fp32 partial sums of dweight, then the reduction of the partials (PyTorch's layer_norm
 // backward and the Triton kernel alike). Measured, these kernels move their bytes far below a
 // copy's bandwidth (a row reduction, then a column reduction in fp32): the profile's
-// norm_memory_efficiency gives the fraction, each cited there. The earlier model priced the
-// fused op as torchtitan-2024's eager chain (7 / 12 kernels moving 9x / 12x the bytes); a
-// program that runs the eager chain now records it op by op (model.implementation rms_norm =
-// eager), so a fused op is priced as the fused kernel it is. fullshard's fused RoPE (rope =
-// fused) is one kernel at the memory roofline.
+// norm_memory_efficiency gives the fraction, each cited there. A program that runs the eager
+// chain records it op by op (model.implementation rms_norm = eager), so a fused op is priced as
+// the fused kernel it is. fullshard's fused RoPE (rope = fused) is one kernel at the memory
+// roofline.
 bool is_norm(OpKind op) {
   return op == OpKind::kRMSNorm || op == OpKind::kRMSNormBackward || op == OpKind::kLayerNorm ||
          op == OpKind::kLayerNormBackward;

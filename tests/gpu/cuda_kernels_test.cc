@@ -90,7 +90,7 @@ TEST(CudaKernels, FsdpCopiesAreBitExact) {
 // u's contraction through dt/du <= 1: 6, doubled), plus the CPU's own relative tolerance (a few
 // fp32 ulp of the rest, or one unit of a 16-bit output). A host emulation (20M (x, g) in
 // [-4, 4], FMAs where nvcc may contract, expf moved by up to 2 ulp) peaks at 0.31 of this bound
-// and at 8.2 times the former fixed 1e-6 + 4e-6 |y|; an indexing or formula error moves an
+// (docs/history.md has the fixed tolerance it replaced); an indexing or formula error moves an
 // element by its own size, thousands of times more.
 constexpr double kTanhUlps = 12;
 void expect_gelu_close(const HT& gpu, const HT& cpu, const HT& x, const HT* g,

@@ -57,10 +57,10 @@ json figure_json(const HardwareProfile& p, const std::string& figure) {
 
 // NOTE [Fitted figures are checked]: a fit follows the samples wherever they lead: a kernel_gap
 // sample of 5 s gives kernel_gap_s 5, a copy of 1e300 bytes in 1e-300 s an infinite bandwidth
-// (written as null). Such a profile was written, and every scenario naming it then failed to
-// load (or, before NOTE [Figure bounds], simulated to an infinite step). The fitted profile goes
-// through the figure readers a profile file goes through, and a figure outside its range is an
-// error naming it, before anything is written.
+// (written as null), and every scenario naming such a profile would fail to load. So the fitted
+// profile goes through the figure readers a profile file goes through, and a figure outside its
+// range is an error naming it, before anything is written (docs/history.md has the profile that
+// was written before this check).
 void check_fitted_profile(const json& out, const std::string& from) {
   HardwareProfile check;
   try {
