@@ -49,10 +49,10 @@ struct DataOptions {
   std::string val_path;                 // validation data, same format ("" = none)
   std::string sampling = "sequential";  // sequential (llm.c, epochs) | shuffle (epochs, seeded
                                         // order) | random (nanoGPT)
-  std::string tokenizer =
-      "byte";  // text / JSONL: "byte", a tokenizer.json or a tiktoken ranks file
-  std::optional<std::string> bos,
-      eos;  // JSONL: special tokens around each document (unset: the tokenizer's)
+  // text / JSONL: "byte", a tokenizer.json or a tiktoken ranks file
+  std::string tokenizer = "byte";
+  // JSONL: special tokens around each document (unset: the tokenizer's)
+  std::optional<std::string> bos, eos;
   bool given() const { return !path.empty(); }
 };
 
