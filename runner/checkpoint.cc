@@ -28,9 +28,9 @@ std::vector<LocalCheckpointTensor> local_checkpoint_tensors(TrainingProgram& pro
   std::vector<LocalCheckpointTensor> out;
   const AdamW& opt = prog.optimizer();
   for (size_t i = 0; i < opt.params().size(); ++i) {
-    FSDPParam* p = opt.params()[i];
+    OptimizerParam* p = opt.params()[i];
     const Param* param = &p->param();
-    out.push_back({"param/" + param->fqn, param->global_shape(), p->sharded_local().ref(), param});
+    out.push_back({"param/" + param->fqn, param->global_shape(), p->local_tensor().ref(), param});
     if (opt.has_state() && opt.exp_avg(i)) {
       out.push_back({"exp_avg/" + param->fqn, param->global_shape(), opt.exp_avg(i).ref(), param});
       out.push_back(

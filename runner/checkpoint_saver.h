@@ -28,7 +28,7 @@
 
 #include "core/data/text_corpus.h"
 #include "core/runtime/backend.h"
-#include "core/scenario/training_program.h"
+#include "core/train/training_program.h"
 
 namespace fullshard::runner {
 

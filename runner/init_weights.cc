@@ -176,11 +176,11 @@ void load_init_weights(Backend& b, TrainingProgram& prog, const Scenario& s,
                        const std::string& path, const std::string& field) {
   const WeightFiles w(path, field);
   const RankPieces pieces = rank_pieces(s, b.rank());
-  for (FSDPParam* p : prog.optimizer().params()) {
+  for (OptimizerParam* p : prog.optimizer().params()) {
     const Param& param = p->param();
     const Shape global = param.global_shape();
     const Located l = locate(w, s, param.fqn, global, field);
-    const TensorRef local = p->sharded_local().ref();
+    const TensorRef local = p->local_tensor().ref();
     FULLSHARD_CHECK(local.meta.dtype == DType::kFloat32, "init-from: sharded parameters are fp32");
     const uint64_t esize = *safetensors_dtype_size(l.entry->dtype);
     if (param.tp_blocks > 1 || (l.transpose && param.tp_degree > 1)) {

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "core/runtime/backend.h"
-#include "core/scenario/training_program.h"
+#include "core/train/training_program.h"
 
 namespace fullshard::runner {
 

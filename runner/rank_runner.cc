@@ -13,7 +13,7 @@
 #include "core/memory/timeline_downsample.h"
 #include "core/report/key_averages.h"
 #include "core/report/timeline_times.h"
-#include "core/scenario/training_program.h"
+#include "core/train/training_program.h"
 #include "core/tensor/float_convert.h"
 #include "runner/checkpoint.h"
 #include "runner/checkpoint_saver.h"

@@ -7,7 +7,7 @@
 #include "core/fsdp/shard_layout.h"
 #include "core/mesh/device_mesh.h"
 #include "core/model/transformer.h"
-#include "core/scenario/training_program.h"
+#include "core/train/training_program.h"
 
 namespace fullshard::sim {
 

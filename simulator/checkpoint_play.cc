@@ -36,7 +36,7 @@ CheckpointPlayer::CheckpointPlayer(SimBackend& backend, TrainingProgram& program
   if (shard[static_cast<size_t>(b_.rank())] == 0) return;  // not a writer
   const AdamW& opt = prog_.optimizer();
   for (size_t i = 0; i < opt.params().size(); ++i)
-    bytes_ += 3 * opt.params()[i]->sharded_local().nbytes();
+    bytes_ += 3 * opt.params()[i]->local_tensor().nbytes();
 }
 
 void CheckpointPlayer::after_step(int step, bool last_played) {
@@ -76,10 +76,10 @@ void CheckpointPlayer::save() {
   };
   for (const CheckpointCopy& k : checkpoint_copy_order(order.size())) {
     const size_t i = order[k.param];
-    const FSDPParam* p = opt.params()[i];
+    const OptimizerParam* p = opt.params()[i];
     const std::string& fqn = p->param().fqn;
     if (k.which == 0) {
-      copy(p->sharded_local(), MemCategory::kShardedParam, "param/" + fqn);
+      copy(p->local_tensor(), MemCategory::kShardedParam, "param/" + fqn);
     } else if (opt.has_state() && opt.exp_avg(i)) {
       copy(k.which == 1 ? opt.exp_avg(i) : opt.exp_avg_sq(i), MemCategory::kOptimizerState,
            (k.which == 1 ? "exp_avg/" : "exp_avg_sq/") + fqn);

@@ -18,7 +18,7 @@
 
 #include "core/model/tensor.h"
 #include "core/scenario/scenario.h"
-#include "core/scenario/training_program.h"
+#include "core/train/training_program.h"
 #include "simulator/sim_backend.h"
 
 namespace fullshard::sim {

@@ -43,7 +43,7 @@ uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MA
 uint64_t estimate_program_instructions(const Scenario& s, int played_steps) {
   const uint64_t layers = static_cast<uint64_t>(std::max<int64_t>(0, s.model.n_layers));
   const uint64_t micro = static_cast<uint64_t>(std::max(1, s.training.grad_accum_steps));
-  const bool checkpointed = s.training.activation_checkpointing.mode != CheckpointMode::kNone;
+  const bool checkpointed = s.training.activation_checkpointing.mode != RecomputeMode::kNone;
   const bool offloaded = s.fsdp.cpu_offload;
   const uint64_t layer_micro = kPerLayerMicroBatch +
                                (checkpointed ? kPerLayerMicroBatchCheckpointed : 0) +

@@ -11,7 +11,7 @@
 #include "core/fsdp/shard_layout.h"
 #include "core/mesh/device_mesh.h"
 #include "core/memory/timeline_downsample.h"
-#include "core/scenario/training_program.h"
+#include "core/train/training_program.h"
 #include "simulator/checkpoint_play.h"
 #include "simulator/cost/hardware_cost_model.h"
 #include "simulator/extrapolate.h"

@@ -1,6 +1,6 @@
 #include "core/checkpoint/rank_pieces.h"
 
-#include "core/scenario/training_program.h"
+#include "core/train/training_program.h"
 
 namespace fullshard {
 

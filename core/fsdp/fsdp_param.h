@@ -4,12 +4,13 @@
 // and its gradients. It is the ParamBinding the model reads the parameter through.
 #include "core/fsdp/shard_layout.h"
 #include "core/model/module.h"
+#include "core/model/optimizer_param.h"
 
 namespace fullshard {
 
 enum class ShardedState : uint8_t { kSharded, kShardedPostForward, kUnsharded };
 
-class FSDPParam : public ParamBinding {
+class FSDPParam : public ParamBinding, public OptimizerParam {
  public:
   // Allocates the padded sharded storage (on the host with CPU offload).
   FSDPParam(Backend& backend, Param& param, int shard_world, int shard_rank, DType orig_dtype,
@@ -21,7 +22,12 @@ class FSDPParam : public ParamBinding {
   bool has_unsharded_grad() const override { return static_cast<bool>(unsharded_grad_); }
   void accumulate_grad(Backend& backend, Tensor grad) override;
 
-  const Param& param() const { return *param_; }
+  // ---- OptimizerParam ----
+  const Param& param() const override { return *param_; }
+  Tensor local_tensor() const override { return sharded_local(); }
+  Tensor& local_grad() override { return sharded_grad_; }
+  const Tensor& local_grad() const override { return sharded_grad_; }
+
   const Shape& shape() const { return param_->shape; }
   DType orig_dtype() const { return orig_dtype_; }
   DType param_dtype() const { return param_dtype_; }

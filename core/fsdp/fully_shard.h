@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/fsdp/fsdp_param_group.h"
+#include "core/mesh/mesh_info.h"
 #include "core/model/autograd.h"
 
 namespace fullshard {
@@ -33,19 +34,6 @@ class FSDPState {
   MixedPrecisionPolicy mp;
   std::vector<FSDPState*> forward_prefetch;                  // set_modules_to_forward_prefetch
   std::optional<std::vector<FSDPState*>> backward_prefetch;  // set_modules_to_backward_prefetch
-};
-
-struct MeshInfo {
-  ProcessGroup shard_group;
-  std::optional<ProcessGroup> replicate_group;
-  // With a tp dim: the tp group, and the group over the shard and tp dims (gradient norms of
-  // tp-sharded parameters sum over it).
-  std::optional<ProcessGroup> tp_group;
-  std::optional<ProcessGroup> shard_tp_group;
-  // Data parallelism: this rank's index over the replicate and shard dims, and their size
-  // (ranks of one tp group read the same batch).
-  int dp_rank = 0;
-  int dp_size = 1;
 };
 
 class FSDPRuntime : public ModuleHooks {

@@ -17,7 +17,7 @@ enum class LossImpl : uint8_t {
                 // copy is made inside the root's forward and is the tensor the loop holds
   kChunked,     // torchtitan's ChunkedLossWrapper: the model skips the output projection; the
                 // output, an fp32 cross-entropy and its backward run per token chunk
-                // (core/scenario/chunked_loss.h)
+                // (core/train/chunked_loss.h)
 };
 
 enum class NormImpl : uint8_t {

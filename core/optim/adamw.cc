@@ -20,7 +20,7 @@ Tensor like(Backend& b, const Tensor& p, MemCategory cat, const std::string& wha
 }
 }  // namespace
 
-AdamW::AdamW(Backend& backend, std::vector<FSDPParam*> params, AdamWOptions options)
+AdamW::AdamW(Backend& backend, std::vector<OptimizerParam*> params, AdamWOptions options)
     : b_(backend), params_(std::move(params)), o_(options) {}
 
 void AdamW::ensure_state(size_t i) {
@@ -29,7 +29,7 @@ void AdamW::ensure_state(size_t i) {
     exp_avg_sq_.resize(params_.size());
   }
   if (exp_avg_[i]) return;
-  Tensor p = params_[i]->sharded_local();
+  Tensor p = params_[i]->local_tensor();
   const std::string& n = params_[i]->param().fqn;
   exp_avg_[i] = like(b_, p, MemCategory::kOptimizerState, n + " exp_avg");
   ops::fill_zero(b_, kCurrent, exp_avg_[i], n + " exp_avg init");
@@ -45,7 +45,7 @@ void AdamW::step() {
   ++step_;
   std::vector<size_t> active;
   for (size_t i = 0; i < params_.size(); ++i)
-    if (params_[i]->sharded_grad()) active.push_back(i);
+    if (params_[i]->local_grad()) active.push_back(i);
   if (active.empty()) return;
   for (size_t i : active) ensure_state(i);
 
@@ -63,8 +63,8 @@ void AdamW::step() {
   op.name = o_.fused ? "optimizer.step (fused AdamW)" : "optimizer.step (foreach AdamW)";
   for (size_t k = 0; k < active.size(); ++k) {
     size_t i = active[k];
-    Tensor p = params_[i]->sharded_local();
-    const Tensor& g = params_[i]->sharded_grad();
+    Tensor p = params_[i]->local_tensor();
+    const Tensor& g = params_[i]->local_grad();
     op.inputs.insert(op.inputs.end(), {p.ref(), g.ref(), exp_avg_[i].ref(), exp_avg_sq_[i].ref()});
     op.outputs.insert(op.outputs.end(), {p.ref(), exp_avg_[i].ref(), exp_avg_sq_[i].ref()});
     if (!o_.fused) op.outputs.push_back(sqrt_tmp[k].ref());
@@ -77,7 +77,7 @@ void AdamW::step() {
 }
 
 void AdamW::zero_grad() {
-  for (FSDPParam* p : params_) p->sharded_grad() = Tensor();
+  for (OptimizerParam* p : params_) p->local_grad() = Tensor();
 }
 
 // NOTE [foreach_norm scratch]: torch._foreach_norm on CUDA (ForeachReduceOp.cu,
@@ -93,14 +93,14 @@ void AdamW::zero_grad() {
 // and the [320] global_output and 0-d global_norm that recent releases also allocate. CPU offload
 // runs the CPU's per-tensor path: no scratch. Its size: core/optim/foreach_norm.h.
 
-void clip_grad_norm(Backend& b, const std::vector<FSDPParam*>& params, double max_norm,
+void clip_grad_norm(Backend& b, const std::vector<OptimizerParam*>& params, double max_norm,
                     const MeshInfo& mesh) {
-  std::vector<const FSDPParam*> with_grad;
-  for (FSDPParam* p : params)
-    if (p->sharded_grad()) with_grad.push_back(p);
+  std::vector<const OptimizerParam*> with_grad;
+  for (OptimizerParam* p : params)
+    if (p->local_grad()) with_grad.push_back(p);
   if (with_grad.empty()) return;
   // _foreach_norm: one fp32 scalar per gradient; then the stack's norm (a scalar).
-  const bool host = with_grad[0]->sharded_grad().storage()->buffer().on_host;
+  const bool host = with_grad[0]->local_grad().storage()->buffer().on_host;
   auto small = [&](int64_t n, const std::string& what) {
     TensorMeta m{DType::kFloat32, {n}};
     if (host) {
@@ -120,9 +120,10 @@ void clip_grad_norm(Backend& b, const std::vector<FSDPParam*>& params, double ma
     b.collective(kCurrent, ar, g);
   };
   // The squared norm of `grads`, summed over this rank (a [1] fp32 tensor).
-  auto squared_norm = [&](const std::vector<const FSDPParam*>& grads, const std::string& suffix) {
+  auto squared_norm = [&](const std::vector<const OptimizerParam*>& grads,
+                          const std::string& suffix) {
     std::vector<int64_t> numels;
-    for (const FSDPParam* p : grads) numels.push_back(p->sharded_grad().numel());
+    for (const OptimizerParam* p : grads) numels.push_back(p->local_grad().numel());
     Tensor scratch;  // NOTE [foreach_norm scratch]
     const int64_t scratch_numel = foreach_norm_scratch_numel(numels);
     if (!host && scratch_numel > 0)
@@ -133,10 +134,10 @@ void clip_grad_norm(Backend& b, const std::vector<FSDPParam*>& params, double ma
     OpCall sq;
     sq.kind = OpKind::kSquaredNorm;
     sq.name = "clip_grad_norm _foreach_norm" + suffix;
-    for (const FSDPParam* p : grads) {
-      sq.inputs.push_back(p->sharded_grad().ref());
-      sq.flops += 2.0 * static_cast<double>(p->sharded_grad().numel());
-      sq.bytes += static_cast<double>(p->sharded_grad().nbytes());
+    for (const OptimizerParam* p : grads) {
+      sq.inputs.push_back(p->local_grad().ref());
+      sq.flops += 2.0 * static_cast<double>(p->local_grad().numel());
+      sq.bytes += static_cast<double>(p->local_grad().nbytes());
     }
     sq.outputs = {norms.ref()};
     if (scratch)
@@ -158,8 +159,8 @@ void clip_grad_norm(Backend& b, const std::vector<FSDPParam*>& params, double ma
     // DTensor Partial -> Replicate: sum the squared norms across the shard group.
     all_reduce(total, mesh.shard_group, "clip_grad_norm all_reduce");
   } else {
-    std::vector<const FSDPParam*> sharded, replicated;
-    for (const FSDPParam* p : with_grad)
+    std::vector<const OptimizerParam*> sharded, replicated;
+    for (const OptimizerParam* p : with_grad)
       (p->param().tp_placement == TpPlacement::kReplicate ? replicated : sharded).push_back(p);
     if (!sharded.empty()) {
       total = squared_norm(sharded, " (tp-sharded)");
@@ -186,11 +187,11 @@ void clip_grad_norm(Backend& b, const std::vector<FSDPParam*>& params, double ma
   scale.kind = OpKind::kClipGradScale;
   scale.name = "clip_grad_norm _foreach_mul_";
   scale.inputs.push_back(total.ref());
-  for (const FSDPParam* p : with_grad) {
-    scale.inputs.push_back(p->sharded_grad().ref());
-    scale.outputs.push_back(p->sharded_grad().ref());
-    scale.flops += static_cast<double>(p->sharded_grad().numel());
-    scale.bytes += 2.0 * static_cast<double>(p->sharded_grad().nbytes());
+  for (const OptimizerParam* p : with_grad) {
+    scale.inputs.push_back(p->local_grad().ref());
+    scale.outputs.push_back(p->local_grad().ref());
+    scale.flops += static_cast<double>(p->local_grad().numel());
+    scale.bytes += 2.0 * static_cast<double>(p->local_grad().nbytes());
   }
   scale.fargs = {max_norm};
   b.launch(kCurrent, scale);

@@ -3,7 +3,8 @@
 // across shards (torch.nn.utils.clip_grad_norm_ on DTensor gradients).
 #include <vector>
 
-#include "core/fsdp/fully_shard.h"
+#include "core/mesh/mesh_info.h"
+#include "core/model/optimizer_param.h"
 
 namespace fullshard {
 
@@ -16,7 +17,7 @@ struct AdamWOptions {
 
 class AdamW {
  public:
-  AdamW(Backend& backend, std::vector<FSDPParam*> params, AdamWOptions options);
+  AdamW(Backend& backend, std::vector<OptimizerParam*> params, AdamWOptions options);
   // One step over every parameter with a sharded gradient. States are created lazily on
   // the first step (zeros_like of the unpadded local shard), as torch.optim does.
   void step();
@@ -30,11 +31,11 @@ class AdamW {
   bool has_state() const { return !exp_avg_.empty(); }
   void init_state();
   void set_steps_taken(int steps) { step_ = steps; }
-  const std::vector<FSDPParam*>& params() const { return params_; }
+  const std::vector<OptimizerParam*>& params() const { return params_; }
 
  private:
   Backend& b_;
-  std::vector<FSDPParam*> params_;
+  std::vector<OptimizerParam*> params_;
   AdamWOptions o_;
   std::vector<Tensor> exp_avg_, exp_avg_sq_;
   int step_ = 0;
@@ -47,7 +48,7 @@ class AdamW {
 // shard and tp dims and those of tp-replicated ones over the shard dim only, so every element
 // of the full gradient counts once (DTensor's norm of Shard / Replicate placements). Returns
 // nothing: the norm stays on the device.
-void clip_grad_norm(Backend& backend, const std::vector<FSDPParam*>& params, double max_norm,
+void clip_grad_norm(Backend& backend, const std::vector<OptimizerParam*>& params, double max_norm,
                     const MeshInfo& mesh);
 
 }  // namespace fullshard

@@ -321,15 +321,15 @@ ActivationCheckpointing parse_activation_checkpointing(const json& v) {
   const std::vector<std::string> modes = {"none", "full", "selective_layer", "selective_op"};
   const std::string layer_example = "{\"mode\": \"selective_layer\", \"every\": 2}";
   auto to_mode = [](const std::string& s) {
-    if (s == "full") return CheckpointMode::kFull;
-    if (s == "selective_layer") return CheckpointMode::kSelectiveLayer;
-    if (s == "selective_op") return CheckpointMode::kSelectiveOp;
-    return CheckpointMode::kNone;
+    if (s == "full") return RecomputeMode::kFull;
+    if (s == "selective_layer") return RecomputeMode::kSelectiveLayer;
+    if (s == "selective_op") return RecomputeMode::kSelectiveOp;
+    return RecomputeMode::kNone;
   };
   ActivationCheckpointing ac;
   if (v.is_string()) {
     ac.mode = to_mode(jr::get_choice(v, P, modes));
-    if (ac.mode == CheckpointMode::kSelectiveLayer)
+    if (ac.mode == RecomputeMode::kSelectiveLayer)
       throw InputError(P, "is \"selective_layer\" without a period",
                        "write " + layer_example + " to checkpoint every 2nd block");
     return ac;
@@ -341,12 +341,12 @@ ActivationCheckpointing parse_activation_checkpointing(const json& v) {
   jr::require_field(v, P, "mode", "write " + layer_example + " or a plain string such as \"full\"");
   ac.mode = to_mode(jr::get_choice(v.at("mode"), P + ".mode", modes));
   if (v.contains("every")) {
-    if (ac.mode != CheckpointMode::kSelectiveLayer)
+    if (ac.mode != RecomputeMode::kSelectiveLayer)
       throw InputError(P + ".every",
                        "is given but mode is \"" + v.at("mode").get<std::string>() + "\"",
                        "remove \"every\": it applies only to mode \"selective_layer\"");
     ac.every = static_cast<int>(jr::get_int(v.at("every"), P + ".every", 1, kMaxInt, "2"));
-  } else if (ac.mode == CheckpointMode::kSelectiveLayer) {
+  } else if (ac.mode == RecomputeMode::kSelectiveLayer) {
     jr::require_field(v, P, "every", "write " + layer_example + " (checkpoint every k-th block)");
   }
   return ac;
@@ -705,12 +705,12 @@ bool TrainingOptions::uneven_batch() const {
 
 const std::map<std::string, std::vector<std::string>>& scenario_fields() { return kFields; }
 
-const char* checkpoint_mode_name(CheckpointMode m) {
+const char* recompute_mode_name(RecomputeMode m) {
   switch (m) {
-    case CheckpointMode::kNone: return "none";
-    case CheckpointMode::kFull: return "full";
-    case CheckpointMode::kSelectiveLayer: return "selective_layer";
-    case CheckpointMode::kSelectiveOp: return "selective_op";
+    case RecomputeMode::kNone: return "none";
+    case RecomputeMode::kFull: return "full";
+    case RecomputeMode::kSelectiveLayer: return "selective_layer";
+    case RecomputeMode::kSelectiveOp: return "selective_op";
   }
   return "?";
 }

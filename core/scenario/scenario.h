@@ -19,7 +19,7 @@
 namespace fullshard {
 
 // ---------------------------------------------------------------- training
-enum class CheckpointMode : uint8_t {
+enum class RecomputeMode : uint8_t {
   kNone,
   kFull,            // every block recomputed in backward (torchtitan ac mode "full")
   kSelectiveLayer,  // every `every`-th block fully checkpointed (torchtitan "selective", int)
@@ -27,7 +27,7 @@ enum class CheckpointMode : uint8_t {
 };
 
 struct ActivationCheckpointing {
-  CheckpointMode mode = CheckpointMode::kNone;
+  RecomputeMode mode = RecomputeMode::kNone;
   int every = 1;  // kSelectiveLayer: checkpoint blocks whose index % every == 0
 };
 
@@ -49,10 +49,10 @@ struct DataOptions {
   std::string val_path;                 // validation data, same format ("" = none)
   std::string sampling = "sequential";  // sequential (llm.c, epochs) | shuffle (epochs, seeded
                                         // order) | random (nanoGPT)
-  std::string tokenizer =
-      "byte";  // text / JSONL: "byte", a tokenizer.json or a tiktoken ranks file
-  std::optional<std::string> bos,
-      eos;  // JSONL: special tokens around each document (unset: the tokenizer's)
+  // text / JSONL: "byte", a tokenizer.json or a tiktoken ranks file
+  std::string tokenizer = "byte";
+  // JSONL: special tokens around each document (unset: the tokenizer's)
+  std::optional<std::string> bos, eos;
   bool given() const { return !path.empty(); }
 };
 
@@ -187,7 +187,7 @@ Scenario load_scenario_file(const std::string& path);  // missing file / bad JSO
 const std::map<std::string, std::vector<std::string>>& scenario_fields();
 
 // Spellings of enums, as the format writes them ("selective_layer", "blocks", ...).
-const char* checkpoint_mode_name(CheckpointMode m);
+const char* recompute_mode_name(RecomputeMode m);
 const char* sharding_units_name(ShardingUnits u);
 
 // NOTE [Dtype flow between units] (scenario_checks.cc): throws InputError naming the per-unit

@@ -107,7 +107,7 @@ void check_async_tp(const Scenario& s) {
                      "set model.implementation {\"compile\": true}: PyTorch fuses the collectives "
                      "in torch.compile's "
                      "micro-pipeline pass (torchtitan refuses async TP without compile)");
-  if (s.training.activation_checkpointing.mode == CheckpointMode::kSelectiveOp)
+  if (s.training.activation_checkpointing.mode == RecomputeMode::kSelectiveOp)
     throw InputError(F, "is true with activation_checkpointing selective op",
                      "use activation_checkpointing none, full or a layer interval, or write false");
 }

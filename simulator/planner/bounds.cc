@@ -6,7 +6,7 @@
 
 #include "core/common/error.h"
 #include "core/fsdp/shard_layout.h"
-#include "core/scenario/training_program.h"
+#include "core/train/training_program.h"
 #include "simulator/engine/diagnostics.h"
 #include "simulator/simulate.h"
 
@@ -41,9 +41,9 @@ double local_elements(const Scenario& s, int rank) {
 
 ActivationCheckpointing uniform(BlockCheckpoint mode) {
   ActivationCheckpointing ac;
-  ac.mode = mode == BlockCheckpoint::kFull          ? CheckpointMode::kFull
-            : mode == BlockCheckpoint::kOpSelective ? CheckpointMode::kSelectiveOp
-                                                    : CheckpointMode::kNone;
+  ac.mode = mode == BlockCheckpoint::kFull          ? RecomputeMode::kFull
+            : mode == BlockCheckpoint::kOpSelective ? RecomputeMode::kSelectiveOp
+                                                    : RecomputeMode::kNone;
   return ac;
 }
 

@@ -54,10 +54,10 @@ json candidate_scenario_json(const json& base, const Candidate& c, const std::st
   json& t = j["training"];
   t["batch_per_rank"] = c.micro_batch;
   t["grad_accum_steps"] = c.grad_accum;
-  if (c.ac.mode == CheckpointMode::kSelectiveLayer)
+  if (c.ac.mode == RecomputeMode::kSelectiveLayer)
     t["activation_checkpointing"] = {{"mode", "selective_layer"}, {"every", c.ac.every}};
   else
-    t["activation_checkpointing"] = checkpoint_mode_name(c.ac.mode);
+    t["activation_checkpointing"] = recompute_mode_name(c.ac.mode);
 
   if (!j.contains("fsdp") || !j["fsdp"].is_object()) j["fsdp"] = json::object();
   json& f = j["fsdp"];
@@ -71,7 +71,7 @@ json candidate_scenario_json(const json& base, const Candidate& c, const std::st
   // As candidate_scenario() applies a scenario's tensor_parallel.async.
   if (j.contains("tensor_parallel") && j["tensor_parallel"].is_object() &&
       j["tensor_parallel"].contains("async") &&
-      (c.tp <= 1 || c.ac.mode == CheckpointMode::kSelectiveOp))
+      (c.tp <= 1 || c.ac.mode == RecomputeMode::kSelectiveOp))
     j["tensor_parallel"]["async"] = false;
   switch (c.reshard.kind) {
     case Kind::kDefault: f["reshard_after_forward"] = nullptr; break;

@@ -9,7 +9,7 @@
 #include <tuple>
 
 #include "core/common/error.h"
-#include "core/scenario/training_program.h"
+#include "core/train/training_program.h"
 #include "simulator/planner/bounds.h"
 #include "simulator/planner/evaluate.h"
 #include "simulator/planner/parallel.h"

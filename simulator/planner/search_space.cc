@@ -155,15 +155,15 @@ std::vector<std::pair<int64_t, int>> batch_options(const SpaceOptions& o, int dp
 std::vector<Candidate> enumerate_candidates(const SpaceOptions& o) {
   check_space_options(o);
   std::vector<ActivationCheckpointing> acs;
-  for (CheckpointMode m :
-       {CheckpointMode::kNone, CheckpointMode::kSelectiveOp, CheckpointMode::kFull}) {
+  for (RecomputeMode m :
+       {RecomputeMode::kNone, RecomputeMode::kSelectiveOp, RecomputeMode::kFull}) {
     ActivationCheckpointing ac;
     ac.mode = m;
     acs.push_back(ac);
   }
   for (int k : selective_layer_periods(o.n_layers)) {
     ActivationCheckpointing ac;
-    ac.mode = CheckpointMode::kSelectiveLayer;
+    ac.mode = RecomputeMode::kSelectiveLayer;
     ac.every = k;
     acs.push_back(ac);
   }
@@ -240,7 +240,7 @@ Scenario candidate_scenario(const Scenario& base, const Candidate& c) {
   s.hardware.allocator.expandable_segments = c.expandable_segments;
   // A scenario's tensor_parallel.async applies to the candidates that can run it (NOTE [What
   // async TP needs] in scenario_checks.cc): a tp dim, and no op-level selective checkpointing.
-  s.tensor_parallel.async &= c.tp > 1 && c.ac.mode != CheckpointMode::kSelectiveOp;
+  s.tensor_parallel.async &= c.tp > 1 && c.ac.mode != RecomputeMode::kSelectiveOp;
   // NOTE [Chunked loss candidates]: a chunked loss needs its chunk count to divide the
   // candidate's tokens per micro-batch (the largest divisor of them not above the scenario's
   // count is used), and, with the output projection in the root unit, a root that stays
@@ -276,9 +276,9 @@ std::string reshard_text(const ReshardAfterForward& r) {
 }
 
 std::string ac_text(const ActivationCheckpointing& ac) {
-  if (ac.mode == CheckpointMode::kSelectiveLayer) return fmt::format("every {}", ac.every);
-  if (ac.mode == CheckpointMode::kSelectiveOp) return "op";
-  return checkpoint_mode_name(ac.mode);
+  if (ac.mode == RecomputeMode::kSelectiveLayer) return fmt::format("every {}", ac.every);
+  if (ac.mode == RecomputeMode::kSelectiveOp) return "op";
+  return recompute_mode_name(ac.mode);
 }
 
 std::string candidate_text(const Candidate& c) {
@@ -308,10 +308,10 @@ nlohmann::json candidate_settings_json(const Candidate& c) {
                       : c.precision == Precision::kBf16 ? nlohmann::json("bf16")
                                                         : nlohmann::json("fp32");
   j["cpu_offload"] = c.cpu_offload;
-  if (c.ac.mode == CheckpointMode::kSelectiveLayer)
+  if (c.ac.mode == RecomputeMode::kSelectiveLayer)
     j["activation_checkpointing"] = {{"mode", "selective_layer"}, {"every", c.ac.every}};
   else
-    j["activation_checkpointing"] = checkpoint_mode_name(c.ac.mode);
+    j["activation_checkpointing"] = recompute_mode_name(c.ac.mode);
   j["micro_batch"] = c.micro_batch;
   j["grad_accum_steps"] = c.grad_accum;
   j["expandable_segments"] = c.expandable_segments;

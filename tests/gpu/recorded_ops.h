@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/scenario/scenario.h"
-#include "core/scenario/training_program.h"
+#include "core/train/training_program.h"
 #include "simulator/sim_backend.h"
 
 namespace recorded_ops {

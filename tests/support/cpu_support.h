@@ -15,7 +15,7 @@
 #include "runner/rank_runner.h"
 #include "core/fsdp/shard_layout.h"
 #include "core/model/transformer.h"
-#include "core/scenario/training_program.h"
+#include "core/train/training_program.h"
 
 namespace fullshard::testing {
 

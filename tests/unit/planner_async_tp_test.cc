@@ -25,17 +25,17 @@ TEST(PlannerAsyncTp, CandidatesKeepAsyncWhereItRuns) {
   c.shard = 2;
   c.tp = 2;
   c.precision = Precision::kBf16;
-  c.ac.mode = CheckpointMode::kNone;
+  c.ac.mode = RecomputeMode::kNone;
   EXPECT_TRUE(candidate_scenario(s, c).tensor_parallel.async);
   json w = candidate_scenario_json(base, c, "w", "");
   EXPECT_TRUE(w["tensor_parallel"]["async"].get<bool>());
   EXPECT_TRUE(parse_scenario(w).tensor_parallel.async);  // the written scenario loads
-  c.ac.mode = CheckpointMode::kSelectiveOp;
+  c.ac.mode = RecomputeMode::kSelectiveOp;
   EXPECT_FALSE(candidate_scenario(s, c).tensor_parallel.async);
   w = candidate_scenario_json(base, c, "w", "");
   EXPECT_FALSE(w["tensor_parallel"]["async"].get<bool>());
   EXPECT_FALSE(parse_scenario(w).tensor_parallel.async);
-  c.ac.mode = CheckpointMode::kNone;
+  c.ac.mode = RecomputeMode::kNone;
   c.tp = 1;
   c.shard = 4;
   EXPECT_FALSE(candidate_scenario(s, c).tensor_parallel.async);

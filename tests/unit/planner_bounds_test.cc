@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <rapidcheck/gtest.h>
 
-#include "core/scenario/training_program.h"
+#include "core/train/training_program.h"
 #include "simulator/planner/bounds.h"
 #include "simulator/planner/evaluate.h"
 #include "simulator/planner/search_space.h"

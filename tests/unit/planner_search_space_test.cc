@@ -160,7 +160,7 @@ void expect_same_scenario(const Scenario& a, const Scenario& b) {
   EXPECT_EQ(a.training.steps, b.training.steps);
   EXPECT_EQ(a.training.grad_accum_steps, b.training.grad_accum_steps);
   EXPECT_EQ(a.training.activation_checkpointing.mode, b.training.activation_checkpointing.mode);
-  if (a.training.activation_checkpointing.mode == CheckpointMode::kSelectiveLayer) {
+  if (a.training.activation_checkpointing.mode == RecomputeMode::kSelectiveLayer) {
     EXPECT_EQ(a.training.activation_checkpointing.every, b.training.activation_checkpointing.every);
   }
   EXPECT_EQ(a.training.seed, b.training.seed);
@@ -256,7 +256,7 @@ TEST(PlannerSpace, WrittenCandidateSimulatesLikeTheBuiltOne) {
   c.shard = 2;
   c.reshard.kind = Kind::kFalse;
   c.precision = Precision::kBf16Fp32Reduce;
-  c.ac.mode = CheckpointMode::kSelectiveLayer;
+  c.ac.mode = RecomputeMode::kSelectiveLayer;
   c.ac.every = 2;
   c.micro_batch = 2;
   c.grad_accum = 2;

@@ -103,7 +103,7 @@ TEST(ScenarioShipped, Llama8bOnOneNode) {
   EXPECT_EQ(s.fsdp.mixed_precision.param_dtype, DType::kBFloat16);
   EXPECT_EQ(s.fsdp.mixed_precision.reduce_dtype, DType::kFloat32);
   EXPECT_EQ(s.fsdp.reshard_after_forward.kind, ReshardAfterForward::Kind::kDefault);
-  EXPECT_EQ(s.training.activation_checkpointing.mode, CheckpointMode::kFull);
+  EXPECT_EQ(s.training.activation_checkpointing.mode, RecomputeMode::kFull);
   EXPECT_EQ(s.training.seq_len, 8192);
   EXPECT_EQ(s.hardware.device.name, "h100-sxm-80gb");
 }
@@ -136,7 +136,7 @@ TEST(ScenarioDefaults, MinimalScenario) {
   EXPECT_EQ(t.seq_len, 64);
   EXPECT_EQ(t.steps, 1);
   EXPECT_EQ(t.grad_accum_steps, 1);
-  EXPECT_EQ(t.activation_checkpointing.mode, CheckpointMode::kNone);
+  EXPECT_EQ(t.activation_checkpointing.mode, RecomputeMode::kNone);
   EXPECT_EQ(t.seed, 0u);
   EXPECT_DOUBLE_EQ(t.optimizer.lr, 3e-4);
   EXPECT_DOUBLE_EQ(t.optimizer.beta2, 0.95);
@@ -222,19 +222,19 @@ TEST(ScenarioModel, WeightsPathRelativeToTheScenario) {
 
 TEST(ScenarioTraining, ActivationCheckpointingSpellings) {
   json j = minimal();
-  const std::pair<json, CheckpointMode> cases[] = {
-      {"none", CheckpointMode::kNone},
-      {"full", CheckpointMode::kFull},
-      {"selective_op", CheckpointMode::kSelectiveOp},
-      {{{"mode", "full"}}, CheckpointMode::kFull},
-      {{{"mode", "selective_layer"}, {"every", 3}}, CheckpointMode::kSelectiveLayer},
+  const std::pair<json, RecomputeMode> cases[] = {
+      {"none", RecomputeMode::kNone},
+      {"full", RecomputeMode::kFull},
+      {"selective_op", RecomputeMode::kSelectiveOp},
+      {{{"mode", "full"}}, RecomputeMode::kFull},
+      {{{"mode", "selective_layer"}, {"every", 3}}, RecomputeMode::kSelectiveLayer},
   };
   for (const auto& [v, mode] : cases) {
     j["training"]["activation_checkpointing"] = v;
     const Scenario s = parse(j);
     EXPECT_EQ(s.training.activation_checkpointing.mode, mode) << v;
-    EXPECT_STREQ(checkpoint_mode_name(mode), v.is_string() ? v.get<std::string>().c_str()
-                                                           : v["mode"].get<std::string>().c_str());
+    EXPECT_STREQ(recompute_mode_name(mode), v.is_string() ? v.get<std::string>().c_str()
+                                                          : v["mode"].get<std::string>().c_str());
   }
   EXPECT_EQ(parse(j).training.activation_checkpointing.every, 3);
 }

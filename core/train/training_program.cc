@@ -1,8 +1,8 @@
-#include "core/scenario/training_program.h"
+#include "core/train/training_program.h"
 
 #include "core/common/error.h"
 #include "core/model/async_tp.h"
-#include "core/scenario/chunked_loss.h"
+#include "core/train/chunked_loss.h"
 
 #include <limits>
 
@@ -59,13 +59,13 @@ std::vector<BlockCheckpoint> block_checkpointing(const ActivationCheckpointing& 
   std::vector<BlockCheckpoint> v(static_cast<size_t>(n_layers), BlockCheckpoint::kNone);
   for (int64_t i = 0; i < n_layers; ++i) {
     switch (ac.mode) {
-      case CheckpointMode::kNone: break;
-      case CheckpointMode::kFull: v[i] = BlockCheckpoint::kFull; break;
+      case RecomputeMode::kNone: break;
+      case RecomputeMode::kFull: v[i] = BlockCheckpoint::kFull; break;
       // torchtitan's selective layer AC checkpoints every `every`-th block (1-based count).
-      case CheckpointMode::kSelectiveLayer:
+      case RecomputeMode::kSelectiveLayer:
         if ((i + 1) % ac.every == 0) v[i] = BlockCheckpoint::kFull;
         break;
-      case CheckpointMode::kSelectiveOp: v[i] = BlockCheckpoint::kOpSelective; break;
+      case RecomputeMode::kSelectiveOp: v[i] = BlockCheckpoint::kOpSelective; break;
     }
   }
   return v;

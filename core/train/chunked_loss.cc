@@ -1,4 +1,4 @@
-#include "core/scenario/chunked_loss.h"
+#include "core/train/chunked_loss.h"
 
 #include <string>
 

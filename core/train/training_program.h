@@ -57,7 +57,7 @@ class TrainingProgram {
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<FSDPRuntime> fsdp_;
   std::unique_ptr<AdamW> optim_;
-  std::vector<FSDPParam*> all_params_;
+  std::vector<OptimizerParam*> all_params_;  // every FSDPParam, in module order
   std::vector<BlockCheckpoint> block_ac_;
   std::function<void(int)> before_optimizer_;
 
