@@ -90,6 +90,8 @@ def mentions(line):
         raw = m.group(1)
         if "{" in raw and "}" not in raw:
             continue  # a brace group cut by the pattern: cannot be read
+        if "{" not in raw:
+            raw = raw.split(",")[0]  # "core/a.h,b" lists a path, then a word
         for p in expand(clean(raw)):
             yield clean(p), False
     for m in LINK.finditer(line):
