@@ -1,5 +1,7 @@
 #include "core/runtime/norm_args.h"
 
+#include <string>
+
 #include "core/common/error.h"
 #include "core/runtime/op_args.h"
 
@@ -84,12 +86,13 @@ CompiledNormBackwardArgs CompiledNormBackwardArgs::decode(const OpCall& op) {
                       op.outputs[1].meta.numel() == b.dim,
                   op_where(op) + "gradient sizes do not match x / w");
   // a and g_h are read a row at a time: the whole tensors are x's size.
-  if (b.has_a)
-    FULLSHARD_CHECK(op.inputs[b.a].meta.numel() == x.numel(),
-                    op_where(op) + "a differs from x in size");
-  if (b.has_g_h)
-    FULLSHARD_CHECK(op.inputs[b.g_h].meta.numel() == x.numel(),
-                    op_where(op) + "g_h differs from x in size");
+  auto expect_x_size = [&](size_t i, const char* what) {
+    const int64_t n = op.inputs[i].meta.numel();
+    FULLSHARD_CHECK(n == x.numel(), op_where(op) + what + " has " + std::to_string(n) +
+                                        " elements, expected " + std::to_string(x.numel()));
+  };
+  if (b.has_a) expect_x_size(b.a, "a");
+  if (b.has_g_h) expect_x_size(b.g_h, "g_h");
   return b;
 }
 
