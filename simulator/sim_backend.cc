@@ -3,6 +3,9 @@
 #include <unordered_map>
 
 #include "core/common/error.h"
+#include "core/runtime/attention_args.h"
+#include "core/runtime/layer_args.h"
+#include "core/runtime/op_table.h"
 
 namespace fullshard::sim {
 
@@ -92,17 +95,21 @@ KernelPlace SimBackend::place_of(const OpCall& op) const {
   return host_out > 0 ? KernelPlace::kHost : KernelPlace::kDevice;
 }
 
-// NOTE [Kernel shapes]: the shape the compute model prices (core/model/ops.cc puts it in
-// iargs): a linear's {M, K, N}; attention's {batch, seq, heads, kv_heads, head_dim, packed};
-// a collective-matmul's {M / tp, K, N, tp}.
+// NOTE [Kernel shapes]: the shape the compute model prices, from the op's typed arguments
+// (core/runtime/*_args.h, encoded by core/model): a linear's {M, K, N} (LinearArgs);
+// attention's {batch * heads, seq, head_dim} (AttentionArgs); a collective-matmul's
+// {M / tp, K, N} (CollectiveMatmulArgs). An op recorded without them is priced without a shape.
 namespace {
 std::array<int64_t, 3> kernel_dims(const OpCall& op) {
-  const auto& a = op.iargs;
+  const size_t n = op.iargs.size();
   switch (op.kind) {
     case OpKind::kLinear:
     case OpKind::kLinearBackwardInput:
     case OpKind::kLinearBackwardWeight:
-      if (a.size() >= 3) return {a[0], a[1], a[2]};
+      if (n >= 3) {
+        const LinearArgs l = LinearArgs::decode(op);
+        return {l.m, l.k, l.n};
+      }
       break;
     case OpKind::kAttention:
     case OpKind::kAttentionBackward:
@@ -110,11 +117,17 @@ std::array<int64_t, 3> kernel_dims(const OpCall& op) {
     case OpKind::kAttentionEfficientBackward:
     case OpKind::kAttentionCudnn:
     case OpKind::kAttentionCudnnBackward:
-      if (a.size() >= 5) return {a[0] * a[2], a[1], a[4]};
+      if (n >= 6) {
+        const AttentionArgs a = AttentionArgs::decode(op);
+        return {a.batch * a.heads, a.seq, a.head_dim};
+      }
       break;
     case OpKind::kAllGatherMatmul:
     case OpKind::kMatmulReduceScatter:
-      if (a.size() >= 4) return {a[0], a[1], a[2]};
+      if (n >= 4) {
+        const CollectiveMatmulArgs c = CollectiveMatmulArgs::decode(op);
+        return {c.rows_per_rank, c.k, c.n};
+      }
       break;
     default: break;
   }
@@ -138,9 +151,8 @@ void SimBackend::do_launch(StreamRole stream, const OpCall& op) {
   in.flops = op.flops;
   in.bytes = op.bytes;
   in.dims = kernel_dims(op);
-  if ((op.kind == OpKind::kAllGatherMatmul || op.kind == OpKind::kMatmulReduceScatter) &&
-      op.iargs.size() >= 4)
-    in.parts = static_cast<int>(op.iargs[3]);
+  if (op_info(op.kind).has(kOpSimulatedOnly) && op.iargs.size() >= 4)
+    in.parts = static_cast<int>(CollectiveMatmulArgs::decode(op).tp);
   add_accesses(in, op.inputs, op.outputs);
 }
 

@@ -8,6 +8,7 @@
 
 #include "core/common/error.h"
 #include "core/model/module.h"
+#include "core/runtime/layer_args.h"
 #include "core/tensor/float_convert.h"
 
 // NOTE [Bit-identical init on host and device] needs this file compiled without FMA contraction
@@ -99,40 +100,29 @@ init_gen::NormalPair init_normal_pair(uint64_t key, uint64_t p) {
 }
 
 init_gen::InitSpec init_spec(const OpCall& op) {
-  FULLSHARD_CHECK(op.outputs.size() == 1 &&
-                      (op.iargs.size() == 5 || op.iargs.size() == 7 || op.iargs.size() == 8) &&
-                      op.fargs.size() == 1,
-                  "kInitParam " + op.name + ": bad arguments");
+  const InitParamArgs a = InitParamArgs::decode(op);  // core/runtime/layer_args.h
   init_gen::InitSpec s;
-  s.row_offset = op.iargs[0];
-  s.local_rows = op.iargs[1];
-  s.row_numel = op.iargs[2];
-  s.kind = static_cast<int>(op.iargs[3]);
-  s.stream = init_gen::stream_of(static_cast<uint64_t>(op.iargs[4]));
-  s.std = op.fargs[0];
+  s.row_offset = a.row_offset;
+  s.local_rows = a.local_rows;
+  s.row_numel = a.row_numel;
+  s.kind = static_cast<int>(a.init);
+  s.stream = init_gen::stream_of(static_cast<uint64_t>(a.key));
+  s.std = a.std;
   s.numel = op.outputs[0].meta.numel();
   s.row_stride = s.row_numel;
-  FULLSHARD_CHECK(s.kind >= 0 && s.kind <= 2,
-                  "kInitParam " + op.name + ": unknown ParamInit " + std::to_string(s.kind));
-  FULLSHARD_CHECK(s.row_offset >= 0 && s.local_rows >= 0 && s.row_numel > 0,
-                  "kInitParam " + op.name + ": bad rows");
   FULLSHARD_CHECK(s.real() <= s.numel, "kInitParam " + op.name + ": shard larger than its storage");
-  if (op.iargs.size() == 7) {
+  if (a.layout == InitParamArgs::Layout::kColumns) {
     // Columns [col_offset, col_offset + row_numel) of rows of full_row elements (a tensor-
     // parallel Shard(1) block).
-    s.col_offset = op.iargs[5];
-    s.row_stride = op.iargs[6];
-    FULLSHARD_CHECK(s.col_offset >= 0 && s.col_offset + s.row_numel <= s.row_stride,
-                    "kInitParam " + op.name + ": bad columns");
-  } else if (op.iargs.size() == 8) {
+    s.col_offset = a.col_offset;
+    s.row_stride = a.full_row;
+  } else if (a.layout == InitParamArgs::Layout::kBlocks) {
     // Rows of a tensor stacked from blocks each sharded over tp (GPT-2's fused c_attn): local
     // row l is row l % block of block l / block, i.e. global row
     // (l / block) * block * tp + tp_index * block + l % block.
-    s.block = op.iargs[5];
-    s.tp_index = op.iargs[6];
-    s.tp = op.iargs[7];
-    FULLSHARD_CHECK(s.block > 0 && s.tp_index >= 0 && s.tp_index < s.tp,
-                    "kInitParam " + op.name + ": bad blocks");
+    s.block = a.block;
+    s.tp_index = a.tp_index;
+    s.tp = a.tp;
   }
   return s;
 }

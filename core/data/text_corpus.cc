@@ -7,6 +7,7 @@
 #include "core/common/error.h"
 #include "core/common/splitmix.h"
 #include "core/data/window_order.h"
+#include "core/runtime/layer_args.h"
 
 namespace fullshard {
 namespace {
@@ -122,20 +123,16 @@ DataPosition BatchSource::position(int64_t step, int64_t samples_per_step, int64
 void BatchSource::fill(const OpCall& op, int rank, int world_size, int64_t* out_tokens,
                        int64_t* labels) const {
   FULLSHARD_CHECK(corpus != nullptr || tokens != nullptr, "kLoadBatch without a corpus");
-  FULLSHARD_CHECK(op.outputs.size() == 2 && op.iargs.size() >= 2,
-                  "kLoadBatch " + op.name + ": bad arguments");
-  const TensorMeta& m = op.outputs.at(0).meta;
-  FULLSHARD_CHECK(m.shape.size() == 2 && m.dtype == DType::kInt64,
-                  "kLoadBatch: tokens must be int64 [B, S]");
-  const int64_t batch = m.shape[0], seq = m.shape[1];
-  const int64_t step = op.iargs[0], micro = op.iargs[1];
-  // iargs[4], iargs[5]: the data-parallel index and size (ranks of one tp group share a batch).
-  if (op.iargs.size() >= 6) {
-    rank = static_cast<int>(op.iargs[4]);
-    world_size = static_cast<int>(op.iargs[5]);
+  const LoadBatchArgs a = LoadBatchArgs::decode(op);  // core/runtime/layer_args.h
+  const int64_t batch = a.batch, seq = a.seq;
+  const int64_t step = a.step, micro = a.micro_batch;
+  // The data-parallel index and size, when given (ranks of one tp group share a batch).
+  if (a.dp_rank >= 0) {
+    rank = static_cast<int>(a.dp_rank);
+    world_size = static_cast<int>(a.dp_size);
   }
   const int64_t first = first_sample(micro, rank, world_size, batch);
-  if (op.iargs.size() >= 4 && op.iargs[3] == 1) {
+  if (a.split == 1) {
     // Validation batch `step` (NOTE [Validation pass]): windows in order from the start of the
     // validation data, wrapping, numbered as one micro-batch of every rank.
     FULLSHARD_CHECK(val_tokens != nullptr && val_tokens->size() > seq,
@@ -160,7 +157,7 @@ void BatchSource::fill(const OpCall& op, int rank, int world_size, int64_t* out_
   }
   const int64_t n = tokens->size();
   FULLSHARD_CHECK(n > seq, "token data shorter than one sequence");
-  const int64_t accum = op.iargs.size() >= 3 ? op.iargs[2] : 1;
+  const int64_t accum = a.accumulation;
   int64_t per_micro = 0;
   if (rank_batches.empty()) per_micro = static_cast<int64_t>(world_size) * batch;
   for (int64_t b : rank_batches) per_micro += b;

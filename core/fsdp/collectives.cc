@@ -2,6 +2,7 @@
 
 #include "core/common/error.h"
 #include "core/model/ops.h"
+#include "core/runtime/copy_args.h"
 
 namespace fullshard {
 namespace {
@@ -121,8 +122,10 @@ void foreach_all_gather_copy_out(Backend& b, const AllGatherResult& r,
   for (FSDPParam* p : params) outs.push_back(p->unsharded_storage().ref());
   OpCall op =
       kernel(OpKind::kAllGatherCopyOut, name + " all_gather_copy_out", {r.output.ref()}, outs);
-  op.iargs = r.input_numels;
-  op.iargs.push_back(r.world);
+  AllGatherCopyOutArgs a;  // core/runtime/copy_args.h
+  a.sizes = r.input_numels;
+  a.world = r.world;
+  a.encode(op);
   b.launch(kCurrent, op);
 }
 
@@ -146,18 +149,20 @@ ReduceResult foreach_reduce(Backend& b, const std::vector<FSDPParam*>& params,
   std::vector<TensorRef> srcs;
   for (const Tensor& g : grads) srcs.push_back(g.ref());
   const DType grad_dtype = grads[0].dtype();
+  ChunkCatArgs cat;  // core/runtime/copy_args.h
+  cat.world = world;
   if (dtype_size(grad_dtype) > dtype_size(rd)) {
     // Narrowing (e.g. fp32 grads, bf16 reduce): chunk_cat into a buffer of the grad dtype,
     // then copy (cast) it into the reduce-scatter input (newer foreach_reduce).
     Tensor grad_buffer = Tensor::empty(b, {grad_dtype, {row * world}}, MemCategory::kReduceScatter,
                                        kCurrent, name + " reduce_scatter grad_buffer");
     OpCall cc = kernel(OpKind::kChunkCat, name + " chunk_cat", srcs, {grad_buffer.ref()});
-    cc.iargs = {world};
+    cat.encode(cc);
     b.launch(kCurrent, cc);
     ops::copy_into(b, kCurrent, rs_input, grad_buffer, name + " reduce_scatter input cast");
   } else {
     OpCall cc = kernel(OpKind::kChunkCat, name + " chunk_cat", srcs, {rs_input.ref()});
-    cc.iargs = {world};
+    cat.encode(cc);
     b.launch(kCurrent, cc);
   }
   grads.clear();  // only after the copy-in may the unsharded gradients go

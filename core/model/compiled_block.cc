@@ -2,6 +2,7 @@
 #include "core/model/compiled_block.h"
 
 #include "core/model/op_util.h"
+#include "core/runtime/rope_args.h"
 
 // NOTE [Compiled block]: what torch.compile(block, fullgraph=True) runs for torchtitan's Llama
 // TransformerBlock, as tools/measure/compiled_block.py measured it (method, output and the graph op
@@ -100,33 +101,33 @@ std::pair<Value, Value> rope(ExecContext& c, Value q, Value k, int64_t head_dim,
   const bool in_place = c.sac() == nullptr;
   Tensor qo = in_place ? q.t : c.empty(q.t.meta(), MemCategory::kActivation, name + " q");
   Tensor ko = in_place ? k.t : c.empty(k.t.meta(), MemCategory::kActivation, name + " k");
-  const std::vector<int64_t> iargs = {head_dim, adjacent ? 1 : 0};
+  CompiledRopeArgs args;  // core/runtime/rope_args.h
+  args.head_dim = head_dim;
+  args.adjacent = adjacent;
+  args.rope = freqs;
   OpCall op = make_op(OpKind::kCompiledRoPE, name, {q.t.ref(), k.t.ref()}, {qo.ref(), ko.ref()},
-                      6 * (el(q.t) + el(k.t)), iargs);
-  op.fargs = freqs.fargs();
+                      6 * (el(q.t) + el(k.t)));
+  args.encode(op);
   c.launch(op);
   Value qv = result(c, qo, q.requires_grad()), kv = result(c, ko, k.requires_grad());
   if (c.recording() && (q.requires_grad() || k.requires_grad())) {
     TensorMeta qm = q.t.meta(), km = k.t.meta();
-    c.record(Node{name,
-                  {q.id, k.id},
-                  {qv.id, kv.id},
-                  [&b, qm, km, iargs, freqs, name](std::vector<Tensor>& g) {
-                    std::vector<Tensor> out(2);
-                    const TensorMeta* metas[2] = {&qm, &km};
-                    const char* which[2] = {" q", " k"};
-                    for (int i = 1; i >= 0; --i) {  // k first, as the measured backward runs them
-                      if (!g[i]) continue;
-                      out[i] = Tensor::empty(b, *metas[i], MemCategory::kTemporary, kCompute,
-                                             name + which[i] + " grad_input");
-                      OpCall bop =
-                          make_op(OpKind::kCompiledRoPEBackward, name + which[i] + " backward",
-                                  {g[i].ref()}, {out[i].ref()}, 6 * el(out[i]), iargs);
-                      bop.fargs = freqs.fargs();
-                      b.launch(kCompute, bop);
-                    }
-                    return out;
-                  }});
+    c.record(
+        Node{name, {q.id, k.id}, {qv.id, kv.id}, [&b, qm, km, args, name](std::vector<Tensor>& g) {
+               std::vector<Tensor> out(2);
+               const TensorMeta* metas[2] = {&qm, &km};
+               const char* which[2] = {" q", " k"};
+               for (int i = 1; i >= 0; --i) {  // k first, as the measured backward runs them
+                 if (!g[i]) continue;
+                 out[i] = Tensor::empty(b, *metas[i], MemCategory::kTemporary, kCompute,
+                                        name + which[i] + " grad_input");
+                 OpCall bop = make_op(OpKind::kCompiledRoPEBackward, name + which[i] + " backward",
+                                      {g[i].ref()}, {out[i].ref()}, 6 * el(out[i]));
+                 args.encode(bop);
+                 b.launch(kCompute, bop);
+               }
+               return out;
+             }});
   }
   return {qv, kv};
 }

@@ -2,6 +2,8 @@
 
 #include "core/common/error.h"
 #include "core/model/op_util.h"
+#include "core/runtime/layer_args.h"
+#include "core/runtime/rope_args.h"
 
 // NOTE [Op costs]: FLOPs count 2 per multiply-add for matmuls and a small constant per
 // element for pointwise ops; bytes are what the kernel reads and writes in device memory
@@ -72,23 +74,30 @@ void init_param(Backend& b, StreamRole s, const Tensor& t, const Param& p, int64
   if (p.tp_placement == TpPlacement::kShard0 && !blocks)
     row_offset += static_cast<int64_t>(p.tp_index) * p.shape.at(0);
   OpCall op = make_op(OpKind::kInitParam, p.fqn + " init", {}, {t.ref()}, 0);
-  op.iargs = {row_offset, local_rows, row_numel, static_cast<int64_t>(p.init),
-              static_cast<int64_t>(p.init_key)};
+  InitParamArgs a;  // core/runtime/layer_args.h
+  a.row_offset = row_offset;
+  a.local_rows = local_rows;
+  a.row_numel = row_numel;
+  a.init = static_cast<int64_t>(p.init);
+  a.key = static_cast<int64_t>(p.init_key);
+  a.std = p.init_std;
   if (blocks) {
     // Local rows stack this rank's rows of each block (NOTE [Fused qkv under tensor
     // parallelism]): local rows per block, tp index, tp degree.
     FULLSHARD_CHECK(p.shape.at(0) % p.tp_blocks == 0,
                     p.fqn + ": rows do not split into its blocks");
-    op.iargs.push_back(p.shape[0] / p.tp_blocks);
-    op.iargs.push_back(p.tp_index);
-    op.iargs.push_back(p.tp_degree);
+    a.layout = InitParamArgs::Layout::kBlocks;
+    a.block = p.shape[0] / p.tp_blocks;
+    a.tp_index = p.tp_index;
+    a.tp = p.tp_degree;
   }
   if (p.tp_placement == TpPlacement::kShard1) {
     FULLSHARD_CHECK(p.shape.size() == 2, p.fqn + ": a Shard(1) parameter must be 2-D");
-    op.iargs.push_back(static_cast<int64_t>(p.tp_index) * p.shape[1]);  // column offset
-    op.iargs.push_back(p.shape[1] * p.tp_degree);                       // full row length
+    a.layout = InitParamArgs::Layout::kColumns;
+    a.col_offset = static_cast<int64_t>(p.tp_index) * p.shape[1];
+    a.full_row = p.shape[1] * p.tp_degree;
   }
-  op.fargs = {p.init_std};
+  a.encode(op);
   b.launch(s, op);
 }
 
@@ -288,26 +297,27 @@ Value detail::rotary(ExecContext& c, Value x, OpKind forward, OpKind backward,
                      const std::string& name, const std::string& grad_suffix) {
   Backend& b = c.backend();
   Tensor y = c.empty(x.t.meta(), MemCategory::kActivation, name);
-  OpCall op =
-      make_op(forward, name, {x.t.ref()}, {y.ref()}, flops_per_element * el(x.t), {head_dim});
-  op.fargs = freqs.fargs();
+  RopeArgs args;  // core/runtime/rope_args.h
+  args.head_dim = head_dim;
+  args.rope = freqs;
+  OpCall op = make_op(forward, name, {x.t.ref()}, {y.ref()}, flops_per_element * el(x.t));
+  args.encode(op);
   c.launch(op);
   Value out = result(c, y, x.requires_grad());
   if (c.recording() && x.requires_grad()) {
     TensorMeta meta = x.t.meta();
-    c.record(Node{name,
-                  {x.id},
-                  {out.id},
-                  [&b, meta, backward, flops_per_element, head_dim, freqs, name,
-                   grad_suffix](std::vector<Tensor>& g) {
-                    Tensor gx = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute,
-                                              name + grad_suffix);
-                    OpCall bop = make_op(backward, name + " backward", {g[0].ref()}, {gx.ref()},
-                                         flops_per_element * el(gx), {head_dim});
-                    bop.fargs = freqs.fargs();
-                    b.launch(kCompute, bop);
-                    return std::vector<Tensor>{gx};
-                  }});
+    c.record(Node{
+        name,
+        {x.id},
+        {out.id},
+        [&b, meta, backward, flops_per_element, args, name, grad_suffix](std::vector<Tensor>& g) {
+          Tensor gx = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute, name + grad_suffix);
+          OpCall bop = make_op(backward, name + " backward", {g[0].ref()}, {gx.ref()},
+                               flops_per_element * el(gx));
+          args.encode(bop);
+          b.launch(kCompute, bop);
+          return std::vector<Tensor>{gx};
+        }});
   }
   return out;
 }

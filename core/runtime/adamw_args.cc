@@ -4,11 +4,12 @@
 #include <string>
 
 #include "core/common/error.h"
+#include "core/runtime/op_args.h"
 
 namespace fullshard {
 
-AdamWArgs decode_adamw(const OpCall& op) {
-  const std::string where = std::string(op_kind_name(op.kind)) + " '" + op.name + "': ";
+AdamWArgs AdamWArgs::decode(const OpCall& op) {
+  const std::string where = op_where(op);
   FULLSHARD_CHECK(op.kind == OpKind::kAdamW, where + "is not an AdamW op");
   FULLSHARD_CHECK(op.fargs.size() >= 6,
                   where + "needs fargs = {lr, beta1, beta2, eps, weight_decay, step}");

@@ -24,10 +24,12 @@ struct AdamWArgs {
   float neg_step_size = 0;          // -lr / (1 - beta1^step)
   float bias_correction2_sqrt = 1;  // sqrt(1 - beta2^step)
   float eps = 0;
+
+  // Decodes and checks `op` (FULLSHARD_CHECK: the counts, step >= 1, every operand of a
+  // parameter the same numel). A failure names the op. (core/optim/adamw.cc encodes.)
+  static AdamWArgs decode(const OpCall& op);
 };
 
-// Decodes and checks `op` (FULLSHARD_CHECK: the counts, step >= 1, every operand of a
-// parameter the same numel). A failure names the op.
-AdamWArgs decode_adamw(const OpCall& op);
+inline AdamWArgs decode_adamw(const OpCall& op) { return AdamWArgs::decode(op); }
 
 }  // namespace fullshard

@@ -1,30 +1,47 @@
 #pragma once
-// Arguments the eager decompositions' ops share (model.implementation; docs/ops.md
-// "Implementation variants"), decoded in one place for the CPU reference and the CUDA kernels
-// (as adamw_args.h, repeat_kv_args.h). Failures name the op.
+// The typed arguments of the eager decompositions' ops (model.implementation; docs/ops.md
+// "Implementation variants") and of the loss-parallel row ops, decoded and checked once here
+// for the CPU reference and the CUDA kernels (NOTE [One op table] in op_table.h). Failures name
+// the op.
 #include <cstdint>
-#include <string>
 
-#include "core/common/error.h"
 #include "core/runtime/op.h"
 
 namespace fullshard {
 
-// fargs[0] (the scalar of kPowScalar, kAddScalar, ...).
-inline double eager_farg(const OpCall& op) {
-  FULLSHARD_CHECK(!op.fargs.empty(),
-                  std::string(op_kind_name(op.kind)) + " '" + op.name + "': needs fargs[0]");
-  return op.fargs[0];
-}
+// kScale (factor), kPowScalar (exponent), kAddScalar (addend): one input, one output of its
+// size.  fargs {value}
+struct ScalarArgs {
+  double value = 0;
+  int64_t numel = 0;
 
-// iargs[0] = D, the last dim of `full`, which it must divide.
-inline int64_t eager_row_width(const OpCall& op, const TensorMeta& full) {
-  const std::string where = std::string(op_kind_name(op.kind)) + " '" + op.name + "': ";
-  FULLSHARD_CHECK(!op.iargs.empty(), where + "needs iargs[0] = D (the last dim)");
-  const int64_t D = op.iargs[0];
-  FULLSHARD_CHECK(D > 0 && full.numel() % D == 0,
-                  where + "the last dim does not divide the tensor");
-  return D;
-}
+  void encode(OpCall& op) const { op.fargs = {value}; }
+  static ScalarArgs decode(const OpCall& op);
+};
+
+// kMulBroadcast: a [rows, D] * b -> out [rows, D], b per row [rows] (mode 0), per column [D]
+// (mode 1) or per head [rows, head_dim] (mode 2).  iargs {mode, D[, head_dim]}
+struct MulBroadcastArgs {
+  enum Mode : int64_t { kPerRow = 0, kPerColumn = 1, kPerHead = 2 };
+  Mode mode = kPerRow;  // any other value decodes as kPerRow
+  int64_t dim = 0, head_dim = 0;
+  int64_t rows = 0;
+
+  void encode(OpCall& op) const;
+  static MulBroadcastArgs decode(const OpCall& op);
+};
+
+// Rows of `dim` elements: kSumLastDim ([R, D] -> [R], times scale), kSumLeadingDims ([R, D] ->
+// [D]), kExpandLastDim ([R] -> [R, D], times scale), kRowMax ([R, D] -> [R]), kSubRow
+// ((a [R, D], b [R]) -> [R, D]).  iargs {D}; fargs {scale} (kExpandLastDim: required;
+// kSumLastDim: optional, 1 when absent)
+struct RowArgs {
+  int64_t dim = 0, rows = 0;
+  double scale = 1;
+  bool has_scale = false;
+
+  void encode(OpCall& op) const;
+  static RowArgs decode(const OpCall& op);
+};
 
 }  // namespace fullshard

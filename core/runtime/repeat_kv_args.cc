@@ -3,17 +3,15 @@
 #include <string>
 
 #include "core/common/error.h"
+#include "core/runtime/op_args.h"
 
 namespace fullshard {
 
-RepeatKvLayout decode_repeat_kv(const OpCall& op) {
-  const std::string where = std::string(op_kind_name(op.kind)) + " '" + op.name + "': ";
+RepeatKvArgs RepeatKvArgs::decode(const OpCall& op) {
+  const std::string where = op_where(op);
   FULLSHARD_CHECK(op.kind == OpKind::kRepeatKV || op.kind == OpKind::kRepeatKVBackward,
                   where + "is not a repeat_kv op");
-  FULLSHARD_CHECK(op.inputs.size() == 1 && op.outputs.size() == 1,
-                  where + "expected 1 inputs and 1 outputs, got " +
-                      std::to_string(op.inputs.size()) + " and " +
-                      std::to_string(op.outputs.size()));
+  check_arity(op, 1, 1);
   FULLSHARD_CHECK(op.iargs.size() >= 3, where + "needs iargs = {kv_heads, n_rep, head_dim}");
   const bool backward = op.kind == OpKind::kRepeatKVBackward;
   const TensorMeta& small = backward ? op.outputs[0].meta : op.inputs[0].meta;

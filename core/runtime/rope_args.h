@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/common/error.h"
+#include "core/runtime/op.h"
 
 namespace fullshard {
 
@@ -85,5 +86,53 @@ inline std::vector<float> rope_inv_freq(const RopeParams& p, int64_t head_dim) {
   }
   return f;
 }
+
+// ---- the RoPE ops' typed arguments (NOTE [One op table] in op_table.h)
+
+// kRoPE, kRoPEBackward, kRoPEComplex, kRoPEComplexBackward: x [..., S, H*hd] -> out of x's size.
+//   iargs {head_dim}; fargs RopeParams::fargs()
+struct RopeArgs {
+  int64_t head_dim = 0;
+  RopeParams rope;
+  int64_t rows = 0, seq = 0, width = 0;  // x as rows of `width`; row r is at position r % seq
+
+  void encode(OpCall& op) const;
+  static RopeArgs decode(const OpCall& op);
+  // One rotated pair (x -> y) of `op` at head_dim hd: the checks decode runs on its operands.
+  static RopeArgs decode_tensor(const OpCall& op, const TensorMeta& x, const TensorMeta& y,
+                                int64_t hd);
+};
+
+// kCompiledRoPE (q, k) -> (q, k) and kCompiledRoPEBackward (g) -> (g_x): each tensor as RopeArgs.
+//   iargs {head_dim, adjacent}; fargs RopeParams::fargs()
+struct CompiledRopeArgs {
+  int64_t head_dim = 0;
+  bool adjacent = false;  // kRoPEComplex's pairs (2i, 2i+1), else rotate_half's
+  RopeParams rope;
+  size_t tensors = 0;  // 2 forward, 1 backward
+  RopeArgs tensor[2];  // each tensor's layout
+
+  void encode(OpCall& op) const;
+  static CompiledRopeArgs decode(const OpCall& op);
+};
+
+// kRotaryCosSin: () -> (cos, sin), both [B, S, head_dim].  iargs {head_dim}; fargs rope.
+struct RotaryCosSinArgs {
+  int64_t head_dim = 0;
+  RopeParams rope;
+  int64_t rows = 0, seq = 0;  // rows of head_dim; row r is at position r % seq
+
+  void encode(OpCall& op) const;
+  static RotaryCosSinArgs decode(const OpCall& op);
+};
+
+// kRotateHalfCat: (-x2 [.., hd/2], x [.., hd]) -> out [.., hd].  iargs {head_dim}.
+struct RotateHalfCatArgs {
+  int64_t head_dim = 0;
+  int64_t blocks = 0;  // heads of head_dim elements in x
+
+  void encode(OpCall& op) const;
+  static RotateHalfCatArgs decode(const OpCall& op);
+};
 
 }  // namespace fullshard

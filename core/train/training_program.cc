@@ -2,6 +2,7 @@
 
 #include "core/common/error.h"
 #include "core/model/async_tp.h"
+#include "core/runtime/layer_args.h"
 #include "core/train/chunked_loss.h"
 
 #include <limits>
@@ -160,7 +161,14 @@ std::pair<Tensor, Tensor> TrainingProgram::load_batch(int64_t step, int64_t micr
   load.outputs = {tokens.ref(), labels.ref()};
   load.bytes = static_cast<double>(2 * ids.nbytes());
   const MeshInfo mi = mesh_info_for(s_, b_.rank());
-  load.iargs = {step, micro, accum, split, mi.dp_rank, mi.dp_size};
+  LoadBatchArgs a;  // core/runtime/layer_args.h
+  a.step = step;
+  a.micro_batch = micro;
+  a.accumulation = accum;
+  a.split = split;
+  a.dp_rank = mi.dp_rank;
+  a.dp_size = mi.dp_size;
+  a.encode(load);
   b_.launch(StreamRole::kDefault, load);
   return {std::move(tokens), std::move(labels)};
 }

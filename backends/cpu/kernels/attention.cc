@@ -3,13 +3,14 @@
 // Per (batch, head) and block of query rows, QK^T, PV and the backward products are fp32
 // OpenBLAS GEMMs over the causal prefix of keys; softmax is max-subtracted in fp32.
 // Query head h reads kv head h / (H / Hkv) (repeat_kv / repeat_interleave grouping).
-// The efficient and cuDNN kinds run the same maths; iargs[6] (when given) is the length of a
+// The efficient and cuDNN kinds run the same maths; AttentionArgs::lse_len is the length of a
 // logsumexp row (efficient attention pads it to a multiple of 32; the padding is not written).
 #include <cmath>
 
 #include "backends/cpu/kernels/dtype_io.h"
 #include "backends/cpu/kernels/gemm.h"
 #include "backends/cpu/kernels/kernel_impl.h"
+#include "core/runtime/attention_args.h"
 #include "core/runtime/cudnn_sdpa_workspace.h"
 
 namespace fullshard::cpu::detail {
@@ -27,37 +28,11 @@ struct AttnDims {
   int64_t lse_len;  // logsumexp row length (>= S)
 };
 
+// AttentionArgs (core/runtime/attention_args.h) decodes and checks iargs and the layout.
 AttnDims attn_dims(const OpCall& op) {
-  FULLSHARD_CHECK(op.iargs.size() >= 6, where(op) + "needs iargs = {B, S, H, Hkv, hd, packed}");
-  AttnDims d{op.iargs[0],
-             op.iargs[1],
-             op.iargs[2],
-             op.iargs[3],
-             op.iargs[4],
-             op.iargs[5] != 0,
-             0,
-             0,
-             0,
-             0,
-             0,
-             0,
-             0};
-  d.lse_len = op.iargs.size() >= 7 ? op.iargs[6] : d.S;
-  FULLSHARD_CHECK(d.lse_len >= d.S, where(op) + "logsumexp rows shorter than the sequence");
-  FULLSHARD_CHECK(d.B >= 0 && d.S >= 0 && d.H > 0 && d.Hkv > 0 && d.hd > 0 && d.H % d.Hkv == 0,
-                  where(op) + "bad attention dims (H must be a multiple of Hkv)");
-  const int64_t D = d.H * d.hd;
-  if (d.packed) {
-    FULLSHARD_CHECK(d.H == d.Hkv, where(op) + "packed qkv needs H == Hkv");
-    d.q_ld = d.kv_ld = 3 * D;
-    d.k_off = D;
-    d.v_off = 2 * D;
-  } else {
-    d.q_ld = D;
-    d.kv_ld = d.Hkv * d.hd;
-  }
-  d.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.hd)));
-  return d;
+  const AttentionArgs a = AttentionArgs::decode(op);
+  return {a.batch, a.seq,   a.heads, a.kv_heads, a.head_dim, a.packed, a.q_ld,
+          a.kv_ld, a.q_off, a.k_off, a.v_off,    a.scale,    a.lse_len};
 }
 
 void expect_numel(const OpCall& op, const TensorMeta& m, int64_t n, const char* what) {

@@ -6,6 +6,7 @@
 
 #include "backends/cpu/kernels/dtype_io.h"
 #include "backends/cpu/kernels/kernel_impl.h"
+#include "core/runtime/norm_args.h"
 
 namespace fullshard::cpu::detail {
 
@@ -13,29 +14,14 @@ namespace {
 
 float sigmoid_f(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
-int64_t norm_dim(const OpCall& op, const TensorMeta& x, const TensorMeta& w) {
-  const int64_t D = last_dim(x);
-  FULLSHARD_CHECK(D > 0 && w.numel() == D, where(op) + "weight must have the last dim of x");
-  return D;
-}
-
-void check_rstd(const OpCall& op, const TensorMeta& m, int64_t rows) {
-  FULLSHARD_CHECK(m.dtype == DType::kFloat32 && m.numel() == rows,
-                  where(op) + "rstd must be fp32 [rows]");
-}
-
 // y = norm(x (+ a)) * w, rstd per row. a may be null.
 void norm_forward(const OpCall& op, const void* x, const void* a, const void* w, void* y,
                   float* rstd) {
+  const NormArgs n = NormArgs::decode(op);  // core/runtime/norm_args.h
   const TensorMeta& xm = in_meta(op, 0);
-  const TensorMeta& wm = in_meta(op, a ? 2 : 1);
-  const int64_t D = norm_dim(op, xm, wm), rows = xm.numel() / D;
-  check_rstd(op, out_meta(op, 1), rows);
-  FULLSHARD_CHECK(
-      out_meta(op, 0).numel() == xm.numel() && (!a || in_meta(op, 1).numel() == xm.numel()),
-      where(op) + "operand sizes differ from x");
-  FULLSHARD_CHECK(!op.fargs.empty(), where(op) + "needs fargs[0] = eps");
-  const double eps = op.fargs[0];
+  const TensorMeta& wm = in_meta(op, n.weight);
+  const int64_t D = n.dim, rows = n.rows;
+  const double eps = n.eps;
   F32In wf(w, wm.dtype, D);
   std::vector<float> row(static_cast<size_t>(D)), ar(static_cast<size_t>(D));
   for (int64_t r = 0; r < rows; ++r) {
@@ -56,27 +42,22 @@ void norm_forward(const OpCall& op, const void* x, const void* a, const void* w,
 }  // namespace
 
 void compiled_rms_norm(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  expect_arity(op, 2, 2);  // (x, w) -> (y, rstd)
+  // (x, w) -> (y, rstd)
   norm_forward(op, in[0], nullptr, in[1], out[0], static_cast<float*>(out[1]));
 }
 
 void compiled_add_rms_norm(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  expect_arity(op, 3, 2);  // (x, a, w) -> (y, rstd)
+  // (x, a, w) -> (y, rstd)
   norm_forward(op, in[0], in[1], in[2], out[0], static_cast<float*>(out[1]));
 }
 
 void compiled_rms_norm_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  FULLSHARD_CHECK(op.iargs.size() == 2, where(op) + "needs iargs {has_a, has_g_h}");
-  const bool has_a = op.iargs[0] != 0, has_gh = op.iargs[1] != 0;
-  expect_arity(op, 4 + (has_a ? 1 : 0) + (has_gh ? 1 : 0),
-               2);  // (g_y, x, rstd, w [, a] [, g_h]) -> (g_x, g_w)
+  // (g_y, x, rstd, w [, a] [, g_h]) -> (g_x, g_w)
+  const CompiledNormBackwardArgs b = CompiledNormBackwardArgs::decode(op);
   const TensorMeta &g = in_meta(op, 0), &x = in_meta(op, 1), &wm = in_meta(op, 3);
-  const int64_t D = norm_dim(op, x, wm), rows = x.numel() / D;
-  check_rstd(op, in_meta(op, 2), rows);
-  FULLSHARD_CHECK(g.numel() == x.numel() && out_meta(op, 0).numel() == x.numel() &&
-                      out_meta(op, 1).numel() == D,
-                  where(op) + "gradient sizes do not match x / w");
-  const size_t ia = 4, igh = has_a ? 5 : 4;
+  const int64_t D = b.dim, rows = b.rows;
+  const bool has_a = b.has_a, has_gh = b.has_g_h;
+  const size_t ia = b.a, igh = b.g_h;
   F32In w(in[3], wm.dtype, D);
   const float* rstd = static_cast<const float*>(in[2]);
   std::vector<float> gr(static_cast<size_t>(D)), xr(static_cast<size_t>(D)),
@@ -102,21 +83,11 @@ void compiled_rms_norm_backward(const OpCall& op, const Ptrs& in, const Ptrs& ou
 
 // Each rotation is the eager kernel's (rope.cc: fp32 angles, one rounding), on one tensor.
 void compiled_rope(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  FULLSHARD_CHECK(op.iargs.size() == 2, where(op) + "needs iargs {head_dim, adjacent}");
-  const bool backward = op.kind == OpKind::kCompiledRoPEBackward;
-  const size_t n = backward ? 1 : 2;
-  expect_arity(op, n, n);
-  for (size_t i = 0; i < n; ++i) {
-    OpCall one = op;
-    one.inputs = {op.inputs[i]};
-    one.outputs = {op.outputs[i]};
-    one.iargs = {op.iargs[0]};
-    const Ptrs a = {in[i]}, b = {out[i]};
-    if (op.iargs[1] != 0)
-      backward ? rope_complex_backward(one, a, b) : rope_complex(one, a, b);
-    else
-      backward ? rope_backward(one, a, b) : rope(one, a, b);
-  }
+  const CompiledRopeArgs r = CompiledRopeArgs::decode(op);  // core/runtime/rope_args.h
+  const float sign = op.kind == OpKind::kCompiledRoPEBackward ? -1.0f : 1.0f;
+  for (size_t i = 0; i < r.tensors; ++i)
+    rope_rotate(r.tensor[i], in[i], in_meta(op, i).dtype, out[i], out_meta(op, i).dtype, sign,
+                r.adjacent);
 }
 
 void compiled_silu_mul(const OpCall& op, const Ptrs& in, const Ptrs& out) {

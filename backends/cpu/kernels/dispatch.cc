@@ -2,23 +2,18 @@
 #include "backends/cpu/kernels/dtype_io.h"
 #include "backends/cpu/kernels/kernel_impl.h"
 #include "backends/cpu/kernels/kernels.h"
+#include "core/runtime/op_args.h"
+#include "core/runtime/op_table.h"
 
 namespace fullshard::cpu {
 
-// kLoadBatch (the data source) and kInitParam (core/data/param_init.cc) are the
-// backend's own.
-bool has_kernel(OpKind kind) { return kind != OpKind::kLoadBatch && kind != OpKind::kInitParam; }
+// The op table's kinds with a device kernel: not the backend's own host fills (kLoadBatch,
+// kInitParam) nor the simulator-only ones.
+bool has_kernel(OpKind kind) { return has_device_kernel(kind); }
 
 void run_kernel(const OpCall& op, const std::vector<void*>& in, const std::vector<void*>& out) {
   using namespace detail;
-  FULLSHARD_CHECK(in.size() == op.inputs.size() && out.size() == op.outputs.size(),
-                  where(op) + "address count does not match the op's tensors");
-  for (size_t i = 0; i < in.size(); ++i)
-    FULLSHARD_CHECK(in[i] || op.inputs[i].nbytes() == 0,
-                    where(op) + "null input address " + std::to_string(i));
-  for (size_t i = 0; i < out.size(); ++i)
-    FULLSHARD_CHECK(out[i] || op.outputs[i].nbytes() == 0,
-                    where(op) + "null output address " + std::to_string(i));
+  check_addresses(op, in, out);  // core/runtime/op_args.h
   switch (op.kind) {
     case OpKind::kFill: return fill(op, in, out);
     case OpKind::kCopy: return copy(op, in, out);

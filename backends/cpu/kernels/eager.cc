@@ -10,7 +10,9 @@
 #include "backends/cpu/kernels/dtype_io.h"
 #include "backends/cpu/kernels/kernel_impl.h"
 #include "core/runtime/eager_args.h"
+#include "core/runtime/op_args.h"
 #include "core/runtime/repeat_kv_args.h"
+#include "core/runtime/tensor_parallel_args.h"
 
 namespace fullshard::cpu::detail {
 
@@ -18,10 +20,8 @@ namespace {
 
 template <class F>
 void map1(const OpCall& op, const Ptrs& in, const Ptrs& out, F f) {
-  expect_arity(op, 1, 1);
+  const int64_t n = decode_unary(op);  // core/runtime/op_args.h
   const TensorMeta &x = in_meta(op, 0), &y = out_meta(op, 0);
-  FULLSHARD_CHECK(x.numel() == y.numel(), where(op) + "output size differs from the input");
-  const int64_t n = x.numel();
   float buf[kChunk];
   for (int64_t i = 0; i < n; i += kChunk) {
     const int64_t m = std::min(kChunk, n - i);
@@ -34,7 +34,7 @@ void map1(const OpCall& op, const Ptrs& in, const Ptrs& out, F f) {
 }  // namespace
 
 void pow_scalar(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  const float p = static_cast<float>(eager_farg(op));
+  const float p = static_cast<float>(ScalarArgs::decode(op).value);
   if (p == 1.0f) return map1(op, in, out, [](float v) { return v; });
   if (p == 2.0f) return map1(op, in, out, [](float v) { return v * v; });
   if (p == 3.0f) return map1(op, in, out, [](float v) { return v * v * v; });
@@ -42,7 +42,7 @@ void pow_scalar(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 }
 
 void add_scalar(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  const float c = static_cast<float>(eager_farg(op));
+  const float c = static_cast<float>(ScalarArgs::decode(op).value);
   map1(op, in, out, [c](float v) { return v + c; });
 }
 
@@ -51,29 +51,16 @@ void rsqrt(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 }
 
 void mul_broadcast(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  expect_arity(op, 2, 1);
-  FULLSHARD_CHECK(op.iargs.size() >= 2, where(op) + "needs iargs = {per_column, D}");
+  const MulBroadcastArgs m = MulBroadcastArgs::decode(op);  // core/runtime/eager_args.h
   const TensorMeta &a = in_meta(op, 0), &bm = in_meta(op, 1), &y = out_meta(op, 0);
-  const int64_t mode = op.iargs[0];
-  const bool per_col = mode == 1;
-  const int64_t D = op.iargs[1];
-  FULLSHARD_CHECK(D > 0 && a.numel() % D == 0 && y.numel() == a.numel(),
-                  where(op) + "a and out must be [rows, D]");
-  const int64_t rows = a.numel() / D;
-  // mode 2: b is [rows, hd], broadcast over the D / hd heads of each row (HF's q * cos).
-  const int64_t hd = mode == 2 && op.iargs.size() >= 3 ? op.iargs[2] : 0;
-  FULLSHARD_CHECK(mode != 2 || (hd > 0 && D % hd == 0),
-                  where(op) + "mode 2 needs iargs[2] = head_dim dividing D");
-  FULLSHARD_CHECK(
-      bm.numel() == (mode == 2 ? rows * hd
-                     : per_col ? D
-                               : rows),
-      where(op) + "b must be [D] (per column), [rows] (per row) or [rows, head_dim] (per head)");
+  const int64_t D = m.dim, rows = m.rows, hd = m.head_dim;
+  const bool per_col = m.mode == MulBroadcastArgs::kPerColumn;
+  const bool per_head = m.mode == MulBroadcastArgs::kPerHead;
   F32In b(in[1], bm.dtype, bm.numel());
   std::vector<float> row(static_cast<size_t>(D));
   for (int64_t r = 0; r < rows; ++r) {
     load_f32(in[0], a.dtype, r * D, D, row.data());
-    if (mode == 2) {
+    if (per_head) {
       for (int64_t d = 0; d < D; ++d) row[d] *= b[r * hd + d % hd];
     } else if (per_col) {
       for (int64_t d = 0; d < D; ++d) row[d] *= b[d];
@@ -86,11 +73,10 @@ void mul_broadcast(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 }
 
 void sum_last_dim(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  expect_arity(op, 1, 1);
+  const RowArgs ra = RowArgs::decode(op);  // core/runtime/eager_args.h
   const TensorMeta &x = in_meta(op, 0), &y = out_meta(op, 0);
-  const int64_t D = eager_row_width(op, x), rows = x.numel() / D;
-  FULLSHARD_CHECK(y.numel() == rows, where(op) + "output must have one element per row");
-  const double scale = op.fargs.empty() ? 1.0 : op.fargs[0];
+  const int64_t D = ra.dim, rows = ra.rows;
+  const double scale = ra.scale;
   std::vector<float> row(static_cast<size_t>(D)), res(static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) {
     load_f32(in[0], x.dtype, r * D, D, row.data());
@@ -102,10 +88,9 @@ void sum_last_dim(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 }
 
 void sum_leading_dims(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  expect_arity(op, 1, 1);
+  const RowArgs ra = RowArgs::decode(op);
   const TensorMeta &x = in_meta(op, 0), &y = out_meta(op, 0);
-  const int64_t D = eager_row_width(op, x), rows = x.numel() / D;
-  FULLSHARD_CHECK(y.numel() == D, where(op) + "output must be [D]");
+  const int64_t D = ra.dim, rows = ra.rows;
   std::vector<float> row(static_cast<size_t>(D));
   std::vector<double> acc(static_cast<size_t>(D), 0.0);
   for (int64_t r = 0; r < rows; ++r) {
@@ -117,11 +102,10 @@ void sum_leading_dims(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 }
 
 void expand_last_dim(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  expect_arity(op, 1, 1);
+  const RowArgs ra = RowArgs::decode(op);
   const TensorMeta &x = in_meta(op, 0), &y = out_meta(op, 0);
-  const int64_t D = eager_row_width(op, y), rows = y.numel() / D;
-  FULLSHARD_CHECK(x.numel() == rows, where(op) + "input must have one element per output row");
-  const float scale = static_cast<float>(eager_farg(op));
+  const int64_t D = ra.dim, rows = ra.rows;
+  const float scale = static_cast<float>(ra.scale);
   std::vector<float> v(static_cast<size_t>(rows)), row(static_cast<size_t>(D));
   load_f32(in[0], x.dtype, 0, rows, v.data());
   for (int64_t r = 0; r < rows; ++r) {
@@ -136,7 +120,7 @@ namespace fullshard::cpu::detail {
 
 void repeat_kv(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   const TensorMeta &x = in_meta(op, 0), &y = out_meta(op, 0);
-  const auto [rows, kv, rep, hd] = decode_repeat_kv(op);  // core/runtime/repeat_kv_args.h
+  const auto [rows, kv, rep, hd] = RepeatKvArgs::decode(op);  // core/runtime/repeat_kv_args.h
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t h = 0; h < kv; ++h)
       for (int64_t j = 0; j < rep; ++j)
@@ -146,7 +130,7 @@ void repeat_kv(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 
 void repeat_kv_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   const TensorMeta &g = in_meta(op, 0), &y = out_meta(op, 0);
-  const auto [rows, kv, rep, hd] = decode_repeat_kv(op);
+  const auto [rows, kv, rep, hd] = RepeatKvArgs::decode(op);
   std::vector<float> acc(static_cast<size_t>(hd)), part(static_cast<size_t>(hd));
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t h = 0; h < kv; ++h) {
@@ -164,19 +148,12 @@ void repeat_kv_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 namespace fullshard::cpu::detail {
 
 void narrow_copy(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  expect_arity(op, 1, 1);
-  FULLSHARD_CHECK(op.iargs.size() >= 5,
-                  where(op) + "needs iargs = {n, in_width, in_offset, out_width, out_offset}");
-  const int64_t n = op.iargs[0], iw = op.iargs[1], io = op.iargs[2], ow = op.iargs[3],
-                oo = op.iargs[4];
+  const NarrowCopyArgs c = NarrowCopyArgs::decode(op);  // core/runtime/tensor_parallel_args.h
+  const int64_t n = c.n, iw = c.in_width, io = c.in_offset, ow = c.out_width, oo = c.out_offset;
   const TensorMeta &x = in_meta(op, 0), &y = out_meta(op, 0);
-  FULLSHARD_CHECK(n > 0 && iw > 0 && ow > 0 && io + n <= iw && oo + n <= ow &&
-                      x.numel() % iw == 0 && y.numel() % ow == 0 &&
-                      x.numel() / iw == y.numel() / ow,
-                  where(op) + "the blocks of in and out do not match");
-  const float scale = op.fargs.empty() ? 1.0f : static_cast<float>(op.fargs[0]);
+  const float scale = static_cast<float>(c.scale);
   std::vector<float> buf(static_cast<size_t>(n));
-  for (int64_t b = 0; b < x.numel() / iw; ++b) {
+  for (int64_t b = 0; b < c.blocks; ++b) {
     load_f32(in[0], x.dtype, b * iw + io, n, buf.data());
     for (auto& v : buf) v *= scale;
     store_f32(buf.data(), out[0], y.dtype, b * ow + oo, n);
@@ -185,13 +162,8 @@ void narrow_copy(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 
 // A layout copy: no arithmetic, so any dtype is copied bit for bit.
 void transpose_blocks(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  expect_arity(op, 1, 1);
-  FULLSHARD_CHECK(op.iargs.size() == 3, where(op) + "needs iargs = {a, b, inner}");
-  const int64_t a = op.iargs[0], b = op.iargs[1], inner = op.iargs[2];
-  const TensorMeta &x = in_meta(op, 0), &y = out_meta(op, 0);
-  FULLSHARD_CHECK(a > 0 && b > 0 && inner > 0 && x.numel() == a * b * inner &&
-                      y.numel() == x.numel() && x.dtype == y.dtype,
-                  where(op) + "in and out must both hold a * b * inner elements of one dtype");
+  const auto [a, b, inner] = TransposeBlocksArgs::decode(op);  // tensor_parallel_args.h
+  const TensorMeta& x = in_meta(op, 0);
   const size_t row = static_cast<size_t>(inner) * dtype_size(x.dtype);
   const auto* src = static_cast<const unsigned char*>(in[0]);
   auto* dst = static_cast<unsigned char*>(out[0]);

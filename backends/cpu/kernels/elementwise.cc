@@ -3,6 +3,8 @@
 
 #include "backends/cpu/kernels/dtype_io.h"
 #include "backends/cpu/kernels/kernel_impl.h"
+#include "core/runtime/copy_args.h"
+#include "core/runtime/eager_args.h"
 
 namespace fullshard::cpu::detail {
 
@@ -73,9 +75,7 @@ inline float tanh_via_exp(float u) { return 1.0f - 2.0f / (1.0f + std::exp(2.0f 
 }  // namespace
 
 void fill(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  FULLSHARD_CHECK(op.inputs.empty() && !op.outputs.empty(),
-                  where(op) + "expects no inputs and some outputs");
-  const double v = op.fargs.empty() ? 0.0 : op.fargs[0];
+  const double v = FillArgs::decode(op).value;  // core/runtime/copy_args.h
   for (size_t k = 0; k < op.outputs.size(); ++k) {
     const TensorMeta& m = op.outputs[k].meta;
     const int64_t n = m.numel();
@@ -97,34 +97,19 @@ void fill(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 }
 
 void copy(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  FULLSHARD_CHECK(!op.inputs.empty() && !op.outputs.empty(),
-                  where(op) + "expects inputs and outputs");
-  if (op.inputs.size() == op.outputs.size()) {
+  const CopyArgs c = CopyArgs::decode(op);  // core/runtime/copy_args.h
+  if (c.rows == 0) {
     // Plain (or foreach) copy: out[k] = in[k], cast to out[k]'s dtype.
     for (size_t k = 0; k < op.inputs.size(); ++k) {
       const TensorMeta &s = op.inputs[k].meta, &d = op.outputs[k].meta;
-      FULLSHARD_CHECK(s.numel() == d.numel(), where(op) + "copy between different sizes " +
-                                                  shape_str(s.shape) + " and " +
-                                                  shape_str(d.shape));
       convert(in[k], s.dtype, 0, out[k], d.dtype, 0, s.numel());
     }
     return;
   }
   // Row concat (torch.cat(dim=-1)): out row r = in[0] row r ++ in[1] row r ++ ...
-  FULLSHARD_CHECK(op.outputs.size() == 1 && !op.iargs.empty() && op.iargs[0] > 0,
-                  where(op) + "several inputs need one output and iargs[0] = rows");
-  const int64_t rows = op.iargs[0];
+  const int64_t rows = c.rows, out_cols = c.out_cols;
+  const std::vector<int64_t>& cols = c.cols;
   const TensorMeta& d = op.outputs[0].meta;
-  FULLSHARD_CHECK(d.numel() % rows == 0, where(op) + "output does not split into rows");
-  const int64_t out_cols = d.numel() / rows;
-  std::vector<int64_t> cols;
-  int64_t total = 0;
-  for (const auto& r : op.inputs) {
-    FULLSHARD_CHECK(r.meta.numel() % rows == 0, where(op) + "an input does not split into rows");
-    cols.push_back(r.meta.numel() / rows);
-    total += cols.back();
-  }
-  FULLSHARD_CHECK(total == out_cols, where(op) + "input columns do not sum to the output's");
   for (int64_t r = 0; r < rows; ++r) {
     int64_t c0 = 0;
     for (size_t k = 0; k < op.inputs.size(); ++k) {
@@ -143,10 +128,7 @@ void add(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 }
 
 void scale(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  expect_arity(op, 1, 1);
-  expect_same_numel(op);
-  FULLSHARD_CHECK(!op.fargs.empty(), where(op) + "needs fargs[0] = factor");
-  const float f = static_cast<float>(op.fargs[0]);
+  const float f = static_cast<float>(ScalarArgs::decode(op).value);  // eager_args.h
   unary(in[0], in_meta(op, 0).dtype, out[0], out_meta(op, 0).dtype, out_meta(op, 0).numel(),
         [f](float x) { return x * f; });
 }

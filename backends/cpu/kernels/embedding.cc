@@ -3,14 +3,11 @@
 
 #include "backends/cpu/kernels/dtype_io.h"
 #include "backends/cpu/kernels/kernel_impl.h"
+#include "core/runtime/layer_args.h"
 
 namespace fullshard::cpu::detail {
 
 namespace {
-void check_ids(const OpCall& op, const TensorMeta& ids, const TensorMeta& weight) {
-  FULLSHARD_CHECK(ids.dtype == DType::kInt64, where(op) + "token ids must be int64");
-  FULLSHARD_CHECK(weight.shape.size() == 2, where(op) + "the embedding weight must be [V, D]");
-}
 int64_t checked_id(const OpCall& op, int64_t id, int64_t vocab) {
   FULLSHARD_CHECK(id >= 0 && id < vocab, where(op) + "token id " + std::to_string(id) +
                                              " outside [0, " + std::to_string(vocab) + ")");
@@ -19,15 +16,14 @@ int64_t checked_id(const OpCall& op, int64_t id, int64_t vocab) {
 }  // namespace
 
 void embedding(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  expect_arity(op, 2, 1);  // (ids, weight [V, D]) -> y [..., D]
-  const TensorMeta &ids = in_meta(op, 0), &w = in_meta(op, 1), &y = out_meta(op, 0);
-  check_ids(op, ids, w);
-  const int64_t V = w.shape[0], D = w.shape[1], n = ids.numel();
-  FULLSHARD_CHECK(y.numel() == n * D, where(op) + "output is not [ids..., D]");
+  // (ids, weight [V, D]) -> y [..., D]
+  const EmbeddingArgs e = EmbeddingArgs::decode(op);  // core/runtime/layer_args.h
+  const TensorMeta &w = in_meta(op, 1), &y = out_meta(op, 0);
+  const int64_t V = e.vocab, D = e.dim, n = e.tokens;
   const int64_t* id = static_cast<const int64_t*>(in[0]);
-  if (!op.iargs.empty()) {
+  if (e.vocab_start >= 0) {
     // A vocab-parallel shard: rows [start, start + V); other ids give zero rows (_MaskPartial).
-    const int64_t start = op.iargs[0];
+    const int64_t start = e.vocab_start;
     std::vector<float> zero(static_cast<size_t>(D), 0.0f);
     for (int64_t t = 0; t < n; ++t) {
       const int64_t local = id[t] - start;
@@ -43,18 +39,18 @@ void embedding(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 }
 
 void embedding_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  expect_arity(op, 2, 1);  // (grad_y [..., D], ids) -> grad_weight [V, D]
-  const TensorMeta &g = in_meta(op, 0), &ids = in_meta(op, 1), &gw = out_meta(op, 0);
-  check_ids(op, ids, gw);
-  const int64_t V = gw.shape[0], D = gw.shape[1], n = ids.numel();
-  FULLSHARD_CHECK(g.numel() == n * D, where(op) + "grad_y is not [ids..., D]");
+  // (grad_y [..., D], ids) -> grad_weight [V, D]
+  const EmbeddingArgs e = EmbeddingArgs::decode(op);  // core/runtime/layer_args.h
+  const TensorMeta &g = in_meta(op, 0), &gw = out_meta(op, 0);
+  const int64_t V = e.vocab, D = e.dim, n = e.tokens;
   const int64_t* given = static_cast<const int64_t*>(in[1]);
-  // A vocab-parallel shard (iargs[0] = its first row) gets the gradient of its rows only.
-  const int64_t start = op.iargs.empty() ? 0 : op.iargs[0];
+  // A vocab-parallel shard (vocab_start = its first row) gets the gradient of its rows only.
+  const bool sharded = e.vocab_start >= 0;
+  const int64_t start = sharded ? e.vocab_start : 0;
   std::vector<int64_t> order, local(static_cast<size_t>(n));
   for (int64_t t = 0; t < n; ++t) {
     local[t] = given[t] - start;
-    if (op.iargs.empty()) checked_id(op, given[t], V);
+    if (!sharded) checked_id(op, given[t], V);
     if (local[t] >= 0 && local[t] < V) order.push_back(t);
   }
   const int64_t* id = local.data();
@@ -79,15 +75,10 @@ void embedding_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 }
 
 void position_embedding(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  expect_arity(op, 2, 1);  // (x [B, S, D], wpe [P, D]) -> y = x + wpe[0:S]
+  // (x [B, S, D], wpe [P, D]) -> y = x + wpe[p0:p0+S]
+  const PositionEmbeddingArgs pe = PositionEmbeddingArgs::decode(op);  // layer_args.h
   const TensorMeta &x = in_meta(op, 0), &w = in_meta(op, 1), &y = out_meta(op, 0);
-  FULLSHARD_CHECK(x.shape.size() >= 2 && w.shape.size() == 2 && w.shape[1] == x.shape.back(),
-                  where(op) + "expects x [..., S, D] and wpe [P, D]");
-  const int64_t D = x.shape.back(), S = x.shape[x.shape.size() - 2], rows = x.numel() / D;
-  const int64_t p0 = op.iargs.empty() ? 0 : op.iargs[0];
-  FULLSHARD_CHECK(p0 >= 0 && p0 + S <= w.shape[0],
-                  where(op) + "sequence longer than the position table");
-  FULLSHARD_CHECK(y.numel() == x.numel(), where(op) + "output size differs from x");
+  const int64_t D = pe.dim, S = pe.seq, rows = pe.rows, p0 = pe.first_position;
   std::vector<float> a(static_cast<size_t>(D)), p(static_cast<size_t>(D));
   for (int64_t r = 0; r < rows; ++r) {
     load_f32(in[0], x.dtype, r * D, D, a.data());
@@ -98,14 +89,11 @@ void position_embedding(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 }
 
 void position_embedding_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  expect_arity(op, 1, 1);  // grad_y [B, S, D] -> grad_wpe [P, D] (rows >= S are zero)
+  // grad_y [B, S, D] -> grad_wpe [P, D]; rows outside [p0, p0 + S) are zero
+  const PositionEmbeddingArgs pe = PositionEmbeddingArgs::decode(op);  // layer_args.h
   const TensorMeta &g = in_meta(op, 0), &gw = out_meta(op, 0);
-  FULLSHARD_CHECK(g.shape.size() >= 2 && gw.shape.size() == 2 && gw.shape[1] == g.shape.back(),
-                  where(op) + "expects grad [..., S, D] and grad_wpe [P, D]");
-  const int64_t D = g.shape.back(), S = g.shape[g.shape.size() - 2], P = gw.shape[0];
-  const int64_t batch = g.numel() / (S * D);
-  const int64_t p0 = op.iargs.empty() ? 0 : op.iargs[0];  // rows outside [p0, p0 + S) are zero
-  FULLSHARD_CHECK(p0 >= 0 && p0 + S <= P, where(op) + "sequence longer than the position table");
+  const int64_t D = pe.dim, S = pe.seq, P = pe.positions, p0 = pe.first_position;
+  const int64_t batch = S * D == 0 ? 0 : g.numel() / (S * D);
   std::vector<double> acc(static_cast<size_t>(S * D), 0.0);
   std::vector<float> row(static_cast<size_t>(D));
   for (int64_t b = 0; b < batch; ++b)

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/runtime/op.h"
+#include "core/runtime/rope_args.h"
 
 namespace fullshard::cpu::detail {
 
@@ -44,6 +45,10 @@ void linear_backward_weight(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void linear_backward_bias(const OpCall& op, const Ptrs& in, const Ptrs& out);
 
 // rope.cc
+// The rotation of one tensor laid out as `a` decodes it (sign -1: the backward; adjacent:
+// kRoPEComplex's pairs); kRoPE* and kCompiledRoPE* run it.
+void rope_rotate(const RopeArgs& a, const void* x, DType x_dtype, void* y, DType y_dtype,
+                 float sign, bool adjacent);
 void rope(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void rope_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void rope_complex(const OpCall& op, const Ptrs& in, const Ptrs& out);

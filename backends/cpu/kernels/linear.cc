@@ -3,6 +3,7 @@
 #include "backends/cpu/kernels/dtype_io.h"
 #include "backends/cpu/kernels/gemm.h"
 #include "backends/cpu/kernels/kernel_impl.h"
+#include "core/runtime/layer_args.h"
 
 namespace fullshard::cpu::detail {
 
@@ -11,10 +12,8 @@ struct MKN {
   int64_t M, K, N;
 };
 MKN linear_dims(const OpCall& op) {
-  FULLSHARD_CHECK(op.iargs.size() >= 3, where(op) + "needs iargs = {M, K, N}");
-  MKN d{op.iargs[0], op.iargs[1], op.iargs[2]};
-  FULLSHARD_CHECK(d.M >= 0 && d.K >= 0 && d.N >= 0, where(op) + "negative dims");
-  return d;
+  const LinearArgs l = LinearArgs::decode(op);  // core/runtime/layer_args.h
+  return {l.m, l.k, l.n};
 }
 void expect_numel(const OpCall& op, const TensorMeta& m, int64_t n, const char* what) {
   FULLSHARD_CHECK(m.numel() == n, where(op) + what + " has " + std::to_string(m.numel()) +
@@ -75,8 +74,7 @@ void linear_backward_weight(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 
 void linear_backward_bias(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   expect_arity(op, 1, 1);  // grad_y [M, N] -> grad_b [N] = column sums (double accumulation)
-  FULLSHARD_CHECK(op.iargs.size() >= 2, where(op) + "needs iargs = {M, N}");
-  const int64_t M = op.iargs[0], N = op.iargs[1];
+  const auto [M, N] = LinearBiasArgs::decode(op);  // core/runtime/layer_args.h
   expect_numel(op, in_meta(op, 0), M * N, "grad_y");
   expect_numel(op, out_meta(op, 0), N, "grad_b");
   std::vector<double> acc(static_cast<size_t>(N), 0.0);

@@ -5,14 +5,11 @@
 
 #include "backends/cpu/kernels/dtype_io.h"
 #include "backends/cpu/kernels/kernel_impl.h"
+#include "core/runtime/layer_args.h"
 
 namespace fullshard::cpu::detail {
 
 namespace {
-constexpr int64_t kDefaultIgnoreIndex = -100;  // F.cross_entropy's default
-int64_t ignore_index(const OpCall& op) {
-  return op.iargs.empty() ? kDefaultIgnoreIndex : op.iargs[0];
-}
 
 struct RowsV {
   int64_t rows, vocab;
@@ -60,19 +57,16 @@ void log_softmax_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 }
 
 void nll_loss(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  expect_arity(
-      op, 2, 2);  // (log_probs [rows, V], labels [rows] int64) -> (loss, total_weight) fp32 scalars
-  const TensorMeta &lp = in_meta(op, 0), &lab = in_meta(op, 1);
-  const auto [rows, V] = rows_vocab(op, lp);
-  FULLSHARD_CHECK(lab.dtype == DType::kInt64 && lab.numel() == rows,
-                  where(op) + "labels must be int64 [rows]");
+  // (log_probs [rows, V], labels [rows] int64) -> (loss, total_weight) scalars
+  const NllLossArgs a = NllLossArgs::decode(op);  // core/runtime/layer_args.h
+  const TensorMeta& lp = in_meta(op, 0);
+  const int64_t rows = a.rows, V = a.vocab, ignore = a.ignore_index;
   // loss and total_weight have the log-probs' dtype, as aten's nll_loss gives them.
   FULLSHARD_CHECK(out_meta(op, 0).numel() == 1 && out_meta(op, 1).numel() == 1 &&
                       is_float_dtype(out_meta(op, 0).dtype) &&
                       is_float_dtype(out_meta(op, 1).dtype),
                   where(op) + "loss and total_weight must be float scalars");
   const int64_t* y = static_cast<const int64_t*>(in[1]);
-  const int64_t ignore = ignore_index(op);
   double sum = 0;
   int64_t count = 0;
   for (int64_t r = 0; r < rows; ++r) {
@@ -93,11 +87,10 @@ void nll_loss(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 }
 
 void nll_loss_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  expect_arity(op, 3, 1);  // (grad_loss scalar, labels, total_weight) -> grad_log_probs [rows, V]
-  const TensorMeta &gl = in_meta(op, 0), &lab = in_meta(op, 1), &gx = out_meta(op, 0);
-  const auto [rows, V] = rows_vocab(op, gx);
-  FULLSHARD_CHECK(lab.dtype == DType::kInt64 && lab.numel() == rows,
-                  where(op) + "labels must be int64 [rows]");
+  // (grad_loss scalar, labels, total_weight) -> grad_log_probs [rows, V]
+  const NllLossArgs a = NllLossArgs::decode(op);  // core/runtime/layer_args.h
+  const TensorMeta &gl = in_meta(op, 0), &gx = out_meta(op, 0);
+  const int64_t rows = a.rows, V = a.vocab, ignore = a.ignore_index;
   FULLSHARD_CHECK(
       gl.numel() == 1 && in_meta(op, 2).numel() == 1 && is_float_dtype(in_meta(op, 2).dtype),
       where(op) + "grad_loss and total_weight must be float scalars");
@@ -106,7 +99,6 @@ void nll_loss_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   load_f32(in[2], in_meta(op, 2).dtype, 0, 1, &tw);
   const float v = -g / tw;
   const int64_t* y = static_cast<const int64_t*>(in[1]);
-  const int64_t ignore = ignore_index(op);
   std::vector<float> row(static_cast<size_t>(V), 0.0f);
   for (int64_t r = 0; r < rows; ++r) {
     const bool hit = y[r] != ignore;

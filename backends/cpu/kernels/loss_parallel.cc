@@ -1,25 +1,21 @@
 // The kernels of the vocab-parallel cross-entropy (loss parallel, core/model/loss_parallel.cc):
-// rows of D = iargs[0] columns, fp32 math per element, sums in double.
+// rows of D columns (RowArgs, VocabParallelArgs), fp32 math per element, sums in double.
 #include <cmath>
 #include <limits>
 
 #include "backends/cpu/kernels/dtype_io.h"
 #include "backends/cpu/kernels/kernel_impl.h"
+#include "core/runtime/eager_args.h"
+#include "core/runtime/op_args.h"
+#include "core/runtime/tensor_parallel_args.h"
 
 namespace fullshard::cpu::detail {
 
 namespace {
-int64_t width(const OpCall& op, const TensorMeta& m) {
-  FULLSHARD_CHECK(!op.iargs.empty() && op.iargs[0] > 0 && m.numel() % op.iargs[0] == 0,
-                  where(op) + "needs iargs[0] = D dividing the input");
-  return op.iargs[0];
-}
-
 template <class F>
 void unary(const OpCall& op, const Ptrs& in, const Ptrs& out, F f) {
-  expect_arity(op, 1, 1);
+  decode_unary(op);  // core/runtime/op_args.h
   const TensorMeta &x = in_meta(op, 0), &y = out_meta(op, 0);
-  FULLSHARD_CHECK(x.numel() == y.numel(), where(op) + "in and out differ in size");
   std::vector<float> v(static_cast<size_t>(x.numel()));
   load_f32(in[0], x.dtype, 0, x.numel(), v.data());
   for (auto& e : v) e = f(e);
@@ -28,10 +24,9 @@ void unary(const OpCall& op, const Ptrs& in, const Ptrs& out, F f) {
 }  // namespace
 
 void row_max(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  expect_arity(op, 1, 1);
+  const RowArgs ra = RowArgs::decode(op);  // core/runtime/eager_args.h
+  const int64_t D = ra.dim, rows = ra.rows;
   const TensorMeta &x = in_meta(op, 0), &y = out_meta(op, 0);
-  const int64_t D = width(op, x), rows = x.numel() / D;
-  FULLSHARD_CHECK(y.numel() == rows, where(op) + "output must have one element per row");
   std::vector<float> row(static_cast<size_t>(D)), res(static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) {
     load_f32(in[0], x.dtype, r * D, D, row.data());
@@ -43,11 +38,9 @@ void row_max(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 }
 
 void sub_row(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  expect_arity(op, 2, 1);
+  const RowArgs ra = RowArgs::decode(op);
+  const int64_t D = ra.dim, rows = ra.rows;
   const TensorMeta &a = in_meta(op, 0), &b = in_meta(op, 1), &y = out_meta(op, 0);
-  const int64_t D = width(op, a), rows = a.numel() / D;
-  FULLSHARD_CHECK(b.numel() == rows && y.numel() == a.numel(),
-                  where(op) + "expects a [R, D], b [R], out [R, D]");
   std::vector<float> row(static_cast<size_t>(D)), sub(static_cast<size_t>(rows));
   load_f32(in[1], b.dtype, 0, rows, sub.data());
   for (int64_t r = 0; r < rows; ++r) {
@@ -66,12 +59,9 @@ void log_kernel(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 }
 
 void nll_vocab_parallel(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  expect_arity(op, 2, 1);
-  FULLSHARD_CHECK(op.iargs.size() == 2, where(op) + "needs iargs = {D, start}");
-  const TensorMeta &lp = in_meta(op, 0), &t = in_meta(op, 1), &y = out_meta(op, 0);
-  const int64_t D = width(op, lp), rows = lp.numel() / D, start = op.iargs[1];
-  FULLSHARD_CHECK(t.dtype == DType::kInt64 && t.numel() == rows && y.numel() == rows,
-                  where(op) + "expects lp [R, D], int64 targets [R], out [R]");
+  const VocabParallelArgs v = VocabParallelArgs::decode(op);  // tensor_parallel_args.h
+  const TensorMeta &lp = in_meta(op, 0), &y = out_meta(op, 0);
+  const int64_t D = v.dim, rows = v.rows, start = v.start;
   const auto* target = static_cast<const int64_t*>(in[1]);
   std::vector<float> res(static_cast<size_t>(rows), 0.0f);
   for (int64_t r = 0; r < rows; ++r) {
@@ -85,17 +75,12 @@ void nll_vocab_parallel(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 }
 
 void nll_vocab_parallel_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  expect_arity(op, 3, 1);
-  FULLSHARD_CHECK(op.iargs.size() == 2 && op.fargs.size() == 1,
-                  where(op) + "needs iargs = {D, start}, fargs = {scale}");
-  const TensorMeta &g = in_meta(op, 0), &lp = in_meta(op, 1), &t = in_meta(op, 2),
-                   &y = out_meta(op, 0);
-  const int64_t D = width(op, lp), rows = lp.numel() / D, start = op.iargs[1];
-  FULLSHARD_CHECK(g.numel() == 1 && t.numel() == rows && y.numel() == lp.numel(),
-                  where(op) + "expects a scalar grad, lp [R, D], targets [R], out [R, D]");
+  const VocabParallelArgs v = VocabParallelArgs::decode(op);  // tensor_parallel_args.h
+  const TensorMeta &g = in_meta(op, 0), &lp = in_meta(op, 1), &y = out_meta(op, 0);
+  const int64_t D = v.dim, rows = v.rows, start = v.start;
   float gs = 0;
   load_f32(in[0], g.dtype, 0, 1, &gs);
-  const float scale = gs * static_cast<float>(op.fargs[0]);
+  const float scale = gs * static_cast<float>(v.scale);
   const auto* target = static_cast<const int64_t*>(in[2]);
   std::vector<float> row(static_cast<size_t>(D));
   for (int64_t r = 0; r < rows; ++r) {

@@ -4,32 +4,15 @@
 
 #include "backends/cpu/kernels/dtype_io.h"
 #include "backends/cpu/kernels/kernel_impl.h"
+#include "core/runtime/norm_args.h"
 
 namespace fullshard::cpu::detail {
 
-namespace {
-struct Rows {
-  int64_t rows, dim;
-};
-Rows norm_rows(const OpCall& op, const TensorMeta& x, const TensorMeta& w) {
-  const int64_t D = last_dim(x);
-  FULLSHARD_CHECK(D > 0 && w.numel() == D, where(op) + "weight must have the last dim of x");
-  return {x.numel() / D, D};
-}
-void check_stat(const OpCall& op, const TensorMeta& m, int64_t rows) {
-  FULLSHARD_CHECK(m.dtype == DType::kFloat32 && m.numel() == rows,
-                  where(op) + "row statistics must be fp32 [rows]");
-}
-}  // namespace
-
 void rms_norm(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  expect_arity(op, 2, 2);  // (x, w) -> (y, rstd)
-  FULLSHARD_CHECK(!op.fargs.empty(), where(op) + "needs fargs[0] = eps");
+  const NormArgs n = NormArgs::decode(op);  // (x, w) -> (y, rstd)
   const TensorMeta &x = in_meta(op, 0), &wm = in_meta(op, 1), &y = out_meta(op, 0);
-  const auto [rows, D] = norm_rows(op, x, wm);
-  check_stat(op, out_meta(op, 1), rows);
-  FULLSHARD_CHECK(y.numel() == x.numel(), where(op) + "output size differs from x");
-  const double eps = op.fargs[0];
+  const int64_t rows = n.rows, D = n.dim;
+  const double eps = n.eps;
   F32In w(in[1], wm.dtype, D);
   float* rstd = static_cast<float*>(out[1]);
   std::vector<float> row(static_cast<size_t>(D));
@@ -57,13 +40,9 @@ void rms_norm_row_backward(float* g, float* x, const float* w, float rstd, doubl
 }
 
 void rms_norm_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  expect_arity(op, 4, 2);  // (grad_y, x, rstd, w) -> (grad_x, grad_w)
-  const TensorMeta &g = in_meta(op, 0), &x = in_meta(op, 1), &wm = in_meta(op, 3);
-  const auto [rows, D] = norm_rows(op, x, wm);
-  check_stat(op, in_meta(op, 2), rows);
-  FULLSHARD_CHECK(g.numel() == x.numel() && out_meta(op, 0).numel() == x.numel() &&
-                      out_meta(op, 1).numel() == D,
-                  where(op) + "gradient sizes do not match x / w");
+  // (grad_y, x, rstd, w) -> (grad_x, grad_w)
+  const auto [rows, D, wi] = decode_norm_backward(op);  // core/runtime/norm_args.h
+  const TensorMeta &g = in_meta(op, 0), &x = in_meta(op, 1), &wm = in_meta(op, wi);
   F32In w(in[3], wm.dtype, D);
   const float* rstd = static_cast<const float*>(in[2]);
   std::vector<float> gr(static_cast<size_t>(D)), xr(static_cast<size_t>(D));
@@ -79,16 +58,11 @@ void rms_norm_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 }
 
 void layer_norm(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  expect_arity(op, 3, 3);  // (x, w, b) -> (y, mean, rstd)
-  FULLSHARD_CHECK(!op.fargs.empty(), where(op) + "needs fargs[0] = eps");
+  const NormArgs n = NormArgs::decode(op);  // (x, w, b) -> (y, mean, rstd)
   const TensorMeta &x = in_meta(op, 0), &wm = in_meta(op, 1), &bm = in_meta(op, 2),
                    &y = out_meta(op, 0);
-  const auto [rows, D] = norm_rows(op, x, wm);
-  FULLSHARD_CHECK(bm.numel() == D, where(op) + "bias must have the last dim of x");
-  check_stat(op, out_meta(op, 1), rows);
-  check_stat(op, out_meta(op, 2), rows);
-  FULLSHARD_CHECK(y.numel() == x.numel(), where(op) + "output size differs from x");
-  const double eps = op.fargs[0];
+  const int64_t rows = n.rows, D = n.dim;
+  const double eps = n.eps;
   F32In w(in[1], wm.dtype, D), b(in[2], bm.dtype, D);
   float* mean = static_cast<float*>(out[1]);
   float* rstd = static_cast<float*>(out[2]);
@@ -110,14 +84,9 @@ void layer_norm(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 }
 
 void layer_norm_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  expect_arity(op, 5, 3);  // (grad_y, x, mean, rstd, w) -> (grad_x, grad_w, grad_b)
-  const TensorMeta &g = in_meta(op, 0), &x = in_meta(op, 1), &wm = in_meta(op, 4);
-  const auto [rows, D] = norm_rows(op, x, wm);
-  check_stat(op, in_meta(op, 2), rows);
-  check_stat(op, in_meta(op, 3), rows);
-  FULLSHARD_CHECK(g.numel() == x.numel() && out_meta(op, 0).numel() == x.numel() &&
-                      out_meta(op, 1).numel() == D && out_meta(op, 2).numel() == D,
-                  where(op) + "gradient sizes do not match x / w / b");
+  // (grad_y, x, mean, rstd, w) -> (grad_x, grad_w, grad_b)
+  const auto [rows, D, wi] = decode_norm_backward(op);  // core/runtime/norm_args.h
+  const TensorMeta &g = in_meta(op, 0), &x = in_meta(op, 1), &wm = in_meta(op, wi);
   F32In w(in[4], wm.dtype, D);
   const float* mean = static_cast<const float*>(in[2]);
   const float* rstd = static_cast<const float*>(in[3]);

@@ -4,6 +4,8 @@
 
 #include "backends/cpu/kernels/dtype_io.h"
 #include "backends/cpu/kernels/kernel_impl.h"
+#include "core/runtime/layer_args.h"
+#include "core/runtime/op_args.h"
 #include "core/runtime/adamw_args.h"
 
 namespace fullshard::cpu::detail {
@@ -24,9 +26,7 @@ double sum_squares(const void* p, DType dt, int64_t n) {
 void squared_norm(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   // (t_0, ..., t_{n-1}) -> out [n][, scratch]: out[i] = sum(t_i^2), accumulated in double. The
   // scratch (NOTE [foreach_norm scratch], core/optim/adamw.cc) is a GPU kernel's; ignored here.
-  FULLSHARD_CHECK((op.outputs.size() == 1 || op.outputs.size() == 2) &&
-                      out_meta(op, 0).numel() == static_cast<int64_t>(op.inputs.size()),
-                  where(op) + "expects n inputs and one [n] output (then _foreach_norm's scratch)");
+  decode_reduce(op);  // core/runtime/op_args.h
   std::vector<float> r(op.inputs.size());
   for (size_t i = 0; i < op.inputs.size(); ++i)
     r[i] = static_cast<float>(sum_squares(in[i], in_meta(op, i).dtype, in_meta(op, i).numel()));
@@ -34,8 +34,7 @@ void squared_norm(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 }
 
 void sum(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  expect_arity(op, 1, 1);  // t -> out[0] = sum(t), accumulated in double
-  FULLSHARD_CHECK(out_meta(op, 0).numel() == 1, where(op) + "output must have one element");
+  decode_reduce(op);  // t -> out[0] = sum(t), accumulated in double
   const TensorMeta& m = in_meta(op, 0);
   double acc = 0;
   float buf[kChunk];
@@ -50,14 +49,11 @@ void sum(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 
 void clip_grad_scale(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   // (total_sq, g_1..g_n) -> g_i *= min(1, max_norm / (sqrt(total_sq) + 1e-6)), in place.
-  FULLSHARD_CHECK(
-      !op.inputs.empty() && op.outputs.size() + 1 == op.inputs.size() && !op.fargs.empty(),
-      where(op) + "expects (total, grads...) -> (grads...) and fargs[0] = max_norm");
-  FULLSHARD_CHECK(in_meta(op, 0).numel() == 1, where(op) + "total must have one element");
+  const ClipGradArgs c = ClipGradArgs::decode(op);  // core/runtime/layer_args.h
   float total;
   load_f32(in[0], in_meta(op, 0).dtype, 0, 1, &total);
   // As clip_grad_norm_ in fp32: clip_coef = max_norm / (total_norm + 1e-6), clamped to 1.
-  const float coef = std::min(1.0f, static_cast<float>(op.fargs[0]) / (std::sqrt(total) + 1e-6f));
+  const float coef = std::min(1.0f, static_cast<float>(c.max_norm) / (std::sqrt(total) + 1e-6f));
   for (size_t i = 0; i < op.outputs.size(); ++i) {
     const TensorMeta &gi = in_meta(op, i + 1), &go = out_meta(op, i);
     FULLSHARD_CHECK(gi.numel() == go.numel(),
@@ -73,7 +69,7 @@ void clip_grad_scale(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 }
 
 void adamw(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  const AdamWArgs a = decode_adamw(op);  // layout and host scalars: core/runtime/adamw_args.h
+  const AdamWArgs a = AdamWArgs::decode(op);  // layout and host scalars: core/runtime/adamw_args.h
   const float decay = a.decay, w1 = a.one_minus_beta1, b2 = a.beta2, w2 = a.one_minus_beta2;
   const float neg_step_size = a.neg_step_size, bc2_sqrt = a.bias_correction2_sqrt, epsf = a.eps;
   const bool fused = a.fused;

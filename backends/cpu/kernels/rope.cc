@@ -21,19 +21,18 @@ namespace {
 
 // sign = +1: forward rotation; -1: its inverse (the backward: R(angle)^T = R(-angle)).
 void rotate(const OpCall& op, const Ptrs& in, const Ptrs& out, float sign, bool adjacent) {
-  expect_arity(op, 1, 1);
-  FULLSHARD_CHECK(!op.iargs.empty() && !op.fargs.empty(),
-                  where(op) + "needs iargs[0] = head_dim, fargs[0] = theta");
-  const TensorMeta &x = in_meta(op, 0), &y = out_meta(op, 0);
-  const int64_t hd = op.iargs[0];
-  FULLSHARD_CHECK(x.shape.size() >= 2, where(op) + "x must be [..., S, H*hd]");
-  const int64_t width = x.shape.back(), S = x.shape[x.shape.size() - 2];
-  FULLSHARD_CHECK(hd > 0 && hd % 2 == 0 && width % hd == 0,
-                  where(op) + "head_dim must be even and divide the last dim");
-  FULLSHARD_CHECK(y.numel() == x.numel(), where(op) + "output size differs from x");
+  const RopeArgs a = RopeArgs::decode(op);  // core/runtime/rope_args.h
+  rope_rotate(a, in[0], in_meta(op, 0).dtype, out[0], out_meta(op, 0).dtype, sign, adjacent);
+}
+
+}  // namespace
+
+void rope_rotate(const RopeArgs& args, const void* x, DType x_dtype, void* y, DType y_dtype,
+                 float sign, bool adjacent) {
+  const int64_t hd = args.head_dim, width = args.width, S = args.seq, half = hd / 2,
+                rows = args.rows;
   // NOTE [RoPE in fp32], NOTE [Llama 3 RoPE scaling] (core/runtime/rope_args.h)
-  const std::vector<float> inv = rope_inv_freq(RopeParams::from_fargs(op.fargs), hd);
-  const int64_t half = hd / 2, rows = S == 0 ? 0 : x.numel() / width;
+  const std::vector<float> inv = rope_inv_freq(args.rope, hd);
   std::vector<float> cs(static_cast<size_t>(S * half)), sn(static_cast<size_t>(S * half));
   for (int64_t i = 0; i < half; ++i) {
     const float inv_freq = inv[static_cast<size_t>(i)];
@@ -45,7 +44,7 @@ void rotate(const OpCall& op, const Ptrs& in, const Ptrs& out, float sign, bool 
   }
   std::vector<float> row(static_cast<size_t>(width));
   for (int64_t r = 0; r < rows; ++r) {
-    load_f32(in[0], x.dtype, r * width, width, row.data());
+    load_f32(x, x_dtype, r * width, width, row.data());
     const float* c = cs.data() + (r % S) * half;
     const float* s = sn.data() + (r % S) * half;
     for (int64_t h = 0; h < width; h += hd) {
@@ -65,29 +64,20 @@ void rotate(const OpCall& op, const Ptrs& in, const Ptrs& out, float sign, bool 
         x2[i] = b * c[i] + a * s[i];
       }
     }
-    store_f32(row.data(), out[0], y.dtype, r * width, width);
+    store_f32(row.data(), y, y_dtype, r * width, width);
   }
 }
-
-}  // namespace
 
 void rope(const OpCall& op, const Ptrs& in, const Ptrs& out) { rotate(op, in, out, 1.0f, false); }
 
 // HF LlamaRotaryEmbedding: freqs = pos * inv_freq [B, S, hd/2] (fp32), emb = cat(freqs, freqs),
 // cos = emb.cos(), sin = emb.sin(): element i of a head uses frequency i % (hd/2).
 void rotary_cos_sin(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  expect_arity(op, 0, 2);
-  FULLSHARD_CHECK(!op.iargs.empty() && !op.fargs.empty(),
-                  where(op) + "needs iargs[0] = head_dim, fargs[0] = theta");
+  const RotaryCosSinArgs a = RotaryCosSinArgs::decode(op);
   const TensorMeta &c = out_meta(op, 0), &s = out_meta(op, 1);
-  const int64_t hd = op.iargs[0];
-  FULLSHARD_CHECK(
-      c.shape.size() >= 2 && c.shape.back() == hd && hd % 2 == 0 && s.numel() == c.numel(),
-      where(op) + "cos and sin must be [B, S, head_dim] with an even head_dim");
-  const int64_t S = c.shape[c.shape.size() - 2], rows = c.numel() / hd, half = hd / 2;
+  const int64_t hd = a.head_dim, S = a.seq, rows = a.rows, half = hd / 2;
   std::vector<float> cr(static_cast<size_t>(hd)), sr(static_cast<size_t>(hd));
-  const std::vector<float> inv =
-      rope_inv_freq(RopeParams::from_fargs(op.fargs), hd);  // NOTE [RoPE in fp32]
+  const std::vector<float> inv = rope_inv_freq(a.rope, hd);  // NOTE [RoPE in fp32]
   for (int64_t r = 0; r < rows; ++r) {
     const auto pos = static_cast<float>(r % S);
     for (int64_t i = 0; i < hd; ++i) {
@@ -101,14 +91,10 @@ void rotary_cos_sin(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 }
 
 void rotate_half_cat(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  expect_arity(op, 2, 1);
-  FULLSHARD_CHECK(!op.iargs.empty(), where(op) + "needs iargs[0] = head_dim");
-  const int64_t hd = op.iargs[0], half = hd / 2;
+  const RotateHalfCatArgs a = RotateHalfCatArgs::decode(op);
+  const int64_t hd = a.head_dim, half = hd / 2;
   const TensorMeta &n = in_meta(op, 0), &x = in_meta(op, 1), &y = out_meta(op, 0);
-  FULLSHARD_CHECK(hd > 0 && hd % 2 == 0 && x.numel() % hd == 0 && n.numel() * 2 == x.numel() &&
-                      y.numel() == x.numel(),
-                  where(op) + "expects -x2 [.., hd/2], x [.., hd] and out [.., hd]");
-  for (int64_t b = 0; b < x.numel() / hd; ++b) {
+  for (int64_t b = 0; b < a.blocks; ++b) {
     convert(in[0], n.dtype, b * half, out[0], y.dtype, b * hd, half);
     convert(in[1], x.dtype, b * hd, out[0], y.dtype, b * hd + half, half);
   }

@@ -24,6 +24,12 @@
 #include "core/common/error.h"
 #include "core/optim/foreach_norm.h"
 #include "core/runtime/adamw_args.h"
+#include "core/runtime/copy_args.h"
+#include "core/runtime/eager_args.h"
+#include "core/runtime/layer_args.h"
+#include "core/runtime/norm_args.h"
+#include "core/runtime/op_args.h"
+#include "core/runtime/op_table.h"
 #include "core/runtime/rope_args.h"
 
 namespace fullshard::cuda {
@@ -97,9 +103,7 @@ void binary(launch::Ew e, const OpCall& op, const Ptrs& in, const Ptrs& out, cud
 }
 
 void fill(const OpCall& op, const Ptrs& out, cudaStream_t s) {
-  FULLSHARD_CHECK(op.inputs.empty() && !op.outputs.empty(),
-                  where(op) + "expects no inputs and some outputs");
-  const double v = op.fargs.empty() ? 0.0 : op.fargs[0];
+  const double v = FillArgs::decode(op).value;  // core/runtime/copy_args.h
   for (size_t k = 0; k < op.outputs.size(); ++k) {
     unsigned char pat[16];
     fill_pattern(op.outputs[k].meta.dtype, v, pat);
@@ -108,24 +112,16 @@ void fill(const OpCall& op, const Ptrs& out, cudaStream_t s) {
 }
 
 void embedding(const OpCall& op, const Ptrs& in, const Ptrs& out, bool backward, cudaStream_t s) {
-  expect_arity(op, 2, 1);
-  const TensorMeta& ids = backward ? op.inputs[1].meta : op.inputs[0].meta;
+  // EmbeddingArgs (core/runtime/layer_args.h): vocab_start -1 tells the launchers "none".
+  const EmbeddingArgs e = EmbeddingArgs::decode(op);
   const TensorMeta& w = backward ? op.outputs[0].meta : op.inputs[1].meta;
-  FULLSHARD_CHECK(ids.dtype == DType::kInt64, where(op) + "token ids must be int64");
-  FULLSHARD_CHECK(w.shape.size() == 2, where(op) + "the embedding weight must be [V, D]");
-  const int64_t V = w.shape[0], D = w.shape[1], n = ids.numel();
-  // iargs[0]: a vocab-parallel shard's first row (embedding.cc); -1 tells the launchers "none".
-  const int64_t vocab_start = op.iargs.empty() ? -1 : op.iargs[0];
-  FULLSHARD_CHECK(op.iargs.empty() || vocab_start >= 0,
-                  where(op) + "negative vocab start " + std::to_string(vocab_start));
+  const int64_t V = e.vocab, D = e.dim, n = e.tokens, vocab_start = e.vocab_start;
   if (!backward) {
-    expect_numel(op, op.outputs[0].meta, n * D, "output");
     expect_float(op, w, "weight");
     expect_float(op, op.outputs[0].meta, "output");
     return launch::embedding(static_cast<const int64_t*>(in[0]), in[1], dt_in(op, 1), out[0],
                              dt_out(op, 0), n, V, D, vocab_start, s);
   }
-  expect_numel(op, op.inputs[0].meta, n * D, "grad_y");
   expect_float(op, op.inputs[0].meta, "grad_y");
   expect_float(op, w, "grad_weight");
   FULLSHARD_CHECK(embedding_backward_smem(D) <= kMaxDynamicSmem,
@@ -137,21 +133,16 @@ void embedding(const OpCall& op, const Ptrs& in, const Ptrs& out, bool backward,
 
 void position_embedding(const OpCall& op, const Ptrs& in, const Ptrs& out, bool backward,
                         cudaStream_t s) {
-  expect_arity(op, backward ? 1 : 2, 1);
+  const PositionEmbeddingArgs pe = PositionEmbeddingArgs::decode(op);  // layer_args.h
   const TensorMeta& x = op.inputs[0].meta;
   const TensorMeta& w = backward ? op.outputs[0].meta : op.inputs[1].meta;
-  FULLSHARD_CHECK(x.shape.size() >= 2 && w.shape.size() == 2 && w.shape[1] == x.shape.back(),
-                  where(op) + "expects x [..., S, D] and wpe [P, D]");
-  const int64_t D = x.shape.back(), S = x.shape[x.shape.size() - 2], P = w.shape[0];
-  const int64_t p0 = op.iargs.empty() ? 0 : op.iargs[0];
-  FULLSHARD_CHECK(p0 >= 0 && p0 + S <= P, where(op) + "sequence longer than the position table");
+  const int64_t D = pe.dim, S = pe.seq, P = pe.positions, p0 = pe.first_position;
   expect_float(op, x, "x");
   expect_float(op, w, "wpe");
   if (!backward) {
-    expect_numel(op, op.outputs[0].meta, x.numel(), "output");
     expect_float(op, op.outputs[0].meta, "output");
     return launch::position_embedding(in[0], dt_in(op, 0), in[1], dt_in(op, 1), out[0],
-                                      dt_out(op, 0), S * D == 0 ? 0 : x.numel() / D, S, D, p0, s);
+                                      dt_out(op, 0), S * D == 0 ? 0 : pe.rows, S, D, p0, s);
   }
   const int64_t batch = S * D == 0 ? 0 : x.numel() / (S * D);
   launch::position_embedding_backward(in[0], dt_in(op, 0), out[0], dt_out(op, 0), batch, S, P, D,
@@ -161,64 +152,44 @@ void position_embedding(const OpCall& op, const Ptrs& in, const Ptrs& out, bool 
 // kRoPE (rotate_half pairs) and kRoPEComplex (adjacent pairs), forward (sign 1) and backward.
 void rope(const OpCall& op, const Ptrs& in, const Ptrs& out, float sign, bool adjacent,
           cudaStream_t s) {
-  expect_arity(op, 1, 1);
-  FULLSHARD_CHECK(!op.iargs.empty() && !op.fargs.empty(),
-                  where(op) + "needs iargs[0] = head_dim, fargs[0] = theta");
+  const RopeArgs r = RopeArgs::decode(op);  // core/runtime/rope_args.h
   const TensorMeta &x = op.inputs[0].meta, &y = op.outputs[0].meta;
-  const int64_t hd = op.iargs[0];
-  FULLSHARD_CHECK(x.shape.size() >= 2, where(op) + "x must be [..., S, H*hd]");
-  const int64_t width = x.shape.back(), S = x.shape[x.shape.size() - 2];
-  FULLSHARD_CHECK(hd > 0 && hd % 2 == 0 && width % hd == 0,
-                  where(op) + "head_dim must be even and divide the last dim");
-  expect_numel(op, y, x.numel(), "output");
+  const int64_t hd = r.head_dim;
   expect_float(op, x, "x");
   expect_float(op, y, "output");
   // NOTE [RoPE in fp32] (rope_args.h): the CPU kernel's fp32 angles from the host's rope_inv_freq
   // table (Llama 3.1 scaling included), rotated by the compiled RoPE's kernel on this one tensor.
-  FULLSHARD_CHECK(op.fargs.size() == 1 || op.fargs.size() == 5,
-                  where(op) + "fargs must be {theta} or {theta, factor, low, high, original}");
   if (hd / 2 > launch::kMaxRopePairs)
     throw InputError("model",
                      "has head_dim " + std::to_string(hd) + ", above the " +
                          std::to_string(2 * launch::kMaxRopePairs) +
                          " that the CUDA RoPE kernel takes",
                      "train on the CPU backend (--backend cpu)");
-  const std::vector<float> inv = rope_inv_freq(RopeParams::from_fargs(op.fargs), hd);
-  const launch::RopeTensor t[1] = {{in[0], out[0], dt_in(op, 0), dt_out(op, 0),
-                                    S == 0 || width == 0 ? 0 : x.numel() / width, S, width}};
+  const std::vector<float> inv = rope_inv_freq(r.rope, hd);
+  const launch::RopeTensor t[1] = {
+      {in[0], out[0], dt_in(op, 0), dt_out(op, 0), r.rows, r.seq, r.width}};
   launch::compiled_rope(t, 1, hd, adjacent, sign, inv.data(), s);
 }
 
 void norm(const OpCall& op, const Ptrs& in, const Ptrs& out, bool layer, cudaStream_t s) {
-  expect_arity(op, layer ? 3 : 2, layer ? 3 : 2);
-  FULLSHARD_CHECK(!op.fargs.empty(), where(op) + "needs fargs[0] = eps");
-  const TensorMeta& x = op.inputs[0].meta;
-  const Rows r = norm_rows(op, x, op.inputs[1].meta);
-  expect_numel(op, op.outputs[0].meta, x.numel(), "output");
+  const NormArgs r = NormArgs::decode(op);  // core/runtime/norm_args.h
+  expect_float_rows(op, op.inputs[0].meta, op.inputs[1].meta);
   expect_float(op, op.outputs[0].meta, "output");
-  check_stat(op, op.outputs[1].meta, r.rows);
   if (!layer)
     return launch::rms_norm(in[0], dt_in(op, 0), in[1], dt_in(op, 1), out[0], dt_out(op, 0),
-                            static_cast<float*>(out[1]), r.rows, r.dim, op.fargs[0], s);
-  expect_numel(op, op.inputs[2].meta, r.dim, "bias");
+                            static_cast<float*>(out[1]), r.rows, r.dim, r.eps, s);
   expect_float(op, op.inputs[2].meta, "bias");
-  check_stat(op, op.outputs[2].meta, r.rows);
   launch::layer_norm(in[0], dt_in(op, 0), in[1], dt_in(op, 1), in[2], dt_in(op, 2), out[0],
                      dt_out(op, 0), static_cast<float*>(out[1]), static_cast<float*>(out[2]),
-                     r.rows, r.dim, op.fargs[0], s);
+                     r.rows, r.dim, r.eps, s);
 }
 
 void norm_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, bool layer, cudaStream_t s) {
   // RMSNorm: (g, x, rstd, w) -> (gx, gw); LayerNorm: (g, x, mean, rstd, w) -> (gx, gw, gb).
-  expect_arity(op, layer ? 5 : 4, layer ? 3 : 2);
-  const size_t wi = layer ? 4 : 3;
-  const TensorMeta &g = op.inputs[0].meta, &x = op.inputs[1].meta;
-  const Rows r = norm_rows(op, x, op.inputs[wi].meta);
-  for (size_t i = 2; i < wi; ++i) check_stat(op, op.inputs[i].meta, r.rows);
-  FULLSHARD_CHECK(g.numel() == x.numel() && op.outputs[0].meta.numel() == x.numel() &&
-                      op.outputs[1].meta.numel() == r.dim &&
-                      (!layer || op.outputs[2].meta.numel() == r.dim),
-                  where(op) + "gradient sizes do not match x / w");
+  const NormBackwardLayout r = decode_norm_backward(op);  // core/runtime/norm_args.h
+  const size_t wi = r.weight;
+  const TensorMeta& g = op.inputs[0].meta;
+  expect_float_rows(op, op.inputs[1].meta, op.inputs[wi].meta);
   expect_float(op, g, "grad");
   for (const auto& o : op.outputs) expect_float(op, o.meta, "gradient output");
   launch::norm_backward(
@@ -228,10 +199,7 @@ void norm_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, bool layer
 }
 
 void linear_bias_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
-  expect_arity(op, 1, 1);
-  FULLSHARD_CHECK(op.iargs.size() >= 2, where(op) + "needs iargs = {M, N}");
-  const int64_t M = op.iargs[0], N = op.iargs[1];
-  FULLSHARD_CHECK(M >= 0 && N >= 0, where(op) + "negative dims");
+  const auto [M, N] = LinearBiasArgs::decode(op);  // core/runtime/layer_args.h
   expect_numel(op, op.inputs[0].meta, M * N, "grad_y");
   expect_numel(op, op.outputs[0].meta, N, "grad_b");
   expect_float(op, op.inputs[0].meta, "grad_y");
@@ -366,17 +334,10 @@ void log_softmax(const OpCall& op, const Ptrs& in, const Ptrs& out, bool backwar
                                rows, V, s);
 }
 
-int64_t ignore_index(const OpCall& op) { return op.iargs.empty() ? -100 : op.iargs[0]; }
-
 void nll_loss(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
-  expect_arity(op, 2, 2);
-  const TensorMeta &lp = op.inputs[0].meta, &lab = op.inputs[1].meta;
-  const int64_t V = lp.shape.empty() ? 1 : lp.shape.back();
-  FULLSHARD_CHECK(V > 0, where(op) + "empty class dim");
+  const NllLossArgs a = NllLossArgs::decode(op);  // core/runtime/layer_args.h
+  const TensorMeta& lp = op.inputs[0].meta;
   expect_float(op, lp, "log_probs");
-  const int64_t rows = lp.numel() / V;
-  FULLSHARD_CHECK(lab.dtype == DType::kInt64 && lab.numel() == rows,
-                  where(op) + "labels must be int64 [rows]");
   // loss and total_weight have the log-probs' dtype (fp32, or bf16 / fp16 with loss "bf16_logits").
   for (size_t i = 0; i < 2; ++i) {
     FULLSHARD_CHECK(op.outputs[i].meta.numel() == 1,
@@ -386,35 +347,23 @@ void nll_loss(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s)
   FULLSHARD_CHECK(op.outputs[0].meta.dtype == op.outputs[1].meta.dtype,
                   where(op) + "loss and total_weight must share a dtype");
   launch::nll_loss(in[0], dt_in(op, 0), static_cast<const int64_t*>(in[1]), out[0], out[1],
-                   dt_out(op, 0), rows, V, ignore_index(op), s);
+                   dt_out(op, 0), a.rows, a.vocab, a.ignore_index, s);
 }
 
 void nll_loss_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
-  expect_arity(op, 3, 1);
-  const TensorMeta &gl = op.inputs[0].meta, &lab = op.inputs[1].meta, &gx = op.outputs[0].meta;
-  const int64_t V = gx.shape.empty() ? 1 : gx.shape.back();
-  FULLSHARD_CHECK(V > 0, where(op) + "empty class dim");
-  const int64_t rows = gx.numel() / V;
-  FULLSHARD_CHECK(lab.dtype == DType::kInt64 && lab.numel() == rows,
-                  where(op) + "labels must be int64 [rows]");
+  const NllLossArgs a = NllLossArgs::decode(op);  // core/runtime/layer_args.h
+  const TensorMeta &gl = op.inputs[0].meta, &gx = op.outputs[0].meta;
   FULLSHARD_CHECK(gl.numel() == 1 && is_float(gl.dtype) && op.inputs[2].meta.numel() == 1 &&
                       is_float(op.inputs[2].meta.dtype),
                   where(op) + "grad_loss and total_weight must be floating scalars");
   expect_float(op, gx, "grad_log_probs");
   launch::nll_loss_backward(in[0], dt_in(op, 0), static_cast<const int64_t*>(in[1]), in[2],
-                            dt_in(op, 2), out[0], dt_out(op, 0), rows, V, ignore_index(op), s);
+                            dt_in(op, 2), out[0], dt_out(op, 0), a.rows, a.vocab, a.ignore_index,
+                            s);
 }
 
 void reduce(const OpCall& op, const Ptrs& in, const Ptrs& out, bool squares, cudaStream_t s) {
-  if (squares) {
-    FULLSHARD_CHECK(
-        (op.outputs.size() == 1 || op.outputs.size() == 2) &&
-            op.outputs[0].meta.numel() == static_cast<int64_t>(op.inputs.size()),
-        where(op) + "expects n inputs and one [n] output (then _foreach_norm's scratch)");
-  } else {
-    expect_arity(op, 1, 1);
-    FULLSHARD_CHECK(op.outputs[0].meta.numel() == 1, where(op) + "output must have one element");
-  }
+  decode_reduce(op);  // core/runtime/op_args.h
   expect_float(op, op.outputs[0].meta, "output");
   std::vector<launch::ReduceItem> items;
   for (size_t i = 0; i < op.inputs.size(); ++i) {
@@ -441,11 +390,8 @@ void reduce(const OpCall& op, const Ptrs& in, const Ptrs& out, bool squares, cud
 }
 
 void clip_grad_scale(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
-  FULLSHARD_CHECK(
-      !op.inputs.empty() && op.outputs.size() + 1 == op.inputs.size() && !op.fargs.empty(),
-      where(op) + "expects (total, grads...) -> (grads...) and fargs[0] = max_norm");
-  FULLSHARD_CHECK(op.inputs[0].meta.numel() == 1 && is_float(op.inputs[0].meta.dtype),
-                  where(op) + "total must have one element");
+  const ClipGradArgs c = ClipGradArgs::decode(op);  // core/runtime/layer_args.h
+  expect_float(op, op.inputs[0].meta, "total");
   for (size_t i = 0; i < op.outputs.size(); ++i) {
     const TensorMeta &gi = op.inputs[i + 1].meta, &go = op.outputs[i].meta;
     FULLSHARD_CHECK(gi.numel() == go.numel(),
@@ -456,12 +402,12 @@ void clip_grad_scale(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStre
   std::vector<launch::ClipTensor> t(op.outputs.size());  // multi-tensor (elementwise.cu)
   for (size_t i = 0; i < op.outputs.size(); ++i)
     t[i] = {in[i + 1], out[i], op.outputs[i].meta.numel(), dt_in(op, i + 1), dt_out(op, i)};
-  launch::clip_scale(in[0], dt_in(op, 0), static_cast<float>(op.fargs[0]), t.data(),
+  launch::clip_scale(in[0], dt_in(op, 0), static_cast<float>(c.max_norm), t.data(),
                      static_cast<int>(t.size()), s);
 }
 
 void adamw(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
-  const AdamWArgs d = decode_adamw(op);  // layout, sizes and host scalars exactly as optim.cc
+  const AdamWArgs d = AdamWArgs::decode(op);  // layout, sizes and host scalars exactly as optim.cc
   const bool fused = d.fused;
   const size_t per_out = d.outputs_per_param;
   launch::AdamScalars a{d.decay,         d.one_minus_beta1,       d.beta2, d.one_minus_beta2,
@@ -503,45 +449,23 @@ void expect_float_operands(const OpCall& op) {
   for (const auto& r : op.outputs) expect_float(op, r.meta, "output");
 }
 
-void check_rstd(const OpCall& op, const TensorMeta& m, int64_t rows) {
-  FULLSHARD_CHECK(m.dtype == DType::kFloat32 && m.numel() == rows,
-                  where(op) + "rstd must be fp32 [rows]");
-}
-
 // (x [, a], w) -> (y, rstd): RMSNorm of x, or of h = x + a (kCompiledAddRMSNorm).
 void compiled_norm(const OpCall& op, const Ptrs& in, const Ptrs& out, bool add, cudaStream_t s) {
-  expect_arity(op, add ? 3 : 2, 2);
-  const size_t wi = add ? 2 : 1;
-  const TensorMeta& x = op.inputs[0].meta;
-  const Rows r = norm_rows(op, x, op.inputs[wi].meta);
-  check_rstd(op, op.outputs[1].meta, r.rows);
-  FULLSHARD_CHECK(
-      op.outputs[0].meta.numel() == x.numel() && (!add || op.inputs[1].meta.numel() == x.numel()),
-      where(op) + "operand sizes differ from x");
-  FULLSHARD_CHECK(!op.fargs.empty(), where(op) + "needs fargs[0] = eps");
+  const NormArgs r = NormArgs::decode(op);  // core/runtime/norm_args.h
+  const size_t wi = r.weight;
+  expect_float_rows(op, op.inputs[0].meta, op.inputs[wi].meta);
   if (add) expect_float(op, op.inputs[1].meta, "a");
   expect_float(op, op.outputs[0].meta, "output");
   launch::compiled_rms_norm(in[0], dt_in(op, 0), add ? in[1] : nullptr, add ? dt_in(op, 1) : 0,
                             in[wi], dt_in(op, wi), out[0], dt_out(op, 0),
-                            static_cast<float*>(out[1]), r.rows, r.dim, op.fargs[0], s);
+                            static_cast<float*>(out[1]), r.rows, r.dim, r.eps, s);
 }
 
 // (g_y, x, rstd, w [, a] [, g_h]) -> (g_x, g_w); iargs {has_a, has_g_h}.
 void compiled_norm_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
-  FULLSHARD_CHECK(op.iargs.size() == 2, where(op) + "needs iargs {has_a, has_g_h}");
-  const bool has_a = op.iargs[0] != 0, has_gh = op.iargs[1] != 0;
-  expect_arity(op, 4 + (has_a ? 1 : 0) + (has_gh ? 1 : 0), 2);
-  const TensorMeta &g = op.inputs[0].meta, &x = op.inputs[1].meta;
-  const Rows r = norm_rows(op, x, op.inputs[3].meta);
-  check_rstd(op, op.inputs[2].meta, r.rows);
-  FULLSHARD_CHECK(g.numel() == x.numel() && op.outputs[0].meta.numel() == x.numel() &&
-                      op.outputs[1].meta.numel() == r.dim,
-                  where(op) + "gradient sizes do not match x / w");
-  const size_t ia = 4, igh = has_a ? 5 : 4;
-  // The CPU kernel reads a and g_h a row at a time without a check; the whole tensors are checked
-  // here.
-  if (has_a) expect_numel(op, op.inputs[ia].meta, x.numel(), "a");
-  if (has_gh) expect_numel(op, op.inputs[igh].meta, x.numel(), "g_h");
+  const CompiledNormBackwardArgs r = CompiledNormBackwardArgs::decode(op);  // norm_args.h
+  const bool has_a = r.has_a, has_gh = r.has_g_h;
+  const size_t ia = r.a, igh = r.g_h;
   expect_float_operands(op);
   launch::CompiledNormBackward b{};
   b.g = in[0];
@@ -568,25 +492,16 @@ void compiled_norm_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, c
 
 // (q, k) -> (q, k) or (g) -> (g_x); iargs {head_dim, adjacent}, fargs RopeParams::fargs().
 void compiled_rope(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
-  FULLSHARD_CHECK(op.iargs.size() == 2, where(op) + "needs iargs {head_dim, adjacent}");
+  const CompiledRopeArgs r = CompiledRopeArgs::decode(op);  // core/runtime/rope_args.h
   const bool backward = op.kind == OpKind::kCompiledRoPEBackward;
-  const size_t n = backward ? 1 : 2;
-  expect_arity(op, n, n);
-  const int64_t hd = op.iargs[0];
+  const size_t n = r.tensors;
+  const int64_t hd = r.head_dim;
   launch::RopeTensor t[2] = {};
-  for (size_t i = 0; i < n; ++i) {  // rope.cc's checks, per tensor
-    FULLSHARD_CHECK(!op.fargs.empty(), where(op) + "needs iargs[0] = head_dim, fargs[0] = theta");
-    const TensorMeta &x = op.inputs[i].meta, &y = op.outputs[i].meta;
-    FULLSHARD_CHECK(x.shape.size() >= 2, where(op) + "x must be [..., S, H*hd]");
-    const int64_t width = x.shape.back(), S = x.shape[x.shape.size() - 2];
-    FULLSHARD_CHECK(hd > 0 && hd % 2 == 0 && width % hd == 0,
-                    where(op) + "head_dim must be even and divide the last dim");
-    FULLSHARD_CHECK(y.numel() == x.numel(), where(op) + "output size differs from x");
-    expect_float(op, x, "x");
-    expect_float(op, y, "output");
-    t[i] = {
-        in[i], out[i], dt_in(op, i), dt_out(op, i), S == 0 || width == 0 ? 0 : x.numel() / width,
-        S,     width};
+  for (size_t i = 0; i < n; ++i) {
+    expect_float(op, op.inputs[i].meta, "x");
+    expect_float(op, op.outputs[i].meta, "output");
+    const RopeArgs& ti = r.tensor[i];
+    t[i] = {in[i], out[i], dt_in(op, i), dt_out(op, i), ti.rows, ti.seq, ti.width};
   }
   if (hd / 2 > launch::kMaxRopePairs)
     throw InputError(
@@ -597,9 +512,9 @@ void compiled_rope(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream
         "train on the CPU backend (--backend cpu) or set model.implementation.compile to false");
   // NOTE [RoPE in fp32], NOTE [Llama 3 RoPE scaling]: the CPU kernel's table, computed the same
   // way.
-  const std::vector<float> inv = rope_inv_freq(RopeParams::from_fargs(op.fargs), hd);
-  launch::compiled_rope(t, static_cast<int>(n), hd, op.iargs[1] != 0, backward ? -1.0f : 1.0f,
-                        inv.data(), s);
+  const std::vector<float> inv = rope_inv_freq(r.rope, hd);
+  launch::compiled_rope(t, static_cast<int>(n), hd, r.adjacent, backward ? -1.0f : 1.0f, inv.data(),
+                        s);
 }
 
 void compiled_silu_mul(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
@@ -660,26 +575,13 @@ void check_alignment(const OpCall& op, const std::vector<TensorRef>& refs, const
 
 }  // namespace
 
-bool has_kernel(OpKind kind) {
-  switch (kind) {
-    case OpKind::kLoadBatch:
-    case OpKind::kInitParam:        // the backend's own (init_param.h)
-    case OpKind::kAllGatherMatmul:  // asynchronous TP: simulator only
-    case OpKind::kMatmulReduceScatter: return false;
-    default: return true;
-  }
-}
+// The op table's kinds with a device kernel: not the backend's own host fills (kLoadBatch,
+// kInitParam: init_param.h) nor asynchronous TP's simulator-only collective-matmuls.
+bool has_kernel(OpKind kind) { return has_device_kernel(kind); }
 
 void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::vector<void*>& out,
                    const KernelContext& ctx) {
-  FULLSHARD_CHECK(in.size() == op.inputs.size() && out.size() == op.outputs.size(),
-                  where(op) + "address count does not match the op's tensors");
-  for (size_t i = 0; i < in.size(); ++i)
-    FULLSHARD_CHECK(in[i] || op.inputs[i].nbytes() == 0,
-                    where(op) + "null input address " + std::to_string(i));
-  for (size_t i = 0; i < out.size(); ++i)
-    FULLSHARD_CHECK(out[i] || op.outputs[i].nbytes() == 0,
-                    where(op) + "null output address " + std::to_string(i));
+  check_addresses(op, in, out);                 // core/runtime/op_args.h
   check_alignment(op, op.inputs, in, "input");  // NOTE [Operand alignment]
   check_alignment(op, op.outputs, out, "output");
   const cudaStream_t s = ctx.stream;
@@ -688,8 +590,8 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
     case OpKind::kCopy: return run_copies(op, plan_copy(op), in, out, s);
     case OpKind::kAdd: return binary(launch::Ew::kAdd, op, in, out, s);
     case OpKind::kScale:
-      FULLSHARD_CHECK(!op.fargs.empty(), where(op) + "needs fargs[0] = factor");
-      return unary(launch::Ew::kScale, op, in, out, static_cast<float>(op.fargs[0]), s);
+      return unary(launch::Ew::kScale, op, in, out,
+                   static_cast<float>(ScalarArgs::decode(op).value), s);
     case OpKind::kEmbedding: return embedding(op, in, out, false, s);
     case OpKind::kEmbeddingBackward: return embedding(op, in, out, true, s);
     case OpKind::kRMSNorm: return norm(op, in, out, false, s);

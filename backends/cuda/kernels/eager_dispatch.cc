@@ -1,6 +1,6 @@
-// launch_eager: the eager decompositions' operand checks, decoded exactly as the CPU kernels
-// decode them (backends/cpu/kernels/eager.cc, rope.cc: the same iargs / fargs, sizes and
-// messages, in the same order), then one launcher of eager.cu. Operands must be fp32, bf16 or
+// launch_eager: the eager decompositions' arguments and operand layout, decoded by the same
+// argument structs as the CPU kernels (core/runtime/eager_args.h, rope_args.h,
+// repeat_kv_args.h), then one launcher of eager.cu. Operands must be fp32, bf16 or
 // fp16 (the CPU's load_f32 / store_f32 throw on anything else). Everything is checked before
 // anything is enqueued.
 #include <string>
@@ -10,6 +10,7 @@
 #include "backends/cuda/kernels/plan.h"
 #include "core/common/error.h"
 #include "core/runtime/eager_args.h"
+#include "core/runtime/op_args.h"
 #include "core/runtime/repeat_kv_args.h"
 #include "core/runtime/rope_args.h"
 
@@ -34,15 +35,13 @@ void expect_floats(const OpCall& op) {
 // eager.cc map1: one input, one output of its size.
 void scalar(launch::Scalar k, const OpCall& op, const Ptrs& in, const Ptrs& out, float f,
             cudaStream_t s) {
-  expect_arity(op, 1, 1);
-  const TensorMeta &x = op.inputs[0].meta, &y = op.outputs[0].meta;
-  FULLSHARD_CHECK(x.numel() == y.numel(), where(op) + "output size differs from the input");
+  const int64_t n = decode_unary(op);  // core/runtime/op_args.h
   expect_floats(op);
-  launch::scalar_op(k, in[0], dt_in(op, 0), out[0], dt_out(op, 0), x.numel(), f, s);
+  launch::scalar_op(k, in[0], dt_in(op, 0), out[0], dt_out(op, 0), n, f, s);
 }
 
 void pow_scalar(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
-  const auto p = static_cast<float>(eager_farg(op));
+  const auto p = static_cast<float>(ScalarArgs::decode(op).value);
   const launch::Scalar k = p == 1.0f   ? launch::Scalar::kPow1
                            : p == 2.0f ? launch::Scalar::kPow2
                            : p == 3.0f ? launch::Scalar::kPow3
@@ -51,84 +50,52 @@ void pow_scalar(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t 
 }
 
 void mul_broadcast(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
-  expect_arity(op, 2, 1);
-  FULLSHARD_CHECK(op.iargs.size() >= 2, where(op) + "needs iargs = {per_column, D}");
-  const TensorMeta &a = op.inputs[0].meta, &bm = op.inputs[1].meta, &y = op.outputs[0].meta;
-  const int64_t mode = op.iargs[0];
-  const bool per_col = mode == 1;
-  const int64_t D = op.iargs[1];
-  FULLSHARD_CHECK(D > 0 && a.numel() % D == 0 && y.numel() == a.numel(),
-                  where(op) + "a and out must be [rows, D]");
-  const int64_t rows = a.numel() / D;
-  const int64_t hd = mode == 2 && op.iargs.size() >= 3 ? op.iargs[2] : 0;
-  FULLSHARD_CHECK(mode != 2 || (hd > 0 && D % hd == 0),
-                  where(op) + "mode 2 needs iargs[2] = head_dim dividing D");
-  FULLSHARD_CHECK(
-      bm.numel() == (mode == 2 ? rows * hd
-                     : per_col ? D
-                               : rows),
-      where(op) + "b must be [D] (per column), [rows] (per row) or [rows, head_dim] (per head)");
+  const MulBroadcastArgs m = MulBroadcastArgs::decode(op);  // core/runtime/eager_args.h
   expect_floats(op);
-  // Any mode other than 1 and 2 is per row, as on the CPU.
-  const Bcast m = mode == 2 ? Bcast::kHead : per_col ? Bcast::kColumn : Bcast::kRow;
-  launch::mul_broadcast(m, in[0], dt_in(op, 0), in[1], dt_in(op, 1), out[0], dt_out(op, 0), rows, D,
-                        hd, s);
+  const Bcast b = m.mode == MulBroadcastArgs::kPerHead     ? Bcast::kHead
+                  : m.mode == MulBroadcastArgs::kPerColumn ? Bcast::kColumn
+                                                           : Bcast::kRow;
+  launch::mul_broadcast(b, in[0], dt_in(op, 0), in[1], dt_in(op, 1), out[0], dt_out(op, 0), m.rows,
+                        m.dim, m.head_dim, s);
 }
 
 void sum_leading_dims(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
-  expect_arity(op, 1, 1);
-  const TensorMeta &x = op.inputs[0].meta, &y = op.outputs[0].meta;
-  const int64_t D = eager_row_width(op, x), rows = x.numel() / D;
-  FULLSHARD_CHECK(y.numel() == D, where(op) + "output must be [D]");
+  const RowArgs r = RowArgs::decode(op);  // core/runtime/eager_args.h
   expect_floats(op);
   // Column sums in double, rounded to fp32 then to y's dtype, as the CPU (norm.cu).
-  launch::column_sum(in[0], dt_in(op, 0), out[0], dt_out(op, 0), rows, D, s);
+  launch::column_sum(in[0], dt_in(op, 0), out[0], dt_out(op, 0), r.rows, r.dim, s);
 }
 
 void expand_last_dim(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
-  expect_arity(op, 1, 1);
-  const TensorMeta &x = op.inputs[0].meta, &y = op.outputs[0].meta;
-  const int64_t D = eager_row_width(op, y), rows = y.numel() / D;
-  FULLSHARD_CHECK(x.numel() == rows, where(op) + "input must have one element per output row");
-  const auto scale = static_cast<float>(eager_farg(op));
+  const RowArgs r = RowArgs::decode(op);  // core/runtime/eager_args.h
   expect_floats(op);
-  launch::expand_last_dim(in[0], dt_in(op, 0), out[0], dt_out(op, 0), rows, D, scale, s);
+  launch::expand_last_dim(in[0], dt_in(op, 0), out[0], dt_out(op, 0), r.rows, r.dim,
+                          static_cast<float>(r.scale), s);
 }
 
 // rope.cc rope_inv_freq (NOTE [RoPE in fp32], NOTE [Llama 3 RoPE scaling]): the host computes
 // the frequencies once per launch, bit for bit as the CPU kernels do, plain or scaled.
-launch::RopeFreqs rope_freqs(const OpCall& op, int64_t hd) {
+launch::RopeFreqs rope_freqs(const OpCall& op, const RopeParams& rope, int64_t hd) {
   FULLSHARD_CHECK(hd / 2 <= launch::kMaxEagerRopePairs,
                   where(op) + "head_dim " + std::to_string(hd) + " is over " +
                       std::to_string(2 * launch::kMaxEagerRopePairs) +
                       ", the CUDA RoPE kernels' limit");
-  FULLSHARD_CHECK(
-      op.fargs.size() == 1 || op.fargs.size() == 5,
-      where(op) + "fargs must be {theta} or {theta, factor, low, high, original} (RopeParams)");
-  const std::vector<float> inv = rope_inv_freq(RopeParams::from_fargs(op.fargs), hd);
+  const std::vector<float> inv = rope_inv_freq(rope, hd);
   launch::RopeFreqs f{};
   for (size_t i = 0; i < inv.size(); ++i) f.inv[i] = inv[i];
   return f;
 }
 
 void rotary_cos_sin(const OpCall& op, const Ptrs& out, cudaStream_t s) {
-  expect_arity(op, 0, 2);
-  FULLSHARD_CHECK(!op.iargs.empty() && !op.fargs.empty(),
-                  where(op) + "needs iargs[0] = head_dim, fargs[0] = theta");
-  const TensorMeta &c = op.outputs[0].meta, &sn = op.outputs[1].meta;
-  const int64_t hd = op.iargs[0];
-  // hd > 0 beyond the CPU's checks: it divides by hd.
-  FULLSHARD_CHECK(c.shape.size() >= 2 && c.shape.back() == hd && hd > 0 && hd % 2 == 0 &&
-                      sn.numel() == c.numel(),
-                  where(op) + "cos and sin must be [B, S, head_dim] with an even head_dim");
+  const RotaryCosSinArgs r = RotaryCosSinArgs::decode(op);  // core/runtime/rope_args.h
   expect_floats(op);
-  const launch::RopeFreqs f = rope_freqs(op, hd);
-  const int64_t S = c.shape[c.shape.size() - 2], rows = c.numel() / hd;
-  launch::rotary_cos_sin(out[0], dt_out(op, 0), out[1], dt_out(op, 1), rows, S, hd, f, s);
+  const launch::RopeFreqs f = rope_freqs(op, r.rope, r.head_dim);
+  launch::rotary_cos_sin(out[0], dt_out(op, 0), out[1], dt_out(op, 1), r.rows, r.seq, r.head_dim, f,
+                         s);
 }
 
 void repeat_kv(const OpCall& op, const Ptrs& in, const Ptrs& out, bool backward, cudaStream_t s) {
-  const RepeatKvLayout l = decode_repeat_kv(op);  // the CPU kernel's decoding and checks
+  const RepeatKvArgs l = RepeatKvArgs::decode(op);  // the CPU kernel's decoding and checks
   expect_floats(op);
   if (!backward)
     return launch::repeat_kv(in[0], dt_in(op, 0), out[0], dt_out(op, 0), l.rows, l.kv_heads,
@@ -138,16 +105,10 @@ void repeat_kv(const OpCall& op, const Ptrs& in, const Ptrs& out, bool backward,
 }
 
 void rotate_half_cat(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
-  expect_arity(op, 2, 1);
-  FULLSHARD_CHECK(!op.iargs.empty(), where(op) + "needs iargs[0] = head_dim");
-  const int64_t hd = op.iargs[0];
-  const TensorMeta &n = op.inputs[0].meta, &x = op.inputs[1].meta, &y = op.outputs[0].meta;
-  FULLSHARD_CHECK(hd > 0 && hd % 2 == 0 && x.numel() % hd == 0 && n.numel() * 2 == x.numel() &&
-                      y.numel() == x.numel(),
-                  where(op) + "expects -x2 [.., hd/2], x [.., hd] and out [.., hd]");
+  const RotateHalfCatArgs r = RotateHalfCatArgs::decode(op);  // core/runtime/rope_args.h
   expect_floats(op);
-  launch::rotate_half_cat(in[0], dt_in(op, 0), in[1], dt_in(op, 1), out[0], dt_out(op, 0),
-                          x.numel() / hd, hd, s);
+  launch::rotate_half_cat(in[0], dt_in(op, 0), in[1], dt_in(op, 1), out[0], dt_out(op, 0), r.blocks,
+                          r.head_dim, s);
 }
 
 }  // namespace
@@ -157,7 +118,8 @@ void launch_eager(const OpCall& op, const std::vector<void*>& in, const std::vec
   switch (op.kind) {
     case OpKind::kPowScalar: return pow_scalar(op, in, out, s);
     case OpKind::kAddScalar:
-      return scalar(launch::Scalar::kAdd, op, in, out, static_cast<float>(eager_farg(op)), s);
+      return scalar(launch::Scalar::kAdd, op, in, out,
+                    static_cast<float>(ScalarArgs::decode(op).value), s);
     case OpKind::kRsqrt: return scalar(launch::Scalar::kRsqrt, op, in, out, 0.0f, s);
     case OpKind::kMulBroadcast: return mul_broadcast(op, in, out, s);
     case OpKind::kSumLeadingDims: return sum_leading_dims(op, in, out, s);

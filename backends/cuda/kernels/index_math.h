@@ -40,7 +40,8 @@ FS_HD int64_t rope_first(int64_t row, int64_t width, int64_t hd, int64_t h, int6
   return row * width + h * hd + i;
 }
 // The two elements pair i of head h rotates together: (i, i + hd/2) as above, or with adjacent
-// pairs (kRoPEComplex; kCompiledRoPE with iargs[1] = 1) columns h*hd + 2i and h*hd + 2i + 1.
+// pairs (kRoPEComplex; kCompiledRoPE with CompiledRopeArgs::adjacent) columns h*hd + 2i and
+// h*hd + 2i + 1.
 FS_HD void rope_pair(int64_t row, int64_t width, int64_t hd, int64_t h, int64_t i, bool adjacent,
                      int64_t& i1, int64_t& i2) {
   i1 = adjacent ? row * width + h * hd + 2 * i : rope_first(row, width, hd, h, i);

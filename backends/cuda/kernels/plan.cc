@@ -8,7 +8,10 @@
 
 #include "backends/cuda/kernels/attention_fa2_plan.h"
 #include "core/common/error.h"
+#include "core/runtime/attention_args.h"
+#include "core/runtime/copy_args.h"
 #include "core/runtime/cudnn_sdpa_workspace.h"
+#include "core/runtime/layer_args.h"
 #include "core/tensor/float_convert.h"
 
 namespace fullshard::cuda::plan {
@@ -111,48 +114,36 @@ void check_cast(const OpCall& op, DType s, DType d) {
 }  // namespace
 
 std::vector<CopyJob> plan_copy(const OpCall& op) {
-  FULLSHARD_CHECK(!op.inputs.empty() && !op.outputs.empty(),
-                  where(op) + "expects inputs and outputs");
+  const CopyArgs a = CopyArgs::decode(op);  // core/runtime/copy_args.h
   std::vector<CopyJob> jobs;
-  if (op.inputs.size() == op.outputs.size()) {
+  if (a.rows == 0) {
     for (size_t k = 0; k < op.inputs.size(); ++k) {
       const TensorMeta &s = op.inputs[k].meta, &d = op.outputs[k].meta;
-      FULLSHARD_CHECK(s.numel() == d.numel(), where(op) + "copy between different sizes " +
-                                                  shape_str(s.shape) + " and " +
-                                                  shape_str(d.shape));
       check_cast(op, s.dtype, d.dtype);
       jobs.push_back({k, k, flat(s.numel())});
     }
     return jobs;
   }
-  FULLSHARD_CHECK(op.outputs.size() == 1 && !op.iargs.empty() && op.iargs[0] > 0,
-                  where(op) + "several inputs need one output and iargs[0] = rows");
-  const int64_t rows = op.iargs[0];
   const TensorMeta& d = op.outputs[0].meta;
-  FULLSHARD_CHECK(d.numel() % rows == 0, where(op) + "output does not split into rows");
-  const int64_t out_cols = d.numel() / rows;
   int64_t c0 = 0;
   for (size_t k = 0; k < op.inputs.size(); ++k) {
     const TensorMeta& s = op.inputs[k].meta;
-    FULLSHARD_CHECK(s.numel() % rows == 0, where(op) + "an input does not split into rows");
     check_cast(op, s.dtype, d.dtype);
     Copy2D c;
-    c.rows = rows;
-    c.cols = s.numel() / rows;
+    c.rows = a.rows;
+    c.cols = a.cols[k];
     c.src_ld = c.cols;
     c.src_limit = s.numel();
     c.dst_off = c0;
-    c.dst_ld = out_cols;
+    c.dst_ld = a.out_cols;
     c0 += c.cols;
     jobs.push_back({k, 0, c});
   }
-  FULLSHARD_CHECK(c0 == out_cols, where(op) + "input columns do not sum to the output's");
   return jobs;
 }
 
 std::vector<CopyJob> plan_all_gather_copy_in(const OpCall& op) {
-  FULLSHARD_CHECK(!op.inputs.empty() && op.outputs.size() == 1,
-                  where(op) + "expects P inputs and one output");
+  decode_all_gather_copy_in(op);  // core/runtime/copy_args.h
   const TensorMeta& s = op.outputs[0].meta;
   std::vector<CopyJob> jobs;
   int64_t off = 0;
@@ -162,31 +153,18 @@ std::vector<CopyJob> plan_all_gather_copy_in(const OpCall& op) {
     jobs.push_back({j, 0, flat(m.numel(), off)});
     off += m.numel();
   }
-  FULLSHARD_CHECK(off == s.numel(), where(op) + "inputs hold " + std::to_string(off) +
-                                        " elements, slice " + std::to_string(s.numel()));
   return jobs;
 }
 
 std::vector<CopyJob> plan_all_gather_copy_out(const OpCall& op) {
-  const size_t P = op.outputs.size();
-  FULLSHARD_CHECK(op.inputs.size() == 1 && P >= 1 && op.iargs.size() == P + 1,
-                  where(op) + "expects one input, P outputs and iargs = {n_0..n_{P-1}, W}");
-  const int64_t W = op.iargs[P];
-  FULLSHARD_CHECK(W >= 1, where(op) + "world must be positive");
-  int64_t row = 0;
-  for (size_t j = 0; j < P; ++j) {
-    FULLSHARD_CHECK(op.iargs[j] >= 0, where(op) + "negative split size");
-    row += op.iargs[j];
-  }
+  const AllGatherCopyOutArgs a = AllGatherCopyOutArgs::decode(op);  // core/runtime/copy_args.h
+  const int64_t W = a.world, row = a.row;
   const TensorMeta& ag = op.inputs[0].meta;
-  FULLSHARD_CHECK(ag.numel() == W * row, where(op) + "all-gather output is not W * sum(n_j)");
   std::vector<CopyJob> jobs;
   int64_t off = 0;
-  for (size_t j = 0; j < P; ++j) {
-    const int64_t n = op.iargs[j];
+  for (size_t j = 0; j < a.sizes.size(); ++j) {
+    const int64_t n = a.sizes[j];
     const TensorMeta& m = op.outputs[j].meta;
-    FULLSHARD_CHECK(m.numel() == W * n,
-                    where(op) + "output " + std::to_string(j) + " is not W * n_j");
     check_cast(op, ag.dtype, m.dtype);
     Copy2D c;
     c.rows = W;
@@ -202,34 +180,24 @@ std::vector<CopyJob> plan_all_gather_copy_out(const OpCall& op) {
 }
 
 std::vector<CopyJob> plan_chunk_cat(const OpCall& op) {
-  FULLSHARD_CHECK(
-      !op.inputs.empty() && op.outputs.size() == 1 && !op.iargs.empty() && op.iargs[0] >= 1,
-      where(op) + "expects grads, one output and iargs = {W}");
-  const int64_t W = op.iargs[0];
+  const ChunkCatArgs a = ChunkCatArgs::decode(op);  // core/runtime/copy_args.h
   std::vector<CopyJob> jobs;
   int64_t row = 0;
   for (size_t j = 0; j < op.inputs.size(); ++j) {
     const TensorMeta& m = op.inputs[j].meta;
-    const int64_t d0 = m.shape.empty() ? 1 : m.shape[0];
-    int64_t row_numel = 1;
-    for (size_t i = 1; i < m.shape.size(); ++i) row_numel *= m.shape[i];
-    const int64_t chunk = (d0 + W - 1) / W * row_numel;  // elements of one rank's chunk
+    const int64_t chunk = a.parts[j].chunk_rows * a.parts[j].row_numel;  // one rank's chunk
     check_cast(op, m.dtype, op.outputs[0].meta.dtype);
     Copy2D c;
-    c.rows = W;
+    c.rows = a.world;
     c.cols = chunk;
     c.src_off = 0;
     c.src_ld = chunk;  // rank r's chunk starts at r * chunk in the (contiguous) grad
     c.src_limit = m.numel();
     c.dst_off = row;
+    c.dst_ld = a.row;
     jobs.push_back({j, 0, c});
     row += chunk;
   }
-  const TensorMeta& o = op.outputs[0].meta;
-  FULLSHARD_CHECK(o.numel() == W * row, where(op) + "output has " + std::to_string(o.numel()) +
-                                            " elements, expected W * padded row " +
-                                            std::to_string(W * row));
-  for (auto& j : jobs) j.c.dst_ld = row;
   return jobs;
 }
 
@@ -289,16 +257,8 @@ void fill_pattern(DType d, double value, unsigned char out[16]) {
 
 // ------------------------------------------------------------------ norms
 
-Rows norm_rows(const OpCall& op, const TensorMeta& x, const TensorMeta& w) {
-  const int64_t D = x.shape.empty() ? 1 : x.shape.back();
-  FULLSHARD_CHECK(D > 0 && w.numel() == D, where(op) + "weight must have the last dim of x");
+void expect_float_rows(const OpCall& op, const TensorMeta& x, const TensorMeta& w) {
   FULLSHARD_CHECK(is_float(x.dtype) && is_float(w.dtype), where(op) + "x and w must be floating");
-  return {x.numel() / D, D};
-}
-
-void check_stat(const OpCall& op, const TensorMeta& m, int64_t rows) {
-  FULLSHARD_CHECK(m.dtype == DType::kFloat32 && m.numel() == rows,
-                  where(op) + "row statistics must be fp32 [rows]");
 }
 
 // ------------------------------------------------------------------ gemm
@@ -311,9 +271,8 @@ void check_stat(const OpCall& op, const TensorMeta& m, int64_t rows) {
 //   M, ld N) kLinearBackwardWeight gW[N,K] = g^T[N,M] x[M,K]   ->  C[K,N] = x (K x M, ld K) *
 //   op_T(g: N x M, ld N)
 GemmPlan plan_gemm(const OpCall& op) {
-  FULLSHARD_CHECK(op.iargs.size() >= 3, where(op) + "needs iargs = {M, K, N}");
-  const int64_t M = op.iargs[0], K = op.iargs[1], N = op.iargs[2];
-  FULLSHARD_CHECK(M >= 0 && K >= 0 && N >= 0, where(op) + "negative dims");
+  const LinearArgs l = LinearArgs::decode(op);  // core/runtime/layer_args.h
+  const int64_t M = l.m, K = l.k, N = l.n;
   GemmPlan p;
   switch (op.kind) {
     case OpKind::kLinear:
@@ -372,17 +331,12 @@ int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 namespace {
 AttnPlan attn_common(const OpCall& op) {
-  FULLSHARD_CHECK(op.iargs.size() >= 6, where(op) + "needs iargs = {B, S, H, Hkv, hd, packed}");
+  const AttentionArgs a = AttentionArgs::decode(op);  // core/runtime/attention_args.h
   AttnPlan p;
   AttnLayout& l = p.l;
-  l.B = op.iargs[0];
-  l.S = op.iargs[1];
-  l.H = op.iargs[2];
-  l.Hkv = op.iargs[3];
-  l.hd = op.iargs[4];
-  p.packed = op.iargs[5] != 0;
-  FULLSHARD_CHECK(l.B >= 0 && l.S >= 0 && l.H > 0 && l.Hkv > 0 && l.hd > 0 && l.H % l.Hkv == 0,
-                  where(op) + "bad attention dims (H must be a multiple of Hkv)");
+  l = {a.batch, a.seq,   a.heads, a.kv_heads, a.head_dim, a.q_ld,   a.kv_ld,
+       a.q_off, a.k_off, a.v_off, a.group,    a.scale,    a.lse_len};
+  p.packed = a.packed;
   FULLSHARD_CHECK(l.hd <= 256,
                   where(op) + "head_dim " + std::to_string(l.hd) + " above 256 is not supported");
   // The kernels put (batch, head) on gridDim.y, which CUDA caps at 65535.
@@ -390,25 +344,6 @@ AttnPlan attn_common(const OpCall& op) {
                   where(op) + "batch x heads " + std::to_string(l.B * l.H) +
                       " is above CUDA's 65535 blocks in grid dimension y; lower "
                       "training.batch_per_rank (or use gradient accumulation)");
-  const int64_t D = l.H * l.hd;
-  l.group = l.H / l.Hkv;
-  if (p.packed) {
-    FULLSHARD_CHECK(l.H == l.Hkv, where(op) + "packed qkv needs H == Hkv");
-    l.q_ld = l.kv_ld = 3 * D;
-    l.q_off = 0;
-    l.k_off = D;
-    l.v_off = 2 * D;
-  } else {
-    l.q_ld = D;
-    l.kv_ld = l.Hkv * l.hd;
-    l.q_off = l.k_off = l.v_off = 0;
-  }
-  l.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(l.hd)));
-  // iargs[6], when given, is the logsumexp row length (efficient attention: round32(S)).
-  l.lse_ld = op.iargs.size() >= 7 ? op.iargs[6] : l.S;
-  FULLSHARD_CHECK(l.lse_ld >= l.S, where(op) + "logsumexp rows (iargs[6] " +
-                                       std::to_string(l.lse_ld) + ") shorter than the sequence " +
-                                       std::to_string(l.S));
   p.softmax_d_ld = round_up(l.S, 128);
   return p;
 }

@@ -50,12 +50,8 @@ int copy_vector(const Copy2D& c, const void* src, int64_t src_es, const void* ds
 // 16 bytes of `value` stored in dtype `d`, repeated (fill's store pattern).
 void fill_pattern(DType d, double value, unsigned char out[16]);
 
-// ---- norms and rows
-struct Rows {
-  int64_t rows = 0, dim = 0;
-};
-Rows norm_rows(const OpCall& op, const TensorMeta& x, const TensorMeta& w);
-void check_stat(const OpCall& op, const TensorMeta& m, int64_t rows);
+// ---- norms and rows (their layout: NormArgs, core/runtime/norm_args.h)
+void expect_float_rows(const OpCall& op, const TensorMeta& x, const TensorMeta& w);
 // NOTE [Norm rows in registers] (norm_rows.cuh): a row of `dim` elements held by `block` threads,
 // each with `groups` 8-element vectors (thread t: vectors t, t + block, ...). groups is 0 (use
 // the scalar kernels) unless dim % 8 == 0 and the row fits in max_groups (1, 2 or 4) vectors a

@@ -40,8 +40,8 @@ struct TpPlan {
   int64_t rows = 0, dim = 0;  // rows of `dim` elements (every kind but kTransposeBlocks)
   int64_t numel = 0;          // kExp, kLog: elements
   int64_t start = 0;          // kNllVocabParallel(Backward): the shard's first vocab index
-  double scale = 1.0;  // kSumLastDim: fargs[0]; kNllVocabParallelBackward, kNarrowCopy: fargs[0]
-  Copy2D narrow;       // kNarrowCopy: n columns of each block (NOTE [Strided 2-D copy])
+  double scale = 1.0;         // RowArgs / VocabParallelArgs / NarrowCopyArgs::scale
+  Copy2D narrow;              // kNarrowCopy: n columns of each block (NOTE [Strided 2-D copy])
   int64_t a = 0, b = 0, row_bytes = 0;  // kTransposeBlocks
 };
 TpPlan plan_tensor_parallel(const OpCall& op);
@@ -74,7 +74,8 @@ void tp_unary(TpUnary f, const void* x, int dx, void* y, int dy, int64_t n, cuda
 // y[r] = -lp[r, t_r - start] where that column is in [0, D), else 0.
 void nll_vocab_parallel(const void* lp, int dlp, const int64_t* targets, void* y, int dy,
                         int64_t rows, int64_t D, int64_t start, cudaStream_t s);
-// y[r, d] = (g * f) * (exp(lp[r, d]) - [d == t_r - start]), g read on the device, f = fargs[0].
+// y[r, d] = (g * f) * (exp(lp[r, d]) - [d == t_r - start]), g read on the device,
+// f = VocabParallelArgs::scale.
 void nll_vocab_parallel_backward(const void* g, int dg, float f, const void* lp, int dlp,
                                  const int64_t* targets, void* y, int dy, int64_t rows, int64_t D,
                                  int64_t start, cudaStream_t s);

@@ -1,6 +1,6 @@
-// Host side of the tensor-parallel kernels: operand decoding with the checks of the CPU kernels
-// (backends/cpu/kernels/loss_parallel.cc, eager.cc), the block transpose's unit, and the
-// dispatch of each kind to its launcher (tensor_parallel.cu).
+// Host side of the tensor-parallel kernels: operands decoded by the argument structs the CPU
+// kernels use (core/runtime/tensor_parallel_args.h, eager_args.h), the block transpose's unit, and
+// the dispatch of each kind to its launcher (tensor_parallel.cu).
 #include "backends/cuda/kernels/tensor_parallel.h"
 
 #include <cstdint>
@@ -8,6 +8,9 @@
 
 #include "backends/cuda/kernels/plan.h"
 #include "core/common/error.h"
+#include "core/runtime/eager_args.h"
+#include "core/runtime/op_args.h"
+#include "core/runtime/tensor_parallel_args.h"
 
 namespace fullshard::cuda {
 namespace plan {
@@ -18,21 +21,9 @@ void expect_float(const OpCall& op, const TensorMeta& m, const char* what) {
                                          std::string(dtype_name(m.dtype)));
 }
 
-// Rows of D = iargs[0] elements (loss_parallel.cc width(), eager.cc row_width()).
-int64_t width(const OpCall& op, const TensorMeta& m) {
-  FULLSHARD_CHECK(!op.iargs.empty() && op.iargs[0] > 0 && m.numel() % op.iargs[0] == 0,
-                  where(op) + "needs iargs[0] = D dividing the input");
-  return op.iargs[0];
-}
-
 TpPlan transpose_blocks(const OpCall& op) {
-  expect_arity(op, 1, 1);
-  FULLSHARD_CHECK(op.iargs.size() == 3, where(op) + "needs iargs = {a, b, inner}");
-  const int64_t a = op.iargs[0], b = op.iargs[1], inner = op.iargs[2];
-  const TensorMeta &x = op.inputs[0].meta, &y = op.outputs[0].meta;
-  FULLSHARD_CHECK(a > 0 && b > 0 && inner > 0 && x.numel() == a * b * inner &&
-                      y.numel() == x.numel() && x.dtype == y.dtype,
-                  where(op) + "in and out must both hold a * b * inner elements of one dtype");
+  const auto [a, b, inner] = TransposeBlocksArgs::decode(op);  // tensor_parallel_args.h
+  const TensorMeta& x = op.inputs[0].meta;
   TpPlan p;
   p.a = a;
   p.b = b;
@@ -40,27 +31,24 @@ TpPlan transpose_blocks(const OpCall& op) {
   return p;
 }
 
-TpPlan rows_to_one(const OpCall& op) {  // kRowMax, kSumLastDim: [R, D] -> [R]
-  expect_arity(op, 1, 1);
+TpPlan rows_to_one(const OpCall& op) {    // kRowMax, kSumLastDim: [R, D] -> [R]
+  const RowArgs r = RowArgs::decode(op);  // core/runtime/eager_args.h
   const TensorMeta &x = op.inputs[0].meta, &y = op.outputs[0].meta;
   TpPlan p;
-  p.dim = width(op, x);
-  p.rows = x.numel() / p.dim;
-  FULLSHARD_CHECK(y.numel() == p.rows, where(op) + "output must have one element per row");
+  p.dim = r.dim;
+  p.rows = r.rows;
   expect_float(op, x, "input");
   expect_float(op, y, "output");
-  if (op.kind == OpKind::kSumLastDim && !op.fargs.empty()) p.scale = op.fargs[0];
+  p.scale = r.scale;
   return p;
 }
 
 TpPlan sub_row(const OpCall& op) {
-  expect_arity(op, 2, 1);
+  const RowArgs r = RowArgs::decode(op);  // core/runtime/eager_args.h
   const TensorMeta &a = op.inputs[0].meta, &b = op.inputs[1].meta, &y = op.outputs[0].meta;
   TpPlan p;
-  p.dim = width(op, a);
-  p.rows = a.numel() / p.dim;
-  FULLSHARD_CHECK(b.numel() == p.rows && y.numel() == a.numel(),
-                  where(op) + "expects a [R, D], b [R], out [R, D]");
+  p.dim = r.dim;
+  p.rows = r.rows;
   expect_float(op, a, "a");
   expect_float(op, b, "b");
   expect_float(op, y, "output");
@@ -68,9 +56,8 @@ TpPlan sub_row(const OpCall& op) {
 }
 
 TpPlan unary(const OpCall& op) {  // kExp, kLog
-  expect_arity(op, 1, 1);
+  decode_unary(op);               // core/runtime/op_args.h
   const TensorMeta &x = op.inputs[0].meta, &y = op.outputs[0].meta;
-  FULLSHARD_CHECK(x.numel() == y.numel(), where(op) + "in and out differ in size");
   expect_float(op, x, "input");
   expect_float(op, y, "output");
   TpPlan p;
@@ -79,36 +66,25 @@ TpPlan unary(const OpCall& op) {  // kExp, kLog
 }
 
 TpPlan nll_vocab_parallel(const OpCall& op) {
-  expect_arity(op, 2, 1);
-  FULLSHARD_CHECK(op.iargs.size() == 2, where(op) + "needs iargs = {D, start}");
-  const TensorMeta &lp = op.inputs[0].meta, &t = op.inputs[1].meta, &y = op.outputs[0].meta;
+  const VocabParallelArgs v = VocabParallelArgs::decode(op);  // tensor_parallel_args.h
+  const TensorMeta &lp = op.inputs[0].meta, &y = op.outputs[0].meta;
   TpPlan p;
-  p.dim = width(op, lp);
-  p.rows = lp.numel() / p.dim;
-  p.start = op.iargs[1];
-  FULLSHARD_CHECK(t.dtype == DType::kInt64 && t.numel() == p.rows && y.numel() == p.rows,
-                  where(op) + "expects lp [R, D], int64 targets [R], out [R]");
+  p.dim = v.dim;
+  p.rows = v.rows;
+  p.start = v.start;
   expect_float(op, lp, "log_probs");
   expect_float(op, y, "output");
   return p;
 }
 
 TpPlan nll_vocab_parallel_backward(const OpCall& op) {
-  expect_arity(op, 3, 1);
-  FULLSHARD_CHECK(op.iargs.size() == 2 && op.fargs.size() == 1,
-                  where(op) + "needs iargs = {D, start}, fargs = {scale}");
-  const TensorMeta &g = op.inputs[0].meta, &lp = op.inputs[1].meta, &t = op.inputs[2].meta,
-                   &y = op.outputs[0].meta;
+  const VocabParallelArgs v = VocabParallelArgs::decode(op);  // tensor_parallel_args.h
+  const TensorMeta &g = op.inputs[0].meta, &lp = op.inputs[1].meta, &y = op.outputs[0].meta;
   TpPlan p;
-  p.dim = width(op, lp);
-  p.rows = lp.numel() / p.dim;
-  p.start = op.iargs[1];
-  p.scale = op.fargs[0];
-  FULLSHARD_CHECK(g.numel() == 1 && t.numel() == p.rows && y.numel() == lp.numel(),
-                  where(op) + "expects a scalar grad, lp [R, D], targets [R], out [R, D]");
-  // The CPU kernel reads the targets as int64 without checking; a device kernel must not read
-  // past them, so the dtype is checked here.
-  FULLSHARD_CHECK(t.dtype == DType::kInt64, where(op) + "targets must be int64");
+  p.dim = v.dim;
+  p.rows = v.rows;
+  p.start = v.start;
+  p.scale = v.scale;
   expect_float(op, g, "grad");
   expect_float(op, lp, "log_probs");
   expect_float(op, y, "output");
@@ -116,28 +92,19 @@ TpPlan nll_vocab_parallel_backward(const OpCall& op) {
 }
 
 TpPlan narrow_copy(const OpCall& op) {
-  expect_arity(op, 1, 1);
-  FULLSHARD_CHECK(op.iargs.size() >= 5,
-                  where(op) + "needs iargs = {n, in_width, in_offset, out_width, out_offset}");
-  const int64_t n = op.iargs[0], iw = op.iargs[1], io = op.iargs[2], ow = op.iargs[3],
-                oo = op.iargs[4];
+  const NarrowCopyArgs c = NarrowCopyArgs::decode(op);  // tensor_parallel_args.h
   const TensorMeta &x = op.inputs[0].meta, &y = op.outputs[0].meta;
-  // As eager.cc, plus non-negative offsets (a device kernel must not write before its output).
-  FULLSHARD_CHECK(n > 0 && iw > 0 && ow > 0 && io >= 0 && oo >= 0 && io + n <= iw && oo + n <= ow &&
-                      x.numel() % iw == 0 && y.numel() % ow == 0 &&
-                      x.numel() / iw == y.numel() / ow,
-                  where(op) + "the blocks of in and out do not match");
   expect_float(op, x, "input");
   expect_float(op, y, "output");
   TpPlan p;
-  p.scale = op.fargs.empty() ? 1.0 : op.fargs[0];
-  p.narrow.rows = x.numel() / iw;
-  p.narrow.cols = n;
-  p.narrow.src_off = io;
-  p.narrow.src_ld = iw;
+  p.scale = c.scale;
+  p.narrow.rows = c.blocks;
+  p.narrow.cols = c.n;
+  p.narrow.src_off = c.in_offset;
+  p.narrow.src_ld = c.in_width;
   p.narrow.src_limit = x.numel();  // every source index is inside the input: no padding
-  p.narrow.dst_off = oo;
-  p.narrow.dst_ld = ow;
+  p.narrow.dst_off = c.out_offset;
+  p.narrow.dst_ld = c.out_width;
   return p;
 }
 

@@ -1,0 +1,27 @@
+#pragma once
+// The typed arguments of the attention ops (kAttention and its efficient / cuDNN variants,
+// forward and backward), decoded and checked once here for the CPU reference, the CUDA plan and
+// the simulator's kernel shapes (NOTE [One op table] in op_table.h).
+//   iargs {B, S, H, Hkv, hd, packed[, lse_len]}: q [B, S, H*hd], k and v [B, S, Hkv*hd], or one
+//   packed qkv [B, S, 3*H*hd] (H == Hkv); the logsumexp rows lse_len >= S long (efficient
+//   attention pads them to a multiple of 32; absent: S)
+#include <cstdint>
+
+#include "core/runtime/op.h"
+
+namespace fullshard {
+
+struct AttentionArgs {
+  int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  bool packed = false;
+  int64_t lse_len = 0;
+  // The layout they give, in elements: row strides of q and k / v, column offsets of q, k, v
+  // inside their token rows (non-zero when packed), the GQA group H / Hkv, 1 / sqrt(hd).
+  int64_t q_ld = 0, kv_ld = 0, q_off = 0, k_off = 0, v_off = 0, group = 1;
+  float scale = 1;
+
+  void encode(OpCall& op) const;
+  static AttentionArgs decode(const OpCall& op);
+};
+
+}  // namespace fullshard
