@@ -9,13 +9,18 @@
 
 namespace fullshard::sim {
 
+size_t GroupRegistry::RanksHash::operator()(const std::vector<int>& ranks) const {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the ranks
+  for (int r : ranks) h = (h ^ static_cast<uint32_t>(r)) * 1099511628211ull;
+  return static_cast<size_t>(h);
+}
+
 uint32_t GroupRegistry::intern(const ProcessGroup& g) {
-  std::string key = g.key();
-  auto it = by_key_.find(key);
-  if (it != by_key_.end()) return it->second;
+  auto it = by_ranks_.find(g.ranks);
+  if (it != by_ranks_.end()) return it->second;
   uint32_t id = static_cast<uint32_t>(groups_.size());
   groups_.push_back(GroupInfo{g.name, g.ranks});
-  by_key_.emplace(std::move(key), id);
+  by_ranks_.emplace(g.ranks, id);
   return id;
 }
 
@@ -26,7 +31,7 @@ SimBackend::SimBackend(int rank, int world_size, AllocatorOptions allocator, Gro
 }
 
 uint32_t SimBackend::name(std::string_view s) {
-  auto it = name_ids_.find(std::string(s));
+  auto it = name_ids_.find(s);
   if (it != name_ids_.end()) return it->second;
   uint32_t id = static_cast<uint32_t>(program_.names.size());
   program_.names.emplace_back(s);

@@ -2,8 +2,9 @@
 // The simulator's Backend: buffers carry no data; every launch, collective, event and
 // allocation is recorded into the rank's Program in host order, with the allocator's
 // exact block (NOTE [Allocation in host order] in core/runtime/backend.h).
-#include <map>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "core/runtime/backend.h"
@@ -11,14 +12,18 @@
 
 namespace fullshard::sim {
 
-// Interns process groups by their rank list so every rank's programs refer to the same ids.
+// Interns process groups by their rank list so every rank's programs refer to the same ids
+// (in order of first use). Keyed by the rank list itself: no string is built per collective.
 class GroupRegistry {
  public:
   uint32_t intern(const ProcessGroup& g);
   const std::vector<GroupInfo>& groups() const { return groups_; }
 
  private:
-  std::map<std::string, uint32_t> by_key_;
+  struct RanksHash {
+    size_t operator()(const std::vector<int>& ranks) const;
+  };
+  std::unordered_map<std::vector<int>, uint32_t, RanksHash> by_ranks_;
   std::vector<GroupInfo> groups_;
 };
 
@@ -56,7 +61,12 @@ class SimBackend : public Backend {
   GroupRegistry& groups_;
   Program program_;
   EventId next_event_ = 0;
-  std::map<std::string, uint32_t> name_ids_;
+  // Name -> id, looked up by string_view (no string built per recorded op).
+  struct NameHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, uint32_t, NameHash, std::equal_to<>> name_ids_;
   std::unordered_set<uint64_t> host_buffers_;  // live buffers in host memory (CPU offload)
 
   uint32_t name(std::string_view s);

@@ -29,13 +29,16 @@ struct SimulateOptions {
                            // hardware.rank_speed makes ranks differ)
   TimeModel time_model = TimeModel::kHardware;
   // With every rank played: record each rank's host program instead of copying its class's
-  // (NOTE [Shared recording] in simulate.cc); tests check the copies against recordings.
+  // (NOTE [Shared recording] in play_record.cc); tests check the copies against recordings.
   bool record_every_rank = false;
   bool checks = true;  // protocol checks (mismatch, race, use after free)
   // training.checkpoint: play the saves (NOTE [Playing a checkpoint save] in
   // simulator/checkpoint_play.h). The planner prices them by the closed form instead.
   bool play_checkpoint = true;
   size_t max_timeline_points = 4000;  // per rank class, downsampled keeping the extremes
+  // Record and report each class's memory timeline (its peak time and the ops in flight at
+  // the peak come from it). Off for callers that read none of it (the planner).
+  bool memory_timeline = true;
   // Steps played before checking for a steady state (NOTE [Steady state] in extrapolate.cc);
   // more are played (up to kMaxSimulatedSteps) until the last two agree, and the rest of
   // training.steps are extrapolated. 0 (or >= training.steps): play every step.

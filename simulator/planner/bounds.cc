@@ -175,7 +175,7 @@ ProxyProfile profile_proxy(const Scenario& full, BlockCheckpoint mode) {
   ProxyProfile out;
   sim::SimulateOptions o;
   o.checks = false;
-  o.max_timeline_points = 2;
+  o.memory_timeline = false;  // not read
   o.play_checkpoint = false;  // the proxies measure training alone
   const int last_step = s.training.steps - 1;
   o.on_played = [&](const sim::PlayedRun& run) {

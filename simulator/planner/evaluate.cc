@@ -16,7 +16,7 @@ ProgramEvaluation evaluate_program(const Scenario& candidate) {
   std::vector<std::vector<AllocRequest>> requests;
   sim::SimulateOptions o;
   o.checks = false;
-  o.max_timeline_points = 2;
+  o.memory_timeline = false;  // not read
   o.play_checkpoint = false;  // priced by the closed form (NOTE [Checkpoint cost])
   o.on_played = [&](const sim::PlayedRun& run) {
     for (const sim::Program& p : run.programs) requests.push_back(device_requests(p));

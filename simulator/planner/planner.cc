@@ -61,19 +61,12 @@ struct Program {
   std::optional<ProgramEvaluation> eval;
 };
 
-}  // namespace
-
-PlanResult plan(const PlanOptions& opt) {
-  check_space_options(opt.space);
-  if (!(opt.headroom >= 0 && opt.headroom < 1))
-    throw InputError("--headroom", "is " + std::to_string(opt.headroom),
-                     "give the fraction of GPU memory to keep free, in [0, 1), e.g. 0.05");
-  FULLSHARD_CHECK(opt.base.world_size() == opt.space.gpus, "plan: base scenario world != --gpus");
+// NOTE [Candidate dtype flow]: a candidate's precision replaces fsdp.mixed_precision while the
+// scenario's per-unit policies stay, so a precision may make some unit compute on activations
+// of another dtype, a program PyTorch refuses (NOTE [Dtype flow between units]): such
+// candidates are left out. The flow depends on the precision alone.
+std::vector<Candidate> viable_candidates(const PlanOptions& opt) {
   std::vector<Candidate> cands = enumerate_candidates(opt.space);
-  // NOTE [Candidate dtype flow]: a candidate's precision replaces fsdp.mixed_precision while the
-  // scenario's per-unit policies stay, so a precision may make some unit compute on activations
-  // of another dtype, a program PyTorch refuses (NOTE [Dtype flow between units]): such
-  // candidates are left out. The flow depends on the precision alone.
   std::map<Precision, bool> flows;
   std::erase_if(cands, [&](const Candidate& c) {
     auto it = flows.find(c.precision);
@@ -88,7 +81,229 @@ PlanResult plan(const PlanOptions& opt) {
     }
     return !it->second;
   });
+  return cands;
+}
+
+// One program per pair of candidates differing only in expandable segments (off, then on).
+std::vector<Program> pair_programs(const std::vector<Candidate>& cands) {
+  std::vector<Program> progs;
+  progs.reserve(cands.size() / 2);
+  for (size_t i = 0; i < cands.size(); i += 2) {
+    FULLSHARD_CHECK(
+        !cands[i].expandable_segments && i + 1 < cands.size() && cands[i + 1].expandable_segments,
+        "plan: expandable off / on are not adjacent");
+    Program p;
+    p.first = i;
+    progs.push_back(p);
+  }
+  return progs;
+}
+
+// Bounds: one proxy simulation per (program without checkpointing, block mode); each program's
+// step-time and memory bounds combine its modes' profiles. Returns the proxies simulated.
+size_t bound_programs(std::vector<Program>& progs, const std::vector<Candidate>& cands,
+                      const PlanOptions& opt, uint64_t usable_bytes) {
   const int64_t seq = opt.base.training.seq_len;
+  const int64_t L = opt.base.model.n_layers;
+  std::map<ProxyKey, size_t> key_index;
+  std::vector<size_t> key_rep;  // a candidate of each key
+  for (const Program& p : progs)
+    if (key_index.emplace(proxy_key(cands[p.first]), key_rep.size()).second)
+      key_rep.push_back(p.first);
+  std::vector<std::array<ProxyProfile, 3>> profiles(key_rep.size());
+  // Which modes the space needs (every space has none, op and full; kept general).
+  std::array<bool, 3> needed{};
+  for (const Program& p : progs)
+    for (BlockCheckpoint m : block_checkpointing(cands[p.first].ac, L))
+      needed[static_cast<int>(m)] = true;
+  std::vector<std::pair<size_t, BlockCheckpoint>> jobs;
+  for (size_t k = 0; k < key_rep.size(); ++k)
+    for (int m = 0; m < 3; ++m)
+      if (needed[m]) jobs.push_back({k, static_cast<BlockCheckpoint>(m)});
+  std::atomic<size_t> done{0};
+  std::mutex progress_mu;
+  parallel_for(jobs.size(), opt.threads, [&](size_t j) {
+    const auto [k, m] = jobs[j];
+    profiles[k][static_cast<int>(m)] =
+        profile_proxy(candidate_scenario(opt.base, cands[key_rep[k]]), m);
+    const size_t d = ++done;
+    if (opt.progress) {
+      std::lock_guard<std::mutex> l(progress_mu);
+      opt.progress(d, jobs.size(), "bounds");
+    }
+    return true;
+  });
+  for (Program& p : progs) {
+    const Candidate& c = cands[p.first];
+    const auto& prof = profiles[key_index.at(proxy_key(c))];
+    std::array<const ProxyProfile*, 3> ptrs{};
+    for (int m = 0; m < 3; ++m)
+      if (needed[m]) ptrs[m] = &prof[m];
+    p.bounds = combine_bounds(ptrs, block_checkpointing(c.ac, L));
+    p.upper_tps = p.bounds.step_time_s > 0 ? tokens_per_gpu(c, seq) / p.bounds.step_time_s : 1e300;
+    p.memory_pruned = p.bounds.peak_bytes > usable_bytes;
+  }
+  return jobs.size();
+}
+
+// What the search found: the best tokens/s per GPU of a fitting candidate (0: none fits) and,
+// when none fits, the smallest exact overflow.
+struct SearchOutcome {
+  double best = 0;
+  uint64_t closest = UINT64_MAX;
+  size_t ran = 0;  // programs simulated
+};
+
+// Simulates the programs in order of the best tokens/s each could reach, skipping those whose
+// bound cannot beat the best found (NOTE [Branch and bound]). Nothing fits: the recommendation
+// is the candidate closest to fitting, so the candidates ruled out by memory are simulated
+// too, in order of their memory bound, until the bound passes the smallest exact overflow
+// found (the same branch and bound, on memory).
+SearchOutcome search(std::vector<Program>& progs, const std::vector<Candidate>& cands,
+                     const PlanOptions& opt, const PlanResult& res) {
+  std::vector<size_t> order;
+  for (size_t i = 0; i < progs.size(); ++i)
+    if (!progs[i].memory_pruned) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return progs[a].upper_tps > progs[b].upper_tps; });
+  std::mutex mu;
+  SearchOutcome out;
+  std::atomic<size_t> done{0};
+  std::atomic<size_t> ran{0};
+  parallel_for(order.size(), opt.threads, [&](size_t k) {
+    Program& p = progs[order[k]];
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (res.pruning && p.upper_tps < out.best) return false;  // nothing later can win
+    }
+    ProgramEvaluation ev = evaluate_program(candidate_scenario(opt.base, cands[p.first]));
+    ++ran;
+    std::lock_guard<std::mutex> l(mu);
+    for (const MemoryOutcome& m : ev.memory)
+      if (fits(ev, m, res.usable_bytes)) out.best = std::max(out.best, ev.tokens_per_s_per_gpu);
+    p.eval = std::move(ev);
+    if (opt.progress) opt.progress(++done, order.size(), "simulate");
+    return true;
+  });
+  if (out.best == 0 && res.pruning) {
+    auto over = [&](const ProgramEvaluation& ev) {
+      uint64_t o = UINT64_MAX;
+      for (const MemoryOutcome& m : ev.memory)
+        o = std::min(o, m.needed_reserved_bytes > res.usable_bytes
+                            ? m.needed_reserved_bytes - res.usable_bytes
+                            : 0);
+      return o;
+    };
+    for (const Program& p : progs)
+      if (p.eval) out.closest = std::min(out.closest, over(*p.eval));
+    std::vector<size_t> by_memory;
+    for (size_t i = 0; i < progs.size(); ++i)
+      if (progs[i].memory_pruned) by_memory.push_back(i);
+    std::stable_sort(by_memory.begin(), by_memory.end(), [&](size_t a, size_t b) {
+      return progs[a].bounds.peak_bytes < progs[b].bounds.peak_bytes;
+    });
+    parallel_for(by_memory.size(), opt.threads, [&](size_t k) {
+      Program& p = progs[by_memory[k]];
+      {
+        std::lock_guard<std::mutex> l(mu);
+        if (p.bounds.peak_bytes - res.usable_bytes > out.closest) return false;
+      }
+      ProgramEvaluation ev = evaluate_program(candidate_scenario(opt.base, cands[p.first]));
+      ++ran;
+      std::lock_guard<std::mutex> l(mu);
+      out.closest = std::min(out.closest, over(ev));
+      p.eval = std::move(ev);
+      return true;
+    });
+  }
+  out.ran = ran;
+  if (opt.progress && !order.empty())
+    opt.progress(order.size(), order.size(), "simulate");  // the search is done
+  return out;
+}
+
+// One candidate's result from its program (e: 0 expandable segments off, 1 on).
+ConfigResult config_result(const Program& p, const Candidate& cand, int e,
+                           const SearchOutcome& found, const PlanResult& res) {
+  ConfigResult r;
+  r.candidate = cand;
+  r.bound_step_time_s = p.bounds.step_time_s;
+  r.bound_peak_bytes = p.bounds.peak_bytes;
+  if (p.memory_pruned &&
+      !(p.eval && found.best == 0 && p.bounds.peak_bytes - res.usable_bytes <= found.closest)) {
+    r.verdict = Verdict::kMemoryBound;
+    r.peak_reserved_bytes = r.needed_bytes = p.bounds.peak_bytes;
+    r.over_bytes = p.bounds.peak_bytes - res.usable_bytes;
+  } else if (!p.eval || (res.pruning && p.upper_tps < found.best)) {
+    r.verdict = Verdict::kTimeBound;
+    r.peak_reserved_bytes = p.bounds.peak_bytes;
+    r.step_time_s = p.bounds.step_time_s;
+    r.tokens_per_s_per_gpu = p.upper_tps;
+  } else {
+    const MemoryOutcome& m = p.eval->memory[e];
+    r.verdict = Verdict::kSimulated;
+    r.out_of_memory = m.out_of_memory;
+    r.fits = fits(*p.eval, m, res.usable_bytes);
+    r.peak_reserved_bytes = m.peak_reserved_bytes;
+    r.peak_allocated_bytes = m.peak_allocated_bytes;
+    r.needed_bytes = m.needed_reserved_bytes;
+    r.host_bytes_per_node = p.eval->host_bytes_per_node;
+    r.host_over_bytes = p.eval->host_over_bytes;
+    r.over_bytes =
+        m.needed_reserved_bytes > res.usable_bytes ? m.needed_reserved_bytes - res.usable_bytes : 0;
+    if (r.fits) r.over_bytes = 0;
+    r.step_time_s = p.eval->step_time_s;
+    r.tokens_per_s_per_gpu = p.eval->tokens_per_s_per_gpu;
+    r.mfu = p.eval->mfu;
+    r.compute_s = p.eval->compute_s;
+    r.exposed_comm_s = p.eval->exposed_comm_s;
+  }
+  return r;
+}
+
+// Results (NOTE [Branch and bound]: reported as simulated only when upper bound >= best),
+// fitting ones first by tokens/s, then the time-bound ones, then the rest by overflow.
+void assemble_results(const std::vector<Program>& progs, const std::vector<Candidate>& cands,
+                      const SearchOutcome& found, PlanResult& res) {
+  std::vector<ConfigResult> configs;
+  configs.reserve(progs.size() * 2);
+  for (const Program& p : progs)
+    for (int e = 0; e < 2; ++e)
+      configs.push_back(config_result(p, cands[p.first + e], e, found, res));
+  auto group = [](const ConfigResult& r) {
+    return r.fits ? 0 : r.verdict == Verdict::kTimeBound ? 1 : 2;
+  };
+  std::vector<size_t> idx(configs.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
+    const ConfigResult &x = configs[a], &y = configs[b];
+    if (group(x) != group(y)) return group(x) < group(y);
+    if (group(x) == 2) return x.over_bytes < y.over_bytes;
+    if (x.tokens_per_s_per_gpu != y.tokens_per_s_per_gpu)
+      return x.tokens_per_s_per_gpu > y.tokens_per_s_per_gpu;
+    return x.peak_reserved_bytes <
+           y.peak_reserved_bytes;  // equally fast: the one leaving more headroom
+  });
+  res.configs.reserve(idx.size());
+  for (size_t i : idx) res.configs.push_back(std::move(configs[i]));
+  res.evaluated = res.configs.size();
+  for (const auto& r : res.configs) {
+    if (r.verdict == Verdict::kSimulated) ++res.simulated;
+    if (r.verdict == Verdict::kMemoryBound) ++res.memory_pruned;
+    if (r.verdict == Verdict::kTimeBound) ++res.time_pruned;
+  }
+}
+
+}  // namespace
+
+// In four parts: the viable candidates, their bounds, the branch-and-bound search, the results.
+PlanResult plan(const PlanOptions& opt) {
+  check_space_options(opt.space);
+  if (!(opt.headroom >= 0 && opt.headroom < 1))
+    throw InputError("--headroom", "is " + std::to_string(opt.headroom),
+                     "give the fraction of GPU memory to keep free, in [0, 1), e.g. 0.05");
+  FULLSHARD_CHECK(opt.base.world_size() == opt.space.gpus, "plan: base scenario world != --gpus");
+  const std::vector<Candidate> cands = viable_candidates(opt);
   const int64_t L = opt.base.model.n_layers;
 
   PlanResult res;
@@ -101,188 +316,11 @@ PlanResult plan(const PlanOptions& opt) {
   res.pruning = opt.prune && L >= 2 && opt.base.hardware.rank_speed.empty() &&
                 opt.base.training.rank_batch.empty();
 
-  std::vector<Program> progs;
-  for (size_t i = 0; i < cands.size(); i += 2) {
-    FULLSHARD_CHECK(
-        !cands[i].expandable_segments && i + 1 < cands.size() && cands[i + 1].expandable_segments,
-        "plan: expandable off / on are not adjacent");
-    Program p;
-    p.first = i;
-    progs.push_back(p);
-  }
-
-  // ---- bounds: one proxy per (program without checkpointing, block mode)
-  if (res.pruning) {
-    std::map<ProxyKey, size_t> key_index;
-    std::vector<size_t> key_rep;  // a candidate of each key
-    for (const Program& p : progs)
-      if (key_index.emplace(proxy_key(cands[p.first]), key_rep.size()).second)
-        key_rep.push_back(p.first);
-    std::vector<std::array<ProxyProfile, 3>> profiles(key_rep.size());
-    // Which modes the space needs (every space has none, op and full; kept general).
-    std::array<bool, 3> needed{};
-    for (const Program& p : progs)
-      for (BlockCheckpoint m : block_checkpointing(cands[p.first].ac, L))
-        needed[static_cast<int>(m)] = true;
-    std::vector<std::pair<size_t, BlockCheckpoint>> jobs;
-    for (size_t k = 0; k < key_rep.size(); ++k)
-      for (int m = 0; m < 3; ++m)
-        if (needed[m]) jobs.push_back({k, static_cast<BlockCheckpoint>(m)});
-    std::atomic<size_t> done{0};
-    std::mutex progress_mu;
-    parallel_for(jobs.size(), opt.threads, [&](size_t j) {
-      const auto [k, m] = jobs[j];
-      profiles[k][static_cast<int>(m)] =
-          profile_proxy(candidate_scenario(opt.base, cands[key_rep[k]]), m);
-      const size_t d = ++done;
-      if (opt.progress) {
-        std::lock_guard<std::mutex> l(progress_mu);
-        opt.progress(d, jobs.size(), "bounds");
-      }
-      return true;
-    });
-    res.proxy_simulations = jobs.size();
-    for (Program& p : progs) {
-      const Candidate& c = cands[p.first];
-      const auto& prof = profiles[key_index.at(proxy_key(c))];
-      std::array<const ProxyProfile*, 3> ptrs{};
-      for (int m = 0; m < 3; ++m)
-        if (needed[m]) ptrs[m] = &prof[m];
-      p.bounds = combine_bounds(ptrs, block_checkpointing(c.ac, L));
-      p.upper_tps =
-          p.bounds.step_time_s > 0 ? tokens_per_gpu(c, seq) / p.bounds.step_time_s : 1e300;
-      p.memory_pruned = p.bounds.peak_bytes > res.usable_bytes;
-    }
-  }
-
-  // ---- simulate in order of the best tokens/s each could reach
-  std::vector<size_t> order;
-  for (size_t i = 0; i < progs.size(); ++i)
-    if (!progs[i].memory_pruned) order.push_back(i);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return progs[a].upper_tps > progs[b].upper_tps; });
-  std::mutex mu;
-  double best = 0;
-  std::atomic<size_t> done{0};
-  std::atomic<size_t> ran{0};
-  parallel_for(order.size(), opt.threads, [&](size_t k) {
-    Program& p = progs[order[k]];
-    {
-      std::lock_guard<std::mutex> l(mu);
-      if (res.pruning && p.upper_tps < best) return false;  // nothing later can win
-    }
-    ProgramEvaluation ev = evaluate_program(candidate_scenario(opt.base, cands[p.first]));
-    ++ran;
-    std::lock_guard<std::mutex> l(mu);
-    for (const MemoryOutcome& m : ev.memory)
-      if (fits(ev, m, res.usable_bytes)) best = std::max(best, ev.tokens_per_s_per_gpu);
-    p.eval = std::move(ev);
-    if (opt.progress) opt.progress(++done, order.size(), "simulate");
-    return true;
-  });
-  // Nothing fits: the recommendation is the candidate closest to fitting, so the candidates
-  // ruled out by memory are simulated too, in order of their memory bound, until the bound
-  // passes the smallest exact overflow found (the same branch and bound, on memory).
-  uint64_t closest = UINT64_MAX;  // the smallest exact overflow, when nothing fits
-  if (best == 0 && res.pruning) {
-    auto over = [&](const ProgramEvaluation& ev) {
-      uint64_t o = UINT64_MAX;
-      for (const MemoryOutcome& m : ev.memory)
-        o = std::min(o, m.needed_reserved_bytes > res.usable_bytes
-                            ? m.needed_reserved_bytes - res.usable_bytes
-                            : 0);
-      return o;
-    };
-    for (const Program& p : progs)
-      if (p.eval) closest = std::min(closest, over(*p.eval));
-    std::vector<size_t> by_memory;
-    for (size_t i = 0; i < progs.size(); ++i)
-      if (progs[i].memory_pruned) by_memory.push_back(i);
-    std::stable_sort(by_memory.begin(), by_memory.end(), [&](size_t a, size_t b) {
-      return progs[a].bounds.peak_bytes < progs[b].bounds.peak_bytes;
-    });
-    parallel_for(by_memory.size(), opt.threads, [&](size_t k) {
-      Program& p = progs[by_memory[k]];
-      {
-        std::lock_guard<std::mutex> l(mu);
-        if (p.bounds.peak_bytes - res.usable_bytes > closest) return false;
-      }
-      ProgramEvaluation ev = evaluate_program(candidate_scenario(opt.base, cands[p.first]));
-      ++ran;
-      std::lock_guard<std::mutex> l(mu);
-      closest = std::min(closest, over(ev));
-      p.eval = std::move(ev);
-      return true;
-    });
-  }
-  res.programs_simulated = ran;
-  if (opt.progress && !order.empty())
-    opt.progress(order.size(), order.size(), "simulate");  // the search is done
-
-  // ---- results (NOTE [Branch and bound]: reported as simulated only when upper bound >= best)
-  for (const Program& p : progs) {
-    for (int e = 0; e < 2; ++e) {
-      ConfigResult r;
-      r.candidate = cands[p.first + e];
-      r.bound_step_time_s = p.bounds.step_time_s;
-      r.bound_peak_bytes = p.bounds.peak_bytes;
-      if (p.memory_pruned &&
-          !(p.eval && best == 0 && p.bounds.peak_bytes - res.usable_bytes <= closest)) {
-        r.verdict = Verdict::kMemoryBound;
-        r.peak_reserved_bytes = r.needed_bytes = p.bounds.peak_bytes;
-        r.over_bytes = p.bounds.peak_bytes - res.usable_bytes;
-      } else if (!p.eval || (res.pruning && p.upper_tps < best)) {
-        r.verdict = Verdict::kTimeBound;
-        r.peak_reserved_bytes = p.bounds.peak_bytes;
-        r.step_time_s = p.bounds.step_time_s;
-        r.tokens_per_s_per_gpu = p.upper_tps;
-      } else {
-        const MemoryOutcome& m = p.eval->memory[e];
-        r.verdict = Verdict::kSimulated;
-        r.out_of_memory = m.out_of_memory;
-        r.fits = fits(*p.eval, m, res.usable_bytes);
-        r.peak_reserved_bytes = m.peak_reserved_bytes;
-        r.peak_allocated_bytes = m.peak_allocated_bytes;
-        r.needed_bytes = m.needed_reserved_bytes;
-        r.host_bytes_per_node = p.eval->host_bytes_per_node;
-        r.host_over_bytes = p.eval->host_over_bytes;
-        r.over_bytes = m.needed_reserved_bytes > res.usable_bytes
-                           ? m.needed_reserved_bytes - res.usable_bytes
-                           : 0;
-        if (r.fits) r.over_bytes = 0;
-        r.step_time_s = p.eval->step_time_s;
-        r.tokens_per_s_per_gpu = p.eval->tokens_per_s_per_gpu;
-        r.mfu = p.eval->mfu;
-        r.compute_s = p.eval->compute_s;
-        r.exposed_comm_s = p.eval->exposed_comm_s;
-      }
-      res.configs.push_back(r);
-    }
-  }
-  auto group = [](const ConfigResult& r) {
-    return r.fits ? 0 : r.verdict == Verdict::kTimeBound ? 1 : 2;
-  };
-  std::vector<size_t> idx(res.configs.size());
-  std::iota(idx.begin(), idx.end(), 0);
-  std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
-    const ConfigResult &x = res.configs[a], &y = res.configs[b];
-    if (group(x) != group(y)) return group(x) < group(y);
-    if (group(x) == 2) return x.over_bytes < y.over_bytes;
-    if (x.tokens_per_s_per_gpu != y.tokens_per_s_per_gpu)
-      return x.tokens_per_s_per_gpu > y.tokens_per_s_per_gpu;
-    return x.peak_reserved_bytes <
-           y.peak_reserved_bytes;  // equally fast: the one leaving more headroom
-  });
-  std::vector<ConfigResult> sorted;
-  sorted.reserve(idx.size());
-  for (size_t i : idx) sorted.push_back(res.configs[i]);
-  res.configs = std::move(sorted);
-  res.evaluated = res.configs.size();
-  for (const auto& r : res.configs) {
-    if (r.verdict == Verdict::kSimulated) ++res.simulated;
-    if (r.verdict == Verdict::kMemoryBound) ++res.memory_pruned;
-    if (r.verdict == Verdict::kTimeBound) ++res.time_pruned;
-  }
+  std::vector<Program> progs = pair_programs(cands);
+  if (res.pruning) res.proxy_simulations = bound_programs(progs, cands, opt, res.usable_bytes);
+  const SearchOutcome found = search(progs, cands, opt, res);
+  res.programs_simulated = found.ran;
+  assemble_results(progs, cands, found, res);
   return res;
 }
 

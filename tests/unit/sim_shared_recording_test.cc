@@ -1,4 +1,4 @@
-// NOTE [Shared recording] in simulator/simulate.cc: with every rank played, a rank's program
+// NOTE [Shared recording] in simulator/play_record.cc: with every rank played, a rank's program
 // copied from its class's first rank (groups remapped, allocations and accesses dropped)
 // equals its own recording without those, and the reports agree.
 #include <gtest/gtest.h>
