@@ -5,7 +5,7 @@
 
 #include "core/common/error.h"
 #include "core/fsdp/shard_layout.h"
-#include "core/scenario/training_program.h"
+#include "core/train/training_program.h"
 #include "simulator/checkpoint_play.h"
 #include "simulator/simulate.h"
 
