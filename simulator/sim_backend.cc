@@ -3,6 +3,7 @@
 #include <unordered_map>
 
 #include "core/common/error.h"
+#include "simulator/cost/dtype_conversion.h"
 
 namespace fullshard::sim {
 
@@ -138,6 +139,7 @@ void SimBackend::do_launch(StreamRole stream, const OpCall& op) {
   in.flops = op.flops;
   in.bytes = op.bytes;
   in.dims = kernel_dims(op);
+  in.converts_dtype = converts_dtype(op.inputs, op.outputs);
   if ((op.kind == OpKind::kAllGatherMatmul || op.kind == OpKind::kMatmulReduceScatter) &&
       op.iargs.size() >= 4)
     in.parts = static_cast<int>(op.iargs[3]);
