@@ -6,6 +6,7 @@
 #include "core/runtime/attention_args.h"
 #include "core/runtime/layer_args.h"
 #include "core/runtime/op_table.h"
+#include "simulator/cost/dtype_conversion.h"
 
 namespace fullshard::sim {
 
@@ -158,6 +159,7 @@ void SimBackend::do_launch(StreamRole stream, const OpCall& op) {
   in.dims = kernel_dims(op);
   if (op_info(op.kind).has(kOpSimulatedOnly) && op.iargs.size() >= 4)
     in.parts = static_cast<int>(CollectiveMatmulArgs::decode(op).tp);
+  in.converts_dtype = converts_dtype(op.inputs, op.outputs);
   add_accesses(in, op.inputs, op.outputs);
 }
 

@@ -22,8 +22,8 @@ namespace jr = json_reader;
 using nlohmann::json;
 
 // NOTE [Figure table]: every figure is read by one entry of this table, both from a profile
-// file (all required) and from a scenario's "hardware" object (any of them, as an override),
-// so the two always validate the same way.
+// file (all required but kOptionalFigures) and from a scenario's "hardware" object (any of them,
+// as an override), so the two always validate the same way.
 using Reader = std::function<void(HardwareProfile&, const json&, const std::string&)>;
 struct Figure {
   std::string name;
@@ -160,6 +160,7 @@ const std::vector<Figure>& figures() {
       {"memory_efficiency",
        table_figure(&P::memory_efficiency, "[[100e6, 0.9], [10e6, 0.75], [1e6, 0.6], [0, 0.3]]")},
       {"norm_memory_efficiency", divisor_fraction_figure(&P::norm_memory_efficiency, "0.4")},
+      {"convert_memory_factor", divisor_fraction_figure(&P::convert_memory_factor, "0.5")},
       {"launch_overhead_s", seconds_figure(&P::launch_overhead_s, "5e-6")},
       {"eager_dispatch_s", seconds_figure(&P::eager_dispatch_s, "10e-6")},
       {"kernel_gap_s", seconds_figure(&P::kernel_gap_s, "2e-6")},
@@ -198,6 +199,15 @@ const std::vector<Figure>& figures() {
       {"host_memory_bytes", bytes_figure(&P::host_memory_bytes, 0, "2199023255552")},
   };
   return table;
+}
+
+// Figures added after profiles were in users' hands: a file without one keeps the
+// HardwareProfile default (which prices as before the figure existed); a file that gives one
+// cites it like any other.
+const std::vector<std::string> kOptionalFigures = {"convert_memory_factor"};
+
+bool optional_figure(const std::string& f) {
+  return std::find(kOptionalFigures.begin(), kOptionalFigures.end(), f) != kOptionalFigures.end();
 }
 
 std::vector<std::string> known_fields() {
@@ -243,7 +253,7 @@ HardwareProfile parse_profile(const json& j) {
   jr::require_object(j, "", "{\"name\": \"h100-sxm-80gb\", \"memory_bytes\": ...}");
   jr::reject_unknown_fields(j, "", known_fields());
   for (const auto& f : known_fields())
-    if (f != "aliases" && f != "description")
+    if (f != "aliases" && f != "description" && !optional_figure(f))
       jr::require_field(j, "", f, "every profile gives " + f + " (see docs/hardware.md)");
 
   HardwareProfile p;
@@ -292,6 +302,7 @@ HardwareProfile parse_profile(const json& j) {
   jr::require_object(sources, "sources", "{\"memory_bytes\": \"NVIDIA H100 datasheet: 80 GB\"}");
   jr::reject_unknown_fields(sources, "sources", hardware_profile_figures());
   for (const auto& f : hardware_profile_figures()) {
+    if (optional_figure(f) && !j.contains(f)) continue;
     jr::require_field(sources, "sources", f, "cite where the value of " + f + " comes from");
     const std::string cite =
         jr::get_string(sources.at(f), jr::child_path("sources", f), "\"NVIDIA H100 datasheet\"");

@@ -88,6 +88,11 @@ struct HardwareProfile {
   // at. Row reductions with an fp32 weight-gradient reduction reach far less than a copy
   // (NOTE [Fused norm kernels] in simulator/cost/compute_model.cc).
   double norm_memory_efficiency = 1;
+  // Memory-bound kernels that convert dtypes element by element (a bf16 -> fp32 cast, an fp32 x
+  // bf16 product; NOTE [Converting kernels] in simulator/cost/dtype_conversion.h) move their
+  // bytes at memory_efficiency x this factor. Optional in a profile file: 1 when absent (priced
+  // as same-dtype kernels).
+  double convert_memory_factor = 1;
   double launch_overhead_s = 0;  // host seconds per kernel / collective launch (CUDA)
   double eager_dispatch_s = 0;   // host seconds PyTorch eager spends per op before the launch
   double kernel_gap_s = 0;       // device seconds between dependent kernels (launch latency)

@@ -9,6 +9,7 @@
 
 #include "core/common/error.h"
 #include "core/scenario/json_reader.h"
+#include "simulator/cost/dtype_conversion.h"
 
 namespace fullshard::sim {
 namespace {
@@ -158,6 +159,21 @@ double predict(const HardwareProfile& p, const CollectiveSample& s) {
   return nccl::choose(nccl::platform_from(p), g, s.func, s.bytes).time_us * 1e-6;
 }
 
+namespace {
+// NOTE [Converting kernels]: the sample as one tensor read and one written, of one element
+// count (a measured elementwise kernel), through the rule the simulator applies to every op.
+bool sample_converts(const KernelSample& s) {
+  auto tensor = [](DType d) {
+    TensorRef t;
+    t.meta.dtype = d;
+    t.meta.shape = {1};
+    return t;
+  };
+  return !s.norm && s.op == OpClass::kVector &&
+         converts_dtype({tensor(s.dtype)}, {tensor(s.out_dtype.value_or(s.dtype))});
+}
+}  // namespace
+
 Instr kernel_of(const KernelSample& s) {
   Instr in;
   in.type = InstrType::kKernel;
@@ -170,6 +186,7 @@ Instr kernel_of(const KernelSample& s) {
   in.flops = s.flops;
   in.bytes = s.bytes;
   in.dims = s.dims;
+  in.converts_dtype = sample_converts(s);
   return in;
 }
 
@@ -181,7 +198,7 @@ std::string kernel_class_name(const KernelSample& s) {
   if (s.norm) return s.backward ? "norm_backward" : "norm";
   if (s.op == OpClass::kMatmul) return "matmul";
   if (s.op == OpClass::kAttention) return s.backward ? "attention_backward" : "attention";
-  return "vector";
+  return sample_converts(s) ? "convert" : "vector";
 }
 
 // NOTE [Launch-bound samples] (calibrate.h): the host's launch of one eager op bounds what a
@@ -276,9 +293,9 @@ CalibrationInput parse_calibration_input(const json& j) {
       jr::require_object(o, P,
                          "{\"op\": \"matmul\", \"dtype\": \"bf16\", \"flops\": 1e12, \"bytes\": "
                          "1e8, \"time_s\": 0.0012}");
-      jr::reject_unknown_fields(
-          o, P,
-          {"op", "dtype", "flops", "bytes", "time_s", "m", "n", "k", "seq", "head_dim", "params"});
+      jr::reject_unknown_fields(o, P,
+                                {"op", "dtype", "out_dtype", "flops", "bytes", "time_s", "m", "n",
+                                 "k", "seq", "head_dim", "params"});
       for (const char* k : {"op", "time_s"}) jr::require_field(o, P, k, "every sample gives it");
       KernelSample s;
       const std::string op = jr::get_choice(
@@ -324,6 +341,15 @@ CalibrationInput parse_calibration_input(const json& j) {
         const std::string d = jr::get_choice(o.at("dtype"), P + ".dtype", {"bf16", "fp16", "fp32"});
         s.dtype = *parse_float_dtype(d);
       }
+      if (o.contains("out_dtype")) {
+        if (op != "vector")
+          throw InputError(P + ".out_dtype", "is given on a " + op + " sample",
+                           "give out_dtype on vector rows only (the dtype an elementwise kernel "
+                           "writes)");
+        const std::string d =
+            jr::get_choice(o.at("out_dtype"), P + ".out_dtype", {"bf16", "fp16", "fp32"});
+        s.out_dtype = *parse_float_dtype(d);
+      }
       if (o.contains("flops"))
         s.flops = jr::get_number(o.at("flops"), P + ".flops", 0, true, kInf, false, "1e12");
       if (o.contains("bytes"))
@@ -365,8 +391,8 @@ Calibration calibrate(const HardwareProfile& start, const CalibrationInput& inpu
   }
   c.collective_error_before = rms(start, all_coll);
   c.kernel_error_before = rms(start, all_kernels);
-  const char* kClasses[] = {"matmul", "attention",     "attention_backward",
-                            "norm",   "norm_backward", "vector"};
+  const char* kClasses[] = {"matmul", "attention", "attention_backward", "norm", "norm_backward",
+                            "vector", "convert"};
   auto class_samples = [&](const std::string& name) {
     std::vector<const KernelSample*> v;
     for (const KernelSample* s : all_kernels)
@@ -434,7 +460,7 @@ Calibration calibrate(const HardwareProfile& start, const CalibrationInput& inpu
   fit_fsdp_hooks(input.direct, p, c.fitted);
 
   const ComputeModel peaks(start, {});
-  std::vector<std::pair<double, double>> mm, attn, attn_bwd, vec, mem;
+  std::vector<std::pair<double, double>> mm, attn, attn_bwd, vec, mem, convert;
   std::vector<double> norm;
   for (const KernelSample* sp : all_kernels) {
     const KernelSample& s = *sp;
@@ -462,7 +488,7 @@ Calibration calibrate(const HardwareProfile& start, const CalibrationInput& inpu
         vec.emplace_back(s.flops, achieved);
       }
     } else {
-      mem.emplace_back(s.bytes, memory_ideal / t);
+      (k.converts_dtype ? convert : mem).emplace_back(s.bytes, memory_ideal / t);
     }
   }
   if (fit_table(p.matmul_efficiency, mm)) c.fitted.push_back("matmul_efficiency");
@@ -471,6 +497,12 @@ Calibration calibrate(const HardwareProfile& start, const CalibrationInput& inpu
     c.fitted.push_back("attention_backward_efficiency");
   if (fit_table(p.vector_efficiency, vec)) c.fitted.push_back("vector_efficiency");
   if (fit_table(p.memory_efficiency, mem)) c.fitted.push_back("memory_efficiency");
+  if (!convert.empty()) {  // NOTE [Converting kernels]: relative to the (fitted) table's row
+    std::vector<double> factor;
+    for (const auto& [bytes, eff] : convert) factor.push_back(eff / p.memory_efficiency.at(bytes));
+    p.convert_memory_factor = std::clamp(median(std::move(factor)), kMinFigureFraction, 1.0);
+    c.fitted.push_back("convert_memory_factor");
+  }
   if (!norm.empty()) {
     p.norm_memory_efficiency = median(std::move(norm));
     c.fitted.push_back("norm_memory_efficiency");

@@ -4,6 +4,7 @@
 // ("Calibration") describes the method; `fullshard calibrate` is the CLI.
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,10 @@ struct KernelSample {
   // "norm" / "norm_backward": a fused RMSNorm / LayerNorm kernel (forward, or its backward's
   // two kernels), which fits norm_memory_efficiency (NOTE [Fused norm kernels]).
   bool norm = false;
+  // The dtype it writes ("out_dtype"; none: dtype): an elementwise sample reading `dtype` and
+  // writing `out_dtype` that converts_dtype() calls converting (a bf16 -> fp32 cast) is a
+  // "convert" sample, which fits convert_memory_factor (NOTE [Converting kernels]).
+  std::optional<DType> out_dtype;
 };
 
 // NOTE [Direct samples]: figures a measurement reads off directly rather than a fit through the
@@ -80,7 +85,8 @@ bool parse_blas_workspace_measurement(const nlohmann::json& j, CalibrationInput&
 CalibrationInput parse_calibration_input(const nlohmann::json& j);
 
 // One kernel class's fit ("matmul", "attention", "attention_backward", "norm",
-// "norm_backward", "vector": the CSV's op), RMS log error before and after.
+// "norm_backward", "vector": the CSV's op; "convert": a vector sample that converts dtypes),
+// RMS log error before and after.
 struct KernelClassError {
   std::string name;
   int samples = 0;
@@ -103,9 +109,10 @@ struct Calibration {
 
 // Fits intra_node_bus_bandwidth (one-node samples), nvls_efficiency (one-node all-reduces,
 // NVLS hardware), network_bus_bandwidth (multi-node samples) and the efficiency tables'
-// entries that samples fall into; kernel_gap_s, eager_dispatch_s, the copy bandwidths and
-// fsdp_hook_s / fsdp_hook_param_s from direct samples (NOTE [Direct samples]). NCCL's latency
-// tables are not fitted.
+// entries that samples fall into (memory_efficiency from same-dtype samples, then
+// convert_memory_factor from converting ones, NOTE [Converting kernels]); kernel_gap_s,
+// eager_dispatch_s, the copy bandwidths and fsdp_hook_s / fsdp_hook_param_s from direct samples
+// (NOTE [Direct samples]). NCCL's latency tables are not fitted.
 Calibration calibrate(const HardwareProfile& start, const CalibrationInput& input);
 
 // A kernel sample's class (KernelClassError's names), and whether it is launch-bound (NOTE

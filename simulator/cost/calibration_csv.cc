@@ -45,8 +45,9 @@ nlohmann::json cell_value(const std::string& s, int line, const std::string& col
 
 const std::vector<std::string> kCollectiveColumns = {"collective", "nodes",   "gpus_per_node",
                                                      "bytes",      "time_us", "busbw_gbs"};
-const std::vector<std::string> kKernelColumns = {"op", "dtype", "flops", "bytes",    "time_s", "m",
-                                                 "n",  "k",     "seq",   "head_dim", "params"};
+const std::vector<std::string> kKernelColumns = {"op",    "dtype",  "out_dtype", "flops",
+                                                 "bytes", "time_s", "m",         "n",
+                                                 "k",     "seq",    "head_dim",  "params"};
 
 bool has(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();

@@ -2,7 +2,8 @@
 // Calibration measurements as CSV (what a spreadsheet or a script over nccl-tests logs
 // writes): one header row naming columns, then one sample per row. A row with a `collective`
 // is an nccl-tests sample (columns collective, nodes, gpus_per_node, bytes, time_us or
-// busbw_gbs); a row with an `op` is a kernel sample (op, dtype, flops, bytes, time_s). Empty
+// busbw_gbs); a row with an `op` is a kernel sample (op, dtype, out_dtype, flops, bytes, time_s,
+// and a GEMM's m, k, n or attention's seq, head_dim). Empty
 // cells are absent fields; lines starting with '#' and blank lines are skipped.
 #include <string>
 #include <vector>

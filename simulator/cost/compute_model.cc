@@ -143,6 +143,16 @@ CollectiveMatmulTimes ComputeModel::collective_matmul(const Instr& k) const {
   return all_gather_matmul_times(c);
 }
 
+double ComputeModel::memory_efficiency(const Instr& k) const {
+  const bool gpu = hw_.compute_capability > 0;
+  if (gpu && is_norm(k.op)) return hw_.norm_memory_efficiency;
+  const double eff = hw_.memory_efficiency.at(k.bytes / (gpu ? kernels_for(k.op) : 1));
+  // NOTE [Converting kernels]: elementwise kernels only (GEMMs and attention are priced by their
+  // FLOPs; a fused norm by its own figure above).
+  return k.converts_dtype && op_class(k.op) == OpClass::kVector ? eff * hw_.convert_memory_factor
+                                                                : eff;
+}
+
 double ComputeModel::device_seconds(const Instr& k) const {
   if (k.op == OpKind::kAllGatherMatmul || k.op == OpKind::kMatmulReduceScatter)
     return collective_matmul(k).total_s;
@@ -151,11 +161,7 @@ double ComputeModel::device_seconds(const Instr& k) const {
   double compute = 0, memory = 0;
   if (k.flops > 0)
     compute = k.flops / (peak_flops(op_class(k.op), k.dtype) * compute_efficiency(k));
-  if (k.bytes > 0) {
-    const double eff = gpu && is_norm(k.op) ? hw_.norm_memory_efficiency
-                                            : hw_.memory_efficiency.at(k.bytes / kernels);
-    memory = k.bytes / (hw_.hbm_bandwidth * eff);
-  }
+  if (k.bytes > 0) memory = k.bytes / (hw_.hbm_bandwidth * memory_efficiency(k));
   return std::max(compute, memory) + kernels * hw_.kernel_gap_s;
 }
 

@@ -44,9 +44,13 @@ class ComputeModel {
   // times sustained_clock_ratio for tensor-core work.
   double compute_efficiency(const Instr& kernel) const;
   // A device kernel: max(flops / (peak x efficiency), bytes / (hbm_bandwidth x
-  // memory_efficiency(bytes / kernels))) + kernels x kernel_gap_s; on a GPU a norm backward is
-  // two kernels and norms move their bytes at norm_memory_efficiency (NOTE [Fused norm kernels]).
+  // memory_efficiency(kernel))) + kernels x kernel_gap_s; on a GPU a norm backward is two
+  // kernels (NOTE [Fused norm kernels]).
   double device_seconds(const Instr& kernel) const;
+  // The fraction of hbm_bandwidth a device kernel's bytes move at: norm_memory_efficiency for a
+  // norm on a GPU; else memory_efficiency(bytes / kernels), x convert_memory_factor for an
+  // elementwise kernel that converts dtypes (NOTE [Converting kernels]).
+  double memory_efficiency(const Instr& kernel) const;
   // An async-TP collective-matmul (kAllGatherMatmul / kMatmulReduceScatter): its pipeline played
   // over the pieces' costs (NOTE [Collective-matmul pipeline]); device_seconds is its total_s.
   CollectiveMatmulTimes collective_matmul(const Instr& kernel) const;

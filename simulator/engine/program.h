@@ -69,6 +69,9 @@ struct Instr {
   KernelPlace place = KernelPlace::kDevice;
   double flops = 0;
   double bytes = 0;
+  // Its tensors convert dtypes element by element (NOTE [Converting kernels] in
+  // simulator/cost/dtype_conversion.h): the cost model prices its bytes at its own efficiency.
+  bool converts_dtype = false;
   // Kernel shape for the compute model (NOTE [Kernel shapes] in simulator/sim_backend.cc):
   // linear ops {M, K, N} of the forward product; attention {batch x heads, seq, head_dim};
   // zeros otherwise.

@@ -35,7 +35,7 @@ python3 "$m" --scenario "$src/scenarios/llama-1b-h100-bench.json" --list | grep 
 python3 "$m" --dim 1024 --n-heads 8 --n-kv-heads 8 --ffn-dim 4096 --vocab-size 32000 --seq 2048 --batch 2 \
   --dry-run --efficiency 0.4 -o "$tmp/measured.csv" > "$tmp/dry.out"
 grep -q "DRY RUN: synthetic roofline times" "$tmp/measured.csv"
-head -n 20 "$tmp/measured.csv" | grep -q "^collective,nodes,gpus_per_node,bytes,time_us,op,dtype,flops,time_s,m,k,n,seq,head_dim$"
+head -n 20 "$tmp/measured.csv" | grep -q "^collective,nodes,gpus_per_node,bytes,time_us,op,dtype,flops,time_s,m,k,n,seq,head_dim,out_dtype$"
 rows="$(grep -c -v '^#' "$tmp/measured.csv")"
 [ "$rows" -ge 25 ] || { echo "only $rows CSV lines"; exit 1; }
 "$bin" calibrate "$tmp/measured.csv" --hardware h100 -o "$tmp/h100-measured.json" > "$tmp/cal.out"

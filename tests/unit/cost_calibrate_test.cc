@@ -102,5 +102,63 @@ TEST(Calibrate, ParsesSamplesAndNcclTestsBusBandwidth) {
   bad(R"({"samples": []})", "samples");
 }
 
+// NOTE [Converting kernels]: samples that convert dtypes (out_dtype wider than dtype) fit
+// convert_memory_factor relative to the memory table, which the same-dtype samples alone fit;
+// samples drawn from a known profile give both back, and the "convert" class its own errors.
+TEST(Calibrate, ConvertingSamplesFitTheirOwnFactor) {
+  const HardwareProfile stock = load_hardware_profile("h200");
+  ASSERT_EQ(stock.convert_memory_factor, 1.0);
+  HardwareProfile truth = stock;
+  truth.memory_efficiency.rows = {{100e6, 0.85}, {10e6, 0.7}, {1e6, 0.5}, {0, 0.3}};
+  truth.convert_memory_factor = 0.48;
+  const json j = {
+      {"kernels",
+       {{{"op", "vector"}, {"dtype", "bf16"}, {"bytes", 2e8}, {"time_s", 1}},
+        {{"op", "vector"}, {"dtype", "bf16"}, {"bytes", 2e7}, {"time_s", 1}},
+        {{"op", "vector"}, {"dtype", "bf16"}, {"out_dtype", "fp32"}, {"bytes", 3e8}, {"time_s", 1}},
+        {{"op", "vector"}, {"dtype", "bf16"}, {"out_dtype", "fp32"}, {"bytes", 2e7}, {"time_s", 1}},
+        // fp32 -> bf16 is no conversion (its own vectorised kernel): a vector sample.
+        {{"op", "vector"},
+         {"dtype", "fp32"},
+         {"out_dtype", "bf16"},
+         {"bytes", 3e8},
+         {"time_s", 1}}}}};
+  CalibrationInput in = parse_calibration_input(j);
+  ASSERT_EQ(in.kernels.size(), 5u);
+  EXPECT_EQ(kernel_class_name(in.kernels[2]), "convert");
+  EXPECT_EQ(kernel_class_name(in.kernels[4]), "vector");
+  for (KernelSample& k : in.kernels) k.time_s = predict(truth, k);
+  // Under the truth, a conversion costs 1 / 0.48 of the same bytes moved without one.
+  KernelSample same = in.kernels[2];
+  same.out_dtype.reset();
+  EXPECT_NEAR((predict(truth, in.kernels[2]) - truth.kernel_gap_s) /
+                  (predict(truth, same) - truth.kernel_gap_s),
+              1 / 0.48, 1e-9);
+  const Calibration c = calibrate(stock, in);
+  EXPECT_NEAR(c.profile.convert_memory_factor, 0.48, 1e-9);
+  EXPECT_NEAR(c.profile.memory_efficiency.at(3e8), 0.85, 1e-9);
+  EXPECT_NEAR(c.profile.memory_efficiency.at(2e7), 0.7, 1e-9);
+  EXPECT_EQ(c.fitted, (std::vector<std::string>{"memory_efficiency", "convert_memory_factor"}));
+  ASSERT_EQ(c.kernel_classes.size(), 2u);
+  EXPECT_EQ(c.kernel_classes[1].name, "convert");
+  EXPECT_EQ(c.kernel_classes[1].samples, 2);
+  EXPECT_GT(c.kernel_classes[1].before, 0.5);  // ln(1 / 0.48) and more: the stock prices them fast
+  EXPECT_LT(c.kernel_classes[1].after, 1e-9);
+  EXPECT_LT(c.kernel_error_after, 1e-9);
+
+  auto bad = [](const json& k, const std::string& where) {
+    try {
+      parse_calibration_input(json{{"kernels", {k}}});
+      ADD_FAILURE() << "expected an error at " << where;
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.where(), where) << e.what();
+    }
+  };
+  bad({{"op", "matmul"}, {"flops", 1e9}, {"out_dtype", "fp32"}, {"time_s", 1}},
+      "kernels[0].out_dtype");
+  bad({{"op", "vector"}, {"bytes", 1e9}, {"out_dtype", "int8"}, {"time_s", 1}},
+      "kernels[0].out_dtype");
+}
+
 }  // namespace
 }  // namespace fullshard::sim

@@ -3,6 +3,11 @@
 // speed factors and host threads, each bad value a one-line InputError at its JSON path.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <tuple>
 
 #include <nlohmann/json.hpp>
@@ -15,6 +20,13 @@ namespace fullshard {
 namespace {
 
 using nlohmann::json;
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 
 json h100x16() {
   return json::parse(R"({
@@ -60,6 +72,32 @@ TEST(HardwareProfileFigures, EveryShippedProfileCitesEveryFigure) {
       EXPECT_EQ(t->rows.back().first, 0);
     }
   }
+}
+
+// convert_memory_factor came after profiles were written by users (calibrate's output, copies
+// of shipped files): a file without it loads, priced as before (1); a file that gives it cites
+// it like every other figure.
+TEST(HardwareProfileFigures, ConvertFactorIsOptionalButCitedWhenGiven) {
+  json j = json::parse(read_text(hardware_profile_dir() + "/h200-141gb.json"));
+  ASSERT_TRUE(j.contains("convert_memory_factor"));
+  const auto path = (std::filesystem::temp_directory_path() /
+                     ("convert-factor-" + std::to_string(::getpid()) + ".json"))
+                        .string();
+  auto load = [&](const json& profile) {
+    std::ofstream(path) << profile.dump();
+    return load_hardware_profile_file(path);
+  };
+  json without = j;
+  without.erase("convert_memory_factor");
+  without["sources"].erase("convert_memory_factor");
+  EXPECT_EQ(load(without).convert_memory_factor, 1.0);
+  json half = j;
+  half["convert_memory_factor"] = 0.5;
+  EXPECT_EQ(load(half).convert_memory_factor, 0.5);
+  half["sources"].erase("convert_memory_factor");
+  expect_input_error([&] { load(half); }, path + ": sources.convert_memory_factor",
+                     {"is missing", "cite"});
+  std::filesystem::remove(path);
 }
 
 TEST(HardwareProfileFigures, ShippedValues) {

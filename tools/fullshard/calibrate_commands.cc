@@ -44,6 +44,7 @@ json figure_json(const HardwareProfile& p, const std::string& figure) {
   if (figure == "vector_efficiency") return table_json(p.vector_efficiency);
   if (figure == "memory_efficiency") return table_json(p.memory_efficiency);
   if (figure == "norm_memory_efficiency") return p.norm_memory_efficiency;
+  if (figure == "convert_memory_factor") return p.convert_memory_factor;
   if (figure == "kernel_gap_s") return p.kernel_gap_s;  // NOTE [Direct samples]
   if (figure == "eager_dispatch_s") return p.eager_dispatch_s;
   if (figure == "pinned_copy_bandwidth") return p.pinned_copy_bandwidth;
@@ -148,8 +149,8 @@ CLI::App* add_calibrate_command(CLI::App& app, CalibrateFlags& f) {
   c->add_option("-o,--output", f.output, "write the fitted profile to OUT.json");
   c->add_option("--exclude", f.exclude,
                 "kernel classes left out of the fit: matmul, attention, attention_backward, norm, "
-                "norm_backward, "
-                "vector (e.g. samples of another attention backend than the profile describes)");
+                "norm_backward, vector, convert (e.g. samples of another attention backend than "
+                "the profile describes)");
   c->add_flag("--per-sample", f.per_sample,
               "list every kernel sample: measured time, predicted before and after the fit (which "
               "kernels the model "
@@ -211,10 +212,11 @@ int cmd_calibrate(const CalibrateFlags& f) {
             (i + 1 == f.exclude.size() ? " samples" : "");
   for (const auto& x : f.exclude) {
     static const std::vector<std::string> kClasses = {
-        "matmul", "attention", "attention_backward", "norm", "norm_backward", "vector"};
+        "matmul", "attention", "attention_backward", "norm", "norm_backward", "vector", "convert"};
     if (std::find(kClasses.begin(), kClasses.end(), x) == kClasses.end())
       throw InputError("--exclude", "is '" + printable(x) + "', not a kernel class",
-                       "name matmul, attention, attention_backward, norm, norm_backward or vector");
+                       "name matmul, attention, attention_backward, norm, norm_backward, vector "
+                       "or convert");
   }
   size_t excluded = 0;
   if (!f.exclude.empty()) {

@@ -26,7 +26,7 @@ DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 # Columns of calibrate's CSV (simulator/cost/calibration_csv.cc kCollectiveColumns +
 # kKernelColumns), in the order measure.py writes them.
 CSV_COLUMNS = ["collective", "nodes", "gpus_per_node", "bytes", "time_us", "op", "dtype", "flops", "time_s",
-               "m", "k", "n", "seq", "head_dim"]
+               "m", "k", "n", "seq", "head_dim", "out_dtype"]
 
 
 class PlanError(Exception):
@@ -66,6 +66,7 @@ class Sample:
     head_dim: int = 0
     chain: str = ""      # the eager chain this kernel belongs to ("" for GEMMs and attention)
     time_s: float | None = None
+    out_dtype: str = ""  # an elementwise kernel's written dtype where it is not `dtype` (a cast)
 
 
 @dataclasses.dataclass
@@ -155,10 +156,14 @@ def attention_samples(m: Model, batch: int, seq: int, dtype: str) -> list[Sample
             Sample("sdpa backward", "attention_backward", dtype, 2.5 * fwd, 2 * qkvo, seq=seq, head_dim=hd)]
 
 
-def _ew(label: str, chain: str, dtype: str, numel: int, flops_per: float, read: Iterable[int], write: Iterable[int]) -> Sample:
+def _ew(label: str, chain: str, dtype: str, numel: int, flops_per: float, read: Iterable[int], write: Iterable[int],
+        out_dtype: str = "") -> Sample:
     """One elementwise/reduction kernel over `numel` elements: `read` / `write` list the bytes
-    per element of each tensor read / written."""
-    return Sample(label, "vector", dtype, flops_per * numel, float(numel * (sum(read) + sum(write))), chain=chain)
+    per element of each tensor read / written; `out_dtype` the dtype it writes when that is not
+    `dtype` (calibrate prices converting kernels apart: NOTE [Converting kernels] in
+    simulator/cost/dtype_conversion.h)."""
+    return Sample(label, "vector", dtype, flops_per * numel, float(numel * (sum(read) + sum(write))), chain=chain,
+                  out_dtype=out_dtype if out_dtype != dtype else "")
 
 
 def eager_samples(m: Model, tokens: int, dtype: str) -> list[Sample]:
@@ -171,13 +176,13 @@ def eager_samples(m: Model, tokens: int, dtype: str) -> list[Sample]:
     n, d, f, v = tokens * m.dim, m.dim, m.ffn_dim, m.vocab_size
     rows = tokens
     s = [
-        _ew("rmsnorm_eager float", "rmsnorm_eager", dtype, n, 0, [e], [4]),
+        _ew("rmsnorm_eager float", "rmsnorm_eager", dtype, n, 0, [e], [4], "fp32"),
         _ew("rmsnorm_eager pow", "rmsnorm_eager", "fp32", n, 1, [4], [4]),
         _ew("rmsnorm_eager mean", "rmsnorm_eager", "fp32", n, 1, [4], [4 / d]),
         _ew("rmsnorm_eager add_eps", "rmsnorm_eager", "fp32", rows, 1, [4], [4]),
         _ew("rmsnorm_eager rsqrt", "rmsnorm_eager", "fp32", rows, 1, [4], [4]),
         _ew("rmsnorm_eager mul", "rmsnorm_eager", "fp32", n, 1, [4, 4 / d], [4]),
-        _ew("rmsnorm_eager type_as", "rmsnorm_eager", "fp32", n, 0, [4], [e]),
+        _ew("rmsnorm_eager type_as", "rmsnorm_eager", "fp32", n, 0, [4], [e], dtype),
         _ew("rmsnorm_eager mul_weight", "rmsnorm_eager", dtype, n, 1, [e, e / rows], [e]),
         # The fused norm as fullshard records it (core/model/ops.cc rms_norm): forward reads x
         # and the weight, writes y and the fp32 rstd; backward reads dy, x, rstd and the weight,
@@ -186,7 +191,7 @@ def eager_samples(m: Model, tokens: int, dtype: str) -> list[Sample]:
         Sample("rmsnorm_fused backward", "norm_backward", dtype, 8.0 * n,
                float(n * e + n * e + rows * 4 + d * e + n * e + d * e), chain="rmsnorm_fused"),
         _ew("residual add", "add", dtype, n, 1, [e, e], [e]),
-        _ew("cast to fp32", "cast", dtype, n, 0, [e], [4]),
+        _ew("cast to fp32", "cast", dtype, n, 0, [e], [4], "fp32"),
         _ew("d2d copy", "copy", dtype, n, 0, [e], [e]),
         _ew("log_softmax fp32 logits", "cross_entropy", "fp32", tokens * v, 4, [4], [4]),
     ]
@@ -244,7 +249,7 @@ def write_csv(out, header: list[str], samples: list[Sample], collectives: list[C
             continue
         out.write(f"# {s.label}\n")
         cells = {"op": s.op, "dtype": s.dtype, "flops": s.flops, "bytes": s.bytes, "time_s": s.time_s, "m": s.m,
-                 "k": s.k, "n": s.n, "seq": s.seq, "head_dim": s.head_dim}
+                 "k": s.k, "n": s.n, "seq": s.seq, "head_dim": s.head_dim, "out_dtype": s.out_dtype}
         out.write(",".join(_cell(cells.get(c)) for c in CSV_COLUMNS) + "\n")
     for line in notes:
         out.write(f"# {line}\n")
