@@ -136,7 +136,7 @@ void CpuBackend::do_launch(StreamRole r, const OpCall& op) {
   });
 }
 
-gloo_backend::GlooProcessGroup& CpuBackend::process_group(const ProcessGroup& g, StreamRole r) {
+backends::GlooCollectiveGroup& CpuBackend::process_group(const ProcessGroup& g, StreamRole r) {
   const std::string key = std::string(stream_name(r)) + "/" + g.key();
   std::lock_guard<std::mutex> lock(groups_mu_);
   auto it = groups_.find(key);
@@ -146,44 +146,24 @@ gloo_backend::GlooProcessGroup& CpuBackend::process_group(const ProcessGroup& g,
   // A one-rank group exchanges nothing and has no store (a one-rank job); wrapping a null
   // store in a PrefixStore would bind a reference to it.
   auto store = options_.store ? gloo_backend::make_prefix_store(key, options_.store) : nullptr;
-  auto pg = std::make_unique<gloo_backend::GlooProcessGroup>(store, options_.device, g, rank(),
-                                                             options_.collectives);
+  auto pg = std::make_unique<backends::GlooCollectiveGroup>(store, options_.device, g, rank(),
+                                                            options_.collectives);
   return *groups_.emplace(key, std::move(pg)).first->second;
 }
 
 void CpuBackend::do_collective(StreamRole r, const CollectiveCall& call,
                                const ProcessGroup& group) {
   check_failed();
-  FULLSHARD_CHECK(group.index_of(rank()) >= 0,
-                  "collective " + call.name + " on a group without this rank");
-  void* in = resolve(call.input);
-  void* out = resolve(call.output);
-  stream(r).enqueue([this, r, call, group, in, out, seq = host_seq(),
-                     starts = memory().records_timeline()] {
+  // NOTE [One collective decoding]
+  const backends::CollectivePlan plan =
+      backends::plan_collective(call, group, rank(), resolve(call.input), resolve(call.output));
+  stream(r).enqueue([this, r, plan, group, seq = host_seq(), starts = memory().records_timeline()] {
     auto& pg = process_group(group, r);
     run_timed(
         r, seq, starts,
         [&] {
-          const DType dt = call.output.meta.dtype;
-          switch (call.kind) {
-            case CollectiveKind::kAllGather:
-              pg.all_gather(in, out, static_cast<size_t>(call.input.meta.numel()), dt, call.name);
-              break;
-            case CollectiveKind::kReduceScatter:
-              pg.reduce_scatter(in, out, static_cast<size_t>(call.output.meta.numel()), dt, call.op,
-                                call.scale, call.name);
-              break;
-            case CollectiveKind::kAllReduce:
-              if (in != out) std::memcpy(out, in, call.output.nbytes());
-              pg.all_reduce(out, static_cast<size_t>(call.output.meta.numel()), dt, call.op,
-                            call.scale, call.name);
-              break;
-            case CollectiveKind::kBroadcast:
-              pg.broadcast(out, static_cast<size_t>(call.output.meta.numel()), dt, call.root,
-                           call.name);
-              break;
-            case CollectiveKind::kBarrier: pg.barrier(call.name); break;
-          }
+          if (plan.copy_bytes > 0) std::memcpy(plan.args.output, plan.copy_from, plan.copy_bytes);
+          pg.run(plan.args, backends::CallingThread{});
         },
         &group.name);
   });

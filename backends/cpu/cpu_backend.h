@@ -13,6 +13,7 @@
 
 #include "backends/common/buffer_addresses.h"
 #include "backends/common/event_table.h"
+#include "backends/common/gloo_collective_group.h"
 #include "backends/common/host_fills.h"
 #include "backends/common/measurements.h"
 #include "backends/cpu/host_memory.h"
@@ -93,7 +94,7 @@ class CpuBackend : public Backend {
   // Process groups by (group key, stream): each stream's collectives get their own Gloo
   // context, so concurrent streams never share one. Created lazily on the stream's thread.
   std::mutex groups_mu_;
-  std::map<std::string, std::unique_ptr<gloo_backend::GlooProcessGroup>> groups_;
+  std::map<std::string, std::unique_ptr<backends::GlooCollectiveGroup>> groups_;
 
   StreamWorker& stream(StreamRole r) { return *streams_[static_cast<size_t>(r)]; }
   uint8_t* resolve(const TensorRef& ref) const;
@@ -106,7 +107,7 @@ class CpuBackend : public Backend {
   void run_timed(StreamRole r, uint64_t seq, bool starts, const std::function<void()>& fn,
                  const std::string* group = nullptr);
   void release_host_buffers(bool all);
-  gloo_backend::GlooProcessGroup& process_group(const ProcessGroup& g, StreamRole r);
+  backends::GlooCollectiveGroup& process_group(const ProcessGroup& g, StreamRole r);
 };
 
 }  // namespace fullshard::cpu

@@ -11,7 +11,6 @@
 #include "backends/common/host_fills.h"
 #include "backends/common/scalar_read.h"
 #include "backends/cpu/kernels/kernels.h"
-#include "backends/cuda/collective_args.h"
 #include "backends/cuda/cuda_error.h"
 #include "backends/cuda/device_memory.h"
 #include "backends/cuda/device_probe.h"
@@ -458,19 +457,16 @@ DeviceProcessGroup& CudaBackend::staged_group(const ProcessGroup& g, StreamRole 
 void CudaBackend::enqueue_collective(StreamRole r, const CollectiveCall& call,
                                      const ProcessGroup& group) {
   check_failed();
-  FULLSHARD_CHECK(group.index_of(rank()) >= 0,
-                  "collective " + call.name + " on a group without this rank");
-  const backends::Address in = resolve(call.input);
-  const backends::Address out = resolve(call.output);
+  // NOTE [One collective decoding]
+  const backends::CollectivePlan plan = backends::plan_collective(
+      call, group, rank(), resolve(call.input).ptr, resolve(call.output).ptr);
+  const CollectiveArgs& args = plan.args;
   cudaStream_t s = stream(r);
-  const bool copy_first = call.kind == CollectiveKind::kAllReduce && in.ptr != out.ptr;
-  const backends::Address data = copy_first ? out : in;
-  const CollectiveArgs args = decode_collective(call, data.ptr, out.ptr, group.size());
   // The process group first (a communicator's setup is host work: NOTE [Measured stream times on
   // the GPU]), then the copy and the collective between the timing events.
   auto copy_in = [&] {
-    if (copy_first && call.output.nbytes() > 0)
-      check(cudaMemcpyAsync(out.ptr, in.ptr, call.output.nbytes(), cudaMemcpyDefault, s),
+    if (plan.copy_bytes > 0)
+      check(cudaMemcpyAsync(args.output, plan.copy_from, plan.copy_bytes, cudaMemcpyDefault, s),
             "cudaMemcpyAsync", "all_reduce '" + call.name + "' (input copied to output)");
   };
   if (transport_.transport == CollectiveTransport::kNccl) {
@@ -478,7 +474,7 @@ void CudaBackend::enqueue_collective(StreamRole r, const CollectiveCall& call,
     try {
       timed(r, &group.name, [&] {
         copy_in();
-        pg->enqueue(args, s);
+        pg->run(args, s);
       });
     } catch (const std::exception& e) {
       watchdog_->report(e.what());  // first error wins; aborts the other communicators
@@ -489,7 +485,7 @@ void CudaBackend::enqueue_collective(StreamRole r, const CollectiveCall& call,
     DeviceProcessGroup& pg = staged_group(group, r);
     timed(r, &group.name, [&] {
       copy_in();
-      pg.enqueue(args, s);
+      pg.run(args, s);
     });
   }
 }

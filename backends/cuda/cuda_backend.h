@@ -23,6 +23,7 @@
 #include "backends/common/host_fills.h"
 #include "backends/common/measurements.h"
 #include "backends/cuda/collective_transport.h"
+#include "backends/cuda/device_process_group.h"
 #include "backends/gloo/process_group.h"
 #include "core/data/text_corpus.h"
 #include "core/runtime/backend.h"
@@ -38,7 +39,6 @@ namespace fullshard::cuda {
 
 class CollectiveWatchdog;
 class CudaSegmentSource;
-class DeviceProcessGroup;
 class EventPool;
 class NcclProcessGroup;
 class PinnedHostMemory;
