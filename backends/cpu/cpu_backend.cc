@@ -5,11 +5,11 @@
 
 #include <fmt/format.h>
 
-#include "backends/cpu/kernels/dtype_io.h"
+#include "backends/common/host_fills.h"
+#include "backends/common/scalar_read.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/gloo/rendezvous.h"
 #include "core/common/error.h"
-#include "core/data/param_init.h"
 
 namespace fullshard::cpu {
 
@@ -33,17 +33,13 @@ CpuBackend::~CpuBackend() {
   groups_.clear();
 }
 
-void CpuBackend::check_failed() const {
-  if (failure_.failed()) std::rethrow_exception(failure_.error());
+void CpuBackend::check_failed() const { failure_.rethrow_if_failed(); }
+
+backends::HostFillContext CpuBackend::host_fill_context() const {
+  return {&options_.batches, rank(), world_size()};
 }
 
-uint8_t* CpuBackend::resolve(const TensorRef& ref) const {
-  if (ref.buffer_id == 0) return nullptr;
-  auto it = addresses_.find(ref.buffer_id);
-  FULLSHARD_CHECK(it != addresses_.end(),
-                  fmt::format("tensor of freed buffer {} used", ref.buffer_id));
-  return it->second + ref.offset_bytes;
-}
+uint8_t* CpuBackend::resolve(const TensorRef& ref) const { return addresses_.pointer(ref); }
 
 void CpuBackend::copy_to_host(const TensorRef& ref, void* dst) {
   synchronize_device();
@@ -56,42 +52,29 @@ void CpuBackend::copy_from_host(const TensorRef& ref, const void* src) {
   if (ref.nbytes() > 0) std::memcpy(resolve(ref), src, ref.nbytes());
 }
 
-double CpuBackend::clock_s() const {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - created_).count();
-}
+double CpuBackend::clock_s() const { return measurements_.clock_s(); }
 
 void CpuBackend::run_timed(StreamRole r, uint64_t seq, bool starts, const std::function<void()>& fn,
                            const std::string* group) {
-  auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = backends::MeasurementStore::Clock::now();
   fn();
-  auto t1 = std::chrono::steady_clock::now();
-  const double start = std::chrono::duration<double>(t0 - created_).count();
-  const double end = std::chrono::duration<double>(t1 - created_).count();
-  std::lock_guard<std::mutex> lock(intervals_mu_);
-  intervals_[static_cast<size_t>(r)].emplace_back(start, end);
-  if (group) collective_intervals_.push_back({*group, r, start, end});
-  if (starts) work_starts_.emplace_back(seq, start);
-  if (!group) kernel_times_.push_back({seq, start, end});
+  const auto t1 = backends::MeasurementStore::Clock::now();
+  measurements_.add(r, seq, group, measurements_.seconds_at(t0), measurements_.seconds_at(t1),
+                    starts);
 }
 
-std::vector<KernelTime> CpuBackend::take_kernel_times() {
-  std::lock_guard<std::mutex> lock(intervals_mu_);
-  return std::exchange(kernel_times_, {});
-}
+std::vector<KernelTime> CpuBackend::take_kernel_times() { return measurements_.take_kernels(); }
 
 std::vector<CollectiveInterval> CpuBackend::take_collective_intervals() {
-  std::lock_guard<std::mutex> lock(intervals_mu_);
-  return std::exchange(collective_intervals_, {});
+  return measurements_.take_collectives();
 }
 
 std::vector<std::pair<uint64_t, double>> CpuBackend::take_work_starts() {
-  std::lock_guard<std::mutex> lock(intervals_mu_);
-  return std::exchange(work_starts_, {});
+  return measurements_.take_starts();
 }
 
 std::optional<StreamIntervals> CpuBackend::take_busy_intervals() {
-  std::lock_guard<std::mutex> lock(intervals_mu_);
-  return std::exchange(intervals_, {});
+  return measurements_.take_busy();
 }
 
 void CpuBackend::on_allocate(const Buffer& buffer, StreamRole stream, std::string_view what) {
@@ -103,23 +86,22 @@ void CpuBackend::on_allocate(const Buffer& buffer, StreamRole stream, std::strin
     FULLSHARD_CHECK(p != nullptr,
                     fmt::format("host allocation of {} bytes for {} failed", buffer.bytes, what));
   } else {
-    p = reinterpret_cast<uint8_t*>(buffer.block.address);
+    p = backends::BufferAddresses::block_address(buffer);
   }
-  addresses_[buffer.id] = p;
+  addresses_.add(buffer, p);
 }
 
 void CpuBackend::on_free(const Buffer& buffer) {
-  auto it = addresses_.find(buffer.id);
-  if (it == addresses_.end()) return;
-  if (buffer.on_host) {
-    DeferredHostFree d{it->second, {}};
+  const std::optional<backends::Address> a = addresses_.remove(buffer.id);
+  if (!a) return;
+  if (a->on_host) {
+    DeferredHostFree d{a->ptr, {}};
     for (size_t i = 0; i < streams_.size(); ++i) {
       d.fences[i] = std::make_shared<CpuEvent>();
       streams_[i]->record(d.fences[i]);
     }
     deferred_host_frees_.push_back(std::move(d));
   }
-  addresses_.erase(it);
 }
 
 void CpuBackend::release_host_buffers(bool all) {
@@ -149,21 +131,12 @@ void CpuBackend::do_launch(StreamRole r, const OpCall& op) {
   stream(r).enqueue([this, r, op, seq = host_seq(), starts = memory().records_timeline(),
                      in = std::move(in), out = std::move(out)] {
     run_timed(r, seq, starts, [&] {
-      switch (op.kind) {
-        case OpKind::kLoadBatch:
-          options_.batches.fill(op, rank(), world_size(), static_cast<int64_t*>(out.at(0)),
-                                static_cast<int64_t*>(out.at(1)));
-          break;
-        case OpKind::kInitParam:  // NOTE [Threaded host init]
-          run_init_param(op, out.at(0), host_init_threads());
-          break;
-        default: run_kernel(op, in, out);
-      }
+      if (!backends::run_host_fill(op, host_fill_context(), out)) run_kernel(op, in, out);
     });
   });
 }
 
-gloo_backend::GlooProcessGroup& CpuBackend::process_group(const ProcessGroup& g, StreamRole r) {
+backends::GlooCollectiveGroup& CpuBackend::process_group(const ProcessGroup& g, StreamRole r) {
   const std::string key = std::string(stream_name(r)) + "/" + g.key();
   std::lock_guard<std::mutex> lock(groups_mu_);
   auto it = groups_.find(key);
@@ -173,70 +146,47 @@ gloo_backend::GlooProcessGroup& CpuBackend::process_group(const ProcessGroup& g,
   // A one-rank group exchanges nothing and has no store (a one-rank job); wrapping a null
   // store in a PrefixStore would bind a reference to it.
   auto store = options_.store ? gloo_backend::make_prefix_store(key, options_.store) : nullptr;
-  auto pg = std::make_unique<gloo_backend::GlooProcessGroup>(store, options_.device, g, rank(),
-                                                             options_.collectives);
+  auto pg = std::make_unique<backends::GlooCollectiveGroup>(store, options_.device, g, rank(),
+                                                            options_.collectives);
   return *groups_.emplace(key, std::move(pg)).first->second;
 }
 
 void CpuBackend::do_collective(StreamRole r, const CollectiveCall& call,
                                const ProcessGroup& group) {
   check_failed();
-  FULLSHARD_CHECK(group.index_of(rank()) >= 0,
-                  "collective " + call.name + " on a group without this rank");
-  void* in = resolve(call.input);
-  void* out = resolve(call.output);
-  stream(r).enqueue([this, r, call, group, in, out, seq = host_seq(),
-                     starts = memory().records_timeline()] {
+  // NOTE [One collective decoding]
+  const backends::CollectivePlan plan =
+      backends::plan_collective(call, group, rank(), resolve(call.input), resolve(call.output));
+  stream(r).enqueue([this, r, plan, group, seq = host_seq(), starts = memory().records_timeline()] {
     auto& pg = process_group(group, r);
     run_timed(
         r, seq, starts,
         [&] {
-          const DType dt = call.output.meta.dtype;
-          switch (call.kind) {
-            case CollectiveKind::kAllGather:
-              pg.all_gather(in, out, static_cast<size_t>(call.input.meta.numel()), dt, call.name);
-              break;
-            case CollectiveKind::kReduceScatter:
-              pg.reduce_scatter(in, out, static_cast<size_t>(call.output.meta.numel()), dt, call.op,
-                                call.scale, call.name);
-              break;
-            case CollectiveKind::kAllReduce:
-              if (in != out) std::memcpy(out, in, call.output.nbytes());
-              pg.all_reduce(out, static_cast<size_t>(call.output.meta.numel()), dt, call.op,
-                            call.scale, call.name);
-              break;
-            case CollectiveKind::kBroadcast:
-              pg.broadcast(out, static_cast<size_t>(call.output.meta.numel()), dt, call.root,
-                           call.name);
-              break;
-            case CollectiveKind::kBarrier: pg.barrier(call.name); break;
-          }
+          if (plan.copy_bytes > 0) std::memcpy(plan.args.output, plan.copy_from, plan.copy_bytes);
+          pg.run(plan.args, backends::CallingThread{});
         },
         &group.name);
   });
 }
 
 EventId CpuBackend::do_record_event(StreamRole r) {
-  EventId id = ++next_event_;
   auto e = std::make_shared<CpuEvent>();
-  events_.emplace(id, e);
-  stream(r).record(std::move(e));
-  return id;
+  stream(r).record(e);
+  return events_.add(std::move(e));
 }
 
 void CpuBackend::do_wait_event(StreamRole r, EventId event) {
-  auto it = events_.find(event);
-  if (it == events_.end()) return;  // pruned: completed before a host synchronize
-  stream(r).wait(it->second);
+  const auto* e = events_.find(event);
+  if (e == nullptr) return;  // NOTE [Pruned events]
+  stream(r).wait(*e);
 }
 
 void CpuBackend::do_synchronize(EventId event) {
-  auto it = events_.find(event);
-  if (it != events_.end()) it->second->wait();
+  if (const auto* e = events_.find(event)) (*e)->wait();
   check_failed();
-  // Completed events can no longer delay anyone: forget them.
-  for (auto e = events_.begin(); e != events_.end();)
-    e = e->second->done() ? events_.erase(e) : std::next(e);
+  events_.prune([](EventId, const std::shared_ptr<CpuEvent>& e) {
+    return e->done();
+  });  // NOTE [Pruned events]
   release_host_buffers(false);
 }
 
@@ -247,10 +197,10 @@ void CpuBackend::synchronize_device() {
 }
 
 void CpuBackend::do_read_scalar(StreamRole r, const TensorRef& ref) {
+  backends::check_scalar_dtype(ref.meta.dtype);
   const uint8_t* p = resolve(ref);
-  stream(r).enqueue([this, ref, p] {
-    float v = 0;
-    detail::load_f32(p, ref.meta.dtype, 0, 1, &v);
+  stream(r).enqueue([this, dtype = ref.meta.dtype, p] {
+    const double v = backends::decode_scalar(p, dtype);
     std::lock_guard<std::mutex> lock(scalars_mu_);
     scalars_.push_back(v);
   });

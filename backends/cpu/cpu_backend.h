@@ -4,15 +4,18 @@
 // go over Gloo's TCP transport (backends/gloo). The host program (TrainingProgram) runs on the
 // calling thread and only blocks where it says so (synchronize).
 #include <array>
-#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "backends/common/buffer_addresses.h"
+#include "backends/common/event_table.h"
+#include "backends/common/gloo_collective_group.h"
+#include "backends/common/host_fills.h"
+#include "backends/common/measurements.h"
 #include "backends/cpu/host_memory.h"
 #include "backends/cpu/stream_worker.h"
 #include "backends/gloo/process_group.h"
@@ -76,15 +79,9 @@ class CpuBackend : public Backend {
   CpuBackendOptions options_;
   FailureState failure_;
   std::vector<std::unique_ptr<StreamWorker>> streams_;
-  std::chrono::steady_clock::time_point created_ = std::chrono::steady_clock::now();
-  std::mutex intervals_mu_;
-  std::array<std::vector<std::pair<double, double>>, kNumStreams> intervals_;
-  std::vector<std::pair<uint64_t, double>> work_starts_;  // {host_seq, start}: take_work_starts()
-  std::vector<CollectiveInterval> collective_intervals_;  // take_collective_intervals()
-  std::vector<KernelTime> kernel_times_;                  // take_kernel_times()
-  std::unordered_map<uint64_t, uint8_t*> addresses_;      // live buffer id -> first byte
-  std::unordered_map<EventId, std::shared_ptr<CpuEvent>> events_;
-  EventId next_event_ = 0;
+  backends::MeasurementStore measurements_;  // the take_* hooks and clock_s()
+  backends::BufferAddresses addresses_;
+  backends::EventTable<std::shared_ptr<CpuEvent>> events_;
   // Host (CPU-offloaded) buffers are plain allocations, released once every stream passed
   // the point where the host freed them (the pinned host allocator's event rule).
   struct DeferredHostFree {
@@ -97,11 +94,12 @@ class CpuBackend : public Backend {
   // Process groups by (group key, stream): each stream's collectives get their own Gloo
   // context, so concurrent streams never share one. Created lazily on the stream's thread.
   std::mutex groups_mu_;
-  std::map<std::string, std::unique_ptr<gloo_backend::GlooProcessGroup>> groups_;
+  std::map<std::string, std::unique_ptr<backends::GlooCollectiveGroup>> groups_;
 
   StreamWorker& stream(StreamRole r) { return *streams_[static_cast<size_t>(r)]; }
   uint8_t* resolve(const TensorRef& ref) const;
   void check_failed() const;
+  backends::HostFillContext host_fill_context() const;
   // Runs `fn` on stream `r`'s thread, recording its busy interval, for a kernel its time, and
   // (`starts`: the memory timeline was being recorded when the host issued it, a value taken on
   // the host thread) its start for the work issued at host_seq `seq`.
@@ -109,7 +107,7 @@ class CpuBackend : public Backend {
   void run_timed(StreamRole r, uint64_t seq, bool starts, const std::function<void()>& fn,
                  const std::string* group = nullptr);
   void release_host_buffers(bool all);
-  gloo_backend::GlooProcessGroup& process_group(const ProcessGroup& g, StreamRole r);
+  backends::GlooCollectiveGroup& process_group(const ProcessGroup& g, StreamRole r);
 };
 
 }  // namespace fullshard::cpu

@@ -2,17 +2,6 @@
 
 namespace fullshard::cpu {
 
-void FailureState::fail(std::exception_ptr e) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!error_) error_ = std::move(e);
-  failed_.store(true, std::memory_order_release);
-}
-
-std::exception_ptr FailureState::error() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return error_;
-}
-
 void CpuEvent::complete() {
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -18,20 +18,12 @@
 #include <string>
 #include <thread>
 
+#include "backends/common/failure_state.h"
+
 namespace fullshard::cpu {
 
-// Shared failure state of one backend's streams.
-class FailureState {
- public:
-  void fail(std::exception_ptr e);
-  bool failed() const { return failed_.load(std::memory_order_acquire); }
-  std::exception_ptr error() const;
-
- private:
-  std::atomic<bool> failed_{false};
-  mutable std::mutex mu_;
-  std::exception_ptr error_;
-};
+// Shared failure state of one backend's streams (NOTE [First error wins]).
+using backends::FailureState;
 
 class CpuEvent {
  public:

@@ -1,6 +1,5 @@
 #include "backends/cuda/cuda_backend.h"
 
-#include <atomic>
 #include <cstring>
 #include <cstdlib>
 #include <functional>
@@ -9,9 +8,9 @@
 #include <stdexcept>
 #include <utility>
 
-#include "backends/cpu/kernels/dtype_io.h"
+#include "backends/common/host_fills.h"
+#include "backends/common/scalar_read.h"
 #include "backends/cpu/kernels/kernels.h"
-#include "backends/cuda/collective_args.h"
 #include "backends/cuda/cuda_error.h"
 #include "backends/cuda/device_memory.h"
 #include "backends/cuda/device_probe.h"
@@ -28,7 +27,6 @@
 #include "backends/gloo/rendezvous.h"
 #include "core/common/error.h"
 #include "core/data/param_init.h"
-#include "core/tensor/float_convert.h"
 
 namespace fullshard::cuda {
 
@@ -44,18 +42,7 @@ namespace fullshard::cuda {
 // kernels only compute on memory that is ready, so they never wait; collectives never run in
 // host functions (staged Gloo has its own worker threads, NOTE [Staged collectives in stream
 // order]). A host function also may not call CUDA. An exception in one is kept here and
-// rethrown at the next host call; later host work is skipped.
-struct HostFailure {
-  std::atomic<bool> failed{false};
-  std::mutex mu;
-  std::exception_ptr error;
-
-  void record(std::exception_ptr e) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (!error) error = std::move(e);
-    failed = true;
-  }
-};
+// rethrown at the next host call; later host work is skipped (NOTE [First error wins]).
 
 namespace {
 
@@ -72,17 +59,17 @@ void check(cudaError_t e, const char* call, const std::string& what) {
 }
 
 struct HostTask {
-  std::shared_ptr<HostFailure> failure;
+  std::shared_ptr<backends::FailureState> failure;
   std::function<void()> fn;
 };
 
 void CUDART_CB run_host_task(void* p) {
   std::unique_ptr<HostTask> t(static_cast<HostTask*>(p));
-  if (t->failure->failed) return;
+  if (t->failure->failed()) return;
   try {
     t->fn();
   } catch (...) {
-    t->failure->record(std::current_exception());
+    t->failure->fail(std::current_exception());
   }
 }
 
@@ -145,7 +132,7 @@ CudaBackend::CudaBackend(CudaBackendOptions o)
       throw std::runtime_error("cublasLtCreate failed for the CUDA backend: status " +
                                std::to_string(static_cast<int>(st)));
     pinned_ = std::make_unique<PinnedHostMemory>(*events_, streams_->all());
-    host_failure_ = std::make_shared<HostFailure>();
+    host_failure_ = std::make_shared<backends::FailureState>();
     watchdog_ = std::make_unique<CollectiveWatchdog>(rank(), device_, *events_);
     if (options_.measure_streams) {
       timer_ = std::make_unique<StreamTimer>();
@@ -177,8 +164,7 @@ CudaBackend::~CudaBackend() {
   nccl_groups_.clear();
   for (auto& p : pending_scalars_) events_->release(p.done);
   pending_scalars_.clear();
-  for (auto& [id, e] : events_by_id_) events_->release(e);
-  events_by_id_.clear();
+  events_by_id_.clear([this](cudaEvent_t e) { events_->release(e); });
   timer_.reset();
   pinned_.reset();  // waits for deferred frees, frees what is left (scalar slots included)
   if (lt_ != nullptr) cublasLtDestroy(lt_);
@@ -188,9 +174,7 @@ CudaBackend::~CudaBackend() {
 
 cudaStream_t CudaBackend::stream(StreamRole r) const { return streams_->get(r); }
 
-double CudaBackend::clock_s() const {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - created_).count();
-}
+double CudaBackend::clock_s() const { return measurements_.clock_s(); }
 
 std::vector<std::pair<std::string, int64_t>> CudaBackend::path_counts() const {
   return cudnn_sdpa::path_counts();
@@ -205,11 +189,12 @@ uint64_t CudaBackend::non_allocator_bytes() const {
   return used > reserved ? used - reserved : 0;
 }
 
+backends::HostFillContext CudaBackend::host_fill_context() const {
+  return {&options_.batches, rank(), world_size()};
+}
+
 void CudaBackend::check_failed() const {
-  if (host_failure_->failed) {
-    std::lock_guard<std::mutex> lock(host_failure_->mu);
-    std::rethrow_exception(host_failure_->error);
-  }
+  host_failure_->rethrow_if_failed();
   watchdog_->check();
 }
 
@@ -221,12 +206,8 @@ void CudaBackend::settle_streams() {
   }
 }
 
-CudaBackend::Resolved CudaBackend::resolve(const TensorRef& ref) const {
-  if (ref.buffer_id == 0) return {nullptr, false};
-  auto it = addresses_.find(ref.buffer_id);
-  FULLSHARD_CHECK(it != addresses_.end(),
-                  "tensor of freed buffer " + std::to_string(ref.buffer_id) + " used");
-  return {it->second.ptr + ref.offset_bytes, it->second.on_host};
+backends::Address CudaBackend::resolve(const TensorRef& ref) const {
+  return addresses_.resolve(ref);
 }
 
 // ---- memory ----
@@ -240,24 +221,21 @@ void CudaBackend::on_allocate(const Buffer& buffer, StreamRole stream, std::stri
                                " bytes of pinned host memory for " + std::string(what) +
                                " failed (host out of pinnable memory)");
   } else {
-    p = reinterpret_cast<uint8_t*>(buffer.block.address);
+    p = backends::BufferAddresses::block_address(buffer);
   }
-  addresses_[buffer.id] = Address{p, buffer.on_host};
+  addresses_.add(buffer, p);
 }
 
 void CudaBackend::on_free(const Buffer& buffer) {
-  auto it = addresses_.find(buffer.id);
-  if (it == addresses_.end()) return;
-  if (it->second.on_host) {
-    // Deferred until every stream passed this point (NOTE [Pinned host frees]). free() must
-    // not throw: a failure is rethrown at the next host call instead.
-    try {
-      pinned_->free(it->second.ptr);
-    } catch (...) {
-      host_failure_->record(std::current_exception());
-    }
+  const std::optional<backends::Address> a = addresses_.remove(buffer.id);
+  if (!a || !a->on_host) return;
+  // Deferred until every stream passed this point (NOTE [Pinned host frees]). free() must
+  // not throw: a failure is rethrown at the next host call instead.
+  try {
+    pinned_->free(a->ptr);
+  } catch (...) {
+    host_failure_->fail(std::current_exception());
   }
-  addresses_.erase(it);
 }
 
 // ---- kernels ----
@@ -266,13 +244,8 @@ void CudaBackend::run_on_host(StreamRole r, const OpCall& op, std::vector<void*>
                               std::vector<void*> out) {
   auto task = std::make_unique<HostTask>();
   task->failure = host_failure_;
-  if (op.kind == OpKind::kLoadBatch) {
-    task->fn = [this, op, out] {
-      options_.batches.fill(op, rank(), world_size(), static_cast<int64_t*>(out.at(0)),
-                            static_cast<int64_t*>(out.at(1)));
-    };
-  } else if (op.kind == OpKind::kInitParam) {
-    task->fn = [op, out] { run_init_param(op, out.at(0), host_init_threads()); };
+  if (backends::is_host_fill(op.kind)) {
+    task->fn = [op, out, ctx = host_fill_context()] { backends::run_host_fill(op, ctx, out); };
   } else {
     task->fn = [op, in = std::move(in), out = std::move(out)] { cpu::run_kernel(op, in, out); };
   }
@@ -322,13 +295,7 @@ void CudaBackend::collect_stream_times() {
   const std::vector<TimedWork> work = timer_->take(&anchor_s);
   // Work starts while the memory timeline is recorded (the runner may turn it on after
   // construction: NOTE [Measured timeline] in runner/rank_runner.cc).
-  StreamTimes t = assemble_stream_times(work, anchor_s, memory().records_timeline());
-  for (size_t i = 0; i < t.busy.size(); ++i)
-    busy_[i].insert(busy_[i].end(), t.busy[i].begin(), t.busy[i].end());
-  collective_intervals_.insert(collective_intervals_.end(), t.collectives.begin(),
-                               t.collectives.end());
-  work_starts_.insert(work_starts_.end(), t.starts.begin(), t.starts.end());
-  kernel_times_.insert(kernel_times_.end(), t.kernels.begin(), t.kernels.end());
+  measurements_.append(assemble_stream_times(work, anchor_s, memory().records_timeline()));
   // Re-anchored at every take: the float milliseconds span one step at most.
   timer_->anchor(stream(StreamRole::kDefault), [this] { return clock_s(); });
 }
@@ -337,28 +304,28 @@ std::optional<StreamIntervals> CudaBackend::take_busy_intervals() {
   if (!timer_) return std::nullopt;
   check_failed();
   collect_stream_times();
-  return std::exchange(busy_, {});
+  return measurements_.take_busy();
 }
 
 std::vector<CollectiveInterval> CudaBackend::take_collective_intervals() {
   if (!timer_) return {};
   check_failed();
   collect_stream_times();
-  return std::exchange(collective_intervals_, {});
+  return measurements_.take_collectives();
 }
 
 std::vector<std::pair<uint64_t, double>> CudaBackend::take_work_starts() {
   if (!timer_) return {};
   check_failed();
   collect_stream_times();
-  return std::exchange(work_starts_, {});
+  return measurements_.take_starts();
 }
 
 std::vector<KernelTime> CudaBackend::take_kernel_times() {
   if (!timer_) return {};
   check_failed();
   collect_stream_times();
-  return std::exchange(kernel_times_, {});
+  return measurements_.take_kernels();
 }
 
 void CudaBackend::launch_op(StreamRole r, const OpCall& op) {
@@ -368,7 +335,7 @@ void CudaBackend::launch_op(StreamRole r, const OpCall& op) {
   out.reserve(op.outputs.size());
   bool any_host = false, any_device = false;
   auto add = [&](const TensorRef& t, std::vector<void*>& v) {
-    const Resolved p = resolve(t);
+    const backends::Address p = resolve(t);
     v.push_back(p.ptr);
     if (t.buffer_id == 0) return;
     (p.on_host ? any_host : any_device) = true;
@@ -406,8 +373,7 @@ void CudaBackend::launch_op(StreamRole r, const OpCall& op) {
     auto* staging = static_cast<uint8_t*>(pinned_->allocate(nt + nl));
     if (staging == nullptr)
       throw std::runtime_error("cudaHostAlloc of the staging buffer failed for " + describe(op));
-    options_.batches.fill(op, rank(), world_size(), reinterpret_cast<int64_t*>(staging),
-                          reinterpret_cast<int64_t*>(staging + nt));
+    backends::fill_batch(op, host_fill_context(), staging, staging + nt);
     try {
       timed(r, nullptr, [&] {
         stage_to_device(r, op, staging, out[0], nt);
@@ -491,19 +457,16 @@ DeviceProcessGroup& CudaBackend::staged_group(const ProcessGroup& g, StreamRole 
 void CudaBackend::enqueue_collective(StreamRole r, const CollectiveCall& call,
                                      const ProcessGroup& group) {
   check_failed();
-  FULLSHARD_CHECK(group.index_of(rank()) >= 0,
-                  "collective " + call.name + " on a group without this rank");
-  const Resolved in = resolve(call.input);
-  const Resolved out = resolve(call.output);
+  // NOTE [One collective decoding]
+  const backends::CollectivePlan plan = backends::plan_collective(
+      call, group, rank(), resolve(call.input).ptr, resolve(call.output).ptr);
+  const CollectiveArgs& args = plan.args;
   cudaStream_t s = stream(r);
-  const bool copy_first = call.kind == CollectiveKind::kAllReduce && in.ptr != out.ptr;
-  const Resolved data = copy_first ? out : in;
-  const CollectiveArgs args = decode_collective(call, data.ptr, out.ptr, group.size());
   // The process group first (a communicator's setup is host work: NOTE [Measured stream times on
   // the GPU]), then the copy and the collective between the timing events.
   auto copy_in = [&] {
-    if (copy_first && call.output.nbytes() > 0)
-      check(cudaMemcpyAsync(out.ptr, in.ptr, call.output.nbytes(), cudaMemcpyDefault, s),
+    if (plan.copy_bytes > 0)
+      check(cudaMemcpyAsync(args.output, plan.copy_from, plan.copy_bytes, cudaMemcpyDefault, s),
             "cudaMemcpyAsync", "all_reduce '" + call.name + "' (input copied to output)");
   };
   if (transport_.transport == CollectiveTransport::kNccl) {
@@ -511,7 +474,7 @@ void CudaBackend::enqueue_collective(StreamRole r, const CollectiveCall& call,
     try {
       timed(r, &group.name, [&] {
         copy_in();
-        pg->enqueue(args, s);
+        pg->run(args, s);
       });
     } catch (const std::exception& e) {
       watchdog_->report(e.what());  // first error wins; aborts the other communicators
@@ -522,7 +485,7 @@ void CudaBackend::enqueue_collective(StreamRole r, const CollectiveCall& call,
     DeviceProcessGroup& pg = staged_group(group, r);
     timed(r, &group.name, [&] {
       copy_in();
-      pg.enqueue(args, s);
+      pg.run(args, s);
     });
   }
 }
@@ -536,37 +499,34 @@ EventId CudaBackend::do_record_event(StreamRole r) {
     events_->release(e);
     check(err, "cudaEventRecord", std::string("an event on stream ") + std::string(stream_name(r)));
   }
-  const EventId id = ++next_event_;
-  events_by_id_.emplace(id, e);
-  return id;
+  return events_by_id_.add(e);
 }
 
 void CudaBackend::do_wait_event(StreamRole r, EventId event) {
   check_failed();
-  auto it = events_by_id_.find(event);
-  if (it == events_by_id_.end()) return;  // pruned: completed before a host synchronize
-  check(cudaStreamWaitEvent(stream(r), it->second, 0), "cudaStreamWaitEvent",
+  const cudaEvent_t* e = events_by_id_.find(event);
+  if (e == nullptr) return;  // NOTE [Pruned events]
+  check(cudaStreamWaitEvent(stream(r), *e, 0), "cudaStreamWaitEvent",
         "event " + std::to_string(event) + " on stream " + std::string(stream_name(r)));
 }
 
 void CudaBackend::prune_events() {
-  for (auto it = events_by_id_.begin(); it != events_by_id_.end();) {
-    const cudaError_t q = cudaEventQuery(it->second);
+  events_by_id_.prune([this](EventId id, cudaEvent_t e) {
+    const cudaError_t q = cudaEventQuery(e);
     if (q == cudaErrorNotReady) {
       cudaGetLastError();  // NOTE [Not ready is not an error]
-      ++it;
-      continue;
+      return false;
     }
-    check(q, "cudaEventQuery", "event " + std::to_string(it->first));
-    events_->release(it->second);  // completed: nobody can be delayed by it any more
-    it = events_by_id_.erase(it);
-  }
+    check(q, "cudaEventQuery", "event " + std::to_string(id));
+    events_->release(e);  // completed: nobody can be delayed by it any more
+    return true;
+  });
 }
 
 void CudaBackend::do_synchronize(EventId event) {
   check_failed();
-  if (auto it = events_by_id_.find(event); it != events_by_id_.end())
-    check(cudaEventSynchronize(it->second), "cudaEventSynchronize",
+  if (const cudaEvent_t* e = events_by_id_.find(event))
+    check(cudaEventSynchronize(*e), "cudaEventSynchronize",
           "the work before event " + std::to_string(event));
   check_failed();
   prune_events();
@@ -584,7 +544,7 @@ void CudaBackend::synchronize_device() {
 
 void CudaBackend::copy_to_host(const TensorRef& ref, void* dst) {
   synchronize_device();
-  const Resolved p = resolve(ref);
+  const backends::Address p = resolve(ref);
   if (ref.nbytes() > 0)
     check(cudaMemcpy(dst, p.ptr, ref.nbytes(), cudaMemcpyDefault), "cudaMemcpy",
           "copy_to_host of buffer " + std::to_string(ref.buffer_id));
@@ -594,7 +554,7 @@ void CudaBackend::copy_to_host(const TensorRef& ref, void* dst) {
 // bytes into the tensor once every stream is idle, as copy_to_host reads them.
 void CudaBackend::copy_from_host(const TensorRef& ref, const void* src) {
   synchronize_device();
-  const Resolved p = resolve(ref);
+  const backends::Address p = resolve(ref);
   if (ref.nbytes() > 0)
     check(cudaMemcpy(p.ptr, src, ref.nbytes(), cudaMemcpyDefault), "cudaMemcpy",
           "copy_from_host of buffer " + std::to_string(ref.buffer_id));
@@ -605,9 +565,8 @@ void CudaBackend::copy_from_host(const TensorRef& ref, const void* src) {
 void CudaBackend::do_read_scalar(StreamRole r, const TensorRef& ref) {
   check_failed();
   const DType dt = ref.meta.dtype;
-  FULLSHARD_CHECK(dt == DType::kFloat32 || dt == DType::kBFloat16 || dt == DType::kFloat16,
-                  "read_scalar of a non-floating tensor");
-  const Resolved p = resolve(ref);
+  backends::check_scalar_dtype(dt);
+  const backends::Address p = resolve(ref);
   if (free_scalar_slots_.empty()) {
     auto* slot = static_cast<uint8_t*>(pinned_->allocate(16));
     if (slot == nullptr)
@@ -638,17 +597,7 @@ std::vector<double> CudaBackend::take_scalars() {
       break;
     }
     check(q, "cudaEventQuery", "read_scalar");
-    double v = 0;
-    if (p.dtype == DType::kFloat32) {
-      float f;
-      std::memcpy(&f, p.slot, 4);
-      v = f;
-    } else {
-      uint16_t h;
-      std::memcpy(&h, p.slot, 2);
-      v = p.dtype == DType::kBFloat16 ? bf16_to_float(h) : fp16_to_float(h);
-    }
-    scalars_.push_back(v);
+    scalars_.push_back(backends::decode_scalar(p.slot, p.dtype));
     events_->release(p.done);
     free_scalar_slots_.push_back(p.slot);
   }

@@ -6,20 +6,24 @@
 // Gloo staged through pinned host memory (ranks sharing a GPU); a watchdog turns a dead or
 // stalled peer into an error. The host program runs on the calling thread and only blocks
 // where it says so (synchronize, copy_to_host).
-#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include "backends/common/buffer_addresses.h"
+#include "backends/common/event_table.h"
+#include "backends/common/failure_state.h"
+#include "backends/common/host_fills.h"
+#include "backends/common/measurements.h"
 #include "backends/cuda/collective_transport.h"
+#include "backends/cuda/device_process_group.h"
 #include "backends/gloo/process_group.h"
 #include "core/data/text_corpus.h"
 #include "core/runtime/backend.h"
@@ -35,14 +39,12 @@ namespace fullshard::cuda {
 
 class CollectiveWatchdog;
 class CudaSegmentSource;
-class DeviceProcessGroup;
 class EventPool;
 class NcclProcessGroup;
 class PinnedHostMemory;
 class StagedGlooProcessGroup;
 class StreamSet;
 class StreamTimer;
-struct HostFailure;
 
 struct CudaBackendOptions {
   int rank = 0, world_size = 1, local_rank = 0, local_world_size = 1;
@@ -109,7 +111,7 @@ class CudaBackend : public Backend {
   CudaBackendOptions options_;
   int device_;
   TransportChoice transport_;
-  std::chrono::steady_clock::time_point created_ = std::chrono::steady_clock::now();
+  backends::MeasurementStore measurements_;  // the take_* hooks and clock_s()
 
   // Teardown order (~CudaBackend): drain streams, watchdog, process groups, pinned memory,
   // cuBLASLt, streams, events; the allocator's segments (Backend) after all of it.
@@ -122,10 +124,6 @@ class CudaBackend : public Backend {
   std::map<std::string, std::unique_ptr<StagedGlooProcessGroup>> gloo_groups_;  // by stream/group
   std::unique_ptr<CollectiveWatchdog> watchdog_;
   std::unique_ptr<StreamTimer> timer_;  // null when options.measure_streams is false
-  StreamIntervals busy_;
-  std::vector<CollectiveInterval> collective_intervals_;
-  std::vector<std::pair<uint64_t, double>> work_starts_;
-  std::vector<KernelTime> kernel_times_;
   void collect_stream_times();
   void launch_op(StreamRole stream, const OpCall& op);
   void enqueue_collective(StreamRole stream, const CollectiveCall& call, const ProcessGroup& group);
@@ -134,13 +132,8 @@ class CudaBackend : public Backend {
   template <class Enqueue>
   void timed(StreamRole stream, const std::string* group, Enqueue&& enqueue);
 
-  struct Address {
-    uint8_t* ptr;
-    bool on_host;
-  };
-  std::unordered_map<uint64_t, Address> addresses_;  // live buffer id -> first byte
-  std::unordered_map<EventId, cudaEvent_t> events_by_id_;
-  EventId next_event_ = 0;
+  backends::BufferAddresses addresses_;
+  backends::EventTable<cudaEvent_t> events_by_id_;
 
   // read_scalar: one pinned slot per pending read, collected in request order.
   struct PendingScalar {
@@ -155,14 +148,11 @@ class CudaBackend : public Backend {
 
   // NOTE [Host work on the stream] (cuda_backend.cc): the first error of host work
   // (cudaLaunchHostFunc); rethrown at the next host call, later host work is skipped.
-  std::shared_ptr<HostFailure> host_failure_;
+  std::shared_ptr<backends::FailureState> host_failure_;
 
   cudaStream_t stream(StreamRole r) const;
-  struct Resolved {
-    void* ptr;
-    bool on_host;
-  };
-  Resolved resolve(const TensorRef& ref) const;
+  backends::Address resolve(const TensorRef& ref) const;
+  backends::HostFillContext host_fill_context() const;
   // Rethrows a collective (watchdog) or host-work failure.
   void check_failed() const;
   void settle_streams();  // every stream finished (no error check): before memory is given back

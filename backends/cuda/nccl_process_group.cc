@@ -198,7 +198,7 @@ void NcclProcessGroup::launch(const CollectiveArgs& a, cudaStream_t stream) {
   }
 }
 
-void NcclProcessGroup::enqueue(const CollectiveArgs& a, cudaStream_t stream) {
+void NcclProcessGroup::run(const CollectiveArgs& a, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(launch_mu_);
   if (aborted_ || comm_ == nullptr)
     throw gloo_backend::CollectiveError(

@@ -18,7 +18,7 @@
 // NOTE [Non-blocking launches]: with blocking = 0, NCCL's group end (src/group.cc,
 // ncclGroupEndInternal) hands the launch to a thread (groupLaunchNonBlocking) and returns
 // ncclInProgress; the kernel is on the stream only once ncclCommGetAsyncError stops saying
-// ncclInProgress. enqueue() waits for that (bounded by the timeout: the first collective also
+// ncclInProgress. run() waits for that (bounded by the timeout: the first collective also
 // connects the peers, which blocks while a peer is missing) so that events recorded after it
 // order after the kernel, as ProcessGroupNCCL does for non-blocking communicators.
 #include <atomic>
@@ -57,7 +57,7 @@ class NcclProcessGroup : public DeviceProcessGroup {
   int rank() const override { return rank_; }
   // Throws gloo_backend::CollectiveError when the launch fails or does not finish within the
   // timeout (the communicator is then aborted), or when the group was aborted before.
-  void enqueue(const CollectiveArgs& args, cudaStream_t stream) override;
+  void run(const CollectiveArgs& args, cudaStream_t stream) override;
 
   // ncclCommGetAsyncError (thread-safe); ncclSuccess once aborted, ncclInProgress while the
   // host thread is inside a launch.

@@ -92,7 +92,7 @@ bool StagedGlooProcessGroup::failed() const {
   return failed_;
 }
 
-void StagedGlooProcessGroup::enqueue(const CollectiveArgs& a, cudaStream_t stream) {
+void StagedGlooProcessGroup::run(const CollectiveArgs& a, cudaStream_t stream) {
   const size_t e = dtype_size(a.dtype);
   const size_t w = static_cast<size_t>(group_.size());
   const size_t need =
@@ -188,23 +188,16 @@ void StagedGlooProcessGroup::run_one(Job& job) {
   try {
     check_cuda(cudaEventSynchronize(job.ready), "cudaEventSynchronize (staged collective input)");
     if (!gloo_)
-      gloo_ = std::make_unique<gloo_backend::GlooProcessGroup>(store_, transport_, group_,
-                                                               global_rank_, options_);
+      gloo_ = std::make_unique<backends::GlooCollectiveGroup>(store_, transport_, group_,
+                                                              global_rank_, options_);
+    // The same args on the staging buffer: all-gather and reduce-scatter in place at this
+    // rank's chunk, all-reduce and broadcast over the whole of it.
     const size_t chunk = a.count * dtype_size(a.dtype);
     uint8_t* s = job.staging;
-    switch (a.kind) {
-      case CollectiveKind::kAllGather:
-        gloo_->all_gather(s + rank_ * chunk, s, a.count, a.dtype, a.name);
-        break;
-      case CollectiveKind::kReduceScatter:
-        gloo_->reduce_scatter(s, s + rank_ * chunk, a.count, a.dtype, a.op, a.scale, a.name);
-        break;
-      case CollectiveKind::kAllReduce:
-        gloo_->all_reduce(s, a.count, a.dtype, a.op, a.scale, a.name);
-        break;
-      case CollectiveKind::kBroadcast: gloo_->broadcast(s, a.count, a.dtype, a.root, a.name); break;
-      case CollectiveKind::kBarrier: gloo_->barrier(a.name); break;
-    }
+    CollectiveArgs staged = a;
+    staged.input = a.kind == CollectiveKind::kAllGather ? s + rank_ * chunk : s;
+    staged.output = a.kind == CollectiveKind::kReduceScatter ? s + rank_ * chunk : s;
+    gloo_->run(staged, backends::CallingThread{});
   } catch (const std::exception& e) {
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -4,7 +4,7 @@
 // as the CPU backend keeps one GlooProcessGroup per (group, stream) (NOTE [Gloo threading
 // rule] in backends/gloo/process_group.h).
 //
-// NOTE [Staged collectives in stream order]: enqueue() queues, on the stream:
+// NOTE [Staged collectives in stream order]: run() queues, on the stream:
 //   1. cudaMemcpyAsync device -> staging (pinned host), then an event `ready`;
 //   2. cuStreamWaitValue32(flag >= n): the stream stalls until the host says collective n is done;
 //   3. cudaMemcpyAsync staging -> device.
@@ -31,6 +31,7 @@
 #include <string>
 #include <thread>
 
+#include "backends/common/gloo_collective_group.h"
 #include "backends/cuda/device_process_group.h"
 #include "backends/cuda/pinned_host.h"
 #include "backends/gloo/process_group.h"
@@ -88,7 +89,7 @@ class StagedGlooProcessGroup : public DeviceProcessGroup {
 
   const ProcessGroup& group() const override { return group_; }
   int rank() const override { return rank_; }
-  void enqueue(const CollectiveArgs& args, cudaStream_t stream) override;
+  void run(const CollectiveArgs& args, cudaStream_t stream) override;
 
   uint64_t staging_bytes() const { return staging_bytes_; }  // pinned host bytes held
   bool failed() const;
@@ -122,7 +123,7 @@ class StagedGlooProcessGroup : public DeviceProcessGroup {
   std::deque<Job> queue_;
   bool stop_ = false;
   bool failed_ = false;
-  std::unique_ptr<gloo_backend::GlooProcessGroup> gloo_;  // worker thread only
+  std::unique_ptr<backends::GlooCollectiveGroup> gloo_;  // worker thread only
   std::thread worker_;
 
   void run();

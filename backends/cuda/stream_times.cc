@@ -12,12 +12,7 @@ StreamTimes assemble_stream_times(const std::vector<TimedWork>& work, double anc
   for (const TimedWork& w : work) {
     const double begin = anchor_s + static_cast<double>(w.begin_ms) / 1e3;
     const double end = std::max(begin, anchor_s + static_cast<double>(w.end_ms) / 1e3);
-    t.busy[static_cast<size_t>(w.stream)].emplace_back(begin, end);
-    if (!w.group.empty())
-      t.collectives.push_back({w.group, w.stream, begin, end});
-    else
-      t.kernels.push_back({w.seq, begin, end});
-    if (with_starts) t.starts.emplace_back(w.seq, begin);
+    t.add(w.stream, w.seq, w.group.empty() ? nullptr : &w.group, begin, end, with_starts);
   }
   return t;
 }

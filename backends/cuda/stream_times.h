@@ -7,13 +7,14 @@
 // The anchor is recorded on an idle stream and waited for, so its GPU time is the host clock's
 // anchor_s (to the few microseconds a synchronize takes); every take re-anchors, so the float
 // milliseconds of cudaEventElapsedTime never grow past one step. This file turns those readings
-// into the backend's measurements: pure host code, unit-tested without a GPU
-// (gpu.runtime_host).
+// into the backend's measurements (backends/common/measurements.h): pure host code, unit-tested
+// without a GPU (gpu.runtime_host).
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "backends/common/measurements.h"
 #include "core/runtime/backend.h"
 
 namespace fullshard::cuda {
@@ -26,12 +27,8 @@ struct TimedWork {
   float begin_ms = 0, end_ms = 0;
 };
 
-struct StreamTimes {
-  StreamIntervals busy;                             // per stream, in issue order
-  std::vector<CollectiveInterval> collectives;      // also in their stream's busy list
-  std::vector<std::pair<uint64_t, double>> starts;  // {seq, begin}: only when asked for
-  std::vector<KernelTime> kernels;                  // every kernel (no group): per-op times
-};
+// What the backend adds to its MeasurementStore (NOTE [One record per timed work]).
+using StreamTimes = backends::Measurements;
 
 // Seconds on the host clock: anchor_s + ms / 1000. An end read before its begin (the two
 // events' timestamps have ~0.5 us resolution) is taken as the begin.

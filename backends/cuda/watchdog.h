@@ -15,7 +15,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "backends/cuda/collective_args.h"
+#include "backends/cuda/device_process_group.h"
 #include "backends/cuda/nccl_process_group.h"
 #include "backends/cuda/stream_set.h"
 #include "backends/cuda/watchdog_state.h"
@@ -33,7 +33,7 @@ class CollectiveWatchdog {
 
   // Watch a communicator's asynchronous errors (kept alive until this stops).
   void watch(std::shared_ptr<NcclProcessGroup> group);
-  // Right after `group.enqueue(args, stream)`: records a completion event on `stream` and
+  // Right after `group.run(args, stream)`: records a completion event on `stream` and
   // gives the collective its deadline.
   void track(const std::shared_ptr<NcclProcessGroup>& group, const CollectiveArgs& args,
              cudaStream_t stream, std::chrono::milliseconds timeout);

@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "backends/cuda/collective_args.h"
+#include "backends/cuda/device_process_group.h"
 #include "backends/cuda/device_probe.h"
 #include "backends/cuda/nccl_process_group.h"
 #include "backends/cuda/stream_set.h"
@@ -59,19 +59,18 @@ TEST(NcclProcessGroup, OneRankEveryKind) {
   auto pg = std::make_shared<NcclProcessGroup>(nullptr, ProcessGroup{"solo", {0}}, 0);
   cudaStream_t s = streams.get(StreamRole::kAllGather);
   DeviceFloats in({1, 2, 3, 4}), out({0, 0, 0, 0});
-  pg->enqueue(args(CollectiveKind::kAllGather, 4, in.p, out.p), s);
+  pg->run(args(CollectiveKind::kAllGather, 4, in.p, out.p), s);
   cudaStreamSynchronize(s);
   EXPECT_EQ(out.read(), (std::vector<float>{1, 2, 3, 4}));
 
   DeviceFloats rs_out({0, 0, 0, 0});
-  pg->enqueue(args(CollectiveKind::kReduceScatter, 4, in.p, rs_out.p, ReduceOp::kPremulSum, 0.5),
-              s);
+  pg->run(args(CollectiveKind::kReduceScatter, 4, in.p, rs_out.p, ReduceOp::kPremulSum, 0.5), s);
   cudaStreamSynchronize(s);
   EXPECT_EQ(rs_out.read(), (std::vector<float>{0.5f, 1, 1.5f, 2}));
 
-  pg->enqueue(args(CollectiveKind::kAllReduce, 4, in.p, out.p, ReduceOp::kAvg), s);
-  pg->enqueue(args(CollectiveKind::kBroadcast, 4, nullptr, out.p), s);
-  pg->enqueue(args(CollectiveKind::kBarrier, 0, nullptr, nullptr), s);
+  pg->run(args(CollectiveKind::kAllReduce, 4, in.p, out.p, ReduceOp::kAvg), s);
+  pg->run(args(CollectiveKind::kBroadcast, 4, nullptr, out.p), s);
+  pg->run(args(CollectiveKind::kBarrier, 0, nullptr, nullptr), s);
   cudaStreamSynchronize(s);
   EXPECT_EQ(out.read(), (std::vector<float>{1, 2, 3, 4}));
 
@@ -80,8 +79,8 @@ TEST(NcclProcessGroup, OneRankEveryKind) {
   uint16_t* db = nullptr;
   cudaMalloc(&db, 4);
   cudaMemcpy(db, hb.data(), 4, cudaMemcpyHostToDevice);
-  pg->enqueue(
-      args(CollectiveKind::kAllReduce, 2, db, db, ReduceOp::kPremulSum, 0.25, DType::kBFloat16), s);
+  pg->run(args(CollectiveKind::kAllReduce, 2, db, db, ReduceOp::kPremulSum, 0.25, DType::kBFloat16),
+          s);
   cudaStreamSynchronize(s);
   cudaMemcpy(ob.data(), db, 4, cudaMemcpyDeviceToHost);
   EXPECT_EQ(bf16_to_float(ob[0]), 0.5f);
@@ -102,7 +101,7 @@ TEST(CollectiveWatchdog, CompletedCollectivesLeaveNoError) {
   cudaStream_t s = streams.get(StreamRole::kAllReduce);
   for (int i = 0; i < 5; ++i) {
     const CollectiveArgs a = args(CollectiveKind::kAllReduce, 2, buf.p, buf.p);
-    pg->enqueue(a, s);
+    pg->run(a, s);
     wd.track(pg, a, s, milliseconds(10000));
   }
   cudaStreamSynchronize(s);
@@ -142,7 +141,7 @@ TEST(CollectiveWatchdog, AbortsACollectiveWhosePeerNeverComes) {
     cudaStream_t s = streams.get(StreamRole::kAllReduce);
     const CollectiveArgs a = args(CollectiveKind::kAllReduce, 3, buf.p, buf.p);
     const auto t0 = std::chrono::steady_clock::now();
-    pg->enqueue(a, s);
+    pg->run(a, s);
     wd.track(pg, a, s, milliseconds(500));
     cudaEvent_t after = events.acquire();
     cudaEventRecord(after, s);

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "backends/cuda/collective_args.h"
+#include "backends/cuda/device_process_group.h"
 #include "backends/cuda/pinned_host.h"
 #include "backends/cuda/staged_gloo_process_group.h"
 #include "backends/cuda/stream_set.h"
@@ -67,13 +67,13 @@ void run_rank(int rank, int device, std::shared_ptr<::gloo::rendezvous::Store> s
   cudaMemcpyAsync(d + 8, h.data(), 4 * sizeof(float), cudaMemcpyHostToDevice, s);
   cudaMemcpyAsync(d + 16, h.data(), 4 * sizeof(float), cudaMemcpyHostToDevice, s);
   cudaMemcpyAsync(d + 20, h.data(), 3 * sizeof(float), cudaMemcpyHostToDevice, s);
-  pg.enqueue(args(CollectiveKind::kAllGather, 2, d, d + 2), s);
-  pg.enqueue(args(CollectiveKind::kReduceScatter, 2, d + 8, d + 12, ReduceOp::kPremulSum, 0.5), s);
-  pg.enqueue(args(CollectiveKind::kAllReduce, 4, d + 16, d + 16, ReduceOp::kAvg), s);
+  pg.run(args(CollectiveKind::kAllGather, 2, d, d + 2), s);
+  pg.run(args(CollectiveKind::kReduceScatter, 2, d + 8, d + 12, ReduceOp::kPremulSum, 0.5), s);
+  pg.run(args(CollectiveKind::kAllReduce, 4, d + 16, d + 16, ReduceOp::kAvg), s);
   CollectiveArgs b = args(CollectiveKind::kBroadcast, 3, d + 20, d + 20);
   b.root = 1;
-  pg.enqueue(b, s);
-  pg.enqueue(args(CollectiveKind::kBarrier, 0, nullptr, nullptr), s);
+  pg.run(b, s);
+  pg.run(args(CollectiveKind::kBarrier, 0, nullptr, nullptr), s);
   std::vector<float> all(24);
   cudaMemcpyAsync(all.data(), d, 24 * sizeof(float), cudaMemcpyDeviceToHost, s);
   cudaStreamSynchronize(s);  // the host never blocked before this point
@@ -124,8 +124,8 @@ TEST(StagedGlooProcessGroup, PeerThatNeverComesFailsWithoutHanging) {
     float* d = nullptr;
     cudaMalloc(reinterpret_cast<void**>(&d), 16);
     cudaStream_t s = streams.get(StreamRole::kReduceScatter);
-    pg.enqueue(args(CollectiveKind::kAllReduce, 4, d, d), s);
-    pg.enqueue(args(CollectiveKind::kAllReduce, 4, d, d), s);  // skipped after the failure
+    pg.run(args(CollectiveKind::kAllReduce, 4, d, d), s);
+    pg.run(args(CollectiveKind::kAllReduce, 4, d, d), s);  // skipped after the failure
     const auto t0 = std::chrono::steady_clock::now();
     EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
     EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(10000));

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <memory>
 
-#include "backends/cuda/collective_args.h"
+#include "backends/cuda/device_process_group.h"
 #include "backends/cuda/collective_transport.h"
 #include "backends/cuda/deferred_frees.h"
 #include "backends/cuda/device_probe.h"

@@ -1,8 +1,8 @@
-#include "backends/cuda/collective_args.h"
+#include "backends/common/collective_args.h"
 
 #include "core/common/error.h"
 
-namespace fullshard::cuda {
+namespace fullshard::backends {
 
 size_t CollectiveArgs::input_bytes(int group_size) const {
   const size_t e = dtype_size(dtype);
@@ -81,4 +81,18 @@ CollectiveArgs decode_collective(const CollectiveCall& call, const void* input, 
   return a;
 }
 
-}  // namespace fullshard::cuda
+CollectivePlan plan_collective(const CollectiveCall& call, const ProcessGroup& group, int rank,
+                               const void* input, void* output) {
+  FULLSHARD_CHECK(group.index_of(rank) >= 0,
+                  "collective " + call.name + " on a group without this rank");
+  CollectivePlan p;
+  const bool copy_first = call.kind == CollectiveKind::kAllReduce && input != output;
+  if (copy_first) {
+    p.copy_from = input;
+    p.copy_bytes = call.output.nbytes();
+  }
+  p.args = decode_collective(call, copy_first ? output : input, output, group.size());
+  return p;
+}
+
+}  // namespace fullshard::backends
