@@ -417,6 +417,15 @@ void check_gpus_per_node(const HardwareProfile& p, int gpus_per_node, const std:
 std::string data_dir() {
   if (const char* env = std::getenv("FULLSHARD_DATA_DIR"); env != nullptr && *env != '\0')
     return env;
+  // NOTE [Install tree] (cmake/FullshardInstall.cmake): an installed binary (P/bin) finds the
+  // scenarios installed beside it; a build-tree binary has no such folder and uses the source's.
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path installed =
+        exe.parent_path().parent_path() / "share" / "fullshard" / "scenarios";
+    if (fs::is_directory(installed / "hardware", ec)) return installed.string();
+  }
 #ifdef FULLSHARD_DEFAULT_DATA_DIR
   return FULLSHARD_DEFAULT_DATA_DIR;
 #else

@@ -159,8 +159,9 @@ void check_hardware_profile(const HardwareProfile& p, const std::string& path_pr
 // InputError at `where` naming both values and the fix.
 void check_gpus_per_node(const HardwareProfile& p, int gpus_per_node, const std::string& where);
 
-// Where scenarios/ lives: $FULLSHARD_DATA_DIR if set, else the source tree's scenarios/
-// (compiled in as FULLSHARD_DEFAULT_DATA_DIR), else "scenarios" relative to the working dir.
+// Where scenarios/ lives: $FULLSHARD_DATA_DIR if set, else ../share/fullshard/scenarios next to
+// the running executable (an installed CLI), else the source tree's scenarios/ (compiled in as
+// FULLSHARD_DEFAULT_DATA_DIR), else "scenarios" relative to the working dir.
 std::string data_dir();
 std::string hardware_profile_dir();  // data_dir() + "/hardware"
 
