@@ -29,7 +29,7 @@ grep -q '0\.1\.0' "$work/version.txt" || { echo "FAIL: --version names no versio
 # The consumer: configure + build against the prefix only.
 "$cmake" -S "$src/tests/install/consumer" -B "$work/consumer" -G Ninja \
   -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE="$build_type" \
-  > "$work/consumer-configure.log" || { cat "$work/consumer-configure.log"; exit 1; }
+  > "$work/consumer-configure.log" 2>&1 || { cat "$work/consumer-configure.log"; exit 1; }
 "$cmake" --build "$work/consumer" -j2 > "$work/consumer-build.log" \
   || { cat "$work/consumer-build.log"; exit 1; }
 FULLSHARD_DATA_DIR=$prefix/share/fullshard/scenarios "$work/consumer/peak_memory" "$scenario" \
