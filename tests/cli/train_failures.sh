@@ -46,10 +46,14 @@ cp "$tmp/div.json" "$tmp/keep.json"
 "$bin" train "$tmp/div.json" --metrics "$tmp/div.json" > /dev/null 2> "$tmp/err"; rc=$?
 [ $rc -eq 2 ] && grep -q -- "--metrics: is the scenario file" "$tmp/err" || fail "metrics == scenario: $rc $(cat "$tmp/err")"
 cmp -s "$tmp/div.json" "$tmp/keep.json" || fail "scenario destroyed"
-for args in "--steps -5" "--timeout 2147483647" "--timeout 0" "--nproc -1"; do
+for args in "--steps -5" "--steps -1" "--timeout 2147483647" "--timeout 0" "--nproc -1" "--nproc 0"; do
   "$bin" train "$tmp/div.json" $args > /dev/null 2> "$tmp/err"; rc=$?
   [ $rc -eq 2 ] && [ "$(wc -l < "$tmp/err")" -eq 1 ] || fail "'$args': exit $rc: $(cat "$tmp/err")"
+  grep -q -- "^fullshard: error: ${args% *}: is ${args#* }" "$tmp/err" || fail "'$args': $(cat "$tmp/err")"
 done
+# compare takes the same run flags.
+"$bin" compare "$tmp/div.json" --nproc 0 > /dev/null 2> "$tmp/err"; rc=$?
+[ $rc -eq 2 ] && grep -q -- "^fullshard: error: --nproc: is 0" "$tmp/err" || fail "compare --nproc 0: $rc $(cat "$tmp/err")"
 
 # --metrics that is not a regular file is written as it is, never renamed over: a FIFO stays a
 # FIFO and gets the rows; a full device (a copy of /dev/full) stays a device, and the failed

@@ -241,6 +241,19 @@ int main(int argc, char** argv) {
     if (*calibrate) return fullshard::cli::cmd_calibrate(calibrate_flags);
     if (*checkpoint) return fullshard::cli::cmd_checkpoint(checkpoint_flags);
     if (*data) return fullshard::cli::cmd_data(data_flags);
+    // The defaults (0 processes, -1 steps) mean "the scenario's"; given on the command line
+    // they are refused like every other out-of-range number.
+    for (CLI::App* c : {train, compare}) {
+      if (!*c) continue;
+      if (c->count("--nproc") > 0 && lo.nproc < 1)
+        throw fullshard::InputError("--nproc", "is " + std::to_string(lo.nproc),
+                                    "use 1 or more worker processes, or leave --nproc out for "
+                                    "the scenario's world size");
+      if (c->count("--steps") > 0 && lo.steps < 0)
+        throw fullshard::InputError("--steps", "is " + std::to_string(lo.steps),
+                                    "use 0 or more optimizer steps, or leave --steps out for "
+                                    "training.steps");
+    }
     if (*train) {
       if (on_nonfinite == "continue")
         lo.on_nonfinite = fullshard::runner::LaunchOptions::OnNonFinite::kContinue;
