@@ -23,7 +23,7 @@ install(TARGETS ${fullshard_exported_modules} EXPORT fullshard-targets
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/fullshard)
 foreach(dir core simulator backends runner tools/plot)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/fullshard/${dir}
-          FILES_MATCHING PATTERN "*.h")
+          FILES_MATCHING PATTERN "*.h" PATTERN "*.def")
 endforeach()
 
 install(EXPORT fullshard-targets NAMESPACE fullshard:: DESTINATION ${FULLSHARD_INSTALL_CMAKEDIR})

@@ -207,7 +207,7 @@ void run_figures(SimulationReport& rep, const Scenario& s, int steps) {
     double peak = low ? hw.peak_flops_bf16 : hw.peak_flops_fp32;
     if (peak > 0) rep.mfu = rep.model_flops_per_token * rep.tokens_per_s_per_gpu / peak;
   }
-  // NOTE [Host memory per node]
+  // NOTE [Host memory per node] (simulator/host_memory.h)
   const HostMemoryPerNode h = host_memory_per_node(rep.classes, s.hardware.gpus_per_node);
   rep.host_memory_bytes = s.hardware.device.host_memory_bytes;
   rep.peak_host_bytes_per_node = h.peak_bytes;

@@ -111,8 +111,8 @@ RecordedPrograms record_programs(const Scenario& s, const RecordOptions& opt,
   for (const auto& cls : out.classes) {
     const int rank = cls.front();
     const int first = class_first[static_cast<size_t>(rank)];
-    // NOTE [Shared recording]: with every rank played, a rank whose class's first rank was
-    // already recorded gets a copy of that program with its own process groups, unless
+    // As NOTE [Shared recording] (above): with every rank played, a rank whose class's first rank
+    // was already recorded gets a copy of that program with its own process groups, unless
     // record_every_rank asks for a recording of its own.
     const long from = rec_of_rank[static_cast<size_t>(first)];
     std::optional<Program> copied;

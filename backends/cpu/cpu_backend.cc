@@ -154,7 +154,7 @@ backends::GlooCollectiveGroup& CpuBackend::process_group(const ProcessGroup& g, 
 void CpuBackend::do_collective(StreamRole r, const CollectiveCall& call,
                                const ProcessGroup& group) {
   check_failed();
-  // NOTE [One collective decoding]
+  // NOTE [One collective decoding] (backends/common/collective_args.h)
   const backends::CollectivePlan plan =
       backends::plan_collective(call, group, rank(), resolve(call.input), resolve(call.output));
   stream(r).enqueue([this, r, plan, group, seq = host_seq(), starts = memory().records_timeline()] {

@@ -457,7 +457,7 @@ DeviceProcessGroup& CudaBackend::staged_group(const ProcessGroup& g, StreamRole 
 void CudaBackend::enqueue_collective(StreamRole r, const CollectiveCall& call,
                                      const ProcessGroup& group) {
   check_failed();
-  // NOTE [One collective decoding]
+  // NOTE [One collective decoding] (backends/common/collective_args.h)
   const backends::CollectivePlan plan = backends::plan_collective(
       call, group, rank(), resolve(call.input).ptr, resolve(call.output).ptr);
   const CollectiveArgs& args = plan.args;

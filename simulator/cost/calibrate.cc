@@ -160,8 +160,9 @@ double predict(const HardwareProfile& p, const CollectiveSample& s) {
 }
 
 namespace {
-// NOTE [Converting kernels]: the sample as one tensor read and one written, of one element
-// count (a measured elementwise kernel), through the rule the simulator applies to every op.
+// As NOTE [Converting kernels] (dtype_conversion.h): the sample as one tensor read and one written,
+// of one element count (a measured elementwise kernel), through the rule the simulator applies to
+// every op.
 bool sample_converts(const KernelSample& s) {
   auto tensor = [](DType d) {
     TensorRef t;

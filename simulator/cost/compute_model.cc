@@ -147,8 +147,8 @@ double ComputeModel::memory_efficiency(const Instr& k) const {
   const bool gpu = hw_.compute_capability > 0;
   if (gpu && is_norm(k.op)) return hw_.norm_memory_efficiency;
   const double eff = hw_.memory_efficiency.at(k.bytes / (gpu ? kernels_for(k.op) : 1));
-  // NOTE [Converting kernels]: elementwise kernels only (GEMMs and attention are priced by their
-  // FLOPs; a fused norm by its own figure above).
+  // As NOTE [Converting kernels] (dtype_conversion.h): elementwise kernels only (GEMMs and
+  // attention are priced by their FLOPs; a fused norm by its own figure above).
   return k.converts_dtype && op_class(k.op) == OpClass::kVector ? eff * hw_.convert_memory_factor
                                                                 : eff;
 }

@@ -83,7 +83,7 @@ grep -q "kernel_gap not fitted" "$tmp/h200.out"
 grep -q "2 kernel samples of the --exclude classes left out" "$tmp/h200.out"
 grep -Eq "^    matmul: 15 samples, typical error" "$tmp/h200.out"
 [ "$(grep -c 'launch-bound: not fitted' "$tmp/h200.out")" -eq 2 ]
-# NOTE [Converting kernels]: the two bf16 -> fp32 casts (out_dtype fp32) are their own class and
+# As NOTE [Converting kernels] (simulator/cost/dtype_conversion.h): the two bf16 -> fp32 casts (out_dtype fp32) are their own class and
 # fit convert_memory_factor, which prices them to within a few percent where the one
 # memory_efficiency table was 2x off; the fp32 -> bf16 type_as stays a vector sample.
 grep -q "convert_memory_factor: 1.0 -> 0\.[3-6]" "$tmp/h200.out"

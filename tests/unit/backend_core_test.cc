@@ -82,8 +82,9 @@ TEST(EventTable, IdsAreNeverReusedAndPrunedEventsAreGone) {
   EXPECT_EQ(t.size(), 0u);
 }
 
-// NOTE [One record per timed work]: a kernel is a busy interval and a kernel time; a collective a
-// busy interval and a collective interval with the very same numbers; starts only when asked.
+// As NOTE [One record per timed work] (backends/common/measurements.h): a kernel is a busy interval
+// and a kernel time; a collective a busy interval and a collective interval with the very same
+// numbers; starts only when asked.
 TEST(Measurements, OneRecordPerTimedWork) {
   MeasurementStore s;
   const std::string shard = "shard";

@@ -102,9 +102,10 @@ TEST(Calibrate, ParsesSamplesAndNcclTestsBusBandwidth) {
   bad(R"({"samples": []})", "samples");
 }
 
-// NOTE [Converting kernels]: samples that convert dtypes (out_dtype wider than dtype) fit
-// convert_memory_factor relative to the memory table, which the same-dtype samples alone fit;
-// samples drawn from a known profile give both back, and the "convert" class its own errors.
+// As NOTE [Converting kernels] (simulator/cost/dtype_conversion.h): samples that convert dtypes
+// (out_dtype wider than dtype) fit convert_memory_factor relative to the memory table, which the
+// same-dtype samples alone fit; samples drawn from a known profile give both back, and the
+// "convert" class its own errors.
 TEST(Calibrate, ConvertingSamplesFitTheirOwnFactor) {
   const HardwareProfile stock = load_hardware_profile("h200");
   ASSERT_EQ(stock.convert_memory_factor, 1.0);

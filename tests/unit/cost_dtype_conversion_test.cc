@@ -49,9 +49,9 @@ TEST(ConvertsDtype, OnlyTheElementStreamCounts) {
   EXPECT_FALSE(converts_dtype({tensor(kBf16, {16})}, {}));
 }
 
-// NOTE [Converting kernels]: at equal bytes, a converting elementwise kernel's memory time is
-// the same-dtype kernel's divided by convert_memory_factor; GEMMs, norms and profiles without
-// the figure (factor 1) price as before.
+// As NOTE [Converting kernels] (simulator/cost/dtype_conversion.h): at equal bytes, a converting
+// elementwise kernel's memory time is the same-dtype kernel's divided by convert_memory_factor;
+// GEMMs, norms and profiles without the figure (factor 1) price as before.
 RC_GTEST_PROP(ConvertingKernels, CostTheModelledRatioMoreThanSameDtypeOnes, ()) {
   HardwareProfile p = load_hardware_profile("h200-141gb-measured");
   RC_ASSERT(p.convert_memory_factor < 1.0);  // fitted from the 2026-11-28 casts
