@@ -15,6 +15,7 @@
 #include "core/runtime/backend.h"
 #include "core/scenario/scenario.h"
 #include "runner/checkpoint_saver.h"
+#include "runner/step_metrics.h"
 
 namespace fullshard::runner {
 
@@ -57,26 +58,6 @@ struct RankOptions {
   const BatchSource* batches = nullptr;
   // Safetensors weights to start from instead of the random init (runner/init_weights.h).
   std::string init_from;
-};
-
-struct StepMetrics {
-  int step = 0;
-  double loss = 0;  // this rank's loss, mean over its micro-batches
-  double eval_loss =
-      std::numeric_limits<double>::quiet_NaN();  // validation loss after the step (NaN: none)
-  double seconds = 0;                            // wall time of the step on this rank
-  int64_t tokens = 0;                            // tokens this rank trained on in the step
-  uint64_t peak_allocated_bytes = 0;             // since the start of the run
-  uint64_t peak_reserved_bytes = 0;
-  // From the backend's optional stream measurement (Backend::take_busy_intervals); 0 when
-  // it measures none.
-  double compute_s = 0;       // compute stream busy
-  double comm_s = 0;          // union of the communication streams' busy time
-  double exposed_comm_s = 0;  // communication no computation overlapped
-  double flops = 0;  // FLOPs of the kernels this rank ran in the step (as ops declare them)
-  // With RankOptions::op_table: the step's ops by key, measured where the backend times kernels
-  // (predicted_s unset: the launcher adds the simulator's).
-  std::vector<KeyAverage> ops;
 };
 
 struct RankResult {
