@@ -32,6 +32,7 @@
 #include "tools/fullshard/calibrate_commands.h"
 #include "tools/fullshard/checkpoint_commands.h"
 #include "tools/fullshard/data_commands.h"
+#include "tools/fullshard/pipeline_commands.h"
 #include "tools/fullshard/commands.h"
 #include "tools/fullshard/plan_commands.h"
 #include "tools/fullshard/plot_commands.h"
@@ -224,6 +225,8 @@ int main(int argc, char** argv) {
   auto* checkpoint = fullshard::cli::add_checkpoint_command(app, checkpoint_flags);
   fullshard::cli::DataFlags data_flags;
   auto* data = fullshard::cli::add_data_command(app, data_flags);
+  fullshard::cli::PipelineFlags pipeline_flags;
+  auto* pipeline = fullshard::cli::add_pipeline_command(app, pipeline_flags);
   auto* models = app.add_subcommand("models", "list the model zoo with exact parameter counts");
   models->add_flag("--json", models_json, "JSON output");
   try {
@@ -241,6 +244,7 @@ int main(int argc, char** argv) {
     if (*calibrate) return fullshard::cli::cmd_calibrate(calibrate_flags);
     if (*checkpoint) return fullshard::cli::cmd_checkpoint(checkpoint_flags);
     if (*data) return fullshard::cli::cmd_data(data_flags);
+    if (*pipeline) return fullshard::cli::cmd_pipeline(pipeline_flags);
     // The defaults (0 processes, -1 steps) mean "the scenario's"; given on the command line
     // they are refused like every other out-of-range number.
     for (CLI::App* c : {train, compare}) {
