@@ -20,7 +20,11 @@ refused() {  # NAME FLAG COMMAND...
 }
 # GPipe idles (pp - 1) / (m + pp - 1) = 3/11 and holds every microbatch; 1F1B holds pp - r.
 check gpipe-bubble "step 33, bubble 27.3%" "$bin" pipeline --schedule GPipe --pp 4 --microbatches 8
-check 1f1b-last-rank "    3  3                    1" "$bin" pipeline --schedule 1f1b --pp 4 --microbatches 8
+check 1f1b-last-rank '"peak_in_flight_microbatches": 1,' "$bin" pipeline --schedule 1f1b --pp 4 --microbatches 8 --json
+# torchtitan's split: embeddings and output count as a layer each; 2 stages per rank by default.
+check split "3:13-17 7:29-32o" "$bin" pipeline --schedule Interleaved1F1B --pp 4 --microbatches 8 --layers 32
+check split-per-stage "3 stages per rank (12 stages)" "$bin" pipeline --schedule Interleaved1F1B --pp 4 \
+  --microbatches 8 --layers 32 --layers-per-stage 3
 check interleaved-bubble "bubble 15.8%" "$bin" pipeline --schedule Interleaved1F1B --pp 4 \
   --stages-per-rank 2 --microbatches 8 --forward 0.5 --backward-input 0.5 --backward-weight 0.5
 check dualpipev-overlap "(0F3;3B1)OVERLAP_F_B" "$bin" pipeline --schedule DualPipeV --pp 2 --microbatches 4 --actions
@@ -30,5 +34,7 @@ refused microbatches --microbatches "$bin" pipeline --schedule 1F1B --pp 4 --mic
 refused stages --stages-per-rank "$bin" pipeline --schedule GPipe --pp 4 --microbatches 8 --stages-per-rank 2
 refused pp --pp "$bin" pipeline --pp 0 --microbatches 8
 refused forward --forward "$bin" pipeline --pp 2 --microbatches 2 --forward nan
+refused layers-per-stage --layers-per-stage "$bin" pipeline --schedule Interleaved1F1B --pp 4 --microbatches 8 --layers 32 --layers-per-stage 4
+refused too-many-stages --pp "$bin" pipeline --pp 16 --microbatches 16 --layers 8
 refused p2p --p2p "$bin" pipeline --pp 2 --microbatches 2 --p2p -1
 exit $fail

@@ -14,6 +14,8 @@ struct PipelineFlags {
   int pp = 0;
   int stages_per_rank = 0;  // 0: the schedule's (1, or 2 for the V schedules)
   int microbatches = 0;
+  int layers = 0;            // > 0: split a decoder of this many layers as torchtitan does
+  int layers_per_stage = 0;  // torchtitan's pipeline_parallel_layers_per_stage (0: unset)
   double forward = 1.0, backward_input = 1.0, backward_weight = 1.0, p2p = 0.0;
   bool actions = false;  // print each rank's actions
   bool json = false;
