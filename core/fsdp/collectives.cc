@@ -185,6 +185,19 @@ ReduceResult foreach_reduce(Backend& b, const std::vector<FSDPParam*>& params,
   b.collective(rs, call, rs_group);
   EventId rs_event = b.record_event(rs);
   StreamRole post = rs;
+  if (o.all_reduce_group && !o.all_reduce_grads) {  // NOTE [Partial reduce without all-reduce]
+    if (o.partial_reduce_output) {
+      res.partial_reduce_output = o.partial_reduce_output;
+      ops::add_into(b, res.partial_reduce_output, out, name + " partial reduce accumulate", rs);
+    } else {
+      res.partial_reduce_output = out;
+    }
+    res.post_reduce_event = b.record_event(rs);
+    res.reduce_scatter_input = BufferWithEvent{rs_input, rs_event};
+    return res;
+  }
+  if (o.all_reduce_group && o.partial_reduce_output)
+    ops::add_into(b, out, o.partial_reduce_output, name + " add partial reduce", rs);
   if (o.all_reduce_group) {
     const StreamRole ar = StreamRole::kAllReduce;
     b.wait_stream(ar, rs);

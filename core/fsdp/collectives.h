@@ -49,6 +49,14 @@ struct ReduceOptions {
   const ProcessGroup* all_reduce_group = nullptr;  // HSDP replicate group, or null
   DType reduce_dtype = DType::kFloat32;
   DivideFactors factors;
+  // NOTE [Partial reduce without all-reduce]: FSDPModule.set_requires_all_reduce(False) under
+  // HSDP. The reduce-scatter runs; its output is summed into `partial_reduce_output` (the first
+  // one becomes it) on the reduce-scatter stream, and nothing else happens: no all-reduce, no
+  // post-divide, no sharded gradient. The next reduction with all-reduce on adds the partial sum
+  // into its reduce-scatter output before all-reducing, as foreach_reduce in
+  // _fsdp_collectives.py. Without a replicate group the flag changes nothing.
+  bool all_reduce_grads = true;
+  Tensor partial_reduce_output;
 };
 
 struct ReduceResult {
@@ -56,6 +64,7 @@ struct ReduceResult {
   EventId post_reduce_event = 0;
   std::optional<BufferWithEvent> all_reduce_input;  // HSDP: hold until finalize
   std::vector<EventId> grad_offload_events;         // CPU offload D2H copies
+  Tensor partial_reduce_output;  // the running sum to keep (set only when not all-reducing)
 };
 
 // Reduce-scatters `grads` (one per entry of `params`, unsharded, possibly of different

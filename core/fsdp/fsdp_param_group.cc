@@ -245,7 +245,10 @@ void FSDPParamGroup::post_backward() {
   int dp =
       config_.shard_group.size() * (config_.replicate_group ? config_.replicate_group->size() : 1);
   o.factors = gradient_divide_factors(dp, o.reduce_dtype);
+  o.all_reduce_grads = all_reduce_grads_;
+  o.partial_reduce_output = std::move(partial_reduce_output_);
   ReduceResult r = foreach_reduce(b_, with_grad, std::move(grads), o, name_);
+  partial_reduce_output_ = std::move(r.partial_reduce_output);
   ++reduce_scatters_;
   comm_.reduce_scatter_state = r.reduce_scatter_input;
   post_reduce_event_ = r.post_reduce_event;

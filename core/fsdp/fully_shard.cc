@@ -262,4 +262,9 @@ void FSDPRuntime::set_requires_gradient_sync(bool sync) {
     if (s->group) s->group->set_requires_gradient_sync(sync);
 }
 
+void FSDPRuntime::set_requires_all_reduce(bool all_reduce) {
+  for (auto& s : states_)
+    if (s->group) s->group->set_requires_all_reduce(all_reduce);
+}
+
 }  // namespace fullshard

@@ -60,6 +60,9 @@ class FSDPRuntime : public ModuleHooks {
   void post_backward_final_callback();
   // FSDPModule.set_requires_gradient_sync over every state.
   void set_requires_gradient_sync(bool sync);
+  // FSDPModule.set_requires_all_reduce over every state (HSDP gradient accumulation that
+  // reduce-scatters every micro-batch and all-reduces only the last).
+  void set_requires_all_reduce(bool all_reduce);
   // After a forward that no backward follows (validation): forget the pass's forward root and
   // the grouped states' modules still to run, so the next training forward starts clean
   // (as FSDP2's root post-backward callback would).

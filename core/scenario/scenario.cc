@@ -76,7 +76,8 @@ const std::map<std::string, std::vector<std::string>> kFields = {
       "compile"}},
     {"training",
      {"batch_per_rank", "rank_batch", "seq_len", "steps", "grad_accum_steps",
-      "activation_checkpointing", "optimizer", "seed", "data", "checkpoint"}},
+      "grad_sync_during_accumulation", "activation_checkpointing", "optimizer", "seed", "data",
+      "checkpoint"}},
     {"training.checkpoint", {"every", "mode", "storage_write_bandwidth"}},
     {"training.data", {"path", "format", "val_path", "sampling", "tokenizer", "bos", "eos"}},
     {"training.rank_batch", {"rank", "batch"}},
@@ -453,6 +454,14 @@ TrainingOptions parse_training(const json& j, const ModelConfig& model,
   if (j.contains("steps")) t.steps = static_cast<int>(field_int(j, P, "steps", 1, kMaxInt, "2"));
   if (j.contains("grad_accum_steps"))
     t.grad_accum_steps = static_cast<int>(field_int(j, P, "grad_accum_steps", 1, kMaxInt, "4"));
+  if (j.contains("grad_sync_during_accumulation")) {
+    const std::string v =
+        jr::get_choice(j.at("grad_sync_during_accumulation"), P + ".grad_sync_during_accumulation",
+                       {"none", "reduce_scatter", "all"});
+    t.accumulation_sync = v == "all"              ? AccumulationSync::kAll
+                          : v == "reduce_scatter" ? AccumulationSync::kReduceScatter
+                                                  : AccumulationSync::kNone;
+  }
   if (j.contains("activation_checkpointing"))
     t.activation_checkpointing = parse_activation_checkpointing(j.at("activation_checkpointing"));
   if (j.contains("optimizer")) t.optimizer = parse_optimizer(j.at("optimizer"));
@@ -715,6 +724,15 @@ const char* recompute_mode_name(RecomputeMode m) {
   return "?";
 }
 
+const char* accumulation_sync_name(AccumulationSync a) {
+  switch (a) {
+    case AccumulationSync::kNone: return "none";
+    case AccumulationSync::kReduceScatter: return "reduce_scatter";
+    case AccumulationSync::kAll: return "all";
+  }
+  return "?";
+}
+
 const char* sharding_units_name(ShardingUnits u) {
   switch (u) {
     case ShardingUnits::kRoot: return "root";
@@ -754,6 +772,12 @@ Scenario parse_scenario(const json& j, const std::string& base_dir) {
                  s.model.arch == ModelArch::kLlama && s.model.tie_embeddings);
   if (j.contains("tensor_parallel"))
     s.tensor_parallel = parse_tensor_parallel(j.at("tensor_parallel"));
+  if (s.training.accumulation_sync == AccumulationSync::kReduceScatter &&
+      s.fsdp.mesh_size("replicate") == 1)
+    throw InputError("training.grad_sync_during_accumulation",
+                     "is \"reduce_scatter\" (set_requires_all_reduce(False)), which needs an HSDP "
+                     "mesh, but fsdp.mesh has no replicate dim of size 2 or more",
+                     "use \"all\" or \"none\", or an HSDP mesh such as \"mesh\": [2, 4]");
   const int tp = s.fsdp.mesh_size("tp");
   check_tensor_parallel(s.model, s.training.seq_len, tp, s.tensor_parallel.loss_parallel);
   check_units_and_loss(s);

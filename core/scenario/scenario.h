@@ -67,12 +67,21 @@ struct TrainingCheckpointOptions {
   double storage_write_bandwidth = 2e9;
 };
 
+// What FSDP2 reduces on the micro-batches of an optimizer step before the last one
+// (training.grad_sync_during_accumulation). The last micro-batch always reduces fully.
+enum class AccumulationSync : uint8_t {
+  kNone,           // set_requires_gradient_sync(False): keep unsharded gradients, no collective
+  kReduceScatter,  // set_requires_all_reduce(False) (HSDP): reduce-scatter, all-reduce on the last
+  kAll,            // reduce every micro-batch (no setter; torchtitan's training loop)
+};
+
 struct TrainingOptions {
   int64_t batch_per_rank = 1;         // sequences per rank per micro-batch
   std::map<int, int64_t> rank_batch;  // ranks whose micro-batch differs (an uneven batch)
   int64_t seq_len = 0;                // tokens per sequence
   int steps = 1;                      // optimizer steps to run
-  int grad_accum_steps = 1;           // micro-batches per optimizer step (sync on the last one)
+  int grad_accum_steps = 1;           // micro-batches per optimizer step
+  AccumulationSync accumulation_sync = AccumulationSync::kNone;
   ActivationCheckpointing activation_checkpointing;
   OptimizerOptions optimizer;
   uint64_t seed = 0;
@@ -189,6 +198,7 @@ const std::map<std::string, std::vector<std::string>>& scenario_fields();
 // Spellings of enums, as the format writes them ("selective_layer", "blocks", ...).
 const char* recompute_mode_name(RecomputeMode m);
 const char* sharding_units_name(ShardingUnits u);
+const char* accumulation_sync_name(AccumulationSync a);  // "none", "reduce_scatter", "all"
 
 // NOTE [Dtype flow between units] (scenario_checks.cc): throws InputError naming the per-unit
 // policy that makes a unit compute on activations of another dtype. parse_scenario runs it; the

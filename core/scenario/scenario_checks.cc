@@ -134,6 +134,16 @@ void check_units_and_loss(const Scenario& s) {
         "use \"blocks\" or \"root\"");
   if (m.implementation.loss != LossImpl::kChunked) return;
   const std::string L = "model.implementation.loss";
+  // The output's group reduces twice per backward (the output's gradient in the loss chunks'
+  // backward, then the norm's in the decoder's): FSDP2's partial sum would add two different
+  // sets of parameters (NOTE [Partial reduce without all-reduce], core/fsdp/collectives.h).
+  if (s.training.accumulation_sync == AccumulationSync::kReduceScatter &&
+      s.training.grad_accum_steps > 1)
+    throw InputError("training.grad_sync_during_accumulation",
+                     "is \"reduce_scatter\" with the chunked loss, whose output group reduces "
+                     "twice per backward with different parameters: FSDP2's partial sums "
+                     "(set_requires_all_reduce(False)) would differ in size",
+                     "use \"none\" or \"all\", or another model.implementation.loss");
   if (m.arch != ModelArch::kLlama)
     throw InputError(
         L,

@@ -244,7 +244,10 @@ double TrainingProgram::run_step(int step) {
   b_.set_step(step);
   const int k = s_.training.grad_accum_steps;
   for (int m = 0; m < k; ++m) {
-    if (k > 1) fsdp_->set_requires_gradient_sync(m == k - 1);
+    if (k > 1 && s_.training.accumulation_sync == AccumulationSync::kNone)
+      fsdp_->set_requires_gradient_sync(m == k - 1);
+    if (k > 1 && s_.training.accumulation_sync == AccumulationSync::kReduceScatter)
+      fsdp_->set_requires_all_reduce(m == k - 1);
     micro_step(step, m);
   }
   if (before_optimizer_) before_optimizer_(step);
