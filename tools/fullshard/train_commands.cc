@@ -160,7 +160,7 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& f) {
                     "save a checkpoint after every N steps (0: never)");
   train->add_option("--keep-last", lo.keep_last,
                     "keep only the newest K committed checkpoints (0: all, the default)");
-  train->add_option("--checkpoint-mode", lo.checkpoint_mode,
+  train->add_option("--checkpoint-mode", f.checkpoint_mode,
                     "sync (the default: training waits for the save) or async (staged to host "
                     "memory, written by a "
                     "background thread while training goes on)");
@@ -179,6 +179,7 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& f) {
 int cmd_train(const TrainFlags& f) {
   check_run_options(*f.command, f.launch);
   runner::LaunchOptions o = f.launch;
+  o.checkpoint_mode = parse_checkpoint_save_mode(f.checkpoint_mode, "--checkpoint-mode");
   const std::string& json_out = f.json_out;
   if (f.on_nonfinite == "continue") o.on_nonfinite = runner::LaunchOptions::OnNonFinite::kContinue;
   if (f.command->count("--resume") > 0 && o.resume.empty())
@@ -235,7 +236,7 @@ int cmd_train(const TrainFlags& f) {
       worst.exposed_s = std::max(worst.exposed_s, m.checkpoint.exposed_s);
       worst.staging_bytes = std::max(worst.staging_bytes, m.checkpoint.staging_bytes);
     }
-    if (worst.async)
+    if (worst.mode == CheckpointSaveMode::kAsync)
       std::cout << fmt::format(
           "  checkpoints: {} async saves, host staging {} per rank (largest), save time exposed "
           "{:.3f} s "

@@ -13,7 +13,8 @@ struct TrainFlags {
   runner::LaunchOptions launch;       // the run flags (run_flags.h) and train's own
   std::string on_nonfinite = "stop";  // a non-finite loss: stop or continue
   std::string json_out;               // the measured report (simulator format, one class per rank)
-  CLI::App* command = nullptr;        // set by add_train_command: which flags were given
+  std::string checkpoint_mode = "sync";  // --checkpoint-mode, parsed into launch.checkpoint_mode
+  CLI::App* command = nullptr;           // set by add_train_command: which flags were given
 };
 
 CLI::App* add_train_command(CLI::App& app, TrainFlags& flags);
