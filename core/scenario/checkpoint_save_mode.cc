@@ -4,18 +4,19 @@
 
 namespace fullshard {
 
-const char* checkpoint_save_mode_name(CheckpointSaveMode m) {
-  return m == CheckpointSaveMode::kAsync ? "async" : "sync";
-}
-
 const std::vector<std::string>& checkpoint_save_mode_names() {
-  static const std::vector<std::string> names{"sync", "async"};
+  static const std::vector<std::string> names{"sync", "async"};  // enum order
   return names;
 }
 
+const char* checkpoint_save_mode_name(CheckpointSaveMode m) {
+  return checkpoint_save_mode_names()[static_cast<size_t>(m)].c_str();
+}
+
 std::optional<CheckpointSaveMode> checkpoint_save_mode_from_name(const std::string& name) {
-  if (name == "sync") return CheckpointSaveMode::kSync;
-  if (name == "async") return CheckpointSaveMode::kAsync;
+  const auto& names = checkpoint_save_mode_names();
+  for (size_t i = 0; i < names.size(); ++i)
+    if (names[i] == name) return static_cast<CheckpointSaveMode>(i);
   return std::nullopt;
 }
 
