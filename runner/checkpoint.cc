@@ -151,15 +151,13 @@ std::string resolve_resume(const std::string& resume, const std::string& checkpo
 
 void validate_checkpoint_flags(const std::string& checkpoint_dir, int checkpoint_every,
                                const std::string& resume, int steps, const Scenario& s,
-                               int keep_last, const std::string& mode) {
+                               int keep_last) {
   if (keep_last < 0)
     throw InputError("--keep-last", "is " + std::to_string(keep_last),
                      "use a number of checkpoints >= 1 (0: keep all)");
   if (keep_last > 0 && checkpoint_every <= 0)
     throw InputError("--keep-last", "is given without --checkpoint-every",
                      "add --checkpoint-every N");
-  if (mode != "sync" && mode != "async")
-    throw InputError("--checkpoint-mode", "is '" + mode + "'", "use sync (the default) or async");
   if (checkpoint_every < 0)
     throw InputError("--checkpoint-every", "is " + std::to_string(checkpoint_every),
                      "use a number of steps >= 1 (0: never)");

@@ -61,9 +61,10 @@ std::string resolve_resume(const std::string& resume, const std::string& checkpo
 // to resume whose next step is below `steps`, of
 // `s`'s seed, whose parameters have the names and global shapes of `s`'s model (the first
 // mismatching tensor is named).
-// --keep-last must be >= 0 and needs --checkpoint-every; --checkpoint-mode is sync or async.
+// --keep-last must be >= 0 and needs --checkpoint-every. (--checkpoint-mode is parsed by the
+// CLI: parse_checkpoint_save_mode, core/scenario/checkpoint_save_mode.h.)
 void validate_checkpoint_flags(const std::string& checkpoint_dir, int checkpoint_every,
                                const std::string& resume, int steps, const Scenario& s,
-                               int keep_last = 0, const std::string& mode = "sync");
+                               int keep_last = 0);
 
 }  // namespace fullshard::runner

@@ -49,7 +49,7 @@ StagedShard stage(Backend& b, const std::vector<LocalCheckpointTensor>& tensors,
 
 nlohmann::json checkpoint_stats_json(const CheckpointSaveStats& s) {
   return {{"saves", s.saves},
-          {"mode", s.async ? "async" : "sync"},
+          {"mode", checkpoint_save_mode_name(s.mode)},
           {"staging_bytes", s.staging_bytes},
           {"exposed_s", s.exposed_s},
           {"background_s", s.background_s},
@@ -60,7 +60,8 @@ CheckpointSaveStats checkpoint_stats_from_json(const nlohmann::json& j) {
   CheckpointSaveStats s;
   if (!j.is_object()) return s;
   s.saves = j.value("saves", 0);
-  s.async = j.value("mode", std::string("sync")) == "async";
+  s.mode = checkpoint_save_mode_from_name(j.value("mode", std::string("sync")))
+               .value_or(CheckpointSaveMode::kSync);
   s.staging_bytes = j.value("staging_bytes", uint64_t{0});
   s.exposed_s = j.value("exposed_s", 0.0);
   s.background_s = j.value("background_s", 0.0);
@@ -70,7 +71,7 @@ CheckpointSaveStats checkpoint_stats_from_json(const nlohmann::json& j) {
 
 CheckpointSaver::CheckpointSaver(Backend& b, const Scenario& s, CheckpointSaveOptions o)
     : b_(b), s_(s), o_(std::move(o)) {
-  stats_.async = o_.async;
+  stats_.mode = o_.mode;
 }
 
 CheckpointSaver::~CheckpointSaver() {
@@ -118,7 +119,7 @@ void CheckpointSaver::save(TrainingProgram& prog, int64_t steps_done, const Batc
     meta = std::make_shared<CheckpointMetadata>(
         checkpoint_metadata(b_, prog, s_, steps_done, tensors, data));
   ++stats_.saves;
-  if (!o_.async) {
+  if (o_.mode == CheckpointSaveMode::kSync) {
     if (writer) write_safetensors(shard->path, shard->tensors, {}, kFlag);
     shard.reset();
     world_barrier(b_, "checkpoint written");

@@ -28,20 +28,21 @@
 
 #include "core/data/text_corpus.h"
 #include "core/runtime/backend.h"
+#include "core/scenario/checkpoint_save_mode.h"
 #include "core/train/training_program.h"
 
 namespace fullshard::runner {
 
 struct CheckpointSaveOptions {
-  std::string root;    // --checkpoint-dir
-  int keep_last = 0;   // --keep-last: committed checkpoints kept (0: all)
-  bool async = false;  // --checkpoint-mode async
+  std::string root;   // --checkpoint-dir
+  int keep_last = 0;  // --keep-last: committed checkpoints kept (0: all)
+  CheckpointSaveMode mode = CheckpointSaveMode::kSync;  // --checkpoint-mode
 };
 
 // What the saves of one rank cost (the run's summary and measured report).
 struct CheckpointSaveStats {
   int saves = 0;
-  bool async = false;
+  CheckpointSaveMode mode = CheckpointSaveMode::kSync;
   uint64_t staging_bytes = 0;  // largest host staging buffer of one save (async only)
   double exposed_s =
       0;  // training-thread time spent in saves (staging, barriers, waiting for the previous save)

@@ -51,6 +51,7 @@ nlohmann::json to_value(const std::string& v) {
     return {{"hex", hex}};
   }
 }
+nlohmann::json to_value(const CheckpointSaveMode& v) { return checkpoint_save_mode_name(v); }
 nlohmann::json to_value(const OnNonFinite& v) {
   return v == OnNonFinite::kContinue ? "continue" : "stop";
 }
@@ -92,6 +93,13 @@ void from_value(const nlohmann::json& j, const std::string& where, OnNonFinite& 
     v = OnNonFinite::kContinue;
   else
     throw InputError(where, "is " + j.dump(), "write \"stop\" or \"continue\"");
+}
+
+void from_value(const nlohmann::json& j, const std::string& where, CheckpointSaveMode& v) {
+  const auto m =
+      j.is_string() ? checkpoint_save_mode_from_name(j.get<std::string>()) : std::nullopt;
+  if (!m) throw InputError(where, "is " + j.dump(), "write \"sync\" or \"async\"");
+  v = *m;
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/report/key_averages.h"
+#include "core/scenario/checkpoint_save_mode.h"
 #include "core/scenario/scenario.h"
 
 namespace fullshard::runner {
@@ -33,8 +34,7 @@ struct LaunchOptions {
   std::string checkpoint_dir;
   int checkpoint_every = 0;
   int keep_last = 0;  // --keep-last: committed checkpoints kept (0: all)
-  std::string checkpoint_mode =
-      "sync";  // --checkpoint-mode: sync or async (NOTE [Asynchronous save])
+  CheckpointSaveMode checkpoint_mode = CheckpointSaveMode::kSync;  // --checkpoint-mode
   std::string resume;
   std::string init_from;    // safetensors weights to start from (runner/init_weights.h)
   std::string data;         // --data: training tokens instead of training.data.path (docs/data.md)
@@ -48,7 +48,7 @@ struct LaunchOptions {
 };
 
 // Every option but predicted_ops, one key per field named as the field, on_nonfinite as
-// "stop" or "continue".
+// "stop" or "continue", checkpoint_mode as "sync" or "async".
 nlohmann::json launch_options_json(const LaunchOptions& o);
 // Its inverse: a missing key keeps the default. Throws InputError naming `where` (with the
 // key) for a value of the wrong type or an unknown key.

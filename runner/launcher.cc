@@ -123,8 +123,7 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
                      "write false to train for real (the numbers are the same), or simulate it "
                      "with fullshard simulate");
   validate_checkpoint_flags(o.checkpoint_dir, o.checkpoint_every, o.resume,
-                            o.steps >= 0 ? o.steps : s.training.steps, s, o.keep_last,
-                            o.checkpoint_mode);
+                            o.steps >= 0 ? o.steps : s.training.steps, s, o.keep_last);
   batch_source(s);  // the training data: missing, malformed, tokens >= vocab_size (NOTE [Token data
                     // sampling])
   if (o.eval_every < 0)

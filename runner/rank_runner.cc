@@ -158,8 +158,7 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
     std::optional<CheckpointSaver> saver;
     if (o.checkpoint_every > 0)
       saver.emplace(
-          b, s,
-          CheckpointSaveOptions{o.checkpoint_dir, o.checkpoint_keep_last, o.checkpoint_async});
+          b, s, CheckpointSaveOptions{o.checkpoint_dir, o.checkpoint_keep_last, o.checkpoint_mode});
     if (o.collect_logits) r.logits = first_logits(b, prog, s, first);
     b.set_record_launches(o.op_table);
     // Nothing before the first step (init, loaded weights, the logits readout) is any step's op.

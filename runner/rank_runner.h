@@ -47,8 +47,8 @@ struct RankOptions {
   // folder `resume_from` (its next step) instead of step 0.
   std::string checkpoint_dir;
   int checkpoint_every = 0;
-  int checkpoint_keep_last = 0;   // --keep-last (NOTE [Checkpoint retention]); 0: keep all
-  bool checkpoint_async = false;  // --checkpoint-mode async (NOTE [Asynchronous save])
+  int checkpoint_keep_last = 0;  // --keep-last (NOTE [Checkpoint retention]); 0: keep all
+  CheckpointSaveMode checkpoint_mode = CheckpointSaveMode::kSync;  // NOTE [Asynchronous save]
   std::string resume_from;
   // Validation (NOTE [Validation pass]): after every `eval_every` steps and after the last,
   // the mean loss of `eval_batches` validation batches (0: never). Needs validation data.

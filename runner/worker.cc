@@ -182,7 +182,7 @@ int worker_main(const LaunchOptions& flags, const BackendRegistry& backends) {
     ro.checkpoint_dir = o.checkpoint_dir;
     ro.checkpoint_every = o.checkpoint_every;
     ro.checkpoint_keep_last = o.keep_last;
-    ro.checkpoint_async = o.checkpoint_mode == "async";
+    ro.checkpoint_mode = o.checkpoint_mode;
     ro.resume_from = resolve_resume(o.resume, o.checkpoint_dir);
     if (!ro.resume_from.empty()) resume_data_position(ro.resume_from, s, req.batches);
     ro.batches = &req.batches;

@@ -94,7 +94,7 @@ CheckpointCost checkpoint_cost(const Scenario& s, double step_time_s) {
   FULLSHARD_CHECK(o.every > 0, "checkpoint_cost without training.checkpoint.every");
   CheckpointCost c;
   c.every = o.every;
-  c.async = o.async;
+  c.mode = o.mode;
   c.d2h_bandwidth = s.hardware.device.pageable_copy_bandwidth;
   c.storage_write_bandwidth = o.storage_write_bandwidth;
   c.launch_s = s.hardware.device.eager_dispatch_s + s.hardware.device.launch_overhead_s;
@@ -111,7 +111,7 @@ CheckpointCost checkpoint_cost(const Scenario& s, double step_time_s) {
   }
   for (const auto& [n, b] : node) c.node_bytes = std::max(c.node_bytes, b);
   c.write_s = static_cast<double>(c.node_bytes) / c.storage_write_bandwidth;
-  if (c.async) {
+  if (c.mode == CheckpointSaveMode::kAsync) {
     const double late = std::max(0.0, c.write_s - c.every * step_time_s);
     c.exposed_s = c.d2h_s + late;
     c.hidden_s = c.write_s - late;
@@ -135,7 +135,7 @@ nlohmann::json checkpoint_cost_json(const CheckpointCost& c) {
                       {"write_begin_s", p.write_begin_s},
                       {"write_end_s", p.write_end_s}});
   return {{"every", c.every},
-          {"mode", c.async ? "async" : "sync"},
+          {"mode", checkpoint_save_mode_name(c.mode)},
           {"d2h_bandwidth", c.d2h_bandwidth},
           {"storage_write_bandwidth", c.storage_write_bandwidth},
           {"shard_bytes_per_rank", largest},

@@ -44,7 +44,7 @@ struct PlayedCheckpointSave {
 
 struct CheckpointCost {
   int every = 0;
-  bool async = false;
+  CheckpointSaveMode mode = CheckpointSaveMode::kSync;
   double d2h_bandwidth = 0;            // bytes/s (the profile's pageable_copy_bandwidth)
   double launch_s = 0;                 // host seconds per copy (eager dispatch + launch)
   double storage_write_bandwidth = 0;  // bytes/s per node

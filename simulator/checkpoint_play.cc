@@ -24,7 +24,7 @@ CheckpointPlayer::CheckpointPlayer(SimBackend& backend, TrainingProgram& program
     : b_(backend),
       prog_(program),
       every_(s.training.checkpoint.every),
-      async_(s.training.checkpoint.async) {
+      mode_(s.training.checkpoint.mode) {
   if (every_ <= 0) return;
   run_saves_ = run_steps / every_;
   // The node's writers (NOTE [Checkpoint cost]): their bytes share its storage bandwidth.
@@ -49,7 +49,8 @@ void CheckpointPlayer::save() {
   ++saves_;
   if (bytes_ == 0) return;  // replicas other than the first write nothing
   b_.annotate("checkpoint save");
-  if (async_ && write_done_ != 0) {  // the previous save's write must be done first
+  if (mode_ == CheckpointSaveMode::kAsync &&
+      write_done_ != 0) {  // the previous save's write must be done first
     b_.synchronize(write_done_);
     staging_.clear();  // freed: its file is written
   }
@@ -67,7 +68,7 @@ void CheckpointPlayer::save() {
     op.name = "checkpoint d2h " + name;
     op.inputs = {t.ref()};
     op.bytes = 2.0 * static_cast<double>(t.nbytes());  // read on the device, written on the host
-    if (async_) {
+    if (mode_ == CheckpointSaveMode::kAsync) {
       const Buffer hb = b_.allocate_host(t.nbytes(), category, "checkpoint staging " + name);
       staging_.emplace_back(std::make_shared<Storage>(b_, hb), t.meta());
       op.outputs = {staging_.back().ref()};
@@ -87,7 +88,7 @@ void CheckpointPlayer::save() {
   }
   b_.synchronize(b_.record_event(kCopy));  // DCP's copies to the CPU block the caller
   write_done_ = b_.storage_write("checkpoint write", bytes_, node_bytes_);
-  if (!async_) {
+  if (mode_ == CheckpointSaveMode::kSync) {
     b_.synchronize(write_done_);
     write_done_ = 0;
   }

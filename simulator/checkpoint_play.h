@@ -41,7 +41,7 @@ class CheckpointPlayer {
   SimBackend& b_;
   TrainingProgram& prog_;
   int every_ = 0;
-  bool async_ = false;
+  CheckpointSaveMode mode_ = CheckpointSaveMode::kSync;
   int run_saves_ = 0;
   uint64_t bytes_ = 0;       // this rank's bytes per save (0: it does not write)
   uint64_t node_bytes_ = 0;  // its node's bytes per save

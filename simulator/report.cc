@@ -125,7 +125,8 @@ std::string report_summary(const SimulationReport& r) {
     out += fmt::format("  {}: peak allocated {}, peak reserved {}", ranks_label(ranks),
                        format_bytes(c.peak_allocated_bytes), format_bytes(c.peak_reserved_bytes));
     // Host memory: CPU offload's, and async checkpoint staging while it is held.
-    const bool staging = r.checkpoint && r.checkpoint->async && !r.checkpoint->played.empty();
+    const bool staging = r.checkpoint && r.checkpoint->mode == CheckpointSaveMode::kAsync &&
+                         !r.checkpoint->played.empty();
     if (c.peak_host_bytes)
       out += fmt::format(", {} {}",
                          staging ? "host (CPU offload + checkpoint staging)" : "CPU-offloaded",
@@ -218,10 +219,10 @@ std::string report_summary(const SimulationReport& r) {
         "at {}/s); exposed {:.3f} s per save = {:.4f} s per step amortised: step time with "
         "checkpoints "
         "{:.3f} s\n",
-        c.every, c.async ? "async" : "sync", format_bytes(largest), c.d2h_s, c.write_s,
+        c.every, checkpoint_save_mode_name(c.mode), format_bytes(largest), c.d2h_s, c.write_s,
         format_bytes(c.node_bytes), format_bytes(static_cast<uint64_t>(c.storage_write_bandwidth)),
         c.exposed_s, c.amortised_s_per_step, r.step_time_with_checkpoint_s());
-    if (c.async)
+    if (c.mode == CheckpointSaveMode::kAsync)
       out += fmt::format(
           "    async: host staging {} per rank (host memory, not in the device figures), {:.3f} s "
           "of "

@@ -426,7 +426,8 @@ TrainingCheckpointOptions parse_checkpoint_save(const json& v) {
   TrainingCheckpointOptions c;
   c.every = static_cast<int>(jr::get_int(v.at("every"), P + ".every", 1, kMaxInt, "100"));
   if (v.contains("mode"))
-    c.async = jr::get_choice(v.at("mode"), P + ".mode", {"sync", "async"}) == "async";
+    c.mode = *checkpoint_save_mode_from_name(
+        jr::get_choice(v.at("mode"), P + ".mode", checkpoint_save_mode_names()));
   if (v.contains("storage_write_bandwidth"))
     c.storage_write_bandwidth = jr::get_number(
         v.at("storage_write_bandwidth"), P + ".storage_write_bandwidth", kMinFigureRate, true, kInf,

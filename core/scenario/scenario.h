@@ -13,6 +13,7 @@
 #include "core/fsdp/fsdp_api.h"
 #include "core/memory/caching_allocator.h"
 #include "core/model/model_config.h"
+#include "core/scenario/checkpoint_save_mode.h"
 #include "core/scenario/hardware_profile.h"
 #include "core/tensor/dtype.h"
 
@@ -59,9 +60,8 @@ struct DataOptions {
 // training.checkpoint: what saving a distributed checkpoint every N steps costs, in the
 // simulator and planner (simulator/checkpoint_cost.h; `fullshard train` saves with its own flags).
 struct TrainingCheckpointOptions {
-  int every = 0;       // steps between saves (0: none)
-  bool async = false;  // "mode": "sync" or "async" (DCP's async_save: staged to host, written in
-                       // the background)
+  int every = 0;                                        // steps between saves (0: none)
+  CheckpointSaveMode mode = CheckpointSaveMode::kSync;  // "mode": "sync" or "async"
   // Bytes/s one node writes to the checkpoint storage, shared by its ranks. An assumption, not
   // a measured figure (NOTE [Checkpoint storage bandwidth] in simulator/checkpoint_cost.h).
   double storage_write_bandwidth = 2e9;

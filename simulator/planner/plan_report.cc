@@ -67,7 +67,8 @@ std::string plan_text(const PlanOptions& o, const PlanResult& r, size_t top, dou
     out += fmt::format(
         "  step times include {} checkpoint every {} steps, amortised (storage {:.3g} bytes/s per "
         "node)\n",
-        ck.async ? "an async" : "a sync", ck.every, ck.storage_write_bandwidth);
+        ck.mode == CheckpointSaveMode::kAsync ? "an async" : "a sync", ck.every,
+        ck.storage_write_bandwidth);
   out += fmt::format(
       "  {:>4} {:<16} {:>7} {:<16} {:>7} {:<9} {:>7} {:>4} {:<11} {:>9} {:>8} {:>8} {:>9} {:>6} "
       "{:>8}\n",

@@ -5,7 +5,7 @@
 # reference on the GPU (harness: kernel_compare.h); exit 77 (skipped) where no GPU is visible.
 # None uses gtest_discover_tests: discovery would run the GPU binaries at build time.
 add_executable(cuda_kernels_plan_test ${CMAKE_CURRENT_SOURCE_DIR}/cuda_kernels_plan_test.cc)
-target_link_libraries(cuda_kernels_plan_test PRIVATE fullshard_cuda_kernels fullshard_kernels rapidcheck_gtest
+target_link_libraries(cuda_kernels_plan_test PRIVATE fullshard_cuda_kernels fullshard_cpu_kernels rapidcheck_gtest
                       rapidcheck GTest::gtest GTest::gtest_main)
 target_include_directories(cuda_kernels_plan_test PRIVATE ${PROJECT_SOURCE_DIR})
 add_test(NAME cuda_kernels.plan COMMAND cuda_kernels_plan_test)
@@ -31,7 +31,7 @@ add_test(NAME cuda_kernels.fa2_plan COMMAND attention_fa2_plan_test)
 
 foreach(t cuda_kernels_test cuda_kernels_eager_test cuda_kernels_rows_test)
   add_executable(${t} ${CMAKE_CURRENT_SOURCE_DIR}/${t}.cc)
-  target_link_libraries(${t} PRIVATE fullshard_cuda_kernels fullshard_kernels rapidcheck_gtest rapidcheck GTest::gtest)
+  target_link_libraries(${t} PRIVATE fullshard_cuda_kernels fullshard_cpu_kernels rapidcheck_gtest rapidcheck GTest::gtest)
   target_include_directories(${t} PRIVATE ${PROJECT_SOURCE_DIR})
 endforeach()
 add_test(NAME cuda_kernels.gpu COMMAND cuda_kernels_test)
@@ -43,13 +43,13 @@ set_tests_properties(cuda_kernels.gpu cuda_kernels.eager_gpu cuda_kernels.rows_g
 # Tensor parallelism's kernels (backends/cuda/kernels/tensor_parallel.h): the host-side plan
 # (runs everywhere) and the kernels against the CPU reference (label gpu, exit 77 without a GPU).
 add_executable(cuda_kernels_tp_plan_test ${CMAKE_CURRENT_SOURCE_DIR}/cuda_kernels_tp_plan_test.cc)
-target_link_libraries(cuda_kernels_tp_plan_test PRIVATE fullshard_cuda_kernels fullshard_kernels rapidcheck_gtest
+target_link_libraries(cuda_kernels_tp_plan_test PRIVATE fullshard_cuda_kernels fullshard_cpu_kernels rapidcheck_gtest
                       rapidcheck GTest::gtest GTest::gtest_main)
 target_include_directories(cuda_kernels_tp_plan_test PRIVATE ${PROJECT_SOURCE_DIR})
 add_test(NAME cuda_kernels.tp_plan COMMAND cuda_kernels_tp_plan_test)
 
 add_executable(cuda_kernels_tp_test ${CMAKE_CURRENT_SOURCE_DIR}/cuda_kernels_tp_test.cc)
-target_link_libraries(cuda_kernels_tp_test PRIVATE fullshard_cuda_kernels fullshard_kernels rapidcheck_gtest rapidcheck
+target_link_libraries(cuda_kernels_tp_test PRIVATE fullshard_cuda_kernels fullshard_cpu_kernels rapidcheck_gtest rapidcheck
                       GTest::gtest)
 target_include_directories(cuda_kernels_tp_test PRIVATE ${PROJECT_SOURCE_DIR})
 add_test(NAME cuda_kernels.tp_gpu COMMAND cuda_kernels_tp_test)
@@ -57,7 +57,7 @@ set_tests_properties(cuda_kernels.tp_gpu PROPERTIES SKIP_RETURN_CODE 77 LABELS g
 
 # The compiled block's kernels (compiled.cu) against the CPU reference (label gpu).
 add_executable(cuda_kernels_compiled_test ${CMAKE_CURRENT_SOURCE_DIR}/cuda_kernels_compiled_test.cc)
-target_link_libraries(cuda_kernels_compiled_test PRIVATE fullshard_cuda_kernels fullshard_kernels rapidcheck_gtest
+target_link_libraries(cuda_kernels_compiled_test PRIVATE fullshard_cuda_kernels fullshard_cpu_kernels rapidcheck_gtest
                       rapidcheck GTest::gtest)
 target_include_directories(cuda_kernels_compiled_test PRIVATE ${PROJECT_SOURCE_DIR})
 add_test(NAME cuda_kernels.compiled_gpu COMMAND cuda_kernels_compiled_test)
@@ -89,7 +89,7 @@ target_include_directories(cuda_row_kernels_bench PRIVATE ${PROJECT_SOURCE_DIR})
 # simulator's backend, recorded_ops.h) passes both the CPU reference kernel and the CUDA
 # dispatcher's operand checks (any GPU hidden: launches fail after the checks).
 add_executable(cuda_op_contract_test ${CMAKE_CURRENT_SOURCE_DIR}/cuda_op_contract_test.cc)
-target_link_libraries(cuda_op_contract_test PRIVATE fullshard_cuda_kernels fullshard_kernels fullshard_sim
+target_link_libraries(cuda_op_contract_test PRIVATE fullshard_cuda_kernels fullshard_cpu_kernels fullshard_sim
                       GTest::gtest)
 target_include_directories(cuda_op_contract_test PRIVATE ${PROJECT_SOURCE_DIR})
 add_test(NAME cuda_kernels.op_contracts COMMAND cuda_op_contract_test)
@@ -106,7 +106,7 @@ set_tests_properties(cuda_kernels.gemm_shapes_gpu PROPERTIES SKIP_RETURN_CODE 77
 # cuDNN attention at the 1B benchmark's shape on the GPU (label gpu, exit 77 without one): both
 # directions run cuDNN within the model's workspace (NOTE [cuDNN plan choice]).
 add_executable(cudnn_sdpa_gpu_test ${CMAKE_CURRENT_SOURCE_DIR}/cudnn_sdpa_gpu_test.cc)
-target_link_libraries(cudnn_sdpa_gpu_test PRIVATE fullshard_cuda_kernels fullshard_kernels rapidcheck_gtest rapidcheck
+target_link_libraries(cudnn_sdpa_gpu_test PRIVATE fullshard_cuda_kernels fullshard_cpu_kernels rapidcheck_gtest rapidcheck
                       GTest::gtest)
 target_include_directories(cudnn_sdpa_gpu_test PRIVATE ${PROJECT_SOURCE_DIR})
 add_test(NAME cuda_kernels.cudnn_sdpa_gpu COMMAND cudnn_sdpa_gpu_test)

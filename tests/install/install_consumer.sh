@@ -11,7 +11,8 @@ prefix=$work/prefix
 
 "$cmake" --install "$build" --prefix "$prefix" > "$work/install.log"
 for f in bin/fullshard share/fullshard/scenarios/hardware/h100-sxm-80gb.json \
-         include/fullshard/simulator/simulate.h lib/cmake/fullshard/fullshard-config.cmake \
+         include/fullshard/simulator/simulate.h lib/libfullshard_cpu_kernels.a \
+         lib/cmake/fullshard/fullshard-config.cmake \
          lib/cmake/fullshard/fullshard-config-version.cmake lib/cmake/fullshard/fullshard-targets.cmake; do
   [[ -e $prefix/$f ]] || { echo "FAIL: the install tree lacks $f"; exit 1; }
 done

@@ -140,7 +140,7 @@ RC_GTEST_PROP(RunnerMessages, MeasuredRankSurvivesTheWire, ()) {
   m.peak_allocated_bytes = *rc::gen::arbitrary<uint64_t>();
   m.peak_reserved_bytes = *rc::gen::arbitrary<uint64_t>();
   m.checkpoint.saves = *rc::gen::arbitrary<int>();
-  m.checkpoint.async = *rc::gen::arbitrary<bool>();
+  m.checkpoint.mode = *rc::gen::element(CheckpointSaveMode::kSync, CheckpointSaveMode::kAsync);
   m.checkpoint.staging_bytes = *rc::gen::arbitrary<uint64_t>();
   m.checkpoint.exposed_s = *rc::gen::arbitrary<double>();
   m.checkpoint.background_s = *rc::gen::arbitrary<double>();
@@ -155,7 +155,7 @@ RC_GTEST_PROP(RunnerMessages, MeasuredRankSurvivesTheWire, ()) {
   RC_ASSERT(got.peak_allocated_bytes == m.peak_allocated_bytes);
   RC_ASSERT(got.peak_reserved_bytes == m.peak_reserved_bytes);
   RC_ASSERT(got.checkpoint.saves == m.checkpoint.saves);
-  RC_ASSERT(got.checkpoint.async == m.checkpoint.async);
+  RC_ASSERT(got.checkpoint.mode == m.checkpoint.mode);
   RC_ASSERT(got.checkpoint.staging_bytes == m.checkpoint.staging_bytes);
   RC_ASSERT(same(got.checkpoint.exposed_s, m.checkpoint.exposed_s));
   RC_ASSERT(same(got.checkpoint.background_s, m.checkpoint.background_s));
@@ -184,7 +184,7 @@ RC_GTEST_PROP(RunnerMessages, LaunchOptionsSurviveTheWire, ()) {
   o.checkpoint_dir = *gen_text();
   o.checkpoint_every = *rc::gen::arbitrary<int>();
   o.keep_last = *rc::gen::arbitrary<int>();
-  o.checkpoint_mode = *gen_text();
+  o.checkpoint_mode = *rc::gen::element(CheckpointSaveMode::kSync, CheckpointSaveMode::kAsync);
   o.resume = *gen_text();
   o.init_from = *gen_text();
   o.data = *gen_text();

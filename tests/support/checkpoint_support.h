@@ -39,14 +39,15 @@ inline nlohmann::json tp_checkpoint_scenario(const std::vector<int>& mesh, int g
   return j;
 }
 
-// Rank options that save every `every` steps into `dir` (async: the background writer;
+// Rank options that save every `every` steps into `dir` (kAsync: the background writer;
 // keep_last: how many checkpoints stay, 0 all).
-inline runner::RankOptions saving(const std::string& dir, int every, bool async = false,
+inline runner::RankOptions saving(const std::string& dir, int every,
+                                  CheckpointSaveMode mode = CheckpointSaveMode::kSync,
                                   int keep_last = 0) {
   runner::RankOptions o;
   o.checkpoint_dir = dir;
   o.checkpoint_every = every;
-  o.checkpoint_async = async;
+  o.checkpoint_mode = mode;
   o.checkpoint_keep_last = keep_last;
   return o;
 }

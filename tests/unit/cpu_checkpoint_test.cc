@@ -89,7 +89,7 @@ TEST(CpuCheckpoint, AsyncSaveWritesTheSameBytesAndResumesBitIdentically) {
   const Scenario s = parse_scenario(scenario({2}, 2));
   const RealRun straight = run_real(s, 6);
   const RealRun sync_run = run_real(s, 4, saving(sync_dir.path(), 2));
-  const RealRun async_run = run_real(s, 4, saving(async_dir.path(), 2, /*async=*/true));
+  const RealRun async_run = run_real(s, 4, saving(async_dir.path(), 2, CheckpointSaveMode::kAsync));
   for (size_t k = 0; k < 4; ++k)
     EXPECT_EQ(async_run.mean_loss[k], straight.mean_loss[k]);  // training unchanged
   for (const char* step : {"step-00000002", "step-00000004"})
@@ -103,7 +103,7 @@ TEST(CpuCheckpoint, AsyncSaveWritesTheSameBytesAndResumesBitIdentically) {
   for (int r = 0; r < 2; ++r) {
     const runner::CheckpointSaveStats& st = async_run.ranks[r].checkpoint;
     EXPECT_EQ(st.saves, 2);
-    EXPECT_TRUE(st.async);
+    EXPECT_EQ(st.mode, CheckpointSaveMode::kAsync);
     uint64_t shard_bytes =
         0;  // fp32 parameter rows of the rank, three times (param, exp_avg, exp_avg_sq)
     for (const auto& [fqn, v] : async_run.ranks[r].local_params) shard_bytes += 3 * v.size() * 4;
@@ -123,15 +123,15 @@ TEST(CpuCheckpoint, AsyncSaveWritesTheSameBytesAndResumesBitIdentically) {
 TEST(CpuCheckpoint, KeepLastLeavesTheNewestCheckpoints) {
   const Scenario s = parse_scenario(scenario({2}, 2));
   const RealRun straight = run_real(s, 6);
-  for (bool async : {false, true}) {
+  for (CheckpointSaveMode mode : {CheckpointSaveMode::kSync, CheckpointSaveMode::kAsync}) {
     TempDir d;
-    run_real(s, 5, saving(d.path(), 1, async, 2));
+    run_real(s, 5, saving(d.path(), 1, mode, 2));
     std::vector<std::string> names;
     for (const auto& e : fs::directory_iterator(d.path()))
       names.push_back(e.path().filename().string());
     std::sort(names.begin(), names.end());
     EXPECT_EQ(names, (std::vector<std::string>{"latest", "step-00000004", "step-00000005"}))
-        << "async " << async;
+        << checkpoint_save_mode_name(mode);
     runner::RankOptions o;
     o.resume_from = (fs::path(d.path()) / "step-00000004").string();
     const RealRun rest = run_real(s, 6, o);
@@ -224,7 +224,7 @@ TEST(CpuCheckpoint, ExportThenInitFromLeavesEveryByteUnchanged) {
 // Whatever the moment, the folder must hold either no committed checkpoint (killed before the
 // first commit) or one that verifies and, resumed, continues bit-identically to the
 // uninterrupted run. Run for the synchronous and the asynchronous save (NOTE [Asynchronous save]).
-void crash_test(bool async, int trials) {
+void crash_test(CheckpointSaveMode mode, int trials) {
   constexpr int kSteps = 4;
   const Scenario s = parse_scenario(scenario({2}, 1, kSteps));
   const RealRun straight = run_real(s, kSteps);
@@ -232,7 +232,7 @@ void crash_test(bool async, int trials) {
     const pid_t pid = ::fork();
     if (pid == 0) {
       try {
-        run_real(s, kSteps, saving(dir, 1, async, 2));
+        run_real(s, kSteps, saving(dir, 1, mode, 2));
       } catch (...) {
         ::_exit(3);
       }
@@ -260,7 +260,7 @@ void crash_test(bool async, int trials) {
     for (const auto& e : fs::directory_iterator(d.path())) folders += e.is_directory();
     ASSERT_EQ(folders, 2);  // --keep-last 2
   }
-  std::mt19937_64 rng(async ? 20261124 : 20261121);
+  std::mt19937_64 rng(mode == CheckpointSaveMode::kAsync ? 20261124 : 20261121);
   int none_committed = 0, mid_save = 0, mid_prune = 0, resumed = 0;
   for (int trial = 0; trial < trials; ++trial) {
     TempDir d;
@@ -305,14 +305,18 @@ void crash_test(bool async, int trials) {
       "crash test (%s): %d trials over %.3f s runs: %d cut a save short, %d a deletion, %d before "
       "the first "
       "commit, %d resumed\n",
-      async ? "async" : "sync", trials, full_us * 1e-6, mid_save, mid_prune, none_committed,
+      checkpoint_save_mode_name(mode), trials, full_us * 1e-6, mid_save, mid_prune, none_committed,
       resumed);
   EXPECT_GE(mid_save, trials / 10);  // the kills did land inside saves
   EXPECT_GE(resumed, trials / 10);
 }
 
-TEST(CpuCheckpoint, KilledDuringSavesAlwaysLeavesALoadableCheckpoint) { crash_test(false, 50); }
-TEST(CpuCheckpoint, KilledDuringAsyncSavesAlwaysLeavesALoadableCheckpoint) { crash_test(true, 30); }
+TEST(CpuCheckpoint, KilledDuringSavesAlwaysLeavesALoadableCheckpoint) {
+  crash_test(CheckpointSaveMode::kSync, 50);
+}
+TEST(CpuCheckpoint, KilledDuringAsyncSavesAlwaysLeavesALoadableCheckpoint) {
+  crash_test(CheckpointSaveMode::kAsync, 30);
+}
 
 }  // namespace
 }  // namespace fullshard

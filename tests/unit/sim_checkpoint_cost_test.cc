@@ -49,7 +49,7 @@ TEST(SimCheckpointCost, EqualsTheClosedFormFromShardBytesAndBandwidths) {
   EXPECT_EQ(sync.saves, 10);
   EXPECT_EQ(sync.host_staging_bytes, 0u);
   // Async: only the staging is exposed while the write fits in the next 100 steps...
-  s.training.checkpoint.async = true;
+  s.training.checkpoint.mode = CheckpointSaveMode::kAsync;
   const sim::CheckpointCost async = sim::checkpoint_cost(s, step);
   EXPECT_DOUBLE_EQ(async.exposed_s, sync.d2h_s);
   EXPECT_DOUBLE_EQ(async.hidden_s, 8 * per_rank / 3e9);

@@ -148,8 +148,12 @@ json base_json(const PlanFlags& f, HardwareProfile& profile) {
   json& t = j["training"];
   json& h = j["hardware"];
   if (f.checkpoint_every) {
-    t["checkpoint"] = {{"every", *f.checkpoint_every},
-                       {"mode", f.checkpoint_mode.empty() ? "sync" : f.checkpoint_mode}};
+    t["checkpoint"] = {
+        {"every", *f.checkpoint_every},
+        {"mode", checkpoint_save_mode_name(
+                     f.checkpoint_mode.empty()
+                         ? CheckpointSaveMode::kSync
+                         : parse_checkpoint_save_mode(f.checkpoint_mode, "--checkpoint-mode"))}};
     if (f.storage_write_bandwidth)
       t["checkpoint"]["storage_write_bandwidth"] = *f.storage_write_bandwidth;
   } else if (!f.checkpoint_mode.empty() || f.storage_write_bandwidth) {

@@ -26,7 +26,7 @@ struct PlanFlags {
   // A checkpoint every N steps (training.checkpoint, NOTE [Checkpoint cost]): its amortised
   // cost is part of every candidate's step time.
   std::optional<int> checkpoint_every;
-  std::string checkpoint_mode;                    // sync (default) or async
+  std::string checkpoint_mode;  // sync (default) or async (parse_checkpoint_save_mode)
   std::optional<double> storage_write_bandwidth;  // bytes/s per node
 };
 

@@ -39,8 +39,28 @@ void check_output_path(const std::string& flag, const std::string& path,
   check_output_writable(flag, path);  // creates nothing: a later failure leaves no empty file
 }
 
-int cmd_plot(const std::vector<std::string>& paths, const std::string& out, std::optional<int> rank,
-             const std::string& title) {
+CLI::App* add_plot_command(CLI::App& app, PlotFlags& f) {
+  auto* plot = app.add_subcommand(
+      "plot",
+      "memory timeline of report JSON files, or training curves of --metrics .jsonl / "
+      "step,loss .csv files: an HTML page or a static SVG");
+  plot->add_option("reports", f.inputs,
+                   "report JSON files (simulated or measured), or --metrics .jsonl / step,loss "
+                   ".csv files; several overlay")
+      ->required();
+  plot->add_option("-o,--output", f.out, "OUT.html (interactive page) or OUT.svg (static picture)")
+      ->required();
+  plot->add_option("--rank", f.rank,
+                   "show the timeline holding this rank first (HTML) or only (SVG)");
+  plot->add_option("--title", f.title, "title (default: the scenarios' names)");
+  return plot;
+}
+
+int cmd_plot(const PlotFlags& f) {
+  const std::vector<std::string>& paths = f.inputs;
+  const std::string& out = f.out;
+  const std::optional<int>& rank = f.rank;
+  const std::string& title = f.title;
   install_output_cleanup_on_signals();
   check_output_path("-o", out, {".html", ".svg"});
   refuse_output_over_input("-o", out, paths);

@@ -5,15 +5,24 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "simulator/simulate.h"
 
 namespace fullshard::cli {
 
+struct PlotFlags {
+  // Report JSON files (simulated or measured), or --metrics .jsonl / step,loss .csv files.
+  std::vector<std::string> inputs;
+  std::string out;          // OUT.html (interactive page) or OUT.svg (static picture)
+  std::optional<int> rank;  // the timeline shown first (HTML) or only (SVG)
+  std::string title;        // default: the scenarios' names
+};
+
 // fullshard plot REPORT.json [MORE.json ...] -o OUT.html|OUT.svg [--rank R] [--title T]
-int cmd_plot(const std::vector<std::string>& reports, const std::string& out,
-             std::optional<int> rank, const std::string& title);
+CLI::App* add_plot_command(CLI::App& app, PlotFlags& flags);
+int cmd_plot(const PlotFlags& flags);
 
 // Fails early (InputError naming `flag`) when `path` does not end in one of `extensions` or
 // cannot be written, so a long simulation does not run for nothing.

@@ -1,3 +1,5 @@
+#include "tools/fullshard/train_commands.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -17,15 +19,11 @@
 #include "simulator/report.h"
 #include "simulator/simulate.h"
 #include "tools/fullshard/backends.h"
-#include "tools/fullshard/commands.h"
+#include "tools/fullshard/run_flags.h"
 #include "tools/fullshard/op_table.h"
 
 namespace fullshard::cli {
 namespace {
-
-void print_errors(const runner::LaunchResult& r) {
-  for (const auto& e : r.errors) std::fprintf(stderr, "fullshard: %s\n", e.c_str());
-}
 
 // NOTE [Measured report]: a real run's report has the simulator's format (docs/report-format.md)
 // with one "class" per rank, so `fullshard plot predicted.json measured.json` overlays them.
@@ -137,7 +135,55 @@ nlohmann::json measured_report(const Scenario& s, const runner::LaunchResult& r)
 
 }  // namespace
 
-int cmd_train(runner::LaunchOptions o, const std::string& json_out) {
+CLI::App* add_train_command(CLI::App& app, TrainFlags& f) {
+  runner::LaunchOptions& lo = f.launch;
+  auto* train =
+      app.add_subcommand("train", "train a scenario for real (CPU processes over Gloo, or GPUs)");
+  add_run_options(*train, lo);
+  train->add_option(
+      "--metrics", lo.metrics_path,
+      "write one JSON object per step here (JSONL; PATH.partial until the run ends well)");
+  train
+      ->add_option("--on-nonfinite", f.on_nonfinite,
+                   "a non-finite loss: stop (default) or continue")
+      ->check(CLI::IsMember({"stop", "continue"}));
+  train->add_option("--json", f.json_out,
+                    "write the measured report (memory timeline per rank) here");
+  train->add_option("--eval-every", lo.eval_every,
+                    "print the validation loss (training.data.val_path) after every N steps and "
+                    "after the last (0: never)");
+  train->add_option("--eval-batches", lo.eval_batches,
+                    "validation batches per evaluation (default 4)");
+  train->add_option("--checkpoint-dir", lo.checkpoint_dir,
+                    "write sharded checkpoints here (docs/checkpoints.md)");
+  train->add_option("--checkpoint-every", lo.checkpoint_every,
+                    "save a checkpoint after every N steps (0: never)");
+  train->add_option("--keep-last", lo.keep_last,
+                    "keep only the newest K committed checkpoints (0: all, the default)");
+  train->add_option("--checkpoint-mode", f.checkpoint_mode,
+                    "sync (the default: training waits for the save) or async (staged to host "
+                    "memory, written by a "
+                    "background thread while training goes on)");
+  train
+      ->add_option(
+          "--resume", lo.resume,
+          "continue from a checkpoint: latest (under --checkpoint-dir, the default) or a folder")
+      ->expected(0, 1);
+  train->add_option(
+      "--init-from", lo.init_from,
+      "start from safetensors weights (a file, or a folder with model.safetensors[.index.json])");
+  f.command = train;
+  return train;
+}
+
+int cmd_train(const TrainFlags& f) {
+  check_run_options(*f.command, f.launch);
+  runner::LaunchOptions o = f.launch;
+  o.checkpoint_mode = parse_checkpoint_save_mode(f.checkpoint_mode, "--checkpoint-mode");
+  const std::string& json_out = f.json_out;
+  if (f.on_nonfinite == "continue") o.on_nonfinite = runner::LaunchOptions::OnNonFinite::kContinue;
+  if (f.command->count("--resume") > 0 && o.resume.empty())
+    o.resume = "latest";  // --resume with no value
   if (runner::is_worker_environment()) return runner::worker_main(o, real_backends());
   Scenario s = runner::load_run_scenario(o);
   if (!json_out.empty()) {
@@ -156,7 +202,7 @@ int cmd_train(runner::LaunchOptions o, const std::string& json_out) {
                steps);
   runner::LaunchResult r = runner::launch_local(o, real_backends());
   if (r.exit_code != 0) {
-    print_errors(r);
+    print_launch_errors(r);
     return r.exit_code;
   }
   if (!r.steps.empty()) {
@@ -190,7 +236,7 @@ int cmd_train(runner::LaunchOptions o, const std::string& json_out) {
       worst.exposed_s = std::max(worst.exposed_s, m.checkpoint.exposed_s);
       worst.staging_bytes = std::max(worst.staging_bytes, m.checkpoint.staging_bytes);
     }
-    if (worst.async)
+    if (worst.mode == CheckpointSaveMode::kAsync)
       std::cout << fmt::format(
           "  checkpoints: {} async saves, host staging {} per rank (largest), save time exposed "
           "{:.3f} s "
@@ -236,82 +282,6 @@ int cmd_train(runner::LaunchOptions o, const std::string& json_out) {
               << " (fullshard plot overlays it on a simulated one)\n";
   }
   return 0;
-}
-
-int cmd_compare(const runner::LaunchOptions& o, const std::string& json_out) {
-  Scenario s = runner::load_run_scenario(o);
-  runner::validate_launch(o, s, real_backends().choose(o.backend, s));
-  if (!json_out.empty()) {
-    refuse_output_over_input("--json", json_out, {o.scenario_path, o.metrics_path});
-    check_output_writable("--json", json_out);
-  }
-  std::fprintf(stderr, "simulating %s...\n", o.scenario_path.c_str());
-  sim::SimulateOptions so;
-  std::vector<PredictedKeyTimes> predicted_ops;
-  so.on_played = keep_predicted_ops(&predicted_ops);
-  Scenario sim_s = s;
-  if (o.steps >= 0) sim_s.training.steps = o.steps;
-  sim::SimulationReport pred = sim::simulate_scenario(sim_s, so);
-  if (!pred.ok()) {
-    std::cout << sim::report_summary(pred);
-    std::fprintf(stderr,
-                 "fullshard: the simulation did not complete cleanly; not running it for real\n");
-    return pred.out_of_memory ? 3 : 1;
-  }
-  const runner::BackendKind& kind = real_backends().choose(o.backend, s);
-  std::fprintf(stderr, "running %s for real: %d ranks on the %s backend...\n",
-               o.scenario_path.c_str(), s.world_size(), kind.name.c_str());
-  runner::LaunchOptions run = o;
-  run.predicted_ops = std::move(predicted_ops);
-  runner::LaunchResult real = runner::launch_local(run, real_backends());
-  if (real.exit_code != 0) {
-    print_errors(real);
-    return real.exit_code;
-  }
-  std::vector<const sim::RankClassReport*> by_rank(static_cast<size_t>(s.world_size()), nullptr);
-  for (const auto& c : pred.classes)
-    for (int r : c.ranks) by_rank[r] = &c;
-  nlohmann::json ranks = nlohmann::json::array();
-  bool all_equal = true;
-  std::cout << fmt::format(
-      "scenario {}: predicted (simulator) vs measured ({}), per rank\n", s.name,
-      real.backend == "cpu" ? "CPU backend over Gloo" : real.backend + " backend");
-  std::cout << fmt::format("  {:>4}  {:>16} {:>16}  {:>16} {:>16}  {}\n", "rank", "pred allocated",
-                           "meas allocated", "pred reserved", "meas reserved", "");
-  for (const auto& m : real.ranks) {
-    const auto* p = by_rank[m.rank];
-    FULLSHARD_CHECK(p != nullptr, "rank without a simulated class");
-    const bool eq = p->peak_allocated_bytes == m.peak_allocated_bytes &&
-                    p->peak_reserved_bytes == m.peak_reserved_bytes;
-    all_equal = all_equal && eq;
-    std::cout << fmt::format("  {:>4}  {:>16} {:>16}  {:>16} {:>16}  {}\n", m.rank,
-                             p->peak_allocated_bytes, m.peak_allocated_bytes,
-                             p->peak_reserved_bytes, m.peak_reserved_bytes,
-                             eq ? "equal" : "DIFFERENT");
-    ranks.push_back({{"rank", m.rank},
-                     {"predicted_peak_allocated_bytes", p->peak_allocated_bytes},
-                     {"measured_peak_allocated_bytes", m.peak_allocated_bytes},
-                     {"predicted_peak_reserved_bytes", p->peak_reserved_bytes},
-                     {"measured_peak_reserved_bytes", m.peak_reserved_bytes},
-                     {"equal", eq}});
-  }
-  std::cout
-      << (all_equal
-              ? "  ok: predicted peaks equal measured peaks to the byte on every rank\n"
-              : "  MISMATCH: predicted and measured peaks differ (a bug: please report it)\n");
-  const std::vector<KeyAverage> no_ops;
-  const std::vector<KeyAverage>& last_ops = real.steps.empty() ? no_ops : real.steps.back().ops;
-  std::cout << differ_most_text(last_ops, 5);
-  if (!json_out.empty()) {
-    nlohmann::json j{{"scenario", s.name},
-                     {"world_size", s.world_size()},
-                     {"equal", all_equal},
-                     {"ranks", ranks}};
-    j["ops"] = key_averages_json(last_ops);  // rank 0's last step (NOTE [Per-op times])
-    write_output_file(json_out, j.dump(1) + "\n", "--json");
-    std::cout << "  report written to " << json_out << "\n";
-  }
-  return all_equal ? 0 : 1;
 }
 
 }  // namespace fullshard::cli
