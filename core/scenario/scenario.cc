@@ -10,6 +10,7 @@
 
 #include "core/common/error.h"
 #include "core/scenario/json_reader.h"
+#include "core/scenario/moe_checks.h"
 #include "core/scenario/scenario_sections.h"
 
 // NOTE [Scenario errors]: every user mistake is an InputError whose where() is the exact JSON
@@ -759,6 +760,7 @@ Scenario parse_scenario(const json& j, const std::string& base_dir) {
   check_units_and_loss(s);
   check_async_tp(s);
   check_dtype_flow(s);
+  check_moe(s);
   if (tp > 1 && !s.training.rank_batch.empty())
     throw InputError("training.rank_batch", "is set with tp " + std::to_string(tp),
                      "ranks of one tp group read the same batch: remove rank_batch or use tp 1");
