@@ -8,9 +8,18 @@
 #include "core/model/async_tp.h"
 #include "core/model/attention_variants.h"
 #include "core/model/compiled_block.h"
+#include "core/model/moe_layer.h"
 #include "core/model/ops.h"
 
 namespace fullshard {
+namespace {
+Module* find_child(Module& m, const std::string& name) {  // null when m has no such child
+  const std::string fqn = m.fqn.empty() ? name : m.fqn + "." + name;
+  for (auto& ch : m.children)
+    if (ch->fqn == fqn) return ch.get();
+  return nullptr;
+}
+}  // namespace
 
 Transformer::Transformer(ModelConfig config, TensorParallel tp)
     : config_(std::move(config)), tp_(std::move(tp)) {
@@ -40,6 +49,10 @@ Transformer::Transformer(ModelConfig config, TensorParallel tp)
       }
       a->add_child("wo", "Linear")->add_param("weight", {D, D});
       b->add_child("ffn_norm", "RMSNorm")->add_param("weight", {D});
+      if (c.moe.is_moe_layer(i)) {  // torchtitan's `moe` in place of `feed_forward`
+        add_moe_module(*b, c);
+        continue;
+      }
       Module* f = b->add_child("feed_forward", "FeedForward");
       f->add_child("w1", "Linear")->add_param("weight", {F, D});
       f->add_child("w2", "Linear")->add_param("weight", {D, F});
@@ -231,6 +244,12 @@ Value Transformer::block_forward(ExecContext& c, Module& b, Value x, int64_t bat
     });
     Value h = ops::add(c, std::move(x), std::move(a), n + ".residual_attn");
     Value hn = rms_norm(c, h, b.child("ffn_norm").param("weight"), n + ".ffn_norm");
+    if (Module* moe = find_child(b, "moe")) {  // core/model/moe_layer.h
+      Value f = c.call_module(*moe, std::move(hn), [&](ExecContext& cc, Value v) {
+        return moe_forward(cc, *moe, std::move(v), cfg);
+      });
+      return ops::add(c, std::move(h), std::move(f), n + ".residual_ffn");
+    }
     Module& ff = b.child("feed_forward");
     Value f = c.call_module(ff, std::move(hn), [&](ExecContext& cc, Value v) {
       const std::string& fn = ff.fqn;

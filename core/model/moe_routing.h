@@ -1,0 +1,23 @@
+#pragma once
+// The routing assumption the recorded program uses for its data-dependent costs (docs/moe.md):
+// how many rows each expert's group gets, padded as torchtitan pads them for torch._grouped_mm.
+#include <cstdint>
+#include <vector>
+
+namespace fullshard {
+
+// NOTE [MoE routing assumption]: with ep = 1 every MoE tensor has a static shape (torchtitan
+// pads the permuted tokens to round_up(N K + E align, align) rows whatever the routing), so
+// memory never depends on routing; only the grouped GEMMs' FLOPs do (the rows inside the
+// groups). The program is recorded with balanced routing: N K routed tokens spread evenly,
+// the first (N K mod E) experts one more. A recorded histogram or a skew knob plugs in here.
+std::vector<int64_t> balanced_tokens_per_expert(int64_t routed_tokens, int64_t experts);
+
+// torchtitan's generate_permute_indices: each group at least `align` rows (an empty expert
+// too), rounded up to a multiple of `align`; the sum of the groups.
+int64_t grouped_rows(const std::vector<int64_t>& tokens_per_expert, int64_t align);
+
+// torchtitan's _permute: the permuted buffer's rows, round_up(routed + experts * align, align).
+int64_t permuted_rows(int64_t routed_tokens, int64_t experts, int64_t align);
+
+}  // namespace fullshard
