@@ -8,17 +8,11 @@ namespace fullshard {
 
 void check_moe(const Scenario& s) {
   const ModelConfig& m = s.model;
-  if (m.explicit_head_dim > 0)
-    throw InputError("model.head_dim",
-                     "is " + std::to_string(m.explicit_head_dim) + ", not dim / n_heads (" +
-                         std::to_string(m.dim / m.n_heads) +
-                         "), which the transformer does not build yet",
-                     "parameter counts are exact (docs/models.md); to simulate, use a model whose "
-                     "head_dim is dim / n_heads");
-  if (m.qk_norm)
-    throw InputError("model.qk_norm", "is true, which the transformer does not build yet",
-                     "parameter counts are exact (docs/models.md); to simulate, use a model "
-                     "without q/k norms");
+  if ((m.explicit_head_dim > 0 || m.qk_norm) && m.implementation.compile)
+    throw InputError("model.implementation.compile",
+                     "is true with Qwen3's decoupled head_dim / q-k norms, which the compiled "
+                     "block does not fuse yet",
+                     "use the eager block (compile false)");
   if (!m.moe.enabled()) return;
   // NOTE [What MoE composes with]: the MoE layer is built as torchtitan runs it with ep = 1
   // (core/model/moe_layer.cc); these variants and compositions are not built yet and are

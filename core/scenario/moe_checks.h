@@ -5,8 +5,9 @@
 
 namespace fullshard {
 
-// Throws InputError naming the model field the transformer does not build yet (decoupled
-// head_dim, q/k norms) or that MoE does not compose with yet. parse_scenario runs it.
+// Throws InputError naming the model field that is not built yet, or that does not compose
+// with the rest of the scenario yet (NOTE [What MoE composes with] in moe_checks.cc).
+// parse_scenario runs it.
 void check_moe(const Scenario& s);
 
 }  // namespace fullshard

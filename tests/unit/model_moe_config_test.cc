@@ -8,6 +8,7 @@
 
 #include "core/common/error.h"
 #include "core/model/model_config.h"
+#include "core/model/model_flops.h"
 
 namespace fullshard {
 namespace {
@@ -86,6 +87,18 @@ TEST(MoeCount, DenseLayersUseTheDenseFfn) {
   c.moe.first_dense_layers = 1;
   const int64_t D = 4096, F = 14336, E = 8;
   EXPECT_EQ(all_moe - parameter_count(c), E * 3 * D * F + D * E - 3 * D * F);
+}
+
+// MFU counts the parameters a token runs through: Mixtral's published 12.9B active.
+TEST(MoeCount, ActiveParametersAndModelFlops) {
+  const ModelConfig mixtral = zoo("mixtral-8x7b");
+  EXPECT_EQ(active_parameter_count(mixtral), 12'879'925'248);
+  const double embed = 32000.0 * 4096;
+  EXPECT_DOUBLE_EQ(model_flops_per_token(mixtral, 4096),
+                   6.0 * (12'879'925'248 - embed) + 12.0 * 32 * 32 * 128 * 4096);
+  ModelConfig dense = zoo("tiny-moe");
+  dense.moe = MoeConfig{};
+  EXPECT_EQ(active_parameter_count(dense), parameter_count(dense));
 }
 
 RC_GTEST_PROP(MoeCountProperty, AffineInExpertsAndSharedSize, ()) {

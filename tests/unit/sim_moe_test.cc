@@ -31,7 +31,7 @@ int64_t module_tree_params(const ModelConfig& c) {
 }
 
 TEST(MoeModuleTree, ParametersAreTheConfigCount) {
-  for (const char* name : {"tiny-moe", "mixtral-8x7b"}) {
+  for (const char* name : {"tiny-moe", "mixtral-8x7b", "qwen3-30b-a3b"}) {
     const ModelConfig c = *find_model(name);
     EXPECT_EQ(module_tree_params(c), parameter_count(c)) << name;
   }
@@ -114,6 +114,28 @@ TEST(MoeOps, SigmoidScoresScaleAndDenseFirstLayer) {
   EXPECT_EQ(count[OpKind::kGroupedMM], 3);
 }
 
+// Qwen3's attention: q [n_heads * head_dim, D] with head_dim 32 over dim 64 / 4 heads, and an
+// RMSNorm of head_dim on each head of q and k before RoPE (torchtitan qwen3's q_norm / k_norm).
+TEST(MoeOps, Qwen3DecoupledHeadsAndQkNorms) {
+  Scenario s = tiny_moe();
+  s.model.explicit_head_dim = 32;
+  s.model.qk_norm = true;
+  std::map<std::string, Shape> out_shape;
+  for (const OpCall& op : recorded_ops::record(s)) {
+    validate_op_args(op);
+    if (op.kind == OpKind::kLinear || op.kind == OpKind::kRMSNorm)
+      out_shape[op.name] = op.outputs[0].meta.shape;
+  }
+  EXPECT_EQ(out_shape["layers.0.attention.wq"], (Shape{2, 32, 4 * 32}));
+  EXPECT_EQ(out_shape["layers.0.attention.wk"], (Shape{2, 32, 2 * 32}));
+  EXPECT_EQ(out_shape["layers.0.attention.q_norm"], (Shape{2 * 32, 4, 32}));
+  EXPECT_EQ(out_shape["layers.0.attention.k_norm"], (Shape{2 * 32, 2, 32}));
+  EXPECT_EQ(out_shape["layers.0.attention.wo"], (Shape{2, 32, 64}));
+  const auto r = sim::simulate_scenario(s);
+  EXPECT_TRUE(r.problems.empty()) << fullshard::testing::problems_text(r);
+  EXPECT_EQ(module_tree_params(s.model), parameter_count(s.model));
+}
+
 TEST(MoeSimulate, TinyMoeSimulatesCleanlyWithStableMemory) {
   const Scenario s = tiny_moe({{"training", {{"steps", 3}}}});
   const auto r = sim::simulate_scenario(s);
@@ -151,8 +173,9 @@ TEST(MoeChecks, CompositionsNotBuiltAreRefusedByName) {
   expect_refused(recorded_ops::scenario_json("tiny-moe", nullptr, {1, 2}), "fsdp.mesh");
   expect_refused(recorded_ops::scenario_json("tiny-moe", json{{"compile", true}}, {2}),
                  "model.implementation.compile");
-  expect_refused(recorded_ops::scenario_json("qwen3-30b-a3b", nullptr, {8}), "model.head_dim");
+  expect_refused(recorded_ops::scenario_json("qwen3-30b-a3b", nullptr, {4, 2}), "fsdp.mesh");
   EXPECT_NO_THROW(parse_scenario(recorded_ops::scenario_json("mixtral-8x7b", nullptr, {8})));
+  EXPECT_NO_THROW(parse_scenario(recorded_ops::scenario_json("qwen3-30b-a3b", nullptr, {8})));
 }
 
 }  // namespace
