@@ -39,6 +39,9 @@ struct MoeConfig {
   // torchtitan's TOKEN_GROUP_ALIGN_SIZE_M (torchtitan/models/moe/utils.py): each expert's token
   // group is padded to a multiple of this for the grouped GEMM (8 bf16, 16 fp8, 32 mxfp8).
   int64_t token_group_align = 8;
+  // The routing the recorded program assumes (scenario training.moe_routing, NOTE [MoE routing
+  // assumption] in moe_routing.h): the hottest expert gets this times its balanced share.
+  double hot_expert_factor = 1.0;
 
   bool enabled() const { return num_experts > 0; }
   bool is_moe_layer(int64_t layer) const;

@@ -93,7 +93,8 @@ Value moe_forward(ExecContext& c, Module& moe, Value x, const ModelConfig& cfg) 
   Module& ex = moe.child("experts");
   const int64_t align = m.token_group_align;
   const int64_t routed = N * K;
-  const int64_t computed = grouped_rows(balanced_tokens_per_expert(routed, E), align);
+  const int64_t computed =
+      grouped_rows(skewed_tokens_per_expert(N, K, E, m.hot_expert_factor), align);
   const Value routed_output = c.call_module(ex, routed_input, [&](ExecContext& ec, Value v) {
     Value padded = ops::moe::pad_row(ec, std::move(v), ex.fqn + ".vstack");
     const auto perm = ops::moe::permute_indices(ec, counts, routed, E, align, ex.fqn + ".permute");

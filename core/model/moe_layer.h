@@ -14,7 +14,7 @@ Module* add_moe_module(Module& block, const ModelConfig& c);
 // MoE.forward on the ffn_norm output x [B, S, D]: the router, the token reorder, the grouped
 // experts over torchtitan's padded permutation, the shared expert, the unsort and the
 // score-weighted combine (score_before_experts false), as NOTE [MoE op sequence] in
-// moe_layer.cc lists. Balanced routing decides the grouped GEMMs' FLOPs (NOTE [MoE routing
+// moe_layer.cc lists. The routing assumption decides the grouped GEMMs' FLOPs (NOTE [MoE routing
 // assumption] in moe_routing.h).
 Value moe_forward(ExecContext& c, Module& moe, Value x, const ModelConfig& cfg);
 

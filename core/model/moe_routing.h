@@ -10,8 +10,16 @@ namespace fullshard {
 // pads the permuted tokens to round_up(N K + E align, align) rows whatever the routing), so
 // memory never depends on routing; only the grouped GEMMs' FLOPs do (the rows inside the
 // groups). The program is recorded with balanced routing: N K routed tokens spread evenly,
-// the first (N K mod E) experts one more. A recorded histogram or a skew knob plugs in here.
+// the first (N K mod E) experts one more; training.moe_routing {"hot_expert_factor": k} gives
+// the hottest expert k times its share instead (skewed_tokens_per_expert). A recorded
+// histogram plugs in here next.
 std::vector<int64_t> balanced_tokens_per_expert(int64_t routed_tokens, int64_t experts);
+
+// `tokens` tokens each routed to `top_k` experts, the hottest expert (expert 0) getting
+// `hot_factor` times its balanced share (at most every token: a token picks an expert once),
+// the rest balanced over the others. hot_factor 1: balanced_tokens_per_expert.
+std::vector<int64_t> skewed_tokens_per_expert(int64_t tokens, int64_t top_k, int64_t experts,
+                                              double hot_factor);
 
 // torchtitan's generate_permute_indices: each group at least `align` rows (an empty expert
 // too), rounded up to a multiple of `align`; the sum of the groups.

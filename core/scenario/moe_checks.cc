@@ -2,7 +2,11 @@
 
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "core/common/error.h"
+#include "core/scenario/json_reader.h"
+#include "core/scenario/scenario_sections.h"
 
 namespace fullshard {
 
@@ -35,6 +39,28 @@ void check_moe(const Scenario& s) {
   if (m.implementation.compile)
     throw InputError("model.implementation.compile", "is true with a mixture-of-experts model",
                      "use the eager block; " + fix);
+}
+
+void apply_moe_routing(const nlohmann::json& v, ModelConfig& model) {
+  namespace jr = json_reader;
+  const std::string P = "training.moe_routing";
+  if (!model.moe.enabled())
+    throw InputError(P, "is set, but the model has no experts",
+                     "remove it, or name a mixture-of-experts model (docs/moe.md)");
+  if (v.is_string()) {
+    jr::get_choice(v, P, {"balanced"});
+    model.moe.hot_expert_factor = 1.0;
+    return;
+  }
+  if (!v.is_object())
+    throw InputError(P, "is " + jr::describe(v),
+                     "write \"balanced\" or {\"hot_expert_factor\": 2}");
+  scenario_detail::check_fields(v, P);
+  jr::require_field(v, P, "hot_expert_factor",
+                    "give the hottest expert's share over a balanced one, e.g. 2");
+  model.moe.hot_expert_factor =
+      jr::get_number(v.at("hot_expert_factor"), P + ".hot_expert_factor", 1, true,
+                     static_cast<double>(model.moe.num_experts), true, "2");
 }
 
 }  // namespace fullshard

@@ -10,4 +10,9 @@ namespace fullshard {
 // parse_scenario runs it.
 void check_moe(const Scenario& s);
 
+// training.moe_routing: "balanced" (the default) or {"hot_expert_factor": k >= 1}, the
+// hottest expert getting k times its share (NOTE [MoE routing assumption] in
+// core/model/moe_routing.h); sets model.moe.hot_expert_factor. A dense model refuses it.
+void apply_moe_routing(const nlohmann::json& v, ModelConfig& model);
+
 }  // namespace fullshard

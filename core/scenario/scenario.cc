@@ -77,7 +77,8 @@ const std::map<std::string, std::vector<std::string>> kFields = {
       "compile"}},
     {"training",
      {"batch_per_rank", "rank_batch", "seq_len", "steps", "grad_accum_steps",
-      "activation_checkpointing", "optimizer", "seed", "data", "checkpoint"}},
+      "activation_checkpointing", "optimizer", "seed", "data", "checkpoint", "moe_routing"}},
+    {"training.moe_routing", {"hot_expert_factor"}},
     {"training.checkpoint", {"every", "mode", "storage_write_bandwidth"}},
     {"training.data", {"path", "format", "val_path", "sampling", "tokenizer", "bos", "eos"}},
     {"training.rank_batch", {"rank", "batch"}},
@@ -749,6 +750,8 @@ Scenario parse_scenario(const json& j, const std::string& base_dir) {
   s.model = parse_model(j.at("model"), base_dir);
   s.model_weights = parse_model_weights(j.at("model"), base_dir);
   s.training = parse_training(j.at("training"), s.model, base_dir);
+  if (j.at("training").is_object() && j.at("training").contains("moe_routing"))
+    apply_moe_routing(j.at("training").at("moe_routing"), s.model);
   s.hardware = parse_hardware(j.at("hardware"), base_dir);
   s.fsdp =
       parse_fsdp(j.contains("fsdp") ? j.at("fsdp") : json::object(), s.hardware, s.model.n_layers,

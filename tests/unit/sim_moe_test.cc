@@ -161,6 +161,32 @@ TEST(MoeSimulate, RoutedInputHoldsTopKRowsPerToken) {
   EXPECT_EQ(gathered_rows, 2 * 32 * 2);
 }
 
+TEST(MoeRouting, HotExpertGetsItsFactorCappedAtEveryToken) {
+  EXPECT_EQ(skewed_tokens_per_expert(64, 2, 4, 1.0), balanced_tokens_per_expert(128, 4));
+  EXPECT_EQ(skewed_tokens_per_expert(64, 2, 4, 1.5), (std::vector<int64_t>{48, 27, 27, 26}));
+  EXPECT_EQ(skewed_tokens_per_expert(64, 2, 4, 4.0), (std::vector<int64_t>{64, 22, 21, 21}));
+  EXPECT_EQ(skewed_tokens_per_expert(10, 1, 1, 3.0), (std::vector<int64_t>{10}));
+}
+
+// training.moe_routing moves the grouped GEMMs' FLOPs, never the memory at ep = 1.
+TEST(MoeSimulate, RoutingSkewMovesFlopsNotMemory) {
+  const Scenario balanced = tiny_moe({{"training", {{"steps", 2}}}});
+  const Scenario skewed =
+      tiny_moe({{"training", {{"steps", 2}, {"moe_routing", {{"hot_expert_factor", 1.5}}}}}});
+  EXPECT_DOUBLE_EQ(skewed.model.moe.hot_expert_factor, 1.5);
+  auto rows = [](const Scenario& s) {
+    for (const OpCall& op : recorded_ops::record(s))
+      if (op.kind == OpKind::kGroupedMM) return GroupedMmArgs::decode(op).computed_rows;
+    return int64_t{-1};
+  };
+  EXPECT_EQ(rows(balanced), 4 * 32);     // 2 x 32 tokens x top-2 over 4 experts
+  EXPECT_EQ(rows(skewed), 48 + 3 * 32);  // 48, then 27 / 27 / 26 padded to 32
+  const auto rb = sim::simulate_scenario(balanced), rs = sim::simulate_scenario(skewed);
+  EXPECT_TRUE(rs.problems.empty()) << fullshard::testing::problems_text(rs);
+  EXPECT_EQ(rs.classes[0].peak_allocated_bytes, rb.classes[0].peak_allocated_bytes);
+  EXPECT_EQ(rs.classes[0].peak_reserved_bytes, rb.classes[0].peak_reserved_bytes);
+}
+
 TEST(MoeChecks, CompositionsNotBuiltAreRefusedByName) {
   auto expect_refused = [](const json& j, const std::string& where) {
     try {
@@ -174,6 +200,16 @@ TEST(MoeChecks, CompositionsNotBuiltAreRefusedByName) {
   expect_refused(recorded_ops::scenario_json("tiny-moe", json{{"compile", true}}, {2}),
                  "model.implementation.compile");
   expect_refused(recorded_ops::scenario_json("qwen3-30b-a3b", nullptr, {4, 2}), "fsdp.mesh");
+  expect_refused(recorded_ops::scenario_json("tiny-llama", nullptr, {2},
+                                             {{"training", {{"moe_routing", "balanced"}}}}),
+                 "training.moe_routing");
+  expect_refused(
+      recorded_ops::scenario_json("tiny-moe", nullptr, {2},
+                                  {{"training", {{"moe_routing", {{"hot_expert_factor", 0.5}}}}}}),
+      "training.moe_routing.hot_expert_factor");
+  expect_refused(recorded_ops::scenario_json("tiny-moe", nullptr, {2},
+                                             {{"training", {{"moe_routing", "skewed"}}}}),
+                 "training.moe_routing");
   EXPECT_NO_THROW(parse_scenario(recorded_ops::scenario_json("mixtral-8x7b", nullptr, {8})));
   EXPECT_NO_THROW(parse_scenario(recorded_ops::scenario_json("qwen3-30b-a3b", nullptr, {8})));
 }
