@@ -122,6 +122,11 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
                      fmt::format("is true, which the {} backend does not run", kind.name),
                      "write false to train for real (the numbers are the same), or simulate it "
                      "with fullshard simulate");
+  if (s.model.moe.enabled())  // the MoE kinds are simulated only (docs/moe.md)
+    throw InputError("model.moe",
+                     fmt::format("has {} experts, which the {} backend does not run yet",
+                                 s.model.moe.num_experts, kind.name),
+                     "simulate it with fullshard simulate (docs/moe.md says what is next)");
   validate_checkpoint_flags(o.checkpoint_dir, o.checkpoint_every, o.resume,
                             o.steps >= 0 ? o.steps : s.training.steps, s, o.keep_last);
   batch_source(s);  // the training data: missing, malformed, tokens >= vocab_size (NOTE [Token data

@@ -5,6 +5,7 @@
 #include "core/common/error.h"
 #include "core/runtime/attention_args.h"
 #include "core/runtime/layer_args.h"
+#include "core/runtime/moe_args.h"
 #include "core/runtime/op_table.h"
 #include "simulator/cost/dtype_conversion.h"
 
@@ -128,6 +129,14 @@ std::array<int64_t, 3> kernel_dims(const OpCall& op) {
         return {a.batch * a.heads, a.seq, a.head_dim};
       }
       break;
+    case OpKind::kGroupedMM:  // one expert's group: {rows / experts, k, n}
+    case OpKind::kGroupedMMBackwardInput:
+    case OpKind::kGroupedMMBackwardWeight:
+      if (n >= 5) {
+        const GroupedMmArgs g = GroupedMmArgs::decode(op);
+        return {g.computed_rows / g.experts, g.k, g.n};
+      }
+      break;
     case OpKind::kAllGatherMatmul:
     case OpKind::kMatmulReduceScatter:
       if (n >= 4) {
@@ -157,7 +166,8 @@ void SimBackend::do_launch(StreamRole stream, const OpCall& op) {
   in.flops = op.flops;
   in.bytes = op.bytes;
   in.dims = kernel_dims(op);
-  if (op_info(op.kind).has(kOpSimulatedOnly) && op.iargs.size() >= 4)
+  if ((op.kind == OpKind::kAllGatherMatmul || op.kind == OpKind::kMatmulReduceScatter) &&
+      op.iargs.size() >= 4)
     in.parts = static_cast<int>(CollectiveMatmulArgs::decode(op).tp);
   in.converts_dtype = converts_dtype(op.inputs, op.outputs);
   add_accesses(in, op.inputs, op.outputs);

@@ -22,6 +22,12 @@ namespace {
 // theta 1e6, no sliding window); v0.1 is kept as "mistral-7b-v0.1". Qwen2.5 ties embeddings
 // only at 0.5B/1.5B/3B, so the 7B and 14B here are untied. tests/unit/model_config_test.cc
 // checks every parameter count against the published number.
+// NOTE [MoE zoo sources]: mixtral-8x7b is mistralai/Mixtral-8x7B-v0.1 (8 experts of
+// intermediate_size 14336, top-2 renormalised: 46,702,792,704 parameters); qwen3-30b-a3b is
+// Qwen/Qwen3-30B-A3B (128 experts of moe_intermediate_size 768, top-8 with norm_topk_prob,
+// head_dim 128 with 32 heads of a 2048 hidden size, q/k RMSNorms: 30,532,122,624). Their
+// published configs leave output_router_logits false, so no auxiliary loss is computed.
+// tiny-moe is ours: 4 experts, top-2, one shared expert, small enough to run for real.
 std::vector<ModelConfig> build_zoo() {
   using A = ModelArch;
   std::vector<ModelConfig> z;
@@ -73,6 +79,15 @@ std::vector<ModelConfig> build_zoo() {
   llama({.name = "qwen2.5-14b", .vocab_size = 152064, .dim = 5120, .n_layers = 48, .n_heads = 40,
          .n_kv_heads = 8, .ffn_dim = 13824, .max_seq_len = 131072, .norm_eps = 1e-5,
          .rope_theta = 1e6, .qkv_bias = true});
+  // Mixtures of experts (NOTE [MoE zoo sources]).
+  llama({.name = "mixtral-8x7b", .vocab_size = 32000, .dim = 4096, .n_layers = 32, .n_heads = 32,
+         .n_kv_heads = 8, .ffn_dim = 14336, .max_seq_len = 32768, .norm_eps = 1e-5,
+         .rope_theta = 1e6,
+         .moe = {.num_experts = 8, .top_k = 2, .expert_dim = 14336, .route_norm = true}});
+  llama({.name = "qwen3-30b-a3b", .vocab_size = 151936, .dim = 2048, .n_layers = 48,
+         .n_heads = 32, .n_kv_heads = 4, .ffn_dim = 6144, .max_seq_len = 40960, .norm_eps = 1e-6,
+         .rope_theta = 1e6, .explicit_head_dim = 128, .qk_norm = true,
+         .moe = {.num_experts = 128, .top_k = 8, .expert_dim = 768, .route_norm = true}});
   gpt2({.name = "gpt2-124m", .dim = 768, .n_layers = 12, .n_heads = 12});
   gpt2({.name = "gpt2-355m", .dim = 1024, .n_layers = 24, .n_heads = 16});
   gpt2({.name = "gpt2-774m", .dim = 1280, .n_layers = 36, .n_heads = 20});
@@ -80,6 +95,10 @@ std::vector<ModelConfig> build_zoo() {
   // Tiny configs for tests and examples: every dimension small enough to run for real.
   llama({.name = "tiny-llama", .vocab_size = 256, .dim = 64, .n_layers = 2, .n_heads = 4,
          .n_kv_heads = 2, .ffn_dim = 128, .max_seq_len = 128, .norm_eps = 1e-5, .rope_theta = 1e4});
+  llama({.name = "tiny-moe", .vocab_size = 256, .dim = 64, .n_layers = 2, .n_heads = 4,
+         .n_kv_heads = 2, .ffn_dim = 128, .max_seq_len = 128, .norm_eps = 1e-5, .rope_theta = 1e4,
+         .moe = {.num_experts = 4, .top_k = 2, .expert_dim = 32, .shared_expert_dim = 32,
+                 .route_norm = true}});
   gpt2({.name = "tiny-gpt2", .vocab_size = 256, .dim = 64, .n_layers = 2, .n_heads = 4,
         .max_seq_len = 128});
   // clang-format on
@@ -122,39 +141,75 @@ class CheckedSum {
 
 // nullopt when the count does not fit in int64. Requires n_heads >= 1. Every term goes
 // through CheckedSum so that unvalidated, absurd sizes cannot overflow silently.
-std::optional<int64_t> checked_parameter_count(const ModelConfig& c) {
-  const int64_t d = c.dim, f = c.ffn_dim, v = c.vocab_size;
-  CheckedSum kv_width;  // width of the k and v projections
-  kv_width.add(c.n_kv_heads, c.head_dim());
-  if (!kv_width.value()) return std::nullopt;
-  const int64_t kv = *kv_width.value();
-  const bool lb = c.linear_bias;
-  CheckedSum layer;
-  CheckedSum total;
-  // Attention: q and o are D x D, k and v are D x kv (GPT-2 fuses q/k/v into c_attn, whose
-  // Conv1D weight is [D, D + 2 kv]; the count is the same).
-  layer.add(d, d);
-  layer.add(d, kv);
-  layer.add(d, kv);
-  layer.add(d, d);
-  if (c.qkv_bias || lb) {  // Qwen2: bias on q/k/v only; GPT-2: on every linear
-    layer.add(d);
-    layer.add(kv);
-    layer.add(kv);
-  }
-  if (lb) layer.add(d);  // o / attn.c_proj bias
-  if (c.arch == ModelArch::kLlama) {
-    // SwiGLU: gate (w1) and up (w3) are D x F, down (w2) is F x D.
+// The feed-forward of one Llama-style layer: dense SwiGLU (gate / up D x F, down F x D) or,
+// on a MoE layer, the router's gate (E x D), the grouped experts (w1 / w3 [E, Fe, D], w2 [E, D,
+// Fe]) and the shared FFN (3 D Fs, with qwen2_moe's D -> 1 gate).
+void add_ffn(CheckedSum& layer, const ModelConfig& c, bool moe_layer) {
+  const int64_t d = c.dim, f = c.ffn_dim;
+  if (!moe_layer) {
     layer.add(d, f);
     layer.add(d, f);
     layer.add(f, d);
-    if (lb) {
+    if (c.linear_bias) {
       layer.add(f, 2);
       layer.add(d);
     }
+    return;
+  }
+  const MoeConfig& m = c.moe;
+  CheckedSum expert;  // one expert's w1, w2, w3
+  expert.add(d, m.expert_dim);
+  expert.add(d, m.expert_dim);
+  expert.add(m.expert_dim, d);
+  if (!expert.value()) return layer.add(std::numeric_limits<int64_t>::max(), 2);  // overflow
+  layer.add(*expert.value(), m.num_experts);
+  layer.add(d, m.num_experts);  // router.gate
+  layer.add(d, m.shared_expert_dim);
+  layer.add(d, m.shared_expert_dim);
+  layer.add(m.shared_expert_dim, d);
+  if (m.shared_expert_gate) layer.add(d);
+}
+
+// nullopt when the count does not fit in int64. Requires n_heads >= 1. Every term goes
+// through CheckedSum so that unvalidated, absurd sizes cannot overflow silently.
+std::optional<int64_t> checked_parameter_count(const ModelConfig& c) {
+  const int64_t d = c.dim, f = c.ffn_dim, v = c.vocab_size;
+  CheckedSum widths;  // width of the k and v projections, then of q (n_heads * head_dim)
+  widths.add(c.n_kv_heads, c.head_dim());
+  if (!widths.value()) return std::nullopt;
+  const int64_t kv = *widths.value();
+  CheckedSum q_width;
+  q_width.add(c.n_heads, c.head_dim());
+  if (!q_width.value()) return std::nullopt;
+  const int64_t q = *q_width.value();  // == d unless head_dim is decoupled (Qwen3)
+  const bool lb = c.linear_bias;
+  CheckedSum layer;
+  CheckedSum total;
+  // Attention: q is q x D, k and v are kv x D, o is D x q (GPT-2 fuses q/k/v into c_attn, whose
+  // Conv1D weight is [D, D + 2 kv]; the count is the same).
+  layer.add(d, q);
+  layer.add(d, kv);
+  layer.add(d, kv);
+  layer.add(d, q);
+  if (c.qkv_bias || lb) {  // Qwen2: bias on q/k/v only; GPT-2: on every linear
+    layer.add(q);
+    layer.add(kv);
+    layer.add(kv);
+  }
+  if (lb) layer.add(d);                       // o / attn.c_proj bias
+  if (c.qk_norm) layer.add(c.head_dim(), 2);  // Qwen3 q_norm, k_norm
+  int64_t moe_layers = 0;
+  if (c.arch == ModelArch::kLlama) {
     layer.add(d, 2);  // input_layernorm, post_attention_layernorm (RMSNorm: weight only)
     total.add(v, d);  // embed_tokens
     total.add(d);     // final norm
+    moe_layers = c.moe.moe_layer_count(c.n_layers);
+    CheckedSum dense_ffn, moe_ffn;
+    add_ffn(dense_ffn, c, false);
+    add_ffn(moe_ffn, c, true);
+    if (!dense_ffn.value() || !moe_ffn.value()) return std::nullopt;
+    total.add(*dense_ffn.value(), c.n_layers - moe_layers);
+    total.add(*moe_ffn.value(), moe_layers);
   } else {
     // GELU MLP: c_fc D x F, c_proj F x D; LayerNorms carry weight and bias.
     layer.add(d, f);
@@ -186,7 +241,7 @@ std::string field_path(const std::string& where, const std::string& field) {
 }
 
 // ---------------------------------------------------------------- HF import
-enum class HfFamily { kLlama, kMistral, kQwen2, kGpt2 };
+enum class HfFamily { kLlama, kMistral, kQwen2, kGpt2, kMixtral, kQwen3Moe, kQwen2Moe };
 
 struct HfArch {
   const char* model_type;
@@ -198,10 +253,14 @@ constexpr HfArch kHfArchs[] = {
     {"mistral", "MistralForCausalLM", HfFamily::kMistral},
     {"qwen2", "Qwen2ForCausalLM", HfFamily::kQwen2},
     {"gpt2", "GPT2LMHeadModel", HfFamily::kGpt2},
+    {"mixtral", "MixtralForCausalLM", HfFamily::kMixtral},
+    {"qwen3_moe", "Qwen3MoeForCausalLM", HfFamily::kQwen3Moe},
+    {"qwen2_moe", "Qwen2MoeForCausalLM", HfFamily::kQwen2Moe},
 };
 constexpr const char* kSupportedHf =
     "supported: llama (LlamaForCausalLM), mistral (MistralForCausalLM), qwen2 "
-    "(Qwen2ForCausalLM), gpt2 (GPT2LMHeadModel)";
+    "(Qwen2ForCausalLM), gpt2 (GPT2LMHeadModel), mixtral (MixtralForCausalLM), qwen3_moe "
+    "(Qwen3MoeForCausalLM), qwen2_moe (Qwen2MoeForCausalLM)";
 
 // Reads one config.json object; every accessor names the field in its errors.
 class HfReader {
@@ -234,6 +293,17 @@ class HfReader {
     const auto& x = j_.at(key);
     if (!x.is_number() || !(x.get<double>() > 0) || !std::isfinite(x.get<double>()))
       throw InputError(path(key), "is " + x.dump(), "give a positive number");
+    return x.get<double>();
+  }
+
+  const nlohmann::json& at(const std::string& key) const { return j_.at(key); }
+
+  // A non-negative number (a coefficient); `fallback` when missing or null.
+  double non_negative_number(const std::string& key, double fallback) const {
+    if (!has(key)) return fallback;
+    const auto& x = j_.at(key);
+    if (!x.is_number() || !(x.get<double>() >= 0) || !std::isfinite(x.get<double>()))
+      throw InputError(path(key), "is " + x.dump(), "give a number >= 0");
     return x.get<double>();
   }
 
@@ -340,6 +410,67 @@ class HfReader {
   std::string where_;
 };
 
+// NOTE [MoE config.json fields]: every field of MixtralConfig / Qwen3MoeConfig / Qwen2MoeConfig
+// that changes the parameters, the routing or the memory is mapped (docs/models.md lists them);
+// the router features fullshard does not model (jitter noise, DeepSeek's grouped or
+// bias-corrected routing written into these model types) are refused naming the field, so an
+// import never silently changes what a checkpoint computes. Defaults are the config classes'.
+void moe_from_hf(const HfReader& r, HfFamily family, ModelConfig& c) {
+  MoeConfig& m = c.moe;
+  m.score_func = MoeScoreFunc::kSoftmax;  // all three: softmax over every expert, then top-k
+  if (family == HfFamily::kMixtral) {
+    m.num_experts = r.positive_int("num_local_experts");
+    m.expert_dim = c.ffn_dim;  // MixtralBlockSparseTop2MLP uses intermediate_size
+    m.route_norm = true;       // routing_weights /= routing_weights.sum(-1) (always)
+    if (r.has("router_jitter_noise") && r.non_negative_number("router_jitter_noise", 0) != 0)
+      throw InputError(
+          r.path("router_jitter_noise"),
+          "is " + r.at("router_jitter_noise").dump() + ", which fullshard does not model",
+          "set it to 0 (the published Mixtral configs do)");
+  } else {
+    m.num_experts = r.positive_int("num_experts");
+    m.expert_dim = r.positive_int("moe_intermediate_size");
+    m.route_norm = r.boolean("norm_topk_prob", false);
+    m.interleave_step = r.positive_int("decoder_sparse_step", 1);
+    if (r.has("mlp_only_layers")) {
+      const auto& list = r.at("mlp_only_layers");
+      const std::string p = r.path("mlp_only_layers");
+      if (!list.is_array())
+        throw InputError(p, "is " + list.dump(), "give a list of layer indices such as [0, 1]");
+      for (const auto& x : list) {
+        if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= c.n_layers)
+          throw InputError(p, "holds " + x.dump(),
+                           "give layer indices from 0 to num_hidden_layers - 1 (" +
+                               std::to_string(c.n_layers - 1) + ")");
+        m.dense_layers.push_back(x.get<int64_t>());
+      }
+    }
+    if (family == HfFamily::kQwen2Moe) {
+      m.shared_expert_dim = r.positive_int("shared_expert_intermediate_size");
+      m.shared_expert_gate = true;  // Qwen2MoeSparseMoeBlock.shared_expert_gate, Linear(D, 1)
+    } else {
+      c.qk_norm = true;  // Qwen3MoeAttention's q_norm / k_norm over head_dim
+    }
+  }
+  m.top_k = r.positive_int("num_experts_per_tok");
+  if (m.top_k > m.num_experts)
+    throw InputError(r.path("num_experts_per_tok"),
+                     "is " + std::to_string(m.top_k) + ", above the " +
+                         std::to_string(m.num_experts) + " experts",
+                     "use at most the number of experts");
+  // The auxiliary load-balancing loss is computed only with output_router_logits.
+  if (r.boolean("output_router_logits", false)) {
+    m.load_balance = MoeLoadBalance::kAuxLoss;
+    m.load_balance_coeff = r.non_negative_number("router_aux_loss_coef", 0.001);
+  }
+  for (const char* key : {"n_shared_experts", "routed_scaling_factor", "first_k_dense_replace",
+                          "moe_layer_freq", "topk_method", "n_group", "topk_group", "scoring_func",
+                          "ep_size", "num_nextn_predict_layers"})
+    if (r.has(key))
+      throw InputError(r.path(key), "is set, but this model type has no such field",
+                       "remove it: DeepSeek-style routing is not imported for this model type");
+}
+
 ModelConfig llama_from_hf(const HfReader& r, HfFamily family) {
   ModelConfig c;
   c.arch = ModelArch::kLlama;
@@ -351,17 +482,24 @@ ModelConfig llama_from_hf(const HfReader& r, HfFamily family) {
   // Absent/null num_key_value_heads means MHA in all three HF classes.
   c.n_kv_heads = r.positive_int("num_key_value_heads", c.n_heads);
   // Defaults are those of LlamaConfig / MistralConfig / Qwen2Config.
-  const int64_t default_positions = family == HfFamily::kLlama     ? 2048
-                                    : family == HfFamily::kMistral ? 4096 * 32
-                                                                   : 32768;
+  const int64_t default_positions = family == HfFamily::kLlama ? 2048
+                                    : family == HfFamily::kMistral || family == HfFamily::kMixtral
+                                        ? 4096 * 32
+                                        : 32768;  // Qwen2 / Qwen2-MoE / Qwen3-MoE
   c.max_seq_len = r.positive_int("max_position_embeddings", default_positions);
   c.norm_eps = r.positive_number("rms_norm_eps", 1e-6);
   c.rope_theta = r.rope_theta(10000.0);
   c.rope_scaling = r.rope_scaling();
   c.tie_embeddings = r.boolean("tie_word_embeddings", false);
   c.qkv_bias = family == HfFamily::kQwen2;  // Qwen2Attention hard-codes bias on q/k/v
+  if (family == HfFamily::kQwen2Moe) c.qkv_bias = r.boolean("qkv_bias", true);
+  const bool decoupled_head_dim = family == HfFamily::kQwen3Moe;  // Qwen3: head_dim is its own
+  if (decoupled_head_dim && r.has("head_dim")) {
+    c.explicit_head_dim = r.positive_int("head_dim");
+    if (c.n_heads * c.explicit_head_dim == c.dim) c.explicit_head_dim = 0;  // the usual size
+  }
 
-  if (c.dim % c.n_heads != 0)
+  if (!decoupled_head_dim && c.dim % c.n_heads != 0)
     throw InputError(r.path("num_attention_heads"),
                      "is " + std::to_string(c.n_heads) + ", which does not divide hidden_size " +
                          std::to_string(c.dim),
@@ -371,7 +509,7 @@ ModelConfig llama_from_hf(const HfReader& r, HfFamily family) {
                      "is " + std::to_string(c.n_kv_heads) +
                          ", which does not divide num_attention_heads " + std::to_string(c.n_heads),
                      "use the published value (grouped-query attention needs a divisor)");
-  if (r.has("head_dim")) {
+  if (!decoupled_head_dim && r.has("head_dim")) {
     const int64_t head_dim = r.positive_int("head_dim");
     if (head_dim != c.head_dim())
       throw InputError(r.path("head_dim"),
@@ -384,6 +522,13 @@ ModelConfig llama_from_hf(const HfReader& r, HfFamily family) {
   for (const char* key : {"attention_bias", "mlp_bias"})
     if (family == HfFamily::kLlama && r.boolean(key, false))
       throw InputError(r.path(key), "is true", "Llama-style models with biases are not supported");
+  if (family == HfFamily::kQwen3Moe && r.boolean("attention_bias", false))
+    throw InputError(
+        r.path("attention_bias"), "is true",
+        "Qwen3 attention with biases is not supported (the published models have none)");
+  if (family == HfFamily::kMixtral || family == HfFamily::kQwen3Moe ||
+      family == HfFamily::kQwen2Moe)
+    moe_from_hf(r, family, c);
   return c;
 }
 
@@ -406,6 +551,40 @@ ModelConfig gpt2_from_hf(const HfReader& r) {
                          std::to_string(c.dim),
                      "use the published value; head size must be n_embd / n_head");
   return c;
+}
+
+// The MoE fields' ranges (model.moe.*); nothing to check for a dense model.
+void validate_moe(const ModelConfig& c, const std::string& where) {
+  const MoeConfig& m = c.moe;
+  auto bad = [&](const char* field, const std::string& value, const std::string& fix) {
+    throw InputError(field_path(where, std::string("moe.") + field), "is " + value, fix);
+  };
+  if (m.num_experts < 0)
+    bad("num_experts", std::to_string(m.num_experts), "give 0 (dense) or more experts");
+  if (!m.enabled()) return;
+  if (m.top_k < 1 || m.top_k > m.num_experts)
+    bad("top_k", std::to_string(m.top_k),
+        "give 1 to num_experts (" + std::to_string(m.num_experts) + ")");
+  if (m.expert_dim < 1) bad("expert_dim", std::to_string(m.expert_dim), "it must be >= 1");
+  if (m.shared_expert_dim < 0)
+    bad("shared_expert_dim", std::to_string(m.shared_expert_dim), "give 0 (none) or more");
+  if (m.shared_expert_gate && m.shared_expert_dim == 0)
+    bad("shared_expert_gate", "true without a shared expert", "set shared_expert_dim too");
+  if (!(m.route_scale > 0) || !std::isfinite(m.route_scale))
+    bad("route_scale", std::to_string(m.route_scale), "give a positive factor such as 1");
+  if (!(m.load_balance_coeff >= 0) || !std::isfinite(m.load_balance_coeff))
+    bad("load_balance_coeff", std::to_string(m.load_balance_coeff), "give a number >= 0");
+  if (m.interleave_step < 1)
+    bad("interleave_step", std::to_string(m.interleave_step), "it must be >= 1 (1: every layer)");
+  if (m.first_dense_layers < 0 || m.first_dense_layers > c.n_layers)
+    bad("first_dense_layers", std::to_string(m.first_dense_layers),
+        "give 0 to n_layers (" + std::to_string(c.n_layers) + ")");
+  for (int64_t l : m.dense_layers)
+    if (l < 0 || l >= c.n_layers)
+      bad("dense_layers", "holding " + std::to_string(l),
+          "give layer indices from 0 to " + std::to_string(c.n_layers - 1));
+  if (m.token_group_align < 1)
+    bad("token_group_align", std::to_string(m.token_group_align), "give 8 (bf16), 16 or 32");
 }
 
 }  // namespace
@@ -464,7 +643,7 @@ void validate_model(const ModelConfig& c, const std::string& where) {
   for (const auto& [field, value] : sizes)
     if (value < 1)
       throw InputError(field_path(where, field), "is " + std::to_string(value), "it must be >= 1");
-  if (c.dim % c.n_heads != 0)
+  if (c.explicit_head_dim == 0 && c.dim % c.n_heads != 0)
     throw InputError(
         field_path(where, "n_heads"),
         "is " + std::to_string(c.n_heads) + ", which does not divide dim " + std::to_string(c.dim),
@@ -484,6 +663,14 @@ void validate_model(const ModelConfig& c, const std::string& where) {
   if (c.arch == ModelArch::kLlama && (!(c.rope_theta > 0) || !std::isfinite(c.rope_theta)))
     throw InputError(field_path(where, "rope_theta"), "is " + std::to_string(c.rope_theta),
                      "give a positive RoPE base such as 10000");
+  if (c.explicit_head_dim < 0)
+    throw InputError(field_path(where, "head_dim"), "is " + std::to_string(c.explicit_head_dim),
+                     "give a positive head size, or leave it out for dim / n_heads");
+  if (c.arch == ModelArch::kGpt2 && (c.explicit_head_dim > 0 || c.qk_norm || c.moe.enabled()))
+    throw InputError(field_path(where, c.moe.enabled() ? "moe" : "head_dim"),
+                     "is set for a GPT-2 model",
+                     "decoupled heads, q/k norms and experts are Llama-style");
+  validate_moe(c, where);
   if (!checked_parameter_count(c))
     throw InputError(where.empty() ? "model" : where, "has more than 2^63 parameters",
                      "check the sizes; they are far beyond any real model");

@@ -9,6 +9,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "core/model/implementation.h"
+#include "core/model/moe_config.h"
 #include "core/runtime/rope_args.h"
 
 namespace fullshard {
@@ -35,8 +36,13 @@ struct ModelConfig {
   bool qkv_bias = false;               // Qwen2: bias on q/k/v projections
   bool linear_bias = false;            // GPT-2: bias on every linear, LayerNorm has bias
   ModelImplementation implementation;  // how the model is coded (scenario model.implementation)
+  // Qwen3's decoupled head size (HF head_dim, e.g. 128 with hidden 2048 / 32 heads): q is
+  // [n_heads * head_dim, dim], o [dim, n_heads * head_dim]. 0: dim / n_heads.
+  int64_t explicit_head_dim = 0;
+  bool qk_norm = false;  // Qwen3: RMSNorm (weight [head_dim]) on each head of q and of k
+  MoeConfig moe;         // mixture-of-experts FFN (core/model/moe_config.h); dense when disabled
 
-  int64_t head_dim() const { return dim / n_heads; }
+  int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : dim / n_heads; }
   RopeParams rope() const { return RopeParams(rope_theta, rope_scaling); }
 };
 

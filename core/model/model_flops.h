@@ -9,6 +9,12 @@
 
 namespace fullshard {
 
+// The parameters a token runs through: a MoE model's routed experts count top_k / num_experts
+// of theirs (torchtitan get_moe_model_nparams_and_flops: dense + router + shared experts +
+// experts * top_k // num_experts). parameter_count for a dense model.
+int64_t active_parameter_count(const ModelConfig& m);
+
+// With a MoE model, 6 x the non-embedding *active* parameters (active_parameter_count).
 double model_flops_per_token(const ModelConfig& m, int64_t seq_len);
 
 }  // namespace fullshard

@@ -57,6 +57,18 @@ void check_tensor_parallel(const ModelConfig& c, int64_t seq_len, int degree, bo
   const std::string T = std::to_string(degree);
   const std::string fix_tp = " or use a tp size that divides it";
   const bool llama = c.arch == ModelArch::kLlama;
+  if (c.moe.enabled())  // the planner's tp candidates ask here too (docs/moe.md)
+    throw InputError("fsdp.mesh",
+                     "has tp " + T +
+                         " with a mixture-of-experts model, whose tensor-parallel "
+                         "experts are not built yet",
+                     "use tp 1 (docs/moe.md says what is next)");
+  if (c.explicit_head_dim > 0 || c.qk_norm)
+    throw InputError("fsdp.mesh",
+                     "has tp " + T +
+                         " with Qwen3's decoupled head_dim / q-k norms, which the "
+                         "tensor-parallel plan does not shard yet",
+                     "use tp 1");
   auto need = [&](const char* field, int64_t v, const std::string& why) {
     if (v % degree != 0)
       throw InputError(

@@ -8,14 +8,24 @@
 #include "core/model/async_tp.h"
 #include "core/model/attention_variants.h"
 #include "core/model/compiled_block.h"
+#include "core/model/moe_layer.h"
 #include "core/model/ops.h"
 
 namespace fullshard {
+namespace {
+Module* find_child(Module& m, const std::string& name) {  // null when m has no such child
+  const std::string fqn = m.fqn.empty() ? name : m.fqn + "." + name;
+  for (auto& ch : m.children)
+    if (ch->fqn == fqn) return ch.get();
+  return nullptr;
+}
+}  // namespace
 
 Transformer::Transformer(ModelConfig config, TensorParallel tp)
     : config_(std::move(config)), tp_(std::move(tp)) {
   const auto& c = config_;
   const int64_t D = c.dim, F = c.ffn_dim, hd = c.head_dim(), kv = c.n_kv_heads * hd;
+  const int64_t Q = c.n_heads * hd;  // == D unless the head size is decoupled (Qwen3)
   root_.kind = c.arch == ModelArch::kLlama ? "Transformer" : "GPT2";
   if (c.arch == ModelArch::kLlama) {
     root_.add_child("tok_embeddings", "Embedding")->add_param("weight", {c.vocab_size, D});
@@ -30,16 +40,24 @@ Transformer::Transformer(ModelConfig config, TensorParallel tp)
     if (c.arch == ModelArch::kLlama) {
       b->add_child("attention_norm", "RMSNorm")->add_param("weight", {D});
       Module* a = b->add_child("attention", "Attention");
-      a->add_child("wq", "Linear")->add_param("weight", {D, D});
+      a->add_child("wq", "Linear")->add_param("weight", {Q, D});
       a->add_child("wk", "Linear")->add_param("weight", {kv, D});
       a->add_child("wv", "Linear")->add_param("weight", {kv, D});
       if (c.qkv_bias) {
-        a->child("wq").add_param("bias", {D});
+        a->child("wq").add_param("bias", {Q});
         a->child("wk").add_param("bias", {kv});
         a->child("wv").add_param("bias", {kv});
       }
-      a->add_child("wo", "Linear")->add_param("weight", {D, D});
+      a->add_child("wo", "Linear")->add_param("weight", {D, Q});
+      if (c.qk_norm) {  // Qwen3: RMSNorm over each head of q and k, before RoPE
+        a->add_child("q_norm", "RMSNorm")->add_param("weight", {hd});
+        a->add_child("k_norm", "RMSNorm")->add_param("weight", {hd});
+      }
       b->add_child("ffn_norm", "RMSNorm")->add_param("weight", {D});
+      if (c.moe.is_moe_layer(i)) {  // torchtitan's `moe` in place of `feed_forward`
+        add_moe_module(*b, c);
+        continue;
+      }
       Module* f = b->add_child("feed_forward", "FeedForward");
       f->add_child("w1", "Linear")->add_param("weight", {F, D});
       f->add_child("w2", "Linear")->add_param("weight", {D, F});
@@ -124,6 +142,19 @@ Value Transformer::rms_norm(ExecContext& c, Value x, const Param& weight, const 
   return ops::rms_norm(c, std::move(x), weight, config_.norm_eps, name);
 }
 
+// Qwen3's q_norm / k_norm: xq.view(B, S, H, hd) through an RMSNorm of head_dim, so each head's
+// row is normalised; the projection's [B, S, H * hd] viewed as rows of hd and back.
+Value Transformer::head_norm(ExecContext& c, Value x, const Param& weight, int64_t heads,
+                             const std::string& name) {
+  const Shape shape = x.t.shape();
+  const int64_t hd = config_.head_dim(), rows = x.t.numel() / (heads * hd);
+  Value v{x.t.view({x.t.dtype(), {rows, heads, hd}}), x.id};
+  x = Value{};
+  Value y = rms_norm(c, std::move(v), weight, name);
+  y.t = y.t.view({y.t.dtype(), shape});
+  return y;
+}
+
 Value Transformer::llama_attention(ExecContext& c, Module& m, Value x, int64_t batch, int64_t seq,
                                    const ops::RotaryTables* rot) {
   const auto& cfg = config_;
@@ -149,6 +180,10 @@ Value Transformer::llama_attention(ExecContext& c, Module& m, Value x, int64_t b
     q = ops::linear(c, x, m.child("wq").param("weight"), bias("wq"), n + ".wq");
     k = ops::linear(c, x, m.child("wk").param("weight"), bias("wk"), n + ".wk");
     v = ops::linear(c, std::move(x), m.child("wv").param("weight"), bias("wv"), n + ".wv");
+  }
+  if (cfg.qk_norm) {
+    q = head_norm(c, std::move(q), m.child("q_norm").param("weight"), s.heads, n + ".q_norm");
+    k = head_norm(c, std::move(k), m.child("k_norm").param("weight"), s.kv_heads, n + ".k_norm");
   }
   const ModelImplementation& impl = cfg.implementation;
   if (impl.compile) {  // one fused region over q and k (NOTE [Compiled block])
@@ -231,6 +266,12 @@ Value Transformer::block_forward(ExecContext& c, Module& b, Value x, int64_t bat
     });
     Value h = ops::add(c, std::move(x), std::move(a), n + ".residual_attn");
     Value hn = rms_norm(c, h, b.child("ffn_norm").param("weight"), n + ".ffn_norm");
+    if (Module* moe = find_child(b, "moe")) {  // core/model/moe_layer.h
+      Value f = c.call_module(*moe, std::move(hn), [&](ExecContext& cc, Value v) {
+        return moe_forward(cc, *moe, std::move(v), cfg);
+      });
+      return ops::add(c, std::move(h), std::move(f), n + ".residual_ffn");
+    }
     Module& ff = b.child("feed_forward");
     Value f = c.call_module(ff, std::move(hn), [&](ExecContext& cc, Value v) {
       const std::string& fn = ff.fqn;

@@ -69,6 +69,9 @@ class Transformer {
   Value gpt2_attention(ExecContext& c, Module& m, Value x, int64_t batch, int64_t seq);
   // c_proj of attn / mlp: a linear, or RowwiseParallel's and the reduce-scatter when tp.
   Value gpt2_projection(ExecContext& c, Module& proj, Value x, const std::string& name);
+  // Qwen3's per-head RMSNorm of q or k ([B, S, heads * head_dim]).
+  Value head_norm(ExecContext& c, Value x, const Param& weight, int64_t heads,
+                  const std::string& name);
   // The RMSNorm of model.implementation.rms_norm (fused or eager).
   Value rms_norm(ExecContext& c, Value x, const Param& weight, const std::string& name);
 };

@@ -4,6 +4,7 @@
 #include "core/runtime/copy_args.h"
 #include "core/runtime/eager_args.h"
 #include "core/runtime/layer_args.h"
+#include "core/runtime/moe_args.h"
 #include "core/runtime/norm_args.h"
 #include "core/runtime/op_args.h"
 #include "core/runtime/repeat_kv_args.h"

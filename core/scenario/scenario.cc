@@ -10,6 +10,7 @@
 
 #include "core/common/error.h"
 #include "core/scenario/json_reader.h"
+#include "core/scenario/moe_checks.h"
 #include "core/scenario/scenario_sections.h"
 
 // NOTE [Scenario errors]: every user mistake is an InputError whose where() is the exact JSON
@@ -77,7 +78,8 @@ const std::map<std::string, std::vector<std::string>> kFields = {
     {"training",
      {"batch_per_rank", "rank_batch", "seq_len", "steps", "grad_accum_steps",
       "grad_sync_during_accumulation", "activation_checkpointing", "optimizer", "seed", "data",
-      "checkpoint"}},
+      "checkpoint", "moe_routing"}},
+    {"training.moe_routing", {"hot_expert_factor"}},
     {"training.checkpoint", {"every", "mode", "storage_write_bandwidth"}},
     {"training.data", {"path", "format", "val_path", "sampling", "tokenizer", "bos", "eos"}},
     {"training.rank_batch", {"rank", "batch"}},
@@ -767,6 +769,8 @@ Scenario parse_scenario(const json& j, const std::string& base_dir) {
   s.model = parse_model(j.at("model"), base_dir);
   s.model_weights = parse_model_weights(j.at("model"), base_dir);
   s.training = parse_training(j.at("training"), s.model, base_dir);
+  if (j.at("training").is_object() && j.at("training").contains("moe_routing"))
+    apply_moe_routing(j.at("training").at("moe_routing"), s.model);
   s.hardware = parse_hardware(j.at("hardware"), base_dir);
   s.fsdp =
       parse_fsdp(j.contains("fsdp") ? j.at("fsdp") : json::object(), s.hardware, s.model.n_layers,
@@ -784,6 +788,7 @@ Scenario parse_scenario(const json& j, const std::string& base_dir) {
   check_units_and_loss(s);
   check_async_tp(s);
   check_dtype_flow(s);
+  check_moe(s);
   if (tp > 1 && !s.training.rank_batch.empty())
     throw InputError("training.rank_batch", "is set with tp " + std::to_string(tp),
                      "ranks of one tp group read the same batch: remove rank_batch or use tp 1");

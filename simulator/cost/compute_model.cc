@@ -10,7 +10,10 @@ OpClass op_class(OpKind k) {
     case OpKind::kLinearBackwardInput:
     case OpKind::kLinearBackwardWeight:
     case OpKind::kAllGatherMatmul:
-    case OpKind::kMatmulReduceScatter: return OpClass::kMatmul;
+    case OpKind::kMatmulReduceScatter:
+    case OpKind::kGroupedMM:  // torch._grouped_mm: one GEMM per expert group (docs/moe.md)
+    case OpKind::kGroupedMMBackwardInput:
+    case OpKind::kGroupedMMBackwardWeight: return OpClass::kMatmul;
     case OpKind::kAttention:
     case OpKind::kAttentionBackward:
     case OpKind::kAttentionEfficient:

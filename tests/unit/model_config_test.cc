@@ -54,7 +54,9 @@ struct Published {
 };
 
 // Published parameter counts (sum of numel over model.parameters(), tied weights once).
-// The tiny ones are computed by hand in TinyLlamaBreakdown / TinyGpt2Breakdown.
+// The tiny ones are computed by hand in TinyLlamaBreakdown / TinyGpt2Breakdown (tiny-moe in
+// model_moe_config_test.cc's TinyMoeBreakdown).
+// clang-format off
 constexpr Published kPublished[] = {
     {"gpt2-124m", 124'439'808},       {"gpt2-355m", 354'823'168},
     {"gpt2-774m", 774'030'080},       {"gpt2-1.5b", 1'557'611'200},
@@ -64,7 +66,10 @@ constexpr Published kPublished[] = {
     {"mistral-7b", 7'248'023'552},    {"mistral-7b-v0.1", 7'241'732'096},
     {"qwen2.5-7b", 7'615'616'512},    {"qwen2.5-14b", 14'770'033'664},
     {"tiny-llama", 106'816},          {"tiny-gpt2", 124'672},
+    {"mixtral-8x7b", 46'702'792'704}, {"qwen3-30b-a3b", 30'532'122'624},
+    {"tiny-moe", 119'616},
 };
+// clang-format on
 
 class ZooCount : public testing::TestWithParam<Published> {};
 

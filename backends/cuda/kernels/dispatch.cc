@@ -663,6 +663,31 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
     case OpKind::kNllVocabParallel:
     case OpKind::kNllVocabParallelBackward:
     case OpKind::kNarrowCopy: return launch_tensor_parallel(op, in, out, s);
+    case OpKind::kSoftmax:
+    case OpKind::kSoftmaxBackward:
+    case OpKind::kSigmoid:
+    case OpKind::kSigmoidBackward:
+    case OpKind::kTopK:
+    case OpKind::kTopKBackward:
+    case OpKind::kRouteNorm:
+    case OpKind::kRouteNormBackward:
+    case OpKind::kHistogram:
+    case OpKind::kWeightedSum:
+    case OpKind::kWeightedSumBackward:
+    case OpKind::kArgsort:
+    case OpKind::kFloorDivide:
+    case OpKind::kGatherRows:
+    case OpKind::kScatterRows:
+    case OpKind::kIndexAddRows:
+    case OpKind::kPadRow:
+    case OpKind::kPermuteIndices:
+    case OpKind::kGroupedMM:
+    case OpKind::kGroupedMMBackwardInput:
+    case OpKind::kGroupedMMBackwardWeight:
+      FULLSHARD_CHECK(false, where(op) +
+                                 "not supported on the CUDA backend (mixture-of-experts "
+                                 "ops run in the simulator only, docs/moe.md)");
+      break;
     case OpKind::kAllGatherMatmul:
     case OpKind::kMatmulReduceScatter:
       FULLSHARD_CHECK(false,

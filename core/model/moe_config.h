@@ -1,0 +1,51 @@
+#pragma once
+// A mixture-of-experts feed-forward (torchtitan's MoEArgs, torchtitan/models/moe/moe.py at
+// pytorch/torchtitan@08dc75a): how many routed experts, how a token picks its top-k, the shared
+// expert, load balancing, and which decoder layers are MoE. num_experts 0: a dense model.
+#include <cstdint>
+#include <vector>
+
+namespace fullshard {
+
+// TokenChoiceTopKRouter.score_func: softmax over the experts, or an independent sigmoid each.
+enum class MoeScoreFunc : uint8_t { kSoftmax, kSigmoid };
+
+// How expert load is balanced: not at all; an auxiliary loss (HF Mixtral / Qwen-MoE
+// router_aux_loss_coef with output_router_logits); or DeepSeek-V3's aux-loss-free expert bias
+// (torchtitan load_balance_coeff: a float32 [experts] buffer added to the scores for top-k).
+enum class MoeLoadBalance : uint8_t { kNone, kAuxLoss, kExpertBias };
+
+struct MoeConfig {
+  int64_t num_experts = 0;          // routed experts per MoE layer; 0: dense model
+  int64_t top_k = 0;                // experts each token is routed to
+  int64_t expert_dim = 0;           // hidden size of one routed expert (moe_inter_dim)
+  int64_t shared_expert_dim = 0;    // hidden size of the shared FFN (torchtitan: num_shared_experts
+                                    // * expert_dim; qwen2_moe: shared_expert_intermediate_size); 0:
+                                    // none
+  bool shared_expert_gate = false;  // qwen2_moe: sigmoid(Linear(dim, 1)) scales the shared FFN
+  MoeScoreFunc score_func = MoeScoreFunc::kSoftmax;
+  bool route_norm = false;            // top-k scores divided by their sum (HF norm_topk_prob)
+  double route_scale = 1.0;           // top-k scores times this (DeepSeek routed_scaling_factor)
+  bool score_before_experts = false;  // scale the routed input (true) or the experts' output
+  MoeLoadBalance load_balance = MoeLoadBalance::kNone;
+  double load_balance_coeff = 0;  // aux-loss coefficient or expert-bias update rate
+  // Which layers are MoE: layer i (0-based) is MoE when i >= first_dense_layers, (i + 1) %
+  // interleave_step == 0 and i is not in dense_layers (DeepSeek first_k_dense_replace, Qwen
+  // decoder_sparse_step / Llama 4 interleave_moe_layer_step, Qwen mlp_only_layers). The other
+  // layers keep the dense FFN of ModelConfig::ffn_dim.
+  int64_t first_dense_layers = 0;
+  int64_t interleave_step = 1;
+  std::vector<int64_t> dense_layers;
+  // torchtitan's TOKEN_GROUP_ALIGN_SIZE_M (torchtitan/models/moe/utils.py): each expert's token
+  // group is padded to a multiple of this for the grouped GEMM (8 bf16, 16 fp8, 32 mxfp8).
+  int64_t token_group_align = 8;
+  // The routing the recorded program assumes (scenario training.moe_routing, NOTE [MoE routing
+  // assumption] in moe_routing.h): the hottest expert gets this times its balanced share.
+  double hot_expert_factor = 1.0;
+
+  bool enabled() const { return num_experts > 0; }
+  bool is_moe_layer(int64_t layer) const;
+  int64_t moe_layer_count(int64_t n_layers) const;
+};
+
+}  // namespace fullshard

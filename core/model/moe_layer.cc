@@ -1,0 +1,131 @@
+#include "core/model/moe_layer.h"
+
+#include "core/common/error.h"
+#include "core/model/moe_ops.h"
+#include "core/model/moe_routing.h"
+#include "core/model/ops.h"
+
+namespace fullshard {
+
+Module* add_moe_module(Module& block, const ModelConfig& c) {
+  const MoeConfig& m = c.moe;
+  const int64_t D = c.dim, E = m.num_experts, Fe = m.expert_dim;
+  Module* moe = block.add_child("moe", "MoE");
+  moe->add_child("router", "TokenChoiceTopKRouter")
+      ->add_child("gate", "Linear")
+      ->add_param("weight", {E, D});
+  Module* experts = moe->add_child("experts", "GroupedExperts");
+  experts->add_param("w1", {E, Fe, D});
+  experts->add_param("w2", {E, D, Fe});
+  experts->add_param("w3", {E, Fe, D});
+  if (m.shared_expert_dim > 0) {
+    const int64_t Fs = m.shared_expert_dim;
+    Module* s = moe->add_child("shared_experts", "FeedForward");
+    s->add_child("w1", "Linear")->add_param("weight", {Fs, D});
+    s->add_child("w2", "Linear")->add_param("weight", {D, Fs});
+    s->add_child("w3", "Linear")->add_param("weight", {Fs, D});
+  }
+  return moe;
+}
+
+namespace {
+
+// FeedForward.forward: w2(silu(w1(x)) * w3(x)).
+Value feed_forward(ExecContext& c, Module& ff, Value x) {
+  const std::string& n = ff.fqn;
+  Value g1 = ops::linear(c, x, ff.child("w1").param("weight"), nullptr, n + ".w1");
+  Value s1 = ops::silu(c, std::move(g1), n + ".silu");
+  Value g3 = ops::linear(c, std::move(x), ff.child("w3").param("weight"), nullptr, n + ".w3");
+  Value p = ops::mul(c, std::move(s1), std::move(g3), n + ".mul");
+  return ops::linear(c, std::move(p), ff.child("w2").param("weight"), nullptr, n + ".w2");
+}
+
+}  // namespace
+
+// NOTE [MoE op sequence]: MoE.forward of torchtitan (moe.py, utils.py, kernels.py at
+// pytorch/torchtitan@08dc75a) in eager mode with use_grouped_mm and ep = 1, one op per aten
+// call that allocates, each local alive as long as its Python variable:
+//   router: gate linear [N, E] -> .to(float32) -> softmax | sigmoid (saves its output) ->
+//     topk (saves the indices) -> route_norm (s / (sum + 1e-20)) -> * route_scale -> histc
+//     (accumulated into the tokens_per_expert buffer, not modelled: [E] fp32)
+//   reorderer: histc -> argsort(stable) -> top_scores.view(-1)[order] (alive to the end)
+//   routed_input = x[order // K] (alive to the end)
+//   experts (indices_padding_wrapper): vstack with a zero row -> generate_permute_indices
+//     (each group padded to align, empty experts to align) -> x[perm] [P, D] -> grouped_mm w1,
+//     silu, grouped_mm w3, mul, grouped_mm w2 -> new_empty [N K + 1, D], [perm] = out -> [:-1]
+//   shared_experts(x) (module call), then zeros [N K, D] with [order] = routed_output,
+//   .float() [N, K, D], bmm with the scores (saves both) -> .to(x.dtype) -> + shared.
+// Not modelled yet: score_before_experts, the expert-bias buffer, qwen2_moe's shared gate
+// (check_moe refuses them), and int32 index dtypes (int64 here; docs/moe.md).
+Value moe_forward(ExecContext& c, Module& moe, Value x, const ModelConfig& cfg) {
+  const MoeConfig& m = cfg.moe;
+  FULLSHARD_CHECK(!m.score_before_experts && !m.shared_expert_gate &&
+                      m.load_balance != MoeLoadBalance::kExpertBias,
+                  moe.fqn + ": MoE variant not built (check_moe refuses it)");
+  const std::string& n = moe.fqn;
+  const int64_t D = cfg.dim, E = m.num_experts, K = m.top_k;
+  const Shape in_shape = x.t.shape();
+  const int64_t N = x.t.numel() / D;
+  const Value xf{x.t.view({x.t.dtype(), {N, D}}), x.id};  // x.view(-1, dim)
+
+  // ---- router
+  Module& gate = moe.child("router").child("gate");
+  Value logits = ops::linear(c, xf, gate.param("weight"), nullptr, gate.fqn);
+  Value s32 = ops::to_dtype(c, std::move(logits), DType::kFloat32, n + ".router.float");
+  Value scores = m.score_func == MoeScoreFunc::kSoftmax
+                     ? ops::moe::softmax(c, std::move(s32), n + ".router.softmax")
+                     : ops::moe::sigmoid(c, std::move(s32), n + ".router.sigmoid");
+  auto [top_scores, selected] = ops::moe::topk(c, std::move(scores), K, n + ".router.topk");
+  if (m.route_norm) top_scores = ops::moe::route_norm(c, std::move(top_scores), n + ".router.norm");
+  top_scores = ops::moe::scale(c, std::move(top_scores), m.route_scale, n + ".router.scale");
+  ops::moe::histogram(c, selected, E, n + ".router.histc");  // into tokens_per_expert, freed
+
+  // ---- reorderer
+  const Tensor counts = ops::moe::histogram(c, selected, E, n + ".reorderer.histc");
+  const Tensor order = ops::moe::argsort(c, selected, n + ".reorderer.argsort");
+  const Tensor flat_scores = top_scores.t.view({top_scores.t.dtype(), {N * K, 1}});
+  const Tensor sorted_scores =  // top_scores_experts_sorted: unused when scoring after
+      ops::moe::gather_rows(c, Value{flat_scores, 0}, order, n + ".reorderer.scores").t;
+  const Tensor token_of = ops::moe::floor_divide(c, order, K, n + ".token_indices");
+  const Value routed_input = ops::moe::gather_rows(c, xf, token_of, n + ".routed_input");
+
+  // ---- experts (indices_padding_wrapper around _run_experts_grouped_mm)
+  Module& ex = moe.child("experts");
+  const int64_t align = m.token_group_align;
+  const int64_t routed = N * K;
+  const int64_t computed =
+      grouped_rows(skewed_tokens_per_expert(N, K, E, m.hot_expert_factor), align);
+  const Value routed_output = c.call_module(ex, routed_input, [&](ExecContext& ec, Value v) {
+    Value padded = ops::moe::pad_row(ec, std::move(v), ex.fqn + ".vstack");
+    const auto perm = ops::moe::permute_indices(ec, counts, routed, E, align, ex.fqn + ".permute");
+    Value xe = ops::moe::gather_rows(ec, std::move(padded), perm.indices, ex.fqn + ".permuted");
+    Value h1 = ops::moe::grouped_mm(ec, xe, ex.param("w1"), perm.offsets, computed, ex.fqn + ".w1");
+    Value a = ops::silu(ec, std::move(h1), ex.fqn + ".silu");
+    Value h3 = ops::moe::grouped_mm(ec, std::move(xe), ex.param("w3"), perm.offsets, computed,
+                                    ex.fqn + ".w3");
+    Value h = ops::mul(ec, std::move(a), std::move(h3), ex.fqn + ".mul");
+    Value out = ops::moe::grouped_mm(ec, std::move(h), ex.param("w2"), perm.offsets, computed,
+                                     ex.fqn + ".w2");
+    Value unpermuted =
+        ops::moe::scatter_rows(ec, std::move(out), perm.indices, routed + 1, ex.fqn + ".unpermute");
+    return ops::moe::slice_rows(ec, std::move(unpermuted), routed, ex.fqn + ".slice");
+  });
+
+  // ---- shared expert, unsort, combine
+  Value shared;
+  if (m.shared_expert_dim > 0) {
+    Module& se = moe.child("shared_experts");
+    shared = c.call_module(
+        se, xf, [&se](ExecContext& sc, Value v) { return feed_forward(sc, se, std::move(v)); });
+  }
+  Value unsorted = ops::moe::scatter_rows(c, routed_output, order, routed, n + ".unsort");
+  unsorted.t = unsorted.t.view({unsorted.t.dtype(), {N, K, D}});  // alive to the end
+  Value uf = ops::to_dtype(c, unsorted, DType::kFloat32, n + ".unsorted.float");
+  Value combined = ops::moe::weighted_sum(c, top_scores, std::move(uf), n + ".combine");
+  Value out = ops::to_dtype(c, std::move(combined), x.t.dtype(), n + ".combine.to");
+  if (shared.t) out = ops::add(c, std::move(shared), std::move(out), n + ".add_shared");
+  out.t = out.t.view({out.t.dtype(), in_shape});
+  return out;
+}
+
+}  // namespace fullshard

@@ -1,0 +1,38 @@
+#include "core/model/moe_routing.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/common/error.h"
+
+namespace fullshard {
+
+std::vector<int64_t> balanced_tokens_per_expert(int64_t routed_tokens, int64_t experts) {
+  FULLSHARD_CHECK(experts >= 1 && routed_tokens >= 0, "balanced routing needs experts >= 1");
+  std::vector<int64_t> c(static_cast<size_t>(experts), routed_tokens / experts);
+  for (int64_t e = 0; e < routed_tokens % experts; ++e) ++c[static_cast<size_t>(e)];
+  return c;
+}
+
+std::vector<int64_t> skewed_tokens_per_expert(int64_t tokens, int64_t top_k, int64_t experts,
+                                              double hot_factor) {
+  const int64_t routed = tokens * top_k;
+  if (!(hot_factor > 1.0) || experts == 1) return balanced_tokens_per_expert(routed, experts);
+  const double share = static_cast<double>(routed) / static_cast<double>(experts);
+  const int64_t hot = std::min(tokens, static_cast<int64_t>(std::floor(hot_factor * share)));
+  std::vector<int64_t> c = {hot};
+  for (int64_t t : balanced_tokens_per_expert(routed - hot, experts - 1)) c.push_back(t);
+  return c;
+}
+
+int64_t grouped_rows(const std::vector<int64_t>& tokens_per_expert, int64_t align) {
+  int64_t rows = 0;
+  for (int64_t t : tokens_per_expert) rows += (std::max(t, align) + align - 1) / align * align;
+  return rows;
+}
+
+int64_t permuted_rows(int64_t routed_tokens, int64_t experts, int64_t align) {
+  return (routed_tokens + experts * align + align - 1) / align * align;
+}
+
+}  // namespace fullshard

@@ -1,0 +1,31 @@
+#pragma once
+// The routing assumption the recorded program uses for its data-dependent costs (docs/moe.md):
+// how many rows each expert's group gets, padded as torchtitan pads them for torch._grouped_mm.
+#include <cstdint>
+#include <vector>
+
+namespace fullshard {
+
+// NOTE [MoE routing assumption]: with ep = 1 every MoE tensor has a static shape (torchtitan
+// pads the permuted tokens to round_up(N K + E align, align) rows whatever the routing), so
+// memory never depends on routing; only the grouped GEMMs' FLOPs do (the rows inside the
+// groups). The program is recorded with balanced routing: N K routed tokens spread evenly,
+// the first (N K mod E) experts one more; training.moe_routing {"hot_expert_factor": k} gives
+// the hottest expert k times its share instead (skewed_tokens_per_expert). A recorded
+// histogram plugs in here next.
+std::vector<int64_t> balanced_tokens_per_expert(int64_t routed_tokens, int64_t experts);
+
+// `tokens` tokens each routed to `top_k` experts, the hottest expert (expert 0) getting
+// `hot_factor` times its balanced share (at most every token: a token picks an expert once),
+// the rest balanced over the others. hot_factor 1: balanced_tokens_per_expert.
+std::vector<int64_t> skewed_tokens_per_expert(int64_t tokens, int64_t top_k, int64_t experts,
+                                              double hot_factor);
+
+// torchtitan's generate_permute_indices: each group at least `align` rows (an empty expert
+// too), rounded up to a multiple of `align`; the sum of the groups.
+int64_t grouped_rows(const std::vector<int64_t>& tokens_per_expert, int64_t align);
+
+// torchtitan's _permute: the permuted buffer's rows, round_up(routed + experts * align, align).
+int64_t permuted_rows(int64_t routed_tokens, int64_t experts, int64_t align);
+
+}  // namespace fullshard

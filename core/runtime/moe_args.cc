@@ -1,0 +1,166 @@
+#include "core/runtime/moe_args.h"
+
+#include "core/common/error.h"
+#include "core/runtime/op_args.h"
+
+namespace fullshard {
+namespace {
+
+bool is_floating(DType d) {
+  return d == DType::kFloat32 || d == DType::kBFloat16 || d == DType::kFloat16;
+}
+
+}  // namespace
+
+RouterArgs RouterArgs::decode(const OpCall& op) {
+  check_table_arity(op);
+  FULLSHARD_CHECK(op.iargs.size() >= 3 && op.iargs[0] >= 0 && op.iargs[1] >= 1 &&
+                      op.iargs[2] >= 0 && op.iargs[2] <= op.iargs[1],
+                  op_where(op) + "needs iargs = {tokens, experts, top_k <= experts}");
+  const RouterArgs a{op.iargs[0], op.iargs[1], op.iargs[2]};
+  const int64_t ne = a.tokens * a.experts, nk = a.tokens * a.top_k;
+  const TensorMeta& x = op.inputs[0].meta;
+  const TensorMeta& y = op.outputs[0].meta;
+  auto want = [&](bool ok, const char* what) { FULLSHARD_CHECK(ok, op_where(op) + what); };
+  switch (op.kind) {
+    case OpKind::kSoftmax:
+    case OpKind::kSigmoid:
+      want(x.numel() == ne && y.numel() == ne, "expects [N, E] in and out");
+      break;
+    case OpKind::kSoftmaxBackward:
+    case OpKind::kSigmoidBackward:
+      want(x.numel() == ne && op.inputs[1].meta.numel() == ne && y.numel() == ne,
+           "expects (g, y) and out [N, E]");
+      break;
+    case OpKind::kTopK:
+      want(x.numel() == ne && y.numel() == nk && op.outputs[1].meta.numel() == nk &&
+               op.outputs[1].meta.dtype == DType::kInt64,
+           "expects scores [N, E] -> (values [N, K], int64 indices [N, K])");
+      break;
+    case OpKind::kTopKBackward:
+      want(x.numel() == nk && op.inputs[1].meta.dtype == DType::kInt64 && y.numel() == ne,
+           "expects (g [N, K], int64 indices [N, K]) -> [N, E]");
+      break;
+    case OpKind::kRouteNorm:
+      want(x.numel() == nk && y.numel() == nk && op.outputs[1].meta.numel() == a.tokens,
+           "expects s [N, K] -> (out [N, K], denominator [N])");
+      break;
+    case OpKind::kRouteNormBackward:
+      want(x.numel() == nk && op.inputs[1].meta.numel() == nk &&
+               op.inputs[2].meta.numel() == a.tokens && y.numel() == nk,
+           "expects (g [N, K], s [N, K], denominator [N]) -> [N, K]");
+      break;
+    case OpKind::kHistogram:
+      want(x.numel() == nk && x.dtype == DType::kInt64 && y.numel() == a.experts,
+           "expects int64 indices [N, K] -> counts [E]");
+      break;
+    case OpKind::kWeightedSum: {
+      const TensorMeta& v = op.inputs[1].meta;
+      want(x.numel() == nk && a.top_k >= 1 && v.numel() % nk == 0 &&
+               y.numel() == v.numel() / a.top_k,
+           "expects (w [N, K], y [N, K, D]) -> [N, D]");
+      break;
+    }
+    case OpKind::kWeightedSumBackward: {
+      const TensorMeta& w = op.inputs[1].meta;
+      const TensorMeta& v = op.inputs[2].meta;
+      want(w.numel() == nk && a.top_k >= 1 && x.numel() * a.top_k == v.numel() && y.numel() == nk &&
+               op.outputs[1].meta.numel() == v.numel(),
+           "expects (g [N, D], w [N, K], y [N, K, D]) -> (g_w, g_y)");
+      break;
+    }
+    default: want(false, "is not a router op");
+  }
+  for (const TensorRef& t : op.outputs)
+    if (op.kind != OpKind::kTopK || &t == &op.outputs[0])
+      want(is_floating(t.meta.dtype), "writes a floating output");
+  return a;
+}
+
+RowIndexArgs RowIndexArgs::decode(const OpCall& op) {
+  check_table_arity(op);
+  FULLSHARD_CHECK(op.iargs.size() >= 3 && op.iargs[0] >= 0 && op.iargs[1] >= 1 && op.iargs[2] >= 1,
+                  op_where(op) + "needs iargs = {rows, width >= 1, divisor >= 1}");
+  const RowIndexArgs a{op.iargs[0], op.iargs[1], op.iargs[2]};
+  const TensorMeta& x = op.inputs[0].meta;
+  const TensorMeta& y = op.outputs[0].meta;
+  auto want = [&](bool ok, const char* what) { FULLSHARD_CHECK(ok, op_where(op) + what); };
+  auto is_index = [](DType d) { return d == DType::kInt64; };
+  switch (op.kind) {
+    case OpKind::kArgsort:
+    case OpKind::kFloorDivide:
+      want(x.dtype == DType::kInt64 && y.dtype == DType::kInt64 && x.numel() == y.numel(),
+           "expects int64 in and out of one size");
+      break;
+    case OpKind::kGatherRows: {
+      const TensorMeta& idx = op.inputs[1].meta;
+      want(is_index(idx.dtype) && x.numel() == a.rows * a.width &&
+               y.numel() == idx.numel() * a.width,
+           "expects (x [rows, width], index [M]) -> [M, width]");
+      break;
+    }
+    case OpKind::kScatterRows:
+    case OpKind::kIndexAddRows: {
+      const TensorMeta& idx = op.inputs[1].meta;
+      want(is_index(idx.dtype) && x.numel() == idx.numel() * a.width &&
+               y.numel() == a.rows * a.width,
+           "expects (src [M, width], index [M]) -> [rows, width]");
+      break;
+    }
+    case OpKind::kPadRow:
+      want(x.numel() == a.rows * a.width && y.numel() == (a.rows + 1) * a.width,
+           "expects x [rows, width] -> [rows + 1, width]");
+      break;
+    default: want(false, "is not a row-index op");
+  }
+  return a;
+}
+
+int64_t PermuteIndicesArgs::padded_rows() const {
+  const int64_t n = tokens + experts * align;
+  return (n + align - 1) / align * align;
+}
+
+PermuteIndicesArgs PermuteIndicesArgs::decode(const OpCall& op) {
+  check_arity(op, 1, 2);
+  FULLSHARD_CHECK(op.iargs.size() >= 3 && op.iargs[0] >= 0 && op.iargs[1] >= 1 && op.iargs[2] >= 1,
+                  op_where(op) + "needs iargs = {tokens, experts, align}");
+  const PermuteIndicesArgs a{op.iargs[0], op.iargs[1], op.iargs[2]};
+  FULLSHARD_CHECK(
+      op.inputs[0].meta.numel() == a.experts && op.outputs[0].meta.numel() == a.padded_rows() &&
+          op.outputs[0].meta.dtype == DType::kInt64 && op.outputs[1].meta.numel() == a.experts &&
+          op.outputs[1].meta.dtype == DType::kInt64,
+      op_where(op) +
+          "expects counts [E] -> (int64 permutation [padded_rows], int64 "
+          "offsets [E])");
+  return a;
+}
+
+GroupedMmArgs GroupedMmArgs::decode(const OpCall& op) {
+  check_arity(op, 3, 1);
+  FULLSHARD_CHECK(op.iargs.size() >= 5 && op.iargs[0] >= 0 && op.iargs[1] >= 1 &&
+                      op.iargs[2] >= 1 && op.iargs[3] >= 1 && op.iargs[4] >= 0 &&
+                      op.iargs[4] <= op.iargs[0],
+                  op_where(op) + "needs iargs = {rows, k, n, experts, computed_rows <= rows}");
+  const GroupedMmArgs a{op.iargs[0], op.iargs[1], op.iargs[2], op.iargs[3], op.iargs[4]};
+  const int64_t w = a.experts * a.n * a.k;
+  const TensorMeta &i0 = op.inputs[0].meta, &i1 = op.inputs[1].meta, &offs = op.inputs[2].meta;
+  const TensorMeta& y = op.outputs[0].meta;
+  bool ok = offs.numel() == a.experts && offs.dtype == DType::kInt64;
+  switch (op.kind) {
+    case OpKind::kGroupedMM:
+      ok = ok && i0.numel() == a.rows * a.k && i1.numel() == w && y.numel() == a.rows * a.n;
+      break;
+    case OpKind::kGroupedMMBackwardInput:
+      ok = ok && i0.numel() == a.rows * a.n && i1.numel() == w && y.numel() == a.rows * a.k;
+      break;
+    case OpKind::kGroupedMMBackwardWeight:
+      ok = ok && i0.numel() == a.rows * a.n && i1.numel() == a.rows * a.k && y.numel() == w;
+      break;
+    default: ok = false;
+  }
+  FULLSHARD_CHECK(ok, op_where(op) + "operand sizes do not match {rows, k, n, experts}");
+  return a;
+}
+
+}  // namespace fullshard

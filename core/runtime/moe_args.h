@@ -1,0 +1,54 @@
+#pragma once
+// Argument structs of the mixture-of-experts kinds (op_kinds.def, docs/moe.md): the router's
+// [N, E] score ops, token reordering over rows, torchtitan's padded permutation and the grouped
+// GEMM. encode / decode as every *_args.h (core/runtime/op_args.h).
+#include <cstdint>
+
+#include "core/runtime/op.h"
+
+namespace fullshard {
+
+// kSoftmax, kSigmoid (+Backward), kTopK (+Backward), kRouteNorm (+Backward), kHistogram,
+// kWeightedSum (+Backward): N tokens, E experts, top-k K (0 where the kind has none).
+// iargs {tokens, experts, top_k}
+struct RouterArgs {
+  int64_t tokens = 0, experts = 0, top_k = 0;
+
+  void encode(OpCall& op) const { op.iargs = {tokens, experts, top_k}; }
+  static RouterArgs decode(const OpCall& op);
+};
+
+// kArgsort, kFloorDivide, kGatherRows, kScatterRows, kIndexAddRows, kPadRow: rows of `width`
+// elements; `rows` is the row count of the indexed tensor (the gather's source, the scatter's
+// output); `divisor` the floor division's. iargs {rows, width, divisor}
+struct RowIndexArgs {
+  int64_t rows = 0, width = 1, divisor = 1;
+
+  void encode(OpCall& op) const { op.iargs = {rows, width, divisor}; }
+  static RowIndexArgs decode(const OpCall& op);
+};
+
+// kPermuteIndices: `tokens` routed rows (N * K), E experts, each group padded to `align`;
+// the permutation has `padded_rows` = round_up(tokens + E * align, align) entries.
+// iargs {tokens, experts, align}
+struct PermuteIndicesArgs {
+  int64_t tokens = 0, experts = 0, align = 1;
+
+  int64_t padded_rows() const;
+  void encode(OpCall& op) const { op.iargs = {tokens, experts, align}; }
+  static PermuteIndicesArgs decode(const OpCall& op);
+};
+
+// kGroupedMM: x [rows, k] times each expert's w [E, n, k]^T over its group -> [rows, n];
+// kGroupedMMBackwardInput: (g [rows, n], w, offs) -> [rows, k]; kGroupedMMBackwardWeight:
+// (g [rows, n], x [rows, k], offs) -> [E, n, k]. `computed_rows` (<= rows) are the rows inside
+// the groups (the FLOPs; the rest is padding no group covers). iargs {rows, k, n, experts,
+// computed_rows}
+struct GroupedMmArgs {
+  int64_t rows = 0, k = 0, n = 0, experts = 0, computed_rows = 0;
+
+  void encode(OpCall& op) const { op.iargs = {rows, k, n, experts, computed_rows}; }
+  static GroupedMmArgs decode(const OpCall& op);
+};
+
+}  // namespace fullshard

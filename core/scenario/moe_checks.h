@@ -1,0 +1,18 @@
+#pragma once
+// What a scenario's model may use of the mixture-of-experts and Qwen3 fields today
+// (core/model/moe_config.h; docs/moe.md says what is built).
+#include "core/scenario/scenario.h"
+
+namespace fullshard {
+
+// Throws InputError naming the model field that is not built yet, or that does not compose
+// with the rest of the scenario yet (NOTE [What MoE composes with] in moe_checks.cc).
+// parse_scenario runs it.
+void check_moe(const Scenario& s);
+
+// training.moe_routing: "balanced" (the default) or {"hot_expert_factor": k >= 1}, the
+// hottest expert getting k times its share (NOTE [MoE routing assumption] in
+// core/model/moe_routing.h); sets model.moe.hot_expert_factor. A dense model refuses it.
+void apply_moe_routing(const nlohmann::json& v, ModelConfig& model);
+
+}  // namespace fullshard

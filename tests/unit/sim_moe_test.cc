@@ -1,0 +1,218 @@
+// The mixture-of-experts layer in the simulator (core/model/moe_layer.cc, docs/moe.md): the
+// module tree's parameters, the op sequence torchtitan's MoE runs with its FLOPs and shapes,
+// memory that does not depend on routing, and what the scenario checks refuse.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "core/common/error.h"
+#include "core/model/moe_routing.h"
+#include "core/model/transformer.h"
+#include "core/runtime/moe_args.h"
+#include "core/runtime/op_args.h"
+#include "simulator/report.h"
+#include "tests/gpu/recorded_ops.h"
+#include "tests/support/sim_support.h"
+
+namespace fullshard {
+namespace {
+
+using nlohmann::json;
+
+int64_t module_tree_params(const ModelConfig& c) {
+  Transformer t(c);
+  int64_t n = 0;
+  t.root().for_each_param([&](Param& p) {
+    int64_t e = 1;
+    for (int64_t d : p.shape) e *= d;
+    n += e;
+  });
+  return n;
+}
+
+TEST(MoeModuleTree, ParametersAreTheConfigCount) {
+  for (const char* name : {"tiny-moe", "mixtral-8x7b", "qwen3-30b-a3b"}) {
+    const ModelConfig c = *find_model(name);
+    EXPECT_EQ(module_tree_params(c), parameter_count(c)) << name;
+  }
+  ModelConfig c = *find_model("tiny-moe");
+  c.moe.first_dense_layers = 1;  // layer 0 keeps feed_forward
+  EXPECT_EQ(module_tree_params(c), parameter_count(c));
+  Transformer t(c);
+  EXPECT_EQ(t.root().child("layers").child("1").child("moe").child("experts").param("w2").shape,
+            (Shape{4, 64, 32}));
+}
+
+TEST(MoeRouting, BalancedAndPaddedAsTorchtitan) {
+  EXPECT_EQ(balanced_tokens_per_expert(10, 4), (std::vector<int64_t>{3, 3, 2, 2}));
+  // Each group rounded up to 8, an empty expert padded to 8 too.
+  EXPECT_EQ(grouped_rows({3, 9, 0, 16}, 8), 8 + 16 + 8 + 16);
+  EXPECT_EQ(permuted_rows(1024, 4, 8), 1024 + 32);
+  EXPECT_EQ(permuted_rows(1021, 4, 8), 1056);  // round_up(1021 + 32, 8)
+  for (int64_t n : {0, 1, 7, 100, 1023})
+    for (int64_t e : {1, 3, 8})
+      EXPECT_LE(grouped_rows(balanced_tokens_per_expert(n, e), 8), permuted_rows(n, e, 8));
+}
+
+Scenario tiny_moe(const json& extra = json::object(), const std::vector<int>& mesh = {2}) {
+  return parse_scenario(recorded_ops::scenario_json("tiny-moe", nullptr, mesh, extra));
+}
+
+TEST(MoeOps, EveryMoeOpDecodesWithItsShapesAndFlops) {
+  const Scenario s = tiny_moe();
+  const auto ops = recorded_ops::record(s);
+  std::map<OpKind, int> count;
+  const int64_t N = 2 * 32, K = 2, E = 4, D = 64, Fe = 32;
+  const int64_t computed = grouped_rows(balanced_tokens_per_expert(N * K, E), 8);
+  for (const OpCall& op : ops) {
+    validate_op_args(op);
+    ++count[op.kind];
+    if (op.kind == OpKind::kGroupedMM) {
+      const auto g = GroupedMmArgs::decode(op);
+      EXPECT_EQ(g.rows, permuted_rows(N * K, E, 8)) << op.name;
+      EXPECT_EQ(g.computed_rows, computed);
+      EXPECT_DOUBLE_EQ(op.flops, 2.0 * computed * g.k * g.n);
+      EXPECT_TRUE((g.k == D && g.n == Fe) || (g.k == Fe && g.n == D)) << op.name;
+    }
+  }
+  // Per MoE layer (2): three grouped GEMMs forward, three grad-weight, three grad-input (w1's
+  // input gradient reaches the permuted tokens, which need grad).
+  EXPECT_EQ(count[OpKind::kGroupedMM], 6);
+  EXPECT_EQ(count[OpKind::kGroupedMMBackwardWeight], 6);
+  EXPECT_EQ(count[OpKind::kGroupedMMBackwardInput], 6);
+  EXPECT_EQ(count[OpKind::kSoftmax], 2);
+  EXPECT_EQ(count[OpKind::kSoftmaxBackward], 2);
+  EXPECT_EQ(count[OpKind::kTopK], 2);
+  EXPECT_EQ(count[OpKind::kTopKBackward], 2);
+  EXPECT_EQ(count[OpKind::kRouteNorm], 2);
+  EXPECT_EQ(count[OpKind::kHistogram], 4);  // the router's and the reorderer's
+  EXPECT_EQ(count[OpKind::kPermuteIndices], 2);
+  EXPECT_EQ(count[OpKind::kWeightedSum], 2);
+  EXPECT_EQ(count[OpKind::kWeightedSumBackward], 2);
+  EXPECT_EQ(count[OpKind::kIndexAddRows], 4);  // x[order // K] and the padded buffer's gather
+}
+
+// DeepSeek-style sigmoid scores without route_norm, a scale and a dense first layer.
+TEST(MoeOps, SigmoidScoresScaleAndDenseFirstLayer) {
+  Scenario s = tiny_moe();
+  s.model.moe.score_func = MoeScoreFunc::kSigmoid;
+  s.model.moe.route_norm = false;
+  s.model.moe.route_scale = 2.5;
+  s.model.moe.first_dense_layers = 1;
+  std::map<OpKind, int> count;
+  for (const OpCall& op : recorded_ops::record(s)) {
+    validate_op_args(op);
+    ++count[op.kind];
+    if (op.kind == OpKind::kScale && op.name == "layers.1.moe.router.scale") {
+      EXPECT_DOUBLE_EQ(op.fargs.at(0), 2.5);
+    }
+  }
+  EXPECT_EQ(count[OpKind::kSigmoid], 1);
+  EXPECT_EQ(count[OpKind::kSigmoidBackward], 1);
+  EXPECT_EQ(count[OpKind::kSoftmax], 0);
+  EXPECT_EQ(count[OpKind::kRouteNorm], 0);
+  EXPECT_EQ(count[OpKind::kGroupedMM], 3);
+}
+
+// Qwen3's attention: q [n_heads * head_dim, D] with head_dim 32 over dim 64 / 4 heads, and an
+// RMSNorm of head_dim on each head of q and k before RoPE (torchtitan qwen3's q_norm / k_norm).
+TEST(MoeOps, Qwen3DecoupledHeadsAndQkNorms) {
+  Scenario s = tiny_moe();
+  s.model.explicit_head_dim = 32;
+  s.model.qk_norm = true;
+  std::map<std::string, Shape> out_shape;
+  for (const OpCall& op : recorded_ops::record(s)) {
+    validate_op_args(op);
+    if (op.kind == OpKind::kLinear || op.kind == OpKind::kRMSNorm)
+      out_shape[op.name] = op.outputs[0].meta.shape;
+  }
+  EXPECT_EQ(out_shape["layers.0.attention.wq"], (Shape{2, 32, 4 * 32}));
+  EXPECT_EQ(out_shape["layers.0.attention.wk"], (Shape{2, 32, 2 * 32}));
+  EXPECT_EQ(out_shape["layers.0.attention.q_norm"], (Shape{2 * 32, 4, 32}));
+  EXPECT_EQ(out_shape["layers.0.attention.k_norm"], (Shape{2 * 32, 2, 32}));
+  EXPECT_EQ(out_shape["layers.0.attention.wo"], (Shape{2, 32, 64}));
+  const auto r = sim::simulate_scenario(s);
+  EXPECT_TRUE(r.problems.empty()) << fullshard::testing::problems_text(r);
+  EXPECT_EQ(module_tree_params(s.model), parameter_count(s.model));
+}
+
+TEST(MoeSimulate, TinyMoeSimulatesCleanlyWithStableMemory) {
+  const Scenario s = tiny_moe({{"training", {{"steps", 3}}}});
+  const auto r = sim::simulate_scenario(s);
+  EXPECT_TRUE(r.problems.empty()) << fullshard::testing::problems_text(r);
+  EXPECT_FALSE(r.out_of_memory);
+  EXPECT_GT(r.step_time_s, 0);
+  for (const auto& c : r.classes)
+    for (size_t i = 1; i < c.allocated_after_step.size(); ++i)
+      EXPECT_EQ(c.allocated_after_step[i], c.allocated_after_step[0]);
+  // Full activation checkpointing recomputes the MoE layer in backward: a lower peak.
+  const auto ac = sim::simulate_scenario(
+      tiny_moe({{"training", {{"steps", 3}, {"activation_checkpointing", "full"}}}}));
+  EXPECT_TRUE(ac.problems.empty()) << fullshard::testing::problems_text(ac);
+  EXPECT_LT(ac.classes[0].peak_allocated_bytes, r.classes[0].peak_allocated_bytes);
+}
+
+// routed_input = x[order // top_k] holds N tokens x top-k rows of D.
+TEST(MoeSimulate, RoutedInputHoldsTopKRowsPerToken) {
+  int64_t gathered_rows = 0;
+  for (const OpCall& op : recorded_ops::record(tiny_moe()))
+    if (op.kind == OpKind::kGatherRows && op.name == "layers.0.moe.routed_input")
+      gathered_rows = op.outputs[0].meta.numel() / 64;
+  EXPECT_EQ(gathered_rows, 2 * 32 * 2);
+}
+
+TEST(MoeRouting, HotExpertGetsItsFactorCappedAtEveryToken) {
+  EXPECT_EQ(skewed_tokens_per_expert(64, 2, 4, 1.0), balanced_tokens_per_expert(128, 4));
+  EXPECT_EQ(skewed_tokens_per_expert(64, 2, 4, 1.5), (std::vector<int64_t>{48, 27, 27, 26}));
+  EXPECT_EQ(skewed_tokens_per_expert(64, 2, 4, 4.0), (std::vector<int64_t>{64, 22, 21, 21}));
+  EXPECT_EQ(skewed_tokens_per_expert(10, 1, 1, 3.0), (std::vector<int64_t>{10}));
+}
+
+// training.moe_routing moves the grouped GEMMs' FLOPs, never the memory at ep = 1.
+TEST(MoeSimulate, RoutingSkewMovesFlopsNotMemory) {
+  const Scenario balanced = tiny_moe({{"training", {{"steps", 2}}}});
+  const Scenario skewed =
+      tiny_moe({{"training", {{"steps", 2}, {"moe_routing", {{"hot_expert_factor", 1.5}}}}}});
+  EXPECT_DOUBLE_EQ(skewed.model.moe.hot_expert_factor, 1.5);
+  auto rows = [](const Scenario& s) {
+    for (const OpCall& op : recorded_ops::record(s))
+      if (op.kind == OpKind::kGroupedMM) return GroupedMmArgs::decode(op).computed_rows;
+    return int64_t{-1};
+  };
+  EXPECT_EQ(rows(balanced), 4 * 32);     // 2 x 32 tokens x top-2 over 4 experts
+  EXPECT_EQ(rows(skewed), 48 + 3 * 32);  // 48, then 27 / 27 / 26 padded to 32
+  const auto rb = sim::simulate_scenario(balanced), rs = sim::simulate_scenario(skewed);
+  EXPECT_TRUE(rs.problems.empty()) << fullshard::testing::problems_text(rs);
+  EXPECT_EQ(rs.classes[0].peak_allocated_bytes, rb.classes[0].peak_allocated_bytes);
+  EXPECT_EQ(rs.classes[0].peak_reserved_bytes, rb.classes[0].peak_reserved_bytes);
+}
+
+TEST(MoeChecks, CompositionsNotBuiltAreRefusedByName) {
+  auto expect_refused = [](const json& j, const std::string& where) {
+    try {
+      parse_scenario(j);
+      ADD_FAILURE() << "expected InputError at " << where;
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.where(), where) << e.what();
+    }
+  };
+  expect_refused(recorded_ops::scenario_json("tiny-moe", nullptr, {1, 2}), "fsdp.mesh");
+  expect_refused(recorded_ops::scenario_json("tiny-moe", json{{"compile", true}}, {2}),
+                 "model.implementation.compile");
+  expect_refused(recorded_ops::scenario_json("qwen3-30b-a3b", nullptr, {4, 2}), "fsdp.mesh");
+  expect_refused(recorded_ops::scenario_json("tiny-llama", nullptr, {2},
+                                             {{"training", {{"moe_routing", "balanced"}}}}),
+                 "training.moe_routing");
+  expect_refused(
+      recorded_ops::scenario_json("tiny-moe", nullptr, {2},
+                                  {{"training", {{"moe_routing", {{"hot_expert_factor", 0.5}}}}}}),
+      "training.moe_routing.hot_expert_factor");
+  expect_refused(recorded_ops::scenario_json("tiny-moe", nullptr, {2},
+                                             {{"training", {{"moe_routing", "skewed"}}}}),
+                 "training.moe_routing");
+  EXPECT_NO_THROW(parse_scenario(recorded_ops::scenario_json("mixtral-8x7b", nullptr, {8})));
+  EXPECT_NO_THROW(parse_scenario(recorded_ops::scenario_json("qwen3-30b-a3b", nullptr, {8})));
+}
+
+}  // namespace
+}  // namespace fullshard
