@@ -109,6 +109,7 @@ class NameTable {
   std::vector<std::string>::const_iterator begin() const { return view().begin(); }
   std::vector<std::string>::const_iterator end() const { return view().end(); }
   void emplace_back(std::string_view name = {});
+  friend bool operator==(const NameTable& a, const NameTable& b) { return a.view() == b.view(); }
 
  private:
   std::shared_ptr<std::vector<std::string>> names_;
