@@ -222,7 +222,8 @@ StepBreakdown step_breakdown(const Program& program, const RankTiming& timing, l
   for (int k = 0; k < kNumMeshDimKinds; ++k) {
     auto dim_m = merged_intervals(std::move(by_dim[static_cast<size_t>(k)]));
     b.comm_by_dim_s[static_cast<size_t>(k)] = uncovered_seconds(dim_m, {});
-    b.exposed_comm_by_dim_s[static_cast<size_t>(k)] = uncovered_seconds(std::move(dim_m), compute_m);
+    b.exposed_comm_by_dim_s[static_cast<size_t>(k)] =
+        uncovered_seconds(std::move(dim_m), compute_m);
   }
   auto comm_m = merged_intervals(std::move(comm));
   b.comm_s = uncovered_seconds(comm_m, {});
