@@ -48,13 +48,19 @@ std::optional<Program> program_for_rank(const Scenario& s, const Program& from_p
   return p;
 }
 
+// `like`: a program recorded before for another class (nullptr: none), whose sizes the new
+// program's are reserved at (classes differ in a few rows of some parameters, not in ops).
 Recorded record_rank(const Scenario& s, int rank, GroupRegistry& groups, bool timeline,
-                     int run_steps, bool play_checkpoint) {
+                     int run_steps, bool play_checkpoint, const Program* like) {
   Recorded r;
   AllocatorOptions device = s.hardware.allocator;
   device.capacity_bytes -= std::min(device.capacity_bytes, symmetric_memory_bytes(s));
   r.backend = std::make_unique<SimBackend>(rank, s.world_size(), device, groups, timeline);
   SimBackend& b = *r.backend;
+  if (like) {
+    b.program().instrs.reserve(like->instrs.size());
+    b.program().accesses.reserve(like->accesses.size());
+  }
   std::unique_ptr<TrainingProgram> prog;
   try {
     prog = std::make_unique<TrainingProgram>(b, s);
@@ -107,6 +113,7 @@ RecordedPrograms record_programs(const Scenario& s, const RecordOptions& opt,
     for (int r = 0; r < world; ++r) out.classes.push_back({r});
   }
   std::vector<long> rec_of_rank(static_cast<size_t>(world), -1);  // rank -> its program
+  size_t last_recorded = SIZE_MAX;  // the program recorded last (its sizes are reserved)
   out.programs.reserve(out.classes.size());
   for (const auto& cls : out.classes) {
     const int rank = cls.front();
@@ -122,11 +129,13 @@ RecordedPrograms record_programs(const Scenario& s, const RecordOptions& opt,
       out.rec_of.push_back(out.rec_of[static_cast<size_t>(from)]);
       out.programs.push_back(std::move(*copied));
     } else {
+      const Program* like = last_recorded == SIZE_MAX ? nullptr : &out.programs[last_recorded];
       out.recs.push_back(record_rank(s, rank, groups, out.timeline_rank[static_cast<size_t>(rank)],
-                                     opt.run_steps, opt.play_checkpoint));
+                                     opt.run_steps, opt.play_checkpoint, like));
       out.rec_of.push_back(out.recs.size() - 1);
       out.programs.push_back(std::move(out.recs.back().backend->program()));
       out.rec_instructions.push_back(out.programs.back().instrs.size());
+      last_recorded = out.programs.size() - 1;
       if (opt.mutate_program) opt.mutate_program(out.programs.back());
     }
     rec_of_rank[static_cast<size_t>(rank)] = static_cast<long>(out.programs.size() - 1);

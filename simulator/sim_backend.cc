@@ -32,12 +32,35 @@ SimBackend::SimBackend(int rank, int world_size, AllocatorOptions allocator, Gro
   program_.rank = rank;
 }
 
+// NOTE [Name lookup]: every recorded op, allocation and marker interns its label (tens of
+// thousands per program), so the lookup is one hash and, in the common case, one probe: slots
+// are a power of two (no division), at most half full, each holding the hash beside the id so
+// only a matching hash compares the string. Ids are given in order of first use, as before.
 uint32_t SimBackend::name(std::string_view s) {
-  auto it = name_ids_.find(s);
-  if (it != name_ids_.end()) return it->second;
-  uint32_t id = static_cast<uint32_t>(program_.names.size());
+  const uint64_t h = std::hash<std::string_view>{}(s);
+  if (name_slots_.empty()) name_slots_.resize(1024);
+  size_t mask = name_slots_.size() - 1;
+  for (size_t i = h & mask;; i = (i + 1) & mask) {
+    NameSlot& slot = name_slots_[i];
+    if (slot.id1 == 0) break;
+    if (slot.hash == h && program_.names[slot.id1 - 1] == s) return slot.id1 - 1;
+  }
+  const uint32_t id = static_cast<uint32_t>(program_.names.size());
   program_.names.emplace_back(s);
-  name_ids_.emplace(std::string(s), id);
+  if (2 * (static_cast<size_t>(id) + 1) > name_slots_.size()) {  // grow: re-place every name
+    std::vector<NameSlot> old(name_slots_.size() * 2);
+    old.swap(name_slots_);
+    mask = name_slots_.size() - 1;
+    for (const NameSlot& o : old) {
+      if (o.id1 == 0) continue;
+      size_t i = o.hash & mask;
+      while (name_slots_[i].id1 != 0) i = (i + 1) & mask;
+      name_slots_[i] = o;
+    }
+  }
+  size_t i = h & mask;
+  while (name_slots_[i].id1 != 0) i = (i + 1) & mask;
+  name_slots_[i] = NameSlot{h, id + 1};
   return id;
 }
 

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "core/runtime/backend.h"
 #include "simulator/engine/program.h"
@@ -61,12 +62,13 @@ class SimBackend : public Backend {
   GroupRegistry& groups_;
   Program program_;
   EventId next_event_ = 0;
-  // Name -> id, looked up by string_view (no string built per recorded op).
-  struct NameHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  // Name -> id (NOTE [Name lookup] in sim_backend.cc): open addressing over a power of two of
+  // slots holding a name's hash and id + 1 (0: empty); the name itself is program_.names[id].
+  struct NameSlot {
+    uint64_t hash = 0;
+    uint32_t id1 = 0;
   };
-  std::unordered_map<std::string, uint32_t, NameHash, std::equal_to<>> name_ids_;
+  std::vector<NameSlot> name_slots_;
   std::unordered_set<uint64_t> host_buffers_;  // live buffers in host memory (CPU offload)
 
   uint32_t name(std::string_view s);

@@ -3,7 +3,9 @@
 // instructions in host order. The event engine plays the programs of all ranks together.
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/runtime/op.h"
@@ -49,50 +51,75 @@ struct Access {
   bool write = false;
 };
 
+// NOTE [Instruction layout]: every rank's program is a vector of these (1,024 ranks x ~20,000
+// instructions with every rank played), so the engine's speed is that of walking them: fields
+// are ordered widest first so the struct packs into 128 bytes.
 struct Instr {
-  InstrType type = InstrType::kMarker;
-  StreamRole stream = StreamRole::kDefault;
-  int step = 0;               // training step, for messages
-  uint32_t name = 0;          // index into Program::names (op / buffer / marker label)
-  uint64_t event = 0;         // record / wait / synchronize
-  uint64_t buffer = 0;        // alloc / free
-  bool on_host = false;       // alloc: host (CPU) memory
-  uint64_t address = 0;       // alloc: the caching allocator's block address (device)
-  uint64_t size = 0;          // alloc: the block's rounded size (device)
-  uint32_t access_begin = 0;  // kernels / collectives: [begin, begin+count) in accesses
-  uint32_t access_count = 0;
+  uint64_t event = 0;     // record / wait / synchronize
+  uint64_t buffer = 0;    // alloc / free
+  uint64_t address = 0;   // alloc: the caching allocator's block address (device)
+  uint64_t size = 0;      // alloc: the block's rounded size (device)
   uint64_t host_seq = 0;  // Backend::host_seq() at issue (memory timeline key)
   // Kernel cost inputs (the engine's cost model turns them into time). For kHostToDevice /
   // kDeviceToHost copies (same-dtype, as FSDP2's offload issues them) bytes / 2 crosses the
   // host link. `dtype` is a kernel's first input's (else first output's) dtype.
-  OpKind op = OpKind::kFill;
-  KernelPlace place = KernelPlace::kDevice;
   double flops = 0;
   double bytes = 0;
-  // Its tensors convert dtypes element by element (NOTE [Converting kernels] in
-  // simulator/cost/dtype_conversion.h): the cost model prices its bytes at its own efficiency.
-  bool converts_dtype = false;
   // Kernel shape for the compute model (NOTE [Kernel shapes] in simulator/sim_backend.cc):
   // linear ops {M, K, N} of the forward product; attention {batch x heads, seq, head_dim};
   // zeros otherwise.
   std::array<int64_t, 3> dims{};
+  uint64_t coll_bytes = 0;    // bytes of the full buffer: AG output / RS input / AR buffer
+  int step = 0;               // training step, for messages
+  uint32_t name = 0;          // index into Program::names (op / buffer / marker label)
+  uint32_t access_begin = 0;  // kernels / collectives: [begin, begin+count) in accesses
+  uint32_t access_count = 0;
   // Async TP's collective-matmuls (kAllGatherMatmul, kMatmulReduceScatter): the tp group's
   // size, the chunks the product is pipelined in (dims are one chunk's product). kHostWork:
   // the parameters an FSDP hook handles.
   int parts = 0;
+  uint32_t group = 0;  // kCollective: index into World::groups
+  OpKind op = OpKind::kFill;
+  InstrType type = InstrType::kMarker;
+  StreamRole stream = StreamRole::kDefault;
+  bool on_host = false;  // alloc: host (CPU) memory
+  KernelPlace place = KernelPlace::kDevice;
+  // Its tensors convert dtypes element by element (NOTE [Converting kernels] in
+  // simulator/cost/dtype_conversion.h): the cost model prices its bytes at its own efficiency.
+  bool converts_dtype = false;
   // Collective description (kCollective only).
   CollectiveKind coll = CollectiveKind::kAllGather;
   ReduceOp reduce = ReduceOp::kSum;
   DType dtype = DType::kFloat32;  // collectives: the buffer's; kernels: see above
-  uint64_t coll_bytes = 0;        // bytes of the full buffer: AG output / RS input / AR buffer
-  uint32_t group = 0;             // index into World::groups
+};
+static_assert(sizeof(Instr) == 128, "NOTE [Instruction layout]");
+
+// NOTE [Shared names]: with every rank played, the copies of a class's program (NOTE [Shared
+// recording] in simulator/play_record.cc) share its name table instead of copying ~10,000
+// strings per rank; appending to a shared table copies it first, so a program never sees
+// another's later names. Read-only access is that of a std::vector<std::string>.
+class NameTable {
+ public:
+  size_t size() const { return names_ ? names_->size() : 0; }
+  bool empty() const { return size() == 0; }
+  const std::string& operator[](size_t i) const { return (*names_)[i]; }
+  const std::string& at(size_t i) const { return view().at(i); }
+  const std::vector<std::string>& view() const;
+  operator const std::vector<std::string>&() const { return view(); }  // NOLINT
+  std::vector<std::string>::const_iterator begin() const { return view().begin(); }
+  std::vector<std::string>::const_iterator end() const { return view().end(); }
+  void emplace_back(std::string_view name = {});
+  friend bool operator==(const NameTable& a, const NameTable& b) { return a.view() == b.view(); }
+
+ private:
+  std::shared_ptr<std::vector<std::string>> names_;
 };
 
 struct Program {
   int rank = 0;
   std::vector<Instr> instrs;
   std::vector<Access> accesses;
-  std::vector<std::string> names;
+  NameTable names;  // NOTE [Shared names]
   // Set when the host program stopped early (e.g. out of memory): the instruction index.
   bool truncated = false;
 };

@@ -38,6 +38,7 @@
 // every candidate of small spaces, and planner_prune_test.cc that pruning keeps the winner.
 #include <array>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/model/transformer.h"
@@ -71,7 +72,14 @@ struct ProxyProfile {
 
 // Simulates `s` with 2 blocks in checkpointing `mode` (expandable segments, unlimited
 // capacity, no checks) and measures it. `s` must have at least 2 blocks.
-ProxyProfile profile_proxy(const Scenario& s, BlockCheckpoint mode);
+// `full_rows`: param_rows(s.model) when the caller has it (the planner builds it once per
+// candidate rather than per checkpointing mode); nullptr: built here.
+using ParamRows = std::vector<std::pair<int64_t, int64_t>>;
+ProxyProfile profile_proxy(const Scenario& s, BlockCheckpoint mode,
+                           const ParamRows* full_rows = nullptr);
+
+// Each parameter's rows and elements per row, in the model's order.
+ParamRows param_rows(const ModelConfig& m);
 
 struct Bounds {
   double step_time_s = 0;   // lower bound on the step time

@@ -122,10 +122,14 @@ size_t bound_programs(std::vector<Program>& progs, const std::vector<Candidate>&
       if (needed[m]) jobs.push_back({k, static_cast<BlockCheckpoint>(m)});
   std::atomic<size_t> done{0};
   std::mutex progress_mu;
+  // The full model's parameter rows, built once per candidate for all its modes.
+  std::vector<std::once_flag> rows_once(key_rep.size());
+  std::vector<ParamRows> full_rows(key_rep.size());
   parallel_for(jobs.size(), opt.threads, [&](size_t j) {
     const auto [k, m] = jobs[j];
-    profiles[k][static_cast<int>(m)] =
-        profile_proxy(candidate_scenario(opt.base, cands[key_rep[k]]), m);
+    const Scenario s = candidate_scenario(opt.base, cands[key_rep[k]]);
+    std::call_once(rows_once[k], [&] { full_rows[k] = param_rows(s.model); });
+    profiles[k][static_cast<int>(m)] = profile_proxy(s, m, &full_rows[k]);
     const size_t d = ++done;
     if (opt.progress) {
       std::lock_guard<std::mutex> l(progress_mu);
