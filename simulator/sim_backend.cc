@@ -26,17 +26,23 @@ uint32_t GroupRegistry::intern(const ProcessGroup& g) {
   return id;
 }
 
+SimDevice::SimDevice(const Backend& host) : Device(/*has_data=*/false), host_(host) {
+  program_.rank = host.rank();
+}
+
 SimBackend::SimBackend(int rank, int world_size, AllocatorOptions allocator, GroupRegistry& groups,
                        bool record_timeline)
-    : Backend(rank, world_size, allocator, nullptr, record_timeline), groups_(groups) {
-  program_.rank = rank;
+    : Backend(rank, world_size, allocator, nullptr, record_timeline),
+      device_(*this),
+      communicator_(*this, device_, groups) {
+  attach(device_, communicator_);
 }
 
 // NOTE [Name lookup]: every recorded op, allocation and marker interns its label (tens of
 // thousands per program), so the lookup is one hash and, in the common case, one probe: slots
 // are a power of two (no division), at most half full, each holding the hash beside the id so
 // only a matching hash compares the string. Ids are given in order of first use, as before.
-uint32_t SimBackend::name(std::string_view s) {
+uint32_t SimDevice::name(std::string_view s) {
   const uint64_t h = std::hash<std::string_view>{}(s);
   if (name_slots_.empty()) name_slots_.resize(1024);
   size_t mask = name_slots_.size() - 1;
@@ -64,18 +70,18 @@ uint32_t SimBackend::name(std::string_view s) {
   return id;
 }
 
-Instr& SimBackend::push(InstrType type, StreamRole stream) {
+Instr& SimDevice::push(InstrType type, StreamRole stream) {
   Instr in;
   in.type = type;
   in.stream = stream;
-  in.step = step();
-  in.host_seq = host_seq();  // ticked by Backend (NOTE [Backend entry points])
+  in.step = host_.step();
+  in.host_seq = host_.host_seq();  // ticked by Backend (NOTE [Backend entry points])
   program_.instrs.push_back(in);
   return program_.instrs.back();
 }
 
-void SimBackend::add_accesses(Instr& in, const std::vector<TensorRef>& reads,
-                              const std::vector<TensorRef>& writes) {
+void SimDevice::add_accesses(Instr& in, const std::vector<TensorRef>& reads,
+                             const std::vector<TensorRef>& writes) {
   in.access_begin = static_cast<uint32_t>(program_.accesses.size());
   // One access per buffer per instruction; a write wins over a read. Foreach ops over every
   // parameter (clipping, the optimizer) have thousands of tensors: index them by buffer
@@ -108,7 +114,7 @@ void SimBackend::add_accesses(Instr& in, const std::vector<TensorRef>& reads,
 // NOTE [Kernel placement]: a kernel whose tensors all live in host memory is CPU work (the
 // offloaded optimizer step, clipping and gradient accumulation on host gradients); a copy from
 // host to device memory or back crosses the host link; everything else runs on the device.
-KernelPlace SimBackend::place_of(const OpCall& op) const {
+KernelPlace SimDevice::place_of(const OpCall& op) const {
   if (host_buffers_.empty()) return KernelPlace::kDevice;
   auto count = [&](const std::vector<TensorRef>& refs, int& host, int& device) {
     for (const auto& r : refs) {
@@ -173,7 +179,7 @@ std::array<int64_t, 3> kernel_dims(const OpCall& op) {
 }
 }  // namespace
 
-void SimBackend::do_launch(StreamRole stream, const OpCall& op) {
+void SimDevice::launch(StreamRole stream, const OpCall& op) {
   if (program_.truncated) return;
   uint32_t nm = name(op.name);
   const KernelPlace place = place_of(op);
@@ -198,13 +204,14 @@ void SimBackend::do_launch(StreamRole stream, const OpCall& op) {
 
 void SimBackend::launch_pageable_copy(StreamRole stream, const OpCall& op) {
   FULLSHARD_CHECK(op.kind == OpKind::kCopy, "launch_pageable_copy of a kernel that is no copy");
-  const size_t before = program_.instrs.size();
+  const size_t before = device_.program().instrs.size();
   launch(stream, op);
-  if (program_.instrs.size() > before)
-    program_.instrs.back().place = KernelPlace::kDeviceToPageableHost;
+  Program& program = device_.program();
+  if (program.instrs.size() > before)
+    program.instrs.back().place = KernelPlace::kDeviceToPageableHost;
 }
 
-EventId SimBackend::storage_write(std::string_view label, uint64_t bytes, uint64_t node_bytes) {
+EventId SimDevice::storage_write(std::string_view label, uint64_t bytes, uint64_t node_bytes) {
   const EventId e = ++next_event_;
   if (program_.truncated) return e;
   const uint32_t nm = name(label);
@@ -216,13 +223,13 @@ EventId SimBackend::storage_write(std::string_view label, uint64_t bytes, uint64
   return e;
 }
 
-void SimBackend::do_collective(StreamRole stream, const CollectiveCall& call,
-                               const ProcessGroup& group) {
-  if (program_.truncated) return;
-  FULLSHARD_CHECK(group.index_of(rank()) >= 0, "collective on a group without this rank");
-  uint32_t nm = name(call.name);
+void SimCommunicator::collective(StreamRole stream, const CollectiveCall& call,
+                                 const ProcessGroup& group) {
+  if (device_.program().truncated) return;
+  FULLSHARD_CHECK(group.index_of(host_.rank()) >= 0, "collective on a group without this rank");
+  uint32_t nm = device_.name(call.name);
   uint32_t gid = groups_.intern(group);
-  Instr& in = push(InstrType::kCollective, stream);
+  Instr& in = device_.push(InstrType::kCollective, stream);
   in.name = nm;
   in.coll = call.kind;
   in.reduce = call.op;
@@ -233,35 +240,35 @@ void SimBackend::do_collective(StreamRole stream, const CollectiveCall& call,
       call.kind == CollectiveKind::kReduceScatter ? call.input.nbytes() : call.output.nbytes();
   in.bytes = static_cast<double>(in.coll_bytes);
   if (call.kind == CollectiveKind::kAllGather)
-    add_accesses(in, {call.input}, {call.output});
+    device_.add_accesses(in, {call.input}, {call.output});
   else
-    add_accesses(in, {call.input}, {call.output});
+    device_.add_accesses(in, {call.input}, {call.output});
 }
 
-EventId SimBackend::do_record_event(StreamRole stream) {
+EventId SimDevice::record_event(StreamRole stream) {
   EventId e = ++next_event_;
   if (program_.truncated) return e;
   push(InstrType::kRecordEvent, stream).event = e;
   return e;
 }
 
-void SimBackend::do_wait_event(StreamRole stream, EventId event) {
+void SimDevice::wait_event(StreamRole stream, EventId event) {
   if (program_.truncated || event == 0) return;
   push(InstrType::kWaitEvent, stream).event = event;
 }
 
-void SimBackend::do_synchronize(EventId event) {
+void SimDevice::synchronize(EventId event) {
   if (program_.truncated || event == 0) return;
   push(InstrType::kSynchronize, StreamRole::kDefault).event = event;
 }
 
-void SimBackend::do_annotate(std::string_view label) {
+void SimDevice::annotate(std::string_view label) {
   if (program_.truncated) return;
   uint32_t nm = name(label);
   push(InstrType::kMarker, StreamRole::kDefault).name = nm;
 }
 
-void SimBackend::do_fsdp_hook(std::string_view what, int params) {
+void SimDevice::fsdp_hook(std::string_view what, int params) {
   if (program_.truncated) return;
   uint32_t nm = name(what);
   Instr& in = push(InstrType::kHostWork, StreamRole::kDefault);
@@ -269,14 +276,14 @@ void SimBackend::do_fsdp_hook(std::string_view what, int params) {
   in.parts = params;
 }
 
-void SimBackend::on_allocate(const Buffer& buffer, StreamRole stream, std::string_view what) {
+void SimDevice::on_allocate(const Buffer& buffer, StreamRole stream, std::string_view what) {
   if (program_.truncated) return;
   uint32_t nm = name(what);
   Instr in;
   in.type = InstrType::kAlloc;
   in.stream = stream;
-  in.step = step();
-  in.host_seq = host_seq();  // the allocation's own host_seq (already taken by allocate())
+  in.step = host_.step();
+  in.host_seq = host_.host_seq();  // the allocation's own host_seq (already taken by allocate())
   in.name = nm;
   in.buffer = buffer.id;
   in.on_host = buffer.on_host;
@@ -286,13 +293,13 @@ void SimBackend::on_allocate(const Buffer& buffer, StreamRole stream, std::strin
   if (buffer.on_host) host_buffers_.insert(buffer.id);
 }
 
-void SimBackend::on_free(const Buffer& buffer) {
+void SimDevice::on_free(const Buffer& buffer) {
   host_buffers_.erase(buffer.id);
   if (program_.truncated) return;
   Instr in;
   in.type = InstrType::kFree;
-  in.step = step();
-  in.host_seq = host_seq();
+  in.step = host_.step();
+  in.host_seq = host_.host_seq();
   in.buffer = buffer.id;
   in.on_host = buffer.on_host;
   program_.instrs.push_back(in);

@@ -1,7 +1,8 @@
 #pragma once
 // The simulator's Backend: buffers carry no data; every launch, collective, event and
 // allocation is recorded into the rank's Program in host order, with the allocator's
-// exact block (NOTE [Allocation in host order] in core/runtime/backend.h).
+// exact block (NOTE [Allocation in host order] in core/runtime/backend.h). Its parts (NOTE
+// [Backend parts]): SimDevice records, SimCommunicator records over the GroupRegistry, no probe.
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -28,38 +29,35 @@ class GroupRegistry {
   std::vector<GroupInfo> groups_;
 };
 
-class SimBackend : public Backend {
+// The simulator's device part (NOTE [Backend parts] in core/runtime/backend.h): every launch,
+// event, marker and allocation goes into the rank's Program, which the engine plays.
+class SimDevice : public Device {
  public:
-  SimBackend(int rank, int world_size, AllocatorOptions allocator, GroupRegistry& groups,
-             bool record_timeline = true);
+  // `host`: the Backend this device records for (rank, host_seq, step); it outlives the device.
+  explicit SimDevice(const Backend& host);
 
-  Program& program() { return program_; }
-  const Program& program() const { return program_; }
-  // Stops recording (the host program died, e.g. out of memory).
-  void truncate() { program_.truncated = true; }
-
-  // A checkpoint save's work (NOTE [Playing a checkpoint save] in simulator/checkpoint_play.h).
-  // A device-to-host copy into pageable host memory (DCP's CPU tensors): launched as `op`
-  // (a kCopy), priced at the pageable copy bandwidth (KernelPlace::kDeviceToPageableHost).
-  void launch_pageable_copy(StreamRole stream, const OpCall& op);
-  // The rank's writer thread writes `bytes` to storage while its node writes `node_bytes` in
-  // all (InstrType::kStorageWrite); returns the event a synchronize waits on for its end.
-  EventId storage_write(std::string_view name, uint64_t bytes, uint64_t node_bytes);
-
- protected:
-  void do_launch(StreamRole stream, const OpCall& op) override;
-  void do_collective(StreamRole stream, const CollectiveCall& call,
-                     const ProcessGroup& group) override;
-  EventId do_record_event(StreamRole stream) override;
-  void do_wait_event(StreamRole stream, EventId event) override;
-  void do_synchronize(EventId event) override;
-  void do_annotate(std::string_view label) override;
-  void do_fsdp_hook(std::string_view what, int params) override;
+  void launch(StreamRole stream, const OpCall& op) override;
+  EventId record_event(StreamRole stream) override;
+  void wait_event(StreamRole stream, EventId event) override;
+  void synchronize(EventId event) override;
+  void annotate(std::string_view label) override;
+  void fsdp_hook(std::string_view what, int params) override;
   void on_allocate(const Buffer& buffer, StreamRole stream, std::string_view what) override;
   void on_free(const Buffer& buffer) override;
 
+  // NOTE [Playing a checkpoint save] (simulator/checkpoint_play.h): a storage write.
+  EventId storage_write(std::string_view name, uint64_t bytes, uint64_t node_bytes);
+
+  // ---- for SimCommunicator and SimBackend ----
+  Program& program() { return program_; }
+  const Program& program() const { return program_; }
+  uint32_t name(std::string_view s);
+  Instr& push(InstrType type, StreamRole stream);
+  void add_accesses(Instr& in, const std::vector<TensorRef>& reads,
+                    const std::vector<TensorRef>& writes);
+
  private:
-  GroupRegistry& groups_;
+  const Backend& host_;
   Program program_;
   EventId next_event_ = 0;
   // Name -> id (NOTE [Name lookup] in sim_backend.cc): open addressing over a power of two of
@@ -71,11 +69,48 @@ class SimBackend : public Backend {
   std::vector<NameSlot> name_slots_;
   std::unordered_set<uint64_t> host_buffers_;  // live buffers in host memory (CPU offload)
 
-  uint32_t name(std::string_view s);
-  Instr& push(InstrType type, StreamRole stream);
-  void add_accesses(Instr& in, const std::vector<TensorRef>& reads,
-                    const std::vector<TensorRef>& writes);
   KernelPlace place_of(const OpCall& op) const;
+};
+
+// The simulator's communicator part: each collective recorded into the device's Program over
+// the group's id in the shared GroupRegistry.
+class SimCommunicator : public Communicator {
+ public:
+  // `host`, `device` and `groups` outlive the communicator.
+  SimCommunicator(const Backend& host, SimDevice& device, GroupRegistry& groups)
+      : host_(host), device_(device), groups_(groups) {}
+  void collective(StreamRole stream, const CollectiveCall& call,
+                  const ProcessGroup& group) override;
+
+ private:
+  const Backend& host_;
+  SimDevice& device_;
+  GroupRegistry& groups_;
+};
+
+class SimBackend : public Backend {
+ public:
+  SimBackend(int rank, int world_size, AllocatorOptions allocator, GroupRegistry& groups,
+             bool record_timeline = true);
+
+  Program& program() { return device_.program(); }
+  const Program& program() const { return device_.program(); }
+  // Stops recording (the host program died, e.g. out of memory).
+  void truncate() { device_.program().truncated = true; }
+
+  // A checkpoint save's work (NOTE [Playing a checkpoint save] in simulator/checkpoint_play.h).
+  // A device-to-host copy into pageable host memory (DCP's CPU tensors): launched as `op`
+  // (a kCopy), priced at the pageable copy bandwidth (KernelPlace::kDeviceToPageableHost).
+  void launch_pageable_copy(StreamRole stream, const OpCall& op);
+  // The rank's writer thread writes `bytes` to storage while its node writes `node_bytes` in
+  // all (InstrType::kStorageWrite); returns the event a synchronize waits on for its end.
+  EventId storage_write(std::string_view name, uint64_t bytes, uint64_t node_bytes) {
+    return device_.storage_write(name, bytes, node_bytes);
+  }
+
+ private:
+  SimDevice device_;
+  SimCommunicator communicator_;
 };
 
 }  // namespace fullshard::sim

@@ -59,4 +59,24 @@ std::vector<KernelTime> MeasurementStore::take_kernels() {
   return std::exchange(m_.kernels, {});
 }
 
+std::optional<StreamIntervals> MeasurementStore::take_busy_intervals() {
+  if (collect_ && !collect_()) return std::nullopt;
+  return take_busy();
+}
+
+std::vector<CollectiveInterval> MeasurementStore::take_collective_intervals() {
+  if (collect_ && !collect_()) return {};
+  return take_collectives();
+}
+
+std::vector<std::pair<uint64_t, double>> MeasurementStore::take_work_starts() {
+  if (collect_ && !collect_()) return {};
+  return take_starts();
+}
+
+std::vector<KernelTime> MeasurementStore::take_kernel_times() {
+  if (collect_ && !collect_()) return {};
+  return take_kernels();
+}
+
 }  // namespace fullshard::backends

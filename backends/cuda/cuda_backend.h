@@ -7,23 +7,13 @@
 // stalled peer into an error. The host program runs on the calling thread and only blocks
 // where it says so (synchronize, copy_to_host).
 #include <cstdint>
-#include <exception>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <vector>
 
-#include <cublasLt.h>
-#include <cuda_runtime_api.h>
-
-#include "backends/common/buffer_addresses.h"
-#include "backends/common/event_table.h"
-#include "backends/common/failure_state.h"
-#include "backends/common/host_fills.h"
 #include "backends/common/measurements.h"
 #include "backends/cuda/collective_transport.h"
-#include "backends/cuda/device_process_group.h"
+#include "backends/cuda/cuda_communicator.h"
+#include "backends/cuda/cuda_device.h"
 #include "backends/gloo/process_group.h"
 #include "core/data/text_corpus.h"
 #include "core/runtime/backend.h"
@@ -31,20 +21,8 @@
 namespace gloo::rendezvous {
 class Store;
 }
-namespace gloo::transport {
-class Device;
-}
 
 namespace fullshard::cuda {
-
-class CollectiveWatchdog;
-class CudaSegmentSource;
-class EventPool;
-class NcclProcessGroup;
-class PinnedHostMemory;
-class StagedGlooProcessGroup;
-class StreamSet;
-class StreamTimer;
 
 struct CudaBackendOptions {
   int rank = 0, world_size = 1, local_rank = 0, local_world_size = 1;
@@ -62,6 +40,24 @@ struct CudaBackendOptions {
   bool measure_streams = true;
 };
 
+// This process's CUDA backends on one device, counted for as long as one lives (NOTE [Staged
+// gates and hardware queues] in staged_gloo_process_group.h): the constructor throws InputError
+// when one more would exceed what the hardware queues allow.
+class DeviceSharing {
+ public:
+  explicit DeviceSharing(int device);
+  ~DeviceSharing() { release(); }
+  DeviceSharing(const DeviceSharing&) = delete;
+  DeviceSharing& operator=(const DeviceSharing&) = delete;
+  void release();  // once; the destructor does it otherwise
+
+ private:
+  int device_;
+  bool counted_ = true;
+};
+
+// Its parts (NOTE [Backend parts] in core/runtime/backend.h): CudaDevice, CudaCommunicator and
+// the shared MeasurementStore, filled from the device's timing events.
 class CudaBackend : public Backend {
  public:
   // Selects device local_rank % visible GPUs and makes it current on the calling thread (the
@@ -70,25 +66,13 @@ class CudaBackend : public Backend {
   explicit CudaBackend(CudaBackendOptions options);
   ~CudaBackend() override;
 
-  std::vector<double> take_scalars() override;
-  bool has_data() const override { return true; }
-  void synchronize_device() override;
-  void copy_to_host(const TensorRef& ref, void* dst) override;
-  void copy_from_host(const TensorRef& ref, const void* src) override;
   // NOTE [Measured stream times on the GPU] (stream_times.h): with options.measure_streams,
   // timing events give each stream's busy intervals, the collectives' intervals and (with
   // the memory timeline recorded) the work starts, and every kernel's time with its launch's
   // host_seq (per-op times), on clock_s(): the host's steady clock since construction. Each take
   // waits for the work it reports; call it where the step is done.
-  std::optional<StreamIntervals> take_busy_intervals() override;
-  std::vector<CollectiveInterval> take_collective_intervals() override;
-  std::vector<std::pair<uint64_t, double>> take_work_starts() override;
-  std::vector<KernelTime> take_kernel_times() override;
-  double clock_s() const override;
-  // Attention calls of the cuDNN kinds by path (cudnn_sdpa::path_counts, process-wide).
-  std::vector<std::pair<std::string, int64_t>> path_counts() const override;
 
-  int device() const { return device_; }
+  int device() const { return device_.device(); }
   CollectiveTransport transport() const { return transport_.transport; }
   const std::string& transport_reason() const { return transport_.reason; }
   // Device memory outside the allocator: cudaMemGetInfo's used (total - free) minus the
@@ -96,72 +80,15 @@ class CudaBackend : public Backend {
   // on one GPU it includes the other ranks' memory. 0 when used < reserved.
   uint64_t non_allocator_bytes() const;
 
- protected:
-  void do_launch(StreamRole stream, const OpCall& op) override;
-  void do_collective(StreamRole stream, const CollectiveCall& call,
-                     const ProcessGroup& group) override;
-  EventId do_record_event(StreamRole stream) override;
-  void do_wait_event(StreamRole stream, EventId event) override;
-  void do_synchronize(EventId event) override;
-  void do_read_scalar(StreamRole stream, const TensorRef& ref) override;
-  void on_allocate(const Buffer& buffer, StreamRole stream, std::string_view what) override;
-  void on_free(const Buffer& buffer) override;
-
  private:
-  CudaBackendOptions options_;
-  int device_;
+  BatchSource batches_;
   TransportChoice transport_;
-  backends::MeasurementStore measurements_;  // the take_* hooks and clock_s()
-
-  // Teardown order (~CudaBackend): drain streams, watchdog, process groups, pinned memory,
-  // cuBLASLt, streams, events; the allocator's segments (Backend) after all of it.
-  std::unique_ptr<EventPool> events_;
-  std::unique_ptr<StreamSet> streams_;
-  cublasLtHandle_t lt_ = nullptr;
-  std::unique_ptr<PinnedHostMemory> pinned_;
-  std::shared_ptr<::gloo::transport::Device> gloo_device_;  // staged Gloo's TCP device (lazy)
-  std::map<std::string, std::shared_ptr<NcclProcessGroup>> nccl_groups_;        // by group key
-  std::map<std::string, std::unique_ptr<StagedGlooProcessGroup>> gloo_groups_;  // by stream/group
-  std::unique_ptr<CollectiveWatchdog> watchdog_;
-  std::unique_ptr<StreamTimer> timer_;  // null when options.measure_streams is false
-  void collect_stream_times();
-  void launch_op(StreamRole stream, const OpCall& op);
-  void enqueue_collective(StreamRole stream, const CollectiveCall& call, const ProcessGroup& group);
-  // Runs `enqueue` between a timing-event pair on `stream` (NOTE [Measured stream times on the
-  // GPU]).
-  template <class Enqueue>
-  void timed(StreamRole stream, const std::string* group, Enqueue&& enqueue);
-
-  backends::BufferAddresses addresses_;
-  backends::EventTable<cudaEvent_t> events_by_id_;
-
-  // read_scalar: one pinned slot per pending read, collected in request order.
-  struct PendingScalar {
-    uint8_t* slot;
-    DType dtype;
-    cudaEvent_t done;
-  };
-  std::vector<PendingScalar> pending_scalars_;
-  std::vector<uint8_t*> free_scalar_slots_;
-  std::vector<uint8_t*> all_scalar_slots_;
-  std::vector<double> scalars_;
-
-  // NOTE [Host work on the stream] (cuda_backend.cc): the first error of host work
-  // (cudaLaunchHostFunc); rethrown at the next host call, later host work is skipped.
-  std::shared_ptr<backends::FailureState> host_failure_;
-
-  cudaStream_t stream(StreamRole r) const;
-  backends::Address resolve(const TensorRef& ref) const;
-  backends::HostFillContext host_fill_context() const;
-  // Rethrows a collective (watchdog) or host-work failure.
-  void check_failed() const;
-  void settle_streams();  // every stream finished (no error check): before memory is given back
-  void prune_events();
-  void run_on_host(StreamRole r, const OpCall& op, std::vector<void*> in, std::vector<void*> out);
-  void stage_to_device(StreamRole r, const OpCall& op, const void* host, void* device,
-                       uint64_t bytes);
-  DeviceProcessGroup& staged_group(const ProcessGroup& g, StreamRole r);
-  std::shared_ptr<NcclProcessGroup> nccl_group(const ProcessGroup& g);
+  DeviceSharing sharing_;                    // first, while nothing is built
+  backends::MeasurementStore measurements_;  // the probe: the clock, filled by the device
+  // Teardown (~CudaBackend): streams settled, the staged groups, the watchdog; then the NCCL
+  // groups (the communicator), the device; the allocator's segments (Backend) after all of it.
+  CudaDevice device_;
+  CudaCommunicator communicator_;
 };
 
 // Number of GPUs visible to this process (0 without a driver or a device), for the launcher.

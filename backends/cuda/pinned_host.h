@@ -7,7 +7,7 @@
 // As PyTorch's CachingHostAllocator does with its per-stream events, free() records an event
 // on every stream and the memory is reused only once every stream passed that point; allocate()
 // and reclaim() take back the finished ones. The CPU backend does the same with fences
-// (backends/cpu/cpu_backend.cc, DeferredHostFree).
+// (backends/cpu/cpu_device.cc, DeferredHostFree).
 //
 // NOTE [Pinned host cache]: finished buffers are kept, by rounded size (rounded_size: a power
 // of two up to 1 MiB, as PyTorch's CachingHostAllocator rounds, then 1 MiB multiples, so that a

@@ -36,14 +36,14 @@ Buffer Backend::allocate(uint64_t bytes, MemCategory category, StreamRole stream
     throw OutOfMemoryError(bytes, category, std::string(what), memory_.current(),
                            memory_.capacity_bytes());
   }
-  on_allocate(*buf, stream, what);
+  device_->on_allocate(*buf, stream, what);
   if (observer_) observer_(*buf, true, what);
   return *buf;
 }
 
 Buffer Backend::allocate_host(uint64_t bytes, MemCategory category, std::string_view what) {
   auto buf = memory_.allocate_host(bytes, category, next_host_seq());
-  on_allocate(buf, StreamRole::kDefault, what);
+  device_->on_allocate(buf, StreamRole::kDefault, what);
   if (observer_) observer_(buf, true, what);
   return buf;
 }
@@ -51,7 +51,7 @@ Buffer Backend::allocate_host(uint64_t bytes, MemCategory category, std::string_
 void Backend::free(const Buffer& buffer) {
   if (!buffer || out_of_memory_) return;
   memory_.free(buffer, next_host_seq());
-  on_free(buffer);
+  device_->on_free(buffer);
   if (observer_) observer_(buffer, false, {});
 }
 
@@ -78,7 +78,7 @@ void Backend::launch(StreamRole stream, const OpCall& op) {
   next_host_seq();
   if (record_launches_) launched_ops_.push_back({host_seq_, op.kind, op.name, op.flops, op.bytes});
   launched_flops_ += op.flops;
-  do_launch(stream, op);
+  device_->launch(stream, op);
 }
 
 int Backend::blas_workspace_count() const {
@@ -91,41 +91,33 @@ int Backend::blas_workspace_count() const {
 void Backend::collective(StreamRole stream, const CollectiveCall& call, const ProcessGroup& group) {
   next_host_seq();
   ++collective_counts_[static_cast<size_t>(call.kind)];
-  do_collective(stream, call, group);
+  communicator_->collective(stream, call, group);
 }
 
 EventId Backend::record_event(StreamRole stream) {
   next_host_seq();
-  return do_record_event(stream);
+  return device_->record_event(stream);
 }
 
 void Backend::wait_event(StreamRole stream, EventId event) {
   if (event == 0) return;
   next_host_seq();
-  do_wait_event(stream, event);
+  device_->wait_event(stream, event);
 }
 
 void Backend::synchronize(EventId event) {
   if (event != 0) next_host_seq();
-  do_synchronize(event);
+  device_->synchronize(event);
 }
 
 void Backend::annotate(std::string_view label) {
   next_host_seq();
-  do_annotate(label);
+  device_->annotate(label);
 }
 
 void Backend::fsdp_hook(std::string_view what, int params) {
   next_host_seq();
-  do_fsdp_hook(what, params);
-}
-
-void Backend::copy_from_host(const TensorRef& ref, const void* src) {
-  FULLSHARD_CHECK(false, "copy_from_host: this backend cannot load host data");
-}
-
-void Backend::copy_to_host(const TensorRef& ref, void* dst) {
-  FULLSHARD_CHECK(false, "copy_to_host: this backend holds no data (the simulator)");
+  device_->fsdp_hook(what, params);
 }
 
 }  // namespace fullshard

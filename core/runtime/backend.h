@@ -19,6 +19,9 @@
 
 #include "core/memory/memory_tracker.h"
 #include "core/mesh/device_mesh.h"
+#include "core/runtime/communicator.h"
+#include "core/runtime/device.h"
+#include "core/runtime/measurement_probe.h"
 #include "core/runtime/op.h"
 #include "core/runtime/stream.h"
 
@@ -35,26 +38,6 @@ class OutOfMemoryError : public std::runtime_error {
   std::string what_for;
   MemorySnapshot at_failure;
   uint64_t capacity_bytes;
-};
-
-// Per-stream busy intervals [begin, end) in seconds on the backend's clock (time since it was
-// created), by StreamRole: what a real backend measured since the last take.
-using StreamIntervals = std::array<std::vector<std::pair<double, double>>, kNumStreams>;
-
-// One collective a real backend ran: its process group's name ("tp", "shard", "replicate",
-// "shard+tp", ...), the stream it ran on, and when ([begin, end) on the StreamIntervals clock;
-// the same interval is also in that stream's busy intervals).
-struct CollectiveInterval {
-  std::string group;
-  StreamRole stream = StreamRole::kDefault;
-  double begin_s = 0, end_s = 0;
-};
-
-// One kernel a real backend timed (NOTE [Per-op times] in core/report/key_averages.h): the
-// host_seq() at which the host launched it and when its stream ran it, on clock_s().
-struct KernelTime {
-  uint64_t seq = 0;
-  double begin_s = 0, end_s = 0;
 };
 
 // One op the host launched, as Backend::launch saw it (with set_record_launches): host_seq()
@@ -76,9 +59,19 @@ constexpr int kNumHostThreads = 2;
 // NOTE [Backend entry points]: the work methods are public and non-virtual. Each ticks the
 // host sequence (one tick per host-program call that the simulator records: launch,
 // collective, record_event, wait_event and synchronize of a real event, annotate, fsdp_hook) and
-// then calls the protected do_* virtual of the backend. So every backend sees the host program in
-// the same positions, and a backend cannot forget a tick. read_scalar is a read-back, not an
-// instruction, and does not tick.
+// then calls the part that does the work (NOTE [Backend parts]). So every backend sees the host
+// program in the same positions, and a backend cannot forget a tick. read_scalar is a read-back,
+// not an instruction, and does not tick.
+//
+// NOTE [Backend parts]: a Backend is a facade over small parts, in the shape of ggml's backend:
+// a Device (core/runtime/device.h: kernels, events, synchronize, host copies, scalar reads), a
+// Communicator (communicator.h: collectives over process groups) and an optional
+// MeasurementProbe (measurement_probe.h: the take_* hooks and clock_s). Backend itself keeps
+// what every backend shares: the host sequence, the allocator and its observer, the cuBLAS
+// workspaces, the step and the launch records. A subclass builds its parts and attach()es them
+// in its constructor: the CPU and CUDA backends their device and communicator and the shared
+// MeasurementStore (backends/common), the simulator its recording device and communicator (no
+// probe). Without a probe the take_* hooks return nothing and clock_s() 0.
 class Backend {
  public:
   // `source` supplies the allocator's segments (null: virtual addresses, as the simulator
@@ -129,54 +122,69 @@ class Backend {
   uint64_t blas_workspace_bytes() const { return blas_workspace_bytes_; }
   // Workspaces taken so far (tests, reports).
   int blas_workspace_count() const;
+  // The workspace of the current host thread on `stream` (empty before its first GEMM): in a
+  // Device's launch of a GEMM it is always there.
+  const Buffer& blas_workspace(StreamRole stream) const {
+    return blas_workspaces_[static_cast<size_t>(host_thread_)][static_cast<size_t>(stream)];
+  }
 
   // ---- host read-back (loss.item()) ----
   // The value of a one-element fp32/bf16/fp16 tensor is copied to the host when `stream`
   // reaches this point; after a synchronize() that covers it, take_scalars() returns the
   // values in the order they were requested. No allocation is involved. The simulator has
   // no values and returns nothing.
-  void read_scalar(StreamRole stream, const TensorRef& ref) { do_read_scalar(stream, ref); }
-  virtual std::vector<double> take_scalars() { return {}; }
+  void read_scalar(StreamRole stream, const TensorRef& ref) { device_->read_scalar(stream, ref); }
+  std::vector<double> take_scalars() { return device_->take_scalars(); }
 
   // ---- real backends (the simulator has no data and no clock) ----
   // True when buffers hold real data (copy_to_host works).
-  virtual bool has_data() const { return false; }
+  bool has_data() const { return device_->has_data(); }
   // Waits until every stream finished what was issued; rethrows a stream's error.
-  virtual void synchronize_device() {}
+  void synchronize_device() { device_->synchronize_device(); }
   // Copies the tensor's bytes (ref.nbytes()) to `dst` once everything issued so far on every
   // stream is done (blocks the host). Throws InternalError on a backend without data.
-  virtual void copy_to_host(const TensorRef& ref, void* dst);
+  void copy_to_host(const TensorRef& ref, void* dst) { device_->copy_to_host(ref, dst); }
   // Copies ref.nbytes() bytes from `src` into the tensor once everything issued so far is
   // done (blocks the host): loading a checkpoint or weights. Throws InternalError on a
   // backend without data (the simulator).
-  virtual void copy_from_host(const TensorRef& ref, const void* src);
-  // Optional per-step measurement: each stream's busy intervals since the last call, or
-  // nullopt when the backend does not measure them.
-  virtual std::optional<StreamIntervals> take_busy_intervals() { return std::nullopt; }
+  void copy_from_host(const TensorRef& ref, const void* src) { device_->copy_from_host(ref, src); }
+  // Optional per-step measurement (the probe): each stream's busy intervals since the last call,
+  // or nullopt when the backend does not measure them.
+  std::optional<StreamIntervals> take_busy_intervals() {
+    return probe_ ? probe_->take_busy_intervals() : std::nullopt;
+  }
   // Optional, with take_busy_intervals(): the collectives run since the last call.
-  virtual std::vector<CollectiveInterval> take_collective_intervals() { return {}; }
+  std::vector<CollectiveInterval> take_collective_intervals() {
+    return probe_ ? probe_->take_collective_intervals() : std::vector<CollectiveInterval>{};
+  }
   // Seconds since the backend was created, on the clock take_busy_intervals() uses.
-  virtual double clock_s() const { return 0.0; }
+  double clock_s() const { return probe_ ? probe_->clock_s() : 0.0; }
   // Optional (measured timelines, NOTE [Measured timeline times]): for each kernel and
   // collective started since the last call, {host_seq() when the host issued it, clock_s() when
   // its stream started it}; empty when the backend does not record them.
-  virtual std::vector<std::pair<uint64_t, double>> take_work_starts() { return {}; }
+  std::vector<std::pair<uint64_t, double>> take_work_starts() {
+    return probe_ ? probe_->take_work_starts() : std::vector<std::pair<uint64_t, double>>{};
+  }
   // Optional (per-op times): every kernel a stream ran since the last call, with the host_seq of
   // its launch; empty when the backend does not time kernels.
-  virtual std::vector<KernelTime> take_kernel_times() { return {}; }
+  std::vector<KernelTime> take_kernel_times() {
+    return probe_ ? probe_->take_kernel_times() : std::vector<KernelTime>{};
+  }
   // With set_record_launches(true), every launch() since the last call (the per-op table's names).
   void set_record_launches(bool on) { record_launches_ = on; }
   std::vector<LaunchedOp> take_launched_ops() { return std::exchange(launched_ops_, {}); }
   // Optional: calls by the implementation path that ran them, in this process (the CUDA
   // backend's cuDNN attention: NOTE [Attention path counter]); empty where there is no choice.
-  virtual std::vector<std::pair<std::string, int64_t>> path_counts() const { return {}; }
+  std::vector<std::pair<std::string, int64_t>> path_counts() const {
+    return device_->path_counts();
+  }
   // FLOPs (as OpCall declares them) of the kernels launched since the last call; clears them.
   double take_launched_flops() { return std::exchange(launched_flops_, 0.0); }
   // Collectives issued since the last call, by CollectiveKind; clears them.
   std::array<int, 5> take_collective_counts() { return std::exchange(collective_counts_, {}); }
 
   // ---- annotations ----
-  virtual void set_step(int step) { step_ = step; }
+  void set_step(int step) { step_ = step; }
   int step() const { return step_; }
 
   // Position of the host program (one tick per call above); timelines map it to time.
@@ -189,25 +197,14 @@ class Backend {
   void set_allocation_observer(AllocationObserver observer) { observer_ = std::move(observer); }
 
  protected:
-  virtual void do_launch(StreamRole stream, const OpCall& op) = 0;
-  virtual void do_collective(StreamRole stream, const CollectiveCall& call,
-                             const ProcessGroup& group) = 0;
-  virtual EventId do_record_event(StreamRole stream) = 0;
-  virtual void do_wait_event(StreamRole stream, EventId event) = 0;
-  // Also called with event 0 (no tick then): a real backend may use it to prune state.
-  virtual void do_synchronize(EventId event) = 0;
-  virtual void do_annotate(std::string_view label) {}
-  virtual void do_fsdp_hook(std::string_view what, int params) {}
-  virtual void do_read_scalar(StreamRole stream, const TensorRef& ref) {}
-  // Backend hooks around the shared allocator (record, map, check). Default no-op.
-  virtual void on_allocate(const Buffer& buffer, StreamRole stream, std::string_view what) {}
-  virtual void on_free(const Buffer& buffer) {}
-  SegmentSource* segment_source() const { return source_.get(); }
-  // The workspace of the current host thread on `stream` (empty before its first GEMM); in
-  // do_launch of a GEMM it is always there.
-  const Buffer& blas_workspace(StreamRole stream) const {
-    return blas_workspaces_[static_cast<size_t>(host_thread_)][static_cast<size_t>(stream)];
+  // The parts (NOTE [Backend parts]), owned by the subclass and alive as long as this Backend
+  // is used; attached once, in the subclass's constructor, before any work.
+  void attach(Device& device, Communicator& communicator, MeasurementProbe* probe = nullptr) {
+    device_ = &device;
+    communicator_ = &communicator;
+    probe_ = probe;
   }
+  SegmentSource* segment_source() const { return source_.get(); }
 
  private:
   int rank_;
@@ -225,6 +222,9 @@ class Backend {
   HostThread host_thread_ = HostThread::kMain;
   uint64_t blas_workspace_bytes_ = 0;
   std::array<std::array<Buffer, kNumStreams>, kNumHostThreads> blas_workspaces_{};
+  Device* device_ = nullptr;
+  Communicator* communicator_ = nullptr;
+  MeasurementProbe* probe_ = nullptr;  // optional
   uint64_t next_host_seq() { return ++host_seq_; }
 };
 

@@ -1,6 +1,6 @@
 #pragma once
 // The ops a scenario's host program launches, as OpCalls with their operands: the simulator's
-// backend (which records the same host program every backend runs, NOTE [Backend entry points]
+// parts (which record the same host program every backend runs, NOTE [Backend entry points]
 // in core/runtime/backend.h) with each launch kept. Used by the host test of the kernels' operand
 // contracts (cuda_op_contract_test.cc) and the GPU test of every GEMM shape the models use
 // (cuda_gemm_shapes_test.cc): op lists derived from the model, not written by hand.
@@ -17,18 +17,31 @@ namespace recorded_ops {
 
 using namespace fullshard;
 
-class RecordingBackend : public sim::SimBackend {
+// The simulator's parts (NOTE [Backend parts] in core/runtime/backend.h) with a device that
+// also keeps each launch.
+class RecordingDevice : public sim::SimDevice {
+ public:
+  using sim::SimDevice::SimDevice;
+  std::vector<OpCall> ops;
+  void launch(StreamRole stream, const OpCall& op) override {
+    ops.push_back(op);
+    sim::SimDevice::launch(stream, op);
+  }
+};
+
+class RecordingBackend : public Backend {
  public:
   RecordingBackend(const Scenario& s, int rank, sim::GroupRegistry& groups)
-      : sim::SimBackend(rank, s.world_size(), s.hardware.allocator, groups,
-                        /*record_timeline=*/false) {}
-  std::vector<OpCall> ops;
-
- protected:
-  void do_launch(StreamRole stream, const OpCall& op) override {
-    ops.push_back(op);
-    sim::SimBackend::do_launch(stream, op);
+      : Backend(rank, s.world_size(), s.hardware.allocator, nullptr, /*record_timeline=*/false),
+        device_(*this),
+        communicator_(*this, device_, groups) {
+    attach(device_, communicator_);
   }
+  std::vector<OpCall>& ops() { return device_.ops; }
+
+ private:
+  RecordingDevice device_;
+  sim::SimCommunicator communicator_;
 };
 
 // Every op `rank` launches in `steps` training steps of `s` (model build and sharding included).
@@ -39,7 +52,7 @@ inline std::vector<OpCall> record(const Scenario& s, int rank = 0, int steps = 1
     TrainingProgram prog(b, s);
     for (int step = 0; step < steps; ++step) prog.run_step(step);
   }
-  return std::move(b.ops);
+  return std::move(b.ops());
 }
 
 // A small scenario around `model` (a name or a model object) as the coverage test builds them:

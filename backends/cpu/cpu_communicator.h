@@ -1,0 +1,50 @@
+#pragma once
+// The CPU backend's communicator part (NOTE [Backend parts] in core/runtime/backend.h): Gloo on
+// host memory (backends/common/gloo_collective_group.h), one process group per (stream, group),
+// each collective run in order on its stream's worker thread and timed there.
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "backends/common/gloo_collective_group.h"
+#include "backends/cpu/cpu_device.h"
+#include "backends/gloo/process_group.h"
+#include "core/runtime/communicator.h"
+
+namespace gloo::rendezvous {
+class Store;
+}
+namespace gloo::transport {
+class Device;
+}
+
+namespace fullshard::cpu {
+
+class CpuCommunicator : public Communicator {
+ public:
+  // `store` and `device` are needed for groups of several ranks; `host` and `streams` outlive
+  // this communicator.
+  CpuCommunicator(const Backend& host, CpuDevice& streams,
+                  std::shared_ptr<::gloo::rendezvous::Store> store,
+                  std::shared_ptr<::gloo::transport::Device> device,
+                  gloo_backend::ProcessGroupOptions options);
+
+  void collective(StreamRole stream, const CollectiveCall& call,
+                  const ProcessGroup& group) override;
+
+ private:
+  const Backend& host_;
+  CpuDevice& streams_;
+  std::shared_ptr<::gloo::rendezvous::Store> store_;
+  std::shared_ptr<::gloo::transport::Device> device_;
+  gloo_backend::ProcessGroupOptions options_;
+  // Process groups by (group key, stream): each stream's collectives get their own Gloo
+  // context, so concurrent streams never share one. Created lazily on the stream's thread.
+  std::mutex groups_mu_;
+  std::map<std::string, std::unique_ptr<backends::GlooCollectiveGroup>> groups_;
+
+  backends::GlooCollectiveGroup& process_group(const ProcessGroup& g, StreamRole r);
+};
+
+}  // namespace fullshard::cpu
