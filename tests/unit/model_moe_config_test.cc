@@ -225,3 +225,24 @@ TEST(MoeValidate, RangesNameTheField) {
 
 }  // namespace
 }  // namespace fullshard
+
+namespace fullshard {
+namespace {
+
+// The closed form counts what is_moe_layer says, for any layout, and stays O(dense_layers) for
+// the absurd layer counts a scenario may give before the limits refuse it.
+RC_GTEST_PROP(MoeConfigProp, LayerCountCountsTheMoeLayers, ()) {
+  MoeConfig m;
+  m.num_experts = *rc::gen::inRange(0, 5);
+  m.first_dense_layers = *rc::gen::inRange(0, 6);
+  m.interleave_step = *rc::gen::inRange(1, 5);
+  m.dense_layers = *rc::gen::container<std::vector<int64_t>>(rc::gen::inRange<int64_t>(0, 30));
+  const int64_t n = *rc::gen::inRange(0, 25);
+  int64_t loop = 0;
+  for (int64_t i = 0; i < n; ++i) loop += m.is_moe_layer(i) ? 1 : 0;
+  RC_ASSERT(m.moe_layer_count(n) == loop);
+  if (m.enabled()) RC_ASSERT(m.moe_layer_count(int64_t{1} << 40) > 0);
+}
+
+}  // namespace
+}  // namespace fullshard
