@@ -54,6 +54,8 @@ json candidate_scenario_json(const json& base, const Candidate& c, const std::st
   json& t = j["training"];
   t["batch_per_rank"] = c.micro_batch;
   t["grad_accum_steps"] = c.grad_accum;
+  if (!c.hsdp() && t.value("grad_sync_during_accumulation", "") == "reduce_scatter")
+    t["grad_sync_during_accumulation"] = "all";  // as candidate_scenario()
   if (c.ac.mode == RecomputeMode::kSelectiveLayer)
     t["activation_checkpointing"] = {{"mode", "selective_layer"}, {"every", c.ac.every}};
   else

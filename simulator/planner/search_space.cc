@@ -237,6 +237,10 @@ Scenario candidate_scenario(const Scenario& base, const Candidate& c) {
   s.training.activation_checkpointing = c.ac;
   s.training.batch_per_rank = c.micro_batch;
   s.training.grad_accum_steps = c.grad_accum;
+  // set_requires_all_reduce(False) changes nothing without a replicate group: on an FSDP
+  // candidate every micro-batch reduces, which the scenario spells "all".
+  if (!c.hsdp() && s.training.accumulation_sync == AccumulationSync::kReduceScatter)
+    s.training.accumulation_sync = AccumulationSync::kAll;
   s.hardware.allocator.expandable_segments = c.expandable_segments;
   // A scenario's tensor_parallel.async applies to the candidates that can run it (NOTE [What
   // async TP needs] in scenario_checks.cc): a tp dim, and no op-level selective checkpointing.

@@ -159,6 +159,7 @@ void expect_same_scenario(const Scenario& a, const Scenario& b) {
   EXPECT_EQ(a.training.seq_len, b.training.seq_len);
   EXPECT_EQ(a.training.steps, b.training.steps);
   EXPECT_EQ(a.training.grad_accum_steps, b.training.grad_accum_steps);
+  EXPECT_EQ(a.training.accumulation_sync, b.training.accumulation_sync);
   EXPECT_EQ(a.training.activation_checkpointing.mode, b.training.activation_checkpointing.mode);
   if (a.training.activation_checkpointing.mode == RecomputeMode::kSelectiveLayer) {
     EXPECT_EQ(a.training.activation_checkpointing.every, b.training.activation_checkpointing.every);
@@ -188,6 +189,33 @@ TEST(PlannerSpace, EveryCandidateRoundTripsThroughScenarioJson) {
     expect_same_scenario(parsed, candidate_scenario(base_s, c));
     EXPECT_EQ(parsed.name, "cand");
   }
+}
+
+// An HSDP base that accumulates with set_requires_all_reduce(False): FSDP candidates write
+// "all" (what FSDP2 does there), so every written scenario loads.
+TEST(PlannerSpace, ReduceScatterOnlyAccumulationRoundTripsOnEveryMesh) {
+  json base = base_json("tiny-llama", 2, 2);
+  base["fsdp"] = {{"mesh", {{"shape", {2, 2}}}}};
+  base["training"]["grad_accum_steps"] = 2;
+  base["training"]["grad_sync_during_accumulation"] = "reduce_scatter";
+  const Scenario base_s = parse_scenario(base);
+  SpaceOptions o;
+  o.gpus = 4;
+  o.gpus_per_node = 2;
+  o.n_layers = base_s.model.n_layers;
+  o.global_batch = 8;
+  int hsdp = 0, fsdp = 0;
+  for (const auto& c : enumerate_candidates(o)) {
+    SCOPED_TRACE(candidate_text(c));
+    const Scenario parsed =
+        parse_scenario(json::parse(candidate_scenario_json(base, c, "cand", "").dump()));
+    expect_same_scenario(parsed, candidate_scenario(base_s, c));
+    EXPECT_EQ(parsed.training.accumulation_sync,
+              c.hsdp() ? AccumulationSync::kReduceScatter : AccumulationSync::kAll);
+    ++(c.hsdp() ? hsdp : fsdp);
+  }
+  EXPECT_GT(hsdp, 0);
+  EXPECT_GT(fsdp, 0);
 }
 
 TEST(PlannerSpace, RoundTripKeepsUnpinnedOffloadAndOtherSettings) {
