@@ -20,8 +20,6 @@ namespace {
 namespace jr = json_reader;
 using nlohmann::json;
 
-constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
-constexpr int64_t kMaxRanksPerDim = int64_t{1} << 20;
 
 std::string shape_text(const std::vector<int64_t>& s) {
   std::string out = "[";

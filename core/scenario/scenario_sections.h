@@ -1,9 +1,11 @@
 #pragma once
 // Internal to core/scenario: the field checks scenario.cc applies to every section, and the
-// section parsers that live in their own files (scenario_fsdp.cc: fsdp and tensor_parallel), and
+// section parsers that live in their own files (scenario_fsdp.cc: fsdp and tensor_parallel;
+// scenario_training.cc: training), and
 // the checks across sections (scenario_checks.cc).
 // Not part of the public API: include core/scenario/scenario.h.
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -11,6 +13,14 @@
 #include "core/scenario/scenario.h"
 
 namespace fullshard::scenario_detail {
+
+inline constexpr int64_t kMaxSize = int64_t{1} << 40;  // any model or batch size; catches garbage
+inline constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
+inline constexpr int64_t kMaxRanksPerDim = int64_t{1} << 20;  // nodes, GPUs per node, a mesh dim
+
+// `path` relative to the scenario file's directory `base_dir` (absolute paths unchanged).
+std::string resolve(const std::string& base_dir, const std::string& path);
 
 // Rejects unknown keys of `obj` against the field table of `section` (scenario_fields()),
 // with a typo, alias or wrong-section hint (NOTE [Scenario errors] in scenario.cc).
@@ -25,6 +35,9 @@ int64_t field_int(const nlohmann::json& obj, const std::string& section, const c
 FsdpOptions parse_fsdp(const nlohmann::json& j, const HardwareOptions& hw, int64_t n_layers,
                        bool tied_head);
 TensorParallelOptions parse_tensor_parallel(const nlohmann::json& j);
+// The training section (scenario_training.cc); `model` for checks against its sizes.
+TrainingOptions parse_training(const nlohmann::json& j, const ModelConfig& model,
+                               const std::string& base_dir);
 
 // Checks across sections (scenario_checks.cc), run by parse_scenario after every section:
 // what async TP needs (NOTE [What async TP needs]), and the unit layout and loss that need a
