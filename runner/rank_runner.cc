@@ -18,6 +18,7 @@
 #include "runner/checkpoint.h"
 #include "runner/checkpoint_saver.h"
 #include "runner/init_weights.h"
+#include "core/runtime/layer_args.h"
 
 namespace fullshard::runner {
 namespace {
@@ -64,7 +65,13 @@ std::vector<float> first_logits(Backend& b, TrainingProgram& prog, const Scenari
   load.name = "load logits batch";
   load.outputs = {tokens.ref(), labels.ref()};
   const MeshInfo mi = mesh_info_for(s, b.rank());
-  load.iargs = {step, 0, t.grad_accum_steps, 0, mi.dp_rank, mi.dp_size};
+  LoadBatchArgs{.step = step,
+                .micro_batch = 0,
+                .accumulation = t.grad_accum_steps,
+                .split = 0,
+                .dp_rank = mi.dp_rank,
+                .dp_size = mi.dp_size}
+      .encode(load);
   b.launch(StreamRole::kDefault, load);
   std::vector<float> out;
   {

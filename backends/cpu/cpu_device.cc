@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "backends/common/device_kernels.h"
 #include "backends/common/scalar_read.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "core/common/error.h"
@@ -104,6 +105,7 @@ void CpuDevice::release_host_buffers(bool all) {
 
 void CpuDevice::launch(StreamRole r, const OpCall& op) {
   check_failed();
+  backends::check_runs_on_device(op, "the CPU backend");
   std::vector<void*> in, out;
   in.reserve(op.inputs.size());
   out.reserve(op.outputs.size());

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "backends/common/device_kernels.h"
 #include "backends/common/host_fills.h"
 #include "backends/common/scalar_read.h"
 #include "backends/cpu/kernels/kernels.h"
@@ -194,6 +195,7 @@ void CudaDevice::stage_to_device(StreamRole r, const OpCall& op, const void* hos
 
 void CudaDevice::launch(StreamRole r, const OpCall& op) {
   const NvtxRange range(op.name);  // NOTE [NVTX ranges per op]
+  backends::check_runs_on_device(op, "the CUDA backend");
   launch_op(r, op);
 }
 

@@ -178,7 +178,8 @@ ReduceResult foreach_reduce(Backend& b, const std::vector<FSDPParam*>& params,
     ops::scale_inplace(b, rs, rs_input, 1.0 / o.factors.pre, name + " predivide");
   CollectiveCall call;
   call.kind = CollectiveKind::kReduceScatter;
-  call.op = o.factors.op;
+  call.op = o.factors.reduce_scatter_op;
+  call.scale = o.factors.reduce_scatter_scale;
   call.name = name + " reduce_scatter";
   call.input = rs_input.ref();
   call.output = out.ref();
@@ -203,7 +204,7 @@ ReduceResult foreach_reduce(Backend& b, const std::vector<FSDPParam*>& params,
     b.wait_stream(ar, rs);
     CollectiveCall arc;
     arc.kind = CollectiveKind::kAllReduce;
-    arc.op = o.factors.op;
+    arc.op = o.factors.all_reduce_op;
     arc.name = name + " all_reduce";
     arc.input = out.ref();
     arc.output = out.ref();

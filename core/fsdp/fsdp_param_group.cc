@@ -242,9 +242,9 @@ void FSDPParamGroup::post_backward() {
   o.reduce_scatter_group = &config_.shard_group;
   o.all_reduce_group = config_.replicate_group ? &*config_.replicate_group : nullptr;
   o.reduce_dtype = reduce_dtype();
-  int dp =
-      config_.shard_group.size() * (config_.replicate_group ? config_.replicate_group->size() : 1);
-  o.factors = gradient_divide_factors(dp, o.reduce_dtype);
+  o.factors = gradient_divide_factors(config_.shard_group.size(),
+                                      config_.replicate_group ? config_.replicate_group->size() : 0,
+                                      o.reduce_dtype, divide_);
   o.all_reduce_grads = all_reduce_grads_;
   o.partial_reduce_output = std::move(partial_reduce_output_);
   ReduceResult r = foreach_reduce(b_, with_grad, std::move(grads), o, name_);

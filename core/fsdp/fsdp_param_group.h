@@ -68,6 +68,11 @@ class FSDPParamGroup {
   void set_requires_gradient_sync(bool sync) { reduce_grads_ = sync; }
   // HSDP: reduce-scatter but do not all-reduce (NOTE [Partial reduce without all-reduce]).
   void set_requires_all_reduce(bool all_reduce) { all_reduce_grads_ = all_reduce; }
+  // NOTE [Gradient divide factors] in reduce_policy.h.
+  void set_gradient_divide_factor(double factor) { divide_.factor = factor; }
+  void set_force_sum_reduction_for_comms(bool enable) {
+    divide_.force_sum_reduction_for_comms = enable;
+  }
   void set_reshard_after_backward(bool v) { reshard_after_backward_ = v; }
   // FSDPModule.set_reshard_after_forward(bool): reshard to the full shard group (True) or
   // keep the parameters unsharded (False) from the next post-forward on.
@@ -100,6 +105,7 @@ class FSDPParamGroup {
   int post_forward_shards_size_ = 0;  // the N of the current post-forward shards
   bool reduce_grads_ = true;
   bool all_reduce_grads_ = true;
+  GradientDivideOptions divide_;
   Tensor partial_reduce_output_;  // HSDP: the reduce-scatter outputs summed so far
   bool reshard_after_backward_ = true;
   int all_gathers_ = 0;

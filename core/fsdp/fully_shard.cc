@@ -267,4 +267,14 @@ void FSDPRuntime::set_requires_all_reduce(bool all_reduce) {
     if (s->group) s->group->set_requires_all_reduce(all_reduce);
 }
 
+void FSDPRuntime::set_gradient_divide_factor(double factor) {
+  for (auto& s : states_)
+    if (s->group) s->group->set_gradient_divide_factor(factor);
+}
+
+void FSDPRuntime::set_force_sum_reduction_for_comms(bool enable) {
+  for (auto& s : states_)
+    if (s->group) s->group->set_force_sum_reduction_for_comms(enable);
+}
+
 }  // namespace fullshard

@@ -63,6 +63,10 @@ class FSDPRuntime : public ModuleHooks {
   // FSDPModule.set_requires_all_reduce over every state (HSDP gradient accumulation that
   // reduce-scatters every micro-batch and all-reduces only the last).
   void set_requires_all_reduce(bool all_reduce);
+  // FSDPModule.set_gradient_divide_factor / set_force_sum_reduction_for_comms over every state
+  // (torchtitan's disable_fsdp_gradient_division loops over model.modules() the same way).
+  void set_gradient_divide_factor(double factor);
+  void set_force_sum_reduction_for_comms(bool enable);
   // After a forward that no backward follows (validation): forget the pass's forward root and
   // the grouped states' modules still to run, so the next training forward starts clean
   // (as FSDP2's root post-backward callback would).

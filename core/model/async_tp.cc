@@ -3,6 +3,8 @@
 #include <utility>
 
 #include "core/model/op_util.h"
+#include "core/runtime/layer_args.h"
+#include "core/runtime/tensor_parallel_args.h"
 
 // NOTE [Async TP]: torchtitan's enable_async_tp turns on inductor's micro-pipeline TP pass
 // (torch/_inductor/fx_passes/micro_pipeline_tp.py) and symmetric memory on the tp group; in the
@@ -33,7 +35,7 @@ Tensor restride(Backend& b, const Tensor& x, const std::string& name) {
   Tensor r = Tensor::empty(b, {x.dtype(), {s[1], s[0], s[2]}}, MemCategory::kTemporary, kCompute,
                            name + " restride");
   b.launch(kCompute, make_op(OpKind::kTransposeBlocks, name + " restride", {x.ref()}, {r.ref()}, 0,
-                             {s[0], s[1], s[2]}));
+                             TransposeBlocksArgs{s[0], s[1], s[2]}));
   return r;
 }
 
@@ -67,7 +69,7 @@ std::vector<Value> all_gather_linears(ExecContext& c, Value x,
     flops += 2.0 * M * D * N;
   }
   c.launch(make_op(OpKind::kAllGatherMatmul, name + " fused_all_gather_matmul", std::move(in),
-                   std::move(out), flops, {M / T, D, n_sum, T}));
+                   std::move(out), flops, CollectiveMatmulArgs{M / T, D, n_sum, T}));
   shard = Tensor();
   Value a = result(c, gathered, x.requires_grad());
   if (c.recording() && x.requires_grad()) {
@@ -99,7 +101,7 @@ Value linear_reduce_scatter(ExecContext& c, Value x, const Param& weight, const 
   Tensor y = c.empty({w.dtype(), {B, S / T, N}}, MemCategory::kActivation, name);
   c.launch(make_op(OpKind::kMatmulReduceScatter, name + " fused_matmul_reduce_scatter",
                    {a.ref(), w.ref()}, {partials.ref(), y.ref()}, 2.0 * M * K * N,
-                   {M / T, K, N, T}));
+                   CollectiveMatmulArgs{M / T, K, N, T}));
   partials = Tensor();
   a = Tensor();
   Value out = result(c, y, true);
@@ -120,12 +122,12 @@ Value linear_reduce_scatter(ExecContext& c, Value x, const Param& weight, const 
           b.launch(kCompute,
                    make_op(OpKind::kAllGatherMatmul, name + " backward fused_all_gather_matmul",
                            {shard.ref(), w.ref()}, {gathered.ref(), gx.ref()}, 2.0 * M * N * K,
-                           {M / T, N, K, T}));
+                           CollectiveMatmulArgs{M / T, N, K, T}));
           shard = Tensor();
           Tensor gw = detail::new_param_grad(b, *pw);
-          b.launch(kCompute,
-                   make_op(OpKind::kLinearBackwardWeight, name + " backward_weight",
-                           {gathered.ref(), xs.ref()}, {gw.ref()}, 2.0 * M * K * N, {M, K, N}));
+          b.launch(kCompute, make_op(OpKind::kLinearBackwardWeight, name + " backward_weight",
+                                     {gathered.ref(), xs.ref()}, {gw.ref()}, 2.0 * M * K * N,
+                                     LinearArgs{M, K, N}));
           pw->binding->accumulate_grad(b, std::move(gw));
           if (!need) gx = Tensor();
           return std::vector<Tensor>{gx};

@@ -2,6 +2,7 @@
 
 #include "core/model/op_util.h"
 #include "core/runtime/cudnn_sdpa_workspace.h"
+#include "core/runtime/attention_args.h"
 
 // NOTE [SDPA backends]: what each CUDA backend of scaled_dot_product_attention saves for backward
 // and allocates in it, read from PyTorch's sources (the files, kernels and constants: docs/ops.md,
@@ -47,7 +48,9 @@ Value attention_sdpa(ExecContext& c, Value q, Value k, Value v, const AttentionS
                   name + ": efficient attention needs k / v with the query's head count");
   Backend& b = c.backend();
   const int64_t lse_len = attention_lse_len(backend, s.seq);
-  const std::vector<int64_t> args = {s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, 0, lse_len};
+  AttentionArgs args;
+  args.batch = s.batch, args.seq = s.seq, args.heads = s.heads, args.kv_heads = s.kv_heads;
+  args.head_dim = s.head_dim, args.lse_len = lse_len;
   const DType dt = q.t.dtype();
   std::vector<Tensor> outs;
   const bool saves = sac_saves(c, false);

@@ -3,6 +3,7 @@
 
 #include "core/model/op_util.h"
 #include "core/runtime/rope_args.h"
+#include "core/runtime/norm_args.h"
 
 // NOTE [Compiled block]: what torch.compile(block, fullgraph=True) runs for torchtitan's Llama
 // TransformerBlock, as tools/measure/compiled_block.py measured it (method, output and the graph op
@@ -34,7 +35,9 @@ Tensor norm_backward(Backend& b, const Param& w, const Tensor& g_y, const Tensor
   // FLOPs: the fused kernel's 8 per element, + 1 for x + a, + 1 for the residual gradient.
   const double per = 8.0 + (a ? 1 : 0) + (g_res ? 1 : 0);
   b.launch(kCompute, make_op(OpKind::kCompiledRMSNormBackward, name + " backward", std::move(in),
-                             {gx.ref(), gw.ref()}, per * el(x), {a ? 1 : 0, g_res ? 1 : 0}));
+                             {gx.ref(), gw.ref()}, per * el(x),
+                             CompiledNormBackwardArgs{.has_a = a != nullptr,
+                                                      .has_g_h = static_cast<bool>(g_res)}));
   w.binding->accumulate_grad(b, std::move(gw));
   return gx;
 }
@@ -49,8 +52,7 @@ RegionOut rms_norm(ExecContext& c, Value x, const Param& weight, double eps,
   Tensor y = c.empty(x.t.meta(), MemCategory::kActivation, name);
   Tensor rstd = c.empty({DType::kFloat32, {rows}}, MemCategory::kActivation, name + " rstd");
   OpCall op = make_op(OpKind::kCompiledRMSNorm, name, {x.t.ref(), w.ref()}, {y.ref(), rstd.ref()},
-                      4 * el(x.t));
-  op.fargs = {eps};
+                      4 * el(x.t), NormArgs{.eps = eps});
   c.launch(op);
   RegionOut r{result(c, y, true), result(c, x.t, x.requires_grad())};
   if (c.recording()) {
@@ -74,8 +76,7 @@ RegionOut add_rms_norm(ExecContext& c, Value x, Value a, const Param& weight, do
   Tensor y = c.empty(x.t.meta(), MemCategory::kActivation, name);
   Tensor rstd = c.empty({DType::kFloat32, {rows}}, MemCategory::kActivation, name + " rstd");
   OpCall op = make_op(OpKind::kCompiledAddRMSNorm, name, {x.t.ref(), a.t.ref(), w.ref()},
-                      {y.ref(), rstd.ref()}, 5 * el(x.t));
-  op.fargs = {eps};
+                      {y.ref(), rstd.ref()}, 5 * el(x.t), NormArgs{.eps = eps});
   c.launch(op);
   RegionOut r{result(c, y, true), result(c, a.t, x.requires_grad() || a.requires_grad())};
   if (c.recording()) {

@@ -2,6 +2,7 @@
 // torchtitan's 2024 RMSNorm and Hugging Face's LlamaRMSNorm.
 #include "core/model/ops.h"
 #include "core/model/op_util.h"
+#include "core/runtime/eager_args.h"
 
 // NOTE [Eager RMSNorm]: torchtitan's 2024 RMSNorm (torchtitan/models/norms.py @ pytorch/torchtitan
 // 3f20451), self._norm(x.float()).type_as(x) * self.weight with _norm = x * rsqrt(x.pow(2).mean(-1,
@@ -38,9 +39,7 @@ namespace {
 Tensor pointwise(Backend& b, OpKind kind, const Tensor& x, double farg, const TensorMeta& meta,
                  MemCategory cat, const std::string& name) {
   Tensor y = Tensor::empty(b, meta, cat, kCompute, name);
-  OpCall op = make_op(kind, name, {x.ref()}, {y.ref()}, el(y));
-  op.fargs = {farg};
-  b.launch(kCompute, op);
+  b.launch(kCompute, make_op(kind, name, {x.ref()}, {y.ref()}, el(y), ScalarArgs{farg}));
   return y;
 }
 
@@ -55,7 +54,9 @@ Tensor mul_bcast(Backend& b, const Tensor& a, const Tensor& v, bool per_col, int
                  const TensorMeta& meta, MemCategory cat, const std::string& name) {
   Tensor o = Tensor::empty(b, meta, cat, kCompute, name);
   b.launch(kCompute, make_op(OpKind::kMulBroadcast, name, {a.ref(), v.ref()}, {o.ref()}, el(o),
-                             {per_col ? 1 : 0, D}));
+                             MulBroadcastArgs{.mode = per_col ? MulBroadcastArgs::kPerColumn
+                                                              : MulBroadcastArgs::kPerRow,
+                                              .dim = D}));
   return o;
 }
 
@@ -82,21 +83,21 @@ Value mean_last_dim(ExecContext& c, Value x, const std::string& name) {
   Shape s = x.t.shape();
   s.back() = 1;
   Tensor y = c.empty({x.t.dtype(), s}, MemCategory::kActivation, name);
-  OpCall op = make_op(OpKind::kSumLastDim, name, {x.t.ref()}, {y.ref()}, el(x.t), {D});
-  op.fargs = {1.0 / static_cast<double>(D)};
+  OpCall op = make_op(OpKind::kSumLastDim, name, {x.t.ref()}, {y.ref()}, el(x.t),
+                      RowArgs{.dim = D, .scale = 1.0 / static_cast<double>(D), .has_scale = true});
   c.launch(op);
   Value out = result(c, y, x.requires_grad());
   if (c.recording() && x.requires_grad()) {
     TensorMeta meta = x.t.meta();
-    c.record(Node{name, {x.id}, {out.id}, [&b, meta, D, name](std::vector<Tensor>& g) {
-                    Tensor gx = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute,
-                                              name + " backward");
-                    OpCall bop = make_op(OpKind::kExpandLastDim, name + " backward", {g[0].ref()},
-                                         {gx.ref()}, el(gx), {D});
-                    bop.fargs = {1.0 / static_cast<double>(D)};
-                    b.launch(kCompute, bop);
-                    return std::vector<Tensor>{gx};
-                  }});
+    c.record(Node{
+        name, {x.id}, {out.id}, [&b, meta, D, name](std::vector<Tensor>& g) {
+          Tensor gx = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute, name + " backward");
+          OpCall bop =
+              make_op(OpKind::kExpandLastDim, name + " backward", {g[0].ref()}, {gx.ref()}, el(gx),
+                      RowArgs{.dim = D, .scale = 1.0 / static_cast<double>(D), .has_scale = true});
+          b.launch(kCompute, bop);
+          return std::vector<Tensor>{gx};
+        }});
   }
   return out;
 }
@@ -151,8 +152,8 @@ Value mul_rows(ExecContext& c, Value x, Value r, const std::string& name) {
                       gr = Tensor::empty(b, rmeta, MemCategory::kTemporary, kCompute,
                                          name + " grad_other sum_to_size");
                       OpCall op = make_op(OpKind::kSumLastDim, name + " grad_other sum_to_size",
-                                          {full.ref()}, {gr.ref()}, el(full), {D});
-                      op.fargs = {1.0};
+                                          {full.ref()}, {gr.ref()}, el(full),
+                                          RowArgs{.dim = D, .scale = 1.0, .has_scale = true});
                       b.launch(kCompute, op);
                     }
                     return std::vector<Tensor>{gx, gr};
@@ -186,7 +187,7 @@ Value mul_weight(ExecContext& c, Value x, const Param& weight, const std::string
                       gw = new_param_grad(b, *pw);
                       b.launch(kCompute,
                                make_op(OpKind::kSumLeadingDims, name + " grad_other sum_to_size",
-                                       {full.ref()}, {gw.ref()}, el(full), {D}));
+                                       {full.ref()}, {gw.ref()}, el(full), RowArgs{.dim = D}));
                     }
                     pw->binding->accumulate_grad(b, std::move(gw));
                     return std::vector<Tensor>{gx};

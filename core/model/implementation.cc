@@ -13,7 +13,8 @@ namespace fullshard {
 //   logits returned by the model and kept through backward; fused RMSNorm (eager in the 70B
 //   configs), complex RoPE, repeat_kv.
 // - torchtitan (pytorch/torchtitan@b5bcd76): ChunkedLossWrapper, nn.RMSNorm, ComplexRoPE, SDPA with
-//   enable_gqa and cuDNN first.
+//   enable_gqa and cuDNN first, the loss over the global valid tokens with FSDP2's gradient
+//   division off.
 // - hf-transformers (LlamaForCausalLM): eager RMSNorm, rotate-half RoPE in the model dtype,
 //   enable_gqa, fp32-cast loss, logits held until after backward.
 namespace {
@@ -45,6 +46,7 @@ std::vector<Preset> make_presets() {
   tt.loss = LossImpl::kChunked;
   tt.rope = RopeImpl::kComplex;
   tt.attention = AttentionImpl::kCudnn;
+  tt.loss_normalization = LossNormalization::kGlobalValidTokens;
   v.push_back({"torchtitan", tt});
   ModelImplementation hf;
   hf.preset = "hf-transformers";
@@ -67,6 +69,7 @@ const std::map<std::string, std::vector<std::string>>& value_table() {
       {"rope", {"fused", "complex", "rotate_half"}},
       {"gqa", {"native", "repeat_kv"}},
       {"attention", {"flash", "cudnn", "efficient"}},
+      {"loss_normalization", {"mean", "global_valid_tokens"}},
   };
   return t;
 }
@@ -94,8 +97,9 @@ std::vector<std::string> unbuilt_variants(const ModelImplementation& m) {
 }
 
 const std::vector<std::string>& implementation_fields() {
-  static const std::vector<std::string> f = {"loss", "loss_chunks", "keep_logits", "rms_norm",
-                                             "rope", "gqa",         "attention",   "compile"};
+  static const std::vector<std::string> f = {"loss",      "loss_chunks", "keep_logits",
+                                             "rms_norm",  "rope",        "gqa",
+                                             "attention", "compile",     "loss_normalization"};
   return f;
 }
 
@@ -121,6 +125,8 @@ bool set_implementation_value(ModelImplementation& m, const std::string& field,
     m.gqa = static_cast<GqaImpl>(i);
   else if (field == "attention")
     m.attention = static_cast<AttentionImpl>(i);
+  else if (field == "loss_normalization")
+    m.loss_normalization = static_cast<LossNormalization>(i);
   else
     return false;
   return true;
@@ -140,6 +146,9 @@ const char* gqa_impl_name(GqaImpl v) {
 }
 const char* attention_impl_name(AttentionImpl v) {
   return value_table().at("attention")[static_cast<size_t>(v)].c_str();
+}
+const char* loss_normalization_name(LossNormalization v) {
+  return value_table().at("loss_normalization")[static_cast<size_t>(v)].c_str();
 }
 
 }  // namespace fullshard

@@ -36,6 +36,15 @@ enum class GqaImpl : uint8_t {
   kRepeatKV,  // repeat_kv materialises k and v at the query head count before SDPA
 };
 
+// What the loss is divided by (NOTE [Global valid tokens] in core/train/training_program.cc).
+enum class LossNormalization : uint8_t {
+  kMean,               // F.cross_entropy's mean over this rank's micro-batch (and / k under
+                       // gradient accumulation); FSDP2 averages the gradients over ranks
+  kGlobalValidTokens,  // torchtitan: the sum over this rank's tokens / the step's valid tokens
+                       // over every data-parallel rank, with FSDP2's gradient division off
+                       // (set_gradient_divide_factor(1.0): the reductions sum)
+};
+
 enum class AttentionImpl : uint8_t {
   kFlash,      // SDPBackend.FLASH_ATTENTION
   kCudnn,      // SDPBackend.CUDNN_ATTENTION (core/model/attention_variants.h)
@@ -55,6 +64,7 @@ struct ModelImplementation {
   // torch.compile(block, fullgraph=True) of each Llama block (torchtitan apply_compile):
   // fused pointwise regions, the partitioner's saved tensors (core/model/compiled_block.h)
   bool compile = false;
+  LossNormalization loss_normalization = LossNormalization::kMean;
 };
 
 // The named presets, in documentation order ("fullshard" first: the default).
@@ -78,5 +88,6 @@ const char* norm_impl_name(NormImpl v);
 const char* rope_impl_name(RopeImpl v);
 const char* gqa_impl_name(GqaImpl v);
 const char* attention_impl_name(AttentionImpl v);
+const char* loss_normalization_name(LossNormalization v);
 
 }  // namespace fullshard

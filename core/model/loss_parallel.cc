@@ -2,6 +2,8 @@
 #include "core/model/op_util.h"
 #include "core/model/ops.h"
 #include "core/model/tensor_parallel.h"
+#include "core/runtime/eager_args.h"
+#include "core/runtime/tensor_parallel_args.h"
 
 namespace fullshard::ops::tp {
 using detail::el;
@@ -33,19 +35,20 @@ Value vocab_parallel_cross_entropy(ExecContext& c, Value logits, const Tensor& l
   Tensor lp = c.empty(full_meta, MemCategory::kActivation, name + " log_softmax");
   {
     Tensor mx = c.empty(row_meta, MemCategory::kTemporary, name + " amax");
-    c.launch(make_op(OpKind::kRowMax, name + " amax", {x.t.ref()}, {mx.ref()}, el(x.t), {Vl}));
+    c.launch(make_op(OpKind::kRowMax, name + " amax", {x.t.ref()}, {mx.ref()}, el(x.t),
+                     RowArgs{.dim = Vl}));
     Tensor gmx = all_reduce_clone(b, mx, ReduceOp::kMax, tp.group, MemCategory::kTemporary,
                                   name + " all_reduce(max)");
     mx = Tensor();
     Tensor shifted = c.empty(full_meta, MemCategory::kTemporary, name + " shifted");
     c.launch(make_op(OpKind::kSubRow, name + " sub", {x.t.ref(), gmx.ref()}, {shifted.ref()},
-                     el(shifted), {Vl}));
+                     el(shifted), RowArgs{.dim = Vl}));
     gmx = Tensor();
     Tensor ex = c.empty(full_meta, MemCategory::kTemporary, name + " exp");
     c.launch(make_op(OpKind::kExp, name + " exp", {shifted.ref()}, {ex.ref()}, el(ex)));
     Tensor se = c.empty(row_meta, MemCategory::kTemporary, name + " sumexp");
-    OpCall sum = make_op(OpKind::kSumLastDim, name + " sum", {ex.ref()}, {se.ref()}, el(ex), {Vl});
-    sum.fargs = {1.0};
+    OpCall sum = make_op(OpKind::kSumLastDim, name + " sum", {ex.ref()}, {se.ref()}, el(ex),
+                         RowArgs{.dim = Vl, .scale = 1.0, .has_scale = true});
     c.launch(sum);
     ex = Tensor();
     Tensor gse = all_reduce_clone(b, se, ReduceOp::kSum, tp.group, MemCategory::kTemporary,
@@ -55,7 +58,7 @@ Value vocab_parallel_cross_entropy(ExecContext& c, Value logits, const Tensor& l
     c.launch(make_op(OpKind::kLog, name + " log", {gse.ref()}, {lse.ref()}, el(lse)));
     gse = Tensor();
     c.launch(make_op(OpKind::kSubRow, name + " log_softmax", {shifted.ref(), lse.ref()}, {lp.ref()},
-                     el(lp), {Vl}));
+                     el(lp), RowArgs{.dim = Vl}));
   }
   Value lpv = result(c, lp, x.requires_grad());
   if (c.recording() && x.requires_grad())
@@ -65,14 +68,15 @@ Value vocab_parallel_cross_entropy(ExecContext& c, Value logits, const Tensor& l
   x = Value{};
   Tensor picked = c.empty(row_meta, MemCategory::kTemporary, name + " nll picks");
   c.launch(make_op(OpKind::kNllVocabParallel, name + " nll_loss", {lp.ref(), labels.ref()},
-                   {picked.ref()}, static_cast<double>(rows), {Vl, start}));
+                   {picked.ref()}, static_cast<double>(rows),
+                   VocabParallelArgs{.dim = Vl, .start = start}));
   Tensor all = all_reduce_clone(b, picked, ReduceOp::kSum, tp.group, MemCategory::kTemporary,
                                 name + " all_reduce(nll)");
   picked = Tensor();
   Tensor loss = c.empty({DType::kFloat32, {}}, MemCategory::kActivation, name + " loss");
-  OpCall mean = make_op(OpKind::kSumLastDim, name + " mean", {all.ref()}, {loss.ref()},
-                        static_cast<double>(rows), {rows});
-  mean.fargs = {1.0 / static_cast<double>(rows)};
+  OpCall mean = make_op(
+      OpKind::kSumLastDim, name + " mean", {all.ref()}, {loss.ref()}, static_cast<double>(rows),
+      RowArgs{.dim = rows, .scale = 1.0 / static_cast<double>(rows), .has_scale = true});
   c.launch(mean);
   all = Tensor();
   Value out = result(c, loss, lpv.requires_grad());
@@ -85,8 +89,9 @@ Value vocab_parallel_cross_entropy(ExecContext& c, Value logits, const Tensor& l
                                               name + " nll_loss grad_input");
                     OpCall op = make_op(
                         OpKind::kNllVocabParallelBackward, name + " nll_loss backward",
-                        {g[0].ref(), lp.ref(), labels.ref()}, {gl.ref()}, 3 * el(gl), {Vl, start});
-                    op.fargs = {1.0 / static_cast<double>(rows)};
+                        {g[0].ref(), lp.ref(), labels.ref()}, {gl.ref()}, 3 * el(gl),
+                        VocabParallelArgs{
+                            .dim = Vl, .start = start, .scale = 1.0 / static_cast<double>(rows)});
                     b.launch(kCompute, op);
                     return std::vector<Tensor>{gl};
                   }});

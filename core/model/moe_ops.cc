@@ -2,6 +2,7 @@
 
 #include "core/model/op_util.h"
 #include "core/runtime/moe_args.h"
+#include "core/runtime/eager_args.h"
 
 namespace fullshard::ops::moe {
 
@@ -106,16 +107,13 @@ Value route_norm(ExecContext& c, Value s, const std::string& name) {
 Value scale(ExecContext& c, Value s, double factor, const std::string& name) {
   Backend& b = c.backend();
   Tensor y = c.empty(s.t.meta(), MemCategory::kActivation, name);
-  OpCall op = make_op(OpKind::kScale, name, {s.t.ref()}, {y.ref()}, el(y));
-  op.fargs = {factor};
-  c.launch(op);
+  c.launch(make_op(OpKind::kScale, name, {s.t.ref()}, {y.ref()}, el(y), ScalarArgs{factor}));
   Value out = result(c, y, s.requires_grad());
   if (c.recording() && s.requires_grad()) {
     c.record(Node{name, {s.id}, {out.id}, [&b, factor, name](std::vector<Tensor>& g) {
                     Tensor gs = grad_like(b, g[0], name + " grad_input");
                     OpCall bop = make_op(OpKind::kScale, name + " backward", {g[0].ref()},
-                                         {gs.ref()}, el(gs));
-                    bop.fargs = {factor};
+                                         {gs.ref()}, el(gs), ScalarArgs{factor});
                     b.launch(kCompute, bop);
                     return std::vector<Tensor>{gs};
                   }});

@@ -8,15 +8,19 @@
 
 #include "core/common/error.h"
 #include "core/model/autograd.h"
+#include "core/runtime/op_args.h"
 #include "core/runtime/rope_args.h"
 
 namespace fullshard::ops::detail {
 
 constexpr StreamRole kCompute = StreamRole::kDefault;
 
-// bytes = every input and output once (NOTE [Op costs] in ops.cc).
-inline OpCall make_op(OpKind kind, const std::string& name, std::vector<TensorRef> in,
-                      std::vector<TensorRef> out, double flops, std::vector<int64_t> iargs = {}) {
+// bytes = every input and output once (NOTE [Op costs] in ops.cc). `args` is the kind's typed
+// argument struct (op_kinds.def's Args column), which writes op.iargs / op.fargs: no call site
+// fills them by position.
+template <class Args = NoArgs>
+OpCall make_op(OpKind kind, const std::string& name, std::vector<TensorRef> in,
+               std::vector<TensorRef> out, double flops, const Args& args = {}) {
   OpCall op;
   op.kind = kind;
   op.name = name;
@@ -27,7 +31,7 @@ inline OpCall make_op(OpKind kind, const std::string& name, std::vector<TensorRe
   op.outputs = std::move(out);
   op.flops = flops;
   op.bytes = bytes;
-  op.iargs = std::move(iargs);
+  args.encode(op);
   return op;
 }
 

@@ -4,6 +4,10 @@
 #include "core/model/op_util.h"
 #include "core/runtime/layer_args.h"
 #include "core/runtime/rope_args.h"
+#include "core/runtime/attention_args.h"
+#include "core/runtime/copy_args.h"
+#include "core/runtime/eager_args.h"
+#include "core/runtime/norm_args.h"
 
 // NOTE [Op costs]: FLOPs count 2 per multiply-add for matmuls and a small constant per
 // element for pointwise ops; bytes are what the kernel reads and writes in device memory
@@ -103,9 +107,7 @@ void init_param(Backend& b, StreamRole s, const Tensor& t, const Param& p, int64
 
 void scale_inplace(Backend& b, StreamRole s, const Tensor& t, double factor,
                    const std::string& name) {
-  OpCall op = make_op(OpKind::kScale, name, {t.ref()}, {t.ref()}, el(t));
-  op.fargs = {factor};
-  b.launch(s, op);
+  b.launch(s, make_op(OpKind::kScale, name, {t.ref()}, {t.ref()}, el(t), ScalarArgs{factor}));
 }
 
 // ------------------------------------------------------------------ embedding
@@ -115,14 +117,13 @@ Value embedding(ExecContext& c, const Tensor& ids, const Param& weight, const st
   Shape s = ids.shape();
   s.push_back(weight.shape[1]);
   Tensor y = c.empty({w.dtype(), s}, MemCategory::kActivation, name);
-  OpCall op = make_op(OpKind::kEmbedding, name, {ids.ref(), w.ref()}, {y.ref()}, 0);
-  op.bytes = static_cast<double>(ids.nbytes() + 2 * y.nbytes());  // gathers only used rows
   // A vocab-parallel shard (NOTE [Tensor-parallel plan] in tensor_parallel.cc) holds rows
   // [vocab_start, vocab_start + V/tp): other ids give zero rows and no gradient.
-  std::vector<int64_t> vocab_range;
+  EmbeddingArgs vocab_range;
   if (weight.tp_degree > 1 && weight.tp_placement == TpPlacement::kShard0)
-    vocab_range = {static_cast<int64_t>(weight.tp_index) * weight.shape.at(0)};
-  op.iargs = vocab_range;
+    vocab_range.vocab_start = static_cast<int64_t>(weight.tp_index) * weight.shape.at(0);
+  OpCall op = make_op(OpKind::kEmbedding, name, {ids.ref(), w.ref()}, {y.ref()}, 0, vocab_range);
+  op.bytes = static_cast<double>(ids.nbytes() + 2 * y.nbytes());  // gathers only used rows
   c.launch(op);
   Value out = result(c, y, true);
   if (c.recording()) {
@@ -144,9 +145,8 @@ Value position_embedding(ExecContext& c, Value x, const Param& wpe, const std::s
   Backend& b = c.backend();
   Tensor w = param_tensor(wpe);
   Tensor y = c.empty(x.t.meta(), MemCategory::kActivation, name);
-  // A sequence shard adds the rows of its own positions (iargs: the first one).
-  std::vector<int64_t> first;
-  if (first_position != 0) first = {first_position};
+  // A sequence shard adds the rows of its own positions (from first_position on).
+  const PositionEmbeddingArgs first{.first_position = first_position};
   c.launch(
       make_op(OpKind::kPositionEmbedding, name, {x.t.ref(), w.ref()}, {y.ref()}, el(y), first));
   Value out = result(c, y, true);
@@ -171,10 +171,8 @@ Value rms_norm(ExecContext& c, Value x, const Param& weight, double eps, const s
   int64_t rows = x.t.numel() / x.t.shape().back();
   Tensor y = c.empty(x.t.meta(), MemCategory::kActivation, name);
   Tensor rstd = c.empty({DType::kFloat32, {rows}}, MemCategory::kActivation, name + " rstd");
-  OpCall op =
-      make_op(OpKind::kRMSNorm, name, {x.t.ref(), w.ref()}, {y.ref(), rstd.ref()}, 4 * el(x.t));
-  op.fargs = {eps};
-  c.launch(op);
+  c.launch(make_op(OpKind::kRMSNorm, name, {x.t.ref(), w.ref()}, {y.ref(), rstd.ref()}, 4 * el(x.t),
+                   NormArgs{.eps = eps}));
   Value out = result(c, y, true);
   if (c.recording()) {
     const Param* pw = &weight;
@@ -205,8 +203,7 @@ Value layer_norm(ExecContext& c, Value x, const Param& weight, const Param& bias
   Tensor mean = c.empty({DType::kFloat32, {rows}}, MemCategory::kActivation, name + " mean");
   Tensor rstd = c.empty({DType::kFloat32, {rows}}, MemCategory::kActivation, name + " rstd");
   OpCall op = make_op(OpKind::kLayerNorm, name, {x.t.ref(), w.ref(), bb.ref()},
-                      {y.ref(), mean.ref(), rstd.ref()}, 5 * el(x.t));
-  op.fargs = {eps};
+                      {y.ref(), mean.ref(), rstd.ref()}, 5 * el(x.t), NormArgs{.eps = eps});
   c.launch(op);
   Value out = result(c, y, true);
   if (c.recording()) {
@@ -250,7 +247,7 @@ Value linear(ExecContext& c, Value x, const Param& weight, const Param* bias,
     y = c.empty({w.dtype(), s}, MemCategory::kActivation, name);
     std::vector<TensorRef> in = {x.t.ref(), w.ref()};
     if (bias) in.push_back(param_tensor(*bias).ref());
-    c.launch(make_op(OpKind::kLinear, name, in, {y.ref()}, 2.0 * M * K * N, {M, K, N}));
+    c.launch(make_op(OpKind::kLinear, name, in, {y.ref()}, 2.0 * M * K * N, LinearArgs{M, K, N}));
     sac_store(c, saves, {y});
   }
   Value out = result(c, y, true);
@@ -275,16 +272,18 @@ void detail::record_linear(ExecContext& c, const Value& x, const Param& weight, 
           gx = grad_like(b, xs, name + " grad_input");
           b.launch(kCompute, make_op(OpKind::kLinearBackwardInput, name + " backward_input",
                                      {g[0].ref(), pw->binding->unsharded().ref()}, {gx.ref()},
-                                     2.0 * M * K * N, {M, K, N}));
+                                     2.0 * M * K * N, LinearArgs{M, K, N}));
         }
         Tensor gw = new_param_grad(b, *pw);
-        b.launch(kCompute, make_op(OpKind::kLinearBackwardWeight, name + " backward_weight",
-                                   {g[0].ref(), xs.ref()}, {gw.ref()}, 2.0 * M * K * N, {M, K, N}));
+        b.launch(kCompute,
+                 make_op(OpKind::kLinearBackwardWeight, name + " backward_weight",
+                         {g[0].ref(), xs.ref()}, {gw.ref()}, 2.0 * M * K * N, LinearArgs{M, K, N}));
         pw->binding->accumulate_grad(b, std::move(gw));
         if (bias) {
           Tensor gb = new_param_grad(b, *bias);
-          b.launch(kCompute, make_op(OpKind::kLinearBackwardBias, name + " backward_bias",
-                                     {g[0].ref()}, {gb.ref()}, static_cast<double>(M * N), {M, N}));
+          b.launch(kCompute,
+                   make_op(OpKind::kLinearBackwardBias, name + " backward_bias", {g[0].ref()},
+                           {gb.ref()}, static_cast<double>(M * N), LinearBiasArgs{M, N}));
           bias->binding->accumulate_grad(b, std::move(gb));
         }
         return std::vector<Tensor>{gx};
@@ -370,8 +369,11 @@ void append_flash_temps(OpCall& op, const FlashBwdTemps& t) {
 double attn_flops(const AttentionShape& s) {  // causal: half of the S x S scores
   return 2.0 * s.batch * s.heads * static_cast<double>(s.seq) * s.seq * s.head_dim;
 }
-std::vector<int64_t> attn_args(const AttentionShape& s, int64_t packed) {
-  return {s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, packed};
+AttentionArgs attn_args(const AttentionShape& s, int64_t packed) {
+  AttentionArgs a;
+  a.batch = s.batch, a.seq = s.seq, a.heads = s.heads, a.kv_heads = s.kv_heads;
+  a.head_dim = s.head_dim, a.packed = packed != 0, a.lse_len = s.seq;
+  return a;
 }
 
 std::vector<Tensor> attention_outputs(ExecContext& c, const AttentionShape& s, DType dt,
@@ -445,9 +447,9 @@ Value attention_packed(ExecContext& c, Value qkv, const AttentionShape& s,
               b.launch(kCompute, op);
             }
             dqkv = grad_like(b, qs, name + " grad_qkv");
-            OpCall cat =
-                make_op(OpKind::kCopy, name + " split backward (cat)",
-                        {dq.ref(), dk.ref(), dv.ref()}, {dqkv.ref()}, 0, {s.batch * s.seq});
+            OpCall cat = make_op(OpKind::kCopy, name + " split backward (cat)",
+                                 {dq.ref(), dk.ref(), dv.ref()}, {dqkv.ref()}, 0,
+                                 CopyArgs{.rows = s.batch * s.seq});
             b.launch(kCompute, cat);
           }
           return std::vector<Tensor>{dqkv};

@@ -1,6 +1,7 @@
 // gqa=repeat_kv: torchtitan's (2024) repeat_kv before SDPA.
 #include "core/model/op_util.h"
 #include "core/model/ops.h"
+#include "core/runtime/repeat_kv_args.h"
 
 // NOTE [repeat_kv]: torchtitan/models/llama/model.py @ 3f20451:
 //   x[:, :, :, None, :].expand(bs, slen, n_kv_heads, n_rep, head_dim)
@@ -21,8 +22,8 @@ Value repeat_kv(ExecContext& c, Value x, int64_t kv_heads, int64_t n_rep, int64_
   Shape s = x.t.shape();
   s.back() *= n_rep;
   Tensor y = c.empty({x.t.dtype(), s}, MemCategory::kActivation, name);
-  c.launch(
-      make_op(OpKind::kRepeatKV, name, {x.t.ref()}, {y.ref()}, 0, {kv_heads, n_rep, head_dim}));
+  c.launch(make_op(OpKind::kRepeatKV, name, {x.t.ref()}, {y.ref()}, 0,
+                   RepeatKvArgs{.kv_heads = kv_heads, .n_rep = n_rep, .head_dim = head_dim}));
   Value out = result(c, y, x.requires_grad());
   if (c.recording() && x.requires_grad()) {
     TensorMeta meta = x.t.meta();
@@ -32,8 +33,11 @@ Value repeat_kv(ExecContext& c, Value x, int64_t kv_heads, int64_t n_rep, int64_
         {out.id},
         [&b, meta, kv_heads, n_rep, head_dim, name](std::vector<Tensor>& g) {
           Tensor gx = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute, name + " backward");
-          b.launch(kCompute, make_op(OpKind::kRepeatKVBackward, name + " backward", {g[0].ref()},
-                                     {gx.ref()}, el(g[0]), {kv_heads, n_rep, head_dim}));
+          b.launch(
+              kCompute,
+              make_op(OpKind::kRepeatKVBackward, name + " backward", {g[0].ref()}, {gx.ref()},
+                      el(g[0]),
+                      RepeatKvArgs{.kv_heads = kv_heads, .n_rep = n_rep, .head_dim = head_dim}));
           return std::vector<Tensor>{gx};
         }});
   }

@@ -1,6 +1,9 @@
 // rope=rotate_half: Hugging Face transformers' LlamaRotaryEmbedding and apply_rotary_pos_emb.
 #include "core/model/op_util.h"
 #include "core/model/ops.h"
+#include "core/runtime/eager_args.h"
+#include "core/runtime/rope_args.h"
+#include "core/runtime/tensor_parallel_args.h"
 
 // NOTE [Rotate-half RoPE]: Hugging Face transformers' Llama (modeling_llama.py): rotate_half(x) =
 // cat(-x2, x1) of x's two halves and q_embed = q * cos + rotate_half(q) * sin (k likewise), with
@@ -20,9 +23,14 @@ namespace {
 
 Tensor narrow_copy(Backend& b, const Tensor& src, const Tensor& dst, int64_t n, int64_t iw,
                    int64_t io, int64_t ow, int64_t oo, double scale, const std::string& name) {
-  OpCall op = make_op(OpKind::kNarrowCopy, name, {src.ref()}, {dst.ref()}, 0, {n, iw, io, ow, oo});
+  OpCall op = make_op(OpKind::kNarrowCopy, name, {src.ref()}, {dst.ref()}, 0,
+                      NarrowCopyArgs{.n = n,
+                                     .in_width = iw,
+                                     .in_offset = io,
+                                     .out_width = ow,
+                                     .out_offset = oo,
+                                     .scale = scale});
   op.bytes = 2.0 * static_cast<double>(dst.nbytes()) * n / ow;  // reads and writes n of every ow
-  op.fargs = {scale};
   b.launch(kCompute, op);
   return dst;
 }
@@ -38,15 +46,17 @@ Value mul_table(ExecContext& c, Value x, const Tensor& table, int64_t hd, const 
   Backend& b = c.backend();
   const int64_t D = x.t.shape().back();
   Tensor y = c.empty(x.t.meta(), MemCategory::kActivation, name);
-  c.launch(
-      make_op(OpKind::kMulBroadcast, name, {x.t.ref(), table.ref()}, {y.ref()}, el(y), {2, D, hd}));
+  c.launch(make_op(OpKind::kMulBroadcast, name, {x.t.ref(), table.ref()}, {y.ref()}, el(y),
+                   MulBroadcastArgs{.mode = MulBroadcastArgs::kPerHead, .dim = D, .head_dim = hd}));
   Value out = result(c, y, x.requires_grad());
   if (c.recording() && x.requires_grad()) {
     c.record(Node{name, {x.id}, {out.id}, [&b, table, D, hd, name](std::vector<Tensor>& g) {
                     Tensor gx = grad_like(b, g[0], name + " grad_self");
-                    b.launch(kCompute,
-                             make_op(OpKind::kMulBroadcast, name + " grad_self",
-                                     {g[0].ref(), table.ref()}, {gx.ref()}, el(gx), {2, D, hd}));
+                    b.launch(kCompute, make_op(OpKind::kMulBroadcast, name + " grad_self",
+                                               {g[0].ref(), table.ref()}, {gx.ref()}, el(gx),
+                                               MulBroadcastArgs{.mode = MulBroadcastArgs::kPerHead,
+                                                                .dim = D,
+                                                                .head_dim = hd}));
                     return std::vector<Tensor>{gx};
                   }});
   }
@@ -60,8 +70,8 @@ Value rotate_half(ExecContext& c, Value x, int64_t hd, const std::string& name) 
   {
     Tensor neg = c.empty(half_meta(x.t), MemCategory::kActivation, name + " neg");
     narrow_copy(b, x.t, neg, h, hd, h, h, 0, -1.0, name + " neg");
-    c.launch(
-        make_op(OpKind::kRotateHalfCat, name + " cat", {neg.ref(), x.t.ref()}, {y.ref()}, 0, {hd}));
+    c.launch(make_op(OpKind::kRotateHalfCat, name + " cat", {neg.ref(), x.t.ref()}, {y.ref()}, 0,
+                     RotateHalfCatArgs{.head_dim = hd}));
   }
   Value out = result(c, y, x.requires_grad());
   if (c.recording() && x.requires_grad()) {
@@ -106,9 +116,8 @@ RotaryTables rotary_cos_sin(ExecContext& c, int64_t batch, int64_t seq, int64_t 
   TensorMeta m{DType::kFloat32, {batch, seq, head_dim}};
   Tensor cos = c.empty(m, MemCategory::kActivation, name + " cos");
   Tensor sin = c.empty(m, MemCategory::kActivation, name + " sin");
-  OpCall op =
-      make_op(OpKind::kRotaryCosSin, name, {}, {cos.ref(), sin.ref()}, 4 * el(cos), {head_dim});
-  op.fargs = freqs.fargs();
+  OpCall op = make_op(OpKind::kRotaryCosSin, name, {}, {cos.ref(), sin.ref()}, 4 * el(cos),
+                      RotaryCosSinArgs{.head_dim = head_dim, .rope = freqs});
   c.launch(op);
   if (dt == DType::kFloat32) return {cos, sin};
   Backend& b = c.backend();

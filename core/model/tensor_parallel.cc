@@ -3,6 +3,9 @@
 #include "core/common/error.h"
 #include "core/model/op_util.h"
 #include "core/model/ops.h"
+#include "core/runtime/layer_args.h"
+#include "core/runtime/tensor_parallel_args.h"
+#include "core/runtime/eager_args.h"
 
 namespace fullshard {
 
@@ -170,8 +173,8 @@ void transpose_blocks(Backend& b, const Tensor& in, const Tensor& out, int64_t a
                       int64_t inner, const std::string& name) {
   FULLSHARD_CHECK(in.numel() == a * bb * inner && out.numel() == in.numel(),
                   name + ": bad block shape");
-  b.launch(kCompute,
-           make_op(OpKind::kTransposeBlocks, name, {in.ref()}, {out.ref()}, 0, {a, bb, inner}));
+  b.launch(kCompute, make_op(OpKind::kTransposeBlocks, name, {in.ref()}, {out.ref()}, 0,
+                             TransposeBlocksArgs{a, bb, inner}));
 }
 
 void collective(Backend& b, CollectiveKind kind, const Tensor& in, const Tensor& out,
@@ -264,8 +267,12 @@ Value all_gather_last_dim(ExecContext& c, Value x, const TensorParallel& tp,
                     Tensor gl = Tensor::empty(b, {g[0].dtype(), s}, MemCategory::kTemporary,
                                               kCompute, name + " backward");
                     OpCall op = make_op(OpKind::kNarrowCopy, name + " backward", {g[0].ref()},
-                                        {gl.ref()}, 0, {Vl, Vl * T, idx * Vl, Vl, 0});
-                    op.fargs = {1.0};
+                                        {gl.ref()}, 0,
+                                        NarrowCopyArgs{.n = Vl,
+                                                       .in_width = Vl * T,
+                                                       .in_offset = idx * Vl,
+                                                       .out_width = Vl,
+                                                       .out_offset = 0});
                     b.launch(kCompute, op);
                     return std::vector<Tensor>{gl};
                   }});
@@ -287,43 +294,42 @@ Value rowwise_linear(ExecContext& c, Value x, const Param& weight, const Param& 
     // Replicate -> Partial of the bias: Partial._partition_value divides by the group size.
     Tensor bt = detail::param_tensor(bias);
     Tensor part = c.empty(bt.meta(), MemCategory::kTemporary, name + " bias / tp");
-    OpCall scale =
-        make_op(OpKind::kScale, name + " bias / tp", {bt.ref()}, {part.ref()}, detail::el(part));
-    scale.fargs = {1.0 / static_cast<double>(tp.degree)};
-    c.launch(scale);
+    c.launch(make_op(OpKind::kScale, name + " bias / tp", {bt.ref()}, {part.ref()},
+                     detail::el(part), ScalarArgs{1.0 / static_cast<double>(tp.degree)}));
     c.launch(make_op(OpKind::kLinear, name, {x.t.ref(), w.ref(), part.ref()}, {y.ref()},
-                     2.0 * M * K * N, {M, K, N}));
+                     2.0 * M * K * N, LinearArgs{M, K, N}));
   }
   Value out = result(c, y, true);
   if (c.recording()) {
     const Param* pw = &weight;
     const Param* pb = &bias;
     Tensor xs = x.t;
-    c.record(Node{
-        name,
-        {x.id},
-        {out.id},
-        [&b, pw, pb, xs, M, K, N, name, need = x.requires_grad()](std::vector<Tensor>& g) {
-          Tensor gx;
-          if (need) {
-            gx = detail::grad_like(b, xs, name + " grad_input");
-            b.launch(kCompute, make_op(OpKind::kLinearBackwardInput, name + " backward_input",
-                                       {g[0].ref(), pw->binding->unsharded().ref()}, {gx.ref()},
-                                       2.0 * M * K * N, {M, K, N}));
-          }
-          Tensor gw = detail::new_param_grad(b, *pw);
-          b.launch(kCompute,
-                   make_op(OpKind::kLinearBackwardWeight, name + " backward_weight",
-                           {g[0].ref(), xs.ref()}, {gw.ref()}, 2.0 * M * K * N, {M, K, N}));
-          pw->binding->accumulate_grad(b, std::move(gw));
-          // The Partial -> Replicate redistribute's backward leaves the gathered
-          // gradient Replicate: the bias gradient is complete on every rank.
-          Tensor gb = detail::new_param_grad(b, *pb);
-          b.launch(kCompute, make_op(OpKind::kLinearBackwardBias, name + " backward_bias",
-                                     {g[0].ref()}, {gb.ref()}, static_cast<double>(M * N), {M, N}));
-          pb->binding->accumulate_grad(b, std::move(gb));
-          return std::vector<Tensor>{gx};
-        }});
+    c.record(
+        Node{name,
+             {x.id},
+             {out.id},
+             [&b, pw, pb, xs, M, K, N, name, need = x.requires_grad()](std::vector<Tensor>& g) {
+               Tensor gx;
+               if (need) {
+                 gx = detail::grad_like(b, xs, name + " grad_input");
+                 b.launch(kCompute, make_op(OpKind::kLinearBackwardInput, name + " backward_input",
+                                            {g[0].ref(), pw->binding->unsharded().ref()},
+                                            {gx.ref()}, 2.0 * M * K * N, LinearArgs{M, K, N}));
+               }
+               Tensor gw = detail::new_param_grad(b, *pw);
+               b.launch(kCompute, make_op(OpKind::kLinearBackwardWeight, name + " backward_weight",
+                                          {g[0].ref(), xs.ref()}, {gw.ref()}, 2.0 * M * K * N,
+                                          LinearArgs{M, K, N}));
+               pw->binding->accumulate_grad(b, std::move(gw));
+               // The Partial -> Replicate redistribute's backward leaves the gathered
+               // gradient Replicate: the bias gradient is complete on every rank.
+               Tensor gb = detail::new_param_grad(b, *pb);
+               b.launch(kCompute,
+                        make_op(OpKind::kLinearBackwardBias, name + " backward_bias", {g[0].ref()},
+                                {gb.ref()}, static_cast<double>(M * N), LinearBiasArgs{M, N}));
+               pb->binding->accumulate_grad(b, std::move(gb));
+               return std::vector<Tensor>{gx};
+             }});
   }
   return out;
 }

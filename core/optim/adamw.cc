@@ -3,6 +3,8 @@
 #include "core/optim/foreach_norm.h"
 
 #include "core/model/ops.h"
+#include "core/runtime/adamw_args.h"
+#include "core/runtime/layer_args.h"
 
 namespace fullshard {
 
@@ -71,8 +73,9 @@ void AdamW::step() {
     op.flops += 12.0 * static_cast<double>(p.numel());
     op.bytes += 7.0 * static_cast<double>(p.nbytes());
   }
-  op.fargs = {o_.lr, o_.beta1, o_.beta2, o_.eps, o_.weight_decay, static_cast<double>(step_)};
-  op.iargs = {o_.fused ? 1 : 0};
+  AdamWHyperparams{
+      o_.fused, o_.lr, o_.beta1, o_.beta2, o_.eps, o_.weight_decay, static_cast<int64_t>(step_)}
+      .encode(op);
   b_.launch(kCurrent, op);
 }
 
@@ -193,7 +196,7 @@ void clip_grad_norm(Backend& b, const std::vector<OptimizerParam*>& params, doub
     scale.flops += static_cast<double>(p->local_grad().numel());
     scale.bytes += 2.0 * static_cast<double>(p->local_grad().nbytes());
   }
-  scale.fargs = {max_norm};
+  ClipGradArgs{max_norm}.encode(scale);
   b.launch(kCurrent, scale);
 }
 

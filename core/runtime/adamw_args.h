@@ -26,8 +26,22 @@ struct AdamWArgs {
   float eps = 0;
 
   // Decodes and checks `op` (FULLSHARD_CHECK: the counts, step >= 1, every operand of a
-  // parameter the same numel). A failure names the op. (core/optim/adamw.cc encodes.)
+  // parameter the same numel). A failure names the op. (AdamWHyperparams encodes.)
   static AdamWArgs decode(const OpCall& op);
+};
+
+// The encoding side of kAdamW: torch.optim.AdamW's hyperparameters and the step, as the host
+// holds them (AdamWArgs::decode derives the fp32 scalars).  fargs {lr, beta1, beta2, eps,
+// weight_decay, step}; iargs {fused}
+struct AdamWHyperparams {
+  bool fused = false;
+  double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
+  int64_t step = 0;
+
+  void encode(OpCall& op) const {
+    op.fargs = {lr, beta1, beta2, eps, weight_decay, static_cast<double>(step)};
+    op.iargs = {fused ? 1 : 0};
+  }
 };
 
 inline AdamWArgs decode_adamw(const OpCall& op) { return AdamWArgs::decode(op); }

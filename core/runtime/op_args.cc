@@ -32,6 +32,7 @@ void check_table_arity(const OpCall& op) {
 
 void check_addresses(const OpCall& op, const std::vector<void*>& in,
                      const std::vector<void*>& out) {
+  check_table_arity(op);  // before any kernel indexes its operands
   FULLSHARD_CHECK(in.size() == op.inputs.size() && out.size() == op.outputs.size(),
                   op_where(op) + "address count does not match the op's tensors");
   for (size_t i = 0; i < in.size(); ++i)

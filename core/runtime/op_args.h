@@ -19,8 +19,8 @@ std::string op_where(const OpCall& op);  // "kCopy 'layers.0 ...': " without the
 void check_arity(const OpCall& op, size_t n_in, size_t n_out);
 // The op table's bounds for the kind (op_kinds.def).
 void check_table_arity(const OpCall& op);
-// A kernel's addresses: one per operand, null only for a zero-byte tensor (both backends'
-// dispatch runs it before any kernel).
+// A kernel's operands within the table's bounds and its addresses: one per operand, null only
+// for a zero-byte tensor (both backends' dispatch runs it before any kernel).
 void check_addresses(const OpCall& op, const std::vector<void*>& in, const std::vector<void*>& out);
 
 // Decodes `op` with its kind's argument struct (op_kinds.def's Args column): throws what the

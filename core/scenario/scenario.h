@@ -131,6 +131,11 @@ struct FsdpOptions {
   ShardingUnits units = ShardingUnits::kBlocks;
   int forward_prefetch = 0;   // explicit: each unit prefetches the next N units' all-gathers
   int backward_prefetch = 1;  // 1 = FSDP2's implicit backward prefetch; N > 1 explicit
+  // FSDPModule.set_gradient_divide_factor on every unit (absent: FSDP2's default; the
+  // torchtitan implementation preset's global-token loss sets 1.0 when absent) and
+  // set_force_sum_reduction_for_comms (NOTE [Gradient divide factors] in reduce_policy.h).
+  std::optional<double> gradient_divide_factor;
+  bool force_sum_reduction_for_comms = false;
 };
 
 // ---------------------------------------------------------------- hardware

@@ -20,7 +20,6 @@ namespace {
 namespace jr = json_reader;
 using nlohmann::json;
 
-
 std::string shape_text(const std::vector<int64_t>& s) {
   std::string out = "[";
   for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
@@ -322,6 +321,13 @@ FsdpOptions parse_fsdp(const json& j, const HardwareOptions& hw, int64_t n_layer
     f.backward_prefetch =
         static_cast<int>(field_int(j, P, "backward_prefetch", 1, kMaxInt,
                                    "1 (FSDP2 always prefetches at least one unit in backward)"));
+  if (j.contains("gradient_divide_factor"))
+    f.gradient_divide_factor =
+        jr::get_number(j.at("gradient_divide_factor"), P + ".gradient_divide_factor", 0, false,
+                       1e300, true, "1.0 (torchtitan: the loss is already divided by the tokens)");
+  if (j.contains("force_sum_reduction_for_comms"))
+    f.force_sum_reduction_for_comms =
+        jr::get_bool(j.at("force_sum_reduction_for_comms"), P + ".force_sum_reduction_for_comms");
   if (j.contains("per_unit"))
     parse_per_unit(j.at("per_unit"), f.mesh_size("shard"), n_layers, tied_head, f);
   return f;

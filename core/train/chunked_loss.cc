@@ -5,6 +5,7 @@
 #include "core/common/error.h"
 #include "core/model/ops.h"
 #include "core/model/tensor_parallel.h"
+#include "core/runtime/copy_args.h"
 
 namespace fullshard {
 
@@ -83,7 +84,7 @@ Value chunked_loss(ExecContext& c, Transformer& model, FSDPRuntime& fsdp, Value 
     fill.kind = OpKind::kFill;
     fill.name = name + " ones_like";
     fill.outputs = {seed.ref()};
-    fill.fargs = {o.grad_scale / static_cast<double>(n)};
+    FillArgs{o.grad_scale / static_cast<double>(n)}.encode(fill);
     b.launch(kCurrent, fill);
     const uint64_t loss_id = loss.id;
     Tensor gi = cg.backward(b, loss_id, std::move(seed), leaf_id);

@@ -4,6 +4,7 @@
 #include "core/model/async_tp.h"
 #include "core/runtime/layer_args.h"
 #include "core/train/chunked_loss.h"
+#include "core/runtime/copy_args.h"
 
 #include <limits>
 
@@ -130,6 +131,12 @@ TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
       t.push_back(block_states[nb - k]);
     root.backward_prefetch = t;
   }
+  // FSDPModule's gradient division settings on every unit (NOTE [Global valid tokens]).
+  std::optional<double> divide = s.fsdp.gradient_divide_factor;
+  if (!divide && s.model.implementation.loss_normalization == LossNormalization::kGlobalValidTokens)
+    divide = 1.0;  // torchtitan's disable_fsdp_gradient_division
+  if (divide) fsdp_->set_gradient_divide_factor(*divide);
+  if (s.fsdp.force_sum_reduction_for_comms) fsdp_->set_force_sum_reduction_for_comms(true);
   for (auto& st : fsdp_->states())
     if (st->group)
       for (FSDPParam* p : st->group->fsdp_params()) all_params_.push_back(p);
@@ -185,14 +192,34 @@ Value TrainingProgram::forward_loss(ExecContext& c, const Tensor& tokens, const 
   return chunked_loss(c, *model_, *fsdp_, model_->hidden_forward(c, tokens, block_ac), labels, o);
 }
 
+// NOTE [Global valid tokens]: torchtitan (trainer.py, b5bcd76) sums the cross-entropy over a
+// micro-batch's tokens and divides it by the step's valid tokens over every data-parallel rank
+// (global_valid_tokens, an all-reduce of the counts), with FSDP2's gradient division off, so the
+// reductions sum: the gradient is that of the mean over the global batch even when ranks hold
+// different batches. fullshard's batches have no ignored labels, so the count is known on the
+// host: the loss stays this rank's mean and its gradient seed is (tokens of the micro-batch) /
+// (global tokens) instead of 1 / k, the same gradient (the count's all-reduce, a few
+// microseconds, is not issued). Under "mean" each rank's seed is 1 / k and FSDP2 averages.
+double TrainingProgram::loss_grad_scale() const {
+  const auto& t = s_.training;
+  if (s_.model.implementation.loss_normalization != LossNormalization::kGlobalValidTokens)
+    return 1.0 / static_cast<double>(t.grad_accum_steps);
+  const int tp = s_.fsdp.mesh_size("tp");  // ranks of one tp group share their batch
+  int64_t global = 0;
+  for (int r = 0; r < b_.world_size(); ++r) global += t.batch_for(r);
+  global /= tp;
+  return static_cast<double>(t.batch_for(b_.rank())) /
+         (static_cast<double>(global) * static_cast<double>(t.grad_accum_steps));
+}
+
 void TrainingProgram::micro_step(int step, int micro) {
   auto [tokens, labels] = load_batch(step, micro, s_.training.grad_accum_steps, 0, "");
 
   Graph graph;
   ExecContext c(b_, &graph, fsdp_.get());
   b_.annotate("forward");
-  Value loss = forward_loss(c, tokens, labels, block_ac_,
-                            1.0 / static_cast<double>(s_.training.grad_accum_steps));
+  const double grad_scale = loss_grad_scale();
+  Value loss = forward_loss(c, tokens, labels, block_ac_, grad_scale);
   b_.read_scalar(StreamRole::kDefault, loss.t.ref());  // the host logs loss.item() at the step end
   b_.annotate("backward");
   // loss.backward(): the seed is ones_like(loss).
@@ -203,8 +230,9 @@ void TrainingProgram::micro_step(int step, int micro) {
   fill.name = "ones_like(loss)";
   fill.outputs = {seed.ref()};
   // With gradient accumulation the loss is scaled by 1/k (torchtitan's rescale of the
-  // accumulated loss), so k micro-batches give the gradient of one k-times-larger batch.
-  fill.fargs = {1.0 / static_cast<double>(s_.training.grad_accum_steps)};
+  // accumulated loss), so k micro-batches give the gradient of one k-times-larger batch; under
+  // the global-token loss by this micro-batch's share of the step's tokens.
+  FillArgs{grad_scale}.encode(fill);
   b_.launch(StreamRole::kDefault, fill);
   uint64_t loss_id = loss.id;
   loss = Value{};

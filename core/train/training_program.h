@@ -62,6 +62,8 @@ class TrainingProgram {
   std::function<void(int)> before_optimizer_;
 
   void micro_step(int step, int micro);
+  // The loss gradient's seed (NOTE [Global valid tokens] in training_program.cc).
+  double loss_grad_scale() const;
   // The model's forward and the loss (model.implementation.loss), as the training loop runs them.
   Value forward_loss(ExecContext& c, const Tensor& tokens, const Tensor& labels,
                      const std::vector<BlockCheckpoint>& block_ac, double grad_scale);

@@ -272,6 +272,106 @@ TEST(RealTraining, GradientAccumulationEqualsOneLargerBatch) {
   }
 }
 
+// torchtitan's loss over the step's global valid tokens (model.implementation.loss_normalization,
+// NOTE [Global valid tokens]) with FSDP2's gradient division off: the reductions sum, and the
+// gradient is the global batch's mean. With even batches that is the mean loss's gradient
+// (FSDP2's average of the ranks' means), on FSDP and HSDP, with gradient accumulation.
+TEST(RealTraining, GlobalValidTokensLossTrainsAsTheMeanLoss) {
+  for (const std::vector<int>& mesh : {std::vector<int>{2}, std::vector<int>{2, 2}}) {
+    for (int accum : {1, 2}) {
+      TinyOptions o;
+      o.mesh = mesh;
+      o.steps = 2;
+      o.seq = 8;
+      o.grad_accum_steps = accum;
+      json a = tiny_scenario_json(o);
+      a["training"]["optimizer"] = {{"lr", 1e-3}, {"eps", 1e-6}};
+      json b = a;
+      a["model"] = {{"name", "tiny-llama"},
+                    {"implementation", {{"loss_normalization", "global_valid_tokens"}}}};
+      runner::RankOptions ro;
+      ro.collect_grads = true;
+      RealRun ra = run_real(parse_scenario(a), -1, ro), rb = run_real(parse_scenario(b), -1, ro);
+      const std::string what =
+          "mesh " + std::to_string(mesh.size()) + "-D, accum " + std::to_string(accum);
+      std::string where;
+      EXPECT_LE(max_violation(ra, rb, 1e-5, 1e-3, &where), 1.0) << what << ": " << where;
+      RealRun ga, gb;
+      ga.params = ra.grads;
+      gb.params = rb.grads;
+      ASSERT_FALSE(ga.params.empty()) << what;
+      EXPECT_LE(max_violation(ga, gb, 1e-6, 1e-4, &where), 1.0) << what << " grads: " << where;
+      for (size_t k = 0; k < ra.mean_loss.size(); ++k)
+        EXPECT_NEAR(ra.mean_loss[k], rb.mean_loss[k], 1e-5) << what;
+    }
+  }
+}
+
+// With uneven batches the two differ: the global-token loss trains as one rank holding every
+// sequence of the step (rank 0 one sequence, rank 1 three, against one rank with all four),
+// while the mean loss weighs rank 0's one sequence as much as rank 1's three.
+TEST(RealTraining, GlobalValidTokensLossWeighsUnevenBatchesByTokens) {
+  TinyOptions o;
+  o.mesh = {2};
+  o.steps = 2;
+  o.seq = 8;
+  o.batch = 1;
+  json a = tiny_scenario_json(o);
+  a["training"]["optimizer"] = {{"lr", 1e-3}, {"eps", 1e-6}};
+  a["training"]["rank_batch"] = {{{"rank", 1}, {"batch", 3}}};
+  json mean = a;
+  a["model"] = {{"name", "tiny-llama"},
+                {"implementation", {{"loss_normalization", "global_valid_tokens"}}}};
+  TinyOptions one = o;
+  one.mesh = {1};
+  one.batch = 4;
+  json b = tiny_scenario_json(one);
+  b["training"]["optimizer"] = a["training"]["optimizer"];
+  RealRun ra = run_real(parse_scenario(a)), rb = run_real(parse_scenario(b)),
+          rm = run_real(parse_scenario(mean));
+  std::string where;
+  EXPECT_LE(max_violation(ra, rb, 1e-5, 1e-3, &where), 1.0) << where;
+  EXPECT_GT(max_violation(rm, rb, 1e-5, 1e-3, &where), 1.0)
+      << "the mean loss should not match one rank with the whole batch";
+}
+
+// FSDPModule.set_gradient_divide_factor(f) on every unit (fsdp.gradient_divide_factor): the
+// reduced gradients are the summed ones over f, whichever collective does it (a premul sum, an
+// AVG when f is the shard size, or SUM and a divide with set_force_sum_reduction_for_comms).
+TEST(RealTraining, GradientDivideFactorScalesTheReducedGradients) {
+  struct Case {
+    std::vector<int> mesh;
+    double factor;
+    bool force_sum;
+  };
+  for (const Case& c : {Case{{2}, 1.0, false}, Case{{2}, 2.0, false}, Case{{2}, 0.5, true},
+                        Case{{2, 2}, 1.0, false}, Case{{2, 2}, 8.0, true}}) {
+    TinyOptions o;
+    o.mesh = c.mesh;
+    o.steps = 1;
+    o.seq = 8;
+    json a = tiny_scenario_json(o);
+    json b = a;
+    a["fsdp"]["gradient_divide_factor"] = c.factor;
+    a["fsdp"]["force_sum_reduction_for_comms"] = c.force_sum;
+    runner::RankOptions ro;
+    ro.collect_grads = true;
+    RealRun ra = run_real(parse_scenario(a), -1, ro), rb = run_real(parse_scenario(b), -1, ro);
+    int dp = 1;
+    for (int d : c.mesh) dp *= d;
+    // FSDP2's default divides by dp: the factor's gradients are those times dp / factor.
+    RealRun ga, gb;
+    ga.params = ra.grads;
+    gb.params = rb.grads;
+    for (auto& [name, v] : gb.params)
+      for (float& x : v) x = static_cast<float>(x * dp / c.factor);
+    ASSERT_FALSE(ga.params.empty());
+    std::string where;
+    EXPECT_LE(max_violation(ga, gb, 1e-6, 1e-4, &where), 1.0)
+        << "factor " << c.factor << (c.force_sum ? " (forced sum)" : "") << ": " << where;
+  }
+}
+
 // A tied Llama under torchtitan's [tok_embeddings, norm, output] unit trains as with the tied
 // weight in the root unit (fsdp.units "blocks"): the first step's gradients (the tied weight's
 // is the sum of the output's and the embedding's uses, reduce-scattered once) and the

@@ -9,12 +9,14 @@
 #include <vector>
 
 #include "backends/common/buffer_addresses.h"
+#include "backends/common/device_kernels.h"
 #include "backends/common/event_table.h"
 #include "backends/common/failure_state.h"
 #include "backends/common/host_fills.h"
 #include "backends/common/measurements.h"
 #include "backends/common/scalar_read.h"
 #include "core/common/error.h"
+#include "core/runtime/op_table.h"
 #include "core/data/param_init.h"
 #include "core/tensor/float_convert.h"
 
@@ -188,6 +190,30 @@ TEST(FailureState, FirstErrorWins) {
   } catch (const std::runtime_error& e) {
     EXPECT_STREQ(e.what(), "first");
   }
+}
+
+// The op table's kOpSimulatedOnly kinds are refused on the host before a real device queues
+// anything, naming the backend; every other kind passes the check (the kernels decide).
+TEST(BackendCore, SimulatedOnlyKindsAreRefusedBeforeTheQueue) {
+  int refused = 0;
+  for (size_t i = 0; i < kOpKindCount; ++i) {
+    OpCall op;
+    op.kind = static_cast<OpKind>(i);
+    op.name = "x";
+    if (!op_info(op.kind).has(kOpSimulatedOnly)) {
+      EXPECT_NO_THROW(check_runs_on_device(op, "the CPU backend")) << op_kind_name(op.kind);
+      continue;
+    }
+    try {
+      check_runs_on_device(op, "the CUDA backend");
+      ADD_FAILURE() << op_kind_name(op.kind) << " was not refused";
+    } catch (const InternalError& e) {
+      EXPECT_NE(std::string(e.what()).find("not supported on the CUDA backend"), std::string::npos)
+          << e.what();
+      ++refused;
+    }
+  }
+  EXPECT_GE(refused, 23);  // the MoE kinds and async TP's two collective-matmuls
 }
 
 }  // namespace

@@ -4,7 +4,12 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <numeric>
+#include <string>
 
 #include "core/fsdp/reduce_policy.h"
 #include "core/fsdp/shard_layout.h"
@@ -50,33 +55,87 @@ TEST(ShardLayout, GroupLayoutOffsets) {
 }
 
 TEST(DivideFactors, MatchFsdp2) {
-  auto f8 = gradient_divide_factors(8, DType::kFloat16);
-  EXPECT_EQ(f8.op, ReduceOp::kSum);
+  auto f8 = gradient_divide_factors(8, 0, DType::kFloat16);
+  EXPECT_EQ(f8.reduce_scatter_op, ReduceOp::kSum);
   EXPECT_EQ(f8.pre, 4);
   EXPECT_EQ(f8.post, 2);
-  auto f16 = gradient_divide_factors(16, DType::kFloat16);
+  auto f16 = gradient_divide_factors(16, 0, DType::kFloat16);
   EXPECT_EQ(f16.pre, 4);
   EXPECT_EQ(f16.post, 4);
-  auto f2 = gradient_divide_factors(2, DType::kFloat16);
+  auto f2 = gradient_divide_factors(2, 0, DType::kFloat16);
   EXPECT_EQ(f2.pre, 2);
   EXPECT_EQ(f2.post, 1);
-  EXPECT_EQ(gradient_divide_factors(8, DType::kFloat32).op, ReduceOp::kAvg);
-  EXPECT_EQ(gradient_divide_factors(8, DType::kBFloat16).op, ReduceOp::kAvg);
-  EXPECT_EQ(gradient_divide_factors(1, DType::kFloat32).op, ReduceOp::kSum);
+  EXPECT_EQ(gradient_divide_factors(8, 0, DType::kFloat32).reduce_scatter_op, ReduceOp::kAvg);
+  EXPECT_EQ(gradient_divide_factors(8, 0, DType::kBFloat16).reduce_scatter_op, ReduceOp::kAvg);
+  EXPECT_EQ(gradient_divide_factors(1, 0, DType::kFloat32).reduce_scatter_op, ReduceOp::kSum);
+  // torchtitan's set_gradient_divide_factor(1.0): a premul sum by 1 and a summing all-reduce.
+  auto tt = gradient_divide_factors(8, 2, DType::kFloat32, {.factor = 1.0});
+  EXPECT_EQ(tt.reduce_scatter_op, ReduceOp::kPremulSum);
+  EXPECT_EQ(tt.reduce_scatter_scale, 1.0);
+  EXPECT_EQ(tt.all_reduce_op, ReduceOp::kSum);
+  EXPECT_EQ(tt.pre * tt.post, 1.0);
 }
 
 RC_GTEST_PROP(ShardLayoutProp, DivideFactorsMultiplyToN, ()) {
   int n = *rc::gen::inRange(1, 4097);
-  auto f = gradient_divide_factors(n, DType::kFloat16);
+  auto f = gradient_divide_factors(n, 0, DType::kFloat16);
   RC_ASSERT(f.pre * f.post == static_cast<double>(n));
   // pre need not divide N (N=3 gives 2 and 1.5, as PyTorch's loop does).
   RC_ASSERT(f.pre >= 1.0);
 }
 
 TEST(DivideFactors, OddSizesFollowPytorchLoop) {
-  auto f3 = gradient_divide_factors(3, DType::kFloat16);
+  auto f3 = gradient_divide_factors(3, 0, DType::kFloat16);
   EXPECT_EQ(f3.pre, 2);
   EXPECT_EQ(f3.post, 1.5);
+}
+
+// Every case of tests/data/oracle/gradient_divide_factors.json (torch 2.11's own function over
+// shard / replicate sizes, reduce dtypes, divide factors and the forced sum) gives the same
+// pre- and post-divides and the same two reduce ops, premul factor included.
+TEST(DivideFactors, MatchTorchOnEveryOracleCase) {
+  std::ifstream in(std::string(FULLSHARD_SOURCE_DIR) +
+                   "/tests/data/oracle/gradient_divide_factors.json");
+  ASSERT_TRUE(in) << "missing tests/data/oracle/gradient_divide_factors.json";
+  const auto doc = nlohmann::json::parse(in);
+  const auto op_string = [](ReduceOp op, double scale) -> std::string {
+    switch (op) {
+      case ReduceOp::kSum: return "sum";
+      case ReduceOp::kAvg: return "avg";
+      case ReduceOp::kPremulSum: {
+        // Python's repr of a float: the shortest string that reads back the same double.
+        char buf[64];
+        for (int p = 1; p <= 17; ++p) {
+          std::snprintf(buf, sizeof buf, "%.*g", p, scale);
+          if (std::strtod(buf, nullptr) == scale) break;
+        }
+        std::string s = buf;
+        if (s.find_first_of(".e") == std::string::npos) s += ".0";
+        return "premul_sum:" + s;
+      }
+      default: return "?";
+    }
+  };
+  int n = 0;
+  for (const auto& c : doc.at("cases")) {
+    const std::string dt = c[2].get<std::string>();
+    const DType dtype = dt == "fp32"   ? DType::kFloat32
+                        : dt == "bf16" ? DType::kBFloat16
+                                       : DType::kFloat16;
+    GradientDivideOptions o;
+    if (!c[3].is_null()) o.factor = c[3].get<double>();
+    o.force_sum_reduction_for_comms = c[4].get<bool>();
+    const DivideFactors f = gradient_divide_factors(c[0].get<int>(), c[1].get<int>(), dtype, o);
+    const auto& want = c[5];
+    const std::string where = c.dump();
+    EXPECT_EQ(f.pre, want[0].is_null() ? 1.0 : want[0].get<double>()) << where;
+    EXPECT_EQ(f.post, want[1].is_null() ? 1.0 : want[1].get<double>()) << where;
+    EXPECT_EQ(op_string(f.reduce_scatter_op, f.reduce_scatter_scale), want[2].get<std::string>())
+        << where;
+    EXPECT_EQ(op_string(f.all_reduce_op, 1.0), want[3].get<std::string>()) << where;
+    ++n;
+  }
+  EXPECT_EQ(n, 5184);
 }
 
 RC_GTEST_PROP(ShardLayoutProp, ChunksCoverTheTensorInOrder, ()) {

@@ -98,6 +98,16 @@ std::vector<int64_t> attn_iargs(const Dims& d, int packed) {
   return {d.B, d.S, d.H, d.Hkv, d.hd, packed};
 }
 
+// The flash backward's two scratch outputs the model appends to (dq, dk, dv) (softmax_d and
+// dq_accum, core/model/ops.cc flash_bwd_temps; the op table wants them), which the CPU kernel
+// ignores.
+struct FlashScratch {
+  HT softmax_d, dq_accum;
+  explicit FlashScratch(const Dims& d)
+      : softmax_d(DType::kFloat32, {d.B, d.H, (d.S + 127) / 128 * 128}),
+        dq_accum(DType::kFloat32, {d.B, (d.S + 127) / 128 * 128, d.H, (d.hd + 31) / 32 * 32}) {}
+};
+
 // fp32 math error plus `n` roundings of the storage dtype, relative to the result's scale.
 double tol(DType dt, const Vec& e, double n = 1) {
   return (1e-5 + n * rel_eps(dt)) * (1 + max_abs(e));
@@ -125,7 +135,9 @@ RC_GTEST_PROP(KernelsAttention, ForwardAndBackwardWithGqa, ()) {
   // Backward: (dO, q, k, v, O, lse) -> (dq, dk, dv), vs finite differences.
   HT g = random_tensor(dt, {d.B, d.S, d.H, d.hd}, rng), dq(dt, q.meta.shape), dk(dt, k.meta.shape),
      dv(dt, v.meta.shape);
-  run(OpKind::kAttentionBackward, {&g, &q, &k, &v, &o, &lse}, {&dq, &dk, &dv}, attn_iargs(d, 0));
+  FlashScratch fs(d);
+  run(OpKind::kAttentionBackward, {&g, &q, &k, &v, &o, &lse},
+      {&dq, &dk, &dv, &fs.softmax_d, &fs.dq_accum}, attn_iargs(d, 0));
   const Vec gv = g.values();
   const Vec eq = fd_grad([&](const Vec& x) { return attn_ref(d, x, kv, vv); }, qv, gv);
   const Vec ek = fd_grad([&](const Vec& x) { return attn_ref(d, qv, x, vv); }, kv, gv);
@@ -166,7 +178,9 @@ TEST(KernelsAttention, LongSequenceCrossesQueryBlocks) {
   HT g = random_tensor(DType::kFloat32, {d.B, d.S, d.H, d.hd}, rng);
   HT dq(DType::kFloat32, q.meta.shape), dk(DType::kFloat32, k.meta.shape),
       dv(DType::kFloat32, v.meta.shape);
-  run(OpKind::kAttentionBackward, {&g, &q, &k, &v, &o, &lse}, {&dq, &dk, &dv}, attn_iargs(d, 0));
+  FlashScratch fs(d);
+  run(OpKind::kAttentionBackward, {&g, &q, &k, &v, &o, &lse},
+      {&dq, &dk, &dv, &fs.softmax_d, &fs.dq_accum}, attn_iargs(d, 0));
   Vec eq, ek, ev;
   attn_bwd_ref(d, q.values(), k.values(), v.values(), g.values(), eq, ek, ev);
   KT_EXPECT_CLOSE(dq.values(), eq, 1e-4, 1e-4);
@@ -212,8 +226,11 @@ RC_GTEST_PROP(KernelsAttention, PackedQkvMatchesSeparate, ()) {
   KT_RC_CLOSE(l2.values(), l1.values(), 1e-6, 1e-6);
   HT g = random_tensor(dt, {d.B, d.S, H, d.hd}, rng);
   HT dq1(dt, q.meta.shape), dk1 = dq1, dv1 = dq1, dq2 = dq1, dk2 = dq1, dv2 = dq1;
-  run(OpKind::kAttentionBackward, {&g, &q, &k, &v, &o1, &l1}, {&dq1, &dk1, &dv1}, attn_iargs(d, 0));
-  run(OpKind::kAttentionBackward, {&g, &qkv, &o2, &l2}, {&dq2, &dk2, &dv2}, attn_iargs(d, 1));
+  FlashScratch fs(d);
+  run(OpKind::kAttentionBackward, {&g, &q, &k, &v, &o1, &l1},
+      {&dq1, &dk1, &dv1, &fs.softmax_d, &fs.dq_accum}, attn_iargs(d, 0));
+  run(OpKind::kAttentionBackward, {&g, &qkv, &o2, &l2},
+      {&dq2, &dk2, &dv2, &fs.softmax_d, &fs.dq_accum}, attn_iargs(d, 1));
   KT_RC_CLOSE(dq2.values(), dq1.values(), 1e-6, 1e-6);
   KT_RC_CLOSE(dk2.values(), dk1.values(), 1e-6, 1e-6);
   KT_RC_CLOSE(dv2.values(), dv1.values(), 1e-6, 1e-6);

@@ -3,6 +3,7 @@
 // bit for bit, where fp32 math is order-independent: casts, add, mul, scale, gathers);
 // backwards against central finite differences of sum(w * f(x)) over the double reference
 // (h = 1e-5; the fp32 kernels then agree to ~1e-5 relative).
+#include "core/runtime/op_table.h"
 #include "tests/unit/kernels_test_support.h"
 
 using namespace kt;
@@ -282,4 +283,28 @@ TEST(KernelsDispatch, HasKernelForEveryKindButBackendOwnedOnes) {
   // Address count must match the op's tensor count.
   OpCall op = make_call(OpKind::kFill, {}, {&t});
   EXPECT_THROW(cpu::run_kernel(op, {}, {}), InternalError);
+}
+
+// The dispatch switch ends in `default`, so the compiler no longer lists a kind without a case:
+// every kind the table gives a device kernel must reach one (its decoder refuses the empty op,
+// naming it) and never the fall-through. (The simulator-only kinds are refused before any queue:
+// BackendCore.SimulatedOnlyKindsAreRefusedBeforeTheQueue.)
+TEST(KernelsDispatch, EveryDeviceKindReachesItsKernel) {
+  int reached = 0;
+  for (size_t i = 0; i < kOpKindCount; ++i) {
+    const auto k = static_cast<OpKind>(i);
+    if (!has_device_kernel(k)) continue;
+    OpCall op;
+    op.kind = k;
+    op.name = "empty";
+    try {
+      cpu::run_kernel(op, {}, {});
+      ADD_FAILURE() << op_kind_name(k) << " ran without operands";
+    } catch (const InternalError& e) {
+      EXPECT_EQ(std::string(e.what()).find("no CPU kernel"), std::string::npos)
+          << op_kind_name(k) << ": " << e.what();
+      ++reached;
+    }
+  }
+  EXPECT_GT(reached, 60);
 }

@@ -295,6 +295,33 @@ TEST(ScenarioFsdp, OptionSpellings) {
   EXPECT_TRUE(parse(j).fsdp.pin_memory);
 }
 
+// FSDPModule.set_gradient_divide_factor / set_force_sum_reduction_for_comms, and the
+// torchtitan preset's global-token loss that sets the factor to 1.0 when the scenario does not.
+TEST(ScenarioFsdp, GradientDivision) {
+  json j = h100x16();
+  EXPECT_FALSE(parse(j).fsdp.gradient_divide_factor.has_value());
+  EXPECT_FALSE(parse(j).fsdp.force_sum_reduction_for_comms);
+  EXPECT_EQ(parse(j).model.implementation.loss_normalization, LossNormalization::kMean);
+  j["fsdp"] =
+      json::parse(R"({"gradient_divide_factor": 1.5, "force_sum_reduction_for_comms": true})");
+  EXPECT_EQ(parse(j).fsdp.gradient_divide_factor, 1.5);
+  EXPECT_TRUE(parse(j).fsdp.force_sum_reduction_for_comms);
+  for (const json& bad : {json(0), json(-2.0), json("1")}) {
+    j["fsdp"] = {{"gradient_divide_factor", bad}};
+    expect_error(j, "fsdp.gradient_divide_factor", {});
+  }
+  j["fsdp"] = {{"force_sum_reduction_for_comms", 1}};
+  expect_error(j, "fsdp.force_sum_reduction_for_comms", {});
+  j.erase("fsdp");
+  j["model"] = {{"name", "tiny-llama"}, {"implementation", "torchtitan"}};
+  EXPECT_EQ(parse(j).model.implementation.loss_normalization,
+            LossNormalization::kGlobalValidTokens);
+  j["model"]["implementation"] = {{"preset", "torchtitan"}, {"loss_normalization", "mean"}};
+  EXPECT_EQ(parse(j).model.implementation.loss_normalization, LossNormalization::kMean);
+  j["model"]["implementation"] = {{"loss_normalization", "tokens"}};
+  expect_error(j, "model.implementation.loss_normalization", {"global_valid_tokens"});
+}
+
 TEST(ScenarioHardware, OverridesAndAllocator) {
   json j = h100x16();
   j["hardware"]["memory_gib"] = 40;

@@ -85,37 +85,9 @@ void run_kernel(const OpCall& op, const std::vector<void*>& in, const std::vecto
     case OpKind::kCompiledSiluMul: return compiled_silu_mul(op, in, out);
     case OpKind::kCompiledSiluMulBackward: return compiled_silu_mul_backward(op, in, out);
     case OpKind::kCompiledResidualAdd: return compiled_residual_add(op, in, out);
-    case OpKind::kSoftmax:
-    case OpKind::kSoftmaxBackward:
-    case OpKind::kSigmoid:
-    case OpKind::kSigmoidBackward:
-    case OpKind::kTopK:
-    case OpKind::kTopKBackward:
-    case OpKind::kRouteNorm:
-    case OpKind::kRouteNormBackward:
-    case OpKind::kHistogram:
-    case OpKind::kWeightedSum:
-    case OpKind::kWeightedSumBackward:
-    case OpKind::kArgsort:
-    case OpKind::kFloorDivide:
-    case OpKind::kGatherRows:
-    case OpKind::kScatterRows:
-    case OpKind::kIndexAddRows:
-    case OpKind::kPadRow:
-    case OpKind::kPermuteIndices:
-    case OpKind::kGroupedMM:
-    case OpKind::kGroupedMMBackwardInput:
-    case OpKind::kGroupedMMBackwardWeight:
-      // The launcher refuses model.moe on real backends (runner/launcher.cc).
-      FULLSHARD_CHECK(false, where(op) + "mixture-of-experts ops run in the simulator only");
-      break;
-    case OpKind::kAllGatherMatmul:
-    case OpKind::kMatmulReduceScatter:
-      // The launcher refuses tensor_parallel.async on real backends (runner/launcher.cc).
-      FULLSHARD_CHECK(false, where(op) + "async tensor parallelism runs in the simulator only");
-      break;
-    case OpKind::kLoadBatch:
-    case OpKind::kInitParam: break;
+    // The host fills run in CpuDevice::launch; the simulator-only kinds are refused there
+    // (backends/common/device_kernels.h). The KernelDispatch test reaches every other kind.
+    default: break;
   }
   FULLSHARD_CHECK(false, where(op) + "no CPU kernel for this op kind");
 }
