@@ -80,9 +80,10 @@ StepBreakdown measured_step_breakdown(const StreamIntervals& busy, double begin_
       kernels.push_back(iv);
   }
   const auto compute = clipped(kernels, b.begin_s, b.end_s);
-  auto comm =
-      streams(busy, {StreamRole::kAllGather, StreamRole::kReduceScatter, StreamRole::kAllReduce},
-              b.begin_s, b.end_s);
+  auto comm = streams(busy,
+                      {StreamRole::kAllGather, StreamRole::kReduceScatter, StreamRole::kAllReduce,
+                       StreamRole::kPipelineP2P},
+                      b.begin_s, b.end_s);
   for (const CollectiveInterval& c : collectives)
     if (c.stream == StreamRole::kDefault)
       for (const Interval& iv : clipped({{c.begin_s, c.end_s}}, b.begin_s, b.end_s))
@@ -130,7 +131,8 @@ MeshDimKind mesh_dim_of_group(const std::string& g) {
 json step_breakdown_json(const StepBreakdown& b, int rank) {
   json busy = json::object(), path = json::object();
   for (StreamRole s : kAllStreams)
-    busy[std::string(stream_name(s))] = b.stream_busy_s[static_cast<size_t>(s)];
+    if (s != StreamRole::kPipelineP2P || b.stream_busy_s[static_cast<size_t>(s)] > 0)  // pp only
+      busy[std::string(stream_name(s))] = b.stream_busy_s[static_cast<size_t>(s)];
   for (int k = 0; k < kNumPathKinds; ++k)
     path[path_kind_name(static_cast<PathKind>(k))] = b.critical_path_s[static_cast<size_t>(k)];
   json by_dim = json::object();
@@ -169,9 +171,12 @@ StepBreakdown step_breakdown_from_json(const json& j) {
     }
   const json& busy = j.contains("stream_busy_s") ? j["stream_busy_s"] : json();
   const json& path = j.contains("critical_path_s") ? j["critical_path_s"] : json();
-  for (StreamRole s : kAllStreams)
-    b.stream_busy_s[static_cast<size_t>(s)] =
-        number(busy, std::string(stream_name(s)), w + ".stream_busy_s");
+  for (StreamRole s : kAllStreams) {
+    const std::string n(stream_name(s));
+    if (s == StreamRole::kPipelineP2P && !(busy.is_object() && busy.contains(n)))
+      continue;  // written only with pipeline parallelism
+    b.stream_busy_s[static_cast<size_t>(s)] = number(busy, n, w + ".stream_busy_s");
+  }
   for (int k = 0; k < kNumPathKinds; ++k)
     b.critical_path_s[static_cast<size_t>(k)] =
         number(path, path_kind_name(static_cast<PathKind>(k)), w + ".critical_path_s");
