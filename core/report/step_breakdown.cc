@@ -80,10 +80,9 @@ StepBreakdown measured_step_breakdown(const StreamIntervals& busy, double begin_
       kernels.push_back(iv);
   }
   const auto compute = clipped(kernels, b.begin_s, b.end_s);
-  auto comm = streams(busy,
-                      {StreamRole::kAllGather, StreamRole::kReduceScatter, StreamRole::kAllReduce,
-                       StreamRole::kPipelineP2P},
-                      b.begin_s, b.end_s);
+  auto comm =
+      streams(busy, {StreamRole::kAllGather, StreamRole::kReduceScatter, StreamRole::kAllReduce},
+              b.begin_s, b.end_s);
   for (const CollectiveInterval& c : collectives)
     if (c.stream == StreamRole::kDefault)
       for (const Interval& iv : clipped({{c.begin_s, c.end_s}}, b.begin_s, b.end_s))

@@ -47,12 +47,13 @@ void parse_mesh(const json& m, const HardwareOptions& hw, FsdpOptions& f) {
   if (!s.is_array())
     throw InputError(S, "is " + jr::describe(s) + ", not an array",
                      "write a list of sizes, e.g. " + examples);
-  if (s.empty() || s.size() > 4)
+  // A 4-D mesh needs its names (a leading pp); without them it is refused as too many dims.
+  if (s.empty() || s.size() > 4 || (s.size() == 4 && !m.contains("dim_names")))
     throw InputError(
         S, "is " + jr::show(s) + ", a " + std::to_string(s.size()) + "-D mesh",
         "fullshard supports [shard] (FSDP), [replicate, shard] (HSDP), and either with a "
         "trailing tp dim (dim_names [\"shard\", \"tp\"] or [\"replicate\", \"shard\", \"tp\"]), "
-        "each after a leading \"pp\" dim: write " +
+        "optionally after a leading \"pp\" dim (then name every dim): write " +
             examples);
   std::vector<int64_t> shape;
   for (size_t i = 0; i < s.size(); ++i)
@@ -75,13 +76,9 @@ void parse_mesh(const json& m, const HardwareOptions& hw, FsdpOptions& f) {
                                           ? std::vector<std::string>{"shard"}
                                           : std::vector<std::string>{"replicate", "shard"};
   if (!m.contains("dim_names")) {
-    if (shape.size() >= 3)
-      throw InputError(P,
-                       "has a " + std::to_string(shape.size()) + "-D shape " + shape_text(shape) +
-                           " without dim_names",
-                       shape.size() == 3
-                           ? "add \"dim_names\": [\"dp_replicate\", \"dp_shard\", \"tp\"]"
-                           : "add \"dim_names\": [\"pp\", \"dp_replicate\", \"dp_shard\", \"tp\"]");
+    if (shape.size() == 3)
+      throw InputError(P, "has a 3-D shape " + shape_text(shape) + " without dim_names",
+                       "add \"dim_names\": [\"dp_replicate\", \"dp_shard\", \"tp\"]");
     f.mesh_dim_names = expected;
     return;
   }

@@ -34,4 +34,13 @@ else
 fi
 expect train-cpu-refused "fsdp.mesh.dim_names: has a pp dim of size 2: pipeline parallelism is simulated only" \
   -- train "$sc" --steps 1 --backend cpu
+# The CUDA backend refuses it too where it is built (elsewhere `--backend cuda` is refused itself).
+"$bin" train "$sc" --steps 1 --backend cuda > "$tmp/out" 2> "$tmp/err"; rc=$?
+if grep -qF "pp dim" "$tmp/err"; then
+  expect train-cuda-refused "fsdp.mesh.dim_names: has a pp dim of size 2" \
+    -- train "$sc" --steps 1 --backend cuda
+else
+  echo "skip train-cuda-refused: $(cat "$tmp/err")"
+fi
+expect plan-refused "sets pipeline_parallel" -- plan --scenario "$sc"
 exit $fail

@@ -69,7 +69,8 @@ TEST(PipelineScenario, FourDimMesh) {
   EXPECT_EQ(s.fsdp.mesh_size("pp"), 2);
   EXPECT_EQ(s.fsdp.mesh_size("tp"), 2);
   j["fsdp"]["mesh"].erase("dim_names");
-  EXPECT_NE(error_of(j).find("fsdp.mesh: has a 4-D shape"), std::string::npos) << error_of(j);
+  EXPECT_NE(error_of(j).find("fsdp.mesh.shape: is [2,1,2,2], a 4-D mesh"), std::string::npos)
+      << error_of(j);
   j["fsdp"]["mesh"]["dim_names"] = {"dp_shard", "pp", "dp_replicate", "tp"};  // pp not outermost
   EXPECT_NE(error_of(j).find("fsdp.mesh.dim_names"), std::string::npos) << error_of(j);
 }
