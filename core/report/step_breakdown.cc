@@ -117,12 +117,14 @@ const char* mesh_dim_kind_name(MeshDimKind k) {
     case MeshDimKind::kShard: return "shard";
     case MeshDimKind::kReplicate: return "replicate";
     case MeshDimKind::kTp: return "tp";
+    case MeshDimKind::kPp: return "pp";
   }
   return "?";
 }
 
 MeshDimKind mesh_dim_of_group(const std::string& g) {
   if (g == "tp") return MeshDimKind::kTp;
+  if (g == "pp" || g.rfind("pipeline p2p", 0) == 0) return MeshDimKind::kPp;
   if (g.rfind("replicate", 0) == 0) return MeshDimKind::kReplicate;
   return MeshDimKind::kShard;
 }
@@ -136,9 +138,11 @@ json step_breakdown_json(const StepBreakdown& b, int rank) {
     path[path_kind_name(static_cast<PathKind>(k))] = b.critical_path_s[static_cast<size_t>(k)];
   json by_dim = json::object();
   for (int k = 0; k < kNumMeshDimKinds; ++k)
-    by_dim[mesh_dim_kind_name(static_cast<MeshDimKind>(k))] = {
-        {"comm_s", b.comm_by_dim_s[static_cast<size_t>(k)]},
-        {"exposed_s", b.exposed_comm_by_dim_s[static_cast<size_t>(k)]}};
+    if (static_cast<MeshDimKind>(k) != MeshDimKind::kPp ||
+        b.comm_by_dim_s[static_cast<size_t>(k)] > 0)
+      by_dim[mesh_dim_kind_name(static_cast<MeshDimKind>(k))] = {
+          {"comm_s", b.comm_by_dim_s[static_cast<size_t>(k)]},
+          {"exposed_s", b.exposed_comm_by_dim_s[static_cast<size_t>(k)]}};
   return {{"rank", rank},
           {"comm_by_dim", by_dim},
           {"begin_s", b.begin_s},
@@ -163,6 +167,8 @@ StepBreakdown step_breakdown_from_json(const json& j) {
   if (j.contains("comm_by_dim") && j["comm_by_dim"].is_object())
     for (int k = 0; k < kNumMeshDimKinds; ++k) {
       const std::string d = mesh_dim_kind_name(static_cast<MeshDimKind>(k));
+      if (static_cast<MeshDimKind>(k) == MeshDimKind::kPp && !j["comm_by_dim"].contains(d))
+        continue;  // written only with pipeline parallelism
       const json& e = j["comm_by_dim"].contains(d) ? j["comm_by_dim"][d] : json();
       b.comm_by_dim_s[static_cast<size_t>(k)] = number(e, "comm_s", w + ".comm_by_dim." + d);
       b.exposed_comm_by_dim_s[static_cast<size_t>(k)] =

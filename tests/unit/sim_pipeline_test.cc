@@ -4,6 +4,10 @@
 // and holds the activations of the microbatches its schedule keeps in flight.
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <utility>
+#include <vector>
+
 #include "simulator/report.h"
 #include "tests/support/pipeline_support.h"
 #include "tests/support/sim_support.h"
@@ -26,6 +30,8 @@ TEST(SimPipeline, OneFOneBTransfersAndReductions) {
     EXPECT_EQ(run.collectives[k].at(CollectiveKind::kAllGather), 2) << "pp rank " << k;
     EXPECT_EQ(run.collectives[k].at(CollectiveKind::kReduceScatter), 2) << "pp rank " << k;
   }
+  // The transfers and the gradient norm's pp all-reduce count as the pp dim's communication.
+  EXPECT_GT(run.report.last_step.comm_by_dim_s[static_cast<size_t>(MeshDimKind::kPp)], 0);
   ASSERT_TRUE(run.report.pipeline.has_value());
   EXPECT_EQ(run.report.pipeline->peak_in_flight, (std::vector<int>{2, 1}));
   // The tokens of one pipeline's batch count once over its pp ranks.
@@ -79,4 +85,39 @@ TEST(SimPipeline, InterleavedStages) {
                                   {"F send", 8}, {"F recv", 4}, {"B send", 4}, {"B recv", 8}}));
   EXPECT_NE(sim::report_summary(run.report).find("pipeline: Interleaved1F1B over pp 2"),
             std::string::npos);
+}
+
+TEST(SimPipeline, ComposesWithHsdpTpAndFsdpOptions) {
+  // Each variant on the tiny pp scenario simulates cleanly, also with every rank recorded.
+  const std::vector<std::pair<std::string, std::function<void(nlohmann::json&)>>> variants = {
+      {"hsdp",
+       [](nlohmann::json& j) {
+         j["fsdp"]["mesh"] = {{"shape", {2, 2, 2}},
+                              {"dim_names", {"pp", "dp_replicate", "dp_shard"}}};
+         j["hardware"]["gpus_per_node"] = 8;
+       }},
+      {"tp",
+       [](nlohmann::json& j) {
+         j["fsdp"]["mesh"] = {{"shape", {2, 2, 2}}, {"dim_names", {"pp", "dp_shard", "tp"}}};
+         j["hardware"]["gpus_per_node"] = 8;
+       }},
+      {"embed_blocks_head", [](nlohmann::json& j) { j["fsdp"]["units"] = "embed_blocks_head"; }},
+      {"root unit", [](nlohmann::json& j) { j["fsdp"]["units"] = "root"; }},
+      {"full AC", [](nlohmann::json& j) { j["training"]["activation_checkpointing"] = "full"; }},
+      {"op SAC",
+       [](nlohmann::json& j) { j["training"]["activation_checkpointing"] = "selective_op"; }},
+      {"cpu offload", [](nlohmann::json& j) { j["fsdp"]["cpu_offload"] = true; }},
+      {"reshard after forward",
+       [](nlohmann::json& j) { j["fsdp"]["reshard_after_forward"] = true; }},
+  };
+  for (const auto& [name, edit] : variants) {
+    nlohmann::json j = pipeline_scenario_json(PipelineCase{});
+    edit(j);
+    const Scenario s = parse_scenario(j);
+    EXPECT_TRUE(sim::simulate_scenario(s).ok()) << name;
+    sim::SimulateOptions all;
+    all.all_ranks = true;
+    const sim::SimulationReport r = sim::simulate_scenario(s, all);
+    EXPECT_TRUE(r.ok()) << name << " (every rank): " << problems_text(r);
+  }
 }
