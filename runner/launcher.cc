@@ -122,6 +122,12 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
                      fmt::format("is true, which the {} backend does not run", kind.name),
                      "write false to train for real (the numbers are the same), or simulate it "
                      "with fullshard simulate");
+  if (s.pipeline.enabled())  // docs/pipeline.md: the simulator runs pipeline stages
+    throw InputError("fsdp.mesh.dim_names",
+                     fmt::format("has a pp dim of size {}: pipeline parallelism is simulated only, "
+                                 "the {} backend does not run it yet",
+                                 s.pipeline.degree, kind.name),
+                     "simulate it with fullshard simulate, or train without the pp dim");
   if (s.model.moe.enabled())  // the MoE kinds are simulated only (docs/moe.md)
     throw InputError("model.moe",
                      fmt::format("has {} experts, which the {} backend does not run yet",

@@ -193,8 +193,9 @@ void run_figures(SimulationReport& rep, const Scenario& s, int steps) {
   double batch = 0;
   for (int r = 0; r < s.world_size(); ++r) batch += static_cast<double>(s.training.batch_for(r));
   batch /= std::max(1, s.world_size());
-  // A tp group trains on one batch: each of its GPUs accounts for 1/tp of its tokens.
-  const int tp = s.fsdp.mesh_size("tp");
+  // A tp group trains on one batch: each of its GPUs accounts for 1/tp of its tokens; so does a
+  // pipeline's pp group (its stages run one batch).
+  const int tp = s.fsdp.mesh_size("tp") * s.fsdp.mesh_size("pp");
   const double tokens = batch * s.training.seq_len * s.training.grad_accum_steps / tp;
   rep.model_flops_per_token = model_flops_per_token(m, s.training.seq_len);  // torchtitan's count
   rep.tokens_per_step = tokens * s.world_size();
@@ -309,6 +310,7 @@ std::optional<SimulationReport> assemble_report(SimulationReport rep, const Scen
     rep.comm_s /= steps;
   }
   run_figures(rep, s, steps);
+  rep.pipeline = pipeline_report(s, rep.classes);
   if (s.training.checkpoint.every > 0 && !rep.out_of_memory &&
       rep.step_time_s > 0) {  // NOTE [Checkpoint cost]
     rep.checkpoint = checkpoint_cost(s, rep.step_time_s);

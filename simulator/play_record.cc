@@ -5,6 +5,7 @@
 
 #include "core/common/error.h"
 #include "core/fsdp/shard_layout.h"
+#include "core/train/pipeline_program.h"
 #include "core/train/training_program.h"
 #include "simulator/checkpoint_play.h"
 #include "simulator/simulate.h"
@@ -31,6 +32,11 @@ std::optional<Program> program_for_rank(const Scenario& s, const Program& from_p
   if (a.tp_group && b.tp_group) map[groups.intern(*a.tp_group)] = groups.intern(*b.tp_group);
   if (a.shard_tp_group && b.shard_tp_group)
     map[groups.intern(*a.shard_tp_group)] = groups.intern(*b.shard_tp_group);
+  if (a.pp_group && b.pp_group) map[groups.intern(*a.pp_group)] = groups.intern(*b.pp_group);
+  const std::vector<ProcessGroup> pa = pipeline_p2p_groups(s, from),
+                                  pb = pipeline_p2p_groups(s, to);
+  for (size_t i = 0; i < pa.size() && i < pb.size(); ++i)
+    map[groups.intern(pa[i])] = groups.intern(pb[i]);
   Program p;
   p.rank = to;
   p.names = from_program.names;

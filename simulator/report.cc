@@ -58,6 +58,7 @@ nlohmann::json report_json(const SimulationReport& r) {
   j["events_processed"] = r.events_processed;
   j["time_model"] = r.time_model;
   if (r.last_step_rank >= 0) j["last_step"] = step_breakdown_json(r.last_step, r.last_step_rank);
+  if (r.pipeline) j["pipeline"] = pipeline_report_json(*r.pipeline);
   if (r.checkpoint) {
     j["checkpoint"] = checkpoint_cost_json(*r.checkpoint);
     j["step_time_with_checkpoint_s"] = r.step_time_with_checkpoint_s();
@@ -167,6 +168,7 @@ std::string report_summary(const SimulationReport& r) {
           "host_memory_bytes, set hardware.host_memory_bytes)\n",
           format_bytes(r.peak_host_bytes_per_node));
   }
+  if (r.pipeline) out += pipeline_report_text(*r.pipeline);
   if (!r.out_of_memory && r.step_time_s > 0) {
     out += fmt::format(
         "  step time {:.3f} s ({} time model), exposed communication {:.3f} s, "
@@ -193,10 +195,12 @@ std::string report_summary(const SimulationReport& r) {
       }
       if (!path.empty()) path.pop_back();
       out += fmt::format("    critical path (rank {}, last step):{}\n", r.last_step_rank, path);
-      // Per mesh dim, when more than the shard dim communicates (HSDP, tensor parallelism).
+      // Per mesh dim, when more than the shard dim communicates (HSDP, tensor and pipeline
+      // parallelism).
       const auto& cd = r.last_step.comm_by_dim_s;
       if (cd[static_cast<size_t>(MeshDimKind::kReplicate)] > 0 ||
-          cd[static_cast<size_t>(MeshDimKind::kTp)] > 0) {
+          cd[static_cast<size_t>(MeshDimKind::kTp)] > 0 ||
+          cd[static_cast<size_t>(MeshDimKind::kPp)] > 0) {
         std::string dims;
         for (int k = 0; k < kNumMeshDimKinds; ++k)
           if (cd[static_cast<size_t>(k)] > 0)

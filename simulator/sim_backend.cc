@@ -18,6 +18,14 @@ size_t GroupRegistry::RanksHash::operator()(const std::vector<int>& ranks) const
 }
 
 uint32_t GroupRegistry::intern(const ProcessGroup& g) {
+  if (g.name.rfind("pipeline p2p", 0) == 0) {  // NOTE [Pipeline channels] (sim_backend.h)
+    auto [c, added] = by_channel_.try_emplace({g.name, g.ranks}, 0);
+    if (added) {
+      c->second = static_cast<uint32_t>(groups_.size());
+      groups_.push_back(GroupInfo{g.name, g.ranks});
+    }
+    return c->second;
+  }
   auto it = by_ranks_.find(g.ranks);
   if (it != by_ranks_.end()) return it->second;
   uint32_t id = static_cast<uint32_t>(groups_.size());

@@ -5,6 +5,7 @@
 // [Backend parts]): SimDevice records, SimCommunicator records over the GroupRegistry, no probe.
 #include <string>
 #include <string_view>
+#include <map>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -26,6 +27,11 @@ class GroupRegistry {
     size_t operator()(const std::vector<int>& ranks) const;
   };
   std::unordered_map<std::vector<int>, uint32_t, RanksHash> by_ranks_;
+  // NOTE [Pipeline channels]: pipeline parallelism's point-to-point groups (named "pipeline
+  // p2p ...", core/train/pipeline_p2p.h) are one channel per stage boundary and direction, so two
+  // with the same ranks stay apart: each carries its stage's microbatches in order on both
+  // ranks, as PyTorch pairs every send with its recv.
+  std::map<std::pair<std::string, std::vector<int>>, uint32_t> by_channel_;
   std::vector<GroupInfo> groups_;
 };
 

@@ -19,10 +19,11 @@
 namespace fullshard::sim {
 
 // NOTE [Rank classes in linear time]: a rank's program depends on its shard group's size, its
-// index in it and its micro-batch. Both come from the rank's mesh coordinates (the group along
-// the shard dimension is ordered by that coordinate, as DeviceMesh::group builds it), so no
-// group is built per rank (that was quadratic in the world size), and a parameter's local rows
-// depend only on its first dimension, so the key holds each distinct first dimension once.
+// index in it, its micro-batch and, with pipeline parallelism, its pp index (its stages). Both come
+// from the rank's mesh coordinates (the group along the shard dimension is ordered by that
+// coordinate, as DeviceMesh::group builds it), so no group is built per rank (that was quadratic in
+// the world size), and a parameter's local rows depend only on its first dimension, so the key
+// holds each distinct first dimension once.
 std::vector<std::vector<int>> rank_classes(const Scenario& s) {
   const int world = s.world_size();
   Transformer model(s.model, tensor_parallel_for(s, 0));  // local shapes are alike on every tp rank
@@ -39,12 +40,15 @@ std::vector<std::vector<int>> rank_classes(const Scenario& s) {
   std::map<std::vector<int64_t>, std::vector<int>> by_key;
   // Played checkpoint saves (NOTE [Playing a checkpoint save]): writers differ from the rest.
   const bool saves = s.training.checkpoint.every > 0;
-  std::vector<int64_t> key(rows.size() + (saves ? 2 : 1));
+  const int pp_dim = mesh.dim_index("pp");  // outermost: the pp index is r / pp_stride
+  const int pp_stride = pp_dim < 0 ? 0 : mesh.size() / mesh.shape()[static_cast<size_t>(pp_dim)];
+  std::vector<int64_t> key(rows.size() + (saves ? 2 : 1) + (pp_dim < 0 ? 0 : 1));
   for (int r = 0; r < world; ++r) {
     const int idx = (r / stride) % w;
     for (size_t i = 0; i < rows.size(); ++i) key[i] = shard_rows(rows[i], w, idx);
     key[rows.size()] = s.training.batch_for(r);  // an uneven batch changes the program too
-    if (saves) key.back() = writes_checkpoint(s, r) ? 1 : 0;
+    if (saves) key[rows.size() + 1] = writes_checkpoint(s, r) ? 1 : 0;
+    if (pp_dim >= 0) key.back() = r / pp_stride;
     by_key[key].push_back(r);
   }
   std::vector<std::vector<int>> classes;

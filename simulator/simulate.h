@@ -12,6 +12,7 @@
 #include "simulator/checkpoint_cost.h"
 #include "simulator/engine/engine.h"
 #include "simulator/extrapolate.h"
+#include "simulator/pipeline_report.h"
 #include "simulator/step_breakdown.h"
 
 namespace fullshard::sim {
@@ -105,6 +106,8 @@ struct SimulationReport {
   double step_time_with_checkpoint_s() const {
     return step_time_s + (checkpoint ? checkpoint->amortised_s_per_step : 0);
   }
+  // With a pp dim: the schedule, its bubble and microbatches in flight (pipeline_report.h).
+  std::optional<PipelineReport> pipeline;
   uint64_t events_processed = 0;
   bool ok() const { return problems.empty() && !out_of_memory && !host_out_of_memory; }
 };

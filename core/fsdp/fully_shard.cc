@@ -239,9 +239,11 @@ void FSDPRuntime::post_backward_final_callback() {
     if (s->group && s->group->training_state() != TrainingState::kPostBackward)
       s->group->post_backward();
     s->training_state = TrainingState::kIdle;
+    if (!is_last_backward_) continue;
     s->modules_to_run.clear();
     if (s->group) s->group->finalize_backward();
   }
+  if (!is_last_backward_) return;
   comm_.post_forward_order.clear();
   if (comm_.reduce_scatter_state) {
     b_.wait_event(kCurrent, comm_.reduce_scatter_state->event);
@@ -260,6 +262,20 @@ void FSDPRuntime::reset_iter_state() {
 void FSDPRuntime::set_requires_gradient_sync(bool sync) {
   for (auto& s : states_)
     if (s->group) s->group->set_requires_gradient_sync(sync);
+}
+
+void FSDPRuntime::perform_reduce_grad() {
+  set_is_last_backward(true);
+  set_reshard_after_backward(true);
+  set_requires_gradient_sync(true);
+  for (FSDPState* s : all_states_)
+    if (s->group) s->group->post_backward();
+  post_backward_final_callback();
+}
+
+void FSDPRuntime::set_reshard_after_backward(bool reshard) {
+  for (auto& s : states_)
+    if (s->group) s->group->set_reshard_after_backward(reshard);
 }
 
 void FSDPRuntime::set_requires_all_reduce(bool all_reduce) {

@@ -60,6 +60,15 @@ class FSDPRuntime : public ModuleHooks {
   void post_backward_final_callback();
   // FSDPModule.set_requires_gradient_sync over every state.
   void set_requires_gradient_sync(bool sync);
+  // FSDPModule.set_is_last_backward: off, the final callback leaves finalize and the wait for
+  // the last reduce-scatter to a later backward (a pipeline stage's microbatches but the last).
+  void set_is_last_backward(bool last) { is_last_backward_ = last; }
+  // FSDPModule.set_reshard_after_backward over every state.
+  void set_reshard_after_backward(bool reshard);
+  // PipelineStage.perform_reduce_grad (torch/distributed/pipelining/stage.py, PyTorch 2.11) after
+  // a stage's last microbatch backward: is_last_backward, reshard_after_backward and gradient
+  // sync on, post_backward of every group (root first, then pre-order), the final callback.
+  void perform_reduce_grad();
   // FSDPModule.set_requires_all_reduce over every state (HSDP gradient accumulation that
   // reduce-scatters every micro-batch and all-reduces only the last).
   void set_requires_all_reduce(bool all_reduce);
@@ -80,6 +89,7 @@ class FSDPRuntime : public ModuleHooks {
   std::map<const Module*, FSDPState*> by_module_;
   std::vector<FSDPState*> all_states_;  // root first, then pre-order (lazy init order)
   bool lazy_inited_ = false;
+  bool is_last_backward_ = true;
   FSDPState* iter_forward_root_ = nullptr;  // _state_ctx.iter_forward_root
 
   void lazy_init();

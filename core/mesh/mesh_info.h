@@ -14,6 +14,9 @@ struct MeshInfo {
   // tp-sharded parameters sum over it).
   std::optional<ProcessGroup> tp_group;
   std::optional<ProcessGroup> shard_tp_group;
+  // With a pp dim: the pipeline group (the gradient norm's squares sum over it, as torchtitan's
+  // clip_grad_norm_ with a pp mesh).
+  std::optional<ProcessGroup> pp_group;
   // Data parallelism: this rank's index over the replicate and shard dims, and their size
   // (ranks of one tp group read the same batch).
   int dp_rank = 0;

@@ -23,18 +23,31 @@ Module* find_child(Module& m, const std::string& name) {  // null when m has no 
 
 Transformer::Transformer(ModelConfig config, TensorParallel tp)
     : config_(std::move(config)), tp_(std::move(tp)) {
+  build();
+}
+
+Transformer::Transformer(ModelConfig config, TensorParallel tp, ModelPart part)
+    : config_(std::move(config)), tp_(std::move(tp)), part_(part) {
+  FULLSHARD_CHECK(config_.arch == ModelArch::kLlama && !config_.tie_embeddings,
+                  "a pipeline stage's model part needs an untied Llama (scenario_pipeline.cc)");
+  build();
+}
+
+void Transformer::build() {
   const auto& c = config_;
   const int64_t D = c.dim, F = c.ffn_dim, hd = c.head_dim(), kv = c.n_kv_heads * hd;
   const int64_t Q = c.n_heads * hd;  // == D unless the head size is decoupled (Qwen3)
   root_.kind = c.arch == ModelArch::kLlama ? "Transformer" : "GPT2";
   if (c.arch == ModelArch::kLlama) {
-    root_.add_child("tok_embeddings", "Embedding")->add_param("weight", {c.vocab_size, D});
+    if (!part_ || part_->embeddings)
+      root_.add_child("tok_embeddings", "Embedding")->add_param("weight", {c.vocab_size, D});
   } else {
     root_.add_child("wte", "Embedding")->add_param("weight", {c.vocab_size, D});
     root_.add_child("wpe", "Embedding")->add_param("weight", {c.max_seq_len, D});
   }
   Module* layers = root_.add_child("layers", "ModuleList");
   for (int64_t i = 0; i < c.n_layers; ++i) {
+    if (part_ && (i < part_->first_layer || i >= part_->first_layer + part_->num_layers)) continue;
     Module* b = layers->add_child(std::to_string(i), "TransformerBlock");
     blocks_.push_back(b);
     if (c.arch == ModelArch::kLlama) {
@@ -85,7 +98,9 @@ Transformer::Transformer(ModelConfig config, TensorParallel tp)
       mp->add_param("bias", {D});
     }
   }
-  if (c.arch == ModelArch::kLlama) {
+  if (c.arch == ModelArch::kLlama && part_ && !part_->head) {
+    // a pipeline stage before the last: no norm, no output
+  } else if (c.arch == ModelArch::kLlama) {
     root_.add_child("norm", "RMSNorm")->add_param("weight", {D});
     if (!c.tie_embeddings)
       root_.add_child("output", "Linear")->add_param("weight", {c.vocab_size, D});
@@ -370,6 +385,11 @@ Value Transformer::forward(ExecContext& c, const Tensor& tokens, const Tensor& l
   Value logits = logits_forward(c, tokens, block_ac);
   // With loss parallel the vocab-sharded logits go into a vocab-parallel cross-entropy;
   // without it they are gathered (output_layouts=Replicate()).
+  return loss_from_logits(c, std::move(logits), labels);
+}
+
+Value Transformer::loss_from_logits(ExecContext& c, Value logits, const Tensor& labels) {
+  const ModelImplementation& impl = config_.implementation;
   if (tp_.enabled() && tp_.loss_parallel) {
     if (impl.keep_logits && c.graph()) c.graph()->keep_until_backward_ends(logits.t);
     FULLSHARD_CHECK(impl.loss == LossImpl::kFp32Logits,

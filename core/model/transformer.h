@@ -1,6 +1,7 @@
 #pragma once
 // Llama-style and GPT-2-style decoders as module trees with torchtitan / nanoGPT names,
 // and their forward pass over the ops in ops.h.
+#include <optional>
 #include <vector>
 
 #include "core/model/autograd.h"
@@ -13,10 +14,22 @@ namespace fullshard {
 // How one transformer block is checkpointed (torchtitan activation_checkpoint modes).
 enum class BlockCheckpoint : uint8_t { kNone, kFull, kOpSelective };
 
+// The modules of one pipeline stage (torchtitan's _pipeline_module_split keeps these of a whole
+// model and sets the others to None): the embedding, layers [first_layer, first_layer +
+// num_layers) under their own fqns, the final norm and output. Llama only.
+struct ModelPart {
+  bool embeddings = true;
+  int64_t first_layer = 0;
+  int64_t num_layers = 0;
+  bool head = true;  // norm + output
+};
+
 class Transformer {
  public:
   // `tp`: this rank's tensor-parallel view (parameters are built as its local shards).
   explicit Transformer(ModelConfig config, TensorParallel tp = {});
+  // One pipeline stage's part of the model: only its modules and parameters exist.
+  Transformer(ModelConfig config, TensorParallel tp, ModelPart part);
   const TensorParallel& tensor_parallel() const { return tp_; }
   const ModelConfig& config() const { return config_; }
   Module& root() { return root_; }
@@ -26,6 +39,15 @@ class Transformer {
   // `block_ac[i]` says how block i is checkpointed (empty: none).
   Value forward(ExecContext& c, const Tensor& tokens, const Tensor& labels,
                 const std::vector<BlockCheckpoint>& block_ac);
+  // The loss of forward() over the logits of logits_forward (or of a last pipeline stage).
+  Value loss_from_logits(ExecContext& c, Value logits, const Tensor& labels);
+  // A pipeline stage's model(x) (core/model/transformer_stage.cc): the embedding of `tokens`
+  // (the first stage) or `input` (the previous stage's output), the part's layers, and the norm
+  // and output (the last stage: the logits) as torchtitan's Decoder.forward runs with the other
+  // modules None. `block_ac` is indexed by global layer.
+  Value stage_forward(ExecContext& c, const Tensor* tokens, Value input,
+                      const std::vector<BlockCheckpoint>& block_ac);
+  const std::optional<ModelPart>& part() const { return part_; }
   // model(tokens): the root module's forward, returning the logits [B, S, V].
   Value logits_forward(ExecContext& c, const Tensor& tokens,
                        const std::vector<BlockCheckpoint>& block_ac);
@@ -50,7 +72,9 @@ class Transformer {
   Param* output_weight_ = nullptr;  // the embedding's weight when tied
   bool edge_module_calls_ = false;
   bool has_output_module_ = false;  // a tied Llama's parameterless output module was added
+  std::optional<ModelPart> part_;   // a pipeline stage's modules (none: the whole model)
 
+  void build();  // the module tree (of part_ when set), init and tensor parallelism
   Value root_forward(ExecContext& c, const Tensor& tokens,
                      const std::vector<BlockCheckpoint>& block_ac, bool skip_head);
 

@@ -185,6 +185,9 @@ void clip_grad_norm(Backend& b, const std::vector<OptimizerParam*>& params, doub
       }
     }
   }
+  // torchtitan's clip_grad_norm_ with a pp mesh: each rank's norm covers its stages only, so the
+  // squares are summed over the pipeline group too.
+  if (mesh.pp_group) all_reduce(total, *mesh.pp_group, "clip_grad_norm all_reduce (pp)");
   // _foreach_mul_(grads, clamp(max_norm / (total + 1e-6), max=1)).
   OpCall scale;
   scale.kind = OpKind::kClipGradScale;

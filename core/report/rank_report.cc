@@ -58,7 +58,8 @@ json rank_class_json(const RankReport& c) {
   cj["last_step_s"] = c.last_step_s;
   json busy = json::object();
   for (StreamRole s : kAllStreams)
-    busy[std::string(stream_name(s))] = c.busy_s[static_cast<int>(s)];
+    if (s != StreamRole::kPipelineP2P || c.busy_s[static_cast<int>(s)] > 0)  // only with pp
+      busy[std::string(stream_name(s))] = c.busy_s[static_cast<int>(s)];
   cj["stream_busy_s"] = busy;
   json counts = json::object();
   for (int k = 0; k < 5; ++k)

@@ -117,12 +117,14 @@ const char* mesh_dim_kind_name(MeshDimKind k) {
     case MeshDimKind::kShard: return "shard";
     case MeshDimKind::kReplicate: return "replicate";
     case MeshDimKind::kTp: return "tp";
+    case MeshDimKind::kPp: return "pp";
   }
   return "?";
 }
 
 MeshDimKind mesh_dim_of_group(const std::string& g) {
   if (g == "tp") return MeshDimKind::kTp;
+  if (g == "pp" || g.rfind("pipeline p2p", 0) == 0) return MeshDimKind::kPp;
   if (g.rfind("replicate", 0) == 0) return MeshDimKind::kReplicate;
   return MeshDimKind::kShard;
 }
@@ -130,14 +132,17 @@ MeshDimKind mesh_dim_of_group(const std::string& g) {
 json step_breakdown_json(const StepBreakdown& b, int rank) {
   json busy = json::object(), path = json::object();
   for (StreamRole s : kAllStreams)
-    busy[std::string(stream_name(s))] = b.stream_busy_s[static_cast<size_t>(s)];
+    if (s != StreamRole::kPipelineP2P || b.stream_busy_s[static_cast<size_t>(s)] > 0)  // pp only
+      busy[std::string(stream_name(s))] = b.stream_busy_s[static_cast<size_t>(s)];
   for (int k = 0; k < kNumPathKinds; ++k)
     path[path_kind_name(static_cast<PathKind>(k))] = b.critical_path_s[static_cast<size_t>(k)];
   json by_dim = json::object();
   for (int k = 0; k < kNumMeshDimKinds; ++k)
-    by_dim[mesh_dim_kind_name(static_cast<MeshDimKind>(k))] = {
-        {"comm_s", b.comm_by_dim_s[static_cast<size_t>(k)]},
-        {"exposed_s", b.exposed_comm_by_dim_s[static_cast<size_t>(k)]}};
+    if (static_cast<MeshDimKind>(k) != MeshDimKind::kPp ||
+        b.comm_by_dim_s[static_cast<size_t>(k)] > 0)
+      by_dim[mesh_dim_kind_name(static_cast<MeshDimKind>(k))] = {
+          {"comm_s", b.comm_by_dim_s[static_cast<size_t>(k)]},
+          {"exposed_s", b.exposed_comm_by_dim_s[static_cast<size_t>(k)]}};
   return {{"rank", rank},
           {"comm_by_dim", by_dim},
           {"begin_s", b.begin_s},
@@ -162,6 +167,8 @@ StepBreakdown step_breakdown_from_json(const json& j) {
   if (j.contains("comm_by_dim") && j["comm_by_dim"].is_object())
     for (int k = 0; k < kNumMeshDimKinds; ++k) {
       const std::string d = mesh_dim_kind_name(static_cast<MeshDimKind>(k));
+      if (static_cast<MeshDimKind>(k) == MeshDimKind::kPp && !j["comm_by_dim"].contains(d))
+        continue;  // written only with pipeline parallelism
       const json& e = j["comm_by_dim"].contains(d) ? j["comm_by_dim"][d] : json();
       b.comm_by_dim_s[static_cast<size_t>(k)] = number(e, "comm_s", w + ".comm_by_dim." + d);
       b.exposed_comm_by_dim_s[static_cast<size_t>(k)] =
@@ -169,9 +176,12 @@ StepBreakdown step_breakdown_from_json(const json& j) {
     }
   const json& busy = j.contains("stream_busy_s") ? j["stream_busy_s"] : json();
   const json& path = j.contains("critical_path_s") ? j["critical_path_s"] : json();
-  for (StreamRole s : kAllStreams)
-    b.stream_busy_s[static_cast<size_t>(s)] =
-        number(busy, std::string(stream_name(s)), w + ".stream_busy_s");
+  for (StreamRole s : kAllStreams) {
+    const std::string n(stream_name(s));
+    if (s == StreamRole::kPipelineP2P && !(busy.is_object() && busy.contains(n)))
+      continue;  // written only with pipeline parallelism
+    b.stream_busy_s[static_cast<size_t>(s)] = number(busy, n, w + ".stream_busy_s");
+  }
   for (int k = 0; k < kNumPathKinds; ++k)
     b.critical_path_s[static_cast<size_t>(k)] =
         number(path, path_kind_name(static_cast<PathKind>(k)), w + ".critical_path_s");

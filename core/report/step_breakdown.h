@@ -28,12 +28,14 @@ const char* path_kind_name(PathKind k);  // "compute", "device_copy", ...
 
 // The mesh dims a collective's group spans, for per-dimension communication time: shard
 // (FSDP's all-gathers and reduce-scatters, post-forward groups, clipping), replicate (HSDP's
-// all-reduce), tp (tensor parallelism's collectives on the compute stream).
-enum class MeshDimKind : uint8_t { kShard, kReplicate, kTp };
-constexpr int kNumMeshDimKinds = 3;
+// all-reduce), tp (tensor parallelism's collectives on the compute stream), pp (pipeline
+// stages' send / recv and the gradient norm's pp all-reduce; in reports only when nonzero).
+enum class MeshDimKind : uint8_t { kShard, kReplicate, kTp, kPp };
+constexpr int kNumMeshDimKinds = 4;
 const char* mesh_dim_kind_name(MeshDimKind k);
-// By the group's name ("tp", "replicate", "shard", "shard+tp", "shard/post_forward[2]"):
-// "tp" is tp, a name starting with "replicate" is replicate, everything else shard.
+// By the group's name ("tp", "replicate", "shard", "shard+tp", "shard/post_forward[2]", "pp",
+// "pipeline p2p F 0->1"): "tp" is tp, a name starting with "replicate" is replicate, "pp" or
+// one starting with "pipeline p2p" is pp, everything else shard.
 MeshDimKind mesh_dim_of_group(const std::string& group_name);
 
 struct StepBreakdown {

@@ -17,16 +17,19 @@ enum class StreamRole : uint8_t {
   kAllReduce,        // all_reduce_stream (HSDP)
   kHostToDevice,     // offload H2D copies
   kDeviceToHost,     // offload D2H copies
+  // Pipeline parallelism's stage-to-stage send / recv (ProcessGroupNCCL runs point-to-point
+  // work on a stream of its own; NOTE [Pipeline p2p] in core/train/pipeline_p2p.h).
+  kPipelineP2P,
 };
-constexpr int kNumStreams = 7;
+constexpr int kNumStreams = 8;
 constexpr std::array<StreamRole, kNumStreams> kAllStreams = {
     StreamRole::kDefault,       StreamRole::kAllGatherCopyIn, StreamRole::kAllGather,
     StreamRole::kReduceScatter, StreamRole::kAllReduce,       StreamRole::kHostToDevice,
-    StreamRole::kDeviceToHost};
+    StreamRole::kDeviceToHost,  StreamRole::kPipelineP2P};
 
 constexpr StreamId stream_id(StreamRole r) { return static_cast<StreamId>(r); }
 // "compute", "all_gather_copy_in", "all_gather", "reduce_scatter", "all_reduce",
-// "host_to_device", "device_to_host".
+// "host_to_device", "device_to_host", "pipeline_p2p".
 std::string_view stream_name(StreamRole r);
 
 using EventId = uint64_t;  // 0 is "no event"

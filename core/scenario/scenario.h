@@ -15,6 +15,7 @@
 #include "core/model/model_config.h"
 #include "core/scenario/checkpoint_save_mode.h"
 #include "core/scenario/hardware_profile.h"
+#include "core/scenario/pipeline_options.h"
 #include "core/tensor/dtype.h"
 
 namespace fullshard {
@@ -107,8 +108,8 @@ enum class ShardingUnits : uint8_t {
 
 struct FsdpOptions {
   std::vector<int> mesh_shape;  // [W] for FSDP, [R, S] for HSDP, [.., T] with tp
-  // ["shard"], ["replicate", "shard"], ["shard", "tp"] or ["replicate", "shard", "tp"]
-  // (NOTE [Mesh dims] in scenario_fsdp.cc).
+  // ["shard"], ["replicate", "shard"], ["shard", "tp"] or ["replicate", "shard", "tp"], any of
+  // them after a leading "pp" (NOTE [Mesh dims] in scenario_fsdp.cc).
   std::vector<std::string> mesh_dim_names;
   int mesh_size(const std::string& dim) const;  // size of the named dim, 1 when absent
   ReshardAfterForward reshard_after_forward;
@@ -183,6 +184,8 @@ struct Scenario {
   TrainingOptions training;
   FsdpOptions fsdp;
   TensorParallelOptions tensor_parallel;
+  // pipeline_parallel (core/scenario/pipeline_options.h); off without a pp dim.
+  PipelineParallelOptions pipeline;
   HardwareOptions hardware;
   int world_size() const;
 };

@@ -30,7 +30,9 @@ std::string shape_text(const std::vector<int64_t>& s) {
 // [replicate, shard, tp] (FSDP / HSDP composed with tensor parallelism), laid out row-major as
 // init_device_mesh does, so tp (the last dim) varies fastest and a tp group is consecutive
 // ranks, inside a node when tp <= gpus_per_node. torchtitan names the dims dp_replicate,
-// dp_shard and tp; both spellings are accepted and stored as replicate, shard and tp.
+// dp_shard and tp; both spellings are accepted and stored as replicate, shard and tp. A "pp"
+// dim (pipeline parallelism, pipeline_options.h) comes first, outermost as torchtitan's
+// ["pp", "dp_replicate", "dp_shard", "tp"]: a pp group is ranks a whole FSDP x tp mesh apart.
 void parse_mesh(const json& m, const HardwareOptions& hw, FsdpOptions& f) {
   const std::string P = "fsdp.mesh", S = "fsdp.mesh.shape", N = "fsdp.mesh.dim_names";
   const int64_t world = int64_t{hw.nodes} * hw.gpus_per_node;
@@ -45,12 +47,13 @@ void parse_mesh(const json& m, const HardwareOptions& hw, FsdpOptions& f) {
   if (!s.is_array())
     throw InputError(S, "is " + jr::describe(s) + ", not an array",
                      "write a list of sizes, e.g. " + examples);
-  if (s.empty() || s.size() > 3)
+  // A 4-D mesh needs its names (a leading pp); without them it is refused as too many dims.
+  if (s.empty() || s.size() > 4 || (s.size() == 4 && !m.contains("dim_names")))
     throw InputError(
         S, "is " + jr::show(s) + ", a " + std::to_string(s.size()) + "-D mesh",
         "fullshard supports [shard] (FSDP), [replicate, shard] (HSDP), and either with a "
-        "trailing tp dim (dim_names [\"shard\", \"tp\"] or [\"replicate\", \"shard\", \"tp\"]): "
-        "write " +
+        "trailing tp dim (dim_names [\"shard\", \"tp\"] or [\"replicate\", \"shard\", \"tp\"]), "
+        "optionally after a leading \"pp\" dim (then name every dim): write " +
             examples);
   std::vector<int64_t> shape;
   for (size_t i = 0; i < s.size(); ++i)
@@ -83,7 +86,7 @@ void parse_mesh(const json& m, const HardwareOptions& hw, FsdpOptions& f) {
   const std::string fix =
       "name the dims [\"shard\"], [\"replicate\", \"shard\"], [\"shard\", \"tp\"] or "
       "[\"replicate\", \"shard\", \"tp\"] (torchtitan's dp_replicate / dp_shard also work), "
-      "one per dim of the shape";
+      "optionally after a leading \"pp\", one per dim of the shape";
   if (!names.is_array()) throw InputError(N, "is " + jr::describe(names) + ", not an array", fix);
   std::vector<std::string> given;
   for (size_t i = 0; i < names.size(); ++i) {
@@ -100,7 +103,9 @@ void parse_mesh(const json& m, const HardwareOptions& hw, FsdpOptions& f) {
                      fix);
   const std::vector<std::vector<std::string>> allowed = {
       {"shard"}, {"replicate", "shard"}, {"shard", "tp"}, {"replicate", "shard", "tp"}};
-  if (std::find(allowed.begin(), allowed.end(), given) == allowed.end())
+  std::vector<std::string> after_pp = given;  // the FSDP x tp dims after a leading pp
+  if (!after_pp.empty() && after_pp.front() == "pp") after_pp.erase(after_pp.begin());
+  if (std::find(allowed.begin(), allowed.end(), after_pp) == allowed.end())
     throw InputError(N, "is " + jr::show(names) + ", not a mesh fullshard builds", fix);
   f.mesh_dim_names = given;
 }

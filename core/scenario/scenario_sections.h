@@ -35,6 +35,9 @@ int64_t field_int(const nlohmann::json& obj, const std::string& section, const c
 FsdpOptions parse_fsdp(const nlohmann::json& j, const HardwareOptions& hw, int64_t n_layers,
                        bool tied_head);
 TensorParallelOptions parse_tensor_parallel(const nlohmann::json& j);
+// The pipeline_parallel section (scenario_pipeline.cc; null: absent), checked against the
+// parsed model, training, fsdp mesh and hardware of `s`; resolves the stages and microbatches.
+PipelineParallelOptions parse_pipeline_parallel(const nlohmann::json* j, const Scenario& s);
 // The training section (scenario_training.cc); `model` for checks against its sizes.
 TrainingOptions parse_training(const nlohmann::json& j, const ModelConfig& model,
                                const std::string& base_dir);

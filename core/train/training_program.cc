@@ -3,8 +3,10 @@
 #include "core/common/error.h"
 #include "core/model/async_tp.h"
 #include "core/runtime/layer_args.h"
+#include "core/train/apply_fsdp.h"
 #include "core/train/chunked_loss.h"
 #include "core/runtime/copy_args.h"
+#include "core/train/pipeline_program.h"
 
 #include <limits>
 
@@ -23,12 +25,15 @@ MeshInfo mesh_info_for(const Scenario& s, int rank) {
     info.tp_group = mesh.group(rank, tp);
     info.shard_tp_group = mesh.group(rank, {shard, tp}, "shard+tp");
   }
-  // The data-parallel index runs over the mesh without its tp dim, row-major.
+  const int pp = mesh.dim_index("pp");
+  if (pp >= 0) info.pp_group = mesh.group(rank, pp);
+  // The data-parallel index runs over the mesh without its pp and tp dims, row-major (the
+  // stages of one pipeline read the same batch).
   const std::vector<int> c = mesh.coordinates(rank);
   info.dp_rank = 0;
   info.dp_size = 1;
   for (int d = 0; d < mesh.ndim(); ++d) {
-    if (d == tp) continue;
+    if (d == tp || d == pp) continue;
     info.dp_rank = info.dp_rank * mesh.shape()[d] + c[d];
     info.dp_size *= mesh.shape()[d];
   }
@@ -73,73 +78,7 @@ std::vector<BlockCheckpoint> block_checkpointing(const ActivationCheckpointing& 
   return v;
 }
 
-TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
-  b.set_blas_workspace_bytes(s.hardware.device.blas_workspace_bytes);  // NOTE [cuBLAS workspaces]
-  model_ = std::make_unique<Transformer>(s.model, tensor_parallel_for(s, b.rank()));
-  set_init_seed(model_->root(), s.training.seed);
-  fsdp_ = std::make_unique<FSDPRuntime>(b, mesh_info_for(s, b.rank()));
-  FullyShardOptions o;
-  o.reshard_after_forward = s.fsdp.reshard_after_forward;
-  o.mp_policy = s.fsdp.mixed_precision;
-  o.cpu_offload = s.fsdp.cpu_offload;
-  o.pin_memory = s.fsdp.pin_memory;
-  b.annotate("init");
-  std::vector<FSDPState*> block_states;
-  // Per-unit reshard_after_forward (fsdp.per_unit, NOTE [Per-unit options] in scenario_fsdp.cc).
-  auto unit_options = [&](const std::string& unit) {
-    FullyShardOptions u = o;
-    u.reshard_after_forward = s.fsdp.reshard_for(unit);
-    u.mp_policy = s.fsdp.mixed_precision_for(unit);
-    return u;
-  };
-  if (s.fsdp.units == ShardingUnits::kEmbedBlocksHead) {
-    // torchtitan's apply_fsdp_to_decoder: tok_embeddings, fully_shard([norm, output]), each
-    // block, the root. Its reshard_after_forward for [norm, output] is False unless the policy
-    // is "always": a scenario says so with fsdp.per_unit {"output": ...}.
-    model_->set_edge_module_calls(true);
-    Module& r = model_->root();
-    if (s.model.tie_embeddings) {  // fully_shard([tok_embeddings, norm, output]): NOTE [Tied
-                                   // embeddings unit]
-      fsdp_->fully_shard(
-          std::vector<Module*>{&r.child("tok_embeddings"), &r.child("norm"), &r.child("output")},
-          unit_options("output"));
-    } else {
-      fsdp_->fully_shard(r.child("tok_embeddings"), unit_options("tok_embeddings"), false);
-      fsdp_->fully_shard(std::vector<Module*>{&r.child("norm"), &r.child("output")},
-                         unit_options("output"));
-    }
-  }
-  if (s.fsdp.units != ShardingUnits::kRoot)
-    for (Module* blk : model_->blocks())
-      block_states.push_back(&fsdp_->fully_shard(*blk, unit_options(blk->fqn), false));
-  FSDPState& root = fsdp_->fully_shard(model_->root(), unit_options("root"), true);
-  // Explicit prefetching (set_modules_to_forward_prefetch / _backward_prefetch).
-  const int nb = static_cast<int>(block_states.size());
-  if (s.fsdp.forward_prefetch > 0)
-    for (int i = 0; i < nb; ++i)
-      for (int k = 1; k <= s.fsdp.forward_prefetch && i + k < nb; ++k)
-        block_states[i]->forward_prefetch.push_back(block_states[i + k]);
-  if (s.fsdp.backward_prefetch > 1) {
-    for (int i = 0; i < nb; ++i) {
-      std::vector<FSDPState*> t;
-      for (int k = 1; k <= s.fsdp.backward_prefetch && i - k >= 0; ++k)
-        t.push_back(block_states[i - k]);
-      block_states[i]->backward_prefetch = t;
-    }
-    std::vector<FSDPState*> t;
-    for (int k = 1; k <= s.fsdp.backward_prefetch && nb - k >= 0; ++k)
-      t.push_back(block_states[nb - k]);
-    root.backward_prefetch = t;
-  }
-  // FSDPModule's gradient division settings on every unit (NOTE [Global valid tokens]).
-  std::optional<double> divide = s.fsdp.gradient_divide_factor;
-  if (!divide && s.model.implementation.loss_normalization == LossNormalization::kGlobalValidTokens)
-    divide = 1.0;  // torchtitan's disable_fsdp_gradient_division
-  if (divide) fsdp_->set_gradient_divide_factor(*divide);
-  if (s.fsdp.force_sum_reduction_for_comms) fsdp_->set_force_sum_reduction_for_comms(true);
-  for (auto& st : fsdp_->states())
-    if (st->group)
-      for (FSDPParam* p : st->group->fsdp_params()) all_params_.push_back(p);
+AdamWOptions adamw_options(const Scenario& s) {
   const auto& oo = s.training.optimizer;
   AdamWOptions ao;
   ao.lr = oo.lr;
@@ -148,7 +87,27 @@ TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
   ao.eps = oo.eps;
   ao.weight_decay = oo.weight_decay;
   ao.fused = oo.fused;
-  optim_ = std::make_unique<AdamW>(b, all_params_, ao);
+  return ao;
+}
+
+TrainingProgram::~TrainingProgram() = default;
+
+TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
+  b.set_blas_workspace_bytes(s.hardware.device.blas_workspace_bytes);  // NOTE [cuBLAS workspaces]
+  if (s.pipeline.enabled()) {  // this rank's pipeline stages (core/train/pipeline_program.h)
+    b.annotate("init");
+    pipeline_ = std::make_unique<PipelineProgram>(b, s);
+    return;
+  }
+  model_ = std::make_unique<Transformer>(s.model, tensor_parallel_for(s, b.rank()));
+  set_init_seed(model_->root(), s.training.seed);
+  fsdp_ = std::make_unique<FSDPRuntime>(b, mesh_info_for(s, b.rank()));
+  b.annotate("init");
+  apply_fsdp(s, *model_, *fsdp_, false);
+  for (auto& st : fsdp_->states())
+    if (st->group)
+      for (FSDPParam* p : st->group->fsdp_params()) all_params_.push_back(p);
+  optim_ = std::make_unique<AdamW>(b, all_params_, adamw_options(s));
   block_ac_ = block_checkpointing(s.training.activation_checkpointing, s.model.n_layers);
 }
 
@@ -249,6 +208,7 @@ void TrainingProgram::micro_step(int step, int micro) {
 // predicts training steps); its allocations are below a training step's (no activations are
 // saved), so they do not raise the peak, but they do appear in a measured timeline.
 double TrainingProgram::eval_loss(int batches) {
+  FULLSHARD_CHECK(!pipeline_, "a validation pass of pipeline stages is not built yet");
   b_.annotate("validation");
   for (int i = 0; i < batches; ++i) {
     auto [tokens, labels] = load_batch(i, 0, 1, 1, "validation ");  // split 1: the validation data
@@ -269,6 +229,7 @@ double TrainingProgram::eval_loss(int batches) {
 }
 
 double TrainingProgram::run_step(int step) {
+  if (pipeline_) return pipeline_->run_step(step);
   b_.set_step(step);
   const int k = s_.training.grad_accum_steps;
   for (int m = 0; m < k; ++m) {

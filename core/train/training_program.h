@@ -28,10 +28,18 @@ uint64_t symmetric_memory_bytes(const Scenario& s);
 std::vector<BlockCheckpoint> block_checkpointing(const ActivationCheckpointing& ac,
                                                  int64_t n_layers);
 
+// The AdamW of training.optimizer.
+AdamWOptions adamw_options(const Scenario& s);
+
+class PipelineProgram;
+
 class TrainingProgram {
  public:
-  // Builds the model and applies fully_shard (this allocates the sharded parameters).
+  // Builds the model and applies fully_shard (this allocates the sharded parameters). With a pp
+  // dim, this rank's pipeline stages instead (PipelineProgram: model(), fsdp() and optimizer()
+  // are then not available).
   TrainingProgram(Backend& backend, const Scenario& scenario);
+  ~TrainingProgram();
 
   // One optimizer step: grad_accum_steps micro-batches (gradient sync on the last only),
   // clipping, AdamW, zero_grad, and the host reading back the loss. Returns this rank's
@@ -60,6 +68,7 @@ class TrainingProgram {
   std::vector<OptimizerParam*> all_params_;  // every FSDPParam, in module order
   std::vector<BlockCheckpoint> block_ac_;
   std::function<void(int)> before_optimizer_;
+  std::unique_ptr<PipelineProgram> pipeline_;  // with a pp dim
 
   void micro_step(int step, int micro);
   // The loss gradient's seed (NOTE [Global valid tokens] in training_program.cc).

@@ -307,6 +307,10 @@ PlanResult plan(const PlanOptions& opt) {
     throw InputError("--headroom", "is " + std::to_string(opt.headroom),
                      "give the fraction of GPU memory to keep free, in [0, 1), e.g. 0.05");
   FULLSHARD_CHECK(opt.base.world_size() == opt.space.gpus, "plan: base scenario world != --gpus");
+  if (opt.base.pipeline.enabled())  // docs/pipeline.md, "Not built yet"
+    throw InputError("fsdp.mesh.dim_names",
+                     "has a pp dim: the planner does not search pipeline parallelism yet",
+                     "plan from a scenario without the pp dim, or simulate this one");
   const std::vector<Candidate> cands = viable_candidates(opt);
   const int64_t L = opt.base.model.n_layers;
 

@@ -123,6 +123,10 @@ json base_json(const PlanFlags& f, HardwareProfile& profile) {
       throw InputError("--scenario",
                        "'" + f.scenario + "' sets training.rank_batch (an uneven batch)",
                        "remove it: the planner gives every GPU the same micro-batch");
+    if (j.contains("pipeline_parallel"))  // docs/pipeline.md, "Not built yet"
+      throw InputError("--scenario", "'" + f.scenario + "' sets pipeline_parallel",
+                       "remove it and the pp dim: the planner does not search pipeline "
+                       "parallelism yet");
     // The planner chooses these; a mesh or reshard int for another world would not parse.
     if (j.contains("fsdp") && j["fsdp"].is_object()) {
       j["fsdp"].erase("mesh");

@@ -1,0 +1,55 @@
+#pragma once
+// Stage-to-stage activations and gradients of pipeline parallelism as point-to-point transfers.
+//
+// NOTE [Pipeline p2p]: PyTorch's PipelineStage sends a stage's output to the next stage's rank
+// and the input gradient back (dist.batch_isend_irecv; torch/distributed/pipelining/stage.py in
+// PyTorch 2.11). Here a transfer is a collective of two ranks, a broadcast from the sender into
+// the receiver's buffer (what a send / recv pair moves), on its own channel: one process group per
+// stage boundary and direction, named "pipeline p2p F 0->1" or "pipeline p2p B 1->0" (NOTE
+// [Pipeline channels] in simulator/sim_backend.h), each carrying one stage's microbatches in order
+// on both ranks. A send runs on the StreamRole::kPipelineP2P stream after the compute that made
+// its tensor (ProcessGroupNCCL runs p2p work on a stream of its own); the sent tensor stays alive
+// until the current stream has waited for it: before the next send on the same channel under
+// 1F1B (its `_wait_batch_p2p(send_work)` before firing the next), at the step's end under the
+// others (GPipe's and the multi-stage runtimes' `send_ops` are waited after the last action). A
+// recv runs on the current stream right before the action that reads it: the compute waits for
+// its input, as `_wait_batch_p2p` makes it. Sends on one stream and recvs on another keep a
+// schedule that PyTorch runs with fused send + recv batches free of false waits.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/mesh/device_mesh.h"
+#include "core/model/tensor.h"
+
+namespace fullshard {
+
+// The channel of stage `from_stage` -> `to_stage` ('F': activations, 'B': gradients) between
+// global ranks `from_rank` and `to_rank`: the process group [from_rank, to_rank].
+ProcessGroup pipeline_channel(char kind, int from_stage, int to_stage, int from_rank, int to_rank);
+
+// Receives into `buffer` on the current stream (the sender is group rank 0).
+void pipeline_recv(Backend& b, const Tensor& buffer, const ProcessGroup& channel, int microbatch);
+
+// The sends of one rank, each kept until the current stream waited for it.
+class PipelineSends {
+ public:
+  // `wait_previous`: a send first waits for the channel's previous one (1F1B).
+  PipelineSends(Backend& b, bool wait_previous) : b_(b), wait_previous_(wait_previous) {}
+  // Sends `t` on the p2p stream (after the channel's previous send with wait_previous).
+  void send(const Tensor& t, const ProcessGroup& channel, int microbatch);
+  // The current stream waits for every send still pending; their tensors are released.
+  void wait_all();
+
+ private:
+  struct Pending {
+    Tensor tensor;
+    uint64_t event = 0;
+  };
+  Backend& b_;
+  bool wait_previous_;
+  std::multimap<std::string, Pending> pending_;  // by channel name, in issue order
+  void wait(Pending& p);
+};
+
+}  // namespace fullshard

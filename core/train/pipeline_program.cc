@@ -1,0 +1,243 @@
+#include "core/train/pipeline_program.h"
+
+#include <fmt/format.h>
+
+#include <limits>
+
+#include "core/common/error.h"
+#include "core/pipeline/pipeline_schedule.h"
+#include "core/runtime/layer_args.h"
+#include "core/train/apply_fsdp.h"
+#include "core/train/training_program.h"
+
+namespace fullshard {
+
+namespace {
+ProcessGroup pp_group_of(const Scenario& s, int rank) {
+  const MeshInfo m = mesh_info_for(s, rank);
+  FULLSHARD_CHECK(m.pp_group.has_value(), "a pipeline program needs a pp dim");
+  return *m.pp_group;
+}
+}  // namespace
+
+std::vector<ProcessGroup> pipeline_p2p_groups(const Scenario& s, int rank) {
+  std::vector<ProcessGroup> out;
+  if (!s.pipeline.enabled()) return out;
+  const ProcessGroup pp = pp_group_of(s, rank);
+  const PipelineScheduleOptions o = s.pipeline.schedule_options();
+  const int n = o.num_stages();
+  auto at = [&](int stage) { return pp.ranks[static_cast<size_t>(pipeline_stage_rank(o, stage))]; };
+  for (int k : pipeline_rank_stages(o, pp.index_of(rank))) {
+    if (k > 0) {
+      out.push_back(pipeline_channel('F', k - 1, k, at(k - 1), at(k)));
+      out.push_back(pipeline_channel('B', k, k - 1, at(k), at(k - 1)));
+    }
+    if (k + 1 < n) {
+      out.push_back(pipeline_channel('F', k, k + 1, at(k), at(k + 1)));
+      out.push_back(pipeline_channel('B', k + 1, k, at(k + 1), at(k)));
+    }
+  }
+  return out;
+}
+
+PipelineProgram::~PipelineProgram() = default;
+
+PipelineProgram::PipelineProgram(Backend& b, const Scenario& s)
+    : b_(b),
+      s_(s),
+      pp_group_(pp_group_of(s, b.rank())),
+      sends_(b, s.pipeline.schedule == PipelineScheduleKind::k1F1B) {
+  pp_rank_ = pp_group_.index_of(b.rank());
+  const PipelineScheduleOptions o = s.pipeline.schedule_options();
+  actions_ = build_pipeline_order(o)[static_cast<size_t>(pp_rank_)];
+  const int n = o.num_stages();
+  for (int k : pipeline_rank_stages(o, pp_rank_)) {
+    auto st = std::make_unique<Stage>();
+    st->index = k;
+    st->first = k == 0;
+    st->last = k == n - 1;
+    const PipelineStageModules& m = s.pipeline.stages[static_cast<size_t>(k)];
+    ModelPart part{m.embeddings, m.first_layer, m.num_layers, m.output};
+    st->model = std::make_unique<Transformer>(s.model, tensor_parallel_for(s, b.rank()), part);
+    set_init_seed(st->model->root(), s.training.seed);
+    st->fsdp = std::make_unique<FSDPRuntime>(b, mesh_info_for(s, b.rank()));
+    apply_fsdp(s, *st->model, *st->fsdp, true);
+    std::vector<OptimizerParam*> params;
+    for (auto& state : st->fsdp->states())
+      if (state->group)
+        for (FSDPParam* p : state->group->fsdp_params()) params.push_back(p);
+    all_params_.insert(all_params_.end(), params.begin(), params.end());
+    // torchtitan's OptimizersContainer: one optimizer per model part.
+    st->optim = std::make_unique<AdamW>(b, params, adamw_options(s));
+    by_index_[k] = st.get();
+    stages_.push_back(std::move(st));
+  }
+  block_ac_ = block_checkpointing(s.training.activation_checkpointing, s.model.n_layers);
+}
+
+int PipelineProgram::rank_of_stage(int stage) const {
+  return pp_group_
+      .ranks[static_cast<size_t>(pipeline_stage_rank(s_.pipeline.schedule_options(), stage))];
+}
+
+TensorMeta PipelineProgram::activation_meta() const {
+  const MixedPrecisionPolicy mp = s_.fsdp.mixed_precision_for("root");
+  const DType dt = mp.output_dtype.value_or(mp.param_dtype.value_or(DType::kFloat32));
+  const int64_t tp = s_.fsdp.mesh_size("tp");
+  return {dt, {s_.pipeline.microbatch_size, s_.training.seq_len / tp, s_.model.dim}};
+}
+
+// torchtitan's train_step with pp (pytorch/torchtitan@b5bcd76c6, trainer.py): every rank draws
+// the step's microbatches from its data loader, one batch of microbatch_size sequences each.
+void PipelineProgram::load_microbatches(int step) {
+  tokens_.clear();
+  labels_.clear();
+  const int m = s_.pipeline.microbatches;
+  const MeshInfo mi = mesh_info_for(s_, b_.rank());
+  const TensorMeta ids{DType::kInt64, {s_.pipeline.microbatch_size, s_.training.seq_len}};
+  for (int i = 0; i < m; ++i) {
+    Tensor tokens = Tensor::empty(b_, ids, MemCategory::kActivation, StreamRole::kDefault,
+                                  fmt::format("input tokens {}", i));
+    Tensor labels = Tensor::empty(b_, ids, MemCategory::kActivation, StreamRole::kDefault,
+                                  fmt::format("labels {}", i));
+    OpCall load;
+    load.kind = OpKind::kLoadBatch;
+    load.name = fmt::format("load batch {}", i);
+    load.outputs = {tokens.ref(), labels.ref()};
+    load.bytes = static_cast<double>(2 * ids.nbytes());
+    LoadBatchArgs a;  // core/runtime/layer_args.h
+    a.step = step;
+    a.micro_batch = i;
+    a.accumulation = m;
+    a.split = 0;
+    a.dp_rank = mi.dp_rank;
+    a.dp_size = mi.dp_size;
+    a.encode(load);
+    b_.launch(StreamRole::kDefault, load);
+    tokens_.push_back(std::move(tokens));
+    labels_.push_back(std::move(labels));
+  }
+}
+
+void PipelineProgram::forward(Stage& st, int mb) {
+  InFlight f;
+  f.graph = std::make_unique<Graph>();
+  ExecContext c(b_, f.graph.get(), st.fsdp.get());
+  Value input;
+  if (!st.first) {  // forward_one_chunk: the received activation is the stage's input (a leaf)
+    const Tensor& buf = st.act_recv[static_cast<size_t>(mb)];
+    pipeline_recv(
+        b_, buf,
+        pipeline_channel('F', st.index - 1, st.index, rank_of_stage(st.index - 1), b_.rank()), mb);
+    input = Value{buf, c.new_id()};
+    f.input = input;
+  }
+  Value out = st.model->stage_forward(c, st.first ? &tokens_[static_cast<size_t>(mb)] : nullptr,
+                                      std::move(input), block_ac_);
+  if (st.last) {  // the schedule's _maybe_compute_loss
+    f.loss = st.model->loss_from_logits(c, out, labels_[static_cast<size_t>(mb)]);
+    b_.read_scalar(StreamRole::kDefault, f.loss.t.ref());
+  } else {
+    const TensorMeta want = activation_meta();
+    FULLSHARD_CHECK(out.t.dtype() == want.dtype && out.t.shape() == want.shape,
+                    "stage " + std::to_string(st.index) +
+                        "'s output differs from the receive "
+                        "buffer the next stage allocated");
+    sends_.send(
+        out.t,
+        pipeline_channel('F', st.index, st.index + 1, b_.rank(), rank_of_stage(st.index + 1)), mb);
+  }
+  f.output = std::move(out);
+  st.in_flight.emplace(mb, std::move(f));
+}
+
+void PipelineProgram::backward(Stage& st, int mb) {
+  auto node = st.in_flight.extract(mb);
+  FULLSHARD_CHECK(!node.empty(), "a backward before its forward");
+  InFlight f = std::move(node.mapped());
+  // backward_maybe_with_nosync: every microbatch's backward keeps its gradients unsharded.
+  st.fsdp->set_is_last_backward(false);
+  st.fsdp->set_reshard_after_backward(false);
+  st.fsdp->set_requires_gradient_sync(false);
+  Tensor seed;
+  uint64_t root = 0;
+  if (st.last) {  // torch.autograd.backward(loss): the seed is ones_like(loss)
+    seed = Tensor::empty(b_, f.loss.t.meta(), MemCategory::kTemporary, StreamRole::kDefault,
+                         "loss grad seed");
+    OpCall fill;
+    fill.kind = OpKind::kFill;
+    fill.name = "ones_like(loss)";
+    fill.outputs = {seed.ref()};
+    fill.fargs = {1.0};  // torchtitan builds the schedule with scale_grads=False
+    b_.launch(StreamRole::kDefault, fill);
+    root = f.loss.id;
+    f.loss = Value{};
+  } else {
+    seed = st.grad_recv[static_cast<size_t>(mb)];
+    pipeline_recv(
+        b_, seed,
+        pipeline_channel('B', st.index + 1, st.index, rank_of_stage(st.index + 1), b_.rank()), mb);
+    root = f.output.id;
+  }
+  const uint64_t want = st.first ? 0 : f.input.id;
+  Tensor input_grad = f.graph->backward(b_, root, std::move(seed), want);
+  st.fsdp->post_backward_final_callback();  // queued by the root's pre-backward hook
+  f = InFlight{};                           // the stage's output and graph go
+  if (!st.first)
+    sends_.send(
+        input_grad,
+        pipeline_channel('B', st.index, st.index - 1, b_.rank(), rank_of_stage(st.index - 1)), mb);
+  // The lowered schedule's REDUCE_GRAD after the stage's last backward (_add_reduce_grad).
+  if (++st.backwards == s_.pipeline.microbatches) st.fsdp->perform_reduce_grad();
+}
+
+double PipelineProgram::run_step(int step) {
+  b_.set_step(step);
+  const int m = s_.pipeline.microbatches;
+  if (!initialized_) {  // _initialize_stage: every microbatch's receive buffers, kept
+    initialized_ = true;
+    const TensorMeta meta = activation_meta();
+    for (auto& st : stages_)
+      for (int i = 0; i < m; ++i) {
+        if (!st->first)
+          st->act_recv.push_back(Tensor::empty(
+              b_, meta, MemCategory::kActivation, StreamRole::kDefault,
+              fmt::format("recv_for_{}_from_{} microbatch {}", st->index, st->index - 1, i)));
+        if (!st->last)
+          st->grad_recv.push_back(Tensor::empty(
+              b_, meta, MemCategory::kActivation, StreamRole::kDefault,
+              fmt::format("recv_grad_for_{}_from_{} microbatch {}", st->index, st->index + 1, i)));
+      }
+  }
+  b_.annotate("forward");
+  load_microbatches(step);
+  for (auto& st : stages_) st->backwards = 0;
+  for (const PipelineAction& a : actions_) {
+    Stage& st = *by_index_.at(a.stage);
+    b_.annotate(fmt::format("{}{}{}", a.stage, pipeline_op_letter(a.op), a.microbatch));
+    if (a.op == PipelineOp::kForward)
+      forward(st, a.microbatch);
+    else if (a.op == PipelineOp::kFullBackward)
+      backward(st, a.microbatch);
+    else
+      FULLSHARD_CHECK(false, "split backward actions are not run (scenario_pipeline.cc)");
+  }
+  sends_.wait_all();
+  tokens_.clear();
+  labels_.clear();
+  b_.annotate("optimizer");
+  if (s_.training.optimizer.max_grad_norm > 0)
+    clip_grad_norm(b_, all_params_, s_.training.optimizer.max_grad_norm,
+                   mesh_info_for(s_, b_.rank()));
+  for (auto& st : stages_) st->optim->step();
+  for (auto& st : stages_) st->optim->zero_grad();
+  b_.synchronize(b_.record_event(StreamRole::kDefault));
+  b_.annotate("step end");
+  std::vector<double> losses = b_.take_scalars();
+  if (losses.empty()) return std::numeric_limits<double>::quiet_NaN();
+  double sum = 0;
+  for (double l : losses) sum += l;
+  return sum / static_cast<double>(losses.size());
+}
+
+}  // namespace fullshard
