@@ -187,6 +187,7 @@ void NcclProcessGroup::launch(const CollectiveArgs& a, cudaStream_t stream) {
       }
       break;
     }
+    case CollectiveKind::kAllToAll: r = ncclInvalidUsage; break;  // refused by decode_collective
   }
   if (r != ncclSuccess && r != ncclInProgress) {
     ncclCommAbort(comm_);

@@ -124,7 +124,8 @@ void StagedGlooProcessGroup::run(const CollectiveArgs& a, cudaStream_t stream) {
       if (chunk > 0)
         FULLSHARD_CUDA(cudaMemcpyAsync(staging_, a.output, chunk, cudaMemcpyDefault, stream));
       break;
-    case CollectiveKind::kBarrier: break;
+    case CollectiveKind::kBarrier:
+    case CollectiveKind::kAllToAll: break;  // refused by decode_collective
   }
   cudaEvent_t ready = events_.acquire();
   FULLSHARD_CUDA(cudaEventRecord(ready, stream));
@@ -154,7 +155,8 @@ void StagedGlooProcessGroup::run(const CollectiveArgs& a, cudaStream_t stream) {
       if (chunk > 0)
         FULLSHARD_CUDA(cudaMemcpyAsync(a.output, staging_, chunk, cudaMemcpyDefault, stream));
       break;
-    case CollectiveKind::kBarrier: break;
+    case CollectiveKind::kBarrier:
+    case CollectiveKind::kAllToAll: break;  // refused by decode_collective
   }
 }
 

@@ -27,8 +27,9 @@ FSDPParamGroup::FSDPParamGroup(Backend& b, CommContext& comm, std::string name,
   const int rank = config_.shard_group.index_of(b.rank());
   FULLSHARD_CHECK(rank >= 0, "rank not in its shard group");
   for (Param* p : params) {
-    params_.push_back(std::make_unique<FSDPParam>(
-        b, *p, world, rank, orig, config_.mp.param_dtype.value_or(orig), config_.offload));
+    params_.push_back(std::make_unique<FSDPParam>(b, *p, world, rank, orig,
+                                                  config_.mp.param_dtype.value_or(orig),
+                                                  config_.offload, config_.shard_dim));
     raw_.push_back(params_.back().get());
   }
 }
@@ -244,7 +245,10 @@ void FSDPParamGroup::post_backward() {
   o.reduce_dtype = reduce_dtype();
   int dp =
       config_.shard_group.size() * (config_.replicate_group ? config_.replicate_group->size() : 1);
-  o.factors = gradient_divide_factors(dp, o.reduce_dtype);
+  o.factors = config_.gradient_divide_factor > 0
+                  ? gradient_divide_factors(config_.gradient_divide_factor,
+                                            config_.shard_group.size(), o.reduce_dtype)
+                  : gradient_divide_factors(dp, o.reduce_dtype);
   o.all_reduce_grads = all_reduce_grads_;
   o.partial_reduce_output = std::move(partial_reduce_output_);
   ReduceResult r = foreach_reduce(b_, with_grad, std::move(grads), o, name_);

@@ -14,6 +14,11 @@ struct MeshInfo {
   // tp-sharded parameters sum over it).
   std::optional<ProcessGroup> tp_group;
   std::optional<ProcessGroup> shard_tp_group;
+  // With expert parallelism (expert_parallel.degree > 1, core/mesh/expert_mesh.h): the ep group
+  // (the token all-to-all; each holds every expert once) and the expert-FSDP group the routed
+  // experts are fully_shard-ed over (torchtitan's "ep" and "efsdp" mesh dims).
+  std::optional<ProcessGroup> ep_group;
+  std::optional<ProcessGroup> efsdp_group;
   // Data parallelism: this rank's index over the replicate and shard dims, and their size
   // (ranks of one tp group read the same batch).
   int dp_rank = 0;

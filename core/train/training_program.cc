@@ -1,6 +1,7 @@
 #include "core/train/training_program.h"
 
 #include "core/common/error.h"
+#include "core/mesh/expert_mesh.h"
 #include "core/model/async_tp.h"
 #include "core/runtime/layer_args.h"
 #include "core/train/chunked_loss.h"
@@ -8,6 +9,15 @@
 #include <limits>
 
 namespace fullshard {
+
+namespace {
+Module* find_child(Module& m, const std::string& name) {  // null when m has no such child
+  const std::string fqn = m.fqn.empty() ? name : m.fqn + "." + name;
+  for (auto& ch : m.children)
+    if (ch->fqn == fqn) return ch.get();
+  return nullptr;
+}
+}  // namespace
 
 MeshInfo mesh_info_for(const Scenario& s, int rank) {
   DeviceMesh mesh(s.fsdp.mesh_shape, s.fsdp.mesh_dim_names);
@@ -21,6 +31,11 @@ MeshInfo mesh_info_for(const Scenario& s, int rank) {
   if (tp >= 0) {
     info.tp_group = mesh.group(rank, tp);
     info.shard_tp_group = mesh.group(rank, {shard, tp}, "shard+tp");
+  }
+  if (s.expert_parallel.degree > 1) {  // NOTE [Expert-parallel mesh]
+    ExpertGroups g = expert_groups(info.shard_group, rank, s.expert_parallel.degree);
+    info.ep_group = std::move(g.ep);
+    info.efsdp_group = std::move(g.efsdp);
   }
   // The data-parallel index runs over the mesh without its tp dim, row-major.
   const std::vector<int> c = mesh.coordinates(rank);
@@ -44,6 +59,16 @@ TensorParallel tensor_parallel_for(const Scenario& s, int rank) {
   tp.loss_parallel = s.tensor_parallel.loss_parallel;
   tp.async = s.tensor_parallel.async && tp.degree > 1;
   return tp;
+}
+
+ExpertParallel expert_parallel_for(const Scenario& s, int rank) {
+  ExpertParallel ep;
+  if (s.expert_parallel.degree <= 1) return ep;
+  const MeshInfo m = mesh_info_for(s, rank);
+  ep.degree = m.ep_group->size();
+  ep.index = m.ep_group->index_of(rank);
+  ep.group = *m.ep_group;
+  return ep;
 }
 
 uint64_t symmetric_memory_bytes(const Scenario& s) {
@@ -74,7 +99,8 @@ std::vector<BlockCheckpoint> block_checkpointing(const ActivationCheckpointing& 
 
 TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
   b.set_blas_workspace_bytes(s.hardware.device.blas_workspace_bytes);  // NOTE [cuBLAS workspaces]
-  model_ = std::make_unique<Transformer>(s.model, tensor_parallel_for(s, b.rank()));
+  model_ = std::make_unique<Transformer>(s.model, tensor_parallel_for(s, b.rank()),
+                                         expert_parallel_for(s, b.rank()));
   set_init_seed(model_->root(), s.training.seed);
   fsdp_ = std::make_unique<FSDPRuntime>(b, mesh_info_for(s, b.rank()));
   FullyShardOptions o;
@@ -108,6 +134,24 @@ TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
                          unit_options("output"));
     }
   }
+  // NOTE [Experts' own unit]: with expert parallelism torchtitan's apply_fsdp (llama4
+  // parallelize.py at pytorch/torchtitan@36a4b69) fully_shards each MoE block's routed experts
+  // over the efsdp mesh first, with Shard(1) when efsdp x ep exceeds the experts and the dense
+  // data-parallel size as their gradient divide factor; the router and shared experts go with
+  // the block.
+  const MeshInfo mesh = mesh_info_for(s, b.rank());
+  std::map<const Module*, FSDPState*> expert_states;
+  for (Module* blk : model_->blocks()) {
+    Module* moe = mesh.efsdp_group ? find_child(*blk, "moe") : nullptr;
+    if (!moe) continue;
+    FullyShardOptions eo = unit_options(blk->fqn);
+    eo.shard_group = mesh.efsdp_group;
+    const int ep = s.expert_parallel.degree;
+    if (mesh.efsdp_group->size() * ep > s.model.moe.num_experts) eo.shard_dim = 1;
+    eo.gradient_divide_factor =
+        mesh.shard_group.size() * (mesh.replicate_group ? mesh.replicate_group->size() : 1);
+    expert_states[blk] = &fsdp_->fully_shard(moe->child("experts"), eo, false);
+  }
   if (s.fsdp.units != ShardingUnits::kRoot)
     for (Module* blk : model_->blocks())
       block_states.push_back(&fsdp_->fully_shard(*blk, unit_options(blk->fqn), false));
@@ -130,6 +174,8 @@ TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
       t.push_back(block_states[nb - k]);
     root.backward_prefetch = t;
   }
+  if (!expert_states.empty() && s.fsdp.units != ShardingUnits::kRoot)
+    set_moe_prefetch(block_states, expert_states);
   for (auto& st : fsdp_->states())
     if (st->group)
       for (FSDPParam* p : st->group->fsdp_params()) all_params_.push_back(p);
@@ -143,6 +189,45 @@ TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
   ao.fused = oo.fused;
   optim_ = std::make_unique<AdamW>(b, all_params_, ao);
   block_ac_ = block_checkpointing(s.training.activation_checkpointing, s.model.n_layers);
+}
+
+// NOTE [MoE prefetch]: with expert parallelism torchtitan sets explicit prefetching, "as D2H
+// syncs in EP could interfere with implicit prefetching in FSDP": each block's forward prefetches
+// the next block and, when it is a MoE block, its experts; each block's backward prefetches the
+// previous block and its experts; tok_embeddings prefetches the first block, [norm, output] the
+// last one in backward (when they are units of their own: fsdp.units embed_blocks_head). These
+// lists replace fsdp.forward_prefetch / backward_prefetch's.
+void TrainingProgram::set_moe_prefetch(const std::vector<FSDPState*>& blocks,
+                                       const std::map<const Module*, FSDPState*>& experts) {
+  const auto& mods = model_->blocks();
+  const int nb = static_cast<int>(blocks.size());
+  auto with_experts = [&](int i) {
+    std::vector<FSDPState*> v = {blocks[static_cast<size_t>(i)]};
+    auto it = experts.find(mods[static_cast<size_t>(i)]);
+    if (it != experts.end()) v.push_back(it->second);
+    return v;
+  };
+  Module& r = model_->root();
+  FSDPState* embed =
+      find_child(r, "tok_embeddings") ? fsdp_->state_of(r.child("tok_embeddings")) : nullptr;
+  FSDPState* head = find_child(r, "output") ? fsdp_->state_of(r.child("output")) : nullptr;
+  if (embed && nb > 0) embed->forward_prefetch = {blocks[0]};
+  for (int i = 0; i < nb; ++i) {
+    blocks[static_cast<size_t>(i)]->forward_prefetch.clear();
+    if (i + 1 < nb)
+      blocks[static_cast<size_t>(i)]->forward_prefetch = with_experts(i + 1);
+    else if (head)
+      blocks[static_cast<size_t>(i)]->forward_prefetch = {head};
+  }
+  if (head && nb > 0) head->backward_prefetch = std::vector<FSDPState*>{blocks.back()};
+  for (int i = nb - 1; i >= 0; --i) {
+    if (i > 0)
+      blocks[static_cast<size_t>(i)]->backward_prefetch = with_experts(i - 1);
+    else if (embed)
+      blocks[static_cast<size_t>(i)]->backward_prefetch = std::vector<FSDPState*>{embed};
+    else
+      blocks[static_cast<size_t>(i)]->backward_prefetch = std::vector<FSDPState*>{};
+  }
 }
 
 // kLoadBatch into new int64 [B, S] tokens and labels (iargs: step, micro-batch, accumulation,

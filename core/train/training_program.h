@@ -3,6 +3,7 @@
 // training steps (forward, backward, gradient clipping, AdamW) against any Backend. The
 // simulator and the real backends run exactly this code.
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -19,6 +20,8 @@ namespace fullshard {
 MeshInfo mesh_info_for(const Scenario& s, int rank);
 // This rank's tensor-parallel view (degree 1 without a tp dim).
 TensorParallel tensor_parallel_for(const Scenario& s, int rank);
+// This rank's expert-parallel view (expert_parallel.degree; degree 1 when none).
+ExpertParallel expert_parallel_for(const Scenario& s, int rank);
 
 // Device bytes each rank keeps outside the caching allocator for async TP's symmetric-memory
 // workspace (ops::tp::symmetric_workspace_bytes for a micro-batch, in the compute
@@ -62,6 +65,9 @@ class TrainingProgram {
   std::function<void(int)> before_optimizer_;
 
   void micro_step(int step, int micro);
+  // NOTE [MoE prefetch] (training_program.cc): blocks in order, each MoE block's experts' state.
+  void set_moe_prefetch(const std::vector<FSDPState*>& blocks,
+                        const std::map<const Module*, FSDPState*>& experts);
   // The model's forward and the loss (model.implementation.loss), as the training loop runs them.
   Value forward_loss(ExecContext& c, const Tensor& tokens, const Tensor& labels,
                      const std::vector<BlockCheckpoint>& block_ac, double grad_scale);
