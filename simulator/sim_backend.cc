@@ -26,11 +26,13 @@ uint32_t GroupRegistry::intern(const ProcessGroup& g) {
     }
     return c->second;
   }
-  auto it = by_ranks_.find(g.ranks);
-  if (it != by_ranks_.end()) return it->second;
+  // NOTE [Expert-parallel communicators] (sim_backend.h).
+  auto& map = g.name == "ep" ? ep_by_ranks_ : g.name == "efsdp" ? efsdp_by_ranks_ : by_ranks_;
+  auto it = map.find(g.ranks);
+  if (it != map.end()) return it->second;
   uint32_t id = static_cast<uint32_t>(groups_.size());
   groups_.push_back(GroupInfo{g.name, g.ranks});
-  by_ranks_.emplace(g.ranks, id);
+  map.emplace(g.ranks, id);
   return id;
 }
 
@@ -247,6 +249,22 @@ void SimCommunicator::collective(StreamRole stream, const CollectiveCall& call,
   in.coll_bytes =
       call.kind == CollectiveKind::kReduceScatter ? call.input.nbytes() : call.output.nbytes();
   in.bytes = static_cast<double>(in.coll_bytes);
+  if (call.kind == CollectiveKind::kAllToAll) {
+    // This rank's input; dims: the bytes it sends to and receives from the other members (its
+    // own chunk is a local copy), which the cost models price (NOTE [All-to-all cost]).
+    in.coll_bytes = call.input.nbytes();
+    in.bytes = static_cast<double>(call.input.nbytes() + call.output.nbytes());
+    const int me = group.index_of(host_.rank());
+    const uint64_t es = dtype_size(call.input.meta.dtype);
+    FULLSHARD_CHECK(static_cast<int>(call.send_numels.size()) == group.size() &&
+                        static_cast<int>(call.recv_numels.size()) == group.size(),
+                    call.name + ": all_to_all split sizes do not match the group");
+    for (int j = 0; j < group.size(); ++j) {
+      if (j == me) continue;
+      in.dims[0] += call.send_numels[static_cast<size_t>(j)] * static_cast<int64_t>(es);
+      in.dims[1] += call.recv_numels[static_cast<size_t>(j)] * static_cast<int64_t>(es);
+    }
+  }
   if (call.kind == CollectiveKind::kAllGather)
     device_.add_accesses(in, {call.input}, {call.output});
   else

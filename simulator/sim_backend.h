@@ -17,6 +17,10 @@ namespace fullshard::sim {
 
 // Interns process groups by their rank list so every rank's programs refer to the same ids
 // (in order of first use). Keyed by the rank list itself: no string is built per collective.
+// NOTE [Expert-parallel communicators]: torchtitan's sparse mesh ("ep", "efsdp") is unflattened
+// from the world on its own, so its process groups are communicators of their own even where
+// their ranks equal a dense group's (ep = the shard size): such groups are interned apart, so
+// the engine's per-communicator order does not queue an all-to-all behind FSDP's collectives.
 class GroupRegistry {
  public:
   uint32_t intern(const ProcessGroup& g);
@@ -32,6 +36,7 @@ class GroupRegistry {
   // with the same ranks stay apart: each carries its stage's microbatches in order on both
   // ranks, as PyTorch pairs every send with its recv.
   std::map<std::pair<std::string, std::vector<int>>, uint32_t> by_channel_;
+  std::unordered_map<std::vector<int>, uint32_t, RanksHash> ep_by_ranks_, efsdp_by_ranks_;
   std::vector<GroupInfo> groups_;
 };
 

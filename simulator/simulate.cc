@@ -9,6 +9,7 @@
 #include "core/fsdp/shard_layout.h"
 #include "core/mesh/device_mesh.h"
 #include "core/model/model_flops.h"
+#include "core/model/moe_routing.h"
 #include "core/train/training_program.h"
 #include "simulator/checkpoint_play.h"
 #include "simulator/cost/hardware_cost_model.h"
@@ -26,9 +27,13 @@ namespace fullshard::sim {
 // holds each distinct first dimension once.
 std::vector<std::vector<int>> rank_classes(const Scenario& s) {
   const int world = s.world_size();
-  Transformer model(s.model, tensor_parallel_for(s, 0));  // local shapes are alike on every tp rank
+  // Local shapes are alike on every tp and ep rank; expert-parallel weights shard over efsdp
+  // (below), not the shard dim.
+  Transformer model(s.model, tensor_parallel_for(s, 0), expert_parallel_for(s, 0));
   std::vector<int64_t> rows;
-  model.root().for_each_param([&](Param& p) { rows.push_back(p.shape[0]); });
+  model.root().for_each_param([&](Param& p) {
+    if (p.ep_degree == 1) rows.push_back(p.shape[0]);
+  });
   std::sort(rows.begin(), rows.end());
   rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
   const DeviceMesh mesh(s.fsdp.mesh_shape, s.fsdp.mesh_dim_names);
@@ -42,13 +47,29 @@ std::vector<std::vector<int>> rank_classes(const Scenario& s) {
   const bool saves = s.training.checkpoint.every > 0;
   const int pp_dim = mesh.dim_index("pp");  // outermost: the pp index is r / pp_stride
   const int pp_stride = pp_dim < 0 ? 0 : mesh.size() / mesh.shape()[static_cast<size_t>(pp_dim)];
-  std::vector<int64_t> key(rows.size() + (saves ? 2 : 1) + (pp_dim < 0 ? 0 : 1));
+  // Expert parallelism: a rank's experts' local rows (their efsdp index) and what it receives
+  // in the all-to-all and computes (its ep index: NOTE [Expert-parallel routing]).
+  const int ep = s.expert_parallel.degree;
+  const MoeConfig& moe = s.model.moe;
+  std::vector<int64_t> key(rows.size() + 1 + (ep > 1 ? 3 : 0) + (saves ? 1 : 0) +
+                           (pp_dim < 0 ? 0 : 1));
   for (int r = 0; r < world; ++r) {
     const int idx = (r / stride) % w;
     for (size_t i = 0; i < rows.size(); ++i) key[i] = shard_rows(rows[i], w, idx);
     key[rows.size()] = s.training.batch_for(r);  // an uneven batch changes the program too
-    if (saves) key[rows.size() + 1] = writes_checkpoint(s, r) ? 1 : 0;
-    if (pp_dim >= 0) key.back() = r / pp_stride;
+    size_t k = rows.size() + 1;
+    if (ep > 1) {
+      const int64_t local = moe.num_experts / ep, efsdp = w / ep;
+      const EpRouting er =
+          ep_routing(skewed_tokens_per_expert(s.training.batch_for(r) * s.training.seq_len,
+                                              moe.top_k, moe.num_experts, moe.hot_expert_factor),
+                     ep, idx % ep);
+      key[k++] = efsdp * ep > moe.num_experts ? 0 : shard_rows(local, efsdp, idx / ep);
+      key[k++] = er.recv_rows[0];
+      key[k++] = grouped_rows(er.local_tokens_per_expert, moe.token_group_align);
+    }
+    if (saves) key[k++] = writes_checkpoint(s, r) ? 1 : 0;
+    if (pp_dim >= 0) key[k++] = r / pp_stride;
     by_key[key].push_back(r);
   }
   std::vector<std::vector<int>> classes;

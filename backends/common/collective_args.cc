@@ -4,6 +4,14 @@
 
 namespace fullshard::backends {
 
+namespace {
+size_t total(const std::vector<size_t>& v) {
+  size_t s = 0;
+  for (size_t x : v) s += x;
+  return s;
+}
+}  // namespace
+
 size_t CollectiveArgs::input_bytes(int group_size) const {
   const size_t e = dtype_size(dtype);
   switch (kind) {
@@ -12,6 +20,7 @@ size_t CollectiveArgs::input_bytes(int group_size) const {
     case CollectiveKind::kAllReduce:
     case CollectiveKind::kBroadcast: return count * e;
     case CollectiveKind::kBarrier: return 0;
+    case CollectiveKind::kAllToAll: return total(send_counts) * e;
   }
   return 0;
 }
@@ -24,6 +33,7 @@ size_t CollectiveArgs::output_bytes(int group_size) const {
     case CollectiveKind::kAllReduce:
     case CollectiveKind::kBroadcast: return count * e;
     case CollectiveKind::kBarrier: return 0;
+    case CollectiveKind::kAllToAll: return total(recv_counts) * e;
   }
   return 0;
 }
@@ -77,6 +87,23 @@ CollectiveArgs decode_collective(const CollectiveCall& call, const void* input, 
       a.count = out_n;
       break;
     case CollectiveKind::kBarrier: a.count = 0; break;
+    case CollectiveKind::kAllToAll: {
+      FULLSHARD_CHECK(call.send_numels.size() == w && call.recv_numels.size() == w,
+                      what + ": needs one send and one receive count per group rank");
+      int64_t sent = 0, received = 0;
+      for (size_t j = 0; j < w; ++j) {
+        FULLSHARD_CHECK(call.send_numels[j] >= 0 && call.recv_numels[j] >= 0,
+                        what + ": negative split size");
+        sent += call.send_numels[j];
+        received += call.recv_numels[j];
+        a.send_counts.push_back(static_cast<size_t>(call.send_numels[j]));
+        a.recv_counts.push_back(static_cast<size_t>(call.recv_numels[j]));
+      }
+      FULLSHARD_CHECK(static_cast<size_t>(sent) == in_n && static_cast<size_t>(received) == out_n,
+                      what + ": split sizes do not add up to the input and output");
+      a.count = in_n;
+      break;
+    }
   }
   return a;
 }

@@ -12,6 +12,7 @@
 // host-program bug: InternalError naming the collective.
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "backends/gloo/fingerprint.h"
 #include "core/mesh/device_mesh.h"
@@ -29,6 +30,8 @@ struct CollectiveArgs {
   std::string name;
   const void* input = nullptr;
   void* output = nullptr;
+  // all_to_all: elements to / from each group rank (CollectiveCall::send_numels / recv_numels).
+  std::vector<size_t> send_counts, recv_counts;
 
   size_t input_bytes(int group_size) const;   // bytes read from input
   size_t output_bytes(int group_size) const;  // bytes written to output

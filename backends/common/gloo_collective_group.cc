@@ -25,6 +25,9 @@ void GlooCollectiveGroup::run(const CollectiveArgs& a, CallingThread) {
       pg_.broadcast(a.output, a.count, a.dtype, a.root, a.name);
       break;
     case CollectiveKind::kBarrier: pg_.barrier(a.name); break;
+    case CollectiveKind::kAllToAll:
+      pg_.all_to_all(a.input, a.send_counts, a.output, a.recv_counts, a.dtype, a.name);
+      break;
   }
 }
 

@@ -312,6 +312,37 @@ void GlooProcessGroup::broadcast(void* buffer, size_t count, DType dtype, int ro
   });
 }
 
+void GlooProcessGroup::all_to_all(const void* input, const std::vector<size_t>& send_counts,
+                                  void* output, const std::vector<size_t>& recv_counts, DType dtype,
+                                  const std::string& name) {
+  const int n = size(), me = impl_->rank;
+  FULLSHARD_CHECK(
+      static_cast<int>(send_counts.size()) == n && static_cast<int>(recv_counts.size()) == n,
+      "gloo: all_to_all '" + name + "' needs one send and one recv count per member");
+  const size_t es = dtype_size(dtype);
+  std::vector<Span> send(n), recv(n);
+  size_t so = 0, ro = 0;
+  for (int p = 0; p < n; ++p) {
+    send[p] = Span{so, send_counts[p] * es};
+    recv[p] = Span{ro, recv_counts[p] * es};
+    so += send[p].length;
+    ro += recv[p].length;
+  }
+  FULLSHARD_CHECK(
+      send[me].length == recv[me].length,
+      "gloo: all_to_all '" + name + "' sends itself a different count than it receives");
+  const uint8_t* in = static_cast<const uint8_t*>(input);
+  uint8_t* out = static_cast<uint8_t*>(output);
+  FULLSHARD_CHECK(so == 0 || ro == 0 || in + so <= out || out + ro <= in,
+                  "gloo: all_to_all '" + name + "' input and output overlap");
+  // The fingerprint's count is this rank's (members' counts differ by design): 0 in the call.
+  CallInfo call{CollectiveKind::kAllToAll, 0, dtype, false, ReduceOp::kSum, -1, name};
+  impl_->run(call, [&](Link* link) {
+    if (send[me].length) std::memcpy(out + recv[me].offset, in + send[me].offset, send[me].length);
+    if (link) direct_all_to_all(*link, in, send, out, recv);
+  });
+}
+
 void GlooProcessGroup::barrier(const std::string& name) {
   CallInfo call{CollectiveKind::kBarrier, 0, DType::kUInt8, false, ReduceOp::kSum, -1, name};
   impl_->run(call, [&](Link* link) {

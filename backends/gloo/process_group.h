@@ -27,6 +27,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "core/mesh/device_mesh.h"
 #include "core/runtime/op.h"
@@ -94,6 +95,12 @@ class GlooProcessGroup {
   // `root` is a group rank (an index into group().ranks), not a global rank.
   void broadcast(void* buffer, size_t count, DType dtype, int root, const std::string& name);
   void barrier(const std::string& name);
+  // all_to_all_single with split sizes: send_counts[j] elements of `input` (the chunks back to
+  // back in group order) go to member j, and recv_counts[j] elements from member j land in
+  // `output` (likewise). Counts must agree pairwise across members; `input` and `output` must
+  // not overlap. Every dtype.
+  void all_to_all(const void* input, const std::vector<size_t>& send_counts, void* output,
+                  const std::vector<size_t>& recv_counts, DType dtype, const std::string& name);
 
  private:
   struct Impl;

@@ -210,4 +210,29 @@ void direct_broadcast(Link& link, uint8_t* buf, size_t bytes, int root) {
     if (p != root) link.wait_send(*bufs[p], p);
 }
 
+void direct_all_to_all(Link& link, const uint8_t* in, const std::vector<Span>& send, uint8_t* out,
+                       const std::vector<Span>& recv) {
+  const int n = link.size(), r = link.rank();
+  FULLSHARD_CHECK(static_cast<int>(send.size()) == n && static_cast<int>(recv.size()) == n,
+                  "one chunk per member");
+  const uint64_t slot = link.next_slot();
+  // One buffer per peer and direction, so that a failed wait names its peer.
+  std::vector<std::unique_ptr<UnboundBuffer>> sb(n), rb(n);
+  for (int p = 0; p < n; ++p) {
+    if (p == r) continue;
+    if (recv[p].length) {
+      rb[p] = link.buffer(out + recv[p].offset, recv[p].length);
+      link.recv(*rb[p], p, slot, 0, recv[p].length);
+    }
+    if (send[p].length) {
+      sb[p] = link.buffer(in + send[p].offset, send[p].length);
+      link.send(*sb[p], p, slot, 0, send[p].length);
+    }
+  }
+  for (int p = 0; p < n; ++p) {
+    if (rb[p]) link.wait_recv(*rb[p], p);
+    if (sb[p]) link.wait_send(*sb[p], p);
+  }
+}
+
 }  // namespace fullshard::gloo_backend

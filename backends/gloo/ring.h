@@ -102,4 +102,10 @@ void ring_reduce_scatter(Link& link, const ReduceSpec& spec, const uint8_t* in,
 // The root (a group rank) sends `bytes` of buf to every other member directly.
 void direct_broadcast(Link& link, uint8_t* buf, size_t bytes, int root);
 
+// All-to-all-v: bytes send[p] of `in` go to member p, which receives them at recv[rank()] of its
+// `out`; every pair exchanges directly, all at once (as NCCL's grouped send / recv). This
+// rank's own chunk is not touched (the caller copies it). `in` and `out` must not overlap.
+void direct_all_to_all(Link& link, const uint8_t* in, const std::vector<Span>& send, uint8_t* out,
+                       const std::vector<Span>& recv);
+
 }  // namespace fullshard::gloo_backend

@@ -3,6 +3,7 @@
 #include "core/common/error.h"
 #include "core/model/ops.h"
 #include "core/runtime/copy_args.h"
+#include "core/runtime/tensor_parallel_args.h"
 
 namespace fullshard {
 namespace {
@@ -19,6 +20,26 @@ OpCall kernel(OpKind kind, std::string name, std::vector<TensorRef> in,
   op.inputs = std::move(in);
   op.outputs = std::move(out);
   return op;
+}
+
+// torch.cat(torch.chunk(in, a), dim) of a tensor whose dims before `dim` hold `b` elements: out
+// viewed as [b][a][inner] takes in's [a][b][inner] (NOTE [Shard(i) placement] in fsdp_param.cc).
+void transpose_blocks(Backend& b, StreamRole s, const Tensor& in, const Tensor& out, int64_t a,
+                      int64_t bb, const std::string& name) {
+  OpCall op = kernel(OpKind::kTransposeBlocks, name, {in.ref()}, {out.ref()});
+  TransposeBlocksArgs t;
+  t.a = a;
+  t.b = bb;
+  t.inner = in.numel() / (a * bb);
+  t.encode(op);
+  b.launch(s, op);
+}
+
+// Elements of `shape` before dim `d` (the leading blocks of a Shard(d) chunk).
+int64_t leading(const Shape& shape, int d) {
+  int64_t n = 1;
+  for (int i = 0; i < d; ++i) n *= shape[static_cast<size_t>(i)];
+  return n;
 }
 
 }  // namespace
@@ -117,9 +138,20 @@ AllGatherResult foreach_all_gather(Backend& b, const std::vector<FSDPParam*>& pa
 void foreach_all_gather_copy_out(Backend& b, const AllGatherResult& r,
                                  const std::vector<FSDPParam*>& params, const std::string& name) {
   b.wait_event(kCurrent, r.event);
-  for (FSDPParam* p : params) p->alloc_unsharded(b);
+  // A Shard(i > 0) parameter's rows are copied out into a temporary (empty_like, allocated right
+  // after its unsharded storage), then chunk-cat along dim i into that storage; the temporaries
+  // live until the last cat.
   std::vector<TensorRef> outs;
-  for (FSDPParam* p : params) outs.push_back(p->unsharded_storage().ref());
+  std::vector<Tensor> temps(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    FSDPParam* p = params[i];
+    p->alloc_unsharded(b);
+    if (p->shard_dim() != 0)
+      temps[i] = Tensor::empty(
+          b, p->unsharded_storage().meta(), MemCategory::kAllGather, kCurrent,
+          p->param().fqn + " all_gather_output (Shard(" + std::to_string(p->shard_dim()) + "))");
+    outs.push_back(temps[i] ? temps[i].ref() : p->unsharded_storage().ref());
+  }
   OpCall op =
       kernel(OpKind::kAllGatherCopyOut, name + " all_gather_copy_out", {r.output.ref()}, outs);
   AllGatherCopyOutArgs a;  // core/runtime/copy_args.h
@@ -127,6 +159,11 @@ void foreach_all_gather_copy_out(Backend& b, const AllGatherResult& r,
   a.world = r.world;
   a.encode(op);
   b.launch(kCurrent, op);
+  for (size_t i = 0; i < params.size(); ++i)
+    if (temps[i])
+      transpose_blocks(b, kCurrent, temps[i], params[i]->unsharded_storage(), r.world,
+                       leading(params[i]->shape(), params[i]->shard_dim()),
+                       params[i]->param().fqn + " cat(chunks, dim)");
 }
 
 // NOTE [Reduce-scatter layout]: torch._chunk_cat(grads, dim=0, num_chunks=W) pads every
@@ -142,6 +179,18 @@ ReduceResult foreach_reduce(Backend& b, const std::vector<FSDPParam*>& params,
   int64_t row = 0;
   for (FSDPParam* p : params) row += p->padded_sharded_numel();
   ReduceResult res;
+  // A Shard(i > 0) gradient becomes cat(chunk(g, W, dim=i), dim=0) first, a new tensor that
+  // replaces it in the list (the old one is freed as it goes).
+  for (size_t i = 0; i < params.size(); ++i) {
+    const int d = params[i]->shard_dim();
+    if (d == 0) continue;
+    Tensor g = Tensor::empty(
+        b, grads[i].meta(), MemCategory::kUnshardedGrad, kCurrent,
+        params[i]->param().fqn + " grad chunk-cat (Shard(" + std::to_string(d) + "))");
+    transpose_blocks(b, kCurrent, grads[i], g, leading(params[i]->shape(), d), world,
+                     params[i]->param().fqn + " cat(chunk(grad, dim), 0)");
+    grads[i] = std::move(g);
+  }
 
   // ---- current stream: copy-in (with the widening cast) ----
   Tensor rs_input = Tensor::empty(b, {rd, {row * world}}, MemCategory::kReduceScatter, kCurrent,

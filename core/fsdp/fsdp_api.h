@@ -2,6 +2,8 @@
 // The options of fully_shard, as torch.distributed.fsdp's _fsdp_api.py defines them.
 #include <optional>
 
+#include "core/mesh/device_mesh.h"
+
 #include "core/tensor/dtype.h"
 
 namespace fullshard {
@@ -25,6 +27,16 @@ struct FullyShardOptions {
   MixedPrecisionPolicy mp_policy;
   bool cpu_offload = false;  // CPUOffloadPolicy
   bool pin_memory = true;
+  // fully_shard(mesh=...): the group this call shards over instead of the mesh's shard dim
+  // (torchtitan shards the routed experts over the efsdp mesh); unset: the shard dim.
+  std::optional<ProcessGroup> shard_group;
+  // shard_placement_fn returning Shard(shard_dim) for every parameter of the call (0: FSDP2's
+  // default Shard(0); torchtitan's experts get Shard(1) when efsdp exceeds the experts per rank).
+  int shard_dim = 0;
+  // FSDPModule.set_gradient_divide_factor: divide the gradients by this instead of the data-
+  // parallel size of the call's own mesh (torchtitan sets the dense data-parallel size on the
+  // experts, so they average over every rank's tokens). 0: unset.
+  int gradient_divide_factor = 0;
 };
 
 }  // namespace fullshard

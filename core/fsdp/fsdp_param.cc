@@ -5,15 +5,39 @@
 
 namespace fullshard {
 
+namespace {
+
+// NOTE [Shard(i) placement]: shard_placement_fn may return Shard(i), i > 0 (torchtitan's routed
+// experts when the efsdp degree exceeds the experts per rank). FSDP2 (_fsdp_param.py,
+// _init_sharded_param) then requires dim i to split evenly over the shard group
+// (NotImplementedError otherwise; the scenario checks it), so there is no padding: every rank
+// stores [.., d_i / W, ..] made contiguous, numel / W elements. The all-gather output is W such
+// chunks, rank-major; copy-out goes through a temporary and torch.cat(chunks, dim=i), and the
+// reduce-scatter's copy-in first rewrites each gradient as cat(chunk(g, W, dim=i), dim=0)
+// (foreach_all_gather_copy_out, foreach_reduce in _fsdp_collectives.py).
+Shape dim_sharded_shape(const Shape& shape, int world, int dim) {
+  FULLSHARD_CHECK(dim >= 0 && static_cast<size_t>(dim) < shape.size() &&
+                      shape[static_cast<size_t>(dim)] % world == 0,
+                  "Shard(" + std::to_string(dim) + ") needs an even split");
+  Shape s = shape;
+  s[static_cast<size_t>(dim)] /= world;
+  return s;
+}
+
+}  // namespace
+
 FSDPParam::FSDPParam(Backend& b, Param& param, int shard_world, int shard_rank, DType orig_dtype,
-                     DType param_dtype, bool offload)
+                     DType param_dtype, bool offload, int shard_dim)
     : param_(&param),
       world_(shard_world),
+      shard_dim_(shard_dim),
       orig_dtype_(orig_dtype),
       param_dtype_(param_dtype),
       offload_(offload),
-      padded_numel_(fullshard::padded_sharded_numel(param.shape, shard_world)),
-      sharded_shape_(fullshard::sharded_shape(param.shape, shard_world, shard_rank)) {
+      padded_numel_(shard_dim == 0 ? fullshard::padded_sharded_numel(param.shape, shard_world)
+                                   : fullshard::numel(param.shape) / shard_world),
+      sharded_shape_(shard_dim == 0 ? fullshard::sharded_shape(param.shape, shard_world, shard_rank)
+                                    : dim_sharded_shape(param.shape, shard_world, shard_dim)) {
   // NOTE [Sharded storage]: FSDP2 allocates ceil(d0/W) rows on every rank (new_zeros, then
   // the real rows are copied to the front), so the storage is padded even on ranks whose
   // chunk is short or empty.
@@ -26,11 +50,16 @@ FSDPParam::FSDPParam(Backend& b, Param& param, int shard_world, int shard_rank, 
     sharded_data_ = Tensor::empty(b, meta, MemCategory::kShardedParam, StreamRole::kDefault, what);
   }
   // The model's init_weights() on the sharded parameter (torchtitan: to_empty + init after
-  // fully_shard): this rank's rows of the full tensor, zero padding.
+  // fully_shard): this rank's rows of the full tensor, zero padding. A Shard(i > 0) shard is
+  // not a row range: its init is recorded over the local rows (its values are the simulator's
+  // only; real backends refuse the MoE models that shard so).
   const int64_t d0 = param.shape.empty() ? 1 : param.shape[0];
-  ops::init_param(b, StreamRole::kDefault, sharded_data_, param,
-                  shard_row_offset(d0, shard_world, shard_rank),
-                  shard_rows(d0, shard_world, shard_rank));
+  if (shard_dim != 0)
+    ops::init_param(b, StreamRole::kDefault, sharded_data_, param, 0, sharded_shape_[0]);
+  else
+    ops::init_param(b, StreamRole::kDefault, sharded_data_, param,
+                    shard_row_offset(d0, shard_world, shard_rank),
+                    shard_rows(d0, shard_world, shard_rank));
   param.binding = this;
 }
 

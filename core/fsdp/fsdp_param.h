@@ -12,9 +12,10 @@ enum class ShardedState : uint8_t { kSharded, kShardedPostForward, kUnsharded };
 
 class FSDPParam : public ParamBinding, public OptimizerParam {
  public:
-  // Allocates the padded sharded storage (on the host with CPU offload).
+  // Allocates the padded sharded storage (on the host with CPU offload). `shard_dim`: the
+  // placement shard_placement_fn gave (NOTE [Shard(i) placement] in fsdp_param.cc).
   FSDPParam(Backend& backend, Param& param, int shard_world, int shard_rank, DType orig_dtype,
-            DType param_dtype, bool offload);
+            DType param_dtype, bool offload, int shard_dim = 0);
 
   // ---- ParamBinding ----
   Tensor unsharded() const override;
@@ -36,6 +37,8 @@ class FSDPParam : public ParamBinding, public OptimizerParam {
   int64_t unsharded_storage_numel() const { return padded_numel_ * world_; }
   const Shape& sharded_shape() const { return sharded_shape_; }  // unpadded local shard
   ShardedState state() const { return state_; }
+  int shard_dim() const { return shard_dim_; }
+  int shard_world() const { return world_; }
 
   const Tensor& sharded_data() const { return sharded_data_; }  // padded, 1-D
   // Local (unpadded) view of the sharded data: the optimizer's parameter.
@@ -59,6 +62,7 @@ class FSDPParam : public ParamBinding, public OptimizerParam {
  private:
   Param* param_;
   int world_;
+  int shard_dim_;
   DType orig_dtype_;
   DType param_dtype_;
   bool offload_;

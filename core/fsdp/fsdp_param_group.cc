@@ -27,8 +27,9 @@ FSDPParamGroup::FSDPParamGroup(Backend& b, CommContext& comm, std::string name,
   const int rank = config_.shard_group.index_of(b.rank());
   FULLSHARD_CHECK(rank >= 0, "rank not in its shard group");
   for (Param* p : params) {
-    params_.push_back(std::make_unique<FSDPParam>(
-        b, *p, world, rank, orig, config_.mp.param_dtype.value_or(orig), config_.offload));
+    params_.push_back(std::make_unique<FSDPParam>(b, *p, world, rank, orig,
+                                                  config_.mp.param_dtype.value_or(orig),
+                                                  config_.offload, config_.shard_dim));
     raw_.push_back(params_.back().get());
   }
 }
@@ -242,9 +243,14 @@ void FSDPParamGroup::post_backward() {
   o.reduce_scatter_group = &config_.shard_group;
   o.all_reduce_group = config_.replicate_group ? &*config_.replicate_group : nullptr;
   o.reduce_dtype = reduce_dtype();
+  // A factor fully_shard was given (torchtitan's experts: the whole data-parallel size) unless
+  // FSDPModule.set_gradient_divide_factor set one since.
+  GradientDivideOptions divide = divide_;
+  if (!divide.factor && config_.gradient_divide_factor > 0)
+    divide.factor = static_cast<double>(config_.gradient_divide_factor);
   o.factors = gradient_divide_factors(config_.shard_group.size(),
                                       config_.replicate_group ? config_.replicate_group->size() : 0,
-                                      o.reduce_dtype, divide_);
+                                      o.reduce_dtype, divide);
   o.all_reduce_grads = all_reduce_grads_;
   o.partial_reduce_output = std::move(partial_reduce_output_);
   ReduceResult r = foreach_reduce(b_, with_grad, std::move(grads), o, name_);

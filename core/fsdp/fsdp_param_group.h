@@ -30,7 +30,9 @@ struct GroupConfig {
   MixedPrecisionPolicy mp;                      // already clamped (see resolve_mixed_precision)
   bool offload = false;
   bool reshard_after_forward = true;
-  int post_forward_size = 0;  // int reshard_after_forward N (1 < N < W), else 0
+  int post_forward_size = 0;       // int reshard_after_forward N (1 < N < W), else 0
+  int shard_dim = 0;               // FullyShardOptions::shard_dim
+  int gradient_divide_factor = 0;  // FullyShardOptions::gradient_divide_factor (0: unset)
 };
 
 // FSDP2's clamping (FSDPParam.init_dtype_attrs): param_dtype equal to the original dtype

@@ -41,12 +41,14 @@ FSDPState& FSDPRuntime::make_state(const std::vector<Module*>& modules, const Fu
   // every other module (newer FSDP2); an int N reshards to N-rank groups after forward,
   // where N == 1 is False and N == W is True.
   GroupConfig g;
-  g.shard_group = mesh_.shard_group;
+  g.shard_group = o.shard_group ? *o.shard_group : mesh_.shard_group;
+  g.shard_dim = o.shard_dim;
+  g.gradient_divide_factor = o.gradient_divide_factor;
   g.replicate_group = mesh_.replicate_group;
   g.tp_group = mesh_.tp_group;
   g.mp = o.mp_policy;
   g.offload = o.cpu_offload;
-  const int world = mesh_.shard_group.size();
+  const int world = g.shard_group.size();
   switch (o.reshard_after_forward.kind) {
     case ReshardAfterForward::Kind::kDefault: g.reshard_after_forward = !is_root; break;
     case ReshardAfterForward::Kind::kTrue: g.reshard_after_forward = true; break;

@@ -39,6 +39,7 @@ class FSDPState {
 class FSDPRuntime : public ModuleHooks {
  public:
   FSDPRuntime(Backend& backend, MeshInfo mesh);
+  const MeshInfo& mesh() const { return mesh_; }
 
   // fully_shard(module, ...): call bottom-up; the last call is the root (the module whose
   // forward runs first). Returns the new state.

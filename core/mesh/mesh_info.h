@@ -17,6 +17,11 @@ struct MeshInfo {
   // With a pp dim: the pipeline group (the gradient norm's squares sum over it, as torchtitan's
   // clip_grad_norm_ with a pp mesh).
   std::optional<ProcessGroup> pp_group;
+  // With expert parallelism (expert_parallel.degree > 1, core/mesh/expert_mesh.h): the ep group
+  // (the token all-to-all; each holds every expert once) and the expert-FSDP group the routed
+  // experts are fully_shard-ed over (torchtitan's "ep" and "efsdp" mesh dims).
+  std::optional<ProcessGroup> ep_group;
+  std::optional<ProcessGroup> efsdp_group;
   // Data parallelism: this rank's index over the replicate and shard dims, and their size
   // (ranks of one tp group read the same batch).
   int dp_rank = 0;

@@ -28,6 +28,7 @@ Shape Param::global_shape() const {
   Shape g = shape;
   if (tp_placement == TpPlacement::kShard0) g.at(0) *= tp_degree;
   if (tp_placement == TpPlacement::kShard1) g.at(1) *= tp_degree;
+  if (ep_degree > 1) g.at(0) *= ep_degree;
   return g;
 }
 

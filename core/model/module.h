@@ -46,7 +46,12 @@ struct Param {
   // A replicated parameter whose gradient already comes out Replicate (RowwiseParallel's
   // bias): FSDP does not all-reduce it over tp, as it does a norm weight's Partial gradient.
   bool tp_grad_replicated = false;
-  // The full shape (before tensor parallelism).
+  // Expert parallelism (torchtitan's ExpertParallel: distribute_tensor(param, ep_mesh,
+  // [Shard(0)])): a routed expert weight holds experts [ep_index * E / ep, (ep_index + 1) * E /
+  // ep) of the ep_degree-way split of its dim 0. ep_degree 1: not an expert-parallel parameter.
+  int ep_degree = 1;
+  int ep_index = 0;
+  // The full shape (before tensor and expert parallelism).
   Shape global_shape() const;
   ParamBinding* binding = nullptr;
   ParamInit init = ParamInit::kNormal;

@@ -7,17 +7,23 @@
 
 namespace fullshard {
 
-Module* add_moe_module(Module& block, const ModelConfig& c) {
+Module* add_moe_module(Module& block, const ModelConfig& c, const ExpertParallel& ep) {
   const MoeConfig& m = c.moe;
   const int64_t D = c.dim, E = m.num_experts, Fe = m.expert_dim;
+  FULLSHARD_CHECK(E % ep.degree == 0, "expert parallelism must split the experts evenly");
+  const int64_t El = E / ep.degree;
   Module* moe = block.add_child("moe", "MoE");
   moe->add_child("router", "TokenChoiceTopKRouter")
       ->add_child("gate", "Linear")
       ->add_param("weight", {E, D});
   Module* experts = moe->add_child("experts", "GroupedExperts");
-  experts->add_param("w1", {E, Fe, D});
-  experts->add_param("w2", {E, D, Fe});
-  experts->add_param("w3", {E, Fe, D});
+  for (auto [name, shape] : {std::pair<const char*, Shape>{"w1", {El, Fe, D}},
+                             {"w2", {El, D, Fe}},
+                             {"w3", {El, Fe, D}}}) {
+    Param& p = experts->add_param(name, shape);
+    p.ep_degree = ep.degree;
+    p.ep_index = ep.index;
+  }
   if (m.shared_expert_dim > 0) {
     const int64_t Fs = m.shared_expert_dim;
     Module* s = moe->add_child("shared_experts", "FeedForward");
@@ -57,7 +63,18 @@ Value feed_forward(ExecContext& c, Module& ff, Value x) {
 //   .float() [N, K, D], bmm with the scores (saves both) -> .to(x.dtype) -> + shared.
 // Not modelled yet: score_before_experts, the expert-bias buffer, qwen2_moe's shared gate
 // (check_moe refuses them), and int32 index dtypes (int64 here; docs/moe.md).
-Value moe_forward(ExecContext& c, Module& moe, Value x, const ModelConfig& cfg) {
+// NOTE [Expert-parallel dispatch]: with ep > 1 torchtitan's ExpertParallel wraps the experts'
+// forward (distribute_module's input_fn / output_fn; expert_parallel.py at
+// pytorch/torchtitan@36a4b69). FSDP2's pre-forward hook is prepended, so inside the experts'
+// call: unshard, then _token_dispatch (the split sizes exchanged and read back, NOTE [Split sizes
+// exchanged first] in moe_dispatch.h; all-to-all-v of routed_input; _permute of the received
+// rows over the E / ep local experts, num_tokens_per_expert_group freed after it), the grouped
+// GEMMs, then _token_combine (_unpermute, all-to-all-v back to [N K, D]), then FSDP's
+// post-forward. `self.permuted_indices` is an attribute of the layer's ExpertParallel: it stays
+// alive until the layer's next forward replaces it (kept_indices). Split sizes come from the
+// routing assumption (NOTE [Expert-parallel routing] in moe_routing.h).
+Value moe_forward(ExecContext& c, Module& moe, Value x, const ModelConfig& cfg,
+                  const ExpertParallel& ep, Tensor* kept_indices) {
   const MoeConfig& m = cfg.moe;
   FULLSHARD_CHECK(!m.score_before_experts && !m.shared_expert_gate &&
                       m.load_balance != MoeLoadBalance::kExpertBias,
@@ -93,11 +110,26 @@ Value moe_forward(ExecContext& c, Module& moe, Value x, const ModelConfig& cfg) 
   Module& ex = moe.child("experts");
   const int64_t align = m.token_group_align;
   const int64_t routed = N * K;
+  const std::vector<int64_t> tokens_per_expert =
+      skewed_tokens_per_expert(N, K, E, m.hot_expert_factor);
+  const EpRouting epr = ep_routing(tokens_per_expert, ep.degree, ep.index);
   const int64_t computed =
-      grouped_rows(skewed_tokens_per_expert(N, K, E, m.hot_expert_factor), align);
+      grouped_rows(ep.enabled() ? epr.local_tokens_per_expert : tokens_per_expert, align);
   const Value routed_output = c.call_module(ex, routed_input, [&](ExecContext& ec, Value v) {
+    int64_t rows = routed, groups = E;
+    Tensor group_counts;
+    if (ep.enabled()) {  // _token_dispatch
+      group_counts = ops::moe::exchange_split_sizes(ec, counts, ep, ex.fqn + ".dispatch");
+      v = ops::moe::all_to_all(ec, std::move(v), epr.send_rows, epr.recv_rows, ep.group,
+                               ex.fqn + ".dispatch");
+      rows = v.t.numel() / D;
+      groups = E / ep.degree;
+    }
     Value padded = ops::moe::pad_row(ec, std::move(v), ex.fqn + ".vstack");
-    const auto perm = ops::moe::permute_indices(ec, counts, routed, E, align, ex.fqn + ".permute");
+    auto perm = ops::moe::permute_indices(ec, ep.enabled() ? group_counts : counts, rows, groups,
+                                          align, ex.fqn + ".permute");
+    group_counts = Tensor();
+    if (ep.enabled() && kept_indices) *kept_indices = perm.indices;  // self.permuted_indices
     Value xe = ops::moe::gather_rows(ec, std::move(padded), perm.indices, ex.fqn + ".permuted");
     Value h1 = ops::moe::grouped_mm(ec, xe, ex.param("w1"), perm.offsets, computed, ex.fqn + ".w1");
     Value a = ops::silu(ec, std::move(h1), ex.fqn + ".silu");
@@ -107,8 +139,12 @@ Value moe_forward(ExecContext& c, Module& moe, Value x, const ModelConfig& cfg) 
     Value out = ops::moe::grouped_mm(ec, std::move(h), ex.param("w2"), perm.offsets, computed,
                                      ex.fqn + ".w2");
     Value unpermuted =
-        ops::moe::scatter_rows(ec, std::move(out), perm.indices, routed + 1, ex.fqn + ".unpermute");
-    return ops::moe::slice_rows(ec, std::move(unpermuted), routed, ex.fqn + ".slice");
+        ops::moe::scatter_rows(ec, std::move(out), perm.indices, rows + 1, ex.fqn + ".unpermute");
+    Value sliced = ops::moe::slice_rows(ec, std::move(unpermuted), rows, ex.fqn + ".slice");
+    if (!ep.enabled()) return sliced;
+    perm = {};
+    return ops::moe::all_to_all(ec, std::move(sliced), epr.recv_rows, epr.send_rows, ep.group,
+                                ex.fqn + ".combine");  // _token_combine
   });
 
   // ---- shared expert, unsort, combine

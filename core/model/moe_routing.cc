@@ -31,6 +31,22 @@ int64_t grouped_rows(const std::vector<int64_t>& tokens_per_expert, int64_t alig
   return rows;
 }
 
+EpRouting ep_routing(const std::vector<int64_t>& tokens_per_expert, int ep, int ep_index) {
+  const int64_t E = static_cast<int64_t>(tokens_per_expert.size());
+  FULLSHARD_CHECK(ep >= 1 && E % ep == 0 && ep_index >= 0 && ep_index < ep,
+                  "ep_routing: ep must divide the experts");
+  const int64_t local = E / ep;
+  EpRouting r;
+  r.send_rows.assign(static_cast<size_t>(ep), 0);
+  for (int64_t e = 0; e < E; ++e)
+    r.send_rows[static_cast<size_t>(e / local)] += tokens_per_expert[static_cast<size_t>(e)];
+  r.recv_rows.assign(static_cast<size_t>(ep), r.send_rows[static_cast<size_t>(ep_index)]);
+  for (int64_t e = 0; e < local; ++e)
+    r.local_tokens_per_expert.push_back(
+        ep * tokens_per_expert[static_cast<size_t>(ep_index * local + e)]);
+  return r;
+}
+
 int64_t permuted_rows(int64_t routed_tokens, int64_t experts, int64_t align) {
   return (routed_tokens + experts * align + align - 1) / align * align;
 }

@@ -25,6 +25,20 @@ std::vector<int64_t> skewed_tokens_per_expert(int64_t tokens, int64_t top_k, int
 // too), rounded up to a multiple of `align`; the sum of the groups.
 int64_t grouped_rows(const std::vector<int64_t>& tokens_per_expert, int64_t align);
 
+// NOTE [Expert-parallel routing]: with ep > 1 a rank sends each ep rank the tokens it routed to
+// that rank's experts and receives what every ep rank routed to its own; the all-to-all's
+// output (and everything after it) is as large as what it receives, so routing moves memory,
+// and ranks differ. The routing assumption holds on every rank (each routes its N tokens with
+// the same histogram), so ep rank j receives ep x (the tokens one rank routes to j's experts):
+// under a skew the rank holding the hottest expert (ep index 0) receives the most.
+struct EpRouting {
+  std::vector<int64_t> send_rows;                // tokens to each ep rank (all_to_all input_splits)
+  std::vector<int64_t> recv_rows;                // tokens from each ep rank (output_splits)
+  std::vector<int64_t> local_tokens_per_expert;  // this rank's experts, summed over the sources
+};
+// `tokens_per_expert`: one rank's routing over all E experts; E % ep == 0.
+EpRouting ep_routing(const std::vector<int64_t>& tokens_per_expert, int ep, int ep_index);
+
 // torchtitan's _permute: the permuted buffer's rows, round_up(routed + experts * align, align).
 int64_t permuted_rows(int64_t routed_tokens, int64_t experts, int64_t align);
 

@@ -77,6 +77,7 @@ void init_param(Backend& b, StreamRole s, const Tensor& t, const Param& p, int64
   const bool blocks = p.tp_placement == TpPlacement::kShard0 && p.tp_blocks > 1;
   if (p.tp_placement == TpPlacement::kShard0 && !blocks)
     row_offset += static_cast<int64_t>(p.tp_index) * p.shape.at(0);
+  if (p.ep_degree > 1) row_offset += static_cast<int64_t>(p.ep_index) * p.shape.at(0);
   OpCall op = make_op(OpKind::kInitParam, p.fqn + " init", {}, {t.ref()}, 0);
   InitParamArgs a;  // core/runtime/layer_args.h
   a.row_offset = row_offset;

@@ -21,8 +21,8 @@ Module* find_child(Module& m, const std::string& name) {  // null when m has no 
 }
 }  // namespace
 
-Transformer::Transformer(ModelConfig config, TensorParallel tp)
-    : config_(std::move(config)), tp_(std::move(tp)) {
+Transformer::Transformer(ModelConfig config, TensorParallel tp, ExpertParallel ep)
+    : config_(std::move(config)), tp_(std::move(tp)), ep_(std::move(ep)) {
   build();
 }
 
@@ -68,7 +68,7 @@ void Transformer::build() {
       }
       b->add_child("ffn_norm", "RMSNorm")->add_param("weight", {D});
       if (c.moe.is_moe_layer(i)) {  // torchtitan's `moe` in place of `feed_forward`
-        add_moe_module(*b, c);
+        add_moe_module(*b, c, ep_);
         continue;
       }
       Module* f = b->add_child("feed_forward", "FeedForward");
@@ -283,7 +283,7 @@ Value Transformer::block_forward(ExecContext& c, Module& b, Value x, int64_t bat
     Value hn = rms_norm(c, h, b.child("ffn_norm").param("weight"), n + ".ffn_norm");
     if (Module* moe = find_child(b, "moe")) {  // core/model/moe_layer.h
       Value f = c.call_module(*moe, std::move(hn), [&](ExecContext& cc, Value v) {
-        return moe_forward(cc, *moe, std::move(v), cfg);
+        return moe_forward(cc, *moe, std::move(v), cfg, ep_, &ep_permuted_indices_[moe]);
       });
       return ops::add(c, std::move(h), std::move(f), n + ".residual_ffn");
     }

@@ -1,12 +1,14 @@
 #pragma once
 // Llama-style and GPT-2-style decoders as module trees with torchtitan / nanoGPT names,
 // and their forward pass over the ops in ops.h.
+#include <map>
 #include <optional>
 #include <vector>
 
 #include "core/model/autograd.h"
 #include "core/model/ops.h"
 #include "core/model/model_config.h"
+#include "core/model/moe_dispatch.h"
 #include "core/model/tensor_parallel.h"
 
 namespace fullshard {
@@ -26,10 +28,12 @@ struct ModelPart {
 
 class Transformer {
  public:
-  // `tp`: this rank's tensor-parallel view (parameters are built as its local shards).
-  explicit Transformer(ModelConfig config, TensorParallel tp = {});
+  // `tp`: this rank's tensor-parallel view (parameters are built as its local shards); `ep`:
+  // its expert-parallel view (the routed experts are its E / ep).
+  explicit Transformer(ModelConfig config, TensorParallel tp = {}, ExpertParallel ep = {});
   // One pipeline stage's part of the model: only its modules and parameters exist.
   Transformer(ModelConfig config, TensorParallel tp, ModelPart part);
+  const ExpertParallel& expert_parallel() const { return ep_; }
   const TensorParallel& tensor_parallel() const { return tp_; }
   const ModelConfig& config() const { return config_; }
   Module& root() { return root_; }
@@ -67,6 +71,9 @@ class Transformer {
  private:
   ModelConfig config_;
   TensorParallel tp_;
+  ExpertParallel ep_;
+  // Each MoE layer's ExpertParallel.permuted_indices (NOTE [Expert-parallel dispatch]).
+  std::map<const Module*, Tensor> ep_permuted_indices_;
   Module root_;
   std::vector<Module*> blocks_;
   Param* output_weight_ = nullptr;  // the embedding's weight when tied

@@ -62,7 +62,7 @@ json rank_class_json(const RankReport& c) {
       busy[std::string(stream_name(s))] = c.busy_s[static_cast<int>(s)];
   cj["stream_busy_s"] = busy;
   json counts = json::object();
-  for (int k = 0; k < 5; ++k)
+  for (int k = 0; k < kCollectiveKindCount; ++k)
     if (c.collectives_per_step[k])
       counts[collective_name(static_cast<CollectiveKind>(k))] = c.collectives_per_step[k];
   cj["collectives_last_step"] = counts;
@@ -149,7 +149,7 @@ RankReport rank_report_from_json(const json& cj, const json& tl) {
   for (StreamRole s : kAllStreams)
     c.busy_s[static_cast<int>(s)] = busy.value(std::string(stream_name(s)), 0.0);
   const json counts = field<json>(cj, "collectives_last_step", w);
-  for (int k = 0; k < 5; ++k)
+  for (int k = 0; k < kCollectiveKindCount; ++k)
     c.collectives_per_step[k] = counts.value(collective_name(static_cast<CollectiveKind>(k)), 0);
   for (const auto& op : field<json>(cj, "in_flight_at_peak", w))
     c.in_flight_at_peak.push_back(

@@ -12,6 +12,7 @@
 #include "core/memory/caching_allocator.h"
 #include "core/memory/category.h"
 #include "core/memory/memory_tracker.h"
+#include "core/runtime/op.h"
 #include "core/runtime/stream.h"
 
 namespace fullshard {
@@ -68,9 +69,9 @@ struct RankReport {
   double busy_s[kNumStreams] = {};
   double compute_s = 0, exposed_comm_s = 0, comm_s = 0;  // whole run
   double end_time_s = 0;                                 // when the rank's last work finished
-  double last_step_s = 0;            // duration of its last step (0 when it did not finish)
-  uint64_t instructions = 0;         // recorded host-program instructions
-  int collectives_per_step[5] = {};  // by CollectiveKind, in the last step
+  double last_step_s = 0;     // duration of its last step (0 when it did not finish)
+  uint64_t instructions = 0;  // recorded host-program instructions
+  int collectives_per_step[kCollectiveKindCount] = {};  // by CollectiveKind, in the last step
 };
 
 // The report format's objects for one rank (class): its entry of "rank_classes", and its

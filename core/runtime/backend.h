@@ -181,7 +181,9 @@ class Backend {
   // FLOPs (as OpCall declares them) of the kernels launched since the last call; clears them.
   double take_launched_flops() { return std::exchange(launched_flops_, 0.0); }
   // Collectives issued since the last call, by CollectiveKind; clears them.
-  std::array<int, 5> take_collective_counts() { return std::exchange(collective_counts_, {}); }
+  std::array<int, kCollectiveKindCount> take_collective_counts() {
+    return std::exchange(collective_counts_, {});
+  }
 
   // ---- annotations ----
   void set_step(int step) { step_ = step; }
@@ -214,7 +216,7 @@ class Backend {
   uint64_t host_seq_ = 0;
   int step_ = 0;
   double launched_flops_ = 0;
-  std::array<int, 5> collective_counts_{};
+  std::array<int, kCollectiveKindCount> collective_counts_{};
   bool out_of_memory_ = false;  // after an OOM, frees during unwinding are not recorded
   AllocationObserver observer_;
   bool record_launches_ = false;

@@ -19,6 +19,7 @@ const char* collective_name(CollectiveKind k) {
     case CollectiveKind::kAllReduce: return "all_reduce";
     case CollectiveKind::kBroadcast: return "broadcast";
     case CollectiveKind::kBarrier: return "barrier";
+    case CollectiveKind::kAllToAll: return "all_to_all";
   }
   return "?";
 }

@@ -47,8 +47,12 @@ enum class CollectiveKind : uint8_t {
   kReduceScatter,
   kAllReduce,
   kBroadcast,
-  kBarrier
+  kBarrier,
+  // all_to_all_single with split sizes (expert parallelism's token dispatch and combine): group
+  // rank j receives send_numels[j] elements of this rank's input, in group order.
+  kAllToAll
 };
+inline constexpr int kCollectiveKindCount = 6;
 const char* collective_name(CollectiveKind k);
 
 // c10d ReduceOp subset FSDP2 uses. kPremulSum multiplies by `scale` before summing.
@@ -66,6 +70,11 @@ struct CollectiveCall {
   TensorRef input;
   TensorRef output;
   int root = 0;  // broadcast
+  // all_to_all: the elements this rank sends to / receives from each group rank, in group order
+  // (all_to_all_single's input / output split sizes times the row width); input and output are
+  // the concatenations, in that order.
+  std::vector<int64_t> send_numels;
+  std::vector<int64_t> recv_numels;
 };
 
 }  // namespace fullshard

@@ -15,4 +15,9 @@ void check_moe(const Scenario& s);
 // core/model/moe_routing.h); sets model.moe.hot_expert_factor. A dense model refuses it.
 void apply_moe_routing(const nlohmann::json& v, ModelConfig& model);
 
+// NOTE [What expert parallelism needs] (scenario_ep.cc): throws InputError naming the field when
+// s.expert_parallel.degree does not fit the model, the mesh or the other settings. The
+// expert_parallel section's parser runs it; the planner runs it on its candidates.
+void check_expert_parallel(const Scenario& s);
+
 }  // namespace fullshard

@@ -69,11 +69,12 @@ std::vector<std::string> hardware_fields() {
 const std::map<std::string, std::vector<std::string>> kFields = {
     {"",
      {"$schema", "name", "description", "model", "training", "fsdp", "tensor_parallel",
-      "pipeline_parallel", "hardware"}},
+      "pipeline_parallel", "expert_parallel", "hardware"}},
     {"tensor_parallel", {"loss_parallel", "async"}},
     {"pipeline_parallel",
      {"schedule", "microbatch_size", "layers_per_stage", "first_stage_less_layers",
       "last_stage_less_layers", "module_fqns_per_model_part"}},
+    {"expert_parallel", {"degree"}},
     {"model",
      {"name", "hf_config", "arch", "vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads",
       "ffn_dim", "max_seq_len", "norm_eps", "rope_theta", "tie_embeddings", "qkv_bias",
@@ -614,6 +615,8 @@ Scenario parse_scenario(const json& j, const std::string& base_dir) {
   check_moe(s);
   s.pipeline = parse_pipeline_parallel(
       j.contains("pipeline_parallel") ? &j.at("pipeline_parallel") : nullptr, s);
+  if (j.contains("expert_parallel"))
+    s.expert_parallel = scenario_detail::parse_expert_parallel(j.at("expert_parallel"), s);
   if (tp > 1 && !s.training.rank_batch.empty())
     throw InputError("training.rank_batch", "is set with tp " + std::to_string(tp),
                      "ranks of one tp group read the same batch: remove rank_batch or use tp 1");

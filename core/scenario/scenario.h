@@ -173,6 +173,14 @@ struct TensorParallelOptions {
   bool async = false;
 };
 
+// ---------------------------------------------------------------- expert parallelism
+// expert_parallel (docs/scenario-format.md): torchtitan's parallelism.expert_parallel_degree.
+// The ep dim is carved out of fsdp.mesh's shard dim (NOTE [Expert-parallel mesh] in
+// core/mesh/expert_mesh.h); scenario_ep.cc checks what it needs.
+struct ExpertParallelOptions {
+  int degree = 1;  // 1: none
+};
+
 struct Scenario {
   std::string name;         // file stem unless given (empty from parse_scenario without "name")
   std::string description;  // free text, optional
@@ -186,6 +194,7 @@ struct Scenario {
   TensorParallelOptions tensor_parallel;
   // pipeline_parallel (core/scenario/pipeline_options.h); off without a pp dim.
   PipelineParallelOptions pipeline;
+  ExpertParallelOptions expert_parallel;
   HardwareOptions hardware;
   int world_size() const;
 };
@@ -199,7 +208,8 @@ Scenario load_scenario_file(const std::string& path);  // missing file / bad JSO
 // path with array indices dropped: "" (top level), "model", "training", "training.optimizer",
 // "training.activation_checkpointing", "fsdp", "fsdp.mesh", "fsdp.mixed_precision",
 // "fsdp.cpu_offload", "hardware", "hardware.allocator", "hardware.rank_speed",
-// "training.rank_batch", "model.implementation", "training.data", "tensor_parallel". Tests check
+// "training.rank_batch", "model.implementation", "training.data", "tensor_parallel",
+// "expert_parallel". Tests check
 // docs/scenario.schema.json against it.
 const std::map<std::string, std::vector<std::string>>& scenario_fields();
 

@@ -42,6 +42,9 @@ PipelineParallelOptions parse_pipeline_parallel(const nlohmann::json* j, const S
 TrainingOptions parse_training(const nlohmann::json& j, const ModelConfig& model,
                                const std::string& base_dir);
 
+// The expert_parallel section (scenario_ep.cc), read and checked against the rest of `s`.
+ExpertParallelOptions parse_expert_parallel(const nlohmann::json& j, const Scenario& s);
+
 // Checks across sections (scenario_checks.cc), run by parse_scenario after every section:
 // what async TP needs (NOTE [What async TP needs]), and the unit layout and loss that need a
 // Llama output module (fsdp.units embed_blocks_head, loss chunked). Each throws

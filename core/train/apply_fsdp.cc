@@ -1,5 +1,6 @@
 #include "core/train/apply_fsdp.h"
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,52 @@ bool has_child(const Module& m, const std::string& name) {
   for (const auto& ch : m.children)
     if (ch->fqn == name) return true;  // the root's children: fqn is the short name
   return false;
+}
+
+Module* find_child(Module& m, const std::string& name) {  // null when m has no such child
+  const std::string fqn = m.fqn.empty() ? name : m.fqn + "." + name;
+  for (auto& ch : m.children)
+    if (ch->fqn == fqn) return ch.get();
+  return nullptr;
+}
+
+// NOTE [MoE prefetch]: with expert parallelism torchtitan sets explicit prefetching, "as D2H
+// syncs in EP could interfere with implicit prefetching in FSDP": each block's forward prefetches
+// the next block and, when it is a MoE block, its experts; each block's backward prefetches the
+// previous block and its experts; tok_embeddings prefetches the first block, [norm, output] the
+// last one in backward (when they are units of their own: fsdp.units embed_blocks_head). These
+// lists replace fsdp.forward_prefetch / backward_prefetch's.
+void set_moe_prefetch(Transformer& model, FSDPRuntime& fsdp, const std::vector<FSDPState*>& blocks,
+                      const std::map<const Module*, FSDPState*>& experts) {
+  const auto& mods = model.blocks();
+  const int nb = static_cast<int>(blocks.size());
+  auto with_experts = [&](int i) {
+    std::vector<FSDPState*> v = {blocks[static_cast<size_t>(i)]};
+    auto it = experts.find(mods[static_cast<size_t>(i)]);
+    if (it != experts.end()) v.push_back(it->second);
+    return v;
+  };
+  Module& r = model.root();
+  FSDPState* embed =
+      find_child(r, "tok_embeddings") ? fsdp.state_of(r.child("tok_embeddings")) : nullptr;
+  FSDPState* head = find_child(r, "output") ? fsdp.state_of(r.child("output")) : nullptr;
+  if (embed && nb > 0) embed->forward_prefetch = {blocks[0]};
+  for (int i = 0; i < nb; ++i) {
+    blocks[static_cast<size_t>(i)]->forward_prefetch.clear();
+    if (i + 1 < nb)
+      blocks[static_cast<size_t>(i)]->forward_prefetch = with_experts(i + 1);
+    else if (head)
+      blocks[static_cast<size_t>(i)]->forward_prefetch = {head};
+  }
+  if (head && nb > 0) head->backward_prefetch = std::vector<FSDPState*>{blocks.back()};
+  for (int i = nb - 1; i >= 0; --i) {
+    if (i > 0)
+      blocks[static_cast<size_t>(i)]->backward_prefetch = with_experts(i - 1);
+    else if (embed)
+      blocks[static_cast<size_t>(i)]->backward_prefetch = std::vector<FSDPState*>{embed};
+    else
+      blocks[static_cast<size_t>(i)]->backward_prefetch = std::vector<FSDPState*>{};
+  }
 }
 }  // namespace
 
@@ -49,6 +96,24 @@ void apply_fsdp(const Scenario& s, Transformer& model, FSDPRuntime& fsdp, bool p
                          unit_options("output"));
     }
   }
+  // NOTE [Experts' own unit]: with expert parallelism torchtitan's apply_fsdp (llama4
+  // parallelize.py at pytorch/torchtitan@36a4b69) fully_shards each MoE block's routed experts
+  // over the efsdp mesh first, with Shard(1) when efsdp x ep exceeds the experts and the dense
+  // data-parallel size as their gradient divide factor; the router and shared experts go with
+  // the block.
+  const MeshInfo& mesh = fsdp.mesh();
+  std::map<const Module*, FSDPState*> expert_states;
+  for (Module* blk : model.blocks()) {
+    Module* moe = mesh.efsdp_group ? find_child(*blk, "moe") : nullptr;
+    if (!moe) continue;
+    FullyShardOptions eo = unit_options(blk->fqn);
+    eo.shard_group = mesh.efsdp_group;
+    const int ep = s.expert_parallel.degree;
+    if (mesh.efsdp_group->size() * ep > s.model.moe.num_experts) eo.shard_dim = 1;
+    eo.gradient_divide_factor =
+        mesh.shard_group.size() * (mesh.replicate_group ? mesh.replicate_group->size() : 1);
+    expert_states[blk] = &fsdp.fully_shard(moe->child("experts"), eo, false);
+  }
   if (s.fsdp.units != ShardingUnits::kRoot)
     for (Module* blk : model.blocks())
       block_states.push_back(&fsdp.fully_shard(*blk, unit_options(blk->fqn), false));
@@ -71,6 +136,8 @@ void apply_fsdp(const Scenario& s, Transformer& model, FSDPRuntime& fsdp, bool p
       t.push_back(block_states[nb - k]);
     root.backward_prefetch = t;
   }
+  if (!expert_states.empty() && s.fsdp.units != ShardingUnits::kRoot)
+    set_moe_prefetch(model, fsdp, block_states, expert_states);
   // FSDPModule's gradient division settings on every unit (NOTE [Global valid tokens] in
   // training_program.cc).
   std::optional<double> divide = s.fsdp.gradient_divide_factor;

@@ -1,6 +1,7 @@
 #include "core/train/training_program.h"
 
 #include "core/common/error.h"
+#include "core/mesh/expert_mesh.h"
 #include "core/model/async_tp.h"
 #include "core/runtime/layer_args.h"
 #include "core/train/apply_fsdp.h"
@@ -27,6 +28,11 @@ MeshInfo mesh_info_for(const Scenario& s, int rank) {
   }
   const int pp = mesh.dim_index("pp");
   if (pp >= 0) info.pp_group = mesh.group(rank, pp);
+  if (s.expert_parallel.degree > 1) {  // NOTE [Expert-parallel mesh]
+    ExpertGroups g = expert_groups(info.shard_group, rank, s.expert_parallel.degree);
+    info.ep_group = std::move(g.ep);
+    info.efsdp_group = std::move(g.efsdp);
+  }
   // The data-parallel index runs over the mesh without its pp and tp dims, row-major (the
   // stages of one pipeline read the same batch).
   const std::vector<int> c = mesh.coordinates(rank);
@@ -50,6 +56,16 @@ TensorParallel tensor_parallel_for(const Scenario& s, int rank) {
   tp.loss_parallel = s.tensor_parallel.loss_parallel;
   tp.async = s.tensor_parallel.async && tp.degree > 1;
   return tp;
+}
+
+ExpertParallel expert_parallel_for(const Scenario& s, int rank) {
+  ExpertParallel ep;
+  if (s.expert_parallel.degree <= 1) return ep;
+  const MeshInfo m = mesh_info_for(s, rank);
+  ep.degree = m.ep_group->size();
+  ep.index = m.ep_group->index_of(rank);
+  ep.group = *m.ep_group;
+  return ep;
 }
 
 uint64_t symmetric_memory_bytes(const Scenario& s) {
@@ -99,7 +115,8 @@ TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
     pipeline_ = std::make_unique<PipelineProgram>(b, s);
     return;
   }
-  model_ = std::make_unique<Transformer>(s.model, tensor_parallel_for(s, b.rank()));
+  model_ = std::make_unique<Transformer>(s.model, tensor_parallel_for(s, b.rank()),
+                                         expert_parallel_for(s, b.rank()));
   set_init_seed(model_->root(), s.training.seed);
   fsdp_ = std::make_unique<FSDPRuntime>(b, mesh_info_for(s, b.rank()));
   b.annotate("init");

@@ -3,6 +3,7 @@
 // training steps (forward, backward, gradient clipping, AdamW) against any Backend. The
 // simulator and the real backends run exactly this code.
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -19,6 +20,8 @@ namespace fullshard {
 MeshInfo mesh_info_for(const Scenario& s, int rank);
 // This rank's tensor-parallel view (degree 1 without a tp dim).
 TensorParallel tensor_parallel_for(const Scenario& s, int rank);
+// This rank's expert-parallel view (expert_parallel.degree; degree 1 when none).
+ExpertParallel expert_parallel_for(const Scenario& s, int rank);
 
 // Device bytes each rank keeps outside the caching allocator for async TP's symmetric-memory
 // workspace (ops::tp::symmetric_workspace_bytes for a micro-batch, in the compute

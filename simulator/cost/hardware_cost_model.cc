@@ -17,6 +17,7 @@ nccl::Func func_of(CollectiveKind k) {
     case CollectiveKind::kAllReduce:
     case CollectiveKind::kBarrier: return nccl::Func::kAllReduce;
     case CollectiveKind::kBroadcast: return nccl::Func::kBroadcast;
+    case CollectiveKind::kAllToAll: break;  // not an NCCL collective (NOTE [All-to-all cost])
   }
   return nccl::Func::kAllReduce;
 }
@@ -77,12 +78,18 @@ nccl::Choice HardwareCostModel::choice(const Instr& c, const GroupInfo& group) c
 }
 
 double HardwareCostModel::collective_seconds(const Instr& c, const GroupInfo& group) const {
+  if (c.coll == CollectiveKind::kAllToAll)  // dims: bytes sent to / received from the others
+    return nccl::all_to_all_time_us(platform_, entry(group).topology,
+                                    static_cast<double>(c.dims[0]),
+                                    static_cast<double>(c.dims[1])) *
+           1e-6;
   return choice(c, group).time_us * 1e-6;
 }
 
 CollectiveChoice HardwareCostModel::collective_choice(const Instr& c,
                                                       const GroupInfo& group) const {
   if (group.ranks.size() <= 1) return {};
+  if (c.coll == CollectiveKind::kAllToAll) return {"p2p", "simple"};
   const nccl::Choice ch = choice(c, group);
   return {nccl::algo_name(ch.algo), nccl::proto_name(ch.proto)};
 }

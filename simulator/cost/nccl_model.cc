@@ -271,6 +271,21 @@ Choice choose(const TuningTable& t, const NcclPlatform& P, const GroupTopology& 
   return best;
 }
 
+double all_to_all_time_us(const NcclPlatform& P, const GroupTopology& G, double send_bytes,
+                          double recv_bytes) {
+  const int n = G.nranks;
+  if (n <= 1) return 0;
+  const int nodes = std::max(G.nnodes, 1);
+  const double ppn = G.ppn(), per_peer = std::max(send_bytes, recv_bytes) / (n - 1);
+  const double intra = per_peer * std::max(0.0, ppn - 1), inter = per_peer * (n - ppn);
+  const AlgoRows& intra_lat = P.nvlink ? kNvlinkLatency : kPciLatency;
+  const double hop = nodes > 1 ? kNetLatency[kRing][kSimple] : intra_lat[kRing][kSimple];
+  double t = 0;
+  if (intra > 0 && P.intra_bus_gbs > 0) t = std::max(t, intra / (1000.0 * P.intra_bus_gbs));
+  if (inter > 0 && P.net_bus_gbs > 0) t = std::max(t, inter / (1000.0 * P.net_bus_gbs));
+  return kBaseLatency[kRing][kSimple] + hop + t;
+}
+
 Choice choose(const NcclPlatform& P, const GroupTopology& G, Func func, double bytes) {
   return choose(tune(P, G, func), P, G, func, bytes);
 }

@@ -67,4 +67,20 @@ Choice choose(const TuningTable& table, const NcclPlatform& platform, const Grou
               Func func, double bytes);
 Choice choose(const NcclPlatform& platform, const GroupTopology& group, Func func, double bytes);
 
+// NOTE [All-to-all cost]: NCCL has no all-to-all algorithm: PyTorch's all_to_all_single on
+// ProcessGroupNCCL is ncclGroupStart, one ncclSend and one ncclRecv per peer, ncclGroupEnd
+// (torch/csrc/cuda/nccl.cpp all2all_single_unequal_split), and NCCL's tuner prices only
+// collectives, so this is fullshard's model of the grouped point-to-point transfers, per rank:
+//   time = base + hop + max(intra / intra_bus, inter / net_bus)
+//   intra = max(send, recv) / (n - 1) x (ppn - 1),  inter = max(send, recv) / (n - 1) x (n - ppn)
+// send / recv: the bytes this rank sends to / receives from the other members (its own chunk is
+// a local copy); each peer's chunk crosses the link between the two ranks, NVLink inside a node
+// (the node's bus bandwidth, NcclPlatform::intra_bus_gbs) and the NIC across nodes (net_bus_gbs),
+// both at once. base + hop: NCCL's Simple-protocol base latency plus one hop of the link class
+// the group spans (its Ring rows). Per-peer chunks are taken as equal: exact for balanced
+// routing, and for the receive side under skew (every rank routes alike, NOTE [Expert-parallel
+// routing]); the engine takes the slowest member, the rank receiving the most.
+double all_to_all_time_us(const NcclPlatform& platform, const GroupTopology& group,
+                          double send_bytes, double recv_bytes);
+
 }  // namespace fullshard::sim::nccl

@@ -21,7 +21,11 @@ namespace fullshard::sim {
 namespace {
 
 bool same_collective(const Program& pa, const Instr& a, const Program& pb, const Instr& b) {
-  if (a.coll != b.coll || a.coll_bytes != b.coll_bytes || a.dtype != b.dtype) return false;
+  // An all-to-all's sizes differ per member by design (each sends what it routed): it matches
+  // on kind, dtype and name.
+  const bool sized = a.coll != CollectiveKind::kAllToAll;
+  if (a.coll != b.coll || (sized && a.coll_bytes != b.coll_bytes) || a.dtype != b.dtype)
+    return false;
   const bool reduces =
       a.coll == CollectiveKind::kReduceScatter || a.coll == CollectiveKind::kAllReduce;
   if (reduces && a.reduce != b.reduce) return false;

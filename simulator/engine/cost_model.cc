@@ -46,6 +46,8 @@ double PlaceholderCostModel::collective_seconds(const Instr& c, const GroupInfo&
     case CollectiveKind::kAllReduce: return 2 * ring;
     case CollectiveKind::kBroadcast: return lat + bytes / options_.link_bandwidth;
     case CollectiveKind::kBarrier: return lat;
+    case CollectiveKind::kAllToAll:  // dims: bytes sent to / received from the other members
+      return lat + static_cast<double>(std::max(c.dims[0], c.dims[1])) / options_.link_bandwidth;
   }
   return ring;
 }

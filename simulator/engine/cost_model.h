@@ -85,6 +85,7 @@ struct PlaceholderCostOptions {
 //   all_gather / reduce_scatter = latency + coll_bytes * (n-1)/n / link_bandwidth
 //   all_reduce  = 2 * (latency + coll_bytes * (n-1)/n / link_bandwidth)   (RS + AG)
 //   broadcast   = latency + coll_bytes / link_bandwidth;  barrier = latency
+//   all_to_all  = latency + max(bytes sent, received to / from the others) / link_bandwidth
 //   n <= 1      = 0 (nothing crosses a link)
 //   storage write = node bytes / storage_write_bandwidth
 class PlaceholderCostModel final : public CostModel {

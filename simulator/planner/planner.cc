@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "core/common/error.h"
+#include "core/scenario/moe_checks.h"
 #include "core/train/training_program.h"
 #include "simulator/planner/bounds.h"
 #include "simulator/planner/evaluate.h"
@@ -81,6 +82,25 @@ std::vector<Candidate> viable_candidates(const PlanOptions& opt) {
     }
     return !it->second;
   });
+  // Expert parallelism stays the scenario's: candidates it does not fit (a shard size it does
+  // not divide, an int reshard_after_forward, an uneven Shard(1)) are left out.
+  // The check depends on the shard size and reshard_after_forward alone.
+  std::map<std::tuple<int, int, int>, bool> fits;
+  if (opt.base.expert_parallel.degree > 1)
+    std::erase_if(cands, [&](const Candidate& c) {
+      const auto key = std::make_tuple(c.shard, static_cast<int>(c.reshard.kind), c.reshard.n);
+      auto it = fits.find(key);
+      if (it == fits.end()) {
+        bool ok = true;
+        try {
+          check_expert_parallel(candidate_scenario(opt.base, c));
+        } catch (const InputError&) {
+          ok = false;
+        }
+        it = fits.emplace(key, ok).first;
+      }
+      return !it->second;
+    });
   return cands;
 }
 

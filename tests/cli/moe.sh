@@ -29,6 +29,29 @@ else
   echo "FAIL simulate tiny-moe:"; cat "$tmp/out"; fail=1
 fi
 expect train-refused "model.moe" -- train "$sc" --steps 1 --backend cpu
+# Expert parallelism (docs/moe.md): the shipped ep 2 scenario simulates with its all-to-alls and
+# a class per ep load under its skew; an ep that does not divide the experts is one line.
+ep="$src/scenarios/tiny-moe-ep2-h100.json"
+if "$bin" simulate "$ep" --json "$tmp/ep.json" > "$tmp/out" 2>&1; then
+  python3 - "$tmp/ep.json" <<'P' || fail=1
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert not r.get("problems"), r.get("problems")
+classes = r["rank_classes"]
+assert len(classes) == 2, classes
+assert all(c["collectives_last_step"].get("all_to_all", 0) == 10 for c in classes), classes
+P
+  echo "ok   simulate tiny-moe-ep2"
+else
+  echo "FAIL simulate tiny-moe-ep2:"; cat "$tmp/out"; fail=1
+fi
+python3 - "$ep" "$tmp/ep3.json" <<'P'
+import json, sys
+j = json.load(open(sys.argv[1])); j["expert_parallel"]["degree"] = 3; j["fsdp"]["mesh"]["shape"] = [3]
+j["hardware"]["gpus_per_node"] = 3; j.pop("$schema")
+json.dump(j, open(sys.argv[2], "w"))
+P
+expect ep-not-dividing "expert_parallel.degree" -- simulate "$tmp/ep3.json"
 cat > "$tmp/qwen3.json" <<'J'
 {"model": "qwen3-30b-a3b", "training": {"seq_len": 256, "activation_checkpointing": "full"}, "hardware": {"profile": "h100-sxm-80gb", "nodes": 4, "gpus_per_node": 8}, "fsdp": {"mesh": {"shape": [32]}}}
 J

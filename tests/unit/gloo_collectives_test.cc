@@ -52,6 +52,36 @@ TEST_P(GlooCollectives, AllGatherOutOfPlaceAndInPlace) {
   }
 }
 
+// all_to_all_single with split sizes (expert parallelism's token dispatch): rank s sends rank d
+// (s + 2 d) % 4 elements (0 included), each naming its source, its destination and its index.
+TEST_P(GlooCollectives, AllToAllUnevenSplits) {
+  const int n = GetParam();
+  ThreadWorld w(n);
+  auto pgs = w.make_world();
+  auto count = [](int s, int d) { return static_cast<size_t>((s + 2 * d) % 4); };
+  auto value = [](int s, int d, size_t i) { return int64_t{10000} * s + 100 * d + i; };
+  std::vector<std::vector<int64_t>> outs(n);
+  parallel(n, [&](int r) {
+    std::vector<size_t> send(n), recv(n);
+    std::vector<int64_t> in;
+    for (int d = 0; d < n; ++d) {
+      send[d] = count(r, d);
+      recv[d] = count(d, r);
+      for (size_t i = 0; i < send[d]; ++i) in.push_back(value(r, d, i));
+    }
+    size_t total = 0;
+    for (size_t c : recv) total += c;
+    outs[r].assign(total, -1);
+    pgs[r]->all_to_all(in.data(), send, outs[r].data(), recv, DType::kInt64, "a2a");
+  });
+  for (int r = 0; r < n; ++r) {
+    std::vector<int64_t> want;
+    for (int s = 0; s < n; ++s)
+      for (size_t i = 0; i < count(s, r); ++i) want.push_back(value(s, r, i));
+    EXPECT_EQ(outs[r], want) << "world " << n << " rank " << r;
+  }
+}
+
 TEST_P(GlooCollectives, ReduceScatterEveryDtypeAndOp) {
   const int n = GetParam();
   ThreadWorld w(n);

@@ -1,0 +1,47 @@
+#pragma once
+// Expert parallelism's token dispatch and combine (torchtitan's ExpertParallel._token_dispatch
+// and _token_combine, torchtitan/distributed/expert_parallel.py at pytorch/torchtitan@36a4b69):
+// the split sizes exchanged first, read back to the host, then all-to-all-v of the tokens, and
+// the reverse in the combine; autograd runs the all-to-all of the gradients the other way.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/mesh/device_mesh.h"
+#include "core/model/autograd.h"
+
+namespace fullshard {
+
+// This rank's view of the ep mesh dim (MeshInfo::ep_group; core/mesh/expert_mesh.h).
+struct ExpertParallel {
+  int degree = 1;  // 1: no expert parallelism
+  int index = 0;   // this rank's coordinate along ep (it holds experts [index E/ep, ...))
+  ProcessGroup group;
+  bool enabled() const { return degree > 1; }
+};
+
+namespace ops::moe {
+
+// NOTE [Split sizes exchanged first]: _token_dispatch runs, under no_grad,
+//   num_tokens_per_expert_group = all_to_all_single(num_tokens_per_expert)  ([E] fp32, equal
+//     splits: E / ep counts to each ep rank), wait_tensor;
+//   input_splits = num_tokens_per_expert.view(ep, -1).sum(1).to("cpu", non_blocking=True);
+//   output_splits = num_tokens_per_expert_group.view(ep, -1).sum(1).to("cpu",
+//     non_blocking=False)   <- the device-to-host sync: the host waits for the compute stream;
+//   .tolist() of both.
+// Each .sum(1) is an [ep] fp32 device tensor freed once copied; the host copies are freed after
+// .tolist(). Returns num_tokens_per_expert_group; the split sizes themselves are the host's
+// (the routing assumption, core/model/moe_routing.h), passed to all_to_all below.
+Tensor exchange_split_sizes(ExecContext& c, const Tensor& tokens_per_expert,
+                            const ExpertParallel& ep, const std::string& name);
+
+// all_to_all_single_autograd(x, output_split_sizes=recv_rows, input_split_sizes=send_rows,
+// group): x [sum(send_rows), W] -> [sum(recv_rows), W], a new tensor from the compute stream's
+// pool, run on the compute stream (a functional collective waited on at once). The node saves
+// nothing; its backward is the all-to-all of the gradient with the splits swapped.
+Value all_to_all(ExecContext& c, Value x, const std::vector<int64_t>& send_rows,
+                 const std::vector<int64_t>& recv_rows, const ProcessGroup& group,
+                 const std::string& name);
+
+}  // namespace ops::moe
+}  // namespace fullshard

@@ -1,0 +1,217 @@
+// Expert parallelism in the simulator (docs/moe.md, "Expert parallelism"): the ep and efsdp groups
+// torchtitan's ParallelDims builds, the routed experts' shards (Shard(0) over efsdp, Shard(1) when
+// efsdp exceeds the experts per rank) checked to the byte against a hand computation, the
+// all-to-alls' count and bytes, per-rank memory under routing skew (by class and every rank
+// alike), and the one-line errors of expert_parallel.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "core/mesh/expert_mesh.h"
+#include "core/model/moe_routing.h"
+#include "simulator/report.h"
+#include "tests/gpu/recorded_ops.h"
+#include "tests/support/input_error.h"
+#include "tests/support/sim_support.h"
+
+namespace fullshard {
+namespace {
+
+using nlohmann::json;
+
+json tiny_moe_ep(int ep, std::vector<int> mesh, json training = json::object()) {
+  json extra = {{"training", training}};
+  if (ep > 0) extra["expert_parallel"] = {{"degree", ep}};
+  return recorded_ops::scenario_json("tiny-moe", nullptr, mesh, extra);
+}
+
+TEST(ExpertMesh, GroupsAsTorchtitansSparseMesh) {
+  ProcessGroup shard{"shard", {0, 1, 2, 3, 4, 5, 6, 7}};
+  const ExpertGroups g = expert_groups(shard, 5, 2);
+  EXPECT_EQ(g.ep.ranks, (std::vector<int>{4, 5}));
+  EXPECT_EQ(g.efsdp.ranks, (std::vector<int>{1, 3, 5, 7}));
+  // HSDP: the second replica's shard group is ranks 8..15.
+  ProcessGroup shard2{"shard", {8, 9, 10, 11, 12, 13, 14, 15}};
+  const ExpertGroups h = expert_groups(shard2, 14, 4);
+  EXPECT_EQ(h.ep.ranks, (std::vector<int>{12, 13, 14, 15}));
+  EXPECT_EQ(h.efsdp.ranks, (std::vector<int>{10, 14}));
+  json hsdp = tiny_moe_ep(2, {8});
+  hsdp["fsdp"]["mesh"] = {{"shape", {2, 4}}, {"dim_names", {"replicate", "shard"}}};
+  const Scenario s = parse_scenario(hsdp);
+  const MeshInfo m = mesh_info_for(s, 6);
+  EXPECT_EQ(m.ep_group->ranks, (std::vector<int>{6, 7}));
+  EXPECT_EQ(m.efsdp_group->ranks, (std::vector<int>{4, 6}));
+  EXPECT_EQ(m.replicate_group->ranks, (std::vector<int>{2, 6}));
+}
+
+// tiny-moe: 4 experts, w1 / w3 [E, 32, 64], w2 [E, 64, 32], 2 MoE layers, fp32 shards. On 8
+// ranks: ep 1 shards each weight's 4 experts over 8 ranks on dim 0 (ceil(4 / 8) = 1 padded
+// expert, 2,048 elements per rank); ep 2 leaves 2 experts per rank and efsdp 4 > 2 gives Shard(1)
+// (2 x 32 / 4 x 64 = 1,024); ep 4, 1 expert, efsdp 2: Shard(1) again (1 x 16 x 64 = 1,024).
+TEST(ExpertParallelSharding, ExpertShardsToTheByte) {
+  auto sharded = [](int ep) {
+    const auto r = sim::simulate_scenario(parse_scenario(tiny_moe_ep(ep, {8})));
+    EXPECT_TRUE(r.ok()) << fullshard::testing::problems_text(r);
+    // The classes differ in real rows only (the router gate's 4 rows over 8 ranks): every rank
+    // stores the same padded shards.
+    const uint64_t bytes =
+        r.classes.at(0).breakdown_at_peak[static_cast<size_t>(MemCategory::kShardedParam)];
+    for (const auto& c : r.classes)
+      EXPECT_EQ(c.breakdown_at_peak[static_cast<size_t>(MemCategory::kShardedParam)], bytes);
+    return bytes;
+  };
+  const uint64_t base = sharded(0), ep2 = sharded(2), ep4 = sharded(4);
+  const uint64_t weights = 2 * 3, fp32 = 4;
+  EXPECT_EQ(base - ep2, weights * (2048 - 1024) * fp32);
+  EXPECT_EQ(ep2, ep4);
+
+  const Scenario s = parse_scenario(tiny_moe_ep(2, {8}));
+  sim::GroupRegistry groups;
+  recorded_ops::RecordingBackend b(s, 5, groups);
+  TrainingProgram prog(b, s);
+  int experts = 0;
+  for (const auto& st : prog.fsdp().states()) {
+    if (!st->group || st->module->kind != "GroupedExperts") continue;
+    ++experts;
+    EXPECT_EQ(st->group->config().shard_group.name, "efsdp");
+    EXPECT_EQ(st->group->config().shard_group.ranks, (std::vector<int>{1, 3, 5, 7}));
+    EXPECT_EQ(st->group->config().gradient_divide_factor, 8);
+    for (FSDPParam* p : st->group->fsdp_params()) {
+      EXPECT_EQ(p->shard_dim(), 1);
+      EXPECT_EQ(p->padded_sharded_numel(), 1024) << p->param().fqn;
+      EXPECT_EQ(p->param().global_shape().at(0), 4);
+      EXPECT_EQ(p->param().ep_index, 1);  // rank 5: shard index 5, ep index 1
+    }
+  }
+  EXPECT_EQ(experts, 2);
+}
+
+// Per MoE layer and step: the split sizes, the dispatch and the combine forward, the two
+// gradients' all-to-alls backward. Balanced routing of 2 x 32 tokens x top-2 over 4 experts: 32
+// each, so each rank sends 64 rows of 64 fp32 features to its peer and receives as many.
+TEST(ExpertParallelDispatch, AllToAllsAndTheirBytes) {
+  std::map<uint64_t, int> by_bytes;
+  std::map<int64_t, int> to_peer;
+  sim::SimulateOptions o;
+  o.on_played = [&](const sim::PlayedRun& run) {
+    const auto& prog = run.programs.front();
+    const int last = prog.instrs.back().step;
+    for (const auto& in : prog.instrs)
+      if (in.type == sim::InstrType::kCollective && in.coll == CollectiveKind::kAllToAll &&
+          in.step == last) {
+        EXPECT_EQ(run.groups[in.group].name, "ep");
+        ++by_bytes[in.coll_bytes];
+        ++to_peer[in.dims[0]];
+        EXPECT_EQ(in.dims[0], in.dims[1]);
+      }
+  };
+  const auto r = sim::simulate_scenario(parse_scenario(tiny_moe_ep(2, {2})), o);
+  ASSERT_TRUE(r.ok()) << fullshard::testing::problems_text(r);
+  const uint64_t tokens = 128 * 64 * 4, counts = 4 * 4;
+  EXPECT_EQ(by_bytes[counts], 2);
+  EXPECT_EQ(by_bytes[tokens], 8);
+  EXPECT_EQ(to_peer[64 * 64 * 4], 8);
+  EXPECT_EQ(to_peer[2 * 4], 2);
+  EXPECT_EQ(r.classes.at(0).collectives_per_step[static_cast<int>(CollectiveKind::kAllToAll)], 10);
+}
+
+// The hottest expert (expert 0, on ep rank 0) gets twice its share: [64, 22, 21, 21] of 128
+// routed rows, so rank 0 receives 2 x 86 rows and rank 1 2 x 42; rank 0's activations are
+// larger. Rank classes separate them, and playing every rank gives the same peaks.
+TEST(ExpertParallelDispatch, SkewMovesMemoryPerRankHonestly) {
+  const EpRouting r0 = ep_routing(skewed_tokens_per_expert(64, 2, 4, 2.0), 2, 0);
+  const EpRouting r1 = ep_routing(skewed_tokens_per_expert(64, 2, 4, 2.0), 2, 1);
+  EXPECT_EQ(r0.send_rows, (std::vector<int64_t>{86, 42}));
+  EXPECT_EQ(r0.recv_rows, (std::vector<int64_t>{86, 86}));
+  EXPECT_EQ(r1.recv_rows, (std::vector<int64_t>{42, 42}));
+  EXPECT_EQ(r0.local_tokens_per_expert, (std::vector<int64_t>{128, 44}));
+  const Scenario s =
+      parse_scenario(tiny_moe_ep(2, {2}, {{"moe_routing", {{"hot_expert_factor", 2.0}}}}));
+  const auto by_class = sim::simulate_scenario(s);
+  ASSERT_TRUE(by_class.ok()) << fullshard::testing::problems_text(by_class);
+  ASSERT_EQ(by_class.classes.size(), 2u);
+  EXPECT_EQ(by_class.classes[0].ranks, std::vector<int>{0});
+  EXPECT_GT(by_class.classes[0].peak_allocated_bytes, by_class.classes[1].peak_allocated_bytes);
+  sim::SimulateOptions all;
+  all.all_ranks = true;
+  all.record_every_rank = true;
+  const auto every = sim::simulate_scenario(s, all);
+  ASSERT_TRUE(every.ok()) << fullshard::testing::problems_text(every);
+  for (const auto& c : every.classes)
+    for (int rank : c.ranks) {
+      const auto& mine = by_class.classes[rank == 0 ? 0 : 1];
+      EXPECT_EQ(c.peak_allocated_bytes, mine.peak_allocated_bytes) << rank;
+      EXPECT_EQ(c.peak_reserved_bytes, mine.peak_reserved_bytes) << rank;
+    }
+  // Balanced routing: every rank alike, one class.
+  EXPECT_EQ(sim::rank_classes(parse_scenario(tiny_moe_ep(2, {4}))).size(), 1u);
+}
+
+TEST(ExpertParallelChecks, OneLineErrorsNameTheField) {
+  using fullshard::testing::input_error_of;
+  auto err = [](const json& j) { return input_error_of([&] { parse_scenario(j); }); };
+  EXPECT_NE(err(tiny_moe_ep(3, {6})).find("expert_parallel.degree"), std::string::npos);
+  EXPECT_NE(err(tiny_moe_ep(3, {6})).find("does not divide the 4 experts"), std::string::npos);
+  EXPECT_NE(err(tiny_moe_ep(4, {2})).find("does not divide the shard dim of 2"), std::string::npos);
+  json wide = tiny_moe_ep(2, {128});
+  wide["hardware"]["nodes"] = 16;
+  wide["hardware"]["gpus_per_node"] = 8;
+  EXPECT_NE(err(wide).find("model.moe.expert_dim 32 divisible by 64"), std::string::npos);
+  json dense = recorded_ops::scenario_json("tiny-llama", nullptr, {2},
+                                           {{"expert_parallel", {{"degree", 2}}}});
+  EXPECT_NE(err(dense).find("the model has no experts"), std::string::npos);
+  json typo = tiny_moe_ep(0, {2});
+  typo["expert_parallel"] = {{"degre", 2}};
+  EXPECT_NE(err(typo).find("expert_parallel"), std::string::npos);
+  json raf = tiny_moe_ep(2, {2});
+  raf["fsdp"]["reshard_after_forward"] = 2;
+  EXPECT_NE(err(raf).find("fsdp.reshard_after_forward"), std::string::npos);
+  EXPECT_NO_THROW(parse_scenario(tiny_moe_ep(1, {2})));
+}
+
+}  // namespace
+}  // namespace fullshard
+
+namespace fullshard {
+namespace {
+
+// Mixtral 8x7B on 64 H100s (scenarios/mixtral-8x7b-ep8-h100.json): ep 8 leaves one expert per
+// rank, Shard(1) over 8 efsdp ranks: each w1 / w2 / w3 shard is 14336 x 4096 / 8 fp32 elements,
+// 29,360,128 bytes, 96 of them (32 layers x 3); every dense parameter is sharded on dim 0 over
+// all 64 (ceil(d0 / 64) rows, each allocation rounded to 512 bytes). With ep 1 the same experts
+// shard on dim 0 over 64 ranks: one padded expert row each, 234,881,024 bytes x 96 (21.0 GiB),
+// and the first forward runs out of memory; with ep 8 it fits.
+TEST(ExpertParallelSharding, MixtralOn64H100sFits) {
+  const Scenario s = load_scenario_file(std::string(FULLSHARD_SOURCE_DIR) +
+                                        "/scenarios/mixtral-8x7b-ep8-h100.json");
+  Transformer t(s.model, {}, expert_parallel_for(s, 0));
+  uint64_t dense = 0;
+  t.root().for_each_param([&](Param& p) {
+    if (p.ep_degree > 1) return;
+    int64_t row = 1;
+    for (size_t i = 1; i < p.shape.size(); ++i) row *= p.shape[i];
+    const uint64_t bytes = static_cast<uint64_t>((p.shape[0] + 63) / 64 * row * 4);
+    dense += (bytes + 511) / 512 * 512;
+  });
+  const uint64_t experts = 96ull * 14336 * 4096 / 8 * 4;
+  EXPECT_EQ(experts, 96ull * 29'360'128);
+  const auto r = sim::simulate_scenario(s);
+  ASSERT_TRUE(r.ok()) << fullshard::testing::problems_text(r);
+  EXPECT_FALSE(r.out_of_memory);
+  for (const auto& k : r.classes)  // the router gate's 8 rows over 64 ranks: two classes
+    EXPECT_EQ(k.breakdown_at_peak[static_cast<size_t>(MemCategory::kShardedParam)],
+              dense + experts);
+  const auto& c = r.classes[0];
+  std::printf(
+      "mixtral ep8: sharded params %.3f GiB, peak allocated %.2f GiB, reserved %.2f GiB, "
+      "step %.3f s\n",
+      c.breakdown_at_peak[static_cast<size_t>(MemCategory::kShardedParam)] / 1073741824.0,
+      c.peak_allocated_bytes / 1073741824.0, c.peak_reserved_bytes / 1073741824.0, r.step_time_s);
+  Scenario ep1 = s;
+  ep1.expert_parallel.degree = 1;
+  const auto r1 = sim::simulate_scenario(ep1);
+  EXPECT_TRUE(r1.out_of_memory);
+}
+
+}  // namespace
+}  // namespace fullshard
