@@ -141,6 +141,7 @@ const std::vector<Figure>& figures() {
       {"peak_flops_fp16", rate_figure(&P::peak_flops_fp16, "989.4e12")},
       {"peak_flops_fp32", rate_figure(&P::peak_flops_fp32, "66.9e12")},
       {"peak_flops_tf32", rate_figure(&P::peak_flops_tf32, "494.7e12")},
+      {"peak_flops_fp8", rate_figure(&P::peak_flops_fp8, "1978.9e12")},
       {"hbm_bandwidth", rate_figure(&P::hbm_bandwidth, "3.35e12")},
       {"compute_capability", int_figure(&P::compute_capability, 0, 1000, "90")},
       {"matmul_efficiency",
@@ -204,7 +205,7 @@ const std::vector<Figure>& figures() {
 // Figures added after profiles were in users' hands: a file without one keeps the
 // HardwareProfile default (which prices as before the figure existed); a file that gives one
 // cites it like any other.
-const std::vector<std::string> kOptionalFigures = {"convert_memory_factor"};
+const std::vector<std::string> kOptionalFigures = {"convert_memory_factor", "peak_flops_fp8"};
 
 bool optional_figure(const std::string& f) {
   return std::find(kOptionalFigures.begin(), kOptionalFigures.end(), f) != kOptionalFigures.end();

@@ -4,6 +4,7 @@
 // simulator and the real backends run exactly this code.
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -58,6 +59,10 @@ class TrainingProgram {
   std::unique_ptr<FSDPRuntime> fsdp_;
   std::unique_ptr<AdamW> optim_;
   std::vector<OptimizerParam*> all_params_;  // every FSDPParam, in module order
+  // Float8 weights FSDP2 all-gathers in float8 and their shard group, when training.float8
+  // precomputes their scales after each optimizer step (core/fsdp/float8_all_gather.h).
+  std::vector<FSDPParam*> float8_params_;
+  std::optional<ProcessGroup> float8_group_;
   std::vector<BlockCheckpoint> block_ac_;
   std::function<void(int)> before_optimizer_;
 
