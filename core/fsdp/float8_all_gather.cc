@@ -5,25 +5,19 @@
 #include "core/model/float8_linear.h"
 #include "core/runtime/float8_args.h"
 
-// NOTE [Float8 all-gather]: with Float8LinearConfig.enable_fsdp_float8_all_gather (torchtitan:
-// tensorwise only, and only with a dp_shard dim) a converted weight is a
-// WeightWithDynamicFloat8CastTensor. FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_param.py,
-// torch 2.11) then skips its foreach-copy cast for it and calls fsdp_pre_all_gather on the
-// copy-in stream: hp_tensor_to_float8_dynamic of the fp32 shard (abs, max, an all-reduce MAX of
-// the amax over the shard group, the scale, * scale, clamp, .to(e4m3); .to(fp32) is free) or,
-// with a precomputed scale, only the last three. The all-gather input is that e4m3 shard (1
-// byte per element, half of bf16); its scale travels as metadata, not in the all-gather. A
-// group mixing float8 and bf16 inputs (the norms) all-gathers bytes (uint8), as
-// _get_all_gather_input_metadatas decides. fsdp_post_all_gather wraps the gathered bytes as a
-// Float8TrainingTensor: the unsharded weight is e4m3 (1 byte per element) and the float8
-// linear uses it without casting. Post-forward shards (int reshard_after_forward) raise
-// NotImplementedError in FSDP2 with an extension, and uneven shards fail its size check: the
-// scenario refuses both (check_float8). The scale (fp32 [1], from the copy-in stream's pool, read
-// by compute) is retired when the weight reshards and released at the next root pre-forward,
-// once the all-gather streams have waited for the current stream: PyTorch keeps it on the
-// unsharded tensor until the next all-gather replaces it, so the two differ by at most two
-// 512-byte blocks per float8 weight, and every step ends alike. With precomputed scales the
-// first step's are dynamic (torchtitan precomputes after each optimizer step only).
+// NOTE [Float8 all-gather]: with enable_fsdp_float8_all_gather (tensorwise only, with a shard
+// dim) a converted weight is a WeightWithDynamicFloat8CastTensor, and FSDP2 (torch 2.11
+// _fsdp_param.py) calls its fsdp_pre_all_gather on the copy-in stream instead of the foreach-copy
+// cast: the fp32 shard's abs and max, an all-reduce (MAX) of the amax over the shard group, the
+// scale, * scale, clamp, .to(e4m3); with a precomputed scale only the last three. The e4m3 shard
+// (1 byte per element) is the all-gather input; the scale is metadata, not gathered. A group
+// mixing float8 and bf16 inputs (the norms) all-gathers bytes (uint8), as
+// _get_all_gather_input_metadatas decides. fsdp_post_all_gather wraps the gathered bytes: the
+// unsharded weight is e4m3 and the float8 linear uses it uncast. The scale, from the copy-in
+// pool and read by compute, is retired when the weight reshards and released at the next root
+// pre-forward, after the all-gather streams waited for the current stream (PyTorch keeps it until
+// the next all-gather: at most two 512-byte blocks per weight apart, every step alike).
+// Post-forward shards and uneven shards fail in FSDP2 with an extension: check_float8 refuses them.
 
 namespace fullshard {
 
