@@ -114,6 +114,16 @@ void run_kernel(const OpCall& op, const std::vector<void*>& in, const std::vecto
       // The launcher refuses tensor_parallel.async on real backends (runner/launcher.cc).
       FULLSHARD_CHECK(false, where(op) + "async tensor parallelism runs in the simulator only");
       break;
+    case OpKind::kFloat8Abs:
+    case OpKind::kFloat8Amax:
+    case OpKind::kFloat8Scale:
+    case OpKind::kFloat8Cast:
+    case OpKind::kScaledMM:
+    case OpKind::kScaledMMBackwardInput:
+    case OpKind::kScaledMMBackwardWeight:
+      // The launcher refuses training.float8 on real backends (runner/launcher.cc).
+      FULLSHARD_CHECK(false, where(op) + "float8 training runs in the simulator only");
+      break;
     case OpKind::kLoadBatch:
     case OpKind::kInitParam: break;
   }

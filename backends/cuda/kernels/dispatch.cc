@@ -695,6 +695,17 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
                           "not supported on the CUDA backend (asynchronous tensor parallelism, "
                           "tensor_parallel.async, runs in the simulator only)");
       break;
+    case OpKind::kFloat8Abs:
+    case OpKind::kFloat8Amax:
+    case OpKind::kFloat8Scale:
+    case OpKind::kFloat8Cast:
+    case OpKind::kScaledMM:
+    case OpKind::kScaledMMBackwardInput:
+    case OpKind::kScaledMMBackwardWeight:
+      FULLSHARD_CHECK(false, where(op) +
+                                 "not supported on the CUDA backend (float8 training, "
+                                 "training.float8, runs in the simulator only, docs/float8.md)");
+      break;
     case OpKind::kCompiledRMSNorm: return compiled_norm(op, in, out, false, s);
     case OpKind::kCompiledAddRMSNorm: return compiled_norm(op, in, out, true, s);
     case OpKind::kCompiledRMSNormBackward: return compiled_norm_backward(op, in, out, s);
