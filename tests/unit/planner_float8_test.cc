@@ -92,5 +92,30 @@ TEST(PlannerFloat8, PlanReasonsCarryTheGain) {
   EXPECT_EQ(float8_reasons, 4);  // the five choices but the winner's
 }
 
+// NOTE [Branch and bound] with float8 candidates: the 2-block proxies bound float8 programs
+// too, so the pruned search recommends what the exhaustive one does.
+TEST(PlannerFloat8, PrunedSearchFindsTheExhaustiveBest) {
+  PlanOptions o;
+  o.base = parse_scenario(kBase);
+  o.space.gpus = 2;
+  o.space.gpus_per_node = 2;
+  o.space.n_layers = 2;
+  o.space.micro_batches = {1, 2};
+  o.space.float8 = float8_choices();
+  o.threads = 2;
+  const PlanResult pruned = plan(o);
+  o.prune = false;
+  const PlanResult all = plan(o);
+  ASSERT_TRUE(pruned.best_fits() && all.best_fits());
+  EXPECT_TRUE(pruned.configs.front().candidate == all.configs.front().candidate)
+      << candidate_text(pruned.configs.front().candidate) << " vs "
+      << candidate_text(all.configs.front().candidate);
+  EXPECT_EQ(pruned.configs.front().step_time_s, all.configs.front().step_time_s);
+  for (const ConfigResult& c : pruned.configs)  // bounds never above what simulation says
+    if (c.verdict == Verdict::kSimulated && c.bound_step_time_s > 0) {
+      EXPECT_LE(c.bound_step_time_s, c.step_time_s * (1 + 1e-9)) << candidate_text(c.candidate);
+    }
+}
+
 }  // namespace
 }  // namespace fullshard::planner
