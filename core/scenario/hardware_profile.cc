@@ -303,7 +303,13 @@ HardwareProfile parse_profile(const json& j) {
   jr::require_object(sources, "sources", "{\"memory_bytes\": \"NVIDIA H100 datasheet: 80 GB\"}");
   jr::reject_unknown_fields(sources, "sources", hardware_profile_figures());
   for (const auto& f : hardware_profile_figures()) {
-    if (optional_figure(f) && !j.contains(f)) continue;
+    if (optional_figure(f) && !j.contains(f)) {
+      // An absent optional figure may still say why (an A100's "no float8 tensor cores").
+      if (sources.contains(f))
+        p.source += (p.source.empty() ? "" : " | ") + f + ": " +
+                    jr::get_string(sources.at(f), jr::child_path("sources", f), "\"none: ...\"");
+      continue;
+    }
     jr::require_field(sources, "sources", f, "cite where the value of " + f + " comes from");
     const std::string cite =
         jr::get_string(sources.at(f), jr::child_path("sources", f), "\"NVIDIA H100 datasheet\"");
