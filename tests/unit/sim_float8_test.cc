@@ -160,10 +160,9 @@ TEST(Float8Linear, CompiledCastsFuse) {
   }
 }
 
-// What autograd keeps: torchao saves the high-precision input and the weight, as nn.Linear
-// does, so the memory left for backward after forward is the bf16 run's; the float8 casts are
-// transient.
-TEST(Float8Linear, SavesWhatLinearSaves) {
+// The float8 casts are transient (torchao saves the high-precision input and the weight, as
+// nn.Linear does): after each step exactly the bf16 run's bytes are allocated, for every recipe.
+TEST(Float8Linear, NothingOutlivesTheStep) {
   auto bf16 = sim::simulate_scenario(parse_scenario(f8_json(nullptr)));
   for (const char* recipe : {"tensorwise", "rowwise", "rowwise_with_gw_hp"}) {
     auto f8 = sim::simulate_scenario(
