@@ -133,6 +133,12 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
                      fmt::format("has {} experts, which the {} backend does not run yet",
                                  s.model.moe.num_experts, kind.name),
                      "simulate it with fullshard simulate (docs/moe.md says what is next)");
+  if (s.training.float8.enabled())  // the float8 kinds are simulated only (docs/float8.md)
+    throw InputError("training.float8",
+                     fmt::format("is recipe \"{}\", which the {} backend does not run yet",
+                                 float8_recipe_name(s.training.float8.recipe), kind.name),
+                     "remove training.float8 to train for real, or simulate it with fullshard "
+                     "simulate (docs/float8.md says what is next)");
   validate_checkpoint_flags(o.checkpoint_dir, o.checkpoint_every, o.resume,
                             o.steps >= 0 ? o.steps : s.training.steps, s, o.keep_last);
   batch_source(s);  // the training data: missing, malformed, tokens >= vocab_size (NOTE [Token data

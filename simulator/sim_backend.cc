@@ -4,6 +4,7 @@
 
 #include "core/common/error.h"
 #include "core/runtime/attention_args.h"
+#include "core/runtime/float8_args.h"
 #include "core/runtime/layer_args.h"
 #include "core/runtime/moe_args.h"
 #include "core/runtime/op_table.h"
@@ -154,6 +155,14 @@ std::array<int64_t, 3> kernel_dims(const OpCall& op) {
     case OpKind::kLinearBackwardWeight:
       if (n >= 3) {
         const LinearArgs l = LinearArgs::decode(op);
+        return {l.m, l.k, l.n};
+      }
+      break;
+    case OpKind::kScaledMM:  // torch._scaled_mm of a float8 linear: {M, K, N} (ScaledMmArgs)
+    case OpKind::kScaledMMBackwardInput:
+    case OpKind::kScaledMMBackwardWeight:
+      if (n >= 3) {
+        const ScaledMmArgs l = ScaledMmArgs::decode(op);
         return {l.m, l.k, l.n};
       }
       break;

@@ -13,7 +13,9 @@ ncclDataType_t nccl_dtype(DType d) {
     case DType::kFloat32: return ncclFloat32;
     case DType::kBFloat16: return ncclBfloat16;
     case DType::kFloat16: return ncclFloat16;
-    case DType::kUInt8: return ncclUint8;
+    case DType::kUInt8:
+    case DType::kFloat8E4M3FN:  // float8 travels as bytes (all-gathers only; never reduced)
+    case DType::kFloat8E5M2: return ncclUint8;
     case DType::kInt64: return ncclInt64;
   }
   FULLSHARD_CHECK(false, "unknown dtype");

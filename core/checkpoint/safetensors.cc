@@ -107,6 +107,8 @@ std::string_view safetensors_dtype_name(DType d) {
     case DType::kFloat16: return "F16";
     case DType::kUInt8: return "U8";
     case DType::kInt64: return "I64";
+    case DType::kFloat8E4M3FN: return "F8_E4M3";
+    case DType::kFloat8E5M2: return "F8_E5M2";
   }
   return "?";
 }

@@ -1,6 +1,7 @@
 #include "core/fsdp/collectives.h"
 
 #include "core/common/error.h"
+#include "core/fsdp/float8_all_gather.h"
 #include "core/model/ops.h"
 #include "core/runtime/copy_args.h"
 #include "core/runtime/tensor_parallel_args.h"
@@ -52,16 +53,53 @@ AllGatherResult foreach_all_gather(Backend& b, const std::vector<FSDPParam*>& pa
   const int my = group.index_of(b.rank());
   AllGatherResult r;
   r.world = world;
-  r.dtype = params[0]->param_dtype();
+  r.dtype = params[0]->all_gather_dtype();
   std::vector<Tensor> inputs;  // what gets copied into this rank's slice
   std::vector<Tensor> temps;   // dropped (freed) after the all-gather is issued
-  for (FSDPParam* p : params)
-    FULLSHARD_CHECK(p->param_dtype() == r.dtype, "mixed param dtypes in " + name);
+  bool any_float8 = false;
+  for (FSDPParam* p : params) {
+    FULLSHARD_CHECK(p->param_dtype() == params[0]->param_dtype(), "mixed param dtypes in " + name);
+    any_float8 = any_float8 || p->float8_all_gather();
+    // Mixed all-gather dtypes (float8 weights beside bf16 norms) all-gather bytes (NOTE
+    // [Float8 all-gather] in float8_all_gather.cc).
+    if (p->all_gather_dtype() != r.dtype) r.dtype = DType::kUInt8;
+  }
+  const DType cast_dtype = params[0]->param_dtype();
 
   // ---- copy-in stream: gather the inputs (H2D, cast) ----
   const bool foreach_copy =
       params[0]->param_dtype() != params[0]->orig_dtype() && !params[0]->offload();
-  if (foreach_copy) {
+  if (any_float8) {
+    FULLSHARD_CHECK(!post_forward && !params[0]->offload(),
+                    name + ": float8 all-gather from post-forward shards or with offload");
+    // The foreach-copy cast for the others, fsdp_pre_all_gather for each float8 weight.
+    int64_t total = 0;
+    for (FSDPParam* p : params)
+      if (!p->float8_all_gather()) total += p->padded_sharded_numel();
+    Tensor flat;
+    if (foreach_copy && total > 0)
+      flat = Tensor::empty(b, {cast_dtype, {total}}, MemCategory::kAllGather, streams.copy_in,
+                           name + " all_gather_input (foreach_copy)");
+    std::vector<TensorRef> srcs, dsts;
+    uint64_t off = 0;
+    for (FSDPParam* p : params) {
+      if (p->float8_all_gather()) {
+        inputs.push_back(float8_pre_all_gather(b, *p, group, streams.copy_in, name));
+      } else if (!foreach_copy) {
+        inputs.push_back(p->sharded_data());
+      } else {
+        const Tensor& src = p->sharded_data();
+        srcs.push_back(src.ref());
+        Tensor v = flat.view({cast_dtype, {src.numel()}}, off);
+        dsts.push_back(v.ref());
+        inputs.push_back(v);
+        off += static_cast<uint64_t>(src.numel()) * dtype_size(cast_dtype);
+      }
+    }
+    if (!srcs.empty())
+      b.launch(streams.copy_in, kernel(OpKind::kCopy, name + " foreach_copy", srcs, dsts));
+    if (flat) temps.push_back(flat);
+  } else if (foreach_copy) {
     // Fast path (mixed precision, no offload): one flat temporary in param dtype and a
     // _foreach_copy_ into it — the cast, or for post-forward shards a plain copy.
     int64_t total = 0;
@@ -106,7 +144,8 @@ AllGatherResult foreach_all_gather(Backend& b, const std::vector<FSDPParam*>& pa
   }
 
   int64_t row = 0;
-  for (const Tensor& t : inputs) {
+  for (Tensor& t : inputs) {
+    if (r.dtype == DType::kUInt8) t = t.view({DType::kUInt8, {static_cast<int64_t>(t.nbytes())}});
     r.input_numels.push_back(t.numel());
     row += t.numel();
   }
@@ -146,11 +185,20 @@ void foreach_all_gather_copy_out(Backend& b, const AllGatherResult& r,
   for (size_t i = 0; i < params.size(); ++i) {
     FSDPParam* p = params[i];
     p->alloc_unsharded(b);
-    if (p->shard_dim() != 0)
+    if (p->shard_dim() != 0) {
+      FULLSHARD_CHECK(r.dtype != DType::kUInt8,
+                      p->param().fqn + ": a byte (float8) all-gather of a Shard(i > 0) parameter");
       temps[i] = Tensor::empty(
           b, p->unsharded_storage().meta(), MemCategory::kAllGather, kCurrent,
           p->param().fqn + " all_gather_output (Shard(" + std::to_string(p->shard_dim()) + "))");
-    outs.push_back(temps[i] ? temps[i].ref() : p->unsharded_storage().ref());
+      outs.push_back(temps[i].ref());
+      continue;
+    }
+    const Tensor& u = p->unsharded_storage();
+    // A byte all-gather copies out into byte views of the unsharded storages.
+    outs.push_back(r.dtype == DType::kUInt8 && u.dtype() != DType::kUInt8
+                       ? u.view({DType::kUInt8, {static_cast<int64_t>(u.nbytes())}}).ref()
+                       : u.ref());
   }
   OpCall op =
       kernel(OpKind::kAllGatherCopyOut, name + " all_gather_copy_out", {r.output.ref()}, outs);

@@ -65,7 +65,7 @@ FSDPParam::FSDPParam(Backend& b, Param& param, int shard_world, int shard_rank, 
 
 Tensor FSDPParam::unsharded() const {
   if (!unsharded_storage_) return Tensor();
-  return unsharded_storage_.view(TensorMeta{param_dtype_, param_->shape});
+  return unsharded_storage_.view(TensorMeta{all_gather_dtype(), param_->shape});
 }
 
 Tensor FSDPParam::sharded_local() const {
@@ -74,7 +74,7 @@ Tensor FSDPParam::sharded_local() const {
 
 void FSDPParam::alloc_unsharded(Backend& b) {
   FULLSHARD_CHECK(!unsharded_storage_, param_->fqn + " is already unsharded");
-  unsharded_storage_ = Tensor::empty(b, TensorMeta{param_dtype_, {unsharded_storage_numel()}},
+  unsharded_storage_ = Tensor::empty(b, TensorMeta{all_gather_dtype(), {unsharded_storage_numel()}},
                                      MemCategory::kUnshardedParam, StreamRole::kDefault,
                                      param_->fqn + " (unsharded)");
 }

@@ -22,6 +22,7 @@ class FSDPParam : public ParamBinding, public OptimizerParam {
   DType compute_dtype() const override { return param_dtype_; }
   bool has_unsharded_grad() const override { return static_cast<bool>(unsharded_grad_); }
   void accumulate_grad(Backend& backend, Tensor grad) override;
+  Tensor float8_scale() const override { return float8_scale_; }
 
   // ---- OptimizerParam ----
   const Param& param() const override { return *param_; }
@@ -30,6 +31,25 @@ class FSDPParam : public ParamBinding, public OptimizerParam {
   const Tensor& local_grad() const override { return sharded_grad_; }
 
   const Shape& shape() const { return param_->shape; }
+  // FSDP2's float8 all-gather (torchao WeightWithDynamicFloat8CastTensor, NOTE [Float8
+  // all-gather] in float8_all_gather.cc): the all-gather input and the unsharded weight are
+  // float8 e4m3 data with an fp32 [1] scale instead of param_dtype.
+  bool float8_all_gather() const { return param_->float8_all_gather; }
+  DType all_gather_dtype() const {
+    return float8_all_gather() ? DType::kFloat8E4M3FN : param_dtype_;
+  }
+  // The scale of the unsharded float8 weight, allocated from the copy-in stream's pool and read
+  // by compute: when the weight reshards (or a new all-gather replaces it) it is retired, and
+  // released by the next root pre-forward, after the all-gather streams wait for the current
+  // stream (NOTE [Float8 all-gather]).
+  void set_float8_scale(Tensor scale) {
+    retire_float8_scale();
+    float8_scale_ = std::move(scale);
+  }
+  void release_retired_float8_scales() { retired_scales_.clear(); }
+  // precompute_float8_dynamic_scale_for_fsdp's scale (a view of the stacked scales), or empty.
+  const Tensor& precomputed_float8_scale() const { return precomputed_scale_; }
+  void set_precomputed_float8_scale(Tensor scale) { precomputed_scale_ = std::move(scale); }
   DType orig_dtype() const { return orig_dtype_; }
   DType param_dtype() const { return param_dtype_; }
   bool offload() const { return offload_; }
@@ -46,7 +66,10 @@ class FSDPParam : public ParamBinding, public OptimizerParam {
 
   // Unshard / reshard (storage resize_ in FSDP2).
   void alloc_unsharded(Backend& b);  // alloc_storage, default stream
-  void free_unsharded() { unsharded_storage_ = Tensor(); }
+  void free_unsharded() {
+    unsharded_storage_ = Tensor();
+    retire_float8_scale();
+  }
   const Tensor& unsharded_storage() const { return unsharded_storage_; }
   void set_state(ShardedState s) { state_ = s; }
 
@@ -75,6 +98,13 @@ class FSDPParam : public ParamBinding, public OptimizerParam {
   Tensor unsharded_grad_;
   Tensor accumulated_grad_;
   Tensor sharded_grad_;
+  void retire_float8_scale() {
+    if (float8_scale_) retired_scales_.push_back(std::move(float8_scale_));
+    float8_scale_ = Tensor();
+  }
+  Tensor float8_scale_;
+  std::vector<Tensor> retired_scales_;
+  Tensor precomputed_scale_;
 };
 
 }  // namespace fullshard

@@ -133,6 +133,9 @@ Value FSDPRuntime::pre_forward(ExecContext& c, Module& m, Value x) {
     iter_forward_root_ = s;
     b_.wait_stream(StreamRole::kAllGatherCopyIn, kCurrent);
     b_.wait_stream(StreamRole::kAllGather, kCurrent);
+    for (auto& st : states_)  // NOTE [Float8 all-gather] in float8_all_gather.cc
+      if (st->group)
+        for (FSDPParam* p : st->group->fsdp_params()) p->release_retired_float8_scales();
   }
   s->training_state = TrainingState::kForward;
   if (s->mp.cast_forward_inputs && s->mp.param_dtype)

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/model/float8_config.h"
 #include "core/model/tensor.h"
 
 namespace fullshard {
@@ -22,6 +23,9 @@ class ParamBinding {
   // True when .grad already exists (the new gradient is then added into it).
   virtual bool has_unsharded_grad() const = 0;
   virtual void accumulate_grad(Backend& backend, Tensor grad) = 0;
+  // The scale of a float8 unsharded weight (FSDP2's float8 all-gather: the metadata
+  // fsdp_pre_all_gather returned), an fp32 [1] tensor; empty when unsharded() is not float8.
+  virtual Tensor float8_scale() const { return Tensor(); }
 };
 
 // How a parameter's initial values are drawn (the model's init_weights()).
@@ -54,6 +58,12 @@ struct Param {
   // The full shape (before tensor and expert parallelism).
   Shape global_shape() const;
   ParamBinding* binding = nullptr;
+  // A converted linear's weight (torchao Float8Linear, core/model/float8_linear.h): its recipe,
+  // and whether FSDP2 all-gathers it in float8 (WeightWithDynamicFloat8CastTensor).
+  // float8_compiled: inside a torch.compile'd block, whose casts fuse (NOTE [Float8 casts]).
+  Float8Recipe float8 = Float8Recipe::kNone;
+  bool float8_all_gather = false;
+  bool float8_compiled = false;
   ParamInit init = ParamInit::kNormal;
   double init_std = 0.02;  // kNormal: N(0, init_std^2)
   // NOTE [Sharding-independent init]: element i of the full parameter is drawn from a

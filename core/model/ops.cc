@@ -1,6 +1,7 @@
 #include "core/model/ops.h"
 
 #include "core/common/error.h"
+#include "core/model/float8_linear.h"
 #include "core/model/op_util.h"
 #include "core/runtime/layer_args.h"
 #include "core/runtime/rope_args.h"
@@ -233,6 +234,13 @@ Value layer_norm(ExecContext& c, Value x, const Param& weight, const Param& bias
 // ------------------------------------------------------------------ linear
 Value linear(ExecContext& c, Value x, const Param& weight, const Param* bias,
              const std::string& name) {
+  if (weight.float8 != Float8Recipe::kNone) {  // torchao Float8Linear (float8_linear.h)
+    FULLSHARD_CHECK(bias == nullptr && c.sac() == nullptr,
+                    name +
+                        ": a float8 linear with a bias or under op-level SAC (refused by "
+                        "check_float8)");
+    return float8_linear(c, std::move(x), weight, name);
+  }
   Tensor w = param_tensor(weight);
   const int64_t K = weight.shape[1], N = weight.shape[0];
   FULLSHARD_CHECK(x.t.shape().back() == K, name + ": input features do not match the weight");

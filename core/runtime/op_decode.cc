@@ -3,6 +3,7 @@
 #include "core/runtime/attention_args.h"
 #include "core/runtime/copy_args.h"
 #include "core/runtime/eager_args.h"
+#include "core/runtime/float8_args.h"
 #include "core/runtime/layer_args.h"
 #include "core/runtime/moe_args.h"
 #include "core/runtime/norm_args.h"

@@ -141,6 +141,7 @@ const std::vector<Figure>& figures() {
       {"peak_flops_fp16", rate_figure(&P::peak_flops_fp16, "989.4e12")},
       {"peak_flops_fp32", rate_figure(&P::peak_flops_fp32, "66.9e12")},
       {"peak_flops_tf32", rate_figure(&P::peak_flops_tf32, "494.7e12")},
+      {"peak_flops_fp8", rate_figure(&P::peak_flops_fp8, "1978.9e12")},
       {"hbm_bandwidth", rate_figure(&P::hbm_bandwidth, "3.35e12")},
       {"compute_capability", int_figure(&P::compute_capability, 0, 1000, "90")},
       {"matmul_efficiency",
@@ -204,7 +205,7 @@ const std::vector<Figure>& figures() {
 // Figures added after profiles were in users' hands: a file without one keeps the
 // HardwareProfile default (which prices as before the figure existed); a file that gives one
 // cites it like any other.
-const std::vector<std::string> kOptionalFigures = {"convert_memory_factor"};
+const std::vector<std::string> kOptionalFigures = {"convert_memory_factor", "peak_flops_fp8"};
 
 bool optional_figure(const std::string& f) {
   return std::find(kOptionalFigures.begin(), kOptionalFigures.end(), f) != kOptionalFigures.end();
@@ -302,7 +303,13 @@ HardwareProfile parse_profile(const json& j) {
   jr::require_object(sources, "sources", "{\"memory_bytes\": \"NVIDIA H100 datasheet: 80 GB\"}");
   jr::reject_unknown_fields(sources, "sources", hardware_profile_figures());
   for (const auto& f : hardware_profile_figures()) {
-    if (optional_figure(f) && !j.contains(f)) continue;
+    if (optional_figure(f) && !j.contains(f)) {
+      // An absent optional figure may still say why (an A100's "no float8 tensor cores").
+      if (sources.contains(f))
+        p.source += (p.source.empty() ? "" : " | ") + f + ": " +
+                    jr::get_string(sources.at(f), jr::child_path("sources", f), "\"none: ...\"");
+      continue;
+    }
     jr::require_field(sources, "sources", f, "cite where the value of " + f + " comes from");
     const std::string cite =
         jr::get_string(sources.at(f), jr::child_path("sources", f), "\"NVIDIA H100 datasheet\"");

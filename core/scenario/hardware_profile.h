@@ -68,6 +68,9 @@ struct HardwareProfile {
   double peak_flops_fp16 = 0;
   double peak_flops_fp32 = 0;
   double peak_flops_tf32 = 0;
+  // Dense float8 (e4m3 / e5m2) tensor-core rate, what torch._scaled_mm runs at; 0: the GPU has
+  // no float8 tensor cores (before sm_89) and training.float8 is refused on it.
+  double peak_flops_fp8 = 0;
   double hbm_bandwidth = 0;    // device memory bandwidth, bytes/s
   int compute_capability = 0;  // CUDA compute capability x 10 (90 = Hopper); 0: not a GPU
   // NOTE [Measured kernel efficiencies]: what measured kernels reach, not datasheet peaks

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/common/error.h"
+#include "core/scenario/float8_checks.h"
 #include "core/scenario/json_reader.h"
 #include "core/scenario/moe_checks.h"
 #include "core/scenario/scenario_sections.h"
@@ -85,8 +86,11 @@ const std::map<std::string, std::vector<std::string>> kFields = {
     {"training",
      {"batch_per_rank", "rank_batch", "seq_len", "steps", "grad_accum_steps",
       "grad_sync_during_accumulation", "activation_checkpointing", "optimizer", "seed", "data",
-      "checkpoint", "moe_routing"}},
+      "checkpoint", "moe_routing", "float8"}},
     {"training.moe_routing", {"hot_expert_factor"}},
+    {"training.float8",
+     {"recipe", "enable_fsdp_float8_all_gather", "precompute_float8_dynamic_scale_for_fsdp",
+      "filter_fqns"}},
     {"training.checkpoint", {"every", "mode", "storage_write_bandwidth"}},
     {"training.data", {"path", "format", "val_path", "sampling", "tokenizer", "bos", "eos"}},
     {"training.rank_batch", {"rank", "batch"}},
@@ -617,6 +621,12 @@ Scenario parse_scenario(const json& j, const std::string& base_dir) {
       j.contains("pipeline_parallel") ? &j.at("pipeline_parallel") : nullptr, s);
   if (j.contains("expert_parallel"))
     s.expert_parallel = scenario_detail::parse_expert_parallel(j.at("expert_parallel"), s);
+  check_float8(s);
+  if (s.pipeline.enabled() && s.training.float8.recipe != Float8Recipe::kNone)
+    throw InputError("training.float8",
+                     "is set with a pp mesh dim, whose stages do not convert "
+                     "their linears to float8 yet",
+                     "remove training.float8, or the pp dim");
   if (tp > 1 && !s.training.rank_batch.empty())
     throw InputError("training.rank_batch", "is set with tp " + std::to_string(tp),
                      "ranks of one tp group read the same batch: remove rank_batch or use tp 1");

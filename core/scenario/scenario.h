@@ -12,6 +12,7 @@
 
 #include "core/fsdp/fsdp_api.h"
 #include "core/memory/caching_allocator.h"
+#include "core/model/float8_config.h"
 #include "core/model/model_config.h"
 #include "core/scenario/checkpoint_save_mode.h"
 #include "core/scenario/hardware_profile.h"
@@ -88,6 +89,7 @@ struct TrainingOptions {
   uint64_t seed = 0;
   DataOptions data;
   TrainingCheckpointOptions checkpoint;
+  Float8Training float8;  // training.float8 (core/model/float8_config.h, docs/float8.md)
   int64_t batch_for(int rank) const;  // sequences per micro-batch of `rank`
   bool uneven_batch() const;          // some rank's batch differs from batch_per_rank
 };

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/common/error.h"
+#include "core/scenario/float8_checks.h"
 #include "core/scenario/json_reader.h"
 #include "core/scenario/scenario_sections.h"
 
@@ -188,6 +189,7 @@ TrainingOptions parse_training(const json& j, const ModelConfig& model,
   }
   if (j.contains("data")) t.data = parse_data(j.at("data"), base_dir);
   if (j.contains("checkpoint")) t.checkpoint = parse_checkpoint_save(j.at("checkpoint"));
+  if (j.contains("float8")) t.float8 = parse_float8(j.at("float8"));  // float8_checks.h
   if (j.contains("seed")) {
     const json& s = j.at("seed");
     t.seed = s.is_number_unsigned()

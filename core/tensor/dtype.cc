@@ -9,6 +9,8 @@ std::string_view dtype_name(DType d) {
     case DType::kFloat16: return "fp16";
     case DType::kUInt8: return "uint8";
     case DType::kInt64: return "int64";
+    case DType::kFloat8E4M3FN: return "float8_e4m3fn";
+    case DType::kFloat8E5M2: return "float8_e5m2";
   }
   return "?";
 }

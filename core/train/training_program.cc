@@ -2,7 +2,9 @@
 
 #include "core/common/error.h"
 #include "core/mesh/expert_mesh.h"
+#include "core/fsdp/float8_all_gather.h"
 #include "core/model/async_tp.h"
+#include "core/model/float8_linear.h"
 #include "core/runtime/layer_args.h"
 #include "core/train/apply_fsdp.h"
 #include "core/train/chunked_loss.h"
@@ -118,12 +120,25 @@ TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
   model_ = std::make_unique<Transformer>(s.model, tensor_parallel_for(s, b.rank()),
                                          expert_parallel_for(s, b.rank()));
   set_init_seed(model_->root(), s.training.seed);
+  // torchtitan converts before parallelizing; FSDP2 all-gathers in float8 only with a shard dim.
+  const bool f8_all_gather =
+      s.training.float8.enable_fsdp_float8_all_gather && s.fsdp.mesh_size("shard") > 1;
+  convert_to_float8_training(model_->root(), s.training.float8,
+                             s.model.arch == ModelArch::kLlama && s.model.implementation.compile,
+                             f8_all_gather);
   fsdp_ = std::make_unique<FSDPRuntime>(b, mesh_info_for(s, b.rank()));
   b.annotate("init");
   apply_fsdp(s, *model_, *fsdp_, false);
   for (auto& st : fsdp_->states())
     if (st->group)
-      for (FSDPParam* p : st->group->fsdp_params()) all_params_.push_back(p);
+      for (FSDPParam* p : st->group->fsdp_params()) {
+        all_params_.push_back(p);
+        if (f8_all_gather && s.training.float8.precompute_float8_dynamic_scale_for_fsdp &&
+            p->float8_all_gather()) {
+          float8_params_.push_back(p);
+          float8_group_ = st->group->config().shard_group;
+        }
+      }
   optim_ = std::make_unique<AdamW>(b, all_params_, adamw_options(s));
   block_ac_ = block_checkpointing(s.training.activation_checkpointing, s.model.n_layers);
 }
@@ -262,6 +277,8 @@ double TrainingProgram::run_step(int step) {
     clip_grad_norm(b_, all_params_, s_.training.optimizer.max_grad_norm,
                    mesh_info_for(s_, b_.rank()));
   optim_->step();
+  // torchtitan's post_optimizer_hook (an optimizer step post-hook).
+  if (float8_group_) precompute_float8_dynamic_scale_for_fsdp(b_, float8_params_, *float8_group_);
   optim_->zero_grad();
   // The host reads the loss back at the step boundary (loss.item()).
   b_.synchronize(b_.record_event(StreamRole::kDefault));

@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -69,6 +70,10 @@ class TrainingProgram {
   std::unique_ptr<FSDPRuntime> fsdp_;
   std::unique_ptr<AdamW> optim_;
   std::vector<OptimizerParam*> all_params_;  // every FSDPParam, in module order
+  // Float8 weights FSDP2 all-gathers in float8 and their shard group, when training.float8
+  // precomputes their scales after each optimizer step (core/fsdp/float8_all_gather.h).
+  std::vector<FSDPParam*> float8_params_;
+  std::optional<ProcessGroup> float8_group_;
   std::vector<BlockCheckpoint> block_ac_;
   std::function<void(int)> before_optimizer_;
   std::unique_ptr<PipelineProgram> pipeline_;  // with a pp dim

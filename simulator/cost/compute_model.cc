@@ -9,6 +9,9 @@ OpClass op_class(OpKind k) {
     case OpKind::kLinear:
     case OpKind::kLinearBackwardInput:
     case OpKind::kLinearBackwardWeight:
+    case OpKind::kScaledMM:  // float8 (docs/float8.md): priced at peak_flops_fp8
+    case OpKind::kScaledMMBackwardInput:
+    case OpKind::kScaledMMBackwardWeight:
     case OpKind::kAllGatherMatmul:
     case OpKind::kMatmulReduceScatter:
     case OpKind::kGroupedMM:  // torch._grouped_mm: one GEMM per expert group (docs/moe.md)
@@ -32,6 +35,8 @@ double ComputeModel::peak_flops(OpClass c, DType dtype) const {
   switch (dtype) {
     case DType::kBFloat16: return hw_.peak_flops_bf16;
     case DType::kFloat16: return hw_.peak_flops_fp16;
+    case DType::kFloat8E4M3FN:  // torch._scaled_mm's operands (kScaledMM*)
+    case DType::kFloat8E5M2: return hw_.peak_flops_fp8;
     default: return hw_.peak_flops_fp32;
   }
 }

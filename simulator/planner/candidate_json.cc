@@ -119,6 +119,16 @@ json candidate_scenario_json(const json& base, const Candidate& c, const std::st
   json& h = j["hardware"];
   if (!h.contains("allocator") || !h["allocator"].is_object()) h["allocator"] = json::object();
   h["allocator"]["expandable_segments"] = c.expandable_segments;
+  if (c.float8 != Float8Choice::kOff) {  // as candidate_scenario() (NOTE [Float8 candidates])
+    const bool ag = c.float8 == Float8Choice::kTensorwiseAllGather;
+    const char* recipe = c.float8 == Float8Choice::kRowwise           ? "rowwise"
+                         : c.float8 == Float8Choice::kRowwiseWithGwHp ? "rowwise_with_gw_hp"
+                                                                      : "tensorwise";
+    t["float8"] = {{"recipe", recipe},
+                   {"enable_fsdp_float8_all_gather", ag},
+                   {"precompute_float8_dynamic_scale_for_fsdp", ag},
+                   {"filter_fqns", {"output"}}};
+  }
   adjust_chunked_loss(j, c);
   return j;
 }

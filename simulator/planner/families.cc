@@ -27,6 +27,7 @@ const std::vector<Setting>& settings() {
        }},
       {"expandable_segments",
        [](const Candidate& c) { return std::string(c.expandable_segments ? "on" : "off"); }},
+      {"float8", [](const Candidate& c) { return std::string(float8_choice_name(c.float8)); }},
   };
   return s;
 }
@@ -116,6 +117,10 @@ std::vector<FamilyReason> family_reasons(const PlanResult& r) {
       f.best_index = i;
       f.reason = w.fits && (m.fits || m.verdict == Verdict::kTimeBound) ? speed_reason(m, w)
                                                                         : memory_reason(m, r);
+      // Float8's point is throughput: its reasons give both rates (plan --float8).
+      if (std::string(s.name) == "float8" && m.verdict == Verdict::kSimulated && m.fits && w.fits)
+        f.reason += fmt::format(" ({:.0f} vs {:.0f} tokens/s per GPU)", m.tokens_per_s_per_gpu,
+                                w.tokens_per_s_per_gpu);
       out.push_back(std::move(f));
     }
   }

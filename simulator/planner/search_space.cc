@@ -22,12 +22,30 @@ const char* precision_name(Precision p) {
   return "?";
 }
 
+const char* float8_choice_name(Float8Choice f) {
+  switch (f) {
+    case Float8Choice::kOff: return "off";
+    case Float8Choice::kTensorwise: return "tensorwise";
+    case Float8Choice::kTensorwiseAllGather: return "tensorwise+fp8-all-gather";
+    case Float8Choice::kRowwise: return "rowwise";
+    case Float8Choice::kRowwiseWithGwHp: return "rowwise_with_gw_hp";
+  }
+  return "?";
+}
+
+const std::vector<Float8Choice>& float8_choices() {
+  static const std::vector<Float8Choice> v = {
+      Float8Choice::kOff, Float8Choice::kTensorwise, Float8Choice::kTensorwiseAllGather,
+      Float8Choice::kRowwise, Float8Choice::kRowwiseWithGwHp};
+  return v;
+}
+
 bool Candidate::operator==(const Candidate& o) const {
   return replicate == o.replicate && shard == o.shard && tp == o.tp &&
          reshard.kind == o.reshard.kind && reshard.n == o.reshard.n && precision == o.precision &&
          cpu_offload == o.cpu_offload && ac.mode == o.ac.mode && ac.every == o.ac.every &&
          micro_batch == o.micro_batch && grad_accum == o.grad_accum &&
-         expandable_segments == o.expandable_segments;
+         expandable_segments == o.expandable_segments && float8 == o.float8;
 }
 
 void check_space_options(const SpaceOptions& o) {
@@ -178,19 +196,31 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o) {
           for (bool offload : {false, true})
             for (const auto& ac : acs)
               for (const auto& [mb, ga] : batches)
-                for (bool expandable : {false, true}) {
-                  Candidate c;
-                  c.replicate = dp / s;
-                  c.shard = s;
-                  c.tp = tp;
-                  c.reshard = r;
-                  c.precision = p;
-                  c.cpu_offload = offload;
-                  c.ac = ac;
-                  c.micro_batch = mb;
-                  c.grad_accum = ga;
-                  c.expandable_segments = expandable;
-                  out.push_back(c);
+                for (Float8Choice f8 : o.float8) {
+                  // What training.float8 refuses (NOTE [What float8 composes with]) is left
+                  // out: tp, op-level SAC; the float8 all-gather without a shard dim, with
+                  // offload or post-forward shards.
+                  if (f8 != Float8Choice::kOff &&
+                      (tp > 1 || ac.mode == RecomputeMode::kSelectiveOp))
+                    continue;
+                  if (f8 == Float8Choice::kTensorwiseAllGather &&
+                      (s < 2 || offload || r.kind == Kind::kInt))
+                    continue;
+                  for (bool expandable : {false, true}) {
+                    Candidate c;
+                    c.replicate = dp / s;
+                    c.shard = s;
+                    c.tp = tp;
+                    c.reshard = r;
+                    c.precision = p;
+                    c.cpu_offload = offload;
+                    c.ac = ac;
+                    c.micro_batch = mb;
+                    c.grad_accum = ga;
+                    c.expandable_segments = expandable;
+                    c.float8 = f8;
+                    out.push_back(c);
+                  }
                 }
   }
   return out;
@@ -242,6 +272,22 @@ Scenario candidate_scenario(const Scenario& base, const Candidate& c) {
   if (!c.hsdp() && s.training.accumulation_sync == AccumulationSync::kReduceScatter)
     s.training.accumulation_sync = AccumulationSync::kAll;
   s.hardware.allocator.expandable_segments = c.expandable_segments;
+  // NOTE [Float8 candidates]: plan --float8 searches training.float8 (refused when the base
+  // already sets it); a float8 candidate filters torchtitan's ["output"]. Without --float8 every
+  // candidate is kOff and keeps the base's section as it is.
+  if (c.float8 != Float8Choice::kOff) {
+    Float8Training& f = s.training.float8;
+    f.filter_fqns = {"output"};
+    f.enable_fsdp_float8_all_gather = c.float8 == Float8Choice::kTensorwiseAllGather;
+    f.precompute_float8_dynamic_scale_for_fsdp = f.enable_fsdp_float8_all_gather;
+    switch (c.float8) {
+      case Float8Choice::kOff: break;
+      case Float8Choice::kTensorwise:
+      case Float8Choice::kTensorwiseAllGather: f.recipe = Float8Recipe::kTensorwise; break;
+      case Float8Choice::kRowwise: f.recipe = Float8Recipe::kRowwise; break;
+      case Float8Choice::kRowwiseWithGwHp: f.recipe = Float8Recipe::kRowwiseWithGwHp; break;
+    }
+  }
   // A scenario's tensor_parallel.async applies to the candidates that can run it (NOTE [What
   // async TP needs] in scenario_checks.cc): a tp dim, and no op-level selective checkpointing.
   s.tensor_parallel.async &= c.tp > 1 && c.ac.mode != RecomputeMode::kSelectiveOp;
@@ -286,10 +332,12 @@ std::string ac_text(const ActivationCheckpointing& ac) {
 }
 
 std::string candidate_text(const Candidate& c) {
-  return fmt::format("{}, reshard {}, {}, {}AC {}, mb {} x ga {}{}", mesh_text(c),
-                     reshard_text(c.reshard), precision_name(c.precision),
-                     c.cpu_offload ? "offload, " : "", ac_text(c.ac), c.micro_batch, c.grad_accum,
-                     c.expandable_segments ? ", expandable" : "");
+  return fmt::format(
+      "{}, reshard {}, {}, {}AC {}, mb {} x ga {}{}{}", mesh_text(c), reshard_text(c.reshard),
+      precision_name(c.precision), c.cpu_offload ? "offload, " : "", ac_text(c.ac), c.micro_batch,
+      c.grad_accum, c.expandable_segments ? ", expandable" : "",
+      c.float8 != Float8Choice::kOff ? fmt::format(", float8 {}", float8_choice_name(c.float8))
+                                     : "");
 }
 
 nlohmann::json candidate_settings_json(const Candidate& c) {
@@ -319,6 +367,7 @@ nlohmann::json candidate_settings_json(const Candidate& c) {
   j["micro_batch"] = c.micro_batch;
   j["grad_accum_steps"] = c.grad_accum;
   j["expandable_segments"] = c.expandable_segments;
+  if (c.float8 != Float8Choice::kOff) j["float8"] = float8_choice_name(c.float8);
   return j;
 }
 

@@ -22,6 +22,20 @@ enum class Precision : uint8_t {
 };
 const char* precision_name(Precision p);  // "fp32", "bf16+fp32-reduce", "bf16"
 
+// Float8 training the planner tries with --float8 (training.float8, docs/float8.md): off, a
+// recipe, or tensorwise with FSDP2's float8 all-gather and precomputed scales (torchtitan's
+// recommended tensorwise setting). Only on GPUs with float8 rates.
+enum class Float8Choice : uint8_t {
+  kOff,
+  kTensorwise,
+  kTensorwiseAllGather,
+  kRowwise,
+  kRowwiseWithGwHp,
+};
+const char* float8_choice_name(Float8Choice f);  // "off", "tensorwise", "tensorwise+fp8-ag", ...
+// Every choice, off first (what --float8 searches).
+const std::vector<Float8Choice>& float8_choices();
+
 struct Candidate {
   // Mesh: replicate == 1 is FSDP over all ranks (mesh [shard]); replicate > 1 is HSDP
   // (mesh [replicate, shard]). replicate x shard == world size.
@@ -37,6 +51,7 @@ struct Candidate {
   int64_t micro_batch = 1;  // sequences per GPU per micro-batch (training.batch_per_rank)
   int grad_accum = 1;       // micro-batches per optimizer step
   bool expandable_segments = false;
+  Float8Choice float8 = Float8Choice::kOff;
 
   bool hsdp() const { return replicate > 1; }
   bool operator==(const Candidate& o) const;
@@ -52,6 +67,8 @@ struct SpaceOptions {
   std::vector<int64_t> micro_batches = {1, 2, 4, 8};
   // Tensor-parallel degrees to try (tp_degrees() picks them for a model); {1}: none.
   std::vector<int> tp_degrees = {1};
+  // Float8 settings to try ({kOff}: none; plan --float8: float8_choices()).
+  std::vector<Float8Choice> float8 = {Float8Choice::kOff};
 };
 
 // The tp degrees in {1, 2, 4, 8} a model can use on this hardware: within a node (tp divides

@@ -38,6 +38,14 @@ cat > "$tmp/model.json" <<'J'
 {"model": "llama9-1t", "training": {"seq_len": 8}, "hardware": {"profile": "cpu", "gpus_per_node": 2}}
 J
 expect unknown-model "llama9-1t" -- simulate "$tmp/model.json"
+# training.float8 (docs/float8.md): refused on a GPU without float8 rates, and by the real backends.
+cat > "$tmp/f8.json" <<'J'
+{"model": "tiny-llama", "training": {"seq_len": 32, "steps": 1, "float8": {"recipe": "rowwise"}}, "fsdp": {"mesh": {"shape": [2]}}, "hardware": {"profile": "a100", "gpus_per_node": 2}}
+J
+expect float8-a100 "no float8 tensor cores" -- simulate "$tmp/f8.json"
+sed 's/"a100"/"h100"/' "$tmp/f8.json" > "$tmp/f8h.json"
+expect float8-train "training.float8: is recipe \"rowwise\", which the cpu backend does not run yet" -- train "$tmp/f8h.json" --backend cpu
+expect float8-plan "--float8" -- plan --model tiny-llama --gpus 2 --gpus-per-node 2 --gpu a100 --seq-len 32 --float8
 cat > "$tmp/hw.json" <<'J'
 {"model": "tiny-llama", "training": {"seq_len": 8}, "hardware": {"profile": "h1000", "gpus_per_node": 2}}
 J

@@ -31,6 +31,7 @@ inline double round_to(DType dt, double v) {
     case DType::kFloat16: return fp16_to_float(float_to_fp16(static_cast<float>(v)));
     case DType::kInt64: return static_cast<double>(static_cast<int64_t>(v));
     case DType::kUInt8: return static_cast<double>(static_cast<uint8_t>(v));
+    default: break;  // float8: not a kernel-test dtype
   }
   return v;
 }
@@ -52,6 +53,7 @@ struct HT {
       case DType::kFloat16: return fp16_to_float(static_cast<const uint16_t*>(p)[i]);
       case DType::kInt64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
       case DType::kUInt8: return static_cast<const uint8_t*>(p)[i];
+      default: break;
     }
     return 0;
   }
@@ -71,6 +73,7 @@ struct HT {
         break;
       case DType::kInt64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
       case DType::kUInt8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
+      default: break;
     }
   }
   Vec values() const {

@@ -20,7 +20,7 @@ namespace {
 using nlohmann::json;
 
 TEST(OpTable, EveryKindHasItsRowNameAndArgumentStruct) {
-  ASSERT_EQ(kOpKindCount, static_cast<size_t>(OpKind::kMatmulReduceScatter) + 1)
+  ASSERT_EQ(kOpKindCount, static_cast<size_t>(OpKind::kScaledMMBackwardWeight) + 1)
       << "the enum's last kind is the table's last row";
   std::set<std::string> names;
   for (size_t i = 0; i < kOpKindCount; ++i) {
@@ -127,6 +127,18 @@ TEST(OpTable, RecordedProgramsFitTheTableAndDecode) {
   check(
       scenario("tiny-llama", {{"compile", true}}, {1, 2}, {{"tensor_parallel", {{"async", true}}}}),
       "async tp");
+  // training.float8 (docs/float8.md): eager and compiled casts, float8 all-gather, precompute.
+  for (const char* recipe : {"tensorwise", "rowwise", "rowwise_with_gw_hp"})
+    check(scenario("tiny-llama", json::object(), {2},
+                   {{"training", {{"float8", {{"recipe", recipe}}}}}}),
+          std::string("float8 ") + recipe);
+  check(scenario("tiny-llama", {{"compile", true}}, {2},
+                 {{"training",
+                   {{"steps", 2},
+                    {"float8",
+                     {{"enable_fsdp_float8_all_gather", true},
+                      {"precompute_float8_dynamic_scale_for_fsdp", true}}}}}}),
+        "float8 all-gather compiled");
   EXPECT_GE(seen.size(), 60u) << "the variants above should reach most op kinds";
   std::string missing;
   for (size_t i = 0; i < kOpKindCount; ++i)

@@ -64,6 +64,9 @@ CLI::App* add_plan_command(CLI::App& app, PlanFlags& f) {
   p->add_option("--top", f.top, "rows of the ranked table to print (default 10)");
   p->add_flag("--exhaustive", f.exhaustive,
               "simulate every configuration (no pruning by lower bounds)");
+  p->add_flag("--float8", f.float8,
+              "also try torchao float8 training: tensorwise, tensorwise with FSDP2's float8 "
+              "all-gather, rowwise, rowwise_with_gw_hp (docs/float8.md)");
   p->add_option("--checkpoint-every", f.checkpoint_every,
                 "add the amortised cost of a distributed checkpoint every N steps to each step "
                 "time (docs/checkpoints.md)");
@@ -335,6 +338,19 @@ int cmd_plan(const PlanFlags& f) {
       }
     }
     o.space.tp_degrees = f.tp;
+  }
+  if (f.float8) {
+    const HardwareProfile& hw = o.base.hardware.device;
+    if (hw.peak_flops_fp8 <= 0)
+      throw InputError(
+          "--float8",
+          "is given but hardware profile '" + hw.name + "' has no float8 rate (peak_flops_fp8)",
+          "drop --float8, or plan for an H100 / H200 class GPU");
+    if (o.base.training.float8.enabled())
+      throw InputError("--float8", "is given but the scenario sets training.float8",
+                       "drop --float8 to plan with the scenario's float8, or remove "
+                       "training.float8 to search it");
+    o.space.float8 = planner::float8_choices();
   }
   o.headroom = f.headroom;
   o.prune = !f.exhaustive;

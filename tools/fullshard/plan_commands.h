@@ -22,6 +22,7 @@ struct PlanFlags {
   std::string json_out, write_scenario;
   int64_t top = 10;
   bool exhaustive = false;
+  bool float8 = false;  // search training.float8 too (GPUs with float8 rates only)
   int threads = 0;
   // A checkpoint every N steps (training.checkpoint, NOTE [Checkpoint cost]): its amortised
   // cost is part of every candidate's step time.

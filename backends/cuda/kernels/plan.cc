@@ -246,6 +246,8 @@ void fill_pattern(DType d, double value, unsigned char out[16]) {
       break;
     }
     case DType::kUInt8: e[0] = static_cast<uint8_t>(value); break;
+    case DType::kFloat8E4M3FN:  // a float8 fill of 0 (the only value the model fills them with)
+    case DType::kFloat8E5M2: e[0] = 0; break;
     case DType::kInt64: {
       const int64_t i = static_cast<int64_t>(value);
       std::memcpy(e, &i, 8);
