@@ -4,6 +4,7 @@
 #include "core/model/op_util.h"
 #include "core/model/ops.h"
 #include "core/runtime/float8_args.h"
+#include "core/runtime/layer_args.h"
 
 // NOTE [Float8 casts]: hp_tensor_to_float8_dynamic (torchao/float8/float8_scaling_utils.py at
 // pytorch/ao@36027d8), as torch 2.11 + torchao dispatch it in eager (tools/oracle/
@@ -224,7 +225,8 @@ Value float8_linear(ExecContext& c, Value x, const Param& weight, const std::str
         Tensor gw = new_param_grad(b, *pw);
         if (rc.grad_weight_hp) {
           b.launch(kCompute, make_op(OpKind::kLinearBackwardWeight, name + " backward_weight",
-                                     {go.ref(), xs.ref()}, {gw.ref()}, 2.0 * M * K * N, {M, K, N}));
+                                     {go.ref(), xs.ref()}, {gw.ref()}, 2.0 * M * K * N,
+                                     LinearArgs{M, K, N}));
         } else {
           // Tensorwise compiled: inductor reuses grad_output's cast (the same scale); eager
           // casts it again, as the rowwise recipes must (another axis).
