@@ -4,7 +4,6 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 
 #include "core/memory/timeline_downsample.h"
 #include "core/model/model_flops.h"
@@ -64,17 +63,19 @@ std::vector<Placed> place_memory_instrs(const Program& prog, const std::vector<d
     if (is_device_work(prog.instrs[i].type)) op = i;
   }
   std::vector<Placed> placed;
-  std::unordered_map<uint64_t, int32_t> buffer_name;
+  // Each buffer's name by buffer id (a recording numbers its buffers from 1 up; -1: none).
+  uint64_t max_id = 0;
+  for (const Instr& in : prog.instrs)
+    if (in.type == InstrType::kAlloc || in.type == InstrType::kFree)
+      max_id = std::max(max_id, in.buffer);
+  std::vector<int32_t> buffer_name(max_id + 1, -1);
   double running = 0;
   for (size_t i = 0; i < prog.instrs.size(); ++i) {
     const Instr& in = prog.instrs[i];
     running = std::max(running, dev_time[i]);
     if (in.type == InstrType::kAlloc) buffer_name[in.buffer] = static_cast<int32_t>(in.name);
-    if (in.type == InstrType::kAlloc || in.type == InstrType::kFree) {
-      auto nm = buffer_name.find(in.buffer);
-      placed.push_back(
-          {in.host_seq, running, nm == buffer_name.end() ? -1 : nm->second, next_op[i]});
-    }
+    if (in.type == InstrType::kAlloc || in.type == InstrType::kFree)
+      placed.push_back({in.host_seq, running, buffer_name[in.buffer], next_op[i]});
   }
   // Host order is host_seq order; stable, so of equal host_seqs the last placed is found.
   if (!std::is_sorted(placed.begin(), placed.end(),
@@ -101,8 +102,19 @@ void memory_timeline(RankClassReport& c, const Program& prog, const RankTiming& 
   const uint64_t peak_seq = mem.at_peak_allocated().host_seq;
   std::vector<TimelinePoint> pts;
   pts.reserve(events.size());
+  // Events come in host order: the last Placed of each host_seq is found walking forward
+  // (find_placed's answer, without a search per event); out of order, it searches.
+  size_t cursor = 0;
+  uint64_t last_seq = 0;
   for (const MemoryEvent& e : events) {
-    const Placed* at = find_placed(placed, e.host_seq);
+    const Placed* at = nullptr;
+    if (e.host_seq >= last_seq) {
+      while (cursor < placed.size() && placed[cursor].host_seq <= e.host_seq) ++cursor;
+      if (cursor > 0 && placed[cursor - 1].host_seq == e.host_seq) at = &placed[cursor - 1];
+      last_seq = e.host_seq;
+    } else {
+      at = find_placed(placed, e.host_seq);
+    }
     if (!at) continue;  // after the recorded run (teardown)
     TimelinePoint p;
     p.time_s = at->time;

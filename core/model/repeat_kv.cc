@@ -19,8 +19,9 @@ Value repeat_kv(ExecContext& c, Value x, int64_t kv_heads, int64_t n_rep, int64_
                 const std::string& name) {
   if (n_rep == 1) return x;  // torchtitan: `if n_rep == 1: return x`
   Backend& b = c.backend();
-  Shape s = x.t.shape();
-  s.back() *= n_rep;
+  const Shape& in = x.t.shape();
+  Shape s(in.begin(), in.end() - 1);
+  s.push_back(in.back() * n_rep);
   Tensor y = c.empty({x.t.dtype(), s}, MemCategory::kActivation, name);
   c.launch(make_op(OpKind::kRepeatKV, name, {x.t.ref()}, {y.ref()}, 0,
                    RepeatKvArgs{.kv_heads = kv_heads, .n_rep = n_rep, .head_dim = head_dim}));

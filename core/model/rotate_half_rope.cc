@@ -36,8 +36,9 @@ Tensor narrow_copy(Backend& b, const Tensor& src, const Tensor& dst, int64_t n, 
 }
 
 TensorMeta half_meta(const Tensor& x) {
-  Shape s = x.shape();
-  s.back() /= 2;
+  const Shape& in = x.shape();
+  Shape s(in.begin(), in.end() - 1);
+  s.push_back(in.back() / 2);
   return {x.dtype(), s};
 }
 

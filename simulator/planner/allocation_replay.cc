@@ -1,5 +1,6 @@
 #include "simulator/planner/allocation_replay.h"
 
+#include <algorithm>
 #include <unordered_map>
 
 #include "core/common/error.h"
@@ -22,16 +23,28 @@ std::vector<AllocRequest> device_requests(const sim::Program& p) {
 
 ReplayResult replay(const std::vector<AllocRequest>& requests, const AllocatorOptions& options) {
   CachingAllocator alloc(options);
-  std::unordered_map<uint64_t, Block> live;
-  live.reserve(4096);
+  // A recording numbers its buffers from 1 up, so the live blocks are a table by buffer id
+  // (ids past it, never expected, go to a map).
+  uint64_t max_id = 0;
+  for (const AllocRequest& q : requests) max_id = std::max(max_id, q.buffer);
+  const uint64_t table_size = std::min<uint64_t>(max_id + 1, 2 * requests.size() + 1024);
+  std::vector<Block> table(table_size);
+  std::vector<uint8_t> in_table(table_size, 0);
+  std::unordered_map<uint64_t, Block> overflow;
   ReplayResult r;
   for (size_t i = 0; i < requests.size(); ++i) {
     const AllocRequest& q = requests[i];
     if (!q.is_alloc) {
-      auto it = live.find(q.buffer);
-      FULLSHARD_CHECK(it != live.end(), "replay: free of a buffer that is not live");
-      alloc.free(it->second);
-      live.erase(it);
+      if (q.buffer < table_size) {
+        FULLSHARD_CHECK(in_table[q.buffer], "replay: free of a buffer that is not live");
+        alloc.free(table[q.buffer]);
+        in_table[q.buffer] = 0;
+      } else {
+        auto it = overflow.find(q.buffer);
+        FULLSHARD_CHECK(it != overflow.end(), "replay: free of a buffer that is not live");
+        alloc.free(it->second);
+        overflow.erase(it);
+      }
       continue;
     }
     auto b = alloc.malloc(q.bytes, q.stream);
@@ -40,7 +53,12 @@ ReplayResult replay(const std::vector<AllocRequest>& requests, const AllocatorOp
       r.failed_at = i;
       break;
     }
-    live.emplace(q.buffer, *b);
+    if (q.buffer < table_size) {
+      table[q.buffer] = *b;
+      in_table[q.buffer] = 1;
+    } else {
+      overflow.emplace(q.buffer, *b);
+    }
     const AllocatorStats& st = alloc.stats();
     if (st.allocated_bytes > r.peak_allocated_bytes) r.peak_allocated_bytes = st.allocated_bytes;
     if (st.reserved_bytes > r.peak_reserved_bytes) r.peak_reserved_bytes = st.reserved_bytes;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <unordered_map>
 
 #include "core/common/error.h"
 #include "core/fsdp/shard_layout.h"
@@ -102,13 +101,19 @@ void measure_memory(const sim::Program& p, ClassProfile& cp) {
   const long optimizer = last_marker(p, "optimizer");
   FULLSHARD_CHECK(backward >= 0 && optimizer > backward,
                   "proxy program without backward / optimizer markers");
+  // The live device buffers by id (a recording numbers its buffers from 1 up): bytes and owner
+  // (-1 root, 0 or 1 a block; kFreed: not live).
+  constexpr int kFreed = -2;
   struct Live {
-    uint64_t bytes;
-    int owner;
+    uint64_t bytes = 0;
+    int owner = kFreed;
   };
+  uint64_t max_id = 0;
+  for (const sim::Instr& in : p.instrs)
+    if (!in.on_host && in.type == sim::InstrType::kAlloc) max_id = std::max(max_id, in.buffer);
+  std::vector<Live> live(max_id + 1);
   // Pass 1: the owner of every device alloc / free, to find the window: from the last block
   // event before the last backward marker to the first block event after it.
-  std::unordered_map<uint64_t, Live> live;
   long start = -1, end = static_cast<long>(p.instrs.size());
   for (size_t i = 0; i < p.instrs.size(); ++i) {
     const sim::Instr& in = p.instrs[i];
@@ -119,18 +124,17 @@ void measure_memory(const sim::Program& p, ClassProfile& cp) {
       owner = block_of(sim::instr_name(p, in));
       live[in.buffer] = {in.size, owner};
     } else {
-      auto it = live.find(in.buffer);
-      FULLSHARD_CHECK(it != live.end(), "proxy program frees a buffer it never allocated");
-      owner = it->second.owner;
-      live.erase(it);
+      FULLSHARD_CHECK(in.buffer <= max_id && live[in.buffer].owner != kFreed,
+                      "proxy program frees a buffer it never allocated");
+      owner = live[in.buffer].owner;
+      live[in.buffer].owner = kFreed;
     }
     if (owner < 0) continue;
     const long li = static_cast<long>(i);
     if (li < backward) start = li;
     if (li > backward && end == static_cast<long>(p.instrs.size())) end = li;
   }
-  // Pass 2: live bytes by owner.
-  live.clear();
+  // Pass 2: live bytes by owner (the owners found in pass 1).
   uint64_t sums[3] = {0, 0, 0};  // root, block 0, block 1
   auto slot = [](int owner) { return owner < 0 ? 0 : owner + 1; };
   for (size_t i = 0; i < p.instrs.size(); ++i) {
@@ -148,9 +152,9 @@ void measure_memory(const sim::Program& p, ClassProfile& cp) {
       live[in.buffer] = {in.size, owner};
       sums[slot(owner)] += in.size;
     } else {
-      auto it = live.find(in.buffer);
-      sums[slot(it->second.owner)] -= it->second.bytes;
-      live.erase(it);
+      Live& l = live[in.buffer];
+      sums[slot(l.owner)] -= l.bytes;
+      l.owner = kFreed;
     }
     if (li >= start && li < end) {  // the state after this event lies inside the window
       cp.window_root = std::max(cp.window_root, sums[0]);
@@ -176,7 +180,8 @@ int block_of(std::string_view name) {
   return v;
 }
 
-ProxyProfile profile_proxy(const Scenario& full, BlockCheckpoint mode, const ParamRows* full_rows) {
+ProxyProfile profile_proxy(const Scenario& full, BlockCheckpoint mode, const ParamRows* full_rows,
+                           const ParamRows* proxy_rows) {
   FULLSHARD_CHECK(full.model.n_layers >= 2, "a proxy needs a model of at least 2 blocks");
   Scenario s = full;
   s.model.n_layers = 2;
@@ -190,14 +195,15 @@ ProxyProfile profile_proxy(const Scenario& full, BlockCheckpoint mode, const Par
   o.play_checkpoint = false;  // the proxies measure training alone
   const int last_step = s.training.steps - 1;
   // Building the full model's parameters (723 for a 70B) per rank class was a fifth of plan's
-  // time: once per call, or once per candidate by the caller.
-  const ParamRows proxy_rows = param_rows(s.model);
+  // time: once per call, or once per model by the caller.
+  const ParamRows own_proxy_rows = proxy_rows ? ParamRows{} : param_rows(s.model);
+  if (!proxy_rows) proxy_rows = &own_proxy_rows;
   const ParamRows own_full_rows = full_rows ? ParamRows{} : param_rows(full.model);
   if (!full_rows) full_rows = &own_full_rows;
   o.on_played = [&](const sim::PlayedRun& run) {
     for (const sim::Program& p : run.programs) {
       ClassProfile cp;
-      const double proxy_elements = local_elements(proxy_rows, s, p.rank);
+      const double proxy_elements = local_elements(*proxy_rows, s, p.rank);
       const double scale =
           proxy_elements > 0 ? local_elements(*full_rows, full, p.rank) / proxy_elements : 1.0;
       measure_time(p, run, last_step, scale, cp);

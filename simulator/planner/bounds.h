@@ -72,11 +72,12 @@ struct ProxyProfile {
 
 // Simulates `s` with 2 blocks in checkpointing `mode` (expandable segments, unlimited
 // capacity, no checks) and measures it. `s` must have at least 2 blocks.
-// `full_rows`: param_rows(s.model) when the caller has it (the planner builds it once per
-// candidate rather than per checkpointing mode); nullptr: built here.
+// `full_rows`, `proxy_rows`: param_rows of s.model and of s.model with 2 blocks when the
+// caller has them (the planner builds them once per model); nullptr: built here.
 using ParamRows = std::vector<std::pair<int64_t, int64_t>>;
 ProxyProfile profile_proxy(const Scenario& s, BlockCheckpoint mode,
-                           const ParamRows* full_rows = nullptr);
+                           const ParamRows* full_rows = nullptr,
+                           const ParamRows* proxy_rows = nullptr);
 
 // Each parameter's rows and elements per row, in the model's order.
 ParamRows param_rows(const ModelConfig& m);

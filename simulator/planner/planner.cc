@@ -168,14 +168,27 @@ size_t bound_programs(std::vector<Program>& progs, const std::vector<Candidate>&
   }
   std::atomic<size_t> done{0};
   std::mutex progress_mu;
-  // The full model's parameter rows, built once per candidate for all its modes.
-  std::vector<std::once_flag> rows_once(key_rep.size());
-  std::vector<ParamRows> full_rows(key_rep.size());
+  // The parameter rows of the full model and of its 2-block proxy, built once per model. A
+  // candidate's model is the base's with its own loss_chunks (candidate_scenario changes
+  // nothing else in it), so that count tells the models apart.
+  struct Rows {
+    ParamRows full, proxy;
+  };
+  std::map<int64_t, Rows> rows;
+  for (size_t k = 0; k < key_rep.size(); ++k) {
+    const Scenario cs = candidate_scenario(opt.base, cands[key_rep[k]]);
+    const ModelConfig& model = cs.model;
+    auto [it, added] = rows.try_emplace(model.implementation.loss_chunks);
+    if (!added) continue;
+    ModelConfig proxy = model;
+    proxy.n_layers = 2;
+    it->second = Rows{param_rows(model), param_rows(proxy)};
+  }
   parallel_for(jobs.size(), opt.threads, [&](size_t j) {
     const auto [k, m] = jobs[j];
     const Scenario s = candidate_scenario(opt.base, cands[key_rep[k]]);
-    std::call_once(rows_once[k], [&] { full_rows[k] = param_rows(s.model); });
-    profiles[k][static_cast<int>(m)] = profile_proxy(s, m, &full_rows[k]);
+    const Rows& r = rows.at(s.model.implementation.loss_chunks);
+    profiles[k][static_cast<int>(m)] = profile_proxy(s, m, &r.full, &r.proxy);
     const size_t d = ++done;
     if (opt.progress) {
       std::lock_guard<std::mutex> l(progress_mu);
@@ -347,7 +360,13 @@ void assemble_results(const std::vector<Program>& progs, const std::vector<Candi
 }  // namespace
 
 // In four parts: the viable candidates, their bounds, the branch-and-bound search, the results.
-PlanResult plan(const PlanOptions& opt) {
+PlanResult plan(const PlanOptions& given) {
+  // Every candidate and proxy copies the base scenario (and every simulation its hardware
+  // profile): without the profile's citations (about 9 KB of text the simulator never reads)
+  // those copies allocate far less.
+  PlanOptions opt = given;
+  opt.base.hardware.device.source.clear();
+  opt.base.hardware.device.source.shrink_to_fit();
   check_space_options(opt.space);
   if (!(opt.headroom >= 0 && opt.headroom < 1))
     throw InputError("--headroom", "is " + std::to_string(opt.headroom),
