@@ -9,6 +9,7 @@
 #include "backends/cuda/device_memory.h"
 #include "backends/cuda/device_probe.h"
 #include "backends/cuda/staged_gloo_process_group.h"
+#include "backends/cuda/stream_set.h"
 #include "core/common/error.h"
 
 namespace fullshard::cuda {
@@ -60,10 +61,10 @@ DeviceSharing::DeviceSharing(int device) : device_(device) {
   std::lock_guard<std::mutex> lock(g_sharing_mu);
   const int sharing = g_ranks_on_device[device_] + 1;
   const std::string why = shared_device_refusal(
-      sharing, kNumStreams, device_max_connections(std::getenv("CUDA_DEVICE_MAX_CONNECTIONS")),
+      sharing, kCudaStreamCount, device_max_connections(std::getenv("CUDA_DEVICE_MAX_CONNECTIONS")),
       device_);
   if (!why.empty())
-    throw InputError("CUDA_DEVICE_MAX_CONNECTIONS", why, shared_device_fix(kNumStreams));
+    throw InputError("CUDA_DEVICE_MAX_CONNECTIONS", why, shared_device_fix(kCudaStreamCount));
   g_ranks_on_device[device_] = sharing;
 }
 

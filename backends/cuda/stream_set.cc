@@ -34,6 +34,7 @@ StreamSet::StreamSet() {
   int least = 0, greatest = 0;
   FULLSHARD_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
   for (StreamRole r : kAllStreams) {
+    if (r == StreamRole::kPipelineP2P) continue;  // kCudaStreamCount (stream_set.h)
     const size_t i = static_cast<size_t>(r);
     priorities_[i] = stream_priority(r, least, greatest);
     FULLSHARD_CUDA(
@@ -50,7 +51,8 @@ StreamSet::~StreamSet() {
 }
 
 void StreamSet::synchronize_all() const {
-  for (cudaStream_t s : streams_) FULLSHARD_CUDA(cudaStreamSynchronize(s));
+  for (cudaStream_t s : streams_)
+    if (s != nullptr) FULLSHARD_CUDA(cudaStreamSynchronize(s));
 }
 
 }  // namespace fullshard::cuda

@@ -29,6 +29,10 @@ class EventPool {
   size_t created_ = 0;
 };
 
+// The CUDA streams a rank creates: every role but kPipelineP2P, which only the simulator plays
+// (the real backends refuse a pp mesh dim), so ranks sharing a GPU need no queue for it.
+constexpr int kCudaStreamCount = kNumStreams - 1;
+
 class StreamSet {
  public:
   // Creates the streams on the current device (the caller's cudaSetDevice), non-blocking with
@@ -40,7 +44,12 @@ class StreamSet {
 
   cudaStream_t get(StreamRole r) const { return streams_[static_cast<size_t>(r)]; }
   int priority(StreamRole r) const { return priorities_[static_cast<size_t>(r)]; }
-  std::vector<cudaStream_t> all() const { return {streams_.begin(), streams_.end()}; }
+  std::vector<cudaStream_t> all() const {  // the created ones (kCudaStreamCount)
+    std::vector<cudaStream_t> v;
+    for (cudaStream_t s : streams_)
+      if (s != nullptr) v.push_back(s);
+    return v;
+  }
   void synchronize_all() const;  // cudaStreamSynchronize on each
 
  private:

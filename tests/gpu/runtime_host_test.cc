@@ -14,6 +14,7 @@
 #include "backends/cuda/nccl_unique_id.h"
 #include "backends/cuda/pinned_host.h"
 #include "backends/cuda/staged_gloo_process_group.h"
+#include "backends/cuda/stream_set.h"
 #include "backends/cuda/stream_priority.h"
 #include "backends/cuda/stream_times.h"
 #include "backends/cuda/vmm_granularity.h"
@@ -116,7 +117,7 @@ TEST(StagedGates, DeviceMaxConnectionsAsCudaReadsIt) {
 }
 
 TEST(StagedGates, ThreadRanksOnOneDeviceNeedAQueuePerStream) {
-  const int streams = static_cast<int>(kNumStreams);
+  const int streams = cuda::kCudaStreamCount;
   // One rank per process (fullshard train, compare): never refused, whatever the queues.
   EXPECT_EQ(cuda::shared_device_refusal(1, streams, 1, 0), "");
   // The GPU run: 2 thread-ranks (15 streams with the legacy one) and 4 (29) on 8 queues.
