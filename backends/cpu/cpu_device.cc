@@ -105,7 +105,7 @@ void CpuDevice::release_host_buffers(bool all) {
 
 void CpuDevice::launch(StreamRole r, const OpCall& op) {
   check_failed();
-  backends::check_runs_on_device(op, "the CPU backend");
+  backends::check_runs_on_device(op, "the CPU backend", &cpu::has_kernel);
   std::vector<void*> in, out;
   in.reserve(op.inputs.size());
   out.reserve(op.outputs.size());

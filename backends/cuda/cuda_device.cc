@@ -195,7 +195,7 @@ void CudaDevice::stage_to_device(StreamRole r, const OpCall& op, const void* hos
 
 void CudaDevice::launch(StreamRole r, const OpCall& op) {
   const NvtxRange range(op.name);  // NOTE [NVTX ranges per op]
-  backends::check_runs_on_device(op, "the CUDA backend");
+  backends::check_runs_on_device(op, "the CUDA backend", &cuda::has_kernel);
   launch_op(r, op);
 }
 

@@ -7,8 +7,9 @@
 
 namespace fullshard::cpu {
 
-// The op table's kinds with a device kernel: not the backend's own host fills (kLoadBatch,
-// kInitParam) nor the simulator-only ones.
+// The kinds the CPU kernels run, which CpuDevice::launch checks before queueing: the op table's
+// device kinds (not the host fills kLoadBatch / kInitParam, nor the simulator-only rows). A
+// simulator-only kind the CPU runs ahead of the CUDA backend is listed here with its kernel.
 bool has_kernel(OpKind kind) { return has_device_kernel(kind); }
 
 void run_kernel(const OpCall& op, const std::vector<void*>& in, const std::vector<void*>& out) {
