@@ -70,6 +70,10 @@ json candidate_scenario_json(const json& base, const Candidate& c, const std::st
     f["mesh"]["shape"].push_back(c.tp);
     f["mesh"]["dim_names"].push_back("tp");
   }
+  if (c.ep > 1)
+    j["expert_parallel"] = {{"degree", c.ep}};
+  else
+    j.erase("expert_parallel");
   // As candidate_scenario() applies a scenario's tensor_parallel.async.
   if (j.contains("tensor_parallel") && j["tensor_parallel"].is_object() &&
       j["tensor_parallel"].contains("async") &&

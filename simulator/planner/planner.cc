@@ -30,13 +30,19 @@ const char* verdict_name(Verdict v) {
 namespace {
 
 // Candidates that differ only in checkpointing share their proxies (the proxy fixes the mode).
-using ProxyKey = std::tuple<int, int, int, int, int, int, bool, int64_t, int, int>;
+using ProxyKey = std::tuple<int, int, int, int, int, int, int, bool, int64_t, int, int>;
 ProxyKey proxy_key(const Candidate& c) {
-  return {c.replicate,   c.shard,
-          c.tp,          static_cast<int>(c.reshard.kind),
-          c.reshard.n,   static_cast<int>(c.precision),
-          c.cpu_offload, c.micro_batch,
-          c.grad_accum,  static_cast<int>(c.float8)};
+  return {c.replicate,
+          c.shard,
+          c.tp,
+          c.ep,
+          static_cast<int>(c.reshard.kind),
+          c.reshard.n,
+          static_cast<int>(c.precision),
+          c.cpu_offload,
+          c.micro_batch,
+          c.grad_accum,
+          static_cast<int>(c.float8)};
 }
 
 // A tp group trains on one batch: each of its GPUs accounts for 1/tp of its tokens.
@@ -101,25 +107,25 @@ std::vector<Candidate> viable_candidates(const PlanOptions& opt) {
     }
     return !it->second;
   });
-  // Expert parallelism stays the scenario's: candidates it does not fit (a shard size it does
-  // not divide, an int reshard_after_forward, an uneven Shard(1)) are left out.
-  // The check depends on the shard size and reshard_after_forward alone.
-  std::map<std::tuple<int, int, int>, bool> fits;
-  if (opt.base.expert_parallel.degree > 1)
-    std::erase_if(cands, [&](const Candidate& c) {
-      const auto key = std::make_tuple(c.shard, static_cast<int>(c.reshard.kind), c.reshard.n);
-      auto it = fits.find(key);
-      if (it == fits.end()) {
-        bool ok = true;
-        try {
-          check_expert_parallel(candidate_scenario(opt.base, c));
-        } catch (const InputError&) {
-          ok = false;
-        }
-        it = fits.emplace(key, ok).first;
+  // Candidates an ep does not fit (a shard size it does not divide, an int
+  // reshard_after_forward, an uneven Shard(1)) are left out. The check depends on ep, the shard
+  // size and reshard_after_forward alone.
+  std::map<std::tuple<int, int, int, int>, bool> fits;
+  std::erase_if(cands, [&](const Candidate& c) {
+    if (c.ep <= 1) return false;
+    const auto key = std::make_tuple(c.ep, c.shard, static_cast<int>(c.reshard.kind), c.reshard.n);
+    auto it = fits.find(key);
+    if (it == fits.end()) {
+      bool ok = true;
+      try {
+        check_expert_parallel(candidate_scenario(opt.base, c));
+      } catch (const InputError&) {
+        ok = false;
       }
-      return !it->second;
-    });
+      it = fits.emplace(key, ok).first;
+    }
+    return !it->second;
+  });
   return cands;
 }
 
@@ -367,6 +373,8 @@ PlanResult plan(const PlanOptions& given) {
   PlanOptions opt = given;
   opt.base.hardware.device.source.clear();
   opt.base.hardware.device.source.shrink_to_fit();
+  // No ep degrees given: the base scenario's (1 when it sets none).
+  if (opt.space.ep_degrees.empty()) opt.space.ep_degrees = {opt.base.expert_parallel.degree};
   check_space_options(opt.space);
   if (!(opt.headroom >= 0 && opt.headroom < 1))
     throw InputError("--headroom", "is " + std::to_string(opt.headroom),

@@ -41,7 +41,7 @@ const std::vector<Float8Choice>& float8_choices() {
 }
 
 bool Candidate::operator==(const Candidate& o) const {
-  return replicate == o.replicate && shard == o.shard && tp == o.tp &&
+  return replicate == o.replicate && shard == o.shard && tp == o.tp && ep == o.ep &&
          reshard.kind == o.reshard.kind && reshard.n == o.reshard.n && precision == o.precision &&
          cpu_offload == o.cpu_offload && ac.mode == o.ac.mode && ac.every == o.ac.every &&
          micro_batch == o.micro_batch && grad_accum == o.grad_accum &&
@@ -99,6 +99,12 @@ void check_space_options(const SpaceOptions& o) {
   once(o.micro_batches, "--micro-batches",
        "give each micro-batch size once, e.g. --micro-batches 1 2 4 8");
   once(o.tp_degrees, "--tp", "give each tensor-parallel degree once, e.g. --tp 1 2 4 8");
+  once(o.ep_degrees, "--ep", "give each expert-parallel degree once, e.g. --ep 1 2 4 8");
+  for (int ep : o.ep_degrees)
+    if (ep < 1 || ep > o.gpus)
+      throw InputError(
+          "--ep", fmt::format("has {}", ep),
+          fmt::format("give degrees between 1 and --gpus {}, e.g. --ep 1 2 4 8", o.gpus));
   if (o.n_layers < 1)
     throw InputError("model.n_layers", "is < 1", "give a model with at least one block");
 }
@@ -157,6 +163,14 @@ std::vector<int> tp_degrees(const ModelConfig& model, int64_t seq_len, int gpus,
   return out;
 }
 
+std::vector<int> ep_degrees(const ModelConfig& model, int gpus, int gpus_per_node) {
+  std::vector<int> out = {1};
+  if (!model.moe.enabled()) return out;
+  for (int ep = 2; ep <= gpus_per_node && ep <= gpus; ep *= 2)
+    if (model.moe.num_experts % ep == 0 && gpus % ep == 0) out.push_back(ep);
+  return out;
+}
+
 std::vector<std::pair<int64_t, int>> batch_options(const SpaceOptions& o, int dp) {
   std::vector<std::pair<int64_t, int>> out;
   if (!o.global_batch) {
@@ -190,38 +204,41 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o) {
     if (tp < 1 || o.gpus % tp != 0) continue;
     const int dp = o.gpus / tp;
     const auto batches = batch_options(o, dp);
+    const std::vector<int> eps = o.ep_degrees.empty() ? std::vector<int>{1} : o.ep_degrees;
     for (int s : shard_sizes(dp))
-      for (const auto& r : reshard_options(s))
-        for (Precision p : {Precision::kBf16Fp32Reduce, Precision::kBf16, Precision::kFp32})
-          for (bool offload : {false, true})
-            for (const auto& ac : acs)
-              for (const auto& [mb, ga] : batches)
-                for (Float8Choice f8 : o.float8) {
-                  // What training.float8 refuses (NOTE [What float8 composes with]) is left
-                  // out: tp, op-level SAC; the float8 all-gather without a shard dim, with
-                  // offload or post-forward shards.
-                  if (f8 != Float8Choice::kOff &&
-                      (tp > 1 || ac.mode == RecomputeMode::kSelectiveOp))
-                    continue;
-                  if (f8 == Float8Choice::kTensorwiseAllGather &&
-                      (s < 2 || offload || r.kind == Kind::kInt))
-                    continue;
-                  for (bool expandable : {false, true}) {
-                    Candidate c;
-                    c.replicate = dp / s;
-                    c.shard = s;
-                    c.tp = tp;
-                    c.reshard = r;
-                    c.precision = p;
-                    c.cpu_offload = offload;
-                    c.ac = ac;
-                    c.micro_batch = mb;
-                    c.grad_accum = ga;
-                    c.expandable_segments = expandable;
-                    c.float8 = f8;
-                    out.push_back(c);
+      for (int ep : eps)
+        for (const auto& r : reshard_options(s))
+          for (Precision p : {Precision::kBf16Fp32Reduce, Precision::kBf16, Precision::kFp32})
+            for (bool offload : {false, true})
+              for (const auto& ac : acs)
+                for (const auto& [mb, ga] : batches)
+                  for (Float8Choice f8 : o.float8) {
+                    // What training.float8 refuses (NOTE [What float8 composes with]) is left
+                    // out: tp, op-level SAC; the float8 all-gather without a shard dim, with
+                    // offload or post-forward shards.
+                    if (f8 != Float8Choice::kOff &&
+                        (tp > 1 || ac.mode == RecomputeMode::kSelectiveOp))
+                      continue;
+                    if (f8 == Float8Choice::kTensorwiseAllGather &&
+                        (s < 2 || offload || r.kind == Kind::kInt))
+                      continue;
+                    for (bool expandable : {false, true}) {
+                      Candidate c;
+                      c.replicate = dp / s;
+                      c.shard = s;
+                      c.tp = tp;
+                      c.ep = ep;
+                      c.reshard = r;
+                      c.precision = p;
+                      c.cpu_offload = offload;
+                      c.ac = ac;
+                      c.micro_batch = mb;
+                      c.grad_accum = ga;
+                      c.expandable_segments = expandable;
+                      c.float8 = f8;
+                      out.push_back(c);
+                    }
                   }
-                }
   }
   return out;
 }
@@ -241,6 +258,7 @@ Scenario candidate_scenario(const Scenario& base, const Candidate& c) {
     s.fsdp.mesh_shape.push_back(c.tp);
     s.fsdp.mesh_dim_names.push_back("tp");
   }
+  s.expert_parallel.degree = c.ep;
   s.fsdp.reshard_after_forward = c.reshard;
   // The base's per-unit overrides stay (torchtitan's last block unresharded), except an int
   // that does not divide this candidate's shard size.
@@ -312,7 +330,8 @@ Scenario candidate_scenario(const Scenario& base, const Candidate& c) {
 std::string mesh_text(const Candidate& c) {
   const std::string dp =
       c.hsdp() ? fmt::format("HSDP {}x{}", c.replicate, c.shard) : fmt::format("FSDP {}", c.shard);
-  return c.tp > 1 ? fmt::format("{} TP {}", dp, c.tp) : dp;
+  const std::string ep = c.ep > 1 ? fmt::format(" EP {}", c.ep) : "";
+  return c.tp > 1 ? fmt::format("{} TP {}{}", dp, c.tp, ep) : dp + ep;
 }
 
 std::string reshard_text(const ReshardAfterForward& r) {
@@ -347,6 +366,7 @@ nlohmann::json candidate_settings_json(const Candidate& c) {
   if (c.tp > 1) j["mesh"].push_back(c.tp);
   j["sharding"] = c.hsdp() ? "hsdp" : "fsdp";
   j["tp"] = c.tp;
+  j["ep"] = c.ep;
   switch (c.reshard.kind) {
     case Kind::kDefault: j["reshard_after_forward"] = nullptr; break;
     case Kind::kTrue: j["reshard_after_forward"] = true; break;

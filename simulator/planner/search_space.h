@@ -44,6 +44,10 @@ struct Candidate {
   int replicate = 1;
   int shard = 1;
   int tp = 1;
+  // Expert parallelism (expert_parallel.degree, NOTE [What expert parallelism needs]): ep ranks of
+  // the shard dim split the experts; 1 is none. Not a mesh dim of its own (torchtitan carves it
+  // out of dp_shard), so replicate x shard x tp stays the world size.
+  int ep = 1;
   ReshardAfterForward reshard;
   Precision precision = Precision::kFp32;
   bool cpu_offload = false;
@@ -67,6 +71,9 @@ struct SpaceOptions {
   std::vector<int64_t> micro_batches = {1, 2, 4, 8};
   // Tensor-parallel degrees to try (tp_degrees() picks them for a model); {1}: none.
   std::vector<int> tp_degrees = {1};
+  // Expert-parallel degrees to try (mixture-of-experts models only; ep_degrees() picks them).
+  // Empty: plan() keeps the base scenario's expert_parallel.degree.
+  std::vector<int> ep_degrees;
   // Float8 settings to try ({kOff}: none; plan --float8: float8_choices()).
   std::vector<Float8Choice> float8 = {Float8Choice::kOff};
 };
@@ -78,6 +85,12 @@ struct SpaceOptions {
 // rules).
 std::vector<int> tp_degrees(const ModelConfig& model, int64_t seq_len, int gpus, int gpus_per_node,
                             bool loss_parallel = true);
+
+// The ep degrees the planner tries for a mixture-of-experts model when --ep is not given: 1 and
+// each power of two up to `gpus_per_node` that divides the experts and the GPUs (all-to-all inside
+// a node, torchtitan's usual layout); {1} for a dense model. Candidates an ep does not fit (a shard
+// size it does not divide, NOTE [What expert parallelism needs]) are left out later.
+std::vector<int> ep_degrees(const ModelConfig& model, int gpus, int gpus_per_node);
 
 // Whether the shard dim's groups stay inside one node. The mesh is row-major with tp innermost
 // ([replicate, shard, tp], torchtitan's order), so a shard group is `shard` ranks spaced `tp`

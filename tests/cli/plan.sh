@@ -34,6 +34,9 @@ expect no-gpus "--gpus" "is missing" -- plan --model tiny-llama --gpu h100 --seq
 expect headroom "--headroom" "1.5" -- plan --model tiny-llama "${common[@]}" --headroom 1.5
 expect micro-batch-twice "--micro-batches" "has 1 twice" -- plan --model tiny-llama "${common[@]}" --micro-batches 1 2 1
 expect tp-twice "--tp" "has 2 twice" -- plan --model tiny-llama "${common[@]}" --tp 2 2
+expect ep-dense "--ep" "has no experts" -- plan --model tiny-llama "${common[@]}" --ep 2
+expect ep-divide "--ep" "has 3" "4 experts" -- plan --model tiny-moe "${common[@]}" --ep 1 3
+expect ep-twice "--ep" "has 2 twice" -- plan --model tiny-moe "${common[@]}" --ep 2 2
 expect hf-config "--hf-config" "no-such" -- plan --hf-config "$tmp/no-such/config.json" "${common[@]}"
 expect json-ext "--json" "out.txt" ".json" -- plan --model tiny-llama "${common[@]}" --json "$tmp/out.txt"
 printf '{"model": "tiny-llama", "training": {"seq_len": 32, "rank_batch": [{"rank": 1, "batch": 2}]}, "hardware": {"profile": "cpu", "gpus_per_node": 2}}' > "$tmp/uneven.json"
@@ -91,6 +94,25 @@ if "$bin" train "$tmp/cpu.json" --steps 2 --timeout 30 > "$tmp/train.out" 2>&1; 
 else
   echo "FAIL train best"; cat "$tmp/train.out"; fail=1
 fi
+
+# A mixture-of-experts model: ep is searched, and the written scenario simulates to the
+# recommendation's figures with its expert_parallel degree.
+if "$bin" plan --model mixtral-8x7b --gpus 16 --gpu h100-sxm-80gb --seq-len 4096 --micro-batches 1 --tp 1 \
+     --top 1 --json "$tmp/moe.json" --write-scenario "$tmp/moe-best.json" > "$tmp/moe.out" 2>&1 \
+   && "$bin" simulate "$tmp/moe-best.json" --json "$tmp/moe-rep.json" > /dev/null 2>&1 \
+   && python3 - "$tmp/moe.json" "$tmp/moe-rep.json" "$tmp/moe-best.json" <<'P'
+import json, sys
+plan = json.load(open(sys.argv[1])); rep = json.load(open(sys.argv[2])); scen = json.load(open(sys.argv[3]))
+best = plan["configs"][0]
+eps = {c["ep"] for c in plan["configs"]}
+assert eps == {1, 2, 4, 8}, eps
+assert best["fits"] and best["ep"] > 1, best  # Mixtral fits 16 H100s only with experts split
+assert scen["expert_parallel"]["degree"] == best["ep"]
+peak = max(c["peak_reserved_bytes"] for c in rep["rank_classes"])
+assert peak == best["peak_reserved_bytes"] and rep["step_time_s"] == best["step_time_s"]
+print("ok   plan mixtral-8x7b: EP %d, %d bytes, %.6f s" % (best["ep"], peak, rep["step_time_s"]))
+P
+then :; else echo "FAIL plan mixtral ep"; cat "$tmp/moe.out"; fail=1; fi
 
 # A Hugging Face config as the model.
 if "$bin" plan --hf-config "$src/tests/data/hf/qwen2.5-7b.json" --gpus 8 --gpu h100 --seq-len 128 --global-batch 8 \

@@ -55,6 +55,9 @@ CLI::App* add_plan_command(CLI::App& app, PlanFlags& f) {
   p->add_option("--tp", f.tp,
                 "tensor-parallel degrees to try (default: each of 1 2 4 8 that fits in a node and "
                 "splits the model; --tp 1: none)");
+  p->add_option("--ep", f.ep,
+                "expert-parallel degrees to try, mixture-of-experts models only (default: the "
+                "scenario's, else each of 1 2 4 8 that fits in a node and divides the experts)");
   p->add_option("--headroom", f.headroom,
                 "fraction of the allocator's memory to keep free (default 0.05; 0: fits means what "
                 "`fullshard simulate` says)");
@@ -338,6 +341,24 @@ int cmd_plan(const PlanFlags& f) {
       }
     }
     o.space.tp_degrees = f.tp;
+  }
+  // NOTE [Expert-parallel candidates]: for a mixture-of-experts model the planner searches ep
+  // (carved out of the shard dim, check_expert_parallel); a scenario that sets
+  // expert_parallel.degree keeps it unless --ep is given.
+  if (!f.ep.empty()) {
+    const MoeConfig& moe = o.base.model.moe;
+    if (!moe.enabled())
+      throw InputError("--ep", fmt::format("has {}, but the model has no experts", f.ep.front()),
+                       "drop --ep, or plan a mixture-of-experts model (docs/moe.md)");
+    for (int ep : f.ep)
+      if (ep < 1 || moe.num_experts % ep != 0 || o.space.gpus % ep != 0)
+        throw InputError("--ep",
+                         fmt::format("has {}, which does not divide the {} experts and --gpus {}",
+                                     ep, moe.num_experts, o.space.gpus),
+                         "give degrees that divide both, e.g. --ep 1 2 4 8");
+    o.space.ep_degrees = f.ep;
+  } else if (o.base.expert_parallel.degree <= 1) {
+    o.space.ep_degrees = planner::ep_degrees(o.base.model, o.space.gpus, o.space.gpus_per_node);
   }
   if (f.float8) {
     const HardwareProfile& hw = o.base.hardware.device;

@@ -18,6 +18,9 @@ struct PlanFlags {
   std::optional<int64_t> seq_len, global_batch;
   std::vector<int64_t> micro_batches;  // without --global-batch (default 1, 2, 4, 8)
   std::vector<int> tp;  // tensor-parallel degrees; empty: every one the model and node allow
+  // Expert-parallel degrees (MoE models); empty: the scenario's degree when it sets one, else
+  // planner::ep_degrees().
+  std::vector<int> ep;
   double headroom = 0.05;
   std::string json_out, write_scenario;
   int64_t top = 10;
