@@ -16,6 +16,7 @@
 
 #include "core/common/error.h"
 #include "core/scenario/json_reader.h"
+#include "core/scenario/pipeline_resolve.h"
 #include "core/scenario/scenario_sections.h"
 
 namespace fullshard::scenario_detail {
@@ -210,3 +211,14 @@ PipelineParallelOptions parse_pipeline_parallel(const json* j, const Scenario& s
 }
 
 }  // namespace fullshard::scenario_detail
+
+namespace fullshard {
+
+PipelineParallelOptions resolve_pipeline_parallel(const Scenario& s, PipelineScheduleKind schedule,
+                                                  int64_t microbatch_size) {
+  const nlohmann::json j = {{"schedule", pipeline_schedule_name(schedule)},
+                            {"microbatch_size", microbatch_size}};
+  return scenario_detail::parse_pipeline_parallel(&j, s);
+}
+
+}  // namespace fullshard

@@ -74,6 +74,16 @@ json candidate_scenario_json(const json& base, const Candidate& c, const std::st
     j["expert_parallel"] = {{"degree", c.ep}};
   else
     j.erase("expert_parallel");
+  if (c.pp > 1) {  // NOTE [Pipeline candidates] in search_space.cc
+    f["mesh"]["shape"].insert(f["mesh"]["shape"].begin(), c.pp);
+    f["mesh"]["dim_names"].insert(f["mesh"]["dim_names"].begin(), "pp");
+    j["pipeline_parallel"] = {{"schedule", pipeline_schedule_name(c.pp_schedule)},
+                              {"microbatch_size", c.micro_batch}};
+    t["batch_per_rank"] = c.micro_batch * c.grad_accum;
+    t["grad_accum_steps"] = 1;
+  } else {
+    j.erase("pipeline_parallel");
+  }
   // As candidate_scenario() applies a scenario's tensor_parallel.async.
   if (j.contains("tensor_parallel") && j["tensor_parallel"].is_object() &&
       j["tensor_parallel"].contains("async") &&

@@ -23,7 +23,8 @@ const std::vector<Setting>& settings() {
       {"activation_checkpointing", [](const Candidate& c) { return ac_text(c.ac); }},
       {"batch",
        [](const Candidate& c) {
-         return fmt::format("mb {} x ga {}", c.micro_batch, c.grad_accum);
+         return c.pp > 1 ? fmt::format("mb {} x {} microbatches", c.micro_batch, c.grad_accum)
+                         : fmt::format("mb {} x ga {}", c.micro_batch, c.grad_accum);
        }},
       {"expandable_segments",
        [](const Candidate& c) { return std::string(c.expandable_segments ? "on" : "off"); }},
@@ -74,11 +75,11 @@ std::string speed_reason(const ConfigResult& m, const ConfigResult& w) {
   else if (me - we >= mo - wo)
     cause = fmt::format("exposed communication takes {} vs {}", seconds_text(me), seconds_text(we));
   else
-    cause = fmt::format(
-        "work outside compute and communication (CPU optimizer, host copies, launches, waits) "
-        "takes "
-        "{} vs {}",
-        seconds_text(mo), seconds_text(wo));
+    cause = fmt::format("work outside compute and communication ({}) takes {} vs {}",
+                        m.candidate.pp > 1
+                            ? "the pipeline bubble, CPU optimizer, host copies, launches, waits"
+                            : "CPU optimizer, host copies, launches, waits",
+                        seconds_text(mo), seconds_text(wo));
   return fmt::format(
       "{} slower than the best because {} per step{} (best: {})", pct_text, cause,
       f != 1.0 ? fmt::format(" at the best's {:.0f} sequences per GPU", tokens(w.candidate)) : "",

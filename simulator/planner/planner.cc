@@ -30,6 +30,7 @@ const char* verdict_name(Verdict v) {
 namespace {
 
 // Candidates that differ only in checkpointing share their proxies (the proxy fixes the mode).
+// (pp candidates have no proxies: NOTE [Pipeline candidates are not bounded].)
 using ProxyKey = std::tuple<int, int, int, int, int, int, int, bool, int64_t, int, int>;
 ProxyKey proxy_key(const Candidate& c) {
   return {c.replicate,
@@ -75,6 +76,22 @@ struct Program {
 // candidates are left out. The flow depends on the precision alone.
 std::vector<Candidate> viable_candidates(const PlanOptions& opt) {
   std::vector<Candidate> cands = enumerate_candidates(opt.space);
+  // Pipeline candidates the pipeline_parallel section refuses (NOTE [Pipeline candidates] in
+  // search_space.cc) are left out; that depends on pp, the schedule and the batch alone.
+  std::map<std::tuple<int, int, int64_t, int>, bool> pipelines;
+  std::erase_if(cands, [&](const Candidate& c) {
+    if (c.pp <= 1) return false;
+    auto [it, fresh] = pipelines.try_emplace(
+        {c.pp, static_cast<int>(c.pp_schedule), c.micro_batch, c.grad_accum}, true);
+    if (fresh) {
+      try {
+        candidate_scenario(opt.base, c);
+      } catch (const InputError&) {
+        it->second = false;
+      }
+    }
+    return !it->second;
+  });
   std::map<Precision, bool> flows;
   // What training.float8 refuses for a candidate (NOTE [What float8 composes with]: e.g. a
   // weight not splitting evenly over the shard group with the float8 all-gather) is left out,
@@ -152,8 +169,12 @@ size_t bound_programs(std::vector<Program>& progs, const std::vector<Candidate>&
   const int64_t L = opt.base.model.n_layers;
   std::map<ProxyKey, size_t> key_index;
   std::vector<size_t> key_rep;  // a candidate of each key
+  // NOTE [Pipeline candidates are not bounded]: the 2-block proxies model one program for every
+  // rank, while pipeline stages run different programs (and the bubble depends on the schedule),
+  // so a pp candidate gets no bounds (0: it is always simulated, never pruned).
   for (const Program& p : progs)
-    if (key_index.emplace(proxy_key(cands[p.first]), key_rep.size()).second)
+    if (cands[p.first].pp <= 1 &&
+        key_index.emplace(proxy_key(cands[p.first]), key_rep.size()).second)
       key_rep.push_back(p.first);
   std::vector<std::array<ProxyProfile, 3>> profiles(key_rep.size());
   // Which modes the space needs (every space has none, op and full; kept general).
@@ -204,6 +225,10 @@ size_t bound_programs(std::vector<Program>& progs, const std::vector<Candidate>&
   });
   for (Program& p : progs) {
     const Candidate& c = cands[p.first];
+    if (c.pp > 1) {
+      p.upper_tps = 1e300;
+      continue;
+    }
     const auto& prof = profiles[key_index.at(proxy_key(c))];
     std::array<const ProxyProfile*, 3> ptrs{};
     for (int m = 0; m < 3; ++m)
@@ -381,9 +406,8 @@ PlanResult plan(const PlanOptions& given) {
                      "give the fraction of GPU memory to keep free, in [0, 1), e.g. 0.05");
   FULLSHARD_CHECK(opt.base.world_size() == opt.space.gpus, "plan: base scenario world != --gpus");
   if (opt.base.pipeline.enabled())  // docs/pipeline.md, "Not built yet"
-    throw InputError("fsdp.mesh.dim_names",
-                     "has a pp dim: the planner does not search pipeline parallelism yet",
-                     "plan from a scenario without the pp dim, or simulate this one");
+    throw InputError("fsdp.mesh.dim_names", "has a pp dim, which the planner chooses",
+                     "plan from a scenario without the pp dim and give --pp");
   const std::vector<Candidate> cands = viable_candidates(opt);
   const int64_t L = opt.base.model.n_layers;
 

@@ -8,6 +8,7 @@
 
 #include "core/common/error.h"
 #include "core/model/tensor_parallel.h"
+#include "core/scenario/pipeline_resolve.h"
 
 namespace fullshard::planner {
 
@@ -41,11 +42,12 @@ const std::vector<Float8Choice>& float8_choices() {
 }
 
 bool Candidate::operator==(const Candidate& o) const {
-  return replicate == o.replicate && shard == o.shard && tp == o.tp && ep == o.ep &&
-         reshard.kind == o.reshard.kind && reshard.n == o.reshard.n && precision == o.precision &&
-         cpu_offload == o.cpu_offload && ac.mode == o.ac.mode && ac.every == o.ac.every &&
-         micro_batch == o.micro_batch && grad_accum == o.grad_accum &&
-         expandable_segments == o.expandable_segments && float8 == o.float8;
+  return replicate == o.replicate && shard == o.shard && tp == o.tp && ep == o.ep && pp == o.pp &&
+         pp_schedule == o.pp_schedule && reshard.kind == o.reshard.kind &&
+         reshard.n == o.reshard.n && precision == o.precision && cpu_offload == o.cpu_offload &&
+         ac.mode == o.ac.mode && ac.every == o.ac.every && micro_batch == o.micro_batch &&
+         grad_accum == o.grad_accum && expandable_segments == o.expandable_segments &&
+         float8 == o.float8;
 }
 
 void check_space_options(const SpaceOptions& o) {
@@ -100,6 +102,27 @@ void check_space_options(const SpaceOptions& o) {
        "give each micro-batch size once, e.g. --micro-batches 1 2 4 8");
   once(o.tp_degrees, "--tp", "give each tensor-parallel degree once, e.g. --tp 1 2 4 8");
   once(o.ep_degrees, "--ep", "give each expert-parallel degree once, e.g. --ep 1 2 4 8");
+  once(o.pp_degrees, "--pp", "give each pipeline-parallel degree once, e.g. --pp 1 2 4");
+  std::vector<std::string> schedule_names;
+  for (PipelineScheduleKind k : o.pp_schedules) schedule_names.push_back(pipeline_schedule_name(k));
+  once(schedule_names, "--pp-schedule", "give each schedule once, e.g. --pp-schedule 1F1B");
+  for (int pp : o.pp_degrees) {
+    if (pp < 1 || o.gpus % pp != 0)
+      throw InputError("--pp", fmt::format("has {}, which does not divide --gpus {}", pp, o.gpus),
+                       "give degrees that divide the GPU count, e.g. --pp 1 2 4");
+    if (pp > 1 && !o.global_batch)
+      throw InputError("--pp",
+                       fmt::format("has {} without --global-batch (a pipeline's microbatches "
+                                   "split the batch)",
+                                   pp),
+                       "give --global-batch B, e.g. --global-batch " + std::to_string(4 * o.gpus));
+  }
+  for (PipelineScheduleKind k : o.pp_schedules)
+    if (k == PipelineScheduleKind::kInterleavedZeroBubble ||
+        k == PipelineScheduleKind::kZBVZeroBubble || k == PipelineScheduleKind::kDualPipeV)
+      throw InputError("--pp-schedule", fmt::format("has {}", pipeline_schedule_name(k)),
+                       "give GPipe, 1F1B, Interleaved1F1B or LoopedBFS (the zero-bubble "
+                       "schedules are not simulated yet)");
   for (int ep : o.ep_degrees)
     if (ep < 1 || ep > o.gpus)
       throw InputError(
@@ -200,51 +223,66 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o) {
     acs.push_back(ac);
   }
   std::vector<Candidate> out;
-  for (int tp : o.tp_degrees) {
-    if (tp < 1 || o.gpus % tp != 0) continue;
-    const int dp = o.gpus / tp;
-    const auto batches = batch_options(o, dp);
-    const std::vector<int> eps = o.ep_degrees.empty() ? std::vector<int>{1} : o.ep_degrees;
-    for (int s : shard_sizes(dp))
-      for (int ep : eps)
-        for (const auto& r : reshard_options(s))
-          for (Precision p : {Precision::kBf16Fp32Reduce, Precision::kBf16, Precision::kFp32})
-            for (bool offload : {false, true})
-              for (const auto& ac : acs)
-                for (const auto& [mb, ga] : batches)
-                  for (Float8Choice f8 : o.float8) {
-                    // What training.float8 refuses (NOTE [What float8 composes with]) is left
-                    // out: tp, op-level SAC; the float8 all-gather without a shard dim, with
-                    // offload or post-forward shards.
-                    if (f8 != Float8Choice::kOff &&
-                        (tp > 1 || ac.mode == RecomputeMode::kSelectiveOp))
-                      continue;
-                    if (f8 == Float8Choice::kTensorwiseAllGather &&
-                        (s < 2 || offload || r.kind == Kind::kInt))
-                      continue;
-                    for (bool expandable : {false, true}) {
-                      Candidate c;
-                      c.replicate = dp / s;
-                      c.shard = s;
-                      c.tp = tp;
-                      c.ep = ep;
-                      c.reshard = r;
-                      c.precision = p;
-                      c.cpu_offload = offload;
-                      c.ac = ac;
-                      c.micro_batch = mb;
-                      c.grad_accum = ga;
-                      c.expandable_segments = expandable;
-                      c.float8 = f8;
-                      out.push_back(c);
-                    }
-                  }
-  }
+  const std::vector<int> pps = o.pp_degrees.empty() ? std::vector<int>{1} : o.pp_degrees;
+  for (int pp : pps)
+    for (int tp : o.tp_degrees) {
+      if (tp < 1 || pp < 1 || o.gpus % (int64_t{tp} * pp) != 0) continue;
+      const int dp = o.gpus / (tp * pp);
+      const auto batches = batch_options(o, dp);
+      const std::vector<int> eps = o.ep_degrees.empty() ? std::vector<int>{1} : o.ep_degrees;
+      const std::vector<PipelineScheduleKind> schedules =
+          pp > 1 ? o.pp_schedules : std::vector<PipelineScheduleKind>{PipelineScheduleKind::k1F1B};
+      for (int s : shard_sizes(dp))
+        for (int ep : eps)
+          for (PipelineScheduleKind sched : schedules)
+            for (const auto& r : reshard_options(s))
+              for (Precision p : {Precision::kBf16Fp32Reduce, Precision::kBf16, Precision::kFp32})
+                for (bool offload : {false, true})
+                  for (const auto& ac : acs)
+                    for (const auto& [mb, ga] : batches)
+                      for (Float8Choice f8 : o.float8) {
+                        // What training.float8 refuses (NOTE [What float8 composes with]) is left
+                        // out: tp, op-level SAC; the float8 all-gather without a shard dim, with
+                        // offload or post-forward shards.
+                        if (f8 != Float8Choice::kOff &&
+                            (tp > 1 || pp > 1 || ac.mode == RecomputeMode::kSelectiveOp))
+                          continue;
+                        if (pp > 1 && ep > 1) continue;  // stages do not split experts yet
+                        // NOTE [Pipeline sub-space]: pp candidates are simulated without pruning
+                        // (NOTE [Pipeline candidates are not bounded] in planner.cc), so they keep
+                        // torchtitan's two pp policies (reshard_after_forward false, its default
+                        // with pp, and true, "always") and leave out CPU offload.
+                        if (pp > 1 &&
+                            (offload || !(r.kind == Kind::kTrue || r.kind == Kind::kFalse)))
+                          continue;
+                        if (f8 == Float8Choice::kTensorwiseAllGather &&
+                            (s < 2 || offload || r.kind == Kind::kInt))
+                          continue;
+                        for (bool expandable : {false, true}) {
+                          Candidate c;
+                          c.replicate = dp / s;
+                          c.shard = s;
+                          c.tp = tp;
+                          c.ep = ep;
+                          c.pp = pp;
+                          c.pp_schedule = sched;
+                          c.reshard = r;
+                          c.precision = p;
+                          c.cpu_offload = offload;
+                          c.ac = ac;
+                          c.micro_batch = mb;
+                          c.grad_accum = ga;
+                          c.expandable_segments = expandable;
+                          c.float8 = f8;
+                          out.push_back(c);
+                        }
+                      }
+    }
   return out;
 }
 
 Scenario candidate_scenario(const Scenario& base, const Candidate& c) {
-  FULLSHARD_CHECK(base.world_size() == c.replicate * c.shard * c.tp,
+  FULLSHARD_CHECK(base.world_size() == c.pp * c.replicate * c.shard * c.tp,
                   "candidate mesh does not match the base world size");
   Scenario s = base;
   if (c.hsdp()) {
@@ -257,6 +295,10 @@ Scenario candidate_scenario(const Scenario& base, const Candidate& c) {
   if (c.tp > 1) {
     s.fsdp.mesh_shape.push_back(c.tp);
     s.fsdp.mesh_dim_names.push_back("tp");
+  }
+  if (c.pp > 1) {
+    s.fsdp.mesh_shape.insert(s.fsdp.mesh_shape.begin(), c.pp);
+    s.fsdp.mesh_dim_names.insert(s.fsdp.mesh_dim_names.begin(), "pp");
   }
   s.expert_parallel.degree = c.ep;
   s.fsdp.reshard_after_forward = c.reshard;
@@ -324,6 +366,16 @@ Scenario candidate_scenario(const Scenario& base, const Candidate& c) {
       s.fsdp.per_unit_reshard["root"] = keep;
     }
   }
+  // NOTE [Pipeline candidates]: a pp candidate's accumulation steps are its pipeline's
+  // microbatches (torchtitan: local batch / microbatch size, no gradient accumulation), its
+  // stages torchtitan's default split; what the pipeline_parallel section refuses (a model it
+  // cannot split, a schedule the microbatches do not fit) throws here and plan() leaves the
+  // candidate out. Float8 and ep > 1 with pp are never enumerated (both refused with pp).
+  if (c.pp > 1) {
+    s.training.batch_per_rank = c.micro_batch * c.grad_accum;
+    s.training.grad_accum_steps = 1;
+    s.pipeline = resolve_pipeline_parallel(s, c.pp_schedule, c.micro_batch);
+  }
   return s;
 }
 
@@ -331,7 +383,9 @@ std::string mesh_text(const Candidate& c) {
   const std::string dp =
       c.hsdp() ? fmt::format("HSDP {}x{}", c.replicate, c.shard) : fmt::format("FSDP {}", c.shard);
   const std::string ep = c.ep > 1 ? fmt::format(" EP {}", c.ep) : "";
-  return c.tp > 1 ? fmt::format("{} TP {}{}", dp, c.tp, ep) : dp + ep;
+  const std::string pp =
+      c.pp > 1 ? fmt::format("PP {} {} ", c.pp, pipeline_schedule_name(c.pp_schedule)) : "";
+  return pp + (c.tp > 1 ? fmt::format("{} TP {}{}", dp, c.tp, ep) : dp + ep);
 }
 
 std::string reshard_text(const ReshardAfterForward& r) {
@@ -351,12 +405,15 @@ std::string ac_text(const ActivationCheckpointing& ac) {
 }
 
 std::string candidate_text(const Candidate& c) {
-  return fmt::format(
-      "{}, reshard {}, {}, {}AC {}, mb {} x ga {}{}{}", mesh_text(c), reshard_text(c.reshard),
-      precision_name(c.precision), c.cpu_offload ? "offload, " : "", ac_text(c.ac), c.micro_batch,
-      c.grad_accum, c.expandable_segments ? ", expandable" : "",
-      c.float8 != Float8Choice::kOff ? fmt::format(", float8 {}", float8_choice_name(c.float8))
-                                     : "");
+  const std::string batch =
+      c.pp > 1 ? fmt::format("mb {} x {} microbatches", c.micro_batch, c.grad_accum)
+               : fmt::format("mb {} x ga {}", c.micro_batch, c.grad_accum);
+  return fmt::format("{}, reshard {}, {}, {}AC {}, {}{}{}", mesh_text(c), reshard_text(c.reshard),
+                     precision_name(c.precision), c.cpu_offload ? "offload, " : "", ac_text(c.ac),
+                     batch, c.expandable_segments ? ", expandable" : "",
+                     c.float8 != Float8Choice::kOff
+                         ? fmt::format(", float8 {}", float8_choice_name(c.float8))
+                         : "");
 }
 
 nlohmann::json candidate_settings_json(const Candidate& c) {
@@ -364,9 +421,15 @@ nlohmann::json candidate_settings_json(const Candidate& c) {
   j["mesh"] =
       c.hsdp() ? nlohmann::json::array({c.replicate, c.shard}) : nlohmann::json::array({c.shard});
   if (c.tp > 1) j["mesh"].push_back(c.tp);
+  if (c.pp > 1) j["mesh"].insert(j["mesh"].begin(), c.pp);
   j["sharding"] = c.hsdp() ? "hsdp" : "fsdp";
   j["tp"] = c.tp;
   j["ep"] = c.ep;
+  j["pp"] = c.pp;
+  if (c.pp > 1) {
+    j["pipeline_schedule"] = pipeline_schedule_name(c.pp_schedule);
+    j["pipeline_microbatches"] = c.grad_accum;
+  }
   switch (c.reshard.kind) {
     case Kind::kDefault: j["reshard_after_forward"] = nullptr; break;
     case Kind::kTrue: j["reshard_after_forward"] = true; break;

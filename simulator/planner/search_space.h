@@ -48,6 +48,11 @@ struct Candidate {
   // the shard dim split the experts; 1 is none. Not a mesh dim of its own (torchtitan carves it
   // out of dp_shard), so replicate x shard x tp stays the world size.
   int ep = 1;
+  // Pipeline parallelism (NOTE [Pipeline candidates] in search_space.cc): pp > 1 adds a leading
+  // "pp" mesh dim (torchtitan's order), so pp x replicate x shard x tp == world size, and runs
+  // `pp_schedule` over grad_accum microbatches of micro_batch sequences.
+  int pp = 1;
+  PipelineScheduleKind pp_schedule = PipelineScheduleKind::k1F1B;
   ReshardAfterForward reshard;
   Precision precision = Precision::kFp32;
   bool cpu_offload = false;
@@ -74,6 +79,11 @@ struct SpaceOptions {
   // Expert-parallel degrees to try (mixture-of-experts models only; ep_degrees() picks them).
   // Empty: plan() keeps the base scenario's expert_parallel.degree.
   std::vector<int> ep_degrees;
+  // Pipeline-parallel degrees and schedules to try ({1}: none). pp > 1 needs global_batch: a
+  // pipeline's microbatches are the accumulation steps of batch_options().
+  std::vector<int> pp_degrees = {1};
+  std::vector<PipelineScheduleKind> pp_schedules = {PipelineScheduleKind::k1F1B,
+                                                    PipelineScheduleKind::kInterleaved1F1B};
   // Float8 settings to try ({kOff}: none; plan --float8: float8_choices()).
   std::vector<Float8Choice> float8 = {Float8Choice::kOff};
 };
@@ -117,7 +127,8 @@ std::vector<int> shard_sizes(int gpus);
 // false, then every int that divides `shard` other than 1 (acts as false) and `shard` (true).
 std::vector<ReshardAfterForward> reshard_options(int shard);
 // (micro-batch, accumulation) pairs meeting the global batch.
-// `dp` is the data-parallel size (GPUs / tp): a tp group trains on one batch.
+// `dp` is the data-parallel size (GPUs / (tp x pp)): a tp group, and a pipeline, trains on one
+// batch.
 std::vector<std::pair<int64_t, int>> batch_options(const SpaceOptions& o, int dp);
 
 // Every candidate, in a fixed order (mesh, reshard, precision, offload, checkpointing,

@@ -37,6 +37,11 @@ expect tp-twice "--tp" "has 2 twice" -- plan --model tiny-llama "${common[@]}" -
 expect ep-dense "--ep" "has no experts" -- plan --model tiny-llama "${common[@]}" --ep 2
 expect ep-divide "--ep" "has 3" "4 experts" -- plan --model tiny-moe "${common[@]}" --ep 1 3
 expect ep-twice "--ep" "has 2 twice" -- plan --model tiny-moe "${common[@]}" --ep 2 2
+expect pp-batch "--pp" "without --global-batch" -- plan --model tiny-llama "${common[@]}" --pp 2
+expect pp-divide "--pp" "has 3" -- plan --model tiny-llama "${common[@]}" --global-batch 16 --pp 3
+expect pp-gpt2 "--pp" "cannot use" "GPT-2" -- plan --model tiny-gpt2 "${common[@]}" --global-batch 16 --pp 2
+expect pp-zero-bubble "--pp-schedule" "ZBVZeroBubble" -- plan --model tiny-llama "${common[@]}" --global-batch 16 --pp 2 --pp-schedule ZBVZeroBubble
+expect pp-schedule-alone "--pp-schedule" "without --pp" -- plan --model tiny-llama "${common[@]}" --pp-schedule 1F1B
 expect hf-config "--hf-config" "no-such" -- plan --hf-config "$tmp/no-such/config.json" "${common[@]}"
 expect json-ext "--json" "out.txt" ".json" -- plan --model tiny-llama "${common[@]}" --json "$tmp/out.txt"
 printf '{"model": "tiny-llama", "training": {"seq_len": 32, "rank_batch": [{"rank": 1, "batch": 2}]}, "hardware": {"profile": "cpu", "gpus_per_node": 2}}' > "$tmp/uneven.json"
@@ -113,6 +118,26 @@ assert peak == best["peak_reserved_bytes"] and rep["step_time_s"] == best["step_
 print("ok   plan mixtral-8x7b: EP %d, %d bytes, %.6f s" % (best["ep"], peak, rep["step_time_s"]))
 P
 then :; else echo "FAIL plan mixtral ep"; cat "$tmp/moe.out"; fail=1; fi
+
+# Pipeline parallelism as a knob: the recommendation (a pp candidate here, as the test asks the
+# planner to compare only pipelines) is written with its pipeline_parallel section and simulates to
+# the same figures.
+if "$bin" plan --model tiny-llama --gpus 4 --gpus-per-node 4 --gpu h100-sxm-80gb --seq-len 32 --global-batch 8 \
+     --pp 2 4 --tp 1 --top 1 --json "$tmp/pp.json" --write-scenario "$tmp/pp-best.json" > "$tmp/pp.out" 2>&1 \
+   && "$bin" simulate "$tmp/pp-best.json" --json "$tmp/pp-rep.json" > /dev/null 2>&1 \
+   && python3 - "$tmp/pp.json" "$tmp/pp-rep.json" "$tmp/pp-best.json" <<'P'
+import json, sys
+plan = json.load(open(sys.argv[1])); rep = json.load(open(sys.argv[2])); scen = json.load(open(sys.argv[3]))
+best = plan["configs"][0]
+assert {c["pp"] for c in plan["configs"]} == {2, 4}
+assert best["fits"] and best["pp"] in (2, 4), best
+assert scen["fsdp"]["mesh"]["dim_names"][0] == "pp" and scen["fsdp"]["mesh"]["shape"][0] == best["pp"]
+assert scen["pipeline_parallel"]["schedule"] == best["pipeline_schedule"]
+peak = max(c["peak_reserved_bytes"] for c in rep["rank_classes"])
+assert peak == best["peak_reserved_bytes"] and rep["step_time_s"] == best["step_time_s"]
+print("ok   plan --pp: PP %d %s, %d microbatches, %d bytes, %.6f s" % (best["pp"], best["pipeline_schedule"], best["pipeline_microbatches"], peak, rep["step_time_s"]))
+P
+then :; else echo "FAIL plan pp"; cat "$tmp/pp.out"; fail=1; fi
 
 # A Hugging Face config as the model.
 if "$bin" plan --hf-config "$src/tests/data/hf/qwen2.5-7b.json" --gpus 8 --gpu h100 --seq-len 128 --global-batch 8 \

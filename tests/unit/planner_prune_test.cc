@@ -24,7 +24,8 @@ struct Case {
   int64_t per_gpu_batch;  // sequences per GPU per step (0: free micro-batch 1, 2)
   double capacity_mib;    // allocator capacity per GPU
   std::string profile = "h100-sxm-80gb";
-  std::vector<int> ep = {};  // expert-parallel degrees to search (MoE models)
+  std::vector<int> ep = {};   // expert-parallel degrees to search (MoE models)
+  std::vector<int> pp = {1};  // pipeline-parallel degrees to search (need per_gpu_batch)
 };
 
 PlanOptions options(const Case& k) {
@@ -47,6 +48,7 @@ PlanOptions options(const Case& k) {
   else
     o.space.micro_batches = {1, 2};
   o.space.ep_degrees = k.ep;
+  o.space.pp_degrees = k.pp;
   return o;
 }
 
@@ -121,7 +123,8 @@ TEST(PlannerPrune, SameWinnerOnSmallSpaces) {
       {"tiny-gpt2", 3, 2, 1, 64, 0, 5},
       {"tiny-gpt2", 2, 2, 1, 32, 1, 2.5, "a100-80gb"},  // only a few settings fit
       {"tiny-llama", 3, 1, 2, 32, 1, 0.5},              // nothing fits: the closest is exact
-      {"tiny-moe", 2, 1, 4, 32, 1, 40, "h100-sxm-80gb", {1, 2, 4}},  // ep is searched too
+      {"tiny-moe", 2, 1, 4, 32, 1, 40, "h100-sxm-80gb", {1, 2, 4}},    // ep is searched too
+      {"tiny-llama", 4, 1, 4, 32, 2, 8, "h100-sxm-80gb", {}, {1, 2}},  // and pp
   };
   for (const auto& k : cases) {
     SCOPED_TRACE(k.model + " x" + std::to_string(k.layers) + " on " + std::to_string(k.nodes) +

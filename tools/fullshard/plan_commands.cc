@@ -19,6 +19,7 @@
 #include "core/scenario/hardware_profile.h"
 #include "core/model/tensor_parallel.h"
 #include "core/scenario/json_reader.h"
+#include "core/scenario/pipeline_resolve.h"
 #include "core/scenario/scenario.h"
 #include "simulator/planner/candidate_json.h"
 #include "simulator/planner/plan_report.h"
@@ -58,6 +59,12 @@ CLI::App* add_plan_command(CLI::App& app, PlanFlags& f) {
   p->add_option("--ep", f.ep,
                 "expert-parallel degrees to try, mixture-of-experts models only (default: the "
                 "scenario's, else each of 1 2 4 8 that fits in a node and divides the experts)");
+  p->add_option("--pp", f.pp,
+                "pipeline-parallel degrees to try, with --global-batch (default 1: none; "
+                "docs/pipeline.md)");
+  p->add_option("--pp-schedule", f.pp_schedules,
+                "pipeline schedules to try with --pp (default 1F1B Interleaved1F1B; also GPipe, "
+                "LoopedBFS)");
   p->add_option("--headroom", f.headroom,
                 "fraction of the allocator's memory to keep free (default 0.05; 0: fits means what "
                 "`fullshard simulate` says)");
@@ -129,10 +136,9 @@ json base_json(const PlanFlags& f, HardwareProfile& profile) {
       throw InputError("--scenario",
                        "'" + f.scenario + "' sets training.rank_batch (an uneven batch)",
                        "remove it: the planner gives every GPU the same micro-batch");
-    if (j.contains("pipeline_parallel"))  // docs/pipeline.md, "Not built yet"
+    if (j.contains("pipeline_parallel"))  // the planner chooses pp (--pp)
       throw InputError("--scenario", "'" + f.scenario + "' sets pipeline_parallel",
-                       "remove it and the pp dim: the planner does not search pipeline "
-                       "parallelism yet");
+                       "remove it and the pp dim, and give --pp: the planner chooses them");
     // The planner chooses these; a mesh or reshard int for another world would not parse.
     if (j.contains("fsdp") && j["fsdp"].is_object()) {
       j["fsdp"].erase("mesh");
@@ -359,6 +365,31 @@ int cmd_plan(const PlanFlags& f) {
     o.space.ep_degrees = f.ep;
   } else if (o.base.expert_parallel.degree <= 1) {
     o.space.ep_degrees = planner::ep_degrees(o.base.model, o.space.gpus, o.space.gpus_per_node);
+  }
+  if (!f.pp.empty()) o.space.pp_degrees = f.pp;
+  if (!f.pp_schedules.empty()) {
+    if (f.pp.empty())
+      throw InputError("--pp-schedule", "is given without --pp", "add --pp, e.g. --pp 2 4");
+    o.space.pp_schedules.clear();
+    for (const std::string& name : f.pp_schedules)
+      o.space.pp_schedules.push_back(parse_pipeline_schedule(name, "--pp-schedule"));
+  }
+  // A model the pipeline cannot split (GPT-2, tied embeddings, the chunked loss, ...) is named
+  // once here, rather than every pp candidate vanishing from the table.
+  for (int pp : o.space.pp_degrees) {
+    if (pp <= 1 || o.space.gpus % pp != 0 || !o.space.global_batch) continue;
+    Scenario probe = o.base;
+    probe.fsdp.mesh_shape = {pp, o.space.gpus / pp};
+    probe.fsdp.mesh_dim_names = {"pp", "shard"};
+    try {
+      resolve_pipeline_parallel(probe, o.space.pp_schedules.front(), 1);
+    } catch (const InputError& e) {
+      const std::string w = e.where();
+      if (w.rfind("model", 0) == 0 || w.rfind("training.checkpoint", 0) == 0)
+        throw InputError("--pp",
+                         fmt::format("has {}, which this scenario cannot use: {}", pp, e.what()),
+                         "drop --pp");
+    }
   }
   if (f.float8) {
     const HardwareProfile& hw = o.base.hardware.device;

@@ -21,6 +21,10 @@ struct PlanFlags {
   // Expert-parallel degrees (MoE models); empty: the scenario's degree when it sets one, else
   // planner::ep_degrees().
   std::vector<int> ep;
+  // Pipeline-parallel degrees (need --global-batch) and schedules (default 1F1B and
+  // Interleaved1F1B).
+  std::vector<int> pp;
+  std::vector<std::string> pp_schedules;
   double headroom = 0.05;
   std::string json_out, write_scenario;
   int64_t top = 10;
