@@ -47,14 +47,14 @@ void apply_moe_routing(const nlohmann::json& v, ModelConfig& model) {
   if (!model.moe.enabled())
     throw InputError(P, "is set, but the model has no experts",
                      "remove it, or name a mixture-of-experts model (docs/moe.md)");
-  if (v.is_string()) {
-    jr::get_choice(v, P, {"balanced"});
-    model.moe.hot_expert_factor = 1.0;
+  if (v.is_string()) {  // "worst": NOTE [Worst-case routing] in simulator/worst_routing.h
+    const std::string c = jr::get_choice(v, P, {"balanced", "worst"});
+    model.moe.hot_expert_factor = c == "worst" ? static_cast<double>(model.moe.num_experts) : 1.0;
     return;
   }
   if (!v.is_object())
     throw InputError(P, "is " + jr::describe(v),
-                     "write \"balanced\" or {\"hot_expert_factor\": 2}");
+                     "write \"balanced\", \"worst\" or {\"hot_expert_factor\": 2}");
   scenario_detail::check_fields(v, P);
   jr::require_field(v, P, "hot_expert_factor",
                     "give the hottest expert's share over a balanced one, e.g. 2");

@@ -40,6 +40,10 @@ assert not r.get("problems"), r.get("problems")
 classes = r["rank_classes"]
 assert len(classes) == 2, classes
 assert all(c["collectives_last_step"].get("all_to_all", 0) == 10 for c in classes), classes
+# The worst-case routing's peak beside it (NOTE [Worst-case routing]): at least the assumed one's.
+w = r["worst_routing"]
+assert w["hot_expert_factor"] == 4 and not w["out_of_memory"], w
+assert w["peak_reserved_bytes"] >= max(c["peak_reserved_bytes"] for c in classes), w
 P
   echo "ok   simulate tiny-moe-ep2"
 else

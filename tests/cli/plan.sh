@@ -42,6 +42,7 @@ expect pp-divide "--pp" "has 3" -- plan --model tiny-llama "${common[@]}" --glob
 expect pp-gpt2 "--pp" "cannot use" "GPT-2" -- plan --model tiny-gpt2 "${common[@]}" --global-batch 16 --pp 2
 expect pp-zero-bubble "--pp-schedule" "ZBVZeroBubble" -- plan --model tiny-llama "${common[@]}" --global-batch 16 --pp 2 --pp-schedule ZBVZeroBubble
 expect pp-schedule-alone "--pp-schedule" "without --pp" -- plan --model tiny-llama "${common[@]}" --pp-schedule 1F1B
+expect moe-routing "--moe-routing" "wrost" -- plan --model tiny-moe "${common[@]}" --moe-routing wrost
 expect hf-config "--hf-config" "no-such" -- plan --hf-config "$tmp/no-such/config.json" "${common[@]}"
 expect json-ext "--json" "out.txt" ".json" -- plan --model tiny-llama "${common[@]}" --json "$tmp/out.txt"
 printf '{"model": "tiny-llama", "training": {"seq_len": 32, "rank_batch": [{"rank": 1, "batch": 2}]}, "hardware": {"profile": "cpu", "gpus_per_node": 2}}' > "$tmp/uneven.json"
@@ -138,6 +139,17 @@ assert peak == best["peak_reserved_bytes"] and rep["step_time_s"] == best["step_
 print("ok   plan --pp: PP %d %s, %d microbatches, %d bytes, %.6f s" % (best["pp"], best["pipeline_schedule"], best["pipeline_microbatches"], peak, rep["step_time_s"]))
 P
 then :; else echo "FAIL plan pp"; cat "$tmp/pp.out"; fail=1; fi
+
+# Ranked by the worst-case routing: the written scenario keeps it, and simulate plays nothing more.
+if "$bin" plan --model tiny-moe --gpus 4 --gpus-per-node 4 --gpu h100-sxm-80gb --seq-len 64 --micro-batches 8 \
+     --ep 2 --moe-routing worst --top 1 --write-scenario "$tmp/worst.json" > "$tmp/worst.out" 2>&1 \
+   && grep -q '"moe_routing": "worst"' "$tmp/worst.json" \
+   && "$bin" simulate "$tmp/worst.json" > "$tmp/worst-sim.out" 2>&1 \
+   && ! grep -q "worst-case routing" "$tmp/worst-sim.out"; then
+  echo "ok   plan --moe-routing worst"
+else
+  echo "FAIL plan --moe-routing worst"; cat "$tmp/worst.out" "$tmp/worst-sim.out"; fail=1
+fi
 
 # A Hugging Face config as the model.
 if "$bin" plan --hf-config "$src/tests/data/hf/qwen2.5-7b.json" --gpus 8 --gpu h100 --seq-len 128 --global-batch 8 \

@@ -65,6 +65,10 @@ CLI::App* add_plan_command(CLI::App& app, PlanFlags& f) {
   p->add_option("--pp-schedule", f.pp_schedules,
                 "pipeline schedules to try with --pp (default 1F1B Interleaved1F1B; also GPipe, "
                 "LoopedBFS)");
+  p->add_option("--moe-routing", f.moe_routing,
+                "mixture-of-experts models: the routing every candidate is simulated under, "
+                "balanced (default) or worst (every token of a rank to one expert: fits under "
+                "any routing; docs/moe.md)");
   p->add_option("--headroom", f.headroom,
                 "fraction of the allocator's memory to keep free (default 0.05; 0: fits means what "
                 "`fullshard simulate` says)");
@@ -106,6 +110,7 @@ namespace {
     rename("training.seq_len", "--seq-len");
   }
   if (!f.gpu.empty()) rename("hardware.profile", "--gpu");
+  if (!f.moe_routing.empty()) rename("training.moe_routing", "--moe-routing");
   if (f.checkpoint_every) {
     rename("training.checkpoint.every", "--checkpoint-every");
     rename("training.checkpoint.mode", "--checkpoint-mode");
@@ -312,6 +317,7 @@ int cmd_plan(const PlanFlags& f) {
     async_tp = base["tensor_parallel"]["async"].get<bool>();
     base["tensor_parallel"]["async"] = false;
   }
+  if (!f.moe_routing.empty()) base["training"]["moe_routing"] = f.moe_routing;
   planner::PlanOptions o;
   try {
     o.base = parse_scenario(base, ".");

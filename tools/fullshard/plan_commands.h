@@ -24,6 +24,8 @@ struct PlanFlags {
   // Pipeline-parallel degrees (need --global-batch) and schedules (default 1F1B and
   // Interleaved1F1B).
   std::vector<int> pp;
+  // training.moe_routing for every candidate ("balanced", "worst"): rank by the worst-case peak.
+  std::string moe_routing;
   std::vector<std::string> pp_schedules;
   double headroom = 0.05;
   std::string json_out, write_scenario;

@@ -4,12 +4,16 @@
 #include <cstdio>
 #include <iostream>
 
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
 #include "core/common/error.h"
 #include "core/common/output_file.h"
 #include "core/common/user_text.h"
 #include "core/scenario/scenario.h"
 #include "simulator/report.h"
 #include "simulator/simulate.h"
+#include "simulator/worst_routing.h"
 #include "tools/fullshard/plot_commands.h"
 
 namespace fullshard::cli {
@@ -62,8 +66,24 @@ int cmd_simulate(const SimulateFlags& f) {
   };
   sim::SimulationReport r = sim::simulate_scenario(s, o);
   std::cout << sim::report_summary(r);
+  // NOTE [Worst-case routing] (simulator/worst_routing.h): beside the assumed routing's peak.
+  const std::optional<sim::WorstRoutingReport> worst = sim::simulate_worst_routing(s);
+  if (worst)
+    std::cout << fmt::format(
+        "  worst-case routing (every token of a rank to one expert): peak allocated {}, peak "
+        "reserved {} (rank {}){}\n",
+        sim::format_bytes(worst->peak_allocated_bytes),
+        sim::format_bytes(worst->peak_reserved_bytes), worst->peak_rank,
+        worst->out_of_memory ? ", out of memory" : "");
   if (!f.json_out.empty()) {
-    write_output_file(f.json_out, sim::report_json(r).dump(1) + "\n", "--json");
+    nlohmann::json j = sim::report_json(r);
+    if (worst)
+      j["worst_routing"] = {{"hot_expert_factor", worst->hot_expert_factor},
+                            {"peak_allocated_bytes", worst->peak_allocated_bytes},
+                            {"peak_reserved_bytes", worst->peak_reserved_bytes},
+                            {"peak_rank", worst->peak_rank},
+                            {"out_of_memory", worst->out_of_memory}};
+    write_output_file(f.json_out, j.dump(1) + "\n", "--json");
     std::cout << "  report written to " << printable(f.json_out) << "\n";
   }
   if (!f.timeline_out.empty()) write_timeline(sim::report_json(r), f.timeline_out);
