@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""fullshard's weights and PyTorch's torch.distributed.checkpoint (DCP), both directions.
+
+PyTorch FSDP2 reads and writes Hugging Face safetensors through DCP's own storage layer
+(torch.distributed.checkpoint.HuggingFaceStorageReader / HuggingFaceStorageWriter, PyTorch 2.11;
+torchtitan's `checkpoint.last_save_in_hf` uses the writer the same way). fullshard writes that
+format with `fullshard checkpoint export --safetensors` and reads it with `--init-from`
+(docs/checkpoints.md), so neither side needs custom code. This script is the PyTorch side, run
+by tests/cli/dcp_interop.sh where torch is installed:
+
+  load DIR --world W      a PyTorch FSDP2 Llama with Hugging Face parameter names, sharded over W
+                          Gloo ranks on the CPU, loads DIR with dcp.load + HuggingFaceStorageReader
+                          into its sharded DTensors; every parameter's full tensor must equal the
+                          file's bit for bit.
+  save DIR --world W      the same model, randomly initialised (--seed), saved by its W ranks with
+                          dcp.save + HuggingFaceStorageWriter(save_distributed=True,
+                          enable_consolidation=True): each rank writes its shards, then DCP
+                          consolidates them into DIR's Hugging Face files and index (--files N).
+  compare A B             the safetensors tensors under A and B (files or folders) are equal:
+                          same names, dtypes, shapes and bytes.
+
+The model's sizes come from --dim, --layers, --heads, --kv-heads, --ffn, --vocab (a Llama decoder
+with untied embeddings: fullshard's tiny-llama by default).
+"""
+import argparse
+import glob
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+import torch.multiprocessing as mp
+from safetensors.torch import load_file
+from torch import nn
+from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+
+
+class Attention(nn.Module):
+    def __init__(self, a):
+        super().__init__()
+        hd = a.dim // a.heads
+        self.q_proj = nn.Linear(a.dim, a.heads * hd, bias=False)
+        self.k_proj = nn.Linear(a.dim, a.kv_heads * hd, bias=False)
+        self.v_proj = nn.Linear(a.dim, a.kv_heads * hd, bias=False)
+        self.o_proj = nn.Linear(a.heads * hd, a.dim, bias=False)
+
+
+class Mlp(nn.Module):
+    def __init__(self, a):
+        super().__init__()
+        self.gate_proj = nn.Linear(a.dim, a.ffn, bias=False)
+        self.up_proj = nn.Linear(a.dim, a.ffn, bias=False)
+        self.down_proj = nn.Linear(a.ffn, a.dim, bias=False)
+
+
+class Layer(nn.Module):
+    def __init__(self, a):
+        super().__init__()
+        self.self_attn = Attention(a)
+        self.mlp = Mlp(a)
+        self.input_layernorm = nn.RMSNorm(a.dim)
+        self.post_attention_layernorm = nn.RMSNorm(a.dim)
+
+
+class Decoder(nn.Module):
+    def __init__(self, a):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(a.vocab, a.dim)
+        self.layers = nn.ModuleList(Layer(a) for _ in range(a.layers))
+        self.norm = nn.RMSNorm(a.dim)
+
+
+class Llama(nn.Module):
+    """Parameters only, named as Hugging Face's LlamaForCausalLM names them."""
+
+    def __init__(self, a):
+        super().__init__()
+        self.model = Decoder(a)
+        self.lm_head = nn.Linear(a.dim, a.vocab, bias=False)
+
+
+def sharded_model(a, rank, world):
+    torch.manual_seed(a.seed)  # the same initial values on every rank before sharding
+    model = Llama(a)
+    for name, p in model.named_parameters():  # norms too: ones would hide a mix-up
+        with torch.no_grad():
+            p.copy_(torch.randn(p.shape) * 0.05 + (1.0 if "norm" in name else 0.0))
+    mesh = init_device_mesh("cpu", (world,))
+    for layer in model.model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def safetensors_under(path):
+    files = [path] if os.path.isfile(path) else sorted(glob.glob(os.path.join(path, "*.safetensors")))
+    out = {}
+    for f in files:
+        for k, v in load_file(f).items():
+            assert k not in out, f"{k} in two files"
+            out[k] = v
+    return out
+
+
+def worker(rank, world, port, a):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        model = sharded_model(a, rank, world)
+        sd = get_model_state_dict(model)  # sharded DTensors, Hugging Face FQNs
+        if a.cmd == "load":
+            dcp.load(sd, storage_reader=dcp.HuggingFaceStorageReader(a.dir))
+            set_model_state_dict(model, sd)
+            files = safetensors_under(a.dir) if rank == 0 else None
+            n = 0
+            for name, p in model.named_parameters():
+                full = p.full_tensor()  # a collective: every rank
+                if rank == 0:
+                    want = files[name]
+                    assert full.dtype == want.dtype and full.shape == want.shape, (name, full.shape, want.shape)
+                    assert torch.equal(full, want), f"{name}: loaded values differ from the file"
+                    n += 1
+            if rank == 0:
+                assert n == len(files), f"the model has {n} parameters, the files {len(files)}"
+                print(f"dcp.load: {n} tensors into FSDP2 over {world} ranks, equal to the files")
+        else:
+            names = list(sd.keys())
+            mapping = {k: 1 + i % a.files for i, k in enumerate(names)}
+            dcp.save(sd, storage_writer=dcp.HuggingFaceStorageWriter(
+                a.dir, fqn_to_index_mapping=mapping, save_distributed=True, enable_consolidation=True))
+            if rank == 0:
+                print(f"dcp.save: {len(names)} tensors from FSDP2 over {world} ranks into {a.files} files")
+    finally:
+        dist.destroy_process_group()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("cmd", choices=["load", "save", "compare"])
+    p.add_argument("dir")
+    p.add_argument("other", nargs="?")
+    p.add_argument("--world", type=int, default=2)
+    p.add_argument("--files", type=int, default=2)
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--port", type=int, default=29517)
+    for k, v in dict(dim=64, layers=2, heads=4, kv_heads=2, ffn=128, vocab=256).items():
+        p.add_argument("--" + k.replace("_", "-"), type=int, default=v)
+    a = p.parse_args()
+    if a.cmd == "compare":
+        x, y = safetensors_under(a.dir), safetensors_under(a.other)
+        assert sorted(x) == sorted(y), (sorted(set(x) ^ set(y)))
+        for k in x:
+            assert x[k].dtype == y[k].dtype and x[k].shape == y[k].shape, (k, x[k].shape, y[k].shape)
+            assert torch.equal(x[k], y[k]), f"{k} differs"
+        print(f"equal: {len(x)} tensors")
+        return
+    mp.spawn(worker, args=(a.world, a.port, a), nprocs=a.world, join=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
