@@ -89,7 +89,9 @@ TEST(PlannerExpertParallel, SearchesEpWhereItDividesTheShardDim) {
   EXPECT_GT(per_ep[4], 0);  // FSDP over 4 only
   // ep 4 needs a shard dim of 4: no HSDP candidate carries it.
   for (const ConfigResult& c : r.configs)
-    if (c.candidate.ep == 4) EXPECT_FALSE(c.candidate.hsdp()) << candidate_text(c.candidate);
+    if (c.candidate.ep == 4) {
+      EXPECT_FALSE(c.candidate.hsdp()) << candidate_text(c.candidate);
+    }
 }
 
 }  // namespace
