@@ -322,11 +322,21 @@ ReduceResult foreach_reduce(Backend& b, const std::vector<FSDPParam*>& params,
     off += static_cast<uint64_t>(p->padded_sharded_numel()) * dtype_size(gd);
     Tensor& grad = p->sharded_grad();
     const std::string gname = p->param().fqn + " sharded grad";
+    // NOTE [Pageable offload]: FSDP2's foreach_reduce copies each offloaded gradient to the
+    // host with non_blocking = pin_memory and not to_accumulate_grad, recording an event only
+    // for a non-blocking copy (waited in finalize_backward). With pin_memory=False the copy is
+    // blocking: the host waits for it (and everything before it on the post-reduce stream)
+    // before it issues anything more, and the copy runs at the pageable bandwidth (the cost
+    // model's fsdp.cpu_offload.pin_memory). An accumulating copy stays non-blocking here, with
+    // the add launched on the post-reduce stream (docs/fsdp2-correspondence.md).
     if (p->offload()) {
       Buffer hb = b.allocate_host(view.nbytes(), MemCategory::kShardedGrad, gname + " (D2H)");
       Tensor host(std::make_shared<Storage>(b, hb), view.meta());
       ops::copy_into(b, post, host, view, gname + " D2H");
-      if (!grad) res.grad_offload_events.push_back(b.record_event(post));
+      if (!p->pin_memory())
+        b.synchronize(b.record_event(post));
+      else if (!grad)
+        res.grad_offload_events.push_back(b.record_event(post));
       view = host;
     }
     if (grad) {

@@ -53,6 +53,10 @@ class FSDPParam : public ParamBinding, public OptimizerParam {
   DType orig_dtype() const { return orig_dtype_; }
   DType param_dtype() const { return param_dtype_; }
   bool offload() const { return offload_; }
+  // CPUOffloadPolicy.pin_memory: false makes the gradient's D2H copy blocking (NOTE [Pageable
+  // offload] in collectives.cc).
+  bool pin_memory() const { return pin_memory_; }
+  void set_pin_memory(bool pin) { pin_memory_ = pin; }
   int64_t padded_sharded_numel() const { return padded_numel_; }
   int64_t unsharded_storage_numel() const { return padded_numel_ * world_; }
   const Shape& sharded_shape() const { return sharded_shape_; }  // unpadded local shard
@@ -89,6 +93,7 @@ class FSDPParam : public ParamBinding, public OptimizerParam {
   DType orig_dtype_;
   DType param_dtype_;
   bool offload_;
+  bool pin_memory_ = true;
   int64_t padded_numel_;
   Shape sharded_shape_;
   ShardedState state_ = ShardedState::kSharded;

@@ -30,6 +30,7 @@ FSDPParamGroup::FSDPParamGroup(Backend& b, CommContext& comm, std::string name,
     params_.push_back(std::make_unique<FSDPParam>(b, *p, world, rank, orig,
                                                   config_.mp.param_dtype.value_or(orig),
                                                   config_.offload, config_.shard_dim));
+    params_.back()->set_pin_memory(config_.pin_memory);
     raw_.push_back(params_.back().get());
   }
 }

@@ -29,6 +29,8 @@ struct GroupConfig {
   std::optional<ProcessGroup> tp_group;         // tensor parallelism (2-D / 3-D meshes)
   MixedPrecisionPolicy mp;                      // already clamped (see resolve_mixed_precision)
   bool offload = false;
+  bool pin_memory =
+      true;  // CPUOffloadPolicy.pin_memory (NOTE [Pageable offload] in collectives.cc)
   bool reshard_after_forward = true;
   int post_forward_size = 0;       // int reshard_after_forward N (1 < N < W), else 0
   int shard_dim = 0;               // FullyShardOptions::shard_dim

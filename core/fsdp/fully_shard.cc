@@ -48,6 +48,7 @@ FSDPState& FSDPRuntime::make_state(const std::vector<Module*>& modules, const Fu
   g.tp_group = mesh_.tp_group;
   g.mp = o.mp_policy;
   g.offload = o.cpu_offload;
+  g.pin_memory = o.pin_memory;
   const int world = g.shard_group.size();
   switch (o.reshard_after_forward.kind) {
     case ReshardAfterForward::Kind::kDefault: g.reshard_after_forward = !is_root; break;

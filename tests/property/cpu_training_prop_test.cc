@@ -151,6 +151,8 @@ RC_GTEST_PROP(RealTraining, ShardedEqualsUnsharded, ()) {
   maybe_compile(j);
   maybe_per_unit(j, raf);
   keep_root_unsharded_for_chunks(j);
+  if (o.cpu_offload && *rc::gen::arbitrary<bool>())  // NOTE [Pageable offload]: blocking D2H
+    j["fsdp"]["cpu_offload"] = {{"pin_memory", false}};
   j["training"]["seed"] = *rc::gen::inRange(0, 1000);
   RC_TAG(o.mesh.size() == 2 ? "hsdp" : "fsdp");
   sharded_equals_unsharded(j, unsharded(j));
@@ -195,6 +197,10 @@ RC_GTEST_PROP(RealTraining, PredictedPeakMemoryEqualsMeasured, ()) {
   maybe_per_unit(j, raf);
   maybe_per_unit_mixed_precision(j);
   keep_root_unsharded_for_chunks(j);
+  if (o.cpu_offload && *rc::gen::arbitrary<bool>()) {  // NOTE [Pageable offload]
+    j["fsdp"]["cpu_offload"] = {{"pin_memory", false}};
+    RC_TAG("pageable offload");
+  }
   if (o.grad_accum_steps > 1) {  // what FSDP2 reduces before the last micro-batch
     std::vector<std::string> syncs = {"none", "all"};
     const bool chunked = j["model"].contains("implementation") &&
