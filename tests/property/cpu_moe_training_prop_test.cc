@@ -113,6 +113,43 @@ TEST(RealMoeTraining, TinyMoeLossFallsAndShardedMatchesOneRank) {
   EXPECT_EQ(a.params.count("layers.1.moe.experts.w2"), 1u);
 }
 
+// Activation checkpointing recomputes the router and the experts in the backward: the same
+// kernels on the same inputs route every token the same way, so no number changes.
+TEST(RealMoeTraining, ActivationCheckpointingChangesNoNumber) {
+  TinyOptions o;
+  o.model = "tiny-moe";
+  o.mesh = {2};
+  o.steps = 2;
+  o.seq = 8;
+  RealRun base = run_real(parse_scenario(tiny_scenario_json(o)));
+  for (json ac : {json("full"), json("selective_op")}) {
+    o.activation_checkpointing = ac;
+    RealRun r = run_real(parse_scenario(tiny_scenario_json(o)));
+    std::string where;
+    EXPECT_EQ(max_violation(r, base, 0, 0, &where), 0.0) << ac.dump() << ": " << where;
+    EXPECT_EQ(r.mean_loss, base.mean_loss) << ac.dump();
+  }
+}
+
+// bf16 parameters (the grouped GEMMs and the experts' activations in bf16, the router's scores
+// in fp32 as torchtitan casts them): NOTE [bf16 tolerance] in cpu_training_prop_test.cc.
+TEST(RealMoeTraining, MixedPrecisionMatchesUnshardedBf16) {
+  TinyOptions o;
+  o.model = "tiny-moe";
+  o.mesh = {2};
+  o.steps = 2;
+  o.seq = 8;
+  o.mixed_precision = {{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}};
+  json j = tiny_scenario_json(o);
+  j["training"]["optimizer"] = {{"lr", 1e-3}, {"eps", 1e-6}};
+  RealRun sharded = run_real(parse_scenario(j));
+  RealRun ref = run_real(parse_scenario(unsharded_job(j, 2)));
+  std::string where;
+  EXPECT_LE(max_violation(sharded, ref, 1e-3, 2e-2, &where), 1.0) << where;
+  for (size_t k = 0; k < ref.mean_loss.size(); ++k)
+    EXPECT_NEAR(sharded.mean_loss[k], ref.mean_loss[k], 2e-2);
+}
+
 // The launcher lets the CPU backend train a MoE scenario and refuses it for the CUDA backend,
 // whose MoE kernels are not built (one line naming model.moe).
 TEST(RealMoeTraining, LauncherRefusesMoeOnlyWithoutKernels) {
