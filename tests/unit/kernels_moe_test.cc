@@ -254,27 +254,35 @@ RC_GTEST_PROP(KernelsMoe, GatherScatterIndexAddPadRows, ()) {
   KT_RC_CLOSE(acc.values(), ea, 1e-6, rel_eps(dt) + 1e-6);
 }
 
-// generate_permute_indices, as torchtitan's fill_indices_cpu writes it: group e (of max(count,
-// align) rows rounded up to align) lists expert e's rows in order, then -1; -1 to the end.
+// generate_permute_indices, as torchtitan's fill_indices_cpu writes it: counts [ranks * E]
+// (sender-major, as expert parallelism receives them; one sender at ep = 1), group e (of
+// max(its total, align) rows rounded up to align) lists each sender's rows for e in sender order
+// (rows numbered as the senders' chunks lie), then -1; -1 to the end.
 RC_GTEST_PROP(KernelsMoe, PermuteIndicesPadsEachGroup, ()) {
   const int E = *rc::gen::inRange(1, 7), align = *rc::gen::element(1, 2, 8);
-  const int T = *rc::gen::inRange(0, 40);
+  const int ranks = *rc::gen::element(1, 1, 2, 3), T = *rc::gen::inRange(0, 40);
   std::mt19937 rng(*rc::gen::arbitrary<uint32_t>());
-  std::vector<int64_t> counts(static_cast<size_t>(E), 0);
-  std::uniform_int_distribution<int> u(0, E - 1);
+  std::vector<int64_t> counts(static_cast<size_t>(ranks * E), 0);
+  std::uniform_int_distribution<int> u(0, ranks * E - 1);
   for (int t = 0; t < T; ++t) ++counts[u(rng)];  // empty experts happen
-  HT c(DType::kFloat32, {E});
-  for (int e = 0; e < E; ++e) c.set(e, static_cast<double>(counts[e]));
+  HT c(DType::kFloat32, {ranks * E});
+  for (int i = 0; i < ranks * E; ++i) c.set(i, static_cast<double>(counts[i]));
   const int64_t P = (T + E * align + align - 1) / align * align;
   HT perm(DType::kInt64, {P}), offs(DType::kInt64, {E});
   run(OpKind::kPermuteIndices, {&c}, {&perm, &offs}, {T, E, align});
+  std::vector<int64_t> start(counts.size(), 0);
+  for (size_t i = 1; i < counts.size(); ++i) start[i] = start[i - 1] + counts[i - 1];
   std::vector<int64_t> want(static_cast<size_t>(P), -1), want_offs;
-  int64_t write = 0, start = 0;
+  int64_t end = 0;
   for (int e = 0; e < E; ++e) {
-    for (int64_t t = 0; t < counts[e]; ++t) want[write + t] = start + t;
-    start += counts[e];
-    write += (std::max<int64_t>(counts[e], align) + align - 1) / align * align;
-    want_offs.push_back(write);
+    int64_t write = end, total = 0;
+    for (int r = 0; r < ranks; ++r) {
+      const int i = r * E + e;
+      for (int64_t t = 0; t < counts[i]; ++t) want[write++] = start[i] + t;
+      total += counts[i];
+    }
+    end += (std::max<int64_t>(total, align) + align - 1) / align * align;
+    want_offs.push_back(end);
   }
   for (int64_t i = 0; i < P; ++i) RC_ASSERT(static_cast<int64_t>(perm.get(i)) == want[i]);
   for (int e = 0; e < E; ++e) RC_ASSERT(static_cast<int64_t>(offs.get(e)) == want_offs[e]);
