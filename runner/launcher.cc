@@ -128,11 +128,23 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
                                  "the {} backend does not run it yet",
                                  s.pipeline.degree, kind.name),
                      "simulate it with fullshard simulate, or train without the pp dim");
-  if (s.model.moe.enabled())  // the MoE kinds are simulated only (docs/moe.md)
+  // The MoE kinds run on the CPU backend's kernels (cpu::has_kernel); the CUDA backend has none
+  // yet (docs/moe.md).
+  if (s.model.moe.enabled() && kind.name != "cpu")
     throw InputError("model.moe",
                      fmt::format("has {} experts, which the {} backend does not run yet",
                                  s.model.moe.num_experts, kind.name),
-                     "simulate it with fullshard simulate (docs/moe.md says what is next)");
+                     "train it with --backend cpu, or simulate it with fullshard simulate "
+                     "(docs/moe.md says what is next)");
+  // NOTE [Expert-parallel routing] (core/model/moe_routing.h): the recorded program's all-to-all
+  // splits are the routing assumption's, a real run's are data; until the real backends size
+  // them from the measured counts, ep > 1 trains nowhere (docs/moe.md).
+  if (s.expert_parallel.degree > 1)
+    throw InputError("expert_parallel.degree",
+                     fmt::format("is {}, which the {} backend does not run yet (its all-to-all "
+                                 "sizes depend on the routing)",
+                                 s.expert_parallel.degree, kind.name),
+                     "use 1 to train for real, or simulate it with fullshard simulate");
   if (s.training.float8.enabled())  // the float8 kinds are simulated only (docs/float8.md)
     throw InputError("training.float8",
                      fmt::format("is recipe \"{}\", which the {} backend does not run yet",

@@ -127,11 +127,12 @@ PermuteIndicesArgs PermuteIndicesArgs::decode(const OpCall& op) {
                   op_where(op) + "needs iargs = {tokens, experts, align}");
   const PermuteIndicesArgs a{op.iargs[0], op.iargs[1], op.iargs[2]};
   FULLSHARD_CHECK(
-      op.inputs[0].meta.numel() == a.experts && op.outputs[0].meta.numel() == a.padded_rows() &&
+      op.inputs[0].meta.numel() >= a.experts && op.inputs[0].meta.numel() % a.experts == 0 &&
+          op.outputs[0].meta.numel() == a.padded_rows() &&
           op.outputs[0].meta.dtype == DType::kInt64 && op.outputs[1].meta.numel() == a.experts &&
           op.outputs[1].meta.dtype == DType::kInt64,
       op_where(op) +
-          "expects counts [E] -> (int64 permutation [padded_rows], int64 "
+          "expects counts [ranks * E] -> (int64 permutation [padded_rows], int64 "
           "offsets [E])");
   return a;
 }

@@ -28,7 +28,9 @@ struct RowIndexArgs {
   static RowIndexArgs decode(const OpCall& op);
 };
 
-// kPermuteIndices: `tokens` routed rows (N * K), E experts, each group padded to `align`;
+// kPermuteIndices: counts [ranks * E] (sender-major: with ep the received
+// num_tokens_per_expert_group, each ep rank's counts for this rank's E experts; ep = 1: [E]),
+// `tokens` routed rows (N * K), E experts, each group padded to `align`;
 // the permutation has `padded_rows` = round_up(tokens + E * align, align) entries.
 // iargs {tokens, experts, align}
 struct PermuteIndicesArgs {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Mixture of experts from the command line (docs/moe.md): the shipped tiny MoE simulates; what
-# is not built yet (training on a real backend, tensor-parallel experts, an HF router field
+# is not built yet (training on the CUDA backend, tensor-parallel experts, an HF router field
 # fullshard does not model) is one line on stderr naming the field, exit code 2.
 set -u
 bin="$1"; src="$2"
@@ -28,7 +28,21 @@ P
 else
   echo "FAIL simulate tiny-moe:"; cat "$tmp/out"; fail=1
 fi
-expect train-refused "model.moe" -- train "$sc" --steps 1 --backend cpu
+# The CPU backend trains a MoE scenario (its kernels: backends/cpu/kernels/moe_*.cc); the CUDA
+# backend refuses it in one line naming model.moe, or, built without CUDA, names the backend.
+cpu_sc="$src/scenarios/tiny-moe-cpu2.json"
+if "$bin" train "$cpu_sc" --steps 2 > "$tmp/out" 2>&1 && grep -q "trained 2 steps" "$tmp/out"; then
+  echo "ok   train tiny-moe-cpu2 on the CPU backend"
+else
+  echo "FAIL train tiny-moe-cpu2:"; cat "$tmp/out"; fail=1
+fi
+"$bin" train "$sc" --steps 1 --backend cuda > "$tmp/out" 2> "$tmp/err"; rc=$?
+if [ "$rc" -eq 2 ] && [ "$(wc -l < "$tmp/err")" -eq 1 ] &&
+   grep -Eq "model.moe: .*cuda backend|built without the CUDA backend" "$tmp/err"; then
+  echo "ok   train-refused on the CUDA backend: $(cat "$tmp/err")"
+else
+  echo "FAIL train-refused on the CUDA backend: rc=$rc stderr:"; cat "$tmp/err"; fail=1
+fi
 # Expert parallelism (docs/moe.md): the shipped ep 2 scenario simulates with its all-to-alls and
 # a class per ep load under its skew; an ep that does not divide the experts is one line.
 ep="$src/scenarios/tiny-moe-ep2-h100.json"

@@ -9,6 +9,8 @@
 
 #include "core/mesh/expert_mesh.h"
 #include "core/model/moe_routing.h"
+#include "core/runtime/moe_args.h"
+#include "core/runtime/op_args.h"
 #include "simulator/report.h"
 #include "tests/gpu/recorded_ops.h"
 #include "tests/support/input_error.h"
@@ -113,6 +115,22 @@ TEST(ExpertParallelDispatch, AllToAllsAndTheirBytes) {
   EXPECT_EQ(to_peer[64 * 64 * 4], 8);
   EXPECT_EQ(to_peer[2 * 4], 2);
   EXPECT_EQ(r.classes.at(0).collectives_per_step[static_cast<int>(CollectiveKind::kAllToAll)], 10);
+}
+
+// Every op of an ep = 2 program decodes as the kernels decode it: _permute gets the received
+// counts of both senders ([ep * E / ep]) for this rank's 2 experts (generate_permute_indices'
+// tokens_per_expert_group), which the CPU kernel lays out sender-major.
+TEST(ExpertParallelDispatch, EveryOpDecodes) {
+  const auto ops = recorded_ops::record(parse_scenario(tiny_moe_ep(2, {2})));
+  int permutes = 0;
+  for (const OpCall& op : ops) {
+    validate_op_args(op);
+    if (op.kind != OpKind::kPermuteIndices) continue;
+    ++permutes;
+    EXPECT_EQ(op.inputs[0].meta.numel(), 4) << op.name;
+    EXPECT_EQ(PermuteIndicesArgs::decode(op).experts, 2) << op.name;
+  }
+  EXPECT_EQ(permutes, 2);
 }
 
 // The hottest expert (expert 0, on ep rank 0) gets twice its share: [64, 22, 21, 21] of 128

@@ -7,10 +7,43 @@
 
 namespace fullshard::cpu {
 
+namespace {
+
+// The mixture-of-experts kinds (docs/moe.md): simulator-only rows of the op table, run here ahead
+// of the CUDA backend.
+bool is_moe_kind(OpKind kind) {
+  switch (kind) {
+    case OpKind::kSoftmax:
+    case OpKind::kSoftmaxBackward:
+    case OpKind::kSigmoid:
+    case OpKind::kSigmoidBackward:
+    case OpKind::kTopK:
+    case OpKind::kTopKBackward:
+    case OpKind::kRouteNorm:
+    case OpKind::kRouteNormBackward:
+    case OpKind::kHistogram:
+    case OpKind::kWeightedSum:
+    case OpKind::kWeightedSumBackward:
+    case OpKind::kArgsort:
+    case OpKind::kFloorDivide:
+    case OpKind::kGatherRows:
+    case OpKind::kScatterRows:
+    case OpKind::kIndexAddRows:
+    case OpKind::kPadRow:
+    case OpKind::kPermuteIndices:
+    case OpKind::kGroupedMM:
+    case OpKind::kGroupedMMBackwardInput:
+    case OpKind::kGroupedMMBackwardWeight: return true;
+    default: return false;
+  }
+}
+
+}  // namespace
+
 // The kinds the CPU kernels run, which CpuDevice::launch checks before queueing: the op table's
-// device kinds (not the host fills kLoadBatch / kInitParam, nor the simulator-only rows). A
-// simulator-only kind the CPU runs ahead of the CUDA backend is listed here with its kernel.
-bool has_kernel(OpKind kind) { return has_device_kernel(kind); }
+// device kinds (not the host fills kLoadBatch / kInitParam, nor the simulator-only rows), and
+// the simulator-only kinds the CPU runs ahead of the CUDA backend (the MoE kinds).
+bool has_kernel(OpKind kind) { return has_device_kernel(kind) || is_moe_kind(kind); }
 
 void run_kernel(const OpCall& op, const std::vector<void*>& in, const std::vector<void*>& out) {
   using namespace detail;
@@ -86,6 +119,27 @@ void run_kernel(const OpCall& op, const std::vector<void*>& in, const std::vecto
     case OpKind::kCompiledSiluMul: return compiled_silu_mul(op, in, out);
     case OpKind::kCompiledSiluMulBackward: return compiled_silu_mul_backward(op, in, out);
     case OpKind::kCompiledResidualAdd: return compiled_residual_add(op, in, out);
+    case OpKind::kSoftmax: return moe_softmax(op, in, out);
+    case OpKind::kSoftmaxBackward: return moe_softmax_backward(op, in, out);
+    case OpKind::kSigmoid: return moe_sigmoid(op, in, out);
+    case OpKind::kSigmoidBackward: return moe_sigmoid_backward(op, in, out);
+    case OpKind::kTopK: return moe_topk(op, in, out);
+    case OpKind::kTopKBackward: return moe_topk_backward(op, in, out);
+    case OpKind::kRouteNorm: return moe_route_norm(op, in, out);
+    case OpKind::kRouteNormBackward: return moe_route_norm_backward(op, in, out);
+    case OpKind::kHistogram: return moe_histogram(op, in, out);
+    case OpKind::kWeightedSum: return moe_weighted_sum(op, in, out);
+    case OpKind::kWeightedSumBackward: return moe_weighted_sum_backward(op, in, out);
+    case OpKind::kArgsort: return moe_argsort(op, in, out);
+    case OpKind::kFloorDivide: return moe_floor_divide(op, in, out);
+    case OpKind::kGatherRows: return moe_gather_rows(op, in, out);
+    case OpKind::kScatterRows: return moe_scatter_rows(op, in, out);
+    case OpKind::kIndexAddRows: return moe_index_add_rows(op, in, out);
+    case OpKind::kPadRow: return moe_pad_row(op, in, out);
+    case OpKind::kPermuteIndices: return moe_permute_indices(op, in, out);
+    case OpKind::kGroupedMM: return grouped_mm(op, in, out);
+    case OpKind::kGroupedMMBackwardInput: return grouped_mm_backward_input(op, in, out);
+    case OpKind::kGroupedMMBackwardWeight: return grouped_mm_backward_weight(op, in, out);
     // The host fills run in CpuDevice::launch; the simulator-only kinds are refused there
     // (backends/common/device_kernels.h). The KernelDispatch test reaches every other kind.
     default: break;

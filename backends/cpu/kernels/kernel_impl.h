@@ -105,4 +105,28 @@ void compiled_silu_mul(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void compiled_silu_mul_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void compiled_residual_add(const OpCall& op, const Ptrs& in, const Ptrs& out);
 
+// moe_router.cc, moe_reorder.cc, moe_grouped_mm.cc: the mixture-of-experts kinds (docs/moe.md),
+// which the op table still marks simulator-only; has_kernel lists them (dispatch.cc).
+void moe_softmax(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void moe_softmax_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void moe_sigmoid(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void moe_sigmoid_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void moe_topk(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void moe_topk_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void moe_route_norm(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void moe_route_norm_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void moe_histogram(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void moe_weighted_sum(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void moe_weighted_sum_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void moe_argsort(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void moe_floor_divide(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void moe_gather_rows(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void moe_scatter_rows(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void moe_index_add_rows(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void moe_pad_row(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void moe_permute_indices(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void grouped_mm(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void grouped_mm_backward_input(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void grouped_mm_backward_weight(const OpCall& op, const Ptrs& in, const Ptrs& out);
+
 }  // namespace fullshard::cpu::detail

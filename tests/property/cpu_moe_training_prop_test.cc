@@ -1,0 +1,172 @@
+// Mixture-of-experts training on the CPU backend (ranks as threads over an in-process Gloo
+// store; the MoE kernels in backends/cpu/kernels/moe_*.cc, docs/moe.md): over random expert
+// counts, top-k, score functions, shared experts, alignments and FSDP meshes, the simulator's
+// peaks equal the measured ones to the byte on every rank, sharded training equals unsharded
+// training within the dense tests' fp32 tolerance, and the tiny MoE's loss falls.
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include "runner/launcher.h"
+#include "tests/support/cpu_support.h"
+#include "tests/support/input_error.h"
+#include "tests/support/prop_support.h"
+#include "tests/support/sim_support.h"
+
+using namespace fullshard;
+using namespace fullshard::testing;
+using nlohmann::json;
+
+namespace {
+
+// tiny-moe with its MoE fields drawn: 1 to 6 experts, top-k up to them, softmax or sigmoid,
+// route normalisation and scale, a shared expert or none, torchtitan's alignment (8) or none,
+// a dense first layer or not. Experts the batch leaves empty happen (few tokens, many experts).
+Scenario moe_scenario(const json& j) {
+  Scenario s = parse_scenario(j);
+  MoeConfig& m = s.model.moe;
+  m.num_experts = *rc::gen::element(1, 2, 3, 4, 5, 6);
+  m.top_k = *rc::gen::inRange(1, static_cast<int>(m.num_experts) + 1);
+  m.expert_dim = *rc::gen::element(8, 24);
+  m.shared_expert_dim = *rc::gen::element(0, 16);
+  m.score_func = *rc::gen::element(MoeScoreFunc::kSoftmax, MoeScoreFunc::kSigmoid);
+  m.route_norm = *rc::gen::arbitrary<bool>();
+  m.route_scale = *rc::gen::element(1.0, 2.5);
+  m.token_group_align = *rc::gen::element(1, 8);
+  m.first_dense_layers = *rc::gen::element(0, 1);
+  RC_TAG(std::to_string(m.num_experts) + " experts");
+  return s;
+}
+
+json moe_job(TinyOptions o) {
+  o.model = "tiny-moe";
+  json j = tiny_scenario_json(o);
+  j["training"]["optimizer"] = {{"lr", 1e-3}, {"eps", 1e-6}, {"max_grad_norm", o.max_grad_norm}};
+  j["training"]["seed"] = *rc::gen::inRange(0, 1000);
+  return j;
+}
+
+}  // namespace
+
+// The same host program through the same allocator: with ep = 1 every MoE tensor has a static
+// shape (NOTE [MoE routing assumption]), so the real routing moves no byte.
+RC_GTEST_PROP(RealMoeTraining, PredictedPeakMemoryEqualsMeasured, ()) {
+  TinyOptions o;
+  o.mesh = *rc::gen::element(std::vector<int>{1}, std::vector<int>{2}, std::vector<int>{3},
+                             std::vector<int>{2, 2});
+  o.reshard_after_forward = *rc::gen::element(json(nullptr), json(true), json(false));
+  o.mixed_precision =
+      *rc::gen::element(json::object(), json{{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}},
+                        json{{"param_dtype", "bf16"}});
+  o.cpu_offload = *rc::gen::arbitrary<bool>();
+  o.activation_checkpointing = *rc::gen::element(json("none"), json("full"), json("selective_op"));
+  o.grad_accum_steps = *rc::gen::inRange(1, 3);
+  o.batch = *rc::gen::inRange(1, 3);
+  o.seq = *rc::gen::inRange(2, 12);
+  o.hardware_extra = {{"allocator", {{"expandable_segments", *rc::gen::arbitrary<bool>()}}}};
+  predicted_peaks_equal_measured(moe_scenario(moe_job(o)));
+}
+
+// NOTE [fp32 tolerance] (cpu_training_prop_test.cc): the routing is per token, so sharding the
+// batch routes every token as the unsharded run does, and only summation order differs.
+RC_GTEST_PROP(RealMoeTraining, ShardedEqualsUnsharded, ()) {
+  TinyOptions o;
+  o.mesh = {*rc::gen::inRange(1, 5)};
+  o.reshard_after_forward = *rc::gen::element(json(nullptr), json(true), json(false));
+  o.cpu_offload = *rc::gen::arbitrary<bool>();
+  o.max_grad_norm = *rc::gen::element(0.0, 1.0);
+  o.batch = *rc::gen::inRange(1, 3);
+  o.seq = *rc::gen::inRange(2, 9);
+  const json j = moe_job(o);
+  json ref = unsharded_job(j, o.mesh[0]);
+  // Both runs draw the same MoE fields: one draw, applied to both parsed scenarios.
+  const Scenario drawn = moe_scenario(j);
+  Scenario a = parse_scenario(j), b = parse_scenario(ref);
+  a.model.moe = b.model.moe = drawn.model.moe;
+  const RealRun ra = run_real(a), rb = run_real(b);
+  std::string where;
+  const double v = max_violation(ra, rb, 1e-5, 1e-3, &where);
+  if (!(v <= 1.0)) RC_FAIL("worst parameter difference at " + where);
+  for (size_t k = 0; k < rb.mean_loss.size(); ++k)
+    RC_ASSERT(std::abs(ra.mean_loss[k] - rb.mean_loss[k]) <= 1e-4);
+}
+
+// The zoo's tiny-moe on 2 ranks learns the generated corpus, and the 2 ranks' sharded run ends
+// where one rank training on the whole batch does.
+TEST(RealMoeTraining, TinyMoeLossFallsAndShardedMatchesOneRank) {
+  TinyOptions o;
+  o.model = "tiny-moe";
+  o.mesh = {2};
+  o.steps = 30;
+  o.seq = 32;
+  o.batch = 4;
+  json j = tiny_scenario_json(o);
+  j["training"]["optimizer"] = {{"lr", 3e-3}, {"eps", 1e-6}, {"weight_decay", 0.0}};
+  RealRun r = run_real(parse_scenario(j));
+  ASSERT_EQ(r.mean_loss.size(), 30u);
+  EXPECT_NEAR(r.mean_loss.front(), std::log(256.0), 0.3);  // a fresh model predicts ~uniform bytes
+  EXPECT_LT(r.mean_loss.back(), r.mean_loss.front() - 1.5) << "loss did not fall";
+  // Both ranks train one model: the unsharded run's parameters after 3 steps.
+  RealRun a = run_real(parse_scenario(j), 3);
+  RealRun b = run_real(parse_scenario(unsharded_job(j, 2)), 3);
+  std::string where;
+  EXPECT_LE(max_violation(a, b, 1e-5, 1e-3, &where), 1.0) << where;
+  EXPECT_EQ(a.params.count("layers.1.moe.experts.w2"), 1u);
+}
+
+// Activation checkpointing recomputes the router and the experts in the backward: the same
+// kernels on the same inputs route every token the same way, so no number changes.
+TEST(RealMoeTraining, ActivationCheckpointingChangesNoNumber) {
+  TinyOptions o;
+  o.model = "tiny-moe";
+  o.mesh = {2};
+  o.steps = 2;
+  o.seq = 8;
+  RealRun base = run_real(parse_scenario(tiny_scenario_json(o)));
+  for (json ac : {json("full"), json("selective_op")}) {
+    o.activation_checkpointing = ac;
+    RealRun r = run_real(parse_scenario(tiny_scenario_json(o)));
+    std::string where;
+    EXPECT_EQ(max_violation(r, base, 0, 0, &where), 0.0) << ac.dump() << ": " << where;
+    EXPECT_EQ(r.mean_loss, base.mean_loss) << ac.dump();
+  }
+}
+
+// bf16 parameters (the grouped GEMMs and the experts' activations in bf16, the router's scores
+// in fp32 as torchtitan casts them): NOTE [bf16 tolerance] in cpu_training_prop_test.cc.
+TEST(RealMoeTraining, MixedPrecisionMatchesUnshardedBf16) {
+  TinyOptions o;
+  o.model = "tiny-moe";
+  o.mesh = {2};
+  o.steps = 2;
+  o.seq = 8;
+  o.mixed_precision = {{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}};
+  json j = tiny_scenario_json(o);
+  j["training"]["optimizer"] = {{"lr", 1e-3}, {"eps", 1e-6}};
+  RealRun sharded = run_real(parse_scenario(j));
+  RealRun ref = run_real(parse_scenario(unsharded_job(j, 2)));
+  std::string where;
+  EXPECT_LE(max_violation(sharded, ref, 1e-3, 2e-2, &where), 1.0) << where;
+  for (size_t k = 0; k < ref.mean_loss.size(); ++k)
+    EXPECT_NEAR(sharded.mean_loss[k], ref.mean_loss[k], 2e-2);
+}
+
+// The launcher lets the CPU backend train a MoE scenario and refuses it for the CUDA backend,
+// whose MoE kernels are not built (one line naming model.moe).
+TEST(RealMoeTraining, LauncherRefusesMoeOnlyWithoutKernels) {
+  TinyOptions o;
+  o.model = "tiny-moe";
+  const Scenario s = parse_scenario(tiny_scenario_json(o));
+  runner::LaunchOptions lo;
+  runner::BackendKind cpu_kind{"cpu", "", nullptr, nullptr, nullptr};
+  runner::BackendKind cuda_kind{"cuda", "", nullptr, nullptr, nullptr};
+  EXPECT_EQ(input_error_of([&] { runner::validate_launch(lo, s, cpu_kind); }), "");
+  const std::string e = input_error_of([&] { runner::validate_launch(lo, s, cuda_kind); });
+  EXPECT_NE(e.find("model.moe"), std::string::npos) << e;
+  EXPECT_NE(e.find("cuda backend"), std::string::npos) << e;
+  // Expert parallelism stays refused on every real backend (NOTE [Expert-parallel routing]).
+  json ep = tiny_scenario_json(o);
+  ep["expert_parallel"] = {{"degree", 2}};
+  const Scenario se = parse_scenario(ep);
+  const std::string ee = input_error_of([&] { runner::validate_launch(lo, se, cpu_kind); });
+  EXPECT_NE(ee.find("expert_parallel.degree"), std::string::npos) << ee;
+}
