@@ -152,6 +152,9 @@ std::vector<bool> loss_ranks(const Scenario& s) {
 RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
                     const std::function<void(const StepMetrics&)>& on_step) {
   FULLSHARD_CHECK(b.has_data(), "run_rank needs a real backend");
+  FULLSHARD_CHECK(
+      !s.pipeline.enabled() || !(o.collect_params || o.collect_grads || o.collect_logits),
+      "collect_params / collect_grads / collect_logits read one model: not with pp");
   RankResult r;
   r.rank = b.rank();
   std::optional<TimelineObserver> observer;

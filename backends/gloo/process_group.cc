@@ -355,7 +355,8 @@ void GlooProcessGroup::send(const void* buffer, size_t count, DType dtype, int d
   FULLSHARD_CHECK(dst >= 0 && dst < size() && dst != impl_->rank,
                   "gloo: send '" + name + "' to member " + std::to_string(dst) +
                       ", which is not another member of the group");
-  CallInfo call{CollectiveKind::kBroadcast, count, dtype, false, ReduceOp::kSum, impl_->rank, name};
+  CallInfo call{
+      CollectiveKind::kBroadcast, count, dtype, false, ReduceOp::kSum, dst, name, "send", tag};
   impl_->run(
       call,
       [&](Link* link) {
@@ -375,7 +376,8 @@ void GlooProcessGroup::recv(void* buffer, size_t count, DType dtype, int src, ui
   FULLSHARD_CHECK(src >= 0 && src < size() && src != impl_->rank,
                   "gloo: recv '" + name + "' from member " + std::to_string(src) +
                       ", which is not another member of the group");
-  CallInfo call{CollectiveKind::kBroadcast, count, dtype, false, ReduceOp::kSum, src, name};
+  CallInfo call{
+      CollectiveKind::kBroadcast, count, dtype, false, ReduceOp::kSum, src, name, "recv", tag};
   impl_->run(
       call,
       [&](Link* link) {
