@@ -61,8 +61,8 @@ class StepAggregator {
 
 // One line of the --metrics file (docs/cpu-backend.md): step, loss (null when not finite, with
 // "nonfinite": true; NOTE [Non-finite loss]), tokens_per_s, step_time_s, compute_s, comm_s,
-// exposed_comm_s, flops_per_s, the peaks, ranks [{rank, loss}], ops, and eval_loss when the
-// step had a validation pass.
+// exposed_comm_s, flops_per_s, the peaks, ranks [{rank, loss}] (those with a loss), ops, and
+// eval_loss when the step had a validation pass.
 nlohmann::json metrics_line_json(const CompletedStep& s);
 
 }  // namespace fullshard::runner
