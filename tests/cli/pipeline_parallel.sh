@@ -49,6 +49,15 @@ P
 else
   echo "FAIL train tiny-llama-pp2-fsdp2-cpu4:"; cat "$tmp/out"; fail=1
 fi
+# A last-stage rank dies at step 2: a first-stage rank's send fails naming the channel and the
+# peer, the launcher stops every worker, exit 1 (nothing hangs).
+FULLSHARD_FAULT=kill:2:1 timeout 120 "$bin" train "$cpu" --steps 3 --timeout 10 > "$tmp/out" 2> "$tmp/err"; rc=$?
+if [ "$rc" -eq 1 ] && grep -qF "rank 2: was killed by signal 9" "$tmp/err" \
+   && grep -qE "rank [01]: error: gloo: rank [01] \(member 0 of group 'pipeline p2p F 0->1' \[[01],[23]\]\): send 'pipeline p2p F 0->1 microbatch [0-9]+'.* failed" "$tmp/err"; then
+  echo "ok   train-cpu-stage-dies"
+else
+  echo "FAIL train-cpu-stage-dies: rc=$rc stderr:"; cat "$tmp/err"; fail=1
+fi
 expect train-cpu-checkpoint-refused "--checkpoint-every: is given with a pp dim" \
   -- train "$cpu" --steps 2 --checkpoint-every 1 --checkpoint-dir "$tmp/ck"
 expect train-cpu-eval-refused "--eval-every: is given with a pp dim" \
