@@ -122,12 +122,28 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
                      fmt::format("is true, which the {} backend does not run", kind.name),
                      "write false to train for real (the numbers are the same), or simulate it "
                      "with fullshard simulate");
-  if (s.pipeline.enabled())  // docs/pipeline.md: the simulator runs pipeline stages
-    throw InputError("fsdp.mesh.dim_names",
-                     fmt::format("has a pp dim of size {}: pipeline parallelism is simulated only, "
-                                 "the {} backend does not run it yet",
-                                 s.pipeline.degree, kind.name),
-                     "simulate it with fullshard simulate, or train without the pp dim");
+  if (s.pipeline.enabled()) {  // docs/pipeline.md: the CPU backend runs pipeline stages
+    if (kind.name != "cpu")
+      throw InputError("fsdp.mesh.dim_names",
+                       fmt::format("has a pp dim of size {}: the {} backend does not run pipeline "
+                                   "parallelism yet",
+                                   s.pipeline.degree, kind.name),
+                       "train it with --backend cpu, simulate it with fullshard simulate, or "
+                       "train without the pp dim");
+    // What a pipeline program does not run yet (the scenario refuses the rest).
+    auto refuse = [&](const char* flag, const std::string& what) {
+      throw InputError(flag, what + " with a pp dim, which pipeline stages do not run yet",
+                       std::string("remove ") + flag + " (docs/pipeline.md, \"Not built yet\")");
+    };
+    if (o.checkpoint_every > 0) refuse("--checkpoint-every", "is given");
+    if (!o.resume.empty()) refuse("--resume", "is given");
+    if (o.eval_every > 0) refuse("--eval-every", "is given");
+    if (!o.init_from.empty()) refuse("--init-from", "is given");
+    if (!s.model_weights.empty())
+      throw InputError("model.weights",
+                       "is set with a pp dim, which pipeline stages do not load yet",
+                       "remove model.weights (docs/pipeline.md, \"Not built yet\")");
+  }
   // The MoE kinds run on the CPU backend's kernels (cpu::has_kernel); the CUDA backend has none
   // yet (docs/moe.md).
   if (s.model.moe.enabled() && kind.name != "cpu")
@@ -223,7 +239,7 @@ LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backend
   WorkerProcesses workers(worker_commands(o, kind, n, store_dir, resume_folder), kReportFd);
 
   Progress progress(steps, o.progress);
-  StepAggregator aggregator(n, &o.predicted_ops);
+  StepAggregator aggregator(n, &o.predicted_ops, loss_ranks(s));
   res.ranks.resize(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) res.ranks[r].rank = r;
   bool metrics_failed = false;

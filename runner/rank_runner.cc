@@ -11,6 +11,7 @@
 #include "core/common/error.h"
 #include "core/common/intervals.h"
 #include "core/memory/timeline_downsample.h"
+#include "core/pipeline/pipeline_schedule.h"
 #include "core/report/key_averages.h"
 #include "core/report/timeline_times.h"
 #include "core/train/training_program.h"
@@ -136,9 +137,24 @@ class TimelineObserver {
 
 }  // namespace
 
+std::vector<bool> loss_ranks(const Scenario& s) {
+  std::vector<bool> out(static_cast<size_t>(s.world_size()), true);
+  if (!s.pipeline.enabled()) return out;
+  const PipelineScheduleOptions o = s.pipeline.schedule_options();
+  const int last = pipeline_stage_rank(o, o.num_stages() - 1);
+  for (int r = 0; r < s.world_size(); ++r) {
+    const MeshInfo m = mesh_info_for(s, r);
+    out[static_cast<size_t>(r)] = m.pp_group && m.pp_group->index_of(r) == last;
+  }
+  return out;
+}
+
 RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
                     const std::function<void(const StepMetrics&)>& on_step) {
   FULLSHARD_CHECK(b.has_data(), "run_rank needs a real backend");
+  FULLSHARD_CHECK(
+      !s.pipeline.enabled() || !(o.collect_params || o.collect_grads || o.collect_logits),
+      "collect_params / collect_grads / collect_logits read one model: not with pp");
   RankResult r;
   r.rank = b.rank();
   std::optional<TimelineObserver> observer;
@@ -195,9 +211,9 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
       m.loss = prog.run_step(step);
       m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       // A tp group trains on one batch: each rank accounts for 1/tp of its tokens (seq_len
-      // divides by tp), so the ranks' sum is the global batch.
+      // divides by tp), so the ranks' sum is the global batch; so do the stages of a pipeline.
       m.tokens = s.training.batch_for(b.rank()) * s.training.seq_len * s.training.grad_accum_steps /
-                 s.fsdp.mesh_size("tp");
+                 (s.fsdp.mesh_size("tp") * (s.pipeline.enabled() ? s.pipeline.degree : 1));
       m.peak_allocated_bytes = b.memory().allocator_stats().peak_allocated_bytes;
       m.peak_reserved_bytes = b.memory().allocator_stats().peak_reserved_bytes;
       // run_step() ends with a host synchronize on the compute stream, which comes after every

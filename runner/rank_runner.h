@@ -80,6 +80,10 @@ struct RankResult {
   std::vector<float> logits;
 };
 
+// Which ranks of `s` report a loss: every rank, or with pipeline parallelism the ranks of the
+// last stage (NOTE [Pipeline losses] in runner/step_aggregation.cc; the others report NaN).
+std::vector<bool> loss_ranks(const Scenario& s);
+
 // Runs the steps of `s` on `backend` (created for this rank of `s`'s world). Throws
 // InputError for a scenario the backend cannot run, the backend's collective error when a
 // peer fails, OutOfMemoryError when the device runs out.

@@ -14,23 +14,30 @@ std::optional<CompletedStep> StepAggregator::add(int rank, StepMetrics m) {
   StepSummary& st = out.summary;
   st.step = step;
   double loss = 0, tokens = 0, flops = 0;
+  int with_loss = 0;
   for (const auto& [r, x] : v) {
-    if (!std::isfinite(x.loss) && out.nonfinite_rank < 0) {
-      out.nonfinite_rank = r;
-      out.nonfinite_loss = x.loss;
-    }
-    out.rank_losses.emplace_back(r, x.loss);
+    // NOTE [Pipeline losses]: with pipeline parallelism only the last stage computes a loss
+    // (torchtitan logs the last stage's); the other ranks' NaN is no divergence.
+    const bool has_loss = loss_ranks_.empty() || loss_ranks_[static_cast<size_t>(r)];
     flops += x.flops;
+    tokens += static_cast<double>(x.tokens);
+    if (has_loss) {
+      if (!std::isfinite(x.loss) && out.nonfinite_rank < 0) {
+        out.nonfinite_rank = r;
+        out.nonfinite_loss = x.loss;
+      }
+      out.rank_losses.emplace_back(r, x.loss);
+      loss += x.loss;
+      ++with_loss;
+    }
     st.compute_s = std::max(st.compute_s, x.compute_s);
     st.exposed_comm_s = std::max(st.exposed_comm_s, x.exposed_comm_s);
     st.comm_s = std::max(st.comm_s, x.comm_s);
-    loss += x.loss;
-    tokens += static_cast<double>(x.tokens);
     st.step_time_s = std::max(st.step_time_s, x.seconds);
     st.peak_allocated_bytes = std::max(st.peak_allocated_bytes, x.peak_allocated_bytes);
     st.peak_reserved_bytes = std::max(st.peak_reserved_bytes, x.peak_reserved_bytes);
   }
-  st.loss = loss / world_;
+  st.loss = loss / std::max(with_loss, 1);
   // A validation pass ran after the step when the first rank to report says so.
   if (!std::isnan(v.front().second.eval_loss)) {
     double ev = 0;

@@ -17,7 +17,7 @@ namespace fullshard::runner {
 
 struct StepSummary {
   int step = 0;
-  double loss = 0;                    // mean over ranks
+  double loss = 0;                    // mean over ranks (those with a loss: NOTE [Pipeline losses])
   double step_time_s = 0;             // slowest rank
   double tokens_per_s = 0;            // all ranks' tokens / slowest rank's step time
   uint64_t peak_allocated_bytes = 0;  // max over ranks
@@ -44,21 +44,25 @@ class StepAggregator {
  public:
   // `world` ranks report each step; `predicted_ops` (not owned; may be null or empty): the
   // simulator's seconds per op key for each step, the last one for later steps.
-  StepAggregator(int world, const std::vector<PredictedKeyTimes>* predicted_ops)
-      : world_(world), predicted_ops_(predicted_ops) {}
+  // `loss_ranks`: the ranks whose loss counts (empty: all); with pipeline parallelism the
+  // ranks of the last stage, the others report NaN (NOTE [Pipeline losses]).
+  StepAggregator(int world, const std::vector<PredictedKeyTimes>* predicted_ops,
+                 std::vector<bool> loss_ranks = {})
+      : world_(world), predicted_ops_(predicted_ops), loss_ranks_(std::move(loss_ranks)) {}
   // Takes `rank`'s metrics of a step; returns the step once its last rank has reported.
   std::optional<CompletedStep> add(int rank, StepMetrics m);
 
  private:
   int world_;
   const std::vector<PredictedKeyTimes>* predicted_ops_;
+  std::vector<bool> loss_ranks_;
   std::map<int, std::vector<std::pair<int, StepMetrics>>> pending_;  // step -> reports so far
 };
 
 // One line of the --metrics file (docs/cpu-backend.md): step, loss (null when not finite, with
 // "nonfinite": true; NOTE [Non-finite loss]), tokens_per_s, step_time_s, compute_s, comm_s,
-// exposed_comm_s, flops_per_s, the peaks, ranks [{rank, loss}], ops, and eval_loss when the
-// step had a validation pass.
+// exposed_comm_s, flops_per_s, the peaks, ranks [{rank, loss}] (those with a loss), ops, and
+// eval_loss when the step had a validation pass.
 nlohmann::json metrics_line_json(const CompletedStep& s);
 
 }  // namespace fullshard::runner

@@ -6,6 +6,7 @@
 #include "backends/common/collective_args.h"
 #include "backends/gloo/rendezvous.h"
 #include "core/common/error.h"
+#include "core/train/pipeline_p2p.h"
 
 namespace fullshard::cpu {
 
@@ -34,12 +35,56 @@ backends::GlooCollectiveGroup& CpuCommunicator::process_group(const ProcessGroup
   return *groups_.emplace(key, std::move(pg)).first->second;
 }
 
+// NOTE [Pipeline sends and recvs on the CPU]: a pipeline channel's transfer (NOTE [Pipeline p2p]
+// in core/train/pipeline_p2p.h: a broadcast from group rank 0 over [sender, receiver]) runs as
+// Gloo's send on the sender and recv on the receiver (NOTE [Gloo send / recv] in
+// backends/gloo/process_group.h), each on the stream the program issued it on: the send on
+// kPipelineP2P, the recv on the compute stream, as the simulator plays them. The two ends run
+// on different streams, so a channel has one GlooProcessGroup of its own, which one stream per
+// rank uses (a channel has one direction). The n-th transfer the host issues on a channel is
+// tagged n on both ranks, so each send meets its recv. The stream's first transfer constructs
+// the group (the two ranks' rendezvous) without holding any lock: a rank's other channels and
+// streams go on meanwhile (a lock held there could wait on a peer that waits on this rank).
+void CpuCommunicator::send_or_recv(StreamRole r, const backends::CollectivePlan& plan,
+                                   const ProcessGroup& group) {
+  const backends::CollectiveArgs& a = plan.args;
+  FULLSHARD_CHECK(a.kind == CollectiveKind::kBroadcast && group.size() == 2 && a.root == 0 &&
+                      group.ranks[0] != group.ranks[1],
+                  "pipeline transfer '" + a.name + "' is not a broadcast from group rank 0 of two");
+  const std::string key = "p2p/" + group.name + "/" + group.key();
+  auto& ch = channels_[key];
+  if (!ch) ch = std::make_shared<Channel>(Channel{r, 0, nullptr});
+  FULLSHARD_CHECK(ch->stream == r, "pipeline channel '" + group.name + "' used from two streams");
+  FULLSHARD_CHECK(store_ && device_, "a pipeline transfer needs a rendezvous store and a device");
+  const uint64_t tag = ch->next_tag++;
+  const bool sends = group.index_of(host_.rank()) == 0;
+  streams_.stream(r).enqueue([this, r, a, group, key, ch, tag, sends, seq = host_.host_seq(),
+                              starts = host_.memory().records_timeline()] {
+    if (!ch->pg)
+      ch->pg = std::make_unique<gloo_backend::GlooProcessGroup>(
+          gloo_backend::make_prefix_store(key, store_), device_, group, host_.rank(), options_);
+    streams_.run_timed(
+        r, seq, starts,
+        [&] {
+          if (sends)
+            ch->pg->send(a.output, a.count, a.dtype, 1, tag, a.name);
+          else
+            ch->pg->recv(a.output, a.count, a.dtype, 0, tag, a.name);
+        },
+        &group.name);
+  });
+}
+
 void CpuCommunicator::collective(StreamRole r, const CollectiveCall& call,
                                  const ProcessGroup& group) {
   streams_.check_failed();
   // NOTE [One collective decoding] (backends/common/collective_args.h)
   const backends::CollectivePlan plan = backends::plan_collective(
       call, group, host_.rank(), streams_.resolve(call.input), streams_.resolve(call.output));
+  if (is_pipeline_channel(group)) {
+    send_or_recv(r, plan, group);
+    return;
+  }
   streams_.stream(r).enqueue(
       [this, r, plan, group, seq = host_.host_seq(), starts = host_.memory().records_timeline()] {
         auto& pg = process_group(group, r);

@@ -44,7 +44,18 @@ class CpuCommunicator : public Communicator {
   std::mutex groups_mu_;
   std::map<std::string, std::unique_ptr<backends::GlooCollectiveGroup>> groups_;
 
+  // Pipeline channels (NOTE [Pipeline sends and recvs on the CPU]), by name and ranks: the
+  // host thread keeps the map and each channel's next tag; the one stream that transfers on a
+  // channel constructs its GlooProcessGroup (no lock held while it waits for the peer).
+  struct Channel {
+    StreamRole stream;
+    uint64_t next_tag = 0;
+    std::unique_ptr<gloo_backend::GlooProcessGroup> pg;  // the stream's thread only
+  };
+  std::map<std::string, std::shared_ptr<Channel>> channels_;
+
   backends::GlooCollectiveGroup& process_group(const ProcessGroup& g, StreamRole r);
+  void send_or_recv(StreamRole r, const backends::CollectivePlan& plan, const ProcessGroup& group);
 };
 
 }  // namespace fullshard::cpu

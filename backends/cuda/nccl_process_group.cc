@@ -4,6 +4,7 @@
 
 #include "backends/cuda/cuda_error.h"
 #include "backends/cuda/nccl_args.h"
+#include "backends/gloo/fingerprint.h"
 #include "backends/cuda/nccl_unique_id.h"
 #include "backends/gloo/process_group.h"
 #include "core/common/error.h"
@@ -212,6 +213,42 @@ void NcclProcessGroup::run(const CollectiveArgs& a, cudaStream_t stream) {
   launch(a, stream);
   if (comm_ != nullptr)
     wait_ready(Clock::now() + options_.timeout, gloo_backend::describe(a.info()) + " launch");
+}
+
+void NcclProcessGroup::point_to_point(bool send, void* buffer, size_t count, DType dtype, int peer,
+                                      cudaStream_t stream, const std::string& name) {
+  FULLSHARD_CHECK(peer >= 0 && peer < group_.size() && peer != rank_,
+                  "nccl: " + std::string(send ? "send '" : "recv '") + name + "' with member " +
+                      std::to_string(peer) + ", which is not another member of the group");
+  gloo_backend::CallInfo call{
+      CollectiveKind::kBroadcast, count, dtype, false, ReduceOp::kSum, peer, name,
+      send ? "send" : "recv",     0};
+  const std::string what = gloo_backend::describe(call);
+  std::lock_guard<std::mutex> lock(launch_mu_);
+  if (aborted_ || comm_ == nullptr)
+    throw gloo_backend::CollectiveError(
+        who() + ": " + what + " cannot run: the communicator was aborted after an earlier failure");
+  const ncclDataType_t dt = nccl_dtype(dtype);
+  const ncclResult_t r = send ? ncclSend(buffer, count, dt, peer, comm_, stream)
+                              : ncclRecv(buffer, count, dt, peer, comm_, stream);
+  if (r != ncclSuccess && r != ncclInProgress) {
+    ncclCommAbort(comm_);
+    comm_ = nullptr;
+    aborted_ = true;
+    throw gloo_backend::CollectiveError(who() + ": " + what + " could not be enqueued: " +
+                                        nccl_error_text(r) + "; the communicator was aborted");
+  }
+  wait_ready(Clock::now() + options_.timeout, what + " launch");
+}
+
+void NcclProcessGroup::send(const void* buffer, size_t count, DType dtype, int peer,
+                            cudaStream_t stream, const std::string& name) {
+  point_to_point(true, const_cast<void*>(buffer), count, dtype, peer, stream, name);
+}
+
+void NcclProcessGroup::recv(void* buffer, size_t count, DType dtype, int peer, cudaStream_t stream,
+                            const std::string& name) {
+  point_to_point(false, buffer, count, dtype, peer, stream, name);
 }
 
 }  // namespace fullshard::cuda

@@ -59,6 +59,16 @@ class NcclProcessGroup : public DeviceProcessGroup {
   // timeout (the communicator is then aborted), or when the group was aborted before.
   void run(const CollectiveArgs& args, cudaStream_t stream) override;
 
+  // Point-to-point, as ProcessGroupNCCL's send / recv (ncclSend / ncclRecv on `stream`):
+  // `count` elements of `dtype` to / from member `peer` (a group rank, not this one); the pair
+  // matches in issue order on the communicator (NCCL orders a communicator's work). What the
+  // CUDA backend's pipeline stages will run; not wired yet (the backend refuses a pp dim). Errors
+  // as run().
+  void send(const void* buffer, size_t count, DType dtype, int peer, cudaStream_t stream,
+            const std::string& name);
+  void recv(void* buffer, size_t count, DType dtype, int peer, cudaStream_t stream,
+            const std::string& name);
+
   // ncclCommGetAsyncError (thread-safe); ncclSuccess once aborted, ncclInProgress while the
   // host thread is inside a launch.
   ncclResult_t async_error() const;
@@ -85,6 +95,8 @@ class NcclProcessGroup : public DeviceProcessGroup {
   // or when `deadline` passes. `what` names the operation.
   void wait_ready(std::chrono::steady_clock::time_point deadline, const std::string& what);
   void launch(const CollectiveArgs& a, cudaStream_t stream);
+  void point_to_point(bool send, void* buffer, size_t count, DType dtype, int peer,
+                      cudaStream_t stream, const std::string& name);
 };
 
 }  // namespace fullshard::cuda

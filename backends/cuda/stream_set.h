@@ -29,8 +29,9 @@ class EventPool {
   size_t created_ = 0;
 };
 
-// The CUDA streams a rank creates: every role but kPipelineP2P, which only the simulator plays
-// (the real backends refuse a pp mesh dim), so ranks sharing a GPU need no queue for it.
+// The CUDA streams a rank creates: every role but kPipelineP2P, which the simulator and the CPU
+// backend play (the CUDA backend refuses a pp mesh dim), so ranks sharing a GPU need no queue
+// for it.
 constexpr int kCudaStreamCount = kNumStreams - 1;
 
 class StreamSet {

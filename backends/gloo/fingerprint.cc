@@ -18,8 +18,12 @@ uint64_t fnv1a(const std::string& s) {
 }  // namespace
 
 std::string describe(const CallInfo& call) {
-  std::string s = collective_name(call.kind);
+  std::string s = call.p2p.empty() ? std::string(collective_name(call.kind)) : call.p2p;
   s += " '" + call.name + "'";
+  if (!call.p2p.empty())
+    return s + " (" + std::to_string(call.count) + " x " + std::string(dtype_name(call.dtype)) +
+           (call.p2p == "send" ? ", to member " : ", from member ") + std::to_string(call.root) +
+           ", tag " + std::to_string(call.tag) + ")";
   if (call.kind == CollectiveKind::kBarrier) return s;
   s += " (" + std::to_string(call.count) + " x " + std::string(dtype_name(call.dtype));
   if (call.has_op) s += std::string(", ") + reduce_op_name(call.op);

@@ -19,12 +19,16 @@ struct CallInfo {
   DType dtype = DType::kUInt8;
   bool has_op = false;  // reduce_scatter / all_reduce
   ReduceOp op = ReduceOp::kSum;
-  int root = -1;  // broadcast: group rank of the root
+  int root = -1;  // broadcast: group rank of the root; send / recv: the peer's
   std::string name;
+  // "send" or "recv" for a point-to-point transfer (NOTE [Gloo send / recv]), with its tag;
+  // empty for a collective.
+  std::string p2p;
+  uint64_t tag = 0;
 };
 
 // "reduce_scatter 'layers.0' (1024 x bf16, avg)", "broadcast 'x' (8 x fp32, root 1)",
-// "barrier 'sync'".
+// "barrier 'sync'", "send 'x' (8 x fp32, to member 1, tag 3)".
 std::string describe(const CallInfo& call);
 
 // Fixed-size wire form: 64 bytes, no pointers, the same layout in every member (same binary).

@@ -80,8 +80,9 @@ struct GlooProcessGroup::Impl {
   std::shared_ptr<::gloo::Context> context;  // null for a group of one
   std::unique_ptr<Link> link;
   std::vector<std::string> peer_addresses;
-  std::string broken;  // the first transport failure; the group is unusable after it
-  std::mutex in_use;   // detects concurrent use (NOTE [Gloo threading rule])
+  std::string broken;              // the first transport failure; the group is unusable after it
+  std::mutex in_use;               // detects concurrent use (NOTE [Gloo threading rule])
+  Clock::time_point p2p_deadline;  // the running send / recv's
 
   std::string who() const {
     return "gloo: rank " + std::to_string(global_rank) + " (member " + std::to_string(rank) +
@@ -142,8 +143,10 @@ struct GlooProcessGroup::Impl {
 
   // Runs one collective: concurrency and broken-group checks, the fingerprint exchange, the
   // deadline, and the translation of every gloo failure into CollectiveError.
+  // `collective`: false for send / recv (no fingerprint exchange, no Link::begin: the body
+  // starts its transfer with Link::begin_p2p).
   template <class Body>
-  void run(const CallInfo& call, Body&& body) {
+  void run(const CallInfo& call, Body&& body, bool collective = true) {
     std::unique_lock<std::mutex> lock(in_use, std::try_to_lock);
     if (!lock.owns_lock())
       throw CollectiveError(who() + ": " + describe(call) +
@@ -158,8 +161,12 @@ struct GlooProcessGroup::Impl {
     }
     const auto deadline = Clock::now() + options.timeout;
     try {
-      if (options.check_fingerprints) check_fingerprints(call, deadline);
-      link->begin(deadline);
+      if (collective) {
+        if (options.check_fingerprints) check_fingerprints(call, deadline);
+        link->begin(deadline);
+      } else {
+        p2p_deadline = deadline;
+      }
       body(link.get());
     } catch (const TransportFailure& f) {
       fail(call, explain(f));
@@ -341,6 +348,48 @@ void GlooProcessGroup::all_to_all(const void* input, const std::vector<size_t>& 
     if (send[me].length) std::memcpy(out + recv[me].offset, in + send[me].offset, send[me].length);
     if (link) direct_all_to_all(*link, in, send, out, recv);
   });
+}
+
+void GlooProcessGroup::send(const void* buffer, size_t count, DType dtype, int dst, uint64_t tag,
+                            const std::string& name) {
+  FULLSHARD_CHECK(dst >= 0 && dst < size() && dst != impl_->rank,
+                  "gloo: send '" + name + "' to member " + std::to_string(dst) +
+                      ", which is not another member of the group");
+  CallInfo call{
+      CollectiveKind::kBroadcast, count, dtype, false, ReduceOp::kSum, dst, name, "send", tag};
+  impl_->run(
+      call,
+      [&](Link* link) {
+        if (!link) return;  // a group of one has no other member (checked above)
+        const size_t bytes = count * dtype_size(dtype);
+        const uint64_t slot = link->begin_p2p(impl_->p2p_deadline, tag);
+        if (bytes == 0) return;
+        auto b = link->buffer(buffer, bytes);
+        link->send(*b, dst, slot, 0, bytes);
+        link->wait_send(*b, dst);
+      },
+      /*collective=*/false);
+}
+
+void GlooProcessGroup::recv(void* buffer, size_t count, DType dtype, int src, uint64_t tag,
+                            const std::string& name) {
+  FULLSHARD_CHECK(src >= 0 && src < size() && src != impl_->rank,
+                  "gloo: recv '" + name + "' from member " + std::to_string(src) +
+                      ", which is not another member of the group");
+  CallInfo call{
+      CollectiveKind::kBroadcast, count, dtype, false, ReduceOp::kSum, src, name, "recv", tag};
+  impl_->run(
+      call,
+      [&](Link* link) {
+        if (!link) return;  // a group of one has no other member (checked above)
+        const size_t bytes = count * dtype_size(dtype);
+        const uint64_t slot = link->begin_p2p(impl_->p2p_deadline, tag);
+        if (bytes == 0) return;
+        auto b = link->buffer(buffer, bytes);
+        link->recv(*b, src, slot, 0, bytes);
+        link->wait_recv(*b, src);
+      },
+      /*collective=*/false);
 }
 
 void GlooProcessGroup::barrier(const std::string& name) {

@@ -102,6 +102,19 @@ class GlooProcessGroup {
   void all_to_all(const void* input, const std::vector<size_t>& send_counts, void* output,
                   const std::vector<size_t>& recv_counts, DType dtype, const std::string& name);
 
+  // NOTE [Gloo send / recv]: point-to-point, as ProcessGroupGloo's send / recv: `count`
+  // elements go from this rank to member `dst` (a group rank), which receives them with recv()
+  // from member `src` with the same `tag`. Gloo's unbound buffers pair a send with the recv of
+  // the same (peer, slot), the slot made from the tag (apart from the collectives' slots), and
+  // pairs of one (peer, tag) in issue order, so only the two members take part and the others
+  // may run other work meanwhile. A send returns once its bytes were handed to the peer (gloo
+  // waits for the recv to be posted). No fingerprint exchange (check_fingerprints needs every
+  // member); every dtype; tags below 2^56.
+  void send(const void* buffer, size_t count, DType dtype, int dst, uint64_t tag,
+            const std::string& name);
+  void recv(void* buffer, size_t count, DType dtype, int src, uint64_t tag,
+            const std::string& name);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

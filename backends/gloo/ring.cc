@@ -52,6 +52,9 @@ std::vector<Span> to_bytes(const std::vector<Span>& elems, size_t element_size) 
 constexpr uint64_t kSlotPrefix = 0xF5ull << 56;
 constexpr uint64_t kSequenceMask = (1ull << 40) - 1;
 constexpr uint64_t kStepsPerCollective = 1ull << 16;
+// Point-to-point slots: top byte 0xF6, then 56 bits of tag.
+constexpr uint64_t kP2PSlotPrefix = 0xF6ull << 56;
+constexpr uint64_t kTagMask = (1ull << 56) - 1;
 
 Link::Link(std::shared_ptr<::gloo::Context> context) : context_(std::move(context)) {}
 Link::~Link() = default;
@@ -69,6 +72,12 @@ void Link::begin(std::chrono::steady_clock::time_point deadline) {
 uint64_t Link::next_slot() {
   FULLSHARD_CHECK(step_ < kStepsPerCollective, "gloo: too many steps in one collective");
   return slot_base_ + step_++;
+}
+
+uint64_t Link::begin_p2p(std::chrono::steady_clock::time_point deadline, uint64_t tag) {
+  FULLSHARD_CHECK(tag <= kTagMask, "gloo: a send / recv tag must be below 2^56");
+  deadline_ = deadline;
+  return kP2PSlotPrefix | tag;
 }
 
 std::chrono::milliseconds Link::remaining() const {

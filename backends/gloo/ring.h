@@ -65,6 +65,9 @@ class Link {
   void begin(std::chrono::steady_clock::time_point deadline);
   // The next slot of the current collective; every member takes slots in the same order.
   uint64_t next_slot();
+  // A point-to-point transfer (NOTE [Gloo send / recv] in process_group.h): its waits end by
+  // `deadline`; the collectives' sequence is not advanced. Returns the slot of `tag`.
+  uint64_t begin_p2p(std::chrono::steady_clock::time_point deadline, uint64_t tag);
 
   std::unique_ptr<::gloo::transport::UnboundBuffer> buffer(const void* ptr, size_t bytes);
   void send(::gloo::transport::UnboundBuffer& buf, int peer, uint64_t slot, size_t offset,

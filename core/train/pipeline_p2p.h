@@ -28,6 +28,11 @@ namespace fullshard {
 // global ranks `from_rank` and `to_rank`: the process group [from_rank, to_rank].
 ProcessGroup pipeline_channel(char kind, int from_stage, int to_stage, int from_rank, int to_rank);
 
+// Whether `g` is such a channel (a real backend runs its broadcast as a send and a recv).
+inline bool is_pipeline_channel(const ProcessGroup& g) {
+  return g.name.rfind("pipeline p2p", 0) == 0;
+}
+
 // Receives into `buffer` on the current stream (the sender is group rank 0).
 void pipeline_recv(Backend& b, const Tensor& buffer, const ProcessGroup& channel, int microbatch);
 

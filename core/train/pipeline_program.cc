@@ -168,7 +168,11 @@ void PipelineProgram::backward(Stage& st, int mb) {
     fill.kind = OpKind::kFill;
     fill.name = "ones_like(loss)";
     fill.outputs = {seed.ref()};
-    fill.fargs = {1.0};  // torchtitan builds the schedule with scale_grads=False
+    // torchtitan builds the schedule with scale_grads=False and loss_fn
+    // rescale_accumulated_loss(loss_fn, n_microbatches): each microbatch's loss is divided by
+    // the microbatch count, so the gradient seed of the loss this program reads is 1 / m (the
+    // gradient of the mean over the microbatches, as grad_accum_steps gives without pp).
+    fill.fargs = {1.0 / static_cast<double>(s_.pipeline.microbatches)};
     b_.launch(StreamRole::kDefault, fill);
     root = f.loss.id;
     f.loss = Value{};

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Pipeline parallelism from the command line (docs/pipeline.md): the shipped pp scenario
-# simulates and reports its pipeline; the real backends refuse a pp dim in one line naming the
-# field, exit code 2 (simulated only).
+# simulates and reports its pipeline; the CPU backend trains the CPU pp scenario as 4 worker
+# processes (stage-to-stage send / recv over Gloo), the last stage's ranks reporting the loss;
+# the CUDA backend and what pipeline stages do not run yet are refused in one line naming the
+# field, exit code 2.
 set -u
 bin="$1"; src="$2"
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
@@ -32,12 +34,38 @@ P
 else
   echo "FAIL simulate tiny-llama-pp2:"; cat "$tmp/out"; fail=1
 fi
-expect train-cpu-refused "fsdp.mesh.dim_names: has a pp dim of size 2: pipeline parallelism is simulated only" \
-  -- train "$sc" --steps 1 --backend cpu
-# The CUDA backend refuses it too where it is built (elsewhere `--backend cuda` is refused itself).
+cpu="$src/scenarios/tiny-llama-pp2-fsdp2-cpu4.json"
+if "$bin" train "$cpu" --steps 4 --metrics "$tmp/m.jsonl" > "$tmp/out" 2>&1; then
+  python3 - "$tmp/m.jsonl" <<'P' || fail=1
+import json, math, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+assert [l["step"] for l in lines] == [0, 1, 2, 3], lines
+for l in lines:
+    assert math.isfinite(l["loss"]) and not l["nonfinite"], l
+    assert [r["rank"] for r in sorted(l["ranks"], key=lambda r: r["rank"])] == [2, 3], l["ranks"]
+assert lines[-1]["loss"] < lines[0]["loss"] - 0.1, [l["loss"] for l in lines]
+P
+  echo "ok   train tiny-llama-pp2-fsdp2-cpu4 (4 processes)"
+else
+  echo "FAIL train tiny-llama-pp2-fsdp2-cpu4:"; cat "$tmp/out"; fail=1
+fi
+# A last-stage rank dies at step 2: a first-stage rank's send fails naming the channel and the
+# peer, the launcher stops every worker, exit 1 (nothing hangs).
+FULLSHARD_FAULT=kill:2:1 timeout 120 "$bin" train "$cpu" --steps 3 --timeout 10 > "$tmp/out" 2> "$tmp/err"; rc=$?
+if [ "$rc" -eq 1 ] && grep -qF "rank 2: was killed by signal 9" "$tmp/err" \
+   && grep -qE "rank [01]: error: gloo: rank [01] \(member 0 of group 'pipeline p2p F 0->1' \[[01],[23]\]\): send 'pipeline p2p F 0->1 microbatch [0-9]+'.* failed" "$tmp/err"; then
+  echo "ok   train-cpu-stage-dies"
+else
+  echo "FAIL train-cpu-stage-dies: rc=$rc stderr:"; cat "$tmp/err"; fail=1
+fi
+expect train-cpu-checkpoint-refused "--checkpoint-every: is given with a pp dim" \
+  -- train "$cpu" --steps 2 --checkpoint-every 1 --checkpoint-dir "$tmp/ck"
+expect train-cpu-eval-refused "--eval-every: is given with a pp dim" \
+  -- train "$cpu" --steps 2 --eval-every 1
+# The CUDA backend refuses a pp dim where it is built (elsewhere `--backend cuda` is refused itself).
 "$bin" train "$sc" --steps 1 --backend cuda > "$tmp/out" 2> "$tmp/err"; rc=$?
 if grep -qF "pp dim" "$tmp/err"; then
-  expect train-cuda-refused "fsdp.mesh.dim_names: has a pp dim of size 2" \
+  expect train-cuda-refused "fsdp.mesh.dim_names: has a pp dim of size 2: the cuda backend does not run pipeline parallelism yet" \
     -- train "$sc" --steps 1 --backend cuda
 else
   echo "skip train-cuda-refused: $(cat "$tmp/err")"

@@ -15,6 +15,7 @@
 #include "backends/cuda/stream_set.h"
 #include "backends/cuda/watchdog.h"
 #include "backends/gloo/process_group.h"
+#include "core/common/error.h"
 #include "core/tensor/float_convert.h"
 #include "tests/gpu/gpu_test_main.h"
 
@@ -87,6 +88,50 @@ TEST(NcclProcessGroup, OneRankEveryKind) {
   EXPECT_EQ(bf16_to_float(ob[1]), 1.0f);
   cudaFree(db);
   EXPECT_EQ(pg->async_error(), ncclSuccess);
+}
+
+// NCCL send / recv (what the CUDA backend's pipeline stages will run): a peer must be another
+// member; with two GPUs, rank 0 sends two buffers to rank 1 and gets one back, in issue order.
+TEST(NcclProcessGroup, SendRecvBetweenTwoRanks) {
+  {
+    StreamSet streams;
+    NcclProcessGroup solo(nullptr, ProcessGroup{"solo", {0}}, 0);
+    DeviceFloats b({1});
+    EXPECT_THROW(solo.send(b.p, 1, DType::kFloat32, 0, streams.get(StreamRole::kDefault), "self"),
+                 InternalError);
+  }
+  if (gpu_count() < 2) GTEST_SKIP() << "needs two GPUs (NCCL refuses two ranks on one device)";
+  auto store = std::make_shared<::gloo::rendezvous::HashStore>();
+  const ProcessGroup g{"pipeline p2p F 0->1", {0, 1}};
+  std::vector<float> got1a, got1b, got0;
+  auto run = [&](int r) {
+    cudaSetDevice(r);
+    StreamSet streams;
+    NcclProcessGroup pg(store, g, r);
+    cudaStream_t s = streams.get(StreamRole::kDefault);
+    if (r == 0) {
+      DeviceFloats a({1, 2, 3}), b({4, 5, 6}), back({0, 0});
+      pg.send(a.p, 3, DType::kFloat32, 1, s, "act 0");
+      pg.send(b.p, 3, DType::kFloat32, 1, s, "act 1");
+      pg.recv(back.p, 2, DType::kFloat32, 1, s, "grad 0");
+      cudaStreamSynchronize(s);
+      got0 = back.read();
+    } else {
+      DeviceFloats a({0, 0, 0}), b({0, 0, 0}), grad({-1, -2});
+      pg.recv(a.p, 3, DType::kFloat32, 0, s, "act 0");
+      pg.recv(b.p, 3, DType::kFloat32, 0, s, "act 1");
+      pg.send(grad.p, 2, DType::kFloat32, 0, s, "grad 0");
+      cudaStreamSynchronize(s);
+      got1a = a.read();
+      got1b = b.read();
+    }
+  };
+  std::thread rank1(run, 1);
+  run(0);
+  rank1.join();
+  EXPECT_EQ(got1a, (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(got1b, (std::vector<float>{4, 5, 6}));
+  EXPECT_EQ(got0, (std::vector<float>{-1, -2}));
 }
 
 TEST(CollectiveWatchdog, CompletedCollectivesLeaveNoError) {

@@ -276,6 +276,30 @@ TEST(RunnerMessages, AStepIsCompleteWhenEveryRankReportedIt) {
   EXPECT_EQ(bad["ranks"][0]["loss"], 2.0);
 }
 
+// NOTE [Pipeline losses] (runner/step_aggregation.cc): with pp only the last stage's ranks
+// report a loss; the others' NaN neither counts in the mean nor stops the run, while a
+// non-finite loss of a last-stage rank still does.
+TEST(RunnerMessages, OnlyTheRanksWithALossCount) {
+  StepAggregator agg(4, nullptr, {false, false, true, true});
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  agg.add(0, rank_step(0, nan, 1.0, 100, 5));
+  agg.add(1, rank_step(0, nan, 1.0, 100, 5));
+  agg.add(2, rank_step(0, 3.0, 1.0, 100, 5));
+  auto done = agg.add(3, rank_step(0, 5.0, 2.0, 100, 5));
+  ASSERT_TRUE(done);
+  EXPECT_EQ(done->summary.loss, 4.0);
+  EXPECT_EQ(done->nonfinite_rank, -1);
+  ASSERT_EQ(done->rank_losses.size(), 2u);
+  EXPECT_EQ(done->rank_losses[0].first, 2);
+  EXPECT_EQ(done->summary.tokens_per_s, 400 / 2.0);  // every rank's tokens
+  agg.add(0, rank_step(1, nan, 1.0, 100, 5));
+  agg.add(1, rank_step(1, nan, 1.0, 100, 5));
+  agg.add(2, rank_step(1, nan, 1.0, 100, 5));
+  auto diverged = agg.add(3, rank_step(1, 5.0, 2.0, 100, 5));
+  ASSERT_TRUE(diverged);
+  EXPECT_EQ(diverged->nonfinite_rank, 2);
+}
+
 TEST(RunnerMessages, RankZerosTableGetsTheSimulatorsTimesOfItsStep) {
   std::vector<PredictedKeyTimes> predicted = {{{key_id("a", "matmul"), 1.0}},
                                               {{key_id("a", "matmul"), 2.0}}};

@@ -23,7 +23,7 @@ struct RealRun {
   std::vector<runner::RankResult> ranks;
   std::map<std::string, std::vector<float>> params;  // fqn -> full tensor (from shard group 0)
   std::map<std::string, std::vector<float>> grads;   // the first step's, with base.collect_grads
-  std::vector<double> mean_loss;                     // per step, mean over ranks
+  std::vector<double> mean_loss;  // per step, mean over ranks (with pp: the last stage's)
 };
 
 // `base`: further rank options (checkpointing); steps and collect_params are set here.
@@ -55,7 +55,7 @@ inline RealRun run_real(const Scenario& s, int steps = -1, const runner::RankOpt
         runner::RankOptions o = base;
         o.batches = &batches;
         o.steps = steps;
-        o.collect_params = true;
+        o.collect_params = !s.pipeline.enabled();  // pipeline stages: losses only
         out.ranks[r] = runner::run_rank(backend, s, o);
       } catch (...) {
         errors[r] = std::current_exception();
@@ -65,6 +65,18 @@ inline RealRun run_real(const Scenario& s, int steps = -1, const runner::RankOpt
   for (auto& t : threads) t.join();
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
+  const std::vector<bool> with_loss = runner::loss_ranks(s);
+  for (size_t k = 0; k < out.ranks[0].steps.size(); ++k) {
+    double sum = 0;
+    int n = 0;
+    for (auto& r : out.ranks)
+      if (with_loss[static_cast<size_t>(r.rank)]) {
+        sum += r.steps[k].loss;
+        ++n;
+      }
+    out.mean_loss.push_back(sum / n);
+  }
+  if (s.pipeline.enabled()) return out;
   // The full parameters (and gradients) from the ranks of replicate coordinate 0: for each tp
   // index t, the shard group's rows make the tp-local tensor; tp-local tensors are then joined
   // along the parameter's tp placement (dim 0, dim 1, or replicated).
@@ -113,11 +125,6 @@ inline RealRun run_real(const Scenario& s, int steps = -1, const runner::RankOpt
   };
   out.params = assemble(&runner::RankResult::local_params);
   if (base.collect_grads) out.grads = assemble(&runner::RankResult::local_grads);
-  for (size_t k = 0; k < out.ranks[0].steps.size(); ++k) {
-    double sum = 0;
-    for (auto& r : out.ranks) sum += r.steps[k].loss;
-    out.mean_loss.push_back(sum / world);
-  }
   return out;
 }
 
