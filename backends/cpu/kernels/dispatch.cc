@@ -10,7 +10,18 @@ namespace fullshard::cpu {
 // The kinds the CPU kernels run, which CpuDevice::launch checks before queueing: the op table's
 // device kinds (not the host fills kLoadBatch / kInitParam, nor the simulator-only rows). A
 // simulator-only kind the CPU runs ahead of the CUDA backend is listed here with its kernel.
-bool has_kernel(OpKind kind) { return has_device_kernel(kind); }
+bool has_kernel(OpKind kind) {
+  switch (kind) {
+    case OpKind::kFloat8Abs:  // float8 training (backends/cpu/kernels/float8.cc)
+    case OpKind::kFloat8Amax:
+    case OpKind::kFloat8Scale:
+    case OpKind::kFloat8Cast:
+    case OpKind::kScaledMM:
+    case OpKind::kScaledMMBackwardInput:
+    case OpKind::kScaledMMBackwardWeight: return true;
+    default: return has_device_kernel(kind);
+  }
+}
 
 void run_kernel(const OpCall& op, const std::vector<void*>& in, const std::vector<void*>& out) {
   using namespace detail;
@@ -86,6 +97,13 @@ void run_kernel(const OpCall& op, const std::vector<void*>& in, const std::vecto
     case OpKind::kCompiledSiluMul: return compiled_silu_mul(op, in, out);
     case OpKind::kCompiledSiluMulBackward: return compiled_silu_mul_backward(op, in, out);
     case OpKind::kCompiledResidualAdd: return compiled_residual_add(op, in, out);
+    case OpKind::kFloat8Abs: return float8_abs(op, in, out);
+    case OpKind::kFloat8Amax: return float8_amax(op, in, out);
+    case OpKind::kFloat8Scale: return float8_scale(op, in, out);
+    case OpKind::kFloat8Cast: return float8_cast(op, in, out);
+    case OpKind::kScaledMM:
+    case OpKind::kScaledMMBackwardInput:
+    case OpKind::kScaledMMBackwardWeight: return scaled_mm(op, in, out);
     // The host fills run in CpuDevice::launch; the simulator-only kinds are refused there
     // (backends/common/device_kernels.h). The KernelDispatch test reaches every other kind.
     default: break;
