@@ -133,8 +133,8 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
                      fmt::format("has {} experts, which the {} backend does not run yet",
                                  s.model.moe.num_experts, kind.name),
                      "simulate it with fullshard simulate (docs/moe.md says what is next)");
-  // The CPU backend emulates float8 (backends/cpu/kernels/float8.cc); the CUDA backend has no
-  // float8 GEMMs yet (docs/float8.md).
+  // The CPU backend emulates float8 (backends/cpu/kernels/float8.cc); the CUDA backend has its
+  // float8 GEMM but no cast kernels and dispatches neither yet (docs/float8.md).
   if (s.training.float8.enabled() && kind.name != "cpu")
     throw InputError("training.float8",
                      fmt::format("is recipe \"{}\", which the {} backend does not run yet",
