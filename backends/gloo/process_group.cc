@@ -176,6 +176,36 @@ struct GlooProcessGroup::Impl {
       fail(call, std::string("gloo: ") + e.what());
     }
   }
+
+  // One side of a point-to-point transfer (NOTE [Gloo send / recv]): `peer` is the other
+  // member; `sending` chooses the direction (a recv writes `buffer`, through Link::buffer).
+  void p2p(const void* buffer, size_t count, DType dtype, int peer, uint64_t tag,
+           const std::string& name, bool sending) {
+    const char* verb = sending ? "send" : "recv";
+    FULLSHARD_CHECK(peer >= 0 && peer < group.size() && peer != rank,
+                    std::string("gloo: ") + verb + " '" + name + "' " + (sending ? "to" : "from") +
+                        " member " + std::to_string(peer) +
+                        ", which is not another member of the group");
+    CallInfo call{
+        CollectiveKind::kBroadcast, count, dtype, false, ReduceOp::kSum, peer, name, verb, tag};
+    run(
+        call,
+        [&](Link* l) {
+          if (!l) return;  // a group of one has no other member (checked above)
+          const size_t bytes = count * dtype_size(dtype);
+          const uint64_t slot = l->begin_p2p(p2p_deadline, tag);
+          if (bytes == 0) return;
+          auto b = l->buffer(buffer, bytes);
+          if (sending) {
+            l->send(*b, peer, slot, 0, bytes);
+            l->wait_send(*b, peer);
+          } else {
+            l->recv(*b, peer, slot, 0, bytes);
+            l->wait_recv(*b, peer);
+          }
+        },
+        /*collective=*/false);
+  }
 };
 
 GlooProcessGroup::GlooProcessGroup(std::shared_ptr<::gloo::rendezvous::Store> store,
@@ -352,44 +382,12 @@ void GlooProcessGroup::all_to_all(const void* input, const std::vector<size_t>& 
 
 void GlooProcessGroup::send(const void* buffer, size_t count, DType dtype, int dst, uint64_t tag,
                             const std::string& name) {
-  FULLSHARD_CHECK(dst >= 0 && dst < size() && dst != impl_->rank,
-                  "gloo: send '" + name + "' to member " + std::to_string(dst) +
-                      ", which is not another member of the group");
-  CallInfo call{
-      CollectiveKind::kBroadcast, count, dtype, false, ReduceOp::kSum, dst, name, "send", tag};
-  impl_->run(
-      call,
-      [&](Link* link) {
-        if (!link) return;  // a group of one has no other member (checked above)
-        const size_t bytes = count * dtype_size(dtype);
-        const uint64_t slot = link->begin_p2p(impl_->p2p_deadline, tag);
-        if (bytes == 0) return;
-        auto b = link->buffer(buffer, bytes);
-        link->send(*b, dst, slot, 0, bytes);
-        link->wait_send(*b, dst);
-      },
-      /*collective=*/false);
+  impl_->p2p(buffer, count, dtype, dst, tag, name, /*sending=*/true);
 }
 
 void GlooProcessGroup::recv(void* buffer, size_t count, DType dtype, int src, uint64_t tag,
                             const std::string& name) {
-  FULLSHARD_CHECK(src >= 0 && src < size() && src != impl_->rank,
-                  "gloo: recv '" + name + "' from member " + std::to_string(src) +
-                      ", which is not another member of the group");
-  CallInfo call{
-      CollectiveKind::kBroadcast, count, dtype, false, ReduceOp::kSum, src, name, "recv", tag};
-  impl_->run(
-      call,
-      [&](Link* link) {
-        if (!link) return;  // a group of one has no other member (checked above)
-        const size_t bytes = count * dtype_size(dtype);
-        const uint64_t slot = link->begin_p2p(impl_->p2p_deadline, tag);
-        if (bytes == 0) return;
-        auto b = link->buffer(buffer, bytes);
-        link->recv(*b, src, slot, 0, bytes);
-        link->wait_recv(*b, src);
-      },
-      /*collective=*/false);
+  impl_->p2p(buffer, count, dtype, src, tag, name, /*sending=*/false);
 }
 
 void GlooProcessGroup::barrier(const std::string& name) {
