@@ -163,6 +163,8 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
   RankReport& rep = r.report;
   {
     TrainingProgram prog(b, s);
+    rep.init_peak_allocated_bytes = b.memory().allocator_stats().peak_allocated_bytes;
+    rep.init_peak_reserved_bytes = b.memory().allocator_stats().peak_reserved_bytes;
     b.synchronize_device();  // init kernels are not part of step 0
     b.take_busy_intervals();
     b.take_collective_intervals();

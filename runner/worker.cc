@@ -233,6 +233,8 @@ int worker_main(const LaunchOptions& flags, const BackendRegistry& backends) {
     final_rank.rank = rank;
     final_rank.peak_allocated_bytes = r.report.peak_allocated_bytes;
     final_rank.peak_reserved_bytes = r.report.peak_reserved_bytes;
+    final_rank.init_peak_allocated_bytes = r.report.init_peak_allocated_bytes;
+    final_rank.init_peak_reserved_bytes = r.report.init_peak_reserved_bytes;
     final_rank.checkpoint = r.checkpoint;
     final_rank.path_counts = backend->path_counts();  // NOTE [Attention path counter]
     backend.reset();

@@ -193,6 +193,8 @@ void memory_figures(RankClassReport& c, const Recorded& rec) {
   c.peak_host_bytes = mem.peak_host_bytes();
   c.breakdown_at_peak = mem.at_peak_allocated().by_category;
   c.allocated_after_step = rec.allocated_after_step;
+  c.init_peak_allocated_bytes = rec.init_peak_allocated_bytes;
+  c.init_peak_reserved_bytes = rec.init_peak_reserved_bytes;
   c.end_allocated_bytes = c.allocated_after_step.empty() ? 0 : c.allocated_after_step.back();
   c.allocator = mem.allocator_stats();
   c.oom = rec.oom;

@@ -70,6 +70,8 @@ Recorded record_rank(const Scenario& s, int rank, GroupRegistry& groups, bool ti
   std::unique_ptr<TrainingProgram> prog;
   try {
     prog = std::make_unique<TrainingProgram>(b, s);
+    r.init_peak_allocated_bytes = b.memory().allocator_stats().peak_allocated_bytes;
+    r.init_peak_reserved_bytes = b.memory().allocator_stats().peak_reserved_bytes;
     std::optional<CheckpointPlayer> saver;  // NOTE [Playing a checkpoint save]
     if (play_checkpoint && s.training.checkpoint.every > 0) saver.emplace(b, *prog, s, run_steps);
     for (int step = 0; step < s.training.steps; ++step) {
@@ -91,7 +93,7 @@ Recorded record_rank(const Scenario& s, int rank, GroupRegistry& groups, bool ti
     o.category = std::string(category_key(e.category));
     o.capacity_bytes = e.capacity_bytes;
     o.at_failure = e.at_failure;
-    o.step = b.step();
+    o.step = prog ? b.step() : -1;  // -1: the model's initialisation
     r.oom = o;
   }
   b.truncate();  // teardown frees are not part of the run

@@ -21,6 +21,8 @@ struct Recorded {
   std::vector<uint64_t> allocated_after_step;
   std::vector<StepEndState> step_ends;  // NOTE [Steady state] in extrapolate.cc
   std::optional<OutOfMemoryInfo> oom;
+  uint64_t init_peak_allocated_bytes = 0;  // RankReport's
+  uint64_t init_peak_reserved_bytes = 0;
 };
 
 struct RecordOptions {

@@ -139,11 +139,17 @@ std::string report_summary(const SimulationReport& r) {
     }
     if (out.back() == ',') out.pop_back();
     out += "\n";
+    if (!r.init.empty() && !c.oom)
+      out += fmt::format(
+          "    at start-up (training.init \"{}\"): peak allocated {}, peak reserved {}\n", r.init,
+          format_bytes(c.init_peak_allocated_bytes), format_bytes(c.init_peak_reserved_bytes));
     if (c.oom)
       out += fmt::format(
-          "    OUT OF MEMORY in step {} allocating {} for {} ({}): {} allocated, {} reserved of "
+          "    OUT OF MEMORY {} allocating {} for {} ({}): {} allocated, {} reserved of "
           "{}\n",
-          c.oom->step, format_bytes(c.oom->requested_bytes), c.oom->what, c.oom->category,
+          c.oom->step < 0 ? std::string("at start-up (training.init)")
+                          : fmt::format("in step {}", c.oom->step),
+          format_bytes(c.oom->requested_bytes), c.oom->what, c.oom->category,
           format_bytes(c.oom->at_failure.allocated_bytes),
           format_bytes(c.oom->at_failure.reserved_bytes), format_bytes(c.oom->capacity_bytes));
   }

@@ -151,6 +151,8 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
   rep.steps = steps;
   rep.simulated_steps = s.training.steps;
   rep.scenario = s.name;
+  if (s.training.init == ModelInit::kDevice) rep.init = "device";
+  if (s.training.init == ModelInit::kBroadcastFromRank0) rep.init = "broadcast_from_rank0";
   rep.world_size = s.world_size();
   const bool all_ranks = opt.all_ranks || ranks_differ(s);
   rep.simulated_all_ranks = all_ranks;

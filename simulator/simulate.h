@@ -109,6 +109,9 @@ struct SimulationReport {
   // With a pp dim: the schedule, its bubble and microbatches in flight (pipeline_report.h).
   std::optional<PipelineReport> pipeline;
   uint64_t events_processed = 0;
+  // training.init when not "meta" (whose start-up holds only the shards): the summary then
+  // prints each class's start-up peaks (NOTE [Initialisation modes]).
+  std::string init;
   bool ok() const { return problems.empty() && !out_of_memory && !host_out_of_memory; }
 };
 

@@ -1,5 +1,6 @@
 #pragma once
 // The options of fully_shard, as torch.distributed.fsdp's _fsdp_api.py defines them.
+#include <map>
 #include <optional>
 
 #include "core/mesh/device_mesh.h"
@@ -7,6 +8,13 @@
 #include "core/tensor/dtype.h"
 
 namespace fullshard {
+
+class Tensor;
+struct Param;
+
+// training.init "device" (NOTE [Initialisation modes] in core/train/model_init.cc): the full
+// tensors a model built on the device holds before fully_shard, by parameter.
+using DeviceParams = std::map<const Param*, Tensor>;
 
 // FSDP2's reshard_after_forward: True, False, an int N, or unset (None: root False,
 // non-root True, as newer PyTorch resolves it).
@@ -37,6 +45,11 @@ struct FullyShardOptions {
   // parallel size of the call's own mesh (torchtitan sets the dense data-parallel size on the
   // experts, so they average over every rank's tokens). 0: unset.
   int gradient_divide_factor = 0;
+  // A model built on the device in full: each shard is copied from its parameter's full tensor
+  // (new_zeros + copy_, FSDPParam._init_sharded_param), and fully_shard drops the call's full
+  // tensors when it returns, as PyTorch frees them when their last reference goes. Null: the
+  // meta-device init (each shard initialised in place).
+  DeviceParams* device_params = nullptr;
 };
 
 }  // namespace fullshard

@@ -27,9 +27,10 @@ Shape dim_sharded_shape(const Shape& shape, int world, int dim) {
 }  // namespace
 
 FSDPParam::FSDPParam(Backend& b, Param& param, int shard_world, int shard_rank, DType orig_dtype,
-                     DType param_dtype, bool offload, int shard_dim)
+                     DType param_dtype, bool offload, int shard_dim, const Tensor* full)
     : param_(&param),
       world_(shard_world),
+      rank_(shard_rank),
       shard_dim_(shard_dim),
       orig_dtype_(orig_dtype),
       param_dtype_(param_dtype),
@@ -54,7 +55,21 @@ FSDPParam::FSDPParam(Backend& b, Param& param, int shard_world, int shard_rank, 
   // not a row range: its init is recorded over the local rows (its values are the simulator's
   // only; real backends refuse the MoE models that shard so).
   const int64_t d0 = param.shape.empty() ? 1 : param.shape[0];
-  if (shard_dim != 0)
+  if (full) {  // new_zeros(padded_sharded_size), then this rank's rows copied in
+    FULLSHARD_CHECK(shard_dim == 0 && !offload && full->numel() == fullshard::numel(param.shape),
+                    param.fqn + ": a full tensor needs Shard(0) on the device");
+    ops::fill_zero(b, StreamRole::kDefault, sharded_data_, what);
+    const int64_t rows = shard_rows(d0, shard_world, shard_rank);
+    if (rows > 0) {
+      const int64_t row_numel = fullshard::numel(param.shape) / std::max<int64_t>(d0, 1);
+      const int64_t n = rows * row_numel;
+      const uint64_t esize = dtype_size(orig_dtype);
+      const uint64_t from =
+          static_cast<uint64_t>(shard_row_offset(d0, shard_world, shard_rank) * row_numel) * esize;
+      ops::copy_into(b, StreamRole::kDefault, sharded_data_.view(TensorMeta{orig_dtype, {n}}),
+                     full->view(TensorMeta{full->dtype(), {n}}, from), param.fqn + " shard copy");
+    }
+  } else if (shard_dim != 0)
     ops::init_param(b, StreamRole::kDefault, sharded_data_, param, 0, sharded_shape_[0]);
   else
     ops::init_param(b, StreamRole::kDefault, sharded_data_, param,

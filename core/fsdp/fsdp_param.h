@@ -13,9 +13,11 @@ enum class ShardedState : uint8_t { kSharded, kShardedPostForward, kUnsharded };
 class FSDPParam : public ParamBinding, public OptimizerParam {
  public:
   // Allocates the padded sharded storage (on the host with CPU offload). `shard_dim`: the
-  // placement shard_placement_fn gave (NOTE [Shard(i) placement] in fsdp_param.cc).
+  // placement shard_placement_fn gave (NOTE [Shard(i) placement] in fsdp_param.cc). `full`: the
+  // parameter's full tensor on the device (training.init "device"), which this rank's rows are
+  // copied from; null: they are initialised in place.
   FSDPParam(Backend& backend, Param& param, int shard_world, int shard_rank, DType orig_dtype,
-            DType param_dtype, bool offload, int shard_dim = 0);
+            DType param_dtype, bool offload, int shard_dim = 0, const Tensor* full = nullptr);
 
   // ---- ParamBinding ----
   Tensor unsharded() const override;
@@ -63,6 +65,7 @@ class FSDPParam : public ParamBinding, public OptimizerParam {
   ShardedState state() const { return state_; }
   int shard_dim() const { return shard_dim_; }
   int shard_world() const { return world_; }
+  int shard_rank() const { return rank_; }  // this rank's index in its shard group
 
   const Tensor& sharded_data() const { return sharded_data_; }  // padded, 1-D
   // Local (unpadded) view of the sharded data: the optimizer's parameter.
@@ -89,6 +92,7 @@ class FSDPParam : public ParamBinding, public OptimizerParam {
  private:
   Param* param_;
   int world_;
+  int rank_;
   int shard_dim_;
   DType orig_dtype_;
   DType param_dtype_;

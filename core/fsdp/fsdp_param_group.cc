@@ -27,12 +27,19 @@ FSDPParamGroup::FSDPParamGroup(Backend& b, CommContext& comm, std::string name,
   const int rank = config_.shard_group.index_of(b.rank());
   FULLSHARD_CHECK(rank >= 0, "rank not in its shard group");
   for (Param* p : params) {
+    const Tensor* full = nullptr;
+    if (config_.device_params) {
+      auto it = config_.device_params->find(p);
+      FULLSHARD_CHECK(it != config_.device_params->end(), p->fqn + " has no full tensor");
+      full = &it->second;
+    }
     params_.push_back(std::make_unique<FSDPParam>(b, *p, world, rank, orig,
                                                   config_.mp.param_dtype.value_or(orig),
-                                                  config_.offload, config_.shard_dim));
+                                                  config_.offload, config_.shard_dim, full));
     params_.back()->set_pin_memory(config_.pin_memory);
     raw_.push_back(params_.back().get());
   }
+  config_.device_params = nullptr;  // fully_shard drops them when it returns
 }
 
 DType FSDPParamGroup::reduce_dtype() const {

@@ -35,6 +35,7 @@ struct GroupConfig {
   int post_forward_size = 0;       // int reshard_after_forward N (1 < N < W), else 0
   int shard_dim = 0;               // FullyShardOptions::shard_dim
   int gradient_divide_factor = 0;  // FullyShardOptions::gradient_divide_factor (0: unset)
+  const DeviceParams* device_params = nullptr;  // FullyShardOptions::device_params
 };
 
 // FSDP2's clamping (FSDPParam.init_dtype_attrs): param_dtype equal to the original dtype

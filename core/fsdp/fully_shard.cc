@@ -49,6 +49,7 @@ FSDPState& FSDPRuntime::make_state(const std::vector<Module*>& modules, const Fu
   g.mp = o.mp_policy;
   g.offload = o.cpu_offload;
   g.pin_memory = o.pin_memory;
+  g.device_params = o.device_params;
   const int world = g.shard_group.size();
   switch (o.reshard_after_forward.kind) {
     case ReshardAfterForward::Kind::kDefault: g.reshard_after_forward = !is_root; break;
@@ -68,7 +69,10 @@ FSDPState& FSDPRuntime::make_state(const std::vector<Module*>& modules, const Fu
     std::string name;
     for (Module* m : modules)
       name += (name.empty() ? "" : ", ") + (m->fqn.empty() ? std::string("root") : m->fqn);
-    s->group = std::make_unique<FSDPParamGroup>(b_, comm_, name, std::move(params), g);
+    s->group = std::make_unique<FSDPParamGroup>(b_, comm_, name, params, g);
+    // The call's full tensors go when it returns (their last reference, PyTorch frees them).
+    if (o.device_params)
+      for (Param* p : params) o.device_params->erase(p);
   }
   for (Module* m : modules) by_module_[m] = s.get();
   states_.push_back(std::move(s));

@@ -45,6 +45,8 @@ json rank_class_json(const RankReport& c) {
   cj["peak_allocated_bytes"] = c.peak_allocated_bytes;
   cj["peak_reserved_bytes"] = c.peak_reserved_bytes;
   cj["peak_host_bytes"] = c.peak_host_bytes;
+  cj["init_peak_allocated_bytes"] = c.init_peak_allocated_bytes;
+  cj["init_peak_reserved_bytes"] = c.init_peak_reserved_bytes;
   cj["peak_time_s"] = c.peak_time_s;
   cj["breakdown_at_peak"] = categories(c.breakdown_at_peak);
   cj["allocated_after_step"] = c.allocated_after_step;
@@ -134,6 +136,8 @@ RankReport rank_report_from_json(const json& cj, const json& tl) {
   c.peak_allocated_bytes = field<uint64_t>(cj, "peak_allocated_bytes", w);
   c.peak_reserved_bytes = field<uint64_t>(cj, "peak_reserved_bytes", w);
   c.peak_host_bytes = field<uint64_t>(cj, "peak_host_bytes", w);
+  c.init_peak_allocated_bytes = field<uint64_t>(cj, "init_peak_allocated_bytes", w);
+  c.init_peak_reserved_bytes = field<uint64_t>(cj, "init_peak_reserved_bytes", w);
   c.peak_time_s = field<double>(cj, "peak_time_s", w);
   c.breakdown_at_peak = categories_from(field<json>(cj, "breakdown_at_peak", w));
   c.allocated_after_step = field<std::vector<uint64_t>>(cj, "allocated_after_step", w);

@@ -44,7 +44,7 @@ struct OutOfMemoryInfo {
   std::string category;
   uint64_t capacity_bytes = 0;
   MemorySnapshot at_failure;
-  int step = 0;
+  int step = 0;  // -1: before the first step (the model's initialisation)
 };
 
 // One rank, or one class of ranks whose programs are identical (the simulator played one
@@ -57,6 +57,10 @@ struct RankReport {
   uint64_t peak_allocated_bytes = 0;
   uint64_t peak_reserved_bytes = 0;
   uint64_t peak_host_bytes = 0;
+  // The peaks before the first step (the model's initialisation, training.init: NOTE
+  // [Initialisation modes] in core/train/model_init.cc); the peaks above include them.
+  uint64_t init_peak_allocated_bytes = 0;
+  uint64_t init_peak_reserved_bytes = 0;
   CategoryBytes breakdown_at_peak{};  // device allocated bytes by category at the peak
   double peak_time_s = 0;
   uint64_t end_allocated_bytes = 0;            // after the last step

@@ -77,6 +77,14 @@ enum class AccumulationSync : uint8_t {
   kAll,            // reduce every micro-batch (no setter; torchtitan's training loop)
 };
 
+// How the model's parameters come to hold their initial values (training.init), and so what
+// the device holds at start-up (NOTE [Initialisation modes] in core/train/model_init.cc).
+enum class ModelInit : uint8_t {
+  kMeta,                // meta-device model, fully_shard, to_empty, init_weights (torchtitan)
+  kDevice,              // the model built on the device in full, then fully_shard
+  kBroadcastFromRank0,  // kMeta, then set_model_state_dict(broadcast_from_rank0=True)
+};
+
 struct TrainingOptions {
   int64_t batch_per_rank = 1;         // sequences per rank per micro-batch
   std::map<int, int64_t> rank_batch;  // ranks whose micro-batch differs (an uneven batch)
@@ -90,6 +98,7 @@ struct TrainingOptions {
   DataOptions data;
   TrainingCheckpointOptions checkpoint;
   Float8Training float8;  // training.float8 (core/model/float8_config.h, docs/float8.md)
+  ModelInit init = ModelInit::kMeta;
   int64_t batch_for(int rank) const;  // sequences per micro-batch of `rank`
   bool uneven_batch() const;          // some rank's batch differs from batch_per_rank
 };

@@ -197,5 +197,20 @@ void check_units_and_loss(const Scenario& s) {
   }
 }
 
+void check_model_init(const Scenario& s) {
+  if (s.training.init == ModelInit::kMeta) return;
+  const std::string mode =
+      s.training.init == ModelInit::kDevice ? "\"device\"" : "\"broadcast_from_rank0\"";
+  auto refuse = [&](const std::string& with, const std::string& fix) {
+    throw InputError("training.init", "is " + mode + " with " + with,
+                     fix + ", or use \"meta\" (torchtitan's meta-device init)");
+  };
+  if (s.fsdp.mesh_size("tp") > 1) refuse("a tp mesh dim", "remove the tp dim");
+  if (s.pipeline.enabled()) refuse("a pp mesh dim", "remove the pp dim");
+  if (s.model.moe.enabled()) refuse("a mixture-of-experts model", "use a dense model");
+  if (s.fsdp.cpu_offload) refuse("fsdp.cpu_offload", "turn cpu_offload off");
+  if (!s.model_weights.empty()) refuse("model.weights (a load of its own)", "remove model.weights");
+}
+
 }  // namespace scenario_detail
 }  // namespace fullshard

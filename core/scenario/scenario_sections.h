@@ -51,5 +51,8 @@ ExpertParallelOptions parse_expert_parallel(const nlohmann::json& j, const Scena
 // InputError naming the field. check_dtype_flow is public (scenario.h).
 void check_async_tp(const Scenario& s);
 void check_units_and_loss(const Scenario& s);
+// training.init other than "meta" needs each parameter's shard to be rows of its full tensor: no
+// tp, ep or pp dim, no MoE, no CPU offload, no model.weights (NOTE [Initialisation modes]).
+void check_model_init(const Scenario& s);
 
 }  // namespace fullshard::scenario_detail

@@ -190,6 +190,13 @@ TrainingOptions parse_training(const json& j, const ModelConfig& model,
   if (j.contains("data")) t.data = parse_data(j.at("data"), base_dir);
   if (j.contains("checkpoint")) t.checkpoint = parse_checkpoint_save(j.at("checkpoint"));
   if (j.contains("float8")) t.float8 = parse_float8(j.at("float8"));  // float8_checks.h
+  if (j.contains("init")) {
+    const std::string v =
+        jr::get_choice(j.at("init"), P + ".init", {"meta", "device", "broadcast_from_rank0"});
+    t.init = v == "device"                 ? ModelInit::kDevice
+             : v == "broadcast_from_rank0" ? ModelInit::kBroadcastFromRank0
+                                           : ModelInit::kMeta;
+  }
   if (j.contains("seed")) {
     const json& s = j.at("seed");
     t.seed = s.is_number_unsigned()

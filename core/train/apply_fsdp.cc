@@ -59,12 +59,14 @@ void set_moe_prefetch(Transformer& model, FSDPRuntime& fsdp, const std::vector<F
 }
 }  // namespace
 
-void apply_fsdp(const Scenario& s, Transformer& model, FSDPRuntime& fsdp, bool pp_enabled) {
+void apply_fsdp(const Scenario& s, Transformer& model, FSDPRuntime& fsdp, bool pp_enabled,
+                DeviceParams* device_params) {
   FullyShardOptions o;
   o.reshard_after_forward = s.fsdp.reshard_after_forward;
   o.mp_policy = s.fsdp.mixed_precision;
   o.cpu_offload = s.fsdp.cpu_offload;
   o.pin_memory = s.fsdp.pin_memory;
+  o.device_params = device_params;
   std::vector<FSDPState*> block_states;
   // Per-unit reshard_after_forward (fsdp.per_unit, NOTE [Per-unit options] in scenario_fsdp.cc).
   auto unit_options = [&](const std::string& unit) {

@@ -10,6 +10,9 @@
 namespace fullshard {
 
 // Calls fully_shard on `model`'s units bottom-up and then its root; sets the prefetch lists.
-void apply_fsdp(const Scenario& s, Transformer& model, FSDPRuntime& fsdp, bool pp_enabled);
+// `device_params`: the full tensors of a model built on the device (training.init "device"),
+// consumed unit by unit (FullyShardOptions::device_params).
+void apply_fsdp(const Scenario& s, Transformer& model, FSDPRuntime& fsdp, bool pp_enabled,
+                DeviceParams* device_params = nullptr);
 
 }  // namespace fullshard

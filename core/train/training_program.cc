@@ -7,6 +7,7 @@
 #include "core/model/float8_linear.h"
 #include "core/runtime/layer_args.h"
 #include "core/train/apply_fsdp.h"
+#include "core/train/model_init.h"
 #include "core/train/chunked_loss.h"
 #include "core/runtime/copy_args.h"
 #include "core/train/pipeline_program.h"
@@ -128,7 +129,17 @@ TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
                              f8_all_gather);
   fsdp_ = std::make_unique<FSDPRuntime>(b, mesh_info_for(s, b.rank()));
   b.annotate("init");
-  apply_fsdp(s, *model_, *fsdp_, false);
+  // NOTE [Initialisation modes] (core/train/model_init.cc)
+  DeviceParams device_params;
+  if (s.training.init == ModelInit::kDevice) device_params = build_on_device(b, model_->root());
+  apply_fsdp(s, *model_, *fsdp_, false,
+             s.training.init == ModelInit::kDevice ? &device_params : nullptr);
+  FULLSHARD_CHECK(device_params.empty(), "a parameter's full tensor outlived fully_shard");
+  if (s.training.init == ModelInit::kBroadcastFromRank0) {
+    ProcessGroup world{"world", {}};
+    for (int r = 0; r < s.world_size(); ++r) world.ranks.push_back(r);
+    load_full_state_from_rank0(b, model_->root(), world);
+  }
   for (auto& st : fsdp_->states())
     if (st->group)
       for (FSDPParam* p : st->group->fsdp_params()) {

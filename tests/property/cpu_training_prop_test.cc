@@ -125,6 +125,16 @@ void maybe_per_unit_mixed_precision(json& j) {
 // per reduction. Adam divides by sqrt(v), which turns a tiny gradient's noise into a full
 // lr-sized step, so the tests use eps = 1e-6 (not 1e-8) and compare with
 // |a - b| <= 1e-5 + 1e-3 |b| after 2 steps at lr 1e-3.
+// training.init (NOTE [Initialisation modes] in core/train/model_init.cc): every mode leaves the
+// same values in the shards; "device" and "broadcast_from_rank0" are refused with CPU offload.
+static void maybe_init_mode(json& j, bool cpu_offload) {
+  if (cpu_offload) return;
+  const std::string mode = *rc::gen::element(std::string("meta"), std::string("device"),
+                                             std::string("broadcast_from_rank0"));
+  j["training"]["init"] = mode;
+  RC_TAG("init " + mode);
+}
+
 RC_GTEST_PROP(RealTraining, ShardedEqualsUnsharded, ()) {
   TinyOptions o;
   if (*rc::gen::inRange(0, 3) == 0) {
@@ -154,6 +164,7 @@ RC_GTEST_PROP(RealTraining, ShardedEqualsUnsharded, ()) {
   if (o.cpu_offload && *rc::gen::arbitrary<bool>())  // NOTE [Pageable offload]: blocking D2H
     j["fsdp"]["cpu_offload"] = {{"pin_memory", false}};
   j["training"]["seed"] = *rc::gen::inRange(0, 1000);
+  maybe_init_mode(j, o.cpu_offload);
   RC_TAG(o.mesh.size() == 2 ? "hsdp" : "fsdp");
   sharded_equals_unsharded(j, unsharded(j));
 }
@@ -210,6 +221,7 @@ RC_GTEST_PROP(RealTraining, PredictedPeakMemoryEqualsMeasured, ()) {
     j["training"]["grad_sync_during_accumulation"] = sync;
     RC_TAG("accumulation sync " + sync);
   }
+  maybe_init_mode(j, o.cpu_offload);
   Scenario s = parse_scenario(j);
   predicted_peaks_equal_measured(s);
 }

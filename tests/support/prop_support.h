@@ -134,6 +134,8 @@ inline void predicted_peaks_equal_measured(const Scenario& s) {
     for (int r : c.ranks) {
       RC_ASSERT(real.ranks[r].report.peak_allocated_bytes == c.peak_allocated_bytes);
       RC_ASSERT(real.ranks[r].report.peak_reserved_bytes == c.peak_reserved_bytes);
+      RC_ASSERT(real.ranks[r].report.init_peak_allocated_bytes == c.init_peak_allocated_bytes);
+      RC_ASSERT(real.ranks[r].report.init_peak_reserved_bytes == c.init_peak_reserved_bytes);
     }
 }
 
