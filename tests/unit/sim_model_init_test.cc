@@ -74,8 +74,15 @@ TEST(ModelInit, DeviceInitOfA70BModelRunsOutOfMemoryAtStartUp) {
   auto run = [](const std::string& init) {
     json j = {
         {"model", "llama3.1-70b"},
-        {"training", {{"batch_per_rank", 1}, {"seq_len", 1024}, {"steps", 1}, {"init", init}}},
-        {"fsdp", {{"mesh", {{"shape", {64}}}}}},
+        {"training",
+         {{"batch_per_rank", 1},
+          {"seq_len", 1024},
+          {"steps", 1},
+          {"activation_checkpointing", "full"},
+          {"init", init}}},
+        {"fsdp",
+         {{"mesh", {{"shape", {64}}}},
+          {"mixed_precision", {{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}}}}},
         {"hardware", {{"profile", "h100-sxm-80gb"}, {"nodes", 8}, {"gpus_per_node", 8}}}};
     return simulate_scenario(parse_scenario(j));
   };
