@@ -236,7 +236,8 @@ Value FSDPRuntime::post_forward(ExecContext& c, Module& m, Value y) {
 void FSDPRuntime::state_pre_backward(FSDPState& s) {
   s.training_state = TrainingState::kPreBackward;
   if (!s.group) return;
-  bool default_prefetch = !s.backward_prefetch.has_value();
+  // FSDPState._pre_backward: the implicit prefetch unless the list names some state.
+  const bool default_prefetch = !s.backward_prefetch || s.backward_prefetch->empty();
   s.group->pre_backward(default_prefetch);
   if (!default_prefetch)
     for (FSDPState* t : *s.backward_prefetch)

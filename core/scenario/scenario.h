@@ -143,6 +143,12 @@ struct FsdpOptions {
   ShardingUnits units = ShardingUnits::kBlocks;
   int forward_prefetch = 0;   // explicit: each unit prefetches the next N units' all-gathers
   int backward_prefetch = 1;  // 1 = FSDP2's implicit backward prefetch; N > 1 explicit
+  // fsdp.per_unit.<unit>.forward_prefetch / backward_prefetch: the units that unit passes to
+  // set_modules_to_forward_prefetch / set_modules_to_backward_prefetch (resolved keys, in
+  // order); they replace the counts above for that unit. An empty backward list is FSDP2's
+  // implicit prefetch (FSDPState._pre_backward: default_prefetch when the list is empty).
+  std::map<std::string, std::vector<std::string>> per_unit_forward_prefetch;
+  std::map<std::string, std::vector<std::string>> per_unit_backward_prefetch;
   // FSDPModule.set_gradient_divide_factor on every unit (absent: FSDP2's default; the
   // torchtitan implementation preset's global-token loss sets 1.0 when absent) and
   // set_force_sum_reduction_for_comms (NOTE [Gradient divide factors] in reduce_policy.h).

@@ -217,10 +217,39 @@ void parse_per_unit(const json& u, int shard_size, int64_t n_layers, bool tied_h
                        "keep one of the two");
     key_of[unit] = key;
     jr::require_object(v, K, "{\"reshard_after_forward\": false}");
-    jr::reject_unknown_fields(v, K, {"reshard_after_forward", "mixed_precision"});
-    if (!v.contains("reshard_after_forward") && !v.contains("mixed_precision"))
+    jr::reject_unknown_fields(
+        v, K,
+        {"reshard_after_forward", "mixed_precision", "forward_prefetch", "backward_prefetch"});
+    if (v.empty())
       throw InputError(K, "sets nothing",
-                       "add \"reshard_after_forward\" or \"mixed_precision\" (or remove the unit)");
+                       "add \"reshard_after_forward\", \"mixed_precision\", \"forward_prefetch\" "
+                       "or \"backward_prefetch\" (or remove the unit)");
+    // set_modules_to_forward_prefetch / set_modules_to_backward_prefetch with named units.
+    for (const char* which : {"forward_prefetch", "backward_prefetch"}) {
+      if (!v.contains(which)) continue;
+      const std::string L = jr::child_path(K, which);
+      const json& list = v.at(which);
+      if (!list.is_array())
+        throw InputError(L, "is " + jr::describe(list) + ", not a list of units",
+                         "write the units to prefetch, e.g. [\"layers.2\", \"layers.3\"]");
+      std::vector<std::string> units;
+      for (size_t i = 0; i < list.size(); ++i) {
+        const std::string at = jr::index_path(L, i);
+        if (!list[i].is_string())
+          throw InputError(at, "is " + jr::describe(list[i]) + ", not a unit name",
+                           "write a unit such as \"layers.2\" or \"root\"");
+        const std::string t =
+            resolve_unit(list[i].get<std::string>(), n_layers, f.units, tied_head, at);
+        if (t == unit)
+          throw InputError(at, "names the unit itself (" + unit + ")",
+                           "name other units: a unit is unsharded before it prefetches");
+        if (std::find(units.begin(), units.end(), t) != units.end())
+          throw InputError(at, "names " + t + " twice", "name each unit once");
+        units.push_back(t);
+      }
+      (std::string(which) == "forward_prefetch" ? f.per_unit_forward_prefetch
+                                                : f.per_unit_backward_prefetch)[unit] = units;
+    }
     if (v.contains("reshard_after_forward"))
       f.per_unit_reshard[unit] = parse_reshard(v.at("reshard_after_forward"), shard_size,
                                                jr::child_path(K, "reshard_after_forward"));

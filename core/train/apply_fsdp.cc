@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "core/common/error.h"
+
 namespace fullshard {
 namespace {
 bool has_child(const Module& m, const std::string& name) {
@@ -56,6 +58,34 @@ void set_moe_prefetch(Transformer& model, FSDPRuntime& fsdp, const std::vector<F
     else
       blocks[static_cast<size_t>(i)]->backward_prefetch = std::vector<FSDPState*>{};
   }
+}
+// fsdp.per_unit.<unit>.forward_prefetch / backward_prefetch: a script's
+// set_modules_to_forward_prefetch / set_modules_to_backward_prefetch with named units, set last
+// so they replace the counts' (and torchtitan's MoE) lists for that unit.
+void set_named_prefetch(const Scenario& s, Transformer& model, FSDPRuntime& fsdp,
+                        const std::vector<FSDPState*>& blocks, FSDPState& root) {
+  if (s.fsdp.per_unit_forward_prefetch.empty() && s.fsdp.per_unit_backward_prefetch.empty()) return;
+  std::map<std::string, FSDPState*> by_unit = {{"root", &root}};
+  for (size_t i = 0; i < blocks.size(); ++i) by_unit["layers." + std::to_string(i)] = blocks[i];
+  Module& r = model.root();
+  if (s.fsdp.units == ShardingUnits::kEmbedBlocksHead) {  // resolve_unit's names
+    if (find_child(r, "output")) by_unit["output"] = fsdp.state_of(r.child("output"));
+    if (find_child(r, "tok_embeddings"))
+      by_unit["tok_embeddings"] = fsdp.state_of(r.child("tok_embeddings"));
+  }
+  auto states = [&](const std::vector<std::string>& units) {
+    std::vector<FSDPState*> v;
+    for (const std::string& u : units) {
+      auto it = by_unit.find(u);
+      FULLSHARD_CHECK(it != by_unit.end() && it->second, "no FSDP unit '" + u + "'");
+      v.push_back(it->second);
+    }
+    return v;
+  };
+  for (const auto& [unit, targets] : s.fsdp.per_unit_forward_prefetch)
+    states({unit}).front()->forward_prefetch = states(targets);
+  for (const auto& [unit, targets] : s.fsdp.per_unit_backward_prefetch)
+    states({unit}).front()->backward_prefetch = states(targets);
 }
 }  // namespace
 
@@ -140,6 +170,7 @@ void apply_fsdp(const Scenario& s, Transformer& model, FSDPRuntime& fsdp, bool p
   }
   if (!expert_states.empty() && s.fsdp.units != ShardingUnits::kRoot)
     set_moe_prefetch(model, fsdp, block_states, expert_states);
+  set_named_prefetch(s, model, fsdp, block_states, root);
   // FSDPModule's gradient division settings on every unit (NOTE [Global valid tokens] in
   // training_program.cc).
   std::optional<double> divide = s.fsdp.gradient_divide_factor;

@@ -53,6 +53,33 @@ void maybe_per_unit(json& j, const std::vector<json>& raf) {
   RC_TAG("per_unit");
 }
 
+// fsdp.per_unit.<block>.forward_prefetch / backward_prefetch, maybe: one block names other
+// blocks (any order, the root too) to prefetch, as a script's set_modules_to_*_prefetch does.
+// It goes on the key per_unit already uses for that block, if any ("layers.-1" and "layers.N-1"
+// name one unit).
+void maybe_named_prefetch(json& j) {
+  if (j["fsdp"]["units"] == "root" || !*rc::gen::arbitrary<bool>()) return;
+  const int layers = j["model"]["n_layers"];
+  if (layers < 2) return;
+  const int u = *rc::gen::inRange(0, layers);
+  std::vector<std::string> others;
+  for (int i = 0; i < layers; ++i)
+    if (i != u) others.push_back("layers." + std::to_string(i));
+  others.push_back("root");
+  const auto picked = *rc::gen::unique<std::vector<std::string>>(rc::gen::elementOf(others));
+  if (!j["fsdp"].contains("per_unit") || !j["fsdp"]["per_unit"].is_object())
+    j["fsdp"]["per_unit"] = json::object();
+  json& per_unit = j["fsdp"]["per_unit"];
+  std::string key = "layers." + std::to_string(u);
+  for (auto& [name, v] : per_unit.items())
+    if (name.rfind("layers.", 0) == 0 && (std::stoi(name.substr(7)) + layers) % layers == u)
+      key = name;
+  const std::string which =
+      *rc::gen::element(std::string("forward_prefetch"), std::string("backward_prefetch"));
+  per_unit[key][which] = picked;
+  RC_TAG("named " + which);
+}
+
 // torchtitan's program for a Llama model, maybe: tied embeddings, fsdp.units
 // "embed_blocks_head" (the embedding and fully_shard([norm, output]) as units, or, tied,
 // fully_shard([tok_embeddings, norm, output])) and the chunked loss with a chunk count dividing
@@ -160,6 +187,7 @@ RC_GTEST_PROP(RealTraining, ShardedEqualsUnsharded, ()) {
   maybe_torchtitan_units_and_loss(j);
   maybe_compile(j);
   maybe_per_unit(j, raf);
+  maybe_named_prefetch(j);
   keep_root_unsharded_for_chunks(j);
   if (o.cpu_offload && *rc::gen::arbitrary<bool>())  // NOTE [Pageable offload]: blocking D2H
     j["fsdp"]["cpu_offload"] = {{"pin_memory", false}};
@@ -207,6 +235,7 @@ RC_GTEST_PROP(RealTraining, PredictedPeakMemoryEqualsMeasured, ()) {
   maybe_compile(j);
   maybe_per_unit(j, raf);
   maybe_per_unit_mixed_precision(j);
+  maybe_named_prefetch(j);
   keep_root_unsharded_for_chunks(j);
   if (o.cpu_offload && *rc::gen::arbitrary<bool>()) {  // NOTE [Pageable offload]
     j["fsdp"]["cpu_offload"] = {{"pin_memory", false}};
