@@ -86,7 +86,7 @@ const std::map<std::string, std::vector<std::string>> kFields = {
     {"training",
      {"batch_per_rank", "rank_batch", "seq_len", "steps", "grad_accum_steps",
       "grad_sync_during_accumulation", "activation_checkpointing", "optimizer", "seed", "data",
-      "checkpoint", "moe_routing", "float8", "init"}},
+      "checkpoint", "moe_routing", "float8", "init", "reshard_after_backward_during_accumulation"}},
     {"training.moe_routing", {"hot_expert_factor"}},
     {"training.float8",
      {"recipe", "enable_fsdp_float8_all_gather", "precompute_float8_dynamic_scale_for_fsdp",
@@ -628,6 +628,11 @@ Scenario parse_scenario(const json& j, const std::string& base_dir) {
                      "their linears to float8 yet",
                      "remove training.float8, or the pp dim");
   scenario_detail::check_model_init(s);
+  if (s.pipeline.enabled() && !s.training.reshard_after_backward_during_accumulation)
+    throw InputError("training.reshard_after_backward_during_accumulation",
+                     "is false with a pp mesh dim, whose schedule sets reshard_after_backward "
+                     "itself (off until a stage's last microbatch)",
+                     "remove it, or the pp dim");
   if (tp > 1 && !s.training.rank_batch.empty())
     throw InputError("training.rank_batch", "is set with tp " + std::to_string(tp),
                      "ranks of one tp group read the same batch: remove rank_batch or use tp 1");

@@ -92,6 +92,10 @@ struct TrainingOptions {
   int steps = 1;                      // optimizer steps to run
   int grad_accum_steps = 1;           // micro-batches per optimizer step
   AccumulationSync accumulation_sync = AccumulationSync::kNone;
+  // FSDPModule.set_reshard_after_backward(m == k - 1) on every micro-batch m of k when false:
+  // the units stay unsharded from one micro-batch's backward to the next one's forward, which
+  // then all-gathers nothing (training.reshard_after_backward_during_accumulation).
+  bool reshard_after_backward_during_accumulation = true;
   ActivationCheckpointing activation_checkpointing;
   OptimizerOptions optimizer;
   uint64_t seed = 0;

@@ -162,6 +162,10 @@ TrainingOptions parse_training(const json& j, const ModelConfig& model,
                           : v == "reduce_scatter" ? AccumulationSync::kReduceScatter
                                                   : AccumulationSync::kNone;
   }
+  if (j.contains("reshard_after_backward_during_accumulation"))
+    t.reshard_after_backward_during_accumulation =
+        jr::get_bool(j.at("reshard_after_backward_during_accumulation"),
+                     P + ".reshard_after_backward_during_accumulation");
   if (j.contains("activation_checkpointing"))
     t.activation_checkpointing = parse_activation_checkpointing(j.at("activation_checkpointing"));
   if (j.contains("optimizer")) t.optimizer = parse_optimizer(j.at("optimizer"));

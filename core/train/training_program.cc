@@ -280,6 +280,8 @@ double TrainingProgram::run_step(int step) {
       fsdp_->set_requires_gradient_sync(m == k - 1);
     if (k > 1 && s_.training.accumulation_sync == AccumulationSync::kReduceScatter)
       fsdp_->set_requires_all_reduce(m == k - 1);
+    if (k > 1 && !s_.training.reshard_after_backward_during_accumulation)
+      fsdp_->set_reshard_after_backward(m == k - 1);
     micro_step(step, m);
   }
   if (before_optimizer_) before_optimizer_(step);

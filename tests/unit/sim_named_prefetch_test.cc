@@ -116,5 +116,27 @@ TEST(NamedPrefetch, BadListsNameTheField) {
   EXPECT_NE(error_of({{"layers.1", json::object()}}).find("sets nothing"), std::string::npos);
 }
 
+// training.reshard_after_backward_during_accumulation false: with 3 micro-batches, units kept
+// unsharded after the first two backwards skip the next forward's all-gathers (FSDP2's unshard
+// is a no-op on an unsharded group), so each step all-gathers fewer times and holds more memory.
+TEST(ReshardAfterBackward, AccumulationWithoutReshardAllGathersLess) {
+  auto run_with = [](bool reshard) {
+    json j = scenario(3);
+    j["training"]["grad_accum_steps"] = 3;
+    j["training"]["reshard_after_backward_during_accumulation"] = reshard;
+    return run(j);
+  };
+  const SimulationReport on = run_with(true);
+  const SimulationReport off = run_with(false);
+  const int ag = static_cast<int>(CollectiveKind::kAllGather);
+  ASSERT_FALSE(on.classes.empty());
+  ASSERT_FALSE(off.classes.empty());
+  // 3 blocks and the root: one forward all-gather each saved on micro-batches 2 and 3.
+  EXPECT_EQ(
+      on.classes.front().collectives_per_step[ag] - off.classes.front().collectives_per_step[ag],
+      2 * 3);
+  EXPECT_GT(off.classes.front().peak_allocated_bytes, on.classes.front().peak_allocated_bytes);
+}
+
 }  // namespace
 }  // namespace fullshard::sim
