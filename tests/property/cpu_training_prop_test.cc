@@ -249,6 +249,10 @@ RC_GTEST_PROP(RealTraining, PredictedPeakMemoryEqualsMeasured, ()) {
     const std::string sync = *rc::gen::elementOf(syncs);
     j["training"]["grad_sync_during_accumulation"] = sync;
     RC_TAG("accumulation sync " + sync);
+    if (*rc::gen::arbitrary<bool>()) {  // set_reshard_after_backward(m == k - 1)
+      j["training"]["reshard_after_backward_during_accumulation"] = false;
+      RC_TAG("no reshard after backward");
+    }
   }
   maybe_init_mode(j, o.cpu_offload);
   Scenario s = parse_scenario(j);
