@@ -111,14 +111,14 @@ TEST(NamedPrefetch, BadListsNameTheField) {
       std::string::npos);
   EXPECT_NE(error_of({{"layers.0", {{"backward_prefetch", "layers.1"}}}}).find("not a list"),
             std::string::npos);
-  EXPECT_NE(error_of({{"layers.0", {{"forward_prefetch", {"layers.7"}}}}}).find("layers.7"),
+  EXPECT_NE(error_of({{"layers.0", {{"forward_prefetch", {"layers.7"}}}}}).find("block 7"),
             std::string::npos);
   EXPECT_NE(error_of({{"layers.1", json::object()}}).find("sets nothing"), std::string::npos);
 }
 
 // training.reshard_after_backward_during_accumulation false: with 3 micro-batches, units kept
 // unsharded after the first two backwards skip the next forward's all-gathers (FSDP2's unshard
-// is a no-op on an unsharded group), so each step all-gathers fewer times and holds more memory.
+// is a no-op on an unsharded group), so each step all-gathers fewer times.
 TEST(ReshardAfterBackward, AccumulationWithoutReshardAllGathersLess) {
   auto run_with = [](bool reshard) {
     json j = scenario(3);
@@ -135,7 +135,9 @@ TEST(ReshardAfterBackward, AccumulationWithoutReshardAllGathersLess) {
   EXPECT_EQ(
       on.classes.front().collectives_per_step[ag] - off.classes.front().collectives_per_step[ag],
       2 * 4);
-  EXPECT_GT(off.classes.front().peak_allocated_bytes, on.classes.front().peak_allocated_bytes);
+  // The units kept unsharded are resharded after the next forward (reshard_after_forward), before
+  // the activations peak: the peak does not fall.
+  EXPECT_GE(off.classes.front().peak_allocated_bytes, on.classes.front().peak_allocated_bytes);
 }
 
 }  // namespace
