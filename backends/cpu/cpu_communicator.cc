@@ -20,19 +20,32 @@ CpuCommunicator::CpuCommunicator(const Backend& host, CpuDevice& streams,
       device_(std::move(device)),
       options_(std::move(options)) {}
 
+// NOTE [Rendezvous outside the lock]: a group's first collective on a stream rendezvouses with
+// the other ranks, which blocks until they reach the same (group, stream). Holding groups_mu_
+// meanwhile would let two streams deadlock across ranks: rank 0's copy-in stream waits for rank
+// 1's copy-in stream (the float8 all-gather's amax all-reduce) while rank 1's copy-in stream
+// waits on the mutex its all-gather stream holds, rendezvousing for an all-gather that rank 0's
+// all-gather stream cannot reach (it waits on the mutex too). The lock guards only the map; each
+// entry is built once (std::call_once), by the first thread that needs it.
 backends::GlooCollectiveGroup& CpuCommunicator::process_group(const ProcessGroup& g, StreamRole r) {
   const std::string key = std::string(stream_name(r)) + "/" + g.key();
-  std::lock_guard<std::mutex> lock(groups_mu_);
-  auto it = groups_.find(key);
-  if (it != groups_.end()) return *it->second;
-  FULLSHARD_CHECK(g.size() == 1 || (store_ && device_),
-                  "a collective over several ranks needs a rendezvous store and a device");
-  // A one-rank group exchanges nothing and has no store (a one-rank job); wrapping a null
-  // store in a PrefixStore would bind a reference to it.
-  auto store = store_ ? gloo_backend::make_prefix_store(key, store_) : nullptr;
-  auto pg =
-      std::make_unique<backends::GlooCollectiveGroup>(store, device_, g, host_.rank(), options_);
-  return *groups_.emplace(key, std::move(pg)).first->second;
+  std::shared_ptr<LazyGroup> entry;
+  {
+    std::lock_guard<std::mutex> lock(groups_mu_);
+    auto& slot = groups_[key];
+    if (!slot) slot = std::make_shared<LazyGroup>();
+    entry = slot;
+  }
+  std::call_once(entry->once, [&] {
+    FULLSHARD_CHECK(g.size() == 1 || (store_ && device_),
+                    "a collective over several ranks needs a rendezvous store and a device");
+    // A one-rank group exchanges nothing and has no store (a one-rank job); wrapping a null
+    // store in a PrefixStore would bind a reference to it.
+    auto store = store_ ? gloo_backend::make_prefix_store(key, store_) : nullptr;
+    entry->pg =
+        std::make_unique<backends::GlooCollectiveGroup>(store, device_, g, host_.rank(), options_);
+  });
+  return *entry->pg;
 }
 
 // NOTE [Pipeline sends and recvs on the CPU]: a pipeline channel's transfer (NOTE [Pipeline p2p]

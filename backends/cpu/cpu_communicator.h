@@ -40,9 +40,14 @@ class CpuCommunicator : public Communicator {
   std::shared_ptr<::gloo::transport::Device> device_;
   gloo_backend::ProcessGroupOptions options_;
   // Process groups by (group key, stream): each stream's collectives get their own Gloo
-  // context, so concurrent streams never share one. Created lazily on the stream's thread.
+  // context, so concurrent streams never share one. Created lazily on the stream's thread,
+  // outside groups_mu_ (NOTE [Rendezvous outside the lock] in cpu_communicator.cc).
+  struct LazyGroup {
+    std::once_flag once;
+    std::unique_ptr<backends::GlooCollectiveGroup> pg;
+  };
   std::mutex groups_mu_;
-  std::map<std::string, std::unique_ptr<backends::GlooCollectiveGroup>> groups_;
+  std::map<std::string, std::shared_ptr<LazyGroup>> groups_;
 
   // Pipeline channels (NOTE [Pipeline sends and recvs on the CPU]), by name and ranks: the
   // host thread keeps the map and each channel's next tag; the one stream that transfers on a

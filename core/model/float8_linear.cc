@@ -45,6 +45,8 @@ Float8Cast cast_to_float8(Backend& b, StreamRole stream, const Tensor& x, int64_
   a.axis = spec.axis;
   a.rows = rows;
   a.cols = cols;
+  a.target = spec.target == DType::kFloat8E5M2 ? 1 : 0;
+  a.pow2 = spec.pow2 ? 1 : 0;
   const int64_t s = a.scale_numel();
   const double n = static_cast<double>(rows * cols);
   const TensorMeta fp8{spec.target, {rows, cols}};
@@ -224,9 +226,9 @@ Value float8_linear(ExecContext& c, Value x, const Param& weight, const std::str
         }
         Tensor gw = new_param_grad(b, *pw);
         if (rc.grad_weight_hp) {
-          b.launch(kCompute, make_op(OpKind::kLinearBackwardWeight, name + " backward_weight",
-                                     {go.ref(), xs.ref()}, {gw.ref()}, 2.0 * M * K * N,
-                                     LinearArgs{M, K, N}));
+          b.launch(kCompute,
+                   make_op(OpKind::kLinearBackwardWeight, name + " backward_weight",
+                           {go.ref(), xs.ref()}, {gw.ref()}, 2.0 * M * K * N, LinearArgs{M, K, N}));
         } else {
           // Tensorwise compiled: inductor reuses grad_output's cast (the same scale); eager
           // casts it again, as the rowwise recipes must (another axis).

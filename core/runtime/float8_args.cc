@@ -12,12 +12,14 @@ int64_t Float8CastArgs::scale_numel() const {
 
 Float8CastArgs Float8CastArgs::decode(const OpCall& op) {
   check_table_arity(op);
-  FULLSHARD_CHECK(op.iargs.size() >= 5, op_where(op) +
+  FULLSHARD_CHECK(op.iargs.size() >= 7, op_where(op) +
                                             "needs iargs = {granularity, axis, rows, "
-                                            "cols, step}");
-  const Float8CastArgs a{op.iargs[0], op.iargs[1], op.iargs[2], op.iargs[3], op.iargs[4]};
+                                            "cols, step, target, pow2}");
+  const Float8CastArgs a{op.iargs[0], op.iargs[1], op.iargs[2], op.iargs[3],
+                         op.iargs[4], op.iargs[5], op.iargs[6]};
   FULLSHARD_CHECK((a.granularity == 0 || a.granularity == 1) && (a.axis == 0 || a.axis == -1) &&
-                      a.rows >= 0 && a.cols >= 0 && a.step >= 0,
+                      a.rows >= 0 && a.cols >= 0 && a.step >= 0 &&
+                      (a.target == 0 || a.target == 1) && (a.pow2 == 0 || a.pow2 == 1),
                   op_where(op) + "has a bad granularity, axis, shape or step");
   const int64_t n = a.rows * a.cols, s = a.scale_numel();
   const TensorMeta& x = op.inputs[0].meta;

@@ -36,7 +36,8 @@ double ComputeModel::peak_flops(OpClass c, DType dtype) const {
     case DType::kBFloat16: return hw_.peak_flops_bf16;
     case DType::kFloat16: return hw_.peak_flops_fp16;
     case DType::kFloat8E4M3FN:  // torch._scaled_mm's operands (kScaledMM*)
-    case DType::kFloat8E5M2: return hw_.peak_flops_fp8;
+    case DType::kFloat8E5M2:    // a CPU profile emulates float8 in fp32 (no peak_flops_fp8)
+      return hw_.peak_flops_fp8 > 0 ? hw_.peak_flops_fp8 : hw_.peak_flops_fp32;
     default: return hw_.peak_flops_fp32;
   }
 }

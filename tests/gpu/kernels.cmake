@@ -9,6 +9,19 @@ target_link_libraries(cuda_kernels_plan_test PRIVATE fullshard_cuda_kernels full
                       rapidcheck GTest::gtest GTest::gtest_main)
 target_include_directories(cuda_kernels_plan_test PRIVATE ${PROJECT_SOURCE_DIR})
 add_test(NAME cuda_kernels.plan COMMAND cuda_kernels_plan_test)
+# scaled_gemm_plan_test: the cuBLASLt float8 GEMM's layouts against the CPU emulation (no GPU).
+add_executable(scaled_gemm_plan_test ${CMAKE_CURRENT_SOURCE_DIR}/scaled_gemm_plan_test.cc)
+target_link_libraries(scaled_gemm_plan_test PRIVATE fullshard_cuda_kernels fullshard_cpu_kernels
+                      GTest::gtest GTest::gtest_main)
+target_include_directories(scaled_gemm_plan_test PRIVATE ${PROJECT_SOURCE_DIR})
+add_test(NAME cuda_kernels.scaled_gemm_plan COMMAND scaled_gemm_plan_test)
+# scaled_gemm_gpu_test: the float8 GEMM itself on sm_89 or later (label gpu, exit 77 otherwise).
+add_executable(scaled_gemm_gpu_test ${CMAKE_CURRENT_SOURCE_DIR}/scaled_gemm_gpu_test.cc)
+target_link_libraries(scaled_gemm_gpu_test PRIVATE fullshard_cuda_kernels fullshard_cpu_kernels
+                      GTest::gtest)
+target_include_directories(scaled_gemm_gpu_test PRIVATE ${PROJECT_SOURCE_DIR})
+add_test(NAME cuda_kernels.scaled_gemm_gpu COMMAND scaled_gemm_gpu_test)
+set_tests_properties(cuda_kernels.scaled_gemm_gpu PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
 # cuda_kernels_rowplan_test: launch planning of the row / multi-tensor kernels (no GPU needed).
 add_executable(cuda_kernels_rowplan_test ${CMAKE_CURRENT_SOURCE_DIR}/cuda_kernels_rowplan_test.cc)
 target_link_libraries(cuda_kernels_rowplan_test PRIVATE fullshard_cuda_kernels rapidcheck_gtest rapidcheck GTest::gtest

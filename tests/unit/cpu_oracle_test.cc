@@ -139,8 +139,12 @@ double norm_relative(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 struct Tolerance {
-  bool bf16 = false;
+  bool bf16 = false;  // norm-relative, against the distance of the fp32 case from the reference
   double loss_rtol = 1e-5;
+  // With bf16: allowed = max(floor, factor * |reference - fp32 case|), the fp32 case named
+  // fp32_case (default: the name without "-bf16").
+  double floor = 1e-2, factor = 2.0;
+  std::string fp32_case;
 };
 
 void check_case(const std::string& name, int world, const Tolerance& tol, const Edit& edit = {},
@@ -176,7 +180,9 @@ void check_case(const std::string& name, int world, const Tolerance& tol, const 
   // bf16: the fp32 case of the same weights measures how far PyTorch's own bf16 run is from
   // exact (NOTE [Oracle tolerances]).
   std::optional<Reference> fp32;
-  if (tol.bf16) fp32.emplace(kOracle / name.substr(0, name.size() - 5));
+  if (tol.bf16)
+    fp32.emplace(kOracle /
+                 (tol.fp32_case.empty() ? name.substr(0, name.size() - 5) : tol.fp32_case));
 
   // The logits of global sequence 0 of step 0 (rank 0's first), before any optimizer step.
   if (tp == 1) {
@@ -188,7 +194,8 @@ void check_case(const std::string& name, int world, const Tolerance& tol, const 
     const std::vector<float> first(got.begin(),
                                    got.begin() + static_cast<std::ptrdiff_t>(want.size()));
     if (tol.bf16) {
-      const double allowed = std::max(1e-2, 2 * norm_relative(fp32->f32("logits"), want));
+      const double allowed =
+          std::max(tol.floor, tol.factor * norm_relative(fp32->f32("logits"), want));
       EXPECT_LE(norm_relative(first, want), allowed) << "logits";
       std::printf("%s, %d ranks: logits norm-relative %.3g (allowed %.3g)\n", name.c_str(), world,
                   norm_relative(first, want), allowed);
@@ -205,7 +212,8 @@ void check_case(const std::string& name, int world, const Tolerance& tol, const 
   for (size_t k = 0; k < loss.size(); ++k) {
     double rtol = tol.loss_rtol;
     if (fp32)
-      rtol = std::max(rtol, 2 * std::abs(static_cast<double>(loss[k]) / fp32->f32("loss")[k] - 1));
+      rtol = std::max(
+          rtol, tol.factor * std::abs(static_cast<double>(loss[k]) / fp32->f32("loss")[k] - 1));
     EXPECT_NEAR(run.mean_loss[k], loss[k], rtol * std::abs(loss[k])) << "loss of step " << k;
   }
 
@@ -220,7 +228,8 @@ void check_case(const std::string& name, int world, const Tolerance& tol, const 
     const auto want = ref.f32("grad/" + hf);
     ASSERT_EQ(g.size(), want.size()) << fqn;
     if (tol.bf16) {
-      const double allowed = std::max(1e-2, 2 * norm_relative(fp32->f32("grad/" + hf), want));
+      const double allowed =
+          std::max(tol.floor, tol.factor * norm_relative(fp32->f32("grad/" + hf), want));
       EXPECT_LE(norm_relative(g, want), allowed) << "gradient of " << fqn;
       worst_grad = std::max(worst_grad, norm_relative(g, want) / allowed);
       continue;
@@ -274,6 +283,18 @@ TEST_P(CpuOracle, Gpt2Fp32) { check_case("gpt2", GetParam(), {}); }
 TEST_P(CpuOracle, LlamaRopeScalingFp32) { check_case("llama-rope-scaling", GetParam(), {}); }
 TEST_P(CpuOracle, LlamaBf16) { check_case("llama-bf16", GetParam(), {true, 2e-3}); }
 TEST_P(CpuOracle, Gpt2Bf16) { check_case("gpt2-bf16", GetParam(), {true, 2e-3}); }
+// NOTE [Float8 oracle tolerance]: torchao's tensorwise float8 (emulated, tools/oracle/
+// float8_llama.py) against the CPU backend's emulation of it, on one rank: tensorwise scales take
+// the amax of each rank's own activations, so a batch split over ranks casts differently and the
+// one-process reference holds for one rank only. Both cast alike to the bit
+// (kernels_float8_test); the fp32 matmuls sum in another order, and an element next to a float8
+// rounding boundary may round the other way. So fullshard must be within 1/10 of float8's own
+// distance from the fp32 run (the llama case) per gradient tensor, the logits and each loss,
+// floor 1e-3: far closer than float8 is to fp32, so it reproduces torchao's float8, not fp32
+// (measured: logits 2e-7 apart, the losses equal, every gradient within 1e-6).
+TEST(CpuOracle, LlamaFloat8OneRank) {
+  check_case("llama-float8", 1, {true, 1e-5, 1e-3, 0.1, "llama"});
+}
 
 INSTANTIATE_TEST_SUITE_P(Ranks, CpuOracle, ::testing::Values(1, 2, 3, 4),
                          [](const auto& info) { return std::to_string(info.param) + "ranks"; });
@@ -355,7 +376,8 @@ TEST(CpuOracle, LogitsReadoutChangesNothing) {
 
 // The references record what produced them.
 TEST(CpuOracle, ReferencesNameTheirVersions) {
-  for (const char* c : {"llama", "gpt2", "llama-rope-scaling", "llama-bf16", "gpt2-bf16"}) {
+  for (const char* c :
+       {"llama", "gpt2", "llama-rope-scaling", "llama-bf16", "gpt2-bf16", "llama-float8"}) {
     const Reference r(kOracle / c);
     EXPECT_FALSE(r.meta("torch").empty()) << c;
     EXPECT_FALSE(r.meta("transformers").empty()) << c;

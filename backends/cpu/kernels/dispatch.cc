@@ -42,8 +42,19 @@ bool is_moe_kind(OpKind kind) {
 
 // The kinds the CPU kernels run, which CpuDevice::launch checks before queueing: the op table's
 // device kinds (not the host fills kLoadBatch / kInitParam, nor the simulator-only rows), and
-// the simulator-only kinds the CPU runs ahead of the CUDA backend (the MoE kinds).
-bool has_kernel(OpKind kind) { return has_device_kernel(kind) || is_moe_kind(kind); }
+// the simulator-only kinds the CPU runs ahead of the CUDA backend: the MoE kinds and float8's.
+bool has_kernel(OpKind kind) {
+  switch (kind) {
+    case OpKind::kFloat8Abs:  // float8 training (backends/cpu/kernels/float8.cc)
+    case OpKind::kFloat8Amax:
+    case OpKind::kFloat8Scale:
+    case OpKind::kFloat8Cast:
+    case OpKind::kScaledMM:
+    case OpKind::kScaledMMBackwardInput:
+    case OpKind::kScaledMMBackwardWeight: return true;
+    default: return has_device_kernel(kind) || is_moe_kind(kind);
+  }
+}
 
 void run_kernel(const OpCall& op, const std::vector<void*>& in, const std::vector<void*>& out) {
   using namespace detail;
@@ -140,6 +151,13 @@ void run_kernel(const OpCall& op, const std::vector<void*>& in, const std::vecto
     case OpKind::kGroupedMM: return grouped_mm(op, in, out);
     case OpKind::kGroupedMMBackwardInput: return grouped_mm_backward_input(op, in, out);
     case OpKind::kGroupedMMBackwardWeight: return grouped_mm_backward_weight(op, in, out);
+    case OpKind::kFloat8Abs: return float8_abs(op, in, out);
+    case OpKind::kFloat8Amax: return float8_amax(op, in, out);
+    case OpKind::kFloat8Scale: return float8_scale(op, in, out);
+    case OpKind::kFloat8Cast: return float8_cast(op, in, out);
+    case OpKind::kScaledMM:
+    case OpKind::kScaledMMBackwardInput:
+    case OpKind::kScaledMMBackwardWeight: return scaled_mm(op, in, out);
     // The host fills run in CpuDevice::launch; the simulator-only kinds are refused there
     // (backends/common/device_kernels.h). The KernelDispatch test reaches every other kind.
     default: break;

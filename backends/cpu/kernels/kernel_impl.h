@@ -38,6 +38,13 @@ void rms_norm_row_backward(float* g, float* x, const float* w, float rstd, doubl
 void layer_norm(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void layer_norm_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
 
+// float8.cc (NOTE [Float8 on the CPU])
+void float8_abs(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void float8_amax(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void float8_scale(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void float8_cast(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void scaled_mm(const OpCall& op, const Ptrs& in, const Ptrs& out);  // the three kScaledMM* kinds
+
 // linear.cc
 void linear(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void linear_backward_input(const OpCall& op, const Ptrs& in, const Ptrs& out);
