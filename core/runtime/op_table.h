@@ -8,7 +8,8 @@
 // that validates once and throws the one message), its operand counts and its properties:
 // kOpBlas (a cuBLAS matmul, using its thread's workspace), kOpCompiled (a torch.compile'd
 // region's generated kernel), kOpHostFill (the backend's own host work, no kernel:
-// core/data fills it) and kOpSimulatedOnly (real backends refuse it). op_kind_name,
+// core/data fills it) and kOpSimulatedOnly (no real backend runs it: asynchronous TP's
+// collective matmuls). op_kind_name,
 // op_uses_blas, is_compiled_region and the backends' has_kernel read this table;
 // tests/unit/op_table_test.cc checks every kind's row and its decode against the host
 // programs the model records.
@@ -71,7 +72,8 @@ inline constexpr const OpInfo& op_info(OpKind k) {
 }
 
 // Whether a real backend's kernel library runs the kind: every kind but the backend's own host
-// fills (kOpHostFill) and the simulator-only ones (kOpSimulatedOnly).
+// fills (kOpHostFill) and the simulator-only ones (kOpSimulatedOnly). A kind with a device
+// kernel somewhere may still lack one on a given backend (cuda::has_kernel lists its own).
 inline constexpr bool has_device_kernel(OpKind k) {
   return !op_info(k).has(kOpHostFill) && !op_info(k).has(kOpSimulatedOnly);
 }

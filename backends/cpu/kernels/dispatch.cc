@@ -7,10 +7,7 @@
 
 namespace fullshard::cpu {
 
-namespace {
-
-// The mixture-of-experts kinds (docs/moe.md): simulator-only rows of the op table, run here ahead
-// of the CUDA backend.
+// The mixture-of-experts kinds (docs/moe.md), which the CPU runs ahead of the CUDA backend.
 bool is_moe_kind(OpKind kind) {
   switch (kind) {
     case OpKind::kSoftmax:
@@ -38,23 +35,9 @@ bool is_moe_kind(OpKind kind) {
   }
 }
 
-}  // namespace
-
-// The kinds the CPU kernels run, which CpuDevice::launch checks before queueing: the op table's
-// device kinds (not the host fills kLoadBatch / kInitParam, nor the simulator-only rows), and
-// the simulator-only kinds the CPU runs ahead of the CUDA backend: the MoE kinds and float8's.
-bool has_kernel(OpKind kind) {
-  switch (kind) {
-    case OpKind::kFloat8Abs:  // float8 training (backends/cpu/kernels/float8.cc)
-    case OpKind::kFloat8Amax:
-    case OpKind::kFloat8Scale:
-    case OpKind::kFloat8Cast:
-    case OpKind::kScaledMM:
-    case OpKind::kScaledMMBackwardInput:
-    case OpKind::kScaledMMBackwardWeight: return true;
-    default: return has_device_kernel(kind) || is_moe_kind(kind);
-  }
-}
+// The kinds the CPU kernels run, which CpuDevice::launch checks before queueing: every kind with a
+// device kernel (not the host fills kLoadBatch / kInitParam, nor the simulator-only rows).
+bool has_kernel(OpKind kind) { return has_device_kernel(kind); }
 
 void run_kernel(const OpCall& op, const std::vector<void*>& in, const std::vector<void*>& out) {
   using namespace detail;
