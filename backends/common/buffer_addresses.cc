@@ -19,7 +19,13 @@ Address BufferAddresses::resolve(const TensorRef& ref) const {
   auto it = map_.find(ref.buffer_id);
   FULLSHARD_CHECK(it != map_.end(),
                   "tensor of freed buffer " + std::to_string(ref.buffer_id) + " used");
-  return {it->second.ptr + ref.offset_bytes, it->second.on_host};
+  const uint64_t end = ref.offset_bytes + ref.meta.nbytes();
+  FULLSHARD_CHECK(end <= it->second.bytes, "tensor of " + std::to_string(ref.meta.nbytes()) +
+                                               " bytes at offset " +
+                                               std::to_string(ref.offset_bytes) + " of buffer " +
+                                               std::to_string(ref.buffer_id) + ", which holds " +
+                                               std::to_string(it->second.bytes) + " bytes");
+  return {it->second.ptr + ref.offset_bytes, it->second.on_host, it->second.bytes};
 }
 
 }  // namespace fullshard::backends

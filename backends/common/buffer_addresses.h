@@ -14,6 +14,7 @@ namespace fullshard::backends {
 struct Address {
   uint8_t* ptr = nullptr;
   bool on_host = false;
+  uint64_t bytes = 0;  // the buffer's requested size (resolve checks each tensor fits in it)
 };
 
 class BufferAddresses {
@@ -22,11 +23,14 @@ class BufferAddresses {
   static uint8_t* block_address(const Buffer& buffer) {
     return reinterpret_cast<uint8_t*>(buffer.block.address);
   }
-  void add(const Buffer& buffer, uint8_t* ptr) { map_[buffer.id] = Address{ptr, buffer.on_host}; }
+  void add(const Buffer& buffer, uint8_t* ptr) {
+    map_[buffer.id] = Address{ptr, buffer.on_host, buffer.bytes};
+  }
   // The buffer's address, removed; nullopt for a buffer never added.
   std::optional<Address> remove(uint64_t buffer_id);
   // The tensor's first byte ({nullptr, false} for buffer 0, an empty tensor); InternalError
-  // ("tensor of freed buffer N used") for a buffer not live.
+  // ("tensor of freed buffer N used") for a buffer not live, or for a tensor that does not fit in
+  // its buffer (a view past its end would write over a neighbour, or over the host heap).
   Address resolve(const TensorRef& ref) const;
   uint8_t* pointer(const TensorRef& ref) const { return resolve(ref).ptr; }
   size_t size() const { return map_.size(); }

@@ -12,7 +12,7 @@ CpuBackend::CpuBackend(CpuBackendOptions options)
       batches_(std::move(options.batches)),
       device_(*this, batches_, measurements_),
       communicator_(*this, device_, std::move(options.store), std::move(options.device),
-                    std::move(options.collectives)) {
+                    std::move(options.hostname), std::move(options.collectives)) {
   attach(device_, communicator_, &measurements_);
   static_cast<HostSegmentSource*>(segment_source())->before_unmap = [this] { device_.drain(); };
 }

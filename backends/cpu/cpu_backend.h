@@ -5,6 +5,7 @@
 // calling thread and only blocks where it says so (synchronize). Its parts (NOTE [Backend parts]
 // in core/runtime/backend.h): CpuDevice, CpuCommunicator and the shared MeasurementStore.
 #include <memory>
+#include <string>
 
 #include "backends/common/measurements.h"
 #include "backends/cpu/cpu_communicator.h"
@@ -29,6 +30,9 @@ struct CpuBackendOptions {
   // Rendezvous store shared by all ranks and the TCP device (needed when world_size > 1).
   std::shared_ptr<::gloo::rendezvous::Store> store;
   std::shared_ptr<::gloo::transport::Device> device;
+  // The address the other streams' TCP devices listen on (NOTE [One TCP device per stream] in
+  // cpu_communicator.cc): the host `device` was made for.
+  std::string hostname = "127.0.0.1";
   gloo_backend::ProcessGroupOptions collectives;
   // kLoadBatch's data (core/data/text_corpus.h).
   BatchSource batches;

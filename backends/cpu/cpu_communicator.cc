@@ -13,12 +13,28 @@ namespace fullshard::cpu {
 CpuCommunicator::CpuCommunicator(const Backend& host, CpuDevice& streams,
                                  std::shared_ptr<::gloo::rendezvous::Store> store,
                                  std::shared_ptr<::gloo::transport::Device> device,
-                                 gloo_backend::ProcessGroupOptions options)
+                                 std::string hostname, gloo_backend::ProcessGroupOptions options)
     : host_(host),
       streams_(streams),
       store_(std::move(store)),
       device_(std::move(device)),
+      hostname_(std::move(hostname)),
       options_(std::move(options)) {}
+
+// NOTE [One TCP device per stream]: each stream's groups and pipeline channels connect through a
+// Gloo TCP device of their own (the compute stream through the one the backend was given). Groups
+// are built on their streams' threads at once (NOTE [Rendezvous outside the lock]), and Gloo's
+// TCP device does not stand two contexts connecting on it concurrently: with one device for all
+// streams, the float8 all-gather's first amax all-reduce (copy-in stream) and first all-gather
+// corrupted the heap in about one run in eight (tiny-llama-float8-cpu2). One stream builds its
+// groups one after another, which the shared device always did.
+std::shared_ptr<::gloo::transport::Device> CpuCommunicator::device_for(StreamRole r) {
+  std::lock_guard<std::mutex> lock(groups_mu_);
+  if (!device_ || r == StreamRole::kDefault) return device_;
+  auto& d = stream_devices_[r];
+  if (!d) d = gloo_backend::make_tcp_device(hostname_);
+  return d;
+}
 
 // NOTE [Rendezvous outside the lock]: a group's first collective on a stream rendezvouses with
 // the other ranks, which blocks until they reach the same (group, stream). Holding groups_mu_
@@ -29,6 +45,7 @@ CpuCommunicator::CpuCommunicator(const Backend& host, CpuDevice& streams,
 // entry is built once (std::call_once), by the first thread that needs it.
 backends::GlooCollectiveGroup& CpuCommunicator::process_group(const ProcessGroup& g, StreamRole r) {
   const std::string key = std::string(stream_name(r)) + "/" + g.key();
+  std::shared_ptr<::gloo::transport::Device> device = device_for(r);
   std::shared_ptr<LazyGroup> entry;
   {
     std::lock_guard<std::mutex> lock(groups_mu_);
@@ -37,13 +54,13 @@ backends::GlooCollectiveGroup& CpuCommunicator::process_group(const ProcessGroup
     entry = slot;
   }
   std::call_once(entry->once, [&] {
-    FULLSHARD_CHECK(g.size() == 1 || (store_ && device_),
+    FULLSHARD_CHECK(g.size() == 1 || (store_ && device),
                     "a collective over several ranks needs a rendezvous store and a device");
     // A one-rank group exchanges nothing and has no store (a one-rank job); wrapping a null
     // store in a PrefixStore would bind a reference to it.
     auto store = store_ ? gloo_backend::make_prefix_store(key, store_) : nullptr;
     entry->pg =
-        std::make_unique<backends::GlooCollectiveGroup>(store, device_, g, host_.rank(), options_);
+        std::make_unique<backends::GlooCollectiveGroup>(store, device, g, host_.rank(), options_);
   });
   return *entry->pg;
 }
@@ -71,11 +88,12 @@ void CpuCommunicator::send_or_recv(StreamRole r, const backends::CollectivePlan&
   FULLSHARD_CHECK(store_ && device_, "a pipeline transfer needs a rendezvous store and a device");
   const uint64_t tag = ch->next_tag++;
   const bool sends = group.index_of(host_.rank()) == 0;
-  streams_.stream(r).enqueue([this, r, a, group, key, ch, tag, sends, seq = host_.host_seq(),
-                              starts = host_.memory().records_timeline()] {
+  std::shared_ptr<::gloo::transport::Device> device = device_for(r);
+  streams_.stream(r).enqueue([this, r, a, group, key, ch, tag, sends, device,
+                              seq = host_.host_seq(), starts = host_.memory().records_timeline()] {
     if (!ch->pg)
       ch->pg = std::make_unique<gloo_backend::GlooProcessGroup>(
-          gloo_backend::make_prefix_store(key, store_), device_, group, host_.rank(), options_);
+          gloo_backend::make_prefix_store(key, store_), device, group, host_.rank(), options_);
     streams_.run_timed(
         r, seq, starts,
         [&] {

@@ -27,7 +27,7 @@ class CpuCommunicator : public Communicator {
   // this communicator.
   CpuCommunicator(const Backend& host, CpuDevice& streams,
                   std::shared_ptr<::gloo::rendezvous::Store> store,
-                  std::shared_ptr<::gloo::transport::Device> device,
+                  std::shared_ptr<::gloo::transport::Device> device, std::string hostname,
                   gloo_backend::ProcessGroupOptions options);
 
   void collective(StreamRole stream, const CollectiveCall& call,
@@ -37,8 +37,12 @@ class CpuCommunicator : public Communicator {
   const Backend& host_;
   CpuDevice& streams_;
   std::shared_ptr<::gloo::rendezvous::Store> store_;
-  std::shared_ptr<::gloo::transport::Device> device_;
+  std::shared_ptr<::gloo::transport::Device> device_;  // the compute stream's
+  std::string hostname_;
   gloo_backend::ProcessGroupOptions options_;
+  // NOTE [One TCP device per stream] (cpu_communicator.cc): by stream, under groups_mu_.
+  std::map<StreamRole, std::shared_ptr<::gloo::transport::Device>> stream_devices_;
+  std::shared_ptr<::gloo::transport::Device> device_for(StreamRole r);
   // Process groups by (group key, stream): each stream's collectives get their own Gloo
   // context, so concurrent streams never share one. Created lazily on the stream's thread,
   // outside groups_mu_ (NOTE [Rendezvous outside the lock] in cpu_communicator.cc).

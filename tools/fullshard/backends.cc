@@ -19,6 +19,7 @@ std::unique_ptr<Backend> make_cpu(const runner::BackendRequest& r) {
   o.allocator = r.scenario->hardware.allocator;
   o.store = r.env.store;
   if (o.world_size > 1) o.device = gloo_backend::make_tcp_device(r.env.hostname);
+  o.hostname = r.env.hostname;
   o.collectives = r.env.collectives;
   o.batches = r.batches;
   o.record_timeline = r.record_timeline;
