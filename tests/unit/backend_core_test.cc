@@ -214,7 +214,25 @@ TEST(BackendCore, SimulatedOnlyKindsAreRefusedBeforeTheQueue) {
       ++refused;
     }
   }
-  EXPECT_GE(refused, 23);  // the MoE kinds and async TP's two collective-matmuls
+  EXPECT_EQ(refused, 2);  // async TP's two collective matmuls: no backend runs them
+}
+
+// A device kind a backend's own list leaves out (the CUDA backend's MoE and float8 kinds) is
+// refused the same way, naming that backend.
+bool lacks_grouped_mm(OpKind k) { return has_device_kernel(k) && k != OpKind::kGroupedMM; }
+
+TEST(BackendCore, KindsABackendLacksAreRefusedBeforeTheQueue) {
+  OpCall op;
+  op.kind = OpKind::kGroupedMM;
+  op.name = "experts";
+  EXPECT_NO_THROW(check_runs_on_device(op, "the CPU backend", &has_device_kernel));
+  try {
+    check_runs_on_device(op, "the CUDA backend", &lacks_grouped_mm);
+    ADD_FAILURE() << "kGroupedMM was not refused";
+  } catch (const InternalError& e) {
+    EXPECT_NE(std::string(e.what()).find("not supported on the CUDA backend"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
