@@ -64,6 +64,7 @@ ProcessGroup FSDPParamGroup::post_forward_group() const {
 void FSDPParamGroup::unshard() {
   if (all_gather_result_) return;  // already issued, pending wait
   if (is_unsharded()) return;
+  if (!unshard_in_backward_ && state_ == TrainingState::kPreBackward) return;
   if (reshard_after_forward_event_) {
     // Post-forward shards are allocated on the default stream and read by the AG streams.
     AllGatherStreams s = all_gather_streams();

@@ -79,6 +79,9 @@ class FSDPParamGroup {
     divide_.force_sum_reduction_for_comms = enable;
   }
   void set_reshard_after_backward(bool v) { reshard_after_backward_ = v; }
+  // FSDPModule.set_unshard_in_backward: false for a group whose parameters backward never reads
+  // (an embedding): unshard() in PRE_BACKWARD, its own or a prefetch, then all-gathers nothing.
+  void set_unshard_in_backward(bool v) { unshard_in_backward_ = v; }
   // FSDPModule.set_reshard_after_forward(bool): reshard to the full shard group (True) or
   // keep the parameters unsharded (False) from the next post-forward on.
   void set_reshard_after_forward(bool v) {
@@ -113,6 +116,7 @@ class FSDPParamGroup {
   GradientDivideOptions divide_;
   Tensor partial_reduce_output_;  // HSDP: the reduce-scatter outputs summed so far
   bool reshard_after_backward_ = true;
+  bool unshard_in_backward_ = true;
   int all_gathers_ = 0;
   int reduce_scatters_ = 0;
 

@@ -153,6 +153,9 @@ struct FsdpOptions {
   // implicit prefetch (FSDPState._pre_backward: default_prefetch when the list is empty).
   std::map<std::string, std::vector<std::string>> per_unit_forward_prefetch;
   std::map<std::string, std::vector<std::string>> per_unit_backward_prefetch;
+  // fsdp.per_unit.<unit>.unshard_in_backward false: FSDPModule.set_unshard_in_backward(False) on
+  // these units (only the embedding's own unit: its backward reads no parameter).
+  std::vector<std::string> no_unshard_in_backward;
   // FSDPModule.set_gradient_divide_factor on every unit (absent: FSDP2's default; the
   // torchtitan implementation preset's global-token loss sets 1.0 when absent) and
   // set_force_sum_reduction_for_comms (NOTE [Gradient divide factors] in reduce_policy.h).

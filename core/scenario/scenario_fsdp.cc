@@ -217,13 +217,26 @@ void parse_per_unit(const json& u, int shard_size, int64_t n_layers, bool tied_h
                        "keep one of the two");
     key_of[unit] = key;
     jr::require_object(v, K, "{\"reshard_after_forward\": false}");
-    jr::reject_unknown_fields(
-        v, K,
-        {"reshard_after_forward", "mixed_precision", "forward_prefetch", "backward_prefetch"});
+    jr::reject_unknown_fields(v, K,
+                              {"reshard_after_forward", "mixed_precision", "forward_prefetch",
+                               "backward_prefetch", "unshard_in_backward"});
     if (v.empty())
       throw InputError(K, "sets nothing",
-                       "add \"reshard_after_forward\", \"mixed_precision\", \"forward_prefetch\" "
-                       "or \"backward_prefetch\" (or remove the unit)");
+                       "add \"reshard_after_forward\", \"mixed_precision\", \"forward_prefetch\", "
+                       "\"backward_prefetch\" or \"unshard_in_backward\" (or remove the unit)");
+    if (v.contains("unshard_in_backward") &&
+        !jr::get_bool(v.at("unshard_in_backward"), jr::child_path(K, "unshard_in_backward"))) {
+      // Only a unit whose backward reads none of its parameters may skip the all-gather: the
+      // embedding's own unit (its backward scatters the output gradient by token id).
+      if (unit != "tok_embeddings")
+        throw InputError(jr::child_path(K, "unshard_in_backward"),
+                         "is false for unit " + unit +
+                             ", whose backward reads its parameters (a linear or norm weight): "
+                             "FSDP2 would compute with freed storage",
+                         "set it only on \"tok_embeddings\" (fsdp.units \"embed_blocks_head\", "
+                         "untied embeddings)");
+      f.no_unshard_in_backward.push_back(unit);
+    }
     // set_modules_to_forward_prefetch / set_modules_to_backward_prefetch with named units.
     for (const char* which : {"forward_prefetch", "backward_prefetch"}) {
       if (!v.contains(which)) continue;

@@ -87,6 +87,18 @@ void set_named_prefetch(const Scenario& s, Transformer& model, FSDPRuntime& fsdp
   for (const auto& [unit, targets] : s.fsdp.per_unit_backward_prefetch)
     states({unit}).front()->backward_prefetch = states(targets);
 }
+
+// fsdp.per_unit.tok_embeddings.unshard_in_backward false: set_unshard_in_backward(False).
+void set_unshard_in_backward(const Scenario& s, Transformer& model, FSDPRuntime& fsdp) {
+  for (const std::string& unit : s.fsdp.no_unshard_in_backward) {
+    FULLSHARD_CHECK(unit == "tok_embeddings" && find_child(model.root(), unit),
+                    "unshard_in_backward on unit " + unit);
+    FSDPState* st = fsdp.state_of(model.root().child(unit));
+    FULLSHARD_CHECK(st && st->group && st->module == &model.root().child(unit),
+                    "tok_embeddings is not a unit of its own");
+    st->group->set_unshard_in_backward(false);
+  }
+}
 }  // namespace
 
 void apply_fsdp(const Scenario& s, Transformer& model, FSDPRuntime& fsdp, bool pp_enabled,
@@ -171,6 +183,7 @@ void apply_fsdp(const Scenario& s, Transformer& model, FSDPRuntime& fsdp, bool p
   if (!expert_states.empty() && s.fsdp.units != ShardingUnits::kRoot)
     set_moe_prefetch(model, fsdp, block_states, expert_states);
   set_named_prefetch(s, model, fsdp, block_states, root);
+  set_unshard_in_backward(s, model, fsdp);
   // FSDPModule's gradient division settings on every unit (NOTE [Global valid tokens] in
   // training_program.cc).
   std::optional<double> divide = s.fsdp.gradient_divide_factor;

@@ -236,6 +236,12 @@ RC_GTEST_PROP(RealTraining, PredictedPeakMemoryEqualsMeasured, ()) {
   maybe_per_unit(j, raf);
   maybe_per_unit_mixed_precision(j);
   maybe_named_prefetch(j);
+  // set_unshard_in_backward(False) on the embedding's own unit (untied embed_blocks_head).
+  if (j["fsdp"]["units"] == "embed_blocks_head" && !j["model"].value("tie_embeddings", false) &&
+      *rc::gen::arbitrary<bool>()) {
+    j["fsdp"]["per_unit"]["tok_embeddings"]["unshard_in_backward"] = false;
+    RC_TAG("no unshard in backward");
+  }
   keep_root_unsharded_for_chunks(j);
   if (o.cpu_offload && *rc::gen::arbitrary<bool>()) {  // NOTE [Pageable offload]
     j["fsdp"]["cpu_offload"] = {{"pin_memory", false}};

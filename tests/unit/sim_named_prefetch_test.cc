@@ -140,5 +140,36 @@ TEST(ReshardAfterBackward, AccumulationWithoutReshardAllGathersLess) {
   EXPECT_GE(off.classes.front().peak_allocated_bytes, on.classes.front().peak_allocated_bytes);
 }
 
+// fsdp.per_unit.tok_embeddings.unshard_in_backward false (FSDPModule.set_unshard_in_backward):
+// the embedding's own unit is not all-gathered in backward (its backward reads no parameter), so
+// each step issues one all-gather fewer and the peak does not rise; any other unit is refused.
+TEST(UnshardInBackward, TheEmbeddingUnitSkipsItsBackwardAllGather) {
+  auto run_with = [](bool unshard) {
+    json j = scenario(3);
+    j["fsdp"]["units"] = "embed_blocks_head";
+    if (!unshard) j["fsdp"]["per_unit"] = {{"tok_embeddings", {{"unshard_in_backward", false}}}};
+    return run(j);
+  };
+  const SimulationReport on = run_with(true);
+  const SimulationReport off = run_with(false);
+  const int ag = static_cast<int>(CollectiveKind::kAllGather);
+  ASSERT_FALSE(on.classes.empty());
+  EXPECT_EQ(
+      on.classes.front().collectives_per_step[ag] - off.classes.front().collectives_per_step[ag],
+      1);
+  EXPECT_LE(off.classes.front().peak_allocated_bytes, on.classes.front().peak_allocated_bytes);
+  json bad = scenario(3);
+  bad["fsdp"]["units"] = "embed_blocks_head";
+  bad["fsdp"]["per_unit"] = {{"layers.0", {{"unshard_in_backward", false}}}};
+  try {
+    parse_scenario(bad);
+    FAIL() << "unshard_in_backward false on a block was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("fsdp.per_unit.layers.0.unshard_in_backward"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace fullshard::sim
