@@ -7,6 +7,7 @@
 #include <map>
 #include <numeric>
 
+#include "backends/common/kernel_families.h"
 #include "core/runtime/op_table.h"
 #include "tests/unit/kernels_test_support.h"
 
@@ -383,7 +384,7 @@ TEST(KernelsMoe, EveryMoeKindIsListedAndReachesItsKernel) {
   int moe = 0;
   for (size_t i = 0; i < kOpKindCount; ++i) {
     const auto k = static_cast<OpKind>(i);
-    if (!cpu::is_moe_kind(k)) continue;
+    if (!backends::is_moe_kind(k)) continue;
     EXPECT_TRUE(cpu::has_kernel(k)) << op_kind_name(k);
     ++moe;
     OpCall op;

@@ -7,34 +7,6 @@
 
 namespace fullshard::cpu {
 
-// The mixture-of-experts kinds (docs/moe.md), which the CPU runs ahead of the CUDA backend.
-bool is_moe_kind(OpKind kind) {
-  switch (kind) {
-    case OpKind::kSoftmax:
-    case OpKind::kSoftmaxBackward:
-    case OpKind::kSigmoid:
-    case OpKind::kSigmoidBackward:
-    case OpKind::kTopK:
-    case OpKind::kTopKBackward:
-    case OpKind::kRouteNorm:
-    case OpKind::kRouteNormBackward:
-    case OpKind::kHistogram:
-    case OpKind::kWeightedSum:
-    case OpKind::kWeightedSumBackward:
-    case OpKind::kArgsort:
-    case OpKind::kFloorDivide:
-    case OpKind::kGatherRows:
-    case OpKind::kScatterRows:
-    case OpKind::kIndexAddRows:
-    case OpKind::kPadRow:
-    case OpKind::kPermuteIndices:
-    case OpKind::kGroupedMM:
-    case OpKind::kGroupedMMBackwardInput:
-    case OpKind::kGroupedMMBackwardWeight: return true;
-    default: return false;
-  }
-}
-
 // The kinds the CPU kernels run, which CpuDevice::launch checks before queueing: every kind with a
 // device kernel (not the host fills kLoadBatch / kInitParam, nor the simulator-only rows).
 bool has_kernel(OpKind kind) { return has_device_kernel(kind); }

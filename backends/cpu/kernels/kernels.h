@@ -16,8 +16,6 @@ namespace fullshard::cpu {
 void run_kernel(const OpCall& op, const std::vector<void*>& in, const std::vector<void*>& out);
 
 // True for the kinds run_kernel implements.
-// The mixture-of-experts kinds, which the CPU runs ahead of the CUDA backend (docs/moe.md).
-bool is_moe_kind(OpKind kind);
 bool has_kernel(OpKind kind);
 
 }  // namespace fullshard::cpu

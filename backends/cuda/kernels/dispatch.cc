@@ -12,6 +12,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "backends/common/kernel_families.h"
 #include "backends/cuda/kernels/attention_fa2_plan.h"
 #include "backends/cuda/kernels/compiled_launchers.h"
 #include "backends/cuda/kernels/cuda_kernels.h"
@@ -580,37 +581,7 @@ void check_alignment(const OpCall& op, const std::vector<TensorRef>& refs, const
 // only the CPU backend runs so far: the mixture-of-experts kinds (docs/moe.md) and float8's
 // (docs/float8.md; the cuBLASLt scaled GEMM is built and host-tested, not dispatched).
 bool has_kernel(OpKind kind) {
-  switch (kind) {
-    case OpKind::kSoftmax:
-    case OpKind::kSoftmaxBackward:
-    case OpKind::kSigmoid:
-    case OpKind::kSigmoidBackward:
-    case OpKind::kTopK:
-    case OpKind::kTopKBackward:
-    case OpKind::kRouteNorm:
-    case OpKind::kRouteNormBackward:
-    case OpKind::kHistogram:
-    case OpKind::kWeightedSum:
-    case OpKind::kWeightedSumBackward:
-    case OpKind::kArgsort:
-    case OpKind::kFloorDivide:
-    case OpKind::kGatherRows:
-    case OpKind::kScatterRows:
-    case OpKind::kIndexAddRows:
-    case OpKind::kPadRow:
-    case OpKind::kPermuteIndices:
-    case OpKind::kGroupedMM:
-    case OpKind::kGroupedMMBackwardInput:
-    case OpKind::kGroupedMMBackwardWeight:
-    case OpKind::kFloat8Abs:
-    case OpKind::kFloat8Amax:
-    case OpKind::kFloat8Scale:
-    case OpKind::kFloat8Cast:
-    case OpKind::kScaledMM:
-    case OpKind::kScaledMMBackwardInput:
-    case OpKind::kScaledMMBackwardWeight: return false;
-    default: return has_device_kernel(kind);
-  }
+  return has_device_kernel(kind) && !backends::is_moe_kind(kind) && !backends::is_float8_kind(kind);
 }
 
 void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::vector<void*>& out,

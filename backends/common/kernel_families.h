@@ -1,0 +1,51 @@
+#pragma once
+// Families of op kinds that the real backends run unevenly: the CPU backend runs every device
+// kind of the op table; the CUDA backend does not run these yet (cuda::has_kernel). One list each,
+// shared by both backends and their tests.
+#include "core/runtime/op.h"
+
+namespace fullshard::backends {
+
+// The mixture-of-experts kinds (docs/moe.md).
+inline bool is_moe_kind(OpKind kind) {
+  switch (kind) {
+    case OpKind::kSoftmax:
+    case OpKind::kSoftmaxBackward:
+    case OpKind::kSigmoid:
+    case OpKind::kSigmoidBackward:
+    case OpKind::kTopK:
+    case OpKind::kTopKBackward:
+    case OpKind::kRouteNorm:
+    case OpKind::kRouteNormBackward:
+    case OpKind::kHistogram:
+    case OpKind::kWeightedSum:
+    case OpKind::kWeightedSumBackward:
+    case OpKind::kArgsort:
+    case OpKind::kFloorDivide:
+    case OpKind::kGatherRows:
+    case OpKind::kScatterRows:
+    case OpKind::kIndexAddRows:
+    case OpKind::kPadRow:
+    case OpKind::kPermuteIndices:
+    case OpKind::kGroupedMM:
+    case OpKind::kGroupedMMBackwardInput:
+    case OpKind::kGroupedMMBackwardWeight: return true;
+    default: return false;
+  }
+}
+
+// torchao's float8 kinds (docs/float8.md).
+inline bool is_float8_kind(OpKind kind) {
+  switch (kind) {
+    case OpKind::kFloat8Abs:
+    case OpKind::kFloat8Amax:
+    case OpKind::kFloat8Scale:
+    case OpKind::kFloat8Cast:
+    case OpKind::kScaledMM:
+    case OpKind::kScaledMMBackwardInput:
+    case OpKind::kScaledMMBackwardWeight: return true;
+    default: return false;
+  }
+}
+
+}  // namespace fullshard::backends
