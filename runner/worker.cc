@@ -13,9 +13,9 @@
 
 #include <fmt/format.h>
 #include <gloo/common/error.h>
-#include <gloo/rendezvous/file_store.h>
 #include <nlohmann/json.hpp>
 
+#include "backends/gloo/rendezvous.h"
 #include "backends/gloo/tcp_store.h"
 #include "core/common/error.h"
 #include "runner/checkpoint.h"
@@ -96,7 +96,7 @@ std::shared_ptr<::gloo::rendezvous::Store> worker_store(int rank, std::chrono::s
   const std::string dir = env_or("FULLSHARD_STORE_DIR", "");
   if (!dir.empty()) {
     std::filesystem::create_directories(dir);
-    return std::make_shared<::gloo::rendezvous::FileStore>(dir);
+    return gloo_backend::make_file_store(dir);  // NOTE [FileStore across threads]
   }
   const std::string addr = env_or("MASTER_ADDR", "");
   const std::string port_text = env_or("MASTER_PORT", "");

@@ -22,12 +22,13 @@ CpuCommunicator::CpuCommunicator(const Backend& host, CpuDevice& streams,
       options_(std::move(options)) {}
 
 // NOTE [One TCP device per stream]: each stream's groups and pipeline channels connect through a
-// Gloo TCP device of their own (the compute stream through the one the backend was given). Groups
-// are built on their streams' threads at once (NOTE [Rendezvous outside the lock]), and Gloo's
-// TCP device does not stand two contexts connecting on it concurrently: with one device for all
-// streams, the float8 all-gather's first amax all-reduce (copy-in stream) and first all-gather
-// corrupted the heap in about one run in eight (tiny-llama-float8-cpu2). One stream builds its
-// groups one after another, which the shared device always did.
+// Gloo TCP device of their own (the compute stream through the one the backend was given). A
+// device moves the bytes of all its pairs on one event-loop thread, so with one device the
+// streams' transfers (an all-gather beside a reduce-scatter) would take turns on it; one device
+// per stream lets them progress at once. The groups themselves are
+// built concurrently on their streams' threads (NOTE [Rendezvous outside the lock]); the store
+// they rendezvous through allows that (NOTE [FileStore across threads] in
+// backends/gloo/rendezvous.h).
 std::shared_ptr<::gloo::transport::Device> CpuCommunicator::device_for(StreamRole r) {
   std::lock_guard<std::mutex> lock(groups_mu_);
   if (!device_ || r == StreamRole::kDefault) return device_;

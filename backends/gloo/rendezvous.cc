@@ -3,12 +3,14 @@
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
 #include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/address.h>
 
 #include <algorithm>
 #include <cctype>
+#include <mutex>
 #include <system_error>
 #include <utility>
 
@@ -122,7 +124,24 @@ class OwningPrefixStore : public ::gloo::rendezvous::PrefixStore {
   std::shared_ptr<::gloo::rendezvous::Store> keep_;
 };
 
+// NOTE [FileStore across threads] (rendezvous.h).
+class SerializedSetFileStore : public ::gloo::rendezvous::FileStore {
+ public:
+  using FileStore::FileStore;
+  void set(const std::string& key, const std::vector<char>& data) override {
+    std::lock_guard<std::mutex> lock(set_mu_);
+    FileStore::set(key, data);
+  }
+
+ private:
+  std::mutex set_mu_;
+};
+
 }  // namespace
+
+std::shared_ptr<::gloo::rendezvous::Store> make_file_store(const std::string& dir) {
+  return std::make_shared<SerializedSetFileStore>(dir);
+}
 
 std::shared_ptr<::gloo::rendezvous::Store> make_prefix_store(
     const std::string& prefix, std::shared_ptr<::gloo::rendezvous::Store> store) {

@@ -38,6 +38,15 @@ Connection connect_group(::gloo::rendezvous::Store& store, const std::string& pr
 std::shared_ptr<::gloo::rendezvous::Store> make_prefix_store(
     const std::string& prefix, std::shared_ptr<::gloo::rendezvous::Store> store);
 
+// NOTE [FileStore across threads]: gloo's FileStore::set appends every key's path to a
+// std::vector (keyFilePaths_) without a lock; its get, wait and check only read files. A CPU
+// rank builds the groups of its streams on those streams' threads at once (NOTE [Rendezvous
+// outside the lock] in backends/cpu/cpu_communicator.cc), so two sets raced on that vector and
+// corrupted the heap ("double free", "malloc(): unaligned tcache chunk"; 4 threads x 3,000 sets
+// on a bare FileStore abort 2 runs in 3). The file store a worker uses serialises set; waits
+// stay unlocked, so a thread waiting for a peer's key never holds up another thread's set.
+std::shared_ptr<::gloo::rendezvous::Store> make_file_store(const std::string& dir);
+
 // The group rank whose address appears in a gloo message, or -1.
 int peer_named_in(const std::string& gloo_message, const std::vector<std::string>& peer_addresses);
 
