@@ -122,6 +122,15 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
                      fmt::format("is true, which the {} backend does not run", kind.name),
                      "write false to train for real (the numbers are the same), or simulate it "
                      "with fullshard simulate");
+  // docs/context-parallel.md: the CPU backend runs ring attention (its kinds have CPU kernels);
+  // the CUDA backend has no kernels for them yet.
+  if (s.context_parallel.enabled() && kind.name != "cpu")
+    throw InputError("fsdp.mesh.dim_names",
+                     fmt::format("has a cp dim of size {}: the {} backend does not run context "
+                                 "parallelism yet",
+                                 s.context_parallel.degree, kind.name),
+                     "train it with --backend cpu, simulate it with fullshard simulate, or train "
+                     "without the cp dim");
   if (s.pipeline.enabled()) {  // docs/pipeline.md: the CPU backend runs pipeline stages
     if (kind.name != "cpu")
       throw InputError("fsdp.mesh.dim_names",

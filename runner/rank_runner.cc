@@ -215,7 +215,8 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
       // A tp group trains on one batch: each rank accounts for 1/tp of its tokens (seq_len
       // divides by tp), so the ranks' sum is the global batch; so do the stages of a pipeline.
       m.tokens = s.training.batch_for(b.rank()) * s.training.seq_len * s.training.grad_accum_steps /
-                 (s.fsdp.mesh_size("tp") * (s.pipeline.enabled() ? s.pipeline.degree : 1));
+                 (s.fsdp.mesh_size("tp") * (s.pipeline.enabled() ? s.pipeline.degree : 1) *
+                  s.fsdp.mesh_size("cp"));
       m.peak_allocated_bytes = b.memory().allocator_stats().peak_allocated_bytes;
       m.peak_reserved_bytes = b.memory().allocator_stats().peak_reserved_bytes;
       // run_step() ends with a host synchronize on the compute stream, which comes after every

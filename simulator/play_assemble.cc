@@ -208,8 +208,8 @@ void run_figures(SimulationReport& rep, const Scenario& s, int steps) {
   for (int r = 0; r < s.world_size(); ++r) batch += static_cast<double>(s.training.batch_for(r));
   batch /= std::max(1, s.world_size());
   // A tp group trains on one batch: each of its GPUs accounts for 1/tp of its tokens; so does a
-  // pipeline's pp group (its stages run one batch).
-  const int tp = s.fsdp.mesh_size("tp") * s.fsdp.mesh_size("pp");
+  // pipeline's pp group (its stages run one batch) and a cp group (each holds 1/cp of the tokens).
+  const int tp = s.fsdp.mesh_size("tp") * s.fsdp.mesh_size("pp") * s.fsdp.mesh_size("cp");
   const double tokens = batch * s.training.seq_len * s.training.grad_accum_steps / tp;
   rep.model_flops_per_token = model_flops_per_token(m, s.training.seq_len);  // torchtitan's count
   rep.tokens_per_step = tokens * s.world_size();

@@ -33,6 +33,7 @@ std::optional<Program> program_for_rank(const Scenario& s, const Program& from_p
   if (a.shard_tp_group && b.shard_tp_group)
     map[groups.intern(*a.shard_tp_group)] = groups.intern(*b.shard_tp_group);
   if (a.pp_group && b.pp_group) map[groups.intern(*a.pp_group)] = groups.intern(*b.pp_group);
+  if (a.cp_group && b.cp_group) map[groups.intern(*a.cp_group)] = groups.intern(*b.cp_group);
   const std::vector<ProcessGroup> pa = pipeline_p2p_groups(s, from),
                                   pb = pipeline_p2p_groups(s, to);
   for (size_t i = 0; i < pa.size() && i < pb.size(); ++i)

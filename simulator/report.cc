@@ -201,12 +201,13 @@ std::string report_summary(const SimulationReport& r) {
       }
       if (!path.empty()) path.pop_back();
       out += fmt::format("    critical path (rank {}, last step):{}\n", r.last_step_rank, path);
-      // Per mesh dim, when more than the shard dim communicates (HSDP, tensor and pipeline
-      // parallelism).
+      // Per mesh dim, when more than the shard dim communicates (HSDP, tensor, pipeline and
+      // context parallelism).
       const auto& cd = r.last_step.comm_by_dim_s;
       if (cd[static_cast<size_t>(MeshDimKind::kReplicate)] > 0 ||
           cd[static_cast<size_t>(MeshDimKind::kTp)] > 0 ||
-          cd[static_cast<size_t>(MeshDimKind::kPp)] > 0) {
+          cd[static_cast<size_t>(MeshDimKind::kPp)] > 0 ||
+          cd[static_cast<size_t>(MeshDimKind::kCp)] > 0) {
         std::string dims;
         for (int k = 0; k < kNumMeshDimKinds; ++k)
           if (cd[static_cast<size_t>(k)] > 0)

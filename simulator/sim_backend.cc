@@ -4,6 +4,7 @@
 
 #include "core/common/error.h"
 #include "core/runtime/attention_args.h"
+#include "core/runtime/context_parallel_args.h"
 #include "core/runtime/float8_args.h"
 #include "core/runtime/layer_args.h"
 #include "core/runtime/moe_args.h"
@@ -145,7 +146,8 @@ KernelPlace SimDevice::place_of(const OpCall& op) const {
 // NOTE [Kernel shapes]: the shape the compute model prices, from the op's typed arguments
 // (core/runtime/*_args.h, encoded by core/model): a linear's {M, K, N} (LinearArgs);
 // attention's {batch * heads, seq, head_dim} (AttentionArgs); a collective-matmul's
-// {M / tp, K, N} (CollectiveMatmulArgs). An op recorded without them is priced without a shape.
+// {M / tp, K, N} (CollectiveMatmulArgs); a ring-attention merge's eager kernel count
+// (SdpaMergeArgs). An op recorded without them is priced without a shape.
 namespace {
 std::array<int64_t, 3> kernel_dims(const OpCall& op) {
   const size_t n = op.iargs.size();
@@ -176,6 +178,9 @@ std::array<int64_t, 3> kernel_dims(const OpCall& op) {
         const AttentionArgs a = AttentionArgs::decode(op);
         return {a.batch * a.heads, a.seq, a.head_dim};
       }
+      break;
+    case OpKind::kSdpaMerge:  // the eager merge's kernel count (NOTE [Ring attention op sequence])
+      if (n >= 1) return {SdpaMergeArgs::decode(op).partial ? 10 : 8, 0, 0};
       break;
     case OpKind::kGroupedMM:  // one expert's group: {rows / experts, k, n}
     case OpKind::kGroupedMMBackwardInput:
@@ -268,11 +273,16 @@ void SimCommunicator::collective(StreamRole stream, const CollectiveCall& call,
     FULLSHARD_CHECK(static_cast<int>(call.send_numels.size()) == group.size() &&
                         static_cast<int>(call.recv_numels.size()) == group.size(),
                     call.name + ": all_to_all split sizes do not match the group");
+    int peers = 0;
     for (int j = 0; j < group.size(); ++j) {
       if (j == me) continue;
       in.dims[0] += call.send_numels[static_cast<size_t>(j)] * static_cast<int64_t>(es);
       in.dims[1] += call.recv_numels[static_cast<size_t>(j)] * static_cast<int64_t>(es);
+      if (call.send_numels[static_cast<size_t>(j)] > 0) ++peers;
     }
+    // A permute (one peer in a group of 3 or more; with 2 both models agree): dims[2] = 1
+    // (NOTE [Permute cost] in simulator/cost/nccl_model.h).
+    if (peers == 1 && group.size() > 2) in.dims[2] = 1;
   }
   if (call.kind == CollectiveKind::kAllGather)
     device_.add_accesses(in, {call.input}, {call.output});

@@ -20,7 +20,8 @@
 namespace fullshard::sim {
 
 // NOTE [Rank classes in linear time]: a rank's program depends on its shard group's size, its
-// index in it, its micro-batch and, with pipeline parallelism, its pp index (its stages). Both come
+// index in it, its micro-batch, with pipeline parallelism its pp index (its stages) and with
+// context parallelism its cp index (its ring-attention rounds). Both come
 // from the rank's mesh coordinates (the group along the shard dimension is ordered by that
 // coordinate, as DeviceMesh::group builds it), so no group is built per rank (that was quadratic in
 // the world size), and a parameter's local rows depend only on its first dimension, so the key
@@ -39,9 +40,14 @@ std::vector<std::vector<int>> rank_classes(const Scenario& s) {
   const DeviceMesh mesh(s.fsdp.mesh_shape, s.fsdp.mesh_dim_names);
   int shard = mesh.dim_index("shard");
   if (shard < 0) shard = mesh.ndim() - 1;  // as mesh_info_for
-  const int w = mesh.shape()[static_cast<size_t>(shard)];
-  int stride = 1;  // of the shard coordinate in the row-major rank
-  for (int d = mesh.ndim() - 1; d > shard; --d) stride *= mesh.shape()[static_cast<size_t>(d)];
+  // With a cp dim FSDP's group is the flattened (shard, cp): its index is shard x cp + cp, the
+  // row-major index over the two adjacent dims (mesh_info_for), so they count as one dim here.
+  const int cp_dim = mesh.dim_index("cp");
+  const int cp = cp_dim < 0 ? 1 : mesh.shape()[static_cast<size_t>(cp_dim)];
+  const int last = cp_dim < 0 ? shard : cp_dim;
+  const int w = mesh.shape()[static_cast<size_t>(shard)] * cp;
+  int stride = 1;  // of the (shard, cp) coordinate in the row-major rank
+  for (int d = mesh.ndim() - 1; d > last; --d) stride *= mesh.shape()[static_cast<size_t>(d)];
   std::map<std::vector<int64_t>, std::vector<int>> by_key;
   // Played checkpoint saves (NOTE [Playing a checkpoint save]): writers differ from the rest.
   const bool saves = s.training.checkpoint.every > 0;
@@ -52,7 +58,7 @@ std::vector<std::vector<int>> rank_classes(const Scenario& s) {
   const int ep = s.expert_parallel.degree;
   const MoeConfig& moe = s.model.moe;
   std::vector<int64_t> key(rows.size() + 1 + (ep > 1 ? 3 : 0) + (saves ? 1 : 0) +
-                           (pp_dim < 0 ? 0 : 1));
+                           (pp_dim < 0 ? 0 : 1) + (cp > 1 ? 1 : 0));
   for (int r = 0; r < world; ++r) {
     const int idx = (r / stride) % w;
     for (size_t i = 0; i < rows.size(); ++i) key[i] = shard_rows(rows[i], w, idx);
@@ -70,6 +76,8 @@ std::vector<std::vector<int>> rank_classes(const Scenario& s) {
     }
     if (saves) key[k++] = writes_checkpoint(s, r) ? 1 : 0;
     if (pp_dim >= 0) key[k++] = r / pp_stride;
+    // Ring attention's rounds differ by cp index (NOTE [Ring attention rounds]).
+    if (cp > 1) key[k++] = idx % cp;
     by_key[key].push_back(r);
   }
   std::vector<std::vector<int>> classes;

@@ -48,4 +48,10 @@ inline bool is_float8_kind(OpKind kind) {
   }
 }
 
+// Context parallelism's ring-attention kinds (docs/context-parallel.md): the CUDA backend
+// refuses a cp dim.
+inline bool is_context_parallel_kind(OpKind kind) {
+  return kind == OpKind::kSdpaMerge || kind == OpKind::kSeqRowsAdd;
+}
+
 }  // namespace fullshard::backends

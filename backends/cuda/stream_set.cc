@@ -34,7 +34,7 @@ StreamSet::StreamSet() {
   int least = 0, greatest = 0;
   FULLSHARD_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
   for (StreamRole r : kAllStreams) {
-    if (r == StreamRole::kPipelineP2P) continue;  // kCudaStreamCount (stream_set.h)
+    if (stream_is_optional(r)) continue;  // kCudaStreamCount (stream_set.h)
     const size_t i = static_cast<size_t>(r);
     priorities_[i] = stream_priority(r, least, greatest);
     FULLSHARD_CUDA(

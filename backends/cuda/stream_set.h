@@ -29,10 +29,10 @@ class EventPool {
   size_t created_ = 0;
 };
 
-// The CUDA streams a rank creates: every role but kPipelineP2P, which the simulator and the CPU
-// backend play (the CUDA backend refuses a pp mesh dim), so ranks sharing a GPU need no queue
-// for it.
-constexpr int kCudaStreamCount = kNumStreams - 1;
+// The CUDA streams a rank creates: every role but kPipelineP2P and kContextParallel, which the
+// simulator and the CPU backend play (the CUDA backend refuses a pp or cp mesh dim), so ranks
+// sharing a GPU need no queue for them.
+constexpr int kCudaStreamCount = kNumStreams - 2;
 
 class StreamSet {
  public:

@@ -7,6 +7,7 @@
 #include "core/common/error.h"
 #include "core/common/splitmix.h"
 #include "core/data/window_order.h"
+#include "core/runtime/cp_layout.h"
 #include "core/runtime/layer_args.h"
 
 namespace fullshard {
@@ -124,6 +125,24 @@ void BatchSource::fill(const OpCall& op, int rank, int world_size, int64_t* out_
                        int64_t* labels) const {
   FULLSHARD_CHECK(corpus != nullptr || tokens != nullptr, "kLoadBatch without a corpus");
   const LoadBatchArgs a = LoadBatchArgs::decode(op);  // core/runtime/layer_args.h
+  if (a.cp > 1) {
+    // A cp rank's shard (NOTE [Context-parallel layout]): the whole sequences its data-parallel
+    // index reads, as every rank of its cp group reads them, then its head and tail chunks, as
+    // torchtitan's context_parallel shards the loaded batch.
+    OpCall whole = op;
+    const int64_t full = a.seq * a.cp;
+    for (TensorRef& r : whole.outputs) r.meta.shape = {a.batch, full};
+    whole.iargs.resize(6);
+    std::vector<int64_t> t(static_cast<size_t>(a.batch * full)), l(t.size());
+    fill(whole, rank, world_size, t.data(), l.data());
+    for (int64_t b = 0; b < a.batch; ++b)
+      for (int64_t i = 0; i < a.seq; ++i) {
+        const int64_t from = b * full + cp_global_position(i, a.seq, a.cp, a.cp_index);
+        out_tokens[b * a.seq + i] = t[static_cast<size_t>(from)];
+        labels[b * a.seq + i] = l[static_cast<size_t>(from)];
+      }
+    return;
+  }
   const int64_t batch = a.batch, seq = a.seq;
   const int64_t step = a.step, micro = a.micro_batch;
   // The data-parallel index and size, when given (ranks of one tp group share a batch).

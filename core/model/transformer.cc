@@ -7,6 +7,7 @@
 #include "core/common/error.h"
 #include "core/model/async_tp.h"
 #include "core/model/attention_variants.h"
+#include "core/model/ring_attention.h"
 #include "core/model/compiled_block.h"
 #include "core/model/moe_layer.h"
 #include "core/model/ops.h"
@@ -202,12 +203,12 @@ Value Transformer::llama_attention(ExecContext& c, Module& m, Value x, int64_t b
   }
   const ModelImplementation& impl = cfg.implementation;
   if (impl.compile) {  // one fused region over q and k (NOTE [Compiled block])
-    auto qk = ops::compiled::rope(c, std::move(q), std::move(k), s.head_dim, cfg.rope(),
+    auto qk = ops::compiled::rope(c, std::move(q), std::move(k), s.head_dim, rope(),
                                   impl.rope == RopeImpl::kComplex, n + ".rope");
     q = std::move(qk.first);
     k = std::move(qk.second);
   } else if (impl.rope == RopeImpl::kComplex) {
-    auto qk = ops::rope_complex(c, std::move(q), std::move(k), s.head_dim, cfg.rope(),
+    auto qk = ops::rope_complex(c, std::move(q), std::move(k), s.head_dim, rope(),
                                 n + ".rope_q", n + ".rope_k");
     q = std::move(qk.first);
     k = std::move(qk.second);
@@ -218,8 +219,8 @@ Value Transformer::llama_attention(ExecContext& c, Module& m, Value x, int64_t b
     q = std::move(qk.first);
     k = std::move(qk.second);
   } else {
-    q = ops::rope(c, std::move(q), s.head_dim, cfg.rope(), n + ".rope_q");
-    k = ops::rope(c, std::move(k), s.head_dim, cfg.rope(), n + ".rope_k");
+    q = ops::rope(c, std::move(q), s.head_dim, rope(), n + ".rope_q");
+    k = ops::rope(c, std::move(k), s.head_dim, rope(), n + ".rope_k");
   }
   if (impl.gqa == GqaImpl::kRepeatKV && s.kv_heads != s.heads) {
     // keys = repeat_kv(xk); values = repeat_kv(xv); then xk / xv rebind to the copies.
@@ -230,7 +231,11 @@ Value Transformer::llama_attention(ExecContext& c, Module& m, Value x, int64_t b
     v = std::move(values);
     s.kv_heads = s.heads;
   }
-  Value o = impl.attention == AttentionImpl::kFlash
+  // Under context parallelism the SDPA call is ring attention over the cp group (its shape is
+  // this rank's L = S / cp tokens; check_context_parallel keeps it flash).
+  Value o = cp_.enabled() ? ops::cp::ring_attention(c, std::move(q), std::move(k), std::move(v),
+                                                    s, cp_, n + ".sdpa")
+            : impl.attention == AttentionImpl::kFlash
                 ? ops::attention(c, std::move(q), std::move(k), std::move(v), s, n + ".sdpa")
                 : ops::attention_sdpa(c, std::move(q), std::move(k), std::move(v), s,
                                       impl.attention, n + ".sdpa");
@@ -474,7 +479,7 @@ Value Transformer::root_forward(ExecContext& c, const Tensor& tokens,
     // a local until the decoder stack and the final norm are done.
     std::optional<ops::RotaryTables> rot;
     if (cfg.arch == ModelArch::kLlama && cfg.implementation.rope == RopeImpl::kRotateHalf)
-      rot = ops::rotary_cos_sin(rc, batch, seq, cfg.head_dim(), cfg.rope(), h.t.dtype(),
+      rot = ops::rotary_cos_sin(rc, batch, seq, cfg.head_dim(), rope(), h.t.dtype(),
                                 "rotary_emb");
     for (size_t i = 0; i < blocks_.size(); ++i) {
       Module& b = *blocks_[i];

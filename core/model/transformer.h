@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/model/autograd.h"
+#include "core/model/context_parallel.h"
 #include "core/model/ops.h"
 #include "core/model/model_config.h"
 #include "core/model/moe_dispatch.h"
@@ -35,6 +36,10 @@ class Transformer {
   Transformer(ModelConfig config, TensorParallel tp, ModelPart part);
   const ExpertParallel& expert_parallel() const { return ep_; }
   const TensorParallel& tensor_parallel() const { return tp_; }
+  // Context parallelism (core/model/ring_attention.h): tokens are this cp rank's shard of each
+  // sequence, attention is ring attention over `cp.group`. Llama only.
+  void set_context_parallel(ContextParallel cp) { cp_ = std::move(cp); }
+  const ContextParallel& context_parallel() const { return cp_; }
   const ModelConfig& config() const { return config_; }
   Module& root() { return root_; }
   const std::vector<Module*>& blocks() const { return blocks_; }
@@ -72,6 +77,7 @@ class Transformer {
   ModelConfig config_;
   TensorParallel tp_;
   ExpertParallel ep_;
+  ContextParallel cp_;
   // Each MoE layer's ExpertParallel.permuted_indices (NOTE [Expert-parallel dispatch]).
   std::map<const Module*, Tensor> ep_permuted_indices_;
   Module root_;
@@ -82,6 +88,13 @@ class Transformer {
   std::optional<ModelPart> part_;   // a pipeline stage's modules (none: the whole model)
 
   void build();  // the module tree (of part_ when set), init and tensor parallelism
+  // The config's RoPE frequencies at this rank's positions (its cp shard's, with cp).
+  RopeParams rope() const {
+    RopeParams r = config_.rope();
+    r.cp = cp_.degree;
+    r.cp_index = cp_.index;
+    return r;
+  }
   Value root_forward(ExecContext& c, const Tensor& tokens,
                      const std::vector<BlockCheckpoint>& block_ac, bool skip_head);
 

@@ -60,7 +60,7 @@ json rank_class_json(const RankReport& c) {
   cj["last_step_s"] = c.last_step_s;
   json busy = json::object();
   for (StreamRole s : kAllStreams)
-    if (s != StreamRole::kPipelineP2P || c.busy_s[static_cast<int>(s)] > 0)  // only with pp
+    if (!stream_is_optional(s) || c.busy_s[static_cast<int>(s)] > 0)  // only with pp / cp
       busy[std::string(stream_name(s))] = c.busy_s[static_cast<int>(s)];
   cj["stream_busy_s"] = busy;
   json counts = json::object();

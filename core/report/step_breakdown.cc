@@ -80,9 +80,10 @@ StepBreakdown measured_step_breakdown(const StreamIntervals& busy, double begin_
       kernels.push_back(iv);
   }
   const auto compute = clipped(kernels, b.begin_s, b.end_s);
-  auto comm =
-      streams(busy, {StreamRole::kAllGather, StreamRole::kReduceScatter, StreamRole::kAllReduce},
-              b.begin_s, b.end_s);
+  auto comm = streams(busy,
+                      {StreamRole::kAllGather, StreamRole::kReduceScatter, StreamRole::kAllReduce,
+                       StreamRole::kContextParallel},
+                      b.begin_s, b.end_s);
   for (const CollectiveInterval& c : collectives)
     if (c.stream == StreamRole::kDefault)
       for (const Interval& iv : clipped({{c.begin_s, c.end_s}}, b.begin_s, b.end_s))
@@ -118,6 +119,7 @@ const char* mesh_dim_kind_name(MeshDimKind k) {
     case MeshDimKind::kReplicate: return "replicate";
     case MeshDimKind::kTp: return "tp";
     case MeshDimKind::kPp: return "pp";
+    case MeshDimKind::kCp: return "cp";
   }
   return "?";
 }
@@ -125,6 +127,7 @@ const char* mesh_dim_kind_name(MeshDimKind k) {
 MeshDimKind mesh_dim_of_group(const std::string& g) {
   if (g == "tp") return MeshDimKind::kTp;
   if (g == "pp" || g.rfind("pipeline p2p", 0) == 0) return MeshDimKind::kPp;
+  if (g == "cp") return MeshDimKind::kCp;
   if (g.rfind("replicate", 0) == 0) return MeshDimKind::kReplicate;
   return MeshDimKind::kShard;
 }
@@ -132,13 +135,13 @@ MeshDimKind mesh_dim_of_group(const std::string& g) {
 json step_breakdown_json(const StepBreakdown& b, int rank) {
   json busy = json::object(), path = json::object();
   for (StreamRole s : kAllStreams)
-    if (s != StreamRole::kPipelineP2P || b.stream_busy_s[static_cast<size_t>(s)] > 0)  // pp only
+    if (!stream_is_optional(s) || b.stream_busy_s[static_cast<size_t>(s)] > 0)  // pp / cp only
       busy[std::string(stream_name(s))] = b.stream_busy_s[static_cast<size_t>(s)];
   for (int k = 0; k < kNumPathKinds; ++k)
     path[path_kind_name(static_cast<PathKind>(k))] = b.critical_path_s[static_cast<size_t>(k)];
   json by_dim = json::object();
   for (int k = 0; k < kNumMeshDimKinds; ++k)
-    if (static_cast<MeshDimKind>(k) != MeshDimKind::kPp ||
+    if (!mesh_dim_is_optional(static_cast<MeshDimKind>(k)) ||
         b.comm_by_dim_s[static_cast<size_t>(k)] > 0)
       by_dim[mesh_dim_kind_name(static_cast<MeshDimKind>(k))] = {
           {"comm_s", b.comm_by_dim_s[static_cast<size_t>(k)]},
@@ -167,8 +170,8 @@ StepBreakdown step_breakdown_from_json(const json& j) {
   if (j.contains("comm_by_dim") && j["comm_by_dim"].is_object())
     for (int k = 0; k < kNumMeshDimKinds; ++k) {
       const std::string d = mesh_dim_kind_name(static_cast<MeshDimKind>(k));
-      if (static_cast<MeshDimKind>(k) == MeshDimKind::kPp && !j["comm_by_dim"].contains(d))
-        continue;  // written only with pipeline parallelism
+      if (mesh_dim_is_optional(static_cast<MeshDimKind>(k)) && !j["comm_by_dim"].contains(d))
+        continue;  // written only with pipeline / context parallelism
       const json& e = j["comm_by_dim"].contains(d) ? j["comm_by_dim"][d] : json();
       b.comm_by_dim_s[static_cast<size_t>(k)] = number(e, "comm_s", w + ".comm_by_dim." + d);
       b.exposed_comm_by_dim_s[static_cast<size_t>(k)] =
@@ -178,8 +181,8 @@ StepBreakdown step_breakdown_from_json(const json& j) {
   const json& path = j.contains("critical_path_s") ? j["critical_path_s"] : json();
   for (StreamRole s : kAllStreams) {
     const std::string n(stream_name(s));
-    if (s == StreamRole::kPipelineP2P && !(busy.is_object() && busy.contains(n)))
-      continue;  // written only with pipeline parallelism
+    if (stream_is_optional(s) && !(busy.is_object() && busy.contains(n)))
+      continue;  // written only with pipeline / context parallelism
     b.stream_busy_s[static_cast<size_t>(s)] = number(busy, n, w + ".stream_busy_s");
   }
   for (int k = 0; k < kNumPathKinds; ++k)

@@ -29,13 +29,17 @@ const char* path_kind_name(PathKind k);  // "compute", "device_copy", ...
 // The mesh dims a collective's group spans, for per-dimension communication time: shard
 // (FSDP's all-gathers and reduce-scatters, post-forward groups, clipping), replicate (HSDP's
 // all-reduce), tp (tensor parallelism's collectives on the compute stream), pp (pipeline
-// stages' send / recv and the gradient norm's pp all-reduce; in reports only when nonzero).
-enum class MeshDimKind : uint8_t { kShard, kReplicate, kTp, kPp };
-constexpr int kNumMeshDimKinds = 4;
+// stages' send / recv and the gradient norm's pp all-reduce; in reports only when nonzero), cp
+// (ring attention's K / V exchange; in reports only when nonzero).
+enum class MeshDimKind : uint8_t { kShard, kReplicate, kTp, kPp, kCp };
+constexpr int kNumMeshDimKinds = 5;
+constexpr bool mesh_dim_is_optional(MeshDimKind k) {
+  return k == MeshDimKind::kPp || k == MeshDimKind::kCp;
+}
 const char* mesh_dim_kind_name(MeshDimKind k);
 // By the group's name ("tp", "replicate", "shard", "shard+tp", "shard/post_forward[2]", "pp",
-// "pipeline p2p F 0->1"): "tp" is tp, a name starting with "replicate" is replicate, "pp" or
-// one starting with "pipeline p2p" is pp, everything else shard.
+// "pipeline p2p F 0->1", "cp"): "tp" is tp, a name starting with "replicate" is replicate, "pp"
+// or one starting with "pipeline p2p" is pp, "cp" is cp, everything else shard.
 MeshDimKind mesh_dim_of_group(const std::string& group_name);
 
 struct StepBreakdown {

@@ -10,7 +10,10 @@ namespace fullshard {
 
 void AttentionArgs::encode(OpCall& op) const {
   op.iargs = {batch, seq, heads, kv_heads, head_dim, packed ? 1 : 0};
-  if (lse_len != seq) op.iargs.push_back(lse_len);
+  if (ring())
+    op.iargs.insert(op.iargs.end(), {lse_len, kv_seq, causal ? 1 : 0, q_batch_rows, kv_batch_rows});
+  else if (lse_len != seq)
+    op.iargs.push_back(lse_len);
 }
 
 AttentionArgs AttentionArgs::decode(const OpCall& op) {
@@ -23,6 +26,19 @@ AttentionArgs AttentionArgs::decode(const OpCall& op) {
   a.head_dim = op.iargs[4];
   a.packed = op.iargs[5] != 0;
   a.lse_len = op.iargs.size() >= 7 ? op.iargs[6] : a.seq;
+  a.kv_seq = a.q_batch_rows = a.seq;
+  if (op.iargs.size() >= 11) {  // a ring-attention round
+    a.kv_seq = op.iargs[7];
+    a.causal = op.iargs[8] != 0;
+    a.q_batch_rows = op.iargs[9];
+    a.kv_batch_rows = op.iargs[10];
+  }
+  if (op.iargs.size() < 11) a.kv_batch_rows = a.kv_seq;
+  FULLSHARD_CHECK(a.kv_seq >= 0 && a.q_batch_rows >= a.seq && a.kv_batch_rows >= a.kv_seq &&
+                      !(a.causal && a.kv_seq != a.seq) && !(a.packed && a.ring()),
+                  op_where(op) + "bad ring-attention rows (kv_seq " + std::to_string(a.kv_seq) +
+                      ", q / kv batch rows " + std::to_string(a.q_batch_rows) + " / " +
+                      std::to_string(a.kv_batch_rows) + ")");
   FULLSHARD_CHECK(a.lse_len >= a.seq, op_where(op) + "logsumexp rows (iargs[6] " +
                                           std::to_string(a.lse_len) +
                                           ") shorter than the sequence " + std::to_string(a.seq));

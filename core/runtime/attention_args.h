@@ -5,6 +5,8 @@
 //   iargs {B, S, H, Hkv, hd, packed[, lse_len]}: q [B, S, H*hd], k and v [B, S, Hkv*hd], or one
 //   packed qkv [B, S, 3*H*hd] (H == Hkv); the logsumexp rows lse_len >= S long (efficient
 //   attention pads them to a multiple of 32; absent: S)
+//   ring rounds (context parallelism, core/model/ring_attention.cc) add
+//   {.., lse_len, kv_seq, causal, q_batch_rows, kv_batch_rows}
 #include <cstdint>
 
 #include "core/runtime/op.h"
@@ -19,6 +21,17 @@ struct AttentionArgs {
   // inside their token rows (non-zero when packed), the GQA group H / Hkv, 1 / sqrt(hd).
   int64_t q_ld = 0, kv_ld = 0, q_off = 0, k_off = 0, v_off = 0, group = 1;
   float scale = 1;
+  // A ring-attention round (NOTE [Ring attention rounds] in core/runtime/cp_layout.h): k / v of
+  // kv_seq rows per batch (else seq), a full block (no causal mask) when !causal, and the rows
+  // from one batch's first row to the next's in q (and in O and dO of a backward) and in k / v:
+  // more than the rows used when an operand is one half of a local sequence (a strided view).
+  // Outputs are contiguous. Decoded as seq, true, seq, kv_seq when absent.
+  int64_t kv_seq = 0;
+  bool causal = true;
+  int64_t q_batch_rows = 0, kv_batch_rows = 0;
+  bool ring() const {
+    return kv_seq != seq || !causal || q_batch_rows != seq || kv_batch_rows != kv_seq;
+  }
 
   void encode(OpCall& op) const;
   static AttentionArgs decode(const OpCall& op);

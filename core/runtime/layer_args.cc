@@ -148,6 +148,10 @@ InitParamArgs InitParamArgs::decode(const OpCall& op) {
 void LoadBatchArgs::encode(OpCall& op) const {
   op.iargs = {step, micro_batch, accumulation, split};
   if (dp_rank >= 0) op.iargs.insert(op.iargs.end(), {dp_rank, dp_size});
+  if (cp > 1) {
+    FULLSHARD_CHECK(dp_rank >= 0, "kLoadBatch: a cp shard needs the data-parallel index");
+    op.iargs.insert(op.iargs.end(), {cp, cp_index});
+  }
 }
 
 LoadBatchArgs LoadBatchArgs::decode(const OpCall& op) {
@@ -166,6 +170,14 @@ LoadBatchArgs LoadBatchArgs::decode(const OpCall& op) {
   if (op.iargs.size() >= 6) {
     a.dp_rank = op.iargs[4];
     a.dp_size = op.iargs[5];
+  }
+  if (op.iargs.size() >= 8) {
+    a.cp = op.iargs[6];
+    a.cp_index = op.iargs[7];
+    FULLSHARD_CHECK(a.cp >= 1 && a.cp_index >= 0 && a.cp_index < a.cp && a.seq % 2 == 0,
+                    "kLoadBatch " + op.name + ": bad cp shard (cp " + std::to_string(a.cp) +
+                        ", index " + std::to_string(a.cp_index) + ", local seq " +
+                        std::to_string(a.seq) + ")");
   }
   return a;
 }

@@ -102,7 +102,10 @@ struct InitParamArgs {
 struct LoadBatchArgs {
   int64_t step = 0, micro_batch = 0, accumulation = 1, split = 0;
   int64_t dp_rank = -1, dp_size = -1;  // -1: the backend's
-  int64_t batch = 0, seq = 0;          // the tokens' shape
+  // Context parallelism: the tokens are this cp rank's shard of each sequence (its head and tail
+  // chunks, NOTE [Context-parallel layout] in core/runtime/cp_layout.h); cp 1: whole sequences.
+  int64_t cp = 1, cp_index = 0;
+  int64_t batch = 0, seq = 0;  // the tokens' shape (seq: the local tokens, full sequence / cp)
 
   void encode(OpCall& op) const;
   static LoadBatchArgs decode(const OpCall& op);

@@ -1,6 +1,7 @@
 // validate_op_args: every kind's argument struct, from the op table (op_kinds.def's Args column).
 #include "core/runtime/adamw_args.h"
 #include "core/runtime/attention_args.h"
+#include "core/runtime/context_parallel_args.h"
 #include "core/runtime/copy_args.h"
 #include "core/runtime/eager_args.h"
 #include "core/runtime/float8_args.h"

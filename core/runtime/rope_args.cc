@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "core/runtime/cp_layout.h"
 #include "core/runtime/op_args.h"
 
 namespace fullshard {
@@ -11,10 +12,28 @@ void check_rope_fargs(const OpCall& op) {
   FULLSHARD_CHECK(op.fargs.size() == 1 || op.fargs.size() == 5,
                   op_where(op) + "fargs must be {theta} or {theta, factor, low, high, original}");
 }
+// The cp degree and index of iargs[at, at + 1] (absent: no context parallelism).
+void decode_cp(const OpCall& op, size_t at, int64_t& cp, int64_t& index) {
+  if (op.iargs.size() < at + 2) return;
+  cp = op.iargs[at];
+  index = op.iargs[at + 1];
+  FULLSHARD_CHECK(cp >= 1 && index >= 0 && index < cp,
+                  op_where(op) + "bad cp degree / index " + std::to_string(cp) + " / " +
+                      std::to_string(index));
+}
 }  // namespace
+
+int64_t RopeArgs::position(int64_t row) const {
+  return cp_global_position(row % seq, seq, rope.cp, rope.cp_index);
+}
+
+int64_t RotaryCosSinArgs::position(int64_t row) const {
+  return cp_global_position(row % seq, seq, rope.cp, rope.cp_index);
+}
 
 void RopeArgs::encode(OpCall& op) const {
   op.iargs = {head_dim};
+  if (rope.cp > 1) op.iargs.insert(op.iargs.end(), {rope.cp, rope.cp_index});
   op.fargs = rope.fargs();
 }
 
@@ -39,16 +58,19 @@ RopeArgs RopeArgs::decode(const OpCall& op) {
   RopeArgs a = decode_tensor(op, op.inputs[0].meta, op.outputs[0].meta, op.iargs[0]);
   check_rope_fargs(op);
   a.rope = RopeParams::from_fargs(op.fargs);
+  decode_cp(op, 1, a.rope.cp, a.rope.cp_index);
   return a;
 }
 
 void CompiledRopeArgs::encode(OpCall& op) const {
   op.iargs = {head_dim, adjacent ? 1 : 0};
+  if (rope.cp > 1) op.iargs.insert(op.iargs.end(), {rope.cp, rope.cp_index});
   op.fargs = rope.fargs();
 }
 
 CompiledRopeArgs CompiledRopeArgs::decode(const OpCall& op) {
-  FULLSHARD_CHECK(op.iargs.size() == 2, op_where(op) + "needs iargs {head_dim, adjacent}");
+  FULLSHARD_CHECK(op.iargs.size() == 2 || op.iargs.size() == 4,
+                  op_where(op) + "needs iargs {head_dim, adjacent[, cp, cp_index]}");
   CompiledRopeArgs a;
   a.tensors = op.kind == OpKind::kCompiledRoPEBackward ? 1 : 2;
   check_arity(op, a.tensors, a.tensors);
@@ -59,12 +81,14 @@ CompiledRopeArgs CompiledRopeArgs::decode(const OpCall& op) {
     a.tensor[i] = RopeArgs::decode_tensor(op, op.inputs[i].meta, op.outputs[i].meta, a.head_dim);
   check_rope_fargs(op);
   a.rope = RopeParams::from_fargs(op.fargs);
+  decode_cp(op, 2, a.rope.cp, a.rope.cp_index);
   for (size_t i = 0; i < a.tensors; ++i) a.tensor[i].rope = a.rope;
   return a;
 }
 
 void RotaryCosSinArgs::encode(OpCall& op) const {
   op.iargs = {head_dim};
+  if (rope.cp > 1) op.iargs.insert(op.iargs.end(), {rope.cp, rope.cp_index});
   op.fargs = rope.fargs();
 }
 
@@ -82,6 +106,7 @@ RotaryCosSinArgs RotaryCosSinArgs::decode(const OpCall& op) {
   a.rope = RopeParams::from_fargs(op.fargs);
   a.seq = c.shape[c.shape.size() - 2];
   a.rows = c.numel() / a.head_dim;
+  decode_cp(op, 1, a.rope.cp, a.rope.cp_index);
   return a;
 }
 

@@ -27,6 +27,10 @@ struct RopeScaling {
 struct RopeParams {
   double theta = 10000.0;
   RopeScaling scaling;
+  // Context parallelism: the rows are cp rank cp_index's shard of each sequence, at the
+  // positions cp_global_position gives (NOTE [Context-parallel layout] in
+  // core/runtime/cp_layout.h); the ops carry it in iargs, not fargs.
+  int64_t cp = 1, cp_index = 0;
   RopeParams(double t = 10000.0) : theta(t) {}  // NOLINT: a bare theta is plain RoPE
   RopeParams(double t, RopeScaling s) : theta(t), scaling(s) {}
 
@@ -95,6 +99,9 @@ struct RopeArgs {
   int64_t head_dim = 0;
   RopeParams rope;
   int64_t rows = 0, seq = 0, width = 0;  // x as rows of `width`; row r is at position r % seq
+  // Row r's position in its sequence: r % seq, or with context parallelism (rope.cp > 1,
+  // iargs {head_dim, cp, cp_index}) cp_global_position(r % seq, seq, rope.cp, rope.cp_index).
+  int64_t position(int64_t row) const;
 
   void encode(OpCall& op) const;
   static RopeArgs decode(const OpCall& op);
@@ -108,6 +115,7 @@ struct RopeArgs {
 struct CompiledRopeArgs {
   int64_t head_dim = 0;
   bool adjacent = false;  // kRoPEComplex's pairs (2i, 2i+1), else rotate_half's
+                          // (iargs {head_dim, adjacent[, cp, cp_index]})
   RopeParams rope;
   size_t tensors = 0;  // 2 forward, 1 backward
   RopeArgs tensor[2];  // each tensor's layout
@@ -120,7 +128,8 @@ struct CompiledRopeArgs {
 struct RotaryCosSinArgs {
   int64_t head_dim = 0;
   RopeParams rope;
-  int64_t rows = 0, seq = 0;  // rows of head_dim; row r is at position r % seq
+  int64_t rows = 0, seq = 0;  // rows of head_dim; row r is at position(r) (as RopeArgs')
+  int64_t position(int64_t row) const;
 
   void encode(OpCall& op) const;
   static RotaryCosSinArgs decode(const OpCall& op);

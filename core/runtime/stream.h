@@ -20,16 +20,24 @@ enum class StreamRole : uint8_t {
   // Pipeline parallelism's stage-to-stage send / recv (ProcessGroupNCCL runs point-to-point
   // work on a stream of its own; NOTE [Pipeline p2p] in core/train/pipeline_p2p.h).
   kPipelineP2P,
+  // Context parallelism's K / V exchange (the cp process group's NCCL stream: ring attention's
+  // all-gather or all-to-all overlaps the attention rounds; core/model/ring_attention.h).
+  kContextParallel,
 };
-constexpr int kNumStreams = 8;
+constexpr int kNumStreams = 9;
 constexpr std::array<StreamRole, kNumStreams> kAllStreams = {
     StreamRole::kDefault,       StreamRole::kAllGatherCopyIn, StreamRole::kAllGather,
     StreamRole::kReduceScatter, StreamRole::kAllReduce,       StreamRole::kHostToDevice,
-    StreamRole::kDeviceToHost,  StreamRole::kPipelineP2P};
+    StreamRole::kDeviceToHost,  StreamRole::kPipelineP2P,     StreamRole::kContextParallel};
+// Streams only some programs use (pipeline or context parallelism): reports list them only
+// when busy, so the reports of every other program stay as they were.
+constexpr bool stream_is_optional(StreamRole r) {
+  return r == StreamRole::kPipelineP2P || r == StreamRole::kContextParallel;
+}
 
 constexpr StreamId stream_id(StreamRole r) { return static_cast<StreamId>(r); }
 // "compute", "all_gather_copy_in", "all_gather", "reduce_scatter", "all_reduce",
-// "host_to_device", "device_to_host", "pipeline_p2p".
+// "host_to_device", "device_to_host", "pipeline_p2p", "context_parallel".
 std::string_view stream_name(StreamRole r);
 
 using EventId = uint64_t;  // 0 is "no event"

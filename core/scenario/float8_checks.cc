@@ -97,7 +97,7 @@ void check_float8(const Scenario& s) {
                      "is \"selective_op\" with training.float8, which is not built yet",
                      "use \"full\", \"selective_layer\" or \"none\" (docs/float8.md)");
   if (!f.enable_fsdp_float8_all_gather) return;
-  if (s.fsdp.mesh_size("shard") < 2)
+  if (s.fsdp.fsdp_shard_size() < 2)
     throw InputError(P + ".enable_fsdp_float8_all_gather",
                      "is true without a shard dim of 2 or more (torchtitan turns it off then)",
                      "write false, or shard over 2 or more ranks");
@@ -116,7 +116,7 @@ void check_float8(const Scenario& s) {
                      "NotImplementedError all-gathering an extension's post-forward shard)",
                      "use reshard_after_forward true or false, or write false");
   // fsdp_pre_all_gather returns the unpadded shard: FSDP2 asserts it has the padded size.
-  const int shard = s.fsdp.mesh_size("shard");
+  const int shard = s.fsdp.fsdp_shard_size();
   Transformer t(s.model);
   std::string uneven;
   t.root().for_each_module([&](Module& m) {

@@ -35,6 +35,7 @@ using scenario_detail::kMaxRanksPerDim;
 using scenario_detail::kMaxSize;
 using scenario_detail::parse_fsdp;
 using scenario_detail::parse_pipeline_parallel;
+using scenario_detail::parse_context_parallel;
 using scenario_detail::parse_tensor_parallel;
 using scenario_detail::parse_training;
 using scenario_detail::resolve;
@@ -70,8 +71,9 @@ std::vector<std::string> hardware_fields() {
 const std::map<std::string, std::vector<std::string>> kFields = {
     {"",
      {"$schema", "name", "description", "model", "training", "fsdp", "tensor_parallel",
-      "pipeline_parallel", "expert_parallel", "hardware"}},
+      "pipeline_parallel", "context_parallel", "expert_parallel", "hardware"}},
     {"tensor_parallel", {"loss_parallel", "async"}},
+    {"context_parallel", {"rotate_method"}},
     {"pipeline_parallel",
      {"schedule", "microbatch_size", "layers_per_stage", "first_stage_less_layers",
       "last_stage_less_layers", "module_fqns_per_model_part"}},
@@ -131,6 +133,8 @@ constexpr Alias kAliases[] = {
     {"training.optimizer", "epsilon", "eps"},
     {"training.optimizer", "grad_clip", "max_grad_norm"},
     {"training.optimizer", "clip_grad_norm", "max_grad_norm"},
+    {"context_parallel", "context_parallel_rotate_method", "rotate_method"},
+    {"context_parallel", "cp_rotate_method", "rotate_method"},
     {"fsdp", "mp_policy", "mixed_precision"},
     {"fsdp", "mp", "mixed_precision"},
     {"fsdp", "offload_policy", "cpu_offload"},
@@ -613,12 +617,15 @@ Scenario parse_scenario(const json& j, const std::string& base_dir) {
                      "use \"all\" or \"none\", or an HSDP mesh such as \"mesh\": [2, 4]");
   const int tp = s.fsdp.mesh_size("tp");
   check_tensor_parallel(s.model, s.training.seq_len, tp, s.tensor_parallel.loss_parallel);
+  s.context_parallel = parse_context_parallel(
+      j.contains("context_parallel") ? &j.at("context_parallel") : nullptr, s);
   check_units_and_loss(s);
   check_async_tp(s);
   check_dtype_flow(s);
   check_moe(s);
   s.pipeline = parse_pipeline_parallel(
       j.contains("pipeline_parallel") ? &j.at("pipeline_parallel") : nullptr, s);
+
   if (j.contains("expert_parallel"))
     s.expert_parallel = scenario_detail::parse_expert_parallel(j.at("expert_parallel"), s);
   check_float8(s);

@@ -15,6 +15,7 @@
 #include "core/model/float8_config.h"
 #include "core/model/model_config.h"
 #include "core/scenario/checkpoint_save_mode.h"
+#include "core/scenario/context_parallel_options.h"
 #include "core/scenario/hardware_profile.h"
 #include "core/scenario/pipeline_options.h"
 #include "core/tensor/dtype.h"
@@ -124,9 +125,12 @@ enum class ShardingUnits : uint8_t {
 struct FsdpOptions {
   std::vector<int> mesh_shape;  // [W] for FSDP, [R, S] for HSDP, [.., T] with tp
   // ["shard"], ["replicate", "shard"], ["shard", "tp"] or ["replicate", "shard", "tp"], any of
-  // them after a leading "pp" (NOTE [Mesh dims] in scenario_fsdp.cc).
+  // them after a leading "pp" and with a "cp" dim after "shard" (NOTE [Mesh dims] in
+  // scenario_fsdp.cc).
   std::vector<std::string> mesh_dim_names;
   int mesh_size(const std::string& dim) const;  // size of the named dim, 1 when absent
+  // The ranks FSDP shards parameters over: shard x cp (torchtitan's dp_shard_cp "fsdp" mesh).
+  int fsdp_shard_size() const { return mesh_size("shard") * mesh_size("cp"); }
   ReshardAfterForward reshard_after_forward;
   // fsdp.per_unit: reshard_after_forward of single units, keyed "root" or "layers.N" (N >= 0
   // once parsed), as torchtitan passes per-block values to fully_shard (NOTE [Per-unit
@@ -218,6 +222,8 @@ struct Scenario {
   TensorParallelOptions tensor_parallel;
   // pipeline_parallel (core/scenario/pipeline_options.h); off without a pp dim.
   PipelineParallelOptions pipeline;
+  // context_parallel (core/scenario/context_parallel_options.h); off without a cp dim.
+  ContextParallelOptions context_parallel;
   ExpertParallelOptions expert_parallel;
   HardwareOptions hardware;
   int world_size() const;
@@ -233,7 +239,7 @@ Scenario load_scenario_file(const std::string& path);  // missing file / bad JSO
 // "training.activation_checkpointing", "fsdp", "fsdp.mesh", "fsdp.mixed_precision",
 // "fsdp.cpu_offload", "hardware", "hardware.allocator", "hardware.rank_speed",
 // "training.rank_batch", "model.implementation", "training.data", "tensor_parallel",
-// "expert_parallel". Tests check
+// "expert_parallel", "pipeline_parallel", "context_parallel". Tests check
 // docs/scenario.schema.json against it.
 const std::map<std::string, std::vector<std::string>>& scenario_fields();
 
@@ -241,6 +247,11 @@ const std::map<std::string, std::vector<std::string>>& scenario_fields();
 const char* recompute_mode_name(RecomputeMode m);
 const char* sharding_units_name(ShardingUnits u);
 const char* accumulation_sync_name(AccumulationSync a);  // "none", "reduce_scatter", "all"
+
+// NOTE [What context parallelism composes with] (scenario_cp.cc): throws InputError naming the
+// field a cp dim of size `cp` cannot run with (seq_len not divisible by tp x 2 x cp, GPT-2,
+// another SDPA backend, experts, an uneven batch). parse_scenario runs it; the planner too.
+void check_context_parallel(const Scenario& s, int cp);
 
 // NOTE [Dtype flow between units] (scenario_checks.cc): throws InputError naming the per-unit
 // policy that makes a unit compute on activations of another dtype. parse_scenario runs it; the

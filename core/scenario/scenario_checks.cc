@@ -186,13 +186,15 @@ void check_units_and_loss(const Scenario& s) {
         "is true with loss \"chunked\" (the chunked loss never materialises the whole logits)",
         "set keep_logits false");
   const int n = m.implementation.loss_chunks;
+  const int cp = s.fsdp.mesh_size("cp");  // each rank holds seq_len / cp tokens of a sequence
   for (int r = 0; r < s.world_size(); ++r) {
-    const int64_t tokens = s.training.batch_for(r) * s.training.seq_len;
+    const int64_t tokens = s.training.batch_for(r) * s.training.seq_len / cp;
     if (tokens % n != 0)
       throw InputError(
           "model.implementation.loss_chunks",
           "is " + std::to_string(n) + ", which does not divide rank " + std::to_string(r) + "'s " +
-              std::to_string(tokens) + " tokens per micro-batch (batch x seq_len)",
+              std::to_string(tokens) + " tokens per micro-batch (batch x seq_len" +
+              (cp > 1 ? " / cp" : "") + ")",
           "choose a divisor of " + std::to_string(tokens) + " (torchtitan's default is 8)");
   }
 }

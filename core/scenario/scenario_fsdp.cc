@@ -32,7 +32,10 @@ std::string shape_text(const std::vector<int64_t>& s) {
 // ranks, inside a node when tp <= gpus_per_node. torchtitan names the dims dp_replicate,
 // dp_shard and tp; both spellings are accepted and stored as replicate, shard and tp. A "pp"
 // dim (pipeline parallelism, pipeline_options.h) comes first, outermost as torchtitan's
-// ["pp", "dp_replicate", "dp_shard", "tp"]: a pp group is ranks a whole FSDP x tp mesh apart.
+// ["pp", "dp_replicate", "dp_shard", "tp"]: a pp group is ranks a whole FSDP x tp mesh apart. A
+// "cp" dim (context parallelism, context_parallel_options.h) sits between shard and tp, as in
+// torchtitan's ["pp", "dp_replicate", "dp_shard", "cp", "tp"]; FSDP then shards over the
+// flattened (shard, cp) group (torchtitan's dp_shard_cp).
 void parse_mesh(const json& m, const HardwareOptions& hw, FsdpOptions& f) {
   const std::string P = "fsdp.mesh", S = "fsdp.mesh.shape", N = "fsdp.mesh.dim_names";
   const int64_t world = int64_t{hw.nodes} * hw.gpus_per_node;
@@ -47,13 +50,15 @@ void parse_mesh(const json& m, const HardwareOptions& hw, FsdpOptions& f) {
   if (!s.is_array())
     throw InputError(S, "is " + jr::describe(s) + ", not an array",
                      "write a list of sizes, e.g. " + examples);
-  // A 4-D mesh needs its names (a leading pp); without them it is refused as too many dims.
-  if (s.empty() || s.size() > 4 || (s.size() == 4 && !m.contains("dim_names")))
+  // A 4-D or 5-D mesh needs its names (a leading pp, a cp dim); without them it is refused as
+  // too many dims.
+  if (s.empty() || s.size() > 5 || (s.size() >= 4 && !m.contains("dim_names")))
     throw InputError(
         S, "is " + jr::show(s) + ", a " + std::to_string(s.size()) + "-D mesh",
         "fullshard supports [shard] (FSDP), [replicate, shard] (HSDP), and either with a "
         "trailing tp dim (dim_names [\"shard\", \"tp\"] or [\"replicate\", \"shard\", \"tp\"]), "
-        "optionally after a leading \"pp\" dim (then name every dim): write " +
+        "optionally after a leading \"pp\" dim and with a \"cp\" dim after shard (then name every "
+        "dim): write " +
             examples);
   std::vector<int64_t> shape;
   for (size_t i = 0; i < s.size(); ++i)
@@ -86,7 +91,8 @@ void parse_mesh(const json& m, const HardwareOptions& hw, FsdpOptions& f) {
   const std::string fix =
       "name the dims [\"shard\"], [\"replicate\", \"shard\"], [\"shard\", \"tp\"] or "
       "[\"replicate\", \"shard\", \"tp\"] (torchtitan's dp_replicate / dp_shard also work), "
-      "optionally after a leading \"pp\", one per dim of the shape";
+      "optionally after a leading \"pp\" and with a \"cp\" dim after \"shard\", one per dim of the "
+      "shape";
   if (!names.is_array()) throw InputError(N, "is " + jr::describe(names) + ", not an array", fix);
   std::vector<std::string> given;
   for (size_t i = 0; i < names.size(); ++i) {
@@ -105,6 +111,9 @@ void parse_mesh(const json& m, const HardwareOptions& hw, FsdpOptions& f) {
       {"shard"}, {"replicate", "shard"}, {"shard", "tp"}, {"replicate", "shard", "tp"}};
   std::vector<std::string> after_pp = given;  // the FSDP x tp dims after a leading pp
   if (!after_pp.empty() && after_pp.front() == "pp") after_pp.erase(after_pp.begin());
+  // A cp dim right after shard (torchtitan's order); the rest is one of the meshes above.
+  auto cp = std::find(after_pp.begin(), after_pp.end(), "cp");
+  if (cp != after_pp.end() && cp != after_pp.begin() && *(cp - 1) == "shard") after_pp.erase(cp);
   if (std::find(allowed.begin(), allowed.end(), after_pp) == allowed.end())
     throw InputError(N, "is " + jr::show(names) + ", not a mesh fullshard builds", fix);
   f.mesh_dim_names = given;
@@ -323,7 +332,7 @@ FsdpOptions parse_fsdp(const json& j, const HardwareOptions& hw, int64_t n_layer
     f.mesh_dim_names = {"shard"};
   }
   if (j.contains("reshard_after_forward"))
-    f.reshard_after_forward = parse_reshard(j.at("reshard_after_forward"), f.mesh_size("shard"),
+    f.reshard_after_forward = parse_reshard(j.at("reshard_after_forward"), f.fsdp_shard_size(),
                                             "fsdp.reshard_after_forward");
   if (j.contains("mixed_precision")) {
     const json& m = j.at("mixed_precision");
@@ -376,7 +385,7 @@ FsdpOptions parse_fsdp(const json& j, const HardwareOptions& hw, int64_t n_layer
     f.force_sum_reduction_for_comms =
         jr::get_bool(j.at("force_sum_reduction_for_comms"), P + ".force_sum_reduction_for_comms");
   if (j.contains("per_unit"))
-    parse_per_unit(j.at("per_unit"), f.mesh_size("shard"), n_layers, tied_head, f);
+    parse_per_unit(j.at("per_unit"), f.fsdp_shard_size(), n_layers, tied_head, f);
   return f;
 }
 

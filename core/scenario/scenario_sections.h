@@ -42,6 +42,10 @@ PipelineParallelOptions parse_pipeline_parallel(const nlohmann::json* j, const S
 TrainingOptions parse_training(const nlohmann::json& j, const ModelConfig& model,
                                const std::string& base_dir);
 
+// The context_parallel section (scenario_cp.cc; null: absent), resolved against fsdp.mesh's cp
+// dim and checked against the rest of `s` (NOTE [What context parallelism composes with]).
+ContextParallelOptions parse_context_parallel(const nlohmann::json* j, const Scenario& s);
+
 // The expert_parallel section (scenario_ep.cc), read and checked against the rest of `s`.
 ExpertParallelOptions parse_expert_parallel(const nlohmann::json& j, const Scenario& s);
 

@@ -59,6 +59,7 @@ PipelineProgram::PipelineProgram(Backend& b, const Scenario& s)
     const PipelineStageModules& m = s.pipeline.stages[static_cast<size_t>(k)];
     ModelPart part{m.embeddings, m.first_layer, m.num_layers, m.output};
     st->model = std::make_unique<Transformer>(s.model, tensor_parallel_for(s, b.rank()), part);
+    st->model->set_context_parallel(context_parallel_for(s, b.rank()));
     set_init_seed(st->model->root(), s.training.seed);
     st->fsdp = std::make_unique<FSDPRuntime>(b, mesh_info_for(s, b.rank()));
     apply_fsdp(s, *st->model, *st->fsdp, true);
@@ -83,8 +84,8 @@ int PipelineProgram::rank_of_stage(int stage) const {
 TensorMeta PipelineProgram::activation_meta() const {
   const MixedPrecisionPolicy mp = s_.fsdp.mixed_precision_for("root");
   const DType dt = mp.output_dtype.value_or(mp.param_dtype.value_or(DType::kFloat32));
-  const int64_t tp = s_.fsdp.mesh_size("tp");
-  return {dt, {s_.pipeline.microbatch_size, s_.training.seq_len / tp, s_.model.dim}};
+  const int64_t tp = s_.fsdp.mesh_size("tp"), cp = s_.fsdp.mesh_size("cp");
+  return {dt, {s_.pipeline.microbatch_size, s_.training.seq_len / (cp * tp), s_.model.dim}};
 }
 
 // torchtitan's train_step with pp (pytorch/torchtitan@b5bcd76c6, trainer.py): every rank draws
@@ -94,7 +95,9 @@ void PipelineProgram::load_microbatches(int step) {
   labels_.clear();
   const int m = s_.pipeline.microbatches;
   const MeshInfo mi = mesh_info_for(s_, b_.rank());
-  const TensorMeta ids{DType::kInt64, {s_.pipeline.microbatch_size, s_.training.seq_len}};
+  const ContextParallel cp = context_parallel_for(s_, b_.rank());  // this rank's shard of each
+  const TensorMeta ids{DType::kInt64,
+                       {s_.pipeline.microbatch_size, s_.training.seq_len / cp.degree}};
   for (int i = 0; i < m; ++i) {
     Tensor tokens = Tensor::empty(b_, ids, MemCategory::kActivation, StreamRole::kDefault,
                                   fmt::format("input tokens {}", i));
@@ -112,6 +115,8 @@ void PipelineProgram::load_microbatches(int step) {
     a.split = 0;
     a.dp_rank = mi.dp_rank;
     a.dp_size = mi.dp_size;
+    a.cp = cp.degree;
+    a.cp_index = cp.index;
     a.encode(load);
     b_.launch(StreamRole::kDefault, load);
     tokens_.push_back(std::move(tokens));

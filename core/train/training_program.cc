@@ -21,13 +21,20 @@ MeshInfo mesh_info_for(const Scenario& s, int rank) {
   int shard = mesh.dim_index("shard");
   if (shard < 0) shard = mesh.ndim() - 1;
   MeshInfo info;
-  info.shard_group = mesh.group(rank, shard);
+  // With a cp dim FSDP shards over the flattened (shard, cp) group, torchtitan's dp_shard_cp
+  // ("fsdp") mesh: group rank shard_index x cp + cp_index (NOTE [Mesh dims] in scenario_fsdp.cc).
+  // A cp dim of size 1 is no context parallelism: the groups (and their names) stay FSDP's own.
+  int cp = mesh.dim_index("cp");
+  if (cp >= 0 && mesh.shape()[static_cast<size_t>(cp)] == 1) cp = -1;
+  info.shard_group = cp >= 0 ? mesh.group(rank, {shard, cp}, "shard+cp") : mesh.group(rank, shard);
+  if (cp >= 0) info.cp_group = mesh.group(rank, cp);
   int rep = mesh.dim_index("replicate");
   if (rep >= 0 && rep != shard) info.replicate_group = mesh.group(rank, rep);
   const int tp = mesh.dim_index("tp");
   if (tp >= 0) {
     info.tp_group = mesh.group(rank, tp);
-    info.shard_tp_group = mesh.group(rank, {shard, tp}, "shard+tp");
+    info.shard_tp_group = cp >= 0 ? mesh.group(rank, {shard, cp, tp}, "shard+cp+tp")
+                                  : mesh.group(rank, {shard, tp}, "shard+tp");
   }
   const int pp = mesh.dim_index("pp");
   if (pp >= 0) info.pp_group = mesh.group(rank, pp);
@@ -36,13 +43,13 @@ MeshInfo mesh_info_for(const Scenario& s, int rank) {
     info.ep_group = std::move(g.ep);
     info.efsdp_group = std::move(g.efsdp);
   }
-  // The data-parallel index runs over the mesh without its pp and tp dims, row-major (the
-  // stages of one pipeline read the same batch).
+  // The data-parallel index runs over the mesh without its pp, cp and tp dims, row-major (the
+  // stages of one pipeline read the same batch; the ranks of a cp group, its shards).
   const std::vector<int> c = mesh.coordinates(rank);
   info.dp_rank = 0;
   info.dp_size = 1;
   for (int d = 0; d < mesh.ndim(); ++d) {
-    if (d == tp || d == pp) continue;
+    if (d == tp || d == pp || d == cp) continue;
     info.dp_rank = info.dp_rank * mesh.shape()[d] + c[d];
     info.dp_size *= mesh.shape()[d];
   }
@@ -61,6 +68,17 @@ TensorParallel tensor_parallel_for(const Scenario& s, int rank) {
   return tp;
 }
 
+ContextParallel context_parallel_for(const Scenario& s, int rank) {
+  ContextParallel cp;
+  if (!s.context_parallel.enabled()) return cp;
+  const MeshInfo m = mesh_info_for(s, rank);
+  cp.degree = m.cp_group->size();
+  cp.index = m.cp_group->index_of(rank);
+  cp.group = *m.cp_group;
+  cp.rotate = s.context_parallel.rotate_method;
+  return cp;
+}
+
 ExpertParallel expert_parallel_for(const Scenario& s, int rank) {
   ExpertParallel ep;
   if (s.expert_parallel.degree <= 1) return ep;
@@ -76,7 +94,8 @@ uint64_t symmetric_memory_bytes(const Scenario& s) {
   if (!s.tensor_parallel.async || tp <= 1) return 0;
   const int64_t batch = s.training.batch_per_rank;  // tp > 1 refuses training.rank_batch
   const DType dt = s.fsdp.mixed_precision.param_dtype.value_or(DType::kFloat32);
-  return ops::tp::symmetric_workspace_bytes(batch, s.training.seq_len, s.model.dim, tp,
+  const int64_t seq = s.training.seq_len / s.fsdp.mesh_size("cp");  // this rank's tokens
+  return ops::tp::symmetric_workspace_bytes(batch, seq, s.model.dim, tp,
                                             dtype_size(dt));
 }
 
@@ -120,10 +139,11 @@ TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
   }
   model_ = std::make_unique<Transformer>(s.model, tensor_parallel_for(s, b.rank()),
                                          expert_parallel_for(s, b.rank()));
+  model_->set_context_parallel(context_parallel_for(s, b.rank()));
   set_init_seed(model_->root(), s.training.seed);
   // torchtitan converts before parallelizing; FSDP2 all-gathers in float8 only with a shard dim.
   const bool f8_all_gather =
-      s.training.float8.enable_fsdp_float8_all_gather && s.fsdp.mesh_size("shard") > 1;
+      s.training.float8.enable_fsdp_float8_all_gather && s.fsdp.fsdp_shard_size() > 1;
   convert_to_float8_training(model_->root(), s.training.float8,
                              s.model.arch == ModelArch::kLlama && s.model.implementation.compile,
                              f8_all_gather);
@@ -159,7 +179,10 @@ TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
 std::pair<Tensor, Tensor> TrainingProgram::load_batch(int64_t step, int64_t micro, int64_t accum,
                                                       int64_t split, const std::string& what) {
   const auto& t = s_.training;
-  TensorMeta ids{DType::kInt64, {t.batch_for(b_.rank()), t.seq_len}};
+  const ContextParallel cp = context_parallel_for(s_, b_.rank());
+  // With cp, this rank's shard of each sequence (NOTE [Context-parallel layout]): torchtitan
+  // loads the [B, S] batch and context_parallel shards it in place; kLoadBatch writes the shard.
+  TensorMeta ids{DType::kInt64, {t.batch_for(b_.rank()), t.seq_len / cp.degree}};
   Tensor tokens = Tensor::empty(b_, ids, MemCategory::kActivation, StreamRole::kDefault,
                                 what.empty() ? "input tokens" : what + "tokens");
   Tensor labels =
@@ -177,6 +200,8 @@ std::pair<Tensor, Tensor> TrainingProgram::load_batch(int64_t step, int64_t micr
   a.split = split;
   a.dp_rank = mi.dp_rank;
   a.dp_size = mi.dp_size;
+  a.cp = cp.degree;
+  a.cp_index = cp.index;
   a.encode(load);
   b_.launch(StreamRole::kDefault, load);
   return {std::move(tokens), std::move(labels)};

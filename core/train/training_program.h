@@ -23,6 +23,8 @@ MeshInfo mesh_info_for(const Scenario& s, int rank);
 TensorParallel tensor_parallel_for(const Scenario& s, int rank);
 // This rank's expert-parallel view (expert_parallel.degree; degree 1 when none).
 ExpertParallel expert_parallel_for(const Scenario& s, int rank);
+// This rank's context-parallel view (degree 1 without a cp dim).
+ContextParallel context_parallel_for(const Scenario& s, int rank);
 
 // Device bytes each rank keeps outside the caching allocator for async TP's symmetric-memory
 // workspace (ops::tp::symmetric_workspace_bytes for a micro-batch, in the compute

@@ -109,6 +109,9 @@ int ComputeModel::eager_kernel_count(const Instr& k) const {
   // products, a pull and a barrier: about three launches per tp rank.
   if (k.op == OpKind::kAllGatherMatmul || k.op == OpKind::kMatmulReduceScatter)
     return 3 * std::max(1, k.parts);
+  // Ring attention's merge is PyTorch's eager _SDPAMerger: 8 pointwise kernels, 10 with a
+  // partial update's two cats (kernel_dims in sim_backend.cc).
+  if (k.op == OpKind::kSdpaMerge) return k.dims[0] > 0 ? static_cast<int>(k.dims[0]) : 8;
   return kernels_for(k.op);
 }
 

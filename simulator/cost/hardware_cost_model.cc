@@ -78,6 +78,11 @@ nccl::Choice HardwareCostModel::choice(const Instr& c, const GroupInfo& group) c
 }
 
 double HardwareCostModel::collective_seconds(const Instr& c, const GroupInfo& group) const {
+  // A permute (dims[2] = 1: one peer, context parallelism's ring): NOTE [Permute cost].
+  if (c.coll == CollectiveKind::kAllToAll && c.dims[2] == 1)
+    return nccl::permute_time_us(platform_, entry(group).topology,
+                                 static_cast<double>(std::max(c.dims[0], c.dims[1]))) *
+           1e-6;
   if (c.coll == CollectiveKind::kAllToAll)  // dims: bytes sent to / received from the others
     return nccl::all_to_all_time_us(platform_, entry(group).topology,
                                     static_cast<double>(c.dims[0]),

@@ -286,6 +286,15 @@ double all_to_all_time_us(const NcclPlatform& P, const GroupTopology& G, double 
   return kBaseLatency[kRing][kSimple] + hop + t;
 }
 
+double permute_time_us(const NcclPlatform& P, const GroupTopology& G, double bytes) {
+  if (G.nranks <= 1) return 0;
+  const bool across = G.nnodes > 1;
+  const AlgoRows& intra_lat = P.nvlink ? kNvlinkLatency : kPciLatency;
+  const double hop = across ? kNetLatency[kRing][kSimple] : intra_lat[kRing][kSimple];
+  const double gbs = across ? P.net_bus_gbs : P.intra_bus_gbs;
+  return kBaseLatency[kRing][kSimple] + hop + (gbs > 0 ? bytes / (1000.0 * gbs) : 0.0);
+}
+
 Choice choose(const NcclPlatform& P, const GroupTopology& G, Func func, double bytes) {
   return choose(tune(P, G, func), P, G, func, bytes);
 }

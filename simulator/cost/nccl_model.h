@@ -83,4 +83,12 @@ Choice choose(const NcclPlatform& platform, const GroupTopology& group, Func fun
 double all_to_all_time_us(const NcclPlatform& platform, const GroupTopology& group,
                           double send_bytes, double recv_bytes);
 
+// NOTE [Permute cost]: context parallelism's K / V rotation is funcol's permute_tensor, an
+// all_to_all_single in which each rank sends its whole buffer to the next rank of the group
+// (one ncclSend and one ncclRecv per rank). Every link of the ring carries `bytes` at once, so
+// a rank's time is base + hop + bytes over its link: NVLink (intra_bus_gbs) when the group is
+// inside a node, else the NIC (net_bus_gbs), which the ring's node-crossing ranks wait for and
+// the engine's slowest member takes.
+double permute_time_us(const NcclPlatform& platform, const GroupTopology& group, double bytes);
+
 }  // namespace fullshard::sim::nccl

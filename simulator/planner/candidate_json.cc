@@ -32,7 +32,7 @@ void adjust_chunked_loss(json& j, const Candidate& c) {
       m->loss_chunks = impl["loss_chunks"].get<int>();
   }
   if (!m || m->loss != LossImpl::kChunked) return;
-  const int64_t tokens = c.micro_batch * j["training"].value("seq_len", int64_t{1});
+  const int64_t tokens = c.micro_batch * j["training"].value("seq_len", int64_t{1}) / c.cp;
   int n = m->loss_chunks;
   while (n > 1 && tokens % n != 0) --n;
   if (n != m->loss_chunks) impl["loss_chunks"] = n;
@@ -66,6 +66,13 @@ json candidate_scenario_json(const json& base, const Candidate& c, const std::st
   f["mesh"] = c.hsdp()
                   ? json{{"shape", {c.replicate, c.shard}}, {"dim_names", {"replicate", "shard"}}}
                   : json{{"shape", {c.shard}}, {"dim_names", {"shard"}}};
+  if (c.cp > 1) {  // NOTE [Context-parallel candidates] in search_space.cc
+    f["mesh"]["shape"].push_back(c.cp);
+    f["mesh"]["dim_names"].push_back("cp");
+    j["context_parallel"] = {{"rotate_method", cp_rotate_method_name(c.cp_rotate)}};
+  } else {
+    j.erase("context_parallel");
+  }
   if (c.tp > 1) {
     f["mesh"]["shape"].push_back(c.tp);
     f["mesh"]["dim_names"].push_back("tp");
@@ -102,7 +109,8 @@ json candidate_scenario_json(const json& base, const Candidate& c, const std::st
                           ? &(*it)["reshard_after_forward"]
                           : nullptr;
       const bool drop =
-          v && v->is_number_integer() && v->get<int64_t>() > 0 && c.shard % v->get<int64_t>() != 0;
+          v && v->is_number_integer() && v->get<int64_t>() > 0 &&
+          c.shard * c.cp % v->get<int64_t>() != 0;
       it = drop ? u.erase(it) : std::next(it);
     }
     if (u.empty()) f.erase("per_unit");

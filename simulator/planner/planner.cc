@@ -31,11 +31,13 @@ namespace {
 
 // Candidates that differ only in checkpointing share their proxies (the proxy fixes the mode).
 // (pp candidates have no proxies: NOTE [Pipeline candidates are not bounded].)
-using ProxyKey = std::tuple<int, int, int, int, int, int, int, bool, int64_t, int, int>;
+using ProxyKey = std::tuple<int, int, int, int, int, int, int, bool, int64_t, int, int, int, int>;
 ProxyKey proxy_key(const Candidate& c) {
   return {c.replicate,
           c.shard,
           c.tp,
+          c.cp,
+          static_cast<int>(c.cp_rotate),
           c.ep,
           static_cast<int>(c.reshard.kind),
           c.reshard.n,
@@ -46,10 +48,11 @@ ProxyKey proxy_key(const Candidate& c) {
           static_cast<int>(c.float8)};
 }
 
-// A tp group trains on one batch: each of its GPUs accounts for 1/tp of its tokens.
+// A tp group trains on one batch: each of its GPUs accounts for 1/tp of its tokens; a cp
+// group's GPUs each hold 1/cp of them.
 double tokens_per_gpu(const Candidate& c, int64_t seq_len) {
   return static_cast<double>(c.micro_batch) * static_cast<double>(c.grad_accum) *
-         static_cast<double>(seq_len) / static_cast<double>(c.tp);
+         static_cast<double>(seq_len) / static_cast<double>(c.tp) / static_cast<double>(c.cp);
 }
 
 // A program that hangs or breaks the protocol (never expected: the simulator's own tests cover
@@ -83,6 +86,22 @@ std::vector<Candidate> viable_candidates(const PlanOptions& opt) {
     if (c.pp <= 1) return false;
     auto [it, fresh] = pipelines.try_emplace(
         {c.pp, static_cast<int>(c.pp_schedule), c.micro_batch, c.grad_accum}, true);
+    if (fresh) {
+      try {
+        candidate_scenario(opt.base, c);
+      } catch (const InputError&) {
+        it->second = false;
+      }
+    }
+    return !it->second;
+  });
+  // Context-parallel candidates check_context_parallel refuses (NOTE [Context-parallel
+  // candidates] in search_space.cc: seq_len not divisible by tp x 2 x cp, ...), checked once per
+  // (cp, tp).
+  std::map<std::pair<int, int>, bool> cp_ok;
+  std::erase_if(cands, [&](const Candidate& c) {
+    if (c.cp <= 1) return false;
+    auto [it, fresh] = cp_ok.try_emplace({c.cp, c.tp}, true);
     if (fresh) {
       try {
         candidate_scenario(opt.base, c);

@@ -43,7 +43,8 @@ const std::vector<Float8Choice>& float8_choices() {
 
 bool Candidate::operator==(const Candidate& o) const {
   return replicate == o.replicate && shard == o.shard && tp == o.tp && ep == o.ep && pp == o.pp &&
-         pp_schedule == o.pp_schedule && reshard.kind == o.reshard.kind &&
+         pp_schedule == o.pp_schedule && cp == o.cp && cp_rotate == o.cp_rotate &&
+         reshard.kind == o.reshard.kind &&
          reshard.n == o.reshard.n && precision == o.precision && cpu_offload == o.cpu_offload &&
          ac.mode == o.ac.mode && ac.every == o.ac.every && micro_batch == o.micro_batch &&
          grad_accum == o.grad_accum && expandable_segments == o.expandable_segments &&
@@ -117,6 +118,14 @@ void check_space_options(const SpaceOptions& o) {
                                    pp),
                        "give --global-batch B, e.g. --global-batch " + std::to_string(4 * o.gpus));
   }
+  once(o.cp_degrees, "--cp", "give each context-parallel degree once, e.g. --cp 1 2 4 8");
+  for (int cp : o.cp_degrees)
+    if (cp < 1 || o.gpus % cp != 0)
+      throw InputError("--cp", fmt::format("has {}, which does not divide --gpus {}", cp, o.gpus),
+                       "give degrees that divide the GPU count, e.g. --cp 1 2 4 8");
+  std::vector<std::string> rotate_names;
+  for (CpRotateMethod m : o.cp_rotates) rotate_names.push_back(cp_rotate_method_name(m));
+  once(rotate_names, "--cp-rotate", "give each rotate method once, e.g. --cp-rotate allgather");
   for (PipelineScheduleKind k : o.pp_schedules)
     if (k == PipelineScheduleKind::kInterleavedZeroBubble ||
         k == PipelineScheduleKind::kZBVZeroBubble || k == PipelineScheduleKind::kDualPipeV)
@@ -166,8 +175,8 @@ std::vector<ReshardAfterForward> reshard_options(int shard) {
 }
 
 bool shard_group_within_node(const Candidate& c, int gpus_per_node) {
-  if (c.shard == 1) return true;  // one rank: no shard collective crosses anything
-  const int64_t span = int64_t{c.shard} * c.tp;
+  if (c.shard * c.cp == 1) return true;  // one rank: no shard collective crosses anything
+  const int64_t span = int64_t{c.shard} * c.cp * c.tp;
   return span <= gpus_per_node && gpus_per_node % span == 0;
 }
 
@@ -224,18 +233,30 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o) {
   }
   std::vector<Candidate> out;
   const std::vector<int> pps = o.pp_degrees.empty() ? std::vector<int>{1} : o.pp_degrees;
+  const std::vector<int> cps = o.cp_degrees.empty() ? std::vector<int>{1} : o.cp_degrees;
   for (int pp : pps)
+    for (int cp : cps)
     for (int tp : o.tp_degrees) {
-      if (tp < 1 || pp < 1 || o.gpus % (int64_t{tp} * pp) != 0) continue;
-      const int dp = o.gpus / (tp * pp);
+      if (tp < 1 || pp < 1 || cp < 1 || o.gpus % (int64_t{tp} * pp * cp) != 0) continue;
+      // NOTE [Context-parallel candidates]: a cp group trains on one batch (each rank a shard
+      // of its sequences), so the data-parallel size is GPUs / (tp x pp x cp); FSDP shards over
+      // shard x cp, so every shard size of dp is tried with the cp ranks added to the group.
+      // What check_context_parallel refuses (seq_len not divisible by tp x 2 x cp, ...) throws in
+      // candidate_scenario and plan() leaves the candidate out; pp x cp is not enumerated (the
+      // pipeline stages do not run ring attention yet).
+      if (cp > 1 && pp > 1) continue;
+      const int dp = o.gpus / (tp * pp * cp);
       const auto batches = batch_options(o, dp);
+      const std::vector<CpRotateMethod> rotates =
+          cp > 1 ? o.cp_rotates : std::vector<CpRotateMethod>{CpRotateMethod::kAllGather};
       const std::vector<int> eps = o.ep_degrees.empty() ? std::vector<int>{1} : o.ep_degrees;
       const std::vector<PipelineScheduleKind> schedules =
           pp > 1 ? o.pp_schedules : std::vector<PipelineScheduleKind>{PipelineScheduleKind::k1F1B};
       for (int s : shard_sizes(dp))
         for (int ep : eps)
+          for (CpRotateMethod rotate : rotates)
           for (PipelineScheduleKind sched : schedules)
-            for (const auto& r : reshard_options(s))
+            for (const auto& r : reshard_options(s * cp))
               for (Precision p : {Precision::kBf16Fp32Reduce, Precision::kBf16, Precision::kFp32})
                 for (bool offload : {false, true})
                   for (const auto& ac : acs)
@@ -248,6 +269,7 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o) {
                             (tp > 1 || pp > 1 || ac.mode == RecomputeMode::kSelectiveOp))
                           continue;
                         if (pp > 1 && ep > 1) continue;  // stages do not split experts yet
+                        if (cp > 1 && ep > 1) continue;  // check_context_parallel refuses MoE
                         // NOTE [Pipeline sub-space]: pp candidates are simulated without pruning
                         // (NOTE [Pipeline candidates are not bounded] in planner.cc), so they keep
                         // torchtitan's two pp policies (reshard_after_forward false, its default
@@ -266,6 +288,8 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o) {
                           c.ep = ep;
                           c.pp = pp;
                           c.pp_schedule = sched;
+                          c.cp = cp;
+                          c.cp_rotate = rotate;
                           c.reshard = r;
                           c.precision = p;
                           c.cpu_offload = offload;
@@ -282,7 +306,7 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o) {
 }
 
 Scenario candidate_scenario(const Scenario& base, const Candidate& c) {
-  FULLSHARD_CHECK(base.world_size() == c.pp * c.replicate * c.shard * c.tp,
+  FULLSHARD_CHECK(base.world_size() == c.pp * c.replicate * c.shard * c.cp * c.tp,
                   "candidate mesh does not match the base world size");
   Scenario s = base;
   if (c.hsdp()) {
@@ -291,6 +315,10 @@ Scenario candidate_scenario(const Scenario& base, const Candidate& c) {
   } else {
     s.fsdp.mesh_shape = {c.shard};
     s.fsdp.mesh_dim_names = {"shard"};
+  }
+  if (c.cp > 1) {  // after shard, before tp (torchtitan's order)
+    s.fsdp.mesh_shape.push_back(c.cp);
+    s.fsdp.mesh_dim_names.push_back("cp");
   }
   if (c.tp > 1) {
     s.fsdp.mesh_shape.push_back(c.tp);
@@ -305,7 +333,7 @@ Scenario candidate_scenario(const Scenario& base, const Candidate& c) {
   // The base's per-unit overrides stay (torchtitan's last block unresharded), except an int
   // that does not divide this candidate's shard size.
   for (auto it = s.fsdp.per_unit_reshard.begin(); it != s.fsdp.per_unit_reshard.end();)
-    it = it->second.kind == ReshardAfterForward::Kind::kInt && c.shard % it->second.n != 0
+    it = it->second.kind == ReshardAfterForward::Kind::kInt && c.shard * c.cp % it->second.n != 0
              ? s.fsdp.per_unit_reshard.erase(it)
              : std::next(it);
   auto& mp = s.fsdp.mixed_precision;
@@ -358,7 +386,7 @@ Scenario candidate_scenario(const Scenario& base, const Candidate& c) {
   // the other program).
   ModelImplementation& impl = s.model.implementation;
   if (impl.loss == LossImpl::kChunked) {
-    const int64_t tokens = s.training.batch_per_rank * s.training.seq_len;
+    const int64_t tokens = s.training.batch_per_rank * s.training.seq_len / c.cp;
     while (impl.loss_chunks > 1 && tokens % impl.loss_chunks != 0) --impl.loss_chunks;
     if (s.fsdp.units != ShardingUnits::kEmbedBlocksHead) {
       ReshardAfterForward keep;
@@ -376,6 +404,12 @@ Scenario candidate_scenario(const Scenario& base, const Candidate& c) {
     s.training.grad_accum_steps = 1;
     s.pipeline = resolve_pipeline_parallel(s, c.pp_schedule, c.micro_batch);
   }
+  s.context_parallel = ContextParallelOptions{};
+  if (c.cp > 1) {  // NOTE [Context-parallel candidates]
+    check_context_parallel(s, c.cp);
+    s.context_parallel.degree = c.cp;
+    s.context_parallel.rotate_method = c.cp_rotate;
+  }
   return s;
 }
 
@@ -385,7 +419,9 @@ std::string mesh_text(const Candidate& c) {
   const std::string ep = c.ep > 1 ? fmt::format(" EP {}", c.ep) : "";
   const std::string pp =
       c.pp > 1 ? fmt::format("PP {} {} ", c.pp, pipeline_schedule_name(c.pp_schedule)) : "";
-  return pp + (c.tp > 1 ? fmt::format("{} TP {}{}", dp, c.tp, ep) : dp + ep);
+  const std::string cp =
+      c.cp > 1 ? fmt::format(" CP {} {}", c.cp, cp_rotate_method_name(c.cp_rotate)) : "";
+  return pp + (c.tp > 1 ? fmt::format("{}{} TP {}{}", dp, cp, c.tp, ep) : dp + cp + ep);
 }
 
 std::string reshard_text(const ReshardAfterForward& r) {
@@ -420,6 +456,7 @@ nlohmann::json candidate_settings_json(const Candidate& c) {
   nlohmann::json j;
   j["mesh"] =
       c.hsdp() ? nlohmann::json::array({c.replicate, c.shard}) : nlohmann::json::array({c.shard});
+  if (c.cp > 1) j["mesh"].push_back(c.cp);
   if (c.tp > 1) j["mesh"].push_back(c.tp);
   if (c.pp > 1) j["mesh"].insert(j["mesh"].begin(), c.pp);
   j["sharding"] = c.hsdp() ? "hsdp" : "fsdp";
@@ -429,6 +466,10 @@ nlohmann::json candidate_settings_json(const Candidate& c) {
   if (c.pp > 1) {
     j["pipeline_schedule"] = pipeline_schedule_name(c.pp_schedule);
     j["pipeline_microbatches"] = c.grad_accum;
+  }
+  if (c.cp > 1) {  // only with cp: the plans of other runs keep their JSON
+    j["cp"] = c.cp;
+    j["cp_rotate_method"] = cp_rotate_method_name(c.cp_rotate);
   }
   switch (c.reshard.kind) {
     case Kind::kDefault: j["reshard_after_forward"] = nullptr; break;

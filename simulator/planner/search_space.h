@@ -53,6 +53,11 @@ struct Candidate {
   // `pp_schedule` over grad_accum microbatches of micro_batch sequences.
   int pp = 1;
   PipelineScheduleKind pp_schedule = PipelineScheduleKind::k1F1B;
+  // Context parallelism (NOTE [Context-parallel candidates] in search_space.cc): cp > 1 adds a
+  // "cp" mesh dim after shard, so pp x replicate x shard x cp x tp == world size; FSDP shards
+  // over shard x cp, and each sequence is split over the cp ranks.
+  int cp = 1;
+  CpRotateMethod cp_rotate = CpRotateMethod::kAllGather;
   ReshardAfterForward reshard;
   Precision precision = Precision::kFp32;
   bool cpu_offload = false;
@@ -84,6 +89,9 @@ struct SpaceOptions {
   std::vector<int> pp_degrees = {1};
   std::vector<PipelineScheduleKind> pp_schedules = {PipelineScheduleKind::k1F1B,
                                                     PipelineScheduleKind::kInterleaved1F1B};
+  // Context-parallel degrees and rotate methods to try ({1}: none).
+  std::vector<int> cp_degrees = {1};
+  std::vector<CpRotateMethod> cp_rotates = {CpRotateMethod::kAllGather};
   // Float8 settings to try ({kOff}: none; plan --float8: float8_choices()).
   std::vector<Float8Choice> float8 = {Float8Choice::kOff};
 };

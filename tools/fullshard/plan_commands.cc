@@ -65,6 +65,12 @@ CLI::App* add_plan_command(CLI::App& app, PlanFlags& f) {
   p->add_option("--pp-schedule", f.pp_schedules,
                 "pipeline schedules to try with --pp (default 1F1B Interleaved1F1B; also GPipe, "
                 "LoopedBFS)");
+  p->add_option("--cp", f.cp,
+                "context-parallel degrees to try (default 1: none; each sequence split over cp "
+                "ranks with ring attention, docs/context-parallel.md)");
+  p->add_option("--cp-rotate", f.cp_rotates,
+                "ring attention's K / V exchange to try with --cp: allgather (default) and / or "
+                "alltoall");
   p->add_option("--moe-routing", f.moe_routing,
                 "mixture-of-experts models: the routing every candidate is simulated under, "
                 "balanced (default) or worst (every token of a rank to one expert: fits under "
@@ -144,6 +150,9 @@ json base_json(const PlanFlags& f, HardwareProfile& profile) {
     if (j.contains("pipeline_parallel"))  // the planner chooses pp (--pp)
       throw InputError("--scenario", "'" + f.scenario + "' sets pipeline_parallel",
                        "remove it and the pp dim, and give --pp: the planner chooses them");
+    if (j.contains("context_parallel"))  // the planner chooses cp (--cp)
+      throw InputError("--scenario", "'" + f.scenario + "' sets context_parallel",
+                       "remove it and the cp dim, and give --cp: the planner chooses them");
     // The planner chooses these; a mesh or reshard int for another world would not parse.
     if (j.contains("fsdp") && j["fsdp"].is_object()) {
       j["fsdp"].erase("mesh");
@@ -395,6 +404,35 @@ int cmd_plan(const PlanFlags& f) {
         throw InputError("--pp",
                          fmt::format("has {}, which this scenario cannot use: {}", pp, e.what()),
                          "drop --pp");
+    }
+  }
+  if (!f.cp.empty()) o.space.cp_degrees = f.cp;
+  if (!f.cp_rotates.empty()) {
+    if (f.cp.empty())
+      throw InputError("--cp-rotate", "is given without --cp", "add --cp, e.g. --cp 2 4 8");
+    o.space.cp_rotates.clear();
+    for (const std::string& name : f.cp_rotates) {
+      if (name != "allgather" && name != "alltoall")
+        throw InputError("--cp-rotate", "has '" + name + "'", "give allgather and / or alltoall");
+      o.space.cp_rotates.push_back(name == "alltoall" ? CpRotateMethod::kAllToAll
+                                                      : CpRotateMethod::kAllGather);
+    }
+  }
+  // A model context parallelism cannot run (GPT-2, experts, another SDPA backend) or a seq_len
+  // no cp degree splits is named once here, rather than every cp candidate vanishing.
+  for (int cp : o.space.cp_degrees) {
+    if (cp <= 1 || o.space.gpus % cp != 0) continue;
+    Scenario probe = o.base;
+    probe.fsdp.mesh_shape = {o.space.gpus / cp, cp};
+    probe.fsdp.mesh_dim_names = {"shard", "cp"};
+    try {
+      check_context_parallel(probe, cp);
+    } catch (const InputError& e) {
+      const std::string w = e.where();
+      if (w.rfind("model", 0) == 0 || w.rfind("fsdp", 0) == 0 || w.rfind("training", 0) == 0)
+        throw InputError("--cp",
+                         fmt::format("has {}, which this scenario cannot use: {}", cp, e.what()),
+                         "drop it from --cp");
     }
   }
   if (f.float8) {

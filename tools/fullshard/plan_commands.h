@@ -27,6 +27,9 @@ struct PlanFlags {
   // training.moe_routing for every candidate ("balanced", "worst"): rank by the worst-case peak.
   std::string moe_routing;
   std::vector<std::string> pp_schedules;
+  // Context-parallel degrees and rotate methods (default allgather; docs/context-parallel.md).
+  std::vector<int> cp;
+  std::vector<std::string> cp_rotates;
   double headroom = 0.05;
   std::string json_out, write_scenario;
   int64_t top = 10;

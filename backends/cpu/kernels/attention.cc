@@ -5,6 +5,9 @@
 // Query head h reads kv head h / (H / Hkv) (repeat_kv / repeat_interleave grouping).
 // The efficient and cuDNN kinds run the same maths; AttentionArgs::lse_len is the length of a
 // logsumexp row (efficient attention pads it to a multiple of 32; the padding is not written).
+// A ring-attention round (context parallelism, AttentionArgs::ring()) reads kv_seq keys, masks
+// nothing when not causal, and reads q (and dO, O) and k / v as strided halves of longer local
+// sequences (q_batch_rows / kv_batch_rows rows between batches); its outputs are contiguous.
 #include <cmath>
 
 #include "backends/cpu/kernels/dtype_io.h"
@@ -26,13 +29,22 @@ struct AttnDims {
   int64_t q_off, k_off, v_off;  // column offsets of q / k / v inside their token rows
   float scale;
   int64_t lse_len;  // logsumexp row length (>= S)
+  int64_t Skv;      // keys per batch (S unless a ring round)
+  bool causal;
+  int64_t qb, kb;  // rows between one batch's first row and the next's in q (dO, O) and k / v
+  // Elements spanned by q (dO, O) and by k / v: the last batch's rows end the view.
+  int64_t q_span() const { return B == 0 ? 0 : ((B - 1) * qb + S) * q_ld; }
+  int64_t kv_span() const { return B == 0 ? 0 : ((B - 1) * kb + Skv) * kv_ld; }
+  // Keys query row i sees: its causal prefix, or all of them.
+  int64_t keys(int64_t i) const { return causal ? i + 1 : Skv; }
 };
 
 // AttentionArgs (core/runtime/attention_args.h) decodes and checks iargs and the layout.
 AttnDims attn_dims(const OpCall& op) {
   const AttentionArgs a = AttentionArgs::decode(op);
-  return {a.batch, a.seq,   a.heads, a.kv_heads, a.head_dim, a.packed, a.q_ld,
-          a.kv_ld, a.q_off, a.k_off, a.v_off,    a.scale,    a.lse_len};
+  return {a.batch, a.seq,   a.heads, a.kv_heads, a.head_dim, a.packed,   a.q_ld,
+          a.kv_ld, a.q_off, a.k_off, a.v_off,    a.scale,    a.lse_len,  a.kv_seq,
+          a.causal, a.q_batch_rows, a.kv_batch_rows};
 }
 
 void expect_numel(const OpCall& op, const TensorMeta& m, int64_t n, const char* what) {
@@ -57,11 +69,11 @@ QKV load_qkv(const OpCall& op, const Ptrs& in, size_t first, const AttnDims& d) 
     r.v = r.q + d.v_off;
   } else {
     expect_numel(op, in_meta(op, first), tokens * d.q_ld, "q");
-    expect_numel(op, in_meta(op, first + 1), tokens * d.kv_ld, "k");
-    expect_numel(op, in_meta(op, first + 2), tokens * d.kv_ld, "v");
+    expect_numel(op, in_meta(op, first + 1), d.B * d.Skv * d.kv_ld, "k");
+    expect_numel(op, in_meta(op, first + 2), d.B * d.Skv * d.kv_ld, "v");
     for (size_t i = 0; i < 3; ++i)
       r.bufs.emplace_back(in[first + i], in_meta(op, first + i).dtype,
-                          tokens * (i ? d.kv_ld : d.q_ld));
+                          i ? d.kv_span() : d.q_span());
     r.q = r.bufs[0].data();
     r.k = r.bufs[1].data();
     r.v = r.bufs[2].data();
@@ -86,22 +98,23 @@ void attention(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   F32Out o(out[0], out_meta(op, 0).dtype, tokens * D);
   float* lse = static_cast<float*>(out[1]);
   const int64_t group = d.H / d.Hkv;
-  std::vector<float> p(static_cast<size_t>(std::min(kBlock, d.S) * d.S));
+  std::vector<float> p(static_cast<size_t>(std::min(kBlock, d.S) * std::max(d.S, d.Skv)));
   for (int64_t b = 0; b < d.B; ++b)
     for (int64_t h = 0; h < d.H; ++h) {
       const int64_t kvh = h / group;
-      const float* q = t.q + b * d.S * d.q_ld + d.q_off + h * d.hd;
-      const float* k = t.k + b * d.S * d.kv_ld + kvh * d.hd;
-      const float* v = t.v + b * d.S * d.kv_ld + kvh * d.hd;
+      const float* q = t.q + b * d.qb * d.q_ld + d.q_off + h * d.hd;
+      const float* k = t.k + b * d.kb * d.kv_ld + kvh * d.hd;
+      const float* v = t.v + b * d.kb * d.kv_ld + kvh * d.hd;
       float* ob = o.data() + b * d.S * D + h * d.hd;
       float* lb = lse + (b * d.H + h) * d.lse_len;
       for (int64_t i0 = 0; i0 < d.S; i0 += kBlock) {
-        const int64_t i1 = std::min(d.S, i0 + kBlock), m = i1 - i0;  // keys [0, i1)
+        const int64_t m = std::min(d.S, i0 + kBlock) - i0;
+        const int64_t i1 = d.causal ? i0 + m : d.Skv;  // keys [0, i1)
         gemm(false, true, m, i1, d.hd, d.scale, q + i0 * d.q_ld, d.q_ld, k, d.kv_ld, 0.0f, p.data(),
              i1);
         for (int64_t r = 0; r < m; ++r) {
           float* pr = p.data() + r * i1;
-          const int64_t valid = i0 + r + 1;  // keys 0..i
+          const int64_t valid = d.keys(i0 + r);  // keys 0..i (causal)
           float mx = pr[0];
           for (int64_t j = 1; j < valid; ++j) mx = std::max(mx, pr[j]);
           double sum = 0;
@@ -135,28 +148,30 @@ void attention_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   expect_arity(op, d.packed ? 4 : 6, n_out);
   const int64_t D = d.H * d.hd, Dkv = d.Hkv * d.hd, tokens = d.B * d.S;
   const size_t io = d.packed ? 2 : 4;  // index of O; lse follows
+  const int64_t kv_tokens = d.B * d.Skv;
   expect_numel(op, in_meta(op, 0), tokens * D, "dO");
   expect_numel(op, in_meta(op, io), tokens * D, "O");
   expect_numel(op, in_meta(op, io + 1), d.B * d.H * d.lse_len, "logsumexp");
   FULLSHARD_CHECK(in_meta(op, io + 1).dtype == DType::kFloat32,
                   where(op) + "logsumexp must be fp32");
   expect_numel(op, out_meta(op, 0), tokens * D, "dq");
-  expect_numel(op, out_meta(op, 1), tokens * Dkv, "dk");
-  expect_numel(op, out_meta(op, 2), tokens * Dkv, "dv");
+  expect_numel(op, out_meta(op, 1), kv_tokens * Dkv, "dk");
+  expect_numel(op, out_meta(op, 2), kv_tokens * Dkv, "dv");
   if (op.kind == OpKind::kAttentionCudnnBackward)  // one block (NOTE [cuDNN SDPA workspace])
     expect_numel(op, out_meta(op, 3), cudnn_sdpa_workspace(true, d.B, d.S, d.H, d.hd).total() / 4,
                  "cuDNN workspace");
   QKV t = load_qkv(op, in, 1, d);
-  F32In dout(in[0], in_meta(op, 0).dtype, tokens * D);
+  const int64_t q_span = d.B == 0 ? 0 : ((d.B - 1) * d.qb + d.S) * D;  // dO and O as q
+  F32In dout(in[0], in_meta(op, 0).dtype, q_span);
   const float* lse = static_cast<const float*>(in[io + 1]);
   // delta_i = sum_d dO_i * O_i (flash's softmax_d), per (b, h, i).
   std::vector<float> delta(static_cast<size_t>(d.B * d.H * d.S));
   {
-    F32In o(in[io], in_meta(op, io).dtype, tokens * D);
+    F32In o(in[io], in_meta(op, io).dtype, q_span);
     for (int64_t b = 0; b < d.B; ++b)
       for (int64_t s = 0; s < d.S; ++s)
         for (int64_t h = 0; h < d.H; ++h) {
-          const int64_t base = (b * d.S + s) * D + h * d.hd;
+          const int64_t base = (b * d.qb + s) * D + h * d.hd;
           double acc = 0;
           for (int64_t e = 0; e < d.hd; ++e)
             acc += static_cast<double>(dout[base + e]) * o[base + e];
@@ -164,27 +179,28 @@ void attention_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
         }
   }
   F32Out dq(out[0], out_meta(op, 0).dtype, tokens * D);
-  F32Out dk(out[1], out_meta(op, 1).dtype, tokens * Dkv);
-  F32Out dv(out[2], out_meta(op, 2).dtype, tokens * Dkv);
-  std::fill_n(dk.data(), tokens * Dkv, 0.0f);  // accumulated over query blocks and the GQA group
-  std::fill_n(dv.data(), tokens * Dkv, 0.0f);
+  F32Out dk(out[1], out_meta(op, 1).dtype, kv_tokens * Dkv);
+  F32Out dv(out[2], out_meta(op, 2).dtype, kv_tokens * Dkv);
+  std::fill_n(dk.data(), kv_tokens * Dkv, 0.0f);  // accumulated over query blocks and GQA groups
+  std::fill_n(dv.data(), kv_tokens * Dkv, 0.0f);
   const int64_t group = d.H / d.Hkv;
-  const size_t scratch = static_cast<size_t>(std::min(kBlock, d.S) * d.S);
+  const size_t scratch = static_cast<size_t>(std::min(kBlock, d.S) * std::max(d.S, d.Skv));
   std::vector<float> p(scratch), ds(scratch);
   for (int64_t b = 0; b < d.B; ++b)
     for (int64_t h = 0; h < d.H; ++h) {
       const int64_t kvh = h / group;
-      const float* q = t.q + b * d.S * d.q_ld + d.q_off + h * d.hd;
-      const float* k = t.k + b * d.S * d.kv_ld + kvh * d.hd;
-      const float* v = t.v + b * d.S * d.kv_ld + kvh * d.hd;
-      const float* go = dout.data() + b * d.S * D + h * d.hd;
+      const float* q = t.q + b * d.qb * d.q_ld + d.q_off + h * d.hd;
+      const float* k = t.k + b * d.kb * d.kv_ld + kvh * d.hd;
+      const float* v = t.v + b * d.kb * d.kv_ld + kvh * d.hd;
+      const float* go = dout.data() + b * d.qb * D + h * d.hd;
       float* gq = dq.data() + b * d.S * D + h * d.hd;
-      float* gk = dk.data() + b * d.S * Dkv + kvh * d.hd;
-      float* gv = dv.data() + b * d.S * Dkv + kvh * d.hd;
+      float* gk = dk.data() + b * d.Skv * Dkv + kvh * d.hd;
+      float* gv = dv.data() + b * d.Skv * Dkv + kvh * d.hd;
       const float* lb = lse + (b * d.H + h) * d.lse_len;
       const float* db = delta.data() + (b * d.H + h) * d.S;
       for (int64_t i0 = 0; i0 < d.S; i0 += kBlock) {
-        const int64_t i1 = std::min(d.S, i0 + kBlock), m = i1 - i0;
+        const int64_t m = std::min(d.S, i0 + kBlock) - i0;
+        const int64_t i1 = d.causal ? i0 + m : d.Skv;
         gemm(false, true, m, i1, d.hd, d.scale, q + i0 * d.q_ld, d.q_ld, k, d.kv_ld, 0.0f, p.data(),
              i1);
         gemm(false, true, m, i1, d.hd, 1.0f, go + i0 * D, D, v, d.kv_ld, 0.0f, ds.data(),
@@ -192,7 +208,7 @@ void attention_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
         for (int64_t r = 0; r < m; ++r) {
           float* pr = p.data() + r * i1;
           float* dr = ds.data() + r * i1;
-          const int64_t valid = i0 + r + 1;
+          const int64_t valid = d.keys(i0 + r);
           const float l = lb[i0 + r], dl = db[i0 + r];
           for (int64_t j = 0; j < valid; ++j) {
             pr[j] = std::exp(pr[j] - l);

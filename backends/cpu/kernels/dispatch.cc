@@ -85,6 +85,8 @@ void run_kernel(const OpCall& op, const std::vector<void*>& in, const std::vecto
     case OpKind::kCompiledSiluMul: return compiled_silu_mul(op, in, out);
     case OpKind::kCompiledSiluMulBackward: return compiled_silu_mul_backward(op, in, out);
     case OpKind::kCompiledResidualAdd: return compiled_residual_add(op, in, out);
+    case OpKind::kSdpaMerge: return sdpa_merge(op, in, out);
+    case OpKind::kSeqRowsAdd: return seq_rows_add(op, in, out);
     case OpKind::kSoftmax: return moe_softmax(op, in, out);
     case OpKind::kSoftmaxBackward: return moe_softmax_backward(op, in, out);
     case OpKind::kSigmoid: return moe_sigmoid(op, in, out);

@@ -63,6 +63,9 @@ void rope_complex_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void rotary_cos_sin(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void rotate_half_cat(const OpCall& op, const Ptrs& in, const Ptrs& out);
 
+// ring_attention.cc (context parallelism)
+void sdpa_merge(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void seq_rows_add(const OpCall& op, const Ptrs& in, const Ptrs& out);
 // attention.cc
 void attention(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void attention_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);

@@ -3,7 +3,8 @@
 // angle = pos * theta^(-2i/hd):
 //   y[i]        = x[i] cos - x[i + hd/2] sin
 //   y[i + hd/2] = x[i + hd/2] cos + x[i] sin
-// pos is the row's index along dim -2 of x ([B, S, H*hd]). Frequencies, angles and cos/sin
+// pos is the row's index along dim -2 of x ([B, S, H*hd]), or with context parallelism that
+// index's position in the whole sequence (RopeArgs::position, NOTE [Context-parallel layout]). Frequencies, angles and cos/sin
 // are fp32 as PyTorch computes them (NOTE [RoPE in fp32]); the rotation is fp32 and the result
 // is rounded once.
 // kRoPEComplex (torchtitan's view_as_complex(x) * freqs_cis) pairs ADJACENT elements instead:
@@ -37,7 +38,7 @@ void rope_rotate(const RopeArgs& args, const void* x, DType x_dtype, void* y, DT
   for (int64_t i = 0; i < half; ++i) {
     const float inv_freq = inv[static_cast<size_t>(i)];
     for (int64_t p = 0; p < S; ++p) {
-      const float a = static_cast<float>(p) * inv_freq;
+      const float a = static_cast<float>(args.position(p)) * inv_freq;
       cs[p * half + i] = std::cos(a);
       sn[p * half + i] = sign * std::sin(a);
     }
@@ -75,11 +76,11 @@ void rope(const OpCall& op, const Ptrs& in, const Ptrs& out) { rotate(op, in, ou
 void rotary_cos_sin(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   const RotaryCosSinArgs a = RotaryCosSinArgs::decode(op);
   const TensorMeta &c = out_meta(op, 0), &s = out_meta(op, 1);
-  const int64_t hd = a.head_dim, S = a.seq, rows = a.rows, half = hd / 2;
+  const int64_t hd = a.head_dim, rows = a.rows, half = hd / 2;
   std::vector<float> cr(static_cast<size_t>(hd)), sr(static_cast<size_t>(hd));
   const std::vector<float> inv = rope_inv_freq(a.rope, hd);  // NOTE [RoPE in fp32]
   for (int64_t r = 0; r < rows; ++r) {
-    const auto pos = static_cast<float>(r % S);
+    const auto pos = static_cast<float>(a.position(r));
     for (int64_t i = 0; i < hd; ++i) {
       const float a = pos * inv[static_cast<size_t>(i % half)];
       cr[i] = std::cos(a);

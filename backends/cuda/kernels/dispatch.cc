@@ -578,10 +578,12 @@ void check_alignment(const OpCall& op, const std::vector<TensorRef>& refs, const
 
 // The op table's kinds with a device kernel (not the backend's own host fills kLoadBatch /
 // kInitParam: init_param.h, nor asynchronous TP's simulator-only collective matmuls), less those
-// only the CPU backend runs so far: the mixture-of-experts kinds (docs/moe.md) and float8's
-// (docs/float8.md; the cuBLASLt scaled GEMM is built and host-tested, not dispatched).
+// only the CPU backend runs so far: the mixture-of-experts kinds (docs/moe.md), float8's
+// (docs/float8.md; the cuBLASLt scaled GEMM is built and host-tested, not dispatched) and
+// context parallelism's ring-attention kinds (docs/context-parallel.md).
 bool has_kernel(OpKind kind) {
-  return has_device_kernel(kind) && !backends::is_moe_kind(kind) && !backends::is_float8_kind(kind);
+  return has_device_kernel(kind) && !backends::is_moe_kind(kind) &&
+         !backends::is_float8_kind(kind) && !backends::is_context_parallel_kind(kind);
 }
 
 void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::vector<void*>& out,
