@@ -29,7 +29,10 @@ uint32_t GroupRegistry::intern(const ProcessGroup& g) {
     return c->second;
   }
   // NOTE [Expert-parallel communicators] (sim_backend.h).
-  auto& map = g.name == "ep" ? ep_by_ranks_ : g.name == "efsdp" ? efsdp_by_ranks_ : by_ranks_;
+  auto& map = g.name == "ep"      ? ep_by_ranks_
+              : g.name == "efsdp" ? efsdp_by_ranks_
+              : g.name == "cp"    ? cp_by_ranks_
+                                  : by_ranks_;
   auto it = map.find(g.ranks);
   if (it != map.end()) return it->second;
   uint32_t id = static_cast<uint32_t>(groups_.size());

@@ -21,6 +21,9 @@ namespace fullshard::sim {
 // from the world on its own, so its process groups are communicators of their own even where
 // their ranks equal a dense group's (ep = the shard size): such groups are interned apart, so
 // the engine's per-communicator order does not queue an all-to-all behind FSDP's collectives.
+// So is the "cp" group: DeviceMesh makes it apart from the flattened dp_shard_cp group FSDP
+// uses, which has the same ranks when dp_shard is 1 (ring attention's exchanges would otherwise
+// wait for FSDP's all-gathers, and be counted as the shard dim's).
 class GroupRegistry {
  public:
   uint32_t intern(const ProcessGroup& g);
@@ -36,7 +39,8 @@ class GroupRegistry {
   // with the same ranks stay apart: each carries its stage's microbatches in order on both
   // ranks, as PyTorch pairs every send with its recv.
   std::map<std::pair<std::string, std::vector<int>>, uint32_t> by_channel_;
-  std::unordered_map<std::vector<int>, uint32_t, RanksHash> ep_by_ranks_, efsdp_by_ranks_;
+  std::unordered_map<std::vector<int>, uint32_t, RanksHash> ep_by_ranks_, efsdp_by_ranks_,
+      cp_by_ranks_;
   std::vector<GroupInfo> groups_;
 };
 

@@ -191,10 +191,9 @@ Forward ring_forward(Backend& b, const Tensor& q, const Tensor& k, const Tensor&
                                 rows_view(value, B, rd.kv_begin, rd.kv_len).ref()},
                                {o.ref(), lse.ref()}, round_flops(s, rd), round_args(s, rd)));
     // _SDPAMerger.step: the block in fp32, then the merge (the first block is the running one).
-    Tensor o32 =
-        dt == DType::kFloat32
-            ? o
-            : copy_of(b, o, DType::kFloat32, MemCategory::kTemporary, name + " round out.float");
+    Tensor o32 = dt == DType::kFloat32 ? o
+                                       : copy_of(b, o, DType::kFloat32, MemCategory::kTemporary,
+                                                 name + " round out.float");
     o = Tensor();
     if (i == 0) {
       acc_out = std::move(o32);
@@ -207,10 +206,10 @@ Forward ring_forward(Backend& b, const Tensor& q, const Tensor& k, const Tensor&
                                    kCompute, name + " merged logsumexp");
     {
       // The eager merge's scratch: (out - block_out), and sigmoid(block_lse - lse).
-      Tensor diff = Tensor::empty(b, o32.meta(), MemCategory::kTemporary, kCompute,
-                                  name + " merge scratch");
-      Tensor weight = Tensor::empty(b, lse.meta(), MemCategory::kTemporary, kCompute,
-                                    name + " merge weight");
+      Tensor diff =
+          Tensor::empty(b, o32.meta(), MemCategory::kTemporary, kCompute, name + " merge scratch");
+      Tensor weight =
+          Tensor::empty(b, lse.meta(), MemCategory::kTemporary, kCompute, name + " merge weight");
       // Bytes: the eager kernels' (8 over the block's elements and 14 over its lse rows, 4 and
       // 4 more for a partial update's two cats), 3 FLOPs an element and 10 an lse row.
       const double e = static_cast<double>(o32.numel()) * 4,
@@ -220,8 +219,7 @@ Forward ring_forward(Backend& b, const Tensor& q, const Tensor& k, const Tensor&
       OpCall op = make_op(OpKind::kSdpaMerge, name + " merge",
                           {acc_out.ref(), acc_lse.ref(), o32.ref(), lse.ref()},
                           {new_out.ref(), new_lse.ref(), diff.ref(), weight.ref()},
-                          3.0 * static_cast<double>(o32.numel()) + 10.0 * lse.numel(),
-                          args);
+                          3.0 * static_cast<double>(o32.numel()) + 10.0 * lse.numel(), args);
       op.bytes = rd.partial ? 12 * e + 18 * l : 8 * e + 14 * l;
       b.launch(kCompute, op);
     }
@@ -260,9 +258,9 @@ void add_rows(Backend& b, const Tensor& dst, const Tensor& src, int64_t batch, i
               const std::string& name) {
   const int64_t rows = dst.shape()[1], n = src.shape()[1];
   const int64_t width = dst.numel() / (batch * rows);
-  b.launch(kCompute, make_op(OpKind::kSeqRowsAdd, name, {dst.ref(), src.ref()}, {dst.ref()},
-                             static_cast<double>(src.numel()),
-                             SeqRowsArgs{batch, rows, begin, n, width}));
+  b.launch(kCompute,
+           make_op(OpKind::kSeqRowsAdd, name, {dst.ref(), src.ref()}, {dst.ref()},
+                   static_cast<double>(src.numel()), SeqRowsArgs{batch, rows, begin, n, width}));
 }
 
 // _partial_update(original, new, dim=seq, n_chunks=2, idx, add=True): the half += new, then
@@ -284,12 +282,10 @@ std::vector<Tensor> ring_backward(Backend& b, const Tensor& g, const Tensor& qs,
   const TensorMeta kv_meta = ks.meta(), kv32{DType::kFloat32, kv_meta.shape};
   const Tensor dout = g.view({g.dtype(), {B, L, H * hd}});
   const Tensor o = out.view({out.dtype(), {B, L, H * hd}});
-  Tensor grad_q = Tensor::empty(b, {DType::kFloat32, qs.shape()}, MemCategory::kTemporary,
-                                kCompute, bn + " grad_query");
-  Tensor grad_k =
-      Tensor::empty(b, kv32, MemCategory::kTemporary, kCompute, bn + " grad_key");
-  Tensor grad_v =
-      Tensor::empty(b, kv32, MemCategory::kTemporary, kCompute, bn + " grad_value");
+  Tensor grad_q = Tensor::empty(b, {DType::kFloat32, qs.shape()}, MemCategory::kTemporary, kCompute,
+                                bn + " grad_query");
+  Tensor grad_k = Tensor::empty(b, kv32, MemCategory::kTemporary, kCompute, bn + " grad_key");
+  Tensor grad_v = Tensor::empty(b, kv32, MemCategory::kTemporary, kCompute, bn + " grad_value");
   fill_zero(b, kCompute, grad_q, bn + " zeros_like(query)");
   fill_zero(b, kCompute, grad_k, bn + " zeros_like(key)");
   fill_zero(b, kCompute, grad_v, bn + " zeros_like(value)");
@@ -311,28 +307,32 @@ std::vector<Tensor> ring_backward(Backend& b, const Tensor& g, const Tensor& qs,
     if (rd.partial) {  // logsumexp.chunk(2, dim=seq)[1].contiguous()
       lse_r = Tensor::empty(b, {DType::kFloat32, {B, H, C}}, MemCategory::kTemporary, kCompute,
                             bn + " logsumexp half");
-      b.launch(kCompute, make_op(OpKind::kNarrowCopy, bn + " logsumexp half", {lse.ref()},
-                                 {lse_r.ref()}, 0,
-                                 NarrowCopyArgs{.n = C, .in_width = L, .in_offset = C,
-                                                .out_width = C, .out_offset = 0, .scale = 1,
-                                                .blocks = B * H}));
+      b.launch(kCompute,
+               make_op(OpKind::kNarrowCopy, bn + " logsumexp half", {lse.ref()}, {lse_r.ref()}, 0,
+                       NarrowCopyArgs{.n = C,
+                                      .in_width = L,
+                                      .in_offset = C,
+                                      .out_width = C,
+                                      .out_offset = 0,
+                                      .scale = 1,
+                                      .blocks = B * H}));
     }
     Tensor dq = Tensor::empty(b, {dt, {B, rd.q_len, H * hd}}, MemCategory::kTemporary, kCompute,
                               bn + " round grad_q");
     Tensor dk = Tensor::empty(b, {dt, {B, rd.kv_len, kv_meta.shape[2]}}, MemCategory::kTemporary,
                               kCompute, bn + " round grad_k");
-    Tensor dv = Tensor::empty(b, dk.meta(), MemCategory::kTemporary, kCompute,
-                              bn + " round grad_v");
+    Tensor dv =
+        Tensor::empty(b, dk.meta(), MemCategory::kTemporary, kCompute, bn + " round grad_v");
     {
       std::vector<Tensor> temps = round_bwd_temps(b, s, rd, dt, bn);
-      OpCall op = make_op(OpKind::kAttentionBackward, bn + " round",
-                          {rows_view(dout, B, rd.q_begin, rd.q_len).ref(),
-                           rows_view(qs, B, rd.q_begin, rd.q_len).ref(),
-                           rows_view(key, B, rd.kv_begin, rd.kv_len).ref(),
-                           rows_view(value, B, rd.kv_begin, rd.kv_len).ref(),
-                           rows_view(o, B, rd.q_begin, rd.q_len).ref(), lse_r.ref()},
-                          {dq.ref(), dk.ref(), dv.ref()}, 2.5 * round_flops(s, rd),
-                          round_args(s, rd));
+      OpCall op =
+          make_op(OpKind::kAttentionBackward, bn + " round",
+                  {rows_view(dout, B, rd.q_begin, rd.q_len).ref(),
+                   rows_view(qs, B, rd.q_begin, rd.q_len).ref(),
+                   rows_view(key, B, rd.kv_begin, rd.kv_len).ref(),
+                   rows_view(value, B, rd.kv_begin, rd.kv_len).ref(),
+                   rows_view(o, B, rd.q_begin, rd.q_len).ref(), lse_r.ref()},
+                  {dq.ref(), dk.ref(), dv.ref()}, 2.5 * round_flops(s, rd), round_args(s, rd));
       for (const Tensor& t : temps) op.outputs.push_back(t.ref());  // scratch after dq, dk, dv
       b.launch(kCompute, op);
     }

@@ -208,8 +208,8 @@ Value Transformer::llama_attention(ExecContext& c, Module& m, Value x, int64_t b
     q = std::move(qk.first);
     k = std::move(qk.second);
   } else if (impl.rope == RopeImpl::kComplex) {
-    auto qk = ops::rope_complex(c, std::move(q), std::move(k), s.head_dim, rope(),
-                                n + ".rope_q", n + ".rope_k");
+    auto qk = ops::rope_complex(c, std::move(q), std::move(k), s.head_dim, rope(), n + ".rope_q",
+                                n + ".rope_k");
     q = std::move(qk.first);
     k = std::move(qk.second);
   } else if (impl.rope == RopeImpl::kRotateHalf) {
@@ -233,8 +233,8 @@ Value Transformer::llama_attention(ExecContext& c, Module& m, Value x, int64_t b
   }
   // Under context parallelism the SDPA call is ring attention over the cp group (its shape is
   // this rank's L = S / cp tokens; check_context_parallel keeps it flash).
-  Value o = cp_.enabled() ? ops::cp::ring_attention(c, std::move(q), std::move(k), std::move(v),
-                                                    s, cp_, n + ".sdpa")
+  Value o = cp_.enabled() ? ops::cp::ring_attention(c, std::move(q), std::move(k), std::move(v), s,
+                                                    cp_, n + ".sdpa")
             : impl.attention == AttentionImpl::kFlash
                 ? ops::attention(c, std::move(q), std::move(k), std::move(v), s, n + ".sdpa")
                 : ops::attention_sdpa(c, std::move(q), std::move(k), std::move(v), s,
@@ -479,8 +479,7 @@ Value Transformer::root_forward(ExecContext& c, const Tensor& tokens,
     // a local until the decoder stack and the final norm are done.
     std::optional<ops::RotaryTables> rot;
     if (cfg.arch == ModelArch::kLlama && cfg.implementation.rope == RopeImpl::kRotateHalf)
-      rot = ops::rotary_cos_sin(rc, batch, seq, cfg.head_dim(), rope(), h.t.dtype(),
-                                "rotary_emb");
+      rot = ops::rotary_cos_sin(rc, batch, seq, cfg.head_dim(), rope(), h.t.dtype(), "rotary_emb");
     for (size_t i = 0; i < blocks_.size(); ++i) {
       Module& b = *blocks_[i];
       BlockCheckpoint ac = i < block_ac.size() ? block_ac[i] : BlockCheckpoint::kNone;

@@ -47,8 +47,7 @@ Value Transformer::stage_forward(ExecContext& c, const Tensor* tokens, Value inp
     in = Value{};
     std::optional<ops::RotaryTables> rot;
     if (cfg.implementation.rope == RopeImpl::kRotateHalf)
-      rot = ops::rotary_cos_sin(rc, batch, seq, cfg.head_dim(), rope(), h.t.dtype(),
-                                "rotary_emb");
+      rot = ops::rotary_cos_sin(rc, batch, seq, cfg.head_dim(), rope(), h.t.dtype(), "rotary_emb");
     for (Module* bp : blocks_) {
       Module& b = *bp;
       const size_t layer = static_cast<size_t>(std::stoll(b.fqn.substr(b.fqn.rfind('.') + 1)));

@@ -11,7 +11,8 @@ namespace fullshard {
 void AttentionArgs::encode(OpCall& op) const {
   op.iargs = {batch, seq, heads, kv_heads, head_dim, packed ? 1 : 0};
   if (ring())
-    op.iargs.insert(op.iargs.end(), {lse_len, kv_seq, causal ? 1 : 0, q_batch_rows, kv_batch_rows});
+    op.iargs.insert(op.iargs.end(),
+                    {lse_len, kv_rows(), causal ? 1 : 0, q_stride_rows(), kv_stride_rows()});
   else if (lse_len != seq)
     op.iargs.push_back(lse_len);
 }

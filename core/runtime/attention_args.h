@@ -25,12 +25,16 @@ struct AttentionArgs {
   // kv_seq rows per batch (else seq), a full block (no causal mask) when !causal, and the rows
   // from one batch's first row to the next's in q (and in O and dO of a backward) and in k / v:
   // more than the rows used when an operand is one half of a local sequence (a strided view).
-  // Outputs are contiguous. Decoded as seq, true, seq, kv_seq when absent.
+  // Outputs are contiguous. 0 (unset) means seq for kv_seq and q_batch_rows, and kv_seq for
+  // kv_batch_rows; decode sets all of them.
   int64_t kv_seq = 0;
   bool causal = true;
   int64_t q_batch_rows = 0, kv_batch_rows = 0;
+  int64_t kv_rows() const { return kv_seq > 0 ? kv_seq : seq; }
+  int64_t q_stride_rows() const { return q_batch_rows > 0 ? q_batch_rows : seq; }
+  int64_t kv_stride_rows() const { return kv_batch_rows > 0 ? kv_batch_rows : kv_rows(); }
   bool ring() const {
-    return kv_seq != seq || !causal || q_batch_rows != seq || kv_batch_rows != kv_seq;
+    return kv_rows() != seq || !causal || q_stride_rows() != seq || kv_stride_rows() != kv_rows();
   }
 
   void encode(OpCall& op) const;

@@ -11,13 +11,14 @@ void SdpaMergeArgs::encode(OpCall& op) const { op.iargs = {partial ? 1 : 0}; }
 
 SdpaMergeArgs SdpaMergeArgs::decode(const OpCall& op) {
   FULLSHARD_CHECK(op.inputs.size() == 4 && op.outputs.size() >= 2 && op.iargs.size() == 1,
-                  op_where(op) + "needs (out, lse, block_out, block_lse) -> (out', lse', ..) and "
-                                 "iargs {partial}");
+                  op_where(op) +
+                      "needs (out, lse, block_out, block_lse) -> (out', lse', ..) and "
+                      "iargs {partial}");
   const TensorMeta &o = op.inputs[0].meta, &l = op.inputs[1].meta, &bo = op.inputs[2].meta,
                    &bl = op.inputs[3].meta;
-  FULLSHARD_CHECK(o.shape.size() == 3 && l.shape.size() == 3 && bo.shape.size() == 3 &&
-                      bl.shape.size() == 3,
-                  op_where(op) + "out and block_out must be [B, L, H*hd], the lses [B, H, L]");
+  FULLSHARD_CHECK(
+      o.shape.size() == 3 && l.shape.size() == 3 && bo.shape.size() == 3 && bl.shape.size() == 3,
+      op_where(op) + "out and block_out must be [B, L, H*hd], the lses [B, H, L]");
   SdpaMergeArgs a;
   a.partial = op.iargs[0] != 0;
   a.batch = o.shape[0];
@@ -43,8 +44,9 @@ SdpaMergeArgs SdpaMergeArgs::decode(const OpCall& op) {
 void SeqRowsArgs::encode(OpCall& op) const { op.iargs = {batch, rows, begin, n, width}; }
 
 SeqRowsArgs SeqRowsArgs::decode(const OpCall& op) {
-  FULLSHARD_CHECK(op.inputs.size() == 2 && op.outputs.size() == 1 && op.iargs.size() == 5,
-                  op_where(op) + "needs (dst, src) -> dst and iargs {batch, rows, begin, n, width}");
+  FULLSHARD_CHECK(
+      op.inputs.size() == 2 && op.outputs.size() == 1 && op.iargs.size() == 5,
+      op_where(op) + "needs (dst, src) -> dst and iargs {batch, rows, begin, n, width}");
   SeqRowsArgs a{op.iargs[0], op.iargs[1], op.iargs[2], op.iargs[3], op.iargs[4]};
   FULLSHARD_CHECK(a.batch >= 0 && a.begin >= 0 && a.n >= 0 && a.begin + a.n <= a.rows &&
                       a.width >= 0 && op.inputs[0].meta.numel() == a.batch * a.rows * a.width &&

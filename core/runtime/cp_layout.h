@@ -33,9 +33,9 @@ inline int64_t cp_global_position(int64_t local, int64_t local_len, int64_t cp, 
 
 // What round `i` of rank `r` computes (NOTE [Ring attention rounds]).
 struct CpRound {
-  int source = 0;        // the cp rank whose K / V this round reads
-  bool causal = false;   // the local causal block (round 0)
-  bool partial = false;  // only the second half of the queries, output and logsumexp
+  int source = 0;                    // the cp rank whose K / V this round reads
+  bool causal = false;               // the local causal block (round 0)
+  bool partial = false;              // only the second half of the queries, output and logsumexp
   int64_t q_begin = 0, q_len = 0;    // local query rows
   int64_t kv_begin = 0, kv_len = 0;  // rows of the source's K / V
 };

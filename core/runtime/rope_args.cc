@@ -17,9 +17,9 @@ void decode_cp(const OpCall& op, size_t at, int64_t& cp, int64_t& index) {
   if (op.iargs.size() < at + 2) return;
   cp = op.iargs[at];
   index = op.iargs[at + 1];
-  FULLSHARD_CHECK(cp >= 1 && index >= 0 && index < cp,
-                  op_where(op) + "bad cp degree / index " + std::to_string(cp) + " / " +
-                      std::to_string(index));
+  FULLSHARD_CHECK(
+      cp >= 1 && index >= 0 && index < cp,
+      op_where(op) + "bad cp degree / index " + std::to_string(cp) + " / " + std::to_string(index));
 }
 }  // namespace
 

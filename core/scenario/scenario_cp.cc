@@ -58,15 +58,15 @@ void check_context_parallel(const Scenario& s, int cp) {
   const int64_t seq = s.training.seq_len;
   if (seq % divisor != 0) {
     const int64_t lo = seq / divisor * divisor, hi = lo + divisor;
-    throw InputError(
-        "training.seq_len",
-        "is " + std::to_string(seq) + ", which " +
-            (tp > 1 ? "tp " + std::to_string(tp) + " x 2 x cp " + C : "2 x cp " + C) + " = " +
-            std::to_string(divisor) +
-            " does not divide (each sequence is cut into 2 x cp load-balanced chunks" +
-            (tp > 1 ? ", each rank's part again over tp" : "") + ")",
-        "use a multiple of " + std::to_string(divisor) + ", e.g. " +
-            std::to_string(lo > 0 ? lo : hi) + (lo > 0 ? " or " + std::to_string(hi) : ""));
+    throw InputError("training.seq_len",
+                     "is " + std::to_string(seq) + ", which " +
+                         (tp > 1 ? "tp " + std::to_string(tp) + " x 2 x cp " + C : "2 x cp " + C) +
+                         " = " + std::to_string(divisor) +
+                         " does not divide (each sequence is cut into 2 x cp load-balanced chunks" +
+                         (tp > 1 ? ", each rank's part again over tp" : "") + ")",
+                     "use a multiple of " + std::to_string(divisor) + ", e.g. " +
+                         std::to_string(lo > 0 ? lo : hi) +
+                         (lo > 0 ? " or " + std::to_string(hi) : ""));
   }
   const ModelConfig& m = s.model;
   if (m.arch != ModelArch::kLlama)

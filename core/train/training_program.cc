@@ -95,8 +95,7 @@ uint64_t symmetric_memory_bytes(const Scenario& s) {
   const int64_t batch = s.training.batch_per_rank;  // tp > 1 refuses training.rank_batch
   const DType dt = s.fsdp.mixed_precision.param_dtype.value_or(DType::kFloat32);
   const int64_t seq = s.training.seq_len / s.fsdp.mesh_size("cp");  // this rank's tokens
-  return ops::tp::symmetric_workspace_bytes(batch, seq, s.model.dim, tp,
-                                            dtype_size(dt));
+  return ops::tp::symmetric_workspace_bytes(batch, seq, s.model.dim, tp, dtype_size(dt));
 }
 
 std::vector<BlockCheckpoint> block_checkpointing(const ActivationCheckpointing& ac,

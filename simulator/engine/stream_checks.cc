@@ -73,7 +73,8 @@ struct BufferState {
   bool on_host = false;
   bool after_free_reported = false;
   uint8_t write_stream = 0;
-  uint8_t first_use_checked = 0;  // bit per stream
+  uint16_t first_use_checked = 0;  // bit per stream
+  static_assert(kNumStreams <= 16, "first_use_checked holds a bit per stream");
   bool free_reported = false;
   Epoch write;
   std::array<Epoch, kNumStreams> reads{};
@@ -189,7 +190,7 @@ class StreamChecker {
       }
       return;
     }
-    const uint8_t bit = static_cast<uint8_t>(1u << s);
+    const uint16_t bit = static_cast<uint16_t>(1u << s);
     if (b.alloc_instr == kNoInstr || b.on_host || (b.first_use_checked & bit)) return;
     b.first_use_checked |= bit;
     if (b.owed != kNoInstr) check_owed(in, s, c, a, b, op);

@@ -108,9 +108,8 @@ json candidate_scenario_json(const json& base, const Candidate& c, const std::st
       const json* v = it->is_object() && it->contains("reshard_after_forward")
                           ? &(*it)["reshard_after_forward"]
                           : nullptr;
-      const bool drop =
-          v && v->is_number_integer() && v->get<int64_t>() > 0 &&
-          c.shard * c.cp % v->get<int64_t>() != 0;
+      const bool drop = v && v->is_number_integer() && v->get<int64_t>() > 0 &&
+                        c.shard * c.cp % v->get<int64_t>() != 0;
       it = drop ? u.erase(it) : std::next(it);
     }
     if (u.empty()) f.erase("per_unit");

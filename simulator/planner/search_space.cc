@@ -44,11 +44,10 @@ const std::vector<Float8Choice>& float8_choices() {
 bool Candidate::operator==(const Candidate& o) const {
   return replicate == o.replicate && shard == o.shard && tp == o.tp && ep == o.ep && pp == o.pp &&
          pp_schedule == o.pp_schedule && cp == o.cp && cp_rotate == o.cp_rotate &&
-         reshard.kind == o.reshard.kind &&
-         reshard.n == o.reshard.n && precision == o.precision && cpu_offload == o.cpu_offload &&
-         ac.mode == o.ac.mode && ac.every == o.ac.every && micro_batch == o.micro_batch &&
-         grad_accum == o.grad_accum && expandable_segments == o.expandable_segments &&
-         float8 == o.float8;
+         reshard.kind == o.reshard.kind && reshard.n == o.reshard.n && precision == o.precision &&
+         cpu_offload == o.cpu_offload && ac.mode == o.ac.mode && ac.every == o.ac.every &&
+         micro_batch == o.micro_batch && grad_accum == o.grad_accum &&
+         expandable_segments == o.expandable_segments && float8 == o.float8;
 }
 
 void check_space_options(const SpaceOptions& o) {
@@ -236,72 +235,76 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o) {
   const std::vector<int> cps = o.cp_degrees.empty() ? std::vector<int>{1} : o.cp_degrees;
   for (int pp : pps)
     for (int cp : cps)
-    for (int tp : o.tp_degrees) {
-      if (tp < 1 || pp < 1 || cp < 1 || o.gpus % (int64_t{tp} * pp * cp) != 0) continue;
-      // NOTE [Context-parallel candidates]: a cp group trains on one batch (each rank a shard
-      // of its sequences), so the data-parallel size is GPUs / (tp x pp x cp); FSDP shards over
-      // shard x cp, so every shard size of dp is tried with the cp ranks added to the group.
-      // What check_context_parallel refuses (seq_len not divisible by tp x 2 x cp, ...) throws in
-      // candidate_scenario and plan() leaves the candidate out; pp x cp is not enumerated (the
-      // pipeline stages do not run ring attention yet).
-      if (cp > 1 && pp > 1) continue;
-      const int dp = o.gpus / (tp * pp * cp);
-      const auto batches = batch_options(o, dp);
-      const std::vector<CpRotateMethod> rotates =
-          cp > 1 ? o.cp_rotates : std::vector<CpRotateMethod>{CpRotateMethod::kAllGather};
-      const std::vector<int> eps = o.ep_degrees.empty() ? std::vector<int>{1} : o.ep_degrees;
-      const std::vector<PipelineScheduleKind> schedules =
-          pp > 1 ? o.pp_schedules : std::vector<PipelineScheduleKind>{PipelineScheduleKind::k1F1B};
-      for (int s : shard_sizes(dp))
-        for (int ep : eps)
-          for (CpRotateMethod rotate : rotates)
-          for (PipelineScheduleKind sched : schedules)
-            for (const auto& r : reshard_options(s * cp))
-              for (Precision p : {Precision::kBf16Fp32Reduce, Precision::kBf16, Precision::kFp32})
-                for (bool offload : {false, true})
-                  for (const auto& ac : acs)
-                    for (const auto& [mb, ga] : batches)
-                      for (Float8Choice f8 : o.float8) {
-                        // What training.float8 refuses (NOTE [What float8 composes with]) is left
-                        // out: tp, op-level SAC; the float8 all-gather without a shard dim, with
-                        // offload or post-forward shards.
-                        if (f8 != Float8Choice::kOff &&
-                            (tp > 1 || pp > 1 || ac.mode == RecomputeMode::kSelectiveOp))
-                          continue;
-                        if (pp > 1 && ep > 1) continue;  // stages do not split experts yet
-                        if (cp > 1 && ep > 1) continue;  // check_context_parallel refuses MoE
-                        // NOTE [Pipeline sub-space]: pp candidates are simulated without pruning
-                        // (NOTE [Pipeline candidates are not bounded] in planner.cc), so they keep
-                        // torchtitan's two pp policies (reshard_after_forward false, its default
-                        // with pp, and true, "always") and leave out CPU offload.
-                        if (pp > 1 &&
-                            (offload || !(r.kind == Kind::kTrue || r.kind == Kind::kFalse)))
-                          continue;
-                        if (f8 == Float8Choice::kTensorwiseAllGather &&
-                            (s < 2 || offload || r.kind == Kind::kInt))
-                          continue;
-                        for (bool expandable : {false, true}) {
-                          Candidate c;
-                          c.replicate = dp / s;
-                          c.shard = s;
-                          c.tp = tp;
-                          c.ep = ep;
-                          c.pp = pp;
-                          c.pp_schedule = sched;
-                          c.cp = cp;
-                          c.cp_rotate = rotate;
-                          c.reshard = r;
-                          c.precision = p;
-                          c.cpu_offload = offload;
-                          c.ac = ac;
-                          c.micro_batch = mb;
-                          c.grad_accum = ga;
-                          c.expandable_segments = expandable;
-                          c.float8 = f8;
-                          out.push_back(c);
-                        }
-                      }
-    }
+      for (int tp : o.tp_degrees) {
+        if (tp < 1 || pp < 1 || cp < 1 || o.gpus % (int64_t{tp} * pp * cp) != 0) continue;
+        // NOTE [Context-parallel candidates]: a cp group trains on one batch (each rank a shard
+        // of its sequences), so the data-parallel size is GPUs / (tp x pp x cp); FSDP shards over
+        // shard x cp, so every shard size of dp is tried with the cp ranks added to the group.
+        // What check_context_parallel refuses (seq_len not divisible by tp x 2 x cp, ...) throws in
+        // candidate_scenario and plan() leaves the candidate out. pp x cp is not enumerated: it
+        // simulates and trains, but pp candidates are never pruned (NOTE [Pipeline candidates are
+        // not bounded]) and cp would multiply that unpruned sub-space.
+        if (cp > 1 && pp > 1) continue;
+        const int dp = o.gpus / (tp * pp * cp);
+        const auto batches = batch_options(o, dp);
+        const std::vector<CpRotateMethod> rotates =
+            cp > 1 ? o.cp_rotates : std::vector<CpRotateMethod>{CpRotateMethod::kAllGather};
+        const std::vector<int> eps = o.ep_degrees.empty() ? std::vector<int>{1} : o.ep_degrees;
+        const std::vector<PipelineScheduleKind> schedules =
+            pp > 1 ? o.pp_schedules
+                   : std::vector<PipelineScheduleKind>{PipelineScheduleKind::k1F1B};
+        for (int s : shard_sizes(dp))
+          for (int ep : eps)
+            for (CpRotateMethod rotate : rotates)
+              for (PipelineScheduleKind sched : schedules)
+                for (const auto& r : reshard_options(s * cp))
+                  for (Precision p :
+                       {Precision::kBf16Fp32Reduce, Precision::kBf16, Precision::kFp32})
+                    for (bool offload : {false, true})
+                      for (const auto& ac : acs)
+                        for (const auto& [mb, ga] : batches)
+                          for (Float8Choice f8 : o.float8) {
+                            // What training.float8 refuses (NOTE [What float8 composes with]) is
+                            // left out: tp, op-level SAC; the float8 all-gather without a shard
+                            // dim, with offload or post-forward shards.
+                            if (f8 != Float8Choice::kOff &&
+                                (tp > 1 || pp > 1 || ac.mode == RecomputeMode::kSelectiveOp))
+                              continue;
+                            if (pp > 1 && ep > 1) continue;  // stages do not split experts yet
+                            if (cp > 1 && ep > 1) continue;  // check_context_parallel refuses MoE
+                            // NOTE [Pipeline sub-space]: pp candidates are simulated without
+                            // pruning (NOTE [Pipeline candidates are not bounded] in planner.cc),
+                            // so they keep torchtitan's two pp policies (reshard_after_forward
+                            // false, its default with pp, and true, "always") and leave out CPU
+                            // offload.
+                            if (pp > 1 &&
+                                (offload || !(r.kind == Kind::kTrue || r.kind == Kind::kFalse)))
+                              continue;
+                            if (f8 == Float8Choice::kTensorwiseAllGather &&
+                                (s < 2 || offload || r.kind == Kind::kInt))
+                              continue;
+                            for (bool expandable : {false, true}) {
+                              Candidate c;
+                              c.replicate = dp / s;
+                              c.shard = s;
+                              c.tp = tp;
+                              c.ep = ep;
+                              c.pp = pp;
+                              c.pp_schedule = sched;
+                              c.cp = cp;
+                              c.cp_rotate = rotate;
+                              c.reshard = r;
+                              c.precision = p;
+                              c.cpu_offload = offload;
+                              c.ac = ac;
+                              c.micro_batch = mb;
+                              c.grad_accum = ga;
+                              c.expandable_segments = expandable;
+                              c.float8 = f8;
+                              out.push_back(c);
+                            }
+                          }
+      }
   return out;
 }
 

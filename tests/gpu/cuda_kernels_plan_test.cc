@@ -588,7 +588,7 @@ TEST(CudaPlan, CompiledRegionsCheckOperandsBeforeLaunching) {
   HT q(bf16, {1, 3, 12}), k(bf16, {1, 3, 6}), qo(bf16, {1, 3, 12}), ko(bf16, {1, 3, 6}),
       flat(bf16, {36});
   expect_refused(OpKind::kCompiledRoPE, {&q, &k}, {&qo, &ko}, {6}, {1e4},
-                 "needs iargs {head_dim, adjacent}", true);
+                 "needs iargs {head_dim, adjacent[, cp, cp_index]}", true);
   expect_refused(OpKind::kCompiledRoPE, {&q, &k}, {&qo, &ko}, {4, 0}, {1e4},
                  "head_dim must be even and divide the last dim", true);
   expect_refused(OpKind::kCompiledRoPE, {&q, &k}, {&qo, &ko}, {6, 1}, {}, "fargs[0] = theta", true);

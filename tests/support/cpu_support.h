@@ -80,7 +80,9 @@ inline RealRun run_real(const Scenario& s, int steps = -1, const runner::RankOpt
   // The full parameters (and gradients) from the ranks of replicate coordinate 0: for each tp
   // index t, the shard group's rows make the tp-local tensor; tp-local tensors are then joined
   // along the parameter's tp placement (dim 0, dim 1, or replicated).
-  const int shard = s.fsdp.mesh_size("shard"), tp = s.fsdp.mesh_size("tp");
+  // With a cp dim FSDP's group is the flattened (shard, cp) one: its rank i is global rank
+  // i x tp + t here too (the replicate dim leads).
+  const int shard = s.fsdp.mesh_size("shard") * s.fsdp.mesh_size("cp"), tp = s.fsdp.mesh_size("tp");
   std::vector<std::unique_ptr<Transformer>> models;
   for (int t = 0; t < tp; ++t)
     models.push_back(std::make_unique<Transformer>(s.model, tensor_parallel_for(s, t)));

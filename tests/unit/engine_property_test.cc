@@ -55,8 +55,8 @@ Program random_correct_program() {
     StreamRole pool;
     bool on_host;
     uint64_t alloc_event;
-    uint8_t accessed = 0;  // streams that accessed it since the allocation
-    uint8_t readers = 0;   // streams that read it since the last write
+    uint16_t accessed = 0;  // streams that accessed it since the allocation (a bit each)
+    uint16_t readers = 0;   // streams that read it since the last write
     int writer = -1;
   };
   std::map<uint64_t, Buf> live;
@@ -107,10 +107,10 @@ Program random_correct_program() {
           buf.readers = 0;
           writes.push_back(it->first);
         } else {
-          buf.readers |= static_cast<uint8_t>(1u << si);
+          buf.readers |= static_cast<uint16_t>(1u << si);
           reads.push_back(it->first);
         }
-        buf.accessed |= static_cast<uint8_t>(1u << si);
+        buf.accessed |= static_cast<uint16_t>(1u << si);
       }
       b.kernel(s, "op" + std::to_string(k), reads, writes, *rc::gen::inRange(0, 5));
     }

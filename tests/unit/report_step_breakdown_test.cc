@@ -53,7 +53,7 @@ RC_GTEST_PROP(MeasuredStepBreakdown, PartsSumToTheWindowAndFollowThePrecedence, 
     if (in(StreamRole::kDefault, t))
       k = PathKind::kCompute;
     else if (in(StreamRole::kAllGather, t) || in(StreamRole::kReduceScatter, t) ||
-             in(StreamRole::kAllReduce, t))
+             in(StreamRole::kAllReduce, t) || in(StreamRole::kContextParallel, t))
       k = PathKind::kCommunication;
     else if (in(StreamRole::kAllGatherCopyIn, t))
       k = PathKind::kDeviceCopy;

@@ -85,7 +85,7 @@ TEST(ContextParallelScenario, RefusalsNameTheField) {
   expect_refused([](json& j) { j["context_parallel"]["rotate_method"] = "ring"; },
                  "context_parallel.rotate_method");
   expect_refused([](json& j) { j["context_parallel"]["cp_rotate_method"] = "allgather"; },
-                 "context_parallel");
+                 "context_parallel.cp_rotate_method");
   // 2 x cp must divide seq_len (torchtitan's seq_len_divisor), with tp: tp x 2 x cp.
   expect_refused([](json& j) { j["training"]["seq_len"] = 66; }, "training.seq_len");
   expect_refused(
@@ -97,10 +97,15 @@ TEST(ContextParallelScenario, RefusalsNameTheField) {
       "training.seq_len");
   expect_refused([](json& j) { j["model"] = "tiny-gpt2"; }, "fsdp.mesh.dim_names");
   expect_refused(
-      [](json& j) { j["model"] = {{"name", "tiny-llama"}, {"implementation", {{"attention", "cudnn"}}}}; },
+      [](json& j) {
+        j["model"] = {{"name", "tiny-llama"}, {"implementation", {{"attention", "cudnn"}}}};
+      },
       "model.implementation.attention");
-  expect_refused([](json& j) { j["training"]["rank_batch"] = {{{"rank", 1}, {"batch", 4}}}; },
-                 "training.rank_batch");
+  expect_refused(
+      [](json& j) {
+        j["training"]["rank_batch"] = {{{"rank", 1}, {"batch", 4}}};
+      },
+      "training.rank_batch");
   // An int reshard_after_forward divides the FSDP group (dp_shard x cp = 4), not the shard dim.
   json j = cp_scenario();
   j["fsdp"]["reshard_after_forward"] = 4;
@@ -109,7 +114,8 @@ TEST(ContextParallelScenario, RefusalsNameTheField) {
                  "fsdp.reshard_after_forward");
   // The chunked loss splits this rank's tokens: batch x seq_len / cp = 8 x 32.
   j = cp_scenario();
-  j["model"] = {{"name", "tiny-llama"}, {"implementation", {{"loss", "chunked"}, {"loss_chunks", 256}}}};
+  j["model"] = {{"name", "tiny-llama"},
+                {"implementation", {{"loss", "chunked"}, {"loss_chunks", 256}}}};
   EXPECT_NO_THROW(parse_scenario(j));
   j["model"]["implementation"]["loss_chunks"] = 512;
   EXPECT_EQ(error_of(j).rfind("model.implementation.loss_chunks:", 0), 0u) << error_of(j);

@@ -19,15 +19,16 @@ using nlohmann::json;
 namespace {
 
 json cp_json(int shard, int cp, const std::string& rotate, const json& ac = "none") {
-  return {{"name", "cp"},
-          {"model", "tiny-llama"},
-          {"training",
-           {{"batch_per_rank", 2}, {"seq_len", 64}, {"steps", 2}, {"activation_checkpointing", ac}}},
-          {"fsdp",
-           {{"mesh", {{"shape", {shard, cp}}, {"dim_names", {"dp_shard", "cp"}}}},
-            {"mixed_precision", {{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}}}}},
-          {"context_parallel", {{"rotate_method", rotate}}},
-          {"hardware", {{"profile", "h100-sxm-80gb"}, {"nodes", 1}, {"gpus_per_node", shard * cp}}}};
+  return {
+      {"name", "cp"},
+      {"model", "tiny-llama"},
+      {"training",
+       {{"batch_per_rank", 2}, {"seq_len", 64}, {"steps", 2}, {"activation_checkpointing", ac}}},
+      {"fsdp",
+       {{"mesh", {{"shape", {shard, cp}}, {"dim_names", {"dp_shard", "cp"}}}},
+        {"mixed_precision", {{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}}}}},
+      {"context_parallel", {{"rotate_method", rotate}}},
+      {"hardware", {{"profile", "h100-sxm-80gb"}, {"nodes", 1}, {"gpus_per_node", shard * cp}}}};
 }
 
 struct Played {

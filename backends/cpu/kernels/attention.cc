@@ -42,9 +42,9 @@ struct AttnDims {
 // AttentionArgs (core/runtime/attention_args.h) decodes and checks iargs and the layout.
 AttnDims attn_dims(const OpCall& op) {
   const AttentionArgs a = AttentionArgs::decode(op);
-  return {a.batch, a.seq,   a.heads, a.kv_heads, a.head_dim, a.packed,   a.q_ld,
-          a.kv_ld, a.q_off, a.k_off, a.v_off,    a.scale,    a.lse_len,  a.kv_seq,
-          a.causal, a.q_batch_rows, a.kv_batch_rows};
+  return {a.batch,   a.seq,    a.heads,  a.kv_heads,     a.head_dim,     a.packed,
+          a.q_ld,    a.kv_ld,  a.q_off,  a.k_off,        a.v_off,        a.scale,
+          a.lse_len, a.kv_seq, a.causal, a.q_batch_rows, a.kv_batch_rows};
 }
 
 void expect_numel(const OpCall& op, const TensorMeta& m, int64_t n, const char* what) {

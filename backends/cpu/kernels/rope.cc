@@ -4,10 +4,10 @@
 //   y[i]        = x[i] cos - x[i + hd/2] sin
 //   y[i + hd/2] = x[i + hd/2] cos + x[i] sin
 // pos is the row's index along dim -2 of x ([B, S, H*hd]), or with context parallelism that
-// index's position in the whole sequence (RopeArgs::position, NOTE [Context-parallel layout]). Frequencies, angles and cos/sin
-// are fp32 as PyTorch computes them (NOTE [RoPE in fp32]); the rotation is fp32 and the result
-// is rounded once.
-// kRoPEComplex (torchtitan's view_as_complex(x) * freqs_cis) pairs ADJACENT elements instead:
+// index's position in the whole sequence (RopeArgs::position, NOTE [Context-parallel layout]).
+// Frequencies, angles and cos/sin are fp32 as PyTorch computes them (NOTE [RoPE in fp32]); the
+// rotation is fp32 and the result is rounded once. kRoPEComplex (torchtitan's view_as_complex(x) *
+// freqs_cis) pairs ADJACENT elements instead:
 //   y[2i] = x[2i] cos - x[2i+1] sin,  y[2i+1] = x[2i] sin + x[2i+1] cos
 // (the complex product (a + ib)(cos + i sin)); its backward multiplies by the conjugate.
 #include <cmath>
