@@ -39,8 +39,8 @@ ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 900 "$@"
 echo "== TSan: Gloo and CPU backend tests (build-tsan)"
 tsan_targets=(gloo_collectives_test gloo_faults_test gloo_multiprocess_test gloo_bandwidth_test gloo_send_recv_test cpu_stream_test
               data_sampling_test data_param_init_test cpu_training_prop_test gloo_tcp_store_test
-              cpu_communicator_test gloo_file_store_test)
+              cpu_communicator_test gloo_file_store_test cpu_context_parallel_test)
 cmake -S . -B build-tsan "${san_flags[@]}" -DFULLSHARD_TSAN=ON -DFULLSHARD_RC_MAX_SUCCESS=20 > /dev/null
 cmake --build build-tsan -j "$jobs" --target "${tsan_targets[@]}"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/tsan.supp"
-ctest --test-dir build-tsan --output-on-failure -j "$jobs" --timeout 900 -R '^(Gloo|TcpStore|StreamWorker|ParamInit|TextCorpus|RealTraining|CpuCommunicator)' "$@"
+ctest --test-dir build-tsan --output-on-failure -j "$jobs" --timeout 900 -R '^(Gloo|TcpStore|StreamWorker|ParamInit|TextCorpus|RealTraining|CpuCommunicator|CpuContextParallel)' "$@"
