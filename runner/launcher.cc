@@ -122,23 +122,20 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
                      fmt::format("is true, which the {} backend does not run", kind.name),
                      "write false to train for real (the numbers are the same), or simulate it "
                      "with fullshard simulate");
-  // docs/context-parallel.md: the CPU backend runs ring attention (its kinds have CPU kernels);
-  // the CUDA backend has no kernels for them yet.
-  if (s.context_parallel.enabled() && kind.name != "cpu")
-    throw InputError("fsdp.mesh.dim_names",
-                     fmt::format("has a cp dim of size {}: the {} backend does not run context "
-                                 "parallelism yet",
-                                 s.context_parallel.degree, kind.name),
-                     "train it with --backend cpu, simulate it with fullshard simulate, or train "
-                     "without the cp dim");
-  if (s.pipeline.enabled()) {  // docs/pipeline.md: the CPU backend runs pipeline stages
-    if (kind.name != "cpu")
+  // Mesh dims only the CPU backend trains (docs/context-parallel.md, docs/pipeline.md: ring
+  // attention's kinds and pipeline stages have CPU kernels and transfers only).
+  auto cpu_only = [&](const char* dim, int degree, const char* what) {
+    if (degree > 1 && kind.name != "cpu")
       throw InputError("fsdp.mesh.dim_names",
-                       fmt::format("has a pp dim of size {}: the {} backend does not run pipeline "
-                                   "parallelism yet",
-                                   s.pipeline.degree, kind.name),
-                       "train it with --backend cpu, simulate it with fullshard simulate, or "
-                       "train without the pp dim");
+                       fmt::format("has a {} dim of size {}: the {} backend does not run {} yet",
+                                   dim, degree, kind.name, what),
+                       fmt::format("train it with --backend cpu, simulate it with fullshard "
+                                   "simulate, or train without the {} dim",
+                                   dim));
+  };
+  cpu_only("cp", s.context_parallel.degree, "context parallelism");
+  cpu_only("pp", s.pipeline.enabled() ? s.pipeline.degree : 1, "pipeline parallelism");
+  if (s.pipeline.enabled()) {
     // What a pipeline program does not run yet (the scenario refuses the rest).
     auto refuse = [&](const char* flag, const std::string& what) {
       throw InputError(flag, what + " with a pp dim, which pipeline stages do not run yet",

@@ -30,6 +30,23 @@ else
   echo "FAIL train:"; cat "$tmp/cp.out" "$tmp/dense.out"; fail=1
 fi
 
+same_losses() {  # same_losses NAME A.json B.json: 6 steps each, losses within 1e-4
+  local name="$1" a="$2" b="$3"
+  if "$bin" train "$a" --steps 6 --metrics "$a.jsonl" > "$tmp/out" 2>&1 \
+     && "$bin" train "$b" --steps 6 --metrics "$b.jsonl" >> "$tmp/out" 2>&1 \
+     && python3 - "$a.jsonl" "$b.jsonl" <<'P'
+import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1])]
+b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
+assert len(a) == len(b) == 6 and max(abs(x - y) for x, y in zip(a, b)) <= 1e-4, (a, b)
+P
+  then
+    echo "ok   train $name"
+  else
+    echo "FAIL train $name:"; cat "$tmp/out"; fail=1
+  fi
+}
+
 # pp 2 x cp 2 (4 processes: 1F1B stages, each sequence split over a stage's cp pair) trains as
 # pp 2 alone (2 processes) on the same batch: measured 1.8e-7 nats apart over 10 steps.
 python3 - "$src" "$tmp" <<'P'
@@ -44,19 +61,7 @@ del s["context_parallel"]
 s["hardware"]["gpus_per_node"] = 2
 json.dump(s, open(f"{tmp}/pp.json", "w"))
 P
-if "$bin" train "$tmp/ppcp.json" --steps 6 --metrics "$tmp/ppcp.jsonl" > "$tmp/out" 2>&1 \
-   && "$bin" train "$tmp/pp.json" --steps 6 --metrics "$tmp/pp.jsonl" >> "$tmp/out" 2>&1 \
-   && python3 - "$tmp/ppcp.jsonl" "$tmp/pp.jsonl" <<'P'
-import json, sys
-a = [json.loads(l)["loss"] for l in open(sys.argv[1])]
-b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
-assert len(a) == len(b) == 6 and max(abs(x - y) for x, y in zip(a, b)) <= 1e-4, (a, b)
-P
-then
-  echo "ok   train pp 2 x cp 2 (4 processes) == pp 2"
-else
-  echo "FAIL train pp 2 x cp 2:"; cat "$tmp/out"; fail=1
-fi
+same_losses "pp 2 x cp 2 (4 processes) == pp 2" "$tmp/ppcp.json" "$tmp/pp.json"
 
 # cp 2 x tp 2 (4 processes: each tp pair's sequences split over a cp pair) trains as tp 2 alone
 # (2 processes) on the same batch: measured 2.4e-7 nats apart over 8 steps.
@@ -71,19 +76,7 @@ del s["context_parallel"]
 s["hardware"]["gpus_per_node"] = 2
 json.dump(s, open(f"{tmp}/tp.json", "w"))
 P
-if "$bin" train "$tmp/cptp.json" --steps 6 --metrics "$tmp/cptp.jsonl" > "$tmp/out" 2>&1 \
-   && "$bin" train "$tmp/tp.json" --steps 6 --metrics "$tmp/tp.jsonl" >> "$tmp/out" 2>&1 \
-   && python3 - "$tmp/cptp.jsonl" "$tmp/tp.jsonl" <<'P'
-import json, sys
-a = [json.loads(l)["loss"] for l in open(sys.argv[1])]
-b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
-assert len(a) == len(b) == 6 and max(abs(x - y) for x, y in zip(a, b)) <= 1e-4, (a, b)
-P
-then
-  echo "ok   train cp 2 x tp 2 (4 processes) == tp 2"
-else
-  echo "FAIL train cp 2 x tp 2:"; cat "$tmp/out"; fail=1
-fi
+same_losses "cp 2 x tp 2 (4 processes) == tp 2" "$tmp/cptp.json" "$tmp/tp.json"
 
 if "$bin" simulate "$src/scenarios/llama3.1-8b-cp8-h100.json" --json "$tmp/s.json" > "$tmp/out" 2>&1; then
   python3 - "$tmp/s.json" <<'P' || fail=1
