@@ -158,15 +158,16 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
                                  s.model.moe.num_experts, kind.name),
                      "train it with --backend cpu, or simulate it with fullshard simulate "
                      "(docs/moe.md says what is next)");
-  // NOTE [Expert-parallel routing] (core/model/moe_routing.h): the recorded program's all-to-all
-  // splits are the routing assumption's, a real run's are data; until the real backends size
-  // them from the measured counts, ep > 1 trains nowhere (docs/moe.md).
-  if (s.expert_parallel.degree > 1)
-    throw InputError("expert_parallel.degree",
-                     fmt::format("is {}, which the {} backend does not run yet (its all-to-all "
-                                 "sizes depend on the routing)",
-                                 s.expert_parallel.degree, kind.name),
-                     "use 1 to train for real, or simulate it with fullshard simulate");
+  // NOTE [Receive buffers] (core/scenario/scenario.h): a real run's all-to-all splits are the
+  // router's, so its receive buffers must not depend on them.
+  if (s.expert_parallel.degree > 1 && s.expert_parallel.receive_buffers != ReceiveBuffers::kMax)
+    throw InputError("expert_parallel.receive_buffers",
+                     fmt::format("is \"{}\" with degree {}: a real run learns its all-to-all "
+                                 "sizes from the router, after its buffers would be sized",
+                                 receive_buffers_name(s.expert_parallel.receive_buffers),
+                                 s.expert_parallel.degree),
+                     "write \"max\" to train for real (docs/moe.md, \"Expert parallelism on "
+                     "the CPU backend\")");
   // The CPU backend emulates float8 (backends/cpu/kernels/float8.cc); the CUDA backend has its
   // float8 GEMM but no cast kernels and dispatches neither yet (docs/float8.md).
   if (s.training.float8.enabled() && kind.name != "cpu")

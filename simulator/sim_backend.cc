@@ -269,10 +269,13 @@ void SimCommunicator::collective(StreamRole stream, const CollectiveCall& call,
   if (call.kind == CollectiveKind::kAllToAll) {
     // This rank's input; dims: the bytes it sends to and receives from the other members (its
     // own chunk is a local copy), which the cost models price (NOTE [All-to-all cost]).
-    in.coll_bytes = call.input.nbytes();
-    in.bytes = static_cast<double>(call.input.nbytes() + call.output.nbytes());
     const int me = group.index_of(host_.rank());
     const uint64_t es = dtype_size(call.input.meta.dtype);
+    int64_t sent = 0, received = 0;  // a prefix of each buffer (NOTE [Receive buffers])
+    for (int64_t n : call.send_numels) sent += n;
+    for (int64_t n : call.recv_numels) received += n;
+    in.coll_bytes = static_cast<uint64_t>(sent) * es;
+    in.bytes = static_cast<double>((sent + received) * static_cast<int64_t>(es));
     FULLSHARD_CHECK(static_cast<int>(call.send_numels.size()) == group.size() &&
                         static_cast<int>(call.recv_numels.size()) == group.size(),
                     call.name + ": all_to_all split sizes do not match the group");

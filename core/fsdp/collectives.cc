@@ -232,8 +232,11 @@ ReduceResult foreach_reduce(Backend& b, const std::vector<FSDPParam*>& params,
   for (size_t i = 0; i < params.size(); ++i) {
     const int d = params[i]->shard_dim();
     if (d == 0) continue;
+    Shape chunked = grads[i].shape();  // W chunks of dim d stacked on dim 0, as _chunk_cat sees it
+    chunked[0] *= world;
+    chunked[static_cast<size_t>(d)] /= world;
     Tensor g = Tensor::empty(
-        b, grads[i].meta(), MemCategory::kUnshardedGrad, kCurrent,
+        b, TensorMeta{grads[i].dtype(), chunked}, MemCategory::kUnshardedGrad, kCurrent,
         params[i]->param().fqn + " grad chunk-cat (Shard(" + std::to_string(d) + "))");
     transpose_blocks(b, kCurrent, grads[i], g, leading(params[i]->shape(), d), world,
                      params[i]->param().fqn + " cat(chunk(grad, dim), 0)");

@@ -51,9 +51,8 @@ FSDPParam::FSDPParam(Backend& b, Param& param, int shard_world, int shard_rank, 
     sharded_data_ = Tensor::empty(b, meta, MemCategory::kShardedParam, StreamRole::kDefault, what);
   }
   // The model's init_weights() on the sharded parameter (torchtitan: to_empty + init after
-  // fully_shard): this rank's rows of the full tensor, zero padding. A Shard(i > 0) shard is
-  // not a row range: its init is recorded over the local rows (its values are the simulator's
-  // only; real backends refuse the MoE models that shard so).
+  // fully_shard): this rank's rows of the full tensor, zero padding. A Shard(1) shard is each
+  // row's column block (init_param_dim1_shard), the same values as the unsharded tensor's.
   const int64_t d0 = param.shape.empty() ? 1 : param.shape[0];
   if (full) {  // new_zeros(padded_sharded_size), then this rank's rows copied in
     FULLSHARD_CHECK(shard_dim == 0 && !offload && full->numel() == fullshard::numel(param.shape),
@@ -69,9 +68,11 @@ FSDPParam::FSDPParam(Backend& b, Param& param, int shard_world, int shard_rank, 
       ops::copy_into(b, StreamRole::kDefault, sharded_data_.view(TensorMeta{orig_dtype, {n}}),
                      full->view(TensorMeta{full->dtype(), {n}}, from), param.fqn + " shard copy");
     }
-  } else if (shard_dim != 0)
-    ops::init_param(b, StreamRole::kDefault, sharded_data_, param, 0, sharded_shape_[0]);
-  else
+  } else if (shard_dim != 0) {
+    FULLSHARD_CHECK(shard_dim == 1, param.fqn + ": FSDP shards on dim 0 or 1 only");
+    ops::init_param_dim1_shard(b, StreamRole::kDefault, sharded_data_, param, shard_world,
+                               shard_rank);
+  } else
     ops::init_param(b, StreamRole::kDefault, sharded_data_, param,
                     shard_row_offset(d0, shard_world, shard_rank),
                     shard_rows(d0, shard_world, shard_rank));

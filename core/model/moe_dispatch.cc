@@ -1,8 +1,20 @@
 #include "core/model/moe_dispatch.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/model/op_util.h"
 #include "core/model/ops.h"
 #include "core/runtime/eager_args.h"
+
+namespace fullshard {
+
+int64_t max_receive_rows(int64_t tokens, int64_t top_k, int64_t experts, int ep) {
+  FULLSHARD_CHECK(ep >= 1 && experts % ep == 0, "max_receive_rows: ep must divide the experts");
+  return ep * tokens * std::min(top_k, experts / ep);
+}
+
+}  // namespace fullshard
 
 namespace fullshard::ops::moe {
 
@@ -31,6 +43,19 @@ int64_t sum(const std::vector<int64_t>& v) {
   return s;
 }
 
+// .tolist() of an [ep] fp32 host copy (after the sync): whole, non-negative counts.
+std::vector<int64_t> read_splits(Backend& b, const Tensor& host, const std::string& name) {
+  std::vector<float> v(static_cast<size_t>(host.numel()));
+  b.copy_to_host(host.ref(), v.data());
+  std::vector<int64_t> out;
+  for (float x : v) {
+    FULLSHARD_CHECK(x >= 0 && x == std::floor(x), name + ": split size " + std::to_string(x) +
+                                                       " is not a whole token count");
+    out.push_back(static_cast<int64_t>(x));
+  }
+  return out;
+}
+
 // x.view(ep, -1).sum(dim=1).to("cpu"): the device sum, its copy into host memory (pinned for
 // non_blocking=True, as PyTorch's D2H .to does). The device sum is freed on return; the host
 // copy is returned, alive until the caller's .tolist() after the sync.
@@ -50,8 +75,9 @@ Tensor splits_to_host(ExecContext& c, const Tensor& counts, int ep, const std::s
 
 }  // namespace
 
-Tensor exchange_split_sizes(ExecContext& c, const Tensor& tokens_per_expert,
-                            const ExpertParallel& ep, const std::string& name) {
+SplitSizes exchange_split_sizes(ExecContext& c, const Tensor& tokens_per_expert,
+                                const ExpertParallel& ep, std::vector<int64_t> assumed_send,
+                                std::vector<int64_t> assumed_recv, const std::string& name) {
   Backend& b = c.backend();
   FULLSHARD_CHECK(ep.enabled() && tokens_per_expert.numel() % ep.degree == 0,
                   name + ": experts must split over ep");
@@ -64,19 +90,24 @@ Tensor exchange_split_sizes(ExecContext& c, const Tensor& tokens_per_expert,
   Tensor in_splits = splits_to_host(c, tokens_per_expert, ep.degree, name + " input_splits");
   Tensor out_splits = splits_to_host(c, group_counts, ep.degree, name + " output_splits");
   b.synchronize(b.record_event(kCompute));  // .to("cpu", non_blocking=False), then .tolist()
-  return group_counts;                      // the host copies go with this scope, after the sync
+  SplitSizes s{group_counts, std::move(assumed_send), std::move(assumed_recv)};
+  if (b.has_data()) {  // the router's counts, as .tolist() reads them
+    s.send_rows = read_splits(b, in_splits, name + " input_splits");
+    s.recv_rows = read_splits(b, out_splits, name + " output_splits");
+  }
+  return s;  // the host copies go with this scope, after the sync
 }
 
 Value all_to_all(ExecContext& c, Value x, const std::vector<int64_t>& send_rows,
-                 const std::vector<int64_t>& recv_rows, const ProcessGroup& group,
-                 const std::string& name) {
+                 const std::vector<int64_t>& recv_rows, int64_t out_rows,
+                 const ProcessGroup& group, const std::string& name) {
   Backend& b = c.backend();
   const int64_t width = x.t.shape().size() > 1 ? x.t.numel() / x.t.shape()[0] : 1;
   FULLSHARD_CHECK(static_cast<int>(send_rows.size()) == group.size() &&
                       static_cast<int>(recv_rows.size()) == group.size() &&
-                      sum(send_rows) * width == x.t.numel(),
-                  name + ": split sizes do not match the input and the group");
-  Tensor y = c.empty({x.t.dtype(), {sum(recv_rows), width}}, MemCategory::kActivation, name);
+                      sum(send_rows) * width <= x.t.numel() && sum(recv_rows) <= out_rows,
+                  name + ": split sizes do not fit the buffers or the group");
+  Tensor y = c.empty({x.t.dtype(), {out_rows, width}}, MemCategory::kActivation, name);
   issue_all_to_all(b, x.t, y, send_rows, recv_rows, width, group, name + " all_to_all");
   Value out = result(c, y, x.requires_grad());
   if (c.recording() && x.requires_grad()) {

@@ -17,8 +17,15 @@ struct ExpertParallel {
   int degree = 1;  // 1: no expert parallelism
   int index = 0;   // this rank's coordinate along ep (it holds experts [index E/ep, ...))
   ProcessGroup group;
+  // expert_parallel.receive_buffers "max" (NOTE [Receive buffers] in core/scenario/scenario.h):
+  // the dispatch output holds the most this rank can receive, whatever the routing.
+  bool max_receive = false;
   bool enabled() const { return degree > 1; }
 };
+
+// The most rows an ep rank can receive: each of the ep members' `tokens` picks `top_k` distinct
+// experts, at most min(top_k, experts / ep) of them on this rank.
+int64_t max_receive_rows(int64_t tokens, int64_t top_k, int64_t experts, int ep);
 
 namespace ops::moe {
 
@@ -30,18 +37,26 @@ namespace ops::moe {
 //     non_blocking=False)   <- the device-to-host sync: the host waits for the compute stream;
 //   .tolist() of both.
 // Each .sum(1) is an [ep] fp32 device tensor freed once copied; the host copies are freed after
-// .tolist(). Returns num_tokens_per_expert_group; the split sizes themselves are the host's
-// (the routing assumption, core/model/moe_routing.h), passed to all_to_all below.
-Tensor exchange_split_sizes(ExecContext& c, const Tensor& tokens_per_expert,
-                            const ExpertParallel& ep, const std::string& name);
+// .tolist(). On a backend with data the split sizes are read from the host copies, as .tolist()
+// reads them; on the simulator (no data) they are the routing assumption's `assumed_send` /
+// `assumed_recv` (core/model/moe_routing.h).
+struct SplitSizes {
+  Tensor group_counts;  // num_tokens_per_expert_group [E], the received counts, sender-major
+  std::vector<int64_t> send_rows, recv_rows;  // input_splits, output_splits
+};
+SplitSizes exchange_split_sizes(ExecContext& c, const Tensor& tokens_per_expert,
+                                const ExpertParallel& ep, std::vector<int64_t> assumed_send,
+                                std::vector<int64_t> assumed_recv, const std::string& name);
 
 // all_to_all_single_autograd(x, output_split_sizes=recv_rows, input_split_sizes=send_rows,
-// group): x [sum(send_rows), W] -> [sum(recv_rows), W], a new tensor from the compute stream's
-// pool, run on the compute stream (a functional collective waited on at once). The node saves
-// nothing; its backward is the all-to-all of the gradient with the splits swapped.
+// group): x [rows >= sum(send_rows), W] -> [out_rows, W], a new tensor from the compute
+// stream's pool, run on the compute stream (a functional collective waited on at once). The
+// splits fill a prefix of each buffer: out_rows is sum(recv_rows) as PyTorch sizes it, or more
+// with max receive buffers. The node saves nothing; its backward is the all-to-all of the
+// gradient with the splits swapped, into a buffer shaped as x.
 Value all_to_all(ExecContext& c, Value x, const std::vector<int64_t>& send_rows,
-                 const std::vector<int64_t>& recv_rows, const ProcessGroup& group,
-                 const std::string& name);
+                 const std::vector<int64_t>& recv_rows, int64_t out_rows,
+                 const ProcessGroup& group, const std::string& name);
 
 }  // namespace ops::moe
 }  // namespace fullshard

@@ -72,7 +72,9 @@ Value feed_forward(ExecContext& c, Module& ff, Value x) {
 // GEMMs, then _token_combine (_unpermute, all-to-all-v back to [N K, D]), then FSDP's
 // post-forward. `self.permuted_indices` is an attribute of the layer's ExpertParallel: it stays
 // alive until the layer's next forward replaces it (kept_indices). Split sizes come from the
-// routing assumption (NOTE [Expert-parallel routing] in moe_routing.h).
+// routing assumption in the simulator (NOTE [Expert-parallel routing] in moe_routing.h) and
+// from the router on a real backend; with max receive buffers (NOTE [Receive buffers]) the
+// dispatch output and all after it are sized for the most a rank can receive.
 Value moe_forward(ExecContext& c, Module& moe, Value x, const ModelConfig& cfg,
                   const ExpertParallel& ep, Tensor* kept_indices) {
   const MoeConfig& m = cfg.moe;
@@ -118,11 +120,18 @@ Value moe_forward(ExecContext& c, Module& moe, Value x, const ModelConfig& cfg,
   const Value routed_output = c.call_module(ex, routed_input, [&](ExecContext& ec, Value v) {
     int64_t rows = routed, groups = E;
     Tensor group_counts;
+    std::vector<int64_t> send_rows, recv_rows;
     if (ep.enabled()) {  // _token_dispatch
-      group_counts = ops::moe::exchange_split_sizes(ec, counts, ep, ex.fqn + ".dispatch");
-      v = ops::moe::all_to_all(ec, std::move(v), epr.send_rows, epr.recv_rows, ep.group,
+      ops::moe::SplitSizes sp = ops::moe::exchange_split_sizes(
+          ec, counts, ep, epr.send_rows, epr.recv_rows, ex.fqn + ".dispatch");
+      group_counts = std::move(sp.group_counts);
+      send_rows = std::move(sp.send_rows);
+      recv_rows = std::move(sp.recv_rows);
+      int64_t received = 0;
+      for (int64_t r : recv_rows) received += r;
+      rows = ep.max_receive ? max_receive_rows(N, K, E, ep.degree) : received;
+      v = ops::moe::all_to_all(ec, std::move(v), send_rows, recv_rows, rows, ep.group,
                                ex.fqn + ".dispatch");
-      rows = v.t.numel() / D;
       groups = E / ep.degree;
     }
     Value padded = ops::moe::pad_row(ec, std::move(v), ex.fqn + ".vstack");
@@ -143,7 +152,7 @@ Value moe_forward(ExecContext& c, Module& moe, Value x, const ModelConfig& cfg,
     Value sliced = ops::moe::slice_rows(ec, std::move(unpermuted), rows, ex.fqn + ".slice");
     if (!ep.enabled()) return sliced;
     perm = {};
-    return ops::moe::all_to_all(ec, std::move(sliced), epr.recv_rows, epr.send_rows, ep.group,
+    return ops::moe::all_to_all(ec, std::move(sliced), recv_rows, send_rows, routed, ep.group,
                                 ex.fqn + ".combine");  // _token_combine
   });
 

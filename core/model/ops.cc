@@ -107,6 +107,28 @@ void init_param(Backend& b, StreamRole s, const Tensor& t, const Param& p, int64
   b.launch(s, op);
 }
 
+void init_param_dim1_shard(Backend& b, StreamRole s, const Tensor& t, const Param& p, int world,
+                           int rank) {
+  FULLSHARD_CHECK(p.shape.size() >= 2 && p.shape[1] % world == 0 &&
+                      p.tp_placement == TpPlacement::kReplicate,
+                  p.fqn + ": a Shard(1) FSDP shard needs an even split of dim 1 and no tp");
+  const int64_t d0 = p.shape[0];
+  const int64_t full_row = fullshard::numel(p.shape) / d0;
+  OpCall op = make_op(OpKind::kInitParam, p.fqn + " init", {}, {t.ref()}, 0);
+  InitParamArgs a;  // core/runtime/layer_args.h
+  a.row_offset = p.ep_degree > 1 ? static_cast<int64_t>(p.ep_index) * d0 : 0;
+  a.local_rows = d0;
+  a.row_numel = full_row / world;
+  a.init = static_cast<int64_t>(p.init);
+  a.key = static_cast<int64_t>(p.init_key);
+  a.std = p.init_std;
+  a.layout = InitParamArgs::Layout::kColumns;
+  a.col_offset = static_cast<int64_t>(rank) * a.row_numel;
+  a.full_row = full_row;
+  a.encode(op);
+  b.launch(s, op);
+}
+
 void scale_inplace(Backend& b, StreamRole s, const Tensor& t, double factor,
                    const std::string& name) {
   b.launch(s, make_op(OpKind::kScale, name, {t.ref()}, {t.ref()}, el(t), ScalarArgs{factor}));

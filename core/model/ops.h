@@ -21,6 +21,10 @@ void copy_into(Backend& b, StreamRole s, const Tensor& dst, const Tensor& src,
 Tensor cast(Backend& b, StreamRole s, const Tensor& src, DType to, MemCategory cat,
             const std::string& name);
 void fill_zero(Backend& b, StreamRole s, const Tensor& t, const std::string& name);
+// Initialises `t`, FSDP2's Shard(1) shard `rank` of `world` of `p`: every dim-0 row's columns
+// [rank, rank + 1) x (row / world) of the full row (the layout of NOTE [Shard(i) placement]).
+void init_param_dim1_shard(Backend& b, StreamRole s, const Tensor& t, const Param& p, int world,
+                           int rank);
 // Initialises the padded 1-D shard `t` of `p` holding full rows [row_offset, row_offset +
 // local_rows) (OpKind::kInitParam).
 void init_param(Backend& b, StreamRole s, const Tensor& t, const Param& p, int64_t row_offset,

@@ -77,7 +77,7 @@ const std::map<std::string, std::vector<std::string>> kFields = {
     {"pipeline_parallel",
      {"schedule", "microbatch_size", "layers_per_stage", "first_stage_less_layers",
       "last_stage_less_layers", "module_fqns_per_model_part"}},
-    {"expert_parallel", {"degree"}},
+    {"expert_parallel", {"degree", "receive_buffers"}},
     {"model",
      {"name", "hf_config", "arch", "vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads",
       "ffn_dim", "max_seq_len", "norm_eps", "rope_theta", "tie_embeddings", "qkv_bias",

@@ -205,8 +205,18 @@ struct TensorParallelOptions {
 // expert_parallel (docs/scenario-format.md): torchtitan's parallelism.expert_parallel_degree.
 // The ep dim is carved out of fsdp.mesh's shard dim (NOTE [Expert-parallel mesh] in
 // core/mesh/expert_mesh.h); scenario_ep.cc checks what it needs.
+// NOTE [Receive buffers]: PyTorch sizes the dispatch all-to-all's output (and everything after
+// it) from the split sizes the router produced this step; the simulator sizes it from the
+// routing assumption ("routed"). A real run cannot know its routing before it runs, so the real
+// backends run "max": every rank's receive buffer holds the most it can receive, ep x its tokens
+// x min(top_k, experts per rank) rows, and the measured splits fill a prefix of it. The program
+// is then the same whatever the router does, so predicted == measured holds to the byte.
+enum class ReceiveBuffers : uint8_t { kRouted, kMax };
+const char* receive_buffers_name(ReceiveBuffers b);
+
 struct ExpertParallelOptions {
   int degree = 1;  // 1: none
+  ReceiveBuffers receive_buffers = ReceiveBuffers::kRouted;
 };
 
 struct Scenario {

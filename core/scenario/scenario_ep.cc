@@ -28,6 +28,17 @@ ExpertParallelOptions parse_expert_parallel(const nlohmann::json& j, const Scena
   Scenario with = s;
   with.expert_parallel.degree =
       static_cast<int>(field_int(j, P, "degree", 1, kMaxRanksPerDim, "8"));
+  if (j.contains("receive_buffers")) {
+    const std::string b = jr::get_string(j.at("receive_buffers"), P + ".receive_buffers",
+                                         "\"max\"");
+    if (b == "routed" || b == "max")
+      with.expert_parallel.receive_buffers =
+          b == "max" ? ReceiveBuffers::kMax : ReceiveBuffers::kRouted;
+    else
+      throw InputError(P + ".receive_buffers", "is \"" + b + "\"",
+                       "write \"routed\" (sized by the routing assumption, as PyTorch sizes them) "
+                       "or \"max\" (the most a rank can receive, as the real backends run)");
+  }
   if (with.expert_parallel.degree > 1 && s.pipeline.enabled())
     throw InputError(P + ".degree",
                      "is " + std::to_string(with.expert_parallel.degree) +
@@ -40,6 +51,10 @@ ExpertParallelOptions parse_expert_parallel(const nlohmann::json& j, const Scena
 }  // namespace fullshard::scenario_detail
 
 namespace fullshard {
+
+const char* receive_buffers_name(ReceiveBuffers b) {
+  return b == ReceiveBuffers::kMax ? "max" : "routed";
+}
 
 void check_expert_parallel(const Scenario& s) {
   using scenario_detail::str;
@@ -86,6 +101,15 @@ void check_expert_parallel(const Scenario& s) {
                 " (more than the " + str(local) + " experts per rank), which needs " + name + " " +
                 str(d) + " divisible by " + str(efsdp),
             "choose ep so that shard / ep divides " + str(d) + " or is at most " + str(local));
+    // A full tensor is copied into Shard(0) rows only (FSDPParam's init from a full tensor).
+    if (s.training.init != ModelInit::kMeta)
+      throw InputError("training.init",
+                       std::string("is \"") +
+                           (s.training.init == ModelInit::kDevice ? "device"
+                                                                  : "broadcast_from_rank0") +
+                           "\" with experts sharded on dim 1 (efsdp " + str(efsdp) + " > " +
+                           str(local) + " experts per rank), which it does not load yet",
+                       "use \"meta\", or an ep that leaves efsdp at most the experts per rank");
   }
 }
 

@@ -86,6 +86,7 @@ ExpertParallel expert_parallel_for(const Scenario& s, int rank) {
   ep.degree = m.ep_group->size();
   ep.index = m.ep_group->index_of(rank);
   ep.group = *m.ep_group;
+  ep.max_receive = s.expert_parallel.receive_buffers == ReceiveBuffers::kMax;
   return ep;
 }
 

@@ -77,9 +77,11 @@ json candidate_scenario_json(const json& base, const Candidate& c, const std::st
     f["mesh"]["shape"].push_back(c.tp);
     f["mesh"]["dim_names"].push_back("tp");
   }
-  if (c.ep > 1)
-    j["expert_parallel"] = {{"degree", c.ep}};
-  else
+  if (c.ep > 1) {  // the base's other expert_parallel fields (receive_buffers) stay
+    if (!j.contains("expert_parallel") || !j["expert_parallel"].is_object())
+      j["expert_parallel"] = nlohmann::json::object();
+    j["expert_parallel"]["degree"] = c.ep;
+  } else
     j.erase("expert_parallel");
   if (c.pp > 1) {  // NOTE [Pipeline candidates] in search_space.cc
     f["mesh"]["shape"].insert(f["mesh"]["shape"].begin(), c.pp);

@@ -36,6 +36,26 @@ if "$bin" train "$cpu_sc" --steps 2 > "$tmp/out" 2>&1 && grep -q "trained 2 step
 else
   echo "FAIL train tiny-moe-cpu2:"; cat "$tmp/out"; fail=1
 fi
+# Expert parallelism on the CPU backend (4 processes, Gloo all-to-all-v with the router's split
+# sizes, NOTE [Receive buffers]): tiny-moe-ep2-cpu4 trains tiny-moe-cpu2's global batch (16
+# sequences of 64) to the same losses, only summation order apart; without max receive buffers
+# the launcher refuses ep in one line.
+cpu_ep="$src/scenarios/tiny-moe-ep2-cpu4.json"
+if "$bin" train "$cpu_ep" --steps 6 --metrics "$tmp/ep.jsonl" > "$tmp/out" 2>&1 \
+   && "$bin" train "$cpu_sc" --steps 6 --metrics "$tmp/dense.jsonl" >> "$tmp/out" 2>&1 \
+   && python3 - "$tmp/ep.jsonl" "$tmp/dense.jsonl" <<'P'
+import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1])]
+b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
+assert len(a) == len(b) == 6 and max(abs(x - y) for x, y in zip(a, b)) <= 1e-4, (a, b)
+P
+then
+  echo "ok   train tiny-moe-ep2-cpu4 (ep 2, 4 processes) == tiny-moe-cpu2"
+else
+  echo "FAIL train tiny-moe-ep2-cpu4:"; cat "$tmp/out"; fail=1
+fi
+python3 -c "import json,sys; j=json.load(open(sys.argv[1])); del j['expert_parallel']['receive_buffers']; json.dump(j, open(sys.argv[2], 'w'))" "$cpu_ep" "$tmp/routed.json"
+expect ep-routed-buffers-refused 'expert_parallel.receive_buffers: is "routed" with degree 2' -- train "$tmp/routed.json" --steps 1
 "$bin" train "$sc" --steps 1 --backend cuda > "$tmp/out" 2> "$tmp/err"; rc=$?
 if [ "$rc" -eq 2 ] && [ "$(wc -l < "$tmp/err")" -eq 1 ] &&
    grep -Eq "model.moe: .*cuda backend|built without the CUDA backend" "$tmp/err"; then

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include "core/scenario/moe_checks.h"
 #include "runner/launcher.h"
 #include "tests/support/cpu_support.h"
 #include "tests/support/input_error.h"
@@ -37,6 +38,21 @@ Scenario moe_scenario(const json& j) {
   return s;
 }
 
+// Expert parallelism on top of moe_scenario's draw: `ep` divides the experts (1 to 3 per ep
+// rank, so efsdp > experts per rank and FSDP2's Shard(1) happen), max receive buffers as the
+// real backends run them (NOTE [Receive buffers]), checked as parse_scenario checks them.
+Scenario moe_ep_scenario(const json& j, int ep) {
+  Scenario s = moe_scenario(j);
+  MoeConfig& m = s.model.moe;
+  m.num_experts = ep * *rc::gen::inRange(1, 4);
+  m.top_k = *rc::gen::inRange(1, static_cast<int>(m.num_experts) + 1);
+  s.expert_parallel.degree = ep;
+  s.expert_parallel.receive_buffers = ReceiveBuffers::kMax;
+  check_expert_parallel(s);
+  RC_TAG("ep " + std::to_string(ep) + ", " + std::to_string(m.num_experts) + " experts");
+  return s;
+}
+
 json moe_job(TinyOptions o) {
   o.model = "tiny-moe";
   json j = tiny_scenario_json(o);
@@ -64,6 +80,47 @@ RC_GTEST_PROP(RealMoeTraining, PredictedPeakMemoryEqualsMeasured, ()) {
   o.seq = *rc::gen::inRange(2, 12);
   o.hardware_extra = {{"allocator", {{"expandable_segments", *rc::gen::arbitrary<bool>()}}}};
   predicted_peaks_equal_measured(moe_scenario(moe_job(o)));
+}
+
+// With ep > 1 the all-to-alls carry what the router chose, read back as torchtitan's .tolist()
+// reads it, inside buffers sized for the most a rank can receive: the real routing still moves
+// no byte, on any rank.
+RC_GTEST_PROP(RealMoeTraining, ExpertParallelPredictedPeakMemoryEqualsMeasured, ()) {
+  TinyOptions o;
+  const int ep = *rc::gen::element(2, 3);
+  o.mesh = ep == 3 ? std::vector<int>{3}
+                   : *rc::gen::element(std::vector<int>{2}, std::vector<int>{4},
+                                       std::vector<int>{2, 2});
+  o.mixed_precision = *rc::gen::element(json::object(), json{{"param_dtype", "bf16"}});
+  o.cpu_offload = *rc::gen::arbitrary<bool>();
+  o.activation_checkpointing = *rc::gen::element(json("none"), json("full"));
+  o.grad_accum_steps = *rc::gen::inRange(1, 3);
+  o.batch = *rc::gen::inRange(1, 3);
+  o.seq = *rc::gen::inRange(2, 12);
+  predicted_peaks_equal_measured(moe_ep_scenario(moe_job(o), ep));
+}
+
+// Expert parallelism moves each token to the rank holding its experts and back: the same
+// arithmetic per token as one rank running every expert, only summation order differs.
+RC_GTEST_PROP(RealMoeTraining, ExpertParallelEqualsUnsharded, ()) {
+  TinyOptions o;
+  const int ep = *rc::gen::element(2, 3);
+  o.mesh = {ep == 3 ? 3 : *rc::gen::element(2, 4)};
+  o.max_grad_norm = *rc::gen::element(0.0, 1.0);
+  o.batch = *rc::gen::inRange(1, 3);
+  o.seq = *rc::gen::inRange(2, 9);
+  const json j = moe_job(o);
+  json ref = unsharded_job(j, o.mesh[0]);
+  const Scenario drawn = moe_ep_scenario(j, ep);
+  Scenario a = parse_scenario(j), b = parse_scenario(ref);
+  a.model.moe = b.model.moe = drawn.model.moe;
+  a.expert_parallel = drawn.expert_parallel;
+  const RealRun ra = run_real(a), rb = run_real(b);
+  std::string where;
+  const double v = max_violation(ra, rb, 1e-5, 1e-3, &where);
+  if (!(v <= 1.0)) RC_FAIL("worst parameter difference at " + where);
+  for (size_t k = 0; k < rb.mean_loss.size(); ++k)
+    RC_ASSERT(std::abs(ra.mean_loss[k] - rb.mean_loss[k]) <= 1e-4);
 }
 
 // NOTE [fp32 tolerance] (cpu_training_prop_test.cc): the routing is per token, so sharding the
@@ -163,10 +220,16 @@ TEST(RealMoeTraining, LauncherRefusesMoeOnlyWithoutKernels) {
   const std::string e = input_error_of([&] { runner::validate_launch(lo, s, cuda_kind); });
   EXPECT_NE(e.find("model.moe"), std::string::npos) << e;
   EXPECT_NE(e.find("cuda backend"), std::string::npos) << e;
-  // Expert parallelism stays refused on every real backend (NOTE [Expert-parallel routing]).
+  // Expert parallelism trains only with receive buffers that do not depend on the routing
+  // (NOTE [Receive buffers]).
   json ep = tiny_scenario_json(o);
   ep["expert_parallel"] = {{"degree", 2}};
-  const Scenario se = parse_scenario(ep);
-  const std::string ee = input_error_of([&] { runner::validate_launch(lo, se, cpu_kind); });
-  EXPECT_NE(ee.find("expert_parallel.degree"), std::string::npos) << ee;
+  const std::string ee =
+      input_error_of([&] { runner::validate_launch(lo, parse_scenario(ep), cpu_kind); });
+  EXPECT_NE(ee.find("expert_parallel.receive_buffers: is \"routed\" with degree 2"),
+            std::string::npos)
+      << ee;
+  ep["expert_parallel"]["receive_buffers"] = "max";
+  EXPECT_EQ(input_error_of([&] { runner::validate_launch(lo, parse_scenario(ep), cpu_kind); }),
+            "");
 }

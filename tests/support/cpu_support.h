@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 
 #include "backends/cpu/cpu_backend.h"
@@ -84,8 +85,19 @@ inline RealRun run_real(const Scenario& s, int steps = -1, const runner::RankOpt
   // i x tp + t here too (the replicate dim leads).
   const int shard = s.fsdp.mesh_size("shard") * s.fsdp.mesh_size("cp"), tp = s.fsdp.mesh_size("tp");
   std::vector<std::unique_ptr<Transformer>> models;
+  // Experts (ep > 1, never with tp): shard rank i holds the experts of ep index i mod ep, its
+  // efsdp index i / ep picks their rows (Shard(0)) or every expert's column block (Shard(1)).
+  const int ep = s.expert_parallel.degree;
   for (int t = 0; t < tp; ++t)
-    models.push_back(std::make_unique<Transformer>(s.model, tensor_parallel_for(s, t)));
+    models.push_back(std::make_unique<Transformer>(s.model, tensor_parallel_for(s, t),
+                                                   expert_parallel_for(s, 0)));
+  auto local_of = [](int rank, const std::string& fqn,
+                     const std::vector<std::pair<std::string, std::vector<float>>>& v)
+      -> const std::vector<float>& {
+    for (auto& [f, x] : v)
+      if (f == fqn) return x;
+    throw std::runtime_error("rank " + std::to_string(rank) + " has no " + fqn);
+  };
   using Locals = std::vector<std::pair<std::string, std::vector<float>>> runner::RankResult::*;
   auto assemble = [&](Locals member) {
     std::vector<std::map<std::string, std::vector<float>>> local(static_cast<size_t>(tp));
@@ -100,7 +112,25 @@ inline RealRun run_real(const Scenario& s, int steps = -1, const runner::RankOpt
     std::map<std::string, std::vector<float>> result;
     models[0]->root().for_each_param([&](Param& p) {
       std::vector<float> full;
-      if (p.tp_placement == TpPlacement::kShard1) {
+      if (p.ep_degree > 1) {
+        const int efsdp = shard / ep;
+        const int64_t El = p.shape[0], row = numel(p.shape) / El;
+        for (int j = 0; j < ep; ++j) {
+          std::vector<const std::vector<float>*> parts;
+          for (int f = 0; f < efsdp; ++f) {
+            auto& rr = out.ranks[static_cast<size_t>(f * ep + j)];
+            parts.push_back(&local_of(f * ep + j, p.fqn, rr.*member));
+          }
+          if (efsdp > El) {  // Shard(1): each expert's row is the efsdp blocks in turn
+            const int64_t n = row / efsdp;
+            for (int64_t e = 0; e < El; ++e)
+              for (const auto* v : parts)
+                full.insert(full.end(), v->begin() + e * n, v->begin() + (e + 1) * n);
+          } else {
+            for (const auto* v : parts) full.insert(full.end(), v->begin(), v->end());
+          }
+        }
+      } else if (p.tp_placement == TpPlacement::kShard1) {
         const int64_t rows = p.shape[0], cols = p.shape[1];
         for (int64_t r = 0; r < rows; ++r)
           for (int t = 0; t < tp; ++t) {

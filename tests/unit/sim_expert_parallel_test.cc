@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "core/mesh/expert_mesh.h"
+#include "core/model/moe_dispatch.h"
 #include "core/model/moe_routing.h"
 #include "core/runtime/moe_args.h"
 #include "core/runtime/op_args.h"
@@ -165,6 +166,41 @@ TEST(ExpertParallelDispatch, SkewMovesMemoryPerRankHonestly) {
   EXPECT_EQ(sim::rank_classes(parse_scenario(tiny_moe_ep(2, {4}))).size(), 1u);
 }
 
+// NOTE [Receive buffers]: with "max" every rank's dispatch output (and the vstack, the
+// permutation and the grouped GEMMs after it) holds ep x 64 tokens x min(top_k 2, 2 experts per
+// rank) = 256 rows, twice the 128 that balanced routing sends it; the bytes on the wire (the
+// routing assumption's splits) and the all-to-all count do not change, and the peak rises.
+TEST(ExpertParallelDispatch, MaxReceiveBuffersHoldTheMostARankCanReceive) {
+  EXPECT_EQ(max_receive_rows(64, 2, 4, 2), 256);
+  EXPECT_EQ(max_receive_rows(64, 3, 4, 2), 256);  // at most 2 of a token's 3 experts per rank
+  EXPECT_EQ(max_receive_rows(64, 1, 8, 4), 256);
+  json maxed = tiny_moe_ep(2, {2});
+  maxed["expert_parallel"]["receive_buffers"] = "max";
+  std::vector<int64_t> pad_rows[2];
+  int i = 0;
+  for (const json& j : {tiny_moe_ep(2, {2}), maxed}) {
+    for (const OpCall& op : recorded_ops::record(parse_scenario(j)))
+      if (op.kind == OpKind::kPadRow) pad_rows[i].push_back(op.inputs[0].meta.numel() / 64);
+    ++i;
+  }
+  EXPECT_EQ(pad_rows[0], std::vector<int64_t>(4, 128));  // 2 MoE layers, forward and backward
+  EXPECT_EQ(pad_rows[1], std::vector<int64_t>(4, 256));
+  std::map<int64_t, int> to_peer[2];
+  sim::SimulateOptions o;
+  i = 0;
+  o.on_played = [&](const sim::PlayedRun& run) {
+    for (const auto& in : run.programs.front().instrs)
+      if (in.type == sim::InstrType::kCollective && in.coll == CollectiveKind::kAllToAll)
+        ++to_peer[i][in.dims[0]];
+  };
+  const auto routed = sim::simulate_scenario(parse_scenario(tiny_moe_ep(2, {2})), o);
+  i = 1;
+  const auto max = sim::simulate_scenario(parse_scenario(maxed), o);
+  ASSERT_TRUE(routed.ok() && max.ok()) << fullshard::testing::problems_text(max);
+  EXPECT_EQ(to_peer[0], to_peer[1]);
+  EXPECT_GT(max.classes.at(0).peak_allocated_bytes, routed.classes.at(0).peak_allocated_bytes);
+}
+
 TEST(ExpertParallelChecks, OneLineErrorsNameTheField) {
   using fullshard::testing::input_error_of;
   auto err = [](const json& j) { return input_error_of([&] { parse_scenario(j); }); };
@@ -185,6 +221,10 @@ TEST(ExpertParallelChecks, OneLineErrorsNameTheField) {
   raf["fsdp"]["reshard_after_forward"] = 2;
   EXPECT_NE(err(raf).find("fsdp.reshard_after_forward"), std::string::npos);
   EXPECT_NO_THROW(parse_scenario(tiny_moe_ep(1, {2})));
+  json bufs = tiny_moe_ep(2, {2});
+  bufs["expert_parallel"]["receive_buffers"] = "worst";
+  EXPECT_NE(err(bufs).find("expert_parallel.receive_buffers: is \"worst\""), std::string::npos)
+      << err(bufs);
 }
 
 }  // namespace
