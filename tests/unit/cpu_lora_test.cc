@@ -118,6 +118,16 @@ TEST(CpuLora, OnlyTheUnfrozenParametersChange) {
   expect_only_trainable_change(s);
 }
 
+// A chunked loss whose hidden states need no grad (everything before the output frozen) still
+// backpropagates each chunk into the output's weight.
+TEST(CpuLora, ChunkedLossTrainsAnOutputBehindFrozenLayers) {
+  json j = scenario({2}, 2, nullptr, {"tok_embeddings.weight", "layers.*", "norm.weight"}, true);
+  j["model"]["implementation"] = {{"loss", "chunked"}, {"loss_chunks", 2}};
+  const Scenario s = parse_scenario(j);
+  expect_only_trainable_change(s);
+  predicted_peaks_equal_measured(s);
+}
+
 TEST(CpuLora, EveryInitModeStartsFromTheSameValues) {
   // A bf16 frozen base: "device" and "broadcast_from_rank0" build its full tensors in bf16.
   json j = scenario({2}, 2, kLora);
