@@ -29,7 +29,8 @@ static_assert(static_cast<int>(ParamInit::kNormal) == init_gen::kNormal &&
 void fill_run(const init_gen::InitSpec& s, uint64_t g, int64_t n, float* dst) {
   if (s.kind == init_gen::kUniform) {
     for (int64_t i = 0; i < n; ++i)
-      dst[i] = init_gen::scaled(s.std, init_gen::uniform_unit(s.stream, g + static_cast<uint64_t>(i)));
+      dst[i] =
+          init_gen::scaled(s.std, init_gen::uniform_unit(s.stream, g + static_cast<uint64_t>(i)));
     return;
   }
   if (s.kind != init_gen::kNormal) {

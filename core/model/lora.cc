@@ -41,9 +41,9 @@ struct PeftName {
   const char* peft;
   const char* llama;
 };
-constexpr PeftName kPeftNames[] = {{"q_proj", "wq"},    {"k_proj", "wk"}, {"v_proj", "wv"},
-                                   {"o_proj", "wo"},    {"gate_proj", "w1"},
-                                   {"up_proj", "w3"},   {"down_proj", "w2"}};
+constexpr PeftName kPeftNames[] = {{"q_proj", "wq"},   {"k_proj", "wk"},    {"v_proj", "wv"},
+                                   {"o_proj", "wo"},   {"gate_proj", "w1"}, {"up_proj", "w3"},
+                                   {"down_proj", "w2"}};
 
 }  // namespace
 
@@ -131,10 +131,10 @@ Value scale(ExecContext& c, Value x, double factor, const std::string& name) {
 Value lora_linear(ExecContext& c, Value x, Module& m, const Param* bias, double scaling,
                   const std::string& name) {
   Value base = ops::linear(c, x, m.param("weight"), bias, name);
-  Value a = ops::linear(c, std::move(x), m.child("lora_A").param("weight"), nullptr,
-                        name + ".lora_A");
-  Value bb = ops::linear(c, std::move(a), m.child("lora_B").param("weight"), nullptr,
-                         name + ".lora_B");
+  Value a =
+      ops::linear(c, std::move(x), m.child("lora_A").param("weight"), nullptr, name + ".lora_A");
+  Value bb =
+      ops::linear(c, std::move(a), m.child("lora_B").param("weight"), nullptr, name + ".lora_B");
   Value s = scale(c, std::move(bb), scaling, name + ".lora_scaling");
   return add(c, std::move(base), std::move(s), name + ".lora_add");
 }

@@ -319,8 +319,8 @@ Value Transformer::block_forward(ExecContext& c, Module& b, Value x, int64_t bat
       Value s1 = ops::silu(cc, std::move(g1), fn + ".silu");
       Value g3 = project(cc, std::move(v), ff.child("w3"), nullptr, cfg, fn + ".w3");
       Value p = ops::mul(cc, std::move(s1), std::move(g3), fn + ".mul");
-      return sublayer_output(cc, project(cc, std::move(p), ff.child("w2"), nullptr, cfg, fn + ".w2"),
-                             fn);
+      return sublayer_output(
+          cc, project(cc, std::move(p), ff.child("w2"), nullptr, cfg, fn + ".w2"), fn);
     });
     return ops::add(c, std::move(h), std::move(f), n + ".residual_ffn");
   }

@@ -29,7 +29,8 @@ LoraConfig parse_lora(const json& v, const ModelConfig& model) {
   for (const char* key : {"rank", "alpha", "target_modules"})
     jr::require_field(v, P, key, "write " + example);
   LoraConfig l;
-  const int64_t smallest = std::min({model.dim, model.ffn_dim, model.n_kv_heads * model.head_dim()});
+  const int64_t smallest =
+      std::min({model.dim, model.ffn_dim, model.n_kv_heads * model.head_dim()});
   l.rank = jr::get_int(v.at("rank"), P + ".rank", 1, smallest, "16");
   l.alpha = jr::get_number(v.at("alpha"), P + ".alpha", 0, false, kInf, false, "32");
   const json& t = v.at("target_modules");
@@ -52,8 +53,9 @@ LoraConfig parse_lora(const json& v, const ModelConfig& model) {
 
 std::vector<std::string> parse_frozen(const json& v) {
   const std::string P = "training.frozen";
-  const std::string fix = "write a list of fnmatch patterns over parameter names, e.g. "
-                          "[\"tok_embeddings.weight\", \"layers.*.attention.wq.weight\"]";
+  const std::string fix =
+      "write a list of fnmatch patterns over parameter names, e.g. "
+      "[\"tok_embeddings.weight\", \"layers.*.attention.wq.weight\"]";
   if (!v.is_array()) throw InputError(P, "is " + jr::describe(v) + ", not a list", fix);
   std::vector<std::string> out;
   for (size_t i = 0; i < v.size(); ++i) {
@@ -111,7 +113,8 @@ void check_frozen(const Scenario& s) {
                              (t.frozen_dtype ? "" : " (model.lora's default)") + " but " + where +
                              " is " + (pd ? std::string(dtype_name(*pd)) : "unset (fp32)"),
                          "set fsdp.mixed_precision.param_dtype to \"" +
-                             std::string(dtype_name(fd)) + "\", or training.frozen_dtype to \"fp32\"");
+                             std::string(dtype_name(fd)) +
+                             "\", or training.frozen_dtype to \"fp32\"");
     };
     check_pd(s.fsdp.mixed_precision.param_dtype, "fsdp.mixed_precision.param_dtype");
     for (const auto& [unit, o] : s.fsdp.per_unit_mixed_precision)
@@ -125,11 +128,11 @@ void check_frozen(const Scenario& s) {
     bool any = false;
     for (const std::string& f : fqns) any = any || fnmatch_fqn(t.frozen[i], f);
     if (!any)
-      throw InputError(jr::index_path("training.frozen", i),
-                       "is \"" + t.frozen[i] + "\", which matches no parameter of model '" +
-                           s.model.name + "'",
-                       "use a parameter name such as \"" + fqns.back() +
-                           "\" ('*' matches any characters, dots included)");
+      throw InputError(
+          jr::index_path("training.frozen", i),
+          "is \"" + t.frozen[i] + "\", which matches no parameter of model '" + s.model.name + "'",
+          "use a parameter name such as \"" + fqns.back() +
+              "\" ('*' matches any characters, dots included)");
   }
   const int frozen = freeze_parameters(model.root(), t.frozen, lora, fd);
   if (frozen == static_cast<int>(fqns.size()))

@@ -161,8 +161,7 @@ TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
   set_init_seed(model_->root(), s.training.seed);
   // requires_grad_(False) before fully_shard, as torchtune and PEFT freeze the base first
   // (NOTE [Frozen parameters] in core/model/lora.cc).
-  freeze_parameters(model_->root(), s.training.frozen, s.model.lora.enabled(),
-                    frozen_dtype(s));
+  freeze_parameters(model_->root(), s.training.frozen, s.model.lora.enabled(), frozen_dtype(s));
   // torchtitan converts before parallelizing; FSDP2 all-gathers in float8 only with a shard dim.
   const bool f8_all_gather =
       s.training.float8.enable_fsdp_float8_all_gather && s.fsdp.fsdp_shard_size() > 1;

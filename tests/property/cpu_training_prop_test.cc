@@ -159,8 +159,8 @@ void maybe_frozen(json& j) {
   std::string dt = mp.is_object() && mp.contains("param_dtype") && mp["param_dtype"].is_string()
                        ? mp["param_dtype"].get<std::string>()
                        : "fp32";
-  if (j["fsdp"].contains("per_unit") && j["fsdp"]["per_unit"].dump().find("mixed_precision") !=
-                                            std::string::npos)
+  if (j["fsdp"].contains("per_unit") &&
+      j["fsdp"]["per_unit"].dump().find("mixed_precision") != std::string::npos)
     dt = "fp32";
   j["training"]["frozen_dtype"] = *rc::gen::element(dt, std::string("fp32"));
   bool llama = j["model"]["arch"] == "llama";
@@ -172,11 +172,12 @@ void maybe_frozen(json& j) {
     llama = true;
   }
   if (llama && *rc::gen::inRange(0, 4) != 0) {
-    const int dim = j["model"]["dim"], kv = j["model"].value("n_kv_heads", 1) *
-                                            (dim / j["model"]["n_heads"].get<int>());
+    const int dim = j["model"]["dim"],
+              kv = j["model"].value("n_kv_heads", 1) * (dim / j["model"]["n_heads"].get<int>());
     const std::vector<std::string> all = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
                                           "gate_proj", "up_proj", "down_proj"};
-    auto targets = *rc::gen::nonEmpty(rc::gen::unique<std::vector<std::string>>(rc::gen::elementOf(all)));
+    auto targets =
+        *rc::gen::nonEmpty(rc::gen::unique<std::vector<std::string>>(rc::gen::elementOf(all)));
     j["model"]["lora"] = {{"rank", std::min(*rc::gen::inRange(1, 3), std::min(dim, kv))},
                           {"alpha", *rc::gen::element(1.0, 4.0)},
                           {"target_modules", targets}};
@@ -188,7 +189,8 @@ void maybe_frozen(json& j) {
                                        "layers.*.attention.w?.weight", "output.weight"}
             : std::vector<std::string>{"wte.weight", "wpe.weight", "layers.0.*", "*.ln_?.*",
                                        "layers.*.mlp.c_fc.*"};
-  auto picked = *rc::gen::nonEmpty(rc::gen::unique<std::vector<std::string>>(rc::gen::elementOf(patterns)));
+  auto picked =
+      *rc::gen::nonEmpty(rc::gen::unique<std::vector<std::string>>(rc::gen::elementOf(patterns)));
   // A tied Llama has no output weight of its own.
   if (j["model"].value("tie_embeddings", false))
     picked.erase(std::remove(picked.begin(), picked.end(), "output.weight"), picked.end());

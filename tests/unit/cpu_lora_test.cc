@@ -7,6 +7,8 @@
 
 #include <string>
 
+#include "core/checkpoint/checkpoint_dir.h"
+#include "core/checkpoint/export.h"
 #include "core/data/param_init.h"
 #include "core/model/lora.h"
 #include "core/tensor/float_convert.h"
@@ -15,6 +17,7 @@
 #include "tests/support/prop_support.h"
 #include "tests/support/sim_support.h"
 #include "tests/support/temp_dir.h"
+#include "runner/init_weights.h"
 
 namespace fullshard {
 namespace {
@@ -38,16 +41,17 @@ json scenario(std::vector<int> mesh, int batch, const json& lora, const json& fr
                 {"n_kv_heads", 1}, {"ffn_dim", 12},  {"max_seq_len", 16}};
   if (!lora.is_null()) j["model"]["lora"] = lora;
   if (!frozen.is_null()) j["training"]["frozen"] = frozen;
-  if (fp32) j["training"]["frozen_dtype"] = "fp32";
+  if (fp32 && (!lora.is_null() || !frozen.is_null())) j["training"]["frozen_dtype"] = "fp32";
   j["training"]["optimizer"] = {{"lr", 1e-3}, {"eps", 1e-6}, {"max_grad_norm", 1.0}};
   j["training"]["seed"] = 11;
   return j;
 }
 
-const json kLora = {{"rank", 2},
-                    {"alpha", 4},
-                    {"target_modules",
-                     {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}}};
+const json kLora = {
+    {"rank", 2},
+    {"alpha", 4},
+    {"target_modules",
+     {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}}};
 
 // Every parameter's initial full tensor as the model's init draws it, rounded to its dtype.
 std::map<std::string, std::vector<float>> initial_values(const Scenario& s) {
@@ -145,7 +149,8 @@ TEST(CpuLora, EveryInitModeStartsFromTheSameValues) {
 }
 
 TEST(CpuLora, ShardedEqualsUnsharded) {
-  for (const std::vector<int>& mesh : {std::vector<int>{2}, std::vector<int>{3}, std::vector<int>{2, 2}}) {
+  for (const std::vector<int>& mesh :
+       {std::vector<int>{2}, std::vector<int>{3}, std::vector<int>{2, 2}}) {
     int world = 1;
     for (int d : mesh) world *= d;
     // fp32 throughout (NOTE [fp32 tolerance]); the frozen base fp32 as well.
@@ -170,6 +175,45 @@ TEST(CpuLora, ResumeContinuesBitIdentically) {
   ASSERT_EQ(resumed.mean_loss.size(), 2u);
   for (size_t k = 0; k < 2; ++k) EXPECT_EQ(resumed.mean_loss[k], straight.mean_loss[2 + k]);
   expect_bit_identical(resumed, straight);
+}
+
+// Fine-tuning from pretrained weights: a base trained and exported (fp32, Hugging Face names),
+// then loaded by `init_from` into the LoRA model: every base parameter is the file's value
+// rounded once to bf16, every adapter keeps PEFT's init (not in the file); a LoRA checkpoint
+// exports its adapters under PEFT's names.
+TEST(CpuLora, InitFromPretrainedWeightsLoadsTheFrozenBase) {
+  TempDir d;
+  const json base = scenario({2}, 2, nullptr, nullptr, true);
+  const RealRun trained = run_real(parse_scenario(base), 2, saving(d.path() + "/base", 2));
+  CheckpointReader reader(resolve_checkpoint(d.path() + "/base", "--resume"));
+  ExportOptions eo;
+  eo.out = d.path() + "/model.safetensors";
+  export_safetensors(reader, eo);
+  const Scenario s = parse_scenario(scenario({2}, 2, kLora));
+  runner::validate_init_weights(eo.out, s);
+  const RealRun loaded = run_real(s, 0, init_from(eo.out));
+  const auto init = initial_values(s);
+  for (const auto& [fqn, v] : loaded.params) {
+    if (fqn.find(".lora_") != std::string::npos) {
+      EXPECT_EQ(v, init.at(fqn)) << fqn;
+      continue;
+    }
+    const std::vector<float>& want = trained.params.at(fqn);
+    ASSERT_EQ(v.size(), want.size()) << fqn;
+    for (size_t i = 0; i < v.size(); ++i)
+      ASSERT_EQ(v[i], bf16_to_float(float_to_bf16(want[i]))) << fqn << "[" << i << "]";
+  }
+  // The LoRA run's own checkpoint: the adapters under PEFT's names beside the base's.
+  TempDir e;
+  run_real(s, 1, saving(e.path(), 1));
+  CheckpointReader lora_reader(resolve_checkpoint(e.path(), "--resume"));
+  ExportOptions lo;
+  lo.out = e.path() + "/adapted.safetensors";
+  export_safetensors(lora_reader, lo);
+  const std::string bytes = file_bytes(lo.out);
+  EXPECT_NE(bytes.find("model.layers.0.self_attn.q_proj.lora_A.weight"), std::string::npos);
+  EXPECT_NE(bytes.find("model.layers.1.mlp.down_proj.lora_B.weight"), std::string::npos);
+  EXPECT_NE(bytes.find("model.layers.1.mlp.down_proj.weight"), std::string::npos);
 }
 
 TEST(CpuLora, PredictedPeakMemoryEqualsMeasured) {

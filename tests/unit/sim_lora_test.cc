@@ -18,8 +18,8 @@ using nlohmann::json;
 
 namespace {
 
-const json kAllTargets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                          "down_proj"};
+const json kAllTargets = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                          "gate_proj", "up_proj", "down_proj"};
 
 // tiny-llama on 2 CPU ranks, bf16 compute / fp32 reduce, optionally with LoRA and frozen params.
 json lora_json(const json& lora, const json& frozen = nullptr, const json& frozen_dtype = nullptr) {
@@ -47,7 +47,8 @@ LastStep run(const json& j) {
     const int last = prog.instrs.back().step;
     for (const auto& in : prog.instrs) {
       if (in.step != last || in.type != sim::InstrType::kCollective) continue;
-      if (in.coll == CollectiveKind::kReduceScatter) s.reduce_scatter_bytes.push_back(in.coll_bytes);
+      if (in.coll == CollectiveKind::kReduceScatter)
+        s.reduce_scatter_bytes.push_back(in.coll_bytes);
       if (in.coll == CollectiveKind::kAllGather) s.all_gather_bytes.push_back(in.coll_bytes);
     }
   };
@@ -77,7 +78,8 @@ uint64_t resident_bytes(const Scenario& s) {
 }  // namespace
 
 TEST(Lora, AdaptersAreTheOnlyTrainableParameters) {
-  const Scenario s = parse_scenario(lora_json({{"rank", 8}, {"alpha", 16}, {"target_modules", kAllTargets}}));
+  const Scenario s =
+      parse_scenario(lora_json({{"rank", 8}, {"alpha", 16}, {"target_modules", kAllTargets}}));
   Transformer model(s.model);
   const int frozen = freeze_parameters(model.root(), s.training.frozen, true, DType::kBFloat16);
   int adapters = 0, total = 0;
@@ -122,10 +124,10 @@ TEST(Lora, FrozenParametersAreNeitherReducedNorOptimized) {
   EXPECT_GT(l.all_gather_bytes[1], base.all_gather_bytes[1]);  // a block: base + adapters
   // The memory between steps is exactly the shards in their dtypes plus AdamW's states of the
   // trainable ones (each a block of its own).
-  for (const json& j : {lora_json(nullptr), lora_json(lora),
-                        lora_json(lora, nullptr, "fp32"),
-                        lora_json(nullptr, json{"tok_embeddings.weight", "layers.*.attention.w?.weight"}),
-                        lora_json(nullptr, json{"output.weight"}, "bf16")}) {
+  for (const json& j :
+       {lora_json(nullptr), lora_json(lora), lora_json(lora, nullptr, "fp32"),
+        lora_json(nullptr, json{"tok_embeddings.weight", "layers.*.attention.w?.weight"}),
+        lora_json(nullptr, json{"output.weight"}, "bf16")}) {
     const Scenario s = parse_scenario(j);
     const sim::SimulationReport r = run(j).report;
     EXPECT_EQ(r.classes.front().end_allocated_bytes, resident_bytes(s)) << j.dump();
