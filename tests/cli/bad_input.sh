@@ -84,6 +84,18 @@ cat > "$tmp/lora-tp.json" <<'J'
 {"model": {"name": "tiny-llama", "lora": {"rank": 4, "alpha": 8, "target_modules": ["q_proj"]}}, "training": {"seq_len": 8, "frozen_dtype": "fp32"}, "fsdp": {"mesh": {"shape": [1, 2], "dim_names": ["shard", "tp"]}}, "hardware": {"profile": "cpu", "gpus_per_node": 2}}
 J
 expect lora-tp "model.lora: is set with a tp mesh dim" -- simulate "$tmp/lora-tp.json"
+cat > "$tmp/lora-moe.json" <<'J'
+{"model": {"name": "tiny-moe", "lora": {"rank": 4, "alpha": 8, "target_modules": ["q_proj"]}}, "training": {"seq_len": 8}, "fsdp": {"mesh": {"shape": [2]}, "mixed_precision": {"param_dtype": "bf16"}}, "hardware": {"profile": "cpu", "gpus_per_node": 2}}
+J
+expect lora-moe "model.lora: is set with a mixture-of-experts model" -- simulate "$tmp/lora-moe.json"
+cat > "$tmp/lora-cp.json" <<'J'
+{"model": {"name": "tiny-llama", "lora": {"rank": 4, "alpha": 8, "target_modules": ["q_proj"]}}, "training": {"seq_len": 32}, "fsdp": {"mesh": {"shape": [1, 2], "dim_names": ["shard", "cp"]}, "mixed_precision": {"param_dtype": "bf16"}}, "hardware": {"profile": "cpu", "gpus_per_node": 2}}
+J
+expect lora-cp "model.lora: is set with a cp mesh dim" -- simulate "$tmp/lora-cp.json"
+cat > "$tmp/lora-pp.json" <<'J'
+{"model": {"name": "tiny-llama", "lora": {"rank": 4, "alpha": 8, "target_modules": ["q_proj"]}}, "training": {"seq_len": 32, "batch_per_rank": 2}, "fsdp": {"mesh": {"shape": [2, 1], "dim_names": ["pp", "shard"]}, "mixed_precision": {"param_dtype": "bf16"}}, "hardware": {"profile": "cpu", "gpus_per_node": 2}}
+J
+expect lora-pp "model.lora: is set with a pp mesh dim" -- simulate "$tmp/lora-pp.json"
 cat > "$tmp/hw.json" <<'J'
 {"model": "tiny-llama", "training": {"seq_len": 8}, "hardware": {"profile": "h1000", "gpus_per_node": 2}}
 J
