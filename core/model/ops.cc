@@ -530,23 +530,30 @@ Value mul(ExecContext& c, Value a, Value bv, const std::string& name) {
   bool rg = a.requires_grad() || bv.requires_grad();
   Value out = result(c, y, rg);
   if (c.recording() && rg) {
-    Tensor as = a.t, bs = bv.t;
     bool need_a = a.requires_grad(), need_b = bv.requires_grad();
-    c.record(Node{
-        name, {a.id, bv.id}, {out.id}, [&b, as, bs, need_a, need_b, name](std::vector<Tensor>& g) {
-          Tensor ga, gb;
-          if (need_a) {
-            ga = grad_like(b, as, name + " grad_a");
-            b.launch(kCompute, make_op(OpKind::kMul, name + " backward_a", {g[0].ref(), bs.ref()},
-                                       {ga.ref()}, el(ga)));
-          }
-          if (need_b) {
-            gb = grad_like(b, bs, name + " grad_b");
-            b.launch(kCompute, make_op(OpKind::kMul, name + " backward_b", {g[0].ref(), as.ref()},
-                                       {gb.ref()}, el(gb)));
-          }
-          return std::vector<Tensor>{ga, gb};
-        }});
+    // MulBackward0 saves `other` for self's gradient and `self` for other's: an input that
+    // needs no grad (behind a frozen linear) keeps the other one unsaved.
+    Tensor as = need_b ? a.t : Tensor(), bs = need_a ? bv.t : Tensor();
+    const TensorMeta am = a.t.meta(), bm = bv.t.meta();
+    c.record(Node{name,
+                  {a.id, bv.id},
+                  {out.id},
+                  [&b, as, bs, am, bm, need_a, need_b, name](std::vector<Tensor>& g) {
+                    Tensor ga, gb;
+                    if (need_a) {
+                      ga =
+                          Tensor::empty(b, am, MemCategory::kTemporary, kCompute, name + " grad_a");
+                      b.launch(kCompute, make_op(OpKind::kMul, name + " backward_a",
+                                                 {g[0].ref(), bs.ref()}, {ga.ref()}, el(ga)));
+                    }
+                    if (need_b) {
+                      gb =
+                          Tensor::empty(b, bm, MemCategory::kTemporary, kCompute, name + " grad_b");
+                      b.launch(kCompute, make_op(OpKind::kMul, name + " backward_b",
+                                                 {g[0].ref(), as.ref()}, {gb.ref()}, el(gb)));
+                    }
+                    return std::vector<Tensor>{ga, gb};
+                  }});
   }
   return out;
 }
