@@ -37,6 +37,11 @@ std::vector<LocalCheckpointTensor> local_checkpoint_tensors(TrainingProgram& pro
           {"exp_avg_sq/" + param->fqn, param->global_shape(), opt.exp_avg_sq(i).ref(), param});
     }
   }
+  // Frozen parameters (no optimizer state) are still the model's state dict.
+  for (OptimizerParam* p : prog.frozen_params()) {
+    const Param* param = &p->param();
+    out.push_back({"param/" + param->fqn, param->global_shape(), p->local_tensor().ref(), param});
+  }
   return out;
 }
 

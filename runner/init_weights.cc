@@ -11,6 +11,7 @@
 #include "core/common/error.h"
 #include "core/common/json_file.h"
 #include "core/fsdp/shard_layout.h"
+#include "core/model/lora.h"
 #include "core/model/transformer.h"
 #include "core/tensor/float_convert.h"
 
@@ -169,24 +170,41 @@ std::vector<float> local_rows_of(const Param& param, const Located& l, const Ran
 void validate_init_weights(const std::string& path, const Scenario& s, const std::string& field) {
   const WeightFiles w(path, field);
   Transformer model(s.model);
-  model.root().for_each_param([&](Param& p) { locate(w, s, p.fqn, p.shape, field); });
+  model.root().for_each_param([&](Param& p) {
+    if (!is_lora_adapter(p)) locate(w, s, p.fqn, p.shape, field);
+  });
 }
 
 void load_init_weights(Backend& b, TrainingProgram& prog, const Scenario& s,
                        const std::string& path, const std::string& field) {
   const WeightFiles w(path, field);
   const RankPieces pieces = rank_pieces(s, b.rank());
-  for (OptimizerParam* p : prog.optimizer().params()) {
+  // The trainable parameters, then the frozen ones (a LoRA base); adapters keep their init, as
+  // PEFT adds them to a loaded model.
+  std::vector<OptimizerParam*> params = prog.optimizer().params();
+  params.insert(params.end(), prog.frozen_params().begin(), prog.frozen_params().end());
+  for (OptimizerParam* p : params) {
     const Param& param = p->param();
+    if (is_lora_adapter(param)) continue;
     const Shape global = param.global_shape();
     const Located l = locate(w, s, param.fqn, global, field);
     const TensorRef local = p->local_tensor().ref();
-    FULLSHARD_CHECK(local.meta.dtype == DType::kFloat32, "init-from: sharded parameters are fp32");
+    FULLSHARD_CHECK(local.meta.dtype == DType::kFloat32 || local.meta.dtype == DType::kBFloat16 ||
+                        local.meta.dtype == DType::kFloat16,
+                    "init-from: sharded parameters are fp32, or a frozen bf16 / fp16");
+    // fp32 values into the shard's dtype (a frozen base kept in bf16 rounds each once).
+    auto copy_in = [&](const std::vector<float>& v) {
+      if (local.meta.dtype == DType::kFloat32) return b.copy_from_host(local, v.data());
+      std::vector<uint16_t> h(v.size());
+      for (size_t i = 0; i < v.size(); ++i)
+        h[i] = local.meta.dtype == DType::kBFloat16 ? float_to_bf16(v[i]) : float_to_fp16(v[i]);
+      b.copy_from_host(local, h.data());
+    };
     const uint64_t esize = *safetensors_dtype_size(l.entry->dtype);
     if (param.tp_blocks > 1 || (l.transpose && param.tp_degree > 1)) {
       // Not one box of the file's tensor (GPT-2's fused c_attn, NOTE [Fused qkv under tensor
       // parallelism]; a Conv1D [in, out] under tp): read it whole, pick this rank's rows.
-      b.copy_from_host(local, local_rows_of(param, l, pieces).data());
+      copy_in(local_rows_of(param, l, pieces));
       continue;
     }
     // This rank's piece of the full tensor: FSDP's dim-0 chunk (NOTE [torch.chunk layout]) of
@@ -211,7 +229,7 @@ void load_init_weights(Backend& b, TrainingProgram& prog, const Scenario& s,
         for (int64_t c = 0; c < in; ++c)
           values[static_cast<size_t>(r * in + c)] = all[static_cast<size_t>(c * out + begin + r)];
     }
-    b.copy_from_host(local, values.data());
+    copy_in(values);
   }
 }
 

@@ -33,6 +33,10 @@ nlohmann::json report_json(const SimulationReport& r) {
   j["scenario"] = r.scenario;
   j["world_size"] = r.world_size;
   j["parameters"] = r.parameters;
+  if (r.trainable_parameters > 0) {
+    j["trainable_parameters"] = r.trainable_parameters;
+    j["lora_parameters"] = r.lora_parameters;
+  }
   j["capacity_bytes"] = r.capacity_bytes;
   if (r.symmetric_memory_bytes) j["symmetric_memory_bytes"] = r.symmetric_memory_bytes;
   j["simulated_all_ranks"] = r.simulated_all_ranks;
@@ -100,6 +104,9 @@ std::string report_summary(const SimulationReport& r) {
   std::string out =
       fmt::format("scenario {}: {} ranks, {} parameters, allocator capacity {} per rank\n",
                   printable(r.scenario), r.world_size, params, format_bytes(r.capacity_bytes));
+  if (r.trainable_parameters > 0)
+    out += fmt::format("  trainable: {} parameters ({} in LoRA adapters), the rest frozen\n",
+                       r.trainable_parameters, r.lora_parameters);
   if (r.symmetric_memory_bytes)
     out += fmt::format(
         "  async TP symmetric memory {} per rank, outside the allocator (not in its capacity)\n",

@@ -168,6 +168,11 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
   rep.capacity_bytes = s.hardware.allocator.capacity_bytes -
                        std::min(s.hardware.allocator.capacity_bytes, rep.symmetric_memory_bytes);
   rep.parameters = parameter_count(s.model);
+  if (s.model.lora.enabled() || !s.training.frozen.empty()) {
+    const ParameterCounts n = count_parameters(s);
+    rep.trainable_parameters = n.trainable;
+    rep.lora_parameters = n.adapters;
+  }
 
   GroupRegistry groups;
   RecordOptions ro;

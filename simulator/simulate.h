@@ -84,6 +84,11 @@ struct SimulationReport {
   double mfu = 0;
   double model_flops_per_token = 0;
   int64_t parameters = 0;
+  // With training.frozen or model.lora (else 0): the parameters left trainable and the LoRA
+  // adapters among them (count_parameters in core/train/training_program.h); `parameters` is
+  // the base model's.
+  int64_t trainable_parameters = 0;
+  int64_t lora_parameters = 0;
   uint64_t capacity_bytes = 0;
   // Async TP's symmetric-memory workspace (core/model/async_tp.h): device memory outside the
   // caching allocator, taken from its capacity (capacity_bytes is what is left).

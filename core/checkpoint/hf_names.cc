@@ -45,6 +45,19 @@ constexpr Rule kGpt2Block[] = {
 }  // namespace
 
 std::optional<HfTensorName> hf_tensor_name(const std::string& arch, const std::string& fqn) {
+  // A LoRA adapter (core/model/lora.h): its linear's Hugging Face name with PEFT's
+  // ".lora_A.weight" / ".lora_B.weight" in place of ".weight" (PEFT's files add
+  // "base_model.model." in front).
+  for (const char* ab : {".lora_A.weight", ".lora_B.weight"}) {
+    const std::string suffix(ab);
+    if (fqn.size() <= suffix.size() ||
+        fqn.compare(fqn.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    auto base = hf_tensor_name(arch, fqn.substr(0, fqn.size() - suffix.size()) + ".weight");
+    if (!base || base->transpose) return std::nullopt;
+    base->name = base->name.substr(0, base->name.size() - std::string(".weight").size()) + suffix;
+    return base;
+  }
   const bool llama = arch == "llama";
   if (!llama && arch != "gpt2") return std::nullopt;
   static const std::regex block(R"(layers\.([0-9]+)\.(.+))");

@@ -34,7 +34,7 @@ namespace fullshard::init_gen {
 // tests/gpu/cuda_init_param_test.cc checks the device against the host, every layout and dtype.
 
 // ParamInit's values (core/model/module.h; param_init.cc static_asserts they agree).
-inline constexpr int kNormal = 0, kOnes = 1, kZeros = 2;
+inline constexpr int kNormal = 0, kOnes = 1, kZeros = 2, kUniform = 3;
 
 namespace detail {
 
@@ -193,9 +193,18 @@ FULLSHARD_INIT_FN float scaled(double std, double z) {
   return detail::to_float(detail::dmul(std, z));
 }
 
-// Element g of a parameter (kind: kNormal, kOnes, kZeros).
+// kUniform's draw for counter g: an odd multiple of 2^-53 in (-1, 1), exact (the top 53 bits
+// of one SplitMix64 output, 2n + 1 - 2^53 scaled); `std` is then the bound (a LoRA A matrix).
+FULLSHARD_INIT_FN double uniform_unit(uint64_t stream, uint64_t g) {
+  using namespace detail;
+  const int64_t n = static_cast<int64_t>(draw(stream, g) >> 11);
+  return dmul(exact_double(2 * n + 1 - (int64_t{1} << 53)), 0x1p-53);
+}
+
+// Element g of a parameter (kind: kNormal, kOnes, kZeros, kUniform).
 FULLSHARD_INIT_FN float element(int kind, double std, uint64_t stream, uint64_t g) {
   if (kind == kOnes) return 1.0f;
+  if (kind == kUniform) return scaled(std, uniform_unit(stream, g));
   if (kind != kNormal) return 0.0f;
   const NormalPair p = normal_pair(stream, g >> 1);
   return scaled(std, (g & 1) ? p.odd : p.even);

@@ -22,10 +22,17 @@ namespace {
 
 static_assert(static_cast<int>(ParamInit::kNormal) == init_gen::kNormal &&
               static_cast<int>(ParamInit::kOnes) == init_gen::kOnes &&
-              static_cast<int>(ParamInit::kZeros) == init_gen::kZeros);
+              static_cast<int>(ParamInit::kZeros) == init_gen::kZeros &&
+              static_cast<int>(ParamInit::kUniform) == init_gen::kUniform);
 
 // Elements [g, g + n) of the full tensor (consecutive) into dst[0, n) as fp32.
 void fill_run(const init_gen::InitSpec& s, uint64_t g, int64_t n, float* dst) {
+  if (s.kind == init_gen::kUniform) {
+    for (int64_t i = 0; i < n; ++i)
+      dst[i] =
+          init_gen::scaled(s.std, init_gen::uniform_unit(s.stream, g + static_cast<uint64_t>(i)));
+    return;
+  }
   if (s.kind != init_gen::kNormal) {
     std::fill(dst, dst + n, s.kind == init_gen::kOnes ? 1.0f : 0.0f);
     return;
@@ -90,7 +97,7 @@ void fill_range(const init_gen::InitSpec& s, DType dt, void* out, int64_t a, int
 }  // namespace
 
 float init_value(int64_t init, double std, uint64_t key, int64_t index) {
-  FULLSHARD_CHECK(init >= 0 && init <= 2, "unknown ParamInit " + std::to_string(init));
+  FULLSHARD_CHECK(init >= 0 && init <= 3, "unknown ParamInit " + std::to_string(init));
   return init_gen::element(static_cast<int>(init), std, init_gen::stream_of(key),
                            static_cast<uint64_t>(index));
 }

@@ -67,15 +67,21 @@ AllGatherResult foreach_all_gather(Backend& b, const std::vector<FSDPParam*>& pa
   const DType cast_dtype = params[0]->param_dtype();
 
   // ---- copy-in stream: gather the inputs (H2D, cast) ----
-  const bool foreach_copy =
-      params[0]->param_dtype() != params[0]->orig_dtype() && !params[0]->offload();
+  // use_foreach_copy per parameter: a frozen bf16 base under param_dtype bf16 has nothing to
+  // cast, so its sharded storage is its own all-gather input beside the foreach-copied others
+  // (NOTE [Frozen parameters] in core/model/lora.cc).
+  auto uses_foreach_copy = [](const FSDPParam* p) {
+    return p->param_dtype() != p->orig_dtype() && !p->offload();
+  };
+  bool foreach_copy = false;
+  for (FSDPParam* p : params) foreach_copy = foreach_copy || uses_foreach_copy(p);
   if (any_float8) {
     FULLSHARD_CHECK(!post_forward && !params[0]->offload(),
                     name + ": float8 all-gather from post-forward shards or with offload");
     // The foreach-copy cast for the others, fsdp_pre_all_gather for each float8 weight.
     int64_t total = 0;
     for (FSDPParam* p : params)
-      if (!p->float8_all_gather()) total += p->padded_sharded_numel();
+      if (!p->float8_all_gather() && uses_foreach_copy(p)) total += p->padded_sharded_numel();
     Tensor flat;
     if (foreach_copy && total > 0)
       flat = Tensor::empty(b, {cast_dtype, {total}}, MemCategory::kAllGather, streams.copy_in,
@@ -85,7 +91,7 @@ AllGatherResult foreach_all_gather(Backend& b, const std::vector<FSDPParam*>& pa
     for (FSDPParam* p : params) {
       if (p->float8_all_gather()) {
         inputs.push_back(float8_pre_all_gather(b, *p, group, streams.copy_in, name));
-      } else if (!foreach_copy) {
+      } else if (!uses_foreach_copy(p)) {
         inputs.push_back(p->sharded_data());
       } else {
         const Tensor& src = p->sharded_data();
@@ -104,7 +110,8 @@ AllGatherResult foreach_all_gather(Backend& b, const std::vector<FSDPParam*>& pa
     // _foreach_copy_ into it — the cast, or for post-forward shards a plain copy.
     int64_t total = 0;
     for (FSDPParam* p : params)
-      total += post_forward ? p->post_forward_shard().numel() : p->padded_sharded_numel();
+      if (uses_foreach_copy(p))
+        total += post_forward ? p->post_forward_shard().numel() : p->padded_sharded_numel();
     Tensor flat = Tensor::empty(b, {r.dtype, {total}}, MemCategory::kAllGather, streams.copy_in,
                                 name + " all_gather_input (foreach_copy)");
     std::vector<TensorRef> srcs, dsts;
@@ -112,6 +119,10 @@ AllGatherResult foreach_all_gather(Backend& b, const std::vector<FSDPParam*>& pa
     for (FSDPParam* p : params) {
       const Tensor& src = post_forward ? p->post_forward_shard() : p->sharded_data();
       FULLSHARD_CHECK(static_cast<bool>(src), p->param().fqn + " has no all-gather input");
+      if (!uses_foreach_copy(p)) {  // already in param_dtype: all_gather_inputs as is
+        inputs.push_back(src);
+        continue;
+      }
       srcs.push_back(src.ref());
       Tensor v = flat.view({r.dtype, {src.numel()}}, off);
       dsts.push_back(v.ref());

@@ -33,8 +33,10 @@ FSDPParamGroup::FSDPParamGroup(Backend& b, CommContext& comm, std::string name,
       FULLSHARD_CHECK(it != config_.device_params->end(), p->fqn + " has no full tensor");
       full = &it->second;
     }
-    params_.push_back(std::make_unique<FSDPParam>(b, *p, world, rank, orig,
-                                                  config_.mp.param_dtype.value_or(orig),
+    // A frozen parameter's original dtype is its own (training.frozen_dtype): FSDPParam's
+    // orig_dtype is the sharded parameter's dtype (NOTE [Frozen parameters] in lora.cc).
+    params_.push_back(std::make_unique<FSDPParam>(b, *p, world, rank, p->dtype,
+                                                  config_.mp.param_dtype.value_or(p->dtype),
                                                   config_.offload, config_.shard_dim, full));
     params_.back()->set_pin_memory(config_.pin_memory);
     raw_.push_back(params_.back().get());

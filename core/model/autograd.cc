@@ -108,11 +108,11 @@ Tensor Graph::backward(Backend& backend, uint64_t root, Tensor seed, uint64_t wa
 }
 
 Value checkpoint(ExecContext& c, Value x, std::function<Value(ExecContext&, Value)> fn,
-                 bool op_level_sac, const std::string& name) {
+                 bool op_level_sac, const std::string& name, bool params_require_grad) {
   auto sac = op_level_sac ? std::make_shared<SacState>() : nullptr;
   ExecContext fwd = c.with_graph(nullptr, sac.get());
   Value y = fn(fwd, Value{x.t, 0});
-  if (!c.recording() || !x.requires_grad()) return Value{y.t, 0};
+  if (!c.recording() || !(x.requires_grad() || params_require_grad)) return Value{y.t, 0};
   Value out{y.t, c.new_id()};
   Node n;
   n.name = name + " checkpoint";
@@ -120,7 +120,7 @@ Value checkpoint(ExecContext& c, Value x, std::function<Value(ExecContext&, Valu
   n.outputs = {out.id};
   Tensor saved_x = x.t;
   ExecContext base = c;
-  n.backward = [base, saved_x, fn, sac](std::vector<Tensor>& g) mutable {
+  n.backward = [base, saved_x, fn, sac, x_rg = x.requires_grad()](std::vector<Tensor>& g) mutable {
     Graph sub;
     if (sac) {
       sac->mode = SacState::Mode::kRecompute;
@@ -128,7 +128,7 @@ Value checkpoint(ExecContext& c, Value x, std::function<Value(ExecContext&, Valu
       sac->next = 0;
     }
     ExecContext rc = base.with_graph(&sub, sac.get());
-    Value xin{saved_x, rc.new_id()};
+    Value xin{saved_x, x_rg ? rc.new_id() : 0};
     Value yr = fn(rc, xin);
     if (sac) sac->cache.clear();  // cached outputs now live only in the recomputed graph
     uint64_t yid = yr.id;

@@ -101,7 +101,9 @@ class ExecContext {
 // Activation checkpointing of a region (torch.utils.checkpoint, non-reentrant): the first
 // forward saves nothing but the region's input (and, with `sac`, the cached op outputs);
 // backward recomputes the region, then backpropagates through the recomputed graph.
+// `params_require_grad`: some parameter the region reads requires grad, so its output does
+// even when x does not (a LoRA block after a frozen embedding).
 Value checkpoint(ExecContext& c, Value x, std::function<Value(ExecContext&, Value)> fn,
-                 bool op_level_sac, const std::string& name);
+                 bool op_level_sac, const std::string& name, bool params_require_grad = true);
 
 }  // namespace fullshard

@@ -169,10 +169,10 @@ Value mul_weight(ExecContext& c, Value x, const Param& weight, const std::string
   const int64_t D = x.t.shape().back();
   TensorMeta ym{x.t.dtype(), x.t.shape()};
   Tensor y = mul_bcast(b, x.t, w, true, D, ym, MemCategory::kActivation, name);
-  Value out = result(c, y, true);
-  if (c.recording()) {
+  Value out = result(c, y, x.requires_grad() || weight.requires_grad);
+  if (out.requires_grad()) {
     const Param* pw = &weight;
-    Tensor xs = x.t;
+    Tensor xs = weight.requires_grad ? x.t : Tensor();  // MulBackward0 saves self for other's grad
     c.record(Node{name,
                   {x.id},
                   {out.id},
@@ -181,15 +181,17 @@ Value mul_weight(ExecContext& c, Value x, const Param& weight, const std::string
                     if (need)
                       gx = mul_bcast(b, g[0], pw->binding->unsharded(), true, D, g[0].meta(),
                                      MemCategory::kTemporary, name + " grad_self");
-                    Tensor gw;
-                    {
-                      Tensor full = mul_same(b, g[0], xs, name + " grad_other");
-                      gw = new_param_grad(b, *pw);
-                      b.launch(kCompute,
-                               make_op(OpKind::kSumLeadingDims, name + " grad_other sum_to_size",
-                                       {full.ref()}, {gw.ref()}, el(full), RowArgs{.dim = D}));
+                    if (pw->requires_grad) {
+                      Tensor gw;
+                      {
+                        Tensor full = mul_same(b, g[0], xs, name + " grad_other");
+                        gw = new_param_grad(b, *pw);
+                        b.launch(kCompute,
+                                 make_op(OpKind::kSumLeadingDims, name + " grad_other sum_to_size",
+                                         {full.ref()}, {gw.ref()}, el(full), RowArgs{.dim = D}));
+                      }
+                      pw->binding->accumulate_grad(b, std::move(gw));
                     }
-                    pw->binding->accumulate_grad(b, std::move(gw));
                     return std::vector<Tensor>{gx};
                   }});
   }

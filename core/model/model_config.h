@@ -19,6 +19,18 @@ enum class ModelArch : uint8_t {
   kGpt2,   // LayerNorm (with bias), learned positions, MHA, GELU MLP, tied output
 };
 
+// model.lora (PEFT's LoraConfig): adapters lora_A [rank, in] and lora_B [out, rank] on each
+// target linear, y = base(x) + (alpha / rank) * lora_B(lora_A(x)); every base parameter is then
+// frozen (NOTE [LoRA] in core/model/lora.cc). rank 0: no adapters.
+struct LoraConfig {
+  int64_t rank = 0;
+  double alpha = 0;
+  // Llama module names (wq, wk, wv, wo, w1, w2, w3), mapped from PEFT's (q_proj, ...) at parse.
+  std::vector<std::string> target_modules;
+  bool enabled() const { return rank > 0; }
+  double scaling() const { return alpha / static_cast<double>(rank); }
+};
+
 struct ModelConfig {
   std::string name;  // "llama3.1-8b", or the HF model_type for imports
   ModelArch arch = ModelArch::kLlama;
@@ -41,6 +53,7 @@ struct ModelConfig {
   int64_t explicit_head_dim = 0;
   bool qk_norm = false;  // Qwen3: RMSNorm (weight [head_dim]) on each head of q and of k
   MoeConfig moe;         // mixture-of-experts FFN (core/model/moe_config.h); dense when disabled
+  LoraConfig lora;       // model.lora: LoRA adapters (none when rank is 0)
 
   int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : dim / n_heads; }
   RopeParams rope() const { return RopeParams(rope_theta, rope_scaling); }

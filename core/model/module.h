@@ -29,7 +29,7 @@ class ParamBinding {
 };
 
 // How a parameter's initial values are drawn (the model's init_weights()).
-enum class ParamInit : uint8_t { kNormal, kOnes, kZeros };
+enum class ParamInit : uint8_t { kNormal, kOnes, kZeros, kUniform };
 
 // How tensor parallelism placed a parameter over the tp mesh dim (its DTensor placement
 // there): replicated, or sharded along dim 0 (ColwiseParallel's weight, a vocab-parallel
@@ -64,8 +64,16 @@ struct Param {
   Float8Recipe float8 = Float8Recipe::kNone;
   bool float8_all_gather = false;
   bool float8_compiled = false;
+  // requires_grad=False (training.frozen, or every base parameter under model.lora): no
+  // gradient, no reduce-scatter, no optimizer state (NOTE [Frozen parameters] in
+  // core/model/lora.cc). `dtype` is what its sharded storage holds (the original dtype FSDP2
+  // sees): fp32, or training.frozen_dtype for a frozen parameter.
+  bool requires_grad = true;
+  DType dtype = DType::kFloat32;
   ParamInit init = ParamInit::kNormal;
   double init_std = 0.02;  // kNormal: N(0, init_std^2)
+  // kUniform: U(-init_bound, init_bound) (a LoRA A matrix: PEFT's kaiming_uniform_(a=sqrt(5))).
+  double init_bound = 0;
   // NOTE [Sharding-independent init]: element i of the full parameter is drawn from a
   // counter-based generator keyed by (init_key, i), so every rank initialises exactly its
   // rows of the same tensor an unsharded run would, whatever the mesh. Set from the fqn and

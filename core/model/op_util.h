@@ -49,6 +49,14 @@ inline Tensor new_param_grad(Backend& b, const Param& p) {
   return Tensor::empty(b, m, cat, kCompute, p.fqn + ".grad");
 }
 
+// The weight gradient a fused norm backward writes: the parameter's .grad, or for a frozen
+// parameter a temporary dropped right after the kernel (NOTE [Frozen norm weights] in lora.cc).
+inline Tensor frozen_or_param_grad(Backend& b, const Param& p) {
+  if (p.requires_grad) return new_param_grad(b, p);
+  return Tensor::empty(b, TensorMeta{p.binding->compute_dtype(), p.shape}, MemCategory::kTemporary,
+                       kCompute, p.fqn + ".grad (frozen: dropped)");
+}
+
 inline Value result(ExecContext& c, Tensor t, bool requires_grad) {
   return Value{std::move(t), requires_grad && c.recording() ? c.new_id() : 0};
 }

@@ -86,7 +86,7 @@ void init_param(Backend& b, StreamRole s, const Tensor& t, const Param& p, int64
   a.row_numel = row_numel;
   a.init = static_cast<int64_t>(p.init);
   a.key = static_cast<int64_t>(p.init_key);
-  a.std = p.init_std;
+  a.std = p.init == ParamInit::kUniform ? p.init_bound : p.init_std;
   if (blocks) {
     // Local rows stack this rank's rows of each block (NOTE [Fused qkv under tensor
     // parallelism]): local rows per block, tp index, tp degree.
@@ -149,8 +149,9 @@ Value embedding(ExecContext& c, const Tensor& ids, const Param& weight, const st
   OpCall op = make_op(OpKind::kEmbedding, name, {ids.ref(), w.ref()}, {y.ref()}, 0, vocab_range);
   op.bytes = static_cast<double>(ids.nbytes() + 2 * y.nbytes());  // gathers only used rows
   c.launch(op);
-  Value out = result(c, y, true);
-  if (c.recording()) {
+  // A frozen table (NOTE [Frozen parameters] in lora.cc): no grad, no node, nothing saved.
+  Value out = result(c, y, weight.requires_grad);
+  if (out.requires_grad()) {
     const Param* pw = &weight;
     c.record(Node{name, {}, {out.id}, [&b, pw, ids, name, vocab_range](std::vector<Tensor>& g) {
                     Tensor gw = new_param_grad(b, *pw);
@@ -173,15 +174,17 @@ Value position_embedding(ExecContext& c, Value x, const Param& wpe, const std::s
   const PositionEmbeddingArgs first{.first_position = first_position};
   c.launch(
       make_op(OpKind::kPositionEmbedding, name, {x.t.ref(), w.ref()}, {y.ref()}, el(y), first));
-  Value out = result(c, y, true);
-  if (c.recording()) {
+  Value out = result(c, y, x.requires_grad() || wpe.requires_grad);
+  if (out.requires_grad()) {
     const Param* pw = &wpe;
     c.record(Node{name, {x.id}, {out.id}, [&b, pw, name, first](std::vector<Tensor>& g) {
-                    Tensor gw = new_param_grad(b, *pw);
-                    b.launch(kCompute,
-                             make_op(OpKind::kPositionEmbeddingBackward, name + " backward",
-                                     {g[0].ref()}, {gw.ref()}, el(g[0]), first));
-                    pw->binding->accumulate_grad(b, std::move(gw));
+                    if (pw->requires_grad) {
+                      Tensor gw = new_param_grad(b, *pw);
+                      b.launch(kCompute,
+                               make_op(OpKind::kPositionEmbeddingBackward, name + " backward",
+                                       {g[0].ref()}, {gw.ref()}, el(g[0]), first));
+                      pw->binding->accumulate_grad(b, std::move(gw));
+                    }
                     return std::vector<Tensor>{g[0]};  // d(x + pos)/dx = identity: same tensor
                   }});
   }
@@ -197,8 +200,8 @@ Value rms_norm(ExecContext& c, Value x, const Param& weight, double eps, const s
   Tensor rstd = c.empty({DType::kFloat32, {rows}}, MemCategory::kActivation, name + " rstd");
   c.launch(make_op(OpKind::kRMSNorm, name, {x.t.ref(), w.ref()}, {y.ref(), rstd.ref()}, 4 * el(x.t),
                    NormArgs{.eps = eps}));
-  Value out = result(c, y, true);
-  if (c.recording()) {
+  Value out = result(c, y, x.requires_grad() || weight.requires_grad);
+  if (out.requires_grad()) {
     const Param* pw = &weight;
     Tensor xs = x.t;
     c.record(Node{name,
@@ -206,12 +209,14 @@ Value rms_norm(ExecContext& c, Value x, const Param& weight, double eps, const s
                   {out.id},
                   [&b, pw, xs, rstd, name, need = x.requires_grad()](std::vector<Tensor>& g) {
                     Tensor gx = grad_like(b, xs, name + " grad_input");
-                    Tensor gw = new_param_grad(b, *pw);
+                    // A frozen weight's gradient is computed into a temporary and dropped
+                    // (NOTE [Frozen norm weights] in lora.cc).
+                    Tensor gw = frozen_or_param_grad(b, *pw);
                     b.launch(kCompute, make_op(OpKind::kRMSNormBackward, name + " backward",
                                                {g[0].ref(), xs.ref(), rstd.ref(),
                                                 pw->binding->unsharded().ref()},
                                                {gx.ref(), gw.ref()}, 8 * el(xs)));
-                    pw->binding->accumulate_grad(b, std::move(gw));
+                    if (pw->requires_grad) pw->binding->accumulate_grad(b, std::move(gw));
                     return std::vector<Tensor>{need ? gx : Tensor()};
                   }});
   }
@@ -229,8 +234,8 @@ Value layer_norm(ExecContext& c, Value x, const Param& weight, const Param& bias
   OpCall op = make_op(OpKind::kLayerNorm, name, {x.t.ref(), w.ref(), bb.ref()},
                       {y.ref(), mean.ref(), rstd.ref()}, 5 * el(x.t), NormArgs{.eps = eps});
   c.launch(op);
-  Value out = result(c, y, true);
-  if (c.recording()) {
+  Value out = result(c, y, x.requires_grad() || weight.requires_grad || bias.requires_grad);
+  if (out.requires_grad()) {
     const Param *pw = &weight, *pb = &bias;
     Tensor xs = x.t;
     c.record(
@@ -239,14 +244,14 @@ Value layer_norm(ExecContext& c, Value x, const Param& weight, const Param& bias
              {out.id},
              [&b, pw, pb, xs, mean, rstd, name, need = x.requires_grad()](std::vector<Tensor>& g) {
                Tensor gx = grad_like(b, xs, name + " grad_input");
-               Tensor gw = new_param_grad(b, *pw);
-               Tensor gb = new_param_grad(b, *pb);
+               Tensor gw = frozen_or_param_grad(b, *pw);  // NOTE [Frozen norm weights]
+               Tensor gb = frozen_or_param_grad(b, *pb);
                b.launch(kCompute, make_op(OpKind::kLayerNormBackward, name + " backward",
                                           {g[0].ref(), xs.ref(), mean.ref(), rstd.ref(),
                                            pw->binding->unsharded().ref()},
                                           {gx.ref(), gw.ref(), gb.ref()}, 10 * el(xs)));
-               pw->binding->accumulate_grad(b, std::move(gw));
-               pb->binding->accumulate_grad(b, std::move(gb));
+               if (pw->requires_grad) pw->binding->accumulate_grad(b, std::move(gw));
+               if (pb->requires_grad) pb->binding->accumulate_grad(b, std::move(gb));
                return std::vector<Tensor>{need ? gx : Tensor()};
              }});
   }
@@ -281,8 +286,9 @@ Value linear(ExecContext& c, Value x, const Param& weight, const Param* bias,
     c.launch(make_op(OpKind::kLinear, name, in, {y.ref()}, 2.0 * M * K * N, LinearArgs{M, K, N}));
     sac_store(c, saves, {y});
   }
-  Value out = result(c, y, true);
-  detail::record_linear(c, x, weight, bias, out, name);
+  Value out =
+      result(c, y, x.requires_grad() || weight.requires_grad || (bias && bias->requires_grad));
+  if (out.requires_grad()) detail::record_linear(c, x, weight, bias, out, name);
   return out;
 }
 
@@ -292,25 +298,30 @@ void detail::record_linear(ExecContext& c, const Value& x, const Param& weight, 
   Backend& b = c.backend();
   const int64_t K = weight.shape[1], N = weight.shape[0], M = x.t.numel() / K;
   const Param* pw = &weight;
-  Tensor xs = x.t;
+  // mm's backward saves the input only for the weight's gradient: a frozen linear keeps
+  // nothing of x (NOTE [Frozen parameters] in lora.cc).
+  Tensor xs = weight.requires_grad ? x.t : Tensor();
+  const TensorMeta xmeta = x.t.meta();
   c.record(Node{
       name,
       {x.id},
       {out.id},
-      [&b, pw, bias, xs, M, K, N, name, need = x.requires_grad()](std::vector<Tensor>& g) {
+      [&b, pw, bias, xs, xmeta, M, K, N, name, need = x.requires_grad()](std::vector<Tensor>& g) {
         Tensor gx;
         if (need) {
-          gx = grad_like(b, xs, name + " grad_input");
+          gx = Tensor::empty(b, xmeta, MemCategory::kTemporary, kCompute, name + " grad_input");
           b.launch(kCompute, make_op(OpKind::kLinearBackwardInput, name + " backward_input",
                                      {g[0].ref(), pw->binding->unsharded().ref()}, {gx.ref()},
                                      2.0 * M * K * N, LinearArgs{M, K, N}));
         }
-        Tensor gw = new_param_grad(b, *pw);
-        b.launch(kCompute,
-                 make_op(OpKind::kLinearBackwardWeight, name + " backward_weight",
-                         {g[0].ref(), xs.ref()}, {gw.ref()}, 2.0 * M * K * N, LinearArgs{M, K, N}));
-        pw->binding->accumulate_grad(b, std::move(gw));
-        if (bias) {
+        if (pw->requires_grad) {
+          Tensor gw = new_param_grad(b, *pw);
+          b.launch(kCompute, make_op(OpKind::kLinearBackwardWeight, name + " backward_weight",
+                                     {g[0].ref(), xs.ref()}, {gw.ref()}, 2.0 * M * K * N,
+                                     LinearArgs{M, K, N}));
+          pw->binding->accumulate_grad(b, std::move(gw));
+        }
+        if (bias && bias->requires_grad) {
           Tensor gb = new_param_grad(b, *bias);
           b.launch(kCompute,
                    make_op(OpKind::kLinearBackwardBias, name + " backward_bias", {g[0].ref()},
@@ -541,23 +552,30 @@ Value mul(ExecContext& c, Value a, Value bv, const std::string& name) {
   bool rg = a.requires_grad() || bv.requires_grad();
   Value out = result(c, y, rg);
   if (c.recording() && rg) {
-    Tensor as = a.t, bs = bv.t;
     bool need_a = a.requires_grad(), need_b = bv.requires_grad();
-    c.record(Node{
-        name, {a.id, bv.id}, {out.id}, [&b, as, bs, need_a, need_b, name](std::vector<Tensor>& g) {
-          Tensor ga, gb;
-          if (need_a) {
-            ga = grad_like(b, as, name + " grad_a");
-            b.launch(kCompute, make_op(OpKind::kMul, name + " backward_a", {g[0].ref(), bs.ref()},
-                                       {ga.ref()}, el(ga)));
-          }
-          if (need_b) {
-            gb = grad_like(b, bs, name + " grad_b");
-            b.launch(kCompute, make_op(OpKind::kMul, name + " backward_b", {g[0].ref(), as.ref()},
-                                       {gb.ref()}, el(gb)));
-          }
-          return std::vector<Tensor>{ga, gb};
-        }});
+    // MulBackward0 saves `other` for self's gradient and `self` for other's: an input that
+    // needs no grad (behind a frozen linear) keeps the other one unsaved.
+    Tensor as = need_b ? a.t : Tensor(), bs = need_a ? bv.t : Tensor();
+    const TensorMeta am = a.t.meta(), bm = bv.t.meta();
+    c.record(Node{name,
+                  {a.id, bv.id},
+                  {out.id},
+                  [&b, as, bs, am, bm, need_a, need_b, name](std::vector<Tensor>& g) {
+                    Tensor ga, gb;
+                    if (need_a) {
+                      ga =
+                          Tensor::empty(b, am, MemCategory::kTemporary, kCompute, name + " grad_a");
+                      b.launch(kCompute, make_op(OpKind::kMul, name + " backward_a",
+                                                 {g[0].ref(), bs.ref()}, {ga.ref()}, el(ga)));
+                    }
+                    if (need_b) {
+                      gb =
+                          Tensor::empty(b, bm, MemCategory::kTemporary, kCompute, name + " grad_b");
+                      b.launch(kCompute, make_op(OpKind::kMul, name + " backward_b",
+                                                 {g[0].ref(), as.ref()}, {gb.ref()}, el(gb)));
+                    }
+                    return std::vector<Tensor>{ga, gb};
+                  }});
   }
   return out;
 }

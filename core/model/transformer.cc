@@ -9,6 +9,7 @@
 #include "core/model/attention_variants.h"
 #include "core/model/ring_attention.h"
 #include "core/model/compiled_block.h"
+#include "core/model/lora.h"
 #include "core/model/moe_layer.h"
 #include "core/model/ops.h"
 
@@ -19,6 +20,12 @@ Module* find_child(Module& m, const std::string& name) {  // null when m has no 
   for (auto& ch : m.children)
     if (ch->fqn == fqn) return ch.get();
   return nullptr;
+}
+// A block's linear: nn.Linear, or PEFT's LoRA layer around it when it carries adapters.
+Value project(ExecContext& c, Value x, Module& lin, const Param* bias, const ModelConfig& cfg,
+              const std::string& name) {
+  if (has_lora(lin)) return ops::lora_linear(c, std::move(x), lin, bias, cfg.lora.scaling(), name);
+  return ops::linear(c, std::move(x), lin.param("weight"), bias, name);
 }
 }  // namespace
 
@@ -138,6 +145,8 @@ void Transformer::build() {
       }
     }
   });
+  // PEFT's adapters come after the base init (NOTE [LoRA] in lora.cc: their own init).
+  if (c.lora.enabled()) add_lora_adapters(root_, c.lora);
   set_init_seed(root_, 0);
   if (tp_.enabled()) apply_tensor_parallel(root_, tp_);
 }
@@ -193,9 +202,9 @@ Value Transformer::llama_attention(ExecContext& c, Module& m, Value x, int64_t b
   } else {
     x = sublayer_input(c, std::move(x), n);
     held = x;  // PrepareModuleInput's output is forward's argument until it returns
-    q = ops::linear(c, x, m.child("wq").param("weight"), bias("wq"), n + ".wq");
-    k = ops::linear(c, x, m.child("wk").param("weight"), bias("wk"), n + ".wk");
-    v = ops::linear(c, std::move(x), m.child("wv").param("weight"), bias("wv"), n + ".wv");
+    q = project(c, x, m.child("wq"), bias("wq"), cfg, n + ".wq");
+    k = project(c, x, m.child("wk"), bias("wk"), cfg, n + ".wk");
+    v = project(c, std::move(x), m.child("wv"), bias("wv"), cfg, n + ".wv");
   }
   if (cfg.qk_norm) {
     q = head_norm(c, std::move(q), m.child("q_norm").param("weight"), s.heads, n + ".q_norm");
@@ -243,8 +252,7 @@ Value Transformer::llama_attention(ExecContext& c, Module& m, Value x, int64_t b
   if (tp_.async)
     return ops::tp::linear_reduce_scatter(c, std::move(ot), m.child("wo").param("weight"), tp_,
                                           n + ".wo");
-  return sublayer_output(
-      c, ops::linear(c, std::move(ot), m.child("wo").param("weight"), nullptr, n + ".wo"), n);
+  return sublayer_output(c, project(c, std::move(ot), m.child("wo"), nullptr, cfg, n + ".wo"), n);
 }
 
 Value Transformer::gpt2_projection(ExecContext& c, Module& proj, Value x, const std::string& name) {
@@ -307,13 +315,12 @@ Value Transformer::block_forward(ExecContext& c, Module& b, Value x, int64_t bat
       }
       v = sublayer_input(cc, std::move(v), fn);
       const Value held = v;  // as in attention: the hook's output is the call's argument
-      Value g1 = ops::linear(cc, v, ff.child("w1").param("weight"), nullptr, fn + ".w1");
+      Value g1 = project(cc, v, ff.child("w1"), nullptr, cfg, fn + ".w1");
       Value s1 = ops::silu(cc, std::move(g1), fn + ".silu");
-      Value g3 = ops::linear(cc, std::move(v), ff.child("w3").param("weight"), nullptr, fn + ".w3");
+      Value g3 = project(cc, std::move(v), ff.child("w3"), nullptr, cfg, fn + ".w3");
       Value p = ops::mul(cc, std::move(s1), std::move(g3), fn + ".mul");
       return sublayer_output(
-          cc, ops::linear(cc, std::move(p), ff.child("w2").param("weight"), nullptr, fn + ".w2"),
-          fn);
+          cc, project(cc, std::move(p), ff.child("w2"), nullptr, cfg, fn + ".w2"), fn);
     });
     return ops::add(c, std::move(h), std::move(f), n + ".residual_ffn");
   }
@@ -488,7 +495,10 @@ Value Transformer::root_forward(ExecContext& c, const Tensor& tokens,
           return block_forward(cc, b, std::move(v), batch, seq, rot ? &*rot : nullptr);
         };
         if (ac == BlockCheckpoint::kNone) return body(bc, std::move(x));
-        return checkpoint(bc, std::move(x), body, ac == BlockCheckpoint::kOpSelective, b.fqn);
+        bool trainable = false;  // NOTE [Frozen parameters] in lora.cc
+        b.for_each_param([&trainable](Param& p) { trainable = trainable || p.requires_grad; });
+        return checkpoint(bc, std::move(x), body, ac == BlockCheckpoint::kOpSelective, b.fqn,
+                          trainable);
       });
     }
     const Param* out_w;

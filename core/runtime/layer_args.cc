@@ -126,7 +126,7 @@ InitParamArgs InitParamArgs::decode(const OpCall& op) {
   a.key = op.iargs[4];
   a.std = op.fargs[0];
   a.full_row = a.row_numel;
-  FULLSHARD_CHECK(a.init >= 0 && a.init <= 2,
+  FULLSHARD_CHECK(a.init >= 0 && a.init <= 3,
                   where + "unknown ParamInit " + std::to_string(a.init));
   FULLSHARD_CHECK(a.row_offset >= 0 && a.local_rows >= 0 && a.row_numel > 0, where + "bad rows");
   if (op.iargs.size() == 7) {

@@ -11,6 +11,7 @@
 #include "core/common/error.h"
 #include "core/scenario/float8_checks.h"
 #include "core/scenario/json_reader.h"
+#include "core/scenario/lora_checks.h"
 #include "core/scenario/moe_checks.h"
 #include "core/scenario/scenario_sections.h"
 
@@ -81,14 +82,16 @@ const std::map<std::string, std::vector<std::string>> kFields = {
     {"model",
      {"name", "hf_config", "arch", "vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads",
       "ffn_dim", "max_seq_len", "norm_eps", "rope_theta", "tie_embeddings", "qkv_bias",
-      "linear_bias", "implementation", "weights"}},
+      "linear_bias", "implementation", "weights", "lora"}},
+    {"model.lora", {"rank", "alpha", "target_modules"}},
     {"model.implementation",
      {"preset", "loss", "loss_chunks", "keep_logits", "rms_norm", "rope", "gqa", "attention",
       "compile", "loss_normalization"}},
     {"training",
      {"batch_per_rank", "rank_batch", "seq_len", "steps", "grad_accum_steps",
       "grad_sync_during_accumulation", "activation_checkpointing", "optimizer", "seed", "data",
-      "checkpoint", "moe_routing", "float8", "init", "reshard_after_backward_during_accumulation"}},
+      "checkpoint", "moe_routing", "float8", "init", "reshard_after_backward_during_accumulation",
+      "frozen", "frozen_dtype"}},
     {"training.moe_routing", {"hot_expert_factor"}},
     {"training.float8",
      {"recipe", "enable_fsdp_float8_all_gather", "precompute_float8_dynamic_scale_for_fsdp",
@@ -294,6 +297,7 @@ ModelConfig parse_model(const json& j, const std::string& base_dir) {
   apply_model_fields(j, c);
   if (j.contains("implementation")) c.implementation = parse_implementation(j.at("implementation"));
   validate_model(c, P);
+  if (j.contains("lora")) c.lora = scenario_detail::parse_lora(j.at("lora"), c);
   if (c.implementation.attention != AttentionImpl::kFlash && c.arch == ModelArch::kGpt2)
     throw InputError("model.implementation.attention",
                      std::string("is \"") + attention_impl_name(c.implementation.attention) +
@@ -635,6 +639,7 @@ Scenario parse_scenario(const json& j, const std::string& base_dir) {
                      "their linears to float8 yet",
                      "remove training.float8, or the pp dim");
   scenario_detail::check_model_init(s);
+  check_frozen(s);  // lora_checks.h
   if (s.pipeline.enabled() && !s.training.reshard_after_backward_during_accumulation)
     throw InputError("training.reshard_after_backward_during_accumulation",
                      "is false with a pp mesh dim, whose schedule sets reshard_after_backward "

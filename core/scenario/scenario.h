@@ -104,6 +104,11 @@ struct TrainingOptions {
   TrainingCheckpointOptions checkpoint;
   Float8Training float8;  // training.float8 (core/model/float8_config.h, docs/float8.md)
   ModelInit init = ModelInit::kMeta;
+  // training.frozen: fnmatch patterns over parameter fqns whose parameters get
+  // requires_grad=False; training.frozen_dtype: the dtype frozen parameters are kept in (unset:
+  // bf16 under model.lora, else fp32). NOTE [Frozen parameters] in core/model/lora.cc.
+  std::vector<std::string> frozen;
+  std::optional<DType> frozen_dtype;
   int64_t batch_for(int rank) const;  // sequences per micro-batch of `rank`
   bool uneven_batch() const;          // some rank's batch differs from batch_per_rank
 };

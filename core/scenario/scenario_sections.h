@@ -59,4 +59,10 @@ void check_units_and_loss(const Scenario& s);
 // tp, ep or pp dim, no MoE, no CPU offload, no model.weights (NOTE [Initialisation modes]).
 void check_model_init(const Scenario& s);
 
+// model.lora, training.frozen and training.frozen_dtype (scenario_lora.cc); check_frozen is
+// public (lora_checks.h).
+LoraConfig parse_lora(const nlohmann::json& v, const ModelConfig& model);
+std::vector<std::string> parse_frozen(const nlohmann::json& v);
+std::optional<DType> parse_frozen_dtype(const nlohmann::json& v);
+
 }  // namespace fullshard::scenario_detail

@@ -201,6 +201,8 @@ TrainingOptions parse_training(const json& j, const ModelConfig& model,
              : v == "broadcast_from_rank0" ? ModelInit::kBroadcastFromRank0
                                            : ModelInit::kMeta;
   }
+  if (j.contains("frozen")) t.frozen = parse_frozen(j.at("frozen"));
+  if (j.contains("frozen_dtype")) t.frozen_dtype = parse_frozen_dtype(j.at("frozen_dtype"));
   if (j.contains("seed")) {
     const json& s = j.at("seed");
     t.seed = s.is_number_unsigned()

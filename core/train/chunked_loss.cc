@@ -35,11 +35,18 @@ Value chunked_loss(ExecContext& c, Transformer& model, FSDPRuntime& fsdp, Value 
   FULLSHARD_CHECK(n >= 1 && T % n == 0,
                   "chunked loss: the tokens of a micro-batch must divide into the chunks");
   const int64_t rows = T / n;
-  const bool grad = c.recording() && h.requires_grad();
+  // With frozen parameters (NOTE [Frozen parameters] in core/model/lora.cc) the hidden states
+  // may need no grad while the output's weight does: each chunk still runs its backward.
+  bool out_trainable = false;
+  model.output_module().for_each_param([&](Param& p) { out_trainable |= p.requires_grad; });
+  if (model.config().tie_embeddings && !model.part())
+    out_trainable |= model.root().child("tok_embeddings").param("weight").requires_grad;
+  const bool h_grad = c.recording() && h.requires_grad();
+  const bool grad = h_grad || (c.recording() && out_trainable);
   const DType hdt = h.t.dtype();
 
   Tensor acc;
-  if (grad) {
+  if (h_grad) {
     // zeros_like(hidden_states) in fp32: h's shape, so the decoder's backward (under tp, the
     // norm's sequence all-gather) gets a gradient shaped like its output.
     acc = c.empty({DType::kFloat32, h.t.shape()}, MemCategory::kTemporary,
@@ -66,7 +73,7 @@ Value chunked_loss(ExecContext& c, Transformer& model, FSDPRuntime& fsdp, Value 
                             static_cast<uint64_t>(i * rows) * dtype_size(labels.dtype()));
     Graph cg;
     ExecContext cc(b, grad ? &cg : nullptr, &fsdp);
-    Value leaf{hi, grad ? cc.new_id() : 0};
+    Value leaf{hi, h_grad ? cc.new_id() : 0};
     const uint64_t leaf_id = leaf.id;
     hi = Tensor();
     Value logits = model.output_forward(cc, std::move(leaf));
@@ -89,6 +96,7 @@ Value chunked_loss(ExecContext& c, Transformer& model, FSDPRuntime& fsdp, Value 
     const uint64_t loss_id = loss.id;
     Tensor gi = cg.backward(b, loss_id, std::move(seed), leaf_id);
     loss = Value{};
+    if (!h_grad) continue;  // only the output's weight wanted a gradient
     FULLSHARD_CHECK(static_cast<bool>(gi),
                     "chunked loss: no gradient reached the hidden states of " + name);
     // `.to(float32)` is the tensor itself when already fp32, else a copy.
@@ -107,7 +115,7 @@ Value chunked_loss(ExecContext& c, Transformer& model, FSDPRuntime& fsdp, Value 
     g->reshard();
   }
   ops::scale_inplace(b, kCurrent, total, 1.0 / static_cast<double>(n), "total_loss / chunks");
-  if (!grad) return Value{total, 0};
+  if (!h_grad) return Value{total, 0};
   Tensor accumulated = hdt == DType::kFloat32
                            ? acc
                            : ops::cast(b, kCurrent, acc, hdt, MemCategory::kTemporary,

@@ -28,7 +28,9 @@ DeviceParams build_on_device(Backend& b, Module& root) {
   DeviceParams out;
   root.for_each_param([&](Param& p) {
     const int64_t d0 = p.shape.empty() ? 1 : p.shape[0];
-    Tensor full = Tensor::empty(b, TensorMeta{DType::kFloat32, {fullshard::numel(p.shape)}},
+    // In the parameter's own dtype: a frozen bf16 base is built in bf16 (NOTE [Frozen
+    // parameters] in core/model/lora.cc), not in fp32 and cast.
+    Tensor full = Tensor::empty(b, TensorMeta{p.dtype, {fullshard::numel(p.shape)}},
                                 MemCategory::kUnshardedParam, StreamRole::kDefault,
                                 p.fqn + " (full, on the device)");
     ops::init_param(b, StreamRole::kDefault, full, p, 0, d0);
@@ -43,7 +45,7 @@ void load_full_state_from_rank0(Backend& b, Module& root, const ProcessGroup& wo
     FULLSHARD_CHECK(fp && fp->shard_dim() == 0, p.fqn + " is not a Shard(0) FSDP parameter");
     const int64_t n = fullshard::numel(p.shape);
     const int64_t d0 = p.shape.empty() ? 1 : p.shape[0];
-    Tensor full = Tensor::empty(b, TensorMeta{DType::kFloat32, {n}}, MemCategory::kUnshardedParam,
+    Tensor full = Tensor::empty(b, TensorMeta{p.dtype, {n}}, MemCategory::kUnshardedParam,
                                 StreamRole::kDefault, p.fqn + " (full, broadcast from rank 0)");
     if (b.rank() == world.ranks.front())
       ops::init_param(b, StreamRole::kDefault, full, p, 0, d0);  // its host copy, moved over
@@ -61,10 +63,9 @@ void load_full_state_from_rank0(Backend& b, Module& root, const ProcessGroup& wo
     const int64_t k = rows * row_numel;
     const uint64_t from =
         static_cast<uint64_t>(shard_row_offset(d0, world_size, rank) * row_numel) *
-        dtype_size(DType::kFloat32);
-    ops::copy_into(b, StreamRole::kDefault,
-                   fp->sharded_local().view(TensorMeta{DType::kFloat32, {k}}),
-                   full.view(TensorMeta{DType::kFloat32, {k}}, from),
+        dtype_size(p.dtype);
+    ops::copy_into(b, StreamRole::kDefault, fp->sharded_local().view(TensorMeta{p.dtype, {k}}),
+                   full.view(TensorMeta{p.dtype, {k}}, from),
                    p.fqn + " shard copy from the full state");
   });
 }

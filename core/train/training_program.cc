@@ -5,6 +5,7 @@
 #include "core/fsdp/float8_all_gather.h"
 #include "core/model/async_tp.h"
 #include "core/model/float8_linear.h"
+#include "core/model/lora.h"
 #include "core/runtime/layer_args.h"
 #include "core/train/apply_fsdp.h"
 #include "core/train/model_init.h"
@@ -128,6 +129,24 @@ AdamWOptions adamw_options(const Scenario& s) {
   return ao;
 }
 
+DType frozen_dtype(const Scenario& s) {
+  if (s.training.frozen_dtype) return *s.training.frozen_dtype;
+  return s.model.lora.enabled() ? DType::kBFloat16 : DType::kFloat32;
+}
+
+ParameterCounts count_parameters(const Scenario& s) {
+  ParameterCounts n;
+  Transformer model(s.model);
+  freeze_parameters(model.root(), s.training.frozen, s.model.lora.enabled(), frozen_dtype(s));
+  model.root().for_each_param([&n](Param& p) {
+    const int64_t k = fullshard::numel(p.global_shape());
+    n.total += k;
+    if (p.requires_grad) n.trainable += k;
+    if (p.fqn.find(".lora_") != std::string::npos) n.adapters += k;
+  });
+  return n;
+}
+
 TrainingProgram::~TrainingProgram() = default;
 
 TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
@@ -141,6 +160,9 @@ TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
                                          expert_parallel_for(s, b.rank()));
   model_->set_context_parallel(context_parallel_for(s, b.rank()));
   set_init_seed(model_->root(), s.training.seed);
+  // requires_grad_(False) before fully_shard, as torchtune and PEFT freeze the base first
+  // (NOTE [Frozen parameters] in core/model/lora.cc).
+  freeze_parameters(model_->root(), s.training.frozen, s.model.lora.enabled(), frozen_dtype(s));
   // torchtitan converts before parallelizing; FSDP2 all-gathers in float8 only with a shard dim.
   const bool f8_all_gather =
       s.training.float8.enable_fsdp_float8_all_gather && s.fsdp.fsdp_shard_size() > 1;
@@ -163,7 +185,7 @@ TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
   for (auto& st : fsdp_->states())
     if (st->group)
       for (FSDPParam* p : st->group->fsdp_params()) {
-        all_params_.push_back(p);
+        (p->param().requires_grad ? all_params_ : frozen_params_).push_back(p);
         if (f8_all_gather && s.training.float8.precompute_float8_dynamic_scale_for_fsdp &&
             p->float8_all_gather()) {
           float8_params_.push_back(p);

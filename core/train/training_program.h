@@ -37,6 +37,17 @@ std::vector<BlockCheckpoint> block_checkpointing(const ActivationCheckpointing& 
 // The AdamW of training.optimizer.
 AdamWOptions adamw_options(const Scenario& s);
 
+// The dtype frozen parameters are kept in: training.frozen_dtype, else bf16 under model.lora
+// (fine-tuning recipes keep the base in bf16), else fp32.
+DType frozen_dtype(const Scenario& s);
+
+// The model's parameters counted over its module tree (global shapes): all of them, those
+// left trainable (training.frozen, model.lora), and the LoRA adapters among them.
+struct ParameterCounts {
+  int64_t total = 0, trainable = 0, adapters = 0;
+};
+ParameterCounts count_parameters(const Scenario& s);
+
 class PipelineProgram;
 
 class TrainingProgram {
@@ -64,6 +75,9 @@ class TrainingProgram {
   Transformer& model() { return *model_; }
   FSDPRuntime& fsdp() { return *fsdp_; }
   AdamW& optimizer() { return *optim_; }
+  // Parameters with requires_grad=False (training.frozen, model.lora's base), in module order:
+  // the optimizer never sees them, a checkpoint still holds them. Empty with a pp dim.
+  const std::vector<OptimizerParam*>& frozen_params() const { return frozen_params_; }
 
  private:
   Backend& b_;
@@ -71,7 +85,8 @@ class TrainingProgram {
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<FSDPRuntime> fsdp_;
   std::unique_ptr<AdamW> optim_;
-  std::vector<OptimizerParam*> all_params_;  // every FSDPParam, in module order
+  std::vector<OptimizerParam*> all_params_;  // every trainable FSDPParam, in module order
+  std::vector<OptimizerParam*> frozen_params_;
   // Float8 weights FSDP2 all-gathers in float8 and their shard group, when training.float8
   // precomputes their scales after each optimizer step (core/fsdp/float8_all_gather.h).
   std::vector<FSDPParam*> float8_params_;

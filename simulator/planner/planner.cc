@@ -11,6 +11,7 @@
 #include "core/common/error.h"
 #include "core/scenario/moe_checks.h"
 #include "core/scenario/float8_checks.h"
+#include "core/scenario/lora_checks.h"
 #include "core/train/training_program.h"
 #include "simulator/planner/bounds.h"
 #include "simulator/planner/evaluate.h"
@@ -116,6 +117,8 @@ std::vector<Candidate> viable_candidates(const PlanOptions& opt) {
   // weight not splitting evenly over the shard group with the float8 all-gather) is left out,
   // checked once per combination of the settings it depends on.
   std::map<std::tuple<Float8Choice, int, int, bool, int, int>, bool> float8_ok;
+  const bool frozen = opt.base.model.lora.enabled() || !opt.base.training.frozen.empty();
+  std::map<std::tuple<Precision, int, int, int>, bool> frozen_ok;
   std::erase_if(cands, [&](const Candidate& c) {
     if (c.float8 != Float8Choice::kOff || opt.base.training.float8.enabled()) {
       auto [it, fresh] =
@@ -130,6 +133,19 @@ std::vector<Candidate> viable_candidates(const PlanOptions& opt) {
         }
       }
       if (!it->second) return true;
+    }
+    // Frozen parameters and LoRA (NOTE [What frozen parameters compose with]): candidates with
+    // a tp, pp or cp dim, or whose compute dtype is not the frozen base's, are left out.
+    if (frozen) {
+      auto [fit, fresh] = frozen_ok.try_emplace({c.precision, c.tp, c.pp, c.cp}, true);
+      if (fresh) {
+        try {
+          check_frozen(candidate_scenario(opt.base, c));
+        } catch (const InputError&) {
+          fit->second = false;
+        }
+      }
+      if (!fit->second) return true;
     }
     auto it = flows.find(c.precision);
     if (it == flows.end()) {

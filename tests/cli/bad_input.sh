@@ -51,6 +51,51 @@ else
   expect float8-train "training.float8: is recipe \"rowwise\", which the cuda backend does not run yet" -- train "$tmp/f8h.json" --backend cuda
 fi
 expect float8-plan "--float8" -- plan --model tiny-llama --gpus 2 --gpus-per-node 2 --gpu a100 --seq-len 32 --float8
+# Frozen parameters and LoRA (model.lora, training.frozen, training.frozen_dtype).
+lora() {  # lora NAME WANT MODEL_LORA TRAINING_EXTRA FSDP_EXTRA
+  printf '{"model": {"name": "tiny-llama"%s}, "training": {"seq_len": 8%s}, "fsdp": {"mesh": {"shape": [2]}, "mixed_precision": {"param_dtype": "bf16"}%s}, "hardware": {"profile": "cpu", "gpus_per_node": 2}}' \
+    "$3" "$4" "$5" > "$tmp/lora-$1.json"
+  expect "lora-$1" "$2" -- simulate "$tmp/lora-$1.json"
+}
+lora rank "model.lora.rank" ', "lora": {"rank": 0, "alpha": 16, "target_modules": ["q_proj"]}' '' ''
+lora alpha "model.lora.alpha" ', "lora": {"rank": 4, "alpha": -1, "target_modules": ["q_proj"]}' '' ''
+lora target "model.lora.target_modules[1]" ', "lora": {"rank": 4, "alpha": 8, "target_modules": ["q_proj", "qproj"]}' '' ''
+lora target-twice "given twice" ', "lora": {"rank": 4, "alpha": 8, "target_modules": ["q_proj", "q_proj"]}' '' ''
+lora target-empty "model.lora.target_modules" ', "lora": {"rank": 4, "alpha": 8, "target_modules": []}' '' ''
+lora missing-alpha "model.lora" ', "lora": {"rank": 4, "target_modules": ["q_proj"]}' '' ''
+lora unknown-field "model.lora" ', "lora": {"rank": 4, "alpha": 8, "target_modules": ["q_proj"], "dropout": 0.1}' '' ''
+lora frozen-nomatch "training.frozen[0]" '' ', "frozen": ["layers.*.attention.wq.weigth"]' ''
+lora frozen-all "freezes every parameter" '' ', "frozen": ["*"]' ''
+lora frozen-type "training.frozen" '' ', "frozen": "tok_embeddings.weight"' ''
+lora frozen-dtype "training.frozen_dtype" '' ', "frozen": ["tok_embeddings.weight"], "frozen_dtype": "int8"' ''
+lora frozen-dtype-mp "training.frozen_dtype" '' ', "frozen": ["tok_embeddings.weight"], "frozen_dtype": "fp16"' ''
+lora frozen-dtype-alone "training.frozen_dtype: is set but no parameter is frozen" '' ', "frozen_dtype": "bf16"' ''
+lora compile "model.lora: is set with model.implementation.compile" ', "implementation": {"compile": true}, "lora": {"rank": 4, "alpha": 8, "target_modules": ["q_proj"]}' '' ''
+lora float8 "model.lora: is set with training.float8" ', "lora": {"rank": 4, "alpha": 8, "target_modules": ["q_proj"]}' ', "float8": {"recipe": "tensorwise"}' ''
+cat > "$tmp/lora-gpt2.json" <<'J'
+{"model": {"name": "tiny-gpt2", "lora": {"rank": 4, "alpha": 8, "target_modules": ["q_proj"]}}, "training": {"seq_len": 8}, "hardware": {"profile": "cpu", "gpus_per_node": 2}}
+J
+expect lora-gpt2 "model.lora: is set for a GPT-2 model" -- simulate "$tmp/lora-gpt2.json"
+cat > "$tmp/lora-fp32.json" <<'J'
+{"model": {"name": "tiny-llama", "lora": {"rank": 4, "alpha": 8, "target_modules": ["q_proj"]}}, "training": {"seq_len": 8}, "hardware": {"profile": "cpu", "gpus_per_node": 2}}
+J
+expect lora-base-dtype "training.frozen_dtype: is \"bf16\" (model.lora's default)" -- simulate "$tmp/lora-fp32.json"
+cat > "$tmp/lora-tp.json" <<'J'
+{"model": {"name": "tiny-llama", "lora": {"rank": 4, "alpha": 8, "target_modules": ["q_proj"]}}, "training": {"seq_len": 8, "frozen_dtype": "fp32"}, "fsdp": {"mesh": {"shape": [1, 2], "dim_names": ["shard", "tp"]}}, "hardware": {"profile": "cpu", "gpus_per_node": 2}}
+J
+expect lora-tp "model.lora: is set with a tp mesh dim" -- simulate "$tmp/lora-tp.json"
+cat > "$tmp/lora-moe.json" <<'J'
+{"model": {"name": "tiny-moe", "lora": {"rank": 4, "alpha": 8, "target_modules": ["q_proj"]}}, "training": {"seq_len": 8}, "fsdp": {"mesh": {"shape": [2]}, "mixed_precision": {"param_dtype": "bf16"}}, "hardware": {"profile": "cpu", "gpus_per_node": 2}}
+J
+expect lora-moe "model.lora: is set with a mixture-of-experts model" -- simulate "$tmp/lora-moe.json"
+cat > "$tmp/lora-cp.json" <<'J'
+{"model": {"name": "tiny-llama", "lora": {"rank": 4, "alpha": 8, "target_modules": ["q_proj"]}}, "training": {"seq_len": 32}, "fsdp": {"mesh": {"shape": [1, 2], "dim_names": ["shard", "cp"]}, "mixed_precision": {"param_dtype": "bf16"}}, "hardware": {"profile": "cpu", "gpus_per_node": 2}}
+J
+expect lora-cp "model.lora: is set with a cp mesh dim" -- simulate "$tmp/lora-cp.json"
+cat > "$tmp/lora-pp.json" <<'J'
+{"model": {"name": "tiny-llama", "lora": {"rank": 4, "alpha": 8, "target_modules": ["q_proj"]}}, "training": {"seq_len": 32, "batch_per_rank": 2}, "fsdp": {"mesh": {"shape": [2, 1], "dim_names": ["pp", "shard"]}, "mixed_precision": {"param_dtype": "bf16"}}, "hardware": {"profile": "cpu", "gpus_per_node": 2}}
+J
+expect lora-pp "model.lora: is set with a pp mesh dim" -- simulate "$tmp/lora-pp.json"
 cat > "$tmp/hw.json" <<'J'
 {"model": "tiny-llama", "training": {"seq_len": 8}, "hardware": {"profile": "h1000", "gpus_per_node": 2}}
 J

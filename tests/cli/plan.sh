@@ -166,4 +166,17 @@ if "$bin" plan --scenario "$src/scenarios/tiny-llama-cpu2.json" --top 2 > "$tmp/
 else
   echo "FAIL plan --scenario"; cat "$tmp/scen.out"; fail=1
 fi
+
+# A LoRA scenario (its base frozen in bf16): only candidates that compute in bf16 without tp are
+# planned (NOTE [What frozen parameters compose with]); the best one keeps the adapters and
+# simulates.
+if "$bin" plan --scenario "$src/scenarios/tiny-llama-lora-cpu2.json" --top 2 \
+     --write-scenario "$tmp/lora-best.json" > "$tmp/lora.out" 2>&1 \
+   && python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert j['model']['lora']['rank']==8; assert j['fsdp']['mixed_precision']['param_dtype']=='bf16'" "$tmp/lora-best.json" \
+   && "$bin" simulate "$tmp/lora-best.json" > "$tmp/lora-sim.out" 2>&1 \
+   && grep -q "in LoRA adapters" "$tmp/lora-sim.out"; then
+  echo "ok   plan --scenario (LoRA)"
+else
+  echo "FAIL plan --scenario (LoRA)"; cat "$tmp/lora.out" "$tmp/lora-sim.out" 2>/dev/null; fail=1
+fi
 exit $fail

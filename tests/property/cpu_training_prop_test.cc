@@ -2,6 +2,8 @@
 // sharded training equals unsharded training, and the simulator's memory prediction equals
 // what the real backend measured, to the byte.
 #include <gtest/gtest.h>
+
+#include <algorithm>
 #include <rapidcheck/gtest.h>
 
 #include "tests/support/cpu_support.h"
@@ -145,6 +147,67 @@ void maybe_per_unit_mixed_precision(json& j) {
   RC_TAG("per-unit mixed precision");
 }
 
+// Frozen parameters or LoRA, maybe (NOTE [Frozen parameters] in core/model/lora.cc): LoRA
+// adapters of rank 1 or 2 on a random set of a Llama's linears (the base frozen), or
+// training.frozen patterns over either architecture, the frozen dtype the run's param dtype (or
+// fp32). Not with compile, which refuses them.
+void maybe_frozen(json& j) {
+  if (*rc::gen::inRange(0, 3) != 0) return;
+  if (j["model"].contains("implementation") && j["model"]["implementation"].value("compile", false))
+    return;
+  const json& mp = j["fsdp"]["mixed_precision"];
+  std::string dt = mp.is_object() && mp.contains("param_dtype") && mp["param_dtype"].is_string()
+                       ? mp["param_dtype"].get<std::string>()
+                       : "fp32";
+  if (j["fsdp"].contains("per_unit") &&
+      j["fsdp"]["per_unit"].dump().find("mixed_precision") != std::string::npos)
+    dt = "fp32";
+  j["training"]["frozen_dtype"] = *rc::gen::element(dt, std::string("fp32"));
+  bool llama = j["model"]["arch"] == "llama";
+  // small_model's arbitrary<bool> leans to GPT-2 at small sizes: half of those become the same
+  // sizes as a Llama (nothing drawn so far depends on GPT-2), so LoRA is drawn often enough.
+  if (!llama && *rc::gen::inRange(0, 2) == 0) {
+    j["model"]["arch"] = "llama";
+    j["model"]["n_kv_heads"] = j["model"]["n_heads"];
+    llama = true;
+  }
+  if (llama && *rc::gen::inRange(0, 4) != 0) {
+    const int dim = j["model"]["dim"],
+              kv = j["model"].value("n_kv_heads", 1) * (dim / j["model"]["n_heads"].get<int>());
+    const std::vector<std::string> all = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                          "gate_proj", "up_proj", "down_proj"};
+    auto targets =
+        *rc::gen::nonEmpty(rc::gen::unique<std::vector<std::string>>(rc::gen::elementOf(all)));
+    j["model"]["lora"] = {{"rank", std::min(*rc::gen::inRange(1, 3), std::min(dim, kv))},
+                          {"alpha", *rc::gen::element(1.0, 4.0)},
+                          {"target_modules", targets}};
+    RC_TAG("lora");
+    return;
+  }
+  const std::vector<std::string> patterns =
+      llama ? std::vector<std::string>{"tok_embeddings.weight", "layers.0.*", "*norm.weight",
+                                       "layers.*.attention.w?.weight", "output.weight"}
+            : std::vector<std::string>{"wte.weight", "wpe.weight", "layers.0.*", "*.ln_?.*",
+                                       "layers.*.mlp.c_fc.*"};
+  auto picked =
+      *rc::gen::nonEmpty(rc::gen::unique<std::vector<std::string>>(rc::gen::elementOf(patterns)));
+  // A tied Llama has no output weight of its own.
+  if (j["model"].value("tie_embeddings", false))
+    picked.erase(std::remove(picked.begin(), picked.end(), "output.weight"), picked.end());
+  if (picked.empty()) picked.push_back(llama ? "tok_embeddings.weight" : "wte.weight");
+  // Patterns that together freeze a one-block model whole are refused: drop the last until
+  // something trains (one pattern never freezes everything).
+  for (j["training"]["frozen"] = picked; picked.size() > 1; j["training"]["frozen"] = picked) {
+    try {
+      parse_scenario(j);
+      break;
+    } catch (const InputError&) {
+      picked.pop_back();
+    }
+  }
+  RC_TAG("frozen");
+}
+
 }  // namespace
 
 // NOTE [fp32 tolerance]: sharded and unsharded fp32 runs differ only in summation order (a
@@ -193,6 +256,7 @@ RC_GTEST_PROP(RealTraining, ShardedEqualsUnsharded, ()) {
     j["fsdp"]["cpu_offload"] = {{"pin_memory", false}};
   j["training"]["seed"] = *rc::gen::inRange(0, 1000);
   maybe_init_mode(j, o.cpu_offload);
+  maybe_frozen(j);
   RC_TAG(o.mesh.size() == 2 ? "hsdp" : "fsdp");
   sharded_equals_unsharded(j, unsharded(j));
 }
@@ -261,6 +325,7 @@ RC_GTEST_PROP(RealTraining, PredictedPeakMemoryEqualsMeasured, ()) {
     }
   }
   maybe_init_mode(j, o.cpu_offload);
+  maybe_frozen(j);
   Scenario s = parse_scenario(j);
   predicted_peaks_equal_measured(s);
 }

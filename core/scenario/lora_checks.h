@@ -1,0 +1,11 @@
+#pragma once
+// What training.frozen and model.lora run with (NOTE [What frozen parameters compose with] in
+// scenario_lora.cc): throws InputError naming the field. parse_scenario runs it; the planner
+// runs it on its candidates, whose meshes and precision replace the scenario's.
+#include "core/scenario/scenario.h"
+
+namespace fullshard {
+
+void check_frozen(const Scenario& s);
+
+}  // namespace fullshard
