@@ -166,10 +166,11 @@ TEST(ExpertParallelDispatch, SkewMovesMemoryPerRankHonestly) {
   EXPECT_EQ(sim::rank_classes(parse_scenario(tiny_moe_ep(2, {4}))).size(), 1u);
 }
 
-// NOTE [Receive buffers]: with "max" every rank's dispatch output (and the vstack, the
-// permutation and the grouped GEMMs after it) holds ep x 64 tokens x min(top_k 2, 2 experts per
-// rank) = 256 rows, twice the 128 that balanced routing sends it; the bytes on the wire (the
-// routing assumption's splits) and the all-to-all count do not change, and the peak rises.
+// With "max" receive buffers (NOTE [Receive buffers] in core/scenario/scenario.h) every rank's
+// dispatch output (and the vstack, the permutation and the grouped GEMMs after it) holds ep x 64
+// tokens x min(top_k 2, 2 experts per rank) = 256 rows, twice the 128 that balanced routing
+// sends it; the bytes on the wire (the routing assumption's splits) and the all-to-all count do
+// not change, and the peak rises.
 TEST(ExpertParallelDispatch, MaxReceiveBuffersHoldTheMostARankCanReceive) {
   EXPECT_EQ(max_receive_rows(64, 2, 4, 2), 256);
   EXPECT_EQ(max_receive_rows(64, 3, 4, 2), 256);  // at most 2 of a token's 3 experts per rank
