@@ -232,4 +232,13 @@ TEST(RealMoeTraining, LauncherRefusesMoeOnlyWithoutKernels) {
   ep["expert_parallel"]["receive_buffers"] = "max";
   EXPECT_EQ(input_error_of([&] { runner::validate_launch(lo, parse_scenario(ep), cpu_kind); }),
             "");
+  // Checkpoint pieces are laid out by the shard dim and tp only: refused with ep, by flag.
+  runner::LaunchOptions ck = lo;
+  ck.checkpoint_every = 2;
+  ck.checkpoint_dir = "unused";
+  const std::string ce =
+      input_error_of([&] { runner::validate_launch(ck, parse_scenario(ep), cpu_kind); });
+  EXPECT_NE(ce.find("--checkpoint-every: is given with expert_parallel.degree 2"),
+            std::string::npos)
+      << ce;
 }
