@@ -164,8 +164,8 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
   if (s.expert_parallel.degree > 1) {
     auto refuse = [&](const char* flag) {
       throw InputError(flag,
-                       fmt::format("is given with expert_parallel.degree {}, whose expert shards "
-                                   "checkpoints and weight files do not lay out yet",
+                       fmt::format("is given with expert_parallel.degree {}: checkpoints and weight "
+                                   "files do not lay out expert-parallel shards yet",
                                    s.expert_parallel.degree),
                        std::string("remove ") + flag + ", or train with degree 1 (docs/moe.md)");
     };

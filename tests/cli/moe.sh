@@ -56,7 +56,7 @@ else
 fi
 python3 -c "import json,sys; j=json.load(open(sys.argv[1])); del j['expert_parallel']['receive_buffers']; json.dump(j, open(sys.argv[2], 'w'))" "$cpu_ep" "$tmp/routed.json"
 expect ep-routed-buffers-refused 'expert_parallel.receive_buffers: is "routed" with degree 2' -- train "$tmp/routed.json" --steps 1
-expect ep-checkpoints-refused '--checkpoint-every: is given with expert_parallel.degree 2' -- train "$cpu_ep" --steps 2 --checkpoint-every 1 --checkpoint-dir "$tmp/ck"
+expect ep-checkpoints-refused '--checkpoint-every: is given with expert_parallel.degree 2: checkpoints' -- train "$cpu_ep" --steps 2 --checkpoint-every 1 --checkpoint-dir "$tmp/ck"
 "$bin" train "$sc" --steps 1 --backend cuda > "$tmp/out" 2> "$tmp/err"; rc=$?
 if [ "$rc" -eq 2 ] && [ "$(wc -l < "$tmp/err")" -eq 1 ] &&
    grep -Eq "model.moe: .*cuda backend|built without the CUDA backend" "$tmp/err"; then
