@@ -22,10 +22,13 @@ namespace {
 // tiny-moe with its MoE fields drawn: 1 to 6 experts, top-k up to them, softmax or sigmoid,
 // route normalisation and scale, a shared expert or none, torchtitan's alignment (8) or none,
 // a dense first layer or not. Experts the batch leaves empty happen (few tokens, many experts).
-Scenario moe_scenario(const json& j) {
+// With `ep` > 1: 1 to 3 experts per ep rank (so efsdp > experts per rank and FSDP2's Shard(1)
+// happen), max receive buffers as the real backends run them (NOTE [Receive buffers]), checked as
+// parse_scenario checks them.
+Scenario moe_scenario(const json& j, int ep = 1) {
   Scenario s = parse_scenario(j);
   MoeConfig& m = s.model.moe;
-  m.num_experts = *rc::gen::element(1, 2, 3, 4, 5, 6);
+  m.num_experts = ep > 1 ? ep * *rc::gen::inRange(1, 4) : *rc::gen::element(1, 2, 3, 4, 5, 6);
   m.top_k = *rc::gen::inRange(1, static_cast<int>(m.num_experts) + 1);
   m.expert_dim = *rc::gen::element(8, 24);
   m.shared_expert_dim = *rc::gen::element(0, 16);
@@ -34,23 +37,22 @@ Scenario moe_scenario(const json& j) {
   m.route_scale = *rc::gen::element(1.0, 2.5);
   m.token_group_align = *rc::gen::element(1, 8);
   m.first_dense_layers = *rc::gen::element(0, 1);
-  RC_TAG(std::to_string(m.num_experts) + " experts");
+  if (ep > 1) {
+    s.expert_parallel.degree = ep;
+    s.expert_parallel.receive_buffers = ReceiveBuffers::kMax;
+    check_expert_parallel(s);
+  }
+  RC_TAG("ep " + std::to_string(ep) + ", " + std::to_string(m.num_experts) + " experts");
   return s;
 }
 
-// Expert parallelism on top of moe_scenario's draw: `ep` divides the experts (1 to 3 per ep
-// rank, so efsdp > experts per rank and FSDP2's Shard(1) happen), max receive buffers as the
-// real backends run them (NOTE [Receive buffers]), checked as parse_scenario checks them.
-Scenario moe_ep_scenario(const json& j, int ep) {
-  Scenario s = moe_scenario(j);
-  MoeConfig& m = s.model.moe;
-  m.num_experts = ep * *rc::gen::inRange(1, 4);
-  m.top_k = *rc::gen::inRange(1, static_cast<int>(m.num_experts) + 1);
-  s.expert_parallel.degree = ep;
-  s.expert_parallel.receive_buffers = ReceiveBuffers::kMax;
-  check_expert_parallel(s);
-  RC_TAG("ep " + std::to_string(ep) + ", " + std::to_string(m.num_experts) + " experts");
-  return s;
+// NOTE [fp32 tolerance] (cpu_training_prop_test.cc): parameters and per-step losses.
+void expect_equal_training(const RealRun& a, const RealRun& b) {
+  std::string where;
+  const double v = max_violation(a, b, 1e-5, 1e-3, &where);
+  if (!(v <= 1.0)) RC_FAIL("worst parameter difference at " + where);
+  for (size_t k = 0; k < b.mean_loss.size(); ++k)
+    RC_ASSERT(std::abs(a.mean_loss[k] - b.mean_loss[k]) <= 1e-4);
 }
 
 json moe_job(TinyOptions o) {
@@ -97,7 +99,7 @@ RC_GTEST_PROP(RealMoeTraining, ExpertParallelPredictedPeakMemoryEqualsMeasured, 
   o.grad_accum_steps = *rc::gen::inRange(1, 3);
   o.batch = *rc::gen::inRange(1, 3);
   o.seq = *rc::gen::inRange(2, 12);
-  predicted_peaks_equal_measured(moe_ep_scenario(moe_job(o), ep));
+  predicted_peaks_equal_measured(moe_scenario(moe_job(o), ep));
 }
 
 // Expert parallelism moves each token to the rank holding its experts and back: the same
@@ -111,16 +113,11 @@ RC_GTEST_PROP(RealMoeTraining, ExpertParallelEqualsUnsharded, ()) {
   o.seq = *rc::gen::inRange(2, 9);
   const json j = moe_job(o);
   json ref = unsharded_job(j, o.mesh[0]);
-  const Scenario drawn = moe_ep_scenario(j, ep);
+  const Scenario drawn = moe_scenario(j, ep);
   Scenario a = parse_scenario(j), b = parse_scenario(ref);
   a.model.moe = b.model.moe = drawn.model.moe;
   a.expert_parallel = drawn.expert_parallel;
-  const RealRun ra = run_real(a), rb = run_real(b);
-  std::string where;
-  const double v = max_violation(ra, rb, 1e-5, 1e-3, &where);
-  if (!(v <= 1.0)) RC_FAIL("worst parameter difference at " + where);
-  for (size_t k = 0; k < rb.mean_loss.size(); ++k)
-    RC_ASSERT(std::abs(ra.mean_loss[k] - rb.mean_loss[k]) <= 1e-4);
+  expect_equal_training(run_real(a), run_real(b));
 }
 
 // NOTE [fp32 tolerance] (cpu_training_prop_test.cc): the routing is per token, so sharding the
@@ -139,12 +136,7 @@ RC_GTEST_PROP(RealMoeTraining, ShardedEqualsUnsharded, ()) {
   const Scenario drawn = moe_scenario(j);
   Scenario a = parse_scenario(j), b = parse_scenario(ref);
   a.model.moe = b.model.moe = drawn.model.moe;
-  const RealRun ra = run_real(a), rb = run_real(b);
-  std::string where;
-  const double v = max_violation(ra, rb, 1e-5, 1e-3, &where);
-  if (!(v <= 1.0)) RC_FAIL("worst parameter difference at " + where);
-  for (size_t k = 0; k < rb.mean_loss.size(); ++k)
-    RC_ASSERT(std::abs(ra.mean_loss[k] - rb.mean_loss[k]) <= 1e-4);
+  expect_equal_training(run_real(a), run_real(b));
 }
 
 // The zoo's tiny-moe on 2 ranks learns the generated corpus, and the 2 ranks' sharded run ends
