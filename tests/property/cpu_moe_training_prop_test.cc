@@ -103,7 +103,9 @@ RC_GTEST_PROP(RealMoeTraining, ExpertParallelPredictedPeakMemoryEqualsMeasured, 
 }
 
 // Expert parallelism moves each token to the rank holding its experts and back: the same
-// arithmetic per token as one rank running every expert, only summation order differs.
+// arithmetic per token as one rank running every expert, only summation order differs. The first
+// step's gradients are what ep computes, so they are compared at the gradient tolerance; the
+// parameters after both steps as everywhere else, under a damped Adam (NOTE [Adam's noise gain]).
 RC_GTEST_PROP(RealMoeTraining, ExpertParallelEqualsUnsharded, ()) {
   TinyOptions o;
   const int ep = *rc::gen::element(2, 3);
@@ -111,13 +113,29 @@ RC_GTEST_PROP(RealMoeTraining, ExpertParallelEqualsUnsharded, ()) {
   o.max_grad_norm = *rc::gen::element(0.0, 1.0);
   o.batch = *rc::gen::inRange(1, 3);
   o.seq = *rc::gen::inRange(2, 9);
-  const json j = moe_job(o);
+  json j = moe_job(o);
+  // NOTE [Adam's noise gain]: Adam's first step is lr g / (|g| + eps), whose slope at g = 0 is
+  // lr / eps; fp32 summation order moves a gradient element by up to ~3e-7 (measured on the ep 3
+  // counterexamples rapidcheck found), which eps 1e-6 turns into a 3e-4 parameter difference on
+  // an element whose gradient is near zero. eps 1e-4 keeps that gain at 10, under the 1e-5 the
+  // parameters are compared at; the gradients themselves are compared undamped.
+  j["training"]["optimizer"]["eps"] = 1e-4;
   json ref = unsharded_job(j, o.mesh[0]);
   const Scenario drawn = moe_scenario(j, ep);
   Scenario a = parse_scenario(j), b = parse_scenario(ref);
   a.model.moe = b.model.moe = drawn.model.moe;
   a.expert_parallel = drawn.expert_parallel;
-  expect_equal_training(run_real(a), run_real(b));
+  runner::RankOptions first_grads;
+  first_grads.collect_grads = true;
+  const RealRun ra = run_real(a, -1, first_grads), rb = run_real(b, -1, first_grads);
+  RealRun ga, gb;
+  ga.params = ra.grads;
+  gb.params = rb.grads;
+  RC_ASSERT(!ga.params.empty());
+  std::string where;
+  if (!(max_violation(ga, gb, 1e-6, 1e-4, &where) <= 1.0))
+    RC_FAIL("worst first-step gradient difference at " + where);
+  expect_equal_training(ra, rb);
 }
 
 // NOTE [fp32 tolerance] (cpu_training_prop_test.cc): the routing is per token, so sharding the
