@@ -174,16 +174,6 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
     if (!o.init_from.empty()) refuse("--init-from");
     if (!s.model_weights.empty()) refuse("model.weights");
   }
-  // NOTE [Receive buffers] (core/scenario/scenario.h): a real run's all-to-all splits are the
-  // router's, so its receive buffers must not depend on them.
-  if (s.expert_parallel.degree > 1 && s.expert_parallel.receive_buffers != ReceiveBuffers::kMax)
-    throw InputError("expert_parallel.receive_buffers",
-                     fmt::format("is \"{}\" with degree {}: a real run learns its all-to-all "
-                                 "sizes from the router, after its buffers would be sized",
-                                 receive_buffers_name(s.expert_parallel.receive_buffers),
-                                 s.expert_parallel.degree),
-                     "write \"max\" to train for real (docs/moe.md, \"Expert parallelism on "
-                     "the CPU backend\")");
   // The CPU backend emulates float8 (backends/cpu/kernels/float8.cc); the CUDA backend has its
   // float8 GEMM but no cast kernels and dispatches neither yet (docs/float8.md).
   if (s.training.float8.enabled() && kind.name != "cpu")
@@ -252,6 +242,7 @@ LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backend
   LaunchResult res;
   const auto start = Clock::now();
   Scenario s = load_run_scenario(o);  // bad input fails here, before any process
+  res.routing.num_experts = s.model.moe.num_experts;
   if (o.progress && s.training.data.given()) print_data(s);
   const int n = s.world_size();
   const BackendKind& kind = backends.choose(o.backend, s);
@@ -274,6 +265,11 @@ LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backend
   auto on_step = [&](const CompletedStep& done) {
     const StepSummary& st = done.summary;
     res.steps.push_back(st);
+    for (const auto& [r, calls] : done.rank_routing) {
+      if (res.routing.calls.size() <= static_cast<size_t>(r)) res.routing.calls.resize(r + 1);
+      auto& mine = res.routing.calls[static_cast<size_t>(r)];
+      mine.insert(mine.end(), calls.begin(), calls.end());
+    }
     if (!metrics.write(metrics_line_json(done)) && !metrics_failed) {
       // A full disk, an I/O error: never a silent half line.
       metrics_failed = true;

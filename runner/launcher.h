@@ -37,6 +37,9 @@ struct LaunchResult {
   std::vector<nlohmann::json> rank_reports;
   std::string backend;      // the backend the workers ran
   int nonfinite_step = -1;  // the first step whose loss was non-finite on some rank (-1: none)
+  // A mixture-of-experts run's router histograms, every rank's calls over the steps (NOTE
+  // [Recorded routing] in core/model/moe_routing_record.h); empty calls for a dense model.
+  RecordedRouting routing;
 };
 
 // Validates the scenario, starts the workers, waits for them, kills the rest when one fails

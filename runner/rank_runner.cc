@@ -186,9 +186,12 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
           b, s, CheckpointSaveOptions{o.checkpoint_dir, o.checkpoint_keep_last, o.checkpoint_mode});
     if (o.collect_logits) r.logits = first_logits(b, prog, s, first);
     b.set_record_launches(o.op_table);
-    // Nothing before the first step (init, loaded weights, the logits readout) is any step's op.
+    // Nothing before the first step (init, loaded weights, the logits readout) is any step's op,
+    // nor any step's routing (NOTE [Recorded routing]: the simulator plays the steps only).
     b.take_launched_ops();
     b.take_kernel_times();
+    RoutingTape* routing = s.pipeline.enabled() ? nullptr : prog.model().expert_parallel().routing.get();
+    if (routing) routing->take();
     if (o.collect_grads)
       prog.set_before_optimizer([&](int) {
         if (!r.local_grads.empty()) return;
@@ -235,6 +238,7 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
         r.last_step = sb;
       }
       m.flops = b.take_launched_flops();
+      if (routing) m.tokens_per_expert = routing->take();
       if (o.op_table) {
         m.ops = key_averages(b.take_launched_ops(), b.take_kernel_times());
       } else {
@@ -252,6 +256,7 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
         b.take_collective_counts();
         b.take_launched_ops();
         b.take_kernel_times();
+        if (routing) routing->take();
       }
       r.steps.push_back(m);
       if (o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0) {

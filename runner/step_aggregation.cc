@@ -21,6 +21,7 @@ std::optional<CompletedStep> StepAggregator::add(int rank, StepMetrics m) {
     const bool has_loss = loss_ranks_.empty() || loss_ranks_[static_cast<size_t>(r)];
     flops += x.flops;
     tokens += static_cast<double>(x.tokens);
+    if (!x.tokens_per_expert.empty()) out.rank_routing[r] = std::move(x.tokens_per_expert);
     if (has_loss) {
       if (!std::isfinite(x.loss) && out.nonfinite_rank < 0) {
         out.nonfinite_rank = r;
@@ -64,8 +65,11 @@ nlohmann::json metrics_line_json(const CompletedStep& s) {
   const StepSummary& st = s.summary;
   auto finite_or_null = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nullptr; };
   nlohmann::json per_rank = nlohmann::json::array();
-  for (const auto& [rank, loss] : s.rank_losses)
+  for (const auto& [rank, loss] : s.rank_losses) {
     per_rank.push_back({{"rank", rank}, {"loss", finite_or_null(loss)}});
+    const auto routing = s.rank_routing.find(rank);  // NOTE [Recorded routing]
+    if (routing != s.rank_routing.end()) per_rank.back()["tokens_per_expert"] = routing->second;
+  }
   nlohmann::json line{{"step", st.step},
                       {"loss", finite_or_null(st.loss)},
                       {"nonfinite", !std::isfinite(st.loss)},

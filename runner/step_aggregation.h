@@ -36,6 +36,8 @@ struct StepSummary {
 struct CompletedStep {
   StepSummary summary;
   std::vector<std::pair<int, double>> rank_losses;  // (rank, loss), in the order ranks reported
+  // Each rank's router histograms of the step (StepMetrics::tokens_per_expert), MoE models only.
+  std::map<int, std::vector<std::vector<int64_t>>> rank_routing;
   int nonfinite_rank = -1;  // the first rank reporting a non-finite loss (-1: none)
   double nonfinite_loss = 0;
 };

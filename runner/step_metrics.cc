@@ -23,7 +23,7 @@ double loss_from_json(const nlohmann::json& j, const char* key) {
 }
 
 nlohmann::json step_metrics_json(const StepMetrics& m, bool with_ops) {
-  return {{"step", m.step},
+  nlohmann::json j{{"step", m.step},
           {"loss", loss_json(m.loss)},
           {"seconds", m.seconds},
           {"tokens", m.tokens},
@@ -35,6 +35,8 @@ nlohmann::json step_metrics_json(const StepMetrics& m, bool with_ops) {
           {"flops", m.flops},
           {"eval_loss", std::isnan(m.eval_loss) ? nlohmann::json(nullptr) : loss_json(m.eval_loss)},
           {"ops", with_ops ? key_averages_json(m.ops) : nlohmann::json(nullptr)}};
+  if (!m.tokens_per_expert.empty()) j["tokens_per_expert"] = m.tokens_per_expert;
+  return j;
 }
 
 StepMetrics step_metrics_from_json(const nlohmann::json& j) {
@@ -53,6 +55,9 @@ StepMetrics step_metrics_from_json(const nlohmann::json& j) {
   m.flops = j.value("flops", 0.0);
   const auto ops = j.find("ops");
   if (ops != j.end() && ops->is_array()) m.ops = key_averages_from_json(*ops);
+  const auto routing = j.find("tokens_per_expert");
+  if (routing != j.end() && routing->is_array())
+    m.tokens_per_expert = routing->get<std::vector<std::vector<int64_t>>>();
   return m;
 }
 

@@ -29,6 +29,9 @@ struct StepMetrics {
   // With RankOptions::op_table: the step's ops by key, measured where the backend times kernels
   // (predicted_s unset: the launcher adds the simulator's).
   std::vector<KeyAverage> ops;
+  // A mixture-of-experts model's router histograms of the step's MoE layer calls, in call order
+  // ([calls][experts]; NOTE [Recorded routing] in core/model/moe_routing_record.h).
+  std::vector<std::vector<int64_t>> tokens_per_expert;
 };
 
 // NOTE [Non-finite loss]: JSON has no NaN or infinity (nlohmann writes them as null), so a
@@ -40,7 +43,8 @@ nlohmann::json loss_json(double v);
 double loss_from_json(const nlohmann::json& j, const char* key);
 
 // The record's fields: step, loss, eval_loss, seconds, tokens, peak_allocated_bytes,
-// peak_reserved_bytes, compute_s, comm_s, exposed_comm_s, flops, ops (key_averages_json).
+// peak_reserved_bytes, compute_s, comm_s, exposed_comm_s, flops, ops (key_averages_json),
+// tokens_per_expert (only when there are MoE calls).
 // `with_ops` false writes "ops": null (ranks other than 0 send no per-op table).
 nlohmann::json step_metrics_json(const StepMetrics& m, bool with_ops = true);
 // Its inverse; a missing field keeps its default, "ops" null or missing reads empty. Throws

@@ -57,8 +57,10 @@ std::vector<std::vector<int>> rank_classes(const Scenario& s) {
   // in the all-to-all and computes (its ep index: NOTE [Expert-parallel routing]).
   const int ep = s.expert_parallel.degree;
   const MoeConfig& moe = s.model.moe;
+  // A recorded routing is each rank's own (NOTE [Recorded routing]): every rank is its own class.
+  const bool recorded = s.training.moe_routing_record != nullptr;
   std::vector<int64_t> key(rows.size() + 1 + (ep > 1 ? 3 : 0) + (saves ? 1 : 0) +
-                           (pp_dim < 0 ? 0 : 1) + (cp > 1 ? 1 : 0));
+                           (pp_dim < 0 ? 0 : 1) + (cp > 1 ? 1 : 0) + (recorded ? 1 : 0));
   for (int r = 0; r < world; ++r) {
     const int idx = (r / stride) % w;
     for (size_t i = 0; i < rows.size(); ++i) key[i] = shard_rows(rows[i], w, idx);
@@ -78,6 +80,7 @@ std::vector<std::vector<int>> rank_classes(const Scenario& s) {
     if (pp_dim >= 0) key[k++] = r / pp_stride;
     // Ring attention's rounds differ by cp index (NOTE [Ring attention rounds]).
     if (cp > 1) key[k++] = idx % cp;
+    if (recorded) key[k++] = r;
     by_key[key].push_back(r);
   }
   std::vector<std::vector<int>> classes;

@@ -13,6 +13,7 @@ bool routing_moves_memory(const Scenario& s) {
 Scenario with_worst_routing(const Scenario& s) {
   Scenario w = s;
   w.model.moe.hot_expert_factor = static_cast<double>(w.model.moe.num_experts);
+  w.training.moe_routing_record = nullptr;  // the assumption, not a run's record
   return w;
 }
 

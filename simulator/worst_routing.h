@@ -5,10 +5,12 @@
 // NOTE [Worst-case routing]: with ep > 1 the all-to-all's output, and every buffer after it, is
 // as large as what a rank receives, so routing moves memory (NOTE [Expert-parallel routing] in
 // core/model/moe_routing.h); with ep = 1 every MoE buffer has a static shape and routing moves
-// only FLOPs. The worst a batch can do is send every token of every rank to one expert (the
-// rank holding it then receives ep x its tokens), which is training.moe_routing's
-// hot_expert_factor at its limit, num_experts (the hottest expert gets every token once; the
-// other top-k - 1 picks stay balanced). simulate_worst_routing plays the scenario under it.
+// only FLOPs. The worst a batch can do is route every token of every rank to the same top_k
+// experts 0 .. top_k - 1: ep rank 0 then receives ep x tokens x min(top_k, experts / ep) rows,
+// the most any rank can (max_receive_rows, the "max" receive buffers' size), and no rank's
+// peak under any routing is higher. That is training.moe_routing "worst", hot_expert_factor at
+// its limit num_experts (skewed_tokens_per_expert; with top_k 1, every token to one expert).
+// simulate_worst_routing plays the scenario under it.
 #include <cstdint>
 #include <optional>
 

@@ -102,7 +102,8 @@ Value all_to_all(ExecContext& c, Value x, const std::vector<int64_t>& send_rows,
                  const std::vector<int64_t>& recv_rows, int64_t out_rows,
                  const ProcessGroup& group, const std::string& name) {
   Backend& b = c.backend();
-  const int64_t width = x.t.shape().size() > 1 ? x.t.numel() / x.t.shape()[0] : 1;
+  int64_t width = 1;  // a rank that receives no token has 0 rows: never divide by them
+  for (size_t d = 1; d < x.t.shape().size(); ++d) width *= x.t.shape()[d];
   FULLSHARD_CHECK(static_cast<int>(send_rows.size()) == group.size() &&
                       static_cast<int>(recv_rows.size()) == group.size() &&
                       sum(send_rows) * width <= x.t.numel() && sum(recv_rows) <= out_rows,

@@ -4,11 +4,13 @@
 // the split sizes exchanged first, read back to the host, then all-to-all-v of the tokens, and
 // the reverse in the combine; autograd runs the all-to-all of the gradients the other way.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/mesh/device_mesh.h"
 #include "core/model/autograd.h"
+#include "core/model/moe_routing_record.h"
 
 namespace fullshard {
 
@@ -20,6 +22,10 @@ struct ExpertParallel {
   // expert_parallel.receive_buffers "max" (NOTE [Receive buffers] in core/scenario/scenario.h):
   // the dispatch output holds the most this rank can receive, whatever the routing.
   bool max_receive = false;
+  // The router's record (a backend with data) or replay (the simulator) of every MoE layer call,
+  // with ep = 1 too (NOTE [Recorded routing] in moe_routing_record.h); null: the routing
+  // assumption, nothing recorded.
+  std::shared_ptr<RoutingTape> routing;
   bool enabled() const { return degree > 1; }
 };
 

@@ -1,5 +1,7 @@
 #include "core/model/moe_layer.h"
 
+#include <fmt/format.h>
+
 #include "core/common/error.h"
 #include "core/model/moe_ops.h"
 #include "core/model/moe_routing.h"
@@ -44,6 +46,30 @@ Value feed_forward(ExecContext& c, Module& ff, Value x) {
   Value g3 = ops::linear(c, std::move(x), ff.child("w3").param("weight"), nullptr, n + ".w3");
   Value p = ops::mul(c, std::move(s1), std::move(g3), n + ".mul");
   return ops::linear(c, std::move(p), ff.child("w2").param("weight"), nullptr, n + ".w2");
+}
+
+// The reorderer's histc read back as the router's tokens per expert (whole counts in fp32).
+std::vector<int64_t> read_counts(Backend& b, const Tensor& counts) {
+  std::vector<float> v(static_cast<size_t>(counts.numel()));
+  b.copy_to_host(counts.ref(), v.data());
+  return std::vector<int64_t>(v.begin(), v.end());
+}
+
+// A replayed call must be one of this model's: E counts per rank, this rank's summing to its
+// routed tokens (N top_k); otherwise the record is of another scenario.
+void check_recorded_call(const std::vector<std::vector<int64_t>>& h, int self, int64_t experts,
+                         int64_t routed, const std::string& layer) {
+  for (const auto& counts : h) {
+    int64_t sum = 0;
+    for (int64_t t : counts) sum += t;
+    const bool mine = &counts == &h[static_cast<size_t>(self)];
+    if (static_cast<int64_t>(counts.size()) != experts || (mine && sum != routed))
+      throw InputError("training.moe_routing.recorded",
+                       fmt::format("routes {} tokens over {} experts at {}, where this scenario "
+                                   "routes {} over {}",
+                                   sum, counts.size(), layer, routed, experts),
+                       "replay a recording of this scenario's model, batch and sequence length");
+  }
 }
 
 }  // namespace
@@ -101,6 +127,24 @@ Value moe_forward(ExecContext& c, Module& moe, Value x, const ModelConfig& cfg,
 
   // ---- reorderer
   const Tensor counts = ops::moe::histogram(c, selected, E, n + ".reorderer.histc");
+  // A real run keeps what the router chose; the simulator replays it (NOTE [Recorded routing]
+  // in core/model/moe_routing_record.h).
+  std::vector<int64_t> tokens_per_expert = skewed_tokens_per_expert(N, K, E, m.hot_expert_factor);
+  EpRouting epr;
+  if (ep.routing && ep.routing->replaying()) {
+    const std::vector<std::vector<int64_t>> h =
+        ep.routing->next(ep.enabled() ? ep.group.ranks : std::vector<int>{c.backend().rank()});
+    check_recorded_call(h, ep.enabled() ? ep.index : 0, E, N * K, n);
+    tokens_per_expert = h[static_cast<size_t>(ep.enabled() ? ep.index : 0)];
+    epr = ep_routing(ep.enabled() ? h : std::vector<std::vector<int64_t>>{tokens_per_expert},
+                     ep.enabled() ? ep.index : 0);
+  } else {
+    if (ep.routing && c.backend().has_data()) {  // the grouped GEMMs' FLOPs count what ran
+      tokens_per_expert = read_counts(c.backend(), counts);
+      ep.routing->record(tokens_per_expert);
+    }
+    epr = ep_routing(tokens_per_expert, ep.degree, ep.index);
+  }
   const Tensor order = ops::moe::argsort(c, selected, n + ".reorderer.argsort");
   const Tensor flat_scores = top_scores.t.view({top_scores.t.dtype(), {N * K, 1}});
   const Tensor sorted_scores =  // top_scores_experts_sorted: unused when scoring after
@@ -112,10 +156,7 @@ Value moe_forward(ExecContext& c, Module& moe, Value x, const ModelConfig& cfg,
   Module& ex = moe.child("experts");
   const int64_t align = m.token_group_align;
   const int64_t routed = N * K;
-  const std::vector<int64_t> tokens_per_expert =
-      skewed_tokens_per_expert(N, K, E, m.hot_expert_factor);
-  const EpRouting epr = ep_routing(tokens_per_expert, ep.degree, ep.index);
-  const int64_t computed =
+  int64_t computed =
       grouped_rows(ep.enabled() ? epr.local_tokens_per_expert : tokens_per_expert, align);
   const Value routed_output = c.call_module(ex, routed_input, [&](ExecContext& ec, Value v) {
     int64_t rows = routed, groups = E;
@@ -127,6 +168,13 @@ Value moe_forward(ExecContext& c, Module& moe, Value x, const ModelConfig& cfg,
       group_counts = std::move(sp.group_counts);
       send_rows = std::move(sp.send_rows);
       recv_rows = std::move(sp.recv_rows);
+      if (ep.routing && !ep.routing->replaying() && ec.backend().has_data()) {
+        // What each peer routed to this rank's experts (num_tokens_per_expert_group), summed.
+        const std::vector<int64_t> g = read_counts(ec.backend(), group_counts);
+        std::vector<int64_t> local(static_cast<size_t>(E / ep.degree), 0);
+        for (size_t i = 0; i < g.size(); ++i) local[i % local.size()] += g[i];
+        computed = grouped_rows(local, align);
+      }
       int64_t received = 0;
       for (int64_t r : recv_rows) received += r;
       rows = ep.max_receive ? max_receive_rows(N, K, E, ep.degree) : received;

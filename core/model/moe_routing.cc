@@ -18,6 +18,11 @@ std::vector<int64_t> skewed_tokens_per_expert(int64_t tokens, int64_t top_k, int
                                               double hot_factor) {
   const int64_t routed = tokens * top_k;
   if (!(hot_factor > 1.0) || experts == 1) return balanced_tokens_per_expert(routed, experts);
+  if (hot_factor >= static_cast<double>(experts)) {  // NOTE [Worst-case routing]
+    std::vector<int64_t> c(static_cast<size_t>(experts), 0);
+    for (int64_t e = 0; e < top_k; ++e) c[static_cast<size_t>(e)] = tokens;
+    return c;
+  }
   const double share = static_cast<double>(routed) / static_cast<double>(experts);
   const int64_t hot = std::min(tokens, static_cast<int64_t>(std::floor(hot_factor * share)));
   std::vector<int64_t> c = {hot};
@@ -32,18 +37,32 @@ int64_t grouped_rows(const std::vector<int64_t>& tokens_per_expert, int64_t alig
 }
 
 EpRouting ep_routing(const std::vector<int64_t>& tokens_per_expert, int ep, int ep_index) {
-  const int64_t E = static_cast<int64_t>(tokens_per_expert.size());
+  FULLSHARD_CHECK(ep >= 1, "ep_routing: ep must be positive");
+  return ep_routing(std::vector<std::vector<int64_t>>(static_cast<size_t>(ep), tokens_per_expert),
+                    ep_index);
+}
+
+EpRouting ep_routing(const std::vector<std::vector<int64_t>>& peers, int ep_index) {
+  const int ep = static_cast<int>(peers.size());
+  const int64_t E = ep >= 1 ? static_cast<int64_t>(peers[0].size()) : 0;
   FULLSHARD_CHECK(ep >= 1 && E % ep == 0 && ep_index >= 0 && ep_index < ep,
                   "ep_routing: ep must divide the experts");
   const int64_t local = E / ep;
+  auto sent_to = [&](const std::vector<int64_t>& h, int j) {
+    FULLSHARD_CHECK(static_cast<int64_t>(h.size()) == E, "ep_routing: histograms differ in size");
+    int64_t n = 0;
+    for (int64_t e = j * local; e < (j + 1) * local; ++e) n += h[static_cast<size_t>(e)];
+    return n;
+  };
   EpRouting r;
-  r.send_rows.assign(static_cast<size_t>(ep), 0);
-  for (int64_t e = 0; e < E; ++e)
-    r.send_rows[static_cast<size_t>(e / local)] += tokens_per_expert[static_cast<size_t>(e)];
-  r.recv_rows.assign(static_cast<size_t>(ep), r.send_rows[static_cast<size_t>(ep_index)]);
-  for (int64_t e = 0; e < local; ++e)
-    r.local_tokens_per_expert.push_back(
-        ep * tokens_per_expert[static_cast<size_t>(ep_index * local + e)]);
+  r.local_tokens_per_expert.assign(static_cast<size_t>(local), 0);
+  for (int j = 0; j < ep; ++j) {
+    r.send_rows.push_back(sent_to(peers[static_cast<size_t>(ep_index)], j));
+    r.recv_rows.push_back(sent_to(peers[static_cast<size_t>(j)], ep_index));
+    for (int64_t e = 0; e < local; ++e)
+      r.local_tokens_per_expert[static_cast<size_t>(e)] +=
+          peers[static_cast<size_t>(j)][static_cast<size_t>(ep_index * local + e)];
+  }
   return r;
 }
 

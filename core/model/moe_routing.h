@@ -11,13 +11,15 @@ namespace fullshard {
 // memory never depends on routing; only the grouped GEMMs' FLOPs do (the rows inside the
 // groups). The program is recorded with balanced routing: N K routed tokens spread evenly,
 // the first (N K mod E) experts one more; training.moe_routing {"hot_expert_factor": k} gives
-// the hottest expert k times its share instead (skewed_tokens_per_expert). A recorded
-// histogram plugs in here next.
+// the hottest expert k times its share instead (skewed_tokens_per_expert), and a recorded run's
+// histograms replace it call by call (NOTE [Recorded routing] in moe_routing_record.h).
 std::vector<int64_t> balanced_tokens_per_expert(int64_t routed_tokens, int64_t experts);
 
 // `tokens` tokens each routed to `top_k` experts, the hottest expert (expert 0) getting
 // `hot_factor` times its balanced share (at most every token: a token picks an expert once),
-// the rest balanced over the others. hot_factor 1: balanced_tokens_per_expert.
+// the rest balanced over the others. hot_factor 1: balanced_tokens_per_expert; hot_factor
+// `experts` (the limit, "worst"): every token picks experts 0 .. top_k - 1 (NOTE [Worst-case
+// routing] in simulator/worst_routing.h).
 std::vector<int64_t> skewed_tokens_per_expert(int64_t tokens, int64_t top_k, int64_t experts,
                                               double hot_factor);
 
@@ -36,8 +38,12 @@ struct EpRouting {
   std::vector<int64_t> recv_rows;                // tokens from each ep rank (output_splits)
   std::vector<int64_t> local_tokens_per_expert;  // this rank's experts, summed over the sources
 };
-// `tokens_per_expert`: one rank's routing over all E experts; E % ep == 0.
+// `tokens_per_expert`: one rank's routing over all E experts, assumed on every ep rank; E % ep == 0.
 EpRouting ep_routing(const std::vector<int64_t>& tokens_per_expert, int ep, int ep_index);
+// The same from each ep rank's own routing (`peers`, in ep group order, NOTE [Recorded routing]
+// in moe_routing_record.h): rank j sends peer i the tokens it routed to i's experts and receives
+// what each peer routed to its own.
+EpRouting ep_routing(const std::vector<std::vector<int64_t>>& peers, int ep_index);
 
 // torchtitan's _permute: the permuted buffer's rows, round_up(routed + experts * align, align).
 int64_t permuted_rows(int64_t routed_tokens, int64_t experts, int64_t align);

@@ -1,10 +1,13 @@
 #include "core/scenario/moe_checks.h"
 
+#include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "core/common/error.h"
+#include "core/common/input_file.h"
+#include "core/common/json_file.h"
 #include "core/scenario/json_reader.h"
 #include "core/scenario/scenario_sections.h"
 
@@ -41,8 +44,119 @@ void check_moe(const Scenario& s) {
                      "use the eager block; " + fix);
 }
 
-void apply_moe_routing(const nlohmann::json& v, ModelConfig& model) {
-  namespace jr = json_reader;
+namespace {
+
+namespace jr = json_reader;
+
+// NOTE [Recorded routing] (core/model/moe_routing_record.h): every line of a --metrics file
+// holds each rank's MoE layer calls of that step ("ranks"[i].tokens_per_expert, [calls][E]); a
+// rank's calls over the lines, in step order, are its record.
+std::shared_ptr<const RecordedRouting> read_recorded_routing(const std::string& path,
+                                                             int64_t experts) {
+  const std::string P = "training.moe_routing.recorded";
+  const std::string fix = "give the --metrics file of a `fullshard train` run of this scenario";
+  const std::string text = read_input_file(path, "a --metrics .jsonl file of a mixture-of-experts run");
+  auto rec = std::make_shared<RecordedRouting>();
+  rec->num_experts = experts;
+  rec->source = path;
+  size_t start = 0;
+  int line_no = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(start, end - start);
+    start = end + 1;
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(line_no);
+    const nlohmann::json j = parse_json_text(line, where);
+    if (!j.is_object() || !j.contains("ranks") || !j.at("ranks").is_array())
+      throw InputError(P, where + " is not a --metrics line (no \"ranks\" array)", fix);
+    for (const auto& r : j.at("ranks")) {
+      if (!r.is_object() || !r.contains("rank") || !r.contains("tokens_per_expert"))
+        throw InputError(P,
+                         where + " has a rank without \"tokens_per_expert\" (not a "
+                                 "mixture-of-experts run's metrics)",
+                         fix);
+      const int64_t rank = jr::get_int(r.at("rank"), where + " ranks[].rank", 0, 1 << 20, "0");
+      if (rec->calls.size() <= static_cast<size_t>(rank)) {
+        rec->calls.resize(rank + 1);
+        rec->step_calls.resize(rank + 1);
+      }
+      const nlohmann::json& calls = r.at("tokens_per_expert");
+      if (!calls.is_array())
+        throw InputError(P, where + " rank " + std::to_string(rank) + ": tokens_per_expert is " +
+                                jr::describe(calls), fix);
+      rec->step_calls[static_cast<size_t>(rank)].push_back(calls.size());
+      for (const auto& h : calls) {
+        if (!h.is_array() || static_cast<int64_t>(h.size()) != experts)
+          throw InputError(P,
+                           where + " rank " + std::to_string(rank) + ": a histogram of " +
+                               (h.is_array() ? std::to_string(h.size()) : jr::describe(h)) +
+                               " where the model has " + std::to_string(experts) + " experts",
+                           "replay a recording of this scenario's model");
+        std::vector<int64_t> counts;
+        for (const auto& t : h)
+          counts.push_back(jr::get_int(t, where + " tokens_per_expert", 0, int64_t{1} << 40, "3"));
+        rec->calls[static_cast<size_t>(rank)].push_back(std::move(counts));
+      }
+    }
+  }
+  if (rec->calls.empty())
+    throw InputError(P, "(" + path + ") holds no step", fix);
+  return rec;
+}
+
+}  // namespace
+
+void check_recorded_routing(const Scenario& s) {
+  const RecordedRouting* rec = s.training.moe_routing_record.get();
+  if (!rec) return;
+  const std::string P = "training.moe_routing.recorded";
+  const std::string src = "(" + rec->source + ")";
+  if (rec->calls.size() != static_cast<size_t>(s.world_size()))
+    throw InputError(P,
+                     src + " records " + std::to_string(rec->calls.size()) +
+                         " ranks, but the job has " + std::to_string(s.world_size()),
+                     "replay a run of this scenario's mesh");
+  if (s.pipeline.enabled())
+    throw InputError(P, "is given with a pp mesh dim",
+                     "remove the pp dim (pipeline stages do not record routing yet)");
+  // A step calls each MoE layer once per micro-batch (NOTE [Recorded routing]), and again in the
+  // backward when activation checkpointing recomputes its block.
+  const ActivationCheckpointing& ac = s.training.activation_checkpointing;
+  size_t per_step = 0;
+  for (int64_t i = 0; i < s.model.n_layers; ++i) {
+    if (!s.model.moe.is_moe_layer(i)) continue;
+    const bool recomputed =
+        ac.mode == RecomputeMode::kFull || ac.mode == RecomputeMode::kSelectiveOp ||
+        (ac.mode == RecomputeMode::kSelectiveLayer && (i + 1) % ac.every == 0);
+    per_step += static_cast<size_t>(s.training.grad_accum_steps) * (recomputed ? 2 : 1);
+  }
+  for (size_t r = 0; r < rec->step_calls.size(); ++r) {
+    const auto& steps = rec->step_calls[r];
+    if (steps.size() < static_cast<size_t>(s.training.steps))
+      throw InputError(P,
+                       src + " records " + std::to_string(steps.size()) + " steps of rank " +
+                           std::to_string(r) + ", and training.steps is " +
+                           std::to_string(s.training.steps),
+                       "simulate at most as many steps as the recorded run trained");
+    for (size_t k = 0; k < steps.size(); ++k)
+      if (steps[k] != per_step)
+        throw InputError(P,
+                         src + " step " + std::to_string(k + 1) + " of rank " + std::to_string(r) +
+                             " has " + std::to_string(steps[k]) +
+                             " MoE layer calls, where this scenario makes " +
+                             std::to_string(per_step) +
+                             " per step (a call per MoE layer and micro-batch, two where "
+                             "activation checkpointing recomputes the block)",
+                         "replay a run with this scenario's grad_accum_steps and "
+                         "activation_checkpointing");
+  }
+}
+
+void apply_moe_routing(const nlohmann::json& v, ModelConfig& model, TrainingOptions& training,
+                       const std::string& base_dir) {
   const std::string P = "training.moe_routing";
   if (!model.moe.enabled())
     throw InputError(P, "is set, but the model has no experts",
@@ -52,12 +166,21 @@ void apply_moe_routing(const nlohmann::json& v, ModelConfig& model) {
     model.moe.hot_expert_factor = c == "worst" ? static_cast<double>(model.moe.num_experts) : 1.0;
     return;
   }
-  if (!v.is_object())
-    throw InputError(P, "is " + jr::describe(v),
-                     "write \"balanced\", \"worst\" or {\"hot_expert_factor\": 2}");
+  const std::string forms =
+      "write \"balanced\", \"worst\", {\"hot_expert_factor\": 2} or {\"recorded\": "
+      "\"run.jsonl\"}";
+  if (!v.is_object()) throw InputError(P, "is " + jr::describe(v), forms);
   scenario_detail::check_fields(v, P);
-  jr::require_field(v, P, "hot_expert_factor",
-                    "give the hottest expert's share over a balanced one, e.g. 2");
+  if (v.contains("recorded") == v.contains("hot_expert_factor"))
+    throw InputError(P, v.empty() ? "is empty" : "gives both hot_expert_factor and recorded",
+                     forms);
+  if (v.contains("recorded")) {
+    const std::string rel =
+        jr::get_string(v.at("recorded"), P + ".recorded", "\"run.jsonl\" (a --metrics file)");
+    training.moe_routing_record =
+        read_recorded_routing(scenario_detail::resolve(base_dir, rel), model.moe.num_experts);
+    return;
+  }
   model.moe.hot_expert_factor =
       jr::get_number(v.at("hot_expert_factor"), P + ".hot_expert_factor", 1, true,
                      static_cast<double>(model.moe.num_experts), true, "2");

@@ -10,10 +10,19 @@ namespace fullshard {
 // parse_scenario runs it.
 void check_moe(const Scenario& s);
 
-// training.moe_routing: "balanced" (the default) or {"hot_expert_factor": k >= 1}, the
+// training.moe_routing: "balanced" (the default), "worst" or {"hot_expert_factor": k >= 1}, the
 // hottest expert getting k times its share (NOTE [MoE routing assumption] in
-// core/model/moe_routing.h); sets model.moe.hot_expert_factor. A dense model refuses it.
-void apply_moe_routing(const nlohmann::json& v, ModelConfig& model);
+// core/model/moe_routing.h; sets model.moe.hot_expert_factor), or {"recorded": M.jsonl}, a
+// real run's --metrics file, relative to `base_dir` (NOTE [Recorded routing]; sets
+// training.moe_routing_record). A dense model refuses it.
+void apply_moe_routing(const nlohmann::json& v, ModelConfig& model, TrainingOptions& training,
+                       const std::string& base_dir);
+
+// training.moe_routing {"recorded": ...} against the rest of the scenario: one record per rank,
+// no pp dim, and every recorded step holding the MoE layer calls a step of `s` makes, for at
+// least training.steps steps (InputError naming training.moe_routing.recorded). parse_scenario
+// runs it.
+void check_recorded_routing(const Scenario& s);
 
 // NOTE [What expert parallelism needs] (scenario_ep.cc): throws InputError naming the field when
 // s.expert_parallel.degree does not fit the model, the mesh or the other settings. The

@@ -92,7 +92,7 @@ const std::map<std::string, std::vector<std::string>> kFields = {
       "grad_sync_during_accumulation", "activation_checkpointing", "optimizer", "seed", "data",
       "checkpoint", "moe_routing", "float8", "init", "reshard_after_backward_during_accumulation",
       "frozen", "frozen_dtype"}},
-    {"training.moe_routing", {"hot_expert_factor"}},
+    {"training.moe_routing", {"hot_expert_factor", "recorded"}},
     {"training.float8",
      {"recipe", "enable_fsdp_float8_all_gather", "precompute_float8_dynamic_scale_for_fsdp",
       "filter_fqns"}},
@@ -606,7 +606,7 @@ Scenario parse_scenario(const json& j, const std::string& base_dir) {
   s.model_weights = parse_model_weights(j.at("model"), base_dir);
   s.training = parse_training(j.at("training"), s.model, base_dir);
   if (j.at("training").is_object() && j.at("training").contains("moe_routing"))
-    apply_moe_routing(j.at("training").at("moe_routing"), s.model);
+    apply_moe_routing(j.at("training").at("moe_routing"), s.model, s.training, base_dir);
   s.hardware = parse_hardware(j.at("hardware"), base_dir);
   s.fsdp =
       parse_fsdp(j.contains("fsdp") ? j.at("fsdp") : json::object(), s.hardware, s.model.n_layers,
@@ -654,6 +654,7 @@ Scenario parse_scenario(const json& j, const std::string& base_dir) {
                        "names rank " + std::to_string(rank) + " but the job has " +
                            std::to_string(s.world_size()) + " ranks",
                        "use ranks 0.." + std::to_string(s.world_size() - 1));
+  check_recorded_routing(s);
   return s;
 }
 

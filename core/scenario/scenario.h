@@ -4,6 +4,7 @@
 // docs/scenario.schema.json.
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "core/memory/caching_allocator.h"
 #include "core/model/float8_config.h"
 #include "core/model/model_config.h"
+#include "core/model/moe_routing_record.h"
 #include "core/scenario/checkpoint_save_mode.h"
 #include "core/scenario/context_parallel_options.h"
 #include "core/scenario/hardware_profile.h"
@@ -109,6 +111,9 @@ struct TrainingOptions {
   // bf16 under model.lora, else fp32). NOTE [Frozen parameters] in core/model/lora.cc.
   std::vector<std::string> frozen;
   std::optional<DType> frozen_dtype;
+  // training.moe_routing {"recorded": M.jsonl}: a real run's router histograms, replayed call by
+  // call (NOTE [Recorded routing] in core/model/moe_routing_record.h); null: the assumption.
+  std::shared_ptr<const RecordedRouting> moe_routing_record;
   int64_t batch_for(int rank) const;  // sequences per micro-batch of `rank`
   bool uneven_batch() const;          // some rank's batch differs from batch_per_rank
 };
@@ -211,11 +216,12 @@ struct TensorParallelOptions {
 // The ep dim is carved out of fsdp.mesh's shard dim (NOTE [Expert-parallel mesh] in
 // core/mesh/expert_mesh.h); scenario_ep.cc checks what it needs.
 // NOTE [Receive buffers]: PyTorch sizes the dispatch all-to-all's output (and everything after
-// it) from the split sizes the router produced this step; the simulator sizes it from the
-// routing assumption ("routed"). A real run cannot know its routing before it runs, so the real
-// backends run "max": every rank's receive buffer holds the most it can receive, ep x its tokens
-// x min(top_k, experts per rank) rows, and the measured splits fill a prefix of it. The program
-// is then the same whatever the router does, so predicted == measured holds to the byte.
+// it) from the split sizes the router produced this step ("routed"): a real run does so from its
+// router, the simulator from the routing assumption or a run's record (NOTE [Recorded routing]
+// in core/model/moe_routing_record.h), which then predicts that run to the byte. "max" sizes
+// every rank's receive buffer for the most it can receive, ep x its tokens x min(top_k, experts
+// per rank) rows, the measured splits filling a prefix: the program is then the same whatever
+// the router does, so a prediction made before the run holds to the byte.
 enum class ReceiveBuffers : uint8_t { kRouted, kMax };
 const char* receive_buffers_name(ReceiveBuffers b);
 

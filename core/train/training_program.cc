@@ -82,6 +82,10 @@ ContextParallel context_parallel_for(const Scenario& s, int rank) {
 
 ExpertParallel expert_parallel_for(const Scenario& s, int rank) {
   ExpertParallel ep;
+  if (s.model.moe.enabled())  // NOTE [Recorded routing]: replay a record, else keep one
+    ep.routing = s.training.moe_routing_record
+                     ? std::make_shared<RoutingTape>(s.training.moe_routing_record, rank)
+                     : std::make_shared<RoutingTape>();
   if (s.expert_parallel.degree <= 1) return ep;
   const MeshInfo m = mesh_info_for(s, rank);
   ep.degree = m.ep_group->size();

@@ -37,9 +37,8 @@ else
   echo "FAIL train tiny-moe-cpu2:"; cat "$tmp/out"; fail=1
 fi
 # Expert parallelism on the CPU backend (4 processes, Gloo all-to-all-v with the router's split
-# sizes, NOTE [Receive buffers]): tiny-moe-ep2-cpu4 trains tiny-moe-cpu2's global batch (16
-# sequences of 64) to the same losses, only summation order apart; without max receive buffers
-# the launcher refuses ep in one line.
+# sizes): tiny-moe-ep2-cpu4 trains tiny-moe-cpu2's global batch (16 sequences of 64) to the same
+# losses, only summation order apart, and records its routing in --metrics.
 cpu_ep="$src/scenarios/tiny-moe-ep2-cpu4.json"
 if "$bin" train "$cpu_ep" --steps 6 --metrics "$tmp/ep.jsonl" > "$tmp/out" 2>&1 \
    && "$bin" train "$cpu_sc" --steps 6 --metrics "$tmp/dense.jsonl" >> "$tmp/out" 2>&1 \
@@ -54,8 +53,55 @@ then
 else
   echo "FAIL train tiny-moe-ep2-cpu4:"; cat "$tmp/out"; fail=1
 fi
-python3 -c "import json,sys; j=json.load(open(sys.argv[1])); del j['expert_parallel']['receive_buffers']; json.dump(j, open(sys.argv[2], 'w'))" "$cpu_ep" "$tmp/routed.json"
-expect ep-routed-buffers-refused 'expert_parallel.receive_buffers: is "routed" with degree 2' -- train "$tmp/routed.json" --steps 1
+# The simulator replays that run's routing from its --metrics file (NOTE [Recorded routing]) and
+# predicts its peak (routed receive buffers: ranks differ with the router) to the byte; a file
+# with fewer steps than simulated, or of another mesh, is one line naming the field.
+python3 - "$cpu_ep" "$tmp" <<'P'
+import json, sys
+j = json.load(open(sys.argv[1])); j.pop("$schema", None)
+j["training"]["moe_routing"] = {"recorded": "ep.jsonl"}
+for name, steps, shape in (("replay", 6, 4), ("replay-long", 7, 4), ("replay-mesh", 6, 2)):
+    k = json.loads(json.dumps(j)); k["training"]["steps"] = steps
+    k["fsdp"]["mesh"]["shape"] = [shape]; k["hardware"]["gpus_per_node"] = shape
+    if shape == 2: k["expert_parallel"]["degree"] = 2
+    json.dump(k, open(f"{sys.argv[2]}/{name}.json", "w"))
+j["training"]["steps"] = 6
+for name, change in (("replay-ac", {"activation_checkpointing": "full"}),
+                     ("replay-empty", {"moe_routing": {}}),
+                     ("replay-missing", {"moe_routing": {"recorded": "none.jsonl"}}),
+                     ("replay-dense", {"moe_routing": {"recorded": "dense.jsonl"}})):
+    k = json.loads(json.dumps(j)); k["training"].update(change)
+    json.dump(k, open(f"{sys.argv[2]}/{name}.json", "w"))
+P
+if "$bin" simulate "$tmp/replay.json" --json "$tmp/replay-r.json" > "$tmp/out" 2>&1 \
+   && python3 - "$tmp/replay-r.json" "$tmp/ep.jsonl" <<'P'
+import json, sys
+r = json.load(open(sys.argv[1]))
+lines = [json.loads(l) for l in open(sys.argv[2])]
+assert all(len(x["tokens_per_expert"]) == 2 for l in lines for x in l["ranks"]), lines[0]["ranks"]
+peaks = [c["peak_allocated_bytes"] for c in r["rank_classes"]]
+assert len(peaks) == 4 and len(set(peaks)) > 1, peaks  # every rank alone; the router moves them
+assert max(peaks) == max(l["peak_allocated_bytes"] for l in lines), (peaks, lines[-1])
+P
+then
+  echo "ok   simulate replays tiny-moe-ep2-cpu4's recorded routing to its measured peak"
+else
+  echo "FAIL simulate with the recorded routing:"; cat "$tmp/out"; fail=1
+fi
+expect ep-replay-too-short 'training.moe_routing.recorded: (' -- simulate "$tmp/replay-long.json"
+expect ep-replay-other-mesh 'records 4 ranks, but the job has 2' -- simulate "$tmp/replay-mesh.json"
+expect ep-replay-other-ac 'has 2 MoE layer calls, where this scenario makes 4 per step' -- simulate "$tmp/replay-ac.json"
+expect ep-replay-empty 'training.moe_routing: is empty' -- simulate "$tmp/replay-empty.json"
+expect ep-replay-missing 'none.jsonl' -- simulate "$tmp/replay-missing.json"
+expect ep-replay-other-run 'records 2 ranks, but the job has 4' -- simulate "$tmp/replay-dense.json"
+# Max receive buffers hold the most a rank can receive: predicted before the run, to the byte.
+python3 -c "import json,sys; j=json.load(open(sys.argv[1])); j['expert_parallel']['receive_buffers']='max'; j.pop('\$schema'); json.dump(j, open(sys.argv[2], 'w'))" "$cpu_ep" "$tmp/max.json"
+if "$bin" compare "$tmp/max.json" --steps 2 > "$tmp/out" 2>&1 && grep -q "ok: predicted peaks equal" "$tmp/out" \
+   && ! grep -q "replaying" "$tmp/out"; then
+  echo "ok   compare tiny-moe-ep2-cpu4 with max receive buffers"
+else
+  echo "FAIL compare with max receive buffers:"; cat "$tmp/out"; fail=1
+fi
 expect ep-checkpoints-refused '--checkpoint-every: is given with expert_parallel.degree 2: checkpoints' -- train "$cpu_ep" --steps 2 --checkpoint-every 1 --checkpoint-dir "$tmp/ck"
 "$bin" train "$sc" --steps 1 --backend cuda > "$tmp/out" 2> "$tmp/err"; rc=$?
 if [ "$rc" -eq 2 ] && [ "$(wc -l < "$tmp/err")" -eq 1 ] &&

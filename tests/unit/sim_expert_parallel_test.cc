@@ -134,6 +134,26 @@ TEST(ExpertParallelDispatch, EveryOpDecodes) {
   EXPECT_EQ(permutes, 2);
 }
 
+// From each ep peer's own histogram (NOTE [Recorded routing]), a rank sends by its own and
+// receives what each peer routed to its experts; with every peer alike it is the assumption's.
+TEST(ExpertParallelDispatch, RecordedRoutingSendsByItsOwnAndReceivesByItsPeers) {
+  const std::vector<std::vector<int64_t>> peers = {{3, 1, 0, 4}, {0, 2, 5, 1}};
+  const EpRouting r0 = ep_routing(peers, 0), r1 = ep_routing(peers, 1);
+  EXPECT_EQ(r0.send_rows, (std::vector<int64_t>{4, 4}));
+  EXPECT_EQ(r0.recv_rows, (std::vector<int64_t>{4, 2}));
+  EXPECT_EQ(r0.local_tokens_per_expert, (std::vector<int64_t>{3, 3}));
+  EXPECT_EQ(r1.send_rows, (std::vector<int64_t>{2, 6}));
+  EXPECT_EQ(r1.recv_rows, (std::vector<int64_t>{4, 6}));
+  EXPECT_EQ(r1.local_tokens_per_expert, (std::vector<int64_t>{5, 5}));
+  const std::vector<int64_t> h = skewed_tokens_per_expert(64, 2, 4, 2.0);
+  for (int k = 0; k < 2; ++k) {
+    const EpRouting a = ep_routing(h, 2, k), b = ep_routing({h, h}, k);
+    EXPECT_EQ(a.send_rows, b.send_rows);
+    EXPECT_EQ(a.recv_rows, b.recv_rows);
+    EXPECT_EQ(a.local_tokens_per_expert, b.local_tokens_per_expert);
+  }
+}
+
 // The hottest expert (expert 0, on ep rank 0) gets twice its share: [64, 22, 21, 21] of 128
 // routed rows, so rank 0 receives 2 x 86 rows and rank 1 2 x 42; rank 0's activations are
 // larger. Rank classes separate them, and playing every rank gives the same peaks.

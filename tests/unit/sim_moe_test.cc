@@ -164,7 +164,8 @@ TEST(MoeSimulate, RoutedInputHoldsTopKRowsPerToken) {
 TEST(MoeRouting, HotExpertGetsItsFactorCappedAtEveryToken) {
   EXPECT_EQ(skewed_tokens_per_expert(64, 2, 4, 1.0), balanced_tokens_per_expert(128, 4));
   EXPECT_EQ(skewed_tokens_per_expert(64, 2, 4, 1.5), (std::vector<int64_t>{48, 27, 27, 26}));
-  EXPECT_EQ(skewed_tokens_per_expert(64, 2, 4, 4.0), (std::vector<int64_t>{64, 22, 21, 21}));
+  EXPECT_EQ(skewed_tokens_per_expert(64, 2, 4, 3.5), (std::vector<int64_t>{64, 22, 21, 21}));
+  EXPECT_EQ(skewed_tokens_per_expert(64, 2, 4, 4.0), (std::vector<int64_t>{64, 64, 0, 0}));  // worst
   EXPECT_EQ(skewed_tokens_per_expert(10, 1, 1, 3.0), (std::vector<int64_t>{10}));
 }
 

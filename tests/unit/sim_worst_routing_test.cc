@@ -1,6 +1,6 @@
 // NOTE [Worst-case routing] (simulator/worst_routing.h): with ep > 1 the worst routing (every
-// token of a rank to one expert) is played beside the assumed one; its peak is at least the
-// balanced and the skewed ones' on the rank holding the hot expert, and without ep (static MoE
+// token of every rank to experts 0 .. top_k - 1) is played beside the assumed one; its peak is
+// the max receive buffers' and above the balanced and skewed ones', and without ep (static MoE
 // shapes) or when the scenario already assumes it, nothing is played.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -52,10 +52,14 @@ TEST(WorstRouting, PeakIsAtLeastTheAssumedRoutings) {
   EXPECT_EQ(worst->hot_expert_factor, 4.0);  // num_experts
   EXPECT_FALSE(worst->out_of_memory);
   EXPECT_GE(worst->peak_reserved_bytes, peak_reserved(skewed));
-  // tiny-moe is top-2 of 4: a hot factor of 2 already sends every token to expert 0, so the
-  // skewed scenario is the worst one; the balanced one holds less.
-  EXPECT_EQ(worst->peak_allocated_bytes, peak(skewed, false));
-  EXPECT_GT(worst->peak_allocated_bytes, peak(balanced, false));
+  // tiny-moe is top-2 of 4: a hot factor of 2 already sends every token to expert 0, but the
+  // worst also sends each token's second pick to expert 1, the same ep rank's.
+  EXPECT_GT(worst->peak_allocated_bytes, peak(skewed, false));
+  EXPECT_GT(peak(skewed, false), peak(balanced, false));
+  // No rank receives more than the max receive buffers hold, and the worst routing fills them.
+  json max_buffers = tiny_moe(2, nullptr);
+  max_buffers["expert_parallel"]["receive_buffers"] = "max";
+  EXPECT_EQ(worst->peak_allocated_bytes, peak(parse_scenario(max_buffers), false));
   // The same routing written in the scenario plays to the same peak.
   EXPECT_EQ(worst->peak_reserved_bytes, peak_reserved(parse_scenario(tiny_moe(2, "worst"))));
   EXPECT_EQ(simulate_worst_routing(skewed)->peak_reserved_bytes, worst->peak_reserved_bytes);

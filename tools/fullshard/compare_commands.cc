@@ -60,6 +60,22 @@ int cmd_compare(const CompareFlags& f) {
     print_launch_errors(real);
     return real.exit_code;
   }
+  // With "routed" receive buffers (NOTE [Recorded routing]) the run sized its all-to-all outputs
+  // from its router's split sizes; the prediction replays that routing, rank by rank.
+  if (s.expert_parallel.degree > 1 && s.expert_parallel.receive_buffers == ReceiveBuffers::kRouted) {
+    auto rec = std::make_shared<RecordedRouting>(real.routing);
+    rec->source = "the run just made";
+    FULLSHARD_CHECK(rec->calls.size() == static_cast<size_t>(s.world_size()),
+                    "the run recorded no routing on some rank");
+    std::fprintf(stderr, "replaying the run's routing in the simulator...\n");
+    sim_s.training.moe_routing_record = std::move(rec);
+    pred = sim::simulate_scenario(sim_s);
+    if (!pred.ok()) {
+      std::cout << sim::report_summary(pred);
+      std::fprintf(stderr, "fullshard: the replay of the run's routing did not complete cleanly\n");
+      return pred.out_of_memory ? 3 : 1;
+    }
+  }
   std::vector<const sim::RankClassReport*> by_rank(static_cast<size_t>(s.world_size()), nullptr);
   for (const auto& c : pred.classes)
     for (int r : c.ranks) by_rank[r] = &c;

@@ -73,7 +73,7 @@ CLI::App* add_plan_command(CLI::App& app, PlanFlags& f) {
                 "alltoall");
   p->add_option("--moe-routing", f.moe_routing,
                 "mixture-of-experts models: the routing every candidate is simulated under, "
-                "balanced (default) or worst (every token of a rank to one expert: fits under "
+                "balanced (default) or worst (every token to the same top-k experts: fits under "
                 "any routing; docs/moe.md)");
   p->add_option("--headroom", f.headroom,
                 "fraction of the allocator's memory to keep free (default 0.05; 0: fits means what "

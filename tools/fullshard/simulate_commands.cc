@@ -70,7 +70,7 @@ int cmd_simulate(const SimulateFlags& f) {
   const std::optional<sim::WorstRoutingReport> worst = sim::simulate_worst_routing(s);
   if (worst)
     std::cout << fmt::format(
-        "  worst-case routing (every token of a rank to one expert): peak allocated {}, peak "
+        "  worst-case routing (every token to the same top-k experts): peak allocated {}, peak "
         "reserved {} (rank {}){}\n",
         sim::format_bytes(worst->peak_allocated_bytes),
         sim::format_bytes(worst->peak_reserved_bytes), worst->peak_rank,
