@@ -116,7 +116,7 @@ PieceLayout random_expert_layout(int64_t E, int64_t a) {
 // tensor once, every shard rank's box is its local tensor's FSDP piece (E / ep experts moved by
 // the ep index), and each rank of the loading layout rebuilds its piece reading each byte once.
 RC_GTEST_PROP(PieceLayoutProp, ExpertLayoutsTileAndLoadOnAnyExpertLayout, ()) {
-  const int64_t E = *rc::gen::inRange<int64_t>(1, 9);
+  const int64_t E = *rc::gen::element<int64_t>(1, 2, 3, 4, 6, 8, 12);
   const Shape global = {E, *rc::gen::element<int64_t>(2, 4, 12), *rc::gen::inRange<int64_t>(1, 4)};
   const PieceLayout save = random_expert_layout(E, global[1]);
   const PieceLayout load = random_expert_layout(E, global[1]);
