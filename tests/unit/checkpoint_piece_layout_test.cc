@@ -8,6 +8,7 @@
 
 #include <cstring>
 
+#include "core/checkpoint/checkpoint_dir.h"
 #include "core/checkpoint/checkpoint_metadata.h"
 #include "core/checkpoint/piece_layout.h"
 #include "core/common/error.h"
@@ -177,6 +178,29 @@ TEST(PieceLayout, ExpertPiecesSelectTheirEpBlock) {
   EXPECT_EQ(piece_box({2, 16, 8}, l, 0, 3), (ChunkBox{{1, 8, 0}, {1, 8, 8}}));
   l.replicate = 2;
   EXPECT_EQ(dtensor_placements(l), (std::vector<std::string>{"Replicate()", "Shard(1)", "Shard(0)"}));
+}
+
+// The metadata of an FSDP 4 x ep 2 save says mesh.ep and reads back the same; an ep that does
+// not divide the shard dim is a damaged metadata, named.
+TEST(PieceLayout, MetadataMeshEpRoundTrips) {
+  PieceLayout l;
+  l.shard_world = 4;
+  l.ep_degree = 2;
+  CheckpointMetadata m;
+  m.world_size = m.shard = 4;
+  m.ep = 2;
+  for (int r = 0; r < 4; ++r) m.files.push_back({shard_file_name(r, 4), 1024});
+  m.tensors.push_back(placed_tensor("param/w1", "F32", {4, 16, 8}, l));
+  nlohmann::json j = metadata_to_json(m);
+  EXPECT_EQ(j["mesh"]["ep"], 2);
+  const CheckpointMetadata back = metadata_from_json(j, "metadata.json");
+  EXPECT_EQ(back.ep, 2);
+  EXPECT_EQ(back.tensors[0].chunks[1].box, m.tensors[0].chunks[1].box);
+  EXPECT_EQ(back.tensors[0].placements, m.tensors[0].placements);
+  j["mesh"]["ep"] = 3;
+  EXPECT_NE(input_error_of([&] { metadata_from_json(j, "metadata.json"); })
+                .find("mesh.ep: is 3, which does not divide shard 4"),
+            std::string::npos);
 }
 
 TEST(PieceLayout, ColwiseWeightUnderFsdpIsStrided) {
