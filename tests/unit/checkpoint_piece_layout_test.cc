@@ -1,8 +1,8 @@
-// NOTE [Strided pieces of tensor-parallel weights], NOTE [Pieces of expert-parallel weights] and
-// NOTE [Pieces as boxes]: the pieces a save under any FSDP x tp or FSDP x ep layout stores tile
-// the global tensor, and the reads a rank of any other layout makes rebuild exactly its piece
-// (values = global element index), reading every byte it needs once; damaged boxes are
-// InputErrors.
+// The pieces a save under any FSDP x tp or FSDP x ep layout stores tile the global tensor, and
+// the reads a rank of any other layout makes rebuild exactly its piece (values = global element
+// index), reading every byte it needs once; damaged boxes are InputErrors. See
+// NOTE [Strided pieces of tensor-parallel weights], NOTE [Pieces of expert-parallel weights]
+// and NOTE [Pieces as boxes].
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
