@@ -259,16 +259,18 @@ TEST(RealMoeTraining, LauncherRefusesMoeOnlyWithoutKernels) {
 
 namespace {
 
-// tiny-moe with `experts` experts on FSDP `world` x ep `ep`, 8 sequences of 8 tokens per step
-// over the ranks; Adam's eps 1e-4 where ep meets ep 1 (NOTE [Adam's noise gain]).
-Scenario ep_scenario(int world, int ep, int experts = 4) {
+// tiny-moe with `experts` experts on `mesh` ({shard} or HSDP {replicate, shard}) x ep `ep`, 8
+// sequences of 8 tokens per step over the ranks; Adam's eps 1e-4 where ep meets ep 1 (NOTE
+// [Adam's noise gain]).
+Scenario ep_scenario(const std::vector<int>& mesh, int ep, int experts = 4) {
   TinyOptions o;
   o.model = "tiny-moe";
-  o.mesh = {world};
+  o.mesh = mesh;
   o.seq = 8;
   o.steps = 6;
-  o.batch = 8 / world;
+  o.batch = 8 / (mesh.size() == 2 ? mesh[0] * mesh[1] : mesh[0]);
   json j = tiny_scenario_json(o);
+  if (mesh.size() == 2) j["fsdp"]["mesh"]["dim_names"] = {"dp_replicate", "dp_shard"};
   j["training"]["optimizer"] = {{"lr", 1e-3}, {"eps", 1e-4}, {"max_grad_norm", 1.0}};
   j["training"]["seed"] = 5;
   if (ep > 1) j["expert_parallel"] = {{"degree", ep}, {"receive_buffers", "max"}};
@@ -278,9 +280,10 @@ Scenario ep_scenario(int world, int ep, int experts = 4) {
   return s;
 }
 
-std::string mesh_name(int world, int ep, int experts) {
-  return "FSDP " + std::to_string(world) + " x ep " + std::to_string(ep) + ", " +
-         std::to_string(experts) + " experts";
+std::string mesh_name(const std::vector<int>& mesh, int ep, int experts) {
+  return (mesh.size() == 2 ? "HSDP " + std::to_string(mesh[0]) + " x " + std::to_string(mesh[1])
+                           : "FSDP " + std::to_string(mesh[0])) +
+         " x ep " + std::to_string(ep) + ", " + std::to_string(experts) + " experts";
 }
 
 }  // namespace
@@ -290,29 +293,31 @@ std::string mesh_name(int world, int ep, int experts) {
 TEST(RealMoeCheckpoint, ExpertParallelResumeContinuesBitIdentically) {
   for (int experts : {4, 2}) {
     TempDir d;
-    expect_resume_continues_bit_identically(ep_scenario(4, 2, experts), d.path(),
-                                            mesh_name(4, 2, experts));
+    expect_resume_continues_bit_identically(ep_scenario({4}, 2, experts), d.path(),
+                                            mesh_name({4}, 2, experts));
   }
 }
 
-// Saved at ep 2 (Shard(0) and Shard(1) expert pieces) and loaded at ep 1 and ep 4, and saved
-// at ep 1 and loaded at ep 2: each resumed run ends where one rank trained straight through
-// does (NOTE [fp32 tolerance]).
+// Saved at ep 2 (Shard(0) and Shard(1) expert pieces; HSDP: replicate rank 0 writes) and loaded
+// at ep 1, ep 4 and HSDP x ep 2, and saved at ep 1 and loaded at ep 2: each resumed run ends
+// where one rank trained straight through does (NOTE [fp32 tolerance]).
 TEST(RealMoeCheckpoint, ReshardAcrossEpDegreesMatchesUnsharded) {
   struct Case {
-    int save_world, save_ep, experts;
-    std::vector<std::pair<int, int>> loads;  // (world, ep)
+    std::vector<int> save_mesh;
+    int save_ep, experts;
+    std::vector<std::pair<std::vector<int>, int>> loads;  // (mesh, ep)
   };
-  for (const Case& c : std::vector<Case>{{4, 2, 4, {{2, 1}, {4, 4}}},
-                                         {2, 1, 4, {{4, 2}}},
-                                         {4, 2, 2, {{2, 1}}}}) {
-    const RealRun ref = run_real(ep_scenario(1, 1, c.experts), 6);
+  for (const Case& c : std::vector<Case>{{{4}, 2, 4, {{{2}, 1}, {{4}, 4}, {{2, 2}, 2}}},
+                                         {{2}, 1, 4, {{{4}, 2}}},
+                                         {{2, 2}, 2, 4, {{{2}, 1}}},
+                                         {{4}, 2, 2, {{{2}, 1}}}}) {
+    const RealRun ref = run_real(ep_scenario({1}, 1, c.experts), 6);
     TempDir d;
-    run_real(ep_scenario(c.save_world, c.save_ep, c.experts), 3, saving(d.path(), 3));
-    for (const auto& [world, ep] : c.loads) {
-      const std::string what = mesh_name(c.save_world, c.save_ep, c.experts) + " loaded on " +
-                               mesh_name(world, ep, c.experts);
-      const RealRun resumed = run_real(ep_scenario(world, ep, c.experts), 6, resuming(d.path()));
+    run_real(ep_scenario(c.save_mesh, c.save_ep, c.experts), 3, saving(d.path(), 3));
+    for (const auto& [mesh, ep] : c.loads) {
+      const std::string what = mesh_name(c.save_mesh, c.save_ep, c.experts) + " loaded on " +
+                               mesh_name(mesh, ep, c.experts);
+      const RealRun resumed = run_real(ep_scenario(mesh, ep, c.experts), 6, resuming(d.path()));
       ASSERT_EQ(resumed.mean_loss.size(), 3u) << what;  // steps 3, 4, 5
       std::string where;
       EXPECT_LE(max_violation(resumed, ref, 1e-5, 1e-3, &where), 1.0) << where << ": " << what;
@@ -327,9 +332,9 @@ TEST(RealMoeCheckpoint, ReshardAcrossEpDegreesMatchesUnsharded) {
 // run sets every parameter to those bytes: Shard(0) and Shard(1) expert pieces.
 TEST(RealMoeCheckpoint, ExpertParallelExportIsTheFullParametersAndInitFromLoadsThem) {
   for (int experts : {4, 2}) {
-    const std::string what = mesh_name(4, 2, experts);
+    const std::string what = mesh_name({4}, 2, experts);
     TempDir d;
-    const Scenario s = ep_scenario(4, 2, experts);
+    const Scenario s = ep_scenario({4}, 2, experts);
     const RealRun trained = run_real(s, 2, saving(d.path(), 2));
     CheckpointReader reader(resolve_checkpoint(d.path(), "--resume"));
     reader.verify();
