@@ -12,6 +12,7 @@
 #include "core/scenario/moe_checks.h"
 #include "runner/init_weights.h"
 #include "runner/launcher.h"
+#include "simulator/checkpoint_cost.h"
 #include "tests/support/checkpoint_support.h"
 #include "tests/support/cpu_support.h"
 #include "tests/support/input_error.h"
@@ -327,7 +328,8 @@ TEST(RealMoeCheckpoint, ReshardAcrossEpDegreesMatchesUnsharded) {
   }
 }
 
-// The export of an ep checkpoint is the full parameters byte for byte (the metadata says
+// The export of an ep checkpoint (saved asynchronously: each rank stages what the simulator's
+// checkpoint cost says it writes) is the full parameters byte for byte (the metadata says
 // mesh.ep and DTensor's placements over (efsdp, ep)), and `--init-from` that file into the ep
 // run sets every parameter to those bytes: Shard(0) and Shard(1) expert pieces.
 TEST(RealMoeCheckpoint, ExpertParallelExportIsTheFullParametersAndInitFromLoadsThem) {
@@ -335,7 +337,10 @@ TEST(RealMoeCheckpoint, ExpertParallelExportIsTheFullParametersAndInitFromLoadsT
     const std::string what = mesh_name({4}, 2, experts);
     TempDir d;
     const Scenario s = ep_scenario({4}, 2, experts);
-    const RealRun trained = run_real(s, 2, saving(d.path(), 2));
+    const RealRun trained = run_real(s, 2, saving(d.path(), 2, CheckpointSaveMode::kAsync));
+    const std::vector<uint64_t> predicted = sim::checkpoint_shard_bytes(s);
+    for (int r = 0; r < 4; ++r)
+      EXPECT_EQ(trained.ranks[r].checkpoint.staging_bytes, predicted[r]) << r << ": " << what;
     CheckpointReader reader(resolve_checkpoint(d.path(), "--resume"));
     reader.verify();
     EXPECT_EQ(reader.metadata().ep, 2);
