@@ -144,10 +144,10 @@ CheckpointMetadata parse(const nlohmann::json& j) {
   if (j["mesh"].contains("ep"))
     m.ep = static_cast<int>(jr::get_int(j["mesh"]["ep"], "mesh.ep", 1, 1 << 20, "2"));
   if (m.shard % m.ep != 0)
-    throw InputError("mesh.ep",
-                     "is " + std::to_string(m.ep) + ", which does not divide shard " +
-                         std::to_string(m.shard),
-                     "the metadata is damaged");
+    throw InputError(
+        "mesh.ep",
+        "is " + std::to_string(m.ep) + ", which does not divide shard " + std::to_string(m.shard),
+        "the metadata is damaged");
   m.optimizer_steps = jr::get_int(j["optimizer_steps"], "optimizer_steps", 0, kMaxI, "3");
   if (j.contains("data")) {
     const auto& d = j["data"];

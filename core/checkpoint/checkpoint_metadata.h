@@ -65,7 +65,7 @@ struct CheckpointMetadata {
   int replicate = 1, shard = 1;  // mesh: replicate x shard (HSDP); FSDP is replicate 1
   int tp = 1;                    // the tp dim: world_size = replicate x shard x tp
   int ep = 1;  // expert parallelism within the shard dim (efsdp x ep = shard); 1: none
-  int64_t optimizer_steps = 0;   // AdamW's step count (bias correction)
+  int64_t optimizer_steps = 0;                 // AdamW's step count (bias correction)
   std::optional<CheckpointDataPosition> data;  // token data sets only
   std::vector<CheckpointFile> files;
   std::vector<CheckpointTensor> tensors;

@@ -14,7 +14,8 @@ PieceLayout RankPieces::layout_of(const Param& p) const {
   if (mesh.tp_degree > 1 && p.tp_placement == TpPlacement::kShard1) l.tp_dim = 1;
   if (p.ep_degree > 1) {  // NOTE [Pieces of expert-parallel weights]
     l.ep_degree = p.ep_degree;
-    l.shard_dim = expert_shard_dim(p.global_shape().at(0), p.ep_degree, mesh.shard_world / p.ep_degree);
+    l.shard_dim =
+        expert_shard_dim(p.global_shape().at(0), p.ep_degree, mesh.shard_world / p.ep_degree);
   }
   return l;
 }

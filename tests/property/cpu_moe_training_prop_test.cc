@@ -254,8 +254,7 @@ TEST(RealMoeTraining, LauncherRefusesMoeOnlyWithoutKernels) {
   ck.checkpoint_every = 2;
   TempDir d;
   ck.checkpoint_dir = d.path();
-  EXPECT_EQ(input_error_of([&] { runner::validate_launch(ck, parse_scenario(ep), cpu_kind); }),
-            "");
+  EXPECT_EQ(input_error_of([&] { runner::validate_launch(ck, parse_scenario(ep), cpu_kind); }), "");
 }
 
 namespace {
@@ -346,10 +345,9 @@ TEST(RealMoeCheckpoint, ExpertParallelExportIsTheFullParametersAndInitFromLoadsT
     EXPECT_EQ(reader.metadata().ep, 2);
     const CheckpointTensor* w1 = reader.metadata().find("param/layers.1.moe.experts.w1");
     ASSERT_NE(w1, nullptr);
-    EXPECT_EQ(w1->placements, (std::vector<std::string>{experts == 4
-                                                            ? "_StridedShard(dim=0, sf=2)"
-                                                            : "Shard(1)",
-                                                        "Shard(0)"}))
+    EXPECT_EQ(w1->placements,
+              (std::vector<std::string>{experts == 4 ? "_StridedShard(dim=0, sf=2)" : "Shard(1)",
+                                        "Shard(0)"}))
         << what;
     ExportOptions eo;
     eo.out = d.path() + "/model.safetensors";

@@ -177,7 +177,8 @@ TEST(PieceLayout, ExpertPiecesSelectTheirEpBlock) {
   l.shard_dim = 1;
   EXPECT_EQ(piece_box({2, 16, 8}, l, 0, 3), (ChunkBox{{1, 8, 0}, {1, 8, 8}}));
   l.replicate = 2;
-  EXPECT_EQ(dtensor_placements(l), (std::vector<std::string>{"Replicate()", "Shard(1)", "Shard(0)"}));
+  EXPECT_EQ(dtensor_placements(l),
+            (std::vector<std::string>{"Replicate()", "Shard(1)", "Shard(0)"}));
 }
 
 // The metadata of an FSDP 4 x ep 2 save says mesh.ep and reads back the same; an ep that does
@@ -198,8 +199,9 @@ TEST(PieceLayout, MetadataMeshEpRoundTrips) {
   EXPECT_EQ(back.tensors[0].chunks[1].box, m.tensors[0].chunks[1].box);
   EXPECT_EQ(back.tensors[0].placements, m.tensors[0].placements);
   j["mesh"]["ep"] = 3;
-  EXPECT_NE(input_error_of([&] { metadata_from_json(j, "metadata.json"); })
-                .find("mesh.ep: is 3, which does not divide shard 4"),
+  EXPECT_NE(input_error_of([&] {
+              metadata_from_json(j, "metadata.json");
+            }).find("mesh.ep: is 3, which does not divide shard 4"),
             std::string::npos);
 }
 
