@@ -88,6 +88,7 @@ CheckpointMetadata checkpoint_metadata(Backend& b, TrainingProgram& prog, const 
   m.shard = pieces.mesh.shard_world;
   m.tp = pieces.mesh.tp_degree;
   m.replicate = pieces.mesh.replicate;
+  m.ep = s.expert_parallel.degree;
   m.optimizer_steps = prog.optimizer().steps_taken();
   if (data && data->tokens) {
     const DataPosition p = data->position(steps_done, samples_per_step(s), s.training.seq_len);

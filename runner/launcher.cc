@@ -158,22 +158,6 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
                                  s.model.moe.num_experts, kind.name),
                      "train it with --backend cpu, or simulate it with fullshard simulate "
                      "(docs/moe.md says what is next)");
-  // Checkpoints and weight files lay pieces out by FSDP's shard dim and tp only
-  // (core/checkpoint/piece_layout.h): an ep rank's experts (and Shard(1) expert shards) would be
-  // written and read at the wrong boxes of the global tensors.
-  if (s.expert_parallel.degree > 1) {
-    auto refuse = [&](const char* flag) {
-      throw InputError(flag,
-                       fmt::format("is given with expert_parallel.degree {}: checkpoints and weight "
-                                   "files do not lay out expert-parallel shards yet",
-                                   s.expert_parallel.degree),
-                       std::string("remove ") + flag + ", or train with degree 1 (docs/moe.md)");
-    };
-    if (o.checkpoint_every > 0) refuse("--checkpoint-every");
-    if (!o.resume.empty()) refuse("--resume");
-    if (!o.init_from.empty()) refuse("--init-from");
-    if (!s.model_weights.empty()) refuse("model.weights");
-  }
   // The CPU backend emulates float8 (backends/cpu/kernels/float8.cc); the CUDA backend has its
   // float8 GEMM but no cast kernels and dispatches neither yet (docs/float8.md).
   if (s.training.float8.enabled() && kind.name != "cpu")

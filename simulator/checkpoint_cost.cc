@@ -6,6 +6,7 @@
 #include "core/common/error.h"
 #include "core/fsdp/shard_layout.h"
 #include "core/mesh/device_mesh.h"
+#include "core/mesh/expert_mesh.h"
 #include "core/model/transformer.h"
 #include "core/train/training_program.h"
 
@@ -22,17 +23,34 @@ struct WriterTensors {
 
 WriterTensors writer_tensors(const Scenario& s) {
   const int world = s.world_size();
-  // Local (tensor-parallel) shapes are alike on every tp rank; FSDP shards their rows.
-  Transformer model(s.model, tensor_parallel_for(s, 0));
-  std::vector<std::pair<int64_t, int64_t>> params;  // (rows, row elements)
-  model.root().for_each_param(
-      [&](Param& p) { params.emplace_back(p.shape[0], row_numel(p.shape)); });
-  const std::vector<CheckpointCopy> order = checkpoint_copy_order(params.size());
+  // Local (tensor- and expert-parallel) shapes are alike on every tp and ep rank; FSDP shards
+  // their rows, an expert weight's over its efsdp ranks (NOTE [Pieces of expert-parallel
+  // weights] in core/checkpoint/piece_layout.h), on dim 1 where efsdp exceeds its experts.
+  Transformer model(s.model, tensor_parallel_for(s, 0), expert_parallel_for(s, 0));
+  struct Local {
+    int64_t rows, row_elems;
+    int ep;
+    bool dim1;
+  };
+  std::vector<Local> params;
   const DeviceMesh mesh(s.fsdp.mesh_shape, s.fsdp.mesh_dim_names);
   int shard = mesh.dim_index("shard");
   if (shard < 0) shard = mesh.ndim() - 1;  // as mesh_info_for
   const int rep = mesh.dim_index("replicate");
   const int w = mesh.shape()[static_cast<size_t>(shard)];
+  model.root().for_each_param([&](Param& p) {
+    const int ep = p.ep_degree;
+    params.push_back({p.shape[0], row_numel(p.shape), ep,
+                      ep > 1 && expert_shard_dim(p.global_shape()[0], ep, w / ep) == 1});
+  });
+  // The elements shard index `idx` stores of `l`.
+  auto stored = [w](const Local& l, int idx) -> int64_t {
+    if (l.ep <= 1) return shard_rows(l.rows, w, idx) * l.row_elems;
+    const int efsdp = w / l.ep;
+    if (l.dim1) return l.rows * l.row_elems / efsdp;
+    return shard_rows(l.rows, efsdp, idx / l.ep) * l.row_elems;
+  };
+  const std::vector<CheckpointCopy> order = checkpoint_copy_order(params.size());
   WriterTensors out;
   out.index_of_rank.assign(static_cast<size_t>(world), -1);
   for (int r = 0; r < world; ++r) {
@@ -44,8 +62,7 @@ WriterTensors writer_tensors(const Scenario& s) {
     auto [it, added] = out.by_index.emplace(idx, std::vector<uint64_t>{});
     if (added)
       for (const CheckpointCopy& k : order) {  // fp32 parameter, exp_avg, exp_avg_sq
-        const auto& [rows, rn] = params[k.param];
-        it->second.push_back(4ull * static_cast<uint64_t>(shard_rows(rows, w, idx) * rn));
+        it->second.push_back(4ull * static_cast<uint64_t>(stored(params[k.param], idx)));
       }
   }
   return out;

@@ -126,7 +126,7 @@ CheckpointMetadata parse(const nlohmann::json& j) {
   m.seed = seed.get<uint64_t>();
   m.world_size = static_cast<int>(jr::get_int(j["world_size"], "world_size", 1, 1 << 20, "2"));
   jr::require_object(j["mesh"], "mesh", R"({"replicate": 1, "shard": 2, "tp": 1})");
-  jr::reject_unknown_fields(j["mesh"], "mesh", {"replicate", "shard", "tp"});
+  jr::reject_unknown_fields(j["mesh"], "mesh", {"replicate", "shard", "tp", "ep"});
   for (const char* k : {"replicate", "shard"})
     jr::require_field(j["mesh"], "mesh", k, "the metadata is damaged");
   m.replicate =
@@ -141,6 +141,13 @@ CheckpointMetadata parse(const nlohmann::json& j) {
                          (m.tp > 1 ? " x tp " + std::to_string(m.tp) : "") + " is not world_size " +
                          std::to_string(m.world_size),
                      "the metadata is damaged");
+  if (j["mesh"].contains("ep"))
+    m.ep = static_cast<int>(jr::get_int(j["mesh"]["ep"], "mesh.ep", 1, 1 << 20, "2"));
+  if (m.shard % m.ep != 0)
+    throw InputError(
+        "mesh.ep",
+        "is " + std::to_string(m.ep) + ", which does not divide shard " + std::to_string(m.shard),
+        "the metadata is damaged");
   m.optimizer_steps = jr::get_int(j["optimizer_steps"], "optimizer_steps", 0, kMaxI, "3");
   if (j.contains("data")) {
     const auto& d = j["data"];
@@ -231,6 +238,7 @@ nlohmann::json metadata_to_json(const CheckpointMetadata& m) {
   j["seed"] = m.seed;
   j["world_size"] = m.world_size;
   j["mesh"] = {{"replicate", m.replicate}, {"shard", m.shard}, {"tp", m.tp}};
+  if (m.ep > 1) j["mesh"]["ep"] = m.ep;  // NOTE [Pieces of expert-parallel weights]
   j["optimizer_steps"] = m.optimizer_steps;
   if (m.data)
     j["data"] = {{"source", m.data->source},

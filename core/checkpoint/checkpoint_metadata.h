@@ -64,7 +64,8 @@ struct CheckpointMetadata {
   int world_size = 1;
   int replicate = 1, shard = 1;  // mesh: replicate x shard (HSDP); FSDP is replicate 1
   int tp = 1;                    // the tp dim: world_size = replicate x shard x tp
-  int64_t optimizer_steps = 0;   // AdamW's step count (bias correction)
+  int ep = 1;  // expert parallelism within the shard dim (efsdp x ep = shard); 1: none
+  int64_t optimizer_steps = 0;                 // AdamW's step count (bias correction)
   std::optional<CheckpointDataPosition> data;  // token data sets only
   std::vector<CheckpointFile> files;
   std::vector<CheckpointTensor> tensors;

@@ -6,12 +6,39 @@
 #include "core/fsdp/shard_layout.h"
 
 namespace fullshard {
+namespace {
+
+// NOTE [Pieces of expert-parallel weights] (piece_layout.h).
+ChunkBox expert_box(const Shape& global, const PieceLayout& l, int shard_rank) {
+  const int ep = l.ep_degree, efsdp = l.shard_world / std::max(ep, 1);
+  FULLSHARD_CHECK(ep >= 1 && l.shard_world % ep == 0 && l.tp_dim < 0 && l.tp_degree == 1 &&
+                      (l.shard_dim == 0 || l.shard_dim == 1) &&
+                      static_cast<size_t>(l.shard_dim) < global.size() && global[0] % ep == 0,
+                  "piece_box: bad expert layout");
+  Shape local = global;
+  local[0] /= ep;
+  const int e = shard_rank % ep, f = shard_rank / ep;
+  ChunkBox b;
+  if (l.shard_dim == 0) {
+    b = rows_box(local, shard_row_offset(local[0], efsdp, f), shard_rows(local[0], efsdp, f));
+  } else {
+    FULLSHARD_CHECK(local[1] % efsdp == 0, "piece_box: Shard(1) needs an even split of dim 1");
+    b = full_box(local);
+    b.lengths[1] = local[1] / efsdp;
+    b.offsets[1] = f * b.lengths[1];
+  }
+  b.offsets[0] += e * local[0];
+  return b;
+}
+
+}  // namespace
 
 ChunkBox piece_box(const Shape& global, const PieceLayout& l, int tp_index, int shard_rank) {
   FULLSHARD_CHECK(!global.empty() && l.tp_degree >= 1 && l.shard_world >= 1 && tp_index >= 0 &&
                       tp_index < l.tp_degree && shard_rank >= 0 && shard_rank < l.shard_world,
                   "piece_box: bad layout");
   FULLSHARD_CHECK(!multi_box(l), "piece_box: a blocked tp layout is several boxes (piece_boxes)");
+  if (l.ep_degree > 1 || l.shard_dim != 0) return expert_box(global, l, shard_rank);
   Shape local = global;
   if (l.tp_dim >= 0) {
     FULLSHARD_CHECK(
@@ -65,6 +92,16 @@ std::vector<StoredPiece> stored_pieces(const Shape& global, const PieceLayout& l
 std::vector<std::string> dtensor_placements(const PieceLayout& l) {
   std::vector<std::string> p;
   if (l.replicate > 1) p.push_back("Replicate()");
+  if (l.ep_degree > 1) {  // over (efsdp, ep): NOTE [Pieces of expert-parallel weights]
+    p.push_back(l.shard_dim == 1 ? "Shard(1)"
+                                 : "_StridedShard(dim=0, sf=" + std::to_string(l.ep_degree) + ")");
+    p.push_back("Shard(0)");
+    return p;
+  }
+  if (l.shard_dim == 1) {
+    p.push_back("Shard(1)");
+    return p;
+  }
   const bool strided = l.tp_degree > 1 && l.tp_dim == 0;
   p.push_back(strided ? "_StridedShard(dim=0, sf=" + std::to_string(l.tp_degree) + ")"
                       : "Shard(0)");

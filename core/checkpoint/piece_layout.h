@@ -28,6 +28,18 @@
 // stacked on dim 0), and metadata.json lists one chunk per box: the chunks of a tensor in one
 // file are stored back to back in the order metadata.json lists them (CheckpointReader), so
 // a checkpoint with one chunk per tensor and file, every earlier one, reads as before.
+//
+// NOTE [Pieces of expert-parallel weights]: a routed expert weight [E, ...] is split over ep
+// (ExpertParallel's Shard(0): ep index e holds experts [e*E/ep, (e+1)*E/ep)) and that local
+// tensor is fully_shard-ed over the efsdp ranks (NOTE [Expert-parallel mesh]: shard rank i is
+// ep index i % ep, efsdp index i / ep, efsdp = shard_world / ep), on dim 0 (torch.chunk rows of
+// the E/ep experts) or, where efsdp exceeds E/ep, on dim 1 (every local expert's block
+// [f*d1/efsdp, +d1/efsdp) of dim 1, no padding: NOTE [Shard(i) placement]). Either way a shard
+// rank's piece is ONE box of the global tensor: the FSDP box of the local tensor moved by
+// e*E/ep rows. The (e, f) pairs of one shard group are every pair once, so the pieces tile the
+// tensor and, as for dense weights, only HSDP's replicate rank 0 stores them. DTensor writes
+// the placements over (efsdp, ep) as for a ColwiseParallel weight: efsdp _StridedShard(dim=0,
+// sf=ep) when both cut dim 0 (else Shard(1)), ep Shard(0); the metadata's mesh says "ep".
 #include <string>
 #include <vector>
 
@@ -42,6 +54,10 @@ struct PieceLayout {
   int replicate = 1;    // size of HSDP's replicate dim (placements only)
   int tp_blocks =
       1;  // tp_dim 0: stacked blocks each split over tp (NOTE [Multi-box pieces of fused weights])
+  // An expert weight (NOTE [Pieces of expert-parallel weights]): the ep degree that splits its
+  // dim 0 (it divides shard_world), and FSDP's shard dim over the efsdp ranks (0 or 1).
+  int ep_degree = 1;
+  int shard_dim = 0;
 };
 
 // Whether a piece of this layout may be several boxes (a blocked Shard(0) over tp > 1).
@@ -80,7 +96,8 @@ struct StoredPiece {
 std::vector<StoredPiece> stored_pieces(const Shape& global, const PieceLayout& l);
 
 // DTensor's placements over the mesh (replicate if > 1, shard, tp if > 1), e.g.
-// ["_StridedShard(dim=0, sf=2)", "Shard(0)"] for a ColwiseParallel weight under FSDP x tp 2.
+// ["_StridedShard(dim=0, sf=2)", "Shard(0)"] for a ColwiseParallel weight under FSDP x tp 2;
+// an expert weight's are over (replicate if > 1, efsdp, ep): ["Shard(1)", "Shard(0)"].
 std::vector<std::string> dtensor_placements(const PieceLayout& l);
 
 }  // namespace fullshard

@@ -1,5 +1,6 @@
 #include "core/checkpoint/rank_pieces.h"
 
+#include "core/mesh/expert_mesh.h"
 #include "core/train/training_program.h"
 
 namespace fullshard {
@@ -11,6 +12,11 @@ PieceLayout RankPieces::layout_of(const Param& p) const {
     l.tp_blocks = p.tp_blocks;  // GPT-2's c_attn: NOTE [Multi-box pieces of fused weights]
   }
   if (mesh.tp_degree > 1 && p.tp_placement == TpPlacement::kShard1) l.tp_dim = 1;
+  if (p.ep_degree > 1) {  // NOTE [Pieces of expert-parallel weights]
+    l.ep_degree = p.ep_degree;
+    l.shard_dim =
+        expert_shard_dim(p.global_shape().at(0), p.ep_degree, mesh.shard_world / p.ep_degree);
+  }
   return l;
 }
 

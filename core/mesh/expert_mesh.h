@@ -19,4 +19,10 @@ struct ExpertGroups {
 };
 ExpertGroups expert_groups(const ProcessGroup& shard, int global_rank, int ep);
 
+// FSDP2's shard dim of a routed expert weight over its efsdp ranks (NOTE [Experts' own unit] in
+// core/train/apply_fsdp.cc): Shard(1) when efsdp exceeds the experts per ep rank, else Shard(0).
+inline int expert_shard_dim(int64_t num_experts, int ep, int efsdp) {
+  return static_cast<int64_t>(efsdp) * ep > num_experts ? 1 : 0;
+}
+
 }  // namespace fullshard

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/common/error.h"
+#include "core/mesh/expert_mesh.h"
 
 namespace fullshard {
 namespace {
@@ -153,7 +154,7 @@ void apply_fsdp(const Scenario& s, Transformer& model, FSDPRuntime& fsdp, bool p
     FullyShardOptions eo = unit_options(blk->fqn);
     eo.shard_group = mesh.efsdp_group;
     const int ep = s.expert_parallel.degree;
-    if (mesh.efsdp_group->size() * ep > s.model.moe.num_experts) eo.shard_dim = 1;
+    eo.shard_dim = expert_shard_dim(s.model.moe.num_experts, ep, mesh.efsdp_group->size());
     eo.gradient_divide_factor =
         mesh.shard_group.size() * (mesh.replicate_group ? mesh.replicate_group->size() : 1);
     expert_states[blk] = &fsdp.fully_shard(moe->child("experts"), eo, false);

@@ -102,7 +102,35 @@ if "$bin" compare "$tmp/max.json" --steps 2 > "$tmp/out" 2>&1 && grep -q "ok: pr
 else
   echo "FAIL compare with max receive buffers:"; cat "$tmp/out"; fail=1
 fi
-expect ep-checkpoints-refused '--checkpoint-every: is given with expert_parallel.degree 2: checkpoints' -- train "$cpu_ep" --steps 2 --checkpoint-every 1 --checkpoint-dir "$tmp/ck"
+# Checkpoints of the ep run (NOTE [Pieces of expert-parallel weights]): saving every 2 steps
+# changes no loss, a resume on the same mesh continues bit for bit, and the ep 2 checkpoint
+# resumed on tiny-moe-cpu2 (ep 1, 2 ranks) continues as the dense run does.
+if "$bin" train "$cpu_ep" --steps 4 --checkpoint-every 2 --checkpoint-dir "$tmp/ck" \
+     --metrics "$tmp/ck.jsonl" > "$tmp/out" 2>&1 \
+   && "$bin" checkpoint inspect "$tmp/ck/step-00000002" > "$tmp/inspect" 2>&1 \
+   && grep -qF "mesh replicate 1 x shard 4 (efsdp 2 x ep 2)" "$tmp/inspect" \
+   && "$bin" train "$cpu_ep" --steps 4 --resume "$tmp/ck/step-00000002" \
+     --metrics "$tmp/resume-ep.jsonl" >> "$tmp/out" 2>&1 \
+   && "$bin" train "$cpu_sc" --steps 4 --resume "$tmp/ck/step-00000002" \
+     --metrics "$tmp/resume-dense.jsonl" >> "$tmp/out" 2>&1 \
+   && python3 - "$tmp" <<'P'
+import json, sys
+def losses(name):
+    return {j["step"]: j["loss"] for j in map(json.loads, open(sys.argv[1] + "/" + name))}
+ep, dense, saved = losses("ep.jsonl"), losses("dense.jsonl"), losses("ck.jsonl")
+r_ep, r_dense = losses("resume-ep.jsonl"), losses("resume-dense.jsonl")
+assert [saved[k] for k in range(4)] == [ep[k] for k in range(4)], (saved, ep)
+assert sorted(r_ep) == sorted(r_dense) == [2, 3], (r_ep, r_dense)
+assert all(r_ep[k] == ep[k] for k in (2, 3)), (r_ep, ep)
+assert all(abs(r_dense[k] - dense[k]) <= 1e-4 for k in (2, 3)), (r_dense, dense)
+print(f"step 2 loss: ep 2 -> ep 2 resume {r_ep[2]:.6f}, ep 2 -> ep 1 resume {r_dense[2]:.6f}, "
+      f"uninterrupted ep 1 {dense[2]:.6f}")
+P
+then
+  echo "ok   tiny-moe-ep2-cpu4 checkpoints: resumed on ep 2 bit for bit, on tiny-moe-cpu2 as dense"
+else
+  echo "FAIL tiny-moe-ep2-cpu4 checkpoints:"; cat "$tmp/out" "$tmp/inspect"; fail=1
+fi
 "$bin" train "$sc" --steps 1 --backend cuda > "$tmp/out" 2> "$tmp/err"; rc=$?
 if [ "$rc" -eq 2 ] && [ "$(wc -l < "$tmp/err")" -eq 1 ] &&
    grep -Eq "model.moe: .*cuda backend|built without the CUDA backend" "$tmp/err"; then

@@ -2,16 +2,23 @@
 // store; the MoE kernels in backends/cpu/kernels/moe_*.cc, docs/moe.md): over random expert
 // counts, top-k, score functions, shared experts, alignments and FSDP meshes, the simulator's
 // peaks equal the measured ones to the byte on every rank, sharded training equals unsharded
-// training within the dense tests' fp32 tolerance, and the tiny MoE's loss falls.
+// training within the dense tests' fp32 tolerance, and the tiny MoE's loss falls; checkpoints
+// of expert-parallel runs resume, reshard to other ep degrees, export and load as weights
+// (NOTE [Pieces of expert-parallel weights]).
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include "core/checkpoint/export.h"
 #include "core/scenario/moe_checks.h"
+#include "runner/init_weights.h"
 #include "runner/launcher.h"
+#include "simulator/checkpoint_cost.h"
+#include "tests/support/checkpoint_support.h"
 #include "tests/support/cpu_support.h"
 #include "tests/support/input_error.h"
 #include "tests/support/prop_support.h"
 #include "tests/support/sim_support.h"
+#include "tests/support/temp_dir.h"
 
 using namespace fullshard;
 using namespace fullshard::testing;
@@ -241,13 +248,117 @@ TEST(RealMoeTraining, LauncherRefusesMoeOnlyWithoutKernels) {
   ep["expert_parallel"]["receive_buffers"] = "max";
   EXPECT_EQ(input_error_of([&] { runner::validate_launch(lo, parse_scenario(ep), cpu_kind); }),
             "");
-  // Checkpoint pieces are laid out by the shard dim and tp only: refused with ep, by flag.
+  // Checkpoints lay out expert-parallel pieces (NOTE [Pieces of expert-parallel weights]).
   runner::LaunchOptions ck = lo;
   ck.checkpoint_every = 2;
-  ck.checkpoint_dir = "unused";
-  const std::string ce =
-      input_error_of([&] { runner::validate_launch(ck, parse_scenario(ep), cpu_kind); });
-  EXPECT_NE(ce.find("--checkpoint-every: is given with expert_parallel.degree 2:"),
-            std::string::npos)
-      << ce;
+  TempDir d;
+  ck.checkpoint_dir = d.path();
+  EXPECT_EQ(input_error_of([&] { runner::validate_launch(ck, parse_scenario(ep), cpu_kind); }), "");
+}
+
+namespace {
+
+// tiny-moe with `experts` experts on `mesh` ({shard} or HSDP {replicate, shard}) x ep `ep`, 8
+// sequences of 8 tokens per step over the ranks; Adam's eps 1e-4 where ep meets ep 1 (NOTE
+// [Adam's noise gain]).
+Scenario ep_scenario(const std::vector<int>& mesh, int ep, int experts = 4) {
+  TinyOptions o;
+  o.model = "tiny-moe";
+  o.mesh = mesh;
+  o.seq = 8;
+  o.steps = 6;
+  o.batch = 8 / (mesh.size() == 2 ? mesh[0] * mesh[1] : mesh[0]);
+  json j = tiny_scenario_json(o);
+  if (mesh.size() == 2) j["fsdp"]["mesh"]["dim_names"] = {"dp_replicate", "dp_shard"};
+  j["training"]["optimizer"] = {{"lr", 1e-3}, {"eps", 1e-4}, {"max_grad_norm", 1.0}};
+  j["training"]["seed"] = 5;
+  if (ep > 1) j["expert_parallel"] = {{"degree", ep}, {"receive_buffers", "max"}};
+  Scenario s = parse_scenario(j);
+  s.model.moe.num_experts = experts;
+  if (ep > 1) check_expert_parallel(s);
+  return s;
+}
+
+std::string mesh_name(const std::vector<int>& mesh, int ep, int experts) {
+  return (mesh.size() == 2 ? "HSDP " + std::to_string(mesh[0]) + " x " + std::to_string(mesh[1])
+                           : "FSDP " + std::to_string(mesh[0])) +
+         " x ep " + std::to_string(ep) + ", " + std::to_string(experts) + " experts";
+}
+
+}  // namespace
+
+// An ep run's checkpoint resumes on its own mesh bit for bit: FSDP 4 x ep 2 with 4 experts
+// (efsdp 2 shards each rank's 2 experts on dim 0) and with 2 experts (efsdp 2 > 1: Shard(1)).
+TEST(RealMoeCheckpoint, ExpertParallelResumeContinuesBitIdentically) {
+  for (int experts : {4, 2}) {
+    TempDir d;
+    expect_resume_continues_bit_identically(ep_scenario({4}, 2, experts), d.path(),
+                                            mesh_name({4}, 2, experts));
+  }
+}
+
+// Saved at ep 2 (Shard(0) and Shard(1) expert pieces; HSDP: replicate rank 0 writes) and loaded
+// at ep 1, ep 4 and HSDP x ep 2, and saved at ep 1 and loaded at ep 2: each resumed run ends
+// where one rank trained straight through does (NOTE [fp32 tolerance]).
+TEST(RealMoeCheckpoint, ReshardAcrossEpDegreesMatchesUnsharded) {
+  struct Case {
+    std::vector<int> save_mesh;
+    int save_ep, experts;
+    std::vector<std::pair<std::vector<int>, int>> loads;  // (mesh, ep)
+  };
+  for (const Case& c : std::vector<Case>{{{4}, 2, 4, {{{2}, 1}, {{4}, 4}, {{2, 2}, 2}}},
+                                         {{2}, 1, 4, {{{4}, 2}}},
+                                         {{2, 2}, 2, 4, {{{2}, 1}}},
+                                         {{4}, 2, 2, {{{2}, 1}}}}) {
+    const RealRun ref = run_real(ep_scenario({1}, 1, c.experts), 6);
+    TempDir d;
+    run_real(ep_scenario(c.save_mesh, c.save_ep, c.experts), 3, saving(d.path(), 3));
+    for (const auto& [mesh, ep] : c.loads) {
+      const std::string what = mesh_name(c.save_mesh, c.save_ep, c.experts) + " loaded on " +
+                               mesh_name(mesh, ep, c.experts);
+      const RealRun resumed = run_real(ep_scenario(mesh, ep, c.experts), 6, resuming(d.path()));
+      ASSERT_EQ(resumed.mean_loss.size(), 3u) << what;  // steps 3, 4, 5
+      std::string where;
+      EXPECT_LE(max_violation(resumed, ref, 1e-5, 1e-3, &where), 1.0) << where << ": " << what;
+      for (size_t k = 0; k < 3; ++k)
+        EXPECT_NEAR(resumed.mean_loss[k], ref.mean_loss[3 + k], 1e-4) << what;
+    }
+  }
+}
+
+// The export of an ep checkpoint (saved asynchronously: each rank stages what the simulator's
+// checkpoint cost says it writes) is the full parameters byte for byte (the metadata says
+// mesh.ep and DTensor's placements over (efsdp, ep)), and `--init-from` that file into the ep
+// run sets every parameter to those bytes: Shard(0) and Shard(1) expert pieces.
+TEST(RealMoeCheckpoint, ExpertParallelExportIsTheFullParametersAndInitFromLoadsThem) {
+  for (int experts : {4, 2}) {
+    const std::string what = mesh_name({4}, 2, experts);
+    TempDir d;
+    const Scenario s = ep_scenario({4}, 2, experts);
+    const RealRun trained = run_real(s, 2, saving(d.path(), 2, CheckpointSaveMode::kAsync));
+    const std::vector<uint64_t> predicted = sim::checkpoint_shard_bytes(s);
+    for (int r = 0; r < 4; ++r)
+      EXPECT_EQ(trained.ranks[r].checkpoint.staging_bytes, predicted[r]) << r << ": " << what;
+    CheckpointReader reader(resolve_checkpoint(d.path(), "--resume"));
+    reader.verify();
+    EXPECT_EQ(reader.metadata().ep, 2);
+    const CheckpointTensor* w1 = reader.metadata().find("param/layers.1.moe.experts.w1");
+    ASSERT_NE(w1, nullptr);
+    EXPECT_EQ(w1->placements,
+              (std::vector<std::string>{experts == 4 ? "_StridedShard(dim=0, sf=2)" : "Shard(1)",
+                                        "Shard(0)"}))
+        << what;
+    ExportOptions eo;
+    eo.out = d.path() + "/model.safetensors";
+    eo.hf_names = false;  // routed experts have no Hugging Face name (--names fullshard)
+    export_safetensors(reader, eo);
+    SafetensorsReader st(eo.out);
+    for (const auto& [fqn, values] : trained.params) {
+      const auto bytes = st.read_all(export_name("llama", fqn, false).name);
+      ASSERT_EQ(bytes.size(), values.size() * 4) << fqn << ": " << what;
+      EXPECT_EQ(std::memcmp(bytes.data(), values.data(), bytes.size()), 0) << fqn << ": " << what;
+    }
+    runner::validate_init_weights(eo.out, s);
+    expect_bit_identical(run_real(s, 0, init_from(eo.out)), trained);
+  }
 }

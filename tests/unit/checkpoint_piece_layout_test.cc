@@ -1,15 +1,18 @@
-// NOTE [Strided pieces of tensor-parallel weights] and NOTE [Pieces as boxes]: the pieces a
-// save under any FSDP x tp layout stores tile the global tensor, and the reads a rank of any
-// other layout makes rebuild exactly its piece (values = global element index), reading every
-// byte it needs once; damaged boxes are InputErrors.
+// The pieces a save under any FSDP x tp or FSDP x ep layout stores tile the global tensor, and
+// the reads a rank of any other layout makes rebuild exactly its piece (values = global element
+// index), reading every byte it needs once; damaged boxes are InputErrors. See
+// NOTE [Strided pieces of tensor-parallel weights], NOTE [Pieces of expert-parallel weights]
+// and NOTE [Pieces as boxes].
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
 #include <cstring>
 
+#include "core/checkpoint/checkpoint_dir.h"
 #include "core/checkpoint/checkpoint_metadata.h"
 #include "core/checkpoint/piece_layout.h"
 #include "core/common/error.h"
+#include "core/fsdp/shard_layout.h"
 #include "tests/support/input_error.h"
 
 namespace fullshard {
@@ -74,6 +77,132 @@ RC_GTEST_PROP(PieceLayoutProp, AnyLayoutLoadsOnAnyLayout, ()) {
       RC_ASSERT(total == got.size() * 4);  // each byte once
       RC_ASSERT(got == expect);
     }
+}
+
+// The values a piece of `global` (any rank) holds: element i (row-major) is i.
+std::vector<int32_t> stored_nd(const Shape& global, const ChunkBox& box) {
+  std::vector<int32_t> v;
+  const int64_t n = box_numel(box);
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t rest = k, g = 0, stride = 1;
+    for (size_t d = global.size(); d-- > 0;) {
+      g += (box.offsets[d] + rest % box.lengths[d]) * stride;
+      rest /= box.lengths[d];
+      stride *= global[d];
+    }
+    v.push_back(static_cast<int32_t>(g));
+  }
+  return v;
+}
+
+// An expert weight [E, a, b] under FSDP `shard` x ep (NOTE [Pieces of expert-parallel
+// weights]), efsdp = shard / ep sharding dim 0 or, when it exceeds E / ep, dim 1.
+PieceLayout random_expert_layout(int64_t E, int64_t a) {
+  std::vector<int> eps;
+  for (int ep = 1; ep <= 4; ++ep)
+    if (E % ep == 0) eps.push_back(ep);
+  PieceLayout l;
+  l.ep_degree = *rc::gen::elementOf(eps);
+  std::vector<int> efsdps;
+  for (int f = 1; f <= 4; ++f)
+    if (f <= E / l.ep_degree || a % f == 0) efsdps.push_back(f);
+  const int efsdp = *rc::gen::elementOf(efsdps);
+  l.shard_world = efsdp * l.ep_degree;
+  l.shard_dim = efsdp > E / l.ep_degree ? 1 : 0;
+  l.replicate = *rc::gen::inRange(1, 3);
+  return l;
+}
+
+// Saved under one random (ep, efsdp) and loaded under another: the stored pieces tile the
+// tensor once, every shard rank's box is its local tensor's FSDP piece (E / ep experts moved by
+// the ep index), and each rank of the loading layout rebuilds its piece reading each byte once.
+RC_GTEST_PROP(PieceLayoutProp, ExpertLayoutsTileAndLoadOnAnyExpertLayout, ()) {
+  const int64_t E = *rc::gen::element<int64_t>(1, 2, 3, 4, 6, 8, 12);
+  const Shape global = {E, *rc::gen::element<int64_t>(2, 4, 12), *rc::gen::inRange<int64_t>(1, 4)};
+  const PieceLayout save = random_expert_layout(E, global[1]);
+  const PieceLayout load = random_expert_layout(E, global[1]);
+  RC_TAG("ep " + std::to_string(save.ep_degree) + " Shard(" + std::to_string(save.shard_dim) + ")");
+  std::vector<ChunkBox> boxes;
+  std::vector<std::vector<int32_t>> data;
+  int64_t total_elems = 0;
+  for (const auto& p : stored_pieces(global, save)) {
+    RC_ASSERT(p.file_index >= 0 && p.file_index < piece_files(save));
+    boxes.push_back(p.box);
+    data.push_back(stored_nd(global, p.box));
+    total_elems += box_numel(p.box);
+  }
+  RC_ASSERT(static_cast<int>(boxes.size()) == save.shard_world);  // one piece per shard rank
+  RC_ASSERT(total_elems == numel(global));
+  validate_boxes(global, boxes, "test");  // they tile the tensor exactly once
+  const int64_t El = E / save.ep_degree, efsdp = save.shard_world / save.ep_degree;
+  for (int s = 0; s < save.shard_world; ++s) {
+    const ChunkBox b = piece_box(global, save, 0, s);
+    const int64_t e = s % save.ep_degree, f = s / save.ep_degree;
+    RC_ASSERT(b.offsets[0] >= e * El && b.offsets[0] + b.lengths[0] <= (e + 1) * El);
+    if (save.shard_dim == 1) {
+      RC_ASSERT(b.lengths == (Shape{El, global[1] / efsdp, global[2]}));
+      RC_ASSERT(b.offsets == (Shape{e * El, f * (global[1] / efsdp), 0}));
+    } else {
+      RC_ASSERT(b.lengths[0] == shard_rows(El, static_cast<int>(efsdp), static_cast<int>(f)));
+    }
+  }
+  for (int s = 0; s < load.shard_world; ++s) {
+    const ChunkBox want = piece_box(global, load, 0, s);
+    const auto expect = stored_nd(global, want);
+    std::vector<int32_t> got(expect.size(), -1);
+    uint64_t bytes = 0;
+    for (const auto& r : reads_for_box(global, 4, boxes, want)) {
+      RC_ASSERT(r.src_offset + r.bytes <= data[r.chunk].size() * 4);
+      RC_ASSERT(r.dst_offset + r.bytes <= got.size() * 4);
+      std::memcpy(reinterpret_cast<char*>(got.data()) + r.dst_offset,
+                  reinterpret_cast<const char*>(data[r.chunk].data()) + r.src_offset, r.bytes);
+      bytes += r.bytes;
+    }
+    RC_ASSERT(bytes == got.size() * 4);  // each byte once
+    RC_ASSERT(got == expect);
+  }
+}
+
+// tiny-moe-ep2-cpu4's w1 [4, 16, 8] (4 experts, FSDP 4 x ep 2, efsdp 2: Shard(0)), and 2 experts
+// on the same mesh (efsdp 2 > 1 expert per rank: Shard(1)); placements over (efsdp, ep).
+TEST(PieceLayout, ExpertPiecesSelectTheirEpBlock) {
+  PieceLayout l;
+  l.shard_world = 4;
+  l.ep_degree = 2;
+  // Shard rank 1 is ep index 1, efsdp index 0: expert 2 (the first of ep block [2, 4)).
+  EXPECT_EQ(piece_box({4, 16, 8}, l, 0, 1), (ChunkBox{{2, 0, 0}, {1, 16, 8}}));
+  EXPECT_EQ(piece_box({4, 16, 8}, l, 0, 2), (ChunkBox{{1, 0, 0}, {1, 16, 8}}));
+  EXPECT_EQ(dtensor_placements(l),
+            (std::vector<std::string>{"_StridedShard(dim=0, sf=2)", "Shard(0)"}));
+  l.shard_dim = 1;
+  EXPECT_EQ(piece_box({2, 16, 8}, l, 0, 3), (ChunkBox{{1, 8, 0}, {1, 8, 8}}));
+  l.replicate = 2;
+  EXPECT_EQ(dtensor_placements(l),
+            (std::vector<std::string>{"Replicate()", "Shard(1)", "Shard(0)"}));
+}
+
+// The metadata of an FSDP 4 x ep 2 save says mesh.ep and reads back the same; an ep that does
+// not divide the shard dim is a damaged metadata, named.
+TEST(PieceLayout, MetadataMeshEpRoundTrips) {
+  PieceLayout l;
+  l.shard_world = 4;
+  l.ep_degree = 2;
+  CheckpointMetadata m;
+  m.world_size = m.shard = 4;
+  m.ep = 2;
+  for (int r = 0; r < 4; ++r) m.files.push_back({shard_file_name(r, 4), 1024});
+  m.tensors.push_back(placed_tensor("param/w1", "F32", {4, 16, 8}, l));
+  nlohmann::json j = metadata_to_json(m);
+  EXPECT_EQ(j["mesh"]["ep"], 2);
+  const CheckpointMetadata back = metadata_from_json(j, "metadata.json");
+  EXPECT_EQ(back.ep, 2);
+  EXPECT_EQ(back.tensors[0].chunks[1].box, m.tensors[0].chunks[1].box);
+  EXPECT_EQ(back.tensors[0].placements, m.tensors[0].placements);
+  j["mesh"]["ep"] = 3;
+  EXPECT_NE(input_error_of([&] {
+              metadata_from_json(j, "metadata.json");
+            }).find("mesh.ep: is 3, which does not divide shard 4"),
+            std::string::npos);
 }
 
 TEST(PieceLayout, ColwiseWeightUnderFsdpIsStrided) {

@@ -43,18 +43,20 @@ int inspect(const CheckpointFlags& f) {
   std::cout << fmt::format(
       "  scenario {} ({}), step {} (resumes at step {}), seed {}, AdamW steps {}\n",
       printable(m.scenario), m.arch, m.step, m.next_step, m.seed, m.optimizer_steps);
-  std::cout << fmt::format("  saved by {} ranks: mesh replicate {} x shard {}{}; {} files, {}\n",
+  std::cout << fmt::format("  saved by {} ranks: mesh replicate {} x shard {}{}{}; {} files, {}\n",
                            m.world_size, m.replicate, m.shard,
-                           m.tp > 1 ? fmt::format(" x tp {}", m.tp) : "", m.files.size(),
-                           sim::format_bytes(file_bytes));
+                           m.tp > 1 ? fmt::format(" x tp {}", m.tp) : "",
+                           m.ep > 1 ? fmt::format(" (efsdp {} x ep {})", m.shard / m.ep, m.ep) : "",
+                           m.files.size(), sim::format_bytes(file_bytes));
   std::cout << fmt::format("  {} tensors, {} parameters\n", m.tensors.size(), params);
-  // With tensor parallelism the pieces are boxes of the global tensor (NOTE [Pieces as boxes]).
+  // With tensor or expert parallelism the pieces are boxes of the global tensor (NOTE [Pieces as
+  // boxes], NOTE [Pieces of expert-parallel weights]).
+  const bool boxes = m.tp > 1 || m.ep > 1;
   std::cout << fmt::format("  {:<48} {:>5} {:>14} {:>12}  {}\n", "tensor", "dtype", "shape",
-                           "bytes", m.tp > 1 ? "placements: pieces@file" : "rows per file");
+                           "bytes", boxes ? "placements: pieces@file" : "rows per file");
   for (const auto& t : m.tensors) {
     std::string pieces;
-    if (m.tp >
-        1) {  // DTensor placements, then every piece's slice of the global tensor and its file
+    if (boxes) {  // DTensor placements, then every piece's slice of the global tensor and its file
       for (const auto& p : t.placements) pieces += (pieces.empty() ? "" : ", ") + p;
       pieces += ":";
       for (const auto& c : t.chunks) {
