@@ -61,6 +61,7 @@ std::shared_ptr<const RecordedRouting> read_recorded_routing(const std::string& 
   rec->source = path;
   size_t start = 0;
   int line_no = 0;
+  int64_t steps_read = 0;
   while (start < text.size()) {
     size_t end = text.find('\n', start);
     if (end == std::string::npos) end = text.size();
@@ -72,6 +73,12 @@ std::shared_ptr<const RecordedRouting> read_recorded_routing(const std::string& 
     const nlohmann::json j = parse_json_text(line, where);
     if (!j.is_object() || !j.contains("ranks") || !j.at("ranks").is_array())
       throw InputError(P, where + " is not a --metrics line (no \"ranks\" array)", fix);
+    // The simulator plays from step 0: a resumed run's steps would replay as other steps.
+    if (j.contains("step") && j.at("step") != nlohmann::json(steps_read))
+      throw InputError(P, where + " is step " + j.at("step").dump() + " where step " +
+                              std::to_string(steps_read) + " comes next (a resumed run?)",
+                       "record a run from its first step, without --resume");
+    ++steps_read;
     for (const auto& r : j.at("ranks")) {
       if (!r.is_object() || !r.contains("rank") || !r.contains("tokens_per_expert"))
         throw InputError(P,

@@ -131,6 +131,9 @@ then
 else
   echo "FAIL tiny-moe-ep2-cpu4 checkpoints:"; cat "$tmp/out" "$tmp/inspect"; fail=1
 fi
+# A resumed run's metrics start at its resume step: not a routing the simulator can replay.
+sed 's/"ep.jsonl"/"resume-ep.jsonl"/; s/"steps": 6/"steps": 2/' "$tmp/replay.json" > "$tmp/replay-resumed.json"
+expect ep-replay-resumed 'is step 2 where step 0 comes next' -- simulate "$tmp/replay-resumed.json"
 "$bin" train "$sc" --steps 1 --backend cuda > "$tmp/out" 2> "$tmp/err"; rc=$?
 if [ "$rc" -eq 2 ] && [ "$(wc -l < "$tmp/err")" -eq 1 ] &&
    grep -Eq "model.moe: .*cuda backend|built without the CUDA backend" "$tmp/err"; then
