@@ -296,6 +296,7 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
   rep.allocator = st;
   rep.peak_host_bytes = b.memory().peak_host_bytes();
   rep.breakdown_at_peak = b.memory().at_peak_allocated().by_category;
+  if (b.tracks_moe_memory()) rep.moe_at_peak = b.moe_at_peak();
   rep.end_allocated_bytes = rep.allocated_after_step.empty() ? 0 : rep.allocated_after_step.back();
   if (!r.steps.empty()) rep.last_step_s = r.steps.back().seconds;
   if (observer) {

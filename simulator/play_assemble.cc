@@ -192,6 +192,7 @@ void memory_figures(RankClassReport& c, const Recorded& rec) {
   c.peak_reserved_bytes = mem.at_peak_reserved().reserved_bytes;
   c.peak_host_bytes = mem.peak_host_bytes();
   c.breakdown_at_peak = mem.at_peak_allocated().by_category;
+  if (rec.backend->tracks_moe_memory()) c.moe_at_peak = rec.backend->moe_at_peak();
   c.allocated_after_step = rec.allocated_after_step;
   c.init_peak_allocated_bytes = rec.init_peak_allocated_bytes;
   c.init_peak_reserved_bytes = rec.init_peak_reserved_bytes;

@@ -119,7 +119,7 @@ std::string report_summary(const SimulationReport& r) {
     for (auto& [ranks, rep] : shown)
       if (rep->peak_allocated_bytes == c.peak_allocated_bytes &&
           rep->peak_reserved_bytes == c.peak_reserved_bytes &&
-          rep->breakdown_at_peak == c.breakdown_at_peak &&
+          rep->breakdown_at_peak == c.breakdown_at_peak && rep->moe_at_peak == c.moe_at_peak &&
           rep->peak_host_bytes == c.peak_host_bytes && !rep->oom && !c.oom) {
         ranks.insert(ranks.end(), c.ranks.begin(), c.ranks.end());
         merged = true;
@@ -146,6 +146,14 @@ std::string report_summary(const SimulationReport& r) {
     }
     if (out.back() == ',') out.pop_back();
     out += "\n";
+    if (c.moe_at_peak) {  // NOTE [MoE memory at the peak]
+      out += "    of which MoE:";
+      for (MoePart p : kAllMoeParts)
+        out += fmt::format(" {} {},", moe_part_key(p),
+                           format_bytes((*c.moe_at_peak)[static_cast<int>(p)]));
+      out.pop_back();
+      out += "\n";
+    }
     if (!r.init.empty() && !c.oom)
       out += fmt::format(
           "    at start-up (training.init \"{}\"): peak allocated {}, peak reserved {}\n", r.init,

@@ -49,6 +49,11 @@ json rank_class_json(const RankReport& c) {
   cj["init_peak_reserved_bytes"] = c.init_peak_reserved_bytes;
   cj["peak_time_s"] = c.peak_time_s;
   cj["breakdown_at_peak"] = categories(c.breakdown_at_peak);
+  if (c.moe_at_peak) {
+    json m;
+    for (MoePart p : kAllMoeParts) m[std::string(moe_part_key(p))] = (*c.moe_at_peak)[static_cast<int>(p)];
+    cj["moe_at_peak"] = m;
+  }
   cj["allocated_after_step"] = c.allocated_after_step;
   cj["num_alloc_retries"] = c.allocator.num_alloc_retries;
   cj["num_segments"] = c.allocator.num_segments;
@@ -140,6 +145,12 @@ RankReport rank_report_from_json(const json& cj, const json& tl) {
   c.init_peak_reserved_bytes = field<uint64_t>(cj, "init_peak_reserved_bytes", w);
   c.peak_time_s = field<double>(cj, "peak_time_s", w);
   c.breakdown_at_peak = categories_from(field<json>(cj, "breakdown_at_peak", w));
+  if (cj.contains("moe_at_peak") && cj.at("moe_at_peak").is_object()) {
+    MoeBytes m{};
+    for (MoePart p : kAllMoeParts)
+      m[static_cast<int>(p)] = cj.at("moe_at_peak").value(std::string(moe_part_key(p)), uint64_t{0});
+    c.moe_at_peak = m;
+  }
   c.allocated_after_step = field<std::vector<uint64_t>>(cj, "allocated_after_step", w);
   c.allocator.num_alloc_retries = field<uint64_t>(cj, "num_alloc_retries", w);
   c.allocator.num_segments = field<uint64_t>(cj, "num_segments", w);

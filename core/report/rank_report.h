@@ -12,6 +12,7 @@
 #include "core/memory/caching_allocator.h"
 #include "core/memory/category.h"
 #include "core/memory/memory_tracker.h"
+#include "core/memory/moe_memory.h"
 #include "core/runtime/op.h"
 #include "core/runtime/stream.h"
 
@@ -62,6 +63,9 @@ struct RankReport {
   uint64_t init_peak_allocated_bytes = 0;
   uint64_t init_peak_reserved_bytes = 0;
   CategoryBytes breakdown_at_peak{};  // device allocated bytes by category at the peak
+  // A mixture-of-experts model's experts and routed tokens among them (NOTE [MoE memory at the
+  // peak] in core/memory/moe_memory.h); nullopt for a dense model.
+  std::optional<MoeBytes> moe_at_peak;
   double peak_time_s = 0;
   uint64_t end_allocated_bytes = 0;            // after the last step
   std::vector<uint64_t> allocated_after_step;  // allocated bytes after each step's end

@@ -36,6 +36,13 @@ Buffer Backend::allocate(uint64_t bytes, MemCategory category, StreamRole stream
     throw OutOfMemoryError(bytes, category, std::string(what), memory_.current(),
                            memory_.capacity_bytes());
   }
+  if (track_moe_) {  // NOTE [MoE memory at the peak]
+    if (const auto part = moe_part(category, what)) {
+      moe_live_[static_cast<int>(*part)] += buf->block.size;
+      moe_buffers_.emplace(buf->id, std::make_pair(*part, buf->block.size));
+    }
+    if (memory_.at_peak_allocated().host_seq == seq) moe_at_peak_ = moe_live_;
+  }
   device_->on_allocate(*buf, stream, what);
   if (observer_) observer_(*buf, true, what);
   return *buf;
@@ -51,6 +58,13 @@ Buffer Backend::allocate_host(uint64_t bytes, MemCategory category, std::string_
 void Backend::free(const Buffer& buffer) {
   if (!buffer || out_of_memory_) return;
   memory_.free(buffer, next_host_seq());
+  if (track_moe_) {
+    const auto it = moe_buffers_.find(buffer.id);
+    if (it != moe_buffers_.end()) {
+      moe_live_[static_cast<int>(it->second.first)] -= it->second.second;
+      moe_buffers_.erase(it);
+    }
+  }
   device_->on_free(buffer);
   if (observer_) observer_(buffer, false, {});
 }

@@ -14,10 +14,12 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "core/memory/memory_tracker.h"
+#include "core/memory/moe_memory.h"
 #include "core/mesh/device_mesh.h"
 #include "core/runtime/communicator.h"
 #include "core/runtime/device.h"
@@ -92,6 +94,12 @@ class Backend {
   void free(const Buffer& buffer);  // never throws
   const MemoryTracker& memory() const { return memory_; }
   MemoryTracker& memory() { return memory_; }
+  // NOTE [MoE memory at the peak] (core/memory/moe_memory.h): from now on, keep which device
+  // bytes are the routed experts' and the routed tokens'; moe_at_peak() is their split when the
+  // allocated bytes (last) reached their peak. TrainingProgram turns it on for a MoE model.
+  void track_moe_memory() { track_moe_ = true; }
+  bool tracks_moe_memory() const { return track_moe_; }
+  const MoeBytes& moe_at_peak() const { return moe_at_peak_; }
 
   // ---- work (NOTE [Backend entry points]) ----
   void launch(StreamRole stream, const OpCall& op);
@@ -219,6 +227,9 @@ class Backend {
   std::array<int, kCollectiveKindCount> collective_counts_{};
   bool out_of_memory_ = false;  // after an OOM, frees during unwinding are not recorded
   AllocationObserver observer_;
+  bool track_moe_ = false;
+  MoeBytes moe_live_{}, moe_at_peak_{};
+  std::unordered_map<uint64_t, std::pair<MoePart, uint64_t>> moe_buffers_;  // id -> part, bytes
   bool record_launches_ = false;
   std::vector<LaunchedOp> launched_ops_;
   HostThread host_thread_ = HostThread::kMain;

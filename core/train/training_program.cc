@@ -154,6 +154,7 @@ ParameterCounts count_parameters(const Scenario& s) {
 TrainingProgram::~TrainingProgram() = default;
 
 TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
+  if (s.model.moe.enabled()) b.track_moe_memory();  // NOTE [MoE memory at the peak]
   b.set_blas_workspace_bytes(s.hardware.device.blas_workspace_bytes);  // NOTE [cuBLAS workspaces]
   if (s.pipeline.enabled()) {  // this rank's pipeline stages (core/train/pipeline_program.h)
     b.annotate("init");

@@ -154,6 +154,8 @@ inline void predicted_peaks_equal_measured(Scenario s) {
       RC_ASSERT(real.ranks[r].report.peak_reserved_bytes == c.peak_reserved_bytes);
       RC_ASSERT(real.ranks[r].report.init_peak_allocated_bytes == c.init_peak_allocated_bytes);
       RC_ASSERT(real.ranks[r].report.init_peak_reserved_bytes == c.init_peak_reserved_bytes);
+      // The experts' and routed tokens' bytes at the peak (NOTE [MoE memory at the peak]).
+      RC_ASSERT(real.ranks[r].report.moe_at_peak == c.moe_at_peak);
     }
 }
 
