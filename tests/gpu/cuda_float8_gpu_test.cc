@@ -86,7 +86,9 @@ TEST(CudaFloat8, AmaxPropagatesNaN) {
     for (int64_t i = 0; i < amax.numel(); ++i)
       EXPECT_EQ(std::isnan(r.gpu[0].get(i)), std::isnan(r.cpu[0].get(i))) << a.name << " " << i;
     for (int64_t i = 0; i < amax.numel(); ++i)
-      if (!std::isnan(r.cpu[0].get(i))) EXPECT_EQ(r.gpu[0].bits32(i), r.cpu[0].bits32(i)) << i;
+      if (!std::isnan(r.cpu[0].get(i))) {
+        EXPECT_EQ(r.gpu[0].bits32(i), r.cpu[0].bits32(i)) << i;
+      }
   }
 }
 

@@ -22,9 +22,9 @@ namespace fullshard::cuda {
 //   rounding to bf16 / fp16 is monotonic, so the max of rounded partials is the rounded max).
 //   NaN payloads may differ from the CPU's (which keeps the first NaN it meets).
 // - scale: amax_to_scale in float64 (IEEE division and product, then .to(float32)), and with
-//   power-of-two scales exp2f(floorf(log2f(s))) as torch's CUDA kernels compute it; glibc's
-//   log2f and CUDA's agree except within an ulp or so below a power of two (not seen in the
-//   GPU test's draws; torch's CPU and CUDA differ there too).
+//   power-of-two scales exp2f(floorf(log2f(s))) with CUDA's functions; glibc's log2f (the
+//   CPU's) and CUDA's may round differently within an ulp or so below a power of two, where
+//   the two backends' power-of-two scales could differ (docs/float8.md).
 // Operands are checked here as the CPU kernel checks them, before anything is enqueued.
 struct Float8CastPlan {
   Float8CastArgs a;
