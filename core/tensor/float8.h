@@ -72,8 +72,8 @@ FULLSHARD_HOST_DEVICE inline uint8_t float_to_float8(float x, const Float8Format
   const uint8_t overflow = saturate         ? max_code
                            : f.has_infinity ? (0x7F & ~((1 << f.mantissa_bits) - 1))
                                             : 0x7F;
-  if (a > 0x7F800000u) return sign | 0x7F;        // NaN
-  if (a == 0x7F800000u) return sign | overflow;   // inf
+  if (a > 0x7F800000u) return sign | 0x7F;       // NaN
+  if (a == 0x7F800000u) return sign | overflow;  // inf
   if (a < 0x00800000u) return sign;  // zero or an fp32 subnormal: far below half of 2^-16
   // |x| = sig * 2^(e2 - 23), sig of 24 bits; n = |x| * 2^(M - e) rounded to nearest even, with e
   // the exponent of x clamped to the format's subnormal exponent (fewer bits below it).
@@ -101,8 +101,12 @@ FULLSHARD_HOST_DEVICE inline uint8_t float_to_float8(float x, const Float8Format
   return sign | static_cast<uint8_t>((exp_field << f.mantissa_bits) | mant);
 }
 
-FULLSHARD_HOST_DEVICE inline float e4m3fn_to_float(uint8_t code) { return float8_to_float(code, kFloat8E4M3FN); }
-FULLSHARD_HOST_DEVICE inline float e5m2_to_float(uint8_t code) { return float8_to_float(code, kFloat8E5M2); }
+FULLSHARD_HOST_DEVICE inline float e4m3fn_to_float(uint8_t code) {
+  return float8_to_float(code, kFloat8E4M3FN);
+}
+FULLSHARD_HOST_DEVICE inline float e5m2_to_float(uint8_t code) {
+  return float8_to_float(code, kFloat8E5M2);
+}
 FULLSHARD_HOST_DEVICE inline uint8_t float_to_e4m3fn(float x, bool saturate = false) {
   return float_to_float8(x, kFloat8E4M3FN, saturate);
 }

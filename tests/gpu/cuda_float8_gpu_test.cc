@@ -51,8 +51,8 @@ HT values(DType d, int64_t rows, int64_t cols, uint32_t seed) {
 }
 
 std::string trace(const char* what, DType d, const Axis& a, int64_t rows, int64_t cols) {
-  return std::string(what) + " " + kc::name(d) + " " + a.name + " [" + std::to_string(rows) +
-         ", " + std::to_string(cols) + "]";
+  return std::string(what) + " " + kc::name(d) + " " + a.name + " [" + std::to_string(rows) + ", " +
+         std::to_string(cols) + "]";
 }
 
 const std::pair<int64_t, int64_t> kShapes[] = {{1, 1}, {3, 1000}, {300, 17}, {2048, 33}};
@@ -61,7 +61,8 @@ TEST(CudaFloat8, AbsMatchesCpu) {
   for (DType d : kc::kFloats)
     for (auto [rows, cols] : kShapes) {
       HT x = values(d, rows, cols, 1), y(d, {rows, cols});
-      const auto r = run_both(OpKind::kFloat8Abs, {&x}, {&y}, iargs(kAxes[0], rows, cols, 0, 0, false));
+      const auto r =
+          run_both(OpKind::kFloat8Abs, {&x}, {&y}, iargs(kAxes[0], rows, cols, 0, 0, false));
       kc::expect_bits(r.gpu[0], r.cpu[0], trace("abs", d, kAxes[0], rows, cols));
     }
 }
@@ -74,7 +75,8 @@ TEST(CudaFloat8, AmaxMatchesCpu) {
           HT x = values(d, rows, cols, 2), amax(od, {scale_numel(a, rows, cols)});
           const auto r =
               run_both(OpKind::kFloat8Amax, {&x}, {&amax}, iargs(a, rows, cols, 0, 0, false));
-          kc::expect_bits(r.gpu[0], r.cpu[0], trace("amax", d, a, rows, cols) + " -> " + kc::name(od));
+          kc::expect_bits(r.gpu[0], r.cpu[0],
+                          trace("amax", d, a, rows, cols) + " -> " + kc::name(od));
         }
 }
 
@@ -113,10 +115,11 @@ TEST(CudaFloat8, ScaleMatchesCpu) {
         amax.set(2, 1e-13);
         amax.set(3, INFINITY);
         const Axis a{1, -1, "per row"};
-        const auto r = run_both(OpKind::kFloat8Scale, {&amax}, {&scale}, iargs(a, n, 1, 1, target, pow2));
-        kc::expect_bits(r.gpu[0], r.cpu[0],
-                        "scale " + kc::name(ad) + " target " + std::to_string(target) +
-                            (pow2 ? " pow2" : ""));
+        const auto r =
+            run_both(OpKind::kFloat8Scale, {&amax}, {&scale}, iargs(a, n, 1, 1, target, pow2));
+        kc::expect_bits(
+            r.gpu[0], r.cpu[0],
+            "scale " + kc::name(ad) + " target " + std::to_string(target) + (pow2 ? " pow2" : ""));
         HT finished = r.cpu[0];
         const auto later = run_both(OpKind::kFloat8Scale, {&finished}, {&finished},
                                     iargs(a, n, 1, 2, target, pow2), {}, 0, true);
@@ -188,7 +191,8 @@ TEST(CudaFloat8, ScaledMatmulsThroughTheDispatcher) {
       c[i] = float_to_float8((rng() & 1 ? -1.0f : 1.0f) * u(rng), f, true);
     return t;
   };
-  for (OpKind k : {OpKind::kScaledMM, OpKind::kScaledMMBackwardInput, OpKind::kScaledMMBackwardWeight})
+  for (OpKind k :
+       {OpKind::kScaledMM, OpKind::kScaledMMBackwardInput, OpKind::kScaledMMBackwardWeight})
     for (DType out : {DType::kFloat32, DType::kBFloat16}) {
       SCOPED_TRACE(std::string(op_kind_name(k)) + " -> " + kc::name(out));
       const DType pa = k == OpKind::kScaledMM ? DType::kFloat8E4M3FN : DType::kFloat8E5M2;

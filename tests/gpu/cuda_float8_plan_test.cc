@@ -80,9 +80,9 @@ TEST(CudaFloat8Plan, CastPlansReadTheTypedArguments) {
                   .zero_output_first);
 
   // The compiled cast: (x bf16, amax fp32) -> (x8, scale).
-  const OpCall compiled = cast_op(
-      OpKind::kFloat8Cast, {ref(DType::kBFloat16, {96, 40}), ref(DType::kFloat32, {96})},
-      {ref(DType::kFloat8E4M3FN, {96, 40}), ref(DType::kFloat32, {96})}, row);
+  const OpCall compiled =
+      cast_op(OpKind::kFloat8Cast, {ref(DType::kBFloat16, {96, 40}), ref(DType::kFloat32, {96})},
+              {ref(DType::kFloat8E4M3FN, {96, 40}), ref(DType::kFloat32, {96})}, row);
   EXPECT_EQ(plan_float8_cast(compiled).scale_numel, 96);
   // The scale of a bf16 amax (eager: the amax keeps x's dtype).
   Float8CastArgs step1 = tensor;
@@ -165,10 +165,9 @@ TEST(CudaFloat8Plan, TheGemmTakesItsStagingFromTheContext) {
   ctx.lt = reinterpret_cast<cublasLtHandle_t>(uintptr_t{1} << 40);  // never used: refused first
   ctx.float8_staging = reinterpret_cast<void*>(uintptr_t{1} << 44);
   ctx.float8_staging_bytes = need - 256;
-  const std::vector<void*> in = {reinterpret_cast<void*>(uintptr_t{1} << 32),
-                                 reinterpret_cast<void*>(uintptr_t{2} << 32),
-                                 reinterpret_cast<void*>(uintptr_t{3} << 32),
-                                 reinterpret_cast<void*>(uintptr_t{4} << 32)};
+  const std::vector<void*> in = {
+      reinterpret_cast<void*>(uintptr_t{1} << 32), reinterpret_cast<void*>(uintptr_t{2} << 32),
+      reinterpret_cast<void*>(uintptr_t{3} << 32), reinterpret_cast<void*>(uintptr_t{4} << 32)};
   const std::vector<void*> out = {reinterpret_cast<void*>(uintptr_t{5} << 32)};
   std::string message;
   try {
@@ -176,8 +175,8 @@ TEST(CudaFloat8Plan, TheGemmTakesItsStagingFromTheContext) {
   } catch (const InternalError& e) {
     message = e.what();
   }
-  EXPECT_NE(message.find("needs " + std::to_string(need) + " bytes of 256-byte aligned scratch, got " +
-                         std::to_string(need - 256)),
+  EXPECT_NE(message.find("needs " + std::to_string(need) +
+                         " bytes of 256-byte aligned scratch, got " + std::to_string(need - 256)),
             std::string::npos)
       << message;
 }

@@ -150,7 +150,8 @@ TEST(CudaOpContracts, EveryOpTheModelsEmitMeetsBothBackendsContracts) {
   check_program(scenario_json("tiny-gpt2", nullptr, {1, 2}), "tiny-gpt2 tp2", seen);
   // torchao's tensorwise float8 (the recipe the CUDA backend runs; docs/float8.md): eager and
   // compiled casts, fp32 and bf16 parameters, the float8 all-gather with precomputed scales.
-  const json float8 = {{"training", {{"float8", {{"recipe", "tensorwise"}, {"filter_fqns", {"output"}}}}}}};
+  const json float8 = {
+      {"training", {{"float8", {{"recipe", "tensorwise"}, {"filter_fqns", {"output"}}}}}}};
   check_program(scenario_json("tiny-llama", nullptr, {2}, float8), "tiny-llama float8", seen);
   json float8_bf16 = float8;
   float8_bf16.update(bf16, /*merge_objects=*/true);
@@ -160,9 +161,9 @@ TEST(CudaOpContracts, EveryOpTheModelsEmitMeetsBothBackendsContracts) {
                 "tiny-llama float8 all-gather bf16", seen);
   check_program(scenario_json("tiny-llama", {{"compile", true}}, {2}, float8_bf16),
                 "tiny-llama float8 compile bf16", seen);
-  for (OpKind k : {OpKind::kFloat8Abs, OpKind::kFloat8Amax, OpKind::kFloat8Scale,
-                   OpKind::kFloat8Cast, OpKind::kScaledMM, OpKind::kScaledMMBackwardInput,
-                   OpKind::kScaledMMBackwardWeight})
+  for (OpKind k :
+       {OpKind::kFloat8Abs, OpKind::kFloat8Amax, OpKind::kFloat8Scale, OpKind::kFloat8Cast,
+        OpKind::kScaledMM, OpKind::kScaledMMBackwardInput, OpKind::kScaledMMBackwardWeight})
     EXPECT_TRUE(seen.kinds.count(k)) << op_kind_name(k);
   EXPECT_GE(seen.kinds.size(), 40u) << "the programs above should reach most op kinds";
   EXPECT_TRUE(seen.kinds.count(OpKind::kAttentionEfficient));

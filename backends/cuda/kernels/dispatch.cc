@@ -684,7 +684,8 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
     case OpKind::kFloat8Cast:
     case OpKind::kScaledMM:
     case OpKind::kScaledMMBackwardInput:
-    case OpKind::kScaledMMBackwardWeight: return launch_float8(op, in, out, ctx);  // float8_dispatch.cc
+    case OpKind::kScaledMMBackwardWeight:
+      return launch_float8(op, in, out, ctx);  // float8_dispatch.cc
     // The host fills run in CudaDevice::launch; the simulator-only kinds are refused there
     // (backends/common/device_kernels.h).
     default: break;

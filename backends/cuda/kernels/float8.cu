@@ -126,17 +126,19 @@ __global__ void scale_kernel(const void* amax, int da, float* scale, int64_t n, 
 }
 
 __global__ void cast_step_kernel(int step, const void* x, int dx, const float* scale, void* y,
-                                 int dy, int64_t n, int64_t cols, int64_t granularity,
-                                 int64_t axis, int target) {
+                                 int dy, int64_t n, int64_t cols, int64_t granularity, int64_t axis,
+                                 int target) {
   const float mx = fp8_max(target);
   for (int64_t e = dev::global_thread(); e < n; e += dev::grid_threads()) {
     switch (step) {
       case 1: store_f(y, dy, e, load_f(x, dx, e)); break;
       case 2:
-        static_cast<float*>(y)[e] = __fmul_rn(static_cast<const float*>(x)[e],
-                                              scale[float8_scale_index(granularity, axis, cols, e)]);
+        static_cast<float*>(y)[e] = __fmul_rn(
+            static_cast<const float*>(x)[e], scale[float8_scale_index(granularity, axis, cols, e)]);
         break;
-      case 3: static_cast<float*>(y)[e] = clamp_nan(static_cast<const float*>(x)[e], -mx, mx); break;
+      case 3:
+        static_cast<float*>(y)[e] = clamp_nan(static_cast<const float*>(x)[e], -mx, mx);
+        break;
       default: static_cast<uint8_t*>(y)[e] = to_float8(static_cast<const float*>(x)[e], target);
     }
   }
@@ -175,8 +177,9 @@ void float8_amax(const void* x, int dx, int64_t rows, int64_t cols, int64_t gran
   const int64_t outs = granularity == 0 ? 1 : cols;
   if (outs == 0) return;
   const cudaError_t z = cudaMemsetAsync(amax, 0, static_cast<size_t>(outs * dsize(da)), s);
-  FULLSHARD_CHECK(z == cudaSuccess, std::string("CUDA kernel launch 'float8 amax zeroing' failed: ") +
-                                        cudaGetErrorString(z));
+  FULLSHARD_CHECK(
+      z == cudaSuccess,
+      std::string("CUDA kernel launch 'float8 amax zeroing' failed: ") + cudaGetErrorString(z));
   if (n == 0) return;
   if (granularity == 0) {
     amax_tensor_kernel<<<grid_for(n), kThreads, 0, s>>>(x, dx, n, amax, da);
@@ -201,20 +204,19 @@ void float8_cast_step(int step, const void* x, int dx, const float* scale, void*
                       cudaStream_t s) {
   const int64_t n = rows * cols;
   if (n == 0) return;
-  cast_step_kernel<<<grid_for(n), kThreads, 0, s>>>(step, x, dx, scale, y, dy, n, cols,
-                                                     granularity, axis, target);
+  cast_step_kernel<<<grid_for(n), kThreads, 0, s>>>(step, x, dx, scale, y, dy, n, cols, granularity,
+                                                    axis, target);
   check_launch("float8 cast");
 }
 
-void float8_cast_compiled(const void* x, int dx, const void* amax, int da, uint8_t* y,
-                          float* scale, int64_t rows, int64_t cols, int64_t granularity,
-                          int64_t axis, int64_t scale_numel, int target, bool pow2,
-                          cudaStream_t s) {
+void float8_cast_compiled(const void* x, int dx, const void* amax, int da, uint8_t* y, float* scale,
+                          int64_t rows, int64_t cols, int64_t granularity, int64_t axis,
+                          int64_t scale_numel, int target, bool pow2, cudaStream_t s) {
   float8_scale(amax, da, scale, scale_numel, target, pow2, s);
   const int64_t n = rows * cols;
   if (n == 0) return;
-  cast_compiled_kernel<<<grid_for(n), kThreads, 0, s>>>(x, dx, scale, y, n, cols, granularity,
-                                                        axis, target);
+  cast_compiled_kernel<<<grid_for(n), kThreads, 0, s>>>(x, dx, scale, y, n, cols, granularity, axis,
+                                                        target);
   check_launch("float8 compiled cast");
 }
 

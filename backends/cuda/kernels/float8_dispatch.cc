@@ -26,7 +26,8 @@ void launch_float8(const OpCall& op, const std::vector<void*>& in, const std::ve
   const Float8CastPlan p = plan_float8_cast(op);
   const Float8CastArgs& a = p.a;
   switch (op.kind) {
-    case OpKind::kFloat8Abs: return launch::float8_abs(in[0], p.x_dtype, out[0], p.out_dtype, p.n, s);
+    case OpKind::kFloat8Abs:
+      return launch::float8_abs(in[0], p.x_dtype, out[0], p.out_dtype, p.n, s);
     case OpKind::kFloat8Amax:
       return launch::float8_amax(in[0], p.x_dtype, a.rows, a.cols, a.granularity, a.axis,
                                  p.column_rows_per_block, out[0], p.out_dtype, s);
@@ -39,11 +40,10 @@ void launch_float8(const OpCall& op, const std::vector<void*>& in, const std::ve
                                   p.scale_numel, p.target, a.pow2 != 0, s);
     case OpKind::kFloat8Cast:
       if (a.step == 0)
-        return launch::float8_cast_compiled(in[0], p.x_dtype, in[1], plan::dcode(op.inputs[1].meta.dtype),
-                                            static_cast<uint8_t*>(out[0]),
-                                            static_cast<float*>(out[1]), a.rows, a.cols,
-                                            a.granularity, a.axis, p.scale_numel, p.target,
-                                            a.pow2 != 0, s);
+        return launch::float8_cast_compiled(
+            in[0], p.x_dtype, in[1], plan::dcode(op.inputs[1].meta.dtype),
+            static_cast<uint8_t*>(out[0]), static_cast<float*>(out[1]), a.rows, a.cols,
+            a.granularity, a.axis, p.scale_numel, p.target, a.pow2 != 0, s);
       return launch::float8_cast_step(static_cast<int>(a.step), in[0], p.x_dtype,
                                       a.step == 2 ? static_cast<const float*>(in[1]) : nullptr,
                                       out[0], p.out_dtype, a.rows, a.cols, a.granularity, a.axis,

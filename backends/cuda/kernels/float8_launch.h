@@ -25,9 +25,8 @@ void float8_cast_step(int step, const void* x, int dx, const float* scale, void*
                       cudaStream_t s);
 // The compiled cast: scale = amax_to_scale(amax) (scale_numel values), then the saturated cast
 // of x * scale into float8 codes.
-void float8_cast_compiled(const void* x, int dx, const void* amax, int da, uint8_t* y,
-                          float* scale, int64_t rows, int64_t cols, int64_t granularity,
-                          int64_t axis, int64_t scale_numel, int target, bool pow2,
-                          cudaStream_t s);
+void float8_cast_compiled(const void* x, int dx, const void* amax, int da, uint8_t* y, float* scale,
+                          int64_t rows, int64_t cols, int64_t granularity, int64_t axis,
+                          int64_t scale_numel, int target, bool pow2, cudaStream_t s);
 
 }  // namespace fullshard::cuda::launch

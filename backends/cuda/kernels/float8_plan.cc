@@ -15,8 +15,8 @@ namespace {
 using plan::where;
 
 void expect_dtype(const OpCall& op, bool ok, const char* what, DType got, const char* want) {
-  FULLSHARD_CHECK(ok, where(op) + what + " must be " + want + ", got " +
-                          std::string(dtype_name(got)));
+  FULLSHARD_CHECK(ok,
+                  where(op) + what + " must be " + want + ", got " + std::string(dtype_name(got)));
 }
 void expect_float(const OpCall& op, const TensorMeta& m, const char* what) {
   expect_dtype(op, plan::is_float(m.dtype), what, m.dtype, "fp32, bf16 or fp16");
