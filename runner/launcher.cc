@@ -158,14 +158,23 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
                                  s.model.moe.num_experts, kind.name),
                      "train it with --backend cpu, or simulate it with fullshard simulate "
                      "(docs/moe.md says what is next)");
-  // The CPU backend emulates float8 (backends/cpu/kernels/float8.cc); the CUDA backend has its
-  // float8 GEMM but no cast kernels and dispatches neither yet (docs/float8.md).
-  if (s.training.float8.enabled() && kind.name != "cpu")
-    throw InputError("training.float8",
-                     fmt::format("is recipe \"{}\", which the {} backend does not run yet",
-                                 float8_recipe_name(s.training.float8.recipe), kind.name),
-                     "remove training.float8 to train for real, or simulate it with fullshard "
-                     "simulate (docs/float8.md says what is next)");
+  // The CPU backend emulates float8 (backends/cpu/kernels/float8.cc); the CUDA backend runs the
+  // tensorwise recipe (its casts and cuBLASLt's float8 GEMM, built but not yet run on a GPU); the
+  // rowwise recipes need cuBLASLt's outer-vector scales, not built (docs/float8.md).
+  if (s.training.float8.enabled() && kind.name != "cpu") {
+    if (kind.name != "cuda")
+      throw InputError("training.float8",
+                       fmt::format("is recipe \"{}\", which the {} backend does not run",
+                                   float8_recipe_name(s.training.float8.recipe), kind.name),
+                       "train it with --backend cpu or cuda (docs/float8.md)");
+    if (s.training.float8.recipe != Float8Recipe::kTensorwise)
+      throw InputError("training.float8.recipe",
+                       fmt::format("is \"{}\", whose per-row scales the CUDA backend's float8 "
+                                   "GEMM does not take yet",
+                                   float8_recipe_name(s.training.float8.recipe)),
+                       "use \"tensorwise\" on --backend cuda, or train it with --backend cpu "
+                       "(docs/float8.md, \"Not built yet\")");
+  }
   validate_checkpoint_flags(o.checkpoint_dir, o.checkpoint_every, o.resume,
                             o.steps >= 0 ? o.steps : s.training.steps, s, o.keep_last);
   batch_source(s);  // the training data: missing, malformed, tokens >= vocab_size (NOTE [Token data

@@ -11,9 +11,11 @@
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cuda/cuda_error.h"
 #include "backends/cuda/device_memory.h"
+#include "backends/cuda/float8_staging.h"
 #include "backends/cuda/kernels/cuda_kernels.h"
 #include "backends/cuda/kernels/cudnn_sdpa.h"
 #include "backends/cuda/kernels/init_param.h"
+#include "backends/cuda/kernels/scaled_gemm_plan.h"
 #include "backends/cuda/nvtx_range.h"
 #include "backends/cuda/pinned_host.h"
 #include "backends/cuda/stream_set.h"
@@ -91,6 +93,7 @@ CudaDevice::CudaDevice(const Backend& host, const BatchSource& batches, bool mea
     throw std::runtime_error("cublasLtCreate failed for the CUDA backend: status " +
                              std::to_string(static_cast<int>(st)));
   pinned_ = std::make_unique<PinnedHostMemory>(*events_, streams_->all());
+  float8_staging_ = std::make_unique<Float8Staging>();
   host_failure_ = std::make_shared<backends::FailureState>();
   watchdog_ = std::make_unique<CollectiveWatchdog>(host_.rank(), device_, *events_);
   if (measure_streams) {
@@ -106,6 +109,7 @@ CudaDevice::~CudaDevice() {
   pending_scalars_.clear();
   events_by_id_.clear([this](cudaEvent_t e) { events_->release(e); });
   timer_.reset();
+  float8_staging_.reset();  // the streams are settled
   pinned_.reset();  // waits for deferred frees, frees what is left (scalar slots included)
   if (lt_ != nullptr) cublasLtDestroy(lt_);
   streams_.reset();
@@ -306,6 +310,13 @@ void CudaDevice::launch_op(StreamRole r, const OpCall& op) {
     ctx.gemm_workspace_bytes = ws.bytes;
   }
   try {
+    // The float8 GEMMs stage in memory outside the allocator (NOTE [Float8 GEMM staging]); the
+    // plan's checks throw here, before anything is enqueued or allocated.
+    if (op.kind == OpKind::kScaledMM || op.kind == OpKind::kScaledMMBackwardInput ||
+        op.kind == OpKind::kScaledMMBackwardWeight) {
+      ctx.float8_staging_bytes = plan::plan_scaled_gemm(op).scratch_bytes;
+      ctx.float8_staging = float8_staging_->reserve(r, stream(r), ctx.float8_staging_bytes);
+    }
     timed(r, nullptr, [&] { launch_kernel(op, in, out, ctx); });
   } catch (const InternalError& e) {
     const std::string msg = e.what();

@@ -25,6 +25,7 @@ namespace fullshard::cuda {
 
 class CollectiveWatchdog;
 class EventPool;
+class Float8Staging;
 class PinnedHostMemory;
 class StreamSet;
 class StreamTimer;
@@ -96,6 +97,7 @@ class CudaDevice : public Device {
   std::unique_ptr<PinnedHostMemory> pinned_;
   std::unique_ptr<CollectiveWatchdog> watchdog_;
   std::unique_ptr<StreamTimer> timer_;  // null without timing events
+  std::unique_ptr<Float8Staging> float8_staging_;  // NOTE [Float8 GEMM staging]
 
   backends::BufferAddresses addresses_;
   backends::EventTable<cudaEvent_t> events_by_id_;

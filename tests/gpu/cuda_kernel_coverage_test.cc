@@ -1,6 +1,7 @@
 // Host-only (no GPU): every op kind the model emits onto the device, over the scenarios a
 // user can train on the CUDA backend (every model.implementation preset and field value, both
-// architectures, activation checkpointing, CPU offload, tensor parallelism, compiled blocks),
+// architectures, activation checkpointing, CPU offload, tensor parallelism, compiled blocks,
+// tensorwise float8),
 // has a CUDA kernel (cuda::has_kernel). The programs come from the simulator, which records
 // the same host program the CUDA backend runs. Async TP is simulator-only (the launcher refuses
 // it on every real backend), so its fused collective-matmuls are the kinds left without one.
@@ -86,6 +87,17 @@ TEST(CudaKernelCoverage, EveryDeviceOpTheModelEmitsHasAKernel) {
   add(scenario("tiny-llama", {{"loss", "chunked"}}, {1, 2},
                {{"tensor_parallel", {{"loss_parallel", true}}}}),
       "tiny-llama tp2 chunked loss");
+
+  // torchao's tensorwise float8 (the recipe the CUDA backend runs): eager, compiled, and the
+  // float8 all-gather with precomputed scales.
+  const json float8 = {{"training",
+                        {{"float8",
+                          {{"recipe", "tensorwise"},
+                           {"enable_fsdp_float8_all_gather", true},
+                           {"precompute_float8_dynamic_scale_for_fsdp", true},
+                           {"filter_fqns", {"output"}}}}}}};
+  add(scenario("tiny-llama", json::object(), {2}, float8), "tiny-llama float8");
+  add(scenario("tiny-llama", {{"compile", true}}, {2}, float8), "tiny-llama float8 compile");
 
   EXPECT_GE(all.size(), 40u) << "the variants above should reach most op kinds";
   for (const auto& [kind, where] : all) {

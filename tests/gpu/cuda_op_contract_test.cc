@@ -16,6 +16,7 @@
 
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cuda/kernels/cuda_kernels.h"
+#include "backends/cuda/kernels/scaled_gemm_plan.h"
 #include "core/common/error.h"
 #include "tests/gpu/recorded_ops.h"
 
@@ -77,8 +78,14 @@ void check_program(const json& j, const std::string& label, Checked& seen) {
     // The dispatcher's checks run before anything is enqueued (cuda_kernels.h); passing them, the
     // op reaches a launch (or the cuBLASLt handle check), which cannot succeed without a device.
     std::string message = "launched";
+    cuda::KernelContext ctx;
+    if (op.kind == OpKind::kScaledMM || op.kind == OpKind::kScaledMMBackwardInput ||
+        op.kind == OpKind::kScaledMMBackwardWeight) {  // NOTE [Float8 GEMM staging], a fake address
+      ctx.float8_staging = reinterpret_cast<void*>(uintptr_t{1} << 44);
+      ctx.float8_staging_bytes = cuda::plan::plan_scaled_gemm(op).scratch_bytes;
+    }
     try {
-      cuda::launch_kernel(op, gi, go, cuda::KernelContext{});
+      cuda::launch_kernel(op, gi, go, ctx);
     } catch (const std::exception& e) {
       message = e.what();
     }
@@ -141,6 +148,23 @@ TEST(CudaOpContracts, EveryOpTheModelsEmitMeetsBothBackendsContracts) {
                               {{"tensor_parallel", {{"loss_parallel", false}}}}),
                 "tiny-llama tp2", seen);
   check_program(scenario_json("tiny-gpt2", nullptr, {1, 2}), "tiny-gpt2 tp2", seen);
+  // torchao's tensorwise float8 (the recipe the CUDA backend runs; docs/float8.md): eager and
+  // compiled casts, fp32 and bf16 parameters, the float8 all-gather with precomputed scales.
+  const json float8 = {
+      {"training", {{"float8", {{"recipe", "tensorwise"}, {"filter_fqns", {"output"}}}}}}};
+  check_program(scenario_json("tiny-llama", nullptr, {2}, float8), "tiny-llama float8", seen);
+  json float8_bf16 = float8;
+  float8_bf16.update(bf16, /*merge_objects=*/true);
+  float8_bf16["training"]["float8"]["enable_fsdp_float8_all_gather"] = true;
+  float8_bf16["training"]["float8"]["precompute_float8_dynamic_scale_for_fsdp"] = true;
+  check_program(scenario_json("tiny-llama", nullptr, {2}, float8_bf16),
+                "tiny-llama float8 all-gather bf16", seen);
+  check_program(scenario_json("tiny-llama", {{"compile", true}}, {2}, float8_bf16),
+                "tiny-llama float8 compile bf16", seen);
+  for (OpKind k :
+       {OpKind::kFloat8Abs, OpKind::kFloat8Amax, OpKind::kFloat8Scale, OpKind::kFloat8Cast,
+        OpKind::kScaledMM, OpKind::kScaledMMBackwardInput, OpKind::kScaledMMBackwardWeight})
+    EXPECT_TRUE(seen.kinds.count(k)) << op_kind_name(k);
   EXPECT_GE(seen.kinds.size(), 40u) << "the programs above should reach most op kinds";
   EXPECT_TRUE(seen.kinds.count(OpKind::kAttentionEfficient));
   std::printf("%zu ops of %zu kinds checked against both backends\n", seen.ops, seen.kinds.size());

@@ -16,6 +16,7 @@
 
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cuda/kernels/cuda_kernels.h"
+#include "backends/cuda/kernels/scaled_gemm_plan.h"
 #include "tests/unit/kernels_test_support.h"
 
 namespace kernel_compare {
@@ -93,6 +94,13 @@ inline Both run_both(OpKind k, const std::vector<HT*>& in, const std::vector<HT*
   cpu::run_kernel(op, ci, co);
   cuda::KernelContext ctx{dev().stream, dev().lt, dev().use_ws ? dev().ws : nullptr,
                           dev().use_ws ? dev().ws_bytes : 0};
+  // The float8 GEMMs' staging, as the device gives it (NOTE [Float8 GEMM staging]).
+  if (k == OpKind::kScaledMM || k == OpKind::kScaledMMBackwardInput ||
+      k == OpKind::kScaledMMBackwardWeight) {
+    ctx.float8_staging_bytes = cuda::plan::plan_scaled_gemm(op).scratch_bytes;
+    EXPECT_EQ(cudaMalloc(&ctx.float8_staging, ctx.float8_staging_bytes), cudaSuccess);
+    dev_blocks.push_back(ctx.float8_staging);
+  }
   cuda::launch_kernel(op, gi, go, ctx);
   EXPECT_EQ(cudaStreamSynchronize(dev().stream), cudaSuccess);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);

@@ -124,3 +124,19 @@ target_link_libraries(cudnn_sdpa_gpu_test PRIVATE fullshard_cuda_kernels fullsha
 target_include_directories(cudnn_sdpa_gpu_test PRIVATE ${PROJECT_SOURCE_DIR})
 add_test(NAME cuda_kernels.cudnn_sdpa_gpu COMMAND cudnn_sdpa_gpu_test)
 set_tests_properties(cuda_kernels.cudnn_sdpa_gpu PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
+
+# torchao's float8 kinds on the CUDA backend (float8.cu, float8_dispatch.cc; docs/float8.md):
+# cuda_float8_plan_test on the host (no GPU needed), cuda_float8_gpu_test every kind against the
+# CPU kernels to the bit on a GPU (label gpu, exit 77 without one; the GEMMs need sm_89+).
+add_executable(cuda_float8_plan_test ${CMAKE_CURRENT_SOURCE_DIR}/cuda_float8_plan_test.cc)
+target_link_libraries(cuda_float8_plan_test PRIVATE fullshard_cuda_kernels rapidcheck_gtest rapidcheck
+                      GTest::gtest GTest::gtest_main)
+target_include_directories(cuda_float8_plan_test PRIVATE ${PROJECT_SOURCE_DIR})
+add_test(NAME cuda_kernels.float8_plan COMMAND cuda_float8_plan_test)
+set_tests_properties(cuda_kernels.float8_plan PROPERTIES ENVIRONMENT "RC_PARAMS=seed=20261121")
+add_executable(cuda_float8_gpu_test ${CMAKE_CURRENT_SOURCE_DIR}/cuda_float8_gpu_test.cc)
+target_link_libraries(cuda_float8_gpu_test PRIVATE fullshard_cuda_kernels fullshard_cpu_kernels rapidcheck_gtest
+                      rapidcheck GTest::gtest)
+target_include_directories(cuda_float8_gpu_test PRIVATE ${PROJECT_SOURCE_DIR})
+add_test(NAME cuda_kernels.float8_gpu COMMAND cuda_float8_gpu_test)
+set_tests_properties(cuda_kernels.float8_gpu PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)

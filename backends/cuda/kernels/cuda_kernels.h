@@ -17,6 +17,11 @@ struct KernelContext {
   cublasLtHandle_t lt = nullptr;   // created once per backend
   void* gemm_workspace = nullptr;  // cuBLASLt workspace (may be null with 0 bytes)
   size_t gemm_workspace_bytes = 0;
+  // The float8 GEMMs' staging (kScaledMM*: at least plan::plan_scaled_gemm(op).scratch_bytes,
+  // 256-byte aligned): device memory outside the caching allocator, NOTE [Float8 GEMM staging]
+  // in backends/cuda/float8_staging.h. Null with 0 bytes for every other kind.
+  void* float8_staging = nullptr;
+  size_t float8_staging_bytes = 0;
 };
 
 // in[i] / out[i]: device addresses of op.inputs[i] / op.outputs[i] (buffer base + offset).
@@ -26,8 +31,14 @@ struct KernelContext {
 void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::vector<void*>& out,
                    const KernelContext& ctx);
 
-// Every kind except kLoadBatch and kInitParam (the backend's own: init_param.h) and async
-// TP's kAllGatherMatmul / kMatmulReduceScatter (simulator only; every real backend refuses them).
+// Every kind except kLoadBatch and kInitParam (the backend's own: init_param.h), async TP's
+// kAllGatherMatmul / kMatmulReduceScatter (simulator only; every real backend refuses them), the
+// mixture-of-experts and context-parallel kinds (backends/common/kernel_families.h).
 bool has_kernel(OpKind kind);
+
+// torchao's float8 kinds (float8_dispatch.cc): the casts (float8.cu) and the scaled matmuls
+// (scaled_gemm.h, in ctx.float8_staging).
+void launch_float8(const OpCall& op, const std::vector<void*>& in, const std::vector<void*>& out,
+                   const KernelContext& ctx);
 
 }  // namespace fullshard::cuda

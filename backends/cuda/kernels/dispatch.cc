@@ -578,12 +578,12 @@ void check_alignment(const OpCall& op, const std::vector<TensorRef>& refs, const
 
 // The op table's kinds with a device kernel (not the backend's own host fills kLoadBatch /
 // kInitParam: init_param.h, nor asynchronous TP's simulator-only collective matmuls), less those
-// only the CPU backend runs so far: the mixture-of-experts kinds (docs/moe.md), float8's
-// (docs/float8.md; the cuBLASLt scaled GEMM is built and host-tested, not dispatched) and
-// context parallelism's ring-attention kinds (docs/context-parallel.md).
+// only the CPU backend runs so far: the mixture-of-experts kinds (docs/moe.md) and context
+// parallelism's ring-attention kinds (docs/context-parallel.md). Float8's kinds run here
+// (float8_dispatch.cc; docs/float8.md).
 bool has_kernel(OpKind kind) {
   return has_device_kernel(kind) && !backends::is_moe_kind(kind) &&
-         !backends::is_float8_kind(kind) && !backends::is_context_parallel_kind(kind);
+         !backends::is_context_parallel_kind(kind);
 }
 
 void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::vector<void*>& out,
@@ -678,6 +678,14 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
     case OpKind::kCompiledSiluMul: return compiled_silu_mul(op, in, out, s);
     case OpKind::kCompiledSiluMulBackward: return compiled_silu_mul_backward(op, in, out, s);
     case OpKind::kCompiledResidualAdd: return compiled_residual_add(op, in, out, s);
+    case OpKind::kFloat8Abs:
+    case OpKind::kFloat8Amax:
+    case OpKind::kFloat8Scale:
+    case OpKind::kFloat8Cast:
+    case OpKind::kScaledMM:
+    case OpKind::kScaledMMBackwardInput:
+    case OpKind::kScaledMMBackwardWeight:
+      return launch_float8(op, in, out, ctx);  // float8_dispatch.cc
     // The host fills run in CudaDevice::launch; the simulator-only kinds are refused there
     // (backends/common/device_kernels.h).
     default: break;

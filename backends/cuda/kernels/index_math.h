@@ -75,4 +75,12 @@ FS_HD int64_t attn_lse_index(const AttnLayout& a, int64_t b, int64_t h, int64_t 
   return (b * a.H + h) * a.lse_ld + s;
 }
 
+// The scale element of element e of the [rows, cols] operand: 0 tensorwise, e's row (axis -1)
+// or its column (axis 0). The CPU's scale_index (float8.cc) in flat
+// form; float8_plan.h.
+FS_HD int64_t float8_scale_index(int64_t granularity, int64_t axis, int64_t cols, int64_t e) {
+  if (granularity == 0) return 0;
+  return axis == 0 ? e % cols : e / cols;
+}
+
 }  // namespace fullshard::cuda

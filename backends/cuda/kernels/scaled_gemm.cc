@@ -72,6 +72,7 @@ void launch_scaled_gemm(const OpCall& op, const std::vector<void*>& in,
                         const std::vector<void*>& out, const KernelContext& ctx, void* scratch,
                         size_t scratch_bytes) {
   const plan::ScaledGemmPlan p = plan::plan_scaled_gemm(op);
+  FULLSHARD_CHECK(ctx.lt != nullptr, plan::where(op) + "no cuBLASLt handle in the kernel context");
   FULLSHARD_CHECK(
       scratch_bytes >= p.scratch_bytes && (reinterpret_cast<uintptr_t>(scratch) % 256) == 0,
       plan::where(op) + "needs " + std::to_string(p.scratch_bytes) +

@@ -1,7 +1,7 @@
 #pragma once
 // torch._scaled_mm through cuBLASLt's float8 GEMM (NOTE [Float8 GEMMs in cuBLASLt] in
-// scaled_gemm_plan.h): sm_89 / sm_90, tensorwise scales. Not yet dispatched: the CUDA backend has
-// no float8 cast kernels, so cuda::has_kernel leaves the float8 kinds out (docs/float8.md).
+// scaled_gemm_plan.h): sm_89 / sm_90, tensorwise scales. Dispatched by launch_float8
+// (float8_dispatch.cc) in the device's staging memory (backends/cuda/float8_staging.h).
 #include <cublasLt.h>
 
 #include <cstddef>
