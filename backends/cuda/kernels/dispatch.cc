@@ -592,6 +592,7 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
   check_alignment(op, op.inputs, in, "input");  // NOTE [Operand alignment]
   check_alignment(op, op.outputs, out, "output");
   const cudaStream_t s = ctx.stream;
+  if (backends::is_float8_kind(op.kind)) return launch_float8(op, in, out, ctx);  // float8_dispatch.cc
   switch (op.kind) {
     case OpKind::kFill: return fill(op, out, s);
     case OpKind::kCopy: return run_copies(op, plan_copy(op), in, out, s);
@@ -678,14 +679,6 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
     case OpKind::kCompiledSiluMul: return compiled_silu_mul(op, in, out, s);
     case OpKind::kCompiledSiluMulBackward: return compiled_silu_mul_backward(op, in, out, s);
     case OpKind::kCompiledResidualAdd: return compiled_residual_add(op, in, out, s);
-    case OpKind::kFloat8Abs:
-    case OpKind::kFloat8Amax:
-    case OpKind::kFloat8Scale:
-    case OpKind::kFloat8Cast:
-    case OpKind::kScaledMM:
-    case OpKind::kScaledMMBackwardInput:
-    case OpKind::kScaledMMBackwardWeight:
-      return launch_float8(op, in, out, ctx);  // float8_dispatch.cc
     // The host fills run in CudaDevice::launch; the simulator-only kinds are refused there
     // (backends/common/device_kernels.h).
     default: break;
