@@ -46,10 +46,12 @@ std::string read_input_file(const std::string& path, const std::string& what, ui
   if (f.fd < 0) {
     const int err = errno;
     if (err == ENOENT) {
-      std::error_code ec;
+      std::error_code ec;  // an absolute path (one a scenario resolved) needs no hint
       throw InputError(path, "file not found",
-                       fix + " (relative paths are resolved from " +
-                           std::filesystem::current_path(ec).string() + ")");
+                       std::filesystem::path(path).is_absolute()
+                           ? fix
+                           : fix + " (relative paths are resolved from " +
+                                 std::filesystem::current_path(ec).string() + ")");
     }
     throw InputError(path, std::string("cannot be opened (") + std::strerror(err) + ")", fix);
   }
