@@ -22,6 +22,18 @@ using detail::kCompute;
 using detail::make_op;
 using detail::result;
 
+std::vector<int64_t> read_counts(Backend& b, const Tensor& counts, const std::string& name) {
+  std::vector<float> v(static_cast<size_t>(counts.numel()));
+  b.copy_to_host(counts.ref(), v.data());
+  std::vector<int64_t> out;
+  for (float x : v) {
+    FULLSHARD_CHECK(x >= 0 && x == std::floor(x), name + ": token count " + std::to_string(x) +
+                                                       " is not a whole count");
+    out.push_back(static_cast<int64_t>(x));
+  }
+  return out;
+}
+
 namespace {
 
 void issue_all_to_all(Backend& b, const Tensor& in, const Tensor& out,
@@ -41,19 +53,6 @@ int64_t sum(const std::vector<int64_t>& v) {
   int64_t s = 0;
   for (int64_t x : v) s += x;
   return s;
-}
-
-// .tolist() of an [ep] fp32 host copy (after the sync): whole, non-negative counts.
-std::vector<int64_t> read_splits(Backend& b, const Tensor& host, const std::string& name) {
-  std::vector<float> v(static_cast<size_t>(host.numel()));
-  b.copy_to_host(host.ref(), v.data());
-  std::vector<int64_t> out;
-  for (float x : v) {
-    FULLSHARD_CHECK(x >= 0 && x == std::floor(x), name + ": split size " + std::to_string(x) +
-                                                       " is not a whole token count");
-    out.push_back(static_cast<int64_t>(x));
-  }
-  return out;
 }
 
 // x.view(ep, -1).sum(dim=1).to("cpu"): the device sum, its copy into host memory (pinned for
@@ -92,8 +91,8 @@ SplitSizes exchange_split_sizes(ExecContext& c, const Tensor& tokens_per_expert,
   b.synchronize(b.record_event(kCompute));  // .to("cpu", non_blocking=False), then .tolist()
   SplitSizes s{group_counts, std::move(assumed_send), std::move(assumed_recv)};
   if (b.has_data()) {  // the router's counts, as .tolist() reads them
-    s.send_rows = read_splits(b, in_splits, name + " input_splits");
-    s.recv_rows = read_splits(b, out_splits, name + " output_splits");
+    s.send_rows = read_counts(b, in_splits, name + " input_splits");
+    s.recv_rows = read_counts(b, out_splits, name + " output_splits");
   }
   return s;  // the host copies go with this scope, after the sync
 }

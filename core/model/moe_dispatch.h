@@ -35,6 +35,11 @@ int64_t max_receive_rows(int64_t tokens, int64_t top_k, int64_t experts, int ep)
 
 namespace ops::moe {
 
+// .tolist() of fp32 token counts on a backend with data (host split sizes, or a device
+// histogram read back for NOTE [Recorded routing]): whole, non-negative counts, or an internal
+// error naming `name`.
+std::vector<int64_t> read_counts(Backend& b, const Tensor& counts, const std::string& name);
+
 // NOTE [Split sizes exchanged first]: _token_dispatch runs, under no_grad,
 //   num_tokens_per_expert_group = all_to_all_single(num_tokens_per_expert)  ([E] fp32, equal
 //     splits: E / ep counts to each ep rank), wait_tensor;

@@ -48,13 +48,6 @@ Value feed_forward(ExecContext& c, Module& ff, Value x) {
   return ops::linear(c, std::move(p), ff.child("w2").param("weight"), nullptr, n + ".w2");
 }
 
-// The reorderer's histc read back as the router's tokens per expert (whole counts in fp32).
-std::vector<int64_t> read_counts(Backend& b, const Tensor& counts) {
-  std::vector<float> v(static_cast<size_t>(counts.numel()));
-  b.copy_to_host(counts.ref(), v.data());
-  return std::vector<int64_t>(v.begin(), v.end());
-}
-
 // A replayed call must be one of this model's: E counts per rank, this rank's summing to its
 // routed tokens (N top_k); otherwise the record is of another scenario.
 void check_recorded_call(const std::vector<std::vector<int64_t>>& h, int self, int64_t experts,
@@ -140,7 +133,7 @@ Value moe_forward(ExecContext& c, Module& moe, Value x, const ModelConfig& cfg,
                      ep.enabled() ? ep.index : 0);
   } else {
     if (ep.routing && c.backend().has_data()) {  // the grouped GEMMs' FLOPs count what ran
-      tokens_per_expert = read_counts(c.backend(), counts);
+      tokens_per_expert = ops::moe::read_counts(c.backend(), counts, n + ".reorderer.histc");
       ep.routing->record(tokens_per_expert);
     }
     epr = ep_routing(tokens_per_expert, ep.degree, ep.index);
@@ -170,7 +163,8 @@ Value moe_forward(ExecContext& c, Module& moe, Value x, const ModelConfig& cfg,
       recv_rows = std::move(sp.recv_rows);
       if (ep.routing && !ep.routing->replaying() && ec.backend().has_data()) {
         // What each peer routed to this rank's experts (num_tokens_per_expert_group), summed.
-        const std::vector<int64_t> g = read_counts(ec.backend(), group_counts);
+        const std::vector<int64_t> g =
+            ops::moe::read_counts(ec.backend(), group_counts, ex.fqn + ".dispatch");
         std::vector<int64_t> local(static_cast<size_t>(E / ep.degree), 0);
         for (size_t i = 0; i < g.size(); ++i) local[i % local.size()] += g[i];
         computed = grouped_rows(local, align);
