@@ -31,8 +31,9 @@ Float8CastArgs Float8CastArgs::decode(const OpCall& op) {
   auto dtype_of = [&](const TensorMeta& m, const char* what, bool fp32_only) {
     const bool ok = m.dtype == DType::kFloat32 ||
                     (!fp32_only && (m.dtype == DType::kBFloat16 || m.dtype == DType::kFloat16));
-    FULLSHARD_CHECK(ok, op_where(op) + what + " must be " + (fp32_only ? "fp32" : "fp32, bf16 or fp16") +
-                            ", got " + std::string(dtype_name(m.dtype)));
+    FULLSHARD_CHECK(ok, op_where(op) + what + " must be " +
+                            (fp32_only ? "fp32" : "fp32, bf16 or fp16") + ", got " +
+                            std::string(dtype_name(m.dtype)));
   };
   switch (op.kind) {
     case OpKind::kFloat8Abs:
@@ -62,7 +63,8 @@ Float8CastArgs Float8CastArgs::decode(const OpCall& op) {
                           std::to_string(op.outputs.size()));
       want(x.numel() == n && y.numel() == n, "expects x -> x cast");
       want(n_in == 1 || op.inputs[1].meta.numel() == s, "expects scale of the axis");
-      want(n_out == 1 || op.outputs[1].meta.numel() == s, "expects (x8, scale) out of the compiled kernel");
+      want(n_out == 1 || op.outputs[1].meta.numel() == s,
+           "expects (x8, scale) out of the compiled kernel");
       switch (a.step) {
         case 0:
           dtype_of(x, "x", false);

@@ -9,6 +9,7 @@
 #include "core/common/input_file.h"
 #include "core/common/json_file.h"
 #include "core/scenario/json_reader.h"
+#include "core/scenario/recompute.h"
 #include "core/scenario/scenario_sections.h"
 
 namespace fullshard {
@@ -55,7 +56,8 @@ std::shared_ptr<const RecordedRouting> read_recorded_routing(const std::string& 
                                                              int64_t experts) {
   const std::string P = "training.moe_routing.recorded";
   const std::string fix = "give the --metrics file of a `fullshard train` run of this scenario";
-  const std::string text = read_input_file(path, "a --metrics .jsonl file of a mixture-of-experts run");
+  const std::string text =
+      read_input_file(path, "a --metrics .jsonl file of a mixture-of-experts run");
   auto rec = std::make_shared<RecordedRouting>();
   rec->num_experts = experts;
   rec->source = path;
@@ -75,15 +77,17 @@ std::shared_ptr<const RecordedRouting> read_recorded_routing(const std::string& 
       throw InputError(P, where + " is not a --metrics line (no \"ranks\" array)", fix);
     // The simulator plays from step 0: a resumed run's steps would replay as other steps.
     if (j.contains("step") && j.at("step") != nlohmann::json(steps_read))
-      throw InputError(P, where + " is step " + j.at("step").dump() + " where step " +
-                              std::to_string(steps_read) + " comes next (a resumed run?)",
+      throw InputError(P,
+                       where + " is step " + j.at("step").dump() + " where step " +
+                           std::to_string(steps_read) + " comes next (a resumed run?)",
                        "record a run from its first step, without --resume");
     ++steps_read;
     for (const auto& r : j.at("ranks")) {
       if (!r.is_object() || !r.contains("rank") || !r.contains("tokens_per_expert"))
         throw InputError(P,
-                         where + " has a rank without \"tokens_per_expert\" (not a "
-                                 "mixture-of-experts run's metrics)",
+                         where +
+                             " has a rank without \"tokens_per_expert\" (not a "
+                             "mixture-of-experts run's metrics)",
                          fix);
       const int64_t rank = jr::get_int(r.at("rank"), where + " ranks[].rank", 0, 1 << 20, "0");
       if (rec->calls.size() <= static_cast<size_t>(rank)) {
@@ -92,8 +96,10 @@ std::shared_ptr<const RecordedRouting> read_recorded_routing(const std::string& 
       }
       const nlohmann::json& calls = r.at("tokens_per_expert");
       if (!calls.is_array())
-        throw InputError(P, where + " rank " + std::to_string(rank) + ": tokens_per_expert is " +
-                                jr::describe(calls), fix);
+        throw InputError(P,
+                         where + " rank " + std::to_string(rank) + ": tokens_per_expert is " +
+                             jr::describe(calls),
+                         fix);
       rec->step_calls[static_cast<size_t>(rank)].push_back(calls.size());
       for (const auto& h : calls) {
         if (!h.is_array() || static_cast<int64_t>(h.size()) != experts)
@@ -109,8 +115,7 @@ std::shared_ptr<const RecordedRouting> read_recorded_routing(const std::string& 
       }
     }
   }
-  if (rec->calls.empty())
-    throw InputError(P, "(" + path + ") holds no step", fix);
+  if (rec->calls.empty()) throw InputError(P, "(" + path + ") holds no step", fix);
   return rec;
 }
 
@@ -135,10 +140,8 @@ void check_recorded_routing(const Scenario& s) {
   size_t per_step = 0;
   for (int64_t i = 0; i < s.model.n_layers; ++i) {
     if (!s.model.moe.is_moe_layer(i)) continue;
-    const bool recomputed =
-        ac.mode == RecomputeMode::kFull || ac.mode == RecomputeMode::kSelectiveOp ||
-        (ac.mode == RecomputeMode::kSelectiveLayer && (i + 1) % ac.every == 0);
-    per_step += static_cast<size_t>(s.training.grad_accum_steps) * (recomputed ? 2 : 1);
+    per_step +=
+        static_cast<size_t>(s.training.grad_accum_steps) * (recomputes_block(ac, i) ? 2 : 1);
   }
   for (size_t r = 0; r < rec->step_calls.size(); ++r) {
     const auto& steps = rec->step_calls[r];

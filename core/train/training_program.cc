@@ -7,6 +7,7 @@
 #include "core/model/float8_linear.h"
 #include "core/model/lora.h"
 #include "core/runtime/layer_args.h"
+#include "core/scenario/recompute.h"
 #include "core/train/apply_fsdp.h"
 #include "core/train/model_init.h"
 #include "core/train/chunked_loss.h"
@@ -108,15 +109,9 @@ std::vector<BlockCheckpoint> block_checkpointing(const ActivationCheckpointing& 
                                                  int64_t n_layers) {
   std::vector<BlockCheckpoint> v(static_cast<size_t>(n_layers), BlockCheckpoint::kNone);
   for (int64_t i = 0; i < n_layers; ++i) {
-    switch (ac.mode) {
-      case RecomputeMode::kNone: break;
-      case RecomputeMode::kFull: v[i] = BlockCheckpoint::kFull; break;
-      // torchtitan's selective layer AC checkpoints every `every`-th block (1-based count).
-      case RecomputeMode::kSelectiveLayer:
-        if ((i + 1) % ac.every == 0) v[i] = BlockCheckpoint::kFull;
-        break;
-      case RecomputeMode::kSelectiveOp: v[i] = BlockCheckpoint::kOpSelective; break;
-    }
+    if (!recomputes_block(ac, i)) continue;
+    v[i] = ac.mode == RecomputeMode::kSelectiveOp ? BlockCheckpoint::kOpSelective
+                                                  : BlockCheckpoint::kFull;
   }
   return v;
 }
