@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstring>
 #include <optional>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 
@@ -190,7 +191,8 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
     // nor any step's routing (NOTE [Recorded routing]: the simulator plays the steps only).
     b.take_launched_ops();
     b.take_kernel_times();
-    RoutingTape* routing = s.pipeline.enabled() ? nullptr : prog.model().expert_parallel().routing.get();
+    RoutingTape* routing =
+        s.pipeline.enabled() ? nullptr : prog.model().expert_parallel().routing.get();
     if (routing) routing->take();
     if (o.collect_grads)
       prog.set_before_optimizer([&](int) {
@@ -309,6 +311,20 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
     std::vector<uint64_t> alloc(std::min(all.size() - first_event, events_in_steps - first_event));
     for (size_t i = 0; i < alloc.size(); ++i) alloc[i] = ev[i].allocated_bytes;
     rep.timeline_names = observer->names;
+    // NOTE [Routed tokens in the timeline] (core/report/rank_report.h): over every event.
+    std::vector<uint64_t> routed(alloc.size());
+    RoutedTokenBytes sum;
+    const CategoryBytes none{};
+    for (size_t i = 0; i < alloc.size(); ++i) {
+      const CategoryBytes& before = i                 ? ev[i - 1].by_category
+                                    : first_event > 0 ? all[first_event - 1].by_category
+                                                      : none;
+      const int32_t w = observer->whats[i];
+      const std::string_view what = w >= 0 && static_cast<size_t>(w) < observer->names.size()
+                                        ? std::string_view(observer->names[w])
+                                        : std::string_view();
+      routed[i] = sum.after(ev[i], before, what);
+    }
     uint64_t highest = 0;
     for (size_t i : downsample_indices(alloc, o.timeline_points)) {
       TimelinePoint p;
@@ -319,6 +335,7 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
       p.by_category = ev[i].by_category;
       p.is_alloc = ev[i].is_alloc;
       p.what = observer->whats[i];
+      p.routed_bytes = routed[i];
       if (p.allocated_bytes > highest) {
         highest = p.allocated_bytes;
         rep.peak_time_s = p.time_s;

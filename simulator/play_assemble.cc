@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "core/memory/timeline_downsample.h"
 #include "core/model/model_flops.h"
@@ -106,7 +107,11 @@ void memory_timeline(RankClassReport& c, const Program& prog, const RankTiming& 
   // (find_placed's answer, without a search per event); out of order, it searches.
   size_t cursor = 0;
   uint64_t last_seq = 0;
+  RoutedTokenBytes routed;  // NOTE [Routed tokens in the timeline] in core/report/rank_report.h
+  uint64_t routed_now = 0;
+  CategoryBytes before{};
   for (const MemoryEvent& e : events) {
+    const CategoryBytes prev = std::exchange(before, e.by_category);
     const Placed* at = nullptr;
     if (e.host_seq >= last_seq) {
       while (cursor < placed.size() && placed[cursor].host_seq <= e.host_seq) ++cursor;
@@ -116,6 +121,7 @@ void memory_timeline(RankClassReport& c, const Program& prog, const RankTiming& 
       at = find_placed(placed, e.host_seq);
     }
     if (!at) continue;  // after the recorded run (teardown)
+    routed_now = routed.after(e, prev, prog.names[at->what]);
     TimelinePoint p;
     p.time_s = at->time;
     p.what = at->what;
@@ -125,6 +131,7 @@ void memory_timeline(RankClassReport& c, const Program& prog, const RankTiming& 
     p.reserved_bytes = e.reserved_bytes;
     p.host_bytes = e.host_bytes;
     p.by_category = e.by_category;
+    p.routed_bytes = routed_now;
     if (e.host_seq == peak_seq) c.peak_time_s = p.time_s;
     pts.push_back(p);
   }
@@ -140,6 +147,16 @@ void memory_timeline(RankClassReport& c, const Program& prog, const RankTiming& 
       c.in_flight_at_peak.push_back(
           {std::string(stream_name(in.stream)), std::string(instr_name(prog, in)), t.start, t.end});
   }
+  // Expert parallelism's all-to-alls, for the timeline's all-to-all lane (docs/plots.md).
+  for (size_t i = 0; i < prog.instrs.size(); ++i) {
+    const Instr& in = prog.instrs[i];
+    const InstrTime& t = rt.times[i];
+    if (in.type == InstrType::kCollective && in.coll == CollectiveKind::kAllToAll && t.start >= 0)
+      c.all_to_all_spans.push_back(
+          {std::string(stream_name(in.stream)), std::string(instr_name(prog, in)), t.start, t.end});
+  }
+  std::stable_sort(c.all_to_all_spans.begin(), c.all_to_all_spans.end(),
+                   [](const InFlightOp& a, const InFlightOp& b) { return a.start_s < b.start_s; });
 }
 
 // Where the played steps and checkpoint saves begin and end. A step begins at the previous

@@ -1,5 +1,7 @@
 #include "core/report/rank_report.h"
 
+#include <algorithm>
+
 #include <map>
 
 #include "core/common/error.h"
@@ -51,7 +53,8 @@ json rank_class_json(const RankReport& c) {
   cj["breakdown_at_peak"] = categories(c.breakdown_at_peak);
   if (c.moe_at_peak) {
     json m;
-    for (MoePart p : kAllMoeParts) m[std::string(moe_part_key(p))] = (*c.moe_at_peak)[static_cast<int>(p)];
+    for (MoePart p : kAllMoeParts)
+      m[std::string(moe_part_key(p))] = (*c.moe_at_peak)[static_cast<int>(p)];
     cj["moe_at_peak"] = m;
   }
   cj["allocated_after_step"] = c.allocated_after_step;
@@ -78,6 +81,13 @@ json rank_class_json(const RankReport& c) {
     in_flight.push_back(
         {{"stream", op.stream}, {"name", op.name}, {"start_s", op.start_s}, {"end_s", op.end_s}});
   cj["in_flight_at_peak"] = in_flight;
+  if (!c.all_to_all_spans.empty()) {
+    json spans = json::array();
+    for (const auto& op : c.all_to_all_spans)
+      spans.push_back(
+          {{"stream", op.stream}, {"name", op.name}, {"start_s", op.start_s}, {"end_s", op.end_s}});
+    cj["all_to_all_spans"] = spans;
+  }
   if (c.oom) {
     cj["oom"] = {{"requested_bytes", c.oom->requested_bytes},
                  {"what", c.oom->what},
@@ -89,6 +99,22 @@ json rank_class_json(const RankReport& c) {
                  {"breakdown", categories(c.oom->at_failure.by_category)}};
   }
   return cj;
+}
+
+uint64_t RoutedTokenBytes::after(const MemoryEvent& e, const CategoryBytes& before,
+                                 std::string_view what) {
+  if (e.is_alloc) {
+    if (moe_part(e.category, what) == MoePart::kRoutedTokens) {
+      const int k = static_cast<int>(e.category);
+      const uint64_t n = e.by_category[k] - before[k];
+      live_[e.buffer_id] = n;
+      bytes_ += n;
+    }
+  } else if (const auto it = live_.find(e.buffer_id); it != live_.end()) {
+    bytes_ -= it->second;
+    live_.erase(it);
+  }
+  return bytes_;
 }
 
 json rank_timeline_json(const RankReport& c, size_t class_index) {
@@ -113,6 +139,13 @@ json rank_timeline_json(const RankReport& c, size_t class_index) {
   tl["reserved_bytes"] = rs;
   tl["host_bytes"] = h;
   tl["by_category"] = cats;
+  // NOTE [Routed tokens in the timeline] in rank_report.h: only a model with routed tokens.
+  if (std::any_of(c.timeline.begin(), c.timeline.end(),
+                  [](const TimelinePoint& p) { return p.routed_bytes > 0; })) {
+    json rt = json::array();
+    for (const auto& p : c.timeline) rt.push_back(p.routed_bytes);
+    tl["routed_tokens_bytes"] = rt;
+  }
   // Optional label columns (NOTE [Timeline labels]).
   if (!c.timeline_names.empty()) {
     auto label = [&](int32_t i) {
@@ -148,7 +181,8 @@ RankReport rank_report_from_json(const json& cj, const json& tl) {
   if (cj.contains("moe_at_peak") && cj.at("moe_at_peak").is_object()) {
     MoeBytes m{};
     for (MoePart p : kAllMoeParts)
-      m[static_cast<int>(p)] = cj.at("moe_at_peak").value(std::string(moe_part_key(p)), uint64_t{0});
+      m[static_cast<int>(p)] =
+          cj.at("moe_at_peak").value(std::string(moe_part_key(p)), uint64_t{0});
     c.moe_at_peak = m;
   }
   c.allocated_after_step = field<std::vector<uint64_t>>(cj, "allocated_after_step", w);
@@ -170,6 +204,11 @@ RankReport rank_report_from_json(const json& cj, const json& tl) {
     c.in_flight_at_peak.push_back(
         InFlightOp{field<std::string>(op, "stream", w), field<std::string>(op, "name", w),
                    field<double>(op, "start_s", w), field<double>(op, "end_s", w)});
+  if (cj.contains("all_to_all_spans"))
+    for (const auto& op : field<json>(cj, "all_to_all_spans", w))
+      c.all_to_all_spans.push_back(
+          InFlightOp{field<std::string>(op, "stream", w), field<std::string>(op, "name", w),
+                     field<double>(op, "start_s", w), field<double>(op, "end_s", w)});
   if (cj.contains("oom")) {
     const json& o = cj["oom"];
     OutOfMemoryInfo m;
@@ -198,7 +237,10 @@ RankReport rank_report_from_json(const json& cj, const json& tl) {
     op = field<std::vector<std::string>>(tl, "op", tw);
   }
   const size_t n = t.size();
-  if (a.size() != n || rs.size() != n || h.size() != n ||
+  const auto rt = tl.contains("routed_tokens_bytes")
+                      ? field<std::vector<uint64_t>>(tl, "routed_tokens_bytes", tw)
+                      : std::vector<uint64_t>(n, 0);
+  if (a.size() != n || rs.size() != n || h.size() != n || rt.size() != n ||
       (labels && (what.size() != n || ev.size() != n || op.size() != n)))
     throw InputError(tw, "has columns of different lengths", "write a complete report");
   std::map<std::string, int32_t> ids;
@@ -214,6 +256,7 @@ RankReport rank_report_from_json(const json& cj, const json& tl) {
     p.allocated_bytes = a[i];
     p.reserved_bytes = rs[i];
     p.host_bytes = h[i];
+    p.routed_bytes = rt[i];
     for (MemCategory k : kAllMemCategories) {
       const std::string key(category_key(k));
       if (cats.contains(key) && cats[key].is_array() && i < cats[key].size())

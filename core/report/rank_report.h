@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -30,6 +32,25 @@ struct TimelinePoint {
   int32_t what = -1;
   int32_t op = -1;
   bool is_alloc = true;
+  // NOTE [Routed tokens in the timeline]: the bytes allocated for routed tokens after this
+  // point (moe_part's kRoutedTokens, core/memory/moe_memory.h): a running sum over every
+  // allocation and free of the run, each classified by its category and buffer name, taken
+  // before the timeline is downsampled. Its value at the peak is moe_at_peak's routed_tokens.
+  // 0 throughout for a dense model (the report then omits the column).
+  uint64_t routed_bytes = 0;
+};
+
+// The running routed-tokens bytes over a run's memory events, in order (NOTE [Routed tokens in
+// the timeline]). An allocation is classified by its category and name (`what`) and its size
+// is its category's change from `before` (the event before's by_category); a free gives back
+// what its buffer's allocation took, whatever the free is labelled.
+class RoutedTokenBytes {
+ public:
+  uint64_t after(const MemoryEvent& e, const CategoryBytes& before, std::string_view what);
+
+ private:
+  std::unordered_map<uint64_t, uint64_t> live_;  // buffer id -> bytes
+  uint64_t bytes_ = 0;
 };
 
 // A kernel or collective running on some stream at a moment (the peak).
@@ -73,6 +94,9 @@ struct RankReport {
   std::vector<TimelinePoint> timeline;
   std::vector<std::string> timeline_names;    // TimelinePoint::what / op index this
   std::vector<InFlightOp> in_flight_at_peak;  // on every stream at peak_time_s
+  // Expert parallelism's all-to-alls (dispatch, combine, their split-size exchange and
+  // backwards) over the whole run, in start order: the simulator's (a measured report has none).
+  std::vector<InFlightOp> all_to_all_spans;
   std::optional<OutOfMemoryInfo> oom;
   double busy_s[kNumStreams] = {};
   double compute_s = 0, exposed_comm_s = 0, comm_s = 0;  // whole run

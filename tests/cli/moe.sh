@@ -40,7 +40,8 @@ fi
 # sizes): tiny-moe-ep2-cpu4 trains tiny-moe-cpu2's global batch (16 sequences of 64) to the same
 # losses, only summation order apart, and records its routing in --metrics.
 cpu_ep="$src/scenarios/tiny-moe-ep2-cpu4.json"
-if "$bin" train "$cpu_ep" --steps 6 --metrics "$tmp/ep.jsonl" > "$tmp/out" 2>&1 \
+if "$bin" train "$cpu_ep" --steps 6 --metrics "$tmp/ep.jsonl" --json "$tmp/ep-measured.json" \
+     > "$tmp/out" 2>&1 \
    && "$bin" train "$cpu_sc" --steps 6 --metrics "$tmp/dense.jsonl" >> "$tmp/out" 2>&1 \
    && python3 - "$tmp/ep.jsonl" "$tmp/dense.jsonl" <<'P'
 import json, sys
@@ -52,6 +53,25 @@ then
   echo "ok   train tiny-moe-ep2-cpu4 (ep 2, 4 processes) == tiny-moe-cpu2"
 else
   echo "FAIL train tiny-moe-ep2-cpu4:"; cat "$tmp/out"; fail=1
+fi
+# Its measured report carries the routed tokens per timeline point (NOTE [Routed tokens in the
+# timeline]): on every rank, the value at the measured peak is its moe_at_peak.routed_tokens.
+if python3 - "$tmp/ep-measured.json" > "$tmp/out" 2>&1 <<'P'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert len(r["memory_timeline"]) == 4, len(r["memory_timeline"])
+for tl in r["memory_timeline"]:
+    c = r["rank_classes"][tl["class"]]
+    a, rt = tl["allocated_bytes"], tl["routed_tokens_bytes"]
+    peak = a.index(max(a))
+    want = c["moe_at_peak"]["routed_tokens"]
+    assert want > 0 and rt[peak] == want, (tl["ranks"], rt[peak], want)
+    assert rt[-1] < max(rt), "routed tokens never given back"
+P
+then
+  echo "ok   measured routed_tokens_bytes meets moe_at_peak at each rank's peak"
+else
+  echo "FAIL measured routed_tokens_bytes:"; cat "$tmp/out"; fail=1
 fi
 # The simulator replays that run's routing from its --metrics file (NOTE [Recorded routing]) and
 # predicts its peak (routed receive buffers: ranks differ with the router) to the byte; a file

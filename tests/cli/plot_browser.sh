@@ -67,4 +67,12 @@ check_page() {  # check_page NAME FILE MIN_AREAS SCREENSHOT
 }
 check_page timeline "$tmp/timeline.html" 5 "$build/timeline.png"
 check_page compare "$tmp/compare.html" 5 "$build/timeline-compare.png"
+# Expert parallelism (docs/plots.md, "Mixture of experts"): the routed-tokens line, the
+# all-to-all lane and the peak card's MoE parts are drawn.
+sed 's/"steps": [0-9]*/"steps": 2/' "$src/scenarios/tiny-moe-ep2-cpu4.json" > "$tmp/moe.json"
+"$bin" simulate "$tmp/moe.json" --timeline "$tmp/moe.html" > /dev/null 2>&1
+check_page moe "$tmp/moe.html" 5 "$build/timeline-moe.png"
+for want in 'class="routed"' 'class="a2a"' 'of which mixture of experts'; do
+  grep -q "$want" "$tmp/moe.dom" || { echo "FAIL moe: no $want in the drawn page"; fail=1; }
+done
 exit $fail

@@ -298,5 +298,51 @@ TEST(PlotPageData, CompactColumns) {
   EXPECT_EQ(s["peak"]["in_flight"][0]["module"], "layers.0.attention.wq");
 }
 
+// A mixture-of-experts class: moe_at_peak, all-to-all spans and the routed-tokens column reach
+// the series and the page (docs/plots.md, "Mixture of experts").
+TEST(PlotParse, MixtureOfExpertsLineLaneAndPeakParts) {
+  json j = sim_report();
+  j["rank_classes"][0]["moe_at_peak"] = {{"expert_params", 100},
+                                         {"expert_grads", 0},
+                                         {"expert_optimizer_state", 0},
+                                         {"routed_tokens", 150}};
+  j["rank_classes"][0]["all_to_all_spans"] = json::parse(R"J([
+      {"stream": "compute", "name": "layers.0.moe.experts.dispatch all_to_all", "start_s": 1.0, "end_s": 1.25},
+      {"stream": "compute", "name": "layers.0.moe.experts.combine all_to_all", "start_s": 1.5, "end_s": 1.75}])J");
+  j["memory_timeline"][0]["routed_tokens_bytes"] = {0, 100, 150, 0};
+  const Report r = parse_report(j, "moe.json");
+  const Series& s = r.series[0];
+  EXPECT_EQ(s.routed, (std::vector<double>{0, 100, 150, 0}));
+  ASSERT_EQ(s.moe_at_peak.size(), 2u);  // zero parts left out, in moe_part_key order
+  EXPECT_EQ(s.moe_at_peak[0], (std::pair<std::string, double>{"expert_params", 100}));
+  EXPECT_EQ(s.moe_at_peak[1], (std::pair<std::string, double>{"routed_tokens", 150}));
+  ASSERT_EQ(s.all_to_all.size(), 2u);
+  EXPECT_EQ(s.all_to_all[1].name, "layers.0.moe.experts.combine all_to_all");
+  const json page = page_data({r});
+  const json& ps = page["reports"][0]["series"][0];
+  EXPECT_EQ(ps["rt"], json::parse("[0, 100, 150, 0]"));
+  EXPECT_EQ(ps["a2a"][0],
+            json::parse(R"J([1.0, 1.25, "layers.0.moe.experts.dispatch all_to_all"])J"));
+  EXPECT_EQ(ps["peak"]["moe"][1], json::parse(R"J(["routed_tokens", 150])J"));
+  // A dense report has none of the three, and neither does its page.
+  const Report dense = parse_report(sim_report(), "dense.json");
+  EXPECT_TRUE(dense.series[0].routed.empty());
+  const json dp = page_data({dense})["reports"][0]["series"][0];
+  EXPECT_FALSE(dp.contains("rt"));
+  EXPECT_FALSE(dp.contains("a2a"));
+  EXPECT_FALSE(dp["peak"].contains("moe"));
+  // Downsampling keeps the routed column beside the others.
+  Series big;
+  for (int i = 0; i < 1000; ++i) {
+    big.time_s.push_back(i);
+    big.allocated.push_back(i % 7);
+    big.routed.push_back(i % 7 == 6 ? 5 : 0);
+  }
+  downsample(big, 40);
+  ASSERT_EQ(big.routed.size(), big.time_s.size());
+  for (size_t i = 0; i < big.time_s.size(); ++i)
+    EXPECT_EQ(big.routed[i], big.allocated[i] == 6 ? 5 : 0) << "point " << i;
+}
+
 }  // namespace
 }  // namespace fullshard::plot

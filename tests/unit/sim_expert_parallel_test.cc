@@ -5,13 +5,16 @@
 // alike), and the one-line errors of expert_parallel.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <string_view>
 
 #include "core/mesh/expert_mesh.h"
 #include "core/model/moe_dispatch.h"
 #include "core/model/moe_routing.h"
 #include "core/runtime/moe_args.h"
 #include "core/runtime/op_args.h"
+#include "core/report/rank_report.h"
 #include "simulator/report.h"
 #include "tests/gpu/recorded_ops.h"
 #include "tests/support/input_error.h"
@@ -116,6 +119,87 @@ TEST(ExpertParallelDispatch, AllToAllsAndTheirBytes) {
   EXPECT_EQ(to_peer[64 * 64 * 4], 8);
   EXPECT_EQ(to_peer[2 * 4], 2);
   EXPECT_EQ(r.classes.at(0).collectives_per_step[static_cast<int>(CollectiveKind::kAllToAll)], 10);
+}
+
+// The plots' view of expert parallelism (docs/plots.md, "Mixture of experts"): every played
+// all-to-all is a span of the class, in start order, and the timeline's routed-tokens column
+// (NOTE [Routed tokens in the timeline] in core/report/rank_report.h) meets moe_at_peak at the
+// peak and falls back between steps (to what outlives a step: the permutation indices the
+// module keeps for its combine, as torchtitan's ExpertParallel keeps permuted_indices).
+TEST(ExpertParallelPlots, AllToAllSpansAndRoutedTokensInTheTimeline) {
+  const auto r = sim::simulate_scenario(parse_scenario(tiny_moe_ep(2, {2}, {{"steps", 3}})));
+  ASSERT_TRUE(r.ok()) << fullshard::testing::problems_text(r);
+  const RankReport& c = r.classes.at(0);
+  const int per_step = c.collectives_per_step[static_cast<int>(CollectiveKind::kAllToAll)];
+  ASSERT_EQ(per_step, 10);
+  ASSERT_EQ(c.all_to_all_spans.size(), static_cast<size_t>(per_step) * 3);
+  for (size_t i = 0; i < c.all_to_all_spans.size(); ++i) {
+    const InFlightOp& a = c.all_to_all_spans[i];
+    EXPECT_NE(a.name.find(".moe.experts."), std::string::npos) << a.name;
+    EXPECT_NE(a.name.find("all_to_all"), std::string::npos) << a.name;
+    EXPECT_LT(a.start_s, a.end_s) << a.name;
+    EXPECT_LE(a.end_s, c.end_time_s) << a.name;
+    if (i) EXPECT_LE(c.all_to_all_spans[i - 1].start_s, a.start_s);
+  }
+  ASSERT_TRUE(c.moe_at_peak);
+  const uint64_t routed_at_peak = (*c.moe_at_peak)[static_cast<int>(MoePart::kRoutedTokens)];
+  ASSERT_GT(routed_at_peak, 0u);
+  ASSERT_FALSE(c.timeline.empty());
+  size_t peak = 0, first = c.timeline.size();
+  for (size_t i = 0; i < c.timeline.size(); ++i) {
+    if (c.timeline[i].allocated_bytes > c.timeline[peak].allocated_bytes) peak = i;
+    EXPECT_LE(c.timeline[i].routed_bytes, c.timeline[i].allocated_bytes);
+    if (c.timeline[i].routed_bytes > 0) first = std::min(first, i);
+  }
+  EXPECT_EQ(c.timeline[peak].routed_bytes, routed_at_peak);
+  uint64_t low = routed_at_peak;
+  for (size_t i = first; i < c.timeline.size(); ++i)
+    low = std::min(low, c.timeline[i].routed_bytes);
+  EXPECT_LT(low, routed_at_peak / 16);  // each step gives its routed tokens back
+  // The column travels through the report format and back.
+  const RankReport back = rank_report_from_json(rank_class_json(c), rank_timeline_json(c, 0));
+  EXPECT_EQ(back.all_to_all_spans.size(), c.all_to_all_spans.size());
+  ASSERT_EQ(back.timeline.size(), c.timeline.size());
+  EXPECT_EQ(back.timeline[peak].routed_bytes, routed_at_peak);
+  // A dense model writes neither.
+  const auto dense = sim::simulate_scenario(
+      parse_scenario(recorded_ops::scenario_json("tiny-llama", nullptr, {2}, json::object())));
+  ASSERT_TRUE(dense.ok());
+  EXPECT_TRUE(dense.classes.at(0).all_to_all_spans.empty());
+  const json tl = rank_timeline_json(dense.classes.at(0), 0);
+  EXPECT_FALSE(tl.contains("routed_tokens_bytes"));
+  EXPECT_FALSE(rank_class_json(dense.classes.at(0)).contains("all_to_all_spans"));
+}
+
+// A free gives back what its buffer's allocation took, whatever it is labelled (a measured
+// run's frees carry no name), and only routed-token allocations count.
+TEST(ExpertParallelPlots, RoutedTokenBytesFollowTheBufferNotTheLabel) {
+  RoutedTokenBytes sum;
+  CategoryBytes before{};
+  auto event = [&](uint64_t id, bool alloc, MemCategory cat, int64_t bytes) {
+    MemoryEvent e;
+    e.buffer_id = id;
+    e.is_alloc = alloc;
+    e.category = cat;
+    e.by_category = before;
+    e.by_category[static_cast<int>(cat)] += bytes;
+    return e;
+  };
+  auto step = [&](const MemoryEvent& e, std::string_view what) {
+    const uint64_t v = sum.after(e, before, what);
+    before = e.by_category;
+    return v;
+  };
+  EXPECT_EQ(step(event(1, true, MemCategory::kActivation, 512), "layers.0.moe.experts.dispatch"),
+            512u);
+  EXPECT_EQ(step(event(2, true, MemCategory::kActivation, 256), "layers.0.attention.wq"), 512u);
+  EXPECT_EQ(step(event(3, true, MemCategory::kShardedParam, 64), "layers.0.moe.experts.w1"), 512u);
+  EXPECT_EQ(
+      step(event(4, true, MemCategory::kTemporary, 128), "layers.0.moe.experts.w1 grad_input"),
+      640u);
+  EXPECT_EQ(step(event(1, false, MemCategory::kActivation, -512), ""), 128u);
+  EXPECT_EQ(step(event(2, false, MemCategory::kActivation, -256), "layers.0.moe.experts.x"), 128u);
+  EXPECT_EQ(step(event(4, false, MemCategory::kTemporary, -128), "anything"), 0u);
 }
 
 // Every op of an ep = 2 program decodes as the kernels decode it: _permute gets the received

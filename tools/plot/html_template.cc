@@ -39,6 +39,8 @@ svg.chart.dragging { cursor: grabbing; }
 .capacity { stroke: #d62728; stroke-width: 1.5; stroke-dasharray: 8 4; }
 .capacity-label { fill: #d62728; font-size: 11px; }
 .ck-save { fill: #444; } .ck-write { fill: #aaa; } .ck-label { fill: #444; font-size: 10px; }
+.routed { fill: none; stroke: #9467bd; stroke-width: 1.6; stroke-dasharray: 2 2; }
+.a2a { fill: #8c564b; }
 .peak-line { stroke: #111; stroke-width: 1; stroke-dasharray: 2 2; }
 .peak-label { font-size: 11px; font-weight: 600; }
 .oom-label { fill: #d62728; font-size: 12px; font-weight: 700; }
@@ -266,9 +268,15 @@ svg.chart.dragging { cursor: grabbing; }
           legend.appendChild(lab);
         }
     const lines = [["allocated", "#111", "solid"], ["reserved", "#666", "dashed"], ["capacity", "#d62728", "dashed"]];
+    if (ps.some(function (p) { return p.series.rt; })) lines.push(["routed tokens (sized by the router)", "#9467bd", "dotted"]);
     for (const l of lines) {
       const s = document.createElement("span");
       s.innerHTML = '<span class="line-swatch" style="border-top:2px ' + l[2] + " " + l[1] + '"></span>' + l[0];
+      legend.appendChild(s);
+    }
+    if (ps.some(function (p) { return p.series.a2a; })) {
+      const s = document.createElement("span");
+      s.innerHTML = '<span class="swatch" style="background:#8c564b"></span>all-to-all (lane at the top)';
       legend.appendChild(s);
     }
   }
@@ -355,6 +363,7 @@ svg.chart.dragging { cursor: grabbing; }
       }
       if (state.reserved && s.r) el("path", { class: "reserved", d: stepPath(s.ts, s.r, i0, i1, x, y) }, plot);
       el("path", { class: "allocated", d: stepPath(s.ts, s.a, i0, i1, x, y) }, plot);
+      if (s.rt) el("path", { class: "routed", d: stepPath(s.ts, s.rt, i0, i1, x, y) }, plot);
     }
     for (const o of p.overlays) {
       const os = o.series, k = os.ts.length;
@@ -373,6 +382,16 @@ svg.chart.dragging { cursor: grabbing; }
         el("title", {}, h).textContent = "checkpoint save after step " + c[4] + ": training waits " + fmtTime(c[1] - c[0]);
       }
       el("text", { class: "ck-label", x: m.l + W - 4, y: m.t + 19, "text-anchor": "end" }, svg).textContent = "checkpoint";
+    }
+    // the all-to-all lane: expert parallelism's dispatch / combine spans (under the checkpoint lane)
+    if (s.a2a) {
+      const ay = m.t + (s.report.ck ? 22 : 0);
+      for (const c of s.a2a) {
+        if (c[1] < view[0] || c[0] > view[1]) continue;
+        const r = el("rect", { class: "a2a", x: x(c[0]), y: ay, width: Math.max(1, x(c[1]) - x(c[0])), height: 6 }, plot);
+        el("title", {}, r).textContent = c[2] + ": " + fmtTime(c[1] - c[0]);
+      }
+      el("text", { class: "ck-label", x: m.l + W - 4, y: ay + 17, "text-anchor": "end" }, svg).textContent = "all-to-all";
     }
     if (ym.capShown && s.report.capacity > 0) {
       const cy = y(s.report.capacity);
@@ -424,6 +443,7 @@ svg.chart.dragging { cursor: grabbing; }
     h += '<tr><td>allocated</td><td class="num"><b>' + fmtBytes(s.a[i]) + "</b></td></tr>";
     if (s.r) h += '<tr><td>reserved</td><td class="num">' + fmtBytes(s.r[i]) + "</td></tr>";
     if (s.h) h += '<tr><td>CPU offloaded</td><td class="num">' + fmtBytes(s.h[i]) + "</td></tr>";
+    if (s.rt) h += '<tr><td>routed tokens</td><td class="num">' + fmtBytes(s.rt[i]) + "</td></tr>";
     for (let k = s.cats.length - 1; k >= 0; --k) {
       const c = s.cats[k];
       if (!c.v[i] || state.hidden[c.key]) continue;
@@ -491,6 +511,12 @@ svg.chart.dragging { cursor: grabbing; }
           h += '<tr><td><span class="swatch" style="background:' + (c ? c.color : "#ccc") + '"></span>' + esc(b[0]) +
             '</td><td class="num">' + fmtBytes(b[1]) + '</td><td class="num muted">' + (100 * b[1] / s.peak.a).toFixed(1) + "%</td></tr>";
         }
+        h += "</table>";
+      }
+      if (s.peak.moe) {
+        h += "<div>of which mixture of experts:</div><table>";
+        for (const b of s.peak.moe)
+          h += "<tr><td>" + esc(b[0]) + '</td><td class="num">' + fmtBytes(b[1]) + '</td><td class="num muted">' + (100 * b[1] / s.peak.a).toFixed(1) + "%</td></tr>";
         h += "</table>";
       }
       if (s.peak.in_flight.length) {

@@ -10,6 +10,7 @@
 
 #include "core/common/error.h"
 #include "core/common/json_file.h"
+#include "core/memory/moe_memory.h"
 #include "tools/plot/plot.h"
 
 namespace fullshard::plot {
@@ -200,6 +201,17 @@ void peak_from_class(Series& s, const nlohmann::json& c) {
         s.in_flight_at_peak.push_back(
             {text(op, "stream"), text(op, "name"), num(op, "start_s"), num(op, "end_s")});
   }
+  if (auto m = c.find("moe_at_peak"); m != c.end() && m->is_object())
+    for (MoePart p : kAllMoeParts) {
+      const std::string k(moe_part_key(p));
+      if (m->contains(k) && (*m)[k].is_number() && (*m)[k].get<double>() > 0)
+        s.moe_at_peak.emplace_back(k, (*m)[k].get<double>());
+    }
+  if (auto a = c.find("all_to_all_spans"); a != c.end() && a->is_array())
+    for (const auto& op : *a)
+      if (op.is_object())
+        s.all_to_all.push_back(
+            {text(op, "stream"), text(op, "name"), num(op, "start_s"), num(op, "end_s")});
   if (auto o = c.find("oom"); o != c.end() && o->is_object()) {
     s.oom = fmt::format(
         "OUT OF MEMORY in step {} allocating {} for {} ({}): {} allocated, {} reserved of {}",
@@ -266,6 +278,11 @@ Series parse_series(const nlohmann::json& tl, const std::string& where, Names& n
     s.ranks.push_back(tl["rank"].get<int>());
   s.label = tl.contains("label") && tl["label"].is_string() ? tl["label"].get<std::string>()
                                                             : ranks_label(s.ranks);
+  if (tl.contains("routed_tokens_bytes")) {
+    s.routed = numbers(tl["routed_tokens_bytes"], where + ".routed_tokens_bytes", n);
+    if (std::all_of(s.routed.begin(), s.routed.end(), [](double v) { return v == 0; }))
+      s.routed.clear();
+  }
   // The peak from the timeline itself; rank_classes (when present) refines it.
   const size_t pk = peak_index(s);
   if (n) {
@@ -361,6 +378,7 @@ void keep_only(Series& s, std::vector<size_t> keep) {
   pick(s.reserved);
   pick(s.host);
   for (auto& c : s.by_category) pick(c);
+  pick(s.routed);
   pick(s.what);
   pick(s.op);
   pick(s.is_alloc);
@@ -504,6 +522,17 @@ nlohmann::json page_data(const std::vector<Report>& reports) {
                     {"t", s.peak_time_s},
                     {"breakdown", bd},
                     {"in_flight", fl}};
+      if (!s.moe_at_peak.empty()) {
+        json moe = json::array();
+        for (const auto& [k, v] : s.moe_at_peak) moe.push_back({k, v});
+        js["peak"]["moe"] = moe;
+      }
+      if (!s.routed.empty()) js["rt"] = ints(s.routed, 1);
+      if (!s.all_to_all.empty()) {
+        json a2a = json::array();
+        for (const auto& f : s.all_to_all) a2a.push_back({f.start_s, f.end_s, f.name});
+        js["a2a"] = a2a;
+      }
       if (!s.oom.empty()) js["oom"] = s.oom;
       ss.push_back(js);
     }

@@ -56,6 +56,12 @@ struct Series {
   std::vector<std::pair<std::string, double>> breakdown_at_peak;  // nonzero categories
   std::vector<InFlight> in_flight_at_peak;
   std::string oom;  // "" or one line: what failed to allocate, and the state then
+  // Mixture of experts (empty for a dense model): the timeline's routed_tokens_bytes column
+  // (NOTE [Routed tokens in the timeline] in core/report/rank_report.h), the class's
+  // moe_at_peak (nonzero parts) and its all_to_all_spans.
+  std::vector<double> routed;
+  std::vector<std::pair<std::string, double>> moe_at_peak;
+  std::vector<InFlight> all_to_all;
 };
 
 // A checkpoint save the simulator played (report "checkpoint.played", NOTE [Playing a

@@ -92,6 +92,10 @@ std::vector<std::pair<std::string, std::string>> notes(const Panel& p) {
       bd += (bd.empty() ? "" : ", ") + item;
     }
     if (!bd.empty()) out.emplace_back("#444", "    " + bd);
+    std::string moe;
+    for (const auto& [k, v] : s.moe_at_peak)
+      moe += fmt::format("{}{} {}", moe.empty() ? "" : ", ", k, format_bytes(v));
+    if (!moe.empty()) out.emplace_back("#9467bd", "    of which mixture of experts: " + moe);
     for (size_t i = 0; i < s.in_flight_at_peak.size() && i < 4; ++i) {
       const auto& f = s.in_flight_at_peak[i];
       out.emplace_back("#444", fmt::format("    {} {}: {} ({} \u2013 {})",
@@ -171,6 +175,24 @@ void draw_panel(std::string& svg, const Panel& p, double top, double t1, double 
     svg += fmt::format("<path fill=\"none\" stroke=\"{}\" stroke-width=\"{}\" d=\"{}\"/>\n", c,
                        i ? 1.8 : 1.2, step_path(o.time_s, o.allocated, f));
   }
+  // The routed tokens (NOTE [Routed tokens in the timeline] in core/report/rank_report.h).
+  if (!s.routed.empty())
+    svg += fmt::format(
+        "<path class=\"routed\" fill=\"none\" stroke=\"#9467bd\" stroke-width=\"1.6\" "
+        "stroke-dasharray=\"2 2\" d=\"{}\"/>\n",
+        step_path(s.time_s, s.routed, f));
+  // The all-to-all lane: expert parallelism's spans, under the checkpoint lane.
+  const double a2a_y = f.top + (p.shown[0].report->checkpoint.empty() ? 0 : 22);
+  for (const InFlight& a : s.all_to_all)
+    svg += fmt::format(
+        "<rect class=\"a2a\" x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"6\" "
+        "fill=\"#8c564b\"><title>{}</title></rect>\n",
+        f.x(a.start_s), a2a_y, std::max(1.0, f.x(a.end_s) - f.x(a.start_s)), markup_escape(a.name));
+  if (!s.all_to_all.empty())
+    svg += fmt::format(
+        "<text x=\"{}\" y=\"{}\" text-anchor=\"end\" font-size=\"10\" fill=\"#444\" "
+        "{}>all-to-all</text>\n",
+        f.left + f.width - 4, a2a_y + 17, kHalo);
   // The checkpoint lane (NOTE [Playing a checkpoint save]): each played save's write (light)
   // and the time the host waited for it (dark), in a strip along the top of the plot.
   for (const CheckpointSpan& c : p.shown[0].report->checkpoint) {
@@ -350,6 +372,26 @@ std::string render_svg(std::vector<Report> reports, const PlotOptions& o) {
       "<line x1=\"{3:.0f}\" x2=\"{4:.0f}\" y1=\"{6}\" y2=\"{6}\" stroke=\"#666\" "
       "stroke-dasharray=\"5 3\"/><text x=\"{5:.0f}\" y=\"{7}\">reserved</text>",
       lx, lx + 20, lx + 24, lx + 90, lx + 110, lx + 114, ly + 6, ly + 10);
+  lx += 170;
+  if (std::any_of(panels.begin(), panels.end(),
+                  [](const Panel& p) { return !p.shown[0].series->routed.empty(); })) {
+    room(250);
+    svg += fmt::format(
+        "<line x1=\"{:.0f}\" x2=\"{:.0f}\" y1=\"{}\" y2=\"{}\" stroke=\"#9467bd\" "
+        "stroke-width=\"1.6\" stroke-dasharray=\"2 2\"/><text x=\"{:.0f}\" y=\"{}\">routed "
+        "tokens (sized by the router)</text>",
+        lx, lx + 20, ly + 6, ly + 6, lx + 24, ly + 10);
+    lx += 250;
+  }
+  if (std::any_of(panels.begin(), panels.end(),
+                  [](const Panel& p) { return !p.shown[0].series->all_to_all.empty(); })) {
+    room(100);
+    svg += fmt::format(
+        "<rect x=\"{:.0f}\" y=\"{}\" width=\"11\" height=\"11\" fill=\"#8c564b\"/><text "
+        "x=\"{:.0f}\" y=\"{}\">all-to-all</text>",
+        lx, ly, lx + 15, ly + 10);
+    lx += 100;
+  }
   svg += "</g>\n";
   double y = ly + 22;
   total += y - 70;
