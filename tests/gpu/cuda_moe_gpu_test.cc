@@ -241,9 +241,10 @@ TEST(CudaMoe, GroupedMmAndBackwardsMatchCpu) {
       // fp32 output summed over a group's rows (up to P) of 16-bit or fp32 products.
       kc::expect_close(rw.gpu[0], rw.cpu[0], 1e-5 * std::sqrt(static_cast<double>(c.P)),
                        1e-5, what + " weight grad");
-      if (c.E > 2)
+      if (c.E > 2) {
         for (int64_t i = c.n * c.k; i < 2 * c.n * c.k; ++i)
           EXPECT_EQ(rw.gpu[0].get(i), 0.0) << what << " empty group's weight gradient";
+      }
     }
 }
 

@@ -28,6 +28,15 @@ namespace fullshard::cuda {
 //   the CPU rounds once. Tested within a stated tolerance.
 // - Data the CPU checks and a kernel cannot (an index out of range, decreasing group offsets,
 //   fractional counts) is skipped or clamped on the device, never read or written out of bounds.
+// NOTE [Grouped GEMM on the GPU]: torch._grouped_mm's group ends `offs` are a device tensor
+// (kPermuteIndices writes them), so a GEMM per group through cuBLAS / cuBLASLt, or cuBLAS's
+// cublasGemmGroupedBatchedEx (host arrays of m, n, k), would need each group's rows on the host:
+// a device-to-host copy and a stream synchronisation before every grouped GEMM of every MoE
+// layer and pass. launch_kernel never synchronises (cuda_kernels.h), nor does PyTorch (its
+// CUTLASS grouped GEMM reads offs on the device). So moe_grouped_mm.cu reads offs on the device:
+// tiled fp32 SIMT GEMMs over grids sized for any offsets (NOTE [Grouped GEMM tiles] in
+// moe_index.h), operands converted to fp32, sums in k order (deterministic), each output rounded
+// once, as the CPU kernel's contract. Not tensor-core: correct first, fast later (docs/cuda-kernels.md).
 struct MoePlan {
   int64_t tokens = 0, experts = 0, top_k = 0, dim = 0;  // router ops (dim: weighted sum's D)
   int64_t rows = 0, width = 0, divisor = 1, entries = 0;  // row-index ops (entries: index numel)
