@@ -8,7 +8,7 @@
 #                                     and DIR.tar.xz.
 #   tools/gpu-check.sh quick          on a GPU machine, from a pack: the one command for a short GPU
 #                                     lease (NOTE [GPU check quick]): every GPU test case as its own
-#                                     process beside the five compares, the 1B benchmark beside
+#                                     process beside the seven compares, the 1B benchmark beside
 #                                     PyTorch eager + FSDP2 (own and cuDNN attention) with the per-op
 #                                     table, the GPU microbenchmarks (cuda_*_bench targets); one
 #                                     summary, under 8 minutes.
@@ -343,7 +343,7 @@ stage_measure() {
 
 # NOTE [GPU check quick]: one command for a short GPU lease (the machine's start and 15 minutes
 # of device time in all): every GPU test case as its own process (a sticky CUDA error or a hang
-# costs one case, not a binary), several at once beside the five compares, then on the idle GPU
+# costs one case, not a binary), several at once beside the seven compares, then on the idle GPU
 # the 1B benchmark beside PyTorch eager + FSDP2 (default attention, then cuDNN) with the per-op
 # table, then the GPU microbenchmarks (pack/bin/cuda_*_bench). A step starts only while the
 # budget (GPU_CHECK_QUICK_BUDGET seconds from the stage's start, default 450) leaves it room.
@@ -399,8 +399,18 @@ s.setdefault("hardware", {}).setdefault("allocator", {})["expandable_segments"] 
 s["name"] += "-exp"
 json.dump(s, open(sys.argv[2], "w"))
 P
+  # Mixture of experts (docs/moe.md; never run on a GPU before): tiny-moe's 2 ranks share the GPU
+  # over staged Gloo, at ep 1 and at ep 2 (the token all-to-all-v staged through pinned memory).
+  python3 - scenarios/tiny-moe-fsdp2-h100.json "$work/tiny-moe-ep2-h100-2on1.json" <<'P'
+import json, sys
+s = json.load(open(sys.argv[1]))
+s["expert_parallel"] = {"degree": 2}
+s["name"] = "tiny-moe-ep2-h100-2on1"
+json.dump(s, open(sys.argv[2], "w"))
+P
   for file in scenarios/tiny-llama-h100.json "$work/tiny-llama-h100-exp.json" scenarios/tiny-gpt2-h100.json \
-              scenarios/tiny-llama-h100-2on1.json scenarios/tiny-llama-tp2-h100-4on1.json; do
+              scenarios/tiny-llama-h100-2on1.json scenarios/tiny-llama-tp2-h100-4on1.json \
+              scenarios/tiny-moe-fsdp2-h100.json "$work/tiny-moe-ep2-h100-2on1.json"; do
     local sc
     sc="$(basename "$file" .json)"
     if timeout -k 10 "${GPU_CHECK_COMPARE_TIMEOUT:-180}" env LD_LIBRARY_PATH="$fs_libs" "$fs" compare "$file" \

@@ -1,8 +1,9 @@
 #pragma once
 // Families of op kinds that the real backends run unevenly: the CPU backend runs every device
-// kind of the op table; the CUDA backend does not run the MoE and context-parallel kinds yet
-// (cuda::has_kernel), and runs float8's since issue 32's CUDA casts (built, not yet run on a
-// GPU: docs/float8.md). One list each, shared by both backends and their tests.
+// kind of the op table; the CUDA backend does not run the context-parallel kinds yet
+// (cuda::has_kernel), runs float8's since issue 32's CUDA casts and the MoE kinds since issue
+// 30's CUDA kernels (both built, not yet run on a GPU: docs/float8.md, docs/moe.md). One list
+// each, shared by both backends and their tests.
 #include "core/runtime/op.h"
 
 namespace fullshard::backends {

@@ -53,4 +53,20 @@ NcclReduction nccl_reduction(ReduceOp op, double scale, DType dtype) {
   return r;
 }
 
+std::vector<NcclTransfer> nccl_all_to_all_transfers(const std::vector<size_t>& send_counts,
+                                                    const std::vector<size_t>& recv_counts) {
+  FULLSHARD_CHECK(send_counts.size() == recv_counts.size(),
+                  "NCCL all_to_all: send and receive splits name different group sizes");
+  std::vector<NcclTransfer> t;
+  size_t sent = 0, received = 0;
+  for (size_t j = 0; j < send_counts.size(); ++j) {
+    const int peer = static_cast<int>(j);
+    if (send_counts[j] > 0) t.push_back({true, peer, sent, send_counts[j]});
+    if (recv_counts[j] > 0) t.push_back({false, peer, received, recv_counts[j]});
+    sent += send_counts[j];
+    received += recv_counts[j];
+  }
+  return t;
+}
+
 }  // namespace fullshard::cuda

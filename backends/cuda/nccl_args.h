@@ -14,6 +14,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include <nccl.h>
 
@@ -36,5 +37,20 @@ struct NcclReduction {
 
 // Throws InternalError for a dtype that cannot be reduced.
 NcclReduction nccl_reduction(ReduceOp op, double scale, DType dtype);
+
+// NOTE [All-to-all over NCCL]: NCCL has no all-to-all-v; PyTorch's ProcessGroupNCCL runs
+// all_to_all_single with split sizes as one ncclGroupStart / ncclGroupEnd around an ncclSend and
+// an ncclRecv per peer, itself included, skipping empty splits (torch/csrc/cuda/nccl.cpp,
+// all2all_single_unequal_split). The splits (CollectiveArgs::send_counts / recv_counts, decoded
+// once: collective_args.h) fill a prefix of each buffer in group-rank order: peer j's chunk
+// starts at the sum of the splits before it. The transfers, in launch order (per peer: send,
+// then receive); offsets and counts in elements.
+struct NcclTransfer {
+  bool send = false;
+  int peer = 0;
+  size_t offset = 0, count = 0;
+};
+std::vector<NcclTransfer> nccl_all_to_all_transfers(const std::vector<size_t>& send_counts,
+                                                    const std::vector<size_t>& recv_counts);
 
 }  // namespace fullshard::cuda

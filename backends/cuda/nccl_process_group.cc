@@ -188,11 +188,21 @@ void NcclProcessGroup::launch(const CollectiveArgs& a, cudaStream_t stream) {
       }
       break;
     }
-    case CollectiveKind::kAllToAll:
-      // NCCL's grouped send / recv is not built yet; MoE scenarios are refused before any rank
-      // starts (docs/moe.md), so only a host-program bug gets here.
-      FULLSHARD_CHECK(false, "nccl: all_to_all '" + a.name + "' is not built yet");
+    case CollectiveKind::kAllToAll: {  // NOTE [All-to-all over NCCL] in nccl_args.h
+      const size_t es = dtype_size(a.dtype);
+      const auto* in = static_cast<const unsigned char*>(a.input);
+      auto* out = static_cast<unsigned char*>(a.output);
+      r = ncclGroupStart();
+      if (r != ncclSuccess) break;
+      for (const NcclTransfer& t : nccl_all_to_all_transfers(a.send_counts, a.recv_counts)) {
+        r = t.send ? ncclSend(in + t.offset * es, t.count, dt, t.peer, comm_, stream)
+                   : ncclRecv(out + t.offset * es, t.count, dt, t.peer, comm_, stream);
+        if (r != ncclSuccess && r != ncclInProgress) break;
+      }
+      const ncclResult_t end = ncclGroupEnd();  // always closes the group it opened
+      if (r == ncclSuccess || r == ncclInProgress) r = end;
       break;
+    }
   }
   if (r != ncclSuccess && r != ncclInProgress) {
     ncclCommAbort(comm_);

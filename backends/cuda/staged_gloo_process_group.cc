@@ -73,6 +73,15 @@ StagedGlooProcessGroup::StagedGlooProcessGroup(std::shared_ptr<::gloo::rendezvou
   worker_ = std::thread([this] { run(); });
 }
 
+StagedAllToAll staged_all_to_all(const CollectiveArgs& args, int group_size) {
+  StagedAllToAll l;
+  l.input_bytes = args.input_bytes(group_size);
+  l.output_offset = (l.input_bytes + 15) / 16 * 16;
+  l.output_bytes = args.output_bytes(group_size);
+  l.total = l.output_offset + l.output_bytes;
+  return l;
+}
+
 StagedGlooProcessGroup::~StagedGlooProcessGroup() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -95,8 +104,11 @@ bool StagedGlooProcessGroup::failed() const {
 void StagedGlooProcessGroup::run(const CollectiveArgs& a, cudaStream_t stream) {
   const size_t e = dtype_size(a.dtype);
   const size_t w = static_cast<size_t>(group_.size());
-  const size_t need =
-      std::max<size_t>({a.input_bytes(group_.size()), a.output_bytes(group_.size()), 1});
+  const StagedAllToAll a2a = a.kind == CollectiveKind::kAllToAll
+                                 ? staged_all_to_all(a, group_.size())
+                                 : StagedAllToAll{};
+  const size_t need = std::max<size_t>(
+      {a.input_bytes(group_.size()), a.output_bytes(group_.size()), a2a.total, 1});
   if (need > staging_bytes_) {
     if (staging_ != nullptr) pinned_.free(staging_);  // deferred until the streams passed it
     staging_ = static_cast<uint8_t*>(pinned_.allocate(need));
@@ -125,8 +137,10 @@ void StagedGlooProcessGroup::run(const CollectiveArgs& a, cudaStream_t stream) {
         FULLSHARD_CUDA(cudaMemcpyAsync(staging_, a.output, chunk, cudaMemcpyDefault, stream));
       break;
     case CollectiveKind::kBarrier: break;
-    case CollectiveKind::kAllToAll:  // not staged yet (docs/moe.md: MoE is refused on CUDA)
-      FULLSHARD_CHECK(false, "staged gloo: all_to_all '" + a.name + "' is not built yet");
+    case CollectiveKind::kAllToAll:  // this rank's splits, at the staging's start
+      if (a2a.input_bytes > 0)
+        FULLSHARD_CUDA(
+            cudaMemcpyAsync(staging_, a.input, a2a.input_bytes, cudaMemcpyDefault, stream));
       break;
   }
   cudaEvent_t ready = events_.acquire();
@@ -157,8 +171,12 @@ void StagedGlooProcessGroup::run(const CollectiveArgs& a, cudaStream_t stream) {
       if (chunk > 0)
         FULLSHARD_CUDA(cudaMemcpyAsync(a.output, staging_, chunk, cudaMemcpyDefault, stream));
       break;
-    case CollectiveKind::kBarrier:
-    case CollectiveKind::kAllToAll: break;  // refused in step 1
+    case CollectiveKind::kAllToAll:
+      if (a2a.output_bytes > 0)
+        FULLSHARD_CUDA(cudaMemcpyAsync(a.output, staging_ + a2a.output_offset, a2a.output_bytes,
+                                       cudaMemcpyDefault, stream));
+      break;
+    case CollectiveKind::kBarrier: break;
   }
 }
 
@@ -201,6 +219,8 @@ void StagedGlooProcessGroup::run_one(Job& job) {
     CollectiveArgs staged = a;
     staged.input = a.kind == CollectiveKind::kAllGather ? s + rank_ * chunk : s;
     staged.output = a.kind == CollectiveKind::kReduceScatter ? s + rank_ * chunk : s;
+    if (a.kind == CollectiveKind::kAllToAll)  // input and output side by side
+      staged.output = s + staged_all_to_all(a, group_.size()).output_offset;
     gloo_->run(staged, backends::CallingThread{});
   } catch (const std::exception& e) {
     {

@@ -14,7 +14,9 @@
 // stream blocks only itself, and no CUDA host callback is used (a host function that blocked
 // on a peer would hold CUDA's callback thread, which other streams and other ranks in the same
 // process share). One staging buffer serves every kind: all-gather and reduce-scatter run in
-// place in it (input at this rank's chunk), all-reduce and broadcast over the whole of it.
+// place in it (input at this rank's chunk), all-reduce and broadcast over the whole of it;
+// all-to-all-v (expert parallelism's token dispatch) cannot run in place, so its staging holds
+// the input's splits, then the output's (staged_all_to_all).
 // The worker runs one collective at a time in issue order, so reusing the buffer is safe; it
 // grows (the old one freed after the streams passed, NOTE [Pinned host frees]).
 // Staging memory is pinned host memory: not in the device allocator, reported as host bytes.
@@ -74,6 +76,14 @@ int device_max_connections(const char* env);
 // shared_device_fix the fix (the backend's InputError on CUDA_DEVICE_MAX_CONNECTIONS).
 std::string shared_device_refusal(int ranks, int streams_per_rank, int connections, int device);
 std::string shared_device_fix(int streams_per_rank);
+
+// All-to-all-v on the staging buffer: the splits this rank sends (input_bytes) at its start, the
+// splits it receives (output_bytes) from output_offset (16-byte aligned), `total` bytes in all.
+// Both fill a prefix of their device buffers (NOTE [One collective decoding]).
+struct StagedAllToAll {
+  size_t input_bytes = 0, output_offset = 0, output_bytes = 0, total = 0;
+};
+StagedAllToAll staged_all_to_all(const CollectiveArgs& args, int group_size);
 
 class StagedGlooProcessGroup : public DeviceProcessGroup {
  public:

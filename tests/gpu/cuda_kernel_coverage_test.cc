@@ -1,8 +1,8 @@
 // Host-only (no GPU): every op kind the model emits onto the device, over the scenarios a
 // user can train on the CUDA backend (every model.implementation preset and field value, both
 // architectures, activation checkpointing, CPU offload, tensor parallelism, compiled blocks,
-// tensorwise float8),
-// has a CUDA kernel (cuda::has_kernel). The programs come from the simulator, which records
+// tensorwise float8,
+// mixture of experts at ep 1 and 2) has a CUDA kernel (cuda::has_kernel). The programs come from the simulator, which records
 // the same host program the CUDA backend runs. Async TP is simulator-only (the launcher refuses
 // it on every real backend), so its fused collective-matmuls are the kinds left without one.
 #include <gtest/gtest.h>
@@ -98,6 +98,20 @@ TEST(CudaKernelCoverage, EveryDeviceOpTheModelEmitsHasAKernel) {
                            {"filter_fqns", {"output"}}}}}}};
   add(scenario("tiny-llama", json::object(), {2}, float8), "tiny-llama float8");
   add(scenario("tiny-llama", {{"compile", true}}, {2}, float8), "tiny-llama float8 compile");
+
+  // Mixture of experts (docs/moe.md): tiny-moe at ep 1 and expert-parallel, bf16, full AC.
+  const json moe_bf16 = {
+      {"fsdp", {{"mixed_precision", {{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}}}}}};
+  add(scenario("tiny-moe", json::object(), {2}), "tiny-moe");
+  add(scenario("tiny-moe", json::object(), {2}, moe_bf16), "tiny-moe bf16");
+  add(scenario("tiny-moe", json::object(), {2},
+               {{"training", {{"activation_checkpointing", "full"}}}}),
+      "tiny-moe full AC");
+  add(scenario("tiny-moe", json::object(), {4}, {{"expert_parallel", {{"degree", 2}}}}),
+      "tiny-moe ep 2");
+  for (OpKind k : {OpKind::kTopK, OpKind::kPermuteIndices, OpKind::kGroupedMMBackwardWeight,
+                   OpKind::kIndexAddRows, OpKind::kWeightedSumBackward})
+    EXPECT_TRUE(all.count(k)) << op_kind_name(k) << ": the MoE programs should reach it";
 
   EXPECT_GE(all.size(), 40u) << "the variants above should reach most op kinds";
   for (const auto& [kind, where] : all) {

@@ -14,10 +14,12 @@
 #include <set>
 #include <string>
 
+#include "backends/common/kernel_families.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cuda/kernels/cuda_kernels.h"
 #include "backends/cuda/kernels/scaled_gemm_plan.h"
 #include "core/common/error.h"
+#include "core/runtime/op_table.h"
 #include "tests/gpu/recorded_ops.h"
 
 namespace fullshard {
@@ -161,6 +163,17 @@ TEST(CudaOpContracts, EveryOpTheModelsEmitMeetsBothBackendsContracts) {
                 "tiny-llama float8 all-gather bf16", seen);
   check_program(scenario_json("tiny-llama", {{"compile", true}}, {2}, float8_bf16),
                 "tiny-llama float8 compile bf16", seen);
+  // Mixture of experts (docs/moe.md; backends/cuda/kernels/moe_plan.h): ep 1, bf16, and ep 2.
+  check_program(scenario_json("tiny-moe", nullptr, {2}), "tiny-moe", seen);
+  check_program(scenario_json("tiny-moe", nullptr, {2}, bf16), "tiny-moe bf16", seen);
+  check_program(scenario_json("tiny-moe", nullptr, {4}, {{"expert_parallel", {{"degree", 2}}}}),
+                "tiny-moe ep 2", seen);
+  for (size_t i = 0; i < kOpKindCount; ++i) {
+    const auto k = static_cast<OpKind>(i);
+    if (backends::is_moe_kind(k) && k != OpKind::kSigmoid && k != OpKind::kSigmoidBackward) {
+      EXPECT_TRUE(seen.kinds.count(k)) << op_kind_name(k) << " (tiny-moe scores with softmax)";
+    }
+  }
   for (OpKind k :
        {OpKind::kFloat8Abs, OpKind::kFloat8Amax, OpKind::kFloat8Scale, OpKind::kFloat8Cast,
         OpKind::kScaledMM, OpKind::kScaledMMBackwardInput, OpKind::kScaledMMBackwardWeight})

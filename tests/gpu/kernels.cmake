@@ -140,3 +140,19 @@ target_link_libraries(cuda_float8_gpu_test PRIVATE fullshard_cuda_kernels fullsh
 target_include_directories(cuda_float8_gpu_test PRIVATE ${PROJECT_SOURCE_DIR})
 add_test(NAME cuda_kernels.float8_gpu COMMAND cuda_float8_gpu_test)
 set_tests_properties(cuda_kernels.float8_gpu PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
+
+# The mixture-of-experts kinds on the CUDA backend (moe_*.cu, moe_dispatch.cc; docs/moe.md):
+# cuda_moe_plan_test on the host (index maps against the CPU kernels, plans; no GPU needed),
+# cuda_moe_gpu_test every kind against the CPU kernels on a GPU (label gpu, exit 77 without one).
+add_executable(cuda_moe_plan_test ${CMAKE_CURRENT_SOURCE_DIR}/cuda_moe_plan_test.cc)
+target_link_libraries(cuda_moe_plan_test PRIVATE fullshard_cuda_kernels fullshard_cpu_kernels rapidcheck_gtest
+                      rapidcheck GTest::gtest GTest::gtest_main)
+target_include_directories(cuda_moe_plan_test PRIVATE ${PROJECT_SOURCE_DIR})
+add_test(NAME cuda_kernels.moe_plan COMMAND cuda_moe_plan_test)
+set_tests_properties(cuda_kernels.moe_plan PROPERTIES ENVIRONMENT "RC_PARAMS=seed=20261121")
+add_executable(cuda_moe_gpu_test ${CMAKE_CURRENT_SOURCE_DIR}/cuda_moe_gpu_test.cc)
+target_link_libraries(cuda_moe_gpu_test PRIVATE fullshard_cuda_kernels fullshard_cpu_kernels rapidcheck_gtest
+                      rapidcheck GTest::gtest)
+target_include_directories(cuda_moe_gpu_test PRIVATE ${PROJECT_SOURCE_DIR})
+add_test(NAME cuda_kernels.moe_gpu COMMAND cuda_moe_gpu_test)
+set_tests_properties(cuda_kernels.moe_gpu PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)

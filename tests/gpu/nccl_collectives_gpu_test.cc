@@ -75,6 +75,16 @@ TEST(NcclProcessGroup, OneRankEveryKind) {
   cudaStreamSynchronize(s);
   EXPECT_EQ(out.read(), (std::vector<float>{1, 2, 3, 4}));
 
+  // All-to-all-v with one member: a send and a receive to itself (NOTE [All-to-all over NCCL]),
+  // the split filling a prefix of a larger output.
+  DeviceFloats a2a_out({0, 0, 0, 0, 0, 0});
+  CollectiveArgs a2a = args(CollectiveKind::kAllToAll, 4, in.p, a2a_out.p);
+  a2a.send_counts = {3};
+  a2a.recv_counts = {3};
+  pg->run(a2a, s);
+  cudaStreamSynchronize(s);
+  EXPECT_EQ(a2a_out.read(), (std::vector<float>{1, 2, 3, 0, 0, 0}));
+
   // bf16 premul-sum: the scale is applied in bf16 (NOTE [Reductions on NCCL]).
   std::vector<uint16_t> hb = {float_to_bf16(2), float_to_bf16(4)}, ob(2);
   uint16_t* db = nullptr;

@@ -37,7 +37,7 @@ CollectiveArgs args(CollectiveKind k, size_t count, const void* in, void* out,
 }
 
 struct RankResult {
-  std::vector<float> all_gather, reduce_scatter, all_reduce, broadcast;
+  std::vector<float> all_gather, reduce_scatter, all_reduce, broadcast, all_to_all;
   std::string error;
 };
 
@@ -73,14 +73,22 @@ void run_rank(int rank, int device, std::shared_ptr<::gloo::rendezvous::Store> s
   CollectiveArgs b = args(CollectiveKind::kBroadcast, 3, d + 20, d + 20);
   b.root = 1;
   pg.run(b, s);
+  // All-to-all-v (expert parallelism's dispatch): d[24..28) in, d[32..37) out; rank 0 sends 1
+  // element to itself and 3 to rank 1, rank 1 sends 2 to rank 0 and 2 to itself.
+  cudaMemcpyAsync(d + 24, h.data(), 4 * sizeof(float), cudaMemcpyHostToDevice, s);
+  CollectiveArgs a2a = args(CollectiveKind::kAllToAll, 4, d + 24, d + 32);
+  a2a.send_counts = rank == 0 ? std::vector<size_t>{1, 3} : std::vector<size_t>{2, 2};
+  a2a.recv_counts = rank == 0 ? std::vector<size_t>{1, 2} : std::vector<size_t>{3, 2};
+  pg.run(a2a, s);
   pg.run(args(CollectiveKind::kBarrier, 0, nullptr, nullptr), s);
-  std::vector<float> all(24);
-  cudaMemcpyAsync(all.data(), d, 24 * sizeof(float), cudaMemcpyDeviceToHost, s);
+  std::vector<float> all(40);
+  cudaMemcpyAsync(all.data(), d, 40 * sizeof(float), cudaMemcpyDeviceToHost, s);
   cudaStreamSynchronize(s);  // the host never blocked before this point
   out.all_gather.assign(all.begin() + 2, all.begin() + 6);
   out.reduce_scatter.assign(all.begin() + 12, all.begin() + 14);
   out.all_reduce.assign(all.begin() + 16, all.begin() + 20);
   out.broadcast.assign(all.begin() + 20, all.begin() + 23);
+  out.all_to_all.assign(all.begin() + 32, all.begin() + (rank == 0 ? 35 : 37));
   EXPECT_GT(pg.staging_bytes(), 0u);
   cudaFree(d);
 }
@@ -102,6 +110,8 @@ TEST(StagedGlooProcessGroup, TwoRanksShareOneGpu) {
   // Rank r gets chunk r of 0.5 * (rank0 + rank1): chunk 0 = {5.5, 6.5}, chunk 1 = {7.5, 8.5}.
   EXPECT_EQ(r0.reduce_scatter, (std::vector<float>{5.5f, 6.5f}));
   EXPECT_EQ(r1.reduce_scatter, (std::vector<float>{7.5f, 8.5f}));
+  EXPECT_EQ(r0.all_to_all, (std::vector<float>{1, 10, 11}));
+  EXPECT_EQ(r1.all_to_all, (std::vector<float>{2, 3, 4, 12, 13}));
 }
 
 TEST(StagedGlooProcessGroup, PeerThatNeverComesFailsWithoutHanging) {

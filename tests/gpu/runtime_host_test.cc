@@ -318,6 +318,48 @@ TEST(CollectiveArgs, CountsFollowTheCpuBackend) {
   EXPECT_EQ(decode_collective(b, nullptr, nullptr, 4).info().root, 3);
 }
 
+// Expert parallelism's token all-to-all-v (NOTE [All-to-all over NCCL] in nccl_args.h): the
+// split sizes decoded once fill a prefix of each buffer; NCCL gets a send and a receive per peer
+// with a split, itself included, at the sum of the splits before it; the staged Gloo group lays
+// the sent and the received splits side by side in its pinned staging.
+TEST(NcclArgs, AllToAllSplitsBecomeSendsAndReceivesPerPeer) {
+  CollectiveCall c;
+  c.kind = CollectiveKind::kAllToAll;
+  c.name = "layers.1.moe.experts dispatch";
+  c.input = ref(DType::kBFloat16, 100);
+  c.output = ref(DType::kBFloat16, 120);  // "max" receive buffers: the splits fill a prefix
+  c.send_numels = {16, 0, 48, 8};
+  c.recv_numels = {16, 32, 0, 40};
+  const CollectiveArgs a = decode_collective(c, nullptr, nullptr, 4);
+  EXPECT_EQ(a.input_bytes(4), 72u * 2);
+  EXPECT_EQ(a.output_bytes(4), 88u * 2);
+  const std::vector<NcclTransfer> t = nccl_all_to_all_transfers(a.send_counts, a.recv_counts);
+  ASSERT_EQ(t.size(), 6u);  // the empty send to peer 1 and receive from peer 2 are skipped
+  const NcclTransfer want[] = {{true, 0, 0, 16},   {false, 0, 0, 16}, {false, 1, 16, 32},
+                               {true, 2, 16, 48},  {true, 3, 64, 8},  {false, 3, 48, 40}};
+  for (size_t i = 0; i < t.size(); ++i) {
+    EXPECT_EQ(t[i].send, want[i].send) << i;
+    EXPECT_EQ(t[i].peer, want[i].peer) << i;
+    EXPECT_EQ(t[i].offset, want[i].offset) << i;
+    EXPECT_EQ(t[i].count, want[i].count) << i;
+  }
+  EXPECT_TRUE(nccl_all_to_all_transfers({0, 0}, {0, 0}).empty());
+  EXPECT_THROW(nccl_all_to_all_transfers({1, 2}, {1}), InternalError);
+
+  const StagedAllToAll l = staged_all_to_all(a, 4);
+  EXPECT_EQ(l.input_bytes, 144u);
+  EXPECT_EQ(l.output_offset, 144u);  // already a multiple of 16
+  EXPECT_EQ(l.output_bytes, 176u);
+  EXPECT_EQ(l.total, 320u);
+  c.send_numels = {3, 0, 0, 0};  // 6 bytes sent: the received splits start at byte 16
+  const StagedAllToAll odd = staged_all_to_all(decode_collective(c, nullptr, nullptr, 4), 4);
+  EXPECT_EQ(odd.output_offset, 16u);
+  EXPECT_EQ(odd.total, 16u + 176u);
+  // More than the buffers hold is a host-program bug, refused by the one decoding.
+  c.recv_numels = {16, 32, 0, 80};
+  EXPECT_THROW(decode_collective(c, nullptr, nullptr, 4), InternalError);
+}
+
 // ------------------------------------------------------------------ unique id keys
 
 TEST(NcclUniqueId, KeysNameInstanceGroupAndGeneration) {

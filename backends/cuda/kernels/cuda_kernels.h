@@ -32,13 +32,18 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
                    const KernelContext& ctx);
 
 // Every kind except kLoadBatch and kInitParam (the backend's own: init_param.h), async TP's
-// kAllGatherMatmul / kMatmulReduceScatter (simulator only; every real backend refuses them), the
-// mixture-of-experts and context-parallel kinds (backends/common/kernel_families.h).
+// kAllGatherMatmul / kMatmulReduceScatter (simulator only; every real backend refuses them) and
+// the context-parallel kinds (backends/common/kernel_families.h).
 bool has_kernel(OpKind kind);
 
 // torchao's float8 kinds (float8_dispatch.cc): the casts (float8.cu) and the scaled matmuls
 // (scaled_gemm.h, in ctx.float8_staging).
 void launch_float8(const OpCall& op, const std::vector<void*>& in, const std::vector<void*>& out,
                    const KernelContext& ctx);
+
+// The mixture-of-experts kinds (moe_dispatch.cc; NOTE [MoE kernels on the GPU] in moe_plan.h):
+// the router, token reordering and the grouped GEMMs (moe_*.cu).
+void launch_moe(const OpCall& op, const std::vector<void*>& in, const std::vector<void*>& out,
+                const KernelContext& ctx);
 
 }  // namespace fullshard::cuda

@@ -578,12 +578,11 @@ void check_alignment(const OpCall& op, const std::vector<TensorRef>& refs, const
 
 // The op table's kinds with a device kernel (not the backend's own host fills kLoadBatch /
 // kInitParam: init_param.h, nor asynchronous TP's simulator-only collective matmuls), less those
-// only the CPU backend runs so far: the mixture-of-experts kinds (docs/moe.md) and context
-// parallelism's ring-attention kinds (docs/context-parallel.md). Float8's kinds run here
-// (float8_dispatch.cc; docs/float8.md).
+// only the CPU backend runs so far: context parallelism's ring-attention kinds
+// (docs/context-parallel.md). Float8's kinds run here (float8_dispatch.cc; docs/float8.md), and
+// so do the mixture-of-experts kinds (moe_dispatch.cc; docs/moe.md).
 bool has_kernel(OpKind kind) {
-  return has_device_kernel(kind) && !backends::is_moe_kind(kind) &&
-         !backends::is_context_parallel_kind(kind);
+  return has_device_kernel(kind) && !backends::is_context_parallel_kind(kind);
 }
 
 void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::vector<void*>& out,
@@ -593,6 +592,7 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
   check_alignment(op, op.outputs, out, "output");
   const cudaStream_t s = ctx.stream;
   if (backends::is_float8_kind(op.kind)) return launch_float8(op, in, out, ctx);  // float8_dispatch.cc
+  if (backends::is_moe_kind(op.kind)) return launch_moe(op, in, out, ctx);  // moe_dispatch.cc
   switch (op.kind) {
     case OpKind::kFill: return fill(op, out, s);
     case OpKind::kCopy: return run_copies(op, plan_copy(op), in, out, s);
