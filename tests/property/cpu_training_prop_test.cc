@@ -279,14 +279,21 @@ RC_GTEST_PROP(RealTraining, ShardedEqualsUnsharded, ()) {
   maybe_bf16_originals(j);
   maybe_frozen(j);
   RC_TAG(o.mesh.size() == 2 ? "hsdp" : "fsdp");
-  // NOTE [bf16 tolerance]: with parameters stored in bf16, AdamW's update is rounded to bf16
-  // (an ulp is 2^-8 relative): a last-bit difference in a gradient (the reduce-scatter's
-  // summation order) can move a parameter to the neighbouring bf16 value, so they are compared
-  // to two ulps, and the losses, computed on them, to 2e-3.
-  if (j["training"].value("orig_dtype", std::string("fp32")) == "bf16")
-    sharded_equals_unsharded(j, unsharded(j), {1e-5, 1.0 / 128, 2e-3});
-  else
+  // NOTE [bf16 tolerance]: with parameters stored in bf16 the gradients are bf16 too: each rank
+  // rounds its partial gradient before the reduction, where the unsharded run rounds the sum once,
+  // so a gradient element that is a near-cancelling sum of partials differs by up to 2^-8 of its
+  // partials, not of itself. With eps 1e-6 Adam's first steps are lr x sign(g), so such noise
+  // moves a parameter by a whole lr either way: the bf16 draws use eps 0.1 and lr 1e-2, where the
+  // update is about 0.1 x g and the noise about 4e-4 x |partial| per step. Parameters are compared
+  // to 2e-4 plus two bf16 ulps (2^-7 relative; the update is rounded to bf16, so a parameter may
+  // land on the neighbouring value), losses to 2e-3. 100 cases pass on seeds 1, 2, 3 and CI's.
+  if (j["training"].value("orig_dtype", std::string("fp32")) == "bf16") {
+    j["training"]["optimizer"]["lr"] = 1e-2;
+    j["training"]["optimizer"]["eps"] = 0.1;
+    sharded_equals_unsharded(j, unsharded(j), {2e-4, 1.0 / 128, 2e-3});
+  } else {
     sharded_equals_unsharded(j, unsharded(j));
+  }
 }
 
 // The simulator and the real backend run the same host program through the same allocator:
