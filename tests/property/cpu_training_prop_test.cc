@@ -279,7 +279,7 @@ RC_GTEST_PROP(RealTraining, ShardedEqualsUnsharded, ()) {
   maybe_bf16_originals(j);
   maybe_frozen(j);
   RC_TAG(o.mesh.size() == 2 ? "hsdp" : "fsdp");
-  // NOTE [bf16 tolerance]: with parameters stored in bf16 the gradients are bf16 too: each rank
+  // NOTE [bf16 originals tolerance]: with parameters stored in bf16 the gradients are bf16 too: each rank
   // rounds its partial gradient before the reduction, where the unsharded run rounds the sum once,
   // so a gradient element that is a near-cancelling sum of partials differs by up to 2^-8 of its
   // partials, not of itself. With eps 1e-6 Adam's first steps are lr x sign(g), so such noise
