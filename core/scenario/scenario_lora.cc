@@ -134,16 +134,15 @@ void check_frozen(const Scenario& s) {
   if (fd != t.orig_dtype) {
     auto check_pd = [&](const std::optional<DType>& pd, const std::string& where) {
       if (pd != fd)
-        throw InputError("training.frozen_dtype",
-                         "is \"" + std::string(dtype_name(fd)) + "\"" +
-                             (t.frozen_dtype ? "" : " (model.lora's default)") + " but " + where +
-                             " is " +
-                             (pd ? std::string(dtype_name(*pd))
-                                 : "unset (training.orig_dtype, " +
-                                       std::string(dtype_name(t.orig_dtype)) + ")"),
-                         "set fsdp.mixed_precision.param_dtype to \"" +
-                             std::string(dtype_name(fd)) + "\", or training.frozen_dtype to \"" +
-                             std::string(dtype_name(t.orig_dtype)) + "\"");
+        throw InputError(
+            "training.frozen_dtype",
+            "is \"" + std::string(dtype_name(fd)) + "\"" +
+                (t.frozen_dtype ? "" : " (model.lora's default)") + " but " + where + " is " +
+                (pd ? std::string(dtype_name(*pd))
+                    : "unset (training.orig_dtype, " + std::string(dtype_name(t.orig_dtype)) + ")"),
+            "set fsdp.mixed_precision.param_dtype to \"" + std::string(dtype_name(fd)) +
+                "\", or training.frozen_dtype to \"" + std::string(dtype_name(t.orig_dtype)) +
+                "\"");
     };
     check_pd(s.fsdp.mixed_precision.param_dtype, "fsdp.mixed_precision.param_dtype");
     for (const auto& [unit, o] : s.fsdp.per_unit_mixed_precision)

@@ -279,14 +279,15 @@ RC_GTEST_PROP(RealTraining, ShardedEqualsUnsharded, ()) {
   maybe_bf16_originals(j);
   maybe_frozen(j);
   RC_TAG(o.mesh.size() == 2 ? "hsdp" : "fsdp");
-  // NOTE [bf16 originals tolerance]: with parameters stored in bf16 the gradients are bf16 too: each rank
-  // rounds its partial gradient before the reduction, where the unsharded run rounds the sum once,
-  // so a gradient element that is a near-cancelling sum of partials differs by up to 2^-8 of its
-  // partials, not of itself. With eps 1e-6 Adam's first steps are lr x sign(g), so such noise
-  // moves a parameter by a whole lr either way: the bf16 draws use eps 0.1 and lr 1e-2, where the
-  // update is about 0.1 x g and the noise about 4e-4 x |partial| per step. Parameters are compared
-  // to 2e-4 plus two bf16 ulps (2^-7 relative; the update is rounded to bf16, so a parameter may
-  // land on the neighbouring value), losses to 2e-3. 100 cases pass on seeds 1, 2, 3 and CI's.
+  // NOTE [bf16 originals tolerance]: with parameters stored in bf16 the gradients are bf16 too:
+  // each rank rounds its partial gradient before the reduction, where the unsharded run rounds the
+  // sum once, so a gradient element that is a near-cancelling sum of partials differs by up to 2^-8
+  // of its partials, not of itself. With eps 1e-6 Adam's first steps are lr x sign(g), so such
+  // noise moves a parameter by a whole lr either way: the bf16 draws use eps 0.1 and lr 1e-2, where
+  // the update is about 0.1 x g and the noise about 4e-4 x |partial| per step. Parameters are
+  // compared to 2e-4 plus two bf16 ulps (2^-7 relative; the update is rounded to bf16, so a
+  // parameter may land on the neighbouring value), losses to 2e-3. 100 cases pass on seeds 1, 2, 3
+  // and CI's.
   if (j["training"].value("orig_dtype", std::string("fp32")) == "bf16") {
     j["training"]["optimizer"]["lr"] = 1e-2;
     j["training"]["optimizer"]["eps"] = 0.1;

@@ -122,8 +122,9 @@ TEST(OrigDtype, RefusedWhereNotBuilt) {
             std::string::npos);
   json tp = scenario("bf16", kBf16);
   tp["fsdp"]["mesh"] = {{"shape", {1, 2}}, {"dim_names", {"shard", "tp"}}};
-  EXPECT_NE(input_error_of([&] { parse_scenario(tp); })
-                .find("training.orig_dtype: is \"bf16\" with a tp mesh dim"),
+  EXPECT_NE(input_error_of([&] {
+              parse_scenario(tp);
+            }).find("training.orig_dtype: is \"bf16\" with a tp mesh dim"),
             std::string::npos);
   // A frozen fp32 parameter beside bf16 originals all-gathers with them only through a common
   // param_dtype (the all-gather has one dtype).
