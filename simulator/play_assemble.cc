@@ -235,8 +235,8 @@ void run_figures(SimulationReport& rep, const Scenario& s, int steps) {
   if (rep.step_time_s > 0) {
     rep.tokens_per_s_per_gpu = tokens / rep.step_time_s;
     const HardwareProfile& hw = s.hardware.device;
-    bool low = s.fsdp.mixed_precision.param_dtype &&
-               *s.fsdp.mixed_precision.param_dtype != DType::kFloat32;
+    const bool low =
+        s.fsdp.mixed_precision.param_dtype.value_or(s.training.orig_dtype) != DType::kFloat32;
     double peak = low ? hw.peak_flops_bf16 : hw.peak_flops_fp32;
     if (peak > 0) rep.mfu = rep.model_flops_per_token * rep.tokens_per_s_per_gpu / peak;
   }

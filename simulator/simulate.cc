@@ -94,8 +94,8 @@ namespace {
 PlaceholderCostOptions cost_options(const Scenario& s) {
   const HardwareProfile& hw = s.hardware.device;
   PlaceholderCostOptions o;
-  bool low =
-      s.fsdp.mixed_precision.param_dtype && *s.fsdp.mixed_precision.param_dtype != DType::kFloat32;
+  const bool low =
+      s.fsdp.mixed_precision.param_dtype.value_or(s.training.orig_dtype) != DType::kFloat32;
   double peak = low ? hw.peak_flops_bf16 : hw.peak_flops_fp32;
   if (peak > 0) o.peak_flops = peak;
   if (hw.hbm_bandwidth > 0) o.memory_bandwidth = hw.hbm_bandwidth;

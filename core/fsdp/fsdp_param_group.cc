@@ -18,11 +18,33 @@ MixedPrecisionPolicy resolve_mixed_precision(const MixedPrecisionPolicy& mp, DTy
   return r;
 }
 
+// NOTE [Original dtype]: FSDP2 takes each parameter's original dtype from the tensor it shards
+// (_fsdp_param.py, FSDPParam.init_dtype_attrs: orig_dtype = sharded_param.dtype), so a model a
+// script moved to bf16 before fully_shard (training.orig_dtype "bf16") keeps bf16 shards, and
+// the gradients FSDP2 casts back to orig_dtype after the reduce-scatter and AdamW's zeros_like
+// states are bf16 too: no fp32 master copy exists anywhere. Clamping is per parameter
+// (param_dtype equal to orig_dtype becomes None), so with param_dtype bf16 nothing is cast: the
+// shard is the all-gather input itself, with no foreach-copy buffer (collectives.cc), and the
+// reduce-scatter runs in the gradient's dtype, bf16, unless reduce_dtype asks for fp32
+// (_fsdp_collectives.py, foreach_reduce: reduce_dtype or the grad dtype, then a cast to
+// orig_dtype). FSDPParamGroup._init_mp_dtypes (_fsdp_param_group.py) requires one original dtype
+// and one reduce dtype over the group's trainable parameters (frozen ones may differ: NOTE
+// [Frozen parameters] in core/model/lora.cc); the scenario gives every trainable one the same.
 FSDPParamGroup::FSDPParamGroup(Backend& b, CommContext& comm, std::string name,
                                std::vector<Param*> params, GroupConfig config)
     : b_(b), comm_(comm), name_(std::move(name)), config_(std::move(config)) {
-  const DType orig = DType::kFloat32;
-  config_.mp = resolve_mixed_precision(config_.mp, orig);
+  std::optional<DType> trainable_orig;
+  for (const Param* p : params) {
+    if (!p->requires_grad) continue;
+    FULLSHARD_CHECK(!trainable_orig || *trainable_orig == p->dtype,
+                    name_ + ": FSDP expects uniform original parameter dtype");
+    trainable_orig = p->dtype;
+  }
+  orig_dtype_ = trainable_orig.value_or(params.empty() ? DType::kFloat32 : params[0]->dtype);
+  // Each parameter clamps the policy it was given (init_dtype_attrs); the group keeps the
+  // clamped reduce dtype of its trainable parameters.
+  const std::optional<DType> param_dtype = config_.mp.param_dtype;
+  config_.mp = resolve_mixed_precision(config_.mp, orig_dtype_);
   const int world = config_.shard_group.size();
   const int rank = config_.shard_group.index_of(b.rank());
   FULLSHARD_CHECK(rank >= 0, "rank not in its shard group");
@@ -36,8 +58,8 @@ FSDPParamGroup::FSDPParamGroup(Backend& b, CommContext& comm, std::string name,
     // A frozen parameter's original dtype is its own (training.frozen_dtype): FSDPParam's
     // orig_dtype is the sharded parameter's dtype (NOTE [Frozen parameters] in lora.cc).
     params_.push_back(std::make_unique<FSDPParam>(b, *p, world, rank, p->dtype,
-                                                  config_.mp.param_dtype.value_or(p->dtype),
-                                                  config_.offload, config_.shard_dim, full));
+                                                  param_dtype.value_or(p->dtype), config_.offload,
+                                                  config_.shard_dim, full));
     params_.back()->set_pin_memory(config_.pin_memory);
     raw_.push_back(params_.back().get());
   }
@@ -45,7 +67,7 @@ FSDPParamGroup::FSDPParamGroup(Backend& b, CommContext& comm, std::string name,
 }
 
 DType FSDPParamGroup::reduce_dtype() const {
-  return config_.mp.reduce_dtype.value_or(config_.mp.param_dtype.value_or(DType::kFloat32));
+  return config_.mp.reduce_dtype.value_or(config_.mp.param_dtype.value_or(orig_dtype_));
 }
 
 AllGatherStreams FSDPParamGroup::all_gather_streams() const {

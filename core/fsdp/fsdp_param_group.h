@@ -27,7 +27,7 @@ struct GroupConfig {
   ProcessGroup shard_group;
   std::optional<ProcessGroup> replicate_group;  // HSDP
   std::optional<ProcessGroup> tp_group;         // tensor parallelism (2-D / 3-D meshes)
-  MixedPrecisionPolicy mp;                      // already clamped (see resolve_mixed_precision)
+  MixedPrecisionPolicy mp;  // clamped to the original dtype (see resolve_mixed_precision)
   bool offload = false;
   bool pin_memory =
       true;  // CPUOffloadPolicy.pin_memory (NOTE [Pageable offload] in collectives.cc)
@@ -54,6 +54,8 @@ class FSDPParamGroup {
   bool is_unsharded() const { return sharded_state_ == ShardedState::kUnsharded; }
   ShardedState sharded_state() const { return sharded_state_; }
   DType reduce_dtype() const;
+  // The trainable parameters' original dtype (NOTE [Original dtype] in fsdp_param_group.cc).
+  DType orig_dtype() const { return orig_dtype_; }
 
   // ---- the unshard / reshard state machine ----
   void unshard();
@@ -100,6 +102,7 @@ class FSDPParamGroup {
   CommContext& comm_;
   std::string name_;
   GroupConfig config_;
+  DType orig_dtype_ = DType::kFloat32;
   std::vector<std::unique_ptr<FSDPParam>> params_;
   std::vector<FSDPParam*> raw_;
   TrainingState state_ = TrainingState::kIdle;

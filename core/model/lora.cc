@@ -95,6 +95,10 @@ bool fnmatch_fqn(const std::string& pattern, const std::string& fqn) {
   return ::fnmatch(pattern.c_str(), fqn.c_str(), 0) == 0;
 }
 
+void set_orig_dtype(Module& root, DType orig) {
+  root.for_each_param([orig](Param& p) { p.dtype = orig; });
+}
+
 int freeze_parameters(Module& root, const std::vector<std::string>& patterns, bool lora,
                       DType frozen_dtype) {
   int n = 0;

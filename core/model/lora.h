@@ -24,6 +24,10 @@ void add_lora_adapters(Module& root, const LoraConfig& lora);
 int freeze_parameters(Module& root, const std::vector<std::string>& patterns, bool lora,
                       DType frozen_dtype);
 bool fnmatch_fqn(const std::string& pattern, const std::string& fqn);
+// A script's model.to(dtype) before fully_shard: every parameter stored in `orig` (FSDP2's
+// orig_dtype; training.orig_dtype). Runs before freeze_parameters, which keeps the frozen ones
+// in their own dtype.
+void set_orig_dtype(Module& root, DType orig);
 
 // Whether `p` is a LoRA adapter's weight (lora_A / lora_B), which a loaded base has not.
 bool is_lora_adapter(const Param& p);

@@ -111,6 +111,11 @@ struct TrainingOptions {
   // bf16 under model.lora, else fp32). NOTE [Frozen parameters] in core/model/lora.cc.
   std::vector<std::string> frozen;
   std::optional<DType> frozen_dtype;
+  // training.orig_dtype: the dtype the model's parameters are stored in before fully_shard (a
+  // script's model.to(torch.bfloat16)), FSDP2's FSDPParam.orig_dtype: the sharded parameters,
+  // their gradients and AdamW's states are in it (NOTE [Original dtype] in
+  // core/fsdp/fsdp_param_group.cc). fp32 or bf16.
+  DType orig_dtype = DType::kFloat32;
   // training.moe_routing {"recorded": M.jsonl}: a real run's router histograms, replayed call by
   // call (NOTE [Recorded routing] in core/model/moe_routing_record.h); null: the assumption.
   std::shared_ptr<const RecordedRouting> moe_routing_record;

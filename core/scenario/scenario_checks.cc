@@ -9,20 +9,20 @@
 
 namespace fullshard {
 
-// NOTE [Dtype flow between units]: each unit computes in its param_dtype (fp32 when unset) and
-// F.linear / the fused norms refuse mixed dtypes, so the activations entering a unit must be in
-// its compute dtype: the previous unit's compute dtype, or its output_dtype cast, or this
-// unit's own input cast (cast_forward_inputs with a param_dtype). The root's final norm and
-// output run after the last block with no cast of their own (the root's pre-forward cast ran on
-// the token ids). With one policy for every unit this always holds unless output_dtype differs
-// from param_dtype; per-unit policies (fsdp.per_unit.<unit>.mixed_precision) can break it, and
-// such a program is refused here, naming the unit. (PyTorch's eager ops would promote some
+// NOTE [Dtype flow between units]: each unit computes in its param_dtype (training.orig_dtype
+// when unset) and F.linear / the fused norms refuse mixed dtypes, so the activations entering a
+// unit must be in its compute dtype: the previous unit's compute dtype, or its output_dtype
+// cast, or this unit's own input cast (cast_forward_inputs with a param_dtype). The root's final
+// norm and output run after the last block with no cast of their own (the root's pre-forward cast
+// ran on the token ids). With one policy for every unit this always holds unless output_dtype
+// differs from param_dtype; per-unit policies (fsdp.per_unit.<unit>.mixed_precision) can break it,
+// and such a program is refused here, naming the unit. (PyTorch's eager ops would promote some
 // mixed pairs, e.g. an eager RMSNorm; fullshard refuses them all.)
 void check_dtype_flow(const Scenario& s) {
   const FsdpOptions& f = s.fsdp;
   if (f.units == ShardingUnits::kRoot) return;
   auto compute = [&](const std::string& u) {
-    return f.mixed_precision_for(u).param_dtype.value_or(DType::kFloat32);
+    return f.mixed_precision_for(u).param_dtype.value_or(s.training.orig_dtype);
   };
   auto path_of = [&](const std::string& u) {
     return f.per_unit_mixed_precision.count(u) ? "fsdp.per_unit." + u + ".mixed_precision"

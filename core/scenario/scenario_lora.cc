@@ -75,14 +75,40 @@ std::optional<DType> parse_frozen_dtype(const json& v) {
 // HSDP meshes of a dense Llama / GPT-2 trained eagerly; the paths whose ops do not yet skip a
 // frozen weight's gradient (tensor parallelism, async TP, pipeline stages, context parallelism,
 // experts, float8 linears, the compiled block) are refused by name. A frozen dtype other than
-// fp32 must be the compute dtype (fsdp.mixed_precision.param_dtype): FSDP2 would otherwise
-// all-gather it beside fp32 parameters and the linear would mix dtypes.
+// the original dtype (training.orig_dtype, fp32 unless set) must be the compute dtype
+// (fsdp.mixed_precision.param_dtype): FSDP2 would otherwise all-gather it beside parameters of
+// another dtype and the linear would mix dtypes. Original parameters in bf16 (NOTE [Original
+// dtype] in core/fsdp/fsdp_param_group.cc) are built on the same paths and refused on the others.
 }  // namespace fullshard::scenario_detail
 
 namespace fullshard {
 
+namespace {
+
+void check_orig_dtype(const Scenario& s) {
+  const auto& t = s.training;
+  if (t.orig_dtype == DType::kFloat32) return;
+  auto refuse = [&](const std::string& with, const std::string& fix) {
+    throw InputError("training.orig_dtype",
+                     "is \"" + std::string(dtype_name(t.orig_dtype)) + "\" with " + with +
+                         ", which parameters stored in bf16 do not run with yet",
+                     fix + ", or set training.orig_dtype to \"fp32\"");
+  };
+  if (s.fsdp.mesh_size("tp") > 1) refuse("a tp mesh dim", "remove the tp dim");
+  if (s.pipeline.enabled()) refuse("a pp mesh dim", "remove the pp dim");
+  if (s.context_parallel.enabled()) refuse("a cp mesh dim", "remove the cp dim");
+  if (s.model.moe.enabled()) refuse("a mixture-of-experts model", "use a dense model");
+  if (s.expert_parallel.degree > 1) refuse("expert_parallel", "remove expert_parallel");
+  if (t.float8.recipe != Float8Recipe::kNone) refuse("training.float8", "remove training.float8");
+  if (s.model.implementation.compile)
+    refuse("model.implementation.compile", "set compile to false");
+}
+
+}  // namespace
+
 void check_frozen(const Scenario& s) {
   namespace jr = json_reader;
+  check_orig_dtype(s);
   const bool lora = s.model.lora.enabled();
   const auto& t = s.training;
   if (!lora && t.frozen.empty()) {
@@ -104,17 +130,19 @@ void check_frozen(const Scenario& s) {
   if (t.float8.recipe != Float8Recipe::kNone) refuse("training.float8", "remove training.float8");
   if (s.model.implementation.compile)
     refuse("model.implementation.compile", "set compile to false");
-  const DType fd = t.frozen_dtype.value_or(lora ? DType::kBFloat16 : DType::kFloat32);
-  if (fd != DType::kFloat32) {
+  const DType fd = t.frozen_dtype.value_or(lora ? DType::kBFloat16 : t.orig_dtype);
+  if (fd != t.orig_dtype) {
     auto check_pd = [&](const std::optional<DType>& pd, const std::string& where) {
       if (pd != fd)
-        throw InputError("training.frozen_dtype",
-                         "is \"" + std::string(dtype_name(fd)) + "\"" +
-                             (t.frozen_dtype ? "" : " (model.lora's default)") + " but " + where +
-                             " is " + (pd ? std::string(dtype_name(*pd)) : "unset (fp32)"),
-                         "set fsdp.mixed_precision.param_dtype to \"" +
-                             std::string(dtype_name(fd)) +
-                             "\", or training.frozen_dtype to \"fp32\"");
+        throw InputError(
+            "training.frozen_dtype",
+            "is \"" + std::string(dtype_name(fd)) + "\"" +
+                (t.frozen_dtype ? "" : " (model.lora's default)") + " but " + where + " is " +
+                (pd ? std::string(dtype_name(*pd))
+                    : "unset (training.orig_dtype, " + std::string(dtype_name(t.orig_dtype)) + ")"),
+            "set fsdp.mixed_precision.param_dtype to \"" + std::string(dtype_name(fd)) +
+                "\", or training.frozen_dtype to \"" + std::string(dtype_name(t.orig_dtype)) +
+                "\"");
     };
     check_pd(s.fsdp.mixed_precision.param_dtype, "fsdp.mixed_precision.param_dtype");
     for (const auto& [unit, o] : s.fsdp.per_unit_mixed_precision)

@@ -203,6 +203,10 @@ TrainingOptions parse_training(const json& j, const ModelConfig& model,
   }
   if (j.contains("frozen")) t.frozen = parse_frozen(j.at("frozen"));
   if (j.contains("frozen_dtype")) t.frozen_dtype = parse_frozen_dtype(j.at("frozen_dtype"));
+  if (j.contains("orig_dtype"))  // NOTE [Original dtype] in core/fsdp/fsdp_param_group.cc
+    t.orig_dtype = jr::get_choice(j.at("orig_dtype"), P + ".orig_dtype", {"fp32", "bf16"}) == "bf16"
+                       ? DType::kBFloat16
+                       : DType::kFloat32;
   if (j.contains("seed")) {
     const json& s = j.at("seed");
     t.seed = s.is_number_unsigned()

@@ -83,7 +83,7 @@ int PipelineProgram::rank_of_stage(int stage) const {
 
 TensorMeta PipelineProgram::activation_meta() const {
   const MixedPrecisionPolicy mp = s_.fsdp.mixed_precision_for("root");
-  const DType dt = mp.output_dtype.value_or(mp.param_dtype.value_or(DType::kFloat32));
+  const DType dt = mp.output_dtype.value_or(mp.param_dtype.value_or(s_.training.orig_dtype));
   const int64_t tp = s_.fsdp.mesh_size("tp"), cp = s_.fsdp.mesh_size("cp");
   return {dt, {s_.pipeline.microbatch_size, s_.training.seq_len / (cp * tp), s_.model.dim}};
 }

@@ -100,7 +100,7 @@ uint64_t symmetric_memory_bytes(const Scenario& s) {
   const int tp = s.fsdp.mesh_size("tp");
   if (!s.tensor_parallel.async || tp <= 1) return 0;
   const int64_t batch = s.training.batch_per_rank;  // tp > 1 refuses training.rank_batch
-  const DType dt = s.fsdp.mixed_precision.param_dtype.value_or(DType::kFloat32);
+  const DType dt = s.fsdp.mixed_precision.param_dtype.value_or(s.training.orig_dtype);
   const int64_t seq = s.training.seq_len / s.fsdp.mesh_size("cp");  // this rank's tokens
   return ops::tp::symmetric_workspace_bytes(batch, seq, s.model.dim, tp, dtype_size(dt));
 }
@@ -130,7 +130,7 @@ AdamWOptions adamw_options(const Scenario& s) {
 
 DType frozen_dtype(const Scenario& s) {
   if (s.training.frozen_dtype) return *s.training.frozen_dtype;
-  return s.model.lora.enabled() ? DType::kBFloat16 : DType::kFloat32;
+  return s.model.lora.enabled() ? DType::kBFloat16 : s.training.orig_dtype;
 }
 
 ParameterCounts count_parameters(const Scenario& s) {
@@ -160,8 +160,9 @@ TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
                                          expert_parallel_for(s, b.rank()));
   model_->set_context_parallel(context_parallel_for(s, b.rank()));
   set_init_seed(model_->root(), s.training.seed);
-  // requires_grad_(False) before fully_shard, as torchtune and PEFT freeze the base first
-  // (NOTE [Frozen parameters] in core/model/lora.cc).
+  // model.to(orig_dtype), then requires_grad_(False) before fully_shard, as torchtune and PEFT
+  // freeze the base first (NOTE [Frozen parameters] in core/model/lora.cc).
+  set_orig_dtype(model_->root(), s.training.orig_dtype);
   freeze_parameters(model_->root(), s.training.frozen, s.model.lora.enabled(), frozen_dtype(s));
   // torchtitan converts before parallelizing; FSDP2 all-gathers in float8 only with a shard dim.
   const bool f8_all_gather =

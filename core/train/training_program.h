@@ -38,7 +38,7 @@ std::vector<BlockCheckpoint> block_checkpointing(const ActivationCheckpointing& 
 AdamWOptions adamw_options(const Scenario& s);
 
 // The dtype frozen parameters are kept in: training.frozen_dtype, else bf16 under model.lora
-// (fine-tuning recipes keep the base in bf16), else fp32.
+// (fine-tuning recipes keep the base in bf16), else the original dtype (training.orig_dtype).
 DType frozen_dtype(const Scenario& s);
 
 // The model's parameters counted over its module tree (global shapes): all of them, those

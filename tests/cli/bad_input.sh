@@ -73,6 +73,15 @@ lora frozen-dtype-mp "training.frozen_dtype" '' ', "frozen": ["tok_embeddings.we
 lora frozen-dtype-alone "training.frozen_dtype: is set but no parameter is frozen" '' ', "frozen_dtype": "bf16"' ''
 lora compile "model.lora: is set with model.implementation.compile" ', "implementation": {"compile": true}, "lora": {"rank": 4, "alpha": 8, "target_modules": ["q_proj"]}' '' ''
 lora float8 "model.lora: is set with training.float8" ', "lora": {"rank": 4, "alpha": 8, "target_modules": ["q_proj"]}' ', "float8": {"recipe": "tensorwise"}' ''
+# Original parameters in bf16 (training.orig_dtype, NOTE [Original dtype]).
+lora orig-dtype "training.orig_dtype" '' ', "orig_dtype": "fp16"' ''
+lora orig-dtype-compile "training.orig_dtype: is \"bf16\" with model.implementation.compile" ', "implementation": {"compile": true}' ', "orig_dtype": "bf16"' ''
+lora orig-dtype-float8 "training.orig_dtype: is \"bf16\" with training.float8" '' ', "orig_dtype": "bf16", "float8": {"recipe": "tensorwise"}' ''
+lora orig-dtype-frozen "training.frozen_dtype: is \"fp32\" but fsdp.mixed_precision.param_dtype is bf16" '' ', "orig_dtype": "bf16", "frozen": ["output.weight"], "frozen_dtype": "fp32"' ''
+cat > "$tmp/orig-tp.json" <<'J'
+{"model": "tiny-llama", "training": {"seq_len": 8, "orig_dtype": "bf16"}, "fsdp": {"mesh": {"shape": [1, 2], "dim_names": ["shard", "tp"]}}, "hardware": {"profile": "cpu", "gpus_per_node": 2}}
+J
+expect orig-dtype-tp "training.orig_dtype: is \"bf16\" with a tp mesh dim" -- simulate "$tmp/orig-tp.json"
 cat > "$tmp/lora-gpt2.json" <<'J'
 {"model": {"name": "tiny-gpt2", "lora": {"rank": 4, "alpha": 8, "target_modules": ["q_proj"]}}, "training": {"seq_len": 8}, "hardware": {"profile": "cpu", "gpus_per_node": 2}}
 J

@@ -112,14 +112,20 @@ nlohmann::json draw_tp_scenario(TpProperty what, ModelOf&& model, int* world, in
 // Runs `sharded` and its single-rank reference `ref` for real and asserts the parameters after
 // the last step agree within |a - b| <= 1e-5 + 1e-3 |b| (NOTE [fp32 tolerance]) and the step
 // losses within 1e-4 (a rapidcheck property's assertion).
-inline void sharded_equals_unsharded(const nlohmann::json& sharded, const nlohmann::json& ref) {
+// How close two runs' parameters (|a - b| <= atol + rtol |b|) and mean losses must be.
+struct Tolerance {
+  double atol = 1e-5, rtol = 1e-3, loss = 1e-4;  // NOTE [fp32 tolerance]
+};
+
+inline void sharded_equals_unsharded(const nlohmann::json& sharded, const nlohmann::json& ref,
+                                     Tolerance tol = {}) {
   const RealRun a = run_real(parse_scenario(sharded));
   const RealRun b = run_real(parse_scenario(ref));
   std::string where;
-  const double v = max_violation(a, b, 1e-5, 1e-3, &where);
+  const double v = max_violation(a, b, tol.atol, tol.rtol, &where);
   if (!(v <= 1.0)) RC_FAIL("worst parameter difference at " + where);
   for (size_t k = 0; k < b.mean_loss.size(); ++k)
-    RC_ASSERT(std::abs(a.mean_loss[k] - b.mean_loss[k]) <= 1e-4);
+    RC_ASSERT(std::abs(a.mean_loss[k] - b.mean_loss[k]) <= tol.loss);
 }
 
 // Simulates every rank of `s`, runs it for real, and asserts each rank's peak allocated and
