@@ -7,12 +7,13 @@ namespace fullshard::sim {
 bool routing_moves_memory(const Scenario& s) {
   const MoeConfig& m = s.model.moe;
   return m.enabled() && s.expert_parallel.degree > 1 &&
-         m.hot_expert_factor < static_cast<double>(m.num_experts);
+         (!m.expert_load.empty() || m.hot_expert_factor < static_cast<double>(m.num_experts));
 }
 
 Scenario with_worst_routing(const Scenario& s) {
   Scenario w = s;
   w.model.moe.hot_expert_factor = static_cast<double>(w.model.moe.num_experts);
+  w.model.moe.expert_load.clear();
   w.training.moe_routing_record = nullptr;  // the assumption, not a run's record
   return w;
 }

@@ -42,6 +42,10 @@ struct MoeConfig {
   // The routing the recorded program assumes (scenario training.moe_routing, NOTE [MoE routing
   // assumption] in moe_routing.h): the hottest expert gets this times its balanced share.
   double hot_expert_factor = 1.0;
+  // training.moe_routing {"expert_load": ...}: each expert's share of the routed tokens (one per
+  // expert, summing to 1), which replaces hot_expert_factor when given (NOTE [Expert load] in
+  // moe_routing.h); empty: hot_expert_factor.
+  std::vector<double> expert_load;
 
   bool enabled() const { return num_experts > 0; }
   bool is_moe_layer(int64_t layer) const;

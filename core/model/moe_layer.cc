@@ -122,7 +122,7 @@ Value moe_forward(ExecContext& c, Module& moe, Value x, const ModelConfig& cfg,
   const Tensor counts = ops::moe::histogram(c, selected, E, n + ".reorderer.histc");
   // A real run keeps what the router chose; the simulator replays it (NOTE [Recorded routing]
   // in core/model/moe_routing_record.h).
-  std::vector<int64_t> tokens_per_expert = skewed_tokens_per_expert(N, K, E, m.hot_expert_factor);
+  std::vector<int64_t> tokens_per_expert = assumed_tokens_per_expert(m, N);
   EpRouting epr;
   if (ep.routing && ep.routing->replaying()) {
     const std::vector<std::vector<int64_t>> h =

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "core/common/error.h"
 
@@ -28,6 +29,55 @@ std::vector<int64_t> skewed_tokens_per_expert(int64_t tokens, int64_t top_k, int
   std::vector<int64_t> c = {hot};
   for (int64_t t : balanced_tokens_per_expert(routed - hot, experts - 1)) c.push_back(t);
   return c;
+}
+
+std::vector<int64_t> loaded_tokens_per_expert(int64_t tokens, int64_t top_k,
+                                              const std::vector<double>& shares) {
+  const size_t E = shares.size();
+  FULLSHARD_CHECK(E >= 1 && tokens >= 0 && top_k >= 1 && top_k <= static_cast<int64_t>(E),
+                  "expert load: needs 1 <= top_k <= experts");
+  std::vector<int64_t> c(E, 0);
+  std::vector<bool> capped(E, false);
+  int64_t left = tokens * top_k;
+  // Each round gives `left` to the uncapped experts by share (largest remainder); an expert
+  // over `tokens` is capped and its excess goes round again. At most E rounds.
+  for (size_t round = 0; round < E && left > 0; ++round) {
+    double total = 0;
+    for (size_t e = 0; e < E; ++e)
+      if (!capped[e]) total += std::max(shares[e], 0.0);
+    std::vector<size_t> open;
+    for (size_t e = 0; e < E; ++e)
+      if (!capped[e]) open.push_back(e);
+    if (open.empty()) break;
+    std::vector<int64_t> add(E, 0);
+    std::vector<std::pair<double, size_t>> rem;
+    int64_t given = 0;
+    for (size_t e : open) {
+      const double want = total > 0 ? static_cast<double>(left) * std::max(shares[e], 0.0) / total
+                                    : static_cast<double>(left) / static_cast<double>(open.size());
+      add[e] = static_cast<int64_t>(std::floor(want));
+      given += add[e];
+      rem.emplace_back(want - static_cast<double>(add[e]), e);
+    }
+    std::stable_sort(rem.begin(), rem.end(),
+                     [](const auto& a, const auto& b) { return a.first > b.first; });
+    for (size_t i = 0; given < left; ++i, ++given) ++add[rem[i % rem.size()].second];
+    left = 0;
+    for (size_t e : open) {
+      c[e] += add[e];
+      if (c[e] >= tokens) {
+        left += c[e] - tokens;
+        c[e] = tokens;
+        capped[e] = true;
+      }
+    }
+  }
+  return c;
+}
+
+std::vector<int64_t> assumed_tokens_per_expert(const MoeConfig& m, int64_t tokens) {
+  if (!m.expert_load.empty()) return loaded_tokens_per_expert(tokens, m.top_k, m.expert_load);
+  return skewed_tokens_per_expert(tokens, m.top_k, m.num_experts, m.hot_expert_factor);
 }
 
 int64_t grouped_rows(const std::vector<int64_t>& tokens_per_expert, int64_t align) {

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/model/moe_config.h"
+
 namespace fullshard {
 
 // NOTE [MoE routing assumption]: with ep = 1 every MoE tensor has a static shape (torchtitan
@@ -22,6 +24,21 @@ std::vector<int64_t> balanced_tokens_per_expert(int64_t routed_tokens, int64_t e
 // routing] in simulator/worst_routing.h).
 std::vector<int64_t> skewed_tokens_per_expert(int64_t tokens, int64_t top_k, int64_t experts,
                                               double hot_factor);
+
+// NOTE [Expert load]: a routing statistic that carries to another mesh, batch or sequence
+// length, where a recorded run (NOTE [Recorded routing]) replays only its own: each expert's
+// share of the routed tokens (training.moe_routing {"expert_load": [...]}, or the mean or the
+// hottest call of a recorded run's histograms). Every rank routes its N tokens x top_k by it:
+// expert e gets N K share_e, rounded by largest remainder (ties to the lower expert), and at
+// most N (a token picks an expert once); what the cap takes is spread over the uncapped
+// experts in proportion to their shares, until nothing is left. Balanced shares give
+// balanced_tokens_per_expert's counts; one expert's share of 1 with top_k 1 is the worst case.
+std::vector<int64_t> loaded_tokens_per_expert(int64_t tokens, int64_t top_k,
+                                              const std::vector<double>& shares);
+
+// The histogram the program assumes for a rank routing `tokens` tokens: by expert_load when
+// given, else by hot_expert_factor (skewed_tokens_per_expert).
+std::vector<int64_t> assumed_tokens_per_expert(const MoeConfig& m, int64_t tokens);
 
 // torchtitan's generate_permute_indices: each group at least `align` rows (an empty expert
 // too), rounded up to a multiple of `align`; the sum of the groups.

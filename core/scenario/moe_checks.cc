@@ -1,7 +1,9 @@
 #include "core/scenario/moe_checks.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -52,9 +54,9 @@ namespace jr = json_reader;
 // NOTE [Recorded routing] (core/model/moe_routing_record.h): every line of a --metrics file
 // holds each rank's MoE layer calls of that step ("ranks"[i].tokens_per_expert, [calls][E]); a
 // rank's calls over the lines, in step order, are its record.
-std::shared_ptr<const RecordedRouting> read_recorded_routing(const std::string& path,
-                                                             int64_t experts) {
-  const std::string P = "training.moe_routing.recorded";
+std::shared_ptr<const RecordedRouting> read_recorded_routing(
+    const std::string& path, int64_t experts,
+    const std::string& P = "training.moe_routing.recorded") {
   const std::string fix = "give the --metrics file of a `fullshard train` run of this scenario";
   const std::string text =
       read_input_file(path, "a --metrics .jsonl file of a mixture-of-experts run");
@@ -119,6 +121,71 @@ std::shared_ptr<const RecordedRouting> read_recorded_routing(const std::string& 
   return rec;
 }
 
+// NOTE [Expert load] (core/model/moe_routing.h): a recorded run's histograms as one share per
+// expert: "mean", every call of every rank summed; "hottest", the single call (any rank, step,
+// layer) whose busiest expert got the largest share, the routing that stressed a rank most.
+std::vector<double> load_of_recording(const RecordedRouting& rec, const std::string& statistic,
+                                      const std::string& P) {
+  const size_t E = static_cast<size_t>(rec.num_experts);
+  std::vector<double> sum(E, 0), hottest;
+  double hottest_share = -1;
+  for (const auto& rank : rec.calls)
+    for (const auto& h : rank) {
+      double total = 0, top = 0;
+      for (size_t e = 0; e < E; ++e) {
+        sum[e] += static_cast<double>(h[e]);
+        total += static_cast<double>(h[e]);
+        top = std::max(top, static_cast<double>(h[e]));
+      }
+      if (total > 0 && top / total > hottest_share) {
+        hottest_share = top / total;
+        hottest.assign(h.begin(), h.end());
+      }
+    }
+  std::vector<double> load = statistic == "hottest" ? hottest : sum;
+  double total = 0;
+  for (double v : load) total += v;
+  if (!(total > 0))
+    throw InputError(P, "(" + rec.source + ") routed no token", "give a run that trained a step");
+  for (double& v : load) v /= total;
+  return load;
+}
+
+// training.moe_routing {"expert_load": [shares] | "run.jsonl", "statistic": ...}.
+std::vector<double> parse_expert_load(const nlohmann::json& v, int64_t experts,
+                                      const std::string& base_dir) {
+  const std::string P = "training.moe_routing.expert_load";
+  const nlohmann::json& l = v.at("expert_load");
+  if (l.is_string()) {
+    const std::string statistic =
+        v.contains("statistic")
+            ? jr::get_choice(v.at("statistic"), "training.moe_routing.statistic",
+                             {"mean", "hottest"})
+            : "mean";
+    const auto rec = read_recorded_routing(
+        scenario_detail::resolve(base_dir, l.get<std::string>()), experts, P);
+    return load_of_recording(*rec, statistic, P);
+  }
+  if (v.contains("statistic"))
+    throw InputError("training.moe_routing.statistic", "is given with a list of shares",
+                     "give statistic only with a recorded run's file as expert_load");
+  if (!l.is_array() || static_cast<int64_t>(l.size()) != experts)
+    throw InputError(P,
+                     "is " + jr::describe(l) + " where the model has " + std::to_string(experts) +
+                         " experts",
+                     "give one share per expert (e.g. [0.4, 0.2, 0.2, 0.2]) or a --metrics file");
+  std::vector<double> load;
+  double total = 0;
+  for (const auto& x : l) {
+    load.push_back(jr::get_number(x, P + "[]", 0, true, 1e30, false, "0.25"));
+    total += load.back();
+  }
+  if (!(total > 0))
+    throw InputError(P, "has no positive share", "give each expert's share of the routed tokens");
+  for (double& x : load) x /= total;
+  return load;
+}
+
 }  // namespace
 
 void check_recorded_routing(const Scenario& s) {
@@ -177,13 +244,26 @@ void apply_moe_routing(const nlohmann::json& v, ModelConfig& model, TrainingOpti
     return;
   }
   const std::string forms =
-      "write \"balanced\", \"worst\", {\"hot_expert_factor\": 2} or {\"recorded\": "
-      "\"run.jsonl\"}";
+      "write \"balanced\", \"worst\", {\"hot_expert_factor\": 2}, {\"recorded\": "
+      "\"run.jsonl\"} or {\"expert_load\": \"run.jsonl\"}";
   if (!v.is_object()) throw InputError(P, "is " + jr::describe(v), forms);
   scenario_detail::check_fields(v, P);
-  if (v.contains("recorded") == v.contains("hot_expert_factor"))
-    throw InputError(P, v.empty() ? "is empty" : "gives both hot_expert_factor and recorded",
+  const int forms_given = static_cast<int>(v.contains("recorded")) +
+                          static_cast<int>(v.contains("hot_expert_factor")) +
+                          static_cast<int>(v.contains("expert_load"));
+  if (forms_given != 1)
+    throw InputError(P,
+                     forms_given == 0 ? (v.empty() ? "is empty" : "gives no routing")
+                                      : "gives more than one of hot_expert_factor, recorded and "
+                                        "expert_load",
                      forms);
+  if (v.contains("expert_load")) {
+    model.moe.expert_load = parse_expert_load(v, model.moe.num_experts, base_dir);
+    return;
+  }
+  if (v.contains("statistic"))
+    throw InputError("training.moe_routing.statistic", "is given without expert_load",
+                     "remove it, or give expert_load a recorded run's file");
   if (v.contains("recorded")) {
     const std::string rel =
         jr::get_string(v.at("recorded"), P + ".recorded", "\"run.jsonl\" (a --metrics file)");

@@ -92,7 +92,7 @@ const std::map<std::string, std::vector<std::string>> kFields = {
       "grad_sync_during_accumulation", "activation_checkpointing", "optimizer", "seed", "data",
       "checkpoint", "moe_routing", "float8", "init", "reshard_after_backward_during_accumulation",
       "frozen", "frozen_dtype", "orig_dtype"}},
-    {"training.moe_routing", {"hot_expert_factor", "recorded"}},
+    {"training.moe_routing", {"hot_expert_factor", "recorded", "expert_load", "statistic"}},
     {"training.float8",
      {"recipe", "enable_fsdp_float8_all_gather", "precompute_float8_dynamic_scale_for_fsdp",
       "filter_fqns"}},

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/common/error.h"
+#include "core/common/json_file.h"
 #include "core/common/output_file.h"
 #include "core/common/user_text.h"
 #include "core/scenario/hardware_profile.h"
@@ -73,8 +74,10 @@ CLI::App* add_plan_command(CLI::App& app, PlanFlags& f) {
                 "alltoall");
   p->add_option("--moe-routing", f.moe_routing,
                 "mixture-of-experts models: the routing every candidate is simulated under, "
-                "balanced (default) or worst (every token to the same top-k experts: fits under "
-                "any routing; docs/moe.md)");
+                "balanced (default), worst (every token to the same top-k experts: fits under "
+                "any routing) or a training.moe_routing object such as "
+                "'{\"expert_load\": \"run.jsonl\"}' (a recorded run's expert shares, which carry "
+                "to every candidate's mesh; docs/moe.md)");
   p->add_option("--headroom", f.headroom,
                 "fraction of the allocator's memory to keep free (default 0.05; 0: fits means what "
                 "`fullshard simulate` says)");
@@ -326,7 +329,11 @@ int cmd_plan(const PlanFlags& f) {
     async_tp = base["tensor_parallel"]["async"].get<bool>();
     base["tensor_parallel"]["async"] = false;
   }
-  if (!f.moe_routing.empty()) base["training"]["moe_routing"] = f.moe_routing;
+  // A JSON object (e.g. {"expert_load": "run.jsonl"}, NOTE [Expert load]) or a name.
+  if (!f.moe_routing.empty())
+    base["training"]["moe_routing"] =
+        f.moe_routing.front() == '{' ? parse_json_text(f.moe_routing, "--moe-routing")
+                                     : json(f.moe_routing);
   planner::PlanOptions o;
   try {
     o.base = parse_scenario(base, ".");
