@@ -312,6 +312,10 @@ double PipelineProgram::run_step(int step) {
       case PipelineOp::kBackwardWeight: backward_weight(st, a.microbatch); break;
     }
   }
+  for (auto& st : stages_)  // every F has its B, every I its W
+    FULLSHARD_CHECK(st->in_flight.empty() && st->awaiting_weight.empty(),
+                    "stage " + std::to_string(st->index) + " ends the step with a microbatch " +
+                        (st->in_flight.empty() ? "awaiting its W" : "in flight"));
   sends_.wait_all();
   tokens_.clear();
   labels_.clear();
