@@ -1,5 +1,7 @@
 #include "core/model/autograd.h"
 
+#include <algorithm>
+
 #include "core/common/error.h"
 #include "core/model/ops.h"
 
@@ -70,33 +72,71 @@ class OnAutogradThread {
 };
 }  // namespace
 
+namespace {
+// The weight parts a Graph::backward_input on this thread keeps, and the node it runs.
+struct SplitScope {
+  std::vector<DeferredWeightGrad>* deferred = nullptr;
+  size_t node = 0;
+};
+thread_local SplitScope* t_split = nullptr;
+
+class SplitGuard {
+ public:
+  explicit SplitGuard(SplitScope* s) : previous_(t_split) { t_split = s; }
+  ~SplitGuard() { t_split = previous_; }
+  SplitGuard(const SplitGuard&) = delete;
+  SplitGuard& operator=(const SplitGuard&) = delete;
+
+ private:
+  SplitScope* previous_;
+};
+
+// Runs `node` on the gradients of its outputs found in `grads` (taken out of it) and adds its
+// input gradients there; false when no gradient reached it (PyTorch would not run it either).
+bool run_node(Backend& b, Node& node, std::map<uint64_t, Tensor>& grads) {
+  std::vector<Tensor> outs;
+  bool any = false;
+  for (uint64_t o : node.outputs) {
+    auto it = grads.find(o);
+    if (it != grads.end()) {
+      outs.push_back(std::move(it->second));
+      grads.erase(it);
+      any = true;
+    } else {
+      outs.emplace_back();
+    }
+  }
+  if (!any) return false;
+  std::vector<Tensor> ins = node.backward(outs);
+  outs.clear();  // the outputs' gradients die here unless passed on
+  FULLSHARD_CHECK(ins.size() == node.inputs.size(),
+                  "node '" + node.name + "' returned " + std::to_string(ins.size()) + " grads");
+  for (size_t k = 0; k < ins.size(); ++k) accumulate(b, grads, node.inputs[k], std::move(ins[k]));
+  return true;
+}
+}  // namespace
+
+void weight_gradients(const Param* param, std::vector<Tensor> grads,
+                      std::function<void(const std::vector<Tensor>&)> fn) {
+  if (!t_split) {
+    fn(grads);
+    return;
+  }
+  t_split->deferred->push_back({t_split->node, param, std::move(grads), std::move(fn)});
+}
+
+bool weight_gradients_deferred() { return t_split != nullptr; }
+
 Tensor Graph::backward(Backend& backend, uint64_t root, Tensor seed, uint64_t want) {
   const OnAutogradThread on_autograd_thread(backend);
+  FULLSHARD_CHECK(deferred_.empty(), "a full backward of a graph whose input backward ran");
   std::map<uint64_t, Tensor> grads;
   grads.emplace(root, std::move(seed));
   Tensor wanted;
   for (size_t i = nodes_.size(); i-- > 0;) {
     Node node = std::move(nodes_[i]);
     nodes_.pop_back();
-    std::vector<Tensor> outs;
-    bool any = false;
-    for (uint64_t o : node.outputs) {
-      auto it = grads.find(o);
-      if (it != grads.end()) {
-        outs.push_back(std::move(it->second));
-        grads.erase(it);
-        any = true;
-      } else {
-        outs.emplace_back();
-      }
-    }
-    if (!any) continue;  // not reachable from the root: PyTorch would not run it either
-    std::vector<Tensor> ins = node.backward(outs);
-    outs.clear();  // the outputs' gradients die here unless passed on
-    FULLSHARD_CHECK(ins.size() == node.inputs.size(),
-                    "node '" + node.name + "' returned " + std::to_string(ins.size()) + " grads");
-    for (size_t k = 0; k < ins.size(); ++k)
-      accumulate(backend, grads, node.inputs[k], std::move(ins[k]));
+    run_node(backend, node, grads);
     node.backward = nullptr;  // release saved tensors now
   }
   kept_.clear();  // NOTE [Kept until backward ends]
@@ -105,6 +145,54 @@ Tensor Graph::backward(Backend& backend, uint64_t root, Tensor seed, uint64_t wa
     if (it != grads.end()) wanted = std::move(it->second);
   }
   return wanted;
+}
+
+Tensor Graph::backward_input(Backend& backend, uint64_t root, Tensor seed, uint64_t want) {
+  const OnAutogradThread on_autograd_thread(backend);
+  FULLSHARD_CHECK(deferred_.empty(), "a second input backward of one graph");
+  std::map<uint64_t, Tensor> grads;
+  grads.emplace(root, std::move(seed));
+  SplitScope scope{&deferred_, 0};
+  {
+    const SplitGuard split(&scope);
+    // retain_graph=True: every node stays, with what it saved.
+    for (size_t i = nodes_.size(); i-- > 0;) {
+      scope.node = i;
+      run_node(backend, nodes_[i], grads);
+    }
+  }
+  kept_.clear();
+  // The stage output's detach_: nothing holds the nodes above the topmost intermediate.
+  size_t keep = 0;
+  for (const DeferredWeightGrad& d : deferred_) keep = std::max(keep, d.node + 1);
+  while (nodes_.size() > keep) nodes_.pop_back();
+  Tensor wanted;
+  if (want) {
+    auto it = grads.find(want);
+    if (it != grads.end()) wanted = std::move(it->second);
+  }
+  return wanted;
+}
+
+void Graph::backward_weight(Backend& backend, const std::vector<const Param*>& param_order) {
+  const OnAutogradThread on_autograd_thread(backend);
+  std::map<const Param*, size_t> position;
+  for (size_t i = 0; i < param_order.size(); ++i) position.emplace(param_order[i], i);
+  auto at = [&](const DeferredWeightGrad& d) {
+    auto it = position.find(d.param);
+    return it == position.end() ? param_order.size() : it->second;
+  };
+  std::stable_sort(deferred_.begin(), deferred_.end(),
+                   [&](const DeferredWeightGrad& a, const DeferredWeightGrad& b) {
+                     return at(a) < at(b);
+                   });
+  for (DeferredWeightGrad& d : deferred_) {
+    d.run(d.grads);
+    d.run = nullptr;  // retain_graph=False: the intermediate's saved tensors go
+    if (d.node < nodes_.size()) nodes_[d.node].backward = nullptr;
+  }
+  deferred_.clear();  // the param groups, with their captured gradients
+  nodes_.clear();     // and the rest of the graph
 }
 
 Value checkpoint(ExecContext& c, Value x, std::function<Value(ExecContext&, Value)> fn,

@@ -30,6 +30,34 @@ struct Node {
   std::function<std::vector<Tensor>(std::vector<Tensor>&)> backward;
 };
 
+// NOTE [Split backward]: the zero-bubble schedules run a stage's backward as I then W, as
+// torch/distributed/pipelining/_backward.py does. stage_backward_input runs autograd.grad to the
+// stage inputs only, with retain_graph=True, after hooking the "intermediates" (the ops whose
+// inputs lead to a weight: a linear's mm, a norm) to capture their output gradients; then it
+// detaches the stage output, which frees the part of the graph above the topmost intermediate.
+// stage_backward_weight later runs autograd.grad from each intermediate (seeded with its
+// captured gradient) to the weights, one param group at a time in the stage's parameters()
+// order, retain_graph=False: an intermediate's saved tensors go once its weight gradient ran,
+// the captured gradients with the param groups at its end, the rest of the graph then too.
+// Here Graph::backward_input runs every node's input part and keeps, per node with weights, its
+// weight part and output gradients (weight_gradients below), and every node reached (the
+// retained graph) up to the last such node; Graph::backward_weight runs the kept parts in the
+// parameters' order, releasing each part's node after it, then everything.
+struct DeferredWeightGrad {
+  size_t node = 0;               // the node (intermediate) whose weight gradients these are
+  const Param* param = nullptr;  // its first weight, for the parameters() order
+  std::vector<Tensor> grads;     // its output gradients, held until backward_weight ends
+  std::function<void(const std::vector<Tensor>&)> run;  // the weight gradients from `grads`
+};
+
+// Called inside a node's backward: runs `fn(grads)` now, or, within Graph::backward_input,
+// keeps both for Graph::backward_weight (`param`: the first weight `fn` accumulates into).
+void weight_gradients(const Param* param, std::vector<Tensor> grads,
+                      std::function<void(const std::vector<Tensor>&)> fn);
+// Whether a node's backward runs inside Graph::backward_input (a fused kernel that would compute
+// both parts runs its input part only).
+bool weight_gradients_deferred();
+
 class Graph {
  public:
   void add(Node node) { nodes_.push_back(std::move(node)); }
@@ -37,6 +65,12 @@ class Graph {
   // Runs backward from `root` seeded with `seed`; returns the gradient that reached
   // `want` (0: none wanted). Nodes are released as they run.
   Tensor backward(Backend& backend, uint64_t root, Tensor seed, uint64_t want = 0);
+  // NOTE [Split backward]: the input gradients only (I), keeping the weight parts.
+  Tensor backward_input(Backend& backend, uint64_t root, Tensor seed, uint64_t want);
+  // The kept weight parts (W), ordered by `param_order` (the stage's parameters() order);
+  // the graph is empty afterwards.
+  void backward_weight(Backend& backend, const std::vector<const Param*>& param_order);
+  size_t deferred_weight_grads() const { return deferred_.size(); }
   // NOTE [Kept until backward ends]: a tensor the training loop still references while
   // backward runs (HF's model output holding the logits); freed when backward returns.
   void keep_until_backward_ends(Tensor t) { kept_.push_back(std::move(t)); }
@@ -44,6 +78,7 @@ class Graph {
  private:
   std::vector<Node> nodes_;
   std::vector<Tensor> kept_;
+  std::vector<DeferredWeightGrad> deferred_;  // from backward_input
 };
 
 // Op-level selective activation checkpointing state for one checkpointed region

@@ -181,17 +181,20 @@ Value mul_weight(ExecContext& c, Value x, const Param& weight, const std::string
                     if (need)
                       gx = mul_bcast(b, g[0], pw->binding->unsharded(), true, D, g[0].meta(),
                                      MemCategory::kTemporary, name + " grad_self");
-                    if (pw->requires_grad) {
-                      Tensor gw;
-                      {
-                        Tensor full = mul_same(b, g[0], xs, name + " grad_other");
-                        gw = new_param_grad(b, *pw);
-                        b.launch(kCompute,
-                                 make_op(OpKind::kSumLeadingDims, name + " grad_other sum_to_size",
-                                         {full.ref()}, {gw.ref()}, el(full), RowArgs{.dim = D}));
-                      }
-                      pw->binding->accumulate_grad(b, std::move(gw));
-                    }
+                    if (pw->requires_grad)  // NOTE [Split backward] in autograd.h
+                      weight_gradients(pw, {g[0]}, [&b, pw, xs, D, name](
+                                                       const std::vector<Tensor>& go) {
+                        Tensor gw;
+                        {
+                          Tensor full = mul_same(b, go[0], xs, name + " grad_other");
+                          gw = new_param_grad(b, *pw);
+                          b.launch(kCompute, make_op(OpKind::kSumLeadingDims,
+                                                     name + " grad_other sum_to_size",
+                                                     {full.ref()}, {gw.ref()}, el(full),
+                                                     RowArgs{.dim = D}));
+                        }
+                        pw->binding->accumulate_grad(b, std::move(gw));
+                      });
                     return std::vector<Tensor>{gx};
                   }});
   }

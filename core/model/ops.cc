@@ -154,11 +154,14 @@ Value embedding(ExecContext& c, const Tensor& ids, const Param& weight, const st
   if (out.requires_grad()) {
     const Param* pw = &weight;
     c.record(Node{name, {}, {out.id}, [&b, pw, ids, name, vocab_range](std::vector<Tensor>& g) {
-                    Tensor gw = new_param_grad(b, *pw);
-                    b.launch(kCompute,
-                             make_op(OpKind::kEmbeddingBackward, name + " backward",
-                                     {g[0].ref(), ids.ref()}, {gw.ref()}, el(g[0]), vocab_range));
-                    pw->binding->accumulate_grad(b, std::move(gw));
+                    weight_gradients(pw, {g[0]}, [&b, pw, ids, name, vocab_range](
+                                                     const std::vector<Tensor>& go) {
+                      Tensor gw = new_param_grad(b, *pw);
+                      b.launch(kCompute, make_op(OpKind::kEmbeddingBackward, name + " backward",
+                                                 {go[0].ref(), ids.ref()}, {gw.ref()}, el(go[0]),
+                                                 vocab_range));
+                      pw->binding->accumulate_grad(b, std::move(gw));
+                    });
                     return std::vector<Tensor>{};
                   }});
   }
@@ -192,6 +195,32 @@ Value position_embedding(ExecContext& c, Value x, const Param& wpe, const std::s
 }
 
 // ------------------------------------------------------------------ norms
+namespace {
+// RMSNorm's backward as I and W (NOTE [Split backward] in autograd.h): the input gradient now,
+// the weight gradient later from the output gradient, x and rstd, each its own kernel
+// (_fused_rms_norm_backward with output_mask [1, 0], then [0, 1]).
+std::vector<Tensor> rms_norm_backward_split(Backend& b, const Param& weight, const Tensor& xs,
+                                            const Tensor& rstd, const Tensor& g,
+                                            const std::string& name, bool need) {
+  const Param* pw = &weight;
+  Tensor gx;
+  if (need) {
+    gx = grad_like(b, xs, name + " grad_input");
+    b.launch(kCompute, make_op(OpKind::kRMSNormBackwardInput, name + " backward_input",
+                               {g.ref(), xs.ref(), rstd.ref(), pw->binding->unsharded().ref()},
+                               {gx.ref()}, 6 * el(xs)));
+  }
+  if (pw->requires_grad)
+    weight_gradients(pw, {g}, [&b, pw, xs, rstd, name](const std::vector<Tensor>& go) {
+      Tensor gw = new_param_grad(b, *pw);
+      b.launch(kCompute, make_op(OpKind::kRMSNormBackwardWeight, name + " backward_weight",
+                                 {go[0].ref(), xs.ref(), rstd.ref()}, {gw.ref()}, 3 * el(xs)));
+      pw->binding->accumulate_grad(b, std::move(gw));
+    });
+  return {need ? gx : Tensor()};
+}
+}  // namespace
+
 Value rms_norm(ExecContext& c, Value x, const Param& weight, double eps, const std::string& name) {
   Backend& b = c.backend();
   Tensor w = param_tensor(weight);
@@ -208,6 +237,8 @@ Value rms_norm(ExecContext& c, Value x, const Param& weight, double eps, const s
                   {x.id},
                   {out.id},
                   [&b, pw, xs, rstd, name, need = x.requires_grad()](std::vector<Tensor>& g) {
+                    if (weight_gradients_deferred())
+                      return rms_norm_backward_split(b, *pw, xs, rstd, g[0], name, need);
                     Tensor gx = grad_like(b, xs, name + " grad_input");
                     // A frozen weight's gradient is computed into a temporary and dropped
                     // (NOTE [Frozen norm weights] in lora.cc).
@@ -314,20 +345,28 @@ void detail::record_linear(ExecContext& c, const Value& x, const Param& weight, 
                                      {g[0].ref(), pw->binding->unsharded().ref()}, {gx.ref()},
                                      2.0 * M * K * N, LinearArgs{M, K, N}));
         }
-        if (pw->requires_grad) {
-          Tensor gw = new_param_grad(b, *pw);
-          b.launch(kCompute, make_op(OpKind::kLinearBackwardWeight, name + " backward_weight",
-                                     {g[0].ref(), xs.ref()}, {gw.ref()}, 2.0 * M * K * N,
-                                     LinearArgs{M, K, N}));
-          pw->binding->accumulate_grad(b, std::move(gw));
-        }
-        if (bias && bias->requires_grad) {
-          Tensor gb = new_param_grad(b, *bias);
-          b.launch(kCompute,
-                   make_op(OpKind::kLinearBackwardBias, name + " backward_bias", {g[0].ref()},
-                           {gb.ref()}, static_cast<double>(M * N), LinearBiasArgs{M, N}));
-          bias->binding->accumulate_grad(b, std::move(gb));
-        }
+        if (!pw->requires_grad && !(bias && bias->requires_grad)) return std::vector<Tensor>{gx};
+        // The weight part: deferred to W under a zero-bubble schedule (NOTE [Split backward]).
+        weight_gradients(
+            pw->requires_grad ? pw : bias, {g[0]},
+            [&b, pw, bias, xs, M, K, N, name](const std::vector<Tensor>& go) {
+              if (pw->requires_grad) {
+                Tensor gw = new_param_grad(b, *pw);
+                b.launch(kCompute,
+                         make_op(OpKind::kLinearBackwardWeight, name + " backward_weight",
+                                 {go[0].ref(), xs.ref()}, {gw.ref()}, 2.0 * M * K * N,
+                                 LinearArgs{M, K, N}));
+                pw->binding->accumulate_grad(b, std::move(gw));
+              }
+              if (bias && bias->requires_grad) {
+                Tensor gb = new_param_grad(b, *bias);
+                b.launch(kCompute,
+                         make_op(OpKind::kLinearBackwardBias, name + " backward_bias",
+                                 {go[0].ref()}, {gb.ref()}, static_cast<double>(M * N),
+                                 LinearBiasArgs{M, N}));
+                bias->binding->accumulate_grad(b, std::move(gb));
+              }
+            });
         return std::vector<Tensor>{gx};
       }});
 }

@@ -56,16 +56,20 @@ NormArgs NormArgs::decode(const OpCall& op) {
 
 NormBackwardLayout decode_norm_backward(const OpCall& op) {
   const bool layer = op.kind == OpKind::kLayerNormBackward;
-  FULLSHARD_CHECK(layer || op.kind == OpKind::kRMSNormBackward,
+  const bool input_only = op.kind == OpKind::kRMSNormBackwardInput;
+  const bool weight_only = op.kind == OpKind::kRMSNormBackwardWeight;
+  FULLSHARD_CHECK(layer || input_only || weight_only || op.kind == OpKind::kRMSNormBackward,
                   op_where(op) + "is not a norm backward op");
-  check_arity(op, layer ? 5 : 4, layer ? 3 : 2);
+  check_arity(op, layer ? 5 : weight_only ? 3 : 4, layer ? 3 : input_only || weight_only ? 1 : 2);
   NormBackwardLayout l;
   l.weight = layer ? 4 : 3;
   const TensorMeta &g = op.inputs[0].meta, &x = op.inputs[1].meta;
-  norm_rows(op, x, op.inputs[l.weight].meta, &l.rows, &l.dim);
-  for (size_t i = 2; i < l.weight; ++i) check_stat(op, op.inputs[i].meta, l.rows, false);
-  bool ok = g.numel() == x.numel() && op.outputs[0].meta.numel() == x.numel();
-  for (size_t i = 1; i < op.outputs.size(); ++i) ok = ok && op.outputs[i].meta.numel() == l.dim;
+  // The weight-only part reads no w: its gradient has w's size.
+  norm_rows(op, x, weight_only ? op.outputs[0].meta : op.inputs[l.weight].meta, &l.rows, &l.dim);
+  for (size_t i = 2; i < (layer ? 4u : 3u); ++i) check_stat(op, op.inputs[i].meta, l.rows, false);
+  bool ok = g.numel() == x.numel() && (weight_only || op.outputs[0].meta.numel() == x.numel());
+  for (size_t i = weight_only ? 0 : 1; i < op.outputs.size(); ++i)
+    ok = ok && op.outputs[i].meta.numel() == l.dim;
   FULLSHARD_CHECK(ok, op_where(op) + (layer ? "gradient sizes do not match x / w / b"
                                             : "gradient sizes do not match x / w"));
   return l;

@@ -22,7 +22,9 @@ struct NormArgs {
 };
 
 // The backward of kRMSNorm ((g, x, rstd, w) -> (g_x, g_w)) and kLayerNorm ((g, x, mean, rstd, w)
-// -> (g_x, g_w, g_b)): no attributes (NoArgs in the table); their operand layout.
+// -> (g_x, g_w, g_b)), and kRMSNormBackward's parts kRMSNormBackwardInput ((g, x, rstd, w) ->
+// g_x) and kRMSNormBackwardWeight ((g, x, rstd) -> g_w): no attributes (NoArgs in the table);
+// their operand layout (`weight` is past the inputs for the weight part).
 struct NormBackwardLayout {
   int64_t rows = 0, dim = 0;
   size_t weight = 3;  // the input index of w

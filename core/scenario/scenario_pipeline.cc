@@ -4,8 +4,9 @@
 // NOTE [What pipeline parallelism composes with]: the simulator runs torchtitan's pipeline_llm
 // (pytorch/torchtitan@b5bcd76c6): an untied Llama split into stages by layer, FSDP2 and tp inside
 // each stage, the schedules whose backward is one action (GPipe, 1F1B, Interleaved1F1B,
-// LoopedBFS). Refused, each naming its field: the zero-bubble schedules (their split I / W
-// backward is not simulated), the real backends (simulated only), gradient accumulation, an
+// LoopedBFS) and DualPipeV over pp 2 (split I / W backward, check_split_backward; the other
+// zero-bubble shapes: NOTE [Crossing transfers]). Refused, each naming its field: gradient
+// accumulation, an
 // uneven batch, the chunked loss, GPT-2 and tied embeddings (torchtitan splits a Llama decoder;
 // a tied weight would live on two stages), and checkpoint saves.
 #include <set>
@@ -94,6 +95,38 @@ std::vector<PipelineStageModules> parse_fqns(const json& v, int64_t n_layers) {
   return stages;
 }
 
+bool pipeline_splits_backward(PipelineScheduleKind k) {
+  return k == PipelineScheduleKind::kInterleavedZeroBubble ||
+         k == PipelineScheduleKind::kZBVZeroBubble || k == PipelineScheduleKind::kDualPipeV;
+}
+
+// NOTE [Split backward] (core/model/autograd.h): the ops whose weight gradients I and W run
+// apart are the linear, the norms' weights and the embedding; the others compute theirs inside
+// one backward, so a zero-bubble schedule refuses what records them, naming the field.
+void check_split_backward(const Scenario& s, PipelineScheduleKind k) {
+  const std::string what = std::string("with the ") + pipeline_schedule_name(k) +
+                           " schedule, whose split input / weight backward";
+  const std::string fix = "remove it, or use \"1F1B\", \"Interleaved1F1B\", \"GPipe\" or "
+                          "\"LoopedBFS\"";
+  if (s.fsdp.mesh_size("tp") > 1)
+    throw InputError("fsdp.mesh.dim_names",
+                     "has a tp dim " + what + " the tensor-parallel linears do not split yet", fix);
+  if (s.model.moe.enabled())
+    throw InputError("model", "is a mixture of experts " + what + " the experts do not split yet",
+                     fix);
+  if (s.model.lora.enabled())
+    throw InputError("model.lora", "is set " + what + " the adapters do not split yet", fix);
+  if (s.training.float8.enabled())
+    throw InputError("training.float8", "is set " + what + " float8 linears do not split yet",
+                     fix);
+  if (s.model.implementation.compile)
+    throw InputError("model.implementation.compile",
+                     "is true " + what + " the compiled blocks do not split yet", fix);
+  if (s.training.activation_checkpointing.mode != RecomputeMode::kNone)
+    throw InputError("training.activation_checkpointing",
+                     "is set " + what + " recomputed blocks do not split yet", fix);
+}
+
 }  // namespace
 
 PipelineParallelOptions parse_pipeline_parallel(const json* j, const Scenario& s) {
@@ -113,13 +146,6 @@ PipelineParallelOptions parse_pipeline_parallel(const json* j, const Scenario& s
   if (p.contains("schedule"))
     o.schedule = parse_pipeline_schedule(
         jr::get_string(p.at("schedule"), kP + ".schedule", "\"1F1B\""), kP + ".schedule");
-  if (o.schedule == PipelineScheduleKind::kInterleavedZeroBubble ||
-      o.schedule == PipelineScheduleKind::kZBVZeroBubble ||
-      o.schedule == PipelineScheduleKind::kDualPipeV)
-    throw InputError(kP + ".schedule",
-                     std::string("is \"") + pipeline_schedule_name(o.schedule) +
-                         "\", whose split input / weight backward the simulator does not run yet",
-                     "use \"GPipe\", \"1F1B\", \"Interleaved1F1B\" or \"LoopedBFS\"");
   if (p.contains("microbatch_size"))
     o.microbatch_size = field_int(p, kP, "microbatch_size", 1, kMaxSize, "1");
   if (p.contains("layers_per_stage"))
@@ -133,6 +159,26 @@ PipelineParallelOptions parse_pipeline_parallel(const json* j, const Scenario& s
 
   // NOTE [What pipeline parallelism composes with] (above).
   const ModelConfig& m = s.model;
+  if (pipeline_splits_backward(o.schedule)) check_split_backward(s, o.schedule);
+  // NOTE [Crossing transfers]: a rank's sends leave in its action order on one stream and each
+  // completes when its peer receives it, right before the action that reads it. InterleavedZero
+  // Bubble and ZBVZeroBubble (and DualPipeV over more than 2 ranks) send a gradient before an
+  // activation that the peer receives first, which deadlocks there; PyTorch places each recv
+  // where its send falls in a lockstep pass over the ranks (_add_send_recv), which is not built.
+  if (o.schedule == PipelineScheduleKind::kInterleavedZeroBubble ||
+      o.schedule == PipelineScheduleKind::kZBVZeroBubble)
+    throw InputError(kP + ".schedule",
+                     std::string("is \"") + pipeline_schedule_name(o.schedule) +
+                         "\", whose sends and receives cross between ranks, which the simulated "
+                         "point-to-point order does not run yet",
+                     "use \"DualPipeV\" (pp 2), \"1F1B\", \"Interleaved1F1B\", \"GPipe\" or "
+                     "\"LoopedBFS\"");
+  if (o.schedule == PipelineScheduleKind::kDualPipeV && o.degree != 2)
+    throw InputError("fsdp.mesh.shape",
+                     "gives pp " + std::to_string(o.degree) +
+                         " for DualPipeV, whose sends and receives cross between ranks past pp 2, "
+                         "which the simulated point-to-point order does not run yet",
+                     "use pp 2, or another schedule");
   if (m.arch != ModelArch::kLlama || m.tie_embeddings)
     throw InputError("model",
                      m.arch != ModelArch::kLlama

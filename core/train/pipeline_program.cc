@@ -27,12 +27,13 @@ std::vector<ProcessGroup> pipeline_p2p_groups(const Scenario& s, int rank) {
   const PipelineScheduleOptions o = s.pipeline.schedule_options();
   const int n = o.num_stages();
   auto at = [&](int stage) { return pp.ranks[static_cast<size_t>(pipeline_stage_rank(o, stage))]; };
+  // NOTE [Same-rank stage handoff]: no channel between two stages of one rank.
   for (int k : pipeline_rank_stages(o, pp.index_of(rank))) {
-    if (k > 0) {
+    if (k > 0 && at(k - 1) != at(k)) {
       out.push_back(pipeline_channel('F', k - 1, k, at(k - 1), at(k)));
       out.push_back(pipeline_channel('B', k, k - 1, at(k), at(k - 1)));
     }
-    if (k + 1 < n) {
+    if (k + 1 < n && at(k) != at(k + 1)) {
       out.push_back(pipeline_channel('F', k, k + 1, at(k), at(k + 1)));
       out.push_back(pipeline_channel('B', k + 1, k, at(k + 1), at(k)));
     }
@@ -70,6 +71,9 @@ PipelineProgram::PipelineProgram(Backend& b, const Scenario& s)
     all_params_.insert(all_params_.end(), params.begin(), params.end());
     // torchtitan's OptimizersContainer: one optimizer per model part.
     st->optim = std::make_unique<AdamW>(b, params, adamw_options(s));
+    st->model->root().for_each_param([&](Param& p) { st->param_order.push_back(&p); });
+    st->prev_local = k > 0 && pipeline_stage_rank(o, k - 1) == pp_rank_;
+    st->next_local = k + 1 < n && pipeline_stage_rank(o, k + 1) == pp_rank_;
     by_index_[k] = st.get();
     stages_.push_back(std::move(st));
   }
@@ -131,9 +135,11 @@ void PipelineProgram::forward(Stage& st, int mb) {
   Value input;
   if (!st.first) {  // forward_one_chunk: the received activation is the stage's input (a leaf)
     const Tensor& buf = st.act_recv[static_cast<size_t>(mb)];
-    pipeline_recv(
-        b_, buf,
-        pipeline_channel('F', st.index - 1, st.index, rank_of_stage(st.index - 1), b_.rank()), mb);
+    if (!st.prev_local)
+      pipeline_recv(
+          b_, buf,
+          pipeline_channel('F', st.index - 1, st.index, rank_of_stage(st.index - 1), b_.rank()),
+          mb);
     input = Value{buf, c.new_id()};
     f.input = input;
   }
@@ -148,27 +154,32 @@ void PipelineProgram::forward(Stage& st, int mb) {
                     "stage " + std::to_string(st.index) +
                         "'s output differs from the receive "
                         "buffer the next stage allocated");
-    sends_.send(
-        out.t,
-        pipeline_channel('F', st.index, st.index + 1, b_.rank(), rank_of_stage(st.index + 1)), mb);
+    if (st.next_local)  // set_local_fwd_input: the output itself becomes the next's input
+      by_index_.at(st.index + 1)->act_recv[static_cast<size_t>(mb)] = out.t;
+    else
+      sends_.send(
+          out.t,
+          pipeline_channel('F', st.index, st.index + 1, b_.rank(), rank_of_stage(st.index + 1)),
+          mb);
   }
   f.output = std::move(out);
   st.in_flight.emplace(mb, std::move(f));
 }
 
-void PipelineProgram::backward(Stage& st, int mb) {
-  auto node = st.in_flight.extract(mb);
-  FULLSHARD_CHECK(!node.empty(), "a backward before its forward");
-  InFlight f = std::move(node.mapped());
-  // backward_maybe_with_nosync: every microbatch's backward keeps its gradients unsharded.
+// backward_maybe_with_nosync: every microbatch's backward (B, I or W) keeps its gradients
+// unsharded; the reduction waits for the stage's last one.
+void PipelineProgram::no_sync(Stage& st) {
   st.fsdp->set_is_last_backward(false);
   st.fsdp->set_reshard_after_backward(false);
   st.fsdp->set_requires_gradient_sync(false);
-  Tensor seed;
-  uint64_t root = 0;
+}
+
+// The backward's root and its gradient: ones_like(loss) scaled on the last stage, else the
+// received gradient of the stage's output (received here unless the next stage is local).
+std::pair<uint64_t, Tensor> PipelineProgram::backward_seed(Stage& st, InFlight& f, int mb) {
   if (st.last) {  // torch.autograd.backward(loss): the seed is ones_like(loss)
-    seed = Tensor::empty(b_, f.loss.t.meta(), MemCategory::kTemporary, StreamRole::kDefault,
-                         "loss grad seed");
+    Tensor seed = Tensor::empty(b_, f.loss.t.meta(), MemCategory::kTemporary,
+                                StreamRole::kDefault, "loss grad seed");
     OpCall fill;
     fill.kind = OpKind::kFill;
     fill.name = "ones_like(loss)";
@@ -179,25 +190,93 @@ void PipelineProgram::backward(Stage& st, int mb) {
     // gradient of the mean over the microbatches, as grad_accum_steps gives without pp).
     fill.fargs = {1.0 / static_cast<double>(s_.pipeline.microbatches)};
     b_.launch(StreamRole::kDefault, fill);
-    root = f.loss.id;
-    f.loss = Value{};
-  } else {
-    seed = st.grad_recv[static_cast<size_t>(mb)];
+    return {f.loss.id, std::move(seed)};
+  }
+  Tensor seed = st.grad_recv[static_cast<size_t>(mb)];
+  if (!st.next_local)
     pipeline_recv(
         b_, seed,
         pipeline_channel('B', st.index + 1, st.index, rank_of_stage(st.index + 1), b_.rank()), mb);
-    root = f.output.id;
+  return {f.output.id, std::move(seed)};
+}
+
+// The stage input's gradient to the previous stage: a send, or on the same rank
+// set_local_bwd_input (the tensor becomes the previous stage's gradient buffer).
+void PipelineProgram::pass_input_grad(Stage& st, Tensor input_grad, int mb) {
+  if (st.first) return;
+  if (st.prev_local) {
+    by_index_.at(st.index - 1)->grad_recv[static_cast<size_t>(mb)] = std::move(input_grad);
+    return;
   }
+  sends_.send(
+      input_grad,
+      pipeline_channel('B', st.index, st.index - 1, b_.rank(), rank_of_stage(st.index - 1)), mb);
+}
+
+// The lowered schedule's REDUCE_GRAD after the stage's last B or W (_add_reduce_grad).
+void PipelineProgram::count_backward(Stage& st) {
+  if (++st.backwards == s_.pipeline.microbatches) st.fsdp->perform_reduce_grad();
+}
+
+void PipelineProgram::backward(Stage& st, int mb) {
+  auto node = st.in_flight.extract(mb);
+  FULLSHARD_CHECK(!node.empty(), "a backward before its forward");
+  InFlight f = std::move(node.mapped());
+  no_sync(st);
+  auto [root, seed] = backward_seed(st, f, mb);
+  f.loss = Value{};
   const uint64_t want = st.first ? 0 : f.input.id;
   Tensor input_grad = f.graph->backward(b_, root, std::move(seed), want);
   st.fsdp->post_backward_final_callback();  // queued by the root's pre-backward hook
   f = InFlight{};                           // the stage's output and graph go
-  if (!st.first)
-    sends_.send(
-        input_grad,
-        pipeline_channel('B', st.index, st.index - 1, b_.rank(), rank_of_stage(st.index - 1)), mb);
-  // The lowered schedule's REDUCE_GRAD after the stage's last backward (_add_reduce_grad).
-  if (++st.backwards == s_.pipeline.microbatches) st.fsdp->perform_reduce_grad();
+  pass_input_grad(st, std::move(input_grad), mb);
+  count_backward(st);
+}
+
+// NOTE [I and W in the program]: backward_one_chunk(full_backward=False) pops the forward cache
+// and keeps (input, param groups, stage output, output gradients) in backward_state until
+// backward_weight_one_chunk. On the first stage, whose input needs no gradient, I computes
+// nothing and W runs the whole backward (stage.py); elsewhere I is stage_backward_input (the
+// input gradient, sent on at once) and W stage_backward_weight (NOTE [Split backward] in
+// core/model/autograd.h). So the stage output (the loss on the last stage) and the graph, with
+// what it saved and the intermediates' output gradients, live from I to W; the logits and the
+// loss's own nodes go at I. Both run under the no-sync flags, each followed by the root's final
+// callback; the stage's gradients are reduced after its last W.
+void PipelineProgram::backward_input(Stage& st, int mb) {
+  auto node = st.in_flight.extract(mb);
+  FULLSHARD_CHECK(!node.empty(), "an input backward before its forward");
+  InFlight f = std::move(node.mapped());
+  no_sync(st);
+  auto [root, seed] = backward_seed(st, f, mb);
+  Pending w;
+  w.graph = std::move(f.graph);
+  w.root = root;
+  w.output = std::move(f.output);
+  if (st.first) {
+    w.seed = std::move(seed);  // the whole backward waits for W
+  } else {
+    w.loss = std::move(f.loss);
+    Tensor input_grad = w.graph->backward_input(b_, root, std::move(seed), f.input.id);
+    st.fsdp->post_backward_final_callback();
+    if (st.last) w.output = Value{};  // the logits: only the detached loss stays
+    pass_input_grad(st, std::move(input_grad), mb);
+  }
+  f = InFlight{};
+  st.awaiting_weight.emplace(mb, std::move(w));
+}
+
+void PipelineProgram::backward_weight(Stage& st, int mb) {
+  auto node = st.awaiting_weight.extract(mb);
+  FULLSHARD_CHECK(!node.empty(), "a weight backward before its input backward");
+  Pending w = std::move(node.mapped());
+  no_sync(st);
+  if (st.first)
+    w.graph->backward(b_, w.root, std::move(w.seed), 0);
+  else
+    w.graph->backward_weight(b_, st.param_order);
+  st.fsdp->post_backward_final_callback();
+  w = Pending{};
+  count_backward(st);
 }
 
 double PipelineProgram::run_step(int step) {
@@ -224,13 +303,19 @@ double PipelineProgram::run_step(int step) {
   for (const PipelineAction& a : actions_) {
     Stage& st = *by_index_.at(a.stage);
     b_.annotate(fmt::format("{}{}{}", a.stage, pipeline_op_letter(a.op), a.microbatch));
-    if (a.op == PipelineOp::kForward)
-      forward(st, a.microbatch);
-    else if (a.op == PipelineOp::kFullBackward)
-      backward(st, a.microbatch);
-    else
-      FULLSHARD_CHECK(false, "split backward actions are not run (scenario_pipeline.cc)");
+    // DualPipeV's OVERLAP_F_B pairs run one after the other, as PyTorch's runtime runs them
+    // without a registered overlap function.
+    switch (a.op) {
+      case PipelineOp::kForward: forward(st, a.microbatch); break;
+      case PipelineOp::kFullBackward: backward(st, a.microbatch); break;
+      case PipelineOp::kBackwardInput: backward_input(st, a.microbatch); break;
+      case PipelineOp::kBackwardWeight: backward_weight(st, a.microbatch); break;
+    }
   }
+  for (auto& st : stages_)  // every F has its B, every I its W
+    FULLSHARD_CHECK(st->in_flight.empty() && st->awaiting_weight.empty(),
+                    "stage " + std::to_string(st->index) + " ends the step with a microbatch " +
+                        (st->in_flight.empty() ? "awaiting its W" : "in flight"));
   sends_.wait_all();
   tokens_.clear();
   labels_.clear();

@@ -17,6 +17,7 @@
 // (_prepare_forward_infra / _prepare_backward_infra); transfers: NOTE [Pipeline p2p].
 #include <map>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "core/fsdp/fully_shard.h"
@@ -49,6 +50,13 @@ class PipelineProgram {
     Value output;  // the stage's output (the logits on the last stage)
     Value loss;    // the last stage's loss
   };
+  struct Pending {  // PipelineStage.backward_state[microbatch], from I to W
+    std::unique_ptr<Graph> graph;
+    uint64_t root = 0;
+    Tensor seed;   // the first stage's: its whole backward runs at W
+    Value output;  // the stage's output (not the last stage's logits)
+    Value loss;    // the last stage's, detached
+  };
   struct Stage {
     int index = 0;
     bool first = false, last = false;
@@ -57,7 +65,11 @@ class PipelineProgram {
     std::unique_ptr<AdamW> optim;
     std::vector<Tensor> act_recv, grad_recv;  // per microbatch, from the first step on
     std::map<int, InFlight> in_flight;
-    int backwards = 0;  // this step's
+    std::map<int, Pending> awaiting_weight;
+    std::vector<const Param*> param_order;  // the stage's parameters() order
+    // NOTE [Same-rank stage handoff]: the V schedules' neighbouring stage on this rank.
+    bool prev_local = false, next_local = false;
+    int backwards = 0;  // this step's B and W
   };
 
   Backend& b_;
@@ -78,6 +90,12 @@ class PipelineProgram {
   void load_microbatches(int step);
   void forward(Stage& st, int mb);
   void backward(Stage& st, int mb);
+  void backward_input(Stage& st, int mb);
+  void backward_weight(Stage& st, int mb);
+  void no_sync(Stage& st);
+  std::pair<uint64_t, Tensor> backward_seed(Stage& st, InFlight& f, int mb);
+  void pass_input_grad(Stage& st, Tensor input_grad, int mb);
+  void count_backward(Stage& st);
 };
 
 }  // namespace fullshard

@@ -95,10 +95,16 @@ namespace {
 // roofline.
 bool is_norm(OpKind op) {
   return op == OpKind::kRMSNorm || op == OpKind::kRMSNormBackward || op == OpKind::kLayerNorm ||
-         op == OpKind::kLayerNormBackward;
+         op == OpKind::kLayerNormBackward || op == OpKind::kRMSNormBackwardInput ||
+         op == OpKind::kRMSNormBackwardWeight;
 }
 int kernels_for(OpKind op) {
-  return op == OpKind::kRMSNormBackward || op == OpKind::kLayerNormBackward ? 2 : 1;
+  // The split parts: the input part one row kernel, the weight part the row kernel's partial
+  // sums and their reduction.
+  return op == OpKind::kRMSNormBackward || op == OpKind::kLayerNormBackward ||
+                 op == OpKind::kRMSNormBackwardWeight
+             ? 2
+             : 1;
 }
 
 }  // namespace

@@ -124,5 +124,27 @@ RC_GTEST_PROP(SimPipelineProp, RandomSchedulesSplitsAndMicrobatches, ()) {
   }
 }
 
+// DualPipeV (pp 2, NOTE [Crossing transfers] in core/scenario/scenario_pipeline.cc): its split
+// backward and same-rank handoff over random layer counts, splits and microbatch counts play
+// without protocol problems (a microbatch still awaiting its W at the step's end is an error of
+// the program), and only the boundaries between ranks carry transfers.
+RC_GTEST_PROP(SimPipelineProp, DualPipeVSplitBackward, ()) {
+  PipelineCase c;
+  c.schedule = "DualPipeV";
+  c.shard = *rc::gen::element(1, 2);
+  c.layers = *rc::gen::inRange(2, 9);
+  c.microbatches = *rc::gen::inRange(4, 17);
+  c.seq = 64;
+  if (*rc::gen::arbitrary<bool>()) c.split = random_split(c.layers, 4);
+  const Scenario s = parse_scenario(testing::pipeline_scenario_json(c));
+  const testing::PipelineRun run = testing::simulate_pipeline(s);
+  RC_ASSERT(run.report.problems.empty());
+  const int m = c.microbatches;
+  // Rank 0 holds stages 0 and 3, rank 1 stages 1 and 2 (handed over without a transfer).
+  RC_ASSERT(run.transfers[0] == (std::map<std::string, int>{
+                                    {"F send", m}, {"B recv", m}, {"F recv", m}, {"B send", m}}));
+  RC_ASSERT(run.transfers[1] == run.transfers[0]);
+}
+
 }  // namespace
 }  // namespace fullshard

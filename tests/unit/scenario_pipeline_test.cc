@@ -88,6 +88,44 @@ TEST(PipelineScenario, RefusalsNameTheField) {
           "pipeline_parallel.microbatch_size");
   refused([](json& j) { j["pipeline_parallel"]["schedule"] = "ZBVZeroBubble"; },
           "pipeline_parallel.schedule");
+  refused([](json& j) { j["pipeline_parallel"]["schedule"] = "InterleavedZeroBubble"; },
+          "pipeline_parallel.schedule");
+  // DualPipeV runs over pp 2 (NOTE [Crossing transfers]) with the ops whose backward splits.
+  const auto dualpipev = [](json& j) {
+    j["pipeline_parallel"]["schedule"] = "DualPipeV";
+    j["training"]["batch_per_rank"] = 8;
+  };
+  {
+    json j = pp_scenario();
+    dualpipev(j);
+    EXPECT_EQ(parse_scenario(j).pipeline.schedule, PipelineScheduleKind::kDualPipeV);
+  }
+  refused(
+      [&](json& j) {
+        dualpipev(j);
+        j["fsdp"]["mesh"] = {{"shape", {4, 2}}, {"dim_names", {"pp", "dp_shard"}}};
+        j["hardware"]["gpus_per_node"] = 8;
+      },
+      "fsdp.mesh.shape");
+  refused(
+      [&](json& j) {
+        dualpipev(j);
+        j["fsdp"]["mesh"] = {{"shape", {2, 1, 2}}, {"dim_names", {"pp", "dp_shard", "tp"}}};
+        j["hardware"]["gpus_per_node"] = 4;
+      },
+      "fsdp.mesh.dim_names");
+  refused(
+      [&](json& j) {
+        dualpipev(j);
+        j["training"]["activation_checkpointing"] = "full";
+      },
+      "training.activation_checkpointing");
+  refused(
+      [&](json& j) {
+        dualpipev(j);
+        j["model"] = {{"name", "tiny-llama"}, {"implementation", {{"compile", true}}}};
+      },
+      "model.implementation.compile");
   refused([](json& j) { j["pipeline_parallel"]["schedule"] = "Zigzag"; },
           "pipeline_parallel.schedule");
   refused([](json& j) { j["pipeline_parallel"]["stages"] = 2; }, "pipeline_parallel.stages");

@@ -22,7 +22,9 @@ void run_kernel(const OpCall& op, const std::vector<void*>& in, const std::vecto
     case OpKind::kEmbedding: return embedding(op, in, out);
     case OpKind::kEmbeddingBackward: return embedding_backward(op, in, out);
     case OpKind::kRMSNorm: return rms_norm(op, in, out);
-    case OpKind::kRMSNormBackward: return rms_norm_backward(op, in, out);
+    case OpKind::kRMSNormBackward:
+    case OpKind::kRMSNormBackwardInput:
+    case OpKind::kRMSNormBackwardWeight: return rms_norm_backward(op, in, out);
     case OpKind::kLayerNorm: return layer_norm(op, in, out);
     case OpKind::kLayerNormBackward: return layer_norm_backward(op, in, out);
     case OpKind::kLinear: return linear(op, in, out);

@@ -1,6 +1,7 @@
 // RMSNorm (torch._fused_rms_norm) and LayerNorm (native_layer_norm), forward and backward.
 // Row statistics and the weight/bias gradients accumulate in double; per-element math is fp32.
 #include <cmath>
+#include <optional>
 
 #include "backends/cpu/kernels/dtype_io.h"
 #include "backends/cpu/kernels/kernel_impl.h"
@@ -40,21 +41,29 @@ void rms_norm_row_backward(float* g, float* x, const float* w, float rstd, doubl
 }
 
 void rms_norm_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
-  // (grad_y, x, rstd, w) -> (grad_x, grad_w)
+  // (grad_y, x, rstd, w) -> (grad_x, grad_w); its parts (grad_y, x, rstd, w) -> grad_x and
+  // (grad_y, x, rstd) -> grad_w compute the same rows and keep one of the two.
   const auto [rows, D, wi] = decode_norm_backward(op);  // core/runtime/norm_args.h
-  const TensorMeta &g = in_meta(op, 0), &x = in_meta(op, 1), &wm = in_meta(op, wi);
-  F32In w(in[3], wm.dtype, D);
+  const bool weight_only = op.kind == OpKind::kRMSNormBackwardWeight;
+  const bool input_only = op.kind == OpKind::kRMSNormBackwardInput;
+  const TensorMeta &g = in_meta(op, 0), &x = in_meta(op, 1);
+  const std::vector<float> ones(weight_only ? static_cast<size_t>(D) : 0, 1.0f);
+  std::optional<F32In> w;
+  if (!weight_only) w.emplace(in[3], in_meta(op, wi).dtype, D);
+  const float* wp = weight_only ? ones.data() : w->data();
   const float* rstd = static_cast<const float*>(in[2]);
   std::vector<float> gr(static_cast<size_t>(D)), xr(static_cast<size_t>(D));
   std::vector<double> gw(static_cast<size_t>(D), 0.0);
   for (int64_t r = 0; r < rows; ++r) {
     load_f32(in[0], g.dtype, r * D, D, gr.data());
     load_f32(in[1], x.dtype, r * D, D, xr.data());
-    rms_norm_row_backward(gr.data(), xr.data(), w.data(), rstd[r], gw.data(), D);
-    store_f32(gr.data(), out[0], out_meta(op, 0).dtype, r * D, D);
+    rms_norm_row_backward(gr.data(), xr.data(), wp, rstd[r], gw.data(), D);
+    if (!weight_only) store_f32(gr.data(), out[0], out_meta(op, 0).dtype, r * D, D);
   }
+  if (input_only) return;
+  const size_t gi = weight_only ? 0 : 1;
   std::vector<float> f(gw.begin(), gw.end());
-  store_f32(f.data(), out[1], out_meta(op, 1).dtype, 0, D);
+  store_f32(f.data(), out[gi], out_meta(op, gi).dtype, 0, D);
 }
 
 void layer_norm(const OpCall& op, const Ptrs& in, const Ptrs& out) {

@@ -1,0 +1,117 @@
+// NOTE [Split backward] (core/model/autograd.h) on a recorded graph: x -> RMSNorm(w_n) ->
+// Linear(W) -> y in the simulator's backend. The input backward (I) runs only the input kernels
+// and keeps the whole graph with what it saved, plus each weight op's output gradient; the
+// weight backward (W) runs only the weight kernels, in the parameters' order, and afterwards the
+// rank holds exactly what a full backward leaves.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "core/model/autograd.h"
+#include "core/model/ops.h"
+#include "simulator/sim_backend.h"
+
+using namespace fullshard;
+
+namespace {
+
+// A parameter's unsharded tensor and .grad, as FSDPParam keeps them.
+class Binding : public ParamBinding {
+ public:
+  explicit Binding(Tensor t) : t_(std::move(t)) {}
+  Tensor unsharded() const override { return t_; }
+  DType compute_dtype() const override { return t_.dtype(); }
+  bool has_unsharded_grad() const override { return static_cast<bool>(grad_); }
+  void accumulate_grad(Backend&, Tensor g) override { grad_ = std::move(g); }
+
+ private:
+  Tensor t_, grad_;
+};
+
+constexpr int64_t kRows = 8, kDim = 64, kOut = 32;  // fp32: multiples of 512 bytes
+constexpr uint64_t kAct = kRows * kDim * 4, kOutAct = kRows * kOut * 4;
+constexpr uint64_t kStat = 512;  // rstd, fp32 [8], in a 512-byte block
+
+struct Backward {
+  uint64_t before = 0, after_input = 0, after = 0;
+  std::vector<OpKind> input_ops, weight_ops;  // kernels launched by I and by W (or the full B)
+};
+
+std::vector<OpKind> kernels_since(sim::SimBackend& b, size_t from) {
+  std::vector<OpKind> out;
+  for (size_t i = from; i < b.program().instrs.size(); ++i)
+    if (b.program().instrs[i].type == sim::InstrType::kKernel)
+      out.push_back(b.program().instrs[i].op);
+  return out;
+}
+
+Backward run(bool split) {
+  sim::GroupRegistry groups;
+  sim::SimBackend b(0, 1, AllocatorOptions{}, groups);
+  Module root;
+  root.add_param("norm.weight", {kDim});
+  root.add_param("out.weight", {kOut, kDim});
+  Param &wn = root.params[0], &w = root.params[1];
+  Binding bn(Tensor::empty(b, {DType::kFloat32, {kDim}}, MemCategory::kUnshardedParam,
+                           StreamRole::kDefault, "wn")),
+      bw(Tensor::empty(b, {DType::kFloat32, {kOut, kDim}}, MemCategory::kUnshardedParam,
+                       StreamRole::kDefault, "w"));
+  wn.binding = &bn;
+  w.binding = &bw;
+  Graph g;
+  ExecContext c(b, &g, nullptr);
+  Value x{Tensor::empty(b, {DType::kFloat32, {kRows, kDim}}, MemCategory::kActivation,
+                        StreamRole::kDefault, "x"),
+          c.new_id()};
+  const uint64_t root_id = [&] {
+    Value y = ops::linear(c, ops::rms_norm(c, x, wn, 1e-5, "norm"), w, nullptr, "out");
+    return y.id;  // y itself is dropped: nothing saves a linear's output
+  }();
+  Tensor seed = Tensor::empty(b, {DType::kFloat32, {kRows, kOut}}, MemCategory::kTemporary,
+                              StreamRole::kDefault, "seed");
+  Backward r;
+  r.before = b.memory().current().allocated_bytes;
+  size_t mark = b.program().instrs.size();
+  Tensor gx;
+  if (split) {
+    gx = g.backward_input(b, root_id, std::move(seed), x.id);
+    r.after_input = b.memory().current().allocated_bytes;
+    r.input_ops = kernels_since(b, mark);
+    EXPECT_EQ(g.deferred_weight_grads(), 2u);
+    mark = b.program().instrs.size();
+    g.backward_weight(b, {&w, &wn});
+    r.weight_ops = kernels_since(b, mark);
+  } else {
+    gx = g.backward(b, root_id, std::move(seed), x.id);
+    r.input_ops = kernels_since(b, mark);
+  }
+  EXPECT_EQ(g.size(), 0u);
+  EXPECT_TRUE(bn.has_unsharded_grad() && bw.has_unsharded_grad());
+  r.after = b.memory().current().allocated_bytes;
+  return r;
+}
+
+}  // namespace
+
+TEST(SplitBackward, InputThenWeightHoldWhatPyTorchHolds) {
+  const Backward full = run(false), split = run(true);
+  EXPECT_EQ(full.input_ops, (std::vector<OpKind>{OpKind::kLinearBackwardInput,
+                                                 OpKind::kLinearBackwardWeight,
+                                                 OpKind::kRMSNormBackward}));
+  EXPECT_EQ(split.input_ops, (std::vector<OpKind>{OpKind::kLinearBackwardInput,
+                                                  OpKind::kRMSNormBackwardInput}));
+  // W in the parameters' order given (the linear's weight first, then the norm's).
+  EXPECT_EQ(split.weight_ops, (std::vector<OpKind>{OpKind::kLinearBackwardWeight,
+                                                   OpKind::kRMSNormBackwardWeight}));
+  // Between I and W the rank holds, beyond what it held before: the norm's output gradient
+  // (captured for the norm's W; the seed, the linear's, was already counted) and x's gradient;
+  // the norm's output and rstd stay saved (retain_graph=True).
+  EXPECT_EQ(split.before, full.before);
+  EXPECT_EQ(split.after_input, split.before + kAct + kAct);
+  // Afterwards the same as a full backward: saved tensors and the seed gone, x's gradient and
+  // the two weight gradients kept.
+  EXPECT_EQ(split.after, full.after);
+  const uint64_t norm_grad = 512;  // fp32 [64] in a 512-byte block
+  EXPECT_EQ(full.after, full.before - kAct - kStat - kOutAct + kAct + norm_grad +
+                            static_cast<uint64_t>(kOut * kDim * 4));
+}
