@@ -115,6 +115,42 @@ expect ep-replay-other-ac 'has 2 MoE layer calls, where this scenario makes 4 pe
 expect ep-replay-empty 'training.moe_routing: is empty' -- simulate "$tmp/replay-empty.json"
 expect ep-replay-missing 'none.jsonl' -- simulate "$tmp/replay-missing.json"
 expect ep-replay-other-run 'records 2 ranks, but the job has 4' -- simulate "$tmp/replay-dense.json"
+# The recording's expert load carries to another mesh (NOTE [Expert load]): tiny-moe-ep2-cpu4's
+# 4-rank run's shares, mean and hottest call, on 2 ranks at ep 2, and ranking a plan's candidates.
+python3 - "$cpu_ep" "$tmp" <<'P'
+import json, sys
+j = json.load(open(sys.argv[1])); j.pop("$schema", None)
+j["fsdp"]["mesh"]["shape"] = [2]; j["hardware"]["gpus_per_node"] = 2; j["training"]["steps"] = 2
+for name, routing in (("load-mean", {"expert_load": "ep.jsonl"}),
+                      ("load-hottest", {"expert_load": "ep.jsonl", "statistic": "hottest"}),
+                      ("load-bad", {"expert_load": "three.jsonl"})):
+    k = json.loads(json.dumps(j)); k["training"]["moe_routing"] = routing
+    json.dump(k, open(f"{sys.argv[2]}/{name}.json", "w"))
+open(f"{sys.argv[2]}/three.jsonl", "w").write(
+    json.dumps({"step": 0, "ranks": [{"rank": 0, "tokens_per_expert": [[1, 2, 3]]}]}) + "\n")
+P
+if "$bin" simulate "$tmp/load-mean.json" --json "$tmp/load-mean-r.json" > "$tmp/out" 2>&1 \
+   && "$bin" simulate "$tmp/load-hottest.json" --json "$tmp/load-hottest-r.json" >> "$tmp/out" 2>&1 \
+   && (cd "$tmp" && "$bin" plan --model tiny-moe --gpus 4 --gpus-per-node 4 --gpu h100-sxm-80gb \
+         --seq-len 64 --micro-batches 8 --ep 2 --moe-routing '{"expert_load": "ep.jsonl"}' --top 1 \
+         --write-scenario "$tmp/load-plan.json") >> "$tmp/out" 2>&1 \
+   && python3 - "$tmp/load-mean-r.json" "$tmp/load-hottest-r.json" "$tmp/load-plan.json" <<'P'
+import json, sys
+mean, hot = (json.load(open(p)) for p in sys.argv[1:3])
+worst = mean["worst_routing"]["peak_allocated_bytes"]
+for r in (mean, hot):
+    assert r["ok"], r["problems"]
+    assert max(c["peak_allocated_bytes"] for c in r["rank_classes"]) <= worst
+assert max(c["peak_allocated_bytes"] for c in hot["rank_classes"]) >= \
+       max(c["peak_allocated_bytes"] for c in mean["rank_classes"])
+assert json.load(open(sys.argv[3]))["training"]["moe_routing"] == {"expert_load": "ep.jsonl"}
+P
+then
+  echo "ok   expert_load of a 4-rank recording simulates 2 ranks (mean <= hottest <= worst) and plans"
+else
+  echo "FAIL expert_load:"; cat "$tmp/out"; fail=1
+fi
+expect ep-load-other-model 'training.moe_routing.expert_load: ' -- simulate "$tmp/load-bad.json"
 # Max receive buffers hold the most a rank can receive: predicted before the run, to the byte.
 python3 -c "import json,sys; j=json.load(open(sys.argv[1])); j['expert_parallel']['receive_buffers']='max'; j.pop('\$schema'); json.dump(j, open(sys.argv[2], 'w'))" "$cpu_ep" "$tmp/max.json"
 if "$bin" compare "$tmp/max.json" --steps 2 > "$tmp/out" 2>&1 && grep -q "ok: predicted peaks equal" "$tmp/out" \

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include <cmath>
+
 #include "core/fsdp/shard_layout.h"
 #include "core/mesh/expert_mesh.h"
 #include "core/model/moe_routing.h"
@@ -73,6 +75,36 @@ RC_GTEST_PROP(ExpertParallelProp, DispatchSizesSumToTheTokensRouted, ()) {
   }
   RC_ASSERT(total_recv == ep * N * K);
   RC_ASSERT(total_local == ep * N * K);
+}
+
+// NOTE [Expert load] (core/model/moe_routing.h): any shares route exactly N K tokens, none
+// more than N to an expert, and an expert the cap does not reach gets its share within one
+// token (largest remainder) when no expert is capped.
+RC_GTEST_PROP(ExpertParallelProp, ExpertLoadRoutesEveryTokenWithinTheCap, ()) {
+  const int64_t E = *rc::gen::inRange(1, 17);
+  const int64_t K = *rc::gen::inRange<int64_t>(1, E + 1);
+  const int64_t N = *rc::gen::inRange(0, 5000);
+  std::vector<double> shares;
+  double total = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    shares.push_back(*rc::gen::element(0.0, 0.5, 1.0, 2.0, 7.0));
+    total += shares.back();
+  }
+  if (total == 0) shares[0] = total = 1;
+  for (double& s : shares) s /= total;
+  const auto c = loaded_tokens_per_expert(N, K, shares);
+  RC_ASSERT(c.size() == static_cast<size_t>(E));
+  int64_t sum = 0;
+  bool capped = false;
+  for (size_t e = 0; e < c.size(); ++e) {
+    RC_ASSERT(c[e] >= 0 && c[e] <= N);
+    sum += c[e];
+    capped = capped || static_cast<double>(N * K) * shares[e] > static_cast<double>(N);
+  }
+  RC_ASSERT(sum == N * K);
+  if (!capped)
+    for (size_t e = 0; e < c.size(); ++e)
+      RC_ASSERT(std::abs(static_cast<double>(c[e]) - static_cast<double>(N * K) * shares[e]) < 1.0);
 }
 
 RC_GTEST_PROP(ExpertParallelProp, RandomMoeWithEpSimulatesCleanly, ()) {

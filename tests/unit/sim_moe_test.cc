@@ -169,6 +169,69 @@ TEST(MoeRouting, HotExpertGetsItsFactorCappedAtEveryToken) {
   EXPECT_EQ(skewed_tokens_per_expert(10, 1, 1, 3.0), (std::vector<int64_t>{10}));
 }
 
+// NOTE [Expert load] (core/model/moe_routing.h): shares by largest remainder, capped at every
+// token, the cap's excess spread by the others' shares.
+TEST(MoeRouting, ExpertLoadByLargestRemainderCappedAtEveryToken) {
+  EXPECT_EQ(loaded_tokens_per_expert(64, 2, {0.25, 0.25, 0.25, 0.25}),
+            balanced_tokens_per_expert(128, 4));
+  EXPECT_EQ(loaded_tokens_per_expert(64, 2, {0.5, 0.25, 0.125, 0.125}),
+            (std::vector<int64_t>{64, 32, 16, 16}));
+  // 89.6 wanted by expert 0, capped at 64; the other 25 spread evenly, ties to the lower expert.
+  EXPECT_EQ(loaded_tokens_per_expert(64, 2, {0.7, 0.1, 0.1, 0.1}),
+            (std::vector<int64_t>{64, 22, 21, 21}));
+  // Top-2 cannot send every token to one expert: the rest goes evenly to the others.
+  EXPECT_EQ(loaded_tokens_per_expert(64, 2, {1, 0, 0, 0}), (std::vector<int64_t>{64, 22, 21, 21}));
+  EXPECT_EQ(loaded_tokens_per_expert(64, 1, {1, 0, 0, 0}), (std::vector<int64_t>{64, 0, 0, 0}));
+  EXPECT_EQ(loaded_tokens_per_expert(0, 2, {0.5, 0.5}), (std::vector<int64_t>{0, 0}));
+}
+
+// training.moe_routing {"expert_load": [...]}: normalised shares on the model; at ep = 1 they move
+// the grouped GEMMs' rows only; with ep the rank holding the loaded experts receives more; each
+// bad form is one line naming the field.
+TEST(MoeRouting, ExpertLoadInTheScenario) {
+  const Scenario s = tiny_moe(
+      {{"training", {{"steps", 2}, {"moe_routing", {{"expert_load", {7, 1, 1, 1}}}}}}});
+  EXPECT_EQ(s.model.moe.expert_load, (std::vector<double>{0.7, 0.1, 0.1, 0.1}));
+  int64_t rows = -1;
+  for (const OpCall& op : recorded_ops::record(s))
+    if (op.kind == OpKind::kGroupedMM) rows = GroupedMmArgs::decode(op).computed_rows;
+  EXPECT_EQ(rows, 64 + 3 * 24);  // 2 x 32 tokens x top-2: 64, 22, 21, 21, padded to 8
+  auto ep_peaks = [](const json& routing) {
+    json extra = {{"training", {{"steps", 2}}}, {"expert_parallel", {{"degree", 2}}}};
+    if (!routing.is_null()) extra["training"]["moe_routing"] = routing;
+    const auto r = sim::simulate_scenario(
+        parse_scenario(recorded_ops::scenario_json("tiny-moe", nullptr, {2}, extra)));
+    EXPECT_TRUE(r.ok()) << fullshard::testing::problems_text(r);
+    std::map<int, uint64_t> peak;
+    for (const auto& c : r.classes)
+      for (int rank : c.ranks) peak[rank] = c.peak_allocated_bytes;
+    return peak;
+  };
+  const auto balanced = ep_peaks(nullptr);
+  const auto loaded = ep_peaks({{"expert_load", {0.4, 0.4, 0.1, 0.1}}});
+  EXPECT_EQ(balanced.at(0), balanced.at(1));
+  EXPECT_GT(loaded.at(0), balanced.at(0));  // experts 0 and 1 live on ep rank 0
+  EXPECT_LT(loaded.at(1), balanced.at(1));
+  auto refused = [](const json& routing, const std::string& where) {
+    json j = recorded_ops::scenario_json("tiny-moe", nullptr, {2});
+    j["training"]["moe_routing"] = routing;
+    try {
+      parse_scenario(j);
+      ADD_FAILURE() << "expected InputError at " << where << " for " << routing.dump();
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.where(), where) << e.what();
+    }
+  };
+  refused({{"expert_load", {1, 1, 1}}}, "training.moe_routing.expert_load");
+  refused({{"expert_load", {0, 0, 0, 0}}}, "training.moe_routing.expert_load");
+  refused({{"expert_load", {1, -1, 1, 1}}}, "training.moe_routing.expert_load[]");
+  refused({{"expert_load", {1, 1, 1, 1}}, {"statistic", "mean"}}, "training.moe_routing.statistic");
+  refused({{"hot_expert_factor", 2}, {"statistic", "mean"}}, "training.moe_routing.statistic");
+  refused({{"expert_load", {1, 1, 1, 1}}, {"hot_expert_factor", 2}}, "training.moe_routing");
+  refused({{"expert_load", "missing.jsonl"}, {"statistic", "median"}},
+          "training.moe_routing.statistic");
+}
+
 // training.moe_routing moves the grouped GEMMs' FLOPs, never the memory at ep = 1.
 TEST(MoeSimulate, RoutingSkewMovesFlopsNotMemory) {
   const Scenario balanced = tiny_moe({{"training", {{"steps", 2}}}});
