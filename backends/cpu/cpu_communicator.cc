@@ -69,9 +69,10 @@ backends::GlooCollectiveGroup& CpuCommunicator::process_group(const ProcessGroup
 // NOTE [Pipeline sends and recvs on the CPU]: a pipeline channel's transfer (NOTE [Pipeline p2p]
 // in core/train/pipeline_p2p.h: a broadcast from group rank 0 over [sender, receiver]) runs as
 // Gloo's send on the sender and recv on the receiver (NOTE [Gloo send / recv] in
-// backends/gloo/process_group.h), each on the stream the program issued it on: the send on
-// kPipelineP2P, the recv on the compute stream, as the simulator plays them. The two ends run
-// on different streams, so a channel has one GlooProcessGroup of its own, which one stream per
+// backends/gloo/process_group.h), each on the stream the program issued it on (a send on the
+// peer's p2p stream; a recv on the compute stream under GPipe and 1F1B, on the peer's p2p stream
+// where the lowered schedule posts it), as the simulator plays them. The two ends may run on
+// different streams, so a channel has one GlooProcessGroup of its own, which one stream per
 // rank uses (a channel has one direction). The n-th transfer the host issues on a channel is
 // tagged n on both ranks, so each send meets its recv. The stream's first transfer constructs
 // the group (the two ranks' rendezvous) without holding any lock: a rank's other channels and

@@ -29,10 +29,15 @@ class EventPool {
   size_t created_ = 0;
 };
 
-// The CUDA streams a rank creates: every role but kPipelineP2P and kContextParallel, which the
-// simulator and the CPU backend play (the CUDA backend refuses a pp or cp mesh dim), so ranks
-// sharing a GPU need no queue for them.
-constexpr int kCudaStreamCount = kNumStreams - 2;
+// The CUDA streams a rank creates: every role but the optional ones (the pipeline p2p streams and
+// kContextParallel), which the simulator and the CPU backend play (the CUDA backend refuses a pp
+// or cp mesh dim), so ranks sharing a GPU need no queue for them.
+constexpr int kCudaStreamCount = [] {
+  int n = 0;
+  for (StreamRole r : kAllStreams) n += stream_is_optional(r) ? 0 : 1;
+  return n;
+}();
+static_assert(kCudaStreamCount == 7);
 
 class StreamSet {
  public:

@@ -12,6 +12,7 @@ std::string_view stream_name(StreamRole r) {
     case StreamRole::kHostToDevice: return "host_to_device";
     case StreamRole::kDeviceToHost: return "device_to_host";
     case StreamRole::kPipelineP2P: return "pipeline_p2p";
+    case StreamRole::kPipelineP2PPrev: return "pipeline_p2p_prev";
     case StreamRole::kContextParallel: return "context_parallel";
   }
   return "?";

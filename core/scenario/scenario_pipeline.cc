@@ -3,12 +3,12 @@
 //
 // NOTE [What pipeline parallelism composes with]: the simulator runs torchtitan's pipeline_llm
 // (pytorch/torchtitan@b5bcd76c6): an untied Llama split into stages by layer, FSDP2 and tp inside
-// each stage, the schedules whose backward is one action (GPipe, 1F1B, Interleaved1F1B,
-// LoopedBFS) and DualPipeV over pp 2 (split I / W backward, check_split_backward; the other
-// zero-bubble shapes: NOTE [Crossing transfers]). Refused, each naming its field: gradient
-// accumulation, an
-// uneven batch, the chunked loss, GPT-2 and tied embeddings (torchtitan splits a Llama decoder;
-// a tied weight would live on two stages), and checkpoint saves.
+// each stage, all seven schedules (the zero-bubble ones' split I / W backward:
+// check_split_backward; their crossing sends and recvs run in PyTorch's lowered order, NOTE
+// [Lowered send and recv order] in core/pipeline/pipeline_lowering.h). Refused, each naming its
+// field: gradient accumulation, an uneven batch, the chunked loss, GPT-2 and tied embeddings
+// (torchtitan splits a Llama decoder; a tied weight would live on two stages), and checkpoint
+// saves.
 #include <set>
 #include <string>
 #include <vector>
@@ -160,25 +160,6 @@ PipelineParallelOptions parse_pipeline_parallel(const json* j, const Scenario& s
   // NOTE [What pipeline parallelism composes with] (above).
   const ModelConfig& m = s.model;
   if (pipeline_splits_backward(o.schedule)) check_split_backward(s, o.schedule);
-  // NOTE [Crossing transfers]: a rank's sends leave in its action order on one stream and each
-  // completes when its peer receives it, right before the action that reads it. InterleavedZero
-  // Bubble and ZBVZeroBubble (and DualPipeV over more than 2 ranks) send a gradient before an
-  // activation that the peer receives first, which deadlocks there; PyTorch places each recv
-  // where its send falls in a lockstep pass over the ranks (_add_send_recv), which is not built.
-  if (o.schedule == PipelineScheduleKind::kInterleavedZeroBubble ||
-      o.schedule == PipelineScheduleKind::kZBVZeroBubble)
-    throw InputError(kP + ".schedule",
-                     std::string("is \"") + pipeline_schedule_name(o.schedule) +
-                         "\", whose sends and receives cross between ranks, which the simulated "
-                         "point-to-point order does not run yet",
-                     "use \"DualPipeV\" (pp 2), \"1F1B\", \"Interleaved1F1B\", \"GPipe\" or "
-                     "\"LoopedBFS\"");
-  if (o.schedule == PipelineScheduleKind::kDualPipeV && o.degree != 2)
-    throw InputError("fsdp.mesh.shape",
-                     "gives pp " + std::to_string(o.degree) +
-                         " for DualPipeV, whose sends and receives cross between ranks past pp 2, "
-                         "which the simulated point-to-point order does not run yet",
-                     "use pp 2, or another schedule");
   if (m.arch != ModelArch::kLlama || m.tie_embeddings)
     throw InputError("model",
                      m.arch != ModelArch::kLlama

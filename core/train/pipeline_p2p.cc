@@ -29,12 +29,20 @@ void pipeline_recv(Backend& b, const Tensor& buffer, const ProcessGroup& channel
   transfer(b, StreamRole::kDefault, buffer, channel, microbatch);
 }
 
+uint64_t pipeline_post_recv(Backend& b, StreamRole stream, const Tensor& buffer,
+                            const ProcessGroup& channel, int microbatch) {
+  b.wait_stream(stream, StreamRole::kDefault);
+  transfer(b, stream, buffer, channel, microbatch);
+  return b.record_event(stream);
+}
+
 void PipelineSends::wait(Pending& p) {
   b_.wait_event(StreamRole::kDefault, p.event);
   p.tensor = Tensor();
 }
 
-void PipelineSends::send(const Tensor& t, const ProcessGroup& channel, int microbatch) {
+void PipelineSends::send(StreamRole stream, const Tensor& t, const ProcessGroup& channel,
+                         int microbatch) {
   if (wait_previous_) {
     auto it = pending_.find(channel.name);
     if (it != pending_.end()) {
@@ -42,9 +50,9 @@ void PipelineSends::send(const Tensor& t, const ProcessGroup& channel, int micro
       pending_.erase(it);
     }
   }
-  b_.wait_stream(StreamRole::kPipelineP2P, StreamRole::kDefault);  // the tensor is computed
-  transfer(b_, StreamRole::kPipelineP2P, t, channel, microbatch);
-  pending_.emplace(channel.name, Pending{t, b_.record_event(StreamRole::kPipelineP2P)});
+  b_.wait_stream(stream, StreamRole::kDefault);  // the tensor is computed
+  transfer(b_, stream, t, channel, microbatch);
+  pending_.emplace(channel.name, Pending{t, b_.record_event(stream)});
 }
 
 void PipelineSends::wait_all() {

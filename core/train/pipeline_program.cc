@@ -50,7 +50,12 @@ PipelineProgram::PipelineProgram(Backend& b, const Scenario& s)
       sends_(b, s.pipeline.schedule == PipelineScheduleKind::k1F1B) {
   pp_rank_ = pp_group_.index_of(b.rank());
   const PipelineScheduleOptions o = s.pipeline.schedule_options();
-  actions_ = build_pipeline_order(o)[static_cast<size_t>(pp_rank_)];
+  const PipelineOrder order = build_pipeline_order(o);
+  actions_ = order[static_cast<size_t>(pp_rank_)];
+  // NOTE [Lowered send and recv order]: _PipelineScheduleRuntime's list (GPipe and 1F1B run
+  // their own _step_microbatches, which receives right before the action that reads it).
+  lowered_ = !is_single_stage_schedule(o.kind);
+  if (lowered_) lowered_actions_ = lower_pipeline_order(o, order)[static_cast<size_t>(pp_rank_)];
   const int n = o.num_stages();
   for (int k : pipeline_rank_stages(o, pp_rank_)) {
     auto st = std::make_unique<Stage>();
@@ -135,11 +140,7 @@ void PipelineProgram::forward(Stage& st, int mb) {
   Value input;
   if (!st.first) {  // forward_one_chunk: the received activation is the stage's input (a leaf)
     const Tensor& buf = st.act_recv[static_cast<size_t>(mb)];
-    if (!st.prev_local)
-      pipeline_recv(
-          b_, buf,
-          pipeline_channel('F', st.index - 1, st.index, rank_of_stage(st.index - 1), b_.rank()),
-          mb);
+    if (!st.prev_local) receive(st, 'F', mb, buf);
     input = Value{buf, c.new_id()};
     f.input = input;
   }
@@ -157,10 +158,7 @@ void PipelineProgram::forward(Stage& st, int mb) {
     if (st.next_local)  // set_local_fwd_input: the output itself becomes the next's input
       by_index_.at(st.index + 1)->act_recv[static_cast<size_t>(mb)] = out.t;
     else
-      sends_.send(
-          out.t,
-          pipeline_channel('F', st.index, st.index + 1, b_.rank(), rank_of_stage(st.index + 1)),
-          mb);
+      send(st, 'F', mb, out.t);
   }
   f.output = std::move(out);
   st.in_flight.emplace(mb, std::move(f));
@@ -193,10 +191,7 @@ std::pair<uint64_t, Tensor> PipelineProgram::backward_seed(Stage& st, InFlight& 
     return {f.loss.id, std::move(seed)};
   }
   Tensor seed = st.grad_recv[static_cast<size_t>(mb)];
-  if (!st.next_local)
-    pipeline_recv(
-        b_, seed,
-        pipeline_channel('B', st.index + 1, st.index, rank_of_stage(st.index + 1), b_.rank()), mb);
+  if (!st.next_local) receive(st, 'B', mb, seed);
   return {f.output.id, std::move(seed)};
 }
 
@@ -208,14 +203,44 @@ void PipelineProgram::pass_input_grad(Stage& st, Tensor input_grad, int mb) {
     by_index_.at(st.index - 1)->grad_recv[static_cast<size_t>(mb)] = std::move(input_grad);
     return;
   }
-  sends_.send(
-      input_grad,
-      pipeline_channel('B', st.index, st.index - 1, b_.rank(), rank_of_stage(st.index - 1)), mb);
+  send(st, 'B', mb, input_grad);
+}
+
+// The channel `st` sends on (its output forward, its input gradient back) or receives on.
+ProcessGroup PipelineProgram::channel_of(const Stage& st, char kind, bool sends) const {
+  const int peer = (kind == 'F') == sends ? st.index + 1 : st.index - 1;
+  const int from = sends ? st.index : peer, to = sends ? peer : st.index;
+  return pipeline_channel(kind, from, to, rank_of_stage(from), rank_of_stage(to));
+}
+
+void PipelineProgram::receive(Stage& st, char kind, int mb, const Tensor& buffer) {
+  if (!lowered_) {
+    pipeline_recv(b_, buffer, channel_of(st, kind, false), mb);
+    return;
+  }
+  auto node = posted_recvs_.extract(TransferKey{st.index, kind, mb});
+  FULLSHARD_CHECK(!node.empty(), fmt::format("stage {} reads microbatch {}'s {} before its RECV",
+                                             st.index, mb, kind == 'F' ? "input" : "gradient"));
+  b_.wait_event(StreamRole::kDefault, node.mapped());  // _wait_batch_p2p(recv ops)
+}
+
+void PipelineProgram::send(Stage& st, char kind, int mb, const Tensor& t) {
+  if (lowered_)
+    unsent_.emplace(TransferKey{st.index, kind, mb}, t);
+  else
+    sends_.send(stream_of(st, kind, true), t, channel_of(st, kind, true), mb);
+}
+
+StreamRole PipelineProgram::stream_of(const Stage& st, char kind, bool sends) const {
+  const int peer = (kind == 'F') == sends ? st.index + 1 : st.index - 1;
+  return pipeline_p2p_stream(pp_rank_, pipeline_stage_rank(s_.pipeline.schedule_options(), peer),
+                             pp_group_.size());
 }
 
 // The lowered schedule's REDUCE_GRAD after the stage's last B or W (_add_reduce_grad).
+// (The lowered list carries that action itself.)
 void PipelineProgram::count_backward(Stage& st) {
-  if (++st.backwards == s_.pipeline.microbatches) st.fsdp->perform_reduce_grad();
+  if (++st.backwards == s_.pipeline.microbatches && !lowered_) st.fsdp->perform_reduce_grad();
 }
 
 void PipelineProgram::backward(Stage& st, int mb) {
@@ -279,6 +304,57 @@ void PipelineProgram::backward_weight(Stage& st, int mb) {
   count_backward(st);
 }
 
+void PipelineProgram::run_compute(const PipelineAction& a) {
+  Stage& st = *by_index_.at(a.stage);
+  b_.annotate(fmt::format("{}{}{}", a.stage, pipeline_op_letter(a.op), a.microbatch));
+  switch (a.op) {
+    case PipelineOp::kForward: forward(st, a.microbatch); break;
+    case PipelineOp::kFullBackward: backward(st, a.microbatch); break;
+    case PipelineOp::kBackwardInput: backward_input(st, a.microbatch); break;
+    case PipelineOp::kBackwardWeight: backward_weight(st, a.microbatch); break;
+  }
+}
+
+// One action of _PipelineScheduleRuntime's lowered list. DualPipeV's OVERLAP_F_B pairs run one
+// after the other, as PyTorch's runtime runs them without a registered overlap function; a SEND
+// leaves on the p2p stream (waited at the step's end), a RECV is posted there and waited by the
+// action that reads it; REDUCE_GRAD is perform_reduce_grad. UNSHARD / RESHARD: FSDP2's hooks.
+void PipelineProgram::run_lowered(const LoweredAction& a) {
+  switch (a.kind) {
+    case LoweredKind::kCompute:
+      for (const PipelineAction& c : a.compute) run_compute(c);
+      return;
+    case LoweredKind::kSendF:
+    case LoweredKind::kSendB: {
+      const char kind = a.kind == LoweredKind::kSendF ? 'F' : 'B';
+      auto node = unsent_.extract(TransferKey{a.stage, kind, a.microbatch});
+      FULLSHARD_CHECK(!node.empty(), "a SEND before the action that makes its tensor");
+      const Stage& st = *by_index_.at(a.stage);
+      sends_.send(stream_of(st, kind, true), node.mapped(), channel_of(st, kind, true),
+                  a.microbatch);
+      return;
+    }
+    case LoweredKind::kRecvF:
+    case LoweredKind::kRecvB: {
+      const char kind = a.kind == LoweredKind::kRecvF ? 'F' : 'B';
+      Stage& st = *by_index_.at(a.stage);
+      const Tensor& buf = (kind == 'F' ? st.act_recv : st.grad_recv)[static_cast<size_t>(a.microbatch)];
+      b_.annotate(fmt::format("{}{}{}", a.stage, lowered_kind_name(a.kind), a.microbatch));
+      const bool fresh =
+          posted_recvs_
+              .emplace(TransferKey{a.stage, kind, a.microbatch},
+                       pipeline_post_recv(b_, stream_of(st, kind, false), buf,
+                                          channel_of(st, kind, false), a.microbatch))
+              .second;
+      FULLSHARD_CHECK(fresh, "a second RECV before the action that reads the first");
+      return;
+    }
+    case LoweredKind::kReduceGrad: by_index_.at(a.stage)->fsdp->perform_reduce_grad(); return;
+    case LoweredKind::kUnshard:
+    case LoweredKind::kReshard: return;
+  }
+}
+
 double PipelineProgram::run_step(int step) {
   b_.set_step(step);
   const int m = s_.pipeline.microbatches;
@@ -300,22 +376,19 @@ double PipelineProgram::run_step(int step) {
   b_.annotate("forward");
   load_microbatches(step);
   for (auto& st : stages_) st->backwards = 0;
-  for (const PipelineAction& a : actions_) {
-    Stage& st = *by_index_.at(a.stage);
-    b_.annotate(fmt::format("{}{}{}", a.stage, pipeline_op_letter(a.op), a.microbatch));
-    // DualPipeV's OVERLAP_F_B pairs run one after the other, as PyTorch's runtime runs them
-    // without a registered overlap function.
-    switch (a.op) {
-      case PipelineOp::kForward: forward(st, a.microbatch); break;
-      case PipelineOp::kFullBackward: backward(st, a.microbatch); break;
-      case PipelineOp::kBackwardInput: backward_input(st, a.microbatch); break;
-      case PipelineOp::kBackwardWeight: backward_weight(st, a.microbatch); break;
-    }
-  }
-  for (auto& st : stages_)  // every F has its B, every I its W
+  if (lowered_)
+    for (const LoweredAction& a : lowered_actions_) run_lowered(a);
+  else
+    for (const PipelineAction& a : actions_) run_compute(a);
+  for (auto& st : stages_) {  // every F has its B, every I its W, every stage reduced
     FULLSHARD_CHECK(st->in_flight.empty() && st->awaiting_weight.empty(),
                     "stage " + std::to_string(st->index) + " ends the step with a microbatch " +
                         (st->in_flight.empty() ? "awaiting its W" : "in flight"));
+    FULLSHARD_CHECK(st->backwards == m, "stage " + std::to_string(st->index) +
+                                            " ends the step without its last backward");
+  }
+  FULLSHARD_CHECK(unsent_.empty() && posted_recvs_.empty(),
+                  "the step ends with a transfer made but not sent, or received but not read");
   sends_.wait_all();
   tokens_.clear();
   labels_.clear();

@@ -14,9 +14,13 @@
 // backward and is_last_backward off (backward_maybe_with_nosync), so gradients accumulate
 // unsharded; after a stage's last microbatch, perform_reduce_grad reduce-scatters them. The
 // receive buffers of every microbatch are allocated at the first step and kept
-// (_prepare_forward_infra / _prepare_backward_infra); transfers: NOTE [Pipeline p2p].
+// (_prepare_forward_infra / _prepare_backward_infra); transfers: NOTE [Pipeline p2p]. The
+// multi-stage schedules run the lowered list (core/pipeline/pipeline_lowering.h) as
+// _PipelineScheduleRuntime does: sends, recvs and REDUCE_GRAD where it puts them (UNSHARD and
+// RESHARD are left to FSDP2's own hooks, which unshard at the first forward and keep it).
 #include <map>
 #include <memory>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -24,6 +28,7 @@
 #include "core/model/transformer.h"
 #include "core/optim/adamw.h"
 #include "core/pipeline/pipeline_action.h"
+#include "core/pipeline/pipeline_lowering.h"
 #include "core/scenario/scenario.h"
 #include "core/train/pipeline_p2p.h"
 
@@ -77,6 +82,13 @@ class PipelineProgram {
   ProcessGroup pp_group_;
   int pp_rank_ = 0;
   std::vector<PipelineAction> actions_;  // this rank's, in order
+  // The multi-stage schedules: this rank's lowered list, the tensors made but not yet at their
+  // SEND, and the recvs posted but not yet read, by (stage, 'F' or 'B', microbatch).
+  bool lowered_ = false;
+  std::vector<LoweredAction> lowered_actions_;
+  using TransferKey = std::tuple<int, char, int>;
+  std::map<TransferKey, Tensor> unsent_;
+  std::map<TransferKey, uint64_t> posted_recvs_;
   std::vector<std::unique_ptr<Stage>> stages_;
   std::map<int, Stage*> by_index_;
   std::vector<OptimizerParam*> all_params_;
@@ -96,6 +108,15 @@ class PipelineProgram {
   std::pair<uint64_t, Tensor> backward_seed(Stage& st, InFlight& f, int mb);
   void pass_input_grad(Stage& st, Tensor input_grad, int mb);
   void count_backward(Stage& st);
+  void run_compute(const PipelineAction& a);
+  void run_lowered(const LoweredAction& a);
+  // The input ('F') or output gradient ('B') of `st`'s microbatch `mb` from its peer rank:
+  // received now, or the posted recv waited for.
+  void receive(Stage& st, char kind, int mb, const Tensor& buffer);
+  // `st`'s output ('F') or input gradient ('B') to its peer rank: sent now, or at its SEND.
+  void send(Stage& st, char kind, int mb, const Tensor& t);
+  ProcessGroup channel_of(const Stage& st, char kind, bool sends) const;
+  StreamRole stream_of(const Stage& st, char kind, bool sends) const;  // the peer's p2p stream
 };
 
 }  // namespace fullshard

@@ -81,12 +81,19 @@ struct Program {
 std::vector<Candidate> viable_candidates(const PlanOptions& opt) {
   std::vector<Candidate> cands = enumerate_candidates(opt.space);
   // Pipeline candidates the pipeline_parallel section refuses (NOTE [Pipeline candidates] in
-  // search_space.cc) are left out; that depends on pp, the schedule and the batch alone.
-  std::map<std::tuple<int, int, int64_t, int>, bool> pipelines;
+  // search_space.cc) are left out; that depends on pp, the schedule and the batch, and for the
+  // zero-bubble schedules (split backward) on activation checkpointing, tp and float8 too.
+  std::map<std::tuple<int, int, int64_t, int, int, int, int>, bool> pipelines;
   std::erase_if(cands, [&](const Candidate& c) {
     if (c.pp <= 1) return false;
+    const bool split = c.pp_schedule == PipelineScheduleKind::kInterleavedZeroBubble ||
+                       c.pp_schedule == PipelineScheduleKind::kZBVZeroBubble ||
+                       c.pp_schedule == PipelineScheduleKind::kDualPipeV;
     auto [it, fresh] = pipelines.try_emplace(
-        {c.pp, static_cast<int>(c.pp_schedule), c.micro_batch, c.grad_accum}, true);
+        {c.pp, static_cast<int>(c.pp_schedule), c.micro_batch, c.grad_accum,
+         split ? static_cast<int>(c.ac.mode) : 0, split ? c.tp : 0,
+         split ? static_cast<int>(c.float8) : 0},
+        true);
     if (fresh) {
       try {
         candidate_scenario(opt.base, c);

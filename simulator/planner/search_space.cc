@@ -125,12 +125,6 @@ void check_space_options(const SpaceOptions& o) {
   std::vector<std::string> rotate_names;
   for (CpRotateMethod m : o.cp_rotates) rotate_names.push_back(cp_rotate_method_name(m));
   once(rotate_names, "--cp-rotate", "give each rotate method once, e.g. --cp-rotate allgather");
-  for (PipelineScheduleKind k : o.pp_schedules)
-    if (k == PipelineScheduleKind::kInterleavedZeroBubble ||
-        k == PipelineScheduleKind::kZBVZeroBubble || k == PipelineScheduleKind::kDualPipeV)
-      throw InputError("--pp-schedule", fmt::format("has {}", pipeline_schedule_name(k)),
-                       "give GPipe, 1F1B, Interleaved1F1B or LoopedBFS (the zero-bubble "
-                       "schedules are not simulated yet)");
   for (int ep : o.ep_degrees)
     if (ep < 1 || ep > o.gpus)
       throw InputError(
@@ -400,7 +394,8 @@ Scenario candidate_scenario(const Scenario& base, const Candidate& c) {
   // NOTE [Pipeline candidates]: a pp candidate's accumulation steps are its pipeline's
   // microbatches (torchtitan: local batch / microbatch size, no gradient accumulation), its
   // stages torchtitan's default split; what the pipeline_parallel section refuses (a model it
-  // cannot split, a schedule the microbatches do not fit) throws here and plan() leaves the
+  // cannot split, a schedule the microbatches do not fit, a zero-bubble schedule with activation
+  // checkpointing or tp, whose backward does not split yet) throws here and plan() leaves the
   // candidate out. Float8 and ep > 1 with pp are never enumerated (both refused with pp).
   if (c.pp > 1) {
     s.training.batch_per_rank = c.micro_batch * c.grad_accum;

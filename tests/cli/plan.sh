@@ -40,7 +40,6 @@ expect ep-twice "--ep" "has 2 twice" -- plan --model tiny-moe "${common[@]}" --e
 expect pp-batch "--pp" "without --global-batch" -- plan --model tiny-llama "${common[@]}" --pp 2
 expect pp-divide "--pp" "has 3" -- plan --model tiny-llama "${common[@]}" --global-batch 16 --pp 3
 expect pp-gpt2 "--pp" "cannot use" "GPT-2" -- plan --model tiny-gpt2 "${common[@]}" --global-batch 16 --pp 2
-expect pp-zero-bubble "--pp-schedule" "ZBVZeroBubble" -- plan --model tiny-llama "${common[@]}" --global-batch 16 --pp 2 --pp-schedule ZBVZeroBubble
 expect pp-schedule-alone "--pp-schedule" "without --pp" -- plan --model tiny-llama "${common[@]}" --pp-schedule 1F1B
 expect moe-routing "--moe-routing" "wrost" -- plan --model tiny-moe "${common[@]}" --moe-routing wrost
 expect hf-config "--hf-config" "no-such" -- plan --hf-config "$tmp/no-such/config.json" "${common[@]}"

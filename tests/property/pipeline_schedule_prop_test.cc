@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "core/common/error.h"
+#include "core/pipeline/pipeline_lowering.h"
 #include "core/pipeline/pipeline_schedule.h"
 #include "core/pipeline/pipeline_timeline.h"
 
@@ -61,6 +62,48 @@ RC_GTEST_PROP(PipelineScheduleProp, EveryShapeRunsEachActionOnceAndPlays, ()) {
     RC_ASSERT(peak >= 1);
     RC_ASSERT(peak <= o.microbatches * o.stages_per_rank);
   }
+}
+
+// NOTE [Lowered send and recv order] (core/pipeline/pipeline_lowering.h): every schedule's
+// lowered lists keep the compute order, carry one send and one recv per transfer between ranks
+// and none within a rank, and run with each send meeting its recv.
+RC_GTEST_PROP(PipelineScheduleProp, LoweredOrdersPairEverySendAndNeverDeadlock, ()) {
+  PipelineScheduleOptions o;
+  o.kind = *rc::gen::elementOf(kKinds);
+  o.pp_size = *rc::gen::inRange(1, 9);
+  o.stages_per_rank = is_single_stage_schedule(o.kind) ? 1
+                      : is_v_schedule(o.kind)          ? 2
+                                                       : *rc::gen::inRange(1, 5);
+  o.microbatches = *rc::gen::inRange(1, 33);
+  try {
+    check_pipeline_schedule(o);
+  } catch (const InputError&) {
+    return;
+  }
+  RC_TAG(pipeline_schedule_name(o.kind));
+  const PipelineOrder order = build_pipeline_order(o);
+  const LoweredOrder lowered = lower_pipeline_order(o, order);
+  RC_ASSERT(check_lowered_order(o, lowered) == "");
+  int transfers = 0;  // stage boundaries between ranks, both ways, every microbatch
+  for (int s = 0; s + 1 < o.num_stages(); ++s)
+    transfers += pipeline_stage_rank(o, s) != pipeline_stage_rank(o, s + 1) ? 2 : 0;
+  int sends = 0, recvs = 0;
+  for (int r = 0; r < o.pp_size; ++r) {
+    std::vector<PipelineAction> compute;
+    for (const LoweredAction& a : lowered[r]) {
+      compute.insert(compute.end(), a.compute.begin(), a.compute.end());
+      sends += a.kind == LoweredKind::kSendF || a.kind == LoweredKind::kSendB;
+      recvs += a.kind == LoweredKind::kRecvF || a.kind == LoweredKind::kRecvB;
+    }
+    RC_ASSERT(compute.size() == order[r].size());
+    for (size_t i = 0; i < compute.size(); ++i) {
+      RC_ASSERT(compute[i].stage == order[r][i].stage);
+      RC_ASSERT(compute[i].op == order[r][i].op);
+      RC_ASSERT(compute[i].microbatch == order[r][i].microbatch);
+    }
+  }
+  RC_ASSERT(sends == transfers * o.microbatches);
+  RC_ASSERT(recvs == sends);
 }
 
 }  // namespace
