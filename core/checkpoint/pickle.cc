@@ -392,13 +392,17 @@ bool py_equal(const PyObj& a, const PyObj& b) {
   return !a.state || py_equal(*a.state, *b.state);
 }
 
-std::string py_repr(const PyObj& v) {
-  auto join = [](const std::vector<PyPtr>& xs, size_t from, size_t step, const char* sep) {
+namespace {
+// Bounded: a damaged pickle may hold a list that contains itself.
+std::string repr(const PyObj& v, int depth) {
+  if (depth > 6) return "...";
+  auto join = [&](const std::vector<PyPtr>& xs, size_t step, const char* sep) {
     std::string s;
-    for (size_t k = from; k < xs.size(); k += step) {
-      if (k > from) s += ", ";
-      s += py_repr(*xs[k]);
-      if (step == 2) s += std::string(sep) + py_repr(*xs[k + 1]);
+    for (size_t k = 0; k + step <= xs.size(); k += step) {
+      if (k > 0) s += ", ";
+      if (k >= 16 * step) return s + "...";
+      s += repr(*xs[k], depth + 1);
+      if (step == 2) s += std::string(sep) + repr(*xs[k + 1], depth + 1);
     }
     return s;
   };
@@ -406,18 +410,22 @@ std::string py_repr(const PyObj& v) {
     case PyKind::kNone: return "None";
     case PyKind::kBool: return v.i ? "True" : "False";
     case PyKind::kInt: return std::to_string(v.i);
-    case PyKind::kStr: return "'" + v.s + "'";
-    case PyKind::kTuple: return "(" + join(v.items, 0, 1, "") + (v.items.size() == 1 ? ",)" : ")");
-    case PyKind::kList: return "[" + join(v.items, 0, 1, "") + "]";
-    case PyKind::kDict: return "{" + join(v.items, 0, 2, ": ") + "}";
+    case PyKind::kStr: return "'" + v.s.substr(0, 64) + (v.s.size() > 64 ? "...'" : "'");
+    case PyKind::kTuple: return "(" + join(v.items, 1, "") + (v.items.size() == 1 ? ",)" : ")");
+    case PyKind::kList: return "[" + join(v.items, 1, "") + "]";
+    case PyKind::kDict: return "{" + join(v.items, 2, ": ") + "}";
     case PyKind::kGlobal: return v.s + "." + v.name;
     case PyKind::kReduce:
     case PyKind::kNewObj:
-      return py_repr(*v.items[0]) + py_repr(*v.items[1]) + (v.state ? "<" + py_repr(*v.state) + ">" : "");
-    case PyKind::kPersId: return "persid(" + py_repr(*v.items[0]) + ")";
+      return repr(*v.items[0], depth + 1) + repr(*v.items[1], depth + 1) +
+             (v.state ? "<" + repr(*v.state, depth + 1) + ">" : "");
+    case PyKind::kPersId: return "persid(" + repr(*v.items[0], depth + 1) + ")";
   }
   return "?";
 }
+}  // namespace
+
+std::string py_repr(const PyObj& v) { return repr(v, 0); }
 
 const PyObj* py_dict_get(const PyObj& d, std::string_view key) {
   if (d.kind != PyKind::kDict) return nullptr;
