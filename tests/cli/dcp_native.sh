@@ -2,10 +2,12 @@
 # fullshard's checkpoints and PyTorch's torch.distributed.checkpoint in DCP's own format (a
 # pickled .metadata and __<rank>_0.distcp files of torch.save archives; docs/checkpoints.md
 # "DCP's own format", tools/interop/dcp_interop.py --format dcp), both directions:
-#  1. fullshard trains tiny-llama on 2 ranks and exports its checkpoint with --dcp; a PyTorch
-#     FSDP2 model over 3 Gloo ranks (uneven shards, so every rank reads across fullshard's
-#     pieces) loads it with dcp.load + FileSystemReader, bit for bit equal to fullshard's own
-#     safetensors export of the same checkpoint.
+#  1. fullshard trains tiny-llama on 4 ranks, FSDP 2 x tp 2, and exports its checkpoint with
+#     --dcp: 4 .distcp files, 74 chunks (strided Shard(0) row boxes, Shard(1) column boxes,
+#     replicated norms written once; NOTE [Strided pieces of tensor-parallel weights]); a
+#     PyTorch FSDP2 model over 3 Gloo ranks (uneven shards, so every rank reads across
+#     fullshard's pieces) loads it with dcp.load + FileSystemReader, bit for bit equal to
+#     fullshard's own safetensors export of the same checkpoint.
 #  2. PyTorch FSDP2 over 3 ranks saves with dcp.save + FileSystemWriter; fullshard starts from the
 #     folder on 2 ranks (--init-from), trains one step at lr 0 (the weights stay), and its
 #     exported weights equal PyTorch's gathered parameters bit for bit.
@@ -20,11 +22,11 @@ tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
 tool="$src/tools/interop/dcp_interop.py"
 port=$((20000 + RANDOM % 20000))
 
-"$bin" train "$src/scenarios/tiny-llama-cpu2.json" --steps 2 --checkpoint-dir "$tmp/ck" --checkpoint-every 2 \
+"$bin" train "$src/scenarios/tiny-llama-tp2-cpu4.json" --steps 1 --checkpoint-dir "$tmp/ck" --checkpoint-every 1 \
   > "$tmp/train.out" 2>&1 || { cat "$tmp/train.out"; exit 1; }
 "$bin" checkpoint export "$tmp/ck" --dcp "$tmp/dcp" > "$tmp/export.out"
-grep -q "exported 21 tensors (42 chunks" "$tmp/export.out" || { cat "$tmp/export.out"; exit 1; }
-test -f "$tmp/dcp/.metadata" && test -f "$tmp/dcp/__0_0.distcp" && test -f "$tmp/dcp/__1_0.distcp"
+grep -q "exported 21 tensors (74 chunks" "$tmp/export.out" || { cat "$tmp/export.out"; exit 1; }
+test -f "$tmp/dcp/.metadata" && test -f "$tmp/dcp/__3_0.distcp"
 "$bin" checkpoint export "$tmp/ck" --safetensors "$tmp/ref.safetensors" > /dev/null
 "$py" "$tool" load "$tmp/dcp" --format dcp --reference "$tmp/ref.safetensors" --world 3 --port "$port"
 
