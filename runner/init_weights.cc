@@ -38,7 +38,8 @@ class WeightFiles {
   // `field`: what the error names ("--init-from" or "model.weights").
   WeightFiles(const std::string& path, const std::string& field) {
     std::error_code ec;
-    if (is_dcp_folder(path)) {  // torch.distributed.checkpoint's own format (NOTE [DCP's own format])
+    if (is_dcp_folder(
+            path)) {  // torch.distributed.checkpoint's own format (NOTE [DCP's own format])
       dcp_ = std::make_unique<DcpReader>(path);
       return;
     }

@@ -44,13 +44,24 @@ PyPtr torch_size(const Shape& s) {
 
 bool allowed_global(const std::string& m, const std::string& n) {
   static const std::set<std::pair<std::string, std::string>> names{
-      {kMeta, "Metadata"},         {kMeta, "TensorStorageMetadata"}, {kMeta, "ChunkStorageMetadata"},
-      {kMeta, "TensorProperties"}, {kMeta, "_MEM_FORMAT_ENCODING"},  {kMeta, "MetadataIndex"},
-      {kMeta, "BytesStorageMetadata"}, {kMeta, "StorageMeta"},
-      {kOldMeta, "TensorProperties"}, {kOldMeta, "MEM_FORMAT_ENCODING"},
-      {kFilesystem, "_StorageInfo"}, {"torch", "Size"}, {"torch", "strided"},
-      {"torch.serialization", "_get_layout"}, {"pathlib", "PosixPath"}, {"pathlib", "WindowsPath"},
-      {"pathlib", "PurePosixPath"}, {"pathlib", "PureWindowsPath"}};
+      {kMeta, "Metadata"},
+      {kMeta, "TensorStorageMetadata"},
+      {kMeta, "ChunkStorageMetadata"},
+      {kMeta, "TensorProperties"},
+      {kMeta, "_MEM_FORMAT_ENCODING"},
+      {kMeta, "MetadataIndex"},
+      {kMeta, "BytesStorageMetadata"},
+      {kMeta, "StorageMeta"},
+      {kOldMeta, "TensorProperties"},
+      {kOldMeta, "MEM_FORMAT_ENCODING"},
+      {kFilesystem, "_StorageInfo"},
+      {"torch", "Size"},
+      {"torch", "strided"},
+      {"torch.serialization", "_get_layout"},
+      {"pathlib", "PosixPath"},
+      {"pathlib", "WindowsPath"},
+      {"pathlib", "PurePosixPath"},
+      {"pathlib", "PureWindowsPath"}};
   if (names.count({m, n})) return true;
   if (m != "torch") return false;
   for (const auto& d : kDtypes)
@@ -109,8 +120,9 @@ class PosixFile {
   explicit PosixFile(std::string path) : path_(std::move(path)) {
     fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd_ < 0)
-      throw InputError(path_, std::string("cannot open: ") + std::strerror(errno),
-                       "the DCP folder is missing a .distcp file its .metadata lists; copy it whole");
+      throw InputError(
+          path_, std::string("cannot open: ") + std::strerror(errno),
+          "the DCP folder is missing a .distcp file its .metadata lists; copy it whole");
   }
   ~PosixFile() { ::close(fd_); }
   PosixFile(const PosixFile&) = delete;
@@ -165,15 +177,15 @@ std::string dcp_metadata_pickle(const DcpMetadata& m) {
       chunks.push_back(py_newobj(g(kMeta, "ChunkStorageMetadata"),
                                  py_dict({py_str("offsets"), torch_size(c.box.offsets),
                                           py_str("sizes"), torch_size(c.box.lengths)})));
-      storage.push_back(py_newobj(g(kMeta, "MetadataIndex"),
-                                  py_dict({py_str("fqn"), py_str(t.fqn), py_str("offset"),
-                                           torch_size(c.box.offsets), py_str("index"),
-                                           py_int(static_cast<int64_t>(i))})));
       storage.push_back(py_newobj(
-          g(kFilesystem, "_StorageInfo"),
-          py_dict({py_str("relative_path"), py_str(c.file), py_str("offset"),
-                   py_int(static_cast<int64_t>(c.offset)), py_str("length"),
-                   py_int(static_cast<int64_t>(c.length))})));
+          g(kMeta, "MetadataIndex"),
+          py_dict({py_str("fqn"), py_str(t.fqn), py_str("offset"), torch_size(c.box.offsets),
+                   py_str("index"), py_int(static_cast<int64_t>(i))})));
+      storage.push_back(
+          py_newobj(g(kFilesystem, "_StorageInfo"),
+                    py_dict({py_str("relative_path"), py_str(c.file), py_str("offset"),
+                             py_int(static_cast<int64_t>(c.offset)), py_str("length"),
+                             py_int(static_cast<int64_t>(c.length))})));
     }
     sdm.push_back(py_str(t.fqn));
     sdm.push_back(py_newobj(g(kMeta, "TensorStorageMetadata"),
@@ -237,15 +249,19 @@ DcpMetadata dcp_metadata_from_pickle(std::string_view bytes, const std::string& 
     const PyObj& path = c.field(info, "relative_path");
     if (path.kind != PyKind::kStr || path.s.empty() || path.s.find('/') != std::string::npos ||
         path.s.find('\\') != std::string::npos || path.s == "." || path.s == "..")
-      c.fail("tensor '" + fqn.s + "': relative_path " + py_repr(path) + " is not a file in the folder");
+      c.fail("tensor '" + fqn.s + "': relative_path " + py_repr(path) +
+             " is not a file in the folder");
     const Shape offsets = c.size(c.field(idx, "offset"));
     DcpChunk* chunk = nullptr;
     for (auto& t : m.tensors)
       if (t.fqn == fqn.s)
         for (auto& ch : t.chunks)
           if (ch.box.offsets == offsets) chunk = &ch;
-    if (!chunk) c.fail("storage_data names a chunk '" + fqn.s + "' @ " + shape_str(offsets) + " that state_dict_metadata does not list");
-    if (!seen.insert({fqn.s, offsets}).second) c.fail("two storage_data entries for '" + fqn.s + "' @ " + shape_str(offsets));
+    if (!chunk)
+      c.fail("storage_data names a chunk '" + fqn.s + "' @ " + shape_str(offsets) +
+             " that state_dict_metadata does not list");
+    if (!seen.insert({fqn.s, offsets}).second)
+      c.fail("two storage_data entries for '" + fqn.s + "' @ " + shape_str(offsets));
     chunk->file = path.s;
     chunk->offset = static_cast<uint64_t>(c.integer(c.field(info, "offset")));
     chunk->length = static_cast<uint64_t>(c.integer(c.field(info, "length")));
@@ -272,7 +288,8 @@ DcpReader::DcpReader(std::string folder) : folder_(std::move(folder)) {
   std::error_code ec;
   const uint64_t size = fs::file_size(path, ec);
   if (ec || size > (uint64_t{1} << 30))
-    throw InputError(path, "is not a readable file of at most 1 GiB", "give a DCP checkpoint folder");
+    throw InputError(path, "is not a readable file of at most 1 GiB",
+                     "give a DCP checkpoint folder");
   std::string bytes(size, '\0');
   f.read(0, size, bytes.data());
   meta_ = dcp_metadata_from_pickle(bytes, path);
@@ -293,23 +310,29 @@ uint64_t DcpReader::data_start(const DcpTensor& t, const DcpChunk& c) {
   File& f = file(c.file);
   const std::string where = f.path() + " (tensor '" + t.fqn + "' " + box_str(c.box) + " at byte " +
                             std::to_string(c.offset) + ")";
-  const TorchSavedTensor s = parse_torch_save(
-      [&](uint64_t off, uint64_t n, void* dst) { f.read(c.offset + off, n, dst); }, c.length, where);
+  const TorchSavedTensor s =
+      parse_torch_save([&](uint64_t off, uint64_t n, void* dst) { f.read(c.offset + off, n, dst); },
+                       c.length, where);
   if (s.dtype != t.dtype || s.shape != c.box.lengths)
-    throw InputError(where, "holds a " + s.dtype + " " + shape_str(s.shape) + " tensor, but .metadata says " +
-                                t.dtype + " " + shape_str(c.box.lengths),
-                     "the folder's files do not belong to its .metadata; write the checkpoint again");
+    throw InputError(
+        where,
+        "holds a " + s.dtype + " " + shape_str(s.shape) + " tensor, but .metadata says " + t.dtype +
+            " " + shape_str(c.box.lengths),
+        "the folder's files do not belong to its .metadata; write the checkpoint again");
   return starts_[key] = c.offset + s.data_offset;
 }
 
-void DcpReader::read_box(const std::string& fqn, const ChunkBox& want, void* dst, uint64_t dst_bytes) {
+void DcpReader::read_box(const std::string& fqn, const ChunkBox& want, void* dst,
+                         uint64_t dst_bytes) {
   const DcpTensor* t = meta_.find(fqn);
   if (!t) throw InputError(folder_, "no tensor '" + fqn + "' in the DCP checkpoint", "");
   const auto esize = safetensors_dtype_size(t->dtype);
   if (!esize)
-    throw InputError(folder_ + ": tensor '" + fqn + "'", "has dtype " + t->dtype + ", which fullshard does not read",
+    throw InputError(folder_ + ": tensor '" + fqn + "'",
+                     "has dtype " + t->dtype + ", which fullshard does not read",
                      "save float32, bfloat16 or float16 tensors");
-  FULLSHARD_CHECK(dst_bytes == static_cast<uint64_t>(box_numel(want)) * *esize, "DcpReader::read_box: size");
+  FULLSHARD_CHECK(dst_bytes == static_cast<uint64_t>(box_numel(want)) * *esize,
+                  "DcpReader::read_box: size");
   std::vector<ChunkBox> boxes;
   for (const auto& c : t->chunks) boxes.push_back(c.box);
   for (const ChunkRead& r : reads_for_box(t->shape, *esize, boxes, want)) {

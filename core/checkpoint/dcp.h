@@ -33,10 +33,10 @@ namespace fullshard {
 inline constexpr const char* kDcpMetadataFile = ".metadata";
 
 struct DcpChunk {
-  ChunkBox box;           // ChunkStorageMetadata: offsets, sizes
-  std::string file;       // _StorageInfo.relative_path
-  uint64_t offset = 0;    // _StorageInfo.offset: the archive's first byte in the file
-  uint64_t length = 0;    // _StorageInfo.length
+  ChunkBox box;         // ChunkStorageMetadata: offsets, sizes
+  std::string file;     // _StorageInfo.relative_path
+  uint64_t offset = 0;  // _StorageInfo.offset: the archive's first byte in the file
+  uint64_t length = 0;  // _StorageInfo.length
 };
 
 struct DcpTensor {
@@ -47,7 +47,7 @@ struct DcpTensor {
 };
 
 struct DcpMetadata {
-  std::vector<DcpTensor> tensors;       // in the file's order
+  std::vector<DcpTensor> tensors;        // in the file's order
   std::vector<std::string> non_tensors;  // BytesStorageMetadata keys (read past, never loaded)
   const DcpTensor* find(const std::string& fqn) const;
 };
@@ -83,8 +83,9 @@ class DcpReader {
 };
 
 struct DcpExportOptions {
-  std::string out;        // the folder to write
-  bool hf_names = true;   // Hugging Face names and layouts (NOTE [Hugging Face layouts]) or fullshard's
+  std::string out;  // the folder to write
+  bool hf_names =
+      true;  // Hugging Face names and layouts (NOTE [Hugging Face layouts]) or fullshard's
 };
 
 struct DcpExportResult {

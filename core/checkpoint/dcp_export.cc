@@ -36,7 +36,8 @@ DcpExportResult export_dcp(CheckpointReader& reader, const DcpExportOptions& o) 
   std::error_code ec;
   fs::create_directories(o.out, ec);
   if (ec || !fs::is_directory(o.out))
-    throw InputError("--dcp", "cannot create folder '" + o.out + "'" + (ec ? ": " + ec.message() : ""),
+    throw InputError("--dcp",
+                     "cannot create folder '" + o.out + "'" + (ec ? ": " + ec.message() : ""),
                      "give a writable folder");
   // An earlier export's .metadata goes first: until the new one is written last, the folder is
   // not a checkpoint (the commit protocol of NOTE [Checkpoint commit]).
@@ -52,8 +53,8 @@ DcpExportResult export_dcp(CheckpointReader& reader, const DcpExportOptions& o) 
     if (t.name.rfind(kParamPrefix, 0) != 0) continue;  // the parameters, as `export --safetensors`
     Planned p{&t, export_name(m.arch, t.name.substr(std::strlen(kParamPrefix)), o.hf_names)};
     FULLSHARD_CHECK(!p.out.transpose || t.shape.size() == 2, "transposed export of " + t.name);
-    dm.tensors.push_back({p.out.name, t.dtype,
-                          p.out.transpose ? Shape{t.shape[1], t.shape[0]} : t.shape, {}});
+    dm.tensors.push_back(
+        {p.out.name, t.dtype, p.out.transpose ? Shape{t.shape[1], t.shape[0]} : t.shape, {}});
     plan.push_back(p);
   }
   DcpExportResult res;

@@ -108,7 +108,8 @@ class Encoder {
     } else {  // LONG1: the fewest little-endian two's complement bytes that keep the sign
       int n = 8;
       while (n > 1) {
-        const int64_t top = x >> (8 * (n - 1) - 1);  // the bits a shorter encoding drops, and its sign
+        const int64_t top =
+            x >> (8 * (n - 1) - 1);  // the bits a shorter encoding drops, and its sign
         if (top != 0 && top != -1) break;
         --n;
       }
@@ -146,7 +147,8 @@ class Decoder {
           break;
         case 0x95: u(8); break;  // FRAME: a length hint
         case '.':                // STOP
-          if (stack_.size() != 1 || !marks_.empty()) fail(op, "STOP with a stack of " + std::to_string(stack_.size()));
+          if (stack_.size() != 1 || !marks_.empty())
+            fail(op, "STOP with a stack of " + std::to_string(stack_.size()));
           return stack_.back();
         case '(': marks_.push_back(stack_.size()); break;
         case 'N': push(make(PyKind::kNone)); break;
@@ -168,7 +170,9 @@ class Decoder {
         case 0x8d: push(py_str(text(u(8)))); break;
         case ')': push(py_tuple({})); break;
         case 't': push(py_tuple(pop_mark(op))); break;
-        case 0x85: case 0x86: case 0x87: {
+        case 0x85:
+        case 0x86:
+        case 0x87: {
           const size_t n = op - 0x84u;
           need(op, n);
           std::vector<PyPtr> items(stack_.end() - static_cast<long>(n), stack_.end());
@@ -178,7 +182,8 @@ class Decoder {
         }
         case ']': push(py_list({})); break;
         case '}': push(py_dict({})); break;
-        case 'a': case 's': {  // APPEND, SETITEM
+        case 'a':
+        case 's': {  // APPEND, SETITEM
           const size_t n = op == 'a' ? 1 : 2;
           need(op, n + 1);
           std::vector<PyPtr> items(stack_.end() - static_cast<long>(n), stack_.end());
@@ -186,7 +191,8 @@ class Decoder {
           extend(op, std::move(items), op == 'a' ? PyKind::kList : PyKind::kDict);
           break;
         }
-        case 'e': case 'u': {  // APPENDS, SETITEMS
+        case 'e':
+        case 'u': {  // APPENDS, SETITEMS
           auto items = pop_mark(op);
           if (op == 'u' && items.size() % 2) fail(op, "an odd number of keys and values");
           need(op, 1);
@@ -201,11 +207,13 @@ class Decoder {
         case 0x93: {  // STACK_GLOBAL
           need(op, 2);
           PyPtr name = pop(), module = pop();
-          if (module->kind != PyKind::kStr || name->kind != PyKind::kStr) fail(op, "a global whose name is not a str");
+          if (module->kind != PyKind::kStr || name->kind != PyKind::kStr)
+            fail(op, "a global whose name is not a str");
           push(global(op, module->s, name->s));
           break;
         }
-        case 'R': case 0x81: {  // REDUCE, NEWOBJ
+        case 'R':
+        case 0x81: {  // REDUCE, NEWOBJ
           need(op, 2);
           PyPtr args = pop(), callable = pop();
           if (args->kind != PyKind::kTuple) fail(op, "arguments that are not a tuple");
@@ -250,11 +258,12 @@ class Decoder {
 
   [[noreturn]] void fail(uint8_t op, const std::string& what) const {
     const char c = static_cast<char>(op);
-    throw InputError(source_,
-                     fmt::format("pickle opcode 0x{:02x}{} at byte {}: {} is not supported", op,
-                                 c >= 0x21 && c < 0x7f ? fmt::format(" ('{}')", c) : "", op_at_, what),
-                     "give a checkpoint torch.distributed.checkpoint wrote (a .metadata file and its "
-                     ".distcp files), undamaged");
+    throw InputError(
+        source_,
+        fmt::format("pickle opcode 0x{:02x}{} at byte {}: {} is not supported", op,
+                    c >= 0x21 && c < 0x7f ? fmt::format(" ('{}')", c) : "", op_at_, what),
+        "give a checkpoint torch.distributed.checkpoint wrote (a .metadata file and its "
+        ".distcp files), undamaged");
   }
   [[noreturn]] void truncated() const {
     throw InputError(source_, fmt::format("pickle ends at byte {} inside an opcode", b_.size()),
@@ -288,7 +297,8 @@ class Decoder {
   }
   void need(uint8_t op, size_t n) const {
     const size_t floor = marks_.empty() ? 0 : marks_.back();
-    if (stack_.size() < floor + n) fail(op, "an opcode with too few values on the stack (damaged?)");
+    if (stack_.size() < floor + n)
+      fail(op, "an opcode with too few values on the stack (damaged?)");
   }
   std::vector<PyPtr> pop_mark(uint8_t op) {
     if (marks_.empty()) fail(op, "an opcode without its MARK (damaged?)");
@@ -305,11 +315,12 @@ class Decoder {
   }
   PyPtr global(uint8_t op, std::string module, std::string name) {
     if (!allowed_(module, name)) {
-      throw InputError(source_,
-                       fmt::format("pickle global '{}.{}' at byte {} is not a class this file may hold",
-                                   module, name, op_at_),
-                       "give a checkpoint torch.distributed.checkpoint wrote; fullshard reads "
-                       "tensors only (no custom objects)");
+      throw InputError(
+          source_,
+          fmt::format("pickle global '{}.{}' at byte {} is not a class this file may hold", module,
+                      name, op_at_),
+          "give a checkpoint torch.distributed.checkpoint wrote; fullshard reads "
+          "tensors only (no custom objects)");
     }
     (void)op;
     return py_global(std::move(module), std::move(name));
@@ -321,7 +332,8 @@ class Decoder {
     memo_[i] = stack_.back();
   }
   PyPtr get(uint8_t op, uint64_t i) {
-    if (i >= memo_.size() || !memo_[i]) fail(op, "memo index " + std::to_string(i) + " (never stored)");
+    if (i >= memo_.size() || !memo_[i])
+      fail(op, "memo index " + std::to_string(i) + " (never stored)");
     return memo_[i];
   }
 };
@@ -446,7 +458,8 @@ std::string pickle_dumps(const PyObj& v) {
   return e.out;
 }
 
-PyPtr pickle_loads(std::string_view bytes, const std::string& source, const PickleGlobals& allowed) {
+PyPtr pickle_loads(std::string_view bytes, const std::string& source,
+                   const PickleGlobals& allowed) {
   return Decoder(bytes, source, allowed).run();
 }
 

@@ -25,16 +25,28 @@
 
 namespace fullshard {
 
-enum class PyKind { kNone, kBool, kInt, kStr, kTuple, kList, kDict, kGlobal, kReduce, kNewObj, kPersId };
+enum class PyKind {
+  kNone,
+  kBool,
+  kInt,
+  kStr,
+  kTuple,
+  kList,
+  kDict,
+  kGlobal,
+  kReduce,
+  kNewObj,
+  kPersId
+};
 
 struct PyObj;
 using PyPtr = std::shared_ptr<PyObj>;
 
 struct PyObj {
   PyKind kind = PyKind::kNone;
-  int64_t i = 0;       // kBool (0 or 1), kInt
-  std::string s;       // kStr; kGlobal: the module
-  std::string name;    // kGlobal: the name inside the module
+  int64_t i = 0;     // kBool (0 or 1), kInt
+  std::string s;     // kStr; kGlobal: the module
+  std::string name;  // kGlobal: the name inside the module
   // kTuple, kList: the elements; kDict: key, value, key, value, ... in insertion order;
   // kReduce: {callable, args tuple}; kNewObj: {class, args tuple}; kPersId: {the persistent id}.
   std::vector<PyPtr> items;
@@ -53,7 +65,7 @@ PyPtr py_reduce(PyPtr callable, std::vector<PyPtr> args);
 PyPtr py_newobj(PyPtr cls, PyPtr state);  // cls(*()) then BUILD(state), as dataclasses pickle
 PyPtr py_persid(PyPtr id);
 
-bool py_equal(const PyObj& a, const PyObj& b);
+bool py_equal(const PyObj& a, const PyObj& b);  // trees (a decoded pickle may share nodes, not cycle)
 std::string py_repr(const PyObj& v);  // Python-like, for errors and test output
 
 // The value of key `key` (a str) in dict `d`, or null.

@@ -45,8 +45,8 @@ PyPtr rebuild_call(const char* storage, const Shape& shape) {
     stride[d] = py_int(s);
     s *= shape[d];
   }
-  PyPtr id = py_tuple({py_str("storage"), py_global("torch", storage), py_str("0"),
-                       py_str("cpu"), py_int(numel)});
+  PyPtr id = py_tuple(
+      {py_str("storage"), py_global("torch", storage), py_str("0"), py_str("cpu"), py_int(numel)});
   return py_reduce(py_global("torch._utils", "_rebuild_tensor_v2"),
                    {py_persid(id), py_int(0), py_tuple(size), py_tuple(stride), py_bool(false),
                     py_reduce(py_global("collections", "OrderedDict"), {})});
@@ -84,8 +84,9 @@ std::string torch_save_archive(std::string_view dtype, const Shape& shape, std::
   if (!st)
     throw InputError(where, "dtype " + std::string(dtype) + " has no torch.save writer here",
                      "export F32, BF16 or F16 tensors");
-  FULLSHARD_CHECK(data.size() == static_cast<uint64_t>(numel(shape)) * *safetensors_dtype_size(dtype),
-                  "torch_save_archive: data size");
+  FULLSHARD_CHECK(
+      data.size() == static_cast<uint64_t>(numel(shape)) * *safetensors_dtype_size(dtype),
+      "torch_save_archive: data size");
   if (data.size() >= 0xffffffffu)
     throw InputError(where, fmt::format("a piece of {} bytes needs zip64 records", data.size()),
                      "not written yet: export with --safetensors, or save from more ranks");
@@ -101,8 +102,8 @@ std::string torch_save_archive(std::string_view dtype, const Shape& shape, std::
     r.offset = out.size();
     r.crc = crc32(r.data);
     le(out, kLocal, 4);
-    le(out, 0, 2);       // version needed
-    le(out, 0x0808, 2);  // data descriptor follows; UTF-8 names
+    le(out, 0, 2);                      // version needed
+    le(out, 0x0808, 2);                 // data descriptor follows; UTF-8 names
     zeros(out, 2 + 2 + 2 + 4 + 4 + 4);  // stored, time, date, crc / sizes in the descriptor
     le(out, r.name.size(), 2);
     const uint64_t header = out.size() + 2 + r.name.size();
@@ -174,7 +175,8 @@ TorchSavedTensor parse_torch_save(const ArchiveReader& read, uint64_t length,
     std::array<uint8_t, 20> loc{};
     read(length - 22 - 20, 20, loc.data());
     const uint64_t at = get_le(loc.data() + 8, 8);
-    if (get_le(loc.data(), 4) != kLocator64 || at > length - 56) throw bad("a damaged zip64 locator");
+    if (get_le(loc.data(), 4) != kLocator64 || at > length - 56)
+      throw bad("a damaged zip64 locator");
     std::array<uint8_t, 56> e64{};
     read(at, 56, e64.data());
     if (get_le(e64.data(), 4) != kEnd64) throw bad("a damaged zip64 end record");
@@ -183,21 +185,27 @@ TorchSavedTensor parse_torch_save(const ArchiveReader& read, uint64_t length,
     cd = get_le(e64.data() + 48, 8);
   }
   if (cd > length || cd_size > length - cd || cd_size > (uint64_t{1} << 20) || entries > 4096)
-    throw bad(fmt::format("a central directory of {} bytes at {} ({} entries)", cd_size, cd, entries));
+    throw bad(
+        fmt::format("a central directory of {} bytes at {} ({} entries)", cd_size, cd, entries));
   std::vector<uint8_t> dir(cd_size);
   read(cd, cd_size, dir.data());
-  struct Found { uint64_t offset = 0, size = 0; bool present = false; };
+  struct Found {
+    uint64_t offset = 0, size = 0;
+    bool present = false;
+  };
   Found pkl, data;
   std::string prefix, data_name;
   size_t p = 0;
   std::vector<std::pair<std::string, Found>> all;
   for (uint64_t k = 0; k < entries; ++k) {
-    if (dir.size() - p < 46 || get_le(&dir[p], 4) != kCentral) throw bad("a damaged central directory");
+    if (dir.size() - p < 46 || get_le(&dir[p], 4) != kCentral)
+      throw bad("a damaged central directory");
     const uint64_t method = get_le(&dir[p + 10], 2), name_len = get_le(&dir[p + 28], 2),
                    extra_len = get_le(&dir[p + 30], 2), comment_len = get_le(&dir[p + 32], 2);
     uint64_t csize = get_le(&dir[p + 20], 4), usize = get_le(&dir[p + 24], 4),
              local = get_le(&dir[p + 42], 4);
-    if (dir.size() - p - 46 < name_len + extra_len + comment_len) throw bad("a damaged central directory");
+    if (dir.size() - p - 46 < name_len + extra_len + comment_len)
+      throw bad("a damaged central directory");
     const std::string name(reinterpret_cast<const char*>(&dir[p + 46]), name_len);
     for (size_t x = p + 46 + name_len; x + 4 <= p + 46 + name_len + extra_len;) {  // zip64 sizes
       const uint64_t id = get_le(&dir[x], 2), n = get_le(&dir[x + 2], 2);
@@ -227,27 +235,32 @@ TorchSavedTensor parse_torch_save(const ArchiveReader& read, uint64_t length,
         read(f.offset, 30, h.data());
         if (get_le(h.data(), 4) != kLocal) throw bad("record '" + n + "' has no local header");
         const uint64_t at = f.offset + 30 + get_le(h.data() + 26, 2) + get_le(h.data() + 28, 2);
-        if (at > length || f.size > length - at) throw bad("record '" + n + "' outside the archive");
+        if (at > length || f.size > length - at)
+          throw bad("record '" + n + "' outside the archive");
         return Found{at, f.size, true};
       }
     throw bad("no record '" + prefix + "/" + name + "'");
   };
   pkl = locate("data.pkl");
-  if (pkl.size > (uint64_t{1} << 20)) throw bad("a data.pkl of " + std::to_string(pkl.size) + " bytes");
+  if (pkl.size > (uint64_t{1} << 20))
+    throw bad("a data.pkl of " + std::to_string(pkl.size) + " bytes");
   std::string pbytes(pkl.size, '\0');
   read(pkl.offset, pkl.size, pbytes.data());
-  const PyPtr v = pickle_loads(pbytes, source + ": data.pkl", [](const std::string& m, const std::string& n) {
-    if (m == "torch._utils") return n == "_rebuild_tensor_v2";
-    if (m == "collections") return n == "OrderedDict";
-    if (m != "torch") return false;
-    for (const auto& s : kStorages)
-      if (n == s.storage) return true;
-    return false;
-  });
-  // _rebuild_tensor_v2(persid(('storage', <Storage>, key, location, numel)), offset, size, stride, ...)
+  const PyPtr v =
+      pickle_loads(pbytes, source + ": data.pkl", [](const std::string& m, const std::string& n) {
+        if (m == "torch._utils") return n == "_rebuild_tensor_v2";
+        if (m == "collections") return n == "OrderedDict";
+        if (m != "torch") return false;
+        for (const auto& s : kStorages)
+          if (n == s.storage) return true;
+        return false;
+      });
+  // _rebuild_tensor_v2(persid(('storage', <Storage>, key, location, numel)), offset, size, stride,
+  // ...)
   const auto& args = v->kind == PyKind::kReduce ? v->items[1]->items : std::vector<PyPtr>{};
-  if (v->kind != PyKind::kReduce || !py_is_global(*v->items[0], "torch._utils", "_rebuild_tensor_v2") ||
-      args.size() < 4 || args[0]->kind != PyKind::kPersId || args[1]->kind != PyKind::kInt ||
+  if (v->kind != PyKind::kReduce ||
+      !py_is_global(*v->items[0], "torch._utils", "_rebuild_tensor_v2") || args.size() < 4 ||
+      args[0]->kind != PyKind::kPersId || args[1]->kind != PyKind::kInt ||
       args[2]->kind != PyKind::kTuple || args[3]->kind != PyKind::kTuple)
     throw bad("data.pkl is not one tensor: " + py_repr(*v));
   const PyObj& id = *args[0]->items[0];
@@ -260,7 +273,8 @@ TorchSavedTensor parse_torch_save(const ArchiveReader& read, uint64_t length,
   const uint64_t esize = *safetensors_dtype_size(t.dtype);
   int64_t want_stride = 1, n = 1;
   for (size_t d = args[2]->items.size(); d-- > 0;) {
-    const PyObj &sz = *args[2]->items[d], *st = d < args[3]->items.size() ? args[3]->items[d].get() : nullptr;
+    const PyObj &sz = *args[2]->items[d],
+                *st = d < args[3]->items.size() ? args[3]->items[d].get() : nullptr;
     if (sz.kind != PyKind::kInt || sz.i < 0 || !st || st->kind != PyKind::kInt)
       throw bad("data.pkl's size or stride is not a tuple of ints");
     if (sz.i > 1 && st->i != want_stride)
@@ -272,7 +286,8 @@ TorchSavedTensor parse_torch_save(const ArchiveReader& read, uint64_t length,
   if (args[3]->items.size() != t.shape.size()) throw bad("size and stride of different lengths");
   const int64_t offset = args[1]->i, storage_numel = id.items[4]->i;
   if (offset < 0 || storage_numel < 0 || offset > storage_numel || n > storage_numel - offset)
-    throw bad(fmt::format("elements [{}, {}) outside a storage of {}", offset, offset + n, storage_numel));
+    throw bad(fmt::format("elements [{}, {}) outside a storage of {}", offset, offset + n,
+                          storage_numel));
   data = locate("data/" + id.items[2]->s);
   if (data.size != static_cast<uint64_t>(storage_numel) * esize)
     throw bad(fmt::format("storage record of {} bytes for {} elements", data.size, storage_numel));

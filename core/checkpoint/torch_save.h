@@ -32,7 +32,7 @@ std::string torch_save_archive(std::string_view dtype, const Shape& shape, std::
                                const std::string& where);
 
 struct TorchSavedTensor {
-  std::string dtype;         // safetensors name
+  std::string dtype;  // safetensors name
   Shape shape;
   uint64_t data_offset = 0;  // of the first element, from the archive's start
   uint64_t nbytes = 0;       // numel x element size

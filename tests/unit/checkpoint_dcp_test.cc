@@ -54,7 +54,8 @@ TEST(DcpFromPyTorch, Fsdp2ChunksAndValues) {
   EXPECT_EQ(w->chunks[0].offset, 0u);
   EXPECT_EQ(m.find("1.weight")->chunks[1].box, (ChunkBox{{2, 0}, {1, 5}}));
   // element k of the i-th parameter is 1000 i + k
-  const std::vector<std::pair<std::string, int>> params{{"0.weight", 0}, {"0.bias", 1}, {"1.weight", 2}};
+  const std::vector<std::pair<std::string, int>> params{
+      {"0.weight", 0}, {"0.bias", 1}, {"1.weight", 2}};
   for (const auto& [fqn, i] : params) {
     const DcpTensor& t = *m.find(fqn);
     const auto all = read_f32(r, fqn, full_box(t.shape));
@@ -104,7 +105,8 @@ TEST(DcpFromPyTorch, TorchSaveArchiveAsPyTorchWritesIt) {
 
 RC_GTEST_PROP(TorchSaveProp, ArchivesRoundTripAndAnyCutIsAnInputError, ()) {
   const std::string dtype = *rc::gen::elementOf(std::vector<std::string>{"F32", "BF16", "F16"});
-  const Shape shape = *rc::gen::container<Shape>(*rc::gen::inRange<size_t>(0, 4), rc::gen::inRange<int64_t>(0, 5));
+  const Shape shape =
+      *rc::gen::container<Shape>(*rc::gen::inRange<size_t>(0, 4), rc::gen::inRange<int64_t>(0, 5));
   std::string data(static_cast<size_t>(numel(shape)) * *safetensors_dtype_size(dtype), '\0');
   for (auto& c : data) c = static_cast<char>(*rc::gen::arbitrary<uint8_t>());
   const std::string a = torch_save_archive(dtype, shape, data, "t");
@@ -119,7 +121,9 @@ RC_GTEST_PROP(TorchSaveProp, ArchivesRoundTripAndAnyCutIsAnInputError, ()) {
   RC_ASSERT(a.substr(t.data_offset, t.nbytes) == data);
   const uint64_t cut = *rc::gen::inRange<uint64_t>(0, a.size());
   const std::string b = a.substr(0, cut);
-  auto short_reader = [&](uint64_t off, uint64_t n, void* dst) { std::memcpy(dst, b.data() + off, n); };
+  auto short_reader = [&](uint64_t off, uint64_t n, void* dst) {
+    std::memcpy(dst, b.data() + off, n);
+  };
   RC_ASSERT_THROWS_AS(parse_torch_save(short_reader, b.size(), "t"), InputError);
 }
 
@@ -129,7 +133,8 @@ RC_GTEST_PROP(DcpMetadataProp, RoundTrips, ()) {
   for (int i = 0; i < n; ++i) {
     DcpTensor t{"layers." + std::to_string(i) + ".w",
                 *rc::gen::elementOf(std::vector<std::string>{"F32", "BF16", "F16"}),
-                {*rc::gen::inRange<int64_t>(1, 9), *rc::gen::inRange<int64_t>(1, 4)}, {}};
+                {*rc::gen::inRange<int64_t>(1, 9), *rc::gen::inRange<int64_t>(1, 4)},
+                {}};
     const int world = *rc::gen::inRange(1, 5);
     for (int r = 0; r < world; ++r) {
       const int64_t rows = shard_rows(t.shape[0], world, r);
@@ -149,7 +154,8 @@ RC_GTEST_PROP(DcpMetadataProp, RoundTrips, ()) {
     RC_ASSERT(a.chunks.size() == b.chunks.size());
     for (size_t c = 0; c < a.chunks.size(); ++c)
       RC_ASSERT(a.chunks[c].box == b.chunks[c].box && a.chunks[c].file == b.chunks[c].file &&
-                a.chunks[c].offset == b.chunks[c].offset && a.chunks[c].length == b.chunks[c].length);
+                a.chunks[c].offset == b.chunks[c].offset &&
+                a.chunks[c].length == b.chunks[c].length);
   }
 }
 
@@ -165,12 +171,15 @@ std::string error_of(const std::function<void()>& f) {
 TEST(DcpMetadata, RefusesPathsOutsideTheFolderAndGapsInOneLine) {
   DcpMetadata m;
   m.tensors.push_back({"w", "F32", {4}, {{{{0}, {4}}, "../x.distcp", 0, 10}}});
-  EXPECT_NE(error_of([&] { dcp_metadata_from_pickle(dcp_metadata_pickle(m), "ck/.metadata"); })
-                .find("ck/.metadata: tensor 'w': relative_path '../x.distcp' is not a file in the folder"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] {
+        dcp_metadata_from_pickle(dcp_metadata_pickle(m), "ck/.metadata");
+      }).find("ck/.metadata: tensor 'w': relative_path '../x.distcp' is not a file in the folder"),
+      std::string::npos);
   m.tensors[0].chunks[0] = {{{0}, {3}}, "__0_0.distcp", 0, 10};  // row 3 missing
-  EXPECT_NE(error_of([&] { dcp_metadata_from_pickle(dcp_metadata_pickle(m), "ck/.metadata"); })
-                .find("ck/.metadata: tensor 'w'"),
+  EXPECT_NE(error_of([&] {
+              dcp_metadata_from_pickle(dcp_metadata_pickle(m), "ck/.metadata");
+            }).find("ck/.metadata: tensor 'w'"),
             std::string::npos);
 }
 
@@ -188,8 +197,9 @@ TEST(DcpFromPyTorch, TruncatedOrMisplacedFilesAreOneLineErrors) {
   fs::copy_file(kOracle + "/fsdp2/__0_0.distcp", d.path() + "/ck/__1_0.distcp",
                 fs::copy_options::overwrite_existing);
   DcpReader swapped(d.path() + "/ck");
-  EXPECT_NE(error_of([&] { read_f32(swapped, "0.weight", full_box({5, 4})); })
-                .find("holds a F32 [2, 4] tensor, but .metadata says F32 [3, 4]"),
+  EXPECT_NE(error_of([&] {
+              read_f32(swapped, "0.weight", full_box({5, 4}));
+            }).find("holds a F32 [2, 4] tensor, but .metadata says F32 [3, 4]"),
             std::string::npos);
 }
 
@@ -259,8 +269,10 @@ TEST(DcpExport, ReadsBackAsTheCheckpointsParametersWithConv1DTransposes) {
     const int64_t rows = t->shape[1], cols = t->shape[0];  // ours [out, in]; stored [in, out]
     for (int64_t a = 0; a < rows; ++a)
       for (int64_t b = 0; b < cols; ++b)
-        ASSERT_EQ(got[static_cast<size_t>(b * rows + a)], v[static_cast<size_t>(a * cols + b)]) << fqn;
-    EXPECT_EQ(t->chunks[0].box.lengths[0], t->shape[0]);  // a transposed piece: all rows, some columns
+        ASSERT_EQ(got[static_cast<size_t>(b * rows + a)], v[static_cast<size_t>(a * cols + b)])
+            << fqn;
+    EXPECT_EQ(t->chunks[0].box.lengths[0],
+              t->shape[0]);  // a transposed piece: all rows, some columns
   }
   EXPECT_EQ(chunks, res.chunks);
   const DcpTensor* wpe = r.metadata().find("transformer.wpe.weight");  // [5, 4] over 3: 2 + 2 + 1

@@ -56,21 +56,21 @@ TEST(Pickle, IntegersAsPythonWritesThem) {
 
 TEST(Pickle, ContainersAndMemoAsPythonWritesThem) {
   // pickle.dumps(('a', [1, None, True], {'k': (2, 3, 4, 5)}, [], {}, ()), protocol=2)
-  const std::string want = bytes(
-      {0x80, 0x02, 0x28, 0x58, 0x01, 0x00, 0x00, 0x00, 0x61, 0x71, 0x00, 0x5d, 0x71, 0x01, 0x28,
-       0x4b, 0x01, 0x4e, 0x88, 0x65, 0x7d, 0x71, 0x02, 0x58, 0x01, 0x00, 0x00, 0x00, 0x6b, 0x71,
-       0x03, 0x28, 0x4b, 0x02, 0x4b, 0x03, 0x4b, 0x04, 0x4b, 0x05, 0x74, 0x71, 0x04, 0x73, 0x5d,
-       0x71, 0x05, 0x7d, 0x71, 0x06, 0x29, 0x74, 0x71, 0x07, 0x2e});
-  const PyPtr v = py_tuple(
-      {py_str("a"), py_list({py_int(1), py_none(), py_bool(true)}),
-       py_dict({py_str("k"), py_tuple({py_int(2), py_int(3), py_int(4), py_int(5)})}),
-       py_list({}), py_dict({}), py_tuple({})});
+  const std::string want =
+      bytes({0x80, 0x02, 0x28, 0x58, 0x01, 0x00, 0x00, 0x00, 0x61, 0x71, 0x00, 0x5d, 0x71, 0x01,
+             0x28, 0x4b, 0x01, 0x4e, 0x88, 0x65, 0x7d, 0x71, 0x02, 0x58, 0x01, 0x00, 0x00, 0x00,
+             0x6b, 0x71, 0x03, 0x28, 0x4b, 0x02, 0x4b, 0x03, 0x4b, 0x04, 0x4b, 0x05, 0x74, 0x71,
+             0x04, 0x73, 0x5d, 0x71, 0x05, 0x7d, 0x71, 0x06, 0x29, 0x74, 0x71, 0x07, 0x2e});
+  const PyPtr v =
+      py_tuple({py_str("a"), py_list({py_int(1), py_none(), py_bool(true)}),
+                py_dict({py_str("k"), py_tuple({py_int(2), py_int(3), py_int(4), py_int(5)})}),
+                py_list({}), py_dict({}), py_tuple({})});
   EXPECT_EQ(pickle_dumps(*v), want);
   EXPECT_TRUE(py_equal(*pickle_loads(want, "t", kAny), *v));
   // pickle.dumps([[7], {'x': 1}], protocol=2): one-item list and dict use APPEND / SETITEM
-  const std::string want2 = bytes({0x80, 0x02, 0x5d, 0x71, 0x00, 0x28, 0x5d, 0x71, 0x01, 0x4b,
-                                   0x07, 0x61, 0x7d, 0x71, 0x02, 0x58, 0x01, 0x00, 0x00, 0x00,
-                                   0x78, 0x71, 0x03, 0x4b, 0x01, 0x73, 0x65, 0x2e});
+  const std::string want2 =
+      bytes({0x80, 0x02, 0x5d, 0x71, 0x00, 0x28, 0x5d, 0x71, 0x01, 0x4b, 0x07, 0x61, 0x7d, 0x71,
+             0x02, 0x58, 0x01, 0x00, 0x00, 0x00, 0x78, 0x71, 0x03, 0x4b, 0x01, 0x73, 0x65, 0x2e});
   const PyPtr v2 = py_list({py_list({py_int(7)}), py_dict({py_str("x"), py_int(1)})});
   EXPECT_EQ(pickle_dumps(*v2), want2);
   EXPECT_TRUE(py_equal(*pickle_loads(want2, "t", kAny), *v2));
@@ -83,9 +83,13 @@ TEST(Pickle, RefusesOtherOpcodesAndClassesInOneLine) {
             "checkpoint torch.distributed.checkpoint wrote (a .metadata file and its .distcp "
             "files), undamaged");
   const auto none = [](const std::string&, const std::string&) { return false; };
-  const std::string os_system = "\x80\x02" "cos\nsystem\n" "q\x00.";
-  EXPECT_NE(error_of(os_system, none).find("f.pkl: pickle global 'os.system' at byte 2 is not a class"),
-            std::string::npos);
+  const std::string os_system =
+      "\x80\x02"
+      "cos\nsystem\n"
+      "q\x00.";
+  EXPECT_NE(
+      error_of(os_system, none).find("f.pkl: pickle global 'os.system' at byte 2 is not a class"),
+      std::string::npos);
   EXPECT_NE(error_of(bytes({0x80, 0x02, 'h', 0x03, '.'})).find("memo index 3 (never stored)"),
             std::string::npos);
   EXPECT_NE(error_of(bytes({0x80, 0x02, 'N', 'N', '.'})).find("STOP with a stack of 2"),
@@ -107,7 +111,9 @@ PyPtr draw_tree(int depth) {
     case 1: return py_bool(*rc::gen::arbitrary<bool>());
     case 2: return py_int(*rc::gen::arbitrary<int64_t>());
     case 3: return py_str(*rc::gen::arbitrary<std::string>());
-    case 4: return py_global(*rc::gen::elementOf(std::vector<std::string>{"torch", "collections", "m.n"}), "Name");
+    case 4:
+      return py_global(*rc::gen::elementOf(std::vector<std::string>{"torch", "collections", "m.n"}),
+                       "Name");
     case 5: return py_tuple(children());
     case 6: return py_list(children());
     case 7: {
@@ -141,8 +147,7 @@ RC_GTEST_PROP(PickleProp, TruncatedOrDamagedIsAnInputErrorNeverACrash, ()) {
   bad[at] = static_cast<char>(*rc::gen::arbitrary<uint8_t>());
   try {
     pickle_loads(bad, "t", kAny);  // may still be a valid pickle
-  } catch (const InputError&) {
-  }
+  } catch (const InputError&) {}
 }
 
 }  // namespace
