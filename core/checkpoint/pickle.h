@@ -65,7 +65,9 @@ PyPtr py_reduce(PyPtr callable, std::vector<PyPtr> args);
 PyPtr py_newobj(PyPtr cls, PyPtr state);  // cls(*()) then BUILD(state), as dataclasses pickle
 PyPtr py_persid(PyPtr id);
 
-bool py_equal(const PyObj& a, const PyObj& b);  // trees (a decoded pickle may share nodes, not cycle)
+// Structural equality of acyclic trees (a damaged pickle can build a list that holds itself:
+// never compare what a hostile file decoded to).
+bool py_equal(const PyObj& a, const PyObj& b);
 std::string py_repr(const PyObj& v);  // Python-like, for errors and test output
 
 // The value of key `key` (a str) in dict `d`, or null.
