@@ -4,7 +4,9 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 
+#include "core/checkpoint/dcp.h"
 #include "core/checkpoint/hf_names.h"
 #include "core/checkpoint/rank_pieces.h"
 #include "core/checkpoint/safetensors.h"
@@ -19,12 +21,28 @@ namespace fullshard::runner {
 namespace fs = std::filesystem;
 namespace {
 
+// A tensor of the weights: where it is and what it holds.
+struct Stored {
+  std::string name, dtype;
+  Shape shape;
+  const SafetensorsReader* file = nullptr;  // in a safetensors file, or
+  DcpReader* dcp = nullptr;                 // in a DCP folder's chunks
+  std::string where() const {
+    return (file ? file->path() : dcp->folder()) + ": tensor '" + name + "'";
+  }
+};
+
 // The weight files of `path` and which file holds which tensor name.
 class WeightFiles {
  public:
   // `field`: what the error names ("--init-from" or "model.weights").
   WeightFiles(const std::string& path, const std::string& field) {
     std::error_code ec;
+    if (is_dcp_folder(
+            path)) {  // torch.distributed.checkpoint's own format (NOTE [DCP's own format])
+      dcp_ = std::make_unique<DcpReader>(path);
+      return;
+    }
     if (!fs::is_directory(path, ec)) {
       open(path);
       return;
@@ -49,17 +67,23 @@ class WeightFiles {
     }
     throw InputError(
         field,
-        "folder '" + path + "' holds neither model.safetensors nor model.safetensors.index.json",
-        "give a .safetensors file or a folder `checkpoint export` wrote");
+        "folder '" + path +
+            "' holds neither model.safetensors, model.safetensors.index.json nor a DCP .metadata",
+        "give a .safetensors file or a folder `checkpoint export` or dcp.save wrote");
   }
 
-  // The reader and entry of the first of `names` that some file holds, or nulls.
-  std::pair<const SafetensorsReader*, const SafetensorsEntry*> find(
-      const std::vector<std::string>& names) const {
-    for (const auto& n : names)
-      if (auto it = where_.find(n); it != where_.end())
-        return {it->second, it->second->header().find(n)};
-    return {nullptr, nullptr};
+  // Tensor `name`, or nullopt.
+  std::optional<Stored> find(const std::string& name) const {
+    if (dcp_) {
+      const DcpTensor* t = dcp_->metadata().find(name);
+      if (!t) return std::nullopt;
+      return Stored{name, t->dtype, t->shape, nullptr, dcp_.get()};
+    }
+    if (auto it = where_.find(name); it != where_.end()) {
+      const SafetensorsEntry* e = it->second->header().find(name);
+      return Stored{name, e->dtype, e->shape, it->second, nullptr};
+    }
+    return std::nullopt;
   }
 
  private:
@@ -71,6 +95,7 @@ class WeightFiles {
   }
   std::map<std::string, std::unique_ptr<SafetensorsReader>> files_;
   std::map<std::string, const SafetensorsReader*> where_;
+  std::unique_ptr<DcpReader> dcp_;
 };
 
 std::string arch_name(const Scenario& s) {
@@ -94,29 +119,41 @@ std::vector<Candidate> candidates(const Scenario& s, const std::string& fqn) {
 }
 
 struct Located {
-  const SafetensorsReader* file = nullptr;
-  const SafetensorsEntry* entry = nullptr;
+  Stored t;
   bool transpose = false;
 };
+
+// Box `box` of the stored tensor, in its dtype, row-major.
+std::vector<uint8_t> read_stored(const Stored& t, const ChunkBox& box) {
+  const uint64_t esize = *safetensors_dtype_size(t.dtype);
+  std::vector<uint8_t> bytes(static_cast<size_t>(box_numel(box)) * esize);
+  if (t.dcp) {
+    t.dcp->read_box(t.name, box, bytes.data(), bytes.size());
+    return bytes;
+  }  // runs of the file's row-major tensor: one when the box is whole rows
+  for (const ChunkRead& r : reads_for_box(t.shape, esize, {full_box(t.shape)}, box))
+    t.file->read(t.name, r.src_offset, r.bytes, bytes.data() + r.dst_offset);
+  return bytes;
+}
 
 // Finds parameter `fqn` of shape `shape` and checks its dtype and shape.
 Located locate(const WeightFiles& w, const Scenario& s, const std::string& fqn, const Shape& shape,
                const std::string& field) {
   const auto cands = candidates(s, fqn);
   for (const auto& c : cands) {
-    auto [file, entry] = w.find({c.name});
-    if (!file) continue;
+    const auto t = w.find(c.name);
+    if (!t) continue;
     const Shape want = c.transpose ? Shape{shape[1], shape[0]} : shape;
-    const std::string where = file->path() + ": tensor '" + c.name + "'";
-    if (entry->dtype != "F32" && entry->dtype != "BF16" && entry->dtype != "F16")
-      throw InputError(where, "is " + entry->dtype + ", not a floating dtype",
+    const std::string where = t->where();
+    if (t->dtype != "F32" && t->dtype != "BF16" && t->dtype != "F16")
+      throw InputError(where, "is " + t->dtype + ", not a floating dtype",
                        "give F32, BF16 or F16 weights");
-    if (entry->shape != want)
+    if (t->shape != want)
       throw InputError(where,
-                       "is " + shape_str(entry->shape) + " but the scenario's parameter '" + fqn +
+                       "is " + shape_str(t->shape) + " but the scenario's parameter '" + fqn +
                            "' needs " + shape_str(want),
                        "give weights of the scenario's model (same dims and layer count)");
-    return {file, entry, c.transpose};
+    return {*t, c.transpose};
   }
   throw InputError(
       field, "no tensor '" + cands.front().name + "' (parameter '" + fqn + "') in the weights",
@@ -143,7 +180,7 @@ std::vector<float> to_f32(const std::vector<uint8_t>& bytes, const std::string& 
 // l % L of block l / L of the stacked blocks (tp_blocks); Shard(1) takes columns [t*C, +C).
 std::vector<float> local_rows_of(const Param& param, const Located& l, const RankPieces& pieces) {
   const Shape global = param.global_shape();
-  const auto all = to_f32(l.file->read_all(l.entry->name), l.entry->dtype);
+  const auto all = to_f32(read_stored(l.t, full_box(l.t.shape)), l.t.dtype);
   const int64_t grows = global[0], gcols = global.size() > 1 ? global[1] : 1;
   const int64_t lrows = param.shape[0], lcols = param.shape.size() > 1 ? param.shape[1] : 1;
   const int64_t t = pieces.tp_index, T = param.tp_degree, block = lrows / param.tp_blocks;
@@ -200,7 +237,6 @@ void load_init_weights(Backend& b, TrainingProgram& prog, const Scenario& s,
         h[i] = local.meta.dtype == DType::kBFloat16 ? float_to_bf16(v[i]) : float_to_fp16(v[i]);
       b.copy_from_host(local, h.data());
     };
-    const uint64_t esize = *safetensors_dtype_size(l.entry->dtype);
     if (param.tp_blocks > 1 || (l.transpose && param.tp_degree > 1)) {
       // Not one box of the file's tensor (GPT-2's fused c_attn, NOTE [Fused qkv under tensor
       // parallelism]; a Conv1D [in, out] under tp): read it whole, pick this rank's rows.
@@ -214,15 +250,12 @@ void load_init_weights(Backend& b, TrainingProgram& prog, const Scenario& s,
                                                          param.fqn + " is not the local shard " +
                                                          shape_str(local.meta.shape));
     std::vector<float> values;
-    if (!l.transpose) {  // runs of the file's row-major tensor: one when the piece is whole rows
-      std::vector<uint8_t> bytes(static_cast<size_t>(box_numel(box)) * esize);
-      for (const ChunkRead& r : reads_for_box(global, esize, {full_box(global)}, box))
-        l.file->read(l.entry->name, r.src_offset, r.bytes, bytes.data() + r.dst_offset);
-      values = to_f32(bytes, l.entry->dtype);
+    if (!l.transpose) {  // only this rank's box (DCP: from the chunks that overlap it)
+      values = to_f32(read_stored(l.t, box), l.t.dtype);
     } else {  // Conv1D [in, out]: our rows are its columns; read it whole
       FULLSHARD_CHECK(pieces.layout_of(param).tp_dim < 0,
                       "init-from: a transposed layout under tensor parallelism");
-      const auto all = to_f32(l.file->read_all(l.entry->name), l.entry->dtype);
+      const auto all = to_f32(read_stored(l.t, full_box(l.t.shape)), l.t.dtype);
       const int64_t rows = box.lengths[0], begin = box.offsets[0], out = global[0], in = global[1];
       values.resize(static_cast<size_t>(rows * in));
       for (int64_t r = 0; r < rows; ++r)

@@ -9,8 +9,9 @@
 
 namespace fullshard::runner {
 
-// The files of `path`: a .safetensors file, or a folder holding model.safetensors or
-// model.safetensors.index.json (the sharded layout). Throws InputError naming `field`
+// The files of `path`: a .safetensors file, a folder holding model.safetensors or
+// model.safetensors.index.json (the sharded layout), or a folder torch.distributed.checkpoint
+// wrote in its own format (.metadata and .distcp files: NOTE [DCP's own format]). Throws InputError naming `field`
 // (--init-from, or the scenario's model.weights) or the file and tensor.
 // Checks (before any worker starts) that every parameter of `s`'s model is there with the
 // expected shape and a floating dtype; the first mismatch names the file and the tensor.

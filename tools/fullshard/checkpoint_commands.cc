@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/checkpoint/checkpoint_dir.h"
+#include "core/checkpoint/dcp.h"
 #include "core/checkpoint/export.h"
 #include "core/common/error.h"
 #include "core/common/user_text.h"
@@ -78,7 +79,24 @@ int inspect(const CheckpointFlags& f) {
 
 int export_command(const CheckpointFlags& f) {
   const std::string folder = resolve_checkpoint(f.path, "checkpoint export");
+  if (f.safetensors.empty() && f.dcp.empty())
+    throw InputError("checkpoint export", "needs an output",
+                     "add --safetensors OUT.safetensors or --dcp FOLDER");
   CheckpointReader reader(folder);
+  if (!f.dcp.empty()) {
+    if (f.max_shard_bytes != 0)
+      throw InputError("--max-shard-size", "applies to --safetensors, not to --dcp",
+                       "drop it: a DCP folder has one .distcp file per saving rank");
+    DcpExportOptions o;
+    o.out = f.dcp;
+    o.hf_names = f.names == "hf";
+    const DcpExportResult r = export_dcp(reader, o);
+    std::cout << fmt::format("exported {} tensors ({} chunks, {}) of {} to {} (PyTorch DCP)\n",
+                             r.tensors, r.chunks, sim::format_bytes(r.data_bytes),
+                             printable(folder, 1024), printable(f.dcp, 1024));
+    for (const auto& p : r.files) std::cout << "  " << printable(p, 1024) << "\n";
+    return 0;
+  }
   ExportOptions o;
   o.out = f.safetensors;
   o.max_shard_bytes = f.max_shard_bytes;
@@ -106,15 +124,21 @@ CLI::App* add_checkpoint_command(CLI::App& app, CheckpointFlags& f) {
       ->required();
   f.inspect->add_flag("--json", f.json, "print the metadata as JSON");
   f.exporter = c->add_subcommand(
-      "export", "write the parameters as safetensors with Hugging Face names and layouts");
+      "export",
+      "write the parameters as safetensors or a PyTorch DCP folder, with Hugging Face names and "
+      "layouts");
   f.exporter
       ->add_option("dir", f.path,
                    "a --checkpoint-dir folder (its latest step) or one step-N folder")
       ->required();
-  f.exporter
-      ->add_option("--safetensors", f.safetensors,
-                   "OUT.safetensors, or a folder with --max-shard-size")
-      ->required();
+  CLI::Option* st = f.exporter->add_option("--safetensors", f.safetensors,
+                                           "OUT.safetensors, or a folder with --max-shard-size");
+  CLI::Option* dcp = f.exporter->add_option(
+      "--dcp", f.dcp,
+      "a folder for torch.distributed.checkpoint (.metadata and one __<rank>_0.distcp per saving "
+      "rank), which dcp.load reads into an FSDP2 model");
+  st->excludes(dcp);
+  dcp->excludes(st);
   f.exporter->add_option(
       "--max-shard-size", f.max_shard_bytes,
       "write model-0000N-of-0000M.safetensors files of at most this many bytes and the index");

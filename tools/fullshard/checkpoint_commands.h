@@ -1,6 +1,7 @@
 #pragma once
 // `fullshard checkpoint inspect DIR [--json]` and `fullshard checkpoint export DIR
-// --safetensors OUT [--max-shard-size BYTES] [--names hf|fullshard]` (docs/checkpoints.md).
+// --safetensors OUT [--max-shard-size BYTES] [--names hf|fullshard]` or `--dcp FOLDER` (PyTorch
+// DCP's own format; docs/checkpoints.md).
 #include <cstdint>
 #include <string>
 
@@ -12,6 +13,7 @@ struct CheckpointFlags {
   std::string path;         // a --checkpoint-dir folder (its latest step) or a step folder
   bool json = false;        // inspect: JSON instead of the table
   std::string safetensors;  // export: the output file (folder with max_shard_bytes)
+  std::string dcp;          // export: a DCP folder (.metadata + .distcp files) instead
   uint64_t max_shard_bytes = 0;
   std::string names = "hf";  // export: "hf" or "fullshard"
   CLI::App* inspect = nullptr;

@@ -19,6 +19,11 @@ by tests/cli/dcp_interop.sh where torch is installed:
   compare A B             the safetensors tensors under A and B (files or folders) are equal:
                           same names, dtypes, shapes and bytes.
 
+With --format dcp, load and save use DCP's own format instead (FileSystemReader / FileSystemWriter:
+a .metadata file and __<rank>_0.distcp files, what `fullshard checkpoint export --dcp` writes and
+`--init-from` reads): load compares the loaded parameters with the safetensors --reference, and
+save also writes the saved parameters, gathered, to the safetensors --reference.
+
 The model's sizes come from --dim, --layers, --heads, --kv-heads, --ffn, --vocab (a Llama decoder
 with untied embeddings: fullshard's tiny-llama by default).
 """
@@ -31,7 +36,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.multiprocessing as mp
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 from torch.distributed.device_mesh import init_device_mesh
@@ -112,9 +117,12 @@ def worker(rank, world, port, a):
         model = sharded_model(a, rank, world)
         sd = get_model_state_dict(model)  # sharded DTensors, Hugging Face FQNs
         if a.cmd == "load":
-            dcp.load(sd, storage_reader=dcp.HuggingFaceStorageReader(a.dir))
+            if a.format == "dcp":
+                dcp.load(sd, storage_reader=dcp.FileSystemReader(a.dir))
+            else:
+                dcp.load(sd, storage_reader=dcp.HuggingFaceStorageReader(a.dir))
             set_model_state_dict(model, sd)
-            files = safetensors_under(a.dir) if rank == 0 else None
+            files = safetensors_under(a.reference or a.dir) if rank == 0 else None
             n = 0
             for name, p in model.named_parameters():
                 full = p.full_tensor()  # a collective: every rank
@@ -125,7 +133,13 @@ def worker(rank, world, port, a):
                     n += 1
             if rank == 0:
                 assert n == len(files), f"the model has {n} parameters, the files {len(files)}"
-                print(f"dcp.load: {n} tensors into FSDP2 over {world} ranks, equal to the files")
+                print(f"dcp.load ({a.format}): {n} tensors into FSDP2 over {world} ranks, equal to the files")
+        elif a.format == "dcp":
+            dcp.save(sd, storage_writer=dcp.FileSystemWriter(a.dir))
+            full = {name: p.full_tensor() for name, p in model.named_parameters()}  # collectives
+            if rank == 0:
+                save_file(full, a.reference)
+                print(f"dcp.save (dcp): {len(sd)} tensors from FSDP2 over {world} ranks")
         else:
             names = list(sd.keys())
             mapping = {k: 1 + i % a.files for i, k in enumerate(names)}
@@ -144,11 +158,15 @@ def main():
     p.add_argument("other", nargs="?")
     p.add_argument("--world", type=int, default=2)
     p.add_argument("--files", type=int, default=2)
+    p.add_argument("--format", choices=["hf", "dcp"], default="hf")
+    p.add_argument("--reference", help="with --format dcp: safetensors to compare with / to write")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--port", type=int, default=29517)
     for k, v in dict(dim=64, layers=2, heads=4, kv_heads=2, ffn=128, vocab=256).items():
         p.add_argument("--" + k.replace("_", "-"), type=int, default=v)
     a = p.parse_args()
+    if a.format == "dcp" and a.cmd != "compare" and not a.reference:
+        p.error("--format dcp needs --reference")
     if a.cmd == "compare":
         x, y = safetensors_under(a.dir), safetensors_under(a.other)
         assert sorted(x) == sorted(y), (sorted(set(x) ^ set(y)))

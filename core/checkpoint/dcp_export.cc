@@ -1,0 +1,96 @@
+// `fullshard checkpoint export --dcp`: a fullshard checkpoint's parameters as a DCP folder
+// (NOTE [DCP's own format] in core/checkpoint/dcp.h).
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include "core/checkpoint/dcp.h"
+#include "core/checkpoint/export.h"
+#include "core/checkpoint/safetensors.h"
+#include "core/common/error.h"
+#include "core/common/output_file.h"
+
+namespace fullshard {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kParamPrefix = "param/";
+
+// Box `b` of a [R, C] tensor, transposed: the box of the [C, R] tensor, and its bytes.
+std::vector<uint8_t> transpose_box(ChunkBox& b, const std::vector<uint8_t>& in, uint64_t esize) {
+  const int64_t rows = b.lengths[0], cols = b.lengths[1];
+  std::vector<uint8_t> out(in.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      std::memcpy(&out[static_cast<size_t>(c * rows + r) * esize],
+                  &in[static_cast<size_t>(r * cols + c) * esize], esize);
+  b = {{b.offsets[1], b.offsets[0]}, {cols, rows}};
+  return out;
+}
+
+}  // namespace
+
+DcpExportResult export_dcp(CheckpointReader& reader, const DcpExportOptions& o) {
+  const CheckpointMetadata& m = reader.metadata();
+  std::error_code ec;
+  fs::create_directories(o.out, ec);
+  if (ec || !fs::is_directory(o.out))
+    throw InputError("--dcp",
+                     "cannot create folder '" + o.out + "'" + (ec ? ": " + ec.message() : ""),
+                     "give a writable folder");
+  // An earlier export's .metadata goes first: until the new one is written last, the folder is
+  // not a checkpoint (the commit protocol of NOTE [Checkpoint commit]).
+  fs::remove(fs::path(o.out) / kDcpMetadataFile, ec);
+
+  struct Planned {
+    const CheckpointTensor* source;
+    HfTensorName out;
+  };
+  std::vector<Planned> plan;
+  DcpMetadata dm;
+  for (const auto& t : m.tensors) {
+    if (t.name.rfind(kParamPrefix, 0) != 0) continue;  // the parameters, as `export --safetensors`
+    Planned p{&t, export_name(m.arch, t.name.substr(std::strlen(kParamPrefix)), o.hf_names)};
+    FULLSHARD_CHECK(!p.out.transpose || t.shape.size() == 2, "transposed export of " + t.name);
+    dm.tensors.push_back(
+        {p.out.name, t.dtype, p.out.transpose ? Shape{t.shape[1], t.shape[0]} : t.shape, {}});
+    plan.push_back(p);
+  }
+  DcpExportResult res;
+  res.tensors = plan.size();
+  // One .distcp file per fullshard shard file (a saving rank's pieces), pieces back to back.
+  for (size_t f = 0; f < m.files.size(); ++f) {
+    const std::string name = "__" + std::to_string(f) + "_0.distcp";
+    const std::string path = (fs::path(o.out) / name).string();
+    OutputFile out(path, "--dcp");
+    uint64_t offset = 0;
+    for (size_t k = 0; k < plan.size(); ++k) {
+      const CheckpointTensor& t = *plan[k].source;
+      const uint64_t esize = *safetensors_dtype_size(t.dtype);
+      for (const auto& c : t.chunks) {
+        if (c.file != m.files[f].name || box_numel(c.box) == 0) continue;
+        ChunkBox box = c.box;
+        std::vector<uint8_t> bytes(static_cast<size_t>(box_numel(box)) * esize);
+        reader.read_box(t.name, box, bytes.data(), bytes.size());
+        if (plan[k].out.transpose) bytes = transpose_box(box, bytes, esize);
+        const std::string archive = torch_save_archive(
+            t.dtype, box.lengths,
+            std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), "--dcp");
+        out.write(archive);
+        dm.tensors[k].chunks.push_back({box, name, offset, archive.size()});
+        offset += archive.size();
+        res.data_bytes += bytes.size();
+        ++res.chunks;
+      }
+    }
+    out.commit();
+    res.files.push_back(path);
+  }
+  const std::string meta = (fs::path(o.out) / kDcpMetadataFile).string();
+  write_output_file(meta, dcp_metadata_pickle(dm), "--dcp");
+  res.files.push_back(meta);
+  return res;
+}
+
+}  // namespace fullshard
