@@ -65,7 +65,7 @@ class Graph {
   // Runs backward from `root` seeded with `seed`; returns the gradient that reached
   // `want` (0: none wanted). Nodes are released as they run.
   Tensor backward(Backend& backend, uint64_t root, Tensor seed, uint64_t want = 0);
-  // NOTE [Split backward]: the input gradients only (I), keeping the weight parts.
+  // The input gradients only (I), keeping the weight parts (NOTE [Split backward]).
   Tensor backward_input(Backend& backend, uint64_t root, Tensor seed, uint64_t want);
   // The kept weight parts (W), ordered by `param_order` (the stage's parameters() order);
   // the graph is empty afterwards.

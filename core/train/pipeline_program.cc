@@ -52,8 +52,9 @@ PipelineProgram::PipelineProgram(Backend& b, const Scenario& s)
   const PipelineScheduleOptions o = s.pipeline.schedule_options();
   const PipelineOrder order = build_pipeline_order(o);
   actions_ = order[static_cast<size_t>(pp_rank_)];
-  // NOTE [Lowered send and recv order]: _PipelineScheduleRuntime's list (GPipe and 1F1B run
-  // their own _step_microbatches, which receives right before the action that reads it).
+  // _PipelineScheduleRuntime's list (NOTE [Lowered send and recv order] in
+  // core/pipeline/pipeline_lowering.h); GPipe and 1F1B run their own _step_microbatches, which
+  // receives right before the action that reads it.
   lowered_ = !is_single_stage_schedule(o.kind);
   if (lowered_) lowered_actions_ = lower_pipeline_order(o, order)[static_cast<size_t>(pp_rank_)];
   const int n = o.num_stages();

@@ -72,7 +72,8 @@ class PipelineProgram {
     std::map<int, InFlight> in_flight;
     std::map<int, Pending> awaiting_weight;
     std::vector<const Param*> param_order;  // the stage's parameters() order
-    // NOTE [Same-rank stage handoff]: the V schedules' neighbouring stage on this rank.
+    // The V schedules' neighbouring stage on this rank (NOTE [Same-rank stage handoff] in
+    // pipeline_program.cc).
     bool prev_local = false, next_local = false;
     int backwards = 0;  // this step's B and W
   };

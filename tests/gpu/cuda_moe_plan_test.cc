@@ -145,8 +145,9 @@ RC_GTEST_PROP(CudaMoePlan, ArgsortFloorDivideAndRowsEqualCpuKernels, ()) {
   RC_ASSERT(moe_row_of(-6, 5) == -1);
 }
 
-// NOTE [Grouped GEMM tiles]: the tiles cover every group's rows once, in order, never past the
-// group or the rows, within the grid's bound; bad offsets (decreasing, past the rows) clamp.
+// NOTE [Grouped GEMM tiles] (backends/cuda/kernels/moe_index.h): the tiles cover every group's
+// rows once, in order, never past the group or the rows, within the grid's bound; bad offsets
+// (decreasing, past the rows) clamp.
 RC_GTEST_PROP(CudaMoePlan, GroupedTilesCoverEachGroupOnce, ()) {
   const int E = *rc::gen::inRange(1, 9), rows = *rc::gen::inRange(0, 300);
   const int tile = *rc::gen::element(1, 16, 64);
