@@ -57,7 +57,8 @@ void check_ignored_params(const Scenario& s) {
   if (s.expert_parallel.degree > 1) refuse("expert_parallel", "remove expert_parallel");
   if (s.training.float8.recipe != Float8Recipe::kNone)
     refuse("training.float8", "remove training.float8");
-  if (s.model.implementation.compile) refuse("model.implementation.compile", "set compile to false");
+  if (s.model.implementation.compile)
+    refuse("model.implementation.compile", "set compile to false");
   if (s.training.checkpoint.every > 0)
     refuse("training.checkpoint (its pieces are FSDP shards)", "remove training.checkpoint");
   if (!s.model_weights.empty())
@@ -88,7 +89,8 @@ void check_ignored_params(const Scenario& s) {
                      "leave some parameter to FSDP, or remove fsdp.ignored_params");
   // requires_grad as the training program sets it (training.frozen, model.lora's base).
   const bool lora = s.model.lora.enabled();
-  const DType fd = s.training.frozen_dtype.value_or(lora ? DType::kBFloat16 : s.training.orig_dtype);
+  const DType fd =
+      s.training.frozen_dtype.value_or(lora ? DType::kBFloat16 : s.training.orig_dtype);
   freeze_parameters(model.root(), s.training.frozen, lora, fd);
   for (size_t i = 0; i < patterns.size(); ++i)
     for (Param* p : ignored) {
@@ -106,8 +108,8 @@ void check_ignored_params(const Scenario& s) {
         throw InputError(
             jr::index_path(F, i),
             "is \"" + patterns[i] + "\", which matches '" + p->fqn + "', kept in " +
-                std::string(dtype_name(p->dtype)) + " (frozen parameters' dtype) while unit '" + unit +
-                "' computes in " + std::string(dtype_name(compute)) +
+                std::string(dtype_name(p->dtype)) + " (frozen parameters' dtype) while unit '" +
+                unit + "' computes in " + std::string(dtype_name(compute)) +
                 ": FSDP2 does not cast an ignored parameter and F.linear refuses mixed dtypes",
             "set training.frozen_dtype to \"" + std::string(dtype_name(compute)) +
                 "\", or leave it to FSDP");
@@ -121,8 +123,8 @@ void check_ignored_params(const Scenario& s) {
     }
     if (!managed)
       throw InputError("fsdp.per_unit." + unit + ".unshard_in_backward",
-                       "is false but fsdp.ignored_params ignores every parameter of unit '" +
-                           unit + "', which then has no parameter group to unshard",
+                       "is false but fsdp.ignored_params ignores every parameter of unit '" + unit +
+                           "', which then has no parameter group to unshard",
                        "remove it, or leave the unit's parameters to FSDP");
   }
 }

@@ -281,8 +281,7 @@ void maybe_ignored(json& j) {
       parse_scenario(j);
       RC_TAG("ignored params");
       return;
-    } catch (const InputError&) {
-    }
+    } catch (const InputError&) {}
   }
   j["fsdp"].erase("ignored_params");
   if (froze_here) {
