@@ -150,6 +150,19 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
                        "is set with a pp dim, which pipeline stages do not load yet",
                        "remove model.weights (docs/pipeline.md, \"Not built yet\")");
   }
+  if (!s.fsdp.ignored_params.empty()) {
+    // Checkpoints and loaded weights are FSDP shards (NOTE [What ignored parameters compose
+    // with] in core/scenario/scenario_ignored.cc).
+    auto refuse = [&](const char* flag) {
+      throw InputError(flag,
+                       "is given with fsdp.ignored_params, whose parameters are not in a "
+                       "checkpoint's FSDP pieces yet",
+                       std::string("remove ") + flag + ", or fsdp.ignored_params");
+    };
+    if (o.checkpoint_every > 0) refuse("--checkpoint-every");
+    if (!o.resume.empty()) refuse("--resume");
+    if (!o.init_from.empty()) refuse("--init-from");
+  }
   // The MoE kinds run on the CPU backend's kernels (cpu::has_kernel) and the CUDA backend's
   // (backends/cuda/kernels/moe_*.cu: built and host-tested, not yet run on a GPU), expert
   // parallelism's all-to-all-v over Gloo, NCCL and staged Gloo (docs/moe.md).

@@ -287,6 +287,10 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
         for (FSDPParam* p : st->group->fsdp_params())
           r.local_params.emplace_back(p->param().fqn, read_f32(b, p->sharded_local().ref()));
       }
+      // An ignored parameter is whole on every rank: shard index 0 reports its rows (all).
+      if (mesh_info_for(s, b.rank()).shard_group.index_of(b.rank()) == 0)
+        for (const auto& p : prog.fsdp().ignored_params())
+          r.local_params.emplace_back(p->param().fqn, read_f32(b, p->data().ref()));
     }
   }
   b.synchronize_device();

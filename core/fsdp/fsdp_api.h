@@ -2,6 +2,7 @@
 // The options of fully_shard, as torch.distributed.fsdp's _fsdp_api.py defines them.
 #include <map>
 #include <optional>
+#include <set>
 
 #include "core/mesh/device_mesh.h"
 
@@ -50,6 +51,9 @@ struct FullyShardOptions {
   // tensors when it returns, as PyTorch frees them when their last reference goes. Null: the
   // meta-device init (each shard initialised in place).
   DeviceParams* device_params = nullptr;
+  // ignored_params: parameters this call leaves to the script (NOTE [Ignored parameters] in
+  // ignored_param.h); each becomes an IgnoredParam when the call reaches it unclaimed.
+  std::set<const Param*> ignored_params;
 };
 
 }  // namespace fullshard

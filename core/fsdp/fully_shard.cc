@@ -35,7 +35,20 @@ FSDPState& FSDPRuntime::make_state(const std::vector<Module*>& modules, const Fu
   std::vector<Param*> params;
   for (Module* m : modules)
     m->for_each_param([&](Param& p) {
-      if (!p.binding) params.push_back(&p);  // not claimed by a nested fully_shard
+      if (p.binding) return;  // claimed by a nested fully_shard, or ignored by one
+      if (!o.ignored_params.count(&p)) {
+        params.push_back(&p);
+        return;
+      }
+      // NOTE [Ignored parameters] (ignored_param.h): whole on the device, no FSDPParam. A model
+      // built on the device keeps the full tensor it has; otherwise it is allocated here.
+      Tensor* full = nullptr;
+      if (o.device_params) {
+        auto it = o.device_params->find(&p);
+        if (it != o.device_params->end()) full = &it->second;
+      }
+      ignored_params_.push_back(std::make_unique<IgnoredParam>(b_, p, full));
+      if (full) o.device_params->erase(&p);
     });
   // NOTE [reshard_after_forward defaults]: unset means False for the root and True for
   // every other module (newer FSDP2); an int N reshards to N-rank groups after forward,

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/fsdp/fsdp_param_group.h"
+#include "core/fsdp/ignored_param.h"
 #include "core/mesh/mesh_info.h"
 #include "core/model/autograd.h"
 
@@ -51,6 +52,10 @@ class FSDPRuntime : public ModuleHooks {
   FSDPState* state_of(const Module& m);
   const std::vector<std::unique_ptr<FSDPState>>& states() const { return states_; }
   CommContext& comm() { return comm_; }
+  // The parameters the calls ignored (FullyShardOptions::ignored_params), in call order.
+  const std::vector<std::unique_ptr<IgnoredParam>>& ignored_params() const {
+    return ignored_params_;
+  }
 
   // ModuleHooks
   Value pre_forward(ExecContext& c, Module& m, Value x) override;
@@ -87,6 +92,7 @@ class FSDPRuntime : public ModuleHooks {
   MeshInfo mesh_;
   CommContext comm_;
   std::vector<std::unique_ptr<FSDPState>> states_;  // in fully_shard call order
+  std::vector<std::unique_ptr<IgnoredParam>> ignored_params_;
   std::map<const Module*, FSDPState*> by_module_;
   std::vector<FSDPState*> all_states_;  // root first, then pre-order (lazy init order)
   bool lazy_inited_ = false;

@@ -9,7 +9,8 @@ namespace fullshard {
 // breakdown reads the same as one from torch.distributed._tools.fsdp2_mem_tracker.
 enum class MemCategory : uint8_t {
   kShardedParam,    // padded sharded parameter storage (FSDPParam._sharded_param_data)
-  kUnshardedParam,  // per-parameter all-gather outputs (unsharded storage) + post-forward shards
+  kUnshardedParam,  // per-parameter all-gather outputs (unsharded storage) + post-forward shards,
+                    // and parameters FSDP ignores (whole on every rank: ignored_param.h)
   kShardedGrad,     // reduce-scatter outputs kept as sharded .grad
   kUnshardedGrad,   // .grad of unsharded params during backward / accumulation
   kOptimizerState,  // AdamW exp_avg / exp_avg_sq

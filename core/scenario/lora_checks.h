@@ -7,5 +7,8 @@
 namespace fullshard {
 
 void check_frozen(const Scenario& s);
+// fsdp.ignored_params (NOTE [What ignored parameters compose with] in scenario_ignored.cc);
+// check_frozen runs it first.
+void check_ignored_params(const Scenario& s);
 
 }  // namespace fullshard

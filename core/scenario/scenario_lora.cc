@@ -109,6 +109,7 @@ void check_orig_dtype(const Scenario& s) {
 void check_frozen(const Scenario& s) {
   namespace jr = json_reader;
   check_orig_dtype(s);
+  check_ignored_params(s);
   const bool lora = s.model.lora.enabled();
   const auto& t = s.training;
   if (!lora && t.frozen.empty()) {

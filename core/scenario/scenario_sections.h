@@ -64,5 +64,7 @@ void check_model_init(const Scenario& s);
 LoraConfig parse_lora(const nlohmann::json& v, const ModelConfig& model);
 std::vector<std::string> parse_frozen(const nlohmann::json& v);
 std::optional<DType> parse_frozen_dtype(const nlohmann::json& v);
+// fsdp.ignored_params (scenario_ignored.cc); check_ignored_params is public (lora_checks.h).
+std::vector<std::string> parse_ignored_params(const nlohmann::json& v);
 
 }  // namespace fullshard::scenario_detail

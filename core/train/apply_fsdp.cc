@@ -6,6 +6,7 @@
 
 #include "core/common/error.h"
 #include "core/mesh/expert_mesh.h"
+#include "core/model/lora.h"
 
 namespace fullshard {
 namespace {
@@ -110,6 +111,13 @@ void apply_fsdp(const Scenario& s, Transformer& model, FSDPRuntime& fsdp, bool p
   o.cpu_offload = s.fsdp.cpu_offload;
   o.pin_memory = s.fsdp.pin_memory;
   o.device_params = device_params;
+  // fsdp.ignored_params: one set passed to every call, as a script passes its ignored_params to
+  // each fully_shard (NOTE [Ignored parameters] in core/fsdp/ignored_param.h).
+  if (!s.fsdp.ignored_params.empty())
+    model.root().for_each_param([&](Param& p) {
+      for (const std::string& pat : s.fsdp.ignored_params)
+        if (fnmatch_fqn(pat, p.fqn)) o.ignored_params.insert(&p);
+    });
   std::vector<FSDPState*> block_states;
   // Per-unit reshard_after_forward (fsdp.per_unit, NOTE [Per-unit options] in scenario_fsdp.cc).
   auto unit_options = [&](const std::string& unit) {

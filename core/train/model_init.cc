@@ -1,9 +1,12 @@
 #include "core/train/model_init.h"
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "core/common/error.h"
 #include "core/fsdp/fsdp_param.h"
+#include "core/fsdp/ignored_param.h"
 #include "core/fsdp/shard_layout.h"
 #include "core/model/ops.h"
 
@@ -21,7 +24,10 @@ namespace fullshard {
 //   tensor on every rank (rank 0's copied from its host state dict, here filled as the model's
 //   init would), dist.broadcast from rank 0 over the default group, _distribute_tensors' copy
 //   of this rank's rows into the shard, the full tensor freed: a transient of the largest
-//   parameter. Rank 0's host copy of the state dict is not modelled.
+//   parameter. Rank 0's host copy of the state dict is not modelled. An ignored parameter
+//   (NOTE [Ignored parameters]) is no DTensor: _broadcast_tensors puts the broadcast tensor
+//   itself in the local state dict, which keeps it until load_state_dict copies it into the
+//   parameter after every broadcast, so those full tensors are freed together at the end.
 // Every mode leaves the same values in the shards (NOTE [Sharding-independent init]).
 
 DeviceParams build_on_device(Backend& b, Module& root) {
@@ -40,9 +46,12 @@ DeviceParams build_on_device(Backend& b, Module& root) {
 }
 
 void load_full_state_from_rank0(Backend& b, Module& root, const ProcessGroup& world) {
+  std::vector<std::pair<IgnoredParam*, Tensor>> pending;  // ignored parameters' full tensors
   root.for_each_param([&](Param& p) {
     auto* fp = dynamic_cast<FSDPParam*>(p.binding);
-    FULLSHARD_CHECK(fp && fp->shard_dim() == 0, p.fqn + " is not a Shard(0) FSDP parameter");
+    auto* ignored = dynamic_cast<IgnoredParam*>(p.binding);
+    FULLSHARD_CHECK((fp && fp->shard_dim() == 0) || ignored,
+                    p.fqn + " is neither a Shard(0) FSDP parameter nor an ignored one");
     const int64_t n = fullshard::numel(p.shape);
     const int64_t d0 = p.shape.empty() ? 1 : p.shape[0];
     Tensor full = Tensor::empty(b, TensorMeta{p.dtype, {n}}, MemCategory::kUnshardedParam,
@@ -55,6 +64,10 @@ void load_full_state_from_rank0(Backend& b, Module& root, const ProcessGroup& wo
     c.input = c.output = full.ref();
     c.root = 0;
     b.collective(StreamRole::kDefault, c, world);
+    if (ignored) {  // a plain tensor: the state dict holds the broadcast tensor itself
+      pending.emplace_back(ignored, std::move(full));
+      return;
+    }
     const int world_size = fp->shard_world();
     const int rank = fp->shard_rank();
     const int64_t rows = shard_rows(d0, world_size, rank);
@@ -68,6 +81,9 @@ void load_full_state_from_rank0(Backend& b, Module& root, const ProcessGroup& wo
                    full.view(TensorMeta{p.dtype, {k}}, from),
                    p.fqn + " shard copy from the full state");
   });
+  for (auto& [ignored, full] : pending)  // model.load_state_dict's param.copy_(input_param)
+    ops::copy_into(b, StreamRole::kDefault, ignored->data(), full,
+                   ignored->param().fqn + " copy from the full state");
 }
 
 }  // namespace fullshard

@@ -78,6 +78,19 @@ lora orig-dtype "training.orig_dtype" '' ', "orig_dtype": "fp16"' ''
 lora orig-dtype-compile "training.orig_dtype: is \"bf16\" with model.implementation.compile" ', "implementation": {"compile": true}' ', "orig_dtype": "bf16"' ''
 lora orig-dtype-float8 "training.orig_dtype: is \"bf16\" with training.float8" '' ', "orig_dtype": "bf16", "float8": {"recipe": "tensorwise"}' ''
 lora orig-dtype-frozen "training.frozen_dtype: is \"fp32\" but fsdp.mixed_precision.param_dtype is bf16" '' ', "orig_dtype": "bf16", "frozen": ["output.weight"], "frozen_dtype": "fp32"' ''
+# fsdp.ignored_params (NOTE [What ignored parameters compose with] in scenario_ignored.cc).
+lora ignored-nomatch "fsdp.ignored_params[0]" '' ', "frozen": ["output.weight"], "frozen_dtype": "bf16"' ', "ignored_params": ["output.weigth"]'
+lora ignored-all "fsdp.ignored_params: ignores every parameter" '' '' ', "ignored_params": ["*"]'
+lora ignored-type "fsdp.ignored_params: is \"output.weight\" (a string), not a list" '' '' ', "ignored_params": "output.weight"'
+lora ignored-trainable "a trainable parameter" '' '' ', "ignored_params": ["output.weight"]'
+lora ignored-dtype "F.linear refuses mixed dtypes" '' ', "frozen": ["output.weight"]' ', "ignored_params": ["output.weight"]'
+lora ignored-compile "fsdp.ignored_params: is set with model.implementation.compile" ', "implementation": {"compile": true}' ', "frozen": ["output.weight"], "frozen_dtype": "bf16"' ', "ignored_params": ["output.weight"]'
+cat > "$tmp/ignored.json" <<'J'
+{"model": "tiny-llama", "training": {"seq_len": 8, "frozen": ["output.weight"]}, "fsdp": {"mesh": {"shape": [2]}, "ignored_params": ["output.weight"]}, "hardware": {"profile": "cpu", "gpus_per_node": 2}}
+J
+expect ignored-checkpoint "--checkpoint-every: is given with fsdp.ignored_params" -- train "$tmp/ignored.json" --checkpoint-every 1 --checkpoint-dir "$tmp/ckpt"
+sed 's/"shape": \[2\]}/"shape": [1, 2], "dim_names": ["shard", "tp"]}/' "$tmp/ignored.json" > "$tmp/ignored-tp.json"
+expect ignored-tp "fsdp.ignored_params: is set with a tp mesh dim" -- simulate "$tmp/ignored-tp.json"
 cat > "$tmp/orig-tp.json" <<'J'
 {"model": "tiny-llama", "training": {"seq_len": 8, "orig_dtype": "bf16"}, "fsdp": {"mesh": {"shape": [1, 2], "dim_names": ["shard", "tp"]}}, "hardware": {"profile": "cpu", "gpus_per_node": 2}}
 J
