@@ -1,5 +1,8 @@
 #include "core/runtime/moe_args.h"
 
+#include <string>
+#include <vector>
+
 #include "core/common/error.h"
 #include "core/runtime/op_args.h"
 
@@ -8,6 +11,17 @@ namespace {
 
 bool is_floating(DType d) {
   return d == DType::kFloat32 || d == DType::kBFloat16 || d == DType::kFloat16;
+}
+
+// The operands a kind reads as numbers are floating: checked here once, so neither backend's
+// kernels (backends/cpu/kernels/moe_*.cc, backends/cuda/kernels/moe_plan.cc) repeat it.
+void expect_floating(const OpCall& op, const std::vector<TensorRef>& refs, const char* what,
+                     std::initializer_list<size_t> which) {
+  for (size_t i : which)
+    FULLSHARD_CHECK(is_floating(refs[i].meta.dtype),
+                    op_where(op) + what + " " + std::to_string(i) +
+                        " must be fp32, bf16 or fp16, got " +
+                        std::string(dtype_name(refs[i].meta.dtype)));
 }
 
 }  // namespace
@@ -26,29 +40,35 @@ RouterArgs RouterArgs::decode(const OpCall& op) {
     case OpKind::kSoftmax:
     case OpKind::kSigmoid:
       want(x.numel() == ne && y.numel() == ne, "expects [N, E] in and out");
+      expect_floating(op, op.inputs, "input", {0});
       break;
     case OpKind::kSoftmaxBackward:
     case OpKind::kSigmoidBackward:
       want(x.numel() == ne && op.inputs[1].meta.numel() == ne && y.numel() == ne,
            "expects (g, y) and out [N, E]");
+      expect_floating(op, op.inputs, "input", {0, 1});
       break;
     case OpKind::kTopK:
       want(x.numel() == ne && y.numel() == nk && op.outputs[1].meta.numel() == nk &&
                op.outputs[1].meta.dtype == DType::kInt64,
            "expects scores [N, E] -> (values [N, K], int64 indices [N, K])");
+      expect_floating(op, op.inputs, "input", {0});
       break;
     case OpKind::kTopKBackward:
       want(x.numel() == nk && op.inputs[1].meta.dtype == DType::kInt64 && y.numel() == ne,
            "expects (g [N, K], int64 indices [N, K]) -> [N, E]");
+      expect_floating(op, op.inputs, "input", {0});
       break;
     case OpKind::kRouteNorm:
       want(x.numel() == nk && y.numel() == nk && op.outputs[1].meta.numel() == a.tokens,
            "expects s [N, K] -> (out [N, K], denominator [N])");
+      expect_floating(op, op.inputs, "input", {0});
       break;
     case OpKind::kRouteNormBackward:
       want(x.numel() == nk && op.inputs[1].meta.numel() == nk &&
                op.inputs[2].meta.numel() == a.tokens && y.numel() == nk,
            "expects (g [N, K], s [N, K], denominator [N]) -> [N, K]");
+      expect_floating(op, op.inputs, "input", {0, 1, 2});
       break;
     case OpKind::kHistogram:
       want(x.numel() == nk && x.dtype == DType::kInt64 && y.numel() == a.experts,
@@ -59,6 +79,7 @@ RouterArgs RouterArgs::decode(const OpCall& op) {
       want(x.numel() == nk && a.top_k >= 1 && v.numel() % nk == 0 &&
                y.numel() == v.numel() / a.top_k,
            "expects (w [N, K], y [N, K, D]) -> [N, D]");
+      expect_floating(op, op.inputs, "input", {0, 1});
       break;
     }
     case OpKind::kWeightedSumBackward: {
@@ -67,6 +88,7 @@ RouterArgs RouterArgs::decode(const OpCall& op) {
       want(w.numel() == nk && a.top_k >= 1 && x.numel() * a.top_k == v.numel() && y.numel() == nk &&
                op.outputs[1].meta.numel() == v.numel(),
            "expects (g [N, D], w [N, K], y [N, K, D]) -> (g_w, g_y)");
+      expect_floating(op, op.inputs, "input", {0, 1, 2});
       break;
     }
     default: want(false, "is not a router op");
@@ -97,6 +119,7 @@ RowIndexArgs RowIndexArgs::decode(const OpCall& op) {
       want(is_index(idx.dtype) && x.numel() == a.rows * a.width &&
                y.numel() == idx.numel() * a.width,
            "expects (x [rows, width], index [M]) -> [M, width]");
+      want(x.dtype == y.dtype, "copies rows bit for bit, but its input and output dtypes differ");
       break;
     }
     case OpKind::kScatterRows:
@@ -105,11 +128,16 @@ RowIndexArgs RowIndexArgs::decode(const OpCall& op) {
       want(is_index(idx.dtype) && x.numel() == idx.numel() * a.width &&
                y.numel() == a.rows * a.width,
            "expects (src [M, width], index [M]) -> [rows, width]");
+      if (op.kind == OpKind::kScatterRows)
+        want(x.dtype == y.dtype, "copies rows bit for bit, but its input and output dtypes differ");
+      else
+        expect_floating(op, op.inputs, "input", {0}), expect_floating(op, op.outputs, "output", {0});
       break;
     }
     case OpKind::kPadRow:
       want(x.numel() == a.rows * a.width && y.numel() == (a.rows + 1) * a.width,
            "expects x [rows, width] -> [rows + 1, width]");
+      want(x.dtype == y.dtype, "copies rows bit for bit, but its input and output dtypes differ");
       break;
     default: want(false, "is not a row-index op");
   }
@@ -134,6 +162,7 @@ PermuteIndicesArgs PermuteIndicesArgs::decode(const OpCall& op) {
       op_where(op) +
           "expects counts [ranks * E] -> (int64 permutation [padded_rows], int64 "
           "offsets [E])");
+  expect_floating(op, op.inputs, "input", {0});
   return a;
 }
 
@@ -161,6 +190,8 @@ GroupedMmArgs GroupedMmArgs::decode(const OpCall& op) {
     default: ok = false;
   }
   FULLSHARD_CHECK(ok, op_where(op) + "operand sizes do not match {rows, k, n, experts}");
+  expect_floating(op, op.inputs, "input", {0, 1});
+  expect_floating(op, op.outputs, "output", {0});
   return a;
 }
 

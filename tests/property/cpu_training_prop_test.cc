@@ -347,14 +347,16 @@ RC_GTEST_PROP(RealTraining, ShardedEqualsUnsharded, ()) {
   // sum once, so a gradient element that is a near-cancelling sum of partials differs by up to 2^-8
   // of its partials, not of itself. With eps 1e-6 Adam's first steps are lr x sign(g), so such
   // noise moves a parameter by a whole lr either way: the bf16 draws use eps 0.1 and lr 1e-2, where
-  // the update is about 0.1 x g and the noise about 4e-4 x |partial| per step. Parameters are
-  // compared to 2e-4 plus two bf16 ulps (2^-7 relative; the update is rounded to bf16, so a
-  // parameter may land on the neighbouring value), losses to 2e-3. 100 cases pass on seeds 1, 2, 3
-  // and CI's.
+  // a step moves a parameter by at most about lr x g / eps and its noise by lr x 2^-8 x |partial| /
+  // eps. A tensor's partials have one scale (one activation scale feeds them), so that noise is a
+  // small fraction of the tensor's largest movement, while a lost, doubled or misplaced shard
+  // gradient moves elements by their whole update. Parameters are compared to 2e-4, plus two bf16
+  // ulps (2^-7 relative: the update is rounded to bf16, so a parameter may land on the
+  // neighbouring value), plus 10% of their tensor's largest movement; losses to 2e-3.
   if (j["training"].value("orig_dtype", std::string("fp32")) == "bf16") {
     j["training"]["optimizer"]["lr"] = 1e-2;
     j["training"]["optimizer"]["eps"] = 0.1;
-    sharded_equals_unsharded(j, unsharded(j), {2e-4, 1.0 / 128, 2e-3});
+    sharded_equals_unsharded(j, unsharded(j), {2e-4, 1.0 / 128, 2e-3, 0.1});
   } else {
     sharded_equals_unsharded(j, unsharded(j));
   }

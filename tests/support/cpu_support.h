@@ -161,11 +161,15 @@ inline RealRun run_real(const Scenario& s, int steps = -1, const runner::RankOpt
 }
 
 // Largest |a - b| / (atol + rtol |b|) over every element of every parameter (<= 1 passes).
+// `slack`: per parameter, an amount added to atol (absent: none).
 inline double max_violation(const RealRun& a, const RealRun& b, double atol, double rtol,
-                            std::string* where) {
+                            std::string* where,
+                            const std::map<std::string, double>* slack = nullptr) {
   double worst = 0;
   for (auto& [fqn, va] : a.params) {
     const auto& vb = b.params.at(fqn);
+    const auto extra = slack ? slack->find(fqn) : std::map<std::string, double>::const_iterator{};
+    const double tol_abs = atol + (slack && extra != slack->end() ? extra->second : 0.0);
     if (va.size() != vb.size()) {
       if (where)
         *where =
@@ -174,7 +178,8 @@ inline double max_violation(const RealRun& a, const RealRun& b, double atol, dou
     }
     for (size_t i = 0; i < va.size(); ++i) {
       const double diff = std::abs(static_cast<double>(va[i]) - vb[i]);
-      double v = diff == 0 ? 0.0 : diff / (atol + rtol * std::abs(static_cast<double>(vb[i])));
+      double v =
+          diff == 0 ? 0.0 : diff / (tol_abs + rtol * std::abs(static_cast<double>(vb[i])));
       if (!(v <= worst)) {
         worst = std::isnan(v) ? 1e30 : v;
         if (where)

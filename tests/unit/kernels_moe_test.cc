@@ -414,3 +414,28 @@ TEST(KernelsMoe, BadIndicesAreInternalErrors) {
   c.set(0, 3), c.set(1, 1);  // 4 routed rows where 2 were recorded
   EXPECT_THROW(run(OpKind::kPermuteIndices, {&c}, {&perm, &po}, {2, 2, 1}), InternalError);
 }
+
+// The operand dtypes are core's checks (core/runtime/moe_args.cc): the CPU kernels reach them
+// through the same decode the CUDA plans call (tests/gpu/cuda_moe_plan_test.cc), one message.
+TEST(KernelsMoe, CoreDecodeRefusesIntegerScoresAndMixedRowDtypes) {
+  auto message = [](OpKind k, std::vector<HT*> in, std::vector<HT*> out,
+                    std::vector<int64_t> iargs) {
+    try {
+      run(k, std::move(in), std::move(out), std::move(iargs));
+    } catch (const InternalError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  HT scores(DType::kInt64, {3, 4}), probs(DType::kFloat32, {3, 4});
+  const std::string soft = message(OpKind::kSoftmax, {&scores}, {&probs}, {3, 4, 0});
+  EXPECT_NE(soft.find("input 0 must be fp32, bf16 or fp16, got int64"), std::string::npos) << soft;
+  HT x(DType::kFloat32, {3, 2}), y(DType::kBFloat16, {2, 2});
+  HT idx = index_tensor({0, 2});
+  const std::string gather = message(OpKind::kGatherRows, {&x, &idx}, {&y}, {3, 2, 1});
+  EXPECT_NE(gather.find("input and output dtypes differ"), std::string::npos) << gather;
+  HT a(DType::kFloat32, {3, 2}), w(DType::kInt64, {2, 2, 2}), o(DType::kFloat32, {3, 2});
+  HT offs = index_tensor({1, 3});
+  const std::string mm = message(OpKind::kGroupedMM, {&a, &w, &offs}, {&o}, {3, 2, 2, 2, 3});
+  EXPECT_NE(mm.find("input 1 must be fp32"), std::string::npos) << mm;
+}

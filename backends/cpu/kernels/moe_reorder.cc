@@ -51,7 +51,6 @@ void moe_floor_divide(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 // y = x[index] over rows of `width` elements (a bit copy: x and y share a dtype).
 void moe_gather_rows(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   const RowIndexArgs a = RowIndexArgs::decode(op);
-  FULLSHARD_CHECK(in_meta(op, 0).dtype == out_meta(op, 0).dtype, where(op) + "dtypes differ");
   const size_t row_bytes = static_cast<size_t>(a.width) * dtype_size(out_meta(op, 0).dtype);
   const int64_t m = in_meta(op, 1).numel();
   const int64_t* index = static_cast<const int64_t*>(in[1]);
@@ -64,7 +63,6 @@ void moe_gather_rows(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 // out = zeros [rows, width]; out[index] = src (a later row wins where indices repeat).
 void moe_scatter_rows(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   const RowIndexArgs a = RowIndexArgs::decode(op);
-  FULLSHARD_CHECK(in_meta(op, 0).dtype == out_meta(op, 0).dtype, where(op) + "dtypes differ");
   const size_t row_bytes = static_cast<size_t>(a.width) * dtype_size(out_meta(op, 0).dtype);
   const int64_t m = in_meta(op, 1).numel();
   const int64_t* index = static_cast<const int64_t*>(in[1]);
@@ -95,7 +93,6 @@ void moe_index_add_rows(const OpCall& op, const Ptrs& in, const Ptrs& out) {
 // torch.vstack((x, x.new_zeros(width))): x's rows, then one zero row.
 void moe_pad_row(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   const RowIndexArgs a = RowIndexArgs::decode(op);
-  FULLSHARD_CHECK(in_meta(op, 0).dtype == out_meta(op, 0).dtype, where(op) + "dtypes differ");
   const size_t row_bytes = static_cast<size_t>(a.width) * dtype_size(out_meta(op, 0).dtype);
   char* y = static_cast<char*>(out[0]);
   if (a.rows > 0) std::memcpy(y, in[0], static_cast<size_t>(a.rows) * row_bytes);
