@@ -50,8 +50,9 @@ Value feed_forward(ExecContext& c, Module& ff, Value x) {
 
 // A replayed call must be one of this model's: E counts per rank, this rank's summing to its
 // routed tokens (N top_k); otherwise the record is of another scenario.
-// With a capacity factor the counts are what the experts kept: at most `capacity` each, summing
-// to at most N top_k (NOTE [Capacity factor] in moe_routing.h).
+// With a capacity factor the counts are what the experts kept: this rank's at most `capacity`
+// each (a peer's capacity follows its own batch), summing to at most N top_k (NOTE [Capacity
+// factor] in moe_routing.h).
 void check_recorded_call(const std::vector<std::vector<int64_t>>& h, int self, int64_t experts,
                          int64_t routed, int64_t capacity, bool drops, const std::string& layer) {
   for (const auto& counts : h) {
@@ -62,8 +63,8 @@ void check_recorded_call(const std::vector<std::vector<int64_t>>& h, int self, i
       over = over || t > capacity;
     }
     const bool mine = &counts == &h[static_cast<size_t>(self)];
-    if (static_cast<int64_t>(counts.size()) != experts || over ||
-        (mine && (drops ? sum > routed : sum != routed)))
+    if (static_cast<int64_t>(counts.size()) != experts ||
+        (mine && (over || (drops ? sum > routed : sum != routed))))
       throw InputError("training.moe_routing.recorded",
                        fmt::format("routes {} tokens over {} experts at {}, where this scenario "
                                    "routes {} over {}",
