@@ -128,8 +128,11 @@ TEST(MoeCapacity, SimulatorDropsTheOverflowAndBoundsTheWorstPeak) {
   EXPECT_LE(r.classes.at(0).peak_allocated_bytes, worst_capped->peak_allocated_bytes);
   // ep 1: every MoE buffer keeps its static shape; only the grouped GEMMs' rows fall.
   const auto one = recorded_ops::record(parse_scenario(tiny_moe(1, {{"capacity_factor", 1.0}}, hot)));
-  for (const OpCall& op : one)
-    if (op.kind == OpKind::kGroupedMM) EXPECT_EQ(GroupedMmArgs::decode(op).computed_rows, 104);
+  for (const OpCall& op : one) {
+    if (op.kind == OpKind::kGroupedMM) {
+      EXPECT_EQ(GroupedMmArgs::decode(op).computed_rows, 104);
+    }
+  }
 }
 
 TEST(MoeCapacity, OneLineErrorsNameTheField) {
