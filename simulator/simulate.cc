@@ -69,7 +69,7 @@ std::vector<std::vector<int>> rank_classes(const Scenario& s) {
     if (ep > 1) {
       const int64_t local = moe.num_experts / ep, efsdp = w / ep;
       const EpRouting er =
-          ep_routing(assumed_tokens_per_expert(moe, s.training.batch_for(r) * s.training.seq_len),
+          ep_routing(assumed_tokens_per_expert(moe, s.training.batch_for(r) * s.training.seq_len, ep),
                      ep, idx % ep);
       key[k++] = efsdp * ep > moe.num_experts ? 0 : shard_rows(local, efsdp, idx / ep);
       key[k++] = er.recv_rows[0];

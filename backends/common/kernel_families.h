@@ -20,6 +20,7 @@ inline bool is_moe_kind(OpKind kind) {
     case OpKind::kRouteNorm:
     case OpKind::kRouteNormBackward:
     case OpKind::kHistogram:
+    case OpKind::kExpertCapacity:
     case OpKind::kWeightedSum:
     case OpKind::kWeightedSumBackward:
     case OpKind::kArgsort:

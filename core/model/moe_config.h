@@ -15,6 +15,11 @@ enum class MoeScoreFunc : uint8_t { kSoftmax, kSigmoid };
 // (torchtitan load_balance_coeff: a float32 [experts] buffer added to the scores for top-k).
 enum class MoeLoadBalance : uint8_t { kNone, kAuxLoss, kExpertBias };
 
+// Which of an expert's routed tokens past its capacity are dropped (NOTE [Capacity factor] in
+// moe_routing.h; Megatron-LM's moe_token_drop_policy): the lowest routing scores, or the last
+// tokens of the batch.
+enum class MoeDropPolicy : uint8_t { kProbs, kPosition };
+
 struct MoeConfig {
   int64_t num_experts = 0;          // routed experts per MoE layer; 0: dense model
   int64_t top_k = 0;                // experts each token is routed to
@@ -39,6 +44,12 @@ struct MoeConfig {
   // torchtitan's TOKEN_GROUP_ALIGN_SIZE_M (torchtitan/models/moe/utils.py): each expert's token
   // group is padded to a multiple of this for the grouped GEMM (8 bf16, 16 fp8, 32 mxfp8).
   int64_t token_group_align = 8;
+  // Token dropping (scenario model.moe.capacity_factor, NOTE [Capacity factor] in
+  // moe_routing.h): each expert takes at most ceil(N K / E x capacity_factor) of a rank's N
+  // tokens per call, the rest of its tokens are dropped by drop_policy. 0: dropless, as
+  // torchtitan routes.
+  double capacity_factor = 0;
+  MoeDropPolicy drop_policy = MoeDropPolicy::kProbs;
   // The routing the recorded program assumes (scenario training.moe_routing, NOTE [MoE routing
   // assumption] in moe_routing.h): the hottest expert gets this times its balanced share.
   double hot_expert_factor = 1.0;
@@ -48,6 +59,7 @@ struct MoeConfig {
   std::vector<double> expert_load;
 
   bool enabled() const { return num_experts > 0; }
+  bool drops_tokens() const { return capacity_factor > 0; }
   bool is_moe_layer(int64_t layer) const;
   int64_t moe_layer_count(int64_t n_layers) const;
 };

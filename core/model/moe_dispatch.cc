@@ -9,9 +9,11 @@
 
 namespace fullshard {
 
-int64_t max_receive_rows(int64_t tokens, int64_t top_k, int64_t experts, int ep) {
+int64_t max_receive_rows(int64_t tokens, int64_t top_k, int64_t experts, int ep,
+                         int64_t capacity) {
   FULLSHARD_CHECK(ep >= 1 && experts % ep == 0, "max_receive_rows: ep must divide the experts");
-  return ep * tokens * std::min(top_k, experts / ep);
+  const int64_t local = experts / ep;
+  return ep * std::min(tokens * std::min(top_k, local), local * std::min(capacity, tokens));
 }
 
 }  // namespace fullshard

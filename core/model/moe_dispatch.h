@@ -30,8 +30,11 @@ struct ExpertParallel {
 };
 
 // The most rows an ep rank can receive: each of the ep members' `tokens` picks `top_k` distinct
-// experts, at most min(top_k, experts / ep) of them on this rank.
-int64_t max_receive_rows(int64_t tokens, int64_t top_k, int64_t experts, int ep);
+// experts, at most min(top_k, experts / ep) of them on this rank, and each of its experts keeps
+// at most `capacity` of a member's tokens (NOTE [Capacity factor] in moe_routing.h; dropless:
+// `tokens`).
+int64_t max_receive_rows(int64_t tokens, int64_t top_k, int64_t experts, int ep,
+                         int64_t capacity);
 
 namespace ops::moe {
 

@@ -50,13 +50,21 @@ Value feed_forward(ExecContext& c, Module& ff, Value x) {
 
 // A replayed call must be one of this model's: E counts per rank, this rank's summing to its
 // routed tokens (N top_k); otherwise the record is of another scenario.
+// With a capacity factor the counts are what the experts kept: this rank's at most `capacity`
+// each (a peer's capacity follows its own batch), summing to at most N top_k (NOTE [Capacity
+// factor] in moe_routing.h).
 void check_recorded_call(const std::vector<std::vector<int64_t>>& h, int self, int64_t experts,
-                         int64_t routed, const std::string& layer) {
+                         int64_t routed, int64_t capacity, bool drops, const std::string& layer) {
   for (const auto& counts : h) {
     int64_t sum = 0;
-    for (int64_t t : counts) sum += t;
+    bool over = false;
+    for (int64_t t : counts) {
+      sum += t;
+      over = over || t > capacity;
+    }
     const bool mine = &counts == &h[static_cast<size_t>(self)];
-    if (static_cast<int64_t>(counts.size()) != experts || (mine && sum != routed))
+    if (static_cast<int64_t>(counts.size()) != experts ||
+        (mine && (over || (drops ? sum > routed : sum != routed))))
       throw InputError("training.moe_routing.recorded",
                        fmt::format("routes {} tokens over {} experts at {}, where this scenario "
                                    "routes {} over {}",
@@ -117,17 +125,23 @@ Value moe_forward(ExecContext& c, Module& moe, Value x, const ModelConfig& cfg,
   if (m.route_norm) top_scores = ops::moe::route_norm(c, std::move(top_scores), n + ".router.norm");
   top_scores = ops::moe::scale(c, std::move(top_scores), m.route_scale, n + ".router.scale");
   ops::moe::histogram(c, selected, E, n + ".router.histc");  // into tokens_per_expert, freed
+  // Token dropping (NOTE [Capacity factor] in moe_routing.h): a dropped slot points at expert E.
+  const int64_t capacity = expert_capacity(m, N);
+  const Tensor routed_to =
+      m.drops_tokens() ? ops::moe::drop_over_capacity(c, top_scores.t, selected, E, capacity,
+                                                      m.drop_policy, n + ".router.capacity")
+                       : selected;
 
   // ---- reorderer
-  const Tensor counts = ops::moe::histogram(c, selected, E, n + ".reorderer.histc");
+  const Tensor counts = ops::moe::histogram(c, routed_to, E, n + ".reorderer.histc");
   // A real run keeps what the router chose; the simulator replays it (NOTE [Recorded routing]
   // in core/model/moe_routing_record.h).
-  std::vector<int64_t> tokens_per_expert = assumed_tokens_per_expert(m, N);
+  std::vector<int64_t> tokens_per_expert = assumed_tokens_per_expert(m, N, ep.degree);
   EpRouting epr;
   if (ep.routing && ep.routing->replaying()) {
     const std::vector<std::vector<int64_t>> h =
         ep.routing->next(ep.enabled() ? ep.group.ranks : std::vector<int>{c.backend().rank()});
-    check_recorded_call(h, ep.enabled() ? ep.index : 0, E, N * K, n);
+    check_recorded_call(h, ep.enabled() ? ep.index : 0, E, N * K, capacity, m.drops_tokens(), n);
     tokens_per_expert = h[static_cast<size_t>(ep.enabled() ? ep.index : 0)];
     epr = ep_routing(ep.enabled() ? h : std::vector<std::vector<int64_t>>{tokens_per_expert},
                      ep.enabled() ? ep.index : 0);
@@ -138,7 +152,7 @@ Value moe_forward(ExecContext& c, Module& moe, Value x, const ModelConfig& cfg,
     }
     epr = ep_routing(tokens_per_expert, ep.degree, ep.index);
   }
-  const Tensor order = ops::moe::argsort(c, selected, n + ".reorderer.argsort");
+  const Tensor order = ops::moe::argsort(c, routed_to, n + ".reorderer.argsort");
   const Tensor flat_scores = top_scores.t.view({top_scores.t.dtype(), {N * K, 1}});
   const Tensor sorted_scores =  // top_scores_experts_sorted: unused when scoring after
       ops::moe::gather_rows(c, Value{flat_scores, 0}, order, n + ".reorderer.scores").t;
@@ -169,9 +183,12 @@ Value moe_forward(ExecContext& c, Module& moe, Value x, const ModelConfig& cfg,
         for (size_t i = 0; i < g.size(); ++i) local[i % local.size()] += g[i];
         computed = grouped_rows(local, align);
       }
-      int64_t received = 0;
+      int64_t received = 0, kept = 0;
       for (int64_t r : recv_rows) received += r;
-      rows = ep.max_receive ? max_receive_rows(N, K, E, ep.degree) : received;
+      for (int64_t r : send_rows) kept += r;
+      // The kept slots lead routed_input (a dropped one sorts last): routed_input[:kept] is sent.
+      if (m.drops_tokens()) v = ops::moe::slice_rows(ec, std::move(v), kept, ex.fqn + ".kept");
+      rows = ep.max_receive ? max_receive_rows(N, K, E, ep.degree, capacity) : received;
       v = ops::moe::all_to_all(ec, std::move(v), send_rows, recv_rows, rows, ep.group,
                                ex.fqn + ".dispatch");
       groups = E / ep.degree;
@@ -194,7 +211,9 @@ Value moe_forward(ExecContext& c, Module& moe, Value x, const ModelConfig& cfg,
     Value sliced = ops::moe::slice_rows(ec, std::move(unpermuted), rows, ex.fqn + ".slice");
     if (!ep.enabled()) return sliced;
     perm = {};
-    return ops::moe::all_to_all(ec, std::move(sliced), recv_rows, send_rows, routed, ep.group,
+    int64_t sent = 0;  // routed, or the kept rows when dropping
+    for (int64_t r : send_rows) sent += r;
+    return ops::moe::all_to_all(ec, std::move(sliced), recv_rows, send_rows, sent, ep.group,
                                 ex.fqn + ".combine");  // _token_combine
   });
 
@@ -205,7 +224,12 @@ Value moe_forward(ExecContext& c, Module& moe, Value x, const ModelConfig& cfg,
     shared = c.call_module(
         se, xf, [&se](ExecContext& sc, Value v) { return feed_forward(sc, se, std::move(v)); });
   }
-  Value unsorted = ops::moe::scatter_rows(c, routed_output, order, routed, n + ".unsort");
+  // With ep > 1 and dropping, routed_output holds the kept rows only: out[order[:kept]] = them,
+  // the dropped slots' rows stay zero (NOTE [Capacity factor]).
+  const int64_t out_rows = routed_output.t.numel() / D;
+  const Tensor unsort_index =
+      out_rows == routed ? order : order.view({DType::kInt64, {out_rows}});
+  Value unsorted = ops::moe::scatter_rows(c, routed_output, unsort_index, routed, n + ".unsort");
   unsorted.t = unsorted.t.view({unsorted.t.dtype(), {N, K, D}});  // alive to the end
   Value uf = ops::to_dtype(c, unsorted, DType::kFloat32, n + ".unsorted.float");
   Value combined = ops::moe::weighted_sum(c, top_scores, std::move(uf), n + ".combine");

@@ -129,6 +129,18 @@ Tensor histogram(ExecContext& c, const Tensor& indices, int64_t experts, const s
   return counts;
 }
 
+Tensor drop_over_capacity(ExecContext& c, const Tensor& scores, const Tensor& indices,
+                          int64_t experts, int64_t capacity, MoeDropPolicy policy,
+                          const std::string& name) {
+  const int64_t K = last_dim(indices), N = indices.numel() / K;
+  Tensor kept = c.empty(indices.meta(), MemCategory::kActivation, name);
+  OpCall op = make_op(OpKind::kExpertCapacity, name, {scores.ref(), indices.ref()}, {kept.ref()},
+                      static_cast<double>(N * K));
+  CapacityArgs{N, experts, K, capacity, policy == MoeDropPolicy::kPosition ? 1 : 0}.encode(op);
+  c.launch(op);
+  return kept;
+}
+
 Tensor argsort(ExecContext& c, const Tensor& indices, const std::string& name) {
   const int64_t n = indices.numel();
   Tensor order = c.empty({DType::kInt64, {n}}, MemCategory::kActivation, name);

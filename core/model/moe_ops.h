@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/model/autograd.h"
+#include "core/model/moe_config.h"
 
 namespace fullshard::ops::moe {
 
@@ -26,6 +27,12 @@ Value scale(ExecContext& c, Value s, double factor, const std::string& name);
 
 // torch.histc(indices, bins=E, min=0, max=E): fp32 [E], no grad.
 Tensor histogram(ExecContext& c, const Tensor& indices, int64_t experts, const std::string& name);
+// Token dropping (NOTE [Capacity factor] in core/model/moe_routing.h): a new int64 [N, K] of
+// the indices with each expert's slots past `capacity` set to `experts`, chosen by `scores`
+// ([N, K] fp32, the routing scores; policy kProbs) or token order (kPosition). No grad.
+Tensor drop_over_capacity(ExecContext& c, const Tensor& scores, const Tensor& indices,
+                          int64_t experts, int64_t capacity, MoeDropPolicy policy,
+                          const std::string& name);
 // torch.argsort(indices.view(-1), stable=True): int64 [numel].
 Tensor argsort(ExecContext& c, const Tensor& indices, const std::string& name);
 // indices // divisor: int64.

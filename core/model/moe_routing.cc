@@ -75,9 +75,39 @@ std::vector<int64_t> loaded_tokens_per_expert(int64_t tokens, int64_t top_k,
   return c;
 }
 
-std::vector<int64_t> assumed_tokens_per_expert(const MoeConfig& m, int64_t tokens) {
-  if (!m.expert_load.empty()) return loaded_tokens_per_expert(tokens, m.top_k, m.expert_load);
-  return skewed_tokens_per_expert(tokens, m.top_k, m.num_experts, m.hot_expert_factor);
+int64_t expert_capacity(const MoeConfig& m, int64_t tokens) {
+  if (!m.drops_tokens()) return tokens;
+  FULLSHARD_CHECK(m.num_experts >= 1 && tokens >= 0, "expert_capacity: needs experts >= 1");
+  // Megatron's math.ceil((num_tokens / num_experts) * capacity_factor), num_tokens = N K.
+  const double c = std::ceil(static_cast<double>(tokens * m.top_k) /
+                             static_cast<double>(m.num_experts) * m.capacity_factor);
+  return std::min(tokens, static_cast<int64_t>(c));
+}
+
+std::vector<int64_t> capped_tokens_per_expert(std::vector<int64_t> counts, int64_t capacity) {
+  for (int64_t& t : counts) t = std::min(t, capacity);
+  return counts;
+}
+
+std::vector<int64_t> assumed_tokens_per_expert(const MoeConfig& m, int64_t tokens, int ep) {
+  std::vector<int64_t> c;
+  const bool worst = m.expert_load.empty() && m.num_experts > 1 &&
+                     m.hot_expert_factor >= static_cast<double>(m.num_experts);
+  if (!m.expert_load.empty()) {
+    c = loaded_tokens_per_expert(tokens, m.top_k, m.expert_load);
+  } else if (worst && m.drops_tokens()) {  // NOTE [Capacity factor]: fill ep rank 0's experts
+    const int64_t local = std::max<int64_t>(1, m.num_experts / std::max(ep, 1));
+    const int64_t on_local = tokens * std::min(m.top_k, local);
+    c = balanced_tokens_per_expert(on_local, local);
+    if (m.top_k > local) {
+      for (int64_t t : balanced_tokens_per_expert(tokens * (m.top_k - local), m.num_experts - local))
+        c.push_back(t);
+    }
+    c.resize(static_cast<size_t>(m.num_experts), 0);
+  } else {
+    c = skewed_tokens_per_expert(tokens, m.top_k, m.num_experts, m.hot_expert_factor);
+  }
+  return m.drops_tokens() ? capped_tokens_per_expert(std::move(c), expert_capacity(m, tokens)) : c;
 }
 
 int64_t grouped_rows(const std::vector<int64_t>& tokens_per_expert, int64_t align) {

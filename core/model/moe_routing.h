@@ -36,9 +36,30 @@ std::vector<int64_t> skewed_tokens_per_expert(int64_t tokens, int64_t top_k, int
 std::vector<int64_t> loaded_tokens_per_expert(int64_t tokens, int64_t top_k,
                                               const std::vector<double>& shares);
 
+// NOTE [Capacity factor]: torchtitan routes dropless; Megatron-LM (get_capacity and
+// apply_router_token_dropping in megatron/core/transformer/moe/moe_utils.py at
+// NVIDIA/Megatron-LM@d98e8a6), DeepSpeed and Switch Transformer cap each expert at
+// capacity = ceil(N K / E x capacity_factor) of a rank's N tokens routed K ways (at most N: a
+// token picks an expert once), dropped on the rank before any dispatch. An expert keeps the
+// `capacity` of its slots with the highest routing score, ties to the lower token ("probs",
+// Megatron's default), or its first `capacity` tokens ("position"); a dropped slot's index
+// becomes E (kExpertCapacity), outside every histogram and sorted after every kept slot. Its
+// row is never computed or sent; the combine still sums every token's K slots, a dropped one's
+// expert output being zero (its score stays, and its gradient through that zero output is zero,
+// as Megatron's probs x mask). So each expert's count is capped at capacity: the grouped GEMMs'
+// rows and, with ep > 1, the all-to-all and every buffer after it are bounded whatever the
+// router does (a rank receives at most ep x min(N min(K, E/ep), E/ep x capacity) rows).
+// capacity_factor 0 (dropless): `tokens`.
+int64_t expert_capacity(const MoeConfig& m, int64_t tokens);
+// Each count capped at `capacity`: what the experts keep of a histogram.
+std::vector<int64_t> capped_tokens_per_expert(std::vector<int64_t> counts, int64_t capacity);
+
 // The histogram the program assumes for a rank routing `tokens` tokens: by expert_load when
-// given, else by hot_expert_factor (skewed_tokens_per_expert).
-std::vector<int64_t> assumed_tokens_per_expert(const MoeConfig& m, int64_t tokens);
+// given, else by hot_expert_factor (skewed_tokens_per_expert); with a capacity factor, capped
+// at the capacity, and the worst routing (hot_expert_factor num_experts) fills as many of ep
+// rank 0's E / ep experts as the tokens can (each token's top-k spread over them: what fills
+// the most capacity), since a capped expert no longer takes every token.
+std::vector<int64_t> assumed_tokens_per_expert(const MoeConfig& m, int64_t tokens, int ep = 1);
 
 // torchtitan's generate_permute_indices: each group at least `align` rows (an empty expert
 // too), rounded up to a multiple of `align`; the sum of the groups.

@@ -99,6 +99,22 @@ RouterArgs RouterArgs::decode(const OpCall& op) {
   return a;
 }
 
+CapacityArgs CapacityArgs::decode(const OpCall& op) {
+  check_table_arity(op);
+  FULLSHARD_CHECK(op.iargs.size() >= 5 && op.iargs[0] >= 0 && op.iargs[1] >= 1 &&
+                      op.iargs[2] >= 1 && op.iargs[2] <= op.iargs[1] && op.iargs[3] >= 0 &&
+                      (op.iargs[4] == 0 || op.iargs[4] == 1),
+                  op_where(op) +
+                      "needs iargs = {tokens, experts, top_k <= experts, capacity, policy 0 | 1}");
+  const CapacityArgs a{op.iargs[0], op.iargs[1], op.iargs[2], op.iargs[3], op.iargs[4]};
+  const int64_t nk = a.tokens * a.top_k;
+  const TensorMeta &s = op.inputs[0].meta, &i = op.inputs[1].meta, &y = op.outputs[0].meta;
+  FULLSHARD_CHECK(s.numel() == nk && s.dtype == DType::kFloat32 && i.numel() == nk &&
+                      i.dtype == DType::kInt64 && y.numel() == nk && y.dtype == DType::kInt64,
+                  op_where(op) + "expects (fp32 scores [N, K], int64 indices [N, K]) -> int64 [N, K]");
+  return a;
+}
+
 RowIndexArgs RowIndexArgs::decode(const OpCall& op) {
   check_table_arity(op);
   FULLSHARD_CHECK(op.iargs.size() >= 3 && op.iargs[0] >= 0 && op.iargs[1] >= 1 && op.iargs[2] >= 1,

@@ -18,6 +18,17 @@ struct RouterArgs {
   static RouterArgs decode(const OpCall& op);
 };
 
+// kExpertCapacity: (scores [N, K] fp32, expert indices [N, K] int64) -> the indices with each
+// expert's slots past `capacity` set to E (NOTE [Capacity factor] in core/model/moe_routing.h):
+// policy 0 keeps the highest scores (ties to the lower token), 1 the first tokens.
+// iargs {tokens, experts, top_k, capacity, policy}
+struct CapacityArgs {
+  int64_t tokens = 0, experts = 0, top_k = 0, capacity = 0, policy = 0;
+
+  void encode(OpCall& op) const { op.iargs = {tokens, experts, top_k, capacity, policy}; }
+  static CapacityArgs decode(const OpCall& op);
+};
+
 // kArgsort, kFloorDivide, kGatherRows, kScatterRows, kIndexAddRows, kPadRow: rows of `width`
 // elements; `rows` is the row count of the indexed tensor (the gather's source, the scatter's
 // output); `divisor` the floor division's. iargs {rows, width, divisor}

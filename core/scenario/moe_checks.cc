@@ -232,6 +232,29 @@ void check_recorded_routing(const Scenario& s) {
   }
 }
 
+void apply_moe_options(const nlohmann::json& v, ModelConfig& model) {
+  const std::string P = "model.moe";
+  if (!model.moe.enabled())
+    throw InputError(P, "is set, but the model has no experts",
+                     "remove it, or name a mixture-of-experts model (docs/moe.md)");
+  if (!v.is_object())
+    throw InputError(P, "is " + jr::describe(v),
+                     "write {\"capacity_factor\": 1.25} (0: dropless, torchtitan's routing)");
+  scenario_detail::check_fields(v, P);
+  if (v.contains("capacity_factor"))
+    model.moe.capacity_factor = jr::get_number(v.at("capacity_factor"), P + ".capacity_factor", 0,
+                                               true, 1e6, true, "1.25 (0: dropless)");
+  if (v.contains("drop_policy")) {
+    if (!model.moe.drops_tokens())
+      throw InputError(P + ".drop_policy", "is given without a capacity_factor above 0",
+                       "remove it, or set model.moe.capacity_factor (e.g. 1.25)");
+    model.moe.drop_policy =
+        jr::get_choice(v.at("drop_policy"), P + ".drop_policy", {"probs", "position"}) == "probs"
+            ? MoeDropPolicy::kProbs
+            : MoeDropPolicy::kPosition;
+  }
+}
+
 void apply_moe_routing(const nlohmann::json& v, ModelConfig& model, TrainingOptions& training,
                        const std::string& base_dir) {
   const std::string P = "training.moe_routing";

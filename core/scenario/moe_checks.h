@@ -10,6 +10,11 @@ namespace fullshard {
 // parse_scenario runs it.
 void check_moe(const Scenario& s);
 
+// model.moe {"capacity_factor": f >= 0, "drop_policy": "probs" | "position"}: token dropping
+// (NOTE [Capacity factor] in core/model/moe_routing.h; 0 or absent: dropless). A dense model
+// refuses it.
+void apply_moe_options(const nlohmann::json& v, ModelConfig& model);
+
 // training.moe_routing: "balanced" (the default), "worst" or {"hot_expert_factor": k >= 1}, the
 // hottest expert getting k times its share (NOTE [MoE routing assumption] in
 // core/model/moe_routing.h; sets model.moe.hot_expert_factor), or {"recorded": M.jsonl}, a

@@ -82,7 +82,8 @@ const std::map<std::string, std::vector<std::string>> kFields = {
     {"model",
      {"name", "hf_config", "arch", "vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads",
       "ffn_dim", "max_seq_len", "norm_eps", "rope_theta", "tie_embeddings", "qkv_bias",
-      "linear_bias", "implementation", "weights", "lora"}},
+      "linear_bias", "implementation", "weights", "lora", "moe"}},
+    {"model.moe", {"capacity_factor", "drop_policy"}},
     {"model.lora", {"rank", "alpha", "target_modules"}},
     {"model.implementation",
      {"preset", "loss", "loss_chunks", "keep_logits", "rms_norm", "rope", "gqa", "attention",
@@ -297,6 +298,7 @@ ModelConfig parse_model(const json& j, const std::string& base_dir) {
   apply_model_fields(j, c);
   if (j.contains("implementation")) c.implementation = parse_implementation(j.at("implementation"));
   validate_model(c, P);
+  if (j.contains("moe")) apply_moe_options(j.at("moe"), c);
   if (j.contains("lora")) c.lora = scenario_detail::parse_lora(j.at("lora"), c);
   if (c.implementation.attention != AttentionImpl::kFlash && c.arch == ModelArch::kGpt2)
     throw InputError("model.implementation.attention",

@@ -61,7 +61,7 @@ TEST(CudaMoePlan, HasKernelListsEveryMoeKind) {
     EXPECT_EQ(message.find("no CUDA kernel"), std::string::npos) << message;
     ++n;
   }
-  EXPECT_EQ(n, 21);
+  EXPECT_EQ(n, 22);  // with kExpertCapacity
   EXPECT_FALSE(cuda::has_kernel(OpKind::kSdpaMerge));  // context parallelism: still CPU only
 }
 

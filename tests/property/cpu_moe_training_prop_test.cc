@@ -32,7 +32,9 @@ namespace {
 // With `ep` > 1: 1 to 3 experts per ep rank (so efsdp > experts per rank and FSDP2's Shard(1)
 // happen), receive buffers sized by the router ("routed", as PyTorch sizes them) or for the most
 // a rank can receive ("max", NOTE [Receive buffers]), checked as parse_scenario checks them.
-Scenario moe_scenario(const json& j, int ep = 1) {
+// `drops`: a capacity factor drawn too (NOTE [Capacity factor]; capacity is per rank, so only
+// for properties that do not compare against one rank running the whole batch).
+Scenario moe_scenario(const json& j, int ep = 1, bool drops = false) {
   Scenario s = parse_scenario(j);
   MoeConfig& m = s.model.moe;
   m.num_experts = ep > 1 ? ep * *rc::gen::inRange(1, 4) : *rc::gen::element(1, 2, 3, 4, 5, 6);
@@ -44,6 +46,10 @@ Scenario moe_scenario(const json& j, int ep = 1) {
   m.route_scale = *rc::gen::element(1.0, 2.5);
   m.token_group_align = *rc::gen::element(1, 8);
   m.first_dense_layers = *rc::gen::element(0, 1);
+  if (drops) {
+    m.capacity_factor = *rc::gen::element(0.0, 0.5, 1.0, 1.25);
+    m.drop_policy = *rc::gen::element(MoeDropPolicy::kProbs, MoeDropPolicy::kPosition);
+  }
   if (ep > 1) {
     s.expert_parallel.degree = ep;
     s.expert_parallel.receive_buffers = *rc::gen::element(ReceiveBuffers::kMax, ReceiveBuffers::kRouted);
@@ -90,7 +96,7 @@ RC_GTEST_PROP(RealMoeTraining, PredictedPeakMemoryEqualsMeasured, ()) {
   o.batch = *rc::gen::inRange(1, 3);
   o.seq = *rc::gen::inRange(2, 12);
   o.hardware_extra = {{"allocator", {{"expandable_segments", *rc::gen::arbitrary<bool>()}}}};
-  predicted_peaks_equal_measured(moe_scenario(moe_job(o)));
+  predicted_peaks_equal_measured(moe_scenario(moe_job(o), 1, /*drops=*/true));
 }
 
 // With ep > 1 the all-to-alls carry what the router chose, read back as torchtitan's .tolist()
@@ -109,7 +115,7 @@ RC_GTEST_PROP(RealMoeTraining, ExpertParallelPredictedPeakMemoryEqualsMeasured, 
   o.grad_accum_steps = *rc::gen::inRange(1, 3);
   o.batch = *rc::gen::inRange(1, 3);
   o.seq = *rc::gen::inRange(2, 12);
-  predicted_peaks_equal_measured(moe_scenario(moe_job(o), ep));
+  predicted_peaks_equal_measured(moe_scenario(moe_job(o), ep, /*drops=*/true));
 }
 
 // Expert parallelism moves each token to the rank holding its experts and back: the same

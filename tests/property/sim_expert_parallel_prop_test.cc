@@ -9,6 +9,7 @@
 
 #include "core/fsdp/shard_layout.h"
 #include "core/mesh/expert_mesh.h"
+#include "core/model/moe_dispatch.h"
 #include "core/model/moe_routing.h"
 #include "tests/support/sim_support.h"
 
@@ -58,7 +59,21 @@ RC_GTEST_PROP(ExpertParallelProp, DispatchSizesSumToTheTokensRouted, ()) {
   const int64_t K = *rc::gen::inRange<int64_t>(1, E + 1);
   const int64_t N = *rc::gen::inRange(0, 300);
   const double hot = *rc::gen::element(1.0, 1.5, 2.0, 4.0);
-  const auto tpe = skewed_tokens_per_expert(N, K, E, hot);
+  // NOTE [Capacity factor]: dropless, or each expert capped (the worst routing spread over ep
+  // rank 0's experts); a rank then sends its kept rows and receives at most the bound.
+  MoeConfig m;
+  m.num_experts = E;
+  m.top_k = K;
+  m.hot_expert_factor = hot >= 4.0 ? static_cast<double>(E) : hot;
+  m.capacity_factor = *rc::gen::element(0.0, 0.5, 1.0, 1.5);
+  const auto tpe = assumed_tokens_per_expert(m, N, ep);
+  const int64_t cap = expert_capacity(m, N);
+  int64_t kept = 0;
+  for (int64_t t : tpe) {
+    RC_ASSERT(t <= cap);
+    kept += t;
+  }
+  RC_ASSERT(m.drops_tokens() || kept == N * K);
   int64_t total_recv = 0, total_local = 0;
   for (int k = 0; k < ep; ++k) {
     const EpRouting r = ep_routing(tpe, ep, k);
@@ -66,15 +81,16 @@ RC_GTEST_PROP(ExpertParallelProp, DispatchSizesSumToTheTokensRouted, ()) {
     for (int64_t x : r.send_rows) sent += x;
     for (int64_t x : r.recv_rows) recv += x;
     for (int64_t x : r.local_tokens_per_expert) local += x;
-    RC_ASSERT(sent == N * K);     // every routed token leaves once
+    RC_ASSERT(sent == kept);      // every kept slot leaves once
+    RC_ASSERT(recv <= max_receive_rows(N, K, E, ep, cap));
     RC_ASSERT(recv == local);     // what arrives is what is computed
     for (int j = 0; j < ep; ++j)  // j sends k what k receives from j
       RC_ASSERT(ep_routing(tpe, ep, j).send_rows[k] == r.recv_rows[j]);
     total_recv += recv;
     total_local += local;
   }
-  RC_ASSERT(total_recv == ep * N * K);
-  RC_ASSERT(total_local == ep * N * K);
+  RC_ASSERT(total_recv == ep * kept);
+  RC_ASSERT(total_local == ep * kept);
 }
 
 // NOTE [Expert load] (core/model/moe_routing.h): any shares route exactly N K tokens, none

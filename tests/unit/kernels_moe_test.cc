@@ -166,6 +166,42 @@ RC_GTEST_PROP(KernelsMoe, HistogramCountsChosenExperts, ()) {
   RC_ASSERT(c.values() == e);
 }
 
+// NOTE [Capacity factor]: each expert keeps `cap` of its slots, the highest scores first (ties to
+// the lower token) or the first tokens; the rest point at E. Scores from a few values, so ties
+// happen; each token's top-k experts distinct, as topk gives them; some experts get none.
+RC_GTEST_PROP(KernelsMoe, ExpertCapacityKeepsTheBestSlotsPerExpert, ()) {
+  const int N = *rc::gen::inRange(0, 24), E = *rc::gen::inRange(1, 7);
+  const int K = *rc::gen::inRange(1, E + 1), cap = *rc::gen::inRange(0, N + 2);
+  const int policy = *rc::gen::inRange(0, 2);
+  std::mt19937 rng(*rc::gen::arbitrary<uint32_t>());
+  HT sc(DType::kFloat32, {N, K}), idx(DType::kInt64, {N, K}), y(DType::kInt64, {N, K});
+  for (int n = 0; n < N; ++n) {
+    const int pool = n % 2 == 1 && K < E ? E - 1 : E;  // odd tokens leave expert E - 1 alone
+    std::vector<int> experts(static_cast<size_t>(pool));
+    std::iota(experts.begin(), experts.end(), 0);
+    std::shuffle(experts.begin(), experts.end(), rng);
+    for (int k = 0; k < K; ++k) {
+      idx.set(n * K + k, experts[k]);
+      sc.set(n * K + k, static_cast<double>(rng() % 4) / 4);
+    }
+  }
+  run(OpKind::kExpertCapacity, {&sc, &idx}, {&y}, {N, E, K, cap, policy});
+  std::vector<int64_t> kept(static_cast<size_t>(E), 0), had(static_cast<size_t>(E), 0);
+  for (int i = 0; i < N * K; ++i) {
+    const auto e = static_cast<int64_t>(idx.get(i));
+    int ahead = 0;
+    for (int j = 0; j < N * K; ++j)
+      if (j != i && static_cast<int64_t>(idx.get(j)) == e &&
+          (policy == 1 ? j < i
+                       : (sc.get(j) > sc.get(i) || (sc.get(j) == sc.get(i) && j < i))))
+        ++ahead;
+    RC_ASSERT(static_cast<int64_t>(y.get(i)) == (ahead < cap ? e : E));
+    ++had[e];
+    if (ahead < cap) ++kept[e];
+  }
+  for (int e = 0; e < E; ++e) RC_ASSERT(kept[e] == std::min<int64_t>(had[e], cap));
+}
+
 RC_GTEST_PROP(KernelsMoe, WeightedSumAndBackward, ()) {
   const DType dt = *gen_float_dtype();
   const int N = *rc::gen::inRange(1, 6), K = *rc::gen::inRange(1, 4), D = *rc::gen::inRange(1, 9);
@@ -398,7 +434,7 @@ TEST(KernelsMoe, EveryMoeKindIsListedAndReachesItsKernel) {
           << op_kind_name(k) << ": " << e.what();
     }
   }
-  EXPECT_EQ(moe, 21);
+  EXPECT_EQ(moe, 22);  // kExpertCapacity (NOTE [Capacity factor]) is the 22nd
   EXPECT_TRUE(cpu::has_kernel(OpKind::kGroupedMMBackwardWeight));
   EXPECT_FALSE(cpu::has_kernel(OpKind::kAllGatherMatmul));  // still simulator-only
 }

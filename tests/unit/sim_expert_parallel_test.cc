@@ -276,9 +276,9 @@ TEST(ExpertParallelDispatch, SkewMovesMemoryPerRankHonestly) {
 // sends it; the bytes on the wire (the routing assumption's splits) and the all-to-all count do
 // not change, and the peak rises.
 TEST(ExpertParallelDispatch, MaxReceiveBuffersHoldTheMostARankCanReceive) {
-  EXPECT_EQ(max_receive_rows(64, 2, 4, 2), 256);
-  EXPECT_EQ(max_receive_rows(64, 3, 4, 2), 256);  // at most 2 of a token's 3 experts per rank
-  EXPECT_EQ(max_receive_rows(64, 1, 8, 4), 256);
+  EXPECT_EQ(max_receive_rows(64, 2, 4, 2, 64), 256);
+  EXPECT_EQ(max_receive_rows(64, 3, 4, 2, 64), 256);  // at most 2 of a token's 3 experts per rank
+  EXPECT_EQ(max_receive_rows(64, 1, 8, 4, 64), 256);
   json maxed = tiny_moe_ep(2, {2});
   maxed["expert_parallel"]["receive_buffers"] = "max";
   std::vector<int64_t> pad_rows[2];

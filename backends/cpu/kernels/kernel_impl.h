@@ -126,6 +126,7 @@ void moe_topk_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void moe_route_norm(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void moe_route_norm_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void moe_histogram(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void moe_expert_capacity(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void moe_weighted_sum(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void moe_weighted_sum_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void moe_argsort(const OpCall& op, const Ptrs& in, const Ptrs& out);

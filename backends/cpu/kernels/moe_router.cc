@@ -155,6 +155,30 @@ void moe_histogram(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   store_f32(counts.data(), out[0], out_meta(op, 0).dtype, 0, a.experts);
 }
 
+// Token dropping (NOTE [Capacity factor] in core/model/moe_routing.h): each expert's slots
+// ranked by score, higher first, then by token (policy 0), or by token (policy 1); the slots
+// ranked past `capacity` point at expert E. Scores are compared as the fp32 values stored, so
+// every backend keeps the same slots.
+void moe_expert_capacity(const OpCall& op, const Ptrs& in, const Ptrs& out) {
+  const CapacityArgs a = CapacityArgs::decode(op);  // core/runtime/moe_args.h
+  const int64_t NK = a.tokens * a.top_k;
+  const float* score = static_cast<const float*>(in[0]);
+  const int64_t* idx = static_cast<const int64_t*>(in[1]);
+  int64_t* y = static_cast<int64_t*>(out[0]);
+  std::vector<std::vector<int64_t>> slots(static_cast<size_t>(a.experts));
+  for (int64_t i = 0; i < NK; ++i) {
+    y[i] = idx[i];
+    if (idx[i] >= 0 && idx[i] < a.experts) slots[static_cast<size_t>(idx[i])].push_back(i);
+  }
+  for (std::vector<int64_t>& sl : slots) {
+    if (static_cast<int64_t>(sl.size()) <= a.capacity) continue;
+    if (a.policy == 0)  // slot i is token i / K: a stable sort keeps ties in token order
+      std::stable_sort(sl.begin(), sl.end(),
+                       [score](int64_t p, int64_t q) { return score[p] > score[q]; });
+    for (size_t r = static_cast<size_t>(a.capacity); r < sl.size(); ++r) y[sl[r]] = a.experts;
+  }
+}
+
 // torch.bmm(w [N, 1, K], y [N, K, D]) -> [N, D].
 void moe_weighted_sum(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   const RouterArgs a = RouterArgs::decode(op);

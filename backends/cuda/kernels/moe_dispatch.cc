@@ -44,6 +44,10 @@ void launch_moe(const OpCall& op, const std::vector<void*>& in, const std::vecto
                                              dout[0], p.tokens, p.top_k, s);
     case OpKind::kHistogram:
       return launch::moe_histogram(idx_in(0), p.tokens * p.top_k, out[0], dout[0], p.experts, s);
+    case OpKind::kExpertCapacity:
+      return launch::moe_expert_capacity(static_cast<const float*>(in[0]), idx_in(1),
+                                         static_cast<int64_t*>(out[0]), p.tokens * p.top_k,
+                                         p.experts, p.capacity, p.policy, s);
     case OpKind::kWeightedSum:
       return launch::moe_weighted_sum(in[0], di[0], in[1], di[1], out[0], dout[0], p.tokens,
                                       p.top_k, p.dim, s);

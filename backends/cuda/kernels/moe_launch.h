@@ -24,6 +24,9 @@ void moe_route_norm(const void* x, int dx, void* y, int dy, void* den, int dden,
 void moe_route_norm_backward(const void* g, int dg, const void* x, int dx, const void* den,
                              int dden, void* o, int dout, int64_t N, int64_t K, cudaStream_t s);
 void moe_histogram(const int64_t* idx, int64_t n, void* counts, int dc, int64_t E, cudaStream_t s);
+// NOTE [Capacity factor]: y = idx with each expert's slots past `cap` set to E (fp32 scores).
+void moe_expert_capacity(const float* score, const int64_t* idx, int64_t* y, int64_t n, int64_t E,
+                         int64_t cap, int policy, cudaStream_t s);
 void moe_weighted_sum(const void* w, int dw, const void* y, int dy, void* o, int dout, int64_t N,
                       int64_t K, int64_t D, cudaStream_t s);
 void moe_weighted_sum_backward(const void* g, int dg, const void* w, int dw, const void* y, int dy,

@@ -63,6 +63,12 @@ MoePlan plan_moe(const OpCall& op, const std::vector<void*>& in, const std::vect
       }
       return p;
     }
+    case OpKind::kExpertCapacity: {  // fp32 scores and int64 indices by the decode
+      const CapacityArgs a = CapacityArgs::decode(op);
+      p.tokens = a.tokens, p.experts = a.experts, p.top_k = a.top_k;
+      p.capacity = a.capacity, p.policy = static_cast<int>(a.policy);
+      return p;
+    }
     case OpKind::kArgsort:
     case OpKind::kFloorDivide:
     case OpKind::kGatherRows:

@@ -39,6 +39,8 @@ namespace fullshard::cuda {
 // once, as the CPU kernel's contract. Not tensor-core: correct first, fast later (docs/cuda-kernels.md).
 struct MoePlan {
   int64_t tokens = 0, experts = 0, top_k = 0, dim = 0;  // router ops (dim: weighted sum's D)
+  int64_t capacity = 0;                                  // kExpertCapacity
+  int policy = 0;
   int64_t rows = 0, width = 0, divisor = 1, entries = 0;  // row-index ops (entries: index numel)
   int64_t row_bytes = 0;
   int unit = 1;          // bytes per access of the row copies (16, 8, 4, 2 or 1)

@@ -137,6 +137,26 @@ __global__ void __launch_bounds__(1024) histogram_kernel(const int64_t* idx, int
     store_f(counts, dc, e, static_cast<float>(hist[e]));
 }
 
+// NOTE [Capacity factor] (core/model/moe_routing.h), the CPU kernel's rule: a thread per slot
+// counts its expert's slots ranked ahead of it (a higher fp32 score, or an equal one of a lower
+// slot; policy 1: a lower slot) and keeps its expert when fewer than `cap` are. O((N K)^2)
+// comparisons: correct first (docs/cuda-kernels.md).
+__global__ void expert_capacity_kernel(const float* score, const int64_t* idx, int64_t* y,
+                                       int64_t n, int64_t E, int64_t cap, int policy) {
+  FS_GRID_STRIDE(i, n) {
+    const int64_t e = idx[i];
+    int64_t ahead = 0;
+    if (e >= 0 && e < E) {
+      const float si = score[i];
+      for (int64_t j = 0; j < n && ahead < cap; ++j)
+        if (j != i && idx[j] == e &&
+            (policy == 1 ? j < i : (score[j] > si || (score[j] == si && j < i))))
+          ++ahead;
+    }
+    y[i] = e >= 0 && e < E && ahead >= cap ? E : e;
+  }
+}
+
 __global__ void weighted_sum_kernel(const void* w, int dw, const void* y, int dy, void* o,
                                     int dout, int64_t N, int64_t K, int64_t D) {
   FS_GRID_STRIDE(i, N * D) {
@@ -222,6 +242,12 @@ void moe_histogram(const int64_t* idx, int64_t n, void* counts, int dc, int64_t 
                    cudaStream_t s) {
   histogram_kernel<<<1, 1024, static_cast<size_t>(E) * sizeof(int), s>>>(idx, n, counts, dc, E);
   check_launch("moe_histogram");
+}
+void moe_expert_capacity(const float* score, const int64_t* idx, int64_t* y, int64_t n, int64_t E,
+                         int64_t cap, int policy, cudaStream_t s) {
+  if (n == 0) return;
+  expert_capacity_kernel<<<blocks_for(n), kThreads, 0, s>>>(score, idx, y, n, E, cap, policy);
+  check_launch("moe_expert_capacity");
 }
 void moe_weighted_sum(const void* w, int dw, const void* y, int dy, void* o, int dout, int64_t N,
                       int64_t K, int64_t D, cudaStream_t s) {
