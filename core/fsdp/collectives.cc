@@ -4,6 +4,7 @@
 #include "core/fsdp/float8_all_gather.h"
 #include "core/model/ops.h"
 #include "core/runtime/copy_args.h"
+#include "core/runtime/eager_args.h"
 #include "core/runtime/tensor_parallel_args.h"
 
 namespace fullshard {
@@ -240,7 +241,7 @@ ReduceResult foreach_reduce(Backend& b, const std::vector<FSDPParam*>& params,
   ReduceResult res;
   // A Shard(i > 0) gradient becomes cat(chunk(g, W, dim=i), dim=0) first, a new tensor that
   // replaces it in the list (the old one is freed as it goes).
-  for (size_t i = 0; i < params.size(); ++i) {
+  for (size_t i = 0; i < params.size() && world > 1; ++i) {
     const int d = params[i]->shard_dim();
     if (d == 0) continue;
     Shape chunked = grads[i].shape();  // W chunks of dim d stacked on dim 0, as _chunk_cat sees it
@@ -287,14 +288,33 @@ ReduceResult foreach_reduce(Backend& b, const std::vector<FSDPParam*>& params,
                              rs, name + " reduce_scatter_output");
   if (o.factors.pre != 1.0)
     ops::scale_inplace(b, rs, rs_input, 1.0 / o.factors.pre, name + " predivide");
-  CollectiveCall call;
-  call.kind = CollectiveKind::kReduceScatter;
-  call.op = o.factors.reduce_scatter_op;
-  call.scale = o.factors.reduce_scatter_scale;
-  call.name = name + " reduce_scatter";
-  call.input = rs_input.ref();
-  call.output = out.ref();
-  b.collective(rs, call, rs_group);
+  if (world == 1) {
+    // No collective (NOTE [World-size-1 shortcut] in fsdp_param_group.cc): the output is a copy
+    // of the input, through `input / gradient_divide_factor` (a temporary on this stream) when a
+    // factor is set. FSDP2 divides so even where the post-divide below divides by the factor
+    // again (set_force_sum_reduction_for_comms or an fp16 reduce with a factor set).
+    if (o.gradient_divide_factor) {
+      Tensor q = Tensor::empty(b, rs_input.meta(), MemCategory::kReduceScatter, rs,
+                               name + " reduce_scatter_input / factor");
+      OpCall div = kernel(OpKind::kScale, name + " divide (world size 1)", {rs_input.ref()},
+                          {q.ref()});
+      div.flops = static_cast<double>(row);
+      ScalarArgs{1.0 / *o.gradient_divide_factor}.encode(div);
+      b.launch(rs, div);
+      ops::copy_into(b, rs, out, q, name + " reduce_scatter copy (world size 1)");
+    } else {
+      ops::copy_into(b, rs, out, rs_input, name + " reduce_scatter copy (world size 1)");
+    }
+  } else {
+    CollectiveCall call;
+    call.kind = CollectiveKind::kReduceScatter;
+    call.op = o.factors.reduce_scatter_op;
+    call.scale = o.factors.reduce_scatter_scale;
+    call.name = name + " reduce_scatter";
+    call.input = rs_input.ref();
+    call.output = out.ref();
+    b.collective(rs, call, rs_group);
+  }
   EventId rs_event = b.record_event(rs);
   StreamRole post = rs;
   if (o.all_reduce_group && !o.all_reduce_grads) {  // NOTE [Partial reduce without all-reduce]

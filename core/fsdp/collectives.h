@@ -49,6 +49,9 @@ struct ReduceOptions {
   const ProcessGroup* all_reduce_group = nullptr;  // HSDP replicate group, or null
   DType reduce_dtype = DType::kFloat32;
   DivideFactors factors;
+  // FSDPParamGroup.gradient_divide_factor as set (absent: none): with a one-rank reduce-scatter
+  // group the copy that replaces the collective divides by it (NOTE [World-size-1 shortcut]).
+  std::optional<double> gradient_divide_factor;
   // NOTE [Partial reduce without all-reduce]: FSDPModule.set_requires_all_reduce(False) under
   // HSDP. The reduce-scatter runs; its output is summed into `partial_reduce_output` (the first
   // one becomes it) on the reduce-scatter stream, and nothing else happens: no all-reduce, no

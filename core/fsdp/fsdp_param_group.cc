@@ -98,9 +98,53 @@ void FSDPParamGroup::unshard() {
   }
   const bool from_post_forward = sharded_state_ == ShardedState::kShardedPostForward;
   ProcessGroup group = from_post_forward ? post_forward_group() : config_.shard_group;
+  if (group.size() == 1) {
+    // A placeholder result (no output buffer, an event on the current stream) so that
+    // wait_for_unshard does the work (NOTE [World-size-1 shortcut], below).
+    FULLSHARD_CHECK(!from_post_forward, name_ + ": post-forward shards over one rank");
+    AllGatherResult r;
+    r.world = 1;
+    r.event = b_.record_event(kCurrent);
+    all_gather_result_ = std::move(r);
+    return;
+  }
   all_gather_result_ =
       foreach_all_gather(b_, raw_, group, from_post_forward, all_gather_streams(), name_);
   ++all_gathers_;
+}
+
+// NOTE [World-size-1 shortcut]: newer FSDP2 (_fsdp_param_group.py) skips the all-gather when
+// the all-gather group has one rank: unshard() stores an AllGatherResult with an empty output
+// and an event recorded on the current stream, and wait_for_unshard() fills each parameter's
+// unsharded storage (init_all_gather_outputs + alloc_storage, the same bytes as a copy-out) on
+// the current stream with tensor.copy_(fsdp_param.all_gather_inputs[0]): the sharded data
+// itself, or (offload) its H2D copy and (mixed precision) its cast, temporaries allocated on the
+// current stream. The loop variable keeps the last input alive until wait_for_unshard returns,
+// and each one is dropped when the next is made. No copy-in, no all-gather buffer, no collective;
+// the copy-out is never deferred (the all-gather streams wait on its event at once), so an
+// implicit or explicit prefetch issues nothing and the work happens at the group's own wait.
+// foreach_reduce's side is in collectives.cc. HSDP with a one-rank shard group keeps its
+// replicate all-reduce. A shard group of one rank has no post-forward group (int
+// reshard_after_forward needs 1 < N) and no float8 all-gather (the scenario refuses both).
+void FSDPParamGroup::copy_in_place() {
+  Tensor held;  // `all_gather_input`, alive until the caller returns
+  for (FSDPParam* p : raw_) {
+    FULLSHARD_CHECK(!p->float8_all_gather(), p->param().fqn + ": float8 all-gather over one rank");
+    const std::string& fqn = p->param().fqn;
+    Tensor in = p->sharded_data();
+    if (p->offload()) {  // .to(device, non_blocking=True)
+      Tensor dev = Tensor::empty(b_, in.meta(), MemCategory::kAllGather, kCurrent, fqn + " (H2D)");
+      ops::copy_into(b_, kCurrent, dev, in, fqn + " H2D");
+      in = std::move(dev);
+    }
+    if (p->param_dtype() != p->orig_dtype())
+      in = ops::cast(b_, kCurrent, in, p->param_dtype(), MemCategory::kAllGather,
+                     fqn + " all_gather_input cast");
+    held = std::move(in);  // the previous input goes now
+    p->alloc_unsharded(b_);
+    ops::copy_into(b_, kCurrent, p->unsharded_storage(), held, fqn + " unshard copy (world 1)");
+  }
+  held_input_ = std::move(held);
 }
 
 void FSDPParamGroup::wait_for_unshard() {
@@ -113,14 +157,18 @@ void FSDPParamGroup::wait_for_unshard() {
     b_.wait_event(s.all_gather, comm_.all_gather_state->event);
     comm_.all_gather_state.reset();
   }
-  foreach_all_gather_copy_out(b_, *all_gather_result_, raw_, name_);
+  const bool world_one = !all_gather_result_->output;  // NOTE [World-size-1 shortcut]
+  if (world_one)
+    copy_in_place();
+  else
+    foreach_all_gather_copy_out(b_, *all_gather_result_, raw_, name_);
   for (FSDPParam* p : raw_) {
     p->post_forward_shard() = Tensor();  // to_unsharded drops the post-forward shard
     p->set_state(ShardedState::kUnsharded);
   }
   sharded_state_ = ShardedState::kUnsharded;
   EventId copy_out = b_.record_event(kCurrent);
-  if (state_ == TrainingState::kForward) {
+  if (state_ == TrainingState::kForward && !world_one) {
     // Defer the free so this copy-out overlaps the next group's all-gather.
     comm_.all_gather_state = BufferWithEvent{all_gather_result_->output, copy_out};
   } else {
@@ -128,6 +176,7 @@ void FSDPParamGroup::wait_for_unshard() {
     b_.wait_event(s.all_gather, copy_out);
   }
   all_gather_result_.reset();
+  held_input_ = Tensor();  // the last all-gather input goes when wait_for_unshard returns
 }
 
 void FSDPParamGroup::to_sharded_post_forward() {
@@ -284,6 +333,7 @@ void FSDPParamGroup::post_backward() {
   o.factors = gradient_divide_factors(config_.shard_group.size(),
                                       config_.replicate_group ? config_.replicate_group->size() : 0,
                                       o.reduce_dtype, divide);
+  o.gradient_divide_factor = divide.factor;
   o.all_reduce_grads = all_reduce_grads_;
   o.partial_reduce_output = std::move(partial_reduce_output_);
   ReduceResult r = foreach_reduce(b_, with_grad, std::move(grads), o, name_);

@@ -123,6 +123,8 @@ class FSDPParamGroup {
   int all_gathers_ = 0;
   int reduce_scatters_ = 0;
 
+  Tensor held_input_;    // NOTE [World-size-1 shortcut]: the last input until the wait returns
+  void copy_in_place();  // wait_for_unshard over one rank (NOTE [World-size-1 shortcut])
   void backward_prefetch();
   void wait_for_post_backward();
   void to_sharded_post_forward();

@@ -149,8 +149,21 @@ Value FSDPRuntime::pre_forward(ExecContext& c, Module& m, Value x) {
   // optimizer step must finish before the first all-gather).
   if (first_in_pass && iter_forward_root_ == nullptr) {
     iter_forward_root_ = s;
-    b_.wait_stream(StreamRole::kAllGatherCopyIn, kCurrent);
-    b_.wait_stream(StreamRole::kAllGather, kCurrent);
+    // NOTE [Post-optimizer event]: FSDPModule.set_post_optim_event(event) (_fully_shard.py)
+    // stores a user event in the root's _state_ctx; _root_pre_forward (_fsdp_state.py) then makes
+    // the copy-in and all-gather streams wait on that event, once, and clears it, instead of
+    // wait_stream(current_stream). A training loop records it right after optimizer.step(), so
+    // the first all-gathers of the next step no longer wait for what the current stream runs
+    // between the step and the forward (here: zero_grad's nothing and the next batch's load),
+    // and may overlap it. Without the event each root pre-forward waits on the current stream.
+    if (post_optim_event_) {
+      b_.wait_event(StreamRole::kAllGatherCopyIn, post_optim_event_);
+      b_.wait_event(StreamRole::kAllGather, post_optim_event_);
+      post_optim_event_ = 0;
+    } else {
+      b_.wait_stream(StreamRole::kAllGatherCopyIn, kCurrent);
+      b_.wait_stream(StreamRole::kAllGather, kCurrent);
+    }
     for (auto& st : states_)  // NOTE [Float8 all-gather] in float8_all_gather.cc
       if (st->group)
         for (FSDPParam* p : st->group->fsdp_params()) p->release_retired_float8_scales();

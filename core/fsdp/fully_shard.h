@@ -82,6 +82,9 @@ class FSDPRuntime : public ModuleHooks {
   // (torchtitan's disable_fsdp_gradient_division loops over model.modules() the same way).
   void set_gradient_divide_factor(double factor);
   void set_force_sum_reduction_for_comms(bool enable);
+  // FSDPModule.set_post_optim_event on the root: the next root pre-forward's all-gather streams
+  // wait on `event` instead of on the whole current stream (NOTE [Post-optimizer event]).
+  void set_post_optim_event(EventId event) { post_optim_event_ = event; }
   // After a forward that no backward follows (validation): forget the pass's forward root and
   // the grouped states' modules still to run, so the next training forward starts clean
   // (as FSDP2's root post-backward callback would).
@@ -98,6 +101,7 @@ class FSDPRuntime : public ModuleHooks {
   bool lazy_inited_ = false;
   bool is_last_backward_ = true;
   FSDPState* iter_forward_root_ = nullptr;  // _state_ctx.iter_forward_root
+  EventId post_optim_event_ = 0;            // _state_ctx.post_optim_event (0: none)
 
   void lazy_init();
   FSDPState& make_state(const std::vector<Module*>& modules, const FullyShardOptions& o,

@@ -106,7 +106,7 @@ const std::map<std::string, std::vector<std::string>> kFields = {
     {"fsdp",
      {"mesh", "reshard_after_forward", "per_unit", "mixed_precision", "cpu_offload", "units",
       "forward_prefetch", "backward_prefetch", "gradient_divide_factor",
-      "force_sum_reduction_for_comms", "ignored_params"}},
+      "force_sum_reduction_for_comms", "post_optim_event", "ignored_params"}},
     {"fsdp.mesh", {"shape", "dim_names"}},
     {"fsdp.mixed_precision",
      {"param_dtype", "reduce_dtype", "output_dtype", "cast_forward_inputs"}},

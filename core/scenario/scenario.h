@@ -180,6 +180,10 @@ struct FsdpOptions {
   // set_force_sum_reduction_for_comms (NOTE [Gradient divide factors] in reduce_policy.h).
   std::optional<double> gradient_divide_factor;
   bool force_sum_reduction_for_comms = false;
+  // fsdp.post_optim_event: the training loop records an event on the current stream after
+  // optimizer.step() and passes it to the root's FSDPModule.set_post_optim_event
+  // (NOTE [Post-optimizer event] in core/fsdp/fully_shard.cc).
+  bool post_optim_event = false;
   // fsdp.ignored_params: fnmatch patterns over parameter fqns, FSDP2's fully_shard(...,
   // ignored_params=...) passed to every call: the matched parameters stay whole on every rank,
   // outside every parameter group (NOTE [Ignored parameters] in core/fsdp/ignored_param.h).

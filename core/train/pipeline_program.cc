@@ -398,6 +398,10 @@ double PipelineProgram::run_step(int step) {
     clip_grad_norm(b_, all_params_, s_.training.optimizer.max_grad_norm,
                    mesh_info_for(s_, b_.rank()));
   for (auto& st : stages_) st->optim->step();
+  if (s_.fsdp.post_optim_event) {  // each stage's root (NOTE [Post-optimizer event])
+    const EventId e = b_.record_event(StreamRole::kDefault);
+    for (auto& st : stages_) st->fsdp->set_post_optim_event(e);
+  }
   for (auto& st : stages_) st->optim->zero_grad();
   b_.synchronize(b_.record_event(StreamRole::kDefault));
   b_.annotate("step end");

@@ -340,6 +340,9 @@ double TrainingProgram::run_step(int step) {
   optim_->step();
   // torchtitan's post_optimizer_hook (an optimizer step post-hook).
   if (float8_group_) precompute_float8_dynamic_scale_for_fsdp(b_, float8_params_, *float8_group_);
+  // fsdp.post_optim_event: event = current_stream().record_event(); model.set_post_optim_event(
+  // event), after the step and its post-hooks (NOTE [Post-optimizer event] in fully_shard.cc).
+  if (s_.fsdp.post_optim_event) fsdp_->set_post_optim_event(b_.record_event(StreamRole::kDefault));
   optim_->zero_grad();
   // The host reads the loss back at the step boundary (loss.item()).
   b_.synchronize(b_.record_event(StreamRole::kDefault));
