@@ -83,7 +83,8 @@ CudaBackend::CudaBackend(CudaBackendOptions o)
       device_(*this, batches_, o.measure_streams, measurements_),
       communicator_(*this, device_,
                     CudaCommunicatorOptions{std::move(o.store), std::move(o.hostname),
-                                            std::move(o.collectives), transport_.transport}) {
+                                            std::move(o.collectives), transport_.transport,
+                                            std::move(o.pipeline_channels)}) {
   attach(device_, communicator_, &measurements_);
   measurements_.set_collector([this] { return device_.collect_stream_times(); });
   // cudaFree synchronizes the device by itself, and cuMemUnmap needs the kernels using the

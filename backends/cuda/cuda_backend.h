@@ -38,6 +38,8 @@ struct CudaBackendOptions {
   // Timing events (NOTE [Measured stream times on the GPU]) around every kernel and collective
   // (per-stream busy times, the step's compute / communication split, measured timelines).
   bool measure_streams = true;
+  // This rank's pipeline channels (CudaCommunicatorOptions::pipeline_channels).
+  std::vector<ProcessGroup> pipeline_channels;
 };
 
 // This process's CUDA backends on one device, counted for as long as one lives (NOTE [Staged

@@ -7,6 +7,7 @@
 #ifdef FULLSHARD_HAVE_CUDA
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/stream_times.h"
+#include "core/train/pipeline_program.h"
 #endif
 
 namespace fullshard::cli {
@@ -42,6 +43,7 @@ std::unique_ptr<Backend> make_cuda(const runner::BackendRequest& r) {
   o.transport = r.transport;
   o.transport_where = "--collectives";
   o.measure_streams = cuda::parse_stream_times(std::getenv("FULLSHARD_CUDA_STREAM_TIMES"));
+  o.pipeline_channels = pipeline_p2p_groups(*r.scenario, r.env.rank);
   return std::make_unique<cuda::CudaBackend>(std::move(o));
 }
 #endif
