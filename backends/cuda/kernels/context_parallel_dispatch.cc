@@ -18,6 +18,10 @@ void launch_context_parallel(const OpCall& op, const std::vector<void*>& in,
   switch (op.kind) {
     case OpKind::kSdpaMerge: {
       const SdpaMergePlan p = plan::plan_sdpa_merge(op);
+      // A block's threads read lse while one of them writes lse': no aliasing (the model's
+      // merged out and lse are new tensors: NOTE [Ring attention op sequence]).
+      FULLSHARD_CHECK(out[0] != in[0] && out[1] != in[1],
+                      plan::where(op) + "out' and lse' must not alias out and lse");
       return launch::sdpa_merge(p, static_cast<const float*>(in[0]),
                                 static_cast<const float*>(in[1]), in[2],
                                 static_cast<const float*>(in[3]), static_cast<float*>(out[0]),
