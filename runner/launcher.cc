@@ -128,8 +128,8 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
   auto cpu_or_cuda = [&](const char* dim, int degree, const char* what) {
     if (degree > 1 && kind.name != "cpu" && kind.name != "cuda")
       throw InputError("fsdp.mesh.dim_names",
-                       fmt::format("has a {} dim of size {}: the {} backend does not run {}",
-                                   dim, degree, kind.name, what),
+                       fmt::format("has a {} dim of size {}: the {} backend does not run {}", dim,
+                                   degree, kind.name, what),
                        fmt::format("train it with --backend cpu or cuda, simulate it with "
                                    "fullshard simulate, or train without the {} dim",
                                    dim));

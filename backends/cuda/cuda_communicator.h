@@ -56,7 +56,7 @@ class CudaCommunicator : public Communicator {
   std::shared_ptr<::gloo::transport::Device> gloo_device_;  // staged Gloo's TCP device (lazy)
   std::map<std::string, std::shared_ptr<NcclProcessGroup>> nccl_groups_;        // by group key
   std::map<std::string, std::unique_ptr<StagedGlooProcessGroup>> gloo_groups_;  // by stream/group
-  std::map<std::string, std::shared_ptr<NcclProcessGroup>> nccl_channels_;  // by channel key
+  std::map<std::string, std::shared_ptr<NcclProcessGroup>> nccl_channels_;      // by channel key
   std::map<std::string, StreamRole> channel_streams_;  // staged: the one stream of a channel
 
   DeviceProcessGroup& staged_group(const ProcessGroup& g, StreamRole r);

@@ -52,7 +52,8 @@ TEST(CudaContextParallel, RingRoundsMatchCpu) {
       lse = r.cpu[1];
       HT g = kt::random_tensor(d, {c.B, c.Sq, D}, rng);
       HT dq(d, {c.B, c.Sq, D}), dk(d, {c.B, c.Skv, Dkv}), dv(d, {c.B, c.Skv, Dkv});
-      HT sd(DType::kFloat32, {c.B, c.H, sr}), acc(DType::kFloat32, {c.B, sr, c.H, (c.hd + 31) / 32 * 32});
+      HT sd(DType::kFloat32, {c.B, c.H, sr}),
+          acc(DType::kFloat32, {c.B, sr, c.H, (c.hd + 31) / 32 * 32});
       HT dke(d, {c.B, c.Skv, c.H, c.hd}), dve(d, {c.B, c.Skv, c.H, c.hd});
       std::vector<HT*> outs = {&dq, &dk, &dv, &sd, &acc};
       if (c.H != c.Hkv) outs.insert(outs.end(), {&dke, &dve});
@@ -73,8 +74,8 @@ TEST(CudaContextParallel, MergeAndRowsAddMatchCpu) {
       HT blk = kt::random_tensor(d, {B, Lq, D}, rng);
       HT blse = kt::random_tensor(DType::kFloat32, {B, H, Lq}, rng, -3, 3);
       HT o2(DType::kFloat32, {B, L, D}), l2(DType::kFloat32, {B, H, L});
-      const auto r = run_both(OpKind::kSdpaMerge, {&out, &lse, &blk, &blse}, {&o2, &l2},
-                              {partial ? 1 : 0});
+      const auto r =
+          run_both(OpKind::kSdpaMerge, {&out, &lse, &blk, &blse}, {&o2, &l2}, {partial ? 1 : 0});
       const std::string what = kc::name(d) + (partial ? " partial" : " full");
       kc::expect_close(r.gpu[0], r.cpu[0], 1e-6, 1e-6, what + " merge out");
       kc::expect_close(r.gpu[1], r.cpu[1], 1e-6, 1e-6, what + " merge lse");
@@ -92,7 +93,8 @@ TEST(CudaContextParallel, SplitRmsNormBackwardMatchesCpu) {
         HT g = kt::random_tensor(d, {rows, D}, rng), x = kt::random_tensor(d, {rows, D}, rng);
         HT rstd = kt::random_tensor(DType::kFloat32, {rows}, rng, 0.5, 2);
         HT w = kt::random_tensor(d, {D}, rng), gx(d, {rows, D}), gw(d, {D});
-        const std::string what = kc::name(d) + " " + std::to_string(rows) + " x " + std::to_string(D);
+        const std::string what =
+            kc::name(d) + " " + std::to_string(rows) + " x " + std::to_string(D);
         const auto ri = run_both(OpKind::kRMSNormBackwardInput, {&g, &x, &rstd, &w}, {&gx});
         kc::expect_close(ri.gpu[0], ri.cpu[0], 1e-6, 1e-6, what + " gx");
         const auto rw = run_both(OpKind::kRMSNormBackwardWeight, {&g, &x, &rstd}, {&gw});

@@ -91,7 +91,7 @@ struct Round {
     op.kind = OpKind::kAttentionBackward;
     op.name = "round backward";
     const int64_t sr = (rd.q_len + 127) / 128 * 128;
-    op.inputs = {ref({B, rd.q_len, D()}),   ref({B, rd.q_len, D()}), ref({B, rd.kv_len, Dkv()}),
+    op.inputs = {ref({B, rd.q_len, D()}),    ref({B, rd.q_len, D()}), ref({B, rd.kv_len, Dkv()}),
                  ref({B, rd.kv_len, Dkv()}), ref({B, rd.q_len, D()}), ref({B, H, rd.q_len})};
     op.outputs = {ref({B, rd.q_len, D()}), ref({B, rd.kv_len, Dkv()}), ref({B, rd.kv_len, Dkv()}),
                   ref({B, H, sr}), ref({B, sr, H, (hd + 31) / 32 * 32})};
@@ -109,8 +109,8 @@ float dot(const float* a, const float* b, int64_t n) {
 }
 
 // ring_forward_kernel's walk, on the host, from the views' first elements.
-void emulate_forward(const RingAttnLayout& l, const float* q, const float* k, const float* v,
-                     F& o, F& lse) {
+void emulate_forward(const RingAttnLayout& l, const float* q, const float* k, const float* v, F& o,
+                     F& lse) {
   for (int64_t b = 0; b < l.B; ++b)
     for (int64_t h = 0; h < l.H; ++h)
       for (int64_t i = 0; i < l.Sq; ++i) {
@@ -204,8 +204,8 @@ TEST(CudaContextParallelPlan, RingRoundsWalkedByThePlanEqualTheCpuKernels) {
           const size_t on = static_cast<size_t>(s.B * rd.rd.q_len * rd.D()),
                        ln = static_cast<size_t>(s.B * s.H * rd.rd.q_len);
           F o_cpu(on), lse_cpu(ln), o(on), lse(ln);
-          cpu::run_kernel(fwd, {const_cast<float*>(qv), const_cast<float*>(kv),
-                                const_cast<float*>(vv)},
+          cpu::run_kernel(fwd,
+                          {const_cast<float*>(qv), const_cast<float*>(kv), const_cast<float*>(vv)},
                           {o_cpu.data(), lse_cpu.data()});
           emulate_forward(l, qv, kv, vv, o, lse);
           const std::string what = "B " + std::to_string(s.B) + " cp " + std::to_string(cp) +

@@ -183,8 +183,7 @@ TEST(CudaOpContracts, EveryOpTheModelsEmitMeetsBothBackendsContracts) {
   check_program(scenario_json("tiny-llama", nullptr, {1, 2}, cp), "tiny-llama cp2", seen);
   json cp_bf16 = cp;
   cp_bf16.update(bf16, /*merge_objects=*/true);
-  check_program(scenario_json("tiny-llama", nullptr, {1, 2}, cp_bf16), "tiny-llama cp2 bf16",
-                seen);
+  check_program(scenario_json("tiny-llama", nullptr, {1, 2}, cp_bf16), "tiny-llama cp2 bf16", seen);
   for (OpKind k : {OpKind::kSdpaMerge, OpKind::kSeqRowsAdd, OpKind::kRMSNormBackwardInput,
                    OpKind::kRMSNormBackwardWeight})
     EXPECT_TRUE(seen.kinds.count(k)) << op_kind_name(k) << " (the pp / cp programs)";

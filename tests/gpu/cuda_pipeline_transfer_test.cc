@@ -36,14 +36,16 @@ backends::CollectiveArgs broadcast(int root = 0) {
 
 TEST(CudaPipelineTransfer, SenderIsGroupRankZeroAndTheReceiverItsPeer) {
   const ProcessGroup f{"pipeline p2p F 0->1", {2, 5}}, b{"pipeline p2p B 1->0", {5, 2}};
-  const PipelineTransfer s = pipeline_transfer(broadcast(), f, 2), r = pipeline_transfer(broadcast(), f, 5);
+  const PipelineTransfer s = pipeline_transfer(broadcast(), f, 2),
+                         r = pipeline_transfer(broadcast(), f, 5);
   EXPECT_TRUE(s.send);
   EXPECT_EQ(s.peer, 1);
   EXPECT_FALSE(r.send);
   EXPECT_EQ(r.peer, 0);
   EXPECT_TRUE(pipeline_transfer(broadcast(), b, 5).send);  // the gradient flows back
   EXPECT_FALSE(pipeline_transfer(broadcast(), b, 2).send);
-  EXPECT_NE(pipeline_channel_key(f), pipeline_channel_key(ProcessGroup{"pipeline p2p F 2->3", {2, 5}}));
+  EXPECT_NE(pipeline_channel_key(f),
+            pipeline_channel_key(ProcessGroup{"pipeline p2p F 2->3", {2, 5}}));
   auto refused = [](const backends::CollectiveArgs& a, const ProcessGroup& g, int rank) {
     try {
       pipeline_transfer(a, g, rank);
@@ -52,7 +54,8 @@ TEST(CudaPipelineTransfer, SenderIsGroupRankZeroAndTheReceiverItsPeer) {
     }
     return std::string();
   };
-  EXPECT_NE(refused(broadcast(1), f, 2).find("not a broadcast from group rank 0"), std::string::npos);
+  EXPECT_NE(refused(broadcast(1), f, 2).find("not a broadcast from group rank 0"),
+            std::string::npos);
   EXPECT_NE(refused(broadcast(), f, 3).find("with rank 3"), std::string::npos);
   EXPECT_NE(refused(broadcast(), ProcessGroup{"pipeline p2p F 0->1", {2, 2}}, 2).find("two ranks"),
             std::string::npos);
@@ -116,17 +119,19 @@ TEST(CudaPipelineTransfer, ChannelCreationInTheAgreedOrderNeverDeadlocks) {
     for (const auto& [r, list] : agreed)
       for (size_t a = 0; a < list.size(); ++a)
         for (size_t b = a + 1; b < list.size(); ++b)
-          pair_with_two = pair_with_two || list[a].ranks == list[b].ranks ||
-                          (list[a].ranks[0] == list[b].ranks[1] && list[a].ranks[1] == list[b].ranks[0]);
+          pair_with_two =
+              pair_with_two || list[a].ranks == list[b].ranks ||
+              (list[a].ranks[0] == list[b].ranks[1] && list[a].ranks[1] == list[b].ranks[0]);
     if (pair_with_two) EXPECT_FALSE(creations_complete(inconsistent)) << what;
     ++shapes;
   };
   for (const char* schedule : {"GPipe", "1F1B"})
     for (int pp : {2, 3, 4})
       for (int dp : {1, 2})
-        check(pp_scenario(schedule, pp, dp, 4), std::string(schedule) + " pp " + std::to_string(pp));
-  for (const char* schedule : {"Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble",
-                               "ZBVZeroBubble", "DualPipeV"})
+        check(pp_scenario(schedule, pp, dp, 4),
+              std::string(schedule) + " pp " + std::to_string(pp));
+  for (const char* schedule :
+       {"Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV"})
     for (int pp : {2, 4})
       check(pp_scenario(schedule, pp, 1, 8), std::string(schedule) + " pp " + std::to_string(pp));
   std::ifstream f(std::string(FULLSHARD_SOURCE_DIR) + "/scenarios/tiny-llama-pp2-fsdp2-cpu4.json");

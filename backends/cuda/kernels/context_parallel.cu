@@ -180,7 +180,8 @@ __global__ void sdpa_merge_kernel(SdpaMergePlan p, const float* out, const float
     const float a = out[oi];
     out2[oi] = a - w * (a - load_f(block, p.block_dtype, (b * p.block_len + s) * D + h * hd + e));
     if (e == 0) {
-      const float x = old - bl;  // lse - logsigmoid(x), logsigmoid(x) = min(x, 0) - log1p(exp(-|x|))
+      const float x =
+          old - bl;  // lse - logsigmoid(x), logsigmoid(x) = min(x, 0) - log1p(exp(-|x|))
       lse2[(b * p.heads + h) * p.len + pos] = old - (fminf(x, 0.0f) - log1pf(expf(-fabsf(x))));
     }
   }
@@ -213,14 +214,14 @@ void ring_attention_backward(const RingAttnLayout& l, const void* dout, int ddo,
   if (l.B * l.H == 0) return;
   if (l.Sq > 0) {
     const dim3 grid(plan::ring_grid(l.Sq), static_cast<unsigned>(l.B * l.H));
-    ring_backward_dq_kernel<<<grid, kThreads, 0, s>>>(l, dout, ddo, q, k, v, dt, o, dto, lse,
-                                                      g.dq, g.ddq, g.softmax_d);
+    ring_backward_dq_kernel<<<grid, kThreads, 0, s>>>(l, dout, ddo, q, k, v, dt, o, dto, lse, g.dq,
+                                                      g.ddq, g.softmax_d);
     check_launch("ring attention backward dq");
   }
   if (l.Skv > 0) {
     const dim3 grid(plan::ring_grid(l.Skv), static_cast<unsigned>(l.B * l.Hkv));
-    ring_backward_dkv_kernel<<<grid, kThreads, 0, s>>>(l, dout, ddo, q, k, v, dt, lse,
-                                                       g.softmax_d, g.dk, g.ddk, g.dv, g.ddv);
+    ring_backward_dkv_kernel<<<grid, kThreads, 0, s>>>(l, dout, ddo, q, k, v, dt, lse, g.softmax_d,
+                                                       g.dk, g.ddk, g.dv, g.ddv);
     check_launch("ring attention backward dk dv");
   }
 }

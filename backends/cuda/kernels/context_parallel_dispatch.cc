@@ -39,9 +39,8 @@ void launch_context_parallel(const OpCall& op, const std::vector<void*>& in,
     }
     case OpKind::kAttentionBackward: {
       const RingAttnLayout l = plan::plan_ring_attention_backward(op);
-      const launch::RingGrads g{out[0],    out[1],    out[2],
-                                dt_out(0), dt_out(1), dt_out(2),
-                                static_cast<float*>(out[3])};
+      const launch::RingGrads g{
+          out[0], out[1], out[2], dt_out(0), dt_out(1), dt_out(2), static_cast<float*>(out[3])};
       return launch::ring_attention_backward(l, in[0], dt_in(0), in[1], in[2], in[3], dt_in(1),
                                              in[4], dt_in(4), static_cast<const float*>(in[5]), g,
                                              s);

@@ -50,8 +50,7 @@ RingAttnLayout plan_ring_attention(const OpCall& op) {
   RingAttnLayout l = ring_common(op, false);
   expect_numel(op, op.outputs[0].meta, l.B * l.Sq * l.H * l.hd, "o");
   expect_numel(op, op.outputs[1].meta, l.B * l.H * l.lse_ld, "logsumexp");
-  FULLSHARD_CHECK(is_float(op.outputs[0].meta.dtype) &&
-                      op.outputs[1].meta.dtype == DType::kFloat32,
+  FULLSHARD_CHECK(is_float(op.outputs[0].meta.dtype) && op.outputs[1].meta.dtype == DType::kFloat32,
                   where(op) + "o must be floating and logsumexp fp32");
   return l;
 }

@@ -59,7 +59,7 @@ namespace plan {
 
 // kAttention / kAttentionBackward with a ring round's arguments (AttentionArgs::ring()).
 bool is_ring_attention(const OpCall& op);
-RingAttnLayout plan_ring_attention(const OpCall& op);           // (q, k, v) -> (o, lse)
+RingAttnLayout plan_ring_attention(const OpCall& op);  // (q, k, v) -> (o, lse)
 // (dO, q, k, v, O, lse) -> (dq, dk, dv, softmax_d, dq_accum[, dk_expanded, dv_expanded])
 RingAttnLayout plan_ring_attention_backward(const OpCall& op);
 SdpaMergePlan plan_sdpa_merge(const OpCall& op);

@@ -200,7 +200,8 @@ void norm_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, bool layer
   for (const auto& o : op.outputs) expect_float(op, o.meta, "gradient output");
   void* gx = weight_only ? nullptr : out[0];
   void* gw = input_only ? nullptr : out[weight_only ? 0 : 1];
-  const int dgx = weight_only ? 0 : dt_out(op, 0), dgw = input_only ? 0 : dt_out(op, weight_only ? 0 : 1);
+  const int dgx = weight_only ? 0 : dt_out(op, 0);
+  const int dgw = input_only ? 0 : dt_out(op, weight_only ? 0 : 1);
   launch::norm_backward(
       in[0], dt_in(op, 0), in[1], dt_in(op, 1), layer ? static_cast<const float*>(in[2]) : nullptr,
       static_cast<const float*>(in[layer ? 3 : 2]), weight_only ? nullptr : in[wi],
@@ -606,6 +607,8 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
   const cudaStream_t s = ctx.stream;
   if (backends::is_float8_kind(op.kind)) return launch_float8(op, in, out, ctx);  // float8_dispatch.cc
   if (backends::is_moe_kind(op.kind)) return launch_moe(op, in, out, ctx);  // moe_dispatch.cc
+  if (backends::is_context_parallel_kind(op.kind))  // context_parallel_dispatch.cc
+    return launch_context_parallel(op, in, out, ctx);
   switch (op.kind) {
     case OpKind::kFill: return fill(op, out, s);
     case OpKind::kCopy: return run_copies(op, plan_copy(op), in, out, s);
@@ -637,8 +640,6 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
     case OpKind::kAttentionBackward:
     case OpKind::kAttentionEfficientBackward:
     case OpKind::kAttentionCudnnBackward: return attention_backward(op, in, out, ctx);
-    case OpKind::kSdpaMerge:
-    case OpKind::kSeqRowsAdd: return launch_context_parallel(op, in, out, ctx);
     case OpKind::kSiLU: return unary(launch::Ew::kSiLU, op, in, out, 0.0f, s);
     case OpKind::kSiLUBackward: return binary(launch::Ew::kSiLUBackward, op, in, out, s);
     case OpKind::kMul: return binary(launch::Ew::kMul, op, in, out, s);
