@@ -135,9 +135,10 @@ void CudaDevice::check_failed() const {
 
 void CudaDevice::settle_streams() {
   if (!streams_) return;
-  for (StreamRole r : kAllStreams) {
+  // The created streams (an optional one not used yet is not made here).
+  for (cudaStream_t s : streams_->all()) {
     // Errors are reported by the calls that check; here only "nothing runs any more" matters.
-    if (cudaStreamSynchronize(stream(r)) != cudaSuccess) cudaGetLastError();
+    if (cudaStreamSynchronize(s) != cudaSuccess) cudaGetLastError();
   }
 }
 
@@ -372,8 +373,9 @@ void CudaDevice::synchronize(EventId event) {
 
 void CudaDevice::synchronize_device() {
   for (StreamRole r : kAllStreams)
-    check(cudaStreamSynchronize(stream(r)), "cudaStreamSynchronize",
-          "stream " + std::string(stream_name(r)));
+    if (streams_->created(r))  // an optional stream not used yet is not made here
+      check(cudaStreamSynchronize(stream(r)), "cudaStreamSynchronize",
+            "stream " + std::string(stream_name(r)));
   check_failed();
   prune_events();
   pinned_->reclaim(false);

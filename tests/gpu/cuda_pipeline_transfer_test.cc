@@ -10,12 +10,15 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "backends/cuda/pipeline_transfer.h"
+#include "backends/cuda/stream_set.h"
+#include "core/train/pipeline_p2p.h"
 #include "core/common/error.h"
 #include "core/scenario/scenario.h"
 #include "core/train/pipeline_program.h"
@@ -137,6 +140,22 @@ TEST(CudaPipelineTransfer, ChannelCreationInTheAgreedOrderNeverDeadlocks) {
   std::ifstream f(std::string(FULLSHARD_SOURCE_DIR) + "/scenarios/tiny-llama-pp2-fsdp2-cpu4.json");
   check(json::parse(f), "tiny-llama-pp2-fsdp2-cpu4");
   EXPECT_EQ(shapes, 12 + 10 + 1);
+}
+
+// The optional streams a rank counts against the hardware queues (optional_streams_used) are the
+// p2p streams its program picks for its two neighbours (pipeline_p2p_stream), plus cp's.
+TEST(CudaPipelineTransfer, OptionalStreamsCountThePeersStreams) {
+  for (int pp = 1; pp <= 8; ++pp)
+    for (int r = 0; r < pp; ++r) {
+      std::set<StreamRole> roles;
+      if (pp > 1)
+        for (int peer : {(r + 1) % pp, (r + pp - 1) % pp})
+          roles.insert(pipeline_p2p_stream(r, peer, pp));
+      EXPECT_EQ(optional_streams_used(pp, 1), static_cast<int>(roles.size()))
+          << "pp " << pp << " rank " << r;
+      EXPECT_EQ(optional_streams_used(pp, 2), static_cast<int>(roles.size()) + 1);
+    }
+  EXPECT_EQ(optional_streams_used(1, 1), 0);
 }
 
 }  // namespace
