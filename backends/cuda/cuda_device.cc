@@ -118,7 +118,13 @@ CudaDevice::~CudaDevice() {
 
 void CudaDevice::stop_watchdog() { watchdog_.reset(); }
 
-cudaStream_t CudaDevice::stream(StreamRole r) const { return streams_->get(r); }
+cudaStream_t CudaDevice::stream(StreamRole r) const {
+  if (!stream_is_optional(r) || streams_->created(r)) return streams_->get(r);
+  // An optional stream's first use (the host thread's): pinned frees fence it from now on.
+  cudaStream_t s = streams_->get(r);
+  pinned_->add_stream(s);
+  return s;
+}
 
 std::vector<std::pair<std::string, int64_t>> CudaDevice::path_counts() const {
   return cudnn_sdpa::path_counts();
