@@ -61,8 +61,8 @@ DeviceSharing::DeviceSharing(int device, int streams_per_rank) : device_(device)
   std::lock_guard<std::mutex> lock(g_sharing_mu);
   const int sharing = g_ranks_on_device[device_] + 1;
   const std::string why = shared_device_refusal(
-      sharing, streams_per_rank,
-      device_max_connections(std::getenv("CUDA_DEVICE_MAX_CONNECTIONS")), device_);
+      sharing, streams_per_rank, device_max_connections(std::getenv("CUDA_DEVICE_MAX_CONNECTIONS")),
+      device_);
   if (!why.empty())
     throw InputError("CUDA_DEVICE_MAX_CONNECTIONS", why, shared_device_fix(streams_per_rank));
   g_ranks_on_device[device_] = sharing;

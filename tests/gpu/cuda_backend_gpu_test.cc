@@ -88,8 +88,8 @@ CudaRun run_cuda(const Scenario& s, const std::string& transport,
         o.transport = transport;
         o.measure_streams = measure_streams;
         o.pipeline_channels = pipeline_p2p_groups(s, r);  // as tools/fullshard/backends.cc
-        o.optional_streams = optional_streams_used(
-            s.pipeline.enabled() ? s.pipeline.degree : 1, s.context_parallel.degree);
+        o.optional_streams = optional_streams_used(s.pipeline.enabled() ? s.pipeline.degree : 1,
+                                                   s.context_parallel.degree);
         CudaBackend b(std::move(o));
         runner::RankOptions ro = base;
         ro.steps = s.training.steps;

@@ -45,9 +45,9 @@ std::unique_ptr<Backend> make_cuda(const runner::BackendRequest& r) {
   o.transport_where = "--collectives";
   o.measure_streams = cuda::parse_stream_times(std::getenv("FULLSHARD_CUDA_STREAM_TIMES"));
   o.pipeline_channels = pipeline_p2p_groups(*r.scenario, r.env.rank);
-  o.optional_streams = cuda::optional_streams_used(
-      r.scenario->pipeline.enabled() ? r.scenario->pipeline.degree : 1,
-      r.scenario->context_parallel.degree);
+  o.optional_streams =
+      cuda::optional_streams_used(r.scenario->pipeline.enabled() ? r.scenario->pipeline.degree : 1,
+                                  r.scenario->context_parallel.degree);
   return std::make_unique<cuda::CudaBackend>(std::move(o));
 }
 #endif
