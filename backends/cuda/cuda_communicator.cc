@@ -27,13 +27,18 @@ CudaCommunicator::~CudaCommunicator() {
 void CudaCommunicator::close_staged() { gloo_groups_.clear(); }
 
 std::shared_ptr<NcclProcessGroup> CudaCommunicator::nccl_group(const ProcessGroup& g) {
-  const std::string key = g.key();
+  // NOTE [Expert-parallel communicators] (simulator/sim_backend.h): the sparse mesh's groups and
+  // the cp group are communicators of their own even where their ranks equal a dense group's, so
+  // NCCL does not queue ring attention's exchanges (or an all-to-all) behind FSDP's collectives.
+  const bool apart = g.name == "ep" || g.name == "efsdp" || g.name == "cp";
+  const std::string key = apart ? g.name + "/" + g.key() : g.key();
   auto it = nccl_groups_.find(key);
   if (it != nccl_groups_.end()) return it->second;
   FULLSHARD_CHECK(g.size() == 1 || options_.store != nullptr,
                   "an NCCL group of several ranks needs a rendezvous store");
   NcclProcessGroupOptions no;
   no.timeout = options_.collectives.timeout;
+  if (apart) no.instance = g.name;
   // Collective over the members: every member issues its first collective on `g` in the same
   // host-program position, so they construct it in the same order.
   auto pg = std::make_shared<NcclProcessGroup>(options_.store, g, host_.rank(), no);
