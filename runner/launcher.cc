@@ -122,19 +122,20 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
                      fmt::format("is true, which the {} backend does not run", kind.name),
                      "write false to train for real (the numbers are the same), or simulate it "
                      "with fullshard simulate");
-  // Mesh dims only the CPU backend trains (docs/context-parallel.md, docs/pipeline.md: ring
-  // attention's kinds and pipeline stages have CPU kernels and transfers only).
-  auto cpu_only = [&](const char* dim, int degree, const char* what) {
-    if (degree > 1 && kind.name != "cpu")
+  // Mesh dims the CPU and CUDA backends train (docs/context-parallel.md, docs/pipeline.md: ring
+  // attention's kinds and the stage-to-stage transfers; on CUDA built and host-tested, not yet run
+  // on a GPU).
+  auto cpu_or_cuda = [&](const char* dim, int degree, const char* what) {
+    if (degree > 1 && kind.name != "cpu" && kind.name != "cuda")
       throw InputError("fsdp.mesh.dim_names",
-                       fmt::format("has a {} dim of size {}: the {} backend does not run {} yet",
-                                   dim, degree, kind.name, what),
-                       fmt::format("train it with --backend cpu, simulate it with fullshard "
-                                   "simulate, or train without the {} dim",
+                       fmt::format("has a {} dim of size {}: the {} backend does not run {}", dim,
+                                   degree, kind.name, what),
+                       fmt::format("train it with --backend cpu or cuda, simulate it with "
+                                   "fullshard simulate, or train without the {} dim",
                                    dim));
   };
-  cpu_only("cp", s.context_parallel.degree, "context parallelism");
-  cpu_only("pp", s.pipeline.enabled() ? s.pipeline.degree : 1, "pipeline parallelism");
+  cpu_or_cuda("cp", s.context_parallel.degree, "context parallelism");
+  cpu_or_cuda("pp", s.pipeline.enabled() ? s.pipeline.degree : 1, "pipeline parallelism");
   if (s.pipeline.enabled()) {
     // What a pipeline program does not run yet (the scenario refuses the rest).
     auto refuse = [&](const char* flag, const std::string& what) {

@@ -8,7 +8,7 @@
 #                                     and DIR.tar.xz.
 #   tools/gpu-check.sh quick          on a GPU machine, from a pack: the one command for a short GPU
 #                                     lease (NOTE [GPU check quick]): every GPU test case as its own
-#                                     process beside the seven compares, the 1B benchmark beside
+#                                     process beside the nine compares, the 1B benchmark beside
 #                                     PyTorch eager + FSDP2 (own and cuDNN attention) with the per-op
 #                                     table, the GPU microbenchmarks (cuda_*_bench targets); one
 #                                     summary, under 8 minutes.
@@ -343,7 +343,8 @@ stage_measure() {
 
 # NOTE [GPU check quick]: one command for a short GPU lease (the machine's start and 15 minutes
 # of device time in all): every GPU test case as its own process (a sticky CUDA error or a hang
-# costs one case, not a binary), several at once beside the seven compares, then on the idle GPU
+# costs one case, not a binary), several at once beside the nine compares (pp 2 and cp 2 among
+# them), then on the idle GPU
 # the 1B benchmark beside PyTorch eager + FSDP2 (default attention, then cuDNN) with the per-op
 # table, then the GPU microbenchmarks (pack/bin/cuda_*_bench). A step starts only while the
 # budget (GPU_CHECK_QUICK_BUDGET seconds from the stage's start, default 450) leaves it room.
@@ -408,9 +409,28 @@ s["expert_parallel"] = {"degree": 2}
 s["name"] = "tiny-moe-ep2-h100-2on1"
 json.dump(s, open(sys.argv[2], "w"))
 P
+  # Pipeline parallelism (pp 2 x FSDP 2, 1F1B: the stage handoffs as staged Gloo broadcasts over
+  # each channel's own group) and context parallelism (cp 2 x FSDP 2, ring attention passing K / V:
+  # context_parallel.cu's ring rounds, merge and row adds) on the 4 ranks of tiny-llama-tp2's
+  # mesh sharing the GPU (docs/pipeline.md, docs/context-parallel.md; never run on a GPU before).
+  python3 - scenarios/tiny-llama-tp2-h100-4on1.json "$work" <<'P'
+import json, sys
+base = json.load(open(sys.argv[1]))
+pp = json.loads(json.dumps(base))
+pp["name"] = "tiny-llama-pp2-h100-4on1"
+pp["fsdp"]["mesh"]["dim_names"] = ["pp", "dp_shard"]
+pp["pipeline_parallel"] = {"schedule": "1F1B", "microbatch_size": 2}
+json.dump(pp, open(f"{sys.argv[2]}/tiny-llama-pp2-h100-4on1.json", "w"))
+cp = json.loads(json.dumps(base))
+cp["name"] = "tiny-llama-cp2-h100-4on1"
+cp["fsdp"]["mesh"]["dim_names"] = ["dp_shard", "cp"]
+cp["context_parallel"] = {"rotate_method": "alltoall"}
+json.dump(cp, open(f"{sys.argv[2]}/tiny-llama-cp2-h100-4on1.json", "w"))
+P
   for file in scenarios/tiny-llama-h100.json "$work/tiny-llama-h100-exp.json" scenarios/tiny-gpt2-h100.json \
               scenarios/tiny-llama-h100-2on1.json scenarios/tiny-llama-tp2-h100-4on1.json \
-              scenarios/tiny-moe-fsdp2-h100.json "$work/tiny-moe-ep2-h100-2on1.json"; do
+              scenarios/tiny-moe-fsdp2-h100.json "$work/tiny-moe-ep2-h100-2on1.json" \
+              "$work/tiny-llama-pp2-h100-4on1.json" "$work/tiny-llama-cp2-h100-4on1.json"; do
     local sc
     sc="$(basename "$file" .json)"
     if timeout -k 10 "${GPU_CHECK_COMPARE_TIMEOUT:-180}" env LD_LIBRARY_PATH="$fs_libs" "$fs" compare "$file" \

@@ -51,8 +51,8 @@ inline bool is_float8_kind(OpKind kind) {
   }
 }
 
-// Context parallelism's ring-attention kinds (docs/context-parallel.md): the CUDA backend
-// refuses a cp dim.
+// Context parallelism's ring-attention kinds (docs/context-parallel.md; the CUDA backend's
+// context_parallel_dispatch.cc).
 inline bool is_context_parallel_kind(OpKind kind) {
   return kind == OpKind::kSdpaMerge || kind == OpKind::kSeqRowsAdd;
 }

@@ -57,14 +57,14 @@ int current_device() {
 
 int visible_gpu_count() { return gpu_count(); }
 
-DeviceSharing::DeviceSharing(int device) : device_(device) {
+DeviceSharing::DeviceSharing(int device, int streams_per_rank) : device_(device) {
   std::lock_guard<std::mutex> lock(g_sharing_mu);
   const int sharing = g_ranks_on_device[device_] + 1;
   const std::string why = shared_device_refusal(
-      sharing, kCudaStreamCount, device_max_connections(std::getenv("CUDA_DEVICE_MAX_CONNECTIONS")),
+      sharing, streams_per_rank, device_max_connections(std::getenv("CUDA_DEVICE_MAX_CONNECTIONS")),
       device_);
   if (!why.empty())
-    throw InputError("CUDA_DEVICE_MAX_CONNECTIONS", why, shared_device_fix(kCudaStreamCount));
+    throw InputError("CUDA_DEVICE_MAX_CONNECTIONS", why, shared_device_fix(streams_per_rank));
   g_ranks_on_device[device_] = sharing;
 }
 
@@ -79,11 +79,12 @@ CudaBackend::CudaBackend(CudaBackendOptions o)
     : Backend(o.rank, o.world_size, o.allocator, select_device(o), o.record_timeline),
       batches_(std::move(o.batches)),
       transport_(select_transport(o)),
-      sharing_(current_device()),
+      sharing_(current_device(), kCudaStreamCount + o.optional_streams),
       device_(*this, batches_, o.measure_streams, measurements_),
       communicator_(*this, device_,
                     CudaCommunicatorOptions{std::move(o.store), std::move(o.hostname),
-                                            std::move(o.collectives), transport_.transport}) {
+                                            std::move(o.collectives), transport_.transport,
+                                            std::move(o.pipeline_channels)}) {
   attach(device_, communicator_, &measurements_);
   measurements_.set_collector([this] { return device_.collect_stream_times(); });
   // cudaFree synchronizes the device by itself, and cuMemUnmap needs the kernels using the

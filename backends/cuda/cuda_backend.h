@@ -38,6 +38,11 @@ struct CudaBackendOptions {
   // Timing events (NOTE [Measured stream times on the GPU]) around every kernel and collective
   // (per-stream busy times, the step's compute / communication split, measured timelines).
   bool measure_streams = true;
+  // This rank's pipeline channels (CudaCommunicatorOptions::pipeline_channels).
+  std::vector<ProcessGroup> pipeline_channels;
+  // The optional streams its program uses (optional_streams_used in stream_set.h), counted with
+  // the others against the hardware queues when ranks share a GPU in one process.
+  int optional_streams = 0;
 };
 
 // This process's CUDA backends on one device, counted for as long as one lives (NOTE [Staged
@@ -45,7 +50,8 @@ struct CudaBackendOptions {
 // when one more would exceed what the hardware queues allow.
 class DeviceSharing {
  public:
-  explicit DeviceSharing(int device);
+  // `streams_per_rank`: this rank's streams (kCudaStreamCount and the optional ones it uses).
+  DeviceSharing(int device, int streams_per_rank);
   ~DeviceSharing() { release(); }
   DeviceSharing(const DeviceSharing&) = delete;
   DeviceSharing& operator=(const DeviceSharing&) = delete;

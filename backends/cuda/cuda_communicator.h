@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backends/cuda/collective_transport.h"
 #include "backends/cuda/cuda_device.h"
@@ -30,6 +31,10 @@ struct CudaCommunicatorOptions {
   std::string hostname = "127.0.0.1";                // staged Gloo's TCP device
   gloo_backend::ProcessGroupOptions collectives;     // timeout, fingerprints
   CollectiveTransport transport = CollectiveTransport::kNccl;
+  // This rank's pipeline channels (pipeline_p2p_groups), whose NCCL communicators are created
+  // together at its first transfer (NOTE [Pipeline p2p on the CUDA backend]); a channel missing
+  // here is created at its own first transfer.
+  std::vector<ProcessGroup> pipeline_channels;
 };
 
 class CudaCommunicator : public Communicator {
@@ -51,9 +56,14 @@ class CudaCommunicator : public Communicator {
   std::shared_ptr<::gloo::transport::Device> gloo_device_;  // staged Gloo's TCP device (lazy)
   std::map<std::string, std::shared_ptr<NcclProcessGroup>> nccl_groups_;        // by group key
   std::map<std::string, std::unique_ptr<StagedGlooProcessGroup>> gloo_groups_;  // by stream/group
+  std::map<std::string, std::shared_ptr<NcclProcessGroup>> nccl_channels_;      // by channel key
+  std::map<std::string, StreamRole> channel_streams_;  // staged: the one stream of a channel
 
   DeviceProcessGroup& staged_group(const ProcessGroup& g, StreamRole r);
   std::shared_ptr<NcclProcessGroup> nccl_group(const ProcessGroup& g);
+  std::shared_ptr<NcclProcessGroup> nccl_channel(const ProcessGroup& channel);
+  // A pipeline channel's transfer (NOTE [Pipeline p2p on the CUDA backend]).
+  void pipeline_transfer(StreamRole r, const CollectiveArgs& args, const ProcessGroup& channel);
 };
 
 }  // namespace fullshard::cuda

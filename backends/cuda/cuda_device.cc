@@ -118,7 +118,13 @@ CudaDevice::~CudaDevice() {
 
 void CudaDevice::stop_watchdog() { watchdog_.reset(); }
 
-cudaStream_t CudaDevice::stream(StreamRole r) const { return streams_->get(r); }
+cudaStream_t CudaDevice::stream(StreamRole r) const {
+  if (!stream_is_optional(r) || streams_->created(r)) return streams_->get(r);
+  // An optional stream's first use (the host thread's): pinned frees fence it from now on.
+  cudaStream_t s = streams_->get(r);
+  pinned_->add_stream(s);
+  return s;
+}
 
 std::vector<std::pair<std::string, int64_t>> CudaDevice::path_counts() const {
   return cudnn_sdpa::path_counts();
@@ -135,9 +141,10 @@ void CudaDevice::check_failed() const {
 
 void CudaDevice::settle_streams() {
   if (!streams_) return;
-  for (StreamRole r : kAllStreams) {
+  // The created streams (an optional one not used yet is not made here).
+  for (cudaStream_t s : streams_->all()) {
     // Errors are reported by the calls that check; here only "nothing runs any more" matters.
-    if (cudaStreamSynchronize(stream(r)) != cudaSuccess) cudaGetLastError();
+    if (cudaStreamSynchronize(s) != cudaSuccess) cudaGetLastError();
   }
 }
 
@@ -372,8 +379,9 @@ void CudaDevice::synchronize(EventId event) {
 
 void CudaDevice::synchronize_device() {
   for (StreamRole r : kAllStreams)
-    check(cudaStreamSynchronize(stream(r)), "cudaStreamSynchronize",
-          "stream " + std::string(stream_name(r)));
+    if (streams_->created(r))  // an optional stream not used yet is not made here
+      check(cudaStreamSynchronize(stream(r)), "cudaStreamSynchronize",
+            "stream " + std::string(stream_name(r)));
   check_failed();
   prune_events();
   pinned_->reclaim(false);

@@ -62,8 +62,8 @@ class NcclProcessGroup : public DeviceProcessGroup {
   // Point-to-point, as ProcessGroupNCCL's send / recv (ncclSend / ncclRecv on `stream`):
   // `count` elements of `dtype` to / from member `peer` (a group rank, not this one); the pair
   // matches in issue order on the communicator (NCCL orders a communicator's work). What the
-  // CUDA backend's pipeline stages will run; not wired yet (the backend refuses a pp dim). Errors
-  // as run().
+  // CUDA backend's pipeline stages run, one communicator per channel (NOTE [Pipeline p2p on the
+  // CUDA backend] in pipeline_transfer.h). Errors as run().
   void send(const void* buffer, size_t count, DType dtype, int peer, cudaStream_t stream,
             const std::string& name);
   void recv(void* buffer, size_t count, DType dtype, int peer, cudaStream_t stream,

@@ -95,7 +95,12 @@ void PinnedHostMemory::free(void* ptr) {
     live_bytes_ -= it->second;
     live_.erase(it);
   }
-  for (cudaStream_t s : streams_) {
+  std::vector<cudaStream_t> streams;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    streams = streams_;
+  }
+  for (cudaStream_t s : streams) {
     cudaEvent_t e = events_.acquire();
     FULLSHARD_CUDA(cudaEventRecord(e, s));
     d.fences.push_back(e);
@@ -125,6 +130,11 @@ void PinnedHostMemory::reclaim(bool wait) {
     cached_.emplace(d.bytes, d.ptr);
     cached_bytes_ += d.bytes;
   });
+}
+
+void PinnedHostMemory::add_stream(cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  streams_.push_back(stream);
 }
 
 }  // namespace fullshard::cuda

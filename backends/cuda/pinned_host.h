@@ -42,6 +42,8 @@ class PinnedHostMemory {
   void* allocate(uint64_t bytes);
   // Deferred: see NOTE [Pinned host frees].
   void free(void* ptr);
+  // One more stream that may touch the memory (an optional stream made at its first use).
+  void add_stream(cudaStream_t stream);
   // Takes back deferred frees whose events completed into the cache; with `wait`, waits for all
   // of them first.
   void reclaim(bool wait);

@@ -17,3 +17,12 @@ target_link_libraries(cuda_backend_gpu_test PRIVATE fullshard_cuda fullshard_run
 target_compile_definitions(cuda_backend_gpu_test PRIVATE FULLSHARD_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 add_test(NAME gpu.cuda_backend_gpu_test COMMAND cuda_backend_gpu_test)
 set_tests_properties(gpu.cuda_backend_gpu_test PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 900)
+
+# cuda_pipeline_transfer_test: no GPU needed. Pipeline transfers on the CUDA backend as the host
+# decides them (backends/cuda/pipeline_transfer.h): the end of a channel a rank is, and that the
+# ranks' channel communicators, created in the agreed order, never wait on each other.
+add_executable(cuda_pipeline_transfer_test ${CMAKE_CURRENT_LIST_DIR}/cuda_pipeline_transfer_test.cc)
+target_link_libraries(cuda_pipeline_transfer_test PRIVATE fullshard_cuda fullshard_train GTest::gtest
+                      GTest::gtest_main)
+target_compile_definitions(cuda_pipeline_transfer_test PRIVATE FULLSHARD_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+add_test(NAME gpu.cuda_pipeline_transfer COMMAND cuda_pipeline_transfer_test)

@@ -2,7 +2,8 @@
 // user can train on the CUDA backend (every model.implementation preset and field value, both
 // architectures, activation checkpointing, CPU offload, tensor parallelism, compiled blocks,
 // tensorwise float8,
-// mixture of experts at ep 1 and 2) has a CUDA kernel (cuda::has_kernel). The programs come from the simulator, which records
+// mixture of experts at ep 1 and 2, pipeline stages under 1F1B and ZBVZeroBubble, context
+// parallelism under both rotate methods) has a CUDA kernel (cuda::has_kernel). The programs come from the simulator, which records
 // the same host program the CUDA backend runs. Async TP is simulator-only (the launcher refuses
 // it on every real backend), so its fused collective-matmuls are the kinds left without one.
 #include <gtest/gtest.h>
@@ -112,6 +113,33 @@ TEST(CudaKernelCoverage, EveryDeviceOpTheModelEmitsHasAKernel) {
   for (OpKind k : {OpKind::kTopK, OpKind::kPermuteIndices, OpKind::kGroupedMMBackwardWeight,
                    OpKind::kIndexAddRows, OpKind::kWeightedSumBackward})
     EXPECT_TRUE(all.count(k)) << op_kind_name(k) << ": the MoE programs should reach it";
+
+  // Pipeline parallelism (docs/pipeline.md): 1F1B, and ZBVZeroBubble's split backward (I and W,
+  // kRMSNormBackwardInput / Weight). Context parallelism (docs/context-parallel.md): ring
+  // attention under both rotate methods, fp32 and bf16 (the rounds after the first run
+  // context_parallel.cu's ring kernels; kSdpaMerge, kSeqRowsAdd).
+  auto pp = [](const char* schedule, int microbatch_size) {
+    return json{{"fsdp", {{"mesh", {{"dim_names", {"pp", "dp_shard"}}}}}},
+                {"training", {{"batch_per_rank", 8}}},
+                {"pipeline_parallel",
+                 {{"schedule", schedule}, {"microbatch_size", microbatch_size}}}};
+  };
+  add(scenario("tiny-llama", json::object(), {2, 2}, pp("1F1B", 2)), "tiny-llama pp2 1F1B");
+  add(scenario("tiny-llama", json::object(), {2, 2}, pp("ZBVZeroBubble", 2)),
+      "tiny-llama pp2 ZBVZeroBubble");
+  for (const char* rotate : {"allgather", "alltoall"}) {
+    const json cp = {{"fsdp", {{"mesh", {{"dim_names", {"dp_shard", "cp"}}}}}},
+                     {"context_parallel", {{"rotate_method", rotate}}}};
+    add(scenario("tiny-llama", json::object(), {1, 2}, cp),
+        std::string("tiny-llama cp2 ") + rotate);
+    json bf16 = cp;
+    bf16["fsdp"]["mixed_precision"] = {{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}};
+    add(scenario("tiny-llama", json::object(), {1, 2}, bf16),
+        std::string("tiny-llama cp2 bf16 ") + rotate);
+  }
+  for (OpKind k : {OpKind::kSdpaMerge, OpKind::kSeqRowsAdd, OpKind::kRMSNormBackwardInput,
+                   OpKind::kRMSNormBackwardWeight})
+    EXPECT_TRUE(all.count(k)) << op_kind_name(k) << ": the pp / cp programs should reach it";
 
   EXPECT_GE(all.size(), 40u) << "the variants above should reach most op kinds";
   for (const auto& [kind, where] : all) {

@@ -62,7 +62,7 @@ TEST(CudaMoePlan, HasKernelListsEveryMoeKind) {
     ++n;
   }
   EXPECT_EQ(n, 22);  // with kExpertCapacity
-  EXPECT_FALSE(cuda::has_kernel(OpKind::kSdpaMerge));  // context parallelism: still CPU only
+  EXPECT_TRUE(cuda::has_kernel(OpKind::kSdpaMerge));  // context parallelism too (context_parallel.cu)
 }
 
 // generate_permute_indices: moe_permute_entry over the starts and ends the kernel stages, for

@@ -1,6 +1,7 @@
 // Host-only (no GPU; any GPU is hidden first): every op the model emits, over tiny Llama and
 // GPT-2 programs (every SDPA backend including efficient attention above head_dim 128, compiled
-// blocks, eager decompositions, tensor and loss parallelism), meets the operand contracts of both
+// blocks, eager decompositions, tensor and loss parallelism, mixture of experts, float8, pipeline
+// stages' split backward, context parallelism's ring rounds), meets the operand contracts of both
 // real backends: the CPU reference kernel runs it (on zeroed host buffers laid out as the program
 // lays them out), and the CUDA dispatcher's checks (arity, sizes, dtypes, NOTE [Operand
 // alignment]) accept it and reach the launch, which fails here for want of a device. A model
@@ -168,6 +169,24 @@ TEST(CudaOpContracts, EveryOpTheModelsEmitMeetsBothBackendsContracts) {
   check_program(scenario_json("tiny-moe", nullptr, {2}, bf16), "tiny-moe bf16", seen);
   check_program(scenario_json("tiny-moe", nullptr, {4}, {{"expert_parallel", {{"degree", 2}}}}),
                 "tiny-moe ep 2", seen);
+  // Pipeline stages (docs/pipeline.md): ZBVZeroBubble's split backward on the rank holding the
+  // first and the last stage. Context parallelism (docs/context-parallel.md): ring attention's
+  // rounds (strided halves), merges and row adds, fp32 and bf16.
+  check_program(scenario_json("tiny-llama", nullptr, {2, 1},
+                              {{"fsdp", {{"mesh", {{"dim_names", {"pp", "dp_shard"}}}}}},
+                               {"training", {{"batch_per_rank", 8}}},
+                               {"pipeline_parallel",
+                                {{"schedule", "ZBVZeroBubble"}, {"microbatch_size", 2}}}}),
+                "tiny-llama pp2 ZBVZeroBubble", seen);
+  const json cp = {{"fsdp", {{"mesh", {{"dim_names", {"dp_shard", "cp"}}}}}},
+                   {"context_parallel", {{"rotate_method", "alltoall"}}}};
+  check_program(scenario_json("tiny-llama", nullptr, {1, 2}, cp), "tiny-llama cp2", seen);
+  json cp_bf16 = cp;
+  cp_bf16.update(bf16, /*merge_objects=*/true);
+  check_program(scenario_json("tiny-llama", nullptr, {1, 2}, cp_bf16), "tiny-llama cp2 bf16", seen);
+  for (OpKind k : {OpKind::kSdpaMerge, OpKind::kSeqRowsAdd, OpKind::kRMSNormBackwardInput,
+                   OpKind::kRMSNormBackwardWeight})
+    EXPECT_TRUE(seen.kinds.count(k)) << op_kind_name(k) << " (the pp / cp programs)";
   for (size_t i = 0; i < kOpKindCount; ++i) {
     const auto k = static_cast<OpKind>(i);
     if (backends::is_moe_kind(k) && k != OpKind::kSigmoid && k != OpKind::kSigmoidBackward) {

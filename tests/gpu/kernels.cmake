@@ -156,3 +156,20 @@ target_link_libraries(cuda_moe_gpu_test PRIVATE fullshard_cuda_kernels fullshard
 target_include_directories(cuda_moe_gpu_test PRIVATE ${PROJECT_SOURCE_DIR})
 add_test(NAME cuda_kernels.moe_gpu COMMAND cuda_moe_gpu_test)
 set_tests_properties(cuda_kernels.moe_gpu PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
+
+# Context parallelism on the CUDA backend (context_parallel.cu, context_parallel_dispatch.cc;
+# docs/context-parallel.md): cuda_context_parallel_plan_test on the host (the ring rounds' plans
+# walked against the CPU kernels, the merge and row-add plans; no GPU needed);
+# cuda_context_parallel_gpu_test those kinds and the split RMSNorm backward against the CPU
+# kernels on a GPU (label gpu, exit 77 without one).
+add_executable(cuda_context_parallel_plan_test ${CMAKE_CURRENT_SOURCE_DIR}/cuda_context_parallel_plan_test.cc)
+target_link_libraries(cuda_context_parallel_plan_test PRIVATE fullshard_cuda_kernels fullshard_cpu_kernels
+                      GTest::gtest GTest::gtest_main)
+target_include_directories(cuda_context_parallel_plan_test PRIVATE ${PROJECT_SOURCE_DIR})
+add_test(NAME cuda_kernels.context_parallel_plan COMMAND cuda_context_parallel_plan_test)
+add_executable(cuda_context_parallel_gpu_test ${CMAKE_CURRENT_SOURCE_DIR}/cuda_context_parallel_gpu_test.cc)
+target_link_libraries(cuda_context_parallel_gpu_test PRIVATE fullshard_cuda_kernels fullshard_cpu_kernels
+                      GTest::gtest)
+target_include_directories(cuda_context_parallel_gpu_test PRIVATE ${PROJECT_SOURCE_DIR})
+add_test(NAME cuda_kernels.context_parallel_gpu COMMAND cuda_context_parallel_gpu_test)
+set_tests_properties(cuda_kernels.context_parallel_gpu PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)

@@ -6,7 +6,9 @@
 #include "backends/cpu/kernels/sgemm_probe.h"
 #ifdef FULLSHARD_HAVE_CUDA
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/stream_set.h"
 #include "backends/cuda/stream_times.h"
+#include "core/train/pipeline_program.h"
 #endif
 
 namespace fullshard::cli {
@@ -42,6 +44,10 @@ std::unique_ptr<Backend> make_cuda(const runner::BackendRequest& r) {
   o.transport = r.transport;
   o.transport_where = "--collectives";
   o.measure_streams = cuda::parse_stream_times(std::getenv("FULLSHARD_CUDA_STREAM_TIMES"));
+  o.pipeline_channels = pipeline_p2p_groups(*r.scenario, r.env.rank);
+  o.optional_streams =
+      cuda::optional_streams_used(r.scenario->pipeline.enabled() ? r.scenario->pipeline.degree : 1,
+                                  r.scenario->context_parallel.degree);
   return std::make_unique<cuda::CudaBackend>(std::move(o));
 }
 #endif

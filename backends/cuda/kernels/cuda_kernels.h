@@ -32,8 +32,7 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
                    const KernelContext& ctx);
 
 // Every kind except kLoadBatch and kInitParam (the backend's own: init_param.h), async TP's
-// kAllGatherMatmul / kMatmulReduceScatter (simulator only; every real backend refuses them) and
-// the context-parallel kinds (backends/common/kernel_families.h).
+// kAllGatherMatmul / kMatmulReduceScatter (simulator only; every real backend refuses them).
 bool has_kernel(OpKind kind);
 
 // torchao's float8 kinds (float8_dispatch.cc): the casts (float8.cu) and the scaled matmuls
@@ -45,5 +44,11 @@ void launch_float8(const OpCall& op, const std::vector<void*>& in, const std::ve
 // the router, token reordering and the grouped GEMMs (moe_*.cu).
 void launch_moe(const OpCall& op, const std::vector<void*>& in, const std::vector<void*>& out,
                 const KernelContext& ctx);
+
+// Context parallelism (context_parallel_dispatch.cc; NOTE [Ring attention on the CUDA backend] in
+// context_parallel_plan.h): kSdpaMerge, kSeqRowsAdd and the ring rounds of kAttention /
+// kAttentionBackward (plan::is_ring_attention).
+void launch_context_parallel(const OpCall& op, const std::vector<void*>& in,
+                             const std::vector<void*>& out, const KernelContext& ctx);
 
 }  // namespace fullshard::cuda

@@ -15,6 +15,7 @@
 #include "backends/common/kernel_families.h"
 #include "backends/cuda/kernels/attention_fa2_plan.h"
 #include "backends/cuda/kernels/compiled_launchers.h"
+#include "backends/cuda/kernels/context_parallel_plan.h"
 #include "backends/cuda/kernels/cuda_kernels.h"
 #include "backends/cuda/kernels/cudnn_sdpa.h"
 #include "backends/cuda/kernels/eager_launchers.h"
@@ -187,16 +188,25 @@ void norm(const OpCall& op, const Ptrs& in, const Ptrs& out, bool layer, cudaStr
 
 void norm_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, bool layer, cudaStream_t s) {
   // RMSNorm: (g, x, rstd, w) -> (gx, gw); LayerNorm: (g, x, mean, rstd, w) -> (gx, gw, gb).
+  // The zero-bubble split (NOTE [Split backward] in core/model/autograd.h): (g, x, rstd, w) -> gx
+  // and (g, x, rstd) -> gw, each the fused kernel's part for its output alone.
   const NormBackwardLayout r = decode_norm_backward(op);  // core/runtime/norm_args.h
+  const bool input_only = op.kind == OpKind::kRMSNormBackwardInput,
+             weight_only = op.kind == OpKind::kRMSNormBackwardWeight;
   const size_t wi = r.weight;
   const TensorMeta& g = op.inputs[0].meta;
-  expect_float_rows(op, op.inputs[1].meta, op.inputs[wi].meta);
+  expect_float_rows(op, op.inputs[1].meta, weight_only ? op.outputs[0].meta : op.inputs[wi].meta);
   expect_float(op, g, "grad");
   for (const auto& o : op.outputs) expect_float(op, o.meta, "gradient output");
+  void* gx = weight_only ? nullptr : out[0];
+  void* gw = input_only ? nullptr : out[weight_only ? 0 : 1];
+  const int dgx = weight_only ? 0 : dt_out(op, 0);
+  const int dgw = input_only ? 0 : dt_out(op, weight_only ? 0 : 1);
   launch::norm_backward(
       in[0], dt_in(op, 0), in[1], dt_in(op, 1), layer ? static_cast<const float*>(in[2]) : nullptr,
-      static_cast<const float*>(in[layer ? 3 : 2]), in[wi], dt_in(op, wi), out[0], dt_out(op, 0),
-      out[1], dt_out(op, 1), layer ? out[2] : nullptr, layer ? dt_out(op, 2) : 0, r.rows, r.dim, s);
+      static_cast<const float*>(in[layer ? 3 : 2]), weight_only ? nullptr : in[wi],
+      weight_only ? 0 : dt_in(op, wi), gx, dgx, gw, dgw, layer ? out[2] : nullptr,
+      layer ? dt_out(op, 2) : 0, r.rows, r.dim, s);
 }
 
 void linear_bias_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
@@ -263,7 +273,10 @@ launch::AttnKernel attention_kernel(const AttnPlan& p, DType dt,
                                              : launch::AttnKernel::kSimt;
 }
 
-void attention(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
+void attention(const OpCall& op, const Ptrs& in, const Ptrs& out, const KernelContext& ctx) {
+  // A ring round (NOTE [Ring attention on the CUDA backend] in context_parallel_plan.h).
+  if (is_ring_attention(op)) return launch_context_parallel(op, in, out, ctx);
+  const cudaStream_t s = ctx.stream;
   const AttnPlan p = plan_attention(op);
   const void* q = in[0];
   const void* k = p.packed ? in[0] : in[1];
@@ -278,7 +291,10 @@ void attention(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s
                             static_cast<float*>(out[1]), kernel, s);
 }
 
-void attention_backward(const OpCall& op, const Ptrs& in, const Ptrs& out, cudaStream_t s) {
+void attention_backward(const OpCall& op, const Ptrs& in, const Ptrs& out,
+                        const KernelContext& ctx) {
+  if (is_ring_attention(op)) return launch_context_parallel(op, in, out, ctx);
+  const cudaStream_t s = ctx.stream;
   const AttnPlan p = plan_attention_backward(op);
   const void* q = in[1];
   const void* k = p.packed ? in[1] : in[2];
@@ -577,13 +593,11 @@ void check_alignment(const OpCall& op, const std::vector<TensorRef>& refs, const
 }  // namespace
 
 // The op table's kinds with a device kernel (not the backend's own host fills kLoadBatch /
-// kInitParam: init_param.h, nor asynchronous TP's simulator-only collective matmuls), less those
-// only the CPU backend runs so far: context parallelism's ring-attention kinds
-// (docs/context-parallel.md). Float8's kinds run here (float8_dispatch.cc; docs/float8.md), and
-// so do the mixture-of-experts kinds (moe_dispatch.cc; docs/moe.md).
-bool has_kernel(OpKind kind) {
-  return has_device_kernel(kind) && !backends::is_context_parallel_kind(kind);
-}
+// kInitParam: init_param.h, nor asynchronous TP's simulator-only collective matmuls). Float8's
+// kinds run here (float8_dispatch.cc; docs/float8.md), so do the mixture-of-experts kinds
+// (moe_dispatch.cc; docs/moe.md) and context parallelism's (context_parallel_dispatch.cc;
+// docs/context-parallel.md).
+bool has_kernel(OpKind kind) { return has_device_kernel(kind); }
 
 void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::vector<void*>& out,
                    const KernelContext& ctx) {
@@ -593,6 +607,8 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
   const cudaStream_t s = ctx.stream;
   if (backends::is_float8_kind(op.kind)) return launch_float8(op, in, out, ctx);  // float8_dispatch.cc
   if (backends::is_moe_kind(op.kind)) return launch_moe(op, in, out, ctx);  // moe_dispatch.cc
+  if (backends::is_context_parallel_kind(op.kind))  // context_parallel_dispatch.cc
+    return launch_context_parallel(op, in, out, ctx);
   switch (op.kind) {
     case OpKind::kFill: return fill(op, out, s);
     case OpKind::kCopy: return run_copies(op, plan_copy(op), in, out, s);
@@ -603,7 +619,9 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
     case OpKind::kEmbedding: return embedding(op, in, out, false, s);
     case OpKind::kEmbeddingBackward: return embedding(op, in, out, true, s);
     case OpKind::kRMSNorm: return norm(op, in, out, false, s);
-    case OpKind::kRMSNormBackward: return norm_backward(op, in, out, false, s);
+    case OpKind::kRMSNormBackward:
+    case OpKind::kRMSNormBackwardInput:
+    case OpKind::kRMSNormBackwardWeight: return norm_backward(op, in, out, false, s);
     case OpKind::kLayerNorm: return norm(op, in, out, true, s);
     case OpKind::kLayerNormBackward: return norm_backward(op, in, out, true, s);
     case OpKind::kLinear:
@@ -618,10 +636,10 @@ void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::ve
     case OpKind::kAttention:
     case OpKind::kAttentionEfficient:
     case OpKind::kAttentionCudnn:
-      return attention(op, in, out, s);  // NOTE [SDPA variants on the CUDA backend]
+      return attention(op, in, out, ctx);  // NOTE [SDPA variants on the CUDA backend]
     case OpKind::kAttentionBackward:
     case OpKind::kAttentionEfficientBackward:
-    case OpKind::kAttentionCudnnBackward: return attention_backward(op, in, out, s);
+    case OpKind::kAttentionCudnnBackward: return attention_backward(op, in, out, ctx);
     case OpKind::kSiLU: return unary(launch::Ew::kSiLU, op, in, out, 0.0f, s);
     case OpKind::kSiLUBackward: return binary(launch::Ew::kSiLUBackward, op, in, out, s);
     case OpKind::kMul: return binary(launch::Ew::kMul, op, in, out, s);

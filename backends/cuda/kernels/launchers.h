@@ -61,6 +61,8 @@ void layer_norm(const void* x, int dx, const void* w, int dw, const void* b, int
                 int dy, float* mean, float* rstd, int64_t rows, int64_t D, double eps,
                 cudaStream_t s);
 // mean == nullptr: RMSNorm (x-hat = x * rstd, no bias gradient).
+// gx or gw may be null (the zero-bubble split's parts: kRMSNormBackwardInput / Weight); w is not
+// read without gx.
 void norm_backward(const void* g, int dg, const void* x, int dx, const float* mean,
                    const float* rstd, const void* w, int dw, void* gx, int dgx, void* gw, int dgw,
                    void* gb, int dgb, int64_t rows, int64_t D, cudaStream_t s);

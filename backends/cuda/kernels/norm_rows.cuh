@@ -367,33 +367,36 @@ void norm_backward_launch(const void* g, int dg, In x, const float* mean, const 
   const int64_t per_chunk = D * 8 * (gb ? 2 : 1);
   int64_t G = std::min<int64_t>((rows + 63) / 64, 1024);
   G = std::min<int64_t>(G, gx_bytes / std::max<int64_t>(per_chunk, 1));
-  if (gx_overlaps_input || reinterpret_cast<uintptr_t>(gx) % 8 != 0) G = 1;
+  // No gx (the weight gradient alone): no scratch, one chunk.
+  if (gx == nullptr || gx_overlaps_input || reinterpret_cast<uintptr_t>(gx) % 8 != 0) G = 1;
   G = std::max<int64_t>(G, 1);
   const int64_t chunk_rows = (rows + G - 1) / G;
   G = rows == 0 ? 1 : (rows + chunk_rows - 1) / chunk_rows;
   double* part_w = G > 1 ? static_cast<double*>(gx) : nullptr;
   double* part_b = G > 1 && gb ? part_w + G * D : nullptr;
   const dim3 block(kColX, kColY);
-  if (D % 8 == 0 && aligned16_or_null(g) && x.aligned16()) {
-    const dim3 grid(static_cast<unsigned>((D / 8 + kColX - 1) / kColX), static_cast<unsigned>(G));
-    if (gb)
-      column_partial_vec_kernel<true, true><<<grid, block, 0, s>>>(
-          g, dg, x, mean, rstd, rows, D, chunk_rows, part_w, part_b, gw, dgw, gb, dgb);
-    else
-      column_partial_vec_kernel<true, false><<<grid, block, 0, s>>>(
-          g, dg, x, mean, rstd, rows, D, chunk_rows, part_w, nullptr, gw, dgw, nullptr, 0);
-  } else {
-    const dim3 grid(static_cast<unsigned>((D + kColX - 1) / kColX), static_cast<unsigned>(G));
-    column_partial_kernel<true><<<grid, block, 0, s>>>(g, dg, x, mean, rstd, rows, D, chunk_rows,
-                                                       part_w, part_b, gw, dgw, gb, dgb);
+  if (gw != nullptr || gb != nullptr) {  // not the input gradient alone (split backward)
+    if (D % 8 == 0 && aligned16_or_null(g) && x.aligned16()) {
+      const dim3 grid(static_cast<unsigned>((D / 8 + kColX - 1) / kColX), static_cast<unsigned>(G));
+      if (gb)
+        column_partial_vec_kernel<true, true><<<grid, block, 0, s>>>(
+            g, dg, x, mean, rstd, rows, D, chunk_rows, part_w, part_b, gw, dgw, gb, dgb);
+      else
+        column_partial_vec_kernel<true, false><<<grid, block, 0, s>>>(
+            g, dg, x, mean, rstd, rows, D, chunk_rows, part_w, nullptr, gw, dgw, nullptr, 0);
+    } else {
+      const dim3 grid(static_cast<unsigned>((D + kColX - 1) / kColX), static_cast<unsigned>(G));
+      column_partial_kernel<true><<<grid, block, 0, s>>>(g, dg, x, mean, rstd, rows, D, chunk_rows,
+                                                         part_w, part_b, gw, dgw, gb, dgb);
+    }
+    launch::check_launch("norm_backward weight partials");
+    if (G > 1) {
+      const plan::Launch l = plan::launch_1d(D);
+      column_finish_kernel<<<l.grid, l.block, 0, s>>>(part_w, part_b, G, D, gw, dgw, gb, dgb);
+      launch::check_launch("norm_backward weight sums");
+    }
   }
-  launch::check_launch("norm_backward weight partials");
-  if (G > 1) {
-    const plan::Launch l = plan::launch_1d(D);
-    column_finish_kernel<<<l.grid, l.block, 0, s>>>(part_w, part_b, G, D, gw, dgw, gb, dgb);
-    launch::check_launch("norm_backward weight sums");
-  }
-  if (rows == 0) return;
+  if (rows == 0 || gx == nullptr) return;  // gx null: the weight gradient alone
   const plan::NormVec v =
       plan::norm_vec(D, 2);  // two groups: 32 fp32 values a thread stay in registers
   if (v.groups > 0 && aligned16_or_null(g) && x.aligned16() && aligned16_or_null(w) &&
