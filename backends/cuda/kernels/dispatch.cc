@@ -579,10 +579,12 @@ void check_alignment(const OpCall& op, const std::vector<TensorRef>& refs, const
 // The op table's kinds with a device kernel (not the backend's own host fills kLoadBatch /
 // kInitParam: init_param.h, nor asynchronous TP's simulator-only collective matmuls), less those
 // only the CPU backend runs so far: context parallelism's ring-attention kinds
-// (docs/context-parallel.md). Float8's kinds run here (float8_dispatch.cc; docs/float8.md), and
-// so do the mixture-of-experts kinds (moe_dispatch.cc; docs/moe.md).
+// (docs/context-parallel.md) and QLoRA's NF4 kinds (docs/qlora.md). Float8's kinds run here
+// (float8_dispatch.cc; docs/float8.md), and so do the mixture-of-experts kinds (moe_dispatch.cc;
+// docs/moe.md).
 bool has_kernel(OpKind kind) {
-  return has_device_kernel(kind) && !backends::is_context_parallel_kind(kind);
+  return has_device_kernel(kind) && !backends::is_context_parallel_kind(kind) &&
+         !backends::is_nf4_kind(kind);
 }
 
 void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::vector<void*>& out,
