@@ -8,6 +8,7 @@
 #include "core/model/op_util.h"
 #include "core/runtime/eager_args.h"
 #include "core/model/ops.h"
+#include "core/runtime/layer_args.h"
 #include "core/runtime/nf4_args.h"
 
 // NOTE [Frozen parameters]: a parameter with requires_grad=False (torchtune's and PEFT's frozen

@@ -8,6 +8,7 @@
 #include "core/scenario/json_reader.h"
 #include "core/scenario/lora_checks.h"
 #include "core/scenario/scenario_sections.h"
+#include "core/tensor/nf4.h"
 
 // NOTE [What NF4 composes with]: torchtune's QLoRA recipe (lora_finetune_distributed.py with a
 // qlora_* model builder) quantises every block's frozen base linear with to_nf4 (FrozenNF4Linear;

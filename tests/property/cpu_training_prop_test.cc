@@ -290,6 +290,27 @@ void maybe_ignored(json& j) {
   }
 }
 
+// QLoRA's NF4 base, maybe (training.frozen_dtype "nf4", docs/qlora.md): a LoRA draw computing
+// in bf16 gets its block linears in NF4, with blocks of 2 elements and one scaler per factor so
+// that the small models' weights split (block_size x scaler_block_size must divide each weight,
+// its rows and factors the shard group). Draws NF4 refuses (HSDP, an int reshard, offload,
+// ignored parameters, op-level SAC, another init, uneven shards) keep the bf16 base. The choice
+// hashes the case drawn so far, as maybe_ignored does, so CI's other cases are unchanged.
+void maybe_nf4(json& j) {
+  if (!j["model"].contains("lora") || run_dtype(j) != "bf16") return;
+  if (std::hash<std::string>{}(j.dump()) % 2 != 0) return;
+  json q = j;
+  q["training"]["frozen_dtype"] = "nf4";
+  q["training"]["nf4"] = {{"block_size", 2}, {"scaler_block_size", 1}};
+  try {
+    parse_scenario(q);
+  } catch (const InputError&) {
+    return;
+  }
+  j = std::move(q);
+  RC_TAG("nf4");
+}
+
 }  // namespace
 
 // NOTE [fp32 tolerance]: sharded and unsharded fp32 runs differ only in summation order (a
@@ -341,6 +362,7 @@ RC_GTEST_PROP(RealTraining, ShardedEqualsUnsharded, ()) {
   maybe_bf16_originals(j);
   maybe_frozen(j);
   maybe_ignored(j);
+  maybe_nf4(j);
   RC_TAG(o.mesh.size() == 2 ? "hsdp" : "fsdp");
   // NOTE [bf16 originals tolerance]: with parameters stored in bf16 the gradients are bf16 too:
   // each rank rounds its partial gradient before the reduction, where the unsharded run rounds the
@@ -427,6 +449,7 @@ RC_GTEST_PROP(RealTraining, PredictedPeakMemoryEqualsMeasured, ()) {
   maybe_init_mode(j, o.cpu_offload);
   maybe_frozen(j);
   maybe_ignored(j);
+  maybe_nf4(j);
   Scenario s = parse_scenario(j);
   predicted_peaks_equal_measured(s);
 }
