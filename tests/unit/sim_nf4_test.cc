@@ -39,14 +39,14 @@ json qlora_json(bool nf4) {
   return j;
 }
 
-struct Run {
+struct SimRun {
   std::vector<uint64_t> all_gather_bytes;  // the last step's, in issue order
   int dequantize = 0;                      // kNF4Dequantize launches in the last step
   sim::SimulationReport report;
 };
 
-Run run(const json& j) {
-  Run s;
+SimRun run(const json& j) {
+  SimRun s;
   sim::SimulateOptions o;
   o.on_played = [&](const sim::PlayedRun& r) {
     const auto& prog = r.programs.front();
@@ -72,8 +72,8 @@ uint64_t nf4_bytes(int64_t n) {
 }  // namespace
 
 TEST(Nf4Fsdp, AllGathersTheNf4PartsNotBf16) {
-  const Run bf16 = run(qlora_json(false));
-  const Run nf4 = run(qlora_json(true));
+  const SimRun bf16 = run(qlora_json(false));
+  const SimRun nf4 = run(qlora_json(true));
   ASSERT_EQ(nf4.all_gather_bytes.size(), bf16.all_gather_bytes.size());
   // A block's linears (wq, wk, wv, wo, w1, w2, w3) go from 2 bytes an element to their NF4
   // parts; the norms and the adapters' bf16 copies are unchanged. Padding-free over 2 ranks.
@@ -124,9 +124,9 @@ TEST(Nf4Fsdp, KeepsExactlyTheNf4ShardsBetweenSteps) {
 TEST(Nf4Fsdp, RefusesWhatItDoesNotComposeWith) {
   auto err = [](json j) { return fullshard::testing::input_error_of([&] { parse_scenario(j); }); };
   json j = qlora_json(true);
-  j["training"].erase("nf4");  // torchao's 64 x 256: wk's 2048 elements are not whole blocks
-  EXPECT_NE(err(j).find("training.frozen_dtype: is \"nf4\" but layers.0.attention.wk.weight has "
-                        "2048 elements"),
+  j["training"].erase("nf4");  // torchao's 64 x 256: wq's 4096 elements are not whole blocks
+  EXPECT_NE(err(j).find("training.frozen_dtype: is \"nf4\" but layers.0.attention.wq.weight has "
+                        "4096 elements, not a multiple of 64 x 256"),
             std::string::npos)
       << err(j);
   j = qlora_json(true);
