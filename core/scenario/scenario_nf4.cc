@@ -16,7 +16,8 @@
 // llama3/_component_builders.py at pytorch/torchtune@bd2a0fc) and shards it with
 // fully_shard; fullshard builds that program on the paths frozen parameters run on, and
 // refuses by name what FSDP2 + torchao do not run or fullshard does not model yet:
-// - a GPT-2 model (torchtune's QLoRA builders are Llama's) and a compute dtype other than bf16
+// - a GPT-2 model or linear biases (torchtune's QLoRA builders are Llama's, FrozenNF4Linear's
+//   bias=False) and a compute dtype other than bf16
 //   (the NF4Tensor is bf16 outside; its post-all-gather ignores param_dtype);
 // - a weight whose elements do not split into whole blocks x scaler blocks (torchao asserts),
 //   or whose rows or quantisation factors do not split evenly over the shard group (torchao's
@@ -58,6 +59,8 @@ void check_nf4(const Scenario& s) {
   };
   if (s.model.arch != ModelArch::kLlama)
     refuse("a GPT-2 model", "use a Llama model, or frozen_dtype \"bf16\"");
+  if (s.model.qkv_bias || s.model.linear_bias)  // torchtune's FrozenNF4Linear has no bias
+    refuse("linear biases (model.qkv_bias / linear_bias)", "use a model without them");
   auto check_pd = [&](const std::optional<DType>& pd, const std::string& where) {
     const DType d = pd.value_or(t.orig_dtype);
     if (d != DType::kBFloat16)
