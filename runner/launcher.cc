@@ -171,8 +171,9 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
                        fmt::format("is \"nf4\", which the {} backend does not run", kind.name),
                        "train it with --backend cpu, or simulate it (docs/qlora.md)");
     auto refuse = [&](const char* flag) {
-      throw InputError(flag, "is given with training.frozen_dtype \"nf4\", whose shards are not "
-                             "in a checkpoint's pieces yet",
+      throw InputError(flag,
+                       "is given with training.frozen_dtype \"nf4\", whose shards are not "
+                       "in a checkpoint's pieces yet",
                        std::string("remove ") + flag + " (docs/qlora.md)");
     };
     if (o.checkpoint_every > 0) refuse("--checkpoint-every");

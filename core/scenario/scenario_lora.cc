@@ -67,8 +67,7 @@ std::vector<std::string> parse_frozen(const json& v) {
 }
 
 std::optional<DType> parse_frozen_dtype(const json& v) {
-  const std::string d =
-      jr::get_choice(v, "training.frozen_dtype", {"fp32", "bf16", "fp16", "nf4"});
+  const std::string d = jr::get_choice(v, "training.frozen_dtype", {"fp32", "bf16", "fp16", "nf4"});
   if (d == "nf4") return DType::kBFloat16;  // NF4 dequantises to bf16 (scenario_nf4.cc)
   return d == "fp32" ? DType::kFloat32 : d == "bf16" ? DType::kBFloat16 : DType::kFloat16;
 }

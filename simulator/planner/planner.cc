@@ -148,11 +148,11 @@ std::vector<Candidate> viable_candidates(const PlanOptions& opt) {
     // a tp, pp or cp dim, or whose compute dtype is not the frozen base's, are left out; with an
     // NF4 base also those it does not run with (HSDP, uneven shards, an int reshard, offload).
     if (frozen) {
-      auto [fit, fresh] = frozen_ok.try_emplace(
-          {c.precision, c.tp, c.pp, c.cp, nf4 ? c.shard : 0, nf4 ? c.replicate : 0,
-           nf4 ? static_cast<int>(c.reshard.kind) : 0, nf4 && c.cpu_offload,
-           nf4 ? static_cast<int>(c.ac.mode) : 0},
-          true);
+      auto [fit, fresh] =
+          frozen_ok.try_emplace({c.precision, c.tp, c.pp, c.cp, nf4 ? c.shard : 0,
+                                 nf4 ? c.replicate : 0, nf4 ? static_cast<int>(c.reshard.kind) : 0,
+                                 nf4 && c.cpu_offload, nf4 ? static_cast<int>(c.ac.mode) : 0},
+                                true);
       if (fresh) {
         try {
           check_frozen(candidate_scenario(opt.base, c));

@@ -244,8 +244,7 @@ TEST(CpuLora, Nf4ShardedEqualsUnsharded) {
   const RealRun b = run_real(parse_scenario(unsharded_job(j, 2)));
   std::string where;
   EXPECT_LE(max_violation(a, b, 2e-4, 1.0 / 128, &where), 1.0) << where;
-  for (size_t k = 0; k < b.mean_loss.size(); ++k)
-    EXPECT_NEAR(a.mean_loss[k], b.mean_loss[k], 2e-3);
+  for (size_t k = 0; k < b.mean_loss.size(); ++k) EXPECT_NEAR(a.mean_loss[k], b.mean_loss[k], 2e-3);
 }
 
 TEST(CpuLora, Nf4PredictedPeakMemoryEqualsMeasured) {
