@@ -164,6 +164,23 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
     if (!o.resume.empty()) refuse("--resume");
     if (!o.init_from.empty()) refuse("--init-from");
   }
+  // QLoRA's NF4 kinds run on the CPU backend only (docs/qlora.md); NF4 shards are not in a
+  // checkpoint's pieces yet.
+  if (s.training.nf4.enabled) {
+    if (kind.name != "cpu")
+      throw InputError("training.frozen_dtype",
+                       fmt::format("is \"nf4\", which the {} backend does not run", kind.name),
+                       "train it with --backend cpu, or simulate it (docs/qlora.md)");
+    auto refuse = [&](const char* flag) {
+      throw InputError(flag,
+                       "is given with training.frozen_dtype \"nf4\", whose shards are not "
+                       "in a checkpoint's pieces yet",
+                       std::string("remove ") + flag + " (docs/qlora.md)");
+    };
+    if (o.checkpoint_every > 0) refuse("--checkpoint-every");
+    if (!o.resume.empty()) refuse("--resume");
+    if (!o.init_from.empty()) refuse("--init-from");
+  }
   // The MoE kinds run on the CPU backend's kernels (cpu::has_kernel) and the CUDA backend's
   // (backends/cuda/kernels/moe_*.cu: built and host-tested, not yet run on a GPU), expert
   // parallelism's all-to-all-v over Gloo, NCCL and staged Gloo (docs/moe.md).

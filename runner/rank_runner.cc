@@ -285,7 +285,8 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
       for (auto& st : prog.fsdp().states()) {
         if (!st->group) continue;
         for (FSDPParam* p : st->group->fsdp_params())
-          r.local_params.emplace_back(p->param().fqn, read_f32(b, p->sharded_local().ref()));
+          if (!p->nf4())  // a frozen NF4 base has no bf16 shard (docs/qlora.md): never changes
+            r.local_params.emplace_back(p->param().fqn, read_f32(b, p->sharded_local().ref()));
       }
       // An ignored parameter is whole on every rank: shard index 0 reports its rows (all).
       if (mesh_info_for(s, b.rank()).shard_group.index_of(b.rank()) == 0)

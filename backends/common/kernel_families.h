@@ -57,4 +57,10 @@ inline bool is_context_parallel_kind(OpKind kind) {
   return kind == OpKind::kSdpaMerge || kind == OpKind::kSeqRowsAdd;
 }
 
+// QLoRA's NF4 kinds (docs/qlora.md): the CPU backend runs them; the CUDA backend has no kernel
+// and the launcher refuses training.frozen_dtype "nf4" there.
+inline bool is_nf4_kind(OpKind kind) {
+  return kind == OpKind::kNF4Quantize || kind == OpKind::kNF4Dequantize;
+}
+
 }  // namespace fullshard::backends

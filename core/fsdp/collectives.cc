@@ -60,7 +60,9 @@ AllGatherResult foreach_all_gather(Backend& b, const std::vector<FSDPParam*>& pa
   bool any_float8 = false;
   for (FSDPParam* p : params) {
     FULLSHARD_CHECK(p->param_dtype() == params[0]->param_dtype(), "mixed param dtypes in " + name);
-    any_float8 = any_float8 || p->float8_all_gather();
+    // An extension's pre-all-gather: float8's cast, or NF4's three parts as they are (NOTE
+    // [NF4 all-gather] in fsdp_param.cc).
+    any_float8 = any_float8 || p->float8_all_gather() || p->nf4();
     // Mixed all-gather dtypes (float8 weights beside bf16 norms) all-gather bytes (NOTE
     // [Float8 all-gather] in float8_all_gather.cc).
     if (p->all_gather_dtype() != r.dtype) r.dtype = DType::kUInt8;
@@ -82,7 +84,8 @@ AllGatherResult foreach_all_gather(Backend& b, const std::vector<FSDPParam*>& pa
     // The foreach-copy cast for the others, fsdp_pre_all_gather for each float8 weight.
     int64_t total = 0;
     for (FSDPParam* p : params)
-      if (!p->float8_all_gather() && uses_foreach_copy(p)) total += p->padded_sharded_numel();
+      if (!p->float8_all_gather() && !p->nf4() && uses_foreach_copy(p))
+        total += p->padded_sharded_numel();
     Tensor flat;
     if (foreach_copy && total > 0)
       flat = Tensor::empty(b, {cast_dtype, {total}}, MemCategory::kAllGather, streams.copy_in,
@@ -92,6 +95,8 @@ AllGatherResult foreach_all_gather(Backend& b, const std::vector<FSDPParam*>& pa
     for (FSDPParam* p : params) {
       if (p->float8_all_gather()) {
         inputs.push_back(float8_pre_all_gather(b, *p, group, streams.copy_in, name));
+      } else if (p->nf4()) {
+        for (const Tensor& t : p->nf4_sharded_parts()) inputs.push_back(t);
       } else if (!uses_foreach_copy(p)) {
         inputs.push_back(p->sharded_data());
       } else {
@@ -197,6 +202,11 @@ void foreach_all_gather_copy_out(Backend& b, const AllGatherResult& r,
   for (size_t i = 0; i < params.size(); ++i) {
     FSDPParam* p = params[i];
     p->alloc_unsharded(b);
+    if (p->nf4()) {  // three outputs, byte views (NOTE [NF4 all-gather] in fsdp_param.cc)
+      for (const Tensor& u : p->all_gather_outputs())
+        outs.push_back(u.view({DType::kUInt8, {static_cast<int64_t>(u.nbytes())}}).ref());
+      continue;
+    }
     if (p->shard_dim() != 0) {
       FULLSHARD_CHECK(r.dtype != DType::kUInt8,
                       p->param().fqn + ": a byte (float8) all-gather of a Shard(i > 0) parameter");

@@ -38,8 +38,16 @@ class FSDPParam : public ParamBinding, public OptimizerParam {
   // float8 e4m3 data with an fp32 [1] scale instead of param_dtype.
   bool float8_all_gather() const { return param_->float8_all_gather; }
   DType all_gather_dtype() const {
+    if (nf4()) return DType::kUInt8;
     return float8_all_gather() ? DType::kFloat8E4M3FN : param_dtype_;
   }
+  // QLoRA's NF4 base weight (torchao NF4Tensor, NOTE [NF4 all-gather] in fsdp_param.cc): its
+  // shard is three tensors, fsdp_pre_all_gather's outputs in torchao's order (quantized_scalers,
+  // quantization_factor, quantized_data), all-gathered as bytes into three unsharded tensors;
+  // scaler_mean and the level table are metadata every rank keeps whole.
+  bool nf4() const { return param_->nf4(); }
+  const std::vector<Tensor>& nf4_sharded_parts() const { return nf4_sharded_; }
+  std::vector<Tensor> nf4_weight() const override;
   // The scale of the unsharded float8 weight, allocated from the copy-in stream's pool and read
   // by compute: when the weight reshards (or a new all-gather replaces it) it is retired, and
   // released by the next root pre-forward, after the all-gather streams wait for the current
@@ -75,7 +83,12 @@ class FSDPParam : public ParamBinding, public OptimizerParam {
   void alloc_unsharded(Backend& b);  // alloc_storage, default stream
   void free_unsharded() {
     unsharded_storage_ = Tensor();
+    nf4_unsharded_.clear();
     retire_float8_scale();
+  }
+  // The unsharded tensors the all-gather copies out into: one, or an NF4 weight's three.
+  std::vector<Tensor> all_gather_outputs() const {
+    return nf4() ? nf4_unsharded_ : std::vector<Tensor>{unsharded_storage_};
   }
   const Tensor& unsharded_storage() const { return unsharded_storage_; }
   void set_state(ShardedState s) { state_ = s; }
@@ -113,6 +126,11 @@ class FSDPParam : public ParamBinding, public OptimizerParam {
   }
   Tensor float8_scale_;
   std::vector<Tensor> retired_scales_;
+  std::vector<Tensor> nf4_sharded_;    // scalers, factors, data (this rank's chunk)
+  std::vector<Tensor> nf4_unsharded_;  // the same three, whole
+  Tensor nf4_mean_;                    // scaler_mean, bf16 [1]
+  Tensor nf4_table_;                   // the 16 levels, bf16 [16]
+  void init_nf4(Backend& b);
   Tensor precomputed_scale_;
 };
 

@@ -8,6 +8,8 @@
 #include "core/model/op_util.h"
 #include "core/runtime/eager_args.h"
 #include "core/model/ops.h"
+#include "core/runtime/layer_args.h"
+#include "core/runtime/nf4_args.h"
 
 // NOTE [Frozen parameters]: a parameter with requires_grad=False (torchtune's and PEFT's frozen
 // base, a script's `p.requires_grad_(False)`) gets no .grad, so FSDP2 (_fsdp_param_group.py,
@@ -100,15 +102,23 @@ void set_orig_dtype(Module& root, DType orig) {
 }
 
 int freeze_parameters(Module& root, const std::vector<std::string>& patterns, bool lora,
-                      DType frozen_dtype) {
+                      DType frozen_dtype, const Nf4Config& nf4) {
   int n = 0;
-  root.for_each_param([&](Param& p) {
-    bool freeze = lora && !is_lora_adapter(p);
-    for (const std::string& pat : patterns) freeze = freeze || fnmatch_fqn(pat, p.fqn);
-    if (!freeze) return;
-    p.requires_grad = false;
-    p.dtype = frozen_dtype;
-    ++n;
+  root.for_each_module([&](Module& m) {
+    for (Param& p : m.params) {
+      bool freeze = lora && !is_lora_adapter(p);
+      for (const std::string& pat : patterns) freeze = freeze || fnmatch_fqn(pat, p.fqn);
+      if (!freeze) continue;
+      p.requires_grad = false;
+      p.dtype = frozen_dtype;
+      if (nf4.enabled && m.kind == "Linear" && p.shape.size() == 2 &&
+          m.fqn.rfind("layers.", 0) == 0 && p.fqn.size() > 7 &&
+          p.fqn.compare(p.fqn.size() - 7, 7, ".weight") == 0) {
+        p.nf4_block_size = nf4.block_size;
+        p.nf4_scaler_block_size = nf4.scaler_block_size;
+      }
+      ++n;
+    }
   });
   return n;
 }
@@ -141,6 +151,64 @@ Value lora_linear(ExecContext& c, Value x, Module& m, const Param* bias, double 
       ops::linear(c, std::move(a), m.child("lora_B").param("weight"), nullptr, name + ".lora_B");
   Value s = scale(c, std::move(bb), scaling, name + ".lora_scaling");
   return add(c, std::move(base), std::move(s), name + ".lora_add");
+}
+
+// NOTE [NF4 linear]: torchao's F.linear on an NF4Tensor weight is LinearNF4 (nf4_tensor.py):
+// forward F.linear(x, weight.to(x.dtype)), backward grad_output @ weight.to(grad.dtype), and
+// ctx.save_for_backward(weight) saves the NF4Tensor itself (its parts are the all-gather
+// outputs FSDP2 frees on reshard: no bytes of its own), not x (the weight never requires grad).
+// weight.to(bf16) is get_original_weight: one kNF4Dequantize here into a bf16 [N, K] temporary
+// freed after the matmul, in forward and again in backward. Eager torchao runs it as about ten
+// aten ops (>> 4, & 0xF to int64 indices, two table lookups, two products, stack) whose
+// intermediates are not modelled: this is the one fused kernel torch.compile would make of it
+// (torchtune's QLoRA configs default to compile: False, so eager's transients are missing).
+Tensor nf4_dequantize(Backend& b, const Param& w, const std::string& name) {
+  const std::vector<Tensor> parts = w.binding->nf4_weight();
+  FULLSHARD_CHECK(parts.size() == 5, "NF4 weight " + w.fqn + " used while sharded");
+  Tensor out = Tensor::empty(b, {DType::kBFloat16, w.shape}, MemCategory::kTemporary, kCompute,
+                             name + " weight.to(bf16)");
+  const int64_t n = fullshard::numel(w.shape);
+  std::vector<TensorRef> in;
+  for (const Tensor& t : parts) in.push_back(t.ref());
+  // Per element: the table lookup and the product with its block's scaler (plus a division and
+  // an add per block for the scaler); bytes: every part read once, the bf16 weight written.
+  b.launch(kCompute, make_op(OpKind::kNF4Dequantize, name + " nf4 dequantize", in, {out.ref()},
+                             2.0 * static_cast<double>(n),
+                             Nf4Args{n, w.nf4_block_size, w.nf4_scaler_block_size, 1, 0}));
+  return out;
+}
+
+Value nf4_linear(ExecContext& c, Value x, const Param& weight, const Param* bias,
+                 const std::string& name) {
+  FULLSHARD_CHECK(bias == nullptr && !weight.requires_grad && c.sac() == nullptr,
+                  name + ": an NF4 linear with a bias, a gradient or op-level SAC (check_nf4)");
+  Backend& b = c.backend();
+  const int64_t K = weight.shape[1], N = weight.shape[0];
+  FULLSHARD_CHECK(x.t.shape().back() == K, name + ": input features do not match the weight");
+  const int64_t M = x.t.numel() / K;
+  Shape s = x.t.shape();
+  s.back() = N;
+  Tensor y;
+  {
+    Tensor w = nf4_dequantize(b, weight, name);
+    y = c.empty({w.dtype(), s}, MemCategory::kActivation, name);
+    c.launch(make_op(OpKind::kLinear, name, {x.t.ref(), w.ref()}, {y.ref()}, 2.0 * M * K * N,
+                     LinearArgs{M, K, N}));
+  }
+  Value out = result(c, y, x.requires_grad());
+  if (!out.requires_grad() || !c.recording()) return out;
+  const Param* pw = &weight;
+  c.record(Node{
+      name, {x.id}, {out.id}, [&b, pw, xmeta = x.t.meta(), M, K, N, name](std::vector<Tensor>& g) {
+        Tensor w = nf4_dequantize(b, *pw, name + " backward");
+        Tensor gx =
+            Tensor::empty(b, xmeta, MemCategory::kTemporary, kCompute, name + " grad_input");
+        b.launch(kCompute,
+                 make_op(OpKind::kLinearBackwardInput, name + " backward_input",
+                         {g[0].ref(), w.ref()}, {gx.ref()}, 2.0 * M * K * N, LinearArgs{M, K, N}));
+        return std::vector<Tensor>{gx};
+      }});
+  return out;
 }
 
 }  // namespace ops

@@ -31,6 +31,14 @@ struct LoraConfig {
   double scaling() const { return alpha / static_cast<double>(rank); }
 };
 
+// QLoRA's NF4 base weights (training.frozen_dtype "nf4", training.nf4): torchao's to_nf4 block
+// sizes (NOTE [NF4] in core/tensor/nf4.cc).
+struct Nf4Config {
+  bool enabled = false;
+  int64_t block_size = 64;
+  int64_t scaler_block_size = 256;
+};
+
 struct ModelConfig {
   std::string name;  // "llama3.1-8b", or the HF model_type for imports
   ModelArch arch = ModelArch::kLlama;

@@ -26,6 +26,9 @@ class ParamBinding {
   // The scale of a float8 unsharded weight (FSDP2's float8 all-gather: the metadata
   // fsdp_pre_all_gather returned), an fp32 [1] tensor; empty when unsharded() is not float8.
   virtual Tensor float8_scale() const { return Tensor(); }
+  // An NF4 weight's unsharded parts (NOTE [NF4] in core/tensor/nf4.cc), in kNF4Dequantize's
+  // input order: quantized_data, quantized_scalers, quantization_factor, scaler_mean, table.
+  virtual std::vector<Tensor> nf4_weight() const { return {}; }
 };
 
 // How a parameter's initial values are drawn (the model's init_weights()).
@@ -70,6 +73,12 @@ struct Param {
   // sees): fp32, or training.frozen_dtype for a frozen parameter.
   bool requires_grad = true;
   DType dtype = DType::kFloat32;
+  // QLoRA's NF4 base weight (training.frozen_dtype "nf4"; NOTE [NF4] in core/tensor/nf4.cc): a
+  // frozen linear's weight stored as torchao's NF4Tensor of these block sizes (0: not NF4);
+  // `dtype` is then bf16, its dequantised dtype.
+  int64_t nf4_block_size = 0;
+  int64_t nf4_scaler_block_size = 0;
+  bool nf4() const { return nf4_block_size > 0; }
   ParamInit init = ParamInit::kNormal;
   double init_std = 0.02;  // kNormal: N(0, init_std^2)
   // kUniform: U(-init_bound, init_bound) (a LoRA A matrix: PEFT's kaiming_uniform_(a=sqrt(5))).

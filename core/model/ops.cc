@@ -1,7 +1,10 @@
 #include "core/model/ops.h"
 
+#include "core/model/lora.h"
+
 #include "core/common/error.h"
 #include "core/model/float8_linear.h"
+#include "core/model/lora.h"
 #include "core/model/op_util.h"
 #include "core/runtime/layer_args.h"
 #include "core/runtime/rope_args.h"
@@ -299,6 +302,7 @@ Value linear(ExecContext& c, Value x, const Param& weight, const Param* bias,
                         "check_float8)");
     return float8_linear(c, std::move(x), weight, name);
   }
+  if (weight.nf4()) return nf4_linear(c, std::move(x), weight, bias, name);  // lora.h
   Tensor w = param_tensor(weight);
   const int64_t K = weight.shape[1], N = weight.shape[0];
   FULLSHARD_CHECK(x.t.shape().back() == K, name + ": input features do not match the weight");

@@ -7,6 +7,7 @@
 #include "core/runtime/float8_args.h"
 #include "core/runtime/layer_args.h"
 #include "core/runtime/moe_args.h"
+#include "core/runtime/nf4_args.h"
 #include "core/runtime/norm_args.h"
 #include "core/runtime/op_args.h"
 #include "core/runtime/repeat_kv_args.h"

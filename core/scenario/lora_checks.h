@@ -10,5 +10,8 @@ void check_frozen(const Scenario& s);
 // fsdp.ignored_params (NOTE [What ignored parameters compose with] in scenario_ignored.cc);
 // check_frozen runs it first.
 void check_ignored_params(const Scenario& s);
+// training.frozen_dtype "nf4" (NOTE [What NF4 composes with] in scenario_nf4.cc); check_frozen
+// runs it.
+void check_nf4(const Scenario& s);
 
 }  // namespace fullshard

@@ -111,6 +111,9 @@ struct TrainingOptions {
   // bf16 under model.lora, else fp32). NOTE [Frozen parameters] in core/model/lora.cc.
   std::vector<std::string> frozen;
   std::optional<DType> frozen_dtype;
+  // training.frozen_dtype "nf4" (frozen_dtype is then bf16) and training.nf4's block sizes:
+  // every frozen linear weight is torchao's NF4Tensor (NOTE [NF4] in core/tensor/nf4.cc).
+  Nf4Config nf4;
   // training.orig_dtype: the dtype the model's parameters are stored in before fully_shard (a
   // script's model.to(torch.bfloat16)), FSDP2's FSDPParam.orig_dtype: the sharded parameters,
   // their gradients and AdamW's states are in it (NOTE [Original dtype] in

@@ -67,7 +67,8 @@ std::vector<std::string> parse_frozen(const json& v) {
 }
 
 std::optional<DType> parse_frozen_dtype(const json& v) {
-  const std::string d = jr::get_choice(v, "training.frozen_dtype", {"fp32", "bf16", "fp16"});
+  const std::string d = jr::get_choice(v, "training.frozen_dtype", {"fp32", "bf16", "fp16", "nf4"});
+  if (d == "nf4") return DType::kBFloat16;  // NF4 dequantises to bf16 (scenario_nf4.cc)
   return d == "fp32" ? DType::kFloat32 : d == "bf16" ? DType::kBFloat16 : DType::kFloat16;
 }
 
@@ -131,6 +132,7 @@ void check_frozen(const Scenario& s) {
   if (t.float8.recipe != Float8Recipe::kNone) refuse("training.float8", "remove training.float8");
   if (s.model.implementation.compile)
     refuse("model.implementation.compile", "set compile to false");
+  check_nf4(s);
   const DType fd = t.frozen_dtype.value_or(lora ? DType::kBFloat16 : t.orig_dtype);
   if (fd != t.orig_dtype) {
     auto check_pd = [&](const std::optional<DType>& pd, const std::string& where) {
@@ -163,7 +165,7 @@ void check_frozen(const Scenario& s) {
           "use a parameter name such as \"" + fqns.back() +
               "\" ('*' matches any characters, dots included)");
   }
-  const int frozen = freeze_parameters(model.root(), t.frozen, lora, fd);
+  const int frozen = freeze_parameters(model.root(), t.frozen, lora, fd, t.nf4);
   if (frozen == static_cast<int>(fqns.size()))
     throw InputError("training.frozen", "freezes every parameter of the model",
                      "leave some parameter trainable, or add model.lora adapters");

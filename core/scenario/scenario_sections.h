@@ -64,6 +64,8 @@ void check_model_init(const Scenario& s);
 LoraConfig parse_lora(const nlohmann::json& v, const ModelConfig& model);
 std::vector<std::string> parse_frozen(const nlohmann::json& v);
 std::optional<DType> parse_frozen_dtype(const nlohmann::json& v);
+// training.nf4's block sizes (scenario_nf4.cc); check_nf4 is public (lora_checks.h).
+void parse_nf4(const nlohmann::json& v, Nf4Config& nf4);
 // fsdp.ignored_params (scenario_ignored.cc); check_ignored_params is public (lora_checks.h).
 std::vector<std::string> parse_ignored_params(const nlohmann::json& v);
 

@@ -202,7 +202,16 @@ TrainingOptions parse_training(const json& j, const ModelConfig& model,
                                            : ModelInit::kMeta;
   }
   if (j.contains("frozen")) t.frozen = parse_frozen(j.at("frozen"));
-  if (j.contains("frozen_dtype")) t.frozen_dtype = parse_frozen_dtype(j.at("frozen_dtype"));
+  if (j.contains("frozen_dtype")) {
+    t.frozen_dtype = parse_frozen_dtype(j.at("frozen_dtype"));
+    t.nf4.enabled = j.at("frozen_dtype") == "nf4";  // QLoRA (scenario_nf4.cc)
+  }
+  if (j.contains("nf4")) {
+    if (!t.nf4.enabled)
+      throw InputError(P + ".nf4", "is set but training.frozen_dtype is not \"nf4\"",
+                       "remove training.nf4, or set training.frozen_dtype to \"nf4\"");
+    parse_nf4(j.at("nf4"), t.nf4);
+  }
   if (j.contains("orig_dtype"))  // NOTE [Original dtype] in core/fsdp/fsdp_param_group.cc
     t.orig_dtype = jr::get_choice(j.at("orig_dtype"), P + ".orig_dtype", {"fp32", "bf16"}) == "bf16"
                        ? DType::kBFloat16

@@ -136,7 +136,8 @@ DType frozen_dtype(const Scenario& s) {
 ParameterCounts count_parameters(const Scenario& s) {
   ParameterCounts n;
   Transformer model(s.model);
-  freeze_parameters(model.root(), s.training.frozen, s.model.lora.enabled(), frozen_dtype(s));
+  freeze_parameters(model.root(), s.training.frozen, s.model.lora.enabled(), frozen_dtype(s),
+                    s.training.nf4);
   model.root().for_each_param([&n](Param& p) {
     const int64_t k = fullshard::numel(p.global_shape());
     n.total += k;
@@ -163,7 +164,8 @@ TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
   // model.to(orig_dtype), then requires_grad_(False) before fully_shard, as torchtune and PEFT
   // freeze the base first (NOTE [Frozen parameters] in core/model/lora.cc).
   set_orig_dtype(model_->root(), s.training.orig_dtype);
-  freeze_parameters(model_->root(), s.training.frozen, s.model.lora.enabled(), frozen_dtype(s));
+  freeze_parameters(model_->root(), s.training.frozen, s.model.lora.enabled(), frozen_dtype(s),
+                    s.training.nf4);
   // torchtitan converts before parallelizing; FSDP2 all-gathers in float8 only with a shard dim.
   const bool f8_all_gather =
       s.training.float8.enable_fsdp_float8_all_gather && s.fsdp.fsdp_shard_size() > 1;

@@ -125,7 +125,10 @@ std::vector<Candidate> viable_candidates(const PlanOptions& opt) {
   // checked once per combination of the settings it depends on.
   std::map<std::tuple<Float8Choice, int, int, bool, int, int>, bool> float8_ok;
   const bool frozen = opt.base.model.lora.enabled() || !opt.base.training.frozen.empty();
-  std::map<std::tuple<Precision, int, int, int>, bool> frozen_ok;
+  // QLoRA's NF4 base (NOTE [What NF4 composes with]) also depends on the shard size, HSDP, the
+  // reshard, offload and the recompute mode: it keys them too (0 without NF4).
+  const bool nf4 = opt.base.training.nf4.enabled;
+  std::map<std::tuple<Precision, int, int, int, int, int, int, bool, int>, bool> frozen_ok;
   std::erase_if(cands, [&](const Candidate& c) {
     if (c.float8 != Float8Choice::kOff || opt.base.training.float8.enabled()) {
       auto [it, fresh] =
@@ -142,9 +145,14 @@ std::vector<Candidate> viable_candidates(const PlanOptions& opt) {
       if (!it->second) return true;
     }
     // Frozen parameters and LoRA (NOTE [What frozen parameters compose with]): candidates with
-    // a tp, pp or cp dim, or whose compute dtype is not the frozen base's, are left out.
+    // a tp, pp or cp dim, or whose compute dtype is not the frozen base's, are left out; with an
+    // NF4 base also those it does not run with (HSDP, uneven shards, an int reshard, offload).
     if (frozen) {
-      auto [fit, fresh] = frozen_ok.try_emplace({c.precision, c.tp, c.pp, c.cp}, true);
+      auto [fit, fresh] =
+          frozen_ok.try_emplace({c.precision, c.tp, c.pp, c.cp, nf4 ? c.shard : 0,
+                                 nf4 ? c.replicate : 0, nf4 ? static_cast<int>(c.reshard.kind) : 0,
+                                 nf4 && c.cpu_offload, nf4 ? static_cast<int>(c.ac.mode) : 0},
+                                true);
       if (fresh) {
         try {
           check_frozen(candidate_scenario(opt.base, c));

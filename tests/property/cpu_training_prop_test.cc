@@ -290,6 +290,29 @@ void maybe_ignored(json& j) {
   }
 }
 
+// QLoRA's NF4 base, maybe (training.frozen_dtype "nf4", docs/qlora.md): a LoRA draw computing
+// in bf16 gets its block linears in NF4, with blocks of 2 elements and one scaler per factor so
+// that the small models' weights split (block_size x scaler_block_size must divide each weight,
+// its rows and factors the shard group), on the meta init and without offload, which NF4
+// needs. Draws NF4 still refuses (HSDP, an int reshard, ignored parameters, op-level SAC, rows
+// that do not split) keep the bf16 base. It draws nothing from rapidcheck, so CI's other cases
+// are unchanged.
+void maybe_nf4(json& j) {
+  if (!j["model"].contains("lora") || run_dtype(j) != "bf16") return;
+  json q = j;
+  q["training"]["frozen_dtype"] = "nf4";
+  q["training"]["nf4"] = {{"block_size", 2}, {"scaler_block_size", 1}};
+  q["training"].erase("init");
+  q["fsdp"]["cpu_offload"] = false;
+  try {
+    parse_scenario(q);
+  } catch (const InputError&) {
+    return;
+  }
+  j = std::move(q);
+  RC_TAG("nf4");
+}
+
 // fsdp.post_optim_event, maybe (NOTE [Post-optimizer event] in core/fsdp/fully_shard.cc): chosen
 // from a hash of the case drawn so far, as maybe_ignored's choices are, and after them, so every
 // other choice of CI's fixed seed stays what it was.
@@ -350,6 +373,7 @@ RC_GTEST_PROP(RealTraining, ShardedEqualsUnsharded, ()) {
   maybe_bf16_originals(j);
   maybe_frozen(j);
   maybe_ignored(j);
+  maybe_nf4(j);
   maybe_post_optim_event(j);
   RC_TAG(o.mesh.size() == 2 ? "hsdp" : "fsdp");
   if (o.mesh.back() == 1) RC_TAG("world-size-1 shortcut");
@@ -440,6 +464,7 @@ RC_GTEST_PROP(RealTraining, PredictedPeakMemoryEqualsMeasured, ()) {
   maybe_init_mode(j, o.cpu_offload);
   maybe_frozen(j);
   maybe_ignored(j);
+  maybe_nf4(j);
   maybe_post_optim_event(j);
   if (o.mesh.back() == 1) RC_TAG("world-size-1 shortcut");
   Scenario s = parse_scenario(j);

@@ -139,6 +139,17 @@ TEST(OpTable, RecordedProgramsFitTheTableAndDecode) {
                      {{"enable_fsdp_float8_all_gather", true},
                       {"precompute_float8_dynamic_scale_for_fsdp", true}}}}}}),
         "float8 all-gather compiled");
+  // QLoRA's NF4 base (docs/qlora.md): to_nf4 at init, the dequantise of each frozen linear.
+  check(scenario(
+            json{{"name", "tiny-llama"},
+                 {"lora", {{"rank", 4}, {"alpha", 8}, {"target_modules", {"q_proj"}}}}},
+            nullptr, {2},
+            {{"training",
+              {{"frozen_dtype", "nf4"}, {"nf4", {{"block_size", 64}, {"scaler_block_size", 16}}}}},
+             {"fsdp", {{"mixed_precision", {{"param_dtype", "bf16"}}}}}}),
+        "qlora nf4");
+  EXPECT_GE(seen[OpKind::kNF4Quantize], 1);
+  EXPECT_GE(seen[OpKind::kNF4Dequantize], 1);
   EXPECT_GE(seen.size(), 60u) << "the variants above should reach most op kinds";
   std::string missing;
   for (size_t i = 0; i < kOpKindCount; ++i)

@@ -115,6 +115,8 @@ void run_kernel(const OpCall& op, const std::vector<void*>& in, const std::vecto
     case OpKind::kFloat8Amax: return float8_amax(op, in, out);
     case OpKind::kFloat8Scale: return float8_scale(op, in, out);
     case OpKind::kFloat8Cast: return float8_cast(op, in, out);
+    case OpKind::kNF4Quantize: return nf4_quantize(op, in, out);
+    case OpKind::kNF4Dequantize: return nf4_dequantize(op, in, out);
     case OpKind::kScaledMM:
     case OpKind::kScaledMMBackwardInput:
     case OpKind::kScaledMMBackwardWeight: return scaled_mm(op, in, out);

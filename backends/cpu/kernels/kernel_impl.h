@@ -38,6 +38,9 @@ void rms_norm_row_backward(float* g, float* x, const float* w, float rstd, doubl
 void layer_norm(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void layer_norm_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
 
+// nf4.cc (NOTE [NF4] in core/tensor/nf4.cc)
+void nf4_quantize(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void nf4_dequantize(const OpCall& op, const Ptrs& in, const Ptrs& out);
 // float8.cc (NOTE [Float8 on the CPU])
 void float8_abs(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void float8_amax(const OpCall& op, const Ptrs& in, const Ptrs& out);
