@@ -90,6 +90,8 @@ CheckpointMetadata checkpoint_metadata(Backend& b, TrainingProgram& prog, const 
   m.replicate = pieces.mesh.replicate;
   m.ep = s.expert_parallel.degree;
   m.optimizer_steps = prog.optimizer().steps_taken();
+  const auto& oo = s.training.optimizer;
+  m.adamw = CheckpointAdamW{oo.lr, oo.beta1, oo.beta2, oo.eps, oo.weight_decay};
   if (data && data->tokens) {
     const DataPosition p = data->position(steps_done, samples_per_step(s), s.training.seq_len);
     m.data = CheckpointDataPosition{s.training.data.path, p.samples, p.epoch, p.window};

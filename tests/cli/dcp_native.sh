@@ -11,6 +11,17 @@
 #  2. PyTorch FSDP2 over 3 ranks saves with dcp.save + FileSystemWriter; fullshard starts from the
 #     folder on 2 ranks (--init-from), trains one step at lr 0 (the weights stay), and its
 #     exported weights equal PyTorch's gathered parameters bit for bit.
+#  3. AdamW's state, fullshard -> PyTorch: tiny-llama on 2 ranks (weight decay 0.1) trains 2
+#     steps; export --dcp adds get_optimizer_state_dict's keys; PyTorch FSDP2 over 3 ranks (the
+#     default layout) and over 2 (flatten_optimizer_state_dict=True) loads model + optimizer
+#     into an AdamW built with wrong hyperparameters: the param group and step 2 come from the
+#     checkpoint. One more step with zero gradients on both sides (fullshard: resumed with
+#     max_grad_norm 1e-30, which scales the gradients below fp32's reach) gives the same
+#     parameters within 1e-6 (NOTE [AdamW state in DCP], docs/checkpoints.md: PyTorch's CPU
+#     lerp_ and addcdiv_ fuse a multiply-add that fullshard rounds twice).
+#  4. AdamW's state, PyTorch -> fullshard: FSDP2 over 3 ranks takes 2 AdamW steps on random
+#     gradients and saves model + optimizer; fullshard --init-from on 2 ranks continues at AdamW
+#     step 3, and one zero-gradient step matches PyTorch's within 1e-6.
 # Skips (77) where the Python ($FULLSHARD_TORCH_PYTHON, default python3) lacks torch or
 # safetensors, as on CI.
 set -eu
@@ -41,6 +52,52 @@ P
   > "$tmp/train0.out" 2>&1 || { cat "$tmp/train0.out"; exit 1; }
 "$bin" checkpoint export "$tmp/ck0" --safetensors "$tmp/back.safetensors" > /dev/null
 "$py" "$tool" compare "$tmp/pt.safetensors" "$tmp/back.safetensors"
+
+# 3. AdamW's state, fullshard -> PyTorch.
+python3 - "$src/scenarios/tiny-llama-cpu2.json" "$tmp/wd.json" "$tmp/zero.json" <<'P'
+import json, sys
+j = json.load(open(sys.argv[1])); j.pop("$schema", None); j["name"] = "wd"
+j["training"]["optimizer"].update(weight_decay=0.1)
+json.dump(j, open(sys.argv[2], "w"))
+j["training"]["optimizer"].update(max_grad_norm=1e-30)  # gradients ~1e-30 x g/|g|: m, v see zero
+json.dump(j, open(sys.argv[3], "w"))
+P
+opt=(--format dcp --optim --weight-decay 0.1)
+"$bin" train "$tmp/wd.json" --steps 2 --checkpoint-dir "$tmp/ck2" --checkpoint-every 2 > "$tmp/t2.out" 2>&1 \
+  || { cat "$tmp/t2.out"; exit 1; }
+"$bin" checkpoint export "$tmp/ck2" --dcp "$tmp/dcp2" > "$tmp/export2.out"
+grep -q "and AdamW's state at step 2: 63 tensors" "$tmp/export2.out" || { cat "$tmp/export2.out"; exit 1; }
+"$bin" checkpoint export "$tmp/ck2" --safetensors "$tmp/ref2.safetensors" > /dev/null
+"$py" "$tool" load "$tmp/dcp2" "${opt[@]}" --reference "$tmp/ref2.safetensors" --expect-step 2 \
+  --after "$tmp/pt_after.safetensors" --world 3 --port "$((port + 2))"
+"$py" "$tool" load "$tmp/dcp2" "${opt[@]}" --flat --reference "$tmp/ref2.safetensors" --expect-step 2 \
+  --after "$tmp/pt_after_flat.safetensors" --world 2 --port "$((port + 3))"
+"$py" "$tool" compare "$tmp/pt_after.safetensors" "$tmp/pt_after_flat.safetensors"
+"$bin" train "$tmp/zero.json" --steps 3 --resume "$tmp/ck2/step-00000002" --checkpoint-dir "$tmp/ck3" \
+  --checkpoint-every 3 > "$tmp/t3.out" 2>&1 || { cat "$tmp/t3.out"; exit 1; }
+"$bin" checkpoint export "$tmp/ck3" --safetensors "$tmp/fs_after.safetensors" > /dev/null
+"$py" "$tool" compare "$tmp/pt_after.safetensors" "$tmp/fs_after.safetensors" --atol 1e-6
+"$bin" checkpoint export "$tmp/ck2" --dcp "$tmp/dcp2m" --model-only > "$tmp/export2m.out"
+if grep -q "AdamW" "$tmp/export2m.out"; then echo "--model-only exported optimizer state"; exit 1; fi
+
+# 4. AdamW's state, PyTorch -> fullshard.
+"$py" "$tool" save "$tmp/pt2" "${opt[@]}" --steps 2 --after "$tmp/pt2_after.safetensors" --world 3 \
+  --port "$((port + 4))"
+"$bin" train "$tmp/zero.json" --init-from "$tmp/pt2" --steps 1 --checkpoint-dir "$tmp/ck4" --checkpoint-every 1 \
+  > "$tmp/t4.out" 2>&1 || { cat "$tmp/t4.out"; exit 1; }
+"$bin" checkpoint inspect "$tmp/ck4" | grep -q "AdamW steps 3" || { "$bin" checkpoint inspect "$tmp/ck4"; exit 1; }
+"$bin" checkpoint export "$tmp/ck4" --safetensors "$tmp/fs2_after.safetensors" > /dev/null
+"$py" "$tool" compare "$tmp/pt2_after.safetensors" "$tmp/fs2_after.safetensors" --atol 1e-6
+
+# Errors: optimizer state of another shape, one line naming the key.
+"$py" "$tool" save "$tmp/pt3" "${opt[@]}" --steps 1 --after "$tmp/pt3_after.safetensors" --world 2 \
+  --port "$((port + 5))" --sgd
+if "$bin" train "$tmp/zero.json" --init-from "$tmp/pt3" --steps 1 > "$tmp/sgd.out" 2>&1; then
+  echo "SGD's state was accepted as AdamW's"; exit 1
+fi
+grep -q "pt3: 'state.model.embed_tokens.weight.momentum_buffer': is 'momentum_buffer', not AdamW's state" "$tmp/sgd.out" \
+  || { cat "$tmp/sgd.out"; exit 1; }
+test "$(grep -c . "$tmp/sgd.out")" = 1 || { cat "$tmp/sgd.out"; exit 1; }
 
 # Errors: a .metadata that is not DCP's, one line naming the file and the opcode or class.
 printf '\x80\x02cos\nsystem\nq\x00.' > "$tmp/pt/.metadata"
