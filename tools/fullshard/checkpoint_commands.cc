@@ -97,9 +97,10 @@ int export_command(const CheckpointFlags& f) {
                              printable(folder, 1024), printable(f.dcp, 1024));
     if (r.optimizer_tensors > 0)
       std::cout << fmt::format(
-          "  and AdamW's state at step {}: {} tensors (state.FQN.exp_avg, .exp_avg_sq, .step), {} "
-          "param_groups entries (get_optimizer_state_dict's keys)\n",
-          reader.metadata().optimizer_steps, r.optimizer_tensors, r.param_group_entries);
+          "  and AdamW's state at step {}: {} tensors ({} chunks; state.FQN.exp_avg, .exp_avg_sq, "
+          ".step), {} param_groups entries (get_optimizer_state_dict's keys)\n",
+          reader.metadata().optimizer_steps, r.optimizer_tensors, r.optimizer_chunks,
+          r.param_group_entries);
     if (!r.optimizer_note.empty()) std::cout << "  " << r.optimizer_note << "\n";
     for (const auto& p : r.files) std::cout << "  " << printable(p, 1024) << "\n";
     return 0;

@@ -31,7 +31,8 @@ with the model's and set_optimizer_state_dict; the hyperparameters and the step 
 checkpoint's (--lr ..., --expect-step). save runs --steps AdamW steps on seeded random gradients
 before dcp.save of model + optimizer. Both then take one more step with zero gradients and write
 the gathered parameters to --after (a step's update from the optimizer state alone).
-compare --atol A allows |a - b| <= A per element and prints the largest difference.
+compare --atol A allows |a - b| <= A per element (and --ulps U at most U fp32 ulps of
+max(|a|, |b|, --ulp-floor)) and prints the largest difference.
 
 The model's sizes come from --dim, --layers, --heads, --kv-heads, --ffn, --vocab (a Llama decoder
 with untied embeddings: fullshard's tiny-llama by default).
@@ -161,7 +162,11 @@ def worker_optim(rank, world, a):
     if a.cmd == "load":
         opt = adamw(model, a, wrong=True)
         msd, osd = get_model_state_dict(model), optim_state_dict(model, opt, a)
-        dcp.load({**msd, **osd}, checkpoint_id=a.dir)
+        sd = {**msd, **osd}
+        dcp.load(sd, checkpoint_id=a.dir)
+        # dcp.load stores a non-tensor value (a param group's lr, ...) into the dict it was given,
+        # and tensors in place: with the flat layout the values are top-level keys of `sd`.
+        osd = {k: sd[k] for k in osd}
         set_model_state_dict(model, msd)
         set_optimizer_state_dict(model, opt, osd, options=StateDictOptions(flatten_optimizer_state_dict=a.flat))
         for group in opt.param_groups:
@@ -257,6 +262,8 @@ def main():
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--expect-step", type=int, default=0)
     p.add_argument("--atol", type=float, default=0.0)
+    p.add_argument("--ulps", type=float, default=0, help="compare: also at most this many fp32 ulps apart")
+    p.add_argument("--ulp-floor", type=float, default=0.0, help="compare: ulps of max(|a|, |b|, this)")
     for k, v in dict(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1).items():
         p.add_argument("--" + k.replace("_", "-"), type=float, default=v)
     for k, v in dict(dim=64, layers=2, heads=4, kv_heads=2, ffn=128, vocab=256).items():
@@ -269,15 +276,23 @@ def main():
     if a.cmd == "compare":
         x, y = safetensors_under(a.dir), safetensors_under(a.other)
         assert sorted(x) == sorted(y), (sorted(set(x) ^ set(y)))
-        worst, unequal, n = 0.0, 0, 0
+        worst, ulps, unequal, n = 0.0, 0, 0, 0
         for k in x:
             assert x[k].dtype == y[k].dtype and x[k].shape == y[k].shape, (k, x[k].shape, y[k].shape)
             d = (x[k].double() - y[k].double()).abs()
             worst, unequal, n = max(worst, float(d.max())), unequal + int((d > 0).sum()), n + d.numel()
+            if x[k].dtype == torch.float32 and d.numel():
+                # In units of the last place of max(|a|, |b|, --ulp-floor): a parameter that the
+                # update nearly cancels keeps the update's rounding error, an ulp of the update.
+                big = torch.maximum(torch.maximum(x[k].abs(), y[k].abs()), torch.tensor(a.ulp_floor))
+                ulp = torch.nextafter(big, torch.tensor(float("inf"))) - big
+                ulps = max(ulps, float((d / ulp.double()).max()))
             assert a.atol > 0 or torch.equal(x[k], y[k]), f"{k} differs"
             assert float(d.max()) <= a.atol, f"{k} differs by {float(d.max())} > {a.atol}"
+            assert a.ulps == 0 or ulps <= a.ulps, f"{k} differs by {ulps} ulps > {a.ulps}"
         print(f"equal: {len(x)} tensors" if unequal == 0 else
-              f"within {a.atol}: {len(x)} tensors, {unequal} of {n} elements differ, at most by {worst:.3g}")
+              f"within {a.atol}: {len(x)} tensors, {unequal} of {n} elements differ, at most by {worst:.3g} "
+              f"({ulps:.3g} ulps of max(|a|, |b|, {a.ulp_floor:g}))")
         return
     mp.spawn(worker, args=(a.world, a.port, a), nprocs=a.world, join=True)
 
