@@ -105,9 +105,10 @@ struct DcpExportOptions {
 
 struct DcpExportResult {
   std::vector<std::string> files;  // written: the .distcp files, then .metadata
-  size_t tensors = 0, chunks = 0;
-  uint64_t data_bytes = 0;
-  size_t optimizer_tensors = 0, param_group_entries = 0;  // of `tensors`; bytes entries
+  size_t tensors = 0, chunks = 0;  // the parameters'
+  uint64_t data_bytes = 0;        // parameters and optimizer state
+  size_t optimizer_tensors = 0, optimizer_chunks = 0;  // AdamW's state tensors and their chunks
+  size_t param_group_entries = 0;                      // BytesStorageMetadata entries
   std::string optimizer_note;  // why no optimizer state was exported ("" when it was or none)
 };
 

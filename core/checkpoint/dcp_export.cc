@@ -107,7 +107,7 @@ DcpExportResult export_dcp(CheckpointReader& reader, const DcpExportOptions& o) 
         dm.tensors[k].chunks.push_back({box, name, offset, archive.size()});
         offset += archive.size();
         res.data_bytes += bytes.size();
-        ++res.chunks;
+        ++(k < res.tensors ? res.chunks : res.optimizer_chunks);
       }
     }
     if (f == 0 && !trainable.empty()) {  // the replicated step and the param group, written once
@@ -119,6 +119,7 @@ DcpExportResult export_dcp(CheckpointReader& reader, const DcpExportOptions& o) 
                               dcp_optim_state_path(fqn, "step")});
         offset += step.size();
         ++res.optimizer_tensors;
+        ++res.optimizer_chunks;
       }
       for (auto& e : adamw_param_group_entries(*m.adamw, trainable)) {
         out.write(e.archive);

@@ -96,8 +96,7 @@ void check_dcp_adamw_state(const DcpMetadata& m,
       std::string owner;  // the longest parameter name the key starts with
       for (const auto& [name, shape] : params)
         if (t.fqn.rfind(kState + name + ".", 0) == 0 && name.size() > owner.size()) owner = name;
-      if (owner.empty())
-        fail(t.fqn, "is state of no trainable parameter of the scenario's model");
+      if (owner.empty()) continue;  // a tensor the model does not use: ignored, as its weight is
       fail(t.fqn, "is '" + t.fqn.substr(std::strlen(kState) + owner.size() + 1) +
                       "', not AdamW's state (exp_avg, exp_avg_sq, step): another optimizer's "
                       "(SGD's momentum_buffer, amsgrad's max_exp_avg_sq)");

@@ -56,9 +56,10 @@ bool dcp_has_optimizer_state(const DcpMetadata& m);
 
 // Checks that `m` holds AdamW's state for exactly the parameters `params` (name in the folder,
 // expected global shape): `state.<name>.exp_avg` and `.exp_avg_sq` of that shape in F32,
-// `state.<name>.step` a 0-d or 1-element F32 / F64 tensor, and no other `state.` key (another
-// optimizer's, such as SGD's momentum_buffer or amsgrad's max_exp_avg_sq). Throws InputError
-// naming `source` and the key.
+// `state.<name>.step` a 0-d or 1-element F32 / F64 tensor, and no other `state.<name>.` key
+// (another optimizer's, such as SGD's momentum_buffer or amsgrad's max_exp_avg_sq); state of a
+// name that is none of `params` is ignored, as the weights of tensors the model does not use
+// are. Throws InputError naming `source` and the key.
 void check_dcp_adamw_state(const DcpMetadata& m,
                            const std::vector<std::pair<std::string, Shape>>& params,
                            const std::string& source);

@@ -88,6 +88,15 @@ if grep -q "AdamW" "$tmp/export2m.out"; then echo "--model-only exported optimiz
 "$bin" checkpoint inspect "$tmp/ck4" | grep -q "AdamW steps 3" || { "$bin" checkpoint inspect "$tmp/ck4"; exit 1; }
 "$bin" checkpoint export "$tmp/ck4" --safetensors "$tmp/fs2_after.safetensors" > /dev/null
 "$py" "$tool" compare "$tmp/pt2_after.safetensors" "$tmp/fs2_after.safetensors" --atol 1e-6 --ulps 4 --ulp-floor 1e-3
+# With a frozen parameter the optimizer state is not loaded: the run starts AdamW at step 0.
+python3 - "$tmp/zero.json" "$tmp/frozen.json" <<'P'
+import json, sys
+j = json.load(open(sys.argv[1])); j["name"] = "frozen"; j["training"]["frozen"] = ["norm.weight"]
+json.dump(j, open(sys.argv[2], "w"))
+P
+"$bin" train "$tmp/frozen.json" --init-from "$tmp/pt2" --steps 1 --checkpoint-dir "$tmp/ck5" --checkpoint-every 1 \
+  > "$tmp/t5.out" 2>&1 || { cat "$tmp/t5.out"; exit 1; }
+"$bin" checkpoint inspect "$tmp/ck5" | grep -q "AdamW steps 1" || { "$bin" checkpoint inspect "$tmp/ck5"; exit 1; }
 
 # Errors: optimizer state of another shape, one line naming the key.
 "$py" "$tool" save "$tmp/pt3" "${opt[@]}" --steps 1 --after "$tmp/pt3_after.safetensors" --world 2 \
