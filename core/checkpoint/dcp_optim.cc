@@ -112,11 +112,11 @@ void check_dcp_adamw_state(const DcpMetadata& m,
     if (t.dtype != "F32")
       fail(t.fqn, "is " + t.dtype + ", not F32 (fullshard's AdamW state is fp32)");
     if (t.shape != *it->second)
-      fail(t.fqn, "is " + shape_str(t.shape) + " but its parameter is " +
-                      shape_str(*it->second));
+      fail(t.fqn, "is " + shape_str(t.shape) + " but its parameter is " + shape_str(*it->second));
   }
   for (const auto& [key, shape] : want)
-    if (!seen.count(key)) fail(key, "is missing: the checkpoint holds optimizer state, but not this");
+    if (!seen.count(key))
+      fail(key, "is missing: the checkpoint holds optimizer state, but not this");
 }
 
 int64_t read_dcp_adamw_step(DcpReader& r, const std::vector<std::string>& names) {
@@ -140,11 +140,11 @@ int64_t read_dcp_adamw_step(DcpReader& r, const std::vector<std::string>& names)
                        "is " + std::to_string(v) + ", not a step count", kFix);
     const auto s = static_cast<int64_t>(v);
     if (step >= 0 && s != step)
-      throw InputError(r.folder() + ": '" + key + "'",
-                       "is step " + std::to_string(s) + " but '" + first + "' is step " +
-                           std::to_string(step),
-                       "fullshard's AdamW has one step count: give a checkpoint whose parameters "
-                       "all stepped together");
+      throw InputError(
+          r.folder() + ": '" + key + "'",
+          "is step " + std::to_string(s) + " but '" + first + "' is step " + std::to_string(step),
+          "fullshard's AdamW has one step count: give a checkpoint whose parameters "
+          "all stepped together");
     if (step < 0) first = key;
     step = s;
   }

@@ -63,8 +63,9 @@ TEST(Pickle, FloatsAsPythonWritesThem) {
   EXPECT_FALSE(py_equal(*py_float(0.0), *py_float(-0.0)));  // bitwise, as a checkpoint's bytes
   // Any cut inside the 8 bytes is a truncation, never a crash.
   for (size_t n = 3; n < 11; ++n)
-    EXPECT_NE(error_of([&] { pickle_loads(betas.substr(0, n), "f.pkl", kAny); })
-                  .find("f.pkl: pickle ends at byte"),
+    EXPECT_NE(error_of([&] {
+                pickle_loads(betas.substr(0, n), "f.pkl", kAny);
+              }).find("f.pkl: pickle ends at byte"),
               std::string::npos)
         << n;
 }
@@ -145,8 +146,9 @@ std::map<std::string, std::vector<float>> save_with_state(const std::string& roo
     m.files.push_back({shard_file_name(r, world), 0});
     std::vector<SafetensorsTensor> out;
     for (const auto& [name, shape] : tensors)
-      out.push_back({name, "F32", sharded_shape(shape, world, r),
-                     values[name].data() + shard_row_offset(shape[0], world, r) * row_numel(shape)});
+      out.push_back(
+          {name, "F32", sharded_shape(shape, world, r),
+           values[name].data() + shard_row_offset(shape[0], world, r) * row_numel(shape)});
     write_safetensors((fs::path(root) / step_folder_name(3) / shard_file_name(r, world)).string(),
                       out, {}, "test");
   }
@@ -199,7 +201,8 @@ TEST(DcpOptimExport, WritesGetOptimizerStateDictsKeysAndReadsBack) {
       const int64_t rows = t->shape[1], cols = t->shape[0];  // a Conv1D's state: transposed too
       for (int64_t a = 0; a < rows; ++a)
         for (int64_t b = 0; b < cols; ++b)
-          ASSERT_EQ(got[static_cast<size_t>(b * rows + a)], want[static_cast<size_t>(a * cols + b)]);
+          ASSERT_EQ(got[static_cast<size_t>(b * rows + a)],
+                    want[static_cast<size_t>(a * cols + b)]);
     }
     const DcpTensor* step = r.metadata().find(dcp_optim_state_key(n.name, "step"));
     ASSERT_TRUE(step);
@@ -260,18 +263,22 @@ TEST(DcpOptim, StateThatDoesNotFitTheModelIsAOneLineErrorNamingTheKey) {
   EXPECT_EQ(missing.find('\n'), std::string::npos);
   DcpTensor wide = sq;
   wide.shape = {4, 3};
-  EXPECT_NE(err(meta_with({avg, wide, step})).find("'state.w.exp_avg_sq': is [4, 3] but its parameter is [4, 2]"),
+  EXPECT_NE(err(meta_with({avg, wide, step}))
+                .find("'state.w.exp_avg_sq': is [4, 3] but its parameter is [4, 2]"),
             std::string::npos);
   const DcpTensor momentum{"state.w.momentum_buffer", "F32", {4, 2}, {}, nullptr};
-  EXPECT_NE(err(meta_with({momentum})).find("'state.w.momentum_buffer': is 'momentum_buffer', not AdamW's state"),
+  EXPECT_NE(err(meta_with({momentum}))
+                .find("'state.w.momentum_buffer': is 'momentum_buffer', not AdamW's state"),
             std::string::npos);
   const DcpTensor amsgrad{"state.w.max_exp_avg_sq", "F32", {4, 2}, {}, nullptr};
-  EXPECT_NE(err(meta_with({avg, sq, step, amsgrad})).find("'state.w.max_exp_avg_sq'"), std::string::npos);
+  EXPECT_NE(err(meta_with({avg, sq, step, amsgrad})).find("'state.w.max_exp_avg_sq'"),
+            std::string::npos);
   const DcpTensor other{"state.v.exp_avg", "F32", {4, 2}, {}, nullptr};
   EXPECT_EQ(err(meta_with({avg, sq, step, other})), "");  // not the model's: ignored
   DcpTensor half = avg;
   half.dtype = "BF16";
-  EXPECT_NE(err(meta_with({half, sq, step})).find("'state.w.exp_avg': is BF16, not F32"), std::string::npos);
+  EXPECT_NE(err(meta_with({half, sq, step})).find("'state.w.exp_avg': is BF16, not F32"),
+            std::string::npos);
   DcpTensor vec_step = step;
   vec_step.shape = {2};
   EXPECT_NE(err(meta_with({avg, sq, vec_step})).find("'state.w.step': is F32 [2], not the 0-d"),
@@ -281,15 +288,19 @@ TEST(DcpOptim, StateThatDoesNotFitTheModelIsAOneLineErrorNamingTheKey) {
 }
 
 // A DCP folder holding only 0-d step tensors of the given values (written as export does).
-std::string write_steps(const std::string& dir, const std::vector<std::pair<std::string, float>>& steps) {
+std::string write_steps(const std::string& dir,
+                        const std::vector<std::pair<std::string, float>>& steps) {
   fs::create_directories(dir);
   DcpMetadata m;
   std::string file;
   for (const auto& [name, v] : steps) {
     const std::string a =
         torch_save_archive("F32", {}, std::string_view(reinterpret_cast<const char*>(&v), 4), "t");
-    m.tensors.push_back({dcp_optim_state_key(name, "step"), "F32", {},
-                         {{ChunkBox{{}, {}}, "__0_0.distcp", file.size(), a.size()}}, nullptr});
+    m.tensors.push_back({dcp_optim_state_key(name, "step"),
+                         "F32",
+                         {},
+                         {{ChunkBox{{}, {}}, "__0_0.distcp", file.size(), a.size()}},
+                         nullptr});
     file += a;
   }
   write_output_file(dir + "/__0_0.distcp", file, "t");
@@ -304,8 +315,9 @@ TEST(DcpOptim, StepsAreReadAndMustAgree) {
   EXPECT_EQ(dcp_step_archive(7).size(),
             torch_save_archive("F32", {}, std::string("\x00\x00\xe0\x40", 4), "t").size());
   DcpReader differ(write_steps(d.path() + "/b", {{"x", 7.0f}, {"y", 6.0f}}));
-  EXPECT_NE(error_of([&] { read_dcp_adamw_step(differ, {"x", "y"}); })
-                .find("'state.y.step': is step 6 but 'state.x.step' is step 7"),
+  EXPECT_NE(error_of([&] {
+              read_dcp_adamw_step(differ, {"x", "y"});
+            }).find("'state.y.step': is step 6 but 'state.x.step' is step 7"),
             std::string::npos);
   DcpReader frac(write_steps(d.path() + "/c", {{"x", 1.5f}}));
   EXPECT_NE(error_of([&] { read_dcp_adamw_step(frac, {"x"}); }).find("not a step count"),
