@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/checkpoint/checkpoint_dir.h"
+#include "core/checkpoint/dcp.h"
 #include "core/checkpoint/rank_pieces.h"
 #include "core/common/error.h"
 #include "core/model/transformer.h"
@@ -154,6 +155,13 @@ std::string resolve_resume(const std::string& resume, const std::string& checkpo
                        "add --checkpoint-dir DIR, or give --resume the checkpoint folder");
     return resolve_checkpoint(checkpoint_dir, "--resume");
   }
+  if (is_dcp_folder(resume))  // NOTE [AdamW state in DCP]: PyTorch's folder has no data position
+    throw InputError("--resume",
+                     "'" + resume +
+                         "' is a torch.distributed.checkpoint folder (.metadata), not a fullshard "
+                         "checkpoint",
+                     "start from it with --init-from " + resume +
+                         " (its weights, and AdamW's state when it holds one)");
   return resolve_checkpoint(resume, "--resume");
 }
 
