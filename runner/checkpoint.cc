@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/checkpoint/checkpoint_dir.h"
+#include "core/checkpoint/dcp.h"
 #include "core/checkpoint/rank_pieces.h"
 #include "core/common/error.h"
 #include "core/model/transformer.h"
@@ -90,6 +91,8 @@ CheckpointMetadata checkpoint_metadata(Backend& b, TrainingProgram& prog, const 
   m.replicate = pieces.mesh.replicate;
   m.ep = s.expert_parallel.degree;
   m.optimizer_steps = prog.optimizer().steps_taken();
+  const auto& oo = s.training.optimizer;
+  m.adamw = CheckpointAdamW{oo.lr, oo.beta1, oo.beta2, oo.eps, oo.weight_decay};
   if (data && data->tokens) {
     const DataPosition p = data->position(steps_done, samples_per_step(s), s.training.seq_len);
     m.data = CheckpointDataPosition{s.training.data.path, p.samples, p.epoch, p.window};
@@ -152,6 +155,13 @@ std::string resolve_resume(const std::string& resume, const std::string& checkpo
                        "add --checkpoint-dir DIR, or give --resume the checkpoint folder");
     return resolve_checkpoint(checkpoint_dir, "--resume");
   }
+  if (is_dcp_folder(resume))  // NOTE [AdamW state in DCP]: PyTorch's folder has no data position
+    throw InputError("--resume",
+                     "'" + resume +
+                         "' is a torch.distributed.checkpoint folder (.metadata), not a fullshard "
+                         "checkpoint",
+                     "start from it with --init-from " + resume +
+                         " (its weights, and AdamW's state when it holds one)");
   return resolve_checkpoint(resume, "--resume");
 }
 

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "core/checkpoint/dcp.h"
+#include "core/checkpoint/dcp_optim.h"
 #include "core/checkpoint/hf_names.h"
 #include "core/checkpoint/rank_pieces.h"
 #include "core/checkpoint/safetensors.h"
@@ -71,6 +72,8 @@ class WeightFiles {
             "' holds neither model.safetensors, model.safetensors.index.json nor a DCP .metadata",
         "give a .safetensors file or a folder `checkpoint export` or dcp.save wrote");
   }
+
+  DcpReader* dcp() const { return dcp_.get(); }
 
   // Tensor `name`, or nullopt.
   std::optional<Stored> find(const std::string& name) const {
@@ -202,14 +205,25 @@ std::vector<float> local_rows_of(const Param& param, const Located& l, const Ran
   return values;
 }
 
+// NOTE [AdamW state in DCP]: a DCP folder with optimizer state also restores AdamW's state when
+// every parameter is trainable (a frozen base or LoRA adapters start their optimizer fresh).
+bool loads_optimizer_state(const WeightFiles& w, const Scenario& s) {
+  return w.dcp() && dcp_has_optimizer_state(w.dcp()->metadata()) && s.training.frozen.empty() &&
+         !s.model.lora.enabled();
+}
+
 }  // namespace
 
 void validate_init_weights(const std::string& path, const Scenario& s, const std::string& field) {
   const WeightFiles w(path, field);
   Transformer model(s.model);
+  std::vector<std::pair<std::string, Shape>> located;  // name in the files, stored shape
   model.root().for_each_param([&](Param& p) {
-    if (!is_lora_adapter(p)) locate(w, s, p.fqn, p.shape, field);
+    if (is_lora_adapter(p)) return;
+    const Located l = locate(w, s, p.fqn, p.shape, field);
+    located.push_back({l.t.name, l.t.shape});
   });
+  if (loads_optimizer_state(w, s)) check_dcp_adamw_state(w.dcp()->metadata(), located, path);
 }
 
 void load_init_weights(Backend& b, TrainingProgram& prog, const Scenario& s,
@@ -220,12 +234,9 @@ void load_init_weights(Backend& b, TrainingProgram& prog, const Scenario& s,
   // PEFT adds them to a loaded model.
   std::vector<OptimizerParam*> params = prog.optimizer().params();
   params.insert(params.end(), prog.frozen_params().begin(), prog.frozen_params().end());
-  for (OptimizerParam* p : params) {
-    const Param& param = p->param();
-    if (is_lora_adapter(param)) continue;
+  // Loads the stored tensor `l` (parameter `param`'s layout) into the rank's local shard `local`.
+  auto load_into = [&](const Param& param, const Located& l, const TensorRef& local) {
     const Shape global = param.global_shape();
-    const Located l = locate(w, s, param.fqn, global, field);
-    const TensorRef local = p->local_tensor().ref();
     FULLSHARD_CHECK(local.meta.dtype == DType::kFloat32 || local.meta.dtype == DType::kBFloat16 ||
                         local.meta.dtype == DType::kFloat16,
                     "init-from: sharded parameters are fp32, or a frozen bf16 / fp16");
@@ -241,7 +252,7 @@ void load_init_weights(Backend& b, TrainingProgram& prog, const Scenario& s,
       // Not one box of the file's tensor (GPT-2's fused c_attn, NOTE [Fused qkv under tensor
       // parallelism]; a Conv1D [in, out] under tp): read it whole, pick this rank's rows.
       copy_in(local_rows_of(param, l, pieces));
-      continue;
+      return;
     }
     // This rank's piece of the full tensor: FSDP's dim-0 chunk (NOTE [torch.chunk layout]) of
     // its tensor-parallel block (NOTE [Strided pieces of tensor-parallel weights]).
@@ -263,7 +274,32 @@ void load_init_weights(Backend& b, TrainingProgram& prog, const Scenario& s,
           values[static_cast<size_t>(r * in + c)] = all[static_cast<size_t>(c * out + begin + r)];
     }
     copy_in(values);
+  };
+  for (OptimizerParam* p : params) {
+    const Param& param = p->param();
+    if (is_lora_adapter(param)) continue;
+    load_into(param, locate(w, s, param.fqn, param.global_shape(), field), p->local_tensor().ref());
   }
+  if (!loads_optimizer_state(w, s)) return;
+  // AdamW's exp_avg / exp_avg_sq have their parameter's layout (NOTE [AdamW state in DCP]).
+  AdamW& opt = prog.optimizer();
+  opt.init_state();
+  std::vector<std::string> names;
+  for (size_t i = 0; i < opt.params().size(); ++i) {
+    const Param& param = opt.params()[i]->param();
+    const Located l = locate(w, s, param.fqn, param.global_shape(), field);
+    names.push_back(l.t.name);
+    for (const char* what : {"exp_avg", "exp_avg_sq"}) {
+      Located st = l;
+      st.t.name = dcp_optim_state_key(l.t.name, what);
+      const DcpTensor* t = w.dcp()->metadata().find(st.t.name);
+      FULLSHARD_CHECK(t, "init-from: " + st.t.name + " (checked by validate_init_weights)");
+      st.t.dtype = t->dtype;
+      const bool sq = std::strcmp(what, "exp_avg_sq") == 0;
+      load_into(param, st, (sq ? opt.exp_avg_sq(i) : opt.exp_avg(i)).ref());
+    }
+  }
+  opt.set_steps_taken(static_cast<int>(read_dcp_adamw_step(*w.dcp(), names)));
 }
 
 }  // namespace fullshard::runner

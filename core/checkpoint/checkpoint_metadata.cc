@@ -100,7 +100,8 @@ CheckpointMetadata parse(const nlohmann::json& j) {
                                           "step",   "next_step",       "seed",     "world_size",
                                           "mesh",   "optimizer_steps", "files",    "tensors"};
   std::vector<std::string> accepted = known;
-  accepted.push_back("data");  // optional: token data sets only
+  accepted.push_back("data");   // optional: token data sets only
+  accepted.push_back("adamw");  // optional: the run's AdamW hyperparameters
   jr::reject_unknown_fields(j, "", accepted);
   for (const auto& k : known)
     jr::require_field(j, "", k, "the metadata is damaged or not a fullshard checkpoint");
@@ -162,6 +163,21 @@ CheckpointMetadata parse(const nlohmann::json& j) {
     p.epoch = jr::get_int(d["epoch"], "data.epoch", 0, kMaxI, "0");
     p.window = jr::get_int(d["window"], "data.window", 0, kMaxI, "64");
     m.data = p;
+  }
+  if (j.contains("adamw")) {
+    const auto& a = j["adamw"];
+    jr::require_object(a, "adamw",
+                       R"({"lr": 3e-4, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1})");
+    const std::vector<std::string> ak = {"lr", "beta1", "beta2", "eps", "weight_decay"};
+    jr::reject_unknown_fields(a, "adamw", ak);
+    for (const auto& k : ak) jr::require_field(a, "adamw", k, "the metadata is damaged");
+    CheckpointAdamW w;
+    w.lr = jr::get_number(a["lr"], "adamw.lr", 0, true, 1e9, true, "3e-4");
+    w.beta1 = jr::get_number(a["beta1"], "adamw.beta1", 0, true, 1, false, "0.9");
+    w.beta2 = jr::get_number(a["beta2"], "adamw.beta2", 0, true, 1, false, "0.95");
+    w.eps = jr::get_number(a["eps"], "adamw.eps", 0, true, 1e9, true, "1e-8");
+    w.weight_decay = jr::get_number(a["weight_decay"], "adamw.weight_decay", 0, true, 1e9, true, "0.1");
+    m.adamw = w;
   }
   if (!j["files"].is_array())
     throw InputError("files", "is " + jr::describe(j["files"]) + ", not an array",
@@ -240,6 +256,12 @@ nlohmann::json metadata_to_json(const CheckpointMetadata& m) {
   j["mesh"] = {{"replicate", m.replicate}, {"shard", m.shard}, {"tp", m.tp}};
   if (m.ep > 1) j["mesh"]["ep"] = m.ep;  // NOTE [Pieces of expert-parallel weights]
   j["optimizer_steps"] = m.optimizer_steps;
+  if (m.adamw)
+    j["adamw"] = {{"lr", m.adamw->lr},
+                  {"beta1", m.adamw->beta1},
+                  {"beta2", m.adamw->beta2},
+                  {"eps", m.adamw->eps},
+                  {"weight_decay", m.adamw->weight_decay}};
   if (m.data)
     j["data"] = {{"source", m.data->source},
                  {"samples", m.data->samples},

@@ -54,6 +54,12 @@ struct CheckpointDataPosition {
   int64_t window = 0;  // the next sequence's index within the epoch
 };
 
+// The AdamW hyperparameters of the run (optional "adamw" object): what `export --dcp` writes as
+// the optimizer's param_groups (NOTE [AdamW state in DCP], core/checkpoint/dcp_optim.h).
+struct CheckpointAdamW {
+  double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
+};
+
 struct CheckpointMetadata {
   int version = kCheckpointFormatVersion;
   std::string scenario;        // the scenario's name (informational)
@@ -67,6 +73,7 @@ struct CheckpointMetadata {
   int ep = 1;  // expert parallelism within the shard dim (efsdp x ep = shard); 1: none
   int64_t optimizer_steps = 0;                 // AdamW's step count (bias correction)
   std::optional<CheckpointDataPosition> data;  // token data sets only
+  std::optional<CheckpointAdamW> adamw;        // absent in checkpoints before it was written
   std::vector<CheckpointFile> files;
   std::vector<CheckpointTensor> tensors;
   const CheckpointTensor* find(const std::string& name) const;

@@ -192,7 +192,20 @@ std::string dcp_metadata_pickle(const DcpMetadata& m) {
                             py_dict({py_str("properties"), props, py_str("size"),
                                      torch_size(t.shape), py_str("chunks"), py_list(chunks)})));
     planner.push_back(py_str(t.fqn));
-    planner.push_back(py_tuple({py_str(t.fqn)}));
+    planner.push_back(t.path ? t.path : py_tuple({py_str(t.fqn)}));
+  }
+  for (const auto& e : m.bytes) {  // BytesStorageMetadata: MetadataIndex(fqn) -> its archive
+    sdm.push_back(py_str(e.fqn));
+    sdm.push_back(py_newobj(g(kMeta, "BytesStorageMetadata"), nullptr));
+    planner.push_back(py_str(e.fqn));
+    planner.push_back(e.path ? e.path : py_tuple({py_str(e.fqn)}));
+    storage.push_back(py_newobj(g(kMeta, "MetadataIndex"),
+                                py_dict({py_str("fqn"), py_str(e.fqn), py_str("offset"), py_none(),
+                                         py_str("index"), py_none()})));
+    storage.push_back(py_newobj(g(kFilesystem, "_StorageInfo"),
+                                py_dict({py_str("relative_path"), py_str(e.file), py_str("offset"),
+                                         py_int(static_cast<int64_t>(e.offset)), py_str("length"),
+                                         py_int(static_cast<int64_t>(e.length))})));
   }
   const PyPtr md = py_newobj(
       g(kMeta, "Metadata"),
@@ -270,6 +283,12 @@ DcpMetadata dcp_metadata_from_pickle(std::string_view bytes, const std::string& 
     for (const auto& ch : t.chunks)
       if (ch.file.empty() && box_numel(ch.box) > 0)
         c.fail("tensor '" + t.fqn + "': chunk " + box_str(ch.box) + " has no storage_data entry");
+    if (t.shape.empty()) {  // a 0-d tensor (AdamW's step): one chunk without offsets
+      if (t.chunks.size() != 1)
+        c.fail("0-d tensor '" + t.fqn + "' has " + std::to_string(t.chunks.size()) +
+               " chunks, not 1");
+      continue;
+    }
     std::vector<ChunkBox> boxes;
     for (const auto& ch : t.chunks) boxes.push_back(ch.box);
     validate_boxes(t.shape, boxes, source + ": tensor '" + t.fqn + "'");
@@ -333,6 +352,10 @@ void DcpReader::read_box(const std::string& fqn, const ChunkBox& want, void* dst
                      "save float32, bfloat16 or float16 tensors");
   FULLSHARD_CHECK(dst_bytes == static_cast<uint64_t>(box_numel(want)) * *esize,
                   "DcpReader::read_box: size");
+  if (t->shape.empty()) {  // 0-d: its one element
+    file(t->chunks[0].file).read(data_start(*t, t->chunks[0]), *esize, dst);
+    return;
+  }
   std::vector<ChunkBox> boxes;
   for (const auto& c : t->chunks) boxes.push_back(c.box);
   for (const ChunkRead& r : reads_for_box(t->shape, *esize, boxes, want)) {

@@ -39,16 +39,30 @@ struct DcpChunk {
   uint64_t length = 0;  // _StorageInfo.length
 };
 
+struct PyObj;
+
 struct DcpTensor {
   std::string fqn;
   std::string dtype;  // safetensors name (F32, BF16, F16)
-  Shape shape;        // global
+  Shape shape;        // global ([] for a 0-d tensor such as AdamW's step: one chunk, no offsets)
   std::vector<DcpChunk> chunks;
+  // planner_data's value: the key's path in the unflattened state dict, e.g. ('state', fqn,
+  // 'exp_avg'); null: (fqn,). Written only (NOTE [AdamW state in DCP], core/checkpoint/dcp_optim.h).
+  std::shared_ptr<PyObj> path;
+};
+
+// A non-tensor entry (BytesStorageMetadata): torch.save of a Python value (torch_save_object).
+struct DcpBytes {
+  std::string fqn;
+  std::string file;
+  uint64_t offset = 0, length = 0;
+  std::shared_ptr<PyObj> path;  // as DcpTensor::path
 };
 
 struct DcpMetadata {
   std::vector<DcpTensor> tensors;        // in the file's order
   std::vector<std::string> non_tensors;  // BytesStorageMetadata keys (read past, never loaded)
+  std::vector<DcpBytes> bytes;           // written: the non-tensor entries (the reader leaves it empty)
   const DcpTensor* find(const std::string& fqn) const;
 };
 
@@ -86,17 +100,22 @@ struct DcpExportOptions {
   std::string out;  // the folder to write
   bool hf_names =
       true;  // Hugging Face names and layouts (NOTE [Hugging Face layouts]) or fullshard's
+  bool optimizer = true;  // AdamW's state too, when the checkpoint has it (NOTE [AdamW state in DCP])
 };
 
 struct DcpExportResult {
   std::vector<std::string> files;  // written: the .distcp files, then .metadata
-  size_t tensors = 0, chunks = 0;
-  uint64_t data_bytes = 0;
+  size_t tensors = 0, chunks = 0;  // the parameters'
+  uint64_t data_bytes = 0;        // parameters and optimizer state
+  size_t optimizer_tensors = 0, optimizer_chunks = 0;  // AdamW's state tensors and their chunks
+  size_t param_group_entries = 0;                      // BytesStorageMetadata entries
+  std::string optimizer_note;  // why no optimizer state was exported ("" when it was or none)
 };
 
 // Writes the parameters of the checkpoint `reader` reads as a DCP folder: file
-// `__<i>_0.distcp` holds the pieces of fullshard's shard file i, each as its own chunk
-// (transposed Conv1D weights as the transposed box). Throws InputError naming "--dcp".
+// `__<i>_0.distcp` holds the pieces of fullshard shard file i, each as its own chunk
+// (transposed Conv1D weights as the transposed box), and AdamW's state with the keys of
+// get_optimizer_state_dict (NOTE [AdamW state in DCP]). Throws InputError naming "--dcp".
 DcpExportResult export_dcp(CheckpointReader& reader, const DcpExportOptions& o);
 
 }  // namespace fullshard

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "core/checkpoint/dcp.h"
+#include "core/checkpoint/dcp_optim.h"
 #include "core/checkpoint/export.h"
 #include "core/checkpoint/safetensors.h"
 #include "core/common/error.h"
@@ -16,6 +17,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kParamPrefix = "param/";
+constexpr const char* kStatePrefixes[] = {"exp_avg/", "exp_avg_sq/"};  // fullshard's AdamW names
 
 // Box `b` of a [R, C] tensor, transposed: the box of the [C, R] tensor, and its bytes.
 std::vector<uint8_t> transpose_box(ChunkBox& b, const std::vector<uint8_t>& in, uint64_t esize) {
@@ -49,16 +51,40 @@ DcpExportResult export_dcp(CheckpointReader& reader, const DcpExportOptions& o) 
   };
   std::vector<Planned> plan;
   DcpMetadata dm;
-  for (const auto& t : m.tensors) {
-    if (t.name.rfind(kParamPrefix, 0) != 0) continue;  // the parameters, as `export --safetensors`
-    Planned p{&t, export_name(m.arch, t.name.substr(std::strlen(kParamPrefix)), o.hf_names)};
+  auto add = [&](const CheckpointTensor& t, const std::string& fqn, const std::string& state) {
+    Planned p{&t, export_name(m.arch, fqn, o.hf_names)};
     FULLSHARD_CHECK(!p.out.transpose || t.shape.size() == 2, "transposed export of " + t.name);
-    dm.tensors.push_back(
-        {p.out.name, t.dtype, p.out.transpose ? Shape{t.shape[1], t.shape[0]} : t.shape, {}});
+    DcpTensor d{p.out.name, t.dtype, p.out.transpose ? Shape{t.shape[1], t.shape[0]} : t.shape,
+                {}, nullptr};
+    if (!state.empty()) {  // NOTE [AdamW state in DCP]: its parameter's chunks, under state.<fqn>
+      d.path = dcp_optim_state_path(p.out.name, state);
+      d.fqn = dcp_optim_state_key(p.out.name, state);
+    }
+    dm.tensors.push_back(std::move(d));
     plan.push_back(p);
-  }
+  };
+  for (const auto& t : m.tensors)  // the parameters, as `export --safetensors`
+    if (t.name.rfind(kParamPrefix, 0) == 0) add(t, t.name.substr(std::strlen(kParamPrefix)), "");
   DcpExportResult res;
   res.tensors = plan.size();
+  std::vector<std::string> trainable;  // the parameters with AdamW state
+  bool has_state = false;
+  for (const auto& t : m.tensors) has_state = has_state || t.name.rfind(kStatePrefixes[0], 0) == 0;
+  if (o.optimizer && has_state && !m.adamw) {
+    res.optimizer_note =
+        "optimizer state not exported: the checkpoint predates recorded AdamW hyperparameters "
+        "(param_groups); resume it for one step and save again";
+  } else if (o.optimizer && has_state) {
+    for (const auto& t : m.tensors)
+      for (const char* prefix : kStatePrefixes)
+        if (t.name.rfind(prefix, 0) == 0) {
+          const std::string fqn = t.name.substr(std::strlen(prefix));
+          const std::string what(prefix, std::strlen(prefix) - 1);
+          add(t, fqn, what);
+          if (what == "exp_avg") trainable.push_back(export_name(m.arch, fqn, o.hf_names).name);
+          ++res.optimizer_tensors;
+        }
+  }
   // One .distcp file per fullshard shard file (a saving rank's pieces), pieces back to back.
   for (size_t f = 0; f < m.files.size(); ++f) {
     const std::string name = "__" + std::to_string(f) + "_0.distcp";
@@ -81,7 +107,25 @@ DcpExportResult export_dcp(CheckpointReader& reader, const DcpExportOptions& o) 
         dm.tensors[k].chunks.push_back({box, name, offset, archive.size()});
         offset += archive.size();
         res.data_bytes += bytes.size();
-        ++res.chunks;
+        ++(k < res.tensors ? res.chunks : res.optimizer_chunks);
+      }
+    }
+    if (f == 0 && !trainable.empty()) {  // the replicated step and the param group, written once
+      const std::string step = dcp_step_archive(m.optimizer_steps);
+      for (const auto& fqn : trainable) {
+        out.write(step);
+        dm.tensors.push_back({dcp_optim_state_key(fqn, "step"), "F32", {},
+                              {{ChunkBox{{}, {}}, name, offset, step.size()}},
+                              dcp_optim_state_path(fqn, "step")});
+        offset += step.size();
+        ++res.optimizer_tensors;
+        ++res.optimizer_chunks;
+      }
+      for (auto& e : adamw_param_group_entries(*m.adamw, trainable)) {
+        out.write(e.archive);
+        dm.bytes.push_back({e.fqn, name, offset, e.archive.size(), e.path});
+        offset += e.archive.size();
+        ++res.param_group_entries;
       }
     }
     out.commit();

@@ -30,6 +30,13 @@ class Encoder {
       case PyKind::kNone: out += 'N'; return;
       case PyKind::kBool: out += static_cast<char>(v.i ? 0x88 : 0x89); return;
       case PyKind::kInt: save_int(v.i); return;
+      case PyKind::kFloat: {  // BINFLOAT: the double's 8 bytes, big-endian
+        uint64_t bits;
+        std::memcpy(&bits, &v.f, 8);
+        out += 'G';
+        for (int b = 7; b >= 0; --b) out.push_back(static_cast<char>((bits >> (8 * b)) & 0xff));
+        return;
+      }
       case PyKind::kStr:
         out += 'X';
         put_le(out, v.s.size(), 4);
@@ -157,6 +164,14 @@ class Decoder {
         case 'J': push(py_int(static_cast<int32_t>(u(4)))); break;
         case 'K': push(py_int(static_cast<int64_t>(u(1)))); break;
         case 'M': push(py_int(static_cast<int64_t>(u(2)))); break;
+        case 'G': {  // BINFLOAT
+          uint64_t bits = 0;
+          for (int b = 0; b < 8; ++b) bits = (bits << 8) | u(1);
+          double d;
+          std::memcpy(&d, &bits, 8);
+          push(py_float(d));
+          break;
+        }
         case 0x8a: {  // LONG1
           const uint64_t n = u(1);
           if (n > 8) fail(op, "an integer of " + std::to_string(n) + " bytes");
@@ -351,6 +366,11 @@ PyPtr py_int(int64_t v) {
   p->i = v;
   return p;
 }
+PyPtr py_float(double v) {
+  auto p = make(PyKind::kFloat);
+  p->f = v;
+  return p;
+}
 PyPtr py_str(std::string s) {
   auto p = make(PyKind::kStr);
   p->s = std::move(s);
@@ -396,7 +416,8 @@ PyPtr py_persid(PyPtr id) {
 }
 
 bool py_equal(const PyObj& a, const PyObj& b) {
-  if (a.kind != b.kind || a.i != b.i || a.s != b.s || a.name != b.name ||
+  if (a.kind != b.kind || a.i != b.i ||
+      std::memcmp(&a.f, &b.f, sizeof a.f) != 0 || a.s != b.s || a.name != b.name ||
       a.items.size() != b.items.size() || !a.state != !b.state)
     return false;
   for (size_t k = 0; k < a.items.size(); ++k)
@@ -422,6 +443,7 @@ std::string repr(const PyObj& v, int depth) {
     case PyKind::kNone: return "None";
     case PyKind::kBool: return v.i ? "True" : "False";
     case PyKind::kInt: return std::to_string(v.i);
+    case PyKind::kFloat: return fmt::format("{}", v.f);
     case PyKind::kStr: return "'" + v.s.substr(0, 64) + (v.s.size() > 64 ? "...'" : "'");
     case PyKind::kTuple: return "(" + join(v.items, 1, "") + (v.items.size() == 1 ? ",)" : ")");
     case PyKind::kList: return "[" + join(v.items, 1, "") + "]";

@@ -29,6 +29,7 @@ enum class PyKind {
   kNone,
   kBool,
   kInt,
+  kFloat,
   kStr,
   kTuple,
   kList,
@@ -45,6 +46,7 @@ using PyPtr = std::shared_ptr<PyObj>;
 struct PyObj {
   PyKind kind = PyKind::kNone;
   int64_t i = 0;     // kBool (0 or 1), kInt
+  double f = 0;      // kFloat (BINFLOAT: a Python float, an IEEE double)
   std::string s;     // kStr; kGlobal: the module
   std::string name;  // kGlobal: the name inside the module
   // kTuple, kList: the elements; kDict: key, value, key, value, ... in insertion order;
@@ -56,6 +58,7 @@ struct PyObj {
 PyPtr py_none();
 PyPtr py_bool(bool b);
 PyPtr py_int(int64_t v);
+PyPtr py_float(double v);
 PyPtr py_str(std::string s);
 PyPtr py_tuple(std::vector<PyPtr> items);
 PyPtr py_list(std::vector<PyPtr> items);

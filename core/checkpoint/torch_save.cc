@@ -59,44 +59,8 @@ struct Record {
   uint32_t crc = 0;
 };
 
-}  // namespace
-
-uint32_t crc32(std::string_view data, uint32_t crc) {
-  static const std::array<uint32_t, 256> table = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xedb88320u ^ (c >> 1) : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  crc = ~crc;
-  for (unsigned char ch : data) crc = table[(crc ^ ch) & 0xff] ^ (crc >> 8);
-  return ~crc;
-}
-
-std::string torch_save_archive(std::string_view dtype, const Shape& shape, std::string_view data,
-                               const std::string& where) {
-  const StorageName* st = nullptr;
-  for (const auto& s : kStorages)
-    if (dtype == s.dtype) st = &s;
-  if (!st)
-    throw InputError(where, "dtype " + std::string(dtype) + " has no torch.save writer here",
-                     "export F32, BF16 or F16 tensors");
-  FULLSHARD_CHECK(
-      data.size() == static_cast<uint64_t>(numel(shape)) * *safetensors_dtype_size(dtype),
-      "torch_save_archive: data size");
-  if (data.size() >= 0xffffffffu)
-    throw InputError(where, fmt::format("a piece of {} bytes needs zip64 records", data.size()),
-                     "not written yet: export with --safetensors, or save from more ranks");
-  const std::string pkl = pickle_dumps(*rebuild_call(st->storage, shape));
-  std::vector<Record> records{{"archive/data.pkl", pkl},
-                              {"archive/.format_version", "1"},
-                              {"archive/.storage_alignment", "64"},
-                              {"archive/byteorder", "little"},
-                              {"archive/data/0", data},
-                              {"archive/version", "3\n"}};
+// The stored zip archive of `records` in order (NOTE [torch.save archives]).
+std::string zip_archive(std::vector<Record>& records) {
   std::string out;
   for (auto& r : records) {
     r.offset = out.size();
@@ -155,6 +119,57 @@ std::string torch_save_archive(std::string_view dtype, const Shape& shape, std::
   le(out, cd, 4);
   le(out, 0, 2);
   return out;
+}
+
+}  // namespace
+
+uint32_t crc32(std::string_view data, uint32_t crc) {
+  static const std::array<uint32_t, 256> table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xedb88320u ^ (c >> 1) : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  crc = ~crc;
+  for (unsigned char ch : data) crc = table[(crc ^ ch) & 0xff] ^ (crc >> 8);
+  return ~crc;
+}
+
+std::string torch_save_archive(std::string_view dtype, const Shape& shape, std::string_view data,
+                               const std::string& where) {
+  const StorageName* st = nullptr;
+  for (const auto& s : kStorages)
+    if (dtype == s.dtype) st = &s;
+  if (!st)
+    throw InputError(where, "dtype " + std::string(dtype) + " has no torch.save writer here",
+                     "export F32, BF16 or F16 tensors");
+  FULLSHARD_CHECK(
+      data.size() == static_cast<uint64_t>(numel(shape)) * *safetensors_dtype_size(dtype),
+      "torch_save_archive: data size");
+  if (data.size() >= 0xffffffffu)
+    throw InputError(where, fmt::format("a piece of {} bytes needs zip64 records", data.size()),
+                     "not written yet: export with --safetensors, or save from more ranks");
+  const std::string pkl = pickle_dumps(*rebuild_call(st->storage, shape));
+  std::vector<Record> records{{"archive/data.pkl", pkl},
+                              {"archive/.format_version", "1"},
+                              {"archive/.storage_alignment", "64"},
+                              {"archive/byteorder", "little"},
+                              {"archive/data/0", data},
+                              {"archive/version", "3\n"}};
+  return zip_archive(records);
+}
+
+std::string torch_save_object(const PyObj& v) {
+  const std::string pkl = pickle_dumps(v);
+  std::vector<Record> records{{"archive/data.pkl", pkl},
+                              {"archive/.format_version", "1"},
+                              {"archive/.storage_alignment", "64"},
+                              {"archive/byteorder", "little"},
+                              {"archive/version", "3\n"}};
+  return zip_archive(records);
 }
 
 TorchSavedTensor parse_torch_save(const ArchiveReader& read, uint64_t length,

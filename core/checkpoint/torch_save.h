@@ -31,6 +31,12 @@ namespace fullshard {
 std::string torch_save_archive(std::string_view dtype, const Shape& shape, std::string_view data,
                                const std::string& where);
 
+struct PyObj;
+// Bytes of torch.save(v) for a Python value without tensors (DCP's BytesStorageMetadata
+// entries: DefaultSavePlanner torch.saves each non-tensor value of the state dict into a
+// BytesIO, and dcp.load torch.loads it): data.pkl and the same small records, no data/.
+std::string torch_save_object(const PyObj& v);
+
 struct TorchSavedTensor {
   std::string dtype;  // safetensors name
   Shape shape;

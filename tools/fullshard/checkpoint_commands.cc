@@ -90,10 +90,18 @@ int export_command(const CheckpointFlags& f) {
     DcpExportOptions o;
     o.out = f.dcp;
     o.hf_names = f.names == "hf";
+    o.optimizer = !f.model_only;
     const DcpExportResult r = export_dcp(reader, o);
     std::cout << fmt::format("exported {} tensors ({} chunks, {}) of {} to {} (PyTorch DCP)\n",
                              r.tensors, r.chunks, sim::format_bytes(r.data_bytes),
                              printable(folder, 1024), printable(f.dcp, 1024));
+    if (r.optimizer_tensors > 0)
+      std::cout << fmt::format(
+          "  and AdamW's state at step {}: {} tensors ({} chunks; state.FQN.exp_avg, .exp_avg_sq, "
+          ".step), {} param_groups entries (get_optimizer_state_dict's keys)\n",
+          reader.metadata().optimizer_steps, r.optimizer_tensors, r.optimizer_chunks,
+          r.param_group_entries);
+    if (!r.optimizer_note.empty()) std::cout << "  " << r.optimizer_note << "\n";
     for (const auto& p : r.files) std::cout << "  " << printable(p, 1024) << "\n";
     return 0;
   }
@@ -146,6 +154,9 @@ CLI::App* add_checkpoint_command(CLI::App& app, CheckpointFlags& f) {
       ->add_option("--names", f.names,
                    "hf (Hugging Face Llama / GPT-2 names and layouts, default) or fullshard")
       ->check(CLI::IsMember({"hf", "fullshard"}));
+  f.exporter->add_flag("--model-only", f.model_only,
+                       "with --dcp: the parameters only (get_model_state_dict), without AdamW's "
+                       "state (get_optimizer_state_dict)");
   return c;
 }
 

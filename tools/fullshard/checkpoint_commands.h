@@ -16,6 +16,7 @@ struct CheckpointFlags {
   std::string dcp;          // export: a DCP folder (.metadata + .distcp files) instead
   uint64_t max_shard_bytes = 0;
   std::string names = "hf";  // export: "hf" or "fullshard"
+  bool model_only = false;   // export --dcp: the parameters without AdamW's state
   CLI::App* inspect = nullptr;
   CLI::App* exporter = nullptr;
 };
