@@ -205,8 +205,9 @@ std::vector<float> local_rows_of(const Param& param, const Located& l, const Ran
   return values;
 }
 
-// NOTE [AdamW state in DCP]: a DCP folder with optimizer state also restores AdamW's state when
-// every parameter is trainable (a frozen base or LoRA adapters start their optimizer fresh).
+// A DCP folder with optimizer state also restores AdamW's state when every parameter is
+// trainable; a frozen base or LoRA adapters start their optimizer fresh (NOTE [AdamW state in
+// DCP] in core/checkpoint/dcp_optim.h).
 bool loads_optimizer_state(const WeightFiles& w, const Scenario& s) {
   return w.dcp() && dcp_has_optimizer_state(w.dcp()->metadata()) && s.training.frozen.empty() &&
          !s.model.lora.enabled();

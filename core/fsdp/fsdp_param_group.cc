@@ -125,12 +125,22 @@ void FSDPParamGroup::unshard() {
 // implicit or explicit prefetch issues nothing and the work happens at the group's own wait.
 // foreach_reduce's side is in collectives.cc. HSDP with a one-rank shard group keeps its
 // replicate all-reduce. A shard group of one rank has no post-forward group (int
-// reshard_after_forward needs 1 < N) and no float8 all-gather (the scenario refuses both).
+// reshard_after_forward needs 1 < N) and no float8 all-gather (the scenario refuses both); an
+// NF4 weight copies its three parts (quantized_data, scalers, factors) into its three outputs.
 void FSDPParamGroup::copy_in_place() {
   Tensor held;  // `all_gather_input`, alive until the caller returns
   for (FSDPParam* p : raw_) {
     FULLSHARD_CHECK(!p->float8_all_gather(), p->param().fqn + ": float8 all-gather over one rank");
     const std::string& fqn = p->param().fqn;
+    if (p->nf4()) {  // NF4's three pre-all-gather parts, each into its own output (no offload)
+      p->alloc_unsharded(b_);
+      const std::vector<Tensor> outs = p->all_gather_outputs();
+      const std::vector<Tensor>& parts = p->nf4_sharded_parts();
+      FULLSHARD_CHECK(outs.size() == parts.size(), fqn + ": NF4 parts and outputs differ");
+      for (size_t k = 0; k < outs.size(); ++k)
+        ops::copy_into(b_, kCurrent, outs[k], parts[k], fqn + " unshard copy (world 1)");
+      continue;
+    }
     Tensor in = p->sharded_data();
     if (p->offload()) {  // .to(device, non_blocking=True)
       Tensor dev = Tensor::empty(b_, in.meta(), MemCategory::kAllGather, kCurrent, fqn + " (H2D)");
@@ -157,7 +167,7 @@ void FSDPParamGroup::wait_for_unshard() {
     b_.wait_event(s.all_gather, comm_.all_gather_state->event);
     comm_.all_gather_state.reset();
   }
-  const bool world_one = !all_gather_result_->output;  // NOTE [World-size-1 shortcut]
+  const bool world_one = all_gather_result_->world == 1;  // NOTE [World-size-1 shortcut]
   if (world_one)
     copy_in_place();
   else

@@ -219,7 +219,7 @@ Value slice_rows(ExecContext& c, Value x, int64_t rows, const std::string& name)
   if (c.recording() && x.requires_grad()) {
     const TensorMeta x_meta = x.t.meta();
     c.record(Node{name, {x.id}, {out.id}, [&b, x_meta, rows, W, name](std::vector<Tensor>& g) {
-                    // grad.new_zeros(x.sizes()).slice(0, 0, rows).copy_(grad): the last row 0.
+                    // grad.new_zeros(x.sizes()).slice(0, 0, rows).copy_(grad): the rows past `rows` 0.
                     Tensor gx = Tensor::empty(b, x_meta, MemCategory::kTemporary, kCompute,
                                               name + " grad_input");
                     b.launch(kCompute, row_op(OpKind::kPadRow, name + " backward", {g[0].ref()},

@@ -48,7 +48,7 @@ Value scatter_rows(ExecContext& c, Value src, const Tensor& index, int64_t rows,
                    const std::string& name);
 // torch.vstack((x, x.new_zeros(W))): [R + 1, W]; the gradient is a view of the first R rows.
 Value pad_row(ExecContext& c, Value x, const std::string& name);
-// x[:rows] (a view); SliceBackward0 writes the gradient into zeros of x's size.
+// x[:rows] (a view); SliceBackward0 writes the gradient into zeros of x's size (kPadRow).
 Value slice_rows(ExecContext& c, Value x, int64_t rows, const std::string& name);
 
 // generate_permute_indices + cumsum: the permutation [P] and the group end offsets [E] (no grad).

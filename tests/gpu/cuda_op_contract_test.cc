@@ -169,6 +169,11 @@ TEST(CudaOpContracts, EveryOpTheModelsEmitMeetsBothBackendsContracts) {
   check_program(scenario_json("tiny-moe", nullptr, {2}, bf16), "tiny-moe bf16", seen);
   check_program(scenario_json("tiny-moe", nullptr, {4}, {{"expert_parallel", {{"degree", 2}}}}),
                 "tiny-moe ep 2", seen);
+  // Capacity-factor dropping (NOTE [Capacity factor] in core/model/moe_routing.h) at ep 2: the
+  // kept rows sliced off before the dispatch.
+  check_program(scenario_json({{"name", "tiny-moe"}, {"moe", {{"capacity_factor", 1.0}}}}, nullptr,
+                              {4}, {{"expert_parallel", {{"degree", 2}}}}),
+                "tiny-moe capacity ep 2", seen);
   // Pipeline stages (docs/pipeline.md): ZBVZeroBubble's split backward on the rank holding the
   // first and the last stage. Context parallelism (docs/context-parallel.md): ring attention's
   // rounds (strided halves), merges and row adds, fp32 and bf16.

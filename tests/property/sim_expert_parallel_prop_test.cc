@@ -59,7 +59,7 @@ RC_GTEST_PROP(ExpertParallelProp, DispatchSizesSumToTheTokensRouted, ()) {
   const int64_t K = *rc::gen::inRange<int64_t>(1, E + 1);
   const int64_t N = *rc::gen::inRange(0, 300);
   const double hot = *rc::gen::element(1.0, 1.5, 2.0, 4.0);
-  // NOTE [Capacity factor]: dropless, or each expert capped (the worst routing spread over ep
+  // Dropless, or each expert capped (NOTE [Capacity factor] in core/model/moe_routing.h) (the worst routing spread over ep
   // rank 0's experts); a rank then sends its kept rows and receives at most the bound.
   MoeConfig m;
   m.num_experts = E;

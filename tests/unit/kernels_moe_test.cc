@@ -166,7 +166,7 @@ RC_GTEST_PROP(KernelsMoe, HistogramCountsChosenExperts, ()) {
   RC_ASSERT(c.values() == e);
 }
 
-// NOTE [Capacity factor]: each expert keeps `cap` of its slots, the highest scores first (ties to
+// Capacity (NOTE [Capacity factor] in core/model/moe_routing.h): each expert keeps `cap` of its slots, the highest scores first (ties to
 // the lower token) or the first tokens; the rest point at E. Scores from a few values, so ties
 // happen; each token's top-k experts distinct, as topk gives them; some experts get none.
 RC_GTEST_PROP(KernelsMoe, ExpertCapacityKeepsTheBestSlotsPerExpert, ()) {
@@ -275,12 +275,13 @@ RC_GTEST_PROP(KernelsMoe, GatherScatterIndexAddPadRows, ()) {
   for (int m = 0; m < M; ++m)
     for (int w = 0; w < W; ++w) e[row(index[m]) * W + w] = y.get(m * W + w);
   RC_ASSERT(sc.values() == e);
-  // Pad: the rows, then a zero row.
-  HT p(x.meta.dtype, {R + 1, W});
-  p.set_values(Vec(static_cast<size_t>((R + 1) * W), 5.0));
+  // Pad: the rows, then zero rows (one for pad_row, any number for slice_rows' backward).
+  const int pad = *rc::gen::inRange(0, 4);
+  HT p(x.meta.dtype, {R + pad, W});
+  p.set_values(Vec(static_cast<size_t>((R + pad) * W), 5.0));
   run(OpKind::kPadRow, {&x}, {&p}, {R, W, 1});
   Vec pe = x.values();
-  pe.resize(static_cast<size_t>((R + 1) * W), 0.0);
+  pe.resize(static_cast<size_t>((R + pad) * W), 0.0);
   RC_ASSERT(p.values() == pe);
   if (dt == DType::kInt64) return;  // index-add sums floating gradients
   HT gy = random_tensor(dt, {M, W}, rng), acc(dt, {R, W});

@@ -7,11 +7,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <string_view>
 
 #include "core/mesh/expert_mesh.h"
 #include "core/model/moe_dispatch.h"
 #include "core/model/moe_routing.h"
+#include "core/model/moe_routing_record.h"
 #include "core/runtime/moe_args.h"
 #include "core/runtime/op_args.h"
 #include "core/report/rank_report.h"
@@ -236,6 +238,36 @@ TEST(ExpertParallelDispatch, RecordedRoutingSendsByItsOwnAndReceivesByItsPeers) 
     EXPECT_EQ(a.recv_rows, b.recv_rows);
     EXPECT_EQ(a.local_tokens_per_expert, b.local_tokens_per_expert);
   }
+}
+
+// A recorded routing makes each step its own: the simulator plays every recorded step instead
+// of extrapolating from the first ones (NOTE [Steady state] in simulator/extrapolate.cc), so a
+// hot expert in the last step raises the predicted peak.
+TEST(ExpertParallelDispatch, ARecordedRoutingIsPlayedStepByStep) {
+  const Scenario s = parse_scenario(tiny_moe_ep(2, {2}, {{"steps", 5}}));
+  const int64_t N = s.training.batch_for(0) * s.training.seq_len, K = s.model.moe.top_k,
+                E = s.model.moe.num_experts;
+  auto peak = [&](bool hot_last) {
+    auto rec = std::make_shared<RecordedRouting>();
+    rec->num_experts = E;
+    rec->source = "this test";
+    for (int r = 0; r < s.world_size(); ++r) {
+      rec->calls.emplace_back();
+      for (int step = 0; step < 5; ++step)
+        for (int layer = 0; layer < 2; ++layer)  // tiny-moe's 2 MoE layers
+          rec->calls.back().push_back(hot_last && step == 4
+                                          ? skewed_tokens_per_expert(N, K, E, 3.0)
+                                          : balanced_tokens_per_expert(N * K, E));
+    }
+    Scenario replay = s;
+    replay.training.moe_routing_record = std::move(rec);
+    const sim::SimulationReport r = sim::simulate_scenario(replay);
+    EXPECT_TRUE(r.ok()) << fullshard::testing::problems_text(r);
+    uint64_t p = 0;
+    for (const auto& c : r.classes) p = std::max<uint64_t>(p, c.peak_allocated_bytes);
+    return p;
+  };
+  EXPECT_GT(peak(true), peak(false));
 }
 
 // The hottest expert (expert 0, on ep rank 0) gets twice its share: [64, 22, 21, 21] of 128

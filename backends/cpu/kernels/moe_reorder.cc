@@ -90,13 +90,16 @@ void moe_index_add_rows(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   y.commit();
 }
 
-// torch.vstack((x, x.new_zeros(width))): x's rows, then one zero row.
+// torch.vstack((x, x.new_zeros(pad, width))): x's rows, then zero rows to the output's end.
 void moe_pad_row(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   const RowIndexArgs a = RowIndexArgs::decode(op);
   const size_t row_bytes = static_cast<size_t>(a.width) * dtype_size(out_meta(op, 0).dtype);
+  const size_t out_bytes = static_cast<size_t>(out_meta(op, 0).numel()) *
+                           dtype_size(out_meta(op, 0).dtype);
   char* y = static_cast<char*>(out[0]);
-  if (a.rows > 0) std::memcpy(y, in[0], static_cast<size_t>(a.rows) * row_bytes);
-  std::memset(y + a.rows * row_bytes, 0, row_bytes);
+  const size_t in_bytes = static_cast<size_t>(a.rows) * row_bytes;
+  if (in_bytes > 0) std::memcpy(y, in[0], in_bytes);
+  std::memset(y + in_bytes, 0, out_bytes - in_bytes);
 }
 
 // generate_permute_indices (torchtitan/models/moe/kernels.py at pytorch/torchtitan@8631e19):

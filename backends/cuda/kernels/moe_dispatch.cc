@@ -70,7 +70,7 @@ void launch_moe(const OpCall& op, const std::vector<void*>& in, const std::vecto
       return launch::moe_index_add_rows(in[0], di[0], idx_in(1), out[0], dout[0], p.entries,
                                         p.rows, p.width, s);
     case OpKind::kPadRow:
-      return launch::moe_pad_row(in[0], out[0], p.rows, p.row_bytes, p.unit, s);
+      return launch::moe_pad_row(in[0], out[0], p.rows, p.out_rows, p.row_bytes, p.unit, s);
     case OpKind::kPermuteIndices:
       return launch::moe_permute_indices(in[0], di[0], p.n_counts, p.experts, p.align,
                                          p.padded_rows, static_cast<int64_t*>(out[0]),

@@ -24,7 +24,8 @@ void moe_route_norm(const void* x, int dx, void* y, int dy, void* den, int dden,
 void moe_route_norm_backward(const void* g, int dg, const void* x, int dx, const void* den,
                              int dden, void* o, int dout, int64_t N, int64_t K, cudaStream_t s);
 void moe_histogram(const int64_t* idx, int64_t n, void* counts, int dc, int64_t E, cudaStream_t s);
-// NOTE [Capacity factor]: y = idx with each expert's slots past `cap` set to E (fp32 scores).
+// y = idx with each expert's slots past `cap` set to E, fp32 scores (NOTE [Capacity factor] in
+// core/model/moe_routing.h).
 void moe_expert_capacity(const float* score, const int64_t* idx, int64_t* y, int64_t n, int64_t E,
                          int64_t cap, int policy, cudaStream_t s);
 void moe_weighted_sum(const void* w, int dw, const void* y, int dy, void* o, int dout, int64_t N,
@@ -43,8 +44,9 @@ void moe_scatter_rows(const void* src, const int64_t* index, void* y, int64_t m,
                       int64_t row_bytes, int unit, bool slots, cudaStream_t s);
 void moe_index_add_rows(const void* g, int dg, const int64_t* index, void* y, int dy, int64_t m,
                         int64_t rows, int64_t width, cudaStream_t s);
-void moe_pad_row(const void* x, void* y, int64_t rows, int64_t row_bytes, int unit,
-                 cudaStream_t s);
+// x [rows] then zero rows up to out_rows (>= rows), rows of row_bytes.
+void moe_pad_row(const void* x, void* y, int64_t rows, int64_t out_rows, int64_t row_bytes,
+                 int unit, cudaStream_t s);
 void moe_permute_indices(const void* counts, int dc, int64_t n_counts, int64_t E, int64_t align,
                          int64_t P, int64_t* perm, int64_t* offs, size_t smem, cudaStream_t s);
 

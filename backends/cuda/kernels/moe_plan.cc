@@ -83,6 +83,7 @@ MoePlan plan_moe(const OpCall& op, const std::vector<void*>& in, const std::vect
       const DType d = op.outputs[0].meta.dtype;
       if (op.kind == OpKind::kIndexAddRows) return p;
       p.row_bytes = a.width * static_cast<int64_t>(dtype_size(d));
+      p.out_rows = op.outputs[0].meta.numel() / a.width;
       p.unit = moe_copy_unit(p.row_bytes, in.empty() ? nullptr : in[0], out.empty() ? nullptr : out[0]);
       p.slots = op.kind == OpKind::kScatterRows && p.row_bytes % 4 == 0 &&
                 reinterpret_cast<uintptr_t>(out.empty() ? nullptr : out[0]) % 4 == 0 &&

@@ -42,7 +42,7 @@ struct MoePlan {
   int64_t capacity = 0;                                  // kExpertCapacity
   int policy = 0;
   int64_t rows = 0, width = 0, divisor = 1, entries = 0;  // row-index ops (entries: index numel)
-  int64_t row_bytes = 0;
+  int64_t row_bytes = 0, out_rows = 0;  // out_rows: kPadRow's output rows
   int unit = 1;          // bytes per access of the row copies (16, 8, 4, 2 or 1)
   bool slots = false;    // scatter: NOTE [Scatter rows without scratch]
   int64_t align = 1, padded_rows = 0, n_counts = 0;  // kPermuteIndices

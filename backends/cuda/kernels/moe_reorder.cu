@@ -240,13 +240,13 @@ void moe_index_add_rows(const void* g, int dg, const int64_t* index, void* y, in
   check_launch("moe_index_add_rows");
 }
 
-void moe_pad_row(const void* x, void* y, int64_t rows, int64_t row_bytes, int unit,
-                 cudaStream_t s) {
+void moe_pad_row(const void* x, void* y, int64_t rows, int64_t out_rows, int64_t row_bytes,
+                 int unit, cudaStream_t s) {
   by_unit(unit, [&](auto u) {
     using U = decltype(u);
     const int64_t units = row_bytes / static_cast<int64_t>(sizeof(U));
-    pad_row_kernel<U><<<blocks_for((rows + 1) * units), kThreads, 0, s>>>(
-        static_cast<const U*>(x), static_cast<U*>(y), rows * units, (rows + 1) * units);
+    pad_row_kernel<U><<<blocks_for(out_rows * units), kThreads, 0, s>>>(
+        static_cast<const U*>(x), static_cast<U*>(y), rows * units, out_rows * units);
   });
   check_launch("moe_pad_row");
 }
