@@ -387,7 +387,8 @@ RC_GTEST_PROP(RealTraining, ShardedEqualsUnsharded, ()) {
   // small fraction of the tensor's largest movement, while a lost, doubled or misplaced shard
   // gradient moves elements by their whole update. Parameters are compared to 2e-4, plus two bf16
   // ulps (2^-7 relative: the update is rounded to bf16, so a parameter may land on the
-  // neighbouring value), plus 10% of their tensor's largest movement; losses to 2e-3.
+  // neighbouring value), plus 10% of their tensor's largest movement; losses to 2e-3. 100 cases
+  // pass on seeds 1 to 4 and CI's.
   if (j["training"].value("orig_dtype", std::string("fp32")) == "bf16") {
     j["training"]["optimizer"]["lr"] = 1e-2;
     j["training"]["optimizer"]["eps"] = 0.1;
