@@ -237,8 +237,8 @@ void maybe_frozen(json& j) {
 // ("layers.0.*"). Patterns the scenario refuses (an ignored parameter in a dtype its unit does
 // not compute in) are dropped until it parses. The choices come from a hash of the case drawn
 // so far, not from rapidcheck: more draws would change every later case of CI's fixed seed, and
-// one of the cases that then appears (GPT-2, bf16 originals over 3 ranks, no ignored parameter)
-// fails NOTE [bf16 originals tolerance] without this feature too.
+// one of the cases that then appeared (GPT-2, bf16 originals over 3 ranks, no ignored parameter)
+// failed the tolerance NOTE [bf16 originals tolerance] had before its movement term.
 void maybe_ignored(json& j) {
   uint64_t h = std::hash<std::string>{}(j.dump());
   auto pick = [&h](size_t n) {  // splitmix64
