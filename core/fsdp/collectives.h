@@ -20,6 +20,9 @@ struct AllGatherResult {
   int world = 1;      // group size of this all-gather (post-forward groups are smaller)
   std::vector<int64_t> input_numels;  // per parameter, in one rank's row
   DType dtype = DType::kFloat32;
+  // all_gather_work is not None: issued with async_op=True (NOTE [Async unshard] in
+  // fsdp_param_group.cc); wait_for_unshard then never defers the output's free.
+  bool async_op = false;
 };
 
 struct BufferWithEvent {

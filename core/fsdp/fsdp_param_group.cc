@@ -70,10 +70,38 @@ DType FSDPParamGroup::reduce_dtype() const {
   return config_.mp.reduce_dtype.value_or(config_.mp.param_dtype.value_or(orig_dtype_));
 }
 
-AllGatherStreams FSDPParamGroup::all_gather_streams() const {
-  // Separate streams only in FORWARD / PRE_BACKWARD; a user unshard() runs in the current one.
-  if (state_ == TrainingState::kForward || state_ == TrainingState::kPreBackward) return {};
-  return AllGatherStreams{kCurrent, kCurrent};
+// NOTE [Async unshard]: FSDPModule.unshard(async_op) (torch/distributed/fsdp/_fully_shard/
+// _fully_shard.py at pytorch/pytorch@1d2fbd40) calls FSDPParamGroup.unshard(async_op) and wraps
+// the group in an _UnshardHandleImpl whose wait() is wait_for_unshard(); with async_op=False it
+// waits at once. FSDPCommContext.get_all_gather_streams (_fsdp_param_group.py at
+// pytorch/pytorch@62a45b6f) gives FSDP's copy-in and all-gather streams only to a synchronous
+// unshard in FORWARD or PRE_BACKWARD (the hooks and their prefetches); a user's unshard, in IDLE,
+// or any async one copies in on the current stream. Synchronous there, the collective runs on the
+// current stream as well. Async, dist.all_gather_into_tensor(async_op=True) runs on the process
+// group's own stream, which waits for the current stream at issue and which only work.wait()
+// makes the current stream wait for: fullshard runs it on the all-gather stream (kAllGather)
+// after that stream waits for the current one, and the copy-out's wait on the event recorded
+// after it is the work.wait(). Collectives of one communicator run in order on one stream, so
+// queueing it behind FSDP's own all-gathers orders nothing that NCCL would not. An unshard found
+// pending (a later unshard(), the pre-forward or pre-backward hook) issues nothing again: the
+// hook's wait_for_unshard copies out and, the result being async, never defers the output's free
+// to the next group (comm_ctx.all_gather_state) but makes the all-gather streams wait on the
+// copy-out at once (_wait_all_gather_streams_on_event: FSDP's two streams).
+AllGatherStreams FSDPParamGroup::all_gather_streams(bool async_op) const {
+  if (!async_op &&
+      (state_ == TrainingState::kForward || state_ == TrainingState::kPreBackward))
+    return {};
+  return AllGatherStreams{kCurrent, async_op ? StreamRole::kAllGather : kCurrent};
+}
+
+void FSDPParamGroup::wait_all_gather_streams_on_event(EventId event, bool async_op) {
+  // FSDP2 waits its two streams in every state. A synchronous wait outside FORWARD / PRE_BACKWARD
+  // (the chunked loss's unshard of the output, in IDLE) keeps fullshard's earlier current-stream
+  // wait, so that no existing prediction moves; the next root pre-forward's wait_stream on the
+  // current stream orders the all-gather streams behind it anyway.
+  const AllGatherStreams s = async_op ? AllGatherStreams{} : all_gather_streams(false);
+  b_.wait_event(s.copy_in, event);
+  b_.wait_event(s.all_gather, event);
 }
 
 ProcessGroup FSDPParamGroup::post_forward_group() const {
@@ -85,15 +113,13 @@ ProcessGroup FSDPParamGroup::post_forward_group() const {
 }
 
 // ------------------------------------------------------------------ unshard / reshard
-void FSDPParamGroup::unshard() {
+void FSDPParamGroup::unshard(bool async_op) {
   if (all_gather_result_) return;  // already issued, pending wait
   if (is_unsharded()) return;
   if (!unshard_in_backward_ && state_ == TrainingState::kPreBackward) return;
   if (reshard_after_forward_event_) {
     // Post-forward shards are allocated on the default stream and read by the AG streams.
-    AllGatherStreams s = all_gather_streams();
-    b_.wait_event(s.copy_in, reshard_after_forward_event_);
-    b_.wait_event(s.all_gather, reshard_after_forward_event_);
+    wait_all_gather_streams_on_event(reshard_after_forward_event_, async_op);
     reshard_after_forward_event_ = 0;
   }
   const bool from_post_forward = sharded_state_ == ShardedState::kShardedPostForward;
@@ -109,7 +135,8 @@ void FSDPParamGroup::unshard() {
     return;
   }
   all_gather_result_ =
-      foreach_all_gather(b_, raw_, group, from_post_forward, all_gather_streams(), name_);
+      foreach_all_gather(b_, raw_, group, from_post_forward, all_gather_streams(async_op), name_);
+  all_gather_result_->async_op = async_op;
   ++all_gathers_;
 }
 
@@ -159,12 +186,11 @@ void FSDPParamGroup::copy_in_place() {
 
 void FSDPParamGroup::wait_for_unshard() {
   if (!all_gather_result_) return;
-  AllGatherStreams s = all_gather_streams();
+  const bool async_op = all_gather_result_->async_op;
   if (state_ == TrainingState::kForward && comm_.all_gather_state) {
     // Implicit forward prefetch: free the previous group's AG output now, after the AG
     // streams wait on its copy-out (NOTE [Buffers travel with events]).
-    b_.wait_event(s.copy_in, comm_.all_gather_state->event);
-    b_.wait_event(s.all_gather, comm_.all_gather_state->event);
+    wait_all_gather_streams_on_event(comm_.all_gather_state->event, false);
     comm_.all_gather_state.reset();
   }
   const bool world_one = all_gather_result_->world == 1;  // NOTE [World-size-1 shortcut]
@@ -178,12 +204,11 @@ void FSDPParamGroup::wait_for_unshard() {
   }
   sharded_state_ = ShardedState::kUnsharded;
   EventId copy_out = b_.record_event(kCurrent);
-  if (state_ == TrainingState::kForward && !world_one) {
+  if (state_ == TrainingState::kForward && !world_one && !async_op) {
     // Defer the free so this copy-out overlaps the next group's all-gather.
     comm_.all_gather_state = BufferWithEvent{all_gather_result_->output, copy_out};
   } else {
-    b_.wait_event(s.copy_in, copy_out);
-    b_.wait_event(s.all_gather, copy_out);
+    wait_all_gather_streams_on_event(copy_out, async_op);  // NOTE [Async unshard]
   }
   all_gather_result_.reset();
   held_input_ = Tensor();  // the last all-gather input goes when wait_for_unshard returns

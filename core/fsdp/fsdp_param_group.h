@@ -58,9 +58,13 @@ class FSDPParamGroup {
   DType orig_dtype() const { return orig_dtype_; }
 
   // ---- the unshard / reshard state machine ----
-  void unshard();
+  // FSDPParamGroup.unshard(async_op): a no-op while an all-gather is pending or the group is
+  // unsharded (NOTE [Async unshard]).
+  void unshard(bool async_op = false);
   void wait_for_unshard();
   void reshard();
+  // An all-gather issued and not yet waited for (_all_gather_result is not None).
+  bool unshard_pending() const { return all_gather_result_.has_value(); }
 
   // ---- hooks ----
   void pre_forward();
@@ -128,7 +132,10 @@ class FSDPParamGroup {
   void backward_prefetch();
   void wait_for_post_backward();
   void to_sharded_post_forward();
-  AllGatherStreams all_gather_streams() const;
+  AllGatherStreams all_gather_streams(bool async_op) const;
+  // _wait_all_gather_streams_on_event: FSDP2's copy-in and all-gather streams (an async result's
+  // or in FORWARD / PRE_BACKWARD; a synchronous one otherwise waits the current stream).
+  void wait_all_gather_streams_on_event(EventId event, bool async_op);
   ProcessGroup post_forward_group() const;
 };
 

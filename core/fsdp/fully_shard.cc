@@ -296,6 +296,39 @@ void FSDPRuntime::reset_iter_state() {
   }
 }
 
+// NOTE [Forward methods]: FSDP2 all-gathers a module's parameters in the pre-forward hook of
+// nn.Module.__call__, so a method other than forward called directly (model.generate(...),
+// vit.forward_features(...)) finds the module's own parameters sharded: PyTorch then fails on
+// the first op that mixes the sharded DTensor parameter with a plain tensor. Submodules it calls
+// as modules still run their own hooks. register_fsdp_forward_method(module, name)
+// (torch/distributed/fsdp/_fully_shard/_fully_shard.py at pytorch/pytorch@1d2fbd40) replaces
+// the method by one that runs FSDPState._pre_forward before it and _post_forward after it, as
+// forward's hooks do; for a module that is not an FSDPModule it is a no-op. Here the registered
+// (module, method) pairs are kept and ExecContext::call_method runs the method through
+// call_module when its pair is registered; without it, an op reading a parameter of the
+// module's group fails (param_tensor: "used while sharded"), naming the fix.
+bool FSDPRuntime::is_forward_method(const Module& m, const std::string& method) const {
+  return forward_methods_.count({&m, method}) > 0;
+}
+
+void FSDPRuntime::register_fsdp_forward_method(Module& m, const std::string& method) {
+  if (!by_module_.count(&m)) return;  // not an FSDPModule: a no-op, as in FSDP2
+  forward_methods_.insert({&m, method});
+}
+
+std::optional<UnshardHandle> FSDPRuntime::unshard(FSDPState& s, bool async_op) {
+  FSDPParamGroup* g = s.group.get();
+  if (g) g->unshard(async_op);
+  UnshardHandle handle(g);
+  if (async_op) return handle;
+  handle.wait();
+  return std::nullopt;
+}
+
+void FSDPRuntime::reshard(FSDPState& s) {
+  if (s.group) s.group->reshard();
+}
+
 void FSDPRuntime::set_requires_gradient_sync(bool sync) {
   for (auto& s : states_)
     if (s->group) s->group->set_requires_gradient_sync(sync);

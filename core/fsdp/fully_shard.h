@@ -9,6 +9,7 @@
 
 #include "core/fsdp/fsdp_param_group.h"
 #include "core/fsdp/ignored_param.h"
+#include "core/fsdp/unshard_handle.h"
 #include "core/mesh/mesh_info.h"
 #include "core/model/autograd.h"
 
@@ -60,6 +61,11 @@ class FSDPRuntime : public ModuleHooks {
   // ModuleHooks
   Value pre_forward(ExecContext& c, Module& m, Value x) override;
   Value post_forward(ExecContext& c, Module& m, Value y) override;
+  bool is_forward_method(const Module& m, const std::string& method) const override;
+  // register_fsdp_forward_method(module, method): `method` runs the state's pre- and
+  // post-forward hooks around it as forward does; a no-op for a module fully_shard did not
+  // reach (NOTE [Forward methods] in fully_shard.cc).
+  void register_fsdp_forward_method(Module& m, const std::string& method);
 
   // The root's final backward callback (_root_post_backward_final_callback): post-backward
   // for groups autograd never reached, finalize, wait for the last reduce-scatter.
@@ -85,6 +91,13 @@ class FSDPRuntime : public ModuleHooks {
   // FSDPModule.set_post_optim_event on the root: the next root pre-forward's all-gather streams
   // wait on `event` instead of on the whole current stream (NOTE [Post-optimizer event]).
   void set_post_optim_event(EventId event) { post_optim_event_ = event; }
+  // FSDPModule.unshard(async_op) on `s`'s modules (not recursive): all-gathers the group's
+  // parameters unless they are unsharded or an all-gather is pending. async_op: returns the
+  // handle (the module's pre-forward waits if nobody does); otherwise waits and returns none
+  // (NOTE [Async unshard] in fsdp_param_group.cc).
+  std::optional<UnshardHandle> unshard(FSDPState& s, bool async_op);
+  // FSDPModule.reshard() (not recursive): frees the unsharded parameters.
+  void reshard(FSDPState& s);
   // After a forward that no backward follows (validation): forget the pass's forward root and
   // the grouped states' modules still to run, so the next training forward starts clean
   // (as FSDP2's root post-backward callback would).
@@ -102,6 +115,7 @@ class FSDPRuntime : public ModuleHooks {
   bool is_last_backward_ = true;
   FSDPState* iter_forward_root_ = nullptr;  // _state_ctx.iter_forward_root
   EventId post_optim_event_ = 0;            // _state_ctx.post_optim_event (0: none)
+  std::set<std::pair<const Module*, std::string>> forward_methods_;
 
   void lazy_init();
   FSDPState& make_state(const std::vector<Module*>& modules, const FullyShardOptions& o,

@@ -37,6 +37,12 @@ Value ExecContext::call_module(Module& m, Value x,
   return y;
 }
 
+Value ExecContext::call_method(Module& m, const std::string& method, Value x,
+                               const std::function<Value(ExecContext&, Value)>& fn) {
+  if (hooks_ && hooks_->is_forward_method(m, method)) return call_module(m, std::move(x), fn);
+  return fn(*this, std::move(x));
+}
+
 // NOTE [Gradient accumulation at a value]: when a second gradient reaches a value (a
 // residual stream feeds two branches), PyTorch's InputBuffer adds in place if it holds the
 // only reference to the first gradient, and out of place otherwise.

@@ -97,6 +97,11 @@ class ModuleHooks {
   virtual ~ModuleHooks() = default;
   virtual Value pre_forward(ExecContext& c, Module& m, Value x) = 0;
   virtual Value post_forward(ExecContext& c, Module& m, Value y) = 0;
+  // Whether `m.method(...)` runs the forward hooks as forward does (FSDP2's
+  // register_fsdp_forward_method). No hooks run around other methods by default.
+  virtual bool is_forward_method(const Module& m, const std::string& method) const {
+    return false;
+  }
 };
 
 // What model code runs against: the backend, the graph being recorded (null while a
@@ -119,6 +124,10 @@ class ExecContext {
 
   // nn.Module.__call__: hooks around fn.
   Value call_module(Module& m, Value x, const std::function<Value(ExecContext&, Value)>& fn);
+  // m.method(x), a method other than forward: fn alone, or with the forward hooks around it
+  // when the hooks registered it (NOTE [Forward methods] in core/fsdp/fully_shard.cc).
+  Value call_method(Module& m, const std::string& method, Value x,
+                    const std::function<Value(ExecContext&, Value)>& fn);
 
   Tensor empty(TensorMeta meta, MemCategory cat, std::string_view what) const {
     return Tensor::empty(*backend_, std::move(meta), cat, StreamRole::kDefault, what);

@@ -38,7 +38,11 @@ OpCall make_op(OpKind kind, const std::string& name, std::vector<TensorRef> in,
 inline Tensor param_tensor(const Param& p) {
   FULLSHARD_CHECK(p.binding != nullptr, "parameter " + p.fqn + " is not bound");
   Tensor t = p.binding->unsharded();
-  FULLSHARD_CHECK(static_cast<bool>(t), "parameter " + p.fqn + " used while sharded");
+  // NOTE [Forward methods] in core/fsdp/fully_shard.cc: a method other than forward.
+  FULLSHARD_CHECK(static_cast<bool>(t),
+                  "parameter " + p.fqn +
+                      " used while sharded: its FSDP unit's forward hooks did not run (a method "
+                      "other than forward needs register_fsdp_forward_method(module, name))");
   return t;
 }
 

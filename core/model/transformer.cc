@@ -453,12 +453,17 @@ Value Transformer::output_forward(ExecContext& c, Value h) {
   });
 }
 
+Value Transformer::generate(ExecContext& c, const Tensor& tokens) {
+  return root_forward(c, tokens, {}, false, "generate");
+}
+
 Value Transformer::root_forward(ExecContext& c, const Tensor& tokens,
-                                const std::vector<BlockCheckpoint>& block_ac, bool skip_head) {
+                                const std::vector<BlockCheckpoint>& block_ac, bool skip_head,
+                                const char* method) {
   const auto& cfg = config_;
   FULLSHARD_CHECK(tokens.shape().size() == 2, "tokens must be [B, S]");
   const int64_t batch = tokens.shape()[0], seq = tokens.shape()[1];
-  return c.call_module(root_, Value{tokens, 0}, [&](ExecContext& rc, Value in) {
+  auto body = [&](ExecContext& rc, Value in) {
     Value h;
     if (cfg.arch == ModelArch::kLlama) {
       Module& emb = root_.child("tok_embeddings");
@@ -538,7 +543,9 @@ Value Transformer::root_forward(ExecContext& c, const Tensor& tokens,
     if (cfg.implementation.loss == LossImpl::kFp32Output)
       logits = ops::to_float(rc, std::move(logits), "output");
     return logits;
-  });
+  };
+  if (method) return c.call_method(root_, method, Value{tokens, 0}, body);
+  return c.call_module(root_, Value{tokens, 0}, body);
 }
 
 }  // namespace fullshard

@@ -63,6 +63,11 @@ class Transformer {
   // model(tokens) with torchtitan's `_skip_lm_head`: the final norm's output [B, S, D] (Llama).
   Value hidden_forward(ExecContext& c, const Tensor& tokens,
                        const std::vector<BlockCheckpoint>& block_ac);
+  // model.generate(tokens): a method other than forward that runs the root's forward body (the
+  // logits of a generation loop's prompt, no autograd), so the root's FSDP hooks run around it
+  // only if it was registered (register_fsdp_forward_method; NOTE [Forward methods] in
+  // core/fsdp/fully_shard.cc). Submodules are still called as modules.
+  Value generate(ExecContext& c, const Tensor& tokens);
   // self.output(h): the output projection called as a module (its FSDP hooks run), for a
   // chunked loss's standalone calls on [T, D] chunks of the hidden states.
   Value output_forward(ExecContext& c, Value h);
@@ -95,8 +100,10 @@ class Transformer {
     r.cp_index = cp_.index;
     return r;
   }
+  // `method`: the root's body runs as that method (ExecContext::call_method), not forward.
   Value root_forward(ExecContext& c, const Tensor& tokens,
-                     const std::vector<BlockCheckpoint>& block_ac, bool skip_head);
+                     const std::vector<BlockCheckpoint>& block_ac, bool skip_head,
+                     const char* method = nullptr);
 
   // rot: HF's shared cos / sin (rope = rotate_half), else null.
   Value block_forward(ExecContext& c, Module& block, Value x, int64_t batch, int64_t seq,

@@ -92,7 +92,7 @@ const std::map<std::string, std::vector<std::string>> kFields = {
      {"batch_per_rank", "rank_batch", "seq_len", "steps", "grad_accum_steps",
       "grad_sync_during_accumulation", "activation_checkpointing", "optimizer", "seed", "data",
       "checkpoint", "moe_routing", "float8", "init", "reshard_after_backward_during_accumulation",
-      "frozen", "frozen_dtype", "nf4", "orig_dtype"}},
+      "frozen", "frozen_dtype", "nf4", "orig_dtype", "generate_every"}},
     {"training.nf4", {"block_size", "scaler_block_size"}},
     {"training.moe_routing", {"hot_expert_factor", "recorded", "expert_load", "statistic"}},
     {"training.float8",
@@ -107,8 +107,10 @@ const std::map<std::string, std::vector<std::string>> kFields = {
     {"fsdp",
      {"mesh", "reshard_after_forward", "per_unit", "mixed_precision", "cpu_offload", "units",
       "forward_prefetch", "backward_prefetch", "gradient_divide_factor",
-      "force_sum_reduction_for_comms", "post_optim_event", "ignored_params"}},
+      "force_sum_reduction_for_comms", "post_optim_event", "ignored_params", "unshard",
+      "forward_methods"}},
     {"fsdp.mesh", {"shape", "dim_names"}},
+    {"fsdp.unshard", {"modules", "async_op"}},
     {"fsdp.mixed_precision",
      {"param_dtype", "reduce_dtype", "output_dtype", "cast_forward_inputs"}},
     {"fsdp.cpu_offload", {"pin_memory"}},
@@ -642,6 +644,25 @@ Scenario parse_scenario(const json& j, const std::string& base_dir) {
                      "their linears to float8 yet",
                      "remove training.float8, or the pp dim");
   scenario_detail::check_model_init(s);
+  // NOTE [Forward methods] in core/fsdp/fully_shard.cc: model.generate() runs the root's body
+  // without forward's hooks unless registered, so the root unit's own parameters (the
+  // embedding, final norm and output unless fsdp.units "embed_blocks_head" gives them units of
+  // their own) would be read sharded, where PyTorch fails on the first op mixing DTensor and
+  // Tensor.
+  if (s.training.generate_every > 0) {
+    if (s.pipeline.enabled())
+      throw InputError("training.generate_every",
+                       "is set with a pp mesh dim, whose stages have no model.generate()",
+                       "remove training.generate_every, or the pp dim");
+    const bool root_owns_params = s.fsdp.units != ShardingUnits::kEmbedBlocksHead;
+    const bool registered = !s.fsdp.forward_methods.empty();
+    if (root_owns_params && !registered)
+      throw InputError("training.generate_every",
+                       "calls model.generate(), which FSDP2 does not hook: the root unit's "
+                       "parameters (tok_embeddings, norm, output) would still be sharded",
+                       "register it: \"fsdp\": {\"forward_methods\": [\"generate\"]} "
+                       "(register_fsdp_forward_method(model, \"generate\"))");
+  }
   check_frozen(s);  // lora_checks.h
   if (s.pipeline.enabled() && !s.training.reshard_after_backward_during_accumulation)
     throw InputError("training.reshard_after_backward_during_accumulation",

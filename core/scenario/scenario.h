@@ -94,6 +94,10 @@ struct TrainingOptions {
   int64_t seq_len = 0;                // tokens per sequence
   int steps = 1;                      // optimizer steps to run
   int grad_accum_steps = 1;           // micro-batches per optimizer step
+  // training.generate_every N: after every N-th step's optimizer step the loop calls
+  // model.generate(prompt) under no_grad (NOTE [Forward methods] in core/fsdp/fully_shard.cc;
+  // TrainingProgram::generate_pass). 0: never.
+  int generate_every = 0;
   AccumulationSync accumulation_sync = AccumulationSync::kNone;
   // FSDPModule.set_reshard_after_backward(m == k - 1) on every micro-batch m of k when false:
   // the units stay unsharded from one micro-batch's backward to the next one's forward, which
@@ -187,6 +191,15 @@ struct FsdpOptions {
   // optimizer.step() and passes it to the root's FSDPModule.set_post_optim_event
   // (NOTE [Post-optimizer event] in core/fsdp/fully_shard.cc).
   bool post_optim_event = false;
+  // fsdp.unshard: before each micro-batch's batch load the training loop calls
+  // unit.unshard(async_op=unshard_async_op) on these units (resolved keys, in order), as
+  // pytorch/examples' FSDP2 example calls model.unshard() (NOTE [Async unshard] in
+  // core/fsdp/fsdp_param_group.cc). Empty: no call.
+  std::vector<std::string> unshard_modules;
+  bool unshard_async_op = false;
+  // fsdp.forward_methods: register_fsdp_forward_method(model, name) on the root for each
+  // ("generate" is the model's one method other than forward; NOTE [Forward methods]).
+  std::vector<std::string> forward_methods;
   // fsdp.ignored_params: fnmatch patterns over parameter fqns, FSDP2's fully_shard(...,
   // ignored_params=...) passed to every call: the matched parameters stay whole on every rank,
   // outside every parameter group (NOTE [Ignored parameters] in core/fsdp/ignored_param.h).

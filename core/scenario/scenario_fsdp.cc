@@ -320,6 +320,37 @@ std::optional<DType> parse_dtype(const json& v, const std::string& path) {
 
 }  // namespace
 
+// fsdp.unshard {"modules": [...], "async_op": bool}: the loop's FSDPModule.unshard calls before
+// each micro-batch (NOTE [Async unshard] in core/fsdp/fsdp_param_group.cc). Units are named as
+// fsdp.per_unit names them.
+void parse_unshard(const json& u, int64_t n_layers, bool tied_head, FsdpOptions& f) {
+  const std::string P = "fsdp.unshard";
+  const std::string example = "{\"modules\": [\"root\", \"layers.0\"], \"async_op\": true}";
+  jr::require_object(u, P, example);
+  check_fields(u, P);
+  if (std::find(f.mesh_dim_names.begin(), f.mesh_dim_names.end(), "pp") != f.mesh_dim_names.end())
+    throw InputError(P, "is set with a pp mesh dim, whose stages' loop is not built to call it",
+                     "remove fsdp.unshard, or the pp dim");
+  if (!u.contains("modules"))
+    throw InputError(P + ".modules", "is missing", "write the units to unshard, e.g. " + example);
+  const json& list = u.at("modules");
+  const std::string L = P + ".modules";
+  if (!list.is_array() || list.empty())
+    throw InputError(L, "is " + jr::describe(list) + ", not a non-empty list of units",
+                     "write the units to unshard, e.g. [\"root\", \"layers.0\"]");
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string at = jr::index_path(L, i);
+    if (!list[i].is_string())
+      throw InputError(at, "is " + jr::describe(list[i]) + ", not a unit name",
+                       "write a unit such as \"root\" or \"layers.0\"");
+    const std::string t = resolve_unit(list[i].get<std::string>(), n_layers, f.units, tied_head, at);
+    if (std::find(f.unshard_modules.begin(), f.unshard_modules.end(), t) != f.unshard_modules.end())
+      throw InputError(at, "names " + t + " twice", "name each unit once");
+    f.unshard_modules.push_back(t);
+  }
+  if (u.contains("async_op")) f.unshard_async_op = jr::get_bool(u.at("async_op"), P + ".async_op");
+}
+
 FsdpOptions parse_fsdp(const json& j, const HardwareOptions& hw, int64_t n_layers, bool tied_head) {
   const std::string P = "fsdp";
   FsdpOptions f;
@@ -389,6 +420,25 @@ FsdpOptions parse_fsdp(const json& j, const HardwareOptions& hw, int64_t n_layer
   if (j.contains("ignored_params")) f.ignored_params = parse_ignored_params(j.at("ignored_params"));
   if (j.contains("per_unit"))
     parse_per_unit(j.at("per_unit"), f.fsdp_shard_size(), n_layers, tied_head, f);
+  if (j.contains("unshard")) parse_unshard(j.at("unshard"), n_layers, tied_head, f);
+  if (j.contains("forward_methods")) {
+    // register_fsdp_forward_method(model, name): the model has one method other than forward.
+    const json& list = j.at("forward_methods");
+    const std::string L = P + ".forward_methods";
+    if (!list.is_array())
+      throw InputError(L, "is " + jr::describe(list) + ", not a list of method names",
+                       "write [\"generate\"]");
+    for (size_t i = 0; i < list.size(); ++i) {
+      const std::string at = jr::index_path(L, i);
+      if (!list[i].is_string() || list[i].get<std::string>() != "generate")
+        throw InputError(at, "is " + jr::show(list[i]) + ", not a method of the model",
+                         "write \"generate\" (the model's one method other than forward)");
+      if (std::find(f.forward_methods.begin(), f.forward_methods.end(), "generate") !=
+          f.forward_methods.end())
+        throw InputError(at, "names \"generate\" twice", "name each method once");
+      f.forward_methods.push_back("generate");
+    }
+  }
   return f;
 }
 

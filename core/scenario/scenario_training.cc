@@ -154,6 +154,8 @@ TrainingOptions parse_training(const json& j, const ModelConfig& model,
   if (j.contains("steps")) t.steps = static_cast<int>(field_int(j, P, "steps", 1, kMaxInt, "2"));
   if (j.contains("grad_accum_steps"))
     t.grad_accum_steps = static_cast<int>(field_int(j, P, "grad_accum_steps", 1, kMaxInt, "4"));
+  if (j.contains("generate_every"))
+    t.generate_every = static_cast<int>(field_int(j, P, "generate_every", 1, kMaxInt, "1"));
   if (j.contains("grad_sync_during_accumulation")) {
     const std::string v =
         jr::get_choice(j.at("grad_sync_during_accumulation"), P + ".grad_sync_during_accumulation",

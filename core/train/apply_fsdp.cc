@@ -202,4 +202,19 @@ void apply_fsdp(const Scenario& s, Transformer& model, FSDPRuntime& fsdp, bool p
   if (s.fsdp.force_sum_reduction_for_comms) fsdp.set_force_sum_reduction_for_comms(true);
 }
 
+FSDPState& fsdp_unit(Transformer& model, FSDPRuntime& fsdp, const std::string& unit) {
+  Module* m = nullptr;
+  if (unit == "root") {
+    m = &model.root();
+  } else if (unit.rfind("layers.", 0) == 0) {
+    const size_t i = std::stoul(unit.substr(7));
+    if (i < model.blocks().size()) m = model.blocks()[i];
+  } else {
+    m = find_child(model.root(), unit);
+  }
+  FSDPState* st = m ? fsdp.state_of(*m) : nullptr;
+  FULLSHARD_CHECK(st != nullptr, "no FSDP unit '" + unit + "'");
+  return *st;
+}
+
 }  // namespace fullshard

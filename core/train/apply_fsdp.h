@@ -15,4 +15,8 @@ namespace fullshard {
 void apply_fsdp(const Scenario& s, Transformer& model, FSDPRuntime& fsdp, bool pp_enabled,
                 DeviceParams* device_params = nullptr);
 
+// The state of a unit named as fsdp.per_unit names it once resolved ("root", "layers.N",
+// "tok_embeddings", "output"), after apply_fsdp.
+FSDPState& fsdp_unit(Transformer& model, FSDPRuntime& fsdp, const std::string& unit);
+
 }  // namespace fullshard

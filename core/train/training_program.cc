@@ -180,6 +180,9 @@ TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
   apply_fsdp(s, *model_, *fsdp_, false,
              s.training.init == ModelInit::kDevice ? &device_params : nullptr);
   FULLSHARD_CHECK(device_params.empty(), "a parameter's full tensor outlived fully_shard");
+  // fsdp.forward_methods: register_fsdp_forward_method(model, name) after fully_shard(model).
+  for (const std::string& method : s.fsdp.forward_methods)
+    fsdp_->register_fsdp_forward_method(model_->root(), method);
   if (s.training.init == ModelInit::kBroadcastFromRank0) {
     ProcessGroup world{"world", {}};
     for (int r = 0; r < s.world_size(); ++r) world.ranks.push_back(r);
@@ -265,6 +268,12 @@ double TrainingProgram::loss_grad_scale() const {
 }
 
 void TrainingProgram::micro_step(int step, int micro) {
+  // fsdp.unshard: `module.unshard(async_op=...)` before the batch is made, as pytorch/examples'
+  // distributed/FSDP2/example.py (@5e960d87, --explicit-prefetching) calls model.unshard(); an
+  // async handle is not waited on: the unit's pre-forward waits (NOTE [Async unshard] in
+  // core/fsdp/fsdp_param_group.cc).
+  for (const std::string& unit : s_.fsdp.unshard_modules)
+    fsdp_->unshard(fsdp_unit(*model_, *fsdp_, unit), s_.fsdp.unshard_async_op);
   auto [tokens, labels] = load_batch(step, micro, s_.training.grad_accum_steps, 0, "");
 
   Graph graph;
@@ -321,6 +330,25 @@ double TrainingProgram::eval_loss(int batches) {
   return sum / static_cast<double>(losses.size());
 }
 
+// A generation loop's first call, as torchtune's / trl's evaluation runs model.generate between
+// training steps (NOTE [Forward methods] in core/fsdp/fully_shard.cc): no graph; each block's
+// own hooks all-gather and reshard it; the root's only when generate is registered, and the
+// root then stays unsharded after it (reshard_after_forward False), so the pass reshards what
+// is left unsharded, as a validation pass does (NOTE [Validation pass]).
+void TrainingProgram::generate_pass(int step) {
+  FULLSHARD_CHECK(!pipeline_, "model.generate() of pipeline stages is not built");
+  b_.annotate("generate");
+  {
+    auto [tokens, labels] = load_batch(step, 0, s_.training.grad_accum_steps, 0, "generate ");
+    ExecContext c(b_, nullptr, fsdp_.get());
+    Value logits = model_->generate(c, tokens);
+  }
+  fsdp_->reset_iter_state();
+  for (auto& st : fsdp_->states())
+    if (st->group && st->group->is_unsharded()) st->group->reshard();
+  b_.annotate("generate end");
+}
+
 double TrainingProgram::run_step(int step) {
   if (pipeline_) return pipeline_->run_step(step);
   b_.set_step(step);
@@ -346,6 +374,9 @@ double TrainingProgram::run_step(int step) {
   // event), after the step and its post-hooks (NOTE [Post-optimizer event] in fully_shard.cc).
   if (s_.fsdp.post_optim_event) fsdp_->set_post_optim_event(b_.record_event(StreamRole::kDefault));
   optim_->zero_grad();
+  // training.generate_every: model.generate(...) after every N-th step's optimizer step.
+  if (s_.training.generate_every > 0 && (step + 1) % s_.training.generate_every == 0)
+    generate_pass(step);
   // The host reads the loss back at the step boundary (loss.item()).
   b_.synchronize(b_.record_event(StreamRole::kDefault));
   b_.annotate("step end");

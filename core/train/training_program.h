@@ -66,6 +66,10 @@ class TrainingProgram {
   // validation batches 0 .. batches-1 (kLoadBatch split 1), this rank's mean loss. Leaves the
   // parameters sharded as after a step. NaN on a backend without values.
   double eval_loss(int batches);
+  // model.generate(prompt) under no_grad on step `step`'s first micro-batch (kLoadBatch split 0),
+  // its logits dropped; the root's hooks run around it only when fsdp.forward_methods registered
+  // it (NOTE [Forward methods] in core/fsdp/fully_shard.cc). Leaves the parameters sharded.
+  void generate_pass(int step);
 
   // Called in run_step after the last micro-batch's backward (gradients reduced and sharded),
   // before clipping and the optimizer: tests read the gradients here (runner::RankOptions::

@@ -322,6 +322,42 @@ void maybe_post_optim_event(json& j) {
   RC_TAG("post_optim_event");
 }
 
+// fsdp.unshard, maybe (NOTE [Async unshard] in core/fsdp/fsdp_param_group.cc): units and async_op
+// from a hash of the case drawn so far, after every other choice, so CI's fixed seed keeps them.
+// A choice the scenario refuses (a block with fsdp.units "root", a pp dim) is dropped.
+void maybe_unshard(json& j) {
+  const size_t h = std::hash<std::string>{}(j.dump() + " unshard");
+  if (h % 3 != 0) return;
+  static const std::vector<std::vector<std::string>> choices = {
+      {"root"}, {"layers.0", "root"}, {"layers.-1"}};
+  json q = j;
+  q["fsdp"]["unshard"] = {{"modules", choices[(h / 3) % choices.size()]},
+                          {"async_op", (h / 9) % 2 == 0}};
+  try {
+    parse_scenario(q);
+  } catch (const InputError&) {
+    return;
+  }
+  j = std::move(q);
+  RC_TAG(j["fsdp"]["unshard"]["async_op"].get<bool>() ? "unshard async_op" : "unshard");
+}
+
+// training.generate_every 1 with fsdp.forward_methods ["generate"], maybe (NOTE [Forward
+// methods] in core/fsdp/fully_shard.cc): a model.generate() pass after every step.
+void maybe_generate(json& j) {
+  if (std::hash<std::string>{}(j.dump() + " generate") % 3 != 0) return;
+  json q = j;
+  q["training"]["generate_every"] = 1;
+  q["fsdp"]["forward_methods"] = {"generate"};
+  try {
+    parse_scenario(q);
+  } catch (const InputError&) {
+    return;
+  }
+  j = std::move(q);
+  RC_TAG("generate");
+}
+
 }  // namespace
 
 // NOTE [fp32 tolerance]: sharded and unsharded fp32 runs differ only in summation order (a
@@ -375,6 +411,7 @@ RC_GTEST_PROP(RealTraining, ShardedEqualsUnsharded, ()) {
   maybe_ignored(j);
   maybe_nf4(j);
   maybe_post_optim_event(j);
+  maybe_unshard(j);
   RC_TAG(o.mesh.size() == 2 ? "hsdp" : "fsdp");
   if (o.mesh.back() == 1) RC_TAG("world-size-1 shortcut");
   // NOTE [bf16 originals tolerance]: with parameters stored in bf16 the gradients are bf16 too:
@@ -467,6 +504,8 @@ RC_GTEST_PROP(RealTraining, PredictedPeakMemoryEqualsMeasured, ()) {
   maybe_ignored(j);
   maybe_nf4(j);
   maybe_post_optim_event(j);
+  maybe_unshard(j);
+  maybe_generate(j);
   if (o.mesh.back() == 1) RC_TAG("world-size-1 shortcut");
   Scenario s = parse_scenario(j);
   predicted_peaks_equal_measured(s);

@@ -5,14 +5,24 @@
 // one-rank shard groups trains as the unsharded job does.
 // NOTE [Post-optimizer event] (core/fsdp/fully_shard.cc): fsdp.post_optim_event lets the first
 // all-gathers of a step overlap the batch load; memory is unchanged.
+// NOTE [Async unshard] (core/fsdp/fsdp_param_group.cc): FSDPModule.unshard(async_op) before the
+// forward: the pre-forward all-gathers nothing again; where the all-gather runs and which stream
+// waits for what; fsdp.unshard trains with predicted == measured.
+// NOTE [Forward methods] (core/fsdp/fully_shard.cc): model.generate() unregistered reads the
+// root's sharded parameters and fails naming register_fsdp_forward_method; registered, the root's
+// hooks all-gather around it; training.generate_every keeps predicted == measured.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "tests/support/cpu_support.h"
 #include "tests/support/prop_support.h"
 #include "tests/support/sim_support.h"
+#include "tests/gpu/recorded_ops.h"
+#include "core/train/apply_fsdp.h"
 
 namespace fullshard {
 namespace {
@@ -156,6 +166,282 @@ TEST(PostOptimEvent, TrainsAndPredictedEqualsMeasured) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("fsdp.post_optim_event"), std::string::npos) << e.what();
   }
+}
+
+// ---------------------------------------------------------------- FSDPModule.unshard / reshard
+// The FSDPModule API on one rank's host program (the simulator's parts): unshard(async_op=True)
+// issues the all-gather and leaves it pending; the handle's wait copies out; the step's pre-forward
+// then all-gathers nothing again, so over a step each unit all-gathers as often as without the
+// explicit unshard. reshard() frees the parameters, and the next forward all-gathers again.
+TEST(Unshard, HandleWaitsAndThePreForwardDoesNotAllGatherAgain) {
+  const Scenario s = parse_scenario(h100(scenario({2})));
+  auto counts = [&](const std::function<void(TrainingProgram&)>& before_step) {
+    sim::GroupRegistry groups;
+    recorded_ops::RecordingBackend b(s, 0, groups);
+    TrainingProgram prog(b, s);
+    before_step(prog);
+    prog.run_step(0);
+    std::map<std::string, int> n;
+    for (const auto& st : prog.fsdp().states())
+      if (st->group) n[st->group->name()] = st->group->all_gathers_issued();
+    return n;
+  };
+  const auto plain = counts([](TrainingProgram&) {});
+  EXPECT_EQ(plain.at("root"), 1);      // forward; the root keeps it unsharded for backward
+  EXPECT_EQ(plain.at("layers.0"), 2);  // forward and backward
+  for (bool async_op : {true, false}) {
+    const auto explicit_unshard = counts([&](TrainingProgram& prog) {
+      FSDPRuntime& fsdp = prog.fsdp();
+      FSDPState& root = fsdp_unit(prog.model(), fsdp, "root");
+      FSDPState& layer = fsdp_unit(prog.model(), fsdp, "layers.0");
+      std::optional<UnshardHandle> h = fsdp.unshard(root, async_op);
+      fsdp.unshard(layer, async_op);  // its handle dropped: the pre-forward waits
+      EXPECT_EQ(h.has_value(), async_op);
+      EXPECT_EQ(root.group->all_gathers_issued(), 1);
+      EXPECT_EQ(root.group->unshard_pending(), async_op);
+      EXPECT_EQ(root.group->is_unsharded(), !async_op);
+      if (h) h->wait();
+      EXPECT_TRUE(root.group->is_unsharded());
+      EXPECT_FALSE(root.group->unshard_pending());
+      if (h) h->wait();                // a second wait does nothing
+      fsdp.unshard(root, async_op);     // already unsharded: nothing issued
+      EXPECT_EQ(root.group->all_gathers_issued(), 1);
+      EXPECT_EQ(layer.group->unshard_pending(), async_op);
+    });
+    EXPECT_EQ(explicit_unshard, plain) << "async_op " << async_op;
+  }
+  // reshard() after an unshard: the forward all-gathers the root again.
+  const auto resharded = counts([&](TrainingProgram& prog) {
+    FSDPState& root = fsdp_unit(prog.model(), prog.fsdp(), "root");
+    prog.fsdp().unshard(root, false);
+    prog.fsdp().reshard(root);
+    EXPECT_FALSE(root.group->is_unsharded());
+  });
+  EXPECT_EQ(resharded.at("root"), 2);
+  EXPECT_EQ(resharded.at("layers.0"), 2);
+}
+
+struct UnshardPlay {
+  sim::SimulationReport report;
+  std::map<std::string, int> all_gathers;  // last step, by collective name
+  std::map<std::string, StreamRole> copy_in_stream, collective_stream;  // first of the step
+  bool issued_before_load = false;     // the root's all-gather precedes the batch load
+  bool current_waits_after_load = false;  // the current stream's wait for it follows the load
+  bool ag_streams_wait_copy_out = false;  // both all-gather streams wait on the root's copy-out
+};
+
+UnshardPlay play_unshard(const json& j) {
+  UnshardPlay p;
+  sim::SimulateOptions o;
+  o.on_played = [&](const sim::PlayedRun& run) {
+    const auto& prog = run.programs.front();
+    const int last = prog.instrs.back().step;
+    size_t load = 0, root_ag = 0;
+    uint64_t root_ag_event = 0, copy_out_event = 0;
+    bool after_root_ag = false, after_copy_out = false;
+    std::map<uint64_t, int> copy_out_waits;
+    for (size_t i = 0; i < prog.instrs.size(); ++i) {
+      const auto& in = prog.instrs[i];
+      if (in.step != last) continue;
+      const std::string name = prog.names[in.name];
+      if (in.type == sim::InstrType::kKernel && in.op == OpKind::kLoadBatch && !load) load = i;
+      if (in.type == sim::InstrType::kKernel && in.op == OpKind::kAllGatherCopyIn &&
+          !p.copy_in_stream.count(name))
+        p.copy_in_stream[name] = in.stream;
+      if (in.type == sim::InstrType::kCollective && in.coll == CollectiveKind::kAllGather) {
+        if (!p.collective_stream.count(name)) p.collective_stream[name] = in.stream;
+        ++p.all_gathers[name];
+        if (name == "root all_gather" && !root_ag) {
+          root_ag = i;
+          after_root_ag = true;
+          continue;
+        }
+      }
+      if (after_root_ag && in.type == sim::InstrType::kRecordEvent) {
+        root_ag_event = in.event;  // recorded on the collective's stream right after it
+        after_root_ag = false;
+      }
+      if (in.type == sim::InstrType::kKernel && in.op == OpKind::kAllGatherCopyOut &&
+          name == "root all_gather_copy_out" && !copy_out_event)
+        after_copy_out = true;
+      else if (after_copy_out && in.type == sim::InstrType::kRecordEvent) {
+        copy_out_event = in.event;
+        after_copy_out = false;
+      }
+      if (in.type == sim::InstrType::kWaitEvent && in.event == root_ag_event && root_ag_event &&
+          in.stream == StreamRole::kDefault)
+        p.current_waits_after_load = i > load && load > 0;
+      if (in.type == sim::InstrType::kWaitEvent && in.event == copy_out_event && copy_out_event &&
+          (in.stream == StreamRole::kAllGather || in.stream == StreamRole::kAllGatherCopyIn))
+        ++copy_out_waits[static_cast<uint64_t>(in.stream)];
+    }
+    p.issued_before_load = root_ag > 0 && load > 0 && root_ag < load;
+    p.ag_streams_wait_copy_out = copy_out_waits.size() == 2;
+  };
+  p.report = sim::simulate_scenario(parse_scenario(j), o);
+  EXPECT_TRUE(p.report.ok()) << problems_text(p.report);
+  return p;
+}
+
+// fsdp.unshard on the simulator: the same all-gathers per step as without it (the pre-forwards
+// find the units unsharded or pending). Async: the copy-in on the current stream, the collective
+// on the all-gather stream (the process group's own stream), issued before the batch load; the
+// current stream waits for it only at the root's pre-forward (after the load), and both
+// all-gather streams wait on the copy-out (never deferred). Synchronous: the collective on the
+// current stream.
+TEST(Unshard, SimulatedStreamsAndWaits) {
+  json j = h100(scenario({2}));
+  const UnshardPlay plain = play_unshard(j);
+  EXPECT_EQ(plain.collective_stream.at("root all_gather"), StreamRole::kAllGather);
+  EXPECT_EQ(plain.copy_in_stream.at("root all_gather_copy_in"), StreamRole::kAllGatherCopyIn);
+  EXPECT_FALSE(plain.issued_before_load);
+  for (bool async_op : {true, false}) {
+    j["fsdp"]["unshard"] = {{"modules", {"root", "layers.0"}}, {"async_op", async_op}};
+    const UnshardPlay p = play_unshard(j);
+    EXPECT_EQ(p.all_gathers, plain.all_gathers) << async_op;
+    EXPECT_TRUE(p.issued_before_load) << async_op;
+    for (const char* unit : {"root", "layers.0"}) {
+      const std::string u = unit;
+      EXPECT_EQ(p.copy_in_stream.at(u + " all_gather_copy_in"), StreamRole::kDefault) << u;
+      EXPECT_EQ(p.collective_stream.at(u + " all_gather"),
+                async_op ? StreamRole::kAllGather : StreamRole::kDefault)
+          << u << " " << async_op;
+    }
+    EXPECT_EQ(p.current_waits_after_load, async_op);
+    EXPECT_EQ(p.ag_streams_wait_copy_out, async_op);
+  }
+}
+
+TEST(Unshard, TrainsAndPredictedEqualsMeasured) {
+  for (bool async_op : {true, false}) {
+    json j = scenario({2});
+    j["fsdp"]["unshard"] = {{"modules", {"root", "layers.-1"}}, {"async_op", async_op}};
+    predicted_peaks_equal_measured(parse_scenario(j));
+    j["fsdp"]["mixed_precision"] = json::object();  // fp32: NOTE [fp32 tolerance]
+    sharded_equals_unsharded(j, unsharded_job(j, 2));
+  }
+}
+
+TEST(Unshard, BadValuesNameTheField) {
+  auto refused = [](json j, const std::string& field) {
+    try {
+      parse_scenario(j);
+      ADD_FAILURE() << j["fsdp"].dump() << " parsed";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+    }
+  };
+  json j = scenario({2});
+  j["fsdp"]["unshard"] = {{"modules", {"layers.7"}}};
+  refused(j, "fsdp.unshard.modules[0]");
+  j["fsdp"]["unshard"] = {{"modules", {"root", "root"}}};
+  refused(j, "fsdp.unshard.modules[1]");
+  j["fsdp"]["unshard"] = {{"modules", json::array()}};
+  refused(j, "fsdp.unshard.modules");
+  j["fsdp"]["unshard"] = {{"async_op", true}};
+  refused(j, "fsdp.unshard.modules");
+  j["fsdp"]["unshard"] = {{"modules", {"root"}}, {"async_op", "yes"}};
+  refused(j, "fsdp.unshard.async_op");
+  j["fsdp"]["unshard"] = {{"modules", {"root"}}, {"wait", true}};
+  refused(j, "fsdp.unshard");
+}
+
+// ---------------------------------------------------------------- register_fsdp_forward_method
+TEST(ForwardMethods, UnregisteredFailsRegisteredAllGathersTheRoot) {
+  const Scenario s = parse_scenario(h100(scenario({2})));
+  auto run = [&](bool registered) {
+    sim::GroupRegistry groups;
+    recorded_ops::RecordingBackend b(s, 0, groups);
+    TrainingProgram prog(b, s);
+    prog.run_step(0);
+    FSDPRuntime& fsdp = prog.fsdp();
+    FSDPState& root = fsdp_unit(prog.model(), fsdp, "root");
+    FSDPState& layer = fsdp_unit(prog.model(), fsdp, "layers.0");
+    EXPECT_FALSE(root.group->is_unsharded());  // resharded after backward
+    if (registered) fsdp.register_fsdp_forward_method(prog.model().root(), "generate");
+    EXPECT_EQ(fsdp.is_forward_method(prog.model().root(), "generate"), registered);
+    // A module fully_shard did not reach: a no-op, as in FSDP2.
+    Module& norm = prog.model().root().child("norm");
+    fsdp.register_fsdp_forward_method(norm, "generate");
+    EXPECT_FALSE(fsdp.is_forward_method(norm, "generate"));
+    const int root_before = root.group->all_gathers_issued();
+    const int layer_before = layer.group->all_gathers_issued();
+    Tensor tokens = Tensor::empty(b, {DType::kInt64, {2, 16}}, MemCategory::kActivation,
+                                  StreamRole::kDefault, "prompt");
+    std::string error;
+    try {
+      ExecContext c(b, nullptr, &fsdp);
+      prog.model().generate(c, tokens);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    if (!registered) {
+      EXPECT_NE(error.find("tok_embeddings.weight used while sharded"), std::string::npos) << error;
+      EXPECT_NE(error.find("register_fsdp_forward_method"), std::string::npos) << error;
+      EXPECT_EQ(root.group->all_gathers_issued(), root_before);
+      return;
+    }
+    EXPECT_EQ(error, "");
+    // The root's pre-forward all-gathered once around the whole method and, reshard_after_forward
+    // being False for the root, left it unsharded; the block's own hooks all-gathered it and
+    // resharded it after its forward.
+    EXPECT_EQ(root.group->all_gathers_issued(), root_before + 1);
+    EXPECT_TRUE(root.group->is_unsharded());
+    EXPECT_EQ(layer.group->all_gathers_issued(), layer_before + 1);
+    EXPECT_FALSE(layer.group->is_unsharded());
+    fsdp.reset_iter_state();
+    fsdp.reshard(root);
+    EXPECT_FALSE(root.group->is_unsharded());
+  };
+  run(false);
+  run(true);
+}
+
+TEST(ForwardMethods, ScenarioRefusesAnUnregisteredGenerate) {
+  json j = scenario({2});
+  j["training"]["generate_every"] = 1;
+  try {
+    parse_scenario(j);
+    ADD_FAILURE() << "generate_every without forward_methods parsed";
+  } catch (const InputError& e) {
+    const std::string w = e.what();
+    EXPECT_NE(w.find("training.generate_every"), std::string::npos) << w;
+    EXPECT_NE(w.find("forward_methods"), std::string::npos) << w;
+    EXPECT_EQ(w.find('\n'), std::string::npos) << w;
+  }
+  // fsdp.units "embed_blocks_head": the root owns no parameter, so nothing stays sharded.
+  json units = j;
+  units["fsdp"]["units"] = "embed_blocks_head";
+  EXPECT_NO_THROW(parse_scenario(units));
+  j["fsdp"]["forward_methods"] = {"forward_features"};
+  try {
+    parse_scenario(j);
+    ADD_FAILURE() << "an unknown method parsed";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("fsdp.forward_methods[0]"), std::string::npos)
+        << e.what();
+  }
+  j["fsdp"]["forward_methods"] = {"generate"};
+  EXPECT_NO_THROW(parse_scenario(j));
+  j["training"]["generate_every"] = 0;
+  try {
+    parse_scenario(j);
+    ADD_FAILURE() << "generate_every 0 parsed";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("training.generate_every"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(ForwardMethods, GeneratePassPredictedEqualsMeasured) {
+  json j = scenario({2});
+  j["training"]["generate_every"] = 1;
+  j["fsdp"]["forward_methods"] = {"generate"};
+  predicted_peaks_equal_measured(parse_scenario(j));
+  json units = scenario({2});
+  units["training"]["generate_every"] = 1;
+  units["fsdp"]["units"] = "embed_blocks_head";
+  predicted_peaks_equal_measured(parse_scenario(units));
 }
 
 }  // namespace
