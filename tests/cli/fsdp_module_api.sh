@@ -4,7 +4,7 @@
 # on tiny-llama-cpu2, fsdp.unshard (sync and async) and training.generate_every with
 # fsdp.forward_methods keep predicted == measured to the byte on both ranks; the unshard leaves
 # the losses bit-identical to the run without it; a generate pass without the registration is
-# refused with a one-line error naming the fix (exit 2).
+# refused with a one-line error naming the fix (exit 2); fullshard plan --finetune lora / qlora.
 set -eu
 bin="$1"; src="$2"
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
@@ -66,3 +66,38 @@ grep -q "training.generate_every" "$tmp/generate_unregistered.out"
 grep -q "forward_methods" "$tmp/generate_unregistered.out"
 grep -q "fsdp.unshard.async_op" "$tmp/bad_async.out"
 echo "ok errors"
+
+# fullshard plan --finetune (NOTE [Fine-tuning presets] in tools/fullshard/plan_commands.cc):
+# torchtune's LoRA preset on tiny-llama over 2 CPU ranks recommends a scenario with the adapters
+# and a bf16 base, which compares equal on the CPU backend; the QLoRA preset on Llama 3.1 8B keeps
+# the NF4 base; a bad value or a model the preset does not fit is one line naming --finetune.
+"$bin" plan --model tiny-llama --gpus 2 --gpu cpu --seq-len 64 --finetune lora --top 1 \
+  --write-scenario "$tmp/lora.json" > "$tmp/plan_lora.out" 2>&1 || { cat "$tmp/plan_lora.out"; exit 1; }
+"$bin" compare "$tmp/lora.json" --steps 2 --json "$tmp/lora.cmp.json" > "$tmp/lora.out" 2>&1 \
+  || { cat "$tmp/lora.out"; exit 1; }
+"$bin" plan --model llama3.1-8b --gpus 8 --gpu h100 --seq-len 8192 --finetune qlora --top 1 \
+  --micro-batches 1 --write-scenario "$tmp/qlora.json" > "$tmp/plan_qlora.out" 2>&1 \
+  || { cat "$tmp/plan_qlora.out"; exit 1; }
+python3 - "$tmp/lora.json" "$tmp/lora.cmp.json" "$tmp/qlora.json" <<'P'
+import json, sys
+lora, cmp, qlora = (json.load(open(p)) for p in sys.argv[1:])
+assert lora["model"]["lora"] == {"rank": 8, "alpha": 16, "target_modules": ["q_proj", "v_proj"]}
+assert lora["fsdp"]["mixed_precision"]["param_dtype"] == "bf16"
+assert cmp["equal"] is True
+for r in cmp["ranks"]:
+    assert r["predicted_peak_allocated_bytes"] == r["measured_peak_allocated_bytes"], r
+assert qlora["model"]["lora"]["rank"] == 16 and len(qlora["model"]["lora"]["target_modules"]) == 7
+assert qlora["training"]["frozen_dtype"] == "nf4"
+P
+echo "ok plan presets"
+for bad in "--model tiny-llama --finetune dora" "--model gpt2-124m --finetune lora" \
+           "--scenario $src/scenarios/tiny-llama-lora-cpu2.json --finetune lora"; do
+  set +e
+  # shellcheck disable=SC2086
+  "$bin" plan $bad --gpus 2 --gpu cpu --seq-len 64 > "$tmp/bad.out" 2>&1
+  rc=$?
+  set -e
+  [ "$rc" -eq 2 ] && [ "$(wc -l < "$tmp/bad.out")" -eq 1 ] && grep -q -- "--finetune" "$tmp/bad.out" \
+    || { echo "plan $bad: exit $rc"; cat "$tmp/bad.out"; exit 1; }
+done
+echo "ok plan preset errors"

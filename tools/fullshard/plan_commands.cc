@@ -90,6 +90,10 @@ CLI::App* add_plan_command(CLI::App& app, PlanFlags& f) {
   p->add_flag("--float8", f.float8,
               "also try torchao float8 training: tensorwise, tensorwise with FSDP2's float8 "
               "all-gather, rowwise, rowwise_with_gw_hp (docs/float8.md)");
+  p->add_option("--finetune", f.finetune,
+                "fine-tuning preset: lora (torchtune llama3_1/8B_lora: rank-8 adapters on q_proj "
+                "and v_proj, base frozen in bf16) or qlora (8B_qlora: rank 16 on every attention "
+                "and MLP linear, NF4 base) (docs/planner.md)");
   p->add_option("--checkpoint-every", f.checkpoint_every,
                 "add the amortised cost of a distributed checkpoint every N steps to each step "
                 "time (docs/checkpoints.md)");
@@ -114,6 +118,11 @@ namespace {
     const std::string rest = what.substr(std::min(what.size(), where.size()));
     throw InputError(flag, rest.rfind(": ", 0) == 0 ? rest.substr(2) : rest, "");
   };
+  if (!f.finetune.empty()) {  // the preset's own fields (NOTE [Fine-tuning presets])
+    rename("model.lora", "--finetune");
+    rename("training.frozen_dtype", "--finetune");
+    rename("training.nf4", "--finetune");
+  }
   if (f.scenario.empty()) {
     rename("model", f.hf_config.empty() ? "--model" : "--hf-config");
     rename("training.seq_len", "--seq-len");
@@ -126,6 +135,44 @@ namespace {
     rename("training.checkpoint.storage_write_bandwidth", "--storage-write-bandwidth");
   }
   throw e;
+}
+
+// NOTE [Fine-tuning presets]: `--finetune` adds torchtune's recipe to the base model, as its
+// configs give it (pytorch/torchtune recipes/configs/llama3_1/): "lora" is 8B_lora.yaml
+// (@0031bfb0, lora_finetune_distributed: lora_rank 8, lora_alpha 16, lora_attn_modules q_proj and
+// v_proj, no MLP or output adapters), "qlora" is 8B_qlora.yaml (@a930f88d: rank 16, alpha 32,
+// q, k, v and output_proj plus the MLP, the base's block linears as NF4). The base stays frozen
+// in bf16 (training.frozen_dtype's default under model.lora; "nf4" for qlora with torchao's block
+// sizes), so every candidate the frozen base or NF4 does not run with (fp32 compute, tp, pp, cp;
+// for NF4 HSDP, offload, an int reshard) is left out as for a --scenario that sets them
+// (docs/planner.md). A scenario that already sets model.lora or training.frozen is refused: the
+// preset would replace what it says.
+void apply_finetune_preset(json& j, const PlanFlags& f) {
+  if (f.finetune.empty()) return;
+  if (f.finetune != "lora" && f.finetune != "qlora")
+    throw InputError("--finetune", "is '" + f.finetune + "'", "give lora or qlora");
+  json& t = j["training"];
+  const bool has_lora = j["model"].is_object() && j["model"].contains("lora");
+  if (has_lora || (t.is_object() && (t.contains("frozen") || t.contains("frozen_dtype"))))
+    throw InputError("--finetune",
+                     "is given but the scenario sets " +
+                         std::string(has_lora ? "model.lora" : "training.frozen / frozen_dtype"),
+                     "drop --finetune to plan the scenario's own fine-tuning, or remove it");
+  if (j["model"].is_string()) j["model"] = {{"name", j["model"]}};
+  // torchtune's dtype bf16: the base parses with a bf16 compute dtype (the planner still varies
+  // the precision; fp32 candidates are left out, the base being bf16).
+  if (!j.contains("fsdp") || !j["fsdp"].is_object()) j["fsdp"] = json::object();
+  if (!j["fsdp"].contains("mixed_precision"))
+    j["fsdp"]["mixed_precision"] = {{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}};
+  if (f.finetune == "lora") {
+    j["model"]["lora"] = {{"rank", 8}, {"alpha", 16}, {"target_modules", {"q_proj", "v_proj"}}};
+  } else {
+    j["model"]["lora"] = {{"rank", 16},
+                          {"alpha", 32},
+                          {"target_modules", {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                              "up_proj", "down_proj"}}};
+    t["frozen_dtype"] = "nf4";
+  }
 }
 
 json base_json(const PlanFlags& f, HardwareProfile& profile) {
@@ -178,6 +225,7 @@ json base_json(const PlanFlags& f, HardwareProfile& profile) {
   }
   if (!j.contains("training") || !j["training"].is_object()) j["training"] = json::object();
   if (!j.contains("hardware") || !j["hardware"].is_object()) j["hardware"] = json::object();
+  apply_finetune_preset(j, f);
   json& t = j["training"];
   json& h = j["hardware"];
   if (f.checkpoint_every) {

@@ -35,6 +35,9 @@ struct PlanFlags {
   int64_t top = 10;
   bool exhaustive = false;
   bool float8 = false;  // search training.float8 too (GPUs with float8 rates only)
+  // --finetune lora | qlora: torchtune's LoRA / QLoRA recipe on the base model (NOTE
+  // [Fine-tuning presets] in plan_commands.cc); empty: none.
+  std::string finetune;
   int threads = 0;
   // A checkpoint every N steps (training.checkpoint, NOTE [Checkpoint cost]): its amortised
   // cost is part of every candidate's step time.
