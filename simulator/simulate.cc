@@ -209,10 +209,12 @@ std::optional<SimulationReport> play_steps(const Scenario& s, int steps, const S
 
 SimulationReport simulate_scenario(const Scenario& s, const SimulateOptions& opt) {
   const int steps = s.training.steps;
-  // A recorded routing gives every step requests of its own (NOTE [Recorded routing]): the
-  // steady state of NOTE [Steady state] does not hold, so such a run plays every step.
+  // A recorded routing gives every step requests of its own (NOTE [Recorded routing]), and a
+  // generate pass every N > 1 steps makes steps differ: the steady state of NOTE [Steady state]
+  // does not hold, so such a run plays every step.
   const bool every_step = opt.simulated_steps <= 0 || opt.simulated_steps >= steps ||
-                          s.training.moe_routing_record != nullptr;
+                          s.training.moe_routing_record != nullptr ||
+                          s.training.generate_every > 1;
   int played = every_step ? steps : opt.simulated_steps;
   check_simulation_limits(s, played, opt.all_ranks);
   for (;;) {

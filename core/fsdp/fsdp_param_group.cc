@@ -70,23 +70,16 @@ DType FSDPParamGroup::reduce_dtype() const {
   return config_.mp.reduce_dtype.value_or(config_.mp.param_dtype.value_or(orig_dtype_));
 }
 
-// NOTE [Async unshard]: FSDPModule.unshard(async_op) (torch/distributed/fsdp/_fully_shard/
-// _fully_shard.py at pytorch/pytorch@1d2fbd40) calls FSDPParamGroup.unshard(async_op) and wraps
-// the group in an _UnshardHandleImpl whose wait() is wait_for_unshard(); with async_op=False it
-// waits at once. FSDPCommContext.get_all_gather_streams (_fsdp_param_group.py at
-// pytorch/pytorch@62a45b6f) gives FSDP's copy-in and all-gather streams only to a synchronous
-// unshard in FORWARD or PRE_BACKWARD (the hooks and their prefetches); a user's unshard, in IDLE,
-// or any async one copies in on the current stream. Synchronous there, the collective runs on the
-// current stream as well. Async, dist.all_gather_into_tensor(async_op=True) runs on the process
-// group's own stream, which waits for the current stream at issue and which only work.wait()
-// makes the current stream wait for: fullshard runs it on the all-gather stream (kAllGather)
-// after that stream waits for the current one, and the copy-out's wait on the event recorded
-// after it is the work.wait(). Collectives of one communicator run in order on one stream, so
-// queueing it behind FSDP's own all-gathers orders nothing that NCCL would not. An unshard found
-// pending (a later unshard(), the pre-forward or pre-backward hook) issues nothing again: the
-// hook's wait_for_unshard copies out and, the result being async, never defers the output's free
-// to the next group (comm_ctx.all_gather_state) but makes the all-gather streams wait on the
-// copy-out at once (_wait_all_gather_streams_on_event: FSDP's two streams).
+// NOTE [Async unshard]: FSDPModule.unshard(async_op) (_fully_shard.py at pytorch@1d2fbd40) calls
+// FSDPParamGroup.unshard(async_op); the handle's wait() is wait_for_unshard(), and async_op=False
+// waits at once. get_all_gather_streams (_fsdp_param_group.py at pytorch@62a45b6f) gives FSDP's
+// copy-in and all-gather streams only to a synchronous unshard in FORWARD or PRE_BACKWARD; a
+// user's unshard copies in on the current stream, and runs the collective there when synchronous.
+// An async one runs on the process group's stream (here kAllGather, after it waits for the
+// current stream), and the copy-out's wait on the event after it is work.wait(). A pending
+// unshard issues nothing again; its wait_for_unshard never defers the output's free and makes
+// FSDP's two all-gather streams wait on the copy-out at once. Why queueing behind FSDP's own
+// all-gathers orders nothing NCCL would not: docs/fsdp2-correspondence.md (unshard row).
 AllGatherStreams FSDPParamGroup::all_gather_streams(bool async_op) const {
   if (!async_op &&
       (state_ == TrainingState::kForward || state_ == TrainingState::kPreBackward))

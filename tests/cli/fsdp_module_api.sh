@@ -25,7 +25,27 @@ write("unshard_async", {"unshard": {"modules": ["root", "layers.-1"], "async_op"
 write("generate", {"forward_methods": ["generate"]}, {"generate_every": 1})
 write("generate_unregistered", None, {"generate_every": 1})
 write("bad_async", {"unshard": {"modules": ["root"], "async_op": "yes"}})
+for n in (0, 1, 4):  # 12 steps; a generate pass after every n-th (0: none)
+    write(f"gen12_{n}", {"forward_methods": ["generate"]},
+          {"steps": 12, **({"generate_every": n} if n else {})})
 P
+
+# The simulator prices every generate pass: 12 passes cost 4x what 3 cost, and with passes every
+# 4 steps (steps differ) it plays all 12 steps instead of extrapolating a steady state.
+for n in 0 1 4; do
+  "$bin" simulate "$tmp/gen12_$n.json" --json "$tmp/gen12_$n.sim.json" > /dev/null 2>&1 \
+    || { "$bin" simulate "$tmp/gen12_$n.json"; exit 1; }
+done
+python3 - "$tmp" <<'P'
+import json, sys
+r = {n: json.load(open(f"{sys.argv[1]}/gen12_{n}.sim.json")) for n in (0, 1, 4)}
+t = {n: r[n]["total_time_s"] for n in r}
+assert r[4]["simulated_steps"] == 12 and r[4]["extrapolated_steps"] == 0, r[4]["simulated_steps"]
+assert t[0] < t[4] < t[1], t
+ratio = (t[1] - t[0]) / (t[4] - t[0])
+assert abs(ratio - 4) < 0.4, (ratio, t)
+P
+echo "ok generate priced"
 
 for v in unshard_sync unshard_async generate; do
   "$bin" compare "$tmp/$v.json" --steps 2 --json "$tmp/$v.cmp.json" > "$tmp/$v.out" 2>&1 \
@@ -69,7 +89,7 @@ echo "ok errors"
 
 # fullshard plan --finetune (NOTE [Fine-tuning presets] in tools/fullshard/plan_commands.cc):
 # torchtune's LoRA preset on tiny-llama over 2 CPU ranks recommends a scenario with the adapters
-# and a bf16 base, which compares equal on the CPU backend; the QLoRA preset on Llama 3.1 8B keeps
+# and bf16 parameters, which compares equal on the CPU backend; the QLoRA preset on Llama 3.1 8B keeps
 # the NF4 base; a bad value or a model the preset does not fit is one line naming --finetune.
 "$bin" plan --model tiny-llama --gpus 2 --gpu cpu --seq-len 64 --finetune lora --top 1 \
   --write-scenario "$tmp/lora.json" > "$tmp/plan_lora.out" 2>&1 || { cat "$tmp/plan_lora.out"; exit 1; }
@@ -82,7 +102,7 @@ python3 - "$tmp/lora.json" "$tmp/lora.cmp.json" "$tmp/qlora.json" <<'P'
 import json, sys
 lora, cmp, qlora = (json.load(open(p)) for p in sys.argv[1:])
 assert lora["model"]["lora"] == {"rank": 8, "alpha": 16, "target_modules": ["q_proj", "v_proj"]}
-assert lora["fsdp"]["mixed_precision"]["param_dtype"] == "bf16"
+assert lora["training"]["orig_dtype"] == "bf16"  # torchtune's dtype: bf16, no policy
 assert cmp["equal"] is True
 for r in cmp["ranks"]:
     assert r["predicted_peak_allocated_bytes"] == r["measured_peak_allocated_bytes"], r

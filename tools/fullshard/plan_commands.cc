@@ -140,13 +140,15 @@ namespace {
 // NOTE [Fine-tuning presets]: `--finetune` adds torchtune's recipe to the base model, as its
 // configs give it (pytorch/torchtune recipes/configs/llama3_1/): "lora" is 8B_lora.yaml
 // (@0031bfb0, lora_finetune_distributed: lora_rank 8, lora_alpha 16, lora_attn_modules q_proj and
-// v_proj, no MLP or output adapters), "qlora" is 8B_qlora.yaml (@a930f88d: rank 16, alpha 32,
-// q, k, v and output_proj plus the MLP, the base's block linears as NF4). The base stays frozen
-// in bf16 (training.frozen_dtype's default under model.lora; "nf4" for qlora with torchao's block
-// sizes), so every candidate the frozen base or NF4 does not run with (fp32 compute, tp, pp, cp;
-// for NF4 HSDP, offload, an int reshard) is left out as for a --scenario that sets them
-// (docs/planner.md). A scenario that already sets model.lora or training.frozen is refused: the
-// preset would replace what it says.
+// v_proj, no MLP or output adapters), "qlora" is 8B_qlora.yaml (@a930f88d, the multi-device
+// 8B config, whose header text is 405B_qlora.yaml's: rank 16, alpha 32, q, k, v and output_proj
+// plus the MLP, the base's block linears as NF4). Both set `dtype: bf16` and torchtune's
+// shard_model passes no MixedPrecisionPolicy: every parameter, adapters included, is stored in
+// bf16 (training.orig_dtype "bf16"; the planner's fp32 candidate is exactly that, its bf16 ones
+// add a policy). The base stays frozen (NF4 for qlora, torchao's block sizes); candidates the
+// frozen base or NF4 does not run with (tp, pp, cp; for NF4 HSDP, offload, an int reshard) are
+// left out as for a --scenario that sets them (docs/planner.md). A scenario that already sets
+// model.lora or training.frozen is refused: the preset would replace what it says.
 void apply_finetune_preset(json& j, const PlanFlags& f) {
   if (f.finetune.empty()) return;
   if (f.finetune != "lora" && f.finetune != "qlora")
@@ -159,11 +161,9 @@ void apply_finetune_preset(json& j, const PlanFlags& f) {
                          std::string(has_lora ? "model.lora" : "training.frozen / frozen_dtype"),
                      "drop --finetune to plan the scenario's own fine-tuning, or remove it");
   if (j["model"].is_string()) j["model"] = {{"name", j["model"]}};
-  // torchtune's dtype bf16: the base parses with a bf16 compute dtype (the planner still varies
-  // the precision; fp32 candidates are left out, the base being bf16).
-  if (!j.contains("fsdp") || !j["fsdp"].is_object()) j["fsdp"] = json::object();
-  if (!j["fsdp"].contains("mixed_precision"))
-    j["fsdp"]["mixed_precision"] = {{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}};
+  // torchtune's `dtype: bf16`: parameters stored in bf16, no mixed-precision policy.
+  if (!t.is_object()) t = json::object();
+  if (!t.contains("orig_dtype")) t["orig_dtype"] = "bf16";
   if (f.finetune == "lora") {
     j["model"]["lora"] = {{"rank", 8}, {"alpha", 16}, {"target_modules", {"q_proj", "v_proj"}}};
   } else {
