@@ -166,7 +166,9 @@ inline void predicted_peaks_equal_measured(Scenario s) {
       for (const auto& st : r.steps)
         rec->calls.back().insert(rec->calls.back().end(), st.tokens_per_expert.begin(),
                                  st.tokens_per_expert.end());
-      RC_ASSERT(!rec->calls.back().empty());
+      // A pipeline rank whose stages hold no MoE layer records nothing (the V schedules' rank 0
+      // of a 2-layer model: the embedding and the output).
+      RC_ASSERT(s.pipeline.enabled() || !rec->calls.back().empty());
     }
     s.training.moe_routing_record = std::move(rec);
   }
