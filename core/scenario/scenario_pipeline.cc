@@ -5,11 +5,11 @@
 // (pytorch/torchtitan@b5bcd76c6): an untied Llama split into stages by layer, FSDP2 and tp inside
 // each stage, MoE layers with expert parallelism carved out of each stage's data-parallel ranks
 // (NOTE [MoE in pipeline stages] in core/train/pipeline_program.cc), all seven schedules (the
-// zero-bubble ones' split I / W backward: check_split_backward; their crossing sends and recvs run in PyTorch's lowered order, NOTE
-// [Lowered send and recv order] in core/pipeline/pipeline_lowering.h). Refused, each naming its
-// field: gradient accumulation, an uneven batch, the chunked loss, GPT-2 and tied embeddings
-// (torchtitan splits a Llama decoder; a tied weight would live on two stages), and checkpoint
-// saves.
+// zero-bubble ones' split I / W backward: check_split_backward; their crossing sends and recvs
+// run in PyTorch's lowered order, NOTE [Lowered send and recv order] in
+// core/pipeline/pipeline_lowering.h). Refused, each naming its field: gradient accumulation,
+// an uneven batch, the chunked loss, GPT-2 and tied embeddings (torchtitan splits a Llama
+// decoder; a tied weight would live on two stages), and checkpoint saves.
 #include <set>
 #include <string>
 #include <vector>

@@ -1,7 +1,8 @@
 // Mixture-of-experts layers inside pipeline stages on the CPU backend (ranks as threads; NOTE
 // [MoE in pipeline stages] in core/train/pipeline_program.cc), over random schedules (the
-// zero-bubble ones' split backward included), expert counts, top-k, ep degrees, receive buffers, capacity factors, activation
-// checkpointing, microbatch sizes and counts and sequence lengths on pp 2 x FSDP 2: the
+// zero-bubble ones' split backward included), expert counts, top-k, ep degrees, receive
+// buffers, capacity factors, activation checkpointing, microbatch sizes and counts and sequence
+// lengths on pp 2 x FSDP 2: the
 // simulator's peaks (and MoE breakdown at the peak) equal the measured ones on every rank, the
 // run's own routing replayed where it sizes the all-to-all buffers (tests/support/
 // prop_support.h).

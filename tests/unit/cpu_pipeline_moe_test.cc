@@ -30,7 +30,8 @@ const char* const kSchedules[] = {"1F1B", "GPipe", "Interleaved1F1B", "LoopedBFS
 // The shipped scenario under `schedule`; `ep` 1 drops expert parallelism (the experts are then
 // fully_shard-ed with their block over the stage's 2 FSDP ranks), `buffers` "routed" (PyTorch's
 // sizes, the default) or "max".
-json shipped(const std::string& schedule, int ep, int steps, const std::string& buffers = "routed") {
+json shipped(const std::string& schedule, int ep, int steps,
+             const std::string& buffers = "routed") {
   std::ifstream f(std::string(FULLSHARD_SOURCE_DIR) + "/scenarios/tiny-moe-pp2-cpu4.json");
   json j = json::parse(f);
   j["pipeline_parallel"]["schedule"] = schedule;
