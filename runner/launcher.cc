@@ -280,7 +280,7 @@ LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backend
   WorkerProcesses workers(worker_commands(o, kind, n, store_dir, resume_folder), kReportFd);
 
   Progress progress(steps, o.progress);
-  StepAggregator aggregator(n, &o.predicted_ops, loss_ranks(s));
+  StepAggregator aggregator(n, &o.predicted_ops, loss_ranks(s), s.model.moe.enabled());
   res.ranks.resize(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) res.ranks[r].rank = r;
   bool metrics_failed = false;

@@ -191,8 +191,7 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
     // nor any step's routing (NOTE [Recorded routing]: the simulator plays the steps only).
     b.take_launched_ops();
     b.take_kernel_times();
-    RoutingTape* routing =
-        s.pipeline.enabled() ? nullptr : prog.model().expert_parallel().routing.get();
+    RoutingTape* routing = prog.routing();
     if (routing) routing->take();
     if (o.collect_grads)
       prog.set_before_optimizer([&](int) {

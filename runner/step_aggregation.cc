@@ -21,7 +21,8 @@ std::optional<CompletedStep> StepAggregator::add(int rank, StepMetrics m) {
     const bool has_loss = loss_ranks_.empty() || loss_ranks_[static_cast<size_t>(r)];
     flops += x.flops;
     tokens += static_cast<double>(x.tokens);
-    if (!x.tokens_per_expert.empty()) out.rank_routing[r] = std::move(x.tokens_per_expert);
+    if (routing_ || !x.tokens_per_expert.empty())
+      out.rank_routing[r] = std::move(x.tokens_per_expert);
     if (has_loss) {
       if (!std::isfinite(x.loss) && out.nonfinite_rank < 0) {
         out.nonfinite_rank = r;
@@ -69,6 +70,13 @@ nlohmann::json metrics_line_json(const CompletedStep& s) {
     per_rank.push_back({{"rank", rank}, {"loss", finite_or_null(loss)}});
     const auto routing = s.rank_routing.find(rank);  // NOTE [Recorded routing]
     if (routing != s.rank_routing.end()) per_rank.back()["tokens_per_expert"] = routing->second;
+  }
+  // Pipeline ranks without a loss still route their stages' tokens (NOTE [MoE in pipeline
+  // stages] in core/train/pipeline_program.cc).
+  for (const auto& [rank, calls] : s.rank_routing) {
+    bool listed = false;
+    for (const auto& [r, loss] : s.rank_losses) listed = listed || r == rank;
+    if (!listed) per_rank.push_back({{"rank", rank}, {"tokens_per_expert", calls}});
   }
   nlohmann::json line{{"step", st.step},
                       {"loss", finite_or_null(st.loss)},

@@ -47,10 +47,15 @@ class StepAggregator {
   // `world` ranks report each step; `predicted_ops` (not owned; may be null or empty): the
   // simulator's seconds per op key for each step, the last one for later steps.
   // `loss_ranks`: the ranks whose loss counts (empty: all); with pipeline parallelism the
-  // ranks of the last stage, the others report NaN (NOTE [Pipeline losses]).
+  // ranks of the last stage, the others report NaN (NOTE [Pipeline losses]). `routing`: a
+  // mixture-of-experts model, whose every rank's routing is kept, even a step without MoE calls
+  // (a pipeline rank whose stages hold no MoE layer).
   StepAggregator(int world, const std::vector<PredictedKeyTimes>* predicted_ops,
-                 std::vector<bool> loss_ranks = {})
-      : world_(world), predicted_ops_(predicted_ops), loss_ranks_(std::move(loss_ranks)) {}
+                 std::vector<bool> loss_ranks = {}, bool routing = false)
+      : world_(world),
+        predicted_ops_(predicted_ops),
+        loss_ranks_(std::move(loss_ranks)),
+        routing_(routing) {}
   // Takes `rank`'s metrics of a step; returns the step once its last rank has reported.
   std::optional<CompletedStep> add(int rank, StepMetrics m);
 
@@ -58,13 +63,16 @@ class StepAggregator {
   int world_;
   const std::vector<PredictedKeyTimes>* predicted_ops_;
   std::vector<bool> loss_ranks_;
+  bool routing_;
   std::map<int, std::vector<std::pair<int, StepMetrics>>> pending_;  // step -> reports so far
 };
 
 // One line of the --metrics file (docs/cpu-backend.md): step, loss (null when not finite, with
 // "nonfinite": true; NOTE [Non-finite loss]), tokens_per_s, step_time_s, compute_s, comm_s,
-// exposed_comm_s, flops_per_s, the peaks, ranks [{rank, loss}] (those with a loss), ops, and
-// eval_loss when the step had a validation pass.
+// exposed_comm_s, flops_per_s, the peaks, ranks [{rank, loss}] (those with a loss; with a MoE
+// model each with its tokens_per_expert, and the ranks without a loss as {rank,
+// tokens_per_expert}: NOTE [Recorded routing]), ops, and eval_loss when the step had a
+// validation pass.
 nlohmann::json metrics_line_json(const CompletedStep& s);
 
 }  // namespace fullshard::runner

@@ -276,12 +276,18 @@ Value grouped_mm(ExecContext& c, Value x, const Param& weight, const Tensor& off
           args.encode(bi);
           b.launch(kCompute, bi);
         }
-        Tensor gw = detail::new_param_grad(b, *pw);
-        OpCall bw = make_op(OpKind::kGroupedMMBackwardWeight, name + " backward_weight",
-                            {g[0].ref(), xs.ref(), offsets.ref()}, {gw.ref()}, flops);
-        args.encode(bw);
-        b.launch(kCompute, bw);
-        pw->binding->accumulate_grad(b, std::move(gw));
+        // The weight part: deferred to W under a zero-bubble schedule (NOTE [Split backward] in
+        // autograd.h), as torchtitan's _override_torch_ops_for_zero_bubble splits _grouped_mm
+        // (GroupedMmSeparateMat2Grad keeps the input and offs until the weight gradient).
+        weight_gradients(pw, {g[0]}, [&b, pw, xs, offsets, args, flops, name](
+                                         const std::vector<Tensor>& go) {
+          Tensor gw = detail::new_param_grad(b, *pw);
+          OpCall bw = make_op(OpKind::kGroupedMMBackwardWeight, name + " backward_weight",
+                              {go[0].ref(), xs.ref(), offsets.ref()}, {gw.ref()}, flops);
+          args.encode(bw);
+          b.launch(kCompute, bw);
+          pw->binding->accumulate_grad(b, std::move(gw));
+        });
         return std::vector<Tensor>{gx};
       }});
   return out;

@@ -34,8 +34,8 @@ Transformer::Transformer(ModelConfig config, TensorParallel tp, ExpertParallel e
   build();
 }
 
-Transformer::Transformer(ModelConfig config, TensorParallel tp, ModelPart part)
-    : config_(std::move(config)), tp_(std::move(tp)), part_(part) {
+Transformer::Transformer(ModelConfig config, TensorParallel tp, ModelPart part, ExpertParallel ep)
+    : config_(std::move(config)), tp_(std::move(tp)), ep_(std::move(ep)), part_(part) {
   FULLSHARD_CHECK(config_.arch == ModelArch::kLlama && !config_.tie_embeddings,
                   "a pipeline stage's model part needs an untied Llama (scenario_pipeline.cc)");
   build();

@@ -32,8 +32,10 @@ class Transformer {
   // `tp`: this rank's tensor-parallel view (parameters are built as its local shards); `ep`:
   // its expert-parallel view (the routed experts are its E / ep).
   explicit Transformer(ModelConfig config, TensorParallel tp = {}, ExpertParallel ep = {});
-  // One pipeline stage's part of the model: only its modules and parameters exist.
-  Transformer(ModelConfig config, TensorParallel tp, ModelPart part);
+  // One pipeline stage's part of the model: only its modules and parameters exist (its MoE
+  // layers' experts this rank's E / ep of them, as torchtitan's parallelize_fn applies
+  // ExpertParallel to each model part).
+  Transformer(ModelConfig config, TensorParallel tp, ModelPart part, ExpertParallel ep = {});
   const ExpertParallel& expert_parallel() const { return ep_; }
   const TensorParallel& tensor_parallel() const { return tp_; }
   // Context parallelism (core/model/ring_attention.h): tokens are this cp rank's shard of each

@@ -198,19 +198,31 @@ void check_recorded_routing(const Scenario& s) {
                      src + " records " + std::to_string(rec->calls.size()) +
                          " ranks, but the job has " + std::to_string(s.world_size()),
                      "replay a run of this scenario's mesh");
-  if (s.pipeline.enabled())
-    throw InputError(P, "is given with a pp mesh dim",
-                     "remove the pp dim (pipeline stages do not record routing yet)");
   // A step calls each MoE layer once per micro-batch (NOTE [Recorded routing]), and again in the
-  // backward when activation checkpointing recomputes its block.
+  // backward when activation checkpointing recomputes its block. With a pp dim a rank calls only
+  // its stages' layers, once per pipeline microbatch (NOTE [MoE in pipeline stages] in
+  // core/train/pipeline_program.cc).
   const ActivationCheckpointing& ac = s.training.activation_checkpointing;
-  size_t per_step = 0;
-  for (int64_t i = 0; i < s.model.n_layers; ++i) {
-    if (!s.model.moe.is_moe_layer(i)) continue;
-    per_step +=
-        static_cast<size_t>(s.training.grad_accum_steps) * (recomputes_block(ac, i) ? 2 : 1);
-  }
+  auto calls_per_step = [&](size_t rank) {
+    std::vector<bool> mine(static_cast<size_t>(s.model.n_layers), !s.pipeline.enabled());
+    size_t micro = static_cast<size_t>(s.training.grad_accum_steps);
+    if (s.pipeline.enabled()) {  // pp is the leading mesh dim
+      const int pp_index = static_cast<int>(rank) / (s.world_size() / s.pipeline.degree);
+      for (int k : pipeline_rank_stages(s.pipeline.schedule_options(), pp_index)) {
+        const PipelineStageModules& st = s.pipeline.stages[static_cast<size_t>(k)];
+        for (int64_t i = st.first_layer; i < st.first_layer + st.num_layers; ++i)
+          mine[static_cast<size_t>(i)] = true;
+      }
+      micro = static_cast<size_t>(s.pipeline.microbatches);
+    }
+    size_t n = 0;
+    for (int64_t i = 0; i < s.model.n_layers; ++i)
+      if (mine[static_cast<size_t>(i)] && s.model.moe.is_moe_layer(i))
+        n += micro * (recomputes_block(ac, i) ? 2 : 1);
+    return n;
+  };
   for (size_t r = 0; r < rec->step_calls.size(); ++r) {
+    const size_t per_step = calls_per_step(r);
     const auto& steps = rec->step_calls[r];
     if (steps.size() < static_cast<size_t>(s.training.steps))
       throw InputError(P,
@@ -225,10 +237,10 @@ void check_recorded_routing(const Scenario& s) {
                              " has " + std::to_string(steps[k]) +
                              " MoE layer calls, where this scenario makes " +
                              std::to_string(per_step) +
-                             " per step (a call per MoE layer and micro-batch, two where "
-                             "activation checkpointing recomputes the block)",
-                         "replay a run with this scenario's grad_accum_steps and "
-                         "activation_checkpointing");
+                             " per step (a call per MoE layer of its stages and micro-batch, "
+                             "two where activation checkpointing recomputes the block)",
+                         "replay a run with this scenario's grad_accum_steps, pipeline_parallel "
+                         "and activation_checkpointing");
   }
 }
 

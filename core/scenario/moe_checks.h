@@ -24,7 +24,8 @@ void apply_moe_routing(const nlohmann::json& v, ModelConfig& model, TrainingOpti
                        const std::string& base_dir);
 
 // training.moe_routing {"recorded": ...} against the rest of the scenario: one record per rank,
-// no pp dim, and every recorded step holding the MoE layer calls a step of `s` makes, for at
+// and every recorded step holding the MoE layer calls a step of `s` makes on that rank (with a
+// pp dim, its stages' MoE layers over the microbatches), for at
 // least training.steps steps (InputError naming training.moe_routing.recorded). parse_scenario
 // runs it.
 void check_recorded_routing(const Scenario& s);

@@ -245,12 +245,12 @@ struct TensorParallelOptions {
 // The ep dim is carved out of fsdp.mesh's shard dim (NOTE [Expert-parallel mesh] in
 // core/mesh/expert_mesh.h); scenario_ep.cc checks what it needs.
 // NOTE [Receive buffers]: PyTorch sizes the dispatch all-to-all's output (and everything after
-// it) from the split sizes the router produced this step ("routed"): a real run does so from its
-// router, the simulator from the routing assumption or a run's record (NOTE [Recorded routing]
-// in core/model/moe_routing_record.h), which then predicts that run to the byte. "max" sizes
-// every rank's receive buffer for the most it can receive, ep x its tokens x min(top_k, experts
-// per rank) rows, the measured splits filling a prefix: the program is then the same whatever
-// the router does, so a prediction made before the run holds to the byte.
+// it) from the router's split sizes this step ("routed"): a real run from its router, the
+// simulator from the routing assumption or a run's record (NOTE [Recorded routing] in
+// core/model/moe_routing_record.h), which then predicts that run to the byte. "max" sizes every
+// rank's receive buffer for the most it can receive, ep x tokens x min(top_k, experts per rank)
+// rows, the splits filling a prefix: the same program whatever the router does (a prediction
+// holds to the byte) unless tokens drop: the combine returns the kept rows (compare replays).
 enum class ReceiveBuffers : uint8_t { kRouted, kMax };
 const char* receive_buffers_name(ReceiveBuffers b);
 

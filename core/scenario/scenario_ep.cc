@@ -13,7 +13,8 @@ static std::string str(int64_t v) { return std::to_string(v); }
 
 // NOTE [What expert parallelism needs]: ParallelDims requires ep to divide dp_shard * cp * tp
 // (the sparse region); fullshard has no cp and refuses tp with experts, so ep divides fsdp.mesh's
-// shard dim, and the experts split evenly (ExpertParallel's Shard(0) over ep). When the efsdp
+// shard dim (inside each pipeline stage with a pp dim, as torchtitan's sparse mesh
+// (pp, dp_replicate, efsdp, ep) keeps pp outermost), and the experts split evenly (ExpertParallel's Shard(0) over ep). When the efsdp
 // degree (shard / ep) exceeds the experts per rank, torchtitan's shard_placement_fn gives the
 // experts Shard(1), which FSDP2 supports only for an even split of dim 1 (expert_dim for w1 / w3,
 // dim for w2). The split sizes come from one routing assumption applied to every rank, so a
@@ -39,11 +40,6 @@ ExpertParallelOptions parse_expert_parallel(const nlohmann::json& j, const Scena
                        "write \"routed\" (sized by the routing assumption, as PyTorch sizes them) "
                        "or \"max\" (the most a rank can receive, as the real backends run)");
   }
-  if (with.expert_parallel.degree > 1 && s.pipeline.enabled())
-    throw InputError(P + ".degree",
-                     "is " + std::to_string(with.expert_parallel.degree) +
-                         " with a pp mesh dim, whose stages do not split experts yet",
-                     "use degree 1, or remove the pp dim");
   check_expert_parallel(with);
   return with.expert_parallel;
 }

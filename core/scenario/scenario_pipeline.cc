@@ -3,12 +3,13 @@
 //
 // NOTE [What pipeline parallelism composes with]: the simulator runs torchtitan's pipeline_llm
 // (pytorch/torchtitan@b5bcd76c6): an untied Llama split into stages by layer, FSDP2 and tp inside
-// each stage, all seven schedules (the zero-bubble ones' split I / W backward:
-// check_split_backward; their crossing sends and recvs run in PyTorch's lowered order, NOTE
-// [Lowered send and recv order] in core/pipeline/pipeline_lowering.h). Refused, each naming its
-// field: gradient accumulation, an uneven batch, the chunked loss, GPT-2 and tied embeddings
-// (torchtitan splits a Llama decoder; a tied weight would live on two stages), and checkpoint
-// saves.
+// each stage, MoE layers with expert parallelism carved out of each stage's data-parallel ranks
+// (NOTE [MoE in pipeline stages] in core/train/pipeline_program.cc), all seven schedules (the
+// zero-bubble ones' split I / W backward: check_split_backward; their crossing sends and recvs
+// run in PyTorch's lowered order, NOTE [Lowered send and recv order] in
+// core/pipeline/pipeline_lowering.h). Refused, each naming its field: gradient accumulation,
+// an uneven batch, the chunked loss, GPT-2 and tied embeddings (torchtitan splits a Llama
+// decoder; a tied weight would live on two stages), and checkpoint saves.
 #include <set>
 #include <string>
 #include <vector>
@@ -101,8 +102,9 @@ bool pipeline_splits_backward(PipelineScheduleKind k) {
 }
 
 // NOTE [Split backward] (core/model/autograd.h): the ops whose weight gradients I and W run
-// apart are the linear, the norms' weights and the embedding; the others compute theirs inside
-// one backward, so a zero-bubble schedule refuses what records them, naming the field.
+// apart are the linear, the norms' weights, the embedding and the experts' grouped GEMM; the
+// others compute theirs inside one backward, so a zero-bubble schedule refuses what records
+// them, naming the field.
 void check_split_backward(const Scenario& s, PipelineScheduleKind k) {
   const std::string what = std::string("with the ") + pipeline_schedule_name(k) +
                            " schedule, whose split input / weight backward";
@@ -111,9 +113,6 @@ void check_split_backward(const Scenario& s, PipelineScheduleKind k) {
   if (s.fsdp.mesh_size("tp") > 1)
     throw InputError("fsdp.mesh.dim_names",
                      "has a tp dim " + what + " the tensor-parallel linears do not split yet", fix);
-  if (s.model.moe.enabled())
-    throw InputError("model", "is a mixture of experts " + what + " the experts do not split yet",
-                     fix);
   if (s.model.lora.enabled())
     throw InputError("model.lora", "is set " + what + " the adapters do not split yet", fix);
   if (s.training.float8.enabled())

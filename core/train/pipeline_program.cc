@@ -43,6 +43,20 @@ std::vector<ProcessGroup> pipeline_p2p_groups(const Scenario& s, int rank) {
 
 PipelineProgram::~PipelineProgram() = default;
 
+// NOTE [MoE in pipeline stages]: torchtitan's pipeline_llm (torchtitan/distributed/
+// pipeline_parallel.py at pytorch/torchtitan@02ef790c) runs the model's parallelize_fn on each
+// model part (deepseek_v3's parallelize_deepseekv3 at @018740b7, qwen3's at @057fedda):
+// ExpertParallel on the part's MoE layers over the ep mesh, their experts fully_shard-ed over
+// efsdp, the rest over the dp mesh. Its sparse mesh (pp, dp_replicate, efsdp, ep) keeps pp
+// outermost, so a stage's experts split over the ep ranks of its own pp index and each
+// microbatch's forward dispatches that microbatch's tokens: the expert load, and with "routed"
+// receive buffers the memory, differ per microbatch. A rank keeps one RoutingTape for all its
+// stages. The schedule's actions are the same host program in a real run and in the simulator,
+// so a rank's k-th MoE call is the same (stage, microbatch, layer, forward or recompute) in
+// both, and ep peers share a pp index, hence the same stages in the same order: their k-th
+// calls are one call, whose histograms the replay of a dispatch reads (NOTE [Recorded routing]
+// in core/model/moe_routing_record.h). check_recorded_routing counts a rank's calls per step.
+
 PipelineProgram::PipelineProgram(Backend& b, const Scenario& s)
     : b_(b),
       s_(s),
@@ -58,6 +72,9 @@ PipelineProgram::PipelineProgram(Backend& b, const Scenario& s)
   lowered_ = !is_single_stage_schedule(o.kind);
   if (lowered_) lowered_actions_ = lower_pipeline_order(o, order)[static_cast<size_t>(pp_rank_)];
   const int n = o.num_stages();
+  // NOTE [MoE in pipeline stages] (above).
+  const ExpertParallel ep = expert_parallel_for(s, b.rank());
+  routing_ = ep.routing;
   for (int k : pipeline_rank_stages(o, pp_rank_)) {
     auto st = std::make_unique<Stage>();
     st->index = k;
@@ -65,7 +82,7 @@ PipelineProgram::PipelineProgram(Backend& b, const Scenario& s)
     st->last = k == n - 1;
     const PipelineStageModules& m = s.pipeline.stages[static_cast<size_t>(k)];
     ModelPart part{m.embeddings, m.first_layer, m.num_layers, m.output};
-    st->model = std::make_unique<Transformer>(s.model, tensor_parallel_for(s, b.rank()), part);
+    st->model = std::make_unique<Transformer>(s.model, tensor_parallel_for(s, b.rank()), part, ep);
     st->model->set_context_parallel(context_parallel_for(s, b.rank()));
     set_init_seed(st->model->root(), s.training.seed);
     st->fsdp = std::make_unique<FSDPRuntime>(b, mesh_info_for(s, b.rank()));

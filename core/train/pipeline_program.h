@@ -47,6 +47,10 @@ class PipelineProgram {
   // each stage after its last backward, clipping over every stage (and the pp group), AdamW.
   // Returns the mean loss of the last stage's microbatches (NaN elsewhere and in the simulator).
   double run_step(int step);
+  // The rank's MoE routing, recorded (a backend with data) or replayed (the simulator) across
+  // its stages in call order (NOTE [MoE in pipeline stages] in pipeline_program.cc); null for a
+  // dense model.
+  RoutingTape* routing() const { return routing_.get(); }
 
  private:
   struct InFlight {  // PipelineStage.fwd_cache[microbatch]
@@ -97,6 +101,7 @@ class PipelineProgram {
   PipelineSends sends_;
   std::vector<Tensor> tokens_, labels_;  // this step's microbatches
   bool initialized_ = false;
+  std::shared_ptr<RoutingTape> routing_;
 
   int rank_of_stage(int stage) const;
   TensorMeta activation_meta() const;  // a stage boundary's tensor, [mbs, S / tp, D]

@@ -149,6 +149,11 @@ ParameterCounts count_parameters(const Scenario& s) {
 
 TrainingProgram::~TrainingProgram() = default;
 
+RoutingTape* TrainingProgram::routing() {
+  if (pipeline_) return pipeline_->routing();
+  return model_->expert_parallel().routing.get();
+}
+
 TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
   if (s.model.moe.enabled()) b.track_moe_memory();  // NOTE [MoE memory at the peak]
   b.set_blas_workspace_bytes(s.hardware.device.blas_workspace_bytes);  // NOTE [cuBLAS workspaces]

@@ -77,6 +77,9 @@ class TrainingProgram {
   void set_before_optimizer(std::function<void(int step)> f) { before_optimizer_ = std::move(f); }
 
   Transformer& model() { return *model_; }
+  // This rank's MoE routing tape (NOTE [Recorded routing] in core/model/moe_routing_record.h),
+  // its pipeline stages' with a pp dim; null for a dense model.
+  RoutingTape* routing();
   FSDPRuntime& fsdp() { return *fsdp_; }
   AdamW& optimizer() { return *optim_; }
   // Parameters with requires_grad=False (training.frozen, model.lora's base), in module order:

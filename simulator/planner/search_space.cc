@@ -264,7 +264,6 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o) {
                             if (f8 != Float8Choice::kOff &&
                                 (tp > 1 || pp > 1 || ac.mode == RecomputeMode::kSelectiveOp))
                               continue;
-                            if (pp > 1 && ep > 1) continue;  // stages do not split experts yet
                             if (cp > 1 && ep > 1) continue;  // check_context_parallel refuses MoE
                             // NOTE [Pipeline sub-space]: pp candidates are simulated without
                             // pruning (NOTE [Pipeline candidates are not bounded] in planner.cc),

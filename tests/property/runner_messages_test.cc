@@ -300,6 +300,31 @@ TEST(RunnerMessages, OnlyTheRanksWithALossCount) {
   EXPECT_EQ(diverged->nonfinite_rank, 2);
 }
 
+// NOTE [Recorded routing] with pp (NOTE [MoE in pipeline stages]): every rank's routing reaches
+// the --metrics line, the ranks without a loss as {rank, tokens_per_expert}, and a rank whose
+// stages made no MoE call as an empty list, so a replay finds every rank of the job.
+TEST(RunnerMessages, APipelinesRanksWithoutALossKeepTheirRouting) {
+  StepAggregator agg(4, nullptr, {false, false, true, true}, /*routing=*/true);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (int r = 0; r < 4; ++r) {
+    StepMetrics m = rank_step(0, r < 2 ? nan : 3.0, 1.0, 100, 5);
+    if (r != 1) m.tokens_per_expert = {{r, 4 - r}};  // rank 1: no MoE layer in its stages
+    auto done = agg.add(r, std::move(m));
+    if (r < 3) continue;
+    ASSERT_TRUE(done);
+    EXPECT_EQ(done->rank_routing.size(), 4u);
+    const nlohmann::json line = metrics_line_json(*done);
+    ASSERT_EQ(line["ranks"].size(), 4u);
+    std::map<int, nlohmann::json> by_rank;
+    for (const auto& e : line["ranks"]) by_rank[e["rank"].get<int>()] = e;
+    EXPECT_FALSE(by_rank[0].contains("loss"));
+    EXPECT_EQ(by_rank[0]["tokens_per_expert"], nlohmann::json::parse("[[0, 4]]"));
+    EXPECT_TRUE(by_rank[1]["tokens_per_expert"].empty());
+    EXPECT_EQ(by_rank[3]["loss"], 3.0);
+    EXPECT_EQ(by_rank[3]["tokens_per_expert"], nlohmann::json::parse("[[3, 1]]"));
+  }
+}
+
 TEST(RunnerMessages, RankZerosTableGetsTheSimulatorsTimesOfItsStep) {
   std::vector<PredictedKeyTimes> predicted = {{{key_id("a", "matmul"), 1.0}},
                                               {{key_id("a", "matmul"), 2.0}}};

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/model/autograd.h"
+#include "core/model/moe_ops.h"
 #include "core/model/ops.h"
 #include "simulator/sim_backend.h"
 
@@ -114,4 +115,58 @@ TEST(SplitBackward, InputThenWeightHoldWhatPyTorchHolds) {
   const uint64_t norm_grad = 512;  // fp32 [64] in a 512-byte block
   EXPECT_EQ(full.after, full.before - kAct - kStat - kOutAct + kAct + norm_grad +
                             static_cast<uint64_t>(kOut * kDim * 4));
+}
+
+// The experts' grouped GEMM splits as torchtitan's _grouped_mm override does: I launches only its
+// input gradient and keeps the weight part (with the output gradient, the input and the
+// offsets); W launches only the weight gradient; afterwards the rank holds what a full backward
+// leaves.
+TEST(SplitBackward, GroupedGemmDefersItsWeightGradient) {
+  constexpr int64_t kExperts = 4, kIn = 64, kN = 32, kP = 16;
+  auto run_grouped = [&](bool split) {
+    sim::GroupRegistry groups;
+    sim::SimBackend b(0, 1, AllocatorOptions{}, groups);
+    Module root;
+    root.add_param("experts.w1", {kExperts, kN, kIn});
+    Param& w = root.params[0];
+    Binding bw(Tensor::empty(b, {DType::kFloat32, {kExperts, kN, kIn}},
+                             MemCategory::kUnshardedParam, StreamRole::kDefault, "w1"));
+    w.binding = &bw;
+    Tensor offsets = Tensor::empty(b, {DType::kInt64, {kExperts}}, MemCategory::kActivation,
+                                   StreamRole::kDefault, "offsets");
+    Graph g;
+    ExecContext c(b, &g, nullptr);
+    Value x{Tensor::empty(b, {DType::kFloat32, {kP, kIn}}, MemCategory::kActivation,
+                          StreamRole::kDefault, "x"),
+            c.new_id()};
+    const uint64_t root_id = ops::moe::grouped_mm(c, x, w, offsets, kP, "experts.w1").id;
+    Tensor seed = Tensor::empty(b, {DType::kFloat32, {kP, kN}}, MemCategory::kTemporary,
+                                StreamRole::kDefault, "seed");
+    Backward r;
+    r.before = b.memory().current().allocated_bytes;
+    size_t mark = b.program().instrs.size();
+    Tensor gx;
+    if (split) {
+      gx = g.backward_input(b, root_id, std::move(seed), x.id);
+      r.input_ops = kernels_since(b, mark);
+      EXPECT_EQ(g.deferred_weight_grads(), 1u);
+      EXPECT_FALSE(bw.has_unsharded_grad());
+      mark = b.program().instrs.size();
+      g.backward_weight(b, {&w});
+      r.weight_ops = kernels_since(b, mark);
+    } else {
+      gx = g.backward(b, root_id, std::move(seed), x.id);
+      r.input_ops = kernels_since(b, mark);
+    }
+    EXPECT_EQ(g.size(), 0u);
+    EXPECT_TRUE(bw.has_unsharded_grad());
+    r.after = b.memory().current().allocated_bytes;
+    return r;
+  };
+  const Backward full = run_grouped(false), split = run_grouped(true);
+  EXPECT_EQ(full.input_ops, (std::vector<OpKind>{OpKind::kGroupedMMBackwardInput,
+                                                 OpKind::kGroupedMMBackwardWeight}));
+  EXPECT_EQ(split.input_ops, (std::vector<OpKind>{OpKind::kGroupedMMBackwardInput}));
+  EXPECT_EQ(split.weight_ops, (std::vector<OpKind>{OpKind::kGroupedMMBackwardWeight}));
+  EXPECT_EQ(split.after, full.after);
 }

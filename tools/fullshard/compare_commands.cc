@@ -61,8 +61,11 @@ int cmd_compare(const CompareFlags& f) {
     return real.exit_code;
   }
   // With "routed" receive buffers (NOTE [Recorded routing]) the run sized its all-to-all outputs
-  // from its router's split sizes; the prediction replays that routing, rank by rank.
-  if (s.expert_parallel.degree > 1 && s.expert_parallel.receive_buffers == ReceiveBuffers::kRouted) {
+  // from its router's split sizes, and with token dropping its combine from the kept rows (NOTE
+  // [Receive buffers]); the prediction replays that routing, rank by rank.
+  if (s.expert_parallel.degree > 1 &&
+      (s.expert_parallel.receive_buffers == ReceiveBuffers::kRouted ||
+       s.model.moe.drops_tokens())) {
     auto rec = std::make_shared<RecordedRouting>(real.routing);
     rec->source = "the run just made";
     FULLSHARD_CHECK(rec->calls.size() == static_cast<size_t>(s.world_size()),
