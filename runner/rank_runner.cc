@@ -59,9 +59,9 @@ std::vector<float> first_logits(Backend& b, TrainingProgram& prog, const Scenari
   const auto& t = s.training;
   TensorMeta ids{DType::kInt64, {t.batch_for(b.rank()), t.seq_len}};
   Tensor tokens =
-      Tensor::empty(b, ids, MemCategory::kActivation, StreamRole::kDefault, "logits tokens");
+      empty_tensor(b, ids, MemCategory::kActivation, StreamRole::kDefault, "logits tokens");
   Tensor labels =
-      Tensor::empty(b, ids, MemCategory::kActivation, StreamRole::kDefault, "logits labels");
+      empty_tensor(b, ids, MemCategory::kActivation, StreamRole::kDefault, "logits labels");
   OpCall load;
   load.kind = OpKind::kLoadBatch;
   load.name = "load logits batch";

@@ -70,7 +70,7 @@ void CheckpointPlayer::save() {
     op.bytes = 2.0 * static_cast<double>(t.nbytes());  // read on the device, written on the host
     if (mode_ == CheckpointSaveMode::kAsync) {
       const Buffer hb = b_.allocate_host(t.nbytes(), category, "checkpoint staging " + name);
-      staging_.emplace_back(std::make_shared<Storage>(b_, hb), t.meta());
+      staging_.push_back(adopt_buffer(b_, hb, t.meta()));
       op.outputs = {staging_.back().ref()};
     }
     b_.launch_pageable_copy(kCopy, op);

@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/model/tensor.h"
+#include "core/runtime/backend_storage.h"
 #include "core/scenario/scenario.h"
 #include "core/train/training_program.h"
 #include "simulator/sim_backend.h"

@@ -39,15 +39,13 @@ backends::HostFillContext CpuDevice::host_fill_context() const {
   return {&batches_, host_.rank(), host_.world_size()};
 }
 
-void CpuDevice::copy_to_host(const TensorRef& ref, void* dst) {
-  synchronize_device();
-  const uint8_t* p = resolve(ref);
-  if (ref.nbytes() > 0) std::memcpy(dst, p, ref.nbytes());
-}
-
-void CpuDevice::copy_from_host(const TensorRef& ref, const void* src) {
-  synchronize_device();
-  if (ref.nbytes() > 0) std::memcpy(resolve(ref), src, ref.nbytes());
+void CpuDevice::copy_idle(const TensorRef& ref, void* host, bool to_host) {
+  uint8_t* p = resolve(ref);
+  if (ref.nbytes() == 0) return;
+  if (to_host)
+    std::memcpy(host, p, ref.nbytes());
+  else
+    std::memcpy(p, host, ref.nbytes());
 }
 
 void CpuDevice::run_timed(StreamRole r, uint64_t seq, bool starts, const std::function<void()>& fn,

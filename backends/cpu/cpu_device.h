@@ -38,8 +38,7 @@ class CpuDevice : public Device {
   void on_free(const Buffer& buffer) override;
   // Waits for every stream to finish what was queued; rethrows a stream's error.
   void synchronize_device() override;
-  void copy_to_host(const TensorRef& ref, void* dst) override;
-  void copy_from_host(const TensorRef& ref, const void* src) override;
+  void copy_idle(const TensorRef& ref, void* host, bool to_host) override;
 
   // ---- for the communicator (cpu_communicator.h) and the backend ----
   StreamWorker& stream(StreamRole r) { return *streams_[static_cast<size_t>(r)]; }

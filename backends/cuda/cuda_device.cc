@@ -387,22 +387,16 @@ void CudaDevice::synchronize_device() {
   pinned_->reclaim(false);
 }
 
-void CudaDevice::copy_to_host(const TensorRef& ref, void* dst) {
-  synchronize_device();
+// Reading a tensor back, or loading a checkpoint or weights (runner/checkpoint.cc,
+// runner/init_weights.cc): Device::copy_to_host / copy_from_host made every stream idle first.
+void CudaDevice::copy_idle(const TensorRef& ref, void* host, bool to_host) {
   const backends::Address p = resolve(ref);
-  if (ref.nbytes() > 0)
-    check(cudaMemcpy(dst, p.ptr, ref.nbytes(), cudaMemcpyDefault), "cudaMemcpy",
-          "copy_to_host of buffer " + std::to_string(ref.buffer_id));
-}
-
-// Loading a checkpoint or weights (runner/checkpoint.cc, runner/init_weights.cc): the host's
-// bytes into the tensor once every stream is idle, as copy_to_host reads them.
-void CudaDevice::copy_from_host(const TensorRef& ref, const void* src) {
-  synchronize_device();
-  const backends::Address p = resolve(ref);
-  if (ref.nbytes() > 0)
-    check(cudaMemcpy(p.ptr, src, ref.nbytes(), cudaMemcpyDefault), "cudaMemcpy",
-          "copy_from_host of buffer " + std::to_string(ref.buffer_id));
+  if (ref.nbytes() == 0) return;
+  check(to_host ? cudaMemcpy(host, p.ptr, ref.nbytes(), cudaMemcpyDefault)
+                : cudaMemcpy(p.ptr, host, ref.nbytes(), cudaMemcpyDefault),
+        "cudaMemcpy",
+        std::string(to_host ? "copy_to_host" : "copy_from_host") + " of buffer " +
+            std::to_string(ref.buffer_id));
 }
 
 // ---- scalars ----

@@ -52,8 +52,7 @@ class CudaDevice : public Device {
   void on_allocate(const Buffer& buffer, StreamRole stream, std::string_view what) override;
   void on_free(const Buffer& buffer) override;
   void synchronize_device() override;
-  void copy_to_host(const TensorRef& ref, void* dst) override;
-  void copy_from_host(const TensorRef& ref, const void* src) override;
+  void copy_idle(const TensorRef& ref, void* host, bool to_host) override;
   // Attention calls of the cuDNN kinds by path (cudnn_sdpa::path_counts, process-wide).
   std::vector<std::pair<std::string, int64_t>> path_counts() const override;
 

@@ -88,7 +88,7 @@ AllGatherResult foreach_all_gather(Backend& b, const std::vector<FSDPParam*>& pa
         total += p->padded_sharded_numel();
     Tensor flat;
     if (foreach_copy && total > 0)
-      flat = Tensor::empty(b, {cast_dtype, {total}}, MemCategory::kAllGather, streams.copy_in,
+      flat = empty_tensor(b, {cast_dtype, {total}}, MemCategory::kAllGather, streams.copy_in,
                            name + " all_gather_input (foreach_copy)");
     std::vector<TensorRef> srcs, dsts;
     uint64_t off = 0;
@@ -118,7 +118,7 @@ AllGatherResult foreach_all_gather(Backend& b, const std::vector<FSDPParam*>& pa
     for (FSDPParam* p : params)
       if (uses_foreach_copy(p))
         total += post_forward ? p->post_forward_shard().numel() : p->padded_sharded_numel();
-    Tensor flat = Tensor::empty(b, {r.dtype, {total}}, MemCategory::kAllGather, streams.copy_in,
+    Tensor flat = empty_tensor(b, {r.dtype, {total}}, MemCategory::kAllGather, streams.copy_in,
                                 name + " all_gather_input (foreach_copy)");
     std::vector<TensorRef> srcs, dsts;
     uint64_t off = 0;
@@ -147,7 +147,7 @@ AllGatherResult foreach_all_gather(Backend& b, const std::vector<FSDPParam*>& pa
     // all_gather_inputs: .to(device, non_blocking) then .to(param_dtype) per parameter.
     for (FSDPParam* p : params) {
       const Tensor& host = p->sharded_data();
-      Tensor dev = Tensor::empty(b, host.meta(), MemCategory::kAllGather, streams.copy_in,
+      Tensor dev = empty_tensor(b, host.meta(), MemCategory::kAllGather, streams.copy_in,
                                  p->param().fqn + " (H2D)");
       ops::copy_into(b, streams.copy_in, dev, host, p->param().fqn + " H2D");
       if (p->param_dtype() != p->orig_dtype()) {
@@ -168,7 +168,7 @@ AllGatherResult foreach_all_gather(Backend& b, const std::vector<FSDPParam*>& pa
   }
   // all_gather_copy_in: the output is allocated on the copy-in stream; the input is its
   // rank slice, so the all-gather runs in place.
-  r.output = Tensor::empty(b, {r.dtype, {row * world}}, MemCategory::kAllGather, streams.copy_in,
+  r.output = empty_tensor(b, {r.dtype, {row * world}}, MemCategory::kAllGather, streams.copy_in,
                            name + " all_gather_output");
   Tensor slice =
       r.output.view({r.dtype, {row}}, static_cast<uint64_t>(row) * my * dtype_size(r.dtype));
@@ -210,7 +210,7 @@ void foreach_all_gather_copy_out(Backend& b, const AllGatherResult& r,
     if (p->shard_dim() != 0) {
       FULLSHARD_CHECK(r.dtype != DType::kUInt8,
                       p->param().fqn + ": a byte (float8) all-gather of a Shard(i > 0) parameter");
-      temps[i] = Tensor::empty(
+      temps[i] = empty_tensor(
           b, p->unsharded_storage().meta(), MemCategory::kAllGather, kCurrent,
           p->param().fqn + " all_gather_output (Shard(" + std::to_string(p->shard_dim()) + "))");
       outs.push_back(temps[i].ref());
@@ -257,7 +257,7 @@ ReduceResult foreach_reduce(Backend& b, const std::vector<FSDPParam*>& params,
     Shape chunked = grads[i].shape();  // W chunks of dim d stacked on dim 0, as _chunk_cat sees it
     chunked[0] *= world;
     chunked[static_cast<size_t>(d)] /= world;
-    Tensor g = Tensor::empty(
+    Tensor g = empty_tensor(
         b, TensorMeta{grads[i].dtype(), chunked}, MemCategory::kUnshardedGrad, kCurrent,
         params[i]->param().fqn + " grad chunk-cat (Shard(" + std::to_string(d) + "))");
     transpose_blocks(b, kCurrent, grads[i], g, leading(params[i]->shape(), d), world,
@@ -266,7 +266,7 @@ ReduceResult foreach_reduce(Backend& b, const std::vector<FSDPParam*>& params,
   }
 
   // ---- current stream: copy-in (with the widening cast) ----
-  Tensor rs_input = Tensor::empty(b, {rd, {row * world}}, MemCategory::kReduceScatter, kCurrent,
+  Tensor rs_input = empty_tensor(b, {rd, {row * world}}, MemCategory::kReduceScatter, kCurrent,
                                   name + " reduce_scatter_input");
   std::vector<TensorRef> srcs;
   for (const Tensor& g : grads) srcs.push_back(g.ref());
@@ -276,7 +276,7 @@ ReduceResult foreach_reduce(Backend& b, const std::vector<FSDPParam*>& params,
   if (dtype_size(grad_dtype) > dtype_size(rd)) {
     // Narrowing (e.g. fp32 grads, bf16 reduce): chunk_cat into a buffer of the grad dtype,
     // then copy (cast) it into the reduce-scatter input (newer foreach_reduce).
-    Tensor grad_buffer = Tensor::empty(b, {grad_dtype, {row * world}}, MemCategory::kReduceScatter,
+    Tensor grad_buffer = empty_tensor(b, {grad_dtype, {row * world}}, MemCategory::kReduceScatter,
                                        kCurrent, name + " reduce_scatter grad_buffer");
     OpCall cc = kernel(OpKind::kChunkCat, name + " chunk_cat", srcs, {grad_buffer.ref()});
     cat.encode(cc);
@@ -293,7 +293,7 @@ ReduceResult foreach_reduce(Backend& b, const std::vector<FSDPParam*>& params,
   const StreamRole rs = StreamRole::kReduceScatter;
   b.wait_stream(rs, kCurrent);
   const bool cast_after = rd != params[0]->orig_dtype();
-  Tensor out = Tensor::empty(b, {rd, {row}},
+  Tensor out = empty_tensor(b, {rd, {row}},
                              cast_after ? MemCategory::kReduceScatter : MemCategory::kShardedGrad,
                              rs, name + " reduce_scatter_output");
   if (o.factors.pre != 1.0)
@@ -304,7 +304,7 @@ ReduceResult foreach_reduce(Backend& b, const std::vector<FSDPParam*>& params,
     // factor is set. FSDP2 divides so even where the post-divide below divides by the factor
     // again (set_force_sum_reduction_for_comms or an fp16 reduce with a factor set).
     if (o.gradient_divide_factor) {
-      Tensor q = Tensor::empty(b, rs_input.meta(), MemCategory::kReduceScatter, rs,
+      Tensor q = empty_tensor(b, rs_input.meta(), MemCategory::kReduceScatter, rs,
                                name + " reduce_scatter_input / factor");
       OpCall div = kernel(OpKind::kScale, name + " divide (world size 1)", {rs_input.ref()},
                           {q.ref()});
@@ -375,7 +375,7 @@ ReduceResult foreach_reduce(Backend& b, const std::vector<FSDPParam*>& params,
     // the add launched on the post-reduce stream (docs/fsdp2-correspondence.md).
     if (p->offload()) {
       Buffer hb = b.allocate_host(view.nbytes(), MemCategory::kShardedGrad, gname + " (D2H)");
-      Tensor host(std::make_shared<Storage>(b, hb), view.meta());
+      Tensor host = adopt_buffer(b, hb, view.meta());
       ops::copy_into(b, post, host, view, gname + " D2H");
       if (!p->pin_memory())
         b.synchronize(b.record_event(post));

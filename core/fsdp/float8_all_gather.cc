@@ -48,7 +48,7 @@ void precompute_float8_dynamic_scale_for_fsdp(Backend& b, const std::vector<FSDP
   // torch._foreach_norm(weights, ord=inf) then torch.stack: written here straight into the
   // stacked [n] (one amax kernel per weight).
   Tensor amax =
-      Tensor::empty(b, {DType::kFloat32, {n}}, MemCategory::kTemporary, s, name + " amax");
+      empty_tensor(b, {DType::kFloat32, {n}}, MemCategory::kTemporary, s, name + " amax");
   for (int64_t i = 0; i < n; ++i) {
     const Tensor& x = f8[i]->sharded_data();
     Float8CastArgs a{0, -1, 1, x.numel(), 0};
@@ -73,7 +73,7 @@ void precompute_float8_dynamic_scale_for_fsdp(Backend& b, const std::vector<FSDP
   b.collective(s, call, group);
   // .to(float64), finfo.max / amax, .to(float32): three small kernels into the scales.
   Tensor scale =
-      Tensor::empty(b, {DType::kFloat32, {n}}, MemCategory::kTemporary, s, name + " scale");
+      empty_tensor(b, {DType::kFloat32, {n}}, MemCategory::kTemporary, s, name + " scale");
   for (int64_t k = 1; k <= 3; ++k) {
     Float8CastArgs a{1, -1, n, 1, k};
     OpCall op;

@@ -54,9 +54,9 @@ FSDPParam::FSDPParam(Backend& b, Param& param, int shard_world, int shard_rank, 
   const std::string what = param.fqn + " (sharded)";
   if (offload) {
     Buffer buf = b.allocate_host(meta.nbytes(), MemCategory::kShardedParam, what);
-    sharded_data_ = Tensor(std::make_shared<Storage>(b, buf), meta);
+    sharded_data_ = adopt_buffer(b, buf, meta);
   } else {
-    sharded_data_ = Tensor::empty(b, meta, MemCategory::kShardedParam, StreamRole::kDefault, what);
+    sharded_data_ = empty_tensor(b, meta, MemCategory::kShardedParam, StreamRole::kDefault, what);
   }
   // The model's init_weights() on the sharded parameter (torchtitan: to_empty + init after
   // fully_shard): this rank's rows of the full tensor, zero padding. A Shard(1) shard is each
@@ -108,11 +108,11 @@ void FSDPParam::init_nf4(Backend& b) {
                       whole.n_scaler_blocks() % w == 0,
                   p.fqn + ": an NF4 weight that does not split evenly (refused by check_nf4)");
   const StreamRole s = StreamRole::kDefault;
-  Tensor full = Tensor::empty(b, {DType::kBFloat16, {whole.numel}}, MemCategory::kTemporary, s,
+  Tensor full = empty_tensor(b, {DType::kBFloat16, {whole.numel}}, MemCategory::kTemporary, s,
                               p.fqn + " (full bf16, for to_nf4)");
   ops::init_param(b, s, full, p, 0, p.shape[0]);
   auto part = [&](DType d, uint64_t bytes, const char* what) {
-    return Tensor::empty(b, {d, {static_cast<int64_t>(bytes / dtype_size(d))}},
+    return empty_tensor(b, {d, {static_cast<int64_t>(bytes / dtype_size(d))}},
                          MemCategory::kShardedParam, s, p.fqn + " (sharded " + what + ")");
   };
   const uint64_t uw = static_cast<uint64_t>(w);
@@ -158,14 +158,14 @@ void FSDPParam::alloc_unsharded(Backend& b) {
     const char* what[3] = {"quantized_scalers", "quantization_factor", "quantized_data"};
     for (size_t i = 0; i < 3; ++i) {
       const Tensor& sh = nf4_sharded_[i];
-      nf4_unsharded_.push_back(Tensor::empty(b, TensorMeta{sh.dtype(), {sh.numel() * world_}},
+      nf4_unsharded_.push_back(empty_tensor(b, TensorMeta{sh.dtype(), {sh.numel() * world_}},
                                              MemCategory::kUnshardedParam, StreamRole::kDefault,
                                              param_->fqn + " (unsharded nf4 " + what[i] + ")"));
     }
     unsharded_storage_ = nf4_unsharded_[2];
     return;
   }
-  unsharded_storage_ = Tensor::empty(b, TensorMeta{all_gather_dtype(), {unsharded_storage_numel()}},
+  unsharded_storage_ = empty_tensor(b, TensorMeta{all_gather_dtype(), {unsharded_storage_numel()}},
                                      MemCategory::kUnshardedParam, StreamRole::kDefault,
                                      param_->fqn + " (unsharded)");
 }

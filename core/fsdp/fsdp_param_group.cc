@@ -163,7 +163,7 @@ void FSDPParamGroup::copy_in_place() {
     }
     Tensor in = p->sharded_data();
     if (p->offload()) {  // .to(device, non_blocking=True)
-      Tensor dev = Tensor::empty(b_, in.meta(), MemCategory::kAllGather, kCurrent, fqn + " (H2D)");
+      Tensor dev = empty_tensor(b_, in.meta(), MemCategory::kAllGather, kCurrent, fqn + " (H2D)");
       ops::copy_into(b_, kCurrent, dev, in, fqn + " H2D");
       in = std::move(dev);
     }
@@ -215,7 +215,7 @@ void FSDPParamGroup::to_sharded_post_forward() {
     const int64_t numel = full.numel() / n;
     Tensor src = full.view({full.dtype(), {numel}},
                            static_cast<uint64_t>(numel) * idx * dtype_size(full.dtype()));
-    p->post_forward_shard() = Tensor::empty(b_, src.meta(), MemCategory::kUnshardedParam, kCurrent,
+    p->post_forward_shard() = empty_tensor(b_, src.meta(), MemCategory::kUnshardedParam, kCurrent,
                                             p->param().fqn + " (post-forward shard)");
     ops::copy_into(b_, kCurrent, p->post_forward_shard(), src,
                    p->param().fqn + " post-forward clone");

@@ -124,7 +124,7 @@ Value FSDPRuntime::cast_value(ExecContext& c, Value x, DType to, const std::stri
     TensorMeta meta = x.t.meta();
     c.record(Node{name, {x.id}, {out.id}, [&b, meta, name](std::vector<Tensor>& g) {
                     Tensor gx =
-                        Tensor::empty(b, meta, MemCategory::kTemporary, kCurrent, name + " grad");
+                        empty_tensor(b, meta, MemCategory::kTemporary, kCurrent, name + " grad");
                     ops::copy_into(b, kCurrent, gx, g[0], name + " backward");
                     return std::vector<Tensor>{gx};
                   }});

@@ -13,7 +13,7 @@ IgnoredParam::IgnoredParam(Backend& b, Param& param, Tensor* full) : param_(&par
                     param.fqn + ": the full tensor on the device is not the parameter's");
     data_ = std::move(*full);
   } else {  // to_empty + init_weights on the plain tensor: every row, no padding
-    data_ = Tensor::empty(b, meta, MemCategory::kUnshardedParam, StreamRole::kDefault,
+    data_ = empty_tensor(b, meta, MemCategory::kUnshardedParam, StreamRole::kDefault,
                           param.fqn + " (ignored by FSDP)");
     ops::init_param(b, StreamRole::kDefault, data_, param, 0,
                     param.shape.empty() ? 1 : param.shape[0]);

@@ -32,7 +32,7 @@ namespace {
 Tensor restride(Backend& b, const Tensor& x, const std::string& name) {
   const Shape& s = x.shape();
   if (s[0] == 1) return x;
-  Tensor r = Tensor::empty(b, {x.dtype(), {s[1], s[0], s[2]}}, MemCategory::kTemporary, kCompute,
+  Tensor r = empty_tensor(b, {x.dtype(), {s[1], s[0], s[2]}}, MemCategory::kTemporary, kCompute,
                            name + " restride");
   b.launch(kCompute, make_op(OpKind::kTransposeBlocks, name + " restride", {x.ref()}, {r.ref()}, 0,
                              TransposeBlocksArgs{s[0], s[1], s[2]}));
@@ -97,7 +97,7 @@ Value linear_reduce_scatter(ExecContext& c, Value x, const Param& weight, const 
   const int64_t B = s[0], S = s[1], M = B * S;
   Tensor a = restride(b, x.t, name);
   Tensor partials =
-      Tensor::empty(b, {w.dtype(), {M, N}}, MemCategory::kTemporary, kCompute, name + " partials");
+      empty_tensor(b, {w.dtype(), {M, N}}, MemCategory::kTemporary, kCompute, name + " partials");
   Tensor y = c.empty({w.dtype(), {B, S / T, N}}, MemCategory::kActivation, name);
   c.launch(make_op(OpKind::kMatmulReduceScatter, name + " fused_matmul_reduce_scatter",
                    {a.ref(), w.ref()}, {partials.ref(), y.ref()}, 2.0 * M * K * N,
@@ -116,7 +116,7 @@ Value linear_reduce_scatter(ExecContext& c, Value x, const Param& weight, const 
           const int64_t T = tp.degree, M = B * S;
           Tensor w = pw->binding->unsharded();
           Tensor shard = restride(b, g[0], name + " backward");
-          Tensor gathered = Tensor::empty(b, {g[0].dtype(), {B, S, N}}, MemCategory::kTemporary,
+          Tensor gathered = empty_tensor(b, {g[0].dtype(), {B, S, N}}, MemCategory::kTemporary,
                                           kCompute, name + " backward all_gather");
           Tensor gx = detail::grad_like(b, xs, name + " grad_input");
           b.launch(kCompute,

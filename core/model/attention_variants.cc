@@ -64,7 +64,7 @@ Value attention_sdpa(ExecContext& c, Value q, Value k, Value v, const AttentionS
                         {o.ref(), lse.ref()}, causal_flops(s), args);
     Tensor accum;
     if (backend == AttentionImpl::kEfficient && s.head_dim > 128) {
-      accum = Tensor::empty(b, {DType::kFloat32, o.shape()}, MemCategory::kTemporary, kCompute,
+      accum = empty_tensor(b, {DType::kFloat32, o.shape()}, MemCategory::kTemporary, kCompute,
                             name + " output_accum");
       op.outputs.push_back(accum.ref());  // scratch: op.bytes keeps counting O and lse alone
     }
@@ -89,10 +89,10 @@ Value attention_sdpa(ExecContext& c, Value q, Value k, Value v, const AttentionS
                               {dq.ref(), dk.ref(), dv.ref()}, 2.5 * causal_flops(s), args);
           Tensor delta, workspace;
           if (backend == AttentionImpl::kEfficient) {
-            delta = Tensor::empty(b, {DType::kFloat32, {s.batch, s.heads, s.seq}},
+            delta = empty_tensor(b, {DType::kFloat32, {s.batch, s.heads, s.seq}},
                                   MemCategory::kTemporary, kCompute, name + " delta");
             workspace =
-                Tensor::empty(b,
+                empty_tensor(b,
                               {DType::kFloat32,
                                {s.batch, s.heads, round_up(s.seq, 128), round_up(s.head_dim, 128)}},
                               MemCategory::kTemporary, kCompute, name + " workspace");
@@ -101,7 +101,7 @@ Value attention_sdpa(ExecContext& c, Value q, Value k, Value v, const AttentionS
           } else {  // NOTE [cuDNN SDPA workspace]: the frontend's tensors and the plan's, one block
             const int64_t bytes =
                 cudnn_sdpa_workspace(true, s.batch, s.seq, s.heads, s.head_dim).total();
-            workspace = Tensor::empty(b, {DType::kFloat32, {bytes / 4}}, MemCategory::kTemporary,
+            workspace = empty_tensor(b, {DType::kFloat32, {bytes / 4}}, MemCategory::kTemporary,
                                       kCompute, name + " workspace");
             op.outputs.push_back(workspace.ref());
           }

@@ -130,7 +130,7 @@ class ExecContext {
                     const std::function<Value(ExecContext&, Value)>& fn);
 
   Tensor empty(TensorMeta meta, MemCategory cat, std::string_view what) const {
-    return Tensor::empty(*backend_, std::move(meta), cat, StreamRole::kDefault, what);
+    return empty_tensor(*backend_, std::move(meta), cat, StreamRole::kDefault, what);
   }
   void launch(const OpCall& op) const { backend_->launch(StreamRole::kDefault, op); }
 

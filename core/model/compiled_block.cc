@@ -27,7 +27,7 @@ namespace {
 Tensor norm_backward(Backend& b, const Param& w, const Tensor& g_y, const Tensor& x,
                      const Tensor* a, const Tensor& rstd, const Tensor& g_res,
                      const std::string& name) {
-  Tensor gx = Tensor::empty(b, x.meta(), MemCategory::kTemporary, kCompute, name + " grad_input");
+  Tensor gx = empty_tensor(b, x.meta(), MemCategory::kTemporary, kCompute, name + " grad_input");
   Tensor gw = new_param_grad(b, w);
   std::vector<TensorRef> in = {g_y.ref(), x.ref(), rstd.ref(), w.binding->unsharded().ref()};
   if (a) in.push_back(a->ref());
@@ -120,7 +120,7 @@ std::pair<Value, Value> rope(ExecContext& c, Value q, Value k, int64_t head_dim,
                const char* which[2] = {" q", " k"};
                for (int i = 1; i >= 0; --i) {  // k first, as the measured backward runs them
                  if (!g[i]) continue;
-                 out[i] = Tensor::empty(b, *metas[i], MemCategory::kTemporary, kCompute,
+                 out[i] = empty_tensor(b, *metas[i], MemCategory::kTemporary, kCompute,
                                         name + which[i] + " grad_input");
                  OpCall bop = make_op(OpKind::kCompiledRoPEBackward, name + which[i] + " backward",
                                       {g[i].ref()}, {out[i].ref()}, 6 * el(out[i]));

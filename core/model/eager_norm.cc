@@ -25,7 +25,7 @@ Value to_dtype(ExecContext& c, Value x, DType dt, const std::string& name) {
   if (c.recording() && x.requires_grad()) {
     TensorMeta meta = x.t.meta();
     c.record(Node{name, {x.id}, {out.id}, [&b, meta, name](std::vector<Tensor>& g) {
-                    Tensor gx = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute,
+                    Tensor gx = empty_tensor(b, meta, MemCategory::kTemporary, kCompute,
                                               name + " backward");
                     copy_into(b, kCompute, gx, g[0], name + " backward");
                     return std::vector<Tensor>{gx};
@@ -38,7 +38,7 @@ namespace {
 
 Tensor pointwise(Backend& b, OpKind kind, const Tensor& x, double farg, const TensorMeta& meta,
                  MemCategory cat, const std::string& name) {
-  Tensor y = Tensor::empty(b, meta, cat, kCompute, name);
+  Tensor y = empty_tensor(b, meta, cat, kCompute, name);
   b.launch(kCompute, make_op(kind, name, {x.ref()}, {y.ref()}, el(y), ScalarArgs{farg}));
   return y;
 }
@@ -52,7 +52,7 @@ Tensor mul_same(Backend& b, const Tensor& x, const Tensor& y, const std::string&
 // a [rows, D] * b ([rows] per row, or [D] per column) -> a new tensor like `meta`.
 Tensor mul_bcast(Backend& b, const Tensor& a, const Tensor& v, bool per_col, int64_t D,
                  const TensorMeta& meta, MemCategory cat, const std::string& name) {
-  Tensor o = Tensor::empty(b, meta, cat, kCompute, name);
+  Tensor o = empty_tensor(b, meta, cat, kCompute, name);
   b.launch(kCompute, make_op(OpKind::kMulBroadcast, name, {a.ref(), v.ref()}, {o.ref()}, el(o),
                              MulBroadcastArgs{.mode = per_col ? MulBroadcastArgs::kPerColumn
                                                               : MulBroadcastArgs::kPerRow,
@@ -91,7 +91,7 @@ Value mean_last_dim(ExecContext& c, Value x, const std::string& name) {
     TensorMeta meta = x.t.meta();
     c.record(Node{
         name, {x.id}, {out.id}, [&b, meta, D, name](std::vector<Tensor>& g) {
-          Tensor gx = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute, name + " backward");
+          Tensor gx = empty_tensor(b, meta, MemCategory::kTemporary, kCompute, name + " backward");
           OpCall bop =
               make_op(OpKind::kExpandLastDim, name + " backward", {g[0].ref()}, {gx.ref()}, el(gx),
                       RowArgs{.dim = D, .scale = 1.0 / static_cast<double>(D), .has_scale = true});
@@ -149,7 +149,7 @@ Value mul_rows(ExecContext& c, Value x, Value r, const std::string& name) {
                                      name + " grad_self");
                     if (need_r) {
                       Tensor full = mul_same(b, g[0], xs, name + " grad_other");
-                      gr = Tensor::empty(b, rmeta, MemCategory::kTemporary, kCompute,
+                      gr = empty_tensor(b, rmeta, MemCategory::kTemporary, kCompute,
                                          name + " grad_other sum_to_size");
                       OpCall op = make_op(OpKind::kSumLastDim, name + " grad_other sum_to_size",
                                           {full.ref()}, {gr.ref()}, el(full),

@@ -52,7 +52,7 @@ Float8Cast cast_to_float8(Backend& b, StreamRole stream, const Tensor& x, int64_
   const TensorMeta fp8{spec.target, {rows, cols}};
   const TensorMeta f32{DType::kFloat32, {rows, cols}};
   auto tmp = [&](TensorMeta m, const std::string& what) {
-    return Tensor::empty(b, std::move(m), MemCategory::kTemporary, stream, name + what);
+    return empty_tensor(b, std::move(m), MemCategory::kTemporary, stream, name + what);
   };
   Float8Cast out;
   Tensor amax;
@@ -82,8 +82,8 @@ Float8Cast cast_to_float8(Backend& b, StreamRole stream, const Tensor& x, int64_
     }
   }
   if (compiled && !precomputed) {
-    out.data = Tensor::empty(b, fp8, cat, stream, name + " float8");
-    out.scale = Tensor::empty(b, {DType::kFloat32, {s}}, cat, stream, name + " scale");
+    out.data = empty_tensor(b, fp8, cat, stream, name + " float8");
+    out.scale = empty_tensor(b, {DType::kFloat32, {s}}, cat, stream, name + " scale");
     a.step = 0;
     b.launch(stream, float8_op(OpKind::kFloat8Cast, name + " cast", {x.ref(), amax.ref()},
                                {out.data.ref(), out.scale.ref()}, n, a));
@@ -92,7 +92,7 @@ Float8Cast cast_to_float8(Backend& b, StreamRole stream, const Tensor& x, int64_
   if (precomputed) {
     out.scale = *precomputed;
   } else {
-    out.scale = Tensor::empty(b, {DType::kFloat32, {s}}, cat, stream, name + " scale");
+    out.scale = empty_tensor(b, {DType::kFloat32, {s}}, cat, stream, name + " scale");
     const int steps = spec.pow2 ? 8 : 5;
     for (int k = 1; k <= steps; ++k) {
       a.step = k;
@@ -122,7 +122,7 @@ Float8Cast cast_to_float8(Backend& b, StreamRole stream, const Tensor& x, int64_
            float8_op(OpKind::kFloat8Cast, name + " clamp", {cur.ref()}, {clamped.ref()}, 2 * n, a));
   cur = clamped;
   clamped = Tensor();
-  out.data = Tensor::empty(b, fp8, cat, stream, name + " float8");
+  out.data = empty_tensor(b, fp8, cat, stream, name + " float8");
   a.step = 4;
   b.launch(stream, float8_op(OpKind::kFloat8Cast, name + " to_float8", {cur.ref()},
                              {out.data.ref()}, n, a));

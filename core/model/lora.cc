@@ -165,7 +165,7 @@ Value lora_linear(ExecContext& c, Value x, Module& m, const Param* bias, double 
 Tensor nf4_dequantize(Backend& b, const Param& w, const std::string& name) {
   const std::vector<Tensor> parts = w.binding->nf4_weight();
   FULLSHARD_CHECK(parts.size() == 5, "NF4 weight " + w.fqn + " used while sharded");
-  Tensor out = Tensor::empty(b, {DType::kBFloat16, w.shape}, MemCategory::kTemporary, kCompute,
+  Tensor out = empty_tensor(b, {DType::kBFloat16, w.shape}, MemCategory::kTemporary, kCompute,
                              name + " weight.to(bf16)");
   const int64_t n = fullshard::numel(w.shape);
   std::vector<TensorRef> in;
@@ -202,7 +202,7 @@ Value nf4_linear(ExecContext& c, Value x, const Param& weight, const Param* bias
       name, {x.id}, {out.id}, [&b, pw, xmeta = x.t.meta(), M, K, N, name](std::vector<Tensor>& g) {
         Tensor w = nf4_dequantize(b, *pw, name + " backward");
         Tensor gx =
-            Tensor::empty(b, xmeta, MemCategory::kTemporary, kCompute, name + " grad_input");
+            empty_tensor(b, xmeta, MemCategory::kTemporary, kCompute, name + " grad_input");
         b.launch(kCompute,
                  make_op(OpKind::kLinearBackwardInput, name + " backward_input",
                          {g[0].ref(), w.ref()}, {gx.ref()}, 2.0 * M * K * N, LinearArgs{M, K, N}));

@@ -85,7 +85,7 @@ Value vocab_parallel_cross_entropy(ExecContext& c, Value logits, const Tensor& l
                   {lpv.id},
                   {out.id},
                   [&b, lp, labels, rows, Vl, start, name](std::vector<Tensor>& g) {
-                    Tensor gl = Tensor::empty(b, lp.meta(), MemCategory::kTemporary, kCompute,
+                    Tensor gl = empty_tensor(b, lp.meta(), MemCategory::kTemporary, kCompute,
                                               name + " nll_loss grad_input");
                     OpCall op = make_op(
                         OpKind::kNllVocabParallelBackward, name + " nll_loss backward",

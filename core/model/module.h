@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/model/float8_config.h"
-#include "core/model/tensor.h"
+#include "core/runtime/backend_storage.h"
 
 namespace fullshard {
 

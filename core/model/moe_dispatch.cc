@@ -69,7 +69,7 @@ Tensor splits_to_host(ExecContext& c, const Tensor& counts, int ep, const std::s
   RowArgs{per, ep}.encode(op);
   c.launch(op);
   Buffer hb = b.allocate_host(s.nbytes(), MemCategory::kTemporary, name + " (cpu)");
-  Tensor host(std::make_shared<Storage>(b, hb), s.meta());
+  Tensor host = adopt_buffer(b, hb, s.meta());
   copy_into(b, kCompute, host, s, name + " .to(cpu)");
   return host;
 }
@@ -118,7 +118,7 @@ Value all_to_all(ExecContext& c, Value x, const std::vector<int64_t>& send_rows,
                   {x.id},
                   {out.id},
                   [&b, in_meta, send_rows, recv_rows, width, group, name](std::vector<Tensor>& g) {
-                    Tensor gx = Tensor::empty(b, in_meta, MemCategory::kTemporary, kCompute,
+                    Tensor gx = empty_tensor(b, in_meta, MemCategory::kTemporary, kCompute,
                                               name + " grad_input");
                     issue_all_to_all(b, g[0], gx, recv_rows, send_rows, width, group,
                                      name + " all_to_all backward");

@@ -73,7 +73,7 @@ std::pair<Value, Tensor> topk(ExecContext& c, Value scores, int64_t k, const std
     c.record(Node{
         name, {scores.id}, {out.id}, [&b, indices, in_meta, N, E, k, name](std::vector<Tensor>& g) {
           Tensor gx =
-              Tensor::empty(b, in_meta, MemCategory::kTemporary, kCompute, name + " grad_input");
+              empty_tensor(b, in_meta, MemCategory::kTemporary, kCompute, name + " grad_input");
           b.launch(kCompute,
                    router_op(OpKind::kTopKBackward, name + " backward", {g[0].ref(), indices.ref()},
                              {gx.ref()}, static_cast<double>(N * k), N, E, k));
@@ -165,7 +165,7 @@ Value gather_rows(ExecContext& c, Value x, const Tensor& index, const std::strin
   if (c.recording() && x.requires_grad()) {
     const TensorMeta x_meta = x.t.meta();
     c.record(Node{name, {x.id}, {out.id}, [&b, index, x_meta, R, W, name](std::vector<Tensor>& g) {
-                    Tensor gx = Tensor::empty(b, x_meta, MemCategory::kTemporary, kCompute,
+                    Tensor gx = empty_tensor(b, x_meta, MemCategory::kTemporary, kCompute,
                                               name + " grad_input");
                     b.launch(kCompute, row_op(OpKind::kIndexAddRows, name + " backward",
                                               {g[0].ref(), index.ref()}, {gx.ref()}, R, W));
@@ -187,7 +187,7 @@ Value scatter_rows(ExecContext& c, Value src, const Tensor& index, int64_t rows,
     c.record(Node{
         name, {src.id}, {out.id}, [&b, index, src_meta, rows, W, name](std::vector<Tensor>& g) {
           Tensor gs =
-              Tensor::empty(b, src_meta, MemCategory::kTemporary, kCompute, name + " grad_input");
+              empty_tensor(b, src_meta, MemCategory::kTemporary, kCompute, name + " grad_input");
           b.launch(kCompute, row_op(OpKind::kGatherRows, name + " backward",
                                     {g[0].ref(), index.ref()}, {gs.ref()}, rows, W));
           return std::vector<Tensor>{gs};
@@ -220,7 +220,7 @@ Value slice_rows(ExecContext& c, Value x, int64_t rows, const std::string& name)
     const TensorMeta x_meta = x.t.meta();
     c.record(Node{name, {x.id}, {out.id}, [&b, x_meta, rows, W, name](std::vector<Tensor>& g) {
                     // grad.new_zeros(x.sizes()).slice(0, 0, rows).copy_(grad): the rows past `rows` 0.
-                    Tensor gx = Tensor::empty(b, x_meta, MemCategory::kTemporary, kCompute,
+                    Tensor gx = empty_tensor(b, x_meta, MemCategory::kTemporary, kCompute,
                                               name + " grad_input");
                     b.launch(kCompute, row_op(OpKind::kPadRow, name + " backward", {g[0].ref()},
                                               {gx.ref()}, rows, W));

@@ -50,14 +50,14 @@ inline Tensor new_param_grad(Backend& b, const Param& p) {
   TensorMeta m{p.binding->compute_dtype(), p.shape};
   auto cat =
       p.binding->has_unsharded_grad() ? MemCategory::kTemporary : MemCategory::kUnshardedGrad;
-  return Tensor::empty(b, m, cat, kCompute, p.fqn + ".grad");
+  return empty_tensor(b, m, cat, kCompute, p.fqn + ".grad");
 }
 
 // The weight gradient a fused norm backward writes: the parameter's .grad, or for a frozen
 // parameter a temporary dropped right after the kernel (NOTE [Frozen norm weights] in lora.cc).
 inline Tensor frozen_or_param_grad(Backend& b, const Param& p) {
   if (p.requires_grad) return new_param_grad(b, p);
-  return Tensor::empty(b, TensorMeta{p.binding->compute_dtype(), p.shape}, MemCategory::kTemporary,
+  return empty_tensor(b, TensorMeta{p.binding->compute_dtype(), p.shape}, MemCategory::kTemporary,
                        kCompute, p.fqn + ".grad (frozen: dropped)");
 }
 
@@ -66,7 +66,7 @@ inline Value result(ExecContext& c, Tensor t, bool requires_grad) {
 }
 
 inline Tensor grad_like(Backend& b, const Tensor& t, const std::string& name) {
-  return Tensor::empty(b, t.meta(), MemCategory::kTemporary, kCompute, name);
+  return empty_tensor(b, t.meta(), MemCategory::kTemporary, kCompute, name);
 }
 
 inline double el(const Tensor& t) { return static_cast<double>(t.numel()); }

@@ -46,7 +46,7 @@ void sac_store(ExecContext& c, bool saves, std::vector<Tensor> outs) {
 // ------------------------------------------------------------------ plain kernels
 Tensor add_new(Backend& b, const Tensor& x, const Tensor& y, MemCategory cat,
                const std::string& name) {
-  Tensor out = Tensor::empty(b, x.meta(), cat, kCompute, name);
+  Tensor out = empty_tensor(b, x.meta(), cat, kCompute, name);
   b.launch(kCompute, make_op(OpKind::kAdd, name, {x.ref(), y.ref()}, {out.ref()}, el(x)));
   return out;
 }
@@ -63,7 +63,7 @@ void copy_into(Backend& b, StreamRole s, const Tensor& dst, const Tensor& src,
 
 Tensor cast(Backend& b, StreamRole s, const Tensor& src, DType to, MemCategory cat,
             const std::string& name) {
-  Tensor out = Tensor::empty(b, TensorMeta{to, src.shape()}, cat, s, name);
+  Tensor out = empty_tensor(b, TensorMeta{to, src.shape()}, cat, s, name);
   copy_into(b, s, out, src, name);
   return out;
 }
@@ -344,7 +344,7 @@ void detail::record_linear(ExecContext& c, const Value& x, const Param& weight, 
       [&b, pw, bias, xs, xmeta, M, K, N, name, need = x.requires_grad()](std::vector<Tensor>& g) {
         Tensor gx;
         if (need) {
-          gx = Tensor::empty(b, xmeta, MemCategory::kTemporary, kCompute, name + " grad_input");
+          gx = empty_tensor(b, xmeta, MemCategory::kTemporary, kCompute, name + " grad_input");
           b.launch(kCompute, make_op(OpKind::kLinearBackwardInput, name + " backward_input",
                                      {g[0].ref(), pw->binding->unsharded().ref()}, {gx.ref()},
                                      2.0 * M * K * N, LinearArgs{M, K, N}));
@@ -395,7 +395,7 @@ Value detail::rotary(ExecContext& c, Value x, OpKind forward, OpKind backward,
         {x.id},
         {out.id},
         [&b, meta, backward, flops_per_element, args, name, grad_suffix](std::vector<Tensor>& g) {
-          Tensor gx = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute, name + grad_suffix);
+          Tensor gx = empty_tensor(b, meta, MemCategory::kTemporary, kCompute, name + grad_suffix);
           OpCall bop = make_op(backward, name + " backward", {g[0].ref()}, {gx.ref()},
                                flops_per_element * el(gx));
           args.encode(bop);
@@ -427,14 +427,14 @@ FlashBwdTemps flash_bwd_temps(Backend& b, const AttentionShape& s, DType dt,
                               const std::string& name) {
   FlashBwdTemps t;
   int64_t sr = round_up(s.seq, 128);
-  t.softmax_d = Tensor::empty(b, {DType::kFloat32, {s.batch, s.heads, sr}}, MemCategory::kTemporary,
+  t.softmax_d = empty_tensor(b, {DType::kFloat32, {s.batch, s.heads, sr}}, MemCategory::kTemporary,
                               kCompute, name + " softmax_d");
-  t.dq_accum = Tensor::empty(b, {DType::kFloat32, {s.batch, sr, s.heads, round_up(s.head_dim, 32)}},
+  t.dq_accum = empty_tensor(b, {DType::kFloat32, {s.batch, sr, s.heads, round_up(s.head_dim, 32)}},
                              MemCategory::kTemporary, kCompute, name + " dq_accum");
   if (s.kv_heads != s.heads) {
     TensorMeta m{dt, {s.batch, s.seq, s.heads, s.head_dim}};
-    t.dk_expanded = Tensor::empty(b, m, MemCategory::kTemporary, kCompute, name + " dk_expanded");
-    t.dv_expanded = Tensor::empty(b, m, MemCategory::kTemporary, kCompute, name + " dv_expanded");
+    t.dk_expanded = empty_tensor(b, m, MemCategory::kTemporary, kCompute, name + " dk_expanded");
+    t.dv_expanded = empty_tensor(b, m, MemCategory::kTemporary, kCompute, name + " dv_expanded");
   }
   return t;
 }
@@ -519,9 +519,9 @@ Value attention_packed(ExecContext& c, Value qkv, const AttentionShape& s,
           TensorMeta part{qs.dtype(), {s.batch, s.seq, s.heads * s.head_dim}};
           Tensor dqkv;
           {
-            Tensor dq = Tensor::empty(b, part, MemCategory::kTemporary, kCompute, name + " grad_q");
-            Tensor dk = Tensor::empty(b, part, MemCategory::kTemporary, kCompute, name + " grad_k");
-            Tensor dv = Tensor::empty(b, part, MemCategory::kTemporary, kCompute, name + " grad_v");
+            Tensor dq = empty_tensor(b, part, MemCategory::kTemporary, kCompute, name + " grad_q");
+            Tensor dk = empty_tensor(b, part, MemCategory::kTemporary, kCompute, name + " grad_k");
+            Tensor dv = empty_tensor(b, part, MemCategory::kTemporary, kCompute, name + " grad_v");
             {
               FlashBwdTemps t = flash_bwd_temps(b, s, qs.dtype(), name);
               OpCall op =
@@ -607,13 +607,13 @@ Value mul(ExecContext& c, Value a, Value bv, const std::string& name) {
                     Tensor ga, gb;
                     if (need_a) {
                       ga =
-                          Tensor::empty(b, am, MemCategory::kTemporary, kCompute, name + " grad_a");
+                          empty_tensor(b, am, MemCategory::kTemporary, kCompute, name + " grad_a");
                       b.launch(kCompute, make_op(OpKind::kMul, name + " backward_a",
                                                  {g[0].ref(), bs.ref()}, {ga.ref()}, el(ga)));
                     }
                     if (need_b) {
                       gb =
-                          Tensor::empty(b, bm, MemCategory::kTemporary, kCompute, name + " grad_b");
+                          empty_tensor(b, bm, MemCategory::kTemporary, kCompute, name + " grad_b");
                       b.launch(kCompute, make_op(OpKind::kMul, name + " backward_b",
                                                  {g[0].ref(), as.ref()}, {gb.ref()}, el(gb)));
                     }
@@ -645,7 +645,7 @@ Value to_float(ExecContext& c, Value x, const std::string& name) {
   if (c.recording() && x.requires_grad()) {
     TensorMeta meta = x.t.meta();
     c.record(Node{name + " float", {x.id}, {y.id}, [&b, meta, name](std::vector<Tensor>& g) {
-                    Tensor gx = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute,
+                    Tensor gx = empty_tensor(b, meta, MemCategory::kTemporary, kCompute,
                                               name + " grad_logits");
                     copy_into(b, kCompute, gx, g[0], name + " float backward");
                     return std::vector<Tensor>{gx};
@@ -691,7 +691,7 @@ Value cross_entropy(ExecContext& c, Value logits, const Tensor& labels, const st
                   {lpv.id},
                   {out.id},
                   [&b, meta, labels, total_weight, name](std::vector<Tensor>& g) {
-                    Tensor gl = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute,
+                    Tensor gl = empty_tensor(b, meta, MemCategory::kTemporary, kCompute,
                                               name + " nll_loss grad_input");
                     b.launch(kCompute,
                              make_op(OpKind::kNllLossBackward, name + " nll_loss backward",

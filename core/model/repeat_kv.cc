@@ -33,7 +33,7 @@ Value repeat_kv(ExecContext& c, Value x, int64_t kv_heads, int64_t n_rep, int64_
         {x.id},
         {out.id},
         [&b, meta, kv_heads, n_rep, head_dim, name](std::vector<Tensor>& g) {
-          Tensor gx = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute, name + " backward");
+          Tensor gx = empty_tensor(b, meta, MemCategory::kTemporary, kCompute, name + " backward");
           b.launch(
               kCompute,
               make_op(OpKind::kRepeatKVBackward, name + " backward", {g[0].ref()}, {gx.ref()},

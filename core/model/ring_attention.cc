@@ -63,12 +63,12 @@ class Rotater {
     call.input = buf.ref();
     Tensor out;
     if (method_ == CpRotateMethod::kAllGather) {
-      out = Tensor::empty(b_, {buf.dtype(), {n * numel}}, MemCategory::kTemporary, kCompute,
+      out = empty_tensor(b_, {buf.dtype(), {n * numel}}, MemCategory::kTemporary, kCompute,
                           name_ + " all_gather buffer");
       call.kind = CollectiveKind::kAllGather;
       call.name = name_ + " all_gather(kv)";
     } else {
-      out = Tensor::empty(b_, buf.meta(), MemCategory::kTemporary, kCompute, name_ + " recv");
+      out = empty_tensor(b_, buf.meta(), MemCategory::kTemporary, kCompute, name_ + " recv");
       call.kind = CollectiveKind::kAllToAll;
       call.name = name_ + " all_to_all(permute)";
       call.send_numels.assign(static_cast<size_t>(n), 0);
@@ -121,7 +121,7 @@ class Rotater {
 
 // torch.cat([a.flatten(), b.flatten()]) into a new buffer of a's dtype.
 Tensor cat2(Backend& b, const Tensor& a, const Tensor& c, const std::string& name) {
-  Tensor out = Tensor::empty(b, {a.dtype(), {a.numel() + c.numel()}}, MemCategory::kTemporary,
+  Tensor out = empty_tensor(b, {a.dtype(), {a.numel() + c.numel()}}, MemCategory::kTemporary,
                              kCompute, name);
   CopyArgs args;
   args.rows = 1;
@@ -181,9 +181,9 @@ Forward ring_forward(Backend& b, const Tensor& q, const Tensor& k, const Tensor&
     }
     if (i < n - 1) rot.exchange(cat2(b, key, value, name + " cat(kv)"));
     const CpRound rd = cp_round(i, r, n, L);
-    Tensor o = Tensor::empty(b, {dt, {B, rd.q_len, H * hd}}, MemCategory::kTemporary, kCompute,
+    Tensor o = empty_tensor(b, {dt, {B, rd.q_len, H * hd}}, MemCategory::kTemporary, kCompute,
                              name + " round out");
-    Tensor lse = Tensor::empty(b, {DType::kFloat32, {B, H, rd.q_len}}, MemCategory::kTemporary,
+    Tensor lse = empty_tensor(b, {DType::kFloat32, {B, H, rd.q_len}}, MemCategory::kTemporary,
                                kCompute, name + " round logsumexp");
     b.launch(kCompute, make_op(OpKind::kAttention, name + " round",
                                {rows_view(q, B, rd.q_begin, rd.q_len).ref(),
@@ -200,16 +200,16 @@ Forward ring_forward(Backend& b, const Tensor& q, const Tensor& k, const Tensor&
       acc_lse = std::move(lse);
       continue;
     }
-    Tensor new_out = Tensor::empty(b, {DType::kFloat32, {B, L, H * hd}}, MemCategory::kTemporary,
+    Tensor new_out = empty_tensor(b, {DType::kFloat32, {B, L, H * hd}}, MemCategory::kTemporary,
                                    kCompute, name + " merged out");
-    Tensor new_lse = Tensor::empty(b, {DType::kFloat32, {B, H, L}}, MemCategory::kTemporary,
+    Tensor new_lse = empty_tensor(b, {DType::kFloat32, {B, H, L}}, MemCategory::kTemporary,
                                    kCompute, name + " merged logsumexp");
     {
       // The eager merge's scratch: (out - block_out), and sigmoid(block_lse - lse).
       Tensor diff =
-          Tensor::empty(b, o32.meta(), MemCategory::kTemporary, kCompute, name + " merge scratch");
+          empty_tensor(b, o32.meta(), MemCategory::kTemporary, kCompute, name + " merge scratch");
       Tensor weight =
-          Tensor::empty(b, lse.meta(), MemCategory::kTemporary, kCompute, name + " merge weight");
+          empty_tensor(b, lse.meta(), MemCategory::kTemporary, kCompute, name + " merge weight");
       // Bytes: the eager kernels' (8 over the block's elements and 14 over its lse rows, 4 and
       // 4 more for a partial update's two cats), 3 FLOPs an element and 10 an lse row.
       const double e = static_cast<double>(o32.numel()) * 4,
@@ -242,13 +242,13 @@ std::vector<Tensor> round_bwd_temps(Backend& b, const AttentionShape& s, const C
                                     DType dt, const std::string& name) {
   std::vector<Tensor> t;
   const int64_t sr = round_up(rd.q_len, 128);
-  t.push_back(Tensor::empty(b, {DType::kFloat32, {s.batch, s.heads, sr}}, MemCategory::kTemporary,
+  t.push_back(empty_tensor(b, {DType::kFloat32, {s.batch, s.heads, sr}}, MemCategory::kTemporary,
                             kCompute, name + " softmax_d"));
-  t.push_back(Tensor::empty(b, {DType::kFloat32, {s.batch, sr, s.heads, round_up(s.head_dim, 32)}},
+  t.push_back(empty_tensor(b, {DType::kFloat32, {s.batch, sr, s.heads, round_up(s.head_dim, 32)}},
                             MemCategory::kTemporary, kCompute, name + " dq_accum"));
   if (s.kv_heads != s.heads)
     for (const char* w : {" dk_expanded", " dv_expanded"})
-      t.push_back(Tensor::empty(b, {dt, {s.batch, rd.kv_len, s.heads, s.head_dim}},
+      t.push_back(empty_tensor(b, {dt, {s.batch, rd.kv_len, s.heads, s.head_dim}},
                                 MemCategory::kTemporary, kCompute, name + w));
   return t;
 }
@@ -282,10 +282,10 @@ std::vector<Tensor> ring_backward(Backend& b, const Tensor& g, const Tensor& qs,
   const TensorMeta kv_meta = ks.meta(), kv32{DType::kFloat32, kv_meta.shape};
   const Tensor dout = g.view({g.dtype(), {B, L, H * hd}});
   const Tensor o = out.view({out.dtype(), {B, L, H * hd}});
-  Tensor grad_q = Tensor::empty(b, {DType::kFloat32, qs.shape()}, MemCategory::kTemporary, kCompute,
+  Tensor grad_q = empty_tensor(b, {DType::kFloat32, qs.shape()}, MemCategory::kTemporary, kCompute,
                                 bn + " grad_query");
-  Tensor grad_k = Tensor::empty(b, kv32, MemCategory::kTemporary, kCompute, bn + " grad_key");
-  Tensor grad_v = Tensor::empty(b, kv32, MemCategory::kTemporary, kCompute, bn + " grad_value");
+  Tensor grad_k = empty_tensor(b, kv32, MemCategory::kTemporary, kCompute, bn + " grad_key");
+  Tensor grad_v = empty_tensor(b, kv32, MemCategory::kTemporary, kCompute, bn + " grad_value");
   fill_zero(b, kCompute, grad_q, bn + " zeros_like(query)");
   fill_zero(b, kCompute, grad_k, bn + " zeros_like(key)");
   fill_zero(b, kCompute, grad_v, bn + " zeros_like(value)");
@@ -305,7 +305,7 @@ std::vector<Tensor> ring_backward(Backend& b, const Tensor& g, const Tensor& qs,
     const CpRound rd = cp_round(i, r, n, L);
     Tensor lse_r = lse;
     if (rd.partial) {  // logsumexp.chunk(2, dim=seq)[1].contiguous()
-      lse_r = Tensor::empty(b, {DType::kFloat32, {B, H, C}}, MemCategory::kTemporary, kCompute,
+      lse_r = empty_tensor(b, {DType::kFloat32, {B, H, C}}, MemCategory::kTemporary, kCompute,
                             bn + " logsumexp half");
       b.launch(kCompute,
                make_op(OpKind::kNarrowCopy, bn + " logsumexp half", {lse.ref()}, {lse_r.ref()}, 0,
@@ -317,12 +317,12 @@ std::vector<Tensor> ring_backward(Backend& b, const Tensor& g, const Tensor& qs,
                                       .scale = 1,
                                       .blocks = B * H}));
     }
-    Tensor dq = Tensor::empty(b, {dt, {B, rd.q_len, H * hd}}, MemCategory::kTemporary, kCompute,
+    Tensor dq = empty_tensor(b, {dt, {B, rd.q_len, H * hd}}, MemCategory::kTemporary, kCompute,
                               bn + " round grad_q");
-    Tensor dk = Tensor::empty(b, {dt, {B, rd.kv_len, kv_meta.shape[2]}}, MemCategory::kTemporary,
+    Tensor dk = empty_tensor(b, {dt, {B, rd.kv_len, kv_meta.shape[2]}}, MemCategory::kTemporary,
                               kCompute, bn + " round grad_k");
     Tensor dv =
-        Tensor::empty(b, dk.meta(), MemCategory::kTemporary, kCompute, bn + " round grad_v");
+        empty_tensor(b, dk.meta(), MemCategory::kTemporary, kCompute, bn + " round grad_v");
     {
       std::vector<Tensor> temps = round_bwd_temps(b, s, rd, dt, bn);
       OpCall op =

@@ -80,16 +80,16 @@ Value rotate_half(ExecContext& c, Value x, int64_t hd, const std::string& name) 
     c.record(Node{name, {x.id}, {out.id}, [&b, meta, hd, h, name](std::vector<Tensor>& g) {
                     Tensor gx2;
                     {
-                      Tensor gneg = Tensor::empty(b, half_meta(g[0]), MemCategory::kTemporary,
+                      Tensor gneg = empty_tensor(b, half_meta(g[0]), MemCategory::kTemporary,
                                                   kCompute, name + " neg backward");
                       narrow_copy(b, g[0], gneg, h, hd, 0, h, 0, -1.0, name + " neg backward");
-                      gx2 = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute,
+                      gx2 = empty_tensor(b, meta, MemCategory::kTemporary, kCompute,
                                           name + " slice_backward x2");
                       fill_zero(b, kCompute, gx2, name + " slice_backward x2 zeros");
                       narrow_copy(b, gneg, gx2, h, h, 0, hd, h, 1.0, name + " slice_backward x2");
                     }
                     {
-                      Tensor gx1 = Tensor::empty(b, meta, MemCategory::kTemporary, kCompute,
+                      Tensor gx1 = empty_tensor(b, meta, MemCategory::kTemporary, kCompute,
                                                  name + " slice_backward x1");
                       fill_zero(b, kCompute, gx1, name + " slice_backward x1 zeros");
                       narrow_copy(b, g[0], gx1, h, hd, h, hd, 0, 1.0, name + " slice_backward x1");

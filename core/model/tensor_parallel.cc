@@ -196,10 +196,10 @@ Tensor gather_seq(Backend& b, const Tensor& x, const TensorParallel& tp, MemCate
   const Shape& s = x.shape();
   FULLSHARD_CHECK(s.size() == 3, name + ": expects [B, S/tp, D]");
   const int64_t B = s[0], Sl = s[1], D = s[2], T = tp.degree;
-  Tensor raw = Tensor::empty(b, {x.dtype(), {T * B, Sl, D}}, MemCategory::kTemporary, kCompute,
+  Tensor raw = empty_tensor(b, {x.dtype(), {T * B, Sl, D}}, MemCategory::kTemporary, kCompute,
                              name + " buffer");
   collective(b, CollectiveKind::kAllGather, x, raw, tp.group, name);
-  Tensor out = Tensor::empty(b, {x.dtype(), {B, Sl * T, D}}, cat, kCompute, name);
+  Tensor out = empty_tensor(b, {x.dtype(), {B, Sl * T, D}}, cat, kCompute, name);
   transpose_blocks(b, raw, out, T, B, Sl * D, name + " cat");
   return out;
 }
@@ -211,10 +211,10 @@ Tensor scatter_seq(Backend& b, const Tensor& x, const TensorParallel& tp, MemCat
   FULLSHARD_CHECK(s.size() == 3 && s[1] % tp.degree == 0,
                   name + ": expects [B, S, D] with S divisible by tp");
   const int64_t B = s[0], T = tp.degree, Sl = s[1] / T, D = s[2];
-  Tensor staged = Tensor::empty(b, {x.dtype(), {T * B, Sl, D}}, MemCategory::kTemporary, kCompute,
+  Tensor staged = empty_tensor(b, {x.dtype(), {T * B, Sl, D}}, MemCategory::kTemporary, kCompute,
                                 name + " cat");
   transpose_blocks(b, x, staged, B, T, Sl * D, name + " cat");
-  Tensor out = Tensor::empty(b, {x.dtype(), {B, Sl, D}}, cat, kCompute, name);
+  Tensor out = empty_tensor(b, {x.dtype(), {B, Sl, D}}, cat, kCompute, name);
   collective(b, CollectiveKind::kReduceScatter, staged, out, tp.group, name);
   return out;
 }
@@ -253,10 +253,10 @@ Value all_gather_last_dim(ExecContext& c, Value x, const TensorParallel& tp,
   const Shape& s = x.t.shape();
   FULLSHARD_CHECK(s.size() == 3, name + ": expects [B, S, V/tp]");
   const int64_t rows = s[0] * s[1], Vl = s[2], T = tp.degree;
-  Tensor raw = Tensor::empty(b, {x.t.dtype(), {T, rows, Vl}}, MemCategory::kTemporary, kCompute,
+  Tensor raw = empty_tensor(b, {x.t.dtype(), {T, rows, Vl}}, MemCategory::kTemporary, kCompute,
                              name + " buffer");
   collective(b, CollectiveKind::kAllGather, x.t, raw, tp.group, name);
-  Tensor y = Tensor::empty(b, {x.t.dtype(), {s[0], s[1], Vl * T}}, MemCategory::kActivation,
+  Tensor y = empty_tensor(b, {x.t.dtype(), {s[0], s[1], Vl * T}}, MemCategory::kActivation,
                            kCompute, name);
   transpose_blocks(b, raw, y, T, rows, Vl, name + " cat");
   raw = Tensor();
@@ -264,7 +264,7 @@ Value all_gather_last_dim(ExecContext& c, Value x, const TensorParallel& tp,
   if (c.recording() && x.requires_grad()) {
     const int64_t idx = tp.index;
     c.record(Node{name, {x.id}, {out.id}, [&b, Vl, T, idx, s, name](std::vector<Tensor>& g) {
-                    Tensor gl = Tensor::empty(b, {g[0].dtype(), s}, MemCategory::kTemporary,
+                    Tensor gl = empty_tensor(b, {g[0].dtype(), s}, MemCategory::kTemporary,
                                               kCompute, name + " backward");
                     OpCall op = make_op(OpKind::kNarrowCopy, name + " backward", {g[0].ref()},
                                         {gl.ref()}, 0,
@@ -336,7 +336,7 @@ Value rowwise_linear(ExecContext& c, Value x, const Param& weight, const Param& 
 
 Tensor all_reduce_clone(Backend& b, const Tensor& t, ReduceOp op, const ProcessGroup& group,
                         MemCategory category, const std::string& name) {
-  Tensor out = Tensor::empty(b, t.meta(), category, kCompute, name);
+  Tensor out = empty_tensor(b, t.meta(), category, kCompute, name);
   ops::copy_into(b, kCompute, out, t, name + " clone");
   CollectiveCall call;
   call.kind = CollectiveKind::kAllReduce;

@@ -14,11 +14,11 @@ constexpr StreamRole kCurrent = StreamRole::kDefault;
 // Optimizer and clipping run where the sharded parameters live: on the device, or on the
 // host with CPU offload (then their "kernels" are CPU work the host waits for).
 Tensor like(Backend& b, const Tensor& p, MemCategory cat, const std::string& what) {
-  if (p.storage()->buffer().on_host) {
+  if (p.on_host()) {
     Buffer hb = b.allocate_host(p.nbytes(), cat, what);
-    return Tensor(std::make_shared<Storage>(b, hb), p.meta());
+    return adopt_buffer(b, hb, p.meta());
   }
-  return Tensor::empty(b, p.meta(), cat, kCurrent, what);
+  return empty_tensor(b, p.meta(), cat, kCurrent, what);
 }
 }  // namespace
 
@@ -103,14 +103,14 @@ void clip_grad_norm(Backend& b, const std::vector<OptimizerParam*>& params, doub
     if (p->local_grad()) with_grad.push_back(p);
   if (with_grad.empty()) return;
   // _foreach_norm: one fp32 scalar per gradient; then the stack's norm (a scalar).
-  const bool host = with_grad[0]->local_grad().storage()->buffer().on_host;
+  const bool host = with_grad[0]->local_grad().on_host();
   auto small = [&](int64_t n, const std::string& what) {
     TensorMeta m{DType::kFloat32, {n}};
     if (host) {
       Buffer hb = b.allocate_host(m.nbytes(), MemCategory::kTemporary, what);
-      return Tensor(std::make_shared<Storage>(b, hb), m);
+      return adopt_buffer(b, hb, m);
     }
-    return Tensor::empty(b, m, MemCategory::kTemporary, kCurrent, what);
+    return empty_tensor(b, m, MemCategory::kTemporary, kCurrent, what);
   };
   auto all_reduce = [&](const Tensor& t, const ProcessGroup& g, const std::string& name) {
     if (g.size() <= 1) return;
@@ -130,7 +130,7 @@ void clip_grad_norm(Backend& b, const std::vector<OptimizerParam*>& params, doub
     Tensor scratch;  // NOTE [foreach_norm scratch]
     const int64_t scratch_numel = foreach_norm_scratch_numel(numels);
     if (!host && scratch_numel > 0)
-      scratch = Tensor::empty(b, {DType::kFloat32, {scratch_numel}}, MemCategory::kTemporary,
+      scratch = empty_tensor(b, {DType::kFloat32, {scratch_numel}}, MemCategory::kTemporary,
                               kCurrent, "clip_grad_norm _foreach_norm output_per_tensor" + suffix);
     Tensor norms =
         small(static_cast<int64_t>(grads.size()), "clip_grad_norm per-grad norms" + suffix);

@@ -39,15 +39,21 @@ class Device {
 
   // ---- host copies (devices with data) ----
   virtual void synchronize_device() {}
-  // Throw InternalError on a device without data.
-  virtual void copy_to_host(const TensorRef& ref, void* dst);
-  virtual void copy_from_host(const TensorRef& ref, const void* src);
+  // Once every stream is idle (synchronize_device()), the tensor's ref.nbytes() bytes into `dst`
+  // / from `src`: Backend::copy_to_host / copy_from_host. InternalError on a device without data.
+  void copy_to_host(const TensorRef& ref, void* dst);
+  void copy_from_host(const TensorRef& ref, const void* src);
 
   // ---- host-program markers: the simulator records them, real devices run nothing ----
   virtual void annotate(std::string_view label) {}
   virtual void fsdp_hook(std::string_view what, int params) {}
   // Calls by implementation path (Backend::path_counts).
   virtual std::vector<std::pair<std::string, int64_t>> path_counts() const { return {}; }
+
+ protected:
+  // A device with data: copies ref.nbytes() bytes between the tensor and `host` (`to_host`: the
+  // tensor into `host`; else `host` into the tensor, which is then only read), every stream idle.
+  virtual void copy_idle(const TensorRef& ref, void* host, bool to_host);
 
  private:
   bool has_data_;

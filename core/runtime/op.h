@@ -6,16 +6,9 @@
 #include <vector>
 
 #include "core/tensor/shape.h"
+#include "core/tensor/tensor_ref.h"
 
 namespace fullshard {
-
-// A view of a buffer: `meta` elements starting `offset_bytes` into buffer `buffer_id`.
-struct TensorRef {
-  uint64_t buffer_id = 0;
-  uint64_t offset_bytes = 0;
-  TensorMeta meta;
-  uint64_t nbytes() const { return meta.nbytes(); }
-};
 
 // Kernel kinds, one row each in core/runtime/op_kinds.def (NOTE [One op table] in op_table.h:
 // arity, typed arguments and properties live there).

@@ -36,7 +36,7 @@ DeviceParams build_on_device(Backend& b, Module& root) {
     const int64_t d0 = p.shape.empty() ? 1 : p.shape[0];
     // In the parameter's own dtype: a frozen bf16 base is built in bf16 (NOTE [Frozen
     // parameters] in core/model/lora.cc), not in fp32 and cast.
-    Tensor full = Tensor::empty(b, TensorMeta{p.dtype, {fullshard::numel(p.shape)}},
+    Tensor full = empty_tensor(b, TensorMeta{p.dtype, {fullshard::numel(p.shape)}},
                                 MemCategory::kUnshardedParam, StreamRole::kDefault,
                                 p.fqn + " (full, on the device)");
     ops::init_param(b, StreamRole::kDefault, full, p, 0, d0);
@@ -54,7 +54,7 @@ void load_full_state_from_rank0(Backend& b, Module& root, const ProcessGroup& wo
                     p.fqn + " is neither a Shard(0) FSDP parameter nor an ignored one");
     const int64_t n = fullshard::numel(p.shape);
     const int64_t d0 = p.shape.empty() ? 1 : p.shape[0];
-    Tensor full = Tensor::empty(b, TensorMeta{p.dtype, {n}}, MemCategory::kUnshardedParam,
+    Tensor full = empty_tensor(b, TensorMeta{p.dtype, {n}}, MemCategory::kUnshardedParam,
                                 StreamRole::kDefault, p.fqn + " (full, broadcast from rank 0)");
     if (b.rank() == world.ranks.front())
       ops::init_param(b, StreamRole::kDefault, full, p, 0, d0);  // its host copy, moved over

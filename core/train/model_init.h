@@ -3,7 +3,7 @@
 // the device memory of start-up (NOTE [Initialisation modes] in model_init.cc).
 #include "core/fsdp/fsdp_api.h"
 #include "core/model/module.h"
-#include "core/model/tensor.h"
+#include "core/runtime/backend_storage.h"
 #include "core/runtime/backend.h"
 
 namespace fullshard {

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "core/mesh/device_mesh.h"
-#include "core/model/tensor.h"
+#include "core/runtime/backend_storage.h"
 
 namespace fullshard {
 

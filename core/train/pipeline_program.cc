@@ -126,9 +126,9 @@ void PipelineProgram::load_microbatches(int step) {
   const TensorMeta ids{DType::kInt64,
                        {s_.pipeline.microbatch_size, s_.training.seq_len / cp.degree}};
   for (int i = 0; i < m; ++i) {
-    Tensor tokens = Tensor::empty(b_, ids, MemCategory::kActivation, StreamRole::kDefault,
+    Tensor tokens = empty_tensor(b_, ids, MemCategory::kActivation, StreamRole::kDefault,
                                   fmt::format("input tokens {}", i));
-    Tensor labels = Tensor::empty(b_, ids, MemCategory::kActivation, StreamRole::kDefault,
+    Tensor labels = empty_tensor(b_, ids, MemCategory::kActivation, StreamRole::kDefault,
                                   fmt::format("labels {}", i));
     OpCall load;
     load.kind = OpKind::kLoadBatch;
@@ -194,7 +194,7 @@ void PipelineProgram::no_sync(Stage& st) {
 // received gradient of the stage's output (received here unless the next stage is local).
 std::pair<uint64_t, Tensor> PipelineProgram::backward_seed(Stage& st, InFlight& f, int mb) {
   if (st.last) {  // torch.autograd.backward(loss): the seed is ones_like(loss)
-    Tensor seed = Tensor::empty(b_, f.loss.t.meta(), MemCategory::kTemporary,
+    Tensor seed = empty_tensor(b_, f.loss.t.meta(), MemCategory::kTemporary,
                                 StreamRole::kDefault, "loss grad seed");
     OpCall fill;
     fill.kind = OpKind::kFill;
@@ -382,11 +382,11 @@ double PipelineProgram::run_step(int step) {
     for (auto& st : stages_)
       for (int i = 0; i < m; ++i) {
         if (!st->first)
-          st->act_recv.push_back(Tensor::empty(
+          st->act_recv.push_back(empty_tensor(
               b_, meta, MemCategory::kActivation, StreamRole::kDefault,
               fmt::format("recv_for_{}_from_{} microbatch {}", st->index, st->index - 1, i)));
         if (!st->last)
-          st->grad_recv.push_back(Tensor::empty(
+          st->grad_recv.push_back(empty_tensor(
               b_, meta, MemCategory::kActivation, StreamRole::kDefault,
               fmt::format("recv_grad_for_{}_from_{} microbatch {}", st->index, st->index + 1, i)));
       }

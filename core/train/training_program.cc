@@ -216,10 +216,10 @@ std::pair<Tensor, Tensor> TrainingProgram::load_batch(int64_t step, int64_t micr
   // With cp, this rank's shard of each sequence (NOTE [Context-parallel layout]): torchtitan
   // loads the [B, S] batch and context_parallel shards it in place; kLoadBatch writes the shard.
   TensorMeta ids{DType::kInt64, {t.batch_for(b_.rank()), t.seq_len / cp.degree}};
-  Tensor tokens = Tensor::empty(b_, ids, MemCategory::kActivation, StreamRole::kDefault,
+  Tensor tokens = empty_tensor(b_, ids, MemCategory::kActivation, StreamRole::kDefault,
                                 what.empty() ? "input tokens" : what + "tokens");
   Tensor labels =
-      Tensor::empty(b_, ids, MemCategory::kActivation, StreamRole::kDefault, what + "labels");
+      empty_tensor(b_, ids, MemCategory::kActivation, StreamRole::kDefault, what + "labels");
   OpCall load;
   load.kind = OpKind::kLoadBatch;
   load.name = "load " + what + "batch";
@@ -289,7 +289,7 @@ void TrainingProgram::micro_step(int step, int micro) {
   b_.read_scalar(StreamRole::kDefault, loss.t.ref());  // the host logs loss.item() at the step end
   b_.annotate("backward");
   // loss.backward(): the seed is ones_like(loss).
-  Tensor seed = Tensor::empty(b_, loss.t.meta(), MemCategory::kTemporary, StreamRole::kDefault,
+  Tensor seed = empty_tensor(b_, loss.t.meta(), MemCategory::kTemporary, StreamRole::kDefault,
                               "loss grad seed");
   OpCall fill;
   fill.kind = OpKind::kFill;

@@ -53,22 +53,22 @@ Backward run(bool split) {
   root.add_param("norm.weight", {kDim});
   root.add_param("out.weight", {kOut, kDim});
   Param &wn = root.params[0], &w = root.params[1];
-  Binding bn(Tensor::empty(b, {DType::kFloat32, {kDim}}, MemCategory::kUnshardedParam,
+  Binding bn(empty_tensor(b, {DType::kFloat32, {kDim}}, MemCategory::kUnshardedParam,
                            StreamRole::kDefault, "wn")),
-      bw(Tensor::empty(b, {DType::kFloat32, {kOut, kDim}}, MemCategory::kUnshardedParam,
+      bw(empty_tensor(b, {DType::kFloat32, {kOut, kDim}}, MemCategory::kUnshardedParam,
                        StreamRole::kDefault, "w"));
   wn.binding = &bn;
   w.binding = &bw;
   Graph g;
   ExecContext c(b, &g, nullptr);
-  Value x{Tensor::empty(b, {DType::kFloat32, {kRows, kDim}}, MemCategory::kActivation,
+  Value x{empty_tensor(b, {DType::kFloat32, {kRows, kDim}}, MemCategory::kActivation,
                         StreamRole::kDefault, "x"),
           c.new_id()};
   const uint64_t root_id = [&] {
     Value y = ops::linear(c, ops::rms_norm(c, x, wn, 1e-5, "norm"), w, nullptr, "out");
     return y.id;  // y itself is dropped: nothing saves a linear's output
   }();
-  Tensor seed = Tensor::empty(b, {DType::kFloat32, {kRows, kOut}}, MemCategory::kTemporary,
+  Tensor seed = empty_tensor(b, {DType::kFloat32, {kRows, kOut}}, MemCategory::kTemporary,
                               StreamRole::kDefault, "seed");
   Backward r;
   r.before = b.memory().current().allocated_bytes;

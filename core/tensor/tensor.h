@@ -1,25 +1,35 @@
 #pragma once
-// Reference-counted tensors over backend buffers: the C++ counterpart of Python's
-// reference counting, so a buffer is freed (in host order) exactly when the last tensor
-// viewing it goes away — as PyTorch frees a storage when its refcount drops to zero.
+// Reference-counted tensors over storages: the C++ counterpart of Python's reference counting,
+// so a storage is released (in host order) exactly when the last tensor viewing it goes away, as
+// PyTorch frees a storage when its refcount drops to zero. Who owns the bytes is the Storage's
+// business: a Backend's buffer (core/runtime/backend_storage.h: empty_tensor, host_tensor).
+#include <cstdint>
 #include <memory>
-#include <string>
+#include <utility>
 
-#include "core/runtime/backend.h"
+#include "core/tensor/shape.h"
+#include "core/tensor/tensor_ref.h"
 
 namespace fullshard {
 
+// The bytes one or more tensors view. A subclass releases them in its destructor.
 class Storage {
  public:
-  Storage(Backend& backend, Buffer buffer) : backend_(&backend), buffer_(buffer) {}
-  ~Storage() { backend_->free(buffer_); }
+  virtual ~Storage() = default;
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
-  const Buffer& buffer() const { return buffer_; }
+  uint64_t buffer_id() const { return buffer_id_; }
+  uint64_t nbytes() const { return nbytes_; }
+  bool on_host() const { return on_host_; }  // CPU offload's host memory
+
+ protected:
+  Storage(uint64_t buffer_id, uint64_t nbytes, bool on_host)
+      : buffer_id_(buffer_id), nbytes_(nbytes), on_host_(on_host) {}
 
  private:
-  Backend* backend_;
-  Buffer buffer_;
+  uint64_t buffer_id_;
+  uint64_t nbytes_;
+  bool on_host_;
 };
 
 class Tensor {
@@ -28,17 +38,14 @@ class Tensor {
   Tensor(std::shared_ptr<Storage> storage, TensorMeta meta, uint64_t offset_bytes = 0)
       : storage_(std::move(storage)), meta_(std::move(meta)), offset_(offset_bytes) {}
 
-  // Allocates a new tensor on `stream`'s pool. Throws OutOfMemoryError.
-  static Tensor empty(Backend& b, TensorMeta meta, MemCategory category, StreamRole stream,
-                      std::string_view what);
-
   explicit operator bool() const { return static_cast<bool>(storage_); }
   const TensorMeta& meta() const { return meta_; }
   DType dtype() const { return meta_.dtype; }
   const Shape& shape() const { return meta_.shape; }
   int64_t numel() const { return meta_.numel(); }
   uint64_t nbytes() const { return meta_.nbytes(); }
-  TensorRef ref() const { return TensorRef{storage_ ? storage_->buffer().id : 0, offset_, meta_}; }
+  bool on_host() const { return storage_ && storage_->on_host(); }
+  TensorRef ref() const { return TensorRef{storage_ ? storage_->buffer_id() : 0, offset_, meta_}; }
   // A view with another shape / offset over the same storage.
   Tensor view(TensorMeta meta, uint64_t extra_offset_bytes = 0) const {
     return Tensor(storage_, std::move(meta), offset_ + extra_offset_bytes);
