@@ -366,7 +366,7 @@ TEST(ForwardMethods, UnregisteredFailsRegisteredAllGathersTheRoot) {
     EXPECT_FALSE(fsdp.is_forward_method(norm, "generate"));
     const int root_before = root.group->all_gathers_issued();
     const int layer_before = layer.group->all_gathers_issued();
-    Tensor tokens = Tensor::empty(b, {DType::kInt64, {2, 16}}, MemCategory::kActivation,
+    Tensor tokens = empty_tensor(b, {DType::kInt64, {2, 16}}, MemCategory::kActivation,
                                   StreamRole::kDefault, "prompt");
     std::string error;
     try {

@@ -129,18 +129,18 @@ TEST(SplitBackward, GroupedGemmDefersItsWeightGradient) {
     Module root;
     root.add_param("experts.w1", {kExperts, kN, kIn});
     Param& w = root.params[0];
-    Binding bw(Tensor::empty(b, {DType::kFloat32, {kExperts, kN, kIn}},
+    Binding bw(empty_tensor(b, {DType::kFloat32, {kExperts, kN, kIn}},
                              MemCategory::kUnshardedParam, StreamRole::kDefault, "w1"));
     w.binding = &bw;
-    Tensor offsets = Tensor::empty(b, {DType::kInt64, {kExperts}}, MemCategory::kActivation,
+    Tensor offsets = empty_tensor(b, {DType::kInt64, {kExperts}}, MemCategory::kActivation,
                                    StreamRole::kDefault, "offsets");
     Graph g;
     ExecContext c(b, &g, nullptr);
-    Value x{Tensor::empty(b, {DType::kFloat32, {kP, kIn}}, MemCategory::kActivation,
+    Value x{empty_tensor(b, {DType::kFloat32, {kP, kIn}}, MemCategory::kActivation,
                           StreamRole::kDefault, "x"),
             c.new_id()};
     const uint64_t root_id = ops::moe::grouped_mm(c, x, w, offsets, kP, "experts.w1").id;
-    Tensor seed = Tensor::empty(b, {DType::kFloat32, {kP, kN}}, MemCategory::kTemporary,
+    Tensor seed = empty_tensor(b, {DType::kFloat32, {kP, kN}}, MemCategory::kTemporary,
                                 StreamRole::kDefault, "seed");
     Backward r;
     r.before = b.memory().current().allocated_bytes;
