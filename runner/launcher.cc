@@ -191,9 +191,7 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
                      "train it with --backend cpu or cuda, or simulate it with fullshard simulate "
                      "(docs/moe.md)");
   // Multi-head latent attention: the CPU backend's attention takes v's own head size; the CUDA
-  // attention kernels do not yet (backends/cuda/kernels/plan.cc refuses the op too), and YaRN's
-  // RoPE frequencies are not computed by any backend (the softmax factor is modelled:
-  // docs/models.md).
+  // attention kernels do not yet (backends/cuda/kernels/plan.cc refuses the op too).
   if (s.model.mla.enabled()) {
     if (kind.name != "cpu" && s.model.mla.v_head_dim != s.model.mla.qk_head_dim())
       throw InputError("model.mla",
@@ -202,12 +200,6 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
                                    "kernel for yet",
                                    s.model.mla.v_head_dim, s.model.mla.qk_head_dim(), kind.name),
                        "train it with --backend cpu, or simulate it with fullshard simulate");
-    if (s.model.mla.rope_factor > 1)
-      throw InputError("model.mla.rope_factor",
-                       fmt::format("is {} (YaRN), whose RoPE frequencies no backend computes yet",
-                                   s.model.mla.rope_factor),
-                       "simulate it with fullshard simulate (memory and time do not depend on "
-                       "the frequencies), or train a model without YaRN");
   }
   // The CPU backend emulates float8 (backends/cpu/kernels/float8.cc); the CUDA backend runs the
   // tensorwise recipe (its casts and cuBLASLt's float8 GEMM, built but not yet run on a GPU); the

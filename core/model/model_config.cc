@@ -103,6 +103,7 @@ std::vector<ModelConfig> build_zoo() {
   llama({.name = "deepseek-v3-671b", .vocab_size = 129280, .dim = 7168, .n_layers = 61,
          .n_heads = 128, .n_kv_heads = 128, .ffn_dim = 18432, .max_seq_len = 163840,
          .norm_eps = 1e-6, .rope_theta = 1e4,
+         .rope_scaling = {.factor = 40, .original_max_position_embeddings = 4096, .yarn = true},
          .moe = {.num_experts = 256, .top_k = 8, .expert_dim = 2048, .shared_expert_dim = 2048,
                  .score_func = MoeScoreFunc::kSigmoid, .route_norm = true, .route_scale = 2.5,
                  .load_balance = MoeLoadBalance::kExpertBias, .load_balance_coeff = 1e-3,
@@ -112,6 +113,7 @@ std::vector<ModelConfig> build_zoo() {
   llama({.name = "deepseek-v3-16b", .vocab_size = 102400, .dim = 2048, .n_layers = 27,
          .n_heads = 16, .n_kv_heads = 16, .ffn_dim = 10944, .max_seq_len = 16384,
          .norm_eps = 1e-5, .rope_theta = 1e4,
+         .rope_scaling = {.factor = 40, .original_max_position_embeddings = 4096, .yarn = true},
          .moe = {.num_experts = 64, .top_k = 6, .expert_dim = 1408, .shared_expert_dim = 2816,
                  .load_balance = MoeLoadBalance::kExpertBias, .load_balance_coeff = 1e-3,
                  .first_dense_layers = 1},
@@ -662,6 +664,14 @@ ModelConfig deepseek_from_hf(const HfReader& r) {
                        "give \"yarn\" (DeepSeek-V3) or remove rope_scaling");
     if (type == "yarn") {
       a.rope_factor = y.positive_number("factor", 1.0);
+      RopeScaling& sc = c.rope_scaling;  // NOTE [YaRN RoPE] in core/runtime/rope_args.h
+      sc.yarn = true;
+      sc.factor = a.rope_factor;
+      sc.beta_fast = y.positive_number("beta_fast", 32);
+      sc.beta_slow = y.positive_number("beta_slow", 1);
+      sc.original_max_position_embeddings =
+          static_cast<double>(y.positive_int("original_max_position_embeddings", 4096));
+      if (sc.factor <= 1) sc = RopeScaling{};  // torchtitan: no YaRN at factor 1
       a.mscale = y.non_negative_number("mscale_all_dim", 0.0);
       const double ms = y.non_negative_number("mscale", 1.0);
       if (a.mscale > 0 && ms != a.mscale)
@@ -809,6 +819,10 @@ void validate_mla(const ModelConfig& c, const std::string& where) {
     bad("rope_factor", std::to_string(m.rope_factor), "give 1 (no YaRN) or the YaRN factor");
   if (!(m.mscale >= 0) || !std::isfinite(m.mscale))
     bad("mscale", std::to_string(m.mscale), "give a number >= 0 (DeepSeek-V3: 1)");
+  const bool yarn = c.rope_scaling.enabled() && c.rope_scaling.yarn;
+  if (m.rope_factor > 1 && (!yarn || c.rope_scaling.factor != m.rope_factor))
+    bad("rope_factor", std::to_string(m.rope_factor),
+        "give the YaRN RoPE scaling with the same factor (rope_scaling), or 1");
   if (c.arch != ModelArch::kLlama || c.qk_norm || c.qkv_bias || c.explicit_head_dim > 0)
     throw InputError(field_path(where, "mla"),
                      "is set with GPT-2, q/k norms, q/k/v biases or a decoupled head_dim",

@@ -177,8 +177,7 @@ RC_GTEST_PROP(RealMoeTraining, ShardedEqualsUnsharded, ()) {
 // tiny-deepseek's multi-head latent attention with its sizes drawn (NOTE [Multi-head latent
 // attention] in core/model/mla_attention.cc): q with or without its LoRA rank, 2 to 8 RoPE
 // columns, v heads narrower, wider or as wide as q / k's (the efficient kernel, or flash when
-// equal), fused or complex RoPE. (YaRN's RoPE frequencies are not built, so its softmax factor
-// is checked by the kernel test KernelsAttention.MlaVHeadSizeAndScale instead.)
+// equal), fused or complex RoPE, YaRN (its frequencies and softmax factor) or not.
 namespace {
 void draw_mla(ModelConfig& m) {
   MlaConfig& a = m.mla;
@@ -188,6 +187,13 @@ void draw_mla(ModelConfig& m) {
   a.qk_rope_head_dim = *rc::gen::element<int64_t>(2, 4, 8);
   a.v_head_dim = *rc::gen::element<int64_t>(4, 20, a.qk_head_dim());
   m.implementation.rope = *rc::gen::element(RopeImpl::kFused, RopeImpl::kComplex);
+  if (*rc::gen::arbitrary<bool>()) {  // YaRN: its frequencies and softmax factor
+    a.rope_factor = 40;
+    a.mscale = *rc::gen::element(0.7, 1.0);
+    m.rope_scaling.yarn = true;
+    m.rope_scaling.factor = 40;
+    m.rope_scaling.original_max_position_embeddings = 4096;
+  }
   validate_model(m, "model");
   RC_TAG(a.q_lora_rank ? "q lora" : "wq", a.v_head_dim == a.qk_head_dim() ? "v == qk" : "v != qk");
 }
@@ -228,6 +234,7 @@ RC_GTEST_PROP(RealMoeTraining, MlaShardedEqualsUnsharded, ()) {
   draw_mla(a.model);
   b.model.mla = a.model.mla;
   b.model.implementation.rope = a.model.implementation.rope;
+  b.model.rope_scaling = a.model.rope_scaling;
   expect_equal_training(run_real(a), run_real(b));
 }
 

@@ -97,6 +97,36 @@ TEST(MlaScale, SoftmaxScaleAsTorchtitan) {
   EXPECT_DOUBLE_EQ(zoo("tiny-deepseek").mla.softmax_scale(), 1.0 / std::sqrt(24.0));
 }
 
+// YaRN (NOTE [YaRN RoPE] in core/runtime/rope_args.h) on DeepSeek-V3's rope head of 64 (theta
+// 1e4, factor 40, beta 32 / 1, original 4096): pairs below 10 keep their frequency, pairs from 23
+// on are divided by 40, the ones between interpolate. Expected values: torchtitan's
+// precompute_freqs_cis re-done in Python with fp32 rounding (correction range 10.47 -> 10, 22.51 ->
+// 23).
+TEST(MlaRope, YarnFrequenciesAsTorchtitan) {
+  const ModelConfig c = zoo("deepseek-v3-671b");
+  ASSERT_TRUE(c.rope_scaling.yarn);
+  const auto inv = rope_inv_freq(c.rope(), c.mla.qk_rope_head_dim);
+  ASSERT_EQ(inv.size(), 32u);
+  const std::pair<int, double> want[] = {{0, 1.0},
+                                         {5, 0.23713736236095428},
+                                         {10, 0.05623412877321243},
+                                         {11, 0.03900692546740175},
+                                         {15, 0.008334509329870343},
+                                         {20, 0.0007905694656074046},
+                                         {23, 3.333803615532815e-05},
+                                         {24, 2.5000001187436283e-05},
+                                         {31, 3.3338037610519677e-06}};
+  for (const auto& [i, w] : want) EXPECT_NEAR(inv[static_cast<size_t>(i)], w, 1e-6 * w) << i;
+  // The op carries it: fargs round-trip to the same frequencies.
+  const RopeParams back = RopeParams::from_fargs(c.rope().fargs());
+  EXPECT_EQ(rope_inv_freq(back, 64), inv);
+  const ModelConfig hf_c = model_from_hf_config(hf("deepseek-v3.json"), "config.json");
+  EXPECT_EQ(rope_inv_freq(hf_c.rope(), 64), inv);
+  ModelConfig bad = c;
+  bad.rope_scaling = RopeScaling{};  // the softmax factor without YaRN's frequencies
+  expect_error([&] { validate_model(bad, "model"); }, "model.mla.rope_factor", "YaRN");
+}
+
 // MFU's attention term uses torchtitan's head_dims = nope + rope + v for MLA.
 TEST(MlaCount, ModelFlopsUseQkPlusVHeadDims) {
   const ModelConfig c = zoo("deepseek-v3-16b");
