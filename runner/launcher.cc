@@ -190,6 +190,17 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
                                  s.model.moe.num_experts, kind.name),
                      "train it with --backend cpu or cuda, or simulate it with fullshard simulate "
                      "(docs/moe.md)");
+  // Multi-head latent attention: the CPU backend's attention takes v's own head size; the CUDA
+  // attention kernels do not yet (backends/cuda/kernels/plan.cc refuses the op too).
+  if (s.model.mla.enabled()) {
+    if (kind.name != "cpu" && s.model.mla.v_head_dim != s.model.mla.qk_head_dim())
+      throw InputError("model.mla",
+                       fmt::format("has v_head_dim {} != qk head dim {}, whose attention op "
+                                   "(kAttentionEfficient with v_head_dim) the {} backend has no "
+                                   "kernel for yet",
+                                   s.model.mla.v_head_dim, s.model.mla.qk_head_dim(), kind.name),
+                       "train it with --backend cpu, or simulate it with fullshard simulate");
+  }
   // The CPU backend emulates float8 (backends/cpu/kernels/float8.cc); the CUDA backend runs the
   // tensorwise recipe (its casts and cuBLASLt's float8 GEMM, built but not yet run on a GPU); the
   // rowwise recipes need cuBLASLt's outer-vector scales, not built (docs/float8.md).

@@ -1,5 +1,7 @@
 #include "core/model/attention_variants.h"
 
+#include <algorithm>
+
 #include "core/model/op_util.h"
 #include "core/runtime/cudnn_sdpa_workspace.h"
 #include "core/runtime/attention_args.h"
@@ -7,10 +9,11 @@
 // NOTE [SDPA backends]: what each CUDA backend of scaled_dot_product_attention saves for backward
 // and allocates in it, read from PyTorch's sources (the files, kernels and constants: docs/ops.md,
 // "SDPA backends in full"). Flash is ops::attention (ops.cc).
-// - efficient: saves O and logsumexp [B, H, round_up(S, 32)] fp32; above head dim 128 the forward
-//   allocates an fp32 output accumulator like O. Backward allocates dq, dk, dv, delta [B, H, S]
-//   fp32 and an fp32 dq accumulator modelled as [B, H, round_up(S, 128), round_up(hd, 128)] (the
-//   sm80 bf16 hd-128 kernel's tiles; other kernels tile differently). No GQA: k / v carry H heads.
+// - efficient: saves O and logsumexp [B, H, round_up(S, 32)] fp32; above head dim 128 (q's or v's,
+//   whichever is larger) the forward allocates an fp32 output accumulator like O. Backward
+//   allocates dq, dk, dv, delta [B, H, S] fp32 and an fp32 dq accumulator modelled as
+//   [B, H, round_up(S, 128), round_up(hd, 128)] (the sm80 bf16 hd-128 kernel's tiles; other
+//   kernels tile differently). No GQA: k / v carry H heads.
 // - cuDNN: saves O and the softmax stats [B, H, S, 1] fp32, takes GQA natively, and its backward
 //   allocates only dq, dk, dv. Both directions take one workspace block of get_workspace_size()
 //   bytes from the caching allocator (none when 0), sized by cudnn_sdpa_workspace (NOTE [cuDNN SDPA
@@ -23,8 +26,10 @@ namespace {
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-double causal_flops(const AttentionShape& s) {  // as ops::attention: half of the S x S scores
-  return 2.0 * s.batch * s.heads * static_cast<double>(s.seq) * s.seq * s.head_dim;
+// As ops::attention: half of the S x S scores, QK^T over q's head size and PV over v's.
+double causal_flops(const AttentionShape& s) {
+  return static_cast<double>(s.batch) * s.heads * static_cast<double>(s.seq) * s.seq *
+         static_cast<double>(s.head_dim + s.vd());
 }
 
 OpKind forward_kind(AttentionImpl a) {
@@ -51,19 +56,23 @@ Value attention_sdpa(ExecContext& c, Value q, Value k, Value v, const AttentionS
   AttentionArgs args;
   args.batch = s.batch, args.seq = s.seq, args.heads = s.heads, args.kv_heads = s.kv_heads;
   args.head_dim = s.head_dim, args.lse_len = lse_len;
+  args.v_head_dim = s.vd() != s.head_dim ? s.vd() : 0;
+  args.softmax_scale = s.scale;
+  FULLSHARD_CHECK(backend == AttentionImpl::kEfficient || s.vd() == s.head_dim,
+                  name + ": cuDNN attention here takes one head size for q, k and v");
   const DType dt = q.t.dtype();
   std::vector<Tensor> outs;
   const bool saves = sac_saves(c, false);
   if (auto* cached = sac_cached(c, saves)) {
     outs = *cached;
   } else {
-    Tensor o = c.empty({dt, {s.batch, s.seq, s.heads, s.head_dim}}, MemCategory::kActivation, name);
+    Tensor o = c.empty({dt, {s.batch, s.seq, s.heads, s.vd()}}, MemCategory::kActivation, name);
     Tensor lse = c.empty({DType::kFloat32, {s.batch, s.heads, lse_len}}, MemCategory::kActivation,
                          name + " logsumexp");
     OpCall op = make_op(forward_kind(backend), name, {q.t.ref(), k.t.ref(), v.t.ref()},
                         {o.ref(), lse.ref()}, causal_flops(s), args);
     Tensor accum;
-    if (backend == AttentionImpl::kEfficient && s.head_dim > 128) {
+    if (backend == AttentionImpl::kEfficient && std::max(s.head_dim, s.vd()) > 128) {
       accum = empty_tensor(b, {DType::kFloat32, o.shape()}, MemCategory::kTemporary, kCompute,
                             name + " output_accum");
       op.outputs.push_back(accum.ref());  // scratch: op.bytes keeps counting O and lse alone

@@ -28,6 +28,17 @@ namespace {
 // head_dim 128 with 32 heads of a 2048 hidden size, q/k RMSNorms: 30,532,122,624). Their
 // published configs leave output_router_logits false, so no auxiliary loss is computed.
 // tiny-moe is ours: 4 experts, top-2, one shared expert, small enough to run for real.
+// NOTE [DeepSeek zoo sources]: deepseek-v3-671b is deepseek-ai/DeepSeek-V3's config.json and
+// torchtitan's "671B" flavour (torchtitan/models/deepseek_v3/__init__.py at pytorch/torchtitan@
+// b5bcd76): MLA (q_lora_rank 1536, kv_lora_rank 512, heads of 128 + 64 RoPE, v 128), the first 3
+// layers dense (18432), then 256 routed experts of 2048 and one shared, sigmoid scores, top-8
+// normalised and scaled by 2.5 from 4 of 8 groups, the expert bias (torchtitan's default
+// load_balance_coeff 1e-3), YaRN factor 40 with mscale 1: 671,026,404,352 parameters, the main
+// model only: the multi-token-prediction layer (num_nextn_predict_layers 1, 14B in the published
+// checkpoint) is not counted, as torchtitan trains none by default (num_mtp_layers 0), nor the
+// expert bias, a buffer. deepseek-v3-16b is torchtitan's "16B" flavour (DeepSeek-V2-Lite's sizes:
+// q without LoRA, 64 experts of 1408 and 2 shared, top-6 softmax, first layer dense 10944, mscale
+// 0.70): 15,706,484,224. tiny-deepseek is ours: the same layout at tiny-moe's sizes, to train.
 std::vector<ModelConfig> build_zoo() {
   using A = ModelArch;
   std::vector<ModelConfig> z;
@@ -88,6 +99,26 @@ std::vector<ModelConfig> build_zoo() {
          .n_heads = 32, .n_kv_heads = 4, .ffn_dim = 6144, .max_seq_len = 40960, .norm_eps = 1e-6,
          .rope_theta = 1e6, .explicit_head_dim = 128, .qk_norm = true,
          .moe = {.num_experts = 128, .top_k = 8, .expert_dim = 768, .route_norm = true}});
+  // DeepSeek-V3 (NOTE [DeepSeek zoo sources]).
+  llama({.name = "deepseek-v3-671b", .vocab_size = 129280, .dim = 7168, .n_layers = 61,
+         .n_heads = 128, .n_kv_heads = 128, .ffn_dim = 18432, .max_seq_len = 163840,
+         .norm_eps = 1e-6, .rope_theta = 1e4,
+         .rope_scaling = {.factor = 40, .original_max_position_embeddings = 4096, .yarn = true},
+         .moe = {.num_experts = 256, .top_k = 8, .expert_dim = 2048, .shared_expert_dim = 2048,
+                 .score_func = MoeScoreFunc::kSigmoid, .route_norm = true, .route_scale = 2.5,
+                 .load_balance = MoeLoadBalance::kExpertBias, .load_balance_coeff = 1e-3,
+                 .num_expert_groups = 8, .num_limited_groups = 4, .first_dense_layers = 3},
+         .mla = {.q_lora_rank = 1536, .kv_lora_rank = 512, .qk_nope_head_dim = 128,
+                 .qk_rope_head_dim = 64, .v_head_dim = 128, .rope_factor = 40, .mscale = 1.0}});
+  llama({.name = "deepseek-v3-16b", .vocab_size = 102400, .dim = 2048, .n_layers = 27,
+         .n_heads = 16, .n_kv_heads = 16, .ffn_dim = 10944, .max_seq_len = 16384,
+         .norm_eps = 1e-5, .rope_theta = 1e4,
+         .rope_scaling = {.factor = 40, .original_max_position_embeddings = 4096, .yarn = true},
+         .moe = {.num_experts = 64, .top_k = 6, .expert_dim = 1408, .shared_expert_dim = 2816,
+                 .load_balance = MoeLoadBalance::kExpertBias, .load_balance_coeff = 1e-3,
+                 .first_dense_layers = 1},
+         .mla = {.kv_lora_rank = 512, .qk_nope_head_dim = 128, .qk_rope_head_dim = 64,
+                 .v_head_dim = 128, .rope_factor = 40, .mscale = 0.70}});
   gpt2({.name = "gpt2-124m", .dim = 768, .n_layers = 12, .n_heads = 12});
   gpt2({.name = "gpt2-355m", .dim = 1024, .n_layers = 24, .n_heads = 16});
   gpt2({.name = "gpt2-774m", .dim = 1280, .n_layers = 36, .n_heads = 20});
@@ -99,6 +130,13 @@ std::vector<ModelConfig> build_zoo() {
          .n_kv_heads = 2, .ffn_dim = 128, .max_seq_len = 128, .norm_eps = 1e-5, .rope_theta = 1e4,
          .moe = {.num_experts = 4, .top_k = 2, .expert_dim = 32, .shared_expert_dim = 32,
                  .route_norm = true}});
+  llama({.name = "tiny-deepseek", .vocab_size = 256, .dim = 64, .n_layers = 2, .n_heads = 4,
+         .n_kv_heads = 4, .ffn_dim = 128, .max_seq_len = 128, .norm_eps = 1e-5, .rope_theta = 1e4,
+         .moe = {.num_experts = 4, .top_k = 2, .expert_dim = 32, .shared_expert_dim = 32,
+                 .score_func = MoeScoreFunc::kSigmoid, .route_norm = true, .route_scale = 2.5,
+                 .first_dense_layers = 1},
+         .mla = {.q_lora_rank = 32, .kv_lora_rank = 32, .qk_nope_head_dim = 16,
+                 .qk_rope_head_dim = 8, .v_head_dim = 16}});
   gpt2({.name = "tiny-gpt2", .vocab_size = 256, .dim = 64, .n_layers = 2, .n_heads = 4,
         .max_seq_len = 128});
   // clang-format on
@@ -185,12 +223,32 @@ std::optional<int64_t> checked_parameter_count(const ModelConfig& c) {
   const bool lb = c.linear_bias;
   CheckedSum layer;
   CheckedSum total;
-  // Attention: q is q x D, k and v are kv x D, o is D x q (GPT-2 fuses q/k/v into c_attn, whose
-  // Conv1D weight is [D, D + 2 kv]; the count is the same).
-  layer.add(d, q);
-  layer.add(d, kv);
-  layer.add(d, kv);
-  layer.add(d, q);
+  if (c.mla.enabled()) {  // multi-head latent attention (core/model/mla_attention.cc)
+    const MlaConfig& m = c.mla;
+    CheckedSum qk_width, kv_width, v_width;
+    qk_width.add(c.n_heads, m.qk_head_dim());
+    kv_width.add(c.n_heads, m.qk_nope_head_dim + m.v_head_dim);
+    v_width.add(c.n_heads, m.v_head_dim);
+    if (!qk_width.value() || !kv_width.value() || !v_width.value()) return std::nullopt;
+    if (m.q_lora_rank == 0) {
+      layer.add(d, *qk_width.value());  // wq
+    } else {
+      layer.add(d, m.q_lora_rank);                  // wq_a
+      layer.add(m.q_lora_rank);                     // q_norm
+      layer.add(m.q_lora_rank, *qk_width.value());  // wq_b
+    }
+    layer.add(d, m.kv_lora_rank + m.qk_rope_head_dim);  // wkv_a
+    layer.add(m.kv_lora_rank);                          // kv_norm
+    layer.add(m.kv_lora_rank, *kv_width.value());       // wkv_b
+    layer.add(*v_width.value(), d);                     // wo
+  } else {
+    // Attention: q is q x D, k and v are kv x D, o is D x q (GPT-2 fuses q/k/v into c_attn, whose
+    // Conv1D weight is [D, D + 2 kv]; the count is the same).
+    layer.add(d, q);
+    layer.add(d, kv);
+    layer.add(d, kv);
+    layer.add(d, q);
+  }
   if (c.qkv_bias || lb) {  // Qwen2: bias on q/k/v only; GPT-2: on every linear
     layer.add(q);
     layer.add(kv);
@@ -241,7 +299,16 @@ std::string field_path(const std::string& where, const std::string& field) {
 }
 
 // ---------------------------------------------------------------- HF import
-enum class HfFamily { kLlama, kMistral, kQwen2, kGpt2, kMixtral, kQwen3Moe, kQwen2Moe };
+enum class HfFamily {
+  kLlama,
+  kMistral,
+  kQwen2,
+  kGpt2,
+  kMixtral,
+  kQwen3Moe,
+  kQwen2Moe,
+  kDeepseekV3
+};
 
 struct HfArch {
   const char* model_type;
@@ -256,11 +323,13 @@ constexpr HfArch kHfArchs[] = {
     {"mixtral", "MixtralForCausalLM", HfFamily::kMixtral},
     {"qwen3_moe", "Qwen3MoeForCausalLM", HfFamily::kQwen3Moe},
     {"qwen2_moe", "Qwen2MoeForCausalLM", HfFamily::kQwen2Moe},
+    {"deepseek_v3", "DeepseekV3ForCausalLM", HfFamily::kDeepseekV3},
 };
 constexpr const char* kSupportedHf =
     "supported: llama (LlamaForCausalLM), mistral (MistralForCausalLM), qwen2 "
     "(Qwen2ForCausalLM), gpt2 (GPT2LMHeadModel), mixtral (MixtralForCausalLM), qwen3_moe "
-    "(Qwen3MoeForCausalLM), qwen2_moe (Qwen2MoeForCausalLM)";
+    "(Qwen3MoeForCausalLM), qwen2_moe (Qwen2MoeForCausalLM), deepseek_v3 "
+    "(DeepseekV3ForCausalLM)";
 
 // Reads one config.json object; every accessor names the field in its errors.
 class HfReader {
@@ -532,6 +601,143 @@ ModelConfig llama_from_hf(const HfReader& r, HfFamily family) {
   return c;
 }
 
+// NOTE [DeepSeek-V3 config.json fields]: DeepseekV3Config (transformers) and deepseek-ai's own
+// config.json. Mapped: the sizes, MLA's ranks and head sizes (q_lora_rank null: 0),
+// first_k_dense_replace, n_routed_experts / n_shared_experts / moe_intermediate_size,
+// num_experts_per_tok, scoring_func, norm_topk_prob, routed_scaling_factor, topk_method
+// ("noaux_tc": the expert bias at torchtitan's load_balance_coeff 1e-3; "greedy": none;
+// "group_limited_greedy": groups without bias), n_group / topk_group, rope_scaling "yarn" (factor
+// and mscale_all_dim into the softmax scale). Refused by name: hidden_act other than silu,
+// moe_layer_freq other than 1, attention_bias, num_key_value_heads other than the heads,
+// rope_scaling types other than yarn, mscale != mscale_all_dim (HF scales cos / sin by their
+// ratio), rope_interleave false. Read and not modelled, as torchtitan: num_nextn_predict_layers
+// (the MTP layer, not counted), aux_loss_alpha / seq_aux (the sequence-wise auxiliary loss),
+// ep_size, quantization_config (the checkpoint's fp8 storage). docs/models.md lists them.
+ModelConfig deepseek_from_hf(const HfReader& r) {
+  ModelConfig c;
+  c.arch = ModelArch::kLlama;
+  c.dim = r.positive_int("hidden_size");
+  c.ffn_dim = r.positive_int("intermediate_size");
+  c.n_layers = r.positive_int("num_hidden_layers");
+  c.n_heads = r.positive_int("num_attention_heads");
+  c.vocab_size = r.positive_int("vocab_size");
+  c.n_kv_heads = r.positive_int("num_key_value_heads", c.n_heads);
+  if (c.n_kv_heads != c.n_heads)
+    throw InputError(r.path("num_key_value_heads"),
+                     "is " + std::to_string(c.n_kv_heads) + ", not num_attention_heads " +
+                         std::to_string(c.n_heads),
+                     "MLA's k / v carry every head: use the published value");
+  c.max_seq_len = r.positive_int("max_position_embeddings", 4096);
+  c.norm_eps = r.positive_number("rms_norm_eps", 1e-6);
+  c.rope_theta = r.rope_theta(10000.0);
+  c.tie_embeddings = r.boolean("tie_word_embeddings", false);
+  MlaConfig& a = c.mla;
+  a.q_lora_rank = r.has("q_lora_rank") ? r.positive_int("q_lora_rank") : 0;
+  a.kv_lora_rank = r.positive_int("kv_lora_rank", 512);
+  a.qk_nope_head_dim = r.positive_int("qk_nope_head_dim", 128);
+  a.qk_rope_head_dim = r.positive_int("qk_rope_head_dim", 64);
+  a.v_head_dim = r.positive_int("v_head_dim", 128);
+  auto refuse = [&](const std::string& key, const std::string& value, const std::string& fix) {
+    throw InputError(r.path(key), "is " + value + ", which fullshard does not model", fix);
+  };
+  if (r.has("hidden_act") &&
+      (!r.at("hidden_act").is_string() || r.at("hidden_act").get<std::string>() != "silu"))
+    refuse("hidden_act", r.at("hidden_act").dump(), "use \"silu\" (DeepSeek-V3's SwiGLU)");
+  if (r.boolean("attention_bias", false))
+    refuse("attention_bias", "true", "use false (the published models have no biases)");
+  if (!r.boolean("rope_interleave", true))
+    refuse("rope_interleave", "false",
+           "use true: torchtitan's deepseek_v3 rotates adjacent pairs (complex RoPE)");
+  if (r.has("moe_layer_freq") && r.positive_int("moe_layer_freq") != 1)
+    refuse("moe_layer_freq", r.at("moe_layer_freq").dump(), "use 1 (every layer after the dense)");
+  if (r.has("rope_scaling")) {
+    const auto& j = r.at("rope_scaling");
+    const std::string p = r.path("rope_scaling");
+    if (!j.is_object()) throw InputError(p, "is " + j.dump(), "give the published yarn object");
+    const HfReader y(j, p);
+    const char* type_key = y.has("rope_type") ? "rope_type" : "type";
+    const std::string type =
+        y.has(type_key) && y.at(type_key).is_string() ? y.at(type_key).get<std::string>() : "";
+    if (type != "yarn" && type != "default")
+      throw InputError(y.path(type_key),
+                       "is " + (y.has(type_key) ? y.at(type_key).dump() : std::string("missing")),
+                       "give \"yarn\" (DeepSeek-V3) or remove rope_scaling");
+    if (type == "yarn") {
+      a.rope_factor = y.positive_number("factor", 1.0);
+      RopeScaling& sc = c.rope_scaling;  // NOTE [YaRN RoPE] in core/runtime/rope_args.h
+      sc.yarn = true;
+      sc.factor = a.rope_factor;
+      sc.beta_fast = y.positive_number("beta_fast", 32);
+      sc.beta_slow = y.positive_number("beta_slow", 1);
+      sc.original_max_position_embeddings =
+          static_cast<double>(y.positive_int("original_max_position_embeddings", 4096));
+      if (sc.factor <= 1) sc = RopeScaling{};  // torchtitan: no YaRN at factor 1
+      a.mscale = y.non_negative_number("mscale_all_dim", 0.0);
+      const double ms = y.non_negative_number("mscale", 1.0);
+      if (a.mscale > 0 && ms != a.mscale)
+        throw InputError(y.path("mscale"),
+                         "is " + y.at("mscale").dump() + " but mscale_all_dim is " +
+                             y.at("mscale_all_dim").dump(),
+                         "HF then scales cos / sin by their ratio, which is not modelled: use "
+                         "equal values (DeepSeek-V3: 1.0)");
+      if (a.mscale == 0) a.rope_factor = 1.0;  // HF: no softmax factor without mscale_all_dim
+    }
+  }
+  MoeConfig& m = c.moe;
+  m.num_experts = r.positive_int("n_routed_experts");
+  m.expert_dim = r.positive_int("moe_intermediate_size");
+  m.shared_expert_dim = r.has("n_shared_experts")
+                            ? r.positive_int("n_shared_experts") * m.expert_dim
+                            : 0;
+  m.top_k = r.positive_int("num_experts_per_tok");
+  if (m.top_k > m.num_experts)
+    throw InputError(r.path("num_experts_per_tok"),
+                     "is " + std::to_string(m.top_k) + ", above the " +
+                         std::to_string(m.num_experts) + " experts",
+                     "use at most n_routed_experts");
+  if (r.has("first_k_dense_replace")) {
+    const auto& x = r.at("first_k_dense_replace");
+    if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > c.n_layers)
+      throw InputError(r.path("first_k_dense_replace"), "is " + x.dump(),
+                       "give 0 to num_hidden_layers (" + std::to_string(c.n_layers) + ")");
+    m.first_dense_layers = x.get<int64_t>();
+  }
+  const std::string score = r.has("scoring_func") && r.at("scoring_func").is_string()
+                                ? r.at("scoring_func").get<std::string>()
+                                : "sigmoid";
+  if (score != "sigmoid" && score != "softmax")
+    refuse("scoring_func", r.has("scoring_func") ? r.at("scoring_func").dump() : score,
+           "use \"sigmoid\" or \"softmax\"");
+  m.score_func = score == "sigmoid" ? MoeScoreFunc::kSigmoid : MoeScoreFunc::kSoftmax;
+  m.route_norm = r.boolean("norm_topk_prob", true);
+  m.route_scale = r.positive_number("routed_scaling_factor", 1.0);
+  m.num_expert_groups = r.positive_int("n_group", 1);
+  m.num_limited_groups = r.positive_int("topk_group", 1);
+  if (m.num_experts % m.num_expert_groups != 0)
+    throw InputError(r.path("n_group"),
+                     "is " + std::to_string(m.num_expert_groups) + ", which does not divide the " +
+                         std::to_string(m.num_experts) + " routed experts",
+                     "use the published value (DeepSeek-V3: 8)");
+  if (m.num_limited_groups > m.num_expert_groups)
+    throw InputError(r.path("topk_group"),
+                     "is " + std::to_string(m.num_limited_groups) + ", above n_group " +
+                         std::to_string(m.num_expert_groups),
+                     "use at most n_group (DeepSeek-V3: 4 of 8)");
+  const std::string method = r.has("topk_method") && r.at("topk_method").is_string()
+                                 ? r.at("topk_method").get<std::string>()
+                                 : "noaux_tc";
+  if (method == "noaux_tc") {
+    m.load_balance = MoeLoadBalance::kExpertBias;
+    m.load_balance_coeff = 1e-3;  // torchtitan's make_moe_config default
+  } else if (method == "greedy") {
+    m.num_expert_groups = m.num_limited_groups = 1;  // greedy ignores the groups
+  } else if (method != "group_limited_greedy") {
+    refuse("topk_method", r.has("topk_method") ? r.at("topk_method").dump() : method,
+           "use \"noaux_tc\" (DeepSeek-V3), \"greedy\" or \"group_limited_greedy\"");
+  }
+  return c;
+}
+
 ModelConfig gpt2_from_hf(const HfReader& r) {
   ModelConfig c;
   c.arch = ModelArch::kGpt2;
@@ -583,8 +789,49 @@ void validate_moe(const ModelConfig& c, const std::string& where) {
     if (l < 0 || l >= c.n_layers)
       bad("dense_layers", "holding " + std::to_string(l),
           "give layer indices from 0 to " + std::to_string(c.n_layers - 1));
+  if (m.num_expert_groups < 1 || m.num_experts % m.num_expert_groups != 0)
+    bad("num_expert_groups", std::to_string(m.num_expert_groups),
+        "give a divisor of num_experts (" + std::to_string(m.num_experts) + "); 1: no groups");
+  if (m.num_limited_groups < 1 || m.num_limited_groups > m.num_expert_groups)
+    bad("num_limited_groups", std::to_string(m.num_limited_groups),
+        "give 1 to num_expert_groups (" + std::to_string(m.num_expert_groups) + ")");
   if (m.token_group_align < 1)
     bad("token_group_align", std::to_string(m.token_group_align), "give 8 (bf16), 16 or 32");
+}
+
+// The MLA fields' ranges (model.mla.*) and what MLA replaces; nothing for other attention.
+void validate_mla(const ModelConfig& c, const std::string& where) {
+  const MlaConfig& m = c.mla;
+  auto bad = [&](const char* field, const std::string& value, const std::string& fix) {
+    throw InputError(field_path(where, std::string("mla.") + field), "is " + value, fix);
+  };
+  if (m.kv_lora_rank < 0)
+    bad("kv_lora_rank", std::to_string(m.kv_lora_rank), "give 0 (no MLA) or a positive rank");
+  if (!m.enabled()) return;
+  if (m.q_lora_rank < 0)
+    bad("q_lora_rank", std::to_string(m.q_lora_rank), "give 0 (q = wq(x)) or a positive rank");
+  if (m.qk_nope_head_dim < 1)
+    bad("qk_nope_head_dim", std::to_string(m.qk_nope_head_dim), "it must be >= 1");
+  if (m.qk_rope_head_dim < 2 || m.qk_rope_head_dim % 2 != 0)
+    bad("qk_rope_head_dim", std::to_string(m.qk_rope_head_dim), "give an even size >= 2");
+  if (m.v_head_dim < 1) bad("v_head_dim", std::to_string(m.v_head_dim), "it must be >= 1");
+  if (!(m.rope_factor >= 1) || !std::isfinite(m.rope_factor))
+    bad("rope_factor", std::to_string(m.rope_factor), "give 1 (no YaRN) or the YaRN factor");
+  if (!(m.mscale >= 0) || !std::isfinite(m.mscale))
+    bad("mscale", std::to_string(m.mscale), "give a number >= 0 (DeepSeek-V3: 1)");
+  const bool yarn = c.rope_scaling.enabled() && c.rope_scaling.yarn;
+  if (m.rope_factor > 1 && (!yarn || c.rope_scaling.factor != m.rope_factor))
+    bad("rope_factor", std::to_string(m.rope_factor),
+        "give the YaRN RoPE scaling with the same factor (rope_scaling), or 1");
+  if (c.arch != ModelArch::kLlama || c.qk_norm || c.qkv_bias || c.explicit_head_dim > 0)
+    throw InputError(field_path(where, "mla"),
+                     "is set with GPT-2, q/k norms, q/k/v biases or a decoupled head_dim",
+                     "MLA replaces the whole attention of a Llama-style model");
+  if (c.n_kv_heads != c.n_heads)
+    throw InputError(
+        field_path(where, "n_kv_heads"),
+        "is " + std::to_string(c.n_kv_heads) + " with MLA, whose k / v have every head",
+        "set n_kv_heads equal to n_heads (" + std::to_string(c.n_heads) + ")");
 }
 
 }  // namespace
@@ -618,7 +865,9 @@ ModelConfig model_from_hf_config(const nlohmann::json& j, const std::string& whe
                      "pass a Hugging Face config.json");
   const HfReader r(j, where);
   const HfArch& arch = r.arch();
-  ModelConfig c = arch.family == HfFamily::kGpt2 ? gpt2_from_hf(r) : llama_from_hf(r, arch.family);
+  ModelConfig c = arch.family == HfFamily::kGpt2         ? gpt2_from_hf(r)
+                  : arch.family == HfFamily::kDeepseekV3 ? deepseek_from_hf(r)
+                                                         : llama_from_hf(r, arch.family);
   c.name = arch.model_type;
   validate_model(c, where);  // backstop: size overflow and anything not caught above
   return c;
@@ -643,7 +892,7 @@ void validate_model(const ModelConfig& c, const std::string& where) {
   for (const auto& [field, value] : sizes)
     if (value < 1)
       throw InputError(field_path(where, field), "is " + std::to_string(value), "it must be >= 1");
-  if (c.explicit_head_dim == 0 && c.dim % c.n_heads != 0)
+  if (c.explicit_head_dim == 0 && !c.mla.enabled() && c.dim % c.n_heads != 0)
     throw InputError(
         field_path(where, "n_heads"),
         "is " + std::to_string(c.n_heads) + ", which does not divide dim " + std::to_string(c.dim),
@@ -671,6 +920,7 @@ void validate_model(const ModelConfig& c, const std::string& where) {
                      "is set for a GPT-2 model",
                      "decoupled heads, q/k norms and experts are Llama-style");
   validate_moe(c, where);
+  validate_mla(c, where);
   if (!checked_parameter_count(c))
     throw InputError(where.empty() ? "model" : where, "has more than 2^63 parameters",
                      "check the sizes; they are far beyond any real model");

@@ -9,6 +9,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "core/model/implementation.h"
+#include "core/model/mla_config.h"
 #include "core/model/moe_config.h"
 #include "core/runtime/rope_args.h"
 
@@ -61,6 +62,7 @@ struct ModelConfig {
   int64_t explicit_head_dim = 0;
   bool qk_norm = false;  // Qwen3: RMSNorm (weight [head_dim]) on each head of q and of k
   MoeConfig moe;         // mixture-of-experts FFN (core/model/moe_config.h); dense when disabled
+  MlaConfig mla;  // DeepSeek's multi-head latent attention (core/model/mla_config.h); off: GQA
   LoraConfig lora;       // model.lora: LoRA adapters (none when rank is 0)
 
   int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : dim / n_heads; }

@@ -12,9 +12,14 @@ int64_t active_parameter_count(const ModelConfig& m) {
 
 double model_flops_per_token(const ModelConfig& m, int64_t seq_len) {
   const double embed = static_cast<double>(m.vocab_size) * static_cast<double>(m.dim);
+  // torchtitan's head_dims: q / k's plus v's head size (get_moe_model_nparams_and_flops in
+  // torchtitan/models/utils.py at pytorch/torchtitan@b5bcd76; MLA: nope + rope + v).
+  const double head_dims = m.mla.enabled()
+                               ? static_cast<double>(m.mla.qk_head_dim() + m.mla.v_head_dim)
+                               : 2.0 * static_cast<double>(m.head_dim());
   return 6.0 * (static_cast<double>(active_parameter_count(m)) - embed) +
-         12.0 * static_cast<double>(m.n_layers) * static_cast<double>(m.n_heads) *
-             static_cast<double>(m.head_dim()) * static_cast<double>(seq_len);
+         6.0 * static_cast<double>(m.n_layers) * static_cast<double>(m.n_heads) * head_dims *
+             static_cast<double>(seq_len);
 }
 
 }  // namespace fullshard

@@ -34,6 +34,11 @@ struct MoeConfig {
   bool score_before_experts = false;  // scale the routed input (true) or the experts' output
   MoeLoadBalance load_balance = MoeLoadBalance::kNone;
   double load_balance_coeff = 0;  // aux-loss coefficient or expert-bias update rate
+  // DeepSeek's group-limited routing (torchtitan num_expert_groups / num_limited_groups, HF n_group
+  // / topk_group): the experts in num_expert_groups groups, each token's top-k taken from its
+  // num_limited_groups best groups. 1 / 1: no grouping (not built beyond the config: check_moe).
+  int64_t num_expert_groups = 1;
+  int64_t num_limited_groups = 1;
   // Which layers are MoE: layer i (0-based) is MoE when i >= first_dense_layers, (i + 1) %
   // interleave_step == 0 and i is not in dense_layers (DeepSeek first_k_dense_replace, Qwen
   // decoder_sparse_step / Llama 4 interleave_moe_layer_step, Qwen mlp_only_layers). The other

@@ -458,12 +458,16 @@ AttentionArgs attn_args(const AttentionShape& s, int64_t packed) {
   AttentionArgs a;
   a.batch = s.batch, a.seq = s.seq, a.heads = s.heads, a.kv_heads = s.kv_heads;
   a.head_dim = s.head_dim, a.packed = packed != 0, a.lse_len = s.seq;
+  a.softmax_scale = s.scale;
   return a;
 }
 
 std::vector<Tensor> attention_outputs(ExecContext& c, const AttentionShape& s, DType dt,
                                       std::vector<TensorRef> in, int64_t packed,
                                       const std::string& name) {
+  // PyTorch's flash kernel takes one head size for q, k and v (check_head_dim_size_flash):
+  // MLA's differing v goes to the efficient kernel (core/model/mla_attention.cc).
+  FULLSHARD_CHECK(s.vd() == s.head_dim, name + ": flash attention needs v's head size to be q's");
   bool saves = sac_saves(c, false);
   if (auto* cached = sac_cached(c, saves)) return *cached;
   Tensor o = c.empty({dt, {s.batch, s.seq, s.heads, s.head_dim}}, MemCategory::kActivation, name);
@@ -547,7 +551,7 @@ Value attention_packed(ExecContext& c, Value qkv, const AttentionShape& s,
 // [B, S, H, hd] tensor and return its transpose(1, 2) view, so torchtitan's
 // O.transpose(1, 2).contiguous().view(B, S, D) copies nothing, and its backward is views too.
 Value transpose_heads(ExecContext& c, Value o, const AttentionShape& s, const std::string& name) {
-  Tensor y = o.t.view({o.t.dtype(), {s.batch, s.seq, s.heads * s.head_dim}});
+  Tensor y = o.t.view({o.t.dtype(), {s.batch, s.seq, s.heads * s.vd()}});
   Value out = result(c, y, o.requires_grad());
   if (c.recording() && o.requires_grad()) {
     TensorMeta meta = o.t.meta();

@@ -79,6 +79,11 @@ Value repeat_kv(ExecContext& c, Value x, int64_t kv_heads, int64_t n_rep, int64_
 
 struct AttentionShape {
   int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  // Multi-head latent attention (core/model/mla_attention.h): v's (and O's) head size when it
+  // differs from q / k's, and SDPA's `scale` argument. 0: head_dim, 1 / sqrt(head_dim).
+  int64_t v_head_dim = 0;
+  double scale = 0;
+  int64_t vd() const { return v_head_dim > 0 ? v_head_dim : head_dim; }
 };
 // Causal flash attention (scaled_dot_product_attention, flash backend) with native GQA.
 // q: [B, S, H*hd], k/v: [B, S, Hkv*hd]. Returns O in SDPA's [B, H, S, hd] layout; saves
@@ -87,7 +92,7 @@ Value attention(ExecContext& c, Value q, Value k, Value v, const AttentionShape&
                 const std::string& name);
 // GPT-2: q, k, v packed in one [B, S, 3*D] tensor (saved once; grad packed as well).
 Value attention_packed(ExecContext& c, Value qkv, const AttentionShape& s, const std::string& name);
-// O.transpose(1, 2).contiguous().view(B, S, H*hd): a copy.
+// O.transpose(1, 2).contiguous().view(B, S, H*vd): a view (NOTE [SDPA output layout]).
 Value transpose_heads(ExecContext& c, Value o, const AttentionShape& s, const std::string& name);
 
 Value silu(ExecContext& c, Value x, const std::string& name);

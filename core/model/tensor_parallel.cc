@@ -66,6 +66,12 @@ void check_tensor_parallel(const ModelConfig& c, int64_t seq_len, int degree, bo
                          " with a mixture-of-experts model, whose tensor-parallel "
                          "experts are not built yet",
                      "use tp 1 (docs/moe.md says what is next)");
+  if (c.mla.enabled())
+    throw InputError("fsdp.mesh",
+                     "has tp " + T +
+                         " with multi-head latent attention, whose tensor-parallel "
+                         "plan is not built yet",
+                     "use tp 1");
   if (c.explicit_head_dim > 0 || c.qk_norm)
     throw InputError("fsdp.mesh",
                      "has tp " + T +

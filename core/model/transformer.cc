@@ -10,6 +10,7 @@
 #include "core/model/ring_attention.h"
 #include "core/model/compiled_block.h"
 #include "core/model/lora.h"
+#include "core/model/mla_attention.h"
 #include "core/model/moe_layer.h"
 #include "core/model/ops.h"
 
@@ -61,18 +62,22 @@ void Transformer::build() {
     if (c.arch == ModelArch::kLlama) {
       b->add_child("attention_norm", "RMSNorm")->add_param("weight", {D});
       Module* a = b->add_child("attention", "Attention");
-      a->add_child("wq", "Linear")->add_param("weight", {Q, D});
-      a->add_child("wk", "Linear")->add_param("weight", {kv, D});
-      a->add_child("wv", "Linear")->add_param("weight", {kv, D});
-      if (c.qkv_bias) {
-        a->child("wq").add_param("bias", {Q});
-        a->child("wk").add_param("bias", {kv});
-        a->child("wv").add_param("bias", {kv});
-      }
-      a->add_child("wo", "Linear")->add_param("weight", {D, Q});
-      if (c.qk_norm) {  // Qwen3: RMSNorm over each head of q and k, before RoPE
-        a->add_child("q_norm", "RMSNorm")->add_param("weight", {hd});
-        a->add_child("k_norm", "RMSNorm")->add_param("weight", {hd});
+      if (c.mla.enabled()) {  // DeepSeek's multi-head latent attention (mla_attention.h)
+        add_mla_attention(*a, c);
+      } else {
+        a->add_child("wq", "Linear")->add_param("weight", {Q, D});
+        a->add_child("wk", "Linear")->add_param("weight", {kv, D});
+        a->add_child("wv", "Linear")->add_param("weight", {kv, D});
+        if (c.qkv_bias) {
+          a->child("wq").add_param("bias", {Q});
+          a->child("wk").add_param("bias", {kv});
+          a->child("wv").add_param("bias", {kv});
+        }
+        a->add_child("wo", "Linear")->add_param("weight", {D, Q});
+        if (c.qk_norm) {  // Qwen3: RMSNorm over each head of q and k, before RoPE
+          a->add_child("q_norm", "RMSNorm")->add_param("weight", {hd});
+          a->add_child("k_norm", "RMSNorm")->add_param("weight", {hd});
+        }
       }
       b->add_child("ffn_norm", "RMSNorm")->add_param("weight", {D});
       if (c.moe.is_moe_layer(i)) {  // torchtitan's `moe` in place of `feed_forward`
@@ -183,6 +188,10 @@ Value Transformer::head_norm(ExecContext& c, Value x, const Param& weight, int64
 Value Transformer::llama_attention(ExecContext& c, Module& m, Value x, int64_t batch, int64_t seq,
                                    const ops::RotaryTables* rot) {
   const auto& cfg = config_;
+  if (cfg.mla.enabled()) {  // RoPE of qk_rope_head_dim (NOTE [Multi-head latent attention])
+    FULLSHARD_CHECK(!tp_.enabled() && !cp_.enabled(), m.fqn + ": MLA runs without tp or cp");
+    return mla_attention(c, m, std::move(x), batch, seq, cfg, rope());
+  }
   const int64_t T = tp_.degree;  // heads are split over tp (ColwiseParallel wq / wk / wv)
   ops::AttentionShape s{batch, seq, cfg.n_heads / T, cfg.n_kv_heads / T, cfg.head_dim()};
   auto bias = [&](const char* lin) -> const Param* {

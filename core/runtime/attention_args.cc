@@ -10,7 +10,11 @@ namespace fullshard {
 
 void AttentionArgs::encode(OpCall& op) const {
   op.iargs = {batch, seq, heads, kv_heads, head_dim, packed ? 1 : 0};
-  if (ring())
+  if (softmax_scale > 0) op.fargs = {softmax_scale};
+  if (v_head_dim > 0 && v_head_dim != head_dim)
+    op.iargs.insert(op.iargs.end(), {lse_len, kv_rows(), causal ? 1 : 0, q_stride_rows(),
+                                     kv_stride_rows(), v_head_dim});
+  else if (ring())
     op.iargs.insert(op.iargs.end(),
                     {lse_len, kv_rows(), causal ? 1 : 0, q_stride_rows(), kv_stride_rows()});
   else if (lse_len != seq)
@@ -34,6 +38,7 @@ AttentionArgs AttentionArgs::decode(const OpCall& op) {
     a.q_batch_rows = op.iargs[9];
     a.kv_batch_rows = op.iargs[10];
   }
+  if (op.iargs.size() >= 12) a.v_head_dim = op.iargs[11];
   if (op.iargs.size() < 11) a.kv_batch_rows = a.kv_seq;
   FULLSHARD_CHECK(a.kv_seq >= 0 && a.q_batch_rows >= a.seq && a.kv_batch_rows >= a.kv_seq &&
                       !(a.causal && a.kv_seq != a.seq) && !(a.packed && a.ring()),
@@ -44,7 +49,8 @@ AttentionArgs AttentionArgs::decode(const OpCall& op) {
                                           std::to_string(a.lse_len) +
                                           ") shorter than the sequence " + std::to_string(a.seq));
   FULLSHARD_CHECK(a.batch >= 0 && a.seq >= 0 && a.heads > 0 && a.kv_heads > 0 && a.head_dim > 0 &&
-                      a.heads % a.kv_heads == 0,
+                      a.heads % a.kv_heads == 0 && a.v_head_dim >= 0 &&
+                      !(a.packed && a.vd() != a.head_dim),
                   op_where(op) + "bad attention dims (H must be a multiple of Hkv)");
   const int64_t D = a.heads * a.head_dim;
   a.group = a.heads / a.kv_heads;
@@ -57,7 +63,12 @@ AttentionArgs AttentionArgs::decode(const OpCall& op) {
     a.q_ld = D;
     a.kv_ld = a.kv_heads * a.head_dim;
   }
-  a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.head_dim)));
+  a.v_ld = a.packed ? a.kv_ld : a.kv_heads * a.vd();
+  FULLSHARD_CHECK(op.fargs.empty() || (op.fargs.size() == 1 && op.fargs[0] > 0),
+                  op_where(op) + "fargs must be {softmax scale > 0} or empty");
+  a.softmax_scale = op.fargs.empty() ? 0 : op.fargs[0];
+  a.scale = static_cast<float>(
+      a.softmax_scale > 0 ? a.softmax_scale : 1.0 / std::sqrt(static_cast<double>(a.head_dim)));
   return a;
 }
 

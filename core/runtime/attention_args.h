@@ -7,6 +7,9 @@
 //   attention pads them to a multiple of 32; absent: S)
 //   ring rounds (context parallelism, core/model/ring_attention.cc) add
 //   {.., lse_len, kv_seq, causal, q_batch_rows, kv_batch_rows}
+//   multi-head latent attention (core/model/mla_attention.cc) adds all of those and v_head_dim:
+//   v [B, S, Hkv*vd], O [B, S, H*vd] with vd != hd
+//   fargs {scale} when the softmax scale is not 1 / sqrt(hd) (MLA's; absent: 1 / sqrt(hd))
 #include <cstdint>
 
 #include "core/runtime/op.h"
@@ -21,6 +24,11 @@ struct AttentionArgs {
   // inside their token rows (non-zero when packed), the GQA group H / Hkv, 1 / sqrt(hd).
   int64_t q_ld = 0, kv_ld = 0, q_off = 0, k_off = 0, v_off = 0, group = 1;
   float scale = 1;
+  // MLA (NOTE [Multi-head latent attention] in core/model/mla_attention.cc): v's head size,
+  // O's too (0: head_dim), its row stride, and the softmax scale it sets (0: 1 / sqrt(hd)).
+  int64_t v_head_dim = 0, v_ld = 0;
+  double softmax_scale = 0;
+  int64_t vd() const { return v_head_dim > 0 ? v_head_dim : head_dim; }
   // A ring-attention round (NOTE [Ring attention rounds] in core/runtime/cp_layout.h): k / v of
   // kv_seq rows per batch (else seq), a full block (no causal mask) when !causal, and the rows
   // from one batch's first row to the next's in q (and in O and dO of a backward) and in k / v:

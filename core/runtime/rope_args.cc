@@ -9,8 +9,10 @@ namespace fullshard {
 
 namespace {
 void check_rope_fargs(const OpCall& op) {
-  FULLSHARD_CHECK(op.fargs.size() == 1 || op.fargs.size() == 5,
-                  op_where(op) + "fargs must be {theta} or {theta, factor, low, high, original}");
+  FULLSHARD_CHECK(op.fargs.size() == 1 || op.fargs.size() == 5 || op.fargs.size() == 6,
+                  op_where(op) +
+                      "fargs must be {theta}, {theta, factor, low, high, original} or "
+                      "{theta, factor, beta_fast, beta_slow, original, 1} (YaRN)");
 }
 // The cp degree and index of iargs[at, at + 1] (absent: no context parallelism).
 void decode_cp(const OpCall& op, size_t at, int64_t& cp, int64_t& index) {

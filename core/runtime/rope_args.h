@@ -5,6 +5,9 @@
 //   fargs: {theta}                                    plain RoPE
 //          {theta, factor, low_freq_factor, high_freq_factor, original_max_position_embeddings}
 //                                                     Llama 3.1's scaled RoPE (rope_type "llama3")
+//          {theta, factor, beta_fast, beta_slow, original_max_position_embeddings, 1}
+//                                                     YaRN (DeepSeek-V3, NOTE [YaRN RoPE])
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -21,6 +24,11 @@ struct RopeScaling {
   double low_freq_factor = 1;
   double high_freq_factor = 4;
   double original_max_position_embeddings = 8192;
+  // YaRN (rope_scaling type "yarn"; torchtitan's rope scaling "yarn"): beta_fast / beta_slow
+  // bound the interpolated pairs instead of the llama3 frequency factors.
+  bool yarn = false;
+  double beta_fast = 32;
+  double beta_slow = 1;
   bool enabled() const { return factor > 0; }
 };
 
@@ -36,13 +44,27 @@ struct RopeParams {
 
   std::vector<double> fargs() const {
     if (!scaling.enabled()) return {theta};
+    if (scaling.yarn)
+      return {theta,
+              scaling.factor,
+              scaling.beta_fast,
+              scaling.beta_slow,
+              scaling.original_max_position_embeddings,
+              1.0};
     return {theta, scaling.factor, scaling.low_freq_factor, scaling.high_freq_factor,
             scaling.original_max_position_embeddings};
   }
   static RopeParams from_fargs(const std::vector<double>& f) {
-    FULLSHARD_CHECK(f.size() == 1 || f.size() == 5,
-                    "rope: fargs must be {theta} or {theta, factor, low, high, original}");
+    FULLSHARD_CHECK(f.size() == 1 || f.size() == 5 || f.size() == 6,
+                    "rope: fargs must be {theta}, {theta, factor, low, high, original} or "
+                    "{theta, factor, beta_fast, beta_slow, original, 1}");
     if (f.size() == 1) return RopeParams(f[0]);
+    if (f.size() == 6) {
+      RopeScaling y;
+      y.factor = f[1], y.beta_fast = f[2], y.beta_slow = f[3];
+      y.original_max_position_embeddings = f[4], y.yarn = true;
+      return RopeParams(f[0], y);
+    }
     return RopeParams(f[0], RopeScaling{f[1], f[2], f[3], f[4]});
   }
 };
@@ -61,9 +83,38 @@ struct RopeParams {
 // (HF's LlamaRotaryEmbedding; torchtitan's precompute_freqs_cis likewise). The kernels do
 // the same: in double, the angle at position 15 differed from PyTorch's by up to half an
 // ulp (5e-7), which the oracle test saw as 3x larger gradient differences than GPT-2's.
+//
+// NOTE [YaRN RoPE]: torchtitan's deepseek_v3 precompute_freqs_cis with rope_factor != 1 (and HF's
+// yarn rope init, the same rule): pair i of a head of width hd keeps its inverse frequency f_i
+// below `low` and is divided by `factor` above `high`, linearly in between: f_i / factor *
+// (1 - s_i) + f_i s_i, s_i = 1 - clamp((i - low) / (high - low), 0, 1), where low =
+// floor(c(beta_fast)) and high = ceil(c(beta_slow)), c(b) = hd ln(original / (b 2 pi)) / (2 ln
+// theta), clamped to [0, hd - 1] (high + 0.001 when equal). The mscale HF also puts on cos / sin is 1 when mscale ==
+// mscale_all_dim (the import refuses other values); the softmax factor is MLA's (mla_config.h).
 inline std::vector<float> rope_inv_freq(const RopeParams& p, int64_t head_dim) {
   std::vector<float> f(static_cast<size_t>(head_dim / 2));
   const RopeScaling& s = p.scaling;
+  if (s.enabled() && s.yarn) {
+    const double two_pi = 2 * 3.14159265358979323846, hd = static_cast<double>(head_dim);
+    auto correction = [&](double rotations) {
+      return hd * std::log(s.original_max_position_embeddings / (rotations * two_pi)) /
+             (2 * std::log(p.theta));
+    };
+    const double low = std::max(std::floor(correction(s.beta_fast)), 0.0);
+    double high = std::min(std::ceil(correction(s.beta_slow)), hd - 1);
+    if (low == high) high += 0.001;
+    const float theta = static_cast<float>(p.theta), factor = static_cast<float>(s.factor);
+    for (int64_t i = 0; i < head_dim / 2; ++i) {
+      const float inv =
+          1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
+      const float ramp = std::clamp(
+          (static_cast<float>(i) - static_cast<float>(low)) / static_cast<float>(high - low), 0.0f,
+          1.0f);
+      const float smooth = 1.0f - ramp;
+      f[static_cast<size_t>(i)] = inv / factor * (1.0f - smooth) + inv * smooth;
+    }
+    return f;
+  }
   const float theta = static_cast<float>(p.theta),
               two_pi = static_cast<float>(2 * 3.14159265358979323846);
   for (int64_t i = 0; i < head_dim / 2; ++i) {

@@ -23,6 +23,27 @@ void check_moe(const Scenario& s) {
                      "is true with Qwen3's decoupled head_dim / q-k norms, which the compiled "
                      "block does not fuse yet",
                      "use the eager block (compile false)");
+  // MLA (NOTE [Multi-head latent attention] in core/model/mla_attention.cc) runs the eager
+  // block's ops with fused or complex RoPE, without adapters, tp or cp (tp: check_tensor_parallel;
+  // cp: check_context_parallel).
+  if (m.mla.enabled()) {
+    const std::string mla_fix =
+        "docs/models.md, \"Multi-head latent attention\", says what is built";
+    if (m.implementation.compile)
+      throw InputError("model.implementation.compile",
+                       "is true with multi-head latent attention, which the compiled block does "
+                       "not fuse yet",
+                       "use the eager block (compile false); " + mla_fix);
+    if (m.implementation.rope == RopeImpl::kRotateHalf)
+      throw InputError("model.implementation.rope",
+                       "is \"rotate_half\" with multi-head latent attention",
+                       "use \"fused\" or \"complex\" (torchtitan's deepseek_v3 rotates adjacent "
+                       "pairs); " +
+                           mla_fix);
+    if (m.lora.enabled())
+      throw InputError("model.lora", "is set with multi-head latent attention",
+                       "remove it; LoRA on MLA's projections is not built yet; " + mla_fix);
+  }
   if (!m.moe.enabled()) return;
   // NOTE [What MoE composes with]: the MoE layer is built as torchtitan runs it with ep = 1
   // (core/model/moe_layer.cc); these variants and compositions are not built yet and are
@@ -41,7 +62,12 @@ void check_moe(const Scenario& s) {
                      e.load_balance == MoeLoadBalance::kAuxLoss
                          ? "is an auxiliary loss (output_router_logits), which is not built yet"
                          : "is the expert bias, which is not built yet",
-                     "leave load balancing off to simulate; " + fix);
+                     "set model.moe.load_balance \"none\" to simulate without it; " + fix);
+  if (e.num_expert_groups > 1)
+    throw InputError("model.moe.num_expert_groups",
+                     "is " + std::to_string(e.num_expert_groups) +
+                         " (group-limited routing, HF n_group), which is not built yet",
+                     "name a model without groups (" + fix + ")");
   if (m.implementation.compile)
     throw InputError("model.implementation.compile", "is true with a mixture-of-experts model",
                      "use the eager block; " + fix);
@@ -264,6 +290,15 @@ void apply_moe_options(const nlohmann::json& v, ModelConfig& model) {
         jr::get_choice(v.at("drop_policy"), P + ".drop_policy", {"probs", "position"}) == "probs"
             ? MoeDropPolicy::kProbs
             : MoeDropPolicy::kPosition;
+  }
+  // "none" switches off a load balancing the model carries (DeepSeek-V3's expert bias, not
+  // built yet: check_moe) to simulate the rest; the others say what the model carries.
+  if (v.contains("load_balance")) {
+    const std::string lb = jr::get_choice(v.at("load_balance"), P + ".load_balance",
+                                          {"none", "aux_loss", "expert_bias"});
+    model.moe.load_balance = lb == "none"       ? MoeLoadBalance::kNone
+                             : lb == "aux_loss" ? MoeLoadBalance::kAuxLoss
+                                                : MoeLoadBalance::kExpertBias;
   }
 }
 

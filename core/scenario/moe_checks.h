@@ -12,7 +12,8 @@ void check_moe(const Scenario& s);
 
 // model.moe {"capacity_factor": f >= 0, "drop_policy": "probs" | "position"}: token dropping
 // (NOTE [Capacity factor] in core/model/moe_routing.h; 0 or absent: dropless). A dense model
-// refuses it.
+// refuses it. "load_balance": "none" | "aux_loss" | "expert_bias" replaces the model's load
+// balancing (check_moe refuses the two not built; "none" simulates a model that carries one).
 void apply_moe_options(const nlohmann::json& v, ModelConfig& model);
 
 // training.moe_routing: "balanced" (the default), "worst" or {"hot_expert_factor": k >= 1}, the

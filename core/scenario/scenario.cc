@@ -83,7 +83,7 @@ const std::map<std::string, std::vector<std::string>> kFields = {
      {"name", "hf_config", "arch", "vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads",
       "ffn_dim", "max_seq_len", "norm_eps", "rope_theta", "tie_embeddings", "qkv_bias",
       "linear_bias", "implementation", "weights", "lora", "moe"}},
-    {"model.moe", {"capacity_factor", "drop_policy"}},
+    {"model.moe", {"capacity_factor", "drop_policy", "load_balance"}},
     {"model.lora", {"rank", "alpha", "target_modules"}},
     {"model.implementation",
      {"preset", "loss", "loss_chunks", "keep_logits", "rms_norm", "rope", "gqa", "attention",

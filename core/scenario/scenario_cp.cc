@@ -52,6 +52,12 @@ namespace fullshard {
 void check_context_parallel(const Scenario& s, int cp) {
   if (cp <= 1) return;
   const std::string C = std::to_string(cp);
+  if (s.model.mla.enabled())
+    throw InputError("fsdp.mesh.dim_names",
+                     "has cp " + C +
+                         " with multi-head latent attention, whose ring attention "
+                         "is not built yet",
+                     "remove the cp dim (docs/models.md)");
   const std::string dims = "fsdp.mesh.dim_names";
   const int tp = s.fsdp.mesh_size("tp");
   const int64_t divisor = int64_t{2} * cp * tp;

@@ -4,7 +4,8 @@
 // peaks equal the measured ones to the byte on every rank, sharded training equals unsharded
 // training within the dense tests' fp32 tolerance, and the tiny MoE's loss falls; checkpoints
 // of expert-parallel runs resume, reshard to other ep degrees, export and load as weights
-// (NOTE [Pieces of expert-parallel weights]).
+// (NOTE [Pieces of expert-parallel weights]). DeepSeek's multi-head latent attention trains on
+// tiny-deepseek with its sizes drawn.
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
@@ -171,6 +172,88 @@ RC_GTEST_PROP(RealMoeTraining, ShardedEqualsUnsharded, ()) {
   Scenario a = parse_scenario(j), b = parse_scenario(ref);
   a.model.moe = b.model.moe = drawn.model.moe;
   expect_equal_training(run_real(a), run_real(b));
+}
+
+// tiny-deepseek's multi-head latent attention with its sizes drawn (NOTE [Multi-head latent
+// attention] in core/model/mla_attention.cc): q with or without its LoRA rank, 2 to 8 RoPE
+// columns, v heads narrower, wider or as wide as q / k's (the efficient kernel, or flash when
+// equal), fused or complex RoPE, YaRN (its frequencies and softmax factor) or not.
+namespace {
+void draw_mla(ModelConfig& m) {
+  MlaConfig& a = m.mla;
+  a.q_lora_rank = *rc::gen::element<int64_t>(0, 8, 24);
+  a.kv_lora_rank = *rc::gen::element<int64_t>(4, 16);
+  a.qk_nope_head_dim = *rc::gen::element<int64_t>(1, 4, 12);
+  a.qk_rope_head_dim = *rc::gen::element<int64_t>(2, 4, 8);
+  a.v_head_dim = *rc::gen::element<int64_t>(4, 20, a.qk_head_dim());
+  m.implementation.rope = *rc::gen::element(RopeImpl::kFused, RopeImpl::kComplex);
+  if (*rc::gen::arbitrary<bool>()) {  // YaRN: its frequencies and softmax factor
+    a.rope_factor = 40;
+    a.mscale = *rc::gen::element(0.7, 1.0);
+    m.rope_scaling.yarn = true;
+    m.rope_scaling.factor = 40;
+    m.rope_scaling.original_max_position_embeddings = 4096;
+  }
+  validate_model(m, "model");
+  RC_TAG(a.q_lora_rank ? "q lora" : "wq", a.v_head_dim == a.qk_head_dim() ? "v == qk" : "v != qk");
+}
+
+json mla_job(TinyOptions o) {
+  o.model = "tiny-deepseek";
+  json j = tiny_scenario_json(o);
+  j["training"]["optimizer"] = {{"lr", 1e-3}, {"eps", 1e-6}, {"max_grad_norm", o.max_grad_norm}};
+  j["training"]["seed"] = *rc::gen::inRange(0, 1000);
+  return j;
+}
+}  // namespace
+
+// MLA's splits, concatenations and attention with its own v head size through the same
+// allocator: predicted == measured peaks on every rank, to the byte.
+RC_GTEST_PROP(RealMoeTraining, MlaPredictedPeakMemoryEqualsMeasured, ()) {
+  TinyOptions o;
+  o.mesh = *rc::gen::element(std::vector<int>{1}, std::vector<int>{2}, std::vector<int>{2, 2});
+  o.mixed_precision = *rc::gen::element(json::object(), json{{"param_dtype", "bf16"}});
+  o.cpu_offload = *rc::gen::arbitrary<bool>();
+  o.activation_checkpointing = *rc::gen::element(json("none"), json("full"), json("selective_op"));
+  o.grad_accum_steps = *rc::gen::inRange(1, 3);
+  o.batch = *rc::gen::inRange(1, 3);
+  o.seq = *rc::gen::inRange(2, 12);
+  Scenario s = parse_scenario(mla_job(o));
+  draw_mla(s.model);
+  predicted_peaks_equal_measured(s);
+}
+
+// Sharding the batch changes only summation order in MLA too (NOTE [fp32 tolerance]).
+RC_GTEST_PROP(RealMoeTraining, MlaShardedEqualsUnsharded, ()) {
+  TinyOptions o;
+  o.mesh = {*rc::gen::inRange(2, 4)};
+  o.batch = *rc::gen::inRange(1, 3);
+  o.seq = *rc::gen::inRange(2, 9);
+  const json j = mla_job(o);
+  Scenario a = parse_scenario(j), b = parse_scenario(unsharded_job(j, o.mesh[0]));
+  draw_mla(a.model);
+  b.model.mla = a.model.mla;
+  b.model.implementation.rope = a.model.implementation.rope;
+  b.model.rope_scaling = a.model.rope_scaling;
+  expect_equal_training(run_real(a), run_real(b));
+}
+
+// The zoo's tiny-deepseek (MLA, a dense first layer, sigmoid-routed experts and a shared one) on
+// 2 ranks learns the generated corpus.
+TEST(RealMoeTraining, TinyDeepseekLossFalls) {
+  TinyOptions o;
+  o.model = "tiny-deepseek";
+  o.mesh = {2};
+  o.steps = 30;
+  o.seq = 32;
+  o.batch = 4;
+  json j = tiny_scenario_json(o);
+  j["training"]["optimizer"] = {{"lr", 3e-3}, {"eps", 1e-6}, {"weight_decay", 0.0}};
+  RealRun r = run_real(parse_scenario(j));
+  ASSERT_EQ(r.mean_loss.size(), 30u);
+  EXPECT_NEAR(r.mean_loss.front(), std::log(256.0), 0.3);
+  EXPECT_LT(r.mean_loss.back(), r.mean_loss.front() - 1.5) << "loss did not fall";
+  EXPECT_EQ(r.params.count("layers.0.attention.wkv_b.weight"), 1u);
 }
 
 // The zoo's tiny-moe on 2 ranks learns the generated corpus, and the 2 ranks' sharded run ends

@@ -148,6 +148,75 @@ RC_GTEST_PROP(KernelsAttention, ForwardAndBackwardWithGqa, ()) {
   KT_RC_CLOSE(dv.values(), ev, tol(dt, ev, 2), rel_eps(dt));
 }
 
+// Multi-head latent attention (core/model/mla_attention.cc): v's head size vd differs from q /
+// k's, and the op carries its own softmax scale (AttentionArgs: iargs[11], fargs {scale}).
+// Reference: softmax(scale q k^T, causal) v in double, per head, MHA.
+Vec mla_ref(int B, int S, int H, int hd, int vd, double scale, const Vec& q, const Vec& k,
+            const Vec& v) {
+  Vec o(static_cast<size_t>(B * S * H * vd), 0.0);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h)
+      for (int i = 0; i < S; ++i) {
+        Vec sc(static_cast<size_t>(i + 1));
+        double mx = -1e300, z = 0;
+        for (int j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (int e = 0; e < hd; ++e)
+            dot += q[((b * S + i) * H + h) * hd + e] * k[((b * S + j) * H + h) * hd + e];
+          sc[j] = dot * scale;
+          mx = std::max(mx, sc[j]);
+        }
+        for (int j = 0; j <= i; ++j) z += std::exp(sc[j] - mx);
+        for (int j = 0; j <= i; ++j)
+          for (int e = 0; e < vd; ++e)
+            o[((b * S + i) * H + h) * vd + e] +=
+                std::exp(sc[j] - mx) / z * v[((b * S + j) * H + h) * vd + e];
+      }
+  return o;
+}
+
+RC_GTEST_PROP(KernelsAttention, MlaVHeadSizeAndScale, ()) {
+  const DType dt = *gen_float_dtype();
+  const int B = *rc::gen::inRange(1, 3), S = *rc::gen::inRange(1, 7), H = *rc::gen::inRange(1, 4);
+  const int hd = *rc::gen::inRange(1, 7), vd = *rc::gen::inRange(1, 7);
+  const double scale = *rc::gen::element(0.25, 0.7, 1.3);
+  const OpKind fwd = vd == hd ? *rc::gen::element(OpKind::kAttention, OpKind::kAttentionEfficient)
+                              : OpKind::kAttentionEfficient;
+  const int lse_len = fwd == OpKind::kAttentionEfficient ? (S + 31) / 32 * 32 : S;
+  std::mt19937 rng(*rc::gen::arbitrary<uint32_t>());
+  HT q = random_tensor(dt, {B, S, H * hd}, rng, -2, 2),
+     k = random_tensor(dt, {B, S, H * hd}, rng, -2, 2);
+  HT v = random_tensor(dt, {B, S, H * vd}, rng);
+  HT o(dt, {B, S, H, vd}), lse(DType::kFloat32, {B, H, lse_len});
+  // {B, S, H, Hkv, hd, packed, lse_len, kv_seq, causal, q rows, kv rows, vd}, fargs {scale}
+  const std::vector<int64_t> ia = {B, S, H, H, hd, 0, lse_len, S, 1, S, S, vd};
+  run(fwd, {&q, &k, &v}, {&o, &lse}, ia, {scale});
+  const Vec qv = q.values(), kv = k.values(), vv = v.values();
+  const Vec eo = mla_ref(B, S, H, hd, vd, scale, qv, kv, vv);
+  KT_RC_CLOSE(o.values(), eo, tol(dt, eo), rel_eps(dt));
+  HT g = random_tensor(dt, {B, S, H, vd}, rng), dq(dt, q.meta.shape), dk(dt, k.meta.shape),
+     dv(dt, v.meta.shape);
+  if (fwd == OpKind::kAttention) {
+    FlashScratch fs(Dims{B, S, H, H, hd});
+    run(OpKind::kAttentionBackward, {&g, &q, &k, &v, &o, &lse},
+        {&dq, &dk, &dv, &fs.softmax_d, &fs.dq_accum}, ia, {scale});
+  } else {  // efficient: delta and the dq workspace are GPU scratch the kernel ignores
+    HT delta(DType::kFloat32, {B, H, S}), ws(DType::kFloat32, {1});
+    run(OpKind::kAttentionEfficientBackward, {&g, &q, &k, &v, &o, &lse},
+        {&dq, &dk, &dv, &delta, &ws}, ia, {scale});
+  }
+  const Vec gv = g.values();
+  const auto f = [&](const Vec& a, const Vec& b, const Vec& c) {
+    return mla_ref(B, S, H, hd, vd, scale, a, b, c);
+  };
+  const Vec eq = fd_grad([&](const Vec& x) { return f(x, kv, vv); }, qv, gv);
+  const Vec ek = fd_grad([&](const Vec& x) { return f(qv, x, vv); }, kv, gv);
+  const Vec ev = fd_grad([&](const Vec& x) { return f(qv, kv, x); }, vv, gv);
+  KT_RC_CLOSE(dq.values(), eq, tol(dt, eq, 4), rel_eps(dt));
+  KT_RC_CLOSE(dk.values(), ek, tol(dt, ek, 4), rel_eps(dt));
+  KT_RC_CLOSE(dv.values(), ev, tol(dt, ev, 2), rel_eps(dt));
+}
+
 TEST(KernelsAttention, AnalyticalReferenceMatchesFiniteDifferences) {
   const Dims d{2, 5, 4, 2, 3};
   std::mt19937 rng(11);

@@ -68,6 +68,8 @@ constexpr Published kPublished[] = {
     {"tiny-llama", 106'816},          {"tiny-gpt2", 124'672},
     {"mixtral-8x7b", 46'702'792'704}, {"qwen3-30b-a3b", 30'532'122'624},
     {"tiny-moe", 119'616},
+    {"deepseek-v3-671b", 671'026'404'352}, {"deepseek-v3-16b", 15'706'484'224},
+    {"tiny-deepseek", 120'512},
 };
 // clang-format on
 

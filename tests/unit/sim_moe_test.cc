@@ -3,11 +3,13 @@
 // memory that does not depend on routing, and what the scenario checks refuse.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 
 #include "core/common/error.h"
 #include "core/model/moe_routing.h"
 #include "core/model/transformer.h"
+#include "core/runtime/attention_args.h"
 #include "core/runtime/moe_args.h"
 #include "core/runtime/op_args.h"
 #include "simulator/report.h"
@@ -276,6 +278,74 @@ TEST(MoeChecks, CompositionsNotBuiltAreRefusedByName) {
                  "training.moe_routing");
   EXPECT_NO_THROW(parse_scenario(recorded_ops::scenario_json("mixtral-8x7b", nullptr, {8})));
   EXPECT_NO_THROW(parse_scenario(recorded_ops::scenario_json("qwen3-30b-a3b", nullptr, {8})));
+}
+
+// DeepSeek's multi-head latent attention (NOTE [Multi-head latent attention]): tiny-deepseek's
+// attention op takes q / k heads of 24 and v heads of 16 with torchtitan's scale, on the efficient
+// kernel (flash needs one head size), with its FLOPs; the splits and concatenations are the
+// layout ops they are; the block order is dense first, then MoE.
+TEST(MlaOps, AttentionHasItsOwnVHeadSizeAndScale) {
+  const Scenario s = parse_scenario(recorded_ops::scenario_json("tiny-deepseek", nullptr, {2}));
+  const int64_t B = 2, S = 32, H = 4, qk = 24, vd = 16;
+  std::map<OpKind, int> count;
+  bool saw_attention = false, saw_backward = false;
+  for (const OpCall& op : recorded_ops::record(s)) {
+    validate_op_args(op);
+    ++count[op.kind];
+    if (op.kind == OpKind::kAttention) ADD_FAILURE() << "flash with v != qk: " << op.name;
+    if (op.kind == OpKind::kAttentionEfficient || op.kind == OpKind::kAttentionEfficientBackward) {
+      const AttentionArgs a = AttentionArgs::decode(op);
+      EXPECT_EQ(a.head_dim, qk) << op.name;
+      EXPECT_EQ(a.vd(), vd) << op.name;
+      EXPECT_FLOAT_EQ(a.scale, static_cast<float>(1.0 / std::sqrt(24.0))) << op.name;
+      EXPECT_FALSE(a.ring()) << op.name;
+      const double fwd = static_cast<double>(B * H * S * S * (qk + vd));
+      if (op.kind == OpKind::kAttentionEfficient) {
+        saw_attention = true;
+        EXPECT_DOUBLE_EQ(op.flops, fwd);
+        EXPECT_EQ(op.outputs[0].meta.shape, (Shape{B, S, H, vd}));
+      } else {
+        saw_backward = true;
+        EXPECT_DOUBLE_EQ(op.flops, 2.5 * fwd);
+        EXPECT_EQ(op.outputs[2].meta.shape, (Shape{B, S, H * vd}));  // dv
+      }
+    }
+  }
+  EXPECT_TRUE(saw_attention && saw_backward);
+  // Per layer (2): three splits of two copies; the q and k concatenations forward, the splits'
+  // concatenations backward; the cat backward's two column copies each.
+  EXPECT_EQ(count[OpKind::kNarrowCopy], 2 * (3 * 2 + 2 * 2));
+  EXPECT_EQ(count[OpKind::kRepeatKV], 2);
+  Transformer t(s.model);
+  bool dense0 = false, moe1 = false;
+  t.root().for_each_param([&](Param& p) {
+    dense0 = dense0 || p.fqn == "layers.0.feed_forward.w1.weight";
+    moe1 = moe1 || p.fqn == "layers.1.moe.experts.w1";
+  });
+  EXPECT_TRUE(dense0 && moe1);
+}
+
+TEST(MlaChecks, CompositionsNotBuiltAreRefusedByName) {
+  auto expect_refused = [](const json& j, const std::string& where) {
+    try {
+      parse_scenario(j);
+      ADD_FAILURE() << "expected InputError at " << where;
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.where(), where) << e.what();
+    }
+  };
+  expect_refused(recorded_ops::scenario_json("tiny-deepseek", json{{"rope", "rotate_half"}}, {2}),
+                 "model.implementation.rope");
+  expect_refused(recorded_ops::scenario_json("tiny-deepseek", nullptr, {1, 2}), "fsdp.mesh");
+  // The published sizes carry the expert bias (and the 671B groups), not built yet.
+  expect_refused(recorded_ops::scenario_json("deepseek-v3-16b", nullptr, {8}),
+                 "model.moe.load_balance");
+  expect_refused(
+      recorded_ops::scenario_json(
+          json{{"name", "deepseek-v3-671b"}, {"moe", {{"load_balance", "none"}}}}, nullptr, {8}),
+      "model.moe.num_expert_groups");
+  EXPECT_NO_THROW(parse_scenario(recorded_ops::scenario_json(
+      json{{"name", "deepseek-v3-16b"}, {"moe", {{"load_balance", "none"}}}}, nullptr, {8})));
 }
 
 }  // namespace

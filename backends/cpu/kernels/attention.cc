@@ -8,6 +8,8 @@
 // A ring-attention round (context parallelism, AttentionArgs::ring()) reads kv_seq keys, masks
 // nothing when not causal, and reads q (and dO, O) and k / v as strided halves of longer local
 // sequences (q_batch_rows / kv_batch_rows rows between batches); its outputs are contiguous.
+// Multi-head latent attention's v (and so O, dO, dv) has its own head size vd (AttentionArgs::
+// v_head_dim) and the op may carry its own softmax scale.
 #include <cmath>
 
 #include "backends/cpu/kernels/dtype_io.h"
@@ -25,6 +27,7 @@ constexpr int64_t kBlock = 128;  // query rows per block
 struct AttnDims {
   int64_t B, S, H, Hkv, hd;
   bool packed;
+  int64_t vd, v_ld;             // v's head size and row stride (hd and kv_ld but for MLA)
   int64_t q_ld, kv_ld;          // row strides (elements per token) of q and k/v storage
   int64_t q_off, k_off, v_off;  // column offsets of q / k / v inside their token rows
   float scale;
@@ -35,6 +38,7 @@ struct AttnDims {
   // Elements spanned by q (dO, O) and by k / v: the last batch's rows end the view.
   int64_t q_span() const { return B == 0 ? 0 : ((B - 1) * qb + S) * q_ld; }
   int64_t kv_span() const { return B == 0 ? 0 : ((B - 1) * kb + Skv) * kv_ld; }
+  int64_t v_span() const { return B == 0 ? 0 : ((B - 1) * kb + Skv) * v_ld; }
   // Keys query row i sees: its causal prefix, or all of them.
   int64_t keys(int64_t i) const { return causal ? i + 1 : Skv; }
 };
@@ -42,8 +46,8 @@ struct AttnDims {
 // AttentionArgs (core/runtime/attention_args.h) decodes and checks iargs and the layout.
 AttnDims attn_dims(const OpCall& op) {
   const AttentionArgs a = AttentionArgs::decode(op);
-  return {a.batch,   a.seq,    a.heads,  a.kv_heads,     a.head_dim,     a.packed,
-          a.q_ld,    a.kv_ld,  a.q_off,  a.k_off,        a.v_off,        a.scale,
+  return {a.batch,   a.seq,    a.heads,  a.kv_heads,     a.head_dim,     a.packed, a.vd(),
+          a.v_ld,    a.q_ld,   a.kv_ld,  a.q_off,        a.k_off,        a.v_off,  a.scale,
           a.lse_len, a.kv_seq, a.causal, a.q_batch_rows, a.kv_batch_rows};
 }
 
@@ -70,10 +74,12 @@ QKV load_qkv(const OpCall& op, const Ptrs& in, size_t first, const AttnDims& d) 
   } else {
     expect_numel(op, in_meta(op, first), tokens * d.q_ld, "q");
     expect_numel(op, in_meta(op, first + 1), d.B * d.Skv * d.kv_ld, "k");
-    expect_numel(op, in_meta(op, first + 2), d.B * d.Skv * d.kv_ld, "v");
+    expect_numel(op, in_meta(op, first + 2), d.B * d.Skv * d.v_ld, "v");
     for (size_t i = 0; i < 3; ++i)
       r.bufs.emplace_back(in[first + i], in_meta(op, first + i).dtype,
-                          i ? d.kv_span() : d.q_span());
+                          i == 2 ? d.v_span()
+                          : i    ? d.kv_span()
+                                 : d.q_span());
     r.q = r.bufs[0].data();
     r.k = r.bufs[1].data();
     r.v = r.bufs[2].data();
@@ -88,9 +94,9 @@ void attention(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   // (q, k, v) | (qkv) -> (o [B, S, H, hd], lse [B, H, S] fp32); the efficient kind above head_dim
   // 128 also passes its fp32 output accumulator (core/model/attention_variants.cc), a GPU
   // kernel's scratch, ignored here.
-  const bool accum = op.kind == OpKind::kAttentionEfficient && d.hd > 128;
+  const bool accum = op.kind == OpKind::kAttentionEfficient && std::max(d.hd, d.vd) > 128;
   expect_arity(op, d.packed ? 1 : 3, accum ? 3 : 2);
-  const int64_t D = d.H * d.hd, tokens = d.B * d.S;
+  const int64_t D = d.H * d.vd, tokens = d.B * d.S;  // O's row
   expect_numel(op, out_meta(op, 0), tokens * D, "o");
   expect_numel(op, out_meta(op, 1), d.B * d.H * d.lse_len, "logsumexp");
   FULLSHARD_CHECK(out_meta(op, 1).dtype == DType::kFloat32, where(op) + "logsumexp must be fp32");
@@ -104,8 +110,8 @@ void attention(const OpCall& op, const Ptrs& in, const Ptrs& out) {
       const int64_t kvh = h / group;
       const float* q = t.q + b * d.qb * d.q_ld + d.q_off + h * d.hd;
       const float* k = t.k + b * d.kb * d.kv_ld + kvh * d.hd;
-      const float* v = t.v + b * d.kb * d.kv_ld + kvh * d.hd;
-      float* ob = o.data() + b * d.S * D + h * d.hd;
+      const float* v = t.v + b * d.kb * d.v_ld + kvh * d.vd;
+      float* ob = o.data() + b * d.S * D + h * d.vd;
       float* lb = lse + (b * d.H + h) * d.lse_len;
       for (int64_t i0 = 0; i0 < d.S; i0 += kBlock) {
         const int64_t m = std::min(d.S, i0 + kBlock) - i0;
@@ -127,7 +133,7 @@ void attention(const OpCall& op, const Ptrs& in, const Ptrs& out) {
           for (int64_t j = valid; j < i1; ++j) pr[j] = 0.0f;
           lb[i0 + r] = mx + static_cast<float>(std::log(sum));
         }
-        gemm(false, false, m, d.hd, i1, 1.0f, p.data(), i1, v, d.kv_ld, 0.0f, ob + i0 * D, D);
+        gemm(false, false, m, d.vd, i1, 1.0f, p.data(), i1, v, d.v_ld, 0.0f, ob + i0 * D, D);
       }
     }
   o.commit();
@@ -146,7 +152,9 @@ void attention_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
                       "expected 5 or 7 outputs (dq, dk, dv, then the backend's "
                       "temporaries in pairs), got 6");
   expect_arity(op, d.packed ? 4 : 6, n_out);
-  const int64_t D = d.H * d.hd, Dkv = d.Hkv * d.hd, tokens = d.B * d.S;
+  // Dq / Dk: q's and k's rows; D / Dv: O's (dO's) and v's rows (v_head_dim wide for MLA).
+  const int64_t Dq = d.H * d.hd, Dkv = d.Hkv * d.hd, D = d.H * d.vd, Dv = d.Hkv * d.vd;
+  const int64_t tokens = d.B * d.S;
   const size_t io = d.packed ? 2 : 4;  // index of O; lse follows
   const int64_t kv_tokens = d.B * d.Skv;
   expect_numel(op, in_meta(op, 0), tokens * D, "dO");
@@ -154,9 +162,9 @@ void attention_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
   expect_numel(op, in_meta(op, io + 1), d.B * d.H * d.lse_len, "logsumexp");
   FULLSHARD_CHECK(in_meta(op, io + 1).dtype == DType::kFloat32,
                   where(op) + "logsumexp must be fp32");
-  expect_numel(op, out_meta(op, 0), tokens * D, "dq");
+  expect_numel(op, out_meta(op, 0), tokens * Dq, "dq");
   expect_numel(op, out_meta(op, 1), kv_tokens * Dkv, "dk");
-  expect_numel(op, out_meta(op, 2), kv_tokens * Dkv, "dv");
+  expect_numel(op, out_meta(op, 2), kv_tokens * Dv, "dv");
   if (op.kind == OpKind::kAttentionCudnnBackward)  // one block (NOTE [cuDNN SDPA workspace])
     expect_numel(op, out_meta(op, 3), cudnn_sdpa_workspace(true, d.B, d.S, d.H, d.hd).total() / 4,
                  "cuDNN workspace");
@@ -171,18 +179,18 @@ void attention_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
     for (int64_t b = 0; b < d.B; ++b)
       for (int64_t s = 0; s < d.S; ++s)
         for (int64_t h = 0; h < d.H; ++h) {
-          const int64_t base = (b * d.qb + s) * D + h * d.hd;
+          const int64_t base = (b * d.qb + s) * D + h * d.vd;
           double acc = 0;
-          for (int64_t e = 0; e < d.hd; ++e)
+          for (int64_t e = 0; e < d.vd; ++e)
             acc += static_cast<double>(dout[base + e]) * o[base + e];
           delta[(b * d.H + h) * d.S + s] = static_cast<float>(acc);
         }
   }
-  F32Out dq(out[0], out_meta(op, 0).dtype, tokens * D);
+  F32Out dq(out[0], out_meta(op, 0).dtype, tokens * Dq);
   F32Out dk(out[1], out_meta(op, 1).dtype, kv_tokens * Dkv);
-  F32Out dv(out[2], out_meta(op, 2).dtype, kv_tokens * Dkv);
+  F32Out dv(out[2], out_meta(op, 2).dtype, kv_tokens * Dv);
   std::fill_n(dk.data(), kv_tokens * Dkv, 0.0f);  // accumulated over query blocks and GQA groups
-  std::fill_n(dv.data(), kv_tokens * Dkv, 0.0f);
+  std::fill_n(dv.data(), kv_tokens * Dv, 0.0f);
   const int64_t group = d.H / d.Hkv;
   const size_t scratch = static_cast<size_t>(std::min(kBlock, d.S) * std::max(d.S, d.Skv));
   std::vector<float> p(scratch), ds(scratch);
@@ -191,11 +199,11 @@ void attention_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
       const int64_t kvh = h / group;
       const float* q = t.q + b * d.qb * d.q_ld + d.q_off + h * d.hd;
       const float* k = t.k + b * d.kb * d.kv_ld + kvh * d.hd;
-      const float* v = t.v + b * d.kb * d.kv_ld + kvh * d.hd;
-      const float* go = dout.data() + b * d.qb * D + h * d.hd;
-      float* gq = dq.data() + b * d.S * D + h * d.hd;
+      const float* v = t.v + b * d.kb * d.v_ld + kvh * d.vd;
+      const float* go = dout.data() + b * d.qb * D + h * d.vd;
+      float* gq = dq.data() + b * d.S * Dq + h * d.hd;
       float* gk = dk.data() + b * d.Skv * Dkv + kvh * d.hd;
-      float* gv = dv.data() + b * d.Skv * Dkv + kvh * d.hd;
+      float* gv = dv.data() + b * d.Skv * Dv + kvh * d.vd;
       const float* lb = lse + (b * d.H + h) * d.lse_len;
       const float* db = delta.data() + (b * d.H + h) * d.S;
       for (int64_t i0 = 0; i0 < d.S; i0 += kBlock) {
@@ -203,7 +211,7 @@ void attention_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
         const int64_t i1 = d.causal ? i0 + m : d.Skv;
         gemm(false, true, m, i1, d.hd, d.scale, q + i0 * d.q_ld, d.q_ld, k, d.kv_ld, 0.0f, p.data(),
              i1);
-        gemm(false, true, m, i1, d.hd, 1.0f, go + i0 * D, D, v, d.kv_ld, 0.0f, ds.data(),
+        gemm(false, true, m, i1, d.vd, 1.0f, go + i0 * D, D, v, d.v_ld, 0.0f, ds.data(),
              i1);  // dP
         for (int64_t r = 0; r < m; ++r) {
           float* pr = p.data() + r * i1;
@@ -217,10 +225,10 @@ void attention_backward(const OpCall& op, const Ptrs& in, const Ptrs& out) {
           for (int64_t j = valid; j < i1; ++j) pr[j] = dr[j] = 0.0f;
         }
         // dQ = scale dS K; dK += scale dS^T Q; dV += P^T dO.
-        gemm(false, false, m, d.hd, i1, d.scale, ds.data(), i1, k, d.kv_ld, 0.0f, gq + i0 * D, D);
+        gemm(false, false, m, d.hd, i1, d.scale, ds.data(), i1, k, d.kv_ld, 0.0f, gq + i0 * Dq, Dq);
         gemm(true, false, i1, d.hd, m, d.scale, ds.data(), i1, q + i0 * d.q_ld, d.q_ld, 1.0f, gk,
              Dkv);
-        gemm(true, false, i1, d.hd, m, 1.0f, p.data(), i1, go + i0 * D, D, 1.0f, gv, Dkv);
+        gemm(true, false, i1, d.vd, m, 1.0f, p.data(), i1, go + i0 * D, D, 1.0f, gv, Dv);
       }
     }
   dq.commit();

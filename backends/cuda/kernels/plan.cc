@@ -339,6 +339,13 @@ AttnPlan attn_common(const OpCall& op) {
   l = {a.batch, a.seq,   a.heads, a.kv_heads, a.head_dim, a.q_ld,   a.kv_ld,
        a.q_off, a.k_off, a.v_off, a.group,    a.scale,    a.lse_len};
   p.packed = a.packed;
+  // Multi-head latent attention's v head size differs from q / k's: the CUDA attention kernels
+  // read one head size for all three (core/model/mla_attention.cc; docs/cuda-kernels.md).
+  FULLSHARD_CHECK(a.vd() == a.head_dim,
+                  where(op) + "v_head_dim " + std::to_string(a.vd()) + " != head_dim " +
+                      std::to_string(a.head_dim) +
+                      " (multi-head latent attention) has no CUDA kernel yet; train it with "
+                      "--backend cpu or simulate it");
   FULLSHARD_CHECK(l.hd <= 256,
                   where(op) + "head_dim " + std::to_string(l.hd) + " above 256 is not supported");
   // The kernels put (batch, head) on gridDim.y, which CUDA caps at 65535.
