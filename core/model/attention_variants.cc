@@ -32,6 +32,14 @@ double causal_flops(const AttentionShape& s) {
          static_cast<double>(s.head_dim + s.vd());
 }
 
+// The backward's matmuls over the causal half: QK^T again, dQ and dK over q's head size, dP and
+// dV over v's (torch/utils/flop_counter.py sdpa_backward_flop_count): (3 hd + 2 vd) / (hd + vd)
+// times the forward's, exactly 2.5 when the head sizes are equal.
+double backward_ratio(const AttentionShape& s) {
+  return static_cast<double>(3 * s.head_dim + 2 * s.vd()) /
+         static_cast<double>(s.head_dim + s.vd());
+}
+
 OpKind forward_kind(AttentionImpl a) {
   return a == AttentionImpl::kEfficient ? OpKind::kAttentionEfficient : OpKind::kAttentionCudnn;
 }
@@ -95,7 +103,8 @@ Value attention_sdpa(ExecContext& c, Value q, Value k, Value v, const AttentionS
           Tensor dv = grad_like(b, vs, name + " grad_v");
           OpCall op = make_op(backward_kind(backend), name + " backward",
                               {g[0].ref(), qs.ref(), ks.ref(), vs.ref(), o.ref(), lse.ref()},
-                              {dq.ref(), dk.ref(), dv.ref()}, 2.5 * causal_flops(s), args);
+                              {dq.ref(), dk.ref(), dv.ref()}, backward_ratio(s) * causal_flops(s),
+                              args);
           Tensor delta, workspace;
           if (backend == AttentionImpl::kEfficient) {
             delta = empty_tensor(b, {DType::kFloat32, {s.batch, s.heads, s.seq}},

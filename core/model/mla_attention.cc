@@ -14,13 +14,10 @@
 // wkv_b(kv_norm(kv)); k_nope, v = split(kv, [nope, v_head_dim]) per head; k = cat(k_nope,
 // k_pe.expand(H)); SDPA(q, k, v, scale) with q / k heads of nope + rope and v heads of
 // v_head_dim; wo. The scale is (nope + rope)^-0.5, times (0.1 mscale ln(rope_factor) + 1)^2
-// under YaRN (MlaConfig::softmax_scale). PyTorch's flash kernel takes one head size, so with
-// v_head_dim != nope + rope SDPA runs the efficient kernel (torchtitan's sdpa backend; its flex
-// backend is not modelled). What differs, knowingly: PyTorch's splits and the expand are views
-// that the next op reads strided; here they are copies (kNarrowCopy, and repeat_kv for the
-// expand), so the sources die at the split (PyTorch keeps q and wkv_b's output alive through the
-// views, wkv_b's whole output saved behind SDPA's v) and the copies are extra transients. Each
-// split's backward is one gradient of its source's size, as SplitWithSizesBackward's.
+// under YaRN (MlaConfig::softmax_scale). With v_head_dim != nope + rope SDPA runs the efficient
+// kernel (flash takes one head size; it stands in for torchtitan's flex attention). The splits
+// and the expand are copies, not views; each split's backward is one gradient of its source's
+// size, as SplitWithSizesBackward's. What that changes against PyTorch: docs/models.md.
 
 namespace fullshard {
 namespace ops {
@@ -173,7 +170,7 @@ Value mla_attention(ExecContext& c, Module& m, Value x, int64_t batch, int64_t s
     k_pe = std::move(qk_r.second);
   } else {
     FULLSHARD_CHECK(impl.rope == RopeImpl::kFused && !impl.compile,
-                    n + ": MLA runs rope fused or complex (check_mla)");
+                    n + ": MLA runs rope fused or complex (check_moe)");
     q_pe = ops::rope(c, std::move(q_pe), rope, freqs, n + ".rope_q");
     k_pe = ops::rope(c, std::move(k_pe), rope, freqs, n + ".rope_k");
   }

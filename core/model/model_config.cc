@@ -338,6 +338,7 @@ class HfReader {
 
   std::string path(const std::string& key) const { return field_path(where_, key); }
   bool has(const std::string& key) const { return j_.contains(key) && !j_.at(key).is_null(); }
+  bool is_null(const std::string& key) const { return j_.contains(key) && j_.at(key).is_null(); }
 
   // A positive integer; `fallback` (if given) is used when the key is missing or null.
   int64_t positive_int(const std::string& key, std::optional<int64_t> fallback = {}) const {
@@ -627,12 +628,13 @@ ModelConfig deepseek_from_hf(const HfReader& r) {
                      "is " + std::to_string(c.n_kv_heads) + ", not num_attention_heads " +
                          std::to_string(c.n_heads),
                      "MLA's k / v carry every head: use the published value");
-  c.max_seq_len = r.positive_int("max_position_embeddings", 4096);
+  c.max_seq_len = r.positive_int("max_position_embeddings", 163840);
   c.norm_eps = r.positive_number("rms_norm_eps", 1e-6);
   c.rope_theta = r.rope_theta(10000.0);
   c.tie_embeddings = r.boolean("tie_word_embeddings", false);
   MlaConfig& a = c.mla;
-  a.q_lora_rank = r.has("q_lora_rank") ? r.positive_int("q_lora_rank") : 0;
+  // Absent fields take DeepseekV3Config's defaults (transformers); q_lora_rank null: no q LoRA.
+  a.q_lora_rank = r.is_null("q_lora_rank") ? 0 : r.positive_int("q_lora_rank", 1536);
   a.kv_lora_rank = r.positive_int("kv_lora_rank", 512);
   a.qk_nope_head_dim = r.positive_int("qk_nope_head_dim", 128);
   a.qk_rope_head_dim = r.positive_int("qk_rope_head_dim", 64);
@@ -650,9 +652,12 @@ ModelConfig deepseek_from_hf(const HfReader& r) {
            "use true: torchtitan's deepseek_v3 rotates adjacent pairs (complex RoPE)");
   if (r.has("moe_layer_freq") && r.positive_int("moe_layer_freq") != 1)
     refuse("moe_layer_freq", r.at("moe_layer_freq").dump(), "use 1 (every layer after the dense)");
-  if (r.has("rope_scaling")) {
-    const auto& j = r.at("rope_scaling");
-    const std::string p = r.path("rope_scaling");
+  const char* rope_key = r.has("rope_scaling")      ? "rope_scaling"
+                         : r.has("rope_parameters") ? "rope_parameters"  // transformers 5.x
+                                                    : nullptr;
+  if (rope_key) {
+    const auto& j = r.at(rope_key);
+    const std::string p = r.path(rope_key);
     if (!j.is_object()) throw InputError(p, "is " + j.dump(), "give the published yarn object");
     const HfReader y(j, p);
     const char* type_key = y.has("rope_type") ? "rope_type" : "type";
@@ -672,6 +677,23 @@ ModelConfig deepseek_from_hf(const HfReader& r) {
       sc.original_max_position_embeddings =
           static_cast<double>(y.positive_int("original_max_position_embeddings", 4096));
       if (sc.factor <= 1) sc = RopeScaling{};  // torchtitan: no YaRN at factor 1
+      // HF's _compute_yarn_parameters scales cos / sin by get_mscale(factor, mscale) /
+      // get_mscale(factor, mscale_all_dim) when both are set and non-zero, else by
+      // get_mscale(factor); torchtitan scales neither. Only equal, non-zero mscales (ratio 1, as
+      // DeepSeek-V3 publishes) are modelled; attention_factor and truncate would change them too.
+      if (sc.yarn) {
+        for (const char* k : {"mscale", "mscale_all_dim"})
+          if (!y.has(k) || y.non_negative_number(k, 0.0) == 0)
+            throw InputError(y.path(k), y.has(k) ? "is 0" : "is missing",
+                             "give the published value (DeepSeek-V3: 1.0): without it HF scales "
+                             "cos / sin by get_mscale(factor), which is not modelled");
+        if (y.has("attention_factor"))
+          throw InputError(y.path("attention_factor"), "is " + y.at("attention_factor").dump(),
+                           "remove it: a cos / sin scale is not modelled");
+        if (!y.boolean("truncate", true))
+          throw InputError(y.path("truncate"), "is false",
+                           "remove it: YaRN's untruncated correction range is not modelled");
+      }
       a.mscale = y.non_negative_number("mscale_all_dim", 0.0);
       const double ms = y.non_negative_number("mscale", 1.0);
       if (a.mscale > 0 && ms != a.mscale)
@@ -686,15 +708,15 @@ ModelConfig deepseek_from_hf(const HfReader& r) {
   MoeConfig& m = c.moe;
   m.num_experts = r.positive_int("n_routed_experts");
   m.expert_dim = r.positive_int("moe_intermediate_size");
-  m.shared_expert_dim = r.has("n_shared_experts")
-                            ? r.positive_int("n_shared_experts") * m.expert_dim
-                            : 0;
+  m.shared_expert_dim =
+      r.is_null("n_shared_experts") ? 0 : r.positive_int("n_shared_experts", 1) * m.expert_dim;
   m.top_k = r.positive_int("num_experts_per_tok");
   if (m.top_k > m.num_experts)
     throw InputError(r.path("num_experts_per_tok"),
                      "is " + std::to_string(m.top_k) + ", above the " +
                          std::to_string(m.num_experts) + " experts",
                      "use at most n_routed_experts");
+  m.first_dense_layers = std::min<int64_t>(3, c.n_layers);  // DeepseekV3Config's default
   if (r.has("first_k_dense_replace")) {
     const auto& x = r.at("first_k_dense_replace");
     if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > c.n_layers)
@@ -710,9 +732,9 @@ ModelConfig deepseek_from_hf(const HfReader& r) {
            "use \"sigmoid\" or \"softmax\"");
   m.score_func = score == "sigmoid" ? MoeScoreFunc::kSigmoid : MoeScoreFunc::kSoftmax;
   m.route_norm = r.boolean("norm_topk_prob", true);
-  m.route_scale = r.positive_number("routed_scaling_factor", 1.0);
-  m.num_expert_groups = r.positive_int("n_group", 1);
-  m.num_limited_groups = r.positive_int("topk_group", 1);
+  m.route_scale = r.positive_number("routed_scaling_factor", 2.5);
+  m.num_expert_groups = r.positive_int("n_group", 8);
+  m.num_limited_groups = r.positive_int("topk_group", 4);
   if (m.num_experts % m.num_expert_groups != 0)
     throw InputError(r.path("n_group"),
                      "is " + std::to_string(m.num_expert_groups) + ", which does not divide the " +

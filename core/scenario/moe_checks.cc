@@ -37,8 +37,8 @@ void check_moe(const Scenario& s) {
     if (m.implementation.rope == RopeImpl::kRotateHalf)
       throw InputError("model.implementation.rope",
                        "is \"rotate_half\" with multi-head latent attention",
-                       "use \"fused\" or \"complex\" (torchtitan's deepseek_v3 rotates adjacent "
-                       "pairs); " +
+                       "use \"complex\" (torchtitan's deepseek_v3: adjacent pairs) or \"fused\" "
+                       "(one rotary kernel of the same cost, rotate-half pairs); " +
                            mla_fix);
     if (m.lora.enabled())
       throw InputError("model.lora", "is set with multi-head latent attention",

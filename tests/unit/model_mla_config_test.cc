@@ -5,6 +5,7 @@
 #include <rapidcheck/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -190,6 +191,49 @@ TEST(MlaHfImport, LiteStyleConfigsMapQWithoutLoraAndGreedyRouting) {
   EXPECT_EQ(c.moe.num_expert_groups, 1);
   EXPECT_EQ(c.moe.score_func, MoeScoreFunc::kSoftmax);
   EXPECT_DOUBLE_EQ(c.mla.softmax_scale(), 1.0 / std::sqrt(192.0));
+}
+
+// An absent field takes DeepseekV3Config's default (transformers), not "off"; transformers 5.x
+// writes the YaRN object as rope_parameters.
+TEST(MlaHfImport, AbsentFieldsTakeTransformersDefaults) {
+  json j = hf("deepseek-v3.json");
+  for (const char* k : {"q_lora_rank", "n_shared_experts", "first_k_dense_replace",
+                        "routed_scaling_factor", "n_group", "topk_group"})
+    j.erase(k);
+  j["rope_parameters"] = j["rope_scaling"];
+  j.erase("rope_scaling");
+  const ModelConfig c = model_from_hf_config(j, "config.json");
+  EXPECT_EQ(c.mla.q_lora_rank, 1536);
+  EXPECT_EQ(c.moe.shared_expert_dim, 2048);
+  EXPECT_EQ(c.moe.first_dense_layers, 3);
+  EXPECT_DOUBLE_EQ(c.moe.route_scale, 2.5);
+  EXPECT_EQ(c.moe.num_expert_groups, 8);
+  EXPECT_EQ(c.moe.num_limited_groups, 4);
+  EXPECT_TRUE(c.rope_scaling.yarn);
+  EXPECT_DOUBLE_EQ(c.mla.softmax_scale(), zoo("deepseek-v3-671b").mla.softmax_scale());
+  EXPECT_EQ(parameter_count(c), parameter_count(zoo("deepseek-v3-671b")));
+  j["n_shared_experts"] = nullptr;
+  EXPECT_EQ(model_from_hf_config(j, "config.json").moe.shared_expert_dim, 0);
+}
+
+// With YaRN, HF scales cos / sin unless both mscales are set, non-zero and equal; that scale and
+// the keys that change it are refused by name rather than dropped.
+TEST(MlaHfImport, YarnSettingsThatScaleCosSinAreRefused) {
+  const auto refused = [](const std::function<void(json&)>& edit, const std::string& where,
+                          const std::string& needle) {
+    json j = hf("deepseek-v3.json");
+    edit(j["rope_scaling"]);
+    expect_error([&] { model_from_hf_config(j, "config.json"); }, where, needle);
+  };
+  refused([](json& y) { y.erase("mscale_all_dim"); }, "config.json: rope_scaling.mscale_all_dim",
+          "missing");
+  refused([](json& y) { y["mscale_all_dim"] = 0; }, "config.json: rope_scaling.mscale_all_dim",
+          "is 0");
+  refused([](json& y) { y.erase("mscale"); }, "config.json: rope_scaling.mscale", "missing");
+  refused([](json& y) { y["attention_factor"] = 1.2; },
+          "config.json: rope_scaling.attention_factor", "not modelled");
+  refused([](json& y) { y["truncate"] = false; }, "config.json: rope_scaling.truncate",
+          "not modelled");
 }
 
 TEST(MlaHfImport, FieldsNotModelledAreRefusedByName) {

@@ -306,7 +306,8 @@ TEST(MlaOps, AttentionHasItsOwnVHeadSizeAndScale) {
         EXPECT_EQ(op.outputs[0].meta.shape, (Shape{B, S, H, vd}));
       } else {
         saw_backward = true;
-        EXPECT_DOUBLE_EQ(op.flops, 2.5 * fwd);
+        // The causal half of QK^T, dQ, dK over qk's head size and dP, dV over v's.
+        EXPECT_DOUBLE_EQ(op.flops, static_cast<double>(B * H * S * S * (3 * qk + 2 * vd)));
         EXPECT_EQ(op.outputs[2].meta.shape, (Shape{B, S, H * vd}));  // dv
       }
     }
