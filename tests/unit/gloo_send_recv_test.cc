@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <future>
 #include <string>
 #include <vector>
 
@@ -75,21 +76,34 @@ TEST(GlooSendRecv, TaggedTransfersArriveInOrderBothWays) {
 }
 
 // A recv whose tag no one sends fails within the timeout on both ends, naming the transfer and
-// the peer; an empty transfer moves nothing and needs no peer.
+// the peer; an empty transfer moves nothing and needs no peer. Rank 0 sends only after rank 1's
+// recv has timed out: Gloo closes a pair when one of its waits times out, so with both waits
+// running the end that times out first decides whether the other reads "timed out" or "closed"
+// (CI's TSan run saw the send win).
 TEST(GlooSendRecv, UnmatchedTagTimesOutNamingThePeer) {
   ThreadWorld w(2);
   ProcessGroupOptions o;
   o.timeout = std::chrono::milliseconds(800);
   auto pgs = w.make_world(o);
   std::vector<std::string> errors(2);
+  std::promise<void> recv_done;
+  std::shared_future<void> recv_failed = recv_done.get_future().share();
   parallel(2, [&](int r) {
     std::vector<float> v(16, 1.0f);
     pgs[r]->send(v.data(), 0, DType::kFloat32, 1 - r, 9, "empty");  // no data, no wait
     try {
-      if (r == 0)
+      if (r == 0) {
+        recv_failed.wait();
         pgs[0]->send(v.data(), v.size(), DType::kFloat32, 1, 3, "act");
-      else
-        pgs[1]->recv(v.data(), v.size(), DType::kFloat32, 0, 4, "act");
+      } else {
+        try {
+          pgs[1]->recv(v.data(), v.size(), DType::kFloat32, 0, 4, "act");
+        } catch (...) {
+          recv_done.set_value();
+          throw;
+        }
+        recv_done.set_value();
+      }
     } catch (const CollectiveError& e) {
       errors[r] = e.what();
     }
