@@ -7,6 +7,7 @@
 #include "core/fsdp/shard_layout.h"
 #include "core/mesh/device_mesh.h"
 #include "core/mesh/expert_mesh.h"
+#include "core/model/lora.h"
 #include "core/model/transformer.h"
 #include "core/train/training_program.h"
 
@@ -27,10 +28,18 @@ WriterTensors writer_tensors(const Scenario& s) {
   // their rows, an expert weight's over its efsdp ranks (NOTE [Pieces of expert-parallel
   // weights] in core/checkpoint/piece_layout.h), on dim 1 where efsdp exceeds its experts.
   Transformer model(s.model, tensor_parallel_for(s, 0), expert_parallel_for(s, 0));
+  // Each parameter's storage dtype and trainability as the program sets them before
+  // fully_shard: model.to(orig_dtype), then the frozen / LoRA base parameters (NOTE [Frozen
+  // parameters] in core/model/lora.cc). A frozen one saves no optimizer state.
+  set_orig_dtype(model.root(), s.training.orig_dtype);
+  freeze_parameters(model.root(), s.training.frozen, s.model.lora.enabled(), frozen_dtype(s),
+                    s.training.nf4);
   struct Local {
     int64_t rows, row_elems;
     int ep;
     bool dim1;
+    uint64_t elem_bytes;
+    bool has_state;
   };
   std::vector<Local> params;
   const DeviceMesh mesh(s.fsdp.mesh_shape, s.fsdp.mesh_dim_names);
@@ -41,7 +50,8 @@ WriterTensors writer_tensors(const Scenario& s) {
   model.root().for_each_param([&](Param& p) {
     const int ep = p.ep_degree;
     params.push_back({p.shape[0], row_numel(p.shape), ep,
-                      ep > 1 && expert_shard_dim(p.global_shape()[0], ep, w / ep) == 1});
+                      ep > 1 && expert_shard_dim(p.global_shape()[0], ep, w / ep) == 1,
+                      static_cast<uint64_t>(dtype_size(p.dtype)), p.requires_grad});
   });
   // The elements shard index `idx` stores of `l`.
   auto stored = [w](const Local& l, int idx) -> int64_t {
@@ -61,8 +71,10 @@ WriterTensors writer_tensors(const Scenario& s) {
     out.index_of_rank[static_cast<size_t>(r)] = idx;
     auto [it, added] = out.by_index.emplace(idx, std::vector<uint64_t>{});
     if (added)
-      for (const CheckpointCopy& k : order) {  // fp32 parameter, exp_avg, exp_avg_sq
-        it->second.push_back(4ull * static_cast<uint64_t>(stored(params[k.param], idx)));
+      for (const CheckpointCopy& k : order) {  // parameter, exp_avg, exp_avg_sq (its dtype)
+        const Local& l = params[k.param];
+        if (k.which != 0 && !l.has_state) continue;
+        it->second.push_back(l.elem_bytes * static_cast<uint64_t>(stored(l, idx)));
       }
   }
   return out;

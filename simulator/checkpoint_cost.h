@@ -4,9 +4,11 @@
 //
 // NOTE [Checkpoint cost]: as torch.distributed.checkpoint saves a FSDP2 model, every rank of
 // replica 0 (HSDP: DCP deduplicates the other replicas) copies its unpadded local shards of the
-// parameters and both fp32 AdamW states to pageable host memory, a tensor at a time, then writes
-// them; a node's ranks share its storage bandwidth (docs/cost-model.md, "Checkpoints").
-//   shard_bytes(r) = 3 x 4 x sum over parameters of local rows(r) x row elements
+// parameters (in their original dtype: training.orig_dtype, frozen_dtype) and the AdamW states
+// of the trainable ones to pageable host memory, a tensor at a time, then writes them; a node's
+// ranks share its storage bandwidth (docs/cost-model.md, "Checkpoints").
+//   shard_bytes(r) = sum over parameters of local rows(r) x row elements x dtype bytes x
+//                    (3: the parameter, exp_avg, exp_avg_sq; 1 when frozen: no AdamW state)
 //   d2h_s   = max over ranks of e after: e = 0; for tensor i = 1..n in state-dict order,
 //             e = max(e, i x launch) + bytes_i / pageable_copy_bandwidth
 //             (launch = eager_dispatch_s + launch_overhead_s)

@@ -5,6 +5,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "core/common/error.h"
 #include "core/mesh/device_mesh.h"
 #include "simulator/checkpoint_cost.h"
 
@@ -35,8 +36,10 @@ CheckpointPlayer::CheckpointPlayer(SimBackend& backend, TrainingProgram& program
     if (static_cast<int>(r) / per_node == node) node_bytes_ += shard[r];
   if (shard[static_cast<size_t>(b_.rank())] == 0) return;  // not a writer
   const AdamW& opt = prog_.optimizer();
-  for (size_t i = 0; i < opt.params().size(); ++i)
-    bytes_ += 3 * opt.params()[i]->local_tensor().nbytes();
+  for (const OptimizerParam* p : opt.params())  // the parameter and its AdamW states
+    bytes_ += 3 * p->local_tensor().nbytes();
+  for (const OptimizerParam* p : prog_.frozen_params())  // no state (NOTE [Checkpoint cost])
+    bytes_ += p->local_tensor().nbytes();
 }
 
 void CheckpointPlayer::after_step(int step, bool last_played) {
@@ -57,11 +60,18 @@ void CheckpointPlayer::save() {
   constexpr StreamRole kCopy = StreamRole::kDeviceToHost;
   b_.wait_event(kCopy, b_.record_event(StreamRole::kDefault));  // after the optimizer step
   // State-dict order (checkpoint_copy_order), as the closed form copies them.
+  // Module order -> (the parameter's view, its index in opt.params(), or -1 when frozen).
   const AdamW& opt = prog_.optimizer();
-  std::unordered_map<const Param*, size_t> index;
-  for (size_t i = 0; i < opt.params().size(); ++i) index[&opt.params()[i]->param()] = i;
-  std::vector<size_t> order;  // module order -> index in opt.params()
-  prog_.model().root().for_each_param([&](Param& p) { order.push_back(index.at(&p)); });
+  std::unordered_map<const Param*, std::pair<const OptimizerParam*, int>> index;
+  for (size_t i = 0; i < opt.params().size(); ++i)
+    index[&opt.params()[i]->param()] = {opt.params()[i], static_cast<int>(i)};
+  for (const OptimizerParam* p : prog_.frozen_params()) index[&p->param()] = {p, -1};
+  std::vector<std::pair<const OptimizerParam*, int>> order;
+  prog_.model().root().for_each_param([&](Param& p) {
+    auto it = index.find(&p);
+    FULLSHARD_CHECK(it != index.end(), p.fqn + ": a parameter neither trained nor frozen");
+    order.push_back(it->second);
+  });
   auto copy = [&](const Tensor& t, MemCategory category, const std::string& name) {
     OpCall op;
     op.kind = OpKind::kCopy;
@@ -76,13 +86,13 @@ void CheckpointPlayer::save() {
     b_.launch_pageable_copy(kCopy, op);
   };
   for (const CheckpointCopy& k : checkpoint_copy_order(order.size())) {
-    const size_t i = order[k.param];
-    const OptimizerParam* p = opt.params()[i];
+    const auto [p, i] = order[k.param];
     const std::string& fqn = p->param().fqn;
     if (k.which == 0) {
       copy(p->local_tensor(), MemCategory::kShardedParam, "param/" + fqn);
-    } else if (opt.has_state() && opt.exp_avg(i)) {
-      copy(k.which == 1 ? opt.exp_avg(i) : opt.exp_avg_sq(i), MemCategory::kOptimizerState,
+    } else if (const size_t j = static_cast<size_t>(i);
+               i >= 0 && opt.has_state() && opt.exp_avg(j)) {
+      copy(k.which == 1 ? opt.exp_avg(j) : opt.exp_avg_sq(j), MemCategory::kOptimizerState,
            (k.which == 1 ? "exp_avg/" : "exp_avg_sq/") + fqn);
     }
   }

@@ -6,6 +6,7 @@
 
 #include "core/common/error.h"
 #include "core/model/model_config.h"
+#include "core/train/training_program.h"
 #include "simulator/checkpoint_cost.h"
 #include "simulator/report.h"
 #include "simulator/simulate.h"
@@ -63,6 +64,29 @@ TEST(SimCheckpointCost, EqualsTheClosedFormFromShardBytesAndBandwidths) {
   EXPECT_DOUBLE_EQ(late.amortised_s_per_step, late.exposed_s / 2);
 }
 
+// LoRA on Llama 3.1 8B over 8 ranks: the frozen base is saved once, in bf16 (frozen_dtype's
+// default under LoRA), with no AdamW state; only the adapters save three fp32 copies. Every
+// parameter's first dimension divides by 8, so each rank holds exactly 1/8 of each.
+TEST(SimCheckpointCost, FrozenParametersSaveNoOptimizerStateInTheirOwnDtype) {
+  Scenario s = example("llama3.1-8b-lora-fsdp8-h100");
+  ASSERT_EQ(s.world_size(), 8);
+  ASSERT_TRUE(s.model.lora.enabled());
+  const ParameterCounts n = count_parameters(s);
+  ASSERT_GT(n.trainable, 0);
+  ASSERT_LT(n.trainable, n.total);
+  const uint64_t per_rank =
+      static_cast<uint64_t>((2 * (n.total - n.trainable) + 12 * n.trainable) / 8);
+  s.training.checkpoint.every = 100;
+  const sim::CheckpointCost c = sim::checkpoint_cost(s, 1.0);
+  for (uint64_t b : c.shard_bytes) EXPECT_EQ(b, per_rank);
+  // A bf16 original dtype halves every copy of a full fine-tune.
+  Scenario full = example("llama3.1-8b-fsdp8-h100");
+  full.training.checkpoint.every = 100;
+  const uint64_t fp32 = sim::checkpoint_cost(full, 1.0).shard_bytes[0];
+  full.training.orig_dtype = DType::kBFloat16;
+  EXPECT_EQ(sim::checkpoint_cost(full, 1.0).shard_bytes[0] * 2, fp32);
+}
+
 // HSDP 2 x 4 over two nodes of 4: only replica 0 (node 0) writes, each row once, and node 0's
 // storage carries the whole checkpoint. Uneven shards (the tiny model's dims do not divide by 4).
 TEST(SimCheckpointCost, HsdpWritesEveryRowOnceFromTheFirstReplica) {
@@ -79,7 +103,9 @@ TEST(SimCheckpointCost, HsdpWritesEveryRowOnceFromTheFirstReplica) {
   const auto bytes = sim::checkpoint_shard_bytes(s);
   uint64_t total = 0;
   for (int r = 0; r < 8; ++r) {
-    if (r >= 4) EXPECT_EQ(bytes[static_cast<size_t>(r)], 0u) << r;
+    if (r >= 4) {
+      EXPECT_EQ(bytes[static_cast<size_t>(r)], 0u) << r;
+    }
     total += bytes[static_cast<size_t>(r)];
   }
   EXPECT_EQ(total, 12u * static_cast<uint64_t>(parameter_count(s.model)));

@@ -113,6 +113,30 @@ TEST(SimCheckpointPlay, EachPlayedSaveCostsTheClosedForm) {
   }
 }
 
+// LoRA on the tiny model: the played save copies the frozen bf16 base once and the adapters with
+// their AdamW states, and costs what the closed form says for those bytes.
+TEST(SimCheckpointPlay, LoraSavesCostTheClosedFormOfTheirBytes) {
+  testing::TinyOptions t;
+  t.steps = 2;
+  t.mixed_precision = {{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}};
+  json j = testing::tiny_scenario_json(t);
+  j["model"] = {{"name", "tiny-llama"}};
+  j["model"]["lora"] = {{"rank", 4}, {"alpha", 8}, {"target_modules", {"q_proj", "v_proj"}}};
+  sim::SimulateOptions o;
+  o.simulated_steps = 0;
+  const Played p = play(j, 1, false, 2.5, o);
+  ASSERT_TRUE(p.with.checkpoint);
+  const sim::CheckpointCost& c = *p.with.checkpoint;
+  ASSERT_EQ(c.played.size(), 2u);
+  Scenario full = parse_scenario(testing::tiny_scenario_json(t));
+  full.training.checkpoint.every = 1;
+  EXPECT_LT(p.closed.shard_bytes[0], sim::checkpoint_cost(full, 1.0).shard_bytes[0] / 3);
+  for (const auto& save : c.played) {
+    expect_near_rel(save.exposed_s(), p.closed.exposed_s, "save");
+    expect_near_rel(save.write_end_s - save.write_begin_s, p.closed.write_s, "write");
+  }
+}
+
 // HSDP 2 x 2 over 2 nodes: only replica 0 (node 0) writes, its node's storage carries the whole
 // checkpoint; the writers' saves cost the closed form, the other replica holds no staging.
 TEST(SimCheckpointPlay, HsdpOnlyTheFirstReplicaWrites) {
