@@ -52,7 +52,7 @@ struct ModelConfig {
   int64_t max_seq_len = 0;  // learned-position table size (GPT-2); RoPE limit (Llama)
   double norm_eps = 1e-5;
   double rope_theta = 10000.0;
-  RopeScaling rope_scaling;            // Llama 3.1's (config.json rope_scaling); factor 0: none
+  RopeScaling rope_scaling;            // config.json rope_scaling (Llama 3.1, YaRN); factor 0: none
   bool tie_embeddings = false;         // output projection shares the embedding weight
   bool qkv_bias = false;               // Qwen2: bias on q/k/v projections
   bool linear_bias = false;            // GPT-2: bias on every linear, LayerNorm has bias
