@@ -60,6 +60,7 @@ struct RopeParams {
                     "{theta, factor, beta_fast, beta_slow, original, 1}");
     if (f.size() == 1) return RopeParams(f[0]);
     if (f.size() == 6) {
+      FULLSHARD_CHECK(f[5] == 1, "rope: a YaRN fargs' sixth value (its marker) must be 1");
       RopeScaling y;
       y.factor = f[1], y.beta_fast = f[2], y.beta_slow = f[3];
       y.original_max_position_embeddings = f[4], y.yarn = true;
@@ -110,7 +111,8 @@ inline std::vector<float> rope_inv_freq(const RopeParams& p, int64_t head_dim) {
       const float ramp = std::clamp(
           (static_cast<float>(i) - static_cast<float>(low)) / static_cast<float>(high - low), 0.0f,
           1.0f);
-      const float smooth = 1.0f - ramp;
+      const float smooth = 1.0f - ramp;  // (1 - smooth), not ramp, below: fp32 rounds as
+                                          // torchtitan's expression does
       f[static_cast<size_t>(i)] = inv / factor * (1.0f - smooth) + inv * smooth;
     }
     return f;
