@@ -16,6 +16,7 @@
 
 #include "core/common/error.h"
 #include "core/common/user_text.h"
+#include "core/scenario/moe_checks.h"
 #include "core/scenario/scenario.h"
 #include "runner/checkpoint.h"
 #include "runner/init_weights.h"
@@ -292,6 +293,8 @@ LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backend
 
   Progress progress(steps, o.progress);
   StepAggregator aggregator(n, &o.predicted_ops, loss_ranks(s), s.model.moe.enabled());
+  const std::string call_order = s.model.moe.enabled() ? moe_call_order(s) : std::string();
+  res.routing.call_order = call_order;
   res.ranks.resize(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) res.ranks[r].rank = r;
   bool metrics_failed = false;
@@ -306,7 +309,9 @@ LaunchResult launch_local(const LaunchOptions& o, const BackendRegistry& backend
       auto& mine = res.routing.calls[static_cast<size_t>(r)];
       mine.insert(mine.end(), calls.begin(), calls.end());
     }
-    if (!metrics.write(metrics_line_json(done)) && !metrics_failed) {
+    nlohmann::json line = metrics_line_json(done);
+    if (s.model.moe.enabled()) line["moe_call_order"] = call_order;  // NOTE [Recorded routing]
+    if (!metrics.write(line) && !metrics_failed) {
       // A full disk, an I/O error: never a silent half line.
       metrics_failed = true;
       res.errors.push_back(

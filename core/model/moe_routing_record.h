@@ -16,12 +16,17 @@ namespace fullshard {
 // {"recorded": M.jsonl} replays them in call order. With ep > 1
 // a rank sends by its own histogram and receives by its ep peers' (ep_routing of the group's
 // histograms), so the record holds every rank and each rank is simulated on its own. The
-// replayed split sizes size "routed" receive buffers exactly as the run allocated them.
+// replayed split sizes size "routed" receive buffers exactly as the run allocated them. Each
+// line names the order the run called its layers in (moe_call_order), and a scenario that calls
+// them in another order refuses the record.
 struct RecordedRouting {
   int64_t num_experts = 0;
   std::vector<std::vector<std::vector<int64_t>>> calls;  // [rank][call][expert]
   std::vector<std::vector<size_t>> step_calls;  // [rank][step]: calls per step, where known
   std::string source;                           // where it was read, for messages
+  // The order the recorded run called its MoE layers in (moe_call_order of its scenario, each
+  // --metrics line's "moe_call_order"); empty for a record written before it was.
+  std::string call_order;
 };
 
 // One rank's routing while its program runs: records (a real run) or replays (the simulator).

@@ -10,6 +10,7 @@
 #include "core/common/error.h"
 #include "core/common/input_file.h"
 #include "core/common/json_file.h"
+#include "core/pipeline/pipeline_schedule.h"
 #include "core/scenario/json_reader.h"
 #include "core/scenario/recompute.h"
 #include "core/scenario/scenario_sections.h"
@@ -110,6 +111,16 @@ std::shared_ptr<const RecordedRouting> read_recorded_routing(
                            std::to_string(steps_read) + " comes next (a resumed run?)",
                        "record a run from its first step, without --resume");
     ++steps_read;
+    if (j.contains("moe_call_order")) {
+      const std::string order =
+          jr::get_string(j.at("moe_call_order"), where + " moe_call_order", "\"...\"");
+      if (!rec->call_order.empty() && order != rec->call_order)
+        throw InputError(P,
+                         where + " calls its MoE layers in another order (" + order +
+                             ") than the lines before it (" + rec->call_order + ")",
+                         fix);
+      rec->call_order = order;
+    }
     for (const auto& r : j.at("ranks")) {
       if (!r.is_object() || !r.contains("rank") || !r.contains("tokens_per_expert"))
         throw InputError(P,
@@ -214,11 +225,39 @@ std::vector<double> parse_expert_load(const nlohmann::json& v, int64_t experts,
 
 }  // namespace
 
+std::string moe_call_order(const Scenario& s) {
+  std::string o;
+  if (s.pipeline.enabled()) {
+    o = std::string("pipeline ") + pipeline_schedule_name(s.pipeline.schedule) + ", " +
+        std::to_string(s.pipeline.microbatches) + " microbatches, stages of layers";
+    for (const PipelineStageModules& st : s.pipeline.stages)
+      o += " " + std::to_string(st.first_layer) + "-" +
+           std::to_string(st.first_layer + st.num_layers - 1);
+  } else {
+    o = "grad_accum_steps " + std::to_string(s.training.grad_accum_steps);
+  }
+  std::string recomputed;
+  for (int64_t i = 0; i < s.model.n_layers; ++i)
+    if (s.model.moe.is_moe_layer(i) && recomputes_block(s.training.activation_checkpointing, i))
+      recomputed += (recomputed.empty() ? "" : ",") + std::to_string(i);
+  return o + "; MoE layers recomputed: " + (recomputed.empty() ? "none" : recomputed);
+}
+
 void check_recorded_routing(const Scenario& s) {
   const RecordedRouting* rec = s.training.moe_routing_record.get();
   if (!rec) return;
   const std::string P = "training.moe_routing.recorded";
   const std::string src = "(" + rec->source + ")";
+  // The k-th call of the record is the k-th call of the replay only when both call the layers
+  // in the same order (NOTE [Recorded routing] in core/model/moe_routing_record.h); equal counts
+  // per step do not show it (1F1B and GPipe with AC, or two looped schedules, call as often in
+  // another order).
+  if (!rec->call_order.empty() && rec->call_order != moe_call_order(s))
+    throw InputError(P,
+                     src + " was recorded calling the MoE layers as " + rec->call_order +
+                         ", where this scenario calls them as " + moe_call_order(s),
+                     "replay a run with this scenario's grad_accum_steps, pipeline_parallel and "
+                     "activation_checkpointing");
   if (rec->calls.size() != static_cast<size_t>(s.world_size()))
     throw InputError(P,
                      src + " records " + std::to_string(rec->calls.size()) +

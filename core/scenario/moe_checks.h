@@ -24,6 +24,13 @@ void apply_moe_options(const nlohmann::json& v, ModelConfig& model);
 void apply_moe_routing(const nlohmann::json& v, ModelConfig& model, TrainingOptions& training,
                        const std::string& base_dir);
 
+// The order a rank of `s` calls its MoE layers in during a step, in words (the micro-batches or
+// the pipeline's schedule, microbatches and stage split, and which MoE blocks activation
+// checkpointing recomputes): `fullshard train` writes it into each --metrics line of a
+// mixture-of-experts run, and a replay of a record made in another order is refused
+// (NOTE [Recorded routing] in core/model/moe_routing_record.h).
+std::string moe_call_order(const Scenario& s);
+
 // training.moe_routing {"recorded": ...} against the rest of the scenario: one record per rank,
 // and every recorded step holding the MoE layer calls a step of `s` makes on that rank (with a
 // pp dim, its stages' MoE layers over the microbatches), for at

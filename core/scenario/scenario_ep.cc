@@ -14,8 +14,8 @@ static std::string str(int64_t v) { return std::to_string(v); }
 // NOTE [What expert parallelism needs]: ParallelDims requires ep to divide dp_shard * cp * tp
 // (the sparse region); fullshard has no cp and refuses tp with experts, so ep divides fsdp.mesh's
 // shard dim (inside each pipeline stage with a pp dim, as torchtitan's sparse mesh
-// (pp, dp_replicate, efsdp, ep) keeps pp outermost), and the experts split evenly (ExpertParallel's Shard(0) over ep). When the efsdp
-// degree (shard / ep) exceeds the experts per rank, torchtitan's shard_placement_fn gives the
+// (pp, dp_replicate, efsdp, ep) keeps pp outermost), and the experts split evenly
+// (ExpertParallel's Shard(0) over ep). When the efsdp degree (shard / ep) exceeds the experts per rank, torchtitan's shard_placement_fn gives the
 // experts Shard(1), which FSDP2 supports only for an even split of dim 1 (expert_dim for w1 / w3,
 // dim for w2). The split sizes come from one routing assumption applied to every rank, so a
 // per-rank batch (training.rank_batch) and int reshard_after_forward (post-forward shards of a

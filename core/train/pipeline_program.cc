@@ -55,7 +55,9 @@ PipelineProgram::~PipelineProgram() = default;
 // so a rank's k-th MoE call is the same (stage, microbatch, layer, forward or recompute) in
 // both, and ep peers share a pp index, hence the same stages in the same order: their k-th
 // calls are one call, whose histograms the replay of a dispatch reads (NOTE [Recorded routing]
-// in core/model/moe_routing_record.h). check_recorded_routing counts a rank's calls per step.
+// in core/model/moe_routing_record.h); a record made in another order (moe_call_order) is
+// refused. DualPipeV's OVERLAP_F_B runs F then B, as torchtitan since @fe80b63c: the
+// two-thread overlap callback it registered before (dual_pipe_v.py) is not modelled.
 
 PipelineProgram::PipelineProgram(Backend& b, const Scenario& s)
     : b_(b),

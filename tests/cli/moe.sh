@@ -90,7 +90,9 @@ j["training"]["steps"] = 6
 for name, change in (("replay-ac", {"activation_checkpointing": "full"}),
                      ("replay-empty", {"moe_routing": {}}),
                      ("replay-missing", {"moe_routing": {"recorded": "none.jsonl"}}),
-                     ("replay-dense", {"moe_routing": {"recorded": "dense.jsonl"}})):
+                     ("replay-dense", {"moe_routing": {"recorded": "dense.jsonl"}}),
+                     ("replay-ac-unlabelled", {"activation_checkpointing": "full",
+                                               "moe_routing": {"recorded": "ep-old.jsonl"}})):
     k = json.loads(json.dumps(j)); k["training"].update(change)
     json.dump(k, open(f"{sys.argv[2]}/{name}.json", "w"))
 P
@@ -111,7 +113,13 @@ else
 fi
 expect ep-replay-too-short 'training.moe_routing.recorded: (' -- simulate "$tmp/replay-long.json"
 expect ep-replay-other-mesh 'records 4 ranks, but the job has 2' -- simulate "$tmp/replay-mesh.json"
-expect ep-replay-other-ac 'has 2 MoE layer calls, where this scenario makes 4 per step' -- simulate "$tmp/replay-ac.json"
+expect ep-replay-other-ac 'where this scenario calls them as grad_accum_steps 1; MoE layers recomputed: 0,1' -- simulate "$tmp/replay-ac.json"
+# A record written before the lines carried moe_call_order: the calls per step still disagree.
+python3 -c 'import json, sys
+with open(sys.argv[2], "w") as out:
+    for l in open(sys.argv[1]):
+        j = json.loads(l); j.pop("moe_call_order"); out.write(json.dumps(j) + "\n")' "$tmp/ep.jsonl" "$tmp/ep-old.jsonl"
+expect ep-replay-other-ac-unlabelled 'has 2 MoE layer calls, where this scenario makes 4 per step' -- simulate "$tmp/replay-ac-unlabelled.json"
 expect ep-replay-empty 'training.moe_routing: is empty' -- simulate "$tmp/replay-empty.json"
 expect ep-replay-missing 'none.jsonl' -- simulate "$tmp/replay-missing.json"
 expect ep-replay-other-run 'records 2 ranks, but the job has 4' -- simulate "$tmp/replay-dense.json"

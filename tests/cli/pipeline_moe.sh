@@ -54,6 +54,14 @@ k = json.loads(json.dumps(j)); k["training"]["activation_checkpointing"] = "full
 json.dump(k, open(f"{sys.argv[2]}/replay-ac.json", "w"))
 k = json.loads(json.dumps(j)); k["pipeline_parallel"]["microbatch_size"] = 4
 json.dump(k, open(f"{sys.argv[2]}/replay-mb.json", "w"))
+# GPipe with full AC makes as many calls a step as 1F1B with it, in another order (the last
+# stage: F0 F1 F2 F3 R0 ... against F0 R0 F1 R1 ...).
+k = json.loads(json.dumps(j)); k["training"]["activation_checkpointing"] = "full"
+k["training"].pop("moe_routing"); json.dump(k, open(f"{sys.argv[2]}/train-ac.json", "w"))
+k["training"]["moe_routing"] = {"recorded": "pp-ac.jsonl"}; k["training"]["steps"] = 2
+json.dump(k, open(f"{sys.argv[2]}/record-ac.json", "w"))
+k["pipeline_parallel"]["schedule"] = "GPipe"
+json.dump(k, open(f"{sys.argv[2]}/replay-gpipe.json", "w"))
 P
 if "$bin" simulate "$tmp/replay.json" --json "$tmp/replay-r.json" > "$tmp/out" 2>&1 \
    && python3 - "$tmp/replay-r.json" "$tmp/pp.jsonl" <<'P'
@@ -70,6 +78,14 @@ then
 else
   echo "FAIL simulate with the recorded pipeline routing:"; cat "$tmp/out"; fail=1
 fi
-expect pp-replay-other-ac 'has 4 MoE layer calls, where this scenario makes 8 per step' -- simulate "$tmp/replay-ac.json"
-expect pp-replay-other-microbatches 'has 4 MoE layer calls, where this scenario makes 2 per step' -- simulate "$tmp/replay-mb.json"
+expect pp-replay-other-ac 'where this scenario calls them as pipeline 1F1B, 4 microbatches, stages of layers 0-0 1-1; MoE layers recomputed: 0,1' -- simulate "$tmp/replay-ac.json"
+expect pp-replay-other-microbatches 'where this scenario calls them as pipeline 1F1B, 2 microbatches' -- simulate "$tmp/replay-mb.json"
+# A 1F1B run with full AC recorded, replayed by itself and refused by GPipe.
+if "$bin" train "$tmp/train-ac.json" --steps 2 --metrics "$tmp/pp-ac.jsonl" > "$tmp/out" 2>&1 \
+   && "$bin" simulate "$tmp/record-ac.json" > "$tmp/out" 2>&1; then
+  echo "ok   a 1F1B run with full AC replays onto its own scenario"
+else
+  echo "FAIL record and replay 1F1B with full AC:"; cat "$tmp/out"; fail=1
+fi
+expect pp-replay-other-schedule 'where this scenario calls them as pipeline GPipe, 4 microbatches' -- simulate "$tmp/replay-gpipe.json"
 exit $fail

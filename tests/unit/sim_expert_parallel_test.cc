@@ -141,7 +141,9 @@ TEST(ExpertParallelPlots, AllToAllSpansAndRoutedTokensInTheTimeline) {
     EXPECT_NE(a.name.find("all_to_all"), std::string::npos) << a.name;
     EXPECT_LT(a.start_s, a.end_s) << a.name;
     EXPECT_LE(a.end_s, c.end_time_s) << a.name;
-    if (i) EXPECT_LE(c.all_to_all_spans[i - 1].start_s, a.start_s);
+    if (i) {
+      EXPECT_LE(c.all_to_all_spans[i - 1].start_s, a.start_s);
+    }
   }
   ASSERT_TRUE(c.moe_at_peak);
   const uint64_t routed_at_peak = (*c.moe_at_peak)[static_cast<int>(MoePart::kRoutedTokens)];

@@ -119,8 +119,8 @@ TEST(SplitBackward, InputThenWeightHoldWhatPyTorchHolds) {
 
 // The experts' grouped GEMM splits as torchtitan's _grouped_mm override does: I launches only its
 // input gradient and keeps the weight part (with the output gradient, the input and the
-// offsets); W launches only the weight gradient; afterwards the rank holds what a full backward
-// leaves.
+// offsets, which nothing else holds); W launches only the weight gradient; afterwards the rank
+// holds what a full backward leaves.
 TEST(SplitBackward, GroupedGemmDefersItsWeightGradient) {
   constexpr int64_t kExperts = 4, kIn = 64, kN = 32, kP = 16;
   auto run_grouped = [&](bool split) {
@@ -132,14 +132,19 @@ TEST(SplitBackward, GroupedGemmDefersItsWeightGradient) {
     Binding bw(empty_tensor(b, {DType::kFloat32, {kExperts, kN, kIn}},
                              MemCategory::kUnshardedParam, StreamRole::kDefault, "w1"));
     w.binding = &bw;
-    Tensor offsets = empty_tensor(b, {DType::kInt64, {kExperts}}, MemCategory::kActivation,
-                                   StreamRole::kDefault, "offsets");
     Graph g;
     ExecContext c(b, &g, nullptr);
-    Value x{empty_tensor(b, {DType::kFloat32, {kP, kIn}}, MemCategory::kActivation,
-                          StreamRole::kDefault, "x"),
-            c.new_id()};
-    const uint64_t root_id = ops::moe::grouped_mm(c, x, w, offsets, kP, "experts.w1").id;
+    // x and the offsets are held only by what the graph saved (the test keeps no handle).
+    uint64_t x_id = 0;
+    const uint64_t root_id = [&] {
+      Tensor offsets = empty_tensor(b, {DType::kInt64, {kExperts}}, MemCategory::kActivation,
+                                     StreamRole::kDefault, "offsets");
+      Value x{empty_tensor(b, {DType::kFloat32, {kP, kIn}}, MemCategory::kActivation,
+                            StreamRole::kDefault, "x"),
+              c.new_id()};
+      x_id = x.id;
+      return ops::moe::grouped_mm(c, x, w, offsets, kP, "experts.w1").id;
+    }();
     Tensor seed = empty_tensor(b, {DType::kFloat32, {kP, kN}}, MemCategory::kTemporary,
                                 StreamRole::kDefault, "seed");
     Backward r;
@@ -147,7 +152,8 @@ TEST(SplitBackward, GroupedGemmDefersItsWeightGradient) {
     size_t mark = b.program().instrs.size();
     Tensor gx;
     if (split) {
-      gx = g.backward_input(b, root_id, std::move(seed), x.id);
+      gx = g.backward_input(b, root_id, std::move(seed), x_id);
+      r.after_input = b.memory().current().allocated_bytes;
       r.input_ops = kernels_since(b, mark);
       EXPECT_EQ(g.deferred_weight_grads(), 1u);
       EXPECT_FALSE(bw.has_unsharded_grad());
@@ -155,11 +161,12 @@ TEST(SplitBackward, GroupedGemmDefersItsWeightGradient) {
       g.backward_weight(b, {&w});
       r.weight_ops = kernels_since(b, mark);
     } else {
-      gx = g.backward(b, root_id, std::move(seed), x.id);
+      gx = g.backward(b, root_id, std::move(seed), x_id);
       r.input_ops = kernels_since(b, mark);
     }
     EXPECT_EQ(g.size(), 0u);
     EXPECT_TRUE(bw.has_unsharded_grad());
+    EXPECT_EQ(gx.numel(), kP * kIn);
     r.after = b.memory().current().allocated_bytes;
     return r;
   };
@@ -168,5 +175,13 @@ TEST(SplitBackward, GroupedGemmDefersItsWeightGradient) {
                                                  OpKind::kGroupedMMBackwardWeight}));
   EXPECT_EQ(split.input_ops, (std::vector<OpKind>{OpKind::kGroupedMMBackwardInput}));
   EXPECT_EQ(split.weight_ops, (std::vector<OpKind>{OpKind::kGroupedMMBackwardWeight}));
+  // Between I and W the weight part keeps the input, the offsets and the output gradient (all
+  // counted before): I adds only x's gradient.
+  constexpr uint64_t kX = kP * kIn * 4, kOffsets = 512, kSeed = kP * kN * 4;
+  EXPECT_EQ(split.before, full.before);
+  EXPECT_EQ(split.after_input, split.before + kX);
+  // Afterwards both hold x's gradient and the weight's, and neither x, the offsets nor the seed.
+  EXPECT_EQ(full.after, full.before - kX - kOffsets - kSeed + kX +
+                            static_cast<uint64_t>(kExperts * kN * kIn * 4));
   EXPECT_EQ(split.after, full.after);
 }
