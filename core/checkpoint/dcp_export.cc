@@ -8,6 +8,7 @@
 #include "core/checkpoint/dcp_optim.h"
 #include "core/checkpoint/export.h"
 #include "core/checkpoint/safetensors.h"
+#include "core/checkpoint/torch_save.h"
 #include "core/common/error.h"
 #include "core/common/output_file.h"
 
@@ -100,12 +101,17 @@ DcpExportResult export_dcp(CheckpointReader& reader, const DcpExportOptions& o) 
         std::vector<uint8_t> bytes(static_cast<size_t>(box_numel(box)) * esize);
         reader.read_box(t.name, box, bytes.data(), bytes.size());
         if (plan[k].out.transpose) bytes = transpose_box(box, bytes, esize);
-        const std::string archive = torch_save_archive(
-            t.dtype, box.lengths,
-            std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), "--dcp");
-        out.write(archive);
-        dm.tensors[k].chunks.push_back({box, name, offset, archive.size()});
-        offset += archive.size();
+        // The piece goes to the file as it is, between the archive's records (a piece of
+        // 4 GiB or more gets zip64 fields, as torch.save writes it).
+        const std::string_view piece(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+        const TorchSaveParts archive =
+            torch_save_archive_parts(t.dtype, box.lengths, piece.size(), crc32(piece), "--dcp");
+        out.write(archive.head);
+        out.write(piece);
+        out.write(archive.tail);
+        const uint64_t archive_size = archive.head.size() + piece.size() + archive.tail.size();
+        dm.tensors[k].chunks.push_back({box, name, offset, archive_size});
+        offset += archive_size;
         res.data_bytes += bytes.size();
         ++(k < res.tensors ? res.chunks : res.optimizer_chunks);
       }
@@ -114,7 +120,9 @@ DcpExportResult export_dcp(CheckpointReader& reader, const DcpExportOptions& o) 
       const std::string step = dcp_step_archive(m.optimizer_steps);
       for (const auto& fqn : trainable) {
         out.write(step);
-        dm.tensors.push_back({dcp_optim_state_key(fqn, "step"), "F32", {},
+        dm.tensors.push_back({dcp_optim_state_key(fqn, "step"),
+                              "F32",
+                              {},
                               {{ChunkBox{{}, {}}, name, offset, step.size()}},
                               dcp_optim_state_path(fqn, "step")});
         offset += step.size();

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <vector>
 
@@ -52,73 +53,124 @@ PyPtr rebuild_call(const char* storage, const Shape& shape) {
                     py_reduce(py_global("collections", "OrderedDict"), {})});
 }
 
+// NOTE [Zip64 records as PyTorch writes them]: PyTorchStreamWriter opens miniz with
+// MZ_ZIP_FLAG_WRITE_ZIP64 (caffe2/serialize/inline_container.cc, pytorch/pytorch 3834689c), and
+// miniz (third_party/miniz-3.0.2/miniz.c at 01f9ef32: mz_zip_writer_add_mem_ex_v2,
+// mz_zip_writer_finalize_archive) then gives a record whose size or local header offset is
+// >= 0xffffffff: a zip64 extra field (id 1) in the local header, before the "FB" padding,
+// holding the size and a compressed size of 0 (miniz has not stored the data yet) if the size
+// overflows, and the offset if that does; a 24-byte data descriptor (64-bit sizes); and in the
+// central directory 0xffffffff in each overflowing field, the same extra field holding the true
+// values. Other records keep 32-bit fields. The plain end record's count, directory size and
+// offset are clamped to 0xffff / 0xffffffff; the zip64 end record (always there) holds them
+// whole. getPadding there counts the zip64 field (4 + 16 + 8 bytes), so data stays 64-aligned.
+// TorchSaveOptions::zip64_threshold stands for 0xffffffff so tests can force these records.
 struct Record {
   std::string name;
   std::string_view data;
-  uint64_t offset = 0;  // of its local header
-  uint32_t crc = 0;
+  uint64_t size = 0;     // of its data
+  uint32_t crc = 0;      // of its data
+  bool outside = false;  // the data is the caller's: not copied (TorchSaveParts)
+  uint64_t offset = 0;   // of its local header
+  bool zip64 = false;    // NOTE [Zip64 records as PyTorch writes them]
 };
 
-// The stored zip archive of `records` in order (NOTE [torch.save archives]).
-std::string zip_archive(std::vector<Record>& records) {
-  std::string out;
+Record record(std::string name, std::string_view data) {
+  return {std::move(name), data, data.size(), crc32(data)};
+}
+
+// The zip64 extended-information extra field (id 1) of `r`: its size twice (uncompressed,
+// compressed: `compressed` is what miniz has at that point) when the size overflows, its local
+// header's offset when that does.
+void zip64_extra(std::string& out, const Record& r, uint64_t compressed, uint64_t limit) {
+  const bool size = r.size >= limit, offset = r.offset >= limit;
+  le(out, 1, 2);
+  le(out, 8 * (2 * size + offset), 2);
+  if (size) {
+    le(out, r.size, 8);
+    le(out, compressed, 8);
+  }
+  if (offset) le(out, r.offset, 8);
+}
+uint64_t zip64_extra_size(const Record& r, uint64_t limit) {
+  return r.zip64 ? 4 + 16 * (r.size >= limit) + 8 * (r.offset >= limit) : 0;
+}
+
+// The stored zip archive of `records` in order (NOTE [torch.save archives], NOTE [Zip64 records
+// as PyTorch writes them]) into `head`, and, from the data of the record whose data is outside,
+// into `tail` (which stays empty without one).
+void zip_archive(std::vector<Record>& records, const TorchSaveOptions& o, std::string& head,
+                 std::string& tail) {
+  const uint64_t limit = o.zip64_threshold;
+  std::string* out = &head;
+  uint64_t skipped = 0;  // the outside record's data, between head and tail
+  auto pos = [&] { return head.size() + skipped + tail.size(); };
   for (auto& r : records) {
-    r.offset = out.size();
-    r.crc = crc32(r.data);
-    le(out, kLocal, 4);
-    le(out, 0, 2);                      // version needed
-    le(out, 0x0808, 2);                 // data descriptor follows; UTF-8 names
-    zeros(out, 2 + 2 + 2 + 4 + 4 + 4);  // stored, time, date, crc / sizes in the descriptor
-    le(out, r.name.size(), 2);
-    const uint64_t header = out.size() + 2 + r.name.size();
+    r.offset = pos();
+    r.zip64 = r.size >= limit || r.offset >= limit;
+    le(*out, kLocal, 4);
+    le(*out, 0, 2);                      // version needed
+    le(*out, 0x0808, 2);                 // data descriptor follows; UTF-8 names
+    zeros(*out, 2 + 2 + 2 + 4 + 4 + 4);  // stored, time, date, crc / sizes in the descriptor
+    le(*out, r.name.size(), 2);
+    const uint64_t z64 = zip64_extra_size(r, limit);
+    const uint64_t header = pos() + 2 + r.name.size() + z64;
     uint64_t pad = (kAlignment - (header + 4) % kAlignment) % kAlignment;  // after "FB" + length
-    le(out, 4 + pad, 2);
-    out += r.name;
-    out += "FB";
-    le(out, pad, 2);
-    out.append(pad, 'Z');
-    out += r.data;
-    le(out, kDescriptor, 4);
-    le(out, r.crc, 4);
-    le(out, r.data.size(), 4);
-    le(out, r.data.size(), 4);
+    le(*out, z64 + 4 + pad, 2);
+    *out += r.name;
+    if (r.zip64) zip64_extra(*out, r, 0, limit);
+    *out += "FB";
+    le(*out, pad, 2);
+    out->append(pad, 'Z');
+    if (r.outside) {
+      skipped = r.size;
+      out = &tail;
+    } else {
+      *out += r.data;
+    }
+    le(*out, kDescriptor, 4);
+    le(*out, r.crc, 4);
+    le(*out, r.size, r.zip64 ? 8 : 4);
+    le(*out, r.size, r.zip64 ? 8 : 4);
   }
-  const uint64_t cd = out.size();
+  auto clamp = [&](uint64_t v) { return v >= limit ? 0xffffffffu : v; };
+  const uint64_t cd = pos();
   for (const auto& r : records) {
-    le(out, kCentral, 4);
-    zeros(out, 2 + 2);  // version made by, needed
-    le(out, 0x0808, 2);
-    zeros(out, 2 + 2 + 2);  // stored, time, date
-    le(out, r.crc, 4);
-    le(out, r.data.size(), 4);
-    le(out, r.data.size(), 4);
-    le(out, r.name.size(), 2);
-    zeros(out, 2 + 2 + 2 + 2 + 4);  // extra, comment, disk, internal / external attributes
-    le(out, r.offset, 4);
-    out += r.name;
+    le(*out, kCentral, 4);
+    zeros(*out, 2 + 2);  // version made by, needed
+    le(*out, 0x0808, 2);
+    zeros(*out, 2 + 2 + 2);  // stored, time, date
+    le(*out, r.crc, 4);
+    le(*out, clamp(r.size), 4);
+    le(*out, clamp(r.size), 4);
+    le(*out, r.name.size(), 2);
+    le(*out, zip64_extra_size(r, limit), 2);
+    zeros(*out, 2 + 2 + 2 + 4);  // comment, disk, internal / external attributes
+    le(*out, clamp(r.offset), 4);
+    *out += r.name;
+    if (r.zip64) zip64_extra(*out, r, r.size, limit);
   }
-  const uint64_t cd_size = out.size() - cd, end64 = out.size();
-  le(out, kEnd64, 4);
-  le(out, 44, 8);
-  le(out, 0x031e, 2);
-  le(out, 0x002d, 2);
-  zeros(out, 4 + 4);
-  le(out, records.size(), 8);
-  le(out, records.size(), 8);
-  le(out, cd_size, 8);
-  le(out, cd, 8);
-  le(out, kLocator64, 4);
-  le(out, 0, 4);
-  le(out, end64, 8);
-  le(out, 1, 4);
-  le(out, kEnd, 4);
-  zeros(out, 2 + 2);
-  le(out, records.size(), 2);
-  le(out, records.size(), 2);
-  le(out, cd_size, 4);
-  le(out, cd, 4);
-  le(out, 0, 2);
-  return out;
+  const uint64_t cd_size = pos() - cd, end64 = pos();
+  le(*out, kEnd64, 4);
+  le(*out, 44, 8);
+  le(*out, 0x031e, 2);
+  le(*out, 0x002d, 2);
+  zeros(*out, 4 + 4);
+  le(*out, records.size(), 8);
+  le(*out, records.size(), 8);
+  le(*out, cd_size, 8);
+  le(*out, cd, 8);
+  le(*out, kLocator64, 4);
+  le(*out, 0, 4);
+  le(*out, end64, 8);
+  le(*out, 1, 4);
+  le(*out, kEnd, 4);
+  zeros(*out, 2 + 2);
+  le(*out, std::min<uint64_t>(records.size(), 0xffff), 2);
+  le(*out, std::min<uint64_t>(records.size(), 0xffff), 2);
+  le(*out, clamp(cd_size), 4);
+  le(*out, clamp(cd), 4);
+  le(*out, 0, 2);
 }
 
 }  // namespace
@@ -138,38 +190,48 @@ uint32_t crc32(std::string_view data, uint32_t crc) {
   return ~crc;
 }
 
-std::string torch_save_archive(std::string_view dtype, const Shape& shape, std::string_view data,
-                               const std::string& where) {
+TorchSaveParts torch_save_archive_parts(std::string_view dtype, const Shape& shape,
+                                        uint64_t data_size, uint32_t data_crc,
+                                        const std::string& where, const TorchSaveOptions& o) {
   const StorageName* st = nullptr;
   for (const auto& s : kStorages)
     if (dtype == s.dtype) st = &s;
   if (!st)
     throw InputError(where, "dtype " + std::string(dtype) + " has no torch.save writer here",
                      "export F32, BF16 or F16 tensors");
-  FULLSHARD_CHECK(
-      data.size() == static_cast<uint64_t>(numel(shape)) * *safetensors_dtype_size(dtype),
-      "torch_save_archive: data size");
-  if (data.size() >= 0xffffffffu)
-    throw InputError(where, fmt::format("a piece of {} bytes needs zip64 records", data.size()),
-                     "not written yet: export with --safetensors, or save from more ranks");
+  FULLSHARD_CHECK(data_size == static_cast<uint64_t>(numel(shape)) * *safetensors_dtype_size(dtype),
+                  "torch_save_archive: data size");
+  FULLSHARD_CHECK(o.zip64_threshold <= 0xffffffffu, "torch_save_archive: zip64 threshold");
   const std::string pkl = pickle_dumps(*rebuild_call(st->storage, shape));
-  std::vector<Record> records{{"archive/data.pkl", pkl},
-                              {"archive/.format_version", "1"},
-                              {"archive/.storage_alignment", "64"},
-                              {"archive/byteorder", "little"},
-                              {"archive/data/0", data},
-                              {"archive/version", "3\n"}};
-  return zip_archive(records);
+  std::vector<Record> records{record("archive/data.pkl", pkl),
+                              record("archive/.format_version", "1"),
+                              record("archive/.storage_alignment", "64"),
+                              record("archive/byteorder", "little"),
+                              {"archive/data/0", {}, data_size, data_crc, true},
+                              record("archive/version", "3\n")};
+  TorchSaveParts parts;
+  zip_archive(records, o, parts.head, parts.tail);
+  return parts;
+}
+
+std::string torch_save_archive(std::string_view dtype, const Shape& shape, std::string_view data,
+                               const std::string& where, const TorchSaveOptions& o) {
+  TorchSaveParts parts = torch_save_archive_parts(dtype, shape, data.size(), crc32(data), where, o);
+  parts.head.reserve(parts.head.size() + data.size() + parts.tail.size());
+  parts.head += data;
+  parts.head += parts.tail;
+  return std::move(parts.head);
 }
 
 std::string torch_save_object(const PyObj& v) {
   const std::string pkl = pickle_dumps(v);
-  std::vector<Record> records{{"archive/data.pkl", pkl},
-                              {"archive/.format_version", "1"},
-                              {"archive/.storage_alignment", "64"},
-                              {"archive/byteorder", "little"},
-                              {"archive/version", "3\n"}};
-  return zip_archive(records);
+  std::vector<Record> records{
+      record("archive/data.pkl", pkl), record("archive/.format_version", "1"),
+      record("archive/.storage_alignment", "64"), record("archive/byteorder", "little"),
+      record("archive/version", "3\n")};
+  std::string out, tail;
+  zip_archive(records, TorchSaveOptions{}, out, tail);
+  return out;
 }
 
 TorchSavedTensor parse_torch_save(const ArchiveReader& read, uint64_t length,

@@ -245,6 +245,16 @@ void FSDPParamGroup::reshard() {
 }
 
 // ------------------------------------------------------------------ hooks
+// NOTE [Hooks' async unshard]: FSDPModule._set_unshard_async_op(True) (_fully_shard.py at
+// pytorch@0257dd1c) sets unshard_async_op on the parameter groups of every FSDP module under the
+// one it is called on; pre_forward, pre_backward and _prefetch_unshard (_fsdp_param_group.py at
+// pytorch@002a76fb) then call unshard(unshard_async_op). An async unshard copies in on the current
+// stream and all-gathers on the process group's stream (NOTE [Async unshard]), so the all-gather
+// buffers come from the current stream's pool (the inter-stream fragmentation the docstring says
+// it avoids), the cast and copy-in no longer overlap compute, and the copy-out's free is never
+// deferred. Without explicit forward prefetching each forward all-gather is exposed: the
+// pre-forward waits for it at once. Backward's implicit prefetch still issues the next unit's
+// all-gather ahead, and FSDP's copy-in stream is left idle.
 // The host work of the Python hook itself (NOTE [FSDP hook host cost] in
 // simulator/cost/hardware_cost_model.cc), before the work it issues.
 void FSDPParamGroup::hook(const char* what) {
@@ -254,7 +264,7 @@ void FSDPParamGroup::hook(const char* what) {
 void FSDPParamGroup::pre_forward() {
   hook("pre_forward");
   state_ = TrainingState::kForward;
-  unshard();
+  unshard(unshard_async_op_);
   wait_for_unshard();
 }
 
@@ -269,7 +279,7 @@ void FSDPParamGroup::post_forward() {
 void FSDPParamGroup::prefetch_unshard(FSDPParamGroup& target, TrainingState state) {
   TrainingState saved = target.state_;
   target.state_ = state;
-  target.unshard();
+  target.unshard(target.unshard_async_op_);
   target.state_ = saved;
 }
 
@@ -277,7 +287,7 @@ void FSDPParamGroup::pre_backward(bool default_prefetch) {
   if (state_ == TrainingState::kPreBackward) return;
   hook("pre_backward");
   state_ = TrainingState::kPreBackward;
-  unshard();  // no-op when prefetched
+  unshard(unshard_async_op_);  // no-op when prefetched
   wait_for_unshard();
   if (default_prefetch) backward_prefetch();
 }

@@ -88,6 +88,9 @@ class FSDPParamGroup {
   // FSDPModule.set_unshard_in_backward: false for a group whose parameters backward never reads
   // (an embedding): unshard() in PRE_BACKWARD, its own or a prefetch, then all-gathers nothing.
   void set_unshard_in_backward(bool v) { unshard_in_backward_ = v; }
+  // FSDPParamGroup.unshard_async_op (FSDPModule._set_unshard_async_op): the async_op of the
+  // hooks' own unshards, pre-forward, pre-backward and prefetches (NOTE [Hooks' async unshard]).
+  void set_unshard_async_op(bool v) { unshard_async_op_ = v; }
   // FSDPModule.set_reshard_after_forward(bool): reshard to the full shard group (True) or
   // keep the parameters unsharded (False) from the next post-forward on.
   void set_reshard_after_forward(bool v) {
@@ -124,6 +127,7 @@ class FSDPParamGroup {
   Tensor partial_reduce_output_;  // HSDP: the reduce-scatter outputs summed so far
   bool reshard_after_backward_ = true;
   bool unshard_in_backward_ = true;
+  bool unshard_async_op_ = false;
   int all_gathers_ = 0;
   int reduce_scatters_ = 0;
 

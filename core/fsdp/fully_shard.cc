@@ -363,4 +363,9 @@ void FSDPRuntime::set_force_sum_reduction_for_comms(bool enable) {
     if (s->group) s->group->set_force_sum_reduction_for_comms(enable);
 }
 
+void FSDPRuntime::set_unshard_async_op(bool async_op) {
+  for (auto& s : states_)
+    if (s->group) s->group->set_unshard_async_op(async_op);
+}
+
 }  // namespace fullshard

@@ -88,6 +88,9 @@ class FSDPRuntime : public ModuleHooks {
   // (torchtitan's disable_fsdp_gradient_division loops over model.modules() the same way).
   void set_gradient_divide_factor(double factor);
   void set_force_sum_reduction_for_comms(bool enable);
+  // FSDPModule._set_unshard_async_op on the root: every group's hooks unshard with `async_op`
+  // (NOTE [Hooks' async unshard] in fsdp_param_group.cc).
+  void set_unshard_async_op(bool async_op);
   // FSDPModule.set_post_optim_event on the root: the next root pre-forward's all-gather streams
   // wait on `event` instead of on the whole current stream (NOTE [Post-optimizer event]).
   void set_post_optim_event(EventId event) { post_optim_event_ = event; }

@@ -108,7 +108,7 @@ const std::map<std::string, std::vector<std::string>> kFields = {
      {"mesh", "reshard_after_forward", "per_unit", "mixed_precision", "cpu_offload", "units",
       "forward_prefetch", "backward_prefetch", "gradient_divide_factor",
       "force_sum_reduction_for_comms", "post_optim_event", "ignored_params", "unshard",
-      "forward_methods"}},
+      "unshard_async_op", "forward_methods"}},
     {"fsdp.mesh", {"shape", "dim_names"}},
     {"fsdp.unshard", {"modules", "async_op"}},
     {"fsdp.mixed_precision",

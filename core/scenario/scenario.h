@@ -197,6 +197,9 @@ struct FsdpOptions {
   // core/fsdp/fsdp_param_group.cc). Empty: no call.
   std::vector<std::string> unshard_modules;
   bool unshard_async_op = false;
+  // fsdp.unshard_async_op: FSDPModule._set_unshard_async_op(True) on the root: the hooks' own
+  // unshards use async_op=True (NOTE [Hooks' async unshard] in core/fsdp/fsdp_param_group.cc).
+  bool hooks_unshard_async_op = false;
   // fsdp.forward_methods: register_fsdp_forward_method(model, name) on the root for each
   // ("generate" is the model's one method other than forward; NOTE [Forward methods]).
   std::vector<std::string> forward_methods;

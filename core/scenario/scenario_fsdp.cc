@@ -417,6 +417,8 @@ FsdpOptions parse_fsdp(const json& j, const HardwareOptions& hw, int64_t n_layer
         jr::get_bool(j.at("force_sum_reduction_for_comms"), P + ".force_sum_reduction_for_comms");
   if (j.contains("post_optim_event"))
     f.post_optim_event = jr::get_bool(j.at("post_optim_event"), P + ".post_optim_event");
+  if (j.contains("unshard_async_op"))
+    f.hooks_unshard_async_op = jr::get_bool(j.at("unshard_async_op"), P + ".unshard_async_op");
   if (j.contains("ignored_params")) f.ignored_params = parse_ignored_params(j.at("ignored_params"));
   if (j.contains("per_unit"))
     parse_per_unit(j.at("per_unit"), f.fsdp_shard_size(), n_layers, tied_head, f);

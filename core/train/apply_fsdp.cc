@@ -200,6 +200,8 @@ void apply_fsdp(const Scenario& s, Transformer& model, FSDPRuntime& fsdp, bool p
     divide = 1.0;  // torchtitan's disable_fsdp_gradient_division
   if (divide) fsdp.set_gradient_divide_factor(*divide);
   if (s.fsdp.force_sum_reduction_for_comms) fsdp.set_force_sum_reduction_for_comms(true);
+  // model._set_unshard_async_op(True) (NOTE [Hooks' async unshard] in fsdp_param_group.cc).
+  if (s.fsdp.hooks_unshard_async_op) fsdp.set_unshard_async_op(true);
 }
 
 FSDPState& fsdp_unit(Transformer& model, FSDPRuntime& fsdp, const std::string& unit) {

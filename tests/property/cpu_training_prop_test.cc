@@ -322,6 +322,14 @@ void maybe_post_optim_event(json& j) {
   RC_TAG("post_optim_event");
 }
 
+// fsdp.unshard_async_op, maybe (NOTE [Hooks' async unshard] in core/fsdp/fsdp_param_group.cc):
+// from a hash of the case drawn so far, after every other choice, so CI's fixed seed keeps them.
+void maybe_unshard_async_op(json& j) {
+  if (std::hash<std::string>{}(j.dump() + " unshard_async_op") % 3 != 0) return;
+  j["fsdp"]["unshard_async_op"] = true;
+  RC_TAG("unshard_async_op");
+}
+
 // fsdp.unshard, maybe (NOTE [Async unshard] in core/fsdp/fsdp_param_group.cc): units and async_op
 // from a hash of the case drawn so far, after every other choice, so CI's fixed seed keeps them.
 // A choice the scenario refuses (a block with fsdp.units "root", a pp dim) is dropped.
@@ -412,6 +420,7 @@ RC_GTEST_PROP(RealTraining, ShardedEqualsUnsharded, ()) {
   maybe_nf4(j);
   maybe_post_optim_event(j);
   maybe_unshard(j);
+  maybe_unshard_async_op(j);
   RC_TAG(o.mesh.size() == 2 ? "hsdp" : "fsdp");
   if (o.mesh.back() == 1) RC_TAG("world-size-1 shortcut");
   // NOTE [bf16 originals tolerance]: with parameters stored in bf16 the gradients are bf16 too:
@@ -506,6 +515,7 @@ RC_GTEST_PROP(RealTraining, PredictedPeakMemoryEqualsMeasured, ()) {
   maybe_post_optim_event(j);
   maybe_unshard(j);
   maybe_generate(j);
+  maybe_unshard_async_op(j);
   if (o.mesh.back() == 1) RC_TAG("world-size-1 shortcut");
   Scenario s = parse_scenario(j);
   predicted_peaks_equal_measured(s);

@@ -8,6 +8,9 @@
 // NOTE [Async unshard] (core/fsdp/fsdp_param_group.cc): FSDPModule.unshard(async_op) before the
 // forward: the pre-forward all-gathers nothing again; where the all-gather runs and which stream
 // waits for what; fsdp.unshard trains with predicted == measured.
+// NOTE [Hooks' async unshard] (core/fsdp/fsdp_param_group.cc): fsdp.unshard_async_op moves every
+// unit's copy-in to the current stream and its all-gather to the process group's stream;
+// predicted == measured.
 // NOTE [Forward methods] (core/fsdp/fully_shard.cc): model.generate() unregistered reads the
 // root's sharded parameters and fails naming register_fsdp_forward_method; registered, the root's
 // hooks all-gather around it; training.generate_every keeps predicted == measured.
@@ -344,6 +347,49 @@ TEST(Unshard, BadValuesNameTheField) {
   refused(j, "fsdp.unshard.async_op");
   j["fsdp"]["unshard"] = {{"modules", {"root"}}, {"wait", true}};
   refused(j, "fsdp.unshard");
+}
+
+// ---------------------------------------------------------------- _set_unshard_async_op
+// fsdp.unshard_async_op (NOTE [Hooks' async unshard] in core/fsdp/fsdp_param_group.cc): every
+// unit's own and prefetched unshards copy in on the current stream and all-gather on the process
+// group's stream, as many all-gathers per step as without it; the forward all-gathers no longer
+// overlap compute, so the step is no shorter.
+TEST(UnshardAsyncOp, HooksUnshardOnTheCurrentAndProcessGroupStreams) {
+  for (bool explicit_prefetch : {false, true}) {
+    json j = h100(scenario({2}));
+    if (explicit_prefetch) j["fsdp"]["forward_prefetch"] = 1;
+    const UnshardPlay plain = play_unshard(j);
+    j["fsdp"]["unshard_async_op"] = true;
+    const UnshardPlay p = play_unshard(j);
+    EXPECT_EQ(p.all_gathers, plain.all_gathers);
+    ASSERT_FALSE(p.copy_in_stream.empty());
+    for (const auto& [name, stream] : plain.copy_in_stream)
+      EXPECT_EQ(stream, StreamRole::kAllGatherCopyIn) << name;
+    for (const auto& [name, stream] : p.copy_in_stream)
+      EXPECT_EQ(stream, StreamRole::kDefault) << name;
+    for (const auto& [name, stream] : p.collective_stream)
+      EXPECT_EQ(stream, StreamRole::kAllGather) << name;
+    EXPECT_GE(p.report.step_time_s, plain.report.step_time_s) << explicit_prefetch;
+  }
+}
+
+TEST(UnshardAsyncOp, TrainsAndPredictedEqualsMeasured) {
+  // FSDP over 2 ranks; HSDP over one-rank shard groups (NOTE [World-size-1 shortcut]).
+  for (std::vector<int> mesh : {std::vector<int>{2}, std::vector<int>{2, 1}}) {
+    json j = scenario(mesh);
+    j["fsdp"]["unshard_async_op"] = true;
+    predicted_peaks_equal_measured(parse_scenario(j));
+    j["fsdp"]["mixed_precision"] = json::object();  // fp32: NOTE [fp32 tolerance]
+    sharded_equals_unsharded(j, unsharded_job(j, 2));
+  }
+  json j = scenario({2});
+  j["fsdp"]["unshard_async_op"] = "true";
+  try {
+    parse_scenario(j);
+    ADD_FAILURE() << "a non-bool unshard_async_op parsed";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("fsdp.unshard_async_op"), std::string::npos) << e.what();
+  }
 }
 
 // ---------------------------------------------------------------- register_fsdp_forward_method
