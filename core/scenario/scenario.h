@@ -196,8 +196,9 @@ struct FsdpOptions {
   // pytorch/examples' FSDP2 example calls model.unshard() (NOTE [Async unshard] in
   // core/fsdp/fsdp_param_group.cc). Empty: no call.
   std::vector<std::string> unshard_modules;
-  bool unshard_async_op = false;
-  // fsdp.unshard_async_op: FSDPModule._set_unshard_async_op(True) on the root: the hooks' own
+  bool unshard_async_op = false;  // fsdp.unshard.async_op (not fsdp.unshard_async_op: below)
+  // fsdp.unshard_async_op (not fsdp.unshard.async_op: above):
+  // FSDPModule._set_unshard_async_op(True) on the root: the hooks' own
   // unshards use async_op=True (NOTE [Hooks' async unshard] in core/fsdp/fsdp_param_group.cc).
   bool hooks_unshard_async_op = false;
   // fsdp.forward_methods: register_fsdp_forward_method(model, name) on the root for each
