@@ -83,7 +83,9 @@ const std::map<std::string, std::vector<std::string>> kFields = {
      {"name", "hf_config", "arch", "vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads",
       "ffn_dim", "max_seq_len", "norm_eps", "rope_theta", "tie_embeddings", "qkv_bias",
       "linear_bias", "implementation", "weights", "lora", "moe"}},
-    {"model.moe", {"capacity_factor", "drop_policy", "load_balance"}},
+    {"model.moe",
+     {"capacity_factor", "drop_policy", "load_balance", "load_balance_coeff", "num_expert_groups",
+      "num_limited_groups"}},
     {"model.lora", {"rank", "alpha", "target_modules"}},
     {"model.implementation",
      {"preset", "loss", "loss_chunks", "keep_logits", "rms_norm", "rope", "gqa", "attention",
@@ -634,6 +636,7 @@ Scenario parse_scenario(const json& j, const std::string& base_dir) {
   check_moe(s);
   s.pipeline = parse_pipeline_parallel(
       j.contains("pipeline_parallel") ? &j.at("pipeline_parallel") : nullptr, s);
+  check_expert_bias_pipeline(s);
 
   if (j.contains("expert_parallel"))
     s.expert_parallel = scenario_detail::parse_expert_parallel(j.at("expert_parallel"), s);
