@@ -401,6 +401,26 @@ TEST(RealMoeTraining, LauncherRefusesMoeOnlyWithoutKernels) {
   TempDir d;
   ck.checkpoint_dir = d.path();
   EXPECT_EQ(input_error_of([&] { runner::validate_launch(ck, parse_scenario(ep), cpu_kind); }), "");
+  // The expert bias and groups (NOTE [Expert bias]): CPU kernels only, the bias in no checkpoint
+  // yet; each refusal names its field.
+  json lb = tiny_scenario_json(o);
+  lb["model"] = {{"name", "tiny-moe"},
+                 {"moe", {{"load_balance", "expert_bias"}, {"load_balance_coeff", 1e-3}}}};
+  const Scenario biased = parse_scenario(lb);
+  EXPECT_EQ(input_error_of([&] { runner::validate_launch(lo, biased, cpu_kind); }), "");
+  const std::string on_cuda =
+      input_error_of([&] { runner::validate_launch(lo, biased, cuda_kind); });
+  EXPECT_NE(on_cuda.find("model.moe.load_balance"), std::string::npos) << on_cuda;
+  const std::string saving =
+      input_error_of([&] { runner::validate_launch(ck, biased, cpu_kind); });
+  EXPECT_NE(saving.find("--checkpoint-every"), std::string::npos) << saving;
+  lb["model"] = {{"name", "tiny-moe"}, {"moe", {{"num_expert_groups", 2}}}};
+  const Scenario grouped = parse_scenario(lb);
+  EXPECT_EQ(input_error_of([&] { runner::validate_launch(ck, grouped, cpu_kind); }), "");
+  const std::string groups_on_cuda =
+      input_error_of([&] { runner::validate_launch(lo, grouped, cuda_kind); });
+  EXPECT_NE(groups_on_cuda.find("model.moe.num_expert_groups"), std::string::npos)
+      << groups_on_cuda;
 }
 
 namespace {
