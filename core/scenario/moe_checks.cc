@@ -207,17 +207,6 @@ std::vector<double> parse_expert_load(const nlohmann::json& v, int64_t experts,
 
 }  // namespace
 
-void check_expert_bias_pipeline(const Scenario& s) {
-  // The expert bias's update runs in the training loop's optimizer step (NOTE [Expert bias] in
-  // core/model/expert_bias.h); pipeline stages run their own step, without it so far.
-  if (s.model.moe.enabled() && s.model.moe.load_balance == MoeLoadBalance::kExpertBias &&
-      s.pipeline.enabled())
-    throw InputError("model.moe.load_balance",
-                     "is the expert bias with a pp dim, whose pipeline stages do not update it yet",
-                     "set model.moe.load_balance \"none\", or train without the pp dim "
-                     "(docs/moe.md lists what the MoE layer builds so far)");
-}
-
 void check_recorded_routing(const Scenario& s) {
   const RecordedRouting* rec = s.training.moe_routing_record.get();
   if (!rec) return;

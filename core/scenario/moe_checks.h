@@ -24,10 +24,6 @@ void apply_moe_options(const nlohmann::json& v, ModelConfig& model);
 void apply_moe_routing(const nlohmann::json& v, ModelConfig& model, TrainingOptions& training,
                        const std::string& base_dir);
 
-// The expert bias with a pp dim, refused naming model.moe.load_balance (NOTE [Expert bias] in
-// core/model/expert_bias.h): pipeline stages do not update it yet. parse_scenario runs it
-// once the pipeline is parsed.
-void check_expert_bias_pipeline(const Scenario& s);
 
 // training.moe_routing {"recorded": ...} against the rest of the scenario: one record per rank,
 // and every recorded step holding the MoE layer calls a step of `s` makes on that rank (with a

@@ -636,7 +636,6 @@ Scenario parse_scenario(const json& j, const std::string& base_dir) {
   check_moe(s);
   s.pipeline = parse_pipeline_parallel(
       j.contains("pipeline_parallel") ? &j.at("pipeline_parallel") : nullptr, s);
-  check_expert_bias_pipeline(s);
 
   if (j.contains("expert_parallel"))
     s.expert_parallel = scenario_detail::parse_expert_parallel(j.at("expert_parallel"), s);
