@@ -3,26 +3,19 @@
 // as torchtitan runs them: the MoE layer's two buffers, the router's choice scores, and the
 // optimizer step pre-hook that moves the bias toward balance.
 //
-// NOTE [Expert bias]: read at pytorch/torchtitan@2aac20a (the commit that added node-limited
-// routing): torchtitan/models/moe/moe.py and torchtitan/components/optimizer.py.
-//   MoE.__init__ registers `expert_bias` (persistent) and `tokens_per_expert` (not persistent),
-//     fp32 [E] zeros; buffers are not parameters, so FSDP2 leaves them whole on every rank.
-//   TokenChoiceTopKRouter.forward: scores_for_choice = scores + expert_bias; with
-//     num_expert_groups, _get_node_limited_routing_scores views it [N, G, E/G], scores each
-//     group by the sum of its top-2, keeps the num_limited_groups best and fills the rest with
-//     -inf; topk(scores_for_choice, K) picks the experts and top_scores = scores.gather(1,
-//     indices): the bias steers the choice only, the gate values are the unbiased scores.
-//   MoE.forward: tokens_per_expert.add_(histc) under no_grad, again when activation
-//     checkpointing recomputes the block.
-//   build_optimizers_with_moe_load_balancing: a step pre-hook vstacks every MoE layer's
-//     tokens_per_expert (// 2 where the block is checkpointed), all-reduces the [L, E] stack
-//     (SUM) over the dp_cp mesh on the default stream, then per layer d = coeff * sign(mean -
-//     tokens), expert_bias += d - mean(d), tokens_per_expert.zero_().
-// Here the choice is one op (kRouterChoice: the add, the group scores and the mask; the group
-// path's [N, G, 2], [N, G], [N, L] and bool [N, G] transients are not modelled), the discarded
-// top-k values and the choice scores live until the router returns, the stack and the update
-// are one op each (the per-layer [E] temporaries and the // 2 copies are not modelled). Without
-// bias and groups the router keeps the @08dc75a sequence (topk values as the gate).
+// NOTE [Expert bias]: torchtitan at pytorch/torchtitan@2aac20a (models/moe/moe.py,
+// components/optimizer.py). MoE registers fp32 [E] buffers `expert_bias` (persistent) and
+// `tokens_per_expert`; FSDP2 leaves buffers whole on every rank. The router picks the top-k
+// from scores + expert_bias, with num_expert_groups first masking (-inf) all but each token's
+// num_limited_groups best groups (a group scored by its top-2 sum), and gathers the unbiased
+// scores as gate values. MoE.forward adds the router's histc into tokens_per_expert (twice when
+// checkpointing recomputes the block). An optimizer step pre-hook vstacks every MoE layer's
+// counts (// 2 for checkpointed blocks), all-reduces them (SUM) over the dp_cp mesh on the
+// default stream, then per layer d = coeff sign(mean - tokens), expert_bias += d - mean(d),
+// counts zeroed. Here the choice is one op (kRouterChoice; the group path's small transients
+// are not modelled), the discarded top-k values and choice scores live until the router
+// returns, and the stack and the update are one op each. Without bias and groups the router
+// keeps the @08dc75a sequence (the top-k values are the gate), so those models are unchanged.
 #include <vector>
 
 #include "core/mesh/device_mesh.h"
