@@ -24,7 +24,6 @@ void apply_moe_options(const nlohmann::json& v, ModelConfig& model);
 void apply_moe_routing(const nlohmann::json& v, ModelConfig& model, TrainingOptions& training,
                        const std::string& base_dir);
 
-
 // training.moe_routing {"recorded": ...} against the rest of the scenario: one record per rank,
 // and every recorded step holding the MoE layer calls a step of `s` makes on that rank (with a
 // pp dim, its stages' MoE layers over the microbatches), for at
