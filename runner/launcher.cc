@@ -191,6 +191,31 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
                                  s.model.moe.num_experts, kind.name),
                      "train it with --backend cpu or cuda, or simulate it with fullshard simulate "
                      "(docs/moe.md)");
+  // DeepSeek-V3's expert bias and group-limited routing (NOTE [Expert bias] in
+  // core/model/expert_bias.h): CPU kernels only (cuda::has_kernel leaves them out); the bias
+  // buffer is not in a checkpoint's pieces or a weight file's names yet.
+  if (s.model.moe.enabled() &&
+      (s.model.moe.load_balance == MoeLoadBalance::kExpertBias ||
+       s.model.moe.num_expert_groups > 1)) {
+    const bool bias = s.model.moe.load_balance == MoeLoadBalance::kExpertBias;
+    if (kind.name != "cpu")
+      throw InputError(bias ? "model.moe.load_balance" : "model.moe.num_expert_groups",
+                       fmt::format("is {}, whose router ops the {} backend has no kernels for "
+                                   "yet",
+                                   bias ? "\"expert_bias\"" : "above 1", kind.name),
+                       "train it with --backend cpu, or simulate it (docs/moe.md)");
+    auto refuse = [&](const char* flag) {
+      throw InputError(flag,
+                       "is given with model.moe.load_balance \"expert_bias\", whose buffer is "
+                       "not in a checkpoint or weight file yet",
+                       std::string("remove ") + flag +
+                           ", or set model.moe.load_balance \"none\" (docs/moe.md)");
+    };
+    if (bias && o.checkpoint_every > 0) refuse("--checkpoint-every");
+    if (bias && !o.resume.empty()) refuse("--resume");
+    if (bias && !o.init_from.empty()) refuse("--init-from");
+    if (bias && !s.model_weights.empty()) refuse("model.weights");
+  }
   // Multi-head latent attention: the CPU backend's attention takes v's own head size; the CUDA
   // attention kernels do not yet (backends/cuda/kernels/plan.cc refuses the op too).
   if (s.model.mla.enabled()) {

@@ -37,6 +37,14 @@ inline bool is_moe_kind(OpKind kind) {
   }
 }
 
+// DeepSeek-V3's aux-loss-free load balancing and group-limited routing (NOTE [Expert bias] in
+// core/model/expert_bias.h): the CPU backend runs them; the CUDA backend has no kernel yet and
+// the launcher refuses model.moe.load_balance "expert_bias" and num_expert_groups > 1 there.
+inline bool is_load_balance_kind(OpKind kind) {
+  return kind == OpKind::kRouterChoice || kind == OpKind::kGatherScores ||
+         kind == OpKind::kExpertLoadStack || kind == OpKind::kExpertBiasUpdate;
+}
+
 // torchao's float8 kinds (docs/float8.md).
 inline bool is_float8_kind(OpKind kind) {
   switch (kind) {

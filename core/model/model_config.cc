@@ -324,6 +324,18 @@ void validate_moe(const ModelConfig& c, const std::string& where) {
   if (m.num_limited_groups < 1 || m.num_limited_groups > m.num_expert_groups)
     bad("num_limited_groups", std::to_string(m.num_limited_groups),
         "give 1 to num_expert_groups (" + std::to_string(m.num_expert_groups) + ")");
+  // torchtitan's _get_node_limited_routing_scores scores a group by its top 2 experts, and
+  // the top-k must fit in the kept groups (NOTE [Expert bias] in core/model/expert_bias.h).
+  if (m.num_expert_groups > 1 && m.num_experts / m.num_expert_groups < 2)
+    bad("num_expert_groups", std::to_string(m.num_expert_groups),
+        "give groups of 2 or more experts (num_experts " + std::to_string(m.num_experts) + ")");
+  if (m.num_expert_groups > 1 &&
+      m.num_limited_groups * (m.num_experts / m.num_expert_groups) < m.top_k)
+    bad("num_limited_groups", std::to_string(m.num_limited_groups),
+        "keep enough groups for top_k " + std::to_string(m.top_k) + " experts");
+  if (m.load_balance == MoeLoadBalance::kExpertBias && !(m.load_balance_coeff > 0))
+    bad("load_balance_coeff", std::to_string(m.load_balance_coeff),
+        "give a positive update rate for the expert bias (torchtitan: 1e-3)");
   if (m.token_group_align < 1)
     bad("token_group_align", std::to_string(m.token_group_align), "give 8 (bf16), 16 or 32");
 }

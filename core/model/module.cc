@@ -39,6 +39,22 @@ Param& Module::param(const std::string& name) {
   check_failed("parameter exists", __FILE__, __LINE__, "no parameter " + full);
 }
 
+ModuleBuffer& Module::add_buffer(std::string name, TensorMeta meta, bool persistent) {
+  ModuleBuffer b;
+  b.fqn = join(fqn, name);
+  b.meta = std::move(meta);
+  b.persistent = persistent;
+  buffers.push_back(std::move(b));
+  return buffers.back();
+}
+
+ModuleBuffer& Module::buffer(const std::string& name) {
+  std::string full = join(fqn, name);
+  for (auto& b : buffers)
+    if (b.fqn == full) return b;
+  check_failed("buffer exists", __FILE__, __LINE__, "no buffer " + full);
+}
+
 Module& Module::child(const std::string& name) {
   std::string full = join(fqn, name);
   for (auto& c : children)

@@ -90,15 +90,29 @@ struct Param {
   uint64_t init_key = 0;
 };
 
+// A registered buffer (nn.Module.register_buffer): module state that is no parameter, so
+// FSDP2 neither shards nor all-gathers it and every rank holds it whole (MoE's expert_bias and
+// tokens_per_expert: NOTE [Expert bias] in core/model/expert_bias.h). `tensor` is its device
+// storage once allocated (allocate_buffers); `persistent` buffers belong in a state dict.
+struct ModuleBuffer {
+  std::string fqn;  // "layers.1.moe.expert_bias"
+  TensorMeta meta;
+  bool persistent = true;
+  Tensor tensor;
+};
+
 struct Module {
   std::string fqn;            // "" for the root, "layers.3", "layers.3.attention", ...
   std::string kind;           // "Transformer", "TransformerBlock", "Attention", ...
   std::vector<Param> params;  // directly owned parameters
+  std::vector<ModuleBuffer> buffers;  // directly owned buffers
   std::vector<std::unique_ptr<Module>> children;
 
   Module* add_child(std::string name, std::string kind_name);
   Param& add_param(std::string name, Shape shape);
   Param& param(const std::string& name);   // directly owned, by short name
+  ModuleBuffer& add_buffer(std::string name, TensorMeta meta, bool persistent);
+  ModuleBuffer& buffer(const std::string& name);  // directly owned, by short name
   Module& child(const std::string& name);  // by short name
   // Every parameter in this subtree, pre-order (this module's own first).
   void for_each_param(const std::function<void(Param&)>& fn);

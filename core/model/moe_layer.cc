@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/common/error.h"
+#include "core/model/expert_bias.h"
 #include "core/model/moe_ops.h"
 #include "core/model/moe_routing.h"
 #include "core/model/ops.h"
@@ -33,6 +34,7 @@ Module* add_moe_module(Module& block, const ModelConfig& c, const ExpertParallel
     s->add_child("w2", "Linear")->add_param("weight", {D, Fs});
     s->add_child("w3", "Linear")->add_param("weight", {Fs, D});
   }
+  add_expert_bias_buffers(*moe, m);  // NOTE [Expert bias] in expert_bias.h
   return moe;
 }
 
@@ -80,7 +82,9 @@ void check_recorded_call(const std::vector<std::vector<int64_t>>& h, int self, i
 // call that allocates, each local alive as long as its Python variable:
 //   router: gate linear [N, E] -> .to(float32) -> softmax | sigmoid (saves its output) ->
 //     topk (saves the indices) -> route_norm (s / (sum + 1e-20)) -> * route_scale -> histc
-//     (accumulated into the tokens_per_expert buffer, not modelled: [E] fp32)
+//     (accumulated into the tokens_per_expert buffer, modelled with the expert bias only);
+//     with the expert bias or groups (NOTE [Expert bias] in expert_bias.h) the top-k is chosen
+//     from the biased, group-masked scores and the gate gathers the unbiased ones
 //   reorderer: histc -> argsort(stable) -> top_scores.view(-1)[order] (alive to the end)
 //   routed_input = x[order // K] (alive to the end)
 //   experts (indices_padding_wrapper): vstack with a zero row -> generate_permute_indices
@@ -88,8 +92,8 @@ void check_recorded_call(const std::vector<std::vector<int64_t>>& h, int self, i
 //     silu, grouped_mm w3, mul, grouped_mm w2 -> new_empty [N K + 1, D], [perm] = out -> [:-1]
 //   shared_experts(x) (module call), then zeros [N K, D] with [order] = routed_output,
 //   .float() [N, K, D], bmm with the scores (saves both) -> .to(x.dtype) -> + shared.
-// Not modelled yet: score_before_experts, the expert-bias buffer, qwen2_moe's shared gate
-// (check_moe refuses them), and int32 index dtypes (int64 here; docs/moe.md).
+// Not modelled yet: score_before_experts, qwen2_moe's shared gate (check_moe refuses them), and
+// int32 index dtypes (int64 here; docs/moe.md).
 // NOTE [Expert-parallel dispatch]: with ep > 1 torchtitan's ExpertParallel wraps the experts'
 // forward (distribute_module's input_fn / output_fn; expert_parallel.py at
 // pytorch/torchtitan@36a4b69). FSDP2's pre-forward hook is prepended, so inside the experts'
@@ -106,7 +110,7 @@ Value moe_forward(ExecContext& c, Module& moe, Value x, const ModelConfig& cfg,
                   const ExpertParallel& ep, Tensor* kept_indices) {
   const MoeConfig& m = cfg.moe;
   FULLSHARD_CHECK(!m.score_before_experts && !m.shared_expert_gate &&
-                      m.load_balance != MoeLoadBalance::kExpertBias,
+                      m.load_balance != MoeLoadBalance::kAuxLoss,
                   moe.fqn + ": MoE variant not built (check_moe refuses it)");
   const std::string& n = moe.fqn;
   const int64_t D = cfg.dim, E = m.num_experts, K = m.top_k;
@@ -121,10 +125,39 @@ Value moe_forward(ExecContext& c, Module& moe, Value x, const ModelConfig& cfg,
   Value scores = m.score_func == MoeScoreFunc::kSoftmax
                      ? ops::moe::softmax(c, std::move(s32), n + ".router.softmax")
                      : ops::moe::sigmoid(c, std::move(s32), n + ".router.sigmoid");
-  auto [top_scores, selected] = ops::moe::topk(c, std::move(scores), K, n + ".router.topk");
+  const bool bias = m.load_balance == MoeLoadBalance::kExpertBias;
+  Value top_scores;
+  Tensor selected, choice, discarded;  // the last two: router locals (NOTE [Expert bias])
+  if (bias || m.num_expert_groups > 1) {
+    choice = ops::moe::router_choice(c, scores.t, bias ? moe.buffer("expert_bias").tensor : Tensor(),
+                                     m.num_expert_groups, m.num_limited_groups,
+                                     n + ".router.choice");
+    auto [values, indices] = ops::moe::topk(c, Value{choice, 0}, K, n + ".router.topk");
+    discarded = values.t;
+    selected = indices;
+    top_scores = ops::moe::gather_scores(c, std::move(scores), selected, n + ".router.gather");
+  } else {
+    auto [values, indices] = ops::moe::topk(c, std::move(scores), K, n + ".router.topk");
+    top_scores = std::move(values);
+    selected = indices;
+  }
   if (m.route_norm) top_scores = ops::moe::route_norm(c, std::move(top_scores), n + ".router.norm");
   top_scores = ops::moe::scale(c, std::move(top_scores), m.route_scale, n + ".router.scale");
-  ops::moe::histogram(c, selected, E, n + ".router.histc");  // into tokens_per_expert, freed
+  Tensor router_counts = ops::moe::histogram(c, selected, E, n + ".router.histc");
+  choice = discarded = Tensor();  // the router returns
+  if (bias) {  // with torch.no_grad(): self.tokens_per_expert.add_(num_tokens_per_expert)
+    const Tensor acc = moe.buffer("tokens_per_expert").tensor;
+    OpCall add;
+    add.kind = OpKind::kAdd;
+    add.name = n + ".tokens_per_expert.add_";
+    add.inputs = {acc.ref(), router_counts.ref()};
+    add.outputs = {acc.ref()};
+    add.flops = static_cast<double>(E);
+    add.bytes = 3.0 * static_cast<double>(acc.nbytes());
+    c.launch(add);
+  } else {
+    router_counts = Tensor();  // freed at once (the buffer is not modelled without the bias)
+  }
   // Token dropping (NOTE [Capacity factor] in moe_routing.h): a dropped slot points at expert E.
   const int64_t capacity = expert_capacity(m, N);
   const Tensor routed_to =
@@ -134,6 +167,7 @@ Value moe_forward(ExecContext& c, Module& moe, Value x, const ModelConfig& cfg,
 
   // ---- reorderer
   const Tensor counts = ops::moe::histogram(c, routed_to, E, n + ".reorderer.histc");
+  router_counts = Tensor();  // num_tokens_per_expert reassigned by the reorderer
   // A real run keeps what the router chose; the simulator replays it (NOTE [Recorded routing]
   // in core/model/moe_routing_record.h).
   std::vector<int64_t> tokens_per_expert = assumed_tokens_per_expert(m, N, ep.degree);

@@ -83,6 +83,42 @@ std::pair<Value, Tensor> topk(ExecContext& c, Value scores, int64_t k, const std
   return {out, indices};
 }
 
+Tensor router_choice(ExecContext& c, const Tensor& scores, const Tensor& bias, int64_t groups,
+                     int64_t limited, const std::string& name) {
+  const int64_t E = last_dim(scores), N = scores.numel() / E;
+  Tensor y = c.empty(scores.meta(), MemCategory::kActivation, name);
+  std::vector<TensorRef> in{scores.ref()};
+  if (bias) in.push_back(bias.ref());
+  // The add, the groups' top-2 sums and the mask: about 3 flops per score.
+  OpCall op = make_op(OpKind::kRouterChoice, name, std::move(in), {y.ref()},
+                      3.0 * static_cast<double>(N * E));
+  RouterChoiceArgs{N, E, groups, limited}.encode(op);
+  c.launch(op);
+  return y;
+}
+
+Value gather_scores(ExecContext& c, Value scores, const Tensor& indices, const std::string& name) {
+  Backend& b = c.backend();
+  const int64_t E = last_dim(scores.t), N = scores.t.numel() / E, K = last_dim(indices);
+  Tensor y = c.empty({DType::kFloat32, {N, K}}, MemCategory::kActivation, name);
+  c.launch(router_op(OpKind::kGatherScores, name, {scores.t.ref(), indices.ref()}, {y.ref()},
+                     0, N, E, K));
+  Value out = result(c, y, scores.requires_grad());
+  if (c.recording() && scores.requires_grad()) {
+    const TensorMeta in_meta = scores.t.meta();
+    c.record(Node{
+        name, {scores.id}, {out.id}, [&b, indices, in_meta, N, E, K, name](std::vector<Tensor>& g) {
+          Tensor gx =
+              empty_tensor(b, in_meta, MemCategory::kTemporary, kCompute, name + " grad_input");
+          b.launch(kCompute,
+                   router_op(OpKind::kTopKBackward, name + " backward", {g[0].ref(), indices.ref()},
+                             {gx.ref()}, static_cast<double>(N * K), N, E, K));
+          return std::vector<Tensor>{gx};
+        }});
+  }
+  return out;
+}
+
 Value route_norm(ExecContext& c, Value s, const std::string& name) {
   Backend& b = c.backend();
   const int64_t K = last_dim(s.t), N = s.t.numel() / K;

@@ -20,6 +20,15 @@ Value sigmoid(ExecContext& c, Value x, const std::string& name);
 // saves the indices.
 std::pair<Value, Tensor> topk(ExecContext& c, Value scores, int64_t k, const std::string& name);
 
+// The scores the top-k is chosen from (NOTE [Expert bias] in core/model/expert_bias.h): fp32
+// [N, E] scores + `bias` (an fp32 [E] buffer; empty: none), each token's experts outside its
+// `limited` best of `groups` groups set to -inf. No grad (the choice's values are discarded).
+Tensor router_choice(ExecContext& c, const Tensor& scores, const Tensor& bias, int64_t groups,
+                     int64_t limited, const std::string& name);
+// scores.gather(1, indices) [N, K]: GatherBackward0 saves the indices and scatters the gradient
+// into zeros [N, E] (kTopKBackward's kernel).
+Value gather_scores(ExecContext& c, Value scores, const Tensor& indices, const std::string& name);
+
 // s / (s.sum(-1, keepdim=True) + 1e-20) (route_norm): saves s and the denominator [N].
 Value route_norm(ExecContext& c, Value s, const std::string& name);
 // s * factor (a Python scalar: the node saves nothing).

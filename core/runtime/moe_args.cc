@@ -70,6 +70,12 @@ RouterArgs RouterArgs::decode(const OpCall& op) {
            "expects (g [N, K], s [N, K], denominator [N]) -> [N, K]");
       expect_floating(op, op.inputs, "input", {0, 1, 2});
       break;
+    case OpKind::kGatherScores:
+      want(x.numel() == ne && x.dtype == DType::kFloat32 && op.inputs[1].meta.numel() == nk &&
+               op.inputs[1].meta.dtype == DType::kInt64 && y.numel() == nk &&
+               y.dtype == DType::kFloat32,
+           "expects (fp32 scores [N, E], int64 indices [N, K]) -> fp32 [N, K]");
+      break;
     case OpKind::kHistogram:
       want(x.numel() == nk && x.dtype == DType::kInt64 && y.numel() == a.experts,
            "expects int64 indices [N, K] -> counts [E]");
@@ -112,6 +118,65 @@ CapacityArgs CapacityArgs::decode(const OpCall& op) {
   FULLSHARD_CHECK(s.numel() == nk && s.dtype == DType::kFloat32 && i.numel() == nk &&
                       i.dtype == DType::kInt64 && y.numel() == nk && y.dtype == DType::kInt64,
                   op_where(op) + "expects (fp32 scores [N, K], int64 indices [N, K]) -> int64 [N, K]");
+  return a;
+}
+
+RouterChoiceArgs RouterChoiceArgs::decode(const OpCall& op) {
+  check_table_arity(op);
+  FULLSHARD_CHECK(op.iargs.size() >= 4 && op.iargs[0] >= 0 && op.iargs[1] >= 1 &&
+                      op.iargs[2] >= 1 && op.iargs[1] % op.iargs[2] == 0 && op.iargs[3] >= 1 &&
+                      op.iargs[3] <= op.iargs[2] &&
+                      (op.iargs[2] == 1 || op.iargs[1] / op.iargs[2] >= 2),
+                  op_where(op) +
+                      "needs iargs = {tokens, experts, groups dividing experts (2+ experts "
+                      "each), limited <= groups}");
+  const RouterChoiceArgs a{op.iargs[0], op.iargs[1], op.iargs[2], op.iargs[3]};
+  const int64_t ne = a.tokens * a.experts;
+  const TensorMeta &s = op.inputs[0].meta, &y = op.outputs[0].meta;
+  FULLSHARD_CHECK(s.numel() == ne && s.dtype == DType::kFloat32 && y.numel() == ne &&
+                      y.dtype == DType::kFloat32 &&
+                      (op.inputs.size() < 2 || (op.inputs[1].meta.numel() == a.experts &&
+                                                op.inputs[1].meta.dtype == DType::kFloat32)),
+                  op_where(op) + "expects (fp32 scores [N, E] [, fp32 bias [E]]) -> fp32 [N, E]");
+  return a;
+}
+
+void ExpertLoadArgs::encode(OpCall& op) const {
+  op.iargs = {layers, experts};
+  op.iargs.insert(op.iargs.end(), divisors.begin(), divisors.end());
+  op.fargs = {coeff};
+}
+
+ExpertLoadArgs ExpertLoadArgs::decode(const OpCall& op) {
+  check_table_arity(op);
+  FULLSHARD_CHECK(op.iargs.size() >= 2 && op.iargs[0] >= 1 && op.iargs[1] >= 1 &&
+                      op.iargs.size() == static_cast<size_t>(2 + op.iargs[0]) &&
+                      op.fargs.size() == 1,
+                  op_where(op) + "needs iargs = {layers, experts, a divisor per layer}, fargs = "
+                                 "{coeff}");
+  ExpertLoadArgs a;
+  a.layers = op.iargs[0];
+  a.experts = op.iargs[1];
+  a.divisors.assign(op.iargs.begin() + 2, op.iargs.end());
+  a.coeff = op.fargs[0];
+  for (int64_t d : a.divisors) FULLSHARD_CHECK(d >= 1, op_where(op) + "has a divisor below 1");
+  const size_t L = static_cast<size_t>(a.layers);
+  auto vec = [&](const TensorMeta& m) { return m.numel() == a.experts && m.dtype == DType::kFloat32; };
+  const bool stack = op.kind == OpKind::kExpertLoadStack;
+  const TensorMeta& loads = stack ? op.outputs[0].meta : op.inputs[0].meta;
+  bool ok = loads.numel() == a.layers * a.experts && loads.dtype == DType::kFloat32;
+  if (stack) {
+    ok = ok && op.inputs.size() == L && op.outputs.size() == 1;
+    for (const TensorRef& t : op.inputs) ok = ok && vec(t.meta);
+  } else {
+    ok = ok && op.inputs.size() == 1 + 2 * L && op.outputs.size() == 2 * L;
+    for (size_t i = 1; ok && i < op.inputs.size(); ++i)
+      ok = vec(op.inputs[i].meta) && op.inputs[i].buffer_id == op.outputs[i - 1].buffer_id &&
+           op.inputs[i].offset_bytes == op.outputs[i - 1].offset_bytes;
+  }
+  FULLSHARD_CHECK(ok, op_where(op) + (stack ? "expects L fp32 [E] -> fp32 [L, E]"
+                                            : "expects (fp32 [L, E], L biases, L token counts) "
+                                              "-> the L biases and counts, in place"));
   return a;
 }
 

@@ -3,13 +3,14 @@
 // [N, E] score ops, token reordering over rows, torchtitan's padded permutation and the grouped
 // GEMM. encode / decode as every *_args.h (core/runtime/op_args.h).
 #include <cstdint>
+#include <vector>
 
 #include "core/runtime/op.h"
 
 namespace fullshard {
 
 // kSoftmax, kSigmoid (+Backward), kTopK (+Backward), kRouteNorm (+Backward), kHistogram,
-// kWeightedSum (+Backward): N tokens, E experts, top-k K (0 where the kind has none).
+// kWeightedSum (+Backward), kGatherScores: N tokens, E experts, top-k K (0 where the kind has none).
 // iargs {tokens, experts, top_k}
 struct RouterArgs {
   int64_t tokens = 0, experts = 0, top_k = 0;
@@ -27,6 +28,30 @@ struct CapacityArgs {
 
   void encode(OpCall& op) const { op.iargs = {tokens, experts, top_k, capacity, policy}; }
   static CapacityArgs decode(const OpCall& op);
+};
+
+// kRouterChoice (NOTE [Expert bias] in core/model/expert_bias.h): N tokens' scores over E
+// experts, plus the expert bias when there is a second input; with `groups` > 1 the experts in
+// E / groups consecutive groups, a group scored by the sum of its two highest, and each token's
+// experts outside its `limited` best groups set to -inf (ties to the lower group).
+// iargs {tokens, experts, groups, limited}
+struct RouterChoiceArgs {
+  int64_t tokens = 0, experts = 0, groups = 1, limited = 1;
+
+  void encode(OpCall& op) const { op.iargs = {tokens, experts, groups, limited}; }
+  static RouterChoiceArgs decode(const OpCall& op);
+};
+
+// kExpertLoadStack, kExpertBiasUpdate: `layers` MoE layers of E experts; divisors[l] (the
+// stack's floor division of layer l); coeff the bias update rate (load_balance_coeff).
+// iargs {layers, experts, divisors...}, fargs {coeff}
+struct ExpertLoadArgs {
+  int64_t layers = 0, experts = 0;
+  std::vector<int64_t> divisors;
+  double coeff = 0;
+
+  void encode(OpCall& op) const;
+  static ExpertLoadArgs decode(const OpCall& op);
 };
 
 // kArgsort, kFloorDivide, kGatherRows, kScatterRows, kIndexAddRows, kPadRow: rows of `width`

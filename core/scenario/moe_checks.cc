@@ -58,17 +58,10 @@ void check_moe(const Scenario& s) {
   if (e.shared_expert_gate)
     throw InputError("model.moe.shared_expert_gate", "is true (qwen2_moe), which is not built yet",
                      fix);
-  if (e.load_balance != MoeLoadBalance::kNone)
+  if (e.load_balance == MoeLoadBalance::kAuxLoss)
     throw InputError("model.moe.load_balance",
-                     e.load_balance == MoeLoadBalance::kAuxLoss
-                         ? "is an auxiliary loss (output_router_logits), which is not built yet"
-                         : "is the expert bias, which is not built yet",
+                     "is an auxiliary loss (output_router_logits), which is not built yet",
                      "set model.moe.load_balance \"none\" to simulate without it; " + fix);
-  if (e.num_expert_groups > 1)
-    throw InputError("model.moe.num_expert_groups",
-                     "is " + std::to_string(e.num_expert_groups) +
-                         " (group-limited routing, HF n_group), which is not built yet",
-                     "name a model without groups (" + fix + ")");
   if (m.implementation.compile)
     throw InputError("model.implementation.compile", "is true with a mixture-of-experts model",
                      "use the eager block; " + fix);
@@ -330,8 +323,8 @@ void apply_moe_options(const nlohmann::json& v, ModelConfig& model) {
             ? MoeDropPolicy::kProbs
             : MoeDropPolicy::kPosition;
   }
-  // "none" switches off a load balancing the model carries (DeepSeek-V3's expert bias, not
-  // built yet: check_moe) to simulate the rest; the others say what the model carries.
+  // "none" switches off a load balancing the model carries (DeepSeek-V3's expert bias: NOTE
+  // [Expert bias] in core/model/expert_bias.h); the others say what the model carries.
   if (v.contains("load_balance")) {
     const std::string lb = jr::get_choice(v.at("load_balance"), P + ".load_balance",
                                           {"none", "aux_loss", "expert_bias"});
@@ -339,6 +332,35 @@ void apply_moe_options(const nlohmann::json& v, ModelConfig& model) {
                              : lb == "aux_loss" ? MoeLoadBalance::kAuxLoss
                                                 : MoeLoadBalance::kExpertBias;
   }
+  MoeConfig& m = model.moe;
+  if (v.contains("load_balance_coeff"))
+    m.load_balance_coeff = jr::get_number(v.at("load_balance_coeff"), P + ".load_balance_coeff",
+                                          0, false, 1e6, true, "1e-3 (torchtitan's default)");
+  if (m.load_balance == MoeLoadBalance::kExpertBias && !(m.load_balance_coeff > 0))
+    throw InputError(P + ".load_balance_coeff", "is 0 with the expert bias",
+                     "give its update rate, e.g. \"load_balance_coeff\": 1e-3");
+  // Group-limited routing (NOTE [Expert bias] in core/model/expert_bias.h): HF n_group /
+  // topk_group, torchtitan num_expert_groups / num_limited_groups.
+  if (v.contains("num_expert_groups")) {
+    m.num_expert_groups = jr::get_int(v.at("num_expert_groups"), P + ".num_expert_groups", 1,
+                                      m.num_experts, "8 (1: no groups)");
+    if (!v.contains("num_limited_groups")) m.num_limited_groups = m.num_expert_groups;
+  }
+  if (v.contains("num_limited_groups"))
+    m.num_limited_groups = jr::get_int(v.at("num_limited_groups"), P + ".num_limited_groups", 1,
+                                       m.num_expert_groups, "4 (at most num_expert_groups)");
+  const int64_t per = m.num_experts / m.num_expert_groups;
+  if (m.num_experts % m.num_expert_groups != 0 || (m.num_expert_groups > 1 && per < 2))
+    throw InputError(P + ".num_expert_groups",
+                     "is " + std::to_string(m.num_expert_groups) + ", which does not split the " +
+                         std::to_string(m.num_experts) + " experts into groups of 2 or more",
+                     "give a divisor of the experts leaving 2 or more per group (1: no groups)");
+  if (m.num_limited_groups * per < m.top_k)
+    throw InputError(P + ".num_limited_groups",
+                     "is " + std::to_string(m.num_limited_groups) + ": its groups hold " +
+                         std::to_string(m.num_limited_groups * per) + " experts, fewer than top_k " +
+                         std::to_string(m.top_k),
+                     "keep at least " + std::to_string((m.top_k + per - 1) / per) + " groups");
 }
 
 void apply_moe_routing(const nlohmann::json& v, ModelConfig& model, TrainingOptions& training,

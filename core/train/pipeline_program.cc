@@ -103,6 +103,18 @@ PipelineProgram::PipelineProgram(Backend& b, const Scenario& s)
     stages_.push_back(std::move(st));
   }
   block_ac_ = block_checkpointing(s.training.activation_checkpointing, s.model.n_layers);
+  // MoE's buffers, whole on every rank, and the layers the step pre-hook updates: every model
+  // part's, as torchtitan's hook walks model_parts (NOTE [Expert bias] in expert_bias.h).
+  for (auto& st : stages_) {
+    allocate_buffers(b, st->model->root());
+    if (s.model.moe.load_balance != MoeLoadBalance::kExpertBias) continue;
+    const PipelineStageModules& m = s.pipeline.stages[static_cast<size_t>(st->index)];
+    for (int64_t i = m.first_layer; i < m.first_layer + m.num_layers; ++i)
+      if (s.model.moe.is_moe_layer(i))
+        expert_bias_layers_.push_back(
+            {&st->model->root().child("layers").child(std::to_string(i)).child("moe"),
+             block_ac_[static_cast<size_t>(i)] != BlockCheckpoint::kNone});
+  }
 }
 
 int PipelineProgram::rank_of_stage(int stage) const {
@@ -416,6 +428,9 @@ double PipelineProgram::run_step(int step) {
   if (s_.training.optimizer.max_grad_norm > 0)
     clip_grad_norm(b_, all_params_, s_.training.optimizer.max_grad_norm,
                    mesh_info_for(s_, b_.rank()));
+  // The OptimizersContainer's step pre-hook (NOTE [Expert bias]): once, over every stage.
+  update_expert_bias(b_, expert_bias_layers_, s_.model.moe.load_balance_coeff,
+                     dp_cp_group(s_, b_.rank()));
   for (auto& st : stages_) st->optim->step();
   if (s_.fsdp.post_optim_event) {  // each stage's root (NOTE [Post-optimizer event])
     const EventId e = b_.record_event(StreamRole::kDefault);

@@ -26,6 +26,7 @@
 
 #include "core/fsdp/fully_shard.h"
 #include "core/model/transformer.h"
+#include "core/model/expert_bias.h"
 #include "core/optim/adamw.h"
 #include "core/pipeline/pipeline_action.h"
 #include "core/pipeline/pipeline_lowering.h"
@@ -98,6 +99,9 @@ class PipelineProgram {
   std::map<int, Stage*> by_index_;
   std::vector<OptimizerParam*> all_params_;
   std::vector<BlockCheckpoint> block_ac_;
+  // This rank's stages' MoE layers with the expert bias, in stage order (NOTE [Expert bias] in
+  // core/model/expert_bias.h); empty: none.
+  std::vector<ExpertBiasLayer> expert_bias_layers_;
   PipelineSends sends_;
   std::vector<Tensor> tokens_, labels_;  // this step's microbatches
   bool initialized_ = false;

@@ -116,6 +116,14 @@ std::vector<BlockCheckpoint> block_checkpointing(const ActivationCheckpointing& 
   return v;
 }
 
+ProcessGroup dp_cp_group(const Scenario& s, int rank) {
+  DeviceMesh mesh(s.fsdp.mesh_shape, s.fsdp.mesh_dim_names);
+  std::vector<int> dims;
+  for (int d = 0; d < mesh.ndim(); ++d)
+    if (d != mesh.dim_index("pp") && d != mesh.dim_index("tp")) dims.push_back(d);
+  return mesh.group(rank, dims, "dp_cp");
+}
+
 AdamWOptions adamw_options(const Scenario& s) {
   const auto& oo = s.training.optimizer;
   AdamWOptions ao;
@@ -205,6 +213,14 @@ TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
       }
   optim_ = std::make_unique<AdamW>(b, all_params_, adamw_options(s));
   block_ac_ = block_checkpointing(s.training.activation_checkpointing, s.model.n_layers);
+  // MoE's buffers (NOTE [Expert bias] in core/model/expert_bias.h): whole on every rank.
+  allocate_buffers(b, model_->root());
+  if (s.model.moe.load_balance == MoeLoadBalance::kExpertBias)
+    for (int64_t i = 0; i < s.model.n_layers; ++i)
+      if (s.model.moe.is_moe_layer(i))
+        expert_bias_layers_.push_back(
+            {&model_->root().child("layers").child(std::to_string(i)).child("moe"),
+             block_ac_[static_cast<size_t>(i)] != BlockCheckpoint::kNone});
 }
 
 // kLoadBatch into new int64 [B, S] tokens and labels (iargs: step, micro-batch, accumulation,
@@ -372,6 +388,9 @@ double TrainingProgram::run_step(int step) {
   if (s_.training.optimizer.max_grad_norm > 0)
     clip_grad_norm(b_, all_params_, s_.training.optimizer.max_grad_norm,
                    mesh_info_for(s_, b_.rank()));
+  // build_optimizers_with_moe_load_balancing's step pre-hook (NOTE [Expert bias]).
+  update_expert_bias(b_, expert_bias_layers_, s_.model.moe.load_balance_coeff,
+                     dp_cp_group(s_, b_.rank()));
   optim_->step();
   // torchtitan's post_optimizer_hook (an optimizer step post-hook).
   if (float8_group_) precompute_float8_dynamic_scale_for_fsdp(b_, float8_params_, *float8_group_);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/fsdp/fully_shard.h"
+#include "core/model/expert_bias.h"
 #include "core/model/transformer.h"
 #include "core/optim/adamw.h"
 #include "core/scenario/scenario.h"
@@ -33,6 +34,10 @@ uint64_t symmetric_memory_bytes(const Scenario& s);
 // How each block is checkpointed under the scenario's activation-checkpointing mode.
 std::vector<BlockCheckpoint> block_checkpointing(const ActivationCheckpointing& ac,
                                                  int64_t n_layers);
+
+// The data-parallel ranks of `rank` (torchtitan's dp_cp mesh: every mesh dim but pp and tp),
+// over which the expert bias's token counts are summed (NOTE [Expert bias]).
+ProcessGroup dp_cp_group(const Scenario& s, int rank);
 
 // The AdamW of training.optimizer.
 AdamWOptions adamw_options(const Scenario& s);
@@ -99,6 +104,7 @@ class TrainingProgram {
   std::vector<FSDPParam*> float8_params_;
   std::optional<ProcessGroup> float8_group_;
   std::vector<BlockCheckpoint> block_ac_;
+  std::vector<ExpertBiasLayer> expert_bias_layers_;  // NOTE [Expert bias]; empty: none
   std::function<void(int)> before_optimizer_;
   std::unique_ptr<PipelineProgram> pipeline_;  // with a pp dim
 

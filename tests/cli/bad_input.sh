@@ -125,12 +125,12 @@ J
 expect unknown-hardware "h1000" -- simulate "$tmp/hw.json"
 expect bad-ranks "--ranks" -- simulate "$src/scenarios/tiny-llama-cpu2.json" --ranks some
 expect unknown-flag "--bogus" -- simulate "$src/scenarios/tiny-llama-cpu2.json" --bogus
-# DeepSeek-V3 (docs/models.md, "Multi-head latent attention"): the expert bias the published
-# sizes carry is not built; a misspelt load_balance; MLA with rotate-half RoPE.
+# DeepSeek-V3 (docs/models.md, "Multi-head latent attention"; docs/moe.md, the expert bias):
+# groups that do not divide the experts; a misspelt load_balance; MLA with rotate-half RoPE.
 cat > "$tmp/dsv3.json" <<'J'
-{"model": "deepseek-v3-16b", "training": {"seq_len": 64}, "fsdp": {"mesh": {"shape": [8]}}, "hardware": {"profile": "h100-sxm-80gb", "gpus_per_node": 8}}
+{"model": {"name": "deepseek-v3-16b", "moe": {"num_expert_groups": 3}}, "training": {"seq_len": 64}, "fsdp": {"mesh": {"shape": [8]}}, "hardware": {"profile": "h100-sxm-80gb", "gpus_per_node": 8}}
 J
-expect dsv3-expert-bias "model.moe.load_balance: is the expert bias" -- simulate "$tmp/dsv3.json"
+expect dsv3-groups "model.moe.num_expert_groups: is 3" -- simulate "$tmp/dsv3.json"
 cat > "$tmp/dsv3-lb.json" <<'J'
 {"model": {"name": "deepseek-v3-16b", "moe": {"load_balance": "off"}}, "training": {"seq_len": 64}, "fsdp": {"mesh": {"shape": [8]}}, "hardware": {"profile": "h100-sxm-80gb", "gpus_per_node": 8}}
 J

@@ -5,7 +5,8 @@
 // training within the dense tests' fp32 tolerance, and the tiny MoE's loss falls; checkpoints
 // of expert-parallel runs resume, reshard to other ep degrees, export and load as weights
 // (NOTE [Pieces of expert-parallel weights]). DeepSeek's multi-head latent attention trains on
-// tiny-deepseek with its sizes drawn.
+// tiny-deepseek with its sizes drawn; DeepSeek-V3's expert bias and group-limited routing are
+// among the drawn MoE fields, and the bias balances a skewed router.
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
@@ -47,6 +48,22 @@ Scenario moe_scenario(const json& j, int ep = 1, bool drops = false) {
   m.route_scale = *rc::gen::element(1.0, 2.5);
   m.token_group_align = *rc::gen::element(1, 8);
   m.first_dense_layers = *rc::gen::element(0, 1);
+  // DeepSeek-V3's load balancing (NOTE [Expert bias] in core/model/expert_bias.h): the expert
+  // bias or not, group-limited routing over any split into groups of 2+ experts or not, keeping
+  // enough groups for the top-k.
+  if (*rc::gen::arbitrary<bool>()) {
+    m.load_balance = MoeLoadBalance::kExpertBias;
+    m.load_balance_coeff = *rc::gen::element(1e-3, 0.05);
+  }
+  std::vector<int64_t> groups{1};
+  for (int64_t g = 2; g <= m.num_experts / 2; ++g)
+    if (m.num_experts % g == 0) groups.push_back(g);
+  m.num_expert_groups = *rc::gen::elementOf(groups);
+  const int64_t per = m.num_experts / m.num_expert_groups;
+  m.num_limited_groups = *rc::gen::inRange<int64_t>((m.top_k + per - 1) / per,
+                                                    m.num_expert_groups + 1);
+  RC_TAG(m.load_balance == MoeLoadBalance::kExpertBias ? "expert bias" : "no bias",
+         m.num_expert_groups > 1 ? "groups" : "no groups");
   if (drops) {
     m.capacity_factor = *rc::gen::element(0.0, 0.5, 1.0, 1.25);
     m.drop_policy = *rc::gen::element(MoeDropPolicy::kProbs, MoeDropPolicy::kPosition);
@@ -172,6 +189,44 @@ RC_GTEST_PROP(RealMoeTraining, ShardedEqualsUnsharded, ()) {
   Scenario a = parse_scenario(j), b = parse_scenario(ref);
   a.model.moe = b.model.moe = drawn.model.moe;
   expect_equal_training(run_real(a), run_real(b));
+}
+
+// The expert bias (NOTE [Expert bias] in core/model/expert_bias.h) moves the choice toward the
+// idle experts: with a large update rate the busiest expert's share of the routed slots over the
+// last steps falls below what the same run routes without it, and the loss still falls.
+TEST(RealMoeTraining, ExpertBiasBalancesTheRouting) {
+  TinyOptions o;
+  o.model = "tiny-moe";
+  o.mesh = {2};
+  o.steps = 16;
+  o.seq = 32;
+  o.batch = 4;
+  json j = tiny_scenario_json(o);
+  j["training"]["optimizer"] = {{"lr", 3e-3}, {"eps", 1e-6}, {"weight_decay", 0.0}};
+  // The busiest expert's share of every call of the last 4 steps, averaged.
+  auto hottest_share = [](const RealRun& r) {
+    double share = 0;
+    int calls = 0;
+    for (const auto& rank : r.ranks)
+      for (size_t k = rank.steps.size() - 4; k < rank.steps.size(); ++k)
+        for (const auto& h : rank.steps[k].tokens_per_expert) {
+          int64_t top = 0, sum = 0;
+          for (int64_t t : h) top = std::max(top, t), sum += t;
+          share += static_cast<double>(top) / static_cast<double>(sum);
+          ++calls;
+        }
+    return share / calls;
+  };
+  const RealRun plain = run_real(parse_scenario(j));
+  j["model"] = {{"name", "tiny-moe"},
+                {"moe", {{"load_balance", "expert_bias"}, {"load_balance_coeff", 0.05}}}};
+  const RealRun biased = run_real(parse_scenario(j));
+  const double before = hottest_share(plain), after = hottest_share(biased);
+  std::printf("busiest expert share, last 4 steps: %.3f plain, %.3f with the expert bias\n", before,
+              after);
+  EXPECT_GT(before, 0.3) << "the plain router should favour an expert";
+  EXPECT_LT(after, before - 0.02) << "plain " << before << ", with the expert bias " << after;
+  EXPECT_LT(biased.mean_loss.back(), biased.mean_loss.front() - 0.5);
 }
 
 // tiny-deepseek's multi-head latent attention with its sizes drawn (NOTE [Multi-head latent
@@ -346,6 +401,26 @@ TEST(RealMoeTraining, LauncherRefusesMoeOnlyWithoutKernels) {
   TempDir d;
   ck.checkpoint_dir = d.path();
   EXPECT_EQ(input_error_of([&] { runner::validate_launch(ck, parse_scenario(ep), cpu_kind); }), "");
+  // The expert bias and groups (NOTE [Expert bias]): CPU kernels only, the bias in no checkpoint
+  // yet; each refusal names its field.
+  json lb = tiny_scenario_json(o);
+  lb["model"] = {{"name", "tiny-moe"},
+                 {"moe", {{"load_balance", "expert_bias"}, {"load_balance_coeff", 1e-3}}}};
+  const Scenario biased = parse_scenario(lb);
+  EXPECT_EQ(input_error_of([&] { runner::validate_launch(lo, biased, cpu_kind); }), "");
+  const std::string on_cuda =
+      input_error_of([&] { runner::validate_launch(lo, biased, cuda_kind); });
+  EXPECT_NE(on_cuda.find("model.moe.load_balance"), std::string::npos) << on_cuda;
+  const std::string saving =
+      input_error_of([&] { runner::validate_launch(ck, biased, cpu_kind); });
+  EXPECT_NE(saving.find("--checkpoint-every"), std::string::npos) << saving;
+  lb["model"] = {{"name", "tiny-moe"}, {"moe", {{"num_expert_groups", 2}}}};
+  const Scenario grouped = parse_scenario(lb);
+  EXPECT_EQ(input_error_of([&] { runner::validate_launch(ck, grouped, cpu_kind); }), "");
+  const std::string groups_on_cuda =
+      input_error_of([&] { runner::validate_launch(lo, grouped, cuda_kind); });
+  EXPECT_NE(groups_on_cuda.find("model.moe.num_expert_groups"), std::string::npos)
+      << groups_on_cuda;
 }
 
 namespace {

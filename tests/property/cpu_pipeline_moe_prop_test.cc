@@ -1,8 +1,8 @@
 // Mixture-of-experts layers inside pipeline stages on the CPU backend (ranks as threads; NOTE
 // [MoE in pipeline stages] in core/train/pipeline_program.cc), over random schedules (the
 // zero-bubble ones' split backward included), expert counts, top-k, ep degrees, receive
-// buffers, capacity factors, activation checkpointing, microbatch sizes and counts and sequence
-// lengths on pp 2 x FSDP 2: the
+// buffers, capacity factors, the expert bias and groups, activation checkpointing, microbatch
+// sizes and counts and sequence lengths on pp 2 x FSDP 2: the
 // simulator's peaks (and MoE breakdown at the peak) equal the measured ones on every rank, the
 // run's own routing replayed where it sizes the all-to-all buffers (tests/support/
 // prop_support.h).
@@ -50,7 +50,18 @@ RC_GTEST_PROP(CpuPipelineMoeProp, PredictedPeaksEqualMeasuredOverRandomShapes, (
   m.num_experts = ep > 1 ? *rc::gen::element(2, 4) : *rc::gen::inRange(1, 5);
   m.top_k = *rc::gen::inRange(1, static_cast<int>(m.num_experts) + 1);
   m.capacity_factor = *rc::gen::element(0.0, 1.0);
+  // DeepSeek-V3's expert bias (NOTE [Expert bias] in core/model/expert_bias.h): every stage's
+  // MoE layers updated once per step, over the data-parallel ranks of the stage.
+  const bool bias = *rc::gen::arbitrary<bool>();
+  if (bias) {
+    m.load_balance = MoeLoadBalance::kExpertBias;
+    m.load_balance_coeff = 1e-3;
+  }
+  if (m.num_experts == 4 && m.top_k <= 2 && *rc::gen::arbitrary<bool>()) {
+    m.num_expert_groups = 2;
+    m.num_limited_groups = 1;
+  }
   check_expert_parallel(s);
-  RC_TAG(schedule + " ep " + std::to_string(ep));
+  RC_TAG(schedule + " ep " + std::to_string(ep) + (bias ? " bias" : ""));
   predicted_peaks_equal_measured(s);
 }

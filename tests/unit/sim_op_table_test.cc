@@ -148,6 +148,19 @@ TEST(OpTable, RecordedProgramsFitTheTableAndDecode) {
               {{"frozen_dtype", "nf4"}, {"nf4", {{"block_size", 64}, {"scaler_block_size", 16}}}}},
              {"fsdp", {{"mixed_precision", {{"param_dtype", "bf16"}}}}}}),
         "qlora nf4");
+  // DeepSeek-V3's expert bias and group-limited routing (NOTE [Expert bias] in
+  // core/model/expert_bias.h): the choice, the gathered gate, the pre-step stack and update.
+  check(scenario(json{{"name", "tiny-deepseek"},
+                      {"moe",
+                       {{"load_balance", "expert_bias"},
+                        {"load_balance_coeff", 1e-3},
+                        {"num_expert_groups", 2},
+                        {"num_limited_groups", 1}}}},
+                 nullptr, {2}, {{"training", {{"activation_checkpointing", "full"}}}}),
+        "expert bias and groups");
+  for (OpKind k : {OpKind::kRouterChoice, OpKind::kGatherScores, OpKind::kExpertLoadStack,
+                   OpKind::kExpertBiasUpdate})
+    EXPECT_GE(seen[k], 1) << op_kind_name(k);
   EXPECT_GE(seen[OpKind::kNF4Quantize], 1);
   EXPECT_GE(seen[OpKind::kNF4Dequantize], 1);
   EXPECT_GE(seen.size(), 60u) << "the variants above should reach most op kinds";

@@ -99,6 +99,10 @@ void run_kernel(const OpCall& op, const std::vector<void*>& in, const std::vecto
     case OpKind::kRouteNormBackward: return moe_route_norm_backward(op, in, out);
     case OpKind::kHistogram: return moe_histogram(op, in, out);
     case OpKind::kExpertCapacity: return moe_expert_capacity(op, in, out);
+    case OpKind::kRouterChoice: return moe_router_choice(op, in, out);
+    case OpKind::kGatherScores: return moe_gather_scores(op, in, out);
+    case OpKind::kExpertLoadStack: return moe_expert_load_stack(op, in, out);
+    case OpKind::kExpertBiasUpdate: return moe_expert_bias_update(op, in, out);
     case OpKind::kWeightedSum: return moe_weighted_sum(op, in, out);
     case OpKind::kWeightedSumBackward: return moe_weighted_sum_backward(op, in, out);
     case OpKind::kArgsort: return moe_argsort(op, in, out);

@@ -594,11 +594,15 @@ void check_alignment(const OpCall& op, const std::vector<TensorRef>& refs, const
 
 // The op table's kinds with a device kernel (not the backend's own host fills kLoadBatch /
 // kInitParam: init_param.h, nor asynchronous TP's simulator-only collective matmuls), less
-// QLoRA's NF4 kinds, which only the CPU backend runs so far (docs/qlora.md). Float8's kinds run
+// QLoRA's NF4 kinds and the expert bias's / group routing's (is_load_balance_kind), which
+// only the CPU backend runs so far (docs/qlora.md, docs/moe.md). Float8's kinds run
 // here (float8_dispatch.cc; docs/float8.md), so do the mixture-of-experts kinds
 // (moe_dispatch.cc; docs/moe.md) and context parallelism's (context_parallel_dispatch.cc;
 // docs/context-parallel.md).
-bool has_kernel(OpKind kind) { return has_device_kernel(kind) && !backends::is_nf4_kind(kind); }
+bool has_kernel(OpKind kind) {
+  return has_device_kernel(kind) && !backends::is_nf4_kind(kind) &&
+         !backends::is_load_balance_kind(kind);
+}
 
 void launch_kernel(const OpCall& op, const std::vector<void*>& in, const std::vector<void*>& out,
                    const KernelContext& ctx) {
