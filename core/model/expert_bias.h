@@ -12,8 +12,8 @@
 // checkpointing recomputes the block). An optimizer step pre-hook vstacks every MoE layer's
 // counts (// 2 for checkpointed blocks), all-reduces them (SUM) over the dp_cp mesh on the
 // default stream, then per layer d = coeff sign(mean - tokens), expert_bias += d - mean(d),
-// counts zeroed. Here the choice is one op (kRouterChoice; the group path's small transients
-// are not modelled), the discarded top-k values and choice scores live until the router
+// counts zeroed. Here the choice is one op (kRouterChoice; the group path's transients, and with
+// the bias a second [N, E] while the mask writes, are not modelled), the discarded top-k values and choice scores live until the router
 // returns, and the stack and the update are one op each. Without bias and groups the router
 // keeps the @08dc75a sequence (the top-k values are the gate), so those models are unchanged.
 #include <vector>

@@ -470,9 +470,15 @@ ModelConfig deepseek_from_hf(const HfReader& r) {
     m.load_balance_coeff = 1e-3;  // torchtitan's make_moe_config default
   } else if (method == "greedy") {
     m.num_expert_groups = m.num_limited_groups = 1;  // greedy ignores the groups
-  } else if (method != "group_limited_greedy") {
+  } else if (method == "group_limited_greedy") {
+    // DeepSeek's reference scores a group by its best expert without the bias (amax), where
+    // torchtitan, whose router fullshard builds, always sums the group's top two.
+    refuse("topk_method", "\"group_limited_greedy\"",
+           "it scores groups by their best expert, which fullshard's router (torchtitan's: the "
+           "sum of each group's top two) does not build; use \"noaux_tc\" or \"greedy\"");
+  } else {
     refuse("topk_method", r.has("topk_method") ? r.at("topk_method").dump() : method,
-           "use \"noaux_tc\" (DeepSeek-V3), \"greedy\" or \"group_limited_greedy\"");
+           "use \"noaux_tc\" (DeepSeek-V3) or \"greedy\"");
   }
   return c;
 }

@@ -36,7 +36,8 @@ struct MoeConfig {
   double load_balance_coeff = 0;  // aux-loss coefficient or expert-bias update rate
   // DeepSeek's group-limited routing (torchtitan num_expert_groups / num_limited_groups, HF n_group
   // / topk_group): the experts in num_expert_groups groups, each token's top-k taken from its
-  // num_limited_groups best groups. 1 / 1: no grouping (not built beyond the config: check_moe).
+  // num_limited_groups best groups, a group scored by the sum of its top two experts
+  // (torchtitan's _get_node_limited_routing_scores; NOTE [Expert bias]). 1 / 1: no grouping.
   int64_t num_expert_groups = 1;
   int64_t num_limited_groups = 1;
   // Which layers are MoE: layer i (0-based) is MoE when i >= first_dense_layers, (i + 1) %

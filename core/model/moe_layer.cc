@@ -129,9 +129,11 @@ Value moe_forward(ExecContext& c, Module& moe, Value x, const ModelConfig& cfg,
   Value top_scores;
   Tensor selected, choice, discarded;  // the last two: router locals (NOTE [Expert bias])
   if (bias || m.num_expert_groups > 1) {
-    choice = ops::moe::router_choice(c, scores.t, bias ? moe.buffer("expert_bias").tensor : Tensor(),
-                                     m.num_expert_groups, m.num_limited_groups,
-                                     n + ".router.choice");
+    FULLSHARD_CHECK(!bias || moe.buffer("expert_bias").tensor,
+                    n + ": the expert bias buffer was never allocated (allocate_buffers)");
+    const Tensor expert_bias = bias ? moe.buffer("expert_bias").tensor : Tensor();
+    choice = ops::moe::router_choice(c, scores.t, expert_bias, m.num_expert_groups,
+                                     m.num_limited_groups, n + ".router.choice");
     auto [values, indices] = ops::moe::topk(c, Value{choice, 0}, K, n + ".router.topk");
     discarded = values.t;
     selected = indices;

@@ -342,9 +342,14 @@ void apply_moe_options(const nlohmann::json& v, ModelConfig& model) {
   // Group-limited routing (NOTE [Expert bias] in core/model/expert_bias.h): HF n_group /
   // topk_group, torchtitan num_expert_groups / num_limited_groups.
   if (v.contains("num_expert_groups")) {
+    const bool had_groups = m.num_expert_groups > 1;
     m.num_expert_groups = jr::get_int(v.at("num_expert_groups"), P + ".num_expert_groups", 1,
                                       m.num_experts, "8 (1: no groups)");
-    if (!v.contains("num_limited_groups")) m.num_limited_groups = m.num_expert_groups;
+    // Without num_limited_groups: a model without groups gets groups and no limit; a model's
+    // own limit stays where the new groups can keep it (restating deepseek-v3-671b's 8 keeps 4).
+    if (!v.contains("num_limited_groups") &&
+        (!had_groups || m.num_limited_groups > m.num_expert_groups))
+      m.num_limited_groups = m.num_expert_groups;
   }
   if (v.contains("num_limited_groups"))
     m.num_limited_groups = jr::get_int(v.at("num_limited_groups"), P + ".num_limited_groups", 1,
@@ -358,8 +363,8 @@ void apply_moe_options(const nlohmann::json& v, ModelConfig& model) {
   if (m.num_limited_groups * per < m.top_k)
     throw InputError(P + ".num_limited_groups",
                      "is " + std::to_string(m.num_limited_groups) + ": its groups hold " +
-                         std::to_string(m.num_limited_groups * per) + " experts, fewer than top_k " +
-                         std::to_string(m.top_k),
+                         std::to_string(m.num_limited_groups * per) +
+                         " experts, fewer than top_k " + std::to_string(m.top_k),
                      "keep at least " + std::to_string((m.top_k + per - 1) / per) + " groups");
 }
 

@@ -248,6 +248,9 @@ TEST(MlaHfImport, FieldsNotModelledAreRefusedByName) {
   refused("attention_bias", true, "config.json: attention_bias", "does not model");
   refused("rope_interleave", false, "config.json: rope_interleave", "does not model");
   refused("topk_method", "aux_free", "config.json: topk_method", "does not model");
+  // DeepSeek's reference scores a group by its best expert without the bias; torchtitan's
+  // router (the one built) sums the top two.
+  refused("topk_method", "group_limited_greedy", "config.json: topk_method", "top two");
   refused("scoring_func", "relu", "config.json: scoring_func", "does not model");
   refused("num_key_value_heads", 8, "config.json: num_key_value_heads", "every head");
   refused("num_experts_per_tok", 300, "config.json: num_experts_per_tok", "above the 256");

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <map>
 
 #include "core/common/error.h"
@@ -354,8 +355,46 @@ TEST(MlaChecks, CompositionsNotBuiltAreRefusedByName) {
                  "model.moe.num_limited_groups");
   EXPECT_NO_THROW(parse_scenario(recorded_ops::scenario_json("deepseek-v3-16b", nullptr, {8})));
   EXPECT_NO_THROW(parse_scenario(recorded_ops::scenario_json("deepseek-v3-671b", nullptr, {8})));
+  // Restating the 671B's 8 groups keeps its limit of 4; fewer groups than the limit lift it; a
+  // model without groups that gets some has no limit.
+  const auto groups = [](const json& model) {
+    const MoeConfig& m = parse_scenario(recorded_ops::scenario_json(model, nullptr, {8})).model.moe;
+    return std::pair<int64_t, int64_t>{m.num_expert_groups, m.num_limited_groups};
+  };
+  using G = std::pair<int64_t, int64_t>;
+  EXPECT_EQ(groups(json{{"name", "deepseek-v3-671b"}, {"moe", {{"num_expert_groups", 8}}}}),
+            G(8, 4));
+  EXPECT_EQ(groups(json{{"name", "deepseek-v3-671b"}, {"moe", {{"num_expert_groups", 2}}}}),
+            G(2, 2));
+  EXPECT_EQ(groups(json{{"name", "deepseek-v3-16b"}, {"moe", {{"num_expert_groups", 4}}}}),
+            G(4, 4));
   EXPECT_NO_THROW(parse_scenario(recorded_ops::scenario_json(
       json{{"name", "deepseek-v3-16b"}, {"moe", {{"load_balance", "none"}}}}, nullptr, {8})));
+}
+
+}  // namespace
+}  // namespace fullshard
+
+namespace fullshard {
+namespace {
+
+// NOTE [Expert bias] (core/model/expert_bias.h): the shipped DeepSeek-V3 16B run with the bias
+// holds exactly its two fp32 [64] buffers per MoE layer more than without it, each one 512-byte
+// block: 26 MoE layers (27 less the dense first) x 2 x 512 B at the peak.
+TEST(SimMoe, ExpertBiasBuffersAreTheWholePeakDifferenceOfDeepSeek16B) {
+  std::ifstream in(std::string(FULLSHARD_SOURCE_DIR) + "/scenarios/deepseek-v3-16b-ep8-h100.json");
+  json j = json::parse(in);
+  j.erase("$schema");
+  ASSERT_EQ(j["model"], "deepseek-v3-16b");
+  const Scenario with = parse_scenario(j);
+  ASSERT_EQ(with.model.moe.load_balance, MoeLoadBalance::kExpertBias);
+  ASSERT_EQ(with.model.moe.moe_layer_count(with.model.n_layers), 26);
+  j["model"] = {{"name", "deepseek-v3-16b"}, {"moe", {{"load_balance", "none"}}}};
+  const auto a = sim::simulate_scenario(with), b = sim::simulate_scenario(parse_scenario(j));
+  ASSERT_EQ(a.classes.size(), b.classes.size());
+  for (size_t i = 0; i < a.classes.size(); ++i)
+    EXPECT_EQ(a.classes[i].peak_allocated_bytes, b.classes[i].peak_allocated_bytes + 26 * 2 * 512)
+        << i;
 }
 
 }  // namespace
