@@ -1,6 +1,7 @@
 #include "core/model/autograd.h"
 
 #include <algorithm>
+#include <memory>
 
 #include "core/common/error.h"
 #include "core/model/ops.h"
@@ -85,6 +86,8 @@ struct SplitScope {
   size_t node = 0;
 };
 thread_local SplitScope* t_split = nullptr;
+// Set while Graph::run_weight_part replays a node for its weight part alone.
+thread_local bool t_weight_only = false;
 
 class SplitGuard {
  public:
@@ -124,14 +127,16 @@ bool run_node(Backend& b, Node& node, std::map<uint64_t, Tensor>& grads) {
 
 void weight_gradients(const Param* param, std::vector<Tensor> grads,
                       std::function<void(const std::vector<Tensor>&)> fn) {
-  if (!t_split) {
+  if (!t_split || t_weight_only) {
     fn(grads);
     return;
   }
   t_split->deferred->push_back({t_split->node, param, std::move(grads), std::move(fn)});
 }
 
-bool weight_gradients_deferred() { return t_split != nullptr; }
+bool weight_gradients_deferred() { return t_split != nullptr || t_weight_only; }
+
+bool input_gradients_wanted() { return !t_weight_only; }
 
 Tensor Graph::backward(Backend& backend, uint64_t root, Tensor seed, uint64_t want) {
   const OnAutogradThread on_autograd_thread(backend);
@@ -195,11 +200,125 @@ void Graph::backward_weight(Backend& backend, const std::vector<const Param*>& p
   for (DeferredWeightGrad& d : deferred_) {
     d.run(d.grads);
     d.run = nullptr;  // retain_graph=False: the intermediate's saved tensors go
-    if (d.node < nodes_.size()) nodes_[d.node].backward = nullptr;
+    if (d.releases_node && d.node < nodes_.size()) nodes_[d.node].backward = nullptr;
   }
   deferred_.clear();  // the param groups, with their captured gradients
   nodes_.clear();     // and the rest of the graph
 }
+
+Tensor Graph::backward_input_recomputed(Backend& backend, uint64_t root, Tensor seed, uint64_t want,
+                                        std::vector<DeferredWeightGrad>& weights) {
+  std::map<uint64_t, Tensor> grads;
+  grads.emplace(root, std::move(seed));
+  std::vector<DeferredWeightGrad> parts;
+  SplitScope scope{&parts, 0};
+  const SplitGuard split(&scope);
+  for (size_t i = nodes_.size(); i-- > 0;) {
+    scope.node = i;
+    if (!run_node(backend, nodes_[i], grads)) continue;  // keeps what it saved
+    nodes_[i].backward = nullptr;                        // the tensors it unpacked go with the call
+    FULLSHARD_CHECK(parts.size() <= 1, "node '" + nodes_[i].name + "' has two weight parts");
+    for (DeferredWeightGrad& p : parts) {
+      p.run = nullptr;  // its weight part is recomputed at W
+      weights.push_back(std::move(p));
+    }
+    parts.clear();
+  }
+  Tensor wanted;
+  if (want) {
+    auto it = grads.find(want);
+    if (it != grads.end()) wanted = std::move(it->second);
+  }
+  return wanted;
+}
+
+namespace {
+class WeightOnlyGuard {
+ public:
+  WeightOnlyGuard() : previous_(t_weight_only) { t_weight_only = true; }
+  ~WeightOnlyGuard() { t_weight_only = previous_; }
+  WeightOnlyGuard(const WeightOnlyGuard&) = delete;
+  WeightOnlyGuard& operator=(const WeightOnlyGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+}  // namespace
+
+void Graph::run_weight_part(size_t i, std::vector<Tensor> grads) {
+  FULLSHARD_CHECK(i < nodes_.size() && nodes_[i].backward,
+                  "a weight part replayed on a node that saved nothing");
+  const SplitGuard no_split(nullptr);
+  const WeightOnlyGuard weight_only;
+  nodes_[i].backward(grads);  // its input part skipped, its weight part run on `grads`
+}
+
+namespace {
+// NOTE [Split backward of a checkpointed block]: a zero-bubble schedule's I and W over a block
+// under non-reentrant torch.utils.checkpoint (torchtitan's apply_ac), as PyTorch runs them
+// (torch/utils/checkpoint.py at pytorch/pytorch@0008d771: _checkpoint_hook, _recomputation_hook;
+// torch/distributed/pipelining/_backward.py at pytorch/pytorch@2e0f976a). The block saves
+// holders; an unpack recomputes the block once per autograd graph task and keeps a copy per
+// holder and task until that node unpacks it or the holder goes (its node's variables released).
+// - I, one task with retain_graph=True, recomputes the block; every node that runs unpacks, so
+//   frees, all it saved: past I the block keeps only its weight ops' output gradients (the
+//   prehooks' captures) and the checkpoint's saved input (until the graph goes).
+// - W runs an autograd.grad, a new task, per param group in parameters() order: each recomputes
+//   the block again; the group's op computes its weight gradient and releases its variables (its
+//   copies in every task go), while the copies held for ops W never runs (attention, the
+//   activations) stay until the graph goes at W's end.
+// RecomputedBlock keeps each task's recomputed graph. Op-level SAC is refused: its cache is spent
+// at I, and PyTorch raises at W's recompute.
+struct RecomputedBlock {
+  ExecContext base;
+  Tensor x;  // the checkpoint's saved input (_NoopSaveInputs), until the graph goes
+  std::function<Value(ExecContext&, Value)> fn;
+  bool x_requires_grad = false;
+  std::vector<std::unique_ptr<Graph>> copies;  // each task's recomputed graph
+  std::vector<bool> released;                  // per node: its saved variables released
+
+  // The recompute's own graph holds everything it saved until the recompute returns; then only
+  // the copies of holders still alive stay.
+  std::unique_ptr<Graph> recompute(uint64_t& yid, uint64_t& xid) {
+    auto sub = std::make_unique<Graph>();
+    ExecContext rc = base.with_graph(sub.get(), nullptr);
+    Value xin{x, x_requires_grad ? rc.new_id() : 0};
+    yid = fn(rc, xin).id;  // the recomputed output itself is not needed
+    xid = xin.id;
+    for (size_t i = 0; i < released.size(); ++i)
+      if (released[i]) sub->release_saved(i);
+    return sub;
+  }
+
+  void weight(size_t node, const std::vector<Tensor>& grads) {
+    uint64_t yid = 0, xid = 0;
+    copies.push_back(recompute(yid, xid));
+    copies.back()->run_weight_part(node, grads);
+    for (auto& c : copies) c->release_saved(node);
+    if (node < released.size()) released[node] = true;
+  }
+};
+
+std::vector<Tensor> checkpoint_backward_input(const ExecContext& base, const Tensor& x,
+                                              const std::function<Value(ExecContext&, Value)>& fn,
+                                              bool x_requires_grad, Tensor g) {
+  SplitScope* outer = t_split;
+  auto block = std::make_shared<RecomputedBlock>(RecomputedBlock{base, x, fn, x_requires_grad});
+  uint64_t yid = 0, xid = 0;
+  std::unique_ptr<Graph> sub = block->recompute(yid, xid);
+  std::vector<DeferredWeightGrad> weights;
+  Tensor gx = sub->backward_input_recomputed(base.backend(), yid, std::move(g), xid, weights);
+  block->released.assign(sub->size(), false);
+  block->copies.push_back(std::move(sub));
+  for (DeferredWeightGrad& w : weights) {
+    const size_t node = w.node;
+    outer->deferred->push_back(
+        {outer->node, w.param, std::move(w.grads),
+         [block, node](const std::vector<Tensor>& go) { block->weight(node, go); }, false});
+  }
+  return {std::move(gx)};
+}
+}  // namespace
 
 Value checkpoint(ExecContext& c, Value x, std::function<Value(ExecContext&, Value)> fn,
                  bool op_level_sac, const std::string& name, bool params_require_grad) {
@@ -215,6 +334,10 @@ Value checkpoint(ExecContext& c, Value x, std::function<Value(ExecContext&, Valu
   Tensor saved_x = x.t;
   ExecContext base = c;
   n.backward = [base, saved_x, fn, sac, x_rg = x.requires_grad()](std::vector<Tensor>& g) mutable {
+    if (t_split) {  // NOTE [Split backward of a checkpointed block]
+      FULLSHARD_CHECK(!sac, "op-level SAC under a split backward (refused by the scenario)");
+      return checkpoint_backward_input(base, saved_x, fn, x_rg, std::move(g[0]));
+    }
     Graph sub;
     if (sac) {
       sac->mode = SacState::Mode::kRecompute;

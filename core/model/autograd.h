@@ -42,12 +42,17 @@ struct Node {
 // Here Graph::backward_input runs every node's input part and keeps, per node with weights, its
 // weight part and output gradients (weight_gradients below), and every node reached (the
 // retained graph) up to the last such node; Graph::backward_weight runs the kept parts in the
-// parameters' order, releasing each part's node after it, then everything.
+// parameters' order, releasing each part's node after it, then everything. A checkpointed
+// block keeps none of what it saved past I and recomputes at each W (NOTE [Split backward of a
+// checkpointed block] in autograd.cc).
 struct DeferredWeightGrad {
   size_t node = 0;               // the node (intermediate) whose weight gradients these are
   const Param* param = nullptr;  // its first weight, for the parameters() order
   std::vector<Tensor> grads;     // its output gradients, held until backward_weight ends
   std::function<void(const std::vector<Tensor>&)> run;  // the weight gradients from `grads`
+  // false for a weight op inside a checkpointed block: `node` is the checkpoint, whose saved
+  // input lives until the graph goes (NOTE [Split backward of a checkpointed block]).
+  bool releases_node = true;
 };
 
 // Called inside a node's backward: runs `fn(grads)` now, or, within Graph::backward_input,
@@ -55,8 +60,11 @@ struct DeferredWeightGrad {
 void weight_gradients(const Param* param, std::vector<Tensor> grads,
                       std::function<void(const std::vector<Tensor>&)> fn);
 // Whether a node's backward runs inside Graph::backward_input (a fused kernel that would compute
-// both parts runs its input part only).
+// both parts runs its input part only), or replays its weight part alone.
 bool weight_gradients_deferred();
+// False while a checkpointed block's W replays a weight op's backward for its weight part alone
+// (NOTE [Split backward of a checkpointed block] in autograd.cc): the op skips its input part.
+bool input_gradients_wanted();
 
 class Graph {
  public:
@@ -74,6 +82,19 @@ class Graph {
   // NOTE [Kept until backward ends]: a tensor the training loop still references while
   // backward runs (HF's model output holding the logits); freed when backward returns.
   void keep_until_backward_ends(Tensor t) { kept_.push_back(std::move(t)); }
+
+  // A checkpointed block's recomputed graph under a split backward (NOTE [Split backward of a
+  // checkpointed block] in autograd.cc). I over it: each node that runs frees what it saved (its
+  // unpacked tensors) and hands its weight part's output gradients to `weights` (node index,
+  // weight, gradients) without the part itself; nodes no gradient reached keep what they saved.
+  Tensor backward_input_recomputed(Backend& backend, uint64_t root, Tensor seed, uint64_t want,
+                                   std::vector<DeferredWeightGrad>& weights);
+  // The weight part alone of node `i`, from the output gradients `grads`.
+  void run_weight_part(size_t i, std::vector<Tensor> grads);
+  // Frees what node `i` saved (its saved variables released).
+  void release_saved(size_t i) {
+    if (i < nodes_.size()) nodes_[i].backward = nullptr;
+  }
 
  private:
   std::vector<Node> nodes_;

@@ -178,7 +178,7 @@ Value mul_weight(ExecContext& c, Value x, const Param& weight, const std::string
                   {out.id},
                   [&b, pw, xs, D, name, need = x.requires_grad()](std::vector<Tensor>& g) {
                     Tensor gx;
-                    if (need)
+                    if (need && input_gradients_wanted())
                       gx = mul_bcast(b, g[0], pw->binding->unsharded(), true, D, g[0].meta(),
                                      MemCategory::kTemporary, name + " grad_self");
                     if (pw->requires_grad)  // NOTE [Split backward] in autograd.h

@@ -305,7 +305,7 @@ Value grouped_mm(ExecContext& c, Value x, const Param& weight, const Tensor& off
       [&b, pw, xs, offsets, args, flops, name, need = x.requires_grad()](std::vector<Tensor>& g) {
         Tensor gx;
         const Tensor wt = pw->binding->unsharded();
-        if (need) {
+        if (need && input_gradients_wanted()) {
           gx = grad_like(b, xs, name + " grad_input");
           OpCall bi = make_op(OpKind::kGroupedMMBackwardInput, name + " backward_input",
                               {g[0].ref(), wt.ref(), offsets.ref()}, {gx.ref()}, flops);

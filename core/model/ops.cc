@@ -207,7 +207,7 @@ std::vector<Tensor> rms_norm_backward_split(Backend& b, const Param& weight, con
                                             const std::string& name, bool need) {
   const Param* pw = &weight;
   Tensor gx;
-  if (need) {
+  if (need && input_gradients_wanted()) {
     gx = grad_like(b, xs, name + " grad_input");
     b.launch(kCompute, make_op(OpKind::kRMSNormBackwardInput, name + " backward_input",
                                {g.ref(), xs.ref(), rstd.ref(), pw->binding->unsharded().ref()},
@@ -343,7 +343,7 @@ void detail::record_linear(ExecContext& c, const Value& x, const Param& weight, 
       {out.id},
       [&b, pw, bias, xs, xmeta, M, K, N, name, need = x.requires_grad()](std::vector<Tensor>& g) {
         Tensor gx;
-        if (need) {
+        if (need && input_gradients_wanted()) {
           gx = empty_tensor(b, xmeta, MemCategory::kTemporary, kCompute, name + " grad_input");
           b.launch(kCompute, make_op(OpKind::kLinearBackwardInput, name + " backward_input",
                                      {g[0].ref(), pw->binding->unsharded().ref()}, {gx.ref()},

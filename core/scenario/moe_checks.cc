@@ -1,6 +1,7 @@
 #include "core/scenario/moe_checks.h"
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,6 +11,8 @@
 #include "core/common/error.h"
 #include "core/common/input_file.h"
 #include "core/common/json_file.h"
+#include "core/model/lora.h"
+#include "core/model/transformer.h"
 #include "core/pipeline/pipeline_schedule.h"
 #include "core/scenario/json_reader.h"
 #include "core/scenario/recompute.h"
@@ -236,6 +239,42 @@ std::string moe_call_order(const Scenario& s) {
   return o + "; MoE layers recomputed: " + (recomputed.empty() ? "none" : recomputed);
 }
 
+namespace {
+// Per layer, the weight ops a zero-bubble schedule's W runs apart (each recomputes a checkpointed
+// block once): a block's parameters that require grad, a linear's bias with its weight (one
+// weight part computes both). Empty without a split backward.
+std::vector<int> split_backward_weight_parts(const Scenario& s) {
+  const PipelineScheduleKind k = s.pipeline.schedule;
+  if (!s.pipeline.enabled() ||
+      (k != PipelineScheduleKind::kInterleavedZeroBubble &&
+       k != PipelineScheduleKind::kZBVZeroBubble && k != PipelineScheduleKind::kDualPipeV))
+    return {};
+  Transformer model(s.model);
+  const bool lora = s.model.lora.enabled();
+  freeze_parameters(
+      model.root(), s.training.frozen, lora,
+      s.training.frozen_dtype.value_or(lora ? DType::kBFloat16 : s.training.orig_dtype));
+  std::map<std::string, bool> weight_trains;
+  model.root().for_each_param([&](Param& p) {
+    if (p.fqn.size() > 7 && p.fqn.compare(p.fqn.size() - 7, 7, ".weight") == 0)
+      weight_trains[p.fqn.substr(0, p.fqn.size() - 7)] = p.requires_grad;
+  });
+  std::vector<int> parts(static_cast<size_t>(s.model.n_layers), 0);
+  model.root().for_each_param([&](Param& p) {
+    if (!p.requires_grad || p.fqn.rfind("layers.", 0) != 0) return;
+    const size_t dot = p.fqn.find('.', 7);
+    const int64_t layer = std::stoll(p.fqn.substr(7, dot - 7));
+    const bool bias = p.fqn.size() > 5 && p.fqn.compare(p.fqn.size() - 5, 5, ".bias") == 0;
+    if (bias) {
+      auto it = weight_trains.find(p.fqn.substr(0, p.fqn.size() - 5));
+      if (it != weight_trains.end() && it->second) return;  // its weight's part computes it
+    }
+    if (layer >= 0 && layer < s.model.n_layers) ++parts[static_cast<size_t>(layer)];
+  });
+  return parts;
+}
+}  // namespace
+
 void check_recorded_routing(const Scenario& s) {
   const RecordedRouting* rec = s.training.moe_routing_record.get();
   if (!rec) return;
@@ -260,23 +299,35 @@ void check_recorded_routing(const Scenario& s) {
   // backward when activation checkpointing recomputes its block. With a pp dim a rank calls only
   // its stages' layers, once per pipeline microbatch (NOTE [MoE in pipeline stages] in
   // core/train/pipeline_program.cc).
+  // Under a zero-bubble schedule a recomputed block runs again at I and at each of its weight
+  // ops' W (NOTE [Split backward of a checkpointed block] in core/model/autograd.cc); on the
+  // first stage, whose W is the whole backward, once.
   const ActivationCheckpointing& ac = s.training.activation_checkpointing;
+  const std::vector<int> w_recomputes = split_backward_weight_parts(s);
   auto calls_per_step = [&](size_t rank) {
     std::vector<bool> mine(static_cast<size_t>(s.model.n_layers), !s.pipeline.enabled());
+    std::vector<bool> first_stage(static_cast<size_t>(s.model.n_layers), true);
     size_t micro = static_cast<size_t>(s.training.grad_accum_steps);
     if (s.pipeline.enabled()) {  // pp is the leading mesh dim
       const int pp_index = static_cast<int>(rank) / (s.world_size() / s.pipeline.degree);
       for (int k : pipeline_rank_stages(s.pipeline.schedule_options(), pp_index)) {
         const PipelineStageModules& st = s.pipeline.stages[static_cast<size_t>(k)];
-        for (int64_t i = st.first_layer; i < st.first_layer + st.num_layers; ++i)
+        for (int64_t i = st.first_layer; i < st.first_layer + st.num_layers; ++i) {
           mine[static_cast<size_t>(i)] = true;
+          first_stage[static_cast<size_t>(i)] = k == 0;
+        }
       }
       micro = static_cast<size_t>(s.pipeline.microbatches);
     }
     size_t n = 0;
-    for (int64_t i = 0; i < s.model.n_layers; ++i)
-      if (mine[static_cast<size_t>(i)] && s.model.moe.is_moe_layer(i))
-        n += micro * (recomputes_block(ac, i) ? 2 : 1);
+    for (int64_t i = 0; i < s.model.n_layers; ++i) {
+      const size_t l = static_cast<size_t>(i);
+      if (!mine[l] || !s.model.moe.is_moe_layer(i)) continue;
+      size_t backward = recomputes_block(ac, i) ? 1 : 0;
+      if (backward && !w_recomputes.empty() && !first_stage[l])
+        backward += static_cast<size_t>(w_recomputes[l]);
+      n += micro * (1 + backward);
+    }
     return n;
   };
   for (size_t r = 0; r < rec->step_calls.size(); ++r) {
@@ -296,7 +347,7 @@ void check_recorded_routing(const Scenario& s) {
                              " MoE layer calls, where this scenario makes " +
                              std::to_string(per_step) +
                              " per step (a call per MoE layer of its stages and micro-batch, "
-                             "two where activation checkpointing recomputes the block)",
+                             "more where activation checkpointing recomputes the block)",
                          "replay a run with this scenario's grad_accum_steps, pipeline_parallel "
                          "and activation_checkpointing");
   }

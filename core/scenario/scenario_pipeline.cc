@@ -5,8 +5,9 @@
 // (pytorch/torchtitan@b5bcd76c6): an untied Llama split into stages by layer, FSDP2 and tp inside
 // each stage, MoE layers with expert parallelism carved out of each stage's data-parallel ranks
 // (NOTE [MoE in pipeline stages] in core/train/pipeline_program.cc), all seven schedules (the
-// zero-bubble ones' split I / W backward: check_split_backward; their crossing sends and recvs
-// run in PyTorch's lowered order, NOTE [Lowered send and recv order] in
+// zero-bubble ones' split I / W backward: check_split_backward, over checkpointed blocks too,
+// NOTE [Split backward of a checkpointed block] in core/model/autograd.cc; their crossing sends
+// and recvs run in PyTorch's lowered order, NOTE [Lowered send and recv order] in
 // core/pipeline/pipeline_lowering.h). Refused, each naming its field: gradient accumulation,
 // an uneven batch, the chunked loss, GPT-2 and tied embeddings (torchtitan splits a Llama
 // decoder; a tied weight would live on two stages), and checkpoint saves.
@@ -102,9 +103,9 @@ bool pipeline_splits_backward(PipelineScheduleKind k) {
 }
 
 // NOTE [Split backward] (core/model/autograd.h): the ops whose weight gradients I and W run
-// apart are the linear, the norms' weights, the embedding and the experts' grouped GEMM; the
-// others compute theirs inside one backward, so a zero-bubble schedule refuses what records
-// them, naming the field.
+// apart are the linear, the norms' weights, the embedding and the experts' grouped GEMM (inside
+// a block checkpointed whole too); the others compute theirs inside one backward, so a
+// zero-bubble schedule refuses what records them, naming the field.
 void check_split_backward(const Scenario& s, PipelineScheduleKind k) {
   const std::string what = std::string("with the ") + pipeline_schedule_name(k) +
                            " schedule, whose split input / weight backward";
@@ -121,9 +122,17 @@ void check_split_backward(const Scenario& s, PipelineScheduleKind k) {
   if (s.model.implementation.compile)
     throw InputError("model.implementation.compile",
                      "is true " + what + " the compiled blocks do not split yet", fix);
-  if (s.training.activation_checkpointing.mode != RecomputeMode::kNone)
+  // Blocks checkpointed whole split (NOTE [Split backward of a checkpointed block] in
+  // core/model/autograd.cc); op-level SAC does not: W recomputes the block a second time and
+  // PyTorch's _CachedTorchDispatchMode finds its cache popped by I ("Trying to backward an extra
+  // time").
+  if (s.training.activation_checkpointing.mode == RecomputeMode::kSelectiveOp)
     throw InputError("training.activation_checkpointing",
-                     "is set " + what + " recomputed blocks do not split yet", fix);
+                     "is \"selective_op\" " + what +
+                         " recomputes each block again at W, after op-level SAC's cache was "
+                         "spent at I (PyTorch raises \"Trying to backward an extra time\")",
+                     "use \"full\" or {\"mode\": \"selective_layer\", \"every\": k}, or the "
+                     "\"1F1B\", \"Interleaved1F1B\", \"GPipe\" or \"LoopedBFS\" schedule");
 }
 
 }  // namespace

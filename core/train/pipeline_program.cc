@@ -296,9 +296,10 @@ void PipelineProgram::backward(Stage& st, int mb) {
 // nothing and W runs the whole backward (stage.py); elsewhere I is stage_backward_input (the
 // input gradient, sent on at once) and W stage_backward_weight (NOTE [Split backward] in
 // core/model/autograd.h). So the stage output (the loss on the last stage) and the graph, with
-// what it saved and the intermediates' output gradients, live from I to W; the logits and the
-// loss's own nodes go at I. Both run under the no-sync flags, each followed by the root's final
-// callback; the stage's gradients are reduced after its last W.
+// what it saved (of a checkpointed block its input only, NOTE [Split backward of a checkpointed
+// block] in core/model/autograd.cc) and the intermediates' output gradients, live from I to W;
+// the logits and the loss's own nodes go at I. Both run under the no-sync flags, each followed by
+// the root's final callback; the stage's gradients are reduced after its last W.
 void PipelineProgram::backward_input(Stage& st, int mb) {
   auto node = st.in_flight.extract(mb);
   FULLSHARD_CHECK(!node.empty(), "an input backward before its forward");

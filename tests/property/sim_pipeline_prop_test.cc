@@ -128,8 +128,10 @@ RC_GTEST_PROP(SimPipelineProp, RandomSchedulesSplitsAndMicrobatches, ()) {
 // their sends and recvs cross between ranks, which the lowered order runs (NOTE [Lowered send
 // and recv order] in core/pipeline/pipeline_lowering.h). Random layer counts, splits and
 // microbatch counts play without protocol problems (a deadlock, an unmatched send, a race, a
-// microbatch still awaiting its W at the step's end), and only the stage boundaries between
-// ranks carry transfers (the V schedules hand the middle boundary over on one rank).
+// microbatch still awaiting its W at the step's end), with or without checkpointed blocks
+// (NOTE [Split backward of a checkpointed block] in core/model/autograd.cc), and only the stage
+// boundaries between ranks carry transfers (the V schedules hand the middle boundary over on one
+// rank).
 RC_GTEST_PROP(SimPipelineProp, SplitBackwardSchedulesAtAnyPp, ()) {
   PipelineCase c;
   c.schedule = *rc::gen::element<std::string>("InterleavedZeroBubble", "ZBVZeroBubble",
@@ -144,14 +146,18 @@ RC_GTEST_PROP(SimPipelineProp, SplitBackwardSchedulesAtAnyPp, ()) {
   c.steps = 2;
   c.seq = 64;
   if (*rc::gen::arbitrary<bool>()) c.split = random_split(c.layers, stages);
+  const nlohmann::json ac = *rc::gen::element<nlohmann::json>(
+      "none", "full", nlohmann::json{{"mode", "selective_layer"}, {"every", 2}});
+  nlohmann::json j = testing::pipeline_scenario_json(c);
+  j["training"]["activation_checkpointing"] = ac;
   Scenario s;
   try {
-    s = parse_scenario(testing::pipeline_scenario_json(c));
+    s = parse_scenario(j);
   } catch (const InputError& e) {  // a shape PyTorch or torchtitan's split refuses
     RC_TAG("refused: " + e.where());
     return;
   }
-  RC_TAG(c.schedule + " pp " + std::to_string(c.pp));
+  RC_TAG(c.schedule + " pp " + std::to_string(c.pp) + " ac " + ac.dump());
   const testing::PipelineRun run = testing::simulate_pipeline(s);
   RC_ASSERT(run.report.problems.empty());
   const PipelineScheduleOptions o = s.pipeline.schedule_options();

@@ -257,3 +257,37 @@ TEST(CpuPipelineMoe, SplitBackwardSchedulesTrainExperts) {
     expect_peaks_equal(real, s);
   }
 }
+
+// A checkpointed MoE block under a split backward runs its forward again at I and at each of its
+// weight ops' W (NOTE [Split backward of a checkpointed block] in core/model/autograd.cc), its
+// router and all-to-alls included. Under ZBVZeroBubble pp rank 1 (ranks 2 and 3) holds both
+// layers (stages 1 and 2): per layer and microbatch the forward, I's recompute and 13 W
+// recomputes (wq, wk, wv, wo, the two norms, the router's gate, the experts' w1, w2, w3 and the
+// shared expert's), so 2 x 4 x 15 calls a step; check_recorded_routing counts the same, the
+// replay predicts every rank's peaks, and the losses are the unsplit model's with the same
+// checkpointing.
+TEST(CpuPipelineMoe, SplitBackwardReplaysEachRecomputeOfACheckpointedBlock) {
+  const int steps = 2;
+  json j = shipped("ZBVZeroBubble", 2, steps);
+  j["training"]["activation_checkpointing"] = "full";
+  Scenario s = parse_scenario(j);
+  const RealRun real = run_real(s, steps);
+  const RealRun ref = run_real(parse_scenario(unsplit(j)), steps);
+  for (int k = 0; k < steps; ++k)
+    EXPECT_NEAR(real.mean_loss[k], ref.mean_loss[k], 1e-4) << "step " << k;
+  auto rec = routing_of(real, s);
+  for (size_t r = 0; r < 4; ++r)
+    EXPECT_EQ(rec->step_calls[r], (std::vector<size_t>(steps, r < 2 ? 0 : 2 * 4 * 15)))
+        << "rank " << r;
+  s.training.moe_routing_record = rec;
+  check_recorded_routing(s);
+  expect_peaks_equal(real, s);
+  // The same record against an unsplit schedule (another call order, two calls per layer and
+  // microbatch): refused, naming the field.
+  json plain = j;
+  plain["pipeline_parallel"]["schedule"] = "Interleaved1F1B";
+  Scenario p = parse_scenario(plain);
+  p.training.moe_routing_record = rec;
+  const std::string e = input_error_of([&] { check_recorded_routing(p); });
+  EXPECT_NE(e.find("training.moe_routing.recorded"), std::string::npos) << e;
+}

@@ -109,10 +109,18 @@ TEST(PipelineScenario, RefusalsNameTheField) {
         j["hardware"]["gpus_per_node"] = 4;
       },
       "fsdp.mesh.dim_names");
+  // Blocks checkpointed whole split (NOTE [Split backward of a checkpointed block] in
+  // core/model/autograd.cc); op-level SAC, whose cache W's recompute would find spent, does not.
+  for (const json ac : {json("full"), json{{"mode", "selective_layer"}, {"every", 2}}}) {
+    json j = pp_scenario();
+    dualpipev(j);
+    j["training"]["activation_checkpointing"] = ac;
+    EXPECT_NE(parse_scenario(j).training.activation_checkpointing.mode, RecomputeMode::kNone);
+  }
   refused(
       [&](json& j) {
         dualpipev(j);
-        j["training"]["activation_checkpointing"] = "full";
+        j["training"]["activation_checkpointing"] = "selective_op";
       },
       "training.activation_checkpointing");
   refused(

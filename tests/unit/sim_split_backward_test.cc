@@ -185,3 +185,87 @@ TEST(SplitBackward, GroupedGemmDefersItsWeightGradient) {
                             static_cast<uint64_t>(kExperts * kN * kIn * 4));
   EXPECT_EQ(split.after, full.after);
 }
+
+// NOTE [Split backward of a checkpointed block] (core/model/autograd.cc) on x -> checkpoint(
+// RMSNorm(w_n) -> Linear(W)) -> y: I recomputes the block and keeps none of what it saved (only
+// the captured output gradient); W recomputes it once per weight, in the parameters' order, and a
+// copy the next weight still holds (the first recompute's rstd) stays until the norm's W.
+TEST(SplitBackward, CheckpointedBlockRecomputesAtIAndAtEachW) {
+  struct Run : Backward {
+    uint64_t peak_w = 0;
+  };
+  auto run_checkpointed = [](bool split) {
+    sim::GroupRegistry groups;
+    sim::SimBackend b(0, 1, AllocatorOptions{}, groups);
+    Module root;
+    root.add_param("norm.weight", {kDim});
+    root.add_param("out.weight", {kOut, kDim});
+    Param &wn = root.params[0], &w = root.params[1];
+    Binding bn(empty_tensor(b, {DType::kFloat32, {kDim}}, MemCategory::kUnshardedParam,
+                            StreamRole::kDefault, "wn")),
+        bw(empty_tensor(b, {DType::kFloat32, {kOut, kDim}}, MemCategory::kUnshardedParam,
+                        StreamRole::kDefault, "w"));
+    wn.binding = &bn;
+    w.binding = &bw;
+    Graph g;
+    ExecContext c(b, &g, nullptr);
+    Value x{empty_tensor(b, {DType::kFloat32, {kRows, kDim}}, MemCategory::kActivation,
+                         StreamRole::kDefault, "x"),
+            c.new_id()};
+    auto body = [&wn, &w](ExecContext& bc, Value v) {
+      return ops::linear(bc, ops::rms_norm(bc, std::move(v), wn, 1e-5, "norm"), w, nullptr, "out");
+    };
+    const size_t forward_mark = b.program().instrs.size();
+    const uint64_t root_id = checkpoint(c, x, body, false, "block").id;
+    EXPECT_EQ(kernels_since(b, forward_mark),
+              (std::vector<OpKind>{OpKind::kRMSNorm, OpKind::kLinear}));
+    EXPECT_EQ(g.size(), 1u);  // the checkpoint's node alone
+    Tensor seed = empty_tensor(b, {DType::kFloat32, {kRows, kOut}}, MemCategory::kTemporary,
+                               StreamRole::kDefault, "seed");
+    Run r;
+    r.before = b.memory().current().allocated_bytes;
+    size_t mark = b.program().instrs.size();
+    Tensor gx;
+    if (split) {
+      gx = g.backward_input(b, root_id, std::move(seed), x.id);
+      r.after_input = b.memory().current().allocated_bytes;
+      r.input_ops = kernels_since(b, mark);
+      EXPECT_EQ(g.deferred_weight_grads(), 2u);
+      EXPECT_FALSE(bn.has_unsharded_grad() || bw.has_unsharded_grad());
+      b.memory().reset_peaks();
+      mark = b.program().instrs.size();
+      g.backward_weight(b, {&w, &wn});
+      r.weight_ops = kernels_since(b, mark);
+      r.peak_w = b.memory().at_peak_allocated().allocated_bytes;
+    } else {
+      gx = g.backward(b, root_id, std::move(seed), x.id);
+      r.input_ops = kernels_since(b, mark);
+    }
+    EXPECT_TRUE(gx);
+    EXPECT_EQ(g.size(), 0u);
+    EXPECT_TRUE(bn.has_unsharded_grad() && bw.has_unsharded_grad());
+    r.after = b.memory().current().allocated_bytes;
+    return r;
+  };
+  const Run full = run_checkpointed(false), split = run_checkpointed(true);
+  EXPECT_EQ(full.input_ops,
+            (std::vector<OpKind>{OpKind::kRMSNorm, OpKind::kLinear, OpKind::kLinearBackwardInput,
+                                 OpKind::kLinearBackwardWeight, OpKind::kRMSNormBackward}));
+  EXPECT_EQ(split.input_ops,
+            (std::vector<OpKind>{OpKind::kRMSNorm, OpKind::kLinear, OpKind::kLinearBackwardInput,
+                                 OpKind::kRMSNormBackwardInput}));
+  EXPECT_EQ(
+      split.weight_ops,
+      (std::vector<OpKind>{OpKind::kRMSNorm, OpKind::kLinear, OpKind::kLinearBackwardWeight,
+                           OpKind::kRMSNorm, OpKind::kLinear, OpKind::kRMSNormBackwardWeight}));
+  // After I: the linear's input gradient (captured for the norm's W; the seed, captured for the
+  // linear's, was counted before) and x's gradient; the recomputed norm output and rstd went
+  // with I (a graph without checkpointing keeps them until W).
+  EXPECT_EQ(split.before, full.before);
+  EXPECT_EQ(split.after_input, split.before + kAct + kAct);
+  // W's peak: the norm's recompute (its output, the linear's transient output and a second
+  // rstd) while the linear's weight gradient and the first recompute's rstd are held.
+  const uint64_t out_grad = static_cast<uint64_t>(kOut * kDim * 4);
+  EXPECT_EQ(split.peak_w, split.after_input + out_grad + kStat + kAct + kStat + kOutAct);
+  EXPECT_EQ(split.after, full.after);
+}
