@@ -199,7 +199,11 @@ void Graph::backward_weight(Backend& backend, const std::vector<const Param*>& p
                    });
   for (DeferredWeightGrad& d : deferred_) {
     d.run(d.grads);
-    d.run = nullptr;  // retain_graph=False: the intermediate's saved tensors go
+    // retain_graph=False: the intermediate's saved tensors go. A checkpointed block's part
+    // (!releases_node) keeps its block: the copies W's recomputes made for ops W never runs
+    // stay while any node of the stage's graph holds their holders, until W ends (NOTE [Split
+    // backward of a checkpointed block]).
+    if (d.releases_node) d.run = nullptr;
     if (d.releases_node && d.node < nodes_.size()) nodes_[d.node].backward = nullptr;
   }
   deferred_.clear();  // the param groups, with their captured gradients

@@ -304,29 +304,38 @@ void check_recorded_routing(const Scenario& s) {
   // first stage, whose W is the whole backward, once.
   const ActivationCheckpointing& ac = s.training.activation_checkpointing;
   const std::vector<int> w_recomputes = split_backward_weight_parts(s);
+  // With a pp dim, per action of the rank's schedule (DualPipeV mixes full backwards, which
+  // recompute once, with I / W pairs): F calls each MoE layer of its stage once; a recomputed
+  // block runs again in B, in a later stage's I, and in W once per weight op (the first stage's
+  // W is its whole backward: once).
+  const PipelineOrder order =
+      s.pipeline.enabled() ? build_pipeline_order(s.pipeline.schedule_options()) : PipelineOrder{};
   auto calls_per_step = [&](size_t rank) {
-    std::vector<bool> mine(static_cast<size_t>(s.model.n_layers), !s.pipeline.enabled());
-    std::vector<bool> first_stage(static_cast<size_t>(s.model.n_layers), true);
-    size_t micro = static_cast<size_t>(s.training.grad_accum_steps);
-    if (s.pipeline.enabled()) {  // pp is the leading mesh dim
-      const int pp_index = static_cast<int>(rank) / (s.world_size() / s.pipeline.degree);
-      for (int k : pipeline_rank_stages(s.pipeline.schedule_options(), pp_index)) {
-        const PipelineStageModules& st = s.pipeline.stages[static_cast<size_t>(k)];
-        for (int64_t i = st.first_layer; i < st.first_layer + st.num_layers; ++i) {
-          mine[static_cast<size_t>(i)] = true;
-          first_stage[static_cast<size_t>(i)] = k == 0;
+    size_t n = 0;
+    if (!s.pipeline.enabled()) {
+      for (int64_t i = 0; i < s.model.n_layers; ++i)
+        if (s.model.moe.is_moe_layer(i))
+          n += static_cast<size_t>(s.training.grad_accum_steps) *
+               (recomputes_block(ac, i) ? 2 : 1);
+      return n;
+    }
+    const int pp_index = static_cast<int>(rank) / (s.world_size() / s.pipeline.degree);
+    for (const PipelineAction& a : order[static_cast<size_t>(pp_index)]) {
+      const PipelineStageModules& st = s.pipeline.stages[static_cast<size_t>(a.stage)];
+      for (int64_t i = st.first_layer; i < st.first_layer + st.num_layers; ++i) {
+        if (!s.model.moe.is_moe_layer(i)) continue;
+        const bool again = recomputes_block(ac, i);
+        switch (a.op) {
+          case PipelineOp::kForward: n += 1; break;
+          case PipelineOp::kFullBackward: n += again ? 1 : 0; break;
+          case PipelineOp::kBackwardInput: n += again && a.stage != 0 ? 1 : 0; break;
+          case PipelineOp::kBackwardWeight:
+            n += !again ? 0
+                 : a.stage == 0 ? 1
+                                : static_cast<size_t>(w_recomputes[static_cast<size_t>(i)]);
+            break;
         }
       }
-      micro = static_cast<size_t>(s.pipeline.microbatches);
-    }
-    size_t n = 0;
-    for (int64_t i = 0; i < s.model.n_layers; ++i) {
-      const size_t l = static_cast<size_t>(i);
-      if (!mine[l] || !s.model.moe.is_moe_layer(i)) continue;
-      size_t backward = recomputes_block(ac, i) ? 1 : 0;
-      if (backward && !w_recomputes.empty() && !first_stage[l])
-        backward += static_cast<size_t>(w_recomputes[l]);
-      n += micro * (1 + backward);
     }
     return n;
   };

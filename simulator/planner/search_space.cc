@@ -393,9 +393,9 @@ Scenario candidate_scenario(const Scenario& base, const Candidate& c) {
   // NOTE [Pipeline candidates]: a pp candidate's accumulation steps are its pipeline's
   // microbatches (torchtitan: local batch / microbatch size, no gradient accumulation), its
   // stages torchtitan's default split; what the pipeline_parallel section refuses (a model it
-  // cannot split, a schedule the microbatches do not fit, a zero-bubble schedule with activation
-  // checkpointing or tp, whose backward does not split yet) throws here and plan() leaves the
-  // candidate out. Float8 and ep > 1 with pp are never enumerated (both refused with pp).
+  // cannot split, a schedule the microbatches do not fit, a zero-bubble schedule with op-level
+  // selective checkpointing or tp, whose backward does not split) throws here and plan() leaves
+  // the candidate out. Float8 and ep > 1 with pp are never enumerated (both refused with pp).
   if (c.pp > 1) {
     s.training.batch_per_rank = c.micro_batch * c.grad_accum;
     s.training.grad_accum_steps = 1;

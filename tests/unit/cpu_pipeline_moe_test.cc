@@ -282,6 +282,18 @@ TEST(CpuPipelineMoe, SplitBackwardReplaysEachRecomputeOfACheckpointedBlock) {
   s.training.moe_routing_record = rec;
   check_recorded_routing(s);
   expect_peaks_equal(real, s);
+  // DualPipeV runs most microbatches as a full backward (one recompute) and some as I / W: the
+  // recorded calls are counted per action of the rank's schedule.
+  json dj = j;
+  dj["pipeline_parallel"]["schedule"] = "DualPipeV";
+  Scenario d = parse_scenario(dj);
+  const RealRun dreal = run_real(d, steps);
+  auto drec = routing_of(dreal, d);
+  EXPECT_LT(drec->step_calls[2][0], 2u * 4 * 15);
+  EXPECT_GT(drec->step_calls[2][0], 2u * 4 * 2);
+  d.training.moe_routing_record = drec;
+  check_recorded_routing(d);
+  expect_peaks_equal(dreal, d);
   // The same record against an unsplit schedule (another call order, two calls per layer and
   // microbatch): refused, naming the field.
   json plain = j;
