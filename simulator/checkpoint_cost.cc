@@ -9,6 +9,7 @@
 #include "core/mesh/expert_mesh.h"
 #include "core/model/lora.h"
 #include "core/model/transformer.h"
+#include "core/scenario/lora_checks.h"
 #include "core/train/training_program.h"
 
 namespace fullshard::sim {

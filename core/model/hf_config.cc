@@ -324,7 +324,7 @@ ModelConfig llama_from_hf(const HfReader& r, HfFamily family) {
 // first_k_dense_replace, n_routed_experts / n_shared_experts / moe_intermediate_size,
 // num_experts_per_tok, scoring_func, norm_topk_prob, routed_scaling_factor, topk_method
 // ("noaux_tc": the expert bias at torchtitan's load_balance_coeff 1e-3; "greedy": none;
-// "group_limited_greedy": groups without bias), n_group / topk_group, rope_scaling "yarn" (factor
+// "group_limited_greedy" refused: its groups score by their best expert), n_group / topk_group, rope_scaling "yarn" (factor
 // and mscale_all_dim into the softmax scale). Refused by name: hidden_act other than silu,
 // moe_layer_freq other than 1, attention_bias, num_key_value_heads other than the heads,
 // rope_scaling types other than yarn, mscale != mscale_all_dim (HF scales cos / sin by their

@@ -7,6 +7,9 @@
 namespace fullshard {
 
 void check_frozen(const Scenario& s);
+// The dtype frozen parameters are kept in: training.frozen_dtype, else bf16 under model.lora
+// (fine-tuning recipes keep the base in bf16), else the original dtype (training.orig_dtype).
+DType frozen_dtype(const Scenario& s);
 // fsdp.ignored_params (NOTE [What ignored parameters compose with] in scenario_ignored.cc);
 // check_frozen runs it first.
 void check_ignored_params(const Scenario& s);

@@ -15,6 +15,7 @@
 #include "core/model/transformer.h"
 #include "core/pipeline/pipeline_schedule.h"
 #include "core/scenario/json_reader.h"
+#include "core/scenario/lora_checks.h"
 #include "core/scenario/recompute.h"
 #include "core/scenario/scenario_sections.h"
 
@@ -251,9 +252,7 @@ std::vector<int> split_backward_weight_parts(const Scenario& s) {
     return {};
   Transformer model(s.model);
   const bool lora = s.model.lora.enabled();
-  freeze_parameters(
-      model.root(), s.training.frozen, lora,
-      s.training.frozen_dtype.value_or(lora ? DType::kBFloat16 : s.training.orig_dtype));
+  freeze_parameters(model.root(), s.training.frozen, lora, frozen_dtype(s));
   std::map<std::string, bool> weight_trains;
   model.root().for_each_param([&](Param& p) {
     if (p.fqn.size() > 7 && p.fqn.compare(p.fqn.size() - 7, 7, ".weight") == 0)

@@ -89,9 +89,7 @@ void check_ignored_params(const Scenario& s) {
                      "leave some parameter to FSDP, or remove fsdp.ignored_params");
   // requires_grad as the training program sets it (training.frozen, model.lora's base).
   const bool lora = s.model.lora.enabled();
-  const DType fd =
-      s.training.frozen_dtype.value_or(lora ? DType::kBFloat16 : s.training.orig_dtype);
-  freeze_parameters(model.root(), s.training.frozen, lora, fd);
+  freeze_parameters(model.root(), s.training.frozen, lora, frozen_dtype(s));
   for (size_t i = 0; i < patterns.size(); ++i)
     for (Param* p : ignored) {
       if (!fnmatch_fqn(patterns[i], p->fqn)) continue;

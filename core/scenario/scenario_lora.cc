@@ -133,7 +133,7 @@ void check_frozen(const Scenario& s) {
   if (s.model.implementation.compile)
     refuse("model.implementation.compile", "set compile to false");
   check_nf4(s);
-  const DType fd = t.frozen_dtype.value_or(lora ? DType::kBFloat16 : t.orig_dtype);
+  const DType fd = frozen_dtype(s);
   if (fd != t.orig_dtype) {
     auto check_pd = [&](const std::optional<DType>& pd, const std::string& where) {
       if (pd != fd)
@@ -169,6 +169,11 @@ void check_frozen(const Scenario& s) {
   if (frozen == static_cast<int>(fqns.size()))
     throw InputError("training.frozen", "freezes every parameter of the model",
                      "leave some parameter trainable, or add model.lora adapters");
+}
+
+DType frozen_dtype(const Scenario& s) {
+  if (s.training.frozen_dtype) return *s.training.frozen_dtype;
+  return s.model.lora.enabled() ? DType::kBFloat16 : s.training.orig_dtype;
 }
 
 }  // namespace fullshard

@@ -107,13 +107,10 @@ PipelineProgram::PipelineProgram(Backend& b, const Scenario& s)
   // part's, as torchtitan's hook walks model_parts (NOTE [Expert bias] in expert_bias.h).
   for (auto& st : stages_) {
     allocate_buffers(b, st->model->root());
-    if (s.model.moe.load_balance != MoeLoadBalance::kExpertBias) continue;
     const PipelineStageModules& m = s.pipeline.stages[static_cast<size_t>(st->index)];
-    for (int64_t i = m.first_layer; i < m.first_layer + m.num_layers; ++i)
-      if (s.model.moe.is_moe_layer(i))
-        expert_bias_layers_.push_back(
-            {&st->model->root().child("layers").child(std::to_string(i)).child("moe"),
-             block_ac_[static_cast<size_t>(i)] != BlockCheckpoint::kNone});
+    for (const ExpertBiasLayer& l :
+         expert_bias_layers(s, st->model->root(), m.first_layer, m.num_layers, block_ac_))
+      expert_bias_layers_.push_back(l);
   }
 }
 

@@ -7,6 +7,7 @@
 #include "core/model/float8_linear.h"
 #include "core/model/lora.h"
 #include "core/runtime/layer_args.h"
+#include "core/scenario/lora_checks.h"
 #include "core/scenario/recompute.h"
 #include "core/train/apply_fsdp.h"
 #include "core/train/model_init.h"
@@ -136,9 +137,16 @@ AdamWOptions adamw_options(const Scenario& s) {
   return ao;
 }
 
-DType frozen_dtype(const Scenario& s) {
-  if (s.training.frozen_dtype) return *s.training.frozen_dtype;
-  return s.model.lora.enabled() ? DType::kBFloat16 : s.training.orig_dtype;
+std::vector<ExpertBiasLayer> expert_bias_layers(const Scenario& s, Module& root, int64_t first,
+                                                int64_t count,
+                                                const std::vector<BlockCheckpoint>& block_ac) {
+  std::vector<ExpertBiasLayer> out;
+  if (s.model.moe.load_balance != MoeLoadBalance::kExpertBias) return out;
+  for (int64_t i = first; i < first + count; ++i)
+    if (s.model.moe.is_moe_layer(i))
+      out.push_back({&root.child("layers").child(std::to_string(i)).child("moe"),
+                     block_ac[static_cast<size_t>(i)] != BlockCheckpoint::kNone});
+  return out;
 }
 
 ParameterCounts count_parameters(const Scenario& s) {
@@ -215,12 +223,7 @@ TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
   block_ac_ = block_checkpointing(s.training.activation_checkpointing, s.model.n_layers);
   // MoE's buffers (NOTE [Expert bias] in core/model/expert_bias.h): whole on every rank.
   allocate_buffers(b, model_->root());
-  if (s.model.moe.load_balance == MoeLoadBalance::kExpertBias)
-    for (int64_t i = 0; i < s.model.n_layers; ++i)
-      if (s.model.moe.is_moe_layer(i))
-        expert_bias_layers_.push_back(
-            {&model_->root().child("layers").child(std::to_string(i)).child("moe"),
-             block_ac_[static_cast<size_t>(i)] != BlockCheckpoint::kNone});
+  expert_bias_layers_ = expert_bias_layers(s, model_->root(), 0, s.model.n_layers, block_ac_);
 }
 
 // kLoadBatch into new int64 [B, S] tokens and labels (iargs: step, micro-batch, accumulation,

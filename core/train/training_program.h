@@ -42,9 +42,12 @@ ProcessGroup dp_cp_group(const Scenario& s, int rank);
 // The AdamW of training.optimizer.
 AdamWOptions adamw_options(const Scenario& s);
 
-// The dtype frozen parameters are kept in: training.frozen_dtype, else bf16 under model.lora
-// (fine-tuning recipes keep the base in bf16), else the original dtype (training.orig_dtype).
-DType frozen_dtype(const Scenario& s);
+// The MoE layers [first, first + count) under `root` ("layers.<i>.moe") whose expert bias the
+// optimizer's step pre-hook updates (NOTE [Expert bias]), each with whether block_ac recomputes
+// its block; none without load_balance "expert_bias".
+std::vector<ExpertBiasLayer> expert_bias_layers(const Scenario& s, Module& root, int64_t first,
+                                                int64_t count,
+                                                const std::vector<BlockCheckpoint>& block_ac);
 
 // The model's parameters counted over its module tree (global shapes): all of them, those
 // left trainable (training.frozen, model.lora), and the LoRA adapters among them.

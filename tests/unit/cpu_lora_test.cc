@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "core/scenario/lora_checks.h"
 #include "core/checkpoint/checkpoint_dir.h"
 #include "core/checkpoint/export.h"
 #include "core/data/param_init.h"

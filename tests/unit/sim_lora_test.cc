@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "core/scenario/lora_checks.h"
 #include "core/fsdp/shard_layout.h"
 #include "core/model/lora.h"
 #include "core/model/transformer.h"

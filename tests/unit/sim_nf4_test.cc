@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "core/scenario/lora_checks.h"
 #include "core/model/lora.h"
 #include "core/model/transformer.h"
 #include "core/tensor/nf4.h"
