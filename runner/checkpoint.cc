@@ -7,6 +7,7 @@
 
 #include "core/checkpoint/checkpoint_dir.h"
 #include "core/checkpoint/dcp.h"
+#include "core/checkpoint/hf_names.h"
 #include "core/checkpoint/rank_pieces.h"
 #include "core/common/error.h"
 #include "core/model/transformer.h"
@@ -81,7 +82,7 @@ CheckpointMetadata checkpoint_metadata(Backend& b, TrainingProgram& prog, const 
   const int files = piece_files(pieces.mesh);
   CheckpointMetadata m;
   m.scenario = s.name;
-  m.arch = s.model.arch == ModelArch::kLlama ? "llama" : "gpt2";
+  m.arch = hf_arch(s.model);
   m.step = steps_done;
   m.next_step = steps_done;
   m.seed = s.training.seed;

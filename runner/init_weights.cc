@@ -101,19 +101,12 @@ class WeightFiles {
   std::unique_ptr<DcpReader> dcp_;
 };
 
-std::string arch_name(const Scenario& s) {
-  return s.model.arch == ModelArch::kLlama ? "llama" : "gpt2";
-}
-
-// Names a parameter may have in a weights file, and whether that layout is transposed.
-struct Candidate {
-  std::string name;
-  bool transpose;
-};
-std::vector<Candidate> candidates(const Scenario& s, const std::string& fqn) {
-  std::vector<Candidate> c;
-  if (auto hf = hf_tensor_name(arch_name(s), fqn)) {
-    c.push_back({hf->name, hf->transpose});
+// Names a parameter may have in a weights file, and whether that layout is transposed or one
+// tensor per expert (NOTE [Hugging Face names of experts]).
+std::vector<HfTensorName> candidates(const Scenario& s, const std::string& fqn) {
+  std::vector<HfTensorName> c;
+  if (auto hf = hf_tensor_name(hf_arch(s.model), fqn)) {
+    c.push_back(*hf);
     if (hf->name.rfind("transformer.", 0) == 0)
       c.push_back({hf->name.substr(12), hf->transpose});  // openai-community/gpt2
   }
@@ -122,9 +115,35 @@ std::vector<Candidate> candidates(const Scenario& s, const std::string& fqn) {
 }
 
 struct Located {
-  Stored t;
+  Stored t;  // with `experts`: expert 0's tensor
   bool transpose = false;
+  std::vector<Stored> experts;  // a routed experts' weight stored per expert: E tensors
+  bool hf_named = false;        // found under its Hugging Face name
 };
+
+// NOTE [Rotary pairing of weight files]: RoPE rotates pairs of q / k columns, and which columns
+// pair is a property of the weights: Hugging Face's Llama-family files pair column i with i + r/2
+// of each head (rotate_half; its conversion script permuted Meta's rows), DeepSeek-V3's files
+// (rope_interleave) pair 2i with 2i + 1, as torchtitan's complex RoPE does. fullshard's "fused" and
+// "rotate_half" RoPE pair by halves, "complex" adjacently. A file loaded into the other pairing
+// would train another model (the oracle measures a 3% loss difference on its Llama), so until
+// the rows are permuted on load, as torchtitan's state-dict adapters do, that is refused.
+void check_rope_pairing(const Scenario& s, const std::string& field) {
+  if (s.model.arch != ModelArch::kLlama) return;
+  const bool file_adjacent = hf_arch(s.model) == "deepseek_v3";
+  const bool model_adjacent = s.model.implementation.rope == RopeImpl::kComplex;
+  if (file_adjacent == model_adjacent) return;
+  const std::string rope = s.model.implementation.rope == RopeImpl::kComplex ? "complex"
+                           : s.model.implementation.rope == RopeImpl::kFused ? "fused"
+                                                                             : "rotate_half";
+  throw InputError(
+      "model.implementation.rope",
+      "is \"" + rope + "\" (" + (model_adjacent ? "adjacent" : "rotate-half") +
+          " column pairs), but the Hugging Face weights of " + field + " pair RoPE columns " +
+          (file_adjacent ? "adjacently (DeepSeek-V3's rope_interleave)" : "by halves (rotate_half)"),
+      file_adjacent ? "set model.implementation.rope to \"complex\""
+                    : "set model.implementation.rope to \"fused\" or \"rotate_half\"");
+}
 
 // Box `box` of the stored tensor, in its dtype, row-major.
 std::vector<uint8_t> read_stored(const Stored& t, const ChunkBox& box) {
@@ -139,28 +158,76 @@ std::vector<uint8_t> read_stored(const Stored& t, const ChunkBox& box) {
   return bytes;
 }
 
-// Finds parameter `fqn` of shape `shape` and checks its dtype and shape.
-Located locate(const WeightFiles& w, const Scenario& s, const std::string& fqn, const Shape& shape,
-               const std::string& field) {
-  const auto cands = candidates(s, fqn);
-  for (const auto& c : cands) {
+// Box `box` of the located tensor: of the stored one, or of the stack of the experts' tensors
+// (the box's dim 0 picks experts, its other dims the box of each).
+std::vector<uint8_t> read_located(const Located& l, const ChunkBox& box) {
+  if (l.experts.empty()) return read_stored(l.t, box);
+  ChunkBox inner;
+  inner.offsets.assign(box.offsets.begin() + 1, box.offsets.end());
+  inner.lengths.assign(box.lengths.begin() + 1, box.lengths.end());
+  std::vector<uint8_t> bytes;
+  for (int64_t e = box.offsets[0]; e < box.offsets[0] + box.lengths[0]; ++e) {
+    const auto part = read_stored(l.experts[static_cast<size_t>(e)], inner);
+    bytes.insert(bytes.end(), part.begin(), part.end());
+  }
+  return bytes;
+}
+
+// Checks a stored tensor's dtype and shape against what parameter `fqn` needs.
+void check_stored(const Stored& t, const Shape& want, const std::string& fqn) {
+  const std::string where = t.where();
+  if (t.dtype != "F32" && t.dtype != "BF16" && t.dtype != "F16")
+    throw InputError(where, "is " + t.dtype + ", not a floating dtype",
+                     "give F32, BF16 or F16 weights");
+  if (t.shape != want)
+    throw InputError(where,
+                     "is " + shape_str(t.shape) + " but the scenario's parameter '" + fqn +
+                         "' needs " + shape_str(want),
+                     "give weights of the scenario's model (same dims and layer count)");
+}
+
+// Finds parameter `fqn` of shape `shape` and checks its dtype and shape; nullopt when the
+// weights have no tensor of that name.
+std::optional<Located> try_locate(const WeightFiles& w, const Scenario& s, const std::string& fqn,
+                                  const Shape& shape) {
+  for (const auto& c : candidates(s, fqn)) {
+    if (c.per_expert) {  // E tensors [shape[1:]] (NOTE [Hugging Face names of experts])
+      const auto first = w.find(c.expert_name(0));
+      if (!first) continue;
+      Located l{*first, false, {}, true};
+      const Shape each(shape.begin() + 1, shape.end());
+      for (int64_t e = 0; e < shape[0]; ++e) {
+        const auto t = w.find(c.expert_name(e));
+        if (!t)
+          throw InputError(first->where(),
+                           "is there but expert " + std::to_string(e) + "'s '" +
+                               c.expert_name(e) + "' is not (parameter '" + fqn + "' has " +
+                               std::to_string(shape[0]) + " experts)",
+                           "give weights of the scenario's model (same expert count)");
+        check_stored(*t, each, fqn);
+        if (t->dtype != first->dtype)
+          throw InputError(t->where(), "is " + t->dtype + " where expert 0 is " + first->dtype,
+                           "give every expert's weights in one dtype");
+        l.experts.push_back(*t);
+      }
+      return l;
+    }
     const auto t = w.find(c.name);
     if (!t) continue;
-    const Shape want = c.transpose ? Shape{shape[1], shape[0]} : shape;
-    const std::string where = t->where();
-    if (t->dtype != "F32" && t->dtype != "BF16" && t->dtype != "F16")
-      throw InputError(where, "is " + t->dtype + ", not a floating dtype",
-                       "give F32, BF16 or F16 weights");
-    if (t->shape != want)
-      throw InputError(where,
-                       "is " + shape_str(t->shape) + " but the scenario's parameter '" + fqn +
-                           "' needs " + shape_str(want),
-                       "give weights of the scenario's model (same dims and layer count)");
-    return {*t, c.transpose};
+    check_stored(*t, c.transpose ? Shape{shape[1], shape[0]} : shape, fqn);
+    return Located{*t, c.transpose, {}, c.name != fqn};
   }
-  throw InputError(
-      field, "no tensor '" + cands.front().name + "' (parameter '" + fqn + "') in the weights",
-      "give weights of the scenario's model (fullshard checkpoint export writes them)");
+  return std::nullopt;
+}
+
+Located locate(const WeightFiles& w, const Scenario& s, const std::string& fqn, const Shape& shape,
+               const std::string& field) {
+  if (auto l = try_locate(w, s, fqn, shape)) return *l;
+  const HfTensorName first = candidates(s, fqn).front();
+  throw InputError(field,
+                   "no tensor '" + (first.per_expert ? first.expert_name(0) : first.name) +
+                       "' (parameter '" + fqn + "') in the weights",
+                   "give weights of the scenario's model (fullshard checkpoint export writes them)");
 }
 
 std::vector<float> to_f32(const std::vector<uint8_t>& bytes, const std::string& dtype) {
@@ -219,10 +286,17 @@ void validate_init_weights(const std::string& path, const Scenario& s, const std
   const WeightFiles w(path, field);
   Transformer model(s.model);
   std::vector<std::pair<std::string, Shape>> located;  // name in the files, stored shape
+  bool hf_named = false;
   model.root().for_each_param([&](Param& p) {
     if (is_lora_adapter(p)) return;
     const Located l = locate(w, s, p.fqn, p.shape, field);
     located.push_back({l.t.name, l.t.shape});
+    hf_named = hf_named || l.hf_named;
+  });
+  if (hf_named) check_rope_pairing(s, field);
+  model.root().for_each_module([&](Module& m) {  // a buffer's tensor, if any, must fit
+    for (const ModuleBuffer& buf : m.buffers)
+      if (buf.persistent) try_locate(w, s, buf.fqn, buf.meta.shape);
   });
   if (loads_optimizer_state(w, s)) check_dcp_adamw_state(w.dcp()->metadata(), located, path);
 }
@@ -250,6 +324,7 @@ void load_init_weights(Backend& b, TrainingProgram& prog, const Scenario& s,
       b.copy_from_host(local, h.data());
     };
     if (param.tp_blocks > 1 || (l.transpose && param.tp_degree > 1)) {
+      FULLSHARD_CHECK(l.experts.empty(), "init-from: per-expert tensors of a tp-split weight");
       // Not one box of the file's tensor (GPT-2's fused c_attn, NOTE [Fused qkv under tensor
       // parallelism]; a Conv1D [in, out] under tp): read it whole, pick this rank's rows.
       copy_in(local_rows_of(param, l, pieces));
@@ -263,7 +338,7 @@ void load_init_weights(Backend& b, TrainingProgram& prog, const Scenario& s,
                                                          shape_str(local.meta.shape));
     std::vector<float> values;
     if (!l.transpose) {  // only this rank's box (DCP: from the chunks that overlap it)
-      values = to_f32(read_stored(l.t, box), l.t.dtype);
+      values = to_f32(read_located(l, box), l.t.dtype);
     } else {  // Conv1D [in, out]: our rows are its columns; read it whole
       FULLSHARD_CHECK(pieces.layout_of(param).tp_dim < 0,
                       "init-from: a transposed layout under tensor parallelism");
@@ -279,8 +354,22 @@ void load_init_weights(Backend& b, TrainingProgram& prog, const Scenario& s,
   for (OptimizerParam* p : params) {
     const Param& param = p->param();
     if (is_lora_adapter(param)) continue;
-    load_into(param, locate(w, s, param.fqn, param.global_shape(), field), p->local_tensor().ref());
+    const Located l = locate(w, s, param.fqn, param.global_shape(), field);
+    if (l.hf_named) check_rope_pairing(s, field);  // NOTE [Rotary pairing of weight files]
+    load_into(param, l, p->local_tensor().ref());
   }
+  // Persistent buffers (DeepSeek-V3's expert bias, HF's e_score_correction_bias) are whole on
+  // every rank; weights without one leave it at its init (zeros), as torchtitan's init does.
+  prog.model().root().for_each_module([&](Module& m) {
+    for (ModuleBuffer& buf : m.buffers) {
+      if (!buf.persistent || !buf.tensor) continue;
+      const auto l = try_locate(w, s, buf.fqn, buf.meta.shape);
+      if (!l) continue;
+      FULLSHARD_CHECK(buf.meta.dtype == DType::kFloat32, "init-from: a buffer that is not fp32");
+      const auto v = to_f32(read_located(*l, full_box(buf.meta.shape)), l->t.dtype);
+      b.copy_from_host(buf.tensor.ref(), v.data());
+    }
+  });
   if (!loads_optimizer_state(w, s)) return;
   // AdamW's exp_avg / exp_avg_sq have their parameter's layout (NOTE [AdamW state in DCP]).
   AdamW& opt = prog.optimizer();

@@ -116,7 +116,7 @@ CheckpointMetadata parse(const nlohmann::json& j) {
                          std::to_string(kCheckpointFormatVersion),
                      "use the fullshard that wrote the checkpoint");
   m.scenario = jr::get_string(j["scenario"], "scenario", "\"tiny\"");
-  m.arch = jr::get_choice(j["arch"], "arch", {"llama", "gpt2"});
+  m.arch = jr::get_choice(j["arch"], "arch", {"llama", "gpt2", "mixtral", "qwen3_moe", "deepseek_v3"});
   m.step = jr::get_int(j["step"], "step", 0, kMaxI, "3");
   m.next_step = jr::get_int(j["next_step"], "next_step", 0, kMaxI, "3");
   const auto& seed = j["seed"];

@@ -63,7 +63,7 @@ struct CheckpointAdamW {
 struct CheckpointMetadata {
   int version = kCheckpointFormatVersion;
   std::string scenario;        // the scenario's name (informational)
-  std::string arch = "llama";  // the model's architecture: "llama" or "gpt2" (export names)
+  std::string arch = "llama";  // hf_arch of the model (export names): llama, gpt2, mixtral, ...
   int64_t step = 0;            // optimizer steps completed
   int64_t next_step = 0;       // data position: the step index the resumed run starts at
   uint64_t seed = 0;           // NOTE [Checkpoint state that is not a tensor]

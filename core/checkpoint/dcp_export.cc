@@ -54,6 +54,11 @@ DcpExportResult export_dcp(CheckpointReader& reader, const DcpExportOptions& o) 
   DcpMetadata dm;
   auto add = [&](const CheckpointTensor& t, const std::string& fqn, const std::string& state) {
     Planned p{&t, export_name(m.arch, fqn, o.hf_names)};
+    if (p.out.per_expert)  // NOTE [Hugging Face names of experts]: no one DCP tensor holds them
+      throw InputError("--names", "hf for '" + fqn + "', a routed experts' weight (" + m.arch +
+                                      "), which Hugging Face stores as one tensor per expert",
+                       "export --dcp with --names fullshard (torchtitan's names), or "
+                       "--safetensors with Hugging Face names");
     FULLSHARD_CHECK(!p.out.transpose || t.shape.size() == 2, "transposed export of " + t.name);
     DcpTensor d{p.out.name, t.dtype, p.out.transpose ? Shape{t.shape[1], t.shape[0]} : t.shape,
                 {}, nullptr};

@@ -20,6 +20,7 @@ struct Planned {
   HfTensorName out;
   Shape shape;  // exported shape
   uint64_t bytes;
+  int64_t expert = -1;  // one expert's slice [expert] of a routed experts' weight; -1: whole
 };
 
 // [rows, cols] -> [cols, rows], elements of `esize` bytes.
@@ -42,7 +43,14 @@ void write_file(CheckpointReader& reader, const std::vector<Planned>& tensors,
   out.write(safetensors_header_bytes(heads, {{"format", "pt"}}, "--safetensors"));
   for (const auto& t : tensors) {
     std::vector<uint8_t> bytes(t.bytes);
-    reader.read_shard(t.source->name, 1, 0, bytes.data(), bytes.size());
+    if (t.expert >= 0) {  // NOTE [Hugging Face names of experts]
+      ChunkBox box = full_box(t.source->shape);
+      box.offsets[0] = t.expert;
+      box.lengths[0] = 1;
+      reader.read_boxes(t.source->name, {box}, bytes.data(), bytes.size());
+    } else {
+      reader.read_shard(t.source->name, 1, 0, bytes.data(), bytes.size());
+    }
     if (t.out.transpose)
       bytes = transposed(bytes, t.source->shape[0], t.source->shape[1],
                          *safetensors_dtype_size(t.source->dtype));
@@ -75,6 +83,17 @@ ExportResult export_safetensors(CheckpointReader& reader, const ExportOptions& o
       FULLSHARD_CHECK(t.shape.size() == 2,
                       "transposed export of a tensor that is not 2-D: " + t.name);
       p.shape = {t.shape[1], t.shape[0]};
+    }
+    if (p.out.per_expert) {  // E tensors, one per expert (NOTE [Hugging Face names of experts])
+      p.shape.erase(p.shape.begin());
+      p.bytes /= static_cast<uint64_t>(t.shape[0]);
+      for (int64_t e = 0; e < t.shape[0]; ++e) {
+        Planned one = p;
+        one.out = {p.out.expert_name(e), false, false};
+        one.expert = e;
+        plan.push_back(std::move(one));
+      }
+      continue;
     }
     plan.push_back(std::move(p));
   }

@@ -215,7 +215,10 @@ void moe_from_hf(const HfReader& r, HfFamily family, ModelConfig& c) {
           "is " + r.at("router_jitter_noise").dump() + ", which fullshard does not model",
           "set it to 0 (the published Mixtral configs do)");
   } else {
-    m.num_experts = r.positive_int("num_experts");
+    // transformers 5 writes Qwen's num_experts as num_local_experts (Qwen3MoeConfig's
+    // attribute_map); the hub's configs say num_experts.
+    m.num_experts = r.positive_int(
+        !r.has("num_experts") && r.has("num_local_experts") ? "num_local_experts" : "num_experts");
     m.expert_dim = r.positive_int("moe_intermediate_size");
     m.route_norm = r.boolean("norm_topk_prob", false);
     m.interleave_step = r.positive_int("decoder_sparse_step", 1);

@@ -5,9 +5,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include <gtest/gtest.h>
 
+#include "core/checkpoint/dcp.h"
 #include "core/checkpoint/export.h"
 #include "core/common/error.h"
 #include "core/fsdp/shard_layout.h"
@@ -59,14 +61,14 @@ TEST(HfNames, EveryParameterOfBothArchitecturesHasAUniqueName) {
   EXPECT_FALSE(hf_tensor_name("llama", "wte.weight").has_value());
 }
 
-// A committed checkpoint of `arch`'s parameters saved by 2 ranks; element k of tensor i is
+// A committed checkpoint of model `c`'s parameters saved by 2 ranks; element k of tensor i is
 // 1000 i + k. Returns fqn -> global values.
-std::map<std::string, std::vector<float>> save_model(const std::string& root, ModelArch arch) {
-  Transformer model(tiny(arch));
+std::map<std::string, std::vector<float>> save_model(const std::string& root, const ModelConfig& c) {
+  Transformer model(c);
   const int world = 2;
   begin_checkpoint(root, 1, "test");
   CheckpointMetadata m;
-  m.arch = arch == ModelArch::kLlama ? "llama" : "gpt2";
+  m.arch = hf_arch(c);
   m.step = m.next_step = 1;
   m.world_size = m.shard = world;
   std::map<std::string, std::vector<float>> values;
@@ -98,7 +100,7 @@ std::map<std::string, std::vector<float>> save_model(const std::string& root, Mo
 
 TEST(CheckpointExport, Gpt2ConsolidatedWithConv1DTransposes) {
   TempDir d;
-  const auto values = save_model(d.path(), ModelArch::kGpt2);
+  const auto values = save_model(d.path(), tiny(ModelArch::kGpt2));
   CheckpointReader reader(resolve_checkpoint(d.path(), "test"));
   ExportOptions o;
   o.out = d.path() + "/model.safetensors";
@@ -129,7 +131,7 @@ TEST(CheckpointExport, Gpt2ConsolidatedWithConv1DTransposes) {
 
 TEST(CheckpointExport, LlamaShardedLayoutAndFullshardNames) {
   TempDir d;
-  const auto values = save_model(d.path(), ModelArch::kLlama);
+  const auto values = save_model(d.path(), tiny(ModelArch::kLlama));
   CheckpointReader reader(resolve_checkpoint(d.path(), "test"));
   ExportOptions o;
   o.out = d.path() + "/hf";
@@ -155,6 +157,98 @@ TEST(CheckpointExport, LlamaShardedLayoutAndFullshardNames) {
   export_safetensors(reader, o);
   SafetensorsReader ours(o.out);
   EXPECT_EQ(ours.entry("layers.1.attention.wq.weight").shape, (Shape{4, 4}));
+}
+
+// NOTE [Hugging Face names of experts]: the MoE and MLA models of the zoo, and a Mixtral, name
+// every parameter uniquely; routed experts are per-expert names.
+ModelConfig tiny_mixtral() {
+  ModelConfig c = *find_model("tiny-moe");
+  c.name = "tiny-mixtral";
+  c.moe.shared_expert_dim = 0;
+  return c;
+}
+
+TEST(HfNames, MoeAndLatentAttentionModelsNameEveryParameter) {
+  for (const ModelConfig& c : {*find_model("tiny-deepseek"), *find_model("tiny-moe"),
+                               *find_model("qwen3-30b-a3b"), tiny_mixtral()}) {
+    Transformer model(c);
+    const std::string a = hf_arch(c);
+    std::set<std::string> seen;
+    int per_expert = 0;
+    model.root().for_each_param([&](Param& p) {
+      const auto n = hf_tensor_name(a, p.fqn);
+      ASSERT_TRUE(n.has_value()) << a << " " << p.fqn;
+      EXPECT_FALSE(n->transpose) << p.fqn;
+      EXPECT_EQ(n->per_expert, p.fqn.find(".moe.experts.") != std::string::npos) << p.fqn;
+      per_expert += n->per_expert;
+      EXPECT_TRUE(seen.insert(n->name).second) << n->name;
+    });
+    EXPECT_EQ(per_expert, 3 * c.moe.moe_layer_count(c.n_layers)) << a;
+  }
+  EXPECT_EQ(hf_arch(*find_model("tiny-deepseek")), "deepseek_v3");
+  EXPECT_EQ(hf_arch(*find_model("qwen3-30b-a3b")), "qwen3_moe");
+  EXPECT_EQ(hf_arch(*find_model("mixtral-8x7b")), "mixtral");
+  EXPECT_EQ(hf_arch(*find_model("llama3.1-8b")), "llama");
+  const auto w1 = *hf_tensor_name("mixtral", "layers.3.moe.experts.w1");
+  EXPECT_EQ(w1.expert_name(7), "model.layers.3.block_sparse_moe.experts.7.w1.weight");
+  EXPECT_EQ(hf_tensor_name("qwen3_moe", "layers.0.moe.experts.w2")->expert_name(1),
+            "model.layers.0.mlp.experts.1.down_proj.weight");
+  EXPECT_EQ(hf_tensor_name("qwen3_moe", "layers.2.attention.q_norm.weight")->name,
+            "model.layers.2.self_attn.q_norm.weight");
+  EXPECT_EQ(hf_tensor_name("deepseek_v3", "layers.2.attention.q_norm.weight")->name,
+            "model.layers.2.self_attn.q_a_layernorm.weight");
+  EXPECT_EQ(hf_tensor_name("deepseek_v3", "layers.1.moe.expert_bias")->name,
+            "model.layers.1.mlp.gate.e_score_correction_bias");
+  EXPECT_EQ(hf_tensor_name("deepseek_v3", "layers.1.attention.wkv_a.weight")->name,
+            "model.layers.1.self_attn.kv_a_proj_with_mqa.weight");
+  EXPECT_FALSE(hf_tensor_name("mixtral", "layers.1.moe.shared_experts.w1.weight").has_value());
+  EXPECT_FALSE(hf_tensor_name("mixtral", "layers.1.moe.experts.w1.lora_A.weight").has_value());
+}
+
+// Export with Hugging Face names writes a routed experts' weight as E tensors, expert e's slice
+// [e] each, as the hub's files hold them; --dcp refuses that naming for them.
+TEST(CheckpointExport, RoutedExpertsAsOneTensorPerExpert) {
+  for (const ModelConfig& c : {*find_model("tiny-deepseek"), tiny_mixtral()}) {
+    TempDir d;
+    const auto values = save_model(d.path(), c);
+    CheckpointReader reader(resolve_checkpoint(d.path(), "test"));
+    ExportOptions o;
+    o.out = d.path() + "/model.safetensors";
+    const ExportResult res = export_safetensors(reader, o);
+    SafetensorsReader st(o.out);
+    EXPECT_EQ(st.header().tensors.size(), res.tensors);
+    size_t expected = 0;
+    for (const auto& [fqn, v] : values) {
+      const auto n = *hf_tensor_name(hf_arch(c), fqn);
+      if (!n.per_expert) {
+        ++expected;
+        std::vector<float> got(v.size());
+        st.read(n.name, 0, got.size() * 4, got.data());
+        EXPECT_EQ(got, v) << fqn;
+        continue;
+      }
+      const int64_t E = c.moe.num_experts, each = static_cast<int64_t>(v.size()) / E;
+      for (int64_t e = 0; e < E; ++e, ++expected) {
+        const SafetensorsEntry& entry = st.entry(n.expert_name(e));
+        EXPECT_EQ(numel(entry.shape), each) << n.expert_name(e);
+        EXPECT_EQ(entry.shape.size(), 2u) << n.expert_name(e);
+        std::vector<float> got(static_cast<size_t>(each));
+        st.read(n.expert_name(e), 0, got.size() * 4, got.data());
+        EXPECT_TRUE(std::equal(got.begin(), got.end(), v.begin() + e * each)) << n.expert_name(e);
+      }
+    }
+    EXPECT_EQ(res.tensors, expected) << hf_arch(c);
+    DcpExportOptions dcp;
+    dcp.out = d.path() + "/dcp";
+    try {
+      export_dcp(reader, dcp);
+      ADD_FAILURE() << "--dcp with Hugging Face names of routed experts";
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.where(), "--names") << e.what();
+    }
+    dcp.hf_names = false;
+    EXPECT_NO_THROW(export_dcp(reader, dcp));
+  }
 }
 
 }  // namespace

@@ -49,7 +49,8 @@ const fs::path kOracle = fs::path(FULLSHARD_SOURCE_DIR) / "tests" / "data" / "or
 // reference.safetensors of one case.
 class Reference {
  public:
-  explicit Reference(const fs::path& dir) : r_((dir / "reference.safetensors").string()) {}
+  explicit Reference(const fs::path& dir, const char* file = "reference.safetensors")
+      : r_((dir / file).string()) {}
   bool has(const std::string& name) const { return r_.header().find(name) != nullptr; }
   std::vector<float> f32(const std::string& name) const {
     const auto bytes = r_.read_all(name);
@@ -91,15 +92,37 @@ Scenario case_scenario(const fs::path& dir, int world, const Edit& edit, int tp 
   return parse_scenario(j, dir.string());
 }
 
-// fullshard's parameter `fqn` in the reference's layout (GPT-2's Conv1D weights are [in, out]).
-std::vector<float> hf_layout(const Scenario& s, const std::string& fqn, const std::vector<float>& v,
-                             std::string* hf_name) {
-  const std::string arch = s.model.arch == ModelArch::kLlama ? "llama" : "gpt2";
-  const auto hf = hf_tensor_name(arch, fqn);
+// The reference's tensor `prefix` + the Hugging Face name of parameter `fqn` in fullshard's layout:
+// a routed experts' weight stacks its experts' tensors (NOTE [Hugging Face names of experts]).
+std::vector<float> reference_of(const Reference& ref, const std::string& prefix,
+                                const Scenario& s, const std::string& fqn, int64_t experts) {
+  const auto hf = hf_tensor_name(hf_arch(s.model), fqn);
   EXPECT_TRUE(hf.has_value()) << fqn;
-  if (!hf) return v;
-  *hf_name = hf->name;
-  if (!hf->transpose) return v;
+  if (!hf) return {};
+  if (!hf->per_expert) return ref.f32(prefix + hf->name);
+  std::vector<float> v;
+  for (int64_t e = 0; e < experts; ++e) {
+    const auto one = ref.f32(prefix + hf->expert_name(e));
+    v.insert(v.end(), one.begin(), one.end());
+  }
+  return v;
+}
+
+// The global dim 0 of parameter `fqn` (a routed experts' weight: its expert count).
+int64_t dim0_of(const Scenario& s, const std::string& fqn) {
+  Transformer model(s.model);
+  int64_t d0 = 0;
+  model.root().for_each_param([&](Param& p) {
+    if (p.fqn == fqn) d0 = p.global_shape().at(0);
+  });
+  return d0;
+}
+
+// fullshard's parameter `fqn` in the reference's layout (GPT-2's Conv1D weights are [in, out]).
+std::vector<float> hf_layout(const Scenario& s, const std::string& fqn, const std::vector<float>& v) {
+  const auto hf = hf_tensor_name(hf_arch(s.model), fqn);
+  EXPECT_TRUE(hf.has_value()) << fqn;
+  if (!hf || !hf->transpose) return v;
   Transformer model(s.model);
   Shape shape;
   model.root().for_each_param([&](Param& p) {
@@ -217,19 +240,20 @@ void check_case(const std::string& name, int world, const Tolerance& tol, const 
     EXPECT_NEAR(run.mean_loss[k], loss[k], rtol * std::abs(loss[k])) << "loss of step " << k;
   }
 
-  const Reference init_ref(kOracle / (name.find("gpt2") == 0 ? "gpt2" : "llama"));
-  SafetensorsReader init((s.model_weights));
+  const Reference init(fs::path(s.model_weights).parent_path(),
+                       fs::path(s.model_weights).filename().c_str());
   double worst_grad = 0, worst_loss = 0;
   for (size_t k = 0; k < loss.size(); ++k)
     worst_loss = std::max(worst_loss, std::abs(run.mean_loss[k] / loss[k] - 1));
   for (const auto& [fqn, grad] : run.grads) {
-    std::string hf;
-    const auto g = hf_layout(s, fqn, grad, &hf);
-    const auto want = ref.f32("grad/" + hf);
+    const auto g = hf_layout(s, fqn, grad);
+    const int64_t d0 = dim0_of(s, fqn);
+    const auto want = reference_of(ref, "grad/", s, fqn, d0);
     ASSERT_EQ(g.size(), want.size()) << fqn;
     if (tol.bf16) {
       const double allowed =
-          std::max(tol.floor, tol.factor * norm_relative(fp32->f32("grad/" + hf), want));
+          std::max(tol.floor, tol.factor * norm_relative(reference_of(*fp32, "grad/", s, fqn, d0),
+                                                         want));
       EXPECT_LE(norm_relative(g, want), allowed) << "gradient of " << fqn;
       worst_grad = std::max(worst_grad, norm_relative(g, want) / allowed);
       continue;
@@ -249,13 +273,11 @@ void check_case(const std::string& name, int world, const Tolerance& tol, const 
     return;  // the variants store gradients only
   double worst_update = 0;
   for (const auto& [fqn, param] : run.params) {
-    std::string hf;
-    const auto p = hf_layout(s, fqn, param, &hf);
-    const auto want = ref.f32("param/" + hf);
+    const auto p = hf_layout(s, fqn, param);
+    const int64_t d0 = dim0_of(s, fqn);
+    const auto want = reference_of(ref, "param/", s, fqn, d0);
     // The update relative to the initial weights (NOTE [Oracle tolerances]).
-    const auto bytes = init.read_all(hf);
-    std::vector<float> p0(bytes.size() / 4);
-    std::memcpy(p0.data(), bytes.data(), bytes.size());
+    const auto p0 = reference_of(init, "", s, fqn, d0);
     ASSERT_EQ(p.size(), want.size()) << fqn;
     std::vector<float> du(p.size()), dw(p.size());
     for (size_t i = 0; i < p.size(); ++i) {
@@ -294,6 +316,44 @@ TEST_P(CpuOracle, Gpt2Bf16) { check_case("gpt2-bf16", GetParam(), {true, 2e-3});
 // (measured: logits 2e-7 apart, the losses equal, every gradient within 1e-6).
 TEST(CpuOracle, LlamaFloat8OneRank) {
   check_case("llama-float8", 1, {true, 1e-5, 1e-3, 0.1, "llama"});
+}
+
+// Mixture-of-experts (tools/oracle/moe_oracle.py): Hugging Face's Mixtral, Qwen3-MoE and
+// DeepSeek-V3 (latent attention, a dense first layer, shared experts, sigmoid scores with
+// group-limited routing and the expert bias that torchtitan's pre-step hook moves) against the
+// CPU backend's torchtitan-style MoE, the hub's per-expert tensors loaded into its grouped ones.
+TEST_P(CpuOracle, MixtralFp32) { check_case("mixtral", GetParam(), {}); }
+TEST_P(CpuOracle, Qwen3MoeFp32) { check_case("qwen3-moe", GetParam(), {}); }
+TEST_P(CpuOracle, DeepseekV3Fp32) { check_case("deepseek-v3", GetParam(), {}); }
+
+// Expert parallelism: the experts split over ep ranks (all-to-all dispatch and combine), the
+// rest of each rank's experts FSDP-sharded (Shard(1) where efsdp exceeds the local experts).
+TEST(CpuOracle, MoeExpertParallel) {
+  const auto ep = [](int degree) {
+    return [degree](json& j) { j["expert_parallel"] = {{"degree", degree}}; };
+  };
+  check_case("mixtral", 4, {}, ep(2));
+  check_case("mixtral", 4, {}, ep(4));
+  check_case("qwen3-moe", 2, {}, ep(2));
+  check_case("deepseek-v3", 4, {}, ep(4));
+}
+
+// NOTE [Rotary pairing of weight files] (runner/init_weights.cc): Hugging Face weights in the
+// other RoPE pairing are refused, naming the field and the setting that fits them.
+TEST(CpuOracle, WeightsOfTheOtherRopePairingAreRefused) {
+  const std::pair<const char*, const char*> cases[] = {{"llama", "complex"},
+                                                       {"deepseek-v3", "fused"}};
+  for (const auto& [name, rope] : cases) {
+    const Scenario s = case_scenario(kOracle / name, 1, [rope = rope](json& j) {
+      j["model"]["implementation"] = {{"rope", rope}};
+    });
+    try {
+      runner::validate_init_weights(s.model_weights, s, "model.weights");
+      ADD_FAILURE() << name << " weights accepted with rope " << rope;
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.where(), "model.implementation.rope") << e.what();
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, CpuOracle, ::testing::Values(1, 2, 3, 4),
@@ -376,8 +436,8 @@ TEST(CpuOracle, LogitsReadoutChangesNothing) {
 
 // The references record what produced them.
 TEST(CpuOracle, ReferencesNameTheirVersions) {
-  for (const char* c :
-       {"llama", "gpt2", "llama-rope-scaling", "llama-bf16", "gpt2-bf16", "llama-float8"}) {
+  for (const char* c : {"llama", "gpt2", "llama-rope-scaling", "llama-bf16", "gpt2-bf16",
+                        "llama-float8", "mixtral", "qwen3-moe", "deepseek-v3"}) {
     const Reference r(kOracle / c);
     EXPECT_FALSE(r.meta("torch").empty()) << c;
     EXPECT_FALSE(r.meta("transformers").empty()) << c;

@@ -122,11 +122,12 @@ def loss_of(model, tokens, labels):
     return loss, logits
 
 
-def train(model, batches, compute_dtype):
+def train(model, batches, compute_dtype, pre_step=None):
     """STEPS steps of fullshard's TrainingProgram::run_step on one rank: forward and backward
     (with FSDP2's MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) when compute_dtype
     is bf16: a bf16 copy of the fp32 parameters computes, its gradients are cast to fp32),
-    clip_grad_norm_, AdamW (for-loop implementation, as torch picks on CPU), zero_grad."""
+    clip_grad_norm_, AdamW (for-loop implementation, as torch picks on CPU), zero_grad.
+    pre_step(): called after clipping, before each optimizer step (an optimizer step pre-hook)."""
     params = dict(model.named_parameters())
     opt = torch.optim.AdamW(params.values(), lr=OPT["lr"], betas=(OPT["beta1"], OPT["beta2"]),
                             eps=OPT["eps"], weight_decay=OPT["weight_decay"], foreach=False)
@@ -151,6 +152,8 @@ def train(model, batches, compute_dtype):
         if first_grads is None:
             first_grads = {n: p.grad.detach().clone() for n, p in params.items()}
         norms.append(float(torch.nn.utils.clip_grad_norm_(list(params.values()), OPT["max_grad_norm"])))
+        if pre_step is not None:
+            pre_step()
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
