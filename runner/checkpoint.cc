@@ -83,6 +83,7 @@ CheckpointMetadata checkpoint_metadata(Backend& b, TrainingProgram& prog, const 
   CheckpointMetadata m;
   m.scenario = s.name;
   m.arch = hf_arch(s.model);
+  m.hf_rope_pairing_differs = hf_rope_pairing_differs(s.model);
   m.step = steps_done;
   m.next_step = steps_done;
   m.seed = s.training.seed;

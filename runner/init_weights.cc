@@ -118,32 +118,11 @@ struct Located {
   Stored t;  // with `experts`: expert 0's tensor
   bool transpose = false;
   std::vector<Stored> experts;  // a routed experts' weight stored per expert: E tensors
-  bool hf_named = false;        // found under its Hugging Face name
+  // Its Hugging Face rows in another RoPE pairing: row_order[r] is the file row of global row r
+  // (NOTE [Rotary pairing of weight files] in core/checkpoint/hf_names.h); empty: the same.
+  std::vector<int64_t> row_order;
 };
 
-// NOTE [Rotary pairing of weight files]: RoPE rotates pairs of q / k columns, and which columns
-// pair is a property of the weights: Hugging Face's Llama-family files pair column i with i + r/2
-// of each head (rotate_half; its conversion script permuted Meta's rows), DeepSeek-V3's files
-// (rope_interleave) pair 2i with 2i + 1, as torchtitan's complex RoPE does. fullshard's "fused" and
-// "rotate_half" RoPE pair by halves, "complex" adjacently. A file loaded into the other pairing
-// would train another model (the oracle measures a 3% loss difference on its Llama), so until
-// the rows are permuted on load, as torchtitan's state-dict adapters do, that is refused.
-void check_rope_pairing(const Scenario& s, const std::string& field) {
-  if (s.model.arch != ModelArch::kLlama) return;
-  const bool file_adjacent = hf_arch(s.model) == "deepseek_v3";
-  const bool model_adjacent = s.model.implementation.rope == RopeImpl::kComplex;
-  if (file_adjacent == model_adjacent) return;
-  const std::string rope = s.model.implementation.rope == RopeImpl::kComplex ? "complex"
-                           : s.model.implementation.rope == RopeImpl::kFused ? "fused"
-                                                                             : "rotate_half";
-  throw InputError(
-      "model.implementation.rope",
-      "is \"" + rope + "\" (" + (model_adjacent ? "adjacent" : "rotate-half") +
-          " column pairs), but the Hugging Face weights of " + field + " pair RoPE columns " +
-          (file_adjacent ? "adjacently (DeepSeek-V3's rope_interleave)" : "by halves (rotate_half)"),
-      file_adjacent ? "set model.implementation.rope to \"complex\""
-                    : "set model.implementation.rope to \"fused\" or \"rotate_half\"");
-}
 
 // Box `box` of the stored tensor, in its dtype, row-major.
 std::vector<uint8_t> read_stored(const Stored& t, const ChunkBox& box) {
@@ -194,7 +173,7 @@ std::optional<Located> try_locate(const WeightFiles& w, const Scenario& s, const
     if (c.per_expert) {  // E tensors [shape[1:]] (NOTE [Hugging Face names of experts])
       const auto first = w.find(c.expert_name(0));
       if (!first) continue;
-      Located l{*first, false, {}, true};
+      Located l{*first, false, {}, {}};
       const Shape each(shape.begin() + 1, shape.end());
       for (int64_t e = 0; e < shape[0]; ++e) {
         const auto t = w.find(c.expert_name(e));
@@ -215,7 +194,8 @@ std::optional<Located> try_locate(const WeightFiles& w, const Scenario& s, const
     const auto t = w.find(c.name);
     if (!t) continue;
     check_stored(*t, c.transpose ? Shape{shape[1], shape[0]} : shape, fqn);
-    return Located{*t, c.transpose, {}, c.name != fqn};
+    return Located{*t, c.transpose, {},
+                   c.name != fqn ? hf_rope_row_order(s.model, fqn, shape[0]) : std::vector<int64_t>{}};
   }
   return std::nullopt;
 }
@@ -263,6 +243,7 @@ std::vector<float> local_rows_of(const Param& param, const Located& l, const Ran
   };
   // The file's element (row, col) of our [out, in] layout (a Conv1D stores [in, out]).
   auto at = [&](int64_t row, int64_t col) {
+    if (!l.row_order.empty()) row = l.row_order[static_cast<size_t>(row)];
     return all[static_cast<size_t>(l.transpose ? col * grows + row : row * gcols + col)];
   };
   std::vector<float> values(static_cast<size_t>(rows * lcols));
@@ -286,14 +267,11 @@ void validate_init_weights(const std::string& path, const Scenario& s, const std
   const WeightFiles w(path, field);
   Transformer model(s.model);
   std::vector<std::pair<std::string, Shape>> located;  // name in the files, stored shape
-  bool hf_named = false;
   model.root().for_each_param([&](Param& p) {
     if (is_lora_adapter(p)) return;
     const Located l = locate(w, s, p.fqn, p.shape, field);
     located.push_back({l.t.name, l.t.shape});
-    hf_named = hf_named || l.hf_named;
   });
-  if (hf_named) check_rope_pairing(s, field);
   model.root().for_each_module([&](Module& m) {  // a buffer's tensor, if any, must fit
     for (const ModuleBuffer& buf : m.buffers)
       if (buf.persistent) try_locate(w, s, buf.fqn, buf.meta.shape);
@@ -323,10 +301,11 @@ void load_init_weights(Backend& b, TrainingProgram& prog, const Scenario& s,
         h[i] = local.meta.dtype == DType::kBFloat16 ? float_to_bf16(v[i]) : float_to_fp16(v[i]);
       b.copy_from_host(local, h.data());
     };
-    if (param.tp_blocks > 1 || (l.transpose && param.tp_degree > 1)) {
+    if (param.tp_blocks > 1 || (l.transpose && param.tp_degree > 1) || !l.row_order.empty()) {
       FULLSHARD_CHECK(l.experts.empty(), "init-from: per-expert tensors of a tp-split weight");
       // Not one box of the file's tensor (GPT-2's fused c_attn, NOTE [Fused qkv under tensor
-      // parallelism]; a Conv1D [in, out] under tp): read it whole, pick this rank's rows.
+      // parallelism]; a Conv1D [in, out] under tp; rotary rows in the other pairing): read it
+      // whole, pick this rank's rows.
       copy_in(local_rows_of(param, l, pieces));
       return;
     }
@@ -354,9 +333,7 @@ void load_init_weights(Backend& b, TrainingProgram& prog, const Scenario& s,
   for (OptimizerParam* p : params) {
     const Param& param = p->param();
     if (is_lora_adapter(param)) continue;
-    const Located l = locate(w, s, param.fqn, param.global_shape(), field);
-    if (l.hf_named) check_rope_pairing(s, field);  // NOTE [Rotary pairing of weight files]
-    load_into(param, l, p->local_tensor().ref());
+    load_into(param, locate(w, s, param.fqn, param.global_shape(), field), p->local_tensor().ref());
   }
   // Persistent buffers (DeepSeek-V3's expert bias, HF's e_score_correction_bias) are whole on
   // every rank; weights without one leave it at its init (zeros), as torchtitan's init does.

@@ -102,6 +102,7 @@ CheckpointMetadata parse(const nlohmann::json& j) {
   std::vector<std::string> accepted = known;
   accepted.push_back("data");   // optional: token data sets only
   accepted.push_back("adamw");  // optional: the run's AdamW hyperparameters
+  accepted.push_back("hf_rope_pairing_differs");  // optional: true only
   jr::reject_unknown_fields(j, "", accepted);
   for (const auto& k : known)
     jr::require_field(j, "", k, "the metadata is damaged or not a fullshard checkpoint");
@@ -117,6 +118,9 @@ CheckpointMetadata parse(const nlohmann::json& j) {
                      "use the fullshard that wrote the checkpoint");
   m.scenario = jr::get_string(j["scenario"], "scenario", "\"tiny\"");
   m.arch = jr::get_choice(j["arch"], "arch", {"llama", "gpt2", "mixtral", "qwen3_moe", "deepseek_v3"});
+  if (j.contains("hf_rope_pairing_differs"))
+    m.hf_rope_pairing_differs =
+        jr::get_bool(j["hf_rope_pairing_differs"], "hf_rope_pairing_differs");
   m.step = jr::get_int(j["step"], "step", 0, kMaxI, "3");
   m.next_step = jr::get_int(j["next_step"], "next_step", 0, kMaxI, "3");
   const auto& seed = j["seed"];
@@ -249,6 +253,7 @@ nlohmann::json metadata_to_json(const CheckpointMetadata& m) {
   j["version"] = kCheckpointFormatVersion;  // chunks are always written as boxes
   j["scenario"] = m.scenario;
   j["arch"] = m.arch;
+  if (m.hf_rope_pairing_differs) j["hf_rope_pairing_differs"] = true;
   j["step"] = m.step;
   j["next_step"] = m.next_step;
   j["seed"] = m.seed;

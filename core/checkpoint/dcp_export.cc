@@ -36,6 +36,7 @@ std::vector<uint8_t> transpose_box(ChunkBox& b, const std::vector<uint8_t>& in, 
 
 DcpExportResult export_dcp(CheckpointReader& reader, const DcpExportOptions& o) {
   const CheckpointMetadata& m = reader.metadata();
+  check_hf_export(m, o.hf_names);
   std::error_code ec;
   fs::create_directories(o.out, ec);
   if (ec || !fs::is_directory(o.out))

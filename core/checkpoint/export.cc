@@ -72,8 +72,19 @@ HfTensorName export_name(const std::string& arch, const std::string& fqn, bool h
   return *n;
 }
 
+void check_hf_export(const CheckpointMetadata& m, bool hf_names) {
+  if (!hf_names || !m.hf_rope_pairing_differs) return;
+  throw InputError("--names",
+                   "hf for a " + m.arch + " checkpoint whose RoPE pairs q / k columns " +
+                       (m.arch == "deepseek_v3" ? "by halves (rope \"fused\" or \"rotate_half\")"
+                                                : "adjacently (rope \"complex\")") +
+                       ", unlike Hugging Face's files; the rows are not permuted on export",
+                   "export with --names fullshard");
+}
+
 ExportResult export_safetensors(CheckpointReader& reader, const ExportOptions& o) {
   const CheckpointMetadata& m = reader.metadata();
+  check_hf_export(m, o.hf_names);
   std::vector<Planned> plan;
   for (const auto& t : m.tensors) {
     if (t.name.rfind(kParamPrefix, 0) != 0) continue;  // optimizer state is not part of the weights

@@ -31,5 +31,8 @@ ExportResult export_safetensors(CheckpointReader& reader, const ExportOptions& o
 
 // The exported name and whether the layout is transposed, for parameter `fqn`.
 HfTensorName export_name(const std::string& arch, const std::string& fqn, bool hf_names);
+// Refuses Hugging Face names for a checkpoint whose RoPE pairing is not its files' (NOTE [Rotary
+// pairing of weight files] in core/checkpoint/hf_names.h; the rows are not permuted on export).
+void check_hf_export(const CheckpointMetadata& m, bool hf_names);
 
 }  // namespace fullshard

@@ -157,4 +157,43 @@ std::optional<HfTensorName> hf_tensor_name(const std::string& arch, const std::s
   return std::nullopt;
 }
 
+bool hf_rope_pairing_differs(const ModelConfig& c) {
+  if (c.arch != ModelArch::kLlama) return false;
+  const bool file_adjacent = hf_arch(c) == "deepseek_v3";
+  return file_adjacent != (c.implementation.rope == RopeImpl::kComplex);
+}
+
+std::vector<int64_t> hf_rope_row_order(const ModelConfig& c, const std::string& fqn,
+                                       int64_t rows) {
+  if (!hf_rope_pairing_differs(c)) return {};
+  static const std::regex block(R"(layers\.[0-9]+\.(.+))");
+  std::smatch m;
+  if (!std::regex_match(fqn, m, block)) return {};
+  const std::string ours = m[1].str();
+  int64_t period = 0, offset = 0, r = 0;  // each `period` rows: rotary rows [offset, offset + r)
+  if (c.mla.enabled()) {
+    const MlaConfig& a = c.mla;
+    if (ours == "attention.wq.weight" || ours == "attention.wq_b.weight") {
+      period = a.qk_head_dim(), offset = a.qk_nope_head_dim, r = a.qk_rope_head_dim;
+    } else if (ours == "attention.wkv_a.weight") {
+      period = a.kv_lora_rank + a.qk_rope_head_dim, offset = a.kv_lora_rank, r = a.qk_rope_head_dim;
+    }
+  } else {
+    for (const char* n : {"attention.wq.weight", "attention.wk.weight", "attention.wq.bias",
+                          "attention.wk.bias", "attention.q_norm.weight", "attention.k_norm.weight"})
+      if (ours == n) period = r = c.head_dim();
+  }
+  if (period == 0 || rows % period != 0 || r % 2 != 0) return {};
+  const bool model_adjacent = c.implementation.rope == RopeImpl::kComplex;
+  std::vector<int64_t> order(static_cast<size_t>(rows));
+  for (int64_t row = 0; row < rows; ++row) order[static_cast<size_t>(row)] = row;
+  for (int64_t p = 0; p < rows; p += period)
+    for (int64_t i = 0; i < r / 2; ++i)
+      for (int64_t j = 0; j < 2; ++j) {
+        const int64_t adjacent = p + offset + 2 * i + j, half = p + offset + j * (r / 2) + i;
+        order[static_cast<size_t>(model_adjacent ? adjacent : half)] = model_adjacent ? half : adjacent;
+      }
+  return order;
+}
+
 }  // namespace fullshard

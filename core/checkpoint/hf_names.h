@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace fullshard {
 
@@ -48,5 +49,19 @@ std::string hf_arch(const ModelConfig& c);
 // The Hugging Face name of parameter (or persistent buffer) `fqn` of a model whose hf_arch is
 // `arch`; nullopt for a name with no Hugging Face counterpart.
 std::optional<HfTensorName> hf_tensor_name(const std::string& arch, const std::string& fqn);
+
+// NOTE [Rotary pairing of weight files]: RoPE rotates pairs of q / k columns, and which columns
+// pair is a property of the weights: Hugging Face's Llama-family files pair column i with i + r/2
+// of each head's r rotary columns (rotate_half; its conversion script permuted Meta's rows),
+// DeepSeek-V3's files (rope_interleave) pair 2i with 2i + 1, as torchtitan's complex RoPE does.
+// fullshard's "fused" and "rotate_half" RoPE pair by halves, "complex" adjacently. So a file
+// loaded into the other pairing has its rotary rows permuted within each head, as torchtitan's
+// state-dict adapters permute q / k: q / k weights and biases and Qwen3's q / k norms per head;
+// MLA's wq / wq_b rope rows of each head and wkv_a's k_pe rows.
+// Whether model `c` pairs RoPE columns otherwise than its Hugging Face files do.
+bool hf_rope_pairing_differs(const ModelConfig& c);
+// For each row of parameter `fqn` ([rows, ...] or [rows]) of model `c`, the row of its Hugging
+// Face tensor that holds it; empty when they are the same rows (no permutation).
+std::vector<int64_t> hf_rope_row_order(const ModelConfig& c, const std::string& fqn, int64_t rows);
 
 }  // namespace fullshard

@@ -69,6 +69,7 @@ std::map<std::string, std::vector<float>> save_model(const std::string& root, co
   begin_checkpoint(root, 1, "test");
   CheckpointMetadata m;
   m.arch = hf_arch(c);
+  m.hf_rope_pairing_differs = hf_rope_pairing_differs(c);
   m.step = m.next_step = 1;
   m.world_size = m.shard = world;
   std::map<std::string, std::vector<float>> values;
@@ -159,7 +160,7 @@ TEST(CheckpointExport, LlamaShardedLayoutAndFullshardNames) {
   EXPECT_EQ(ours.entry("layers.1.attention.wq.weight").shape, (Shape{4, 4}));
 }
 
-// NOTE [Hugging Face names of experts]: the MoE and MLA models of the zoo, and a Mixtral, name
+// The MoE and MLA models of the zoo, and a Mixtral, name
 // every parameter uniquely; routed experts are per-expert names.
 ModelConfig tiny_mixtral() {
   ModelConfig c = *find_model("tiny-moe");
@@ -208,7 +209,9 @@ TEST(HfNames, MoeAndLatentAttentionModelsNameEveryParameter) {
 // Export with Hugging Face names writes a routed experts' weight as E tensors, expert e's slice
 // [e] each, as the hub's files hold them; --dcp refuses that naming for them.
 TEST(CheckpointExport, RoutedExpertsAsOneTensorPerExpert) {
-  for (const ModelConfig& c : {*find_model("tiny-deepseek"), tiny_mixtral()}) {
+  ModelConfig deepseek = *find_model("tiny-deepseek");
+  deepseek.implementation.rope = RopeImpl::kComplex;  // DeepSeek-V3's files' RoPE pairing
+  for (const ModelConfig& c : {deepseek, tiny_mixtral()}) {
     TempDir d;
     const auto values = save_model(d.path(), c);
     CheckpointReader reader(resolve_checkpoint(d.path(), "test"));
@@ -249,6 +252,46 @@ TEST(CheckpointExport, RoutedExpertsAsOneTensorPerExpert) {
     dcp.hf_names = false;
     EXPECT_NO_THROW(export_dcp(reader, dcp));
   }
+}
+
+// (NOTE [Rotary pairing of weight files] in core/checkpoint/hf_names.h) A Llama trained with complex RoPE pairs q / k columns
+// adjacently, unlike Hugging Face's files; its checkpoint says so and HF-name export is refused
+// (fullshard names still export). The permutation on load: the rows of every head move.
+TEST(CheckpointExport, OtherRopePairingIsRecordedAndRefusedForHfNames) {
+  ModelConfig c = tiny(ModelArch::kLlama);
+  c.implementation.rope = RopeImpl::kComplex;
+  TempDir d;
+  save_model(d.path(), c);
+  CheckpointReader reader(resolve_checkpoint(d.path(), "test"));
+  EXPECT_TRUE(reader.metadata().hf_rope_pairing_differs);
+  ExportOptions o;
+  o.out = d.path() + "/model.safetensors";
+  try {
+    export_safetensors(reader, o);
+    ADD_FAILURE() << "HF names for a complex-RoPE Llama";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.where(), "--names") << e.what();
+  }
+  o.hf_names = false;
+  EXPECT_NO_THROW(export_safetensors(reader, o));
+  // head_dim 2 (dim 4, 2 heads): adjacent row 2i + j <- half row j + i, per head.
+  EXPECT_EQ(hf_rope_row_order(c, "layers.0.attention.wq.weight", 4),
+            (std::vector<int64_t>{0, 1, 2, 3}));
+  c.dim = 8;  // head_dim 4
+  EXPECT_EQ(hf_rope_row_order(c, "layers.0.attention.wk.weight", 4),
+            (std::vector<int64_t>{0, 2, 1, 3}));
+  EXPECT_EQ(hf_rope_row_order(c, "layers.0.attention.wo.weight", 8), std::vector<int64_t>{});
+  c.implementation.rope = RopeImpl::kFused;
+  EXPECT_EQ(hf_rope_row_order(c, "layers.0.attention.wk.weight", 4), std::vector<int64_t>{});
+  // DeepSeek-V3 (adjacent files) under fused RoPE: only each head's rope rows [nope, nope + r).
+  ModelConfig ds = *find_model("tiny-deepseek");
+  const auto order = hf_rope_row_order(ds, "layers.1.attention.wkv_a.weight",
+                                       ds.mla.kv_lora_rank + ds.mla.qk_rope_head_dim);
+  ASSERT_EQ(order.size(), static_cast<size_t>(ds.mla.kv_lora_rank + 8));
+  const int64_t k0 = ds.mla.kv_lora_rank;
+  for (int64_t r = 0; r < k0; ++r) EXPECT_EQ(order[static_cast<size_t>(r)], r);
+  EXPECT_EQ((std::vector<int64_t>(order.begin() + k0, order.end())),
+            (std::vector<int64_t>{k0, k0 + 2, k0 + 4, k0 + 6, k0 + 1, k0 + 3, k0 + 5, k0 + 7}));
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // PyTorch as the numerics oracle (issue 12, item 4): tools/oracle/oracle.py trained tiny
-// Hugging Face LlamaForCausalLM / GPT2LMHeadModel models 3 steps in PyTorch and stored the
+// Hugging Face LlamaForCausalLM / GPT2LMHeadModel models (tools/oracle/moe_oracle.py: Mixtral,
+// Qwen3-MoE and DeepSeek-V3 mixtures of experts) 3 steps in PyTorch and stored the
 // weights, batches, losses, first-step gradients and final parameters under
 // tests/data/oracle/. Here the same scenario (model.hf_config + model.weights) trains on the
 // CPU backend, on 1 rank and sharded over 2, 3 and 4 ranks, and must compute what PyTorch
@@ -118,10 +119,20 @@ int64_t dim0_of(const Scenario& s, const std::string& fqn) {
   return d0;
 }
 
-// fullshard's parameter `fqn` in the reference's layout (GPT-2's Conv1D weights are [in, out]).
+// fullshard's parameter `fqn` in the reference's layout (GPT-2's Conv1D weights are [in, out];
+// rotary rows of the other RoPE pairing move back: NOTE [Rotary pairing of weight files]).
 std::vector<float> hf_layout(const Scenario& s, const std::string& fqn, const std::vector<float>& v) {
   const auto hf = hf_tensor_name(hf_arch(s.model), fqn);
   EXPECT_TRUE(hf.has_value()) << fqn;
+  const int64_t rows = dim0_of(s, fqn);
+  if (const auto order = hf_rope_row_order(s.model, fqn, rows); !order.empty()) {
+    const size_t cols = v.size() / static_cast<size_t>(rows);
+    std::vector<float> out(v.size());
+    for (size_t r = 0; r < order.size(); ++r)
+      std::copy_n(v.begin() + static_cast<std::ptrdiff_t>(r * cols), cols,
+                  out.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(order[r]) * cols));
+    return out;
+  }
   if (!hf || !hf->transpose) return v;
   Transformer model(s.model);
   Shape shape;
@@ -338,22 +349,18 @@ TEST(CpuOracle, MoeExpertParallel) {
   check_case("deepseek-v3", 4, {}, ep(4));
 }
 
-// NOTE [Rotary pairing of weight files] (runner/init_weights.cc): Hugging Face weights in the
-// other RoPE pairing are refused, naming the field and the setting that fits them.
-TEST(CpuOracle, WeightsOfTheOtherRopePairingAreRefused) {
-  const std::pair<const char*, const char*> cases[] = {{"llama", "complex"},
-                                                       {"deepseek-v3", "fused"}};
-  for (const auto& [name, rope] : cases) {
-    const Scenario s = case_scenario(kOracle / name, 1, [rope = rope](json& j) {
-      j["model"]["implementation"] = {{"rope", rope}};
-    });
-    try {
-      runner::validate_init_weights(s.model_weights, s, "model.weights");
-      ADD_FAILURE() << name << " weights accepted with rope " << rope;
-    } catch (const InputError& e) {
-      EXPECT_EQ(e.where(), "model.implementation.rope") << e.what();
-    }
-  }
+// NOTE [Rotary pairing of weight files] (core/checkpoint/hf_names.h): Hugging Face weights load
+// into the other RoPE pairing with their rotary rows permuted, and train the same model: a
+// Llama (q / k weights; also split over tp) and Qwen3-MoE (and their q / k norms) under
+// torchtitan's complex RoPE, DeepSeek-V3 (MLA's rope rows) under the fused kernel's halves.
+TEST(CpuOracle, WeightsLoadIntoTheOtherRopePairing) {
+  const auto rope = [](const char* r) {
+    return [r](json& j) { j["model"]["implementation"] = {{"rope", r}}; };
+  };
+  check_case("llama", 2, {}, rope("complex"));
+  check_case("llama", 4, {}, rope("complex"), 2);
+  check_case("qwen3-moe", 1, {}, rope("complex"));
+  check_case("deepseek-v3", 2, {}, rope("fused"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, CpuOracle, ::testing::Values(1, 2, 3, 4),

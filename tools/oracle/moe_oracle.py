@@ -196,8 +196,8 @@ def main():
     write_moe_case(out_dir, "qwen3-moe", make_qwen3_moe(), {})
     write_moe_case(out_dir, "deepseek-v3", make_deepseek_v3(),
                    {"model": {"moe": {"load_balance_coeff": COEFF},
-                              # the file's adjacent rope pairs (NOTE [Rotary pairing of weight
-                              # files] in runner/init_weights.cc)
+                              # torchtitan's RoPE, the file's adjacent pairs (NOTE [Rotary
+                              # pairing of weight files] in core/checkpoint/hf_names.h)
                               "implementation": {"rope": "complex"}}}, bias_coeff=COEFF)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")
 
