@@ -216,6 +216,15 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
     if (bias && !o.init_from.empty()) refuse("--init-from");
     if (bias && !s.model_weights.empty()) refuse("model.weights");
   }
+  // The auxiliary load-balancing loss (NOTE [Auxiliary load-balancing loss] in
+  // core/model/moe_aux_loss.h): CPU kernels only (cuda::has_kernel leaves them out).
+  if (s.model.moe.enabled() && s.model.moe.load_balance == MoeLoadBalance::kAuxLoss &&
+      kind.name != "cpu")
+    throw InputError("model.moe.load_balance",
+                     fmt::format("is \"aux_loss\", whose ops the {} backend has no kernels for "
+                                 "yet",
+                                 kind.name),
+                     "train it with --backend cpu, or simulate it (docs/moe.md)");
   // Multi-head latent attention: the CPU backend's attention takes v's own head size; the CUDA
   // attention kernels do not yet (backends/cuda/kernels/plan.cc refuses the op too).
   if (s.model.mla.enabled()) {

@@ -37,12 +37,16 @@ inline bool is_moe_kind(OpKind kind) {
   }
 }
 
-// DeepSeek-V3's aux-loss-free load balancing and group-limited routing (NOTE [Expert bias] in
-// core/model/expert_bias.h): the CPU backend runs them; the CUDA backend has no kernel yet and
-// the launcher refuses model.moe.load_balance "expert_bias" and num_expert_groups > 1 there.
+// Load balancing: DeepSeek-V3's aux-loss-free expert bias and group-limited routing (NOTE
+// [Expert bias] in core/model/expert_bias.h) and the auxiliary loss (NOTE [Auxiliary
+// load-balancing loss] in core/model/moe_aux_loss.h): the CPU backend runs them; the CUDA
+// backend has no kernel yet and the launcher refuses model.moe.load_balance "expert_bias" /
+// "aux_loss" and num_expert_groups > 1 there.
 inline bool is_load_balance_kind(OpKind kind) {
   return kind == OpKind::kRouterChoice || kind == OpKind::kGatherScores ||
-         kind == OpKind::kExpertLoadStack || kind == OpKind::kExpertBiasUpdate;
+         kind == OpKind::kExpertLoadStack || kind == OpKind::kExpertBiasUpdate ||
+         kind == OpKind::kAddSumRows || kind == OpKind::kMoeAuxLoss ||
+         kind == OpKind::kMoeAuxLossBackward;
 }
 
 // torchao's float8 kinds (docs/float8.md).

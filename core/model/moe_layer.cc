@@ -107,11 +107,12 @@ void check_recorded_call(const std::vector<std::vector<int64_t>>& h, int self, i
 // from the router on a real backend; with max receive buffers (NOTE [Receive buffers]) the
 // dispatch output and all after it are sized for the most a rank can receive.
 Value moe_forward(ExecContext& c, Module& moe, Value x, const ModelConfig& cfg,
-                  const ExpertParallel& ep, Tensor* kept_indices) {
+                  const ExpertParallel& ep, Tensor* kept_indices, MoeAuxLoss* aux) {
   const MoeConfig& m = cfg.moe;
-  FULLSHARD_CHECK(!m.score_before_experts && !m.shared_expert_gate &&
-                      m.load_balance != MoeLoadBalance::kAuxLoss,
+  FULLSHARD_CHECK(!m.score_before_experts && !m.shared_expert_gate,
                   moe.fqn + ": MoE variant not built (check_moe refuses it)");
+  FULLSHARD_CHECK((m.load_balance == MoeLoadBalance::kAuxLoss) == (aux && aux->enabled()),
+                  moe.fqn + ": the aux-loss state does not match model.moe.load_balance");
   const std::string& n = moe.fqn;
   const int64_t D = cfg.dim, E = m.num_experts, K = m.top_k;
   const Shape in_shape = x.t.shape();
@@ -125,6 +126,7 @@ Value moe_forward(ExecContext& c, Module& moe, Value x, const ModelConfig& cfg,
   Value scores = m.score_func == MoeScoreFunc::kSoftmax
                      ? ops::moe::softmax(c, std::move(s32), n + ".router.softmax")
                      : ops::moe::sigmoid(c, std::move(s32), n + ".router.sigmoid");
+  if (aux) scores = moe_aux_loss_scores(c, *aux, std::move(scores), n + ".router.aux_probs");
   const bool bias = m.load_balance == MoeLoadBalance::kExpertBias;
   Value top_scores;
   Tensor selected, choice, discarded;  // the last two: router locals (NOTE [Expert bias])
@@ -157,6 +159,8 @@ Value moe_forward(ExecContext& c, Module& moe, Value x, const ModelConfig& cfg,
     add.flops = static_cast<double>(E);
     add.bytes = 3.0 * static_cast<double>(acc.nbytes());
     c.launch(add);
+  } else if (aux) {  // NOTE [Auxiliary load-balancing loss] in moe_aux_loss.h
+    moe_aux_loss_counts(c, *aux, router_counts, n + ".router.aux_counts.add_");
   } else {
     router_counts = Tensor();  // freed at once (the buffer is not modelled without the bias)
   }

@@ -3,6 +3,7 @@
 // module tree and its forward over the ops of moe_ops.h, with ep = 1 (no all-to-all yet).
 #include "core/model/autograd.h"
 #include "core/model/model_config.h"
+#include "core/model/moe_aux_loss.h"
 #include "core/model/moe_dispatch.h"
 
 namespace fullshard {
@@ -21,7 +22,10 @@ Module* add_moe_module(Module& block, const ModelConfig& c, const ExpertParallel
 // With ep > 1 the experts' call dispatches and combines over ep (NOTE [Expert-parallel
 // dispatch] in moe_layer.cc); `kept_indices` is the experts' ExpertParallel.permuted_indices,
 // an attribute that lives from one forward of the layer to the next.
+// `aux`: the auxiliary load-balancing loss's state (NOTE [Auxiliary load-balancing loss] in
+// moe_aux_loss.h), with load_balance "aux_loss".
 Value moe_forward(ExecContext& c, Module& moe, Value x, const ModelConfig& cfg,
-                  const ExpertParallel& ep = {}, Tensor* kept_indices = nullptr);
+                  const ExpertParallel& ep = {}, Tensor* kept_indices = nullptr,
+                  MoeAuxLoss* aux = nullptr);
 
 }  // namespace fullshard

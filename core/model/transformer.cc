@@ -122,6 +122,7 @@ void Transformer::build() {
       root_.add_child("output", "Linear");
       has_output_module_ = true;
     }
+    add_moe_aux_loss_buffers(root_, c.moe);  // NOTE [Auxiliary load-balancing loss]
   } else {
     Module* lnf = root_.add_child("ln_f", "LayerNorm");
     lnf->add_param("weight", {D});
@@ -305,7 +306,8 @@ Value Transformer::block_forward(ExecContext& c, Module& b, Value x, int64_t bat
     Value hn = rms_norm(c, h, b.child("ffn_norm").param("weight"), n + ".ffn_norm");
     if (Module* moe = find_child(b, "moe")) {  // core/model/moe_layer.h
       Value f = c.call_module(*moe, std::move(hn), [&](ExecContext& cc, Value v) {
-        return moe_forward(cc, *moe, std::move(v), cfg, ep_, &ep_permuted_indices_[moe]);
+        return moe_forward(cc, *moe, std::move(v), cfg, ep_, &ep_permuted_indices_[moe],
+                           aux_.enabled() ? &aux_ : nullptr);
       });
       return ops::add(c, std::move(h), std::move(f), n + ".residual_ffn");
     }

@@ -9,6 +9,7 @@
 #include "core/model/context_parallel.h"
 #include "core/model/ops.h"
 #include "core/model/model_config.h"
+#include "core/model/moe_aux_loss.h"
 #include "core/model/moe_dispatch.h"
 #include "core/model/tensor_parallel.h"
 
@@ -44,6 +45,9 @@ class Transformer {
   const ContextParallel& context_parallel() const { return cp_; }
   const ModelConfig& config() const { return config_; }
   Module& root() { return root_; }
+  // The auxiliary load-balancing loss's state (NOTE [Auxiliary load-balancing loss] in
+  // core/model/moe_aux_loss.h): set once the root's buffers are allocated; disabled otherwise.
+  MoeAuxLoss& moe_aux_loss() { return aux_; }
   const std::vector<Module*>& blocks() const { return blocks_; }
 
   // tokens and labels: [B, S] int64. Returns the mean cross-entropy loss (fp32 scalar).
@@ -87,6 +91,7 @@ class Transformer {
   ContextParallel cp_;
   // Each MoE layer's ExpertParallel.permuted_indices (NOTE [Expert-parallel dispatch]).
   std::map<const Module*, Tensor> ep_permuted_indices_;
+  MoeAuxLoss aux_;
   Module root_;
   std::vector<Module*> blocks_;
   Param* output_weight_ = nullptr;  // the embedding's weight when tied

@@ -180,6 +180,38 @@ ExpertLoadArgs ExpertLoadArgs::decode(const OpCall& op) {
   return a;
 }
 
+AuxLossArgs AuxLossArgs::decode(const OpCall& op) {
+  check_table_arity(op);
+  FULLSHARD_CHECK(op.iargs.size() == 2 && op.iargs[0] >= 0 && op.iargs[1] >= 1 &&
+                      op.fargs.size() == 1,
+                  op_where(op) + "needs iargs = {tokens, experts}, fargs = {value}");
+  const AuxLossArgs a{op.iargs[0], op.iargs[1], op.fargs[0]};
+  auto f32 = [](const TensorMeta& m, int64_t n) {
+    return m.dtype == DType::kFloat32 && m.numel() == n;
+  };
+  auto same = [](const TensorRef& a, const TensorRef& b) {
+    return a.buffer_id == b.buffer_id && a.offset_bytes == b.offset_bytes;
+  };
+  const int64_t N = a.tokens, E = a.experts;
+  const auto& in = op.inputs;
+  const auto& out = op.outputs;
+  bool ok = false;
+  switch (op.kind) {
+    case OpKind::kAddSumRows:
+      ok = f32(in[0].meta, N * E) && f32(in[1].meta, E) && same(in[1], out[0]);
+      break;
+    case OpKind::kMoeAuxLoss:
+      ok = f32(in[0].meta, E) && f32(in[1].meta, E) && f32(in[2].meta, 1) && same(in[2], out[0]);
+      break;
+    default:  // kMoeAuxLossBackward
+      ok = f32(in[0].meta, N * E) && f32(in[1].meta, E) && f32(out[0].meta, N * E);
+  }
+  FULLSHARD_CHECK(ok, op_where(op) + "expects fp32 tensors: (scores [N, E], acc [E]) -> acc; "
+                                     "(counts [E], probs [E], loss [1]) -> loss; (g [N, E], "
+                                     "counts [E]) -> [N, E]");
+  return a;
+}
+
 RowIndexArgs RowIndexArgs::decode(const OpCall& op) {
   check_table_arity(op);
   FULLSHARD_CHECK(op.iargs.size() >= 3 && op.iargs[0] >= 0 && op.iargs[1] >= 1 && op.iargs[2] >= 1,

@@ -54,6 +54,20 @@ struct ExpertLoadArgs {
   static ExpertLoadArgs decode(const OpCall& op);
 };
 
+// kAddSumRows, kMoeAuxLoss, kMoeAuxLossBackward (NOTE [Auxiliary load-balancing loss] in
+// core/model/moe_aux_loss.h): N tokens' fp32 scores over E experts; `value` the loss's or the
+// gradient's factor. iargs {tokens, experts}, fargs {value}
+struct AuxLossArgs {
+  int64_t tokens = 0, experts = 0;
+  double value = 0;
+
+  void encode(OpCall& op) const {
+    op.iargs = {tokens, experts};
+    op.fargs = {value};
+  }
+  static AuxLossArgs decode(const OpCall& op);
+};
+
 // kArgsort, kFloorDivide, kGatherRows, kScatterRows, kIndexAddRows, kPadRow: rows of `width`
 // elements; `rows` is the row count of the indexed tensor (the gather's source, the scatter's
 // output); `divisor` the floor division's. iargs {rows, width, divisor}

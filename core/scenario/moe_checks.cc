@@ -62,10 +62,20 @@ void check_moe(const Scenario& s) {
   if (e.shared_expert_gate)
     throw InputError("model.moe.shared_expert_gate", "is true (qwen2_moe), which is not built yet",
                      fix);
-  if (e.load_balance == MoeLoadBalance::kAuxLoss)
-    throw InputError("model.moe.load_balance",
-                     "is an auxiliary loss (output_router_logits), which is not built yet",
-                     "set model.moe.load_balance \"none\" to simulate without it; " + fix);
+  if (e.load_balance == MoeLoadBalance::kAuxLoss) {  // NOTE [Auxiliary load-balancing loss]
+    const std::string what = "with model.moe.load_balance \"aux_loss\" (core/model/moe_aux_loss.h)";
+    if (e.score_func != MoeScoreFunc::kSoftmax)
+      throw InputError("model.moe.load_balance",
+                       "is \"aux_loss\" with sigmoid scores; Hugging Face's loss is over the "
+                       "router's softmax",
+                       "use \"expert_bias\" or \"none\" with sigmoid scores; " + fix);
+    for (int64_t i = 0; i < m.n_layers; ++i)
+      if (e.is_moe_layer(i) && recomputes_block(s.training.activation_checkpointing, i))
+        throw InputError("training.activation_checkpointing",
+                         "recomputes MoE layer " + std::to_string(i) + " " + what +
+                             ", whose recomputed router would count twice (not built yet)",
+                         "use \"none\", or set model.moe.load_balance \"none\"; " + fix);
+  }
   if (m.implementation.compile)
     throw InputError("model.implementation.compile", "is true with a mixture-of-experts model",
                      "use the eager block; " + fix);

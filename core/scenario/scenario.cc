@@ -640,6 +640,13 @@ Scenario parse_scenario(const json& j, const std::string& base_dir) {
   if (j.contains("expert_parallel"))
     s.expert_parallel = scenario_detail::parse_expert_parallel(j.at("expert_parallel"), s);
   check_float8(s);
+  // NOTE [Auxiliary load-balancing loss] in core/model/moe_aux_loss.h: over every MoE layer.
+  if (s.pipeline.enabled() && s.model.moe.enabled() &&
+      s.model.moe.load_balance == MoeLoadBalance::kAuxLoss)
+    throw InputError("pipeline_parallel",
+                     "is set with model.moe.load_balance \"aux_loss\", whose loss spans every "
+                     "stage's MoE layers, which is not built yet",
+                     "remove pipeline_parallel, or set model.moe.load_balance \"none\"");
   if (s.pipeline.enabled() && s.training.float8.recipe != Float8Recipe::kNone)
     throw InputError("training.float8",
                      "is set with a pp mesh dim, whose stages do not convert "

@@ -223,6 +223,7 @@ TrainingProgram::TrainingProgram(Backend& b, const Scenario& s) : b_(b), s_(s) {
   block_ac_ = block_checkpointing(s.training.activation_checkpointing, s.model.n_layers);
   // MoE's buffers (NOTE [Expert bias] in core/model/expert_bias.h): whole on every rank.
   allocate_buffers(b, model_->root());
+  model_->moe_aux_loss() = moe_aux_loss_state(model_->root(), s_.model);
   expert_bias_layers_ = expert_bias_layers(s, model_->root(), 0, s.model.n_layers, block_ac_);
 }
 
@@ -263,12 +264,23 @@ Value TrainingProgram::forward_loss(ExecContext& c, const Tensor& tokens, const 
                                     const std::vector<BlockCheckpoint>& block_ac,
                                     double grad_scale) {
   const ModelImplementation& impl = s_.model.implementation;
-  if (impl.loss != LossImpl::kChunked) return model_->forward(c, tokens, labels, block_ac);
-  ChunkedLossOptions o;
-  o.chunks = impl.loss_chunks;
-  o.grad_scale = grad_scale;
-  // pred = model(inputs) with _skip_lm_head; loss = loss_fn(pred, labels); del pred.
-  return chunked_loss(c, *model_, *fsdp_, model_->hidden_forward(c, tokens, block_ac), labels, o);
+  // With load_balance "aux_loss" the routers add coeff * aux to the loss (NOTE [Auxiliary
+  // load-balancing loss] in core/model/moe_aux_loss.h).
+  MoeAuxLoss& aux = model_->moe_aux_loss();
+  aux.grad_seed = grad_scale;
+  moe_aux_loss_begin(c, aux);
+  Value loss;
+  if (impl.loss != LossImpl::kChunked) {
+    loss = model_->forward(c, tokens, labels, block_ac);
+  } else {
+    ChunkedLossOptions o;
+    o.chunks = impl.loss_chunks;
+    o.grad_scale = grad_scale;
+    // pred = model(inputs) with _skip_lm_head; loss = loss_fn(pred, labels); del pred.
+    loss = chunked_loss(c, *model_, *fsdp_, model_->hidden_forward(c, tokens, block_ac), labels, o);
+  }
+  moe_aux_loss_end(c, aux, loss.t);
+  return loss;
 }
 
 // NOTE [Global valid tokens]: torchtitan (trainer.py, b5bcd76) sums the cross-entropy over a

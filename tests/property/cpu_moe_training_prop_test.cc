@@ -12,6 +12,7 @@
 
 #include "core/checkpoint/export.h"
 #include "core/scenario/moe_checks.h"
+#include "core/scenario/recompute.h"
 #include "runner/init_weights.h"
 #include "runner/launcher.h"
 #include "simulator/checkpoint_cost.h"
@@ -35,8 +36,10 @@ namespace {
 // happen), receive buffers sized by the router ("routed", as PyTorch sizes them) or for the most
 // a rank can receive ("max", NOTE [Receive buffers]), checked as parse_scenario checks them.
 // `drops`: a capacity factor drawn too (NOTE [Capacity factor]; capacity is per rank, so only
-// for properties that do not compare against one rank running the whole batch).
-Scenario moe_scenario(const json& j, int ep = 1, bool drops = false) {
+// for properties that do not compare against one rank running the whole batch). `aux`: Hugging
+// Face's auxiliary load-balancing loss drawn too where it is built (softmax scores, no MoE layer
+// recomputed; NOTE [Auxiliary load-balancing loss]: per rank too, so the same restriction).
+Scenario moe_scenario(const json& j, int ep = 1, bool drops = false, bool aux = false) {
   Scenario s = parse_scenario(j);
   MoeConfig& m = s.model.moe;
   m.num_experts = ep > 1 ? ep * *rc::gen::inRange(1, 4) : *rc::gen::element(1, 2, 3, 4, 5, 6);
@@ -51,8 +54,17 @@ Scenario moe_scenario(const json& j, int ep = 1, bool drops = false) {
   // DeepSeek-V3's load balancing (NOTE [Expert bias] in core/model/expert_bias.h): the expert
   // bias or not, group-limited routing over any split into groups of 2+ experts or not, keeping
   // enough groups for the top-k.
-  if (*rc::gen::arbitrary<bool>()) {
+  bool recomputed = false;
+  for (int64_t i = 0; i < s.model.n_layers; ++i)
+    recomputed = recomputed || (m.is_moe_layer(i) &&
+                                recomputes_block(s.training.activation_checkpointing, i));
+  const int balance = aux ? *rc::gen::element(0, 1, 2) : *rc::gen::element(0, 1);
+  if (balance == 1) {
     m.load_balance = MoeLoadBalance::kExpertBias;
+    m.load_balance_coeff = *rc::gen::element(1e-3, 0.05);
+  } else if (balance == 2 && !recomputed) {
+    m.score_func = MoeScoreFunc::kSoftmax;  // Hugging Face's loss is over the softmax
+    m.load_balance = MoeLoadBalance::kAuxLoss;
     m.load_balance_coeff = *rc::gen::element(1e-3, 0.05);
   }
   std::vector<int64_t> groups{1};
@@ -62,7 +74,9 @@ Scenario moe_scenario(const json& j, int ep = 1, bool drops = false) {
   const int64_t per = m.num_experts / m.num_expert_groups;
   m.num_limited_groups = *rc::gen::inRange<int64_t>((m.top_k + per - 1) / per,
                                                     m.num_expert_groups + 1);
-  RC_TAG(m.load_balance == MoeLoadBalance::kExpertBias ? "expert bias" : "no bias",
+  RC_TAG(m.load_balance == MoeLoadBalance::kExpertBias ? "expert bias"
+         : m.load_balance == MoeLoadBalance::kAuxLoss  ? "aux loss"
+                                                        : "no balancing",
          m.num_expert_groups > 1 ? "groups" : "no groups");
   if (drops) {
     m.capacity_factor = *rc::gen::element(0.0, 0.5, 1.0, 1.25);
@@ -114,7 +128,7 @@ RC_GTEST_PROP(RealMoeTraining, PredictedPeakMemoryEqualsMeasured, ()) {
   o.batch = *rc::gen::inRange(1, 3);
   o.seq = *rc::gen::inRange(2, 12);
   o.hardware_extra = {{"allocator", {{"expandable_segments", *rc::gen::arbitrary<bool>()}}}};
-  predicted_peaks_equal_measured(moe_scenario(moe_job(o), 1, /*drops=*/true));
+  predicted_peaks_equal_measured(moe_scenario(moe_job(o), 1, /*drops=*/true, /*aux=*/true));
 }
 
 // With ep > 1 the all-to-alls carry what the router chose, read back as torchtitan's .tolist()
@@ -133,7 +147,7 @@ RC_GTEST_PROP(RealMoeTraining, ExpertParallelPredictedPeakMemoryEqualsMeasured, 
   o.grad_accum_steps = *rc::gen::inRange(1, 3);
   o.batch = *rc::gen::inRange(1, 3);
   o.seq = *rc::gen::inRange(2, 12);
-  predicted_peaks_equal_measured(moe_scenario(moe_job(o), ep, /*drops=*/true));
+  predicted_peaks_equal_measured(moe_scenario(moe_job(o), ep, /*drops=*/true, /*aux=*/true));
 }
 
 // Expert parallelism moves each token to the rank holding its experts and back: the same

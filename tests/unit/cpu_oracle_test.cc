@@ -336,6 +336,10 @@ TEST(CpuOracle, LlamaFloat8OneRank) {
 TEST_P(CpuOracle, MixtralFp32) { check_case("mixtral", GetParam(), {}); }
 TEST_P(CpuOracle, Qwen3MoeFp32) { check_case("qwen3-moe", GetParam(), {}); }
 TEST_P(CpuOracle, DeepseekV3Fp32) { check_case("deepseek-v3", GetParam(), {}); }
+// Hugging Face's auxiliary load-balancing loss (output_router_logits, NOTE [Auxiliary
+// load-balancing loss] in core/model/moe_aux_loss.h): over one process's tokens, so one rank
+// reproduces PyTorch's run; on more ranks each has its own, as under DDP / FSDP.
+TEST(CpuOracle, MixtralAuxLossOneRank) { check_case("mixtral-aux", 1, {}); }
 
 // Expert parallelism: the experts split over ep ranks (all-to-all dispatch and combine), the
 // rest of each rank's experts FSDP-sharded (Shard(1) where efsdp exceeds the local experts).
@@ -444,7 +448,7 @@ TEST(CpuOracle, LogitsReadoutChangesNothing) {
 // The references record what produced them.
 TEST(CpuOracle, ReferencesNameTheirVersions) {
   for (const char* c : {"llama", "gpt2", "llama-rope-scaling", "llama-bf16", "gpt2-bf16",
-                        "llama-float8", "mixtral", "qwen3-moe", "deepseek-v3"}) {
+                        "llama-float8", "mixtral", "mixtral-aux", "qwen3-moe", "deepseek-v3"}) {
     const Reference r(kOracle / c);
     EXPECT_FALSE(r.meta("torch").empty()) << c;
     EXPECT_FALSE(r.meta("transformers").empty()) << c;

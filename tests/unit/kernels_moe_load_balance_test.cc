@@ -126,6 +126,36 @@ RC_GTEST_PROP(KernelsMoeLoadBalance, StackAndBiasUpdateFollowTorchtitan, ()) {
   for (HT& c : counts) RC_ASSERT(c.values() == Vec(static_cast<size_t>(E), 0.0));
 }
 
+// Hugging Face's auxiliary load-balancing loss (backends/cpu/kernels/moe_aux_loss.cc, NOTE
+// [Auxiliary load-balancing loss] in core/model/moe_aux_loss.h): the column sums, the loss term
+// and its gradient, exact on binary fractions and integer counts.
+RC_GTEST_PROP(KernelsMoeLoadBalance, AuxLossKernelsSumAddAndBroadcast, ()) {
+  const int N = *rc::gen::inRange(0, 12), E = *rc::gen::inRange(1, 9);
+  std::mt19937 rng(*rc::gen::arbitrary<uint32_t>());
+  std::uniform_int_distribution<int> u(0, 30);
+  HT s = fractions({N, E}, rng, 8), acc = fractions({E}, rng, 4), counts(DType::kFloat32, {E});
+  for (int e = 0; e < E; ++e) counts.set(e, u(rng));
+  Vec want = acc.values();
+  for (int n = 0; n < N; ++n)
+    for (int e = 0; e < E; ++e) want[static_cast<size_t>(e)] += s.get(n * E + e);
+  run(OpKind::kAddSumRows, {&s, &acc}, {&acc}, {N, E}, {0.0});
+  RC_ASSERT(acc.values() == want);
+  HT loss(DType::kFloat32, {1});
+  loss.set(0, 1.5);
+  double dot = 0;
+  for (int e = 0; e < E; ++e) dot += counts.get(e) * acc.get(e);
+  run(OpKind::kMoeAuxLoss, {&counts, &acc, &loss}, {&loss}, {N, E}, {0.25});
+  KT_RC_CLOSE(loss.values(), Vec{1.5 + 0.25 * dot}, 1e-6, 1e-6);
+  HT g = fractions({N, E}, rng, 8), gx(DType::kFloat32, {N, E});
+  run(OpKind::kMoeAuxLossBackward, {&g, &counts}, {&gx}, {N, E}, {0.125});
+  for (int n = 0; n < N; ++n)
+    for (int e = 0; e < E; ++e)
+      RC_ASSERT(gx.get(n * E + e) == g.get(n * E + e) + 0.125 * counts.get(e));
+  HT other(DType::kFloat32, {E});
+  RC_ASSERT_THROWS_AS(run(OpKind::kAddSumRows, {&s, &acc}, {&other}, {N, E}, {0.0}),
+                      InternalError);  // not in place
+}
+
 // One overloaded expert: its bias falls, the idle ones' rise, the bias keeps a zero mean.
 TEST(KernelsMoeLoadBalance, TheHotExpertsBiasFalls) {
   HT load(DType::kFloat32, {1, 4}), bias(DType::kFloat32, {4}), tokens(DType::kFloat32, {4});
@@ -145,7 +175,7 @@ TEST(KernelsMoeLoadBalance, EveryKindHasACpuKernelAndDecodesItsOperands) {
     ++n;
     EXPECT_TRUE(cpu::has_kernel(k)) << op_kind_name(k);
   }
-  EXPECT_EQ(n, 4);
+  EXPECT_EQ(n, 7);
   HT s(DType::kFloat32, {2, 6}), y(DType::kFloat32, {2, 6});
   EXPECT_THROW(run(OpKind::kRouterChoice, {&s}, {&y}, {2, 6, 4, 1}), InternalError);  // 4 ∤ 6
   EXPECT_THROW(run(OpKind::kRouterChoice, {&s}, {&y}, {2, 6, 6, 1}), InternalError);  // 1 each

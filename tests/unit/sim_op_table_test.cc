@@ -161,6 +161,14 @@ TEST(OpTable, RecordedProgramsFitTheTableAndDecode) {
   for (OpKind k : {OpKind::kRouterChoice, OpKind::kGatherScores, OpKind::kExpertLoadStack,
                    OpKind::kExpertBiasUpdate})
     EXPECT_GE(seen[k], 1) << op_kind_name(k);
+  // Hugging Face's auxiliary loss (NOTE [Auxiliary load-balancing loss] in
+  // core/model/moe_aux_loss.h): the column sums, the loss term and its gradient, per MoE layer.
+  check(scenario(json{{"name", "tiny-moe"},
+                      {"moe", {{"load_balance", "aux_loss"}, {"load_balance_coeff", 0.01}}}},
+                 nullptr, {2}),
+        "aux loss");
+  for (OpKind k : {OpKind::kAddSumRows, OpKind::kMoeAuxLoss, OpKind::kMoeAuxLossBackward})
+    EXPECT_GE(seen[k], 1) << op_kind_name(k);
   EXPECT_GE(seen[OpKind::kNF4Quantize], 1);
   EXPECT_GE(seen[OpKind::kNF4Dequantize], 1);
   EXPECT_GE(seen.size(), 60u) << "the variants above should reach most op kinds";

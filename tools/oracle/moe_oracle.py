@@ -29,17 +29,19 @@ from safetensors.torch import save_file
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import oracle  # noqa: E402  (the shared run: batches, init, training loop, versions)
 
+AUX_COEF = 0.05  # router_aux_loss_coef of the mixtral-aux case
 COEFF = 0.02  # model.moe.load_balance_coeff of the deepseek-v3 case (torchtitan's default 1e-3
               # would move the bias too little in 3 steps to change a route)
 
 
-def make_mixtral():
+def make_mixtral(aux_loss_coef=None):
     cfg = transformers.MixtralConfig(
         vocab_size=oracle.VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
         rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False, sliding_window=None,
         num_local_experts=4, num_experts_per_tok=2, router_jitter_noise=0.0,
-        output_router_logits=False)
+        output_router_logits=aux_loss_coef is not None,
+        router_aux_loss_coef=aux_loss_coef if aux_loss_coef is not None else 0.001)
     cfg._attn_implementation = "eager"
     return transformers.MixtralForCausalLM(cfg)
 
@@ -116,7 +118,9 @@ class ExpertBias:
                 n.zero_()
 
 
-def write_moe_case(out_dir, name, model, scenario_extra, bias_coeff=None):
+def write_moe_case(out_dir, name, model, scenario_extra, bias_coeff=None, weights_from=None):
+    """weights_from: a case of the same architecture and weights, whose model.safetensors the
+    scenario names instead of a copy."""
     d = os.path.join(out_dir, name)
     os.makedirs(d, exist_ok=True)
     oracle.init_weights(model)
@@ -127,13 +131,17 @@ def write_moe_case(out_dir, name, model, scenario_extra, bias_coeff=None):
         with torch.no_grad():
             for r in bias.routers:
                 r.e_score_correction_bias.copy_(0.05 * torch.randn(r.num_experts, generator=g))
-    model.save_pretrained(d, safe_serialization=True)
+    weights = os.path.join("..", weights_from, "model.safetensors") if weights_from else "model.safetensors"
+    if weights_from:
+        model.config.save_pretrained(d)
+    else:
+        model.save_pretrained(d, safe_serialization=True)
     gen = os.path.join(d, "generation_config.json")
     if os.path.exists(gen):
         os.remove(gen)
     # The file holds the hub's names: check hub_names maps the model's tensors onto them.
     initial = hub_names(model, dict(model.named_parameters()) | dict(model.named_buffers()))
-    with safe_open(os.path.join(d, "model.safetensors"), "pt") as f:
+    with safe_open(os.path.join(d, weights), "pt") as f:
         stored = set(f.keys())
         for k in stored:
             assert torch.equal(f.get_tensor(k), initial[k].detach()), k
@@ -174,7 +182,7 @@ def write_moe_case(out_dir, name, model, scenario_extra, bias_coeff=None):
         "name": "oracle-" + name,
         "description": "PyTorch oracle case (tools/oracle/moe_oracle.py): the run "
                        "reference.safetensors records; train it with the corpus ../corpus.txt.",
-        "model": {"hf_config": "config.json", "weights": "model.safetensors"},
+        "model": {"hf_config": "config.json", "weights": weights},
         "training": {"batch_per_rank": oracle.BATCH, "seq_len": oracle.SEQ, "steps": oracle.STEPS,
                      "seed": oracle.SEED, "optimizer": dict(oracle.OPT)},
         "fsdp": {"mesh": {"shape": [1]}},
@@ -193,6 +201,10 @@ def main():
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
     write_moe_case(out_dir, "mixtral", make_mixtral(), {})
+    # The auxiliary load-balancing loss (NOTE [Auxiliary load-balancing loss] in
+    # core/model/moe_aux_loss.h) at a coefficient that moves the gradients well past the
+    # tolerance (the published configs' 0.001 or 0.02 would too, less clearly).
+    write_moe_case(out_dir, "mixtral-aux", make_mixtral(AUX_COEF), {}, weights_from="mixtral")
     write_moe_case(out_dir, "qwen3-moe", make_qwen3_moe(), {})
     write_moe_case(out_dir, "deepseek-v3", make_deepseek_v3(),
                    {"model": {"moe": {"load_balance_coeff": COEFF},

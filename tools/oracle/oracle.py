@@ -116,9 +116,13 @@ def make_gpt2():
 
 def loss_of(model, tokens, labels):
     # torchtitan's loss: cross-entropy of the fp32 logits against the shifted-by-one labels,
-    # mean over every token of the batch (HF's labels= would shift a second time).
-    logits = model(input_ids=tokens).logits
+    # mean over every token of the batch (HF's labels= would shift a second time). A MoE model
+    # with output_router_logits adds router_aux_loss_coef * aux_loss, as its forward does.
+    out = model(input_ids=tokens)
+    logits = out.logits
     loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
+    if getattr(out, "aux_loss", None) is not None:
+        loss = loss + model.config.router_aux_loss_coef * out.aux_loss
     return loss, logits
 
 

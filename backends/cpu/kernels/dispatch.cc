@@ -103,6 +103,9 @@ void run_kernel(const OpCall& op, const std::vector<void*>& in, const std::vecto
     case OpKind::kGatherScores: return moe_gather_scores(op, in, out);
     case OpKind::kExpertLoadStack: return moe_expert_load_stack(op, in, out);
     case OpKind::kExpertBiasUpdate: return moe_expert_bias_update(op, in, out);
+    case OpKind::kAddSumRows: return moe_add_sum_rows(op, in, out);
+    case OpKind::kMoeAuxLoss: return moe_aux_loss(op, in, out);
+    case OpKind::kMoeAuxLossBackward: return moe_aux_loss_backward(op, in, out);
     case OpKind::kWeightedSum: return moe_weighted_sum(op, in, out);
     case OpKind::kWeightedSumBackward: return moe_weighted_sum_backward(op, in, out);
     case OpKind::kArgsort: return moe_argsort(op, in, out);

@@ -134,6 +134,9 @@ void moe_router_choice(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void moe_gather_scores(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void moe_expert_load_stack(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void moe_expert_bias_update(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void moe_add_sum_rows(const OpCall& op, const Ptrs& in, const Ptrs& out);  // moe_aux_loss.cc
+void moe_aux_loss(const OpCall& op, const Ptrs& in, const Ptrs& out);
+void moe_aux_loss_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void moe_weighted_sum(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void moe_weighted_sum_backward(const OpCall& op, const Ptrs& in, const Ptrs& out);
 void moe_argsort(const OpCall& op, const Ptrs& in, const Ptrs& out);
