@@ -551,7 +551,8 @@ TEST(RealMoeCheckpoint, ExpertParallelExportIsTheFullParametersAndInitFromLoadsT
 // sequences.
 namespace {
 
-Scenario bias_scenario(const std::vector<int>& mesh, int global_batch, bool bias = true) {
+Scenario bias_scenario(const std::vector<int>& mesh, int global_batch, bool bias = true,
+                       int ep = 1) {
   TinyOptions o;
   o.model = "tiny-deepseek";
   o.mesh = mesh;
@@ -568,9 +569,13 @@ Scenario bias_scenario(const std::vector<int>& mesh, int global_batch, bool bias
                          {"load_balance_coeff", 0.01},
                          {"num_expert_groups", 2},
                          {"num_limited_groups", 1}};
-  j["training"]["optimizer"] = {{"lr", 1e-3}, {"eps", 1e-6}, {"max_grad_norm", 1.0}};
+  // Adam's eps 1e-4: runs of ep 2 meet runs of ep 1 (NOTE [Adam's noise gain]).
+  j["training"]["optimizer"] = {{"lr", 1e-3}, {"eps", 1e-4}, {"max_grad_norm", 1.0}};
   j["training"]["seed"] = 11;
-  return parse_scenario(j);
+  if (ep > 1) j["expert_parallel"] = {{"degree", ep}, {"receive_buffers", "max"}};
+  Scenario s = parse_scenario(j);
+  if (ep > 1) check_expert_parallel(s);
+  return s;
 }
 
 constexpr const char* kBias = "layers.1.moe.expert_bias";  // tiny-deepseek's one MoE layer
@@ -592,9 +597,9 @@ void expect_same_bias_on_every_rank(const RealRun& run, const std::string& what)
 }  // namespace
 
 // 6 steps equal 3 steps + a resume of 3 to the bit (losses, parameters, the final bias: the
-// bias is saved and read back); resumed on 1 rank, the run ends where 1 rank trained straight
-// through does (NOTE [fp32 tolerance]) with its bias, which a resume that lost the bias (zeros
-// at step 3, 0.01 away) would not.
+// bias is saved and read back); resumed on 1 rank, on FSDP 2 x ep 2 and on HSDP 2 x 2, the run
+// ends where 1 rank trained straight through does (NOTE [fp32 tolerance]) with its bias, which a
+// resume that lost the bias (zeros at step 3, 0.01 away) would not.
 TEST(RealMoeCheckpoint, ExpertBiasResumesBitIdenticallyAndOnAnotherMesh) {
   const Scenario s = bias_scenario({2}, 4);
   TempDir d;
@@ -615,16 +620,24 @@ TEST(RealMoeCheckpoint, ExpertBiasResumesBitIdenticallyAndOnAnotherMesh) {
   EXPECT_EQ(final_buffer(resumed, kBias), bias);
   expect_same_bias_on_every_rank(resumed, "resumed");
 
-  const Scenario one = bias_scenario({1}, 4);
-  const RealRun ref = run_real(one, 6);
-  const RealRun on_one = run_real(one, 6, resuming(d.path()));
-  ASSERT_EQ(on_one.mean_loss.size(), 3u);
-  std::string where;
-  EXPECT_LE(max_violation(on_one, ref, 1e-5, 1e-3, &where), 1.0) << where;
-  for (size_t k = 0; k < 3; ++k) EXPECT_NEAR(on_one.mean_loss[k], ref.mean_loss[3 + k], 1e-4);
-  const std::vector<float> ref_bias = final_buffer(ref, kBias), got = final_buffer(on_one, kBias);
-  ASSERT_EQ(got.size(), ref_bias.size());
-  for (size_t e = 0; e < got.size(); ++e) EXPECT_NEAR(got[e], ref_bias[e], 1e-6) << e;
+  const RealRun ref = run_real(bias_scenario({1}, 4), 6);
+  const std::vector<float> ref_bias = final_buffer(ref, kBias);
+  for (const auto& [mesh, ep] : std::vector<std::pair<std::vector<int>, int>>{
+           {{1}, 1}, {{2}, 2}, {{2, 2}, 1}}) {
+    const std::string what = "FSDP 2 loaded on " + std::to_string(mesh.size() == 2 ? 4 : mesh[0]) +
+                             " ranks" + (mesh.size() == 2 ? " (HSDP)" : "") + ", ep " +
+                             std::to_string(ep);
+    const RealRun loaded = run_real(bias_scenario(mesh, 4, true, ep), 6, resuming(d.path()));
+    ASSERT_EQ(loaded.mean_loss.size(), 3u) << what;
+    std::string where;
+    EXPECT_LE(max_violation(loaded, ref, 1e-5, 1e-3, &where), 1.0) << where << ": " << what;
+    for (size_t k = 0; k < 3; ++k)
+      EXPECT_NEAR(loaded.mean_loss[k], ref.mean_loss[3 + k], 1e-4) << what;
+    const std::vector<float> got = final_buffer(loaded, kBias);
+    ASSERT_EQ(got.size(), ref_bias.size()) << what;
+    for (size_t e = 0; e < got.size(); ++e) EXPECT_NEAR(got[e], ref_bias[e], 1e-6) << e << what;
+    expect_same_bias_on_every_rank(loaded, what);
+  }
 }
 
 // The saved buffer is the live bias, whole, once (file 0, Replicate()); tokens_per_expert is not
