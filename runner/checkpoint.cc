@@ -109,10 +109,10 @@ CheckpointMetadata checkpoint_metadata(Backend& b, TrainingProgram& prog, const 
   for (int r = 0; r < files; ++r) m.files.push_back({shard_file_name(r, files), 0});
   for (const auto& t : tensors) {
     std::string dtype(safetensors_dtype_name(t.local.meta.dtype));
-    m.tensors.push_back(t.buffer ? replicated_tensor(t.name, std::move(dtype), t.global_shape,
-                                                     pieces.mesh)
-                                 : placed_tensor(t.name, std::move(dtype), t.global_shape,
-                                                 pieces.layout_of(*t.param)));
+    m.tensors.push_back(
+        t.buffer
+            ? replicated_tensor(t.name, std::move(dtype), t.global_shape, pieces.mesh)
+            : placed_tensor(t.name, std::move(dtype), t.global_shape, pieces.layout_of(*t.param)));
   }
   return m;
 }

@@ -1,7 +1,8 @@
 #pragma once
 // Saving and resuming a sharded checkpoint inside a real rank (docs/checkpoints.md): each
-// rank writes only the pieces it holds (parameters and AdamW states) and reads back only the
-// rows it needs, on any world size or mesh (NOTE [Checkpoint commit], NOTE [Reshard on load]).
+// rank writes only the pieces it holds (parameters and AdamW states; rank 0 also the persistent
+// buffers, whole: NOTE [Persistent buffers in checkpoints]) and reads back only the rows it
+// needs, on any world size or mesh (NOTE [Checkpoint commit], NOTE [Reshard on load]).
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -50,7 +50,7 @@ CheckpointPlayer::CheckpointPlayer(SimBackend& backend, TrainingProgram& program
     bytes_ += 3 * p->local_tensor().nbytes();
   for (const OptimizerParam* p : prog_.frozen_params())  // no state (NOTE [Checkpoint cost])
     bytes_ += p->local_tensor().nbytes();
-  if (b_.rank() == 0)  // NOTE [Persistent buffers in checkpoints]: rank 0 writes them, whole
+  if (b_.rank() == 0)  // rank 0 writes them, whole (NOTE [Persistent buffers in checkpoints])
     prog_.model().root().for_each_module([this](Module& m) {
       for (const ModuleBuffer& buf : m.buffers)
         if (buf.persistent) bytes_ += buf.tensor.nbytes();

@@ -52,7 +52,7 @@ std::vector<std::vector<int>> rank_classes(const Scenario& s) {
   // Played checkpoint saves (NOTE [Playing a checkpoint save]): writers differ from the rest,
   // and rank 0 from its peers when it also writes the persistent buffers.
   const bool saves = s.training.checkpoint.every > 0;
-  const bool buffers = saves && saves_buffers(s);  // rank 0 writes them too
+  const bool buffers = saves && saves_buffers(s);
   const int pp_dim = mesh.dim_index("pp");  // outermost: the pp index is r / pp_stride
   const int pp_stride = pp_dim < 0 ? 0 : mesh.size() / mesh.shape()[static_cast<size_t>(pp_dim)];
   // Expert parallelism: a rank's experts' local rows (their efsdp index) and what it receives

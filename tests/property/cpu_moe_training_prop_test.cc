@@ -423,7 +423,8 @@ TEST(RealMoeTraining, LauncherRefusesMoeOnlyWithoutKernels) {
   EXPECT_EQ(input_error_of([&] { runner::validate_launch(ck, biased, cpu_kind); }), "");
   runner::LaunchOptions weights = lo;
   weights.init_from = d.path();
-  const std::string init = input_error_of([&] { runner::validate_launch(weights, biased, cpu_kind); });
+  const std::string init =
+      input_error_of([&] { runner::validate_launch(weights, biased, cpu_kind); });
   EXPECT_NE(init.find("--init-from: is given with model.moe.load_balance \"expert_bias\""),
             std::string::npos)
       << init;
@@ -622,8 +623,8 @@ TEST(RealMoeCheckpoint, ExpertBiasResumesBitIdenticallyAndOnAnotherMesh) {
 
   const RealRun ref = run_real(bias_scenario({1}, 4), 6);
   const std::vector<float> ref_bias = final_buffer(ref, kBias);
-  for (const auto& [mesh, ep] : std::vector<std::pair<std::vector<int>, int>>{
-           {{1}, 1}, {{2}, 2}, {{2, 2}, 1}}) {
+  for (const auto& [mesh, ep] :
+       std::vector<std::pair<std::vector<int>, int>>{{{1}, 1}, {{2}, 2}, {{2, 2}, 1}}) {
     const std::string what = "FSDP 2 loaded on " + std::to_string(mesh.size() == 2 ? 4 : mesh[0]) +
                              " ranks" + (mesh.size() == 2 ? " (HSDP)" : "") + ", ep " +
                              std::to_string(ep);

@@ -218,8 +218,7 @@ TEST(PieceLayout, ReplicatedBufferIsOneWholeChunkInFileZeroAndRoundTrips) {
   for (int f = 0; f < piece_files(mesh); ++f) m.files.push_back({shard_file_name(f, 4), 1024});
   m.tensors.push_back(replicated_tensor("buffer/layers.1.moe.expert_bias", "F32", {6}, mesh));
   const CheckpointTensor& t = m.tensors[0];
-  EXPECT_EQ(t.placements,
-            (std::vector<std::string>{"Replicate()", "Replicate()", "Replicate()"}));
+  EXPECT_EQ(t.placements, (std::vector<std::string>{"Replicate()", "Replicate()", "Replicate()"}));
   ASSERT_EQ(t.chunks.size(), 1u);
   EXPECT_EQ(t.chunks[0].file, "shard-00000-of-00004.safetensors");
   EXPECT_EQ(t.chunks[0].box, (ChunkBox{{0}, {6}}));
