@@ -644,7 +644,8 @@ TEST(RealMoeCheckpoint, ExpertBiasResumesBitIdenticallyAndOnAnotherMesh) {
 // The saved buffer is the live bias, whole, once (file 0, Replicate()); tokens_per_expert is not
 // saved. Rank 0's staging holds the bias's 16 bytes more, as the simulator predicts. Both exports
 // with fullshard's names hold it under its fqn; a checkpoint written before buffers were saved
-// resumes with the bias at zero; a model without the bias refuses a checkpoint with it.
+// resumes with the bias at zero (bit for bit as the same checkpoint with its bias zeroed); a
+// model without the bias refuses a checkpoint with it.
 TEST(RealMoeCheckpoint, ExpertBiasIsSavedOnceExportedAndOldCheckpointsResume) {
   const Scenario s = bias_scenario({2}, 4);
   TempDir d;
@@ -706,7 +707,25 @@ TEST(RealMoeCheckpoint, ExpertBiasIsSavedOnceExportedAndOldCheckpointsResume) {
   EXPECT_NE(input_error_of([&] { run_real(no_bias, 6, resuming(d.path())); }).find(unknown),
             std::string::npos);
 
-  // The same checkpoint as written before buffers were saved: no buffer/ tensor.
+  // The same checkpoint with the saved bias zeroed in its file: what an old checkpoint must give.
+  TempDir zd;
+  const std::filesystem::path zfolder = std::filesystem::path(zd.path()) / "step-00000003";
+  std::filesystem::copy(folder, zfolder, std::filesystem::copy_options::recursive);
+  {
+    const std::string f0 = (zfolder / shard_file_name(0, 2)).string();
+    std::string bytes = file_bytes(f0);
+    uint64_t n = 0;
+    std::memcpy(&n, bytes.data(), 8);
+    const json h = json::parse(bytes.substr(8, n));
+    const uint64_t at =
+        8 + n + h.at(std::string("buffer/") + kBias).at("data_offsets")[0].get<uint64_t>();
+    std::memset(bytes.data() + at, 0, 16);
+    std::ofstream(f0, std::ios::binary) << bytes;
+  }
+  const RealRun zeroed = run_real(s, 6, resuming(zd.path()));
+
+  // The checkpoint as written before buffers were saved: no buffer/ tensor. It resumes with the
+  // bias at zero: as the zeroed one, to the bit, and not as the uninterrupted run.
   const std::string meta = (std::filesystem::path(folder) / kMetadataFile).string();
   json j = json::parse(file_bytes(meta));
   json kept = json::array();
@@ -718,6 +737,10 @@ TEST(RealMoeCheckpoint, ExpertBiasIsSavedOnceExportedAndOldCheckpointsResume) {
   runner::validate_checkpoint_flags("", 0, folder, 6, s);
   const RealRun old = run_real(s, 6, resuming(d.path()));
   ASSERT_EQ(old.mean_loss.size(), 3u);
+  ASSERT_EQ(zeroed.mean_loss.size(), 3u);
+  for (size_t k = 0; k < 3; ++k) EXPECT_EQ(old.mean_loss[k], zeroed.mean_loss[k]) << 3 + k;
+  expect_bit_identical(old, zeroed);
+  EXPECT_EQ(final_buffer(old, kBias), final_buffer(zeroed, kBias));
   const RealRun straight = run_real(s, 6);  // the bias kept through step 3
   EXPECT_NE(final_buffer(old, kBias), final_buffer(straight, kBias))
       << "the old checkpoint's resume restarts the bias at zero";
