@@ -72,6 +72,9 @@ WriterTensors writer_tensors(const Scenario& s) {
     if (l.dim1) return l.rows * l.row_elems / efsdp;
     return shard_rows(l.rows, efsdp, idx / l.ep) * l.row_elems;
   };
+  // Copy order without and with the buffers (global rank 0).
+  const std::vector<CheckpointCopy> orders[2] = {checkpoint_copy_order(model.root(), false),
+                                                 checkpoint_copy_order(model.root(), true)};
   WriterTensors out;
   out.class_of_rank.assign(static_cast<size_t>(world), std::nullopt);
   for (int r = 0; r < world; ++r) {
@@ -82,7 +85,7 @@ WriterTensors writer_tensors(const Scenario& s) {
     out.class_of_rank[static_cast<size_t>(r)] = k;
     auto [it, added] = out.by_class.emplace(k, std::vector<uint64_t>{});
     if (added)
-      for (const CheckpointCopy& copy : checkpoint_copy_order(model.root(), k.second)) {
+      for (const CheckpointCopy& copy : orders[k.second ? 1 : 0]) {
         if (copy.which == CheckpointCopy::kBuffer) {
           it->second.push_back(buffers[copy.index]);
           continue;
