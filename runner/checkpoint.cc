@@ -15,6 +15,8 @@
 namespace fullshard::runner {
 namespace {
 
+constexpr const char* kBufferPrefix = "buffer/";  // NOTE [Persistent buffers in checkpoints]
+
 void check_seed(const CheckpointMetadata& m, const Scenario& s, const std::string& folder) {
   if (m.seed != s.training.seed)
     throw InputError("--resume",
@@ -44,6 +46,13 @@ std::vector<LocalCheckpointTensor> local_checkpoint_tensors(TrainingProgram& pro
     const Param* param = &p->param();
     out.push_back({"param/" + param->fqn, param->global_shape(), p->local_tensor().ref(), param});
   }
+  // NOTE [Persistent buffers in checkpoints] (core/checkpoint/checkpoint_metadata.h).
+  prog.model().root().for_each_module([&out](Module& m) {
+    for (const ModuleBuffer& buf : m.buffers)
+      if (buf.persistent)
+        out.push_back({std::string(kBufferPrefix) + buf.fqn, buf.meta.shape, buf.tensor.ref(),
+                       nullptr, &buf});
+  });
   return out;
 }
 
@@ -100,10 +109,13 @@ CheckpointMetadata checkpoint_metadata(Backend& b, TrainingProgram& prog, const 
     m.data = CheckpointDataPosition{s.training.data.path, p.samples, p.epoch, p.window};
   }
   for (int r = 0; r < files; ++r) m.files.push_back({shard_file_name(r, files), 0});
-  for (const auto& t : tensors)
-    m.tensors.push_back(placed_tensor(t.name,
-                                      std::string(safetensors_dtype_name(t.local.meta.dtype)),
-                                      t.global_shape, pieces.layout_of(*t.param)));
+  for (const auto& t : tensors) {
+    std::string dtype(safetensors_dtype_name(t.local.meta.dtype));
+    m.tensors.push_back(
+        t.buffer
+            ? replicated_tensor(t.name, std::move(dtype), t.global_shape, pieces.mesh)
+            : placed_tensor(t.name, std::move(dtype), t.global_shape, pieces.layout_of(*t.param)));
+  }
   return m;
 }
 
@@ -129,7 +141,8 @@ int64_t load_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s,
     const CheckpointTensor* t = m.find(l.name);
     const std::string dtype(safetensors_dtype_name(l.local.meta.dtype));
     if (!t && l.name.rfind("param/", 0) != 0)
-      continue;  // a state never created (no gradient yet): stays zero
+      continue;  // a state never created (no gradient yet), a buffer saved before buffers were
+                 // (NOTE [Persistent buffers in checkpoints]): stays zero
     if (!t)
       throw InputError("--resume",
                        "checkpoint '" + folder + "' has no tensor '" + l.name +
@@ -142,7 +155,10 @@ int64_t load_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s,
                            shape_str(l.global_shape) + " in the scenario",
                        "resume with the scenario that wrote it");
     std::vector<uint8_t> bytes(l.local.nbytes());
-    reader.read_boxes(l.name, pieces.boxes_of(*l.param), bytes.data(), bytes.size());
+    if (l.buffer)  // whole on every rank, whatever the saving mesh
+      reader.read_box(l.name, full_box(l.global_shape), bytes.data(), bytes.size());
+    else
+      reader.read_boxes(l.name, pieces.boxes_of(*l.param), bytes.data(), bytes.size());
     b.copy_from_host(l.local, bytes.data());
   }
   prog.optimizer().set_steps_taken(static_cast<int>(m.optimizer_steps));
@@ -219,10 +235,29 @@ void validate_checkpoint_flags(const std::string& checkpoint_dir, int checkpoint
                            folder + "' but " + shape_str(shape) + " in the scenario",
                        "resume with the scenario that wrote it");
   }
+  // The persistent buffers: a checkpoint may lack them (saved before buffers were), not hold
+  // others (NOTE [Persistent buffers in checkpoints]).
+  std::vector<std::pair<std::string, Shape>> buffers;
+  model.root().for_each_module([&](Module& m) {
+    for (const ModuleBuffer& buf : m.buffers)
+      if (buf.persistent) buffers.push_back({kBufferPrefix + buf.fqn, buf.meta.shape});
+  });
   for (const auto& t : reader.metadata().tensors) {
-    const std::string param = "param/" + t.name.substr(t.name.find('/') + 1);
     bool found = false;
-    for (const auto& p : params) found = found || p.first == param;
+    if (t.name.rfind(kBufferPrefix, 0) == 0) {
+      for (const auto& [name, shape] : buffers) {
+        if (name != t.name) continue;
+        found = true;
+        if (t.shape != shape)
+          throw InputError("--resume",
+                           "tensor '" + name + "' is " + shape_str(t.shape) + " in checkpoint '" +
+                               folder + "' but " + shape_str(shape) + " in the scenario",
+                           "resume with the scenario that wrote it");
+      }
+    } else {
+      const std::string param = "param/" + t.name.substr(t.name.find('/') + 1);
+      for (const auto& p : params) found = found || p.first == param;
+    }
     if (!found)
       throw InputError("--resume",
                        "checkpoint '" + folder + "' holds tensor '" + t.name +

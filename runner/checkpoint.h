@@ -1,7 +1,8 @@
 #pragma once
 // Saving and resuming a sharded checkpoint inside a real rank (docs/checkpoints.md): each
-// rank writes only the pieces it holds (parameters and AdamW states) and reads back only the
-// rows it needs, on any world size or mesh (NOTE [Checkpoint commit], NOTE [Reshard on load]).
+// rank writes only the pieces it holds (parameters and AdamW states; rank 0 also the persistent
+// buffers, whole: NOTE [Persistent buffers in checkpoints]) and reads back only the rows it
+// needs, on any world size or mesh (NOTE [Checkpoint commit], NOTE [Reshard on load]).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -20,10 +21,14 @@ namespace fullshard::runner {
 struct LocalCheckpointTensor {
   std::string name;
   Shape global_shape;
-  TensorRef local;               // the unpadded local shard
+  TensorRef local;               // the unpadded local shard (a buffer: the whole tensor)
   const Param* param = nullptr;  // its parameter (placements: RankPieces::layout_of)
+  // Or the persistent buffer it is, whole on every rank and saved by rank 0 only (NOTE
+  // [Persistent buffers in checkpoints] in core/checkpoint/checkpoint_metadata.h); param null.
+  const ModuleBuffer* buffer = nullptr;
 };
-// Every parameter, then the optimizer states once they exist, in FSDP order.
+// Every parameter, then the optimizer states once they exist, in FSDP order, then the model's
+// persistent buffers in module order.
 std::vector<LocalCheckpointTensor> local_checkpoint_tensors(TrainingProgram& prog);
 
 // The metadata.json of the save of `s` after `steps_done` steps, as rank 0 writes it
@@ -46,8 +51,10 @@ int64_t samples_per_step(const Scenario& s);
 void resume_data_position(const std::string& folder, const Scenario& s, BatchSource& data);
 
 // Loads the committed checkpoint `folder` into this rank's parameters and optimizer state
-// and returns the step to continue at. Throws InputError (where "--resume") naming the first
-// tensor whose name, dtype or shape does not match the scenario's model, or a seed mismatch.
+// and returns the step to continue at: every rank reads each saved persistent buffer whole (a
+// checkpoint without buffers leaves them at zero). Throws InputError (where "--resume") naming
+// the first tensor whose name, dtype or shape does not match the scenario's model, or a seed
+// mismatch.
 int64_t load_checkpoint(Backend& b, TrainingProgram& prog, const Scenario& s,
                         const std::string& folder);
 
@@ -59,8 +66,8 @@ std::string resolve_resume(const std::string& resume, const std::string& checkpo
 // Checks the checkpoint flags of `fullshard train` before any worker starts: --checkpoint-every
 // >= 0 and given with --checkpoint-dir (created here when saving, must be writable), a checkpoint
 // to resume whose next step is below `steps`, of
-// `s`'s seed, whose parameters have the names and global shapes of `s`'s model (the first
-// mismatching tensor is named).
+// `s`'s seed, whose parameters have the names and global shapes of `s`'s model and whose
+// buffers are persistent buffers of it (the first mismatching tensor is named).
 // --keep-last must be >= 0 and needs --checkpoint-every. (--checkpoint-mode is parsed by the
 // CLI: parse_checkpoint_save_mode, core/scenario/checkpoint_save_mode.h.)
 void validate_checkpoint_flags(const std::string& checkpoint_dir, int checkpoint_every,

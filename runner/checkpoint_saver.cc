@@ -35,7 +35,9 @@ StagedShard stage(Backend& b, const std::vector<LocalCheckpointTensor>& tensors,
   st.path = path;
   st.bytes.reserve(tensors.size());
   for (const auto& t : tensors) {
-    if (!pieces.stores(*t.param)) continue;  // replicated over tp: tp rank 0 writes it
+    // A parameter replicated over tp: tp rank 0 writes it; a persistent buffer: file 0's writer
+    // (NOTE [Persistent buffers in checkpoints] in core/checkpoint/checkpoint_metadata.h).
+    if (t.buffer ? pieces.file_index() != 0 : !pieces.stores(*t.param)) continue;
     st.bytes.emplace_back(t.local.nbytes());
     b.copy_to_host(t.local, st.bytes.back().data());
     st.total += t.local.nbytes();

@@ -4,13 +4,13 @@
 //
 // NOTE [Asynchronous save]: as torch.distributed.checkpoint.async_save (torchtitan's
 // checkpoint.async_mode = "async"), a save is split in two. On the training thread, every
-// rank copies the shards it writes (parameters, AdamW states) to a host staging buffer
-// (Backend::copy_to_host) and rank 0 fixes the metadata (step, seed, data position) at that
-// moment; training then goes on, and a background thread writes the rank's file (temporary
-// name, fsync, rename). Rank 0's thread waits until every shard file of the step is in place
-// (a file appears only after its rename, so presence means complete), then commits
-// metadata.json and applies --keep-last. The background threads never touch the backend or its
-// process groups, so they cannot interleave with training's collectives (DCP uses a separate
+// rank copies the shards it writes (parameters, AdamW states; rank 0 also the persistent
+// buffers) to a host staging buffer (Backend::copy_to_host) and rank 0 fixes the metadata
+// (step, seed, data position) at that moment; training then goes on, and a background thread writes
+// the rank's file (temporary name, fsync, rename). Rank 0's thread waits until every shard file of
+// the step is in place (a file appears only after its rename, so presence means complete), then
+// commits metadata.json and applies --keep-last. The background threads never touch the backend or
+// its process groups, so they cannot interleave with training's collectives (DCP uses a separate
 // Gloo group for the same reason). The next save first waits for the previous one, as DCP's
 // caller waits on the future of async_save; so does the end of the run. An error of the
 // background write is raised there. Staging buffers are host memory, counted in

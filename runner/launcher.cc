@@ -192,8 +192,9 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
                      "train it with --backend cpu or cuda, or simulate it with fullshard simulate "
                      "(docs/moe.md)");
   // DeepSeek-V3's expert bias and group-limited routing (NOTE [Expert bias] in
-  // core/model/expert_bias.h): CPU kernels only (cuda::has_kernel leaves them out); the bias
-  // buffer is not in a checkpoint's pieces or a weight file's names yet.
+  // core/model/expert_bias.h): CPU kernels only (cuda::has_kernel leaves them out). The bias
+  // buffer is saved and resumed with checkpoints (NOTE [Persistent buffers in checkpoints] in
+  // core/checkpoint/checkpoint_metadata.h) and loaded from weight files (runner/init_weights.cc).
   if (s.model.moe.enabled() &&
       (s.model.moe.load_balance == MoeLoadBalance::kExpertBias ||
        s.model.moe.num_expert_groups > 1)) {
@@ -204,17 +205,6 @@ void validate_launch(const LaunchOptions& o, const Scenario& s, const BackendKin
                                    "yet",
                                    bias ? "\"expert_bias\"" : "above 1", kind.name),
                        "train it with --backend cpu, or simulate it (docs/moe.md)");
-    auto refuse = [&](const char* flag) {
-      throw InputError(flag,
-                       "is given with model.moe.load_balance \"expert_bias\", whose buffer is "
-                       "not in a checkpoint or weight file yet",
-                       std::string("remove ") + flag +
-                           ", or set model.moe.load_balance \"none\" (docs/moe.md)");
-    };
-    if (bias && o.checkpoint_every > 0) refuse("--checkpoint-every");
-    if (bias && !o.resume.empty()) refuse("--resume");
-    if (bias && !o.init_from.empty()) refuse("--init-from");
-    if (bias && !s.model_weights.empty()) refuse("model.weights");
   }
   // The auxiliary load-balancing loss (NOTE [Auxiliary load-balancing loss] in
   // core/model/moe_aux_loss.h): CPU kernels only (cuda::has_kernel leaves them out).

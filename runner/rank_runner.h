@@ -72,6 +72,10 @@ struct RankResult {
   // The final parameters, unsharded view of this rank's shards: fqn -> fp32 values of the
   // rows this rank owns (with RankOptions::collect_params).
   std::vector<std::pair<std::string, std::vector<float>>> local_params;
+  // The final persistent buffers, whole (every rank holds them: NOTE [Persistent buffers in
+  // checkpoints] in core/checkpoint/checkpoint_metadata.h), fqn -> fp32 values, module order
+  // (with RankOptions::collect_params).
+  std::vector<std::pair<std::string, std::vector<float>>> buffers;
   // What this rank's checkpoint saves cost (runner/checkpoint_saver.h).
   CheckpointSaveStats checkpoint;
   // The first step's gradients, the same way (with RankOptions::collect_grads).

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
+#include <utility>
 
 #include "core/common/error.h"
 #include "core/fsdp/shard_layout.h"
@@ -16,11 +18,13 @@ namespace fullshard::sim {
 
 namespace {
 
-// Per shard index of the writing ranks, its tensors' bytes in copy order; per rank, the shard
-// index it writes (-1: it does not write).
+// Per writer class (its shard index, and whether it writes the persistent buffers: global rank
+// 0, file 0's writer), its tensors' bytes in copy order; per rank, its class (none: it does
+// not write).
+using WriterClass = std::pair<int, bool>;
 struct WriterTensors {
-  std::map<int, std::vector<uint64_t>> by_index;
-  std::vector<int> index_of_rank;
+  std::map<WriterClass, std::vector<uint64_t>> by_class;
+  std::vector<std::optional<WriterClass>> class_of_rank;
 };
 
 WriterTensors writer_tensors(const Scenario& s) {
@@ -54,6 +58,13 @@ WriterTensors writer_tensors(const Scenario& s) {
                       ep > 1 && expert_shard_dim(p.global_shape()[0], ep, w / ep) == 1,
                       static_cast<uint64_t>(dtype_size(p.dtype)), p.requires_grad});
   });
+  // The persistent buffers, whole (NOTE [Persistent buffers in checkpoints] in
+  // core/checkpoint/checkpoint_metadata.h).
+  std::vector<uint64_t> buffers;
+  model.root().for_each_module([&](Module& m) {
+    for (const ModuleBuffer& b : m.buffers)
+      if (b.persistent) buffers.push_back(static_cast<uint64_t>(b.meta.nbytes()));
+  });
   // The elements shard index `idx` stores of `l`.
   auto stored = [w](const Local& l, int idx) -> int64_t {
     if (l.ep <= 1) return shard_rows(l.rows, w, idx) * l.row_elems;
@@ -61,21 +72,27 @@ WriterTensors writer_tensors(const Scenario& s) {
     if (l.dim1) return l.rows * l.row_elems / efsdp;
     return shard_rows(l.rows, efsdp, idx / l.ep) * l.row_elems;
   };
-  const std::vector<CheckpointCopy> order = checkpoint_copy_order(params.size());
+  // Copy order without and with the buffers (global rank 0).
+  const std::vector<CheckpointCopy> orders[2] = {checkpoint_copy_order(model.root(), false),
+                                                 checkpoint_copy_order(model.root(), true)};
   WriterTensors out;
-  out.index_of_rank.assign(static_cast<size_t>(world), -1);
+  out.class_of_rank.assign(static_cast<size_t>(world), std::nullopt);
   for (int r = 0; r < world; ++r) {
     const std::vector<int> c = mesh.coordinates(r);
     if (rep >= 0 && rep != shard && c[static_cast<size_t>(rep)] != 0)
       continue;  // HSDP: replica 0 writes
-    const int idx = c[static_cast<size_t>(shard)];
-    out.index_of_rank[static_cast<size_t>(r)] = idx;
-    auto [it, added] = out.by_index.emplace(idx, std::vector<uint64_t>{});
+    const WriterClass k{c[static_cast<size_t>(shard)], r == 0};
+    out.class_of_rank[static_cast<size_t>(r)] = k;
+    auto [it, added] = out.by_class.emplace(k, std::vector<uint64_t>{});
     if (added)
-      for (const CheckpointCopy& k : order) {  // parameter, exp_avg, exp_avg_sq (its dtype)
-        const Local& l = params[k.param];
-        if (k.which != 0 && !l.has_state) continue;
-        it->second.push_back(l.elem_bytes * static_cast<uint64_t>(stored(l, idx)));
+      for (const CheckpointCopy& copy : orders[k.second ? 1 : 0]) {
+        if (copy.which == CheckpointCopy::kBuffer) {
+          it->second.push_back(buffers[copy.index]);
+          continue;
+        }
+        const Local& l = params[copy.index];
+        if (copy.which != CheckpointCopy::kParam && !l.has_state) continue;
+        it->second.push_back(l.elem_bytes * static_cast<uint64_t>(stored(l, k.first)));
       }
   }
   return out;
@@ -83,13 +100,21 @@ WriterTensors writer_tensors(const Scenario& s) {
 
 }  // namespace
 
-std::vector<CheckpointCopy> checkpoint_copy_order(size_t num_params) {
+std::vector<CheckpointCopy> checkpoint_copy_order(Module& root, bool buffers) {
   std::vector<CheckpointCopy> order;
-  order.reserve(3 * num_params);
-  for (size_t i = 0; i < num_params; ++i) order.push_back({i, 0});
-  for (size_t i = 0; i < num_params; ++i) {
-    order.push_back({i, 1});
-    order.push_back({i, 2});
+  size_t params = 0, persistent = 0;
+  root.for_each_module([&](Module& m) {  // nn.Module.state_dict: own params, own buffers, children
+    for (size_t i = 0; i < m.params.size(); ++i)
+      order.push_back({params++, CheckpointCopy::kParam});
+    for (const ModuleBuffer& b : m.buffers)
+      if (b.persistent) {
+        if (buffers) order.push_back({persistent, CheckpointCopy::kBuffer});
+        ++persistent;
+      }
+  });
+  for (size_t i = 0; i < params; ++i) {
+    order.push_back({i, CheckpointCopy::kExpAvg});
+    order.push_back({i, CheckpointCopy::kExpAvgSq});
   }
   return order;
 }
@@ -106,10 +131,10 @@ double checkpoint_copy_seconds(const std::vector<uint64_t>& bytes, double bandwi
 
 namespace {
 std::vector<uint64_t> shard_bytes_of(const WriterTensors& t) {
-  std::vector<uint64_t> out(t.index_of_rank.size());
+  std::vector<uint64_t> out(t.class_of_rank.size());
   for (size_t r = 0; r < out.size(); ++r) {
-    if (t.index_of_rank[r] < 0) continue;
-    for (uint64_t b : t.by_index.at(t.index_of_rank[r])) out[r] += b;
+    if (!t.class_of_rank[r]) continue;
+    for (uint64_t b : t.by_class.at(*t.class_of_rank[r])) out[r] += b;
   }
   return out;
 }
@@ -130,7 +155,7 @@ CheckpointCost checkpoint_cost(const Scenario& s, double step_time_s) {
   c.launch_s = s.hardware.device.eager_dispatch_s + s.hardware.device.launch_overhead_s;
   const WriterTensors tensors = writer_tensors(s);
   c.shard_bytes = shard_bytes_of(tensors);
-  for (const auto& [idx, bytes] : tensors.by_index)
+  for (const auto& [k, bytes] : tensors.by_class)
     c.d2h_s = std::max(c.d2h_s, checkpoint_copy_seconds(bytes, c.d2h_bandwidth, c.launch_s));
   const int per_node = std::max(1, s.hardware.gpus_per_node);
   std::map<int, uint64_t> node;

@@ -9,6 +9,9 @@
 // ranks share its storage bandwidth (docs/cost-model.md, "Checkpoints").
 //   shard_bytes(r) = sum over parameters of local rows(r) x row elements x dtype bytes x
 //                    (3: the parameter, exp_avg, exp_avg_sq; 1 when frozen: no AdamW state)
+//                    + on global rank 0 only, every persistent buffer's bytes, whole (NOTE
+//                    [Persistent buffers in checkpoints]: DeepSeek-V3's expert_bias, E x 4
+//                    bytes per MoE layer)
 //   d2h_s   = max over ranks of e after: e = 0; for tensor i = 1..n in state-dict order,
 //             e = max(e, i x launch) + bytes_i / pageable_copy_bandwidth
 //             (launch = eager_dispatch_s + launch_overhead_s)
@@ -30,6 +33,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/model/module.h"
 #include "core/scenario/scenario.h"
 
 namespace fullshard::sim {
@@ -68,18 +72,22 @@ struct CheckpointCost {
 // The cost of s.training.checkpoint at step time `step_time_s`. Requires every > 0.
 CheckpointCost checkpoint_cost(const Scenario& s, double step_time_s);
 
-// Each rank's unpadded local shard bytes of parameters and AdamW states (0 for ranks that do
-// not write: replicas other than the first).
+// Each rank's unpadded local shard bytes of parameters and AdamW states, and on rank 0 the
+// persistent buffers (0 for ranks that do not write: replicas other than the first).
 std::vector<uint64_t> checkpoint_shard_bytes(const Scenario& s);
 
-// The order a save copies a rank's tensors in (DCP's state dict: the model's parameters in
-// module order, then the optimizer's exp_avg and exp_avg_sq of each): indices into the
-// model's parameters (Module::for_each_param order) and which of the three copies.
+// The order a save copies a rank's tensors in (DCP's state dict: the model's state dict, each
+// module's parameters then its persistent buffers, then its children's, as nn.Module.state_dict
+// orders them; then the optimizer's exp_avg and exp_avg_sq of each parameter). `index`: into the
+// model's parameters (Module::for_each_param order) or, for kBuffer, its persistent buffers
+// (Module::for_each_module order). `buffers`: whether the rank writes the buffers (global rank
+// 0: NOTE [Persistent buffers in checkpoints] in core/checkpoint/checkpoint_metadata.h).
 struct CheckpointCopy {
-  size_t param = 0;
-  int which = 0;  // 0 the parameter, 1 exp_avg, 2 exp_avg_sq
+  enum Which : int { kParam = 0, kExpAvg = 1, kExpAvgSq = 2, kBuffer = 3 };
+  size_t index = 0;
+  Which which = kParam;
 };
-std::vector<CheckpointCopy> checkpoint_copy_order(size_t num_params);
+std::vector<CheckpointCopy> checkpoint_copy_order(Module& root, bool buffers);
 
 // Seconds the copies of `bytes` (in copy order) take on one stream when the host issues one
 // every `launch_s` seconds, from the host's start: the chain of NOTE [Checkpoint cost].

@@ -7,6 +7,7 @@
 
 #include "core/common/error.h"
 #include "core/mesh/device_mesh.h"
+#include "core/model/transformer.h"
 #include "simulator/checkpoint_cost.h"
 
 namespace fullshard::sim {
@@ -18,6 +19,15 @@ bool writes_checkpoint(const Scenario& s, int rank) {
   const int rep = mesh.dim_index("replicate");
   if (rep < 0 || rep == shard) return true;
   return mesh.coordinates(rank)[static_cast<size_t>(rep)] == 0;  // HSDP: replica 0 writes
+}
+
+bool saves_buffers(const Scenario& s) {
+  Transformer model(s.model);
+  bool any = false;
+  model.root().for_each_module([&any](Module& m) {
+    for (const ModuleBuffer& b : m.buffers) any = any || b.persistent;
+  });
+  return any;
 }
 
 CheckpointPlayer::CheckpointPlayer(SimBackend& backend, TrainingProgram& program, const Scenario& s,
@@ -40,6 +50,11 @@ CheckpointPlayer::CheckpointPlayer(SimBackend& backend, TrainingProgram& program
     bytes_ += 3 * p->local_tensor().nbytes();
   for (const OptimizerParam* p : prog_.frozen_params())  // no state (NOTE [Checkpoint cost])
     bytes_ += p->local_tensor().nbytes();
+  if (b_.rank() == 0)  // rank 0 writes them, whole (NOTE [Persistent buffers in checkpoints])
+    prog_.model().root().for_each_module([this](Module& m) {
+      for (const ModuleBuffer& buf : m.buffers)
+        if (buf.persistent) bytes_ += buf.tensor.nbytes();
+    });
 }
 
 void CheckpointPlayer::after_step(int step, bool last_played) {
@@ -85,15 +100,26 @@ void CheckpointPlayer::save() {
     }
     b_.launch_pageable_copy(kCopy, op);
   };
-  for (const CheckpointCopy& k : checkpoint_copy_order(order.size())) {
-    const auto [p, i] = order[k.param];
+  std::vector<const ModuleBuffer*> buffers;  // the persistent ones, module order
+  prog_.model().root().for_each_module([&](Module& m) {
+    for (const ModuleBuffer& buf : m.buffers)
+      if (buf.persistent) buffers.push_back(&buf);
+  });
+  for (const CheckpointCopy& k : checkpoint_copy_order(prog_.model().root(), b_.rank() == 0)) {
+    if (k.which == CheckpointCopy::kBuffer) {
+      copy(buffers[k.index]->tensor, MemCategory::kUnshardedParam,
+           "buffer/" + buffers[k.index]->fqn);
+      continue;
+    }
+    const auto [p, i] = order[k.index];
     const std::string& fqn = p->param().fqn;
-    if (k.which == 0) {
+    if (k.which == CheckpointCopy::kParam) {
       copy(p->local_tensor(), MemCategory::kShardedParam, "param/" + fqn);
     } else if (const size_t j = static_cast<size_t>(i);
                i >= 0 && opt.has_state() && opt.exp_avg(j)) {
-      copy(k.which == 1 ? opt.exp_avg(j) : opt.exp_avg_sq(j), MemCategory::kOptimizerState,
-           (k.which == 1 ? "exp_avg/" : "exp_avg_sq/") + fqn);
+      copy(k.which == CheckpointCopy::kExpAvg ? opt.exp_avg(j) : opt.exp_avg_sq(j),
+           MemCategory::kOptimizerState,
+           (k.which == CheckpointCopy::kExpAvg ? "exp_avg/" : "exp_avg_sq/") + fqn);
     }
   }
   b_.synchronize(b_.record_event(kCopy));  // DCP's copies to the CPU block the caller

@@ -5,7 +5,9 @@
 // NOTE [Playing a checkpoint save]: after the optimizer step of every step that saves ((step + 1) %
 // every == 0, as runner/checkpoint_saver.cc), each rank that writes (replica 0) issues what DCP
 // does for a FSDP2 model: the device_to_host stream waits for the optimizer and copies every
-// unpadded local shard (parameter, exp_avg, exp_avg_sq) to pageable host memory (async: into
+// unpadded local shard (parameter, exp_avg, exp_avg_sq; on global rank 0 also every persistent
+// buffer, whole: NOTE [Persistent buffers in checkpoints] in core/checkpoint/checkpoint_metadata.h)
+// to pageable host memory (async: into
 // staging allocated with Backend::allocate_host); the host synchronizes on the copies and hands a
 // kStorageWrite of the rank's bytes to its checkpoint lane (its node's bytes /
 // storage_write_bandwidth); sync waits for the write, async goes on and the next save (or the run's
@@ -54,5 +56,9 @@ class CheckpointPlayer {
 
 // Whether `rank` writes checkpoint files (replica 0 of HSDP; every rank otherwise).
 bool writes_checkpoint(const Scenario& s, int rank);
+// Whether `s`'s model has persistent buffers, which global rank 0 alone saves (NOTE [Persistent
+// buffers in checkpoints] in core/checkpoint/checkpoint_metadata.h): its save differs from its
+// shard peers'.
+bool saves_buffers(const Scenario& s);
 
 }  // namespace fullshard::sim

@@ -49,8 +49,10 @@ std::vector<std::vector<int>> rank_classes(const Scenario& s) {
   int stride = 1;  // of the (shard, cp) coordinate in the row-major rank
   for (int d = mesh.ndim() - 1; d > last; --d) stride *= mesh.shape()[static_cast<size_t>(d)];
   std::map<std::vector<int64_t>, std::vector<int>> by_key;
-  // Played checkpoint saves (NOTE [Playing a checkpoint save]): writers differ from the rest.
+  // Played checkpoint saves (NOTE [Playing a checkpoint save]): writers differ from the rest,
+  // and rank 0 from its peers when it also writes the persistent buffers.
   const bool saves = s.training.checkpoint.every > 0;
+  const bool buffers = saves && saves_buffers(s);
   const int pp_dim = mesh.dim_index("pp");  // outermost: the pp index is r / pp_stride
   const int pp_stride = pp_dim < 0 ? 0 : mesh.size() / mesh.shape()[static_cast<size_t>(pp_dim)];
   // Expert parallelism: a rank's experts' local rows (their efsdp index) and what it receives
@@ -75,7 +77,7 @@ std::vector<std::vector<int>> rank_classes(const Scenario& s) {
       key[k++] = er.recv_rows[0];
       key[k++] = grouped_rows(er.local_tokens_per_expert, moe.token_group_align);
     }
-    if (saves) key[k++] = writes_checkpoint(s, r) ? 1 : 0;
+    if (saves) key[k++] = writes_checkpoint(s, r) ? (buffers && r == 0 ? 2 : 1) : 0;
     if (pp_dim >= 0) key[k++] = r / pp_stride;
     // Ring attention's rounds differ by cp index (NOTE [Ring attention rounds]).
     if (cp > 1) key[k++] = idx % cp;

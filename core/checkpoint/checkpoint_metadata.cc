@@ -247,6 +247,17 @@ CheckpointTensor placed_tensor(std::string name, std::string dtype, Shape shape,
   return t;
 }
 
+CheckpointTensor replicated_tensor(std::string name, std::string dtype, Shape shape,
+                                   const PieceLayout& mesh) {
+  CheckpointTensor t;
+  t.name = std::move(name);
+  t.dtype = std::move(dtype);
+  t.shape = std::move(shape);
+  t.placements = replicated_placements(mesh);
+  t.chunks.push_back({shard_file_name(0, piece_files(mesh)), full_box(t.shape)});
+  return t;
+}
+
 nlohmann::json metadata_to_json(const CheckpointMetadata& m) {
   nlohmann::json j = nlohmann::json::object();
   j["format"] = "fullshard-checkpoint";

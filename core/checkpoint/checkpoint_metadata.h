@@ -32,8 +32,9 @@ struct CheckpointChunk {
 };
 
 struct CheckpointTensor {
-  std::string
-      name;  // "param/<fqn>", "exp_avg/<fqn>", "exp_avg_sq/<fqn>": also its key in the files
+  // "param/<fqn>", "exp_avg/<fqn>", "exp_avg_sq/<fqn>", "buffer/<fqn>" (NOTE [Persistent
+  // buffers in checkpoints]): also its key in the files.
+  std::string name;
   std::string dtype;  // safetensors name ("F32")
   Shape shape;        // global
   std::vector<std::string>
@@ -89,6 +90,22 @@ CheckpointTensor sharded_tensor(std::string name, std::string dtype, Shape shape
 // weights]): the pieces stored_pieces gives, in files shard_file_name(i, piece_files(layout)).
 CheckpointTensor placed_tensor(std::string name, std::string dtype, Shape shape,
                                const PieceLayout& layout);
+
+// NOTE [Persistent buffers in checkpoints]: a persistent buffer (register_buffer with
+// persistent=True: DeepSeek-V3's expert_bias, NOTE [Expert bias] in core/model/expert_bias.h) is
+// in the model's state dict, so DCP saves it; a non-persistent one (tokens_per_expert) is not.
+// FSDP2 neither shards nor all-gathers buffers: every rank holds the same whole tensor, which
+// DCP writes once (torch/distributed/checkpoint/_dedup_save_plans.py drops the duplicates; by
+// default to the plan with the fewest bytes so far, with save_to_lowest_rank to rank 0). Here
+// it is "buffer/<fqn>", whole, in file 0 (global rank 0's: replicate, shard and tp index 0, as
+// save_to_lowest_rank), placements Replicate() on every mesh dim; every rank of any mesh reads
+// it whole on resume. A checkpoint without it (written before buffers were saved) leaves the
+// buffer at its initial zeros; one the model lacks is refused like an unknown parameter.
+//
+// The metadata of such a whole tensor over the saving `mesh` (its tp_degree, shard_world,
+// replicate): one chunk, the full box, in file 0 of piece_files(mesh).
+CheckpointTensor replicated_tensor(std::string name, std::string dtype, Shape shape,
+                                   const PieceLayout& mesh);
 
 nlohmann::json metadata_to_json(const CheckpointMetadata& m);
 // Validates every field (types, ranges, chunks tiling each tensor, chunk files listed in

@@ -105,15 +105,15 @@ struct DcpExportOptions {
 
 struct DcpExportResult {
   std::vector<std::string> files;  // written: the .distcp files, then .metadata
-  size_t tensors = 0, chunks = 0;  // the parameters'
+  size_t tensors = 0, chunks = 0;  // the model state dict's (parameters, persistent buffers)
   uint64_t data_bytes = 0;        // parameters and optimizer state
   size_t optimizer_tensors = 0, optimizer_chunks = 0;  // AdamW's state tensors and their chunks
   size_t param_group_entries = 0;                      // BytesStorageMetadata entries
   std::string optimizer_note;  // why no optimizer state was exported ("" when it was or none)
 };
 
-// Writes the parameters of the checkpoint `reader` reads as a DCP folder: file
-// `__<i>_0.distcp` holds the pieces of fullshard shard file i, each as its own chunk
+// Writes the parameters and persistent buffers of the checkpoint `reader` reads as a DCP
+// folder: file `__<i>_0.distcp` holds the pieces of fullshard shard file i, each as its own chunk
 // (transposed Conv1D weights as the transposed box), and AdamW's state with the keys of
 // get_optimizer_state_dict (NOTE [AdamW state in DCP]). Throws InputError naming "--dcp".
 DcpExportResult export_dcp(CheckpointReader& reader, const DcpExportOptions& o);

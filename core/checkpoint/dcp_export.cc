@@ -1,4 +1,5 @@
-// `fullshard checkpoint export --dcp`: a fullshard checkpoint's parameters as a DCP folder
+// `fullshard checkpoint export --dcp`: a fullshard checkpoint's model state dict (parameters and
+// persistent buffers) as a DCP folder
 // (NOTE [DCP's own format] in core/checkpoint/dcp.h).
 #include <cstring>
 #include <filesystem>
@@ -17,7 +18,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kParamPrefix = "param/";
 constexpr const char* kStatePrefixes[] = {"exp_avg/", "exp_avg_sq/"};  // fullshard's AdamW names
 
 // Box `b` of a [R, C] tensor, transposed: the box of the [C, R] tensor, and its bytes.
@@ -70,8 +70,11 @@ DcpExportResult export_dcp(CheckpointReader& reader, const DcpExportOptions& o) 
     dm.tensors.push_back(std::move(d));
     plan.push_back(p);
   };
-  for (const auto& t : m.tensors)  // the parameters, as `export --safetensors`
-    if (t.name.rfind(kParamPrefix, 0) == 0) add(t, t.name.substr(std::strlen(kParamPrefix)), "");
+  // The model's state dict, as `export --safetensors`: the parameters and the persistent buffers
+  // (a buffer is one chunk, the whole tensor, in file 0: get_model_state_dict's plain tensor
+  // under its fqn, NOTE [Persistent buffers in checkpoints] in checkpoint_metadata.h).
+  for (const auto& t : m.tensors)
+    if (const std::string fqn = state_dict_fqn(t.name); !fqn.empty()) add(t, fqn, "");
   DcpExportResult res;
   res.tensors = plan.size();
   std::vector<std::string> trainable;  // the parameters with AdamW state

@@ -14,6 +14,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kParamPrefix = "param/";
+constexpr const char* kBufferPrefix = "buffer/";
 
 struct Planned {
   const CheckpointTensor* source;
@@ -62,6 +63,12 @@ void write_file(CheckpointReader& reader, const std::vector<Planned>& tensors,
 
 }  // namespace
 
+std::string state_dict_fqn(const std::string& name) {
+  for (const char* prefix : {kParamPrefix, kBufferPrefix})
+    if (name.rfind(prefix, 0) == 0) return name.substr(std::strlen(prefix));
+  return "";
+}
+
 HfTensorName export_name(const std::string& arch, const std::string& fqn, bool hf_names) {
   if (!hf_names) return {fqn, false};
   const auto n = hf_tensor_name(arch, fqn);
@@ -87,9 +94,12 @@ ExportResult export_safetensors(CheckpointReader& reader, const ExportOptions& o
   check_hf_export(m, o.hf_names);
   std::vector<Planned> plan;
   for (const auto& t : m.tensors) {
-    if (t.name.rfind(kParamPrefix, 0) != 0) continue;  // optimizer state is not part of the weights
-    Planned p{&t, export_name(m.arch, t.name.substr(std::strlen(kParamPrefix)), o.hf_names),
-              t.shape, static_cast<uint64_t>(numel(t.shape)) * *safetensors_dtype_size(t.dtype)};
+    // The model's state dict: parameters and persistent buffers (NOTE [Persistent buffers in
+    // checkpoints] in checkpoint_metadata.h); optimizer state is not part of the weights.
+    const std::string fqn = state_dict_fqn(t.name);
+    if (fqn.empty()) continue;
+    Planned p{&t, export_name(m.arch, fqn, o.hf_names), t.shape,
+              static_cast<uint64_t>(numel(t.shape)) * *safetensors_dtype_size(t.dtype)};
     if (p.out.transpose) {
       FULLSHARD_CHECK(t.shape.size() == 2,
                       "transposed export of a tensor that is not 2-D: " + t.name);

@@ -25,11 +25,17 @@ struct ExportResult {
   uint64_t data_bytes = 0;
 };
 
-// Throws InputError (where "--safetensors") for a parameter with no Hugging Face name or an
-// unwritable output, and the reader's errors for damaged checkpoint files.
+// The model's state dict: every parameter and persistent buffer (NOTE [Persistent buffers in
+// checkpoints] in checkpoint_metadata.h), in the metadata's order. Throws InputError (where
+// "--safetensors") for a tensor with no Hugging Face name or an unwritable output, and the
+// reader's errors for damaged checkpoint files.
 ExportResult export_safetensors(CheckpointReader& reader, const ExportOptions& o);
 
-// The exported name and whether the layout is transposed, for parameter `fqn`.
+// The model state-dict key of checkpoint tensor `name`: "<fqn>" of "param/<fqn>" and of a
+// persistent buffer's "buffer/<fqn>"; "" for optimizer state.
+std::string state_dict_fqn(const std::string& name);
+
+// The exported name and whether the layout is transposed, for parameter or buffer `fqn`.
 HfTensorName export_name(const std::string& arch, const std::string& fqn, bool hf_names);
 // Refuses Hugging Face names for a checkpoint whose RoPE pairing is not its files' (NOTE [Rotary
 // pairing of weight files] in core/checkpoint/hf_names.h; the rows are not permuted on export).

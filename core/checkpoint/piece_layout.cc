@@ -110,4 +110,9 @@ std::vector<std::string> dtensor_placements(const PieceLayout& l) {
   return p;
 }
 
+std::vector<std::string> replicated_placements(const PieceLayout& l) {
+  const size_t dims = 1 + (l.replicate > 1 ? 1 : 0) + (l.tp_degree > 1 ? 1 : 0);
+  return std::vector<std::string>(dims, "Replicate()");
+}
+
 }  // namespace fullshard

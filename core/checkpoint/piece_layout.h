@@ -100,4 +100,9 @@ std::vector<StoredPiece> stored_pieces(const Shape& global, const PieceLayout& l
 // an expert weight's are over (replicate if > 1, efsdp, ep): ["Shard(1)", "Shard(0)"].
 std::vector<std::string> dtensor_placements(const PieceLayout& l);
 
+// A tensor every rank holds whole (a persistent buffer: NOTE [Persistent buffers in
+// checkpoints] in checkpoint_metadata.h): "Replicate()" on each of the dims dtensor_placements
+// names for the mesh `l` (replicate if > 1, shard, tp if > 1).
+std::vector<std::string> replicated_placements(const PieceLayout& l);
+
 }  // namespace fullshard

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Sharded checkpoints with real worker processes (docs/checkpoints.md): 6 steps straight equal
 # 3 steps + --resume 3 steps bit for bit; `checkpoint inspect` and `checkpoint export`
-# (Hugging Face names, byte-exact against the rank files); damaged files and a checkpoint of
-# another model are one-line errors with exit 2.
+# (Hugging Face names, byte-exact against the rank files); DeepSeek-V3's expert bias saved,
+# resumed and exported; damaged files and a checkpoint of another model are one-line errors
+# with exit 2.
 set -eu
 bin="$1"; src="$2"
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
@@ -139,6 +140,63 @@ fresh, init = [json.loads(open(p).readline())["loss"] for p in sys.argv[1:]]
 assert init < fresh - 0.01, (init, fresh)
 P
 echo ok init-from
+
+# DeepSeek-V3's expert bias (NOTE [Persistent buffers in checkpoints]): saved as a buffer/
+# tensor, whole, in file 0; 2 + --resume 2 steps equal 4 bit for bit; exported with
+# --names fullshard; --init-from loads it back.
+bs="$tmp/bias.json"
+python3 - "$src/scenarios/tiny-deepseek-bias-cpu2.json" "$bs" <<'P'
+import json, sys
+j = json.load(open(sys.argv[1]))
+j["training"]["batch_per_rank"] = 2
+j["training"]["seq_len"] = 16
+j["model"]["moe"]["load_balance_coeff"] = 2e-3  # the bias: +-0.002, +-0.004 (saved), +-0.002: it moves the routing
+json.dump(j, open(sys.argv[2], "w"))
+P
+"$bin" train "$bs" --steps 4 --metrics "$tmp/bs.jsonl" > /dev/null 2>&1
+"$bin" train "$bs" --steps 2 --checkpoint-dir "$tmp/bck" --checkpoint-every 2 > /dev/null 2>&1
+"$bin" train "$bs" --steps 4 --checkpoint-dir "$tmp/bck" --resume --metrics "$tmp/br.jsonl" > "$tmp/out" 2>&1 || { cat "$tmp/out"; exit 1; }
+python3 - "$tmp/bs.jsonl" "$tmp/br.jsonl" <<'P'
+import json, sys
+rows = [[json.loads(l) for l in open(p)] for p in sys.argv[1:]]
+key = lambda ranks: sorted((x["rank"], x["loss"]) for x in ranks)
+straight = {r["step"]: key(r["ranks"]) for r in rows[0]}
+assert [r["step"] for r in rows[1]] == [2, 3], [r["step"] for r in rows[1]]
+for r in rows[1]:
+    assert key(r["ranks"]) == straight[r["step"]], (r["step"], r["ranks"], straight[r["step"]])
+P
+"$bin" checkpoint inspect "$tmp/bck" > "$tmp/inspect"
+grep -q "buffer/layers.1.moe.expert_bias  *F32  *\[4\]  *16  *4$" "$tmp/inspect" || { cat "$tmp/inspect"; exit 1; }
+! grep -q "tokens_per_expert" "$tmp/inspect"
+"$bin" checkpoint export "$tmp/bck" --names fullshard --safetensors "$tmp/bias.safetensors" > /dev/null
+python3 - "$tmp/bck/step-00000002/shard-00000-of-00002.safetensors" "$tmp/bias.safetensors" <<'P'
+import json, struct, sys
+def read(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
+    return {k: b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in h.items()}
+saved, out = read(sys.argv[1])["buffer/layers.1.moe.expert_bias"], read(sys.argv[2])
+assert out["layers.1.moe.expert_bias"] == saved and saved != bytes(16), saved
+P
+# --init-from the export loads the bias (runner/init_weights.cc): one more step moves each
+# element by at most 2 coeff from the saved bias, which is further than that from zero.
+"$bin" train "$bs" --steps 1 --init-from "$tmp/bias.safetensors" --checkpoint-dir "$tmp/bik" \
+  --checkpoint-every 1 > "$tmp/out" 2>&1 || { cat "$tmp/out"; exit 1; }
+python3 - "$tmp/bias.safetensors" "$tmp/bik/step-00000001/shard-00000-of-00002.safetensors" <<'P'
+import json, struct, sys
+def bias(path, key):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    e = json.loads(b[8:8 + n])[key]
+    raw = b[8 + n + e["data_offsets"][0]:8 + n + e["data_offsets"][1]]
+    return struct.unpack("<%df" % (len(raw) // 4), raw)
+b0 = bias(sys.argv[1], "layers.1.moe.expert_bias")
+b1 = bias(sys.argv[2], "buffer/layers.1.moe.expert_bias")
+assert max(abs(x) for x in b0) > 2 * 2e-3 + 1e-7, b0
+assert max(abs(x - y) for x, y in zip(b0, b1)) <= 2 * 2e-3 + 1e-7, (b0, b1)
+P
+echo ok expert bias
 
 set +e
 # A checkpoint of another model: exit 2, one line naming the tensor.

@@ -6,10 +6,18 @@
 // of expert-parallel runs resume, reshard to other ep degrees, export and load as weights
 // (NOTE [Pieces of expert-parallel weights]). DeepSeek's multi-head latent attention trains on
 // tiny-deepseek with its sizes drawn; DeepSeek-V3's expert bias and group-limited routing are
-// among the drawn MoE fields, and the bias balances a skewed router.
+// among the drawn MoE fields, and the bias balances a skewed router; the bias is saved in
+// checkpoints, resumed on the same and another mesh, and exported.
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "core/checkpoint/dcp.h"
 #include "core/checkpoint/export.h"
 #include "core/scenario/moe_checks.h"
 #include "core/scenario/recompute.h"
@@ -415,8 +423,9 @@ TEST(RealMoeTraining, LauncherRefusesMoeOnlyWithoutKernels) {
   TempDir d;
   ck.checkpoint_dir = d.path();
   EXPECT_EQ(input_error_of([&] { runner::validate_launch(ck, parse_scenario(ep), cpu_kind); }), "");
-  // The expert bias and groups (NOTE [Expert bias]): CPU kernels only, the bias in no checkpoint
-  // yet; each refusal names its field.
+  // The expert bias and groups (NOTE [Expert bias]): CPU kernels only; the bias is saved in
+  // checkpoints (NOTE [Persistent buffers in checkpoints]) but loaded from no weight file yet;
+  // each refusal names its field.
   json lb = tiny_scenario_json(o);
   lb["model"] = {{"name", "tiny-moe"},
                  {"moe", {{"load_balance", "expert_bias"}, {"load_balance_coeff", 1e-3}}}};
@@ -425,9 +434,14 @@ TEST(RealMoeTraining, LauncherRefusesMoeOnlyWithoutKernels) {
   const std::string on_cuda =
       input_error_of([&] { runner::validate_launch(lo, biased, cuda_kind); });
   EXPECT_NE(on_cuda.find("model.moe.load_balance"), std::string::npos) << on_cuda;
-  const std::string saving =
-      input_error_of([&] { runner::validate_launch(ck, biased, cpu_kind); });
-  EXPECT_NE(saving.find("--checkpoint-every"), std::string::npos) << saving;
+  EXPECT_EQ(input_error_of([&] { runner::validate_launch(ck, biased, cpu_kind); }), "");
+  runner::LaunchOptions weights = lo;
+  weights.init_from = d.path();
+  const std::string init =
+      input_error_of([&] { runner::validate_launch(weights, biased, cpu_kind); });
+  EXPECT_NE(init.find("--init-from: is given with model.moe.load_balance \"expert_bias\""),
+            std::string::npos)
+      << init;
   lb["model"] = {{"name", "tiny-moe"}, {"moe", {{"num_expert_groups", 2}}}};
   const Scenario grouped = parse_scenario(lb);
   EXPECT_EQ(input_error_of([&] { runner::validate_launch(ck, grouped, cpu_kind); }), "");
@@ -542,4 +556,207 @@ TEST(RealMoeCheckpoint, ExpertParallelExportIsTheFullParametersAndInitFromLoadsT
     runner::validate_init_weights(eo.out, s);
     expect_bit_identical(run_real(s, 0, init_from(eo.out)), trained);
   }
+}
+
+// DeepSeek-V3's expert bias in checkpoints (NOTE [Persistent buffers in checkpoints] in
+// core/checkpoint/checkpoint_metadata.h): tiny-deepseek as scenarios/tiny-deepseek-bias-cpu2.json
+// trains it (the bias, 2 groups of 2 experts, full activation checkpointing) with an update
+// rate (0.01) large enough that the bias moves the routing within 3 steps (its entries go
+// 0.01, 0.02, 0.01, 0.02, 0.03, 0.02 in size: it responds), on `mesh` with `global_batch`
+// sequences.
+namespace {
+
+Scenario bias_scenario(const std::vector<int>& mesh, int global_batch, bool bias = true,
+                       int ep = 1) {
+  TinyOptions o;
+  o.model = "tiny-deepseek";
+  o.mesh = mesh;
+  o.seq = 16;
+  o.steps = 6;
+  o.activation_checkpointing = "full";
+  int world = 1;
+  for (int d : mesh) world *= d;
+  o.batch = global_batch / world;
+  json j = tiny_scenario_json(o);
+  j["model"] = {{"name", "tiny-deepseek"}};
+  if (bias)
+    j["model"]["moe"] = {{"load_balance", "expert_bias"},
+                         {"load_balance_coeff", 0.01},
+                         {"num_expert_groups", 2},
+                         {"num_limited_groups", 1}};
+  // Adam's eps 1e-4: runs of ep 2 meet runs of ep 1 (NOTE [Adam's noise gain]).
+  j["training"]["optimizer"] = {{"lr", 1e-3}, {"eps", 1e-4}, {"max_grad_norm", 1.0}};
+  j["training"]["seed"] = 11;
+  if (ep > 1) j["expert_parallel"] = {{"degree", ep}, {"receive_buffers", "max"}};
+  Scenario s = parse_scenario(j);
+  if (ep > 1) check_expert_parallel(s);
+  return s;
+}
+
+constexpr const char* kBias = "layers.1.moe.expert_bias";  // tiny-deepseek's one MoE layer
+
+// Rank `r`'s final `fqn` buffer (RankResult::buffers); every rank holds the same.
+std::vector<float> final_buffer(const RealRun& run, const std::string& fqn, size_t r = 0) {
+  for (const auto& [name, v] : run.ranks.at(r).buffers)
+    if (name == fqn) return v;
+  ADD_FAILURE() << "rank " << r << " has no buffer " << fqn;
+  return {};
+}
+
+void expect_same_bias_on_every_rank(const RealRun& run, const std::string& what) {
+  const std::vector<float> b0 = final_buffer(run, kBias);
+  for (size_t r = 1; r < run.ranks.size(); ++r)
+    EXPECT_EQ(final_buffer(run, kBias, r), b0) << "rank " << r << ": " << what;
+}
+
+}  // namespace
+
+// 6 steps equal 3 steps + a resume of 3 to the bit (losses, parameters, the final bias: the
+// bias is saved and read back); resumed on 1 rank, on FSDP 2 x ep 2 and on HSDP 2 x 2, the run
+// ends where 1 rank trained straight through does (NOTE [fp32 tolerance]) with its bias, which a
+// resume that lost the bias (zeros at step 3, 0.01 away) would not.
+TEST(RealMoeCheckpoint, ExpertBiasResumesBitIdenticallyAndOnAnotherMesh) {
+  const Scenario s = bias_scenario({2}, 4);
+  TempDir d;
+  const RealRun straight = run_real(s, 6);
+  const std::vector<float> bias = final_buffer(straight, kBias);
+  ASSERT_EQ(bias.size(), 4u);
+  float moved = 0;
+  for (float v : bias) moved = std::max(moved, std::abs(v));
+  EXPECT_GT(moved, 0.005f) << "the bias should move";
+  expect_same_bias_on_every_rank(straight, "straight");
+  run_real(s, 3, saving(d.path(), 3));
+  const RealRun resumed = run_real(s, 6, resuming(d.path()));
+  ASSERT_EQ(resumed.mean_loss.size(), 3u);
+  for (size_t k = 0; k < 3; ++k)
+    for (size_t r = 0; r < 2; ++r)
+      EXPECT_EQ(resumed.ranks[r].steps[k].loss, straight.ranks[r].steps[3 + k].loss) << 3 + k;
+  expect_bit_identical(resumed, straight);
+  EXPECT_EQ(final_buffer(resumed, kBias), bias);
+  expect_same_bias_on_every_rank(resumed, "resumed");
+
+  const RealRun ref = run_real(bias_scenario({1}, 4), 6);
+  const std::vector<float> ref_bias = final_buffer(ref, kBias);
+  for (const auto& [mesh, ep] :
+       std::vector<std::pair<std::vector<int>, int>>{{{1}, 1}, {{2}, 2}, {{2, 2}, 1}}) {
+    const std::string what = "FSDP 2 loaded on " + std::to_string(mesh.size() == 2 ? 4 : mesh[0]) +
+                             " ranks" + (mesh.size() == 2 ? " (HSDP)" : "") + ", ep " +
+                             std::to_string(ep);
+    const RealRun loaded = run_real(bias_scenario(mesh, 4, true, ep), 6, resuming(d.path()));
+    ASSERT_EQ(loaded.mean_loss.size(), 3u) << what;
+    std::string where;
+    EXPECT_LE(max_violation(loaded, ref, 1e-5, 1e-3, &where), 1.0) << where << ": " << what;
+    for (size_t k = 0; k < 3; ++k)
+      EXPECT_NEAR(loaded.mean_loss[k], ref.mean_loss[3 + k], 1e-4) << what;
+    const std::vector<float> got = final_buffer(loaded, kBias);
+    ASSERT_EQ(got.size(), ref_bias.size()) << what;
+    for (size_t e = 0; e < got.size(); ++e) EXPECT_NEAR(got[e], ref_bias[e], 1e-6) << e << what;
+    expect_same_bias_on_every_rank(loaded, what);
+  }
+}
+
+// The saved buffer is the live bias, whole, once (file 0, Replicate()); tokens_per_expert is not
+// saved. Rank 0's staging holds the bias's 16 bytes more, as the simulator predicts. Both exports
+// with fullshard's names hold it under its fqn; a checkpoint written before buffers were saved
+// resumes with the bias at zero (bit for bit as the same checkpoint with its bias zeroed); a
+// model without the bias refuses a checkpoint with it.
+TEST(RealMoeCheckpoint, ExpertBiasIsSavedOnceExportedAndOldCheckpointsResume) {
+  const Scenario s = bias_scenario({2}, 4);
+  TempDir d;
+  const RealRun first = run_real(s, 3, saving(d.path(), 3, CheckpointSaveMode::kAsync));
+  const std::vector<uint64_t> predicted = sim::checkpoint_shard_bytes(s);
+  const std::vector<uint64_t> plain = sim::checkpoint_shard_bytes(bias_scenario({2}, 4, false));
+  EXPECT_EQ(predicted[0], plain[0] + 4 * 4);  // E x fp32, one MoE layer, rank 0 only
+  EXPECT_EQ(predicted[1], plain[1]);
+  for (size_t r = 0; r < 2; ++r)
+    EXPECT_EQ(first.ranks[r].checkpoint.staging_bytes, predicted[r]) << r;
+
+  const std::string folder = resolve_checkpoint(d.path(), "--resume");
+  const std::vector<float> live = final_buffer(first, kBias);
+  {
+    CheckpointReader reader(folder);
+    reader.verify();
+    const CheckpointTensor* t = reader.metadata().find(std::string("buffer/") + kBias);
+    ASSERT_NE(t, nullptr);
+    EXPECT_EQ(t->shape, (Shape{4}));
+    EXPECT_EQ(t->placements, (std::vector<std::string>{"Replicate()"}));
+    ASSERT_EQ(t->chunks.size(), 1u);
+    EXPECT_EQ(t->chunks[0].file, shard_file_name(0, 2));
+    EXPECT_EQ(reader.metadata().find("buffer/layers.1.moe.tokens_per_expert"), nullptr);
+    std::vector<float> saved(4);
+    reader.read_box(t->name, full_box(t->shape), saved.data(), 16);
+    EXPECT_EQ(saved, live);
+    EXPECT_NE(live, std::vector<float>(4, 0.0f));
+
+    ExportOptions eo;
+    eo.out = d.path() + "/model.safetensors";
+    eo.hf_names = false;
+    export_safetensors(reader, eo);
+    SafetensorsReader st(eo.out);
+    const auto bytes = st.read_all(kBias);
+    ASSERT_EQ(bytes.size(), 16u);
+    EXPECT_EQ(std::memcmp(bytes.data(), live.data(), 16), 0);
+
+    DcpExportOptions dco;
+    dco.out = d.path() + "/dcp";
+    dco.hf_names = false;
+    export_dcp(reader, dco);
+    DcpReader dcp(dco.out);
+    const DcpTensor* dt = dcp.metadata().find(kBias);
+    ASSERT_NE(dt, nullptr);
+    ASSERT_EQ(dt->chunks.size(), 1u);
+    EXPECT_EQ(dt->chunks[0].box, full_box({4}));
+    std::vector<float> from_dcp(4);
+    dcp.read_box(kBias, full_box({4}), from_dcp.data(), 16);
+    EXPECT_EQ(from_dcp, live);
+  }
+
+  // A model without the bias: the checkpoint's buffer is named, before and in the run.
+  const Scenario no_bias = bias_scenario({2}, 4, false);
+  const std::string unknown = "holds tensor 'buffer/layers.1.moe.expert_bias' that the scenario's";
+  EXPECT_NE(input_error_of([&] {
+              runner::validate_checkpoint_flags("", 0, folder, 6, no_bias);
+            }).find(unknown),
+            std::string::npos);
+  EXPECT_NE(input_error_of([&] { run_real(no_bias, 6, resuming(d.path())); }).find(unknown),
+            std::string::npos);
+
+  // The same checkpoint with the saved bias zeroed in its file: what an old checkpoint must give.
+  TempDir zd;
+  const std::filesystem::path zfolder = std::filesystem::path(zd.path()) / "step-00000003";
+  std::filesystem::copy(folder, zfolder, std::filesystem::copy_options::recursive);
+  {
+    const std::string f0 = (zfolder / shard_file_name(0, 2)).string();
+    std::string bytes = file_bytes(f0);
+    uint64_t n = 0;
+    std::memcpy(&n, bytes.data(), 8);
+    const json h = json::parse(bytes.substr(8, n));
+    const uint64_t at =
+        8 + n + h.at(std::string("buffer/") + kBias).at("data_offsets")[0].get<uint64_t>();
+    std::memset(bytes.data() + at, 0, 16);
+    std::ofstream(f0, std::ios::binary) << bytes;
+  }
+  const RealRun zeroed = run_real(s, 6, resuming(zd.path()));
+
+  // The checkpoint as written before buffers were saved: no buffer/ tensor. It resumes with the
+  // bias at zero: as the zeroed one, to the bit, and not as the uninterrupted run.
+  const std::string meta = (std::filesystem::path(folder) / kMetadataFile).string();
+  json j = json::parse(file_bytes(meta));
+  json kept = json::array();
+  for (const auto& t : j["tensors"])
+    if (t["name"].get<std::string>().rfind("buffer/", 0) != 0) kept.push_back(t);
+  ASSERT_EQ(kept.size() + 1, j["tensors"].size());
+  j["tensors"] = kept;
+  std::ofstream(meta) << j.dump();
+  runner::validate_checkpoint_flags("", 0, folder, 6, s);
+  const RealRun old = run_real(s, 6, resuming(d.path()));
+  ASSERT_EQ(old.mean_loss.size(), 3u);
+  ASSERT_EQ(zeroed.mean_loss.size(), 3u);
+  for (size_t k = 0; k < 3; ++k) EXPECT_EQ(old.mean_loss[k], zeroed.mean_loss[k]) << 3 + k;
+  expect_bit_identical(old, zeroed);
+  EXPECT_EQ(final_buffer(old, kBias), final_buffer(zeroed, kBias));
+  const RealRun straight = run_real(s, 6);  // the bias kept through step 3
+  EXPECT_NE(final_buffer(old, kBias), final_buffer(straight, kBias))
+      << "the old checkpoint's resume restarts the bias at zero";
+  expect_same_bias_on_every_rank(old, "old checkpoint");
 }

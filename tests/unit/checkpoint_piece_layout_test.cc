@@ -205,6 +205,39 @@ TEST(PieceLayout, MetadataMeshEpRoundTrips) {
             std::string::npos);
 }
 
+// A persistent buffer (NOTE [Persistent buffers in checkpoints]): whole in file 0 of any saving
+// mesh, Replicate() on each of its dims, and the same after a metadata round trip.
+TEST(PieceLayout, ReplicatedBufferIsOneWholeChunkInFileZeroAndRoundTrips) {
+  PieceLayout mesh;
+  mesh.replicate = 2;
+  mesh.shard_world = 2;
+  mesh.tp_degree = 2;
+  CheckpointMetadata m;
+  m.world_size = 8;
+  m.replicate = m.shard = m.tp = 2;
+  for (int f = 0; f < piece_files(mesh); ++f) m.files.push_back({shard_file_name(f, 4), 1024});
+  m.tensors.push_back(replicated_tensor("buffer/layers.1.moe.expert_bias", "F32", {6}, mesh));
+  const CheckpointTensor& t = m.tensors[0];
+  EXPECT_EQ(t.placements, (std::vector<std::string>{"Replicate()", "Replicate()", "Replicate()"}));
+  ASSERT_EQ(t.chunks.size(), 1u);
+  EXPECT_EQ(t.chunks[0].file, "shard-00000-of-00004.safetensors");
+  EXPECT_EQ(t.chunks[0].box, (ChunkBox{{0}, {6}}));
+  const CheckpointMetadata back = metadata_from_json(metadata_to_json(m), "metadata.json");
+  ASSERT_EQ(back.tensors.size(), 1u);
+  EXPECT_EQ(back.tensors[0].name, t.name);
+  EXPECT_EQ(back.tensors[0].shape, t.shape);
+  EXPECT_EQ(back.tensors[0].placements, t.placements);
+  EXPECT_EQ(back.tensors[0].chunks[0].file, t.chunks[0].file);
+  EXPECT_EQ(back.tensors[0].chunks[0].box, t.chunks[0].box);
+  // Plain FSDP: one dim.
+  PieceLayout fsdp;
+  fsdp.shard_world = 3;
+  const CheckpointTensor f = replicated_tensor("buffer/b", "F32", {2, 3}, fsdp);
+  EXPECT_EQ(f.placements, (std::vector<std::string>{"Replicate()"}));
+  EXPECT_EQ(f.chunks[0].file, shard_file_name(0, 3));
+  EXPECT_EQ(f.chunks[0].box, (ChunkBox{{0, 0}, {2, 3}}));
+}
+
 TEST(PieceLayout, ColwiseWeightUnderFsdpIsStrided) {
   // wq [8, 4] under dp_shard 2 x tp 2: tp rank t holds rows [4t, 4t + 4), FSDP rank s two of them.
   PieceLayout l{0, 2, 2, 1};

@@ -115,6 +115,26 @@ TEST(SimCheckpointCost, HsdpWritesEveryRowOnceFromTheFirstReplica) {
   EXPECT_DOUBLE_EQ(c.write_s, static_cast<double>(total) / 1e6);
 }
 
+// DeepSeek-V3 16B on 8 H100s (ep 8): rank 0 alone also writes every MoE layer's expert_bias
+// whole (NOTE [Persistent buffers in checkpoints] in core/checkpoint/checkpoint_metadata.h):
+// 26 MoE layers x 64 experts x 4 bytes = 6,656 bytes more than without the bias; the other
+// ranks' bytes do not move, and the slowest copy chain takes that much longer at the bandwidth.
+TEST(SimCheckpointCost, RankZeroAlsoWritesThePersistentBuffers) {
+  Scenario s = example("deepseek-v3-16b-ep8-h100");
+  ASSERT_EQ(s.model.moe.load_balance, MoeLoadBalance::kExpertBias);
+  s.training.checkpoint.every = 100;
+  Scenario plain = s;
+  plain.model.moe.load_balance = MoeLoadBalance::kNone;
+  const sim::CheckpointCost with = sim::checkpoint_cost(s, 1.0),
+                            without = sim::checkpoint_cost(plain, 1.0);
+  ASSERT_EQ(with.shard_bytes.size(), without.shard_bytes.size());
+  EXPECT_EQ(with.shard_bytes[0], without.shard_bytes[0] + 26 * 64 * 4);
+  for (size_t r = 1; r < with.shard_bytes.size(); ++r)
+    EXPECT_EQ(with.shard_bytes[r], without.shard_bytes[r]) << r;
+  EXPECT_EQ(with.node_bytes, without.node_bytes + 26 * 64 * 4);
+  EXPECT_NEAR(with.d2h_s, without.d2h_s + 26 * 64 * 4 / with.d2h_bandwidth, 1e-12);
+}
+
 // The planner's path (saves not played, tests/unit/sim_checkpoint_play_test.cc plays them):
 // a simulation with training.checkpoint predicts the same memory and step time, and adds the
 // amortised save to the step time with checkpoints.

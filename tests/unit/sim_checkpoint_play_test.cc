@@ -5,6 +5,7 @@
 // checkpoint lane, and the planner's fast path (play_checkpoint = false) is the closed form.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <sstream>
 
 #include "simulator/checkpoint_cost.h"
@@ -168,6 +169,47 @@ TEST(SimCheckpointPlay, HsdpOnlyTheFirstReplicaWrites) {
         EXPECT_EQ(cls.peak_host_bytes,
                   p.closed.shard_bytes[static_cast<size_t>(cls.representative)]);
       }
+    }
+  }
+}
+
+// scenarios/tiny-deepseek-bias-cpu2.json (the expert bias, one MoE layer of 4 experts): rank 0
+// also copies the persistent buffer, whole (NOTE [Persistent buffers in checkpoints] in
+// core/checkpoint/checkpoint_metadata.h), so it is a class of its own; 16 bytes more than its
+// shard peer's save, each class's save costs the closed form of its bytes, and async staging is
+// each writer's own bytes.
+TEST(SimCheckpointPlay, RankZeroAlsoCopiesThePersistentBuffers) {
+  std::ifstream in(std::string(FULLSHARD_SOURCE_DIR) + "/scenarios/tiny-deepseek-bias-cpu2.json");
+  json j = json::parse(in);
+  j["training"]["steps"] = 2;
+  json without = j;
+  without["model"]["moe"].erase("load_balance");
+  without["model"]["moe"].erase("load_balance_coeff");
+  without["training"]["checkpoint"] = {{"every", 1}};
+  const std::vector<uint64_t> plain = sim::checkpoint_shard_bytes(parse_scenario(without));
+  sim::SimulateOptions o;
+  o.simulated_steps = 0;
+  for (int async = 0; async < 2; ++async) {
+    SCOPED_TRACE(async ? "async" : "sync");
+    const Played p = play(j, 1, async, 2.5, o);
+    ASSERT_TRUE(p.with.checkpoint);
+    EXPECT_EQ(p.closed.shard_bytes[0], plain[0] + 4 * 4);  // E x fp32
+    EXPECT_EQ(p.closed.shard_bytes[1], plain[1]);
+    ASSERT_EQ(p.with.classes.size(), 2u);
+    EXPECT_EQ(p.with.classes[0].ranks, std::vector<int>{0});
+    const sim::CheckpointCost& c = *p.with.checkpoint;
+    ASSERT_EQ(c.played.size(), 2u);
+    expect_near_rel(c.played[1].exposed_s(), p.closed.exposed_s, "second save");
+    expect_device_memory_unchanged(p);
+    for (const auto& cls : p.with.classes) {
+      const sim::RankClassReport* base = nullptr;
+      for (const auto& b : p.plain.classes)
+        for (int r : b.ranks) base = r == cls.representative ? &b : base;
+      ASSERT_NE(base, nullptr);
+      EXPECT_EQ(cls.peak_host_bytes,
+                base->peak_host_bytes +
+                    (async ? p.closed.shard_bytes[static_cast<size_t>(cls.representative)] : 0))
+          << cls.representative;
     }
   }
 }
