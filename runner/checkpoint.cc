@@ -218,6 +218,16 @@ void validate_checkpoint_flags(const std::string& checkpoint_dir, int checkpoint
                          ", not before the run's last step " + std::to_string(steps),
                      "pass --steps larger than " + std::to_string(reader.metadata().next_step));
   check_seed(reader.metadata(), s, folder);
+  // NOTE [Rotary pairing of weight files] in core/checkpoint/hf_names.h: q / k rows trained in one
+  // RoPE pairing compute another attention in the other.
+  if (const auto& p = reader.metadata().hf_rope_pairing_differs;
+      p && *p != hf_rope_pairing_differs(s.model))
+    throw InputError("--resume",
+                     "checkpoint '" + folder + "' was trained with RoPE pairing q / k columns " +
+                         ((*p) == (hf_arch(s.model) == "deepseek_v3") ? "by halves"
+                                                                      : "adjacently") +
+                         ", the scenario's model.implementation.rope pairs them otherwise",
+                     "resume with the model.implementation.rope that wrote it");
   // The parameters, in both directions (optimizer states follow their parameters).
   Transformer model(s.model);
   std::vector<std::pair<std::string, Shape>> params;

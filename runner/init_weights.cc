@@ -267,11 +267,19 @@ void validate_init_weights(const std::string& path, const Scenario& s, const std
   const WeightFiles w(path, field);
   Transformer model(s.model);
   std::vector<std::pair<std::string, Shape>> located;  // name in the files, stored shape
+  bool per_expert = false;
   model.root().for_each_param([&](Param& p) {
     if (is_lora_adapter(p)) return;
     const Located l = locate(w, s, p.fqn, p.shape, field);
     located.push_back({l.t.name, l.t.shape});
+    per_expert = per_expert || !l.experts.empty();
   });
+  if (per_expert && loads_optimizer_state(w, s))
+    throw InputError(field,
+                     "holds AdamW state of routed experts stored one tensor per expert (Hugging "
+                     "Face names), which is not read",
+                     "give a DCP with torchtitan's names (checkpoint export --dcp --names "
+                     "fullshard), or one without optimizer state");
   model.root().for_each_module([&](Module& m) {  // a buffer's tensor, if any, must fit
     for (const ModuleBuffer& buf : m.buffers)
       if (buf.persistent) try_locate(w, s, buf.fqn, buf.meta.shape);
@@ -355,6 +363,8 @@ void load_init_weights(Backend& b, TrainingProgram& prog, const Scenario& s,
   for (size_t i = 0; i < opt.params().size(); ++i) {
     const Param& param = opt.params()[i]->param();
     const Located l = locate(w, s, param.fqn, param.global_shape(), field);
+    FULLSHARD_CHECK(l.experts.empty(), "init-from: AdamW state of per-expert tensors "
+                                       "(validate_init_weights refuses it)");
     names.push_back(l.t.name);
     for (const char* what : {"exp_avg", "exp_avg_sq"}) {
       Located st = l;

@@ -102,7 +102,7 @@ CheckpointMetadata parse(const nlohmann::json& j) {
   std::vector<std::string> accepted = known;
   accepted.push_back("data");   // optional: token data sets only
   accepted.push_back("adamw");  // optional: the run's AdamW hyperparameters
-  accepted.push_back("hf_rope_pairing_differs");  // optional: true only
+  accepted.push_back("hf_rope_pairing_differs");  // optional: older checkpoints lack it
   jr::reject_unknown_fields(j, "", accepted);
   for (const auto& k : known)
     jr::require_field(j, "", k, "the metadata is damaged or not a fullshard checkpoint");
@@ -264,7 +264,7 @@ nlohmann::json metadata_to_json(const CheckpointMetadata& m) {
   j["version"] = kCheckpointFormatVersion;  // chunks are always written as boxes
   j["scenario"] = m.scenario;
   j["arch"] = m.arch;
-  if (m.hf_rope_pairing_differs) j["hf_rope_pairing_differs"] = true;
+  if (m.hf_rope_pairing_differs) j["hf_rope_pairing_differs"] = *m.hf_rope_pairing_differs;
   j["step"] = m.step;
   j["next_step"] = m.next_step;
   j["seed"] = m.seed;

@@ -73,8 +73,9 @@ struct CheckpointMetadata {
   int tp = 1;                    // the tp dim: world_size = replicate x shard x tp
   int ep = 1;  // expert parallelism within the shard dim (efsdp x ep = shard); 1: none
   // The model's RoPE pairs q / k columns otherwise than its Hugging Face files (NOTE [Rotary
-  // pairing of weight files] in core/checkpoint/hf_names.h): export under HF names refused.
-  bool hf_rope_pairing_differs = false;
+  // pairing of weight files] in core/checkpoint/hf_names.h): export under HF names refused, and
+  // a resume in the other pairing. Absent in checkpoints written before it was recorded.
+  std::optional<bool> hf_rope_pairing_differs;
   int64_t optimizer_steps = 0;                 // AdamW's step count (bias correction)
   std::optional<CheckpointDataPosition> data;  // token data sets only
   std::optional<CheckpointAdamW> adamw;        // absent in checkpoints before it was written

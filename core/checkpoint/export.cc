@@ -80,7 +80,7 @@ HfTensorName export_name(const std::string& arch, const std::string& fqn, bool h
 }
 
 void check_hf_export(const CheckpointMetadata& m, bool hf_names) {
-  if (!hf_names || !m.hf_rope_pairing_differs) return;
+  if (!hf_names || !m.hf_rope_pairing_differs.value_or(false)) return;
   throw InputError("--names",
                    "hf for a " + m.arch + " checkpoint whose RoPE pairs q / k columns " +
                        (m.arch == "deepseek_v3" ? "by halves (rope \"fused\" or \"rotate_half\")"

@@ -6,7 +6,7 @@
 // attention.wq, feed_forward.w1) in nn.Linear's [out, in] layout, and its rotary embedding
 // is Hugging Face's rotate_half convention (backends/cpu/kernels/rope.cc), so LlamaForCausalLM
 // takes the tensors as they are, renamed; Meta's checkpoints would need q/k rows permuted, ours
-// do not. GPT-2 is different: Hugging Face's GPT2Model keeps OpenAI's Conv1D modules, whose
+// do not (under "complex" RoPE they do: NOTE [Rotary pairing of weight files] below). GPT-2 is different: Hugging Face's GPT2Model keeps OpenAI's Conv1D modules, whose
 // weight is [in, out] (y = x W + b), while fullshard's c_attn / c_proj / c_fc weights are
 // nn.Linear's [out, in]; those four 2-D weights are transposed on export. Names are those
 // GPT2LMHeadModel.save_pretrained writes ("transformer.h.0.attn.c_attn.weight"); the tied
@@ -20,9 +20,8 @@
 // tensors (per_expert), expert e's slice [e] of it, in the same row-major layout. The router
 // gate is "block_sparse_moe.gate" / "mlp.gate"; DeepSeek-V3's expert-bias buffer is
 // "mlp.gate.e_score_correction_bias" and its shared experts "mlp.shared_experts.*". MLA's
-// linears take DeepSeek-V3's names (q_a_proj, q_a_layernorm, kv_a_proj_with_mqa, ...) as they
-// are: with rope_interleave (refused otherwise) HF's RoPE pairs columns as fullshard's complex
-// RoPE does, so no rows move.
+// linears take DeepSeek-V3's names (q_a_proj, q_a_layernorm, kv_a_proj_with_mqa, ...); their
+// rope rows move unless the model runs "complex" RoPE (NOTE [Rotary pairing of weight files]).
 #include <cstdint>
 #include <optional>
 #include <string>

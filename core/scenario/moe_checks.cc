@@ -69,6 +69,11 @@ void check_moe(const Scenario& s) {
                        "is \"aux_loss\" with sigmoid scores; Hugging Face's loss is over the "
                        "router's softmax",
                        "use \"expert_bias\" or \"none\" with sigmoid scores; " + fix);
+    if (e.num_expert_groups > 1)
+      throw InputError("model.moe.num_expert_groups",
+                       "is " + std::to_string(e.num_expert_groups) + " " + what +
+                           ", whose Hugging Face loss counts a plain top-k over every expert",
+                       "use 1 with the aux loss; " + fix);
     for (int64_t i = 0; i < m.n_layers; ++i)
       if (e.is_moe_layer(i) && recomputes_block(s.training.activation_checkpointing, i))
         throw InputError("training.activation_checkpointing",

@@ -424,8 +424,8 @@ TEST(RealMoeTraining, LauncherRefusesMoeOnlyWithoutKernels) {
   ck.checkpoint_dir = d.path();
   EXPECT_EQ(input_error_of([&] { runner::validate_launch(ck, parse_scenario(ep), cpu_kind); }), "");
   // The expert bias and groups (NOTE [Expert bias]): CPU kernels only; the bias is saved in
-  // checkpoints (NOTE [Persistent buffers in checkpoints]) but loaded from no weight file yet;
-  // each refusal names its field.
+  // checkpoints (NOTE [Persistent buffers in checkpoints]) and loaded from weight files; each
+  // refusal names its field. The aux loss likewise (NOTE [Auxiliary load-balancing loss]).
   json lb = tiny_scenario_json(o);
   lb["model"] = {{"name", "tiny-moe"},
                  {"moe", {{"load_balance", "expert_bias"}, {"load_balance_coeff", 1e-3}}}};
@@ -435,13 +435,14 @@ TEST(RealMoeTraining, LauncherRefusesMoeOnlyWithoutKernels) {
       input_error_of([&] { runner::validate_launch(lo, biased, cuda_kind); });
   EXPECT_NE(on_cuda.find("model.moe.load_balance"), std::string::npos) << on_cuda;
   EXPECT_EQ(input_error_of([&] { runner::validate_launch(ck, biased, cpu_kind); }), "");
-  runner::LaunchOptions weights = lo;
-  weights.init_from = d.path();
-  const std::string init =
-      input_error_of([&] { runner::validate_launch(weights, biased, cpu_kind); });
-  EXPECT_NE(init.find("--init-from: is given with model.moe.load_balance \"expert_bias\""),
-            std::string::npos)
-      << init;
+  lb["model"] = {{"name", "tiny-moe"},
+                 {"moe", {{"load_balance", "aux_loss"}, {"load_balance_coeff", 1e-2}}}};
+  const Scenario aux = parse_scenario(lb);
+  EXPECT_EQ(input_error_of([&] { runner::validate_launch(ck, aux, cpu_kind); }), "");
+  const std::string aux_on_cuda =
+      input_error_of([&] { runner::validate_launch(lo, aux, cuda_kind); });
+  EXPECT_NE(aux_on_cuda.find("model.moe.load_balance: is \"aux_loss\""), std::string::npos)
+      << aux_on_cuda;
   lb["model"] = {{"name", "tiny-moe"}, {"moe", {{"num_expert_groups", 2}}}};
   const Scenario grouped = parse_scenario(lb);
   EXPECT_EQ(input_error_of([&] { runner::validate_launch(ck, grouped, cpu_kind); }), "");

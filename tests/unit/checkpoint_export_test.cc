@@ -263,7 +263,7 @@ TEST(CheckpointExport, OtherRopePairingIsRecordedAndRefusedForHfNames) {
   TempDir d;
   save_model(d.path(), c);
   CheckpointReader reader(resolve_checkpoint(d.path(), "test"));
-  EXPECT_TRUE(reader.metadata().hf_rope_pairing_differs);
+  EXPECT_EQ(reader.metadata().hf_rope_pairing_differs, std::optional<bool>(true));
   ExportOptions o;
   o.out = d.path() + "/model.safetensors";
   try {

@@ -175,6 +175,13 @@ TEST(CpuTpCheckpoint, MismatchesAndDamageAreOneLineErrors) {
   EXPECT_NE(msg.find("--resume: tensor 'param/"), std::string::npos) << msg;
   msg = input_error_of([&] { runner::validate_checkpoint_flags("", 0, d.path(), 2, so); });
   EXPECT_NE(msg.find("[12, 8] in checkpoint"), std::string::npos) << msg;
+  // Another RoPE pairing (NOTE [Rotary pairing of weight files] in core/checkpoint/hf_names.h).
+  json complex = scenario({2, 2}, 4);
+  complex["model"]["implementation"] = {{"rope", "complex"}};
+  msg = input_error_of(
+      [&] { runner::validate_checkpoint_flags("", 0, d.path(), 2, parse_scenario(complex)); });
+  EXPECT_NE(msg.find("--resume: checkpoint '"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("RoPE pairing q / k columns by halves"), std::string::npos) << msg;
   // A rank file cut short: its size no longer matches metadata.json (one rank reads every file).
   const std::string folder = resolve_checkpoint(d.path(), "--resume");
   const fs::path f = fs::path(folder) / "shard-00003-of-00004.safetensors";
