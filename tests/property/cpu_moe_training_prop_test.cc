@@ -75,8 +75,8 @@ Scenario moe_scenario(const json& j, int ep = 1, bool drops = false, bool aux = 
     m.load_balance = MoeLoadBalance::kAuxLoss;
     m.load_balance_coeff = *rc::gen::element(1e-3, 0.05);
   }
-  std::vector<int64_t> groups{1};
-  for (int64_t g = 2; g <= m.num_experts / 2; ++g)
+  std::vector<int64_t> groups{1};  // the aux loss counts a plain top-k (check_moe)
+  for (int64_t g = 2; m.load_balance != MoeLoadBalance::kAuxLoss && g <= m.num_experts / 2; ++g)
     if (m.num_experts % g == 0) groups.push_back(g);
   m.num_expert_groups = *rc::gen::elementOf(groups);
   const int64_t per = m.num_experts / m.num_expert_groups;
