@@ -29,6 +29,7 @@ from safetensors.torch import save_file
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import oracle  # noqa: E402  (the shared run: batches, init, training loop, versions)
 
+SCRIPT = "tools/oracle/moe_oracle.py"
 AUX_COEF = 0.05  # router_aux_loss_coef of the mixtral-aux case
 COEFF = 0.02  # model.moe.load_balance_coeff of the deepseek-v3 case (torchtitan's default 1e-3
               # would move the bias too little in 3 steps to change a route)
@@ -167,32 +168,11 @@ def write_moe_case(out_dir, name, model, scenario_extra, bias_coeff=None, weight
         for n, b in hub_names(model, dict(model.named_buffers())).items():
             if n.endswith("e_score_correction_bias"):
                 ref["buffer/" + n] = b.detach().float().contiguous()
-    meta = {
-        "torch": torch.__version__, "transformers": transformers.__version__,
-        "safetensors": oracle.safetensors.__version__, "python": sys.version.split()[0],
-        "compute_dtype": "float32", "steps": str(oracle.STEPS), "batch": str(oracle.BATCH),
-        "seq_len": str(oracle.SEQ), "seed": str(oracle.SEED),
-        "weight_seed": str(oracle.WEIGHT_SEED), "optimizer": json.dumps(oracle.OPT),
-        "script": "tools/oracle/moe_oracle.py",
-    }
+    meta = oracle.reference_metadata(torch.float32, SCRIPT)
     if bias:
         meta["expert_bias_coeff"] = str(bias_coeff)
     save_file(ref, os.path.join(d, "reference.safetensors"), metadata=meta)
-    scenario = {
-        "name": "oracle-" + name,
-        "description": "PyTorch oracle case (tools/oracle/moe_oracle.py): the run "
-                       "reference.safetensors records; train it with the corpus ../corpus.txt.",
-        "model": {"hf_config": "config.json", "weights": weights},
-        "training": {"batch_per_rank": oracle.BATCH, "seq_len": oracle.SEQ, "steps": oracle.STEPS,
-                     "seed": oracle.SEED, "optimizer": dict(oracle.OPT)},
-        "fsdp": {"mesh": {"shape": [1]}},
-        "hardware": {"profile": "cpu", "nodes": 1, "gpus_per_node": 1},
-    }
-    for k, v in scenario_extra.items():
-        scenario[k].update(v)
-    with open(os.path.join(d, "scenario.json"), "w") as f:
-        json.dump(scenario, f, indent=2)
-        f.write("\n")
+    oracle.write_scenario(d, name, weights, scenario_extra, SCRIPT)
     print(f"{name}: loss {['%.6f' % l for l in losses]} grad_norm {['%.4f' % n for n in norms]}")
 
 

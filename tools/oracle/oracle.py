@@ -194,17 +194,28 @@ def write_case(out_dir, name, model, scenario_extra, compute_dtype=torch.float32
         ref["grad/" + n] = grads[n].float().contiguous()
         if final_params:  # the variants store gradients only, to keep the files small
             ref["param/" + n] = p.detach().float().contiguous()
-    meta = {
+    save_file(ref, os.path.join(d, "reference.safetensors"),
+              metadata=reference_metadata(compute_dtype, "tools/oracle/oracle.py"))
+    write_scenario(d, name, weights, scenario_extra, "tools/oracle/oracle.py")
+    print(f"{name}: loss {['%.6f' % l for l in losses]} grad_norm {['%.4f' % n for n in norms]}")
+
+
+def reference_metadata(compute_dtype, script):
+    """reference.safetensors' __metadata__: the versions and settings that produced it."""
+    return {
         "torch": torch.__version__, "transformers": transformers.__version__,
         "safetensors": safetensors.__version__, "python": sys.version.split()[0],
         "compute_dtype": str(compute_dtype).replace("torch.", ""), "steps": str(STEPS),
         "batch": str(BATCH), "seq_len": str(SEQ), "seed": str(SEED), "weight_seed": str(WEIGHT_SEED),
-        "optimizer": json.dumps(OPT), "script": "tools/oracle/oracle.py",
+        "optimizer": json.dumps(OPT), "script": script,
     }
-    save_file(ref, os.path.join(d, "reference.safetensors"), metadata=meta)
+
+
+def write_scenario(d, name, weights, scenario_extra, script):
+    """<d>/scenario.json: the fullshard scenario of the case's run, `scenario_extra` merged in."""
     scenario = {
         "name": "oracle-" + name,
-        "description": "PyTorch oracle case (tools/oracle/oracle.py): the run reference.safetensors records; "
+        "description": f"PyTorch oracle case ({script}): the run reference.safetensors records; "
                        "train it with the corpus ../corpus.txt.",
         "model": {"hf_config": "config.json", "weights": weights},
         "training": {"batch_per_rank": BATCH, "seq_len": SEQ, "steps": STEPS, "seed": SEED,
@@ -217,7 +228,6 @@ def write_case(out_dir, name, model, scenario_extra, compute_dtype=torch.float32
     with open(os.path.join(d, "scenario.json"), "w") as f:
         json.dump(scenario, f, indent=2)
         f.write("\n")
-    print(f"{name}: loss {['%.6f' % l for l in losses]} grad_norm {['%.4f' % n for n in norms]}")
 
 
 def main():
