@@ -26,6 +26,7 @@ void add_moe_aux_loss_buffers(Module& root, const MoeConfig& m) {
   const TensorMeta meta{DType::kFloat32, {m.num_experts}};
   root.add_buffer("moe_aux_counts", meta, false);
   root.add_buffer("moe_aux_probs", meta, false);
+  root.add_buffer("moe_aux_counts_at_loss", meta, false);
 }
 
 MoeAuxLoss moe_aux_loss_state(Module& root, const ModelConfig& c) {
@@ -33,7 +34,8 @@ MoeAuxLoss moe_aux_loss_state(Module& root, const ModelConfig& c) {
   if (!c.moe.enabled() || c.moe.load_balance != MoeLoadBalance::kAuxLoss) return aux;
   aux.counts = root.buffer("moe_aux_counts").tensor;
   aux.probs = root.buffer("moe_aux_probs").tensor;
-  FULLSHARD_CHECK(aux.counts && aux.probs,
+  aux.counts_at_loss = root.buffer("moe_aux_counts_at_loss").tensor;
+  FULLSHARD_CHECK(aux.counts && aux.probs && aux.counts_at_loss,
                   "the aux-loss buffers were never allocated (allocate_buffers)");
   aux.layers = c.moe.moe_layer_count(c.n_layers);
   aux.coeff = c.moe.load_balance_coeff;
@@ -70,7 +72,7 @@ Value moe_aux_loss_scores(ExecContext& c, MoeAuxLoss& aux, Value scores, const s
   Value out = ops::detail::result(c, scores.t, scores.requires_grad());
   if (c.recording() && scores.requires_grad()) {
     const double value = aux.grad_seed * aux.coeff * static_cast<double>(E) / rows_squared(aux);
-    const Tensor total = aux.counts;  // complete when backward runs: every layer has routed
+    const Tensor total = aux.counts_at_loss;  // every layer's routing, copied at the loss
     c.record(Node{name, {scores.id}, {out.id}, [&b, total, value, N, E, name](std::vector<Tensor>& g) {
                     Tensor gx = ops::detail::grad_like(b, g[0], name + " grad_input");
                     OpCall op = make_op(OpKind::kMoeAuxLossBackward, name + " backward",
@@ -92,6 +94,9 @@ void moe_aux_loss_end(ExecContext& c, const MoeAuxLoss& aux, const Tensor& loss)
                       2.0 * static_cast<double>(E));
   AuxLossArgs{aux.tokens, E, aux.coeff * static_cast<double>(E) / rows_squared(aux)}.encode(op);
   c.launch(op);
+  OpCall copy = make_op(OpKind::kCopy, "moe aux counts at the loss", {aux.counts.ref()},
+                        {aux.counts_at_loss.ref()}, 0);
+  c.launch(copy);
 }
 
 }  // namespace fullshard

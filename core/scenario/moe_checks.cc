@@ -74,12 +74,6 @@ void check_moe(const Scenario& s) {
                        "is " + std::to_string(e.num_expert_groups) + " " + what +
                            ", whose Hugging Face loss counts a plain top-k over every expert",
                        "use 1 with the aux loss; " + fix);
-    for (int64_t i = 0; i < m.n_layers; ++i)
-      if (e.is_moe_layer(i) && recomputes_block(s.training.activation_checkpointing, i))
-        throw InputError("training.activation_checkpointing",
-                         "recomputes MoE layer " + std::to_string(i) + " " + what +
-                             ", whose recomputed router would count twice (not built yet)",
-                         "use \"none\", or set model.moe.load_balance \"none\"; " + fix);
   }
   if (m.implementation.compile)
     throw InputError("model.implementation.compile", "is true with a mixture-of-experts model",

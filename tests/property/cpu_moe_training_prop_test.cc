@@ -20,7 +20,6 @@
 #include "core/checkpoint/dcp.h"
 #include "core/checkpoint/export.h"
 #include "core/scenario/moe_checks.h"
-#include "core/scenario/recompute.h"
 #include "runner/init_weights.h"
 #include "runner/launcher.h"
 #include "simulator/checkpoint_cost.h"
@@ -45,8 +44,8 @@ namespace {
 // a rank can receive ("max", NOTE [Receive buffers]), checked as parse_scenario checks them.
 // `drops`: a capacity factor drawn too (NOTE [Capacity factor]; capacity is per rank, so only
 // for properties that do not compare against one rank running the whole batch). `aux`: Hugging
-// Face's auxiliary load-balancing loss drawn too where it is built (softmax scores, no MoE layer
-// recomputed; NOTE [Auxiliary load-balancing loss]: per rank too, so the same restriction).
+// Face's auxiliary load-balancing loss drawn too (softmax scores, no groups; NOTE [Auxiliary
+// load-balancing loss]: per rank too, so the same restriction).
 Scenario moe_scenario(const json& j, int ep = 1, bool drops = false, bool aux = false) {
   Scenario s = parse_scenario(j);
   MoeConfig& m = s.model.moe;
@@ -62,15 +61,11 @@ Scenario moe_scenario(const json& j, int ep = 1, bool drops = false, bool aux = 
   // DeepSeek-V3's load balancing (NOTE [Expert bias] in core/model/expert_bias.h): the expert
   // bias or not, group-limited routing over any split into groups of 2+ experts or not, keeping
   // enough groups for the top-k.
-  bool recomputed = false;
-  for (int64_t i = 0; i < s.model.n_layers; ++i)
-    recomputed = recomputed || (m.is_moe_layer(i) &&
-                                recomputes_block(s.training.activation_checkpointing, i));
   const int balance = aux ? *rc::gen::element(0, 1, 2) : *rc::gen::element(0, 1);
   if (balance == 1) {
     m.load_balance = MoeLoadBalance::kExpertBias;
     m.load_balance_coeff = *rc::gen::element(1e-3, 0.05);
-  } else if (balance == 2 && !recomputed) {
+  } else if (balance == 2) {
     m.score_func = MoeScoreFunc::kSoftmax;  // Hugging Face's loss is over the softmax
     m.load_balance = MoeLoadBalance::kAuxLoss;
     m.load_balance_coeff = *rc::gen::element(1e-3, 0.05);
