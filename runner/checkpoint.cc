@@ -47,11 +47,9 @@ std::vector<LocalCheckpointTensor> local_checkpoint_tensors(TrainingProgram& pro
     out.push_back({"param/" + param->fqn, param->global_shape(), p->local_tensor().ref(), param});
   }
   // NOTE [Persistent buffers in checkpoints] (core/checkpoint/checkpoint_metadata.h).
-  prog.model().root().for_each_module([&out](Module& m) {
-    for (const ModuleBuffer& buf : m.buffers)
-      if (buf.persistent)
-        out.push_back({std::string(kBufferPrefix) + buf.fqn, buf.meta.shape, buf.tensor.ref(),
-                       nullptr, &buf});
+  prog.model().root().for_each_persistent_buffer([&out](ModuleBuffer& buf) {
+    out.push_back(
+        {std::string(kBufferPrefix) + buf.fqn, buf.meta.shape, buf.tensor.ref(), nullptr, &buf});
   });
   return out;
 }
@@ -248,10 +246,8 @@ void validate_checkpoint_flags(const std::string& checkpoint_dir, int checkpoint
   // The persistent buffers: a checkpoint may lack them (saved before buffers were), not hold
   // others (NOTE [Persistent buffers in checkpoints]).
   std::vector<std::pair<std::string, Shape>> buffers;
-  model.root().for_each_module([&](Module& m) {
-    for (const ModuleBuffer& buf : m.buffers)
-      if (buf.persistent) buffers.push_back({kBufferPrefix + buf.fqn, buf.meta.shape});
-  });
+  model.root().for_each_persistent_buffer(
+      [&](ModuleBuffer& buf) { buffers.push_back({kBufferPrefix + buf.fqn, buf.meta.shape}); });
   for (const auto& t : reader.metadata().tensors) {
     bool found = false;
     if (t.name.rfind(kBufferPrefix, 0) == 0) {

@@ -280,10 +280,8 @@ void validate_init_weights(const std::string& path, const Scenario& s, const std
                      "Face names), which is not read",
                      "give a DCP with torchtitan's names (checkpoint export --dcp --names "
                      "fullshard), or one without optimizer state");
-  model.root().for_each_module([&](Module& m) {  // a buffer's tensor, if any, must fit
-    for (const ModuleBuffer& buf : m.buffers)
-      if (buf.persistent) try_locate(w, s, buf.fqn, buf.meta.shape);
-  });
+  model.root().for_each_persistent_buffer(  // a buffer's tensor, if any, must fit
+      [&](ModuleBuffer& buf) { try_locate(w, s, buf.fqn, buf.meta.shape); });
   if (loads_optimizer_state(w, s)) check_dcp_adamw_state(w.dcp()->metadata(), located, path);
 }
 
@@ -345,15 +343,13 @@ void load_init_weights(Backend& b, TrainingProgram& prog, const Scenario& s,
   }
   // Persistent buffers (DeepSeek-V3's expert bias, HF's e_score_correction_bias) are whole on
   // every rank; weights without one leave it at its init (zeros), as torchtitan's init does.
-  prog.model().root().for_each_module([&](Module& m) {
-    for (ModuleBuffer& buf : m.buffers) {
-      if (!buf.persistent || !buf.tensor) continue;
-      const auto l = try_locate(w, s, buf.fqn, buf.meta.shape);
-      if (!l) continue;
-      FULLSHARD_CHECK(buf.meta.dtype == DType::kFloat32, "init-from: a buffer that is not fp32");
-      const auto v = to_f32(read_located(*l, full_box(buf.meta.shape)), l->t.dtype);
-      b.copy_from_host(buf.tensor.ref(), v.data());
-    }
+  prog.model().root().for_each_persistent_buffer([&](ModuleBuffer& buf) {
+    const auto l = try_locate(w, s, buf.fqn, buf.meta.shape);
+    if (!l) return;
+    FULLSHARD_CHECK(buf.tensor && buf.meta.dtype == DType::kFloat32,
+                    "init-from: buffer " + buf.fqn + " is not an allocated fp32 tensor");
+    const auto v = to_f32(read_located(*l, full_box(buf.meta.shape)), l->t.dtype);
+    b.copy_from_host(buf.tensor.ref(), v.data());
   });
   if (!loads_optimizer_state(w, s)) return;
   // AdamW's exp_avg / exp_avg_sq have their parameter's layout (NOTE [AdamW state in DCP]).

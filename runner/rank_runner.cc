@@ -291,9 +291,8 @@ RankResult run_rank(Backend& b, const Scenario& s, const RankOptions& o,
       if (mesh_info_for(s, b.rank()).shard_group.index_of(b.rank()) == 0)
         for (const auto& p : prog.fsdp().ignored_params())
           r.local_params.emplace_back(p->param().fqn, read_f32(b, p->data().ref()));
-      prog.model().root().for_each_module([&](Module& m) {
-        for (const ModuleBuffer& buf : m.buffers)
-          if (buf.persistent) r.buffers.emplace_back(buf.fqn, read_f32(b, buf.tensor.ref()));
+      prog.model().root().for_each_persistent_buffer([&](ModuleBuffer& buf) {
+        r.buffers.emplace_back(buf.fqn, read_f32(b, buf.tensor.ref()));
       });
     }
   }

@@ -61,10 +61,8 @@ WriterTensors writer_tensors(const Scenario& s) {
   // The persistent buffers, whole (NOTE [Persistent buffers in checkpoints] in
   // core/checkpoint/checkpoint_metadata.h).
   std::vector<uint64_t> buffers;
-  model.root().for_each_module([&](Module& m) {
-    for (const ModuleBuffer& b : m.buffers)
-      if (b.persistent) buffers.push_back(static_cast<uint64_t>(b.meta.nbytes()));
-  });
+  model.root().for_each_persistent_buffer(
+      [&](ModuleBuffer& b) { buffers.push_back(static_cast<uint64_t>(b.meta.nbytes())); });
   // The elements shard index `idx` stores of `l`.
   auto stored = [w](const Local& l, int idx) -> int64_t {
     if (l.ep <= 1) return shard_rows(l.rows, w, idx) * l.row_elems;

@@ -51,10 +51,8 @@ CheckpointPlayer::CheckpointPlayer(SimBackend& backend, TrainingProgram& program
   for (const OptimizerParam* p : prog_.frozen_params())  // no state (NOTE [Checkpoint cost])
     bytes_ += p->local_tensor().nbytes();
   if (b_.rank() == 0)  // rank 0 writes them, whole (NOTE [Persistent buffers in checkpoints])
-    prog_.model().root().for_each_module([this](Module& m) {
-      for (const ModuleBuffer& buf : m.buffers)
-        if (buf.persistent) bytes_ += buf.tensor.nbytes();
-    });
+    prog_.model().root().for_each_persistent_buffer(
+        [this](ModuleBuffer& buf) { bytes_ += buf.tensor.nbytes(); });
 }
 
 void CheckpointPlayer::after_step(int step, bool last_played) {
@@ -101,10 +99,8 @@ void CheckpointPlayer::save() {
     b_.launch_pageable_copy(kCopy, op);
   };
   std::vector<const ModuleBuffer*> buffers;  // the persistent ones, module order
-  prog_.model().root().for_each_module([&](Module& m) {
-    for (const ModuleBuffer& buf : m.buffers)
-      if (buf.persistent) buffers.push_back(&buf);
-  });
+  prog_.model().root().for_each_persistent_buffer(
+      [&](ModuleBuffer& buf) { buffers.push_back(&buf); });
   for (const CheckpointCopy& k : checkpoint_copy_order(prog_.model().root(), b_.rank() == 0)) {
     if (k.which == CheckpointCopy::kBuffer) {
       copy(buffers[k.index]->tensor, MemCategory::kUnshardedParam,

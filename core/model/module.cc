@@ -72,6 +72,12 @@ void Module::for_each_module(const std::function<void(Module&)>& fn) {
   for (auto& c : children) c->for_each_module(fn);
 }
 
+void Module::for_each_persistent_buffer(const std::function<void(ModuleBuffer&)>& fn) {
+  for (auto& b : buffers)
+    if (b.persistent) fn(b);
+  for (auto& c : children) c->for_each_persistent_buffer(fn);
+}
+
 void set_init_seed(Module& root, uint64_t seed) {
   root.for_each_param([seed](Param& p) {
     uint64_t h = 1469598103934665603ull;  // FNV-1a over the fqn

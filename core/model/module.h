@@ -117,6 +117,8 @@ struct Module {
   // Every parameter in this subtree, pre-order (this module's own first).
   void for_each_param(const std::function<void(Param&)>& fn);
   void for_each_module(const std::function<void(Module&)>& fn);
+  // Every persistent buffer in this subtree (the state_dict's buffers), pre-order.
+  void for_each_persistent_buffer(const std::function<void(ModuleBuffer&)>& fn);
 };
 
 // Keys every parameter's init generator by its fqn and `seed` (NOTE [Sharding-independent init]).

@@ -153,13 +153,7 @@ def write_moe_case(out_dir, name, model, scenario_extra, bias_coeff=None, weight
                for s in range(oracle.STEPS)]
     losses, norms, grads, logits = oracle.train(
         model, batches, torch.float32, pre_step=bias.update if bias else None)
-    ref = {
-        "tokens": torch.stack([b[0] for b in batches]).contiguous(),
-        "labels": torch.stack([b[1] for b in batches]).contiguous(),
-        "loss": torch.tensor(losses, dtype=torch.float32),
-        "grad_norm": torch.tensor(norms, dtype=torch.float32),
-        "logits": logits.contiguous(),
-    }
+    ref = oracle.run_record(batches, losses, norms, logits)
     for n, g in hub_names(model, grads).items():
         ref["grad/" + n] = g.float().contiguous()
     for n, p in hub_names(model, dict(model.named_parameters())).items():

@@ -180,13 +180,7 @@ def write_case(out_dir, name, model, scenario_extra, compute_dtype=torch.float32
         weights = os.path.join("..", weights_from, "model.safetensors")
     batches = [fill_batch(CORPUS, SEED, s, 0, BATCH, SEQ) for s in range(STEPS)]
     losses, norms, grads, logits = train(model, batches, compute_dtype)
-    ref = {
-        "tokens": torch.stack([b[0] for b in batches]).contiguous(),
-        "labels": torch.stack([b[1] for b in batches]).contiguous(),
-        "loss": torch.tensor(losses, dtype=torch.float32),
-        "grad_norm": torch.tensor(norms, dtype=torch.float32),
-        "logits": logits.contiguous(),
-    }
+    ref = run_record(batches, losses, norms, logits)
     tied = getattr(model.config, "tie_word_embeddings", False)
     for n, p in model.named_parameters():
         if tied and n == "lm_head.weight":
@@ -198,6 +192,17 @@ def write_case(out_dir, name, model, scenario_extra, compute_dtype=torch.float32
               metadata=reference_metadata(compute_dtype, "tools/oracle/oracle.py"))
     write_scenario(d, name, weights, scenario_extra, "tools/oracle/oracle.py")
     print(f"{name}: loss {['%.6f' % l for l in losses]} grad_norm {['%.4f' % n for n in norms]}")
+
+
+def run_record(batches, losses, norms, logits):
+    """reference.safetensors' tensors of the run itself: batches, losses, norms, first logits."""
+    return {
+        "tokens": torch.stack([b[0] for b in batches]).contiguous(),
+        "labels": torch.stack([b[1] for b in batches]).contiguous(),
+        "loss": torch.tensor(losses, dtype=torch.float32),
+        "grad_norm": torch.tensor(norms, dtype=torch.float32),
+        "logits": logits.contiguous(),
+    }
 
 
 def reference_metadata(compute_dtype, script):
